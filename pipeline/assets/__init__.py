@@ -1,0 +1,65 @@
+"""Files the project ships: the real Qwen2.5 tokenizer, used by tests, benchmarks and `grpo data` offline.
+
+tokenizer.json (11 MB) is committed xz-compressed (1.4 MB) and unpacked once into a cache
+directory, because a folder holding only vocab.json + merges.txt does not load through
+AutoTokenizer and we want the checkout small.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import lzma
+import os
+import shutil
+from pathlib import Path
+
+ASSETS_DIR = Path(__file__).resolve().parent
+QWEN_TOKENIZER_SRC = ASSETS_DIR / "qwen2.5-tokenizer"
+# sha256 of the uncompressed tokenizer.json (byte-identical to ../shared/assets).
+QWEN_TOKENIZER_JSON_SHA256 = "6588e6818d742ba76d711e504638dcc1ce3873c0cce8943a9cd8a83e4f760f32"
+
+
+def _cache_root() -> Path:
+    root = os.environ.get("GRPO_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "grpo-pipeline"
+    )
+    return Path(root)
+
+
+def qwen_tokenizer_dir() -> Path:
+    """Return a directory that `AutoTokenizer.from_pretrained` loads as the real Qwen2.5 tokenizer.
+
+    The first call unpacks tokenizer.json.xz into the cache (atomically, so two processes
+    racing each other both end with a complete copy); later calls only check the hash file.
+    """
+    target = _cache_root() / f"qwen2.5-tokenizer-{QWEN_TOKENIZER_JSON_SHA256[:12]}"
+    if (target / "tokenizer.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    data = lzma.decompress((QWEN_TOKENIZER_SRC / "tokenizer.json.xz").read_bytes())
+    if hashlib.sha256(data).hexdigest() != QWEN_TOKENIZER_JSON_SHA256:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"bundled tokenizer.json.xz in {QWEN_TOKENIZER_SRC} is corrupt (sha256 mismatch)")
+    (tmp / "tokenizer.json").write_bytes(data)
+    for name in ("tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy2(QWEN_TOKENIZER_SRC / name, tmp / name)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process won the race: its copy is complete, use it
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def load_qwen_tokenizer():
+    """Load the bundled real Qwen2.5 tokenizer (offline).
+
+    >>> tok = load_qwen_tokenizer()
+    >>> tok.encode("你好, world")
+    [108386, 11, 1879]
+    """
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))

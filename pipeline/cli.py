@@ -1,0 +1,57 @@
+"""`grpo` command line: one sub-command per stage of the pipeline.
+
+    grpo env        check the installed versions against the known-good matrix
+    grpo data       prepare the dataset and print its length/rejection report (tokenizer only)
+    grpo train      GRPO training (no GPU: the built-in tiny CPU demo)
+    grpo generate   generate with a saved LoRA (or --base)
+    grpo eval       accuracy / format / length / garbled rate on held-out problems
+    grpo export     merge the LoRA (16-bit / 4-bit) or write GGUF
+
+Each sub-command's module is imported only when it runs, so `grpo --help` never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, help). Every module exposes `main(argv: list[str]) -> int`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "env": ("env.doctor", "report Python/GPU/package versions vs the known-good matrix, and the pip fix"),
+    "data": ("pipeline.data", "prepare the dataset and print its report (loads only the tokenizer)"),
+    "train": ("pipeline.train", "run GRPO training (no GPU and no config: the built-in tiny CPU demo)"),
+    "generate": ("pipeline.generate", "generate with a saved LoRA adapter (or --base for the base model)"),
+    "eval": ("pipeline.evaluate", "evaluate a LoRA or the base model on held-out problems"),
+    "export": ("pipeline.export", "export a LoRA as a merged 16-bit / 4-bit model or GGUF"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="grpo",
+        description="GRPO fine-tuning of Qwen2.5 on verifiable tasks (Unsloth + vLLM on GPU, plain TRL anywhere).",
+        epilog="Run `grpo COMMAND --help` for a command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        # add_help=False: the command's own parser answers `grpo COMMAND --help`.
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0
+    if argv[0] not in COMMANDS:
+        parser.error(f"unknown command {argv[0]!r}; choose one of {', '.join(COMMANDS)}")
+    module_name, _ = COMMANDS[argv[0]]
+    module = importlib.import_module(module_name)
+    return int(module.main(argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

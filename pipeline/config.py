@@ -1,0 +1,471 @@
+"""One config for the whole pipeline: dataclasses parsed by TRL's `TrlParser` (YAML + CLI overrides).
+
+The layout follows open-r1: a YAML recipe sets defaults, `--key value` on the command line
+overrides them. The sections are separate dataclasses (model, LoRA, data, GRPO, generation,
+health, eval) but share one flat namespace, so a recipe is a flat YAML mapping.
+
+`validate()` runs before any model or tokenizer is loaded. It turns the mistakes that
+otherwise surface deep inside TRL or Unsloth (or worse, are silently rewritten by them)
+into one error that names the field and the fix.
+
+This module imports no torch, transformers or trl at import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+# The Unsloth Qwen2.5 GRPO notebook's system prompt, newlines included. The data module
+# checks that it survives the chat template verbatim.
+DEFAULT_SYSTEM_PROMPT = """
+Respond in the following format:
+<reasoning>
+...
+</reasoning>
+<answer>
+...
+</answer>
+"""
+
+DEFAULT_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# The notebook's order; TRL logs each as rewards/<name>/mean.
+DEFAULT_REWARD_FUNCS = ["xmlcount", "soft_format", "strict_format", "int", "correctness"]
+
+# Fields that Unsloth takes from GRPOConfig and ignores in `vllm_sampling_params`
+# (unsloth/models/rl_replacements.py grpo_update_SamplingParams). Setting them there is a silent no-op.
+UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS = {
+    "seed": "seed",
+    "n": "num_generations",
+    "temperature": "temperature",
+    "max_tokens": "max_completion_length",
+    "logprobs": "(set by the trainer)",
+}
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work. `field` names it; the message says the fix."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        super().__init__(f"config error in `{field_name}`: {message}")
+
+
+def _help(text: str, **kw) -> Any:
+    return field(metadata={"help": text}, **kw)
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = _help(
+        "Base model: a hub id, a local folder, or `tiny-demo` (the built-in CPU demo model).",
+        default="unsloth/Qwen2.5-1.5B-Instruct",
+    )
+    backend: str = _help(
+        "auto | unsloth | plain. auto picks unsloth when CUDA, unsloth and vllm are all usable, else plain.",
+        default="auto",
+    )
+    max_seq_length: int = _help("Prompt + completion token budget; sizes vLLM's KV cache.", default=1024)
+    load_in_4bit: bool = _help("QLoRA: 4-bit base weights (bitsandbytes). Ignored on CPU.", default=True)
+    dtype: str = _help("auto | bfloat16 | float16 | float32. auto: bf16 where the GPU supports it, else fp16.",
+                       default="auto")
+    gpu_memory_utilization: str = _help(
+        "Share of GPU memory vLLM may take, or `auto` (picked from GPU memory and standby; see README).",
+        default="auto",
+    )
+    max_lora_rank: int = _help("vLLM's LoRA rank limit; lora_r must not exceed it.", default=64)
+    float8_kv_cache: bool = _help("fp8 KV cache in vLLM: more context on Ada/Hopper; off by default.",
+                                  default=False)
+    vllm_standby: str = _help(
+        "auto | true | false. Unsloth standby shares vLLM's memory with training (UNSLOTH_VLLM_STANDBY=1); "
+        "auto turns it on for GPUs with >= 16 GB.",
+        default="auto",
+    )
+    vllm_mode: str = _help(
+        "Plain backend only: none | colocate | server (TRL's vLLM). Unsloth always uses its own shared engine.",
+        default="none",
+    )
+    vllm_server_base_url: Optional[str] = _help("Plain backend, vllm_mode=server: URL of `trl vllm-serve`.",
+                                                default=None)
+    trust_remote_code: bool = _help("Passed to from_pretrained. Qwen2.5 needs no remote code.", default=False)
+
+
+@dataclass
+class LoraArguments:
+    lora_r: int = _help("LoRA rank. 32-64 is what the Unsloth GRPO notebooks use.", default=32)
+    lora_alpha: int = _help("LoRA alpha; alpha = r keeps the update scale at 1.", default=32)
+    lora_dropout: float = _help("0 lets Unsloth use its fast LoRA kernels.", default=0.0)
+    lora_target_modules: list[str] = _help("Modules that get LoRA adapters (all attention + MLP).",
+                                           default_factory=lambda: list(DEFAULT_TARGET_MODULES))
+    lora_modules_to_save: list[str] = _help(
+        "Modules trained in full beside the adapter (the tiny demo trains the final `norm`).",
+        default_factory=list,
+    )
+    full_finetune: bool = _help("Plain backend only: train all weights, no LoRA (the tiny demo).", default=False)
+    gradient_checkpointing: bool = _help("Trade compute for memory; Unsloth uses its own offloaded variant.",
+                                         default=True)
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str = _help(
+        "openai/gsm8k, a local .jsonl/.csv/.parquet file, `sample` (bundled 50 problems) or `demo-arithmetic`.",
+        default="openai/gsm8k",
+    )
+    dataset_config: Optional[str] = _help("Hub dataset config (gsm8k: main).", default="main")
+    dataset_split: str = _help("Split to train on.", default="train")
+    question_field: str = _help("Column holding the question.", default="question")
+    answer_field: str = _help("Column holding the answer (GSM8K `#### n` solutions or plain answers).",
+                              default="answer")
+    system_prompt: str = _help("System message; the default is the notebook's <reasoning>/<answer> format.",
+                               default=DEFAULT_SYSTEM_PROMPT)
+    max_prompt_length: str = _help(
+        "Token limit for prompts, or `auto` (longest kept prompt rounded up to 16). TRL no longer filters.",
+        default="auto",
+    )
+    max_completion_length: str = _help("Token limit for completions, or `auto` (= max_seq_length - prompt).",
+                                       default="auto")
+    overlong_policy: str = _help("drop | error: what to do with prompts over max_prompt_length.", default="drop")
+    strict: bool = _help("Turn every rejected row into an error instead of a reported drop.", default=False)
+    max_samples: Optional[int] = _help("Use only the first N rows (after cleaning); None = all.", default=None)
+    data_cache_dir: Optional[str] = _help("Where processed datasets are cached; default ~/.cache/grpo-pipeline.",
+                                          default=None)
+
+
+@dataclass
+class GRPOArguments:
+    output_dir: str = _help("Run folder: checkpoints, lora/, manifest.json, metrics.jsonl, plots/.",
+                            default="outputs/qwen2.5-gsm8k")
+    learning_rate: float = _help(
+        "5e-6 as in the Unsloth notebooks: LoRA needs more than TRL's 1e-6 full-fine-tune default.", default=5e-6
+    )
+    num_generations: int = _help("Completions per prompt (the GRPO group). Must be >= 2.", default=8)
+    per_device_train_batch_size: int = _help(
+        "Completions (not prompts!) per device per step, as TRL counts them.", default=8
+    )
+    gradient_accumulation_steps: int = _help("Steps accumulated before an optimizer step.", default=1)
+    max_steps: int = _help("Optimizer steps; -1 = run num_train_epochs.", default=250)
+    num_train_epochs: float = _help("Used only when max_steps = -1.", default=1.0)
+    beta: float = _help(
+        "KL coefficient. 0 (TRL default) loads no reference model; > 0 adds a 'ref' adapter copy and logs `kl`.",
+        default=0.0,
+    )
+    loss_type: str = _help(
+        "dapo (TRL default: token-level, no length bias) | grpo | dr_grpo | bnpo | cispo | ...", default="dapo"
+    )
+    temperature: float = _help("Rollout sampling temperature; GRPO needs diverse groups, so keep ~1.", default=1.0)
+    top_p: float = _help("Rollout nucleus sampling.", default=1.0)
+    top_k: int = _help("Rollout top-k; 0 = off.", default=0)
+    min_p: Optional[float] = _help("Rollout min-p; None = off.", default=None)
+    warmup_ratio: float = _help("Share of steps spent warming up the learning rate.", default=0.1)
+    lr_scheduler_type: str = _help("As in the notebook.", default="cosine")
+    optim: str = _help("adamw_8bit on GPU saves memory (bitsandbytes); adamw_torch works everywhere.",
+                       default="adamw_torch")
+    weight_decay: float = _help("As in the notebook.", default=0.001)
+    adam_beta1: float = _help("As in the notebook.", default=0.9)
+    adam_beta2: float = _help("0.99 as in the notebook: reacts faster than 0.999 to RL's moving target.",
+                              default=0.99)
+    max_grad_norm: float = _help("0.1 as in the notebook: RL gradients spike.", default=0.1)
+    logging_steps: int = _help("Log (and check health) every N steps.", default=1)
+    save_steps: int = _help("Checkpoint every N steps (resume needs them).", default=50)
+    save_total_limit: Optional[int] = _help("Keep the newest N checkpoints.", default=3)
+    seed: int = _help("Seed for data order, LoRA init and sampling.", default=3407)
+    report_to: str = _help("none | tensorboard | wandb (comma-separated).", default="none")
+    reward_funcs: list[str] = _help("Reward names from the registry, or module:function.",
+                                    default_factory=lambda: list(DEFAULT_REWARD_FUNCS))
+    reward_weights: Optional[list[float]] = _help("One weight per reward function; None = all 1.0.",
+                                                  default=None)
+    resume: str = _help("auto | never | PATH: auto resumes from the newest complete checkpoint in output_dir.",
+                        default="auto")
+    vllm_sampling_params: Optional[str] = _help(
+        "Unsloth backend: extra vLLM SamplingParams as a mapping (YAML) or JSON string, e.g. min_p, stop.",
+        default=None,
+    )
+    log_completions: bool = _help("TRL's completion table + parquet in output_dir/completions/.", default=False)
+
+
+@dataclass
+class GenerationArguments:
+    gen_max_tokens: Optional[int] = _help(
+        "Tokens to generate after training; default = the trained max_completion_length.", default=None
+    )
+    allow_longer_generation: bool = _help("Permit gen_max_tokens above max_completion_length.", default=False)
+    gen_temperature: float = _help("Sampling temperature for generate/eval; 0 = greedy.", default=0.0)
+    gen_top_p: float = _help("Nucleus sampling for generate/eval.", default=1.0)
+
+
+@dataclass
+class HealthArguments:
+    garbled_threshold: float = _help("Stop/warn when this share of completions is garbled ...", default=0.3)
+    garbled_window: int = _help("... averaged over this many logged steps.", default=3)
+    garbled_action: str = _help("warn | stop.", default="stop")
+    repetition_threshold: float = _help("Warn/stop when the mean n-gram repetition rate exceeds this.",
+                                        default=0.6)
+    repetition_action: str = _help("warn | stop.", default="warn")
+    kl_ceiling: float = _help("When beta > 0: act when `kl` exceeds this.", default=1.0)
+    kl_action: str = _help("warn | stop.", default="stop")
+    adaptive_beta: bool = _help("Move beta toward kl_target (needs beta > 0 at start).", default=False)
+    kl_target: float = _help("Adaptive beta's KL target.", default=0.05)
+    beta_min: float = _help("Adaptive beta's lower bound.", default=0.001)
+    beta_max: float = _help("Adaptive beta's upper bound.", default=0.5)
+    sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0)
+    sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4)
+
+
+@dataclass
+class EvalArguments:
+    eval_before: bool = _help("Evaluate on held-out problems before training.", default=False)
+    eval_after: bool = _help("Evaluate on held-out problems after training.", default=False)
+    eval_split: str = _help("Held-out split (gsm8k: test).", default="test")
+    eval_limit: int = _help("Number of held-out problems.", default=100)
+
+
+SECTIONS = (
+    ModelArguments,
+    LoraArguments,
+    DataArguments,
+    GRPOArguments,
+    GenerationArguments,
+    HealthArguments,
+    EvalArguments,
+)
+
+
+@dataclass
+class PipelineConfig:
+    """All sections together. Access `cfg.model.max_seq_length`, `cfg.grpo.beta`, ..."""
+
+    model: ModelArguments = field(default_factory=ModelArguments)
+    lora: LoraArguments = field(default_factory=LoraArguments)
+    data: DataArguments = field(default_factory=DataArguments)
+    grpo: GRPOArguments = field(default_factory=GRPOArguments)
+    generation: GenerationArguments = field(default_factory=GenerationArguments)
+    health: HealthArguments = field(default_factory=HealthArguments)
+    eval: EvalArguments = field(default_factory=EvalArguments)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat mapping, the same shape as a YAML recipe."""
+        flat: dict[str, Any] = {}
+        for section in dataclasses.fields(self):
+            flat.update(dataclasses.asdict(getattr(self, section.name)))
+        return flat
+
+    def replace(self, **flat_overrides: Any) -> "PipelineConfig":
+        """Return a copy with flat field overrides applied (unknown keys raise ConfigError)."""
+        return from_mapping({**self.to_dict(), **flat_overrides})
+
+
+_SECTION_ATTR = {
+    ModelArguments: "model",
+    LoraArguments: "lora",
+    DataArguments: "data",
+    GRPOArguments: "grpo",
+    GenerationArguments: "generation",
+    HealthArguments: "health",
+    EvalArguments: "eval",
+}
+
+
+def field_names() -> dict[str, type]:
+    """Flat field name -> the section dataclass that owns it."""
+    return {f.name: cls for cls in SECTIONS for f in dataclasses.fields(cls)}
+
+
+def from_mapping(values: dict[str, Any]) -> PipelineConfig:
+    """Build a config from a flat mapping (e.g. a parsed YAML recipe); unknown keys are errors."""
+    owners = field_names()
+    unknown = sorted(set(values) - set(owners))
+    if unknown:
+        raise ConfigError(unknown[0], f"unknown option(s) {unknown}. Known options: `grpo train --help`.")
+    parts: dict[type, dict[str, Any]] = {cls: {} for cls in SECTIONS}
+    for key, value in values.items():
+        parts[owners[key]][key] = value
+    return PipelineConfig(**{_SECTION_ATTR[cls]: cls(**kw) for cls, kw in parts.items()})
+
+
+def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = None) -> PipelineConfig:
+    """Parse `[--config FILE] [--key value ...]` with TRL's TrlParser, like open-r1's scripts.
+
+    `base` supplies defaults below the YAML file (used for the built-in CPU demo).
+    """
+    from trl import TrlParser  # light: does not import torch
+
+    parser = TrlParser(SECTIONS)
+    if base:
+        unknown = parser.set_defaults_with_config(**base)
+        if unknown:
+            raise ConfigError(str(unknown[0]), f"unknown option(s) in built-in defaults: {unknown}")
+    argv = list(argv or [])
+    if "--config" in argv:
+        path = argv[argv.index("--config") + 1]
+        if not os.path.isfile(path):
+            raise ConfigError("config", f"file {os.path.abspath(path)!r} does not exist. Pass a YAML recipe, "
+                              "e.g. --config configs/qwen2.5-1.5b-gsm8k.yaml")
+    try:
+        parsed = parser.parse_args_and_config(argv)
+    except ValueError as err:  # TrlParser: unknown keys in the YAML file
+        raise ConfigError("config", str(err)) from err
+    by_cls = {type(p): p for p in parsed}
+    return PipelineConfig(**{_SECTION_ATTR[cls]: by_cls[cls] for cls in SECTIONS})
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: pure Python, before any model or tokenizer loads.
+# ---------------------------------------------------------------------------------------------
+
+
+def world_size() -> int:
+    """Number of training processes (set by accelerate/torchrun); 1 for a plain run."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def parse_limit(value: Any, field_name: str) -> Optional[int]:
+    """`auto` -> None, else a positive int; anything else is a ConfigError."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(field_name, f"got {value!r}; use a positive integer or `auto`.") from None
+    if number <= 0:
+        raise ConfigError(field_name, f"got {number}; use a positive integer or `auto`.")
+    return number
+
+
+def sampling_params_mapping(value: Any) -> dict[str, Any]:
+    """Normalise `vllm_sampling_params` (mapping or JSON string) to a dict."""
+    if value in (None, "", {}):
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    try:
+        parsed = json.loads(value)
+    except (TypeError, json.JSONDecodeError):
+        raise ConfigError("vllm_sampling_params", f"got {value!r}; give a YAML mapping or a JSON object "
+                          "string such as '{\"min_p\": 0.1}'.") from None
+    if not isinstance(parsed, dict):
+        raise ConfigError("vllm_sampling_params", "must be a mapping such as {min_p: 0.1}.")
+    return parsed
+
+
+def _choice(value: str, field_name: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(field_name, f"got {value!r}; choose one of {', '.join(choices)}.")
+
+
+def validate(cfg: PipelineConfig, n_processes: int | None = None) -> list[str]:
+    """Check the config; raise ConfigError on the first fatal problem, return warnings.
+
+    >>> validate(PipelineConfig())
+    []
+    >>> validate(PipelineConfig().replace(num_generations=1))
+    Traceback (most recent call last):
+    ...
+    pipeline.config.ConfigError: config error in `num_generations`: got 1; GRPO compares completions within a group, so it needs at least 2 (8 is typical).
+    """
+    m, lo, d, g, gen, h = cfg.model, cfg.lora, cfg.data, cfg.grpo, cfg.generation, cfg.health
+    notes: list[str] = []
+    n_processes = n_processes or world_size()
+
+    _choice(m.backend, "backend", ("auto", "unsloth", "plain"))
+    _choice(m.vllm_mode, "vllm_mode", ("none", "colocate", "server"))
+    _choice(m.vllm_standby, "vllm_standby", ("auto", "true", "false"))
+    _choice(m.dtype, "dtype", ("auto", "bfloat16", "float16", "float32"))
+    _choice(d.overlong_policy, "overlong_policy", ("drop", "error"))
+    for name in ("garbled_action", "repetition_action", "kl_action"):
+        _choice(getattr(h, name), name, ("warn", "stop"))
+
+    if g.num_generations < 2:
+        raise ConfigError("num_generations", f"got {g.num_generations}; GRPO compares completions within a "
+                          "group, so it needs at least 2 (8 is typical).")
+    global_batch = g.per_device_train_batch_size * g.gradient_accumulation_steps * n_processes
+    if g.per_device_train_batch_size < 1 or global_batch % g.num_generations != 0:
+        raise ConfigError(
+            "per_device_train_batch_size",
+            f"per_device_train_batch_size ({g.per_device_train_batch_size}) x gradient_accumulation_steps "
+            f"({g.gradient_accumulation_steps}) x processes ({n_processes}) = {global_batch} is not divisible by "
+            f"num_generations ({g.num_generations}). TRL counts completions, not prompts, in this batch: set "
+            f"per_device_train_batch_size to a multiple of {g.num_generations} (e.g. {g.num_generations}). "
+            "(Unsloth would silently rewrite the batch size; we refuse instead so the run does what you wrote.)",
+        )
+
+    prompt_limit = parse_limit(d.max_prompt_length, "max_prompt_length")
+    completion_limit = parse_limit(d.max_completion_length, "max_completion_length")
+    if m.max_seq_length <= 0:
+        raise ConfigError("max_seq_length", f"got {m.max_seq_length}; use a positive integer such as 1024.")
+    if prompt_limit is not None and completion_limit is not None and prompt_limit + completion_limit > m.max_seq_length:
+        raise ConfigError(
+            "max_completion_length",
+            f"max_prompt_length ({prompt_limit}) + max_completion_length ({completion_limit}) = "
+            f"{prompt_limit + completion_limit} exceeds max_seq_length ({m.max_seq_length}). Lower one of them, "
+            "raise max_seq_length, or set max_completion_length: auto.",
+        )
+    for name, limit in (("max_prompt_length", prompt_limit), ("max_completion_length", completion_limit)):
+        if limit is not None and limit >= m.max_seq_length:
+            raise ConfigError(name, f"{limit} leaves no room in max_seq_length ({m.max_seq_length}).")
+
+    if not lo.full_finetune:
+        if lo.lora_r <= 0:
+            raise ConfigError("lora_r", f"got {lo.lora_r}; use a positive rank such as 16, 32 or 64.")
+        if lo.lora_r > m.max_lora_rank:
+            raise ConfigError("lora_r", f"lora_r ({lo.lora_r}) exceeds max_lora_rank ({m.max_lora_rank}); vLLM "
+                              f"cannot load such an adapter. Raise max_lora_rank to {lo.lora_r} or lower lora_r.")
+
+    if not (g.temperature > 0 and math.isfinite(g.temperature)):
+        raise ConfigError("temperature", f"got {g.temperature}; rollouts need sampling, so use a value > 0 "
+                          "(1.0 is typical for GRPO).")
+    if gen.gen_temperature < 0:
+        raise ConfigError("gen_temperature", f"got {gen.gen_temperature}; use 0 (greedy) or a positive value.")
+
+    if gen.gen_max_tokens is not None:
+        if gen.gen_max_tokens <= 0:
+            raise ConfigError("gen_max_tokens", f"got {gen.gen_max_tokens}; use a positive integer.")
+        if completion_limit is not None and gen.gen_max_tokens > completion_limit and not gen.allow_longer_generation:
+            raise ConfigError(
+                "gen_max_tokens",
+                f"gen_max_tokens ({gen.gen_max_tokens}) exceeds the trained max_completion_length "
+                f"({completion_limit}); answers past the trained length are often cut before </answer>. "
+                "Lower it, or set allow_longer_generation: true.",
+            )
+
+    if not (1e-7 <= g.learning_rate <= 1e-3):
+        notes.append(f"learning_rate {g.learning_rate:g} is outside 1e-7..1e-3; GRPO with LoRA usually uses "
+                     "1e-6..5e-5 (the notebooks: 5e-6).")
+
+    if g.beta < 0:
+        raise ConfigError("beta", f"got {g.beta}; use 0 (no KL, no reference model) or a positive value.")
+    if h.adaptive_beta and g.beta <= 0:
+        raise ConfigError("adaptive_beta", "needs beta > 0 at the start: with beta = 0 TRL loads no reference "
+                          "model, so there is no KL to steer. Set beta: 0.04, or adaptive_beta: false.")
+    if h.adaptive_beta and not (0 <= h.beta_min <= h.beta_max):
+        raise ConfigError("beta_min", f"need 0 <= beta_min ({h.beta_min}) <= beta_max ({h.beta_max}).")
+
+    params = sampling_params_mapping(g.vllm_sampling_params)
+    for key, where in UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS.items():
+        if key in params:
+            raise ConfigError("vllm_sampling_params", f"`{key}` is ignored there (Unsloth takes it from the "
+                              f"trainer config); set `{where}` instead.")
+
+    if m.vllm_mode == "server" and not m.vllm_server_base_url:
+        notes.append("vllm_mode=server without vllm_server_base_url: TRL will use host 0.0.0.0:8000.")
+    if g.reward_weights is not None:
+        if len(g.reward_weights) != len(g.reward_funcs):
+            raise ConfigError("reward_weights", f"{len(g.reward_weights)} weights for {len(g.reward_funcs)} "
+                              f"reward_funcs {g.reward_funcs}; give one weight per function.")
+        if not all(math.isfinite(w) for w in g.reward_weights):
+            raise ConfigError("reward_weights", "weights must be finite numbers.")
+    if d.max_samples is not None and d.max_samples <= 0:
+        raise ConfigError("max_samples", f"got {d.max_samples}; use a positive integer or leave it unset.")
+    if g.save_steps <= 0:
+        raise ConfigError("save_steps", f"got {g.save_steps}; checkpoints need a positive interval.")
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    return notes
