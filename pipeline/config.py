@@ -469,3 +469,27 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None) -> list[str]:
     for note in notes:
         warnings.warn(note, stacklevel=2)
     return notes
+
+
+def peek_option(argv: list[str], name: str, default: Any = None) -> Any:
+    """Read one option from `--name value` / `--name=value` or the `--config` YAML, without TrlParser.
+
+    Used before the real parse, to set up Unsloth before trl/transformers/peft are imported
+    (TrlParser itself imports trl).
+    """
+    flag = f"--{name}"
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        import yaml
+
+        path = argv[argv.index("--config") + 1]
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                loaded = yaml.safe_load(f) or {}
+            if isinstance(loaded, dict) and name in loaded:
+                return loaded[name]
+    return default

@@ -1,0 +1,201 @@
+"""Plain backend: transformers + peft + TRL. Runs on CPU (tests, CI, the demo) and on any GPU.
+
+On CUDA with bitsandbytes installed it loads the base model in 4-bit (QLoRA), like the
+Unsloth backend; TRL applies the LoRA from `peft_config`. Generation during training is
+TRL's own (transformers `generate`, or TRL's vLLM in colocate/server mode when configured).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any, Optional
+
+from pipeline.config import ConfigError, PipelineConfig
+from pipeline.tokenizer import load_tokenizer, resolve_model_path
+
+NAME = "plain"
+
+
+def _torch_dtype(cfg: PipelineConfig):
+    import torch
+
+    if cfg.model.dtype != "auto":
+        return getattr(torch, cfg.model.dtype)
+    if not torch.cuda.is_available():
+        return torch.float32  # CPU: fp32 is the only dtype every op supports at full speed
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def _use_4bit(cfg: PipelineConfig) -> bool:
+    import torch
+
+    return bool(
+        cfg.model.load_in_4bit
+        and torch.cuda.is_available()
+        and importlib.util.find_spec("bitsandbytes") is not None
+        and not cfg.lora.full_finetune
+    )
+
+
+def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool = True):
+    """Load the base model (4-bit on CUDA when configured and bitsandbytes is installed)."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {"dtype": _torch_dtype(cfg), "trust_remote_code": cfg.model.trust_remote_code}
+    if _use_4bit(cfg):
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=kwargs["dtype"],
+        )
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_name_or_path), **kwargs)
+    if for_training and "quantization_config" in kwargs:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=cfg.lora.gradient_checkpointing
+        )
+    return model
+
+
+def load_for_training(cfg: PipelineConfig):
+    """Base model + tokenizer; TRL wraps the model with `peft_config(cfg)`."""
+    tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+    return load_model(cfg.model.model_name_or_path, cfg), tokenizer
+
+
+def peft_config(cfg: PipelineConfig):
+    """The LoRA that TRL applies, or None for full fine-tuning."""
+    if cfg.lora.full_finetune:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.lora.lora_r,
+        lora_alpha=cfg.lora.lora_alpha,
+        lora_dropout=cfg.lora.lora_dropout,
+        target_modules=list(cfg.lora.lora_target_modules),
+        modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
+        task_type="CAUSAL_LM",
+    )
+
+
+def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]:
+    """Device and vLLM settings for GRPOConfig."""
+    import torch
+
+    kwargs: dict[str, Any] = {}
+    if torch.cuda.is_available():
+        dtype = _torch_dtype(cfg)
+        kwargs.update(bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16)
+    else:
+        # TRL's config defaults bf16=True, which fails at config time on a CPU-only machine.
+        kwargs.update(use_cpu=True, bf16=False, fp16=False)
+    if cfg.model.vllm_mode == "none":
+        kwargs["use_vllm"] = False
+    else:
+        if not torch.cuda.is_available() and cfg.model.vllm_mode == "colocate":
+            raise ConfigError("vllm_mode", "colocate runs vLLM inside the training process and needs a GPU; "
+                              "use vllm_mode: none on CPU.")
+        kwargs.update(use_vllm=True, vllm_mode=cfg.model.vllm_mode)
+        if cfg.model.vllm_mode == "colocate" and cfg.model.gpu_memory_utilization != "auto":
+            kwargs["vllm_gpu_memory_utilization"] = float(cfg.model.gpu_memory_utilization)
+        if cfg.model.vllm_mode == "server" and cfg.model.vllm_server_base_url:
+            kwargs["vllm_server_base_url"] = cfg.model.vllm_server_base_url
+    return kwargs
+
+
+def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
+    """peft's save_pretrained (adapter_config.json + adapter_model.safetensors), plus the tokenizer."""
+    model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+
+
+class PlainGenerator:
+    """Batched `generate` on a transformers model (with or without a peft adapter)."""
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 16):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+
+    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0) -> list[str]:
+        import torch
+
+        tok = self.tokenizer
+        tok.padding_side = "left"  # decoder-only: pad on the left so every prompt ends where generation starts
+        was_training = self.model.training
+        self.model.eval()
+        texts: list[str] = []
+        try:
+            for start in range(0, len(prompts), self.batch_size):
+                batch = tok(prompts[start : start + self.batch_size], return_tensors="pt", padding=True,
+                            add_special_tokens=False).to(self.model.device)
+                sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {
+                    "do_sample": False}
+                with torch.no_grad():
+                    out = self.model.generate(**batch, max_new_tokens=max_tokens, pad_token_id=tok.pad_token_id,
+                                              eos_token_id=tok.eos_token_id, **sampling)
+                new_tokens = out[:, batch["input_ids"].shape[1]:]
+                texts.extend(tok.batch_decode(new_tokens, skip_special_tokens=True))
+        finally:
+            self.model.train(was_training)
+        return texts
+
+
+def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> PlainGenerator:
+    """Generate with the in-memory model being trained (eval before/after in `grpo train`)."""
+    return PlainGenerator(model, tokenizer)
+
+
+def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> PlainGenerator:
+    """Base model + (optionally) the verified adapter via peft's PeftModel.from_pretrained."""
+    tokenizer_source = str(adapter.path) if adapter is not None and (adapter.path / "tokenizer_config.json").is_file() \
+        else base_model
+    tokenizer = load_tokenizer(tokenizer_source, cfg.model.trust_remote_code)
+    model = load_model(base_model, cfg, for_training=False)
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter.path))
+    return PlainGenerator(model, tokenizer)
+
+
+def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig) -> None:
+    """Merge the adapter into the base weights and save a plain transformers model into `out_dir`."""
+    if method == "gguf":
+        raise ConfigError("to", "GGUF export needs the unsloth backend (llama.cpp conversion via "
+                          "save_pretrained_gguf). On the plain backend export merged16 and convert with llama.cpp.")
+    if method == "merged4":
+        import torch
+
+        if not (torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes")):
+            raise ConfigError("to", "merged4 needs a CUDA GPU with bitsandbytes (4-bit weights). Use merged16 on CPU.")
+    if method not in ("merged16", "merged4"):
+        raise ConfigError("to", f"got {method!r}; choose merged16, merged4 or gguf.")
+    from peft import PeftModel
+
+    fp_cfg = cfg.replace(load_in_4bit=False)  # merge into full-precision weights, never into rounded 4-bit ones
+    model = PeftModel.from_pretrained(load_model(base_model, fp_cfg, for_training=False), str(adapter.path))
+    merged = model.merge_and_unload()
+    tokenizer_source = str(adapter.path) if (adapter.path / "tokenizer_config.json").is_file() else base_model
+    tokenizer = load_tokenizer(tokenizer_source, cfg.model.trust_remote_code)
+    if method == "merged16":
+        merged.save_pretrained(str(out_dir))
+    else:
+        # 4-bit: merge in full precision first, then let bitsandbytes quantize the merged weights on load
+        # and serialize them (merging a LoRA into already-rounded 4-bit weights loses the fine-tune).
+        import tempfile
+
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+        with tempfile.TemporaryDirectory(dir=out_dir.parent) as staging:
+            merged.save_pretrained(staging)
+            quantized = AutoModelForCausalLM.from_pretrained(
+                staging, quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4"))
+            quantized.save_pretrained(str(out_dir))
+    tokenizer.save_pretrained(str(out_dir))

@@ -1,0 +1,140 @@
+"""Checkpoints: find the newest complete one, set broken ones aside (never delete), stop safely on a signal.
+
+HF Trainer writes a checkpoint's files one after another and `trainer_state.json` last
+(transformers 5.17 `Trainer._save_checkpoint`), so a checkpoint interrupted mid-save lacks it.
+The pitfalls guide's advice to delete `checkpoint-*` folders loses data; we move them to
+`output_dir/corrupt/` and say so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from env.paths import absolute_path
+
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "adapter_model.bin", "pytorch_model.bin",
+                "model.safetensors.index.json")
+
+
+@dataclass(frozen=True)
+class CheckpointProblem:
+    path: Path
+    problem: str
+
+
+def checkpoint_problem(path: Path) -> Optional[str]:
+    """Why a checkpoint folder cannot be resumed from, or None when it is complete."""
+    state_file = path / "trainer_state.json"
+    if not state_file.is_file():
+        return "trainer_state.json is missing (the save was interrupted)"
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        int(state["global_step"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return f"trainer_state.json is unreadable ({type(err).__name__}: {err})"
+    if not any((path / name).is_file() and (path / name).stat().st_size > 0 for name in WEIGHT_FILES):
+        return f"no model weights ({' / '.join(WEIGHT_FILES[:2])})"
+    return None
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """checkpoint-N folders in output_dir, oldest first."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := CHECKPOINT_RE.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def set_aside_corrupt(output_dir: str | Path, log=print) -> list[CheckpointProblem]:
+    """Move every incomplete checkpoint to output_dir/corrupt/ (kept for inspection) and report it."""
+    moved = []
+    for path in list_checkpoints(output_dir):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            continue
+        corrupt_dir = Path(output_dir) / "corrupt"
+        corrupt_dir.mkdir(exist_ok=True)
+        target = corrupt_dir / f"{path.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        shutil.move(str(path), str(target))
+        log(f"[checkpoints] {path.name} is incomplete: {problem}. Moved to {target} (not deleted).")
+        moved.append(CheckpointProblem(target, problem))
+    return moved
+
+
+def resolve_resume(resume: str, output_dir: str | Path, log=print) -> Optional[str]:
+    """Turn `--resume auto|never|PATH` into the checkpoint path for `trainer.train(resume_from_checkpoint=...)`."""
+    if resume == "never":
+        return None
+    if resume == "auto":
+        set_aside_corrupt(output_dir, log=log)
+        complete = list_checkpoints(output_dir)
+        return str(complete[-1].resolve()) if complete else None
+    path = absolute_path(resume)
+    if not path.is_dir():
+        raise FileNotFoundError(f"--resume {resume!r}: no checkpoint folder at {path}. Use --resume auto to pick "
+                                f"the newest complete checkpoint in {absolute_path(output_dir)}.")
+    problem = checkpoint_problem(path)
+    if problem:
+        raise ValueError(f"--resume {path}: cannot resume from this checkpoint: {problem}.")
+    return str(path)
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """global_step recorded in a checkpoint."""
+    return int(json.loads((Path(path) / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
+
+
+class GracefulStop:
+    """SIGINT/SIGTERM handler: the first signal asks the trainer to finish the step, save and stop.
+
+    A second signal restores the default behaviour (an impatient Ctrl-C still works).
+    Use as a context manager around `trainer.train()`, with `callback()` registered on the trainer.
+    """
+
+    def __init__(self) -> None:
+        self.signal_name: Optional[str] = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum, frame) -> None:  # noqa: ARG002 (signal handler signature)
+        self.signal_name = signal.Signals(signum).name
+        print(f"\n[grpo] {self.signal_name} received: finishing this step, saving a checkpoint, then stopping. "
+              "Send it again to abort without saving.", flush=True)
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def __enter__(self) -> "GracefulStop":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread (e.g. inside a notebook worker): no handler
+                pass
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def callback(self):
+        """A TrainerCallback that turns a received signal into save + stop at the end of the step."""
+        from transformers import TrainerCallback
+
+        stopper = self
+
+        class _StopOnSignal(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                if stopper.signal_name is not None:
+                    control.should_save = True
+                    control.should_training_stop = True
+                return control
+
+        return _StopOnSignal()

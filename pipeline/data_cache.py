@@ -1,0 +1,147 @@
+"""Cache of prepared datasets, keyed by a fingerprint of everything that shapes them.
+
+The key covers the source (hub name/config/split/revision, or a local file's path, size,
+mtime and, for files up to 64 MiB, content hash), the tokenizer (name, vocab size, special
+tokens, chat template), the data fields of the config, and this code's format version. A
+second run with the same key loads the saved Arrow files and tokenizes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+# Bump when the prepared columns or the cleaning rules change, so old caches are not reused.
+DATA_FORMAT_VERSION = 1
+# Files up to this size are hashed for the fingerprint (GSM8K train as JSONL is ~4 MB).
+CONTENT_HASH_MAX_BYTES = 64 * 1024 * 1024
+REPORT_IN_CACHE = "report.json"
+DATASET_IN_CACHE = "dataset"
+
+
+def default_cache_root() -> Path:
+    """~/.cache/grpo-pipeline (or $GRPO_CACHE_DIR, or $XDG_CACHE_HOME/grpo-pipeline), as pipeline.assets uses."""
+    root = os.environ.get("GRPO_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "grpo-pipeline"
+    )
+    return Path(root)
+
+
+def data_cache_root(data_cache_dir: Optional[str]) -> Path:
+    """Where prepared datasets live: `data_cache_dir` from the config, else <cache root>/data."""
+    if data_cache_dir:
+        return Path(data_cache_dir).expanduser().resolve()
+    return default_cache_root() / "data"
+
+
+def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def local_file_identity(path: Path) -> dict[str, Any]:
+    """Path, size and mtime of a data file, plus its content hash when it is small enough to read quickly."""
+    path = path.resolve()
+    stat = path.stat()
+    identity: dict[str, Any] = {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    if stat.st_size <= CONTENT_HASH_MAX_BYTES:
+        identity["sha256"] = file_sha256(path)
+    return identity
+
+
+def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
+    """What about a tokenizer changes token counts: name, vocab size, special tokens, chat template."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str):  # some tokenizers keep a dict of named templates
+        template = json.dumps(template, sort_keys=True, default=str)
+    return {
+        "name_or_path": str(getattr(tokenizer, "name_or_path", "")),
+        "vocab_size": getattr(tokenizer, "vocab_size", None),
+        "special_tokens": sorted(str(t) for t in getattr(tokenizer, "all_special_tokens", [])),
+        "chat_template_sha256": hashlib.sha256(template.encode("utf-8")).hexdigest(),
+    }
+
+
+def fingerprint(source: dict[str, Any], tokenizer: dict[str, Any], data_fields: dict[str, Any]) -> str:
+    """sha256 over the canonical JSON of the three identities and DATA_FORMAT_VERSION.
+
+    >>> a = fingerprint({"kind": "sample"}, {"vocab_size": 10}, {"max_samples": None})
+    >>> a == fingerprint({"kind": "sample"}, {"vocab_size": 10}, {"max_samples": 5})
+    False
+    >>> len(a)
+    64
+    """
+    payload = {"version": DATA_FORMAT_VERSION, "source": source, "tokenizer": tokenizer, "data": data_fields}
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write JSON so that readers see the old file or the new one, never half of one."""
+    try:
+        from env.paths import atomic_write_json  # the project's shared helper, once it exists
+    except ImportError:
+        atomic_write_json = None
+    if atomic_write_json is not None:
+        atomic_write_json(path, obj)
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def entry_is_complete(entry: Path) -> bool:
+    """True when a cache entry has both its dataset folder and its report."""
+    return (entry / REPORT_IN_CACHE).is_file() and (entry / DATASET_IN_CACHE).is_dir()
+
+
+def load_cached(entry: Path) -> Optional[tuple[Any, dict[str, Any]]]:
+    """(dataset, report) from a complete cache entry, or None when there is none."""
+    if not entry_is_complete(entry):
+        return None
+    report_path = entry / REPORT_IN_CACHE
+    from datasets import load_from_disk
+
+    with open(report_path, encoding="utf-8") as f:
+        report = json.load(f)
+    return load_from_disk(str(entry / DATASET_IN_CACHE)), report
+
+
+def save_cached(entry: Path, dataset: Any, report: dict[str, Any]) -> None:
+    """Write the dataset and its report into a temp folder, then rename it into place in one step.
+
+    A crash mid-write leaves only a temp folder, never an entry that looks complete. When two
+    runs race, the first rename wins and the other's copy (identical by construction) is removed.
+    """
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    if entry.exists() and not entry_is_complete(entry):
+        shutil.rmtree(entry, ignore_errors=True)  # a hand-damaged entry: replace it
+    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+    try:
+        dataset.save_to_disk(str(tmp / DATASET_IN_CACHE))
+        with open(tmp / REPORT_IN_CACHE, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2, ensure_ascii=False)
+        os.replace(tmp, entry)
+    except OSError:
+        if not entry_is_complete(entry):
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

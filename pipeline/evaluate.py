@@ -1,0 +1,134 @@
+"""Evaluation on held-out problems: accuracy, format rate, completion length, garbled rate.
+
+`grpo train` uses `evaluate_rows` for its before/after numbers and `grpo eval` uses the same
+function on a saved adapter (or the base model), so the two can be compared directly.
+
+    grpo eval --lora outputs/run/lora --data configs/qwen2.5-1.5b-gsm8k.yaml --limit 200
+    grpo eval --base --model unsloth/Qwen2.5-1.5B-Instruct --data test.jsonl --limit 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from pipeline.config import PipelineConfig
+
+N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
+
+
+def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None) -> list[dict[str, Any]]:
+    """Held-out rows (prompt messages + answer), prepared by the same data code as training."""
+    from pipeline.data import prepare_dataset
+
+    eval_cfg = cfg.replace(dataset_split=cfg.eval.eval_split, max_samples=limit or cfg.eval.eval_limit,
+                           strict=False)
+    prepared = prepare_dataset(eval_cfg, tokenizer, split=cfg.eval.eval_split, report_dir=None)
+    return [{"prompt": row["prompt"], "answer": row["answer"], "id": row["id"]} for row in prepared.dataset]
+
+
+def render_prompts(tokenizer, messages_list: list[list[dict[str, str]]]) -> list[str]:
+    """Chat-templated prompt texts, exactly as TRL renders them for training."""
+    return [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages_list]
+
+
+def score_completions(tokenizer, completions: list[str], answers: list[Optional[str]]) -> list[dict[str, Any]]:
+    """Per completion: extracted answer, correct, format_valid, token length, garbled."""
+    from pipeline.monitors import is_garbled
+    from rewards import correctness_reward_func, extract_xml_answer, strict_format_reward_func
+
+    correct = correctness_reward_func(prompts=None, completions=completions, answer=answers)
+    strict = strict_format_reward_func(prompts=None, completions=completions)
+    lengths = [len(ids) for ids in tokenizer(completions, add_special_tokens=False)["input_ids"]] if completions else []
+    return [
+        {
+            "completion": text,
+            "extracted_answer": extract_xml_answer(text),
+            "answer": answer,
+            "correct": bool(c and c > 0),
+            "format_valid": bool(s and s > 0),
+            "completion_tokens": n,
+            "garbled": is_garbled(text),
+        }
+        for text, answer, c, s, n in zip(completions, answers, correct, strict, lengths)
+    ]
+
+
+def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], system_prompt: str, max_tokens: int,
+                  temperature: float = 0.0, top_p: float = 1.0) -> dict[str, Any]:
+    """Generate for every row and aggregate. Greedy (temperature 0) by default, so runs are comparable."""
+    del system_prompt  # already inside each row's prompt messages; kept in the signature for readers
+    prompts = render_prompts(tokenizer, [row["prompt"] for row in rows])
+    completions = generator.generate(prompts, max_tokens=max_tokens, temperature=temperature, top_p=top_p)
+    scored = score_completions(tokenizer, completions, [row["answer"] for row in rows])
+    n = len(scored)
+
+    def rate(key: str) -> float:
+        return sum(1 for s in scored if s[key]) / n if n else 0.0
+
+    return {
+        "n": n,
+        "accuracy": rate("correct"),
+        "format_rate": rate("format_valid"),
+        "mean_completion_length": sum(s["completion_tokens"] for s in scored) / n if n else 0.0,
+        "garbled_rate": rate("garbled"),
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "samples": [{"id": row["id"], **s} for row, s in zip(rows[:N_SAMPLES_KEPT], scored[:N_SAMPLES_KEPT])],
+    }
+
+
+def format_table(result: dict[str, Any], title: str) -> str:
+    """A small human-readable table."""
+    lines = [title, "-" * len(title)]
+    for label, key, fmt in (("problems", "n", "{:d}"), ("accuracy", "accuracy", "{:.1%}"),
+                            ("format rate", "format_rate", "{:.1%}"),
+                            ("mean completion tokens", "mean_completion_length", "{:.1f}"),
+                            ("garbled rate", "garbled_rate", "{:.1%}")):
+        lines.append(f"{label:<24}{fmt.format(result[key])}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from pipeline.inference import add_inference_arguments, open_inference
+
+    parser = argparse.ArgumentParser(prog="grpo eval", description=__doc__.split("\n\n")[0])
+    add_inference_arguments(parser)
+    parser.add_argument("--data", required=True,
+                        help="a YAML recipe (its dataset + eval_split) or a .jsonl/.csv/.parquet file")
+    parser.add_argument("--limit", type=int, default=100, help="number of held-out problems (default 100)")
+    parser.add_argument("--split", default=None, help="split to evaluate (default: the recipe's eval_split)")
+    parser.add_argument("--output", default=None, help="where to write eval.json (default: next to the adapter)")
+    args = parser.parse_args(argv)
+
+    from env.paths import absolute_path, atomic_write_json
+    from pipeline.config import ConfigError, parse_config
+
+    setup = open_inference(args)
+    if setup is None:
+        return 2
+    data_path = absolute_path(args.data)
+    if data_path.suffix in (".yaml", ".yml"):
+        cfg = parse_config(["--config", str(data_path)])
+    else:
+        cfg = setup.config.replace(dataset_name=str(data_path), dataset_split=args.split or "train")
+    cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model,
+                      eval_split=args.split or (cfg.eval.eval_split if data_path.suffix in (".yaml", ".yml")
+                                                else cfg.data.dataset_split))
+    try:
+        rows = load_eval_rows(cfg, setup.tokenizer, limit=args.limit)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    result = evaluate_rows(setup.generator, setup.tokenizer, rows, setup.system_prompt, setup.max_tokens,
+                           temperature=setup.temperature, top_p=setup.top_p)
+    result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
+                  data=str(data_path), split=cfg.eval.eval_split)
+    out = absolute_path(args.output) if args.output else (
+        (setup.adapter.path.parent if setup.adapter else Path.cwd()) / "eval.json")
+    atomic_write_json(out, result)
+    print(format_table(result, f"eval: {'LoRA ' + str(setup.adapter.path) if setup.adapter else 'base model'}"))
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,79 @@
+"""`grpo generate`: answers from a saved LoRA (or the base model with --base).
+
+    grpo generate --lora outputs/qwen2.5-gsm8k/lora --prompt "What is 12 * 7?"
+    grpo generate --lora outputs/qwen2.5-gsm8k/lora --input prompts.jsonl --output answers.jsonl
+    grpo generate --base --run outputs/qwen2.5-gsm8k --prompt "What is 12 * 7?"
+
+On the Unsloth backend this is vLLM `fast_generate` with `lora_request=model.load_lora(<absolute
+verified path>)` on every call; on the plain backend, peft's PeftModel + `generate`. Each output
+line holds the text, the extracted answer and whether the format is valid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional
+
+
+def read_prompts(args: argparse.Namespace) -> list[str]:
+    """Questions from --prompt or a JSONL file (one {"prompt"|"question": ...} per line)."""
+    from env.paths import absolute_path
+
+    if args.prompt is not None:
+        return [args.prompt]
+    path = absolute_path(args.input)
+    prompts = []
+    for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        text = record.get("prompt", record.get("question")) if isinstance(record, dict) else None
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{path} line {number}: needs a non-empty string field `prompt` or `question`")
+        prompts.append(text.strip())
+    return prompts
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from pipeline.inference import add_inference_arguments, open_inference
+
+    parser = argparse.ArgumentParser(prog="grpo generate", description=__doc__.split("\n\n")[0])
+    add_inference_arguments(parser)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="one question")
+    source.add_argument("--input", help="JSONL file with a `prompt` (or `question`) field per line")
+    parser.add_argument("--output", help="write JSONL here instead of printing")
+    args = parser.parse_args(argv)
+
+    try:
+        prompts = read_prompts(args)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    setup = open_inference(args)  # verifies the adapter before any model loads
+    if setup is None:
+        return 2
+
+    from pipeline.evaluate import render_prompts, score_completions
+
+    messages = [[{"role": "system", "content": setup.system_prompt}, {"role": "user", "content": p}]
+                for p in prompts]
+    texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
+                                     temperature=setup.temperature, top_p=setup.top_p)
+    scored = score_completions(setup.tokenizer, texts, [None] * len(texts))
+    records = [{"prompt": p, "text": s["completion"], "answer": s["extracted_answer"],
+                "format_valid": s["format_valid"], "completion_tokens": s["completion_tokens"],
+                "adapter": str(setup.adapter.path) if setup.adapter else None}
+               for p, s in zip(prompts, scored)]
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    if args.output:
+        from env.paths import absolute_path, atomic_write_text
+
+        out = absolute_path(args.output)
+        atomic_write_text(out, lines)
+        print(f"wrote {len(records)} generations to {out}")
+    else:
+        sys.stdout.write(lines)
+    return 0

@@ -1,0 +1,411 @@
+"""Live training health: an observer that measures every generation batch, and rules that stop or adjust the run.
+
+Two pieces, built together by `build_health(cfg, tokenizer)`:
+
+1. The observer (`__name__ == "health"`) is passed to GRPOTrainer as one more reward
+   function, because that is where TRL hands user code the decoded completions and their
+   token ids. It computes the monitors in pipeline/monitors.py and reports them twice:
+   through TRL's `log_metric` (averaged per logging step, so they reach metrics.jsonl,
+   tensorboard and wandb as `health/*`) and into a shared `HealthState` that the callback
+   reads when `log_metric` is missing (an older or patched trainer).
+
+   It returns 0.0 for every completion, not None. Either leaves the training reward
+   unchanged (0.0 adds nothing to the weighted sum, whatever its weight; TRL's nansum skips
+   None's NaN), but they log differently: with None, TRL's rewards/health/mean and /std are
+   NaN every step (written as null by TRL's log averaging), the completions table shows NaN
+   in a "health" column, and a user scanning for NaN - the first sign of a dead run - finds
+   a false alarm in every line. With 0.0 the line is a flat, obviously inert zero. The
+   training driver gives it weight 0.0 anyway, so the observer never moves an advantage
+   even under a future aggregation that would treat a constant column differently.
+
+2. `HealthCallback` (a transformers TrainerCallback) applies the rules in `on_log`, where
+   the logs hold TRL's loss, grad_norm and kl next to the health metrics:
+
+   - loss, grad_norm or kl NaN/inf: always stop;
+   - garbled rate above `garbled_threshold`, averaged over the last `garbled_window` logged
+     steps: `garbled_action` (warn | stop);
+   - kl above `kl_ceiling` (only when beta > 0; TRL logs kl only then): `kl_action`;
+   - repetition rate above `repetition_threshold`: `repetition_action` (warn by default);
+   - `adaptive_beta`: after each logged kl, move the trainer's beta toward `kl_target`
+     (x1.5 when kl > 1.5 x target, /1.5 when kl < target / 1.5, clipped to
+     [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
+
+   A stop sets `control.should_save` and `control.should_training_stop`. transformers 5.17
+   runs on_log inside Trainer._maybe_log_save_evaluate (`self.log(logs, start_time)`,
+   trainer.py line 2192) before it checks `if self.control.should_save:` (line 2202), so
+   the checkpoint of the failing step is written, then the loop breaks. The reason is kept
+   in `callback.stop_reason` for the driver's summary.json.
+
+Example (what pipeline/train.py does)::
+
+    observer, callback = build_health(cfg, tokenizer)
+    trainer = GRPOTrainer(..., reward_funcs=[*reward_funcs, observer],
+                          args=GRPOConfig(..., reward_weights=[*weights, 0.0], **HEALTH_TRAINING_ARGS),
+                          callbacks=[callback])
+    callback.attach(trainer)          # needed for adaptive beta and to read the live beta
+    trainer.train()
+    if callback.stop_reason: ...      # write summary.json, exit non-zero
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from pipeline.config import ConfigError, HealthArguments, PipelineConfig
+from pipeline.monitors import (
+    BETA,
+    GARBLED_RATE,
+    OBSERVER_NAME,
+    REPETITION_RATE,
+    batch_health,
+    incomplete_utf8_token_ids,
+)
+
+logger = logging.getLogger(__name__)
+
+# GRPOConfig kwargs the health rules rely on. HF Trainer's default logging_nan_inf_filter=True
+# replaces a NaN/inf step loss by the running mean before logging it, which would hide exactly
+# the NaN the stop rule looks for.
+HEALTH_TRAINING_ARGS: dict[str, Any] = {"logging_nan_inf_filter": False}
+
+# Keys whose NaN/inf always stops the run. kl joins loss and grad_norm: a NaN kl means NaN
+# policy log-probabilities even when the clipped loss still looks finite.
+NON_FINITE_KEYS = ("loss", "grad_norm", "kl")
+
+# Adaptive beta: multiplicative controller with a dead band, like the adaptive KL controller of
+# Ziegler et al. (2019) but step-wise; a factor of 1.5 moves beta 10x in about 6 logged steps.
+BETA_STEP = 1.5
+
+
+@dataclass
+class HealthState:
+    """What the observer saw since the last log, shared with the callback.
+
+    `pending` holds the per-batch values not yet logged (averaged and cleared at each log),
+    `latest` the most recent batch, `beta` the trainer's current beta (the observer logs it).
+    """
+
+    pending: dict[str, list[float]] = field(default_factory=dict)
+    latest: dict[str, float] = field(default_factory=dict)
+    batches: int = 0
+    beta: float | None = None
+
+    def record(self, metrics: dict[str, float]) -> None:
+        self.latest = dict(metrics)
+        self.batches += 1
+        for name, value in metrics.items():
+            self.pending.setdefault(name, []).append(value)
+
+    def flush(self) -> dict[str, float]:
+        """Mean of each metric since the last flush (the same averaging TRL's log_metric does)."""
+        means = {name: sum(v) / len(v) for name, v in self.pending.items() if v}
+        self.pending = {}
+        return means
+
+
+def make_observer(
+    state: HealthState,
+    incomplete_ids: frozenset[int],
+    tokenizer: Any = None,
+) -> Callable[..., list[float]]:
+    """Build the observer reward function (named "health") that measures each generation batch.
+
+    TRL calls it like any reward function: `prompts`, `completions`, `completion_ids`, the
+    dataset columns, and `log_metric`. When `completion_ids` is missing, the completions are
+    re-tokenized with `tokenizer` (without one that is an error, since lengths and repetition
+    are measured in tokens).
+
+    >>> state = HealthState()
+    >>> observer = make_observer(state, frozenset({9}))
+    >>> logged = {}
+    >>> observer(completions=["<answer>4</answer>", "\\ufffd"], completion_ids=[[1, 2], [9]],
+    ...          log_metric=lambda name, value: logged.__setitem__(name, value))
+    [0.0, 0.0]
+    >>> logged["health/garbled_rate"], logged["health/no_answer_rate"], state.batches
+    (0.5, 0.5, 1)
+    """
+
+    def health(
+        prompts: Sequence[Any] | None = None,
+        completions: Sequence[Any] | None = None,
+        completion_ids: Sequence[Sequence[int]] | None = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        **_: Any,
+    ) -> list[float]:
+        completions = list(completions or [])
+        if completion_ids is None:
+            if tokenizer is None:
+                raise ValueError("the health observer got no completion_ids and has no tokenizer to rebuild them; "
+                                 "build it with build_health(cfg, tokenizer).")
+            from rewards.completions import completion_text
+
+            completion_ids = [tokenizer.encode(completion_text(c) or "", add_special_tokens=False)
+                              for c in completions]
+        metrics = batch_health(completions, [list(ids) for ids in completion_ids], incomplete_ids)
+        if state.beta:  # only runs with a KL term (beta > 0) have a beta worth plotting
+            metrics[BETA] = float(state.beta)
+        state.record(metrics)
+        if log_metric is not None:
+            for name, value in metrics.items():
+                log_metric(name, value)
+        return [0.0] * len(completions)
+
+    health.__name__ = OBSERVER_NAME
+    health.__qualname__ = OBSERVER_NAME
+    return health
+
+
+def next_beta(beta: float, kl: float, target: float, beta_min: float, beta_max: float,
+              step: float = BETA_STEP) -> float:
+    """One step of the adaptive-beta controller: push beta up when kl is well above target, down when well below.
+
+    Within [target / step, target * step] beta is left alone, so noise around the target does
+    not make it oscillate. The result is clipped to [beta_min, beta_max].
+
+    >>> next_beta(0.04, kl=1.0, target=0.05, beta_min=0.001, beta_max=0.5)
+    0.06
+    >>> round(next_beta(0.04, kl=0.001, target=0.05, beta_min=0.001, beta_max=0.5), 4)
+    0.0267
+    >>> next_beta(0.04, kl=0.05, target=0.05, beta_min=0.001, beta_max=0.5)
+    0.04
+    >>> next_beta(0.45, kl=9.0, target=0.05, beta_min=0.001, beta_max=0.5)
+    0.5
+    """
+    if kl > target * step:
+        beta = beta * step
+    elif kl < target / step:
+        beta = beta / step
+    return min(max(beta, beta_min), beta_max)
+
+
+class HealthCallback(TrainerCallback):
+    """Stops or adjusts a GRPO run from its logged metrics (see the module docstring for the rules).
+
+    After training: `stop_reason` (a sentence, or None), `stop_rule` (non_finite | garbled |
+    kl | repetition, or None), `stop_step`, `warnings` (every warning printed), `beta` (the
+    last beta set), and `summary()` for the driver's summary.json.
+
+    >>> from transformers import TrainerControl, TrainerState
+    >>> callback = HealthCallback(HealthArguments(), beta=0.0)
+    >>> control = callback.on_log(None, TrainerState(global_step=7), TrainerControl(), logs={"loss": float("nan")})
+    >>> control.should_training_stop, control.should_save
+    (True, True)
+    >>> callback.stop_reason
+    'Stopped at step 7: loss is nan (NaN/inf in loss, grad_norm or kl always stops the run; the checkpoint of this step is kept for inspection).'
+    """
+
+    def __init__(
+        self,
+        settings: HealthArguments,
+        beta: float,
+        state: HealthState | None = None,
+        warn_every_steps: int = 20,
+    ):
+        _check_settings(settings)
+        self.settings = settings
+        self.beta = float(beta)
+        self.state = state if state is not None else HealthState()
+        self.state.beta = self.beta
+        self.warn_every_steps = max(1, int(warn_every_steps))
+        self.trainer: Any = None
+        self.stop_reason: str | None = None
+        self.stop_rule: str | None = None
+        self.stop_step: int | None = None
+        self.warnings: list[str] = []
+        self.beta_history: list[tuple[int, float]] = []
+        self._garbled_window: deque[float] = deque(maxlen=settings.garbled_window)
+        self._last_warned: dict[str, int] = {}
+
+    def attach(self, trainer: Any) -> "HealthCallback":
+        """Give the callback the trainer whose `beta` it reads and (with adaptive_beta) sets."""
+        if not hasattr(trainer, "beta"):
+            raise TypeError(f"{type(trainer).__name__} has no `beta` attribute; attach a GRPOTrainer.")
+        self.trainer = trainer
+        self.beta = float(trainer.beta)
+        self.state.beta = self.beta
+        return self
+
+    # -- TrainerCallback events ------------------------------------------------------------------
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+        if self.settings.adaptive_beta and self.trainer is None:
+            raise RuntimeError("adaptive_beta is on but the HealthCallback has no trainer: call "
+                               "callback.attach(trainer) after building the GRPOTrainer.")
+        if getattr(args, "logging_nan_inf_filter", False):
+            # The filter swaps a NaN step loss for the running mean before it is logged, hiding
+            # the NaN this callback must see. Turned off here as well as in HEALTH_TRAINING_ARGS
+            # so a driver that forgot the kwarg still gets the NaN stop.
+            args.logging_nan_inf_filter = False
+            logger.info("health: set logging_nan_inf_filter=False so NaN/inf losses reach the NaN stop rule")
+        return control
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, Any] | None = None, **kwargs):
+        logs = logs if logs is not None else {}
+        # Health metrics TRL did not log (no log_metric in this trainer) come from the shared state.
+        for name, value in self.state.flush().items():
+            logs.setdefault(name, value)
+        if self.stop_reason is not None or not _is_training_log(logs):
+            return control
+        step = int(state.global_step)
+
+        self._check_non_finite(logs, step, control)
+        if self.stop_reason is None:
+            self._check_garbled(logs, step, control)
+        if self.stop_reason is None:
+            self._check_kl(logs, step, control)
+        if self.stop_reason is None:
+            self._check_repetition(logs, step, control)
+        if self.stop_reason is None and self.settings.adaptive_beta:
+            self._adapt_beta(logs, step)
+        if self.current_beta() > 0:
+            logs.setdefault(BETA, self.current_beta())
+        return control
+
+    # -- rules -----------------------------------------------------------------------------------
+
+    def _check_non_finite(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+        for key in NON_FINITE_KEYS:
+            value = _number(logs.get(key))
+            if value is not None and not math.isfinite(value):
+                self._stop("non_finite", step, control,
+                           f"{key} is {value} (NaN/inf in loss, grad_norm or kl always stops the run; "
+                           "the checkpoint of this step is kept for inspection)")
+                return
+
+    def _check_garbled(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+        rate = _number(logs.get(GARBLED_RATE))
+        if rate is None:
+            return
+        self._garbled_window.append(rate)
+        window = self.settings.garbled_window
+        if len(self._garbled_window) < window:
+            return
+        mean = sum(self._garbled_window) / window
+        if mean > self.settings.garbled_threshold:
+            self._act("garbled", self.settings.garbled_action, step, control,
+                      f"garbled completions averaged {mean:.3f} over the last {window} logged steps, above "
+                      f"garbled_threshold {self.settings.garbled_threshold} (U+FFFD, control or zero-width "
+                      "characters in the output; lower learning_rate, or raise beta)")
+
+    def _check_kl(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+        kl = _number(logs.get("kl"))
+        if kl is None or self.current_beta() <= 0:
+            return
+        if kl > self.settings.kl_ceiling:
+            self._act("kl", self.settings.kl_action, step, control,
+                      f"kl {kl:.4g} is above kl_ceiling {self.settings.kl_ceiling} at beta "
+                      f"{self.current_beta():.4g} (the policy is running away from the reference model; "
+                      "raise beta, turn on adaptive_beta, or lower learning_rate)")
+
+    def _check_repetition(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+        rate = _number(logs.get(REPETITION_RATE))
+        if rate is not None and rate > self.settings.repetition_threshold:
+            self._act("repetition", self.settings.repetition_action, step, control,
+                      f"repetition rate {rate:.3f} is above repetition_threshold "
+                      f"{self.settings.repetition_threshold} (completions are looping over the same token "
+                      "4-grams)")
+
+    def _adapt_beta(self, logs: dict[str, Any], step: int) -> None:
+        kl = _number(logs.get("kl"))
+        if kl is None or not math.isfinite(kl):
+            return
+        h = self.settings
+        new = next_beta(self.current_beta(), kl, h.kl_target, h.beta_min, h.beta_max)
+        if new != self.current_beta():
+            self.set_beta(new)
+            self.beta_history.append((step, new))
+        logs[BETA] = new
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def current_beta(self) -> float:
+        """The beta the trainer uses now (the attached trainer's, else the last one set)."""
+        return float(self.trainer.beta) if self.trainer is not None else self.beta
+
+    def set_beta(self, beta: float) -> None:
+        self.beta = float(beta)
+        self.state.beta = self.beta
+        if self.trainer is not None:
+            self.trainer.beta = self.beta
+
+    def summary(self) -> dict[str, Any]:
+        """What the training driver writes into summary.json."""
+        return {
+            "stop_reason": self.stop_reason,
+            "stop_rule": self.stop_rule,
+            "stop_step": self.stop_step,
+            "warnings": list(self.warnings),
+            "final_beta": self.current_beta(),
+            "beta_changes": [list(change) for change in self.beta_history],
+        }
+
+    def _act(self, rule: str, action: str, step: int, control: TrainerControl, detail: str) -> None:
+        if action == "stop":
+            self._stop(rule, step, control, f"{detail}; set {rule}_action: warn to only warn")
+        else:
+            self._warn(rule, step, detail)
+
+    def _stop(self, rule: str, step: int, control: TrainerControl, detail: str) -> None:
+        self.stop_rule = rule
+        self.stop_step = step
+        self.stop_reason = f"Stopped at step {step}: {detail}."
+        control.should_save = True
+        control.should_training_stop = True
+        logger.error("health: %s", self.stop_reason)
+
+    def _warn(self, rule: str, step: int, detail: str) -> None:
+        last = self._last_warned.get(rule)
+        if last is not None and step - last < self.warn_every_steps:
+            return
+        self._last_warned[rule] = step
+        message = f"step {step}: {detail}"
+        self.warnings.append(message)
+        logger.warning("health warning: %s (repeats silenced for %d steps)", message, self.warn_every_steps)
+
+
+def build_health(cfg: PipelineConfig, tokenizer: Any) -> tuple[Callable[..., list[float]], HealthCallback]:
+    """The observer reward function and the callback for one run, sharing one HealthState.
+
+    Derives the tokenizer's incomplete-UTF-8 token set once (about 0.7 s for Qwen2.5).
+
+    >>> from pipeline.config import PipelineConfig
+    >>> from pipeline.assets import load_qwen_tokenizer
+    >>> observer, callback = build_health(PipelineConfig(), load_qwen_tokenizer())
+    >>> observer.__name__, callback.stop_reason
+    ('health', None)
+    """
+    state = HealthState()
+    observer = make_observer(state, incomplete_utf8_token_ids(tokenizer), tokenizer)
+    callback = HealthCallback(cfg.health, beta=cfg.grpo.beta, state=state)
+    return observer, callback
+
+
+def _check_settings(h: HealthArguments) -> None:
+    for name in ("garbled_action", "repetition_action", "kl_action"):
+        if getattr(h, name) not in ("warn", "stop"):
+            raise ConfigError(name, f"got {getattr(h, name)!r}; choose warn or stop.")
+    if h.garbled_window < 1:
+        raise ConfigError("garbled_window", f"got {h.garbled_window}; use a positive number of logged steps.")
+
+
+def _is_training_log(logs: dict[str, Any]) -> bool:
+    # on_log also fires for evaluation (eval_* keys) and for the end-of-training summary
+    # (train_runtime, ...); only per-step training logs carry the metrics the rules read.
+    return any(key in logs for key in ("loss", "grad_norm", "kl", GARBLED_RATE, REPETITION_RATE))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,120 @@
+"""Open a trained adapter (or the base model) for generation, the way it was trained.
+
+Shared by `grpo generate` and `grpo eval`. The rules that stop "my LoRA has no effect":
+- the adapter path is made absolute and verified before anything loads (a missing or
+  incomplete folder is exit code 2 with the path and the missing piece, never base-model output);
+- the base model, system prompt, chat template and max lengths come from the run's manifest.json;
+- an adapter whose rank exceeds max_lora_rank, or whose base model differs from --model, is refused;
+- `--base` is the only way to generate without an adapter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig, from_mapping
+
+DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
+
+
+@dataclass
+class InferenceSetup:
+    generator: Any
+    tokenizer: Any
+    base_model: str
+    adapter: Optional[Any]  # env.paths.AdapterInfo
+    system_prompt: str
+    max_tokens: int
+    temperature: float
+    top_p: float
+    config: PipelineConfig
+    manifest: Optional[dict]
+
+
+def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--lora", help="adapter folder (e.g. outputs/run/lora); relative paths work from any cwd")
+    which.add_argument("--base", action="store_true", help="generate WITHOUT an adapter, for comparison")
+    parser.add_argument("--run", help="with --base: a run folder (or its lora/) whose manifest gives the base "
+                                      "model, system prompt and limits")
+    parser.add_argument("--model", help="base model; must match the adapter's (default: from the manifest)")
+    parser.add_argument("--backend", default="auto", choices=("auto", "unsloth", "plain"))
+    parser.add_argument("--max_tokens", type=int, default=None,
+                        help="default: the trained max_completion_length from the manifest")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top_p", type=float, default=1.0)
+    parser.add_argument("--max_lora_rank", type=int, default=None, help="vLLM LoRA rank limit (default: manifest)")
+    parser.add_argument("--system_prompt", default=None, help="override the manifest's system prompt")
+
+
+def _error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+
+
+def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
+    """Verify paths and settings, then load the generator. Returns None (after printing why) on bad input."""
+    from env.paths import AdapterError, absolute_path, verify_adapter_dir
+    from pipeline.backends import choose_backend, load_backend
+    from pipeline.config import ConfigError
+    from pipeline.manifest import find_manifest
+
+    adapter = None
+    manifest = None
+    if args.lora:
+        try:
+            adapter = verify_adapter_dir(args.lora)
+        except AdapterError as err:
+            _error(str(err))
+            return None
+        manifest = find_manifest(adapter.path)
+    elif args.run:
+        run_dir = absolute_path(args.run)
+        manifest = find_manifest(run_dir) or find_manifest(run_dir / "lora")
+        if manifest is None:
+            _error(f"--run {run_dir}: no manifest.json there (expected output_dir/manifest.json of a grpo run)")
+            return None
+
+    trained_base = (manifest or {}).get("base_model") or (adapter.base_model_name_or_path if adapter else None)
+    base_model = args.model or trained_base
+    if base_model is None:
+        _error("--base needs --model NAME or --run RUN_DIR to know which base model to load")
+        return None
+    if adapter is not None and args.model and trained_base and args.model != trained_base:
+        _error(f"adapter {adapter.path} was trained on {trained_base!r}, not {args.model!r}. Drop --model (the "
+               "manifest names the right base) or pass the adapter trained on that model.")
+        return None
+    max_lora_rank = args.max_lora_rank or (manifest or {}).get("max_lora_rank") or 64
+    if adapter is not None and adapter.r > max_lora_rank:
+        _error(f"adapter {adapter.path} has rank r={adapter.r}, above max_lora_rank={max_lora_rank}; vLLM cannot "
+               f"load it. Pass --max_lora_rank {adapter.r}.")
+        return None
+
+    trained_limit = (manifest or {}).get("max_completion_length")
+    max_tokens = args.max_tokens or trained_limit or DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST
+    if args.max_tokens and trained_limit and args.max_tokens > trained_limit:
+        warnings.warn(f"--max_tokens {args.max_tokens} is above the trained max_completion_length {trained_limit}: "
+                      "the model never learned to finish its answer in that budget.", stacklevel=2)
+    system_prompt = args.system_prompt or (manifest or {}).get("system_prompt") or DEFAULT_SYSTEM_PROMPT
+
+    flat = dict((manifest or {}).get("config") or {})
+    flat.update(model_name_or_path=base_model, backend=args.backend, max_lora_rank=max_lora_rank,
+                system_prompt=system_prompt)
+    try:
+        cfg = from_mapping(flat)
+        choice = choose_backend(args.backend)
+    except ConfigError as err:
+        _error(str(err))
+        return None
+    backend = load_backend(choice.name)
+    if choice.name == "unsloth":
+        backend.prepare_environment(cfg)
+    generator = backend.load_generator(base_model, adapter, cfg)
+    tokenizer = generator.tokenizer
+    if manifest and manifest.get("chat_template"):
+        tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained
+    return InferenceSetup(generator, tokenizer, base_model, adapter, system_prompt, int(max_tokens),
+                          args.temperature, args.top_p, cfg, manifest)

@@ -1,0 +1,75 @@
+"""manifest.json: everything needed to use a trained adapter the way it was trained.
+
+`grpo generate` / `grpo eval` read it so generation uses the same base model, system prompt,
+chat template and max lengths as training (mismatched sampling limits are a top cause of
+"extract_xml_answer fails after training").
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from env.paths import atomic_write_json
+
+MANIFEST_NAME = "manifest.json"
+RECORDED_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "unsloth_zoo",
+                     "vllm", "bitsandbytes")
+
+
+def package_versions() -> dict[str, Optional[str]]:
+    versions: dict[str, Optional[str]] = {}
+    for name in RECORDED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
+    """The project's git commit when run from a checkout, else None."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd or Path(__file__).resolve().parent,
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def write_manifest(output_dir: Path, *, cfg_dict: dict[str, Any], backend: str, base_model: str,
+                   system_prompt: str, chat_template: Optional[str], max_prompt_length: int,
+                   max_completion_length: int, data_fingerprint: str, adapter_dir: Path,
+                   adapter_kind: str) -> Path:
+    manifest = {
+        "base_model": base_model,
+        "backend": backend,
+        "adapter_dir": str(adapter_dir),
+        "adapter_kind": adapter_kind,
+        "system_prompt": system_prompt,
+        "chat_template": chat_template,
+        "max_prompt_length": max_prompt_length,
+        "max_completion_length": max_completion_length,
+        "max_seq_length": cfg_dict.get("max_seq_length"),
+        "max_lora_rank": cfg_dict.get("max_lora_rank"),
+        "data_fingerprint": data_fingerprint,
+        "git_commit": git_commit(),
+        "versions": package_versions(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "config": cfg_dict,
+    }
+    path = output_dir / MANIFEST_NAME
+    atomic_write_json(path, manifest)
+    return path
+
+
+def find_manifest(adapter_dir: Path) -> Optional[dict[str, Any]]:
+    """The manifest of the run an adapter came from: in the adapter folder or its parent (output_dir/lora)."""
+    for candidate in (adapter_dir / MANIFEST_NAME, adapter_dir.parent / MANIFEST_NAME):
+        if candidate.is_file():
+            return json.loads(candidate.read_text(encoding="utf-8"))
+    return None

@@ -1,0 +1,244 @@
+"""Training-health monitors: cheap numbers computed from each batch of generated completions.
+
+A GRPO run on Qwen2.5 rarely crashes when it goes bad; it drifts. The completions turn into
+garbled text (U+FFFD blocks, zero-width and control characters), into loops that repeat the
+same few tokens, or they stop containing an <answer> block so every reward sits at 0. These
+functions put a number on each symptom. They are pure Python on decoded text and token ids
+(no torch), so they run on every generation batch for a few milliseconds.
+
+Why the incomplete-UTF-8 set is derived from the tokenizer and not hand-listed: Qwen2.5 is a
+byte-level BPE (GPT-2 style). Every one of its 151,643 regular tokens is a byte string, and a
+few hundred of them are not valid UTF-8 on their own: single bytes and pieces of CJK or emoji
+characters that only decode when joined with their neighbours. Ids 151643+ are special
+tokens (<|endoftext|>, <|im_start|>, ...), not byte-fallback ids as some field reports claim.
+A model that emits these byte pieces out of order produces U+FFFD in its decoded text, so the
+share of such tokens in a batch is an early signal of garbling.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rewards.completions import completion_text
+from rewards.extract import extract_xml_answer
+
+# Name of the observer reward function; TRL logs it as rewards/health/mean (always 0.0).
+# Lives here so plots.py can skip that flat line without importing transformers.
+OBSERVER_NAME = "health"
+
+# Metric names, as they appear in TRL's logs, metrics.jsonl, tensorboard and wandb.
+GARBLED_RATE = "health/garbled_rate"
+INCOMPLETE_UTF8_SHARE = "health/incomplete_utf8_share"
+REPETITION_RATE = "health/repetition_rate"
+COMPLETION_LENGTH = "health/completion_length"
+NO_ANSWER_RATE = "health/no_answer_rate"
+BETA = "health/beta"
+
+# Token n-gram size for the repetition rate: 4-grams catch loops of short phrases
+# ("= 5 = 5 = 5") without flagging ordinary reuse of single words or number pairs.
+REPETITION_NGRAM = 4
+
+# Characters that never belong in a math answer and that the field reports saw in garbled
+# GRPO output:
+#   - U+FFFD, what a decoder writes for bytes that are not valid UTF-8;
+#   - C0 controls except \t, \n and \r, DEL, and the C1 controls (U+0080..U+009F). \r is allowed
+#     because "\r\n" is ordinary text and Qwen2.5's vocabulary has tokens for it;
+#   - zero-width space/joiners (U+200B..U+200D), word joiner (U+2060), BOM / ZWNBSP (U+FEFF).
+# One compiled character class: a single C-level scan per completion.
+GARBLED_CHARS = re.compile("[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200d\u2060\ufeff]")
+
+
+def is_garbled(text: str) -> bool:
+    """True when `text` holds U+FFFD, a control character other than \\t \\n \\r, or a zero-width character.
+
+    >>> is_garbled("<answer>42</answer>"), is_garbled("line\\r\\nline\\tend")
+    (False, False)
+    >>> is_garbled("4\\ufffd2"), is_garbled("zero\\u200bwidth"), is_garbled("bell\\x07"), is_garbled("c1\\x85")
+    (True, True, True, True)
+    """
+    return GARBLED_CHARS.search(text) is not None
+
+
+def garbled_rate(texts: Sequence[str]) -> float:
+    """Share of completions that are garbled (see `is_garbled`); 0.0 for an empty batch.
+
+    >>> garbled_rate(["fine", "bad\\ufffd", "fine", "\\u2060"])
+    0.5
+    """
+    return _mean([1.0 if is_garbled(t) else 0.0 for t in texts])
+
+
+def repetition_rate(token_ids: Sequence[int], n: int = REPETITION_NGRAM) -> float:
+    """Share of a completion's token n-grams that repeat an earlier n-gram: 1 - unique/total.
+
+    Range [0, 1): 0.0 when every n-gram is new (and for completions shorter than n + 1 tokens,
+    which have at most one n-gram); a loop of one token repeated L times scores 1 - 1/(L-n+1),
+    so a long loop approaches 1.
+
+    >>> repetition_rate([1, 2, 3, 4, 5, 6, 7, 8])
+    0.0
+    >>> repetition_rate([7] * 13)  # 10 four-grams, all the same
+    0.9
+    >>> repetition_rate([1, 2])
+    0.0
+    """
+    ids = list(token_ids)
+    total = len(ids) - n + 1
+    if total <= 1:
+        return 0.0
+    unique = len({tuple(ids[i : i + n]) for i in range(total)})
+    return 1.0 - unique / total
+
+
+def incomplete_utf8_share(completion_ids: Iterable[Sequence[int]], incomplete_ids: frozenset[int]) -> float:
+    """Fraction of all completion tokens in the batch that are not valid UTF-8 on their own.
+
+    Token-weighted over the batch (a long garbled completion weighs more than a short one);
+    0.0 when the batch has no tokens.
+
+    >>> incomplete_utf8_share([[1, 2, 3], [4]], frozenset({2, 4}))
+    0.5
+    """
+    total = hits = 0
+    for ids in completion_ids:
+        for token_id in ids:
+            total += 1
+            hits += int(token_id) in incomplete_ids
+    return hits / total if total else 0.0
+
+
+def has_answer(text: str) -> bool:
+    """True when the completion has a non-empty <answer> block (the rewards' own parser decides).
+
+    >>> has_answer("<reasoning>r</reasoning>\\n<answer>\\n7\\n</answer>"), has_answer("7"), has_answer("<answer></answer>")
+    (True, False, False)
+    """
+    return extract_xml_answer(text) != ""
+
+
+def batch_health(
+    completions: Sequence[Any],
+    completion_ids: Sequence[Sequence[int]],
+    incomplete_ids: frozenset[int],
+) -> dict[str, float]:
+    """All monitors for one generation batch, keyed by their logged metric names.
+
+    `completions` are what TRL hands reward functions: strings, or lists of chat messages
+    (`[{"role": "assistant", "content": ...}]`). A completion with no text counts as garbled
+    (something upstream broke) and as having no answer.
+
+    >>> m = batch_health(["<answer>4</answer>", "\\ufffd\\ufffd"], [[1, 2, 3], [9, 9]], frozenset({9}))
+    >>> m["health/garbled_rate"], m["health/no_answer_rate"], m["health/incomplete_utf8_share"]
+    (0.5, 0.5, 0.4)
+    >>> m["health/completion_length"], m["health/repetition_rate"]
+    (2.5, 0.0)
+    """
+    if len(completions) != len(completion_ids):
+        raise ValueError(f"batch_health got {len(completions)} completions but {len(completion_ids)} "
+                         "completion_ids lists; pass one id list per completion.")
+    texts = [completion_text(c) for c in completions]
+    return {
+        GARBLED_RATE: _mean([1.0 if t is None or is_garbled(t) else 0.0 for t in texts]),
+        INCOMPLETE_UTF8_SHARE: incomplete_utf8_share(completion_ids, incomplete_ids),
+        REPETITION_RATE: _mean([repetition_rate(ids) for ids in completion_ids]),
+        COMPLETION_LENGTH: _mean([float(len(ids)) for ids in completion_ids]),
+        NO_ANSWER_RATE: _mean([0.0 if t is not None and has_answer(t) else 1.0 for t in texts]),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Which token ids are not valid UTF-8 on their own (computed once per tokenizer).
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet: the printable character that stands for each byte -> the byte.
+
+    Hand-written because the library copies are private helpers (transformers'
+    convert_slow_tokenizer.bytes_to_unicode) or unordered (tokenizers' ByteLevel.alphabet()
+    lists the 256 characters without their bytes). It is the published GPT-2 algorithm:
+    printable Latin-1 bytes map to themselves, the other 68 bytes to U+0100 onwards in order.
+
+    >>> alphabet = byte_level_alphabet()
+    >>> len(alphabet), alphabet["A"], alphabet["Ġ"], alphabet["Ċ"]  # Ġ is the space, Ċ the newline
+    (256, 65, 32, 10)
+    """
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    byte_to_char = {b: chr(b) for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in byte_to_char:
+            byte_to_char[b] = chr(256 + shifted)
+            shifted += 1
+    return {char: b for b, char in byte_to_char.items()}
+
+
+def is_byte_level_bpe(tokenizer: Any) -> bool:
+    """True for a fast tokenizer whose model is BPE and whose decoder is ByteLevel (GPT-2, Qwen2.5, Llama-3).
+
+    Checked on the live `tokenizers` objects, not by serialising tokenizer.json (2 s for Qwen2.5).
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return False
+    from tokenizers import decoders, models  # light (Rust extension, no torch); only needed here
+
+    return isinstance(backend.model, models.BPE) and isinstance(backend.decoder, decoders.ByteLevel)
+
+
+def incomplete_utf8_token_ids(tokenizer: Any) -> frozenset[int]:
+    """Ids of the tokens whose bytes are not valid UTF-8 on their own.
+
+    - Byte-level BPE (Qwen2.5): each regular token string is mapped back to its bytes through
+      the GPT-2 alphabet and decoded strictly. Special and added tokens are whole strings, so
+      they are never in the set. About 0.7 s for Qwen2.5's 151k tokens.
+    - Anything else (the char-level demo tokenizer, SentencePiece with byte fallback): each id
+      is decoded alone and counted when the text contains U+FFFD, which is how a decoder
+      reports bytes it cannot complete.
+
+    >>> from pipeline.assets import load_qwen_tokenizer
+    >>> tok = load_qwen_tokenizer()
+    >>> bad = incomplete_utf8_token_ids(tok)
+    >>> [i in bad for i in tok.encode("龘")], [i in bad for i in tok.encode(" answer")]
+    ([True, True], [False])
+    """
+    if is_byte_level_bpe(tokenizer):
+        return _byte_level_incomplete_ids(tokenizer)
+    return _decoded_incomplete_ids(tokenizer)
+
+
+def _byte_level_incomplete_ids(tokenizer: Any) -> frozenset[int]:
+    alphabet = byte_level_alphabet()
+    special = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    incomplete: set[int] = set()
+    odd: list[int] = []
+    for token, token_id in tokenizer.backend_tokenizer.get_vocab(with_added_tokens=False).items():
+        if token_id in special:
+            continue
+        try:
+            raw = bytes(alphabet[char] for char in token)
+        except KeyError:  # a character outside the byte alphabet: not a byte token, judge it by decoding
+            odd.append(token_id)
+            continue
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            incomplete.add(token_id)
+    if odd:
+        incomplete |= _decoded_incomplete_ids(tokenizer, odd)
+    return frozenset(incomplete)
+
+
+def _decoded_incomplete_ids(tokenizer: Any, ids: Iterable[int] | None = None) -> frozenset[int]:
+    ids = list(range(len(tokenizer))) if ids is None else list(ids)
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    texts = tokenizer.batch_decode([[i] for i in ids], skip_special_tokens=False)
+    return frozenset(i for i, text in zip(ids, texts) if i not in special and "\ufffd" in text)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0

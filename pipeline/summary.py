@@ -1,0 +1,56 @@
+"""summary.json: how the run ended, before/after evaluation, final metrics, wall time; plus the plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from env.paths import atomic_write_json
+
+# Metrics worth a glance at the end of a run (TRL's names + ours).
+FINAL_METRIC_KEYS = ("reward", "reward_std", "kl", "loss", "grad_norm", "completions/mean_length",
+                     "health/garbled_rate", "health/repetition_rate", "health/no_answer_rate")
+
+
+def read_metrics(output_dir: Path) -> list[dict[str, Any]]:
+    path = output_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def final_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last logged value of each key (train-end records such as train_runtime included)."""
+    last: dict[str, Any] = {}
+    for record in records:
+        last.update(record)
+    keys = [k for k in last if k in FINAL_METRIC_KEYS or k.startswith("rewards/") and k.endswith("/mean")]
+    return {k: last[k] for k in keys}
+
+
+def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps: int, wall_time_s: float,
+                  eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str]) -> dict[str, Any]:
+    from pipeline.plots import plot_run
+
+    records = read_metrics(output_dir)
+    plots = [str(p) for p in plot_run(output_dir)] if records else []
+    summary = {
+        "status": status,
+        "stop_reason": reason if reason else ("completed" if status == "completed" else None),
+        "steps": steps,
+        "wall_time_s": round(wall_time_s, 1),
+        "eval_before": _strip_samples(eval_before),
+        "eval_after": _strip_samples(eval_after),
+        "accuracy_gain_points": (round(100 * (eval_after["accuracy"] - eval_before["accuracy"]), 1)
+                                 if eval_before and eval_after else None),
+        "final_metrics": final_metrics(records),
+        "health_warnings": warnings,
+        "plots": plots,
+    }
+    atomic_write_json(output_dir / "summary.json", summary)
+    return summary
+
+
+def _strip_samples(result: Optional[dict]) -> Optional[dict]:
+    return None if result is None else {k: v for k, v in result.items() if k != "samples"}

@@ -1,0 +1,169 @@
+"""Config: TrlParser YAML + CLI overrides, and every validation error with its message."""
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import (
+    ConfigError,
+    PipelineConfig,
+    from_mapping,
+    parse_config,
+    peek_option,
+    validate,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def check(**overrides):
+    return validate(PipelineConfig().replace(**overrides), n_processes=1)
+
+
+def test_defaults_validate_cleanly():
+    assert check() == []
+
+
+def test_yaml_then_cli_override(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("num_generations: 4\nper_device_train_batch_size: 4\nlora_target_modules: [q_proj]\n"
+                      "vllm_sampling_params: {min_p: 0.1}\n")
+    cfg = parse_config(["--config", str(recipe), "--num_generations", "2", "--beta", "0.04"])
+    assert cfg.grpo.num_generations == 2  # CLI beats YAML
+    assert cfg.grpo.per_device_train_batch_size == 4  # YAML beats default
+    assert cfg.grpo.beta == 0.04
+    assert cfg.lora.lora_target_modules == ["q_proj"]
+    assert cfg.grpo.vllm_sampling_params == {"min_p": 0.1}
+
+
+def test_unknown_yaml_key_names_it(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("max_prompt_lenght: 256\n")
+    with pytest.raises(ConfigError, match="max_prompt_lenght"):
+        parse_config(["--config", str(recipe)])
+
+
+def test_missing_config_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        parse_config(["--config", str(tmp_path / "nope.yaml")])
+
+
+def test_every_recipe_parses_and_validates():
+    recipes = sorted((ROOT / "configs").glob("qwen2.5-*-gsm8k.yaml"))
+    assert [p.name for p in recipes] == [f"qwen2.5-{s}-gsm8k.yaml" for s in ("0.5b", "1.5b", "3b", "7b")]
+    for recipe in recipes:
+        cfg = parse_config(["--config", str(recipe)])
+        assert validate(cfg, n_processes=1) == []
+        assert cfg.model.model_name_or_path.startswith("unsloth/Qwen2.5-")
+
+
+def test_num_generations_at_least_two():
+    with pytest.raises(ConfigError, match=r"`num_generations`: got 1; GRPO compares completions"):
+        check(num_generations=1, per_device_train_batch_size=1)
+
+
+def test_batch_must_divide_by_num_generations_and_explains_completions():
+    with pytest.raises(ConfigError) as err:
+        check(num_generations=8, per_device_train_batch_size=1, gradient_accumulation_steps=1)
+    message = str(err.value)
+    assert err.value.field == "per_device_train_batch_size"
+    assert "= 1 is not divisible by num_generations (8)" in message
+    assert "TRL counts completions" in message
+    assert "Unsloth would silently rewrite" in message
+
+
+def test_world_size_counts_in_the_batch():
+    cfg = PipelineConfig().replace(num_generations=8, per_device_train_batch_size=4, gradient_accumulation_steps=1)
+    with pytest.raises(ConfigError, match=r"processes \(1\) = 4"):
+        validate(cfg, n_processes=1)
+    assert validate(cfg, n_processes=2) == []  # 4 x 1 x 2 = 8
+
+
+def test_prompt_plus_completion_within_max_seq_length():
+    with pytest.raises(ConfigError, match=r"max_prompt_length \(512\) \+ max_completion_length \(600\) = 1112 "
+                                          r"exceeds max_seq_length \(1024\)"):
+        check(max_prompt_length="512", max_completion_length="600")
+    assert check(max_prompt_length="512", max_completion_length="512") == []
+
+
+def test_limits_must_be_positive_or_auto():
+    with pytest.raises(ConfigError, match="`max_prompt_length`: got 'lots'"):
+        check(max_prompt_length="lots")
+    with pytest.raises(ConfigError, match="`max_completion_length`: got -5"):
+        check(max_completion_length="-5")
+
+
+def test_lora_rank_within_max_lora_rank():
+    with pytest.raises(ConfigError, match=r"lora_r \(128\) exceeds max_lora_rank \(64\).*Raise max_lora_rank to 128"):
+        check(lora_r=128)
+    assert check(lora_r=128, max_lora_rank=128) == []
+
+
+def test_temperature_positive():
+    with pytest.raises(ConfigError, match="`temperature`: got 0.0; rollouts need sampling"):
+        check(temperature=0.0)
+
+
+def test_generation_max_tokens_within_trained_length_unless_overridden():
+    with pytest.raises(ConfigError, match=r"gen_max_tokens \(900\) exceeds the trained max_completion_length \(256\)"):
+        check(max_completion_length="256", gen_max_tokens=900)
+    assert check(max_completion_length="256", gen_max_tokens=900, allow_longer_generation=True) == []
+
+
+def test_learning_rate_outside_range_warns_but_passes():
+    with pytest.warns(UserWarning, match="learning_rate 0.01 is outside 1e-7..1e-3"):
+        notes = check(learning_rate=1e-2)
+    assert len(notes) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert check(learning_rate=5e-6) == []
+
+
+def test_unsloth_overridden_sampling_fields_are_refused():
+    with pytest.raises(ConfigError, match="`temperature` is ignored there.*set `temperature` instead"):
+        check(vllm_sampling_params={"temperature": 0.7})
+    with pytest.raises(ConfigError, match="`max_tokens` is ignored there.*set `max_completion_length`"):
+        check(vllm_sampling_params='{"max_tokens": 100}')
+    assert check(vllm_sampling_params='{"min_p": 0.1}') == []
+
+
+def test_choices_and_reward_weights():
+    with pytest.raises(ConfigError, match="`backend`: got 'tpu'"):
+        check(backend="tpu")
+    with pytest.raises(ConfigError, match="2 weights for 5 reward_funcs"):
+        check(reward_weights=[1.0, 2.0])
+    with pytest.raises(ConfigError, match="adaptive_beta.*needs beta > 0"):
+        check(adaptive_beta=True, beta=0.0)
+
+
+def test_from_mapping_rejects_unknown_keys():
+    with pytest.raises(ConfigError, match="unknown option"):
+        from_mapping({"max_prompt_lenght": 1})
+
+
+def test_peek_option_reads_cli_then_yaml(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("backend: plain\n")
+    assert peek_option(["--config", str(recipe)], "backend") == "plain"
+    assert peek_option(["--config", str(recipe), "--backend", "unsloth"], "backend") == "unsloth"
+    assert peek_option(["--backend=auto"], "backend") == "auto"
+    assert peek_option([], "backend", "auto") == "auto"
+
+
+def test_cli_help_does_not_import_torch():
+    code = ("import sys, pipeline.cli as c; assert 'torch' not in sys.modules; c.main(['--help']); "
+            "assert 'torch' not in sys.modules, 'torch imported by --help'; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "train" in out.stdout and out.stdout.strip().endswith("ok")
+
+
+def test_python_m_pipeline_help_lists_commands():
+    out = subprocess.run([sys.executable, "-m", "pipeline", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0
+    for command in ("env", "data", "train", "generate", "eval", "export"):
+        assert command in out.stdout
