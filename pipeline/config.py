@@ -82,8 +82,8 @@ class ModelArguments:
     float8_kv_cache: bool = _help("fp8 KV cache in vLLM: more context on Ada/Hopper; off by default.",
                                   default=False)
     vllm_standby: str = _help(
-        "auto | true | false. Unsloth standby shares vLLM's memory with training (UNSLOTH_VLLM_STANDBY=1); "
-        "auto turns it on for GPUs with >= 16 GB.",
+        "auto | true | false. Unsloth standby lets vLLM's memory sleep while training computes "
+        "(UNSLOTH_VLLM_STANDBY=1); auto turns it on for any CUDA GPU, as the official notebook does.",
         default="auto",
     )
     vllm_mode: str = _help(
@@ -158,6 +158,14 @@ class GRPOArguments:
     loss_type: str = _help(
         "dapo (TRL default: token-level, no length bias) | grpo | dr_grpo | bnpo | cispo | ...", default="dapo"
     )
+    mask_truncated_completions: bool = _help(
+        "False (TRL default): with True, a batch whose completions are all cut at max_completion_length (common "
+        "early on) gives no gradient at all. Passed explicitly because Unsloth sets True for dapo when unset.",
+        default=False,
+    )
+    epsilon_high: float = _help(
+        "DAPO clip-higher bound 0.28. Passed explicitly: Unsloth sets 0.28 for dapo when unset, TRL uses 0.2.",
+        default=0.28)
     temperature: float = _help("Rollout sampling temperature; GRPO needs diverse groups, so keep ~1.", default=1.0)
     top_p: float = _help("Rollout nucleus sampling.", default=1.0)
     top_k: int = _help("Rollout top-k; 0 = off.", default=0)

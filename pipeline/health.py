@@ -223,7 +223,7 @@ class HealthCallback(TrainerCallback):
         self._garbled_window: deque[float] = deque(maxlen=settings.garbled_window)
         self._last_warned: dict[str, int] = {}
 
-    def attach(self, trainer: Any) -> "HealthCallback":
+    def attach(self, trainer: Any) -> HealthCallback:
         """Give the callback the trainer whose `beta` it reads and (with adaptive_beta) sets."""
         if not hasattr(trainer, "beta"):
             raise TypeError(f"{type(trainer).__name__} has no `beta` attribute; attach a GRPOTrainer.")

@@ -64,6 +64,9 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
 
 def load_for_training(cfg: PipelineConfig):
     """Base model + tokenizer; TRL wraps the model with `peft_config(cfg)`."""
+    from pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
+
+    ensure_trl_logprob_kernel()  # CPU-only torch has no Triton: TRL 1.15 needs a torch log-prob path
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
     return load_model(cfg.model.model_name_or_path, cfg), tokenizer
 

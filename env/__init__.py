@@ -1,0 +1,11 @@
+"""Environment support: the known-good version matrix, the `grpo env` doctor, import-order checks and path helpers.
+
+Modules (each has one job, and none imports torch, transformers, trl, peft, unsloth or vllm at import time):
+
+- `env.matrix`  loads `env/known_good.toml` (pins, known-bad combinations, platform profiles).
+- `env.compat`  checks a pinned set against the packages' declared METADATA (offline, from `env/metadata/`).
+- `env.probes`  reads facts about this machine: Python, OS, installed versions, GPU.
+- `env.doctor`  assembles and prints the `grpo env` report.
+- `env.imports` checks that unsloth was imported before trl/transformers/peft.
+- `env.paths`   absolute paths, LoRA adapter checks, atomic directory and file writes.
+"""

@@ -1,0 +1,471 @@
+"""`grpo env`: what is installed, what the known-good matrix wants, and the pip command that fixes it.
+
+    grpo env                     # readable report
+    grpo env --json              # the same report as JSON
+    grpo env --strict            # exit 1 unless every pinned package (GPU set included) is ok
+    grpo env --profile colab-t4  # also print that platform's settings and compare them with the GPU
+
+Exit status:
+    0  the plain backend is usable: torch, transformers, trl, peft, datasets and accelerate (the `core`
+       packages of known_good.toml) are installed, importable by name, and inside the plain set's
+       specifiers. With --strict, additionally every package of the GPU set is installed at its pin, no
+       installed package breaks another's declared requirement, and no "error" known-bad applies.
+    1  otherwise.
+    2  the report itself could not be made (e.g. known_good.toml is unreadable).
+
+It never imports unsloth or vllm, imports torch only when a GPU is visible, and runs in well under a
+second on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+from env import imports, probes
+from env.compat import version_satisfies
+from env.matrix import KnownBad, Matrix, MatrixError, Pin, Profile, load_matrix, pip_install_command
+
+# unsloth, unsloth_zoo or vllm installed means the user is setting up the GPU backend.
+GPU_MARKERS = ("unsloth", "unsloth-zoo", "vllm")
+
+
+def collect_report(profile: str | None = None, *, modules: Mapping[str, object] | None = None) -> dict[str, Any]:
+    """Build the whole `grpo env` report as JSON-ready data.
+
+    Args:
+        profile: a profile id from known_good.toml (e.g. "colab-t4") to include and compare against.
+        modules: the module table for the import-order check (default: `sys.modules`).
+
+    Returns:
+        A dict with the sections python, os, platform, gpu, mode, packages, constraint_conflicts,
+        known_bad, import_order, profile, suggested_profile, fix_command, gpu_install_command,
+        plain_backend_usable, plain_backend_problems, strict_problems, probe_errors and elapsed_s.
+    """
+    started = time.perf_counter()
+    matrix = load_matrix()
+    errors: list[str] = []  # probes that failed: reported, never raised, never silently dropped
+
+    def safe(section: str, probe, default: Any) -> Any:
+        try:
+            return probe()
+        except Exception as err:  # noqa: BLE001 - a probe must report, never crash
+            errors.append(f"{section}: {type(err).__name__}: {err}")
+            return default
+
+    report: dict[str, Any] = {"schema": 1}
+    report["python"] = safe("python", probes.python_info, {})
+    report["os"] = safe("os", probes.os_info, {})
+    report["platform"] = safe("platform", probes.platform_hints, {})
+
+    # Installed state of every package either set names, looked up once.
+    pins = {**matrix.plain, **matrix.gpu}
+    found = {key: _safe_installed(pin) for key, pin in pins.items()}
+
+    chosen = matrix.profiles.get(profile) if profile else None
+    if profile and chosen is None:
+        raise MatrixError(f"unknown profile {profile!r}; choose one of {sorted(matrix.profiles)}")
+    if chosen is not None:
+        mode = chosen.install
+    else:
+        mode = "gpu" if any(found[key].state != "missing" for key in GPU_MARKERS if key in found) else "plain"
+    report["mode"] = mode
+
+    no_gpu = {"probed": False, "reason": "GPU probe failed (see probe_errors)", "devices": []}
+    report["gpu"] = safe("gpu", lambda: probes.gpu_info(found["torch"].state), no_gpu)
+    rows = _package_rows(matrix, mode, found)
+    report["packages"] = rows
+    report["constraint_conflicts"] = safe("constraint_conflicts", lambda: _constraint_conflicts(found, pins), [])
+    facts = _facts(found, report)
+    report["known_bad"] = safe("known_bad", lambda: _known_bad(matrix.known_bad, facts, found), [])
+    report["import_order"] = {
+        "problems": imports.import_order_problems(modules),
+        "unsloth_imported": "unsloth" in (sys.modules if modules is None else modules),
+        "note": "checks this process only: call env.imports.require_unsloth_first() in your own script",
+    }
+    report["profile"] = _profile_section(chosen, report["gpu"]) if chosen else None
+    report["suggested_profile"] = safe("suggested_profile", lambda: _suggest_profile(matrix, report), None)
+
+    usable_problems = _plain_usable_problems(matrix, found)
+    report["plain_backend_usable"] = not usable_problems
+    report["plain_backend_problems"] = usable_problems
+    report["fix_command"] = _fix_command(matrix, mode, rows, chosen)
+    report["gpu_install_command"] = pip_install_command(chosen.id if chosen else "gpu", matrix)
+    report["strict_problems"] = _strict_problems(rows, report)
+    report["probe_errors"] = errors
+    report["elapsed_s"] = round(time.perf_counter() - started, 3)
+    return report
+
+
+# --- sections -------------------------------------------------------------------------------------
+
+
+def _safe_installed(pin: Pin) -> probes.Installed:
+    try:
+        return probes.installed_package(pin.name, pin.module)
+    except Exception as err:  # noqa: BLE001 - a probe must report, never crash
+        return probes.Installed(pin.name, "broken", detail=f"probe failed: {type(err).__name__}: {err}")
+
+
+def _package_rows(matrix: Matrix, mode: str, found: Mapping[str, probes.Installed]) -> list[dict[str, Any]]:
+    """One row per package of the mode's set; in plain mode the GPU-only packages are listed too."""
+    shown: dict[str, tuple[Pin, SpecifierSet]] = {}
+    for key, pin in matrix.packages(mode).items():
+        shown[key] = (pin, matrix.specifier(mode, key))
+    if mode == "plain":
+        for key, pin in matrix.gpu_only().items():
+            shown[key] = (pin, matrix.specifier("gpu", key))
+    rows = []
+    for key, (pin, specifier) in shown.items():
+        installed = found[key]
+        if installed.state == "missing":
+            status = "missing"
+        elif installed.state == "broken":
+            status = "broken"
+        else:
+            status = "ok" if version_satisfies(installed.version, specifier) else "drift"
+        rows.append(
+            {
+                "name": pin.name,
+                "set": pin.group,  # for torch in GPU mode: "gpu", whose exact pin is the one that binds
+                "pin": pin.spec,
+                "installed": installed.version,
+                "status": status,
+                "core": pin.core,
+                "detail": installed.detail,
+                "disables": pin.disables if status in ("missing", "broken") else "",
+            }
+        )
+    return rows
+
+
+def _constraint_conflicts(found: Mapping[str, probes.Installed], pins: Mapping[str, Pin]) -> list[dict[str, str]]:
+    """Like `pip check`, limited to our packages: installed Requires-Dist that installed versions break."""
+    environment = default_environment()
+    environment["extra"] = ""
+    conflicts = []
+    for key, installed in found.items():
+        if installed.state != "installed":
+            continue
+        for line in installed.requires:
+            if ";" in line and "extra" in line.split(";", 1)[1]:
+                continue  # an extra's requirement: we never request extras here, and skipping saves ~0.2 s
+            try:
+                requirement = Requirement(line)
+                if requirement.marker is not None and not requirement.marker.evaluate(environment):
+                    continue
+            except Exception:  # noqa: BLE001, S112 - a bad line in someone else's METADATA is not ours to report
+                continue
+            target = canonicalize_name(requirement.name)
+            other = found.get(target)
+            if other is None or other.state != "installed" or target == key:
+                continue
+            if version_satisfies(other.version, requirement.specifier) is False:
+                conflicts.append(
+                    {
+                        "package": f"{pins[key].name} {installed.version}",
+                        "requires": f"{requirement.name}{requirement.specifier}",
+                        "installed": f"{pins[target].name} {other.version}",
+                        "message": f"{pins[key].name} {installed.version} requires {requirement.name}{requirement.specifier}, "
+                        f"but {pins[target].name} {other.version} is installed",
+                    }
+                )
+    return conflicts
+
+
+def _facts(found: Mapping[str, probes.Installed], report: Mapping[str, Any]) -> dict[str, str]:
+    """Versions the known-bad rules are evaluated on: installed packages plus @python/@torch-cuda/@nvidia-driver."""
+    facts = {key: item.version for key, item in found.items() if item.state == "installed" and item.version}
+    facts["@python"] = report["python"].get("version", "")
+    gpu = report["gpu"] if isinstance(report["gpu"], dict) else {}
+    if gpu.get("torch_cuda"):
+        facts["@torch-cuda"] = str(gpu["torch_cuda"])
+    if gpu.get("driver"):
+        facts["@nvidia-driver"] = str(gpu["driver"])
+    return {key: value for key, value in facts.items() if value}
+
+
+def known_bad_applies(entry: KnownBad, facts: Mapping[str, str], missing: set[str]) -> bool:
+    """Whether a known-bad entry applies, given installed versions (`facts`) and missing package keys.
+
+    >>> bad = KnownBad("x", "error", "", "", when={"unsloth": ""}, unless={"trl": "<=1.15.0"})
+    >>> known_bad_applies(bad, {"unsloth": "2026.10.9", "trl": "1.16.0"}, set())
+    True
+    >>> known_bad_applies(bad, {"unsloth": "2026.10.9"}, {"trl"})
+    False
+    """
+
+    def key(name: str) -> str:
+        return name if name.startswith("@") else canonicalize_name(name)
+
+    for name, spec in entry.when.items():
+        version = facts.get(key(name))
+        if version is None or (spec and version_satisfies(version, spec) is not True):
+            return False
+    for name, spec in entry.unless.items():
+        version = facts.get(key(name))
+        if version is None or version_satisfies(version, spec) is not False:
+            return False
+    return all(key(name) in missing for name in entry.missing)
+
+
+def _known_bad(entries, facts: Mapping[str, str], found: Mapping[str, probes.Installed]) -> list[dict[str, str]]:
+    missing = {key for key, item in found.items() if item.state == "missing"}
+    return [
+        {"id": entry.id, "severity": entry.severity, "why": entry.why, "fix": entry.fix}
+        for entry in entries
+        if known_bad_applies(entry, facts, missing)
+    ]
+
+
+def _profile_section(profile: Profile, gpu: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile's settings plus mismatches between it and the GPU actually present."""
+    section = profile.to_dict()
+    mismatches = []
+    devices = gpu.get("devices", []) if isinstance(gpu, Mapping) else []
+    if devices and profile.gpu_match:
+        name = devices[0]["name"]
+        if not any(token.lower() in name.lower() for token in profile.gpu_match):
+            mismatches.append(f"profile {profile.id} is for {profile.title}, but this GPU is {name}")
+        if profile.bf16 and not devices[0]["bf16"]:
+            mismatches.append(f"profile {profile.id} uses bfloat16, which {name} does not support: use float16")
+    elif gpu.get("probed") is False and profile.backend == "unsloth":
+        mismatches.append(
+            f"profile {profile.id} needs an NVIDIA GPU; none was probed ({gpu.get('reason', 'unknown')})"
+        )
+    section["mismatches"] = mismatches
+    return section
+
+
+def _suggest_profile(matrix: Matrix, report: Mapping[str, Any]) -> str | None:
+    """The profile whose GPU name matches this machine's first GPU, preferring the detected platform."""
+    devices = report["gpu"].get("devices", []) if isinstance(report["gpu"], Mapping) else []
+    if not devices:
+        return None
+    name = devices[0]["name"].lower()
+    matches = [p for p in matrix.profiles.values() if any(token.lower() in name for token in p.gpu_match)]
+    platform = report["platform"] if isinstance(report["platform"], Mapping) else {}
+    for profile in matches:
+        if platform.get(profile.platform):
+            return profile.id
+    return matches[0].id if matches else None
+
+
+def _plain_usable_problems(matrix: Matrix, found: Mapping[str, probes.Installed]) -> list[str]:
+    """Why the plain backend is not usable; empty when it is (see the module docstring for the rule)."""
+    problems = []
+    for key, pin in matrix.plain.items():
+        if not pin.core:
+            continue
+        item = found[key]
+        if item.state != "installed":
+            problems.append(f"{pin.name} is {item.state}" + (f": {item.detail}" if item.detail else ""))
+        elif not version_satisfies(item.version, pin.spec):
+            problems.append(f"{pin.name} {item.version} is outside {pin.spec}")
+    return problems
+
+
+def _fix_command(matrix: Matrix, mode: str, rows: list[dict[str, Any]], profile: Profile | None) -> str | None:
+    """The pip command that brings the mode's set back to the matrix; None when nothing needs fixing.
+
+    Plain mode installs only the drifted/missing plain packages (the rest is fine as it is); GPU mode
+    reinstalls the whole GPU set, because its pins only hold together as a set.
+    """
+    bad = [row for row in rows if row["status"] != "ok"]
+    plain_names = {pin.name for pin in matrix.plain.values()}
+    if mode == "plain":
+        names = [row["name"] for row in bad if row["name"] in plain_names]
+        return pip_install_command(profile.id if profile else "plain", matrix, only=names) if names else None
+    return pip_install_command(profile.id if profile else "gpu", matrix) if bad else None
+
+
+def _strict_problems(rows: list[dict[str, Any]], report: Mapping[str, Any]) -> list[str]:
+    problems = [
+        f"{row['name']}: {row['status']} (wants {row['pin']}, has {row['installed']})"
+        for row in rows
+        if row["status"] != "ok"
+    ]
+    problems += [conflict["message"] for conflict in report["constraint_conflicts"]]
+    problems += [f"known-bad {bad['id']}" for bad in report["known_bad"] if bad["severity"] == "error"]
+    problems += report["plain_backend_problems"]
+    return problems
+
+
+# --- output ---------------------------------------------------------------------------------------
+
+
+def render_text(report: Mapping[str, Any]) -> str:
+    """The report as plain text (used when rich is missing, and for logs)."""
+    lines = []
+    py, system = report["python"], report["os"]
+    lines.append(f"grpo env  ({report['mode']} set, {report['elapsed_s']:.2f} s)")
+    lines.append(f"Python  {py.get('version')} ({py.get('implementation')}) {py.get('executable')}")
+    lines.append(f"OS      {system.get('platform')} {system.get('machine')}")
+    lines.append("GPU     " + _gpu_summary(report["gpu"]))
+    lines.append("")
+    lines.append(f"{'package':18} {'set':6} {'pin':44} {'installed':18} status")
+    for row in report["packages"]:
+        lines.append(f"{row['name']:18} {row['set']:6} {row['pin']:44} {row['installed'] or '-'!s:18} {row['status']}")
+    lines += _row_notes(report["packages"]) + _tail_lines(report)
+    return "\n".join(lines)
+
+
+def _row_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Below the table: why a package is broken, and what a missing one disables."""
+    lines = []
+    for row in rows:
+        if row["detail"]:
+            lines.append(f"  {row['name']} ({row['status']}): {row['detail']}")
+        if row["disables"]:
+            lines.append(f"  {row['name']} {row['status']} -> disables {row['disables']}")
+    return ([""] + lines) if lines else []
+
+
+def _gpu_summary(gpu: Mapping[str, Any]) -> str:
+    if not isinstance(gpu, Mapping) or "error" in gpu and not gpu.get("devices"):
+        return f"probe failed: {gpu.get('error') if isinstance(gpu, Mapping) else gpu}"
+    parts = []
+    for device in gpu.get("devices", []):
+        parts.append(
+            f"[{device['index']}] {device['name']}, {device['memory_gib']} GiB, sm {device['compute_capability']}, "
+            f"bf16 {'yes' if device['bf16'] else 'no (use float16)'}"
+        )
+    if not parts:
+        parts.append(gpu.get("reason", "none"))
+    extra = [f"torch built for CUDA {gpu['torch_cuda']}" if gpu.get("torch_cuda") else None]
+    extra.append(f"driver {gpu['driver']}" if gpu.get("driver") else None)
+    extra.append(f"driver supports CUDA {gpu['driver_cuda']}" if gpu.get("driver_cuda") else None)
+    extra = [e for e in extra if e]
+    return "; ".join(parts) + (f"  ({', '.join(extra)})" if extra else "")
+
+
+def _tail_lines(report: Mapping[str, Any]) -> list[str]:
+    lines = [""]
+    if report["probe_errors"]:
+        lines.append("Probes that failed (the rest of the report still holds):")
+        lines += [f"  - {error}" for error in report["probe_errors"]]
+    if report["constraint_conflicts"]:
+        lines.append("Declared requirements broken by installed versions:")
+        lines += [f"  - {c['message']}" for c in report["constraint_conflicts"]]
+    if report["known_bad"]:
+        lines.append("Known-bad combinations present:")
+        for bad in report["known_bad"]:
+            lines.append(f"  - [{bad['severity']}] {bad['id']}: {bad['why']}")
+            lines.append(f"    fix: {bad['fix']}")
+    order = report["import_order"]
+    if order["problems"]:
+        lines.append(
+            f"Import order: {', '.join(order['problems'])} imported before unsloth in this process (see env.imports)"
+        )
+    else:
+        lines.append("Import order: ok in this process")
+    if report["profile"]:
+        profile = report["profile"]
+        lines.append(f"Profile {profile['id']}: {profile['title']}")
+        for field in ("backend", "recipe", "dtype", "standby", "gpu_memory_utilization", "float8_kv_cache",
+                      "data_dir", "cache_dir", "output_dir"):  # fmt: skip
+            lines.append(f"  {field}: {profile[field]}")
+        lines.append("  env: " + " ".join(f"{k}={v}" for k, v in profile["env"].items()))
+        lines += [f"  note: {note}" for note in profile["notes"]]
+        lines += [f"  MISMATCH: {m}" for m in profile["mismatches"]]
+    elif report["suggested_profile"]:
+        lines.append(
+            f"Suggested profile: {report['suggested_profile']}  (grpo env --profile {report['suggested_profile']})"
+        )
+    lines.append("")
+    if report["plain_backend_usable"]:
+        lines.append("Plain backend: usable")
+    else:
+        lines.append("Plain backend: NOT usable: " + "; ".join(report["plain_backend_problems"]))
+    if report["strict_problems"]:
+        lines.append(f"Strict check: {len(report['strict_problems'])} problem(s) (exit 1 under --strict)")
+    else:
+        lines.append("Strict check: everything matches the matrix")
+    if report["fix_command"]:
+        lines.append(f"Fix:         {report['fix_command']}")
+    if report["mode"] == "plain":
+        lines.append(f"GPU install: {report['gpu_install_command']}")
+    return lines
+
+
+def print_rich(report: Mapping[str, Any]) -> None:
+    """The report with rich tables (imported lazily: rich costs ~0.1 s)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    py, system = report["python"], report["os"]
+    console.print(f"[bold]grpo env[/bold]  ({report['mode']} set, {report['elapsed_s']:.2f} s)")
+    console.print(f"Python  {py.get('version')} ({py.get('implementation')}) {py.get('executable')}")
+    console.print(f"OS      {system.get('platform')} {system.get('machine')}")
+    console.print("GPU     " + _gpu_summary(report["gpu"]), markup=False)
+    table = Table(show_lines=False)
+    for column in ("package", "set", "pin", "installed", "status"):
+        table.add_column(column, overflow="fold")
+    colors = {"ok": "green", "drift": "yellow", "missing": "red", "broken": "red"}
+    for row in report["packages"]:
+        status = f"[{colors[row['status']]}]{row['status']}[/]"
+        table.add_row(row["name"], row["set"], row["pin"], str(row["installed"] or "-"), status)
+    console.print(table)
+    for line in _row_notes(report["packages"]) + _tail_lines(report):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def build_parser(profile_ids: list[str] | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="grpo env",
+        description="Check the installed environment against the known-good matrix (env/known_good.toml).",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--strict", action="store_true", help="exit 1 on any drift, missing GPU package or known-bad error"
+    )
+    parser.add_argument(
+        "--profile", choices=profile_ids, metavar="NAME", help=f"platform profile: {', '.join(profile_ids or [])}"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `grpo env` (and `python -m env.doctor`). Returns the exit status."""
+    try:
+        profile_ids = sorted(load_matrix().profiles)
+    except Exception as err:  # noqa: BLE001 - a probe must report, never crash
+        print(f"grpo env: cannot read env/known_good.toml: {err}", file=sys.stderr)
+        return 2
+    args = build_parser(profile_ids).parse_args(argv)
+    try:
+        report = collect_report(args.profile)
+    except Exception as err:  # noqa: BLE001 - the probes are wrapped; this is the last guard against a traceback
+        print(f"grpo env: could not build the report: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+    try:
+        if args.json:
+            print(json.dumps(report, indent=2, default=str))
+        else:
+            try:
+                print_rich(report)
+            except ImportError:
+                print(render_text(report))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `grpo env | head`: the reader left; not an error worth a traceback
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
+    if not report["plain_backend_usable"]:
+        return 1
+    if args.strict and report["strict_problems"]:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""Is unsloth imported before trl / transformers / peft in this process?
+
+Unsloth patches trl, transformers and peft when it is imported. Modules imported before it keep their
+unpatched code: training then runs slower, uses more memory, and Unsloth's GRPO rewrites may be missing
+(unsloth/_gpu_init.py only *warns* about it). A module cannot be re-patched after the fact, so the only
+fix is to import unsloth first in a fresh process.
+
+The check reads `sys.modules`, a dict, which keeps insertion order, and a package is inserted there
+when its import *starts*. So "trl before unsloth" is exactly "the key 'trl' comes before 'unsloth'".
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+
+# The modules unsloth patches, in the order unsloth itself lists them (unsloth/_gpu_init.py).
+PATCHED_BY_UNSLOTH = ("trl", "transformers", "peft")
+
+
+def import_order_problems(modules: Mapping[str, object] | None = None) -> list[str]:
+    """Names of trl/transformers/peft that were imported before unsloth (or while unsloth is not imported).
+
+    Args:
+        modules: the module table to inspect; defaults to `sys.modules` (tests pass a dict).
+
+    Returns:
+        The offending names in `PATCHED_BY_UNSLOTH` order; empty when the order is fine.
+
+    >>> import_order_problems({"unsloth": 1, "trl": 1})
+    []
+    >>> import_order_problems({"trl": 1, "unsloth": 1, "peft": 1})
+    ['trl']
+    >>> import_order_problems({"transformers": 1})
+    ['transformers']
+    """
+    modules = sys.modules if modules is None else modules
+    order = {name: position for position, name in enumerate(modules)}
+    unsloth_position = order.get("unsloth")
+    return [
+        name
+        for name in PATCHED_BY_UNSLOTH
+        if name in order and (unsloth_position is None or order[name] < unsloth_position)
+    ]
+
+
+def require_unsloth_first(modules: Mapping[str, object] | None = None) -> None:
+    """Raise `RuntimeError` when trl/transformers/peft were imported before unsloth.
+
+    Call this right before importing unsloth (the unsloth backend does). It does nothing when the order
+    is fine.
+
+    >>> require_unsloth_first({"unsloth": 1, "trl": 1})
+    """
+    problems = import_order_problems(modules)
+    if problems:
+        names = ", ".join(problems)
+        raise RuntimeError(
+            f"{names} {'was' if len(problems) == 1 else 'were'} imported before unsloth in this process, so "
+            f"Unsloth cannot patch {'it' if len(problems) == 1 else 'them'} (slower training, more memory, "
+            "GRPO patches missing). Fix: import pipeline.backends.unsloth (or `import unsloth`) before trl, "
+            "transformers and peft, i.e. as the first import of your script or the first notebook cell, then "
+            "restart the Python process or notebook runtime (an already imported module cannot be re-patched)."
+        )

@@ -1,0 +1,360 @@
+"""The known-good matrix (`env/known_good.toml`) as typed, read-only objects.
+
+The TOML file is the single source of truth for versions; this module only parses and validates it.
+It imports nothing heavy (stdlib + `packaging`), so `grpo env` and `grpo --help` stay fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+
+MATRIX_PATH = Path(__file__).with_name("known_good.toml")
+
+# The two install sets: "plain" is the base install, "gpu" is base + the `gpu` extra.
+SET_NAMES = ("plain", "gpu")
+SEVERITIES = ("error", "warn")
+
+_EXACT = re.compile(r"^==\s*([0-9][^,*;\s]*)$")
+
+
+class MatrixError(ValueError):
+    """`known_good.toml` is malformed; the message names the table and field."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One package of an install set, as written in `known_good.toml`."""
+
+    name: str  # as written, e.g. "unsloth_zoo"; compare with `key`
+    spec: str  # PEP 440 specifier without the name, e.g. "==1.15.0" or ">=2.5,<2.15"
+    group: str  # "plain" or "gpu": the table it came from
+    why: str
+    disables: str
+    module: str  # import name, e.g. "yaml" for pyyaml
+    tested: str | None = None  # for a range: the version CI runs and whose METADATA is checked
+    core: bool = False  # the plain backend cannot run without it
+    extras: tuple[str, ...] = ()  # extras of this package whose requirements we rely on
+    note: str = ""
+
+    @property
+    def key(self) -> str:
+        """Canonical (PEP 503) name, used for every comparison: "unsloth-zoo", "math-verify"."""
+        return canonicalize_name(self.name)
+
+    @property
+    def exact(self) -> str | None:
+        """The pinned version when `spec` is a single "==X", else None.
+
+        >>> Pin("trl", "==1.15.0", "plain", "", "", "trl").exact
+        '1.15.0'
+        """
+        match = _EXACT.match(self.spec.strip())
+        return match.group(1) if match else None
+
+    @property
+    def version(self) -> str | None:
+        """The one concrete version the matrix vouches for: the exact pin, else `tested`."""
+        return self.exact or self.tested
+
+    @property
+    def requirement(self) -> str:
+        """The pip requirement string, e.g. ``trl==1.15.0``."""
+        return f"{self.name}{self.spec}"
+
+
+@dataclass(frozen=True)
+class KnownBad:
+    """A combination that breaks. See the comment above `[[known_bad]]` in the TOML for the semantics."""
+
+    id: str
+    severity: str  # "error" or "warn"
+    why: str
+    fix: str
+    when: Mapping[str, str] = field(default_factory=dict)
+    unless: Mapping[str, str] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Runtime settings for one platform (Colab T4, AutoDL 4090, ...)."""
+
+    id: str
+    title: str
+    platform: str  # "colab" or "autodl"
+    backend: str  # "unsloth" or "plain"
+    install: str  # which install set: "gpu" or "plain"
+    dtype: str
+    recipe: str
+    bf16: bool
+    standby: bool
+    float8_kv_cache: bool
+    data_dir: str
+    cache_dir: str
+    output_dir: str
+    compute_capability: str
+    gpu_match: tuple[str, ...] = ()
+    memory_gib: float | None = None
+    smaller_recipe: str | None = None
+    gpu_memory_utilization: float | None = None
+    torch_index: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (tuples become lists)."""
+        out = dataclasses.asdict(self)
+        out["env"] = dict(self.env)
+        return out
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """The whole known-good matrix."""
+
+    schema: int
+    python: str
+    checked_pythons: tuple[str, ...]
+    plain: Mapping[str, Pin]  # keyed by canonical name
+    gpu: Mapping[str, Pin]
+    known_bad: tuple[KnownBad, ...]
+    profiles: Mapping[str, Profile]
+    notebook: Mapping[str, Any]
+
+    def packages(self, set_name: str) -> dict[str, Pin]:
+        """The pins of an install set, keyed by canonical name, in file order.
+
+        "plain" is the base install; "gpu" is plain plus the gpu extra, where a gpu pin replaces the plain
+        entry of the same package for display and pip commands (both specifiers still apply: see `specifier`).
+        """
+        if set_name == "plain":
+            return dict(self.plain)
+        if set_name == "gpu":
+            merged = dict(self.plain)
+            merged.update(self.gpu)
+            return merged
+        raise MatrixError(f"unknown install set {set_name!r}; expected one of {SET_NAMES}")
+
+    def specifier(self, set_name: str, name: str) -> SpecifierSet:
+        """Every specifier that applies to `name` in `set_name` (for torch in "gpu": plain range AND ==2.14.0)."""
+        key = canonicalize_name(name)
+        specs = [self.plain[key].spec] if key in self.plain else []
+        if set_name == "gpu" and key in self.gpu:
+            specs.append(self.gpu[key].spec)
+        if not specs:
+            raise MatrixError(f"{name!r} is not in the {set_name!r} set")
+        return SpecifierSet(",".join(specs))
+
+    def gpu_only(self) -> dict[str, Pin]:
+        """Packages that only the gpu extra installs (unsloth, vllm, ...): not torch, which both sets have."""
+        return {key: pin for key, pin in self.gpu.items() if key not in self.plain}
+
+
+def pip_install_command(target: str, matrix: Matrix | None = None, *, only: list[str] | None = None) -> str:
+    """The exact pip command that installs an install set ("plain" / "gpu") or a profile's set.
+
+    Args:
+        target: "plain", "gpu", or a profile id such as "colab-t4".
+        matrix: defaults to `load_matrix()`.
+        only: restrict to these package names (e.g. just the drifted ones); default: the whole set.
+
+    >>> pip_install_command("plain", only=["trl"])
+    'python -m pip install "trl==1.15.0"'
+    >>> 'vllm==0.33.0' in pip_install_command("colab-t4")
+    True
+    """
+    matrix = matrix or load_matrix()
+    extra_args: list[str] = []
+    if target in matrix.profiles:
+        profile = matrix.profiles[target]
+        set_name = profile.install
+        if profile.torch_index:
+            # An extra index, not --index-url: the rest still comes from PyPI, and pip prefers the
+            # index's "+cu128" local version over the plain PyPI release of the same number.
+            extra_args = ["--extra-index-url", profile.torch_index]
+    elif target in SET_NAMES:
+        set_name = target
+    else:
+        raise MatrixError(
+            f"unknown install target {target!r}; expected one of {SET_NAMES} or a profile: {sorted(matrix.profiles)}"
+        )
+    pins = matrix.packages(set_name)
+    if only is not None:
+        wanted = {canonicalize_name(name) for name in only}
+        unknown = wanted - set(pins)
+        if unknown:
+            raise MatrixError(f"{sorted(unknown)} are not in the {set_name!r} set")
+        pins = {key: pin for key, pin in pins.items() if key in wanted}
+    # Double quotes, not shlex.quote: they work the same in bash, zsh, a Colab `!` cell and Windows cmd.
+    requirements = [f'"{pin.requirement}"' for pin in pins.values()]
+    return " ".join(["python", "-m", "pip", "install", *map(shlex.quote, extra_args), *requirements])
+
+
+@lru_cache(maxsize=4)
+def _load_cached(path: str) -> Matrix:
+    return matrix_from_dict(_read_toml(Path(path)))
+
+
+def load_matrix(path: str | Path | None = None) -> Matrix:
+    """Load and validate `env/known_good.toml` (or `path`). Cached per path.
+
+    >>> m = load_matrix()
+    >>> m.plain["trl"].exact, m.gpu["vllm"].exact
+    ('1.15.0', '0.33.0')
+    """
+    return _load_cached(str(Path(path) if path is not None else MATRIX_PATH))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib  # stdlib since 3.11
+    except ModuleNotFoundError as err:  # pragma: no cover - only on Python < 3.11
+        raise MatrixError(
+            "reading env/known_good.toml needs Python >= 3.11 (tomllib); this project requires 3.11+"
+        ) from err
+    with open(path, "rb") as handle:
+        try:
+            return tomllib.load(handle)
+        except tomllib.TOMLDecodeError as err:
+            raise MatrixError(f"{path}: invalid TOML: {err}") from err
+
+
+# --- validation: hand-written because the schema is small and the errors must name the field -----------
+
+_PIN_FIELDS = {"spec", "tested", "module", "core", "extras", "why", "disables", "note"}
+_BAD_FIELDS = {"id", "severity", "when", "unless", "missing", "why", "fix"}
+_PROFILE_FIELDS = {f.name for f in dataclasses.fields(Profile)} - {"id"}
+
+
+def _require(table: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in table:
+        raise MatrixError(f"{where}: missing field {key!r}")
+    value = table[key]
+    if not isinstance(value, kind):
+        raise MatrixError(f"{where}.{key}: expected {kind}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _check_spec(spec: str, where: str) -> str:
+    try:
+        SpecifierSet(spec)
+    except InvalidSpecifier as err:
+        raise MatrixError(f"{where}: invalid version specifier {spec!r}: {err}") from err
+    return spec
+
+
+def _unknown(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    extra = set(table) - allowed
+    if extra:
+        raise MatrixError(f"{where}: unknown field(s) {sorted(extra)}; allowed: {sorted(allowed)}")
+
+
+def _parse_pins(tables: Mapping[str, Any], group: str) -> dict[str, Pin]:
+    pins: dict[str, Pin] = {}
+    for name, table in tables.items():
+        where = f"[{group}.{name}]"
+        if not isinstance(table, Mapping):
+            raise MatrixError(f"{where}: expected a table")
+        _unknown(table, _PIN_FIELDS, where)
+        pin = Pin(
+            name=name,
+            spec=_check_spec(_require(table, "spec", where, str), f"{where}.spec"),
+            group=group,
+            why=_require(table, "why", where, str),
+            disables=_require(table, "disables", where, str),
+            module=_require(table, "module", where, str),
+            tested=table.get("tested"),
+            core=bool(table.get("core", False)),
+            extras=tuple(table.get("extras", ())),
+            note=table.get("note", ""),
+        )
+        if pin.exact is None and pin.tested is None:
+            raise MatrixError(f"{where}: a range needs `tested` (the version CI runs and METADATA is checked for)")
+        if pin.key in pins:
+            raise MatrixError(f"{where}: duplicate package (same canonical name as {pins[pin.key].name!r})")
+        pins[pin.key] = pin
+    return pins
+
+
+def _parse_known_bad(entries: list[Any]) -> tuple[KnownBad, ...]:
+    out = []
+    for index, entry in enumerate(entries):
+        where = f"[[known_bad]] #{index + 1}"
+        if not isinstance(entry, Mapping):
+            raise MatrixError(f"{where}: expected a table")
+        _unknown(entry, _BAD_FIELDS, where)
+        severity = _require(entry, "severity", where, str)
+        if severity not in SEVERITIES:
+            raise MatrixError(f"{where}.severity: {severity!r} is not one of {SEVERITIES}")
+        when = dict(entry.get("when", {}))
+        unless = dict(entry.get("unless", {}))
+        for part, conditions in (("when", when), ("unless", unless)):
+            for name, spec in conditions.items():
+                if spec:
+                    _check_spec(spec, f"{where}.{part}.{name}")
+        out.append(
+            KnownBad(
+                id=_require(entry, "id", where, str),
+                severity=severity,
+                why=_require(entry, "why", where, str),
+                fix=_require(entry, "fix", where, str),
+                when=when,
+                unless=unless,
+                missing=tuple(entry.get("missing", ())),
+            )
+        )
+    ids = [bad.id for bad in out]
+    if len(ids) != len(set(ids)):
+        raise MatrixError(f"[[known_bad]]: duplicate ids in {ids}")
+    return tuple(out)
+
+
+def _parse_profiles(tables: Mapping[str, Any]) -> dict[str, Profile]:
+    profiles = {}
+    for profile_id, table in tables.items():
+        where = f"[profiles.{profile_id}]"
+        _unknown(table, _PROFILE_FIELDS, where)
+        install = _require(table, "install", where, str)
+        if install not in SET_NAMES:
+            raise MatrixError(f"{where}.install: {install!r} is not one of {SET_NAMES}")
+        utilization = table.get("gpu_memory_utilization")
+        if utilization is not None and not 0.0 < float(utilization) < 1.0:
+            raise MatrixError(f"{where}.gpu_memory_utilization: {utilization} must be in (0, 1)")
+        kwargs = {key: table[key] for key in _PROFILE_FIELDS if key in table}
+        for key in ("gpu_match", "notes"):
+            if key in kwargs:
+                kwargs[key] = tuple(kwargs[key])
+        try:
+            profiles[profile_id] = Profile(id=profile_id, **kwargs)
+        except TypeError as err:  # a required field is missing
+            raise MatrixError(f"{where}: {err}") from err
+    return profiles
+
+
+def matrix_from_dict(data: Mapping[str, Any]) -> Matrix:
+    """Build a `Matrix` from the parsed TOML (tests use this to check mutated copies)."""
+    plain = _parse_pins(_require(data, "plain", "known_good.toml", Mapping), "plain")
+    gpu = _parse_pins(_require(data, "gpu", "known_good.toml", Mapping), "gpu")
+    for key, pin in gpu.items():
+        if key in plain and pin.exact is None:
+            raise MatrixError(f"[gpu.{pin.name}]: a gpu entry that overrides [plain] must be an exact '==' pin")
+    return Matrix(
+        schema=_require(data, "schema", "known_good.toml", int),
+        python=_check_spec(_require(data, "python", "known_good.toml", str), "python"),
+        checked_pythons=tuple(_require(data, "checked_pythons", "known_good.toml", list)),
+        plain=plain,
+        gpu=gpu,
+        known_bad=_parse_known_bad(data.get("known_bad", [])),
+        profiles=_parse_profiles(data.get("profiles", {})),
+        notebook=dict(data.get("notebook", {})),
+    )

@@ -1,0 +1,231 @@
+"""Facts about this machine for `grpo env`: Python, OS, platform hints, installed packages, GPU.
+
+Every probe returns plain data and never raises: a half-installed environment (METADATA without a
+module, an unparsable version, a torch that fails to import) is reported, not crashed on.
+
+Only `gpu_info()` may import torch, and only when an NVIDIA GPU is visible from the filesystem first:
+importing torch costs seconds, and on a machine without a GPU it would tell us nothing the files don't.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import re
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+_DRIVER_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
+
+
+def python_info() -> dict[str, Any]:
+    """Interpreter version, implementation and path."""
+    return {
+        "version": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+    }
+
+
+def os_info() -> dict[str, Any]:
+    """OS name, release and machine, e.g. Linux / 6.8.0 / x86_64."""
+    return {
+        "system": platform.system(),
+        "release": platform.release(),
+        "machine": platform.machine(),
+        "platform": platform.platform(terse=True),
+    }
+
+
+def platform_hints() -> dict[str, bool]:
+    """Cheap guesses at the hosting platform, used only to suggest a profile.
+
+    Colab sets several COLAB_* environment variables; AutoDL mounts its data disk at /root/autodl-tmp.
+    """
+    return {
+        "colab": any(key.startswith("COLAB_") for key in os.environ),
+        "autodl": Path("/root/autodl-tmp").is_dir(),
+        "wsl": "microsoft" in platform.release().lower(),
+    }
+
+
+@dataclass
+class Installed:
+    """What is on disk for one package."""
+
+    name: str
+    state: str  # "installed", "missing" or "broken"
+    version: str | None = None  # None when missing, or when METADATA has no Version
+    detail: str = ""  # why it is broken
+    requires: tuple[str, ...] = ()  # its Requires-Dist lines, for the constraint check
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("requires")
+        return out
+
+
+def installed_package(name: str, module: str) -> Installed:
+    """Look `name` up through importlib.metadata (first match on sys.path, as import would) without importing it.
+
+    "broken" means METADATA exists but the version is absent/unparsable, or the import name `module`
+    cannot be found (a half-finished `pip uninstall`, a deleted site-packages folder).
+    """
+    try:
+        dist = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return Installed(name, "missing")
+    except Exception as err:  # noqa: BLE001 - a corrupt dist-info can make the lookup itself fail
+        return Installed(name, "broken", detail=f"reading its metadata failed: {type(err).__name__}: {err}")
+    try:
+        version = dist.version
+    except Exception as err:  # noqa: BLE001 - a probe must report, never crash
+        return Installed(name, "broken", detail=f"METADATA unreadable: {type(err).__name__}: {err}")
+    try:
+        requires = tuple(dist.requires or ())
+    except Exception:  # noqa: BLE001 - a probe must report, never crash
+        requires = ()
+    if not version:
+        return Installed(name, "broken", detail="METADATA has no Version field", requires=requires)
+    try:
+        Version(version)
+    except InvalidVersion:
+        return Installed(
+            name, "broken", version=version, detail=f"version {version!r} is not PEP 440", requires=requires
+        )
+    try:
+        spec = importlib.util.find_spec(module)
+    except Exception as err:  # noqa: BLE001 - a probe must report, never crash
+        spec, error = None, f"{type(err).__name__}: {err}"
+    else:
+        error = "not found on sys.path"
+    if spec is None:
+        return Installed(
+            name,
+            "broken",
+            version=version,
+            detail=f"METADATA says {version} but module {module!r} is {error} (half-installed? reinstall it)",
+            requires=requires,
+        )
+    return Installed(name, "installed", version=version, requires=requires)
+
+
+def torch_build() -> dict[str, Any]:
+    """torch's version and the CUDA/HIP it was built for, read from torch/version.py *without* importing torch."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except Exception:  # noqa: BLE001 - a probe must report, never crash
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        tree = ast.parse(version_file.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    values: dict[str, Any] = {}
+    for node in tree.body:
+        # version.py is generated as plain assignments: `cuda: Optional[str] = '13.0'`
+        target, value = None, None
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            target, value = node.target.id, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            target, value = node.targets[0].id, node.value
+        if target in ("__version__", "cuda", "hip") and isinstance(value, ast.Constant):
+            values[target.strip("_")] = value.value
+    return values
+
+
+def nvidia_driver_version() -> str | None:
+    """The NVIDIA kernel driver version (e.g. "580.65.06") from /proc, or None (no driver, WSL, macOS)."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text(errors="replace")
+    except OSError:
+        return None
+    match = _DRIVER_VERSION.search(text)
+    return match.group(1) if match else None
+
+
+def nvidia_evidence() -> list[str]:
+    """Filesystem signs of an NVIDIA GPU; empty means none, and then torch is not imported at all."""
+    evidence = []
+    try:
+        gpus = Path("/proc/driver/nvidia/gpus")
+        if gpus.is_dir() and any(gpus.iterdir()):
+            evidence.append("/proc/driver/nvidia/gpus")
+        devices = sorted(p.name for p in Path("/dev").glob("nvidia[0-9]*"))
+        if devices:
+            evidence.append("/dev/" + devices[0])
+        if Path("/dev/dxg").exists():  # WSL2 exposes GPUs through /dev/dxg
+            evidence.append("/dev/dxg")
+    except OSError:
+        pass
+    if shutil.which("nvidia-smi"):
+        evidence.append("nvidia-smi on PATH")
+    return evidence
+
+
+def gpu_info(torch_state: str) -> dict[str, Any]:
+    """GPU name, memory, compute capability and bf16 support via torch, or the reason it was not probed.
+
+    Args:
+        torch_state: the `Installed.state` of torch; torch is imported only when "installed" and a GPU is visible.
+    """
+    build = torch_build()
+    info: dict[str, Any] = {
+        "probed": False,
+        "evidence": nvidia_evidence(),
+        "driver": nvidia_driver_version(),
+        "torch_cuda": build.get("cuda"),
+        "devices": [],
+    }
+    if torch_state != "installed":
+        info["reason"] = f"torch is {torch_state}"
+        return info
+    if not info["evidence"]:
+        info["reason"] = (
+            "no NVIDIA GPU visible (no /proc/driver/nvidia, /dev/nvidia*, /dev/dxg or nvidia-smi); torch not imported"
+        )
+        return info
+    try:
+        import torch  # the one heavy import in `grpo env`, only on machines that show a GPU
+    except Exception as err:  # noqa: BLE001 - a broken torch install fails at import in many ways (missing .so, ABI)
+        info["reason"] = f"import torch failed: {type(err).__name__}: {err}"
+        return info
+    info["probed"] = True
+    try:
+        info["cuda_available"] = bool(torch.cuda.is_available())
+        driver_api = getattr(torch._C, "_cuda_getDriverVersion", None)
+        if driver_api is not None and torch.version.cuda:
+            raw = int(driver_api())  # e.g. 12040 -> CUDA 12.4: the newest CUDA this driver supports
+            info["driver_cuda"] = f"{raw // 1000}.{raw % 1000 // 10}" if raw else None
+        if not info["cuda_available"]:
+            info["reason"] = (
+                "torch is a CPU build" if not torch.version.cuda else
+                f"torch (built for CUDA {torch.version.cuda}) sees no usable GPU: driver too old or no device"
+            )  # fmt: skip
+            return info
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            info["devices"].append(
+                {
+                    "index": index,
+                    "name": props.name,
+                    "memory_gib": round(props.total_memory / 2**30, 1),
+                    "compute_capability": f"{props.major}.{props.minor}",
+                    # Native bf16 needs Ampere (sm80)+. torch.cuda.is_bf16_supported() can say True on
+                    # older cards through emulation, but vLLM refuses bf16 below 8.0, so that is the test.
+                    "bf16": props.major >= 8,
+                }
+            )
+    except Exception as err:  # noqa: BLE001 - a probe must report, never crash
+        info["error"] = f"{type(err).__name__}: {err}"
+    return info

@@ -1,0 +1,168 @@
+"""GPU memory settings for the Unsloth backend: vLLM standby and `gpu_memory_utilization`.
+
+Unsloth runs vLLM *inside* the training process and shares the model weights with it
+(unsloth/models/llama.py:4263-4298, `llm.shared_weights = True`). `gpu_memory_utilization`
+is the share of the whole GPU that vLLM reserves for those weights plus its KV cache;
+training (activations, LoRA gradients, optimizer state, chunked logits) lives in the rest.
+
+Standby (`UNSLOTH_VLLM_STANDBY=1`) puts vLLM's KV cache to sleep while the trainer runs
+its forward/backward and wakes it for generation, so both sides can use most of the GPU.
+With standby on, unsloth_zoo *replaces* whatever `gpu_memory_utilization` we pass with its
+own tier (unsloth_zoo/vllm_utils.py:4487-4496, unless UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE=1),
+so the `auto` value below is exactly that tier: what we log is what vLLM gets.
+
+Nothing here imports torch at module import time.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Optional
+
+from pipeline.config import ConfigError, PipelineConfig
+
+# unsloth_zoo/vllm_utils.py:4449-4480 (the vLLM >= 0.11 branch; the pinned vLLM is 0.33).
+# Unsloth keys its tier on "10% of VRAM in GiB" (`ten_percent = total_memory / 1024**3 * 0.1`),
+# then multiplies by 0.95 because vLLM >= 0.11 needs more headroom. We compare and multiply the
+# same way so the float is bit-identical to Unsloth's and it prints no "Changing
+# gpu_memory_utilization" message. Rows: (minimum ten_percent, tier).
+STANDBY_TIERS: tuple[tuple[float, float], ...] = (
+    (4.0, 0.925),  # >= 40 GiB: A100/H100 40-80 GB, A6000 48 GB
+    (2.5, 0.9),    # >= 25 GiB: V100 32 GB, RTX 5090
+    (2.0, 0.825),  # >= 20 GiB: L4 / RTX 4090 / A10 (22-24 GiB)
+    (1.4, 0.8),    # >= 14 GiB: T4 (14.7 GiB), 16 GB cards
+    (1.0, 0.775),  # >= 10 GiB: 12 GB cards
+    (0.0, 0.75),   # smaller cards
+)
+STANDBY_HEADROOM = 0.95  # unsloth_zoo/vllm_utils.py:4480
+
+# Without standby vLLM keeps its whole reservation for the entire run, so training only
+# gets the remainder. Training needs a roughly fixed amount for a given model and batch
+# (activations, chunked logits, LoRA gradients, 8-bit Adam state; our estimate for Qwen2.5-1.5B/3B
+# with 8 x 1024-token completions is 6-8 GiB, not measured here), so small cards must leave a
+# larger *share* to training:
+#   <= 16 GiB: 0.5  -> ~7.4 GiB left on a T4 (also Unsloth's from_pretrained default, loader.py:1263)
+#   <= 24 GiB: 0.55 -> ~10 GiB left on an L4 / RTX 4090
+#   <= 48 GiB: 0.6  -> ~16-19 GiB left on an A100-40GB / A6000
+#   larger:    0.7  -> ~24 GiB left on an 80 GB card
+NO_STANDBY_TABLE: tuple[tuple[float, float], ...] = (
+    (16.0, 0.5),
+    (24.0, 0.55),
+    (48.0, 0.6),
+    (float("inf"), 0.7),
+)
+
+
+def cuda_available() -> bool:
+    """True when torch sees a CUDA GPU. Importing torch before unsloth is fine: Unsloth only
+    checks that trl/transformers/peft come after it (unsloth/_gpu_init.py:20-21)."""
+    from pipeline.backends import cuda_available as _cuda_available
+
+    return _cuda_available()
+
+
+def gpu_total_gib(device: int = 0) -> float:
+    """Total memory of the GPU in GiB, the unit Unsloth's standby tiers use."""
+    import torch
+
+    return torch.cuda.get_device_properties(device).total_memory / 1024**3
+
+
+def standby_enabled(cfg: PipelineConfig, has_cuda: Optional[bool] = None) -> bool:
+    """Resolve `vllm_standby: auto|true|false`.
+
+    `auto` turns standby on whenever a CUDA GPU is present: the official Qwen2.5 GRPO notebook
+    sets UNSLOTH_VLLM_STANDBY=1 unconditionally (T4 included), and Unsloth has a tier for every
+    GPU size (STANDBY_TIERS); sharing memory helps small cards most.
+
+    >>> from pipeline.config import PipelineConfig
+    >>> standby_enabled(PipelineConfig().replace(vllm_standby="auto"), has_cuda=True)
+    True
+    >>> standby_enabled(PipelineConfig().replace(vllm_standby="false"), has_cuda=True)
+    False
+    """
+    value = str(cfg.model.vllm_standby).strip().lower()  # a YAML `true` arrives as a bool
+    if value == "true":
+        return True
+    if value == "false":
+        return False
+    if value == "auto":
+        return cuda_available() if has_cuda is None else bool(has_cuda)
+    raise ConfigError("vllm_standby", f"got {cfg.model.vllm_standby!r}; choose auto, true or false.")
+
+
+def choose_gpu_memory_utilization(total_gib: float, standby: bool) -> float:
+    """The `auto` share of GPU memory for vLLM, from the GPU size and standby (see the tables above).
+
+    >>> choose_gpu_memory_utilization(80.0, standby=True) == 0.925 * 0.95
+    True
+    >>> choose_gpu_memory_utilization(14.7, standby=False)
+    0.5
+    >>> choose_gpu_memory_utilization(22.0, standby=False)
+    0.55
+    """
+    if not total_gib > 0:
+        raise ValueError(f"total_gib must be positive, got {total_gib!r}")
+    if standby:
+        ten_percent = total_gib * 0.1
+        for min_ten_percent, tier in STANDBY_TIERS:
+            if ten_percent >= min_ten_percent:
+                return tier * STANDBY_HEADROOM
+    for max_gib, share in NO_STANDBY_TABLE:
+        if total_gib <= max_gib:
+            return share
+    raise AssertionError("unreachable: the last row has no upper bound")
+
+
+def parse_gpu_memory_utilization(value: object) -> Optional[float]:
+    """`auto` -> None; a number in (0, 1] -> float; anything else is a ConfigError.
+
+    >>> parse_gpu_memory_utilization("0.6")
+    0.6
+    >>> parse_gpu_memory_utilization("auto") is None
+    True
+    """
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        share = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError("gpu_memory_utilization", f"got {value!r}; use `auto` or a number in (0, 1] "
+                          "such as 0.6 (the share of GPU memory vLLM may reserve).") from None
+    if not 0.0 < share <= 1.0:
+        raise ConfigError("gpu_memory_utilization", f"got {share}; it is a share of GPU memory, so use a "
+                          "number in (0, 1] such as 0.6, or `auto`.")
+    return share
+
+
+def resolve_gpu_memory_utilization(cfg: PipelineConfig, total_gib: Optional[float] = None,
+                                   standby: Optional[bool] = None) -> float:
+    """The float to pass to `FastLanguageModel.from_pretrained(gpu_memory_utilization=...)`.
+
+    `total_gib` and `standby` default to the visible GPU and `standby_enabled(cfg)`.
+
+    >>> from pipeline.config import PipelineConfig
+    >>> resolve_gpu_memory_utilization(PipelineConfig().replace(gpu_memory_utilization="0.45"), 24.0, False)
+    0.45
+    >>> resolve_gpu_memory_utilization(PipelineConfig(), total_gib=15.0, standby=False)
+    0.5
+    """
+    explicit = parse_gpu_memory_utilization(cfg.model.gpu_memory_utilization)
+    if standby is None:
+        standby = standby_enabled(cfg)
+    if explicit is None or standby:
+        if total_gib is None:
+            total_gib = gpu_total_gib()
+    if explicit is None:
+        return choose_gpu_memory_utilization(total_gib, standby)
+    if standby and os.environ.get("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", "0") == "0":
+        tier = choose_gpu_memory_utilization(total_gib, standby=True)
+        if abs(tier - explicit) > 1e-9:
+            warnings.warn(
+                f"gpu_memory_utilization={explicit} will be replaced by Unsloth's standby tier {tier:.4f} for a "
+                f"{total_gib:.1f} GiB GPU (unsloth_zoo load_vllm). Set gpu_memory_utilization: auto to silence this, "
+                "or export UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE=1 to keep your value.",
+                stacklevel=2,
+            )
+    return explicit

@@ -1,0 +1,278 @@
+"""Plots of a training run, drawn from output_dir/metrics.jsonl into output_dir/plots/*.png.
+
+metrics.jsonl holds one JSON object per logged step with TRL's keys (step, reward,
+reward_std, rewards/<name>/mean, kl, completions/mean_length, loss, grad_norm, health/*).
+A metric that a run did not log (kl with beta = 0, health/* without the observer) is skipped;
+a line that is not valid JSON (a run killed mid-write) is skipped with a warning naming it.
+NaN/inf, written as numbers (Python's json) or as the strings "nan"/"inf" (pipeline.run_logging),
+show as gaps, and as red crosses on the loss / grad_norm plot.
+
+matplotlib is imported inside `plot_run` with the Agg backend, so the module imports fast and
+plotting works on a headless server.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from pipeline.monitors import (
+    BETA,
+    GARBLED_RATE,
+    INCOMPLETE_UTF8_SHARE,
+    NO_ANSWER_RATE,
+    OBSERVER_NAME,
+    REPETITION_RATE,
+)
+
+METRICS_FILE = "metrics.jsonl"
+PLOTS_DIR = "plots"
+REWARD_KEY = re.compile(r"^rewards/(?P<name>.+)/mean$")
+
+# Health rates share one [0, 1] axis: label per metric key.
+HEALTH_RATES = {
+    GARBLED_RATE: "garbled completions",
+    REPETITION_RATE: "repeated 4-grams",
+    NO_ANSWER_RATE: "no <answer> block",
+    INCOMPLETE_UTF8_SHARE: "incomplete-UTF-8 tokens",
+}
+
+Series = tuple[list[int], list[float]]
+NON_FINITE_STRINGS = {"nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity"}
+
+
+def read_metrics(path: str | Path) -> dict[int, dict[str, Any]]:
+    """Logged rows keyed by step. Rows of the same step merge (a resumed run's re-logged step wins).
+
+    >>> import tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "metrics.jsonl")
+    >>> _ = open(path, "w").write('{"step": 1, "loss": 0.5}\\n{"step": 1, "kl": 0.1}\\n{"step": 2, "loss": NaN}\\n')
+    >>> rows = read_metrics(path)
+    >>> rows[1], math.isnan(rows[2]["loss"])
+    ({'step': 1, 'loss': 0.5, 'kl': 0.1}, True)
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no metrics file at {path}; plots are drawn from the {METRICS_FILE} a "
+                                "training run writes into its output_dir.")
+    rows: dict[int, dict[str, Any]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)  # accepts NaN/Infinity, which Python's json writes for non-finite floats
+        except json.JSONDecodeError as err:
+            warnings.warn(f"{path}:{number}: skipped a line that is not valid JSON ({err.msg})", stacklevel=2)
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("step"), (int, float)):
+            warnings.warn(f"{path}:{number}: skipped a line without a numeric `step`", stacklevel=2)
+            continue
+        rows.setdefault(int(row["step"]), {}).update(row)
+    return dict(sorted(rows.items()))
+
+
+def series(rows: dict[int, dict[str, Any]], key: str) -> Series | None:
+    """(steps, values) of one metric; non-finite values become NaN (a gap); None when never logged.
+
+    The run's metrics writer stores NaN/inf as the strings "nan"/"inf" (JSON has no such
+    numbers); those count as non-finite values, not as missing ones.
+
+    >>> series({1: {"kl": 0.1}, 2: {"loss": 1.0}, 3: {"kl": float("inf")}, 4: {"kl": "nan"}}, "kl")
+    ([1, 3, 4], [0.1, nan, nan])
+    """
+    steps, values = [], []
+    for step, row in rows.items():
+        value = as_number(row.get(key))
+        if value is None:
+            continue
+        steps.append(step)
+        values.append(value if math.isfinite(value) else math.nan)
+    return (steps, values) if steps else None
+
+
+def as_number(value: Any) -> float | None:
+    """A logged value as a float: numbers, and the strings "nan"/"inf"/"-inf"; None for anything else.
+
+    >>> as_number(3), as_number("inf"), as_number("NaN") != as_number("NaN"), as_number("text"), as_number(True)
+    (3.0, inf, True, None, None)
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.strip().lower() in NON_FINITE_STRINGS:
+        return float(value)
+    return None
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Centred mean over `window` points (fewer at the ends), ignoring NaN; NaN where none is finite.
+
+    Centred rather than trailing so the smooth line does not lag behind the run (the plots
+    are drawn after the fact, so the future points are known).
+
+    >>> moving_average([1.0, 2.0, 3.0, float("nan"), 5.0], 3)
+    [1.5, 2.0, 2.5, 4.0, 5.0]
+    """
+    before = (window - 1) // 2
+    after = window - 1 - before
+    out = []
+    for i in range(len(values)):
+        finite = [v for v in values[max(0, i - before) : i + after + 1] if not math.isnan(v)]
+        out.append(sum(finite) / len(finite) if finite else math.nan)
+    return out
+
+
+def smoothing_window(n_points: int) -> int:
+    """About a tenth of the run, between 3 and 25 points; 0 (no smoothing line) below 8 points.
+
+    >>> smoothing_window(5), smoothing_window(40), smoothing_window(1000)
+    (0, 4, 25)
+    """
+    return 0 if n_points < 8 else min(25, max(3, n_points // 10))
+
+
+def plot_run(output_dir: str | Path) -> list[Path]:
+    """Draw the run's plots into output_dir/plots/ and return the written PNG paths.
+
+    One figure per reward function (reward_<name>.png), the total reward (reward.png), kl
+    and beta (kl.png, beta.png; only when logged), completion length (completion_length.png),
+    the health rates (health.png), and loss / grad_norm (loss.png). Each figure skips what
+    is missing; a metric never logged writes no file.
+
+    >>> import tempfile, json
+    >>> run = Path(tempfile.mkdtemp())
+    >>> lines = [json.dumps({"step": s, "reward": s / 10, "loss": 0.1}) for s in range(1, 6)]
+    >>> _ = (run / "metrics.jsonl").write_text("\\n".join(lines))
+    >>> [p.name for p in plot_run(run)]
+    ['reward.png', 'loss.png']
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on training servers; must precede pyplot
+    import matplotlib.pyplot as plt
+
+    output_dir = Path(output_dir)
+    rows = read_metrics(output_dir / METRICS_FILE)
+    plots_dir = output_dir / PLOTS_DIR
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def save(fig, name: str) -> None:
+        path = plots_dir / name
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    reward_names = sorted({m["name"] for row in rows.values() for key in row if (m := REWARD_KEY.match(key))})
+    for name in reward_names:
+        if name == OBSERVER_NAME:  # the health observer always scores 0.0; nothing to see
+            continue
+        mean = series(rows, f"rewards/{name}/mean")
+        if mean is None:
+            continue
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        _draw(ax, mean, "mean", "C0", band=series(rows, f"rewards/{name}/std"))
+        _finish(ax, f"Reward function: {name}", "reward (mean over the batch)")
+        save(fig, f"reward_{_file_safe(name)}.png")
+
+    total = series(rows, "reward")
+    if total is not None:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        _draw(ax, total, "total reward", "C0", band=series(rows, "reward_std"))
+        _finish(ax, "Total reward (weighted sum of the reward functions)", "reward (mean over the batch)")
+        save(fig, "reward.png")
+
+    kl = series(rows, "kl")
+    if kl is not None:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        _draw(ax, kl, "kl", "C3")
+        _finish(ax, "KL divergence to the reference model", "kl (per token)")
+        save(fig, "kl.png")
+
+    beta = series(rows, BETA)
+    if beta is not None:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        ax.plot(*beta, color="C4", marker=".", label="beta")
+        _finish(ax, "KL coefficient beta (adaptive beta moves it toward kl_target)", "beta")
+        save(fig, "beta.png")
+
+    length = series(rows, "completions/mean_length") or series(rows, "health/completion_length")
+    if length is not None:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        low, high = series(rows, "completions/min_length"), series(rows, "completions/max_length")
+        if low is not None and high is not None and low[0] == high[0]:
+            ax.fill_between(low[0], low[1], high[1], color="C2", alpha=0.15, label="min..max")
+        _draw(ax, length, "mean length", "C2")
+        _finish(ax, "Completion length", "tokens")
+        save(fig, "completion_length.png")
+
+    rates = {key: s for key in HEALTH_RATES if (s := series(rows, key)) is not None}
+    if rates:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for index, (key, data) in enumerate(rates.items()):
+            _draw(ax, data, HEALTH_RATES[key], f"C{index}", compact=True)
+        ax.set_ylim(-0.02, 1.02)
+        window = smoothing_window(max(len(data[0]) for data in rates.values()))
+        subtitle = f"\nthin: per step, bold: {window}-step average" if window else ""
+        _finish(ax, f"Training health (share per batch){subtitle}", "share")
+        save(fig, "health.png")
+
+    loss, grad_norm = series(rows, "loss"), series(rows, "grad_norm")
+    if loss is not None or grad_norm is not None:
+        panels = [(name, data) for name, data in (("loss", loss), ("grad_norm", grad_norm)) if data is not None]
+        fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False)
+        for ax, (name, data) in zip(axes[:, 0], panels):
+            _draw(ax, data, name, "C1" if name == "loss" else "C5")
+            _mark_non_finite(ax, rows, name)
+            _finish(ax, "Loss and gradient norm" if ax is axes[0, 0] else None, name,
+                    xlabel=ax is axes[-1, 0])
+        save(fig, "loss.png")
+    return written
+
+
+def _draw(ax, data: Series, label: str, color: str, band: Series | None = None, compact: bool = False) -> None:
+    """Raw values as a thin line with dots, the moving average as a bold line, +-std as a band.
+
+    `compact` (several series on one axis) labels only the bold line, to keep the legend short.
+    """
+    steps, values = data
+    window = smoothing_window(len(values))
+    raw_label = label if not window else (None if compact else f"{label} (per step)")
+    ax.plot(steps, values, color=color, alpha=0.45 if window else 0.9, linewidth=1, marker=".",
+            markersize=3, label=raw_label)
+    if window:
+        ax.plot(steps, moving_average(values, window), color=color, linewidth=2.2,
+                label=label if compact else f"{label} ({window}-step average)")
+    if band is not None and band[0] == steps:
+        low = [v - s for v, s in zip(values, band[1])]
+        high = [v + s for v, s in zip(values, band[1])]
+        ax.fill_between(steps, low, high, color=color, alpha=0.12, label="+-1 std")
+
+
+def _mark_non_finite(ax, rows: dict[int, dict[str, Any]], key: str) -> None:
+    """Red crosses on the x axis where the metric was NaN/inf (a gap alone is easy to miss)."""
+    bad = [step for step, row in rows.items()
+           if (value := as_number(row.get(key))) is not None and not math.isfinite(value)]
+    if bad:
+        ax.scatter(bad, [0] * len(bad), marker="x", color="red", s=60, zorder=5,
+                   transform=ax.get_xaxis_transform(), clip_on=False, label=f"{key} NaN/inf")
+
+
+def _finish(ax, title: str | None, ylabel: str, xlabel: bool = True) -> None:
+    if title:
+        ax.set_title(title)
+    if xlabel:
+        ax.set_xlabel("training step")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+
+
+def _file_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)

@@ -1,0 +1,294 @@
+"""The known-good matrix against the packages' real METADATA, against pyproject.toml, and against itself.
+
+All offline: the METADATA records in env/metadata/ were fetched with `python env/fetch_metadata.py`.
+"""
+
+import copy
+import math
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+from env.compat import METADATA_DIR, check_set, load_metadata, metadata_filename, pyproject_disagreements
+from env.doctor import known_bad_applies
+from env.fetch_metadata import metadata_targets
+from env.matrix import MATRIX_PATH, MatrixError, load_matrix, matrix_from_dict, pip_install_command
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return load_matrix()
+
+
+def raw_matrix() -> dict:
+    """A fresh, mutable copy of the parsed TOML, for building broken variants."""
+    with open(MATRIX_PATH, "rb") as handle:
+        return tomllib.load(handle)
+
+
+# --- the declared constraints -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("set_name", ["plain", "gpu"])
+def test_every_declared_requirement_is_satisfied(matrix, set_name):
+    violations = check_set(matrix, set_name)
+    assert violations == [], "\n".join(map(str, violations))
+
+
+def test_gpu_set_is_checked_for_the_requirements_that_matter(matrix):
+    """Guard against a checker that passes because it checks nothing: the key edges must be evaluated."""
+    unsloth = load_metadata("unsloth", matrix.gpu["unsloth"].exact)
+    vllm = load_metadata("vllm", matrix.gpu["vllm"].exact)
+    assert any(line.startswith("trl") and "<=1.15.0" in line for line in unsloth["requires_dist"])
+    assert "torch==2.14.0" in vllm["requires_dist"]
+    # Make vllm's torch pin fail on purpose and watch it be reported.
+    data = raw_matrix()
+    data["gpu"]["torch"]["spec"] = "==2.13.0"
+    data["plain"]["torch"]["tested"] = "2.13.0"
+    violations = check_set(matrix_from_dict(data), "gpu")
+    assert any(v.package == "vllm" and v.target == "torch" and v.target_version == "2.13.0" for v in violations)
+
+
+def test_bumping_trl_is_reported_naming_both_packages():
+    data = raw_matrix()
+    data["plain"]["trl"]["spec"] = "==1.16.0"
+    violations = check_set(matrix_from_dict(data), "gpu")
+    by_edge = {(v.package, v.target): v for v in violations if v.kind == "requires-dist"}
+    assert ("unsloth", "trl") in by_edge and ("unsloth_zoo", "trl") in by_edge
+    message = str(by_edge[("unsloth", "trl")])
+    assert "unsloth 2026.10.9" in message and "trl 1.16.0" in message and "<=1.15.0" in message
+    # ... and the bump without refreshed METADATA is reported too.
+    assert any(v.kind == "missing-metadata" and v.package == "trl" for v in violations)
+
+
+def test_a_range_floor_below_a_dependency_is_reported():
+    """pyproject once said torch>=2.4; transformers 5.17.0 disables PyTorch below 2.5 (its [torch] extra)."""
+    data = raw_matrix()
+    data["plain"]["torch"]["spec"] = ">=2.4,<2.15"
+    violations = check_set(matrix_from_dict(data), "plain")
+    assert [(v.package, v.target, v.target_version) for v in violations] == [("transformers", "torch", "2.4")]
+
+
+def test_tested_version_outside_its_own_range_is_reported():
+    data = raw_matrix()
+    data["plain"]["datasets"]["tested"] = "4.5.0"  # excluded by the range itself (and unsloth)
+    violations = check_set(matrix_from_dict(data), "plain")
+    assert any(v.kind == "tested-outside-spec" and v.package == "datasets" for v in violations)
+
+
+def test_the_trl_vllm_range_is_the_one_known_gap_and_it_is_recorded(matrix):
+    """Enabling trl's `vllm` extra shows exactly one conflict, and known_bad carries it as a warning."""
+    violations = check_set(matrix, "gpu", extra_extras={"trl": ["vllm"]})
+    assert [(v.package, v.target, v.target_version) for v in violations] == [("trl", "vllm", "0.33.0")]
+    entry = next(bad for bad in matrix.known_bad if bad.id == "vllm-outside-trl-range")
+    assert entry.severity == "warn"
+
+
+def test_the_notebook_pins_cannot_join_our_set(matrix):
+    """The notebook's vLLMs (0.15.1; 0.11.2 on T4) declare transformers<5 and an older torch: `why_not` is true."""
+    for vllm_version in (matrix.notebook["pins"]["vllm"], matrix.notebook["t4_pins"]["vllm"]):
+        data = raw_matrix()
+        data["gpu"]["vllm"]["spec"] = f"=={vllm_version}"
+        violations = check_set(matrix_from_dict(data), "gpu")
+        targets = {v.target for v in violations if v.package == "vllm"}
+        assert {"transformers", "torch"} <= targets, (vllm_version, violations)
+
+
+# --- pyproject and the stored METADATA ----------------------------------------------------------
+
+
+def test_pyproject_agrees_with_the_matrix(matrix):
+    with open(ROOT / "pyproject.toml", "rb") as handle:
+        pyproject = tomllib.load(handle)
+    problems = pyproject_disagreements(matrix, pyproject)
+    assert problems == [], "pyproject.toml and env/known_good.toml disagree:\n" + "\n".join(problems)
+
+
+def test_pyproject_disagreement_is_reported(matrix):
+    pyproject = {
+        "project": {
+            "requires-python": matrix.python,
+            "dependencies": [pin.requirement for pin in matrix.plain.values() if pin.key != "trl"] + ["trl==1.16.0"],
+            "optional-dependencies": {"gpu": [pin.requirement for pin in matrix.gpu.values()][1:]},
+        }
+    }
+    problems = pyproject_disagreements(matrix, pyproject)
+    assert any("trl" in p and "1.16.0" in p and "1.15.0" in p for p in problems)
+    assert any("missing 'torch==2.14.0'" in p for p in problems)
+    assert len(problems) == 2
+
+
+def test_stored_metadata_matches_the_matrix_exactly(matrix):
+    targets = metadata_targets(matrix)
+    expected_files = {metadata_filename(name, version) for name, version in targets}
+    for name, version in targets:
+        record = load_metadata(name, version)
+        assert record is not None, f"missing {metadata_filename(name, version)}: run python env/fetch_metadata.py"
+        assert canonicalize_name(record["name"]) == canonicalize_name(name)
+        assert record["version"] == version
+        assert isinstance(record["requires_dist"], list)
+    stored = {path.name for path in METADATA_DIR.glob("*.json")}
+    assert stored == expected_files, f"stale or unexpected records: {sorted(stored ^ expected_files)}"
+
+
+# --- known-bad combinations ----------------------------------------------------------------------
+
+
+def _facts_for_set(matrix, set_name, **machine):
+    facts = {key: pin.version for key, pin in matrix.packages(set_name).items()}
+    facts.update(machine)
+    return facts
+
+
+def test_the_known_good_gpu_set_triggers_only_warnings(matrix):
+    facts = _facts_for_set(
+        matrix, "gpu", **{"@python": "3.11.7", "@torch-cuda": "13.0", "@nvidia-driver": "580.65.06"}
+    )
+    applied = {bad.id: bad.severity for bad in matrix.known_bad if known_bad_applies(bad, facts, set())}
+    assert applied == {"vllm-outside-trl-range": "warn", "xformers-cu12-beside-cuda13-torch": "warn"}
+
+
+@pytest.mark.parametrize(
+    ("change", "missing", "expected"),
+    [
+        ({"trl": "1.16.0"}, set(), "trl-above-unsloth-cap"),
+        ({"transformers": "5.18.0"}, set(), "transformers-above-unsloth-cap"),
+        ({"torch": "2.13.0"}, set(), "vllm-torch-exact"),
+        ({"@nvidia-driver": "535.104.05"}, set(), "driver-too-old-for-cuda13-torch"),
+        ({"@python": "3.10.12"}, set(), "python-too-old"),
+        ({}, {"vllm-bnb-plugin"}, "vllm-without-bnb-plugin"),
+    ],
+)
+def test_each_known_bad_fires_on_its_combination(matrix, change, missing, expected):
+    facts = _facts_for_set(
+        matrix, "gpu", **{"@python": "3.11.7", "@torch-cuda": "13.0", "@nvidia-driver": "580.65.06"}
+    )
+    facts.update(change)
+    for key in missing:
+        facts.pop(key)
+    applied = {
+        bad.id for bad in matrix.known_bad if known_bad_applies(bad, facts, missing) and bad.severity == "error"
+    }
+    assert applied == {expected}
+
+
+def test_known_bad_fix_commands_use_the_matrix_pins(matrix):
+    """A fix that pins a version must pin the matrix's version, or it would fix one thing and break another."""
+    pins = matrix.packages("gpu")
+    for bad in matrix.known_bad:
+        for requirement in re.findall(r'"([^"]+)"', bad.fix):
+            parsed = Requirement(requirement)
+            key = canonicalize_name(parsed.name)
+            allowed = {str(SpecifierSet(pin.spec)) for pin in (matrix.plain.get(key), matrix.gpu.get(key)) if pin}
+            assert str(parsed.specifier) in allowed, (bad.id, requirement, allowed)
+        for name in [*bad.when, *bad.unless, *bad.missing]:
+            assert name.startswith("@") or canonicalize_name(name) in pins, (bad.id, name)
+
+
+# --- profiles ------------------------------------------------------------------------------------
+
+RECIPE = re.compile(r"^configs/qwen2\.5-(0\.5b|1\.5b|3b|7b)-gsm8k\.yaml$")
+
+
+def unsloth_standby_utilization(memory_gib: float) -> float:
+    """unsloth_zoo 2026.10.9's standby tier for vLLM >= 0.11 (unsloth_zoo/vllm_utils.py ~L4470-4490)."""
+    ten_percent = memory_gib * 0.1
+    tiers = [(4.0, 0.925), (2.5, 0.9), (2.0, 0.825), (1.4, 0.8), (1.0, 0.775)]
+    tier = next((value for floor, value in tiers if ten_percent >= floor), 0.75)
+    return tier * 0.95
+
+
+def test_profiles_are_consistent(matrix):
+    expected = {
+        "colab-t4",
+        "colab-l4",
+        "colab-a100-40gb",
+        "colab-a100-80gb",
+        "autodl-rtx3090",
+        "autodl-rtx4090",
+        "autodl-a800",
+        "autodl-cuda12",
+    }
+    assert set(matrix.profiles) == expected
+    for profile in matrix.profiles.values():
+        assert RECIPE.match(profile.recipe), profile.id
+        assert profile.smaller_recipe is None or RECIPE.match(profile.smaller_recipe), profile.id
+        assert profile.dtype == ("bfloat16" if profile.bf16 else "float16"), profile.id
+        root = {"colab": "/content/", "autodl": "/root/autodl-tmp/"}[profile.platform]
+        for directory in (profile.data_dir, profile.cache_dir, profile.output_dir, profile.env.get("HF_HOME", root)):
+            assert directory.startswith(root), (profile.id, directory)
+        if profile.platform == "autodl":
+            assert any("HF_ENDPOINT" in note for note in profile.notes), profile.id
+        if profile.backend == "unsloth":
+            assert profile.install == "gpu" and profile.gpu_match, profile.id
+            major = int(profile.compute_capability.split(".")[0])
+            assert profile.bf16 == (major >= 8), profile.id  # vLLM refuses bf16 below sm80
+            assert profile.float8_kv_cache is False or major >= 8, profile.id  # unsloth raises below 8.0
+            assert (profile.env.get("UNSLOTH_VLLM_STANDBY") == "1") == profile.standby, profile.id
+            # Under standby unsloth_zoo replaces our value by its tier; ours must be that tier, rounded down.
+            tier = unsloth_standby_utilization(profile.memory_gib)
+            assert math.floor(tier * 100) / 100 == profile.gpu_memory_utilization, (profile.id, tier)
+
+
+def test_t4_profile_runs_fp16_without_fp8(matrix):
+    t4 = matrix.profiles["colab-t4"]
+    assert (t4.compute_capability, t4.bf16, t4.dtype, t4.float8_kv_cache) == ("7.5", False, "float16", False)
+    assert t4.recipe.endswith("1.5b-gsm8k.yaml") and t4.smaller_recipe.endswith("0.5b-gsm8k.yaml")
+
+
+# --- pip commands and the loader -----------------------------------------------------------------
+
+
+def _requirements_in(command: str) -> dict[str, str]:
+    return {
+        canonicalize_name(Requirement(r).name): str(Requirement(r).specifier)
+        for r in re.findall(r'"([^"]+)"', command)
+    }
+
+
+def test_pip_install_command_installs_exactly_the_set(matrix):
+    gpu = _requirements_in(pip_install_command("gpu", matrix))
+    assert gpu == {key: str(Requirement(pin.requirement).specifier) for key, pin in matrix.packages("gpu").items()}
+    assert gpu["torch"] == "==2.14.0" and gpu["trl"] == "==1.15.0" and gpu["vllm-bnb-plugin"] == "==0.0.3"
+    plain = pip_install_command("plain", matrix)
+    assert "unsloth" not in plain and '"torch>=2.5,<2.15"' in plain
+    assert pip_install_command("colab-t4", matrix) == pip_install_command("gpu", matrix)
+    cuda12 = pip_install_command("autodl-cuda12", matrix)
+    assert cuda12.startswith("python -m pip install --extra-index-url https://download.pytorch.org/whl/cu128 ")
+    assert _requirements_in(cuda12) == _requirements_in(plain)
+    assert pip_install_command("plain", matrix, only=["TRL", "math_verify"]) == (
+        'python -m pip install "trl==1.15.0" "math-verify>=0.8.0"'
+    )
+
+
+def test_pip_install_command_rejects_unknown_targets(matrix):
+    with pytest.raises(MatrixError, match="colab-t4"):
+        pip_install_command("colab", matrix)
+    with pytest.raises(MatrixError, match="vllm"):
+        pip_install_command("plain", matrix, only=["vllm"])
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["plain"]["trl"].__setitem__("sepc", "==1.0"), r"\[plain.trl\]: unknown field\(s\) \['sepc'\]"),
+        (lambda d: d["plain"]["trl"].pop("spec"), r"\[plain.trl\]: missing field 'spec'"),
+        (lambda d: d["gpu"]["vllm"].__setitem__("spec", "=>0.33"), r"\[gpu.vllm\].spec: invalid version specifier"),
+        (lambda d: d["known_bad"][0].__setitem__("severity", "fatal"), r"severity: 'fatal' is not one of"),
+        (lambda d: d["plain"]["accelerate"].pop("tested"), r"\[plain.accelerate\]: a range needs `tested`"),
+        (lambda d: d["gpu"]["torch"].update(spec=">=2.14", tested="2.14.0"), r"must be an exact '==' pin"),
+        (lambda d: d["profiles"]["colab-t4"].__setitem__("gpu_memory_utilization", 1.5), r"must be in \(0, 1\)"),
+    ],
+)
+def test_loader_names_the_bad_field(mutate, message):
+    data = copy.deepcopy(raw_matrix())
+    mutate(data)
+    with pytest.raises(MatrixError, match=message):
+        matrix_from_dict(data)

@@ -1,0 +1,113 @@
+"""plot_run: PNGs from a run's metrics.jsonl, skipping what the run did not log."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from pipeline.plots import moving_average, plot_run, read_metrics, series
+
+
+def _write_metrics(run: Path, rows: list[dict]) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    # json.dumps writes NaN/Infinity for non-finite floats, as the training driver's writer does.
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def _full_rows(n: int = 40) -> list[dict]:
+    rng = random.Random(0)
+    rows = []
+    for step in range(1, n + 1):
+        rows.append({
+            "step": step, "loss": rng.gauss(0, 0.01), "grad_norm": abs(rng.gauss(0.4, 0.1)), "learning_rate": 5e-6,
+            "reward": step / 20 + rng.gauss(0, 0.3), "reward_std": 0.4,
+            "rewards/xmlcount/mean": rng.random() * 0.5, "rewards/xmlcount/std": 0.1,
+            "rewards/correctness/mean": min(2.0, step / 20), "rewards/correctness/std": 0.5,
+            "rewards/health/mean": 0.0, "rewards/health/std": 0.0,
+            "kl": 0.002 * step, "health/beta": 0.04,
+            "completions/mean_length": 200 - step, "completions/min_length": 40, "completions/max_length": 256,
+            "health/garbled_rate": rng.random() * 0.05, "health/repetition_rate": rng.random() * 0.2,
+            "health/no_answer_rate": max(0.0, 1 - step / 20), "health/incomplete_utf8_share": 0.0,
+        })
+    if n > 13:  # a NaN/inf step must not break the plot (it shows as a gap and a red cross)
+        rows[10]["grad_norm"] = math.nan
+        rows[11]["loss"] = math.inf
+        rows[12]["loss"] = "nan"  # pipeline.run_logging writes non-finite values as strings
+    return rows
+
+
+def _pixels_vary(path: Path) -> bool:
+    import matplotlib.image
+
+    image = matplotlib.image.imread(path)
+    return image.shape[0] > 300 and image.shape[1] > 600 and float(image[..., :3].std()) > 0.05
+
+
+def test_full_run_writes_every_plot(tmp_path):
+    _write_metrics(tmp_path, _full_rows())
+    paths = plot_run(tmp_path)
+    names = sorted(p.name for p in paths)
+    assert names == sorted(["reward_correctness.png", "reward_xmlcount.png", "reward.png", "kl.png", "beta.png",
+                            "completion_length.png", "health.png", "loss.png"])
+    for path in paths:
+        assert path.parent == tmp_path / "plots" and path.is_file()
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert path.stat().st_size > 15_000
+        assert _pixels_vary(path)
+    # The observer's always-zero reward gets no plot.
+    assert not (tmp_path / "plots" / "reward_health.png").exists()
+
+
+def test_missing_metrics_are_skipped(tmp_path):
+    # A beta = 0 run without the health observer: no kl, beta or health/* keys.
+    rows = [{"step": s, "loss": 0.1, "reward": s / 10, "rewards/int/mean": 0.5,
+             "completions/mean_length": 100.0} for s in range(1, 6)]
+    rows.append({"step": 5, "train_runtime": 3.2, "train_loss": 0.1})  # end-of-training summary line
+    _write_metrics(tmp_path, rows)
+    names = sorted(p.name for p in plot_run(tmp_path))
+    assert names == ["completion_length.png", "loss.png", "reward.png", "reward_int.png"]
+    assert not (tmp_path / "plots" / "kl.png").exists()
+
+
+def test_run_without_any_known_metric_writes_nothing(tmp_path):
+    _write_metrics(tmp_path, [{"step": 1, "learning_rate": 1e-5}])
+    assert plot_run(tmp_path) == []
+
+
+def test_truncated_last_line_is_skipped_with_a_warning(tmp_path):
+    _write_metrics(tmp_path, _full_rows(10))
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 11, "loss": 0.')  # a run killed mid-write
+    with pytest.warns(UserWarning, match=r"metrics.jsonl:11: skipped"):
+        rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert sorted(rows) == list(range(1, 11))
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
+        plot_run(tmp_path)
+
+
+def test_resumed_run_rows_merge_by_step(tmp_path):
+    _write_metrics(tmp_path, [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 2.0}, {"step": 2, "loss": 5.0, "kl": 0.1}])
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert rows[2] == {"step": 2, "loss": 5.0, "kl": 0.1}
+    assert series(rows, "loss") == ([1, 2], [1.0, 5.0])
+    assert series(rows, "missing") is None
+
+
+def test_non_finite_strings_are_values_not_missing(tmp_path):
+    _write_metrics(tmp_path, [{"step": 1, "loss": 0.5}, {"step": 2, "loss": "nan"}, {"step": 3, "loss": "inf"},
+                              {"step": 4, "loss": "oops"}])
+    steps, values = series(read_metrics(tmp_path / "metrics.jsonl"), "loss")
+    assert steps == [1, 2, 3] and values[0] == 0.5 and all(math.isnan(v) for v in values[1:])
+
+
+def test_moving_average_is_centred_and_skips_nan():
+    assert moving_average([0.0, 0.0, 3.0, 0.0, 0.0], 3) == [0.0, 1.0, 1.0, 1.0, 0.0]
+    smoothed = moving_average([1.0, math.nan, math.nan, math.nan, 2.0], 3)
+    assert smoothed[0] == 1.0 and math.isnan(smoothed[2]) and smoothed[4] == 2.0

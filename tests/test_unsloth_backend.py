@@ -1,0 +1,441 @@
+"""Contract tests for the GPU boundary: pipeline/backends/unsloth.py against a recording fake.
+
+The fake (tests/fake_unsloth.py) stands in for unsloth 2026.10.9, unsloth_zoo 2026.10.9 and
+vLLM 0.33; its signatures were copied by reading those releases (file:line in its header,
+e.g. FastLanguageModel.from_pretrained = unsloth/models/loader.py:1241). These tests check OUR
+side: the exact calls and keyword arguments we make, their order, and what we do with the
+results. They do not show that Unsloth or vLLM work; that needs a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import tests.fake_unsloth as fake_unsloth
+from env.paths import atomic_directory, verify_adapter_dir
+from pipeline.backends import gpu_settings
+from pipeline.backends import unsloth as backend
+from pipeline.config import ConfigError, PipelineConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# In this pytest process trl/transformers are usually imported already, so both the fake's copy of
+# Unsloth's import-order warning and ours fire; the import order itself is tested in a clean subprocess.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*Unsloth should be imported before.*:UserWarning",
+    "ignore:Unsloth must be imported before.*:UserWarning",
+)
+
+STANDBY = "UNSLOTH_VLLM_STANDBY"
+GPU_GIB = 22.5  # an L4: standby tier 0.825 * 0.95, no-standby share 0.55
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """The fake unsloth/vllm on sys.meta_path, a 22.5 GiB CUDA GPU, and a clean standby variable."""
+    monkeypatch.delenv(STANDBY, raising=False)
+    monkeypatch.delenv("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", raising=False)
+    monkeypatch.setattr(backend, "_prepared", None)
+    monkeypatch.setattr(gpu_settings, "cuda_available", lambda: True)
+    monkeypatch.setattr(gpu_settings, "gpu_total_gib", lambda device=0: GPU_GIB)
+    handle = fake_unsloth.install()
+    yield fake_unsloth
+    handle.uninstall()
+
+
+def make_cfg(**overrides) -> PipelineConfig:
+    base = {"model_name_or_path": "unsloth/Qwen2.5-1.5B-Instruct", "vllm_standby": "true", "lora_r": 16,
+            "lora_alpha": 32, "max_lora_rank": 32, "max_seq_length": 768, "seed": 1234,
+            "output_dir": "unused"}
+    return PipelineConfig().replace(**{**base, **overrides})
+
+
+def only_call(fake, name):
+    calls = fake.calls_named(name)
+    assert len(calls) == 1, f"expected one {name}, got {len(calls)}: {calls}"
+    return calls[0]
+
+
+def train_and_save_adapter(fake, cfg, directory: Path):
+    """load_for_training + save_adapter through atomic_directory, as pipeline/train.py does."""
+    model, tokenizer = backend.load_for_training(cfg)
+    with atomic_directory(directory) as staging:
+        backend.save_adapter(model, tokenizer, staging)
+    return verify_adapter_dir(directory)
+
+
+# ------------------------------------------------------------------------------------------ loading
+
+
+def test_load_for_training_exact_calls_and_returns_the_lora_model(fake):
+    cfg = make_cfg(lora_target_modules=["q_proj", "v_proj"], lora_modules_to_save=["lm_head"], lora_dropout=0.05)
+    model, tokenizer = backend.load_for_training(cfg)
+
+    assert only_call(fake, "FastLanguageModel.from_pretrained").kwargs == {
+        "model_name": "unsloth/Qwen2.5-1.5B-Instruct",
+        "max_seq_length": 768,
+        "load_in_4bit": True,
+        "fast_inference": True,
+        "dtype": None,
+        "random_state": 1234,
+        "use_gradient_checkpointing": "unsloth",
+        "trust_remote_code": False,
+        "max_lora_rank": 32,
+        "gpu_memory_utilization": 0.825 * 0.95,
+        "float8_kv_cache": False,
+        "unsloth_vllm_standby": True,
+    }
+    peft_call = only_call(fake, "FastLanguageModel.get_peft_model")
+    base_model = peft_call.args[0]
+    assert peft_call.kwargs == {
+        "r": 16,
+        "target_modules": ["q_proj", "v_proj"],
+        "lora_alpha": 32,
+        "lora_dropout": 0.05,
+        "use_gradient_checkpointing": "unsloth",
+        "random_state": 1234,
+        "modules_to_save": ["lm_head"],
+    }
+    # The trainer must receive the LoRA model, not the base from_pretrained returned.
+    assert model is not base_model and model.is_peft and model.peft_config["default"]["r"] == 16
+    assert model.base_model is base_model
+    assert tokenizer.name == "unsloth/Qwen2.5-1.5B-Instruct"
+    # The ordered log a train-level test can extend: import, load, LoRA (then the trainer).
+    assert [c.name for c in fake.record_calls()] == [
+        "import unsloth", "FastLanguageModel.from_pretrained", "FastLanguageModel.get_peft_model"]
+
+
+def test_load_without_standby_dtype_and_checkpointing_options(fake):
+    cfg = make_cfg(vllm_standby="false", dtype="float16", gradient_checkpointing=False, load_in_4bit=False,
+                   float8_kv_cache=True)
+    backend.load_for_training(cfg)
+    import torch
+
+    kwargs = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
+    assert "unsloth_vllm_standby" not in kwargs
+    assert kwargs["gpu_memory_utilization"] == 0.55  # <= 24 GiB without standby
+    assert kwargs["dtype"] is torch.float16  # a torch dtype: loader.py only converts float16/bfloat16 strings
+    assert kwargs["load_in_4bit"] is False and kwargs["float8_kv_cache"] is True
+    assert kwargs["use_gradient_checkpointing"] is False
+    assert only_call(fake, "FastLanguageModel.get_peft_model").kwargs["use_gradient_checkpointing"] is False
+    assert only_call(fake, "FastLanguageModel.get_peft_model").kwargs["modules_to_save"] is None
+
+
+def test_full_finetune_is_refused_before_anything_loads(fake):
+    with pytest.raises(ConfigError) as err:
+        backend.load_for_training(make_cfg(full_finetune=True))
+    assert err.value.field == "full_finetune" and "backend: plain" in str(err.value)
+    assert fake.record_calls() == []
+
+
+def test_peft_config_is_always_none():
+    assert backend.peft_config(make_cfg()) is None
+    assert backend.peft_config(make_cfg(lora_r=64, max_lora_rank=64)) is None
+
+
+# ------------------------------------------------------------------------------------------ standby + import
+
+
+@pytest.mark.parametrize(
+    ("setting", "has_cuda", "expected"),
+    [("true", False, "1"), ("auto", True, "1"), ("false", True, None), ("auto", False, None)],
+)
+def test_standby_variable_is_set_before_import_unsloth(fake, monkeypatch, setting, has_cuda, expected):
+    monkeypatch.setattr(gpu_settings, "cuda_available", lambda: has_cuda)
+    prepared = backend.prepare_environment(make_cfg(vllm_standby=setting))
+    assert fake.import_state()["UNSLOTH_VLLM_STANDBY"] == expected
+    assert prepared.standby is (expected == "1")
+
+
+def test_standby_false_overrides_an_exported_variable(fake, monkeypatch):
+    monkeypatch.setenv(STANDBY, "1")
+    with pytest.warns(UserWarning, match="vllm_standby is false"):
+        backend.prepare_environment(make_cfg(vllm_standby="false"))
+    assert fake.import_state()["UNSLOTH_VLLM_STANDBY"] == "0"
+
+
+def test_standby_requested_after_unsloth_was_imported_without_it_is_refused(fake):
+    import unsloth  # noqa: F401  (the user imported it first, without the variable)
+
+    with pytest.raises(RuntimeError, match="before UNSLOTH_VLLM_STANDBY=1 was set"):
+        backend.prepare_environment(make_cfg(vllm_standby="true"))
+
+
+def test_prepare_environment_is_idempotent_but_refuses_a_standby_change(fake):
+    backend.prepare_environment(make_cfg(vllm_standby="true"))
+    backend.prepare_environment(make_cfg(vllm_standby="true"))
+    assert len(fake.calls_named("import unsloth")) == 1
+    with pytest.raises(RuntimeError, match="fixed at import time"):
+        backend.prepare_environment(make_cfg(vllm_standby="false"))
+
+
+SUBPROCESS_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, warnings
+    sys.path[:0] = [{root!r}]
+    {pre_import}
+    import pipeline.backends.unsloth as backend
+    cheap = sorted(m for m in ("unsloth", "vllm", "torch", "trl", "transformers", "peft") if m in sys.modules)
+    import tests.fake_unsloth as fake
+    fake.install()
+    from pipeline.config import PipelineConfig
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        backend.prepare_environment(PipelineConfig().replace(vllm_standby="true"))
+    print(json.dumps({{"imported_by_backend_module": cheap, "at_import": fake.import_state(),
+                       "warnings": [str(w.message) for w in caught]}}))
+    """
+)
+
+
+def run_fresh_interpreter(pre_import: str = "") -> dict:
+    """prepare_environment in a new interpreter, so sys.modules starts clean."""
+    script = SUBPROCESS_SCRIPT.format(root=str(ROOT), pre_import=pre_import)
+    env = {**os.environ, "PYTHONWARNINGS": "default"}
+    env.pop(STANDBY, None)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_fresh_process_imports_unsloth_before_trl_with_standby_set():
+    result = run_fresh_interpreter()
+    # Importing the backend module is cheap: no unsloth, vllm, torch, trl, transformers or peft.
+    assert result["imported_by_backend_module"] == []
+    assert result["at_import"] == {"UNSLOTH_VLLM_STANDBY": "1", "already_imported": []}
+    assert result["warnings"] == []
+
+
+def test_trl_imported_first_is_reported_with_the_module_and_the_fix():
+    result = run_fresh_interpreter(pre_import="import trl")
+    assert result["at_import"]["already_imported"] == ["trl"]
+    ours = [w for w in result["warnings"] if w.startswith("Unsloth must be imported before")]
+    assert len(ours) == 1 and "trl" in ours[0] and "prepare_environment" in ours[0]
+
+
+# ------------------------------------------------------------------------------------------ trainer config
+
+
+def test_grpo_config_kwargs_bf16_gpu(fake):
+    model, _ = backend.load_for_training(make_cfg())
+    assert backend.grpo_config_kwargs(make_cfg(), model) == {"use_vllm": True, "bf16": True, "fp16": False}
+
+
+def test_grpo_config_kwargs_gpu_without_bf16_uses_fp16(fake):
+    fake.STATE.bf16_supported = False  # a T4: Unsloth loads dtype=None as float16
+    model, _ = backend.load_for_training(make_cfg())
+    kwargs = backend.grpo_config_kwargs(make_cfg(), model)
+    assert (kwargs["bf16"], kwargs["fp16"]) == (False, True)
+
+
+def test_grpo_config_kwargs_float32_model_leaves_precision_to_unsloth(fake):
+    model, _ = backend.load_for_training(make_cfg(dtype="float32"))
+    kwargs = backend.grpo_config_kwargs(make_cfg(dtype="float32"), model)
+    assert (kwargs["bf16"], kwargs["fp16"]) == (False, False)
+
+
+def test_vllm_sampling_params_mapping_becomes_unsloth_sampling_params(fake):
+    mapping = {"min_p": 0.1, "top_k": -1, "stop": ["</answer>"], "include_stop_str_in_output": True}
+    cfg = make_cfg(vllm_sampling_params=json.dumps(mapping))
+    model, _ = backend.load_for_training(cfg)
+    params = backend.grpo_config_kwargs(cfg, model)["vllm_sampling_params"]
+    assert only_call(fake, "unsloth.vLLMSamplingParams").kwargs == mapping
+    assert isinstance(params, fake.SamplingParams) and params.given == mapping
+    # _set_kwargs makes Unsloth apply exactly these fields (rl_replacements.py grpo_update_SamplingParams).
+    assert params._set_kwargs == mapping
+    assert (params.min_p, params.top_k, params.stop, params.max_tokens) == (0.1, -1, ["</answer>"], 16)
+
+
+@pytest.mark.parametrize("mapping", [{"min_pp": 0.1}, {"top_k": -5}])
+def test_vllm_sampling_params_rejected_by_vllm_names_the_field(fake, mapping):
+    cfg = make_cfg(vllm_sampling_params=json.dumps(mapping))
+    model, _ = backend.load_for_training(cfg)
+    with pytest.raises(ConfigError) as err:
+        backend.grpo_config_kwargs(cfg, model)
+    assert err.value.field == "vllm_sampling_params"
+
+
+def test_vllm_sampling_params_fields_unsloth_overrides_are_refused(fake):
+    cfg = make_cfg(vllm_sampling_params={"seed": 1, "min_p": 0.1})
+    model, _ = backend.load_for_training(make_cfg())
+    with pytest.raises(ConfigError, match="seed"):
+        backend.grpo_config_kwargs(cfg, model)
+
+
+# ------------------------------------------------------------------------------------------ saving
+
+
+def test_save_adapter_writes_to_the_absolute_temp_sibling(fake, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = make_cfg()
+    model, tokenizer = backend.load_for_training(cfg)
+    with atomic_directory("run/lora") as staging:  # relative, as a user would type it
+        backend.save_adapter(model, tokenizer, staging)
+    (save_call,) = fake.calls_named("model.save_lora")
+    saved_to = Path(save_call.args[0])
+    assert saved_to.is_absolute()
+    assert saved_to.parent == tmp_path / "run" and saved_to.name.startswith(".lora.tmp-")
+    assert [Path(c.args[0]) for c in fake.calls_named("tokenizer.save_pretrained")] == [saved_to]
+    info = verify_adapter_dir(tmp_path / "run" / "lora")
+    assert info.r == 16 and info.base_model_name_or_path == "unsloth/Qwen2.5-1.5B-Instruct"
+
+
+# ------------------------------------------------------------------------------------------ generation
+
+
+def test_generator_loads_the_absolute_adapter_once_and_reuses_the_request(fake, tmp_path, monkeypatch):
+    cfg = make_cfg()
+    train_and_save_adapter(fake, cfg, tmp_path / "run" / "lora")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    adapter = verify_adapter_dir("../run/lora")  # relative, from another working directory
+    fake.STATE.calls.clear()
+
+    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, cfg)
+    batches = [["What is 1 + 1?"], ["a", "bb"], ["ccc"]]
+    results = [generator.generate(p, max_tokens=200, temperature=0.7, top_p=0.9) for p in batches]
+
+    load_kwargs = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
+    assert load_kwargs["model_name"] == "unsloth/Qwen2.5-1.5B-Instruct"
+    assert load_kwargs["fast_inference"] is True and load_kwargs["max_lora_rank"] == 32
+    (load_lora_call,) = fake.calls_named("unsloth_zoo.load_lora")
+    assert load_lora_call.args[1] == str(tmp_path / "run" / "lora")
+    assert load_lora_call.kwargs == {"load_tensors": False}
+    generate_calls = fake.calls_named("model.fast_generate")
+    assert [c.args[0] for c in generate_calls] == batches
+    requests = [c.kwargs["lora_request"] for c in generate_calls]
+    assert requests[0] is not None and all(r is requests[0] for r in requests)
+    assert requests[0].lora_path == str(tmp_path / "run" / "lora")
+    assert [c.kwargs["sampling_params"].given for c in generate_calls] == [
+        {"temperature": 0.7, "top_p": 0.9, "max_tokens": 200}] * 3
+    assert results == [[fake.fake_completion(p) for p in batch] for batch in batches]
+    assert generator.tokenizer is not None
+
+
+def test_base_generator_passes_lora_request_none_explicitly(fake):
+    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", None, make_cfg())
+    assert generator.generate(["x", "yy"], max_tokens=8, temperature=0.0, top_p=1.0) == [
+        fake.fake_completion("x"), fake.fake_completion("yy")]
+    (call,) = fake.calls_named("model.fast_generate")
+    assert "lora_request" in call.kwargs and call.kwargs["lora_request"] is None
+    assert fake.calls_named("unsloth_zoo.load_lora") == []
+    assert call.kwargs["sampling_params"].given == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 8}
+
+
+def test_adapter_rank_above_max_lora_rank_is_refused_before_any_load(fake, tmp_path):
+    adapter = train_and_save_adapter(fake, make_cfg(lora_r=64, max_lora_rank=64), tmp_path / "lora")
+    fake.STATE.calls.clear()
+    with pytest.raises(ConfigError) as err:
+        backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, make_cfg(max_lora_rank=32))
+    assert err.value.field == "max_lora_rank"
+    assert "r=64" in str(err.value) and "max_lora_rank=32" in str(err.value) and "--max_lora_rank 64" in str(err.value)
+    assert fake.record_calls() == []
+
+
+def test_adapter_trained_on_another_base_warns(fake, tmp_path):
+    adapter = train_and_save_adapter(fake, make_cfg(), tmp_path / "lora")
+    # The 4-bit repo name Unsloth records is the same model; a different size is not.
+    backend.load_generator("unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit", adapter, make_cfg())
+    with pytest.warns(UserWarning, match="was trained on 'unsloth/Qwen2.5-1.5B-Instruct'"):
+        backend.load_generator("Qwen/Qwen2.5-3B-Instruct", adapter, make_cfg())
+
+
+def test_training_generator_uses_live_weights_and_restores_standby_sleep(fake, tmp_path):
+    cfg = make_cfg(output_dir=str(tmp_path / "out"))
+    model, tokenizer = backend.load_for_training(cfg)
+    model.vllm_engine.sleeping = True  # the trainer leaves the standby engine asleep between rollouts
+    generator = backend.training_generator(model, tokenizer, cfg)
+    assert generator.generate(["q1"], max_tokens=5) == [fake.fake_completion("q1")]
+    assert generator.generate(["q2"], max_tokens=5) == [fake.fake_completion("q2")]
+
+    (load_call,) = fake.calls_named("unsloth_zoo.load_lora")
+    assert load_call.kwargs == {"load_tensors": True}
+    assert load_call.args[1] == str(tmp_path / "out" / backend.LIVE_LORA_SUBDIR)
+    names = [c.name for c in fake.record_calls() if c.name.startswith(("vllm.LLM", "model.fast_generate"))]
+    assert names == ["vllm.LLM.wake_up", "model.fast_generate", "vllm.LLM.sleep"] * 2
+    assert model.vllm_engine.sleeping is True
+    requests = [c.kwargs["lora_request"] for c in fake.calls_named("model.fast_generate")]
+    assert requests[0] is requests[1] and requests[0].live
+
+
+# ------------------------------------------------------------------------------------------ gpu memory
+
+
+@pytest.mark.parametrize(
+    ("total_gib", "standby", "expected"),
+    [
+        (79.2, True, 0.925 * 0.95), (40.0, True, 0.925 * 0.95), (31.4, True, 0.9 * 0.95),
+        (22.5, True, 0.825 * 0.95), (14.7, True, 0.8 * 0.95), (11.0, True, 0.775 * 0.95), (7.6, True, 0.75 * 0.95),
+        (14.7, False, 0.5), (16.0, False, 0.5), (22.5, False, 0.55), (24.0, False, 0.55), (39.4, False, 0.6),
+        (48.0, False, 0.6), (79.2, False, 0.7),
+    ],
+)
+def test_auto_gpu_memory_utilization_table(total_gib, standby, expected):
+    assert backend.choose_gpu_memory_utilization(total_gib, standby) == expected
+    cfg = make_cfg(gpu_memory_utilization="auto")
+    assert backend.resolve_gpu_memory_utilization(cfg, total_gib=total_gib, standby=standby) == expected
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-0.2", "1.5", "nan", ""])
+def test_invalid_gpu_memory_utilization_names_the_field(value):
+    with pytest.raises(ConfigError) as err:
+        backend.resolve_gpu_memory_utilization(make_cfg(gpu_memory_utilization=value), total_gib=24.0, standby=False)
+    assert err.value.field == "gpu_memory_utilization"
+
+
+def test_explicit_gpu_memory_utilization(monkeypatch):
+    monkeypatch.delenv("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", raising=False)
+    cfg = make_cfg(gpu_memory_utilization="1")
+    assert backend.resolve_gpu_memory_utilization(cfg, total_gib=24.0, standby=False) == 1.0
+    with pytest.warns(UserWarning, match="replaced by Unsloth's standby tier"):
+        assert backend.resolve_gpu_memory_utilization(make_cfg(gpu_memory_utilization="0.6"), 24.0, True) == 0.6
+
+
+# ------------------------------------------------------------------------------------------ export
+
+
+@pytest.mark.parametrize(
+    ("method", "save_method", "load_in_4bit"),
+    [("merged16", "merged_16bit", False), ("merged4", "merged_4bit_forced", True)],
+)
+def test_export_merged(fake, tmp_path, method, save_method, load_in_4bit):
+    cfg = make_cfg(load_in_4bit=False)
+    adapter = train_and_save_adapter(fake, cfg, tmp_path / "lora")
+    fake.STATE.calls.clear()
+    with atomic_directory(tmp_path / "export") as staging:
+        backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", method, staging, cfg)
+    load_kwargs = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
+    assert load_kwargs["model_name"] == str(tmp_path / "lora")  # base + adapter via adapter_config.json
+    assert load_kwargs["fast_inference"] is False and load_kwargs["load_in_4bit"] is load_in_4bit
+    assert "gpu_memory_utilization" not in load_kwargs and "unsloth_vllm_standby" not in load_kwargs
+    call = only_call(fake, "model.save_pretrained_merged")
+    assert call.args[0] == str(staging) and call.args[1].name == "unsloth/Qwen2.5-1.5B-Instruct"
+    assert call.kwargs == {"save_method": save_method, "push_to_hub": False}
+    assert (tmp_path / "export" / "config.json").is_file()
+
+
+def test_export_gguf_keeps_every_file_inside_out_dir(fake, tmp_path):
+    cfg = make_cfg()
+    adapter = train_and_save_adapter(fake, cfg, tmp_path / "lora")
+    with atomic_directory(tmp_path / "export") as staging:
+        backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", "gguf", staging, cfg, gguf_quantization="Q8_0")
+    call = only_call(fake, "model.save_pretrained_gguf")
+    assert call.args[0] == str(staging / backend.GGUF_MERGED_SUBDIR)
+    assert call.kwargs == {"quantization_method": "q8_0"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "lora"]  # nothing leaked beside out_dir
+    assert (tmp_path / "export" / "merged_gguf" / "model.Q8_0.gguf").is_file()
+
+
+def test_export_unknown_method_names_the_option(fake, tmp_path):
+    adapter = train_and_save_adapter(fake, make_cfg(), tmp_path / "lora")
+    with pytest.raises(ConfigError) as err:
+        backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", "merged_4bit", tmp_path / "x", make_cfg())
+    assert err.value.field == "to" and "merged16" in str(err.value)
