@@ -21,6 +21,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from rewards import DEFAULT_REWARDS as DEFAULT_REWARD_FUNCS  # the notebook's order (light import: no torch)
+
 # The Unsloth Qwen2.5 GRPO notebook's system prompt, newlines included. The data module
 # checks that it survives the chat template verbatim.
 DEFAULT_SYSTEM_PROMPT = """
@@ -34,8 +36,6 @@ Respond in the following format:
 """
 
 DEFAULT_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-# The notebook's order; TRL logs each as rewards/<name>/mean.
-DEFAULT_REWARD_FUNCS = ["xmlcount", "soft_format", "strict_format", "int", "correctness"]
 
 # Fields that Unsloth takes from GRPOConfig and ignores in `vllm_sampling_params`
 # (unsloth/models/rl_replacements.py grpo_update_SamplingParams). Setting them there is a silent no-op.
@@ -464,12 +464,18 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None) -> list[str]:
 
     if m.vllm_mode == "server" and not m.vllm_server_base_url:
         notes.append("vllm_mode=server without vllm_server_base_url: TRL will use host 0.0.0.0:8000.")
-    if g.reward_weights is not None:
-        if len(g.reward_weights) != len(g.reward_funcs):
-            raise ConfigError("reward_weights", f"{len(g.reward_weights)} weights for {len(g.reward_funcs)} "
-                              f"reward_funcs {g.reward_funcs}; give one weight per function.")
-        if not all(math.isfinite(w) for w in g.reward_weights):
-            raise ConfigError("reward_weights", "weights must be finite numbers.")
+    from rewards import get_reward_funcs  # light: no torch
+
+    try:
+        get_reward_funcs(list(g.reward_funcs))
+    except ValueError as err:
+        raise ConfigError("reward_funcs", str(err).replace("config error in `reward_funcs`: ", "")) from None
+    from rewards import check_reward_weights
+
+    try:
+        check_reward_weights(list(g.reward_funcs), g.reward_weights)
+    except ValueError as err:
+        raise ConfigError("reward_weights", str(err).replace("config error in `reward_weights`: ", "")) from None
     if d.max_samples is not None and d.max_samples <= 0:
         raise ConfigError("max_samples", f"got {d.max_samples}; use a positive integer or leave it unset.")
     if g.save_steps <= 0:

@@ -48,8 +48,12 @@ def _is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None) -> RunResult:
-    """Train with `cfg` and return where everything went. Raises ConfigError for bad config/input."""
+def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
+                 callbacks: Optional[list] = None) -> RunResult:
+    """Train with `cfg` and return where everything went. Raises ConfigError for bad config/input.
+
+    `callbacks` are extra transformers TrainerCallbacks (e.g. a notebook's live plot).
+    """
     start = time.time()
 
     # ---------------------------------------------------------------- config + env check
@@ -98,6 +102,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None) ->
 
     # ---------------------------------------------------------------- trainer
     trainer, health = build_trainer(cfg, backend, model, tokenizer, prepared, peft_config, output_dir)
+    for callback in callbacks or []:
+        trainer.add_callback(callback)
 
     # ---------------------------------------------------------------- train (resumable)
     from pipeline.checkpoints import GracefulStop, checkpoint_step, list_checkpoints, resolve_resume
@@ -148,7 +154,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None) ->
 
         summary = write_summary(output_dir, status=status, reason=reason, steps=steps,
                                 wall_time_s=time.time() - start, eval_before=eval_before, eval_after=eval_after,
-                                warnings=list(health.warnings))
+                                warnings=list(health.warnings), health=health.summary())
         _print_where_everything_is(output_dir, status, reason, adapter_dir, cfg)
     return RunResult(output_dir, status, exit_code, steps, adapter_dir, summary)
 
@@ -158,13 +164,13 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
 
-    from pipeline.health import build_health
+    from pipeline.health import HEALTH_TRAINING_ARGS, build_health
     from pipeline.run_logging import MetricsJsonlCallback, RewardProgressCallback
-    from rewards import get_reward_funcs
+    from rewards import check_reward_weights, get_reward_funcs
 
     g = cfg.grpo
     reward_funcs = get_reward_funcs(list(g.reward_funcs))
-    weights = list(g.reward_weights) if g.reward_weights is not None else [1.0] * len(reward_funcs)
+    weights = check_reward_weights(list(g.reward_funcs), g.reward_weights)
     observer, health = build_health(cfg, tokenizer)
     reward_funcs.append(observer)
     weights.append(0.0)  # the observer only watches; it never changes the reward
@@ -202,6 +208,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
         log_completions=g.log_completions,
         gradient_checkpointing=cfg.lora.gradient_checkpointing and not _on_cpu(),
         disable_tqdm=True,  # our RewardProgressCallback shows reward / KL / length instead
+        **HEALTH_TRAINING_ARGS,  # keep NaN losses visible to the health rules
         **backend.grpo_config_kwargs(cfg, model),
     )
     metrics = MetricsJsonlCallback(output_dir / "metrics.jsonl")
@@ -212,7 +219,8 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
         train_dataset=prepared.dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[metrics, RewardProgressCallback(), health],
+        # health first: it fills in health/* from its shared state before metrics.jsonl is written
+        callbacks=[health, metrics, RewardProgressCallback()],
     )
     for default_printer in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(default_printer)

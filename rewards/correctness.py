@@ -1,0 +1,93 @@
+"""Answer rewards: is the final answer right (2.0), is it an integer (0.5).
+
+Both judge the text of the LAST <answer> block (see `extract_xml_answer`), read by the same
+normaliser the reference goes through, so "$1,234", "1 234 dollars" and "答案：1234" are
+all the reference "1234".
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from rewards.completions import completion_texts
+from rewards.extract import extract_xml_answer
+from rewards.matching import answers_match
+from rewards.normalize import parse_answer
+
+CORRECT_REWARD = 2.0
+INTEGER_REWARD = 0.5
+
+
+def correctness_reward_func(prompts: Any = None, completions: Any = None, answer: Any = None,
+                            **kwargs: Any) -> list[float | None]:
+    """2.0 when the last <answer> block equals the reference answer, else 0.0.
+
+    | case                                                              | reward |
+    |-------------------------------------------------------------------|--------|
+    | answer equals reference after normalisation (numeric, tolerance, or math-verify) | 2.0 |
+    | wrong, several different numbers ("5 or 18"), no/empty <answer> block, odd completion | 0.0 |
+    | reference is None, empty or unreadable (>1,000 chars)             | None   |
+
+    None tells TRL "cannot be judged": the sample is left out of this function's mean
+    instead of teaching the model that a right answer was wrong. `answer` is the dataset
+    column TRL passes, one per completion; a single value is used for every completion.
+
+    Raises ValueError (naming `answer`) when the column is missing or its length differs
+    from `completions`: that is a data set-up error, and guessing would misalign rewards.
+
+    >>> correctness_reward_func(completions=["<answer>$1,234</answer>", "<answer>1234.5</answer>",
+    ...                                      [{"role": "assistant", "content": "<answer>答案：1234</answer>"}]],
+    ...                         answer=["1234", "1234", "1234"])
+    [2.0, 0.0, 2.0]
+    >>> correctness_reward_func(completions=["<answer>18</answer>"], answer=[None])
+    [None]
+    """
+    texts = completion_texts(completions)
+    references = _references(answer, len(texts))
+    rewards: list[float | None] = []
+    for text, reference in zip(texts, references):
+        if parse_answer(reference) is None:
+            rewards.append(None)
+        else:
+            rewards.append(CORRECT_REWARD if answers_match(extract_xml_answer(text), reference) else 0.0)
+    return rewards
+
+
+def int_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
+    """0.5 when the last <answer> block is an integer after normalisation, else 0.0.
+
+    | answer block                                              | reward |
+    |-----------------------------------------------------------|--------|
+    | "18", "-3", "1,234", "$18", "18.00", "答案：18", "\\\\boxed{18}" | 0.5    |
+    | "18.5", "1/2", "x+1", "5 or 18", "" , no block, odd input | 0.0    |
+
+    The notebook used str.isdigit(), which rejects "-3" and "1,234" and accepts "²".
+
+    >>> int_reward_func(["<answer>1,234</answer>", "<answer>-3</answer>", "<answer>2.5</answer>", None])
+    [0.5, 0.5, 0.0, 0.0]
+    """
+    rewards = []
+    for text in completion_texts(completions):
+        parsed = parse_answer(extract_xml_answer(text))
+        is_integer = parsed is not None and parsed.kind == "number" and _is_integral(parsed.value)
+        rewards.append(INTEGER_REWARD if is_integer else 0.0)
+    return rewards
+
+
+def _is_integral(value: Fraction | None) -> bool:
+    return value is not None and value.denominator == 1
+
+
+def _references(answer: Any, count: int) -> list[Any]:
+    """One reference per completion, checked."""
+    if answer is None:
+        raise ValueError("correctness_reward_func needs `answer` (the dataset column with the reference answer, "
+                         "one per completion); add an 'answer' column to the training dataset.")
+    if not isinstance(answer, (str, bytes, int, float, Fraction, dict)) and hasattr(answer, "__len__"):
+        answer = list(answer)  # list, tuple, numpy array, pandas Series
+        if len(answer) != count:
+            raise ValueError(f"correctness_reward_func got {len(answer)} values in `answer` for {count} completions; "
+                             "pass one reference answer per completion.")
+        return answer
+    return [answer] * count

@@ -1,0 +1,68 @@
+"""Pull the answer out of a model completion (<answer> block) and out of a GSM8K solution (####).
+
+Plain str.find/rfind scanning: linear in the text, no regex that can backtrack on a
+megabyte of repeated tags.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rewards.normalize import normalize_answer
+
+ANSWER_OPEN = "<answer>"
+ANSWER_CLOSE = "</answer>"
+GSM8K_MARKER = "####"
+
+
+def extract_xml_answer(text: Any) -> str:
+    """The stripped content of the LAST <answer> block; "" when there is none.
+
+    - Several blocks: the last one wins (a model that changes its mind is judged on its
+      final word, and an early "<answer>" mentioned in the reasoning does not count).
+    - An unclosed final block (`<answer> 18` and no `</answer>`, e.g. the model stopped
+      there): its content runs to the end of the text, as in the notebook. The format
+      rewards already charge for the missing tag; the answer itself still counts.
+    - No `<answer>` tag at all: "". The notebook returned the whole completion here, which
+      let a bare "18" with no format score as correct.
+    - None or non-string input: "". Never raises.
+
+    >>> extract_xml_answer("<reasoning>...</reasoning>\\n<answer>\\n18\\n</answer>")
+    '18'
+    >>> extract_xml_answer("<answer>5</answer> wait <answer>7</answer>")
+    '7'
+    >>> extract_xml_answer("<answer> 42"), extract_xml_answer("no tags"), extract_xml_answer(None)
+    ('42', '', '')
+    """
+    if not isinstance(text, str):
+        return ""
+    start = text.rfind(ANSWER_OPEN)
+    if start == -1:
+        return ""
+    start += len(ANSWER_OPEN)
+    end = text.find(ANSWER_CLOSE, start)
+    return (text[start:] if end == -1 else text[start:end]).strip()
+
+
+def extract_hash_answer(text: Any) -> str | None:
+    """The GSM8K reference answer after the last "####", normalised; None when there is none.
+
+    The normalised form is `normalize_answer`'s: a numeric answer becomes its canonical
+    number (thousands separators, currency, Chinese prefixes and trailing zeros removed), so
+    the stored reference is the plain string a person would compare. A non-numeric answer is
+    returned cleaned (whitespace collapsed). None for None/non-string input, a text without
+    "####", or nothing after it.
+
+    >>> extract_hash_answer("Natalia sold 48/2 = 24 clips in May.\\n#### 72")
+    '72'
+    >>> extract_hash_answer("#### 1,234"), extract_hash_answer("#### 答案：123\\n"), extract_hash_answer("#### $18")
+    ('1234', '123', '18')
+    >>> extract_hash_answer("#### -3"), extract_hash_answer("#### "), extract_hash_answer("no marker")
+    ('-3', None, None)
+    """
+    if not isinstance(text, str):
+        return None
+    marker = text.rfind(GSM8K_MARKER)
+    if marker == -1:
+        return None
+    return normalize_answer(text[marker + len(GSM8K_MARKER):].strip())

@@ -1,0 +1,128 @@
+"""Format rewards for the <reasoning>...</reasoning><answer>...</answer> layout.
+
+Same names and scale as the Unsloth GRPO notebook (0.5 each, xmlcount up to 0.5), fixed
+where the notebook's versions mislead training (pitfalls guide §4):
+
+- The notebook's strict regex (`^<reasoning>\\n.*?\\n</reasoning>\\n<answer>\\n.*?\\n</answer>\\n$`
+  without DOTALL) cannot match multi-line reasoning, so it pays out almost never. Ours is
+  just as strict about structure but tolerant of whitespace around the tags.
+- The notebook's soft regex is anchored at the start and also stops at the first newline.
+- The notebook's xmlcount subtracts 0.001 per character after `</answer>` without bound,
+  which can outweigh all format credit; ours caps that penalty.
+
+All scanning is str.find/count: linear time, no backtracking on pathological input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rewards.completions import completion_texts
+
+REASONING_OPEN, REASONING_CLOSE = "<reasoning>", "</reasoning>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+TAGS = (REASONING_OPEN, REASONING_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+
+FORMAT_REWARD = 0.5
+TAG_REWARD = 0.125
+TRAILING_PENALTY_PER_CHAR = 0.001
+# One tag's worth: enough to prefer stopping after </answer>, never enough to make
+# truncating the reasoning pay (the failure the pitfalls guide reports).
+TRAILING_PENALTY_CAP = 0.125
+
+
+def strict_format_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
+    """0.5 when the whole completion is exactly one reasoning block then one answer block.
+
+    | completion                                                            | reward |
+    |-----------------------------------------------------------------------|--------|
+    | `<reasoning>R</reasoning><answer>A</answer>`; any whitespace (spaces, | 0.5    |
+    | newlines, \\r\\n) before, between and after the blocks                |        |
+    | other text before `<reasoning>`, after `</answer>` or between blocks  | 0.0    |
+    | a tag missing, repeated, or out of order                              | 0.0    |
+    | empty reasoning or empty answer                                       | 0.0    |
+    | None / not text                                                       | 0.0    |
+
+    Reasoning and answer may span lines. TRL's other keyword arguments are ignored.
+
+    >>> strict_format_reward_func(["<reasoning>\\nstep 1\\nstep 2\\n</reasoning>\\n<answer>\\n18\\n</answer>\\n",
+    ...                            "<reasoning>r</reasoning><answer>18</answer>",
+    ...                            "Sure! <reasoning>r</reasoning><answer>18</answer>", None])
+    [0.5, 0.5, 0.0, 0.0]
+    """
+    return [FORMAT_REWARD if text is not None and _is_strict_format(text) else 0.0
+            for text in completion_texts(completions)]
+
+
+def soft_format_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
+    """0.5 when a complete reasoning block is followed, anywhere later, by a complete answer block.
+
+    | completion                                                      | reward |
+    |-----------------------------------------------------------------|--------|
+    | `...<reasoning>...</reasoning>...<answer>...</answer>...` (anything around/between, any content) | 0.5 |
+    | answer block before the reasoning block, or either block unclosed/missing | 0.0 |
+    | None / not text                                                 | 0.0    |
+
+    >>> soft_format_reward_func(["Sure!\\n<reasoning>\\nr\\n</reasoning> then <answer>18</answer> done",
+    ...                          "<answer>18</answer><reasoning>r</reasoning>", "<reasoning>r</reasoning><answer>18"])
+    [0.5, 0.0, 0.0]
+    """
+    return [FORMAT_REWARD if text is not None and _has_blocks_in_order(text) else 0.0
+            for text in completion_texts(completions)]
+
+
+def xmlcount_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
+    """Partial credit per tag, up to 0.5.
+
+    | part                                                           | reward                    |
+    |----------------------------------------------------------------|---------------------------|
+    | each of `<reasoning>`, `</reasoning>`, `<answer>`, `</answer>` | +0.125                    |
+    | that appears exactly once (newlines around it optional)        |                           |
+    | non-whitespace characters after the last `</answer>`           | -0.001 each, at most      |
+    |                                                                | -0.125 in total           |
+    | total                                                          | clamped to [0, 0.5]       |
+    | None / not text                                                | 0.0                       |
+
+    >>> xmlcount_reward_func(["<reasoning>\\nr\\n</reasoning>\\n<answer>\\n18\\n</answer>\\n",
+    ...                       "<reasoning>r</reasoning><answer>18</answer>" + "x" * 10,
+    ...                       "<reasoning>r</reasoning><answer>18</answer>" + "x" * 10_000,
+    ...                       "<answer>18</answer>", "plain text"])
+    [0.5, 0.49, 0.375, 0.25, 0.0]
+    """
+    return [_xml_count(text) if text is not None else 0.0 for text in completion_texts(completions)]
+
+
+def _is_strict_format(text: str) -> bool:
+    body = text.strip()
+    if not (body.startswith(REASONING_OPEN) and body.endswith(ANSWER_CLOSE)):
+        return False
+    if any(body.count(tag) != 1 for tag in TAGS):
+        return False
+    reasoning_end = body.find(REASONING_CLOSE)
+    answer_start = body.find(ANSWER_OPEN)
+    if not reasoning_end < answer_start:
+        return False
+    reasoning = body[len(REASONING_OPEN):reasoning_end]
+    between = body[reasoning_end + len(REASONING_CLOSE):answer_start]
+    answer = body[answer_start + len(ANSWER_OPEN):-len(ANSWER_CLOSE)]
+    return not between.strip() and bool(reasoning.strip()) and bool(answer.strip())
+
+
+def _has_blocks_in_order(text: str) -> bool:
+    position = 0
+    for tag in TAGS:
+        found = text.find(tag, position)
+        if found == -1:
+            return False
+        position = found + len(tag)
+    return True
+
+
+def _xml_count(text: str) -> float:
+    score = float(sum(TAG_REWARD for tag in TAGS if text.count(tag) == 1))
+    last_close = text.rfind(ANSWER_CLOSE)
+    if last_close != -1:
+        trailing_chars = len("".join(text[last_close + len(ANSWER_CLOSE):].split()))  # whitespace is free
+        score -= min(TRAILING_PENALTY_PER_CHAR * trailing_chars, TRAILING_PENALTY_CAP)
+    return round(min(max(score, 0.0), 4 * TAG_REWARD), 6)
+

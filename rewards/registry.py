@@ -1,0 +1,139 @@
+"""Reward functions by name, for configs and the CLI.
+
+Names are the short ones the config uses ("correctness"); the notebook's function names
+("correctness_reward_func") are accepted as aliases, and "package.module:function" loads a
+user's own reward. TRL logs each function as `rewards/<__name__>/mean`, so the functions
+returned here keep their notebook `__name__` and dashboards match the notebook's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rewards.correctness import correctness_reward_func, int_reward_func
+from rewards.format import soft_format_reward_func, strict_format_reward_func, xmlcount_reward_func
+
+RewardFunc = Callable[..., list]
+
+REWARD_FUNCS: dict[str, RewardFunc] = {
+    "xmlcount": xmlcount_reward_func,
+    "soft_format": soft_format_reward_func,
+    "strict_format": strict_format_reward_func,
+    "int": int_reward_func,
+    "correctness": correctness_reward_func,
+}
+# The notebook's own function names, so configs copied from it work unchanged.
+REWARD_ALIASES: dict[str, str] = {func.__name__: name for name, func in REWARD_FUNCS.items()}
+
+# The notebook's trainer order.
+DEFAULT_REWARDS: list[str] = ["xmlcount", "soft_format", "strict_format", "int", "correctness"]
+DEFAULT_REWARD_WEIGHTS: list[float] = [1.0] * len(DEFAULT_REWARDS)
+
+
+def _known_names() -> str:
+    return ", ".join(list(REWARD_FUNCS) + list(REWARD_ALIASES))
+
+
+def resolve_reward(name: str | RewardFunc) -> RewardFunc:
+    """The reward function for a registry name, a notebook alias, or "module:function".
+
+    A callable is returned unchanged. Raises ValueError (naming `reward_funcs`) for an
+    unknown name, a module that cannot be imported, or an attribute that is missing or not
+    callable.
+
+    >>> resolve_reward("correctness").__name__
+    'correctness_reward_func'
+    >>> resolve_reward("xmlcount_reward_func") is resolve_reward("xmlcount")
+    True
+    >>> resolve_reward("rewards.format:soft_format_reward_func").__name__
+    'soft_format_reward_func'
+    """
+    if callable(name):
+        return name
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"config error in `reward_funcs`: {name!r} is not a reward name; known: {_known_names()}, "
+                         "or 'package.module:function'.")
+    key = name.strip()
+    if key in REWARD_FUNCS:
+        return REWARD_FUNCS[key]
+    if key in REWARD_ALIASES:
+        return REWARD_FUNCS[REWARD_ALIASES[key]]
+    if ":" in key:
+        return _import_plugin(key)
+    raise ValueError(f"config error in `reward_funcs`: unknown reward {key!r}; known: {_known_names()}, "
+                     "or 'package.module:function' for your own.")
+
+
+def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
+    """Resolve a list of reward names (see `resolve_reward`), in order.
+
+    Raises ValueError for a bare string (write a list), an empty list, or a reward listed
+    twice (TRL would log both under the same name and weights would be ambiguous).
+
+    >>> [f.__name__ for f in get_reward_funcs(["int", "correctness"])]
+    ['int_reward_func', 'correctness_reward_func']
+    """
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise ValueError(f"config error in `reward_funcs`: expected a list of names, got {names!r}; "
+                         f"write e.g. [{names!r}].")
+    if not names:
+        raise ValueError(f"config error in `reward_funcs`: the list is empty; use e.g. {DEFAULT_REWARDS}.")
+    funcs = [resolve_reward(n) for n in names]
+    seen: dict[str, Any] = {}
+    for name, func in zip(names, funcs):
+        label = getattr(func, "__name__", repr(func))
+        if label in seen:
+            raise ValueError(f"config error in `reward_funcs`: {name!r} and {seen[label]!r} are the same reward "
+                             f"({label}); list each reward once and use `reward_weights` to weight it.")
+        seen[label] = name
+    return funcs
+
+
+def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) -> list[float]:
+    """One finite float weight per reward function; None means all 1.0.
+
+    Raises ValueError naming `reward_weights` on a length mismatch, a non-number or a
+    non-finite weight. Negative weights are allowed (a penalty reward).
+
+    >>> check_reward_weights(["int", "correctness"], None)
+    [1.0, 1.0]
+    >>> check_reward_weights(["int", "correctness"], [0.5, 2])
+    [0.5, 2.0]
+    """
+    if weights is None:
+        return [1.0] * len(names)
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise ValueError(f"config error in `reward_weights`: expected a list of numbers, got {weights!r}.")
+    if len(weights) != len(names):
+        raise ValueError(f"config error in `reward_weights`: {len(weights)} weights for {len(names)} reward_funcs "
+                         f"{list(names)}; give one weight per function (or none for all 1.0).")
+    checked = []
+    for i, weight in enumerate(weights):
+        if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
+            raise ValueError(f"config error in `reward_weights`: weight {i} ({weight!r}, for {list(names)[i]!r}) "
+                             "must be a finite number.")
+        checked.append(float(weight))
+    return checked
+
+
+def _import_plugin(spec: str) -> RewardFunc:
+    module_name, _, attr_path = spec.partition(":")
+    if not module_name or not attr_path:
+        raise ValueError(f"config error in `reward_funcs`: {spec!r} must look like 'package.module:function'.")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"config error in `reward_funcs`: cannot import module {module_name!r} for reward {spec!r} "
+                         f"({exc}); check the name and that it is on PYTHONPATH.") from exc
+    for part in attr_path.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"config error in `reward_funcs`: module {module_name!r} has no {attr_path!r} "
+                             f"(reward {spec!r}).")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"config error in `reward_funcs`: {spec!r} is a {type(obj).__name__}, not a function.")
+    return obj
