@@ -118,6 +118,8 @@ class DataArguments:
         default="openai/gsm8k",
     )
     dataset_config: Optional[str] = _help("Hub dataset config (gsm8k: main).", default="main")
+    dataset_revision: Optional[str] = _help("Hub dataset revision (commit/tag) for reproducible data.",
+                                            default=None)
     dataset_split: str = _help("Split to train on.", default="train")
     question_field: str = _help("Column holding the question.", default="question")
     answer_field: str = _help("Column holding the answer (GSM8K `#### n` solutions or plain answers).",

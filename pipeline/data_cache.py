@@ -84,30 +84,6 @@ def fingerprint(source: dict[str, Any], tokenizer: dict[str, Any], data_fields: 
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write JSON so that readers see the old file or the new one, never half of one."""
-    try:
-        from env.paths import atomic_write_json  # the project's shared helper, once it exists
-    except ImportError:
-        atomic_write_json = None
-    if atomic_write_json is not None:
-        atomic_write_json(path, obj)
-        return
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def entry_is_complete(entry: Path) -> bool:
     """True when a cache entry has both its dataset folder and its report."""
     return (entry / REPORT_IN_CACHE).is_file() and (entry / DATASET_IN_CACHE).is_dir()

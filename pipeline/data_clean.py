@@ -130,14 +130,14 @@ def clean_rows(
     kept: list[CleanRow] = []
     rejected = Rejections()
     seen: set[tuple[str, str]] = set()
-    for row_id, question, answer in zip(ids, questions, answers, strict=True):
-        if question is None:
+    for row_id, raw_question, answer in zip(ids, questions, answers, strict=True):
+        if raw_question is None:
             rejected.add("missing_question", row_id)
             continue
-        if not isinstance(question, str):
+        if not isinstance(raw_question, str):
             rejected.add("non_string_field", row_id)
             continue
-        question = clean_text(question)
+        question = clean_text(raw_question)
         if not question:
             rejected.add("empty_question", row_id)
             continue

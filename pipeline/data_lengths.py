@@ -86,41 +86,45 @@ def check_system_prompt_survives(tokenizer: Any, system_prompt: Optional[str]) -
 
 @dataclass
 class PromptLengths:
-    """Token counts of every prompt and of the system prompt alone, with timings."""
+    """Token counts of every prompt, with the time spent rendering and tokenizing."""
 
     counts: list[int]
-    system_prompt_tokens: int
     render_s: float
     tokenize_s: float
 
 
-def count_prompt_tokens(
-    tokenizer: Any, system_prompt: Optional[str], conversations: Sequence[list[dict[str, str]]]
-) -> PromptLengths:
+def count_prompt_tokens(tokenizer: Any, conversations: Sequence[list[dict[str, str]]]) -> PromptLengths:
     """Count each prompt's tokens as the model sees them: chat template + generation prompt.
 
     All chats are rendered to text first (jinja, per row), then tokenized in ONE batched call
-    of the fast (Rust) tokenizer, which is ~10x faster than a Python loop of calls. The
-    counts equal `len(apply_chat_template(chat, tokenize=True, add_generation_prompt=True))`.
-    The first text in the batch is the system prompt with an empty user message: the floor
-    under every prompt's length.
+    of the fast (Rust) tokenizer instead of a Python loop of calls. The counts equal
+    `len(apply_chat_template(chat, tokenize=True, add_generation_prompt=True)["input_ids"])`.
 
     >>> from pipeline.assets import load_qwen_tokenizer
     >>> chat = build_prompt("You are a helpful assistant.", "What is 2 plus 2?")
-    >>> count_prompt_tokens(load_qwen_tokenizer(), "You are a helpful assistant.", [chat]).counts
+    >>> count_prompt_tokens(load_qwen_tokenizer(), [chat]).counts
     [27]
     """
     start = time.perf_counter()
-    texts = render_prompts(tokenizer, [build_prompt(system_prompt, ""), *conversations])
+    texts = render_prompts(tokenizer, conversations)
     rendered = time.perf_counter()
     # add_special_tokens=False: the template already wrote every special token; a tokenizer
     # that adds a BOS would otherwise count (and, in training, get) it twice.
-    input_ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    # No attention masks: they would only double the Python lists built from the Rust output.
+    input_ids = tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"] if texts else []
     done = time.perf_counter()
-    lengths = [len(ids) for ids in input_ids]
-    return PromptLengths(
-        counts=lengths[1:], system_prompt_tokens=lengths[0], render_s=rendered - start, tokenize_s=done - rendered
-    )
+    return PromptLengths(counts=[len(ids) for ids in input_ids], render_s=rendered - start,
+                         tokenize_s=done - rendered)
+
+
+def system_prompt_tokens(tokenizer: Any, system_prompt: Optional[str]) -> int:
+    """Tokens of the system prompt with an empty user message and the generation prompt: every prompt's floor.
+
+    >>> from pipeline.assets import load_qwen_tokenizer
+    >>> system_prompt_tokens(load_qwen_tokenizer(), "You are a helpful assistant.")
+    19
+    """
+    return count_prompt_tokens(tokenizer, [build_prompt(system_prompt, "")]).counts[0]
 
 
 def length_stats(counts: Sequence[int]) -> dict[str, float | int]:

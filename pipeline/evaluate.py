@@ -91,8 +91,47 @@ def format_table(result: dict[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
+def evaluate_saved(data: str, limit: int = 100, split: Optional[str] = None, output: Optional[str] = None,
+                   args: Optional[argparse.Namespace] = None, **options: Any) -> Optional[dict[str, Any]]:
+    """Evaluate a saved LoRA (lora=DIR) or the base model (base=True, model=... or run=...) and write eval.json.
+
+    `data` is a YAML recipe (its dataset and eval_split) or a .jsonl/.csv/.parquet file. Returns the result
+    dict (with `eval_json` = where it was written), or None after printing why the input was refused.
+    """
+    from env.paths import absolute_path, atomic_write_json
+    from pipeline.config import ConfigError, parse_config
+    from pipeline.inference import inference_args, open_inference
+
+    setup = open_inference(args if args is not None else inference_args(**options))
+    if setup is None:
+        return None
+    data_path = absolute_path(data)
+    is_recipe = data_path.suffix in (".yaml", ".yml")
+    try:
+        if is_recipe:
+            cfg = parse_config(["--config", str(data_path)])
+            eval_split = split or cfg.eval.eval_split
+        else:
+            cfg = setup.config.replace(dataset_name=str(data_path))
+            eval_split = split or "train"  # a local file is one split
+        cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model,
+                          eval_split=eval_split)
+        rows = load_eval_rows(cfg, setup.tokenizer, limit=limit)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
+    result = evaluate_rows(setup.generator, setup.tokenizer, rows, setup.system_prompt, setup.max_tokens,
+                           temperature=setup.temperature, top_p=setup.top_p)
+    out = absolute_path(output) if output else (
+        (setup.adapter.path.parent if setup.adapter else Path.cwd()) / "eval.json")
+    result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
+                  data=str(data_path), split=eval_split, eval_json=str(out))
+    atomic_write_json(out, result)
+    return result
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    from pipeline.inference import add_inference_arguments, open_inference
+    from pipeline.inference import add_inference_arguments
 
     parser = argparse.ArgumentParser(prog="grpo eval", description=__doc__.split("\n\n")[0])
     add_inference_arguments(parser)
@@ -102,33 +141,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--split", default=None, help="split to evaluate (default: the recipe's eval_split)")
     parser.add_argument("--output", default=None, help="where to write eval.json (default: next to the adapter)")
     args = parser.parse_args(argv)
-
-    from env.paths import absolute_path, atomic_write_json
-    from pipeline.config import ConfigError, parse_config
-
-    setup = open_inference(args)
-    if setup is None:
+    result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args)
+    if result is None:
         return 2
-    data_path = absolute_path(args.data)
-    if data_path.suffix in (".yaml", ".yml"):
-        cfg = parse_config(["--config", str(data_path)])
-    else:
-        cfg = setup.config.replace(dataset_name=str(data_path), dataset_split=args.split or "train")
-    cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model,
-                      eval_split=args.split or (cfg.eval.eval_split if data_path.suffix in (".yaml", ".yml")
-                                                else cfg.data.dataset_split))
-    try:
-        rows = load_eval_rows(cfg, setup.tokenizer, limit=args.limit)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    result = evaluate_rows(setup.generator, setup.tokenizer, rows, setup.system_prompt, setup.max_tokens,
-                           temperature=setup.temperature, top_p=setup.top_p)
-    result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
-                  data=str(data_path), split=cfg.eval.eval_split)
-    out = absolute_path(args.output) if args.output else (
-        (setup.adapter.path.parent if setup.adapter else Path.cwd()) / "eval.json")
-    atomic_write_json(out, result)
-    print(format_table(result, f"eval: {'LoRA ' + str(setup.adapter.path) if setup.adapter else 'base model'}"))
-    print(f"wrote {out}")
+    title = f"eval: {'LoRA ' + result['adapter'] if result['adapter'] else 'base model ' + result['model']}"
+    print(format_table(result, title))
+    print(f"wrote {result['eval_json']}")
     return 0

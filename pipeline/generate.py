@@ -36,8 +36,35 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
+class AdapterRefused(Exception):
+    """The adapter or its settings were refused (the reason was already printed)."""
+
+
+def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = None, **options) -> list[dict]:
+    """Answer `prompts` with a saved LoRA (or --base); one record per prompt.
+
+    From Python: `generate_answers(["What is 2+3?"], lora="outputs/run/lora")` or
+    `generate_answers([...], base=True, run="outputs/run")`; options are `grpo generate`'s flags.
+    """
+    from pipeline.evaluate import render_prompts, score_completions
+    from pipeline.inference import inference_args, open_inference
+
+    setup = open_inference(args if args is not None else inference_args(**options))  # verifies before loading
+    if setup is None:
+        raise AdapterRefused("see the error above")
+    messages = [[{"role": "system", "content": setup.system_prompt}, {"role": "user", "content": p}]
+                for p in prompts]
+    texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
+                                     temperature=setup.temperature, top_p=setup.top_p)
+    scored = score_completions(setup.tokenizer, texts, [None] * len(texts))
+    return [{"prompt": p, "text": s["completion"], "answer": s["extracted_answer"],
+             "format_valid": s["format_valid"], "completion_tokens": s["completion_tokens"],
+             "adapter": str(setup.adapter.path) if setup.adapter else None}
+            for p, s in zip(prompts, scored)]
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    from pipeline.inference import add_inference_arguments, open_inference
+    from pipeline.inference import add_inference_arguments
 
     parser = argparse.ArgumentParser(prog="grpo generate", description=__doc__.split("\n\n")[0])
     add_inference_arguments(parser)
@@ -52,21 +79,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    setup = open_inference(args)  # verifies the adapter before any model loads
-    if setup is None:
+    try:
+        records = generate_answers(prompts, args)
+    except AdapterRefused:
         return 2
-
-    from pipeline.evaluate import render_prompts, score_completions
-
-    messages = [[{"role": "system", "content": setup.system_prompt}, {"role": "user", "content": p}]
-                for p in prompts]
-    texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
-                                     temperature=setup.temperature, top_p=setup.top_p)
-    scored = score_completions(setup.tokenizer, texts, [None] * len(texts))
-    records = [{"prompt": p, "text": s["completion"], "answer": s["extracted_answer"],
-                "format_valid": s["format_valid"], "completion_tokens": s["completion_tokens"],
-                "adapter": str(setup.adapter.path) if setup.adapter else None}
-               for p, s in zip(prompts, scored)]
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     if args.output:
         from env.paths import absolute_path, atomic_write_text

@@ -51,6 +51,25 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--system_prompt", default=None, help="override the manifest's system prompt")
 
 
+def inference_args(**options: Any) -> argparse.Namespace:
+    """The options `grpo generate`/`grpo eval` take, as a Namespace, for calling them from Python.
+
+    >>> inference_args(lora="outputs/run/lora").max_tokens is None
+    True
+    """
+    parser = argparse.ArgumentParser()
+    add_inference_arguments(parser)
+    args = parser.parse_args(["--base"])  # defaults; --base is replaced below
+    args.base = False
+    for key, value in options.items():
+        if not hasattr(args, key):
+            raise TypeError(f"unknown inference option {key!r}")
+        setattr(args, key, value)
+    if not args.lora and not args.base:
+        raise TypeError("pass lora=ADAPTER_DIR or base=True")
+    return args
+
+
 def _error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 

@@ -30,7 +30,8 @@ def final_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps: int, wall_time_s: float,
-                  eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str]) -> dict[str, Any]:
+                  eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str],
+                  health: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     from pipeline.plots import plot_run
 
     records = read_metrics(output_dir)
@@ -46,6 +47,7 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
                                  if eval_before and eval_after else None),
         "final_metrics": final_metrics(records),
         "health_warnings": warnings,
+        "health": health or {},
         "plots": plots,
     }
     atomic_write_json(output_dir / "summary.json", summary)

@@ -76,7 +76,11 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
     prepared = prepare_dataset(cfg, tokenizer, report_dir=output_dir)
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
-           f"max_completion_length={prepared.max_completion_length} (report: {output_dir / 'data_report.json'})")
+           f"max_completion_length={prepared.max_completion_length} (report: {prepared.report_path})")
+    from pipeline.evaluate import evaluate_rows, load_eval_rows
+
+    # Held-out rows are prepared now, so a bad eval source fails before the model loads.
+    eval_rows = load_eval_rows(cfg, tokenizer) if (cfg.eval.eval_before or cfg.eval.eval_after) else []
 
     # ---------------------------------------------------------------- model
     model, tokenizer = backend.load_for_training(cfg)
@@ -91,9 +95,6 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
             peft_config = None  # the warm-up already wrapped the model with this LoRA
 
     # ---------------------------------------------------------------- eval before
-    from pipeline.evaluate import evaluate_rows, load_eval_rows
-
-    eval_rows = load_eval_rows(cfg, tokenizer) if (cfg.eval.eval_before or cfg.eval.eval_after) else []
     eval_before = None
     if cfg.eval.eval_before and eval_rows:
         eval_before = evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer, eval_rows,
@@ -267,6 +268,8 @@ def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[s
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from pipeline.data import DataError
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
         from trl import TrlParser
@@ -293,7 +296,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             load_backend("unsloth").prepare_environment(from_mapping({"vllm_standby": str(standby).lower()}))
         cfg = parse_config(argv, base=base)
         result = run_training(cfg, choice)
-    except (ConfigError, FileNotFoundError) as err:
+    except (ConfigError, FileNotFoundError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return result.exit_code

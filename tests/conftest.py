@@ -14,3 +14,17 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer():
+    """The real Qwen2.5 tokenizer shipped in pipeline/assets (offline; ~3 s to load, so once per session).
+
+    Shared: tests must not change it (use monkeypatch for temporary attribute changes).
+    """
+    from pipeline.assets import load_qwen_tokenizer
+
+    return load_qwen_tokenizer()

@@ -1,0 +1,92 @@
+"""`grpo data`: prints the data report (table or JSON) and writes data_report.json, loading only the tokenizer."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.data import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def tokenizer_requests(qwen_tokenizer, monkeypatch):
+    """In-process calls get the session's tokenizer instead of loading it again (~3-10 s each);
+    the names `grpo data` asks for are recorded. The subprocess test runs the real loader."""
+    requested = []
+
+    def load_tokenizer(name, trust_remote_code=False):
+        requested.append(name)
+        return qwen_tokenizer
+
+    monkeypatch.setattr("pipeline.tokenizer.load_tokenizer", load_tokenizer)
+    return requested
+
+
+def write_config(tmp_path, **values):
+    config = {"dataset_name": "sample", "model_name_or_path": "bundled:qwen2.5",
+              "output_dir": str(tmp_path / "run"), "data_cache_dir": str(tmp_path / "cache"), **values}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def test_json_output_matches_the_written_report(tmp_path, capsys, tokenizer_requests):
+    recipe = write_config(tmp_path)
+    assert main(["--config", str(recipe), "--json", "--max_samples", "20"]) == 0
+    assert tokenizer_requests == ["bundled:qwen2.5"]  # the config's model name; a tokenizer, no model
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["rows_in"], printed["rows_kept"], printed["rows_unused_max_samples"]) == (50, 20, 30)
+    assert printed["limits"]["max_prompt_length"] + printed["limits"]["max_completion_length"] == 1024
+    on_disk = json.loads((tmp_path / "run" / "data_report.json").read_text(encoding="utf-8"))
+    assert on_disk["fingerprint"] == printed["fingerprint"] and on_disk["rows_kept"] == 20
+
+
+def test_table_output_shows_rows_lengths_and_limits(tmp_path, capsys):
+    recipe = write_config(tmp_path, max_prompt_length="64")
+    assert main(["--config", str(recipe)]) == 0
+    out = capsys.readouterr().out
+    for text in ("rows in", "rows kept", "prompt_too_long", "p90", "p99", "max_prompt_length", "max_completion_length",
+                 "built and saved"):
+        assert text in out, text
+    assert main(["--config", str(recipe)]) == 0
+    assert "hit (no re-tokenization)" in capsys.readouterr().out
+
+
+def test_strict_failure_exits_1_and_still_prints_the_report(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"question": "Q?", "answer": "#### 1"}\n{"question": "", "answer": "2"}\n', encoding="utf-8")
+    recipe = write_config(tmp_path, dataset_name=str(data), strict=True)
+    assert main(["--config", str(recipe), "--json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["rows_rejected"]["empty_question"]["ids"] == ["train-1"]
+    assert "strict" in captured.err
+
+
+def test_config_error_exits_2_naming_the_field(tmp_path, capsys):
+    recipe = write_config(tmp_path, max_prompt_length="8")
+    assert main(["--config", str(recipe)]) == 2
+    assert "max_prompt_length" in capsys.readouterr().err
+
+
+def test_unreadable_data_exits_1_with_the_reason(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("", encoding="utf-8")
+    assert main(["--config", str(write_config(tmp_path, dataset_name=str(empty)))]) == 1
+    assert "is empty" in capsys.readouterr().err
+
+
+def test_python_m_pipeline_data_json(tmp_path):
+    recipe = write_config(tmp_path)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "pipeline", "data", "--config", str(recipe), "--json"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)  # stdout is the JSON alone; logs go to stderr
+    assert (report["rows_in"], report["rows_kept"], report["status"]) == (50, 50, "ok")
+    assert (tmp_path / "run" / "data_report.json").is_file()

@@ -1,0 +1,188 @@
+"""Real GRPOTrainer runs on CPU through the pipeline: params change, artifacts verify, resume, signals.
+
+Every test here trains for real (TRL 1.15 GRPOTrainer, transformers, peft) on a tiny model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.numpy import load_file
+
+from env.paths import verify_adapter_dir
+from pipeline.train import EXIT_HEALTH_STOP, EXIT_INTERRUPTED, run_training
+from train_helpers import demo_config, tiny_qwen_config
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def step_records(run_dir: Path) -> list[dict]:
+    return [r for r in read_metrics(run_dir) if "loss" in r]
+
+
+def test_tiny_qwen_lora_params_change_and_artifacts_verify(tmp_path):
+    """Issue 5: tiny Qwen2 + the real Qwen2.5 tokenizer + LoRA, 2 real steps."""
+    import torch
+    from transformers import TrainerCallback
+
+    initial = {}
+
+    class RememberInitialLora(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            for name, param in model.named_parameters():
+                if "lora_" in name:
+                    initial[name] = param.detach().clone()
+
+    run_dir = tmp_path / "run"
+    result = run_training(tiny_qwen_config(run_dir), callbacks=[RememberInitialLora()])
+
+    assert result.status == "completed" and result.exit_code == 0 and result.steps == 2
+    info = verify_adapter_dir(run_dir / "lora")
+    assert info.r == 8 and set(info.target_modules) == {"q_proj", "v_proj"}
+    saved = load_file(str(run_dir / "lora" / "adapter_model.safetensors"))
+    assert initial, "no LoRA parameters were found on the trained model"
+    changed = [name for name, before in initial.items()
+               if not torch.equal(before, torch.from_numpy(saved[_saved_key(name, saved)]).to(before.dtype))]
+    assert changed, "LoRA parameters did not change after 2 GRPO steps"
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["base_model"] == "tiny-qwen2.5" and manifest["backend"] == "plain"
+    assert manifest["max_completion_length"] == 16 and manifest["system_prompt"].startswith("\nRespond")
+    assert "<|im_start|>" in manifest["chat_template"] and manifest["versions"]["trl"] == "1.15.0"
+    records = step_records(run_dir)
+    assert [r["step"] for r in records] == [1, 2]
+    for key in ("reward", "rewards/correctness_reward_func/mean", "rewards/digit_share_reward/mean",
+                "completions/mean_length", "health/garbled_rate"):
+        assert key in records[-1], key
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 2
+    assert (run_dir / "plots" / "reward.png").is_file()
+
+
+def _saved_key(param_name: str, saved: dict) -> str:
+    """peft saves 'base_model.model.x.lora_A.weight' for the live 'base_model.model.x.lora_A.default.weight'."""
+    key = param_name.replace(".default", "")
+    assert key in saved, f"{key} not in saved adapter keys {sorted(saved)[:4]}..."
+    return key
+
+
+def test_resume_continues_from_checkpoint_step(tmp_path):
+    run_dir = tmp_path / "run"
+    first = run_training(demo_config(run_dir, max_steps=2, save_steps=2))
+    assert first.steps == 2 and (run_dir / "checkpoint-2").is_dir()
+    # A later, longer run of the same output_dir picks the checkpoint up (resume: auto is the default).
+    second = run_training(demo_config(run_dir, max_steps=4, save_steps=2))
+    assert second.status == "completed" and second.steps == 4
+    steps = [r["step"] for r in step_records(run_dir)]
+    assert steps == [1, 2, 3, 4], steps  # 1-2 from the first run, 3-4 resumed, nothing repeated
+
+
+def test_corrupt_checkpoint_is_set_aside_and_run_resumes_from_the_good_one(tmp_path):
+    run_dir = tmp_path / "run"
+    run_training(demo_config(run_dir, max_steps=2, save_steps=2))
+    broken = run_dir / "checkpoint-3"  # an interrupted save: weights but no trainer_state.json
+    broken.mkdir()
+    (broken / "adapter_model.safetensors").write_bytes(b"partial")
+    result = run_training(demo_config(run_dir, max_steps=3, save_steps=2))
+    assert result.steps == 3
+    corrupt = list((run_dir / "corrupt").iterdir())
+    assert len(corrupt) == 1 and corrupt[0].name.startswith("checkpoint-3-")
+    assert (corrupt[0] / "adapter_model.safetensors").read_bytes() == b"partial"  # kept, not deleted
+
+
+def test_sigint_saves_a_resumable_checkpoint(tmp_path):
+    run_dir = tmp_path / "run"
+    recipe = tmp_path / "demo.yaml"
+    recipe.write_text(f"output_dir: {run_dir}\nmax_steps: 2000\nsave_steps: 1000\nsft_warmup_steps: 0\n"
+                      "eval_before: false\neval_after: false\nmax_samples: 64\n")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "train", "--config", str(recipe),
+                             "--model_name_or_path", "tiny-demo", "--dataset_name", "demo-arithmetic"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not ((run_dir / "metrics.jsonl").is_file()
+                                          and (run_dir / "metrics.jsonl").read_text().count("\n") >= 3):
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == EXIT_INTERRUPTED, out
+    assert "SIGINT received" in out and "--resume auto" in out
+    checkpoints = sorted(run_dir.glob("checkpoint-*"))
+    assert len(checkpoints) == 1, out
+    stopped_at = int(checkpoints[0].name.split("-")[1])
+    assert 3 <= stopped_at < 2000
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps"] == stopped_at
+    assert not (run_dir / "lora").exists()  # an interrupted run is a checkpoint, not a finished adapter
+    resumed = run_training(demo_config(run_dir, max_steps=stopped_at + 1))
+    assert resumed.steps == stopped_at + 1
+
+
+def test_nan_gradient_stops_with_checkpoint_and_reason(tmp_path):
+    """NaN gradients in step 2 (as from an fp16 overflow): grad_norm is NaN, the run stops and keeps step 2."""
+    from transformers import TrainerCallback
+
+    class PoisonGradients(TrainerCallback):
+        hooks: list = []
+
+        def on_step_begin(self, args, state, control, model=None, **kwargs):
+            if state.global_step == 1:  # the step about to run is step 2
+                self.hooks = [p.register_hook(lambda g: g * float("nan"))
+                              for p in model.parameters() if p.requires_grad]
+
+        def on_step_end(self, args, state, control, **kwargs):
+            for hook in self.hooks:
+                hook.remove()
+            self.hooks = []
+
+    run_dir = tmp_path / "run"
+    result = run_training(demo_config(run_dir, max_steps=6, save_steps=100), callbacks=[PoisonGradients()])
+    assert result.status == "stopped" and result.exit_code == EXIT_HEALTH_STOP
+    assert result.steps == 2
+    assert (run_dir / "checkpoint-2" / "trainer_state.json").is_file()  # saved before stopping
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "stopped" and "step 2" in summary["stop_reason"]
+    assert "grad_norm" in summary["stop_reason"] and "nan" in summary["stop_reason"].lower()
+    assert summary["health"]["stop_rule"] == "non_finite"
+    assert not (run_dir / "lora").exists()
+
+
+def test_garbled_output_stops_the_run(tmp_path):
+    """A random model over the real 151k vocabulary emits lone byte tokens: U+FFFD in decoded text."""
+    run_dir = tmp_path / "run"
+    cfg = tiny_qwen_config(run_dir, max_steps=4, save_steps=100, garbled_threshold=0.05, garbled_window=1,
+                           garbled_action="stop")
+    result = run_training(cfg)
+    assert result.status == "stopped" and result.exit_code == EXIT_HEALTH_STOP
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["health"]["stop_rule"] == "garbled"
+    assert (run_dir / f"checkpoint-{result.steps}").is_dir()
+
+
+@pytest.mark.parametrize("kl_target, direction", [(1e-12, "up"), (10.0, "down")])
+def test_adaptive_beta_moves_toward_kl_target(tmp_path, kl_target, direction):
+    run_dir = tmp_path / "run"
+    # digit_share_reward gives a random model's group some variance, so the policy moves and KL > 0.
+    cfg = demo_config(run_dir, max_steps=4, save_steps=100, beta=0.04, adaptive_beta=True, kl_target=kl_target,
+                      beta_min=0.001, beta_max=1.0, learning_rate=1e-2,
+                      reward_funcs=["correctness", "train_helpers:digit_share_reward"])
+    result = run_training(cfg)
+    assert result.status == "completed"
+    final_beta = result.summary["health"]["final_beta"]
+    assert (final_beta > 0.04) if direction == "up" else (final_beta < 0.04), result.summary["health"]
+    assert 0.001 <= final_beta <= 1.0
+    kls = [r["kl"] for r in step_records(run_dir)]
+    if direction == "up":
+        assert max(kls) > 0, kls  # the policy moved away from the reference

@@ -1,0 +1,46 @@
+"""Shared pieces for the real CPU training tests: small configs and a reward with variance.
+
+Not a test module (pytest collects only test_*.py); also importable as a reward plug-in:
+`reward_funcs: [train_helpers:digit_share_reward]`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import PipelineConfig, from_mapping
+
+
+def digit_share_reward(completions, **kwargs) -> list[float]:
+    """Share of digits in the completion text. A random model's completions differ here, so GRPO
+    gets a non-zero advantage from step 1 (the real rewards are all 0 on a random model)."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [sum(ch.isdigit() for ch in t) / max(1, len(t)) for t in texts]
+
+
+def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
+    """The built-in CPU demo, shortened for tests."""
+    from pipeline.demo import DEMO_CONFIG
+
+    # Small, fast settings first; the demo's own values win where it sets them.
+    values: dict[str, Any] = dict(max_seq_length=256, max_completion_length="48", num_generations=4,
+                                  per_device_train_batch_size=8, learning_rate=1e-3, warmup_ratio=0.0)
+    values.update(DEMO_CONFIG)
+    values.update(output_dir=str(output_dir), max_steps=3, save_steps=2, eval_before=False, eval_after=False,
+                  sft_warmup_steps=0, max_samples=64, logging_steps=1)
+    values.update(overrides)
+    return from_mapping(values)
+
+
+def tiny_qwen_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
+    """A tiny random Qwen2 with the REAL Qwen2.5 tokenizer and LoRA, on the bundled GSM8K sample."""
+    values: dict[str, Any] = dict(
+        model_name_or_path="tiny-qwen2.5", backend="plain", dataset_name="sample", max_seq_length=512,
+        max_completion_length="16", num_generations=4, per_device_train_batch_size=4, max_steps=2,
+        save_steps=2, lora_r=8, lora_alpha=16, lora_target_modules=["q_proj", "v_proj"],
+        output_dir=str(output_dir), learning_rate=5e-3, warmup_ratio=0.0, optim="adamw_torch",
+        reward_funcs=["xmlcount", "correctness", "train_helpers:digit_share_reward"], max_samples=16,
+    )
+    values.update(overrides)
+    return from_mapping(values)
