@@ -1,0 +1,122 @@
+"""generate / eval / export with the tiny demo model's LoRA from a real training run (plain backend, CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeline import evaluate, export, generate
+from pipeline.inference import inference_args, open_inference
+from pipeline.train import run_training
+from train_helpers import demo_config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    """A real 3-step run whose LoRA has moved (digit_share_reward gives the random model's groups variance)."""
+    run_dir = tmp_path_factory.mktemp("gen") / "run"
+    result = run_training(demo_config(run_dir, max_steps=3, learning_rate=2e-2, max_completion_length="24",
+                                      reward_funcs=["correctness", "train_helpers:digit_share_reward"]))
+    assert result.status == "completed"
+    return run_dir
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_relative_lora_path_works_from_another_cwd(trained_run, tmp_path, monkeypatch):
+    elsewhere = tmp_path / "somewhere" / "else"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    relative = Path(os.path.relpath(trained_run / "lora", elsewhere))
+    assert not relative.is_absolute() and (elsewhere / relative).resolve() == (trained_run / "lora").resolve()
+    assert generate.main(["--lora", str(relative), "--prompt", "3+4", "--output", "out.jsonl"]) == 0
+    [record] = read_jsonl(elsewhere / "out.jsonl")
+    assert record["adapter"] == str(trained_run / "lora")  # resolved to the absolute, verified path
+    assert set(record) >= {"prompt", "text", "answer", "format_valid", "completion_tokens"}
+
+
+def test_missing_or_incomplete_adapter_exits_2_with_no_output(trained_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert generate.main(["--lora", "no/such/lora", "--prompt", "1+1", "--output", "out.jsonl"]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "no" / "such" / "lora") in err and not (tmp_path / "out.jsonl").exists()
+
+    incomplete = tmp_path / "incomplete"
+    shutil.copytree(trained_run / "lora", incomplete)
+    (incomplete / "adapter_model.safetensors").unlink()
+    assert generate.main(["--lora", str(incomplete), "--prompt", "1+1", "--output", "out.jsonl"]) == 2
+    err = capsys.readouterr().err
+    assert "adapter_model.safetensors" in err and not (tmp_path / "out.jsonl").exists()
+
+
+def test_rank_above_max_lora_rank_and_wrong_base_are_refused(trained_run, capsys):
+    lora = str(trained_run / "lora")
+    assert generate.main(["--lora", lora, "--prompt", "1+1", "--max_lora_rank", "4"]) == 2
+    assert "above max_lora_rank=4" in capsys.readouterr().err
+    assert generate.main(["--lora", lora, "--prompt", "1+1", "--model", "Qwen/Qwen2.5-0.5B-Instruct"]) == 2
+    assert "was trained on 'tiny-demo'" in capsys.readouterr().err
+
+
+def test_max_tokens_defaults_from_manifest_and_larger_warns(trained_run):
+    manifest = json.loads((trained_run / "manifest.json").read_text())
+    setup = open_inference(inference_args(lora=str(trained_run / "lora")))
+    assert setup.max_tokens == manifest["max_completion_length"] == 24
+    assert setup.system_prompt == manifest["system_prompt"]
+    with pytest.warns(UserWarning, match="above the trained max_completion_length 24"):
+        open_inference(inference_args(lora=str(trained_run / "lora"), max_tokens=100))
+
+
+def test_lora_really_applies_and_matches_merged_export(trained_run, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    lora_setup = open_inference(inference_args(lora=str(trained_run / "lora")))
+    base_setup = open_inference(inference_args(base=True, run=str(trained_run)))
+    assert base_setup.adapter is None and base_setup.base_model == "tiny-demo"
+    out = tmp_path / "merged"
+    assert export.main(["--lora", str(trained_run / "lora"), "--to", "merged16", "--out", str(out)]) == 0
+    merged = AutoModelForCausalLM.from_pretrained(str(out)).eval()
+
+    prompt = lora_setup.tokenizer.apply_chat_template(
+        [{"role": "system", "content": lora_setup.system_prompt}, {"role": "user", "content": "3+4"}],
+        tokenize=False, add_generation_prompt=True)
+    ids = lora_setup.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        lora_logits = lora_setup.generator.model(ids).logits
+        base_logits = base_setup.generator.model(ids).logits
+        merged_logits = merged(ids).logits
+    assert not torch.allclose(lora_logits, base_logits, atol=1e-4), "the adapter changed nothing"
+    torch.testing.assert_close(merged_logits, lora_logits, atol=1e-4, rtol=1e-4)
+
+
+def test_export_refusals(trained_run, tmp_path, capsys):
+    lora = str(trained_run / "lora")
+    assert export.main(["--lora", lora, "--to", "gguf", "--out", str(tmp_path / "g")]) == 2
+    assert "GGUF export is Unsloth-only" in capsys.readouterr().err and not (tmp_path / "g").exists()
+    (tmp_path / "taken").mkdir()
+    assert export.main(["--lora", lora, "--to", "merged16", "--out", str(tmp_path / "taken")]) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_eval_writes_eval_json_with_fields(trained_run, tmp_path, capsys):
+    recipe = tmp_path / "eval.yaml"
+    recipe.write_text("model_name_or_path: tiny-demo\ndataset_name: demo-arithmetic\neval_split: test\n")
+    out = tmp_path / "eval.json"
+    assert evaluate.main(["--lora", str(trained_run / "lora"), "--data", str(recipe), "--limit", "6",
+                          "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["n"] == 6 and result["split"] == "test" and result["adapter"] == str(trained_run / "lora")
+    for key in ("accuracy", "format_rate", "garbled_rate"):
+        assert 0.0 <= result[key] <= 1.0
+    assert result["mean_completion_length"] > 0 and result["max_tokens"] == 24
+    assert len(result["samples"]) == 5 and {"completion", "correct", "format_valid"} <= set(result["samples"][0])
+    table = capsys.readouterr().out
+    assert "accuracy" in table and "format rate" in table and str(out) in table
