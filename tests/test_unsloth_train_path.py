@@ -1,0 +1,123 @@
+"""`run_training` on the unsloth backend, against the recording fake: the order and kwargs of the GPU calls.
+
+Real Unsloth rebinds `trl.GRPOTrainer`/`trl.GRPOConfig` to its patched classes when imported
+(unsloth/models/rl.py `_patch_trl_rl_trainers_impl`); this test does the same with recording
+stand-ins, so it checks what the pipeline hands Unsloth's trainer. Data, rewards, health and the
+save/verify/manifest path are the real ones. Nothing here shows that Unsloth or vLLM run: that needs a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import tests.fake_unsloth as fake_unsloth
+from pipeline.backends import BackendChoice, gpu_settings
+from pipeline.backends import unsloth as backend
+from pipeline.config import PipelineConfig
+from pipeline.train import run_training
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*Unsloth should be imported before.*:UserWarning",
+    "ignore:Unsloth must be imported before.*:UserWarning",
+)
+
+
+class RecordingGRPOConfig:
+    """Stands in for UnslothGRPOConfig: keeps the kwargs."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        self.__dict__.update(kwargs)
+
+
+class RecordingGRPOTrainer:
+    """Stands in for UnslothGRPOTrainer: records construction and train() in the fake's call log."""
+
+    def __init__(self, **kwargs):
+        fake_unsloth._record("GRPOTrainer.__init__", **kwargs)
+        self.model = kwargs["model"]
+        self.args = kwargs["args"]
+        self.callbacks = list(kwargs.get("callbacks") or [])
+        self.state = type("State", (), {"global_step": 0})()
+        self.beta = self.args.beta
+
+    def add_callback(self, callback):
+        self.callbacks.append(callback)
+
+    def remove_callback(self, callback):
+        self.callbacks = [c for c in self.callbacks if c is not callback and type(c) is not callback]
+
+    def train(self, resume_from_checkpoint=None):
+        fake_unsloth._record("GRPOTrainer.train", resume_from_checkpoint=resume_from_checkpoint)
+        self.state.global_step = self.args.max_steps
+
+
+@pytest.fixture
+def unsloth_run(monkeypatch, tmp_path):
+    import trl
+
+    from pipeline.tokenizer import load_tokenizer
+
+    # Rebind trl's classes first: touching them with the fake vllm installed would import TRL's vLLM glue.
+    monkeypatch.setattr(trl, "GRPOTrainer", RecordingGRPOTrainer)
+    monkeypatch.setattr(trl, "GRPOConfig", RecordingGRPOConfig)
+    monkeypatch.delenv("UNSLOTH_VLLM_STANDBY", raising=False)
+    monkeypatch.setattr(backend, "_prepared", None)
+    monkeypatch.setattr(gpu_settings, "cuda_available", lambda: True)
+    monkeypatch.setattr(gpu_settings, "gpu_total_gib", lambda device=0: 22.5)
+    handle = fake_unsloth.install()
+    # Unsloth returns the model's real tokenizer; the fake's is a stub, so hand back the demo's.
+    original = fake_unsloth.FastLanguageModel.from_pretrained
+    real_tokenizer = load_tokenizer("tiny-demo")
+
+    def from_pretrained(*args, **kwargs):
+        model, _ = original(*args, **kwargs)
+        return model, real_tokenizer
+
+    monkeypatch.setattr(fake_unsloth.FastLanguageModel, "from_pretrained", staticmethod(from_pretrained))
+    cfg = PipelineConfig().replace(
+        model_name_or_path="tiny-demo", dataset_name="demo-arithmetic", max_samples=16, max_seq_length=256,
+        max_completion_length="64", num_generations=4, per_device_train_batch_size=4, max_steps=5,
+        lora_r=16, lora_alpha=16, output_dir=str(tmp_path / "run"), vllm_standby="true", eval_before=False,
+        eval_after=False, vllm_sampling_params={"min_p": 0.1, "stop": ["</answer>"]})
+    result = run_training(cfg, choice=BackendChoice("unsloth", "test"))
+    yield result, fake_unsloth
+    handle.uninstall()
+
+
+def test_gpu_calls_happen_in_order(unsloth_run):
+    result, fake = unsloth_run
+    assert result.status == "completed" and result.steps == 5
+    names = [c.name for c in fake.record_calls()]
+    order = ["FastLanguageModel.from_pretrained", "FastLanguageModel.get_peft_model", "GRPOTrainer.__init__",
+             "GRPOTrainer.train", "model.save_lora"]
+    positions = [names.index(name) for name in order]
+    assert positions == sorted(positions), names
+    state = fake.import_state()
+    assert state["UNSLOTH_VLLM_STANDBY"] == "1"  # set before `import unsloth`
+
+
+def test_trainer_gets_the_lora_model_and_no_peft_config(unsloth_run):
+    result, fake = unsloth_run
+    (init,) = fake.calls_named("GRPOTrainer.__init__")
+    assert init.kwargs["peft_config"] is None  # Unsloth's trainer would silently ignore one
+    assert isinstance(init.kwargs["model"], fake.FakePeftModel)  # get_peft_model's result
+    args = init.kwargs["args"].kwargs
+    assert args["use_vllm"] is True and args["max_completion_length"] == 64
+    assert args["vllm_sampling_params"]._set_kwargs == {"min_p": 0.1, "stop": ["</answer>"]}
+    assert args["reward_weights"][-1] == 0.0  # the health observer never changes the reward
+    assert [f.__name__ for f in init.kwargs["reward_funcs"]][-1] == "health"
+
+
+def test_adapter_saved_to_absolute_temp_then_verified_with_manifest(unsloth_run):
+    result, fake = unsloth_run
+    (save,) = fake.calls_named("model.save_lora")
+    saved_to = Path(save.args[0])
+    assert saved_to.is_absolute() and saved_to.parent == result.output_dir
+    assert saved_to.name.startswith(".lora.tmp-") and not saved_to.exists()  # renamed into place
+    assert (result.output_dir / "lora" / "adapter_config.json").is_file()
+    manifest = json.loads((result.output_dir / "manifest.json").read_text())
+    assert manifest["backend"] == "unsloth" and manifest["max_completion_length"] == 64
