@@ -40,8 +40,15 @@ def _use_4bit(cfg: PipelineConfig) -> bool:
 
 def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool = True):
     """Load the base model (4-bit on CUDA when configured and bitsandbytes is installed)."""
+    import torch
     from transformers import AutoModelForCausalLM
 
+    from pipeline.tokenizer import DEMO_MODEL_NAME
+
+    if model_name_or_path == DEMO_MODEL_NAME and not torch.cuda.is_available():
+        # The demo's matrices are 64 wide: splitting each matmul across threads costs more than it
+        # saves, and on a busy machine OpenMP's spinning threads make every step ~5x slower.
+        torch.set_num_threads(1)
     kwargs: dict[str, Any] = {"dtype": _torch_dtype(cfg), "trust_remote_code": cfg.model.trust_remote_code}
     if _use_4bit(cfg):
         from transformers import BitsAndBytesConfig

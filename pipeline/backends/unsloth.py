@@ -29,7 +29,12 @@ from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: caller
     resolve_gpu_memory_utilization,
     standby_enabled,
 )
-from pipeline.config import ConfigError, PipelineConfig, sampling_params_mapping
+from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.py:4476-4485
+    UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
+    ConfigError,
+    PipelineConfig,
+    sampling_params_mapping,
+)
 from pipeline.tokenizer import resolve_model_path
 
 NAME = "unsloth"
@@ -44,9 +49,6 @@ DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (save.py
 GGUF_MERGED_SUBDIR = "merged"
 # Where training_generator's live LoRA config goes (inside output_dir; see training_generator).
 LIVE_LORA_SUBDIR = ".vllm_live_lora"
-# Unsloth's trainer takes these from GRPOConfig and ignores them in vllm_sampling_params
-# (rl_replacements.py:4476-4485); pipeline.config.validate refuses them there.
-UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS = ("seed", "n", "temperature", "max_tokens", "logprobs")
 
 
 @dataclass
