@@ -59,7 +59,7 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
     scored = score_completions(setup.tokenizer, texts, [None] * len(texts))
     return [{"prompt": p, "text": s["completion"], "answer": s["extracted_answer"],
              "format_valid": s["format_valid"], "completion_tokens": s["completion_tokens"],
-             "adapter": str(setup.adapter.path) if setup.adapter else None}
+             "model": setup.base_model, "adapter": str(setup.adapter.path) if setup.adapter else None}
             for p, s in zip(prompts, scored)]
 
 

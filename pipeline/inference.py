@@ -70,6 +70,21 @@ def inference_args(**options: Any) -> argparse.Namespace:
     return args
 
 
+def verify_trained_dir(path) -> Optional[Any]:
+    """Verify a run's saved result: a LoRA adapter (returns its AdapterInfo) or, for a full fine-tune,
+    a complete transformers model folder (returns None). Raises env.paths.AdapterError naming what is missing."""
+    from env.paths import AdapterError, absolute_path, verify_adapter_dir
+
+    folder = absolute_path(path)
+    if (folder / "adapter_config.json").exists() or not (folder / "config.json").is_file():
+        return verify_adapter_dir(folder)
+    weights = [folder / n for n in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")]
+    if not any(w.is_file() and w.stat().st_size > 0 for w in weights):
+        raise AdapterError(folder, "model.safetensors",
+                           f"{folder} has config.json but no model weights (model.safetensors): the save is incomplete")
+    return None
+
+
 def _error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 
@@ -83,13 +98,18 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
 
     adapter = None
     manifest = None
+    full_model_dir = None
     if args.lora:
         try:
-            adapter = verify_adapter_dir(args.lora)
+            adapter = verify_trained_dir(args.lora)
         except AdapterError as err:
             _error(str(err))
             return None
-        manifest = find_manifest(adapter.path)
+        if adapter is None:  # a full fine-tune (e.g. the tiny demo): the folder IS the trained model
+            full_model_dir = absolute_path(args.lora)
+            manifest = find_manifest(full_model_dir)
+        else:
+            manifest = find_manifest(adapter.path)
     elif args.run:
         run_dir = absolute_path(args.run)
         manifest = find_manifest(run_dir) or find_manifest(run_dir / "lora")
@@ -98,12 +118,12 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
             return None
 
     trained_base = (manifest or {}).get("base_model") or (adapter.base_model_name_or_path if adapter else None)
-    base_model = args.model or trained_base
+    base_model = str(full_model_dir) if full_model_dir else (args.model or trained_base)
     if base_model is None:
         _error("--base needs --model NAME or --run RUN_DIR to know which base model to load")
         return None
-    if adapter is not None and args.model and trained_base and args.model != trained_base:
-        _error(f"adapter {adapter.path} was trained on {trained_base!r}, not {args.model!r}. Drop --model (the "
+    if args.lora and args.model and trained_base and args.model != trained_base:
+        _error(f"{args.lora} was trained on {trained_base!r}, not {args.model!r}. Drop --model (the "
                "manifest names the right base) or pass the adapter trained on that model.")
         return None
     max_lora_rank = args.max_lora_rank or (manifest or {}).get("max_lora_rank") or 64

@@ -64,7 +64,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
         backend.prepare_environment(cfg)  # UNSLOTH_VLLM_STANDBY + `import unsloth` before trl/transformers/peft
     _print(f"backend: {choice.name} ({choice.reason})")
 
-    from env.paths import absolute_path, atomic_directory, verify_adapter_dir
+    from env.paths import absolute_path, atomic_directory
+    from pipeline.inference import verify_trained_dir
 
     output_dir = absolute_path(cfg.grpo.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -128,11 +129,11 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     adapter_dir = None
     eval_after = None
     if status == "completed" and _is_main_process():
-        adapter_dir = output_dir / "lora"
+        # A LoRA goes to lora/; a full fine-tune (the tiny demo) is a whole model, so model/.
+        adapter_dir = output_dir / ("model" if cfg.lora.full_finetune else "lora")
         with atomic_directory(adapter_dir) as staging:
             backend.save_adapter(trainer.model, tokenizer, staging)
-        if not cfg.lora.full_finetune:
-            verify_adapter_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
+        verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
         from pipeline.manifest import write_manifest
 
         write_manifest(
