@@ -1,1 +1,376 @@
-"""Built-in CPU demo: a character-level tokenizer, a tiny deterministic Qwen2 and arithmetic problems."""
+"""The built-in CPU demo: a character-level ChatML tokenizer, a tiny deterministic Qwen2 and an arithmetic task.
+
+`grpo train` on a machine without a GPU runs the whole pipeline on this demo in a few minutes:
+SFT format warm-up -> eval before -> GRPO -> eval after. Nothing is downloaded. The pieces:
+
+- `build_demo_tokenizer()`: one token per byte (259 in all), Qwen2.5's ChatML specials and a
+  ChatML chat template, so every code path that renders prompts runs exactly as it does for Qwen2.5.
+- `demo_model_dir()`: a random 90k-parameter `Qwen2ForCausalLM`, built from a fixed seed and saved
+  once into the cache. Same weights every time, so an adapter trained on it applies again later, and
+  it is a real folder (TRL reloads the reference model from `config._name_or_path` when beta > 0).
+- `arithmetic_problems()`: single-digit additions ("What is 3+4?" -> "7"), split into disjoint
+  train/test sets by a hash of the question.
+- `sft_examples()`: the warm-up data. Its teacher is deliberately sloppy (see `SLOPPY_ANSWER_RATE`),
+  which leaves the warmed-up model with a habit GRPO's correctness reward can visibly fix.
+- `DEMO_CONFIG`: the config overrides for the CPU run.
+
+`build_tiny_qwen2()` / `tiny_qwen_model_dir()` give the same tiny architecture with the real
+Qwen2.5 vocabulary, for tests that need the real tokenizer but no real model.
+
+torch/transformers are imported inside functions: the CLI imports this module for `DEMO_CONFIG`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+# Bump when the tokenizer, the architecture or the seed changes: the cached folder is keyed by it,
+# so a stale model is never reused (and an adapter trained on version N never meets version N+1).
+DEMO_VERSION = "1"
+DEMO_SEED = 1234
+
+# Qwen2.5's ChatML specials, after the regular tokens as in Qwen2.5 (there they are 151643-151645).
+PAD_TOKEN, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
+
+# Qwen2.5's ChatML template without tool calls and without the "You are Qwen..." default system
+# message (the demo always sends its own; a tiny model has no use for the tool-call branches).
+DEMO_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if not (message['role'] == 'system' and loop.first) %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# Short on purpose: every prompt carries it, and a 2-layer model learns faster from short prompts.
+DEMO_SYSTEM_PROMPT = "Answer in <reasoning> and <answer> tags."
+
+# The tiny architecture (90k parameters with the demo vocabulary; 9.8M with Qwen2.5's 151,936).
+TINY_QWEN2_ARCH: dict[str, Any] = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    max_position_embeddings=512,
+    tie_word_embeddings=True,
+    # 1/sqrt(hidden), not Qwen2's 0.02 (tuned for hidden ~2500). With tied embeddings the logits are
+    # (final hidden state) . (token embedding): at std 0.02 and width 64 no logit can exceed ~1.3, so
+    # temperature-1 samples stay near-uniform noise, and a LoRA (which freezes the embeddings) can never
+    # fix that. GRPO learns only from what it samples.
+    initializer_range=0.125,
+)
+QWEN_VOCAB_SIZE = 151936  # Qwen2.5 checkpoints pad the 151,665-token vocabulary to this
+
+# The task: a+b with single digits, 100 problems: 80 train, 20 test. Small on purpose: a 2-layer
+# model learns the addition table (and generalises to the held-out pairs) in a few hundred SFT
+# steps on 2 CPU cores; larger operands take far longer.
+OPERAND_RANGE = range(10)
+TEST_SIZE = 20
+
+# Share of warm-up examples whose <answer> repeats the first operand instead of the result
+# (the reasoning line is always right). Above 1/2 on purpose: greedy decoding then mostly copies the
+# wrong number, while sampling still gives the right one often enough for GRPO to find and reward it.
+# GRPO then has one clear, general habit to unlearn, which it does in a few dozen steps.
+SLOPPY_ANSWER_RATE = 0.6
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer
+# ---------------------------------------------------------------------------------------------
+
+
+def build_demo_tokenizer():
+    """A character-level ChatML tokenizer: one token per byte (so per ASCII character), no merges.
+
+    It is Qwen2.5's own tokenizer design (byte-level BPE, transformers' `Qwen2Tokenizer` on the
+    `tokenizers` library) with the merges left out: 256 byte tokens, then `<|endoftext|>` (pad),
+    `<|im_start|>` and `<|im_end|>` (eos), and a ChatML chat template.
+
+    Why bytes and not a ~50-character WordLevel vocabulary: transformers 5 loads every folder whose
+    config says `model_type: qwen2` as `Qwen2Tokenizer`, which rebuilds the byte-level pipeline from
+    the saved vocabulary. A WordLevel tokenizer saved next to the model came back silently dropping
+    every space and newline. Built this way, the reloaded tokenizer is the same tokenizer. And with
+    all 256 bytes in the vocabulary no character is unknown: any text round-trips.
+
+    >>> tok = build_demo_tokenizer()
+    >>> tok.convert_ids_to_tokens(tok.encode("3+4 =\\n7"))  # Ġ is a space and Ċ a newline, as in Qwen2.5
+    ['3', '+', '4', 'Ġ', '=', 'Ċ', '7']
+    >>> tok.decode(tok.encode("Ünïcode 你好")) == "Ünïcode 你好"
+    True
+    >>> tok.eos_token, tok.pad_token, tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    ('<|im_end|>', '<|endoftext|>', [256, 257, 258])
+    """
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
+
+    byte_symbols = bytes_to_unicode()  # byte value -> the printable character that stands for it
+    vocab = {byte_symbols[b]: b for b in range(256)}
+    for token in SPECIAL_TOKENS:
+        vocab[token] = len(vocab)
+    return Qwen2Tokenizer(
+        vocab=vocab,
+        merges=[],
+        eos_token=IM_END,  # generation stops at the end of the assistant turn, as with Qwen2.5-Instruct
+        pad_token=PAD_TOKEN,
+        unk_token=None,  # every byte has a token: nothing is unknown
+        extra_special_tokens=[IM_START],
+        chat_template=DEMO_CHAT_TEMPLATE,
+        padding_side="left",  # GRPO generates from left-padded prompt batches
+        model_max_length=TINY_QWEN2_ARCH["max_position_embeddings"],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------
+
+
+def build_tiny_qwen2(vocab_size: int, seed: int = 0, **overrides: Any):
+    """A randomly initialised tiny `Qwen2ForCausalLM`; the same `seed` gives the same weights.
+
+    `overrides` replace fields of `TINY_QWEN2_ARCH` or set other `Qwen2Config` fields
+    (e.g. `eos_token_id`). The global torch RNG is left as it was.
+
+    >>> a, b = build_tiny_qwen2(60, seed=1), build_tiny_qwen2(60, seed=1)
+    >>> all((a.state_dict()[k] == v).all() for k, v in b.state_dict().items())
+    True
+    >>> build_tiny_qwen2(60, num_hidden_layers=1).config.num_hidden_layers
+    1
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=vocab_size, **{**TINY_QWEN2_ARCH, **overrides})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    return model.to(torch.float32)
+
+
+def cache_root() -> Path:
+    """Where built-in models are saved: $GRPO_CACHE_DIR, else ~/.cache/grpo-pipeline."""
+    from pipeline.assets import _cache_root
+
+    return _cache_root()
+
+
+def _save_once(final: Path, write) -> Path:
+    """Run `write(tmp_dir)` and publish tmp_dir as `final`, unless `final` already exists.
+
+    Hand-written rather than env.paths.atomic_directory because that one *replaces* an existing
+    folder; here the first complete copy must win, so a process that is already reading it is
+    never disturbed. A racing process's rename fails on the non-empty folder and its copy is dropped.
+    """
+    if (final / "config.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; a shared cache should be readable like any folder
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            if not (final / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
+    """The tiny demo model + its tokenizer, saved once (atomically) and loadable with `from_pretrained`.
+
+    The folder is `<cache>/tiny-demo-<DEMO_VERSION>`; `cache_dir` defaults to `cache_root()`.
+
+    >>> from transformers import AutoModelForCausalLM, AutoTokenizer
+    >>> path = demo_model_dir()
+    >>> AutoModelForCausalLM.from_pretrained(path).config.vocab_size == len(AutoTokenizer.from_pretrained(path))
+    True
+    """
+    final = Path(cache_dir or cache_root()) / f"tiny-demo-{DEMO_VERSION}"
+
+    def write(tmp: Path) -> None:
+        tokenizer = build_demo_tokenizer()
+        model = build_tiny_qwen2(
+            len(tokenizer),
+            seed=DEMO_SEED,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=None,
+        )
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    return _save_once(final, write)
+
+
+def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
+    """A tiny random Qwen2 with the real Qwen2.5 vocabulary and the bundled Qwen2.5 tokenizer, saved once.
+
+    For tests of code that must see the real tokenizer and chat template (9.8M parameters,
+    about 2 s per GRPO step on CPU; it learns nothing useful).
+    """
+    final = Path(cache_dir or cache_root()) / f"tiny-qwen2.5-{DEMO_VERSION}"
+
+    def write(tmp: Path) -> None:
+        from pipeline.assets import load_qwen_tokenizer
+
+        tokenizer = load_qwen_tokenizer()
+        model = build_tiny_qwen2(
+            QWEN_VOCAB_SIZE,
+            seed=DEMO_SEED,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=None,
+            max_position_embeddings=32768,
+        )
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    return _save_once(final, write)
+
+
+# ---------------------------------------------------------------------------------------------
+# The task
+# ---------------------------------------------------------------------------------------------
+
+
+def _question_hash(question: str) -> str:
+    return hashlib.sha256(question.encode("utf-8")).hexdigest()
+
+
+def _all_problems() -> list[dict[str, str]]:
+    problems = []
+    for a in OPERAND_RANGE:
+        for b in OPERAND_RANGE:
+            problems.append({"question": f"What is {a}+{b}?", "answer": str(a + b), "solution": f"{a}+{b}={a + b}",
+                             "first_operand": str(a)})
+    return problems
+
+
+def _split_problems(split: str) -> list[dict[str, str]]:
+    """The problems of one split, in a fixed order.
+
+    The test split takes problems in order of the sha256 of their question, skipping any whose
+    answer would then be missing from the train split (9+9 is the only way to make 18): a held-out
+    problem asks for a new combination, never for a number the model has never written. So the
+    split never depends on seed, n or order, and its size is exactly TEST_SIZE.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
+    by_hash = sorted(_all_problems(), key=lambda p: _question_hash(p["question"]))
+    left_in_train = Counter(p["answer"] for p in by_hash)
+    test_questions = set()
+    for problem in by_hash:
+        if len(test_questions) == TEST_SIZE:
+            break
+        if left_in_train[problem["answer"]] > 1:
+            left_in_train[problem["answer"]] -= 1
+            test_questions.add(problem["question"])
+    return [p for p in by_hash if (p["question"] in test_questions) == (split == "test")]
+
+
+def arithmetic_split_size(split: str) -> int:
+    """How many distinct problems a split holds.
+
+    >>> arithmetic_split_size("train") + arithmetic_split_size("test")
+    100
+    """
+    return len(_split_problems(split))
+
+
+def arithmetic_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
+    """`n` distinct problems of a split, in an order fixed by `seed`.
+
+    Each is `{"question": "What is 3+4?", "answer": "7", "solution": "3+4=7"}`; `solution` is the
+    worked line that goes between the <reasoning> tags. Train and test never share a question.
+    Raises ValueError when `n` exceeds the split (see `arithmetic_split_size`).
+
+    >>> arithmetic_problems(2, seed=0, split="test")  # doctest: +SKIP
+    [{'question': 'What is 7+2?', 'answer': '9', 'solution': '7+2=9'}, ...]
+    >>> {p["question"] for p in arithmetic_problems(10, split="test")} & {
+    ...     p["question"] for p in arithmetic_problems(10, split="train")}
+    set()
+    """
+    pool = _split_problems(split)
+    if not 0 <= n <= len(pool):
+        raise ValueError(f"demo-arithmetic has {len(pool)} distinct {split!r} problems, {n} were asked for; "
+                         f"set max_samples (train) or eval_limit (test) to at most {len(pool)}.")
+    random.Random(seed).shuffle(pool)
+    return [{k: p[k] for k in ("question", "answer", "solution")} for p in pool[:n]]
+
+
+def sft_examples(n: int, seed: int = 0, system_prompt: str = DEMO_SYSTEM_PROMPT) -> list[dict[str, Any]]:
+    """`n` warm-up examples in TRL's conversational prompt-completion format, from the train split.
+
+    The reasoning line is always right; the <answer> repeats the first operand instead of the
+    result in about `SLOPPY_ANSWER_RATE` of them (a sloppy teacher). The warm-up thus teaches the
+    format, the addition table, and a bad habit that GRPO's correctness reward then removes.
+    Problems repeat when `n` exceeds the train split; each copy draws its own slip.
+
+    >>> ex = sft_examples(1, seed=0)[0]
+    >>> [m["role"] for m in ex["prompt"]], ex["completion"][0]["role"]
+    (['system', 'user'], 'assistant')
+    >>> ex["completion"][0]["content"].startswith("<reasoning>\\n")
+    True
+    """
+    rng = random.Random(seed)
+    pool = _split_problems("train")
+    examples = []
+    for _ in range(n):
+        problem = rng.choice(pool)
+        answer = problem["first_operand"] if rng.random() < SLOPPY_ANSWER_RATE else problem["answer"]
+        completion = f"<reasoning>\n{problem['solution']}\n</reasoning>\n<answer>\n{answer}\n</answer>\n"
+        examples.append({
+            "prompt": [{"role": "system", "content": system_prompt}, {"role": "user", "content": problem["question"]}],
+            "completion": [{"role": "assistant", "content": completion}],
+        })
+    return examples
+
+
+# ---------------------------------------------------------------------------------------------
+# Config
+# ---------------------------------------------------------------------------------------------
+
+# Flat overrides for the CPU demo run (keys are PipelineConfig fields). Tuned on 2 CPU cores.
+DEMO_CONFIG: dict[str, Any] = {
+    "model_name_or_path": "tiny-demo",
+    "backend": "plain",
+    "dataset_name": "demo-arithmetic",
+    "system_prompt": DEMO_SYSTEM_PROMPT,
+    "output_dir": "outputs/cpu-demo",
+    "optim": "adamw_torch",
+    # Full fine-tuning: with LoRA (even with the final norm trained) the 64-wide tied head keeps the
+    # output distribution flat (SFT loss stays ~2.0), so sampled rollouts are noise; fully tuned it is sharp.
+    "full_finetune": True,
+    "max_seq_length": 160,             # prompts are ~60 characters, answers ~48
+    "max_completion_length": "56",     # room for <reasoning>a+b=c</reasoning><answer>c</answer> and EOS
+    "sft_warmup_steps": 1500,          # teaches the format and most of the addition table (~1.5 min)
+    "sft_learning_rate": 3e-3,
+    "learning_rate": 1e-3,             # a 90k-parameter model needs a far larger step than a 1.5B LoRA
+    "max_grad_norm": 1.0,
+    "warmup_ratio": 0.05,
+    "num_generations": 8,
+    "per_device_train_batch_size": 16,  # two questions x 8 completions per step
+    "max_steps": 150,
+    "logging_steps": 5,
+    "save_steps": 50,
+    "eval_before": True,
+    "eval_after": True,
+    "eval_split": "test",
+    "eval_limit": 20,                  # the whole held-out split
+}

@@ -25,13 +25,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     args = parser.parse_args(argv)
 
-    from env.paths import AdapterError, absolute_path, atomic_directory, verify_adapter_dir
+    from env.paths import AdapterError, absolute_path, atomic_directory
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, from_mapping
+    from pipeline.inference import verify_trained_dir
     from pipeline.manifest import find_manifest
 
     try:
-        adapter = verify_adapter_dir(args.lora)
+        adapter = verify_trained_dir(args.lora)
     except AdapterError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -39,6 +40,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     if out.exists() and not args.overwrite:
         print(f"error: --out {out} already exists; choose a new folder or pass --overwrite", file=sys.stderr)
         return 2
+    if adapter is None:  # a full fine-tune (the tiny demo): the folder already is the merged model
+        if args.to != "merged16":
+            print(f"error: {args.lora} is a fully fine-tuned model, not a LoRA; only --to merged16 (a copy) "
+                  "applies to it", file=sys.stderr)
+            return 2
+        import shutil
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_directory(out) as staging:
+            shutil.copytree(absolute_path(args.lora), staging, dirs_exist_ok=True)
+        print(f"exported {absolute_path(args.lora)} (a full fine-tune, copied as is) to {out}")
+        return 0
     manifest = find_manifest(adapter.path) or {}
     base_model = manifest.get("base_model") or adapter.base_model_name_or_path
     cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model,
