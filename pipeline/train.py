@@ -265,7 +265,7 @@ def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[s
         if path is not None and path.exists():
             _print(f"  {label:<12} {path}")
     if adapter_dir is not None:
-        _print(f"next: grpo generate --lora {adapter_dir} --prompt 'What is 12 + 30?'")
+        _print(f"next: grpo generate --lora {adapter_dir} --prompt 'What is 3+4?'")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
