@@ -103,10 +103,10 @@ class LoraArguments:
     lora_target_modules: list[str] = _help("Modules that get LoRA adapters (all attention + MLP).",
                                            default_factory=lambda: list(DEFAULT_TARGET_MODULES))
     lora_modules_to_save: list[str] = _help(
-        "Modules trained in full beside the adapter (the tiny demo trains the final `norm`).",
+        "Modules trained in full beside the adapter (the tiny demo: its random `norm`s and `embed_tokens`).",
         default_factory=list,
     )
-    full_finetune: bool = _help("Plain backend only: train all weights, no LoRA (the tiny demo).", default=False)
+    full_finetune: bool = _help("Plain backend only: train all weights, no LoRA (small models; saves output_dir/model).", default=False)
     gradient_checkpointing: bool = _help("Trade compute for memory; Unsloth uses its own offloaded variant.",
                                          default=True)
 

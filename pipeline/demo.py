@@ -5,11 +5,11 @@ SFT format warm-up -> eval before -> GRPO -> eval after. Nothing is downloaded. 
 
 - `build_demo_tokenizer()`: one token per byte (259 in all), Qwen2.5's ChatML specials and a
   ChatML chat template, so every code path that renders prompts runs exactly as it does for Qwen2.5.
-- `demo_model_dir()`: a random 90k-parameter `Qwen2ForCausalLM`, built from a fixed seed and saved
+- `demo_model_dir()`: a random 107k-parameter `Qwen2ForCausalLM`, built from a fixed seed and saved
   once into the cache. Same weights every time, so an adapter trained on it applies again later, and
   it is a real folder (TRL reloads the reference model from `config._name_or_path` when beta > 0).
-- `arithmetic_problems()`: single-digit additions ("What is 3+4?" -> "7"), split into disjoint
-  train/test sets by a hash of the question.
+- `arithmetic_problems()`: 2-digit additions without carries ("What is 27+52?" -> "79"), split into
+  disjoint train/test sets by a hash of the question.
 - `sft_examples()`: the warm-up data. Its teacher is deliberately sloppy (see `SLOPPY_ANSWER_RATE`),
   which leaves the warmed-up model with a habit GRPO's correctness reward can visibly fix.
 - `DEMO_CONFIG`: the config overrides for the CPU run.
@@ -33,7 +33,7 @@ from typing import Any, Optional
 
 # Bump when the tokenizer, the architecture or the seed changes: the cached folder is keyed by it,
 # so a stale model is never reused (and an adapter trained on version N never meets version N+1).
-DEMO_VERSION = "1"
+DEMO_VERSION = "2"
 DEMO_SEED = 1234
 
 # Qwen2.5's ChatML specials, after the regular tokens as in Qwen2.5 (there they are 151643-151645).
@@ -57,7 +57,7 @@ DEMO_CHAT_TEMPLATE = (
 # Short on purpose: every prompt carries it, and a 2-layer model learns faster from short prompts.
 DEMO_SYSTEM_PROMPT = "Answer in <reasoning> and <answer> tags."
 
-# The tiny architecture (90k parameters with the demo vocabulary; 9.8M with Qwen2.5's 151,936).
+# The tiny architecture (107k parameters with the demo vocabulary; 9.8M with Qwen2.5's 151,936, tied).
 TINY_QWEN2_ARCH: dict[str, Any] = dict(
     hidden_size=64,
     num_hidden_layers=2,
@@ -65,20 +65,27 @@ TINY_QWEN2_ARCH: dict[str, Any] = dict(
     num_key_value_heads=2,
     intermediate_size=128,
     max_position_embeddings=512,
-    tie_word_embeddings=True,
-    # 1/sqrt(hidden), not Qwen2's 0.02 (tuned for hidden ~2500). With tied embeddings the logits are
-    # (final hidden state) . (token embedding): at std 0.02 and width 64 no logit can exceed ~1.3, so
-    # temperature-1 samples stay near-uniform noise, and a LoRA (which freezes the embeddings) can never
-    # fix that. GRPO learns only from what it samples.
-    initializer_range=0.125,
+    # Untied, unlike Qwen2.5 up to 3B: the demo's LoRA trains the (random, useless) input embeddings in
+    # full (`lora_modules_to_save`), and with a tied head that copy would silently part from the frozen
+    # lm_head, so a merged export (which re-ties on load) would not be the model that was trained.
+    tie_word_embeddings=False,
 )
+# Initial weight of the final RMSNorm (Qwen2 starts it at 1). The logits are (final hidden state,
+# RMS-normalised to length ~sqrt(64) = 8, times this weight) . (lm_head row, std 0.02): at weight 1 no
+# logit can exceed ~1.3, so temperature-1 samples are near-uniform noise over 259 tokens, and a LoRA,
+# which freezes lm_head, cannot change that. GRPO learns only from what it samples. The final norm
+# touches nothing but the logits, so raising it scales them without disturbing anything else (a larger
+# lm_head std would do the same; a larger embedding std would drown the layers' residual updates).
+FINAL_NORM_WEIGHT = 10.0
 QWEN_VOCAB_SIZE = 151936  # Qwen2.5 checkpoints pad the 151,665-token vocabulary to this
 
-# The task: a+b with single digits, 100 problems: 80 train, 20 test. Small on purpose: a 2-layer
-# model learns the addition table (and generalises to the held-out pairs) in a few hundred SFT
-# steps on 2 CPU cores; larger operands take far longer.
-OPERAND_RANGE = range(10)
-TEST_SIZE = 20
+# The task: additions of two 2-digit numbers without carries ("What is 27+52?" -> "79"): each digit
+# of the sum is the sum of the two digits above it. 36 tens pairs x 55 ones pairs = 1,980 problems,
+# 100 of them held out. A held-out problem is a new combination of digit sums the train split shows
+# many times, which a 2-layer model learns within ~1,000 small SFT steps; with carries it learns
+# nothing useful in that time, and single-digit sums (100 problems) leave too few to hold out.
+TEST_SIZE = 100
+EXAMPLE_QUESTION = "What is 27+52?"  # a held-out problem, for the "next: grpo generate ..." hint
 
 # Share of warm-up examples whose <answer> repeats the first operand instead of the result
 # (the reasoning line is always right). Above 1/2 on purpose: greedy decoding then mostly copies the
@@ -138,9 +145,10 @@ def build_demo_tokenizer():
 # ---------------------------------------------------------------------------------------------
 
 
-def build_tiny_qwen2(vocab_size: int, seed: int = 0, **overrides: Any):
+def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 1.0, **overrides: Any):
     """A randomly initialised tiny `Qwen2ForCausalLM`; the same `seed` gives the same weights.
 
+    `final_norm_weight` is the initial weight of the last RMSNorm (see `FINAL_NORM_WEIGHT`);
     `overrides` replace fields of `TINY_QWEN2_ARCH` or set other `Qwen2Config` fields
     (e.g. `eos_token_id`). The global torch RNG is left as it was.
 
@@ -157,6 +165,8 @@ def build_tiny_qwen2(vocab_size: int, seed: int = 0, **overrides: Any):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config)
+        with torch.no_grad():
+            model.model.norm.weight.fill_(final_norm_weight)
     return model.to(torch.float32)
 
 
@@ -208,6 +218,7 @@ def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
         model = build_tiny_qwen2(
             len(tokenizer),
             seed=DEMO_SEED,
+            final_norm_weight=FINAL_NORM_WEIGHT,
             eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.pad_token_id,
             bos_token_id=None,
@@ -237,6 +248,7 @@ def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
             pad_token_id=tokenizer.pad_token_id,
             bos_token_id=None,
             max_position_embeddings=32768,
+            tie_word_embeddings=True,  # as Qwen2.5-0.5B/1.5B/3B (and half the parameters of an untied head)
         )
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -255,10 +267,13 @@ def _question_hash(question: str) -> str:
 
 def _all_problems() -> list[dict[str, str]]:
     problems = []
-    for a in OPERAND_RANGE:
-        for b in OPERAND_RANGE:
-            problems.append({"question": f"What is {a}+{b}?", "answer": str(a + b), "solution": f"{a}+{b}={a + b}",
-                             "first_operand": str(a)})
+    for tens_a in range(1, 10):
+        for tens_b in range(1, 10 - tens_a):
+            for ones_a in range(10):
+                for ones_b in range(10 - ones_a):
+                    a, b = 10 * tens_a + ones_a, 10 * tens_b + ones_b
+                    problems.append({"question": f"What is {a}+{b}?", "answer": str(a + b),
+                                     "solution": f"{a}+{b}={a + b}", "first_operand": str(a)})
     return problems
 
 
@@ -266,9 +281,9 @@ def _split_problems(split: str) -> list[dict[str, str]]:
     """The problems of one split, in a fixed order.
 
     The test split takes problems in order of the sha256 of their question, skipping any whose
-    answer would then be missing from the train split (9+9 is the only way to make 18): a held-out
-    problem asks for a new combination, never for a number the model has never written. So the
-    split never depends on seed, n or order, and its size is exactly TEST_SIZE.
+    answer would then be missing from the train split (only 80+19 makes 99): a held-out problem
+    asks for a new combination, never for a number the model has never written. So the split never
+    depends on seed, n or order, and its size is exactly TEST_SIZE.
     """
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
@@ -287,8 +302,8 @@ def _split_problems(split: str) -> list[dict[str, str]]:
 def arithmetic_split_size(split: str) -> int:
     """How many distinct problems a split holds.
 
-    >>> arithmetic_split_size("train") + arithmetic_split_size("test")
-    100
+    >>> arithmetic_split_size("train"), arithmetic_split_size("test")
+    (1880, 100)
     """
     return len(_split_problems(split))
 
@@ -296,12 +311,12 @@ def arithmetic_split_size(split: str) -> int:
 def arithmetic_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
     """`n` distinct problems of a split, in an order fixed by `seed`.
 
-    Each is `{"question": "What is 3+4?", "answer": "7", "solution": "3+4=7"}`; `solution` is the
+    Each is `{"question": "What is 27+52?", "answer": "79", "solution": "27+52=79"}`; `solution` is the
     worked line that goes between the <reasoning> tags. Train and test never share a question.
     Raises ValueError when `n` exceeds the split (see `arithmetic_split_size`).
 
-    >>> arithmetic_problems(2, seed=0, split="test")  # doctest: +SKIP
-    [{'question': 'What is 7+2?', 'answer': '9', 'solution': '7+2=9'}, ...]
+    >>> arithmetic_problems(1, seed=0, split="test")
+    [{'question': 'What is 27+52?', 'answer': '79', 'solution': '27+52=79'}]
     >>> {p["question"] for p in arithmetic_problems(10, split="test")} & {
     ...     p["question"] for p in arithmetic_problems(10, split="train")}
     set()
@@ -346,31 +361,41 @@ def sft_examples(n: int, seed: int = 0, system_prompt: str = DEMO_SYSTEM_PROMPT)
 # Config
 # ---------------------------------------------------------------------------------------------
 
-# Flat overrides for the CPU demo run (keys are PipelineConfig fields). Tuned on 2 CPU cores.
+# Flat overrides for the CPU demo run (keys are PipelineConfig fields), tuned on a 2-core CPU: the
+# SFT warm-up, GRPO and both evaluations take about 4 minutes (see the report in tests/test_demo.py).
 DEMO_CONFIG: dict[str, Any] = {
     "model_name_or_path": "tiny-demo",
     "backend": "plain",
     "dataset_name": "demo-arithmetic",
     "system_prompt": DEMO_SYSTEM_PROMPT,
     "output_dir": "outputs/cpu-demo",
-    "optim": "adamw_torch",
-    # Full fine-tuning: with LoRA (even with the final norm trained) the 64-wide tied head keeps the
-    # output distribution flat (SFT loss stays ~2.0), so sampled rollouts are noise; fully tuned it is sharp.
-    "full_finetune": True,
-    "max_seq_length": 160,             # prompts are ~60 characters, answers ~48
-    "max_completion_length": "56",     # room for <reasoning>a+b=c</reasoning><answer>c</answer> and EOS
-    "sft_warmup_steps": 1500,          # teaches the format and most of the addition table (~1.5 min)
+    # ~85 prompt tokens; the completion is 56 characters + <|im_end|>.
+    "max_seq_length": 192,
+    "max_completion_length": "64",
+    # LoRA as on a GPU, rank 64 (full rank for 64-wide matrices). A random model's embeddings and
+    # norms are useless, so they are trained in full beside it; a pretrained model needs neither.
+    "lora_r": 64,
+    "lora_alpha": 64,
+    "lora_modules_to_save": ["norm", "embed_tokens"],
+    # Format warm-up: teaches the tags, the digit sums and the sloppy teacher's habit (sft_examples).
+    "sft_warmup_steps": 1000,
     "sft_learning_rate": 3e-3,
-    "learning_rate": 1e-3,             # a 90k-parameter model needs a far larger step than a 1.5B LoRA
-    "max_grad_norm": 1.0,
-    "warmup_ratio": 0.05,
+    # GRPO: 4 prompts x 8 completions per step, the rest as the GPU recipes (beta 0, cosine schedule,
+    # max_grad_norm 0.1). After the warm-up the format rewards barely vary, so within a group it is the
+    # correctness reward that separates completions. Held-out accuracy saturates after ~150 steps.
     "num_generations": 8,
-    "per_device_train_batch_size": 16,  # two questions x 8 completions per step
-    "max_steps": 150,
-    "logging_steps": 5,
+    "per_device_train_batch_size": 32,
+    "max_steps": 200,
+    "learning_rate": 2e-4,  # tuned on this model (the GPU recipes use 5e-6 for a 1.5B LoRA)
+    # min_p 0.1, as in Unsloth's GRPO notebooks: each rollout token must have at least 1/10 of the top
+    # token's probability. Both answers the sloppy teacher taught stay in play; the byte-level tail does
+    # not (plain temperature-1 sampling put a stray high byte, shown as U+FFFD, in ~1 of 5 completions,
+    # and the garbled-output monitor rightly stopped the run on it).
+    "min_p": 0.1,
+    "optim": "adamw_torch",
     "save_steps": 50,
     "eval_before": True,
     "eval_after": True,
     "eval_split": "test",
-    "eval_limit": 20,                  # the whole held-out split
+    "eval_limit": TEST_SIZE,
 }

@@ -259,13 +259,22 @@ def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[s
         _print(f"resume with: grpo train <same options> --output_dir {output_dir} --resume auto")
     if status == "stopped":
         _print(f"a checkpoint was kept in {output_dir}; see summary.json for the reason")
-    for label, path in (("adapter", adapter_dir), ("manifest", output_dir / "manifest.json"),
+    saved_label = "model" if cfg.lora.full_finetune else "adapter"  # a full fine-tune saves a whole model
+    for label, path in ((saved_label, adapter_dir), ("manifest", output_dir / "manifest.json"),
                         ("metrics", output_dir / "metrics.jsonl"), ("plots", output_dir / "plots"),
                         ("summary", output_dir / "summary.json"), ("data report", output_dir / "data_report.json")):
         if path is not None and path.exists():
             _print(f"  {label:<12} {path}")
     if adapter_dir is not None:
-        _print(f"next: grpo generate --lora {adapter_dir} --prompt 'What is 3+4?'")
+        _print(f"next: grpo generate --lora {adapter_dir} --prompt '{_example_question(cfg)}'")
+
+
+def _example_question(cfg: PipelineConfig) -> str:
+    if cfg.data.dataset_name == "demo-arithmetic":
+        from pipeline.demo import EXAMPLE_QUESTION
+
+        return EXAMPLE_QUESTION
+    return "Tom has 3 boxes of 12 pencils and gives away 5. How many pencils are left?"
 
 
 def main(argv: Optional[list[str]] = None) -> int:

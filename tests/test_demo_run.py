@@ -15,23 +15,29 @@ from pipeline.train import run_training
 pytestmark = pytest.mark.slow
 
 
-def test_shortened_demo_learns_the_format_and_writes_plots_and_summary(tmp_path):
+def test_shortened_demo_learns_and_writes_plots_and_summary(tmp_path):
+    """The demo's own settings (format warm-up included) with 40 GRPO steps instead of 200: about 2 minutes."""
     run_dir = tmp_path / "demo"
-    cfg = from_mapping({**DEMO_CONFIG, "output_dir": str(run_dir), "sft_warmup_steps": 400, "max_steps": 10,
-                        "logging_steps": 1, "save_steps": 100})
+    cfg = from_mapping({**DEMO_CONFIG, "output_dir": str(run_dir), "max_steps": 40, "eval_limit": 20,
+                        "save_steps": 100})
     result = run_training(cfg)
-    assert result.status == "completed" and result.steps == 10
+    assert result.status == "completed" and result.steps == 40
 
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["steps"] == 10 and summary["wall_time_s"] > 0
+    assert summary["status"] == "completed" and summary["steps"] == 40 and summary["wall_time_s"] > 0
     before, after = summary["eval_before"], summary["eval_after"]
     assert before["n"] == after["n"] == 20
-    # The warm-up taught the answer format that the untrained model never produces ...
-    assert before["format_rate"] >= 0.5 and after["format_rate"] >= 0.5
-    # ... so GRPO's reward rises from the random model's 0 (every format reward needs the tags).
-    rewards = [r["reward"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-               if "reward" in r]
-    assert len(rewards) == 10 and min(rewards) > 0.5, rewards
+    # The warm-up taught the answer format that the random model never produces ...
+    assert before["format_rate"] >= 0.9 and after["format_rate"] >= 0.9
+    # ... and GRPO's correctness reward rises within 40 steps (the sloppy teacher's habit fades) ...
+    records = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "reward" in r]
+    correctness = [r["rewards/correctness_reward_func/mean"] for r in records]
+    assert len(correctness) == 40
+    first, last = sum(correctness[:10]) / 10, sum(correctness[-10:]) / 10
+    assert last >= first + 0.5, correctness  # on the reward's 0..2 scale
+    # ... and that shows on held-out problems the run never trained on.
+    assert after["accuracy"] >= before["accuracy"] + 0.15, (before, after)
+    assert summary["accuracy_gain_points"] == round(100 * (after["accuracy"] - before["accuracy"]), 1)
     for name in ("reward.png", "completion_length.png", "health.png", "reward_correctness_reward_func.png"):
         assert (run_dir / "plots" / name).stat().st_size > 5_000, name
-    assert (run_dir / "model" / "config.json").is_file() and (run_dir / "manifest.json").is_file()
+    assert (run_dir / "lora" / "adapter_config.json").is_file() and (run_dir / "manifest.json").is_file()

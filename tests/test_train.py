@@ -177,8 +177,8 @@ def test_adaptive_beta_moves_toward_kl_target(tmp_path, kl_target, direction):
     run_dir = tmp_path / "run"
     # digit_share_reward gives a random model's group some variance, so the policy moves and KL > 0.
     cfg = demo_config(run_dir, max_steps=4, save_steps=100, beta=0.04, adaptive_beta=True, kl_target=kl_target,
-                      beta_min=0.001, beta_max=1.0, learning_rate=1e-2,
-                      reward_funcs=["correctness", "train_helpers:digit_share_reward"])
+                      beta_min=0.001, beta_max=1.0, learning_rate=1e-2, kl_action="warn",  # the controller
+                      reward_funcs=["correctness", "train_helpers:digit_share_reward"])  # alone, no ceiling stop
     result = run_training(cfg)
     assert result.status == "completed"
     records = [r for r in step_records(run_dir) if "kl" in r and "health/beta" in r]

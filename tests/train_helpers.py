@@ -27,10 +27,15 @@ def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
     values: dict[str, Any] = dict(max_seq_length=256, max_completion_length="48", num_generations=4,
                                   per_device_train_batch_size=8, learning_rate=1e-3, warmup_ratio=0.0)
     values.update(DEMO_CONFIG)
-    # LoRA, as users train (the demo itself fine-tunes fully; see pipeline/demo.py).
+    # Then the test scale: a rank-16 LoRA on attention/MLP only, 2 prompts x 8 completions a step and a
+    # large learning rate, so that a few steps change the weights visibly.
     values.update(output_dir=str(output_dir), max_steps=3, save_steps=2, eval_before=False, eval_after=False,
                   sft_warmup_steps=0, max_samples=64, logging_steps=1, full_finetune=False, lora_r=16,
-                  lora_alpha=16, max_completion_length="48")
+                  lora_alpha=16, lora_modules_to_save=[], max_completion_length="48",
+                  per_device_train_batch_size=16, learning_rate=1e-3,
+                  # Before any warm-up the random model's bytes are garbled by nature; tests of the garbled
+                  # stop set their own thresholds, the others must not trip it by chance.
+                  garbled_action="warn")
     values.update(overrides)
     return from_mapping(values)
 
