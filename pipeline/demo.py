@@ -82,15 +82,16 @@ QWEN_VOCAB_SIZE = 151936  # Qwen2.5 checkpoints pad the 151,665-token vocabulary
 # The task: additions of two 2-digit numbers without carries ("What is 27+52?" -> "79"): each digit
 # of the sum is the sum of the two digits above it. 36 tens pairs x 55 ones pairs = 1,980 problems,
 # 100 of them held out. A held-out problem is a new combination of digit sums the train split shows
-# many times, which a 2-layer model learns within ~1,000 small SFT steps; with carries it learns
-# nothing useful in that time, and single-digit sums (100 problems) leave too few to hold out.
+# many times, which a 2-layer model learns within ~1,000 small SFT steps (after GRPO it gets 96-100% of
+# the held-out sums right; 300-400 steps were too few). Carries would need far longer, and single-digit
+# sums (100 problems) leave too few to hold out.
 TEST_SIZE = 100
 EXAMPLE_QUESTION = "What is 27+52?"  # a held-out problem, for the "next: grpo generate ..." hint
 
 # Share of warm-up examples whose <answer> repeats the first operand instead of the result
 # (the reasoning line is always right). Above 1/2 on purpose: greedy decoding then mostly copies the
 # wrong number, while sampling still gives the right one often enough for GRPO to find and reward it.
-# GRPO then has one clear, general habit to unlearn, which it does in a few dozen steps.
+# GRPO then has one clear, general habit to unlearn, which it mostly does within 50 steps.
 SLOPPY_ANSWER_RATE = 0.6
 
 
@@ -362,7 +363,8 @@ def sft_examples(n: int, seed: int = 0, system_prompt: str = DEMO_SYSTEM_PROMPT)
 # ---------------------------------------------------------------------------------------------
 
 # Flat overrides for the CPU demo run (keys are PipelineConfig fields), tuned on a 2-core CPU: the
-# SFT warm-up, GRPO and both evaluations take about 4 minutes (see the report in tests/test_demo.py).
+# SFT warm-up (~75 s), eval before, GRPO (~160 s) and eval after take about 4 minutes; held-out accuracy
+# went from 24% to 100% (README, "What grpo train prints on a CPU").
 DEMO_CONFIG: dict[str, Any] = {
     "model_name_or_path": "tiny-demo",
     "backend": "plain",
