@@ -91,7 +91,7 @@ def _error(message: str) -> None:
 
 def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     """Verify paths and settings, then load the generator. Returns None (after printing why) on bad input."""
-    from env.paths import AdapterError, absolute_path, verify_adapter_dir
+    from env.paths import AdapterError, absolute_path
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError
     from pipeline.manifest import find_manifest

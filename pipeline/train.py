@@ -108,7 +108,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
         trainer.add_callback(callback)
 
     # ---------------------------------------------------------------- train (resumable)
-    from pipeline.checkpoints import GracefulStop, checkpoint_step, list_checkpoints, resolve_resume
+    from pipeline.checkpoints import GracefulStop, checkpoint_step, resolve_resume
 
     resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
     if resume_from:

@@ -15,13 +15,17 @@ from pipeline.train import run_training
 pytestmark = pytest.mark.slow
 
 
-def test_shortened_demo_learns_and_writes_plots_and_summary(tmp_path):
+def test_shortened_demo_learns_and_writes_plots_and_summary(tmp_path, capsys):
     """The demo's own settings (format warm-up included) with 40 GRPO steps instead of 200: about 2 minutes."""
     run_dir = tmp_path / "demo"
     cfg = from_mapping({**DEMO_CONFIG, "output_dir": str(run_dir), "max_steps": 40, "eval_limit": 20,
                         "save_steps": 100})
     result = run_training(cfg)
     assert result.status == "completed" and result.steps == 40
+    printed = capsys.readouterr().out
+    # The warm-up reports in readable lines (5 of them), not in the raw dicts of transformers' printer.
+    assert printed.count("[grpo] warm-up step ") == 5 and "[grpo] warm-up step 1000/1000: loss " in printed
+    assert "{'loss'" not in printed
 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 40 and summary["wall_time_s"] > 0
