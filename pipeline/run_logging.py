@@ -1,4 +1,5 @@
-"""What a run writes while it trains: metrics.jsonl (one line per logged step) and a progress bar.
+"""What a run writes while it trains: metrics.jsonl (one line per logged step), a progress bar, and
+one line per log of the SFT format warm-up.
 
 TRL logs through the HF Trainer's `log()`, so a TrainerCallback's `on_log` sees every metric:
 TRL's own (`reward`, `rewards/<name>/mean`, `kl`, `completions/mean_length`, ...) and ours
@@ -72,3 +73,31 @@ class RewardProgressCallback(TrainerCallback):
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def warmup_log_line(step: int, max_steps: int, logs: dict[str, Any]) -> Optional[str]:
+    """The line printed for one warm-up log, or None for logs without a loss (the final summary).
+
+    >>> warmup_log_line(200, 1000, {"loss": 0.4692, "mean_token_accuracy": 0.8891, "entropy": 0.68})
+    '[grpo] warm-up step 200/1000: loss 0.469, token accuracy 88.9%'
+    >>> warmup_log_line(1000, 1000, {"train_runtime": 75.1}) is None
+    True
+    """
+    if "loss" not in logs:
+        return None
+    line = f"[grpo] warm-up step {step}/{max_steps}: loss {float(logs['loss']):.3f}"
+    if "mean_token_accuracy" in logs:
+        line += f", token accuracy {float(logs['mean_token_accuracy']):.1%}"
+    return line
+
+
+class WarmupLogCallback(TrainerCallback):
+    """Prints `warmup_log_line` for each SFT warm-up log, in place of transformers' raw-dict printer."""
+
+    def __init__(self, max_steps: int) -> None:
+        self.max_steps = max_steps
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        line = warmup_log_line(state.global_step, self.max_steps, logs or {})
+        if line and state.is_world_process_zero:
+            print(line, flush=True)

@@ -11,7 +11,7 @@ the text before `####`), else from the built-in demo task.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pipeline.config import PipelineConfig
 
@@ -73,37 +73,12 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
     )
     from transformers import PrinterCallback
 
+    from pipeline.run_logging import WarmupLogCallback
+
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
                          processing_class=tokenizer, peft_config=peft_config,
-                         callbacks=[_WarmupLogLine(cfg.health.sft_warmup_steps)])
+                         callbacks=[WarmupLogCallback(cfg.health.sft_warmup_steps)])
     trainer.remove_callback(PrinterCallback)  # it prints raw dicts of strings; one readable line instead
     trainer.train()
     return trainer.model
 
-
-def _warmup_log_line(step: int, max_steps: int, logs: dict[str, Any]) -> Optional[str]:
-    """The line printed for one warm-up log, or None for logs without a loss (the final summary).
-
-    >>> _warmup_log_line(200, 1000, {"loss": 0.4692, "mean_token_accuracy": 0.8891, "entropy": 0.68})
-    '[grpo] warm-up step 200/1000: loss 0.469, token accuracy 88.9%'
-    >>> _warmup_log_line(1000, 1000, {"train_runtime": 75.1}) is None
-    True
-    """
-    if "loss" not in logs:
-        return None
-    line = f"[grpo] warm-up step {step}/{max_steps}: loss {float(logs['loss']):.3f}"
-    if "mean_token_accuracy" in logs:
-        line += f", token accuracy {float(logs['mean_token_accuracy']):.1%}"
-    return line
-
-
-def _WarmupLogLine(max_steps: int):  # noqa: N802 (builds a TrainerCallback; transformers loads lazily)
-    from transformers import TrainerCallback
-
-    class WarmupLogLine(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            line = _warmup_log_line(state.global_step, max_steps, logs or {})
-            if line and state.is_world_process_zero:
-                print(line, flush=True)
-
-    return WarmupLogLine()
