@@ -16,7 +16,7 @@ import re
 import secrets
 import shutil
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -348,6 +348,46 @@ def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True
         os.rename(temp, final)
     if durable:
         _fsync_path(final.parent)
+
+
+def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], None],
+                 is_complete: Callable[[Path], bool]) -> Path:
+    """Build a directory once and publish it under `final_path`; the first complete copy wins.
+
+    For caches that many processes may fill at once (the demo model, a saved hub dataset, a prepared
+    dataset): unlike `atomic_directory`, which replaces what is there, a folder that `is_complete`
+    accepts is kept as it is and `write` is not called, so a process already reading it is never
+    disturbed. Otherwise `write(staging)` fills a fresh sibling folder that is renamed into place in one
+    step. A racing process's rename fails on the now non-empty folder and its copy is dropped. An
+    incomplete folder under the final name (damaged by hand: ours are never half-published) is replaced.
+    Returns the absolute final path.
+
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> has_data = lambda folder: (folder / "data.txt").is_file()
+    >>> _ = publish_once(root / "cache", lambda tmp: (tmp / "data.txt").write_text("first"), has_data)
+    >>> _ = publish_once(root / "cache", lambda tmp: (tmp / "data.txt").write_text("second"), has_data)
+    >>> (root / "cache" / "data.txt").read_text(), sorted(p.name for p in root.iterdir())
+    ('first', ['cache'])
+    """
+    final = absolute_path(final_path)
+    if is_complete(final):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(final) and not is_complete(final):  # re-checked: another process may just have published
+        shutil.rmtree(final, ignore_errors=True)
+    temp = _sibling(final, "tmp")
+    os.mkdir(temp)  # not tempfile.mkdtemp (mode 0700): the published folder gets the usual permissions
+    try:
+        write(temp)
+        try:
+            os.rename(temp, final)
+        except OSError:
+            if not is_complete(final):
+                raise
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    return final
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, encoding: str = "utf-8") -> Path:

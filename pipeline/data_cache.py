@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
+
+from env.paths import publish_once
 
 # Bump when the prepared columns or the cleaning rules change, so old caches are not reused.
 DATA_FORMAT_VERSION = 1
@@ -102,22 +102,15 @@ def load_cached(entry: Path) -> Optional[tuple[Any, dict[str, Any]]]:
 
 
 def save_cached(entry: Path, dataset: Any, report: dict[str, Any]) -> None:
-    """Write the dataset and its report into a temp folder, then rename it into place in one step.
+    """Write the dataset and its report into a staging folder, then rename it into place in one step.
 
-    A crash mid-write leaves only a temp folder, never an entry that looks complete. When two
-    runs race, the first rename wins and the other's copy (identical by construction) is removed.
+    A crash mid-write leaves only a staging folder, never an entry that looks complete. When two
+    runs race, the first rename wins and the other's copy (identical by construction) is removed;
+    a hand-damaged entry is replaced (see env.paths.publish_once).
     """
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    if entry.exists() and not entry_is_complete(entry):
-        shutil.rmtree(entry, ignore_errors=True)  # a hand-damaged entry: replace it
-    tmp = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
-    try:
-        dataset.save_to_disk(str(tmp / DATASET_IN_CACHE))
-        with open(tmp / REPORT_IN_CACHE, "w", encoding="utf-8") as f:
+    def write(staging: Path) -> None:
+        dataset.save_to_disk(str(staging / DATASET_IN_CACHE))
+        with open(staging / REPORT_IN_CACHE, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2, ensure_ascii=False)
-        os.replace(tmp, entry)
-    except OSError:
-        if not entry_is_complete(entry):
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    publish_once(entry, write, is_complete=entry_is_complete)

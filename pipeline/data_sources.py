@@ -12,13 +12,12 @@ HF_ENDPOINT (e.g. https://hf-mirror.com on AutoDL) and HF_HOME; we never overrid
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from env.paths import publish_once
 from pipeline.config import ConfigError
 from pipeline.data_cache import file_sha256, local_file_identity
 from pipeline.data_clean import clean_column_name
@@ -94,12 +93,16 @@ def load_hub_dataset(name: str, config: Optional[str], split: str, revision: Opt
     from datasets import load_from_disk
 
     saved = hub_saved_copy_dir(cache_root, name, config, revision)
-    if not (saved / "dataset_dict.json").is_file():
+    if not _is_saved_copy(saved):
         _download_and_save(name, config, revision, saved)
     splits = load_from_disk(str(saved))
     if split not in splits:
         raise ConfigError("dataset_split", f"{name} ({config}) has splits {sorted(splits)}; got {split!r}.")
     return splits[split]
+
+
+def _is_saved_copy(folder: Path) -> bool:
+    return (folder / "dataset_dict.json").is_file()  # DatasetDict.save_to_disk's index of the splits
 
 
 def _download_and_save(name: str, config: Optional[str], revision: Optional[str], saved: Path) -> None:
@@ -117,16 +120,7 @@ def _download_and_save(name: str, config: Optional[str], revision: Optional[str]
             f"No saved copy at {saved}. Fixes: check the network; in mainland China set "
             "HF_ENDPOINT=https://hf-mirror.com; offline, copy a `save_to_disk` folder of the dataset to that path."
         ) from err
-    saved.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{saved.name}.", dir=saved.parent))
-    try:
-        splits.save_to_disk(str(tmp / "copy"))
-        os.replace(tmp / "copy", saved)
-    except OSError:
-        if not (saved / "dataset_dict.json").is_file():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=_is_saved_copy)
     print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
 
 

@@ -25,11 +25,11 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import shutil
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
+
+from env.paths import publish_once
 
 # Bump when the tokenizer, the architecture or the seed changes: the cached folder is keyed by it,
 # so a stale model is never reused (and an adapter trained on version N never meets version N+1).
@@ -178,28 +178,8 @@ def cache_root() -> Path:
     return _cache_root()
 
 
-def _save_once(final: Path, write) -> Path:
-    """Run `write(tmp_dir)` and publish tmp_dir as `final`, unless `final` already exists.
-
-    Hand-written rather than env.paths.atomic_directory because that one *replaces* an existing
-    folder; here the first complete copy must win, so a process that is already reading it is
-    never disturbed. A racing process's rename fails on the non-empty folder and its copy is dropped.
-    """
-    if (final / "config.json").is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; a shared cache should be readable like any folder
-        try:
-            os.replace(tmp, final)
-        except OSError:
-            if not (final / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+def _is_saved_model(folder: Path) -> bool:
+    return (folder / "config.json").is_file()  # save_pretrained writes it; publish_once moves whole folders
 
 
 def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
@@ -227,7 +207,7 @@ def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
 
-    return _save_once(final, write)
+    return publish_once(final, write, is_complete=_is_saved_model)
 
 
 def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
@@ -254,7 +234,7 @@ def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
 
-    return _save_once(final, write)
+    return publish_once(final, write, is_complete=_is_saved_model)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from env.paths import (
     atomic_directory,
     atomic_write_json,
     atomic_write_text,
+    publish_once,
     verify_adapter_dir,
 )
 
@@ -331,3 +332,31 @@ def test_atomic_write_text_failure_keeps_the_old_file(tmp_path):
         atomic_write_text(target, "\udcff", encoding="utf-8")  # a lone surrogate cannot be encoded
     assert target.read_text() == "old"
     assert hidden_siblings(tmp_path) == []
+
+
+def _has_data(folder: Path) -> bool:
+    return (folder / "data.txt").is_file()
+
+
+def test_publish_once_replaces_a_damaged_folder_and_keeps_a_complete_one(tmp_path):
+    final = tmp_path / "cache"
+    final.mkdir()
+    (final / "stray.txt").write_text("left by hand")  # incomplete: no data.txt
+    publish_once(final, lambda tmp: (tmp / "data.txt").write_text("built"), _has_data)
+    assert sorted(p.name for p in final.iterdir()) == ["data.txt"]
+
+    def must_not_run(tmp):
+        raise AssertionError("a complete folder must be reused, not rebuilt")
+
+    assert publish_once(final, must_not_run, _has_data) == final
+    assert (final / "data.txt").read_text() == "built"
+
+
+def test_publish_once_failed_write_leaves_nothing_behind(tmp_path):
+    def fail(tmp):
+        (tmp / "half.txt").write_text("partial")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        publish_once(tmp_path / "cache", fail, _has_data)
+    assert list(tmp_path.iterdir()) == []  # no final folder, no staging sibling
