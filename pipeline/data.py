@@ -155,7 +155,7 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
     # Cheap (one jinja render, no tokenizing), so it runs on cache hits too.
     check_system_prompt_survives(tokenizer, d.system_prompt)
 
-    cache_root = data_cache_root(getattr(d, "data_cache_dir", None))
+    cache_root = data_cache_root(d.data_cache_dir)
     source = resolve_source(cfg, split, cache_root)
     key = fingerprint(source.identity, tokenizer_identity(tokenizer), data_fields(cfg))
     entry = cache_root / key

@@ -177,7 +177,7 @@ def resolve_source(cfg: Any, split: str, cache_root: Path) -> DataSource:
         except ValueError as err:
             raise ConfigError("dataset_split", f"{DEMO_NAME}: {err}") from err
         n = min(d.max_samples, size) if d.max_samples else size
-        seed = int(getattr(cfg.grpo, "seed", 0))
+        seed = cfg.grpo.seed
         demo_file = Path(__file__).resolve().parent / "demo.py"
         return DataSource(
             kind="demo",
@@ -208,7 +208,7 @@ def resolve_source(cfg: Any, split: str, cache_root: Path) -> DataSource:
         )
 
     config = d.dataset_config or None
-    revision = getattr(d, "dataset_revision", None)  # not a config field yet; honoured when it appears
+    revision = d.dataset_revision
     return DataSource(
         kind="hub",
         description={"kind": "hub", "name": name, "config": config, "split": split, "revision": revision,
