@@ -97,6 +97,30 @@ def test_lora_really_applies_and_matches_merged_export(trained_run, tmp_path):
     torch.testing.assert_close(merged_logits, lora_logits, atol=1e-4, rtol=1e-4)
 
 
+def test_merged_export_keeps_the_modules_trained_in_full(tmp_path):
+    """The demo's LoRA also trains norms and (untied) input embeddings in full; merged16 must carry them."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.tokenizer import resolve_model_path
+
+    run_dir = tmp_path / "run"
+    result = run_training(demo_config(run_dir, max_steps=2, learning_rate=2e-2, max_completion_length="24",
+                                      lora_modules_to_save=["norm", "embed_tokens"],
+                                      reward_funcs=["correctness", "train_helpers:digit_share_reward"]))
+    assert result.status == "completed"
+    out = tmp_path / "merged"
+    assert export.main(["--lora", str(run_dir / "lora"), "--to", "merged16", "--out", str(out)]) == 0
+    merged = AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    lora_setup = open_inference(inference_args(lora=str(run_dir / "lora")))
+    base = AutoModelForCausalLM.from_pretrained(resolve_model_path(lora_setup.base_model)).eval()
+    for name in ("model.embed_tokens.weight", "model.norm.weight"):
+        assert not torch.equal(merged.state_dict()[name], base.state_dict()[name]), f"{name} was not trained"
+    ids = torch.tensor([[1, 2, 3, 40, 50, 60]])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, lora_setup.generator.model(ids).logits, atol=1e-4, rtol=1e-4)
+
+
 def test_export_refusals(trained_run, tmp_path, capsys):
     lora = str(trained_run / "lora")
     assert export.main(["--lora", lora, "--to", "gguf", "--out", str(tmp_path / "g")]) == 2
