@@ -1,0 +1,320 @@
+"""The wheel set the GPU check carries to a machine that has no internet.
+
+The lent GPU machine (Python 3.12, torch 2.11 + CUDA 13.0, transformers 5.17.0, peft, accelerate,
+triton; see scripts/gpu_check/run_check.py) lacks trl, datasets, bitsandbytes, unsloth, unsloth_zoo
+and math-verify. This script downloads those, at the versions env/known_good.toml pins, with the
+dependencies of theirs that the machine's image lacks, trims the two large wheels, and installs
+them there without an index:
+
+    python scripts/gpu_check/wheels.py build      # here: download + trim into .gpu-wheels/, print the size
+    python scripts/gpu_check/wheels.py check      # here: the set on disk + the working tree fit the 64 MiB limit
+    python3 scripts/gpu_check/wheels.py install --target /tmp/site   # on the GPU machine
+
+Trimming (why the set fits at all):
+- bitsandbytes ships one native library per CUDA/ROCm/XPU version (43 MB); the GPU machine's torch is
+  a CUDA 13.0 build, so only libbitsandbytes_cuda130.so (and the small CPU one) is kept.
+- unsloth's wheel is mostly its `studio/` web UI and the `unsloth_cli` commands; only the importable
+  `unsloth` package and its metadata are kept.
+Each trimmed wheel's RECORD is rewritten to list exactly the files it still holds.
+
+pip does the downloading and installing; what is hand-written is the trimming (no tool removes files
+from a wheel) and the size check against the device's carry limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WHEEL_DIR = REPO_ROOT / ".gpu-wheels"  # git-ignored (.gitignore); named in the device command's carry
+MANIFEST_NAME = "manifest.json"
+CARRY_LIMIT_BYTES = 64 * 1024 * 1024  # the device's limit on the working tree plus carried paths
+PYTHON_VERSION = "3.12"  # the GPU machine's python3
+# pip matches manylinux tags exactly, so every glibc level a wheel might be tagged with is listed
+# (bitsandbytes 0.50.2 is manylinux_2_24, msgspec manylinux_2_28, hf_transfer manylinux_2_17).
+PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)] + ["manylinux2014_x86_64", "manylinux1_x86_64"]
+
+# The packages the GPU machine lacks, by their known_good.toml names: their versions come from there.
+PINNED_ROOTS = ("trl", "datasets", "bitsandbytes", "unsloth", "unsloth_zoo", "math-verify")
+
+# Their dependencies (Requires-Dist, no extras, linux x86_64) that the GPU machine's image lacks, and
+# those dependencies' own. Versions: the newest that satisfies every specifier on 2026-11-30.
+DEPENDENCIES = {
+    "dill": "0.4.1",  # datasets: dill>=0.3.0,<0.4.2; multiprocess 0.70.19: dill>=0.4.1
+    "multiprocess": "0.70.19",  # datasets: multiprocess<0.70.20
+    "latex2sympy2_extended": "1.11.0",  # math-verify==0.9.0: latex2sympy2_extended==1.11.0
+    "antlr4-python3-runtime": "4.13.2",  # latex2sympy2_extended: >=4.9.3,<=4.13.2
+    "cut_cross_entropy": "25.1.1",  # unsloth_zoo
+    "msgspec": "0.23.0",  # unsloth_zoo
+    "hf_transfer": "0.1.9",  # unsloth, unsloth_zoo
+    "json5": "0.17.3",  # unsloth: json5>=0.9.25
+    "nest-asyncio": "1.6.0",  # unsloth
+    "structlog": "26.1.0",  # unsloth: structlog>=24.1.0
+    "tyro": "1.0.17",  # unsloth, unsloth_zoo
+    "docstring-parser": "0.18.0",  # tyro: >=0.16
+    "typeguard": "4.6.1",  # tyro: >=4.0.0
+    "pydantic": "2.14.4",  # unsloth
+    "pydantic-core": "2.50.5",  # pydantic 2.14.4: ==2.50.5
+    "annotated-types": "0.8.0",  # pydantic: >=0.6.0
+    "typing-inspection": "0.4.5",  # pydantic: >=0.4.4
+}
+
+# Declared requirements deliberately left behind, with the reason. The check states them.
+LEFT_OUT = {
+    "vllm": "about 400 MB with its CUDA kernels, far over the carry limit; fast_inference is covered by the "
+            "contract tests only",
+    "vllm-bnb-plugin": "only used inside vLLM",
+    "xformers": "its PyPI wheel is a CUDA 12 build (libcudart.so.12) beside a CUDA 13 torch; unsloth falls back "
+                "to PyTorch SDPA without it (env/known_good.toml: xformers-cu12-beside-cuda13-torch)",
+    "torchao": "a compiled extension built per torch release; unsloth checks importlib.util.find_spec('torchao') "
+               "and runs without it, while a build for another torch can break the import",
+    "diffusers": "declared by unsloth but imported nowhere in the unsloth or unsloth_zoo packages (only the "
+                 "studio UI, which is trimmed away)",
+}
+
+# Packages the GPU machine's image already has (its `cuda` image, as read on 2026-11-17), by canonical
+# name. A requirement on one of these is satisfied there and is not carried.
+IMAGE_PACKAGES = frozenset("""
+absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build certifi
+charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core
+cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops equinox etils execnet filelock
+flatbuffers flax fonttools formulaic frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx
+huggingface-hub humanize hypothesis idna imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin
+jaxlib jaxtyping jinja2 joblib kiwisolver lazy-loader lightning lightning-utilities linear-operator lineax
+llvmlite lxml markdown markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack
+multidict multipledispatch mypy-extensions nanobind narwhals networkx ninja numba numba-cuda numpy numpyro
+nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft
+nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13 nvidia-ml-py
+nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir onnxruntime onnxscript
+opencv-python-headless optax opt-einsum opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec
+patsy peft pillow pip pluggy portalocker prometheus-client propcache protobuf psutil pyarrow pybind11
+py-cpuinfo pygments pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock
+pytest-timeout pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu
+safetensors scikit-build-core scikit-image scikit-learn scipy seaborn sentencepiece sentence-transformers
+setuptools shellingham simplejson six sortedcontainers statsmodels sympy tabulate tensorboard
+tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz torch torchaudio
+torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope triton typer
+typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
+""".split())
+
+# What each trimmed wheel keeps: a file is kept when its path starts with one of these.
+KEEP_PREFIXES = {
+    "bitsandbytes": None,  # filled in by keep_file: everything but the other native libraries
+    "unsloth": ("unsloth/", "unsloth-"),  # the package and its .dist-info; not studio/, not unsloth_cli/
+}
+BNB_KEPT_LIBRARIES = ("libbitsandbytes_cuda130.so", "libbitsandbytes_cpu.so")
+
+
+class WheelSetError(Exception):
+    """The wheel set cannot be built or used; the message says why and what to do."""
+
+
+def canonical(name: str) -> str:
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name))
+
+
+@dataclass(frozen=True)
+class Wanted:
+    name: str
+    version: str
+    source: str  # "known_good.toml" or "dependency"
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+def wanted_wheels(matrix=None) -> list[Wanted]:
+    """Every wheel of the set, pinned: the roots from known_good.toml's gpu set, then DEPENDENCIES."""
+    from env.matrix import load_matrix
+
+    pins = (matrix or load_matrix()).packages("gpu")
+    out = []
+    for name in PINNED_ROOTS:
+        pin = pins[canonical(name)]
+        if pin.version is None:
+            raise WheelSetError(f"env/known_good.toml gives no concrete version for {name} (spec {pin.spec})")
+        out.append(Wanted(name, pin.version, "known_good.toml"))
+    out.extend(Wanted(name, version, "dependency") for name, version in DEPENDENCIES.items())
+    return out
+
+
+def keep_file(package: str, path: str) -> bool:
+    """Whether a trimmed wheel keeps the file at `path` (always True for untrimmed packages).
+
+    >>> keep_file("bitsandbytes", "bitsandbytes/libbitsandbytes_cuda128.so")
+    False
+    >>> keep_file("bitsandbytes", "bitsandbytes/libbitsandbytes_cuda130.so"), keep_file("bitsandbytes", "bitsandbytes/nn/modules.py")
+    (True, True)
+    >>> keep_file("unsloth", "studio/backend/app.py"), keep_file("unsloth", "unsloth/models/llama.py")
+    (False, True)
+    """
+    key = canonical(package)
+    if key == "bitsandbytes":
+        base = path.rsplit("/", 1)[-1]
+        return not (base.startswith("libbitsandbytes_") and base not in BNB_KEPT_LIBRARIES)
+    if key == "unsloth":
+        return path.startswith(KEEP_PREFIXES["unsloth"])
+    return True
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"sha256={digest}"
+
+
+def trim_wheel(path: Path, package: str) -> tuple[int, int]:
+    """Rewrite the wheel at `path` without the files `keep_file` drops; returns (files kept, files dropped).
+
+    The RECORD file is rewritten to list what is left, with fresh hashes, so pip installs a
+    consistent package. The new wheel replaces the old one only once it is complete.
+    """
+    kept = dropped = 0
+    tmp = path.with_name(path.name + ".tmp")
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+        record_name = next((n for n in src.namelist() if n.endswith(".dist-info/RECORD")), None)
+        if record_name is None:
+            raise WheelSetError(f"{path.name} has no .dist-info/RECORD; is it a wheel?")
+        rows = []
+        for info in src.infolist():
+            if info.filename == record_name:
+                continue
+            if not keep_file(package, info.filename):
+                dropped += 1
+                continue
+            data = src.read(info)
+            dst.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+            rows.append([info.filename, _record_hash(data), str(len(data))])
+            kept += 1
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerows([*rows, [record_name, "", ""]])
+        dst.writestr(record_name, buffer.getvalue())
+    os.replace(tmp, path)
+    return kept, dropped
+
+
+def working_tree_bytes(root: Path = REPO_ROOT) -> int:
+    """Bytes of what the device copies: tracked plus untracked-not-ignored files (git's own list)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                            check=True, capture_output=True).stdout.decode().split("\0")
+    return sum((root / name).stat().st_size for name in set(listed) if name and (root / name).is_file())
+
+
+def set_bytes(folder: Path = WHEEL_DIR) -> int:
+    return sum(p.stat().st_size for p in folder.glob("*.whl"))
+
+
+def check_size(wheels: int, tree: int, limit: int = CARRY_LIMIT_BYTES) -> str:
+    """One line with the sizes; raises WheelSetError when set + tree would pass the carry limit.
+
+    >>> check_size(10 * 2**20, 3 * 2**20)
+    'wheel set 10.0 MiB + working tree 3.0 MiB = 13.0 MiB of the 64.0 MiB the device carries'
+    """
+    mib = 2**20
+    line = (f"wheel set {wheels / mib:.1f} MiB + working tree {tree / mib:.1f} MiB = {(wheels + tree) / mib:.1f} MiB")
+    if wheels + tree > limit:
+        raise WheelSetError(f"{line}, over the {limit / mib:.1f} MiB the device carries; trim the set or the tree "
+                            "(untracked files count unless git ignores them)")
+    return f"{line} of the {limit / mib:.1f} MiB the device carries"
+
+
+def _wheel_name_version(path: Path) -> tuple[str, str]:
+    name, version = path.name.split("-")[:2]
+    return canonical(name), version
+
+
+def build(folder: Path = WHEEL_DIR, pip: list[str] | None = None) -> dict:
+    """Download the set into `folder`, trim it, write manifest.json, and check the size. Returns the manifest."""
+    wanted = wanted_wheels()
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.whl"):  # one version of each package: two would stop the install
+        stale.unlink()
+    platform_args = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+    command = [*(pip or [sys.executable, "-m", "pip"]), "download", "--no-deps", "--only-binary=:all:",
+               "--python-version", PYTHON_VERSION, "--implementation", "cp", *platform_args, "-d", str(folder),
+               *[w.requirement for w in wanted]]
+    if subprocess.run(command).returncode != 0:
+        raise WheelSetError("pip download failed (see its message above); it needs PyPI")
+    found = {_wheel_name_version(p): p for p in folder.glob("*.whl")}
+    entries = []
+    for w in wanted:
+        path = found.get((canonical(w.name), w.version))
+        if path is None:
+            raise WheelSetError(f"pip did not download {w.requirement} into {folder}")
+        downloaded = path.stat().st_size
+        trimmed = None
+        if canonical(w.name) in KEEP_PREFIXES:
+            kept, dropped = trim_wheel(path, w.name)
+            trimmed = {"files_kept": kept, "files_dropped": dropped, "downloaded_bytes": downloaded}
+        entries.append({"name": w.name, "version": w.version, "source": w.source, "file": path.name,
+                        "bytes": path.stat().st_size, "trimmed": trimmed})
+    manifest = {"python": PYTHON_VERSION, "wheels": entries, "left_out": LEFT_OUT}
+    (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def install(target: Path, folder: Path = WHEEL_DIR) -> None:
+    """pip install the set into `target` with no index and no dependency resolution (the device's recipe)."""
+    manifest_path = folder / MANIFEST_NAME
+    if not manifest_path.is_file():
+        raise WheelSetError(f"{manifest_path} is missing: run `python scripts/gpu_check/wheels.py build` first and "
+                            "carry .gpu-wheels")
+    files = [folder / entry["file"] for entry in json.loads(manifest_path.read_text())["wheels"]]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise WheelSetError(f"{folder} lacks {missing}; rebuild the set")
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                           "--no-cache-dir", "--upgrade", "--target", str(target), *map(str, files)])
+    if done.returncode != 0:
+        raise WheelSetError(f"pip could not install the set into {target} (see pip's message above); the set is "
+                            f"built for CPython {PYTHON_VERSION} on manylinux x86_64")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="wheels.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="print the pinned wheel list (no download)")
+    sub.add_parser("build", help="download and trim the set into .gpu-wheels/, then check its size")
+    sub.add_parser("check", help="check that the built set plus the working tree fit the carry limit")
+    install_parser = sub.add_parser("install", help="install the set into --target (on the GPU machine)")
+    install_parser.add_argument("--target", required=True)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "list":
+            for w in wanted_wheels():
+                print(f"{w.requirement:40s} {w.source}")
+            for name, why in LEFT_OUT.items():
+                print(f"{name:40s} left out: {why}")
+            return 0
+        if args.command == "build":
+            manifest = build()
+            for entry in manifest["wheels"]:
+                note = f" (trimmed from {entry['trimmed']['downloaded_bytes'] / 2**20:.1f} MiB)" if entry["trimmed"] else ""
+                print(f"{entry['file']:75s} {entry['bytes'] / 2**20:6.2f} MiB{note}")
+        if args.command == "install":
+            install(Path(args.target))
+            print(f"installed the wheel set into {args.target}")
+            return 0
+        print(check_size(set_bytes(), working_tree_bytes()))
+    except WheelSetError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO_ROOT))  # `env.matrix` when run as a script
+    raise SystemExit(main())
