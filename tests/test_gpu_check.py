@@ -1,0 +1,192 @@
+"""The GPU check kit (scripts/gpu_check/) cannot rot between lent GPU machines: its wheel list agrees
+with env/known_good.toml and the stored METADATA, its trimming and size check work, and its driver runs
+end to end on CPU (--dry-run: the tiny model, the steps that need CUDA recorded as skipped).
+
+Nothing here downloads: the wheel list is checked against env/metadata/, the trimming on a wheel
+built in the test.
+"""
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from env.compat import load_metadata, requirement_applies
+from env.matrix import load_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts" / "gpu_check"))
+
+import run_check  # noqa: E402
+import wheels  # noqa: E402
+
+
+def test_the_wheel_list_carries_the_known_good_pins():
+    pins = load_matrix().packages("gpu")
+    listed = {canonicalize_name(w.name): w.version for w in wheels.wanted_wheels()}
+    for root in wheels.PINNED_ROOTS:
+        assert listed[canonicalize_name(root)] == pins[canonicalize_name(root)].version
+    assert listed["unsloth"] == "2026.10.9" and listed["trl"] == "1.15.0"
+    # one version of each package: two stop the whole `pip install --no-deps`
+    assert len(listed) == len(wheels.wanted_wheels())
+
+
+def test_every_requirement_of_the_carried_roots_is_carried_present_or_left_out_with_a_reason():
+    """For each root's METADATA (env/metadata/): each requirement that applies on Python 3.12 / linux
+    x86_64 is in the set at a version that satisfies it, on the GPU image, or in LEFT_OUT."""
+    listed = {canonicalize_name(w.name): w.version for w in wheels.wanted_wheels()}
+    image = {canonicalize_name(name) for name in wheels.IMAGE_PACKAGES}
+    left_out = {canonicalize_name(name) for name in wheels.LEFT_OUT}
+    uncovered = []
+    for wanted in wheels.wanted_wheels():
+        if wanted.source != "known_good.toml":
+            continue
+        record = load_metadata(wanted.name, wanted.version)
+        assert record is not None, f"no stored METADATA for {wanted.requirement}"
+        for line in record["requires_dist"]:
+            requirement = Requirement(line)
+            if not requirement_applies(requirement, wheels.PYTHON_VERSION):
+                continue
+            key = canonicalize_name(requirement.name)
+            if key in listed:
+                assert requirement.specifier.contains(Version(listed[key]), prereleases=True), (
+                    f"{wanted.requirement} needs {line}, the set carries {listed[key]}")
+            elif key not in image and key not in left_out:
+                uncovered.append(f"{wanted.requirement}: {line}")
+    assert uncovered == []
+
+
+def test_the_declared_dependency_pins_satisfy_each_other():
+    # the pairs whose bounds are tight; a bump of one without the other breaks the offline install
+    dependencies = {canonicalize_name(k): Version(v) for k, v in wheels.DEPENDENCIES.items()}
+    assert dependencies["dill"] < Version("0.4.2") and dependencies["dill"] >= Version("0.4.1")
+    assert dependencies["multiprocess"] < Version("0.70.20")
+    assert Version("4.9.3") <= dependencies["antlr4-python3-runtime"] <= Version("4.13.2")
+
+
+def _fake_wheel(path: Path, files: dict[str, bytes]) -> None:
+    dist_info = path.name.split("-")[0] + "-" + path.name.split("-")[1] + ".dist-info"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+        record = "".join(f"{name},sha256=x,{len(data)}\n" for name, data in files.items())
+        archive.writestr(f"{dist_info}/RECORD", record + f"{dist_info}/RECORD,,\n")
+
+
+def test_trimming_bitsandbytes_keeps_only_the_cuda13_library_and_rewrites_record(tmp_path):
+    wheel = tmp_path / "bitsandbytes-0.50.2-py3-none-manylinux_2_24_x86_64.whl"
+    _fake_wheel(wheel, {
+        "bitsandbytes/__init__.py": b"x = 1\n",
+        "bitsandbytes/libbitsandbytes_cuda128.so": b"\0" * 1000,
+        "bitsandbytes/libbitsandbytes_cuda130.so": b"\1" * 100,
+        "bitsandbytes/libbitsandbytes_rocm72.so": b"\2" * 500,
+        "bitsandbytes/libbitsandbytes_cpu.so": b"\3" * 10,
+        "bitsandbytes-0.50.2.dist-info/METADATA": b"Name: bitsandbytes\n",
+    })
+    kept, dropped = wheels.trim_wheel(wheel, "bitsandbytes")
+    assert (kept, dropped) == (4, 2)
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        record = archive.read("bitsandbytes-0.50.2.dist-info/RECORD").decode()
+    assert "bitsandbytes/libbitsandbytes_cuda130.so" in names and "bitsandbytes/libbitsandbytes_cpu.so" in names
+    assert not any("cuda128" in n or "rocm" in n for n in names)
+    rows = {line.split(",")[0]: line for line in record.splitlines()}
+    assert set(rows) == names  # RECORD lists exactly what is left, itself included
+    assert rows["bitsandbytes/libbitsandbytes_cuda130.so"].endswith(",100")
+    assert "sha256=x" not in record  # fresh hashes
+
+
+def test_trimming_unsloth_drops_the_studio_ui_and_the_cli(tmp_path):
+    wheel = tmp_path / "unsloth-2026.10.9-py3-none-any.whl"
+    _fake_wheel(wheel, {"unsloth/__init__.py": b"", "studio/backend/app.py": b"", "unsloth_cli/main.py": b"",
+                        "unsloth-2026.10.9.dist-info/METADATA": b""})
+    wheels.trim_wheel(wheel, "unsloth")
+    with zipfile.ZipFile(wheel) as archive:
+        assert sorted(archive.namelist()) == ["unsloth-2026.10.9.dist-info/METADATA",
+                                              "unsloth-2026.10.9.dist-info/RECORD", "unsloth/__init__.py"]
+
+
+def test_the_size_check_refuses_a_set_that_would_pass_the_carry_limit():
+    assert "of the 64.0 MiB" in wheels.check_size(16 * 2**20, 2 * 2**20)
+    with pytest.raises(wheels.WheelSetError, match="over the 64.0 MiB"):
+        wheels.check_size(63 * 2**20, 2 * 2**20)
+
+
+def test_the_working_tree_size_counts_what_git_would_send():
+    size = wheels.working_tree_bytes()
+    assert 0 < size < wheels.CARRY_LIMIT_BYTES
+    assert size >= (ROOT / "README.md").stat().st_size
+
+
+def test_install_without_a_built_set_is_one_clear_error(tmp_path, capsys):
+    assert wheels.install.__defaults__  # the folder is a parameter, so the test never touches .gpu-wheels
+    with pytest.raises(wheels.WheelSetError, match="run `python scripts/gpu_check/wheels.py build` first"):
+        wheels.install(tmp_path / "site", folder=tmp_path / "no-wheels")
+
+
+def test_the_qwen25_shape_is_built_from_config_data_with_the_bundled_tokenizer(tmp_path):
+    from transformers import AutoConfig, AutoTokenizer
+
+    info = run_check.build_shape("qwen2.5-0.5b", tmp_path / "m", dry_run=True)
+    config = AutoConfig.from_pretrained(tmp_path / "m")
+    assert config.vocab_size == 151936 and config.tie_word_embeddings and config.eos_token_id == 151645
+    assert info["shape"]["num_hidden_layers"] == 1  # the dry-run stand-in; the GPU builds all 24 layers
+    assert run_check.QWEN25_SHAPES["qwen2.5-0.5b"]["num_hidden_layers"] == 24
+    assert AutoTokenizer.from_pretrained(tmp_path / "m").eos_token == "<|im_end|>"
+
+
+def test_the_dry_run_runs_the_plumbing_on_cpu_and_writes_the_report(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check" / "run_check.py"), "--dry-run", "--out", str(out),
+         "--work", str(work), "--only", "env,chain-plain,chain-unsloth,bench-plain,bench-unsloth"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((out / "gpu-report.json").read_text())
+    assert (out / "gpu-check.log").is_file()
+    status = {record["step"]: record for record in report["steps"]}
+    assert report["mode"] == "dry-run"
+    assert status["env"]["status"] == "pass" and "packages" in status["env"]["detail"]
+    for sub in ("train", "resume", "generate", "export"):
+        assert status[f"chain/plain/tiny-qwen2.5/bf16/{sub}"]["status"] == "pass", status.get(
+            f"chain/plain/tiny-qwen2.5/bf16/{sub}")
+    assert status["chain/plain/tiny-qwen2.5/bf16/resume"]["detail"]["logged_steps"] == [1, 2]
+    for step in ("chain/plain/tiny-qwen2.5/nf4/train", "chain/unsloth/qwen2.5-0.5b/bf16/export",
+                 "bench/unsloth/tiny-qwen2.5"):
+        assert status[step]["status"] == "skipped" and "CUDA" in status[step]["error"]
+    bench = status["bench/plain/tiny-qwen2.5"]
+    assert bench["status"] == "pass", bench
+    # min_new_tokens forced every rollout to the full length, and TRL's own timing was tapped
+    assert bench["detail"]["full_length"] is True
+    assert bench["detail"]["completion_mean_lengths"] == [8.0, 8.0]
+    assert len(bench["detail"]["generate_times_s"]) == 2 and bench["detail"]["rollout_tokens_per_s"] > 0
+    assert report["summary"]["fail"] == 0
+    rows = report["bench_rows"]
+    assert rows and all(set(row) == {"figure", "value", "target", "holds"} for row in rows)
+    assert all(isinstance(row["figure"], str) and isinstance(row["value"], str) and isinstance(row["target"], str)
+               and row["holds"] in (True, False, None) for row in rows)
+    assert "contract tests only" in report["not_covered"] and "fast_generate" in report["not_covered"]
+    assert "90%" in report["anchor"]["claim"]
+
+
+def test_a_bench_row_holds_only_when_both_backends_did_equal_full_length_work():
+    plain = {"backend": "plain", "peak_vram_gib": 4.0, "median_step_s": 2.0, "rollout_tokens_per_s": 100.0,
+             "full_length": True, "completion_length_target": 128}
+    fast = {**plain, "backend": "unsloth", "peak_vram_gib": 3.0, "median_step_s": 1.0, "rollout_tokens_per_s": 150.0}
+    counts = {"pass": 1, "fail": 0, "skipped": 0}
+    rows = {row["figure"].split(" (")[0] + " " + row["figure"].split(" (")[1][:12]: row
+            for row in run_check.bench_rows({"plain/qwen2.5-0.5b": plain, "unsloth/qwen2.5-0.5b": fast}, counts)[1:]}
+    vram = rows["peak VRAM, Unsloth / plain qwen2.5-0.5b"]
+    assert vram["value"].startswith("0.75x") and vram["holds"] is True
+    assert rows["GRPO step time, plain / Unsloth qwen2.5-0.5b"]["value"].startswith("2.00x")
+    assert rows["rollout tokens/s, Unsloth / plain qwen2.5-0.5b"]["holds"] is True
+    assert rows["peak VRAM, Unsloth / plain qwen2.5-1.5b"]["holds"] is None  # not measured
+    cut_short = run_check.bench_rows({"plain/qwen2.5-0.5b": plain,
+                                      "unsloth/qwen2.5-0.5b": {**fast, "full_length": False}}, counts)
+    assert cut_short[1]["holds"] is None and "unequal lengths" in cut_short[1]["value"]
