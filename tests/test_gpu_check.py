@@ -6,6 +6,7 @@ Nothing here downloads: the wheel list is checked against env/metadata/, the tri
 built in the test.
 """
 
+import doctest
 import json
 import subprocess
 import sys
@@ -25,6 +26,18 @@ sys.path.insert(0, str(ROOT / "scripts" / "gpu_check"))
 
 import run_check  # noqa: E402
 import wheels  # noqa: E402
+
+
+@pytest.mark.parametrize("module", [run_check, wheels], ids=["run_check", "wheels"])
+def test_docstring_examples_run(module):
+    result = doctest.testmod(module)
+    assert result.failed == 0 and result.attempted > 0
+
+
+def test_bad_options_are_one_clear_error_with_exit_code_2(tmp_path, capsys):
+    assert run_check.main(["--only", "chain-plain,bogus", "--out", str(tmp_path)]) == 2
+    assert "--only: unknown step(s) ['bogus']" in capsys.readouterr().err
+    assert not (tmp_path / "gpu-report.json").exists()
 
 
 def test_the_wheel_list_carries_the_known_good_pins():

@@ -1,7 +1,7 @@
 """The GPU check: everything but vLLM, on a real GPU, in one run of about 8 minutes; a JSON report and a log.
 
-What it runs, each step in order, each recorded as pass / fail / skipped with its error tail, the run
-carrying on after a failure:
+What it runs, each recorded as pass / fail / skipped with its error tail, the run carrying on after a
+failure; in the order env, models, the plain chain, the benchmark, the Unsloth chain (see STEPS):
 
 1. env      `grpo env --json` on the machine (versions, GPU, driver).
 2. models   random-weight models with the bundled Qwen2.5 tokenizer, built from Qwen2Config values
@@ -95,8 +95,12 @@ NOT_COVERED = ("vLLM is not run by this check: fast_inference: true, model.fast_
                "real signatures); vLLM's wheel is far over the device's 64 MiB carry limit.")
 
 # Wall-clock caps per child (seconds) on the GPU; the whole run also keeps inside --budget-s.
-CHILD_CAPS = {"models": 120, "chain-plain": 170, "chain-unsloth": 230, "bench-plain": 150, "bench-unsloth": 170}
-STEPS = ("env", "models", "chain-plain", "chain-unsloth", "bench-plain", "bench-unsloth")
+# Estimated on an H200 (not yet measured): env 5, models 25, chain-plain 80, bench-plain 70, bench-unsloth 80,
+# chain-unsloth 150: about 7 minutes.
+CHILD_CAPS = {"models": 120, "chain-plain": 170, "bench-plain": 150, "bench-unsloth": 170, "chain-unsloth": 230}
+# The benchmark runs before the Unsloth chain: it is the figure that counts, and a slow Unsloth chain
+# (first-use kernel compilation) must not leave it without time.
+STEPS = ("env", "models", "chain-plain", "bench-plain", "bench-unsloth", "chain-unsloth")
 
 
 # ------------------------------------------------------------------------------------------ parameters
@@ -475,6 +479,8 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     tokenizer = load_tokenizer(cfg.model.model_name_or_path)
     prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
     _free_memory()
+    # Memory still held from an earlier case would count in this one's peak: record it to see a leak.
+    held_before = round(torch.cuda.memory_allocated() / 2**30, 3) if cuda else None
     model, tokenizer = backend.load_for_training(cfg)
     load_peak = _peak_gib()
     trainer, _ = build_trainer(cfg, backend, model, tokenizer, prepared, backend.peft_config(cfg), out)
@@ -499,7 +505,7 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
         "generate_times_s": [round(s, 4) for s in generated.seconds],
         "rollout_tokens_per_s": round(tokens / sum(gen_times), 1) if gen_times and len(gen_times) == len(
             lengths[measured]) else None,
-        "peak_vram_gib": _peak_gib(), "load_peak_vram_gib": load_peak,
+        "peak_vram_gib": _peak_gib(), "load_peak_vram_gib": load_peak, "held_before_load_gib": held_before,
         "completions_per_step": params["bench_batch"],
     }
 
@@ -556,7 +562,9 @@ class Driver:
                                                                                 os.environ.get("PYTHONPATH")])),
                     "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                     "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "WANDB_DISABLED": "true",
-                    "GRPO_CACHE_DIR": str(args.work / "cache")}
+                    "GRPO_CACHE_DIR": str(args.work / "cache"),
+                    # Unsloth fetches a README from the hub for usage statistics unless told not to.
+                    "UNSLOTH_DISABLE_STATISTICS": "1"}
 
     def _dry_run_skip(self, unit: str) -> bool:
         """In a dry run, record a unit that needs CUDA as skipped here instead of starting a child for it."""
@@ -642,23 +650,20 @@ class Driver:
         args = self.args
         started = datetime.now(timezone.utc)
         wanted = set(args.only.split(",")) if args.only else set(STEPS)
-        unknown = wanted - set(STEPS)
-        if unknown:
-            raise SystemExit(f"error: --only: unknown step(s) {sorted(unknown)}; choose from {', '.join(STEPS)}")
-        if "env" in wanted:
-            self.env_step()
-        if "models" in wanted:
-            self.child("models", [], ["models"])
         # A dry run trains the tiny model on CPU only; what needs CUDA is recorded as skipped without
         # starting a child (a child on a machine without CUDA would skip the same steps, slower).
-        for backend in BACKENDS:
-            if f"chain-{backend}" in wanted:
-                units = [f"chain/{backend}/{m}/{p}" for m in CHAIN_MODELS for p in PRECISIONS]
-                self.child(f"chain-{backend}", ["--backend", backend], units)
-        for backend in BACKENDS:
-            if f"bench-{backend}" in wanted:
-                shapes = (TINY_MODEL,) if args.dry_run else BENCH_SHAPES
-                self.child(f"bench-{backend}", ["--backend", backend], [f"bench/{backend}/{s}" for s in shapes])
+        for step in (step for step in STEPS if step in wanted):
+            if step == "env":
+                self.env_step()
+            elif step == "models":
+                self.child("models", [], ["models"])
+            else:
+                kind, backend = step.split("-")
+                if kind == "chain":
+                    units = [f"chain/{backend}/{m}/{p}" for m in CHAIN_MODELS for p in PRECISIONS]
+                else:
+                    units = [f"bench/{backend}/{s}" for s in ((TINY_MODEL,) if args.dry_run else BENCH_SHAPES)]
+                self.child(step, ["--backend", backend], units)
         finished = datetime.now(timezone.utc)
         return self.report(started, finished)
 
@@ -764,6 +769,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.child:
         args.dry_run = args.dry_run or not _cuda()
         return child_main(args)
+    unknown = set(args.only.split(",")) - set(STEPS) if args.only else set()
+    if unknown:
+        print(f"error: --only: unknown step(s) {sorted(unknown)}; choose from {', '.join(STEPS)}", file=sys.stderr)
+        return 2
     out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
     if out is None:
         print("error: --out is required (or set $OUT): the folder for gpu-report.json and gpu-check.log",
