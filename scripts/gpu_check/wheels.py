@@ -108,12 +108,10 @@ torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope
 typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
 """.split())
 
-# What each trimmed wheel keeps: a file is kept when its path starts with one of these.
-KEEP_PREFIXES = {
-    "bitsandbytes": None,  # filled in by keep_file: everything but the other native libraries
-    "unsloth": ("unsloth/", "unsloth-"),  # the package and its .dist-info; not studio/, not unsloth_cli/
-}
-BNB_KEPT_LIBRARIES = ("libbitsandbytes_cuda130.so", "libbitsandbytes_cpu.so")
+# The wheels that are trimmed (keep_file says what each keeps).
+TRIMMED = ("bitsandbytes", "unsloth")
+BNB_KEPT_LIBRARIES = ("libbitsandbytes_cuda130.so", "libbitsandbytes_cpu.so")  # of its 15 native libraries
+UNSLOTH_KEPT_PREFIXES = ("unsloth/", "unsloth-")  # the package and its .dist-info; not studio/, not unsloth_cli/
 
 
 class WheelSetError(Exception):
@@ -157,8 +155,10 @@ def keep_file(package: str, path: str) -> bool:
 
     >>> keep_file("bitsandbytes", "bitsandbytes/libbitsandbytes_cuda128.so")
     False
-    >>> keep_file("bitsandbytes", "bitsandbytes/libbitsandbytes_cuda130.so"), keep_file("bitsandbytes", "bitsandbytes/nn/modules.py")
-    (True, True)
+    >>> keep_file("bitsandbytes", "bitsandbytes/libbitsandbytes_cuda130.so")
+    True
+    >>> keep_file("bitsandbytes", "bitsandbytes/nn/modules.py")
+    True
     >>> keep_file("unsloth", "studio/backend/app.py"), keep_file("unsloth", "unsloth/models/llama.py")
     (False, True)
     """
@@ -167,7 +167,7 @@ def keep_file(package: str, path: str) -> bool:
         base = path.rsplit("/", 1)[-1]
         return not (base.startswith("libbitsandbytes_") and base not in BNB_KEPT_LIBRARIES)
     if key == "unsloth":
-        return path.startswith(KEEP_PREFIXES["unsloth"])
+        return path.startswith(UNSLOTH_KEPT_PREFIXES)
     return True
 
 
@@ -256,7 +256,7 @@ def build(folder: Path = WHEEL_DIR, pip: list[str] | None = None) -> dict:
             raise WheelSetError(f"pip did not download {w.requirement} into {folder}")
         downloaded = path.stat().st_size
         trimmed = None
-        if canonical(w.name) in KEEP_PREFIXES:
+        if canonical(w.name) in TRIMMED:
             kept, dropped = trim_wheel(path, w.name)
             trimmed = {"files_kept": kept, "files_dropped": dropped, "downloaded_bytes": downloaded}
         entries.append({"name": w.name, "version": w.version, "source": w.source, "file": path.name,
@@ -302,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             manifest = build()
             for entry in manifest["wheels"]:
-                note = f" (trimmed from {entry['trimmed']['downloaded_bytes'] / 2**20:.1f} MiB)" if entry["trimmed"] else ""
+                trimmed = entry["trimmed"]
+                note = f" (trimmed from {trimmed['downloaded_bytes'] / 2**20:.1f} MiB)" if trimmed else ""
                 print(f"{entry['file']:75s} {entry['bytes'] / 2**20:6.2f} MiB{note}")
         if args.command == "install":
             install(Path(args.target))
