@@ -203,3 +203,13 @@ def test_a_bench_row_holds_only_when_both_backends_did_equal_full_length_work():
     cut_short = run_check.bench_rows({"plain/qwen2.5-0.5b": plain,
                                       "unsloth/qwen2.5-0.5b": {**fast, "full_length": False}}, counts)
     assert cut_short[1]["holds"] is None and "unequal lengths" in cut_short[1]["value"]
+
+
+def test_the_device_command_is_the_same_in_the_docstring_and_the_readme_and_fits_the_device():
+    command = next(line.strip() for line in run_check.__doc__.splitlines() if line.strip().startswith("set -o"))
+    assert len(command) <= 2000  # the device tool's limit on one command
+    assert command in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "wheels.py install --target /tmp/site" in command and "run_check.py --out $OUT" in command
+    assert 'carry [".gpu-wheels"]' in run_check.__doc__ and wheels.WHEEL_DIR.name == ".gpu-wheels"
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(wheels.WHEEL_DIR / "x.whl")], cwd=ROOT)
+    assert ignored.returncode == 0  # the set never travels as tracked files, only as the carried folder
