@@ -75,7 +75,7 @@ def train_and_save_adapter(fake, cfg, directory: Path):
 
 
 def test_load_for_training_exact_calls_and_returns_the_lora_model(fake):
-    cfg = make_cfg(lora_target_modules=["q_proj", "v_proj"], lora_modules_to_save=["lm_head"], lora_dropout=0.05)
+    cfg = make_cfg(lora_target_modules=["q_proj", "v_proj"], lora_dropout=0.05)
     model, tokenizer = backend.load_for_training(cfg)
 
     assert only_call(fake, "FastLanguageModel.from_pretrained").kwargs == {
@@ -101,7 +101,7 @@ def test_load_for_training_exact_calls_and_returns_the_lora_model(fake):
         "lora_dropout": 0.05,
         "use_gradient_checkpointing": "unsloth",
         "random_state": 1234,
-        "modules_to_save": ["lm_head"],
+        "modules_to_save": None,
     }
     # The trainer must receive the LoRA model, not the base from_pretrained returned.
     assert model is not base_model and model.is_peft and model.peft_config["default"]["r"] == 16
@@ -126,6 +126,19 @@ def test_load_without_standby_dtype_and_checkpointing_options(fake):
     assert kwargs["use_gradient_checkpointing"] is False
     assert only_call(fake, "FastLanguageModel.get_peft_model").kwargs["use_gradient_checkpointing"] is False
     assert only_call(fake, "FastLanguageModel.get_peft_model").kwargs["modules_to_save"] is None
+
+
+def test_modules_to_save_with_vllm_is_refused_before_anything_loads(fake):
+    # FastLlamaModel.get_peft_model raises NotImplementedError for this once the model and vLLM are loaded.
+    with pytest.raises(ConfigError) as err:
+        backend.load_for_training(make_cfg(lora_modules_to_save=["lm_head"]))
+    assert err.value.field == "lora_modules_to_save" and "fast_inference: false" in str(err.value)
+    assert fake.record_calls() == []
+
+
+def test_modules_to_save_without_vllm_reaches_get_peft_model(fake):
+    backend.load_for_training(make_cfg(lora_modules_to_save=["lm_head"], fast_inference=False, vllm_standby="auto"))
+    assert only_call(fake, "FastLanguageModel.get_peft_model").kwargs["modules_to_save"] == ["lm_head"]
 
 
 def test_full_finetune_is_refused_before_anything_loads(fake):
@@ -225,7 +238,22 @@ def test_trl_imported_first_is_reported_with_the_module_and_the_fix():
 
 def test_grpo_config_kwargs_bf16_gpu(fake):
     model, _ = backend.load_for_training(make_cfg())
-    assert backend.grpo_config_kwargs(make_cfg(), model) == {"use_vllm": True, "bf16": True, "fp16": False}
+    assert backend.grpo_config_kwargs(make_cfg(), model) == {
+        "use_vllm": True, "bf16": True, "fp16": False, "vllm_importance_sampling_correction": True}
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_importance_sampling_correction_is_passed_explicitly_by_both_backends(fake, value, monkeypatch):
+    # Unsloth's GRPOConfig defaults it to False and TRL's to True: neither default may decide silently.
+    from pipeline.backends import plain
+
+    cfg = make_cfg(vllm_importance_sampling_correction=value, vllm_mode="colocate")
+    model, _ = backend.load_for_training(cfg)
+    assert backend.grpo_config_kwargs(cfg, model)["vllm_importance_sampling_correction"] is value
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.is_bf16_supported", lambda *a, **k: True)
+    assert plain.grpo_config_kwargs(cfg)["vllm_importance_sampling_correction"] is value
+    assert PipelineConfig().grpo.vllm_importance_sampling_correction is True  # the one documented default
 
 
 def test_grpo_config_kwargs_gpu_without_bf16_uses_fp16(fake):
@@ -241,16 +269,40 @@ def test_grpo_config_kwargs_float32_model_leaves_precision_to_unsloth(fake):
     assert (kwargs["bf16"], kwargs["fp16"]) == (False, False)
 
 
-def test_vllm_sampling_params_mapping_becomes_unsloth_sampling_params(fake):
+def test_vllm_sampling_params_mapping_reaches_rollouts_and_serialises(fake):
     mapping = {"min_p": 0.1, "top_k": -1, "stop": ["</answer>"], "include_stop_str_in_output": True}
     cfg = make_cfg(vllm_sampling_params=json.dumps(mapping))
     model, _ = backend.load_for_training(cfg)
     params = backend.grpo_config_kwargs(cfg, model)["vllm_sampling_params"]
+    # Checked by vLLM's SamplingParams through Unsloth's own helper before training starts.
     assert only_call(fake, "unsloth.vLLMSamplingParams").kwargs == mapping
-    assert isinstance(params, fake.SamplingParams) and params.given == mapping
-    # _set_kwargs makes Unsloth apply exactly these fields (rl_replacements.py grpo_update_SamplingParams).
-    assert params._set_kwargs == mapping
-    assert (params.min_p, params.top_k, params.stop, params.max_tokens) == (0.1, -1, ["</answer>"], 16)
+    # What Unsloth's trainer builds for a rollout (grpo_update_SamplingParams): GRPOConfig's fields, then ours,
+    # applied exactly (top_k=-1 as well), except the ones GRPOConfig owns.
+    trl_kwargs = {"n": 1, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "max_tokens": 64}
+    applied = fake.grpo_update_SamplingParams(fake.SamplingParams, trl_kwargs, params)
+    assert applied == {**trl_kwargs, **mapping}
+    assert json.loads(json.dumps(params)) == mapping
+
+
+def test_grpo_config_with_sampling_params_serialises_for_tensorboard(fake):
+    """TensorBoard/wandb call args.to_json_string() at train start; UnslothGRPOConfig declares
+    vllm_sampling_params as a dataclass field, so the value must survive json.dumps(to_dict())."""
+    import dataclasses
+    from typing import Any, Optional
+
+    import trl
+
+    @dataclasses.dataclass
+    class UnslothLikeGRPOConfig(trl.GRPOConfig):  # the field as unsloth/models/rl.py declares it
+        vllm_sampling_params: Optional[Any] = dataclasses.field(default=None)
+
+    cfg = make_cfg(vllm_sampling_params={"min_p": 0.1, "stop": ["</answer>"]})
+    model, _ = backend.load_for_training(cfg)
+    kwargs = backend.grpo_config_kwargs(cfg, model)
+    args = UnslothLikeGRPOConfig(output_dir="unused", use_cpu=True, bf16=False, fp16=False, report_to="none",
+                                 vllm_sampling_params=kwargs["vllm_sampling_params"])
+    written = json.loads(args.to_json_string())
+    assert written["vllm_sampling_params"] == {"min_p": 0.1, "stop": ["</answer>"]}
 
 
 @pytest.mark.parametrize("mapping", [{"min_pp": 0.1}, {"top_k": -5}])
