@@ -491,3 +491,149 @@ def test_export_unknown_method_names_the_option(fake, tmp_path):
     with pytest.raises(ConfigError) as err:
         backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", "merged_4bit", tmp_path / "x", make_cfg())
     assert err.value.field == "to" and "merged16" in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ VLLM_SLEEP_MODE
+
+
+def test_sleep_level_from_the_environment_reaches_vllm_as_an_int(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_SLEEP_MODE", "2")
+    cfg = make_cfg(output_dir=str(tmp_path / "out"))
+    model, tokenizer = backend.load_for_training(cfg)
+    model.vllm_engine.sleeping = True
+    backend.training_generator(model, tokenizer, cfg).generate(["q"], max_tokens=5)
+    (sleep,) = fake.calls_named("vllm.LLM.sleep")
+    assert sleep.args == (2,) and type(sleep.args[0]) is int  # vLLM 0.33 compares `level >= 1`
+
+
+def test_bad_sleep_level_is_refused_before_unsloth_is_imported(fake, monkeypatch):
+    monkeypatch.setenv("VLLM_SLEEP_MODE", "deep")
+    with pytest.raises(ConfigError) as err:
+        backend.load_for_training(make_cfg())
+    assert err.value.field == "VLLM_SLEEP_MODE"
+    assert fake.record_calls() == []
+
+
+# ------------------------------------------------------------------------------------------ SFT warm-up precision
+
+
+@pytest.mark.parametrize(("dtype", "expected"), [("float16", (False, True)), ("bfloat16", (True, False)),
+                                                 ("float32", (False, False))])
+def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_path, dtype, expected):
+    """dtype: float16 on an Ampere card: Unsloth's SFTTrainer raises if the warm-up asks for bf16."""
+    import datasets
+    import torch
+    import trl
+
+    from pipeline import warmup
+
+    made = {}
+
+    class RecordingSFTConfig:
+        def __init__(self, **kwargs):
+            made["args"] = kwargs
+
+    class RecordingSFTTrainer:
+        def __init__(self, model, **kwargs):
+            self.model = model
+
+        def remove_callback(self, callback):
+            pass
+
+        def train(self):
+            pass
+
+    monkeypatch.setattr(trl, "SFTConfig", RecordingSFTConfig)
+    monkeypatch.setattr(trl, "SFTTrainer", RecordingSFTTrainer)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # an Ampere-or-newer GPU
+    cfg = make_cfg(dtype=dtype, dataset_name="demo-arithmetic", sft_warmup_steps=2)
+    model, tokenizer = backend.load_for_training(cfg)
+    prepared = type("Prepared", (), {"dataset": datasets.Dataset.from_list([{"prompt": "p"}])})()
+    warmup.run_format_warmup(model, tokenizer, cfg, prepared, None, tmp_path)
+    assert (made["args"]["bf16"], made["args"]["fp16"]) == expected
+
+
+# ------------------------------------------------------------------------------------------ fast_inference: false
+
+
+def no_vllm_cfg(**overrides):
+    return make_cfg(fast_inference=False, vllm_standby="auto", **overrides)
+
+
+@pytest.fixture
+def real_tokenizer(fake, monkeypatch):
+    """Unsloth returns the model's real tokenizer; the fake's is a stub, so hand back the tiny demo's."""
+    from pipeline.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer("tiny-demo")
+    original = fake.FastLanguageModel.from_pretrained
+
+    def from_pretrained(*args, **kwargs):
+        return original(*args, **kwargs)[0], tokenizer
+
+    monkeypatch.setattr(fake.FastLanguageModel, "from_pretrained", staticmethod(from_pretrained))
+    return tokenizer
+
+
+def expected_texts(tokenizer, prompts, max_tokens, with_adapter):
+    lengths = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    return [tokenizer.decode([fake_unsloth.fake_generated_token(n, with_adapter)] * min(max_tokens, 2),
+                             skip_special_tokens=True) for n in lengths]
+
+
+def test_no_vllm_loads_without_vllm_options_and_trains_without_vllm_fields(fake, monkeypatch):
+    monkeypatch.setenv(STANDBY, "1")  # an exported standby must not leak into a run without vLLM
+    with pytest.warns(UserWarning, match="vllm_standby is false"):
+        model, _ = backend.load_for_training(no_vllm_cfg(vllm_sampling_params=None))
+    assert os.environ[STANDBY] == "0"
+    kwargs = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
+    assert kwargs["fast_inference"] is False
+    assert not {"max_lora_rank", "gpu_memory_utilization", "float8_kv_cache", "unsloth_vllm_standby"} & set(kwargs)
+    assert not hasattr(model, "vllm_engine") and not hasattr(model, "load_lora") and hasattr(model, "save_lora")
+    assert backend.grpo_config_kwargs(no_vllm_cfg(), model) == {"use_vllm": False, "bf16": True, "fp16": False}
+
+
+def test_no_vllm_training_generator_uses_unsloths_inference_path(fake, real_tokenizer, tmp_path):
+    cfg = no_vllm_cfg(output_dir=str(tmp_path / "out"))
+    model, tokenizer = backend.load_for_training(cfg)
+    prompts = ["What is 1 + 1?", "a much longer question about apples and pears"]
+    texts = backend.training_generator(model, tokenizer, cfg).generate(prompts, max_tokens=8)
+    assert texts == expected_texts(tokenizer, prompts, 8, with_adapter=True)
+    names = [c.name for c in fake.record_calls()][-3:]
+    assert names == ["FastLanguageModel.for_inference", "model.generate", "FastLanguageModel.for_training"]
+    (gen,) = fake.calls_named("model.generate")
+    assert gen.kwargs["for_inference"] is True and gen.kwargs["do_sample"] is False
+    assert gen.kwargs["max_new_tokens"] == 8
+    assert model.training is True  # handed back to the trainer in training mode
+    assert fake.calls_named("unsloth_zoo.load_lora") == [] and not (tmp_path / "out").exists()
+
+
+def test_no_vllm_generate_with_the_saved_adapter(fake, real_tokenizer, tmp_path):
+    adapter = train_and_save_adapter(fake, no_vllm_cfg(), tmp_path / "run" / "lora")
+    fake.STATE.calls.clear()
+    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, no_vllm_cfg())
+    texts = generator.generate(["2 + 2?"], max_tokens=4, temperature=0.7, top_p=0.9)
+    assert texts == expected_texts(real_tokenizer, ["2 + 2?"], 4, with_adapter=True)
+    load = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
+    # Unsloth's documented way: from_pretrained on the adapter folder loads its base and applies the LoRA.
+    assert load["model_name"] == str(tmp_path / "run" / "lora") and load["fast_inference"] is False
+    gen = only_call(fake, "model.generate").kwargs
+    assert gen["for_inference"] is True and (gen["do_sample"], gen["temperature"], gen["top_p"]) == (True, 0.7, 0.9)
+    assert fake.calls_named("FastLanguageModel.for_training") == []
+    # --base is the only way to get the base model, and it is visibly different.
+    base = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", None, no_vllm_cfg())
+    assert base.generate(["2 + 2?"], max_tokens=4) == expected_texts(real_tokenizer, ["2 + 2?"], 4, False) != texts
+
+
+def test_no_vllm_never_falls_back_to_the_base_model(fake, real_tokenizer, tmp_path, monkeypatch):
+    adapter = train_and_save_adapter(fake, no_vllm_cfg(), tmp_path / "lora")
+    original = fake.FastLanguageModel.from_pretrained
+
+    def loses_the_adapter(*args, **kwargs):
+        model, tokenizer = original(*args, **kwargs)
+        return getattr(model, "base_model", model), tokenizer
+
+    monkeypatch.setattr(fake.FastLanguageModel, "from_pretrained", staticmethod(loses_the_adapter))
+    with pytest.raises(RuntimeError, match="without its LoRA adapter"):
+        backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, no_vllm_cfg())
