@@ -67,7 +67,8 @@ class ModelArguments:
         default="unsloth/Qwen2.5-1.5B-Instruct",
     )
     backend: str = _help(
-        "auto | unsloth | plain. auto picks unsloth when CUDA, unsloth and vllm are all usable, else plain.",
+        "auto | unsloth | plain. auto: unsloth when CUDA and unsloth are usable (without vLLM, fast_inference "
+        "false, when vllm is missing), else plain; a GPU recipe is refused rather than trained on CPU.",
         default="auto",
     )
     max_seq_length: int = _help("Prompt + completion token budget; sizes vLLM's KV cache.", default=1024)
