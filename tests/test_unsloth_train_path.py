@@ -55,8 +55,9 @@ class RecordingGRPOTrainer:
         self.state.global_step = self.args.max_steps
 
 
-@pytest.fixture
-def unsloth_run(monkeypatch, tmp_path):
+def install_recording_unsloth(monkeypatch):
+    """The fake unsloth/vllm, trl's trainer/config rebound to recorders, a clean standby variable, and
+    from_pretrained handing back the tiny demo's real tokenizer. Returns (handle, tokenizer)."""
     import trl
 
     from pipeline.tokenizer import load_tokenizer
@@ -66,8 +67,6 @@ def unsloth_run(monkeypatch, tmp_path):
     monkeypatch.setattr(trl, "GRPOConfig", RecordingGRPOConfig)
     monkeypatch.delenv("UNSLOTH_VLLM_STANDBY", raising=False)
     monkeypatch.setattr(backend, "_prepared", None)
-    monkeypatch.setattr(gpu_settings, "cuda_available", lambda: True)
-    monkeypatch.setattr(gpu_settings, "gpu_total_gib", lambda device=0: 22.5)
     handle = fake_unsloth.install()
     # Unsloth returns the model's real tokenizer; the fake's is a stub, so hand back the demo's.
     original = fake_unsloth.FastLanguageModel.from_pretrained
@@ -78,6 +77,14 @@ def unsloth_run(monkeypatch, tmp_path):
         return model, real_tokenizer
 
     monkeypatch.setattr(fake_unsloth.FastLanguageModel, "from_pretrained", staticmethod(from_pretrained))
+    return handle, real_tokenizer
+
+
+@pytest.fixture
+def unsloth_run(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_settings, "cuda_available", lambda: True)
+    monkeypatch.setattr(gpu_settings, "gpu_total_gib", lambda device=0: 22.5)
+    handle, _ = install_recording_unsloth(monkeypatch)
     cfg = PipelineConfig().replace(
         model_name_or_path="tiny-demo", dataset_name="demo-arithmetic", max_samples=16, max_seq_length=256,
         max_completion_length="64", num_generations=4, per_device_train_batch_size=4, max_steps=5,
@@ -131,25 +138,14 @@ def no_vllm_run(monkeypatch, tmp_path):
     """`grpo train` on Unsloth without vLLM, eval before and after, against the fake (no vllm installed)."""
     import importlib.util
 
-    import trl
-
     from pipeline import backends
-    from pipeline.tokenizer import load_tokenizer
 
-    monkeypatch.setattr(trl, "GRPOTrainer", RecordingGRPOTrainer)
-    monkeypatch.setattr(trl, "GRPOConfig", RecordingGRPOConfig)
-    monkeypatch.delenv("UNSLOTH_VLLM_STANDBY", raising=False)
-    monkeypatch.setattr(backend, "_prepared", None)
     monkeypatch.setattr(backends, "cuda_available", lambda: True)
-    handle = fake_unsloth.install()
+    handle, real_tokenizer = install_recording_unsloth(monkeypatch)
     real_find_spec = importlib.util.find_spec
     # This machine has unsloth (the fake) but no vllm: backend auto must pick Unsloth without vLLM.
     monkeypatch.setattr(backends.importlib.util, "find_spec",
                         lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
-    original = fake_unsloth.FastLanguageModel.from_pretrained
-    real_tokenizer = load_tokenizer("tiny-demo")
-    monkeypatch.setattr(fake_unsloth.FastLanguageModel, "from_pretrained",
-                        staticmethod(lambda *a, **k: (original(*a, **k)[0], real_tokenizer)))
     cfg = PipelineConfig().replace(
         model_name_or_path="tiny-demo", dataset_name="demo-arithmetic", max_samples=16, max_seq_length=256,
         max_completion_length="64", num_generations=4, per_device_train_batch_size=4, max_steps=3,
