@@ -148,13 +148,13 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
         choice = choose_backend(args.backend, cfg.model.fast_inference)
         if choice.name == "unsloth" and not choice.fast_inference:
             cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
+        backend = load_backend(choice.name)
+        if choice.name == "unsloth":
+            backend.prepare_environment(cfg)  # refuses e.g. a bad VLLM_SLEEP_MODE before anything loads
+        generator = backend.load_generator(base_model, adapter, cfg)
     except ConfigError as err:
         _error(str(err))
         return None
-    backend = load_backend(choice.name)
-    if choice.name == "unsloth":
-        backend.prepare_environment(cfg)
-    generator = backend.load_generator(base_model, adapter, cfg)
     tokenizer = generator.tokenizer
     if manifest and manifest.get("chat_template"):
         tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained

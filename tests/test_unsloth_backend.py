@@ -584,8 +584,8 @@ def expected_texts(tokenizer, prompts, max_tokens, with_adapter):
 
 def test_no_vllm_loads_without_vllm_options_and_trains_without_vllm_fields(fake, monkeypatch):
     monkeypatch.setenv(STANDBY, "1")  # an exported standby must not leak into a run without vLLM
-    with pytest.warns(UserWarning, match="vllm_standby is false"):
-        model, _ = backend.load_for_training(no_vllm_cfg(vllm_sampling_params=None))
+    with pytest.warns(UserWarning, match="fast_inference: false runs without vLLM"):
+        model, _ = backend.load_for_training(no_vllm_cfg())
     assert os.environ[STANDBY] == "0"
     kwargs = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
     assert kwargs["fast_inference"] is False

@@ -118,7 +118,8 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
                 f"vllm_standby is false, but unsloth was already imported with {STANDBY_ENV}={current}. "
                 "Restart the process without that variable, or set vllm_standby: true."
             )
-        warnings.warn(f"{STANDBY_ENV}={current} is set in the environment but vllm_standby is false; "
+        why = "vllm_standby is false" if cfg.model.fast_inference else "fast_inference: false runs without vLLM"
+        warnings.warn(f"{STANDBY_ENV}={current} is set in the environment but {why}; "
                       f"setting {STANDBY_ENV}=0 for this run.", stacklevel=2)
         os.environ[STANDBY_ENV] = "0"
 
