@@ -293,7 +293,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         return EXIT_OK
     try:
         # Decide the backend before anything imports trl: Unsloth must be imported first.
-        fast_inference = str(peek_option(argv, "fast_inference", True)).strip().lower() not in ("false", "0", "no")
+        fast_inference = (str(peek_option(argv, "fast_inference", True)).strip().lower() not in ("false", "0", "no")
+                          and not {"--no_fast_inference", "--no-fast-inference"} & set(argv))
         choice = choose_backend(str(peek_option(argv, "backend", "auto")), fast_inference)
         base = None
         if "--config" not in argv:

@@ -196,6 +196,9 @@ def test_no_vllm_generate_and_export_use_the_saved_adapter(no_vllm_run, capsys, 
     token = fake.fake_generated_token(int(gen.kwargs["attention_mask"][0].sum()), with_adapter=True)
     assert record["text"] == tokenizer.decode([token] * 2, skip_special_tokens=True)
     assert record["adapter"] == str(lora)
+    # vLLM's LoRA slot limit does not apply without vLLM: an r=16 adapter is not refused for max_lora_rank 8.
+    assert generate.main(["--lora", str(lora), "--prompt", "1 + 1?", "--backend", "unsloth",
+                          "--max_lora_rank", "8"]) == 0
 
     out = tmp_path / "merged"
     assert export.main(["--lora", str(lora), "--to", "merged16", "--out", str(out), "--backend", "unsloth"]) == 0

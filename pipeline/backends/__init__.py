@@ -4,8 +4,9 @@ A backend module exposes NAME, load_for_training, peft_config, grpo_config_kwarg
 load_generator and export (see pipeline/backends/plain.py for the reference implementation).
 All the rest of the pipeline (data, rewards, trainer, checkpoints, health, eval) is shared.
 
-`choose_backend` decides without importing unsloth, vllm, trl, transformers or peft: the
-unsloth backend must be imported *before* those three (Unsloth patches them at import time).
+`choose_backend` decides without importing torch, unsloth, vllm, trl, transformers or peft: the
+unsloth backend must be imported *before* the last three (Unsloth patches them at import time), and
+torch is better left to unsloth_zoo too (it sets the CUDA allocator's PYTORCH_ALLOC_CONF at import).
 """
 
 from __future__ import annotations
