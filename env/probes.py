@@ -216,10 +216,12 @@ def cuda_usability() -> CudaUsability:
                              "`nvidia-smi --query-gpu=driver_version` found no GPU)", torch_cuda=torch_cuda)
     needed = MIN_DRIVER_FOR_CUDA.get(str(torch_cuda).split(".")[0])
     if needed and _version_tuple(driver) < _version_tuple(needed):
-        return CudaUsability(False, f"NVIDIA driver {driver} is too old for this torch build (torch "
-                             f"{build.get('version', '?')} is built for CUDA {torch_cuda}, which needs driver >= {needed})",
-                             driver, torch_cuda, needed)
-    return CudaUsability(True, f"NVIDIA driver {driver}, torch built for CUDA {torch_cuda}", driver, torch_cuda, needed)
+        torch_version = build.get("version", "?")
+        return CudaUsability(False, f"NVIDIA driver {driver} is too old for this torch build (torch {torch_version} "
+                             f"is built for CUDA {torch_cuda}, which needs driver >= {needed})", driver, torch_cuda,
+                             needed)
+    return CudaUsability(True, f"NVIDIA driver {driver}, torch built for CUDA {torch_cuda}", driver, torch_cuda,
+                         needed)
 
 
 def nvidia_evidence() -> list[str]:

@@ -518,7 +518,8 @@ def validate_unsloth(cfg: PipelineConfig) -> None:
         # training embeddings or lm_head") when the model has a vLLM engine.
         raise ConfigError("lora_modules_to_save", f"got {list(lo.lora_modules_to_save)}, but Unsloth cannot train "
                           "modules in full while vLLM serves the model (fast_inference: true). Remove "
-                          "lora_modules_to_save, set fast_inference: false (slower generation), or use backend: plain.")
+                          "lora_modules_to_save, set fast_inference: false (slower generation), or use "
+                          "backend: plain.")
     if not m.fast_inference:
         if sampling_params_mapping(g.vllm_sampling_params):
             raise ConfigError("vllm_sampling_params", "is for vLLM, and fast_inference: false runs without it, so "

@@ -126,7 +126,8 @@ def refuse_gpu_recipe_without_cuda(cfg, choice: BackendChoice) -> None:
         if status.reason.startswith("CUDA_VISIBLE_DEVICES"):
             fix = "unset CUDA_VISIBLE_DEVICES (or list a GPU in it)"
     else:  # a CPU-only torch
-        fix = "install the GPU set (`grpo env` prints the pip command for this machine) on a machine with an NVIDIA GPU"
+        fix = ("install the GPU set (`grpo env` prints the pip command for this machine) on a machine with an "
+               "NVIDIA GPU")
     raise ConfigError(
         "model_name_or_path",
         f"{cfg.model.model_name_or_path!r} with backend: {cfg.model.backend} is a GPU recipe, but CUDA is not usable "
