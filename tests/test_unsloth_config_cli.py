@@ -262,3 +262,15 @@ def test_gpu_recipe_with_old_driver_cli_exit_2(tmp_path):
     assert result.returncode == 2, result.stderr[-3000:]
     assert "NVIDIA driver 535.104.05 is too old" in result.stderr and "CUDA 13.0" in result.stderr
     assert "update the NVIDIA driver to >= 580.65.06" in result.stderr
+
+
+def test_gpu_recipe_is_refused_when_torch_disagrees_with_the_probe(monkeypatch):
+    monkeypatch.setattr(probes, "cuda_usability", lambda: probes.CudaUsability(
+        True, "NVIDIA driver 580.95.05, torch built for CUDA 13.0", "580.95.05", "13.0", "580.65.06"))
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(ConfigError) as err:
+        refuse_gpu_recipe_without_cuda(PipelineConfig(), BackendChoice("plain", "auto"))
+    assert "sees no CUDA device although NVIDIA driver 580.95.05" in str(err.value)
+    assert "nvidia-smi" in str(err.value)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    refuse_gpu_recipe_without_cuda(PipelineConfig(), BackendChoice("plain", "auto"))

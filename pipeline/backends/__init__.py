@@ -117,15 +117,24 @@ def refuse_gpu_recipe_without_cuda(cfg, choice: BackendChoice) -> None:
 
     status = cuda_usability()
     if status.usable:
-        return
-    if status.driver_needed:
+        # The probe found a driver new enough; ask torch too. The plain backend never imports unsloth, so
+        # importing torch first is harmless here, and it catches what files cannot show (a broken install).
+        import torch
+
+        if torch.cuda.is_available():
+            return
+        status = type(status)(False, f"torch {torch.__version__} sees no CUDA device although {status.reason}",
+                              status.driver, status.torch_cuda, None)
+    if status.driver and not status.driver_needed:
+        fix = "check `nvidia-smi` and `grpo env` (they show what torch cannot reach)"
+    elif status.driver_needed:
         fix = (f"update the NVIDIA driver to >= {status.driver_needed}, or install the torch build for your "
                "driver's CUDA (`grpo env` shows the matching profile and pip command)")
-    elif status.torch_cuda or status.reason.startswith("torch is not installed"):
+    elif status.torch_cuda:
         fix = "run on a machine with an NVIDIA GPU (Colab: Runtime > Change runtime type > GPU)"
         if status.reason.startswith("CUDA_VISIBLE_DEVICES"):
             fix = "unset CUDA_VISIBLE_DEVICES (or list a GPU in it)"
-    else:  # a CPU-only torch
+    else:  # a CPU-only torch, or none
         fix = ("install the GPU set (`grpo env` prints the pip command for this machine) on a machine with an "
                "NVIDIA GPU")
     raise ConfigError(
