@@ -16,6 +16,7 @@ import os
 import platform
 import re
 import shutil
+import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -145,13 +146,82 @@ def torch_build() -> dict[str, Any]:
 
 
 def nvidia_driver_version() -> str | None:
-    """The NVIDIA kernel driver version (e.g. "580.65.06") from /proc, or None (no driver, WSL, macOS)."""
+    """The NVIDIA driver version (e.g. "580.65.06"), or None when no driver answers.
+
+    /proc first (cheap); then `nvidia-smi`, which is the only source on WSL2 and in containers that do
+    not mount /proc/driver/nvidia.
+    """
     try:
         text = Path("/proc/driver/nvidia/version").read_text(errors="replace")
     except OSError:
-        return None
+        return nvidia_smi_driver_version()
     match = _DRIVER_VERSION.search(text)
-    return match.group(1) if match else None
+    return match.group(1) if match else nvidia_smi_driver_version()
+
+
+def nvidia_smi_driver_version() -> str | None:
+    """`nvidia-smi --query-gpu=driver_version`: the driver of the first GPU, or None (no nvidia-smi, no GPU)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    if out.returncode != 0 or not lines or not re.fullmatch(r"\d+(?:\.\d+)+", lines[0]):
+        return None
+    return lines[0]
+
+
+# The oldest Linux driver that runs a CUDA major version's runtime (NVIDIA's CUDA toolkit release notes,
+# "minor version compatibility"): a torch built for CUDA 13.x sees no GPU on a driver below 580.
+MIN_DRIVER_FOR_CUDA = {"11": "450.80.02", "12": "525.60.13", "13": "580.65.06"}
+
+
+@dataclass(frozen=True)
+class CudaUsability:
+    """Whether torch could use an NVIDIA GPU here, decided WITHOUT importing torch (see `cuda_usability`)."""
+
+    usable: bool
+    reason: str  # why not (or what was found), in words
+    driver: str | None = None
+    torch_cuda: str | None = None
+    driver_needed: str | None = None
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def cuda_usability() -> CudaUsability:
+    """Can torch use CUDA here? From torch/version.py, the driver version and CUDA_VISIBLE_DEVICES only.
+
+    Importing torch to ask would be wrong before `import unsloth` (unsloth_zoo sets the CUDA allocator's
+    PYTORCH_ALLOC_CONF at its import and expects torch not to be imported yet), and costs seconds.
+    """
+    build = torch_build()
+    if not build:
+        return CudaUsability(False, "torch is not installed")
+    torch_cuda = build.get("cuda")
+    if not torch_cuda:
+        return CudaUsability(False, f"this torch ({build.get('version', '?')}) is a CPU-only build")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return CudaUsability(False, f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU", torch_cuda=torch_cuda)
+    driver = nvidia_driver_version()
+    if driver is None:
+        return CudaUsability(False, "no NVIDIA device: no driver answered (/proc/driver/nvidia/version is absent and "
+                             "`nvidia-smi --query-gpu=driver_version` found no GPU)", torch_cuda=torch_cuda)
+    needed = MIN_DRIVER_FOR_CUDA.get(str(torch_cuda).split(".")[0])
+    if needed and _version_tuple(driver) < _version_tuple(needed):
+        torch_version = build.get("version", "?")
+        return CudaUsability(False, f"NVIDIA driver {driver} is too old for this torch build (torch {torch_version} "
+                             f"is built for CUDA {torch_cuda}, which needs driver >= {needed})", driver, torch_cuda,
+                             needed)
+    return CudaUsability(True, f"NVIDIA driver {driver}, torch built for CUDA {torch_cuda}", driver, torch_cuda,
+                         needed)
 
 
 def nvidia_evidence() -> list[str]:

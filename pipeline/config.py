@@ -67,7 +67,8 @@ class ModelArguments:
         default="unsloth/Qwen2.5-1.5B-Instruct",
     )
     backend: str = _help(
-        "auto | unsloth | plain. auto picks unsloth when CUDA, unsloth and vllm are all usable, else plain.",
+        "auto | unsloth | plain. auto: unsloth when CUDA and unsloth are usable (without vLLM, fast_inference "
+        "false, when vllm is missing), else plain; a GPU recipe is refused rather than trained on CPU.",
         default="auto",
     )
     max_seq_length: int = _help("Prompt + completion token budget; sizes vLLM's KV cache.", default=1024)
@@ -77,6 +78,11 @@ class ModelArguments:
     gpu_memory_utilization: str = _help(
         "Share of GPU memory vLLM may take, or `auto` (picked from GPU memory and standby; see README).",
         default="auto",
+    )
+    fast_inference: bool = _help(
+        "Unsloth backend: generate with vLLM (true, fast). false runs Unsloth without vLLM (Windows/WSL, older "
+        "GPUs, images where vLLM will not install): rollouts then use transformers' generate, several times slower.",
+        default=True,
     )
     max_lora_rank: int = _help("vLLM's LoRA rank limit; lora_r must not exceed it.", default=64)
     float8_kv_cache: bool = _help("fp8 KV cache in vLLM: more context on Ada/Hopper; off by default.",
@@ -93,6 +99,12 @@ class ModelArguments:
     vllm_server_base_url: Optional[str] = _help("Plain backend, vllm_mode=server: URL of `trl vllm-serve`.",
                                                 default=None)
     trust_remote_code: bool = _help("Passed to from_pretrained. Qwen2.5 needs no remote code.", default=False)
+
+    def __post_init__(self) -> None:
+        # A YAML `vllm_standby: true` arrives as a bool and `--vllm_standby True` as "True": both mean "true".
+        # Anything else is left as given for validate() to name.
+        if isinstance(self.vllm_standby, bool) or str(self.vllm_standby).strip().lower() in ("auto", "true", "false"):
+            self.vllm_standby = str(self.vllm_standby).strip().lower()
 
 
 @dataclass
@@ -195,6 +207,12 @@ class GRPOArguments:
     vllm_sampling_params: Optional[str] = _help(
         "Unsloth backend: extra vLLM SamplingParams as a mapping (YAML) or JSON string, e.g. min_p, stop.",
         default=None,
+    )
+    vllm_importance_sampling_correction: bool = _help(
+        "When generating with vLLM: reweight by trainer/vLLM log-prob ratios (truncated importance sampling), "
+        "since vLLM's kernels sample from a slightly different distribution than the trainer scores. true is "
+        "TRL's default; Unsloth's would be false, so both backends pass this value explicitly.",
+        default=True,
     )
     log_completions: bool = _help("TRL's completion table + parquet in output_dir/completions/.", default=False)
 
@@ -371,8 +389,10 @@ def _choice(value: str, field_name: str, choices: tuple[str, ...]) -> None:
         raise ConfigError(field_name, f"got {value!r}; choose one of {', '.join(choices)}.")
 
 
-def validate(cfg: PipelineConfig, n_processes: int | None = None) -> list[str]:
+def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str | None = None) -> list[str]:
     """Check the config; raise ConfigError on the first fatal problem, return warnings.
+
+    `backend` is the resolved backend ("unsloth" | "plain") when known; by default `cfg.model.backend`.
 
     >>> validate(PipelineConfig())
     []
@@ -464,6 +484,9 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None) -> list[str]:
             raise ConfigError("vllm_sampling_params", f"`{key}` is ignored there (Unsloth takes it from the "
                               f"trainer config); set `{where}` instead.")
 
+    if (backend or m.backend) == "unsloth":
+        validate_unsloth(cfg)
+
     if m.vllm_mode == "server" and not m.vllm_server_base_url:
         notes.append("vllm_mode=server without vllm_server_base_url: TRL will use host 0.0.0.0:8000.")
     from rewards import get_reward_funcs  # light: no torch
@@ -485,6 +508,25 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None) -> list[str]:
     for note in notes:
         warnings.warn(note, stacklevel=2)
     return notes
+
+
+def validate_unsloth(cfg: PipelineConfig) -> None:
+    """What the Unsloth backend refuses only after the model (and vLLM) have loaded, refused up front."""
+    m, lo, g = cfg.model, cfg.lora, cfg.grpo
+    if m.fast_inference and lo.lora_modules_to_save:
+        # FastLlamaModel.get_peft_model raises NotImplementedError ("fast inference does not work with
+        # training embeddings or lm_head") when the model has a vLLM engine.
+        raise ConfigError("lora_modules_to_save", f"got {list(lo.lora_modules_to_save)}, but Unsloth cannot train "
+                          "modules in full while vLLM serves the model (fast_inference: true). Remove "
+                          "lora_modules_to_save, set fast_inference: false (slower generation), or use "
+                          "backend: plain.")
+    if not m.fast_inference:
+        if sampling_params_mapping(g.vllm_sampling_params):
+            raise ConfigError("vllm_sampling_params", "is for vLLM, and fast_inference: false runs without it, so "
+                              "it would be ignored. Remove it, or set fast_inference: true.")
+        if m.vllm_standby == "true":
+            raise ConfigError("vllm_standby", "standby puts vLLM to sleep between rollouts, and fast_inference: "
+                              "false runs without vLLM. Set vllm_standby: auto or false, or fast_inference: true.")
 
 
 def peek_option(argv: list[str], name: str, default: Any = None) -> Any:

@@ -57,7 +57,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model,
                         "backend": args.backend})
     try:
-        choice = choose_backend(args.backend)
+        choice = choose_backend(args.backend, fast_inference=False)  # merging needs Unsloth, never vLLM
         if args.to == "gguf" and choice.name != "unsloth":
             raise ConfigError("to", "GGUF export is Unsloth-only (save_pretrained_gguf builds llama.cpp). On this "
                               "machine export --to merged16 and convert it with llama.cpp's convert_hf_to_gguf.py.")

@@ -127,7 +127,8 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
                "manifest names the right base) or pass the adapter trained on that model.")
         return None
     max_lora_rank = args.max_lora_rank or (manifest or {}).get("max_lora_rank") or 64
-    if adapter is not None and adapter.r > max_lora_rank:
+    uses_vllm = ((manifest or {}).get("config") or {}).get("fast_inference", True)  # false: Unsloth without vLLM
+    if adapter is not None and uses_vllm and adapter.r > max_lora_rank:
         _error(f"adapter {adapter.path} has rank r={adapter.r}, above max_lora_rank={max_lora_rank}; vLLM cannot "
                f"load it. Pass --max_lora_rank {adapter.r}.")
         return None
@@ -144,14 +145,16 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
                 system_prompt=system_prompt)
     try:
         cfg = from_mapping(flat)
-        choice = choose_backend(args.backend)
+        choice = choose_backend(args.backend, cfg.model.fast_inference)
+        if choice.name == "unsloth" and not choice.fast_inference:
+            cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
+        backend = load_backend(choice.name)
+        if choice.name == "unsloth":
+            backend.prepare_environment(cfg)  # refuses e.g. a bad VLLM_SLEEP_MODE before anything loads
+        generator = backend.load_generator(base_model, adapter, cfg)
     except ConfigError as err:
         _error(str(err))
         return None
-    backend = load_backend(choice.name)
-    if choice.name == "unsloth":
-        backend.prepare_environment(cfg)
-    generator = backend.load_generator(base_model, adapter, cfg)
     tokenizer = generator.tokenizer
     if manifest and manifest.get("chat_template"):
         tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained

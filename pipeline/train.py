@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.backends import BackendChoice, choose_backend, load_backend
+from pipeline.backends import BackendChoice, choose_backend, load_backend, refuse_gpu_recipe_without_cuda
 from pipeline.config import ConfigError, PipelineConfig, from_mapping, parse_config, peek_option, validate
 
 # Repo-relative recipes; `grpo train` with no --config on a GPU uses this one.
@@ -57,8 +57,11 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     start = time.time()
 
     # ---------------------------------------------------------------- config + env check
-    validate(cfg)  # before any model or tokenizer loads
-    choice = choice or choose_backend(cfg.model.backend)
+    choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
+    if choice.name == "unsloth" and cfg.model.fast_inference and not choice.fast_inference:
+        cfg = cfg.replace(fast_inference=False)  # auto found no vLLM: Unsloth without it (the reason says so)
+    validate(cfg, backend=choice.name)  # before any model or tokenizer loads
+    refuse_gpu_recipe_without_cuda(cfg, choice)  # never train a GPU recipe on CPU by accident
     backend = load_backend(choice.name)
     if choice.name == "unsloth":
         backend.prepare_environment(cfg)  # UNSLOTH_VLLM_STANDBY + `import unsloth` before trl/transformers/peft
@@ -290,7 +293,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         return EXIT_OK
     try:
         # Decide the backend before anything imports trl: Unsloth must be imported first.
-        choice = choose_backend(str(peek_option(argv, "backend", "auto")))
+        fast_inference = (str(peek_option(argv, "fast_inference", True)).strip().lower() not in ("false", "0", "no")
+                          and not {"--no_fast_inference", "--no-fast-inference"} & set(argv))
+        choice = choose_backend(str(peek_option(argv, "backend", "auto")), fast_inference)
         base = None
         if "--config" not in argv:
             if choice.name == "unsloth" or _has_cuda():
@@ -303,7 +308,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 _print("no GPU and no --config: running the built-in tiny CPU demo (a few minutes)")
         if choice.name == "unsloth":
             standby = peek_option(argv, "vllm_standby", "auto")
-            load_backend("unsloth").prepare_environment(from_mapping({"vllm_standby": str(standby).lower()}))
+            load_backend("unsloth").prepare_environment(
+                from_mapping({"vllm_standby": standby, "fast_inference": choice.fast_inference}))
         cfg = parse_config(argv, base=base)
         result = run_training(cfg, choice)
     except (ConfigError, FileNotFoundError, DataError) as err:

@@ -49,8 +49,12 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
           flush=True)
     import torch
 
+    from pipeline.backends import mixed_precision
+
     on_cpu = not torch.cuda.is_available()
-    bf16 = (not on_cpu) and torch.cuda.is_bf16_supported()  # T4 has no bf16: fall back to fp16
+    # From the model's dtype, not from what the GPU supports: Unsloth's SFTTrainer raises when they disagree
+    # (a dtype: float16 model on an Ampere card), and the plain backend's model dtype is the one it chose.
+    precision = {"bf16": False, "fp16": False} if on_cpu else mixed_precision(model)
     args = SFTConfig(
         output_dir=str(output_dir / "sft_warmup"),
         max_steps=cfg.health.sft_warmup_steps,
@@ -64,8 +68,7 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
         report_to="none",
         seed=cfg.grpo.seed,
         use_cpu=on_cpu,
-        bf16=bf16,
-        fp16=not on_cpu and not bf16,
+        **precision,
         gradient_checkpointing=False,
         completion_only_loss=True,  # learn the answer format, not to parrot the prompt
         max_length=cfg.model.max_seq_length,

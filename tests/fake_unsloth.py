@@ -470,3 +470,95 @@ def install(bf16_supported: bool = True) -> Handle:
     finder = _Finder()
     sys.meta_path.insert(0, finder)
     return Handle(finder)
+
+
+# ---------------------------------------------------------------------------------------------- additions: Unsloth
+# without vLLM (fast_inference=False) and Unsloth's sampling-params merge. Kept in one block for merging.
+
+def _for_inference_signature(model):
+    """llama.py FastLlamaModel.for_inference (loader.py FastLanguageModel.for_inference wraps it)."""
+
+
+def _for_training_signature(model, use_gradient_checkpointing=None):
+    """llama.py FastLlamaModel.for_training."""
+
+
+def _for_inference(*args: Any, **kwargs: Any):
+    a = inspect.signature(_for_inference_signature).bind(*args, **kwargs).arguments
+    _record("FastLanguageModel.for_inference", *args, **kwargs)
+    if not hasattr(a["model"], "config"):  # llama.py: a tokenizer passed by mistake
+        raise TypeError("Unsloth: I think you're passing a tokenizer, not the model to for_inference!")
+    a["model"]._flag_for_generation = True
+    a["model"].training = False
+    return a["model"]
+
+
+def _for_training(*args: Any, **kwargs: Any):
+    a = inspect.signature(_for_training_signature).bind(*args, **kwargs).arguments
+    _record("FastLanguageModel.for_training", *args, **kwargs)
+    a["model"]._flag_for_generation = False
+    a["model"].training = True
+    return a["model"]
+
+
+FastLanguageModel.for_inference = staticmethod(_for_inference)
+FastLanguageModel.for_training = staticmethod(_for_training)
+
+ADAPTER_TOKEN_SHIFT = 7  # the fake "generates" different tokens with an adapter applied, so a base fallback shows
+
+
+def fake_generated_token(prompt_tokens: int, with_adapter: bool) -> int:
+    """The token id FakeModel.generate appends for a prompt of `prompt_tokens` real tokens."""
+    return 100 + prompt_tokens % 50 + (ADAPTER_TOKEN_SHIFT if with_adapter else 0)
+
+
+def _fake_generate(self, input_ids=None, attention_mask=None, max_new_tokens=None, **kwargs: Any):
+    """transformers' generate on the (Unsloth-patched) model: prompt ids + min(max_new_tokens, 2) new ids."""
+    import torch
+
+    _record("model.generate", input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
+            for_inference=getattr(self, "_flag_for_generation", False), **kwargs)
+    if input_ids is None or max_new_tokens is None:
+        raise ValueError("fake generate: pass input_ids and max_new_tokens")
+    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    new = [[fake_generated_token(int(row.sum()), self.is_peft)] * min(int(max_new_tokens), 2) for row in mask]
+    return torch.cat([input_ids, torch.tensor(new, dtype=input_ids.dtype)], dim=1)
+
+
+def _fake_eval(self):
+    self.training = False
+    return self
+
+
+def _fake_train(self, mode: bool = True):
+    self.training = mode
+    return self
+
+
+FakeModel.generate = _fake_generate
+FakeModel.eval = _fake_eval
+FakeModel.train = _fake_train
+FakeModel.training = True
+FakeModel.device = "cpu"
+
+
+def grpo_update_SamplingParams(SamplingParams, generation_kwargs, vllm_sampling_params=None):  # noqa: N802,N803
+    """Copied from unsloth/models/rl_replacements.py grpo_update_SamplingParams (unsloth 2026.10.9): how the
+    patched trainer merges GRPOConfig.vllm_sampling_params into the rollouts' SamplingParams kwargs."""
+    good_sampling_params_keys = inspect.signature(SamplingParams).parameters.keys()
+    generation_kwargs = {k: v for k, v in generation_kwargs.items() if k in good_sampling_params_keys}
+    if vllm_sampling_params is not None:
+        overwrites = getattr(vllm_sampling_params, "_set_kwargs", None)
+        if overwrites is None:
+            default_sampling_params = SamplingParams()
+            overwrites = {}
+            for key in good_sampling_params_keys:
+                if key.startswith("_") or not hasattr(vllm_sampling_params, key):
+                    continue
+                value = getattr(vllm_sampling_params, key)
+                if value != getattr(default_sampling_params, key, None):
+                    overwrites[key] = value
+        for key, value in overwrites.items():
+            if key in good_sampling_params_keys and key not in ("seed", "n", "temperature", "max_tokens", "logprobs"):
+                generation_kwargs[key] = value
+    return generation_kwargs

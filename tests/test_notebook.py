@@ -76,6 +76,22 @@ def test_install_cell_installs_the_gpu_extra_with_the_pins():
     assert 'f"{REPO_ROOT}[gpu]", *GPU_PINS' in source
 
 
+def test_install_cell_stops_when_no_driver_answers(monkeypatch):
+    """No driver found is not "fine": the cell stops (no pip run) instead of installing the CUDA 13 set blind."""
+    import subprocess
+
+    import env.probes
+
+    ran = []
+    monkeypatch.setattr(env.probes, "nvidia_driver_version", lambda: None)
+    monkeypatch.setattr(subprocess, "run", lambda args, **kw: ran.append(list(args)))
+    namespace = {"SMOKE": False, "REPO_ROOT": ROOT, "REPO_URL": "unused", "sys": sys, "subprocess": subprocess}
+    with pytest.raises(SystemExit) as stop:
+        exec(install_cell(read_notebook()), namespace)  # noqa: S102 - the notebook's own cell
+    assert "No NVIDIA driver answered" in str(stop.value) and "GRPO_NOTEBOOK_SMOKE=1" in str(stop.value)
+    assert ran == []
+
+
 @pytest.fixture
 def python3_kernel(tmp_path, monkeypatch) -> str:
     """A `python3` kernelspec for *this* interpreter, first on JUPYTER_PATH.

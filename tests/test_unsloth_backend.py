@@ -75,7 +75,7 @@ def train_and_save_adapter(fake, cfg, directory: Path):
 
 
 def test_load_for_training_exact_calls_and_returns_the_lora_model(fake):
-    cfg = make_cfg(lora_target_modules=["q_proj", "v_proj"], lora_modules_to_save=["lm_head"], lora_dropout=0.05)
+    cfg = make_cfg(lora_target_modules=["q_proj", "v_proj"], lora_dropout=0.05)
     model, tokenizer = backend.load_for_training(cfg)
 
     assert only_call(fake, "FastLanguageModel.from_pretrained").kwargs == {
@@ -101,7 +101,7 @@ def test_load_for_training_exact_calls_and_returns_the_lora_model(fake):
         "lora_dropout": 0.05,
         "use_gradient_checkpointing": "unsloth",
         "random_state": 1234,
-        "modules_to_save": ["lm_head"],
+        "modules_to_save": None,
     }
     # The trainer must receive the LoRA model, not the base from_pretrained returned.
     assert model is not base_model and model.is_peft and model.peft_config["default"]["r"] == 16
@@ -126,6 +126,19 @@ def test_load_without_standby_dtype_and_checkpointing_options(fake):
     assert kwargs["use_gradient_checkpointing"] is False
     assert only_call(fake, "FastLanguageModel.get_peft_model").kwargs["use_gradient_checkpointing"] is False
     assert only_call(fake, "FastLanguageModel.get_peft_model").kwargs["modules_to_save"] is None
+
+
+def test_modules_to_save_with_vllm_is_refused_before_anything_loads(fake):
+    # FastLlamaModel.get_peft_model raises NotImplementedError for this once the model and vLLM are loaded.
+    with pytest.raises(ConfigError) as err:
+        backend.load_for_training(make_cfg(lora_modules_to_save=["lm_head"]))
+    assert err.value.field == "lora_modules_to_save" and "fast_inference: false" in str(err.value)
+    assert fake.record_calls() == []
+
+
+def test_modules_to_save_without_vllm_reaches_get_peft_model(fake):
+    backend.load_for_training(make_cfg(lora_modules_to_save=["lm_head"], fast_inference=False, vllm_standby="auto"))
+    assert only_call(fake, "FastLanguageModel.get_peft_model").kwargs["modules_to_save"] == ["lm_head"]
 
 
 def test_full_finetune_is_refused_before_anything_loads(fake):
@@ -225,7 +238,22 @@ def test_trl_imported_first_is_reported_with_the_module_and_the_fix():
 
 def test_grpo_config_kwargs_bf16_gpu(fake):
     model, _ = backend.load_for_training(make_cfg())
-    assert backend.grpo_config_kwargs(make_cfg(), model) == {"use_vllm": True, "bf16": True, "fp16": False}
+    assert backend.grpo_config_kwargs(make_cfg(), model) == {
+        "use_vllm": True, "bf16": True, "fp16": False, "vllm_importance_sampling_correction": True}
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_importance_sampling_correction_is_passed_explicitly_by_both_backends(fake, value, monkeypatch):
+    # Unsloth's GRPOConfig defaults it to False and TRL's to True: neither default may decide silently.
+    from pipeline.backends import plain
+
+    cfg = make_cfg(vllm_importance_sampling_correction=value, vllm_mode="colocate")
+    model, _ = backend.load_for_training(cfg)
+    assert backend.grpo_config_kwargs(cfg, model)["vllm_importance_sampling_correction"] is value
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.is_bf16_supported", lambda *a, **k: True)
+    assert plain.grpo_config_kwargs(cfg)["vllm_importance_sampling_correction"] is value
+    assert PipelineConfig().grpo.vllm_importance_sampling_correction is True  # the one documented default
 
 
 def test_grpo_config_kwargs_gpu_without_bf16_uses_fp16(fake):
@@ -241,16 +269,40 @@ def test_grpo_config_kwargs_float32_model_leaves_precision_to_unsloth(fake):
     assert (kwargs["bf16"], kwargs["fp16"]) == (False, False)
 
 
-def test_vllm_sampling_params_mapping_becomes_unsloth_sampling_params(fake):
+def test_vllm_sampling_params_mapping_reaches_rollouts_and_serialises(fake):
     mapping = {"min_p": 0.1, "top_k": -1, "stop": ["</answer>"], "include_stop_str_in_output": True}
     cfg = make_cfg(vllm_sampling_params=json.dumps(mapping))
     model, _ = backend.load_for_training(cfg)
     params = backend.grpo_config_kwargs(cfg, model)["vllm_sampling_params"]
+    # Checked by vLLM's SamplingParams through Unsloth's own helper before training starts.
     assert only_call(fake, "unsloth.vLLMSamplingParams").kwargs == mapping
-    assert isinstance(params, fake.SamplingParams) and params.given == mapping
-    # _set_kwargs makes Unsloth apply exactly these fields (rl_replacements.py grpo_update_SamplingParams).
-    assert params._set_kwargs == mapping
-    assert (params.min_p, params.top_k, params.stop, params.max_tokens) == (0.1, -1, ["</answer>"], 16)
+    # What Unsloth's trainer builds for a rollout (grpo_update_SamplingParams): GRPOConfig's fields, then ours,
+    # applied exactly (top_k=-1 as well), except the ones GRPOConfig owns.
+    trl_kwargs = {"n": 1, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "max_tokens": 64}
+    applied = fake.grpo_update_SamplingParams(fake.SamplingParams, trl_kwargs, params)
+    assert applied == {**trl_kwargs, **mapping}
+    assert json.loads(json.dumps(params)) == mapping
+
+
+def test_grpo_config_with_sampling_params_serialises_for_tensorboard(fake):
+    """TensorBoard/wandb call args.to_json_string() at train start; UnslothGRPOConfig declares
+    vllm_sampling_params as a dataclass field, so the value must survive json.dumps(to_dict())."""
+    import dataclasses
+    from typing import Any, Optional
+
+    import trl
+
+    @dataclasses.dataclass
+    class UnslothLikeGRPOConfig(trl.GRPOConfig):  # the field as unsloth/models/rl.py declares it
+        vllm_sampling_params: Optional[Any] = dataclasses.field(default=None)
+
+    cfg = make_cfg(vllm_sampling_params={"min_p": 0.1, "stop": ["</answer>"]})
+    model, _ = backend.load_for_training(cfg)
+    kwargs = backend.grpo_config_kwargs(cfg, model)
+    args = UnslothLikeGRPOConfig(output_dir="unused", use_cpu=True, bf16=False, fp16=False, report_to="none",
+                                 vllm_sampling_params=kwargs["vllm_sampling_params"])
+    written = json.loads(args.to_json_string())
+    assert written["vllm_sampling_params"] == {"min_p": 0.1, "stop": ["</answer>"]}
 
 
 @pytest.mark.parametrize("mapping", [{"min_pp": 0.1}, {"top_k": -5}])
@@ -439,3 +491,149 @@ def test_export_unknown_method_names_the_option(fake, tmp_path):
     with pytest.raises(ConfigError) as err:
         backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", "merged_4bit", tmp_path / "x", make_cfg())
     assert err.value.field == "to" and "merged16" in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ VLLM_SLEEP_MODE
+
+
+def test_sleep_level_from_the_environment_reaches_vllm_as_an_int(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_SLEEP_MODE", "2")
+    cfg = make_cfg(output_dir=str(tmp_path / "out"))
+    model, tokenizer = backend.load_for_training(cfg)
+    model.vllm_engine.sleeping = True
+    backend.training_generator(model, tokenizer, cfg).generate(["q"], max_tokens=5)
+    (sleep,) = fake.calls_named("vllm.LLM.sleep")
+    assert sleep.args == (2,) and type(sleep.args[0]) is int  # vLLM 0.33 compares `level >= 1`
+
+
+def test_bad_sleep_level_is_refused_before_unsloth_is_imported(fake, monkeypatch):
+    monkeypatch.setenv("VLLM_SLEEP_MODE", "deep")
+    with pytest.raises(ConfigError) as err:
+        backend.load_for_training(make_cfg())
+    assert err.value.field == "VLLM_SLEEP_MODE"
+    assert fake.record_calls() == []
+
+
+# ------------------------------------------------------------------------------------------ SFT warm-up precision
+
+
+@pytest.mark.parametrize(("dtype", "expected"), [("float16", (False, True)), ("bfloat16", (True, False)),
+                                                 ("float32", (False, False))])
+def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_path, dtype, expected):
+    """dtype: float16 on an Ampere card: Unsloth's SFTTrainer raises if the warm-up asks for bf16."""
+    import datasets
+    import torch
+    import trl
+
+    from pipeline import warmup
+
+    made = {}
+
+    class RecordingSFTConfig:
+        def __init__(self, **kwargs):
+            made["args"] = kwargs
+
+    class RecordingSFTTrainer:
+        def __init__(self, model, **kwargs):
+            self.model = model
+
+        def remove_callback(self, callback):
+            pass
+
+        def train(self):
+            pass
+
+    monkeypatch.setattr(trl, "SFTConfig", RecordingSFTConfig)
+    monkeypatch.setattr(trl, "SFTTrainer", RecordingSFTTrainer)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # an Ampere-or-newer GPU
+    cfg = make_cfg(dtype=dtype, dataset_name="demo-arithmetic", sft_warmup_steps=2)
+    model, tokenizer = backend.load_for_training(cfg)
+    prepared = type("Prepared", (), {"dataset": datasets.Dataset.from_list([{"prompt": "p"}])})()
+    warmup.run_format_warmup(model, tokenizer, cfg, prepared, None, tmp_path)
+    assert (made["args"]["bf16"], made["args"]["fp16"]) == expected
+
+
+# ------------------------------------------------------------------------------------------ fast_inference: false
+
+
+def no_vllm_cfg(**overrides):
+    return make_cfg(fast_inference=False, vllm_standby="auto", **overrides)
+
+
+@pytest.fixture
+def real_tokenizer(fake, monkeypatch):
+    """Unsloth returns the model's real tokenizer; the fake's is a stub, so hand back the tiny demo's."""
+    from pipeline.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer("tiny-demo")
+    original = fake.FastLanguageModel.from_pretrained
+
+    def from_pretrained(*args, **kwargs):
+        return original(*args, **kwargs)[0], tokenizer
+
+    monkeypatch.setattr(fake.FastLanguageModel, "from_pretrained", staticmethod(from_pretrained))
+    return tokenizer
+
+
+def expected_texts(tokenizer, prompts, max_tokens, with_adapter):
+    lengths = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts]
+    return [tokenizer.decode([fake_unsloth.fake_generated_token(n, with_adapter)] * min(max_tokens, 2),
+                             skip_special_tokens=True) for n in lengths]
+
+
+def test_no_vllm_loads_without_vllm_options_and_trains_without_vllm_fields(fake, monkeypatch):
+    monkeypatch.setenv(STANDBY, "1")  # an exported standby must not leak into a run without vLLM
+    with pytest.warns(UserWarning, match="fast_inference: false runs without vLLM"):
+        model, _ = backend.load_for_training(no_vllm_cfg())
+    assert os.environ[STANDBY] == "0"
+    kwargs = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
+    assert kwargs["fast_inference"] is False
+    assert not {"max_lora_rank", "gpu_memory_utilization", "float8_kv_cache", "unsloth_vllm_standby"} & set(kwargs)
+    assert not hasattr(model, "vllm_engine") and not hasattr(model, "load_lora") and hasattr(model, "save_lora")
+    assert backend.grpo_config_kwargs(no_vllm_cfg(), model) == {"use_vllm": False, "bf16": True, "fp16": False}
+
+
+def test_no_vllm_training_generator_uses_unsloths_inference_path(fake, real_tokenizer, tmp_path):
+    cfg = no_vllm_cfg(output_dir=str(tmp_path / "out"))
+    model, tokenizer = backend.load_for_training(cfg)
+    prompts = ["What is 1 + 1?", "a much longer question about apples and pears"]
+    texts = backend.training_generator(model, tokenizer, cfg).generate(prompts, max_tokens=8)
+    assert texts == expected_texts(tokenizer, prompts, 8, with_adapter=True)
+    names = [c.name for c in fake.record_calls()][-3:]
+    assert names == ["FastLanguageModel.for_inference", "model.generate", "FastLanguageModel.for_training"]
+    (gen,) = fake.calls_named("model.generate")
+    assert gen.kwargs["for_inference"] is True and gen.kwargs["do_sample"] is False
+    assert gen.kwargs["max_new_tokens"] == 8
+    assert model.training is True  # handed back to the trainer in training mode
+    assert fake.calls_named("unsloth_zoo.load_lora") == [] and not (tmp_path / "out").exists()
+
+
+def test_no_vllm_generate_with_the_saved_adapter(fake, real_tokenizer, tmp_path):
+    adapter = train_and_save_adapter(fake, no_vllm_cfg(), tmp_path / "run" / "lora")
+    fake.STATE.calls.clear()
+    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, no_vllm_cfg())
+    texts = generator.generate(["2 + 2?"], max_tokens=4, temperature=0.7, top_p=0.9)
+    assert texts == expected_texts(real_tokenizer, ["2 + 2?"], 4, with_adapter=True)
+    load = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
+    # Unsloth's documented way: from_pretrained on the adapter folder loads its base and applies the LoRA.
+    assert load["model_name"] == str(tmp_path / "run" / "lora") and load["fast_inference"] is False
+    gen = only_call(fake, "model.generate").kwargs
+    assert gen["for_inference"] is True and (gen["do_sample"], gen["temperature"], gen["top_p"]) == (True, 0.7, 0.9)
+    assert fake.calls_named("FastLanguageModel.for_training") == []
+    # --base is the only way to get the base model, and it is visibly different.
+    base = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", None, no_vllm_cfg())
+    assert base.generate(["2 + 2?"], max_tokens=4) == expected_texts(real_tokenizer, ["2 + 2?"], 4, False) != texts
+
+
+def test_no_vllm_never_falls_back_to_the_base_model(fake, real_tokenizer, tmp_path, monkeypatch):
+    adapter = train_and_save_adapter(fake, no_vllm_cfg(), tmp_path / "lora")
+    original = fake.FastLanguageModel.from_pretrained
+
+    def loses_the_adapter(*args, **kwargs):
+        model, tokenizer = original(*args, **kwargs)
+        return getattr(model, "base_model", model), tokenizer
+
+    monkeypatch.setattr(fake.FastLanguageModel, "from_pretrained", staticmethod(loses_the_adapter))
+    with pytest.raises(RuntimeError, match="without its LoRA adapter"):
+        backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, no_vllm_cfg())

@@ -55,8 +55,9 @@ class RecordingGRPOTrainer:
         self.state.global_step = self.args.max_steps
 
 
-@pytest.fixture
-def unsloth_run(monkeypatch, tmp_path):
+def install_recording_unsloth(monkeypatch):
+    """The fake unsloth/vllm, trl's trainer/config rebound to recorders, a clean standby variable, and
+    from_pretrained handing back the tiny demo's real tokenizer. Returns (handle, tokenizer)."""
     import trl
 
     from pipeline.tokenizer import load_tokenizer
@@ -66,8 +67,6 @@ def unsloth_run(monkeypatch, tmp_path):
     monkeypatch.setattr(trl, "GRPOConfig", RecordingGRPOConfig)
     monkeypatch.delenv("UNSLOTH_VLLM_STANDBY", raising=False)
     monkeypatch.setattr(backend, "_prepared", None)
-    monkeypatch.setattr(gpu_settings, "cuda_available", lambda: True)
-    monkeypatch.setattr(gpu_settings, "gpu_total_gib", lambda device=0: 22.5)
     handle = fake_unsloth.install()
     # Unsloth returns the model's real tokenizer; the fake's is a stub, so hand back the demo's.
     original = fake_unsloth.FastLanguageModel.from_pretrained
@@ -78,6 +77,14 @@ def unsloth_run(monkeypatch, tmp_path):
         return model, real_tokenizer
 
     monkeypatch.setattr(fake_unsloth.FastLanguageModel, "from_pretrained", staticmethod(from_pretrained))
+    return handle, real_tokenizer
+
+
+@pytest.fixture
+def unsloth_run(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_settings, "cuda_available", lambda: True)
+    monkeypatch.setattr(gpu_settings, "gpu_total_gib", lambda device=0: 22.5)
+    handle, _ = install_recording_unsloth(monkeypatch)
     cfg = PipelineConfig().replace(
         model_name_or_path="tiny-demo", dataset_name="demo-arithmetic", max_samples=16, max_seq_length=256,
         max_completion_length="64", num_generations=4, per_device_train_batch_size=4, max_steps=5,
@@ -121,3 +128,79 @@ def test_adapter_saved_to_absolute_temp_then_verified_with_manifest(unsloth_run)
     assert (result.output_dir / "lora" / "adapter_config.json").is_file()
     manifest = json.loads((result.output_dir / "manifest.json").read_text())
     assert manifest["backend"] == "unsloth" and manifest["max_completion_length"] == 64
+
+
+# ------------------------------------------------------------------------------ fast_inference: false, end to end
+
+
+@pytest.fixture
+def no_vllm_run(monkeypatch, tmp_path):
+    """`grpo train` on Unsloth without vLLM, eval before and after, against the fake (no vllm installed)."""
+    import importlib.util
+
+    from pipeline import backends
+
+    monkeypatch.setattr(backends, "cuda_available", lambda: True)
+    handle, real_tokenizer = install_recording_unsloth(monkeypatch)
+    real_find_spec = importlib.util.find_spec
+    # This machine has unsloth (the fake) but no vllm: backend auto must pick Unsloth without vLLM.
+    monkeypatch.setattr(backends.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    cfg = PipelineConfig().replace(
+        model_name_or_path="tiny-demo", dataset_name="demo-arithmetic", max_samples=16, max_seq_length=256,
+        max_completion_length="64", num_generations=4, per_device_train_batch_size=4, max_steps=3,
+        lora_r=16, lora_alpha=16, output_dir=str(tmp_path / "run"), eval_before=True, eval_after=True,
+        eval_limit=3)
+    result = run_training(cfg)  # backend auto
+    yield result, fake_unsloth, real_tokenizer
+    handle.uninstall()
+
+
+def test_no_vllm_trains_saves_and_evaluates_through_unsloth(no_vllm_run):
+    result, fake, _ = no_vllm_run
+    assert result.status == "completed" and result.steps == 3
+    (load,) = fake.calls_named("FastLanguageModel.from_pretrained")
+    assert load.kwargs["fast_inference"] is False and "gpu_memory_utilization" not in load.kwargs
+    (init,) = fake.calls_named("GRPOTrainer.__init__")
+    args = init.kwargs["args"].kwargs
+    assert args["use_vllm"] is False
+    assert not [key for key in args if key.startswith("vllm")]  # no vLLM field reaches Unsloth's trainer
+    names = [c.name for c in fake.record_calls()]
+    # eval before and after both went through for_inference + generate, around training
+    first_gen, last_gen, train = names.index("model.generate"), len(names) - 1 - names[::-1].index(
+        "model.generate"), names.index("GRPOTrainer.train")
+    assert first_gen < train < last_gen and names.index("model.save_lora") < last_gen
+    assert all(c.kwargs["for_inference"] for c in fake.calls_named("model.generate"))
+    manifest = json.loads((result.output_dir / "manifest.json").read_text())
+    assert manifest["backend"] == "unsloth" and manifest["config"]["fast_inference"] is False
+    summary = json.loads((result.output_dir / "summary.json").read_text())
+    assert summary["eval_before"]["n"] == summary["eval_after"]["n"] == 3
+    assert len(fake.calls_named("model.generate")) == 2  # one batch of 3 held-out prompts, before and after
+
+
+def test_no_vllm_generate_and_export_use_the_saved_adapter(no_vllm_run, capsys, tmp_path):
+    from pipeline import export, generate
+
+    result, fake, tokenizer = no_vllm_run
+    fake.STATE.calls.clear()
+    lora = result.output_dir / "lora"
+    assert generate.main(["--lora", str(lora), "--prompt", "What is 2 + 3?", "--backend", "unsloth"]) == 0
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    (load,) = fake.calls_named("FastLanguageModel.from_pretrained")
+    assert load.kwargs["model_name"] == str(lora) and load.kwargs["fast_inference"] is False
+    assert fake.calls_named("unsloth_zoo.load_lora") == []
+    (gen,) = fake.calls_named("model.generate")
+    assert gen.kwargs["for_inference"] is True
+    new_tokens = gen.kwargs["max_new_tokens"]
+    assert new_tokens == 64  # the trained max_completion_length, from the manifest
+    token = fake.fake_generated_token(int(gen.kwargs["attention_mask"][0].sum()), with_adapter=True)
+    assert record["text"] == tokenizer.decode([token] * 2, skip_special_tokens=True)
+    assert record["adapter"] == str(lora)
+    # vLLM's LoRA slot limit does not apply without vLLM: an r=16 adapter is not refused for max_lora_rank 8.
+    assert generate.main(["--lora", str(lora), "--prompt", "1 + 1?", "--backend", "unsloth",
+                          "--max_lora_rank", "8"]) == 0
+
+    out = tmp_path / "merged"
+    assert export.main(["--lora", str(lora), "--to", "merged16", "--out", str(out), "--backend", "unsloth"]) == 0
+    (merge,) = fake.calls_named("model.save_pretrained_merged")
+    assert merge.kwargs["save_method"] == "merged_16bit" and (out / "config.json").is_file()

@@ -4,8 +4,9 @@ A backend module exposes NAME, load_for_training, peft_config, grpo_config_kwarg
 load_generator and export (see pipeline/backends/plain.py for the reference implementation).
 All the rest of the pipeline (data, rewards, trainer, checkpoints, health, eval) is shared.
 
-`choose_backend` decides without importing unsloth, vllm, trl, transformers or peft: the
-unsloth backend must be imported *before* those three (Unsloth patches them at import time).
+`choose_backend` decides without importing torch, unsloth, vllm, trl, transformers or peft: the
+unsloth backend must be imported *before* the last three (Unsloth patches them at import time), and
+torch is better left to unsloth_zoo too (it sets the CUDA allocator's PYTORCH_ALLOC_CONF at import).
 """
 
 from __future__ import annotations
@@ -22,46 +23,126 @@ from pipeline.config import ConfigError
 class BackendChoice:
     name: str  # "unsloth" | "plain"
     reason: str
+    # unsloth only: False when Unsloth must run without vLLM (its patched trainer generates with transformers).
+    fast_inference: bool = True
 
 
 def cuda_available() -> bool:
-    """True when torch sees a CUDA device. Importing torch first is fine for Unsloth (it checks trl/transformers/peft)."""
-    if importlib.util.find_spec("torch") is None:
-        return False
-    import torch
+    """True when torch could use a CUDA GPU, decided without importing torch (env.probes.cuda_usability).
 
-    return bool(torch.cuda.is_available())
+    Not `torch.cuda.is_available()`: this runs before `import unsloth`, and unsloth_zoo sets the CUDA
+    allocator's PYTORCH_ALLOC_CONF at import, expecting torch not to be imported yet (unsloth_zoo/__init__.py).
+    """
+    from env.probes import cuda_usability
+
+    return cuda_usability().usable
 
 
-def choose_backend(requested: str) -> BackendChoice:
-    """Resolve `backend: auto|unsloth|plain` into a concrete backend, with the reason in words."""
-    missing = [name for name in ("unsloth", "vllm") if importlib.util.find_spec(name) is None]
-    has_cuda = cuda_available()
+def mixed_precision(model) -> dict[str, bool]:
+    """`bf16`/`fp16` for a trainer, from the loaded model's dtype (not from what the GPU supports).
+
+    Unsloth raises TypeError when these disagree with the model (UnslothGRPOTrainer/UnslothSFTTrainer:
+    "Model is in float16 precision but you want to use bfloat16"); a float32 model gets neither.
+    The lookup is the one Unsloth's trainers do (config.dtype, else the input embeddings' dtype).
+    """
+    config = getattr(model, "config", None)
+    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if dtype is None:
+        dtype = model.get_input_embeddings().weight.dtype
+    name = str(dtype).rsplit(".", 1)[-1]  # torch.bfloat16 or "bfloat16"; avoids importing torch
+    return {"bf16": name == "bfloat16", "fp16": name == "float16"}
+
+
+def choose_backend(requested: str, fast_inference: bool = True) -> BackendChoice:
+    """Resolve `backend: auto|unsloth|plain` into a concrete backend, with the reason in words.
+
+    `fast_inference` is the config's: False means Unsloth is wanted without vLLM, so vLLM is not needed.
+    """
+    has = {name: importlib.util.find_spec(name) is not None for name in ("unsloth", "vllm")}
     if requested == "plain":
         return BackendChoice("plain", "backend: plain was requested")
+    if requested not in ("auto", "unsloth"):
+        raise ConfigError("backend", f"got {requested!r}; choose auto, unsloth or plain.")
+    has_cuda = cuda_available()
     if requested == "unsloth":
         problems = []
         if not has_cuda:
-            problems.append("no CUDA GPU is visible to torch")
-        if missing:
-            problems.append(f"{' and '.join(missing)} not installed (pip install -e '.[gpu]')")
+            from env.probes import cuda_usability
+
+            problems.append(f"CUDA is not usable ({cuda_usability().reason})")
+        if not has["unsloth"]:
+            problems.append("unsloth is not installed (pip install -e '.[gpu]')")
+        elif fast_inference and not has["vllm"]:
+            problems.append("vllm is not installed (pip install -e '.[gpu]'), or set fast_inference: false to run "
+                            "Unsloth without vLLM")
         if problems:
             raise ConfigError(
                 "backend",
-                "backend: unsloth needs a CUDA GPU with unsloth and vllm installed, but " + "; ".join(problems)
-                + ". Use backend: plain (or auto) to run without them."
+                "backend: unsloth needs a CUDA GPU with unsloth (and vllm unless fast_inference: false) installed, "
+                "but " + "; ".join(problems) + ". Use backend: plain (or auto) to run without them."
             )
-        return BackendChoice("unsloth", "backend: unsloth was requested")
-    if requested != "auto":
-        raise ConfigError("backend", f"got {requested!r}; choose auto, unsloth or plain.")
+        return BackendChoice("unsloth", "backend: unsloth was requested", fast_inference=fast_inference)
     if not has_cuda:
-        return BackendChoice("plain", "auto: no CUDA GPU, so the plain transformers + peft + TRL backend")
-    if missing:
-        return BackendChoice(
-            "plain", f"auto: CUDA GPU found but {' and '.join(missing)} not installed; pip install -e '.[gpu]' "
-            "for Unsloth + vLLM"
-        )
+        return BackendChoice("plain", "auto: no usable CUDA GPU, so the plain transformers + peft + TRL backend")
+    if not has["unsloth"]:
+        return BackendChoice("plain", "auto: CUDA GPU found but unsloth not installed; pip install -e '.[gpu]' "
+                             "for Unsloth + vLLM")
+    if not has["vllm"] and fast_inference:
+        return BackendChoice("unsloth", "auto: CUDA GPU and unsloth found but vllm is not installed, so Unsloth "
+                             "WITHOUT vLLM (fast_inference: false; rollouts use transformers' generate, slower)",
+                             fast_inference=False)
+    if not fast_inference:
+        return BackendChoice("unsloth", "auto: CUDA GPU and unsloth available; fast_inference: false (no vLLM)",
+                             fast_inference=False)
     return BackendChoice("unsloth", "auto: CUDA GPU, unsloth and vllm are all available")
+
+
+def gpu_sized(cfg) -> bool:
+    """A GPU-sized recipe: any model but the built-in `tiny-demo`, with backend auto or unsloth.
+
+    Such a recipe (every configs/qwen2.5-*.yaml) takes hours per step on a CPU, so when CUDA is unusable
+    `backend: auto` must not quietly fall back to training it there. `backend: plain` is the explicit way to
+    train a small model on CPU; the tiny demo (and the test configs, which use it) always may.
+    """
+    from pipeline.tokenizer import DEMO_MODEL_NAME
+
+    return cfg.model.backend != "plain" and cfg.model.model_name_or_path != DEMO_MODEL_NAME
+
+
+def refuse_gpu_recipe_without_cuda(cfg, choice: BackendChoice) -> None:
+    """ConfigError when a GPU-sized recipe would train on CPU because CUDA is unusable (the reason and the fix)."""
+    if choice.name != "plain" or not gpu_sized(cfg):
+        return
+    from env.probes import cuda_usability
+
+    status = cuda_usability()
+    if status.usable:
+        # The probe found a driver new enough; ask torch too. The plain backend never imports unsloth, so
+        # importing torch first is harmless here, and it catches what files cannot show (a broken install).
+        import torch
+
+        if torch.cuda.is_available():
+            return
+        status = type(status)(False, f"torch {torch.__version__} sees no CUDA device although {status.reason}",
+                              status.driver, status.torch_cuda, None)
+    if status.driver and not status.driver_needed:
+        fix = "check `nvidia-smi` and `grpo env` (they show what torch cannot reach)"
+    elif status.driver_needed:
+        fix = (f"update the NVIDIA driver to >= {status.driver_needed}, or install the torch build for your "
+               "driver's CUDA (`grpo env` shows the matching profile and pip command)")
+    elif status.torch_cuda:
+        fix = "run on a machine with an NVIDIA GPU (Colab: Runtime > Change runtime type > GPU)"
+        if status.reason.startswith("CUDA_VISIBLE_DEVICES"):
+            fix = "unset CUDA_VISIBLE_DEVICES (or list a GPU in it)"
+    else:  # a CPU-only torch, or none
+        fix = ("install the GPU set (`grpo env` prints the pip command for this machine) on a machine with an "
+               "NVIDIA GPU")
+    raise ConfigError(
+        "model_name_or_path",
+        f"{cfg.model.model_name_or_path!r} with backend: {cfg.model.backend} is a GPU recipe, but CUDA is not usable "
+        f"here: {status.reason}. Fix: {fix}. To train it on CPU anyway (very slow), set backend: plain; for the "
+        "built-in CPU demo run `grpo train` without --config.",
+    )
 
 
 def load_backend(name: str) -> ModuleType:

@@ -55,8 +55,7 @@ NO_STANDBY_TABLE: tuple[tuple[float, float], ...] = (
 
 
 def cuda_available() -> bool:
-    """True when torch sees a CUDA GPU. Importing torch before unsloth is fine: Unsloth only
-    checks that trl/transformers/peft come after it (unsloth/_gpu_init.py:20-21)."""
+    """True when torch could use a CUDA GPU; asked without importing torch (see pipeline.backends.cuda_available)."""
     from pipeline.backends import cuda_available as _cuda_available
 
     return _cuda_available()
@@ -81,8 +80,12 @@ def standby_enabled(cfg: PipelineConfig, has_cuda: Optional[bool] = None) -> boo
     True
     >>> standby_enabled(PipelineConfig().replace(vllm_standby="false"), has_cuda=True)
     False
+    >>> standby_enabled(PipelineConfig().replace(fast_inference=False), has_cuda=True)
+    False
     """
     value = str(cfg.model.vllm_standby).strip().lower()  # a YAML `true` arrives as a bool
+    if not cfg.model.fast_inference:
+        return False  # standby is vLLM's sleep mode: without vLLM there is nothing to put to sleep
     if value == "true":
         return True
     if value == "false":
@@ -90,6 +93,34 @@ def standby_enabled(cfg: PipelineConfig, has_cuda: Optional[bool] = None) -> boo
     if value == "auto":
         return cuda_available() if has_cuda is None else bool(has_cuda)
     raise ConfigError("vllm_standby", f"got {cfg.model.vllm_standby!r}; choose auto, true or false.")
+
+
+SLEEP_MODE_ENV = "VLLM_SLEEP_MODE"
+# vLLM's sleep levels (LLM.sleep): 1 offloads the weights to CPU and drops the KV cache, 2 drops both.
+SLEEP_LEVELS = (1, 2)
+
+
+def vllm_sleep_level() -> int:
+    """VLLM_SLEEP_MODE as the int vLLM needs (default 1, Unsloth's default), or a ConfigError.
+
+    Unsloth's trainer passes `os.environ.get('VLLM_SLEEP_MODE', 1)` straight to `LLM.sleep(level)`, and
+    vLLM compares `level >= 1`, so an exported "1" (a string) fails there, mid-run. We refuse a bad value
+    before anything loads and pass an int ourselves.
+
+    >>> vllm_sleep_level() in SLEEP_LEVELS
+    True
+    """
+    raw = os.environ.get(SLEEP_MODE_ENV)
+    if raw is None or raw.strip() == "":
+        return 1
+    try:
+        level = int(raw.strip())
+    except ValueError:
+        level = None
+    if level not in SLEEP_LEVELS:
+        raise ConfigError(SLEEP_MODE_ENV, f"the environment variable is {raw!r}; vLLM's sleep level is 1 (offload "
+                          "weights, drop the KV cache) or 2 (drop both). Set VLLM_SLEEP_MODE=1 or unset it.")
+    return level
 
 
 def choose_gpu_memory_utilization(total_gib: float, standby: bool) -> float:

@@ -111,7 +111,9 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]
         if not torch.cuda.is_available() and cfg.model.vllm_mode == "colocate":
             raise ConfigError("vllm_mode", "colocate runs vLLM inside the training process and needs a GPU; "
                               "use vllm_mode: none on CPU.")
-        kwargs.update(use_vllm=True, vllm_mode=cfg.model.vllm_mode)
+        # Explicit, as the unsloth backend passes it: one documented default for both (see the config's help).
+        kwargs.update(use_vllm=True, vllm_mode=cfg.model.vllm_mode,
+                      vllm_importance_sampling_correction=cfg.grpo.vllm_importance_sampling_correction)
         if cfg.model.vllm_mode == "colocate" and cfg.model.gpu_memory_utilization != "auto":
             kwargs["vllm_gpu_memory_utilization"] = float(cfg.model.gpu_memory_utilization)
         if cfg.model.vllm_mode == "server" and cfg.model.vllm_server_base_url:

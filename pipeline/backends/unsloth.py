@@ -4,6 +4,9 @@ Written against unsloth 2026.10.9 / unsloth_zoo 2026.10.9 / vLLM 0.33 / trl 1.15
 file:line references below point into those released wheels. It is single-GPU: vLLM runs
 inside the training process on the same card and shares the model weights with it.
 
+`fast_inference: false` runs Unsloth without vLLM: the same 4-bit LoRA model, but Unsloth's patched
+GRPOTrainer generates with transformers, and eval/generate use FastLanguageModel.for_inference + generate.
+
 Importing this module imports nothing heavy. `prepare_environment(cfg)` must run before
 trl, transformers or peft are imported, because `import unsloth` patches them (and reads
 UNSLOTH_VLLM_STANDBY while doing so); every entry point below calls it for you, but only a
@@ -24,16 +27,20 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import absolute_path
+from pipeline.backends import mixed_precision
 from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
     choose_gpu_memory_utilization,
     resolve_gpu_memory_utilization,
     standby_enabled,
+    vllm_sleep_level,
 )
+from pipeline.backends.plain import PlainGenerator
 from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.py:4476-4485
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     ConfigError,
     PipelineConfig,
     sampling_params_mapping,
+    validate_unsloth,
 )
 from pipeline.tokenizer import resolve_model_path
 
@@ -82,6 +89,8 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
     """
     global _prepared
     standby = standby_enabled(cfg)
+    if standby:
+        vllm_sleep_level()  # a bad VLLM_SLEEP_MODE is refused here, before anything loads
     if _prepared is not None and "unsloth" in sys.modules:
         if _prepared.standby != standby:
             raise RuntimeError(
@@ -109,7 +118,8 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
                 f"vllm_standby is false, but unsloth was already imported with {STANDBY_ENV}={current}. "
                 "Restart the process without that variable, or set vllm_standby: true."
             )
-        warnings.warn(f"{STANDBY_ENV}={current} is set in the environment but vllm_standby is false; "
+        why = "vllm_standby is false" if cfg.model.fast_inference else "fast_inference: false runs without vLLM"
+        warnings.warn(f"{STANDBY_ENV}={current} is set in the environment but {why}; "
                       f"setting {STANDBY_ENV}=0 for this run.", stacklevel=2)
         os.environ[STANDBY_ENV] = "0"
 
@@ -173,7 +183,7 @@ def _from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_infere
 
 
 def load_for_training(cfg: PipelineConfig):
-    """from_pretrained(fast_inference=True) then get_peft_model: returns (LoRA model, tokenizer).
+    """from_pretrained(fast_inference=cfg) then get_peft_model: returns (LoRA model, tokenizer).
 
     The LoRA must be applied here, before the trainer is built: Unsloth's GRPOTrainer rewrites
     `if peft_config is not None:` to `if False:` (see `peft_config` below).
@@ -181,15 +191,16 @@ def load_for_training(cfg: PipelineConfig):
     if cfg.lora.full_finetune:
         raise ConfigError("full_finetune", "the unsloth backend trains a LoRA adapter (vLLM serves it with "
                           "max_lora_rank); use backend: plain for full fine-tuning.")
+    validate_unsloth(cfg)  # e.g. lora_modules_to_save with vLLM: get_peft_model would refuse after loading
     prepared = prepare_environment(cfg)
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **_from_pretrained_kwargs(cfg, resolve_model_path(cfg.model.model_name_or_path), fast_inference=True,
-                                  standby=prepared.standby)
+        **_from_pretrained_kwargs(cfg, resolve_model_path(cfg.model.model_name_or_path),
+                                  fast_inference=cfg.model.fast_inference, standby=prepared.standby)
     )
     # llama.py:4569-4590. get_peft_model ends with patch_peft_fast_inference (_utils.py:8079-8102),
-    # which attaches save_lora/load_lora/fast_generate to the returned PeftModel.
+    # which attaches save_lora (always) and, with a vLLM engine, load_lora/fast_generate to the PeftModel.
     model = FastLanguageModel.get_peft_model(
         model,
         r=cfg.lora.lora_r,
@@ -214,40 +225,45 @@ def peft_config(cfg: PipelineConfig) -> None:
     return None
 
 
-def _dtype_name(dtype: Any) -> str:
-    """'bfloat16' for torch.bfloat16 or the string 'bfloat16'; avoids importing torch."""
-    return str(dtype).rsplit(".", 1)[-1]
+class SamplingOverrides(dict):
+    """`vllm_sampling_params` as Unsloth reads it AND as transformers can write it.
 
+    Unsloth reads only the `_set_kwargs` attribute of this field (grpo_update_SamplingParams in
+    unsloth/models/rl_replacements.py, and the `vLLMSamplingParams()._set_kwargs` splice in rl.py), applying
+    exactly those keys. Its own `unsloth.vLLMSamplingParams` returns a vLLM SamplingParams with that attribute,
+    but UnslothGRPOConfig declares the field as a dataclass field, so TrainingArguments.to_json_string
+    (json.dumps(to_dict())), which the TensorBoard and wandb callbacks call at train start, fails on it. A dict
+    carrying the same `_set_kwargs` serialises as the mapping and is applied identically.
+    """
 
-def _model_dtype(model: Any) -> Any:
-    # The same lookup Unsloth's trainer does before choosing mixed precision (rl.py:2638-2639).
-    config = getattr(model, "config", None)
-    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-    if dtype is None:
-        dtype = model.get_input_embeddings().weight.dtype
-    return dtype
+    @property
+    def _set_kwargs(self) -> dict[str, Any]:
+        return dict(self)
 
 
 def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
     """Backend-specific GRPOConfig (UnslothGRPOConfig) keyword arguments.
 
-    - `use_vllm=True`: generation goes through the model's own vLLM engine. Unsloth would set it
-      anyway when `model.vllm_engine` exists, with vllm_mode='colocate'; TRL builds no second LLM.
-    - `bf16`/`fp16` from the loaded model's dtype. Unsloth raises TypeError when they disagree
-      with the model (rl.py:2657-2658); with dtype auto the model is bf16 where the GPU supports
-      it and fp16 elsewhere (T4, V100), so this is the GPU's choice. A float32 model gets neither
-      and Unsloth picks autocast itself (rl.py:2673-2680).
-    - `vllm_sampling_params` from the config mapping. Unsloth copies its non-default fields over
-      TRL's generation kwargs (top_p, top_k, min_p, repetition_penalty, ...), except seed, n,
-      temperature, max_tokens and logprobs, which come from GRPOConfig (rl_replacements.py:4452-4486).
+    - `use_vllm`: with fast_inference, generation goes through the model's own vLLM engine (Unsloth would
+      set it anyway when `model.vllm_engine` exists, vllm_mode='colocate'; TRL builds no second LLM).
+      Without it, Unsloth's patched trainer generates with transformers and no vLLM field is passed.
+    - `bf16`/`fp16` from the loaded model's dtype (pipeline.backends.mixed_precision): Unsloth raises
+      TypeError when they disagree with the model; with dtype auto the model is bf16 where the GPU supports
+      it and fp16 elsewhere (T4, V100). A float32 model gets neither and Unsloth picks autocast itself.
+    - `vllm_importance_sampling_correction` from the config: Unsloth would default it to False, TRL to True.
+    - `vllm_sampling_params` from the config mapping (see SamplingOverrides). Unsloth copies its fields over
+      TRL's generation kwargs (top_p, top_k, min_p, repetition_penalty, ...), except seed, n, temperature,
+      max_tokens and logprobs, which come from GRPOConfig (grpo_update_SamplingParams).
 
     Other Unsloth-specific fields (unsloth_num_chunks=-1, unsloth_grpo_mini_batch=None,
-    unsloth_logit_chunk_multiplier=None; rl.py:589-604) keep their defaults.
+    unsloth_logit_chunk_multiplier=None; rl.py) keep their defaults.
     """
-    kwargs: dict[str, Any] = {"use_vllm": True}
-    dtype = _dtype_name(_model_dtype(model))
-    kwargs["bf16"] = dtype == "bfloat16"
-    kwargs["fp16"] = dtype == "float16"
+    kwargs: dict[str, Any] = {"use_vllm": bool(cfg.model.fast_inference), **mixed_precision(model)}
+    if not cfg.model.fast_inference:
+        if sampling_params_mapping(cfg.grpo.vllm_sampling_params):  # validate() refuses this first
+            raise ConfigError("vllm_sampling_params", "is for vLLM; fast_inference: false runs without it.")
+        return kwargs
+    kwargs["vllm_importance_sampling_correction"] = cfg.grpo.vllm_importance_sampling_correction
     mapping = sampling_params_mapping(cfg.grpo.vllm_sampling_params)
     if mapping:
         overridden = sorted(set(mapping) & set(UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS))
@@ -255,16 +271,15 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
             raise ConfigError("vllm_sampling_params", f"{overridden} are taken from the trainer config by Unsloth "
                               "and would be ignored here; set temperature / num_generations / "
                               "max_completion_length / seed instead.")
-        # unsloth.vLLMSamplingParams = vllm.SamplingParams(**kwargs) plus `_set_kwargs = kwargs`
-        # (rl.py:147-152). With `_set_kwargs` Unsloth applies exactly the fields given, even one equal
-        # to vLLM's default; a bare SamplingParams only passes fields that differ from the defaults
-        # (rl_replacements.py:4466-4475), so e.g. top_k=0 could not override GRPOConfig's top_k.
+        # Built once with Unsloth's own helper (vllm.SamplingParams(**mapping)) so vLLM rejects a bad field or
+        # value now, naming it, instead of at the first rollout.
         from unsloth import vLLMSamplingParams
 
         try:
-            kwargs["vllm_sampling_params"] = vLLMSamplingParams(**mapping)
+            vLLMSamplingParams(**mapping)
         except (TypeError, ValueError) as err:
             raise ConfigError("vllm_sampling_params", f"vLLM's SamplingParams rejected {mapping}: {err}") from err
+        kwargs["vllm_sampling_params"] = SamplingOverrides(mapping)
     return kwargs
 
 
@@ -359,11 +374,37 @@ class UnslothGenerator:
         return False
 
     def _sleep(self) -> None:
-        # Back to sleep, as the trainer expects: the level is the one Unsloth uses (rl_replacements.py:2606).
-        self.model.vllm_engine.sleep(os.environ.get("VLLM_SLEEP_MODE", 1))
+        # Back to sleep, as the trainer expects: the level Unsloth's trainer uses (VLLM_SLEEP_MODE, default 1).
+        self.model.vllm_engine.sleep(vllm_sleep_level())  # an int: vLLM compares `level >= 1`
 
 
-def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> UnslothGenerator:
+class UnslothTransformersGenerator(PlainGenerator):
+    """fast_inference: false: Unsloth's own inference path, `FastLanguageModel.for_inference` + `model.generate`.
+
+    for_inference turns off gradient checkpointing and switches Unsloth's fast decoding on; a model that is
+    still being trained is handed back with `for_training` afterwards. Batching, padding and decoding are
+    the plain backend's (one home for transformers generation).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, back_to_training: bool):
+        super().__init__(model, tokenizer)
+        self.back_to_training = back_to_training
+
+    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0,
+                 top_p: float = 1.0) -> list[str]:
+        if not prompts:
+            return []
+        from unsloth import FastLanguageModel
+
+        FastLanguageModel.for_inference(self.model)
+        try:
+            return super().generate(prompts, max_tokens, temperature, top_p)
+        finally:
+            if self.back_to_training:
+                FastLanguageModel.for_training(self.model)
+
+
+def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig):
     """Generate with the LoRA model being trained (eval before/after in `grpo train`).
 
     `model.load_lora(..., load_tensors=True)` sends the adapter's *current* in-memory tensors to
@@ -371,6 +412,8 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> Unslo
     adapter_config.json into the folder it is given (_live_lora_config, vllm_utils.py:5553-5566), so that folder is a
     hidden one in output_dir. Call this again after training: each call snapshots the weights.
     """
+    if not cfg.model.fast_inference:
+        return UnslothTransformersGenerator(model, tokenizer, back_to_training=True)
     load_lora = getattr(model, "load_lora", None)
     if load_lora is None:
         raise RuntimeError("this model has no load_lora: the unsloth backend generates through the LoRA model "
@@ -381,14 +424,18 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> Unslo
     return UnslothGenerator(model, tokenizer, lora_request, wake_engine=True)
 
 
-def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> UnslothGenerator:
+def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig):
     """Base model in vLLM plus the verified adapter (`adapter=None`: the base model alone).
+
+    With fast_inference: false, see `_load_transformers_generator` (no vLLM).
 
     `adapter` is an env.paths.AdapterInfo from verify_adapter_dir, so `adapter.path` is absolute:
     vLLM treats a relative path that does not exist from its working directory as a Hub repo id
     (vllm/lora/utils.py get_adapter_absolute_path). The tokenizer is the one from_pretrained
     returns, the same call training made.
     """
+    if not cfg.model.fast_inference:
+        return _load_transformers_generator(base_model, adapter, cfg)
     if adapter is not None:
         _check_adapter_rank(adapter, cfg)
         _warn_if_other_base(adapter, base_model)
@@ -410,6 +457,28 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
         load_lora_for_model = functools.partial(load_lora, model)
         lora_request = load_lora_for_model(str(absolute_path(adapter.path)))
     return UnslothGenerator(model, tokenizer, lora_request)
+
+
+def _load_transformers_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig):
+    """Unsloth without vLLM: `FastLanguageModel.from_pretrained(<adapter folder>)` + for_inference + generate.
+
+    Given an adapter folder, from_pretrained reads adapter_config.json, loads the base it names and applies
+    the adapter with PeftModel.from_pretrained (unsloth/models/loader.py) -- Unsloth's documented way to
+    load a saved LoRA. We check that the result really is a PEFT model carrying an adapter: generating with
+    the bare base model while the user asked for their LoRA is the failure this pipeline never allows.
+    """
+    if adapter is not None:
+        _warn_if_other_base(adapter, base_model)
+    prepare_environment(cfg)
+    from unsloth import FastLanguageModel
+
+    source = str(absolute_path(adapter.path)) if adapter is not None else resolve_model_path(base_model)
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        **_from_pretrained_kwargs(cfg, source, fast_inference=False, standby=False))
+    if adapter is not None and not getattr(model, "peft_config", None):
+        raise RuntimeError(f"Unsloth loaded {adapter.path} without its LoRA adapter (the model has no peft_config); "
+                           "refusing to generate with the base model in its place. Check adapter_config.json there.")
+    return UnslothTransformersGenerator(model, tokenizer, back_to_training=False)
 
 
 def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
