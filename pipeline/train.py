@@ -3,6 +3,7 @@
     grpo train                                   # GPU: configs/qwen2.5-1.5b-gsm8k.yaml; no GPU: tiny CPU demo
     grpo train --config configs/qwen2.5-3b-gsm8k.yaml --learning_rate 1e-5
     grpo train --config my.yaml --resume never   # auto (default) | never | PATH
+    grpo train --config my.yaml --check          # JSON: config, data, paths, packages, GPU; loads nothing
 
 It reads top to bottom: config -> env check -> data -> model -> (format warm-up) -> eval before
 -> trainer -> train -> save -> eval after -> plots + summary. Only model loading differs
@@ -13,6 +14,7 @@ Exit codes: 0 done, 2 bad config or input, 3 stopped by a health rule, 130 inter
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import BackendChoice, choose_backend, load_backend
-from pipeline.config import ConfigError, PipelineConfig, from_mapping, parse_config, peek_option, validate
+from pipeline.config import ConfigError, PipelineConfig, from_mapping, normalize_argv, parse_config, peek_option
 
 # Repo-relative recipes; `grpo train` with no --config on a GPU uses this one.
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +59,9 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     start = time.time()
 
     # ---------------------------------------------------------------- config + env check
-    validate(cfg)  # before any model or tokenizer loads
+    from pipeline.preflight import run_checks
+
+    run_checks(cfg)  # config, output_dir, packages, model, data, resume: before any model or tokenizer loads
     choice = choice or choose_backend(cfg.model.backend)
     backend = load_backend(choice.name)
     if choice.name == "unsloth":
@@ -114,7 +118,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     if resume_from:
         _print(f"resuming from {resume_from} (step {checkpoint_step(resume_from)})")
         trainer.metrics_callback_for_resume(checkpoint_step(resume_from))
-    with GracefulStop() as stopper:
+    with GracefulStop() as stopper, _disk_full_is_resumable(trainer, output_dir):
         trainer.add_callback(stopper.callback())
         trainer.train(resume_from_checkpoint=resume_from)
     steps = trainer.state.global_step
@@ -131,7 +135,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     if status == "completed" and _is_main_process():
         # A LoRA goes to lora/; a full fine-tune (the tiny demo) is a whole model, so model/.
         adapter_dir = output_dir / ("model" if cfg.lora.full_finetune else "lora")
-        with atomic_directory(adapter_dir) as staging:
+        with _disk_full_is_resumable(trainer, output_dir), atomic_directory(adapter_dir) as staging:
             backend.save_adapter(trainer.model, tokenizer, staging)
         verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
         from pipeline.manifest import write_manifest
@@ -231,6 +235,36 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     return trainer, health
 
 
+def save_size_estimate(model) -> int:
+    """Bytes one checkpoint takes: the trained weights in fp32 plus Adam's two moments (4 + 8 bytes a
+    parameter), plus 10% for the scheduler, RNG and trainer state."""
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return int(trained * 12 * 1.1)
+
+
+@contextlib.contextmanager
+def _disk_full_is_resumable(trainer, output_dir: Path):
+    """Turn a full disk during a save into DiskFullError, and remove the half-written checkpoint so that
+    `--resume auto` picks the newest complete one (atomic_directory already discards a half-written lora/)."""
+    from env.paths import DiskFullError, is_disk_full
+
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        if not is_disk_full(err):
+            raise
+        import shutil
+
+        from pipeline.checkpoints import checkpoint_problem
+
+        partial = output_dir / f"checkpoint-{trainer.state.global_step}"
+        if partial.is_dir() and checkpoint_problem(partial):
+            shutil.rmtree(partial, ignore_errors=True)
+        raise DiskFullError(output_dir, save_size_estimate(trainer.model),
+                            f"resume with the same command and --resume auto (it continues from the newest complete "
+                            f"checkpoint in {output_dir}).") from None
+
+
 def _on_cpu() -> bool:
     import torch
 
@@ -278,9 +312,13 @@ def _example_question(cfg: PipelineConfig) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from env.paths import AdapterError, DiskFullError
     from pipeline.data import DataError
+    from pipeline.data_sources import DataFileError
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
+    if "--check" in argv:
+        return check_main([a for a in argv if a != "--check"])
     if any(a in ("-h", "--help") for a in argv):
         from trl import TrlParser
 
@@ -306,10 +344,37 @@ def main(argv: Optional[list[str]] = None) -> int:
             load_backend("unsloth").prepare_environment(from_mapping({"vllm_standby": str(standby).lower()}))
         cfg = parse_config(argv, base=base)
         result = run_training(cfg, choice)
-    except (ConfigError, FileNotFoundError, DataError) as err:
+    except (ConfigError, FileNotFoundError, DataError, DataFileError, AdapterError, DiskFullError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return result.exit_code
+
+
+def check_main(argv: list[str]) -> int:
+    """`grpo train --check [options]`: run every pre-load check, print them as JSON, load nothing.
+
+    stdout is one JSON object: {"ok": bool, "checks": [{"name", "ok", "message"}, ...]}. Exit 0 when all
+    pass, 2 otherwise. Without --config the same defaults as a real run apply (GPU recipe or CPU demo).
+    """
+    import json
+
+    from pipeline.preflight import Check, as_json, run_checks
+
+    try:
+        base = None
+        if "--config" not in argv:
+            if _has_cuda():
+                argv = ["--config", str(DEFAULT_GPU_RECIPE), *argv]
+            else:
+                from pipeline.demo import DEMO_CONFIG
+
+                base = dict(DEMO_CONFIG)
+        results = run_checks(parse_config(argv, base=base), stop_at_first=False)
+    except ConfigError as err:
+        results = [Check("config", False, str(err))]
+    report = as_json(results)
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    return EXIT_OK if report["ok"] else EXIT_BAD_INPUT
 
 
 def _has_cuda() -> bool:
