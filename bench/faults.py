@@ -36,6 +36,7 @@ class Fault:
     env: dict[str, str] = field(default_factory=dict)
     patch: Optional[Callable] = None  # (monkeypatch, folder) -> None; in-process runs only
     skip_reason: Optional[Callable[[], Optional[str]]] = None  # a reason when the case cannot apply here
+    after: Optional[Callable[[Path], Optional[str]]] = None  # what is wrong with the folder afterwards, or None
 
 
 # ---------------------------------------------------------------- set-up helpers
@@ -43,11 +44,14 @@ class Fault:
 
 def recipe(folder: Path, text: str = "", name: str = "recipe.yaml") -> Path:
     """A tiny-demo recipe (CPU, plain backend, built-in data) plus `text`; loads nothing heavy until training."""
+    import yaml
+
+    from pipeline.demo import DEMO_CONFIG
+
+    base = {**DEMO_CONFIG, "output_dir": str(folder / "run"), "data_cache_dir": str(folder / "cache"),
+            "max_samples": 8, "per_device_train_batch_size": 4, "num_generations": 4}
     path = folder / name
-    path.write_text(
-        "model_name_or_path: tiny-demo\nbackend: plain\ndataset_name: demo-arithmetic\n"
-        f"output_dir: {folder / 'run'}\ndata_cache_dir: {folder / 'cache'}\nmax_seq_length: 192\n"
-        'max_completion_length: "64"\nmax_samples: 8\n' + text, encoding="utf-8")
+    path.write_text(yaml.safe_dump(base, allow_unicode=True) + text, encoding="utf-8")
     return path
 
 
@@ -144,6 +148,11 @@ def disk_full(monkeypatch, folder: Path) -> None:
     monkeypatch.setattr(torch, "save", full)
 
 
+def no_partial_checkpoint(folder: Path) -> Optional[str]:
+    left = sorted(p.name for p in (folder / "run").glob("checkpoint-*"))
+    return f"half-written checkpoint(s) left behind: {left}" if left else None
+
+
 def installed(module: str) -> Optional[str]:
     import importlib.util
 
@@ -157,7 +166,7 @@ CASES: list[Fault] = [
     Fault("float for an int field", lambda d: train(d, "max_steps: 1.5\n"), "`max_steps`: got 1.5"),
     Fault("NaN in a float field", lambda d: train(d, "beta: .nan\n"), "`beta`: got nan; use a finite number"),
     Fault("out-of-range share", lambda d: train(d, "warmup_ratio: 1.5\n"), "`warmup_ratio`: got 1.5"),
-    Fault("YAML syntax error", lambda d: train(d, "max_steps: [1\nbeta: 0\n"), "recipe.yaml line 10"),
+    Fault("YAML syntax error", lambda d: train(d, "max_steps: [1\nbeta: 0\n"), "recipe.yaml line"),
     Fault("--config=FILE", lambda d: ["train", f"--config={recipe(d, 'max_steps: 1.5')}"], "`max_steps`"),
     Fault("unknown YAML key", lambda d: train(d, "lerning_rate: 1e-5\n"), "did you mean `learning_rate`"),
     Fault("unknown command-line option", lambda d: train(d, "", "--num_generation", "4"),
@@ -184,15 +193,19 @@ CASES: list[Fault] = [
           skip_reason=lambda: installed("wandb")),
     Fault("--resume unknown word", lambda d: train(d, "", "--resume", "latest"), "neither auto, never nor"),
     Fault("--resume broken checkpoint", broken_checkpoint, "cannot be resumed from"),
-    Fault("disk full at a checkpoint", lambda d: train(d, "max_steps: 1\nsave_steps: 1\n"), "the disk is full",
-          patch=disk_full),
+    Fault("disk full at a checkpoint",
+          lambda d: train(d, "max_steps: 1\nsave_steps: 1\nsft_warmup_steps: 0\neval_before: false\n"
+                          "eval_after: false\n"),
+          "the disk is full", patch=disk_full, after=no_partial_checkpoint),
     Fault("--check with bad data (JSON)", lambda d: [*data_file(d, b""), "--check"], '"ok": false'),
     Fault("--check passes", lambda d: [*train(d), "--check"], '"ok": true', exit_code=0),
 ]
 
 
-def judge(case: Fault, exit_code: int, output: str) -> Optional[str]:
+def judge(case: Fault, exit_code: int, output: str, folder: Optional[Path] = None) -> Optional[str]:
     """None when the case held, else what went wrong."""
+    if case.after is not None and folder is not None and case.after(folder):
+        return case.after(folder)
     if "Traceback" in output:
         return "printed a traceback"
     if exit_code != case.exit_code:
