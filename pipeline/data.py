@@ -340,6 +340,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     data file (empty, not UTF-8, broken JSON).
     """
     from pipeline.config import parse_config, validate
+    from pipeline.preflight import check_model
     from pipeline.tokenizer import load_tokenizer
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -350,6 +351,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         cfg = parse_config(argv)
         validate(cfg)
+        check_model(cfg.model.model_name_or_path)  # only the tokenizer loads, but it comes from the same place
         tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code)
         report = prepare_dataset(cfg, tokenizer).report
     except (ConfigError, DataFileError) as err:  # bad input: exit 2, as in `grpo train`

@@ -62,6 +62,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if mismatch:
         print(f"error: {mismatch}", file=sys.stderr)
         return 2
+    from pipeline.preflight import check_model
+
+    try:
+        check_model(base_model)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model,
                         "backend": args.backend})
     try:

@@ -205,6 +205,13 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     if mismatch:
         _error(mismatch)
         return None
+    from pipeline.preflight import check_model
+
+    try:
+        check_model(base_model)  # offline and not cached: say so now, not after a minute of hub retries
+    except ConfigError as err:
+        _error(str(err))
+        return None
 
     trained_limit = (manifest or {}).get("max_completion_length")
     max_tokens = args.max_tokens or trained_limit or DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST

@@ -62,7 +62,11 @@ def check_output_dir(output_dir: str) -> str:
         raise ConfigError("output_dir", f"{existing} {why}, so the run could not save checkpoints there. Point "
                           "output_dir at a writable folder (e.g. under your home folder, /content on Colab, "
                           "/root/autodl-tmp on AutoDL).") from None
-    return f"{path} is writable" + ("" if existing == path else f" (will be created in {existing})")
+    import shutil
+
+    free_gib = shutil.disk_usage(existing).free / 2**30
+    return (f"{path} is writable" + ("" if existing == path else f" (will be created in {existing})")
+            + f"; {free_gib:.1f} GiB free there")
 
 
 def check_report_to(report_to: str, output_dir: str) -> str:
@@ -163,15 +167,17 @@ def check_resume(resume: str, output_dir: str) -> str:
     return f"resume from {path}"
 
 
-def check_gpu(cfg: PipelineConfig) -> str:
+def check_gpu(cfg: PipelineConfig, choice: Any = None) -> str:
     from pipeline.backends import choose_backend
 
-    choice = choose_backend(cfg.model.backend)
+    choice = choice or choose_backend(cfg.model.backend)
     return f"backend {choice.name} ({choice.reason})"
 
 
-def run_checks(cfg: PipelineConfig, stop_at_first: bool = True) -> list[Check]:
-    """Run every check in order. With `stop_at_first`, the first failure raises its error."""
+def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> list[Check]:
+    """Run every check in order. With `stop_at_first`, the first failure raises its error.
+
+    `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
     from pipeline.data import DataError
     from pipeline.data_sources import DataFileError
 
@@ -180,7 +186,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True) -> list[Check]:
         ("config", lambda: (validate(cfg), "config values are valid")[1]),
         ("output_dir", lambda: check_output_dir(g.output_dir)),
         ("packages", lambda: check_report_to(g.report_to, g.output_dir)),
-        ("gpu", lambda: check_gpu(cfg)),
+        ("gpu", lambda: check_gpu(cfg, choice)),
         ("model", lambda: check_model(cfg.model.model_name_or_path)),
         ("data", lambda: check_data(cfg)),
         ("resume", lambda: check_resume(g.resume, g.output_dir)),

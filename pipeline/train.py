@@ -61,7 +61,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     # ---------------------------------------------------------------- config + env check
     from pipeline.preflight import run_checks
 
-    run_checks(cfg)  # config, output_dir, packages, model, data, resume: before any model or tokenizer loads
+    run_checks(cfg, choice=choice)  # config, output_dir, packages, model, data, resume: before anything loads
     choice = choice or choose_backend(cfg.model.backend)
     backend = load_backend(choice.name)
     if choice.name == "unsloth":
