@@ -148,6 +148,18 @@ def disk_full(monkeypatch, folder: Path) -> None:
     monkeypatch.setattr(torch, "save", full)
 
 
+def disk_full_enospc(monkeypatch, folder: Path) -> None:
+    """The OS's ENOSPC where peft writes the adapter weights (safetensors' serialize_file)."""
+    import errno
+
+    import peft.peft_model
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(peft.peft_model, "safe_save_file", full)
+
+
 def no_partial_checkpoint(folder: Path) -> Optional[str]:
     left = sorted(p.name for p in (folder / "run").glob("checkpoint-*"))
     return f"half-written checkpoint(s) left behind: {left}" if left else None
@@ -203,6 +215,10 @@ CASES: list[Fault] = [
           lambda d: train(d, "max_steps: 1\nsave_steps: 1\nsft_warmup_steps: 0\neval_before: false\n"
                           "eval_after: false\n"),
           "the disk is full", patch=disk_full, after=no_partial_checkpoint),
+    Fault("disk full (ENOSPC) writing the adapter weights",
+          lambda d: train(d, "max_steps: 1\nsave_steps: 1\nsft_warmup_steps: 0\neval_before: false\n"
+                          "eval_after: false\n"),
+          "the disk is full", patch=disk_full_enospc, after=no_partial_checkpoint),
     Fault("--check with bad data (JSON)", lambda d: [*data_file(d, b""), "--check"], '"ok": false'),
     Fault("--check passes", lambda d: [*train(d), "--check"], '"ok": true', exit_code=0),
 ]

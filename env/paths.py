@@ -456,7 +456,15 @@ class DiskFullError(OSError):
         free = shutil.disk_usage(probe).free
         self.where, self.needed_bytes, self.free_bytes = folder, needed_bytes, free
         super().__init__(
-            f"the disk is full: could not save in {folder} ({free / 2**30:.2f} GiB free on that disk; one save "
-            f"needs about {needed_bytes / 2**30:.2f} GiB, and save_total_limit checkpoints are kept). Free space "
-            f"there or point output_dir at a larger disk, then {resume_hint}"
+            f"the disk is full: could not save in {folder} ({_size(free)} free on that disk; one save needs about "
+            f"{_size(needed_bytes)}, and save_total_limit checkpoints are kept). Free space there or point "
+            f"output_dir at a larger disk, then {resume_hint}"
         )
+
+
+def _size(n_bytes: float) -> str:
+    """
+    >>> _size(3 * 2**30), _size(5 * 2**20)
+    ('3.0 GiB', '5.0 MiB')
+    """
+    return f"{n_bytes / 2**30:.1f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"

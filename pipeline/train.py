@@ -258,11 +258,13 @@ def _disk_full_is_resumable(trainer, output_dir: Path):
         from pipeline.checkpoints import checkpoint_problem
 
         partial = output_dir / f"checkpoint-{trainer.state.global_step}"
+        removed = ""
         if partial.is_dir() and checkpoint_problem(partial):
             shutil.rmtree(partial, ignore_errors=True)
+            removed = f" The half-written {partial.name} was removed."
         raise DiskFullError(output_dir, save_size_estimate(trainer.model),
                             f"resume with the same command and --resume auto (it continues from the newest complete "
-                            f"checkpoint in {output_dir}).") from None
+                            f"checkpoint in {output_dir}).{removed}") from None
 
 
 def _on_cpu() -> bool:
