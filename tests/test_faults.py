@@ -69,3 +69,11 @@ def test_check_refuses_before_loading_any_model(tmp_path, monkeypatch, capsys):
     assert cli.main(faults.train(tmp_path, "", "--resume", "latest")) == 2
     assert asked == []
     assert "neither auto, never nor" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["YAML syntax error", "empty data file", "--resume unknown word"])
+def test_fault_through_python_m_pipeline(name, tmp_path):
+    """A few cases as a user runs them (`python -m pipeline`, a fresh process): same exit code and message."""
+    case = next(c for c in faults.CASES if c.name == name)
+    code, output = faults.run_subprocess(case, tmp_path)
+    assert faults.judge(case, code, output, tmp_path) is None, output[-3000:]
