@@ -371,15 +371,28 @@ def unknown_option_error(name: str) -> ConfigError:
 
 
 def check_option_names(argv: list[str]) -> None:
-    """Refuse an unknown `--name` before argparse does (its message lists no alternatives)."""
-    known = set(field_names())
+    """Refuse an unknown `--name`, a recipe given without --config, or a number option whose value is not a
+    number, before argparse does (its messages list no alternatives and bury the fix under the usage text)."""
+    owners = field_names()
     # HfArgumentParser adds --no_X for bool fields that default to True.
-    known |= {f"no_{name}" for name in known}
-    for arg in argv:
-        if arg.startswith("--") and len(arg) > 2:
-            name = arg[2:].split("=", 1)[0].replace("-", "_")  # argparse also accepts --max-steps
-            if name != "config" and name not in known:
-                raise unknown_option_error(name)
+    known = set(owners) | {f"no_{name}" for name in owners}
+    for i, arg in enumerate(argv):
+        if arg.endswith((".yaml", ".yml")) and (i == 0 or not argv[i - 1].startswith("--")):
+            raise ConfigError("config", f"{arg!r} is not an option; to read a recipe write --config {arg}")
+        if not (arg.startswith("--") and len(arg) > 2):
+            continue
+        name, _, inline = arg[2:].partition("=")
+        name = name.replace("-", "_")  # argparse also accepts --max-steps
+        if name == "config":
+            continue
+        if name not in known:
+            raise unknown_option_error(name)
+        value = inline if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
+        kind = typing.get_type_hints(owners[name]).get(name) if name in owners else None
+        if kind in (int, float, Optional[int], Optional[float]) and value is not None:
+            optional = kind in (Optional[int], Optional[float])
+            if not (optional and value.lower() in ("none", "null")):
+                _coerce(value, int if kind in (int, Optional[int]) else float, name)
 
 
 def read_recipe(path: str) -> dict[str, Any]:
