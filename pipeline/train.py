@@ -331,16 +331,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         # Decide the backend before anything imports trl: Unsloth must be imported first.
         choice = choose_backend(str(peek_option(argv, "backend", "auto")))
-        base = None
-        if "--config" not in argv:
-            if choice.name == "unsloth" or _has_cuda():
-                argv = ["--config", str(DEFAULT_GPU_RECIPE), *argv]
-                _print(f"no --config: using {DEFAULT_GPU_RECIPE}")
-            else:
-                from pipeline.demo import DEMO_CONFIG
-
-                base = dict(DEMO_CONFIG)
-                _print("no GPU and no --config: running the built-in tiny CPU demo (a few minutes)")
+        argv, base = _default_recipe(argv, choice.name == "unsloth" or _has_cuda(), _print)
         if choice.name == "unsloth":
             standby = peek_option(argv, "vllm_standby", "auto")
             load_backend("unsloth").prepare_environment(from_mapping({"vllm_standby": str(standby).lower()}))
@@ -350,6 +341,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return result.exit_code
+
+
+def _default_recipe(argv: list[str], gpu: bool, log) -> tuple[list[str], Optional[dict[str, Any]]]:
+    """Without --config: the GPU recipe on a GPU, else the built-in CPU demo's settings as defaults."""
+    if "--config" in argv:
+        return argv, None
+    if gpu:
+        log(f"no --config: using {DEFAULT_GPU_RECIPE}")
+        return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None
+    from pipeline.demo import DEMO_CONFIG
+
+    log("no GPU and no --config: running the built-in tiny CPU demo (a few minutes)")
+    return argv, dict(DEMO_CONFIG)
 
 
 def check_main(argv: list[str]) -> int:
@@ -363,14 +367,7 @@ def check_main(argv: list[str]) -> int:
     from pipeline.preflight import Check, as_json, run_checks
 
     try:
-        base = None
-        if "--config" not in argv:
-            if _has_cuda():
-                argv = ["--config", str(DEFAULT_GPU_RECIPE), *argv]
-            else:
-                from pipeline.demo import DEMO_CONFIG
-
-                base = dict(DEMO_CONFIG)
+        argv, base = _default_recipe(argv, _has_cuda(), log=lambda msg: print(f"[grpo] {msg}", file=sys.stderr))
         results = run_checks(parse_config(argv, base=base), stop_at_first=False)
     except ConfigError as err:
         results = [Check("config", False, str(err))]
