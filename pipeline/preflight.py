@@ -78,9 +78,14 @@ def check_report_to(report_to: str, output_dir: str) -> str:
             raise ConfigError("report_to", f"`{name}` needs the {module} package, which is not installed. "
                               f"Install it: {fix}; or set report_to: none.")
         if name == "tensorboard":
-            logdir = os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(output_dir, "runs")
-            notes.append(f"tensorboard logs go to {logdir}: run `tensorboard --logdir {logdir}`")
+            notes.append(tensorboard_hint(output_dir))
     return "; ".join(notes) or ("report_to: " + (", ".join(names) or "none"))
+
+
+def tensorboard_hint(output_dir: str | os.PathLike[str]) -> str:
+    """Where transformers' TensorBoardCallback writes (TENSORBOARD_LOGGING_DIR, else output_dir/runs/<run>)."""
+    logdir = os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(output_dir, "runs")
+    return f"tensorboard logs go to {logdir}: run `tensorboard --logdir {logdir}`"
 
 
 def _hub_endpoint() -> str:

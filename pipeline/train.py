@@ -62,6 +62,10 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     from pipeline.preflight import run_checks
 
     run_checks(cfg, choice=choice)  # config, output_dir, packages, model, data, resume: before anything loads
+    if "tensorboard" in cfg.grpo.report_to:
+        from pipeline.preflight import tensorboard_hint
+
+        _print(tensorboard_hint(cfg.grpo.output_dir))
     choice = choice or choose_backend(cfg.model.backend)
     backend = load_backend(choice.name)
     if choice.name == "unsloth":
