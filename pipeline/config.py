@@ -14,9 +14,11 @@ This module imports no torch, transformers or trl at import time.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import os
+import typing
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -56,8 +58,18 @@ class ConfigError(ValueError):
         super().__init__(f"config error in `{field_name}`: {message}")
 
 
-def _help(text: str, **kw) -> Any:
-    return field(metadata={"help": text}, **kw)
+def _help(text: str, *, gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
+          le: Optional[float] = None, **kw) -> Any:
+    """A field with its help text and, for numbers, the bounds `check_field_values` enforces."""
+    made = field(metadata={"help": text}, **kw)
+    bounds = {name: value for name, value in (("gt", gt), ("ge", ge), ("lt", lt), ("le", le)) if value is not None}
+    if bounds:
+        # Beside the metadata, not in it: HfArgumentParser passes every metadata key to argparse.
+        _FIELD_BOUNDS[id(made)] = bounds
+    return made
+
+
+_FIELD_BOUNDS: dict[int, dict[str, float]] = {}
 
 
 @dataclass
@@ -71,7 +83,7 @@ class ModelArguments:
         "false, when vllm is missing), else plain; a GPU recipe is refused rather than trained on CPU.",
         default="auto",
     )
-    max_seq_length: int = _help("Prompt + completion token budget; sizes vLLM's KV cache.", default=1024)
+    max_seq_length: int = _help("Prompt + completion token budget; sizes vLLM's KV cache.", default=1024, gt=0)
     load_in_4bit: bool = _help("QLoRA: 4-bit base weights (bitsandbytes). Ignored on CPU.", default=True)
     dtype: str = _help("auto | bfloat16 | float16 | float32. auto: bf16 where the GPU supports it, else fp16.",
                        default="auto")
@@ -84,7 +96,7 @@ class ModelArguments:
         "GPUs, images where vLLM will not install): rollouts then use transformers' generate, several times slower.",
         default=True,
     )
-    max_lora_rank: int = _help("vLLM's LoRA rank limit; lora_r must not exceed it.", default=64)
+    max_lora_rank: int = _help("vLLM's LoRA rank limit; lora_r must not exceed it.", default=64, gt=0)
     float8_kv_cache: bool = _help("fp8 KV cache in vLLM: more context on Ada/Hopper; off by default.",
                                   default=False)
     vllm_standby: str = _help(
@@ -110,8 +122,8 @@ class ModelArguments:
 @dataclass
 class LoraArguments:
     lora_r: int = _help("LoRA rank. 32-64 is what the Unsloth GRPO notebooks use.", default=32)
-    lora_alpha: int = _help("LoRA alpha; alpha = r keeps the update scale at 1.", default=32)
-    lora_dropout: float = _help("0 lets Unsloth use its fast LoRA kernels.", default=0.0)
+    lora_alpha: int = _help("LoRA alpha; alpha = r keeps the update scale at 1.", default=32, gt=0)
+    lora_dropout: float = _help("0 lets Unsloth use its fast LoRA kernels.", default=0.0, ge=0, lt=1)
     lora_target_modules: list[str] = _help("Modules that get LoRA adapters (all attention + MLP).",
                                            default_factory=lambda: list(DEFAULT_TARGET_MODULES))
     lora_modules_to_save: list[str] = _help(
@@ -156,15 +168,16 @@ class GRPOArguments:
     output_dir: str = _help("Run folder: checkpoints, lora/, manifest.json, metrics.jsonl, plots/.",
                             default="outputs/qwen2.5-gsm8k")
     learning_rate: float = _help(
-        "5e-6 as in the Unsloth notebooks: LoRA needs more than TRL's 1e-6 full-fine-tune default.", default=5e-6
+        "5e-6 as in the Unsloth notebooks: LoRA needs more than TRL's 1e-6 full-fine-tune default.", default=5e-6,
+        gt=0,
     )
     num_generations: int = _help("Completions per prompt (the GRPO group). Must be >= 2.", default=8)
     per_device_train_batch_size: int = _help(
-        "Completions (not prompts!) per device per step, as TRL counts them.", default=8
+        "Completions (not prompts!) per device per step, as TRL counts them.", default=8, ge=1
     )
-    gradient_accumulation_steps: int = _help("Steps accumulated before an optimizer step.", default=1)
-    max_steps: int = _help("Optimizer steps; -1 = run num_train_epochs.", default=250)
-    num_train_epochs: float = _help("Used only when max_steps = -1.", default=1.0)
+    gradient_accumulation_steps: int = _help("Steps accumulated before an optimizer step.", default=1, ge=1)
+    max_steps: int = _help("Optimizer steps; -1 = run num_train_epochs.", default=250, ge=-1)
+    num_train_epochs: float = _help("Used only when max_steps = -1.", default=1.0, gt=0)
     beta: float = _help(
         "KL coefficient. 0 (TRL default) loads no reference model; > 0 adds a 'ref' adapter copy and logs `kl`.",
         default=0.0,
@@ -179,23 +192,23 @@ class GRPOArguments:
     )
     epsilon_high: float = _help(
         "DAPO clip-higher bound 0.28. Passed explicitly: Unsloth sets 0.28 for dapo when unset, TRL uses 0.2.",
-        default=0.28)
+        default=0.28, ge=0)
     temperature: float = _help("Rollout sampling temperature; GRPO needs diverse groups, so keep ~1.", default=1.0)
-    top_p: float = _help("Rollout nucleus sampling.", default=1.0)
-    top_k: int = _help("Rollout top-k; 0 = off.", default=0)
-    min_p: Optional[float] = _help("Rollout min-p; None = off.", default=None)
-    warmup_ratio: float = _help("Share of steps spent warming up the learning rate.", default=0.1)
+    top_p: float = _help("Rollout nucleus sampling.", default=1.0, gt=0, le=1)
+    top_k: int = _help("Rollout top-k; 0 = off.", default=0, ge=0)
+    min_p: Optional[float] = _help("Rollout min-p; None = off.", default=None, ge=0, le=1)
+    warmup_ratio: float = _help("Share of steps spent warming up the learning rate.", default=0.1, ge=0, lt=1)
     lr_scheduler_type: str = _help("As in the notebook.", default="cosine")
     optim: str = _help("adamw_8bit on GPU saves memory (bitsandbytes); adamw_torch works everywhere.",
                        default="adamw_torch")
-    weight_decay: float = _help("As in the notebook.", default=0.001)
-    adam_beta1: float = _help("As in the notebook.", default=0.9)
+    weight_decay: float = _help("As in the notebook.", default=0.001, ge=0)
+    adam_beta1: float = _help("As in the notebook.", default=0.9, ge=0, lt=1)
     adam_beta2: float = _help("0.99 as in the notebook: reacts faster than 0.999 to RL's moving target.",
-                              default=0.99)
-    max_grad_norm: float = _help("0.1 as in the notebook: RL gradients spike.", default=0.1)
-    logging_steps: int = _help("Log (and check health) every N steps.", default=1)
-    save_steps: int = _help("Checkpoint every N steps (resume needs them).", default=50)
-    save_total_limit: Optional[int] = _help("Keep the newest N checkpoints.", default=3)
+                              default=0.99, ge=0, lt=1)
+    max_grad_norm: float = _help("0.1 as in the notebook: RL gradients spike.", default=0.1, ge=0)
+    logging_steps: int = _help("Log (and check health) every N steps.", default=1, ge=1)
+    save_steps: int = _help("Checkpoint every N steps (resume needs them).", default=50, ge=1)
+    save_total_limit: Optional[int] = _help("Keep the newest N checkpoints.", default=3, ge=1)
     seed: int = _help("Seed for data order, LoRA init and sampling.", default=3407)
     report_to: str = _help("none | tensorboard | wandb (comma-separated).", default="none")
     reward_funcs: list[str] = _help("Reward names from the registry, or module:function.",
@@ -224,25 +237,25 @@ class GenerationArguments:
     )
     allow_longer_generation: bool = _help("Permit gen_max_tokens above max_completion_length.", default=False)
     gen_temperature: float = _help("Sampling temperature for generate/eval; 0 = greedy.", default=0.0)
-    gen_top_p: float = _help("Nucleus sampling for generate/eval.", default=1.0)
+    gen_top_p: float = _help("Nucleus sampling for generate/eval.", default=1.0, gt=0, le=1)
 
 
 @dataclass
 class HealthArguments:
-    garbled_threshold: float = _help("Stop/warn when this share of completions is garbled ...", default=0.3)
-    garbled_window: int = _help("... averaged over this many logged steps.", default=3)
+    garbled_threshold: float = _help("Stop/warn when this share of completions is garbled ...", default=0.3, ge=0, le=1)
+    garbled_window: int = _help("... averaged over this many logged steps.", default=3, ge=1)
     garbled_action: str = _help("warn | stop.", default="stop")
     repetition_threshold: float = _help("Warn/stop when the mean n-gram repetition rate exceeds this.",
-                                        default=0.6)
+                                        default=0.6, ge=0, le=1)
     repetition_action: str = _help("warn | stop.", default="warn")
-    kl_ceiling: float = _help("When beta > 0: act when `kl` exceeds this.", default=1.0)
+    kl_ceiling: float = _help("When beta > 0: act when `kl` exceeds this.", default=1.0, gt=0)
     kl_action: str = _help("warn | stop.", default="stop")
     adaptive_beta: bool = _help("Move beta toward kl_target (needs beta > 0 at start).", default=False)
-    kl_target: float = _help("Adaptive beta's KL target.", default=0.05)
+    kl_target: float = _help("Adaptive beta's KL target.", default=0.05, gt=0)
     beta_min: float = _help("Adaptive beta's lower bound.", default=0.001)
     beta_max: float = _help("Adaptive beta's upper bound.", default=0.5)
-    sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0)
-    sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4)
+    sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0, ge=0)
+    sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4, gt=0)
 
 
 @dataclass
@@ -250,7 +263,7 @@ class EvalArguments:
     eval_before: bool = _help("Evaluate on held-out problems before training.", default=False)
     eval_after: bool = _help("Evaluate on held-out problems after training.", default=False)
     eval_split: str = _help("Held-out split (gsm8k: test).", default="test")
-    eval_limit: int = _help("Number of held-out problems.", default=100)
+    eval_limit: int = _help("Number of held-out problems.", default=100, ge=1)
 
 
 SECTIONS = (
@@ -309,7 +322,7 @@ def from_mapping(values: dict[str, Any]) -> PipelineConfig:
     owners = field_names()
     unknown = sorted(set(values) - set(owners))
     if unknown:
-        raise ConfigError(unknown[0], f"unknown option(s) {unknown}. Known options: `grpo train --help`.")
+        raise unknown_option_error(unknown[0])
     parts: dict[type, dict[str, Any]] = {cls: {} for cls in SECTIONS}
     for key, value in values.items():
         parts[owners[key]][key] = value
@@ -328,18 +341,187 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
         unknown = parser.set_defaults_with_config(**base)
         if unknown:
             raise ConfigError(str(unknown[0]), f"unknown option(s) in built-in defaults: {unknown}")
-    argv = list(argv or [])
-    if "--config" in argv:
-        path = argv[argv.index("--config") + 1]
-        if not os.path.isfile(path):
-            raise ConfigError("config", f"file {os.path.abspath(path)!r} does not exist. Pass a YAML recipe, "
-                              "e.g. --config configs/qwen2.5-1.5b-gsm8k.yaml")
-    try:
-        parsed = parser.parse_args_and_config(argv)
-    except ValueError as err:  # TrlParser: unknown keys in the YAML file
-        raise ConfigError("config", str(err)) from err
+    argv = normalize_argv(argv or [])
+    check_option_names(argv)
+    path = config_path(argv)
+    if path is not None:
+        read_recipe(path)  # syntax errors and unknown keys, named with the file and line
+    parsed = parser.parse_args_and_config(argv)
     by_cls = {type(p): p for p in parsed}
     return PipelineConfig(**{_SECTION_ATTR[cls]: by_cls[cls] for cls in SECTIONS})
+
+
+def normalize_argv(argv: list[str]) -> list[str]:
+    """`--config=FILE` -> `--config FILE`: TrlParser (and our own look-ups) only see the spaced form, so with
+    `=` the recipe was silently ignored and the run started with the defaults.
+
+    >>> normalize_argv(["--config=r.yaml", "--max_steps=3"])
+    ['--config', 'r.yaml', '--max_steps=3']
+    """
+    out: list[str] = []
+    for arg in argv:
+        if arg.startswith("--config="):
+            out.extend(["--config", arg.split("=", 1)[1]])
+        else:
+            out.append(arg)
+    return out
+
+
+def config_path(argv: list[str]) -> Optional[str]:
+    """The `--config` file of a normalised argv, or None; a missing value or file is a ConfigError."""
+    if "--config" not in argv:
+        return None
+    index = argv.index("--config")
+    if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
+        raise ConfigError("config", "--config needs a file, e.g. --config configs/qwen2.5-1.5b-gsm8k.yaml")
+    path = argv[index + 1]
+    if not os.path.isfile(path):
+        raise ConfigError("config", f"file {os.path.abspath(path)!r} does not exist. Pass a YAML recipe, "
+                          "e.g. --config configs/qwen2.5-1.5b-gsm8k.yaml")
+    return path
+
+
+def unknown_option_error(name: str) -> ConfigError:
+    """An unknown option, with the closest field names (difflib) as the likely fix."""
+    close = difflib.get_close_matches(name, list(field_names()), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(f'`{c}`' for c in close)}?" if close else "no option has a similar name."
+    return ConfigError(name, f"unknown option `{name}`; {hint} All options: `grpo train --help`.")
+
+
+def check_option_names(argv: list[str]) -> None:
+    """Refuse an unknown `--name`, a recipe given without --config, or a number option whose value is not a
+    number, before argparse does (its messages list no alternatives and bury the fix under the usage text)."""
+    owners = field_names()
+    # HfArgumentParser adds --no_X for bool fields that default to True.
+    known = set(owners) | {f"no_{name}" for name in owners}
+    for i, arg in enumerate(argv):
+        if arg.endswith((".yaml", ".yml")) and (i == 0 or not argv[i - 1].startswith("--")):
+            raise ConfigError("config", f"{arg!r} is not an option; to read a recipe write --config {arg}")
+        if not (arg.startswith("--") and len(arg) > 2):
+            continue
+        name, _, inline = arg[2:].partition("=")
+        name = name.replace("-", "_")  # argparse also accepts --max-steps
+        if name == "config":
+            continue
+        if name not in known:
+            raise unknown_option_error(name)
+        value = inline if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
+        kind = typing.get_type_hints(owners[name]).get(name) if name in owners else None
+        if kind in (int, float, Optional[int], Optional[float]) and value is not None:
+            optional = kind in (Optional[int], Optional[float])
+            if not (optional and value.lower() in ("none", "null")):
+                _coerce(value, int if kind in (int, Optional[int]) else float, name)
+
+
+def read_recipe(path: str) -> dict[str, Any]:
+    """The recipe as a flat mapping; a YAML syntax error names the file and line, an unknown key the closest
+    field name."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            loaded = yaml.safe_load(f)
+    except UnicodeDecodeError as err:
+        raise ConfigError("config", f"{os.path.abspath(path)} is not UTF-8 text ({err.reason} at byte "
+                          f"{err.start}); save it as UTF-8.") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError("config", f"{os.path.abspath(path)}{where}: YAML syntax error ({problem}). Each line "
+                          "is `key: value`; quote values that contain `: ` or `#`.") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError("config", f"{os.path.abspath(path)} must be a mapping of `key: value` lines, got a "
+                          f"{type(loaded).__name__}.")
+    unknown = sorted(str(k) for k in set(loaded) - set(field_names()))
+    if unknown:
+        err = unknown_option_error(unknown[0])
+        raise ConfigError(err.field, f"{os.path.abspath(path)}: {str(err).split(': ', 1)[1]}")
+    return loaded
+
+
+# ---------------------------------------------------------------------------------------------
+# Field values: one check driven by the dataclass field types and their `bounds` metadata.
+# ---------------------------------------------------------------------------------------------
+
+
+def _coerce(value: Any, kind: type, name: str) -> Any:
+    """`value` as `kind` (int/float/bool), or a ConfigError. A float for an int field is refused unless whole:
+    1.5 steps would otherwise be truncated (or fail deep inside the trainer)."""
+    article = "an integer" if kind is int else "a number" if kind is float else "true or false"
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(name, f"got {value!r}; use true or false.")
+    if isinstance(value, bool):
+        raise ConfigError(name, f"got {value!r}; use {article}.")
+    if isinstance(value, str):
+        try:
+            value = float(value) if kind is float else int(value)
+        except ValueError:
+            raise ConfigError(name, f"got {value!r}; use {article}.") from None
+    if not isinstance(value, (int, float)):
+        raise ConfigError(name, f"got {value!r} ({type(value).__name__}); use {article}.")
+    if not math.isfinite(value):
+        raise ConfigError(name, f"got {value!r}; use a finite number.")
+    if kind is int:
+        if value != int(value):
+            raise ConfigError(name, f"got {value!r}; use a whole number such as {max(int(value), 1)}.")
+        return int(value)
+    return float(value)
+
+
+def _check_bounds(value: float, name: str, bounds: dict[str, float], default: Any) -> None:
+    tests = {"gt": (value > bounds.get("gt", -math.inf), "> {}"), "ge": (value >= bounds.get("ge", -math.inf), ">= {}"),
+             "lt": (value < bounds.get("lt", math.inf), "< {}"), "le": (value <= bounds.get("le", math.inf), "<= {}")}
+    wanted = " and ".join(text.format(bounds[key]) for key, (_, text) in tests.items() if key in bounds)
+    if not all(ok for ok, _ in tests.values()):
+        suggestion = f" (the default is {default})" if default is not None else ""
+        raise ConfigError(name, f"got {value:g}; it must be {wanted}{suggestion}.")
+
+
+def check_field_values(cfg: PipelineConfig) -> None:
+    """Check (and normalise) every int/float/bool field against its declared type and bounds.
+
+    YAML and the parser's defaults pass values through untyped, so `max_steps: 1.5` or `learning_rate: -1`
+    would otherwise reach the trainer after the model has loaded.
+
+    >>> check_field_values(PipelineConfig().replace(max_steps=1.5))
+    Traceback (most recent call last):
+    ...
+    pipeline.config.ConfigError: config error in `max_steps`: got 1.5; use a whole number such as 1.
+    >>> check_field_values(PipelineConfig().replace(learning_rate=0))
+    Traceback (most recent call last):
+    ...
+    pipeline.config.ConfigError: config error in `learning_rate`: got 0; it must be > 0 (the default is 5e-06).
+    """
+    for section_cls in SECTIONS:
+        section = getattr(cfg, _SECTION_ATTR[section_cls])
+        hints = typing.get_type_hints(section_cls)
+        for f in dataclasses.fields(section_cls):
+            kind = hints[f.name]
+            optional = type(None) in typing.get_args(kind)
+            if optional:
+                kind = next(a for a in typing.get_args(kind) if a is not type(None))
+            value = getattr(section, f.name)
+            if value is None:
+                if optional:
+                    continue
+                raise ConfigError(f.name, "is empty; give a value or remove the line to use the default.")
+            if typing.get_origin(kind) is list:
+                (item_kind,) = typing.get_args(kind)
+                if item_kind in (int, float) and isinstance(value, (list, tuple)):
+                    setattr(section, f.name, [_coerce(v, item_kind, f.name) for v in value])
+                continue
+            if kind not in (int, float, bool):
+                continue
+            value = _coerce(value, kind, f.name)
+            setattr(section, f.name, value)
+            if kind is not bool and id(f) in _FIELD_BOUNDS:
+                _check_bounds(value, f.name, _FIELD_BOUNDS[id(f)],
+                              f.default if f.default is not dataclasses.MISSING else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,6 +586,7 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     m, lo, d, g, gen, h = cfg.model, cfg.lora, cfg.data, cfg.grpo, cfg.generation, cfg.health
     notes: list[str] = []
     n_processes = n_processes or world_size()
+    check_field_values(cfg)
 
     _choice(m.backend, "backend", ("auto", "unsloth", "plain"))
     _choice(m.vllm_mode, "vllm_mode", ("none", "colocate", "server"))
@@ -466,7 +649,7 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
                 "Lower it, or set allow_longer_generation: true.",
             )
 
-    if not (1e-7 <= g.learning_rate <= 1e-3):
+    if not (1e-7 <= g.learning_rate <= 1e-3):  # <= 0 was refused by check_field_values
         notes.append(f"learning_rate {g.learning_rate:g} is outside 1e-7..1e-3; GRPO with LoRA usually uses "
                      "1e-6..5e-5 (the notebooks: 5e-6).")
 
@@ -536,18 +719,15 @@ def peek_option(argv: list[str], name: str, default: Any = None) -> Any:
     (TrlParser itself imports trl).
     """
     flag = f"--{name}"
+    argv = normalize_argv(argv)
     for i, arg in enumerate(argv):
         if arg == flag and i + 1 < len(argv):
             return argv[i + 1]
         if arg.startswith(flag + "="):
             return arg.split("=", 1)[1]
-    if "--config" in argv and argv.index("--config") + 1 < len(argv):
-        import yaml
-
-        path = argv[argv.index("--config") + 1]
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                loaded = yaml.safe_load(f) or {}
-            if isinstance(loaded, dict) and name in loaded:
-                return loaded[name]
+    path = config_path(argv)
+    if path is not None:
+        loaded = read_recipe(path)  # a broken recipe is a ConfigError here already
+        if name in loaded:
+            return loaded[name]
     return default

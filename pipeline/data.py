@@ -50,7 +50,7 @@ from pipeline.data_lengths import (
     length_stats,
     system_prompt_tokens,
 )
-from pipeline.data_sources import DataSource, resolve_source
+from pipeline.data_sources import DataFileError, DataSource, resolve_source
 
 REPORT_NAME = "data_report.json"
 # Rejected ids listed per reason in the report (the counts are always complete).
@@ -336,9 +336,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     """`grpo data --config X [--json] [--key value ...]`: prepare the dataset and print its report.
 
     Loads only the tokenizer (never a model). Writes data_report.json into output_dir.
-    Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error.
+    Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error or an unreadable
+    data file (empty, not UTF-8, broken JSON).
     """
     from pipeline.config import parse_config, validate
+    from pipeline.preflight import check_model
     from pipeline.tokenizer import load_tokenizer
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -349,9 +351,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         cfg = parse_config(argv)
         validate(cfg)
+        check_model(cfg.model.model_name_or_path)  # only the tokenizer loads, but it comes from the same place
         tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code)
         report = prepare_dataset(cfg, tokenizer).report
-    except ConfigError as err:
+    except (ConfigError, DataFileError) as err:  # bad input: exit 2, as in `grpo train`
         print(f"grpo data: {err}", file=sys.stderr)
         return 2
     except DataError as err:

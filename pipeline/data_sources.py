@@ -11,6 +11,7 @@ HF_ENDPOINT (e.g. https://hf-mirror.com on AutoDL) and HF_HOME; we never overrid
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -28,6 +29,11 @@ SAMPLE_PATH = Path(__file__).resolve().parent / "assets" / "gsm8k_sample.jsonl"
 # File extension -> `datasets` packaged loader.
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
 SINGLE_FILE_SPLIT = "train"
+
+
+class DataFileError(ValueError):
+    """A local data file that cannot be read (empty, not UTF-8, broken JSON); the message names the file and
+    line. `grpo data` and `grpo train` both report it as bad input (exit 2)."""
 
 
 @dataclass
@@ -130,7 +136,10 @@ def load_local_file(path: Path, question_field: str, answer_field: str, cache_ro
 
     builder = LOCAL_FORMATS[path.suffix.lower()]
     if path.stat().st_size == 0:
-        raise ValueError(f"{path} is empty: there are no rows to train on.")
+        raise DataFileError(f"{path} is empty: there are no rows to train on. Give a file with one "
+                            "`{\"question\": ..., \"answer\": ...}` record per line (JSONL) or a CSV with a header.")
+    if builder != "parquet":
+        check_text_file(path)
     kwargs: dict[str, Any] = {}
     if builder == "csv":
         # Keep every question/answer cell as the text written in the file: by default pandas
@@ -145,10 +154,40 @@ def load_local_file(path: Path, question_field: str, answer_field: str, cache_ro
         return load_dataset(builder, data_files=str(path), split="train", cache_dir=str(cache_root / "hf-datasets"),
                             **kwargs)
     except Exception as err:
-        raise ValueError(
+        raise DataFileError(
             f"could not read {path} as {builder.upper()} ({type(err).__name__}: {err}). Check that the file is "
             "UTF-8, one record per line for JSONL, and that each column holds one kind of value."
         ) from err
+
+
+def check_text_file(path: Path) -> None:
+    """Name the first line that is not UTF-8 (or, in a .jsonl file, not one JSON object).
+
+    Hand-written because `datasets`' loaders report neither the line nor, for bad bytes, which
+    file; one pass over the lines costs far less than the tokenizing that follows.
+    """
+    jsonl = path.suffix.lower() == ".jsonl"
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise DataFileError(
+                    f"{path} line {number} is not UTF-8 text (byte {raw[err.start:err.start + 1]!r} at column "
+                    f"{err.start + 1}). Re-save the file as UTF-8, e.g. `iconv -f GBK -t UTF-8 {path.name} > "
+                    f"fixed{path.suffix}` (use the file's real encoding instead of GBK)."
+                ) from None
+            if jsonl and text.strip():
+                try:
+                    record = json.loads(text)
+                except json.JSONDecodeError as err:
+                    raise DataFileError(
+                        f"{path} line {number} is not valid JSON ({err.msg}, column {err.colno}). A .jsonl "
+                        "file holds one complete JSON object per line."
+                    ) from None
+                if not isinstance(record, dict):
+                    raise DataFileError(f"{path} line {number} is a JSON {type(record).__name__}, not an object "
+                                        "such as {\"question\": ..., \"answer\": ...}.")
 
 
 def resolve_source(cfg: Any, split: str, cache_root: Path) -> DataSource:

@@ -28,8 +28,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     from env.paths import AdapterError, absolute_path, atomic_directory
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, from_mapping
-    from pipeline.inference import verify_trained_dir
-    from pipeline.manifest import find_manifest
+    from pipeline.inference import adapter_mismatch, verify_trained_dir
+    from pipeline.manifest import ManifestError, find_manifest
 
     try:
         adapter = verify_trained_dir(args.lora)
@@ -52,8 +52,23 @@ def main(argv: Optional[list[str]] = None) -> int:
             shutil.copytree(absolute_path(args.lora), staging, dirs_exist_ok=True)
         print(f"exported {absolute_path(args.lora)} (a full fine-tune, copied as is) to {out}")
         return 0
-    manifest = find_manifest(adapter.path) or {}
+    try:
+        manifest = find_manifest(adapter.path) or {}
+    except ManifestError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     base_model = manifest.get("base_model") or adapter.base_model_name_or_path
+    mismatch = adapter_mismatch(adapter, base_model)
+    if mismatch:
+        print(f"error: {mismatch}", file=sys.stderr)
+        return 2
+    from pipeline.preflight import check_model
+
+    try:
+        check_model(base_model)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model,
                         "backend": args.backend})
     try:

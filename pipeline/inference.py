@@ -85,6 +85,72 @@ def verify_trained_dir(path) -> Optional[Any]:
     return None
 
 
+def _tensor_shapes(files: list) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name -> (shape, dtype) from safetensors headers only (nothing is loaded)."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for path in files:
+        with safe_open(str(path), framework="numpy") as f:
+            for name in f.keys():
+                piece = f.get_slice(name)
+                shapes[name] = (tuple(piece.get_shape()), piece.get_dtype())
+    return shapes
+
+
+def _local_model_files(base_model: str) -> list:
+    """The base model's *.safetensors when they are on this machine (a folder or the HF cache), else []."""
+    from pathlib import Path
+
+    from pipeline.tokenizer import resolve_model_path
+
+    folder = Path(resolve_model_path(base_model)).expanduser()
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(base_model, "config.json")
+        except Exception:  # not a valid repo id: nothing cached to compare with
+            return []
+        if not isinstance(cached, str):
+            return []
+        folder = Path(cached).parent
+    return sorted(folder.glob("*.safetensors"))
+
+
+def adapter_mismatch(adapter: Any, base_model: str) -> Optional[str]:
+    """Why `adapter` cannot load on `base_model`, or None. Compares adapter_config.json's rank and each LoRA
+    matrix's shape with the base's weight shapes, from the files' headers, before anything loads: otherwise
+    peft fails with a size-mismatch traceback after the model has loaded. Quantized (4-bit) base weights have
+    packed shapes and are not compared."""
+    if adapter.weights_file.suffix != ".safetensors":
+        return None
+    lora = _tensor_shapes([adapter.weights_file])
+    base = _tensor_shapes(_local_model_files(base_model))
+    rank_pattern = adapter.config.get("rank_pattern") or {}
+    trained_on = adapter.base_model_name_or_path
+    for name, (shape, _) in sorted(lora.items()):
+        if ".lora_A." not in name or len(shape) != 2:
+            continue
+        module = name.split(".lora_A.")[0]
+        rank = next((r for key, r in rank_pattern.items() if module.endswith(key)), adapter.r)
+        if shape[0] != rank:
+            return (f"adapter {adapter.path}: adapter_config.json says rank r={rank}, but {module} has rank "
+                    f"{shape[0]} in {adapter.weights_file.name}. The config and the weights come from different "
+                    "adapters: copy the adapter_config.json saved with these weights.")
+        b_shape = lora.get(name.replace(".lora_A.", ".lora_B."), ((None, None), ""))[0]
+        base_name = module.removeprefix("base_model.model.") + ".weight"
+        if base_name not in base or base[base_name][1] in ("U8", "I8"):
+            continue
+        out_features, in_features = base[base_name][0]
+        if (b_shape[0], shape[1]) != (out_features, in_features):
+            return (f"adapter {adapter.path} does not fit base model {base_model!r}: its {module} maps "
+                    f"{shape[1]} -> {b_shape[0]} features, the base's maps {in_features} -> {out_features}. "
+                    f"The adapter was trained on {trained_on!r}; pass that model (--model), or an adapter "
+                    f"trained on {base_model!r}.")
+    return None
+
+
 def _error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 
@@ -94,7 +160,7 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     from env.paths import AdapterError, absolute_path
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError
-    from pipeline.manifest import find_manifest
+    from pipeline.manifest import ManifestError, find_manifest
 
     adapter = None
     manifest = None
@@ -102,17 +168,21 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     if args.lora:
         try:
             adapter = verify_trained_dir(args.lora)
-        except AdapterError as err:
+            if adapter is None:  # a full fine-tune (e.g. the tiny demo): the folder IS the trained model
+                full_model_dir = absolute_path(args.lora)
+                manifest = find_manifest(full_model_dir)
+            else:
+                manifest = find_manifest(adapter.path)
+        except (AdapterError, ManifestError) as err:
             _error(str(err))
             return None
-        if adapter is None:  # a full fine-tune (e.g. the tiny demo): the folder IS the trained model
-            full_model_dir = absolute_path(args.lora)
-            manifest = find_manifest(full_model_dir)
-        else:
-            manifest = find_manifest(adapter.path)
     elif args.run:
         run_dir = absolute_path(args.run)
-        manifest = find_manifest(run_dir) or find_manifest(run_dir / "lora")
+        try:
+            manifest = find_manifest(run_dir) or find_manifest(run_dir / "lora")
+        except ManifestError as err:
+            _error(str(err))
+            return None
         if manifest is None:
             _error(f"--run {run_dir}: no manifest.json there (expected output_dir/manifest.json of a grpo run)")
             return None
@@ -131,6 +201,17 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     if adapter is not None and uses_vllm and adapter.r > max_lora_rank:
         _error(f"adapter {adapter.path} has rank r={adapter.r}, above max_lora_rank={max_lora_rank}; vLLM cannot "
                f"load it. Pass --max_lora_rank {adapter.r}.")
+        return None
+    mismatch = adapter_mismatch(adapter, base_model) if adapter is not None else None
+    if mismatch:
+        _error(mismatch)
+        return None
+    from pipeline.preflight import check_model
+
+    try:
+        check_model(base_model)  # offline and not cached: say so now, not after a minute of hub retries
+    except ConfigError as err:
+        _error(str(err))
         return None
 
     trained_limit = (manifest or {}).get("max_completion_length")

@@ -67,9 +67,27 @@ def write_manifest(output_dir: Path, *, cfg_dict: dict[str, Any], backend: str, 
     return path
 
 
+class ManifestError(ValueError):
+    """A manifest.json that exists but cannot be used (not JSON, not an object); the message names it."""
+
+
 def find_manifest(adapter_dir: Path) -> Optional[dict[str, Any]]:
-    """The manifest of the run an adapter came from: in the adapter folder or its parent (output_dir/lora)."""
+    """The manifest of the run an adapter came from: in the adapter folder or its parent (output_dir/lora).
+
+    A corrupt one is a ManifestError, never silently skipped: without it generation would fall back to the
+    default system prompt and template and give wrong answers with exit 0.
+    """
     for candidate in (adapter_dir / MANIFEST_NAME, adapter_dir.parent / MANIFEST_NAME):
         if candidate.is_file():
-            return json.loads(candidate.read_text(encoding="utf-8"))
+            try:
+                manifest = json.loads(candidate.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as err:
+                raise ManifestError(f"{candidate} is corrupt ({err}). It records the base model, system prompt "
+                                    "and chat template the adapter was trained with: restore it from a backup or "
+                                    "re-run training; to use the adapter anyway, move the file away and pass "
+                                    "--model and --system_prompt yourself.") from None
+            if not isinstance(manifest, dict):
+                raise ManifestError(f"{candidate} is corrupt: it holds a JSON {type(manifest).__name__}, not an "
+                                    "object. Restore it or move it away and pass --model and --system_prompt.")
+            return manifest
     return None

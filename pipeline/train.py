@@ -3,6 +3,7 @@
     grpo train                                   # GPU: configs/qwen2.5-1.5b-gsm8k.yaml; no GPU: tiny CPU demo
     grpo train --config configs/qwen2.5-3b-gsm8k.yaml --learning_rate 1e-5
     grpo train --config my.yaml --resume never   # auto (default) | never | PATH
+    grpo train --config my.yaml --check          # JSON: config, data, paths, packages, GPU; loads nothing
 
 It reads top to bottom: config -> env check -> data -> model -> (format warm-up) -> eval before
 -> trainer -> train -> save -> eval after -> plots + summary. Only model loading differs
@@ -13,6 +14,7 @@ Exit codes: 0 done, 2 bad config or input, 3 stopped by a health rule, 130 inter
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -20,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.backends import BackendChoice, choose_backend, load_backend, refuse_gpu_recipe_without_cuda
-from pipeline.config import ConfigError, PipelineConfig, from_mapping, parse_config, peek_option, validate
+from pipeline.backends import BackendChoice, choose_backend, load_backend
+from pipeline.config import ConfigError, PipelineConfig, from_mapping, normalize_argv, parse_config, peek_option
 
 # Repo-relative recipes; `grpo train` with no --config on a GPU uses this one.
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -60,8 +62,15 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if choice.name == "unsloth" and cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # auto found no vLLM: Unsloth without it (the reason says so)
-    validate(cfg, backend=choice.name)  # before any model or tokenizer loads
-    refuse_gpu_recipe_without_cuda(cfg, choice)  # never train a GPU recipe on CPU by accident
+    from pipeline.preflight import run_checks
+
+    # config (for the resolved backend), output_dir, packages, GPU (a GPU recipe is never trained on CPU by
+    # accident), model, data, resume: all before anything loads
+    run_checks(cfg, choice=choice)
+    if "tensorboard" in cfg.grpo.report_to:
+        from pipeline.preflight import tensorboard_hint
+
+        _print(tensorboard_hint(cfg.grpo.output_dir))
     backend = load_backend(choice.name)
     if choice.name == "unsloth":
         backend.prepare_environment(cfg)  # UNSLOTH_VLLM_STANDBY + `import unsloth` before trl/transformers/peft
@@ -117,7 +126,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     if resume_from:
         _print(f"resuming from {resume_from} (step {checkpoint_step(resume_from)})")
         trainer.metrics_callback_for_resume(checkpoint_step(resume_from))
-    with GracefulStop() as stopper:
+    with GracefulStop() as stopper, _disk_full_is_resumable(trainer, output_dir):
         trainer.add_callback(stopper.callback())
         trainer.train(resume_from_checkpoint=resume_from)
     steps = trainer.state.global_step
@@ -134,7 +143,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     if status == "completed" and _is_main_process():
         # A LoRA goes to lora/; a full fine-tune (the tiny demo) is a whole model, so model/.
         adapter_dir = output_dir / ("model" if cfg.lora.full_finetune else "lora")
-        with atomic_directory(adapter_dir) as staging:
+        with _disk_full_is_resumable(trainer, output_dir), atomic_directory(adapter_dir) as staging:
             backend.save_adapter(trainer.model, tokenizer, staging)
         verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
         from pipeline.manifest import write_manifest
@@ -234,6 +243,38 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     return trainer, health
 
 
+def save_size_estimate(model) -> int:
+    """Bytes one checkpoint takes: the trained weights in fp32 plus Adam's two moments (4 + 8 bytes a
+    parameter), plus 10% for the scheduler, RNG and trainer state."""
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return int(trained * 12 * 1.1)
+
+
+@contextlib.contextmanager
+def _disk_full_is_resumable(trainer, output_dir: Path):
+    """Turn a full disk during a save into DiskFullError, and remove the half-written checkpoint so that
+    `--resume auto` picks the newest complete one (atomic_directory already discards a half-written lora/)."""
+    from env.paths import DiskFullError, is_disk_full
+
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        if not is_disk_full(err):
+            raise
+        import shutil
+
+        from pipeline.checkpoints import checkpoint_problem
+
+        partial = output_dir / f"checkpoint-{trainer.state.global_step}"
+        removed = ""
+        if partial.is_dir() and checkpoint_problem(partial):
+            shutil.rmtree(partial, ignore_errors=True)
+            removed = f" The half-written {partial.name} was removed."
+        raise DiskFullError(output_dir, save_size_estimate(trainer.model),
+                            f"resume with the same command and --resume auto (it continues from the newest complete "
+                            f"checkpoint in {output_dir}).{removed}") from None
+
+
 def _on_cpu() -> bool:
     import torch
 
@@ -281,9 +322,13 @@ def _example_question(cfg: PipelineConfig) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from env.paths import AdapterError, DiskFullError
     from pipeline.data import DataError
+    from pipeline.data_sources import DataFileError
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
+    if "--check" in argv:
+        return check_main([a for a in argv if a != "--check"])
     if any(a in ("-h", "--help") for a in argv):
         from trl import TrlParser
 
@@ -293,29 +338,57 @@ def main(argv: Optional[list[str]] = None) -> int:
         return EXIT_OK
     try:
         # Decide the backend before anything imports trl: Unsloth must be imported first.
-        fast_inference = (str(peek_option(argv, "fast_inference", True)).strip().lower() not in ("false", "0", "no")
-                          and not {"--no_fast_inference", "--no-fast-inference"} & set(argv))
-        choice = choose_backend(str(peek_option(argv, "backend", "auto")), fast_inference)
-        base = None
-        if "--config" not in argv:
-            if choice.name == "unsloth" or _has_cuda():
-                argv = ["--config", str(DEFAULT_GPU_RECIPE), *argv]
-                _print(f"no --config: using {DEFAULT_GPU_RECIPE}")
-            else:
-                from pipeline.demo import DEMO_CONFIG
-
-                base = dict(DEMO_CONFIG)
-                _print("no GPU and no --config: running the built-in tiny CPU demo (a few minutes)")
+        choice = choose_backend(str(peek_option(argv, "backend", "auto")), _peek_fast_inference(argv))
+        argv, base = _default_recipe(argv, choice.name == "unsloth" or _has_cuda(), _print)
         if choice.name == "unsloth":
             standby = peek_option(argv, "vllm_standby", "auto")
             load_backend("unsloth").prepare_environment(
                 from_mapping({"vllm_standby": standby, "fast_inference": choice.fast_inference}))
         cfg = parse_config(argv, base=base)
         result = run_training(cfg, choice)
-    except (ConfigError, FileNotFoundError, DataError) as err:
+    except (ConfigError, FileNotFoundError, DataError, DataFileError, AdapterError, DiskFullError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return result.exit_code
+
+
+def _default_recipe(argv: list[str], gpu: bool, log) -> tuple[list[str], Optional[dict[str, Any]]]:
+    """Without --config: the GPU recipe on a GPU, else the built-in CPU demo's settings as defaults."""
+    if "--config" in argv:
+        return argv, None
+    if gpu:
+        log(f"no --config: using {DEFAULT_GPU_RECIPE}")
+        return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None
+    from pipeline.demo import DEMO_CONFIG
+
+    log("no GPU and no --config: running the built-in tiny CPU demo (a few minutes)")
+    return argv, dict(DEMO_CONFIG)
+
+
+def check_main(argv: list[str]) -> int:
+    """`grpo train --check [options]`: run every pre-load check, print them as JSON, load nothing.
+
+    stdout is one JSON object: {"ok": bool, "checks": [{"name", "ok", "message"}, ...]}. Exit 0 when all
+    pass, 2 otherwise. Without --config the same defaults as a real run apply (GPU recipe or CPU demo).
+    """
+    import json
+
+    from pipeline.preflight import Check, as_json, run_checks
+
+    try:
+        argv, base = _default_recipe(argv, _has_cuda(), log=lambda msg: print(f"[grpo] {msg}", file=sys.stderr))
+        results = run_checks(parse_config(argv, base=base), stop_at_first=False)
+    except ConfigError as err:
+        results = [Check("config", False, str(err))]
+    report = as_json(results)
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    return EXIT_OK if report["ok"] else EXIT_BAD_INPUT
+
+
+def _peek_fast_inference(argv: list[str]) -> bool:
+    """`fast_inference` from the command line or the recipe, read before TrlParser (which imports trl)."""
+    value = str(peek_option(argv, "fast_inference", True)).strip().lower()
+    return value not in ("false", "0", "no") and not {"--no_fast_inference", "--no-fast-inference"} & set(argv)
 
 
 def _has_cuda() -> bool:

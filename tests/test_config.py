@@ -167,3 +167,58 @@ def test_python_m_pipeline_help_lists_commands():
     assert out.returncode == 0
     for command in ("env", "data", "train", "generate", "eval", "export"):
         assert command in out.stdout
+
+
+def test_every_numeric_field_is_type_checked_by_one_mechanism():
+    """No per-field list: each int field refuses 1.5 and each float field refuses NaN, naming the field."""
+    import dataclasses
+    import typing
+
+    from pipeline.config import SECTIONS, PipelineConfig, check_field_values
+
+    checked = 0
+    for section in SECTIONS:
+        hints = typing.get_type_hints(section)
+        for f in dataclasses.fields(section):
+            kind = hints[f.name]
+            kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind)
+            bad = {int: 1.5, float: float("nan"), bool: "maybe"}.get(kind)
+            if bad is None:
+                continue
+            with pytest.raises(ConfigError) as caught:
+                check_field_values(PipelineConfig().replace(**{f.name: bad}))
+            assert caught.value.field == f.name
+            checked += 1
+    assert checked > 40
+
+
+def test_bounds_come_with_the_default_as_the_fix():
+    from pipeline.config import check_field_values
+
+    for name, value in (("learning_rate", -1e-5), ("top_p", 0), ("warmup_ratio", 1.0), ("save_steps", 0)):
+        with pytest.raises(ConfigError, match=f"`{name}`.*must be.*the default is"):
+            check_field_values(PipelineConfig().replace(**{name: value}))
+
+
+def test_config_with_equals_sign_is_read(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("max_steps: 7\n")
+    assert parse_config([f"--config={recipe}"]).grpo.max_steps == 7
+    assert peek_option([f"--config={recipe}"], "max_steps") == 7
+
+
+def test_yaml_syntax_error_names_file_and_line(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("beta: 0\nmax_steps: [1\nlr: 2\n")
+    with pytest.raises(ConfigError, match=r"r\.yaml line 3, column \d+: YAML syntax error"):
+        parse_config(["--config", str(recipe)])
+
+
+def test_unknown_key_suggests_the_closest_field(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("num_generation: 4\n")
+    with pytest.raises(ConfigError, match="did you mean `num_generations`"):
+        parse_config(["--config", str(recipe)])
+    with pytest.raises(ConfigError, match="did you mean `max_steps`"):
+        parse_config(["--max-step", "3"])
+    assert parse_config(["--max-steps", "3", "--no_load_in_4bit"]).grpo.max_steps == 3

@@ -74,10 +74,10 @@ def test_config_error_exits_2_naming_the_field(tmp_path, capsys):
     assert "max_prompt_length" in capsys.readouterr().err
 
 
-def test_unreadable_data_exits_1_with_the_reason(tmp_path, capsys):
+def test_unreadable_data_exits_2_with_the_reason(tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("", encoding="utf-8")
-    assert main(["--config", str(write_config(tmp_path, dataset_name=str(empty)))]) == 1
+    assert main(["--config", str(write_config(tmp_path, dataset_name=str(empty)))]) == 2
     assert "is empty" in capsys.readouterr().err
 
 

@@ -1,0 +1,278 @@
+"""The fault table: bad inputs and faults a user meets, each driven through the real `grpo` CLI.
+
+    python bench/faults.py            # every case as `python -m pipeline ...` in a subprocess; prints held/tried
+
+A case holds when the command exits with the expected code, its output contains the expected text (the
+field or file and the fix) and no "Traceback". tests/test_faults.py runs the same table in-process.
+
+The table is data: append a `Fault` to CASES to add a case. `setup(folder)` writes whatever the case
+needs into an empty folder and returns the argv after `grpo`; `patch` (in-process only) simulates an OS
+fault at its boundary with pytest's monkeypatch, and the subprocess runner skips (does not count) such cases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+@dataclass
+class Fault:
+    name: str
+    setup: Callable[[Path], list[str]]
+    expect: str  # text the output must contain (case-sensitive)
+    exit_code: int = 2
+    env: dict[str, str] = field(default_factory=dict)
+    patch: Optional[Callable] = None  # (monkeypatch, folder) -> None; in-process runs only
+    skip_reason: Optional[Callable[[], Optional[str]]] = None  # a reason when the case cannot apply here
+    after: Optional[Callable[[Path], Optional[str]]] = None  # what is wrong with the folder afterwards, or None
+
+
+# ---------------------------------------------------------------- set-up helpers
+
+
+def recipe(folder: Path, text: str = "", name: str = "recipe.yaml") -> Path:
+    """A tiny-demo recipe (CPU, plain backend, built-in data) plus `text`; loads nothing heavy until training."""
+    import yaml
+
+    from pipeline.demo import DEMO_CONFIG
+
+    base = {**DEMO_CONFIG, "output_dir": str(folder / "run"), "data_cache_dir": str(folder / "cache"),
+            "max_samples": 8, "per_device_train_batch_size": 4, "num_generations": 4}
+    path = folder / name
+    path.write_text(yaml.safe_dump(base, allow_unicode=True) + text, encoding="utf-8")
+    return path
+
+
+def train(folder: Path, text: str = "", *extra: str) -> list[str]:
+    return ["train", "--config", str(recipe(folder, text)), *extra]
+
+
+def data_file(folder: Path, content: bytes) -> list[str]:
+    path = folder / "data.jsonl"
+    path.write_bytes(content)
+    return train(folder, f"dataset_name: {path}\n")
+
+
+def adapter(folder: Path, base: str = "tiny-qwen2.5") -> Path:
+    """A real (untrained) LoRA saved by peft on the tiny Qwen2, with a manifest beside it as `grpo train` writes."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.tokenizer import resolve_model_path
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(base))
+    lora = get_peft_model(model, LoraConfig(r=4, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    out = folder / "run" / "lora"
+    lora.save_pretrained(str(out))
+    config_path = out / "adapter_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["base_model_name_or_path"] = base
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+    (folder / "run" / "manifest.json").write_text(json.dumps({"base_model": base, "max_lora_rank": 64}),
+                                                  encoding="utf-8")
+    return out
+
+
+def edit_adapter_config(path: Path, **changes) -> None:
+    config_path = path / "adapter_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config.update(changes)
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+
+
+def corrupt_manifest(folder: Path) -> list[str]:
+    lora = adapter(folder)
+    (folder / "run" / "manifest.json").write_text('{"base_model": "tiny-qwen2.5", ', encoding="utf-8")
+    return ["generate", "--lora", str(lora), "--prompt", "1+1?", "--backend", "plain"]
+
+
+def rank_mismatch(folder: Path) -> list[str]:
+    lora = adapter(folder)
+    edit_adapter_config(lora, r=8)  # the weights have rank 4
+    return ["generate", "--lora", str(lora), "--prompt", "1+1?", "--backend", "plain"]
+
+
+def other_base(folder: Path, command: str) -> list[str]:
+    """An adapter whose recorded base (a wider tiny Qwen2) is not the model its weights were trained on."""
+    from pipeline.demo import build_tiny_qwen2
+
+    wide = folder / "wide-base"
+    build_tiny_qwen2(vocab_size=256, hidden_size=128, intermediate_size=256).save_pretrained(str(wide))
+    lora = adapter(folder)
+    (folder / "run" / "manifest.json").write_text(json.dumps({"base_model": str(wide), "max_lora_rank": 64}),
+                                                  encoding="utf-8")
+    if command == "export":
+        return ["export", "--lora", str(lora), "--to", "merged16", "--out", str(folder / "merged"),
+                "--backend", "plain"]
+    return ["generate", "--lora", str(lora), "--prompt", "1+1?", "--backend", "plain"]
+
+
+def broken_checkpoint(folder: Path) -> list[str]:
+    ckpt = folder / "run" / "checkpoint-5"
+    ckpt.mkdir(parents=True)
+    (ckpt / "adapter_model.safetensors").write_bytes(b"\0" * 16)
+    return train(folder, "", "--resume", str(ckpt))
+
+
+def read_only(monkeypatch, folder: Path) -> None:
+    """A read-only mount, simulated where the write test meets the OS."""
+    import errno
+    import tempfile as tempfile_module
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile_module, "mkstemp", refuse)
+
+
+def disk_full(monkeypatch, folder: Path) -> None:
+    """torch.save's own report of a full disk (as in a real run), at the first checkpoint's optimizer save."""
+    import torch
+
+    def full(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:659] . unexpected pos 1152 vs 1040: "
+                           "PytorchStreamWriter failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(torch, "save", full)
+
+
+def disk_full_enospc(monkeypatch, folder: Path) -> None:
+    """The OS's ENOSPC where peft writes the adapter weights (safetensors' serialize_file)."""
+    import errno
+
+    import peft.peft_model
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(peft.peft_model, "safe_save_file", full)
+
+
+def no_partial_checkpoint(folder: Path) -> Optional[str]:
+    left = sorted(p.name for p in (folder / "run").glob("checkpoint-*"))
+    return f"half-written checkpoint(s) left behind: {left}" if left else None
+
+
+def installed(module: str) -> Optional[str]:
+    import importlib.util
+
+    return f"{module} is installed here" if importlib.util.find_spec(module) is not None else None
+
+
+CASES: list[Fault] = [
+    Fault("learning_rate <= 0", lambda d: train(d, "learning_rate: 0\n"), "`learning_rate`: got 0; it must be > 0"),
+    Fault("negative learning_rate on the command line", lambda d: train(d, "", "--learning_rate=-1e-5"),
+          "`learning_rate`"),
+    Fault("float for an int field", lambda d: train(d, "max_steps: 1.5\n"), "`max_steps`: got 1.5"),
+    Fault("NaN in a float field", lambda d: train(d, "beta: .nan\n"), "`beta`: got nan; use a finite number"),
+    Fault("out-of-range share", lambda d: train(d, "warmup_ratio: 1.5\n"), "`warmup_ratio`: got 1.5"),
+    Fault("not a number on the command line", lambda d: train(d, "", "--max_steps", "ten"),
+          "`max_steps`: got 'ten'; use an integer"),
+    Fault("recipe given without --config", lambda d: ["train", str(recipe(d))], "write --config"),
+    Fault("YAML syntax error", lambda d: train(d, "max_steps: [1\nbeta: 0\n"), "recipe.yaml line"),
+    Fault("--config=FILE", lambda d: ["train", f"--config={recipe(d, 'max_steps: 1.5')}"], "`max_steps`"),
+    Fault("unknown YAML key", lambda d: train(d, "lerning_rate: 1e-5\n"), "did you mean `learning_rate`"),
+    Fault("unknown command-line option", lambda d: train(d, "", "--num_generation", "4"),
+          "did you mean `num_generations`"),
+    Fault("output_dir is a file", lambda d: train(d, "", "--output_dir", str(recipe(d, name="x.yaml"))),
+          "is a file, not a folder"),
+    Fault("output_dir on a read-only mount", lambda d: train(d), "read-only file system", patch=read_only),
+    Fault("empty data file", lambda d: data_file(d, b""), "data.jsonl is empty"),
+    Fault("non-UTF-8 data file", lambda d: data_file(d, b'{"question": "1+1?", "answer": "2"}\n'
+                                                     b'{"question": "\xb2\xe2\xca\xd4", "answer": "3"}\n'),
+          "data.jsonl line 2 is not UTF-8"),
+    Fault("broken JSON line", lambda d: data_file(d, b'{"question": "1+1?", "answer": "2"}\n{"question": "x\n'),
+          "data.jsonl line 2 is not valid JSON"),
+    Fault("model not reachable offline", lambda d: train(d, "model_name_or_path: nobody/no-such-model\n"),
+          "huggingface-cli download nobody/no-such-model", env=OFFLINE_ENV),
+    Fault("model not reachable offline (grpo data)",
+          lambda d: ["data", "--config", str(recipe(d, "model_name_or_path: nobody/no-such-model\n"))],
+          "model 'nobody/no-such-model' is not in the local Hugging Face cache", env=OFFLINE_ENV),
+    Fault("base model not reachable offline (grpo generate --base)",
+          lambda d: ["generate", "--base", "--model", "nobody/no-such-model", "--prompt", "1+1?", "--backend",
+                     "plain"], "huggingface-cli download nobody/no-such-model", env=OFFLINE_ENV),
+    Fault("model folder without config.json", lambda d: train(d, f"model_name_or_path: {d}\n"), "no config.json"),
+    Fault("corrupt manifest.json", corrupt_manifest, "manifest.json is corrupt"),
+    Fault("adapter rank does not match its weights", rank_mismatch, "says rank r=8, but"),
+    Fault("adapter base mismatch (generate)", lambda d: other_base(d, "generate"), "does not fit base model"),
+    Fault("adapter base mismatch (export)", lambda d: other_base(d, "export"), "does not fit base model"),
+    Fault("report_to tensorboard without the package", lambda d: train(d, "report_to: tensorboard\n"),
+          "grpo-pipeline[tensorboard]", skip_reason=lambda: installed("tensorboard")),
+    Fault("report_to wandb without the package", lambda d: train(d, "report_to: wandb\n"), "pip install wandb",
+          skip_reason=lambda: installed("wandb")),
+    Fault("--resume unknown word", lambda d: train(d, "", "--resume", "latest"), "neither auto, never nor"),
+    Fault("--resume broken checkpoint", broken_checkpoint, "cannot be resumed from"),
+    Fault("disk full at a checkpoint",
+          lambda d: train(d, "max_steps: 1\nsave_steps: 1\nsft_warmup_steps: 0\neval_before: false\n"
+                          "eval_after: false\n"),
+          "the disk is full", patch=disk_full, after=no_partial_checkpoint),
+    Fault("disk full (ENOSPC) writing the adapter weights",
+          lambda d: train(d, "max_steps: 1\nsave_steps: 1\nsft_warmup_steps: 0\neval_before: false\n"
+                          "eval_after: false\n"),
+          "the disk is full", patch=disk_full_enospc, after=no_partial_checkpoint),
+    Fault("--check with bad data (JSON)", lambda d: [*data_file(d, b""), "--check"], '"ok": false'),
+    Fault("--check passes", lambda d: [*train(d), "--check"], '"ok": true', exit_code=0),
+]
+
+
+def judge(case: Fault, exit_code: int, output: str, folder: Optional[Path] = None) -> Optional[str]:
+    """None when the case held, else what went wrong."""
+    if case.after is not None and folder is not None and case.after(folder):
+        return case.after(folder)
+    if "Traceback" in output:
+        return "printed a traceback"
+    if exit_code != case.exit_code:
+        return f"exit {exit_code}, expected {case.exit_code}"
+    if case.expect not in output:
+        return f"output lacks {case.expect!r}"
+    return None
+
+
+def run_subprocess(case: Fault, folder: Path) -> tuple[int, str]:
+    argv = case.setup(folder)
+    env = {**os.environ, **OFFLINE_ENV, **case.env, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "pipeline", *argv], cwd=folder, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def main() -> int:
+    held, tried, skipped = 0, 0, []
+    start = time.time()
+    for case in CASES:
+        reason = case.skip_reason() if case.skip_reason else None
+        if case.patch is not None:
+            reason = "simulates an OS fault in-process (tests/test_faults.py runs it)"
+        if reason:
+            skipped.append((case.name, reason))
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            case_start = time.time()
+            code, output = run_subprocess(case, Path(tmp))
+        problem = judge(case, code, output)
+        tried += 1
+        held += problem is None
+        print(f"{'held' if problem is None else 'FAILED':<6} {time.time() - case_start:5.1f}s  {case.name}"
+              + (f": {problem}\n{output[-2000:]}" if problem else ""), flush=True)
+    for name, reason in skipped:
+        print(f"skip   {name}: {reason}")
+    print(f"\n{held} of {tried} faults held ({len(skipped)} skipped; {len(CASES)} in the table; "
+          f"{time.time() - start:.0f} s)")
+    return 0 if held == tried else 1
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main())
