@@ -72,7 +72,7 @@ def answers_match(pred: Any, ref: Any) -> bool:
     >>> answers_match("142", "42"), answers_match("5 or 18", "18"), answers_match(None, "18")
     (False, False, False)
     """
-    p, r = parse_answer(pred), parse_answer(ref)
+    p, r = parse_answer(pred, prediction=True), parse_answer(ref)
     if p is None or r is None:
         return False
     if p.kind == "number" and r.kind == "number":
