@@ -419,11 +419,11 @@ def test_resolve_reward_unknown_name_lists_known_ones():
     with pytest.raises(ValueError) as err:
         resolve_reward("corectness")
     message = str(err.value)
-    assert "reward_funcs" in message and "'corectness'" in message
+    assert "'corectness'" in message and "reward_funcs" not in message  # the config layer names the field
     for name in list(REWARD_FUNCS) + [f.__name__ for f in REWARD_FUNCS.values()]:
         assert name in message
     for bad in ("", "   ", None, 3):
-        with pytest.raises(ValueError, match="reward_funcs"):
+        with pytest.raises(ValueError, match="not a reward name"):
             resolve_reward(bad)
 
 
@@ -444,9 +444,9 @@ def test_plugin_module_function(monkeypatch):
 ])
 def test_plugin_errors(monkeypatch, spec, fragment):
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    with pytest.raises(ValueError, match="reward_funcs") as err:
+    with pytest.raises(ValueError) as err:
         resolve_reward(spec)
-    assert fragment in str(err.value)
+    assert fragment in str(err.value) and "reward_funcs" not in str(err.value)
 
 
 def test_get_reward_funcs_rejects_bad_lists():
@@ -463,8 +463,9 @@ def test_check_reward_weights():
     assert check_reward_weights(["int", "correctness"], [0.5, 2]) == [0.5, 2.0]
     assert check_reward_weights(["int"], [-1.0]) == [-1.0]  # a penalty is allowed
     for weights in ([1.0], [1.0, 2.0, 3.0], [1.0, math.nan], [1.0, math.inf], [1.0, "2"], [1.0, True], "1,1"):
-        with pytest.raises(ValueError, match="reward_weights"):
+        with pytest.raises(ValueError) as err:
             check_reward_weights(["int", "correctness"], weights)
+        assert "reward_weights" not in str(err.value) and "config error" not in str(err.value)
 
 
 # --- module hygiene ---------------------------------------------------------------------------
@@ -486,3 +487,14 @@ def test_public_names():
                  "DEFAULT_REWARDS", "DEFAULT_REWARD_WEIGHTS", "check_reward_weights"):
         assert hasattr(rewards, name) and name in rewards.__all__
 
+
+
+def test_config_layer_names_the_field_the_rewards_do_not():
+    """rewards/ raises plain ValueErrors; pipeline.config wraps them once, naming the config field."""
+    from pipeline.config import ConfigError, PipelineConfig, validate
+
+    with pytest.raises(ConfigError, match=r"^config error in `reward_funcs`: unknown reward 'corectness'") as err:
+        validate(PipelineConfig().replace(reward_funcs=["corectness"]), n_processes=1)
+    assert str(err.value).count("config error") == 1
+    with pytest.raises(ConfigError, match=r"^config error in `reward_weights`: 1 weights for 5 reward functions"):
+        validate(PipelineConfig().replace(reward_weights=[1.0]), n_processes=1)
