@@ -471,8 +471,9 @@ def conclusion_value(text: str) -> Fraction | None:
        and holds one number, no mathematics, is read; anything else is refused.
     4. After the cue, a chain of equalities is read at its right-hand end ("is 37 + 95 = 132").
     5. The first number after that is the answer if nothing mathematical stands between
-       the cue and it, no variable is glued to it, and every later different number follows
-       a preposition ("during the 60 days") with no operator in between.
+       the cue and it, no variable is glued to it, and every later different number stands
+       in a phrase opened by a preposition ("during the 60 days", "for 2 tubs and 4 packets")
+       with no operator in between.
 
     >>> conclusion_value("The bakery sold 37 + 95, which is 132 loaves in total.")
     Fraction(132, 1)
@@ -512,11 +513,13 @@ def conclusion_value(text: str) -> Fraction | None:
     if value is None:
         return None
     previous_end = first.end()
+    in_phrase = False  # past a preposition after the answer: "$6 for 2 tubs and 4 packets"
     for match in matches[1:]:
         between = after[previous_end:match.start()]
         if any(ch in _MATH_CHARS for ch in between) or match["sign"] is not None:
             return None
-        if _number_value(match) != value and not _PREPOSITION.search(between):
+        in_phrase = in_phrase or _PREPOSITION.search(between) is not None
+        if _number_value(match) != value and not in_phrase:
             return None
         previous_end = match.end()
     if any(ch in _MATH_CHARS for ch in after[previous_end:]):
