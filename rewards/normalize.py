@@ -442,7 +442,7 @@ _HEDGE = re.compile(r"\b(?:or|either|maybe|perhaps|possibly|probably|unsure|gues
                     r"\b(?:could|might|may)\b|not\s+sure|或|还是|可能|也许|大概|但",
                     re.IGNORECASE)
 # Uncertainty about a single number ("Maybe 18.", "It could be 18."): not rewarded either.
-_UNSURE = re.compile(r"\b(?:maybe|perhaps|possibly|probably|unsure|guess)\b|(?<!that )(?<!which )(?<!who )"
+_UNSURE = re.compile(r"\b(?:maybe|perhaps|possibly|probably|unsure|guess|at\s+(?:most|least)|up\s+to)\b|(?<!that )(?<!which )(?<!who )"
                      r"\b(?:could|might|may)\b|not\s+sure|可能|也许|大概", re.IGNORECASE)
 # A sentence that opens with one of these concludes, so with one number and no cue it still
 # asserts it: "Therefore, the error increases by 100%."
