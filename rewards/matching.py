@@ -15,6 +15,28 @@ Fast numeric path first (normalize.py), math-verify only for real mathematics
 rejected without sympy.
 An ambiguous prediction ("5 or 18") is never accepted against a single value: matching it
 would reward listing several numbers. Substrings never match: "142" != "42", "4.2" != "42".
+
+The prediction is read with `parse_answer(pred, prediction=True)`; the reference without it.
+How each form is read, and why the rule cannot turn a wrong answer into a right one:
+
+| form (prediction)                  | read as                       | why it is safe                                   |
+|------------------------------------|-------------------------------|--------------------------------------------------|
+| conclusion sentence: "..., which is 132 loaves in total" | the number after the last assertion cue (`conclusion_value`) | only the number the sentence asserts; operands ("31 - 19 = 12": 12, not 19), chain middles ("35 + 2 = 37": 37), a later number not in a prepositional phrase, any hedge or take-back word ("or", "maybe", "but", "between") and sentences without a cue all read as nothing |
+| "maybe 18", "it could be 18", "at most 18" | ambiguous                 | uncertainty is not an answer, even with one number |
+| truncated tag "37</", "81</answer" | 37, 81                        | only a prefix of "</answer>" at the very end is cut |
+| units "60 km/h", "$15/hour", "10 ft²", "5m", "\\text{ m}" | the number       | a slash before a word, a power only on a length unit, and only unit letters m g h s l glued; "15/x", "10 x^2", "2x", "5k" stay expressions |
+| mixed number "2 1/2", "2\\frac{1}{2}" | 5/2                        | only a proper fraction after a whole number; "2 1/2" never equals 2 or 1/2 |
+| markdown "**18**", parenthetical "18 (approximately)" | 18           | only "**"/"__" and brackets holding words alone are dropped; "(or 20)" keeps its number |
+| number words "eighteen", "十八", "1.2 million" | 18, 18, 1200000     | prediction only, and only in text without digits; words the converter does not read fully ("half", "point", "minus", 点, 负, 半) leave the text unread |
+| "11,\\! 111", "x \\approx 11", "x = 1/3 \\approx 0.33" | 11111, 11, 1/3 | a comma before "\\!" is a thousands comma; an approximation after an exact value is dropped, otherwise it is the stated value |
+| decimal comma "1000,99", "2,74", "0,111" | 1000.99, 2.74, 0.111   | GSM8K thousands ("1,234", nonzero lead, groups of three) keep their reading; a comma list without spaces ("18,20") reads as a non-integer and equals no integer answer |
+| chat-template tokens, "I hope it is correct" | cut there                | text after them is a new turn or commentary      |
+| over 1,000 characters              | from the last \\boxed{} or final-answer marker, else the tail | the window holds the final statement; what it drops is earlier working |
+| reference in words, or with no digit ("forty two", "n/a") | None (not judged) | a GSM8K reference is a number; guessing would grade against a misread label |
+
+Cost: the fast path reads all of these with linear regexes. math-verify runs only for real
+mathematics; its verdicts are cached and each correctness call has a time budget
+(rewards/symbolic.py `time_budget`, rewards/correctness.py `SYMBOLIC_BUDGET_S`).
 """
 
 from __future__ import annotations
