@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import rewards  # noqa: E402
-from bench.rewards_peers import share  # noqa: E402
+from bench.rewards_peers import fail, share  # noqa: E402
 from rewards import matching, symbolic  # noqa: E402
 from rewards.normalize import _parse_text  # noqa: E402
 
@@ -219,10 +219,10 @@ def load_gsm8k(paths: list[Path]) -> list[tuple[str, str]]:
             builder = "parquet" if path.suffix == ".parquet" else "json"
             splits = [datasets.load_dataset(builder, data_files=str(path), split="train")]
         else:
-            sys.exit(f"bench/rewards.py: --gsm8k {path}: no such file or folder.\n\n{GSM8K_HELP}")
+            fail(f"bench/rewards.py: --gsm8k {path}: no such file or folder.\n\n{GSM8K_HELP}")
         for split in splits:
             if "answer" not in split.column_names:
-                sys.exit(f"bench/rewards.py: --gsm8k {path} has no `answer` column (columns: {split.column_names}).")
+                fail(f"bench/rewards.py: --gsm8k {path} has no `answer` column (columns: {split.column_names}).")
             for solution in split["answer"]:
                 if isinstance(solution, str) and "####" in solution:
                     body, final = solution.rsplit("####", 1)

@@ -39,6 +39,12 @@ from rewards.extract import extract_xml_answer  # noqa: E402
 FORMAT_FUNCS = {"format_strict": strict_format_reward_func, "xmlcount": xmlcount_reward_func}
 
 
+def fail(message: str) -> None:
+    """Bad input: one message on stderr, exit code 2, no traceback."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
 def wilson_interval(right: int, total: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval of a proportion: honest near 0% and 100%, where the normal
     approximation collapses to a zero-width interval.
@@ -81,7 +87,7 @@ def load_cases(path: Path) -> list[dict]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as err:
-        sys.exit(f"bench/rewards_peers.py: cannot read the cases file {path} ({err.strerror}); pass the path "
+        fail(f"bench/rewards_peers.py: cannot read the cases file {path} ({err.strerror}); pass the path "
                  "of the peer cases .jsonl file.")
     cases = []
     for number, line in enumerate(lines, 1):
@@ -91,7 +97,7 @@ def load_cases(path: Path) -> list[dict]:
             case = json.loads(line)
             case["ours"]["completion"], case["ours"]["answer"], case["kind"]  # noqa: B018 (shape check)
         except (json.JSONDecodeError, KeyError, TypeError) as err:
-            sys.exit(f"bench/rewards_peers.py: {path} line {number} is not a peer case ({err}); each line must be "
+            fail(f"bench/rewards_peers.py: {path} line {number} is not a peer case ({err}); each line must be "
                      "a JSON object with `kind`, `ours.completion`, `ours.answer` and `ours_expected`.")
         cases.append(case)
     return cases
