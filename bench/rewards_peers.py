@@ -151,14 +151,14 @@ def main() -> int:
     print(f"{args.cases.name}: {n} cases ({'all' if args.all else 'GSM8K-applicable'}): "
           f"{total['correctness']} correctness, {total['format']} format; "
           f"math_verify import + first parse (once, not timed below): {warmup:.2f} s")
-    print(f"{'grader':<13}{'correctness right':>40}{'format right':>15}{'all right':>38}{'ms/case':>9}")
+    print(f"{'grader':<13}{'correctness right':>42}  {'format right':>12}  {'all right':>42}  {'ms/case':>8}")
     for name in ("ours", "math-verify"):
         graded = total["correctness"] + (total["format"] if name == "ours" else 0)
         both = right[name, "correctness"] + right[name, "format"]
         fmt = f"{right[name, 'format']}/{total['format']}" if name == "ours" else "n/a"
-        print(f"{name:<13}{share(right[name, 'correctness'], total['correctness']):>40}{fmt:>15}"
-              f"{share(both, graded) if name == 'ours' else 'n/a':>38}"
-              f"{1000 * seconds[name] / max(graded, 1):>9.2f}")
+        print(f"{name:<13}{share(right[name, 'correctness'], total['correctness']):>42}  {fmt:>12}  "
+              f"{share(both, graded) if name == 'ours' else 'n/a':>42}  "
+              f"{1000 * seconds[name] / max(graded, 1):>8.2f}")
     diff = right["ours", "correctness"] - right["math-verify", "correctness"]
     print(f"on the same {total['correctness']} correctness cases: ours - math-verify = {diff:+d}")
     for name, counter in misses.items():
