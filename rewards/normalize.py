@@ -455,6 +455,7 @@ _CUE = re.compile(r"\b(?:is|are|was|were|equals?|equal\s+to|be|gives?|makes?|tot
 # After the asserted number, another number may follow only in a phrase like these ("840 laps
 # during the 60 days"); "18 and 20", "18, not 20", "18 + 2" reject the sentence.
 _PREPOSITION = re.compile(r"\b(?:in|during|for|over|after|within|per|each|every|on|from|across)\b", re.IGNORECASE)
+_EQUATION_LIST = re.compile(r"[,;]|\band\b|\bthen\b", re.IGNORECASE)
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}|[\u4e00-\u9fff]")
 
 
@@ -469,7 +470,8 @@ def conclusion_value(text: str) -> Fraction | None:
     3. Find its last assertion cue that a number follows (`_CUE`: "is", "are", "=", "total of", "makes", "it's",
        "是", "共", ...). None: only a sentence that opens with "Therefore"/"So"/"Thus"/"所以"...
        and holds one number, no mathematics, is read; anything else is refused.
-    4. After the cue, a chain of equalities is read at its right-hand end ("is 37 + 95 = 132").
+    4. A "=" cue that starts a second equation ("x = 5 and y = 3") is refused. After the cue,
+       a chain of equalities is read at its right-hand end ("is 37 + 95 = 132").
     5. The first number after that is the answer if nothing mathematical stands between
        the cue and it, no variable is glued to it, and every later different number stands
        in a phrase opened by a preposition ("during the 60 days", "for 2 tubs and 4 packets")
@@ -497,6 +499,10 @@ def conclusion_value(text: str) -> Fraction | None:
         if _CONCLUDING.search(sentence) and not is_math and values and all(v == values[0] for v in values):
             return values[0]
         return None
+    if cue.group() == "=":
+        earlier = [m for m in _EQUALS.finditer(sentence, 0, cue.start())]
+        if earlier and _EQUATION_LIST.search(sentence, earlier[-1].end(), cue.start()):
+            return None  # "x = 5 and y = 3": this "=" starts a second equation, not a chain
     after = sentence[cue.end():]
     equals = list(_EQUALS.finditer(after))
     if equals:
