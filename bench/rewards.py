@@ -255,7 +255,7 @@ def gsm8k_accuracy(rows: list[tuple[str, str]]) -> None:
                                      for i, c in enumerate(conclusions) if references[(i + 1) % len(rows)] != references[i]],
     }
     print(f"\nreal GSM8K: {len(rows)} rows; references that read as one number: {readable}/{len(rows)}")
-    print(f"{'completions':<26}{'n':>6}{'ours right':>42}{'notebook right':>42}{'math-verify right':>42}")
+    print(f"{'completions':<26}{'n':>6}  {'ours right':>42}  {'notebook right':>42}  {'math-verify right':>42}")
     for label, items in sets.items():
         texts = [wrap(t) for t, _, _ in items]
         refs = [r for _, r, _ in items]
@@ -266,7 +266,7 @@ def gsm8k_accuracy(rows: list[tuple[str, str]]) -> None:
         for scores in (ours, notebook, mv):
             right = sum((score == 2.0) == should for score, (_, _, should) in zip(scores, items))
             cells.append(share(right, len(items)))
-        print(f"{label:<26}{len(items):>6}" + "".join(f"{c:>42}" for c in cells))
+        print(f"{label:<26}{len(items):>6}" + "".join(f"  {c:>42}" for c in cells))
     print("(a wrong answer accepted counts against a grader in the last row; a right one missed in the others. "
           "A conclusion sentence that does not state the final answer is possible in the data and counts as a miss)")
 

@@ -455,7 +455,19 @@ _CUE = re.compile(r"\b(?:is|are|was|were|equals?|equal\s+to|be|gives?|makes?|tot
 # After the asserted number, another number may follow only in a phrase like these ("840 laps
 # during the 60 days"); "18 and 20", "18, not 20", "18 + 2" reject the sentence.
 _PREPOSITION = re.compile(r"\b(?:in|during|for|over|after|within|per|each|every|on|from|across)\b", re.IGNORECASE)
-_EQUATION_LIST = re.compile(r"[,;]|\band\b|\bthen\b", re.IGNORECASE)
+_EQUATION_JOIN = re.compile(r";|\band\b", re.IGNORECASE)
+_BARE_VARIABLE = re.compile(r"\s*[A-Za-z]\w{0,2}\s*")
+
+
+def _starts_second_equation(between: str) -> bool:
+    """Between two "=": "5 and y", "5; y" or "5, y" (a comma then a bare variable) join two
+    equations; "8, the longer piece is 4*8" is a calculation that follows from the first."""
+    if _EQUATION_JOIN.search(between):
+        return True
+    comma = between.rfind(",")
+    return comma != -1 and _BARE_VARIABLE.fullmatch(between[comma + 1:]) is not None
+
+
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}|[\u4e00-\u9fff]")
 
 
@@ -501,7 +513,7 @@ def conclusion_value(text: str) -> Fraction | None:
         return None
     if cue.group() == "=":
         earlier = [m for m in _EQUALS.finditer(sentence, 0, cue.start())]
-        if earlier and _EQUATION_LIST.search(sentence, earlier[-1].end(), cue.start()):
+        if earlier and _starts_second_equation(sentence[earlier[-1].end():cue.start()]):
             return None  # "x = 5 and y = 3": this "=" starts a second equation, not a chain
     after = sentence[cue.end():]
     equals = list(_EQUALS.finditer(after))

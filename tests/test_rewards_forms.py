@@ -185,9 +185,9 @@ def test_a_sentence_never_scores_a_number_it_does_not_conclude(a, b, c, op):
     contradiction = f"The total is {a}, not {b}."
     if a != b:
         assert score(contradiction, str(b)) == 0.0
-    system = f"Let x = {a} and y = {b}."
-    if a != b:
-        assert score(system, str(a)) == 0.0 and score(system, str(b)) == 0.0, system
+    for system in (f"Let x = {a} and y = {b}.", f"Let x = {a}, y = {b}.", f"So p = {a}; q = {b} in total."):
+        if a != b:
+            assert score(system, str(a)) == 0.0 and score(system, str(b)) == 0.0, system
     listed = f"He bought {a} pens and {b} pencils."
     if a != b:
         assert score(listed, str(a)) == 0.0 and score(listed, str(b)) == 0.0
