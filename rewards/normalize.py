@@ -432,7 +432,7 @@ def _strip_lone_brackets(text: str) -> str:
 
 # --- step 5: the conclusion sentence ---------------------------------------------------------
 
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
 # Anything that offers a second possibility or takes the statement back. One of these in the
 # concluding sentence and nothing is read: a hedge is never rewarded.
 # "could"/"might" in a relative clause describe the quantity ("the most points that could be in
@@ -476,7 +476,8 @@ def conclusion_value(text: str) -> Fraction | None:
 
     The rule, in order (each step can only refuse, never guess):
 
-    1. Take the last sentence that contains a digit (sentences end at ". ", "!", "?", ";", "。").
+    1. Take the last sentence that contains a digit (sentences end at ". ", "!", "?", "。"; not at
+       ";", which joins equations: "p = 0; q = 1").
     2. Refuse it if it hedges or takes something back (`_HEDGE`: "or", "maybe", "could",
        "but", "actually", "between", ...).
     3. Find its last assertion cue that a number follows (`_CUE`: "is", "are", "=", "total of", "makes", "it's",
