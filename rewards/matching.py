@@ -23,6 +23,7 @@ How each form is read, and why the rule cannot turn a wrong answer into a right 
 |------------------------------------|-------------------------------|--------------------------------------------------|
 | conclusion sentence: "..., which is 132 loaves in total" | the number after the last assertion cue (`conclusion_value`) | only the number the sentence asserts; a "=" that starts a second equation ("x = 5 and y = 3") reads as nothing; operands ("31 - 19 = 12": 12, not 19), chain middles ("35 + 2 = 37": 37), a later number not in a prepositional phrase, any hedge or take-back word ("or", "maybe", "but", "between") and sentences without a cue all read as nothing |
 | "maybe 18", "it could be 18", "at most 18" | ambiguous                 | uncertainty is not an answer, even with one number |
+| "\\boxed{18} or \\boxed{20}"        | ambiguous                     | two boxes joined only by a separator are a list; a box far earlier in the working is not |
 | truncated tag "37</", "81</answer" | 37, 81                        | only a prefix of "</answer>" at the very end is cut |
 | units "60 km/h", "$15/hour", "10 ft²", "5m", "\\text{ m}" | the number       | a slash before a word, a power only on a length unit, and only unit letters m g h s l glued; "15/x", "10 x^2", "2x", "5k" stay expressions |
 | mixed number "2 1/2", "2\\frac{1}{2}" | 5/2                        | only a proper fraction after a whole number; "2 1/2" never equals 2 or 1/2 |

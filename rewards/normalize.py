@@ -156,8 +156,27 @@ _LATEX_REMOVALS = (
 
 def _last_boxed_content(text: str) -> str | None:
     """Content of the last \\boxed{...} (brace-balanced), or None. Hand-written because a
-    regex cannot balance braces; the loop is linear in the text after the box."""
-    start = max(text.rfind(cmd) for cmd in _BOX_COMMANDS)
+    regex cannot balance braces; the loop is linear in the text after the box.
+
+    Two boxes close together with different contents ("\\boxed{18} or \\boxed{20}") are a
+    list of alternatives: both are returned, joined by " or ", so the answer reads as ambiguous."""
+    last = _boxed_at(text, max(text.rfind(cmd) for cmd in _BOX_COMMANDS))
+    if last is None:
+        return None
+    content, start, _ = last
+    previous = _boxed_at(text, max(text.rfind(cmd, 0, start) for cmd in _BOX_COMMANDS))
+    if (previous is not None and _ALTERNATIVE_BOX_GAP.fullmatch(text[previous[2]:start])
+            and previous[0].strip() != content.strip()):
+        return f"{previous[0]} or {content}"
+    return content
+
+
+# What stands between two boxes that list alternatives: "} or \\boxed{", "}$, $\\boxed{", "}/\\boxed{".
+_ALTERNATIVE_BOX_GAP = re.compile(r"[\s$]*(?:,|;|/|、|or|and|或|或者|maybe|perhaps)?[\s$]*", re.IGNORECASE)
+
+
+def _boxed_at(text: str, start: int) -> tuple[str, int, int] | None:
+    """(content, start, end) of the box command at `start`, or None."""
     if start == -1:
         return None
     brace = text.find("{", start)
@@ -170,8 +189,8 @@ def _last_boxed_content(text: str) -> str | None:
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[brace + 1:i]
-    return text[brace + 1:]  # unclosed box: take the rest rather than nothing
+                return text[brace + 1:i], start, i + 1
+    return text[brace + 1:], start, len(text)  # unclosed box: take the rest rather than nothing
 
 
 def _mixed_fraction(match: re.Match[str]) -> str:

@@ -158,7 +158,7 @@ subjects = st.sampled_from(["The total", "So the answer", "Therefore, the number
 hedges = st.sampled_from(["{a} or {b}", "either {a} or {b}", "{a}, {b}", "{a} and {b}", "{a}/{b} maybe",
                           "maybe {a}", "perhaps {a}", "it could be {a}", "between {a} and {b}", "{a} or maybe {b}",
                           "{a}; or {b}", "{a} but possibly {b}", "{a} (or {b})", "**{a}** or **{b}**",
-                          "{a} 或 {b}", "可能是{a}", "at most {a}", "up to {a}", "{a}, not sure"])
+                          "{a} 或 {b}", "可能是{a}", "\\boxed{{{a}}} or \\boxed{{{b}}}", "$\\boxed{{{a}}}$, $\\boxed{{{b}}}$", "at most {a}", "up to {a}", "{a}, not sure"])
 
 
 @settings(max_examples=300, deadline=None)
