@@ -196,7 +196,7 @@ GSM8K_HELP = """GSM8K file(s) to score correctness on: .jsonl/.json/.parquet wit
 columns, or a folder written by `datasets.save_to_disk` (the folder the pipeline keeps under its
 data cache, hub/openai__gsm8k__main__default, after `python -m pipeline data` has run once with
 dataset_name openai/gsm8k). To write a file on a machine with hub access:
-python -c "from datasets import load_dataset; load_dataset('openai/gsm8k', 'main', split='test').to_json('gsm8k_test.jsonl')"
+python -c "from datasets import load_dataset as L; L('openai/gsm8k', 'main', split='test').to_json('gsm8k_test.jsonl')"
 (the original release, github.com/openai/grade-school-math, has the same rows in grade_school_math/data/).
 Each row gives three completions, with labels that come from the dataset itself:
 the row's own `#### answer` text (must score 2.0); the last line of its human-written solution
@@ -246,13 +246,15 @@ def gsm8k_accuracy(rows: list[tuple[str, str]]) -> None:
     readable = sum(rewards.normalize_answer(final) is not None and rewards.parse_answer(final).kind == "number"
                    for _, final in rows)
     references = [rewards.extract_hash_answer(f"#### {final}") for _, final in rows]
-    conclusions = [" ".join(_CALCULATOR_NOTE.sub("", body).splitlines()[-1].split()) if body else "" for body, _ in rows]
+    conclusions = [" ".join(_CALCULATOR_NOTE.sub("", body).splitlines()[-1].split()) if body else ""
+                   for body, _ in rows]
     # (completion text, reference, should it score 2.0?)
     sets = {
         "own #### answer": [(final, ref, True) for (_, final), ref in zip(rows, references)],
         "conclusion sentence": [(c, ref, True) for c, ref in zip(conclusions, references)],
-        "sentence vs other answer": [(c, references[(i + 1) % len(rows)], False)
-                                     for i, c in enumerate(conclusions) if references[(i + 1) % len(rows)] != references[i]],
+        "sentence vs other answer": [(c, other, False) for c, ref, other in zip(conclusions, references,
+                                                                                references[1:] + references[:1])
+                                     if other != ref],
     }
     print(f"\nreal GSM8K: {len(rows)} rows; references that read as one number: {readable}/{len(rows)}")
     print(f"{'completions':<26}{'n':>6}  {'ours right':>42}  {'notebook right':>42}  {'math-verify right':>42}")

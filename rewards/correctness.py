@@ -31,7 +31,7 @@ def correctness_reward_func(prompts: Any = None, completions: Any = None, answer
     |-------------------------------------------------------------------|--------|
     | answer equals reference after normalisation (numeric, tolerance, or math-verify) | 2.0 |
     | wrong, several different numbers ("5 or 18"), no/empty <answer> block, odd completion | 0.0 |
-    | reference is None, empty, unreadable (>1,000 chars) or words without a number or mathematics ("forty two") | None |
+    | reference None, empty, unreadable (>1,000 chars), or without a digit ("forty two") | None |
 
     None tells TRL "cannot be judged": the sample is left out of this function's mean
     instead of teaching the model that a right answer was wrong. `answer` is the dataset

@@ -138,13 +138,14 @@ def _clean_characters(text: str) -> str:
 # --- step 2: LaTeX --------------------------------------------------------------------------
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
-_TEXT_WRAPPER = re.compile(r"\\(?:text|textnormal|textbf|textit|textrm|textsf|texttt|mathrm|mathbf|mathit|mathsf|mbox|operatorname)"
-    r"\s*\{([^{}]*)\}")
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textnormal|textbf|textit|textrm|textsf|texttt|mathrm|mathbf|mathit|mathsf|"
+                           r"mbox|operatorname)\s*\{([^{}]*)\}")
 _FRAC_BRACED = re.compile(r"\\[dt]?frac\s*\{\s*([-+]?\d+(?:\.\d+)?)\s*\}\s*\{\s*([-+]?\d+(?:\.\d+)?)\s*\}")
 _FRAC_SHORT = re.compile(r"\\[dt]?frac\s*(\d)\s*(\d)")
 # "2\frac{1}{2}" and "2 \frac12" are mixed numbers (5/2), not 2 and 1/2 (or "21/2").
 _MIXED_LATEX = re.compile(r"(?<![\d.])(\d+)\s*\\[dt]?frac\s*(?:\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|(\d)\s*(\d))")
-_THOUSANDS_BANG = re.compile(r",\s*\\!\s*|\s*\{\s*,\s*\}\s*")  # "11,\! 111": a thousands comma with LaTeX's thin negative space
+# "11,\! 111" and "14 {, }916": thousands commas with LaTeX spacing around them.
+_THOUSANDS_BANG = re.compile(r",\s*\\!\s*|\s*\{\s*,\s*\}\s*")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?")
 _LATEX_REMOVALS = (
     ("\\left", ""), ("\\right", ""), ("\\displaystyle", ""), ("\\!", ""),
@@ -233,7 +234,8 @@ _UNIT_SLASH_WORD = re.compile(r"\s*/\s*[A-Za-z]{2,}\b")
 _UNIT_SLASH_LETTER = re.compile(r"(?<=[A-Za-z]{2})\s*/\s*[A-Za-z]\b")
 # Squared or cubed length units ("10 ft^2", "10 m²" after superscript folding). Only these unit
 # names: "10 x^2" must stay an expression.
-_POWER_UNIT = re.compile(r"(?<![A-Za-z])(m|cm|mm|km|ft|in|yd|mi|inch(?:es)?|feet|foot|met(?:er|re)s?|miles?|yards?|units?)"
+_POWER_UNIT = re.compile(r"(?<![A-Za-z])(m|cm|mm|km|ft|in|yd|mi|inch(?:es)?|feet|foot|met(?:er|re)s?|miles?|"
+                         r"yards?|units?)"
                          r"\s*\^\s*\{?\s*[23]\s*\}?")
 _APPROX_AFTER_EXACT = re.compile(r"(=[^=≈]{0,40}?)\s*≈\s*[-+]?\d[\d,]*(?:\.\d+)?")
 _MIXED_NUMBER = re.compile(r"(?<![\d.,/])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d.,/])")
@@ -276,7 +278,8 @@ _WORD_RUN = re.compile(rf"\b(?:{_NUMBER_WORD})(?:(?:[\s-]+and)?[\s-]+(?:{_NUMBER
 _UNREAD_WORDS = re.compile(r"\b(?:half|halves|quarters?|thirds?|fourths?|fifths?|sixths?|sevenths?|eighths?|ninths?|"
                            r"tenths?|hundredths?|thousandths?|point|minus|negative|dozens?|score)\b", re.IGNORECASE)
 _UNREAD_CHINESE = re.compile("负|点|半|分之|多|几")  # negative, decimal point, half, fractions, "and some"
-_CHINESE_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_CHINESE_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4,
+                  "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _CHINESE_UNIT = {"十": 10, "百": 100, "千": 1000}
 _CHINESE_BIG = {"万": 10**4, "亿": 10**8}
 _CHINESE_RUN = re.compile("[零〇一二两三四五六七八九十百千万亿]+")
@@ -461,11 +464,13 @@ _HEDGE = re.compile(r"\b(?:or|either|maybe|perhaps|possibly|probably|unsure|gues
                     r"\b(?:could|might|may)\b|not\s+sure|或|还是|可能|也许|大概|但",
                     re.IGNORECASE)
 # Uncertainty about a single number ("Maybe 18.", "It could be 18."): not rewarded either.
-_UNSURE = re.compile(r"\b(?:maybe|perhaps|possibly|probably|unsure|guess|at\s+(?:most|least)|up\s+to)\b|(?<!that )(?<!which )(?<!who )"
+_UNSURE = re.compile(r"\b(?:maybe|perhaps|possibly|probably|unsure|guess|at\s+(?:most|least)|up\s+to)\b|"
+                     r"(?<!that )(?<!which )(?<!who )"
                      r"\b(?:could|might|may)\b|not\s+sure|可能|也许|大概", re.IGNORECASE)
 # A sentence that opens with one of these concludes, so with one number and no cue it still
 # asserts it: "Therefore, the error increases by 100%."
-_CONCLUDING = re.compile(r"^\W*(?:therefore|thus|so|hence|in\s+total|altogether|finally|in\s+conclusion)\b|^\W*(?:所以|因此|总共)",
+_CONCLUDING = re.compile(r"^\W*(?:therefore|thus|so|hence|in\s+total|altogether|finally|in\s+conclusion)\b"
+                         r"|^\W*(?:所以|因此|总共)",
                          re.IGNORECASE)
 # Words that assert a value: "... is 132", "a total of 840", "which makes 18", "it's 1,000.99".
 _CUE = re.compile(r"\b(?:is|are|was|were|equals?|equal\s+to|be|gives?|makes?|totals?|total\s+of|comes?\s+to|"
@@ -606,7 +611,8 @@ _TEMPLATE_TOKEN = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|end_of_tex
 
 def _prediction_window(text: str) -> str:
     """At most MAX_ANSWER_CHARS of a model's answer: up to the first chat-template token (the
-    model went on into a new turn), then from its last \\boxed{} or final-answer marker, or else its tail, cut at a space so
+    model went on into a new turn), then from its last \\boxed{} or final-answer marker, or
+    else its tail, cut at a space so
     no number is cut in half. Linear in the text."""
     if "<|" in text or "hope" in text:
         token = _TEMPLATE_TOKEN.search(text)

@@ -42,8 +42,8 @@ def resolve_reward(name: str | RewardFunc) -> RewardFunc:
     """The reward function for a registry name, a notebook alias, or "module:function".
 
     A callable is returned unchanged. Raises a plain ValueError (its message says the fix and
-    names no config field; the config layer adds that) for an unknown name, a module that cannot be imported, or an attribute that is missing or not
-    callable.
+    names no config field; the config layer adds that) for an unknown name, a module that
+    cannot be imported, or an attribute that is missing or not callable.
 
     >>> resolve_reward("correctness").__name__
     'correctness_reward_func'

@@ -115,7 +115,8 @@ def test_decimal_commas_beside_thousands_commas():
 
 
 def test_chat_template_tokens_and_sign_offs_end_the_answer():
-    assert score("So the train covers a total of 420 km in 6 hours. <|im_start|>user\nWhat about 7 hours?", "420") == 2.0
+    new_turn = "<|im_start|>user\nWhat about 7 hours?"
+    assert score(f"So the train covers a total of 420 km in 6 hours. {new_turn}", "420") == 2.0
     assert score("Final Answer: The final answer is 75. I hope it is correct. Next: 80, 90", "75") == 2.0
 
 
@@ -158,7 +159,9 @@ subjects = st.sampled_from(["The total", "So the answer", "Therefore, the number
 hedges = st.sampled_from(["{a} or {b}", "either {a} or {b}", "{a}, {b}", "{a} and {b}", "{a}/{b} maybe",
                           "maybe {a}", "perhaps {a}", "it could be {a}", "between {a} and {b}", "{a} or maybe {b}",
                           "{a}; or {b}", "{a} but possibly {b}", "{a} (or {b})", "**{a}** or **{b}**",
-                          "{a} 或 {b}", "可能是{a}", "\\boxed{{{a}}} or \\boxed{{{b}}}", "$\\boxed{{{a}}}$, $\\boxed{{{b}}}$", "at most {a}", "up to {a}", "{a}, not sure"])
+                          "{a} 或 {b}", "可能是{a}", "\\boxed{{{a}}} or \\boxed{{{b}}}",
+                          "$\\boxed{{{a}}}$, $\\boxed{{{b}}}$",
+                          "at most {a}", "up to {a}", "{a}, not sure"])
 
 
 @settings(max_examples=300, deadline=None)
