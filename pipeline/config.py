@@ -677,13 +677,13 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     try:
         get_reward_funcs(list(g.reward_funcs))
     except ValueError as err:
-        raise ConfigError("reward_funcs", str(err).replace("config error in `reward_funcs`: ", "")) from None
+        raise ConfigError("reward_funcs", str(err)) from None
     from rewards import check_reward_weights
 
     try:
         check_reward_weights(list(g.reward_funcs), g.reward_weights)
     except ValueError as err:
-        raise ConfigError("reward_weights", str(err).replace("config error in `reward_weights`: ", "")) from None
+        raise ConfigError("reward_weights", str(err)) from None
     if d.max_samples is not None and d.max_samples <= 0:
         raise ConfigError("max_samples", f"got {d.max_samples}; use a positive integer or leave it unset.")
     if g.save_steps <= 0:

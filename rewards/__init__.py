@@ -11,8 +11,8 @@ TRL passes (`completion_ids`, `trainer_state`, `log_metric`, `log_extra`, datase
 are accepted and ignored. Completions may be strings or chat message lists. Every
 function returns one value per completion and never raises on odd completions: None,
 non-strings, empty text, broken or repeated tags, megabyte strings and control characters
-all score 0.0, in time linear in the text (no backtracking regex; answers over 1,000
-characters are not read).
+all score 0.0, in time linear in the text (no backtracking regex; of an answer over 1,000
+characters only a 1,000-character window at its final statement is read).
 
 None vs 0.0 (TRL treats a None reward as "cannot be judged" and leaves the sample out of
 that function's mean):
@@ -20,13 +20,16 @@ that function's mean):
 - A missing, empty or unparseable *model* answer is a wrong answer: 0.0. The model is
   responsible for producing a readable answer, and scoring it None would hide failures.
 - Only `correctness_reward_func` returns None, and only when the *reference* answer is
-  None, empty or unreadable: the sample cannot be judged, and 0.0 would punish a right answer.
+  None, empty, unreadable or has no digit ("forty two"): the sample cannot be judged, and 0.0
+  would punish a right answer.
 - A missing `answer` column (or one whose length differs from the completions) is a set-up
   error and raises ValueError naming `answer`, so a run never trains silently without a
-  correctness signal.
+  correctness signal. Set-up errors are plain ValueErrors whose messages name no config field;
+  the config layer (pipeline/config.py) says which field they came from.
 
 How answers are compared: rewards/normalize.py (fast numeric reader), rewards/matching.py
-(decision table, tolerance), rewards/symbolic.py (math-verify, lazily imported, time-limited).
+(decision table, tolerance, how each answer form is read and why that is safe),
+rewards/symbolic.py (math-verify, lazily imported, time-limited per check and per batch, verdicts cached).
 No torch and no math_verify at import time: `import rewards` is cheap.
 
 >>> from rewards import correctness_reward_func, get_reward_funcs

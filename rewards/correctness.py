@@ -14,9 +14,13 @@ from rewards.completions import completion_texts
 from rewards.extract import extract_xml_answer
 from rewards.matching import answers_match
 from rewards.normalize import parse_answer
+from rewards.symbolic import time_budget
 
 CORRECT_REWARD = 2.0
 INTEGER_REWARD = 0.5
+# Seconds of math-verify work one call may start (see rewards/symbolic.py). Plain numbers never
+# need it; a batch of 64 new exotic expressions would otherwise cost up to ~2 min.
+SYMBOLIC_BUDGET_S = 2.0
 
 
 def correctness_reward_func(prompts: Any = None, completions: Any = None, answer: Any = None,
@@ -27,7 +31,7 @@ def correctness_reward_func(prompts: Any = None, completions: Any = None, answer
     |-------------------------------------------------------------------|--------|
     | answer equals reference after normalisation (numeric, tolerance, or math-verify) | 2.0 |
     | wrong, several different numbers ("5 or 18"), no/empty <answer> block, odd completion | 0.0 |
-    | reference is None, empty or unreadable (>1,000 chars)             | None   |
+    | reference None, empty, unreadable (>1,000 chars), or without a digit ("forty two") | None |
 
     None tells TRL "cannot be judged": the sample is left out of this function's mean
     instead of teaching the model that a right answer was wrong. `answer` is the dataset
@@ -46,11 +50,13 @@ def correctness_reward_func(prompts: Any = None, completions: Any = None, answer
     texts = completion_texts(completions)
     references = _references(answer, len(texts))
     rewards: list[float | None] = []
-    for text, reference in zip(texts, references):
-        if parse_answer(reference) is None:
-            rewards.append(None)
-        else:
-            rewards.append(CORRECT_REWARD if answers_match(extract_xml_answer(text), reference) else 0.0)
+    with time_budget(SYMBOLIC_BUDGET_S):
+        for text, reference in zip(texts, references):
+            parsed = parse_answer(reference)
+            if parsed is None or not any(ch.isdigit() for ch in parsed.cleaned):  # "forty two", "n/a"
+                rewards.append(None)
+            else:
+                rewards.append(CORRECT_REWARD if answers_match(extract_xml_answer(text), reference) else 0.0)
     return rewards
 
 
@@ -69,7 +75,7 @@ def int_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
     """
     rewards = []
     for text in completion_texts(completions):
-        parsed = parse_answer(extract_xml_answer(text))
+        parsed = parse_answer(extract_xml_answer(text), prediction=True)
         is_integer = parsed is not None and parsed.kind == "number" and _is_integral(parsed.value)
         rewards.append(INTEGER_REWARD if is_integer else 0.0)
     return rewards

@@ -23,6 +23,8 @@ def extract_xml_answer(text: Any) -> str:
     - An unclosed final block (`<answer> 18` and no `</answer>`, e.g. the model stopped
       there): its content runs to the end of the text, as in the notebook. The format
       rewards already charge for the missing tag; the answer itself still counts.
+    - A closing tag cut short at the end of the text ("37</", "81</answer", "$4500\\n</", the
+      generation hit its token limit mid-tag) is dropped: it is part of the tag, not the answer.
     - No `<answer>` tag at all: "". The notebook returned the whole completion here, which
       let a bare "18" with no format score as correct.
     - None or non-string input: "". Never raises.
@@ -33,6 +35,8 @@ def extract_xml_answer(text: Any) -> str:
     '7'
     >>> extract_xml_answer("<answer> 42"), extract_xml_answer("no tags"), extract_xml_answer(None)
     ('42', '', '')
+    >>> extract_xml_answer("<answer>37</"), extract_xml_answer("<answer>\\n$4500\\n</answer")
+    ('37', '$4500')
     """
     if not isinstance(text, str):
         return ""
@@ -41,7 +45,13 @@ def extract_xml_answer(text: Any) -> str:
         return ""
     start += len(ANSWER_OPEN)
     end = text.find(ANSWER_CLOSE, start)
-    return (text[start:] if end == -1 else text[start:end]).strip()
+    if end != -1:
+        return text[start:end].strip()
+    content = text[start:].rstrip()
+    for cut in range(len(ANSWER_CLOSE) - 1, 1, -1):  # "</answer" down to "</"
+        if content.endswith(ANSWER_CLOSE[:cut]):
+            return content[:-cut].strip()
+    return content.strip()
 
 
 def extract_hash_answer(text: Any) -> str | None:

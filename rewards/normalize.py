@@ -37,8 +37,26 @@ Rules, in order (each one is why a notebook reward marked a right answer wrong):
    expression. A multi-letter word glued to a number is a unit ("18km", "5kg"), so "5m" is an
    expression but "5 m" is a number.
 
-Answers longer than MAX_ANSWER_CHARS are not read at all (None): a final answer that long
-is not a final answer, and the cap bounds the time spent per completion.
+7. Forms a careful grader accepts: "**18**" (markdown), "18 (approximately)" (a parenthetical
+   of words), units after a slash or squared ("60 km/h", "$15/hour", "10 ft²", "10 m^2"), a unit
+   letter glued to the number ("5m", "3h"), mixed numbers ("2 1/2", "2\\frac{1}{2}" = 5/2),
+   scale words ("1.2 million"), "\\approx" read as "=", "11,\\! 111" as 11111.
+8. Decimal commas: a comma is a thousands separator only in GSM8K's own shape (1-3 digits, not
+   starting with 0, then groups of exactly three: "1,234", "12,000,023"). Any other single comma
+   between digits is a decimal comma ("1000,99", "2,74", "0,111"). Safe because the two readings
+   never overlap, and a hedge written without a space ("18,20") reads as 18.2, which equals no
+   integer answer.
+9. The conclusion sentence (see `conclusion_value`): when the text is prose with several
+   different numbers, the number the last sentence asserts is read, or nothing.
+
+The model's side (`parse_answer(..., prediction=True)`) also reads number words ("eighteen",
+"十八", "一百二十") when there are no digits at all, drops chat-template tokens and what
+follows them ("<|im_start|>user ..."), and reads a long answer's \\boxed{} or its last
+MAX_ANSWER_CHARS characters. A reference gets none of these: a reference in words ("forty
+two") is not a GSM8K reference, and the correctness reward leaves it unjudged.
+
+Answers longer than MAX_ANSWER_CHARS are otherwise not read at all (None): the cap bounds the
+time spent per completion.
 """
 
 from __future__ import annotations
@@ -99,7 +117,16 @@ _SUPERSCRIPTS = str.maketrans({ch: "^" + d for ch, d in zip("⁰¹²³⁴⁵⁶�
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]{0,20}[A-Za-z]")
 
 
+# "\\text" written in a non-raw Python or JSON string arrives as TAB + "ext"; "\\frac" as
+# form feed + "rac", "\\boxed" as backspace + "oxed". Put the backslash back before the
+# control characters are blanked.
+_MANGLED_ESCAPES = re.compile(r"\t(?=ext|imes|frac)|\x0c(?=rac)|\x08(?=oxed|inom)|\r(?=ight)|\x07(?=pprox)")
+_ESCAPE_LETTER = {"\t": "\\t", "\x0c": "\\f", "\x08": "\\b", "\r": "\\r", "\x07": "\\a"}
+
+
 def _clean_characters(text: str) -> str:
+    if not text.isprintable():
+        text = _MANGLED_ESCAPES.sub(lambda m: _ESCAPE_LETTER[m.group()], text)
     if "\x1b" in text:
         text = _ANSI_ESCAPE.sub("", text)  # terminal colour codes copied from logs
     text = text.translate(_GARBAGE)
@@ -111,22 +138,46 @@ def _clean_characters(text: str) -> str:
 # --- step 2: LaTeX --------------------------------------------------------------------------
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
-_TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}")
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textnormal|textbf|textit|textrm|textsf|texttt|mathrm|mathbf|mathit|mathsf|"
+                           r"mbox|operatorname)\s*\{([^{}]*)\}")
 _FRAC_BRACED = re.compile(r"\\[dt]?frac\s*\{\s*([-+]?\d+(?:\.\d+)?)\s*\}\s*\{\s*([-+]?\d+(?:\.\d+)?)\s*\}")
 _FRAC_SHORT = re.compile(r"\\[dt]?frac\s*(\d)\s*(\d)")
+# "2\frac{1}{2}" and "2 \frac12" are mixed numbers (5/2), not 2 and 1/2 (or "21/2").
+_MIXED_LATEX = re.compile(r"(?<![\d.])(\d+)\s*\\[dt]?frac\s*(?:\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|(\d)\s*(\d))")
+# "11,\! 111" and "14 {, }916": thousands commas with LaTeX spacing around them.
+_THOUSANDS_BANG = re.compile(r",\s*\\!\s*|\s*\{\s*,\s*\}\s*")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?")
 _LATEX_REMOVALS = (
     ("\\left", ""), ("\\right", ""), ("\\displaystyle", ""), ("\\!", ""),
     ("\\(", " "), ("\\)", " "), ("\\[", " "), ("\\]", " "),
     ("\\,", " "), ("\\;", " "), ("\\:", " "), ("\\ ", " "), ("\\quad", " "), ("\\qquad", " "), ("~", " "),
-    ("{,}", ","), ("\\%", "%"), ("\\$", ""), ("$", ""), ("°", ""),
+    ("{,}", ","), ("\\%", "%"), ("\\$", ""), ("$", ""), ("°", ""), ("\\approx", "≈"),
 )
 
 
 def _last_boxed_content(text: str) -> str | None:
     """Content of the last \\boxed{...} (brace-balanced), or None. Hand-written because a
-    regex cannot balance braces; the loop is linear in the text after the box."""
-    start = max(text.rfind(cmd) for cmd in _BOX_COMMANDS)
+    regex cannot balance braces; the loop is linear in the text after the box.
+
+    Two boxes close together with different contents ("\\boxed{18} or \\boxed{20}") are a
+    list of alternatives: both are returned, joined by " or ", so the answer reads as ambiguous."""
+    last = _boxed_at(text, max(text.rfind(cmd) for cmd in _BOX_COMMANDS))
+    if last is None:
+        return None
+    content, start, _ = last
+    previous = _boxed_at(text, max(text.rfind(cmd, 0, start) for cmd in _BOX_COMMANDS))
+    if (previous is not None and _ALTERNATIVE_BOX_GAP.fullmatch(text[previous[2]:start])
+            and previous[0].strip() != content.strip()):
+        return f"{previous[0]} or {content}"
+    return content
+
+
+# What stands between two boxes that list alternatives: "} or \\boxed{", "}$, $\\boxed{", "}/\\boxed{".
+_ALTERNATIVE_BOX_GAP = re.compile(r"[\s$]*(?:,|;|/|、|or|and|或|或者|maybe|perhaps)?[\s$]*", re.IGNORECASE)
+
+
+def _boxed_at(text: str, start: int) -> tuple[str, int, int] | None:
+    """(content, start, end) of the box command at `start`, or None."""
     if start == -1:
         return None
     brace = text.find("{", start)
@@ -139,21 +190,31 @@ def _last_boxed_content(text: str) -> str | None:
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[brace + 1:i]
-    return text[brace + 1:]  # unclosed box: take the rest rather than nothing
+                return text[brace + 1:i], start, i + 1
+    return text[brace + 1:], start, len(text)  # unclosed box: take the rest rather than nothing
+
+
+def _mixed_fraction(match: re.Match[str]) -> str:
+    """"2 1/2" -> "5/2" when the fraction is proper; otherwise leave the text alone."""
+    whole, num, den = int(match[1]), int(match[2] or match[4]), int(match[3] or match[5])
+    if not 0 < num < den:
+        return match.group()
+    return f"{whole * den + num}/{den}"
 
 
 def _simplify_latex(text: str) -> str:
     if "\\" not in text and "$" not in text and "{," not in text and "°" not in text and "~" not in text:
         return text
     boxed = _last_boxed_content(text)
-    if boxed is not None:
-        text = boxed
+    if boxed is not None and _FINAL_MARKER.search(text, max(text.rfind(cmd) for cmd in _BOX_COMMANDS)) is None:
+        text = boxed  # unless a final-answer marker after the box states the answer again
     for _ in range(3):  # \text{\textbf{..}} nests rarely deeper than this
         unwrapped = _TEXT_WRAPPER.sub(r" \1 ", text)
         if unwrapped == text:
             break
         text = unwrapped
+    text = _THOUSANDS_BANG.sub(",", text)
+    text = _MIXED_LATEX.sub(_mixed_fraction, text)
     text = _FRAC_BRACED.sub(r"\1/\2", text)
     text = _FRAC_SHORT.sub(r"\1/\2", text)
     text = _DEGREES.sub("", text)
@@ -162,10 +223,113 @@ def _simplify_latex(text: str) -> str:
     return " ".join(text.split())
 
 
+# --- step 2b: prose forms around a number ----------------------------------------------------
+
+_MARKDOWN_EMPHASIS = re.compile(r"\*\*|__")
+# "(approximately)", "(dollars)": words only, two letters at least, so "f(x)" keeps its "(x)".
+_WORD_PARENTHETICAL = re.compile(r"\(\s*[A-Za-z]{2}[A-Za-z .,'-]{0,40}\)")
+# "/hour", "/day": a slash before a word is a unit ("$15/hour", "4,000 bottles/hour"), and so is
+# a slash between a unit word and one letter ("km/h"). "15/x" and "a/b" stay mathematics.
+_UNIT_SLASH_WORD = re.compile(r"\s*/\s*[A-Za-z]{2,}\b")
+_UNIT_SLASH_LETTER = re.compile(r"(?<=[A-Za-z]{2})\s*/\s*[A-Za-z]\b")
+# Squared or cubed length units ("10 ft^2", "10 m²" after superscript folding). Only these unit
+# names: "10 x^2" must stay an expression.
+_POWER_UNIT = re.compile(r"(?<![A-Za-z])(m|cm|mm|km|ft|in|yd|mi|inch(?:es)?|feet|foot|met(?:er|re)s?|miles?|"
+                         r"yards?|units?)"
+                         r"\s*\^\s*\{?\s*[23]\s*\}?")
+_APPROX_AFTER_EXACT = re.compile(r"(=[^=≈]{0,40}?)\s*≈\s*[-+]?\d[\d,]*(?:\.\d+)?")
+_MIXED_NUMBER = re.compile(r"(?<![\d.,/])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d.,/])")
+_SCALED = re.compile(r"(\d+(?:\.\d+)?)\s*(thousand|million|billion)\b", re.IGNORECASE)
+_SCALE = {"thousand": 10**3, "million": 10**6, "billion": 10**9}
+
+
+def _scaled(match: re.Match[str]) -> str:
+    return format_number(Fraction(match[1]) * _SCALE[match[2].lower()])
+
+
+def _simplify_prose(text: str) -> str:
+    if "*" in text or "_" in text:
+        text = _MARKDOWN_EMPHASIS.sub("", text)
+    if "(" in text:
+        text = _WORD_PARENTHETICAL.sub(" ", text)
+    if "/" in text:
+        text = _UNIT_SLASH_LETTER.sub("", _UNIT_SLASH_WORD.sub("", text))
+        text = _MIXED_NUMBER.sub(_mixed_fraction, text)
+    if "^" in text:
+        text = _POWER_UNIT.sub(r"\1", text)
+    if "≈" in text:  # "x \\approx 11" states 11; in "x = 1/3 \\approx 0.33" the exact 1/3 is the answer
+        text = _APPROX_AFTER_EXACT.sub(r"\1", text).replace("≈", "=")
+    if "illion" in text or "housand" in text:
+        text = _SCALED.sub(_scaled, text)
+    return " ".join(text.split())
+
+
+# --- step 2c (model side only): number words ---------------------------------------------------
+
+_SMALL_NUMBERS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                  "fifteen sixteen seventeen eighteen nineteen").split()
+_TENS_WORDS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_WORD_VALUE = {w: i for i, w in enumerate(_SMALL_NUMBERS)} | {w: 20 + 10 * i for i, w in enumerate(_TENS_WORDS)}
+_WORD_SCALE = {"hundred": 100} | _SCALE
+_NUMBER_WORD = "|".join(sorted(list(_WORD_VALUE) + list(_WORD_SCALE), key=len, reverse=True))
+_WORD_RUN = re.compile(rf"\b(?:{_NUMBER_WORD})(?:(?:[\s-]+and)?[\s-]+(?:{_NUMBER_WORD}))*\b", re.IGNORECASE)
+# Words that change a number's value in ways the converter does not read ("eighteen and a half",
+# "minus five", "three point five"): with one present, English words are left unread.
+_UNREAD_WORDS = re.compile(r"\b(?:half|halves|quarters?|thirds?|fourths?|fifths?|sixths?|sevenths?|eighths?|ninths?|"
+                           r"tenths?|hundredths?|thousandths?|point|minus|negative|dozens?|score)\b", re.IGNORECASE)
+_UNREAD_CHINESE = re.compile("负|点|半|分之|多|几")  # negative, decimal point, half, fractions, "and some"
+_CHINESE_DIGIT = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4,
+                  "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_CHINESE_UNIT = {"十": 10, "百": 100, "千": 1000}
+_CHINESE_BIG = {"万": 10**4, "亿": 10**8}
+_CHINESE_RUN = re.compile("[零〇一二两三四五六七八九十百千万亿]+")
+
+
+def _english_words_value(match: re.Match[str]) -> str:
+    total = current = 0
+    for word in re.split(r"[\s-]+", match.group().lower()):
+        if word in _WORD_VALUE:
+            current += _WORD_VALUE[word]
+        elif word == "hundred":
+            current = max(current, 1) * 100
+        elif word in _WORD_SCALE:
+            total += max(current, 1) * _WORD_SCALE[word]
+            current = 0
+    return str(total + current)
+
+
+def _chinese_value(match: re.Match[str]) -> str:
+    total = section = digit = 0
+    for ch in match.group():
+        if ch in _CHINESE_DIGIT:
+            digit = _CHINESE_DIGIT[ch]
+        elif ch in _CHINESE_UNIT:
+            section += max(digit, 1) * _CHINESE_UNIT[ch]  # "十八": a bare 十 is ten
+            digit = 0
+        else:
+            total += (section + digit) * _CHINESE_BIG[ch]
+            section = digit = 0
+    return str(total + section + digit)
+
+
+def _number_words_to_digits(text: str) -> str:
+    """Number words as digits ("eighteen" -> "18", "一百二十" -> "120").
+
+    Only for text without a single digit: in "一共120元" the 一 is part of a word, and in
+    "each one costs 5" "one" is not the answer. With digits present, words are left alone."""
+    if any(ch.isdigit() for ch in text):
+        return text
+    if _UNREAD_WORDS.search(text) is None:
+        text = _WORD_RUN.sub(_english_words_value, text)
+    if _UNREAD_CHINESE.search(text) is None:
+        text = _CHINESE_RUN.sub(_chinese_value, text)
+    return text
+
+
 # --- step 3: final-answer markers -----------------------------------------------------------
 
 _FINAL_MARKER = re.compile(
-    r"(?:final\s+)?answer\s*(?:is|:|=|would\s+be|will\s+be)|答案\s*(?:是|为|為|:)|答\s*:",
+    r"(?:final\s+)?answer\s*(?:is|:|=|would\s+be|will\s+be|(?=[-+(\[]?\d))|答案\s*(?:是|为|為|:)|答\s*:",
     re.IGNORECASE,
 )
 # A lone "=" (not <=, >=, ==, !=, :=) also marks the final value: "5 + 13 = 18".
@@ -174,15 +338,20 @@ _LEADING_PUNCT = " :;,.。，、"  # not "-": "answer is -3" keeps its sign
 
 
 def _after_last_marker(text: str) -> str:
-    """The text after the last final-answer marker, then after the "=" if exactly one is left.
-
-    Only ONE "=" splits: "x = 5, y = 3" is a system of equations, and reading it as 3 would
-    accept "x = 4, y = 3"; it stays whole for the symbolic path."""
+    """The text after the last final-answer marker (the whole text when there is none)."""
     last = None
     for last in _FINAL_MARKER.finditer(text):
         pass
     if last is not None:
         text = text[last.end():].lstrip(_LEADING_PUNCT).strip() or text
+    return text
+
+
+def _after_single_equals(text: str) -> str:
+    """The text after the "=" if exactly one is present.
+
+    Only ONE "=" splits: "x = 5, y = 3" is a system of equations, and reading it as 3 would
+    accept "x = 4, y = 3"; it stays whole for the symbolic path."""
     equals = list(_EQUALS.finditer(text))
     if len(equals) == 1:
         text = text[equals[0].end():].lstrip(_LEADING_PUNCT).strip() or text
@@ -193,8 +362,8 @@ def _after_last_marker(text: str) -> str:
 
 _NUMBER = re.compile(
     r"(?P<sign>[-+])?(?=\.?\d)"  # a number starts with a digit (or ".5"); never matches empty
-    r"(?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d{1,3}(?: \d{3})+(?!\d)|\d+)?"
-    r"(?P<dec>\.\d+)?"
+    r"(?P<int>[1-9]\d{0,2}(?:,\d{3})+(?![\d,])|\d{1,3}(?: \d{3})+(?!\d)|\d+)?"
+    r"(?P<dec>\.\d+|,\d+(?![\d,]))?"  # ",99" in "1000,99": a decimal comma (rule 8)
     r"(?:[eE](?P<exp>[-+]?\d{1,3})(?!\d))?"
     r"(?:/(?P<den>\d+(?:\.\d+)?))?"
 )
@@ -211,9 +380,17 @@ def _is_ascii_alnum(ch: str) -> bool:
     return ch.isascii() and ch.isalnum()
 
 
+# One-letter units written glued after a number: "5m", "3h", "2L". Not "k" (5k is 5000) and
+# none of the letters algebra uses for unknowns.
+_UNIT_LETTERS = frozenset("mghsLl")
+
+
 def _glued_single_letter(text: str, index: int, step: int) -> bool:
-    """Is there a one-letter run starting at `index` going in direction `step`?"""
+    """Is there a one-letter run starting at `index` going in direction `step`? (a unit letter
+    after the number does not count)."""
     if not (0 <= index < len(text)) or not _is_letter(text[index]):
+        return False
+    if step > 0 and text[index] in _UNIT_LETTERS:
         return False
     nxt = index + step
     return not (0 <= nxt < len(text) and _is_letter(text[nxt]))
@@ -225,6 +402,10 @@ def _number_value(match: re.Match[str]) -> Fraction | None:
         return None
     if exp is not None and abs(int(exp)) > _MAX_EXPONENT:
         return None
+    if dec is not None and dec.startswith(","):
+        if int_part is None or "," in int_part:
+            return None  # "1,234,5": neither reading is safe; leave it to the symbolic path
+        dec = "." + dec[1:]
     literal = (int_part or "0").replace(",", "").replace(" ", "") + (dec or "") + (f"e{exp}" if exp else "")
     value = Fraction(literal)
     if den is not None:
@@ -271,13 +452,135 @@ def _strip_lone_brackets(text: str) -> str:
     return text
 
 
+# --- step 5: the conclusion sentence ---------------------------------------------------------
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
+# Anything that offers a second possibility or takes the statement back. One of these in the
+# concluding sentence and nothing is read: a hedge is never rewarded.
+# "could"/"might" in a relative clause describe the quantity ("the most points that could be in
+# the domain is 19"), so they do not hedge there.
+_HEDGE = re.compile(r"\b(?:or|either|maybe|perhaps|possibly|probably|unsure|guess|between|but|however|"
+                    r"actually|wait|instead|rather|at\s+(?:most|least)|up\s+to)\b|(?<!that )(?<!which )(?<!who )"
+                    r"\b(?:could|might|may)\b|not\s+sure|或|还是|可能|也许|大概|但",
+                    re.IGNORECASE)
+# Uncertainty about a single number ("Maybe 18.", "It could be 18."): not rewarded either.
+_UNSURE = re.compile(r"\b(?:maybe|perhaps|possibly|probably|unsure|guess|at\s+(?:most|least)|up\s+to)\b|"
+                     r"(?<!that )(?<!which )(?<!who )"
+                     r"\b(?:could|might|may)\b|not\s+sure|可能|也许|大概", re.IGNORECASE)
+# A sentence that opens with one of these concludes, so with one number and no cue it still
+# asserts it: "Therefore, the error increases by 100%."
+_CONCLUDING = re.compile(r"^\W*(?:therefore|thus|so|hence|in\s+total|altogether|finally|in\s+conclusion)\b"
+                         r"|^\W*(?:所以|因此|总共)",
+                         re.IGNORECASE)
+# Words that assert a value: "... is 132", "a total of 840", "which makes 18", "it's 1,000.99".
+_CUE = re.compile(r"\b(?:is|are|was|were|equals?|equal\s+to|be|gives?|makes?|totals?|total\s+of|comes?\s+to|"
+                  r"(?:it|that|this|which|there|what)'s)\b|=|是|为|為|等于|共",
+                  re.IGNORECASE)
+# After the asserted number, another number may follow only in a phrase like these ("840 laps
+# during the 60 days"); "18 and 20", "18, not 20", "18 + 2" reject the sentence.
+_PREPOSITION = re.compile(r"\b(?:in|during|for|over|after|within|per|each|every|on|from|across)\b", re.IGNORECASE)
+_EQUATION_JOIN = re.compile(r";|\band\b", re.IGNORECASE)
+_BARE_VARIABLE = re.compile(r"\s*[A-Za-z]\w{0,2}\s*")
+
+
+def _starts_second_equation(between: str) -> bool:
+    """Between two "=": "5 and y", "5; y" or "5, y" (a comma then a bare variable) join two
+    equations; "8, the longer piece is 4*8" is a calculation that follows from the first."""
+    if _EQUATION_JOIN.search(between):
+        return True
+    comma = between.rfind(",")
+    return comma != -1 and _BARE_VARIABLE.fullmatch(between[comma + 1:]) is not None
+
+
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}|[\u4e00-\u9fff]")
+
+
+def conclusion_value(text: str) -> Fraction | None:
+    """The number the last sentence with a digit asserts, or None.
+
+    The rule, in order (each step can only refuse, never guess):
+
+    1. Take the last sentence that contains a digit (sentences end at ". ", "!", "?", "。"; not at
+       ";", which joins equations: "p = 0; q = 1").
+    2. Refuse it if it hedges or takes something back (`_HEDGE`: "or", "maybe", "could",
+       "but", "actually", "between", ...).
+    3. Find its last assertion cue that a number follows (`_CUE`: "is", "are", "=", "total of", "makes", "it's",
+       "是", "共", ...). None: only a sentence that opens with "Therefore"/"So"/"Thus"/"所以"...
+       and holds one number, no mathematics, is read; anything else is refused.
+    4. A "=" cue that starts a second equation ("x = 5 and y = 3") is refused. After the cue,
+       a chain of equalities is read at its right-hand end ("is 37 + 95 = 132").
+    5. The first number after that is the answer if nothing mathematical stands between
+       the cue and it, no variable is glued to it, and every later different number stands
+       in a phrase opened by a preposition ("during the 60 days", "for 2 tubs and 4 packets")
+       with no operator in between.
+
+    >>> conclusion_value("The bakery sold 37 + 95, which is 132 loaves in total.")
+    Fraction(132, 1)
+    >>> conclusion_value("Ana swims a total of 840 laps during the 60 days.")
+    Fraction(840, 1)
+    >>> conclusion_value("So the answer is 18 or 20.") is None, conclusion_value("It is 35 + 2.") is None
+    (True, True)
+    """
+    sentences = [part for part in _SENTENCE_END.split(text) if any(ch.isdigit() for ch in part)]
+    if not sentences:
+        return None
+    sentence = sentences[-1]
+    if _HEDGE.search(sentence):
+        return None
+    cue = None
+    for match in _CUE.finditer(sentence):
+        if any(ch.isdigit() for ch in sentence[match.end():]):
+            cue = match  # the last cue that a number follows ("... is 132 loaves in total")
+    if cue is None:
+        values, is_math = _read_numbers(sentence)
+        if _CONCLUDING.search(sentence) and not is_math and values and all(v == values[0] for v in values):
+            return values[0]
+        return None
+    if cue.group() == "=":
+        earlier = [m for m in _EQUALS.finditer(sentence, 0, cue.start())]
+        if earlier and _starts_second_equation(sentence[earlier[-1].end():cue.start()]):
+            return None  # "x = 5 and y = 3": this "=" starts a second equation, not a chain
+    after = sentence[cue.end():]
+    equals = list(_EQUALS.finditer(after))
+    if equals:
+        after = after[equals[-1].end():]
+    matches = list(_NUMBER.finditer(after))
+    if not matches:
+        return None
+    first = matches[0]
+    if any(ch in _MATH_CHARS for ch in after[:first.start()]):
+        return None
+    if _glued_single_letter(after, first.start() - 1, -1) or _glued_single_letter(after, first.end(), +1):
+        return None
+    value = _number_value(first)
+    if value is None:
+        return None
+    previous_end = first.end()
+    in_phrase = False  # past a preposition after the answer: "$6 for 2 tubs and 4 packets"
+    for match in matches[1:]:
+        between = after[previous_end:match.start()]
+        if any(ch in _MATH_CHARS for ch in between) or match["sign"] is not None:
+            return None
+        in_phrase = in_phrase or _PREPOSITION.search(between) is not None
+        if _number_value(match) != value and not in_phrase:
+            return None
+        previous_end = match.end()
+    if any(ch in _MATH_CHARS for ch in after[previous_end:]):
+        return None
+    return value
+
+
 # --- public entry points --------------------------------------------------------------------
 
-def parse_answer(text: Any) -> ParsedAnswer | None:
+def parse_answer(text: Any, *, prediction: bool = False) -> ParsedAnswer | None:
     """Classify a final answer; None when there is nothing to read.
 
     Ints, floats, Fractions, Decimals and numpy scalars are accepted (a dataset column may hold numbers). None,
-    other non-strings, empty text and text over MAX_ANSWER_CHARS give None. Never raises.
+    other non-strings and empty text give None. Never raises.
+
+    `prediction=True` reads the model's side (see the module docstring): number words, chat
+    template tokens cut off, and a long answer read at its \\boxed{} or its tail. Otherwise
+    text over MAX_ANSWER_CHARS gives None.
 
     >>> parse_answer("The answer is $1,234.")
     ParsedAnswer(kind='number', value=Fraction(1234, 1), cleaned='1,234.')
@@ -293,13 +596,43 @@ def parse_answer(text: Any) -> ParsedAnswer | None:
             text = str(text)
         elif not isinstance(text, str):
             return None
-    if len(text) > MAX_ANSWER_CHARS:
+    if prediction:
+        text = _prediction_window(text)
+    elif len(text) > MAX_ANSWER_CHARS:
         return None
-    return _parse_text(text)
+    return _parse_text(text, prediction)
+
+
+# Chat-template tokens, and the sign-off of the common "Final Answer: The final answer is X. I
+# hope it is correct." template: what follows is a new turn or commentary, not the answer.
+_TEMPLATE_TOKEN = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|end_of_text|start_header_id|eos)\|>"
+                             r"|I hope it is correct")
+
+
+def _prediction_window(text: str) -> str:
+    """At most MAX_ANSWER_CHARS of a model's answer: up to the first chat-template token (the
+    model went on into a new turn), then from its last \\boxed{} or final-answer marker, or
+    else its tail, cut at a space so
+    no number is cut in half. Linear in the text."""
+    if "<|" in text or "hope" in text:
+        token = _TEMPLATE_TOKEN.search(text)
+        if token is not None:
+            text = text[:token.start()]
+    if len(text) <= MAX_ANSWER_CHARS:
+        return text
+    last_marker = -1
+    for match in _FINAL_MARKER.finditer(text):
+        last_marker = match.start()
+    start = max(last_marker, *(text.rfind(cmd) for cmd in _BOX_COMMANDS))
+    if start != -1:
+        return text[start:start + MAX_ANSWER_CHARS]
+    tail = text[-MAX_ANSWER_CHARS:]
+    space = tail.find(" ")
+    return tail[space + 1:] if space != -1 else tail
 
 
 @functools.lru_cache(maxsize=16384)
-def _parse_text(text: str) -> ParsedAnswer | None:
+def _parse_text(text: str, prediction: bool = False) -> ParsedAnswer | None:
     """parse_answer on a bounded string, cached: the reference repeats for every generation of
     a prompt, and a policy repeats its own answers. ParsedAnswer is frozen, so sharing is safe."""
     plain = text.strip()
@@ -307,18 +640,28 @@ def _parse_text(text: str) -> ParsedAnswer | None:
     if digits.isascii() and digits.isdigit():  # the common case, "18" or "-3": skip the reader
         return ParsedAnswer("number", Fraction(int(plain)), plain)
     try:
-        cleaned = _strip_lone_brackets(_after_last_marker(_simplify_latex(_clean_characters(text))))
+        readable = _simplify_prose(_simplify_latex(_clean_characters(text)))
+        if prediction:
+            readable = _number_words_to_digits(readable)
+        marked = _after_last_marker(readable)
+        cleaned = _strip_lone_brackets(_after_single_equals(marked))
         if not cleaned:
             return None
         values, is_math = _read_numbers(cleaned)
+        if values and not is_math and all(v == values[0] for v in values):
+            if _UNSURE.search(marked):  # "Maybe 18.", "It could be 18": one number, still a hedge
+                return ParsedAnswer("ambiguous", None, cleaned)
+            return ParsedAnswer("number", values[0], cleaned)
+        if values and _PROSE_WORD.search(marked):  # prose with several numbers: rule 9
+            concluded = conclusion_value(marked)
+            if concluded is not None:
+                return ParsedAnswer("number", concluded, cleaned)
     except (ValueError, ZeroDivisionError, OverflowError):  # defensive: the reader must never raise
         return None
     if is_math:
         return ParsedAnswer("expression", None, cleaned)
     if not values:
         return ParsedAnswer("text", None, cleaned)
-    if all(v == values[0] for v in values):
-        return ParsedAnswer("number", values[0], cleaned)
     return ParsedAnswer("ambiguous", None, cleaned)
 
 

@@ -41,9 +41,9 @@ def _known_names() -> str:
 def resolve_reward(name: str | RewardFunc) -> RewardFunc:
     """The reward function for a registry name, a notebook alias, or "module:function".
 
-    A callable is returned unchanged. Raises ValueError (naming `reward_funcs`) for an
-    unknown name, a module that cannot be imported, or an attribute that is missing or not
-    callable.
+    A callable is returned unchanged. Raises a plain ValueError (its message says the fix and
+    names no config field; the config layer adds that) for an unknown name, a module that
+    cannot be imported, or an attribute that is missing or not callable.
 
     >>> resolve_reward("correctness").__name__
     'correctness_reward_func'
@@ -55,7 +55,7 @@ def resolve_reward(name: str | RewardFunc) -> RewardFunc:
     if callable(name):
         return name
     if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"config error in `reward_funcs`: {name!r} is not a reward name; known: {_known_names()}, "
+        raise ValueError(f"{name!r} is not a reward name; known: {_known_names()}, "
                          "or 'package.module:function'.")
     key = name.strip()
     if key in REWARD_FUNCS:
@@ -64,7 +64,7 @@ def resolve_reward(name: str | RewardFunc) -> RewardFunc:
         return REWARD_FUNCS[REWARD_ALIASES[key]]
     if ":" in key:
         return _import_plugin(key)
-    raise ValueError(f"config error in `reward_funcs`: unknown reward {key!r}; known: {_known_names()}, "
+    raise ValueError(f"unknown reward {key!r}; known: {_known_names()}, "
                      "or 'package.module:function' for your own.")
 
 
@@ -78,17 +78,17 @@ def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
     ['int_reward_func', 'correctness_reward_func']
     """
     if isinstance(names, str) or not isinstance(names, Sequence):
-        raise ValueError(f"config error in `reward_funcs`: expected a list of names, got {names!r}; "
+        raise ValueError(f"expected a list of names, got {names!r}; "
                          f"write e.g. [{names!r}].")
     if not names:
-        raise ValueError(f"config error in `reward_funcs`: the list is empty; use e.g. {DEFAULT_REWARDS}.")
+        raise ValueError(f"the list is empty; use e.g. {DEFAULT_REWARDS}.")
     funcs = [resolve_reward(n) for n in names]
     seen: dict[str, Any] = {}
     for name, func in zip(names, funcs):
         label = getattr(func, "__name__", repr(func))
         if label in seen:
-            raise ValueError(f"config error in `reward_funcs`: {name!r} and {seen[label]!r} are the same reward "
-                             f"({label}); list each reward once and use `reward_weights` to weight it.")
+            raise ValueError(f"{name!r} and {seen[label]!r} are the same reward "
+                             f"({label}); list each reward once and give it a weight instead.")
         seen[label] = name
     return funcs
 
@@ -96,7 +96,7 @@ def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
 def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) -> list[float]:
     """One finite float weight per reward function; None means all 1.0.
 
-    Raises ValueError naming `reward_weights` on a length mismatch, a non-number or a
+    Raises a plain ValueError on a length mismatch, a non-number or a
     non-finite weight. Negative weights are allowed (a penalty reward).
 
     >>> check_reward_weights(["int", "correctness"], None)
@@ -107,14 +107,14 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
     if weights is None:
         return [1.0] * len(names)
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-        raise ValueError(f"config error in `reward_weights`: expected a list of numbers, got {weights!r}.")
+        raise ValueError(f"expected a list of numbers, got {weights!r}.")
     if len(weights) != len(names):
-        raise ValueError(f"config error in `reward_weights`: {len(weights)} weights for {len(names)} reward_funcs "
+        raise ValueError(f"{len(weights)} weights for {len(names)} reward functions "
                          f"{list(names)}; give one weight per function (or none for all 1.0).")
     checked = []
     for i, weight in enumerate(weights):
         if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
-            raise ValueError(f"config error in `reward_weights`: weight {i} ({weight!r}, for {list(names)[i]!r}) "
+            raise ValueError(f"weight {i} ({weight!r}, for {list(names)[i]!r}) "
                              "must be a finite number.")
         checked.append(float(weight))
     return checked
@@ -123,17 +123,17 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
 def _import_plugin(spec: str) -> RewardFunc:
     module_name, _, attr_path = spec.partition(":")
     if not module_name or not attr_path:
-        raise ValueError(f"config error in `reward_funcs`: {spec!r} must look like 'package.module:function'.")
+        raise ValueError(f"{spec!r} must look like 'package.module:function'.")
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"config error in `reward_funcs`: cannot import module {module_name!r} for reward {spec!r} "
+        raise ValueError(f"cannot import module {module_name!r} for reward {spec!r} "
                          f"({exc}); check the name and that it is on PYTHONPATH.") from exc
     for part in attr_path.split("."):
         if not hasattr(obj, part):
-            raise ValueError(f"config error in `reward_funcs`: module {module_name!r} has no {attr_path!r} "
+            raise ValueError(f"module {module_name!r} has no {attr_path!r} "
                              f"(reward {spec!r}).")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ValueError(f"config error in `reward_funcs`: {spec!r} is a {type(obj).__name__}, not a function.")
+        raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a function.")
     return obj

@@ -133,7 +133,7 @@ def test_unsloth_overridden_sampling_fields_are_refused():
 def test_choices_and_reward_weights():
     with pytest.raises(ConfigError, match="`backend`: got 'tpu'"):
         check(backend="tpu")
-    with pytest.raises(ConfigError, match="2 weights for 5 reward_funcs"):
+    with pytest.raises(ConfigError, match="`reward_weights`: 2 weights for 5 reward functions"):
         check(reward_weights=[1.0, 2.0])
     with pytest.raises(ConfigError, match="adaptive_beta.*needs beta > 0"):
         check(adaptive_beta=True, beta=0.0)
