@@ -224,6 +224,30 @@ def _check_safetensors(handle, head: bytes, size: int, weights: Path, fail) -> N
         )
 
 
+def safetensors_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a .safetensors file is unreadable (empty, truncated, corrupt header), or None when it is whole.
+
+    >>> import tempfile, pathlib
+    >>> bad = pathlib.Path(tempfile.mkdtemp()) / "model.safetensors"
+    >>> _ = bad.write_bytes(b"\\x10")
+    >>> safetensors_problem(bad)
+    '... is truncated (1 bytes): no safetensors header'
+    """
+    weights = absolute_path(path)
+    quiet_fail = lambda missing, problem: AdapterError(weights.parent, missing, problem)
+    try:
+        size = weights.stat().st_size
+        if size == 0:
+            return f"{weights} is empty"
+        with open(weights, "rb") as handle:
+            _check_safetensors(handle, handle.read(8), size, weights, quiet_fail)
+    except AdapterError as err:
+        return str(err)
+    except OSError as err:
+        return f"{weights} cannot be read: {err}"
+    return None
+
+
 def _is_complete_adapter(directory: Path) -> bool:
     """Whether `directory` holds a valid adapter (no hint search, which would recurse)."""
     quiet_fail = lambda missing, problem: AdapterError(directory, missing, problem)
