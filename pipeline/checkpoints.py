@@ -122,9 +122,14 @@ def resolve_resume(resume: str, output_dir: str | Path, log=print) -> Optional[s
     return str(path)
 
 
+def checkpoint_state(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's trainer_state.json (global_step, max_steps, log history...)."""
+    return json.loads((Path(path) / "trainer_state.json").read_text(encoding="utf-8"))
+
+
 def checkpoint_step(path: str | Path) -> int:
     """global_step recorded in a checkpoint."""
-    return int(json.loads((Path(path) / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
+    return int(checkpoint_state(path)["global_step"])
 
 
 class GracefulStop:

@@ -80,6 +80,33 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], system_promp
     }
 
 
+EVAL_BEFORE_NAME = "eval_before.json"
+
+
+def eval_before_key(cfg: PipelineConfig, rows: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
+    """What the before-training numbers depend on; a resumed run reuses them only when all of it matches."""
+    return {"model": cfg.model.model_name_or_path, "rows": [row["id"] for row in rows],
+            "system_prompt": cfg.data.system_prompt, "max_tokens": max_tokens,
+            "sft_warmup_steps": cfg.health.sft_warmup_steps, "seed": cfg.grpo.seed}
+
+
+def load_eval_before(output_dir: Path, key: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The run's saved eval-before result when it was measured with the same `key`, else None."""
+    import json
+
+    try:
+        saved = json.loads((output_dir / EVAL_BEFORE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return saved.get("result") if isinstance(saved, dict) and saved.get("key") == key else None
+
+
+def save_eval_before(output_dir: Path, key: dict[str, Any], result: dict[str, Any]) -> None:
+    from env.paths import atomic_write_json
+
+    atomic_write_json(output_dir / EVAL_BEFORE_NAME, {"key": key, "result": result})
+
+
 def format_table(result: dict[str, Any], title: str) -> str:
     """A small human-readable table."""
     lines = [title, "-" * len(title)]

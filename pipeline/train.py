@@ -64,11 +64,28 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
         backend.prepare_environment(cfg)  # UNSLOTH_VLLM_STANDBY + `import unsloth` before trl/transformers/peft
     _print(f"backend: {choice.name} ({choice.reason})")
 
-    from env.paths import absolute_path, atomic_directory
-    from pipeline.inference import verify_trained_dir
+    from env.paths import absolute_path
+    from pipeline.run_lock import run_lock
 
     output_dir = absolute_path(cfg.grpo.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    if not _is_main_process():  # DDP ranks share rank 0's run folder; rank 0 holds the lock for all
+        return _run_locked(cfg, choice, backend, output_dir, callbacks, start)
+    with run_lock(output_dir):  # a second run into this folder is refused, naming this one
+        return _run_locked(cfg, choice, backend, output_dir, callbacks, start)
+
+
+def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir: Path, callbacks, start: float):
+    from env.paths import atomic_directory
+    from pipeline.checkpoints import GracefulStop, checkpoint_step, resolve_resume
+    from pipeline.inference import verify_trained_dir
+
+    # ---------------------------------------------------------------- resume target (before anything loads)
+    resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
+    if resume_from:
+        finished = _finished_run(cfg, output_dir, resume_from)
+        if finished is not None:
+            return finished
 
     # ---------------------------------------------------------------- data (tokenizer only)
     from pipeline.data import prepare_dataset
@@ -91,15 +108,25 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     if cfg.health.sft_warmup_steps > 0:
         from pipeline.warmup import run_format_warmup
 
-        model = run_format_warmup(model, tokenizer, cfg, prepared, peft_config, output_dir)
+        model = run_format_warmup(model, tokenizer, cfg, prepared, peft_config, output_dir,
+                                  reuse=cfg.grpo.resume != "never")
         if peft_config is not None:
             peft_config = None  # the warm-up already wrapped the model with this LoRA
 
     # ---------------------------------------------------------------- eval before
     eval_before = None
     if cfg.eval.eval_before and eval_rows:
-        eval_before = evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer, eval_rows,
-                                    cfg.data.system_prompt, prepared.max_completion_length)
+        # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on.
+        from pipeline.evaluate import eval_before_key, load_eval_before, save_eval_before
+
+        key = eval_before_key(cfg, eval_rows, prepared.max_completion_length)
+        eval_before = load_eval_before(output_dir, key) if cfg.grpo.resume != "never" else None
+        if eval_before is not None:
+            _print(f"eval before GRPO: reusing {output_dir / 'eval_before.json'} (same model, rows and limits)")
+        else:
+            eval_before = evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer, eval_rows,
+                                        cfg.data.system_prompt, prepared.max_completion_length)
+            save_eval_before(output_dir, key, eval_before)
         _print(f"eval before GRPO: accuracy {eval_before['accuracy']:.1%}, format {eval_before['format_rate']:.1%}")
 
     # ---------------------------------------------------------------- trainer
@@ -108,9 +135,6 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
         trainer.add_callback(callback)
 
     # ---------------------------------------------------------------- train (resumable)
-    from pipeline.checkpoints import GracefulStop, checkpoint_step, resolve_resume
-
-    resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
     if resume_from:
         _print(f"resuming from {resume_from} (step {checkpoint_step(resume_from)})")
         trainer.metrics_callback_for_resume(checkpoint_step(resume_from))
@@ -159,6 +183,30 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
                                 warnings=list(health.warnings), health=health.summary())
         _print_where_everything_is(output_dir, status, reason, adapter_dir, cfg)
     return RunResult(output_dir, status, exit_code, steps, adapter_dir, summary)
+
+
+def _finished_run(cfg: PipelineConfig, output_dir: Path, checkpoint: str) -> Optional[RunResult]:
+    """A run whose newest checkpoint already reached max_steps: say so (exit 0) instead of training past it."""
+    import json
+
+    from pipeline.checkpoints import checkpoint_state
+
+    state = checkpoint_state(checkpoint)
+    step = int(state["global_step"])
+    target = cfg.grpo.max_steps if cfg.grpo.max_steps > 0 else int(state.get("max_steps") or 0)
+    if target <= 0 or step < target:
+        return None
+    saved = next((d for d in (output_dir / "lora", output_dir / "model") if d.is_dir()), None)
+    _print(f"run already complete: {output_dir} has trained {step} of max_steps={target} steps; nothing to do.")
+    _print(f"  to train longer: raise --max_steps (e.g. --max_steps {step * 2}); it resumes from step {step}")
+    _print("  to start over:   --resume never (same folder) or a new --output_dir")
+    _print(f"  result:          {saved}" if saved else f"  final checkpoint: {checkpoint}")
+    summary_path = output_dir / "summary.json"
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
+    except (OSError, ValueError):
+        summary = {}
+    return RunResult(output_dir, "completed", EXIT_OK, step, saved, summary)
 
 
 def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft_config, output_dir: Path):
