@@ -155,18 +155,20 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     if status == "completed" and _is_main_process():
         # A LoRA goes to lora/; a full fine-tune (the tiny demo) is a whole model, so model/.
         adapter_dir = output_dir / ("model" if cfg.lora.full_finetune else "lora")
-        with atomic_directory(adapter_dir) as staging:
-            backend.save_adapter(trainer.model, tokenizer, staging)
-        verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
-        from pipeline.manifest import write_manifest
+        from pipeline.manifest import build_manifest, write_adapter_metadata, write_manifest
 
-        write_manifest(
-            output_dir, cfg_dict=cfg.to_dict(), backend=choice.name, base_model=cfg.model.model_name_or_path,
+        manifest = build_manifest(
+            cfg_dict=cfg.to_dict(), backend=choice.name, base_model=cfg.model.model_name_or_path,
             system_prompt=cfg.data.system_prompt, chat_template=getattr(tokenizer, "chat_template", None),
             max_prompt_length=prepared.max_prompt_length, max_completion_length=prepared.max_completion_length,
             data_fingerprint=prepared.fingerprint, adapter_dir=adapter_dir,
             adapter_kind="full" if cfg.lora.full_finetune else "lora",
         )
+        with atomic_directory(adapter_dir) as staging:
+            backend.save_adapter(trainer.model, tokenizer, staging)
+            write_adapter_metadata(staging, manifest)  # the folder stays usable when copied away from the run
+        verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
+        write_manifest(output_dir, manifest)
         # ------------------------------------------------------------ eval after
         if cfg.eval.eval_after and eval_rows:
             eval_after = evaluate_rows(backend.training_generator(trainer.model, tokenizer, cfg), tokenizer,

@@ -144,3 +144,40 @@ def test_eval_writes_eval_json_with_fields(trained_run, tmp_path, capsys):
     assert len(result["samples"]) == 5 and {"completion", "correct", "format_valid"} <= set(result["samples"][0])
     table = capsys.readouterr().out
     assert "accuracy" in table and "format rate" in table and str(out) in table
+
+
+def test_adapter_copied_away_from_its_run_generates_as_trained(trained_run, tmp_path, capsys):
+    moved = tmp_path / "elsewhere" / "lora"
+    shutil.copytree(trained_run / "lora", moved)  # no manifest.json beside it any more
+    manifest = json.loads((trained_run / "manifest.json").read_text())
+    setup = open_inference(inference_args(lora=str(moved)))
+    assert setup.system_prompt == manifest["system_prompt"] and setup.max_tokens == manifest["max_completion_length"]
+    assert setup.tokenizer.chat_template == manifest["chat_template"] and setup.base_model == manifest["base_model"]
+    assert generate.main(["--lora", str(moved), "--prompt", "3+4"]) == 0
+    assert json.loads(capsys.readouterr().out)["adapter"] == str(moved)
+
+
+def test_adapter_without_any_metadata_is_refused_unless_the_system_prompt_is_given(trained_run, tmp_path, capsys):
+    bare = tmp_path / "bare"
+    shutil.copytree(trained_run / "lora", bare)
+    (bare / "grpo_adapter.json").unlink()
+    assert generate.main(["--lora", str(bare), "--prompt", "3+4"]) == 2
+    err = capsys.readouterr().err
+    assert str(bare) in err and "grpo_adapter.json" in err and "--system_prompt" in err and "Traceback" not in err
+    assert export.main(["--lora", str(bare), "--to", "merged16", "--out", str(tmp_path / "m")]) == 0  # no prompt needed
+    assert generate.main(["--lora", str(bare), "--prompt", "3+4", "--system_prompt", "Answer briefly."]) == 0
+    captured = capsys.readouterr()
+    assert "warning:" in captured.err and json.loads(captured.out.splitlines()[-1])["text"] is not None
+
+
+def test_eval_of_the_demo_by_dataset_name_offline_writes_into_the_run_folder(trained_run, tmp_path, capsys,
+                                                                           monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing may land in the current folder
+    assert evaluate.main(["--lora", str(trained_run / "lora"), "--data", "demo-arithmetic", "--limit", "4"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads((trained_run / "eval.json").read_text())
+    assert result["n"] == 4 and result["split"] == "test" and f"wrote {trained_run / 'eval.json'}" in out
+    assert evaluate.main(["--base", "--run", str(trained_run), "--data", "demo-arithmetic", "--limit", "4"]) == 0
+    assert (trained_run / "eval_base.json").is_file() and str(trained_run / "eval_base.json") in capsys.readouterr().out
+    assert evaluate.main(["--base", "--model", "tiny-demo", "--data", "demo-arithmetic", "--limit", "4"]) == 2
+    assert "--output" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
