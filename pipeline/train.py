@@ -332,25 +332,13 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
-        from trl import TrlParser
-
-        from pipeline.config import SECTIONS
-
-        TrlParser(SECTIONS, prog="grpo train", description=__doc__.split("\n\n")[0]).print_help()
-        return EXIT_OK
+        return _print_help(argv)
     try:
         # Decide the backend before anything imports trl: Unsloth must be imported first.
         choice = choose_backend(str(peek_option(argv, "backend", "auto")))
-        base = None
-        if "--config" not in argv:
-            if choice.name == "unsloth" or _has_cuda():
-                argv = ["--config", str(DEFAULT_GPU_RECIPE), *argv]
-                _print(f"no --config: using {DEFAULT_GPU_RECIPE}")
-            else:
-                from pipeline.demo import DEMO_CONFIG
-
-                base = dict(DEMO_CONFIG)
-                _print("no GPU and no --config: running the built-in tiny CPU demo (a few minutes)")
+        argv, base, note = _defaults_for(argv, choice)
+        if note:
+            _print(note)
         if choice.name == "unsloth":
             standby = peek_option(argv, "vllm_standby", "auto")
             load_backend("unsloth").prepare_environment(from_mapping({"vllm_standby": str(standby).lower()}))
@@ -360,6 +348,53 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return result.exit_code
+
+
+def _defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Optional[dict[str, Any]], str]:
+    """Which defaults a run without --config gets: the GPU recipe on a GPU, the tiny CPU demo elsewhere.
+
+    Returns (argv, base defaults for parse_config, a line saying which), shared by a run and by --help.
+    """
+    if "--config" in argv:
+        return argv, None, ""
+    if choice.name == "unsloth" or _has_cuda():
+        return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None, f"no --config: using {DEFAULT_GPU_RECIPE}"
+    from pipeline.demo import DEMO_CONFIG
+
+    return argv, dict(DEMO_CONFIG), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
+
+
+def _print_help(argv: list[str]) -> int:
+    """`grpo train --help`, with --config listed and the defaults that apply on this machine shown."""
+    import yaml
+    from trl import TrlParser
+
+    from pipeline.config import SECTIONS
+
+    try:
+        choice = choose_backend(str(peek_option(argv, "backend", "auto")))
+        argv, base, _ = _defaults_for([a for a in argv if a not in ("-h", "--help")], choice)
+    except ConfigError:
+        base, argv = None, []
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        recipe = Path(argv[argv.index("--config") + 1])
+        source = f"the recipe {recipe}"
+        try:
+            base = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            base, source = None, "the built-in field defaults (the recipe could not be read)"
+    else:
+        source = "the built-in tiny CPU demo (no GPU here and no --config)"
+    parser = TrlParser(SECTIONS, prog="grpo train", description=__doc__.split("\n\n")[0],
+                       epilog=f"Defaults shown: {source}. Each option overrides the recipe's value.")
+    parser.add_argument("--config", metavar="YAML",
+                        help="a YAML recipe whose keys are the options below (e.g. configs/qwen2.5-3b-gsm8k.yaml); "
+                             "without it: configs/qwen2.5-1.5b-gsm8k.yaml on a GPU, the tiny CPU demo elsewhere")
+    if isinstance(base, dict):
+        parser.set_defaults_with_config(**base)
+    print(f"defaults shown below: {source}\n")
+    parser.print_help()
+    return EXIT_OK
 
 
 def _has_cuda() -> bool:
