@@ -119,7 +119,7 @@ def test_train_help_lists_config_and_the_defaults_that_apply_here(tmp_path):
 
     import re
 
-    shown_default = re.search(r"--max_steps MAX_STEPS.*?\(default:\s+(\S+?)\)", shown.stdout, re.S).group(1)
+    shown_default = re.search(r"\n  --max_steps MAX_STEPS, .*?\(default:\s+(\S+?)\)", shown.stdout, re.S).group(1)
     assert shown_default == str(DEMO_CONFIG["max_steps"])  # the demo's, not the field's class default
     recipe = run_cli("train", "--config", str(ROOT / "configs" / "qwen2.5-3b-gsm8k.yaml"), "--help", cwd=tmp_path)
     assert "defaults shown below: the recipe" in recipe.stdout and "Qwen2.5-3B" in recipe.stdout
