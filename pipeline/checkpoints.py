@@ -177,3 +177,22 @@ class GracefulStop:
                 return control
 
         return _StopOnSignal()
+
+
+def file_mode_callback():
+    """A TrainerCallback that gives each saved checkpoint's files the usual permissions.
+
+    The Trainer writes checkpoints itself (not through env.paths.atomic_directory), and safetensors
+    writes its weights 0600; see env.paths.normalize_file_modes.
+    """
+    from transformers import TrainerCallback
+
+    from env.paths import normalize_file_modes
+
+    class _CheckpointFileModes(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                normalize_file_modes(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+            return control
+
+    return _CheckpointFileModes()

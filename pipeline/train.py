@@ -178,11 +178,13 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     # ---------------------------------------------------------------- plots + summary
     summary: dict[str, Any] = {}
     if _is_main_process():
+        from pipeline.plots import plot_settings
         from pipeline.summary import write_summary
 
         summary = write_summary(output_dir, status=status, reason=reason, steps=steps,
                                 wall_time_s=time.time() - start, eval_before=eval_before, eval_after=eval_after,
-                                warnings=list(health.warnings), health=health.summary())
+                                warnings=list(health.warnings), health=health.summary(),
+                                plot_settings=plot_settings(cfg))
         _print_where_everything_is(output_dir, status, reason, adapter_dir, cfg)
     return RunResult(output_dir, status, exit_code, steps, adapter_dir, summary)
 
@@ -216,6 +218,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
 
+    from pipeline.checkpoints import file_mode_callback
     from pipeline.health import HEALTH_TRAINING_ARGS, build_health
     from pipeline.run_logging import MetricsJsonlCallback, RewardProgressCallback
     from rewards import check_reward_weights, get_reward_funcs
@@ -272,12 +275,13 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
         processing_class=tokenizer,
         peft_config=peft_config,
         # health first: it fills in health/* from its shared state before metrics.jsonl is written
-        callbacks=[health, metrics, RewardProgressCallback()],
+        callbacks=[health, metrics, RewardProgressCallback(), file_mode_callback()],
     )
     for default_printer in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(default_printer)
     health.attach(trainer)
     trainer._metrics_callback = metrics
+    trainer._card_names = (cfg.model.model_name_or_path, cfg.data.dataset_name)
     return trainer, health
 
 
@@ -291,6 +295,25 @@ def GRPOTrainer_with_hooks(base):  # noqa: N802 (returns a class)
     """Subclass the (possibly Unsloth-patched) GRPOTrainer with the one hook resume needs."""
 
     class PipelineGRPOTrainer(base):
+        def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+            """TRL's card (output_dir/README.md), naming the base model and dataset we trained on.
+
+            TRL reads the base model from config._name_or_path and leaves it out when that is a local folder
+            (our built-in models, a downloaded copy), giving "fine-tuned version of [None]". A hub id is
+            named; for anything else no card is written, since its hub links would point nowhere.
+            """
+            base_model, dataset = getattr(self, "_card_names", (None, None))
+            if not base_model or not _is_hub_id(base_model):
+                return
+            config = self.model.config
+            local_name = getattr(config, "_name_or_path", "")
+            config._name_or_path = base_model
+            try:
+                super().create_model_card(model_name=model_name, tags=tags,
+                                          dataset_name=dataset_name or (dataset if _is_hub_id(dataset) else None))
+            finally:
+                config._name_or_path = local_name
+
         def metrics_callback_for_resume(self, step: int) -> None:
             from pipeline.run_logging import MetricsJsonlCallback
 
@@ -300,6 +323,13 @@ def GRPOTrainer_with_hooks(base):  # noqa: N802 (returns a class)
             self._metrics_callback = fresh
 
     return PipelineGRPOTrainer
+
+
+def _is_hub_id(name: Optional[str]) -> bool:
+    """`org/name` that is neither a built-in name nor a local path."""
+    from pipeline.tokenizer import resolve_model_path
+
+    return bool(name) and name.count("/") == 1 and not os.path.exists(name) and resolve_model_path(name) == name
 
 
 def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[str], adapter_dir: Optional[Path],

@@ -68,6 +68,10 @@ def test_tiny_qwen_lora_params_change_and_artifacts_verify(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 2
     assert (run_dir / "plots" / "reward.png").is_file()
+    # TRL's model card would call a local/built-in base "fine-tuned version of [None]": none is written for it
+    assert not (run_dir / "README.md").exists()
+    weights = run_dir / "checkpoint-2" / "adapter_model.safetensors"  # written 0600 by safetensors, then fixed
+    assert weights.stat().st_mode & 0o777 == (run_dir / "checkpoint-2" / "trainer_state.json").stat().st_mode & 0o777
 
 
 def _saved_key(param_name: str, saved: dict) -> str:
