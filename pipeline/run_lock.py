@@ -1,8 +1,8 @@
 """One `grpo train` per run folder: a lock on output_dir, and who holds it when a second run is refused.
 
 Two runs writing into one folder interleave `metrics.jsonl` and overwrite each other's checkpoints and
-adapter, and both report success. The lock is `filelock.FileLock` (already installed with the Hugging
-Face packages): on Linux and macOS it is an `fcntl.flock` on `output_dir/.grpo-run.lock`, which the
+adapter, and both report success. The lock is `filelock.FileLock` (a dependency of torch, transformers
+and huggingface_hub, so always installed): on Linux and macOS it is an `fcntl.flock` on `output_dir/.grpo-run.lock`, which the
 kernel drops when the holding process dies, however it dies. So a lock left by a crashed or killed run
 never blocks the next one, with no pid guessing. Who holds it (pid, host, start time) is written beside
 it in `.grpo-run.lock.json`, only to name the other run in the refusal; a leftover of that file from a
@@ -59,6 +59,10 @@ def run_lock(output_dir: Path) -> Iterator[None]:
         lock.acquire()
     except Timeout:
         raise RunLocked(output_dir, read_holder(output_dir)) from None
+    except NotImplementedError as err:  # older filelock on a file system without flock (some network mounts)
+        print(f"[grpo] warning: cannot lock {output_dir} ({err}); make sure no other run writes into it", flush=True)
+        yield
+        return
     try:
         atomic_write_json(output_dir / HOLDER_NAME, {"pid": os.getpid(), "host": socket.gethostname(),
                                                      "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
