@@ -86,9 +86,15 @@ EVAL_BEFORE_NAME = "eval_before.json"
 
 def eval_before_key(cfg: PipelineConfig, rows: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
     """What the before-training numbers depend on; a resumed run reuses them only when all of it matches."""
-    return {"model": cfg.model.model_name_or_path, "rows": [row["id"] for row in rows],
-            "system_prompt": cfg.data.system_prompt, "max_tokens": max_tokens,
-            "sft_warmup_steps": cfg.health.sft_warmup_steps, "seed": cfg.grpo.seed}
+    import dataclasses
+    import json
+
+    key = {"model": cfg.model.model_name_or_path, "rows": [row["id"] for row in rows],
+           "system_prompt": cfg.data.system_prompt, "max_tokens": max_tokens, "seed": cfg.grpo.seed,
+           # it measures the model after the warm-up, so the warm-up's settings count too
+           "sft_warmup_steps": cfg.health.sft_warmup_steps, "sft_learning_rate": cfg.health.sft_learning_rate,
+           "lora": dataclasses.asdict(cfg.lora)}
+    return json.loads(json.dumps(key))  # as it reads back from eval_before.json
 
 
 def load_eval_before(output_dir: Path, key: dict[str, Any]) -> Optional[dict[str, Any]]:
