@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -224,6 +225,30 @@ def _check_safetensors(handle, head: bytes, size: int, weights: Path, fail) -> N
         )
 
 
+def safetensors_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a .safetensors file is unreadable (empty, truncated, corrupt header), or None when it is whole.
+
+    >>> import tempfile, pathlib
+    >>> bad = pathlib.Path(tempfile.mkdtemp()) / "model.safetensors"
+    >>> _ = bad.write_bytes(b"\\x10")
+    >>> safetensors_problem(bad)
+    '... is truncated (1 bytes): no safetensors header'
+    """
+    weights = absolute_path(path)
+    quiet_fail = lambda missing, problem: AdapterError(weights.parent, missing, problem)
+    try:
+        size = weights.stat().st_size
+        if size == 0:
+            return f"{weights} is empty"
+        with open(weights, "rb") as handle:
+            _check_safetensors(handle, handle.read(8), size, weights, quiet_fail)
+    except AdapterError as err:
+        return str(err)
+    except OSError as err:
+        return f"{weights} cannot be read: {err}"
+    return None
+
+
 def _is_complete_adapter(directory: Path) -> bool:
     """Whether `directory` holds a valid adapter (no hint search, which would recurse)."""
     quiet_fail = lambda missing, problem: AdapterError(directory, missing, problem)
@@ -282,6 +307,36 @@ def _fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """The process umask (read from /proc where possible: os.umask can only be read by setting it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def normalize_file_modes(directory: str | os.PathLike[str]) -> None:
+    """Give every file under `directory` at least the usual permissions, 0o666 minus the umask.
+
+    safetensors writes its files 0600 (a private temp file renamed into place), so weights came out
+    unreadable to other users while every other file of a run was 0644. Bits are only added, never
+    removed, and the umask is respected (a umask of 077 keeps everything private).
+    """
+    wanted = 0o666 & ~current_umask()
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                mode = os.lstat(path).st_mode
+                if stat.S_ISREG(mode) and (mode & wanted) != wanted:
+                    os.chmod(path, (mode & 0o7777) | wanted)
+
+
 def _sibling(final: Path, tag: str) -> Path:
     return final.parent / f".{final.name}.{tag}-{os.getpid()}-{secrets.token_hex(4)}"
 
@@ -321,6 +376,7 @@ def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True
     os.mkdir(temp)
     try:
         yield temp
+        normalize_file_modes(temp)  # safetensors' 0600 weights get the same permissions as the rest
         if durable:
             for root, _dirs, files in os.walk(temp):
                 for name in files:
@@ -380,6 +436,7 @@ def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], Non
     os.mkdir(temp)  # not tempfile.mkdtemp (mode 0700): the published folder gets the usual permissions
     try:
         write(temp)
+        normalize_file_modes(temp)
         try:
             os.rename(temp, final)
         except OSError:

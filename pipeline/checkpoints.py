@@ -2,6 +2,11 @@
 
 HF Trainer writes a checkpoint's files one after another and `trainer_state.json` last
 (transformers 5.17 `Trainer._save_checkpoint`), so a checkpoint interrupted mid-save lacks it.
+Presence is not enough: a disk that filled up or a copy that was cut short leaves files that exist
+but are truncated, and `--resume auto` would crash on them every time. So each weights file's
+safetensors header must describe bytes the file really has, and each torch-saved file (optimizer.pt,
+scheduler.pt, rng_state*.pth, training_args.bin: torch.save writes a zip archive) must have an intact
+zip directory whose members fit in the file. Both checks read a few KB, not the gigabytes.
 The pitfalls guide's advice to delete `checkpoint-*` folders loses data; we move them to
 `output_dir/corrupt/` and say so.
 """
@@ -13,11 +18,12 @@ import re
 import shutil
 import signal
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import absolute_path
+from env.paths import absolute_path, safetensors_problem
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "adapter_model.bin", "pytorch_model.bin",
@@ -42,6 +48,34 @@ def checkpoint_problem(path: Path) -> Optional[str]:
         return f"trainer_state.json is unreadable ({type(err).__name__}: {err})"
     if not any((path / name).is_file() and (path / name).stat().st_size > 0 for name in WEIGHT_FILES):
         return f"no model weights ({' / '.join(WEIGHT_FILES[:2])})"
+    for weights in sorted(path.glob("*.safetensors")):
+        problem = safetensors_problem(weights)
+        if problem:
+            return problem
+    for torch_file in sorted([*path.glob("*.pt"), *path.glob("*.pth"), *path.glob("*.bin")]):
+        problem = torch_zip_problem(torch_file)
+        if problem:
+            return problem
+    return None
+
+
+def torch_zip_problem(path: Path) -> Optional[str]:
+    """Why a torch.save file cannot be loaded, or None: checked through its zip directory, without torch.
+
+    torch.save (since torch 1.6) writes a zip archive whose central directory sits at the end, so a
+    truncated file has none and a damaged one lists members that run past the end of the file. This
+    reads the directory only (a few KB), where `torch.load` would read the whole optimizer state.
+    """
+    try:
+        size = path.stat().st_size
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.infolist():
+                if member.header_offset + member.compress_size > size:
+                    return f"{path.name} is truncated: member {member.filename} runs past the end ({size} bytes)"
+    except zipfile.BadZipFile:
+        return f"{path.name} is truncated or corrupt (no readable torch zip directory)"
+    except OSError as err:
+        return f"{path.name} cannot be read: {err}"
     return None
 
 
@@ -88,9 +122,14 @@ def resolve_resume(resume: str, output_dir: str | Path, log=print) -> Optional[s
     return str(path)
 
 
+def checkpoint_state(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's trainer_state.json (global_step, max_steps, log history...)."""
+    return json.loads((Path(path) / "trainer_state.json").read_text(encoding="utf-8"))
+
+
 def checkpoint_step(path: str | Path) -> int:
     """global_step recorded in a checkpoint."""
-    return int(json.loads((Path(path) / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
+    return int(checkpoint_state(path)["global_step"])
 
 
 class GracefulStop:
@@ -138,3 +177,22 @@ class GracefulStop:
                 return control
 
         return _StopOnSignal()
+
+
+def file_mode_callback():
+    """A TrainerCallback that gives each saved checkpoint's files the usual permissions.
+
+    The Trainer writes checkpoints itself (not through env.paths.atomic_directory), and safetensors
+    writes its weights 0600; see env.paths.normalize_file_modes.
+    """
+    from transformers import TrainerCallback
+
+    from env.paths import normalize_file_modes
+
+    class _CheckpointFileModes(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                normalize_file_modes(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+            return control
+
+    return _CheckpointFileModes()

@@ -1,7 +1,7 @@
 """Training data: rows -> cleaned -> chat prompts -> length-checked with the real tokenizer -> cached.
 
     prepare_dataset(cfg, tokenizer) -> PreparedData(dataset, report, max_prompt_length, ...)
-    grpo data --config X [--json] [--key value ...]     (loads the tokenizer only, never a model)
+    grpo data [--config X] [--json] [--key value ...]   (loads the tokenizer only, never a model)
 
 The steps, and the pitfall each one is there for:
 
@@ -332,24 +332,61 @@ def format_report(report: dict[str, Any]) -> Any:
     return Group(*parts)
 
 
+DATA_HELP_EPILOG = """\
+Any field of `grpo train --help` works as --key value and overrides the recipe. Without --config,
+`grpo data` prepares what `grpo train` would: the default GPU recipe on a GPU machine, the built-in
+tiny CPU demo elsewhere (offline). Names that need no network:
+  --dataset_name sample | demo-arithmetic      the bundled GSM8K sample, the demo's arithmetic
+  --model_name_or_path bundled:qwen2.5         the real Qwen2.5 tokenizer (bundled; no model, no download)
+e.g. grpo data --config configs/qwen2.5-1.5b-gsm8k.yaml --dataset_name sample --model_name_or_path bundled:qwen2.5
+
+Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error."""
+
+
+def data_help_parser():
+    """`grpo data`'s own parser, for --help: its two options; config fields are parsed by TrlParser."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="grpo data", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=DATA_HELP_EPILOG,
+        description="Prepare the training data and print its length/rejection report "
+                    "(loads the tokenizer only, never a model); writes data_report.json into output_dir.")
+    parser.add_argument("--config", metavar="YAML", help="a YAML recipe, as for `grpo train`")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    return parser
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    """`grpo data --config X [--json] [--key value ...]`: prepare the dataset and print its report.
+    """`grpo data [--config X] [--json] [--key value ...]`: prepare the dataset and print its report.
 
     Loads only the tokenizer (never a model). Writes data_report.json into output_dir.
     Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error or an unreadable
     data file (empty, not UTF-8, broken JSON).
     """
-    from pipeline.config import parse_config, validate
+    from pipeline.backends import choose_backend
+    from pipeline.config import parse_config, peek_option, validate
     from pipeline.preflight import check_model
     from pipeline.tokenizer import load_tokenizer
+    from pipeline.train import _defaults_for
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        data_help_parser().print_help()
+        return 0
     as_json = "--json" in argv
     argv = [arg for arg in argv if arg != "--json"]  # our flag, not a config field: TrlParser would reject it
+    try:
+        # The same defaults as `grpo train`: offline (the CPU demo) on a machine without a GPU.
+        argv, base, note = _defaults_for(argv, choose_backend(str(peek_option(argv, "backend", "auto"))))
+    except ConfigError as err:
+        print(f"grpo data: {err}", file=sys.stderr)
+        return 2
+    if note and not as_json:
+        print(f"grpo data: {note.replace('running', 'preparing the data of')}", file=sys.stderr)
     report: Optional[dict[str, Any]] = None
     error: Optional[Exception] = None
     try:
-        cfg = parse_config(argv)
+        cfg = parse_config(argv, base=base)
         validate(cfg)
         check_model(cfg.model.model_name_or_path)  # only the tokenizer loads, but it comes from the same place
         tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code)

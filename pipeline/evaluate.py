@@ -4,7 +4,8 @@
 function on a saved adapter (or the base model), so the two can be compared directly.
 
     grpo eval --lora outputs/run/lora --data configs/qwen2.5-1.5b-gsm8k.yaml --limit 200
-    grpo eval --base --model unsloth/Qwen2.5-1.5B-Instruct --data test.jsonl --limit 100
+    grpo eval --base --model unsloth/Qwen2.5-1.5B-Instruct --data test.jsonl --limit 100 --output base.json
+    grpo eval --lora outputs/demo/lora --data demo-arithmetic     # a dataset name, as in dataset_name
 """
 
 from __future__ import annotations
@@ -80,6 +81,39 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], system_promp
     }
 
 
+EVAL_BEFORE_NAME = "eval_before.json"
+
+
+def eval_before_key(cfg: PipelineConfig, rows: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
+    """What the before-training numbers depend on; a resumed run reuses them only when all of it matches."""
+    import dataclasses
+    import json
+
+    key = {"model": cfg.model.model_name_or_path, "rows": [row["id"] for row in rows],
+           "system_prompt": cfg.data.system_prompt, "max_tokens": max_tokens, "seed": cfg.grpo.seed,
+           # it measures the model after the warm-up, so the warm-up's settings count too
+           "sft_warmup_steps": cfg.health.sft_warmup_steps, "sft_learning_rate": cfg.health.sft_learning_rate,
+           "lora": dataclasses.asdict(cfg.lora)}
+    return json.loads(json.dumps(key))  # as it reads back from eval_before.json
+
+
+def load_eval_before(output_dir: Path, key: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The run's saved eval-before result when it was measured with the same `key`, else None."""
+    import json
+
+    try:
+        saved = json.loads((output_dir / EVAL_BEFORE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return saved.get("result") if isinstance(saved, dict) and saved.get("key") == key else None
+
+
+def save_eval_before(output_dir: Path, key: dict[str, Any], result: dict[str, Any]) -> None:
+    from env.paths import atomic_write_json
+
+    atomic_write_json(output_dir / EVAL_BEFORE_NAME, {"key": key, "result": result})
+
+
 def format_table(result: dict[str, Any], title: str) -> str:
     """A small human-readable table."""
     lines = [title, "-" * len(title)]
@@ -102,18 +136,28 @@ def evaluate_saved(data: str, limit: int = 100, split: Optional[str] = None, out
     from pipeline.config import ConfigError, parse_config
     from pipeline.inference import inference_args, open_inference
 
-    setup = open_inference(args if args is not None else inference_args(**options))
+    args = args if args is not None else inference_args(**options)
+    if args.base and not (output or args.run):  # refused before the model loads
+        print("error: --base without --run: pass --output FILE for the results (or --run RUN_DIR to keep them "
+              "in that run folder as eval_base.json)", file=sys.stderr)
+        return None
+    setup = open_inference(args)
     if setup is None:
         return None
+    out = _eval_json_path(setup, output, args.run)
     data_path = absolute_path(data)
     is_recipe = data_path.suffix in (".yaml", ".yml")
     try:
         if is_recipe:
             cfg = parse_config(["--config", str(data_path)])
             eval_split = split or cfg.eval.eval_split
-        else:
+        elif data_path.exists():
             cfg = setup.config.replace(dataset_name=str(data_path))
             eval_split = split or "train"  # a local file is one split
+        else:  # a dataset name as in a recipe's dataset_name: demo-arithmetic, sample (both offline), a hub id
+            cfg = setup.config.replace(dataset_name=data)
+            eval_split = split or setup.config.eval.eval_split
+            data_path = Path(data)
         cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model,
                           eval_split=eval_split)
         rows = load_eval_rows(cfg, setup.tokenizer, limit=limit)
@@ -122,12 +166,22 @@ def evaluate_saved(data: str, limit: int = 100, split: Optional[str] = None, out
         return None
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, setup.system_prompt, setup.max_tokens,
                            temperature=setup.temperature, top_p=setup.top_p)
-    out = absolute_path(output) if output else (
-        (setup.adapter.path.parent if setup.adapter else Path.cwd()) / "eval.json")
     result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
                   data=str(data_path), split=eval_split, eval_json=str(out))
     atomic_write_json(out, result)
     return result
+
+
+def _eval_json_path(setup, output: Optional[str], run: Optional[str]) -> Path:
+    """--output; else the run folder: eval.json beside the adapter, eval_base.json for --base --run."""
+    from env.paths import absolute_path
+
+    if output:
+        return absolute_path(output)
+    if setup.trained_dir is not None:
+        return setup.trained_dir.parent / "eval.json"
+    run_dir = absolute_path(run)
+    return (run_dir.parent if run_dir.name == "lora" else run_dir) / "eval_base.json"
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -136,10 +190,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="grpo eval", description=__doc__.split("\n\n")[0])
     add_inference_arguments(parser)
     parser.add_argument("--data", required=True,
-                        help="a YAML recipe (its dataset + eval_split) or a .jsonl/.csv/.parquet file")
+                        help="a YAML recipe (its dataset + eval_split), a .jsonl/.csv/.parquet file, or a dataset "
+                             "name as in dataset_name (demo-arithmetic and sample work offline)")
     parser.add_argument("--limit", type=int, default=100, help="number of held-out problems (default 100)")
     parser.add_argument("--split", default=None, help="split to evaluate (default: the recipe's eval_split)")
-    parser.add_argument("--output", default=None, help="where to write eval.json (default: next to the adapter)")
+    parser.add_argument("--output", default=None,
+                        help="where to write the results (default: eval.json in the adapter's run folder; "
+                             "eval_base.json in --run's folder for --base)")
     args = parser.parse_args(argv)
     result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args)
     if result is None:

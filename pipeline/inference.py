@@ -3,7 +3,10 @@
 Shared by `grpo generate` and `grpo eval`. The rules that stop "my LoRA has no effect":
 - the adapter path is made absolute and verified before anything loads (a missing or
   incomplete folder is exit code 2 with the path and the missing piece, never base-model output);
-- the base model, system prompt, chat template and max lengths come from the run's manifest.json;
+- the base model, system prompt, chat template and max lengths come from the run's manifest.json, or
+  from grpo_adapter.json inside the adapter folder (an adapter copied away from its run); an adapter
+  with neither is refused unless --system_prompt is given, because the defaults would silently
+  generate in a format it was not trained on;
 - an adapter whose rank exceeds max_lora_rank, or whose base model differs from --model, is refused;
 - `--base` is the only way to generate without an adapter.
 """
@@ -14,6 +17,7 @@ import argparse
 import sys
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig, from_mapping
@@ -33,6 +37,7 @@ class InferenceSetup:
     top_p: float
     config: PipelineConfig
     manifest: Optional[dict]
+    trained_dir: Optional[Path] = None  # the --lora folder (a LoRA, or a full fine-tune's model/)
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +53,9 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top_p", type=float, default=1.0)
     parser.add_argument("--max_lora_rank", type=int, default=None, help="vLLM LoRA rank limit (default: manifest)")
-    parser.add_argument("--system_prompt", default=None, help="override the manifest's system prompt")
+    parser.add_argument("--system_prompt", default=None,
+                        help="override the manifest's system prompt; required for an adapter that carries no "
+                             "grpo_adapter.json and has no manifest.json beside it")
 
 
 def inference_args(**options: Any) -> argparse.Namespace:
@@ -176,6 +183,18 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
         except (AdapterError, ManifestError) as err:
             _error(str(err))
             return None
+        if manifest is None:
+            from pipeline.manifest import ADAPTER_METADATA_NAME, MANIFEST_NAME
+
+            folder = absolute_path(args.lora)
+            if not args.system_prompt:
+                _error(f"{folder} has no {ADAPTER_METADATA_NAME} inside and no {MANIFEST_NAME} beside it, so the "
+                       "system prompt, chat template and max lengths it was trained with are unknown; the defaults "
+                       f"would silently give wrong answers. Copy the run's {MANIFEST_NAME} into {folder}, or pass "
+                       "--system_prompt TEXT (and --max_tokens N) to use it anyway.")
+                return None
+            print(f"warning: {folder} carries no training metadata; using --system_prompt as given and the "
+                  "tokenizer's own chat template.", file=sys.stderr)
     elif args.run:
         run_dir = absolute_path(args.run)
         try:
@@ -240,4 +259,5 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     if manifest and manifest.get("chat_template"):
         tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained
     return InferenceSetup(generator, tokenizer, base_model, adapter, system_prompt, int(max_tokens),
-                          args.temperature, args.top_p, cfg, manifest)
+                          args.temperature, args.top_p, cfg, manifest,
+                          absolute_path(args.lora) if args.lora else None)

@@ -3,6 +3,10 @@
 `grpo generate` / `grpo eval` read it so generation uses the same base model, system prompt,
 chat template and max lengths as training (mismatched sampling limits are a top cause of
 "extract_xml_answer fails after training").
+
+The adapter folder (lora/, or model/ for a full fine-tune) also carries the part of it that
+generation needs, in `grpo_adapter.json`, written inside the folder before it is published (so
+atomically with the weights): an adapter copied away from its run still generates as trained.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ from typing import Any, Optional
 from env.paths import atomic_write_json
 
 MANIFEST_NAME = "manifest.json"
+ADAPTER_METADATA_NAME = "grpo_adapter.json"
+# What generate/eval/export need from a run; copied into the adapter folder itself.
+ADAPTER_METADATA_KEYS = ("base_model", "backend", "adapter_kind", "system_prompt", "chat_template",
+                         "max_prompt_length", "max_completion_length", "max_seq_length", "max_lora_rank")
 RECORDED_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "unsloth_zoo",
                      "vllm", "bitsandbytes")
 
@@ -41,11 +49,10 @@ def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def write_manifest(output_dir: Path, *, cfg_dict: dict[str, Any], backend: str, base_model: str,
-                   system_prompt: str, chat_template: Optional[str], max_prompt_length: int,
-                   max_completion_length: int, data_fingerprint: str, adapter_dir: Path,
-                   adapter_kind: str) -> Path:
-    manifest = {
+def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, system_prompt: str,
+                   chat_template: Optional[str], max_prompt_length: int, max_completion_length: int,
+                   data_fingerprint: str, adapter_dir: Path, adapter_kind: str) -> dict[str, Any]:
+    return {
         "base_model": base_model,
         "backend": backend,
         "adapter_dir": str(adapter_dir),
@@ -62,6 +69,9 @@ def write_manifest(output_dir: Path, *, cfg_dict: dict[str, Any], backend: str, 
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": cfg_dict,
     }
+
+
+def write_manifest(output_dir: Path, manifest: dict[str, Any]) -> Path:
     path = output_dir / MANIFEST_NAME
     atomic_write_json(path, manifest)
     return path
@@ -71,13 +81,24 @@ class ManifestError(ValueError):
     """A manifest.json that exists but cannot be used (not JSON, not an object); the message names it."""
 
 
+def write_adapter_metadata(adapter_dir: Path, manifest: dict[str, Any]) -> Path:
+    """The generation settings of `manifest` (plus the run's config) inside the adapter folder."""
+    metadata = {key: manifest.get(key) for key in ADAPTER_METADATA_KEYS}
+    metadata["config"] = manifest.get("config")
+    path = adapter_dir / ADAPTER_METADATA_NAME
+    atomic_write_json(path, metadata)
+    return path
+
+
 def find_manifest(adapter_dir: Path) -> Optional[dict[str, Any]]:
-    """The manifest of the run an adapter came from: in the adapter folder or its parent (output_dir/lora).
+    """How an adapter was trained: the run's manifest (in the adapter folder or its parent, output_dir/lora),
+    else the metadata the adapter folder carries itself; None when there is neither.
 
     A corrupt one is a ManifestError, never silently skipped: without it generation would fall back to the
     default system prompt and template and give wrong answers with exit 0.
     """
-    for candidate in (adapter_dir / MANIFEST_NAME, adapter_dir.parent / MANIFEST_NAME):
+    for candidate in (adapter_dir / MANIFEST_NAME, adapter_dir.parent / MANIFEST_NAME,
+                      adapter_dir / ADAPTER_METADATA_NAME):
         if candidate.is_file():
             try:
                 manifest = json.loads(candidate.read_text(encoding="utf-8"))

@@ -7,6 +7,10 @@ a line that is not valid JSON (a run killed mid-write) is skipped with a warning
 NaN/inf, written as numbers (Python's json) or as the strings "nan"/"inf" (pipeline.run_logging),
 show as gaps, and as red crosses on the loss / grad_norm plot.
 
+The +-std band of a reward is clipped to the range the reward can take (a band below 0 or above
+the maximum shows values that never happened), and the health and KL plots draw the run's warning
+thresholds, so a line approaching one is visible before the run acts on it.
+
 matplotlib is imported inside `plot_run` with the Agg backend, so the module imports fast and
 plotting works on a headless server.
 """
@@ -28,6 +32,18 @@ from pipeline.monitors import (
     OBSERVER_NAME,
     REPETITION_RATE,
 )
+
+from rewards.correctness import CORRECT_REWARD, INTEGER_REWARD
+from rewards.format import FORMAT_REWARD
+
+# The range each built-in reward can take, by the name TRL logs it under (rewards/<name>/mean).
+REWARD_RANGES: dict[str, tuple[float, float]] = {
+    "xmlcount_reward_func": (0.0, FORMAT_REWARD),  # clamped to [0, 0.5] (rewards/format.py)
+    "soft_format_reward_func": (0.0, FORMAT_REWARD),
+    "strict_format_reward_func": (0.0, FORMAT_REWARD),
+    "int_reward_func": (0.0, INTEGER_REWARD),
+    "correctness_reward_func": (0.0, CORRECT_REWARD),
+}
 
 METRICS_FILE = "metrics.jsonl"
 PLOTS_DIR = "plots"
@@ -136,13 +152,47 @@ def smoothing_window(n_points: int) -> int:
     return 0 if n_points < 8 else min(25, max(3, n_points // 10))
 
 
-def plot_run(output_dir: str | Path) -> list[Path]:
+def health_thresholds(health=None) -> dict[str, float]:
+    """The health rules' thresholds by metric key, from a config's HealthArguments (default: the defaults)."""
+    from pipeline.config import HealthArguments
+
+    health = health or HealthArguments()
+    return {GARBLED_RATE: health.garbled_threshold, REPETITION_RATE: health.repetition_threshold,
+            "kl": health.kl_ceiling}
+
+
+def plot_settings(cfg) -> dict[str, Any]:
+    """`plot_run`'s keyword arguments for a run's config: its thresholds and reward weights."""
+    from rewards import check_reward_weights, get_reward_funcs
+
+    names = list(cfg.grpo.reward_funcs)
+    weights = check_reward_weights(names, cfg.grpo.reward_weights)
+    return {"thresholds": health_thresholds(cfg.health),
+            "reward_weights": {func.__name__: w for func, w in zip(get_reward_funcs(names), weights)}}
+
+
+def total_reward_range(weights: dict[str, float]) -> tuple[float, float] | None:
+    """The weighted sum's range when every reward's range is known (TRL's total is sum(w * reward)).
+
+    >>> total_reward_range({"correctness_reward_func": 1.0, "int_reward_func": 2.0})
+    (0.0, 3.0)
+    """
+    if not weights or any(name not in REWARD_RANGES for name in weights):
+        return None
+    ends = [sorted((w * REWARD_RANGES[n][0], w * REWARD_RANGES[n][1])) for n, w in weights.items()]
+    return sum(e[0] for e in ends), sum(e[1] for e in ends)
+
+
+def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
+             reward_weights: dict[str, float] | None = None) -> list[Path]:
     """Draw the run's plots into output_dir/plots/ and return the written PNG paths.
 
     One figure per reward function (reward_<name>.png), the total reward (reward.png), kl
     and beta (kl.png, beta.png; only when logged), completion length (completion_length.png),
     the health rates (health.png), and loss / grad_norm (loss.png). Each figure skips what
-    is missing; a metric never logged writes no file.
+    is missing; a metric never logged writes no file. `thresholds` (metric key -> value; default: the
+    config's defaults) are drawn as dashed lines; `reward_weights` (reward name -> weight) bound the
+    total reward's band.
 
     >>> import tempfile, json
     >>> run = Path(tempfile.mkdtemp())
@@ -157,6 +207,7 @@ def plot_run(output_dir: str | Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     output_dir = Path(output_dir)
+    thresholds = {**health_thresholds(), **(thresholds or {})}
     rows = read_metrics(output_dir / METRICS_FILE)
     plots_dir = output_dir / PLOTS_DIR
     plots_dir.mkdir(parents=True, exist_ok=True)
@@ -177,14 +228,15 @@ def plot_run(output_dir: str | Path) -> list[Path]:
         if mean is None:
             continue
         fig, ax = plt.subplots(figsize=(8, 4.5))
-        _draw(ax, mean, "mean", "C0", band=series(rows, f"rewards/{name}/std"))
+        _draw(ax, mean, "mean", "C0", band=series(rows, f"rewards/{name}/std"), clip=REWARD_RANGES.get(name))
         _finish(ax, f"Reward function: {name}", "reward (mean over the batch)")
         save(fig, f"reward_{_file_safe(name)}.png")
 
     total = series(rows, "reward")
     if total is not None:
         fig, ax = plt.subplots(figsize=(8, 4.5))
-        _draw(ax, total, "total reward", "C0", band=series(rows, "reward_std"))
+        _draw(ax, total, "total reward", "C0", band=series(rows, "reward_std"),
+              clip=total_reward_range(reward_weights or {}))
         _finish(ax, "Total reward (weighted sum of the reward functions)", "reward (mean over the batch)")
         save(fig, "reward.png")
 
@@ -192,6 +244,7 @@ def plot_run(output_dir: str | Path) -> list[Path]:
     if kl is not None:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         _draw(ax, kl, "kl", "C3")
+        _threshold(ax, thresholds.get("kl"), "kl_ceiling", "C3")
         _finish(ax, "KL divergence to the reference model", "kl (per token)")
         save(fig, "kl.png")
 
@@ -217,6 +270,8 @@ def plot_run(output_dir: str | Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for index, (key, data) in enumerate(rates.items()):
             _draw(ax, data, HEALTH_RATES[key], f"C{index}", compact=True)
+            _threshold(ax, thresholds.get(key), f"{key.split('/')[-1].replace('_rate', '')}_threshold",
+                       f"C{index}")
         ax.set_ylim(-0.02, 1.02)
         window = smoothing_window(max(len(data[0]) for data in rates.values()))
         subtitle = f"\nthin: per step, bold: {window}-step average" if window else ""
@@ -236,8 +291,16 @@ def plot_run(output_dir: str | Path) -> list[Path]:
     return written
 
 
-def _draw(ax, data: Series, label: str, color: str, band: Series | None = None, compact: bool = False) -> None:
-    """Raw values as a thin line with dots, the moving average as a bold line, +-std as a band.
+def _threshold(ax, value: float | None, label: str, color: str) -> None:
+    """A health rule's threshold as a dashed horizontal line."""
+    if value is not None and math.isfinite(value):
+        ax.axhline(value, color=color, linestyle="--", linewidth=1, alpha=0.8, label=f"{label} {value:g}")
+
+
+def _draw(ax, data: Series, label: str, color: str, band: Series | None = None, compact: bool = False,
+          clip: tuple[float, float] | None = None) -> None:
+    """Raw values as a thin line with dots, the moving average as a bold line, +-std as a band
+    (clipped to `clip`, the values the metric can take).
 
     `compact` (several series on one axis) labels only the bold line, to keep the legend short.
     """
@@ -250,8 +313,9 @@ def _draw(ax, data: Series, label: str, color: str, band: Series | None = None, 
         ax.plot(steps, moving_average(values, window), color=color, linewidth=2.2,
                 label=label if compact else f"{label} ({window}-step average)")
     if band is not None and band[0] == steps:
-        low = [v - s for v, s in zip(values, band[1])]
-        high = [v + s for v, s in zip(values, band[1])]
+        lowest, highest = clip or (-math.inf, math.inf)
+        low = [max(lowest, v - s) for v, s in zip(values, band[1])]
+        high = [min(highest, v + s) for v, s in zip(values, band[1])]
         ax.fill_between(steps, low, high, color=color, alpha=0.12, label="+-1 std")
 
 

@@ -31,11 +31,12 @@ def final_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps: int, wall_time_s: float,
                   eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str],
-                  health: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+                  health: Optional[dict[str, Any]] = None,
+                  plot_settings: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     from pipeline.plots import plot_run
 
     records = read_metrics(output_dir)
-    plots = [str(p) for p in plot_run(output_dir)] if records else []
+    plots = [str(p) for p in plot_run(output_dir, **(plot_settings or {}))] if records else []
     summary = {
         "status": status,
         "stop_reason": reason if reason else ("completed" if status == "completed" else None),

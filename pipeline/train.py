@@ -76,11 +76,28 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
         backend.prepare_environment(cfg)  # UNSLOTH_VLLM_STANDBY + `import unsloth` before trl/transformers/peft
     _print(f"backend: {choice.name} ({choice.reason})")
 
-    from env.paths import absolute_path, atomic_directory
-    from pipeline.inference import verify_trained_dir
+    from env.paths import absolute_path
+    from pipeline.run_lock import run_lock
 
     output_dir = absolute_path(cfg.grpo.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    if not _is_main_process():  # DDP ranks share rank 0's run folder; rank 0 holds the lock for all
+        return _run_locked(cfg, choice, backend, output_dir, callbacks, start)
+    with run_lock(output_dir):  # a second run into this folder is refused, naming this one
+        return _run_locked(cfg, choice, backend, output_dir, callbacks, start)
+
+
+def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir: Path, callbacks, start: float):
+    from env.paths import atomic_directory
+    from pipeline.checkpoints import GracefulStop, checkpoint_step, resolve_resume
+    from pipeline.inference import verify_trained_dir
+
+    # ---------------------------------------------------------------- resume target (before anything loads)
+    resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
+    if resume_from:
+        finished = _finished_run(cfg, output_dir, resume_from)
+        if finished is not None:
+            return finished
 
     # ---------------------------------------------------------------- data (tokenizer only)
     from pipeline.data import prepare_dataset
@@ -103,15 +120,25 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     if cfg.health.sft_warmup_steps > 0:
         from pipeline.warmup import run_format_warmup
 
-        model = run_format_warmup(model, tokenizer, cfg, prepared, peft_config, output_dir)
+        model = run_format_warmup(model, tokenizer, cfg, prepared, peft_config, output_dir,
+                                  reuse=cfg.grpo.resume != "never")
         if peft_config is not None:
             peft_config = None  # the warm-up already wrapped the model with this LoRA
 
     # ---------------------------------------------------------------- eval before
     eval_before = None
     if cfg.eval.eval_before and eval_rows:
-        eval_before = evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer, eval_rows,
-                                    cfg.data.system_prompt, prepared.max_completion_length)
+        # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on.
+        from pipeline.evaluate import eval_before_key, load_eval_before, save_eval_before
+
+        key = eval_before_key(cfg, eval_rows, prepared.max_completion_length)
+        eval_before = load_eval_before(output_dir, key) if cfg.grpo.resume != "never" else None
+        if eval_before is not None:
+            _print(f"eval before GRPO: reusing {output_dir / 'eval_before.json'} (same model, rows and limits)")
+        else:
+            eval_before = evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer, eval_rows,
+                                        cfg.data.system_prompt, prepared.max_completion_length)
+            save_eval_before(output_dir, key, eval_before)
         _print(f"eval before GRPO: accuracy {eval_before['accuracy']:.1%}, format {eval_before['format_rate']:.1%}")
 
     # ---------------------------------------------------------------- trainer
@@ -120,9 +147,6 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
         trainer.add_callback(callback)
 
     # ---------------------------------------------------------------- train (resumable)
-    from pipeline.checkpoints import GracefulStop, checkpoint_step, resolve_resume
-
-    resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
     if resume_from:
         _print(f"resuming from {resume_from} (step {checkpoint_step(resume_from)})")
         trainer.metrics_callback_for_resume(checkpoint_step(resume_from))
@@ -143,18 +167,20 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     if status == "completed" and _is_main_process():
         # A LoRA goes to lora/; a full fine-tune (the tiny demo) is a whole model, so model/.
         adapter_dir = output_dir / ("model" if cfg.lora.full_finetune else "lora")
-        with _disk_full_is_resumable(trainer, output_dir), atomic_directory(adapter_dir) as staging:
-            backend.save_adapter(trainer.model, tokenizer, staging)
-        verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
-        from pipeline.manifest import write_manifest
+        from pipeline.manifest import build_manifest, write_adapter_metadata, write_manifest
 
-        write_manifest(
-            output_dir, cfg_dict=cfg.to_dict(), backend=choice.name, base_model=cfg.model.model_name_or_path,
+        manifest = build_manifest(
+            cfg_dict=cfg.to_dict(), backend=choice.name, base_model=cfg.model.model_name_or_path,
             system_prompt=cfg.data.system_prompt, chat_template=getattr(tokenizer, "chat_template", None),
             max_prompt_length=prepared.max_prompt_length, max_completion_length=prepared.max_completion_length,
             data_fingerprint=prepared.fingerprint, adapter_dir=adapter_dir,
             adapter_kind="full" if cfg.lora.full_finetune else "lora",
         )
+        with _disk_full_is_resumable(trainer, output_dir), atomic_directory(adapter_dir) as staging:
+            backend.save_adapter(trainer.model, tokenizer, staging)
+            write_adapter_metadata(staging, manifest)  # the folder stays usable when copied away from the run
+        verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
+        write_manifest(output_dir, manifest)
         # ------------------------------------------------------------ eval after
         if cfg.eval.eval_after and eval_rows:
             eval_after = evaluate_rows(backend.training_generator(trainer.model, tokenizer, cfg), tokenizer,
@@ -164,13 +190,39 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     # ---------------------------------------------------------------- plots + summary
     summary: dict[str, Any] = {}
     if _is_main_process():
+        from pipeline.plots import plot_settings
         from pipeline.summary import write_summary
 
         summary = write_summary(output_dir, status=status, reason=reason, steps=steps,
                                 wall_time_s=time.time() - start, eval_before=eval_before, eval_after=eval_after,
-                                warnings=list(health.warnings), health=health.summary())
+                                warnings=list(health.warnings), health=health.summary(),
+                                plot_settings=plot_settings(cfg))
         _print_where_everything_is(output_dir, status, reason, adapter_dir, cfg)
     return RunResult(output_dir, status, exit_code, steps, adapter_dir, summary)
+
+
+def _finished_run(cfg: PipelineConfig, output_dir: Path, checkpoint: str) -> Optional[RunResult]:
+    """A run whose newest checkpoint already reached max_steps: say so (exit 0) instead of training past it."""
+    import json
+
+    from pipeline.checkpoints import checkpoint_state
+
+    state = checkpoint_state(checkpoint)
+    step = int(state["global_step"])
+    target = cfg.grpo.max_steps if cfg.grpo.max_steps > 0 else int(state.get("max_steps") or 0)
+    if target <= 0 or step < target:
+        return None
+    saved = next((d for d in (output_dir / "lora", output_dir / "model") if d.is_dir()), None)
+    _print(f"run already complete: {output_dir} has trained {step} of max_steps={target} steps; nothing to do.")
+    _print(f"  to train longer: raise --max_steps (e.g. --max_steps {step * 2}); it resumes from step {step}")
+    _print("  to start over:   --resume never (same folder) or a new --output_dir")
+    _print(f"  result:          {saved}" if saved else f"  final checkpoint: {checkpoint}")
+    summary_path = output_dir / "summary.json"
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
+    except (OSError, ValueError):
+        summary = {}
+    return RunResult(output_dir, "completed", EXIT_OK, step, saved, summary)
 
 
 def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft_config, output_dir: Path):
@@ -178,6 +230,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
 
+    from pipeline.checkpoints import file_mode_callback
     from pipeline.health import HEALTH_TRAINING_ARGS, build_health
     from pipeline.run_logging import MetricsJsonlCallback, RewardProgressCallback
     from rewards import check_reward_weights, get_reward_funcs
@@ -234,12 +287,13 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
         processing_class=tokenizer,
         peft_config=peft_config,
         # health first: it fills in health/* from its shared state before metrics.jsonl is written
-        callbacks=[health, metrics, RewardProgressCallback()],
+        callbacks=[health, metrics, RewardProgressCallback(), file_mode_callback()],
     )
     for default_printer in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(default_printer)
     health.attach(trainer)
     trainer._metrics_callback = metrics
+    trainer._card_names = (cfg.model.model_name_or_path, cfg.data.dataset_name)
     return trainer, health
 
 
@@ -285,6 +339,25 @@ def GRPOTrainer_with_hooks(base):  # noqa: N802 (returns a class)
     """Subclass the (possibly Unsloth-patched) GRPOTrainer with the one hook resume needs."""
 
     class PipelineGRPOTrainer(base):
+        def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+            """TRL's card (output_dir/README.md), naming the base model and dataset we trained on.
+
+            TRL reads the base model from config._name_or_path and leaves it out when that is a local folder
+            (our built-in models, a downloaded copy), giving "fine-tuned version of [None]". A hub id is
+            named; for anything else no card is written, since its hub links would point nowhere.
+            """
+            base_model, dataset = getattr(self, "_card_names", (None, None))
+            if not base_model or not _is_hub_id(base_model):
+                return
+            config = self.model.config
+            local_name = getattr(config, "_name_or_path", "")
+            config._name_or_path = base_model
+            try:
+                super().create_model_card(model_name=model_name, tags=tags,
+                                          dataset_name=dataset_name or (dataset if _is_hub_id(dataset) else None))
+            finally:
+                config._name_or_path = local_name
+
         def metrics_callback_for_resume(self, step: int) -> None:
             from pipeline.run_logging import MetricsJsonlCallback
 
@@ -294,6 +367,13 @@ def GRPOTrainer_with_hooks(base):  # noqa: N802 (returns a class)
             self._metrics_callback = fresh
 
     return PipelineGRPOTrainer
+
+
+def _is_hub_id(name: Optional[str]) -> bool:
+    """`org/name` that is neither a built-in name nor a local path."""
+    from pipeline.tokenizer import resolve_model_path
+
+    return bool(name) and name.count("/") == 1 and not os.path.exists(name) and resolve_model_path(name) == name
 
 
 def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[str], adapter_dir: Optional[Path],
@@ -330,16 +410,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if "--check" in argv:
         return check_main([a for a in argv if a != "--check"])
     if any(a in ("-h", "--help") for a in argv):
-        from trl import TrlParser
-
-        from pipeline.config import SECTIONS
-
-        TrlParser(SECTIONS, prog="grpo train", description=__doc__.split("\n\n")[0]).print_help()
-        return EXIT_OK
+        return _print_help(argv)
     try:
         # Decide the backend before anything imports trl: Unsloth must be imported first.
         choice = choose_backend(str(peek_option(argv, "backend", "auto")), _peek_fast_inference(argv))
-        argv, base = _default_recipe(argv, choice.name == "unsloth" or _has_cuda(), _print)
+        argv, base, note = _defaults_for(argv, choice)
+        if note:
+            _print(note)
         if choice.name == "unsloth":
             standby = peek_option(argv, "vllm_standby", "auto")
             load_backend("unsloth").prepare_environment(
@@ -352,17 +429,51 @@ def main(argv: Optional[list[str]] = None) -> int:
     return result.exit_code
 
 
-def _default_recipe(argv: list[str], gpu: bool, log) -> tuple[list[str], Optional[dict[str, Any]]]:
-    """Without --config: the GPU recipe on a GPU, else the built-in CPU demo's settings as defaults."""
+def _defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Optional[dict[str, Any]], str]:
+    """Which defaults a run without --config gets: the GPU recipe on a GPU, the tiny CPU demo elsewhere.
+
+    Returns (argv, base defaults for parse_config, a line saying which), shared by a run and by --help.
+    """
     if "--config" in argv:
-        return argv, None
-    if gpu:
-        log(f"no --config: using {DEFAULT_GPU_RECIPE}")
-        return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None
+        return argv, None, ""
+    if choice.name == "unsloth" or _has_cuda():
+        return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None, f"no --config: using {DEFAULT_GPU_RECIPE}"
     from pipeline.demo import DEMO_CONFIG
 
-    log("no GPU and no --config: running the built-in tiny CPU demo (a few minutes)")
-    return argv, dict(DEMO_CONFIG)
+    return argv, dict(DEMO_CONFIG), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
+
+
+def _print_help(argv: list[str]) -> int:
+    """`grpo train --help`, with --config listed and the defaults that apply on this machine shown."""
+    import yaml
+    from trl import TrlParser
+
+    from pipeline.config import SECTIONS
+
+    try:
+        choice = choose_backend(str(peek_option(argv, "backend", "auto")), _peek_fast_inference(argv))
+        argv, base, _ = _defaults_for([a for a in argv if a not in ("-h", "--help")], choice)
+    except ConfigError:
+        base, argv = None, []
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        recipe = Path(argv[argv.index("--config") + 1])
+        source = f"the recipe {recipe}"
+        try:
+            base = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            base, source = None, "the built-in field defaults (the recipe could not be read)"
+    else:
+        source = "the built-in tiny CPU demo (no GPU here and no --config)"
+    parser = TrlParser(SECTIONS, prog="grpo train", description=__doc__.split("\n\n")[0],
+                       epilog=f"Defaults shown: {source}. Each option overrides the recipe's value.")
+    parser.add_argument("--config", metavar="YAML",
+                        help="a YAML recipe whose keys are the options below (e.g. configs/qwen2.5-3b-gsm8k.yaml); "
+                             "without it: configs/qwen2.5-1.5b-gsm8k.yaml on a GPU, the tiny CPU demo elsewhere")
+    if isinstance(base, dict):
+        parser.set_defaults_with_config(**base)
+    print(f"defaults shown below: {source}\n")
+    parser.print_help()
+    return EXIT_OK
 
 
 def check_main(argv: list[str]) -> int:
@@ -376,7 +487,10 @@ def check_main(argv: list[str]) -> int:
     from pipeline.preflight import Check, as_json, run_checks
 
     try:
-        argv, base = _default_recipe(argv, _has_cuda(), log=lambda msg: print(f"[grpo] {msg}", file=sys.stderr))
+        argv, base, note = _defaults_for(argv, choose_backend(str(peek_option(argv, "backend", "auto")),
+                                                            _peek_fast_inference(argv)))
+        if note:
+            print(f"[grpo] {note}", file=sys.stderr)
         results = run_checks(parse_config(argv, base=base), stop_at_first=False)
     except ConfigError as err:
         results = [Check("config", False, str(err))]

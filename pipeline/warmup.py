@@ -6,16 +6,24 @@ GRPO learns only from differences within a group: if no completion ever contains
 
 Examples come from the training rows' worked solutions when the dataset has them (GSM8K does:
 the text before `####`), else from the built-in demo task.
+
+The warmed weights are kept in `output_dir/warmup/` (with `warmup.json`, the settings they came from),
+so a resumed or restarted run loads them instead of training the warm-up again: the GRPO steps then
+start from, and compare against, the same model as the first attempt.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from pipeline.config import PipelineConfig
 
 MAX_WARMUP_EXAMPLES = 256
+WARMUP_DIR = "warmup"
+WARMUP_KEY_NAME = "warmup.json"
 
 
 def format_completion(reasoning: str, answer: str) -> str:
@@ -39,8 +47,63 @@ def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
                      "solutions before `####` are used automatically). Set sft_warmup_steps: 0 otherwise.")
 
 
-def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_config, output_dir: Path):
-    """A short SFTTrainer pass; returns the (possibly LoRA-wrapped) model for GRPO to continue from."""
+def warmup_key(cfg: PipelineConfig, prepared) -> dict[str, Any]:
+    """Everything the warmed weights depend on; saved weights are reused only when all of it matches."""
+    key = {"model": cfg.model.model_name_or_path, "steps": cfg.health.sft_warmup_steps,
+           "learning_rate": cfg.health.sft_learning_rate, "seed": cfg.grpo.seed,
+           "data_fingerprint": prepared.fingerprint, "system_prompt": cfg.data.system_prompt,
+           "lora": dataclasses.asdict(cfg.lora), "max_seq_length": cfg.model.max_seq_length}
+    return json.loads(json.dumps(key))  # as it reads back from warmup.json (tuples become lists)
+
+
+def _load_warmup(model, peft_config, folder: Path) -> Optional[Any]:
+    """`model` with the saved warm-up weights, wrapped as the SFTTrainer had wrapped it; None if they do not fit."""
+    from peft import PeftModel, get_peft_model, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    if peft_config is not None:
+        model = get_peft_model(model, peft_config)  # what SFTTrainer(peft_config=...) does before training
+    if isinstance(model, PeftModel):
+        weights = folder / "adapter_model.safetensors"
+        if not weights.is_file():
+            return None
+        result = set_peft_model_state_dict(model, load_file(str(weights)))
+        return model if not result.unexpected_keys else None
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        return None
+    missing, unexpected = model.load_state_dict(load_file(str(weights)), strict=False)
+    # save_pretrained drops a tied lm_head (it is the embedding); anything else missing means a mismatch.
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    if unexpected or any(not (tied and name.startswith("lm_head")) for name in missing):
+        return None
+    return model
+
+
+def _saved_warmup(output_dir: Path, key: dict[str, Any]) -> Optional[Path]:
+    folder = output_dir / WARMUP_DIR
+    try:
+        saved = json.loads((folder / WARMUP_KEY_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return folder if saved == key else None
+
+
+def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_config, output_dir: Path,
+                      reuse: bool = True):
+    """A short SFTTrainer pass; returns the (possibly LoRA-wrapped) model for GRPO to continue from.
+
+    With `reuse`, weights saved by an earlier attempt of this run (same settings) are loaded instead.
+    """
+    key = warmup_key(cfg, prepared)
+    saved = _saved_warmup(output_dir, key) if reuse else None
+    if saved is not None:
+        warmed = _load_warmup(model, peft_config, saved)
+        if warmed is not None:
+            print(f"[grpo] format warm-up: reusing {saved} (same settings; pass --resume never to redo it)",
+                  flush=True)
+            return warmed
+        print(f"[grpo] format warm-up: {saved} does not fit this model; training the warm-up again", flush=True)
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -64,7 +127,7 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
         lr_scheduler_type="linear",
         warmup_steps=0,
         logging_steps=max(1, cfg.health.sft_warmup_steps // 5),
-        save_strategy="no",  # the warm-up is cheap to redo; GRPO checkpoints are what resume needs
+        save_strategy="no",  # no mid-warm-up checkpoints; the result is saved to warmup/ at the end
         report_to="none",
         seed=cfg.grpo.seed,
         use_cpu=on_cpu,
@@ -83,5 +146,10 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
                          callbacks=[WarmupLogCallback(cfg.health.sft_warmup_steps)])
     trainer.remove_callback(PrinterCallback)  # it prints raw dicts of strings; one readable line instead
     trainer.train()
+    from env.paths import atomic_directory, atomic_write_json
+
+    with atomic_directory(output_dir / WARMUP_DIR) as staging:
+        trainer.model.save_pretrained(staging)  # the adapter (or the whole model for a full fine-tune)
+        atomic_write_json(staging / WARMUP_KEY_NAME, key)
     return trainer.model
 

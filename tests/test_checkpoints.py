@@ -1,8 +1,12 @@
-"""Checkpoint discovery, corrupt set-aside (never delete) and --resume resolution, on crafted folders."""
+"""Checkpoint discovery, corrupt set-aside (never delete) and --resume resolution: on crafted folders, and
+on the real checkpoints of a tiny CPU run whose files are then truncated."""
 
 import json
+import shutil
 
+import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from pipeline.checkpoints import (
     checkpoint_problem,
@@ -18,7 +22,7 @@ def make_checkpoint(root, step, *, state=True, weights=True, state_text=None):
     if state:
         (path / "trainer_state.json").write_text(state_text or json.dumps({"global_step": step}))
     if weights:
-        (path / "adapter_model.safetensors").write_bytes(b"x" * 16)
+        save_file({"lora_A": np.zeros((2, 2), dtype=np.float32)}, str(path / "adapter_model.safetensors"))
     return path
 
 
@@ -81,3 +85,55 @@ def test_resume_path_relative_and_errors(tmp_path, monkeypatch):
     make_checkpoint(tmp_path / "run", 7, state=False)
     with pytest.raises(ValueError, match="trainer_state.json is missing"):
         resolve_resume("run/checkpoint-7", tmp_path / "run")
+
+
+# --- real checkpoints (a tiny CPU run), truncated as a full disk or a cut-short copy leaves them ---------
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A finished 4-step run with checkpoint-2 and checkpoint-4 (adapter, optimizer.pt, rng state...)."""
+    from pipeline.train import run_training
+    from train_helpers import demo_config
+
+    run_dir = tmp_path_factory.mktemp("real") / "run"
+    result = run_training(demo_config(run_dir, max_steps=4, save_steps=2))
+    assert result.steps == 4 and (run_dir / "checkpoint-4" / "optimizer.pt").is_file()
+    return run_dir
+
+
+def truncate(path, keep=0.5):
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["adapter_model.safetensors", "optimizer.pt"])
+def test_truncated_file_of_a_real_checkpoint_is_named(trained_run, tmp_path, name):
+    checkpoint = tmp_path / "checkpoint-4"
+    shutil.copytree(trained_run / "checkpoint-4", checkpoint)
+    assert checkpoint_problem(checkpoint) is None  # every real file (rng_state.pth, scheduler.pt...) passes
+    truncate(checkpoint / name)
+    problem = checkpoint_problem(checkpoint)
+    assert problem is not None and name in problem and "truncated" in problem
+
+
+@pytest.mark.slow
+def test_resume_auto_sets_truncated_newest_aside_and_resumes_from_the_previous(trained_run, tmp_path, capsys):
+    from pipeline.train import run_training
+    from train_helpers import demo_config
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run, run_dir)
+    shutil.rmtree(run_dir / "lora")  # as if the run had died after saving checkpoint-4
+    truncate(run_dir / "checkpoint-4" / "adapter_model.safetensors")
+    truncate(run_dir / "checkpoint-4" / "optimizer.pt", keep=0.9)
+    result = run_training(demo_config(run_dir, max_steps=4, save_steps=2))
+    out = capsys.readouterr().out
+    assert result.exit_code == 0 and result.status == "completed" and result.steps == 4
+    assert "checkpoint-4 is incomplete: " in out and "adapter_model.safetensors" in out and "not deleted" in out
+    assert "resuming from " + str(run_dir / "checkpoint-2") in out
+    kept = list((run_dir / "corrupt").iterdir())
+    assert len(kept) == 1 and kept[0].name.startswith("checkpoint-4-")
+    assert (kept[0] / "optimizer.pt").stat().st_size > 0  # the broken files are kept for inspection
+    assert (run_dir / "checkpoint-4").is_dir()  # re-trained 3-4 and saved again

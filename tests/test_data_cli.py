@@ -90,3 +90,36 @@ def test_python_m_pipeline_data_json(tmp_path):
     report = json.loads(result.stdout)  # stdout is the JSON alone; logs go to stderr
     assert (report["rows_in"], report["rows_kept"], report["status"]) == (50, 50, "ok")
     assert (tmp_path / "run" / "data_report.json").is_file()
+
+
+def run_cli(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=180)
+
+
+def test_data_help_is_its_own_and_documents_the_offline_names(tmp_path):
+    shown = run_cli("data", "--help", cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout.startswith("usage: grpo data")
+    assert "bundled:qwen2.5" in shown.stdout and "--learning_rate" not in shown.stdout
+
+
+def test_data_without_options_prepares_the_cpu_demo_offline(tmp_path):
+    done = run_cli("data", "--json", cwd=tmp_path)  # no GPU here: the demo's data, no hub
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows_kept"] > 0 and "Traceback" not in done.stderr
+    assert (tmp_path / "outputs" / "cpu-demo" / "data_report.json").is_file()
+
+
+def test_train_help_lists_config_and_the_defaults_that_apply_here(tmp_path):
+    shown = run_cli("train", "--help", cwd=tmp_path)
+    assert shown.returncode == 0 and "--config YAML" in shown.stdout
+    assert shown.stdout.startswith("defaults shown below: the built-in tiny CPU demo")
+    from pipeline.demo import DEMO_CONFIG
+
+    import re
+
+    shown_default = re.search(r"\n  --max_steps MAX_STEPS, .*?\(default:\s+(\S+?)\)", shown.stdout, re.S).group(1)
+    assert shown_default == str(DEMO_CONFIG["max_steps"])  # the demo's, not the field's class default
+    recipe = run_cli("train", "--config", str(ROOT / "configs" / "qwen2.5-3b-gsm8k.yaml"), "--help", cwd=tmp_path)
+    assert "defaults shown below: the recipe" in recipe.stdout and "Qwen2.5-3B" in recipe.stdout

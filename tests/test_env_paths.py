@@ -18,6 +18,7 @@ from env.paths import (
     atomic_directory,
     atomic_write_json,
     atomic_write_text,
+    current_umask,
     publish_once,
     verify_adapter_dir,
 )
@@ -245,6 +246,21 @@ def test_published_directory_has_normal_permissions(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert (tmp_path / "lora").stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_safetensors_weights_get_the_same_permissions_as_the_other_files(tmp_path, umask):
+    """safetensors writes 0600 files; a published folder's weights get 0666 minus the umask like the rest."""
+    previous = os.umask(umask)
+    try:
+        assert current_umask() == umask
+        with atomic_directory(tmp_path / "lora") as temp:
+            save_file({"w": np.zeros(2, dtype=np.float32)}, str(temp / "adapter_model.safetensors"))
+            (temp / "adapter_config.json").write_text("{}")
+    finally:
+        os.umask(previous)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "lora").iterdir()}
+    assert modes == {"adapter_model.safetensors": 0o666 & ~umask, "adapter_config.json": 0o666 & ~umask}
 
 
 def run_killed_save(tmp_path: Path, body: str) -> subprocess.CompletedProcess:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from env.paths import current_umask
 from pipeline import evaluate, export, generate
 from pipeline.inference import inference_args, open_inference
 from pipeline.train import run_training
@@ -83,7 +84,7 @@ def test_lora_really_applies_and_matches_merged_export(trained_run, tmp_path):
     assert base_setup.adapter is None and base_setup.base_model == "tiny-demo"
     out = tmp_path / "merged"
     assert export.main(["--lora", str(trained_run / "lora"), "--to", "merged16", "--out", str(out)]) == 0
-    merged = AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    merged = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
 
     prompt = lora_setup.tokenizer.apply_chat_template(
         [{"role": "system", "content": lora_setup.system_prompt}, {"role": "user", "content": "3+4"}],
@@ -94,7 +95,19 @@ def test_lora_really_applies_and_matches_merged_export(trained_run, tmp_path):
         base_logits = base_setup.generator.model(ids).logits
         merged_logits = merged(ids).logits
     assert not torch.allclose(lora_logits, base_logits, atol=1e-4), "the adapter changed nothing"
-    torch.testing.assert_close(merged_logits, lora_logits, atol=1e-4, rtol=1e-4)
+    with torch.no_grad():  # the export is the adapter merged in float32, then stored in bfloat16
+        torch.testing.assert_close(merged_logits, bf16_rounded_merge(lora_setup.generator.model)(ids).logits,
+                                   atol=1e-5, rtol=1e-5)
+
+
+def bf16_rounded_merge(peft_model):
+    """The adapter merged into its base in float32 and rounded to bfloat16: what merged16 must hold."""
+    import torch
+
+    merged = peft_model.merge_and_unload()
+    for param in merged.parameters():
+        param.data = param.data.to(torch.bfloat16).to(torch.float32)
+    return merged.eval()
 
 
 def test_merged_export_keeps_the_modules_trained_in_full(tmp_path):
@@ -111,14 +124,18 @@ def test_merged_export_keeps_the_modules_trained_in_full(tmp_path):
     assert result.status == "completed"
     out = tmp_path / "merged"
     assert export.main(["--lora", str(run_dir / "lora"), "--to", "merged16", "--out", str(out)]) == 0
-    merged = AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    with open(out / "model.safetensors", "rb") as handle:  # saved in 16-bit, though the merge ran in fp32 on CPU
+        header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+    assert {info["dtype"] for name, info in header.items() if name != "__metadata__"} == {"BF16"}
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~current_umask()
+    merged = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
     lora_setup = open_inference(inference_args(lora=str(run_dir / "lora")))
     base = AutoModelForCausalLM.from_pretrained(resolve_model_path(lora_setup.base_model)).eval()
+    trained = lora_setup.generator.model.merge_and_unload().state_dict()  # float32
     for name in ("model.embed_tokens.weight", "model.norm.weight"):
-        assert not torch.equal(merged.state_dict()[name], base.state_dict()[name]), f"{name} was not trained"
-    ids = torch.tensor([[1, 2, 3, 40, 50, 60]])
-    with torch.no_grad():
-        torch.testing.assert_close(merged(ids).logits, lora_setup.generator.model(ids).logits, atol=1e-4, rtol=1e-4)
+        assert not torch.equal(trained[name], base.state_dict()[name]), f"{name} was not trained"
+    for name, value in merged.state_dict().items():  # every weight: the trained one, stored in bfloat16
+        torch.testing.assert_close(value, trained[name].to(torch.bfloat16).to(torch.float32), atol=0, rtol=0)
 
 
 def test_export_refusals(trained_run, tmp_path, capsys):
@@ -144,3 +161,40 @@ def test_eval_writes_eval_json_with_fields(trained_run, tmp_path, capsys):
     assert len(result["samples"]) == 5 and {"completion", "correct", "format_valid"} <= set(result["samples"][0])
     table = capsys.readouterr().out
     assert "accuracy" in table and "format rate" in table and str(out) in table
+
+
+def test_adapter_copied_away_from_its_run_generates_as_trained(trained_run, tmp_path, capsys):
+    moved = tmp_path / "elsewhere" / "lora"
+    shutil.copytree(trained_run / "lora", moved)  # no manifest.json beside it any more
+    manifest = json.loads((trained_run / "manifest.json").read_text())
+    setup = open_inference(inference_args(lora=str(moved)))
+    assert setup.system_prompt == manifest["system_prompt"] and setup.max_tokens == manifest["max_completion_length"]
+    assert setup.tokenizer.chat_template == manifest["chat_template"] and setup.base_model == manifest["base_model"]
+    assert generate.main(["--lora", str(moved), "--prompt", "3+4"]) == 0
+    assert json.loads(capsys.readouterr().out)["adapter"] == str(moved)
+
+
+def test_adapter_without_any_metadata_is_refused_unless_the_system_prompt_is_given(trained_run, tmp_path, capsys):
+    bare = tmp_path / "bare"
+    shutil.copytree(trained_run / "lora", bare)
+    (bare / "grpo_adapter.json").unlink()
+    assert generate.main(["--lora", str(bare), "--prompt", "3+4"]) == 2
+    err = capsys.readouterr().err
+    assert str(bare) in err and "grpo_adapter.json" in err and "--system_prompt" in err and "Traceback" not in err
+    assert export.main(["--lora", str(bare), "--to", "merged16", "--out", str(tmp_path / "m")]) == 0  # no prompt needed
+    assert generate.main(["--lora", str(bare), "--prompt", "3+4", "--system_prompt", "Answer briefly."]) == 0
+    captured = capsys.readouterr()
+    assert "warning:" in captured.err and json.loads(captured.out.splitlines()[-1])["text"] is not None
+
+
+def test_eval_of_the_demo_by_dataset_name_offline_writes_into_the_run_folder(trained_run, tmp_path, capsys,
+                                                                           monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing may land in the current folder
+    assert evaluate.main(["--lora", str(trained_run / "lora"), "--data", "demo-arithmetic", "--limit", "4"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads((trained_run / "eval.json").read_text())
+    assert result["n"] == 4 and result["split"] == "test" and f"wrote {trained_run / 'eval.json'}" in out
+    assert evaluate.main(["--base", "--run", str(trained_run), "--data", "demo-arithmetic", "--limit", "4"]) == 0
+    assert (trained_run / "eval_base.json").is_file() and str(trained_run / "eval_base.json") in capsys.readouterr().out
+    assert evaluate.main(["--base", "--model", "tiny-demo", "--data", "demo-arithmetic", "--limit", "4"]) == 2
+    assert "--output" in capsys.readouterr().err and list(tmp_path.iterdir()) == []

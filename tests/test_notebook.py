@@ -162,3 +162,28 @@ def test_notebook_runs_in_smoke_mode(tmp_path, monkeypatch, python3_kernel):
     assert any("| question | reference | base model |" in t for t in text)
     assert any("held-out problems | before GRPO | after GRPO | change |" in t for t in text)
     assert elapsed < SMOKE_BUDGET_S, f"smoke run took {elapsed:.0f} s; CI allows {SMOKE_BUDGET_S} s"
+
+
+def test_keep_on_drive_is_off_by_default_and_puts_outputs_on_drive_on_colab(monkeypatch):
+    """The first two cells with KEEP_ON_DRIVE = True on (a stand-in for) Colab: Drive is mounted once and the
+    outputs go there; the committed default is False."""
+    import types
+
+    first, second = (cell.source for cell in code_cells(read_notebook())[:2])
+    assert "\nKEEP_ON_DRIVE = False\n" in first
+    mounted, made = [], []
+    colab = types.ModuleType("google.colab")
+    colab.drive = types.SimpleNamespace(mount=mounted.append)
+    monkeypatch.setitem(sys.modules, "google", types.ModuleType("google"))
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "test")
+    monkeypatch.delenv("GRPO_NOTEBOOK_OUT", raising=False)
+    monkeypatch.setenv("GRPO_NOTEBOOK_SMOKE", "1")
+    for name in ("HF_HOME", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))  # restored afterwards: the cell sets them
+    monkeypatch.setattr(Path, "mkdir", lambda self, *a, **k: made.append(self))  # nothing created under /content
+    namespace: dict = {}
+    exec(first.replace("\nKEEP_ON_DRIVE = False\n", "\nKEEP_ON_DRIVE = True\n"), namespace)
+    exec(second, namespace)
+    assert mounted == ["/content/drive"]
+    assert namespace["OUTPUT_ROOT"] == Path("/content/drive/MyDrive/grpo-outputs") and made == [namespace["OUTPUT_ROOT"]]

@@ -111,3 +111,53 @@ def test_moving_average_is_centred_and_skips_nan():
     assert moving_average([0.0, 0.0, 3.0, 0.0, 0.0], 3) == [0.0, 1.0, 1.0, 1.0, 0.0]
     smoothed = moving_average([1.0, math.nan, math.nan, math.nan, 2.0], 3)
     assert smoothed[0] == 1.0 and math.isnan(smoothed[2]) and smoothed[4] == 2.0
+
+
+def _record(monkeypatch, method: str) -> list:
+    """Record every call of matplotlib's Axes.<method> (then draw as usual), with its axes (titled later)."""
+    from matplotlib.axes import Axes
+
+    calls, original = [], getattr(Axes, method)
+
+    def spy(ax, *args, **kwargs):
+        calls.append((ax, args, kwargs))
+        return original(ax, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, method, spy)
+    return calls
+
+
+def test_std_bands_stay_inside_each_rewards_possible_range(tmp_path, monkeypatch):
+    rows = _full_rows()
+    for row in rows:  # names as TRL logs the built-in rewards; a wide std pushes the band past both ends
+        row["rewards/correctness_reward_func/mean"], row["rewards/correctness_reward_func/std"] = 1.5, 1.0
+        row["rewards/xmlcount_reward_func/mean"], row["rewards/xmlcount_reward_func/std"] = 0.1, 0.3
+        row["reward"], row["reward_std"] = 0.2, 1.0
+    _write_metrics(tmp_path, rows)
+    bands = _record(monkeypatch, "fill_between")
+    plot_run(tmp_path, reward_weights={"correctness_reward_func": 1.0, "xmlcount_reward_func": 1.0})
+    by_title = {ax.get_title(): (min(args[1]), max(args[2])) for ax, args, kwargs in bands
+                if kwargs.get("label") == "+-1 std"}
+    assert by_title["Reward function: correctness_reward_func"] == (0.5, 2.0)
+    assert by_title["Reward function: xmlcount_reward_func"] == (0.0, 0.4)
+    assert by_title["Total reward (weighted sum of the reward functions)"] == (0.0, 1.2)
+    assert by_title["Reward function: correctness"] == (min(r["rewards/correctness/mean"] for r in rows) - 0.5,
+                                                         max(r["rewards/correctness/mean"] for r in rows) + 0.5)
+
+
+def test_health_and_kl_plots_draw_the_warning_thresholds(tmp_path, monkeypatch):
+    _write_metrics(tmp_path, _full_rows())
+    lines = _record(monkeypatch, "axhline")
+    plot_run(tmp_path, thresholds={"health/garbled_rate": 0.25})
+    drawn = {kwargs["label"]: args[0] for ax, args, kwargs in lines}
+    assert drawn == {"garbled_threshold 0.25": 0.25, "repetition_threshold 0.6": 0.6, "kl_ceiling 1": 1.0}
+
+
+def test_a_runs_plot_settings_come_from_its_config():
+    from pipeline.config import from_mapping
+    from pipeline.plots import plot_settings
+
+    settings = plot_settings(from_mapping({"reward_funcs": ["correctness", "xmlcount"], "reward_weights": [1.0, 2.0],
+                                           "garbled_threshold": 0.2}))
+    assert settings["reward_weights"] == {"correctness_reward_func": 1.0, "xmlcount_reward_func": 2.0}
+    assert settings["thresholds"]["health/garbled_rate"] == 0.2

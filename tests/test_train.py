@@ -68,6 +68,10 @@ def test_tiny_qwen_lora_params_change_and_artifacts_verify(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 2
     assert (run_dir / "plots" / "reward.png").is_file()
+    # TRL's model card would call a local/built-in base "fine-tuned version of [None]": none is written for it
+    assert not (run_dir / "README.md").exists()
+    weights = run_dir / "checkpoint-2" / "adapter_model.safetensors"  # written 0600 by safetensors, then fixed
+    assert weights.stat().st_mode & 0o777 == (run_dir / "checkpoint-2" / "trainer_state.json").stat().st_mode & 0o777
 
 
 def _saved_key(param_name: str, saved: dict) -> str:
@@ -192,3 +196,61 @@ def test_adaptive_beta_moves_toward_kl_target(tmp_path, kl_target, direction):
         assert high and all(a > b for _, b, a in high), moves  # the policy moved away and beta followed
     else:
         assert all(a < b for _, b, a in moves) and betas[-1] < 0.04, moves
+
+
+def _train_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`grpo train ...` as a user runs it, in a fresh process, from this checkout."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    return subprocess.run([sys.executable, "-m", "pipeline", "train", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=timeout)
+
+
+def _write_recipe(path: Path, cfg) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(cfg.to_dict()), encoding="utf-8")
+    return path
+
+
+def test_resume_reuses_warmup_and_eval_before_and_a_finished_run_is_not_extended(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    settings = dict(sft_warmup_steps=2, eval_before=True, eval_limit=4, save_steps=2)
+    first = run_training(demo_config(run_dir, max_steps=2, **settings))
+    out_first = capsys.readouterr().out
+    assert first.status == "completed" and "format warm-up: 2 SFT steps" in out_first
+    assert (run_dir / "warmup" / "warmup.json").is_file() and (run_dir / "eval_before.json").is_file()
+
+    second = run_training(demo_config(run_dir, max_steps=3, **settings))
+    out_second = capsys.readouterr().out
+    assert second.status == "completed" and second.steps == 3
+    assert "format warm-up: 2 SFT steps" not in out_second and "format warm-up: reusing" in out_second
+    assert "eval before GRPO: reusing" in out_second
+    assert second.summary["eval_before"] == first.summary["eval_before"]
+
+    # The same command again: the run is complete, so it says so and trains nothing (no "step 4 of 3").
+    # A leftover lock-holder file of a dead process (as a killed run leaves it) does not block it either.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run_dir / ".grpo-run.lock.json").write_text(json.dumps({"pid": dead.pid, "host": "here", "started": "then"}))
+    metrics_before = (run_dir / "metrics.jsonl").read_text()
+    recipe = _write_recipe(tmp_path / "recipe.yaml", demo_config(run_dir, max_steps=3, **settings))
+    again = _train_cli("--config", str(recipe))
+    assert again.returncode == 0, again.stderr
+    assert "run already complete" in again.stdout and "3 of max_steps=3" in again.stdout
+    assert "--max_steps" in again.stdout and "--resume never" in again.stdout
+    assert "Traceback" not in again.stderr and "step 4" not in again.stdout
+    assert (run_dir / "metrics.jsonl").read_text() == metrics_before
+
+
+def test_second_run_into_a_locked_output_dir_exits_2_naming_the_holder(tmp_path):
+    import socket
+
+    from pipeline.run_lock import run_lock
+
+    run_dir = tmp_path / "busy"
+    with run_lock(run_dir):  # this test process is "the other run"
+        refused = _train_cli("--output_dir", str(run_dir), "--max_steps", "1", timeout=120)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert str(run_dir) in refused.stderr and f"pid {os.getpid()}" in refused.stderr
+    assert socket.gethostname() in refused.stderr and "Traceback" not in refused.stderr
+    assert not (run_dir / "metrics.jsonl").exists()

@@ -177,6 +177,26 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
     return PlainGenerator(model, tokenizer)
 
 
+def _export_dtype(cfg: PipelineConfig, base_model: str, merged_dtype):
+    """The 16-bit dtype of a merged16 export: the merge's own when it ran in 16-bit (a GPU), the run's `dtype`
+    when that is 16-bit, else the base model's own 16-bit dtype (Qwen2.5: bfloat16), else bfloat16."""
+    import torch
+    from transformers import AutoConfig
+
+    sixteen = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+    if merged_dtype in sixteen.values():
+        return merged_dtype
+    if cfg.model.dtype in sixteen:
+        return sixteen[cfg.model.dtype]
+    try:
+        config = AutoConfig.from_pretrained(resolve_model_path(base_model),
+                                            trust_remote_code=cfg.model.trust_remote_code)
+        native = str(getattr(config, "dtype", None) or "").replace("torch.", "")
+    except (OSError, ValueError):
+        native = ""
+    return sixteen.get(native, torch.bfloat16)
+
+
 def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig) -> None:
     """Merge the adapter into the base weights and save a plain transformers model into `out_dir`."""
     if method == "gguf":
@@ -197,7 +217,9 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
     tokenizer_source = str(adapter.path) if (adapter.path / "tokenizer_config.json").is_file() else base_model
     tokenizer = load_tokenizer(tokenizer_source, cfg.model.trust_remote_code)
     if method == "merged16":
-        merged.save_pretrained(str(out_dir))
+        # 16-bit as the name says: on CPU the merge ran in float32 (see _torch_dtype), which would double
+        # the files' size and differ from what a GPU export writes.
+        merged.to(_export_dtype(cfg, base_model, merged.dtype)).save_pretrained(str(out_dir))
     else:
         # 4-bit: merge in full precision first, then let bitsandbytes quantize the merged weights on load
         # and serialize them (merging a LoRA into already-rounded 4-bit weights loses the fine-tune).
