@@ -33,10 +33,16 @@ class TorchChunkedLogProb:
             h = hidden[start:start + TOKENS_PER_CHUNK]
             t = targets[start:start + TOKENS_PER_CHUNK]
             # Same transform order as TRL's kernel: scale, soft-cap, then temperature; in fp32.
-            z = F.linear(h.float(), weight.float(), None if bias is None else bias.float()) * logit_scale
+            z = F.linear(h.float(), weight.float(), None if bias is None else bias.float())
+            # Each transform is a full [tokens, vocab] pass (151k wide on Qwen): skip the ones that are
+            # identities (scale and temperature 1.0, GRPO's usual case); x * 1.0 and x / 1.0 are exact in
+            # fp32, so the skipped path gives the same numbers.
+            if logit_scale != 1.0:
+                z = z * logit_scale
             if final_logit_softcapping is not None:
                 z = final_logit_softcapping * torch.tanh(z / final_logit_softcapping)
-            z = z / temperature
+            if temperature != 1.0:
+                z = z / temperature
             log_p = torch.log_softmax(z, dim=-1)
             pieces["log_probs"].append(log_p.gather(-1, t.unsqueeze(-1)).squeeze(-1))
             if "entropy" in outputs:
