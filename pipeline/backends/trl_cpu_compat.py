@@ -1,9 +1,9 @@
 """Let TRL 1.15's GRPOTrainer run where torch has no Triton (CPU-only torch builds).
 
 Why this exists: TRL 1.15 computes per-token log-probabilities only through a Triton kernel
-(`trl.kernels.ChunkedLogProbFunction`). CPU wheels of torch ship no Triton, so
-`trl/trainer/utils.py:504-509` sets `_ChunkedLogProbFunction = None` and the first GRPO step dies
-in `add_fused_lm_head`'s forward (`utils.py:1638`: 'NoneType' object has no attribute 'apply').
+(`trl.kernels.ChunkedLogProbFunction`). CPU wheels of torch ship no Triton, so `trl.trainer.utils`
+sets its module-level `_ChunkedLogProbFunction = None` when that import fails, and the first GRPO step
+dies in the patched forward that `add_fused_lm_head` installs ('NoneType' object has no attribute 'apply').
 TRL 1.16 added a pure-torch path for exactly this; we cannot pin 1.16 because unsloth 2026.10.9
 caps trl<=1.15.0, and the CPU tests must exercise the TRL that GPU users run. So we backport the
 fallback: same signature, same five outputs, plain torch ops (autograd does the backward).
