@@ -183,7 +183,7 @@ def report(result: dict) -> None:
           f"over {result['rounds']} rounds; {len(ours)} + {len(bare)} step intervals) (target <= {TARGET})")
 
 
-def rows(rounds: int = 6, steps: int = 16) -> list[dict]:
+def rows(rounds: int = 6, steps: int = 12) -> list[dict]:
     """bench/run_all.py's protocol: the figures of this bench, measured at run_all's size."""
     result = measure(rounds, steps, log=lambda line: print(line, file=sys.stderr, flush=True))
     spread = result["round_ratios"]
