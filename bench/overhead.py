@@ -14,8 +14,12 @@ in interleaved rounds so machine noise hits both alike. Equal work, checked rath
   completions of different mean length (a different amount of work per step).
 
 A step's time is the gap between consecutive `on_step_end` calls, so it includes everything each
-trainer does per step (generation, rewards, backward, callbacks, logging). Printed: each side's
-median step time and sample count, the ratio of medians, and the per-round ratios (the spread).
+trainer does per step (generation, rewards, backward, callbacks, logging). Each step is timed twice:
+wall clock, and the process's CPU time (`time.process_time`). On a machine shared with other jobs the
+wall clock also counts waiting for a core, which swings a round's ratio by +-30%; CPU time counts only
+this process's work (the demo model runs on one thread, and nothing here waits on I/O), so the target
+is judged on it and the wall ratio is printed beside it. Printed: each side's median step time and
+sample count, the ratios of medians, and the per-round ratios (the spread).
 
     python bench/overhead.py                 # 4 rounds x 20 steps each
     python bench/overhead.py --rounds 6 --steps 30
@@ -46,7 +50,8 @@ class UnequalWork(RuntimeError):
 
 @dataclass
 class SideRun:
-    intervals: list[float]  # seconds between consecutive step ends
+    intervals: list[float]  # seconds between consecutive step ends (wall clock)
+    cpu_intervals: list[float]  # the process's CPU seconds over the same steps
     steps: int  # trainer.state.global_step at the end
     mean_completion_length: float  # TRL's completions/mean_length, averaged over the logged steps
     config: dict
@@ -58,12 +63,15 @@ def step_timer():
     class StepTimer(TrainerCallback):
         def __init__(self):
             self.ends: list[float] = []
+            self.cpu_ends: list[float] = []
 
         def on_step_end(self, args, state, control, **kwargs):
             self.ends.append(time.perf_counter())
+            self.cpu_ends.append(time.process_time())
 
-        def intervals(self) -> list[float]:
-            return [b - a for a, b in zip(self.ends, self.ends[1:])]
+        def intervals(self, cpu: bool = False) -> list[float]:
+            ends = self.cpu_ends if cpu else self.ends
+            return [b - a for a, b in zip(ends, ends[1:])]
 
     return StepTimer()
 
@@ -88,7 +96,7 @@ def prepare(cfg):
 
 def _finish(trainer, timer) -> SideRun:
     lengths = [e["completions/mean_length"] for e in trainer.state.log_history if "completions/mean_length" in e]
-    return SideRun(timer.intervals(), trainer.state.global_step,
+    return SideRun(timer.intervals(), timer.intervals(cpu=True), trainer.state.global_step,
                    statistics.mean(lengths) if lengths else float("nan"), trainer.args.to_dict())
 
 
@@ -149,7 +157,10 @@ def measure(rounds: int, steps: int, log=print) -> dict:
     prepared = prepare(cfg)
     bare: list[float] = []
     ours: list[float] = []
+    bare_cpu: list[float] = []
+    ours_cpu: list[float] = []
     round_ratios: list[float] = []
+    round_cpu_ratios: list[float] = []
     lengths: list[float] = []
     for round_number in range(rounds):
         # Alternate which goes first, so warm caches favour neither.
@@ -160,36 +171,49 @@ def measure(rounds: int, steps: int, log=print) -> dict:
         check_equal_work(runs["bare"], runs["pipeline"], f"round {round_number + 1}")
         bare.extend(runs["bare"].intervals)
         ours.extend(runs["pipeline"].intervals)
+        bare_cpu.extend(runs["bare"].cpu_intervals)
+        ours_cpu.extend(runs["pipeline"].cpu_intervals)
         lengths.append(runs["bare"].mean_completion_length)
         ratio = statistics.median(runs["pipeline"].intervals) / statistics.median(runs["bare"].intervals)
         round_ratios.append(ratio)
+        cpu_ratio = statistics.median(runs["pipeline"].cpu_intervals) / statistics.median(runs["bare"].cpu_intervals)
+        round_cpu_ratios.append(cpu_ratio)
         log(f"round {round_number + 1}/{rounds}: {runs['bare'].steps} steps each, mean completion "
             f"{runs['bare'].mean_completion_length:.1f} tokens; median step bare "
             f"{statistics.median(runs['bare'].intervals) * 1000:.1f} ms, pipeline "
-            f"{statistics.median(runs['pipeline'].intervals) * 1000:.1f} ms, ratio {ratio:.3f}")
+            f"{statistics.median(runs['pipeline'].intervals) * 1000:.1f} ms, ratio {ratio:.3f} (CPU time {cpu_ratio:.3f})")
     return {"bare": bare, "ours": ours, "round_ratios": round_ratios, "rounds": rounds, "steps": steps,
             "ratio": statistics.median(ours) / statistics.median(bare),
+            "bare_cpu": bare_cpu, "ours_cpu": ours_cpu, "round_cpu_ratios": round_cpu_ratios,
+            "cpu_ratio": statistics.median(ours_cpu) / statistics.median(bare_cpu),
             "mean_completion_length": statistics.mean(lengths)}
 
 
 def report(result: dict) -> None:
     bare, ours = result["bare"], result["ours"]
     print()
-    print(f"{'':<10}{'samples':>8}{'median ms':>11}{'mean ms':>10}")
-    print(f"{'bare TRL':<10}{len(bare):>8}{statistics.median(bare) * 1000:>11.1f}{statistics.mean(bare) * 1000:>10.1f}")
-    print(f"{'pipeline':<10}{len(ours):>8}{statistics.median(ours) * 1000:>11.1f}{statistics.mean(ours) * 1000:>10.1f}")
-    spread = result["round_ratios"]
-    print(f"step-time ratio pipeline / bare TRL: {result['ratio']:.3f} (per round {min(spread):.3f}-{max(spread):.3f} "
-          f"over {result['rounds']} rounds; {len(ours)} + {len(bare)} step intervals) (target <= {TARGET})")
+    print(f"{'':<10}{'samples':>8}{'median ms':>11}{'mean ms':>10}{'median CPU ms':>15}")
+    for label, wall, cpu in (("bare TRL", bare, result["bare_cpu"]), ("pipeline", ours, result["ours_cpu"])):
+        print(f"{label:<10}{len(wall):>8}{statistics.median(wall) * 1000:>11.1f}{statistics.mean(wall) * 1000:>10.1f}"
+              f"{statistics.median(cpu) * 1000:>15.1f}")
+    spread, cpu_spread = result["round_ratios"], result["round_cpu_ratios"]
+    print(f"step-time ratio pipeline / bare TRL: {result['ratio']:.3f} wall (per round {min(spread):.3f}-"
+          f"{max(spread):.3f}), {result['cpu_ratio']:.3f} CPU time (per round {min(cpu_spread):.3f}-"
+          f"{max(cpu_spread):.3f}) over {result['rounds']} rounds; {len(ours)} + {len(bare)} step intervals "
+          f"(target <= {TARGET}, on CPU time)")
 
 
 def rows(rounds: int = 6, steps: int = 12) -> list[dict]:
     """bench/run_all.py's protocol: the figures of this bench, measured at run_all's size."""
     result = measure(rounds, steps, log=lambda line: print(line, file=sys.stderr, flush=True))
-    spread = result["round_ratios"]
-    return [{"figure": "pipeline / bare TRL step time", "value": f"{result['ratio']:.3f} "
-             f"(rounds {min(spread):.3f}-{max(spread):.3f})", "target": f"<= {TARGET}",
-             "holds": result["ratio"] <= TARGET, "samples": f"{len(result['ours'])}+{len(result['bare'])} steps"}]
+    spread, cpu_spread = result["round_ratios"], result["round_cpu_ratios"]
+    samples = f"{len(result['ours'])}+{len(result['bare'])} steps"
+    return [{"figure": "pipeline / bare TRL step time, CPU time", "value": f"{result['cpu_ratio']:.3f} "
+             f"(rounds {min(cpu_spread):.3f}-{max(cpu_spread):.3f})", "target": f"<= {TARGET}",
+             "holds": result["cpu_ratio"] <= TARGET, "samples": samples},
+            {"figure": "pipeline / bare TRL step time, wall", "value": f"{result['ratio']:.3f} "
+             f"(rounds {min(spread):.3f}-{max(spread):.3f})", "target": "(shared machine: noisy)",
+             "holds": None, "samples": samples}]
 
 
 def main() -> int:

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def side(steps=4, length=40.0, **config):
-    return SideRun(intervals=[0.1] * (steps - 1), steps=steps, mean_completion_length=length,
+    return SideRun(intervals=[0.1] * (steps - 1), cpu_intervals=[0.1] * (steps - 1), steps=steps, mean_completion_length=length,
                    config={"learning_rate": 2e-4, "gradient_checkpointing": False, "output_dir": "/a",
                            "reward_weights": [1.0], **config})
 
