@@ -231,7 +231,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     from transformers import PrinterCallback, ProgressCallback
 
     from pipeline.checkpoints import file_mode_callback
-    from pipeline.health import HEALTH_TRAINING_ARGS, build_health
+    from pipeline.health import build_health
     from pipeline.run_logging import MetricsJsonlCallback, RewardProgressCallback
     from rewards import check_reward_weights, get_reward_funcs
 
@@ -242,7 +242,34 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     reward_funcs.append(observer)
     weights.append(0.0)  # the observer only watches; it never changes the reward
 
-    args = trl.GRPOConfig(
+    args = grpo_training_args(cfg, backend, model, prepared, output_dir, weights)
+    metrics = MetricsJsonlCallback(output_dir / "metrics.jsonl")
+    trainer = GRPOTrainer_with_hooks(trl.GRPOTrainer)(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=prepared.dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        # health first: it fills in health/* from its shared state before metrics.jsonl is written
+        callbacks=[health, metrics, RewardProgressCallback(), file_mode_callback()],
+    )
+    for default_printer in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(default_printer)
+    health.attach(trainer)
+    trainer._metrics_callback = metrics
+    trainer._card_names = (cfg.model.model_name_or_path, cfg.data.dataset_name)
+    return trainer, health
+
+
+def grpo_training_args(cfg: PipelineConfig, backend, model, prepared, output_dir: Path, reward_weights: list[float]):
+    """The trl.GRPOConfig a run trains with (bench/overhead.py gives bare TRL this same one, to compare equal work)."""
+    import trl  # imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
+
+    from pipeline.health import HEALTH_TRAINING_ARGS
+
+    g = cfg.grpo
+    return trl.GRPOConfig(
         output_dir=str(output_dir),
         learning_rate=g.learning_rate,
         num_generations=g.num_generations,
@@ -271,30 +298,13 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
         save_total_limit=g.save_total_limit,
         seed=g.seed,
         report_to=[r.strip() for r in g.report_to.split(",") if r.strip() and r.strip() != "none"] or "none",
-        reward_weights=weights,
+        reward_weights=reward_weights,
         log_completions=g.log_completions,
         gradient_checkpointing=cfg.lora.gradient_checkpointing and not _on_cpu(),
         disable_tqdm=True,  # our RewardProgressCallback shows reward / KL / length instead
         **HEALTH_TRAINING_ARGS,  # keep NaN losses visible to the health rules
         **backend.grpo_config_kwargs(cfg, model),
     )
-    metrics = MetricsJsonlCallback(output_dir / "metrics.jsonl")
-    trainer = GRPOTrainer_with_hooks(trl.GRPOTrainer)(
-        model=model,
-        reward_funcs=reward_funcs,
-        args=args,
-        train_dataset=prepared.dataset,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        # health first: it fills in health/* from its shared state before metrics.jsonl is written
-        callbacks=[health, metrics, RewardProgressCallback(), file_mode_callback()],
-    )
-    for default_printer in (PrinterCallback, ProgressCallback):
-        trainer.remove_callback(default_printer)
-    health.attach(trainer)
-    trainer._metrics_callback = metrics
-    trainer._card_names = (cfg.model.model_name_or_path, cfg.data.dataset_name)
-    return trainer, health
 
 
 def save_size_estimate(model) -> int:

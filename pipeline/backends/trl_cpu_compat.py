@@ -1,9 +1,9 @@
 """Let TRL 1.15's GRPOTrainer run where torch has no Triton (CPU-only torch builds).
 
 Why this exists: TRL 1.15 computes per-token log-probabilities only through a Triton kernel
-(`trl.kernels.ChunkedLogProbFunction`). CPU wheels of torch ship no Triton, so
-`trl/trainer/utils.py:504-509` sets `_ChunkedLogProbFunction = None` and the first GRPO step dies
-in `add_fused_lm_head`'s forward (`utils.py:1638`: 'NoneType' object has no attribute 'apply').
+(`trl.kernels.ChunkedLogProbFunction`). CPU wheels of torch ship no Triton, so `trl.trainer.utils`
+sets its module-level `_ChunkedLogProbFunction = None` when that import fails, and the first GRPO step
+dies in the patched forward that `add_fused_lm_head` installs ('NoneType' object has no attribute 'apply').
 TRL 1.16 added a pure-torch path for exactly this; we cannot pin 1.16 because unsloth 2026.10.9
 caps trl<=1.15.0, and the CPU tests must exercise the TRL that GPU users run. So we backport the
 fallback: same signature, same five outputs, plain torch ops (autograd does the backward).
@@ -33,10 +33,16 @@ class TorchChunkedLogProb:
             h = hidden[start:start + TOKENS_PER_CHUNK]
             t = targets[start:start + TOKENS_PER_CHUNK]
             # Same transform order as TRL's kernel: scale, soft-cap, then temperature; in fp32.
-            z = F.linear(h.float(), weight.float(), None if bias is None else bias.float()) * logit_scale
+            z = F.linear(h.float(), weight.float(), None if bias is None else bias.float())
+            # Each transform is a full [tokens, vocab] pass (151k wide on Qwen): skip the ones that are
+            # identities (scale and temperature 1.0, GRPO's usual case); x * 1.0 and x / 1.0 are exact in
+            # fp32, so the skipped path gives the same numbers.
+            if logit_scale != 1.0:
+                z = z * logit_scale
             if final_logit_softcapping is not None:
                 z = final_logit_softcapping * torch.tanh(z / final_logit_softcapping)
-            z = z / temperature
+            if temperature != 1.0:
+                z = z / temperature
             log_p = torch.log_softmax(z, dim=-1)
             pieces["log_probs"].append(log_p.gather(-1, t.unsqueeze(-1)).squeeze(-1))
             if "entropy" in outputs:
