@@ -9,7 +9,7 @@ No looser than the real packages:
   argument raises TypeError here as it would there. Where the real function takes `**kwargs` and hands
   them on (FastLanguageModel.from_pretrained -> FastLlamaModel.from_pretrained -> transformers), the fake
   accepts only the named parameters along that path: a typo would otherwise be swallowed silently.
-- `SamplingParams` accepts only vLLM 0.33's public field names and raises vLLM's own validation error
+- `SamplingParams` accepts only the pinned vLLM's public field names and raises vLLM's own validation error
   (VLLMValidationError, which is NOT a ValueError) for out-of-range values.
 - `UnslothGRPOConfig` accepts only the fields of the class Unsloth generates (TRL GRPOConfig +
   TrainingArguments + Unsloth's additions). Real Unsloth drops an unknown keyword with a printed notice
@@ -172,7 +172,7 @@ class VLLMValidationError(Exception):
 
 
 class SamplingParams:
-    """vLLM 0.33 SamplingParams: keyword fields from the snapshot, its defaults, a few of its range checks."""
+    """vLLM's SamplingParams (the pinned release): keyword fields from the snapshot, its defaults, a few of its range checks."""
 
     def __init__(self, **kwargs: Any):
         unknown = sorted(set(kwargs) - set(SAMPLING_FIELDS))

@@ -1,10 +1,9 @@
 """Contract tests for the GPU boundary: pipeline/backends/unsloth.py against a recording fake.
 
-The fake (tests/fake_unsloth.py) stands in for unsloth 2026.10.9, unsloth_zoo 2026.10.9 and
-vLLM 0.33; its signatures were copied by reading those releases (file:line in its header,
-e.g. FastLanguageModel.from_pretrained = unsloth/models/loader.py:1241). These tests check OUR
-side: the exact calls and keyword arguments we make, their order, and what we do with the
-results. They do not show that Unsloth or vLLM work; that needs a GPU.
+The fake (tests/fake_unsloth.py) stands in for the pinned unsloth, unsloth_zoo and vLLM; every call binds
+to the signatures env/upstream_signatures.py read from those wheels (env/upstream_signatures.json), and it
+raises where they raise. These tests check OUR side: the calls and arguments we make, their order, and what
+we do with the results. They do not show that Unsloth or vLLM work; that needs a GPU.
 """
 
 from __future__ import annotations
@@ -256,7 +255,7 @@ def test_vllm_sampling_params_mapping_becomes_unsloth_sampling_params(fake):
 @pytest.mark.parametrize("mapping", [
     {"min_pp": 0.1},
     pytest.param({"top_k": -5}, marks=pytest.mark.xfail(strict=True, reason=(
-        "defect: grpo_config_kwargs catches (TypeError, ValueError), but vLLM 0.33's SamplingParams raises "
+        "defect: grpo_config_kwargs catches (TypeError, ValueError), but vLLM's SamplingParams (0.31.0 and 0.33.0) raises "
         "VLLMValidationError (vllm/exceptions.py: VLLMClientError -> VLLMError -> Exception, not a ValueError) "
         "for out-of-range values, so a bad top_k escapes as a traceback"))),
     pytest.param({"min_p": 1.5}, marks=pytest.mark.xfail(strict=True, reason=(
@@ -585,7 +584,7 @@ def test_lora_modules_to_save_with_fast_inference_is_refused_before_anything_loa
 
 @pytest.mark.xfail(strict=True, reason=(
     "defect: UnslothGenerator._sleep passes os.environ['VLLM_SLEEP_MODE'] (a str) to vllm_engine.sleep; "
-    "vLLM 0.33's LLMEngine.sleep compares `level >= 1` and raises TypeError"))
+    "vLLM's LLMEngine.sleep (0.31.0 and 0.33.0) compares `level >= 1` and raises TypeError"))
 def test_vllm_sleep_mode_from_the_environment_reaches_vllm_as_an_int(fake, tmp_path, monkeypatch):
     monkeypatch.setenv("VLLM_SLEEP_MODE", "2")
     cfg = make_cfg(output_dir=str(tmp_path / "out"))
