@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from env import probes
 from env.compat import load_metadata
 from env.doctor import collect_report, main, render_text
 from env.matrix import load_matrix, pip_install_command
@@ -282,3 +283,54 @@ def test_a_failing_probe_is_reported_not_raised(monkeypatch):
     assert report["plain_backend_usable"] is True  # the package checks do not depend on those probes
     text = render_text(report)
     assert "Probes that failed" in text and "os: RuntimeError: boom" in text
+
+
+# --- training modes -------------------------------------------------------------------------------
+
+
+def test_training_modes_on_a_machine_without_gpu():
+    modes = {m["mode"]: m for m in collect_report()["unsloth_modes"]}
+    assert list(modes) == ["unsloth+vllm", "unsloth", "plain"]
+    assert not modes["unsloth+vllm"]["can_run"] and not modes["unsloth"]["can_run"]
+    assert "no usable NVIDIA GPU" in modes["unsloth"]["reason"] and "unsloth is missing" in modes["unsloth"]["reason"]
+    assert "vllm is missing" in modes["unsloth+vllm"]["reason"] and "vllm" not in modes["unsloth"]["reason"]
+    assert modes["plain"]["can_run"] and "on CPU" in modes["plain"]["reason"]
+    text = render_text(collect_report())
+    assert "Training modes on this machine:" in text and "[no ] Unsloth without vLLM (fast_inference: false)" in text
+    assert "vLLM pin vllm==0.31.0: " in text and "release_dates:" in text
+
+
+@pytest.fixture
+def gpu_set_installed(monkeypatch):
+    """Every package of the GPU set installed at its pin, except those named in the returned set."""
+    from env import doctor
+
+    absent: set[str] = set()
+    matrix = load_matrix()
+
+    def installed(pin):
+        if pin.key in absent:
+            return probes.Installed(pin.name, "missing")
+        return probes.Installed(pin.name, "installed", matrix.packages("gpu")[pin.key].version)
+
+    monkeypatch.setattr(doctor, "_safe_installed", installed)
+    return absent
+
+
+def test_training_modes_with_a_cuda12_driver_and_the_cuda13_torch(fake_t4, gpu_set_installed):
+    modes = {m["mode"]: m for m in collect_report()["unsloth_modes"]}
+    # The T4's 535 driver cannot run torch's CUDA 13 build: neither Unsloth mode, and the reason says why.
+    assert not modes["unsloth"]["can_run"] and "driver-too-old-for-cuda13-torch" in modes["unsloth"]["reason"]
+    assert not modes["unsloth+vllm"]["can_run"]
+
+
+def test_training_modes_without_vllm_on_a_working_gpu(fake_t4, gpu_set_installed, monkeypatch):
+    monkeypatch.setattr(probes, "nvidia_driver_version", lambda: "580.65.06")
+    gpu_set_installed.update({"vllm", "vllm-bnb-plugin"})
+    modes = {m["mode"]: m for m in collect_report()["unsloth_modes"]}
+    assert modes["unsloth"]["can_run"] and "transformers" in modes["unsloth"]["reason"]
+    assert not modes["unsloth+vllm"]["can_run"]
+    assert modes["unsloth+vllm"]["reason"] == "vllm is missing; vllm-bnb-plugin is missing"
+    gpu_set_installed.clear()
+    modes = {m["mode"]: m for m in collect_report()["unsloth_modes"]}
+    assert modes["unsloth+vllm"]["can_run"] and "vLLM rollouts" in modes["unsloth+vllm"]["reason"]
