@@ -109,7 +109,7 @@ class Profile:
     smaller_recipe: str | None = None
     gpu_memory_utilization: float | None = None
     torch_index: str | None = None
-    pins: Mapping[str, str] = field(default_factory=dict)  # exact pins replacing the install set's, e.g. a CUDA 12 torch
+    pins: Mapping[str, str] = field(default_factory=dict)  # exact pins over the install set's (a CUDA 12 torch)
     env: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 

@@ -161,7 +161,8 @@ SAMPLING_FIELDS = {f["name"]: f for f in SNAPSHOT["structs"]["SamplingParams"]["
                    if not f["name"].startswith("_")}
 LORA_REQUEST_FIELDS = [f["name"] for f in SNAPSHOT["structs"]["LoRARequest"]["fields"]]
 GRPO_CONFIG_FIELDS = frozenset(SNAPSHOT["UnslothGRPOConfig"]["fields"])
-UNSLOTH_GRPO_DEFAULTS = {k: v.get("value") for k, v in SNAPSHOT["UnslothGRPOConfig"]["unsloth_grpo_default_overrides"].items()}
+UNSLOTH_GRPO_DEFAULTS = {key: default.get("value") for key, default
+                         in SNAPSHOT["UnslothGRPOConfig"]["unsloth_grpo_default_overrides"].items()}
 
 
 # ---------------------------------------------------------------------------------------------- vllm
@@ -172,7 +173,8 @@ class VLLMValidationError(Exception):
 
 
 class SamplingParams:
-    """vLLM's SamplingParams (the pinned release): keyword fields from the snapshot, its defaults, a few of its range checks."""
+    """vLLM's SamplingParams (the pinned release): the snapshot's keyword fields and defaults, and the range
+    checks of SamplingParams._verify_args for the fields we pass."""
 
     def __init__(self, **kwargs: Any):
         unknown = sorted(set(kwargs) - set(SAMPLING_FIELDS))
@@ -496,24 +498,26 @@ class FastLanguageModel:
                 raise NotImplementedError(
                     "Unsloth: Currently fast inference does not work with training embeddings or lm_head.")
             if a["bias"] != "none":
-                raise NotImplementedError("Unsloth: Currently fast inference does not work with using biases for LoRA.")
+                raise NotImplementedError(
+                    "Unsloth: Currently fast inference does not work with using biases for LoRA.")
         lora = {"r": a["r"], "lora_alpha": a["lora_alpha"], "target_modules": target_modules,
                 "modules_to_save": list(modules_to_save) if modules_to_save else None}
         return FakePeftModel(model, lora)
 
     @staticmethod
     def for_inference(*args: Any, **kwargs: Any):
-        a = _bind(SIG_FOR_INFERENCE, "FastLanguageModel.for_inference", args, kwargs)
-        _record("FastLanguageModel.for_inference", a["model"])
-        a["model"].training = False
-        return a["model"]
+        return _switch_mode(SIG_FOR_INFERENCE, "FastLanguageModel.for_inference", args, kwargs, training=False)
 
     @staticmethod
     def for_training(*args: Any, **kwargs: Any):
-        a = _bind(SIG_FOR_TRAINING, "FastLanguageModel.for_training", args, kwargs)
-        _record("FastLanguageModel.for_training", a["model"])
-        a["model"].training = True
-        return a["model"]
+        return _switch_mode(SIG_FOR_TRAINING, "FastLanguageModel.for_training", args, kwargs, training=True)
+
+
+def _switch_mode(signature: inspect.Signature, name: str, args: tuple, kwargs: dict, *, training: bool):
+    a = _bind(signature, name, args, kwargs)
+    _record(name, a["model"])
+    a["model"].training = training
+    return a["model"]
 
 
 def vLLMSamplingParams(**kwargs: Any) -> SamplingParams:  # noqa: N802 (Unsloth's name)

@@ -4,6 +4,7 @@ All offline: the METADATA records in env/metadata/ were fetched with `python env
 """
 
 import copy
+import json
 import math
 import re
 import tomllib
@@ -324,3 +325,44 @@ def test_loader_names_the_bad_field(mutate, message):
     mutate(data)
     with pytest.raises(MatrixError, match=message):
         matrix_from_dict(data)
+
+
+# --- the upstream signature snapshot (env/upstream_signatures.py) ------------------------------------
+
+
+def test_signature_extraction_reads_parameters_defaults_and_fields_from_source():
+    import ast
+
+    from env.upstream_signatures import _find, _module_constants, function_signature, struct_fields
+
+    tree = ast.parse(
+        "TARGETS = ['q_proj', 'v_proj']\n"
+        "class Model:\n"
+        "    def get_peft_model(model, r=16, target_modules=TARGETS, *args, device_map=DEVICE, **kwargs):\n"
+        "        raise NotImplementedError('x')\n"
+        "class Params(Struct):\n"
+        "    n: int = 1\n"
+        "    stop: list[str] | None = field(default=None)\n"
+        "    _private: ClassVar[int] = 0\n"
+    )
+    params = function_signature(_find(tree, "Model.get_peft_model"), _module_constants(tree))
+    assert [(p["name"], p["kind"]) for p in params] == [
+        ("model", "POSITIONAL_OR_KEYWORD"), ("r", "POSITIONAL_OR_KEYWORD"),
+        ("target_modules", "POSITIONAL_OR_KEYWORD"), ("args", "VAR_POSITIONAL"),
+        ("device_map", "KEYWORD_ONLY"), ("kwargs", "VAR_KEYWORD")]
+    assert "default" not in params[0] and params[1]["default"] == {"source": "16", "value": 16}
+    assert params[2]["default"] == {"source": "TARGETS", "value": ["q_proj", "v_proj"]}  # resolved constant
+    assert params[4]["default"] == {"source": "DEVICE"}  # not a literal: kept as source text only
+    fields = struct_fields(_find(tree, "Params"))
+    assert [(f["name"], f["default"].get("value", "?")) for f in fields] == [("n", 1), ("stop", None)]
+
+
+def test_committed_snapshot_names_where_each_callable_lives():
+    snapshot = json.loads((ROOT / "env" / "upstream_signatures.json").read_text())
+    for name, entry in snapshot["callables"].items():
+        assert entry["file"].startswith(entry["package"] + "/") and entry["qualname"] and entry["how"], name
+        assert entry["parameters"], name
+    # The dynamically attached ones point at the functions really attached.
+    assert snapshot["callables"]["model.load_lora"]["qualname"] == "load_lora"
+    assert snapshot["callables"]["model.save_lora[fast_inference=False]"]["qualname"] == "save_lora_adapter"
+    assert snapshot["callables"]["model.fast_generate[fast_inference=True]"]["qualname"] == "LLM.generate"

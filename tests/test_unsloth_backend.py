@@ -255,8 +255,8 @@ def test_vllm_sampling_params_mapping_becomes_unsloth_sampling_params(fake):
 @pytest.mark.parametrize("mapping", [
     {"min_pp": 0.1},
     pytest.param({"top_k": -5}, marks=pytest.mark.xfail(strict=True, reason=(
-        "defect: grpo_config_kwargs catches (TypeError, ValueError), but vLLM's SamplingParams (0.31.0 and 0.33.0) raises "
-        "VLLMValidationError (vllm/exceptions.py: VLLMClientError -> VLLMError -> Exception, not a ValueError) "
+        "defect: grpo_config_kwargs catches (TypeError, ValueError), but vLLM's SamplingParams (0.31.0, 0.33.0) "
+        "raises VLLMValidationError (vllm/exceptions.py: VLLMClientError -> VLLMError -> Exception, not a ValueError) "
         "for out-of-range values, so a bad top_k escapes as a traceback"))),
     pytest.param({"min_p": 1.5}, marks=pytest.mark.xfail(strict=True, reason=(
         "defect: as for top_k: VLLMValidationError is not a ValueError"))),
