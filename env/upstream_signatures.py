@@ -90,13 +90,16 @@ STRUCTS: dict[str, tuple[str, str, str]] = {
     "LoRARequest": ("vllm", "vllm/lora/request.py", "LoRARequest"),
 }
 
-# How UnslothGRPOConfig is generated: unsloth/models/rl.py _patch_trl_rl_trainers_impl fills the
-# `class Unsloth{RLConfig_name}({RLConfig_name})` template with TRL's GRPOConfig (a dataclass over
-# transformers' TrainingArguments) and adds its own fields.
-GRPO_CONFIG_SOURCES = [
+# How UnslothGRPOConfig / UnslothSFTConfig are generated: unsloth/models/rl.py _patch_trl_rl_trainers_impl fills
+# the `class Unsloth{RLConfig_name}({RLConfig_name})` template with TRL's config (a dataclass over transformers'
+# TrainingArguments) and adds its own fields. trainer_file -> (TRL file, TRL class).
+RL_CONFIGS = {
+    "grpo_trainer": ("trl/trainer/grpo_config.py", "GRPOConfig"),
+    "sft_trainer": ("trl/trainer/sft_config.py", "SFTConfig"),  # the SFT warm-up
+}
+BASE_CONFIG_SOURCES = [
     ("transformers", "transformers/training_args.py", "TrainingArguments"),
     ("trl", "trl/trainer/base_config.py", "_BaseConfig"),
-    ("trl", "trl/trainer/grpo_config.py", "GRPOConfig"),
 ]
 RL_TEMPLATE = ("unsloth", "unsloth/models/rl.py")
 
@@ -227,11 +230,25 @@ def _method_raises(fn: ast.AST) -> list[str]:
     return sorted(names)
 
 
-def grpo_config_fields(src: Sources) -> dict:
-    """The field set of UnslothGRPOConfig: TrainingArguments + TRL's GRPOConfig + Unsloth's additions."""
+def _replacements(stmts: list[ast.stmt]) -> dict:
+    """The `replacements = {...}` dict literals (and `replacements[k] = v`) among these statements."""
+    out = {}
+    for stmt in stmts:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Dict) \
+                and ast.unparse(stmt.targets[0]) == "replacements":
+            out.update({ast.literal_eval(k): _default(v) for k, v in zip(stmt.value.keys, stmt.value.values)})
+        elif isinstance(stmt, ast.Assign) and ast.unparse(stmt.targets[0]).startswith("replacements["):
+            out[ast.literal_eval(stmt.targets[0].slice)] = _default(stmt.value)
+    return out
+
+
+def rl_config_fields(src: Sources, trainer_file: str) -> dict:
+    """The fields of the config class Unsloth generates for `trainer_file`: TrainingArguments + TRL's config +
+    Unsloth's additions, and the defaults Unsloth's generated __init__ replaces."""
+    trl_path, trl_class = RL_CONFIGS[trainer_file]
     fields: dict[str, dict] = {}
     origin: dict[str, str] = {}
-    for package, path, cls in GRPO_CONFIG_SOURCES:
+    for package, path, cls in [*BASE_CONFIG_SOURCES, ("trl", trl_path, trl_class)]:
         for f in struct_fields(_find(src.tree(package, path), cls)):
             fields[f["name"]] = f
             origin[f["name"]] = f"{package}:{cls}"
@@ -240,29 +257,35 @@ def grpo_config_fields(src: Sources) -> dict:
     body = template[start:template.index("def __init__(", start)]
     extras = re.findall(r"^    (\w+)\s*:\s*[^=\n]+=\s*field\(\s*\n\s*default\s*=\s*([^,\n]+),", body, re.M)
     # The conditional extras (_patch_trl_rl_trainers_impl): max_seq_length only when the TRL config has
-    # max_length but no max_seq_length; for grpo_trainer, context_parallel_size/backend when TRL lacks them.
+    # max_length but no max_seq_length; context parallel fields when TRL lacks them.
     if "max_seq_length" not in fields and "max_length" in fields:
         extras.append(("max_seq_length", "None"))
     if "context_parallel_size" not in fields:
-        extras += [("context_parallel_size", "1"), ("context_parallel_backend", "'ulysses'")]
+        if trainer_file == "sft_trainer":
+            extras += [("context_parallel_size", "1"), ("context_parallel_backend", "'ring'"),
+                       ("context_parallel_rotate_method", "'allgather'")]
+        else:
+            extras += [("context_parallel_size", "1"), ("context_parallel_backend", "'ulysses'")]
+    unsloth_class = f"Unsloth{trl_class}"
     for name, default in extras:
         fields[name] = {"name": name, "default": _default(ast.parse(default, mode="eval").body)}
-        origin[name] = "unsloth:UnslothGRPOConfig"
-    # GRPO-specific default replacements Unsloth applies in the generated __init__.
-    overrides = {}
+        origin[name] = f"unsloth:{unsloth_class}"
+    # Defaults Unsloth's generated __init__ replaces: for every trainer (+ warmup_steps on transformers 5),
+    # then the trainer-specific ones.
     fn = _find(src.tree(*RL_TEMPLATE), "_patch_trl_rl_trainers_impl")
-    for node in ast.walk(fn):
-        if (isinstance(node, ast.If) and "grpo_trainer" in ast.unparse(node.test)
-                and "==" in ast.unparse(node.test)):
-            for stmt in node.body:
-                if isinstance(stmt, ast.Assign) and ast.unparse(stmt.targets[0]) == "replacements" \
-                        and isinstance(stmt.value, ast.Dict):
-                    for k, v in zip(stmt.value.keys, stmt.value.values):
-                        overrides[ast.literal_eval(k)] = _default(v)
+    overrides = _replacements(fn.body)
+    for node in fn.body:
+        if isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            if test.startswith("transformers_version >="):
+                overrides.update(_replacements(node.body))
+            elif test == f"trainer_file == '{trainer_file}'":
+                overrides.update(_replacements(node.body))
     return {
         "fields": sorted(fields),
         "origin": origin,
-        "unsloth_grpo_default_overrides": overrides,
+        # the regex in _patch_trl_rl_trainers_impl only rewrites parameters the config has
+        "unsloth_default_overrides": {k: v for k, v in overrides.items() if k in fields},
         "unknown_keywords": "dropped with a printed notice by unsloth/models/rl_config_compat.py "
                             "filter_config_init_kwargs (not an error for real); the fake refuses them",
     }
@@ -285,7 +308,8 @@ def build(src: Sources, pins: dict[str, str]) -> dict:
         "versions": {p: pins[p] for p in PACKAGES},
         "callables": callables,
         "structs": structs,
-        "UnslothGRPOConfig": grpo_config_fields(src),
+        "UnslothGRPOConfig": rl_config_fields(src, "grpo_trainer"),
+        "UnslothSFTConfig": rl_config_fields(src, "sft_trainer"),
     }
 
 

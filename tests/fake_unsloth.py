@@ -11,8 +11,9 @@ No looser than the real packages:
   accepts only the named parameters along that path: a typo would otherwise be swallowed silently.
 - `SamplingParams` accepts only the pinned vLLM's public field names and raises vLLM's own validation error
   (VLLMValidationError, which is NOT a ValueError) for out-of-range values.
-- `UnslothGRPOConfig` accepts only the fields of the class Unsloth generates (TRL GRPOConfig +
-  TrainingArguments + Unsloth's additions). Real Unsloth drops an unknown keyword with a printed notice
+- `UnslothGRPOConfig` / `UnslothSFTConfig` accept only the fields of the classes Unsloth generates (TRL's
+  config + TrainingArguments + Unsloth's additions), with Unsloth's replaced defaults;
+  `check_trainer_precision` is the bf16/fp16-vs-model-dtype check of Unsloth's generated trainers. Real Unsloth drops an unknown keyword with a printed notice
   (rl_config_compat.filter_config_init_kwargs); the fake refuses it, since a dropped setting is a silent loss.
 - Whatever raises for real raises here: get_peft_model with modules_to_save (or bias) on a model with a
   vLLM engine, a str sleep level (vLLM's LLMEngine.sleep compares `level >= 1`), save_pretrained_merged
@@ -161,8 +162,7 @@ SAMPLING_FIELDS = {f["name"]: f for f in SNAPSHOT["structs"]["SamplingParams"]["
                    if not f["name"].startswith("_")}
 LORA_REQUEST_FIELDS = [f["name"] for f in SNAPSHOT["structs"]["LoRARequest"]["fields"]]
 GRPO_CONFIG_FIELDS = frozenset(SNAPSHOT["UnslothGRPOConfig"]["fields"])
-UNSLOTH_GRPO_DEFAULTS = {key: default.get("value") for key, default
-                         in SNAPSHOT["UnslothGRPOConfig"]["unsloth_grpo_default_overrides"].items()}
+SFT_CONFIG_FIELDS = frozenset(SNAPSHOT["UnslothSFTConfig"]["fields"])
 
 
 # ---------------------------------------------------------------------------------------------- vllm
@@ -528,26 +528,54 @@ def vLLMSamplingParams(**kwargs: Any) -> SamplingParams:  # noqa: N802 (Unsloth'
     return params
 
 
-class UnslothGRPOConfig:
-    """The config class Unsloth generates from TRL's GRPOConfig (unsloth/models/rl.py): only its fields.
+class _UnslothRLConfig:
+    """The config classes Unsloth generates from TRL's (unsloth/models/rl.py _patch_trl_rl_trainers_impl): only
+    their fields, with Unsloth's replaced defaults (e.g. GRPO's vllm_importance_sampling_correction=False).
 
     to_dict()/to_json_string() serialise every field as transformers' TrainingArguments does
     (json.dumps over to_dict), which is what TensorBoardCallback.on_train_begin calls."""
 
+    SNAPSHOT_KEY = ""
+
     def __init__(self, **kwargs: Any):
-        unknown = sorted(set(kwargs) - GRPO_CONFIG_FIELDS)
+        entry = SNAPSHOT[self.SNAPSHOT_KEY]
+        unknown = sorted(set(kwargs) - set(entry["fields"]))
         if unknown:
-            raise TypeError(f"UnslothGRPOConfig: {unknown} are not fields of the GRPOConfig Unsloth builds from "
-                            "trl 1.15.0 (the real one drops them with a printed notice)")
-        _record("UnslothGRPOConfig", **kwargs)
+            raise TypeError(f"{self.SNAPSHOT_KEY}: {unknown} are not fields of the config Unsloth builds from the "
+                            "pinned TRL (the real one drops them with a printed notice)")
+        _record(self.SNAPSHOT_KEY, **kwargs)
         self.kwargs = dict(kwargs)
-        self.__dict__.update({**UNSLOTH_GRPO_DEFAULTS, **kwargs})
+        defaults = {key: d.get("value") for key, d in entry["unsloth_default_overrides"].items()}
+        self.__dict__.update({**defaults, **kwargs})
 
     def to_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k in GRPO_CONFIG_FIELDS}
+        fields = set(SNAPSHOT[self.SNAPSHOT_KEY]["fields"])
+        return {k: v for k, v in self.__dict__.items() if k in fields}
 
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+
+class UnslothGRPOConfig(_UnslothRLConfig):
+    SNAPSHOT_KEY = "UnslothGRPOConfig"
+
+
+class UnslothSFTConfig(_UnslothRLConfig):
+    SNAPSHOT_KEY = "UnslothSFTConfig"
+
+
+def check_trainer_precision(model: Any, args: Any) -> None:
+    """The mixed-precision check Unsloth's generated trainers run in __init__ (rl.py, `mixed_precision`):
+    the model's dtype decides, and asking for the other half precision raises TypeError."""
+    dtype = str(getattr(model.config, "dtype", "")).rsplit(".", 1)[-1]
+    use_bf16 = getattr(args, "bf16", False) is True
+    use_fp16 = getattr(args, "fp16", False) is True
+    if dtype == "float16" and use_bf16:
+        raise TypeError("Unsloth: Model is in float16 precision but you want to use bfloat16 precision. "
+                        "Set fp16 to `True` and bf16 to `False`")
+    if dtype == "bfloat16" and use_fp16:
+        raise TypeError("Unsloth: Model is in bfloat16 precision but you want to use float16 precision. "
+                        "Set fp16 to `False` and bf16 to `True`")
 
 
 # ---------------------------------------------------------------------------------------------- unsloth_zoo

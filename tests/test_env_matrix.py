@@ -366,3 +366,9 @@ def test_committed_snapshot_names_where_each_callable_lives():
     assert snapshot["callables"]["model.load_lora"]["qualname"] == "load_lora"
     assert snapshot["callables"]["model.save_lora[fast_inference=False]"]["qualname"] == "save_lora_adapter"
     assert snapshot["callables"]["model.fast_generate[fast_inference=True]"]["qualname"] == "LLM.generate"
+    # The generated configs: TRL's fields plus Unsloth's own, and Unsloth's replaced defaults.
+    grpo, sft = snapshot["UnslothGRPOConfig"], snapshot["UnslothSFTConfig"]
+    assert {"vllm_sampling_params", "unsloth_num_chunks", "beta", "use_vllm"} <= set(grpo["fields"])
+    assert "num_generations" not in sft["fields"] and "max_seq_length" in sft["fields"]
+    assert grpo["unsloth_default_overrides"]["vllm_importance_sampling_correction"]["value"] is False
+    assert set(grpo["unsloth_default_overrides"]) <= set(grpo["fields"])

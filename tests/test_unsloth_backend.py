@@ -569,6 +569,23 @@ def test_grpo_config_with_sampling_params_cannot_be_serialised(fake):
     assert fake.UnslothGRPOConfig(output_dir="x").vllm_importance_sampling_correction is False
 
 
+def test_the_double_checks_trainer_precision_against_the_model_dtype(fake):
+    """Unsloth's generated trainers raise when bf16/fp16 disagree with the model's dtype (the SFT warm-up too)."""
+    import torch
+    from unsloth import FastLanguageModel
+
+    fp16_model, _ = FastLanguageModel.from_pretrained("m", dtype=torch.float16)
+    with pytest.raises(TypeError, match="Model is in float16 precision but you want to use bfloat16"):
+        fake.check_trainer_precision(fp16_model, fake.UnslothSFTConfig(output_dir="x", bf16=True))
+    fake.check_trainer_precision(fp16_model, fake.UnslothSFTConfig(output_dir="x", fp16=True))
+    bf16_model, _ = FastLanguageModel.from_pretrained("m")  # dtype=None on a bf16 GPU
+    with pytest.raises(TypeError, match="bfloat16 precision but you want to use float16"):
+        fake.check_trainer_precision(bf16_model, fake.UnslothGRPOConfig(output_dir="x", fp16=True))
+    with pytest.raises(TypeError, match="num_generations"):  # a GRPO field is not an SFT one
+        fake.UnslothSFTConfig(output_dir="x", num_generations=4)
+    assert fake.UnslothSFTConfig(output_dir="x").report_to == "none"  # Unsloth's default, not TRL's
+
+
 # ------------------------------------------------------------------------------------------ defects the double shows
 
 

@@ -31,6 +31,7 @@ class RecordingGRPOTrainer:
 
     def __init__(self, **kwargs):
         fake_unsloth._record("GRPOTrainer.__init__", **kwargs)
+        fake_unsloth.check_trainer_precision(kwargs["model"], kwargs["args"])  # raises as Unsloth's trainer does
         self.model = kwargs["model"]
         self.args = kwargs["args"]
         self.callbacks = list(kwargs.get("callbacks") or [])
