@@ -13,8 +13,9 @@ No looser than the real packages:
   (VLLMValidationError, which is NOT a ValueError) for out-of-range values.
 - `UnslothGRPOConfig` / `UnslothSFTConfig` accept only the fields of the classes Unsloth generates (TRL's
   config + TrainingArguments + Unsloth's additions), with Unsloth's replaced defaults;
-  `check_trainer_precision` is the bf16/fp16-vs-model-dtype check of Unsloth's generated trainers. Real Unsloth drops an unknown keyword with a printed notice
-  (rl_config_compat.filter_config_init_kwargs); the fake refuses it, since a dropped setting is a silent loss.
+  `check_trainer_precision` is the bf16/fp16-vs-model-dtype check of Unsloth's generated trainers. Real
+  Unsloth drops an unknown config keyword with a printed notice (rl_config_compat.filter_config_init_kwargs);
+  the fake refuses it, since a dropped setting is a silent loss.
 - Whatever raises for real raises here: get_peft_model with modules_to_save (or bias) on a model with a
   vLLM engine, a str sleep level (vLLM's LLMEngine.sleep compares `level >= 1`), save_pretrained_merged
   with "merged_4bit", save_pretrained_gguf without a tokenizer, fast_inference=True with
