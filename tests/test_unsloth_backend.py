@@ -73,39 +73,32 @@ def train_and_save_adapter(fake, cfg, directory: Path):
 # ------------------------------------------------------------------------------------------ loading
 
 
-def test_load_for_training_exact_calls_and_returns_the_lora_model(fake):
+def test_load_for_training_builds_a_vllm_backed_lora_model_from_the_config(fake):
+    import torch
+
     cfg = make_cfg(lora_target_modules=["q_proj", "v_proj"], lora_dropout=0.05)
     model, tokenizer = backend.load_for_training(cfg)
 
-    assert only_call(fake, "FastLanguageModel.from_pretrained").kwargs == {
-        "model_name": "unsloth/Qwen2.5-1.5B-Instruct",
-        "max_seq_length": 768,
-        "load_in_4bit": True,
-        "fast_inference": True,
-        "dtype": None,
-        "random_state": 1234,
-        "use_gradient_checkpointing": "unsloth",
-        "trust_remote_code": False,
-        "max_lora_rank": 32,
-        "gpu_memory_utilization": 0.825 * 0.95,
-        "float8_kv_cache": False,
-        "unsloth_vllm_standby": True,
-    }
-    peft_call = only_call(fake, "FastLanguageModel.get_peft_model")
-    base_model = peft_call.args[0]
-    assert peft_call.kwargs == {
-        "r": 16,
-        "target_modules": ["q_proj", "v_proj"],
-        "lora_alpha": 32,
-        "lora_dropout": 0.05,
-        "use_gradient_checkpointing": "unsloth",
-        "random_state": 1234,
-        "modules_to_save": None,  # not [] either: Unsloth refuses any modules_to_save with a vLLM engine
-    }
+    # What came back: a LoRA model with the configured adapter, served by an in-process vLLM engine sized from
+    # the config (max_lora_rank) and the GPU (standby tier for 22.5 GiB), in bf16 on a bf16 GPU.
+    assert model.is_peft and model.peft_config["default"] == {
+        "r": 16, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"], "modules_to_save": None}
+    engine = model.vllm_engine
+    assert (engine.max_lora_rank, engine.gpu_memory_utilization, engine.standby) == (32, 0.825 * 0.95, True)
+    assert callable(model.load_lora) and model.fast_generate == engine.generate
+    assert model.config.dtype is torch.bfloat16 and tokenizer.name == "unsloth/Qwen2.5-1.5B-Instruct"
     # The trainer must receive the LoRA model, not the base from_pretrained returned.
-    assert model is not base_model and model.is_peft and model.peft_config["default"]["r"] == 16
-    assert model.base_model is base_model
-    assert tokenizer.name == "unsloth/Qwen2.5-1.5B-Instruct"
+    peft_call = only_call(fake, "FastLanguageModel.get_peft_model")
+    assert model is not peft_call.args[0] and model.base_model is peft_call.args[0]
+    # Settings with no effect the double can show (the calls are bound to the real signatures, so a wrong
+    # name would already have raised): each reaches its parameter.
+    load = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
+    assert {k: load[k] for k in ("max_seq_length", "load_in_4bit", "random_state", "trust_remote_code",
+                                 "float8_kv_cache", "use_gradient_checkpointing")} == {
+        "max_seq_length": 768, "load_in_4bit": True, "random_state": 1234, "trust_remote_code": False,
+        "float8_kv_cache": False, "use_gradient_checkpointing": "unsloth"}
+    assert {k: peft_call.kwargs[k] for k in ("lora_dropout", "random_state", "use_gradient_checkpointing")} == {
+        "lora_dropout": 0.05, "random_state": 1234, "use_gradient_checkpointing": "unsloth"}
     # The ordered log a train-level test can extend: import, load, LoRA (then the trainer).
     assert [c.name for c in fake.record_calls()] == [
         "import unsloth", "FastLanguageModel.from_pretrained", "FastLanguageModel.get_peft_model"]
