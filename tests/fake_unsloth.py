@@ -175,6 +175,11 @@ SFT_CONFIG_FIELDS = frozenset(SNAPSHOT["UnslothSFTConfig"]["fields"])
 class VLLMValidationError(Exception):
     """vllm.exceptions.VLLMValidationError: VLLMClientError -> VLLMError -> Exception (not ValueError)."""
 
+    def __init__(self, message: str, *, parameter: Optional[str] = None, value: Any = None):
+        super().__init__(message)
+        self.parameter = parameter
+        self.value = value
+
 
 class SamplingParams:
     """vLLM's SamplingParams (the pinned release): the snapshot's keyword fields and defaults, and the range

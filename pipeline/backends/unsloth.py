@@ -274,11 +274,13 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
         # Built once with Unsloth's own helper (vllm.SamplingParams(**mapping)) so vLLM rejects a bad field or
         # value now, naming it, instead of at the first rollout.
         from unsloth import vLLMSamplingParams
+        from vllm.exceptions import VLLMValidationError  # out-of-range values; not a ValueError subclass
 
         try:
             vLLMSamplingParams(**mapping)
-        except (TypeError, ValueError) as err:
-            raise ConfigError("vllm_sampling_params", f"vLLM's SamplingParams rejected {mapping}: {err}") from err
+        except (TypeError, ValueError, VLLMValidationError) as err:  # TypeError: an unknown field (msgspec)
+            raise ConfigError("vllm_sampling_params", f"vLLM's SamplingParams rejected {mapping}: {err}. Fix "
+                              "or remove that field (see vLLM's SamplingParams).") from None
         kwargs["vllm_sampling_params"] = SamplingOverrides(mapping)
     return kwargs
 
