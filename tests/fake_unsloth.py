@@ -523,8 +523,12 @@ class FastLanguageModel:
         if isinstance(target_modules, str):
             target_modules = [target_modules]
         target_modules = list(target_modules)
-        # FastLlamaModel.get_peft_model moves lm_head/embed_tokens from target_modules to modules_to_save.
-        moved = [m for m in target_modules if m.rsplit(".", 1)[-1] in _EMBEDDING_LEAVES]
+        # FastLlamaModel.get_peft_model moves lm_head/embed_tokens from target_modules to modules_to_save
+        # (_redirect_embedding_targets), except lm_head on a model with a vLLM engine, which stays an untrained
+        # LoRA target (_vllm_unmovable_embedding_modules).
+        skip = ("lm_head",) if hasattr(model, "vllm_engine") else ()
+        moved = [m for m in target_modules if m.rsplit(".", 1)[-1] in _EMBEDDING_LEAVES
+                 and m.rsplit(".", 1)[-1] not in skip]
         if moved:
             target_modules = [m for m in target_modules if m not in moved]
             modules_to_save = list(modules_to_save or []) + moved

@@ -128,6 +128,24 @@ def test_modules_to_save_with_vllm_is_refused_before_anything_loads(fake):
     assert fake.record_calls() == []
 
 
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"lora_target_modules": ["q_proj", "embed_tokens"]}, "lora_target_modules"),  # moved, then refused
+    ({"lora_target_modules": ["q_proj", "lm_head"]}, "lora_target_modules"),  # kept, never trained
+    ({"lora_modules_to_save": ["q_proj"], "fast_inference": False, "vllm_standby": "auto"}, "lora_modules_to_save"),
+])
+def test_what_get_peft_model_refuses_or_ignores_is_refused_before_anything_loads(fake, overrides, field):
+    with pytest.raises(ConfigError) as err:
+        backend.load_for_training(make_cfg(**overrides))
+    assert err.value.field == field
+    assert fake.record_calls() == []
+
+
+def test_embeddings_as_targets_without_vllm_reach_get_peft_model(fake):
+    model, _ = backend.load_for_training(make_cfg(lora_target_modules=["q_proj", "lm_head"], fast_inference=False,
+                                                  vllm_standby="auto"))
+    assert model.peft_config["default"]["modules_to_save"] == ["lm_head"]  # Unsloth trains it in full
+
+
 def test_modules_to_save_without_vllm_reaches_get_peft_model(fake):
     backend.load_for_training(make_cfg(lora_modules_to_save=["lm_head"], fast_inference=False, vllm_standby="auto"))
     assert only_call(fake, "FastLanguageModel.get_peft_model").kwargs["modules_to_save"] == ["lm_head"]
@@ -539,9 +557,12 @@ def test_the_double_raises_where_unsloth_and_vllm_raise(fake, tmp_path):
     model, tokenizer = FastLanguageModel.from_pretrained("m", fast_inference=True)
     # FastLlamaModel.get_peft_model: any modules_to_save (even []) or a bias with a vLLM engine
     for extra in ({"modules_to_save": ["lm_head"]}, {"modules_to_save": []}, {"bias": "all"},
-                  {"target_modules": ["q_proj", "lm_head"]}):
+                  {"target_modules": ["q_proj", "embed_tokens"]}):
         with pytest.raises(NotImplementedError, match="fast inference does not work"):
             FastLanguageModel.get_peft_model(model, **extra)
+    # ... but lm_head stays a LoRA target that never trains (_vllm_unmovable_embedding_modules)
+    dead = FastLanguageModel.get_peft_model(model, target_modules=["q_proj", "lm_head"])
+    assert dead.peft_config["default"]["target_modules"] == ["q_proj", "lm_head"]
     with pytest.raises(TypeError, match="not allowed"):
         FastLanguageModel.get_peft_model(model, modules_to_save=["q_proj"])
     lora = FastLanguageModel.get_peft_model(model)
