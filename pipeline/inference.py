@@ -150,7 +150,7 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
             cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
         backend = load_backend(choice.name)
         if choice.name == "unsloth":
-            backend.prepare_environment(cfg)  # refuses e.g. a bad VLLM_SLEEP_MODE before anything loads
+            backend.prepare_environment(cfg)  # `import unsloth` before trl/transformers/peft
         generator = backend.load_generator(base_model, adapter, cfg)
     except ConfigError as err:
         _error(str(err))

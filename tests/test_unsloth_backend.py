@@ -652,25 +652,33 @@ def test_the_double_checks_trainer_precision_against_the_model_dtype(fake):
     assert fake.UnslothSFTConfig(output_dir="x").report_to == "none"  # Unsloth's default, not TRL's
 
 
-# ------------------------------------------------------------------------------------------ defects the double shows
+# ------------------------------------------------------------------------------------------ VLLM_SLEEP_MODE
 
 
-def test_vllm_sleep_mode_from_the_environment_reaches_vllm_as_an_int(fake, tmp_path, monkeypatch):
-    monkeypatch.setenv("VLLM_SLEEP_MODE", "2")
+def test_eval_puts_a_standby_engine_back_to_sleep_with_an_int_level(fake, tmp_path):
     cfg = make_cfg(output_dir=str(tmp_path / "out"))
     model, tokenizer = backend.load_for_training(cfg)
-    model.vllm_engine.sleeping = True
+    model.vllm_engine.sleeping = True  # as the trainer leaves it between rollouts
     generator = backend.training_generator(model, tokenizer, cfg)
     assert generator.generate(["q1"], max_tokens=5) == [fake.fake_completion("q1")]
-    assert [c.args for c in fake.calls_named("vllm.LLM.sleep")] == [(2,)]
+    assert [c.args for c in fake.calls_named("vllm.LLM.sleep")] == [(1,)]  # the double raises for a str
+    assert model.vllm_engine.sleeping
 
 
-def test_bad_sleep_level_is_refused_before_unsloth_is_imported(fake, monkeypatch):
-    monkeypatch.setenv("VLLM_SLEEP_MODE", "deep")
+@pytest.mark.parametrize("raw", ["1", "2", "deep"])
+def test_vllm_sleep_mode_with_standby_is_refused_before_unsloth_is_imported(fake, monkeypatch, raw):
+    """Unsloth's trainer patch would hand the variable to vLLM's sleep() as a str; TRL 1.15 ignores it."""
+    monkeypatch.setenv("VLLM_SLEEP_MODE", raw)
     with pytest.raises(ConfigError) as err:
         backend.load_for_training(make_cfg())
-    assert err.value.field == "VLLM_SLEEP_MODE"
+    assert err.value.field == "VLLM_SLEEP_MODE" and "unset VLLM_SLEEP_MODE" in str(err.value)
     assert fake.record_calls() == []
+
+
+def test_vllm_sleep_mode_without_standby_is_irrelevant(fake, monkeypatch):
+    monkeypatch.setenv("VLLM_SLEEP_MODE", "2")
+    model, _ = backend.load_for_training(make_cfg(vllm_standby="false"))
+    assert not model.vllm_engine.standby
 
 
 # ------------------------------------------------------------------------------------------ SFT warm-up precision
