@@ -685,9 +685,11 @@ def test_vllm_sleep_mode_without_standby_is_irrelevant(fake, monkeypatch):
 
 
 @pytest.mark.parametrize(("dtype", "expected"), [("float16", (False, True)), ("bfloat16", (True, False)),
-                                                 ("float32", (False, False))])
+                                                 ("float32", (False, False)), ("auto", (True, False))])
 def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_path, dtype, expected):
-    """dtype: float16 on an Ampere card: Unsloth's SFTTrainer raises if the warm-up asks for bf16."""
+    """dtype: float16 on an Ampere-or-newer card: Unsloth's SFTTrainer raises "Model is in float16 precision but
+    you want to use bfloat16" if the warm-up takes bf16 from the GPU. The double's UnslothSFTConfig (only the
+    fields Unsloth's generated class has) and its trainers' precision check stand in for Unsloth's."""
     import datasets
     import torch
     import trl
@@ -696,13 +698,10 @@ def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_p
 
     made = {}
 
-    class RecordingSFTConfig:
-        def __init__(self, **kwargs):
-            made["args"] = kwargs
-
-    class RecordingSFTTrainer:
-        def __init__(self, model, **kwargs):
-            self.model = model
+    class PrecisionCheckingSFTTrainer:  # UnslothSFTTrainer.__init__: the mixed-precision check, then train()
+        def __init__(self, model, args, **kwargs):
+            fake.check_trainer_precision(model, args)
+            self.model, made["args"] = model, args
 
         def remove_callback(self, callback):
             pass
@@ -710,15 +709,15 @@ def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_p
         def train(self):
             pass
 
-    monkeypatch.setattr(trl, "SFTConfig", RecordingSFTConfig)
-    monkeypatch.setattr(trl, "SFTTrainer", RecordingSFTTrainer)
+    monkeypatch.setattr(trl, "SFTConfig", fake.UnslothSFTConfig)
+    monkeypatch.setattr(trl, "SFTTrainer", PrecisionCheckingSFTTrainer)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # an Ampere-or-newer GPU
     cfg = make_cfg(dtype=dtype, dataset_name="demo-arithmetic", sft_warmup_steps=2)
     model, tokenizer = backend.load_for_training(cfg)
     prepared = type("Prepared", (), {"dataset": datasets.Dataset.from_list([{"prompt": "p"}])})()
-    warmup.run_format_warmup(model, tokenizer, cfg, prepared, None, tmp_path)
-    assert (made["args"]["bf16"], made["args"]["fp16"]) == expected
+    assert warmup.run_format_warmup(model, tokenizer, cfg, prepared, None, tmp_path) is model
+    assert (made["args"].bf16, made["args"].fp16) == expected
 
 
 # ------------------------------------------------------------------------------------------ fast_inference: false
