@@ -185,7 +185,7 @@ def pip_install_command(target: str, matrix: Matrix | None = None, *, only: list
         set_name = profile.install
         if profile.torch_index:
             # An extra index, not --index-url: the rest still comes from PyPI, and pip prefers the
-            # index's "+cu128" local version over the plain PyPI release of the same number.
+            # index's "+cu126" local version over the plain PyPI release of the same number.
             extra_args = ["--extra-index-url", profile.torch_index]
     elif target in SET_NAMES:
         set_name = target
