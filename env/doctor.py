@@ -50,7 +50,8 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
     Returns:
         A dict with the sections python, os, platform, gpu, mode, packages, constraint_conflicts,
         known_bad, import_order, profile, suggested_profile, fix_command, gpu_install_command,
-        plain_backend_usable, plain_backend_problems, strict_problems, probe_errors and elapsed_s.
+        plain_backend_usable, plain_backend_problems, unsloth_modes, vllm_pin, strict_problems, probe_errors
+        and elapsed_s.
     """
     started = time.perf_counter()
     matrix = load_matrix()
@@ -101,6 +102,11 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
     report["plain_backend_problems"] = usable_problems
     report["fix_command"] = _fix_command(matrix, mode, rows, chosen)
     report["gpu_install_command"] = pip_install_command(chosen.id if chosen else "gpu", matrix)
+    report["unsloth_modes"] = _unsloth_modes(matrix, found, report)
+    vllm_pin = matrix.gpu.get("vllm")
+    report["vllm_pin"] = (
+        {"pin": vllm_pin.requirement, "why": vllm_pin.why, "evidence": dict(vllm_pin.evidence)} if vllm_pin else None
+    )
     report["strict_problems"] = _strict_problems(rows, report)
     report["probe_errors"] = errors
     report["elapsed_s"] = round(time.perf_counter() - started, 3)
@@ -275,6 +281,49 @@ def _plain_usable_problems(matrix: Matrix, found: Mapping[str, probes.Installed]
     return problems
 
 
+# The three ways to train, from fastest to most portable; `grpo env` says which this machine can run.
+UNSLOTH_MODES = (
+    ("unsloth+vllm", "Unsloth + vLLM (fast_inference: true)"),
+    ("unsloth", "Unsloth without vLLM (fast_inference: false)"),
+    ("plain", "plain transformers + peft + TRL (backend: plain)"),
+)
+
+
+def _unsloth_modes(matrix: Matrix, found: Mapping[str, probes.Installed], report: Mapping[str, Any]) -> list[dict]:
+    """Which of UNSLOTH_MODES this machine can run, each with the reason (what is missing, or what it uses)."""
+
+    def not_installed(*keys: str) -> list[str]:
+        return [f"{matrix.packages('gpu')[key].name} is {found[key].state}" for key in keys
+                if key in found and found[key].state != "installed"]
+
+    gpu = report["gpu"] if isinstance(report["gpu"], Mapping) else {}
+    devices = gpu.get("devices", [])
+    no_gpu = [] if devices else [f"no usable NVIDIA GPU ({gpu.get('reason') or gpu.get('error') or 'not probed'})"]
+    errors = [bad["id"] for bad in report["known_bad"] if bad["severity"] == "error"]
+    unsloth_errors = [f"known-bad {i}" for i in errors if not i.startswith("vllm-")]
+    vllm_errors = [f"known-bad {i}" for i in errors if i.startswith("vllm-")]
+    old_gpu = []
+    if devices:
+        major = int(str(devices[0].get("compute_capability", "0")).split(".")[0] or 0)
+        if major < 7:  # FastLanguageModel.from_pretrained switches fast_inference off below compute capability 7
+            old_gpu = [f"compute capability {devices[0]['compute_capability']} < 7.0: vLLM does not run there"]
+    without_vllm = no_gpu + not_installed("unsloth", "unsloth-zoo", "bitsandbytes") + unsloth_errors
+    with_vllm = without_vllm + old_gpu + not_installed("vllm", "vllm-bnb-plugin") + vllm_errors
+    plain = report["plain_backend_problems"]
+    reasons = {
+        "unsloth+vllm": (with_vllm, "4-bit LoRA training with vLLM rollouts in-process (the fastest)"),
+        "unsloth": (without_vllm, "4-bit LoRA training; Unsloth generates through transformers (slower rollouts, "
+                                  "no vLLM needed: Windows/WSL, older GPUs, images without vLLM)"),
+        "plain": (plain, "runs " + ("on this GPU" if devices else "on CPU (slow)")
+                  + "; no 4-bit, generation through transformers"),
+    }
+    return [
+        {"mode": mode, "title": title, "can_run": not reasons[mode][0],
+         "reason": "; ".join(reasons[mode][0]) if reasons[mode][0] else reasons[mode][1]}
+        for mode, title in UNSLOTH_MODES
+    ]
+
+
 def _fix_command(matrix: Matrix, mode: str, rows: list[dict[str, Any]], profile: Profile | None) -> str | None:
     """The pip command that brings the mode's set back to the matrix; None when nothing needs fixing.
 
@@ -382,6 +431,13 @@ def _tail_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"Suggested profile: {report['suggested_profile']}  (grpo env --profile {report['suggested_profile']})"
         )
+    if report.get("vllm_pin"):
+        pin = report["vllm_pin"]
+        lines.append(f"vLLM pin {pin['pin']}: {pin['why']}")
+        lines += [f"  {source}: {text}" for source, text in pin["evidence"].items()]
+    lines.append("Training modes on this machine:")
+    for mode in report["unsloth_modes"]:
+        lines.append(f"  [{'yes' if mode['can_run'] else 'no '}] {mode['title']}: {mode['reason']}")
     lines.append("")
     if report["plain_backend_usable"]:
         lines.append("Plain backend: usable")

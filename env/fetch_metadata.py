@@ -41,7 +41,7 @@ PYPI = "https://pypi.org/simple"
 def metadata_targets(matrix: Matrix) -> list[tuple[str, str]]:
     """(name, version) pairs whose METADATA the offline checks need, sorted and without duplicates.
 
-    >>> ("vllm", "0.33.0") in metadata_targets(load_matrix())
+    >>> ("vllm", "0.31.0") in metadata_targets(load_matrix())
     True
     """
     targets: set[tuple[str, str]] = set()

@@ -45,6 +45,7 @@ class Pin:
     core: bool = False  # the plain backend cannot run without it
     extras: tuple[str, ...] = ()  # extras of this package whose requirements we rely on
     note: str = ""
+    evidence: Mapping[str, str] = field(default_factory=dict)  # where the pin comes from, source by source
 
     @property
     def key(self) -> str:
@@ -108,6 +109,7 @@ class Profile:
     smaller_recipe: str | None = None
     gpu_memory_utilization: float | None = None
     torch_index: str | None = None
+    pins: Mapping[str, str] = field(default_factory=dict)  # exact pins over the install set's (a CUDA 12 torch)
     env: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -115,6 +117,7 @@ class Profile:
         """A JSON-ready dict (tuples become lists)."""
         out = dataclasses.asdict(self)
         out["env"] = dict(self.env)
+        out["pins"] = dict(self.pins)
         return out
 
 
@@ -146,7 +149,7 @@ class Matrix:
         raise MatrixError(f"unknown install set {set_name!r}; expected one of {SET_NAMES}")
 
     def specifier(self, set_name: str, name: str) -> SpecifierSet:
-        """Every specifier that applies to `name` in `set_name` (for torch in "gpu": plain range AND ==2.14.0)."""
+        """Every specifier that applies to `name` in `set_name` (for torch in "gpu": plain range AND ==2.13.0)."""
         key = canonicalize_name(name)
         specs = [self.plain[key].spec] if key in self.plain else []
         if set_name == "gpu" and key in self.gpu:
@@ -170,7 +173,9 @@ def pip_install_command(target: str, matrix: Matrix | None = None, *, only: list
 
     >>> pip_install_command("plain", only=["trl"])
     'python -m pip install "trl==1.15.0"'
-    >>> 'vllm==0.33.0' in pip_install_command("colab-t4")
+    >>> 'vllm==0.31.0' in pip_install_command("colab-t4")
+    True
+    >>> '"torch==2.12.1+cu126"' in pip_install_command("autodl-cuda12")
     True
     """
     matrix = matrix or load_matrix()
@@ -180,7 +185,7 @@ def pip_install_command(target: str, matrix: Matrix | None = None, *, only: list
         set_name = profile.install
         if profile.torch_index:
             # An extra index, not --index-url: the rest still comes from PyPI, and pip prefers the
-            # index's "+cu128" local version over the plain PyPI release of the same number.
+            # index's "+cu126" local version over the plain PyPI release of the same number.
             extra_args = ["--extra-index-url", profile.torch_index]
     elif target in SET_NAMES:
         set_name = target
@@ -189,6 +194,9 @@ def pip_install_command(target: str, matrix: Matrix | None = None, *, only: list
             f"unknown install target {target!r}; expected one of {SET_NAMES} or a profile: {sorted(matrix.profiles)}"
         )
     pins = matrix.packages(set_name)
+    if target in matrix.profiles and matrix.profiles[target].pins:
+        overrides = matrix.profiles[target].pins  # e.g. autodl-cuda12's CUDA 12 torch build
+        pins = {key: dataclasses.replace(pin, spec=overrides.get(key, pin.spec)) for key, pin in pins.items()}
     if only is not None:
         wanted = {canonicalize_name(name) for name in only}
         unknown = wanted - set(pins)
@@ -210,7 +218,7 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
 
     >>> m = load_matrix()
     >>> m.plain["trl"].exact, m.gpu["vllm"].exact
-    ('1.15.0', '0.33.0')
+    ('1.15.0', '0.31.0')
     """
     return _load_cached(str(Path(path) if path is not None else MATRIX_PATH))
 
@@ -231,7 +239,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 # --- validation: hand-written because the schema is small and the errors must name the field -----------
 
-_PIN_FIELDS = {"spec", "tested", "module", "core", "extras", "why", "disables", "note"}
+_PIN_FIELDS = {"spec", "tested", "module", "core", "extras", "why", "disables", "note", "evidence"}
 _BAD_FIELDS = {"id", "severity", "when", "unless", "missing", "why", "fix"}
 _PROFILE_FIELDS = {f.name for f in dataclasses.fields(Profile)} - {"id"}
 
@@ -277,6 +285,7 @@ def _parse_pins(tables: Mapping[str, Any], group: str) -> dict[str, Pin]:
             core=bool(table.get("core", False)),
             extras=tuple(table.get("extras", ())),
             note=table.get("note", ""),
+            evidence=dict(table.get("evidence", {})),
         )
         if pin.exact is None and pin.tested is None:
             raise MatrixError(f"{where}: a range needs `tested` (the version CI runs and METADATA is checked for)")
@@ -341,6 +350,20 @@ def _parse_profiles(tables: Mapping[str, Any]) -> dict[str, Profile]:
     return profiles
 
 
+def _check_profile_pins(profile: Profile, pins: Mapping[str, Pin]) -> None:
+    """A profile pin must be an exact pin of a package in its install set, inside that set's specifier."""
+    for name, spec in profile.pins.items():
+        where = f"[profiles.{profile.id}].pins.{name}"
+        key = canonicalize_name(name)
+        if key != name or key not in pins:
+            raise MatrixError(f"{where}: not a package of the {profile.install!r} set (use its canonical name)")
+        match = _EXACT.match(_check_spec(spec, where).strip())
+        if match is None:
+            raise MatrixError(f"{where}: must be an exact '==' pin, got {spec!r}")
+        if match.group(1) not in SpecifierSet(pins[key].spec, prereleases=True):
+            raise MatrixError(f"{where}: {spec} is outside the set's {pins[key].requirement}")
+
+
 def matrix_from_dict(data: Mapping[str, Any]) -> Matrix:
     """Build a `Matrix` from the parsed TOML (tests use this to check mutated copies)."""
     plain = _parse_pins(_require(data, "plain", "known_good.toml", Mapping), "plain")
@@ -348,6 +371,9 @@ def matrix_from_dict(data: Mapping[str, Any]) -> Matrix:
     for key, pin in gpu.items():
         if key in plain and pin.exact is None:
             raise MatrixError(f"[gpu.{pin.name}]: a gpu entry that overrides [plain] must be an exact '==' pin")
+    profiles = _parse_profiles(data.get("profiles", {}))
+    for profile in profiles.values():
+        _check_profile_pins(profile, plain if profile.install == "plain" else {**plain, **gpu})
     return Matrix(
         schema=_require(data, "schema", "known_good.toml", int),
         python=_check_spec(_require(data, "python", "known_good.toml", str), "python"),
@@ -355,6 +381,6 @@ def matrix_from_dict(data: Mapping[str, Any]) -> Matrix:
         plain=plain,
         gpu=gpu,
         known_bad=_parse_known_bad(data.get("known_bad", [])),
-        profiles=_parse_profiles(data.get("profiles", {})),
+        profiles=profiles,
         notebook=dict(data.get("notebook", {})),
     )

@@ -38,6 +38,8 @@ Respond in the following format:
 """
 
 DEFAULT_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# What Unsloth trains in full rather than as LoRA (unsloth/models/_utils.py EMBEDDING_MODULES).
+EMBEDDING_MODULES = ("embed_tokens", "lm_head")
 
 # Fields that Unsloth takes from GRPOConfig and ignores in `vllm_sampling_params`
 # (unsloth/models/rl_replacements.py grpo_update_SamplingParams). Setting them there is a silent no-op.
@@ -696,13 +698,30 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
 def validate_unsloth(cfg: PipelineConfig) -> None:
     """What the Unsloth backend refuses only after the model (and vLLM) have loaded, refused up front."""
     m, lo, g = cfg.model, cfg.lora, cfg.grpo
+    # FastLlamaModel.get_peft_model accepts in modules_to_save only lm_head, embed_tokens and normalization
+    # layers (TypeError "Module = ... is not allowed"), checked after the model has loaded.
+    others = [name for name in lo.lora_modules_to_save
+              if str(name).rsplit(".", 1)[-1] not in EMBEDDING_MODULES and "norm" not in str(name).rsplit(".", 1)[-1]]
+    if others:
+        raise ConfigError("lora_modules_to_save", f"got {others}; Unsloth trains in full only lm_head, embed_tokens "
+                          "and normalization layers (e.g. norm, input_layernorm). Put other modules in "
+                          "lora_target_modules, or use backend: plain.")
     if m.fast_inference and lo.lora_modules_to_save:
         # FastLlamaModel.get_peft_model raises NotImplementedError ("fast inference does not work with
-        # training embeddings or lm_head") when the model has a vLLM engine.
+        # training embeddings or lm_head") when the model has a vLLM engine. The backend passes None, not [],
+        # for an empty list: Unsloth refuses any modules_to_save that is not None there.
         raise ConfigError("lora_modules_to_save", f"got {list(lo.lora_modules_to_save)}, but Unsloth cannot train "
                           "modules in full while vLLM serves the model (fast_inference: true). Remove "
                           "lora_modules_to_save, set fast_inference: false (slower generation), or use "
                           "backend: plain.")
+    embeddings = [name for name in lo.lora_target_modules if str(name).rsplit(".", 1)[-1] in EMBEDDING_MODULES]
+    if m.fast_inference and embeddings:
+        # With a vLLM engine, get_peft_model moves embed_tokens from target_modules to modules_to_save and then
+        # raises as above; it leaves lm_head as a LoRA target that never trains (_vllm_unmovable_embedding_modules,
+        # _redirect_embedding_targets in unsloth/models/_utils.py), a silent no-op.
+        raise ConfigError("lora_target_modules", f"contains {embeddings}: with vLLM (fast_inference: true) Unsloth "
+                          "cannot train embeddings or lm_head (embed_tokens is refused, lm_head would stay untrained). "
+                          "Remove them, or set fast_inference: false (they are then trained in full).")
     if not m.fast_inference:
         if sampling_params_mapping(g.vllm_sampling_params):
             raise ConfigError("vllm_sampling_params", "is for vLLM, and fast_inference: false runs without it, so "

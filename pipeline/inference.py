@@ -169,6 +169,14 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     from pipeline.config import ConfigError
     from pipeline.manifest import ManifestError, find_manifest
 
+    # vLLM's SamplingParams ranges (it raises VLLMValidationError, a traceback, at the first prompt); the plain
+    # backend's transformers sampling refuses a top_p outside (0, 1] too. One rule for both, before loading.
+    if not 0.0 <= args.temperature <= 2.0:
+        _error(f"--temperature {args.temperature}: use a value in [0, 2] (0 = greedy).")
+        return None
+    if not 0.0 < args.top_p <= 1.0:
+        _error(f"--top_p {args.top_p}: use a value in (0, 1] (1 = no nucleus cut).")
+        return None
     adapter = None
     manifest = None
     full_model_dir = None
@@ -250,7 +258,7 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
             cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
         backend = load_backend(choice.name)
         if choice.name == "unsloth":
-            backend.prepare_environment(cfg)  # refuses e.g. a bad VLLM_SLEEP_MODE before anything loads
+            backend.prepare_environment(cfg)  # `import unsloth` before trl/transformers/peft
         generator = backend.load_generator(base_model, adapter, cfg)
     except ConfigError as err:
         _error(str(err))

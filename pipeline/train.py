@@ -429,8 +429,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             _print(note)
         if choice.name == "unsloth":
             standby = peek_option(argv, "vllm_standby", "auto")
-            load_backend("unsloth").prepare_environment(
-                from_mapping({"vllm_standby": standby, "fast_inference": choice.fast_inference}))
+            early = from_mapping({"vllm_standby": standby, "fast_inference": choice.fast_inference})
+            unsloth_backend = load_backend("unsloth")
+            unsloth_backend.refuse_vllm_sleep_mode(unsloth_backend.standby_enabled(early))
+            unsloth_backend.prepare_environment(early)
         cfg = parse_config(argv, base=base)
         result = run_training(cfg, choice)
     except (ConfigError, FileNotFoundError, DataError, DataFileError, AdapterError, DiskFullError) as err:

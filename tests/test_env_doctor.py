@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from env import probes
 from env.compat import load_metadata
 from env.doctor import collect_report, main, render_text
 from env.matrix import load_matrix, pip_install_command
@@ -113,7 +114,7 @@ def test_profile_adds_settings_and_compares_them_with_the_machine(capsys):
     assert profile["id"] == "colab-t4" and profile["dtype"] == "float16" and profile["gpu_memory_utilization"] == 0.76
     assert any("needs an NVIDIA GPU" in m for m in profile["mismatches"])
     assert report["mode"] == "gpu"
-    assert rows_by_name(report)["torch"]["status"] == "drift"  # 2.13.0+cpu, the T4 set wants ==2.14.0
+    assert rows_by_name(report)["unsloth"]["status"] == "missing"  # the T4 set wants the whole GPU set
     assert report["fix_command"] == pip_install_command("colab-t4")
 
 
@@ -134,7 +135,7 @@ def test_import_order_section_reflects_the_module_table():
 
 def test_half_installed_packages_do_not_crash_it(tmp_path):
     fake_dist(tmp_path, "trl", "not-a-version")  # unparsable version shadows the real trl
-    fake_dist(tmp_path, "vllm", "0.33.0")  # METADATA present, module missing
+    fake_dist(tmp_path, "vllm", "0.31.0")  # METADATA present, module missing
     fake_dist(tmp_path, "xformers", None)  # no Version field at all
     result = run_doctor("--json", pythonpath=tmp_path)
     assert "Traceback" not in result.stderr, result.stderr
@@ -156,6 +157,7 @@ def test_drifted_gpu_set_reports_conflicts_known_bad_and_the_full_fix(tmp_path):
         record = load_metadata(pin.name, pin.exact)
         fake_dist(tmp_path, pin.name, pin.exact, module=pin.module, requires=record["requires_dist"])
     fake_dist(tmp_path, "trl", "1.16.0", module="trl")  # above unsloth's cap
+    fake_dist(tmp_path, "torch", "2.12.0", module="torch")  # not the torch vllm's kernels were built for
     result = run_doctor("--json", pythonpath=tmp_path)
     assert "Traceback" not in result.stderr, result.stderr
     report = json.loads(result.stdout)
@@ -163,18 +165,18 @@ def test_drifted_gpu_set_reports_conflicts_known_bad_and_the_full_fix(tmp_path):
     assert report["mode"] == "gpu"
     rows = rows_by_name(report)
     assert rows["trl"]["status"] == "drift" and rows["unsloth"]["status"] == "ok"
-    assert rows["torch"]["status"] == "drift" and rows["torch"]["pin"] == "==2.14.0"
+    assert rows["torch"]["status"] == "drift" and rows["torch"]["pin"] == "==2.13.0"
     ids = {bad["id"]: bad["severity"] for bad in report["known_bad"]}
     assert ids["trl-above-unsloth-cap"] == "error" and ids["vllm-torch-exact"] == "error"
     assert "vllm-without-bnb-plugin" not in ids  # the plugin is "installed"
     conflicts = [c["message"] for c in report["constraint_conflicts"]]
     assert any(m.startswith("unsloth 2026.10.9 requires trl") and "trl 1.16.0 is installed" in m for m in conflicts)
-    assert any(m.startswith("vllm 0.33.0 requires torch==2.14.0") for m in conflicts)
+    assert any(m.startswith("vllm 0.31.0 requires torch==2.13.0") for m in conflicts)
     assert report["fix_command"] == pip_install_command("gpu")
 
 
 def test_vllm_without_the_bnb_plugin_is_flagged(tmp_path):
-    fake_dist(tmp_path, "vllm", "0.33.0", module="vllm")
+    fake_dist(tmp_path, "vllm", "0.31.0", module="vllm")
     report = json.loads(run_doctor("--json", pythonpath=tmp_path).stdout)
     bad = {b["id"]: b for b in report["known_bad"]}
     assert bad["vllm-without-bnb-plugin"]["fix"] == 'python -m pip install "vllm-bnb-plugin==0.0.3"'
@@ -225,7 +227,7 @@ def fake_t4(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setattr(probes, "nvidia_evidence", lambda: ["/dev/nvidia0"])
     monkeypatch.setattr(probes, "nvidia_driver_version", lambda: "535.104.05")
-    monkeypatch.setattr(probes, "torch_build", lambda: {"version": "2.14.0", "cuda": "13.0"})
+    monkeypatch.setattr(probes, "torch_build", lambda: {"version": "2.13.0", "cuda": "13.0"})
     return cuda
 
 
@@ -264,7 +266,7 @@ def test_suggested_profile_follows_the_gpu_and_platform(fake_t4, monkeypatch):
 def test_plain_text_renderer_has_every_part():
     text = render_text(collect_report())
     assert text.splitlines()[0].startswith("grpo env  (plain set")
-    assert "vllm               gpu    ==0.33.0" in text
+    assert "vllm               gpu    ==0.31.0" in text
     assert "Plain backend: usable" in text and "GPU install: python -m pip install" in text
 
 
@@ -281,3 +283,54 @@ def test_a_failing_probe_is_reported_not_raised(monkeypatch):
     assert report["plain_backend_usable"] is True  # the package checks do not depend on those probes
     text = render_text(report)
     assert "Probes that failed" in text and "os: RuntimeError: boom" in text
+
+
+# --- training modes -------------------------------------------------------------------------------
+
+
+def test_training_modes_on_a_machine_without_gpu():
+    modes = {m["mode"]: m for m in collect_report()["unsloth_modes"]}
+    assert list(modes) == ["unsloth+vllm", "unsloth", "plain"]
+    assert not modes["unsloth+vllm"]["can_run"] and not modes["unsloth"]["can_run"]
+    assert "no usable NVIDIA GPU" in modes["unsloth"]["reason"] and "unsloth is missing" in modes["unsloth"]["reason"]
+    assert "vllm is missing" in modes["unsloth+vllm"]["reason"] and "vllm" not in modes["unsloth"]["reason"]
+    assert modes["plain"]["can_run"] and "on CPU" in modes["plain"]["reason"]
+    text = render_text(collect_report())
+    assert "Training modes on this machine:" in text and "[no ] Unsloth without vLLM (fast_inference: false)" in text
+    assert "vLLM pin vllm==0.31.0: " in text and "release_dates:" in text
+
+
+@pytest.fixture
+def gpu_set_installed(monkeypatch):
+    """Every package of the GPU set installed at its pin, except those named in the returned set."""
+    from env import doctor
+
+    absent: set[str] = set()
+    matrix = load_matrix()
+
+    def installed(pin):
+        if pin.key in absent:
+            return probes.Installed(pin.name, "missing")
+        return probes.Installed(pin.name, "installed", matrix.packages("gpu")[pin.key].version)
+
+    monkeypatch.setattr(doctor, "_safe_installed", installed)
+    return absent
+
+
+def test_training_modes_with_a_cuda12_driver_and_the_cuda13_torch(fake_t4, gpu_set_installed):
+    modes = {m["mode"]: m for m in collect_report()["unsloth_modes"]}
+    # The T4's 535 driver cannot run torch's CUDA 13 build: neither Unsloth mode, and the reason says why.
+    assert not modes["unsloth"]["can_run"] and "driver-too-old-for-cuda13-torch" in modes["unsloth"]["reason"]
+    assert not modes["unsloth+vllm"]["can_run"]
+
+
+def test_training_modes_without_vllm_on_a_working_gpu(fake_t4, gpu_set_installed, monkeypatch):
+    monkeypatch.setattr(probes, "nvidia_driver_version", lambda: "580.65.06")
+    gpu_set_installed.update({"vllm", "vllm-bnb-plugin"})
+    modes = {m["mode"]: m for m in collect_report()["unsloth_modes"]}
+    assert modes["unsloth"]["can_run"] and "transformers" in modes["unsloth"]["reason"]
+    assert not modes["unsloth+vllm"]["can_run"]
+    assert modes["unsloth+vllm"]["reason"] == "vllm is missing; vllm-bnb-plugin is missing"
+    gpu_set_installed.clear()
+    modes = {m["mode"]: m for m in collect_report()["unsloth_modes"]}
+    assert modes["unsloth+vllm"]["can_run"] and "vLLM rollouts" in modes["unsloth+vllm"]["reason"]

@@ -4,6 +4,7 @@ All offline: the METADATA records in env/metadata/ were fetched with `python env
 """
 
 import copy
+import json
 import math
 import re
 import tomllib
@@ -47,13 +48,12 @@ def test_gpu_set_is_checked_for_the_requirements_that_matter(matrix):
     unsloth = load_metadata("unsloth", matrix.gpu["unsloth"].exact)
     vllm = load_metadata("vllm", matrix.gpu["vllm"].exact)
     assert any(line.startswith("trl") and "<=1.15.0" in line for line in unsloth["requires_dist"])
-    assert "torch==2.14.0" in vllm["requires_dist"]
+    assert "torch==2.13.0" in vllm["requires_dist"]
     # Make vllm's torch pin fail on purpose and watch it be reported.
     data = raw_matrix()
-    data["gpu"]["torch"]["spec"] = "==2.13.0"
-    data["plain"]["torch"]["tested"] = "2.13.0"
+    data["gpu"]["torch"]["spec"] = "==2.14.0"
     violations = check_set(matrix_from_dict(data), "gpu")
-    assert any(v.package == "vllm" and v.target == "torch" and v.target_version == "2.13.0" for v in violations)
+    assert any(v.package == "vllm" and v.target == "torch" and v.target_version == "2.14.0" for v in violations)
 
 
 def test_bumping_trl_is_reported_naming_both_packages():
@@ -83,12 +83,20 @@ def test_tested_version_outside_its_own_range_is_reported():
     assert any(v.kind == "tested-outside-spec" and v.package == "datasets" for v in violations)
 
 
-def test_the_trl_vllm_range_is_the_one_known_gap_and_it_is_recorded(matrix):
-    """Enabling trl's `vllm` extra shows exactly one conflict, and known_bad carries it as a warning."""
-    violations = check_set(matrix, "gpu", extra_extras={"trl": ["vllm"]})
-    assert [(v.package, v.target, v.target_version) for v in violations] == [("trl", "vllm", "0.33.0")]
+def test_the_pinned_vllm_is_inside_trls_supported_range(matrix):
+    """Unsloth's rollouts run through TRL's VLLMGeneration: the pinned vLLM satisfies trl's own `vllm` extra,
+    and a vLLM outside TRL's range (0.33.0, the earlier pin) is reported, naming both packages."""
+    assert check_set(matrix, "gpu", extra_extras={"trl": ["vllm"]}) == []
     entry = next(bad for bad in matrix.known_bad if bad.id == "vllm-outside-trl-range")
-    assert entry.severity == "warn"
+    assert SpecifierSet(entry.unless["vllm"]).contains(matrix.gpu["vllm"].exact)
+    assert not SpecifierSet(entry.unless["vllm"]).contains("0.33.0")
+
+
+def test_the_vllm_pin_carries_its_evidence(matrix):
+    evidence = matrix.gpu["vllm"].evidence
+    assert {"unsloth_install", "release_dates", "unsloth_zoo", "unsloth", "trl", "rejected"} <= set(evidence)
+    assert "0.21.0..0.31.0" in evidence["trl"] and "0.11.0-0.27.1" in evidence["unsloth"]
+    assert "vllm 0.33.0: 2026-11-01" in evidence["release_dates"]
 
 
 def test_the_notebook_pins_cannot_join_our_set(matrix):
@@ -121,7 +129,7 @@ def test_pyproject_disagreement_is_reported(matrix):
     }
     problems = pyproject_disagreements(matrix, pyproject)
     assert any("trl" in p and "1.16.0" in p and "1.15.0" in p for p in problems)
-    assert any("missing 'torch==2.14.0'" in p for p in problems)
+    assert any("missing 'torch==2.13.0'" in p for p in problems)
     assert len(problems) == 2
 
 
@@ -152,15 +160,16 @@ def test_the_known_good_gpu_set_triggers_only_warnings(matrix):
         matrix, "gpu", **{"@python": "3.11.7", "@torch-cuda": "13.0", "@nvidia-driver": "580.65.06"}
     )
     applied = {bad.id: bad.severity for bad in matrix.known_bad if known_bad_applies(bad, facts, set())}
-    assert applied == {"vllm-outside-trl-range": "warn", "xformers-cu12-beside-cuda13-torch": "warn"}
+    assert applied == {"xformers-cu12-beside-cuda13-torch": "warn"}
 
 
 @pytest.mark.parametrize(
     ("change", "missing", "expected"),
     [
         ({"trl": "1.16.0"}, set(), "trl-above-unsloth-cap"),
-        ({"transformers": "5.18.0"}, set(), "transformers-above-unsloth-cap"),
-        ({"torch": "2.13.0"}, set(), "vllm-torch-exact"),
+        ({"transformers": "5.18.0"}, set(), {"transformers-above-unsloth-cap", "vllm-transformers-range"}),
+        ({"transformers": "5.10.0"}, set(), "vllm-transformers-range"),
+        ({"torch": "2.14.0"}, set(), "vllm-torch-exact"),
         ({"@nvidia-driver": "535.104.05"}, set(), "driver-too-old-for-cuda13-torch"),
         ({"@python": "3.10.12"}, set(), "python-too-old"),
         ({}, {"vllm-bnb-plugin"}, "vllm-without-bnb-plugin"),
@@ -176,7 +185,7 @@ def test_each_known_bad_fires_on_its_combination(matrix, change, missing, expect
     applied = {
         bad.id for bad in matrix.known_bad if known_bad_applies(bad, facts, missing) and bad.severity == "error"
     }
-    assert applied == {expected}
+    assert applied == (expected if isinstance(expected, set) else {expected})
 
 
 def test_known_bad_fix_commands_use_the_matrix_pins(matrix):
@@ -256,16 +265,40 @@ def _requirements_in(command: str) -> dict[str, str]:
 def test_pip_install_command_installs_exactly_the_set(matrix):
     gpu = _requirements_in(pip_install_command("gpu", matrix))
     assert gpu == {key: str(Requirement(pin.requirement).specifier) for key, pin in matrix.packages("gpu").items()}
-    assert gpu["torch"] == "==2.14.0" and gpu["trl"] == "==1.15.0" and gpu["vllm-bnb-plugin"] == "==0.0.3"
+    assert gpu["torch"] == "==2.13.0" and gpu["trl"] == "==1.15.0" and gpu["vllm-bnb-plugin"] == "==0.0.3"
     plain = pip_install_command("plain", matrix)
     assert "unsloth" not in plain and '"torch>=2.5,<2.15"' in plain
     assert pip_install_command("colab-t4", matrix) == pip_install_command("gpu", matrix)
     cuda12 = pip_install_command("autodl-cuda12", matrix)
-    assert cuda12.startswith("python -m pip install --extra-index-url https://download.pytorch.org/whl/cu128 ")
-    assert _requirements_in(cuda12) == _requirements_in(plain)
+    assert cuda12.startswith("python -m pip install --extra-index-url https://download.pytorch.org/whl/cu126 ")
+    # An exact CUDA 12 torch, not the plain range (from which pip would take PyPI's newest, a CUDA 13 build).
+    assert _requirements_in(cuda12) == {**_requirements_in(plain), "torch": "==2.12.1+cu126"}
     assert pip_install_command("plain", matrix, only=["TRL", "math_verify"]) == (
         'python -m pip install "trl==1.15.0" "math-verify>=0.8.0"'
     )
+
+
+def test_the_cuda12_profile_says_what_it_cannot_run(matrix):
+    profile = matrix.profiles["autodl-cuda12"]
+    assert profile.install == "plain" and profile.backend == "plain"
+    notes = " ".join(profile.notes)
+    assert "No vLLM" in notes and "fast_inference: false" in notes
+    # Every vLLM release that fits transformers 5.17.0 needs a torch newer than the profile's CUDA 12 build.
+    vllm = load_metadata("vllm", matrix.gpu["vllm"].exact)
+    torch_pin = next(line for line in vllm["requires_dist"] if line.startswith("torch=="))
+    assert not SpecifierSet(torch_pin[len("torch"):]).contains(profile.pins["torch"].split("==")[1])
+
+
+@pytest.mark.parametrize(("pins", "message"), [
+    ({"torch": ">=2.12"}, r"pins.torch: must be an exact '==' pin"),
+    ({"torch": "==2.16.0+cu126"}, r"pins.torch: ==2.16.0\+cu126 is outside the set's torch>=2.5,<2.15"),
+    ({"vllm": "==0.31.0"}, r"pins.vllm: not a package of the 'plain' set"),
+])
+def test_profile_pins_are_checked(pins, message):
+    data = raw_matrix()
+    data["profiles"]["autodl-cuda12"]["pins"] = pins
+    with pytest.raises(MatrixError, match=message):
+        matrix_from_dict(data)
 
 
 def test_pip_install_command_rejects_unknown_targets(matrix):
@@ -292,3 +325,50 @@ def test_loader_names_the_bad_field(mutate, message):
     mutate(data)
     with pytest.raises(MatrixError, match=message):
         matrix_from_dict(data)
+
+
+# --- the upstream signature snapshot (env/upstream_signatures.py) ------------------------------------
+
+
+def test_signature_extraction_reads_parameters_defaults_and_fields_from_source():
+    import ast
+
+    from env.upstream_signatures import _find, _module_constants, function_signature, struct_fields
+
+    tree = ast.parse(
+        "TARGETS = ['q_proj', 'v_proj']\n"
+        "class Model:\n"
+        "    def get_peft_model(model, r=16, target_modules=TARGETS, *args, device_map=DEVICE, **kwargs):\n"
+        "        raise NotImplementedError('x')\n"
+        "class Params(Struct):\n"
+        "    n: int = 1\n"
+        "    stop: list[str] | None = field(default=None)\n"
+        "    _private: ClassVar[int] = 0\n"
+    )
+    params = function_signature(_find(tree, "Model.get_peft_model"), _module_constants(tree))
+    assert [(p["name"], p["kind"]) for p in params] == [
+        ("model", "POSITIONAL_OR_KEYWORD"), ("r", "POSITIONAL_OR_KEYWORD"),
+        ("target_modules", "POSITIONAL_OR_KEYWORD"), ("args", "VAR_POSITIONAL"),
+        ("device_map", "KEYWORD_ONLY"), ("kwargs", "VAR_KEYWORD")]
+    assert "default" not in params[0] and params[1]["default"] == {"source": "16", "value": 16}
+    assert params[2]["default"] == {"source": "TARGETS", "value": ["q_proj", "v_proj"]}  # resolved constant
+    assert params[4]["default"] == {"source": "DEVICE"}  # not a literal: kept as source text only
+    fields = struct_fields(_find(tree, "Params"))
+    assert [(f["name"], f["default"].get("value", "?")) for f in fields] == [("n", 1), ("stop", None)]
+
+
+def test_committed_snapshot_names_where_each_callable_lives():
+    snapshot = json.loads((ROOT / "env" / "upstream_signatures.json").read_text())
+    for name, entry in snapshot["callables"].items():
+        assert entry["file"].startswith(entry["package"] + "/") and entry["qualname"] and entry["how"], name
+        assert entry["parameters"], name
+    # The dynamically attached ones point at the functions really attached.
+    assert snapshot["callables"]["model.load_lora"]["qualname"] == "load_lora"
+    assert snapshot["callables"]["model.save_lora[fast_inference=False]"]["qualname"] == "save_lora_adapter"
+    assert snapshot["callables"]["model.fast_generate[fast_inference=True]"]["qualname"] == "LLM.generate"
+    # The generated configs: TRL's fields plus Unsloth's own, and Unsloth's replaced defaults.
+    grpo, sft = snapshot["UnslothGRPOConfig"], snapshot["UnslothSFTConfig"]
+    assert {"vllm_sampling_params", "unsloth_num_chunks", "beta", "use_vllm"} <= set(grpo["fields"])
+    assert "num_generations" not in sft["fields"] and "max_seq_length" in sft["fields"]
+    assert grpo["unsloth_default_overrides"]["vllm_importance_sampling_correction"]["value"] is False
+    assert set(grpo["unsloth_default_overrides"]) <= set(grpo["fields"])

@@ -66,6 +66,14 @@ def test_rank_above_max_lora_rank_and_wrong_base_are_refused(trained_run, capsys
     assert "was trained on 'tiny-demo'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("option", "value"), [("--temperature", "2.5"), ("--temperature", "-1"),
+                                                ("--top_p", "0"), ("--top_p", "1.5")])
+def test_sampling_values_outside_vllms_ranges_are_refused_before_loading(trained_run, capsys, option, value):
+    assert generate.main(["--lora", str(trained_run / "lora"), "--prompt", "1+1", option, value]) == 2
+    err = capsys.readouterr().err
+    assert f"{option} {float(value)}" in err and "Traceback" not in err
+
+
 def test_max_tokens_defaults_from_manifest_and_larger_warns(trained_run):
     manifest = json.loads((trained_run / "manifest.json").read_text())
     setup = open_inference(inference_args(lora=str(trained_run / "lora")))

@@ -1,10 +1,9 @@
 """Contract tests for the GPU boundary: pipeline/backends/unsloth.py against a recording fake.
 
-The fake (tests/fake_unsloth.py) stands in for unsloth 2026.10.9, unsloth_zoo 2026.10.9 and
-vLLM 0.33; its signatures were copied by reading those releases (file:line in its header,
-e.g. FastLanguageModel.from_pretrained = unsloth/models/loader.py:1241). These tests check OUR
-side: the exact calls and keyword arguments we make, their order, and what we do with the
-results. They do not show that Unsloth or vLLM work; that needs a GPU.
+The fake (tests/fake_unsloth.py) stands in for the pinned unsloth, unsloth_zoo and vLLM; every call binds
+to the signatures env/upstream_signatures.py read from those wheels (env/upstream_signatures.json), and it
+raises where they raise. These tests check OUR side: the calls and arguments we make, their order, and what
+we do with the results. They do not show that Unsloth or vLLM work; that needs a GPU.
 """
 
 from __future__ import annotations
@@ -74,39 +73,32 @@ def train_and_save_adapter(fake, cfg, directory: Path):
 # ------------------------------------------------------------------------------------------ loading
 
 
-def test_load_for_training_exact_calls_and_returns_the_lora_model(fake):
+def test_load_for_training_builds_a_vllm_backed_lora_model_from_the_config(fake):
+    import torch
+
     cfg = make_cfg(lora_target_modules=["q_proj", "v_proj"], lora_dropout=0.05)
     model, tokenizer = backend.load_for_training(cfg)
 
-    assert only_call(fake, "FastLanguageModel.from_pretrained").kwargs == {
-        "model_name": "unsloth/Qwen2.5-1.5B-Instruct",
-        "max_seq_length": 768,
-        "load_in_4bit": True,
-        "fast_inference": True,
-        "dtype": None,
-        "random_state": 1234,
-        "use_gradient_checkpointing": "unsloth",
-        "trust_remote_code": False,
-        "max_lora_rank": 32,
-        "gpu_memory_utilization": 0.825 * 0.95,
-        "float8_kv_cache": False,
-        "unsloth_vllm_standby": True,
-    }
-    peft_call = only_call(fake, "FastLanguageModel.get_peft_model")
-    base_model = peft_call.args[0]
-    assert peft_call.kwargs == {
-        "r": 16,
-        "target_modules": ["q_proj", "v_proj"],
-        "lora_alpha": 32,
-        "lora_dropout": 0.05,
-        "use_gradient_checkpointing": "unsloth",
-        "random_state": 1234,
-        "modules_to_save": None,
-    }
+    # What came back: a LoRA model with the configured adapter, served by an in-process vLLM engine sized from
+    # the config (max_lora_rank) and the GPU (standby tier for 22.5 GiB), in bf16 on a bf16 GPU.
+    assert model.is_peft and model.peft_config["default"] == {
+        "r": 16, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"], "modules_to_save": None}
+    engine = model.vllm_engine
+    assert (engine.max_lora_rank, engine.gpu_memory_utilization, engine.standby) == (32, 0.825 * 0.95, True)
+    assert callable(model.load_lora) and model.fast_generate == engine.generate
+    assert model.config.dtype is torch.bfloat16 and tokenizer.name == "unsloth/Qwen2.5-1.5B-Instruct"
     # The trainer must receive the LoRA model, not the base from_pretrained returned.
-    assert model is not base_model and model.is_peft and model.peft_config["default"]["r"] == 16
-    assert model.base_model is base_model
-    assert tokenizer.name == "unsloth/Qwen2.5-1.5B-Instruct"
+    peft_call = only_call(fake, "FastLanguageModel.get_peft_model")
+    assert model is not peft_call.args[0] and model.base_model is peft_call.args[0]
+    # Settings with no effect the double can show (the calls are bound to the real signatures, so a wrong
+    # name would already have raised): each reaches its parameter.
+    load = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
+    assert {k: load[k] for k in ("max_seq_length", "load_in_4bit", "random_state", "trust_remote_code",
+                                 "float8_kv_cache", "use_gradient_checkpointing")} == {
+        "max_seq_length": 768, "load_in_4bit": True, "random_state": 1234, "trust_remote_code": False,
+        "float8_kv_cache": False, "use_gradient_checkpointing": "unsloth"}
+    assert {k: peft_call.kwargs[k] for k in ("lora_dropout", "random_state", "use_gradient_checkpointing")} == {
+        "lora_dropout": 0.05, "random_state": 1234, "use_gradient_checkpointing": "unsloth"}
     # The ordered log a train-level test can extend: import, load, LoRA (then the trainer).
     assert [c.name for c in fake.record_calls()] == [
         "import unsloth", "FastLanguageModel.from_pretrained", "FastLanguageModel.get_peft_model"]
@@ -134,6 +126,24 @@ def test_modules_to_save_with_vllm_is_refused_before_anything_loads(fake):
         backend.load_for_training(make_cfg(lora_modules_to_save=["lm_head"]))
     assert err.value.field == "lora_modules_to_save" and "fast_inference: false" in str(err.value)
     assert fake.record_calls() == []
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"lora_target_modules": ["q_proj", "embed_tokens"]}, "lora_target_modules"),  # moved, then refused
+    ({"lora_target_modules": ["q_proj", "lm_head"]}, "lora_target_modules"),  # kept, never trained
+    ({"lora_modules_to_save": ["q_proj"], "fast_inference": False, "vllm_standby": "auto"}, "lora_modules_to_save"),
+])
+def test_what_get_peft_model_refuses_or_ignores_is_refused_before_anything_loads(fake, overrides, field):
+    with pytest.raises(ConfigError) as err:
+        backend.load_for_training(make_cfg(**overrides))
+    assert err.value.field == field
+    assert fake.record_calls() == []
+
+
+def test_embeddings_as_targets_without_vllm_reach_get_peft_model(fake):
+    model, _ = backend.load_for_training(make_cfg(lora_target_modules=["q_proj", "lm_head"], fast_inference=False,
+                                                  vllm_standby="auto"))
+    assert model.peft_config["default"]["modules_to_save"] == ["lm_head"]  # Unsloth trains it in full
 
 
 def test_modules_to_save_without_vllm_reaches_get_peft_model(fake):
@@ -305,13 +315,18 @@ def test_grpo_config_with_sampling_params_serialises_for_tensorboard(fake):
     assert written["vllm_sampling_params"] == {"min_p": 0.1, "stop": ["</answer>"]}
 
 
-@pytest.mark.parametrize("mapping", [{"min_pp": 0.1}, {"top_k": -5}])
+@pytest.mark.parametrize("mapping", [
+    {"min_pp": 0.1},  # msgspec: TypeError
+    {"top_k": -5},  # SamplingParams._verify_args: VLLMValidationError, which is not a ValueError
+    {"min_p": 1.5},
+])
 def test_vllm_sampling_params_rejected_by_vllm_names_the_field(fake, mapping):
     cfg = make_cfg(vllm_sampling_params=json.dumps(mapping))
     model, _ = backend.load_for_training(cfg)
     with pytest.raises(ConfigError) as err:
         backend.grpo_config_kwargs(cfg, model)
-    assert err.value.field == "vllm_sampling_params"
+    (bad,) = mapping
+    assert err.value.field == "vllm_sampling_params" and bad in str(err.value)
 
 
 def test_vllm_sampling_params_fields_unsloth_overrides_are_refused(fake):
@@ -470,7 +485,7 @@ def test_export_merged(fake, tmp_path, method, save_method, load_in_4bit):
     assert "gpu_memory_utilization" not in load_kwargs and "unsloth_vllm_standby" not in load_kwargs
     call = only_call(fake, "model.save_pretrained_merged")
     assert call.args[0] == str(staging) and call.args[1].name == "unsloth/Qwen2.5-1.5B-Instruct"
-    assert call.kwargs == {"save_method": save_method, "push_to_hub": False}
+    assert call.kwargs == {"save_method": save_method}
     assert (tmp_path / "export" / "config.json").is_file()
 
 
@@ -493,34 +508,188 @@ def test_export_unknown_method_names_the_option(fake, tmp_path):
     assert err.value.field == "to" and "merged16" in str(err.value)
 
 
+# ------------------------------------------------------------------------------------------ the double itself
+# The fake is only worth something if it is as strict as the real packages: these pin that it is bound to
+# the snapshot read from the pinned wheels, and that it raises where they raise.
+
+
+def test_signature_snapshot_was_made_from_the_pinned_versions():
+    from env.matrix import load_matrix
+
+    matrix = load_matrix()
+    pins = {pin.name.replace("-", "_"): pin.version
+            for set_name in ("plain", "gpu") for pin in matrix.packages(set_name).values()}
+    snapshot = fake_unsloth.SNAPSHOT["versions"]
+    assert set(snapshot) == {"unsloth", "unsloth_zoo", "vllm", "trl", "transformers"}
+    assert snapshot == {name: pins[name] for name in snapshot}, (
+        "env/upstream_signatures.json is stale: run `python env/upstream_signatures.py` after changing a pin")
+
+
+def test_every_boundary_callable_is_in_the_snapshot():
+    names = set(fake_unsloth.SNAPSHOT["callables"])
+    for required in ("FastLanguageModel.from_pretrained", "FastLanguageModel.get_peft_model",
+                     "FastLanguageModel.for_inference", "model.fast_generate[fast_inference=True]",
+                     "model.fast_generate[fast_inference=False]", "model.load_lora",
+                     "model.save_lora[fast_inference=True]", "model.save_lora[fast_inference=False]",
+                     "model.save_pretrained_merged", "model.save_pretrained_gguf", "LLM.sleep", "LLM.wake_up"):
+        assert required in names, required
+    assert {"max_tokens", "min_p", "top_k", "stop"} <= set(fake_unsloth.SAMPLING_FIELDS)
+    assert {"vllm_sampling_params", "unsloth_num_chunks", "use_vllm", "beta", "report_to"} <= \
+        fake_unsloth.GRPO_CONFIG_FIELDS
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda f: f.FastLanguageModel.from_pretrained(model_name="m", fast_inferense=True), "fast_inferense"),
+    (lambda f: f.FastLanguageModel.from_pretrained("m", max_lora_ranks=8), "max_lora_ranks"),
+    (lambda f: f.FastLanguageModel.get_peft_model(r=8), "model"),  # the model is required
+    (lambda f: f.FastLanguageModel.get_peft_model(object(), lora_modules_to_save=["lm_head"]), "lora_modules_to_save"),
+    (lambda f: f.SamplingParams(min_pp=0.1), "min_pp"),
+    (lambda f: f.UnslothGRPOConfig(output_dir="x", vllm_sampling_param=None), "vllm_sampling_param"),
+])
+def test_the_double_refuses_keywords_the_real_api_does_not_have(fake, call, match):
+    with pytest.raises(TypeError, match=match):
+        call(fake)
+
+
+def test_the_double_raises_where_unsloth_and_vllm_raise(fake, tmp_path):
+    from unsloth import FastLanguageModel
+
+    model, tokenizer = FastLanguageModel.from_pretrained("m", fast_inference=True)
+    # FastLlamaModel.get_peft_model: any modules_to_save (even []) or a bias with a vLLM engine
+    for extra in ({"modules_to_save": ["lm_head"]}, {"modules_to_save": []}, {"bias": "all"},
+                  {"target_modules": ["q_proj", "embed_tokens"]}):
+        with pytest.raises(NotImplementedError, match="fast inference does not work"):
+            FastLanguageModel.get_peft_model(model, **extra)
+    # ... but lm_head stays a LoRA target that never trains (_vllm_unmovable_embedding_modules)
+    dead = FastLanguageModel.get_peft_model(model, target_modules=["q_proj", "lm_head"])
+    assert dead.peft_config["default"]["target_modules"] == ["q_proj", "lm_head"]
+    with pytest.raises(TypeError, match="not allowed"):
+        FastLanguageModel.get_peft_model(model, modules_to_save=["q_proj"])
+    lora = FastLanguageModel.get_peft_model(model)
+    # vLLM's LLMEngine.sleep compares `level >= 1`: a level read from the environment must be an int
+    with pytest.raises(TypeError):
+        lora.vllm_engine.sleep("1")
+    with pytest.raises(TypeError):
+        lora.vllm_engine.sleep(levle=1)
+    lora.vllm_engine.sleep(1)
+    with pytest.raises(RuntimeError, match="sleeping"):
+        lora.fast_generate(["x"])
+    with pytest.raises(RuntimeError, match="merged_4bit_forced"):
+        lora.save_pretrained_merged(str(tmp_path / "m4"), tokenizer, save_method="merged_4bit")
+    with pytest.raises(ValueError, match="tokenizer"):
+        lora.save_pretrained_gguf(str(tmp_path / "g"))
+    with pytest.raises(NotImplementedError, match="trust_remote_code"):
+        FastLanguageModel.from_pretrained("m", fast_inference=True, trust_remote_code=True)
+    with pytest.raises(RuntimeError, match="UNSLOTH_VLLM_STANDBY"):
+        FastLanguageModel.from_pretrained("m", fast_inference=True, unsloth_vllm_standby=True)
+
+
+def test_the_double_without_vllm_refuses_fast_inference(monkeypatch):
+    handle = fake_unsloth.install(vllm_installed=False)
+    try:
+        from unsloth import FastLanguageModel
+
+        with pytest.raises(ImportError, match="install vLLM"):
+            FastLanguageModel.from_pretrained("m", fast_inference=True)
+        with pytest.raises(ImportError):
+            import vllm  # noqa: F401
+        model, _ = FastLanguageModel.from_pretrained("m", fast_inference=False)
+        assert not hasattr(model, "vllm_engine")
+    finally:
+        handle.uninstall()
+
+
+def test_the_double_with_fast_inference_false_is_unsloth_without_vllm(fake, tmp_path):
+    """What Unsloth does with fast_inference=False: no engine, no load_lora; fast_generate is HF generate
+    (vLLM arguments raise), modules_to_save is allowed, save_lora is save_pretrained over the adapter."""
+    from unsloth import FastLanguageModel
+
+    model, tokenizer = FastLanguageModel.from_pretrained("m", fast_inference=False)
+    assert not hasattr(model, "vllm_engine")
+    lora = FastLanguageModel.get_peft_model(model, modules_to_save=["lm_head"])
+    assert not hasattr(lora, "vllm_engine") and not hasattr(lora, "load_lora")
+    with pytest.raises(ValueError, match="sampling_params"):
+        lora.fast_generate([[1, 2]], sampling_params=fake.SamplingParams(max_tokens=4))
+    with pytest.raises(ValueError, match="lora_request"):
+        lora.fast_generate(input_ids=[[1, 2]], lora_request=None)
+    with pytest.raises(ValueError, match="vLLM-style prompts"):
+        lora.fast_generate(["What is 1 + 1?"])
+    import torch
+
+    out = lora.fast_generate(input_ids=torch.tensor([[1, 2]]), max_new_tokens=4)
+    assert out.tolist() == [[1, 2] + [fake.fake_generated_token(2, with_adapter=True)] * 2]
+    lora.save_lora(str(tmp_path / "adapter"))
+    saved = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert saved["modules_to_save"] == ["lm_head"] and saved["r"] == 16
+    assert FastLanguageModel.for_inference(lora) is lora and lora.training is False
+
+
+def test_grpo_config_with_sampling_params_cannot_be_serialised(fake):
+    """transformers' to_json_string (called by TensorBoardCallback.on_train_begin) json-dumps every field."""
+    params = fake.vLLMSamplingParams(min_p=0.1)
+    config = fake.UnslothGRPOConfig(output_dir="x", vllm_sampling_params=params, report_to=["tensorboard"])
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        config.to_json_string()
+    assert json.loads(fake.UnslothGRPOConfig(output_dir="x").to_json_string())["output_dir"] == "x"
+    # Unsloth's GRPO default, not TRL's: the two backends differ unless it is passed explicitly
+    assert fake.UnslothGRPOConfig(output_dir="x").vllm_importance_sampling_correction is False
+
+
+def test_the_double_checks_trainer_precision_against_the_model_dtype(fake):
+    """Unsloth's generated trainers raise when bf16/fp16 disagree with the model's dtype (the SFT warm-up too)."""
+    import torch
+    from unsloth import FastLanguageModel
+
+    fp16_model, _ = FastLanguageModel.from_pretrained("m", dtype=torch.float16)
+    with pytest.raises(TypeError, match="Model is in float16 precision but you want to use bfloat16"):
+        fake.check_trainer_precision(fp16_model, fake.UnslothSFTConfig(output_dir="x", bf16=True))
+    fake.check_trainer_precision(fp16_model, fake.UnslothSFTConfig(output_dir="x", fp16=True))
+    bf16_model, _ = FastLanguageModel.from_pretrained("m")  # dtype=None on a bf16 GPU
+    with pytest.raises(TypeError, match="bfloat16 precision but you want to use float16"):
+        fake.check_trainer_precision(bf16_model, fake.UnslothGRPOConfig(output_dir="x", fp16=True))
+    with pytest.raises(TypeError, match="num_generations"):  # a GRPO field is not an SFT one
+        fake.UnslothSFTConfig(output_dir="x", num_generations=4)
+    assert fake.UnslothSFTConfig(output_dir="x").report_to == "none"  # Unsloth's default, not TRL's
+
+
 # ------------------------------------------------------------------------------------------ VLLM_SLEEP_MODE
 
 
-def test_sleep_level_from_the_environment_reaches_vllm_as_an_int(fake, tmp_path, monkeypatch):
-    monkeypatch.setenv("VLLM_SLEEP_MODE", "2")
+def test_eval_puts_a_standby_engine_back_to_sleep_with_an_int_level(fake, tmp_path):
     cfg = make_cfg(output_dir=str(tmp_path / "out"))
     model, tokenizer = backend.load_for_training(cfg)
-    model.vllm_engine.sleeping = True
-    backend.training_generator(model, tokenizer, cfg).generate(["q"], max_tokens=5)
-    (sleep,) = fake.calls_named("vllm.LLM.sleep")
-    assert sleep.args == (2,) and type(sleep.args[0]) is int  # vLLM 0.33 compares `level >= 1`
+    model.vllm_engine.sleeping = True  # as the trainer leaves it between rollouts
+    generator = backend.training_generator(model, tokenizer, cfg)
+    assert generator.generate(["q1"], max_tokens=5) == [fake.fake_completion("q1")]
+    assert [c.args for c in fake.calls_named("vllm.LLM.sleep")] == [(1,)]  # the double raises for a str
+    assert model.vllm_engine.sleeping
 
 
-def test_bad_sleep_level_is_refused_before_unsloth_is_imported(fake, monkeypatch):
-    monkeypatch.setenv("VLLM_SLEEP_MODE", "deep")
+@pytest.mark.parametrize("raw", ["1", "2", "deep"])
+def test_vllm_sleep_mode_with_standby_is_refused_before_unsloth_is_imported(fake, monkeypatch, raw):
+    """Unsloth's trainer patch would hand the variable to vLLM's sleep() as a str; TRL 1.15 ignores it."""
+    monkeypatch.setenv("VLLM_SLEEP_MODE", raw)
     with pytest.raises(ConfigError) as err:
         backend.load_for_training(make_cfg())
-    assert err.value.field == "VLLM_SLEEP_MODE"
+    assert err.value.field == "VLLM_SLEEP_MODE" and "unset VLLM_SLEEP_MODE" in str(err.value)
     assert fake.record_calls() == []
+
+
+def test_vllm_sleep_mode_without_standby_is_irrelevant(fake, monkeypatch):
+    monkeypatch.setenv("VLLM_SLEEP_MODE", "2")
+    model, _ = backend.load_for_training(make_cfg(vllm_standby="false"))
+    assert not model.vllm_engine.standby
 
 
 # ------------------------------------------------------------------------------------------ SFT warm-up precision
 
 
 @pytest.mark.parametrize(("dtype", "expected"), [("float16", (False, True)), ("bfloat16", (True, False)),
-                                                 ("float32", (False, False))])
+                                                 ("float32", (False, False)), ("auto", (True, False))])
 def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_path, dtype, expected):
-    """dtype: float16 on an Ampere card: Unsloth's SFTTrainer raises if the warm-up asks for bf16."""
+    """dtype: float16 on an Ampere-or-newer card: Unsloth's SFTTrainer raises "Model is in float16 precision but
+    you want to use bfloat16" if the warm-up takes bf16 from the GPU. The double's UnslothSFTConfig (only the
+    fields Unsloth's generated class has) and its trainers' precision check stand in for Unsloth's."""
     import datasets
     import torch
     import trl
@@ -529,13 +698,10 @@ def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_p
 
     made = {}
 
-    class RecordingSFTConfig:
-        def __init__(self, **kwargs):
-            made["args"] = kwargs
-
-    class RecordingSFTTrainer:
-        def __init__(self, model, **kwargs):
-            self.model = model
+    class PrecisionCheckingSFTTrainer:  # UnslothSFTTrainer.__init__: the mixed-precision check, then train()
+        def __init__(self, model, args, **kwargs):
+            fake.check_trainer_precision(model, args)
+            self.model, made["args"] = model, args
 
         def remove_callback(self, callback):
             pass
@@ -543,15 +709,15 @@ def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_p
         def train(self):
             pass
 
-    monkeypatch.setattr(trl, "SFTConfig", RecordingSFTConfig)
-    monkeypatch.setattr(trl, "SFTTrainer", RecordingSFTTrainer)
+    monkeypatch.setattr(trl, "SFTConfig", fake.UnslothSFTConfig)
+    monkeypatch.setattr(trl, "SFTTrainer", PrecisionCheckingSFTTrainer)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # an Ampere-or-newer GPU
     cfg = make_cfg(dtype=dtype, dataset_name="demo-arithmetic", sft_warmup_steps=2)
     model, tokenizer = backend.load_for_training(cfg)
     prepared = type("Prepared", (), {"dataset": datasets.Dataset.from_list([{"prompt": "p"}])})()
-    warmup.run_format_warmup(model, tokenizer, cfg, prepared, None, tmp_path)
-    assert (made["args"]["bf16"], made["args"]["fp16"]) == expected
+    assert warmup.run_format_warmup(model, tokenizer, cfg, prepared, None, tmp_path) is model
+    assert (made["args"].bf16, made["args"].fp16) == expected
 
 
 # ------------------------------------------------------------------------------------------ fast_inference: false

@@ -1,7 +1,7 @@
 """The Unsloth path's refusals and switches, in Python and through the `grpo` CLI (exit code 2 + message).
 
-Covers: lora_modules_to_save with vLLM, vllm_standby as a YAML/CLI boolean, VLLM_SLEEP_MODE, choosing the
-backend without importing torch, and a GPU recipe on a machine where CUDA is unusable (no device, or a
+Covers: lora_modules_to_save with vLLM, vllm_standby as a YAML/CLI boolean, VLLM_SLEEP_MODE with standby,
+choosing the backend without importing torch, and a GPU recipe on a machine where CUDA is unusable (no device, or a
 driver too old for the torch build), including the `nvidia-smi` driver fallback. Where a GPU or Unsloth
 would be needed, the subprocess installs tests/fake_unsloth.py and a "usable CUDA" probe: only the GPU
 boundary is replaced.
@@ -43,8 +43,9 @@ CLI_WRAPPER = textwrap.dedent("""
 
 
 def run_cli(args, tmp_path, wrapper=False, **env_extra):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", **env_extra}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     env.pop("VLLM_SLEEP_MODE", None)
+    env.update(env_extra)
     command = [sys.executable, "-c", CLI_WRAPPER] if wrapper else [sys.executable, "-m", "pipeline"]
     return subprocess.run([*command, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
@@ -157,21 +158,29 @@ def test_fast_inference_field_parses_and_refuses_vllm_only_options(tmp_path):
 # ------------------------------------------------------------------------------ VLLM_SLEEP_MODE
 
 
-@pytest.mark.parametrize(("raw", "level"), [(None, 1), ("1", 1), (" 2 ", 2)])
-def test_vllm_sleep_mode_is_an_int(monkeypatch, raw, level):
-    if raw is None:
-        monkeypatch.delenv("VLLM_SLEEP_MODE", raising=False)
-    else:
-        monkeypatch.setenv("VLLM_SLEEP_MODE", raw)
-    assert gpu_settings.vllm_sleep_level() == level and isinstance(gpu_settings.vllm_sleep_level(), int)
-
-
-@pytest.mark.parametrize("raw", ["3", "0", "deep", "1.5"])
-def test_bad_vllm_sleep_mode_names_the_variable(monkeypatch, raw):
-    monkeypatch.setenv("VLLM_SLEEP_MODE", raw)
+def test_vllm_sleep_mode_refused_only_with_standby(monkeypatch):
+    monkeypatch.setenv("VLLM_SLEEP_MODE", "1")
+    gpu_settings.refuse_vllm_sleep_mode(standby=False)
     with pytest.raises(ConfigError) as err:
-        gpu_settings.vllm_sleep_level()
-    assert err.value.field == "VLLM_SLEEP_MODE" and repr(raw) in str(err.value)
+        gpu_settings.refuse_vllm_sleep_mode(standby=True)
+    assert err.value.field == "VLLM_SLEEP_MODE" and "'1'" in str(err.value)
+    monkeypatch.delenv("VLLM_SLEEP_MODE")
+    gpu_settings.refuse_vllm_sleep_mode(standby=True)
+
+
+def test_vllm_sleep_mode_with_standby_cli_exit_2(tmp_path):
+    recipe = write_recipe(tmp_path, """\
+        model_name_or_path: tiny-demo
+        backend: unsloth
+        dataset_name: demo-arithmetic
+        vllm_standby: true
+    """)
+    result = run_cli(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "run")], tmp_path,
+                     wrapper=True, TEST_FAKE_GPU="1", VLLM_SLEEP_MODE="2")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "config error in `VLLM_SLEEP_MODE`" in result.stderr and "Traceback" not in result.stderr
+    assert "unset VLLM_SLEEP_MODE" in result.stderr
+    assert not (tmp_path / "run").exists()  # refused before any data or model work
 
 
 # ------------------------------------------------------------------------------ choosing without torch

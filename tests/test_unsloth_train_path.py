@@ -2,7 +2,8 @@
 
 Real Unsloth rebinds `trl.GRPOTrainer`/`trl.GRPOConfig` to its patched classes when imported
 (unsloth/models/rl.py `_patch_trl_rl_trainers_impl`); this test does the same with recording
-stand-ins, so it checks what the pipeline hands Unsloth's trainer. Data, rewards, health and the
+stand-ins (the config one bound to the field set of Unsloth's generated UnslothGRPOConfig),
+so it checks what the pipeline hands Unsloth's trainer. Data, rewards, health and the
 save/verify/manifest path are the real ones. Nothing here shows that Unsloth or vLLM run: that needs a GPU.
 """
 
@@ -25,19 +26,12 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 
-class RecordingGRPOConfig:
-    """Stands in for UnslothGRPOConfig: keeps the kwargs."""
-
-    def __init__(self, **kwargs):
-        self.kwargs = kwargs
-        self.__dict__.update(kwargs)
-
-
 class RecordingGRPOTrainer:
     """Stands in for UnslothGRPOTrainer: records construction and train() in the fake's call log."""
 
     def __init__(self, **kwargs):
         fake_unsloth._record("GRPOTrainer.__init__", **kwargs)
+        fake_unsloth.check_trainer_precision(kwargs["model"], kwargs["args"])  # raises as Unsloth's trainer does
         self.model = kwargs["model"]
         self.args = kwargs["args"]
         self.callbacks = list(kwargs.get("callbacks") or [])
@@ -52,22 +46,26 @@ class RecordingGRPOTrainer:
 
     def train(self, resume_from_checkpoint=None):
         fake_unsloth._record("GRPOTrainer.train", resume_from_checkpoint=resume_from_checkpoint)
+        report_to = self.args.report_to
+        if "tensorboard" in ([report_to] if isinstance(report_to, str) else report_to):
+            self.args.to_json_string()  # transformers' TensorBoardCallback.on_train_begin logs the args
         self.state.global_step = self.args.max_steps
 
 
-def install_recording_unsloth(monkeypatch):
-    """The fake unsloth/vllm, trl's trainer/config rebound to recorders, a clean standby variable, and
-    from_pretrained handing back the tiny demo's real tokenizer. Returns (handle, tokenizer)."""
+def install_recording_unsloth(monkeypatch, vllm_installed: bool = True):
+    """The fake unsloth (and vllm, if installed), trl's trainer/config rebound to recorders, a clean standby
+    variable, and from_pretrained handing back the tiny demo's real tokenizer. Returns (handle, tokenizer)."""
     import trl
 
     from pipeline.tokenizer import load_tokenizer
 
     # Rebind trl's classes first: touching them with the fake vllm installed would import TRL's vLLM glue.
+    # The config is the fake's UnslothGRPOConfig: only the fields of the class Unsloth generates.
     monkeypatch.setattr(trl, "GRPOTrainer", RecordingGRPOTrainer)
-    monkeypatch.setattr(trl, "GRPOConfig", RecordingGRPOConfig)
+    monkeypatch.setattr(trl, "GRPOConfig", fake_unsloth.UnslothGRPOConfig)
     monkeypatch.delenv("UNSLOTH_VLLM_STANDBY", raising=False)
     monkeypatch.setattr(backend, "_prepared", None)
-    handle = fake_unsloth.install()
+    handle = fake_unsloth.install(vllm_installed=vllm_installed)
     # Unsloth returns the model's real tokenizer; the fake's is a stub, so hand back the demo's.
     original = fake_unsloth.FastLanguageModel.from_pretrained
     real_tokenizer = load_tokenizer("tiny-demo")
@@ -81,18 +79,28 @@ def install_recording_unsloth(monkeypatch):
 
 
 @pytest.fixture
-def unsloth_run(monkeypatch, tmp_path):
+def run_unsloth(monkeypatch, tmp_path):
+    """run_training on the unsloth backend against the fake (a 22.5 GiB GPU); returns (RunResult, fake module)."""
     monkeypatch.setattr(gpu_settings, "cuda_available", lambda: True)
     monkeypatch.setattr(gpu_settings, "gpu_total_gib", lambda device=0: 22.5)
     handle, _ = install_recording_unsloth(monkeypatch)
-    cfg = PipelineConfig().replace(
-        model_name_or_path="tiny-demo", dataset_name="demo-arithmetic", max_samples=16, max_seq_length=256,
-        max_completion_length="64", num_generations=4, per_device_train_batch_size=4, max_steps=5,
-        lora_r=16, lora_alpha=16, output_dir=str(tmp_path / "run"), vllm_standby="true", eval_before=False,
-        eval_after=False, vllm_sampling_params={"min_p": 0.1, "stop": ["</answer>"]})
-    result = run_training(cfg, choice=BackendChoice("unsloth", "test"))
-    yield result, fake_unsloth
+
+    def run(**overrides):
+        cfg = PipelineConfig().replace(**{
+            "model_name_or_path": "tiny-demo", "dataset_name": "demo-arithmetic", "max_samples": 16,
+            "max_seq_length": 256, "max_completion_length": "64", "num_generations": 4,
+            "per_device_train_batch_size": 4, "max_steps": 5, "lora_r": 16, "lora_alpha": 16,
+            "output_dir": str(tmp_path / "run"), "vllm_standby": "true", "eval_before": False,
+            "eval_after": False, "vllm_sampling_params": {"min_p": 0.1, "stop": ["</answer>"]}, **overrides})
+        return run_training(cfg, choice=BackendChoice("unsloth", "test")), fake_unsloth
+
+    yield run
     handle.uninstall()
+
+
+@pytest.fixture
+def unsloth_run(run_unsloth):
+    return run_unsloth()
 
 
 def test_gpu_calls_happen_in_order(unsloth_run):
@@ -130,6 +138,11 @@ def test_adapter_saved_to_absolute_temp_then_verified_with_manifest(unsloth_run)
     assert manifest["backend"] == "unsloth" and manifest["max_completion_length"] == 64
 
 
+def test_report_to_tensorboard_with_vllm_sampling_params_trains(run_unsloth):
+    result, fake = run_unsloth(report_to="tensorboard")
+    assert result.status == "completed" and result.steps == 5
+
+
 # ------------------------------------------------------------------------------ fast_inference: false, end to end
 
 
@@ -141,7 +154,7 @@ def no_vllm_run(monkeypatch, tmp_path):
     from pipeline import backends
 
     monkeypatch.setattr(backends, "cuda_available", lambda: True)
-    handle, real_tokenizer = install_recording_unsloth(monkeypatch)
+    handle, real_tokenizer = install_recording_unsloth(monkeypatch, vllm_installed=False)
     real_find_spec = importlib.util.find_spec
     # This machine has unsloth (the fake) but no vllm: backend auto must pick Unsloth without vLLM.
     monkeypatch.setattr(backends.importlib.util, "find_spec",

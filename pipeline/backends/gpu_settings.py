@@ -22,7 +22,7 @@ from typing import Optional
 
 from pipeline.config import ConfigError, PipelineConfig
 
-# unsloth_zoo/vllm_utils.py:4449-4480 (the vLLM >= 0.11 branch; the pinned vLLM is 0.33).
+# unsloth_zoo/vllm_utils.py:4449-4480 (the vLLM >= 0.11 branch; the pinned vLLM is 0.31.0).
 # Unsloth keys its tier on "10% of VRAM in GiB" (`ten_percent = total_memory / 1024**3 * 0.1`),
 # then multiplies by 0.95 because vLLM >= 0.11 needs more headroom. We compare and multiply the
 # same way so the float is bit-identical to Unsloth's and it prints no "Changing
@@ -96,31 +96,30 @@ def standby_enabled(cfg: PipelineConfig, has_cuda: Optional[bool] = None) -> boo
 
 
 SLEEP_MODE_ENV = "VLLM_SLEEP_MODE"
-# vLLM's sleep levels (LLM.sleep): 1 offloads the weights to CPU and drops the KV cache, 2 drops both.
-SLEEP_LEVELS = (1, 2)
+# The level our own eval puts a standby engine back to sleep with: the one Unsloth uses outside its trainer
+# (unsloth/models/rl.py _maybe_prepare_vllm_for_resume: llm.sleep(1)). An int: vLLM compares `level >= 1`.
+EVAL_SLEEP_LEVEL = 1
 
 
-def vllm_sleep_level() -> int:
-    """VLLM_SLEEP_MODE as the int vLLM needs (default 1, Unsloth's default), or a ConfigError.
+def refuse_vllm_sleep_mode(standby: bool) -> None:
+    """Refuse an exported VLLM_SLEEP_MODE when training with vLLM standby, before anything loads.
 
-    Unsloth's trainer passes `os.environ.get('VLLM_SLEEP_MODE', 1)` straight to `LLM.sleep(level)`, and
-    vLLM compares `level >= 1`, so an exported "1" (a string) fails there, mid-run. We refuse a bad value
-    before anything loads and pass an int ourselves.
+    Unsloth's GRPO patch (rl_replacements.py grpo_trainer__generate_and_score_completions) would put vLLM to
+    sleep with `self.llm.sleep(os.environ.get('VLLM_SLEEP_MODE', 1))`: a set variable arrives as a string, and
+    vLLM's sleep compares `level >= 1`, a TypeError at the first rollout. With the pinned TRL 1.15 that patch
+    finds no `self.llm.generate(` to wrap, and TRL's VLLMGeneration sleeps at level 2 itself, so the variable
+    would be silently ignored. Either way it cannot do what the user set it for.
 
-    >>> vllm_sleep_level() in SLEEP_LEVELS
-    True
+    >>> refuse_vllm_sleep_mode(standby=False)  # no standby: vLLM never sleeps, the variable is irrelevant
     """
     raw = os.environ.get(SLEEP_MODE_ENV)
-    if raw is None or raw.strip() == "":
-        return 1
-    try:
-        level = int(raw.strip())
-    except ValueError:
-        level = None
-    if level not in SLEEP_LEVELS:
-        raise ConfigError(SLEEP_MODE_ENV, f"the environment variable is {raw!r}; vLLM's sleep level is 1 (offload "
-                          "weights, drop the KV cache) or 2 (drop both). Set VLLM_SLEEP_MODE=1 or unset it.")
-    return level
+    if not standby or raw is None:
+        return
+    raise ConfigError(SLEEP_MODE_ENV, f"the environment variable is set ({raw!r}), but it cannot choose the sleep "
+                      "level of vLLM standby: Unsloth's trainer patch would pass it to vLLM's sleep() as a string "
+                      "(a TypeError mid-run), and with TRL 1.15 TRL sleeps vLLM at level 2 itself and ignores it. "
+                      "Unset it (`unset VLLM_SLEEP_MODE`; in a notebook `os.environ.pop('VLLM_SLEEP_MODE')`), "
+                      "or set vllm_standby: false.")
 
 
 def choose_gpu_memory_utilization(total_gib: float, standby: bool) -> float:

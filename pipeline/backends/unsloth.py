@@ -1,6 +1,6 @@
 """Unsloth backend: FastLanguageModel (4-bit LoRA) + vLLM (`fast_inference`) + TRL's GRPOTrainer.
 
-Written against unsloth 2026.10.9 / unsloth_zoo 2026.10.9 / vLLM 0.33 / trl 1.15.0; the
+Written against unsloth 2026.10.9 / unsloth_zoo 2026.10.9 / vLLM 0.31.0 / trl 1.15.0; the
 file:line references below point into those released wheels. It is single-GPU: vLLM runs
 inside the training process on the same card and shares the model weights with it.
 
@@ -29,10 +29,11 @@ from typing import Any, Optional
 from env.paths import absolute_path
 from pipeline.backends import mixed_precision
 from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
+    EVAL_SLEEP_LEVEL,
     choose_gpu_memory_utilization,
+    refuse_vllm_sleep_mode,
     resolve_gpu_memory_utilization,
     standby_enabled,
-    vllm_sleep_level,
 )
 from pipeline.backends.plain import PlainGenerator
 from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.py:4476-4485
@@ -89,8 +90,6 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
     """
     global _prepared
     standby = standby_enabled(cfg)
-    if standby:
-        vllm_sleep_level()  # a bad VLLM_SLEEP_MODE is refused here, before anything loads
     if _prepared is not None and "unsloth" in sys.modules:
         if _prepared.standby != standby:
             raise RuntimeError(
@@ -192,6 +191,7 @@ def load_for_training(cfg: PipelineConfig):
         raise ConfigError("full_finetune", "the unsloth backend trains a LoRA adapter (vLLM serves it with "
                           "max_lora_rank); use backend: plain for full fine-tuning.")
     validate_unsloth(cfg)  # e.g. lora_modules_to_save with vLLM: get_peft_model would refuse after loading
+    refuse_vllm_sleep_mode(standby_enabled(cfg))  # the trainer's rollouts would sleep vLLM with it
     prepared = prepare_environment(cfg)
     from unsloth import FastLanguageModel
 
@@ -274,11 +274,13 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
         # Built once with Unsloth's own helper (vllm.SamplingParams(**mapping)) so vLLM rejects a bad field or
         # value now, naming it, instead of at the first rollout.
         from unsloth import vLLMSamplingParams
+        from vllm.exceptions import VLLMValidationError  # out-of-range values; not a ValueError subclass
 
         try:
             vLLMSamplingParams(**mapping)
-        except (TypeError, ValueError) as err:
-            raise ConfigError("vllm_sampling_params", f"vLLM's SamplingParams rejected {mapping}: {err}") from err
+        except (TypeError, ValueError, VLLMValidationError) as err:  # TypeError: an unknown field (msgspec)
+            raise ConfigError("vllm_sampling_params", f"vLLM's SamplingParams rejected {mapping}: {err}. Fix "
+                              "or remove that field (see vLLM's SamplingParams).") from None
         kwargs["vllm_sampling_params"] = SamplingOverrides(mapping)
     return kwargs
 
@@ -374,8 +376,8 @@ class UnslothGenerator:
         return False
 
     def _sleep(self) -> None:
-        # Back to sleep, as the trainer expects: the level Unsloth's trainer uses (VLLM_SLEEP_MODE, default 1).
-        self.model.vllm_engine.sleep(vllm_sleep_level())  # an int: vLLM compares `level >= 1`
+        # Back to sleep, as the trainer expects (its next sync_weights wakes the engine again).
+        self.model.vllm_engine.sleep(EVAL_SLEEP_LEVEL)
 
 
 class UnslothTransformersGenerator(PlainGenerator):

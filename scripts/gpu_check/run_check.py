@@ -595,7 +595,7 @@ class Driver:
         try:
             record["detail"] = json.loads(done.stdout)
             # `grpo env` exits 1 when versions drift from the matrix (the GPU machine's torch is 2.11, not
-            # 2.14): that is its report, not a failure of the check; only an unreadable report fails.
+            # 2.13.0): that is its report, not a failure of the check; only an unreadable report fails.
             record["status"] = "pass"
         except json.JSONDecodeError:
             record.update(status="fail", error=_tail(done.stdout + done.stderr))
