@@ -453,21 +453,49 @@ class FakePeftModel(FakeModel):
     def save_lora(self, *args: Any, **kwargs: Any) -> None:
         a = _bind(self._save_lora_signature, "model.save_lora", args, kwargs)
         _record("model.save_lora", a["save_directory"])
+        self._write_adapter(Path(a["save_directory"]))
+
+    def save_pretrained(self, *args: Any, **kwargs: Any) -> None:
+        """PEFT's PeftModel.save_pretrained (the warm-up saves with it), bound to the installed peft's signature."""
+        from peft import PeftModel
+
+        bound = inspect.signature(PeftModel.save_pretrained).bind(self, *args, **kwargs)
+        _record("model.save_pretrained", bound.arguments["save_directory"])
+        self._write_adapter(Path(bound.arguments["save_directory"]))
+
+    def _write_adapter(self, directory: Path) -> None:
+        """adapter_config.json + LoRA weights shaped for the real base model (so shape checks see real shapes)."""
         lora = self.peft_config["default"]
-        directory = Path(a["save_directory"])
         directory.mkdir(parents=True, exist_ok=True)
         config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": lora["r"], "lora_alpha": lora["lora_alpha"],
                   "target_modules": lora["target_modules"], "base_model_name_or_path": self.config._name_or_path}
         if lora.get("modules_to_save"):
             config["modules_to_save"] = lora["modules_to_save"]
         (directory / "adapter_config.json").write_text(json.dumps(config))
-        r, hidden = lora["r"], 16
+        r, shapes = lora["r"], _base_linear_shapes(self.config._name_or_path)
         tensors = {}
         for module in lora["target_modules"]:
-            prefix = f"base_model.model.model.layers.0.self_attn.{module}"
-            tensors[f"{prefix}.lora_A.weight"] = (r, hidden)
-            tensors[f"{prefix}.lora_B.weight"] = (hidden, r)
+            block = "mlp" if module in ("gate_proj", "up_proj", "down_proj") else "self_attn"
+            out_features, in_features = shapes.get(module, (16, 16))
+            prefix = f"base_model.model.model.layers.0.{block}.{module}"
+            tensors[f"{prefix}.lora_A.weight"] = (r, in_features)
+            tensors[f"{prefix}.lora_B.weight"] = (out_features, r)
         _write_tiny_safetensors(directory / "adapter_model.safetensors", tensors)
+
+
+def _base_linear_shapes(name: str) -> dict[str, tuple[int, int]]:
+    """(out, in) of each Qwen2 linear layer of the named base model, from its config.json when it is a local
+    folder (what the real from_pretrained loads); {} for a hub id the tests never download."""
+    from pipeline.tokenizer import resolve_model_path
+
+    config_file = Path(resolve_model_path(name)) / "config.json"
+    if not config_file.is_file():
+        return {}
+    c = json.loads(config_file.read_text())
+    hidden, inter = c["hidden_size"], c["intermediate_size"]
+    kv = c.get("num_key_value_heads", c["num_attention_heads"]) * (hidden // c["num_attention_heads"])
+    return {"q_proj": (hidden, hidden), "k_proj": (kv, hidden), "v_proj": (kv, hidden), "o_proj": (hidden, hidden),
+            "gate_proj": (inter, hidden), "up_proj": (inter, hidden), "down_proj": (hidden, inter)}
 
 
 # ---------------------------------------------------------------------------------------------- unsloth

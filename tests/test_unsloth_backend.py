@@ -715,7 +715,7 @@ def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_p
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # an Ampere-or-newer GPU
     cfg = make_cfg(dtype=dtype, dataset_name="demo-arithmetic", sft_warmup_steps=2)
     model, tokenizer = backend.load_for_training(cfg)
-    prepared = type("Prepared", (), {"dataset": datasets.Dataset.from_list([{"prompt": "p"}])})()
+    prepared = type("Prepared", (), {"dataset": datasets.Dataset.from_list([{"prompt": "p"}]), "fingerprint": "test"})()
     assert warmup.run_format_warmup(model, tokenizer, cfg, prepared, None, tmp_path) is model
     assert (made["args"].bf16, made["args"].fp16) == expected
 
