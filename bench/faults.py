@@ -46,7 +46,7 @@ def recipe(folder: Path, text: str = "", name: str = "recipe.yaml") -> Path:
     """A tiny-demo recipe (CPU, plain backend, built-in data) plus `text`; loads nothing heavy until training."""
     import yaml
 
-    from pipeline.demo import DEMO_CONFIG
+    from pipeline.demo.task import DEMO_CONFIG
 
     base = {**DEMO_CONFIG, "output_dir": str(folder / "run"), "data_cache_dir": str(folder / "cache"),
             "max_samples": 8, "per_device_train_batch_size": 4, "num_generations": 4}
@@ -70,7 +70,7 @@ def adapter(folder: Path, base: str = "tiny-qwen2.5") -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from pipeline.tokenizer import resolve_model_path
+    from pipeline.data.tokenizer import resolve_model_path
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path(base))
     lora = get_peft_model(model, LoraConfig(r=4, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
@@ -106,7 +106,7 @@ def rank_mismatch(folder: Path) -> list[str]:
 
 def other_base(folder: Path, command: str) -> list[str]:
     """An adapter whose recorded base (a wider tiny Qwen2) is not the model its weights were trained on."""
-    from pipeline.demo import build_tiny_qwen2
+    from pipeline.demo.task import build_tiny_qwen2
 
     wide = folder / "wide-base"
     build_tiny_qwen2(vocab_size=256, hidden_size=128, intermediate_size=256).save_pretrained(str(wide))

@@ -79,7 +79,7 @@ def step_timer():
 def bench_config(steps: int, **overrides):
     """The demo config without warm-up or eval, every health rule set to warn (the model is random)."""
     from pipeline.config import from_mapping
-    from pipeline.demo import DEMO_CONFIG
+    from pipeline.demo.task import DEMO_CONFIG
 
     return from_mapping({**DEMO_CONFIG, "max_steps": steps, "sft_warmup_steps": 0, "eval_before": False,
                          "eval_after": False, "garbled_action": "warn", "repetition_action": "warn",
@@ -87,8 +87,8 @@ def bench_config(steps: int, **overrides):
 
 
 def prepare(cfg):
-    from pipeline.data import prepare_dataset
-    from pipeline.tokenizer import load_tokenizer
+    from pipeline.data.prepare import prepare_dataset
+    from pipeline.data.tokenizer import load_tokenizer
 
     with tempfile.TemporaryDirectory() as report_dir:
         return prepare_dataset(cfg, load_tokenizer(cfg.model.model_name_or_path), report_dir=Path(report_dir))

@@ -105,7 +105,7 @@ def _hub_reachable(endpoint: str, timeout: float = 3.0) -> bool:
 
 def check_model(name: str) -> str:
     """A built-in name, a local model folder, a hub id in the local cache, or a hub id we can reach."""
-    from pipeline.tokenizer import BUNDLED_QWEN_NAME, DEMO_MODEL_NAME, TINY_QWEN_MODEL_NAME
+    from pipeline.data.tokenizer import BUNDLED_QWEN_NAME, DEMO_MODEL_NAME, TINY_QWEN_MODEL_NAME
 
     if name in (DEMO_MODEL_NAME, TINY_QWEN_MODEL_NAME, BUNDLED_QWEN_NAME):
         return f"{name}: built in"
@@ -138,8 +138,8 @@ def check_model(name: str) -> str:
 
 def check_data(cfg: PipelineConfig) -> str:
     """Read a local file's rows (empty, not UTF-8, broken JSON fail here); hub data is only located."""
-    from pipeline.data_cache import data_cache_root
-    from pipeline.data_sources import resolve_source
+    from pipeline.data.cache import data_cache_root
+    from pipeline.data.sources import resolve_source
 
     source = resolve_source(cfg, cfg.data.dataset_split, data_cache_root(cfg.data.data_cache_dir))
     if source.kind == "file":
@@ -153,7 +153,7 @@ def check_data(cfg: PipelineConfig) -> str:
 def check_resume(resume: str, output_dir: str) -> str:
     """`auto`, `never`, or a complete checkpoint folder; anything else fails before the warm-up."""
     from env.paths import absolute_path
-    from pipeline.checkpoints import checkpoint_problem
+    from pipeline.run.checkpoints import checkpoint_problem
 
     if resume in ("auto", "never"):
         return f"resume: {resume}"
@@ -184,8 +184,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     """Run every check in order. With `stop_at_first`, the first failure raises its error.
 
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
-    from pipeline.data import DataError
-    from pipeline.data_sources import DataFileError
+    from pipeline.data.prepare import DataError
+    from pipeline.data.sources import DataFileError
 
     g = cfg.grpo
     steps: list[tuple[str, Callable[[], Any]]] = [

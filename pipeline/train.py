@@ -77,7 +77,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     _print(f"backend: {choice.name} ({choice.reason})")
 
     from env.paths import absolute_path
-    from pipeline.run_lock import run_lock
+    from pipeline.run.lock import run_lock
 
     output_dir = absolute_path(cfg.grpo.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -89,8 +89,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
 
 def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir: Path, callbacks, start: float):
     from env.paths import atomic_directory
-    from pipeline.checkpoints import GracefulStop, checkpoint_step, resolve_resume
-    from pipeline.inference import verify_trained_dir
+    from pipeline.run.checkpoints import GracefulStop, checkpoint_step, resolve_resume
+    from pipeline.infer.session import verify_trained_dir
 
     # ---------------------------------------------------------------- resume target (before anything loads)
     resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
@@ -100,14 +100,14 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
             return finished
 
     # ---------------------------------------------------------------- data (tokenizer only)
-    from pipeline.data import prepare_dataset
-    from pipeline.tokenizer import load_tokenizer
+    from pipeline.data.prepare import prepare_dataset
+    from pipeline.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
     prepared = prepare_dataset(cfg, tokenizer, report_dir=output_dir)
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
            f"max_completion_length={prepared.max_completion_length} (report: {prepared.report_path})")
-    from pipeline.evaluate import evaluate_rows, load_eval_rows
+    from pipeline.infer.evaluate import evaluate_rows, load_eval_rows
 
     # Held-out rows are prepared now, so a bad eval source fails before the model loads.
     eval_rows = load_eval_rows(cfg, tokenizer) if (cfg.eval.eval_before or cfg.eval.eval_after) else []
@@ -118,7 +118,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
 
     # ---------------------------------------------------------------- format warm-up (optional SFT)
     if cfg.health.sft_warmup_steps > 0:
-        from pipeline.warmup import run_format_warmup
+        from pipeline.trainer.warmup import run_format_warmup
 
         model = run_format_warmup(model, tokenizer, cfg, prepared, peft_config, output_dir,
                                   reuse=cfg.grpo.resume != "never")
@@ -129,7 +129,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     eval_before = None
     if cfg.eval.eval_before and eval_rows:
         # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on.
-        from pipeline.evaluate import eval_before_key, load_eval_before, save_eval_before
+        from pipeline.infer.evaluate import eval_before_key, load_eval_before, save_eval_before
 
         key = eval_before_key(cfg, eval_rows, prepared.max_completion_length)
         eval_before = load_eval_before(output_dir, key) if cfg.grpo.resume != "never" else None
@@ -167,7 +167,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     if status == "completed" and _is_main_process():
         # A LoRA goes to lora/; a full fine-tune (the tiny demo) is a whole model, so model/.
         adapter_dir = output_dir / ("model" if cfg.lora.full_finetune else "lora")
-        from pipeline.manifest import build_manifest, write_adapter_metadata, write_manifest
+        from pipeline.run.manifest import build_manifest, write_adapter_metadata, write_manifest
 
         manifest = build_manifest(
             cfg_dict=cfg.to_dict(), backend=choice.name, base_model=cfg.model.model_name_or_path,
@@ -190,8 +190,8 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     # ---------------------------------------------------------------- plots + summary
     summary: dict[str, Any] = {}
     if _is_main_process():
-        from pipeline.plots import plot_settings
-        from pipeline.summary import write_summary
+        from pipeline.run.plots import plot_settings
+        from pipeline.run.summary import write_summary
 
         summary = write_summary(output_dir, status=status, reason=reason, steps=steps,
                                 wall_time_s=time.time() - start, eval_before=eval_before, eval_after=eval_after,
@@ -205,7 +205,7 @@ def _finished_run(cfg: PipelineConfig, output_dir: Path, checkpoint: str) -> Opt
     """A run whose newest checkpoint already reached max_steps: say so (exit 0) instead of training past it."""
     import json
 
-    from pipeline.checkpoints import checkpoint_state
+    from pipeline.run.checkpoints import checkpoint_state
 
     state = checkpoint_state(checkpoint)
     step = int(state["global_step"])
@@ -230,9 +230,9 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
 
-    from pipeline.checkpoints import file_mode_callback
-    from pipeline.health import build_health
-    from pipeline.run_logging import MetricsJsonlCallback, RewardProgressCallback
+    from pipeline.run.checkpoints import file_mode_callback
+    from pipeline.health.rules import build_health
+    from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
     from rewards import check_reward_weights, get_reward_funcs
 
     g = cfg.grpo
@@ -266,7 +266,7 @@ def grpo_training_args(cfg: PipelineConfig, backend, model, prepared, output_dir
     """The trl.GRPOConfig a run trains with (bench/overhead.py gives bare TRL this same one, to compare equal work)."""
     import trl  # imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
 
-    from pipeline.health import HEALTH_TRAINING_ARGS
+    from pipeline.health.rules import HEALTH_TRAINING_ARGS
 
     g = cfg.grpo
     return trl.GRPOConfig(
@@ -327,7 +327,7 @@ def _disk_full_is_resumable(trainer, output_dir: Path):
             raise
         import shutil
 
-        from pipeline.checkpoints import checkpoint_problem
+        from pipeline.run.checkpoints import checkpoint_problem
 
         partial = output_dir / f"checkpoint-{trainer.state.global_step}"
         removed = ""
@@ -369,7 +369,7 @@ def GRPOTrainer_with_hooks(base):  # noqa: N802 (returns a class)
                 config._name_or_path = local_name
 
         def metrics_callback_for_resume(self, step: int) -> None:
-            from pipeline.run_logging import MetricsJsonlCallback
+            from pipeline.run.log import MetricsJsonlCallback
 
             fresh = MetricsJsonlCallback(self._metrics_callback.path, resume_step=step)
             self.remove_callback(self._metrics_callback)
@@ -381,7 +381,7 @@ def GRPOTrainer_with_hooks(base):  # noqa: N802 (returns a class)
 
 def _is_hub_id(name: Optional[str]) -> bool:
     """`org/name` that is neither a built-in name nor a local path."""
-    from pipeline.tokenizer import resolve_model_path
+    from pipeline.data.tokenizer import resolve_model_path
 
     return bool(name) and name.count("/") == 1 and not os.path.exists(name) and resolve_model_path(name) == name
 
@@ -405,7 +405,7 @@ def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[s
 
 def _example_question(cfg: PipelineConfig) -> str:
     if cfg.data.dataset_name == "demo-arithmetic":
-        from pipeline.demo import EXAMPLE_QUESTION
+        from pipeline.demo.task import EXAMPLE_QUESTION
 
         return EXAMPLE_QUESTION
     return "Tom has 3 boxes of 12 pencils and gives away 5. How many pencils are left?"
@@ -413,8 +413,8 @@ def _example_question(cfg: PipelineConfig) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     from env.paths import AdapterError, DiskFullError
-    from pipeline.data import DataError
-    from pipeline.data_sources import DataFileError
+    from pipeline.data.prepare import DataError
+    from pipeline.data.sources import DataFileError
 
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     if "--check" in argv:
@@ -450,7 +450,7 @@ def _defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Op
         return argv, None, ""
     if choice.name == "unsloth" or _has_cuda():
         return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None, f"no --config: using {DEFAULT_GPU_RECIPE}"
-    from pipeline.demo import DEMO_CONFIG
+    from pipeline.demo.task import DEMO_CONFIG
 
     return argv, dict(DEMO_CONFIG), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from pipeline.checkpoints import (
+from pipeline.run.checkpoints import (
     checkpoint_problem,
     list_checkpoints,
     resolve_resume,

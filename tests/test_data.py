@@ -1,4 +1,4 @@
-"""pipeline.data with the real Qwen2.5 tokenizer, offline: counts, limits, cleaning, rejections, report, cache."""
+"""pipeline.data.prepare with the real Qwen2.5 tokenizer, offline: counts, limits, cleaning, rejections, report, cache."""
 
 import json
 import unicodedata
@@ -6,16 +6,16 @@ import unicodedata
 import pytest
 
 from pipeline.config import DEFAULT_SYSTEM_PROMPT, ConfigError, PipelineConfig
-from pipeline.data import DataError, prepare_dataset
-from pipeline.data_clean import REJECT_REASONS, clean_text
-from pipeline.data_lengths import (
+from pipeline.data.prepare import DataError, prepare_dataset
+from pipeline.data.clean import REJECT_REASONS, clean_text
+from pipeline.data.prompts import (
     build_prompt,
     check_system_prompt_survives,
     count_prompt_tokens,
     round_up,
     system_prompt_tokens,
 )
-from pipeline.data_sources import SAMPLE_PATH, hub_saved_copy_dir
+from pipeline.data.sources import SAMPLE_PATH, hub_saved_copy_dir
 from rewards import extract_hash_answer
 
 
@@ -348,7 +348,7 @@ def test_max_samples_keeps_the_first_rows_and_counts_the_rest(qwen_tokenizer, tm
 
 
 def test_demo_arithmetic_rows(qwen_tokenizer, tmp_path):
-    from pipeline.demo import arithmetic_problems, arithmetic_split_size
+    from pipeline.demo.task import arithmetic_problems, arithmetic_split_size
 
     seed = PipelineConfig().grpo.seed
     data = prepare_dataset(make_cfg(tmp_path, dataset_name="demo-arithmetic", max_samples=12), qwen_tokenizer)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.data import main
+from pipeline.data.prepare import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +24,7 @@ def tokenizer_requests(qwen_tokenizer, monkeypatch):
         requested.append(name)
         return qwen_tokenizer
 
-    monkeypatch.setattr("pipeline.tokenizer.load_tokenizer", load_tokenizer)
+    monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", load_tokenizer)
     return requested
 
 
@@ -115,7 +115,7 @@ def test_train_help_lists_config_and_the_defaults_that_apply_here(tmp_path):
     shown = run_cli("train", "--help", cwd=tmp_path)
     assert shown.returncode == 0 and "--config YAML" in shown.stdout
     assert shown.stdout.startswith("defaults shown below: the built-in tiny CPU demo")
-    from pipeline.demo import DEMO_CONFIG
+    from pipeline.demo.task import DEMO_CONFIG
 
     import re
 

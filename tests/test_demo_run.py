@@ -9,7 +9,7 @@ import json
 import pytest
 
 from pipeline.config import from_mapping
-from pipeline.demo import DEMO_CONFIG
+from pipeline.demo.task import DEMO_CONFIG
 from pipeline.train import run_training
 
 pytestmark = pytest.mark.slow

@@ -2,7 +2,7 @@
 
 import re
 
-from pipeline.demo import (
+from pipeline.demo.task import (
     EXAMPLE_QUESTION,
     SLOPPY_ANSWER_RATE,
     TEST_SIZE,

@@ -64,7 +64,7 @@ def test_check_prints_every_check_as_json(tmp_path, monkeypatch, capsys):
 def test_check_refuses_before_loading_any_model(tmp_path, monkeypatch, capsys):
     """A failing pre-load check stops `grpo train` before the tokenizer (and so the model) is asked for."""
     asked = []
-    monkeypatch.setattr("pipeline.tokenizer.load_tokenizer", lambda *a, **k: asked.append(a))
+    monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", lambda *a, **k: asked.append(a))
     monkeypatch.chdir(tmp_path)
     assert cli.main(faults.train(tmp_path, "", "--resume", "latest")) == 2
     assert asked == []

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from env.paths import current_umask
-from pipeline import evaluate, export, generate
-from pipeline.inference import inference_args, open_inference
+from pipeline.infer import evaluate, export, generate
+from pipeline.infer.session import inference_args, open_inference
 from pipeline.train import run_training
 from train_helpers import demo_config
 
@@ -123,7 +123,7 @@ def test_merged_export_keeps_the_modules_trained_in_full(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from pipeline.tokenizer import resolve_model_path
+    from pipeline.data.tokenizer import resolve_model_path
 
     run_dir = tmp_path / "run"
     result = run_training(demo_config(run_dir, max_steps=2, learning_rate=2e-2, max_completion_length="24",

@@ -9,7 +9,7 @@ import pytest
 from transformers import TrainerControl, TrainerState
 
 from pipeline.config import HealthArguments, PipelineConfig
-from pipeline.health import (
+from pipeline.health.rules import (
     HEALTH_TRAINING_ARGS,
     HealthCallback,
     HealthState,
@@ -17,7 +17,7 @@ from pipeline.health import (
     make_observer,
     next_beta,
 )
-from pipeline.monitors import (
+from pipeline.health.metrics import (
     GARBLED_RATE,
     REPETITION_RATE,
     batch_health,

@@ -245,7 +245,7 @@ def test_resume_reuses_warmup_and_eval_before_and_a_finished_run_is_not_extended
 def test_second_run_into_a_locked_output_dir_exits_2_naming_the_holder(tmp_path):
     import socket
 
-    from pipeline.run_lock import run_lock
+    from pipeline.run.lock import run_lock
 
     run_dir = tmp_path / "busy"
     with run_lock(run_dir):  # this test process is "the other run"

@@ -694,7 +694,7 @@ def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_p
     import torch
     import trl
 
-    from pipeline import warmup
+    from pipeline.trainer import warmup
 
     made = {}
 
@@ -730,7 +730,7 @@ def no_vllm_cfg(**overrides):
 @pytest.fixture
 def real_tokenizer(fake, monkeypatch):
     """Unsloth returns the model's real tokenizer; the fake's is a stub, so hand back the tiny demo's."""
-    from pipeline.tokenizer import load_tokenizer
+    from pipeline.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer("tiny-demo")
     original = fake.FastLanguageModel.from_pretrained

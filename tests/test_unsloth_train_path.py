@@ -57,7 +57,7 @@ def install_recording_unsloth(monkeypatch, vllm_installed: bool = True):
     variable, and from_pretrained handing back the tiny demo's real tokenizer. Returns (handle, tokenizer)."""
     import trl
 
-    from pipeline.tokenizer import load_tokenizer
+    from pipeline.data.tokenizer import load_tokenizer
 
     # Rebind trl's classes first: touching them with the fake vllm installed would import TRL's vLLM glue.
     # The config is the fake's UnslothGRPOConfig: only the fields of the class Unsloth generates.
@@ -192,7 +192,7 @@ def test_no_vllm_trains_saves_and_evaluates_through_unsloth(no_vllm_run):
 
 
 def test_no_vllm_generate_and_export_use_the_saved_adapter(no_vllm_run, capsys, tmp_path):
-    from pipeline import export, generate
+    from pipeline.infer import export, generate
 
     result, fake, tokenizer = no_vllm_run
     fake.STATE.calls.clear()

@@ -21,7 +21,7 @@ def digit_share_reward(completions, **kwargs) -> list[float]:
 
 def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
     """The built-in CPU demo, shortened for tests."""
-    from pipeline.demo import DEMO_CONFIG
+    from pipeline.demo.task import DEMO_CONFIG
 
     # Small, fast settings first; the demo's own values win where it sets them.
     values: dict[str, Any] = dict(max_seq_length=256, max_completion_length="48", num_generations=4,

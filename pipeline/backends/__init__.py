@@ -104,7 +104,7 @@ def gpu_sized(cfg) -> bool:
     `backend: auto` must not quietly fall back to training it there. `backend: plain` is the explicit way to
     train a small model on CPU; the tiny demo (and the test configs, which use it) always may.
     """
-    from pipeline.tokenizer import DEMO_MODEL_NAME
+    from pipeline.data.tokenizer import DEMO_MODEL_NAME
 
     return cfg.model.backend != "plain" and cfg.model.model_name_or_path != DEMO_MODEL_NAME
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.config import ConfigError, PipelineConfig
-from pipeline.tokenizer import load_tokenizer, resolve_model_path
+from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 
 NAME = "plain"
 
@@ -43,7 +43,7 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from pipeline.tokenizer import DEMO_MODEL_NAME
+    from pipeline.data.tokenizer import DEMO_MODEL_NAME
 
     if model_name_or_path == DEMO_MODEL_NAME and not torch.cuda.is_available():
         # The demo's matrices are 64 wide: splitting each matmul across threads costs more than it

@@ -43,7 +43,7 @@ from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.py:4476-
     sampling_params_mapping,
     validate_unsloth,
 )
-from pipeline.tokenizer import resolve_model_path
+from pipeline.data.tokenizer import resolve_model_path
 
 NAME = "unsloth"
 

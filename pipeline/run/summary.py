@@ -33,7 +33,7 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
                   eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str],
                   health: Optional[dict[str, Any]] = None,
                   plot_settings: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    from pipeline.plots import plot_run
+    from pipeline.run.plots import plot_run
 
     records = read_metrics(output_dir)
     plots = [str(p) for p in plot_run(output_dir, **(plot_settings or {}))] if records else []

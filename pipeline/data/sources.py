@@ -20,12 +20,12 @@ from typing import Any, Callable, Optional
 
 from env.paths import publish_once
 from pipeline.config import ConfigError
-from pipeline.data_cache import file_sha256, local_file_identity
-from pipeline.data_clean import clean_column_name
+from pipeline.data.cache import file_sha256, local_file_identity
+from pipeline.data.clean import clean_column_name
 
 SAMPLE_NAME = "sample"
 DEMO_NAME = "demo-arithmetic"
-SAMPLE_PATH = Path(__file__).resolve().parent / "assets" / "gsm8k_sample.jsonl"
+SAMPLE_PATH = Path(__file__).resolve().parents[1] / "assets" / "gsm8k_sample.jsonl"
 # File extension -> `datasets` packaged loader.
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
 SINGLE_FILE_SPLIT = "train"
@@ -208,7 +208,7 @@ def resolve_source(cfg: Any, split: str, cache_root: Path) -> DataSource:
         )
 
     if name == DEMO_NAME:
-        from pipeline.demo import arithmetic_split_size  # lazy: only the demo needs it (no torch at import)
+        from pipeline.demo.task import arithmetic_split_size  # lazy: only the demo needs it (no torch at import)
 
         # The whole split, or max_samples of it: max_samples is an upper bound, as for every source.
         try:
@@ -217,7 +217,7 @@ def resolve_source(cfg: Any, split: str, cache_root: Path) -> DataSource:
             raise ConfigError("dataset_split", f"{DEMO_NAME}: {err}") from err
         n = min(d.max_samples, size) if d.max_samples else size
         seed = cfg.grpo.seed
-        demo_file = Path(__file__).resolve().parent / "demo.py"
+        demo_file = Path(__file__).resolve().parents[1] / "demo" / "task.py"
         return DataSource(
             kind="demo",
             description={"kind": "demo", "name": DEMO_NAME, "split": split, "n": n, "seed": seed},
@@ -270,7 +270,7 @@ def _require_single_split(split: str, what: str) -> None:
 
 
 def _demo_rows(n: int, seed: int, split: str) -> RawRows:
-    from pipeline.demo import arithmetic_problems  # lazy: the demo module builds models too
+    from pipeline.demo.task import arithmetic_problems  # lazy: the demo module builds models too
 
     problems = arithmetic_problems(n, seed=seed, split=split)
     return RawRows(

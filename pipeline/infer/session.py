@@ -109,7 +109,7 @@ def _local_model_files(base_model: str) -> list:
     """The base model's *.safetensors when they are on this machine (a folder or the HF cache), else []."""
     from pathlib import Path
 
-    from pipeline.tokenizer import resolve_model_path
+    from pipeline.data.tokenizer import resolve_model_path
 
     folder = Path(resolve_model_path(base_model)).expanduser()
     if not folder.is_dir():
@@ -167,7 +167,7 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     from env.paths import AdapterError, absolute_path
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError
-    from pipeline.manifest import ManifestError, find_manifest
+    from pipeline.run.manifest import ManifestError, find_manifest
 
     # vLLM's SamplingParams ranges (it raises VLLMValidationError, a traceback, at the first prompt); the plain
     # backend's transformers sampling refuses a top_p outside (0, 1] too. One rule for both, before loading.
@@ -192,7 +192,7 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
             _error(str(err))
             return None
         if manifest is None:
-            from pipeline.manifest import ADAPTER_METADATA_NAME, MANIFEST_NAME
+            from pipeline.run.manifest import ADAPTER_METADATA_NAME, MANIFEST_NAME
 
             folder = absolute_path(args.lora)
             if not args.system_prompt:

@@ -40,7 +40,7 @@ def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
                  "completion": [{"role": "assistant", "content": format_completion(r["solution"], r["answer"])}]}
                 for r in rows if r.get("solution")]
     if cfg.data.dataset_name == "demo-arithmetic":
-        from pipeline.demo import sft_examples
+        from pipeline.demo.task import sft_examples
 
         return sft_examples(MAX_WARMUP_EXAMPLES, seed=cfg.grpo.seed, system_prompt=cfg.data.system_prompt)
     raise ValueError("sft_warmup_steps > 0 needs worked solutions: a dataset with a `solution` column (GSM8K "
@@ -139,7 +139,7 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
     )
     from transformers import PrinterCallback
 
-    from pipeline.run_logging import WarmupLogCallback
+    from pipeline.run.log import WarmupLogCallback
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
                          processing_class=tokenizer, peft_config=peft_config,

@@ -1,6 +1,6 @@
 """Clean raw question/answer rows and reject the unusable ones, each with a reason.
 
-Nothing is dropped without a reason code; `pipeline.data` puts the codes, counts and
+Nothing is dropped without a reason code; `pipeline.data.prepare` puts the codes, counts and
 row ids into data_report.json. The reason codes:
 
     missing_question    question is null / absent

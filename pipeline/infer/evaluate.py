@@ -22,7 +22,7 @@ N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what t
 
 def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None) -> list[dict[str, Any]]:
     """Held-out rows (prompt messages + answer), prepared by the same data code as training."""
-    from pipeline.data import prepare_dataset
+    from pipeline.data.prepare import prepare_dataset
 
     eval_cfg = cfg.replace(dataset_split=cfg.eval.eval_split, max_samples=limit or cfg.eval.eval_limit,
                            strict=False)
@@ -37,7 +37,7 @@ def render_prompts(tokenizer, messages_list: list[list[dict[str, str]]]) -> list
 
 def score_completions(tokenizer, completions: list[str], answers: list[Optional[str]]) -> list[dict[str, Any]]:
     """Per completion: extracted answer, correct, format_valid, token length, garbled."""
-    from pipeline.monitors import is_garbled
+    from pipeline.health.metrics import is_garbled
     from rewards import correctness_reward_func, extract_xml_answer, strict_format_reward_func
 
     correct = correctness_reward_func(prompts=None, completions=completions, answer=answers)
@@ -134,7 +134,7 @@ def evaluate_saved(data: str, limit: int = 100, split: Optional[str] = None, out
     """
     from env.paths import absolute_path, atomic_write_json
     from pipeline.config import ConfigError, parse_config
-    from pipeline.inference import inference_args, open_inference
+    from pipeline.infer.session import inference_args, open_inference
 
     args = args if args is not None else inference_args(**options)
     if args.base and not (output or args.run):  # refused before the model loads
@@ -185,7 +185,7 @@ def _eval_json_path(setup, output: Optional[str], run: Optional[str]) -> Path:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from pipeline.inference import add_inference_arguments
+    from pipeline.infer.session import add_inference_arguments
 
     parser = argparse.ArgumentParser(prog="grpo eval", description=__doc__.split("\n\n")[0])
     add_inference_arguments(parser)

@@ -4,7 +4,7 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
 
 1. The observer (`__name__ == "health"`) is passed to GRPOTrainer as one more reward
    function, because that is where TRL hands user code the decoded completions and their
-   token ids. It computes the monitors in pipeline/monitors.py and reports them twice:
+   token ids. It computes the monitors in pipeline/health/metrics.py and reports them twice:
    through TRL's `log_metric` (averaged per logging step, so they reach metrics.jsonl,
    tensorboard and wandb as `health/*`) and into a shared `HealthState` that the callback
    reads when `log_metric` is missing (an older or patched trainer).
@@ -59,7 +59,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from pipeline.config import ConfigError, HealthArguments, PipelineConfig
-from pipeline.monitors import (
+from pipeline.health.metrics import (
     BETA,
     GARBLED_RATE,
     OBSERVER_NAME,

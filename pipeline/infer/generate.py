@@ -46,8 +46,8 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
     From Python: `generate_answers(["What is 2+3?"], lora="outputs/run/lora")` or
     `generate_answers([...], base=True, run="outputs/run")`; options are `grpo generate`'s flags.
     """
-    from pipeline.evaluate import render_prompts, score_completions
-    from pipeline.inference import inference_args, open_inference
+    from pipeline.infer.evaluate import render_prompts, score_completions
+    from pipeline.infer.session import inference_args, open_inference
 
     setup = open_inference(args if args is not None else inference_args(**options))  # verifies before loading
     if setup is None:
@@ -64,7 +64,7 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from pipeline.inference import add_inference_arguments
+    from pipeline.infer.session import add_inference_arguments
 
     parser = argparse.ArgumentParser(prog="grpo generate", description=__doc__.split("\n\n")[0])
     add_inference_arguments(parser)

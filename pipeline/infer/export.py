@@ -28,8 +28,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     from env.paths import AdapterError, absolute_path, atomic_directory
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, from_mapping
-    from pipeline.inference import adapter_mismatch, verify_trained_dir
-    from pipeline.manifest import ManifestError, find_manifest
+    from pipeline.infer.session import adapter_mismatch, verify_trained_dir
+    from pipeline.run.manifest import ManifestError, find_manifest
 
     try:
         adapter = verify_trained_dir(args.lora)

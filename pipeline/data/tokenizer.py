@@ -16,11 +16,11 @@ BUNDLED_QWEN_NAME = "bundled:qwen2.5"
 def resolve_model_path(model_name_or_path: str) -> str:
     """Return what `from_pretrained` should load: a built-in model's folder, or the name unchanged."""
     if model_name_or_path == DEMO_MODEL_NAME:
-        from pipeline.demo import demo_model_dir
+        from pipeline.demo.task import demo_model_dir
 
         return str(demo_model_dir())
     if model_name_or_path == TINY_QWEN_MODEL_NAME:
-        from pipeline.demo import tiny_qwen_model_dir
+        from pipeline.demo.task import tiny_qwen_model_dir
 
         return str(tiny_qwen_model_dir())
     return model_name_or_path

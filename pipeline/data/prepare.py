@@ -5,19 +5,19 @@
 
 The steps, and the pitfall each one is there for:
 
-1. Load (data_sources.py): GSM8K from the hub via a saved copy that later runs read
+1. Load (sources.py): GSM8K from the hub via a saved copy that later runs read
    offline; local JSONL/CSV/Parquet; the bundled sample; the CPU demo's arithmetic.
-2. Clean (data_clean.py): BOM, CRLF, NFC, trimming; rows that cannot be used are rejected
+2. Clean (clean.py): BOM, CRLF, NFC, trimming; rows that cannot be used are rejected
    with a reason code. GSM8K `#### 72` (and `#### 答案：72`) answers are reduced to `72`.
 3. Prompts are chat messages (system + user). The chat template must reproduce the system
    prompt verbatim, newlines included, or we refuse to start (the format rewards depend on it).
-4. Length (data_lengths.py): every prompt is rendered with the chat template and counted
+4. Length (prompts.py): every prompt is rendered with the chat template and counted
    with the model's tokenizer. TRL no longer filters prompts, so over-long ones are dropped
    (and listed) or refused here; `auto` limits come from the measured lengths.
 5. Report: data_report.json in the run folder says how many rows came in, how many were
    kept, and which were rejected and why (rows_in = rows_kept + rows_rejected_total +
    rows_unused_max_samples). `strict: true` turns any rejection into an error.
-6. Cache (data_cache.py): the finished dataset is saved under a fingerprint of source,
+6. Cache (cache.py): the finished dataset is saved under a fingerprint of source,
    tokenizer and data settings; the next run loads it without tokenizing. The returned
    dataset is fully materialised, so training never maps rows (or waits on I/O) per batch.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from pipeline.config import ConfigError, parse_limit
-from pipeline.data_cache import (
+from pipeline.data.cache import (
     DATA_FORMAT_VERSION,
     data_cache_root,
     fingerprint,
@@ -41,8 +41,8 @@ from pipeline.data_cache import (
     save_cached,
     tokenizer_identity,
 )
-from pipeline.data_clean import clean_rows
-from pipeline.data_lengths import (
+from pipeline.data.clean import clean_rows
+from pipeline.data.prompts import (
     LengthBudget,
     build_prompt,
     check_system_prompt_survives,
@@ -50,7 +50,7 @@ from pipeline.data_lengths import (
     length_stats,
     system_prompt_tokens,
 )
-from pipeline.data_sources import DataFileError, DataSource, resolve_source
+from pipeline.data.sources import DataFileError, DataSource, resolve_source
 
 REPORT_NAME = "data_report.json"
 # Rejected ids listed per reason in the report (the counts are always complete).
@@ -366,7 +366,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from pipeline.backends import choose_backend
     from pipeline.config import parse_config, peek_option, validate
     from pipeline.preflight import check_model
-    from pipeline.tokenizer import load_tokenizer
+    from pipeline.data.tokenizer import load_tokenizer
     from pipeline.train import _defaults_for
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -4,7 +4,7 @@ metrics.jsonl holds one JSON object per logged step with TRL's keys (step, rewar
 reward_std, rewards/<name>/mean, kl, completions/mean_length, loss, grad_norm, health/*).
 A metric that a run did not log (kl with beta = 0, health/* without the observer) is skipped;
 a line that is not valid JSON (a run killed mid-write) is skipped with a warning naming it.
-NaN/inf, written as numbers (Python's json) or as the strings "nan"/"inf" (pipeline.run_logging),
+NaN/inf, written as numbers (Python's json) or as the strings "nan"/"inf" (pipeline.run.log),
 show as gaps, and as red crosses on the loss / grad_norm plot.
 
 The +-std band of a reward is clipped to the range the reward can take (a band below 0 or above
@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from pipeline.monitors import (
+from pipeline.health.metrics import (
     BETA,
     GARBLED_RATE,
     INCOMPLETE_UTF8_SHARE,

@@ -1,0 +1,1 @@
+"""The wrapped TRL GRPOTrainer and the SFT format warm-up that runs before it."""
