@@ -11,9 +11,8 @@ The protocol a bench follows to appear here: its module, bench/<name>.py, has
                  "samples": str}]                 # what the figure rests on, e.g. "48+48 steps"
 
 Each bench runs in its own Python process (`run_all.py --rows-of NAME` prints its rows as JSON), so
-one bench's threads, caches or crash never touch another's figures. A bench without `rows()` is
-run as a script and its printed lines are read by an adapter; bench/rewards.py has one (see
-`rewards_rows_from_output`), so the table works whether or not that bench has adopted the protocol.
+one bench's threads, caches or crash never touch another's figures; a bench without `rows()` is a
+failed row, not a silent gap.
 
 GPU figures: the newest docs/gpu-reports/*.json (written by the GPU check on a GPU machine) adds
 its rows when it has a top-level "bench_rows" list of {"figure", "value", "target", "holds"}.
@@ -27,7 +26,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import re
 import subprocess
 import sys
 import time
@@ -37,7 +35,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCHES = ("overhead", "scaling", "data", "rewards")
 ROWS_MARKER = "@@bench-rows@@ "  # prefixes the one JSON line a child prints
 ROW_KEYS = ("figure", "value", "target", "holds", "samples")
-REWARDS_TARGET_S = 1.0  # all five rewards over 10k completions, on a 2-core machine
 
 
 def child_rows(name: str) -> int:
@@ -67,34 +64,6 @@ def run_child(args: list[str], timeout: float) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-def rewards_rows_from_output(output: str) -> list[dict]:
-    """Adapter for a bench/rewards.py without rows(): read its printed table.
-
-    It reads the 'N completions' header, the 'total  ours  ours-cpu  notebook' line and any line that
-    reports agreement or accuracy, and leaves out what it cannot read (the table says so).
-    """
-    rows: list[dict] = []
-    n_match = re.search(r"^(\d+) completions", output, re.M)
-    n = int(n_match.group(1)) if n_match else None
-    total = re.search(r"^total\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", output, re.M)
-    if total:
-        ours, _cpu, notebook = (float(x) for x in total.groups())
-        at_target_size = n == 10_000
-        rows.append({"figure": f"5 rewards on {n or '?'} completions", "value": f"{ours:.3f} s "
-                     f"(notebook's {notebook:.3f} s)", "target": f"< {REWARDS_TARGET_S:g} s on 10000",
-                     "holds": (ours < REWARDS_TARGET_S) if at_target_size else None,
-                     "samples": "best of the bench's repeats"})
-    for line in output.splitlines():
-        if re.search(r"agree|accura", line, re.I) and ":" in line:
-            figure, _, value = line.partition(":")
-            rows.append({"figure": figure.strip()[:60], "value": value.strip()[:60], "target": "(reported)",
-                         "holds": None, "samples": "see bench/rewards.py"})
-    if not rows:
-        rows.append({"figure": "bench/rewards.py", "value": "ran, but its output was not in a known form",
-                     "target": "", "holds": None, "samples": ""})
-    return rows
-
-
 def bench_rows(name: str, timeout: float) -> tuple[list[dict], str | None]:
     """Rows of one bench, or ([], why) when it failed."""
     code, output = run_child([str(Path(__file__).resolve()), "--rows-of", name], timeout)
@@ -102,13 +71,8 @@ def bench_rows(name: str, timeout: float) -> tuple[list[dict], str | None]:
     if code != 0 or not lines:
         return [], f"exit {code}:\n" + "\n".join(output.strip().splitlines()[-15:])
     payload = json.loads(lines[-1][len(ROWS_MARKER):])
-    if payload is None:  # no rows(): run the script itself and read what it prints
-        code, output = run_child([str(REPO_ROOT / "bench" / f"{name}.py")], timeout)
-        if code != 0:
-            return [], f"exit {code}:\n" + "\n".join(output.strip().splitlines()[-15:])
-        if name != "rewards":
-            return [], "has no rows() and no adapter in run_all"
-        payload = rewards_rows_from_output(output)
+    if payload is None:
+        return [], "has no rows() (see the protocol above)"
     bad = [row for row in payload if not isinstance(row, dict) or not {"figure", "value", "target"} <= set(row)]
     if bad:
         return [], f"rows() returned rows without figure/value/target: {bad[:2]}"

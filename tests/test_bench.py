@@ -80,19 +80,13 @@ def test_affine_fit_recovers_a_known_line():
     assert intercept == pytest.approx(85) and slope == pytest.approx(5.2)
 
 
-def test_rewards_adapter_reads_the_printed_table():
-    output = (
-        "10000 completions (5.1 M chars), batches of 64, best of 3; math_verify warm-up: 0.41 s\n"
-        "reward           ours (s)  ours cpu (s)  notebook (s)  ours mean  nb mean\n"
-        "total               1.273         0.272         0.047\n"
-        "correctness agrees with the truth: ours 100.0%, notebook 70.4%\n"
-    )
-    rows = run_all.rewards_rows_from_output(output)
-    assert rows[0]["value"].startswith("1.273 s") and rows[0]["holds"] is False  # over the 1 s target
-    assert rows[1]["figure"] == "correctness agrees with the truth" and rows[1]["holds"] is None
-    unknown = run_all.rewards_rows_from_output("something else entirely\n")
-    assert unknown == [{"figure": "bench/rewards.py", "value": "ran, but its output was not in a known form",
-                        "target": "", "holds": None, "samples": ""}]
+def test_rewards_rows_follow_the_protocol_and_judge_cpu_time():
+    from bench import rewards as rewards_bench
+
+    (row,) = rewards_bench.rows(n=200, repeats=1)
+    assert set(row) == set(run_all.ROW_KEYS)
+    cpu = float(row["value"].split(" s CPU")[0])
+    assert row["holds"] is (cpu < rewards_bench.TARGET_S) and row["samples"] == "best of 1 x 200 completions"
 
 
 def test_gpu_report_rows_come_from_the_newest_report(tmp_path):
