@@ -119,6 +119,14 @@ def other_base(folder: Path, command: str) -> list[str]:
     return ["generate", "--lora", str(lora), "--prompt", "1+1?", "--backend", "plain"]
 
 
+def adapter_without_metadata(folder: Path) -> list[str]:
+    """A lora/ folder copied away from its run: no manifest.json beside it, no grpo_adapter.json inside."""
+    lora = adapter(folder)
+    moved = folder / "copied-lora"
+    lora.rename(moved)
+    return ["generate", "--lora", str(moved), "--prompt", "1+1?", "--backend", "plain"]
+
+
 def broken_checkpoint(folder: Path) -> list[str]:
     ckpt = folder / "run" / "checkpoint-5"
     ckpt.mkdir(parents=True)
@@ -212,6 +220,11 @@ CASES: list[Fault] = [
           "grpo-pipeline[tensorboard]", skip_reason=lambda: installed("tensorboard")),
     Fault("report_to wandb without the package", lambda d: train(d, "report_to: wandb\n"), "pip install wandb",
           skip_reason=lambda: installed("wandb")),
+    Fault("adapter copied away from its run, without metadata", adapter_without_metadata,
+          "no grpo_adapter.json inside"),
+    Fault("grpo eval --base with nowhere to write", lambda d: ["eval", "--base", "--model", "tiny-qwen2.5", "--data",
+                                                                 "demo-arithmetic", "--backend", "plain"],
+          "--base without --run"),
     Fault("--resume unknown word", lambda d: train(d, "", "--resume", "latest"), "neither auto, never nor"),
     Fault("--resume broken checkpoint", broken_checkpoint, "cannot be resumed from"),
     Fault("disk full at a checkpoint",
