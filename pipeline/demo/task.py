@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import publish_once
+from env.paths import cache_root, publish_once
 
 # Bump when the tokenizer, the architecture or the seed changes: the cached folder is keyed by it,
 # so a stale model is never reused (and an adapter trained on version N never meets version N+1).
@@ -169,13 +169,6 @@ def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 
         with torch.no_grad():
             model.model.norm.weight.fill_(final_norm_weight)
     return model.to(torch.float32)
-
-
-def cache_root() -> Path:
-    """Where built-in models are saved: $GRPO_CACHE_DIR, else ~/.cache/grpo-pipeline."""
-    from pipeline.assets import _cache_root
-
-    return _cache_root()
 
 
 def _is_saved_model(folder: Path) -> bool:
