@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import cache_root, publish_once
+from pipeline.data.prompts import build_prompt
 
 # Bump when the tokenizer, the architecture or the seed changes: the cached folder is keyed by it,
 # so a stale model is never reused (and an adapter trained on version N never meets version N+1).
@@ -325,7 +326,7 @@ def sft_examples(n: int, seed: int = 0, system_prompt: str = DEMO_SYSTEM_PROMPT)
         answer = problem["first_operand"] if rng.random() < SLOPPY_ANSWER_RATE else problem["answer"]
         completion = f"<reasoning>\n{problem['solution']}\n</reasoning>\n<answer>\n{answer}\n</answer>\n"
         examples.append({
-            "prompt": [{"role": "system", "content": system_prompt}, {"role": "user", "content": problem["question"]}],
+            "prompt": build_prompt(system_prompt, problem["question"]),
             "completion": [{"role": "assistant", "content": completion}],
         })
     return examples
