@@ -24,18 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rewards import DEFAULT_REWARDS as DEFAULT_REWARD_FUNCS  # the notebook's order (light import: no torch)
+from rewards.format import FORMAT_SYSTEM_PROMPT
 
-# The Unsloth Qwen2.5 GRPO notebook's system prompt, newlines included. The data module
-# checks that it survives the chat template verbatim.
-DEFAULT_SYSTEM_PROMPT = """
-Respond in the following format:
-<reasoning>
-...
-</reasoning>
-<answer>
-...
-</answer>
-"""
+# The notebook's system prompt; rewards/format.py owns the format. The data module checks that it
+# survives the chat template verbatim.
+DEFAULT_SYSTEM_PROMPT = FORMAT_SYSTEM_PROMPT
 
 DEFAULT_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 # What Unsloth trains in full rather than as LoRA (unsloth/models/_utils.py EMBEDDING_MODULES).

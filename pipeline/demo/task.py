@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 from env.paths import cache_root, publish_once
 from pipeline.data.prompts import build_prompt
+from rewards.format import format_completion
 
 # Bump when the tokenizer, the architecture or the seed changes: the cached folder is keyed by it,
 # so a stale model is never reused (and an adapter trained on version N never meets version N+1).
@@ -324,7 +325,7 @@ def sft_examples(n: int, seed: int = 0, system_prompt: str = DEMO_SYSTEM_PROMPT)
     for _ in range(n):
         problem = rng.choice(pool)
         answer = problem["first_operand"] if rng.random() < SLOPPY_ANSWER_RATE else problem["answer"]
-        completion = f"<reasoning>\n{problem['solution']}\n</reasoning>\n<answer>\n{answer}\n</answer>\n"
+        completion = format_completion(problem["solution"], answer)
         examples.append({
             "prompt": build_prompt(system_prompt, problem["question"]),
             "completion": [{"role": "assistant", "content": completion}],

@@ -20,15 +20,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.config import PipelineConfig
+from rewards.format import format_completion
 
 MAX_WARMUP_EXAMPLES = 256
 WARMUP_DIR = "warmup"
 WARMUP_KEY_NAME = "warmup.json"
-
-
-def format_completion(reasoning: str, answer: str) -> str:
-    """The target format, exactly as the strict format reward wants it."""
-    return f"<reasoning>\n{reasoning.strip()}\n</reasoning>\n<answer>\n{answer.strip()}\n</answer>\n"
 
 
 def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
