@@ -53,6 +53,22 @@ class ConfigError(ValueError):
         super().__init__(f"config error in `{field_name}`: {message}")
 
 
+def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
+                       field_name: str = "max_lora_rank") -> None:
+    """Refuse an adapter rank above max_lora_rank: vLLM sizes its LoRA slots by max_lora_rank when the
+    engine starts and cannot load a larger adapter. The one rank check for training, generate/eval and
+    the Unsloth backend.
+
+    >>> check_adapter_rank(64, 32, what="the adapter at /runs/lora", fix="Pass --max_lora_rank 64.")
+    Traceback (most recent call last):
+    ...
+    pipeline.config.ConfigError: config error in `max_lora_rank`: the adapter at /runs/lora has rank r=64, above max_lora_rank=32; vLLM cannot load it. Pass --max_lora_rank 64.
+    """
+    if rank > max_lora_rank:
+        raise ConfigError(field_name, f"{what} has rank r={rank}, above max_lora_rank={max_lora_rank}; vLLM cannot "
+                                      f"load it. {fix}")
+
+
 def _help(text: str, *, gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
           le: Optional[float] = None, **kw) -> Any:
     """A field with its help text and, for numbers, the bounds `check_field_values` enforces."""
@@ -623,9 +639,8 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     if not lo.full_finetune:
         if lo.lora_r <= 0:
             raise ConfigError("lora_r", f"got {lo.lora_r}; use a positive rank such as 16, 32 or 64.")
-        if lo.lora_r > m.max_lora_rank:
-            raise ConfigError("lora_r", f"lora_r ({lo.lora_r}) exceeds max_lora_rank ({m.max_lora_rank}); vLLM "
-                              f"cannot load such an adapter. Raise max_lora_rank to {lo.lora_r} or lower lora_r.")
+        check_adapter_rank(lo.lora_r, m.max_lora_rank, what="the adapter this run trains (lora_r)",
+                           fix=f"Raise max_lora_rank to {lo.lora_r} or lower lora_r.", field_name="lora_r")
 
     if not (g.temperature > 0 and math.isfinite(g.temperature)):
         raise ConfigError("temperature", f"got {g.temperature}; rollouts need sampling, so use a value > 0 "

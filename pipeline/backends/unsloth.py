@@ -40,6 +40,7 @@ from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.py:4476-
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     ConfigError,
     PipelineConfig,
+    check_adapter_rank,
     sampling_params_mapping,
     validate_unsloth,
 )
@@ -325,12 +326,8 @@ def _check_adapter_rank(adapter: Any, cfg: PipelineConfig) -> None:
     """Refuse before loading anything: vLLM reserves LoRA slots of max_lora_rank at start-up, and
     unsloth_zoo would only refuse after the engine is built (vllm_utils.py:5572-5590)."""
     rank = int(adapter.r)
-    if rank > cfg.model.max_lora_rank:
-        raise ConfigError(
-            "max_lora_rank",
-            f"the adapter at {adapter.path} has rank r={rank}, above max_lora_rank={cfg.model.max_lora_rank}, so "
-            f"vLLM cannot serve it. Pass --max_lora_rank {rank} (or higher).",
-        )
+    check_adapter_rank(rank, cfg.model.max_lora_rank, what=f"the adapter at {adapter.path}",
+                       fix=f"Pass --max_lora_rank {rank} (or higher).")
 
 
 class UnslothGenerator:
