@@ -18,6 +18,9 @@ from types import ModuleType
 
 from pipeline.config import ConfigError
 
+# What `grpo export --to` accepts; each backend's `export` refuses the ones it cannot do (plain: gguf).
+EXPORT_METHODS = ("merged16", "merged4", "gguf")
+
 
 @dataclass(frozen=True)
 class BackendChoice:

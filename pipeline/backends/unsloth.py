@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import absolute_path
-from pipeline.backends import mixed_precision
+from pipeline.backends import EXPORT_METHODS, mixed_precision
 from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
     EVAL_SLEEP_LEVEL,
     choose_gpu_memory_utilization,
@@ -50,7 +50,6 @@ NAME = "unsloth"
 
 STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
 # `--to` values of `grpo export`, the same names the plain backend takes.
-EXPORT_METHODS = ("merged16", "merged4", "gguf")
 DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (save.py:4602)
 # save_pretrained_gguf writes the merged 16-bit checkpoint into save_directory and the .gguf
 # files into the SIBLING folder f"{save_directory}_gguf" (save.py:3965-3967). We point

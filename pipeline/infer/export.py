@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Optional
 
-EXPORT_METHODS = ("merged16", "merged4", "gguf")
+from pipeline.backends import EXPORT_METHODS
 
 
 def main(argv: Optional[list[str]] = None) -> int:
