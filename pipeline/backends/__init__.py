@@ -41,6 +41,14 @@ def cuda_available() -> bool:
     return cuda_usability().usable
 
 
+def on_cpu() -> bool:
+    """True when this process has no CUDA device for torch. It imports torch, so it is for code past the
+    backend choice (trainer arguments, the warm-up); choosing a backend asks `cuda_available` instead."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 def mixed_precision(model) -> dict[str, bool]:
     """`bf16`/`fp16` for a trainer, from the loaded model's dtype (not from what the GPU supports).
 

@@ -106,14 +106,12 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
     examples = warmup_examples(cfg, prepared)
     print(f"[grpo] format warm-up: {cfg.health.sft_warmup_steps} SFT steps on {len(examples)} formatted examples",
           flush=True)
-    import torch
+    from pipeline.backends import mixed_precision, on_cpu
 
-    from pipeline.backends import mixed_precision
-
-    on_cpu = not torch.cuda.is_available()
+    cpu = on_cpu()
     # From the model's dtype, not from what the GPU supports: Unsloth's SFTTrainer raises when they disagree
     # (a dtype: float16 model on an Ampere card), and the plain backend's model dtype is the one it chose.
-    precision = {"bf16": False, "fp16": False} if on_cpu else mixed_precision(model)
+    precision = {"bf16": False, "fp16": False} if cpu else mixed_precision(model)
     args = SFTConfig(
         output_dir=str(output_dir / "sft_warmup"),
         max_steps=cfg.health.sft_warmup_steps,
@@ -126,7 +124,7 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
         save_strategy="no",  # no mid-warm-up checkpoints; the result is saved to warmup/ at the end
         report_to="none",
         seed=cfg.grpo.seed,
-        use_cpu=on_cpu,
+        use_cpu=cpu,
         **precision,
         gradient_checkpointing=False,
         completion_only_loss=True,  # learn the answer format, not to parrot the prompt
