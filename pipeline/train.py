@@ -165,7 +165,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     adapter_dir = None
     eval_after = None
     if status == "completed" and _is_main_process():
-        # A LoRA goes to lora/; a full fine-tune (the tiny demo) is a whole model, so model/.
+        # A LoRA goes to lora/; a full fine-tune (full_finetune: true) is a whole model, so model/.
         adapter_dir = output_dir / ("model" if cfg.lora.full_finetune else "lora")
         from pipeline.run.manifest import build_manifest, write_adapter_metadata, write_manifest
 

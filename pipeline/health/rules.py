@@ -31,9 +31,9 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
      [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
 
    A stop sets `control.should_save` and `control.should_training_stop`. transformers 5.17
-   runs on_log inside Trainer._maybe_log_save_evaluate (`self.log(logs, start_time)`,
-   trainer.py line 2192) before it checks `if self.control.should_save:` (line 2202), so
-   the checkpoint of the failing step is written, then the loop breaks. The reason is kept
+   runs on_log inside `Trainer._maybe_log_save_evaluate` (its `self.log(logs, start_time)`)
+   before that same method checks `if self.control.should_save:`, so the checkpoint of the
+   failing step is written, then the loop breaks. The reason is kept
    in `callback.stop_reason` for the driver's summary.json.
 
 Example (what pipeline/train.py does)::

@@ -2,7 +2,8 @@
 
 GRPO learns only from differences within a group: if no completion ever contains
 `<answer>...</answer>`, every format and correctness reward is 0 and there is nothing to learn
-(landscape.md problem 6). A few supervised steps on formatted examples fix that cheaply.
+(a small model that never follows the format stays at reward 0). A few supervised steps on formatted
+examples fix that cheaply.
 
 Examples come from the training rows' worked solutions when the dataset has them (GSM8K does:
 the text before `####`), else from the built-in demo task.
