@@ -170,8 +170,8 @@ class DataArguments:
     overlong_policy: str = _help("drop | error: what to do with prompts over max_prompt_length.", default="drop")
     strict: bool = _help("Turn every rejected row into an error instead of a reported drop.", default=False)
     max_samples: Optional[int] = _help("Use only the first N rows (after cleaning); None = all.", default=None)
-    data_cache_dir: Optional[str] = _help("Where processed datasets are cached; default ~/.cache/grpo-pipeline.",
-                                          default=None)
+    data_cache_dir: Optional[str] = _help("Where processed datasets are cached; default <cache root>/data "
+                                          "($GRPO_CACHE_DIR, else ~/.cache/grpo-pipeline).", default=None)
 
 
 @dataclass
