@@ -60,6 +60,15 @@ def absolute_path(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.abspath(expanded))
 
 
+def cache_root() -> Path:
+    """The project's one cache folder: $GRPO_CACHE_DIR, else $XDG_CACHE_HOME/grpo-pipeline, else
+    ~/.cache/grpo-pipeline. Prepared datasets, the unpacked tokenizer and the built-in models live under it."""
+    root = os.environ.get("GRPO_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "grpo-pipeline"
+    )
+    return Path(root)
+
+
 # --- adapter checks -------------------------------------------------------------------------------
 
 

@@ -24,18 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rewards import DEFAULT_REWARDS as DEFAULT_REWARD_FUNCS  # the notebook's order (light import: no torch)
+from rewards.format import FORMAT_SYSTEM_PROMPT
 
-# The Unsloth Qwen2.5 GRPO notebook's system prompt, newlines included. The data module
-# checks that it survives the chat template verbatim.
-DEFAULT_SYSTEM_PROMPT = """
-Respond in the following format:
-<reasoning>
-...
-</reasoning>
-<answer>
-...
-</answer>
-"""
+# The notebook's system prompt; rewards/format.py owns the format. The data module checks that it
+# survives the chat template verbatim.
+DEFAULT_SYSTEM_PROMPT = FORMAT_SYSTEM_PROMPT
 
 DEFAULT_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 # What Unsloth trains in full rather than as LoRA (unsloth/models/_utils.py EMBEDDING_MODULES).
@@ -58,6 +51,22 @@ class ConfigError(ValueError):
     def __init__(self, field_name: str, message: str):
         self.field = field_name
         super().__init__(f"config error in `{field_name}`: {message}")
+
+
+def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
+                       field_name: str = "max_lora_rank") -> None:
+    """Refuse an adapter rank above max_lora_rank: vLLM sizes its LoRA slots by max_lora_rank when the
+    engine starts and cannot load a larger adapter. The one rank check for training, generate/eval and
+    the Unsloth backend.
+
+    >>> check_adapter_rank(64, 32, what="the adapter at /runs/lora", fix="Pass --max_lora_rank 64.")
+    Traceback (most recent call last):
+    ...
+    pipeline.config.ConfigError: config error in `max_lora_rank`: the adapter at /runs/lora has rank r=64, above max_lora_rank=32; vLLM cannot load it. Pass --max_lora_rank 64.
+    """
+    if rank > max_lora_rank:
+        raise ConfigError(field_name, f"{what} has rank r={rank}, above max_lora_rank={max_lora_rank}; vLLM cannot "
+                                      f"load it. {fix}")
 
 
 def _help(text: str, *, gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
@@ -161,8 +170,8 @@ class DataArguments:
     overlong_policy: str = _help("drop | error: what to do with prompts over max_prompt_length.", default="drop")
     strict: bool = _help("Turn every rejected row into an error instead of a reported drop.", default=False)
     max_samples: Optional[int] = _help("Use only the first N rows (after cleaning); None = all.", default=None)
-    data_cache_dir: Optional[str] = _help("Where processed datasets are cached; default ~/.cache/grpo-pipeline.",
-                                          default=None)
+    data_cache_dir: Optional[str] = _help("Where processed datasets are cached; default <cache root>/data "
+                                          "($GRPO_CACHE_DIR, else ~/.cache/grpo-pipeline).", default=None)
 
 
 @dataclass
@@ -630,9 +639,8 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     if not lo.full_finetune:
         if lo.lora_r <= 0:
             raise ConfigError("lora_r", f"got {lo.lora_r}; use a positive rank such as 16, 32 or 64.")
-        if lo.lora_r > m.max_lora_rank:
-            raise ConfigError("lora_r", f"lora_r ({lo.lora_r}) exceeds max_lora_rank ({m.max_lora_rank}); vLLM "
-                              f"cannot load such an adapter. Raise max_lora_rank to {lo.lora_r} or lower lora_r.")
+        check_adapter_rank(lo.lora_r, m.max_lora_rank, what="the adapter this run trains (lora_r)",
+                           fix=f"Raise max_lora_rank to {lo.lora_r} or lower lora_r.", field_name="lora_r")
 
     if not (g.temperature > 0 and math.isfinite(g.temperature)):
         raise ConfigError("temperature", f"got {g.temperature}; rollouts need sampling, so use a value > 0 "

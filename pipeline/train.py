@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.backends import BackendChoice, choose_backend, load_backend
+from pipeline.backends import BackendChoice, choose_backend, load_backend, on_cpu
 from pipeline.config import ConfigError, PipelineConfig, from_mapping, normalize_argv, parse_config, peek_option
 
 # Repo-relative recipes; `grpo train` with no --config on a GPU uses this one.
@@ -165,7 +165,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     adapter_dir = None
     eval_after = None
     if status == "completed" and _is_main_process():
-        # A LoRA goes to lora/; a full fine-tune (the tiny demo) is a whole model, so model/.
+        # A LoRA goes to lora/; a full fine-tune (full_finetune: true) is a whole model, so model/.
         adapter_dir = output_dir / ("model" if cfg.lora.full_finetune else "lora")
         from pipeline.run.manifest import build_manifest, write_adapter_metadata, write_manifest
 
@@ -300,7 +300,7 @@ def grpo_training_args(cfg: PipelineConfig, backend, model, prepared, output_dir
         report_to=[r.strip() for r in g.report_to.split(",") if r.strip() and r.strip() != "none"] or "none",
         reward_weights=reward_weights,
         log_completions=g.log_completions,
-        gradient_checkpointing=cfg.lora.gradient_checkpointing and not _on_cpu(),
+        gradient_checkpointing=cfg.lora.gradient_checkpointing and not on_cpu(),
         disable_tqdm=True,  # our RewardProgressCallback shows reward / KL / length instead
         **HEALTH_TRAINING_ARGS,  # keep NaN losses visible to the health rules
         **backend.grpo_config_kwargs(cfg, model),
@@ -337,12 +337,6 @@ def _disk_full_is_resumable(trainer, output_dir: Path):
         raise DiskFullError(output_dir, save_size_estimate(trainer.model),
                             f"resume with the same command and --resume auto (it continues from the newest complete "
                             f"checkpoint in {output_dir}).{removed}") from None
-
-
-def _on_cpu() -> bool:
-    import torch
-
-    return not torch.cuda.is_available()
 
 
 def GRPOTrainer_with_hooks(base):  # noqa: N802 (returns a class)
@@ -448,7 +442,9 @@ def _defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Op
     """
     if "--config" in argv:
         return argv, None, ""
-    if choice.name == "unsloth" or _has_cuda():
+    from pipeline.backends import cuda_available  # looked up now, so a test can stand in for the probe
+
+    if choice.name == "unsloth" or cuda_available():
         return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None, f"no --config: using {DEFAULT_GPU_RECIPE}"
     from pipeline.demo.task import DEMO_CONFIG
 
@@ -515,9 +511,3 @@ def _peek_fast_inference(argv: list[str]) -> bool:
     """`fast_inference` from the command line or the recipe, read before TrlParser (which imports trl)."""
     value = str(peek_option(argv, "fast_inference", True)).strip().lower()
     return value not in ("false", "0", "no") and not {"--no_fast_inference", "--no-fast-inference"} & set(argv)
-
-
-def _has_cuda() -> bool:
-    from pipeline.backends import cuda_available
-
-    return cuda_available()

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rewards.format import ANSWER_CLOSE, ANSWER_OPEN
 from rewards.normalize import normalize_answer
 
-ANSWER_OPEN = "<answer>"
-ANSWER_CLOSE = "</answer>"
 GSM8K_MARKER = "####"
 
 

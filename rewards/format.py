@@ -23,6 +23,21 @@ REASONING_OPEN, REASONING_CLOSE = "<reasoning>", "</reasoning>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 TAGS = (REASONING_OPEN, REASONING_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
 
+
+def format_completion(reasoning: str, answer: str) -> str:
+    """The layout these rewards want, with full marks from the strict one: the SFT warm-up's teacher text.
+
+    >>> format_completion(" 6*3=18 ", "18")
+    '<reasoning>\\n6*3=18\\n</reasoning>\\n<answer>\\n18\\n</answer>\\n'
+    >>> strict_format_reward_func([format_completion("r", "18")])
+    [0.5]
+    """
+    return f"{REASONING_OPEN}\n{reasoning.strip()}\n{REASONING_CLOSE}\n{ANSWER_OPEN}\n{answer.strip()}\n{ANSWER_CLOSE}\n"
+
+
+# The Unsloth Qwen2.5 GRPO notebook's system prompt, newlines included (the default `system_prompt`).
+FORMAT_SYSTEM_PROMPT = "\nRespond in the following format:\n" + format_completion("...", "...")
+
 FORMAT_REWARD = 0.5
 TAG_REWARD = 0.125
 TRAILING_PENALTY_PER_CHAR = 0.001

@@ -97,7 +97,7 @@ def test_limits_must_be_positive_or_auto():
 
 
 def test_lora_rank_within_max_lora_rank():
-    with pytest.raises(ConfigError, match=r"lora_r \(128\) exceeds max_lora_rank \(64\).*Raise max_lora_rank to 128"):
+    with pytest.raises(ConfigError, match=r"`lora_r`: .*rank r=128, above max_lora_rank=64.*Raise max_lora_rank to 128"):
         check(lora_r=128)
     assert check(lora_r=128, max_lora_rank=128) == []
 

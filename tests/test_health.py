@@ -9,14 +9,8 @@ import pytest
 from transformers import TrainerControl, TrainerState
 
 from pipeline.config import HealthArguments, PipelineConfig
-from pipeline.health.rules import (
-    HEALTH_TRAINING_ARGS,
-    HealthCallback,
-    HealthState,
-    build_health,
-    make_observer,
-    next_beta,
-)
+from pipeline.health.observer import HealthState, make_observer
+from pipeline.health.rules import HEALTH_TRAINING_ARGS, HealthCallback, build_health, next_beta
 from pipeline.health.metrics import (
     GARBLED_RATE,
     REPETITION_RATE,

@@ -42,7 +42,7 @@ def fake(monkeypatch):
     monkeypatch.delenv(STANDBY, raising=False)
     monkeypatch.delenv("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", raising=False)
     monkeypatch.setattr(backend, "_prepared", None)
-    monkeypatch.setattr(gpu_settings, "cuda_available", lambda: True)
+    monkeypatch.setattr("pipeline.backends.cuda_available", lambda: True)
     monkeypatch.setattr(gpu_settings, "gpu_total_gib", lambda device=0: GPU_GIB)
     handle = fake_unsloth.install()
     yield fake_unsloth
@@ -171,7 +171,7 @@ def test_peft_config_is_always_none():
     [("true", False, "1"), ("auto", True, "1"), ("false", True, None), ("auto", False, None)],
 )
 def test_standby_variable_is_set_before_import_unsloth(fake, monkeypatch, setting, has_cuda, expected):
-    monkeypatch.setattr(gpu_settings, "cuda_available", lambda: has_cuda)
+    monkeypatch.setattr("pipeline.backends.cuda_available", lambda: has_cuda)
     prepared = backend.prepare_environment(make_cfg(vllm_standby=setting))
     assert fake.import_state()["UNSLOTH_VLLM_STANDBY"] == expected
     assert prepared.standby is (expected == "1")

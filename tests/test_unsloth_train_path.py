@@ -81,7 +81,7 @@ def install_recording_unsloth(monkeypatch, vllm_installed: bool = True):
 @pytest.fixture
 def run_unsloth(monkeypatch, tmp_path):
     """run_training on the unsloth backend against the fake (a 22.5 GiB GPU); returns (RunResult, fake module)."""
-    monkeypatch.setattr(gpu_settings, "cuda_available", lambda: True)
+    monkeypatch.setattr("pipeline.backends.cuda_available", lambda: True)
     monkeypatch.setattr(gpu_settings, "gpu_total_gib", lambda device=0: 22.5)
     handle, _ = install_recording_unsloth(monkeypatch)
 

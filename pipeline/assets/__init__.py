@@ -13,17 +13,12 @@ import os
 import shutil
 from pathlib import Path
 
+from env.paths import cache_root
+
 ASSETS_DIR = Path(__file__).resolve().parent
 QWEN_TOKENIZER_SRC = ASSETS_DIR / "qwen2.5-tokenizer"
-# sha256 of the uncompressed tokenizer.json (byte-identical to ../shared/assets).
+# sha256 of the uncompressed tokenizer.json, checked after unpacking.
 QWEN_TOKENIZER_JSON_SHA256 = "6588e6818d742ba76d711e504638dcc1ce3873c0cce8943a9cd8a83e4f760f32"
-
-
-def _cache_root() -> Path:
-    root = os.environ.get("GRPO_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "grpo-pipeline"
-    )
-    return Path(root)
 
 
 def qwen_tokenizer_dir() -> Path:
@@ -32,7 +27,7 @@ def qwen_tokenizer_dir() -> Path:
     The first call unpacks tokenizer.json.xz into the cache (atomically, so two processes
     racing each other both end with a complete copy); later calls only check the hash file.
     """
-    target = _cache_root() / f"qwen2.5-tokenizer-{QWEN_TOKENIZER_JSON_SHA256[:12]}"
+    target = cache_root() / f"qwen2.5-tokenizer-{QWEN_TOKENIZER_JSON_SHA256[:12]}"
     if (target / "tokenizer.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

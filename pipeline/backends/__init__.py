@@ -18,6 +18,9 @@ from types import ModuleType
 
 from pipeline.config import ConfigError
 
+# What `grpo export --to` accepts; each backend's `export` refuses the ones it cannot do (plain: gguf).
+EXPORT_METHODS = ("merged16", "merged4", "gguf")
+
 
 @dataclass(frozen=True)
 class BackendChoice:
@@ -36,6 +39,14 @@ def cuda_available() -> bool:
     from env.probes import cuda_usability
 
     return cuda_usability().usable
+
+
+def on_cpu() -> bool:
+    """True when this process has no CUDA device for torch. It imports torch, so it is for code past the
+    backend choice (trainer arguments, the warm-up); choosing a backend asks `cuda_available` instead."""
+    import torch
+
+    return not torch.cuda.is_available()
 
 
 def mixed_precision(model) -> dict[str, bool]:

@@ -20,6 +20,7 @@ import os
 import warnings
 from typing import Optional
 
+from pipeline import backends
 from pipeline.config import ConfigError, PipelineConfig
 
 # unsloth_zoo/vllm_utils.py:4449-4480 (the vLLM >= 0.11 branch; the pinned vLLM is 0.31.0).
@@ -54,13 +55,6 @@ NO_STANDBY_TABLE: tuple[tuple[float, float], ...] = (
 )
 
 
-def cuda_available() -> bool:
-    """True when torch could use a CUDA GPU; asked without importing torch (see pipeline.backends.cuda_available)."""
-    from pipeline.backends import cuda_available as _cuda_available
-
-    return _cuda_available()
-
-
 def gpu_total_gib(device: int = 0) -> float:
     """Total memory of the GPU in GiB, the unit Unsloth's standby tiers use."""
     import torch
@@ -91,7 +85,7 @@ def standby_enabled(cfg: PipelineConfig, has_cuda: Optional[bool] = None) -> boo
     if value == "false":
         return False
     if value == "auto":
-        return cuda_available() if has_cuda is None else bool(has_cuda)
+        return backends.cuda_available() if has_cuda is None else bool(has_cuda)
     raise ConfigError("vllm_standby", f"got {cfg.model.vllm_standby!r}; choose auto, true or false.")
 
 

@@ -11,6 +11,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Optional
 
+from pipeline.backends import EXPORT_METHODS
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 
@@ -207,8 +208,8 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
 
         if not (torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes")):
             raise ConfigError("to", "merged4 needs a CUDA GPU with bitsandbytes (4-bit weights). Use merged16 on CPU.")
-    if method not in ("merged16", "merged4"):
-        raise ConfigError("to", f"got {method!r}; choose merged16, merged4 or gguf.")
+    if method not in EXPORT_METHODS:
+        raise ConfigError("to", f"got {method!r}; choose one of {', '.join(EXPORT_METHODS)}.")
     from peft import PeftModel
 
     fp_cfg = cfg.replace(load_in_4bit=False)  # merge into full-precision weights, never into rounded 4-bit ones

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import absolute_path
-from pipeline.backends import mixed_precision
+from pipeline.backends import EXPORT_METHODS, mixed_precision
 from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
     EVAL_SLEEP_LEVEL,
     choose_gpu_memory_utilization,
@@ -40,6 +40,7 @@ from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.py:4476-
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     ConfigError,
     PipelineConfig,
+    check_adapter_rank,
     sampling_params_mapping,
     validate_unsloth,
 )
@@ -49,7 +50,6 @@ NAME = "unsloth"
 
 STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
 # `--to` values of `grpo export`, the same names the plain backend takes.
-EXPORT_METHODS = ("merged16", "merged4", "gguf")
 DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (save.py:4602)
 # save_pretrained_gguf writes the merged 16-bit checkpoint into save_directory and the .gguf
 # files into the SIBLING folder f"{save_directory}_gguf" (save.py:3965-3967). We point
@@ -325,12 +325,8 @@ def _check_adapter_rank(adapter: Any, cfg: PipelineConfig) -> None:
     """Refuse before loading anything: vLLM reserves LoRA slots of max_lora_rank at start-up, and
     unsloth_zoo would only refuse after the engine is built (vllm_utils.py:5572-5590)."""
     rank = int(adapter.r)
-    if rank > cfg.model.max_lora_rank:
-        raise ConfigError(
-            "max_lora_rank",
-            f"the adapter at {adapter.path} has rank r={rank}, above max_lora_rank={cfg.model.max_lora_rank}, so "
-            f"vLLM cannot serve it. Pass --max_lora_rank {rank} (or higher).",
-        )
+    check_adapter_rank(rank, cfg.model.max_lora_rank, what=f"the adapter at {adapter.path}",
+                       fix=f"Pass --max_lora_rank {rank} (or higher).")
 
 
 class UnslothGenerator:

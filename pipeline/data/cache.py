@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import publish_once
+from env.paths import cache_root, publish_once
 
 # Bump when the prepared columns or the cleaning rules change, so old caches are not reused.
 DATA_FORMAT_VERSION = 1
@@ -24,19 +23,11 @@ REPORT_IN_CACHE = "report.json"
 DATASET_IN_CACHE = "dataset"
 
 
-def default_cache_root() -> Path:
-    """~/.cache/grpo-pipeline (or $GRPO_CACHE_DIR, or $XDG_CACHE_HOME/grpo-pipeline), as pipeline.assets uses."""
-    root = os.environ.get("GRPO_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "grpo-pipeline"
-    )
-    return Path(root)
-
-
 def data_cache_root(data_cache_dir: Optional[str]) -> Path:
     """Where prepared datasets live: `data_cache_dir` from the config, else <cache root>/data."""
     if data_cache_dir:
         return Path(data_cache_dir).expanduser().resolve()
-    return default_cache_root() / "data"
+    return cache_root() / "data"
 
 
 def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:

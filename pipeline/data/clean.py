@@ -21,7 +21,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-GSM8K_MARKER = "####"
+from rewards.extract import GSM8K_MARKER
 BOM = "\ufeff"
 
 REJECT_REASONS = (

@@ -48,9 +48,9 @@ def render_prompts(tokenizer: Any, conversations: Sequence[list[dict[str, str]]]
 def check_system_prompt_survives(tokenizer: Any, system_prompt: Optional[str]) -> str:
     """Render one probe prompt and make sure the system prompt appears in it verbatim.
 
-    Some templates drop the system role, rewrite it, or escape newlines (the pitfalls guide
-    reports `\\n` turning into a literal backslash-n); the model would then never see the
-    format instructions the rewards check for. Returns the rendered probe text.
+    Some templates drop the system role, rewrite it, or escape newlines (a `\\n` turning into a
+    literal backslash-n); the model would then never see the format instructions the rewards check for.
+    Returns the rendered probe text.
 
     >>> from pipeline.assets import load_qwen_tokenizer
     >>> text = check_system_prompt_survives(load_qwen_tokenizer(), "Line one.\\nLine two.")

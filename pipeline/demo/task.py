@@ -29,7 +29,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import publish_once
+from env.paths import cache_root, publish_once
+from pipeline.data.prompts import build_prompt
+from rewards.format import format_completion
 
 # Bump when the tokenizer, the architecture or the seed changes: the cached folder is keyed by it,
 # so a stale model is never reused (and an adapter trained on version N never meets version N+1).
@@ -169,13 +171,6 @@ def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 
         with torch.no_grad():
             model.model.norm.weight.fill_(final_norm_weight)
     return model.to(torch.float32)
-
-
-def cache_root() -> Path:
-    """Where built-in models are saved: $GRPO_CACHE_DIR, else ~/.cache/grpo-pipeline."""
-    from pipeline.assets import _cache_root
-
-    return _cache_root()
 
 
 def _is_saved_model(folder: Path) -> bool:
@@ -330,9 +325,9 @@ def sft_examples(n: int, seed: int = 0, system_prompt: str = DEMO_SYSTEM_PROMPT)
     for _ in range(n):
         problem = rng.choice(pool)
         answer = problem["first_operand"] if rng.random() < SLOPPY_ANSWER_RATE else problem["answer"]
-        completion = f"<reasoning>\n{problem['solution']}\n</reasoning>\n<answer>\n{answer}\n</answer>\n"
+        completion = format_completion(problem["solution"], answer)
         examples.append({
-            "prompt": [{"role": "system", "content": system_prompt}, {"role": "user", "content": problem["question"]}],
+            "prompt": build_prompt(system_prompt, problem["question"]),
             "completion": [{"role": "assistant", "content": completion}],
         })
     return examples

@@ -2,21 +2,8 @@
 
 Two pieces, built together by `build_health(cfg, tokenizer)`:
 
-1. The observer (`__name__ == "health"`) is passed to GRPOTrainer as one more reward
-   function, because that is where TRL hands user code the decoded completions and their
-   token ids. It computes the monitors in pipeline/health/metrics.py and reports them twice:
-   through TRL's `log_metric` (averaged per logging step, so they reach metrics.jsonl,
-   tensorboard and wandb as `health/*`) and into a shared `HealthState` that the callback
-   reads when `log_metric` is missing (an older or patched trainer).
-
-   It returns 0.0 for every completion, not None. Either leaves the training reward
-   unchanged (0.0 adds nothing to the weighted sum, whatever its weight; TRL's nansum skips
-   None's NaN), but they log differently: with None, TRL's rewards/health/mean and /std are
-   NaN every step (written as null by TRL's log averaging), the completions table shows NaN
-   in a "health" column, and a user scanning for NaN - the first sign of a dead run - finds
-   a false alarm in every line. With 0.0 the line is a flat, obviously inert zero. The
-   training driver gives it weight 0.0 anyway, so the observer never moves an advantage
-   even under a future aggregation that would treat a constant column differently.
+1. The observer (pipeline/health/observer.py), one more reward function that measures every
+   generation batch and shares what it saw through a `HealthState`.
 
 2. `HealthCallback` (a transformers TrainerCallback) applies the rules in `on_log`, where
    the logs hold TRL's loss, grad_norm and kl next to the health metrics:
@@ -31,9 +18,9 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
      [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
 
    A stop sets `control.should_save` and `control.should_training_stop`. transformers 5.17
-   runs on_log inside Trainer._maybe_log_save_evaluate (`self.log(logs, start_time)`,
-   trainer.py line 2192) before it checks `if self.control.should_save:` (line 2202), so
-   the checkpoint of the failing step is written, then the loop breaks. The reason is kept
+   runs on_log inside `Trainer._maybe_log_save_evaluate` (its `self.log(logs, start_time)`)
+   before that same method checks `if self.control.should_save:`, so the checkpoint of the
+   failing step is written, then the loop breaks. The reason is kept
    in `callback.stop_reason` for the driver's summary.json.
 
 Example (what pipeline/train.py does)::
@@ -52,21 +39,14 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from pipeline.config import ConfigError, HealthArguments, PipelineConfig
-from pipeline.health.metrics import (
-    BETA,
-    GARBLED_RATE,
-    OBSERVER_NAME,
-    REPETITION_RATE,
-    batch_health,
-    incomplete_utf8_token_ids,
-)
+from pipeline.health.metrics import BETA, GARBLED_RATE, REPETITION_RATE, incomplete_utf8_token_ids
+from pipeline.health.observer import HealthState, make_observer
 
 logger = logging.getLogger(__name__)
 
@@ -82,84 +62,6 @@ NON_FINITE_KEYS = ("loss", "grad_norm", "kl")
 # Adaptive beta: multiplicative controller with a dead band, like the adaptive KL controller of
 # Ziegler et al. (2019) but step-wise; a factor of 1.5 moves beta 10x in about 6 logged steps.
 BETA_STEP = 1.5
-
-
-@dataclass
-class HealthState:
-    """What the observer saw since the last log, shared with the callback.
-
-    `pending` holds the per-batch values not yet logged (averaged and cleared at each log),
-    `latest` the most recent batch, `beta` the trainer's current beta (the observer logs it).
-    """
-
-    pending: dict[str, list[float]] = field(default_factory=dict)
-    latest: dict[str, float] = field(default_factory=dict)
-    batches: int = 0
-    beta: float | None = None
-
-    def record(self, metrics: dict[str, float]) -> None:
-        self.latest = dict(metrics)
-        self.batches += 1
-        for name, value in metrics.items():
-            self.pending.setdefault(name, []).append(value)
-
-    def flush(self) -> dict[str, float]:
-        """Mean of each metric since the last flush (the same averaging TRL's log_metric does)."""
-        means = {name: sum(v) / len(v) for name, v in self.pending.items() if v}
-        self.pending = {}
-        return means
-
-
-def make_observer(
-    state: HealthState,
-    incomplete_ids: frozenset[int],
-    tokenizer: Any = None,
-) -> Callable[..., list[float]]:
-    """Build the observer reward function (named "health") that measures each generation batch.
-
-    TRL calls it like any reward function: `prompts`, `completions`, `completion_ids`, the
-    dataset columns, and `log_metric`. When `completion_ids` is missing, the completions are
-    re-tokenized with `tokenizer` (without one that is an error, since lengths and repetition
-    are measured in tokens).
-
-    >>> state = HealthState()
-    >>> observer = make_observer(state, frozenset({9}))
-    >>> logged = {}
-    >>> observer(completions=["<answer>4</answer>", "\\ufffd"], completion_ids=[[1, 2], [9]],
-    ...          log_metric=lambda name, value: logged.__setitem__(name, value))
-    [0.0, 0.0]
-    >>> logged["health/garbled_rate"], logged["health/no_answer_rate"], state.batches
-    (0.5, 0.5, 1)
-    """
-
-    def health(
-        prompts: Sequence[Any] | None = None,
-        completions: Sequence[Any] | None = None,
-        completion_ids: Sequence[Sequence[int]] | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        **_: Any,
-    ) -> list[float]:
-        completions = list(completions or [])
-        if completion_ids is None:
-            if tokenizer is None:
-                raise ValueError("the health observer got no completion_ids and has no tokenizer to rebuild them; "
-                                 "build it with build_health(cfg, tokenizer).")
-            from rewards.completions import completion_text
-
-            completion_ids = [tokenizer.encode(completion_text(c) or "", add_special_tokens=False)
-                              for c in completions]
-        metrics = batch_health(completions, [list(ids) for ids in completion_ids], incomplete_ids)
-        if state.beta:  # only runs with a KL term (beta > 0) have a beta worth plotting
-            metrics[BETA] = float(state.beta)
-        state.record(metrics)
-        if log_metric is not None:
-            for name, value in metrics.items():
-                log_metric(name, value)
-        return [0.0] * len(completions)
-
-    health.__name__ = OBSERVER_NAME
-    health.__qualname__ = OBSERVER_NAME
-    return health
 
 
 def next_beta(beta: float, kl: float, target: float, beta_min: float, beta_max: float,

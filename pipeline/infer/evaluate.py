@@ -30,11 +30,6 @@ def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None) 
     return [{"prompt": row["prompt"], "answer": row["answer"], "id": row["id"]} for row in prepared.dataset]
 
 
-def render_prompts(tokenizer, messages_list: list[list[dict[str, str]]]) -> list[str]:
-    """Chat-templated prompt texts, exactly as TRL renders them for training."""
-    return [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages_list]
-
-
 def score_completions(tokenizer, completions: list[str], answers: list[Optional[str]]) -> list[dict[str, Any]]:
     """Per completion: extracted answer, correct, format_valid, token length, garbled."""
     from pipeline.health.metrics import is_garbled
@@ -60,6 +55,8 @@ def score_completions(tokenizer, completions: list[str], answers: list[Optional[
 def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], system_prompt: str, max_tokens: int,
                   temperature: float = 0.0, top_p: float = 1.0) -> dict[str, Any]:
     """Generate for every row and aggregate. Greedy (temperature 0) by default, so runs are comparable."""
+    from pipeline.data.prompts import render_prompts
+
     del system_prompt  # already inside each row's prompt messages; kept in the signature for readers
     prompts = render_prompts(tokenizer, [row["prompt"] for row in rows])
     completions = generator.generate(prompts, max_tokens=max_tokens, temperature=temperature, top_p=top_p)

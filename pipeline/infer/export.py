@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Optional
 
-EXPORT_METHODS = ("merged16", "merged4", "gguf")
+from pipeline.backends import EXPORT_METHODS
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -40,7 +40,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if out.exists() and not args.overwrite:
         print(f"error: --out {out} already exists; choose a new folder or pass --overwrite", file=sys.stderr)
         return 2
-    if adapter is None:  # a full fine-tune (the tiny demo): the folder already is the merged model
+    if adapter is None:  # a full fine-tune (full_finetune: true): the folder already is the merged model
         if args.to != "merged16":
             print(f"error: {args.lora} is a fully fine-tuned model, not a LoRA; only --to merged16 (a copy) "
                   "applies to it", file=sys.stderr)

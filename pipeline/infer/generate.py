@@ -46,14 +46,14 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
     From Python: `generate_answers(["What is 2+3?"], lora="outputs/run/lora")` or
     `generate_answers([...], base=True, run="outputs/run")`; options are `grpo generate`'s flags.
     """
-    from pipeline.infer.evaluate import render_prompts, score_completions
+    from pipeline.data.prompts import build_prompt, render_prompts
+    from pipeline.infer.evaluate import score_completions
     from pipeline.infer.session import inference_args, open_inference
 
     setup = open_inference(args if args is not None else inference_args(**options))  # verifies before loading
     if setup is None:
         raise AdapterRefused("see the error above")
-    messages = [[{"role": "system", "content": setup.system_prompt}, {"role": "user", "content": p}]
-                for p in prompts]
+    messages = [build_prompt(setup.system_prompt, p) for p in prompts]  # the same chat as a training row
     texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
                                      temperature=setup.temperature, top_p=setup.top_p)
     scored = score_completions(setup.tokenizer, texts, [None] * len(texts))

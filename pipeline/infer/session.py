@@ -166,7 +166,7 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     """Verify paths and settings, then load the generator. Returns None (after printing why) on bad input."""
     from env.paths import AdapterError, absolute_path
     from pipeline.backends import choose_backend, load_backend
-    from pipeline.config import ConfigError
+    from pipeline.config import ConfigError, check_adapter_rank
     from pipeline.run.manifest import ManifestError, find_manifest
 
     # vLLM's SamplingParams ranges (it raises VLLMValidationError, a traceback, at the first prompt); the plain
@@ -225,10 +225,13 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
         return None
     max_lora_rank = args.max_lora_rank or (manifest or {}).get("max_lora_rank") or 64
     uses_vllm = ((manifest or {}).get("config") or {}).get("fast_inference", True)  # false: Unsloth without vLLM
-    if adapter is not None and uses_vllm and adapter.r > max_lora_rank:
-        _error(f"adapter {adapter.path} has rank r={adapter.r}, above max_lora_rank={max_lora_rank}; vLLM cannot "
-               f"load it. Pass --max_lora_rank {adapter.r}.")
-        return None
+    if adapter is not None and uses_vllm:
+        try:
+            check_adapter_rank(adapter.r, max_lora_rank, what=f"adapter {adapter.path}",
+                               fix=f"Pass --max_lora_rank {adapter.r}.")
+        except ConfigError as err:
+            _error(str(err))
+            return None
     mismatch = adapter_mismatch(adapter, base_model) if adapter is not None else None
     if mismatch:
         _error(mismatch)

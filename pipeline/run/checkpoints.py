@@ -7,7 +7,7 @@ but are truncated, and `--resume auto` would crash on them every time. So each w
 safetensors header must describe bytes the file really has, and each torch-saved file (optimizer.pt,
 scheduler.pt, rng_state*.pth, training_args.bin: torch.save writes a zip archive) must have an intact
 zip directory whose members fit in the file. Both checks read a few KB, not the gigabytes.
-The pitfalls guide's advice to delete `checkpoint-*` folders loses data; we move them to
+A broken checkpoint is never deleted (it may hold the only copy of some state): we move it to
 `output_dir/corrupt/` and say so.
 """
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -13,15 +12,8 @@ FINAL_METRIC_KEYS = ("reward", "reward_std", "kl", "loss", "grad_norm", "complet
                      "health/garbled_rate", "health/repetition_rate", "health/no_answer_rate")
 
 
-def read_metrics(output_dir: Path) -> list[dict[str, Any]]:
-    path = output_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def final_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The last logged value of each key (train-end records such as train_runtime included)."""
+    """The last logged value of each key, rows in step order (train-end records such as train_runtime included)."""
     last: dict[str, Any] = {}
     for record in records:
         last.update(record)
@@ -33,9 +25,11 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
                   eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str],
                   health: Optional[dict[str, Any]] = None,
                   plot_settings: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    from pipeline.run.plots import plot_run
+    from pipeline.run.plots import METRICS_FILE, plot_run, read_metrics
 
-    records = read_metrics(output_dir)
+    # one reader for metrics.jsonl: rows merged per step, a torn last line skipped with a warning
+    metrics_path = output_dir / METRICS_FILE
+    records = list(read_metrics(metrics_path).values()) if metrics_path.is_file() else []
     plots = [str(p) for p in plot_run(output_dir, **(plot_settings or {}))] if records else []
     summary = {
         "status": status,

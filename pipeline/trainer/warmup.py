@@ -2,7 +2,8 @@
 
 GRPO learns only from differences within a group: if no completion ever contains
 `<answer>...</answer>`, every format and correctness reward is 0 and there is nothing to learn
-(landscape.md problem 6). A few supervised steps on formatted examples fix that cheaply.
+(a small model that never follows the format stays at reward 0). A few supervised steps on formatted
+examples fix that cheaply.
 
 Examples come from the training rows' worked solutions when the dataset has them (GSM8K does:
 the text before `####`), else from the built-in demo task.
@@ -20,15 +21,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.config import PipelineConfig
+from rewards.format import format_completion
 
 MAX_WARMUP_EXAMPLES = 256
 WARMUP_DIR = "warmup"
 WARMUP_KEY_NAME = "warmup.json"
-
-
-def format_completion(reasoning: str, answer: str) -> str:
-    """The target format, exactly as the strict format reward wants it."""
-    return f"<reasoning>\n{reasoning.strip()}\n</reasoning>\n<answer>\n{answer.strip()}\n</answer>\n"
 
 
 def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
@@ -110,14 +107,12 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
     examples = warmup_examples(cfg, prepared)
     print(f"[grpo] format warm-up: {cfg.health.sft_warmup_steps} SFT steps on {len(examples)} formatted examples",
           flush=True)
-    import torch
+    from pipeline.backends import mixed_precision, on_cpu
 
-    from pipeline.backends import mixed_precision
-
-    on_cpu = not torch.cuda.is_available()
+    cpu = on_cpu()
     # From the model's dtype, not from what the GPU supports: Unsloth's SFTTrainer raises when they disagree
     # (a dtype: float16 model on an Ampere card), and the plain backend's model dtype is the one it chose.
-    precision = {"bf16": False, "fp16": False} if on_cpu else mixed_precision(model)
+    precision = {"bf16": False, "fp16": False} if cpu else mixed_precision(model)
     args = SFTConfig(
         output_dir=str(output_dir / "sft_warmup"),
         max_steps=cfg.health.sft_warmup_steps,
@@ -130,7 +125,7 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
         save_strategy="no",  # no mid-warm-up checkpoints; the result is saved to warmup/ at the end
         report_to="none",
         seed=cfg.grpo.seed,
-        use_cpu=on_cpu,
+        use_cpu=cpu,
         **precision,
         gradient_checkpointing=False,
         completion_only_loss=True,  # learn the answer format, not to parrot the prompt
