@@ -33,7 +33,7 @@ def step_records(run_dir: Path) -> list[dict]:
 
 
 def test_tiny_qwen_lora_params_change_and_artifacts_verify(tmp_path):
-    """Issue 5: tiny Qwen2 + the real Qwen2.5 tokenizer + LoRA, 2 real steps."""
+    """Tiny Qwen2 + the real Qwen2.5 tokenizer + LoRA, 2 real steps."""
     import torch
     from transformers import TrainerCallback
 
