@@ -7,5 +7,7 @@ Modules (each has one job, and none imports torch, transformers, trl, peft, unsl
 - `env.probes`  reads facts about this machine: Python, OS, installed versions, GPU.
 - `env.doctor`  assembles and prints the `grpo env` report.
 - `env.imports` checks that unsloth was imported before trl/transformers/peft.
-- `env.paths`   absolute paths, LoRA adapter checks, atomic directory and file writes.
+- `env.paths`   absolute paths, atomic directory and file writes, first-complete-copy-wins caches.
+- `env.adapters` checks that a folder holds a usable LoRA adapter (config and weights, from the files).
+- `env.disk`    recognises a full disk while saving and says how much room a save needs.
 """

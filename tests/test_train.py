@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from safetensors.numpy import load_file
 
-from env.paths import verify_adapter_dir
+from env.adapters import verify_adapter_dir
 from pipeline.train import EXIT_HEALTH_STOP, EXIT_INTERRUPTED, run_training
 from train_helpers import demo_config, tiny_qwen_config
 

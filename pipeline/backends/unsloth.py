@@ -313,7 +313,7 @@ def _normalised_model_name(name: str) -> str:
 
 
 def _warn_if_other_base(adapter: Any, base_model: str) -> None:
-    recorded = adapter.base_model_name_or_path  # from adapter_config.json (env.paths.AdapterInfo)
+    recorded = adapter.base_model_name_or_path  # from adapter_config.json (env.adapters.AdapterInfo)
     if recorded and _normalised_model_name(recorded) != _normalised_model_name(base_model):
         warnings.warn(
             f"The adapter at {adapter.path} was trained on {recorded!r} (adapter_config.json) but base model "
@@ -434,7 +434,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
 
     With fast_inference: false, see `_load_transformers_generator` (no vLLM).
 
-    `adapter` is an env.paths.AdapterInfo from verify_adapter_dir, so `adapter.path` is absolute:
+    `adapter` is an env.adapters.AdapterInfo from verify_adapter_dir, so `adapter.path` is absolute:
     vLLM treats a relative path that does not exist from its working directory as a Hub repo id
     (vllm/lora/utils.py get_adapter_absolute_path). The tokenizer is the one from_pretrained
     returns, the same call training made.
