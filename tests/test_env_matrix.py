@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from env.compat import METADATA_DIR, check_set, load_metadata, metadata_filename, pyproject_disagreements
-from env.doctor import known_bad_applies
+from env.report import known_bad_applies
 from env.fetch_metadata import metadata_targets
 from env.matrix import MATRIX_PATH, MatrixError, load_matrix, matrix_from_dict, pip_install_command
 
