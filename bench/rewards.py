@@ -15,7 +15,7 @@ to judge accuracy: they were written alongside the rewards.
 Accuracy is scored on text nobody here wrote (--gsm8k, see GSM8K_HELP) and on peer projects'
 public test cases (bench/rewards_peers.py).
 
-The notebook's functions (Unsloth Qwen2.5 GRPO notebook, see shared docs upstream-apis §6)
+The notebook's functions (unslothai/notebooks nb/Qwen2.5_(3B)-GRPO.ipynb, see env/known_good.toml [notebook])
 are re-implemented below verbatim in logic. They crash on None/non-string content, so they
 get "" in place of those; ours get the raw batch. math_verify is imported and warmed up
 before timing (its one-off import cost is printed separately): a training run pays it once.

@@ -5,7 +5,10 @@ Modules (each has one job, and none imports torch, transformers, trl, peft, unsl
 - `env.matrix`  loads `env/known_good.toml` (pins, known-bad combinations, platform profiles).
 - `env.compat`  checks a pinned set against the packages' declared METADATA (offline, from `env/metadata/`).
 - `env.probes`  reads facts about this machine: Python, OS, installed versions, GPU.
-- `env.doctor`  assembles and prints the `grpo env` report.
+- `env.report`  assembles the `grpo env` report (packages vs the matrix, GPU, known-bad, training modes).
+- `env.doctor`  prints that report and sets the exit status (`grpo env`).
 - `env.imports` checks that unsloth was imported before trl/transformers/peft.
-- `env.paths`   absolute paths, LoRA adapter checks, atomic directory and file writes.
+- `env.paths`   absolute paths, atomic directory and file writes, first-complete-copy-wins caches.
+- `env.adapters` checks that a folder holds a usable LoRA adapter (config and weights, from the files).
+- `env.disk`    recognises a full disk while saving and says how much room a save needs.
 """

@@ -1,10 +1,12 @@
-"""Path helpers every save and load goes through.
+"""Where files go and how they are written: absolute paths, and writes a crash cannot leave half done.
 
 Why: vLLM resolves a relative LoRA path against the *engine process's* working directory and, when it
 is not there, treats the string as a Hugging Face repo id (vllm#6231); Unsloth passes the path through
 unchanged. A path made absolute at the moment the user gives it removes that whole class of bugs.
 And a training run killed mid-save must never leave a half-written adapter under the final name, which
-the next `load_lora` would happily read.
+the next `load_lora` would happily read: every folder and state file is written under a hidden sibling
+name and renamed into place. Checking that a folder holds a usable adapter is `env.adapters`; telling a
+full disk apart from other save failures is `env.disk`.
 """
 
 from __future__ import annotations
@@ -16,20 +18,10 @@ import re
 import secrets
 import shutil
 import stat
-import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ADAPTER_CONFIG = "adapter_config.json"
-# The order is PEFT's: it writes safetensors unless told otherwise, and loads it first.
-ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-# Sub-folders a trainer commonly saves the adapter into; used only to suggest "did you mean ...?".
-_LIKELY_SUBDIRS = ("lora", "adapter", "final", "lora_adapter")
-# A safetensors header is JSON describing tensors; 100 MB is far beyond any adapter's and guards
-# against reading a garbage length from a file that is not safetensors at all.
-_MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 _UNEXPANDED_VAR = re.compile(r"\$(\w+|\{[^}]*\})")
 
 
@@ -67,235 +59,6 @@ def cache_root() -> Path:
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "grpo-pipeline"
     )
     return Path(root)
-
-
-# --- adapter checks -------------------------------------------------------------------------------
-
-
-class AdapterError(FileNotFoundError, ValueError):
-    """A LoRA adapter directory is missing, incomplete or unreadable.
-
-    It is both a `FileNotFoundError` (the usual case: something is not there) and a `ValueError`
-    (a file is there but invalid), so callers can catch whichever reads naturally.
-
-    Attributes:
-        path: the absolute adapter directory that was checked.
-        missing: what is missing or broken, e.g. "adapter_config.json" or "adapter_config.json: r".
-    """
-
-    def __init__(self, path: Path, missing: str, message: str) -> None:
-        super().__init__(message)
-        self.path = path
-        self.missing = missing
-        self.filename = str(path)
-
-    def __str__(self) -> str:  # OSError.__str__ would add "[Errno None]"-style noise
-        return str(self.args[0])
-
-
-@dataclass(frozen=True)
-class AdapterInfo:
-    """What `verify_adapter_dir` found: enough to rebuild the LoRA and to know what it was trained on."""
-
-    path: Path
-    base_model_name_or_path: str | None
-    r: int
-    lora_alpha: float | None
-    target_modules: list[str] | str | None  # PEFT allows a list or a regex string
-    modules_to_save: list[str] | None
-    weights_file: Path
-    config: dict[str, Any] = field(repr=False, default_factory=dict)
-
-
-def verify_adapter_dir(path: str | os.PathLike[str]) -> AdapterInfo:
-    """Check a saved LoRA adapter directory and return what it holds, without importing torch or peft.
-
-    Checks, in order: the directory exists; `adapter_config.json` is a readable JSON object with a
-    positive integer `r`; `adapter_model.safetensors` (or `.bin`) is a readable, non-empty file, and a
-    safetensors file has a valid header whose tensors fit in the file (a save killed midway fails here).
-
-    Raises:
-        AdapterError: naming the absolute path, the missing piece, and a hint when one applies.
-
-    >>> verify_adapter_dir("/nonexistent/lora")
-    Traceback (most recent call last):
-    ...
-    env.paths.AdapterError: LoRA adapter directory /nonexistent/lora does not exist
-    """
-    directory = absolute_path(path)
-
-    def fail(missing: str, problem: str) -> AdapterError:
-        hint = _hint(directory)
-        return AdapterError(directory, missing, problem + (f"; {hint}" if hint else ""))
-
-    if not directory.exists():
-        given_absolute = os.path.isabs(os.path.expandvars(os.path.expanduser(os.fspath(path))))
-        relative = "" if given_absolute else f" (relative path resolved against {Path.cwd()})"
-        raise fail("directory", f"LoRA adapter directory {directory} does not exist{relative}")
-    if not directory.is_dir():
-        raise fail("directory", f"LoRA adapter path {directory} is a file, not a directory")
-
-    config_path = directory / ADAPTER_CONFIG
-    config = _read_config(config_path, fail)
-    weights = _find_weights(directory, fail)
-    r = config["r"]
-    return AdapterInfo(
-        path=directory,
-        base_model_name_or_path=config.get("base_model_name_or_path"),
-        r=r,
-        lora_alpha=config.get("lora_alpha"),
-        target_modules=config.get("target_modules"),
-        modules_to_save=config.get("modules_to_save"),
-        weights_file=weights,
-        config=config,
-    )
-
-
-def _read_config(config_path: Path, fail) -> dict[str, Any]:
-    if not config_path.exists():
-        raise fail(ADAPTER_CONFIG, f"{ADAPTER_CONFIG} is missing in {config_path.parent}")
-    if not config_path.is_file():
-        raise fail(ADAPTER_CONFIG, f"{config_path} is not a regular file")
-    try:
-        text = config_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise fail(ADAPTER_CONFIG, f"{config_path} cannot be read: {err}") from err
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise fail(
-            ADAPTER_CONFIG, f"{config_path} is not valid JSON ({err}); the save was probably interrupted"
-        ) from err
-    if not isinstance(config, dict):
-        raise fail(ADAPTER_CONFIG, f"{config_path} must hold a JSON object, found {type(config).__name__}")
-    r = config.get("r")
-    # bool is an int subclass; `"r": true` is a corrupted file, not rank 1.
-    if "r" not in config:
-        raise fail(f"{ADAPTER_CONFIG}: r", f"{config_path} has no 'r' (LoRA rank); it is not a LoRA adapter config")
-    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
-        raise fail(f"{ADAPTER_CONFIG}: r", f"{config_path}: 'r' must be a positive integer, found {r!r}")
-    return config
-
-
-def _find_weights(directory: Path, fail) -> Path:
-    for name in ADAPTER_WEIGHTS:
-        weights = directory / name
-        if weights.exists():
-            break
-    else:
-        raise fail(ADAPTER_WEIGHTS[0], f"no adapter weights ({' or '.join(ADAPTER_WEIGHTS)}) in {directory}")
-    if not weights.is_file():
-        raise fail(weights.name, f"{weights} is not a regular file")
-    try:
-        size = weights.stat().st_size
-        if size == 0:
-            raise fail(weights.name, f"{weights} is empty; the save was probably interrupted")
-        with open(weights, "rb") as handle:
-            head = handle.read(8)  # reading proves the file is readable, whatever its format
-            if weights.suffix == ".safetensors":
-                _check_safetensors(handle, head, size, weights, fail)
-    except OSError as err:
-        if isinstance(err, AdapterError):
-            raise
-        raise fail(weights.name, f"{weights} cannot be read: {err}") from err
-    return weights
-
-
-def _check_safetensors(handle, head: bytes, size: int, weights: Path, fail) -> None:
-    """Validate the safetensors layout: u64 little-endian header length, JSON header, data that fits.
-
-    Hand-written (30 lines) instead of `safetensors.safe_open` so the check needs no torch/numpy and
-    reports *what* is wrong; the format is specified at github.com/huggingface/safetensors.
-    """
-    if len(head) < 8:
-        raise fail(weights.name, f"{weights} is truncated ({size} bytes): no safetensors header")
-    (header_length,) = struct.unpack("<Q", head)
-    if header_length == 0 or header_length > _MAX_SAFETENSORS_HEADER or 8 + header_length > size:
-        raise fail(
-            weights.name, f"{weights} has an invalid safetensors header length {header_length} (file is {size} bytes)"
-        )
-    try:
-        header = json.loads(handle.read(header_length))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise fail(weights.name, f"{weights} has a corrupt safetensors header: {err}") from err
-    if not isinstance(header, dict):
-        raise fail(weights.name, f"{weights} has a corrupt safetensors header (not a JSON object)")
-    tensors = {name: info for name, info in header.items() if name != "__metadata__"}
-    if not tensors:
-        raise fail(weights.name, f"{weights} contains no tensors")
-    try:
-        data_end = max(int(info["data_offsets"][1]) for info in tensors.values())
-    except (KeyError, TypeError, ValueError, IndexError) as err:
-        raise fail(weights.name, f"{weights} has a corrupt safetensors header (bad data_offsets)") from err
-    if 8 + header_length + data_end > size:
-        raise fail(
-            weights.name,
-            f"{weights} is truncated: its header describes {8 + header_length + data_end} bytes but the file has {size}",
-        )
-
-
-def safetensors_problem(path: str | os.PathLike[str]) -> str | None:
-    """Why a .safetensors file is unreadable (empty, truncated, corrupt header), or None when it is whole.
-
-    >>> import tempfile, pathlib
-    >>> bad = pathlib.Path(tempfile.mkdtemp()) / "model.safetensors"
-    >>> _ = bad.write_bytes(b"\\x10")
-    >>> safetensors_problem(bad)
-    '... is truncated (1 bytes): no safetensors header'
-    """
-    weights = absolute_path(path)
-    quiet_fail = lambda missing, problem: AdapterError(weights.parent, missing, problem)
-    try:
-        size = weights.stat().st_size
-        if size == 0:
-            return f"{weights} is empty"
-        with open(weights, "rb") as handle:
-            _check_safetensors(handle, handle.read(8), size, weights, quiet_fail)
-    except AdapterError as err:
-        return str(err)
-    except OSError as err:
-        return f"{weights} cannot be read: {err}"
-    return None
-
-
-def _is_complete_adapter(directory: Path) -> bool:
-    """Whether `directory` holds a valid adapter (no hint search, which would recurse)."""
-    quiet_fail = lambda missing, problem: AdapterError(directory, missing, problem)
-    try:
-        if not directory.is_dir():
-            return False
-        _read_config(directory / ADAPTER_CONFIG, quiet_fail)
-        _find_weights(directory, quiet_fail)
-    except (AdapterError, OSError):
-        return False
-    return True
-
-
-def _hint(directory: Path) -> str:
-    """Suggest where the adapter probably is: a likely sub-folder, the newest checkpoint, or a leftover save."""
-    try:
-        if directory.is_dir():
-            for name in _LIKELY_SUBDIRS:
-                if _is_complete_adapter(directory / name):
-                    return f"did you mean {directory / name}?"
-            checkpoints = sorted(
-                (p for p in directory.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()),
-                key=lambda p: int(p.name.split("-")[-1]),
-            )
-            for checkpoint in reversed(checkpoints):
-                if _is_complete_adapter(checkpoint):
-                    return f"did you mean the newest checkpoint {checkpoint}?"
-        # An interrupted atomic save leaves the previous complete version under a hidden name.
-        parent = directory.parent
-        if parent.is_dir():
-            leftovers = sorted(parent.glob(f".{directory.name}.old-*"))
-            if leftovers:
-                return (
-                    f"an interrupted save left the previous version at {leftovers[-1]}; rename it to {directory.name}"
-                )
-    except OSError:
-        pass
-    return ""
 
 
 # --- atomic writes --------------------------------------------------------------------------------
@@ -348,6 +111,14 @@ def normalize_file_modes(directory: str | os.PathLike[str]) -> None:
 
 def _sibling(final: Path, tag: str) -> Path:
     return final.parent / f".{final.name}.{tag}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def previous_versions(final_path: str | os.PathLike[str]) -> list[Path]:
+    """The previous complete copies an interrupted `atomic_directory` left beside `final_path`, oldest name first."""
+    final = absolute_path(final_path)
+    if not final.parent.is_dir():
+        return []
+    return sorted(final.parent.glob(f".{final.name}.old-*"))
 
 
 @contextlib.contextmanager
@@ -488,49 +259,3 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, encoding: str 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int = 2) -> Path:
     """`atomic_write_text` of `obj` as JSON (UTF-8, not ASCII-escaped, trailing newline)."""
     return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
-
-
-# torch.save reports a full disk as RuntimeError("[enforce fail at inline_container.cc:...] ... file write
-# failed"), safetensors and plain writes as OSError(ENOSPC); both mean the same thing to a user.
-_DISK_FULL_MARKERS = ("No space left on device", "file write failed", "inline_container.cc")
-
-
-def is_disk_full(err: BaseException) -> bool:
-    """True for the ways a full disk surfaces while saving (also when wrapped by another exception)."""
-    import errno
-
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if isinstance(err, RuntimeError) and any(marker in str(err) for marker in _DISK_FULL_MARKERS):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
-class DiskFullError(OSError):
-    """The disk filled up while saving. The message says where, how much is free and roughly how much a save
-    needs, and how to resume."""
-
-    def __init__(self, where: str | os.PathLike[str], needed_bytes: int, resume_hint: str):
-        folder = Path(where)
-        probe = folder
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
-        free = shutil.disk_usage(probe).free
-        self.where, self.needed_bytes, self.free_bytes = folder, needed_bytes, free
-        super().__init__(
-            f"the disk is full: could not save in {folder} ({_size(free)} free on that disk; one save needs about "
-            f"{_size(needed_bytes)}, and save_total_limit checkpoints are kept). Free space there or point "
-            f"output_dir at a larger disk, then {resume_hint}"
-        )
-
-
-def _size(n_bytes: float) -> str:
-    """
-    >>> _size(3 * 2**30), _size(5 * 2**20)
-    ('3.0 GiB', '5.0 MiB')
-    """
-    return f"{n_bytes / 2**30:.1f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"

@@ -318,7 +318,7 @@ def save_size_estimate(model) -> int:
 def _disk_full_is_resumable(trainer, output_dir: Path):
     """Turn a full disk during a save into DiskFullError, and remove the half-written checkpoint so that
     `--resume auto` picks the newest complete one (atomic_directory already discards a half-written lora/)."""
-    from env.paths import DiskFullError, is_disk_full
+    from env.disk import DiskFullError, is_disk_full
 
     try:
         yield
@@ -406,7 +406,8 @@ def _example_question(cfg: PipelineConfig) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from env.paths import AdapterError, DiskFullError
+    from env.adapters import AdapterError
+    from env.disk import DiskFullError
     from pipeline.data.prepare import DataError
     from pipeline.data.sources import DataFileError
 

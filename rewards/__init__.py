@@ -27,7 +27,8 @@ that function's mean):
   correctness signal. Set-up errors are plain ValueErrors whose messages name no config field;
   the config layer (pipeline/config.py) says which field they came from.
 
-How answers are compared: rewards/normalize.py (fast numeric reader), rewards/matching.py
+How answers are compared: rewards/normalize.py (fast numeric reader; its parts are cleaning.py,
+number_words.py, sentences.py and numbers.py), rewards/matching.py
 (decision table, tolerance, how each answer form is read and why that is safe),
 rewards/symbolic.py (math-verify, lazily imported, time-limited per check and per batch, verdicts cached).
 No torch and no math_verify at import time: `import rewards` is cheap.

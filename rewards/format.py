@@ -1,7 +1,7 @@
 """Format rewards for the <reasoning>...</reasoning><answer>...</answer> layout.
 
 Same names and scale as the Unsloth GRPO notebook (0.5 each, xmlcount up to 0.5), fixed
-where the notebook's versions mislead training (pitfalls guide §4):
+where the notebook's versions mislead training:
 
 - The notebook's strict regex (`^<reasoning>\\n.*?\\n</reasoning>\\n<answer>\\n.*?\\n</answer>\\n$`
   without DOTALL) cannot match multi-line reasoning, so it pays out almost never. Ours is
@@ -42,7 +42,7 @@ FORMAT_REWARD = 0.5
 TAG_REWARD = 0.125
 TRAILING_PENALTY_PER_CHAR = 0.001
 # One tag's worth: enough to prefer stopping after </answer>, never enough to make
-# truncating the reasoning pay (the failure the pitfalls guide reports).
+# truncating the reasoning pay (an unbounded penalty teaches the model to cut its reasoning short).
 TRAILING_PENALTY_CAP = 0.125
 
 

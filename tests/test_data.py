@@ -99,7 +99,7 @@ def test_default_system_prompt_survives_with_its_newlines(qwen_tokenizer):
 
 
 @pytest.mark.parametrize("template", [
-    # escapes newlines, as the pitfalls guide reports
+    # escapes newlines, so the system prompt's layout reaches the model as a literal \\n
     ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | replace('\n', '\\\\n') }}<|im_end|>\n"
      "{% endfor %}<|im_start|>assistant\n"),
     # drops the system message

@@ -17,7 +17,8 @@ import pytest
 
 from env import probes
 from env.compat import load_metadata
-from env.doctor import collect_report, main, render_text
+from env.doctor import main, render_text
+from env.report import collect_report
 from env.matrix import load_matrix, pip_install_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +100,7 @@ def test_subprocess_is_fast_and_imports_nothing_heavy():
     assert wall < 10.0  # ~1 s here; loose because CI machines are shared
     probe = subprocess.run(
         [sys.executable, "-c", (
-            "import sys, env.doctor; env.doctor.collect_report(); "
+            "import sys, env.doctor, env.report; env.report.collect_report(); "
             "print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft', 'unsloth', 'vllm') if m in sys.modules))"
         )],
         check=False, capture_output=True, text=True, timeout=60, cwd=ROOT,
@@ -303,7 +304,7 @@ def test_training_modes_on_a_machine_without_gpu():
 @pytest.fixture
 def gpu_set_installed(monkeypatch):
     """Every package of the GPU set installed at its pin, except those named in the returned set."""
-    from env import doctor
+    from env import report as report_module
 
     absent: set[str] = set()
     matrix = load_matrix()
@@ -313,7 +314,7 @@ def gpu_set_installed(monkeypatch):
             return probes.Installed(pin.name, "missing")
         return probes.Installed(pin.name, "installed", matrix.packages("gpu")[pin.key].version)
 
-    monkeypatch.setattr(doctor, "_safe_installed", installed)
+    monkeypatch.setattr(report_module, "_safe_installed", installed)
     return absent
 
 

@@ -16,7 +16,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from env.compat import METADATA_DIR, check_set, load_metadata, metadata_filename, pyproject_disagreements
-from env.doctor import known_bad_applies
+from env.report import known_bad_applies
 from env.fetch_metadata import metadata_targets
 from env.matrix import MATRIX_PATH, MatrixError, load_matrix, matrix_from_dict, pip_install_command
 
@@ -207,7 +207,7 @@ RECIPE = re.compile(r"^configs/qwen2\.5-(0\.5b|1\.5b|3b|7b)-gsm8k\.yaml$")
 
 
 def unsloth_standby_utilization(memory_gib: float) -> float:
-    """unsloth_zoo 2026.10.9's standby tier for vLLM >= 0.11 (unsloth_zoo/vllm_utils.py ~L4470-4490)."""
+    """unsloth_zoo 2026.10.9's standby tier for vLLM >= 0.11 (unsloth_zoo.vllm_utils.load_vllm)."""
     ten_percent = memory_gib * 0.1
     tiers = [(4.0, 0.925), (2.5, 0.9), (2.0, 0.825), (1.4, 0.8), (1.0, 0.775)]
     tier = next((value for floor, value in tiers if ten_percent >= floor), 0.75)

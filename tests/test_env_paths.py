@@ -12,15 +12,14 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from env.adapters import AdapterError, verify_adapter_dir
 from env.paths import (
-    AdapterError,
     absolute_path,
     atomic_directory,
     atomic_write_json,
     atomic_write_text,
     current_umask,
     publish_once,
-    verify_adapter_dir,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

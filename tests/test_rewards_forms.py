@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from rewards import answers_match, correctness_reward_func, extract_xml_answer, int_reward_func
 from rewards import symbolic
-from rewards.normalize import conclusion_value
+from rewards.sentences import conclusion_value
 
 
 def score(answer_block: str, reference: str) -> float | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from safetensors.numpy import load_file
 
-from env.paths import verify_adapter_dir
+from env.adapters import verify_adapter_dir
 from pipeline.train import EXIT_HEALTH_STOP, EXIT_INTERRUPTED, run_training
 from train_helpers import demo_config, tiny_qwen_config
 
@@ -33,7 +33,7 @@ def step_records(run_dir: Path) -> list[dict]:
 
 
 def test_tiny_qwen_lora_params_change_and_artifacts_verify(tmp_path):
-    """Issue 5: tiny Qwen2 + the real Qwen2.5 tokenizer + LoRA, 2 real steps."""
+    """Tiny Qwen2 + the real Qwen2.5 tokenizer + LoRA, 2 real steps."""
     import torch
     from transformers import TrainerCallback
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import tests.fake_unsloth as fake_unsloth
-from env.paths import atomic_directory, verify_adapter_dir
+from env.adapters import verify_adapter_dir
+from env.paths import atomic_directory
 from pipeline.backends import gpu_settings
 from pipeline.backends import unsloth as backend
 from pipeline.config import ConfigError, PipelineConfig

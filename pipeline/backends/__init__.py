@@ -1,7 +1,8 @@
 """The backend boundary: everything that differs between Unsloth+vLLM and plain transformers+peft.
 
 A backend module exposes NAME, load_for_training, peft_config, grpo_config_kwargs, save_adapter,
-load_generator and export (see pipeline/backends/plain.py for the reference implementation).
+training_generator, load_generator and export; the unsloth backend also has prepare_environment, run
+before trl, transformers and peft are imported.
 All the rest of the pipeline (data, rewards, trainer, checkpoints, health, eval) is shared.
 
 `choose_backend` decides without importing torch, unsloth, vllm, trl, transformers or peft: the

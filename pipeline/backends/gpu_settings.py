@@ -1,14 +1,14 @@
 """GPU memory settings for the Unsloth backend: vLLM standby and `gpu_memory_utilization`.
 
 Unsloth runs vLLM *inside* the training process and shares the model weights with it
-(unsloth/models/llama.py:4263-4298, `llm.shared_weights = True`). `gpu_memory_utilization`
+(FastLlamaModel.from_pretrained in unsloth/models/llama.py, `llm.shared_weights = True`). `gpu_memory_utilization`
 is the share of the whole GPU that vLLM reserves for those weights plus its KV cache;
 training (activations, LoRA gradients, optimizer state, chunked logits) lives in the rest.
 
 Standby (`UNSLOTH_VLLM_STANDBY=1`) puts vLLM's KV cache to sleep while the trainer runs
 its forward/backward and wakes it for generation, so both sides can use most of the GPU.
 With standby on, unsloth_zoo *replaces* whatever `gpu_memory_utilization` we pass with its
-own tier (unsloth_zoo/vllm_utils.py:4487-4496, unless UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE=1),
+own tier (unsloth_zoo.vllm_utils.load_vllm, unless UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE=1),
 so the `auto` value below is exactly that tier: what we log is what vLLM gets.
 
 Nothing here imports torch at module import time.
@@ -23,7 +23,7 @@ from typing import Optional
 from pipeline import backends
 from pipeline.config import ConfigError, PipelineConfig
 
-# unsloth_zoo/vllm_utils.py:4449-4480 (the vLLM >= 0.11 branch; the pinned vLLM is 0.31.0).
+# unsloth_zoo.vllm_utils.load_vllm (the vLLM >= 0.11 branch of its standby tiers; the pinned vLLM is 0.31.0).
 # Unsloth keys its tier on "10% of VRAM in GiB" (`ten_percent = total_memory / 1024**3 * 0.1`),
 # then multiplies by 0.95 because vLLM >= 0.11 needs more headroom. We compare and multiply the
 # same way so the float is bit-identical to Unsloth's and it prints no "Changing
@@ -36,14 +36,14 @@ STANDBY_TIERS: tuple[tuple[float, float], ...] = (
     (1.0, 0.775),  # >= 10 GiB: 12 GB cards
     (0.0, 0.75),   # smaller cards
 )
-STANDBY_HEADROOM = 0.95  # unsloth_zoo/vllm_utils.py:4480
+STANDBY_HEADROOM = 0.95  # unsloth_zoo.vllm_utils.load_vllm
 
 # Without standby vLLM keeps its whole reservation for the entire run, so training only
 # gets the remainder. Training needs a roughly fixed amount for a given model and batch
 # (activations, chunked logits, LoRA gradients, 8-bit Adam state; our estimate for Qwen2.5-1.5B/3B
 # with 8 x 1024-token completions is 6-8 GiB, not measured here), so small cards must leave a
 # larger *share* to training:
-#   <= 16 GiB: 0.5  -> ~7.4 GiB left on a T4 (also Unsloth's from_pretrained default, loader.py:1263)
+#   <= 16 GiB: 0.5  -> ~7.4 GiB left on a T4 (also Unsloth's FastLanguageModel.from_pretrained default)
 #   <= 24 GiB: 0.55 -> ~10 GiB left on an L4 / RTX 4090
 #   <= 48 GiB: 0.6  -> ~16-19 GiB left on an A100-40GB / A6000
 #   larger:    0.7  -> ~24 GiB left on an 80 GB card

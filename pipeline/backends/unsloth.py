@@ -36,7 +36,7 @@ from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: caller
     standby_enabled,
 )
 from pipeline.backends.plain import PlainGenerator
-from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.py:4476-4485
+from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_update_SamplingParams
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     ConfigError,
     PipelineConfig,
@@ -49,10 +49,9 @@ from pipeline.data.tokenizer import resolve_model_path
 NAME = "unsloth"
 
 STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
-# `--to` values of `grpo export`, the same names the plain backend takes.
-DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (save.py:4602)
+DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (unsloth_save_pretrained_gguf)
 # save_pretrained_gguf writes the merged 16-bit checkpoint into save_directory and the .gguf
-# files into the SIBLING folder f"{save_directory}_gguf" (save.py:3965-3967). We point
+# files into the SIBLING folder f"{save_directory}_gguf" (save._gguf_output_directory). We point
 # save_directory at a child of out_dir so both land inside the caller's atomic temp folder.
 GGUF_MERGED_SUBDIR = "merged"
 # Where training_generator's live LoRA config goes (inside output_dir; see training_generator).
@@ -81,12 +80,12 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
     """Set UNSLOTH_VLLM_STANDBY, check the import order, then `import unsloth`. Idempotent.
 
     Standby must be in the environment *before* `import unsloth`: unsloth_zoo reads it at
-    import to keep `expandable_segments` off (unsloth_zoo/__init__.py:321-343) and to install
-    vLLM's sleep/wake patches (vllm_utils.py:1125), and `from_pretrained(unsloth_vllm_standby=True)`
-    raises if it is unset (llama.py:3538-3541).
+    import to keep `expandable_segments` off (unsloth_zoo/__init__.py, at module level) and to install
+    vLLM's sleep/wake patches (vllm_utils.patch_vllm), and `from_pretrained(unsloth_vllm_standby=True)`
+    raises if it is unset (FastLlamaModel.from_pretrained).
 
     If trl/transformers/peft are already imported we warn (naming them and the fix) rather than
-    raise: Unsloth itself only warns (unsloth/_gpu_init.py:135-143) and patches what it can.
+    raise: Unsloth itself only warns (unsloth/_gpu_init.py, at module level) and patches what it can.
     """
     global _prepared
     standby = standby_enabled(cfg)
@@ -111,7 +110,7 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
         os.environ[STANDBY_ENV] = "1"
     elif current != "0":
         # The config is the source of truth; an exported variable would silently turn standby on
-        # (load_vllm ORs it in, vllm_utils.py:4426).
+        # (unsloth_zoo.vllm_utils.load_vllm ORs it in).
         if "unsloth" in sys.modules:
             raise RuntimeError(
                 f"vllm_standby is false, but unsloth was already imported with {STANDBY_ENV}={current}. "
@@ -138,23 +137,24 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
 
 
 def _torch_dtype(cfg: PipelineConfig):
-    """`auto` -> None (Unsloth picks bf16 where supported, else fp16: llama.py:3601-3602)."""
+    """`auto` -> None (Unsloth picks bf16 where supported, else fp16: FastLlamaModel.from_pretrained)."""
     if cfg.model.dtype == "auto":
         return None
     import torch
 
-    # A torch dtype, not the string: loader.py:1369-1376 converts only "float16"/"bfloat16".
+    # A torch dtype, not the string: FastLanguageModel.from_pretrained converts only "float16"/"bfloat16".
     return getattr(torch, cfg.model.dtype)
 
 
 def _gradient_checkpointing(cfg: PipelineConfig):
-    # "unsloth" = Unsloth's offloaded checkpointing (falls back to plain below 512 tokens, _utils.py:502-515).
+    # "unsloth" = Unsloth's offloaded checkpointing (falls back to plain below 512 tokens:
+    # apply_unsloth_gradient_checkpointing).
     return "unsloth" if cfg.lora.gradient_checkpointing else False
 
 
 def _from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
                             standby: bool, load_in_4bit: Optional[bool] = None) -> dict[str, Any]:
-    """Keyword arguments for FastLanguageModel.from_pretrained (loader.py:1241-1271)."""
+    """Keyword arguments for FastLanguageModel.from_pretrained (unsloth/models/loader.py)."""
     kwargs: dict[str, Any] = {
         "model_name": model_name,
         "max_seq_length": cfg.model.max_seq_length,
@@ -167,16 +167,17 @@ def _from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_infere
     }
     if fast_inference:
         kwargs.update(
-            # vLLM's LoRA slot size: every adapter it serves must have r <= this (vllm_utils.py:5572-5590).
+            # vLLM's LoRA slot size: every adapter it serves must have r <= this
+            # (unsloth_zoo.vllm_utils._check_lora_rank_fits).
             max_lora_rank=cfg.model.max_lora_rank,
             gpu_memory_utilization=resolve_gpu_memory_utilization(cfg, standby=standby),
             float8_kv_cache=cfg.model.float8_kv_cache,
         )
         if standby:
-            # Not a loader.py parameter: it travels in **kwargs to FastQwen2Model.from_pretrained
-            # (qwen2.py:64-91) and on to FastLlamaModel.from_pretrained(unsloth_vllm_standby=...)
-            # (llama.py:3509), which hands it to load_vllm (llama.py:4274). load_vllm would also read
-            # the environment variable (vllm_utils.py:4426); passing it makes the intent explicit.
+            # Not a FastLanguageModel.from_pretrained parameter: it travels in **kwargs to
+            # FastQwen2Model.from_pretrained and on to FastLlamaModel.from_pretrained(unsloth_vllm_standby=...),
+            # which hands it to load_vllm. load_vllm would also read the environment variable; passing it
+            # makes the intent explicit.
             kwargs["unsloth_vllm_standby"] = True
     return kwargs
 
@@ -199,14 +200,14 @@ def load_for_training(cfg: PipelineConfig):
         **_from_pretrained_kwargs(cfg, resolve_model_path(cfg.model.model_name_or_path),
                                   fast_inference=cfg.model.fast_inference, standby=prepared.standby)
     )
-    # llama.py:4569-4590. get_peft_model ends with patch_peft_fast_inference (_utils.py:8079-8102),
+    # FastLlamaModel.get_peft_model. It ends with patch_peft_fast_inference (unsloth/models/_utils.py),
     # which attaches save_lora (always) and, with a vLLM engine, load_lora/fast_generate to the PeftModel.
     model = FastLanguageModel.get_peft_model(
         model,
         r=cfg.lora.lora_r,
         target_modules=list(cfg.lora.lora_target_modules),
         lora_alpha=cfg.lora.lora_alpha,
-        lora_dropout=cfg.lora.lora_dropout,  # 0 keeps the fused LoRA kernels on (llama.py:3096-3108)
+        lora_dropout=cfg.lora.lora_dropout,  # 0 keeps the fused LoRA kernels on (llama._fused_lora_skip_reason)
         use_gradient_checkpointing=_gradient_checkpointing(cfg),
         random_state=cfg.grpo.seed,
         modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
@@ -289,7 +290,7 @@ def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
     """`model.save_lora` (adapter_config.json + adapter_model.safetensors) plus the tokenizer.
 
     save_lora saves only the lora_A/lora_B tensors, cast to the embedding dtype
-    (unsloth_zoo/vllm_utils.py:5485-5506). The path is made absolute so nothing depends on the
+    (unsloth_zoo.vllm_utils.save_lora). The path is made absolute so nothing depends on the
     working directory (the caller passes the temp folder of env.paths.atomic_directory).
     """
     directory = absolute_path(directory)
@@ -300,7 +301,7 @@ def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
 def _normalised_model_name(name: str) -> str:
     """'unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit' and 'Qwen/Qwen2.5-1.5B-Instruct' -> 'qwen2.5-1.5b-instruct'.
 
-    Unsloth maps a 16-bit name to its pre-quantized 4-bit repo when load_in_4bit (loader.py:1432-1441),
+    Unsloth maps a 16-bit name to its pre-quantized 4-bit repo when load_in_4bit (FastLanguageModel.from_pretrained),
     so the adapter records the 4-bit name while the manifest keeps the name the user gave.
     """
     base = str(name).rstrip("/").rsplit("/", 1)[-1].lower()
@@ -311,7 +312,7 @@ def _normalised_model_name(name: str) -> str:
 
 
 def _warn_if_other_base(adapter: Any, base_model: str) -> None:
-    recorded = adapter.base_model_name_or_path  # from adapter_config.json (env.paths.AdapterInfo)
+    recorded = adapter.base_model_name_or_path  # from adapter_config.json (env.adapters.AdapterInfo)
     if recorded and _normalised_model_name(recorded) != _normalised_model_name(base_model):
         warnings.warn(
             f"The adapter at {adapter.path} was trained on {recorded!r} (adapter_config.json) but base model "
@@ -323,7 +324,7 @@ def _warn_if_other_base(adapter: Any, base_model: str) -> None:
 
 def _check_adapter_rank(adapter: Any, cfg: PipelineConfig) -> None:
     """Refuse before loading anything: vLLM reserves LoRA slots of max_lora_rank at start-up, and
-    unsloth_zoo would only refuse after the engine is built (vllm_utils.py:5572-5590)."""
+    unsloth_zoo would only refuse after the engine is built (unsloth_zoo.vllm_utils._check_lora_rank_fits)."""
     rank = int(adapter.r)
     check_adapter_rank(rank, cfg.model.max_lora_rank, what=f"the adapter at {adapter.path}",
                        fix=f"Pass --max_lora_rank {rank} (or higher).")
@@ -336,7 +337,7 @@ class UnslothGenerator:
         self.model = model
         self.tokenizer = tokenizer
         # Built once: unsloth_zoo's load_lora hands out a new adapter id on every call
-        # (vllm_utils.py:7196-7200, 7270), and each new id is a new adapter for vLLM to load.
+        # (unsloth_zoo.vllm_utils.load_lora, _build_lora_request), and each new id is a new adapter for vLLM to load.
         self.lora_request = lora_request
         self.wake_engine = wake_engine
 
@@ -351,8 +352,8 @@ class UnslothGenerator:
         params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
         slept = self._wake_if_sleeping()
         try:
-            # model.fast_generate is vLLM's LLM.generate (llama.py:4297); lora_request=None is passed
-            # explicitly for the base model so nothing falls back to an adapter loaded earlier.
+            # model.fast_generate is vLLM's LLM.generate (set in FastLlamaModel.from_pretrained); lora_request=None
+            # is passed explicitly for the base model so nothing falls back to an adapter loaded earlier.
             outputs = self.model.fast_generate(list(prompts), sampling_params=params,
                                                lora_request=self.lora_request)
         finally:
@@ -362,11 +363,12 @@ class UnslothGenerator:
 
     def _wake_if_sleeping(self) -> bool:
         """In standby the trainer puts vLLM to sleep after each rollout and wakes it before the next
-        (rl_replacements.py:2597-2606); eval outside those rollouts must do the same."""
+        (rl_replacements.grpo_trainer__generate_and_score_completions); eval outside those rollouts must
+        do the same."""
         if not self.wake_engine:
             return False
         engine = self.model.vllm_engine
-        if engine.llm_engine.is_sleeping():  # as unsloth's _keep_awake (_async_grpo_vllm.py:432-439)
+        if engine.llm_engine.is_sleeping():  # as unsloth's _keep_awake (unsloth/models/_async_grpo_vllm.py)
             engine.wake_up()
             return True
         return False
@@ -406,8 +408,8 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig):
     """Generate with the LoRA model being trained (eval before/after in `grpo train`).
 
     `model.load_lora(..., load_tensors=True)` sends the adapter's *current* in-memory tensors to
-    vLLM, the way Unsloth's GRPO rollouts do (rl_replacements.py:5606-5607). It writes the live
-    adapter_config.json into the folder it is given (_live_lora_config, vllm_utils.py:5553-5566), so that folder is a
+    vLLM, the way Unsloth's GRPO rollouts do (rl_replacements.vllm_generation_init_patch). It writes the live
+    adapter_config.json into the folder it is given (unsloth_zoo.vllm_utils._live_lora_config), so that folder is a
     hidden one in output_dir. Call this again after training: each call snapshots the weights.
     """
     if not cfg.model.fast_inference:
@@ -427,7 +429,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
 
     With fast_inference: false, see `_load_transformers_generator` (no vLLM).
 
-    `adapter` is an env.paths.AdapterInfo from verify_adapter_dir, so `adapter.path` is absolute:
+    `adapter` is an env.adapters.AdapterInfo from verify_adapter_dir, so `adapter.path` is absolute:
     vLLM treats a relative path that does not exist from its working directory as a Hub repo id
     (vllm/lora/utils.py get_adapter_absolute_path). The tokenizer is the one from_pretrained
     returns, the same call training made.
@@ -445,10 +447,10 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
     )
     lora_request = None
     if adapter is not None:
-        # `model.load_lora` exists only on a PeftModel (patch_peft_fast_inference, _utils.py:8079-8089);
+        # `model.load_lora` exists only on a PeftModel (patch_peft_fast_inference in unsloth/models/_utils.py);
         # a base model from from_pretrained has the vLLM engine but not the method. The path branch of
         # unsloth_zoo's load_lora needs only model.vllm_engine (rank check, servability check) and
-        # returns LoRARequest(str(id), id, path) (vllm_utils.py:7183-7272), so we bind it ourselves,
+        # returns LoRARequest(str(id), id, path) (unsloth_zoo.vllm_utils.load_lora), so we bind it ourselves,
         # exactly as patch_peft_fast_inference does.
         from unsloth_zoo.vllm_utils import load_lora
 
@@ -484,14 +486,15 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
     """Merge the adapter into its base and write it into `out_dir` (a temp folder the caller owns).
 
     - merged16: `save_pretrained_merged(save_method="merged_16bit")`. Unsloth merges into the
-      original 16-bit checkpoint, not the 4-bit weights in memory (merge_and_overwrite_lora, save.py:6578-6602).
+      original 16-bit checkpoint, not the 4-bit weights in memory (merge_and_overwrite_lora,
+      called from save.unsloth_generic_save).
     - merged4: `save_method="merged_4bit_forced"`. Plain "merged_4bit" raises a RuntimeError asking
-      for "_forced" (save.py:6389-6395); it merges into the loaded 4-bit weights, so we load in 4-bit.
-    - gguf: `save_pretrained_gguf(quantization_method=gguf_quantization)` (save.py:4559), which
+      for "_forced" (save.unsloth_generic_save); it merges into the loaded 4-bit weights, so we load in 4-bit.
+    - gguf: `save_pretrained_gguf(quantization_method=gguf_quantization)` (save.unsloth_save_pretrained_gguf), which
       builds llama.cpp on first use. Files: out_dir/merged (16-bit) and out_dir/merged_gguf (*.gguf).
 
     The model is loaded from the adapter folder: Unsloth reads adapter_config.json, loads the base it
-    names and applies the adapter with PeftModel (loader.py:1693-1694, 2082-2091); vLLM is not needed.
+    names and applies the adapter with PeftModel (FastLanguageModel.from_pretrained); vLLM is not needed.
     """
     if method not in EXPORT_METHODS:
         raise ConfigError("to", f"got {method!r}; choose one of {', '.join(EXPORT_METHODS)}.")

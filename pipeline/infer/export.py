@@ -25,7 +25,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     args = parser.parse_args(argv)
 
-    from env.paths import AdapterError, absolute_path, atomic_directory
+    from env.adapters import AdapterError
+    from env.paths import absolute_path, atomic_directory
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, from_mapping
     from pipeline.infer.session import adapter_mismatch, verify_trained_dir

@@ -30,7 +30,7 @@ class InferenceSetup:
     generator: Any
     tokenizer: Any
     base_model: str
-    adapter: Optional[Any]  # env.paths.AdapterInfo
+    adapter: Optional[Any]  # env.adapters.AdapterInfo
     system_prompt: str
     max_tokens: int
     temperature: float
@@ -79,8 +79,9 @@ def inference_args(**options: Any) -> argparse.Namespace:
 
 def verify_trained_dir(path) -> Optional[Any]:
     """Verify a run's saved result: a LoRA adapter (returns its AdapterInfo) or, for a full fine-tune,
-    a complete transformers model folder (returns None). Raises env.paths.AdapterError naming what is missing."""
-    from env.paths import AdapterError, absolute_path, verify_adapter_dir
+    a complete transformers model folder (returns None). Raises env.adapters.AdapterError naming what is missing."""
+    from env.adapters import AdapterError, verify_adapter_dir
+    from env.paths import absolute_path
 
     folder = absolute_path(path)
     if (folder / "adapter_config.json").exists() or not (folder / "config.json").is_file():
@@ -164,7 +165,8 @@ def _error(message: str) -> None:
 
 def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     """Verify paths and settings, then load the generator. Returns None (after printing why) on bad input."""
-    from env.paths import AdapterError, absolute_path
+    from env.adapters import AdapterError
+    from env.paths import absolute_path
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, check_adapter_rank
     from pipeline.run.manifest import ManifestError, find_manifest

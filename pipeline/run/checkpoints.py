@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import absolute_path, safetensors_problem
+from env.adapters import safetensors_problem
+from env.paths import absolute_path
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "adapter_model.bin", "pytorch_model.bin",

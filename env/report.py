@@ -1,0 +1,335 @@
+"""The `grpo env` report as data: installed packages against the known-good matrix, this machine's GPU,
+known-bad combinations, which training modes can run here, and the pip command that fixes what is off.
+
+`env.doctor` prints it and sets the exit status. Nothing here imports unsloth or vllm, and torch only
+when a GPU is visible (through env.probes).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+from env import imports, probes
+from env.compat import version_satisfies
+from env.matrix import KnownBad, Matrix, MatrixError, Pin, Profile, load_matrix, pip_install_command
+
+# unsloth, unsloth_zoo or vllm installed means the user is setting up the GPU backend.
+GPU_MARKERS = ("unsloth", "unsloth-zoo", "vllm")
+
+
+def collect_report(profile: str | None = None, *, modules: Mapping[str, object] | None = None) -> dict[str, Any]:
+    """Build the whole `grpo env` report as JSON-ready data.
+
+    Args:
+        profile: a profile id from known_good.toml (e.g. "colab-t4") to include and compare against.
+        modules: the module table for the import-order check (default: `sys.modules`).
+
+    Returns:
+        A dict with the sections python, os, platform, gpu, mode, packages, constraint_conflicts,
+        known_bad, import_order, profile, suggested_profile, fix_command, gpu_install_command,
+        plain_backend_usable, plain_backend_problems, unsloth_modes, vllm_pin, strict_problems, probe_errors
+        and elapsed_s.
+    """
+    started = time.perf_counter()
+    matrix = load_matrix()
+    errors: list[str] = []  # probes that failed: reported, never raised, never silently dropped
+
+    def safe(section: str, probe, default: Any) -> Any:
+        try:
+            return probe()
+        except Exception as err:  # noqa: BLE001 - a probe must report, never crash
+            errors.append(f"{section}: {type(err).__name__}: {err}")
+            return default
+
+    report: dict[str, Any] = {"schema": 1}
+    report["python"] = safe("python", probes.python_info, {})
+    report["os"] = safe("os", probes.os_info, {})
+    report["platform"] = safe("platform", probes.platform_hints, {})
+
+    # Installed state of every package either set names, looked up once.
+    pins = {**matrix.plain, **matrix.gpu}
+    found = {key: _safe_installed(pin) for key, pin in pins.items()}
+
+    chosen = matrix.profiles.get(profile) if profile else None
+    if profile and chosen is None:
+        raise MatrixError(f"unknown profile {profile!r}; choose one of {sorted(matrix.profiles)}")
+    if chosen is not None:
+        mode = chosen.install
+    else:
+        mode = "gpu" if any(found[key].state != "missing" for key in GPU_MARKERS if key in found) else "plain"
+    report["mode"] = mode
+
+    no_gpu = {"probed": False, "reason": "GPU probe failed (see probe_errors)", "devices": []}
+    report["gpu"] = safe("gpu", lambda: probes.gpu_info(found["torch"].state), no_gpu)
+    rows = _package_rows(matrix, mode, found)
+    report["packages"] = rows
+    report["constraint_conflicts"] = safe("constraint_conflicts", lambda: _constraint_conflicts(found, pins), [])
+    facts = _facts(found, report)
+    report["known_bad"] = safe("known_bad", lambda: _known_bad(matrix.known_bad, facts, found), [])
+    report["import_order"] = {
+        "problems": imports.import_order_problems(modules),
+        "unsloth_imported": "unsloth" in (sys.modules if modules is None else modules),
+        "note": "checks this process only: call env.imports.require_unsloth_first() in your own script",
+    }
+    report["profile"] = _profile_section(chosen, report["gpu"]) if chosen else None
+    report["suggested_profile"] = safe("suggested_profile", lambda: _suggest_profile(matrix, report), None)
+
+    usable_problems = _plain_usable_problems(matrix, found)
+    report["plain_backend_usable"] = not usable_problems
+    report["plain_backend_problems"] = usable_problems
+    report["fix_command"] = _fix_command(matrix, mode, rows, chosen)
+    report["gpu_install_command"] = pip_install_command(chosen.id if chosen else "gpu", matrix)
+    report["unsloth_modes"] = _unsloth_modes(matrix, found, report)
+    vllm_pin = matrix.gpu.get("vllm")
+    report["vllm_pin"] = (
+        {"pin": vllm_pin.requirement, "why": vllm_pin.why, "evidence": dict(vllm_pin.evidence)} if vllm_pin else None
+    )
+    report["strict_problems"] = _strict_problems(rows, report)
+    report["probe_errors"] = errors
+    report["elapsed_s"] = round(time.perf_counter() - started, 3)
+    return report
+
+
+# --- sections -------------------------------------------------------------------------------------
+
+
+def _safe_installed(pin: Pin) -> probes.Installed:
+    try:
+        return probes.installed_package(pin.name, pin.module)
+    except Exception as err:  # noqa: BLE001 - a probe must report, never crash
+        return probes.Installed(pin.name, "broken", detail=f"probe failed: {type(err).__name__}: {err}")
+
+
+def _package_rows(matrix: Matrix, mode: str, found: Mapping[str, probes.Installed]) -> list[dict[str, Any]]:
+    """One row per package of the mode's set; in plain mode the GPU-only packages are listed too."""
+    shown: dict[str, tuple[Pin, SpecifierSet]] = {}
+    for key, pin in matrix.packages(mode).items():
+        shown[key] = (pin, matrix.specifier(mode, key))
+    if mode == "plain":
+        for key, pin in matrix.gpu_only().items():
+            shown[key] = (pin, matrix.specifier("gpu", key))
+    rows = []
+    for key, (pin, specifier) in shown.items():
+        installed = found[key]
+        if installed.state == "missing":
+            status = "missing"
+        elif installed.state == "broken":
+            status = "broken"
+        else:
+            status = "ok" if version_satisfies(installed.version, specifier) else "drift"
+        rows.append(
+            {
+                "name": pin.name,
+                "set": pin.group,  # for torch in GPU mode: "gpu", whose exact pin is the one that binds
+                "pin": pin.spec,
+                "installed": installed.version,
+                "status": status,
+                "core": pin.core,
+                "detail": installed.detail,
+                "disables": pin.disables if status in ("missing", "broken") else "",
+            }
+        )
+    return rows
+
+
+def _constraint_conflicts(found: Mapping[str, probes.Installed], pins: Mapping[str, Pin]) -> list[dict[str, str]]:
+    """Like `pip check`, limited to our packages: installed Requires-Dist that installed versions break."""
+    environment = default_environment()
+    environment["extra"] = ""
+    conflicts = []
+    for key, installed in found.items():
+        if installed.state != "installed":
+            continue
+        for line in installed.requires:
+            if ";" in line and "extra" in line.split(";", 1)[1]:
+                continue  # an extra's requirement: we never request extras here, and skipping saves ~0.2 s
+            try:
+                requirement = Requirement(line)
+                if requirement.marker is not None and not requirement.marker.evaluate(environment):
+                    continue
+            except Exception:  # noqa: BLE001, S112 - a bad line in someone else's METADATA is not ours to report
+                continue
+            target = canonicalize_name(requirement.name)
+            other = found.get(target)
+            if other is None or other.state != "installed" or target == key:
+                continue
+            if version_satisfies(other.version, requirement.specifier) is False:
+                conflicts.append(
+                    {
+                        "package": f"{pins[key].name} {installed.version}",
+                        "requires": f"{requirement.name}{requirement.specifier}",
+                        "installed": f"{pins[target].name} {other.version}",
+                        "message": f"{pins[key].name} {installed.version} requires {requirement.name}{requirement.specifier}, "
+                        f"but {pins[target].name} {other.version} is installed",
+                    }
+                )
+    return conflicts
+
+
+def _facts(found: Mapping[str, probes.Installed], report: Mapping[str, Any]) -> dict[str, str]:
+    """Versions the known-bad rules are evaluated on: installed packages plus @python/@torch-cuda/@nvidia-driver."""
+    facts = {key: item.version for key, item in found.items() if item.state == "installed" and item.version}
+    facts["@python"] = report["python"].get("version", "")
+    gpu = report["gpu"] if isinstance(report["gpu"], dict) else {}
+    if gpu.get("torch_cuda"):
+        facts["@torch-cuda"] = str(gpu["torch_cuda"])
+    if gpu.get("driver"):
+        facts["@nvidia-driver"] = str(gpu["driver"])
+    return {key: value for key, value in facts.items() if value}
+
+
+def known_bad_applies(entry: KnownBad, facts: Mapping[str, str], missing: set[str]) -> bool:
+    """Whether a known-bad entry applies, given installed versions (`facts`) and missing package keys.
+
+    >>> bad = KnownBad("x", "error", "", "", when={"unsloth": ""}, unless={"trl": "<=1.15.0"})
+    >>> known_bad_applies(bad, {"unsloth": "2026.10.9", "trl": "1.16.0"}, set())
+    True
+    >>> known_bad_applies(bad, {"unsloth": "2026.10.9"}, {"trl"})
+    False
+    """
+
+    def key(name: str) -> str:
+        return name if name.startswith("@") else canonicalize_name(name)
+
+    for name, spec in entry.when.items():
+        version = facts.get(key(name))
+        if version is None or (spec and version_satisfies(version, spec) is not True):
+            return False
+    for name, spec in entry.unless.items():
+        version = facts.get(key(name))
+        if version is None or version_satisfies(version, spec) is not False:
+            return False
+    return all(key(name) in missing for name in entry.missing)
+
+
+def _known_bad(entries, facts: Mapping[str, str], found: Mapping[str, probes.Installed]) -> list[dict[str, str]]:
+    missing = {key for key, item in found.items() if item.state == "missing"}
+    return [
+        {"id": entry.id, "severity": entry.severity, "why": entry.why, "fix": entry.fix}
+        for entry in entries
+        if known_bad_applies(entry, facts, missing)
+    ]
+
+
+def _profile_section(profile: Profile, gpu: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile's settings plus mismatches between it and the GPU actually present."""
+    section = profile.to_dict()
+    mismatches = []
+    devices = gpu.get("devices", []) if isinstance(gpu, Mapping) else []
+    if devices and profile.gpu_match:
+        name = devices[0]["name"]
+        if not any(token.lower() in name.lower() for token in profile.gpu_match):
+            mismatches.append(f"profile {profile.id} is for {profile.title}, but this GPU is {name}")
+        if profile.bf16 and not devices[0]["bf16"]:
+            mismatches.append(f"profile {profile.id} uses bfloat16, which {name} does not support: use float16")
+    elif gpu.get("probed") is False and profile.backend == "unsloth":
+        mismatches.append(
+            f"profile {profile.id} needs an NVIDIA GPU; none was probed ({gpu.get('reason', 'unknown')})"
+        )
+    section["mismatches"] = mismatches
+    return section
+
+
+def _suggest_profile(matrix: Matrix, report: Mapping[str, Any]) -> str | None:
+    """The profile whose GPU name matches this machine's first GPU, preferring the detected platform."""
+    devices = report["gpu"].get("devices", []) if isinstance(report["gpu"], Mapping) else []
+    if not devices:
+        return None
+    name = devices[0]["name"].lower()
+    matches = [p for p in matrix.profiles.values() if any(token.lower() in name for token in p.gpu_match)]
+    platform = report["platform"] if isinstance(report["platform"], Mapping) else {}
+    for profile in matches:
+        if platform.get(profile.platform):
+            return profile.id
+    return matches[0].id if matches else None
+
+
+def _plain_usable_problems(matrix: Matrix, found: Mapping[str, probes.Installed]) -> list[str]:
+    """Why the plain backend is not usable; empty when it is (see the module docstring for the rule)."""
+    problems = []
+    for key, pin in matrix.plain.items():
+        if not pin.core:
+            continue
+        item = found[key]
+        if item.state != "installed":
+            problems.append(f"{pin.name} is {item.state}" + (f": {item.detail}" if item.detail else ""))
+        elif not version_satisfies(item.version, pin.spec):
+            problems.append(f"{pin.name} {item.version} is outside {pin.spec}")
+    return problems
+
+
+# The three ways to train, from fastest to most portable; `grpo env` says which this machine can run.
+UNSLOTH_MODES = (
+    ("unsloth+vllm", "Unsloth + vLLM (fast_inference: true)"),
+    ("unsloth", "Unsloth without vLLM (fast_inference: false)"),
+    ("plain", "plain transformers + peft + TRL (backend: plain)"),
+)
+
+
+def _unsloth_modes(matrix: Matrix, found: Mapping[str, probes.Installed], report: Mapping[str, Any]) -> list[dict]:
+    """Which of UNSLOTH_MODES this machine can run, each with the reason (what is missing, or what it uses)."""
+
+    def not_installed(*keys: str) -> list[str]:
+        return [f"{matrix.packages('gpu')[key].name} is {found[key].state}" for key in keys
+                if key in found and found[key].state != "installed"]
+
+    gpu = report["gpu"] if isinstance(report["gpu"], Mapping) else {}
+    devices = gpu.get("devices", [])
+    no_gpu = [] if devices else [f"no usable NVIDIA GPU ({gpu.get('reason') or gpu.get('error') or 'not probed'})"]
+    errors = [bad["id"] for bad in report["known_bad"] if bad["severity"] == "error"]
+    unsloth_errors = [f"known-bad {i}" for i in errors if not i.startswith("vllm-")]
+    vllm_errors = [f"known-bad {i}" for i in errors if i.startswith("vllm-")]
+    old_gpu = []
+    if devices:
+        major = int(str(devices[0].get("compute_capability", "0")).split(".")[0] or 0)
+        if major < 7:  # FastLanguageModel.from_pretrained switches fast_inference off below compute capability 7
+            old_gpu = [f"compute capability {devices[0]['compute_capability']} < 7.0: vLLM does not run there"]
+    without_vllm = no_gpu + not_installed("unsloth", "unsloth-zoo", "bitsandbytes") + unsloth_errors
+    with_vllm = without_vllm + old_gpu + not_installed("vllm", "vllm-bnb-plugin") + vllm_errors
+    plain = report["plain_backend_problems"]
+    reasons = {
+        "unsloth+vllm": (with_vllm, "4-bit LoRA training with vLLM rollouts in-process (the fastest)"),
+        "unsloth": (without_vllm, "4-bit LoRA training; Unsloth generates through transformers (slower rollouts, "
+                                  "no vLLM needed: Windows/WSL, older GPUs, images without vLLM)"),
+        "plain": (plain, "runs " + ("on this GPU" if devices else "on CPU (slow)")
+                  + "; no 4-bit, generation through transformers"),
+    }
+    return [
+        {"mode": mode, "title": title, "can_run": not reasons[mode][0],
+         "reason": "; ".join(reasons[mode][0]) if reasons[mode][0] else reasons[mode][1]}
+        for mode, title in UNSLOTH_MODES
+    ]
+
+
+def _fix_command(matrix: Matrix, mode: str, rows: list[dict[str, Any]], profile: Profile | None) -> str | None:
+    """The pip command that brings the mode's set back to the matrix; None when nothing needs fixing.
+
+    Plain mode installs only the drifted/missing plain packages (the rest is fine as it is); GPU mode
+    reinstalls the whole GPU set, because its pins only hold together as a set.
+    """
+    bad = [row for row in rows if row["status"] != "ok"]
+    plain_names = {pin.name for pin in matrix.plain.values()}
+    if mode == "plain":
+        names = [row["name"] for row in bad if row["name"] in plain_names]
+        return pip_install_command(profile.id if profile else "plain", matrix, only=names) if names else None
+    return pip_install_command(profile.id if profile else "gpu", matrix) if bad else None
+
+
+def _strict_problems(rows: list[dict[str, Any]], report: Mapping[str, Any]) -> list[str]:
+    problems = [
+        f"{row['name']}: {row['status']} (wants {row['pin']}, has {row['installed']})"
+        for row in rows
+        if row["status"] != "ok"
+    ]
+    problems += [conflict["message"] for conflict in report["constraint_conflicts"]]
+    problems += [f"known-bad {bad['id']}" for bad in report["known_bad"] if bad["severity"] == "error"]
+    problems += report["plain_backend_problems"]
+    return problems

@@ -1,0 +1,186 @@
+"""Reading an answer, rules 1, 2 and 7 of rewards/normalize.py: text a number reader can read.
+
+Garbage characters from a collapsing policy are dropped and the text NFKC-normalised; LaTeX is
+unwrapped (the last \\boxed{}, \\frac, \\text{}); prose forms around a number (markdown emphasis,
+units after a slash, mixed numbers, scale words) are simplified.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from fractions import Fraction
+
+from rewards.numbers import format_number
+from rewards.sentences import FINAL_MARKER
+
+
+# --- step 1: garbage characters -------------------------------------------------------------
+
+def _build_garbage_table() -> dict[int, str | None]:
+    table: dict[int, str | None] = {}
+    for cp in list(range(0x00, 0x20)) + list(range(0x7F, 0xA0)):
+        table[cp] = " "  # control characters, tabs and newlines -> plain space
+    invisible = [0xFFFD, 0x00AD, 0xFEFF, *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2070)]
+    for cp in invisible:
+        table[cp] = None  # replacement char, soft hyphen, BOM, zero-width, bidi marks
+    table[0x2028] = table[0x2029] = " "  # line/paragraph separators
+    return table
+
+
+_GARBAGE = _build_garbage_table()
+# NFKC leaves these alone; all are "minus" or "fraction slash" in practice.
+_AFTER_NFKC = str.maketrans({"\u2212": "-", "\u2013": "-", "\u2044": "/", "\u2215": "/"})
+# NFKC would turn "3²" into "32"; keep the power visible instead.
+_SUPERSCRIPTS = str.maketrans({ch: "^" + d for ch, d in zip("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")}
+                              | {ch: "_" + d for ch, d in zip("₀₁₂₃₄₅₆₇₈₉", "0123456789")})
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]{0,20}[A-Za-z]")
+
+
+# "\\text" written in a non-raw Python or JSON string arrives as TAB + "ext"; "\\frac" as
+# form feed + "rac", "\\boxed" as backspace + "oxed". Put the backslash back before the
+# control characters are blanked.
+_MANGLED_ESCAPES = re.compile(r"\t(?=ext|imes|frac)|\x0c(?=rac)|\x08(?=oxed|inom)|\r(?=ight)|\x07(?=pprox)")
+_ESCAPE_LETTER = {"\t": "\\t", "\x0c": "\\f", "\x08": "\\b", "\r": "\\r", "\x07": "\\a"}
+
+
+def clean_characters(text: str) -> str:
+    if not text.isprintable():
+        text = _MANGLED_ESCAPES.sub(lambda m: _ESCAPE_LETTER[m.group()], text)
+    if "\x1b" in text:
+        text = _ANSI_ESCAPE.sub("", text)  # terminal colour codes copied from logs
+    text = text.translate(_GARBAGE)
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text.translate(_SUPERSCRIPTS)).translate(_AFTER_NFKC)
+    return " ".join(text.split())
+
+
+# --- step 2: LaTeX --------------------------------------------------------------------------
+
+BOX_COMMANDS = ("\\boxed", "\\fbox")
+_TEXT_WRAPPER = re.compile(r"\\(?:text|textnormal|textbf|textit|textrm|textsf|texttt|mathrm|mathbf|mathit|mathsf|"
+                           r"mbox|operatorname)\s*\{([^{}]*)\}")
+_FRAC_BRACED = re.compile(r"\\[dt]?frac\s*\{\s*([-+]?\d+(?:\.\d+)?)\s*\}\s*\{\s*([-+]?\d+(?:\.\d+)?)\s*\}")
+_FRAC_SHORT = re.compile(r"\\[dt]?frac\s*(\d)\s*(\d)")
+# "2\frac{1}{2}" and "2 \frac12" are mixed numbers (5/2), not 2 and 1/2 (or "21/2").
+_MIXED_LATEX = re.compile(r"(?<![\d.])(\d+)\s*\\[dt]?frac\s*(?:\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|(\d)\s*(\d))")
+# "11,\! 111" and "14 {, }916": thousands commas with LaTeX spacing around them.
+_THOUSANDS_BANG = re.compile(r",\s*\\!\s*|\s*\{\s*,\s*\}\s*")
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?")
+_LATEX_REMOVALS = (
+    ("\\left", ""), ("\\right", ""), ("\\displaystyle", ""), ("\\!", ""),
+    ("\\(", " "), ("\\)", " "), ("\\[", " "), ("\\]", " "),
+    ("\\,", " "), ("\\;", " "), ("\\:", " "), ("\\ ", " "), ("\\quad", " "), ("\\qquad", " "), ("~", " "),
+    ("{,}", ","), ("\\%", "%"), ("\\$", ""), ("$", ""), ("°", ""), ("\\approx", "≈"),
+)
+
+
+def _last_boxed_content(text: str) -> str | None:
+    """Content of the last \\boxed{...} (brace-balanced), or None. Hand-written because a
+    regex cannot balance braces; the loop is linear in the text after the box.
+
+    Two boxes close together with different contents ("\\boxed{18} or \\boxed{20}") are a
+    list of alternatives: both are returned, joined by " or ", so the answer reads as ambiguous."""
+    last = _boxed_at(text, max(text.rfind(cmd) for cmd in BOX_COMMANDS))
+    if last is None:
+        return None
+    content, start, _ = last
+    previous = _boxed_at(text, max(text.rfind(cmd, 0, start) for cmd in BOX_COMMANDS))
+    if (previous is not None and _ALTERNATIVE_BOX_GAP.fullmatch(text[previous[2]:start])
+            and previous[0].strip() != content.strip()):
+        return f"{previous[0]} or {content}"
+    return content
+
+
+# What stands between two boxes that list alternatives: "} or \\boxed{", "}$, $\\boxed{", "}/\\boxed{".
+_ALTERNATIVE_BOX_GAP = re.compile(r"[\s$]*(?:,|;|/|、|or|and|或|或者|maybe|perhaps)?[\s$]*", re.IGNORECASE)
+
+
+def _boxed_at(text: str, start: int) -> tuple[str, int, int] | None:
+    """(content, start, end) of the box command at `start`, or None."""
+    if start == -1:
+        return None
+    brace = text.find("{", start)
+    if brace == -1 or text[start:brace].strip() not in BOX_COMMANDS:
+        return None
+    depth = 0
+    for i in range(brace, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[brace + 1:i], start, i + 1
+    return text[brace + 1:], start, len(text)  # unclosed box: take the rest rather than nothing
+
+
+def mixed_fraction(match: re.Match[str]) -> str:
+    """"2 1/2" -> "5/2" when the fraction is proper; otherwise leave the text alone."""
+    whole, num, den = int(match[1]), int(match[2] or match[4]), int(match[3] or match[5])
+    if not 0 < num < den:
+        return match.group()
+    return f"{whole * den + num}/{den}"
+
+
+def simplify_latex(text: str) -> str:
+    if "\\" not in text and "$" not in text and "{," not in text and "°" not in text and "~" not in text:
+        return text
+    boxed = _last_boxed_content(text)
+    if boxed is not None and FINAL_MARKER.search(text, max(text.rfind(cmd) for cmd in BOX_COMMANDS)) is None:
+        text = boxed  # unless a final-answer marker after the box states the answer again
+    for _ in range(3):  # \text{\textbf{..}} nests rarely deeper than this
+        unwrapped = _TEXT_WRAPPER.sub(r" \1 ", text)
+        if unwrapped == text:
+            break
+        text = unwrapped
+    text = _THOUSANDS_BANG.sub(",", text)
+    text = _MIXED_LATEX.sub(mixed_fraction, text)
+    text = _FRAC_BRACED.sub(r"\1/\2", text)
+    text = _FRAC_SHORT.sub(r"\1/\2", text)
+    text = _DEGREES.sub("", text)
+    for old, new in _LATEX_REMOVALS:
+        text = text.replace(old, new)
+    return " ".join(text.split())
+
+
+# --- step 2b: prose forms around a number ----------------------------------------------------
+
+_MARKDOWN_EMPHASIS = re.compile(r"\*\*|__")
+# "(approximately)", "(dollars)": words only, two letters at least, so "f(x)" keeps its "(x)".
+_WORD_PARENTHETICAL = re.compile(r"\(\s*[A-Za-z]{2}[A-Za-z .,'-]{0,40}\)")
+# "/hour", "/day": a slash before a word is a unit ("$15/hour", "4,000 bottles/hour"), and so is
+# a slash between a unit word and one letter ("km/h"). "15/x" and "a/b" stay mathematics.
+_UNIT_SLASH_WORD = re.compile(r"\s*/\s*[A-Za-z]{2,}\b")
+_UNIT_SLASH_LETTER = re.compile(r"(?<=[A-Za-z]{2})\s*/\s*[A-Za-z]\b")
+# Squared or cubed length units ("10 ft^2", "10 m²" after superscript folding). Only these unit
+# names: "10 x^2" must stay an expression.
+_POWER_UNIT = re.compile(r"(?<![A-Za-z])(m|cm|mm|km|ft|in|yd|mi|inch(?:es)?|feet|foot|met(?:er|re)s?|miles?|"
+                         r"yards?|units?)"
+                         r"\s*\^\s*\{?\s*[23]\s*\}?")
+_APPROX_AFTER_EXACT = re.compile(r"(=[^=≈]{0,40}?)\s*≈\s*[-+]?\d[\d,]*(?:\.\d+)?")
+_MIXED_NUMBER = re.compile(r"(?<![\d.,/])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d.,/])")
+_SCALED = re.compile(r"(\d+(?:\.\d+)?)\s*(thousand|million|billion)\b", re.IGNORECASE)
+SCALE = {"thousand": 10**3, "million": 10**6, "billion": 10**9}
+
+
+def _scaled(match: re.Match[str]) -> str:
+    return format_number(Fraction(match[1]) * SCALE[match[2].lower()])
+
+
+def simplify_prose(text: str) -> str:
+    if "*" in text or "_" in text:
+        text = _MARKDOWN_EMPHASIS.sub("", text)
+    if "(" in text:
+        text = _WORD_PARENTHETICAL.sub(" ", text)
+    if "/" in text:
+        text = _UNIT_SLASH_LETTER.sub("", _UNIT_SLASH_WORD.sub("", text))
+        text = _MIXED_NUMBER.sub(mixed_fraction, text)
+    if "^" in text:
+        text = _POWER_UNIT.sub(r"\1", text)
+    if "≈" in text:  # "x \\approx 11" states 11; in "x = 1/3 \\approx 0.33" the exact 1/3 is the answer
+        text = _APPROX_AFTER_EXACT.sub(r"\1", text).replace("≈", "=")
+    if "illion" in text or "housand" in text:
+        text = _SCALED.sub(_scaled, text)
+    return " ".join(text.split())
