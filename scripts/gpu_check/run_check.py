@@ -473,7 +473,7 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
         backend.prepare_environment(cfg)  # `import unsloth` before anything imports trl/transformers/peft
     from pipeline.data.prepare import prepare_dataset
     from pipeline.data.tokenizer import load_tokenizer
-    from pipeline.train import build_trainer
+    from pipeline.trainer.build import build_trainer
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(cfg.model.model_name_or_path)
