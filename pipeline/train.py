@@ -22,11 +22,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import BackendChoice, choose_backend, load_backend
-from pipeline.config import ConfigError, PipelineConfig, from_mapping, normalize_argv, parse_config, peek_option
+from pipeline.bootstrap import DEFAULT_GPU_RECIPE, peek_fast_inference
+from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, peek_option
 
-# Repo-relative recipes; `grpo train` with no --config on a GPU uses this one.
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_GPU_RECIPE = REPO_ROOT / "configs" / "qwen2.5-1.5b-gsm8k.yaml"
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED = 0, 2, 3, 130
 
@@ -71,8 +69,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
 
         _print(tensorboard_hint(cfg.grpo.output_dir))
     backend = load_backend(choice.name)
-    if choice.name == "unsloth":
-        backend.prepare_environment(cfg)  # UNSLOTH_VLLM_STANDBY + `import unsloth` before trl/transformers/peft
+    # `grpo train` did this at start-up (pipeline/bootstrap.py); a Python caller gets it here (idempotent).
+    backend.prepare_environment(cfg)
     _print(f"backend: {choice.name} ({choice.reason})")
 
     from env.paths import absolute_path
@@ -261,17 +259,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         return _print_help(argv)
     try:
-        # Decide the backend before anything imports trl: Unsloth must be imported first.
-        choice = choose_backend(str(peek_option(argv, "backend", "auto")), _peek_fast_inference(argv))
+        # `grpo` already prepared this backend before importing this module (pipeline/bootstrap.py).
+        choice = choose_backend(str(peek_option(argv, "backend", "auto")), peek_fast_inference(argv))
         argv, base, note = _defaults_for(argv, choice)
         if note:
             _print(note)
-        if choice.name == "unsloth":
-            standby = peek_option(argv, "vllm_standby", "auto")
-            early = from_mapping({"vllm_standby": standby, "fast_inference": choice.fast_inference})
-            unsloth_backend = load_backend("unsloth")
-            unsloth_backend.refuse_vllm_sleep_mode(unsloth_backend.standby_enabled(early))
-            unsloth_backend.prepare_environment(early)
         cfg = parse_config(argv, base=base)
         result = run_training(cfg, choice)
     except (ConfigError, FileNotFoundError, DataError, DataFileError, AdapterError, DiskFullError) as err:
@@ -302,7 +294,7 @@ def _print_help(argv: list[str]) -> int:
     from pipeline.config import SECTIONS
 
     try:
-        choice = choose_backend(str(peek_option(argv, "backend", "auto")), _peek_fast_inference(argv))
+        choice = choose_backend(str(peek_option(argv, "backend", "auto")), peek_fast_inference(argv))
         argv, base, _ = _defaults_for([a for a in argv if a not in ("-h", "--help")], choice)
     except ConfigError:
         base, argv = None, []
@@ -339,7 +331,7 @@ def check_main(argv: list[str]) -> int:
 
     try:
         argv, base, note = _defaults_for(argv, choose_backend(str(peek_option(argv, "backend", "auto")),
-                                                            _peek_fast_inference(argv)))
+                                                            peek_fast_inference(argv)))
         if note:
             print(f"[grpo] {note}", file=sys.stderr)
         results = run_checks(parse_config(argv, base=base), stop_at_first=False)
@@ -348,12 +340,6 @@ def check_main(argv: list[str]) -> int:
     report = as_json(results)
     print(json.dumps(report, indent=2, ensure_ascii=False))
     return EXIT_OK if report["ok"] else EXIT_BAD_INPUT
-
-
-def _peek_fast_inference(argv: list[str]) -> bool:
-    """`fast_inference` from the command line or the recipe, read before TrlParser (which imports trl)."""
-    value = str(peek_option(argv, "fast_inference", True)).strip().lower()
-    return value not in ("false", "0", "no") and not {"--no_fast_inference", "--no-fast-inference"} & set(argv)
 
 
 def _has_cuda() -> bool:
