@@ -25,7 +25,6 @@ from pipeline.backends import BackendChoice, choose_backend, load_backend
 from pipeline.bootstrap import DEFAULT_GPU_RECIPE, peek_fast_inference
 from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, peek_option
 
-
 EXIT_OK, EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED = 0, 2, 3, 130
 
 

@@ -7,10 +7,9 @@ inside the training process on the same card and shares the model weights with i
 `fast_inference: false` runs Unsloth without vLLM: the same 4-bit LoRA model, but Unsloth's patched
 GRPOTrainer generates with transformers, and eval/generate use FastLanguageModel.for_inference + generate.
 
-Importing this module imports nothing heavy. `prepare_environment(cfg)` must run before
-trl, transformers or peft are imported, because `import unsloth` patches them (and reads
-UNSLOTH_VLLM_STANDBY while doing so); every entry point below calls it for you, but only a
-call at the very start of the process can get the import order right.
+Importing this module imports nothing heavy. `prepare_environment(cfg)` (pipeline/backends/unsloth_setup.py,
+with the from_pretrained arguments every loader here shares) must run before trl, transformers or peft are
+imported; `grpo` calls it at start-up (pipeline/bootstrap.py) and every entry point below calls it again.
 
 The contract tests (tests/test_unsloth_backend.py) replace unsloth and vllm with a recording
 fake and check the exact calls made here; nothing in this file has been run on a GPU by them.
@@ -19,10 +18,7 @@ fake and check the exact calls made here; nothing in this file has been run on a
 from __future__ import annotations
 
 import functools
-import os
-import sys
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -36,6 +32,7 @@ from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: caller
     standby_enabled,
 )
 from pipeline.backends.plain import PlainGenerator
+from pipeline.backends.unsloth_setup import from_pretrained_kwargs, gradient_checkpointing_mode, prepare_environment
 from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.py:4476-4485
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     ConfigError,
@@ -47,7 +44,6 @@ from pipeline.data.tokenizer import resolve_model_path
 
 NAME = "unsloth"
 
-STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
 # `--to` values of `grpo export`, the same names the plain backend takes.
 EXPORT_METHODS = ("merged16", "merged4", "gguf")
 DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (save.py:4602)
@@ -57,128 +53,6 @@ DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (save.py
 GGUF_MERGED_SUBDIR = "merged"
 # Where training_generator's live LoRA config goes (inside output_dir; see training_generator).
 LIVE_LORA_SUBDIR = ".vllm_live_lora"
-
-
-@dataclass
-class PreparedEnvironment:
-    """What `prepare_environment` decided, for logs and the run manifest."""
-
-    standby: bool
-    import_order_problems: list[str] = field(default_factory=list)
-
-
-_prepared: Optional[PreparedEnvironment] = None
-
-
-def _import_order_problems() -> list[str]:
-    """Modules Unsloth must precede that are already imported (env.imports owns the rule)."""
-    from env.imports import import_order_problems
-
-    return [str(problem) for problem in import_order_problems()]
-
-
-def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
-    """Set UNSLOTH_VLLM_STANDBY, check the import order, then `import unsloth`. Idempotent.
-
-    Standby must be in the environment *before* `import unsloth`: unsloth_zoo reads it at
-    import to keep `expandable_segments` off (unsloth_zoo/__init__.py:321-343) and to install
-    vLLM's sleep/wake patches (vllm_utils.py:1125), and `from_pretrained(unsloth_vllm_standby=True)`
-    raises if it is unset (llama.py:3538-3541).
-
-    If trl/transformers/peft are already imported we warn (naming them and the fix) rather than
-    raise: Unsloth itself only warns (unsloth/_gpu_init.py:135-143) and patches what it can.
-    """
-    global _prepared
-    standby = standby_enabled(cfg)
-    if _prepared is not None and "unsloth" in sys.modules:
-        if _prepared.standby != standby:
-            raise RuntimeError(
-                f"vllm_standby changed from {_prepared.standby} to {standby} after unsloth was imported; "
-                "standby is fixed at import time. Run each configuration in a fresh process."
-            )
-        return _prepared
-
-    current = os.environ.get(STANDBY_ENV, "0")
-    if standby:
-        if "unsloth" in sys.modules and current == "0":
-            # Too late: the import-time patches above were not installed. Setting the variable
-            # now would only get us past llama.py's check into a half-configured engine.
-            raise RuntimeError(
-                "vllm_standby is on, but unsloth was imported before UNSLOTH_VLLM_STANDBY=1 was set. "
-                "Restart the process (in a notebook: restart the kernel) and let the pipeline import unsloth, "
-                "or set os.environ['UNSLOTH_VLLM_STANDBY'] = '1' before `import unsloth`, or use vllm_standby: false."
-            )
-        os.environ[STANDBY_ENV] = "1"
-    elif current != "0":
-        # The config is the source of truth; an exported variable would silently turn standby on
-        # (load_vllm ORs it in, vllm_utils.py:4426).
-        if "unsloth" in sys.modules:
-            raise RuntimeError(
-                f"vllm_standby is false, but unsloth was already imported with {STANDBY_ENV}={current}. "
-                "Restart the process without that variable, or set vllm_standby: true."
-            )
-        why = "vllm_standby is false" if cfg.model.fast_inference else "fast_inference: false runs without vLLM"
-        warnings.warn(f"{STANDBY_ENV}={current} is set in the environment but {why}; "
-                      f"setting {STANDBY_ENV}=0 for this run.", stacklevel=2)
-        os.environ[STANDBY_ENV] = "0"
-
-    problems = [] if "unsloth" in sys.modules else _import_order_problems()
-    if problems:
-        warnings.warn(
-            "Unsloth must be imported before " + ", ".join(problems) + ", which are already imported, so some of "
-            "its patches (speed, memory) will not apply. Fix: call "
-            "pipeline.backends.unsloth.prepare_environment(cfg) (or `import unsloth`) before anything imports "
-            "trl, transformers or peft; in a notebook, restart the kernel and run it in the first cell.",
-            stacklevel=2,
-        )
-    import unsloth  # noqa: F401  (the import is the point: it patches trl/transformers/peft)
-
-    _prepared = PreparedEnvironment(standby=standby, import_order_problems=problems)
-    return _prepared
-
-
-def _torch_dtype(cfg: PipelineConfig):
-    """`auto` -> None (Unsloth picks bf16 where supported, else fp16: llama.py:3601-3602)."""
-    if cfg.model.dtype == "auto":
-        return None
-    import torch
-
-    # A torch dtype, not the string: loader.py:1369-1376 converts only "float16"/"bfloat16".
-    return getattr(torch, cfg.model.dtype)
-
-
-def _gradient_checkpointing(cfg: PipelineConfig):
-    # "unsloth" = Unsloth's offloaded checkpointing (falls back to plain below 512 tokens, _utils.py:502-515).
-    return "unsloth" if cfg.lora.gradient_checkpointing else False
-
-
-def _from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
-                            standby: bool, load_in_4bit: Optional[bool] = None) -> dict[str, Any]:
-    """Keyword arguments for FastLanguageModel.from_pretrained (loader.py:1241-1271)."""
-    kwargs: dict[str, Any] = {
-        "model_name": model_name,
-        "max_seq_length": cfg.model.max_seq_length,
-        "load_in_4bit": cfg.model.load_in_4bit if load_in_4bit is None else load_in_4bit,
-        "fast_inference": fast_inference,
-        "dtype": _torch_dtype(cfg),
-        "random_state": cfg.grpo.seed,
-        "use_gradient_checkpointing": _gradient_checkpointing(cfg),
-        "trust_remote_code": cfg.model.trust_remote_code,
-    }
-    if fast_inference:
-        kwargs.update(
-            # vLLM's LoRA slot size: every adapter it serves must have r <= this (vllm_utils.py:5572-5590).
-            max_lora_rank=cfg.model.max_lora_rank,
-            gpu_memory_utilization=resolve_gpu_memory_utilization(cfg, standby=standby),
-            float8_kv_cache=cfg.model.float8_kv_cache,
-        )
-        if standby:
-            # Not a loader.py parameter: it travels in **kwargs to FastQwen2Model.from_pretrained
-            # (qwen2.py:64-91) and on to FastLlamaModel.from_pretrained(unsloth_vllm_standby=...)
-            # (llama.py:3509), which hands it to load_vllm (llama.py:4274). load_vllm would also read
-            # the environment variable (vllm_utils.py:4426); passing it makes the intent explicit.
-            kwargs["unsloth_vllm_standby"] = True
-    return kwargs
 
 
 def load_for_training(cfg: PipelineConfig):
@@ -196,7 +70,7 @@ def load_for_training(cfg: PipelineConfig):
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **_from_pretrained_kwargs(cfg, resolve_model_path(cfg.model.model_name_or_path),
+        **from_pretrained_kwargs(cfg, resolve_model_path(cfg.model.model_name_or_path),
                                   fast_inference=cfg.model.fast_inference, standby=prepared.standby)
     )
     # llama.py:4569-4590. get_peft_model ends with patch_peft_fast_inference (_utils.py:8079-8102),
@@ -207,7 +81,7 @@ def load_for_training(cfg: PipelineConfig):
         target_modules=list(cfg.lora.lora_target_modules),
         lora_alpha=cfg.lora.lora_alpha,
         lora_dropout=cfg.lora.lora_dropout,  # 0 keeps the fused LoRA kernels on (llama.py:3096-3108)
-        use_gradient_checkpointing=_gradient_checkpointing(cfg),
+        use_gradient_checkpointing=gradient_checkpointing_mode(cfg),
         random_state=cfg.grpo.seed,
         modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
     )
@@ -445,7 +319,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **_from_pretrained_kwargs(cfg, resolve_model_path(base_model), fast_inference=True, standby=prepared.standby)
+        **from_pretrained_kwargs(cfg, resolve_model_path(base_model), fast_inference=True, standby=prepared.standby)
     )
     lora_request = None
     if adapter is not None:
@@ -476,7 +350,7 @@ def _load_transformers_generator(base_model: str, adapter: Optional[Any], cfg: P
 
     source = str(absolute_path(adapter.path)) if adapter is not None else resolve_model_path(base_model)
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **_from_pretrained_kwargs(cfg, source, fast_inference=False, standby=False))
+        **from_pretrained_kwargs(cfg, source, fast_inference=False, standby=False))
     if adapter is not None and not getattr(model, "peft_config", None):
         raise RuntimeError(f"Unsloth loaded {adapter.path} without its LoRA adapter (the model has no peft_config); "
                            "refusing to generate with the base model in its place. Check adapter_config.json there.")
@@ -507,7 +381,7 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **_from_pretrained_kwargs(cfg, str(absolute_path(adapter.path)), fast_inference=False,
+        **from_pretrained_kwargs(cfg, str(absolute_path(adapter.path)), fast_inference=False,
                                   standby=prepared.standby, load_in_4bit=True if method == "merged4" else None)
     )
     # Absolute: Unsloth moves *relative* save paths elsewhere on Kaggle (save.py _preflight_merge_disk).
