@@ -18,10 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.backends import BackendChoice, choose_backend, load_backend
+from pipeline.backends import BackendChoice, choose_backend, cuda_available, load_backend
 from pipeline.config import ConfigError, from_mapping, peek_option
 
-# `grpo train` on a GPU without --config trains this recipe (pipeline.train's defaults).
+# `grpo train` on a GPU without --config trains this recipe (defaults_for).
 DEFAULT_GPU_RECIPE = Path(__file__).resolve().parent.parent / "configs" / "qwen2.5-1.5b-gsm8k.yaml"
 
 # Sub-commands that load a model through a backend; `env` and `data` (tokenizer only) need none.
@@ -56,8 +56,8 @@ def _early_settings(command: str, argv: list[str]) -> tuple[BackendChoice, dict[
     requested = str(peek_option(argv, "backend", "auto"))
     if command == "train":
         choice = choose_backend(requested, peek_fast_inference(argv))
-        if choice.name == "unsloth" and "--config" not in argv:
-            argv = ["--config", str(DEFAULT_GPU_RECIPE), *argv]  # the recipe the run will read
+        if choice.name == "unsloth":
+            argv = defaults_for(argv, choice)[0]  # the recipe the run will read
         return choice, {"vllm_standby": peek_option(argv, "vllm_standby", "auto"),
                         "fast_inference": choice.fast_inference}
     trained = _trained_config(argv)  # generate / eval / export load a trained run with its own settings
@@ -88,6 +88,21 @@ def _trained_config(argv: list[str]) -> dict[str, Any]:
     except (ManifestError, OSError):
         manifest = None
     return dict((manifest or {}).get("config") or {})
+
+
+def defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Optional[dict[str, Any]], str]:
+    """Which defaults a run without --config gets: the GPU recipe on a GPU, the tiny CPU demo elsewhere.
+
+    Returns (argv, base defaults for parse_config, a line saying which); one answer for `grpo train` (a run,
+    --help, --check), `grpo data` and the bootstrap.
+    """
+    if "--config" in argv:
+        return argv, None, ""
+    if choice.name == "unsloth" or cuda_available():
+        return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None, f"no --config: using {DEFAULT_GPU_RECIPE}"
+    from pipeline.demo.task import DEMO_CONFIG
+
+    return argv, dict(DEMO_CONFIG), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
 
 
 def peek_fast_inference(argv: list[str]) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import BackendChoice, choose_backend, load_backend
-from pipeline.bootstrap import DEFAULT_GPU_RECIPE, peek_fast_inference
+from pipeline.bootstrap import defaults_for, peek_fast_inference
 from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, peek_option
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED = 0, 2, 3, 130
@@ -260,7 +260,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         # `grpo` already prepared this backend before importing this module (pipeline/bootstrap.py).
         choice = choose_backend(str(peek_option(argv, "backend", "auto")), peek_fast_inference(argv))
-        argv, base, note = _defaults_for(argv, choice)
+        argv, base, note = defaults_for(argv, choice)
         if note:
             _print(note)
         cfg = parse_config(argv, base=base)
@@ -269,20 +269,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return result.exit_code
-
-
-def _defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Optional[dict[str, Any]], str]:
-    """Which defaults a run without --config gets: the GPU recipe on a GPU, the tiny CPU demo elsewhere.
-
-    Returns (argv, base defaults for parse_config, a line saying which), shared by a run and by --help.
-    """
-    if "--config" in argv:
-        return argv, None, ""
-    if choice.name == "unsloth" or _has_cuda():
-        return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None, f"no --config: using {DEFAULT_GPU_RECIPE}"
-    from pipeline.demo.task import DEMO_CONFIG
-
-    return argv, dict(DEMO_CONFIG), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
 
 
 def _print_help(argv: list[str]) -> int:
@@ -294,7 +280,7 @@ def _print_help(argv: list[str]) -> int:
 
     try:
         choice = choose_backend(str(peek_option(argv, "backend", "auto")), peek_fast_inference(argv))
-        argv, base, _ = _defaults_for([a for a in argv if a not in ("-h", "--help")], choice)
+        argv, base, _ = defaults_for([a for a in argv if a not in ("-h", "--help")], choice)
     except ConfigError:
         base, argv = None, []
     if "--config" in argv and argv.index("--config") + 1 < len(argv):
@@ -329,7 +315,7 @@ def check_main(argv: list[str]) -> int:
     from pipeline.preflight import Check, as_json, run_checks
 
     try:
-        argv, base, note = _defaults_for(argv, choose_backend(str(peek_option(argv, "backend", "auto")),
+        argv, base, note = defaults_for(argv, choose_backend(str(peek_option(argv, "backend", "auto")),
                                                             peek_fast_inference(argv)))
         if note:
             print(f"[grpo] {note}", file=sys.stderr)
@@ -339,9 +325,3 @@ def check_main(argv: list[str]) -> int:
     report = as_json(results)
     print(json.dumps(report, indent=2, ensure_ascii=False))
     return EXIT_OK if report["ok"] else EXIT_BAD_INPUT
-
-
-def _has_cuda() -> bool:
-    from pipeline.backends import cuda_available
-
-    return cuda_available()
