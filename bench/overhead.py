@@ -2,10 +2,10 @@
 
 Runs the same tiny model, data, rewards and training arguments through
   (a) bare `trl.GRPOTrainer` (the five rewards, nothing else), and
-  (b) our `pipeline.train.build_trainer` (+ health observer, health rules, metrics.jsonl, progress bar),
+  (b) our `pipeline.trainer.build.build_trainer` (+ health observer, health rules, metrics.jsonl, progress bar),
 in interleaved rounds so machine noise hits both alike. Equal work, checked rather than assumed:
 
-- both sides get the `trl.GRPOConfig` that `pipeline.train.grpo_training_args` makes (the one
+- both sides get the `trl.GRPOConfig` that `pipeline.trainer.build.grpo_training_args` makes (the one
   `build_trainer` uses); the bench compares the two configs field by field and stops if they differ
   in anything but the output folder and the observer's zero reward weight;
 - the demo model is random here (no warm-up), so its garbled output would trip the garbled-output
@@ -104,7 +104,7 @@ def run_bare(cfg, prepared, callbacks=()) -> SideRun:
     import trl
 
     from pipeline.backends import plain
-    from pipeline.train import grpo_training_args
+    from pipeline.trainer.build import grpo_training_args
     from rewards import check_reward_weights, get_reward_funcs
 
     model, tokenizer = plain.load_for_training(cfg)
@@ -123,7 +123,7 @@ def run_bare(cfg, prepared, callbacks=()) -> SideRun:
 
 def run_pipeline(cfg, prepared, callbacks=()) -> SideRun:
     from pipeline.backends import plain
-    from pipeline.train import build_trainer
+    from pipeline.trainer.build import build_trainer
 
     model, tokenizer = plain.load_for_training(cfg)
     timer = step_timer()

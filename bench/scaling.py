@@ -94,7 +94,7 @@ def instrument(trainer, clock: PartClock) -> None:
 
 
 def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict:
-    import pipeline.train as train_module
+    import pipeline.trainer.build as train_module
     from bench.overhead import bench_config, prepare
     from pipeline.backends import plain
 

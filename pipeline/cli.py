@@ -7,7 +7,8 @@
     grpo eval       accuracy / format / length / garbled rate on held-out problems
     grpo export     merge the LoRA (16-bit / 4-bit) or write GGUF
 
-Each sub-command's module is imported only when it runs, so `grpo --help` never imports torch.
+Each sub-command's module is imported only when it runs, so `grpo --help` never imports torch. Before it is
+imported, pipeline/bootstrap.py prepares the backend the command will use (Unsloth must be imported first).
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv[0] not in COMMANDS:
         parser.error(f"unknown command {argv[0]!r}; choose one of {', '.join(COMMANDS)}")
+    from pipeline.bootstrap import bootstrap
+    from pipeline.config import ConfigError
+
+    try:
+        bootstrap(argv[0], argv[1:])
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     module_name, _ = COMMANDS[argv[0]]
     module = importlib.import_module(module_name)
     return int(module.main(argv[1:]) or 0)

@@ -14,7 +14,6 @@ Exit codes: 0 done, 2 bad config or input, 3 stopped by a health rule, 130 inter
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -22,12 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.backends import BackendChoice, choose_backend, load_backend, on_cpu
-from pipeline.config import ConfigError, PipelineConfig, from_mapping, normalize_argv, parse_config, peek_option
-
-# Repo-relative recipes; `grpo train` with no --config on a GPU uses this one.
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_GPU_RECIPE = REPO_ROOT / "configs" / "qwen2.5-1.5b-gsm8k.yaml"
+from pipeline.backends import BackendChoice, choose_backend, load_backend
+from pipeline.bootstrap import defaults_for, peek_fast_inference
+from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, peek_option
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED = 0, 2, 3, 130
 
@@ -72,8 +68,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
 
         _print(tensorboard_hint(cfg.grpo.output_dir))
     backend = load_backend(choice.name)
-    if choice.name == "unsloth":
-        backend.prepare_environment(cfg)  # UNSLOTH_VLLM_STANDBY + `import unsloth` before trl/transformers/peft
+    # `grpo train` did this at start-up (pipeline/bootstrap.py); a Python caller gets it here (idempotent).
+    backend.prepare_environment(cfg)
     _print(f"backend: {choice.name} ({choice.reason})")
 
     from env.paths import absolute_path
@@ -89,11 +85,13 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
 
 def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir: Path, callbacks, start: float):
     from env.paths import atomic_directory
-    from pipeline.run.checkpoints import GracefulStop, checkpoint_step, resolve_resume
     from pipeline.infer.session import verify_trained_dir
+    from pipeline.run.checkpoints import GracefulStop, checkpoint_step, disk_full_is_resumable, resolve_resume
+    from pipeline.trainer.build import build_trainer
 
     # ---------------------------------------------------------------- resume target (before anything loads)
     resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
+    resume_step = checkpoint_step(resume_from) if resume_from else None
     if resume_from:
         finished = _finished_run(cfg, output_dir, resume_from)
         if finished is not None:
@@ -142,15 +140,14 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         _print(f"eval before GRPO: accuracy {eval_before['accuracy']:.1%}, format {eval_before['format_rate']:.1%}")
 
     # ---------------------------------------------------------------- trainer
-    trainer, health = build_trainer(cfg, backend, model, tokenizer, prepared, peft_config, output_dir)
+    trainer, health = build_trainer(cfg, backend, model, tokenizer, prepared, peft_config, output_dir, resume_step)
     for callback in callbacks or []:
         trainer.add_callback(callback)
 
     # ---------------------------------------------------------------- train (resumable)
     if resume_from:
-        _print(f"resuming from {resume_from} (step {checkpoint_step(resume_from)})")
-        trainer.metrics_callback_for_resume(checkpoint_step(resume_from))
-    with GracefulStop() as stopper, _disk_full_is_resumable(trainer, output_dir):
+        _print(f"resuming from {resume_from} (step {resume_step})")
+    with GracefulStop() as stopper, disk_full_is_resumable(trainer, output_dir):
         trainer.add_callback(stopper.callback())
         trainer.train(resume_from_checkpoint=resume_from)
     steps = trainer.state.global_step
@@ -176,7 +173,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
             data_fingerprint=prepared.fingerprint, adapter_dir=adapter_dir,
             adapter_kind="full" if cfg.lora.full_finetune else "lora",
         )
-        with _disk_full_is_resumable(trainer, output_dir), atomic_directory(adapter_dir) as staging:
+        with disk_full_is_resumable(trainer, output_dir), atomic_directory(adapter_dir) as staging:
             backend.save_adapter(trainer.model, tokenizer, staging)
             write_adapter_metadata(staging, manifest)  # the folder stays usable when copied away from the run
         verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
@@ -225,161 +222,6 @@ def _finished_run(cfg: PipelineConfig, output_dir: Path, checkpoint: str) -> Opt
     return RunResult(output_dir, "completed", EXIT_OK, step, saved, summary)
 
 
-def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft_config, output_dir: Path):
-    """The wrapped TRL GRPOTrainer: our dataset, rewards (+ the zero-weight health observer) and callbacks."""
-    import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
-    from transformers import PrinterCallback, ProgressCallback
-
-    from pipeline.run.checkpoints import file_mode_callback
-    from pipeline.health.rules import build_health
-    from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
-    from rewards import check_reward_weights, get_reward_funcs
-
-    g = cfg.grpo
-    reward_funcs = get_reward_funcs(list(g.reward_funcs))
-    weights = check_reward_weights(list(g.reward_funcs), g.reward_weights)
-    observer, health = build_health(cfg, tokenizer)
-    reward_funcs.append(observer)
-    weights.append(0.0)  # the observer only watches; it never changes the reward
-
-    args = grpo_training_args(cfg, backend, model, prepared, output_dir, weights)
-    metrics = MetricsJsonlCallback(output_dir / "metrics.jsonl")
-    trainer = GRPOTrainer_with_hooks(trl.GRPOTrainer)(
-        model=model,
-        reward_funcs=reward_funcs,
-        args=args,
-        train_dataset=prepared.dataset,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        # health first: it fills in health/* from its shared state before metrics.jsonl is written
-        callbacks=[health, metrics, RewardProgressCallback(), file_mode_callback()],
-    )
-    for default_printer in (PrinterCallback, ProgressCallback):
-        trainer.remove_callback(default_printer)
-    health.attach(trainer)
-    trainer._metrics_callback = metrics
-    trainer._card_names = (cfg.model.model_name_or_path, cfg.data.dataset_name)
-    return trainer, health
-
-
-def grpo_training_args(cfg: PipelineConfig, backend, model, prepared, output_dir: Path, reward_weights: list[float]):
-    """The trl.GRPOConfig a run trains with (bench/overhead.py gives bare TRL this same one, to compare equal work)."""
-    import trl  # imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
-
-    from pipeline.health.rules import HEALTH_TRAINING_ARGS
-
-    g = cfg.grpo
-    return trl.GRPOConfig(
-        output_dir=str(output_dir),
-        learning_rate=g.learning_rate,
-        num_generations=g.num_generations,
-        per_device_train_batch_size=g.per_device_train_batch_size,
-        gradient_accumulation_steps=g.gradient_accumulation_steps,
-        max_steps=g.max_steps,
-        num_train_epochs=g.num_train_epochs,
-        max_completion_length=prepared.max_completion_length,
-        beta=g.beta,
-        loss_type=g.loss_type,
-        mask_truncated_completions=g.mask_truncated_completions,
-        epsilon_high=g.epsilon_high,
-        temperature=g.temperature,
-        top_p=g.top_p,
-        top_k=g.top_k,
-        min_p=g.min_p,
-        warmup_steps=g.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of total steps
-        lr_scheduler_type=g.lr_scheduler_type,
-        optim=g.optim,
-        weight_decay=g.weight_decay,
-        adam_beta1=g.adam_beta1,
-        adam_beta2=g.adam_beta2,
-        max_grad_norm=g.max_grad_norm,
-        logging_steps=g.logging_steps,
-        save_steps=g.save_steps,
-        save_total_limit=g.save_total_limit,
-        seed=g.seed,
-        report_to=[r.strip() for r in g.report_to.split(",") if r.strip() and r.strip() != "none"] or "none",
-        reward_weights=reward_weights,
-        log_completions=g.log_completions,
-        gradient_checkpointing=cfg.lora.gradient_checkpointing and not on_cpu(),
-        disable_tqdm=True,  # our RewardProgressCallback shows reward / KL / length instead
-        **HEALTH_TRAINING_ARGS,  # keep NaN losses visible to the health rules
-        **backend.grpo_config_kwargs(cfg, model),
-    )
-
-
-def save_size_estimate(model) -> int:
-    """Bytes one checkpoint takes: the trained weights in fp32 plus Adam's two moments (4 + 8 bytes a
-    parameter), plus 10% for the scheduler, RNG and trainer state."""
-    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return int(trained * 12 * 1.1)
-
-
-@contextlib.contextmanager
-def _disk_full_is_resumable(trainer, output_dir: Path):
-    """Turn a full disk during a save into DiskFullError, and remove the half-written checkpoint so that
-    `--resume auto` picks the newest complete one (atomic_directory already discards a half-written lora/)."""
-    from env.disk import DiskFullError, is_disk_full
-
-    try:
-        yield
-    except (OSError, RuntimeError) as err:
-        if not is_disk_full(err):
-            raise
-        import shutil
-
-        from pipeline.run.checkpoints import checkpoint_problem
-
-        partial = output_dir / f"checkpoint-{trainer.state.global_step}"
-        removed = ""
-        if partial.is_dir() and checkpoint_problem(partial):
-            shutil.rmtree(partial, ignore_errors=True)
-            removed = f" The half-written {partial.name} was removed."
-        raise DiskFullError(output_dir, save_size_estimate(trainer.model),
-                            f"resume with the same command and --resume auto (it continues from the newest complete "
-                            f"checkpoint in {output_dir}).{removed}") from None
-
-
-def GRPOTrainer_with_hooks(base):  # noqa: N802 (returns a class)
-    """Subclass the (possibly Unsloth-patched) GRPOTrainer with the one hook resume needs."""
-
-    class PipelineGRPOTrainer(base):
-        def create_model_card(self, model_name=None, dataset_name=None, tags=None):
-            """TRL's card (output_dir/README.md), naming the base model and dataset we trained on.
-
-            TRL reads the base model from config._name_or_path and leaves it out when that is a local folder
-            (our built-in models, a downloaded copy), giving "fine-tuned version of [None]". A hub id is
-            named; for anything else no card is written, since its hub links would point nowhere.
-            """
-            base_model, dataset = getattr(self, "_card_names", (None, None))
-            if not base_model or not _is_hub_id(base_model):
-                return
-            config = self.model.config
-            local_name = getattr(config, "_name_or_path", "")
-            config._name_or_path = base_model
-            try:
-                super().create_model_card(model_name=model_name, tags=tags,
-                                          dataset_name=dataset_name or (dataset if _is_hub_id(dataset) else None))
-            finally:
-                config._name_or_path = local_name
-
-        def metrics_callback_for_resume(self, step: int) -> None:
-            from pipeline.run.log import MetricsJsonlCallback
-
-            fresh = MetricsJsonlCallback(self._metrics_callback.path, resume_step=step)
-            self.remove_callback(self._metrics_callback)
-            self.add_callback(fresh)
-            self._metrics_callback = fresh
-
-    return PipelineGRPOTrainer
-
-
-def _is_hub_id(name: Optional[str]) -> bool:
-    """`org/name` that is neither a built-in name nor a local path."""
-    from pipeline.data.tokenizer import resolve_model_path
-
-    return bool(name) and name.count("/") == 1 and not os.path.exists(name) and resolve_model_path(name) == name
-
-
 def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[str], adapter_dir: Optional[Path],
                                cfg: PipelineConfig) -> None:
     _print(f"run {status}" + (f": {reason}" if reason else ""))
@@ -417,39 +259,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         return _print_help(argv)
     try:
-        # Decide the backend before anything imports trl: Unsloth must be imported first.
-        choice = choose_backend(str(peek_option(argv, "backend", "auto")), _peek_fast_inference(argv))
-        argv, base, note = _defaults_for(argv, choice)
+        # `grpo` already prepared this backend before importing this module (pipeline/bootstrap.py).
+        choice = choose_backend(str(peek_option(argv, "backend", "auto")), peek_fast_inference(argv))
+        argv, base, note = defaults_for(argv, choice)
         if note:
             _print(note)
-        if choice.name == "unsloth":
-            standby = peek_option(argv, "vllm_standby", "auto")
-            early = from_mapping({"vllm_standby": standby, "fast_inference": choice.fast_inference})
-            unsloth_backend = load_backend("unsloth")
-            unsloth_backend.refuse_vllm_sleep_mode(unsloth_backend.standby_enabled(early))
-            unsloth_backend.prepare_environment(early)
         cfg = parse_config(argv, base=base)
         result = run_training(cfg, choice)
     except (ConfigError, FileNotFoundError, DataError, DataFileError, AdapterError, DiskFullError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return result.exit_code
-
-
-def _defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Optional[dict[str, Any]], str]:
-    """Which defaults a run without --config gets: the GPU recipe on a GPU, the tiny CPU demo elsewhere.
-
-    Returns (argv, base defaults for parse_config, a line saying which), shared by a run and by --help.
-    """
-    if "--config" in argv:
-        return argv, None, ""
-    from pipeline.backends import cuda_available  # looked up now, so a test can stand in for the probe
-
-    if choice.name == "unsloth" or cuda_available():
-        return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None, f"no --config: using {DEFAULT_GPU_RECIPE}"
-    from pipeline.demo.task import DEMO_CONFIG
-
-    return argv, dict(DEMO_CONFIG), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
 
 
 def _print_help(argv: list[str]) -> int:
@@ -460,8 +280,8 @@ def _print_help(argv: list[str]) -> int:
     from pipeline.config import SECTIONS
 
     try:
-        choice = choose_backend(str(peek_option(argv, "backend", "auto")), _peek_fast_inference(argv))
-        argv, base, _ = _defaults_for([a for a in argv if a not in ("-h", "--help")], choice)
+        choice = choose_backend(str(peek_option(argv, "backend", "auto")), peek_fast_inference(argv))
+        argv, base, _ = defaults_for([a for a in argv if a not in ("-h", "--help")], choice)
     except ConfigError:
         base, argv = None, []
     if "--config" in argv and argv.index("--config") + 1 < len(argv):
@@ -496,8 +316,8 @@ def check_main(argv: list[str]) -> int:
     from pipeline.preflight import Check, as_json, run_checks
 
     try:
-        argv, base, note = _defaults_for(argv, choose_backend(str(peek_option(argv, "backend", "auto")),
-                                                            _peek_fast_inference(argv)))
+        argv, base, note = defaults_for(argv, choose_backend(str(peek_option(argv, "backend", "auto")),
+                                                            peek_fast_inference(argv)))
         if note:
             print(f"[grpo] {note}", file=sys.stderr)
         results = run_checks(parse_config(argv, base=base), stop_at_first=False)
@@ -506,9 +326,3 @@ def check_main(argv: list[str]) -> int:
     report = as_json(results)
     print(json.dumps(report, indent=2, ensure_ascii=False))
     return EXIT_OK if report["ok"] else EXIT_BAD_INPUT
-
-
-def _peek_fast_inference(argv: list[str]) -> bool:
-    """`fast_inference` from the command line or the recipe, read before TrlParser (which imports trl)."""
-    value = str(peek_option(argv, "fast_inference", True)).strip().lower()
-    return value not in ("false", "0", "no") and not {"--no_fast_inference", "--no-fast-inference"} & set(argv)

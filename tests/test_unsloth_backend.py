@@ -22,6 +22,7 @@ from env.adapters import verify_adapter_dir
 from env.paths import atomic_directory
 from pipeline.backends import gpu_settings
 from pipeline.backends import unsloth as backend
+from pipeline.backends import unsloth_setup
 from pipeline.config import ConfigError, PipelineConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +43,7 @@ def fake(monkeypatch):
     """The fake unsloth/vllm on sys.meta_path, a 22.5 GiB CUDA GPU, and a clean standby variable."""
     monkeypatch.delenv(STANDBY, raising=False)
     monkeypatch.delenv("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", raising=False)
-    monkeypatch.setattr(backend, "_prepared", None)
+    monkeypatch.setattr(unsloth_setup, "_prepared", None)  # prepare_environment's memory
     monkeypatch.setattr("pipeline.backends.cuda_available", lambda: True)
     monkeypatch.setattr(gpu_settings, "gpu_total_gib", lambda device=0: GPU_GIB)
     handle = fake_unsloth.install()

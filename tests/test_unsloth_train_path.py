@@ -16,7 +16,7 @@ import pytest
 
 import tests.fake_unsloth as fake_unsloth
 from pipeline.backends import BackendChoice, gpu_settings
-from pipeline.backends import unsloth as backend
+from pipeline.backends import unsloth_setup
 from pipeline.config import PipelineConfig
 from pipeline.train import run_training
 
@@ -64,7 +64,7 @@ def install_recording_unsloth(monkeypatch, vllm_installed: bool = True):
     monkeypatch.setattr(trl, "GRPOTrainer", RecordingGRPOTrainer)
     monkeypatch.setattr(trl, "GRPOConfig", fake_unsloth.UnslothGRPOConfig)
     monkeypatch.delenv("UNSLOTH_VLLM_STANDBY", raising=False)
-    monkeypatch.setattr(backend, "_prepared", None)
+    monkeypatch.setattr(unsloth_setup, "_prepared", None)
     handle = fake_unsloth.install(vllm_installed=vllm_installed)
     # Unsloth returns the model's real tokenizer; the fake's is a stub, so hand back the demo's.
     original = fake_unsloth.FastLanguageModel.from_pretrained

@@ -1,9 +1,8 @@
 """The backend boundary: everything that differs between Unsloth+vLLM and plain transformers+peft.
 
-A backend module exposes NAME, load_for_training, peft_config, grpo_config_kwargs, save_adapter,
-training_generator, load_generator and export; the unsloth backend also has prepare_environment, run
-before trl, transformers and peft are imported.
-All the rest of the pipeline (data, rewards, trainer, checkpoints, health, eval) is shared.
+A backend is a module (pipeline/backends/plain.py, pipeline/backends/unsloth.py) providing what the
+`Backend` protocol below lists; tests/test_backends.py checks both against it. All the rest of the
+pipeline (data, rewards, trainer, checkpoints, health, eval) is shared.
 
 `choose_backend` decides without importing torch, unsloth, vllm, trl, transformers or peft: the
 unsloth backend must be imported *before* the last three (Unsloth patches them at import time), and
@@ -15,9 +14,51 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass
-from types import ModuleType
+from pathlib import Path
+from typing import Any, Optional, Protocol
 
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, PipelineConfig
+
+
+class Generator(Protocol):
+    """What `load_generator` and `training_generator` return: eval and `grpo generate` use only this."""
+
+    tokenizer: Any
+
+    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0,
+                 top_p: float = 1.0) -> list[str]:
+        """One completion per chat-templated prompt; temperature 0 is greedy."""
+
+
+class Backend(Protocol):
+    """What a backend module provides. Call sites never branch on NAME: a step one backend does not need
+    (the plain backend's prepare_environment) is a no-op there."""
+
+    NAME: str
+
+    def prepare_environment(self, cfg: PipelineConfig) -> Any:
+        """Process set-up before trl/transformers/peft are imported (pipeline/bootstrap.py calls it first)."""
+
+    def load_for_training(self, cfg: PipelineConfig) -> tuple[Any, Any]:
+        """(model, tokenizer) ready for the trainer."""
+
+    def peft_config(self, cfg: PipelineConfig) -> Any:
+        """The peft LoraConfig for TRL to apply, or None when the model already carries its LoRA."""
+
+    def grpo_config_kwargs(self, cfg: PipelineConfig, model: Any) -> dict[str, Any]:
+        """Backend-specific trl.GRPOConfig keyword arguments (precision, vLLM)."""
+
+    def training_generator(self, model: Any, tokenizer: Any, cfg: PipelineConfig) -> Generator:
+        """Generate with the model being trained (eval before/after)."""
+
+    def save_adapter(self, model: Any, tokenizer: Any, directory: Path) -> None:
+        """Write the trained adapter and the tokenizer into `directory`."""
+
+    def load_generator(self, base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> Generator:
+        """The base model plus a verified adapter (env.paths.AdapterInfo; None: the base alone)."""
+
+    def export(self, adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig) -> None:
+        """Merge the adapter into its base (merged16 / merged4 / gguf) and write it into `out_dir`."""
 
 # What `grpo export --to` accepts; each backend's `export` refuses the ones it cannot do (plain: gguf).
 EXPORT_METHODS = ("merged16", "merged4", "gguf")
@@ -157,6 +198,6 @@ def refuse_gpu_recipe_without_cuda(cfg, choice: BackendChoice) -> None:
     )
 
 
-def load_backend(name: str) -> ModuleType:
+def load_backend(name: str) -> Backend:  # a module that satisfies Backend
     """Import the backend module (the unsloth one imports nothing heavy until prepare_environment)."""
     return importlib.import_module(f"pipeline.backends.{name}")

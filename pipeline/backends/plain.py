@@ -18,6 +18,11 @@ from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 NAME = "plain"
 
 
+def prepare_environment(cfg: PipelineConfig) -> None:
+    """Nothing to set up: transformers, peft and TRL need no import order or environment of their own."""
+    return None
+
+
 def _torch_dtype(cfg: PipelineConfig):
     import torch
 

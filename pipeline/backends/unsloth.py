@@ -7,10 +7,9 @@ inside the training process on the same card and shares the model weights with i
 `fast_inference: false` runs Unsloth without vLLM: the same 4-bit LoRA model, but Unsloth's patched
 GRPOTrainer generates with transformers, and eval/generate use FastLanguageModel.for_inference + generate.
 
-Importing this module imports nothing heavy. `prepare_environment(cfg)` must run before
-trl, transformers or peft are imported, because `import unsloth` patches them (and reads
-UNSLOTH_VLLM_STANDBY while doing so); every entry point below calls it for you, but only a
-call at the very start of the process can get the import order right.
+Importing this module imports nothing heavy. `prepare_environment(cfg)` (pipeline/backends/unsloth_setup.py,
+with the from_pretrained arguments every loader here shares) must run before trl, transformers or peft are
+imported; `grpo` calls it at start-up (pipeline/bootstrap.py) and every entry point below calls it again.
 
 The contract tests (tests/test_unsloth_backend.py) replace unsloth and vllm with a recording
 fake and check the exact calls made here; nothing in this file has been run on a GPU by them.
@@ -19,10 +18,7 @@ fake and check the exact calls made here; nothing in this file has been run on a
 from __future__ import annotations
 
 import functools
-import os
-import sys
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -36,6 +32,7 @@ from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: caller
     standby_enabled,
 )
 from pipeline.backends.plain import PlainGenerator
+from pipeline.backends.unsloth_setup import from_pretrained_kwargs, gradient_checkpointing_mode, prepare_environment
 from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_update_SamplingParams
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     ConfigError,
@@ -48,7 +45,6 @@ from pipeline.data.tokenizer import resolve_model_path
 
 NAME = "unsloth"
 
-STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
 DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (unsloth_save_pretrained_gguf)
 # save_pretrained_gguf writes the merged 16-bit checkpoint into save_directory and the .gguf
 # files into the SIBLING folder f"{save_directory}_gguf" (save._gguf_output_directory). We point
@@ -56,130 +52,6 @@ DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (unsloth
 GGUF_MERGED_SUBDIR = "merged"
 # Where training_generator's live LoRA config goes (inside output_dir; see training_generator).
 LIVE_LORA_SUBDIR = ".vllm_live_lora"
-
-
-@dataclass
-class PreparedEnvironment:
-    """What `prepare_environment` decided, for logs and the run manifest."""
-
-    standby: bool
-    import_order_problems: list[str] = field(default_factory=list)
-
-
-_prepared: Optional[PreparedEnvironment] = None
-
-
-def _import_order_problems() -> list[str]:
-    """Modules Unsloth must precede that are already imported (env.imports owns the rule)."""
-    from env.imports import import_order_problems
-
-    return [str(problem) for problem in import_order_problems()]
-
-
-def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
-    """Set UNSLOTH_VLLM_STANDBY, check the import order, then `import unsloth`. Idempotent.
-
-    Standby must be in the environment *before* `import unsloth`: unsloth_zoo reads it at
-    import to keep `expandable_segments` off (unsloth_zoo/__init__.py, at module level) and to install
-    vLLM's sleep/wake patches (vllm_utils.patch_vllm), and `from_pretrained(unsloth_vllm_standby=True)`
-    raises if it is unset (FastLlamaModel.from_pretrained).
-
-    If trl/transformers/peft are already imported we warn (naming them and the fix) rather than
-    raise: Unsloth itself only warns (unsloth/_gpu_init.py, at module level) and patches what it can.
-    """
-    global _prepared
-    standby = standby_enabled(cfg)
-    if _prepared is not None and "unsloth" in sys.modules:
-        if _prepared.standby != standby:
-            raise RuntimeError(
-                f"vllm_standby changed from {_prepared.standby} to {standby} after unsloth was imported; "
-                "standby is fixed at import time. Run each configuration in a fresh process."
-            )
-        return _prepared
-
-    current = os.environ.get(STANDBY_ENV, "0")
-    if standby:
-        if "unsloth" in sys.modules and current == "0":
-            # Too late: the import-time patches above were not installed. Setting the variable
-            # now would only get us past llama.py's check into a half-configured engine.
-            raise RuntimeError(
-                "vllm_standby is on, but unsloth was imported before UNSLOTH_VLLM_STANDBY=1 was set. "
-                "Restart the process (in a notebook: restart the kernel) and let the pipeline import unsloth, "
-                "or set os.environ['UNSLOTH_VLLM_STANDBY'] = '1' before `import unsloth`, or use vllm_standby: false."
-            )
-        os.environ[STANDBY_ENV] = "1"
-    elif current != "0":
-        # The config is the source of truth; an exported variable would silently turn standby on
-        # (unsloth_zoo.vllm_utils.load_vllm ORs it in).
-        if "unsloth" in sys.modules:
-            raise RuntimeError(
-                f"vllm_standby is false, but unsloth was already imported with {STANDBY_ENV}={current}. "
-                "Restart the process without that variable, or set vllm_standby: true."
-            )
-        why = "vllm_standby is false" if cfg.model.fast_inference else "fast_inference: false runs without vLLM"
-        warnings.warn(f"{STANDBY_ENV}={current} is set in the environment but {why}; "
-                      f"setting {STANDBY_ENV}=0 for this run.", stacklevel=2)
-        os.environ[STANDBY_ENV] = "0"
-
-    problems = [] if "unsloth" in sys.modules else _import_order_problems()
-    if problems:
-        warnings.warn(
-            "Unsloth must be imported before " + ", ".join(problems) + ", which are already imported, so some of "
-            "its patches (speed, memory) will not apply. Fix: call "
-            "pipeline.backends.unsloth.prepare_environment(cfg) (or `import unsloth`) before anything imports "
-            "trl, transformers or peft; in a notebook, restart the kernel and run it in the first cell.",
-            stacklevel=2,
-        )
-    import unsloth  # noqa: F401  (the import is the point: it patches trl/transformers/peft)
-
-    _prepared = PreparedEnvironment(standby=standby, import_order_problems=problems)
-    return _prepared
-
-
-def _torch_dtype(cfg: PipelineConfig):
-    """`auto` -> None (Unsloth picks bf16 where supported, else fp16: FastLlamaModel.from_pretrained)."""
-    if cfg.model.dtype == "auto":
-        return None
-    import torch
-
-    # A torch dtype, not the string: FastLanguageModel.from_pretrained converts only "float16"/"bfloat16".
-    return getattr(torch, cfg.model.dtype)
-
-
-def _gradient_checkpointing(cfg: PipelineConfig):
-    # "unsloth" = Unsloth's offloaded checkpointing (falls back to plain below 512 tokens:
-    # apply_unsloth_gradient_checkpointing).
-    return "unsloth" if cfg.lora.gradient_checkpointing else False
-
-
-def _from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
-                            standby: bool, load_in_4bit: Optional[bool] = None) -> dict[str, Any]:
-    """Keyword arguments for FastLanguageModel.from_pretrained (unsloth/models/loader.py)."""
-    kwargs: dict[str, Any] = {
-        "model_name": model_name,
-        "max_seq_length": cfg.model.max_seq_length,
-        "load_in_4bit": cfg.model.load_in_4bit if load_in_4bit is None else load_in_4bit,
-        "fast_inference": fast_inference,
-        "dtype": _torch_dtype(cfg),
-        "random_state": cfg.grpo.seed,
-        "use_gradient_checkpointing": _gradient_checkpointing(cfg),
-        "trust_remote_code": cfg.model.trust_remote_code,
-    }
-    if fast_inference:
-        kwargs.update(
-            # vLLM's LoRA slot size: every adapter it serves must have r <= this
-            # (unsloth_zoo.vllm_utils._check_lora_rank_fits).
-            max_lora_rank=cfg.model.max_lora_rank,
-            gpu_memory_utilization=resolve_gpu_memory_utilization(cfg, standby=standby),
-            float8_kv_cache=cfg.model.float8_kv_cache,
-        )
-        if standby:
-            # Not a FastLanguageModel.from_pretrained parameter: it travels in **kwargs to
-            # FastQwen2Model.from_pretrained and on to FastLlamaModel.from_pretrained(unsloth_vllm_standby=...),
-            # which hands it to load_vllm. load_vllm would also read the environment variable; passing it
-            # makes the intent explicit.
-            kwargs["unsloth_vllm_standby"] = True
-    return kwargs
 
 
 def load_for_training(cfg: PipelineConfig):
@@ -197,7 +69,7 @@ def load_for_training(cfg: PipelineConfig):
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **_from_pretrained_kwargs(cfg, resolve_model_path(cfg.model.model_name_or_path),
+        **from_pretrained_kwargs(cfg, resolve_model_path(cfg.model.model_name_or_path),
                                   fast_inference=cfg.model.fast_inference, standby=prepared.standby)
     )
     # FastLlamaModel.get_peft_model. It ends with patch_peft_fast_inference (unsloth/models/_utils.py),
@@ -208,7 +80,7 @@ def load_for_training(cfg: PipelineConfig):
         target_modules=list(cfg.lora.lora_target_modules),
         lora_alpha=cfg.lora.lora_alpha,
         lora_dropout=cfg.lora.lora_dropout,  # 0 keeps the fused LoRA kernels on (llama._fused_lora_skip_reason)
-        use_gradient_checkpointing=_gradient_checkpointing(cfg),
+        use_gradient_checkpointing=gradient_checkpointing_mode(cfg),
         random_state=cfg.grpo.seed,
         modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
     )
@@ -443,7 +315,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **_from_pretrained_kwargs(cfg, resolve_model_path(base_model), fast_inference=True, standby=prepared.standby)
+        **from_pretrained_kwargs(cfg, resolve_model_path(base_model), fast_inference=True, standby=prepared.standby)
     )
     lora_request = None
     if adapter is not None:
@@ -474,7 +346,7 @@ def _load_transformers_generator(base_model: str, adapter: Optional[Any], cfg: P
 
     source = str(absolute_path(adapter.path)) if adapter is not None else resolve_model_path(base_model)
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **_from_pretrained_kwargs(cfg, source, fast_inference=False, standby=False))
+        **from_pretrained_kwargs(cfg, source, fast_inference=False, standby=False))
     if adapter is not None and not getattr(model, "peft_config", None):
         raise RuntimeError(f"Unsloth loaded {adapter.path} without its LoRA adapter (the model has no peft_config); "
                            "refusing to generate with the base model in its place. Check adapter_config.json there.")
@@ -506,7 +378,7 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **_from_pretrained_kwargs(cfg, str(absolute_path(adapter.path)), fast_inference=False,
+        **from_pretrained_kwargs(cfg, str(absolute_path(adapter.path)), fast_inference=False,
                                   standby=prepared.standby, load_in_4bit=True if method == "merged4" else None)
     )
     # Absolute: Unsloth moves *relative* save paths elsewhere on Kaggle (save.py _preflight_merge_disk).

@@ -78,8 +78,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise ConfigError("to", "GGUF export is Unsloth-only (save_pretrained_gguf builds llama.cpp). On this "
                               "machine export --to merged16 and convert it with llama.cpp's convert_hf_to_gguf.py.")
         backend = load_backend(choice.name)
-        if choice.name == "unsloth":
-            backend.prepare_environment(cfg)
+        backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
         out.parent.mkdir(parents=True, exist_ok=True)
         with atomic_directory(out) as staging:
             backend.export(adapter, base_model, args.to, staging, cfg)

@@ -262,8 +262,7 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
         if choice.name == "unsloth" and not choice.fast_inference:
             cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
         backend = load_backend(choice.name)
-        if choice.name == "unsloth":
-            backend.prepare_environment(cfg)  # `import unsloth` before trl/transformers/peft
+        backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
         generator = backend.load_generator(base_model, adapter, cfg)
     except ConfigError as err:
         _error(str(err))

@@ -13,6 +13,7 @@ A broken checkpoint is never deleted (it may hold the only copy of some state): 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -197,3 +198,31 @@ def file_mode_callback():
             return control
 
     return _CheckpointFileModes()
+
+
+def save_size_estimate(model) -> int:
+    """Bytes one checkpoint takes: the trained weights in fp32 plus Adam's two moments (4 + 8 bytes a
+    parameter), plus 10% for the scheduler, RNG and trainer state."""
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return int(trained * 12 * 1.1)
+
+
+@contextlib.contextmanager
+def disk_full_is_resumable(trainer, output_dir: Path):
+    """Turn a full disk during a save into DiskFullError, and remove the half-written checkpoint so that
+    `--resume auto` picks the newest complete one (atomic_directory already discards a half-written lora/)."""
+    from env.disk import DiskFullError, is_disk_full
+
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        if not is_disk_full(err):
+            raise
+        partial = output_dir / f"checkpoint-{trainer.state.global_step}"
+        removed = ""
+        if partial.is_dir() and checkpoint_problem(partial):
+            shutil.rmtree(partial, ignore_errors=True)
+            removed = f" The half-written {partial.name} was removed."
+        raise DiskFullError(output_dir, save_size_estimate(trainer.model),
+                            f"resume with the same command and --resume auto (it continues from the newest complete "
+                            f"checkpoint in {output_dir}).{removed}") from None

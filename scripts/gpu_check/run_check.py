@@ -469,11 +469,10 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     cfg = _config(values)
     validate(cfg)
     backend = load_backend(backend_name)
-    if backend_name == "unsloth":
-        backend.prepare_environment(cfg)  # `import unsloth` before anything imports trl/transformers/peft
+    backend.prepare_environment(cfg)  # `import unsloth` before anything imports trl/transformers/peft
     from pipeline.data.prepare import prepare_dataset
     from pipeline.data.tokenizer import load_tokenizer
-    from pipeline.train import build_trainer
+    from pipeline.trainer.build import build_trainer
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(cfg.model.model_name_or_path)

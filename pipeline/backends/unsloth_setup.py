@@ -1,0 +1,142 @@
+"""Unsloth process set-up and loading arguments, shared by training, generation and export.
+
+`prepare_environment(cfg)` sets UNSLOTH_VLLM_STANDBY and imports unsloth, which must happen before trl,
+transformers or peft are imported (pipeline/bootstrap.py calls it first thing in `grpo`);
+`from_pretrained_kwargs` is the one place FastLanguageModel.from_pretrained's arguments are built.
+Importing this module imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from pipeline.backends.gpu_settings import resolve_gpu_memory_utilization, standby_enabled
+from pipeline.config import PipelineConfig
+
+STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
+
+
+@dataclass
+class PreparedEnvironment:
+    """What `prepare_environment` decided, for logs and the run manifest."""
+
+    standby: bool
+    import_order_problems: list[str] = field(default_factory=list)
+
+
+_prepared: Optional[PreparedEnvironment] = None
+
+
+def _import_order_problems() -> list[str]:
+    """Modules Unsloth must precede that are already imported (env.imports owns the rule)."""
+    from env.imports import import_order_problems
+
+    return [str(problem) for problem in import_order_problems()]
+
+
+def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
+    """Set UNSLOTH_VLLM_STANDBY, check the import order, then `import unsloth`. Idempotent.
+
+    Standby must be in the environment *before* `import unsloth`: unsloth_zoo reads it at
+    import to keep `expandable_segments` off (unsloth_zoo/__init__.py, at module level) and to install
+    vLLM's sleep/wake patches (vllm_utils.patch_vllm), and `from_pretrained(unsloth_vllm_standby=True)`
+    raises if it is unset (FastLlamaModel.from_pretrained).
+
+    If trl/transformers/peft are already imported we warn (naming them and the fix) rather than
+    raise: Unsloth itself only warns (unsloth/_gpu_init.py, at module level) and patches what it can.
+    """
+    global _prepared
+    standby = standby_enabled(cfg)
+    if _prepared is not None and "unsloth" in sys.modules:
+        if _prepared.standby != standby:
+            raise RuntimeError(
+                f"vllm_standby changed from {_prepared.standby} to {standby} after unsloth was imported; "
+                "standby is fixed at import time. Run each configuration in a fresh process."
+            )
+        return _prepared
+
+    current = os.environ.get(STANDBY_ENV, "0")
+    if standby:
+        if "unsloth" in sys.modules and current == "0":
+            # Too late: the import-time patches above were not installed. Setting the variable
+            # now would only get us past llama.py's check into a half-configured engine.
+            raise RuntimeError(
+                "vllm_standby is on, but unsloth was imported before UNSLOTH_VLLM_STANDBY=1 was set. "
+                "Restart the process (in a notebook: restart the kernel) and let the pipeline import unsloth, "
+                "or set os.environ['UNSLOTH_VLLM_STANDBY'] = '1' before `import unsloth`, or use vllm_standby: false."
+            )
+        os.environ[STANDBY_ENV] = "1"
+    elif current != "0":
+        # The config is the source of truth; an exported variable would silently turn standby on
+        # (unsloth_zoo.vllm_utils.load_vllm ORs it in).
+        if "unsloth" in sys.modules:
+            raise RuntimeError(
+                f"vllm_standby is false, but unsloth was already imported with {STANDBY_ENV}={current}. "
+                "Restart the process without that variable, or set vllm_standby: true."
+            )
+        why = "vllm_standby is false" if cfg.model.fast_inference else "fast_inference: false runs without vLLM"
+        warnings.warn(f"{STANDBY_ENV}={current} is set in the environment but {why}; "
+                      f"setting {STANDBY_ENV}=0 for this run.", stacklevel=2)
+        os.environ[STANDBY_ENV] = "0"
+
+    problems = [] if "unsloth" in sys.modules else _import_order_problems()
+    if problems:
+        warnings.warn(
+            "Unsloth must be imported before " + ", ".join(problems) + ", which are already imported, so some of "
+            "its patches (speed, memory) will not apply. Fix: call "
+            "pipeline.backends.unsloth.prepare_environment(cfg) (or `import unsloth`) before anything imports "
+            "trl, transformers or peft; in a notebook, restart the kernel and run it in the first cell.",
+            stacklevel=2,
+        )
+    import unsloth  # noqa: F401  (the import is the point: it patches trl/transformers/peft)
+
+    _prepared = PreparedEnvironment(standby=standby, import_order_problems=problems)
+    return _prepared
+
+
+def _torch_dtype(cfg: PipelineConfig):
+    """`auto` -> None (Unsloth picks bf16 where supported, else fp16: FastLlamaModel.from_pretrained)."""
+    if cfg.model.dtype == "auto":
+        return None
+    import torch
+
+    # A torch dtype, not the string: FastLanguageModel.from_pretrained converts only "float16"/"bfloat16".
+    return getattr(torch, cfg.model.dtype)
+
+
+def gradient_checkpointing_mode(cfg: PipelineConfig):
+    # "unsloth" = Unsloth's offloaded checkpointing (falls back to plain below 512 tokens: apply_unsloth_gradient_checkpointing).
+    return "unsloth" if cfg.lora.gradient_checkpointing else False
+
+
+def from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
+                            standby: bool, load_in_4bit: Optional[bool] = None) -> dict[str, Any]:
+    """Keyword arguments for FastLanguageModel.from_pretrained (unsloth/models/loader.py)."""
+    kwargs: dict[str, Any] = {
+        "model_name": model_name,
+        "max_seq_length": cfg.model.max_seq_length,
+        "load_in_4bit": cfg.model.load_in_4bit if load_in_4bit is None else load_in_4bit,
+        "fast_inference": fast_inference,
+        "dtype": _torch_dtype(cfg),
+        "random_state": cfg.grpo.seed,
+        "use_gradient_checkpointing": gradient_checkpointing_mode(cfg),
+        "trust_remote_code": cfg.model.trust_remote_code,
+    }
+    if fast_inference:
+        kwargs.update(
+            # vLLM's LoRA slot size: every adapter it serves must have r <= this (unsloth_zoo.vllm_utils._check_lora_rank_fits).
+            max_lora_rank=cfg.model.max_lora_rank,
+            gpu_memory_utilization=resolve_gpu_memory_utilization(cfg, standby=standby),
+            float8_kv_cache=cfg.model.float8_kv_cache,
+        )
+        if standby:
+            # Not a FastLanguageModel.from_pretrained parameter: it travels in **kwargs to
+            # FastQwen2Model.from_pretrained and on to FastLlamaModel.from_pretrained(unsloth_vllm_standby=...),
+            # which hands it to load_vllm. load_vllm would also read the environment variable; passing it
+            # makes the intent explicit.
+            kwargs["unsloth_vllm_standby"] = True
+    return kwargs

@@ -1,0 +1,115 @@
+"""Process start-up, run by `grpo` (pipeline/cli.py) before any sub-command module is imported.
+
+This is the one home of the rule "import Unsloth before trl, transformers and peft": Unsloth patches
+them when it is imported, and reads UNSLOTH_VLLM_STANDBY while doing so, so both must happen before
+anything else imports them (TrlParser, the tokenizer, ...). The bootstrap decides the backend without
+importing torch (`choose_backend` asks env.probes) and calls that backend's `prepare_environment` with the
+two settings the import depends on, `vllm_standby` and `fast_inference`, read cheaply from the command
+line, the --config recipe, or the manifest of the run being loaded. The plain backend's is a no-op.
+
+Python callers (a notebook calling `pipeline.train.run_training`) get the same call from the pipeline when
+it loads the backend; only there it may come too late, which `prepare_environment` then warns about.
+
+`grpo --help`, `grpo env`, `grpo COMMAND --help` and `grpo train --check` load no backend: they stay fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from pipeline.backends import BackendChoice, choose_backend, cuda_available, load_backend
+from pipeline.config import ConfigError, from_mapping, peek_option
+
+# `grpo train` on a GPU without --config trains this recipe (defaults_for).
+DEFAULT_GPU_RECIPE = Path(__file__).resolve().parent.parent / "configs" / "qwen2.5-1.5b-gsm8k.yaml"
+
+# Sub-commands that load a model through a backend; `env` and `data` (tokenizer only) need none.
+MODEL_COMMANDS = ("train", "generate", "eval", "export")
+
+
+def bootstrap(command: str, argv: list[str]) -> Optional[BackendChoice]:
+    """Prepare the backend `command` will use (for Unsloth: set the environment, `import unsloth`).
+
+    Returns the choice, or None when the command loads no backend or its options do not resolve one: the
+    command itself then reports the bad option in its own words (exit 2). A ConfigError raised while
+    preparing (e.g. VLLM_SLEEP_MODE set with vLLM standby) propagates: the caller prints it, exit 2.
+    """
+    if command not in MODEL_COMMANDS or {"-h", "--help"} & set(argv) or (command == "train" and "--check" in argv):
+        return None
+    try:
+        choice, settings = _early_settings(command, argv)
+        early = from_mapping(settings)
+    except ConfigError:
+        return None
+    if command == "train" and choice.name == "unsloth":
+        from pipeline.backends.gpu_settings import refuse_vllm_sleep_mode, standby_enabled
+
+        # The trainer's rollouts would put vLLM to sleep with it: refused before anything loads.
+        refuse_vllm_sleep_mode(standby_enabled(early))
+    load_backend(choice.name).prepare_environment(early)
+    return choice
+
+
+def _early_settings(command: str, argv: list[str]) -> tuple[BackendChoice, dict[str, Any]]:
+    """The backend and the settings `import unsloth` depends on, as the command will resolve them later."""
+    requested = str(peek_option(argv, "backend", "auto"))
+    if command == "train":
+        choice = choose_backend(requested, peek_fast_inference(argv))
+        if choice.name == "unsloth":
+            argv = defaults_for(argv, choice)[0]  # the recipe the run will read
+        return choice, {"vllm_standby": peek_option(argv, "vllm_standby", "auto"),
+                        "fast_inference": choice.fast_inference}
+    trained = _trained_config(argv)  # generate / eval / export load a trained run with its own settings
+    fast_inference = _truthy(trained.get("fast_inference", True))
+    if command == "export":
+        # Merging needs Unsloth, never vLLM; standby follows the run's config as pipeline.infer.export's does.
+        return (choose_backend(requested, fast_inference=False),
+                {"vllm_standby": trained.get("vllm_standby", "auto"), "fast_inference": fast_inference})
+    choice = choose_backend(requested, fast_inference)
+    return choice, {"vllm_standby": trained.get("vllm_standby", "auto"), "fast_inference": choice.fast_inference}
+
+
+def _trained_config(argv: list[str]) -> dict[str, Any]:
+    """The `config` of the manifest that `--lora` / `--run` point at; {} when there is none or it is unreadable
+    (the command reports that itself, before anything loads)."""
+    from env.paths import absolute_path
+    from pipeline.run.manifest import ManifestError, find_manifest
+
+    lora, run = peek_option(argv, "lora"), peek_option(argv, "run")
+    try:
+        if lora:
+            manifest = find_manifest(absolute_path(lora))
+        elif run:
+            run_dir: Path = absolute_path(run)
+            manifest = find_manifest(run_dir) or find_manifest(run_dir / "lora")
+        else:
+            manifest = None
+    except (ManifestError, OSError):
+        manifest = None
+    return dict((manifest or {}).get("config") or {})
+
+
+def defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Optional[dict[str, Any]], str]:
+    """Which defaults a run without --config gets: the GPU recipe on a GPU, the tiny CPU demo elsewhere.
+
+    Returns (argv, base defaults for parse_config, a line saying which); one answer for `grpo train` (a run,
+    --help, --check), `grpo data` and the bootstrap.
+    """
+    if "--config" in argv:
+        return argv, None, ""
+    if choice.name == "unsloth" or cuda_available():
+        return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None, f"no --config: using {DEFAULT_GPU_RECIPE}"
+    from pipeline.demo.task import DEMO_CONFIG
+
+    return argv, dict(DEMO_CONFIG), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
+
+
+def peek_fast_inference(argv: list[str]) -> bool:
+    """`fast_inference` from the command line or the recipe, read before TrlParser (which imports trl)."""
+    return _truthy(peek_option(argv, "fast_inference", True)) and not (
+        {"--no_fast_inference", "--no-fast-inference"} & set(argv))
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() not in ("false", "0", "no")

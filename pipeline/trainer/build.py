@@ -1,0 +1,142 @@
+"""Build the wrapped TRL GRPOTrainer: our dataset, rewards (+ the zero-weight health observer), callbacks,
+and the trl.GRPOConfig it trains with.
+
+Import this only after the backend's `prepare_environment` ran: with Unsloth, `trl.GRPOTrainer` and
+`trl.GRPOConfig` are its patched classes from then on, and both functions read them at call time.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from pipeline.backends import on_cpu
+from pipeline.config import PipelineConfig
+
+
+def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft_config, output_dir: Path,
+                  resume_step: Optional[int] = None):
+    """The wrapped TRL GRPOTrainer: our dataset, rewards (+ the zero-weight health observer) and callbacks.
+
+    `resume_step` is the step of the checkpoint the run resumes from (None: a fresh run); metrics.jsonl
+    drops the lines after it, since the resumed run replaces that trajectory.
+    """
+    import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
+    from transformers import PrinterCallback, ProgressCallback
+
+    from pipeline.health.rules import build_health
+    from pipeline.run.checkpoints import file_mode_callback
+    from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
+    from rewards import check_reward_weights, get_reward_funcs
+
+    g = cfg.grpo
+    reward_funcs = get_reward_funcs(list(g.reward_funcs))
+    weights = check_reward_weights(list(g.reward_funcs), g.reward_weights)
+    observer, health = build_health(cfg, tokenizer)
+    reward_funcs.append(observer)
+    weights.append(0.0)  # the observer only watches; it never changes the reward
+
+    args = grpo_training_args(cfg, backend, model, prepared, output_dir, weights)
+    trainer = trl.GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=prepared.dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        # health first: it fills in health/* from its shared state before metrics.jsonl is written
+        callbacks=[health, MetricsJsonlCallback(output_dir / "metrics.jsonl", resume_step=resume_step),
+                   RewardProgressCallback(), file_mode_callback()],
+    )
+    for default_printer in (PrinterCallback, ProgressCallback):
+        trainer.remove_callback(default_printer)
+    health.attach(trainer)
+    card = ModelCard(cfg.model.model_name_or_path, cfg.data.dataset_name)
+    # An instance attribute, not a subclass: trl.GRPOTrainer is whatever class the backend left there
+    # (Unsloth's patched one), known only now. TRL calls self.create_model_card at every checkpoint.
+    trainer.create_model_card = functools.partial(card.write, trainer)
+    return trainer, health
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """The names TRL's model card (output_dir/README.md) should give: the base model and dataset we trained on.
+
+    TRL reads the base model from config._name_or_path and leaves it out when that is a local folder
+    (our built-in models, a downloaded copy), giving "fine-tuned version of [None]"; with Unsloth it would
+    name the pre-quantized 4-bit repo instead of the model the user chose. A hub id is named; for anything
+    else no card is written, since its hub links would point nowhere.
+    """
+
+    base_model: Optional[str]
+    dataset: Optional[str]
+
+    def write(self, trainer, model_name=None, dataset_name=None, tags=None) -> None:
+        """Stands in for `trainer.create_model_card` (same keyword arguments)."""
+        if not self.base_model or not is_hub_id(self.base_model):
+            return
+        config = trainer.model.config
+        local_name = getattr(config, "_name_or_path", "")
+        config._name_or_path = self.base_model
+        try:
+            type(trainer).create_model_card(
+                trainer, model_name=model_name, tags=tags,
+                dataset_name=dataset_name or (self.dataset if is_hub_id(self.dataset) else None))
+        finally:
+            config._name_or_path = local_name
+
+
+def is_hub_id(name: Optional[str]) -> bool:
+    """`org/name` that is neither a built-in name nor a local path."""
+    from pipeline.data.tokenizer import resolve_model_path
+
+    return bool(name) and name.count("/") == 1 and not os.path.exists(name) and resolve_model_path(name) == name
+
+
+def grpo_training_args(cfg: PipelineConfig, backend, model, prepared, output_dir: Path, reward_weights: list[float]):
+    """The trl.GRPOConfig a run trains with (bench/overhead.py gives bare TRL this same one, to compare equal work)."""
+    import trl  # imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
+
+    from pipeline.health.rules import HEALTH_TRAINING_ARGS
+
+    g = cfg.grpo
+    return trl.GRPOConfig(
+        output_dir=str(output_dir),
+        learning_rate=g.learning_rate,
+        num_generations=g.num_generations,
+        per_device_train_batch_size=g.per_device_train_batch_size,
+        gradient_accumulation_steps=g.gradient_accumulation_steps,
+        max_steps=g.max_steps,
+        num_train_epochs=g.num_train_epochs,
+        max_completion_length=prepared.max_completion_length,
+        beta=g.beta,
+        loss_type=g.loss_type,
+        mask_truncated_completions=g.mask_truncated_completions,
+        epsilon_high=g.epsilon_high,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        top_k=g.top_k,
+        min_p=g.min_p,
+        warmup_steps=g.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of total steps
+        lr_scheduler_type=g.lr_scheduler_type,
+        optim=g.optim,
+        weight_decay=g.weight_decay,
+        adam_beta1=g.adam_beta1,
+        adam_beta2=g.adam_beta2,
+        max_grad_norm=g.max_grad_norm,
+        logging_steps=g.logging_steps,
+        save_steps=g.save_steps,
+        save_total_limit=g.save_total_limit,
+        seed=g.seed,
+        report_to=[r.strip() for r in g.report_to.split(",") if r.strip() and r.strip() != "none"] or "none",
+        reward_weights=reward_weights,
+        log_completions=g.log_completions,
+        gradient_checkpointing=cfg.lora.gradient_checkpointing and not on_cpu(),
+        disable_tqdm=True,  # our RewardProgressCallback shows reward / KL / length instead
+        **HEALTH_TRAINING_ARGS,  # keep NaN losses visible to the health rules
+        **backend.grpo_config_kwargs(cfg, model),
+    )
+

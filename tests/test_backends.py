@@ -1,0 +1,137 @@
+"""Both backend modules provide what pipeline.backends.Backend lists, with call-compatible signatures,
+and `grpo` prepares the chosen backend before any sub-command module is imported."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+import typing
+from pathlib import Path
+
+import pytest
+
+from pipeline.backends import Backend, Generator, plain
+from pipeline.backends import unsloth as unsloth_backend
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def protocol_members(protocol) -> dict[str, object]:
+    members = {name: getattr(protocol, name) for name in vars(protocol)
+               if not name.startswith("_") and callable(getattr(protocol, name))}
+    members.update({name: None for name in typing.get_type_hints(protocol)})  # data members (NAME)
+    return members
+
+
+def call_compatible(required: inspect.Signature, provided: inspect.Signature) -> list[str]:
+    """Why a call written against `required` would fail on `provided` (empty: every call binds the same way)."""
+    problems = []
+    wanted = [p for p in required.parameters.values() if p.name != "self"]
+    given = [p for p in provided.parameters.values() if p.name != "self"]
+    for i, param in enumerate(wanted):
+        if i >= len(given) or given[i].name != param.name:
+            problems.append(f"parameter {i} should be {param.name!r}")
+        elif (param.default is inspect.Parameter.empty) is False and given[i].default is inspect.Parameter.empty:
+            problems.append(f"{param.name!r} needs a default, as in the protocol")
+    extra = [p.name for p in given[len(wanted):] if p.default is inspect.Parameter.empty
+             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if extra:
+        problems.append(f"extra required parameters {extra}")
+    return problems
+
+
+@pytest.mark.parametrize("module", [plain, unsloth_backend], ids=lambda m: m.NAME)
+def test_backend_module_satisfies_the_protocol(module):
+    members = protocol_members(Backend)
+    assert {"NAME", "prepare_environment", "load_for_training", "peft_config", "grpo_config_kwargs",
+            "training_generator", "save_adapter", "load_generator", "export"} <= set(members)
+    for name, spec in members.items():
+        assert hasattr(module, name), f"{module.__name__} lacks {name}"
+        if spec is None:
+            continue
+        problems = call_compatible(inspect.signature(spec), inspect.signature(getattr(module, name)))
+        assert not problems, f"{module.__name__}.{name}: {problems}"
+
+
+def test_the_check_itself_catches_a_mismatch():
+    def export(adapter, base_model, out_dir, cfg):  # `method` missing
+        return None
+
+    assert call_compatible(inspect.signature(Backend.export), inspect.signature(export))
+
+    def load_generator(base_model, adapter, cfg, device):  # an extra parameter without a default
+        return None
+
+    assert call_compatible(inspect.signature(Backend.load_generator), inspect.signature(load_generator))
+
+
+def test_generators_provide_generate_and_tokenizer():
+    required = inspect.signature(Generator.generate)
+    for cls in (plain.PlainGenerator, unsloth_backend.UnslothGenerator, unsloth_backend.UnslothTransformersGenerator):
+        assert not call_compatible(required, inspect.signature(cls.generate)), cls
+
+
+def test_plain_prepare_environment_is_a_no_op():
+    from pipeline.config import PipelineConfig
+
+    before = dict(os.environ), set(sys.modules)
+    assert plain.prepare_environment(PipelineConfig()) is None
+    assert (dict(os.environ), set(sys.modules)) == before
+
+
+BOOT = textwrap.dedent("""
+    import json, sys
+    import tests.fake_unsloth as fake
+    fake.install()
+    import env.probes as probes
+    probes.cuda_usability = lambda: probes.CudaUsability(True, "test: a usable GPU", "580.65.06", "13.0")
+    from pipeline.bootstrap import bootstrap
+    choice = bootstrap(sys.argv[1], sys.argv[2:])
+    print(json.dumps({"choice": choice and choice.name, "at_import": fake.import_state(),
+                      "loaded": sorted(m for m in ("torch", "trl", "transformers", "peft") if m in sys.modules)}))
+""")
+
+
+def boot(*argv, cwd: Path) -> dict:
+    import json
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    for name in ("VLLM_SLEEP_MODE", "UNSLOTH_VLLM_STANDBY"):
+        env.pop(name, None)
+    out = subprocess.run([sys.executable, "-c", BOOT, *argv], cwd=cwd, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_bootstrap_imports_unsloth_first_with_the_recipes_standby(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("backend: unsloth\nvllm_standby: false\n")
+    result = boot("train", "--config", str(recipe), cwd=tmp_path)
+    assert result["choice"] == "unsloth"
+    assert result["at_import"] == {"UNSLOTH_VLLM_STANDBY": None, "already_imported": []}  # never set to 1
+    result = boot("train", "--backend", "unsloth", cwd=tmp_path)  # the GPU recipe: vllm_standby auto -> on
+    assert result["at_import"] == {"UNSLOTH_VLLM_STANDBY": "1", "already_imported": []}
+
+
+def test_bootstrap_reads_standby_from_the_trained_runs_manifest(tmp_path):
+    import json
+
+    lora = tmp_path / "run" / "lora"
+    lora.mkdir(parents=True)
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps({"config": {"vllm_standby": "false"}}))
+    result = boot("generate", "--lora", str(lora), "--prompt", "1+1?", "--backend", "unsloth", cwd=tmp_path)
+    assert result["choice"] == "unsloth" and result["at_import"]["UNSLOTH_VLLM_STANDBY"] is None
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps({"config": {"vllm_standby": "true"}}))
+    result = boot("eval", "--lora", str(lora), "--backend", "unsloth", cwd=tmp_path)
+    assert result["at_import"] == {"UNSLOTH_VLLM_STANDBY": "1", "already_imported": []}
+
+
+@pytest.mark.parametrize("argv", [["train", "--help"], ["train", "--check"], ["env"], ["data"],
+                                  ["train", "--backend", "plain"]])
+def test_bootstrap_loads_nothing_heavy_where_no_unsloth_is_needed(argv, tmp_path):
+    result = boot(*argv, cwd=tmp_path)
+    assert result["loaded"] == [] and result["at_import"] is None

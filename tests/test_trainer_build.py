@@ -1,0 +1,61 @@
+"""pipeline/trainer/build.py on the real plain backend: the resume step reaches metrics.jsonl at construction,
+and TRL's model card names the base model and dataset the user chose (or is not written)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.backends import plain
+from pipeline.data.prepare import prepare_dataset
+from pipeline.trainer.build import ModelCard, build_trainer, is_hub_id
+from tests.train_helpers import demo_config
+
+
+@pytest.fixture
+def built(tmp_path):
+    def build(resume_step=None):
+        cfg = demo_config(tmp_path / "run")
+        out = Path(cfg.grpo.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        model, tokenizer = plain.load_for_training(cfg)
+        prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
+        trainer, _ = build_trainer(cfg, plain, model, tokenizer, prepared, plain.peft_config(cfg), out, resume_step)
+        return trainer, out
+
+    return build
+
+
+def write_metrics(out: Path, steps) -> Path:
+    path = out / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": 0.1 * s}) + "\n" for s in steps), encoding="utf-8")
+    return path
+
+
+def test_resume_step_drops_the_replaced_metrics_when_the_trainer_is_built(built, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    path = write_metrics(out, range(1, 6))
+    built(resume_step=3)
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
+    built(resume_step=None)  # a fresh trainer keeps what is there (the run lock and --resume decide the folder)
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
+
+
+def test_model_card_names_a_hub_base_and_dataset_and_skips_local_ones(built):
+    trainer, out = built()
+    trainer.create_model_card(model_name="run")  # the demo's base is a built-in local folder: no card
+    assert not (out / "README.md").exists()
+
+    local_name = trainer.model.config._name_or_path
+    ModelCard("Qwen/Qwen2.5-0.5B-Instruct", "openai/gsm8k").write(trainer, model_name="run")
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "Qwen/Qwen2.5-0.5B-Instruct" in card and "openai/gsm8k" in card
+    assert trainer.model.config._name_or_path == local_name  # restored for everything after the card
+
+
+def test_is_hub_id():
+    assert is_hub_id("Qwen/Qwen2.5-0.5B-Instruct")
+    assert not is_hub_id("tiny-demo") and not is_hub_id(None) and not is_hub_id("a/b/c")
