@@ -1,0 +1,44 @@
+"""One config for the whole pipeline: dataclasses parsed by TRL's `TrlParser` (YAML + CLI overrides).
+
+fields.py declares the sections and their fields (help, bounds, choices, what goes to TRL); parse.py reads
+`[--config RECIPE.yaml] [--key value ...]`; validate.py refuses, before any model or tokenizer loads, the
+values that would otherwise fail deep inside TRL or Unsloth (or be silently rewritten by them), with one
+error that names the field and the fix. Callers import from `pipeline.config`. No torch, transformers or trl
+is imported here.
+"""
+
+from pipeline.config.fields import (
+    DEFAULT_SYSTEM_PROMPT,
+    DEFAULT_TARGET_MODULES,
+    SECTIONS,
+    ConfigError,
+    DataArguments,
+    EvalArguments,
+    GenerationArguments,
+    GRPOArguments,
+    HealthArguments,
+    LoraArguments,
+    ModelArguments,
+    PipelineConfig,
+    field_names,
+    from_mapping,
+    trl_training_args,
+)
+from pipeline.config.parse import config_path, normalize_argv, parse_config, peek_option, read_recipe
+from pipeline.config.validate import (
+    UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
+    check_field_values,
+    parse_limit,
+    sampling_params_mapping,
+    validate,
+    validate_unsloth,
+    world_size,
+)
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT", "DEFAULT_TARGET_MODULES", "SECTIONS", "UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS",
+    "ConfigError", "DataArguments", "EvalArguments", "GRPOArguments", "GenerationArguments", "HealthArguments",
+    "LoraArguments", "ModelArguments", "PipelineConfig", "check_field_values", "config_path", "field_names",
+    "from_mapping", "normalize_argv", "parse_config", "parse_limit", "peek_option", "read_recipe",
+    "sampling_params_mapping", "trl_training_args", "validate", "validate_unsloth", "world_size",
+]
