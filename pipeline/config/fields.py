@@ -120,7 +120,6 @@ class LoraArguments:
         "Modules trained in full beside the adapter (the tiny demo: its random `norm`s and `embed_tokens`).",
         default_factory=list,
     )
-    full_finetune: bool = _help("Plain backend only: train all weights, no LoRA (small models; saves output_dir/model).", default=False)
     gradient_checkpointing: bool = _help("Trade compute for memory; Unsloth uses its own offloaded variant.",
                                          default=True)
 

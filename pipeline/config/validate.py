@@ -210,12 +210,11 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
         if limit is not None and limit >= m.max_seq_length:
             raise ConfigError(name, f"{limit} leaves no room in max_seq_length ({m.max_seq_length}).")
 
-    if not lo.full_finetune:
-        if lo.lora_r <= 0:
-            raise ConfigError("lora_r", f"got {lo.lora_r}; use a positive rank such as 16, 32 or 64.")
-        if lo.lora_r > m.max_lora_rank:
-            raise ConfigError("lora_r", f"lora_r ({lo.lora_r}) exceeds max_lora_rank ({m.max_lora_rank}); vLLM "
-                              f"cannot load such an adapter. Raise max_lora_rank to {lo.lora_r} or lower lora_r.")
+    if lo.lora_r <= 0:
+        raise ConfigError("lora_r", f"got {lo.lora_r}; use a positive rank such as 16, 32 or 64.")
+    if lo.lora_r > m.max_lora_rank:
+        raise ConfigError("lora_r", f"lora_r ({lo.lora_r}) exceeds max_lora_rank ({m.max_lora_rank}); vLLM "
+                          f"cannot load such an adapter. Raise max_lora_rank to {lo.lora_r} or lower lora_r.")
 
     if not (g.temperature > 0 and math.isfinite(g.temperature)):
         raise ConfigError("temperature", f"got {g.temperature}; rollouts need sampling, so use a value > 0 "

@@ -40,18 +40,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     if out.exists() and not args.overwrite:
         print(f"error: --out {out} already exists; choose a new folder or pass --overwrite", file=sys.stderr)
         return 2
-    if adapter is None:  # a full fine-tune (the tiny demo): the folder already is the merged model
-        if args.to != "merged16":
-            print(f"error: {args.lora} is a fully fine-tuned model, not a LoRA; only --to merged16 (a copy) "
-                  "applies to it", file=sys.stderr)
-            return 2
-        import shutil
-
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_directory(out) as staging:
-            shutil.copytree(absolute_path(args.lora), staging, dirs_exist_ok=True)
-        print(f"exported {absolute_path(args.lora)} (a full fine-tune, copied as is) to {out}")
-        return 0
     try:
         manifest = find_manifest(adapter.path) or {}
     except ManifestError as err:

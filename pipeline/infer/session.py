@@ -37,7 +37,7 @@ class InferenceSetup:
     top_p: float
     config: PipelineConfig
     manifest: Optional[dict]
-    trained_dir: Optional[Path] = None  # the --lora folder (a LoRA, or a full fine-tune's model/)
+    trained_dir: Optional[Path] = None  # the --lora folder
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,19 +103,12 @@ def generation_settings(args: argparse.Namespace) -> Any:
     return dataclasses.replace(gen, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def verify_trained_dir(path) -> Optional[Any]:
-    """Verify a run's saved result: a LoRA adapter (returns its AdapterInfo) or, for a full fine-tune,
-    a complete transformers model folder (returns None). Raises env.paths.AdapterError naming what is missing."""
-    from env.paths import AdapterError, absolute_path, verify_adapter_dir
+def verify_trained_dir(path) -> Any:
+    """Verify a run's saved LoRA adapter (relative paths from the cwd) and return its env.paths.AdapterInfo.
+    Raises env.paths.AdapterError naming what is missing."""
+    from env.paths import absolute_path, verify_adapter_dir
 
-    folder = absolute_path(path)
-    if (folder / "adapter_config.json").exists() or not (folder / "config.json").is_file():
-        return verify_adapter_dir(folder)
-    weights = [folder / n for n in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")]
-    if not any(w.is_file() and w.stat().st_size > 0 for w in weights):
-        raise AdapterError(folder, "model.safetensors",
-                           f"{folder} has config.json but no model weights (model.safetensors): the save is incomplete")
-    return None
+    return verify_adapter_dir(absolute_path(path))
 
 
 def _tensor_shapes(files: list) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -210,15 +203,10 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
         return None
     adapter = None
     manifest = None
-    full_model_dir = None
     if args.lora:
         try:
             adapter = verify_trained_dir(args.lora)
-            if adapter is None:  # a full fine-tune (e.g. the tiny demo): the folder IS the trained model
-                full_model_dir = absolute_path(args.lora)
-                manifest = find_manifest(full_model_dir)
-            else:
-                manifest = find_manifest(adapter.path)
+            manifest = find_manifest(adapter.path)
         except (AdapterError, ManifestError) as err:
             _error(str(err))
             return None
@@ -246,7 +234,7 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
             return None
 
     trained_base = (manifest or {}).get("base_model") or (adapter.base_model_name_or_path if adapter else None)
-    base_model = str(full_model_dir) if full_model_dir else (args.model or trained_base)
+    base_model = args.model or trained_base
     if base_model is None:
         _error("--base needs --model NAME or --run RUN_DIR to know which base model to load")
         return None
