@@ -20,6 +20,7 @@ from pipeline.config.fields import (
     LoraArguments,
     ModelArguments,
     PipelineConfig,
+    field_choices,
     field_names,
     from_mapping,
     trl_training_args,
@@ -27,6 +28,7 @@ from pipeline.config.fields import (
 from pipeline.config.parse import config_path, normalize_argv, parse_config, peek_option, read_recipe
 from pipeline.config.validate import (
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
+    check_choices,
     check_field_values,
     parse_limit,
     sampling_params_mapping,
@@ -38,7 +40,8 @@ from pipeline.config.validate import (
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT", "DEFAULT_TARGET_MODULES", "SECTIONS", "UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS",
     "ConfigError", "DataArguments", "EvalArguments", "GRPOArguments", "GenerationArguments", "HealthArguments",
-    "LoraArguments", "ModelArguments", "PipelineConfig", "check_field_values", "config_path", "field_names",
+    "LoraArguments", "ModelArguments", "PipelineConfig", "check_choices", "check_field_values", "config_path",
+    "field_choices", "field_names",
     "from_mapping", "normalize_argv", "parse_config", "parse_limit", "peek_option", "read_recipe",
     "sampling_params_mapping", "trl_training_args", "validate", "validate_unsloth", "world_size",
 ]

@@ -313,6 +313,16 @@ def field_names() -> dict[str, type]:
     return {f.name: cls for cls in SECTIONS for f in dataclasses.fields(cls)}
 
 
+def field_choices(name: str) -> tuple[str, ...]:
+    """A choice field's declared choices, e.g. for a command's flag of the same name.
+
+    >>> field_choices("backend")
+    ('auto', 'unsloth', 'plain')
+    """
+    owner = field_names()[name]
+    return field_rules(next(f for f in dataclasses.fields(owner) if f.name == name))["choices"]
+
+
 def trl_training_args(cfg: PipelineConfig) -> dict[str, Any]:
     """The fields declared with `trl=` as trl.GRPOConfig keyword arguments, under TRL's names.
 

@@ -57,10 +57,22 @@ def coerce(value: Any, kind: type, name: str) -> Any:
     return float(value)
 
 
-def check_choice(value: Any, name: str, choices: tuple[str, ...]) -> None:
-    """The one check of a choice field (its `choices` declared in fields.py)."""
-    if value not in choices:
-        raise ConfigError(name, f"got {value!r}; choose one of {', '.join(choices)}.")
+def check_choices(section: Any) -> None:
+    """The one check of choice fields: each field of `section` (one section's dataclass) that declares
+    `choices` in fields.py. check_field_values runs it on every section; code that takes one section without
+    validate() (data preparation, the health rules) runs it on its own.
+
+    >>> from pipeline.config import HealthArguments
+    >>> check_choices(HealthArguments(kl_action="halt"))
+    Traceback (most recent call last):
+    ...
+    pipeline.config.fields.ConfigError: config error in `kl_action`: got 'halt'; choose one of warn, stop.
+    """
+    for f in dataclasses.fields(section):
+        choices = field_rules(f).get("choices")
+        value = getattr(section, f.name)
+        if choices and value not in choices:
+            raise ConfigError(f.name, f"got {value!r}; choose one of {', '.join(choices)}.")
 
 
 def _check_bounds(value: float, name: str, bounds: dict[str, Any], default: Any) -> None:
@@ -87,10 +99,6 @@ def check_field_values(cfg: PipelineConfig) -> None:
     Traceback (most recent call last):
     ...
     pipeline.config.fields.ConfigError: config error in `learning_rate`: got 0; it must be > 0 (the default is 5e-06).
-    >>> check_field_values(PipelineConfig().replace(kl_action="halt"))
-    Traceback (most recent call last):
-    ...
-    pipeline.config.fields.ConfigError: config error in `kl_action`: got 'halt'; choose one of warn, stop.
     """
     for section_cls in SECTIONS:
         section = getattr(cfg, SECTION_ATTR[section_cls])
@@ -103,8 +111,7 @@ def check_field_values(cfg: PipelineConfig) -> None:
             value = getattr(section, f.name)
             rules = field_rules(f)
             if "choices" in rules:
-                check_choice(value, f.name, rules["choices"])
-                continue
+                continue  # check_choices below
             if value is None:
                 if optional:
                     continue
@@ -120,6 +127,7 @@ def check_field_values(cfg: PipelineConfig) -> None:
             setattr(section, f.name, value)
             if kind is not bool and rules:
                 _check_bounds(value, f.name, rules, f.default if f.default is not dataclasses.MISSING else None)
+        check_choices(section)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,11 +17,13 @@ EXPORT_METHODS = ("merged16", "merged4", "gguf")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from pipeline.config import field_choices
+
     parser = argparse.ArgumentParser(prog="grpo export", description=__doc__.split("\n\n")[0])
     parser.add_argument("--lora", required=True, help="adapter folder (e.g. outputs/run/lora)")
     parser.add_argument("--to", required=True, choices=EXPORT_METHODS)
     parser.add_argument("--out", required=True, help="output folder (must not exist, or use --overwrite)")
-    parser.add_argument("--backend", default="auto", choices=("auto", "unsloth", "plain"))
+    parser.add_argument("--backend", default="auto", choices=field_choices("backend"))
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     args = parser.parse_args(argv)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig, from_mapping
+from pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig, field_choices, from_mapping
 
 DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
 
@@ -47,7 +47,7 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", help="with --base: a run folder (or its lora/) whose manifest gives the base "
                                       "model, system prompt and limits")
     parser.add_argument("--model", help="base model; must match the adapter's (default: from the manifest)")
-    parser.add_argument("--backend", default="auto", choices=("auto", "unsloth", "plain"))
+    parser.add_argument("--backend", default="auto", choices=field_choices("backend"))
     parser.add_argument("--config", help="a training recipe (YAML, as for grpo train): its gen_max_tokens, "
                                          "gen_temperature, gen_top_p and allow_longer_generation are the defaults "
                                          "here; the flags below override them")
