@@ -352,7 +352,6 @@ def from_mapping(values: dict[str, Any]) -> PipelineConfig:
     return PipelineConfig(**{SECTION_ATTR[cls]: cls(**kw) for cls, kw in parts.items()})
 
 
-
 def unknown_option_error(name: str) -> ConfigError:
     """An unknown option, with the closest field names (difflib) as the likely fix."""
     close = difflib.get_close_matches(name, list(field_names()), n=3, cutoff=0.6)

@@ -21,6 +21,7 @@ from pipeline.config.fields import (
 )
 from pipeline.config.validate import coerce
 
+
 def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = None) -> PipelineConfig:
     """Parse `[--config FILE] [--key value ...]` with TRL's TrlParser, like open-r1's scripts.
 
@@ -71,7 +72,6 @@ def config_path(argv: list[str]) -> Optional[str]:
         raise ConfigError("config", f"file {os.path.abspath(path)!r} does not exist. Pass a YAML recipe, "
                           "e.g. --config configs/qwen2.5-1.5b-gsm8k.yaml")
     return path
-
 
 
 def check_option_names(argv: list[str]) -> None:
