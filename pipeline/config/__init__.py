@@ -9,7 +9,6 @@ is imported here.
 
 from pipeline.config.fields import (
     DEFAULT_SYSTEM_PROMPT,
-    DEFAULT_TARGET_MODULES,
     SECTIONS,
     ConfigError,
     DataArguments,
@@ -25,7 +24,7 @@ from pipeline.config.fields import (
     from_mapping,
     trl_training_args,
 )
-from pipeline.config.parse import config_path, normalize_argv, parse_config, peek_option, read_recipe
+from pipeline.config.parse import normalize_argv, parse_config, peek_option
 from pipeline.config.validate import (
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     check_choices,
@@ -34,14 +33,12 @@ from pipeline.config.validate import (
     sampling_params_mapping,
     validate,
     validate_unsloth,
-    world_size,
 )
 
 __all__ = [
-    "DEFAULT_SYSTEM_PROMPT", "DEFAULT_TARGET_MODULES", "SECTIONS", "UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS",
-    "ConfigError", "DataArguments", "EvalArguments", "GRPOArguments", "GenerationArguments", "HealthArguments",
-    "LoraArguments", "ModelArguments", "PipelineConfig", "check_choices", "check_field_values", "config_path",
-    "field_choices", "field_names",
-    "from_mapping", "normalize_argv", "parse_config", "parse_limit", "peek_option", "read_recipe",
-    "sampling_params_mapping", "trl_training_args", "validate", "validate_unsloth", "world_size",
+    "DEFAULT_SYSTEM_PROMPT", "SECTIONS", "UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS", "ConfigError", "DataArguments",
+    "EvalArguments", "GRPOArguments", "GenerationArguments", "HealthArguments", "LoraArguments", "ModelArguments",
+    "PipelineConfig", "check_choices", "check_field_values", "field_choices", "field_names", "from_mapping",
+    "normalize_argv", "parse_config", "parse_limit", "peek_option", "sampling_params_mapping", "trl_training_args",
+    "validate", "validate_unsloth",
 ]

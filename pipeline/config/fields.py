@@ -148,7 +148,8 @@ class DataArguments:
     overlong_policy: str = _help("drop | error: what to do with prompts over max_prompt_length.", default="drop",
                                  choices=("drop", "error"))
     strict: bool = _help("Turn every rejected row into an error instead of a reported drop.", default=False)
-    max_samples: Optional[int] = _help("Use only the first N rows (after cleaning); None = all.", default=None)
+    max_samples: Optional[int] = _help("Use only the first N rows (after cleaning); None = all.", default=None,
+                                       ge=1)
     data_cache_dir: Optional[str] = _help("Where processed datasets are cached; default ~/.cache/grpo-pipeline.",
                                           default=None)
 
@@ -229,10 +230,11 @@ class GRPOArguments:
 @dataclass
 class GenerationArguments:
     gen_max_tokens: Optional[int] = _help(
-        "Tokens to generate after training; default = the trained max_completion_length.", default=None
+        "Tokens to generate after training; default = the trained max_completion_length.", default=None, ge=1
     )
     allow_longer_generation: bool = _help("Permit gen_max_tokens above max_completion_length.", default=False)
-    gen_temperature: float = _help("Sampling temperature for generate/eval; 0 = greedy.", default=0.0)
+    gen_temperature: float = _help("Sampling temperature for generate/eval; 0 = greedy; vLLM takes at most 2.",
+                                   default=0.0, ge=0, le=2)
     gen_top_p: float = _help("Nucleus sampling for generate/eval.", default=1.0, gt=0, le=1)
 
 

@@ -205,8 +205,6 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
 
     prompt_limit = parse_limit(d.max_prompt_length, "max_prompt_length")
     completion_limit = parse_limit(d.max_completion_length, "max_completion_length")
-    if m.max_seq_length <= 0:
-        raise ConfigError("max_seq_length", f"got {m.max_seq_length}; use a positive integer such as 1024.")
     if prompt_limit is not None and completion_limit is not None and prompt_limit + completion_limit > m.max_seq_length:
         raise ConfigError(
             "max_completion_length",
@@ -227,12 +225,8 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     if not (g.temperature > 0 and math.isfinite(g.temperature)):
         raise ConfigError("temperature", f"got {g.temperature}; rollouts need sampling, so use a value > 0 "
                           "(1.0 is typical for GRPO).")
-    if gen.gen_temperature < 0:
-        raise ConfigError("gen_temperature", f"got {gen.gen_temperature}; use 0 (greedy) or a positive value.")
 
-    if gen.gen_max_tokens is not None:
-        if gen.gen_max_tokens <= 0:
-            raise ConfigError("gen_max_tokens", f"got {gen.gen_max_tokens}; use a positive integer.")
+    if gen.gen_max_tokens is not None:  # >= 1 was checked by check_field_values
         if completion_limit is not None and gen.gen_max_tokens > completion_limit and not gen.allow_longer_generation:
             raise ConfigError(
                 "gen_max_tokens",
@@ -276,10 +270,6 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
         check_reward_weights(list(g.reward_funcs), g.reward_weights)
     except ValueError as err:
         raise ConfigError("reward_weights", str(err)) from None
-    if d.max_samples is not None and d.max_samples <= 0:
-        raise ConfigError("max_samples", f"got {d.max_samples}; use a positive integer or leave it unset.")
-    if g.save_steps <= 0:
-        raise ConfigError("save_steps", f"got {g.save_steps}; checkpoints need a positive interval.")
     for note in notes:
         warnings.warn(note, stacklevel=2)
     return notes
