@@ -162,8 +162,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     adapter_dir = None
     eval_after = None
     if status == "completed" and _is_main_process():
-        # A LoRA goes to lora/; a full fine-tune (full_finetune: true) is a whole model, so model/.
-        adapter_dir = output_dir / ("model" if cfg.lora.full_finetune else "lora")
+        adapter_dir = output_dir / "lora"
         from pipeline.run.manifest import build_manifest, write_adapter_metadata, write_manifest
 
         manifest = build_manifest(
@@ -171,7 +170,6 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
             system_prompt=cfg.data.system_prompt, chat_template=getattr(tokenizer, "chat_template", None),
             max_prompt_length=prepared.max_prompt_length, max_completion_length=prepared.max_completion_length,
             data_fingerprint=prepared.fingerprint, adapter_dir=adapter_dir,
-            adapter_kind="full" if cfg.lora.full_finetune else "lora",
         )
         with disk_full_is_resumable(trainer, output_dir), atomic_directory(adapter_dir) as staging:
             backend.save_adapter(trainer.model, tokenizer, staging)
@@ -209,7 +207,7 @@ def _finished_run(cfg: PipelineConfig, output_dir: Path, checkpoint: str) -> Opt
     target = cfg.grpo.max_steps if cfg.grpo.max_steps > 0 else int(state.get("max_steps") or 0)
     if target <= 0 or step < target:
         return None
-    saved = next((d for d in (output_dir / "lora", output_dir / "model") if d.is_dir()), None)
+    saved = output_dir / "lora" if (output_dir / "lora").is_dir() else None
     _print(f"run already complete: {output_dir} has trained {step} of max_steps={target} steps; nothing to do.")
     _print(f"  to train longer: raise --max_steps (e.g. --max_steps {step * 2}); it resumes from step {step}")
     _print("  to start over:   --resume never (same folder) or a new --output_dir")
@@ -229,8 +227,7 @@ def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[s
         _print(f"resume with: grpo train <same options> --output_dir {output_dir} --resume auto")
     if status == "stopped":
         _print(f"a checkpoint was kept in {output_dir}; see summary.json for the reason")
-    saved_label = "model" if cfg.lora.full_finetune else "adapter"  # a full fine-tune saves a whole model
-    for label, path in ((saved_label, adapter_dir), ("manifest", output_dir / "manifest.json"),
+    for label, path in (("adapter", adapter_dir), ("manifest", output_dir / "manifest.json"),
                         ("metrics", output_dir / "metrics.jsonl"), ("plots", output_dir / "plots"),
                         ("summary", output_dir / "summary.json"), ("data report", output_dir / "data_report.json")):
         if path is not None and path.exists():

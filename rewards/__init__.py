@@ -25,7 +25,7 @@ that function's mean):
 - A missing `answer` column (or one whose length differs from the completions) is a set-up
   error and raises ValueError naming `answer`, so a run never trains silently without a
   correctness signal. Set-up errors are plain ValueErrors whose messages name no config field;
-  the config layer (pipeline/config.py) says which field they came from.
+  the config layer (pipeline/config/validate.py) says which field they came from.
 
 How answers are compared: rewards/normalize.py (fast numeric reader; its parts are cleaning.py,
 number_words.py, sentences.py and numbers.py), rewards/matching.py

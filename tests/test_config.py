@@ -222,3 +222,28 @@ def test_unknown_key_suggests_the_closest_field(tmp_path):
     with pytest.raises(ConfigError, match="did you mean `max_steps`"):
         parse_config(["--max-step", "3"])
     assert parse_config(["--max-steps", "3", "--no_load_in_4bit"]).grpo.max_steps == 3
+
+
+def test_fields_marked_trl_reach_grpo_config_under_trls_names(tmp_path):
+    import trl
+
+    from pipeline.config import trl_training_args
+
+    cfg = PipelineConfig().replace(learning_rate=1e-5, warmup_ratio=0.2, top_k=5, adam_beta2=0.95, save_steps=7,
+                                   log_completions=True, loss_type="grpo")
+    forwarded = trl_training_args(cfg)
+    assert "warmup_ratio" not in forwarded and forwarded["warmup_steps"] == 0.2  # transformers 5: a ratio
+    args = trl.GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", **forwarded)
+    for name, value in forwarded.items():
+        assert getattr(args, name) == value, name
+    assert (args.learning_rate, args.top_k, args.save_steps, args.loss_type) == (1e-5, 5, 7, "grpo")
+
+
+def test_choice_fields_are_refused_with_the_choices_from_yaml_and_cli(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("overlong_policy: truncate\n")
+    with pytest.raises(ConfigError, match="`overlong_policy`: got 'truncate'; choose one of drop, error"):
+        validate(parse_config(["--config", str(recipe)]))
+    with pytest.raises(ConfigError, match="`backend`: got 'cuda'; choose one of auto, unsloth, plain"):
+        validate(parse_config(["--backend", "cuda"]))
+    assert parse_config(["--vllm_standby", "True"]).model.vllm_standby == "true"  # normalised, then accepted

@@ -83,6 +83,39 @@ def test_max_tokens_defaults_from_manifest_and_larger_warns(trained_run):
         open_inference(inference_args(lora=str(trained_run / "lora"), max_tokens=100))
 
 
+def test_train_recipe_generation_fields_are_the_defaults_and_flags_override(trained_run, tmp_path):
+    recipe = tmp_path / "gen.yaml"
+    recipe.write_text("model_name_or_path: tiny-demo\ndataset_name: demo-arithmetic\neval_split: test\n"
+                      "eval_limit: 3\ngen_temperature: 0.7\ngen_top_p: 0.9\ngen_max_tokens: 12\n")
+    lora = str(trained_run / "lora")
+    setup = open_inference(inference_args(lora=lora, config=str(recipe)))
+    assert (setup.temperature, setup.top_p, setup.max_tokens) == (0.7, 0.9, 12)
+    setup = open_inference(inference_args(lora=lora, config=str(recipe), temperature=0.0, max_tokens=20))
+    assert (setup.temperature, setup.top_p, setup.max_tokens) == (0.0, 0.9, 20)
+    out = tmp_path / "eval.json"  # --config alone: its dataset, eval_split and eval_limit too
+    assert evaluate.main(["--lora", lora, "--config", str(recipe), "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert (result["n"], result["split"], result["temperature"], result["max_tokens"]) == (3, "test", 0.7, 12)
+
+
+def test_recipe_generation_past_the_trained_length_needs_allow_longer_generation(trained_run, tmp_path, capsys):
+    import warnings
+
+    recipe = tmp_path / "long.yaml"
+    lora = str(trained_run / "lora")
+    recipe.write_text("gen_max_tokens: 100\n")  # the run trained with max_completion_length 24
+    assert generate.main(["--lora", lora, "--config", str(recipe), "--prompt", "1+1"]) == 2
+    err = capsys.readouterr().err
+    assert "`gen_max_tokens`" in err and "allow_longer_generation: true" in err and "Traceback" not in err
+    recipe.write_text("gen_max_tokens: 100\nallow_longer_generation: true\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # allowed: no "above the trained length" warning either
+        assert open_inference(inference_args(lora=lora, config=str(recipe))).max_tokens == 100
+    recipe.write_text("gen_top_p: 0\n")
+    assert generate.main(["--lora", lora, "--config", str(recipe), "--prompt", "1+1"]) == 2
+    assert "`gen_top_p`: got 0" in capsys.readouterr().err
+
+
 def test_lora_really_applies_and_matches_merged_export(trained_run, tmp_path):
     import torch
     from transformers import AutoModelForCausalLM

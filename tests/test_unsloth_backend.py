@@ -153,13 +153,6 @@ def test_modules_to_save_without_vllm_reaches_get_peft_model(fake):
     assert only_call(fake, "FastLanguageModel.get_peft_model").kwargs["modules_to_save"] == ["lm_head"]
 
 
-def test_full_finetune_is_refused_before_anything_loads(fake):
-    with pytest.raises(ConfigError) as err:
-        backend.load_for_training(make_cfg(full_finetune=True))
-    assert err.value.field == "full_finetune" and "backend: plain" in str(err.value)
-    assert fake.record_calls() == []
-
-
 def test_peft_config_is_always_none():
     assert backend.peft_config(make_cfg()) is None
     assert backend.peft_config(make_cfg(lora_r=64, max_lora_rank=64)) is None

@@ -55,7 +55,7 @@ class Backend(Protocol):
         """Write the trained adapter and the tokenizer into `directory`."""
 
     def load_generator(self, base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> Generator:
-        """The base model plus a verified adapter (env.paths.AdapterInfo; None: the base alone)."""
+        """The base model plus a verified adapter (env.adapters.AdapterInfo; None: the base alone)."""
 
     def export(self, adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig) -> None:
         """Merge the adapter into its base (merged16 / merged4 / gguf) and write it into `out_dir`."""

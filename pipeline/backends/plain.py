@@ -40,7 +40,6 @@ def _use_4bit(cfg: PipelineConfig) -> bool:
         cfg.model.load_in_4bit
         and torch.cuda.is_available()
         and importlib.util.find_spec("bitsandbytes") is not None
-        and not cfg.lora.full_finetune
     )
 
 
@@ -85,9 +84,7 @@ def load_for_training(cfg: PipelineConfig):
 
 
 def peft_config(cfg: PipelineConfig):
-    """The LoRA that TRL applies, or None for full fine-tuning."""
-    if cfg.lora.full_finetune:
-        return None
+    """The LoRA that TRL applies."""
     from peft import LoraConfig
 
     return LoraConfig(

@@ -60,9 +60,6 @@ def load_for_training(cfg: PipelineConfig):
     The LoRA must be applied here, before the trainer is built: Unsloth's GRPOTrainer rewrites
     `if peft_config is not None:` to `if False:` (see `peft_config` below).
     """
-    if cfg.lora.full_finetune:
-        raise ConfigError("full_finetune", "the unsloth backend trains a LoRA adapter (vLLM serves it with "
-                          "max_lora_rank); use backend: plain for full fine-tuning.")
     validate_unsloth(cfg)  # e.g. lora_modules_to_save with vLLM: get_peft_model would refuse after loading
     refuse_vllm_sleep_mode(standby_enabled(cfg))  # the trainer's rollouts would sleep vLLM with it
     prepared = prepare_environment(cfg)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from pipeline.config import ConfigError, parse_limit
+from pipeline.config import ConfigError, check_choices, parse_limit
 from pipeline.data.cache import (
     DATA_FORMAT_VERSION,
     data_cache_root,
@@ -55,7 +55,6 @@ from pipeline.data.sources import DataFileError, DataSource, resolve_source
 REPORT_NAME = "data_report.json"
 # Rejected ids listed per reason in the report (the counts are always complete).
 MAX_IDS_PER_REASON = 20
-OVERLONG_POLICIES = ("drop", "error")
 
 
 class DataError(ValueError):
@@ -144,9 +143,7 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
     d = cfg.data
     report_name = report_file_name(split)
     split = split or d.dataset_split
-    if d.overlong_policy not in OVERLONG_POLICIES:
-        raise ConfigError("overlong_policy",
-                          f"got {d.overlong_policy!r}; choose one of {', '.join(OVERLONG_POLICIES)}.")
+    check_choices(d)  # overlong_policy; callers may come here without validate()
     budget = LengthBudget(
         max_seq_length=cfg.model.max_seq_length,
         fixed_prompt_limit=parse_limit(d.max_prompt_length, "max_prompt_length"),

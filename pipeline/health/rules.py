@@ -44,7 +44,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from pipeline.config import ConfigError, HealthArguments, PipelineConfig
+from pipeline.config import ConfigError, HealthArguments, PipelineConfig, check_choices
 from pipeline.health.metrics import BETA, GARBLED_RATE, REPETITION_RATE, incomplete_utf8_token_ids
 from pipeline.health.observer import HealthState, make_observer
 
@@ -291,9 +291,7 @@ def build_health(cfg: PipelineConfig, tokenizer: Any) -> tuple[Callable[..., lis
 
 
 def _check_settings(h: HealthArguments) -> None:
-    for name in ("garbled_action", "repetition_action", "kl_action"):
-        if getattr(h, name) not in ("warn", "stop"):
-            raise ConfigError(name, f"got {getattr(h, name)!r}; choose warn or stop.")
+    check_choices(h)  # garbled_action, repetition_action, kl_action
     if h.garbled_window < 1:
         raise ConfigError("garbled_window", f"got {h.garbled_window}; use a positive number of logged steps.")
 

@@ -122,18 +122,25 @@ def format_table(result: dict[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
-def evaluate_saved(data: str, limit: int = 100, split: Optional[str] = None, output: Optional[str] = None,
-                   args: Optional[argparse.Namespace] = None, **options: Any) -> Optional[dict[str, Any]]:
+def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, split: Optional[str] = None,
+                   output: Optional[str] = None, args: Optional[argparse.Namespace] = None,
+                   **options: Any) -> Optional[dict[str, Any]]:
     """Evaluate a saved LoRA (lora=DIR) or the base model (base=True, model=... or run=...) and write eval.json.
 
-    `data` is a YAML recipe (its dataset and eval_split) or a .jsonl/.csv/.parquet file. Returns the result
-    dict (with `eval_json` = where it was written), or None after printing why the input was refused.
+    `data` is a YAML recipe (its dataset and eval_split) or a .jsonl/.csv/.parquet file; by default the
+    --config recipe. `limit` defaults to the recipe's eval_limit. Returns the result dict (with `eval_json` =
+    where it was written), or None after printing why the input was refused.
     """
     from env.paths import absolute_path, atomic_write_json
     from pipeline.config import ConfigError, parse_config
     from pipeline.infer.session import inference_args, open_inference
 
     args = args if args is not None else inference_args(**options)
+    data = data or args.config
+    if not data:
+        print("error: pass --data (a recipe, a .jsonl/.csv/.parquet file or a dataset name) or --config RECIPE.yaml",
+              file=sys.stderr)
+        return None
     if args.base and not (output or args.run):  # refused before the model loads
         print("error: --base without --run: pass --output FILE for the results (or --run RUN_DIR to keep them "
               "in that run folder as eval_base.json)", file=sys.stderr)
@@ -186,10 +193,11 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     parser = argparse.ArgumentParser(prog="grpo eval", description=__doc__.split("\n\n")[0])
     add_inference_arguments(parser)
-    parser.add_argument("--data", required=True,
+    parser.add_argument("--data", default=None,
                         help="a YAML recipe (its dataset + eval_split), a .jsonl/.csv/.parquet file, or a dataset "
-                             "name as in dataset_name (demo-arithmetic and sample work offline)")
-    parser.add_argument("--limit", type=int, default=100, help="number of held-out problems (default 100)")
+                             "name as in dataset_name (demo-arithmetic and sample work offline); default: --config")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="number of held-out problems (default: the recipe's eval_limit, 100)")
     parser.add_argument("--split", default=None, help="split to evaluate (default: the recipe's eval_split)")
     parser.add_argument("--output", default=None,
                         help="where to write the results (default: eval.json in the adapter's run folder; "

@@ -17,11 +17,13 @@ from pipeline.backends import EXPORT_METHODS
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    from pipeline.config import field_choices
+
     parser = argparse.ArgumentParser(prog="grpo export", description=__doc__.split("\n\n")[0])
     parser.add_argument("--lora", required=True, help="adapter folder (e.g. outputs/run/lora)")
     parser.add_argument("--to", required=True, choices=EXPORT_METHODS)
     parser.add_argument("--out", required=True, help="output folder (must not exist, or use --overwrite)")
-    parser.add_argument("--backend", default="auto", choices=("auto", "unsloth", "plain"))
+    parser.add_argument("--backend", default="auto", choices=field_choices("backend"))
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     args = parser.parse_args(argv)
 
@@ -41,18 +43,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     if out.exists() and not args.overwrite:
         print(f"error: --out {out} already exists; choose a new folder or pass --overwrite", file=sys.stderr)
         return 2
-    if adapter is None:  # a full fine-tune (full_finetune: true): the folder already is the merged model
-        if args.to != "merged16":
-            print(f"error: {args.lora} is a fully fine-tuned model, not a LoRA; only --to merged16 (a copy) "
-                  "applies to it", file=sys.stderr)
-            return 2
-        import shutil
-
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_directory(out) as staging:
-            shutil.copytree(absolute_path(args.lora), staging, dirs_exist_ok=True)
-        print(f"exported {absolute_path(args.lora)} (a full fine-tune, copied as is) to {out}")
-        return 0
     try:
         manifest = find_manifest(adapter.path) or {}
     except ManifestError as err:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig, from_mapping
+from pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig, field_choices, from_mapping
 
 DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
 
@@ -37,7 +37,7 @@ class InferenceSetup:
     top_p: float
     config: PipelineConfig
     manifest: Optional[dict]
-    trained_dir: Optional[Path] = None  # the --lora folder (a LoRA, or a full fine-tune's model/)
+    trained_dir: Optional[Path] = None  # the --lora folder
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,11 +47,15 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", help="with --base: a run folder (or its lora/) whose manifest gives the base "
                                       "model, system prompt and limits")
     parser.add_argument("--model", help="base model; must match the adapter's (default: from the manifest)")
-    parser.add_argument("--backend", default="auto", choices=("auto", "unsloth", "plain"))
+    parser.add_argument("--backend", default="auto", choices=field_choices("backend"))
+    parser.add_argument("--config", help="a training recipe (YAML, as for grpo train): its gen_max_tokens, "
+                                         "gen_temperature, gen_top_p and allow_longer_generation are the defaults "
+                                         "here; the flags below override them")
     parser.add_argument("--max_tokens", type=int, default=None,
-                        help="default: the trained max_completion_length from the manifest")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--top_p", type=float, default=1.0)
+                        help="default: gen_max_tokens, else the trained max_completion_length from the manifest")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="default: gen_temperature (0 = greedy, the built-in default)")
+    parser.add_argument("--top_p", type=float, default=None, help="default: gen_top_p (1.0)")
     parser.add_argument("--max_lora_rank", type=int, default=None, help="vLLM LoRA rank limit (default: manifest)")
     parser.add_argument("--system_prompt", default=None,
                         help="override the manifest's system prompt; required for an adapter that carries no "
@@ -77,20 +81,35 @@ def inference_args(**options: Any) -> argparse.Namespace:
     return args
 
 
-def verify_trained_dir(path) -> Optional[Any]:
-    """Verify a run's saved result: a LoRA adapter (returns its AdapterInfo) or, for a full fine-tune,
-    a complete transformers model folder (returns None). Raises env.adapters.AdapterError naming what is missing."""
-    from env.adapters import AdapterError, verify_adapter_dir
+def generation_settings(args: argparse.Namespace) -> Any:
+    """The generation fields (pipeline.config.GenerationArguments) of --config's recipe, or the defaults,
+    with this command's --max_tokens/--temperature/--top_p on top. The recipe is validated as train would
+    (a bad value is a ConfigError naming the field).
+
+    >>> gen = generation_settings(inference_args(base=True, temperature=0.7))
+    >>> gen.gen_temperature, gen.gen_top_p, gen.gen_max_tokens
+    (0.7, 1.0, None)
+    """
+    import dataclasses
+
+    from pipeline.config import GenerationArguments, parse_config, validate
+
+    gen = GenerationArguments()
+    if args.config:
+        cfg = parse_config(["--config", str(args.config)])
+        validate(cfg)
+        gen = cfg.generation
+    overrides = {"gen_max_tokens": args.max_tokens, "gen_temperature": args.temperature, "gen_top_p": args.top_p}
+    return dataclasses.replace(gen, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def verify_trained_dir(path) -> Any:
+    """Verify a run's saved LoRA adapter (relative paths from the cwd) and return its env.adapters.AdapterInfo.
+    Raises env.adapters.AdapterError naming what is missing."""
+    from env.adapters import verify_adapter_dir
     from env.paths import absolute_path
 
-    folder = absolute_path(path)
-    if (folder / "adapter_config.json").exists() or not (folder / "config.json").is_file():
-        return verify_adapter_dir(folder)
-    weights = [folder / n for n in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")]
-    if not any(w.is_file() and w.stat().st_size > 0 for w in weights):
-        raise AdapterError(folder, "model.safetensors",
-                           f"{folder} has config.json but no model weights (model.safetensors): the save is incomplete")
-    return None
+    return verify_adapter_dir(absolute_path(path))
 
 
 def _tensor_shapes(files: list) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -171,25 +190,25 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     from pipeline.config import ConfigError, check_adapter_rank
     from pipeline.run.manifest import ManifestError, find_manifest
 
+    try:
+        gen = generation_settings(args)
+    except ConfigError as err:
+        _error(str(err))
+        return None
     # vLLM's SamplingParams ranges (it raises VLLMValidationError, a traceback, at the first prompt); the plain
     # backend's transformers sampling refuses a top_p outside (0, 1] too. One rule for both, before loading.
-    if not 0.0 <= args.temperature <= 2.0:
-        _error(f"--temperature {args.temperature}: use a value in [0, 2] (0 = greedy).")
+    if not 0.0 <= gen.gen_temperature <= 2.0:
+        _error(f"--temperature {gen.gen_temperature}: use a value in [0, 2] (0 = greedy).")
         return None
-    if not 0.0 < args.top_p <= 1.0:
-        _error(f"--top_p {args.top_p}: use a value in (0, 1] (1 = no nucleus cut).")
+    if not 0.0 < gen.gen_top_p <= 1.0:
+        _error(f"--top_p {gen.gen_top_p}: use a value in (0, 1] (1 = no nucleus cut).")
         return None
     adapter = None
     manifest = None
-    full_model_dir = None
     if args.lora:
         try:
             adapter = verify_trained_dir(args.lora)
-            if adapter is None:  # a full fine-tune (e.g. the tiny demo): the folder IS the trained model
-                full_model_dir = absolute_path(args.lora)
-                manifest = find_manifest(full_model_dir)
-            else:
-                manifest = find_manifest(adapter.path)
+            manifest = find_manifest(adapter.path)
         except (AdapterError, ManifestError) as err:
             _error(str(err))
             return None
@@ -217,7 +236,7 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
             return None
 
     trained_base = (manifest or {}).get("base_model") or (adapter.base_model_name_or_path if adapter else None)
-    base_model = str(full_model_dir) if full_model_dir else (args.model or trained_base)
+    base_model = args.model or trained_base
     if base_model is None:
         _error("--base needs --model NAME or --run RUN_DIR to know which base model to load")
         return None
@@ -247,8 +266,13 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
         return None
 
     trained_limit = (manifest or {}).get("max_completion_length")
-    max_tokens = args.max_tokens or trained_limit or DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST
-    if args.max_tokens and trained_limit and args.max_tokens > trained_limit:
+    max_tokens = gen.gen_max_tokens or trained_limit or DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST
+    if gen.gen_max_tokens and trained_limit and gen.gen_max_tokens > trained_limit and not gen.allow_longer_generation:
+        if not args.max_tokens:  # the recipe's gen_max_tokens: refused as validate() refuses it at train time
+            _error(f"config error in `gen_max_tokens`: {gen.gen_max_tokens} exceeds the trained "
+                   f"max_completion_length ({trained_limit}); answers past the trained length are often cut before "
+                   "</answer>. Lower it, or set allow_longer_generation: true.")
+            return None
         warnings.warn(f"--max_tokens {args.max_tokens} is above the trained max_completion_length {trained_limit}: "
                       "the model never learned to finish its answer in that budget.", stacklevel=2)
     system_prompt = args.system_prompt or (manifest or {}).get("system_prompt") or DEFAULT_SYSTEM_PROMPT
@@ -271,5 +295,5 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     if manifest and manifest.get("chat_template"):
         tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained
     return InferenceSetup(generator, tokenizer, base_model, adapter, system_prompt, int(max_tokens),
-                          args.temperature, args.top_p, cfg, manifest,
+                          gen.gen_temperature, gen.gen_top_p, cfg, manifest,
                           absolute_path(args.lora) if args.lora else None)

@@ -4,9 +4,9 @@
 chat template and max lengths as training (mismatched sampling limits are a top cause of
 "extract_xml_answer fails after training").
 
-The adapter folder (lora/, or model/ for a full fine-tune) also carries the part of it that
-generation needs, in `grpo_adapter.json`, written inside the folder before it is published (so
-atomically with the weights): an adapter copied away from its run still generates as trained.
+The adapter folder (lora/) also carries the part of it that generation needs, in `grpo_adapter.json`,
+written inside the folder before it is published (so atomically with the weights): an adapter copied
+away from its run still generates as trained.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from env.paths import atomic_write_json
 MANIFEST_NAME = "manifest.json"
 ADAPTER_METADATA_NAME = "grpo_adapter.json"
 # What generate/eval/export need from a run; copied into the adapter folder itself.
-ADAPTER_METADATA_KEYS = ("base_model", "backend", "adapter_kind", "system_prompt", "chat_template",
+ADAPTER_METADATA_KEYS = ("base_model", "backend", "system_prompt", "chat_template",
                          "max_prompt_length", "max_completion_length", "max_seq_length", "max_lora_rank")
 RECORDED_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "unsloth_zoo",
                      "vllm", "bitsandbytes")
@@ -51,12 +51,11 @@ def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
 
 def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, system_prompt: str,
                    chat_template: Optional[str], max_prompt_length: int, max_completion_length: int,
-                   data_fingerprint: str, adapter_dir: Path, adapter_kind: str) -> dict[str, Any]:
+                   data_fingerprint: str, adapter_dir: Path) -> dict[str, Any]:
     return {
         "base_model": base_model,
         "backend": backend,
         "adapter_dir": str(adapter_dir),
-        "adapter_kind": adapter_kind,
         "system_prompt": system_prompt,
         "chat_template": chat_template,
         "max_prompt_length": max_prompt_length,

@@ -100,40 +100,17 @@ def grpo_training_args(cfg: PipelineConfig, backend, model, prepared, output_dir
     """The trl.GRPOConfig a run trains with (bench/overhead.py gives bare TRL this same one, to compare equal work)."""
     import trl  # imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
 
+    from pipeline.config import trl_training_args
     from pipeline.health.rules import HEALTH_TRAINING_ARGS
 
-    g = cfg.grpo
+    report_to = [r.strip() for r in cfg.grpo.report_to.split(",") if r.strip() and r.strip() != "none"]
     return trl.GRPOConfig(
+        **trl_training_args(cfg),  # the fields declared with trl= in pipeline/config/fields.py, by TRL's names
+        # What the run works out (not a config value as given):
         output_dir=str(output_dir),
-        learning_rate=g.learning_rate,
-        num_generations=g.num_generations,
-        per_device_train_batch_size=g.per_device_train_batch_size,
-        gradient_accumulation_steps=g.gradient_accumulation_steps,
-        max_steps=g.max_steps,
-        num_train_epochs=g.num_train_epochs,
-        max_completion_length=prepared.max_completion_length,
-        beta=g.beta,
-        loss_type=g.loss_type,
-        mask_truncated_completions=g.mask_truncated_completions,
-        epsilon_high=g.epsilon_high,
-        temperature=g.temperature,
-        top_p=g.top_p,
-        top_k=g.top_k,
-        min_p=g.min_p,
-        warmup_steps=g.warmup_ratio,  # transformers 5: a float in [0, 1) is a ratio of total steps
-        lr_scheduler_type=g.lr_scheduler_type,
-        optim=g.optim,
-        weight_decay=g.weight_decay,
-        adam_beta1=g.adam_beta1,
-        adam_beta2=g.adam_beta2,
-        max_grad_norm=g.max_grad_norm,
-        logging_steps=g.logging_steps,
-        save_steps=g.save_steps,
-        save_total_limit=g.save_total_limit,
-        seed=g.seed,
-        report_to=[r.strip() for r in g.report_to.split(",") if r.strip() and r.strip() != "none"] or "none",
-        reward_weights=reward_weights,
-        log_completions=g.log_completions,
+        max_completion_length=prepared.max_completion_length,  # `auto` resolved from the data
+        report_to=report_to or "none",
+        reward_weights=reward_weights,  # + the health observer's 0
         gradient_checkpointing=cfg.lora.gradient_checkpointing and not on_cpu(),
         disable_tqdm=True,  # our RewardProgressCallback shows reward / KL / length instead
         **HEALTH_TRAINING_ARGS,  # keep NaN losses visible to the health rules

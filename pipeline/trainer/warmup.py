@@ -144,7 +144,7 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
     from env.paths import atomic_directory, atomic_write_json
 
     with atomic_directory(output_dir / WARMUP_DIR) as staging:
-        trainer.model.save_pretrained(staging)  # the adapter (or the whole model for a full fine-tune)
+        trainer.model.save_pretrained(staging)  # the adapter
         atomic_write_json(staging / WARMUP_KEY_NAME, key)
     return trainer.model
 

@@ -1,0 +1,45 @@
+"""One config for the whole pipeline: dataclasses parsed by TRL's `TrlParser` (YAML + CLI overrides).
+
+fields.py declares the sections and their fields (help, bounds, choices, what goes to TRL); parse.py reads
+`[--config RECIPE.yaml] [--key value ...]`; validate.py refuses, before any model or tokenizer loads, the
+values that would otherwise fail deep inside TRL or Unsloth (or be silently rewritten by them), with one
+error that names the field and the fix. Callers import from `pipeline.config`. No torch, transformers or trl
+is imported here.
+"""
+
+from pipeline.config.fields import (
+    DEFAULT_SYSTEM_PROMPT,
+    SECTIONS,
+    ConfigError,
+    DataArguments,
+    EvalArguments,
+    GenerationArguments,
+    GRPOArguments,
+    HealthArguments,
+    LoraArguments,
+    ModelArguments,
+    PipelineConfig,
+    check_adapter_rank,
+    field_choices,
+    field_names,
+    from_mapping,
+    trl_training_args,
+)
+from pipeline.config.parse import normalize_argv, parse_config, peek_option
+from pipeline.config.validate import (
+    UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
+    check_choices,
+    check_field_values,
+    parse_limit,
+    sampling_params_mapping,
+    validate,
+    validate_unsloth,
+)
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT", "SECTIONS", "UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS", "ConfigError", "DataArguments",
+    "EvalArguments", "GRPOArguments", "GenerationArguments", "HealthArguments", "LoraArguments", "ModelArguments",
+    "PipelineConfig", "check_adapter_rank", "check_choices", "check_field_values", "field_choices", "field_names", "from_mapping",
+    "normalize_argv", "parse_config", "parse_limit", "peek_option", "sampling_params_mapping", "trl_training_args",
+    "validate", "validate_unsloth",
+]

@@ -1,0 +1,372 @@
+"""The config's fields: one dataclass per section, each field with its help, bounds and choices.
+
+The sections (model, LoRA, data, GRPO, generation, health, eval) share one flat namespace, so a recipe
+is a flat YAML mapping. Imports no torch, transformers or trl.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from rewards import DEFAULT_REWARDS as DEFAULT_REWARD_FUNCS  # the notebook's order (light import: no torch)
+from rewards.format import FORMAT_SYSTEM_PROMPT
+
+# The notebook's system prompt; rewards/format.py owns the format. The data module checks that it
+# survives the chat template verbatim.
+DEFAULT_SYSTEM_PROMPT = FORMAT_SYSTEM_PROMPT
+
+DEFAULT_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work. `field` names it; the message says the fix."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        super().__init__(f"config error in `{field_name}`: {message}")
+
+
+def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
+                       field_name: str = "max_lora_rank") -> None:
+    """Refuse an adapter rank above max_lora_rank: vLLM sizes its LoRA slots by max_lora_rank when the
+    engine starts and cannot load a larger adapter. The one rank check for training, generate/eval and
+    the Unsloth backend.
+
+    >>> check_adapter_rank(64, 32, what="the adapter at /runs/lora", fix="Pass --max_lora_rank 64.")
+    Traceback (most recent call last):
+    ...
+    pipeline.config.fields.ConfigError: config error in `max_lora_rank`: the adapter at /runs/lora has rank r=64, above max_lora_rank=32; vLLM cannot load it. Pass --max_lora_rank 64.
+    """
+    if rank > max_lora_rank:
+        raise ConfigError(field_name, f"{what} has rank r={rank}, above max_lora_rank={max_lora_rank}; vLLM cannot "
+                                      f"load it. {fix}")
+
+
+def _help(text: str, *, gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
+          le: Optional[float] = None, choices: tuple[str, ...] = (), trl: bool | str = False, **kw) -> Any:
+    """A field with its help text and the rules `check_field_values` enforces: bounds for numbers, `choices`
+    for a choice field. `trl=True` forwards the field to trl.GRPOConfig under its own name (`trl="name"`: under
+    TRL's name), so a new TRL setting is one declaration here."""
+    made = field(metadata={"help": text}, **kw)
+    rules: dict[str, Any] = {key: value for key, value in (("gt", gt), ("ge", ge), ("lt", lt), ("le", le))
+                             if value is not None}
+    if choices:
+        rules["choices"] = tuple(choices)
+    if trl:
+        rules["trl"] = trl
+    # Beside the metadata, not in it: HfArgumentParser passes every metadata key to argparse, whose own
+    # `choices` check would refuse `--vllm_standby True` and print a usage dump instead of our one-line fix.
+    _FIELD_RULES[id(made)] = rules
+    return made
+
+
+_FIELD_RULES: dict[int, dict[str, Any]] = {}
+
+
+def field_rules(f: dataclasses.Field) -> dict[str, Any]:
+    """The rules `_help` declared for a dataclass field: gt/ge/lt/le, choices, trl."""
+    return _FIELD_RULES.get(id(f), {})
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = _help(
+        "Base model: a hub id, a local folder, or `tiny-demo` (the built-in CPU demo model).",
+        default="unsloth/Qwen2.5-1.5B-Instruct",
+    )
+    backend: str = _help(
+        "auto | unsloth | plain. auto: unsloth when CUDA and unsloth are usable (without vLLM, fast_inference "
+        "false, when vllm is missing), else plain; a GPU recipe is refused rather than trained on CPU.",
+        default="auto", choices=("auto", "unsloth", "plain"),
+    )
+    max_seq_length: int = _help("Prompt + completion token budget; sizes vLLM's KV cache.", default=1024, gt=0)
+    load_in_4bit: bool = _help("QLoRA: 4-bit base weights (bitsandbytes). Ignored on CPU.", default=True)
+    dtype: str = _help("auto | bfloat16 | float16 | float32. auto: bf16 where the GPU supports it, else fp16.",
+                       default="auto", choices=("auto", "bfloat16", "float16", "float32"))
+    gpu_memory_utilization: str = _help(
+        "Share of GPU memory vLLM may take, or `auto` (picked from GPU memory and standby; see README).",
+        default="auto",
+    )
+    fast_inference: bool = _help(
+        "Unsloth backend: generate with vLLM (true, fast). false runs Unsloth without vLLM (Windows/WSL, older "
+        "GPUs, images where vLLM will not install): rollouts then use transformers' generate, several times slower.",
+        default=True,
+    )
+    max_lora_rank: int = _help("vLLM's LoRA rank limit; lora_r must not exceed it.", default=64, gt=0)
+    float8_kv_cache: bool = _help("fp8 KV cache in vLLM: more context on Ada/Hopper; off by default.",
+                                  default=False)
+    vllm_standby: str = _help(
+        "auto | true | false. Unsloth standby lets vLLM's memory sleep while training computes "
+        "(UNSLOTH_VLLM_STANDBY=1); auto turns it on for any CUDA GPU, as the official notebook does.",
+        default="auto", choices=("auto", "true", "false"),
+    )
+    vllm_mode: str = _help(
+        "Plain backend only: none | colocate | server (TRL's vLLM). Unsloth always uses its own shared engine.",
+        default="none", choices=("none", "colocate", "server"),
+    )
+    vllm_server_base_url: Optional[str] = _help("Plain backend, vllm_mode=server: URL of `trl vllm-serve`.",
+                                                default=None)
+    trust_remote_code: bool = _help("Passed to from_pretrained. Qwen2.5 needs no remote code.", default=False)
+
+    def __post_init__(self) -> None:
+        # A YAML `vllm_standby: true` arrives as a bool and `--vllm_standby True` as "True": both mean "true".
+        # Anything else is left as given for validate() to name.
+        if isinstance(self.vllm_standby, bool) or str(self.vllm_standby).strip().lower() in ("auto", "true", "false"):
+            self.vllm_standby = str(self.vllm_standby).strip().lower()
+
+
+@dataclass
+class LoraArguments:
+    lora_r: int = _help("LoRA rank. 32-64 is what the Unsloth GRPO notebooks use.", default=32)
+    lora_alpha: int = _help("LoRA alpha; alpha = r keeps the update scale at 1.", default=32, gt=0)
+    lora_dropout: float = _help("0 lets Unsloth use its fast LoRA kernels.", default=0.0, ge=0, lt=1)
+    lora_target_modules: list[str] = _help("Modules that get LoRA adapters (all attention + MLP).",
+                                           default_factory=lambda: list(DEFAULT_TARGET_MODULES))
+    lora_modules_to_save: list[str] = _help(
+        "Modules trained in full beside the adapter (the tiny demo: its random `norm`s and `embed_tokens`).",
+        default_factory=list,
+    )
+    gradient_checkpointing: bool = _help("Trade compute for memory; Unsloth uses its own offloaded variant.",
+                                         default=True)
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str = _help(
+        "openai/gsm8k, a local .jsonl/.csv/.parquet file, `sample` (bundled 50 problems) or `demo-arithmetic`.",
+        default="openai/gsm8k",
+    )
+    dataset_config: Optional[str] = _help("Hub dataset config (gsm8k: main).", default="main")
+    dataset_revision: Optional[str] = _help("Hub dataset revision (commit/tag) for reproducible data.",
+                                            default=None)
+    dataset_split: str = _help("Split to train on.", default="train")
+    question_field: str = _help("Column holding the question.", default="question")
+    answer_field: str = _help("Column holding the answer (GSM8K `#### n` solutions or plain answers).",
+                              default="answer")
+    system_prompt: str = _help("System message; the default is the notebook's <reasoning>/<answer> format.",
+                               default=DEFAULT_SYSTEM_PROMPT)
+    max_prompt_length: str = _help(
+        "Token limit for prompts, or `auto` (longest kept prompt rounded up to 16). TRL no longer filters.",
+        default="auto",
+    )
+    max_completion_length: str = _help("Token limit for completions, or `auto` (= max_seq_length - prompt).",
+                                       default="auto")
+    overlong_policy: str = _help("drop | error: what to do with prompts over max_prompt_length.", default="drop",
+                                 choices=("drop", "error"))
+    strict: bool = _help("Turn every rejected row into an error instead of a reported drop.", default=False)
+    max_samples: Optional[int] = _help("Use only the first N rows (after cleaning); None = all.", default=None,
+                                       ge=1)
+    data_cache_dir: Optional[str] = _help("Where processed datasets are cached; default <cache root>/data "
+                                          "($GRPO_CACHE_DIR, else ~/.cache/grpo-pipeline).", default=None)
+
+
+@dataclass
+class GRPOArguments:
+    output_dir: str = _help("Run folder: checkpoints, lora/, manifest.json, metrics.jsonl, plots/.",
+                            default="outputs/qwen2.5-gsm8k")
+    learning_rate: float = _help(
+        "5e-6 as in the Unsloth notebooks: LoRA needs more than TRL's 1e-6 full-fine-tune default.", default=5e-6,
+        gt=0, trl=True,
+    )
+    num_generations: int = _help("Completions per prompt (the GRPO group). Must be >= 2.", default=8, trl=True)
+    per_device_train_batch_size: int = _help(
+        "Completions (not prompts!) per device per step, as TRL counts them.", default=8, ge=1, trl=True
+    )
+    gradient_accumulation_steps: int = _help("Steps accumulated before an optimizer step.", default=1, ge=1, trl=True)
+    max_steps: int = _help("Optimizer steps; -1 = run num_train_epochs.", default=250, ge=-1, trl=True)
+    num_train_epochs: float = _help("Used only when max_steps = -1.", default=1.0, gt=0, trl=True)
+    beta: float = _help(
+        "KL coefficient. 0 (TRL default) loads no reference model; > 0 adds a 'ref' adapter copy and logs `kl`.",
+        default=0.0, trl=True,
+    )
+    loss_type: str = _help(
+        "dapo (TRL default: token-level, no length bias) | grpo | dr_grpo | bnpo | cispo | ...", default="dapo",
+        trl=True,
+    )
+    mask_truncated_completions: bool = _help(
+        "False (TRL default): with True, a batch whose completions are all cut at max_completion_length (common "
+        "early on) gives no gradient at all. Passed explicitly because Unsloth sets True for dapo when unset.",
+        default=False, trl=True,
+    )
+    epsilon_high: float = _help(
+        "DAPO clip-higher bound 0.28. Passed explicitly: Unsloth sets 0.28 for dapo when unset, TRL uses 0.2.",
+        default=0.28, ge=0, trl=True)
+    temperature: float = _help("Rollout sampling temperature; GRPO needs diverse groups, so keep ~1.", default=1.0,
+                               trl=True)
+    top_p: float = _help("Rollout nucleus sampling.", default=1.0, gt=0, le=1, trl=True)
+    top_k: int = _help("Rollout top-k; 0 = off.", default=0, ge=0, trl=True)
+    min_p: Optional[float] = _help("Rollout min-p; None = off.", default=None, ge=0, le=1, trl=True)
+    # TRL (transformers 5) has no warmup_ratio: its warmup_steps takes a float in [0, 1) as a ratio of the total
+    # steps. The recipes keep the name that says what the value is; the bounds keep it a ratio.
+    warmup_ratio: float = _help("Share of steps spent warming up the learning rate.", default=0.1, ge=0, lt=1,
+                                trl="warmup_steps")
+    lr_scheduler_type: str = _help("As in the notebook.", default="cosine", trl=True)
+    optim: str = _help("adamw_8bit on GPU saves memory (bitsandbytes); adamw_torch works everywhere.",
+                       default="adamw_torch", trl=True)
+    weight_decay: float = _help("As in the notebook.", default=0.001, ge=0, trl=True)
+    adam_beta1: float = _help("As in the notebook.", default=0.9, ge=0, lt=1, trl=True)
+    adam_beta2: float = _help("0.99 as in the notebook: reacts faster than 0.999 to RL's moving target.",
+                              default=0.99, ge=0, lt=1, trl=True)
+    max_grad_norm: float = _help("0.1 as in the notebook: RL gradients spike.", default=0.1, ge=0, trl=True)
+    logging_steps: int = _help("Log (and check health) every N steps.", default=1, ge=1, trl=True)
+    save_steps: int = _help("Checkpoint every N steps (resume needs them).", default=50, ge=1, trl=True)
+    save_total_limit: Optional[int] = _help("Keep the newest N checkpoints.", default=3, ge=1, trl=True)
+    seed: int = _help("Seed for data order, LoRA init and sampling.", default=3407, trl=True)
+    report_to: str = _help("none | tensorboard | wandb (comma-separated).", default="none")
+    reward_funcs: list[str] = _help("Reward names from the registry, or module:function.",
+                                    default_factory=lambda: list(DEFAULT_REWARD_FUNCS))
+    reward_weights: Optional[list[float]] = _help("One weight per reward function; None = all 1.0.",
+                                                  default=None)
+    resume: str = _help("auto | never | PATH: auto resumes from the newest complete checkpoint in output_dir.",
+                        default="auto")
+    vllm_sampling_params: Optional[str] = _help(
+        "Unsloth backend: extra vLLM SamplingParams as a mapping (YAML) or JSON string, e.g. min_p, stop.",
+        default=None,
+    )
+    vllm_importance_sampling_correction: bool = _help(
+        "When generating with vLLM: reweight by trainer/vLLM log-prob ratios (truncated importance sampling), "
+        "since vLLM's kernels sample from a slightly different distribution than the trainer scores. true is "
+        "TRL's default; Unsloth's would be false, so both backends pass this value explicitly.",
+        default=True,
+    )
+    log_completions: bool = _help("TRL's completion table + parquet in output_dir/completions/.", default=False,
+                                  trl=True)
+
+
+@dataclass
+class GenerationArguments:
+    gen_max_tokens: Optional[int] = _help(
+        "Tokens to generate after training; default = the trained max_completion_length.", default=None, ge=1
+    )
+    allow_longer_generation: bool = _help("Permit gen_max_tokens above max_completion_length.", default=False)
+    gen_temperature: float = _help("Sampling temperature for generate/eval; 0 = greedy; vLLM takes at most 2.",
+                                   default=0.0, ge=0, le=2)
+    gen_top_p: float = _help("Nucleus sampling for generate/eval.", default=1.0, gt=0, le=1)
+
+
+@dataclass
+class HealthArguments:
+    garbled_threshold: float = _help("Stop/warn when this share of completions is garbled ...", default=0.3, ge=0, le=1)
+    garbled_window: int = _help("... averaged over this many logged steps.", default=3, ge=1)
+    garbled_action: str = _help("warn | stop.", default="stop", choices=("warn", "stop"))
+    repetition_threshold: float = _help("Warn/stop when the mean n-gram repetition rate exceeds this.",
+                                        default=0.6, ge=0, le=1)
+    repetition_action: str = _help("warn | stop.", default="warn", choices=("warn", "stop"))
+    kl_ceiling: float = _help("When beta > 0: act when `kl` exceeds this.", default=1.0, gt=0)
+    kl_action: str = _help("warn | stop.", default="stop", choices=("warn", "stop"))
+    adaptive_beta: bool = _help("Move beta toward kl_target (needs beta > 0 at start).", default=False)
+    kl_target: float = _help("Adaptive beta's KL target.", default=0.05, gt=0)
+    beta_min: float = _help("Adaptive beta's lower bound.", default=0.001)
+    beta_max: float = _help("Adaptive beta's upper bound.", default=0.5)
+    sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0, ge=0)
+    sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4, gt=0)
+
+
+@dataclass
+class EvalArguments:
+    eval_before: bool = _help("Evaluate on held-out problems before training.", default=False)
+    eval_after: bool = _help("Evaluate on held-out problems after training.", default=False)
+    eval_split: str = _help("Held-out split (gsm8k: test).", default="test")
+    eval_limit: int = _help("Number of held-out problems.", default=100, ge=1)
+
+
+SECTIONS = (
+    ModelArguments,
+    LoraArguments,
+    DataArguments,
+    GRPOArguments,
+    GenerationArguments,
+    HealthArguments,
+    EvalArguments,
+)
+
+
+@dataclass
+class PipelineConfig:
+    """All sections together. Access `cfg.model.max_seq_length`, `cfg.grpo.beta`, ..."""
+
+    model: ModelArguments = field(default_factory=ModelArguments)
+    lora: LoraArguments = field(default_factory=LoraArguments)
+    data: DataArguments = field(default_factory=DataArguments)
+    grpo: GRPOArguments = field(default_factory=GRPOArguments)
+    generation: GenerationArguments = field(default_factory=GenerationArguments)
+    health: HealthArguments = field(default_factory=HealthArguments)
+    eval: EvalArguments = field(default_factory=EvalArguments)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat mapping, the same shape as a YAML recipe."""
+        flat: dict[str, Any] = {}
+        for section in dataclasses.fields(self):
+            flat.update(dataclasses.asdict(getattr(self, section.name)))
+        return flat
+
+    def replace(self, **flat_overrides: Any) -> "PipelineConfig":
+        """Return a copy with flat field overrides applied (unknown keys raise ConfigError)."""
+        return from_mapping({**self.to_dict(), **flat_overrides})
+
+
+SECTION_ATTR = {
+    ModelArguments: "model",
+    LoraArguments: "lora",
+    DataArguments: "data",
+    GRPOArguments: "grpo",
+    GenerationArguments: "generation",
+    HealthArguments: "health",
+    EvalArguments: "eval",
+}
+
+
+def field_names() -> dict[str, type]:
+    """Flat field name -> the section dataclass that owns it."""
+    return {f.name: cls for cls in SECTIONS for f in dataclasses.fields(cls)}
+
+
+def field_choices(name: str) -> tuple[str, ...]:
+    """A choice field's declared choices, e.g. for a command's flag of the same name.
+
+    >>> field_choices("backend")
+    ('auto', 'unsloth', 'plain')
+    """
+    owner = field_names()[name]
+    return field_rules(next(f for f in dataclasses.fields(owner) if f.name == name))["choices"]
+
+
+def trl_training_args(cfg: PipelineConfig) -> dict[str, Any]:
+    """The fields declared with `trl=` as trl.GRPOConfig keyword arguments, under TRL's names.
+
+    >>> args = trl_training_args(PipelineConfig())
+    >>> args["learning_rate"], args["warmup_steps"], "warmup_ratio" in args
+    (5e-06, 0.1, False)
+    """
+    forwarded: dict[str, Any] = {}
+    for section in dataclasses.fields(cfg):
+        values = getattr(cfg, section.name)
+        for f in dataclasses.fields(values):
+            trl_name = field_rules(f).get("trl")
+            if trl_name:
+                forwarded[f.name if trl_name is True else trl_name] = getattr(values, f.name)
+    return forwarded
+
+
+def from_mapping(values: dict[str, Any]) -> PipelineConfig:
+    """Build a config from a flat mapping (e.g. a parsed YAML recipe); unknown keys are errors."""
+    owners = field_names()
+    unknown = sorted(set(values) - set(owners))
+    if unknown:
+        raise unknown_option_error(unknown[0])
+    parts: dict[type, dict[str, Any]] = {cls: {} for cls in SECTIONS}
+    for key, value in values.items():
+        parts[owners[key]][key] = value
+    return PipelineConfig(**{SECTION_ATTR[cls]: cls(**kw) for cls, kw in parts.items()})
+
+
+def unknown_option_error(name: str) -> ConfigError:
+    """An unknown option, with the closest field names (difflib) as the likely fix."""
+    close = difflib.get_close_matches(name, list(field_names()), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(f'`{c}`' for c in close)}?" if close else "no option has a similar name."
+    return ConfigError(name, f"unknown option `{name}`; {hint} All options: `grpo train --help`.")
+
+

@@ -1,0 +1,149 @@
+"""Parsing a config: `[--config RECIPE.yaml] [--key value ...]` with TRL's `TrlParser`, as open-r1 does.
+
+A YAML recipe sets defaults, `--key value` on the command line overrides them. Unknown names, a recipe
+given without --config and YAML syntax errors are refused here with the closest field name and the
+fix, before argparse (whose messages list no alternatives). Imports no torch; trl only when parsing.
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from typing import Any, Optional
+
+from pipeline.config.fields import (
+    SECTION_ATTR,
+    SECTIONS,
+    ConfigError,
+    PipelineConfig,
+    field_names,
+    unknown_option_error,
+)
+from pipeline.config.validate import coerce
+
+
+def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = None) -> PipelineConfig:
+    """Parse `[--config FILE] [--key value ...]` with TRL's TrlParser, like open-r1's scripts.
+
+    `base` supplies defaults below the YAML file (used for the built-in CPU demo).
+    """
+    from trl import TrlParser  # light: does not import torch
+
+    parser = TrlParser(SECTIONS)
+    if base:
+        unknown = parser.set_defaults_with_config(**base)
+        if unknown:
+            raise ConfigError(str(unknown[0]), f"unknown option(s) in built-in defaults: {unknown}")
+    argv = normalize_argv(argv or [])
+    check_option_names(argv)
+    path = config_path(argv)
+    if path is not None:
+        read_recipe(path)  # syntax errors and unknown keys, named with the file and line
+    parsed = parser.parse_args_and_config(argv)
+    by_cls = {type(p): p for p in parsed}
+    return PipelineConfig(**{SECTION_ATTR[cls]: by_cls[cls] for cls in SECTIONS})
+
+
+def normalize_argv(argv: list[str]) -> list[str]:
+    """`--config=FILE` -> `--config FILE`: TrlParser (and our own look-ups) only see the spaced form, so with
+    `=` the recipe was silently ignored and the run started with the defaults.
+
+    >>> normalize_argv(["--config=r.yaml", "--max_steps=3"])
+    ['--config', 'r.yaml', '--max_steps=3']
+    """
+    out: list[str] = []
+    for arg in argv:
+        if arg.startswith("--config="):
+            out.extend(["--config", arg.split("=", 1)[1]])
+        else:
+            out.append(arg)
+    return out
+
+
+def config_path(argv: list[str]) -> Optional[str]:
+    """The `--config` file of a normalised argv, or None; a missing value or file is a ConfigError."""
+    if "--config" not in argv:
+        return None
+    index = argv.index("--config")
+    if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
+        raise ConfigError("config", "--config needs a file, e.g. --config configs/qwen2.5-1.5b-gsm8k.yaml")
+    path = argv[index + 1]
+    if not os.path.isfile(path):
+        raise ConfigError("config", f"file {os.path.abspath(path)!r} does not exist. Pass a YAML recipe, "
+                          "e.g. --config configs/qwen2.5-1.5b-gsm8k.yaml")
+    return path
+
+
+def check_option_names(argv: list[str]) -> None:
+    """Refuse an unknown `--name`, a recipe given without --config, or a number option whose value is not a
+    number, before argparse does (its messages list no alternatives and bury the fix under the usage text)."""
+    owners = field_names()
+    # HfArgumentParser adds --no_X for bool fields that default to True.
+    known = set(owners) | {f"no_{name}" for name in owners}
+    for i, arg in enumerate(argv):
+        if arg.endswith((".yaml", ".yml")) and (i == 0 or not argv[i - 1].startswith("--")):
+            raise ConfigError("config", f"{arg!r} is not an option; to read a recipe write --config {arg}")
+        if not (arg.startswith("--") and len(arg) > 2):
+            continue
+        name, _, inline = arg[2:].partition("=")
+        name = name.replace("-", "_")  # argparse also accepts --max-steps
+        if name == "config":
+            continue
+        if name not in known:
+            raise unknown_option_error(name)
+        value = inline if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
+        kind = typing.get_type_hints(owners[name]).get(name) if name in owners else None
+        if kind in (int, float, Optional[int], Optional[float]) and value is not None:
+            optional = kind in (Optional[int], Optional[float])
+            if not (optional and value.lower() in ("none", "null")):
+                coerce(value, int if kind in (int, Optional[int]) else float, name)
+
+
+def read_recipe(path: str) -> dict[str, Any]:
+    """The recipe as a flat mapping; a YAML syntax error names the file and line, an unknown key the closest
+    field name."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            loaded = yaml.safe_load(f)
+    except UnicodeDecodeError as err:
+        raise ConfigError("config", f"{os.path.abspath(path)} is not UTF-8 text ({err.reason} at byte "
+                          f"{err.start}); save it as UTF-8.") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError("config", f"{os.path.abspath(path)}{where}: YAML syntax error ({problem}). Each line "
+                          "is `key: value`; quote values that contain `: ` or `#`.") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError("config", f"{os.path.abspath(path)} must be a mapping of `key: value` lines, got a "
+                          f"{type(loaded).__name__}.")
+    unknown = sorted(str(k) for k in set(loaded) - set(field_names()))
+    if unknown:
+        err = unknown_option_error(unknown[0])
+        raise ConfigError(err.field, f"{os.path.abspath(path)}: {str(err).split(': ', 1)[1]}")
+    return loaded
+
+
+def peek_option(argv: list[str], name: str, default: Any = None) -> Any:
+    """Read one option from `--name value` / `--name=value` or the `--config` YAML, without TrlParser.
+
+    Used before the real parse, to set up Unsloth before trl/transformers/peft are imported
+    (TrlParser itself imports trl).
+    """
+    flag = f"--{name}"
+    argv = normalize_argv(argv)
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    path = config_path(argv)
+    if path is not None:
+        loaded = read_recipe(path)  # a broken recipe is a ConfigError here already
+        if name in loaded:
+            return loaded[name]
+    return default

@@ -1,0 +1,317 @@
+"""Validation of a parsed config: pure Python, before any model or tokenizer loads.
+
+`validate()` turns the mistakes that otherwise surface deep inside TRL or Unsloth (or worse, are silently
+rewritten by them) into one ConfigError that names the field and the fix. `check_field_values()` is the
+generic part: every field's type, and the bounds and choices declared with it in fields.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import typing
+import warnings
+from typing import Any, Optional
+
+from pipeline.config.fields import (
+    SECTION_ATTR,
+    SECTIONS,
+    ConfigError,
+    PipelineConfig,
+    check_adapter_rank,
+    field_rules,
+)
+
+# What Unsloth trains in full rather than as LoRA (unsloth/models/_utils.py EMBEDDING_MODULES).
+EMBEDDING_MODULES = ("embed_tokens", "lm_head")
+
+# Fields that Unsloth takes from GRPOConfig and ignores in `vllm_sampling_params`
+# (unsloth/models/rl_replacements.py grpo_update_SamplingParams). Setting them there is a silent no-op.
+UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS = {
+    "seed": "seed",
+    "n": "num_generations",
+    "temperature": "temperature",
+    "max_tokens": "max_completion_length",
+    "logprobs": "(set by the trainer)",
+}
+
+
+def coerce(value: Any, kind: type, name: str) -> Any:
+    """`value` as `kind` (int/float/bool), or a ConfigError. A float for an int field is refused unless whole:
+    1.5 steps would otherwise be truncated (or fail deep inside the trainer)."""
+    article = "an integer" if kind is int else "a number" if kind is float else "true or false"
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(name, f"got {value!r}; use true or false.")
+    if isinstance(value, bool):
+        raise ConfigError(name, f"got {value!r}; use {article}.")
+    if isinstance(value, str):
+        try:
+            value = float(value) if kind is float else int(value)
+        except ValueError:
+            raise ConfigError(name, f"got {value!r}; use {article}.") from None
+    if not isinstance(value, (int, float)):
+        raise ConfigError(name, f"got {value!r} ({type(value).__name__}); use {article}.")
+    if not math.isfinite(value):
+        raise ConfigError(name, f"got {value!r}; use a finite number.")
+    if kind is int:
+        if value != int(value):
+            raise ConfigError(name, f"got {value!r}; use a whole number such as {max(int(value), 1)}.")
+        return int(value)
+    return float(value)
+
+
+def check_choices(section: Any) -> None:
+    """The one check of choice fields: each field of `section` (one section's dataclass) that declares
+    `choices` in fields.py. check_field_values runs it on every section; code that takes one section without
+    validate() (data preparation, the health rules) runs it on its own.
+
+    >>> from pipeline.config import HealthArguments
+    >>> check_choices(HealthArguments(kl_action="halt"))
+    Traceback (most recent call last):
+    ...
+    pipeline.config.fields.ConfigError: config error in `kl_action`: got 'halt'; choose one of warn, stop.
+    """
+    for f in dataclasses.fields(section):
+        choices = field_rules(f).get("choices")
+        value = getattr(section, f.name)
+        if choices and value not in choices:
+            raise ConfigError(f.name, f"got {value!r}; choose one of {', '.join(choices)}.")
+
+
+def _check_bounds(value: float, name: str, bounds: dict[str, Any], default: Any) -> None:
+    bounds = {key: bounds[key] for key in ("gt", "ge", "lt", "le") if key in bounds}
+    tests = {"gt": (value > bounds.get("gt", -math.inf), "> {}"), "ge": (value >= bounds.get("ge", -math.inf), ">= {}"),
+             "lt": (value < bounds.get("lt", math.inf), "< {}"), "le": (value <= bounds.get("le", math.inf), "<= {}")}
+    wanted = " and ".join(text.format(bounds[key]) for key, (_, text) in tests.items() if key in bounds)
+    if not all(ok for ok, _ in tests.values()):
+        suggestion = f" (the default is {default})" if default is not None else ""
+        raise ConfigError(name, f"got {value:g}; it must be {wanted}{suggestion}.")
+
+
+def check_field_values(cfg: PipelineConfig) -> None:
+    """Check (and normalise) every field against its declared type, bounds and choices.
+
+    YAML and the parser's defaults pass values through untyped, so `max_steps: 1.5` or `learning_rate: -1`
+    would otherwise reach the trainer after the model has loaded.
+
+    >>> check_field_values(PipelineConfig().replace(max_steps=1.5))
+    Traceback (most recent call last):
+    ...
+    pipeline.config.fields.ConfigError: config error in `max_steps`: got 1.5; use a whole number such as 1.
+    >>> check_field_values(PipelineConfig().replace(learning_rate=0))
+    Traceback (most recent call last):
+    ...
+    pipeline.config.fields.ConfigError: config error in `learning_rate`: got 0; it must be > 0 (the default is 5e-06).
+    """
+    for section_cls in SECTIONS:
+        section = getattr(cfg, SECTION_ATTR[section_cls])
+        hints = typing.get_type_hints(section_cls)
+        for f in dataclasses.fields(section_cls):
+            kind = hints[f.name]
+            optional = type(None) in typing.get_args(kind)
+            if optional:
+                kind = next(a for a in typing.get_args(kind) if a is not type(None))
+            value = getattr(section, f.name)
+            rules = field_rules(f)
+            if "choices" in rules:
+                continue  # check_choices below
+            if value is None:
+                if optional:
+                    continue
+                raise ConfigError(f.name, "is empty; give a value or remove the line to use the default.")
+            if typing.get_origin(kind) is list:
+                (item_kind,) = typing.get_args(kind)
+                if item_kind in (int, float) and isinstance(value, (list, tuple)):
+                    setattr(section, f.name, [coerce(v, item_kind, f.name) for v in value])
+                continue
+            if kind not in (int, float, bool):
+                continue
+            value = coerce(value, kind, f.name)
+            setattr(section, f.name, value)
+            if kind is not bool and rules:
+                _check_bounds(value, f.name, rules, f.default if f.default is not dataclasses.MISSING else None)
+        check_choices(section)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: pure Python, before any model or tokenizer loads.
+# ---------------------------------------------------------------------------------------------
+
+
+def world_size() -> int:
+    """Number of training processes (set by accelerate/torchrun); 1 for a plain run."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def parse_limit(value: Any, field_name: str) -> Optional[int]:
+    """`auto` -> None, else a positive int; anything else is a ConfigError."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(field_name, f"got {value!r}; use a positive integer or `auto`.") from None
+    if number <= 0:
+        raise ConfigError(field_name, f"got {number}; use a positive integer or `auto`.")
+    return number
+
+
+def sampling_params_mapping(value: Any) -> dict[str, Any]:
+    """Normalise `vllm_sampling_params` (mapping or JSON string) to a dict."""
+    if value in (None, "", {}):
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    try:
+        parsed = json.loads(value)
+    except (TypeError, json.JSONDecodeError):
+        raise ConfigError("vllm_sampling_params", f"got {value!r}; give a YAML mapping or a JSON object "
+                          "string such as '{\"min_p\": 0.1}'.") from None
+    if not isinstance(parsed, dict):
+        raise ConfigError("vllm_sampling_params", "must be a mapping such as {min_p: 0.1}.")
+    return parsed
+
+
+def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str | None = None) -> list[str]:
+    """Check the config; raise ConfigError on the first fatal problem, return warnings.
+
+    `backend` is the resolved backend ("unsloth" | "plain") when known; by default `cfg.model.backend`.
+
+    >>> validate(PipelineConfig())
+    []
+    >>> validate(PipelineConfig().replace(num_generations=1))
+    Traceback (most recent call last):
+    ...
+    pipeline.config.fields.ConfigError: config error in `num_generations`: got 1; GRPO compares completions within a ...
+    """
+    m, lo, d, g, gen, h = cfg.model, cfg.lora, cfg.data, cfg.grpo, cfg.generation, cfg.health
+    notes: list[str] = []
+    n_processes = n_processes or world_size()
+    check_field_values(cfg)
+
+    if g.num_generations < 2:
+        raise ConfigError("num_generations", f"got {g.num_generations}; GRPO compares completions within a "
+                          "group, so it needs at least 2 (8 is typical).")
+    global_batch = g.per_device_train_batch_size * g.gradient_accumulation_steps * n_processes
+    if g.per_device_train_batch_size < 1 or global_batch % g.num_generations != 0:
+        raise ConfigError(
+            "per_device_train_batch_size",
+            f"per_device_train_batch_size ({g.per_device_train_batch_size}) x gradient_accumulation_steps "
+            f"({g.gradient_accumulation_steps}) x processes ({n_processes}) = {global_batch} is not divisible by "
+            f"num_generations ({g.num_generations}). TRL counts completions, not prompts, in this batch: set "
+            f"per_device_train_batch_size to a multiple of {g.num_generations} (e.g. {g.num_generations}). "
+            "(Unsloth would silently rewrite the batch size; we refuse instead so the run does what you wrote.)",
+        )
+
+    prompt_limit = parse_limit(d.max_prompt_length, "max_prompt_length")
+    completion_limit = parse_limit(d.max_completion_length, "max_completion_length")
+    if prompt_limit is not None and completion_limit is not None and prompt_limit + completion_limit > m.max_seq_length:
+        raise ConfigError(
+            "max_completion_length",
+            f"max_prompt_length ({prompt_limit}) + max_completion_length ({completion_limit}) = "
+            f"{prompt_limit + completion_limit} exceeds max_seq_length ({m.max_seq_length}). Lower one of them, "
+            "raise max_seq_length, or set max_completion_length: auto.",
+        )
+    for name, limit in (("max_prompt_length", prompt_limit), ("max_completion_length", completion_limit)):
+        if limit is not None and limit >= m.max_seq_length:
+            raise ConfigError(name, f"{limit} leaves no room in max_seq_length ({m.max_seq_length}).")
+
+    if lo.lora_r <= 0:
+        raise ConfigError("lora_r", f"got {lo.lora_r}; use a positive rank such as 16, 32 or 64.")
+    check_adapter_rank(lo.lora_r, m.max_lora_rank, what="the adapter this run trains (lora_r)",
+                       fix=f"Raise max_lora_rank to {lo.lora_r} or lower lora_r.", field_name="lora_r")
+
+    if not (g.temperature > 0 and math.isfinite(g.temperature)):
+        raise ConfigError("temperature", f"got {g.temperature}; rollouts need sampling, so use a value > 0 "
+                          "(1.0 is typical for GRPO).")
+
+    if gen.gen_max_tokens is not None:  # >= 1 was checked by check_field_values
+        if completion_limit is not None and gen.gen_max_tokens > completion_limit and not gen.allow_longer_generation:
+            raise ConfigError(
+                "gen_max_tokens",
+                f"gen_max_tokens ({gen.gen_max_tokens}) exceeds the trained max_completion_length "
+                f"({completion_limit}); answers past the trained length are often cut before </answer>. "
+                "Lower it, or set allow_longer_generation: true.",
+            )
+
+    if not (1e-7 <= g.learning_rate <= 1e-3):  # <= 0 was refused by check_field_values
+        notes.append(f"learning_rate {g.learning_rate:g} is outside 1e-7..1e-3; GRPO with LoRA usually uses "
+                     "1e-6..5e-5 (the notebooks: 5e-6).")
+
+    if g.beta < 0:
+        raise ConfigError("beta", f"got {g.beta}; use 0 (no KL, no reference model) or a positive value.")
+    if h.adaptive_beta and g.beta <= 0:
+        raise ConfigError("adaptive_beta", "needs beta > 0 at the start: with beta = 0 TRL loads no reference "
+                          "model, so there is no KL to steer. Set beta: 0.04, or adaptive_beta: false.")
+    if h.adaptive_beta and not (0 <= h.beta_min <= h.beta_max):
+        raise ConfigError("beta_min", f"need 0 <= beta_min ({h.beta_min}) <= beta_max ({h.beta_max}).")
+
+    params = sampling_params_mapping(g.vllm_sampling_params)
+    for key, where in UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS.items():
+        if key in params:
+            raise ConfigError("vllm_sampling_params", f"`{key}` is ignored there (Unsloth takes it from the "
+                              f"trainer config); set `{where}` instead.")
+
+    if (backend or m.backend) == "unsloth":
+        validate_unsloth(cfg)
+
+    if m.vllm_mode == "server" and not m.vllm_server_base_url:
+        notes.append("vllm_mode=server without vllm_server_base_url: TRL will use host 0.0.0.0:8000.")
+    from rewards import get_reward_funcs  # light: no torch
+
+    try:
+        get_reward_funcs(list(g.reward_funcs))
+    except ValueError as err:
+        raise ConfigError("reward_funcs", str(err)) from None
+    from rewards import check_reward_weights
+
+    try:
+        check_reward_weights(list(g.reward_funcs), g.reward_weights)
+    except ValueError as err:
+        raise ConfigError("reward_weights", str(err)) from None
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    return notes
+
+
+def validate_unsloth(cfg: PipelineConfig) -> None:
+    """What the Unsloth backend refuses only after the model (and vLLM) have loaded, refused up front."""
+    m, lo, g = cfg.model, cfg.lora, cfg.grpo
+    # FastLlamaModel.get_peft_model accepts in modules_to_save only lm_head, embed_tokens and normalization
+    # layers (TypeError "Module = ... is not allowed"), checked after the model has loaded.
+    others = [name for name in lo.lora_modules_to_save
+              if str(name).rsplit(".", 1)[-1] not in EMBEDDING_MODULES and "norm" not in str(name).rsplit(".", 1)[-1]]
+    if others:
+        raise ConfigError("lora_modules_to_save", f"got {others}; Unsloth trains in full only lm_head, embed_tokens "
+                          "and normalization layers (e.g. norm, input_layernorm). Put other modules in "
+                          "lora_target_modules, or use backend: plain.")
+    if m.fast_inference and lo.lora_modules_to_save:
+        # FastLlamaModel.get_peft_model raises NotImplementedError ("fast inference does not work with
+        # training embeddings or lm_head") when the model has a vLLM engine. The backend passes None, not [],
+        # for an empty list: Unsloth refuses any modules_to_save that is not None there.
+        raise ConfigError("lora_modules_to_save", f"got {list(lo.lora_modules_to_save)}, but Unsloth cannot train "
+                          "modules in full while vLLM serves the model (fast_inference: true). Remove "
+                          "lora_modules_to_save, set fast_inference: false (slower generation), or use "
+                          "backend: plain.")
+    embeddings = [name for name in lo.lora_target_modules if str(name).rsplit(".", 1)[-1] in EMBEDDING_MODULES]
+    if m.fast_inference and embeddings:
+        # With a vLLM engine, get_peft_model moves embed_tokens from target_modules to modules_to_save and then
+        # raises as above; it leaves lm_head as a LoRA target that never trains (_vllm_unmovable_embedding_modules,
+        # _redirect_embedding_targets in unsloth/models/_utils.py), a silent no-op.
+        raise ConfigError("lora_target_modules", f"contains {embeddings}: with vLLM (fast_inference: true) Unsloth "
+                          "cannot train embeddings or lm_head (embed_tokens is refused, lm_head would stay untrained). "
+                          "Remove them, or set fast_inference: false (they are then trained in full).")
+    if not m.fast_inference:
+        if sampling_params_mapping(g.vllm_sampling_params):
+            raise ConfigError("vllm_sampling_params", "is for vLLM, and fast_inference: false runs without it, so "
+                              "it would be ignored. Remove it, or set fast_inference: true.")
+        if m.vllm_standby == "true":
+            raise ConfigError("vllm_standby", "standby puts vLLM to sleep between rollouts, and fast_inference: "
+                              "false runs without vLLM. Set vllm_standby: auto or false, or fast_inference: true.")
