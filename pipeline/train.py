@@ -404,11 +404,9 @@ def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[s
 
 
 def _example_question(cfg: PipelineConfig) -> str:
-    if cfg.data.dataset_name == "demo-arithmetic":
-        from pipeline.demo.task import EXAMPLE_QUESTION
+    from pipeline.demo.registry import example_question
 
-        return EXAMPLE_QUESTION
-    return "Tom has 3 boxes of 12 pencils and gives away 5. How many pencils are left?"
+    return example_question(cfg.data.dataset_name)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -450,9 +448,9 @@ def _defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Op
         return argv, None, ""
     if choice.name == "unsloth" or _has_cuda():
         return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None, f"no --config: using {DEFAULT_GPU_RECIPE}"
-    from pipeline.demo.task import DEMO_CONFIG
+    from pipeline.demo.registry import cpu_demo_config
 
-    return argv, dict(DEMO_CONFIG), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
+    return argv, cpu_demo_config(), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
 
 
 def _print_help(argv: list[str]) -> int:
