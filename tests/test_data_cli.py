@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.data.prepare import main
+from pipeline.data.report import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
