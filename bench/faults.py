@@ -46,9 +46,9 @@ def recipe(folder: Path, text: str = "", name: str = "recipe.yaml") -> Path:
     """A tiny-demo recipe (CPU, plain backend, built-in data) plus `text`; loads nothing heavy until training."""
     import yaml
 
-    from pipeline.demo.task import DEMO_CONFIG
+    from pipeline.demo.registry import cpu_demo_config
 
-    base = {**DEMO_CONFIG, "output_dir": str(folder / "run"), "data_cache_dir": str(folder / "cache"),
+    base = {**cpu_demo_config(), "output_dir": str(folder / "run"), "data_cache_dir": str(folder / "cache"),
             "max_samples": 8, "per_device_train_batch_size": 4, "num_generations": 4}
     path = folder / name
     path.write_text(yaml.safe_dump(base, allow_unicode=True) + text, encoding="utf-8")
@@ -106,7 +106,7 @@ def rank_mismatch(folder: Path) -> list[str]:
 
 def other_base(folder: Path, command: str) -> list[str]:
     """An adapter whose recorded base (a wider tiny Qwen2) is not the model its weights were trained on."""
-    from pipeline.demo.task import build_tiny_qwen2
+    from pipeline.demo.model import build_tiny_qwen2
 
     wide = folder / "wide-base"
     build_tiny_qwen2(vocab_size=256, hidden_size=128, intermediate_size=256).save_pretrained(str(wide))

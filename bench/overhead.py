@@ -79,9 +79,9 @@ def step_timer():
 def bench_config(steps: int, **overrides):
     """The demo config without warm-up or eval, every health rule set to warn (the model is random)."""
     from pipeline.config import from_mapping
-    from pipeline.demo.task import DEMO_CONFIG
+    from pipeline.demo.registry import cpu_demo_config
 
-    return from_mapping({**DEMO_CONFIG, "max_steps": steps, "sft_warmup_steps": 0, "eval_before": False,
+    return from_mapping({**cpu_demo_config(), "max_steps": steps, "sft_warmup_steps": 0, "eval_before": False,
                          "eval_after": False, "garbled_action": "warn", "repetition_action": "warn",
                          "kl_action": "warn", "save_steps": 10_000, **overrides})
 

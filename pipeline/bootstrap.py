@@ -100,9 +100,9 @@ def defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Opt
         return argv, None, ""
     if choice.name == "unsloth" or cuda_available():
         return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None, f"no --config: using {DEFAULT_GPU_RECIPE}"
-    from pipeline.demo.task import DEMO_CONFIG
+    from pipeline.demo.registry import cpu_demo_config
 
-    return argv, dict(DEMO_CONFIG), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
+    return argv, cpu_demo_config(), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
 
 
 def peek_fast_inference(argv: list[str]) -> bool:

@@ -20,7 +20,7 @@ import sys
 # name -> (module, help). Every module exposes `main(argv: list[str]) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("env.doctor", "report Python/GPU/package versions vs the known-good matrix, and the pip fix"),
-    "data": ("pipeline.data.prepare", "prepare the dataset and print its report (loads only the tokenizer)"),
+    "data": ("pipeline.data.report", "prepare the dataset and print its report (loads only the tokenizer)"),
     "train": ("pipeline.train", "run GRPO training (no GPU and no config: the built-in tiny CPU demo)"),
     "generate": ("pipeline.infer.generate", "generate with a saved LoRA adapter (or --base for the base model)"),
     "eval": ("pipeline.infer.evaluate", "evaluate a LoRA or the base model on held-out problems"),

@@ -105,9 +105,9 @@ def _hub_reachable(endpoint: str, timeout: float = 3.0) -> bool:
 
 def check_model(name: str) -> str:
     """A built-in name, a local model folder, a hub id in the local cache, or a hub id we can reach."""
-    from pipeline.data.tokenizer import BUNDLED_QWEN_NAME, DEMO_MODEL_NAME, TINY_QWEN_MODEL_NAME
+    from pipeline.demo.registry import builtin_model
 
-    if name in (DEMO_MODEL_NAME, TINY_QWEN_MODEL_NAME, BUNDLED_QWEN_NAME):
+    if builtin_model(name) is not None:
         return f"{name}: built in"
     path = Path(name).expanduser()
     looks_local = path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1

@@ -237,11 +237,9 @@ def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[s
 
 
 def _example_question(cfg: PipelineConfig) -> str:
-    if cfg.data.dataset_name == "demo-arithmetic":
-        from pipeline.demo.task import EXAMPLE_QUESTION
+    from pipeline.demo.registry import example_question
 
-        return EXAMPLE_QUESTION
-    return "Tom has 3 boxes of 12 pencils and gives away 5. How many pencils are left?"
+    return example_question(cfg.data.dataset_name)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.data.prepare import main
+from pipeline.data.report import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,11 +115,11 @@ def test_train_help_lists_config_and_the_defaults_that_apply_here(tmp_path):
     shown = run_cli("train", "--help", cwd=tmp_path)
     assert shown.returncode == 0 and "--config YAML" in shown.stdout
     assert shown.stdout.startswith("defaults shown below: the built-in tiny CPU demo")
-    from pipeline.demo.task import DEMO_CONFIG
+    from pipeline.demo.registry import cpu_demo_config
 
     import re
 
     shown_default = re.search(r"\n  --max_steps MAX_STEPS, .*?\(default:\s+(\S+?)\)", shown.stdout, re.S).group(1)
-    assert shown_default == str(DEMO_CONFIG["max_steps"])  # the demo's, not the field's class default
+    assert shown_default == str(cpu_demo_config()["max_steps"])  # the demo's, not the field's class default
     recipe = run_cli("train", "--config", str(ROOT / "configs" / "qwen2.5-3b-gsm8k.yaml"), "--help", cwd=tmp_path)
     assert "defaults shown below: the recipe" in recipe.stdout and "Qwen2.5-3B" in recipe.stdout

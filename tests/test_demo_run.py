@@ -9,7 +9,7 @@ import json
 import pytest
 
 from pipeline.config import from_mapping
-from pipeline.demo.task import DEMO_CONFIG
+from pipeline.demo.registry import cpu_demo_config
 from pipeline.train import run_training
 
 pytestmark = pytest.mark.slow
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def test_shortened_demo_learns_and_writes_plots_and_summary(tmp_path, capsys):
     """The demo's own settings (format warm-up included) with 40 GRPO steps instead of 200: about 2 minutes."""
     run_dir = tmp_path / "demo"
-    cfg = from_mapping({**DEMO_CONFIG, "output_dir": str(run_dir), "max_steps": 40, "eval_limit": 20,
+    cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "max_steps": 40, "eval_limit": 20,
                         "save_steps": 100})
     result = run_training(cfg)
     assert result.status == "completed" and result.steps == 40

@@ -2,8 +2,8 @@
 
 import re
 
+from pipeline.demo.registry import builtin_source, cpu_demo_config
 from pipeline.demo.task import (
-    EXAMPLE_QUESTION,
     SLOPPY_ANSWER_RATE,
     TEST_SIZE,
     arithmetic_problems,
@@ -35,11 +35,14 @@ def test_held_out_problems_are_new_but_their_answers_are_not():
     assert not {p["question"] for p in train} & {p["question"] for p in test}
     # Every held-out answer is a number the model wrote during training, in another sum.
     assert {p["answer"] for p in test} <= {p["answer"] for p in train}
-    assert EXAMPLE_QUESTION in {p["question"] for p in test}
+    # The "next: grpo generate --prompt ..." hint suggests a question the model was not trained on.
+    assert builtin_source("demo-arithmetic").example_question in {p["question"] for p in test}
 
 
 def test_warmup_teacher_reasons_right_and_answers_sloppily_at_the_set_rate():
-    examples = sft_examples(2000, seed=7)
+    system_prompt = cpu_demo_config()["system_prompt"]
+    examples = sft_examples(2000, system_prompt, seed=7)
+    assert all(e["prompt"][0] == {"role": "system", "content": system_prompt} for e in examples)
     sloppy = 0
     for example in examples:
         a, b = _operands(example["prompt"][-1]["content"])

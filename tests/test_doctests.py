@@ -20,7 +20,7 @@ MODULES = sorted(
 
 
 def test_the_examples_are_found():
-    assert {"env.paths", "pipeline.demo.task", "pipeline.run.log", "rewards", "rewards.normalize"} <= set(MODULES)
+    assert {"env.paths", "pipeline.demo.model", "pipeline.demo.registry", "pipeline.demo.task", "pipeline.run.log", "rewards", "rewards.normalize"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

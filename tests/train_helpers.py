@@ -21,12 +21,12 @@ def digit_share_reward(completions, **kwargs) -> list[float]:
 
 def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
     """The built-in CPU demo, shortened for tests."""
-    from pipeline.demo.task import DEMO_CONFIG
+    from pipeline.demo.registry import cpu_demo_config
 
     # Small, fast settings first; the demo's own values win where it sets them.
     values: dict[str, Any] = dict(max_seq_length=256, max_completion_length="48", num_generations=4,
                                   per_device_train_batch_size=8, learning_rate=1e-3, warmup_ratio=0.0)
-    values.update(DEMO_CONFIG)
+    values.update(cpu_demo_config())
     # Then the test scale: a rank-16 LoRA on attention/MLP only, 2 prompts x 8 completions a step and a
     # large learning rate, so that a few steps change the weights visibly.
     values.update(output_dir=str(output_dir), max_steps=3, save_steps=2, eval_before=False, eval_after=False,

@@ -151,15 +151,16 @@ def choose_backend(requested: str, fast_inference: bool = True) -> BackendChoice
 
 
 def gpu_sized(cfg) -> bool:
-    """A GPU-sized recipe: any model but the built-in `tiny-demo`, with backend auto or unsloth.
+    """A GPU-sized recipe: any model but a tiny built-in one (`tiny-demo`), with backend auto or unsloth.
 
     Such a recipe (every configs/qwen2.5-*.yaml) takes hours per step on a CPU, so when CUDA is unusable
     `backend: auto` must not quietly fall back to training it there. `backend: plain` is the explicit way to
     train a small model on CPU; the tiny demo (and the test configs, which use it) always may.
     """
-    from pipeline.data.tokenizer import DEMO_MODEL_NAME
+    from pipeline.demo.registry import builtin_model
 
-    return cfg.model.backend != "plain" and cfg.model.model_name_or_path != DEMO_MODEL_NAME
+    builtin = builtin_model(cfg.model.model_name_or_path)
+    return cfg.model.backend != "plain" and not (builtin is not None and builtin.cpu_sized)
 
 
 def refuse_gpu_recipe_without_cuda(cfg, choice: BackendChoice) -> None:

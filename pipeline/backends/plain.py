@@ -48,9 +48,10 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from pipeline.data.tokenizer import DEMO_MODEL_NAME
+    from pipeline.demo.registry import builtin_model
 
-    if model_name_or_path == DEMO_MODEL_NAME and not torch.cuda.is_available():
+    builtin = builtin_model(model_name_or_path)
+    if builtin is not None and builtin.one_cpu_thread and not torch.cuda.is_available():
         # The demo's matrices are 64 wide: splitting each matmul across threads costs more than it
         # saves, and on a busy machine OpenMP's spinning threads make every step ~5x slower.
         torch.set_num_threads(1)

@@ -25,7 +25,7 @@ from pipeline.config.fields import (
     from_mapping,
     trl_training_args,
 )
-from pipeline.config.parse import normalize_argv, parse_config, peek_option
+from pipeline.config.parse import normalize_argv, parse_config, peek_option, read_recipe
 from pipeline.config.validate import (
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     check_choices,
@@ -39,7 +39,7 @@ from pipeline.config.validate import (
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT", "SECTIONS", "UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS", "ConfigError", "DataArguments",
     "EvalArguments", "GRPOArguments", "GenerationArguments", "HealthArguments", "LoraArguments", "ModelArguments",
-    "PipelineConfig", "check_adapter_rank", "check_choices", "check_field_values", "field_choices", "field_names", "from_mapping",
-    "normalize_argv", "parse_config", "parse_limit", "peek_option", "sampling_params_mapping", "trl_training_args",
-    "validate", "validate_unsloth",
+    "PipelineConfig", "check_adapter_rank", "check_choices", "check_field_values", "field_choices", "field_names",
+    "from_mapping", "normalize_argv", "parse_config", "parse_limit", "peek_option", "read_recipe",
+    "sampling_params_mapping", "trl_training_args", "validate", "validate_unsloth",
 ]

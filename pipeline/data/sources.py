@@ -22,9 +22,9 @@ from env.paths import publish_once
 from pipeline.config import ConfigError
 from pipeline.data.cache import file_sha256, local_file_identity
 from pipeline.data.clean import clean_column_name
+from pipeline.demo.registry import BuiltinSource, builtin_source
 
 SAMPLE_NAME = "sample"
-DEMO_NAME = "demo-arithmetic"
 SAMPLE_PATH = Path(__file__).resolve().parents[1] / "assets" / "gsm8k_sample.jsonl"
 # File extension -> `datasets` packaged loader.
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
@@ -207,23 +207,21 @@ def resolve_source(cfg: Any, split: str, cache_root: Path) -> DataSource:
                                split, SAMPLE_PATH.name),
         )
 
-    if name == DEMO_NAME:
-        from pipeline.demo.task import arithmetic_split_size  # lazy: only the demo needs it (no torch at import)
-
+    builtin = builtin_source(name)
+    if builtin is not None:
         # The whole split, or max_samples of it: max_samples is an upper bound, as for every source.
         try:
-            size = arithmetic_split_size(split)
+            size = builtin.split_size(split)
         except ValueError as err:
-            raise ConfigError("dataset_split", f"{DEMO_NAME}: {err}") from err
+            raise ConfigError("dataset_split", f"{builtin.name}: {err}") from err
         n = min(d.max_samples, size) if d.max_samples else size
         seed = cfg.grpo.seed
-        demo_file = Path(__file__).resolve().parents[1] / "demo" / "task.py"
         return DataSource(
             kind="demo",
-            description={"kind": "demo", "name": DEMO_NAME, "split": split, "n": n, "seed": seed},
+            description={"kind": "demo", "name": builtin.name, "split": split, "n": n, "seed": seed},
             identity={"kind": "demo", "split": split, "n": n, "seed": seed,
-                      "code_sha256": file_sha256(demo_file) if demo_file.is_file() else None},
-            load=lambda: _demo_rows(n, seed, split),
+                      "code_sha256": file_sha256(builtin.code_file) if builtin.code_file.is_file() else None},
+            load=lambda: _builtin_rows(builtin, n, seed, split),
         )
 
     path = Path(name).expanduser()
@@ -269,10 +267,8 @@ def _require_single_split(split: str, what: str) -> None:
         )
 
 
-def _demo_rows(n: int, seed: int, split: str) -> RawRows:
-    from pipeline.demo.task import arithmetic_problems  # lazy: the demo module builds models too
-
-    problems = arithmetic_problems(n, seed=seed, split=split)
+def _builtin_rows(builtin: BuiltinSource, n: int, seed: int, split: str) -> RawRows:
+    problems = builtin.rows(n, seed, split)
     return RawRows(
         questions=[p.get("question") for p in problems],
         answers=[p.get("answer") for p in problems],

@@ -1,1 +1,1 @@
-"""The built-in CPU demo: a tiny offline Qwen2 model and its arithmetic task."""
+"""The built-in CPU demo as data: a registry of built-in models and sources, the tiny models, the arithmetic task."""

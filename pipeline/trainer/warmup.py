@@ -6,7 +6,7 @@ GRPO learns only from differences within a group: if no completion ever contains
 examples fix that cheaply.
 
 Examples come from the training rows' worked solutions when the dataset has them (GSM8K does:
-the text before `####`), else from the built-in demo task.
+the text before `####`), else from a built-in source's own examples (pipeline/demo/registry.py).
 
 The warmed weights are kept in `output_dir/warmup/` (with `warmup.json`, the settings they came from),
 so a resumed or restarted run loads them instead of training the warm-up again: the GRPO steps then
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.config import PipelineConfig
+from pipeline.demo.registry import builtin_source
 from rewards.format import format_completion
 
 MAX_WARMUP_EXAMPLES = 256
@@ -36,10 +37,9 @@ def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
         return [{"prompt": r["prompt"],
                  "completion": [{"role": "assistant", "content": format_completion(r["solution"], r["answer"])}]}
                 for r in rows if r.get("solution")]
-    if cfg.data.dataset_name == "demo-arithmetic":
-        from pipeline.demo.task import sft_examples
-
-        return sft_examples(MAX_WARMUP_EXAMPLES, seed=cfg.grpo.seed, system_prompt=cfg.data.system_prompt)
+    builtin = builtin_source(cfg.data.dataset_name)
+    if builtin is not None:
+        return builtin.warmup_examples(MAX_WARMUP_EXAMPLES, cfg.data.system_prompt, cfg.grpo.seed)
     raise ValueError("sft_warmup_steps > 0 needs worked solutions: a dataset with a `solution` column (GSM8K "
                      "solutions before `####` are used automatically). Set sft_warmup_steps: 0 otherwise.")
 

@@ -74,7 +74,7 @@ QWEN25_COMMON: dict[str, Any] = dict(
 DRY_RUN_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
                      num_key_value_heads=2, max_window_layers=1)
 
-TINY_MODEL = "tiny-qwen2.5"  # pipeline/data/tokenizer.py: the tiny random Qwen2 with the real Qwen2.5 tokenizer
+TINY_MODEL = "tiny-qwen2.5"  # pipeline/demo/registry.py: the tiny random Qwen2 with the real Qwen2.5 tokenizer
 BACKENDS = ("plain", "unsloth")
 CHAIN_MODELS = (TINY_MODEL, "qwen2.5-0.5b")
 PRECISIONS = ("bf16", "nf4")

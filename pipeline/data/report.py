@@ -1,0 +1,144 @@
+"""`grpo data`: prepare the training data as `grpo train` would and print its length/rejection report.
+
+    grpo data [--config X] [--json] [--key value ...]   (loads the tokenizer only, never a model)
+
+The preparing is pipeline/data/prepare.py's; this module is the command around it: the same default
+config as `grpo train`, the exit codes, and the report as rich tables (or JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Optional
+
+from pipeline.config import ConfigError
+from pipeline.data.prepare import DataError, prepare_dataset
+from pipeline.data.sources import DataFileError
+
+
+def format_report(report: dict[str, Any]) -> Any:
+    """The report as a rich renderable (tables), for people; `--json` prints the dict itself."""
+    from rich.console import Group
+    from rich.table import Table
+
+    source = report.get("source", {})
+    where = source.get("path") or f"{source.get('name')} ({source.get('config')})"
+    rows = Table(title="Rows", show_header=False, title_justify="left")
+    rows.add_column("item")
+    rows.add_column("value", justify="right")
+    rows.add_row("source", f"{where} [{report.get('split')}]")
+    if source.get("endpoint"):
+        rows.add_row("hub endpoint (HF_ENDPOINT)", source["endpoint"])
+    rows.add_row("rows in", str(report["rows_in"]))
+    rows.add_row("rows kept", str(report["rows_kept"]))
+    rows.add_row("rows rejected", str(report["rows_rejected_total"]))
+    for reason, info in report["rows_rejected"].items():
+        more = ", ..." if info["count"] > 5 else ""
+        rows.add_row(f"  {reason}", f"{info['count']}  ({', '.join(info['ids'][:5])}{more})")
+    if report.get("rows_unused_max_samples"):
+        rows.add_row("rows unused (max_samples)", str(report["rows_unused_max_samples"]))
+
+    tokens = report["prompt_tokens"]
+    lengths = Table(title="Prompt tokens (chat template + generation prompt)", title_justify="left")
+    for name in ("count", "min", "p50", "p90", "p99", "max", "max_kept"):
+        lengths.add_column(name, justify="right")
+    lengths.add_row(*(str(tokens.get(name, "-")) for name in ("count", "min", "p50", "p90", "p99", "max", "max_kept")))
+
+    limits = report["limits"]
+    settings = Table(title="Limits and cache", show_header=False, title_justify="left")
+    settings.add_column("item")
+    settings.add_column("value", justify="right")
+    settings.add_row("system prompt alone", f"{report['system_prompt_tokens']} tokens")
+    for name in ("max_seq_length", "max_prompt_length", "max_completion_length"):
+        setting = limits.get(f"{name}_setting")
+        settings.add_row(name, f"{limits[name]}" + (f"  ({setting})" if setting else ""))
+    settings.add_row("overlong_policy / strict", f"{report['overlong_policy']} / {report.get('strict')}")
+    settings.add_row("fingerprint", str(report.get("fingerprint", ""))[:16])
+    settings.add_row("cache", "hit (no re-tokenization)" if report.get("cache_hit") else "built and saved")
+    if report.get("report_path"):
+        settings.add_row("report", report["report_path"])
+    parts: list[Any] = [rows, lengths, settings]
+    if report.get("error"):
+        parts.append(f"[bold red]error:[/] {report['error']}")
+    return Group(*parts)
+
+
+DATA_HELP_EPILOG = """\
+Any field of `grpo train --help` works as --key value and overrides the recipe. Without --config,
+`grpo data` prepares what `grpo train` would: the default GPU recipe on a GPU machine, the built-in
+tiny CPU demo elsewhere (offline). Names that need no network:
+  --dataset_name sample | demo-arithmetic      the bundled GSM8K sample, the demo's arithmetic
+  --model_name_or_path bundled:qwen2.5         the real Qwen2.5 tokenizer (bundled; no model, no download)
+e.g. grpo data --config configs/qwen2.5-1.5b-gsm8k.yaml --dataset_name sample --model_name_or_path bundled:qwen2.5
+
+Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error."""
+
+
+def data_help_parser():
+    """`grpo data`'s own parser, for --help: its two options; config fields are parsed by TrlParser."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="grpo data", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=DATA_HELP_EPILOG,
+        description="Prepare the training data and print its length/rejection report "
+                    "(loads the tokenizer only, never a model); writes data_report.json into output_dir.")
+    parser.add_argument("--config", metavar="YAML", help="a YAML recipe, as for `grpo train`")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """`grpo data [--config X] [--json] [--key value ...]`: prepare the dataset and print its report.
+
+    Loads only the tokenizer (never a model). Writes data_report.json into output_dir.
+    Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error or an unreadable
+    data file (empty, not UTF-8, broken JSON).
+    """
+    from pipeline.backends import choose_backend
+    from pipeline.config import parse_config, peek_option, validate
+    from pipeline.preflight import check_model
+    from pipeline.data.tokenizer import load_tokenizer
+    from pipeline.bootstrap import defaults_for
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        data_help_parser().print_help()
+        return 0
+    as_json = "--json" in argv
+    argv = [arg for arg in argv if arg != "--json"]  # our flag, not a config field: TrlParser would reject it
+    try:
+        # The same defaults as `grpo train`: offline (the CPU demo) on a machine without a GPU.
+        argv, base, note = defaults_for(argv, choose_backend(str(peek_option(argv, "backend", "auto"))))
+    except ConfigError as err:
+        print(f"grpo data: {err}", file=sys.stderr)
+        return 2
+    if note and not as_json:
+        print(f"grpo data: {note.replace('running', 'preparing the data of')}", file=sys.stderr)
+    report: Optional[dict[str, Any]] = None
+    error: Optional[Exception] = None
+    try:
+        cfg = parse_config(argv, base=base)
+        validate(cfg)
+        check_model(cfg.model.model_name_or_path)  # only the tokenizer loads, but it comes from the same place
+        tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code)
+        report = prepare_dataset(cfg, tokenizer).report
+    except (ConfigError, DataFileError) as err:  # bad input: exit 2, as in `grpo train`
+        print(f"grpo data: {err}", file=sys.stderr)
+        return 2
+    except DataError as err:
+        report, error = err.report, err
+    except (ValueError, RuntimeError, OSError) as err:  # unreadable file, hub unreachable, ...: no report
+        print(f"grpo data: {err}", file=sys.stderr)
+        return 1
+
+    if as_json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        from rich.console import Console
+
+        Console().print(format_report(report))
+    if error is not None:
+        print(f"grpo data: {error}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,200 @@
+"""The built-in tiny models: a character-level ChatML tokenizer and tiny deterministic Qwen2s, saved once.
+
+- `build_demo_tokenizer()`: one token per byte (259 in all), Qwen2.5's ChatML specials and a
+  ChatML chat template, so every code path that renders prompts runs exactly as it does for Qwen2.5.
+- `demo_model_dir()`: a random 107k-parameter `Qwen2ForCausalLM`, built from a fixed seed and saved
+  once into the cache. Same weights every time, so an adapter trained on it applies again later, and
+  it is a real folder (TRL reloads the reference model from `config._name_or_path` when beta > 0).
+- `build_tiny_qwen2()` / `tiny_qwen_model_dir()`: the same tiny architecture with the real Qwen2.5
+  vocabulary, for tests that need the real tokenizer but no real model.
+
+The names a recipe uses for them (`tiny-demo`, `tiny-qwen2.5`) are in pipeline/demo/registry.py.
+torch/transformers are imported inside functions: importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from env.paths import cache_root, publish_once
+
+# Bump when the tokenizer, the architecture or the seed changes: the cached folder is keyed by it,
+# so a stale model is never reused (and an adapter trained on version N never meets version N+1).
+DEMO_VERSION = "2"
+DEMO_SEED = 1234
+
+# Qwen2.5's ChatML specials, after the regular tokens as in Qwen2.5 (there they are 151643-151645).
+PAD_TOKEN, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
+
+# Qwen2.5's ChatML template without tool calls and without the "You are Qwen..." default system
+# message (the demo always sends its own; a tiny model has no use for the tool-call branches).
+DEMO_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if not (message['role'] == 'system' and loop.first) %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# The tiny architecture (107k parameters with the demo vocabulary; 9.8M with Qwen2.5's 151,936, tied).
+TINY_QWEN2_ARCH: dict[str, Any] = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+    max_position_embeddings=512,
+    # Untied, unlike Qwen2.5 up to 3B: the demo's LoRA trains the (random, useless) input embeddings in
+    # full (`lora_modules_to_save`), and with a tied head that copy would silently part from the frozen
+    # lm_head, so a merged export (which re-ties on load) would not be the model that was trained.
+    tie_word_embeddings=False,
+)
+# Initial weight of the final RMSNorm (Qwen2 starts it at 1). The logits are (final hidden state,
+# RMS-normalised to length ~sqrt(64) = 8, times this weight) . (lm_head row, std 0.02): at weight 1 no
+# logit can exceed ~1.3, so temperature-1 samples are near-uniform noise over 259 tokens, and a LoRA,
+# which freezes lm_head, cannot change that. GRPO learns only from what it samples. The final norm
+# touches nothing but the logits, so raising it scales them without disturbing anything else (a larger
+# lm_head std would do the same; a larger embedding std would drown the layers' residual updates).
+FINAL_NORM_WEIGHT = 10.0
+QWEN_VOCAB_SIZE = 151936  # Qwen2.5 checkpoints pad the 151,665-token vocabulary to this
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizer
+# ---------------------------------------------------------------------------------------------
+
+
+def build_demo_tokenizer():
+    """A character-level ChatML tokenizer: one token per byte (so per ASCII character), no merges.
+
+    It is Qwen2.5's own tokenizer design (byte-level BPE, transformers' `Qwen2Tokenizer` on the
+    `tokenizers` library) with the merges left out: 256 byte tokens, then `<|endoftext|>` (pad),
+    `<|im_start|>` and `<|im_end|>` (eos), and a ChatML chat template.
+
+    Why bytes and not a ~50-character WordLevel vocabulary: transformers 5 loads every folder whose
+    config says `model_type: qwen2` as `Qwen2Tokenizer`, which rebuilds the byte-level pipeline from
+    the saved vocabulary. A WordLevel tokenizer saved next to the model came back silently dropping
+    every space and newline. Built this way, the reloaded tokenizer is the same tokenizer. And with
+    all 256 bytes in the vocabulary no character is unknown: any text round-trips.
+
+    >>> tok = build_demo_tokenizer()
+    >>> tok.convert_ids_to_tokens(tok.encode("3+4 =\\n7"))  # Ġ is a space and Ċ a newline, as in Qwen2.5
+    ['3', '+', '4', 'Ġ', '=', 'Ċ', '7']
+    >>> tok.decode(tok.encode("Ünïcode 你好")) == "Ünïcode 你好"
+    True
+    >>> tok.eos_token, tok.pad_token, tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    ('<|im_end|>', '<|endoftext|>', [256, 257, 258])
+    """
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
+
+    byte_symbols = bytes_to_unicode()  # byte value -> the printable character that stands for it
+    vocab = {byte_symbols[b]: b for b in range(256)}
+    for token in SPECIAL_TOKENS:
+        vocab[token] = len(vocab)
+    return Qwen2Tokenizer(
+        vocab=vocab,
+        merges=[],
+        eos_token=IM_END,  # generation stops at the end of the assistant turn, as with Qwen2.5-Instruct
+        pad_token=PAD_TOKEN,
+        unk_token=None,  # every byte has a token: nothing is unknown
+        extra_special_tokens=[IM_START],
+        chat_template=DEMO_CHAT_TEMPLATE,
+        padding_side="left",  # GRPO generates from left-padded prompt batches
+        model_max_length=TINY_QWEN2_ARCH["max_position_embeddings"],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------
+
+
+def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 1.0, **overrides: Any):
+    """A randomly initialised tiny `Qwen2ForCausalLM`; the same `seed` gives the same weights.
+
+    `final_norm_weight` is the initial weight of the last RMSNorm (see `FINAL_NORM_WEIGHT`);
+    `overrides` replace fields of `TINY_QWEN2_ARCH` or set other `Qwen2Config` fields
+    (e.g. `eos_token_id`). The global torch RNG is left as it was.
+
+    >>> a, b = build_tiny_qwen2(60, seed=1), build_tiny_qwen2(60, seed=1)
+    >>> all((a.state_dict()[k] == v).all() for k, v in b.state_dict().items())
+    True
+    >>> build_tiny_qwen2(60, num_hidden_layers=1).config.num_hidden_layers
+    1
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=vocab_size, **{**TINY_QWEN2_ARCH, **overrides})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+        with torch.no_grad():
+            model.model.norm.weight.fill_(final_norm_weight)
+    return model.to(torch.float32)
+
+
+def _is_saved_model(folder: Path) -> bool:
+    return (folder / "config.json").is_file()  # save_pretrained writes it; publish_once moves whole folders
+
+
+def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
+    """The tiny demo model + its tokenizer, saved once (atomically) and loadable with `from_pretrained`.
+
+    The folder is `<cache>/tiny-demo-<DEMO_VERSION>`; `cache_dir` defaults to `cache_root()`.
+
+    >>> from transformers import AutoModelForCausalLM, AutoTokenizer
+    >>> path = demo_model_dir()
+    >>> AutoModelForCausalLM.from_pretrained(path).config.vocab_size == len(AutoTokenizer.from_pretrained(path))
+    True
+    """
+    final = Path(cache_dir or cache_root()) / f"tiny-demo-{DEMO_VERSION}"
+
+    def write(tmp: Path) -> None:
+        tokenizer = build_demo_tokenizer()
+        model = build_tiny_qwen2(
+            len(tokenizer),
+            seed=DEMO_SEED,
+            final_norm_weight=FINAL_NORM_WEIGHT,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=None,
+        )
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    return publish_once(final, write, is_complete=_is_saved_model)
+
+
+def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
+    """A tiny random Qwen2 with the real Qwen2.5 vocabulary and the bundled Qwen2.5 tokenizer, saved once.
+
+    For tests of code that must see the real tokenizer and chat template (9.8M parameters,
+    about 2 s per GRPO step on CPU; it learns nothing useful).
+    """
+    final = Path(cache_dir or cache_root()) / f"tiny-qwen2.5-{DEMO_VERSION}"
+
+    def write(tmp: Path) -> None:
+        from pipeline.assets import load_qwen_tokenizer
+
+        tokenizer = load_qwen_tokenizer()
+        model = build_tiny_qwen2(
+            QWEN_VOCAB_SIZE,
+            seed=DEMO_SEED,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=None,
+            max_position_embeddings=32768,
+            tie_word_embeddings=True,  # as Qwen2.5-0.5B/1.5B/3B (and half the parameters of an untied head)
+        )
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    return publish_once(final, write, is_complete=_is_saved_model)

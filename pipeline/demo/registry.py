@@ -1,0 +1,131 @@
+"""The built-in names a recipe may use: models and data sources that need no download.
+
+    model_name_or_path: tiny-demo         the CPU demo's model: a tiny Qwen2, one token per byte
+    model_name_or_path: tiny-qwen2.5      a tiny random Qwen2 with the real Qwen2.5 tokenizer (tests)
+    model_name_or_path: bundled:qwen2.5   the real Qwen2.5 tokenizer only, no model (`grpo data`, benches)
+    dataset_name: demo-arithmetic         the CPU demo's 2-digit additions
+
+The rest of the pipeline asks here what a name is (`builtin_model`, `builtin_source`) and what it
+provides, instead of comparing names: a new built-in is one entry in a table below.
+`CPU_DEMO_RECIPE` (configs/cpu-demo.yaml) is what `grpo train` runs without a GPU and without --config.
+
+Cheap to import (no torch): the builders are imported when a name is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+CPU_DEMO_RECIPE = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml"
+
+# The "next: grpo generate --prompt ..." hint after a run whose data is not built in.
+GSM8K_STYLE_QUESTION = "Tom has 3 boxes of 12 pencils and gives away 5. How many pencils are left?"
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    name: str
+    # Builds the model folder once (model + tokenizer, loadable with from_pretrained) and returns it;
+    # None for a tokenizer-only name.
+    folder: Optional[Callable[[], Path]] = None
+    # The tokenizer of a tokenizer-only name (a model's tokenizer is read from its folder).
+    tokenizer: Optional[Callable[[], Any]] = None
+    # Trains in minutes on a CPU, so a recipe naming it is never refused there as GPU-sized.
+    cpu_sized: bool = False
+    # Its matrices are so narrow that one CPU thread is faster than several (see plain.load_model).
+    one_cpu_thread: bool = False
+
+
+@dataclass(frozen=True)
+class BuiltinSource:
+    name: str
+    split_size: Callable[[str], int]  # distinct rows in a split; ValueError for a split it lacks
+    rows: Callable[[int, int, str], list[dict[str, str]]]  # (n, seed, split) -> [{"question", "answer", ...}]
+    # (n, system_prompt, seed) -> format warm-up examples in TRL's conversational prompt-completion format.
+    warmup_examples: Callable[[int, str, int], list[dict[str, Any]]]
+    example_question: str  # a held-out question, for the "next: grpo generate --prompt ..." hint
+    code_file: Path  # the generator's source: hashed into the data cache key, so an edit re-prepares the data
+
+
+def _demo_model_dir() -> Path:
+    from pipeline.demo.model import demo_model_dir
+
+    return demo_model_dir()
+
+
+def _tiny_qwen_model_dir() -> Path:
+    from pipeline.demo.model import tiny_qwen_model_dir
+
+    return tiny_qwen_model_dir()
+
+
+def _qwen_tokenizer() -> Any:
+    from pipeline.assets import load_qwen_tokenizer
+
+    return load_qwen_tokenizer()
+
+
+def _arithmetic_split_size(split: str) -> int:
+    from pipeline.demo.task import arithmetic_split_size
+
+    return arithmetic_split_size(split)
+
+
+def _arithmetic_rows(n: int, seed: int, split: str) -> list[dict[str, str]]:
+    from pipeline.demo.task import arithmetic_problems
+
+    return arithmetic_problems(n, seed=seed, split=split)
+
+
+def _arithmetic_warmup(n: int, system_prompt: str, seed: int) -> list[dict[str, Any]]:
+    from pipeline.demo.task import sft_examples
+
+    return sft_examples(n, system_prompt, seed=seed)
+
+
+MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
+    BuiltinModel("tiny-demo", folder=_demo_model_dir, cpu_sized=True, one_cpu_thread=True),
+    BuiltinModel("tiny-qwen2.5", folder=_tiny_qwen_model_dir, cpu_sized=True),
+    BuiltinModel("bundled:qwen2.5", tokenizer=_qwen_tokenizer),
+)}
+
+SOURCES: dict[str, BuiltinSource] = {s.name: s for s in (
+    BuiltinSource("demo-arithmetic", split_size=_arithmetic_split_size, rows=_arithmetic_rows,
+                  warmup_examples=_arithmetic_warmup,
+                  example_question="What is 27+52?",  # in the held-out split (tests/test_demo_task.py)
+                  code_file=Path(__file__).resolve().parent / "task.py"),
+)}
+
+
+def builtin_model(name: str) -> Optional[BuiltinModel]:
+    """The built-in model of that name, or None for a hub id or a folder.
+
+    >>> builtin_model("tiny-demo").cpu_sized, builtin_model("Qwen/Qwen2.5-1.5B-Instruct")
+    (True, None)
+    """
+    return MODELS.get(str(name))
+
+
+def builtin_source(name: str) -> Optional[BuiltinSource]:
+    """The built-in data source of that name, or None for a hub id, a file or the bundled sample."""
+    return SOURCES.get(str(name).strip())
+
+
+def example_question(dataset_name: str) -> str:
+    """A question to suggest to `grpo generate --prompt` after training on `dataset_name`.
+
+    >>> example_question("demo-arithmetic"), example_question("openai/gsm8k")[:14]
+    ('What is 27+52?', 'Tom has 3 boxe')
+    """
+    source = builtin_source(dataset_name)
+    return source.example_question if source else GSM8K_STYLE_QUESTION
+
+
+def cpu_demo_config() -> dict[str, Any]:
+    """configs/cpu-demo.yaml as a flat mapping of config fields: the defaults of `grpo train` without a GPU
+    and without --config, and the base of the notebook's smoke mode, the tests' demo runs and the benches."""
+    from pipeline.config import read_recipe
+
+    return read_recipe(str(CPU_DEMO_RECIPE))
