@@ -1,1 +1,1 @@
-"""A run's folder: checkpoints, the metrics log, the summary and manifest, and the plots."""
+"""A run's folder: its lock, checkpoints (and their integrity), the metrics log, the summary and manifest, and the plots."""
