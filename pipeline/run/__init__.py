@@ -1,1 +1,2 @@
-"""A run's folder: its lock, checkpoints (and their integrity), the metrics log, the summary and manifest, and the plots."""
+"""A run's folder: its lock, checkpoints (and their integrity), the metrics log, the summary and manifest, and
+the plots."""
