@@ -24,11 +24,14 @@ from env.matrix import load_matrix
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts" / "gpu_check"))
 
+import benchmark  # noqa: E402
+import cases  # noqa: E402
 import run_check  # noqa: E402
 import wheels  # noqa: E402
 
 
-@pytest.mark.parametrize("module", [run_check, wheels], ids=["run_check", "wheels"])
+@pytest.mark.parametrize("module", [run_check, cases, benchmark, wheels],
+                         ids=["run_check", "cases", "benchmark", "wheels"])
 def test_docstring_examples_run(module):
     result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted > 0
@@ -146,11 +149,11 @@ def test_install_without_a_built_set_is_one_clear_error(tmp_path, capsys):
 def test_the_qwen25_shape_is_built_from_config_data_with_the_bundled_tokenizer(tmp_path):
     from transformers import AutoConfig, AutoTokenizer
 
-    info = run_check.build_shape("qwen2.5-0.5b", tmp_path / "m", dry_run=True)
+    info = cases.build_shape("qwen2.5-0.5b", tmp_path / "m", dry_run=True)
     config = AutoConfig.from_pretrained(tmp_path / "m")
     assert config.vocab_size == 151936 and config.tie_word_embeddings and config.eos_token_id == 151645
     assert info["shape"]["num_hidden_layers"] == 1  # the dry-run stand-in; the GPU builds all 24 layers
-    assert run_check.QWEN25_SHAPES["qwen2.5-0.5b"]["num_hidden_layers"] == 24
+    assert cases.QWEN25_SHAPES["qwen2.5-0.5b"]["num_hidden_layers"] == 24
     assert AutoTokenizer.from_pretrained(tmp_path / "m").eos_token == "<|im_end|>"
 
 

@@ -26,6 +26,8 @@ over the device's carry limit, so it stays covered by the contract tests (tests/
 Each backend runs in its own child process (Unsloth patches trl/transformers/peft at import, so a plain
 measurement must never share a process with it); a child that dies is restarted for the cases it had
 not reached. `--dry-run` runs the same plumbing on CPU with the tiny model and one step (the tests do).
+This file is the driver (options, time budget, children, report); what a child runs is in cases.py
+(the models, the chain) and benchmark.py (the benchmark).
 
 On a lent GPU machine, from the repository root here: build the wheel set first
 (`python scripts/gpu_check/wheels.py build`), then call the device tool's `run` with
@@ -40,47 +42,24 @@ Then copy $OUT/gpu-report.json to docs/gpu-reports/<date>-<gpu>.json and commit 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
+
+# The cases run in the children live beside this driver (this folder is sys.path[0] when it runs as a script).
+from benchmark import child_bench
+from cases import (BENCH_SHAPES, CHAIN_MODELS, PRECISIONS, TINY_MODEL, Recorder, child_chain, child_models,
+                   has_cuda, run_params, skip_reason, tail, unit_steps)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPORT_NAME = "gpu-report.json"
 LOG_NAME = "gpu-check.log"
-
-# Qwen2Config values of Qwen/Qwen2.5-0.5B-Instruct and -1.5B-Instruct (their config.json), as data:
-# the check builds random-weight models of these shapes instead of downloading weights.
-QWEN25_SHAPES: dict[str, dict[str, Any]] = {
-    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, max_window_layers=21),
-    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, max_window_layers=21),
-}
-QWEN25_COMMON: dict[str, Any] = dict(
-    vocab_size=151936, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0, hidden_act="silu",
-    tie_word_embeddings=True, use_sliding_window=False, sliding_window=32768, attention_dropout=0.0,
-    bos_token_id=151643, eos_token_id=151645, initializer_range=0.02,
-)
-# In a dry run the "0.5B shape" keeps Qwen2.5's vocabulary but is one narrow layer, so CPU builds it in a second.
-DRY_RUN_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-                     num_key_value_heads=2, max_window_layers=1)
-
-TINY_MODEL = "tiny-qwen2.5"  # pipeline/demo/registry.py: the tiny random Qwen2 with the real Qwen2.5 tokenizer
-BACKENDS = ("plain", "unsloth")
-CHAIN_MODELS = (TINY_MODEL, "qwen2.5-0.5b")
-PRECISIONS = ("bf16", "nf4")
-CHAIN_SUBSTEPS = ("train", "resume", "generate", "export")
-BENCH_SHAPES = ("qwen2.5-0.5b", "qwen2.5-1.5b")
-GENERATE_PROMPT = "Tom has 3 boxes of 12 pencils and gives away 5. How many pencils are left?"
 
 ANCHOR = {
     "claim": "Unsloth GRPO uses about 90% less VRAM than Hugging Face TRL + Flash Attention 2",
@@ -101,428 +80,6 @@ CHILD_CAPS = {"models": 120, "chain-plain": 170, "bench-plain": 150, "bench-unsl
 # The benchmark runs before the Unsloth chain: it is the figure that counts, and a slow Unsloth chain
 # (first-use kernel compilation) must not leave it without time.
 STEPS = ("env", "models", "chain-plain", "bench-plain", "bench-unsloth", "chain-unsloth")
-
-
-# ------------------------------------------------------------------------------------------ parameters
-
-
-def run_params(dry_run: bool) -> dict[str, Any]:
-    """Sizes of the chain and the benchmark: GPU values, or the smallest that exercise the code on CPU."""
-    if dry_run:
-        return dict(chain_steps=1, chain_generations=2, chain_batch=2, chain_completion=8, chain_samples=4,
-                    bench_steps=2, bench_generations=2, bench_batch=2, bench_completion=8, bench_samples=4,
-                    gen_tokens=4)
-    return dict(chain_steps=2, chain_generations=4, chain_batch=4, chain_completion=32, chain_samples=16,
-                bench_steps=4, bench_generations=8, bench_batch=8, bench_completion=128, bench_samples=16,
-                gen_tokens=16)
-
-
-def base_mapping(backend: str, model: str, precision: str, output_dir: Path, *, cuda: bool) -> dict[str, Any]:
-    """The flat config (PipelineConfig fields) shared by the chain and the benchmark."""
-    values: dict[str, Any] = {
-        "model_name_or_path": model,
-        "backend": backend,
-        "dataset_name": "sample",  # the bundled GSM8K problems: real prompts for the real rewards, offline
-        "max_seq_length": 512,
-        "load_in_4bit": precision == "nf4",
-        "dtype": "bfloat16" if cuda else "auto",
-        "gradient_checkpointing": True,
-        "lora_r": 16,
-        "lora_alpha": 16,
-        "output_dir": str(output_dir),
-        "learning_rate": 5e-6,
-        # bitsandbytes' 8-bit AdamW beside its 4-bit weights, as the GPU recipes do.
-        "optim": "adamw_8bit" if precision == "nf4" and cuda else "adamw_torch",
-        "logging_steps": 1,
-        "report_to": "none",
-        # Random weights write garbage by design: the health rules must watch, not stop the run.
-        "garbled_action": "warn",
-        "repetition_action": "warn",
-        "kl_action": "warn",
-    }
-    if backend == "unsloth":
-        values.update(fast_inference=False, vllm_standby="false")
-    return values
-
-
-def model_path(model: str, work: Path) -> str:
-    """A built-in model name, or the folder the models step wrote a shape into."""
-    return model if model == TINY_MODEL else str(work / "models" / model)
-
-
-# ------------------------------------------------------------------------------------------ child helpers
-
-
-class Recorder:
-    """Appends one JSON line per finished sub-step (and a `start` line per case) to the results file."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def write(self, record: dict[str, Any]) -> None:
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, default=str) + "\n")
-            handle.flush()
-        if "status" in record:
-            print(f"[gpu-check] {record['step']}: {record['status']} ({record.get('seconds', 0):.1f} s)"
-                  + (f" - {record['error'].splitlines()[-1]}" if record.get("error") else ""), flush=True)
-
-    def run(self, step: str, action: Callable[[], Optional[dict[str, Any]]]) -> bool:
-        """Run one sub-step; record pass with its detail, or fail with the traceback's tail."""
-        start = time.time()
-        try:
-            detail = action() or {}
-        except Exception:  # noqa: BLE001 - the check records every failure and carries on
-            self.write({"step": step, "status": "fail", "seconds": time.time() - start,
-                        "error": _tail(traceback.format_exc())})
-            return False
-        self.write({"step": step, "status": "pass", "seconds": time.time() - start, "detail": detail})
-        return True
-
-    def skip(self, step: str, reason: str) -> None:
-        self.write({"step": step, "status": "skipped", "seconds": 0.0, "error": reason})
-
-
-def _tail(text: str, lines: int = 25) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def _peak_gib() -> Optional[float]:
-    import torch
-
-    return round(torch.cuda.max_memory_allocated() / 2**30, 3) if torch.cuda.is_available() else None
-
-
-def _free_memory() -> None:
-    gc.collect()
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-
-
-def _config(values: dict[str, Any]):
-    """PipelineConfig from a flat mapping; refuses clearly when this tree lacks a field the check needs."""
-    from pipeline.config import field_names, from_mapping
-
-    missing = sorted(set(values) - set(field_names()))
-    if missing:
-        raise RuntimeError(f"this tree's config has no field(s) {missing}; the unsloth steps need "
-                           "ModelArguments.fast_inference (false: Unsloth without vLLM)")
-    return from_mapping(values)
-
-
-# ------------------------------------------------------------------------------------------ child: models
-
-
-def build_shape(name: str, folder: Path, *, dry_run: bool) -> dict[str, Any]:
-    """A random-weight Qwen2ForCausalLM of a Qwen2.5 shape plus the bundled tokenizer, saved to `folder`."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from pipeline.assets import load_qwen_tokenizer
-
-    shape = {**QWEN25_SHAPES[name], **(DRY_RUN_SHAPE if dry_run else {})}
-    config = Qwen2Config(**QWEN25_COMMON, **shape)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.manual_seed(0)
-    with torch.device(device):  # initialising 1.5B parameters on the GPU takes seconds, on a CPU minutes
-        model = Qwen2ForCausalLM(config).to(torch.bfloat16 if device == "cuda" else torch.float32)
-    tokenizer = load_qwen_tokenizer()
-    if folder.exists():
-        import shutil
-
-        shutil.rmtree(folder)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    params = sum(p.numel() for p in model.parameters())
-    del model
-    _free_memory()
-    return {"parameters": params, "shape": shape, "folder": str(folder)}
-
-
-def child_models(args: argparse.Namespace, rec: Recorder) -> None:
-    names = BENCH_SHAPES if not args.dry_run else ("qwen2.5-0.5b",)
-    for name in names:
-        rec.run(f"models/{name}", lambda name=name: build_shape(name, args.work / "models" / name,
-                                                              dry_run=args.dry_run))
-
-
-# ------------------------------------------------------------------------------------------ child: chain
-
-
-def run_chain_case(backend: str, model: str, precision: str, args: argparse.Namespace, rec: Recorder) -> None:
-    """train -> resume -> generate -> export for one (backend, model, precision)."""
-    from pipeline.backends import BackendChoice
-
-    params = run_params(args.dry_run)
-    case = f"chain/{backend}/{model}/{precision}"
-    out = args.work / "runs" / f"{backend}-{model}-{precision}"
-    cuda = _cuda()
-    values = base_mapping(backend, model_path(model, args.work), precision, out, cuda=cuda)
-    values.update(num_generations=params["chain_generations"], per_device_train_batch_size=params["chain_batch"],
-                  max_completion_length=str(params["chain_completion"]), max_samples=params["chain_samples"],
-                  max_steps=params["chain_steps"], save_steps=1, save_total_limit=None, resume="auto")
-    choice = BackendChoice(backend, "the GPU check asks for it by name")
-    state: dict[str, Any] = {}
-
-    def train() -> dict[str, Any]:
-        from pipeline.train import run_training
-
-        _free_memory()
-        result = run_training(_config(values), choice)
-        checkpoints = sorted(p.name for p in out.glob("checkpoint-*"))
-        if result.status != "completed" or result.steps != params["chain_steps"]:
-            raise RuntimeError(f"run {result.status} at step {result.steps}, expected completed at "
-                               f"{params['chain_steps']}; summary: {result.summary}")
-        if f"checkpoint-{params['chain_steps']}" not in checkpoints:
-            raise RuntimeError(f"no checkpoint-{params['chain_steps']} in {out}: {checkpoints}")
-        state["lora"] = result.adapter_dir
-        return {"steps": result.steps, "checkpoints": checkpoints, "peak_vram_gib": _peak_gib()}
-
-    def resume() -> dict[str, Any]:
-        from pipeline.train import run_training
-
-        _free_memory()
-        target = params["chain_steps"] + 1
-        result = run_training(_config({**values, "max_steps": target}), choice)
-        if result.status != "completed" or result.steps != target:
-            raise RuntimeError(f"resumed run {result.status} at step {result.steps}, expected completed at {target}")
-        metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        # Step logs carry `reward`; a run that restarted from scratch instead would log 1..N twice.
-        logged = [m.get("step") for m in metrics if "reward" in m]
-        if logged != list(range(1, target + 1)):
-            raise RuntimeError(f"metrics.jsonl should log steps 1..{target} once each after the resume; got {logged}")
-        state["lora"] = result.adapter_dir
-        return {"steps": result.steps, "logged_steps": logged, "peak_vram_gib": _peak_gib()}
-
-    def generate() -> dict[str, Any]:
-        from pipeline.cli import main as grpo
-
-        answers = out / "generate.jsonl"
-        rc = grpo(["generate", "--lora", str(state["lora"]), "--prompt", GENERATE_PROMPT, "--backend", backend,
-                   "--max_tokens", str(params["gen_tokens"]), "--output", str(answers)])
-        if rc != 0:
-            raise RuntimeError(f"grpo generate exited {rc}")
-        records = [json.loads(line) for line in answers.read_text().splitlines() if line.strip()]
-        if len(records) != 1 or not isinstance(records[0].get("text"), str):
-            raise RuntimeError(f"grpo generate wrote {records!r}")
-        return {"completion_tokens": records[0].get("completion_tokens"), "text": records[0]["text"][:200]}
-
-    def export() -> dict[str, Any]:
-        from pipeline.cli import main as grpo
-
-        merged = out / "merged16"
-        rc = grpo(["export", "--lora", str(state["lora"]), "--to", "merged16", "--out", str(merged),
-                   "--backend", backend, "--overwrite"])
-        if rc != 0:
-            raise RuntimeError(f"grpo export exited {rc}")
-        weights = sorted(p.name for p in merged.glob("*.safetensors"))
-        if not (merged / "config.json").is_file() or not weights:
-            raise RuntimeError(f"{merged} lacks config.json or *.safetensors: {sorted(os.listdir(merged))}")
-        return {"files": sorted(os.listdir(merged))}
-
-    rec.write({"start": case})
-    if not rec.run(f"{case}/train", train):
-        for later in CHAIN_SUBSTEPS[1:]:
-            rec.skip(f"{case}/{later}", "train failed")
-        return
-    rec.run(f"{case}/resume", resume)
-    rec.run(f"{case}/generate", generate)
-    rec.run(f"{case}/export", export)
-
-
-def skip_reason(unit: str, *, cuda: bool, dry_run: bool) -> Optional[str]:
-    """Why a unit (chain/<backend>/<model>/<precision> or bench/<backend>/<shape>) cannot run here, or None.
-
-    >>> skip_reason("chain/plain/tiny-qwen2.5/nf4", cuda=False, dry_run=True)
-    'needs a CUDA GPU (dry run)'
-    >>> skip_reason("bench/unsloth/qwen2.5-0.5b", cuda=True, dry_run=False) is None
-    True
-    """
-    parts = unit.split("/")
-    if (parts[1] == "unsloth" or "nf4" in parts) and (dry_run or not cuda):
-        return "needs a CUDA GPU (dry run)" if dry_run else "needs a CUDA GPU; torch sees none"
-    if dry_run and parts[0] == "chain" and parts[2] != TINY_MODEL:
-        return "dry run: the tiny model only"
-    return None
-
-
-def unit_steps(unit: str) -> list[str]:
-    """The step names a unit records: a chain case has four sub-steps, a bench case one."""
-    return [f"{unit}/{sub}" for sub in CHAIN_SUBSTEPS] if unit.startswith("chain/") else [unit]
-
-
-def child_chain(args: argparse.Namespace, rec: Recorder) -> None:
-    cuda = _cuda()
-    for model, precision in args.cases:
-        case = f"chain/{args.backend}/{model}/{precision}"
-        reason = skip_reason(case, cuda=cuda, dry_run=args.dry_run)
-        if reason:
-            for step in unit_steps(case):
-                rec.skip(step, reason)
-            continue
-        run_chain_case(args.backend, model, precision, args, rec)
-
-
-# ------------------------------------------------------------------------------------------ child: bench
-
-
-def force_full_length(trainer: Any, length: int) -> list[str]:
-    """Make every rollout exactly `length` tokens: min_new_tokens in TRL's generation settings.
-
-    TRL 1.15 GRPOTrainer (transformers generate path) builds `self.generation_config` and keeps the
-    same values in `self.generation_kwargs`, which `unwrap_model_for_generation` writes over the model's
-    own generation_config; setting both keeps them in step. transformers' MinNewTokensLengthLogitsProcessor
-    then masks the EOS tokens until `length` tokens exist, and `max_new_tokens` stops there.
-    """
-    where = []
-    config = getattr(trainer, "generation_config", None)
-    if config is not None:
-        config.min_new_tokens = length
-        where.append("generation_config")
-    kwargs = getattr(trainer, "generation_kwargs", None)
-    if isinstance(kwargs, dict):
-        kwargs["min_new_tokens"] = length
-        where.append("generation_kwargs")
-    if not where:
-        raise RuntimeError("the trainer has neither generation_config nor generation_kwargs: cannot force "
-                           "full-length rollouts, so the backends would not do equal work")
-    return where
-
-
-class GenerateTimes:
-    """Collects TRL's own timing of each rollout: its ProfilingContext measures `transformers.generate`
-    but only reports to wandb/mlflow/trackio, so the check taps `_log_metrics` (the one place it lands)."""
-
-    def __init__(self):
-        self.seconds: list[float] = []
-        self._original = None
-
-    def __enter__(self):
-        from trl.extras import profiling
-
-        self._original = original = profiling.ProfilingContext._log_metrics
-        sink = self.seconds
-
-        def tapped(context, duration):
-            if context.name.endswith("generate"):
-                sink.append(duration)
-            return original(context, duration)
-
-        profiling.ProfilingContext._log_metrics = tapped
-        return self
-
-    def __exit__(self, *exc):
-        from trl.extras import profiling
-
-        profiling.ProfilingContext._log_metrics = self._original
-        return False
-
-
-def _step_timer():
-    import torch
-    from transformers import TrainerCallback
-
-    class StepTimer(TrainerCallback):
-        """Wall time of each optimizer step, synchronised with the GPU so queued kernels are counted."""
-
-        def __init__(self):
-            self.seconds: list[float] = []
-            self._start = 0.0
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            self._start = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            self.seconds.append(time.perf_counter() - self._start)
-
-    return StepTimer()
-
-
-def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One benchmark run: the pipeline's own trainer (build_trainer), timed step by step."""
-    import torch
-
-    from pipeline.backends import load_backend
-    from pipeline.config import validate
-
-    params = run_params(args.dry_run)
-    cuda = torch.cuda.is_available()
-    out = args.work / "bench" / f"{backend_name}-{shape}"
-    length = params["bench_completion"]
-    values = base_mapping(backend_name, model_path(shape, args.work), "nf4" if cuda else "bf16", out, cuda=cuda)
-    values.update(num_generations=params["bench_generations"], per_device_train_batch_size=params["bench_batch"],
-                  max_completion_length=str(length), max_samples=params["bench_samples"],
-                  max_steps=params["bench_steps"], save_steps=10_000, resume="never")
-    cfg = _config(values)
-    validate(cfg)
-    backend = load_backend(backend_name)
-    backend.prepare_environment(cfg)  # `import unsloth` before anything imports trl/transformers/peft
-    from pipeline.data.prepare import prepare_dataset
-    from pipeline.data.tokenizer import load_tokenizer
-    from pipeline.trainer.build import build_trainer
-
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = load_tokenizer(cfg.model.model_name_or_path)
-    prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
-    _free_memory()
-    # Memory still held from an earlier case would count in this one's peak: record it to see a leak.
-    held_before = round(torch.cuda.memory_allocated() / 2**30, 3) if cuda else None
-    model, tokenizer = backend.load_for_training(cfg)
-    load_peak = _peak_gib()
-    trainer, _ = build_trainer(cfg, backend, model, tokenizer, prepared, backend.peft_config(cfg), out)
-    forced = force_full_length(trainer, length)
-    timer = _step_timer()
-    trainer.add_callback(timer)
-    with GenerateTimes() as generated:
-        trainer.train()
-    lengths = [entry["completions/mean_length"] for entry in trainer.state.log_history
-               if "completions/mean_length" in entry]
-    measured = slice(1, None)  # step 1 carries warm-up (kernel compilation, allocator growth)
-    step_times = timer.seconds[measured]
-    gen_times = generated.seconds[measured]
-    tokens = sum(params["bench_batch"] * n for n in lengths[measured])
-    return {
-        "backend": backend_name, "shape": shape, "precision": values["load_in_4bit"] and "nf4" or values["dtype"],
-        "steps": len(timer.seconds), "samples_measured": len(step_times),
-        "completion_length_target": length, "completion_mean_lengths": lengths, "forced_via": forced,
-        "full_length": bool(lengths) and all(abs(n - length) < 0.5 for n in lengths),
-        "step_times_s": [round(s, 4) for s in timer.seconds],
-        "median_step_s": round(statistics.median(step_times), 4) if step_times else None,
-        "generate_times_s": [round(s, 4) for s in generated.seconds],
-        "rollout_tokens_per_s": round(tokens / sum(gen_times), 1) if gen_times and len(gen_times) == len(
-            lengths[measured]) else None,
-        "peak_vram_gib": _peak_gib(), "load_peak_vram_gib": load_peak, "held_before_load_gib": held_before,
-        "completions_per_step": params["bench_batch"],
-    }
-
-
-def child_bench(args: argparse.Namespace, rec: Recorder) -> None:
-    cuda = _cuda()
-    for shape in args.shapes:
-        step = f"bench/{args.backend}/{shape}"
-        reason = skip_reason(step, cuda=cuda, dry_run=args.dry_run)
-        if reason:
-            rec.skip(step, reason)
-            continue
-        rec.write({"start": step})
-        rec.run(step, lambda shape=shape: bench_case(args.backend, shape, args))
-        _free_memory()
-
-
-# ------------------------------------------------------------------------------------------ driver
 
 
 def _versions() -> dict[str, Optional[str]]:
@@ -597,7 +154,7 @@ class Driver:
             # 2.13.0): that is its report, not a failure of the check; only an unreadable report fails.
             record["status"] = "pass"
         except json.JSONDecodeError:
-            record.update(status="fail", error=_tail(done.stdout + done.stderr))
+            record.update(status="fail", error=tail(done.stdout + done.stderr))
         self.records.append(record)
         print(f"[gpu-check] env: {record['status']} (grpo env exit {done.returncode})", flush=True)
 
@@ -637,7 +194,7 @@ class Driver:
             crashed = started[-1] if started else todo[0]
             why = (f"timed out after {timeout:.0f} s" if exit_code is None else f"child exited {exit_code}")
             self.records.append({"step": f"{crashed}/crashed", "status": "fail", "seconds": time.time() - start,
-                                 "error": f"{why}; log tail:\n{_tail(self.log_path.read_text(), 30)}"})
+                                 "error": f"{why}; log tail:\n{tail(self.log_path.read_text(), 30)}"})
             print(f"[gpu-check] {crashed}: fail ({why})", flush=True)
             todo = [unit for unit in todo if unit not in done_units and unit != crashed]
             if exit_code is None:
@@ -766,7 +323,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--backend", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        args.dry_run = args.dry_run or not _cuda()
+        args.dry_run = args.dry_run or not has_cuda()
         return child_main(args)
     unknown = set(args.only.split(",")) - set(STEPS) if args.only else set()
     if unknown:

@@ -1,0 +1,312 @@
+"""The GPU check's cases, run inside its child processes (run_check.py spawns them): the shapes and sizes,
+the Recorder that writes each sub-step's result line, the random-weight model builder, and the chain
+(train -> resume -> generate -> export) per backend, model and precision. The benchmark is in benchmark.py.
+
+Nothing here imports torch, transformers or the pipeline at module level: the driver imports this module
+for its names and must stay fast, and a child must `import unsloth` (the backend's prepare_environment)
+before anything imports trl/transformers/peft.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+# Qwen2Config values of Qwen/Qwen2.5-0.5B-Instruct and -1.5B-Instruct (their config.json), as data:
+# the check builds random-weight models of these shapes instead of downloading weights.
+QWEN25_SHAPES: dict[str, dict[str, Any]] = {
+    "qwen2.5-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, max_window_layers=21),
+    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, max_window_layers=21),
+}
+QWEN25_COMMON: dict[str, Any] = dict(
+    vocab_size=151936, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0, hidden_act="silu",
+    tie_word_embeddings=True, use_sliding_window=False, sliding_window=32768, attention_dropout=0.0,
+    bos_token_id=151643, eos_token_id=151645, initializer_range=0.02,
+)
+# In a dry run the "0.5B shape" keeps Qwen2.5's vocabulary but is one narrow layer, so CPU builds it in a second.
+DRY_RUN_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                     num_key_value_heads=2, max_window_layers=1)
+
+TINY_MODEL = "tiny-qwen2.5"  # pipeline/demo/registry.py: the tiny random Qwen2 with the real Qwen2.5 tokenizer
+CHAIN_MODELS = (TINY_MODEL, "qwen2.5-0.5b")
+PRECISIONS = ("bf16", "nf4")
+CHAIN_SUBSTEPS = ("train", "resume", "generate", "export")
+BENCH_SHAPES = ("qwen2.5-0.5b", "qwen2.5-1.5b")
+GENERATE_PROMPT = "Tom has 3 boxes of 12 pencils and gives away 5. How many pencils are left?"
+
+
+# ------------------------------------------------------------------------------------------ parameters
+
+
+def run_params(dry_run: bool) -> dict[str, Any]:
+    """Sizes of the chain and the benchmark: GPU values, or the smallest that exercise the code on CPU."""
+    if dry_run:
+        return dict(chain_steps=1, chain_generations=2, chain_batch=2, chain_completion=8, chain_samples=4,
+                    bench_steps=2, bench_generations=2, bench_batch=2, bench_completion=8, bench_samples=4,
+                    gen_tokens=4)
+    return dict(chain_steps=2, chain_generations=4, chain_batch=4, chain_completion=32, chain_samples=16,
+                bench_steps=4, bench_generations=8, bench_batch=8, bench_completion=128, bench_samples=16,
+                gen_tokens=16)
+
+
+def base_mapping(backend: str, model: str, precision: str, output_dir: Path, *, cuda: bool) -> dict[str, Any]:
+    """The flat config (PipelineConfig fields) shared by the chain and the benchmark."""
+    values: dict[str, Any] = {
+        "model_name_or_path": model,
+        "backend": backend,
+        "dataset_name": "sample",  # the bundled GSM8K problems: real prompts for the real rewards, offline
+        "max_seq_length": 512,
+        "load_in_4bit": precision == "nf4",
+        "dtype": "bfloat16" if cuda else "auto",
+        "gradient_checkpointing": True,
+        "lora_r": 16,
+        "lora_alpha": 16,
+        "output_dir": str(output_dir),
+        "learning_rate": 5e-6,
+        # bitsandbytes' 8-bit AdamW beside its 4-bit weights, as the GPU recipes do.
+        "optim": "adamw_8bit" if precision == "nf4" and cuda else "adamw_torch",
+        "logging_steps": 1,
+        "report_to": "none",
+        # Random weights write garbage by design: the health rules must watch, not stop the run.
+        "garbled_action": "warn",
+        "repetition_action": "warn",
+        "kl_action": "warn",
+    }
+    if backend == "unsloth":
+        values.update(fast_inference=False, vllm_standby="false")
+    return values
+
+
+def model_path(model: str, work: Path) -> str:
+    """A built-in model name, or the folder the models step wrote a shape into."""
+    return model if model == TINY_MODEL else str(work / "models" / model)
+
+
+# ------------------------------------------------------------------------------------------ child helpers
+
+
+class Recorder:
+    """Appends one JSON line per finished sub-step (and a `start` line per case) to the results file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def write(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, default=str) + "\n")
+            handle.flush()
+        if "status" in record:
+            print(f"[gpu-check] {record['step']}: {record['status']} ({record.get('seconds', 0):.1f} s)"
+                  + (f" - {record['error'].splitlines()[-1]}" if record.get("error") else ""), flush=True)
+
+    def run(self, step: str, action: Callable[[], Optional[dict[str, Any]]]) -> bool:
+        """Run one sub-step; record pass with its detail, or fail with the traceback's tail."""
+        start = time.time()
+        try:
+            detail = action() or {}
+        except Exception:  # noqa: BLE001 - the check records every failure and carries on
+            self.write({"step": step, "status": "fail", "seconds": time.time() - start,
+                        "error": tail(traceback.format_exc())})
+            return False
+        self.write({"step": step, "status": "pass", "seconds": time.time() - start, "detail": detail})
+        return True
+
+    def skip(self, step: str, reason: str) -> None:
+        self.write({"step": step, "status": "skipped", "seconds": 0.0, "error": reason})
+
+
+def tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def peak_gib() -> Optional[float]:
+    import torch
+
+    return round(torch.cuda.max_memory_allocated() / 2**30, 3) if torch.cuda.is_available() else None
+
+
+def free_memory() -> None:
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def make_config(values: dict[str, Any]):
+    """PipelineConfig from a flat mapping; refuses clearly when this tree lacks a field the check needs."""
+    from pipeline.config import field_names, from_mapping
+
+    missing = sorted(set(values) - set(field_names()))
+    if missing:
+        raise RuntimeError(f"this tree's config has no field(s) {missing}; the unsloth steps need "
+                           "ModelArguments.fast_inference (false: Unsloth without vLLM)")
+    return from_mapping(values)
+
+
+# ------------------------------------------------------------------------------------------ child: models
+
+
+def build_shape(name: str, folder: Path, *, dry_run: bool) -> dict[str, Any]:
+    """A random-weight Qwen2ForCausalLM of a Qwen2.5 shape plus the bundled tokenizer, saved to `folder`."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from pipeline.assets import load_qwen_tokenizer
+
+    shape = {**QWEN25_SHAPES[name], **(DRY_RUN_SHAPE if dry_run else {})}
+    config = Qwen2Config(**QWEN25_COMMON, **shape)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    with torch.device(device):  # initialising 1.5B parameters on the GPU takes seconds, on a CPU minutes
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16 if device == "cuda" else torch.float32)
+    tokenizer = load_qwen_tokenizer()
+    if folder.exists():
+        import shutil
+
+        shutil.rmtree(folder)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    params = sum(p.numel() for p in model.parameters())
+    del model
+    free_memory()
+    return {"parameters": params, "shape": shape, "folder": str(folder)}
+
+
+def child_models(args: argparse.Namespace, rec: Recorder) -> None:
+    names = BENCH_SHAPES if not args.dry_run else ("qwen2.5-0.5b",)
+    for name in names:
+        rec.run(f"models/{name}", lambda name=name: build_shape(name, args.work / "models" / name,
+                                                              dry_run=args.dry_run))
+
+
+# ------------------------------------------------------------------------------------------ child: chain
+
+
+def run_chain_case(backend: str, model: str, precision: str, args: argparse.Namespace, rec: Recorder) -> None:
+    """train -> resume -> generate -> export for one (backend, model, precision)."""
+    from pipeline.backends import BackendChoice
+
+    params = run_params(args.dry_run)
+    case = f"chain/{backend}/{model}/{precision}"
+    out = args.work / "runs" / f"{backend}-{model}-{precision}"
+    cuda = has_cuda()
+    values = base_mapping(backend, model_path(model, args.work), precision, out, cuda=cuda)
+    values.update(num_generations=params["chain_generations"], per_device_train_batch_size=params["chain_batch"],
+                  max_completion_length=str(params["chain_completion"]), max_samples=params["chain_samples"],
+                  max_steps=params["chain_steps"], save_steps=1, save_total_limit=None, resume="auto")
+    choice = BackendChoice(backend, "the GPU check asks for it by name")
+    state: dict[str, Any] = {}
+
+    def train() -> dict[str, Any]:
+        from pipeline.train import run_training
+
+        free_memory()
+        result = run_training(make_config(values), choice)
+        checkpoints = sorted(p.name for p in out.glob("checkpoint-*"))
+        if result.status != "completed" or result.steps != params["chain_steps"]:
+            raise RuntimeError(f"run {result.status} at step {result.steps}, expected completed at "
+                               f"{params['chain_steps']}; summary: {result.summary}")
+        if f"checkpoint-{params['chain_steps']}" not in checkpoints:
+            raise RuntimeError(f"no checkpoint-{params['chain_steps']} in {out}: {checkpoints}")
+        state["lora"] = result.adapter_dir
+        return {"steps": result.steps, "checkpoints": checkpoints, "peak_vram_gib": peak_gib()}
+
+    def resume() -> dict[str, Any]:
+        from pipeline.train import run_training
+
+        free_memory()
+        target = params["chain_steps"] + 1
+        result = run_training(make_config({**values, "max_steps": target}), choice)
+        if result.status != "completed" or result.steps != target:
+            raise RuntimeError(f"resumed run {result.status} at step {result.steps}, expected completed at {target}")
+        metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        # Step logs carry `reward`; a run that restarted from scratch instead would log 1..N twice.
+        logged = [m.get("step") for m in metrics if "reward" in m]
+        if logged != list(range(1, target + 1)):
+            raise RuntimeError(f"metrics.jsonl should log steps 1..{target} once each after the resume; got {logged}")
+        state["lora"] = result.adapter_dir
+        return {"steps": result.steps, "logged_steps": logged, "peak_vram_gib": peak_gib()}
+
+    def generate() -> dict[str, Any]:
+        from pipeline.cli import main as grpo
+
+        answers = out / "generate.jsonl"
+        rc = grpo(["generate", "--lora", str(state["lora"]), "--prompt", GENERATE_PROMPT, "--backend", backend,
+                   "--max_tokens", str(params["gen_tokens"]), "--output", str(answers)])
+        if rc != 0:
+            raise RuntimeError(f"grpo generate exited {rc}")
+        records = [json.loads(line) for line in answers.read_text().splitlines() if line.strip()]
+        if len(records) != 1 or not isinstance(records[0].get("text"), str):
+            raise RuntimeError(f"grpo generate wrote {records!r}")
+        return {"completion_tokens": records[0].get("completion_tokens"), "text": records[0]["text"][:200]}
+
+    def export() -> dict[str, Any]:
+        from pipeline.cli import main as grpo
+
+        merged = out / "merged16"
+        rc = grpo(["export", "--lora", str(state["lora"]), "--to", "merged16", "--out", str(merged),
+                   "--backend", backend, "--overwrite"])
+        if rc != 0:
+            raise RuntimeError(f"grpo export exited {rc}")
+        weights = sorted(p.name for p in merged.glob("*.safetensors"))
+        if not (merged / "config.json").is_file() or not weights:
+            raise RuntimeError(f"{merged} lacks config.json or *.safetensors: {sorted(os.listdir(merged))}")
+        return {"files": sorted(os.listdir(merged))}
+
+    rec.write({"start": case})
+    if not rec.run(f"{case}/train", train):
+        for later in CHAIN_SUBSTEPS[1:]:
+            rec.skip(f"{case}/{later}", "train failed")
+        return
+    rec.run(f"{case}/resume", resume)
+    rec.run(f"{case}/generate", generate)
+    rec.run(f"{case}/export", export)
+
+
+def skip_reason(unit: str, *, cuda: bool, dry_run: bool) -> Optional[str]:
+    """Why a unit (chain/<backend>/<model>/<precision> or bench/<backend>/<shape>) cannot run here, or None.
+
+    >>> skip_reason("chain/plain/tiny-qwen2.5/nf4", cuda=False, dry_run=True)
+    'needs a CUDA GPU (dry run)'
+    >>> skip_reason("bench/unsloth/qwen2.5-0.5b", cuda=True, dry_run=False) is None
+    True
+    """
+    parts = unit.split("/")
+    if (parts[1] == "unsloth" or "nf4" in parts) and (dry_run or not cuda):
+        return "needs a CUDA GPU (dry run)" if dry_run else "needs a CUDA GPU; torch sees none"
+    if dry_run and parts[0] == "chain" and parts[2] != TINY_MODEL:
+        return "dry run: the tiny model only"
+    return None
+
+
+def unit_steps(unit: str) -> list[str]:
+    """The step names a unit records: a chain case has four sub-steps, a bench case one."""
+    return [f"{unit}/{sub}" for sub in CHAIN_SUBSTEPS] if unit.startswith("chain/") else [unit]
+
+
+def child_chain(args: argparse.Namespace, rec: Recorder) -> None:
+    cuda = has_cuda()
+    for model, precision in args.cases:
+        case = f"chain/{args.backend}/{model}/{precision}"
+        reason = skip_reason(case, cuda=cuda, dry_run=args.dry_run)
+        if reason:
+            for step in unit_steps(case):
+                rec.skip(step, reason)
+            continue
+        run_chain_case(args.backend, model, precision, args, rec)
