@@ -3,7 +3,7 @@
 
 The test double (tests/fake_unsloth.py) binds every call the pipeline makes to these signatures, so a
 misspelt, unknown or missing keyword fails on a CPU machine the way it would on a GPU. Re-run after
-changing a pin in env/known_good.toml; tests/test_unsloth_backend.py checks the snapshot's versions
+changing a pin in env/known_good.toml; tests/test_unsloth_double.py checks the snapshot's versions
 against the pins.
 
     python env/upstream_signatures.py                  # pip download --no-deps the pinned wheels to a temp dir

@@ -1,8 +1,9 @@
-"""Training-health monitors, the observer reward function and the stop/adjust rules of HealthCallback."""
+"""Training-health monitors and the observer reward function, on the real Qwen2.5 tokenizer.
+
+The stop/adjust rules of HealthCallback are in tests/test_health_rules.py."""
 
 from __future__ import annotations
 
-import math
 import random
 
 import pytest
@@ -10,10 +11,8 @@ from transformers import TrainerControl, TrainerState
 
 from pipeline.config import HealthArguments, PipelineConfig
 from pipeline.health.observer import HealthState, make_observer
-from pipeline.health.rules import HEALTH_TRAINING_ARGS, HealthCallback, build_health, next_beta
+from pipeline.health.rules import HealthCallback, build_health
 from pipeline.health.metrics import (
-    GARBLED_RATE,
-    REPETITION_RATE,
     batch_health,
     byte_level_alphabet,
     garbled_rate,
@@ -233,199 +232,3 @@ def test_observer_logs_beta_when_kl_is_on(incomplete):
     assert dict(logged)["health/beta"] == 0.04
     with pytest.raises(ValueError, match="completion_ids"):
         observer(completions=["a"])  # no ids and no tokenizer to rebuild them
-
-
-# --------------------------------------------------------------------------------------------
-# HealthCallback rules, with real TrainerControl / TrainerState
-# --------------------------------------------------------------------------------------------
-
-
-def _callback(beta: float = 0.0, **health) -> HealthCallback:
-    return HealthCallback(HealthArguments(**health), beta=beta)
-
-
-def _log(callback: HealthCallback, step: int, **logs) -> TrainerControl:
-    control = TrainerControl()
-    state = TrainerState(global_step=step)
-    result = callback.on_log(None, state, control, logs=dict(logs))
-    assert result is control
-    return control
-
-
-@pytest.mark.parametrize("key,value", [("loss", math.nan), ("loss", math.inf), ("grad_norm", math.inf),
-                                       ("grad_norm", math.nan), ("kl", math.nan)])
-def test_non_finite_always_stops_and_saves(key, value):
-    callback = _callback(beta=0.04, garbled_action="warn", kl_action="warn")
-    logs = {"loss": 0.1, "grad_norm": 0.5, "kl": 0.01, key: value}
-    assert not _log(callback, 4, loss=0.1, grad_norm=0.5).should_training_stop
-    control = _log(callback, 5, **logs)
-    assert control.should_training_stop and control.should_save
-    assert callback.stop_rule == "non_finite" and callback.stop_step == 5
-    assert f"{key} is {value}" in callback.stop_reason and "step 5" in callback.stop_reason
-
-
-def test_finite_logs_do_not_stop():
-    callback = _callback(beta=0.04)
-    for step in range(1, 20):
-        control = _log(callback, step, loss=-0.02, grad_norm=0.3, kl=0.05, **{GARBLED_RATE: 0.1, REPETITION_RATE: 0.2})
-        assert not control.should_training_stop and not control.should_save
-    assert callback.stop_reason is None and callback.warnings == []
-
-
-def test_garbled_stops_only_when_the_window_average_exceeds_the_threshold():
-    callback = _callback(garbled_threshold=0.3, garbled_window=3)
-    assert not _log(callback, 1, loss=0.1, **{GARBLED_RATE: 0.9}).should_training_stop
-    assert not _log(callback, 2, loss=0.1, **{GARBLED_RATE: 0.9}).should_training_stop  # window not full
-    control = _log(callback, 3, loss=0.1, **{GARBLED_RATE: 0.9})
-    assert control.should_training_stop and control.should_save
-    assert callback.stop_rule == "garbled"
-    assert "0.900" in callback.stop_reason and "0.3" in callback.stop_reason and "3 logged steps" in callback.stop_reason
-
-
-def test_garbled_spike_below_window_average_does_not_stop():
-    callback = _callback(garbled_threshold=0.3, garbled_window=3)
-    for step, rate in enumerate([0.0, 0.0, 0.9, 0.0, 0.0, 0.29, 0.29, 0.29], start=1):
-        assert not _log(callback, step, loss=0.1, **{GARBLED_RATE: rate}).should_training_stop
-    assert callback.stop_reason is None
-
-
-def test_warn_action_warns_without_stopping_and_rate_limits():
-    callback = HealthCallback(HealthArguments(garbled_action="warn", garbled_window=1), beta=0.0, warn_every_steps=10)
-    for step in range(1, 25):
-        control = _log(callback, step, loss=0.1, **{GARBLED_RATE: 0.8})
-        assert not control.should_training_stop and not control.should_save
-    assert callback.stop_reason is None
-    assert len(callback.warnings) == 3  # steps 1, 11, 21
-    assert callback.warnings[0].startswith("step 1:") and "garbled" in callback.warnings[0]
-
-
-def test_repetition_warns_by_default_and_can_stop():
-    callback = _callback()
-    assert not _log(callback, 1, loss=0.1, **{REPETITION_RATE: 0.95}).should_training_stop
-    assert len(callback.warnings) == 1 and "repetition" in callback.warnings[0]
-    stopper = _callback(repetition_action="stop")
-    assert _log(stopper, 1, loss=0.1, **{REPETITION_RATE: 0.95}).should_training_stop
-    assert stopper.stop_rule == "repetition"
-
-
-def test_kl_ceiling_stops_when_beta_positive():
-    callback = _callback(beta=0.04, kl_ceiling=1.0)
-    assert not _log(callback, 1, loss=0.1, kl=0.9).should_training_stop
-    control = _log(callback, 2, loss=0.1, kl=3.5)
-    assert control.should_training_stop and control.should_save and callback.stop_rule == "kl"
-    assert "kl 3.5" in callback.stop_reason and "kl_ceiling 1.0" in callback.stop_reason
-    # beta = 0 has no KL term; a kl value (from elsewhere) is not acted on.
-    assert not _log(_callback(beta=0.0, kl_ceiling=1.0), 1, loss=0.1, kl=3.5).should_training_stop
-    warner = _callback(beta=0.04, kl_action="warn")
-    assert not _log(warner, 1, loss=0.1, kl=3.5).should_training_stop and len(warner.warnings) == 1
-
-
-def test_after_a_stop_later_logs_change_nothing():
-    callback = _callback()
-    _log(callback, 3, loss=math.nan)
-    reason = callback.stop_reason
-    _log(callback, 4, loss=math.inf, **{GARBLED_RATE: 1.0})
-    assert callback.stop_reason == reason and callback.stop_step == 3
-
-
-def test_eval_and_summary_logs_are_ignored():
-    callback = _callback(garbled_window=1)
-    assert not _log(callback, 3, eval_loss=math.nan).should_training_stop
-    assert not _log(callback, 3, train_runtime=12.0, train_loss=math.nan).should_training_stop
-
-
-class StandInTrainer:
-    """Anything with a `beta` attribute: what the callback reads and sets on a GRPOTrainer."""
-
-    def __init__(self, beta: float):
-        self.beta = beta
-
-
-def test_adaptive_beta_moves_toward_the_target_within_bounds():
-    settings = {"adaptive_beta": True, "kl_target": 0.05, "beta_min": 0.01, "beta_max": 0.1, "kl_ceiling": 100.0}
-    trainer = StandInTrainer(0.04)
-    callback = _callback(beta=0.04, **settings).attach(trainer)
-    callback.on_train_begin(None, TrainerState(), TrainerControl())
-
-    logs = {"loss": 0.1, "kl": 1.0}
-    callback.on_log(None, TrainerState(global_step=1), TrainerControl(), logs=logs)
-    assert trainer.beta == pytest.approx(0.06) and logs["health/beta"] == pytest.approx(0.06)  # high KL: up
-    for step in range(2, 10):
-        _log(callback, step, loss=0.1, kl=1.0)
-    assert trainer.beta == 0.1  # capped at beta_max
-
-    _log(callback, 10, loss=0.1, kl=0.05)
-    assert trainer.beta == 0.1  # inside the dead band: unchanged
-    _log(callback, 11, loss=0.1, kl=0.001)
-    assert trainer.beta == pytest.approx(0.1 / 1.5)  # low KL: down
-    for step in range(12, 30):
-        _log(callback, step, loss=0.1, kl=0.001)
-    assert trainer.beta == 0.01  # floored at beta_min
-    assert callback.summary()["final_beta"] == 0.01
-    assert callback.state.beta == 0.01  # the observer logs the live value
-
-
-def test_adaptive_beta_needs_an_attached_trainer():
-    callback = _callback(beta=0.04, adaptive_beta=True)
-    with pytest.raises(RuntimeError, match="attach"):
-        callback.on_train_begin(None, TrainerState(), TrainerControl())
-
-
-def test_next_beta_direction():
-    assert next_beta(0.04, 1.0, 0.05, 0.001, 0.5) > 0.04
-    assert next_beta(0.04, 0.0, 0.05, 0.001, 0.5) < 0.04
-    assert next_beta(0.04, 0.06, 0.05, 0.001, 0.5) == 0.04
-    assert next_beta(0.0011, 0.0, 0.05, 0.001, 0.5) == 0.001
-
-
-def test_bad_action_is_a_config_error():
-    from pipeline.config import ConfigError
-
-    with pytest.raises(ConfigError, match="garbled_action"):
-        _callback(garbled_action="halt")
-
-
-def test_on_train_begin_turns_off_the_nan_filter(tmp_path):
-    from transformers import TrainingArguments
-
-    args = TrainingArguments(output_dir=str(tmp_path), report_to="none")
-    assert args.logging_nan_inf_filter  # HF default hides NaN losses
-    _callback().on_train_begin(args, TrainerState(), TrainerControl())
-    assert args.logging_nan_inf_filter is False
-    assert HEALTH_TRAINING_ARGS == {"logging_nan_inf_filter": False}
-
-
-# --------------------------------------------------------------------------------------------
-# A real (tiny, non-GRPO) HF Trainer: the stop lands with a checkpoint of the failing step.
-# --------------------------------------------------------------------------------------------
-
-
-def test_nan_in_a_real_trainer_stops_and_keeps_the_checkpoint(tmp_path):
-    import torch
-    from transformers import Trainer, TrainingArguments
-
-    class Tiny(torch.nn.Module):
-        """Its 4th forward pass (step 4) sees a NaN input, so that step's loss and gradients are NaN."""
-
-        def __init__(self):
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.ones(2))
-            self.calls = 0
-
-        def forward(self, x, labels=None):
-            self.calls += 1
-            if self.calls == 4:
-                x = x * math.nan
-            return {"loss": ((self.weight * x).sum() - 1.0) ** 2}
-
-    data = [{"x": torch.tensor([0.1, 0.2])} for _ in range(20)]
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=20,
-                             logging_steps=1, save_steps=1000, report_to="none", use_cpu=True,
-                             learning_rate=1e-3, max_grad_norm=1.0, save_only_model=True)
-    callback = _callback()
-    trainer = Trainer(model=Tiny(), args=args, train_dataset=data, callbacks=[callback])
-    trainer.train()
-    assert trainer.state.global_step == 4
-    assert callback.stop_step == 4 and callback.stop_rule == "non_finite"
-    assert (tmp_path / "checkpoint-4").is_dir()
-    assert not any(p.name.startswith("checkpoint-") and p.name != "checkpoint-4" for p in tmp_path.iterdir())

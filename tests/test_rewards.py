@@ -1,46 +1,25 @@
-"""Behaviour of rewards/: answer normalisation, extraction, the five reward functions, the registry."""
+"""Behaviour of rewards/: answer normalisation, extraction, the correctness and int rewards.
+
+The format rewards and every function's odd input are in tests/test_rewards_format.py; the registry and
+module hygiene in tests/test_rewards_registry.py."""
 
 from __future__ import annotations
 
-import math
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import rewards
 from rewards import (
-    DEFAULT_REWARD_WEIGHTS,
-    DEFAULT_REWARDS,
-    REWARD_FUNCS,
     answers_match,
-    check_reward_weights,
     correctness_reward_func,
     extract_hash_answer,
     extract_xml_answer,
-    get_reward_funcs,
     int_reward_func,
     normalize_answer,
-    resolve_reward,
-    soft_format_reward_func,
-    strict_format_reward_func,
-    xmlcount_reward_func,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-ALL_FUNCS = [xmlcount_reward_func, soft_format_reward_func, strict_format_reward_func, int_reward_func,
-             correctness_reward_func]
-
-
-def wrap(answer: str) -> str:
-    return f"<reasoning>\nwork\n</reasoning>\n<answer>\n{answer}\n</answer>\n"
-
-
-def as_chat(text):
-    return [{"role": "assistant", "content": text}]
+from tests.reward_helpers import as_chat, wrap
 
 
 # --- normalisation: each rule, right and wrong ------------------------------------------------
@@ -265,236 +244,3 @@ def test_int_reward(answer, expected):
 
 def test_int_reward_without_answer_block():
     assert int_reward_func(["18", None, 7, "<reasoning>18</reasoning>"]) == [0.0] * 4
-
-
-# --- format rewards ---------------------------------------------------------------------------
-
-STRICT_OK = [
-    "<reasoning>\nstep 1\nstep 2\n</reasoning>\n<answer>\n18\n</answer>\n",  # the notebook's exact layout
-    "<reasoning>r</reasoning><answer>18</answer>",  # no newlines
-    "<reasoning>\r\nr\r\n</reasoning>\r\n<answer>\r\n18\r\n</answer>\r\n",  # CRLF
-    "  \n<reasoning> r </reasoning>\n\n\n<answer> 18 </answer>\n\n",  # extra whitespace around
-    "<reasoning>\nline 1\n\nline 3 with <b>html</b>\n</reasoning>\n<answer>\n18\n</answer>",  # no trailing newline
-]
-STRICT_BAD = [
-    "Sure! <reasoning>r</reasoning><answer>18</answer>",  # text before
-    "<reasoning>r</reasoning><answer>18</answer> Hope this helps",  # text after
-    "<reasoning>r</reasoning> so <answer>18</answer>",  # text between
-    "<answer>18</answer><reasoning>r</reasoning>",  # wrong order
-    "<reasoning>r</reasoning><answer>18</answer><answer>18</answer>",  # repeated tag
-    "<reasoning>r<reasoning>r</reasoning><answer>18</answer>",
-    "<reasoning>r</reasoning><answer>  </answer>",  # empty answer
-    "<reasoning></reasoning><answer>18</answer>",  # empty reasoning
-    "<reasoning>r</reasoning><answer>18",  # unclosed
-    "<reasoning>r<answer>18</answer>",
-    "", "18",
-]
-
-
-@pytest.mark.parametrize("text", STRICT_OK)
-def test_strict_format_accepts_whitespace_variants(text):
-    assert strict_format_reward_func([text]) == [0.5]
-    assert strict_format_reward_func(completions=[as_chat(text)], prompts=None) == [0.5]
-
-
-@pytest.mark.parametrize("text", STRICT_BAD)
-def test_strict_format_rejects_other_structure(text):
-    assert strict_format_reward_func([text]) == [0.0]
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("<reasoning>\nr\n</reasoning>\n<answer>\n18\n</answer>\n", 0.5),
-    ("Sure!\n<reasoning>\nmulti\nline\n</reasoning> so then <answer>18</answer> bye", 0.5),
-    ("<reasoning></reasoning><answer></answer>", 0.5),
-    ("<answer>18</answer><reasoning>r</reasoning>", 0.0),
-    ("<reasoning>r</reasoning><answer>18", 0.0),
-    ("<reasoning>r<answer>18</answer>", 0.0),
-    ("no tags", 0.0), ("", 0.0),
-])
-def test_soft_format(text, expected):
-    assert soft_format_reward_func([text]) == [expected]
-    assert soft_format_reward_func([as_chat(text)]) == [expected]
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("<reasoning>\nr\n</reasoning>\n<answer>\n18\n</answer>\n", 0.5),
-    ("<reasoning>r</reasoning><answer>18</answer>", 0.5),  # newlines around tags are not required
-    ("<reasoning>r</reasoning><answer>18</answer>" + "x" * 10, 0.49),
-    ("<reasoning>r</reasoning><answer>18</answer>" + "x" * 100_000, 0.375),  # penalty capped
-    ("<reasoning>r</reasoning><answer>18</answer>\n\n   \n", 0.5),  # trailing whitespace is free
-    ("<answer>18</answer>", 0.25),
-    ("<reasoning>r</reasoning><reasoning>r</reasoning><answer>18</answer>", 0.25),  # repeated tags earn nothing
-    ("</answer>" + "x" * 1000, 0.0),  # never negative
-    ("plain text", 0.0),
-])
-def test_xmlcount(text, expected):
-    assert xmlcount_reward_func([text]) == pytest.approx([expected])
-
-
-def test_xmlcount_trailing_text_cannot_outweigh_the_tags():
-    """The notebook's unbounded -0.001/char made long trailing text cost more than all tags earn."""
-    scores = xmlcount_reward_func([wrap("18") + "y" * n for n in (0, 50, 125, 1_000, 1_000_000)])
-    assert scores == sorted(scores, reverse=True)
-    assert min(scores) == pytest.approx(0.375)
-
-
-# --- all functions: shapes, lengths, odd input, bounded time ----------------------------------
-
-ODD_COMPLETIONS = [None, 42, 3.5, b"<answer>18</answer>", [], [None], [[{"content": "x"}]], {"content": None},
-                   {"role": "assistant"}, [{"role": "assistant", "content": 7}], "", "\x00\x01\x02",
-                   "<answer>" * 50, "</answer>" * 50]
-
-
-@pytest.mark.parametrize("func", ALL_FUNCS, ids=lambda f: f.__name__)
-def test_odd_completions_score_zero(func):
-    out = func(prompts=None, completions=ODD_COMPLETIONS, answer=["18"] * len(ODD_COMPLETIONS))
-    assert len(out) == len(ODD_COMPLETIONS)
-    assert all(v == 0.0 for v in out)
-
-
-@pytest.mark.parametrize("func", ALL_FUNCS, ids=lambda f: f.__name__)
-def test_completion_container_shapes(func):
-    assert func(prompts=None, completions=[], answer=[]) == []
-    assert func(prompts=None, completions=None, answer=[]) == []
-    single = func(prompts=None, completions=wrap("18"), answer="18")  # a bare string is one completion
-    assert len(single) == 1 and single[0] > 0
-    assert func(prompts=None, completions=(wrap("18"), wrap("18")), answer=("18", "18")) == \
-        func(prompts=None, completions=[wrap("18"), wrap("18")], answer=["18", "18"])
-
-
-@pytest.mark.parametrize("func", ALL_FUNCS, ids=lambda f: f.__name__)
-def test_megabyte_completions_take_bounded_time(func):
-    megabyte = 1_000_000
-    completions = [
-        "<answer>" * (megabyte // 8),
-        "<reasoning>" + "a" * megabyte + "</reasoning><answer>18</answer>",
-        wrap("18") + "</answer>" * (megabyte // 9),
-        "<answer>" + "1," * (megabyte // 2) + "</answer>",
-        "<reasoning>" * 50_000 + "</reasoning>" * 50_000 + "<answer>" + "\\frac{" * 100_000,
-        "\ufffd\u200b" * (megabyte // 2),
-    ]
-    start = time.perf_counter()
-    out = func(prompts=None, completions=completions, answer=["18"] * len(completions))
-    assert len(out) == len(completions)
-    assert time.perf_counter() - start < 5.0
-
-
-@pytest.mark.parametrize("text", [
-    "1," * 499, "1 " * 499, "answer is " * 99, "\\frac{" * 160, "\\boxed{" * 120, "{" * 999, "1" * 999,
-    "-" * 999, "1/" * 499, "答案是" * 333, "=" * 999, "(" * 998 + ")", "1e" * 499, "\\text{" * 160,
-])
-def test_answer_reader_has_no_catastrophic_backtracking(text):
-    start = time.perf_counter()
-    normalize_answer(text)
-    answers_match(text, "18")
-    assert time.perf_counter() - start < 0.5
-
-
-@pytest.mark.parametrize("func", ALL_FUNCS, ids=lambda f: f.__name__)
-def test_returns_plain_floats(func):
-    out = func(prompts=None, completions=[wrap("18"), "x"], answer=["18", "18"])
-    assert all(type(v) is float for v in out)
-
-
-# --- registry ---------------------------------------------------------------------------------
-
-def test_registry_names_defaults_and_stable_dunder_names():
-    assert list(REWARD_FUNCS) == ["xmlcount", "soft_format", "strict_format", "int", "correctness"]
-    assert DEFAULT_REWARDS == ["xmlcount", "soft_format", "strict_format", "int", "correctness"]
-    assert DEFAULT_REWARD_WEIGHTS == [1.0] * 5
-    names = [f.__name__ for f in get_reward_funcs(DEFAULT_REWARDS)]
-    assert names == ["xmlcount_reward_func", "soft_format_reward_func", "strict_format_reward_func",
-                     "int_reward_func", "correctness_reward_func"]
-
-
-def test_resolve_reward_aliases_and_callables():
-    for short, func in REWARD_FUNCS.items():
-        assert resolve_reward(short) is func
-        assert resolve_reward(func.__name__) is func
-        assert resolve_reward(f" {short} ") is func
-    assert resolve_reward(len) is len
-
-
-def test_resolve_reward_unknown_name_lists_known_ones():
-    with pytest.raises(ValueError) as err:
-        resolve_reward("corectness")
-    message = str(err.value)
-    assert "'corectness'" in message and "reward_funcs" not in message  # the config layer names the field
-    for name in list(REWARD_FUNCS) + [f.__name__ for f in REWARD_FUNCS.values()]:
-        assert name in message
-    for bad in ("", "   ", None, 3):
-        with pytest.raises(ValueError, match="not a reward name"):
-            resolve_reward(bad)
-
-
-def test_plugin_module_function(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    func = resolve_reward("test_rewards_plugin_helper:answer_length_reward")
-    assert func.__name__ == "answer_length_reward"
-    assert func(completions=[wrap("18"), "none"], prompts=None) == pytest.approx([0.2, 0.0])
-    funcs = get_reward_funcs(["correctness", "test_rewards_plugin_helper:answer_length_reward"])
-    assert [f.__name__ for f in funcs] == ["correctness_reward_func", "answer_length_reward"]
-
-
-@pytest.mark.parametrize("spec, fragment", [
-    ("no_such_module_xyz:f", "cannot import module 'no_such_module_xyz'"),
-    ("test_rewards_plugin_helper:missing", "has no 'missing'"),
-    ("test_rewards_plugin_helper:NOT_A_FUNCTION", "not a function"),
-    (":f", "package.module:function"), ("test_rewards_plugin_helper:", "package.module:function"),
-])
-def test_plugin_errors(monkeypatch, spec, fragment):
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    with pytest.raises(ValueError) as err:
-        resolve_reward(spec)
-    assert fragment in str(err.value) and "reward_funcs" not in str(err.value)
-
-
-def test_get_reward_funcs_rejects_bad_lists():
-    with pytest.raises(ValueError, match=r"expected a list"):
-        get_reward_funcs("correctness")
-    with pytest.raises(ValueError, match="empty"):
-        get_reward_funcs([])
-    with pytest.raises(ValueError, match="same reward"):
-        get_reward_funcs(["correctness", "correctness_reward_func"])
-
-
-def test_check_reward_weights():
-    assert check_reward_weights(DEFAULT_REWARDS, None) == [1.0] * 5
-    assert check_reward_weights(["int", "correctness"], [0.5, 2]) == [0.5, 2.0]
-    assert check_reward_weights(["int"], [-1.0]) == [-1.0]  # a penalty is allowed
-    for weights in ([1.0], [1.0, 2.0, 3.0], [1.0, math.nan], [1.0, math.inf], [1.0, "2"], [1.0, True], "1,1"):
-        with pytest.raises(ValueError) as err:
-            check_reward_weights(["int", "correctness"], weights)
-        assert "reward_weights" not in str(err.value) and "config error" not in str(err.value)
-
-
-# --- module hygiene ---------------------------------------------------------------------------
-
-def test_import_is_light():
-    code = ("import sys, time; t = time.perf_counter(); import rewards; dt = time.perf_counter() - t; "
-            "heavy = [m for m in ('torch', 'math_verify', 'sympy', 'transformers', 'trl') if m in sys.modules]; "
-            "print(heavy, dt)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    heavy, seconds = out.stdout.rsplit(" ", 1)
-    assert heavy == "[]"
-    assert float(seconds) < 1.0
-
-
-def test_public_names():
-    for name in ("correctness_reward_func", "int_reward_func", "strict_format_reward_func",
-                 "soft_format_reward_func", "xmlcount_reward_func", "extract_xml_answer", "extract_hash_answer",
-                 "normalize_answer", "answers_match", "REWARD_FUNCS", "get_reward_funcs", "resolve_reward",
-                 "DEFAULT_REWARDS", "DEFAULT_REWARD_WEIGHTS", "check_reward_weights"):
-        assert hasattr(rewards, name) and name in rewards.__all__
-
-
-
-def test_config_layer_names_the_field_the_rewards_do_not():
-    """rewards/ raises plain ValueErrors; pipeline.config wraps them once, naming the config field."""
-    from pipeline.config import ConfigError, PipelineConfig, validate
-
-    with pytest.raises(ConfigError, match=r"^config error in `reward_funcs`: unknown reward 'corectness'") as err:
-        validate(PipelineConfig().replace(reward_funcs=["corectness"]), n_processes=1)
-    assert str(err.value).count("config error") == 1
-    with pytest.raises(ConfigError, match=r"^config error in `reward_weights`: 1 weights for 5 reward functions"):
-        validate(PipelineConfig().replace(reward_weights=[1.0]), n_processes=1)

@@ -1,4 +1,5 @@
-"""A user's reward plug-in, loaded by tests/test_rewards.py as 'test_rewards_plugin_helper:answer_length_reward'.
+"""A user's reward plug-in, loaded by tests/test_rewards_registry.py as
+'test_rewards_plugin_helper:answer_length_reward'.
 
 It holds no tests itself; it stands in for a module a user would put on PYTHONPATH.
 """

@@ -11,7 +11,7 @@ Importing this module imports nothing heavy. `prepare_environment(cfg)` (pipelin
 with the from_pretrained arguments every loader here shares) must run before trl, transformers or peft are
 imported; `grpo` calls it at start-up (pipeline/bootstrap.py) and every entry point below calls it again.
 
-The contract tests (tests/test_unsloth_backend.py) replace unsloth and vllm with a recording
+The contract tests (tests/test_unsloth_*.py) replace unsloth and vllm with a recording
 fake and check the exact calls made here; nothing in this file has been run on a GPU by them.
 """
 

@@ -21,7 +21,7 @@ Hugging Face TRL with Flash Attention 2 (unsloth.ai/blog/grpo, 2025-02-20: Llama
 8 generations: 54.3 GB vs 510.8 GB). That figure includes Unsloth's vLLM path and long contexts; this
 check has no vLLM and short completions, so it measures how much of the gap remains without them.
 vLLM itself (`fast_inference: true`, `fast_generate`, `load_lora`) is NOT run here: its wheel is far
-over the device's carry limit, so it stays covered by the contract tests (tests/test_unsloth_backend.py) only.
+over the device's carry limit, so it stays covered by the contract tests (tests/test_unsloth_*.py) only.
 
 Each backend runs in its own child process (Unsloth patches trl/transformers/peft at import, so a plain
 measurement must never share a process with it); a child that dies is restarted for the cases it had
@@ -70,7 +70,7 @@ ANCHOR = {
                   "gap left without vLLM and long context",
 }
 NOT_COVERED = ("vLLM is not run by this check: fast_inference: true, model.fast_generate and model.load_lora are "
-               "covered by the contract tests only (tests/test_unsloth_backend.py, a recording fake bound to the "
+               "covered by the contract tests only (tests/test_unsloth_*.py, a recording fake bound to the "
                "real signatures); vLLM's wheel is far over the device's 64 MiB carry limit.")
 
 # Wall-clock caps per child (seconds) on the GPU; the whole run also keeps inside --budget-s.

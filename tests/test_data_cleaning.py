@@ -1,0 +1,178 @@
+"""pipeline.data.prepare with the real Qwen2.5 tokenizer, offline: cleaning, rejections, the sample end to end,
+the report."""
+
+import unicodedata
+
+import pytest
+
+from pipeline.config import DEFAULT_SYSTEM_PROMPT, ConfigError, PipelineConfig
+from pipeline.data.prepare import DataError, prepare_dataset
+from pipeline.data.clean import REJECT_REASONS, clean_text
+from pipeline.data.prompts import build_prompt, round_up
+from rewards import extract_hash_answer
+from tests.data_helpers import assert_counts_add_up, make_cfg, sample_rows, write_jsonl
+
+
+# ---------------------------------------------------------------------------------------------
+# Cleaning and rejections
+# ---------------------------------------------------------------------------------------------
+
+
+def test_clean_text_strips_bom_normalises_newlines_and_nfc():
+    decomposed = "Jose\u0301 pays 5\u20ac"
+    assert unicodedata.normalize("NFC", decomposed) != decomposed
+    cleaned = clean_text("\ufeff  " + decomposed + "\r\nline two\rline three\r\n ")
+    assert cleaned == "Jos\u00e9 pays 5\u20ac\nline two\nline three"
+    assert unicodedata.is_normalized("NFC", cleaned)
+
+
+def test_jsonl_with_bom_crlf_and_decomposed_accents_is_cleaned(qwen_tokenizer, tmp_path):
+    rows = [
+        {"question": "\ufeffRen\u0065\u0301e has 3 apples.\r\nShe eats 1. How many are left?\r",
+         "answer": "#### 2\r\n"},
+        {"question": "Bob has 4 pens.\rHe loses 1. How many now?", "answer": "3"},
+    ]
+    path = write_jsonl(tmp_path / "bom.jsonl", rows, newline="\r\n", bom=True)
+    data = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer)
+    questions = [prompt[-1]["content"] for prompt in data.dataset["prompt"]]
+    assert questions == ["Ren\u00e9e has 3 apples.\nShe eats 1. How many are left?",
+                         "Bob has 4 pens.\nHe loses 1. How many now?"]
+    assert data.dataset["answer"] == ["2", "3"]
+    assert data.dataset["prompt"][0][0] == {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
+
+
+def test_csv_with_bom_header_crlf_and_numeric_answers(qwen_tokenizer, tmp_path):
+    path = tmp_path / "data.csv"
+    path.write_bytes("\ufeffquestion,answer\r\n\"Two\r\nlines?\",42\r\nNA,#### 答案：7\r\n".encode("utf-8"))
+    data = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer)
+    assert [p[-1]["content"] for p in data.dataset["prompt"]] == ["Two\nlines?", "NA"]
+    assert data.dataset["answer"] == ["42", "7"]  # text as written: no 42.0, "NA" is not a missing value
+
+
+def test_parquet_with_bom_in_column_name(qwen_tokenizer, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "data.parquet"
+    pq.write_table(pa.table({"\ufeffproblem": ["What is 6 x 7?"], "solution": ["6 x 7 = 42\n#### 42"]}), path)
+    cfg = make_cfg(tmp_path, dataset_name=str(path), question_field="problem", answer_field="solution")
+    data = prepare_dataset(cfg, qwen_tokenizer)
+    assert data.dataset["answer"] == ["42"] and data.dataset["id"] == ["train-0"]
+
+
+def test_every_rejection_reason_is_reported_with_ids(qwen_tokenizer, tmp_path):
+    long_question = "How many? " + "very " * 300
+    rows = [
+        {"question": "What is 3 + 4?", "answer": "3 + 4 = 7\n#### 7"},           # 0 kept
+        {"question": None, "answer": "1"},                                        # 1 missing_question
+        {"answer": "1"},                                                          # 2 missing_question (no key)
+        {"question": " \r\n\ufeff ", "answer": "1"},                              # 3 empty_question
+        {"question": ["a", "list"], "answer": "1"},                               # 4 non_string_field
+        {"question": "What is 5 + 5?", "answer": {"value": 10}},                  # 5 non_string_field
+        {"question": "What is 2 + 2?", "answer": None},                           # 6 missing_answer
+        {"question": "What is 2 + 3?", "answer": "  "},                           # 7 missing_answer
+        {"question": "What is 9 - 1?", "answer": "The answer follows.\n#### "},   # 8 unparseable_answer
+        {"question": "What is 3 + 4?", "answer": "#### 7"},                       # 9 duplicate of 0
+        {"question": long_question, "answer": "#### 1"},                          # 10 prompt_too_long
+        {"question": "What is 10 x 10?", "answer": 100},                          # 11 kept (number answer)
+        {"question": "一共多少个？", "answer": "#### 答案：2,400"},                  # 12 kept
+    ]
+    path = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    data = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path), max_prompt_length="128"), qwen_tokenizer)
+    report = data.report
+    got = {reason: info["ids"] for reason, info in report["rows_rejected"].items()}
+    assert got == {
+        "missing_question": ["train-1", "train-2"],
+        "empty_question": ["train-3"],
+        "non_string_field": ["train-4", "train-5"],
+        "missing_answer": ["train-6", "train-7"],
+        "unparseable_answer": ["train-8"],
+        "duplicate": ["train-9"],
+        "prompt_too_long": ["train-10"],
+    }
+    assert set(got) == set(REJECT_REASONS)
+    assert data.dataset["id"] == ["train-0", "train-11", "train-12"]
+    assert data.dataset["answer"] == ["7", "100", "2400"]
+    assert (report["rows_in"], report["rows_kept"], report["rows_rejected_total"]) == (13, 3, 10)
+    assert_counts_add_up(report)
+
+
+def test_strict_turns_rejections_into_an_error_with_counts(qwen_tokenizer, tmp_path):
+    rows = [{"question": "Q?", "answer": "#### 1"}, {"question": "", "answer": "2"}, {"question": "Q?", "answer": "1"}]
+    path = write_jsonl(tmp_path / "few.jsonl", rows)
+    with pytest.raises(DataError, match="strict") as err:
+        prepare_dataset(make_cfg(tmp_path, dataset_name=str(path), strict=True), qwen_tokenizer)
+    assert "empty_question: 1" in str(err.value) and "duplicate: 1" in str(err.value)
+    assert err.value.report["status"] == "error"
+    # The same data without strict: kept, with the drops reported; and strict on clean data passes.
+    assert prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer).report["rows_kept"] == 1
+    assert prepare_dataset(make_cfg(tmp_path, strict=True), qwen_tokenizer).report["rows_kept"] == 50
+
+
+def test_nothing_usable_is_an_error_not_an_empty_dataset(qwen_tokenizer, tmp_path):
+    path = write_jsonl(tmp_path / "bad.jsonl", [{"question": "", "answer": "1"}, {"question": "Q", "answer": None}])
+    with pytest.raises(DataError, match="no rows left"):
+        prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer)
+
+
+def test_missing_column_names_the_field_and_lists_columns(qwen_tokenizer, tmp_path):
+    path = write_jsonl(tmp_path / "cols.jsonl", [{"problem": "Q", "answer": "1"}])
+    with pytest.raises(ConfigError, match="'problem'") as err:
+        prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer)
+    assert err.value.field == "question_field"
+
+
+def test_single_file_has_only_a_train_split(qwen_tokenizer, tmp_path):
+    with pytest.raises(ConfigError, match="single file") as err:
+        prepare_dataset(make_cfg(tmp_path), qwen_tokenizer, split="test")
+    assert err.value.field == "dataset_split"
+
+
+def test_missing_local_file_is_a_config_error(qwen_tokenizer, tmp_path):
+    with pytest.raises(ConfigError, match="does not exist") as err:
+        prepare_dataset(make_cfg(tmp_path, dataset_name=str(tmp_path / "nope.jsonl")), qwen_tokenizer)
+    assert err.value.field == "dataset_name"
+
+
+# ---------------------------------------------------------------------------------------------
+# The sample end to end, max_samples, report file
+# ---------------------------------------------------------------------------------------------
+
+
+def test_sample_as_chat_prompts_with_extracted_answers(qwen_tokenizer, tmp_path):
+    data = prepare_dataset(make_cfg(tmp_path, system_prompt="Answer with a number."), qwen_tokenizer)
+    raw = sample_rows()
+    assert data.dataset.column_names == ["prompt", "answer", "id", "prompt_tokens"]
+    assert data.dataset["answer"] == [extract_hash_answer(row["answer"]) for row in raw]
+    assert data.dataset[0]["prompt"] == build_prompt("Answer with a number.", raw[0]["question"])
+    assert "2400" in data.dataset["answer"]  # "#### 答案：2400"
+    assert (data.report["rows_in"], data.report["rows_kept"], data.report["rows_rejected_total"]) == (50, 50, 0)
+    assert data.report["source"]["kind"] == "sample" and len(data.fingerprint) == 64
+
+
+def test_max_samples_keeps_the_first_rows_and_counts_the_rest(qwen_tokenizer, tmp_path):
+    data = prepare_dataset(make_cfg(tmp_path, max_samples=10), qwen_tokenizer)
+    assert data.dataset["id"] == [f"train-{i}" for i in range(10)]
+    assert data.report["rows_unused_max_samples"] == 40
+    assert data.max_prompt_length == round_up(max(data.dataset["prompt_tokens"]))
+    assert_counts_add_up(data.report)
+
+
+def test_demo_arithmetic_rows(qwen_tokenizer, tmp_path):
+    from pipeline.demo.task import arithmetic_problems, arithmetic_split_size
+
+    seed = PipelineConfig().grpo.seed
+    data = prepare_dataset(make_cfg(tmp_path, dataset_name="demo-arithmetic", max_samples=12), qwen_tokenizer)
+    expected = arithmetic_problems(12, seed=seed, split="train")
+    assert [p[-1]["content"] for p in data.dataset["prompt"]] == [e["question"] for e in expected]
+    assert data.dataset["answer"] == [e["answer"] for e in expected]
+    assert data.report["source"]["kind"] == "demo" and data.report["rows_in"] == 12
+
+    # max_samples is an upper bound: asking for more than the split holds gives the whole split.
+    size = arithmetic_split_size("test")
+    test = prepare_dataset(make_cfg(tmp_path, dataset_name="demo-arithmetic", max_samples=10_000), qwen_tokenizer,
+                           split="test")
+    assert test.report["rows_in"] == size and test.dataset["id"][0] == "test-0"
+    with pytest.raises(ConfigError) as err:
+        prepare_dataset(make_cfg(tmp_path, dataset_name="demo-arithmetic"), qwen_tokenizer, split="validation")
+    assert err.value.field == "dataset_split"
