@@ -53,13 +53,13 @@ def bootstrap(command: str, argv: list[str]) -> Optional[BackendChoice]:
 
 def _early_settings(command: str, argv: list[str]) -> tuple[BackendChoice, dict[str, Any]]:
     """The backend and the settings `import unsloth` depends on, as the command will resolve them later."""
-    requested = str(peek_option(argv, "backend", "auto"))
     if command == "train":
-        choice = choose_backend(requested, peek_fast_inference(argv))
+        choice = backend_choice(argv)
         if choice.name == "unsloth":
             argv = defaults_for(argv, choice)[0]  # the recipe the run will read
         return choice, {"vllm_standby": peek_option(argv, "vllm_standby", "auto"),
                         "fast_inference": choice.fast_inference}
+    requested = str(peek_option(argv, "backend", "auto"))
     trained = _trained_config(argv)  # generate / eval / export load a trained run with its own settings
     fast_inference = _truthy(trained.get("fast_inference", True))
     if command == "export":
@@ -103,6 +103,13 @@ def defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Opt
     from pipeline.demo.registry import cpu_demo_config
 
     return argv, cpu_demo_config(), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
+
+
+def backend_choice(argv: list[str]) -> BackendChoice:
+    """The backend a training config's options ask for (`backend`, `fast_inference`, from the command line or
+    the --config recipe), decided before TrlParser and without torch: `grpo train` (run, --help, --check),
+    `grpo data` and the bootstrap all ask this."""
+    return choose_backend(str(peek_option(argv, "backend", "auto")), peek_fast_inference(argv))
 
 
 def peek_fast_inference(argv: list[str]) -> bool:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import BackendChoice, choose_backend, load_backend
-from pipeline.bootstrap import defaults_for, peek_fast_inference
-from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, peek_option
+from pipeline.bootstrap import backend_choice, defaults_for
+from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED = 0, 2, 3, 130
 
@@ -63,7 +63,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     # config (for the resolved backend), output_dir, packages, GPU (a GPU recipe is never trained on CPU by
     # accident), model, data, resume: all before anything loads
     run_checks(cfg, choice=choice)
-    if "tensorboard" in cfg.grpo.report_to:
+    if "tensorboard" in cfg.grpo.reporters():
         from pipeline.preflight import tensorboard_hint
 
         _print(tensorboard_hint(cfg.grpo.output_dir))
@@ -255,7 +255,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return _print_help(argv)
     try:
         # `grpo` already prepared this backend before importing this module (pipeline/bootstrap.py).
-        choice = choose_backend(str(peek_option(argv, "backend", "auto")), peek_fast_inference(argv))
+        choice = backend_choice(argv)
         argv, base, note = defaults_for(argv, choice)
         if note:
             _print(note)
@@ -275,7 +275,7 @@ def _print_help(argv: list[str]) -> int:
     from pipeline.config import SECTIONS
 
     try:
-        choice = choose_backend(str(peek_option(argv, "backend", "auto")), peek_fast_inference(argv))
+        choice = backend_choice(argv)
         argv, base, _ = defaults_for([a for a in argv if a not in ("-h", "--help")], choice)
     except ConfigError:
         base, argv = None, []
@@ -311,8 +311,7 @@ def check_main(argv: list[str]) -> int:
     from pipeline.preflight import Check, as_json, run_checks
 
     try:
-        argv, base, note = defaults_for(argv, choose_backend(str(peek_option(argv, "backend", "auto")),
-                                                            peek_fast_inference(argv)))
+        argv, base, note = defaults_for(argv, backend_choice(argv))
         if note:
             print(f"[grpo] {note}", file=sys.stderr)
         results = run_checks(parse_config(argv, base=base), stop_at_first=False)

@@ -95,11 +95,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error or an unreadable
     data file (empty, not UTF-8, broken JSON).
     """
-    from pipeline.backends import choose_backend
-    from pipeline.config import parse_config, peek_option, validate
+    from pipeline.config import parse_config, validate
     from pipeline.preflight import check_model
     from pipeline.data.tokenizer import load_tokenizer
-    from pipeline.bootstrap import defaults_for
+    from pipeline.bootstrap import backend_choice, defaults_for
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
@@ -109,7 +108,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = [arg for arg in argv if arg != "--json"]  # our flag, not a config field: TrlParser would reject it
     try:
         # The same defaults as `grpo train`: offline (the CPU demo) on a machine without a GPU.
-        argv, base, note = defaults_for(argv, choose_backend(str(peek_option(argv, "backend", "auto"))))
+        argv, base, note = defaults_for(argv, backend_choice(argv))
     except ConfigError as err:
         print(f"grpo data: {err}", file=sys.stderr)
         return 2
