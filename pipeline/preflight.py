@@ -69,8 +69,7 @@ def check_output_dir(output_dir: str) -> str:
             + f"; {free_gib:.1f} GiB free there")
 
 
-def check_report_to(report_to: str, output_dir: str) -> str:
-    names = [r.strip() for r in str(report_to).split(",") if r.strip() and r.strip() != "none"]
+def check_report_to(names: list[str], output_dir: str) -> str:
     notes = []
     for name in names:
         module, fix = REPORTER_PACKAGES.get(name, (name, f"pip install {name}"))
@@ -191,7 +190,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         ("output_dir", lambda: check_output_dir(g.output_dir)),
-        ("packages", lambda: check_report_to(g.report_to, g.output_dir)),
+        ("packages", lambda: check_report_to(g.reporters(), g.output_dir)),
         ("gpu", lambda: check_gpu(cfg, choice)),
         ("model", lambda: check_model(cfg.model.model_name_or_path)),
         ("data", lambda: check_data(cfg)),

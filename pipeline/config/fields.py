@@ -235,6 +235,14 @@ class GRPOArguments:
     log_completions: bool = _help("TRL's completion table + parquet in output_dir/completions/.", default=False,
                                   trl=True)
 
+    def reporters(self) -> list[str]:
+        """`report_to` as a list of integration names, `none` left out.
+
+        >>> GRPOArguments(report_to="tensorboard, wandb").reporters(), GRPOArguments().reporters()
+        (['tensorboard', 'wandb'], [])
+        """
+        return [name.strip() for name in str(self.report_to).split(",") if name.strip() not in ("", "none")]
+
 
 @dataclass
 class GenerationArguments:

@@ -103,13 +103,12 @@ def grpo_training_args(cfg: PipelineConfig, backend, model, prepared, output_dir
     from pipeline.config import trl_training_args
     from pipeline.health.rules import HEALTH_TRAINING_ARGS
 
-    report_to = [r.strip() for r in cfg.grpo.report_to.split(",") if r.strip() and r.strip() != "none"]
     return trl.GRPOConfig(
         **trl_training_args(cfg),  # the fields declared with trl= in pipeline/config/fields.py, by TRL's names
         # What the run works out (not a config value as given):
         output_dir=str(output_dir),
         max_completion_length=prepared.max_completion_length,  # `auto` resolved from the data
-        report_to=report_to or "none",
+        report_to=cfg.grpo.reporters() or "none",
         reward_weights=reward_weights,  # + the health observer's 0
         gradient_checkpointing=cfg.lora.gradient_checkpointing and not on_cpu(),
         disable_tqdm=True,  # our RewardProgressCallback shows reward / KL / length instead
