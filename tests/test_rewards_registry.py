@@ -26,7 +26,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # --- registry ---------------------------------------------------------------------------------
 
 def test_registry_names_defaults_and_stable_dunder_names():
-    assert list(REWARD_FUNCS) == ["xmlcount", "soft_format", "strict_format", "int", "correctness"]
+    assert list(REWARD_FUNCS) == ["xmlcount", "soft_format", "strict_format", "int", "correctness",
+                                  "language_consistency"]
     assert DEFAULT_REWARDS == ["xmlcount", "soft_format", "strict_format", "int", "correctness"]
     assert DEFAULT_REWARD_WEIGHTS == [1.0] * 5
     names = [f.__name__ for f in get_reward_funcs(DEFAULT_REWARDS)]
