@@ -101,7 +101,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     from pipeline.data.prepare import prepare_dataset
     from pipeline.data.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+    tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
     prepared = prepare_dataset(cfg, tokenizer, report_dir=output_dir)
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
            f"max_completion_length={prepared.max_completion_length} (report: {prepared.report_path})")

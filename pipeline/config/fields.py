@@ -77,6 +77,11 @@ class ModelArguments:
         "Base model: a hub id, a local folder, or `tiny-demo` (the built-in CPU demo model).",
         default="unsloth/Qwen2.5-1.5B-Instruct",
     )
+    model_source: str = _help(
+        "hf | modelscope: where hub ids (the model, a hub dataset) are downloaded from. modelscope (ModelScope, "
+        "reachable in mainland China) needs pip install 'grpo-pipeline[modelscope]'.",
+        default="hf", choices=("hf", "modelscope"),
+    )
     backend: str = _help(
         "auto | unsloth | plain. auto: unsloth when CUDA and unsloth are usable (without vLLM, fast_inference "
         "false, when vllm is missing), else plain; a GPU recipe is refused rather than trained on CPU.",
