@@ -138,3 +138,27 @@ def test_the_bootstrap_hands_model_source_to_prepare_environment():
 
     _, settings = _early_settings("train", ["--backend", "plain", "--model_source", "modelscope"])
     assert settings["model_source"] == "modelscope"
+
+
+def test_grpo_env_says_which_hub_is_in_use_and_whether_each_answers(monkeypatch):
+    import contextlib
+
+    import env.hubs
+    from env.doctor import render_text
+    from env.report import collect_report
+
+    def connect(address, timeout):  # the network boundary: only the Hugging Face mirror answers
+        if address[0] != "hf-mirror.com":
+            raise OSError("unreachable")
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(env.hubs.socket, "create_connection", connect)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hf-mirror.com")
+    monkeypatch.setitem(sys.modules, "modelscope", None)
+    report = collect_report(model_source="modelscope")
+    rows = {row["source"]: row for row in report["hubs"]["sources"]}
+    assert report["hubs"]["in_use"] == "modelscope"
+    assert rows["hf"]["reachable"] and rows["hf"]["endpoint"] == "https://hf-mirror.com"
+    assert not rows["modelscope"]["reachable"] and rows["modelscope"]["install"] == env.hubs.MODELSCOPE_INSTALL
+    text = render_text(report)
+    assert "*modelscope" in text and "NOT reachable; not installed: pip install 'grpo-pipeline[modelscope]'" in text
