@@ -58,24 +58,23 @@ def require_modelscope() -> None:
 
 def download_model(model_id: str, revision: Optional[str] = None) -> str:
     """The local folder of a ModelScope model (downloaded once into MODELSCOPE_CACHE, then read from there)."""
-    require_modelscope()
-    from modelscope import snapshot_download
-
-    try:
-        return str(snapshot_download(model_id, revision=revision))
-    except Exception as err:
-        raise RuntimeError(_download_failed("model", model_id, err)) from err
+    return str(_download("snapshot_download", "model", model_id, revision))
 
 
 def download_dataset(dataset_id: str, revision: Optional[str] = None) -> Path:
     """The local folder of a ModelScope dataset repository (its data files, as uploaded)."""
+    return Path(_download("dataset_snapshot_download", "dataset", dataset_id, revision))
+
+
+def _download(function: str, what: str, repo_id: str, revision: Optional[str]) -> str:
+    """modelscope.<function>(repo_id, revision=...): the one call across the network boundary."""
     require_modelscope()
-    from modelscope import dataset_snapshot_download
+    import modelscope
 
     try:
-        return Path(dataset_snapshot_download(dataset_id, revision=revision))
+        return getattr(modelscope, function)(repo_id, revision=revision)
     except Exception as err:
-        raise RuntimeError(_download_failed("dataset", dataset_id, err)) from err
+        raise RuntimeError(_download_failed(what, repo_id, err)) from err
 
 
 def _download_failed(what: str, name: str, err: Exception) -> str:

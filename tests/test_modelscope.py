@@ -4,6 +4,7 @@ as they are."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import sys
@@ -35,9 +36,13 @@ def modelscope_hub(tmp_path, monkeypatch):
         (data_dir / f"{split}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
                                                  encoding="utf-8")
 
-    def serve(kind):
-        def download(repo_id=None, revision=None, cache_dir=None, **kwargs):  # modelscope's own signature, in part
-            calls.append((kind, repo_id, revision))
+    def serve(kind, real):
+        signature = inspect.signature(real)  # calls must fit the real function, or the stub refuses them
+
+        def download(*args, **kwargs):
+            arguments = signature.bind(*args, **kwargs).arguments
+            repo_id = arguments.get("model_id") or arguments.get("dataset_id") or arguments.get("repo_id")
+            calls.append((kind, repo_id, arguments.get("revision")))
             source = hub / kind / repo_id
             if not source.is_dir():
                 raise ValueError(f"{repo_id} not found on the (local) hub")
@@ -47,8 +52,9 @@ def modelscope_hub(tmp_path, monkeypatch):
             return str(target)
         return download
 
-    monkeypatch.setattr(modelscope, "snapshot_download", serve("models"))
-    monkeypatch.setattr(modelscope, "dataset_snapshot_download", serve("datasets"))
+    monkeypatch.setattr(modelscope, "snapshot_download", serve("models", modelscope.snapshot_download))
+    monkeypatch.setattr(modelscope, "dataset_snapshot_download",
+                        serve("datasets", modelscope.dataset_snapshot_download))
     return calls
 
 
