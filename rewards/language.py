@@ -124,9 +124,10 @@ def question_text(prompt: Any) -> Optional[str]:
 def language_consistency(completion: Optional[str], question: Optional[str]) -> float:
     """The score of one completion against its question (see the module's table).
 
-    >>> language_consistency("<reasoning>小明有 3 个苹果</reasoning><answer>3</answer>", "小明有几个苹果？")
+    >>> question = "小明有几个苹果？"
+    >>> language_consistency("<reasoning>小明有 3 个苹果</reasoning><answer>3</answer>", question)
     0.5
-    >>> language_consistency("<reasoning>Xiao Ming has 3 apples</reasoning><answer>3</answer>", "小明有几个苹果？")
+    >>> language_consistency("<reasoning>Xiao Ming has 3 apples</reasoning><answer>3</answer>", question)
     0.25
     """
     if completion is None:

@@ -97,7 +97,8 @@ def test_a_missing_dataset_names_the_id_and_the_fixes(modelscope_hub, tmp_path):
     from pipeline.data.sources import resolve_source
 
     cfg = PipelineConfig().replace(model_source="modelscope", dataset_name="nobody/none", dataset_config=None)
-    with pytest.raises(RuntimeError, match=r"(?s)could not download dataset 'nobody/none' from ModelScope.*network_turbo"):
+    with pytest.raises(RuntimeError,
+                       match=r"(?s)could not download dataset 'nobody/none' from ModelScope.*network_turbo"):
         resolve_source(cfg, "train", tmp_path / "cache").load()
 
 

@@ -43,7 +43,8 @@ def test_each_part_in_the_questions_language_earns_its_half(question, reasoning,
 
 def test_mixed_reasoning_scores_between_all_and_nothing():
     mixed = score(ZH_Q, format_completion(MIXED_REASONING, "8"))
-    assert score(ZH_Q, format_completion(EN_REASONING, "8")) < mixed < score(ZH_Q, format_completion(ZH_REASONING, "8"))
+    assert (score(ZH_Q, format_completion(EN_REASONING, "8")) < mixed
+            < score(ZH_Q, format_completion(ZH_REASONING, "8")))
     counts = script_counts(MIXED_REASONING)
     share = counts["cjk"] / (counts["cjk"] + counts["latin"])
     assert mixed == pytest.approx(LANGUAGE_REWARD * (min(1, share / LANGUAGE_THRESHOLD) + 1) / 2)

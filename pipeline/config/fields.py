@@ -92,7 +92,8 @@ class ModelArguments:
     dtype: str = _help("auto | bfloat16 | float16 | float32. auto: bf16 where the GPU supports it, else fp16.",
                        default="auto", choices=("auto", "bfloat16", "float16", "float32"))
     gpu_memory_utilization: str = _help(
-        "Share of GPU memory vLLM may take, or `auto` (picked from GPU memory and standby; see README).",
+        "Share of GPU memory vLLM may take, or `auto` (picked from GPU memory and standby: "
+        "pipeline/backends/gpu_settings.py).",
         default="auto",
     )
     fast_inference: bool = _help(
