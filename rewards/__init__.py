@@ -59,7 +59,6 @@ from rewards.registry import (
 )
 
 __all__ = [
-    "language_consistency_reward_func",
     "DEFAULT_REWARDS",
     "DEFAULT_REWARD_WEIGHTS",
     "REWARD_ALIASES",
@@ -73,6 +72,7 @@ __all__ = [
     "extract_xml_answer",
     "get_reward_funcs",
     "int_reward_func",
+    "language_consistency_reward_func",
     "normalize_answer",
     "numbers_match",
     "parse_answer",

@@ -110,6 +110,7 @@ def test_import_is_light():
 
 def test_public_names():
     for name in ("correctness_reward_func", "int_reward_func", "strict_format_reward_func",
+                 "language_consistency_reward_func",
                  "soft_format_reward_func", "xmlcount_reward_func", "extract_xml_answer", "extract_hash_answer",
                  "normalize_answer", "answers_match", "REWARD_FUNCS", "get_reward_funcs", "resolve_reward",
                  "DEFAULT_REWARDS", "DEFAULT_REWARD_WEIGHTS", "check_reward_weights"):
