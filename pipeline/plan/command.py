@@ -130,7 +130,8 @@ def recipe_table(cards: tuple[str, ...] = TABLE_CARDS) -> str:
         cells = []
         for name in cards:
             result = plan(cfg, card_by_name(name))
-            cells.append(f"{'fits' if result.fits else 'no'} ({result.peak_gib:.1f} GiB)")
+            word = ("fits?" if result.band_gib[1] > result.usable_gib else "fits") if result.fits else "no"
+            cells.append(f"{word} ({result.margin_gib:+.1f} GiB)")
         lines.append(f"| `configs/{recipe.name}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -111,3 +111,41 @@ def fitted_recipe(base: dict[str, Any], cfg: PipelineConfig, card: Card) -> tupl
         raise ConfigError("gpu", f"no single change makes this recipe fit {card.describe()}; plan a larger card "
                           "or a smaller model.")
     return {**base, **found[0].changes}, found[0].describe()
+
+
+REFUSE_RATIO = 1.5  # the `memory` check refuses only when the estimate is this far over: below, it warns
+
+
+def memory_check(cfg: PipelineConfig) -> str:
+    """The `memory` check of `grpo train --check` (pipeline/preflight.py).
+
+    Plans for gpu_memory_gb, else the visible GPU (nvidia-smi, no torch); with neither, or a model whose config
+    cannot be read offline, it says so and passes. Estimated not to fit: a warning naming the smallest change
+    that fits; estimated over REFUSE_RATIO x the usable memory (or vLLM unable to start): a ConfigError.
+    """
+    from pipeline.demo.registry import builtin_model
+    from pipeline.plan.cards import card_from_memory, live_card
+    from pipeline.plan.estimate import UNCERTAINTY
+
+    if builtin_model(cfg.model.model_name_or_path) is not None:
+        return "not estimated: a built-in CPU model"
+    card = card_from_memory(cfg.model.gpu_memory_gb) if cfg.model.gpu_memory_gb is not None else live_card()
+    if card is None:
+        return "not estimated: no GPU visible and no gpu_memory_gb (grpo plan --gpu NAME estimates for a card)"
+    try:
+        result = plan(cfg, card)
+    except ConfigError as err:
+        return f"not estimated: {err}"
+    summary = (f"estimated peak {result.peak_gib:.1f} GiB (±{UNCERTAINTY:.0%}) of {result.usable_gib:.1f} GiB usable "
+               f"on {card.name}")
+    if result.fits:
+        return f"{summary}, margin {result.margin_gib:+.1f} GiB"
+    found = suggestions(cfg, card)
+    fix = (f"smallest change that fits: {found[0].describe()} (all of them: grpo plan)" if found else
+           "no single change fits: a larger GPU or a smaller model (grpo plan shows the parts)")
+    if result.blocker or result.ratio > REFUSE_RATIO:
+        why = result.blocker or f"{result.ratio:.1f}x the usable memory"
+        field = next(iter(found[0].changes)) if found else "model_name_or_path"
+        raise ConfigError(field, f"{summary}: {why}, so the first step would run out of memory. {fix}. If you know "
+                          "the card has more free memory, set gpu_memory_gb to it.")
+    return f"warning: {summary}: does not fit by {-result.margin_gib:.1f} GiB; {fix}"
