@@ -17,7 +17,8 @@ from pipeline.plan import estimate as est
 from pipeline.plan.cards import CUDA_CONTEXT_GIB, GIB, KNOWN_CARDS, card_by_name, card_from_memory
 from pipeline.plan.command import RECIPES_DIR, main, recipe_table
 from pipeline.plan.fit import REFUSE_RATIO, memory_check, plan, suggestions
-from pipeline.plan.shape import ModelShape, ParamCounts, bundled_config_name, count_parameters, load_shape
+from pipeline.plan.bundled import bundled_config_name
+from pipeline.plan.shape import ModelShape, ParamCounts, count_parameters, load_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.plan.cards import KNOWN_CARDS, TABLE_CARDS, Card, card_by_name, card_from_memory, live_card
-from pipeline.plan.estimate import AUTO_PROMPT_TOKENS, UNCERTAINTY, Estimate, token_lengths
+from pipeline.plan.estimate import UNCERTAINTY, Estimate, token_lengths
 from pipeline.plan.fit import fitted_recipe, plan, suggestions
 from pipeline.plan.shape import count_parameters, load_shape
 
@@ -88,7 +88,7 @@ def render(cfg: PipelineConfig, result: Estimate, source: str) -> str:
     shape = load_shape(cfg.model.model_name_or_path)
     counts = count_parameters(shape)
     prompt, completion = token_lengths(cfg)
-    assumed = (f" (max_prompt_length auto: {AUTO_PROMPT_TOKENS} assumed; `grpo data` measures it)"
+    assumed = (f" (max_prompt_length auto: {prompt} assumed; `grpo data` measures it)"
                if str(cfg.data.max_prompt_length).strip().lower() == "auto" else "")
     lines = [
         f"grpo plan: {source} on {result.card.describe()}",

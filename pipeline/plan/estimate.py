@@ -104,10 +104,8 @@ def token_lengths(cfg: PipelineConfig) -> tuple[int, int]:
     seq = cfg.model.max_seq_length
     prompt = parse_limit(cfg.data.max_prompt_length, "max_prompt_length")
     completion = parse_limit(cfg.data.max_completion_length, "max_completion_length")
-    if prompt is None and completion is None:
-        prompt = min(AUTO_PROMPT_TOKENS, seq // 2)
-    if prompt is None:
-        prompt = max(1, seq - completion)
+    if prompt is None:  # the longest kept prompt, never past what the completion leaves
+        prompt = min(AUTO_PROMPT_TOKENS, seq // 2 if completion is None else max(1, seq - completion))
     if completion is None:
         completion = max(1, seq - prompt)
     return prompt, completion

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import atomic_write_text, cache_root
 from pipeline.config import ConfigError
+from pipeline.plan.bundled import bundled_config_name
 
 BUNDLED_CONFIGS = Path(__file__).resolve().parent.parent / "assets" / "model-configs"
 COUNT_CACHE_VERSION = 1
@@ -66,20 +66,6 @@ def shape_from_config(config: dict, name: str, source: str) -> ModelShape:
         raise ConfigError("model_name_or_path", f"{source}: config.json lacks or mangles {err}, which the memory "
                           "plan needs (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
                           "vocab_size). Point model_name_or_path at a decoder-only transformers model.") from None
-
-
-def bundled_config_name(model: str) -> Optional[str]:
-    """The bundled config for a Qwen2.5 name of any spelling (Qwen/..., unsloth/...-bnb-4bit, -Instruct).
-
-    >>> bundled_config_name("unsloth/Qwen2.5-1.5B-Instruct"), bundled_config_name("Qwen/Qwen2.5-7B")
-    ('qwen2.5-1.5b', 'qwen2.5-7b')
-    >>> bundled_config_name("Qwen/Qwen2.5-14B") is None
-    True
-    """
-    match = re.search(r"qwen2\.5-(0\.5|1\.5|3|7)b", model.lower())
-    if not match or "coder" in model.lower() or "math" in model.lower() or "vl" in model.lower().split("/")[-1]:
-        return None
-    return f"qwen2.5-{match.group(1)}b"
 
 
 def load_shape(model: str) -> ModelShape:
