@@ -326,3 +326,28 @@ def test_the_printed_uncertainty_covers_the_published_comparisons():
     rows = comparisons()
     assert all(row["source"] for row in rows)
     assert est.UNCERTAINTY >= largest_bounding_error(rows)
+
+
+def test_lora_on_lm_head_counts_its_adapter(tmp_path):
+    shape = load_shape("Qwen/Qwen2.5-0.5B")
+    counts = count_parameters(shape, cache_dir=tmp_path)
+    assert counts.linears["lm_head"] == [896, 151936, 1]
+    cfg = PipelineConfig().replace(backend="plain", lora_r=4, lora_target_modules=["lm_head"])
+    assert est.lora_parameters(cfg, counts) == 4 * (896 + 151936)
+
+
+def test_write_to_an_unwritable_place_is_one_message(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["--gpu", "T4", "--write", str(blocker / "fitted.yaml")]) == 2
+    assert "`write`" in capsys.readouterr().err
+
+
+def test_the_gpu_check_holds_the_estimate_against_the_measured_peak():
+    sys.path.insert(0, str(ROOT / "scripts" / "gpu_check"))
+    import run_check
+
+    near = run_check.planned_vs_measured({"planned_peak_gib": 2.6, "peak_vram_gib": 2.0})
+    far = run_check.planned_vs_measured({"planned_peak_gib": 3.0, "peak_vram_gib": 2.0})
+    assert near["holds"] is True and far["holds"] is False
+    assert run_check.planned_vs_measured(None)["holds"] is None

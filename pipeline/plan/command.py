@@ -143,7 +143,11 @@ def write_recipe(path: str, recipe: dict[str, Any]) -> Path:
 
     text = ("# Written by `grpo plan --write`: the recipe with the change that makes it fit.\n"
             + yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True))
-    return atomic_write_text(path, text)
+    try:
+        return atomic_write_text(path, text)
+    except OSError as err:
+        raise ConfigError("write", f"cannot write {Path(path).resolve()}: {err.strerror or err}. Choose a writable "
+                          "path, e.g. --write fitted.yaml") from None
 
 
 def base_mapping(rest: list[str], cfg: PipelineConfig) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from pipeline.config import ConfigError
 from pipeline.plan.bundled import bundled_config_name
 
 BUNDLED_CONFIGS = Path(__file__).resolve().parent.parent / "assets" / "model-configs"
-COUNT_CACHE_VERSION = 1
+COUNT_CACHE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class ParamCounts:
     embed: int  # input embeddings
     lm_head: int  # 0 when tied to the embeddings
     quantizable: int  # decoder nn.Linear weights: what bitsandbytes turns into NF4
-    # module short name (q_proj, ...) -> [in_features, out_features, how many]
+    # nn.Linear short name (q_proj, ..., lm_head) -> [in_features, out_features, how many]: what LoRA can adapt
     linears: dict[str, list[int]]
     # module short name -> parameters in all modules of that name (for lora_modules_to_save)
     by_module: dict[str, int]
@@ -173,8 +173,9 @@ def _count_on_meta(config: dict) -> ParamCounts:
         short = name.rsplit(".", 1)[-1]
         if short:
             by_module[short] = by_module.get(short, 0) + sum(p.numel() for p in module.parameters(recurse=True))
-        if isinstance(module, torch.nn.Linear) and module is not head_module:
-            quantizable += module.weight.numel()
+        if isinstance(module, torch.nn.Linear):
+            if module is not head_module:  # bitsandbytes leaves lm_head in 16-bit
+                quantizable += module.weight.numel()
             row = linears.setdefault(short, [module.in_features, module.out_features, 0])
             row[2] += 1
     total = sum(p.numel() for p in model.parameters())
