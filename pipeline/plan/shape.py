@@ -5,7 +5,8 @@ pipeline/assets/model-configs (so `grpo plan` works offline). Nothing is downloa
 
 The parameter counts come from the architecture itself: transformers builds the model from the config under
 accelerate's `init_empty_weights` (meta tensors, no memory), and we count what it holds. Importing torch and
-transformers takes seconds, so the counts are cached on disk by the config's content (<cache root>/plan).
+transformers takes seconds, so the counts are cached on disk by the config's content (<cache root>/plan), and
+the bundled configs' counts ship beside them (param-counts.json, rebuilt and compared by tests/test_plan.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pipeline.plan.bundled import bundled_config_name
 
 BUNDLED_CONFIGS = Path(__file__).resolve().parent.parent / "assets" / "model-configs"
 COUNT_CACHE_VERSION = 2
+SEEDED_COUNTS = BUNDLED_CONFIGS / "param-counts.json"  # config key -> ParamCounts of each bundled config
 
 
 @dataclass(frozen=True)
@@ -125,16 +127,29 @@ class ParamCounts:
         return self.total - self.quantizable
 
 
-def count_parameters(shape: ModelShape, cache_dir: Optional[Path] = None) -> ParamCounts:
-    """Build the architecture on the meta device and count (cached by config content)."""
-    key = hashlib.sha256(json.dumps({"v": COUNT_CACHE_VERSION, "config": shape.config}, sort_keys=True,
-                                    default=str).encode()).hexdigest()[:16]
+def counts_key(shape: ModelShape) -> str:
+    """The cache key of a config's counts: its content (and the counting code's version)."""
+    return hashlib.sha256(json.dumps({"v": COUNT_CACHE_VERSION, "config": shape.config}, sort_keys=True,
+                                     default=str).encode()).hexdigest()[:16]
+
+
+def count_parameters(shape: ModelShape, cache_dir: Optional[Path] = None, use_seeds: bool = True) -> ParamCounts:
+    """The real architecture's counts: from the cache (<cache root>/plan), else the counts shipped for the bundled
+    configs (SEEDED_COUNTS, checked against a meta-device build by tests/test_plan.py), else built on the meta
+    device (seconds: torch and transformers import) and cached."""
+    key = counts_key(shape)
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "plan"
     file = folder / f"params-{key}.json"
-    try:
-        return ParamCounts(**json.loads(file.read_text()))
-    except (OSError, ValueError, TypeError):
-        pass
+    for source in (file, SEEDED_COUNTS if use_seeds else None):
+        try:
+            loaded = json.loads(source.read_text()) if source else None
+        except (OSError, ValueError):
+            continue
+        entry = loaded.get(key) if source == SEEDED_COUNTS and isinstance(loaded, dict) else loaded
+        try:
+            return ParamCounts(**entry)
+        except TypeError:
+            continue
     counts = _count_on_meta(shape.config)
     try:
         folder.mkdir(parents=True, exist_ok=True)
