@@ -58,10 +58,12 @@ def _batch(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
 
 
 def _share(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
-    if backend_path(cfg) != "unsloth+vllm" or cfg.model.vllm_standby != "false":
-        return  # with standby Unsloth replaces the share with its own tier
-    for tenth in range(90, 14, -5):
-        yield {"gpu_memory_utilization": f"{tenth / 100:.2f}"}
+    if backend_path(cfg) != "unsloth+vllm":
+        return
+    # With standby Unsloth replaces the share with its own tier, so a smaller share means standby off.
+    standby_off = {} if cfg.model.vllm_standby == "false" else {"vllm_standby": "false"}
+    for hundredths in range(90, 14, -5):
+        yield {**standby_off, "gpu_memory_utilization": f"{hundredths / 100:.2f}"}
 
 
 def _standby(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:

@@ -15,7 +15,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from env.paths import atomic_write_text, cache_root
 from pipeline.config import ConfigError
