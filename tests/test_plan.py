@@ -168,6 +168,8 @@ def test_more_generations_longer_completions_bigger_batches_never_lower_the_esti
     bigger = tiny_cfg(**path, num_generations=groups, per_device_train_batch_size=2 * groups)
     smaller = tiny_cfg(**path, num_generations=groups, per_device_train_batch_size=groups)
     assert parts(bigger).peak_gib >= parts(smaller).peak_gib
+    # a larger LoRA rank (within max_lora_rank) never lowers it either
+    assert parts(tiny_cfg(**path, lora_r=64)).peak_gib >= parts(tiny_cfg(**path, lora_r=8)).peak_gib
 
 
 # ---------------------------------------------------------------------------- the bundled Qwen2.5 configs
