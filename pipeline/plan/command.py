@@ -136,12 +136,12 @@ def recipe_table(cards: tuple[str, ...] = TABLE_CARDS) -> str:
     return "\n".join(lines)
 
 
-def write_recipe(path: str, recipe: dict[str, Any]) -> Path:
+def write_recipe(path: str, recipe: dict[str, Any], how: str) -> Path:
     import yaml
 
     from env.paths import atomic_write_text
 
-    text = ("# Written by `grpo plan --write`: the recipe with the change that makes it fit.\n"
+    text = (f"# Written by `grpo plan --write`: {how}.\n"
             + yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True))
     try:
         return atomic_write_text(path, text)
@@ -204,7 +204,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                     print(f"  {s.describe()}")
         if flags.get("write"):
             recipe, how = fitted_recipe(base_mapping(rest, cfg), cfg, card)
-            written = write_recipe(flags["write"], recipe)
+            written = write_recipe(flags["write"], recipe, how)
             print(f"wrote {written} ({how}); train it with: grpo train --config {written}", file=sys.stderr)
             return 0
     except ConfigError as err:

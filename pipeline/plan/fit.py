@@ -23,7 +23,8 @@ class Suggestion:
 
     def describe(self) -> str:
         what = ", ".join(f"{key}: {value}" for key, value in self.changes.items())
-        return f"{what}  -> {self.estimate.peak_gib:.1f} GiB (margin {self.estimate.margin_gib:+.1f} GiB)"
+        close = ", inside the uncertainty" if self.estimate.band_gib[1] > self.estimate.usable_gib else ""
+        return f"{what}  -> {self.estimate.peak_gib:.1f} GiB (margin {self.estimate.margin_gib:+.1f} GiB{close})"
 
 
 def plan(cfg: PipelineConfig, card: Card) -> Estimate:
@@ -107,12 +108,12 @@ def fitted_recipe(base: dict[str, Any], cfg: PipelineConfig, card: Card) -> tupl
     when the recipe does not fit. Raises ConfigError when nothing single fits."""
     result = plan(cfg, card)
     if result.fits:
-        return dict(base), "fits as it is"
+        return dict(base), f"fits {card.name} as it is"
     found = suggestions(cfg, card)
     if not found:
         raise ConfigError("gpu", f"no single change makes this recipe fit {card.describe()}; plan a larger card "
                           "or a smaller model.")
-    return {**base, **found[0].changes}, found[0].describe()
+    return {**base, **found[0].changes}, f"changed to fit {card.name}: {found[0].describe()}"
 
 
 REFUSE_RATIO = 1.5  # the `memory` check refuses only when the estimate is this far over: below, it warns
