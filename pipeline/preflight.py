@@ -1,4 +1,4 @@
-"""Checks that run before anything heavy loads: config, output folder, packages, GPU, model, data, resume.
+"""Checks that run before anything heavy loads: config, output folder, packages, GPU, model, memory, data, resume.
 
 `grpo train` runs them all before the tokenizer and the model; the first failure ends the run with
 one message (exit 2). `grpo train --check` runs them all, prints one JSON object, and stops.
@@ -183,6 +183,13 @@ def check_gpu(cfg: PipelineConfig, choice: Any = None) -> str:
     return f"backend {choice.name} ({choice.reason})"
 
 
+def check_memory(cfg: PipelineConfig) -> str:
+    """Estimated peak GPU memory against the GPU (pipeline/plan): a warning when over, a refusal when far over."""
+    from pipeline.plan.fit import memory_check
+
+    return memory_check(cfg)
+
+
 def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> list[Check]:
     """Run every check in order. With `stop_at_first`, the first failure raises its error.
 
@@ -198,6 +205,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
                                         check_model_source(cfg.model.model_source)])),
         ("gpu", lambda: check_gpu(cfg, choice)),
         ("model", lambda: check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
+        ("memory", lambda: check_memory(cfg)),
         ("data", lambda: check_data(cfg)),
         ("resume", lambda: check_resume(g.resume, g.output_dir)),
     ]

@@ -61,8 +61,10 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     from pipeline.preflight import run_checks
 
     # config (for the resolved backend), output_dir, packages, GPU (a GPU recipe is never trained on CPU by
-    # accident), model, data, resume: all before anything loads
-    run_checks(cfg, choice=choice)
+    # accident), model, memory, data, resume: all before anything loads
+    for check in run_checks(cfg, choice=choice):
+        if check.name == "memory" and not check.message.startswith("not estimated"):
+            _print(f"memory: {check.message}")  # the estimate, or the warning that it may not fit
     if "tensorboard" in cfg.grpo.reporters():
         from pipeline.preflight import tensorboard_hint
 

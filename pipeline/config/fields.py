@@ -116,6 +116,10 @@ class ModelArguments:
     vllm_server_base_url: Optional[str] = _help("Plain backend, vllm_mode=server: URL of `trl vllm-serve`.",
                                                 default=None)
     trust_remote_code: bool = _help("Passed to from_pretrained. Qwen2.5 needs no remote code.", default=False)
+    gpu_memory_gb: Optional[float] = _help(
+        "GPU memory (GiB, nvidia-smi memory.total / 1024) that `grpo plan` and the `memory` check plan for; "
+        "None = the visible GPU's (read with nvidia-smi).", default=None, gt=0,
+    )
 
     def __post_init__(self) -> None:
         # A YAML `vllm_standby: true` arrives as a bool and `--vllm_standby True` as "True": both mean "true".
