@@ -294,8 +294,9 @@ def test_without_a_gpu_or_a_card_it_asks_for_one():
     assert done.returncode == 2 and "--gpu T4" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_the_committed_table_in_docs_gpu_md_is_what_grpo_plan_table_prints():
-    text = (ROOT / "docs" / "gpu.md").read_text()
+@pytest.mark.parametrize("page", ["docs/gpu.md", "README.md", "README.zh-CN.md"])
+def test_the_committed_table_is_what_grpo_plan_table_prints(page):
+    text = (ROOT / page).read_text(encoding="utf-8")
     start = text.index("<!-- grpo plan --table -->") + len("<!-- grpo plan --table -->")
     committed = text[start:text.index("<!-- end of grpo plan --table -->")].strip()
     assert committed == recipe_table()
