@@ -1,10 +1,15 @@
 """Checks that run before anything heavy loads: config, output folder, packages, GPU, model, data, resume.
 
-`grpo train` runs them all before the tokenizer and the model; the first failure ends the run with
-one message (exit 2). `grpo train --check` runs them all, prints one JSON object, and stops.
+`grpo train` runs them all before the model; the first failure ends the run with one message (exit 2).
+`grpo train --check` runs them all, prints one JSON object, and stops.
 
-Everything here is cheap: no torch, no model, no tokenizer, and at most one short network probe
-(only when the model is neither a local folder nor in the Hugging Face cache).
+The data check is the run's contract: `prepare_run_data` prepares everything the run will read (the
+training split, the eval set when eval_before/eval_after is on, the format warm-up's examples) with the
+tokenizer only, and the run calls the same function afterwards, which then loads the prepared data from
+the cache. So a passing check means the run cannot fail later for a data, eval or warm-up reason.
+
+Everything here is cheap: no torch, no model (the tokenizer only, for the data), and at most one short
+network probe (only when the model is neither a local folder nor in the Hugging Face cache).
 """
 
 from __future__ import annotations
@@ -135,18 +140,49 @@ def check_model(name: str) -> str:
     return f"{name}: will be downloaded from {endpoint}"
 
 
-def check_data(cfg: PipelineConfig) -> str:
-    """Read a local file's rows (empty, not UTF-8, broken JSON fail here); hub data is only located."""
-    from pipeline.data.cache import data_cache_root
-    from pipeline.data.sources import resolve_source
+@dataclass
+class RunData:
+    """What the run reads: the prepared training data and the held-out rows ([] when evaluation is off)."""
 
-    source = resolve_source(cfg, cfg.data.dataset_split, data_cache_root(cfg.data.data_cache_dir))
-    if source.kind == "file":
-        rows = source.load()
-        return f"{source.description['path']}: {len(rows.ids)} rows readable"
-    if source.kind == "hub":
-        return f"{cfg.data.dataset_name}: hub dataset (saved copy: {source.description['saved_copy']})"
-    return f"{cfg.data.dataset_name}: built in"
+    train: Any  # pipeline.data.prepare.PreparedData
+    eval_rows: list[dict[str, Any]]
+
+
+def prepare_run_data(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
+                     write_report: bool = True) -> RunData:
+    """Prepare every split the run uses and check the warm-up's needs; the one code path for the check and the run.
+
+    Raises ConfigError (naming the option), DataError or DataFileError; the prepared splits are cached, so
+    the run's second call loads them instead of preparing them again."""
+    from pipeline.data.prepare import prepare_dataset
+    from pipeline.infer.evaluate import load_eval_rows
+    from pipeline.trainer.warmup import warmup_examples
+
+    train = prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
+    evaluating = cfg.eval.eval_before or cfg.eval.eval_after
+    eval_rows = load_eval_rows(cfg, tokenizer, report_dir=report_dir, write_report=write_report) if evaluating else []
+    if cfg.health.sft_warmup_steps > 0:
+        warmup_examples(cfg, train)  # raises ConfigError(sft_warmup_steps) when there is nothing to teach from
+    return RunData(train, eval_rows)
+
+
+def check_data(cfg: PipelineConfig) -> str:
+    """Prepare the run's data with the tokenizer only (see prepare_run_data) and say what it holds."""
+    from pipeline.data.report import accounting_line
+    from pipeline.data.tokenizer import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as err:
+        raise ConfigError("model_name_or_path", f"the tokenizer of {cfg.model.model_name_or_path!r} could not "
+                          f"be loaded to check the data ({type(err).__name__}: {err}).") from None
+    data = prepare_run_data(cfg, tokenizer, write_report=False)
+    parts = [accounting_line(data.train.report)]
+    if cfg.eval.eval_before or cfg.eval.eval_after:
+        parts.append(f"eval set: {len(data.eval_rows)} problems")
+    return "; ".join(parts)
 
 
 def check_resume(resume: str, output_dir: str) -> str:
