@@ -148,41 +148,79 @@ class RunData:
     eval_rows: list[dict[str, Any]]
 
 
-def prepare_run_data(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
-                     write_report: bool = True) -> RunData:
-    """Prepare every split the run uses and check the warm-up's needs; the one code path for the check and the run.
-
-    Raises ConfigError (naming the option), DataError or DataFileError; the prepared splits are cached, so
-    the run's second call loads them instead of preparing them again."""
+# The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one.
+def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
     from pipeline.data.prepare import prepare_dataset
+
+    return prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
+
+
+def prepare_eval(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
+                 write_report: bool = True) -> list[dict[str, Any]]:
+    """The held-out rows when eval_before or eval_after is on, else []."""
+    if not (cfg.eval.eval_before or cfg.eval.eval_after):
+        return []
     from pipeline.infer.evaluate import load_eval_rows
+
+    return load_eval_rows(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
+
+
+def check_warmup(cfg: PipelineConfig, train: Any) -> str:
+    """The format warm-up's examples exist (ConfigError naming sft_warmup_steps otherwise)."""
+    if cfg.health.sft_warmup_steps <= 0:
+        return "no format warm-up (sft_warmup_steps: 0)"
     from pipeline.trainer.warmup import warmup_examples
 
-    train = prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
-    evaluating = cfg.eval.eval_before or cfg.eval.eval_after
-    eval_rows = load_eval_rows(cfg, tokenizer, report_dir=report_dir, write_report=write_report) if evaluating else []
-    if cfg.health.sft_warmup_steps > 0:
-        warmup_examples(cfg, train)  # raises ConfigError(sft_warmup_steps) when there is nothing to teach from
+    return f"format warm-up: {len(warmup_examples(cfg, train))} examples"
+
+
+def prepare_run_data(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
+                     write_report: bool = True) -> RunData:
+    """Prepare every split the run uses and check the warm-up's needs: the same steps as the check's.
+
+    Raises ConfigError (naming the option), DataError or DataFileError; the prepared splits are cached, so
+    the run's call after the check loads them instead of preparing them again."""
+    train = prepare_train(cfg, tokenizer, report_dir, write_report)
+    eval_rows = prepare_eval(cfg, tokenizer, report_dir, write_report)
+    check_warmup(cfg, train)
     return RunData(train, eval_rows)
 
 
-def check_data(cfg: PipelineConfig) -> str:
-    """Prepare the run's data with the tokenizer only (see prepare_run_data) and say what it holds."""
-    from pipeline.data.report import accounting_line
+def _data_tokenizer(cfg: PipelineConfig) -> Any:
     from pipeline.data.tokenizer import load_tokenizer
 
     try:
-        tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+        return load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
     except ConfigError:
         raise
     except (OSError, ValueError) as err:
         raise ConfigError("model_name_or_path", f"the tokenizer of {cfg.model.model_name_or_path!r} could not "
                           f"be loaded to check the data ({type(err).__name__}: {err}).") from None
-    data = prepare_run_data(cfg, tokenizer, write_report=False)
-    parts = [accounting_line(data.train.report)]
-    if cfg.eval.eval_before or cfg.eval.eval_after:
-        parts.append(f"eval set: {len(data.eval_rows)} problems")
-    return "; ".join(parts)
+
+
+def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
+    """The check's data steps (data, eval, warmup): prepare_run_data's steps, each reported on its own and
+    writing nothing outside the cache. A step whose input failed says so and fails too."""
+    from pipeline.data.report import accounting_line
+
+    done: dict[str, Any] = {}
+
+    def data() -> str:
+        done["tokenizer"] = _data_tokenizer(cfg)
+        done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)
+        return "train: " + accounting_line(done["train"].report)
+
+    def needs(key: str) -> Any:
+        if key not in done:
+            raise ConfigError("dataset_name", "not checked: the data check failed (see its message).")
+        return done[key]
+
+    def evaluation() -> str:
+        if not (cfg.eval.eval_before or cfg.eval.eval_after):
+            return "no evaluation (eval_before and eval_after are false)"
+        return f"eval set: {len(prepare_eval(cfg, needs('tokenizer'), write_report=False))} problems"
+
+    return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train")))]
 
 
 def check_resume(resume: str, output_dir: str) -> str:
@@ -229,7 +267,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("packages", lambda: check_report_to(g.reporters(), g.output_dir)),
         ("gpu", lambda: check_gpu(cfg, choice)),
         ("model", lambda: check_model(cfg.model.model_name_or_path)),
-        ("data", lambda: check_data(cfg)),
+        *data_checks(cfg),
         ("resume", lambda: check_resume(g.resume, g.output_dir)),
     ]
     results = []
