@@ -27,6 +27,7 @@ HF_ENDPOINT (e.g. https://hf-mirror.com on AutoDL) and HF_HOME; we never overrid
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -319,9 +320,13 @@ def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> An
         kwargs["encoding"] = "utf-8-sig"  # a BOM must not end up in the first column's name
         if suffix == ".tsv":
             kwargs["sep"] = "\t"
+    # `datasets` keys its own cache of a local file on path and mtime only: an edit that keeps both (a copy
+    # with `cp -p`, a restored backup, a second edit within the clock's tick) would be served stale. A cache
+    # folder per content identity closes that.
+    content = hashlib.sha256(json.dumps([local_file_identity(f) for f in files], sort_keys=True).encode()).hexdigest()
     try:
         return load_dataset(builder, data_files=[str(f) for f in files], split="train",
-                            cache_dir=str(cache_root / "hf-datasets"), **kwargs)
+                            cache_dir=str(cache_root / "hf-datasets" / content[:16]), **kwargs)
     except Exception as err:
         where = files[0] if len(files) == 1 else f"{files[0].parent} ({', '.join(f.name for f in files)})"
         raise DataFileError(
