@@ -189,8 +189,9 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
             report.update(fingerprint=key, cache_hit=False, cache_entry=str(entry))
             if error is None:
                 save_cached(entry, dataset, report)
-    unscorable = _unscorable_error(report, spec.answer_option) if error is None else None
-    error = error or unscorable
+    # First: when most answers are unreadable, the answer column is what to fix (even if no rows are left).
+    unscorable = _unscorable_error(report, spec.answer_option)
+    error = unscorable or error
 
     report["strict"] = bool(d.strict)
     if error is None and d.strict and report["rows_rejected_total"]:
