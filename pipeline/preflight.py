@@ -267,8 +267,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("packages", lambda: check_report_to(g.reporters(), g.output_dir)),
         ("gpu", lambda: check_gpu(cfg, choice)),
         ("model", lambda: check_model(cfg.model.model_name_or_path)),
-        *data_checks(cfg),
         ("resume", lambda: check_resume(g.resume, g.output_dir)),
+        *data_checks(cfg),  # last: they load the tokenizer and prepare the data
     ]
     results = []
     for name, step in steps:

@@ -115,12 +115,26 @@ def data_fields(cfg: Any) -> dict[str, Any]:
     return {
         "system_prompt": d.system_prompt,
         "keep_unscorable": d.keep_unscorable,
+        "answer_reader": answer_reader_version(),
         "max_prompt_length": parse_limit(d.max_prompt_length, "max_prompt_length"),
         "max_completion_length": parse_limit(d.max_completion_length, "max_completion_length"),
         "overlong_policy": d.overlong_policy,
         "max_samples": d.max_samples,
         "max_seq_length": cfg.model.max_seq_length,
     }
+
+
+def answer_reader_version() -> str:
+    """sha256 of the rewards package's code: which answers are scorable (and how GSM8K answers are reduced)
+    is its decision, so a change to it re-prepares the data instead of serving old decisions from the cache."""
+    import hashlib
+
+    import rewards
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(rewards.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 @contextlib.contextmanager
@@ -185,7 +199,7 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
             dataset, report = cached
             report["cache_hit"] = True
         else:
-            dataset, report, error = _build(cfg, tokenizer, source, budget, spec.split)
+            dataset, report, error = _build(cfg, tokenizer, source, budget, spec.split, spec.name_option)
             report.update(fingerprint=key, cache_hit=False, cache_entry=str(entry))
             if error is None:
                 save_cached(entry, dataset, report)
@@ -235,7 +249,7 @@ def _unscorable_error(report: dict[str, Any], answer_option: str) -> Optional[st
 
 
 def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
-           split: str) -> tuple[Any, dict[str, Any], Optional[str]]:
+           split: str, source_option: str = "dataset_name") -> tuple[Any, dict[str, Any], Optional[str]]:
     """Load, clean and measure; return (dataset or None, report, error message or None)."""
     from datasets import Dataset
 
@@ -275,8 +289,11 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
                  "those questions, or set overlong_policy: drop.")
     prompt_limit = completion_limit = None
     if not keep and error is None:
-        error = (f"no rows left: {len(raw.ids)} rows came in, {rejected.total} were rejected "
-                 f"({', '.join(f'{k}: {len(v)}' for k, v in rejected.ids_by_reason.items())}).")
+        hint = (f" The prompts are over the limit of {limit} tokens: raise max_seq_length (or max_prompt_length), "
+                "or use a model whose tokenizer needs fewer tokens for this text." if overlong else "")
+        error = (f"no rows left in {source.description.get('path') or source.description.get('name')} "
+                 f"({source_option}): {len(raw.ids)} rows came in, {rejected.total} were rejected "
+                 f"({', '.join(f'{k}: {len(v)}' for k, v in rejected.ids_by_reason.items())}).{hint}")
     if error is None:
         prompt_limit, completion_limit = budget.final_limits(max(kept_counts))
 
