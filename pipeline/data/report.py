@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.config import ConfigError
@@ -167,7 +168,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         Console().print(format_report(report))
         print(f"[grpo] data: {accounting_line(report)}")
         if eval_count is not None:
-            print(f"[grpo] eval set: {eval_count} problems (report: {EVAL_REPORT_NAME} beside it)")
+            print(f"[grpo] eval set: {eval_count} problems (report: {Path(report['report_path']).parent / EVAL_REPORT_NAME})")
     if error is not None:
         print(f"grpo data: {error}", file=sys.stderr)
         return 1
