@@ -18,6 +18,7 @@ import errno
 import importlib.util
 import os
 import socket
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -147,6 +148,21 @@ class RunData:
     train: Any  # pipeline.data.prepare.PreparedData
     eval_rows: list[dict[str, Any]]
 
+    def eval_overlap(self) -> list[str]:
+        """Ids of eval rows whose question is also a training question: their numbers measure memory."""
+        if not self.eval_rows:
+            return []
+        trained = {prompt[-1]["content"] for prompt in self.train.dataset["prompt"]}
+        return [row["id"] for row in self.eval_rows if row["prompt"][-1]["content"] in trained]
+
+    def overlap_warning(self) -> str:
+        ids = self.eval_overlap()
+        if not ids:
+            return ""
+        return (f"warning: {len(ids)} of {len(self.eval_rows)} eval problems are also training questions "
+                f"({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}); their before/after numbers measure "
+                "memory, not reasoning. Remove them from one of the two sources.")
+
 
 # The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one.
 def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
@@ -183,7 +199,10 @@ def prepare_run_data(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None
     train = prepare_train(cfg, tokenizer, report_dir, write_report)
     eval_rows = prepare_eval(cfg, tokenizer, report_dir, write_report)
     check_warmup(cfg, train)
-    return RunData(train, eval_rows)
+    data = RunData(train, eval_rows)
+    if write_report and data.overlap_warning():
+        print(f"[grpo] {data.overlap_warning()}", file=sys.stderr, flush=True)
+    return data
 
 
 def _data_tokenizer(cfg: PipelineConfig) -> Any:
@@ -218,7 +237,8 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
     def evaluation() -> str:
         if not (cfg.eval.eval_before or cfg.eval.eval_after):
             return "no evaluation (eval_before and eval_after are false)"
-        return f"eval set: {len(prepare_eval(cfg, needs('tokenizer'), write_report=False))} problems"
+        data = RunData(needs("train"), prepare_eval(cfg, needs("tokenizer"), write_report=False))
+        return "; ".join(filter(None, [f"eval set: {len(data.eval_rows)} problems", data.overlap_warning()]))
 
     return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train")))]
 

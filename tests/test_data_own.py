@@ -249,3 +249,16 @@ def test_a_hub_dataset_without_the_config_names_dataset_config(qwen_tokenizer, t
         prepare_dataset(make_cfg(tmp_path, eval_dataset_name="someone/math-set", eval_dataset_config="x"),
                         qwen_tokenizer, role="eval")
     assert err.value.field == "eval_dataset_config"
+
+
+def test_eval_problems_that_are_also_training_questions_are_named(qwen_tokenizer, tmp_path, capsys):
+    from pipeline.preflight import prepare_run_data
+
+    train = write_jsonl(tmp_path / "train.jsonl", rows(6))
+    held = write_jsonl(tmp_path / "held.jsonl", rows(8)[4:])  # rows 4, 5 are in train; 6, 7 are new
+    cfg = make_cfg(tmp_path, dataset_name=str(train), eval_dataset_name=str(held), eval_after=True)
+    data = prepare_run_data(cfg, qwen_tokenizer)
+    assert data.eval_overlap() == ["train-0", "train-1"]  # the held-out file's own row ids
+    assert "2 of 4 eval problems are also training questions" in capsys.readouterr().err
+    eval_check = next(c for c in run_checks(cfg, stop_at_first=False) if c.name == "eval")
+    assert eval_check.ok and "2 of 4 eval problems" in eval_check.message
