@@ -163,7 +163,7 @@ def bad_configs(tmp):
         "eval answer column": ({"dataset_name": str(plain), "eval_after": True, "eval_dataset_name": str(gsm),
                                 "eval_answer_field": "final"}, "eval_answer_field"),
         "eval answers unscorable": ({"dataset_name": str(plain), "eval_after": True,
-                                     "eval_dataset_name": str(words)}, "answer_field"),
+                                     "eval_dataset_name": str(words)}, "eval_answer_field"),
         "answers unscorable": ({"dataset_name": str(words)}, "answer_field"),
         "warm-up without solutions": ({"dataset_name": str(plain), "sft_warmup_steps": 3}, "sft_warmup_steps"),
         "prompt limit below the system prompt": ({"dataset_name": str(plain), "max_prompt_length": "8"},

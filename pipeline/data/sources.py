@@ -113,7 +113,9 @@ def source_spec(cfg: Any, role: str = "train", split: Optional[str] = None) -> S
     >>> from pipeline.config import PipelineConfig
     >>> spec = source_spec(PipelineConfig().replace(eval_dataset_name="t.csv", eval_answer_field="y"), "eval")
     >>> spec.name, spec.split_option, spec.answer_field, spec.answer_option, spec.question_option
-    ('t.csv', 'eval_split', 'y', 'eval_answer_field', 'question_field')
+    ('t.csv', 'eval_split', 'y', 'eval_answer_field', 'eval_question_field')
+    >>> source_spec(PipelineConfig(), "eval").question_option  # no eval set of its own: dataset_name's fields
+    'question_field'
     """
     d, e = cfg.data, cfg.eval
     if role == "train":
@@ -123,7 +125,8 @@ def source_spec(cfg: Any, role: str = "train", split: Optional[str] = None) -> S
     own = bool(e.eval_dataset_name)
 
     def pick(own_value: Optional[str], own_option: str, train_value: Any, train_option: str) -> tuple[Any, str]:
-        return (own_value, own_option) if own_value else (train_value, train_option)
+        # An eval set of its own is fixed through the eval_* options, even where it borrows a training value.
+        return (own_value or train_value, own_option) if own_value or own else (train_value, train_option)
 
     name, name_option = pick(e.eval_dataset_name, "eval_dataset_name", d.dataset_name, "dataset_name")
     question, question_option = pick(e.eval_question_field, "eval_question_field", d.question_field, "question_field")
