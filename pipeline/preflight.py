@@ -141,6 +141,10 @@ def check_model(name: str) -> str:
     return f"{name}: will be downloaded from {endpoint}"
 
 
+class NotChecked(ConfigError):
+    """A data step whose input (the tokenizer, the training data) failed its own check."""
+
+
 @dataclass
 class RunData:
     """What the run reads: the prepared training data and the held-out rows ([] when evaluation is off)."""
@@ -231,7 +235,7 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
 
     def needs(key: str) -> Any:
         if key not in done:
-            raise ConfigError("dataset_name", "not checked: the data check failed (see its message).")
+            raise NotChecked("dataset_name", "not checked: the data check failed (see its message).")
         return done[key]
 
     def evaluation() -> str:
@@ -274,7 +278,8 @@ def check_gpu(cfg: PipelineConfig, choice: Any = None) -> str:
 
 
 def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> list[Check]:
-    """Run every check in order. With `stop_at_first`, the first failure raises its error.
+    """Run every check in order. With `stop_at_first`, the first failure raises its error; a failing data step
+    (data, eval, warmup) raises after the other data steps ran, with their failures appended ("also: ...").
 
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
     from pipeline.data.prepare import DataError
@@ -290,14 +295,23 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("resume", lambda: check_resume(g.resume, g.output_dir)),
         *data_checks(cfg),  # last: they load the tokenizer and prepare the data
     ]
+    data_steps = {name for name, _ in data_checks(cfg)}
     results = []
+    failures: list[Exception] = []
     for name, step in steps:
         try:
             results.append(Check(name, True, str(step())))
         except (ConfigError, DataError, DataFileError, FileNotFoundError) as err:
-            if stop_at_first:
+            if stop_at_first and name not in data_steps:
                 raise
+            if stop_at_first:  # the data steps are all run, so one message says everything to fix in the data
+                failures.append(err)
             results.append(Check(name, False, str(err)))
+    if failures:
+        first, others = failures[0], [f for f in failures[1:] if not isinstance(f, NotChecked)]
+        if others:
+            first.args = (str(first) + "".join(f"\nalso: {other}" for other in others),)
+        raise first
     return results
 
 
