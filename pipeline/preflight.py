@@ -1,10 +1,15 @@
 """Checks that run before anything heavy loads: config, output folder, packages, GPU, model, memory, data, resume.
 
-`grpo train` runs them all before the tokenizer and the model; the first failure ends the run with
-one message (exit 2). `grpo train --check` runs them all, prints one JSON object, and stops.
+`grpo train` runs them all before the model; the first failure ends the run with one message (exit 2).
+`grpo train --check` runs them all, prints one JSON object, and stops.
 
-Everything here is cheap: no torch, no model, no tokenizer, and at most one short network probe
-(only when the model is neither a local folder nor in the Hugging Face cache).
+The data check is the run's contract: `prepare_run_data` prepares everything the run will read (the
+training split, the eval set when eval_before/eval_after is on, the format warm-up's examples) with the
+tokenizer only, and the run calls the same function afterwards, which then loads the prepared data from
+the cache. So a passing check means the run cannot fail later for a data, eval or warm-up reason.
+
+Everything here is cheap: no torch, no model (the tokenizer only, for the data), and at most one short
+network probe (only when the model is neither a local folder nor in the Hugging Face cache).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import errno
 import importlib.util
 import os
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -139,18 +145,110 @@ def check_model(name: str, source: str = "hf") -> str:
     return f"{name}: will be downloaded from {endpoint}"
 
 
-def check_data(cfg: PipelineConfig) -> str:
-    """Read a local file's rows (empty, not UTF-8, broken JSON fail here); hub data is only located."""
-    from pipeline.data.cache import data_cache_root
-    from pipeline.data.sources import resolve_source
+class NotChecked(ConfigError):
+    """A data step whose input (the tokenizer, the training data) failed its own check."""
 
-    source = resolve_source(cfg, cfg.data.dataset_split, data_cache_root(cfg.data.data_cache_dir))
-    if source.kind == "file":
-        rows = source.load()
-        return f"{source.description['path']}: {len(rows.ids)} rows readable"
-    if source.kind == "hub":
-        return f"{cfg.data.dataset_name}: hub dataset (saved copy: {source.description['saved_copy']})"
-    return f"{cfg.data.dataset_name}: built in"
+
+@dataclass
+class RunData:
+    """What the run reads: the prepared training data and the held-out rows ([] when evaluation is off)."""
+
+    train: Any  # pipeline.data.prepare.PreparedData
+    eval_rows: list[dict[str, Any]]
+
+    def eval_overlap(self) -> list[str]:
+        """Ids of eval rows whose question is also a training question: their numbers measure memory."""
+        if not self.eval_rows:
+            return []
+        trained = {prompt[-1]["content"] for prompt in self.train.dataset["prompt"]}
+        return [row["id"] for row in self.eval_rows if row["prompt"][-1]["content"] in trained]
+
+    def overlap_warning(self) -> str:
+        ids = self.eval_overlap()
+        if not ids:
+            return ""
+        return (f"warning: {len(ids)} of {len(self.eval_rows)} eval problems are also training questions "
+                f"({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}); their before/after numbers measure "
+                "memory, not reasoning. Remove them from one of the two sources.")
+
+
+# The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one.
+def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
+    from pipeline.data.prepare import prepare_dataset
+
+    return prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
+
+
+def prepare_eval(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
+                 write_report: bool = True) -> list[dict[str, Any]]:
+    """The held-out rows when eval_before or eval_after is on, else []."""
+    if not (cfg.eval.eval_before or cfg.eval.eval_after):
+        return []
+    from pipeline.infer.evaluate import load_eval_rows
+
+    return load_eval_rows(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
+
+
+def check_warmup(cfg: PipelineConfig, train: Any) -> str:
+    """The format warm-up's examples exist (ConfigError naming sft_warmup_steps otherwise)."""
+    if cfg.health.sft_warmup_steps <= 0:
+        return "no format warm-up (sft_warmup_steps: 0)"
+    from pipeline.trainer.warmup import warmup_examples
+
+    return f"format warm-up: {len(warmup_examples(cfg, train))} examples"
+
+
+def prepare_run_data(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
+                     write_report: bool = True) -> RunData:
+    """Prepare every split the run uses and check the warm-up's needs: the same steps as the check's.
+
+    Raises ConfigError (naming the option), DataError or DataFileError; the prepared splits are cached, so
+    the run's call after the check loads them instead of preparing them again."""
+    train = prepare_train(cfg, tokenizer, report_dir, write_report)
+    eval_rows = prepare_eval(cfg, tokenizer, report_dir, write_report)
+    check_warmup(cfg, train)
+    data = RunData(train, eval_rows)
+    if write_report and data.overlap_warning():
+        print(f"[grpo] {data.overlap_warning()}", file=sys.stderr, flush=True)
+    return data
+
+
+def _data_tokenizer(cfg: PipelineConfig) -> Any:
+    from pipeline.data.tokenizer import load_tokenizer
+
+    try:
+        return load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as err:
+        raise ConfigError("model_name_or_path", f"the tokenizer of {cfg.model.model_name_or_path!r} could not "
+                          f"be loaded to check the data ({type(err).__name__}: {err}).") from None
+
+
+def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
+    """The check's data steps (data, eval, warmup): prepare_run_data's steps, each reported on its own and
+    writing nothing outside the cache. A step whose input failed says so and fails too."""
+    from pipeline.data.report import accounting_line
+
+    done: dict[str, Any] = {}
+
+    def data() -> str:
+        done["tokenizer"] = _data_tokenizer(cfg)
+        done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)
+        return "train: " + accounting_line(done["train"].report)
+
+    def needs(key: str) -> Any:
+        if key not in done:
+            raise NotChecked("dataset_name", "not checked: the data check failed (see its message).")
+        return done[key]
+
+    def evaluation() -> str:
+        if not (cfg.eval.eval_before or cfg.eval.eval_after):
+            return "no evaluation (eval_before and eval_after are false)"
+        data = RunData(needs("train"), prepare_eval(cfg, needs("tokenizer"), write_report=False))
+        return "; ".join(filter(None, [f"eval set: {len(data.eval_rows)} problems", data.overlap_warning()]))
+
+    return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train")))]
 
 
 def check_resume(resume: str, output_dir: str) -> str:
@@ -191,7 +289,8 @@ def check_memory(cfg: PipelineConfig) -> str:
 
 
 def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> list[Check]:
-    """Run every check in order. With `stop_at_first`, the first failure raises its error.
+    """Run every check in order. With `stop_at_first`, the first failure raises its error; a failing data step
+    (data, eval, warmup) raises after the other data steps ran, with their failures appended ("also: ...").
 
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
     from pipeline.data.prepare import DataError
@@ -206,17 +305,26 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("gpu", lambda: check_gpu(cfg, choice)),
         ("model", lambda: check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: check_memory(cfg)),
-        ("data", lambda: check_data(cfg)),
         ("resume", lambda: check_resume(g.resume, g.output_dir)),
+        *data_checks(cfg),  # last: they load the tokenizer and prepare the data
     ]
+    data_steps = {name for name, _ in data_checks(cfg)}
     results = []
+    failures: list[Exception] = []
     for name, step in steps:
         try:
             results.append(Check(name, True, str(step())))
         except (ConfigError, DataError, DataFileError, FileNotFoundError) as err:
-            if stop_at_first:
+            if stop_at_first and name not in data_steps:
                 raise
+            if stop_at_first:  # the data steps are all run, so one message says everything to fix in the data
+                failures.append(err)
             results.append(Check(name, False, str(err)))
+    if failures:
+        first, others = failures[0], [f for f in failures[1:] if not isinstance(f, NotChecked)]
+        if others:
+            first.args = (str(first) + "".join(f"\nalso: {other}" for other in others),)
+        raise first
     return results
 
 

@@ -100,17 +100,18 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
             return finished
 
     # ---------------------------------------------------------------- data (tokenizer only)
-    from pipeline.data.prepare import prepare_dataset
+    from pipeline.data.report import accounting_line
     from pipeline.data.tokenizer import load_tokenizer
+    from pipeline.preflight import prepare_run_data
 
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
-    prepared = prepare_dataset(cfg, tokenizer, report_dir=output_dir)
+    # The same preparing as the data check's (train, eval set, warm-up needs); its cache makes this a load.
+    run_data = prepare_run_data(cfg, tokenizer, report_dir=output_dir)
+    prepared, eval_rows = run_data.train, run_data.eval_rows
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
            f"max_completion_length={prepared.max_completion_length} (report: {prepared.report_path})")
-    from pipeline.infer.evaluate import evaluate_rows, load_eval_rows
-
-    # Held-out rows are prepared now, so a bad eval source fails before the model loads.
-    eval_rows = load_eval_rows(cfg, tokenizer) if (cfg.eval.eval_before or cfg.eval.eval_after) else []
+    _print(f"data: {accounting_line(prepared.report)}")
+    from pipeline.infer.evaluate import evaluate_rows
 
     # ---------------------------------------------------------------- model
     model, tokenizer = backend.load_for_training(cfg)

@@ -42,7 +42,7 @@ No torch and no math_verify at import time: `import rewards` is cheap.
 """
 
 from rewards.completions import completion_text, completion_texts
-from rewards.correctness import correctness_reward_func, int_reward_func
+from rewards.correctness import correctness_reward_func, int_reward_func, reference_is_scorable
 from rewards.extract import extract_hash_answer, extract_xml_answer
 from rewards.format import soft_format_reward_func, strict_format_reward_func, xmlcount_reward_func
 from rewards.language import language_consistency_reward_func
@@ -68,6 +68,7 @@ __all__ = [
     "completion_text",
     "completion_texts",
     "correctness_reward_func",
+    "reference_is_scorable",
     "extract_hash_answer",
     "extract_xml_answer",
     "get_reward_funcs",

@@ -31,7 +31,7 @@ def correctness_reward_func(prompts: Any = None, completions: Any = None, answer
     |-------------------------------------------------------------------|--------|
     | answer equals reference after normalisation (numeric, tolerance, or math-verify) | 2.0 |
     | wrong, several different numbers ("5 or 18"), no/empty <answer> block, odd completion | 0.0 |
-    | reference None, empty, unreadable (>1,000 chars), or without a digit ("forty two") | None |
+    | reference not scorable (see `reference_is_scorable`): None, empty, unreadable (>1,000 chars), without a digit ("forty two"), or no one final answer ("18 or 20") | None |
 
     None tells TRL "cannot be judged": the sample is left out of this function's mean
     instead of teaching the model that a right answer was wrong. `answer` is the dataset
@@ -52,12 +52,26 @@ def correctness_reward_func(prompts: Any = None, completions: Any = None, answer
     rewards: list[float | None] = []
     with time_budget(SYMBOLIC_BUDGET_S):
         for text, reference in zip(texts, references):
-            parsed = parse_answer(reference)
-            if parsed is None or not any(ch.isdigit() for ch in parsed.cleaned):  # "forty two", "n/a"
+            if not reference_is_scorable(reference):  # "forty two", "n/a", "18 or 20"
                 rewards.append(None)
             else:
                 rewards.append(CORRECT_REWARD if answers_match(extract_xml_answer(text), reference) else 0.0)
     return rewards
+
+
+def reference_is_scorable(reference: Any) -> bool:
+    """True when `reference` reads as ONE final answer that a completion can be judged against: a number, or an
+    expression with a digit that math-verify compares. The one reading of a reference answer, for this reward
+    and for data preparation (pipeline/data/clean.py rejects the rows it refuses as `unscorable_answer`).
+
+    >>> [reference_is_scorable(r) for r in ("1,234", "$18", "3/4", "答案：18", "\\frac{1}{2}", "2x+1")]
+    [True, True, True, True, True, True]
+    >>> [reference_is_scorable(r) for r in ("five and a half", "18 or 20", "maybe 18", "", None, "n/a")]
+    [False, False, False, False, False, False]
+    """
+    parsed = parse_answer(reference)
+    return (parsed is not None and parsed.kind in ("number", "expression")
+            and any(ch.isdigit() for ch in parsed.cleaned))
 
 
 def int_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:

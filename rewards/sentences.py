@@ -57,7 +57,8 @@ _HEDGE = re.compile(r"\b(?:or|either|maybe|perhaps|possibly|probably|unsure|gues
                     r"\b(?:could|might|may)\b|not\s+sure|或|还是|可能|也许|大概|但",
                     re.IGNORECASE)
 # Uncertainty about a single number ("Maybe 18.", "It could be 18."): not rewarded either.
-UNSURE = re.compile(r"\b(?:maybe|perhaps|possibly|probably|unsure|guess|at\s+(?:most|least)|up\s+to)\b|"
+UNSURE = re.compile(r"\b(?:maybe|perhaps|possibly|probably|unsure|guess|at\s+(?:most|least)|up\s+to|"
+                     r"i\s+think|i\s+believe|not\s+certain)\b|"
                      r"(?<!that )(?<!which )(?<!who )"
                      r"\b(?:could|might|may)\b|not\s+sure|可能|也许|大概", re.IGNORECASE)
 # A sentence that opens with one of these concludes, so with one number and no cue it still

@@ -76,6 +76,7 @@ def test_every_rejection_reason_is_reported_with_ids(qwen_tokenizer, tmp_path):
         {"question": long_question, "answer": "#### 1"},                          # 10 prompt_too_long
         {"question": "What is 10 x 10?", "answer": 100},                          # 11 kept (number answer)
         {"question": "一共多少个？", "answer": "#### 答案：2,400"},                  # 12 kept
+        {"question": "How many apples?", "answer": "five and a half"},            # 13 unscorable_answer
     ]
     path = write_jsonl(tmp_path / "mixed.jsonl", rows)
     data = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path), max_prompt_length="128"), qwen_tokenizer)
@@ -87,13 +88,14 @@ def test_every_rejection_reason_is_reported_with_ids(qwen_tokenizer, tmp_path):
         "non_string_field": ["train-4", "train-5"],
         "missing_answer": ["train-6", "train-7"],
         "unparseable_answer": ["train-8"],
+        "unscorable_answer": ["train-13"],
         "duplicate": ["train-9"],
         "prompt_too_long": ["train-10"],
     }
     assert set(got) == set(REJECT_REASONS)
     assert data.dataset["id"] == ["train-0", "train-11", "train-12"]
     assert data.dataset["answer"] == ["7", "100", "2400"]
-    assert (report["rows_in"], report["rows_kept"], report["rows_rejected_total"]) == (13, 3, 10)
+    assert (report["rows_in"], report["rows_kept"], report["rows_rejected_total"]) == (14, 3, 11)
     assert_counts_add_up(report)
 
 
@@ -142,7 +144,8 @@ def test_missing_local_file_is_a_config_error(qwen_tokenizer, tmp_path):
 def test_sample_as_chat_prompts_with_extracted_answers(qwen_tokenizer, tmp_path):
     data = prepare_dataset(make_cfg(tmp_path, system_prompt="Answer with a number."), qwen_tokenizer)
     raw = sample_rows()
-    assert data.dataset.column_names == ["prompt", "answer", "id", "prompt_tokens"]
+    assert data.dataset.column_names == ["prompt", "answer", "id", "prompt_tokens", "solution"]
+    assert data.dataset["solution"][0] == "She makes 24 + 18 = 42 muffins.\nAfter selling 35, she has 42 - 35 = 7 muffins left."
     assert data.dataset["answer"] == [extract_hash_answer(row["answer"]) for row in raw]
     assert data.dataset[0]["prompt"] == build_prompt("Answer with a number.", raw[0]["question"])
     assert "2400" in data.dataset["answer"]  # "#### 答案：2400"

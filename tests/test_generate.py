@@ -239,3 +239,16 @@ def test_eval_of_the_demo_by_dataset_name_offline_writes_into_the_run_folder(tra
     assert (trained_run / "eval_base.json").is_file() and str(trained_run / "eval_base.json") in capsys.readouterr().out
     assert evaluate.main(["--base", "--model", "tiny-demo", "--data", "demo-arithmetic", "--limit", "4"]) == 2
     assert "--output" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_eval_reads_the_recipes_own_eval_set_and_a_data_file_whole(trained_run, tmp_path, capsys):
+    held = tmp_path / "held.csv"
+    held.write_text("problem,final\n3+4?,7\n1+2?,3\n5+1?,6\n", encoding="utf-8")
+    recipe = tmp_path / "own.yaml"
+    recipe.write_text(f"model_name_or_path: tiny-demo\ndataset_name: {tmp_path / 'absent-train.jsonl'}\n"
+                      f"eval_dataset_name: {held}\neval_question_field: problem\neval_answer_field: final\n")
+    out = tmp_path / "own.json"
+    assert evaluate.main(["--lora", str(trained_run / "lora"), "--data", str(recipe), "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["n"] == 3  # eval_split (test) does not apply to a single file
+    assert evaluate.main(["--lora", str(trained_run / "lora"), "--data", str(held), "--output", str(out)]) == 2
+    assert "eval_question_field" in capsys.readouterr().err  # the run's fields are question/answer

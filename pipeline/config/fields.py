@@ -146,16 +146,24 @@ class LoraArguments:
 @dataclass
 class DataArguments:
     dataset_name: str = _help(
-        "openai/gsm8k, a local .jsonl/.csv/.parquet file, `sample` (bundled 50 problems) or `demo-arithmetic`.",
+        "A hub dataset id (openai/gsm8k), a local .jsonl/.json/.csv/.tsv/.parquet file, a folder of them (splits "
+        "from file names) or of `save_to_disk`, `sample` (bundled 50 problems) or `demo-arithmetic`. docs/own-data.md.",
         default="openai/gsm8k",
     )
-    dataset_config: Optional[str] = _help("Hub dataset config (gsm8k: main).", default="main")
+    dataset_config: Optional[str] = _help("Hub dataset config (gsm8k: main); local paths ignore it.", default="main")
     dataset_revision: Optional[str] = _help("Hub dataset revision (commit/tag) for reproducible data.",
                                             default=None)
     dataset_split: str = _help("Split to train on.", default="train")
     question_field: str = _help("Column holding the question.", default="question")
     answer_field: str = _help("Column holding the answer (GSM8K `#### n` solutions or plain answers).",
                               default="answer")
+    solution_field: Optional[str] = _help(
+        "Column of worked solutions for the format warm-up (sft_warmup_steps); None: the text before a GSM8K "
+        "answer's `####`.", default=None)
+    keep_unscorable: bool = _help(
+        "Keep rows whose answer the correctness reward cannot read as one final answer (they teach nothing "
+        "with it); false rejects them as unscorable_answer. true for a reward of your own that reads them.",
+        default=False)
     system_prompt: str = _help("System message; the default is the notebook's <reasoning>/<answer> format.",
                                default=DEFAULT_SYSTEM_PROMPT)
     max_prompt_length: str = _help(
@@ -287,7 +295,16 @@ class HealthArguments:
 class EvalArguments:
     eval_before: bool = _help("Evaluate on held-out problems before training.", default=False)
     eval_after: bool = _help("Evaluate on held-out problems after training.", default=False)
-    eval_split: str = _help("Held-out split (gsm8k: test).", default="test")
+    eval_dataset_name: Optional[str] = _help(
+        "Held-out problems for eval_before/eval_after and `grpo eval --config`, as dataset_name takes them (a "
+        "single file is used whole); None: eval_split of dataset_name.", default=None)
+    eval_dataset_config: Optional[str] = _help("Hub config of eval_dataset_name; None: dataset_config.",
+                                               default=None)
+    eval_question_field: Optional[str] = _help("Question column of the eval set; None: question_field.",
+                                               default=None)
+    eval_answer_field: Optional[str] = _help("Answer column of the eval set; None: answer_field.", default=None)
+    eval_split: str = _help("Held-out split of the eval source when it has several (gsm8k: test).",
+                            default="test")
     eval_limit: int = _help("Number of held-out problems.", default=100, ge=1)
 
 

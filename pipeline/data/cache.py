@@ -1,7 +1,7 @@
 """Cache of prepared datasets, keyed by a fingerprint of everything that shapes them.
 
-The key covers the source (hub name/config/split/revision, or a local file's path, size,
-mtime and, for files up to 64 MiB, content hash), the tokenizer (name, vocab size, special
+The key covers the source (hub name/config/split/revision, or a local file's or folder's files: path,
+size, mtime and, for files up to 64 MiB, content hash), the tokenizer (name, vocab size, special
 tokens, chat template), the data fields of the config, and this code's format version. A
 second run with the same key loads the saved Arrow files and tokenizes nothing.
 """
@@ -16,7 +16,7 @@ from typing import Any, Optional
 from env.paths import cache_root, publish_once
 
 # Bump when the prepared columns or the cleaning rules change, so old caches are not reused.
-DATA_FORMAT_VERSION = 1
+DATA_FORMAT_VERSION = 2
 # Files up to this size are hashed for the fingerprint (GSM8K train as JSONL is ~4 MB).
 CONTENT_HASH_MAX_BYTES = 64 * 1024 * 1024
 REPORT_IN_CACHE = "report.json"
@@ -46,6 +46,15 @@ def local_file_identity(path: Path) -> dict[str, Any]:
     if stat.st_size <= CONTENT_HASH_MAX_BYTES:
         identity["sha256"] = file_sha256(path)
     return identity
+
+
+def local_tree_identity(folder: Path) -> dict[str, Any]:
+    """A folder's identity: every file under it (name order, hidden ones too) as `local_file_identity`, so
+    editing, adding or removing any file changes the fingerprint."""
+    folder = folder.resolve()
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return {"path": str(folder),
+            "files": [{**local_file_identity(p), "path": p.relative_to(folder).as_posix()} for p in files]}
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:

@@ -8,6 +8,8 @@ row ids into data_report.json. The reason codes:
     non_string_field    question is not text, or answer is not text or a number
     missing_answer      answer is null / absent / empty after cleaning
     unparseable_answer  answer has a GSM8K `####` marker with nothing readable after it
+    unscorable_answer   the correctness reward cannot read the answer as one final answer ("five and a
+                        half", "18 or 20"): the prompt would give no learning signal (keep_unscorable keeps it)
     duplicate           same cleaned question and answer as an earlier row (the first is kept)
     prompt_too_long     (set later, by the length check) over max_prompt_length
 
@@ -17,12 +19,16 @@ This module is pure Python (no tokenizer, no datasets).
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 from rewards.extract import GSM8K_MARKER
+
 BOM = "\ufeff"
+# GSM8K's calculator annotations inside worked solutions: "48/2 = <<48/2=24>>24".
+CALCULATOR_NOTE = re.compile(r"<<[^<>]*>>")
 
 REJECT_REASONS = (
     "missing_question",
@@ -30,6 +36,7 @@ REJECT_REASONS = (
     "non_string_field",
     "missing_answer",
     "unparseable_answer",
+    "unscorable_answer",
     "duplicate",
     "prompt_too_long",
 )
@@ -68,6 +75,8 @@ class CleanRow:
     id: str
     question: str
     answer: str
+    solution: str = ""  # worked solution for the format warm-up ("" when the row has none)
+    scorable: bool = True  # False only for rows kept by keep_unscorable
 
 
 @dataclass
@@ -75,6 +84,8 @@ class Rejections:
     """Rejected row ids by reason, in source order."""
 
     ids_by_reason: dict[str, list[str]] = field(default_factory=dict)
+    answers_checked: int = 0  # rows whose answer reached the scorability check
+    unscorable_kept: list[str] = field(default_factory=list)  # unscorable rows kept (keep_unscorable)
 
     def add(self, reason: str, row_id: str) -> None:
         assert reason in REJECT_REASONS, reason
@@ -111,16 +122,37 @@ def _answer_text(value: Any) -> Optional[str]:
     return None
 
 
+def worked_solution(value: Any, answer_text: str) -> str:
+    """The worked solution of a row: its solution_field value, else a GSM8K answer's text before `####`
+    (calculator notes `<<48/2=24>>` removed); "" when there is none.
+
+    >>> worked_solution(None, "She sold 48/2 = <<48/2=24>>24 clips.\\n#### 24")
+    'She sold 48/2 = 24 clips.'
+    >>> worked_solution("6*3=18", "18"), worked_solution(None, "18")
+    ('6*3=18', '')
+    """
+    if isinstance(value, str):
+        return clean_text(value)
+    if value is not None or GSM8K_MARKER not in answer_text:
+        return ""
+    return clean_text(CALCULATOR_NOTE.sub("", answer_text[:answer_text.rfind(GSM8K_MARKER)]))
+
+
 def clean_rows(
     questions: Iterable[Any],
     answers: Iterable[Any],
     ids: Iterable[str],
     extract_hash_answer: Callable[[str], Optional[str]],
+    solutions: Optional[Iterable[Any]] = None,
+    is_scorable: Optional[Callable[[str], bool]] = None,
+    keep_unscorable: bool = False,
 ) -> tuple[list[CleanRow], Rejections]:
     """Clean every row; return the usable rows (source order) and the rejected ids by reason.
 
     Answers holding the GSM8K `####` marker are reduced to the final answer by
-    `extract_hash_answer`; plain answers are kept as written (cleaned).
+    `extract_hash_answer`; plain answers are kept as written (cleaned). `is_scorable` (the correctness
+    reward's reader, rewards.reference_is_scorable) rejects answers it cannot read as `unscorable_answer`,
+    or, with `keep_unscorable`, keeps them and lists them in `Rejections.unscorable_kept`.
 
     >>> rows, rejected = clean_rows(["Q1", " ", None, "Q1"], ["#### 7", "1", "2", "#### 7"], ["a", "b", "c", "d"],
     ...                             lambda t: t.split("####")[1].strip() or None)
@@ -130,7 +162,9 @@ def clean_rows(
     kept: list[CleanRow] = []
     rejected = Rejections()
     seen: set[tuple[str, str]] = set()
-    for row_id, raw_question, answer in zip(ids, questions, answers, strict=True):
+    ids = list(ids)
+    solutions = list(solutions) if solutions is not None else [None] * len(ids)
+    for row_id, raw_question, answer, raw_solution in zip(ids, questions, answers, solutions, strict=True):
         if raw_question is None:
             rejected.add("missing_question", row_id)
             continue
@@ -152,12 +186,20 @@ def clean_rows(
         if not answer_text:
             rejected.add("missing_answer", row_id)
             continue
+        solution = worked_solution(raw_solution, answer_text)
         if GSM8K_MARKER in answer_text:
             final = extract_hash_answer(answer_text)
             if final is None or not str(final).strip():
                 rejected.add("unparseable_answer", row_id)
                 continue
             answer_text = str(final).strip()
+        scorable = True
+        if is_scorable is not None:
+            rejected.answers_checked += 1
+            scorable = is_scorable(answer_text)
+            if not scorable and not keep_unscorable:
+                rejected.add("unscorable_answer", row_id)
+                continue
         # Exact repeats (same question, same answer) only spend rollouts twice on one problem;
         # the first copy is kept and the rest are reported.
         key = (question, answer_text)
@@ -165,5 +207,8 @@ def clean_rows(
             rejected.add("duplicate", row_id)
             continue
         seen.add(key)
-        kept.append(CleanRow(id=row_id, question=question, answer=answer_text))
+        if not scorable:
+            rejected.unscorable_kept.append(row_id)
+        kept.append(CleanRow(id=row_id, question=question, answer=answer_text, solution=solution,
+                             scorable=scorable))
     return kept, rejected

@@ -7,9 +7,14 @@
 The steps, and the pitfall each one is there for:
 
 1. Load (sources.py): GSM8K from the hub via a saved copy that later runs read
-   offline; local JSONL/CSV/Parquet; the bundled sample; the CPU demo's arithmetic.
+   offline; local JSONL/JSON/CSV/Parquet files, folders of them, `save_to_disk` folders; the bundled
+   sample; the CPU demo's arithmetic. The eval set (role "eval") goes through the same steps.
 2. Clean (clean.py): BOM, CRLF, NFC, trimming; rows that cannot be used are rejected
-   with a reason code. GSM8K `#### 72` (and `#### 答案：72`) answers are reduced to `72`.
+   with a reason code. GSM8K `#### 72` (and `#### 答案：72`) answers are reduced to `72`, the text
+   before `####` kept as the worked solution (for the format warm-up). Every answer is read by the
+   correctness reward's own reader (rewards.reference_is_scorable): an answer it cannot read gives the
+   prompt no learning signal, so it is rejected (`unscorable_answer`), and a dataset that is mostly such
+   answers is refused, naming answer_field (keep_unscorable: true keeps them).
 3. Prompts are chat messages (system + user). The chat template must reproduce the system
    prompt verbatim, newlines included, or we refuse to start (the format rewards depend on it).
 4. Length (prompts.py): every prompt is rendered with the chat template and counted
@@ -49,11 +54,15 @@ from pipeline.data.prompts import (
     length_stats,
     system_prompt_tokens,
 )
-from pipeline.data.sources import DataSource, resolve_source
+from pipeline.data.sources import DataSource, resolve_source, source_spec
 
 REPORT_NAME = "data_report.json"
+EVAL_REPORT_NAME = "data_report_eval.json"
 # Rejected ids listed per reason in the report (the counts are always complete).
 MAX_IDS_PER_REASON = 20
+# Above this share of unscorable answers the answer column is most likely the wrong one (or not numeric):
+# refused, naming answer_field, instead of training on the few rows left.
+MAX_UNSCORABLE_SHARE = 0.5
 
 
 class DataError(ValueError):
@@ -67,9 +76,17 @@ class DataError(ValueError):
         self.report = report
 
 
+class UnscorableDataError(ConfigError):
+    """Most answers cannot be read by the correctness reward: the answer column is wrong (exit 2, naming it)."""
+
+    def __init__(self, field_name: str, message: str, report: dict[str, Any]):
+        super().__init__(field_name, message)
+        self.report = report
+
+
 @dataclass
 class PreparedData:
-    """A ready training set: columns prompt (chat messages), answer, id, prompt_tokens."""
+    """A ready training set: columns prompt (chat messages), answer, id, prompt_tokens, solution."""
 
     dataset: Any  # datasets.Dataset
     report: dict[str, Any]
@@ -79,29 +96,45 @@ class PreparedData:
     report_path: Optional[Path] = None
 
 
-def report_file_name(split: Optional[str]) -> str:
-    """data_report.json for the run's own data (no explicit split); data_report_<split>.json when a caller
-    asks for a split (evaluation), so the training report is never overwritten.
+def report_file_name(split: Optional[str], role: str = "train") -> str:
+    """data_report.json for the run's own data (no explicit split); data_report_eval.json for the eval set;
+    data_report_<split>.json when a caller asks for a split, so the training report is never overwritten.
 
-    >>> report_file_name(None), report_file_name("test")
-    ('data_report.json', 'data_report_test.json')
+    >>> report_file_name(None), report_file_name("test"), report_file_name(None, "eval")
+    ('data_report.json', 'data_report_test.json', 'data_report_eval.json')
     """
+    if role == "eval":
+        return EVAL_REPORT_NAME
     return REPORT_NAME if split is None else f"data_report_{split}.json"
 
 
 def data_fields(cfg: Any) -> dict[str, Any]:
-    """The config fields that change the prepared dataset (part of the cache fingerprint)."""
+    """The config fields that change the prepared dataset (part of the cache fingerprint; the columns read
+    are in the source's identity)."""
     d = cfg.data
     return {
         "system_prompt": d.system_prompt,
-        "question_field": d.question_field,
-        "answer_field": d.answer_field,
+        "keep_unscorable": d.keep_unscorable,
+        "answer_reader": answer_reader_version(),
         "max_prompt_length": parse_limit(d.max_prompt_length, "max_prompt_length"),
         "max_completion_length": parse_limit(d.max_completion_length, "max_completion_length"),
         "overlong_policy": d.overlong_policy,
         "max_samples": d.max_samples,
         "max_seq_length": cfg.model.max_seq_length,
     }
+
+
+def answer_reader_version() -> str:
+    """sha256 of the rewards package's code: which answers are scorable (and how GSM8K answers are reduced)
+    is its decision, so a change to it re-prepares the data instead of serving old decisions from the cache."""
+    import hashlib
+
+    import rewards
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(rewards.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 @contextlib.contextmanager
@@ -119,11 +152,14 @@ def _quiet_datasets() -> Iterator[None]:
 
 
 def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
-                    report_dir: Optional[str | Path] = None) -> PreparedData:
+                    report_dir: Optional[str | Path] = None, role: str = "train",
+                    write_report: bool = True) -> PreparedData:
     """Load, clean, length-check and cache one split; write data_report.json; return the dataset and limits.
 
-    `split` defaults to `dataset_split`; `report_dir` to `output_dir`. The report is
-    data_report.json, or data_report_<split>.json when `split` is given (see report_file_name).
+    `role` "train" reads dataset_name, "eval" the eval set (eval_dataset_name, else dataset_name's
+    eval_split; see sources.source_spec). `split` overrides the role's split; `report_dir` defaults to
+    `output_dir`. The report is data_report.json, data_report_eval.json or data_report_<split>.json (see
+    report_file_name); `write_report=False` (`grpo train --check`) writes nothing outside the cache.
     Raises ConfigError for settings that cannot work (naming the field) and DataError when rows
     must not be dropped (strict, overlong_policy=error) or none are left; the report is written
     first either way. `prompt_tokens` in the report covers every cleaned row; `max_kept` only
@@ -135,13 +171,13 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
     >>> cfg = PipelineConfig().replace(dataset_name="sample", data_cache_dir=tempfile.mkdtemp())
     >>> data = prepare_dataset(cfg, load_qwen_tokenizer(), report_dir=tempfile.mkdtemp())
     >>> data.report["rows_in"], data.report["rows_kept"], data.dataset.column_names
-    (50, 50, ['prompt', 'answer', 'id', 'prompt_tokens'])
+    (50, 50, ['prompt', 'answer', 'id', 'prompt_tokens', 'solution'])
     >>> data.max_prompt_length + data.max_completion_length == cfg.model.max_seq_length
     True
     """
     d = cfg.data
-    report_name = report_file_name(split)
-    split = split or d.dataset_split
+    report_name = report_file_name(split, role)
+    spec = source_spec(cfg, role, split)
     check_choices(d)  # overlong_policy; callers may come here without validate()
     budget = LengthBudget(
         max_seq_length=cfg.model.max_seq_length,
@@ -152,7 +188,7 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
     check_system_prompt_survives(tokenizer, d.system_prompt)
 
     cache_root = data_cache_root(d.data_cache_dir)
-    source = resolve_source(cfg, split, cache_root)
+    source = resolve_source(cfg, spec, cache_root)
     key = fingerprint(source.identity, tokenizer_identity(tokenizer), data_fields(cfg))
     entry = cache_root / key
 
@@ -163,10 +199,13 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
             dataset, report = cached
             report["cache_hit"] = True
         else:
-            dataset, report, error = _build(cfg, tokenizer, source, budget, split)
+            dataset, report, error = _build(cfg, tokenizer, source, budget, spec.split, spec.name_option)
             report.update(fingerprint=key, cache_hit=False, cache_entry=str(entry))
             if error is None:
                 save_cached(entry, dataset, report)
+    # First: when most answers are unreadable, the answer column is what to fix (even if no rows are left).
+    unscorable = _unscorable_error(report, spec.answer_option)
+    error = unscorable or error
 
     report["strict"] = bool(d.strict)
     if error is None and d.strict and report["rows_rejected_total"]:
@@ -177,25 +216,45 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
     report["status"] = "error" if error else "ok"
     report["error"] = error
 
-    report_path = Path(report_dir if report_dir is not None else cfg.grpo.output_dir) / report_name
-    from env.paths import atomic_write_json
+    report_path: Optional[Path] = None
+    if write_report:
+        report_path = Path(report_dir if report_dir is not None else cfg.grpo.output_dir) / report_name
+        from env.paths import atomic_write_json
 
-    atomic_write_json(report_path, report)
-    report["report_path"] = str(report_path)
+        atomic_write_json(report_path, report)
+        report["report_path"] = str(report_path)
+    where = f"\n(data report: {report_path})" if report_path else ""
+    if unscorable:
+        raise UnscorableDataError(spec.answer_option, f"{error}{where}", report)
     if error:
-        raise DataError(f"{error}\n(data report: {report_path})", report)
+        raise DataError(f"{error}{where}", report)
     limits = report["limits"]
     return PreparedData(dataset=dataset, report=report, max_prompt_length=limits["max_prompt_length"],
                         max_completion_length=limits["max_completion_length"], fingerprint=key,
                         report_path=report_path)
 
 
+def _unscorable_error(report: dict[str, Any], answer_option: str) -> Optional[str]:
+    """The refusal of a mostly-unscorable dataset (the answer column is most likely the wrong one)."""
+    info = report["rows_rejected"].get("unscorable_answer")
+    checked = report.get("answers_checked") or 0
+    if not info or not checked or info["count"] / checked <= MAX_UNSCORABLE_SHARE:
+        return None
+    examples = ", ".join(info["ids"][:5])
+    return (f"{info['count']} of {checked} answers ({info['count'] / checked:.0%}) cannot be read by the "
+            f"correctness reward as one final answer (unscorable_answer: {examples}, ...), so those prompts "
+            f"would teach nothing. Check {answer_option}: it must name the column of final answers (a number "
+            "such as 18, 1,234, $18, 3/4, 答案：18, or GSM8K's `... #### 18`). If a reward of your own reads "
+            "these answers, set keep_unscorable: true.")
+
+
 def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
-           split: str) -> tuple[Any, dict[str, Any], Optional[str]]:
+           split: str, source_option: str = "dataset_name") -> tuple[Any, dict[str, Any], Optional[str]]:
     """Load, clean and measure; return (dataset or None, report, error message or None)."""
     from datasets import Dataset
 
-    from rewards import extract_hash_answer  # lazy: the rewards package is only needed once rows exist
+    # lazy: the rewards package is only needed once rows exist
+    from rewards import extract_hash_answer, reference_is_scorable
 
     d = cfg.data
     started = time.perf_counter()
@@ -205,7 +264,8 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
 
     raw = source.load()
     loaded = time.perf_counter()
-    rows, rejected = clean_rows(raw.questions, raw.answers, raw.ids, extract_hash_answer)
+    rows, rejected = clean_rows(raw.questions, raw.answers, raw.ids, extract_hash_answer, solutions=raw.solutions,
+                                is_scorable=reference_is_scorable, keep_unscorable=d.keep_unscorable)
     cleaned = time.perf_counter()
     conversations = [build_prompt(d.system_prompt, row.question) for row in rows]
     lengths = count_prompt_tokens(tokenizer, conversations)
@@ -229,8 +289,11 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
                  "those questions, or set overlong_policy: drop.")
     prompt_limit = completion_limit = None
     if not keep and error is None:
-        error = (f"no rows left: {len(raw.ids)} rows came in, {rejected.total} were rejected "
-                 f"({', '.join(f'{k}: {len(v)}' for k, v in rejected.ids_by_reason.items())}).")
+        hint = (f" The prompts are over the limit of {limit} tokens: raise max_seq_length (or max_prompt_length), "
+                "or use a model whose tokenizer needs fewer tokens for this text." if overlong else "")
+        error = (f"no rows left in {source.description.get('path') or source.description.get('name')} "
+                 f"({source_option}): {len(raw.ids)} rows came in, {rejected.total} were rejected "
+                 f"({', '.join(f'{k}: {len(v)}' for k, v in rejected.ids_by_reason.items())}).{hint}")
     if error is None:
         prompt_limit, completion_limit = budget.final_limits(max(kept_counts))
 
@@ -243,6 +306,11 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
         "rows_rejected_total": rejected.total,
         "rows_rejected": rejected.summary(MAX_IDS_PER_REASON),
         "rows_unused_max_samples": unused,
+        # Unscorable share among the answers read (refused above MAX_UNSCORABLE_SHARE); kept ones are listed.
+        "answers_checked": rejected.answers_checked,
+        "unscorable_kept": {"count": len(rejected.unscorable_kept),
+                            "ids": rejected.unscorable_kept[:MAX_IDS_PER_REASON]},
+        "rows_with_solution": sum(1 for i in keep if rows[i].solution),
         "prompt_tokens": {**length_stats(lengths.counts), "max_kept": max(kept_counts, default=None)},
         "system_prompt_tokens": floor,
         "limits": {
@@ -271,6 +339,7 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
         "answer": [rows[i].answer for i in keep],
         "id": [rows[i].id for i in keep],
         "prompt_tokens": kept_counts,
+        "solution": [rows[i].solution for i in keep],
     })
     report["timing_s"]["total"] = round(time.perf_counter() - started, 3)
     return dataset, report, None

@@ -10,11 +10,33 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.config import ConfigError
-from pipeline.data.prepare import DataError, prepare_dataset
+from pipeline.data.prepare import EVAL_REPORT_NAME, DataError
 from pipeline.data.sources import DataFileError
+
+
+def accounting_line(report: dict[str, Any], ids_shown: int = 3) -> str:
+    """Rows in, kept, dropped by reason (with the first ids), for the console of `grpo train` and `grpo data`.
+
+    >>> accounting_line({"rows_in": 40, "rows_kept": 29, "rows_rejected_total": 11, "rows_unused_max_samples": 0,
+    ...                  "rows_rejected": {"prompt_too_long": {"count": 10, "ids": ["train-3", "train-5"]},
+    ...                                    "unscorable_answer": {"count": 1, "ids": ["train-9"]}}})
+    '40 rows in, 29 kept, 11 dropped: prompt_too_long 10 (train-3, train-5, ...), unscorable_answer 1 (train-9)'
+    """
+    line = f"{report['rows_in']} rows in, {report['rows_kept']} kept, {report['rows_rejected_total']} dropped"
+    reasons = [f"{reason} {info['count']} ({', '.join(info['ids'][:ids_shown])}"
+               f"{', ...' if info['count'] > ids_shown else ''})" for reason, info in report["rows_rejected"].items()]
+    if reasons:
+        line += ": " + ", ".join(reasons)
+    if report.get("rows_unused_max_samples"):
+        line += f"; {report['rows_unused_max_samples']} unused (max_samples)"
+    kept = (report.get("unscorable_kept") or {}).get("count")
+    if kept:
+        line += f"; {kept} unscorable answers kept (keep_unscorable)"
+    return line
 
 
 def format_report(report: dict[str, Any]) -> Any:
@@ -38,6 +60,9 @@ def format_report(report: dict[str, Any]) -> Any:
         rows.add_row(f"  {reason}", f"{info['count']}  ({', '.join(info['ids'][:5])}{more})")
     if report.get("rows_unused_max_samples"):
         rows.add_row("rows unused (max_samples)", str(report["rows_unused_max_samples"]))
+    kept = report.get("unscorable_kept") or {}
+    if kept.get("count"):
+        rows.add_row("unscorable kept (keep_unscorable)", f"{kept['count']}  ({', '.join(kept['ids'][:5])})")
 
     tokens = report["prompt_tokens"]
     lengths = Table(title="Prompt tokens (chat template + generation prompt)", title_justify="left")
@@ -72,7 +97,8 @@ tiny CPU demo elsewhere (offline). Names that need no network:
   --model_name_or_path bundled:qwen2.5         the real Qwen2.5 tokenizer (bundled; no model, no download)
 e.g. grpo data --config configs/qwen2.5-1.5b-gsm8k.yaml --dataset_name sample --model_name_or_path bundled:qwen2.5
 
-Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error."""
+Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error or unreadable
+data (a mostly unscorable answer column included). Sources, eval set, answers: docs/own-data.md."""
 
 
 def data_help_parser():
@@ -96,7 +122,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     data file (empty, not UTF-8, broken JSON).
     """
     from pipeline.config import parse_config, validate
-    from pipeline.preflight import check_model
+    from pipeline.preflight import check_model, prepare_run_data
     from pipeline.data.tokenizer import load_tokenizer
     from pipeline.bootstrap import backend_choice, defaults_for
 
@@ -115,6 +141,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if note and not as_json:
         print(f"grpo data: {note.replace('running', 'preparing the data of')}", file=sys.stderr)
     report: Optional[dict[str, Any]] = None
+    eval_count: Optional[int] = None
     error: Optional[Exception] = None
     try:
         cfg = parse_config(argv, base=base)
@@ -122,7 +149,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         check_model(cfg.model.model_name_or_path, cfg.model.model_source)  # only the tokenizer loads, from there
         tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code,
                                    source=cfg.model.model_source)
-        report = prepare_dataset(cfg, tokenizer).report
+        run_data = prepare_run_data(cfg, tokenizer)  # what `grpo train` prepares: train, eval set, warm-up needs
+        report = run_data.train.report
+        eval_count = len(run_data.eval_rows) if (cfg.eval.eval_before or cfg.eval.eval_after) else None
     except (ConfigError, DataFileError) as err:  # bad input: exit 2, as in `grpo train`
         print(f"grpo data: {err}", file=sys.stderr)
         return 2
@@ -138,6 +167,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         from rich.console import Console
 
         Console().print(format_report(report))
+        print(f"[grpo] data: {accounting_line(report)}")
+        if eval_count is not None:
+            print(f"[grpo] eval set: {eval_count} problems (report: {Path(report['report_path']).parent / EVAL_REPORT_NAME})")
     if error is not None:
         print(f"grpo data: {error}", file=sys.stderr)
         return 1

@@ -1,8 +1,23 @@
-"""Where raw question/answer rows come from: the hub (GSM8K), a local file, the bundled sample, the demo.
+"""Where raw question/answer rows come from: a local file or folder, the hub, the bundled sample, the demo.
 
-Each source has an identity (for the cache fingerprint, computed without loading any rows)
-and a loader that returns the raw columns. Rows get ids `<split>-<0-based row index in the
-source>`, which data_report.json uses to point at rejected rows.
+    dataset_name / eval_dataset_name      what it is (docs/own-data.md)
+    my.jsonl | my.json | my.csv | my.tsv | my.parquet      a single file: one split, `train`
+    my_folder/  (train.jsonl, test.csv, ...)              data files: splits from the file names, as
+                                                          `datasets` resolves them (train/test/validation)
+    my_folder/  (written by save_to_disk)                 a Dataset (one split, `train`) or a DatasetDict
+    openai/gsm8k                                          a hub dataset (dataset_config, dataset_revision)
+    sample | demo-arithmetic                              built in, offline
+
+A name that exists on disk, or looks like a path (starts with `/`, `.` or `~`, has a data file's extension,
+or more than one `/`), is local and never goes to the hub; `dataset_config` is a hub setting and local
+sources ignore it. Each source has an identity for the cache fingerprint, computed without loading any rows
+(a local source's: every file's path, size, mtime and content hash, so an edit is never served stale), and a
+loader that returns the raw columns. Rows get ids `<split>-<0-based row index in the split>` (files of one
+split counted in name order), which data_report.json uses to point at rejected rows.
+
+The same code reads the training data (`SourceSpec` role "train": dataset_name, dataset_split, question_field,
+...) and the eval set (role "eval": eval_dataset_name or else dataset_name, eval_split, eval_question_field or
+else question_field, ...); every error names the option the user set.
 
 The hub loader keeps its own saved copy (`save_to_disk`) under the data cache and reads it
 first, so the second run needs no network. Downloads go through `datasets`, which honours
@@ -11,6 +26,8 @@ HF_ENDPOINT (e.g. https://hf-mirror.com on AutoDL) and HF_HOME; we never overrid
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -20,7 +37,7 @@ from typing import Any, Callable, Optional
 
 from env.paths import publish_once
 from pipeline.config import ConfigError
-from pipeline.data.cache import file_sha256, local_file_identity
+from pipeline.data.cache import file_sha256, local_file_identity, local_tree_identity
 from pipeline.data.clean import clean_column_name
 from pipeline.demo.registry import BuiltinSource, builtin_source
 
@@ -29,11 +46,18 @@ SAMPLE_PATH = Path(__file__).resolve().parents[1] / "assets" / "gsm8k_sample.jso
 # File extension -> `datasets` packaged loader.
 LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
 SINGLE_FILE_SPLIT = "train"
+# What `save_to_disk` writes: a DatasetDict's index of its splits, and a Dataset's own files.
+SAVED_DICT_INDEX = "dataset_dict.json"
+SAVED_DATASET_FILES = ("state.json", "dataset_info.json")
 
 
 class DataFileError(ValueError):
-    """A local data file that cannot be read (empty, not UTF-8, broken JSON); the message names the file and
-    line. `grpo data` and `grpo train` both report it as bad input (exit 2)."""
+    """A local data source that cannot be read (empty, not UTF-8, broken JSON, no data files); the message names
+    the file and line. `grpo data` and `grpo train` both report it as bad input (exit 2)."""
+
+
+class DataSourceError(DataFileError, RuntimeError):
+    """A hub dataset that cannot be loaded (no network, no saved copy): bad input too, with the fix."""
 
 
 @dataclass
@@ -43,16 +67,74 @@ class RawRows:
     questions: list[Any]
     answers: list[Any]
     ids: list[str]
+    solutions: Optional[list[Any]] = None  # the solution_field column, when one is named
 
 
 @dataclass
 class DataSource:
     """A resolved `dataset_name`: what it is, its cache identity, and how to read its rows."""
 
-    kind: str  # hub | file | sample | demo
+    kind: str  # hub | file | folder | saved | sample | demo
     description: dict[str, Any]  # goes into data_report.json as "source"
     identity: dict[str, Any]  # goes into the cache fingerprint
     load: Callable[[], RawRows]
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Which options name one data source, for training (role "train") or evaluation (role "eval").
+
+    Each value comes with the option it was read from, so an error names the option the user set.
+    """
+
+    role: str  # train | eval
+    name: str
+    name_option: str
+    split: str
+    split_option: str
+    question_field: str
+    question_option: str
+    answer_field: str
+    answer_option: str
+    solution_field: Optional[str]
+    config: Optional[str]
+    config_option: str
+    revision: Optional[str]
+    own_eval_source: bool = False  # role eval with eval_dataset_name set: a single file is the eval set
+
+    def columns(self) -> list[str]:
+        return [c for c in (self.question_field, self.answer_field, self.solution_field) if c]
+
+
+def source_spec(cfg: Any, role: str = "train", split: Optional[str] = None) -> SourceSpec:
+    """The training source (dataset_name, dataset_split, ...) or the eval source (eval_dataset_name else
+    dataset_name, eval_split, eval_question_field else question_field, ...). `split` overrides the split.
+
+    >>> from pipeline.config import PipelineConfig
+    >>> spec = source_spec(PipelineConfig().replace(eval_dataset_name="t.csv", eval_answer_field="y"), "eval")
+    >>> spec.name, spec.split_option, spec.answer_field, spec.answer_option, spec.question_option
+    ('t.csv', 'eval_split', 'y', 'eval_answer_field', 'eval_question_field')
+    >>> source_spec(PipelineConfig(), "eval").question_option  # no eval set of its own: dataset_name's fields
+    'question_field'
+    """
+    d, e = cfg.data, cfg.eval
+    if role == "train":
+        return SourceSpec("train", str(d.dataset_name).strip(), "dataset_name", split or d.dataset_split,
+                          "dataset_split", d.question_field, "question_field", d.answer_field, "answer_field",
+                          d.solution_field, d.dataset_config or None, "dataset_config", d.dataset_revision)
+    own = bool(e.eval_dataset_name)
+
+    def pick(own_value: Optional[str], own_option: str, train_value: Any, train_option: str) -> tuple[Any, str]:
+        # An eval set of its own is fixed through the eval_* options, even where it borrows a training value.
+        return (own_value or train_value, own_option) if own_value or own else (train_value, train_option)
+
+    name, name_option = pick(e.eval_dataset_name, "eval_dataset_name", d.dataset_name, "dataset_name")
+    question, question_option = pick(e.eval_question_field, "eval_question_field", d.question_field, "question_field")
+    answer, answer_option = pick(e.eval_answer_field, "eval_answer_field", d.answer_field, "answer_field")
+    config, config_option = pick(e.eval_dataset_config, "eval_dataset_config", d.dataset_config, "dataset_config")
+    return SourceSpec("eval", str(name).strip(), name_option, split or e.eval_split, "eval_split", question,
+                      question_option, answer, answer_option, None, config or None, config_option,
+                      None if own else d.dataset_revision, own_eval_source=own)
 
 
 def hub_saved_copy_dir(cache_root: Path, name: str, config: Optional[str], revision: Optional[str],
@@ -78,60 +160,92 @@ def hub_endpoint() -> str:
         return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
 
 
-def _columns_of(dataset: Any, question_field: str, answer_field: str, where: str) -> tuple[list, list]:
-    """The question and answer columns, matching names after BOM/blank stripping."""
+def _rows(dataset: Any, spec: SourceSpec, split: str, where: str) -> RawRows:
+    """The question, answer (and solution) columns, matching names after BOM/blank stripping."""
     by_clean_name = {clean_column_name(name): name for name in dataset.column_names}
-    for field_name, wanted in (("question_field", question_field), ("answer_field", answer_field)):
-        if wanted not in by_clean_name:
+    wanted = [("question", spec.question_field, spec.question_option), ("answer", spec.answer_field,
+                                                                       spec.answer_option)]
+    if spec.solution_field:
+        wanted.append(("worked solution", spec.solution_field, "solution_field"))
+    for what, column, option in wanted:
+        if column not in by_clean_name:
+            raise ConfigError(option, f"column {column!r} is not in {where}; its columns are "
+                              f"{sorted(by_clean_name)}. Set {option} to the column that holds the {what}s.")
+    questions = list(dataset[by_clean_name[spec.question_field]])
+    return RawRows(questions=questions, answers=list(dataset[by_clean_name[spec.answer_field]]),
+                   ids=[f"{split}-{i}" for i in range(len(questions))],
+                   solutions=list(dataset[by_clean_name[spec.solution_field]]) if spec.solution_field else None)
+
+
+def pick_split(spec: SourceSpec, available: list[str], where: str) -> str:
+    """The split of `where` that `spec` asks for, or a ConfigError naming the option to change.
+
+    A single file (one split, `train`) never stands in for a missing test split: that would evaluate on the
+    training data. Only an eval source of its own (eval_dataset_name) is used whole, whatever eval_split says.
+    """
+    if spec.split in available:
+        return spec.split
+    if spec.own_eval_source and len(available) == 1:
+        return available[0]
+    listed = ", ".join(repr(s) for s in available)
+    if spec.role == "eval" and not spec.own_eval_source:
+        if len(available) == 1:
             raise ConfigError(
-                field_name,
-                f"column {wanted!r} is not in {where}; its columns are {sorted(by_clean_name)}. Set "
-                f"{field_name} to the column that holds the {field_name.split('_')[0]}s.",
-            )
-    return dataset[by_clean_name[question_field]], dataset[by_clean_name[answer_field]]
+                "eval_dataset_name",
+                f"evaluation (eval_before / eval_after / `grpo eval --config`) reads split {spec.split!r} "
+                f"(eval_split) of dataset_name, but {where} has one split, {listed}: the training data. Set "
+                "eval_dataset_name to a file or folder of held-out problems (e.g. --eval_dataset_name test.jsonl), "
+                "make dataset_name a folder holding train.jsonl and test.jsonl, or turn evaluation off "
+                "(--eval_before false --eval_after false).")
+        raise ConfigError("eval_split", f"{where} has splits {listed}; eval_split is {spec.split!r}. Set eval_split "
+                          "to the held-out one, or eval_dataset_name to a source of held-out problems.")
+    one = " (a single file or saved Dataset is one split, 'train')" if available == [SINGLE_FILE_SPLIT] else ""
+    plural = "splits" if len(available) > 1 else "one split,"
+    raise ConfigError(spec.split_option, f"{where} has {plural} {listed}{one}; {spec.split_option} is "
+                      f"{spec.split!r}. Set {spec.split_option} to one of them.")
 
 
-def _rows(dataset: Any, question_field: str, answer_field: str, split: str, where: str) -> RawRows:
-    questions, answers = _columns_of(dataset, question_field, answer_field, where)
-    ids = [f"{split}-{i}" for i in range(len(questions))]
-    return RawRows(questions=list(questions), answers=list(answers), ids=ids)
+# ------------------------------------------------------------------------------------------------ hub
 
 
-def load_hub_dataset(name: str, config: Optional[str], split: str, revision: Optional[str], cache_root: Path,
-                     source: str = "hf") -> Any:
-    """One split of a hub dataset: from our saved copy when there is one, else downloaded and saved."""
+def load_hub_splits(spec: SourceSpec, cache_root: Path, source: str = "hf") -> Any:
+    """All splits of a hub dataset (a DatasetDict): from our saved copy when there is one, else downloaded
+    (from ModelScope when `model_source: modelscope`)."""
     from datasets import load_from_disk
 
-    saved = hub_saved_copy_dir(cache_root, name, config, revision, source)
+    saved = hub_saved_copy_dir(cache_root, spec.name, spec.config, spec.revision, source)
     if not _is_saved_copy(saved):
         if source == "modelscope":
-            _download_from_modelscope_and_save(name, config, revision, saved)
+            _download_from_modelscope_and_save(spec.name, spec.config, spec.revision, saved)
         else:
-            _download_and_save(name, config, revision, saved)
-    splits = load_from_disk(str(saved))
-    if split not in splits:
-        raise ConfigError("dataset_split", f"{name} ({config}) has splits {sorted(splits)}; got {split!r}.")
-    return splits[split]
+            _download_and_save(spec, saved)
+    return load_from_disk(str(saved))
 
 
 def _is_saved_copy(folder: Path) -> bool:
-    return (folder / "dataset_dict.json").is_file()  # DatasetDict.save_to_disk's index of the splits
+    return (folder / SAVED_DICT_INDEX).is_file()  # DatasetDict.save_to_disk's index of the splits
 
 
-def _download_and_save(name: str, config: Optional[str], revision: Optional[str], saved: Path) -> None:
+def _download_and_save(spec: SourceSpec, saved: Path) -> None:
     from datasets import load_dataset
 
+    name, config = spec.name, spec.config
     endpoint = hub_endpoint()
     hf_home = os.environ.get("HF_HOME", "~/.cache/huggingface (default)")
     print(f"[grpo data] downloading {name} ({config}) from {endpoint} (HF_ENDPOINT); HF cache: {hf_home}",
           file=sys.stderr)
     try:
-        splits = load_dataset(name, config, revision=revision)
+        splits = load_dataset(name, config, revision=spec.revision)
     except Exception as err:
-        raise RuntimeError(
-            f"could not load dataset {name!r} (config {config!r}) from {endpoint}: {type(err).__name__}: {err}\n"
-            f"No saved copy at {saved}. Fixes: check the network; in mainland China set "
-            "HF_ENDPOINT=https://hf-mirror.com; offline, copy a `save_to_disk` folder of the dataset to that path."
+        if "BuilderConfig" in str(err) or "config name" in str(err).lower():
+            raise ConfigError(spec.config_option, f"hub dataset {name!r} ({spec.name_option}) has no config "
+                              f"{config!r}: {err}. Set {spec.config_option} to one of its configs, or to null "
+                              "for a dataset with one.") from None
+        raise DataSourceError(
+            f"could not load dataset {name!r} ({spec.name_option}; config {config!r}) from {endpoint}: "
+            f"{type(err).__name__}: {err}\nNo saved copy at {saved}, and no local file or folder {name!r} either. "
+            "Fixes: check the network; in mainland China set HF_ENDPOINT=https://hf-mirror.com; offline, copy a "
+            f"`save_to_disk` folder of the dataset to that path, or give {spec.name_option} a local path."
         ) from err
     publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=_is_saved_copy)
     print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
@@ -151,88 +265,201 @@ def _download_from_modelscope_and_save(name: str, config: Optional[str], revisio
     try:
         splits = load_dataset(str(folder), config)
     except Exception as err:
-        raise RuntimeError(f"could not read ModelScope dataset {name!r} (config {config!r}) downloaded to {folder}: "
+        raise DataSourceError(f"could not read ModelScope dataset {name!r} (config {config!r}) downloaded to {folder}: "
                            f"{type(err).__name__}: {err}\nCheck dataset_config (None for a single one) and that "
                            "the repository holds .jsonl/.csv/.parquet data files.") from err
     publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=_is_saved_copy)
     print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
 
 
-def load_local_file(path: Path, question_field: str, answer_field: str, cache_root: Path) -> Any:
-    """A JSONL/JSON/CSV/TSV/Parquet file through the `datasets` packaged loaders."""
+# ------------------------------------------------------------------------------------------------ local
+
+
+def local_path(name: str) -> Optional[Path]:
+    """The path `name` means when it is local (it exists, or looks like a path), else None (a hub id).
+
+    >>> [local_path(n) is not None for n in ("openai/gsm8k", "gsm8k", "./data", "/x/y", "a/b/c", "my.jsonl")]
+    [False, False, True, True, True, True]
+    """
+    path = Path(name).expanduser()
+    looks_local = (path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
+                   or path.suffix.lower() in LOCAL_FORMATS)
+    return path if looks_local or path.exists() else None
+
+
+def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
+    """(kind, {split: files}) of a local source: `file`, `saved` (save_to_disk; files empty) or `folder`.
+
+    A folder's data files are assigned to splits by `datasets`' own file-name patterns (train/test/validation,
+    dev, eval, ...); a folder whose names match none is one split, `train`.
+    """
+    if not path.exists():
+        raise ConfigError(option, f"{str(path.resolve())!r} does not exist. Give the path of a data file "
+                          f"({'/'.join(sorted(LOCAL_FORMATS))}), a folder of them, a `save_to_disk` folder, a hub "
+                          "dataset id (openai/gsm8k), `sample` or `demo-arithmetic`.")
+    if path.is_file():
+        if path.suffix.lower() not in LOCAL_FORMATS:
+            raise ConfigError(option, f"{path} has an unknown extension; use one of "
+                              f"{', '.join(sorted(LOCAL_FORMATS))}, or a folder of such files.")
+        return "file", {SINGLE_FILE_SPLIT: [path]}
+    if _is_saved_copy(path):
+        index = json.loads((path / SAVED_DICT_INDEX).read_text(encoding="utf-8"))
+        return "saved", {str(split): [] for split in index.get("splits", [])}
+    if all((path / name).is_file() for name in SAVED_DATASET_FILES):
+        return "saved", {SINGLE_FILE_SPLIT: []}
+    from datasets.data_files import DataFilesDict, get_data_patterns
+
+    try:
+        patterns = get_data_patterns(str(path))
+        resolved = DataFilesDict.from_patterns(patterns, base_path=str(path))
+    except Exception:  # datasets raises EmptyDatasetError / FileNotFoundError for a folder with no files
+        resolved = {}
+    splits = {str(split): sorted(Path(f) for f in files if Path(f).suffix.lower() in LOCAL_FORMATS)
+              for split, files in resolved.items()}
+    splits = {split: files for split, files in splits.items() if files}
+    if not splits:
+        raise DataFileError(f"{path} ({option}) holds no data files ({', '.join(sorted(LOCAL_FORMATS))}) and is "
+                            "not a `save_to_disk` folder. Put train.jsonl (and test.jsonl) in it, or give a file.")
+    return "folder", splits
+
+
+def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> Any:
+    """One split's data files (one format) through the `datasets` packaged loaders, as one Dataset."""
     from datasets import load_dataset
 
-    builder = LOCAL_FORMATS[path.suffix.lower()]
-    if path.stat().st_size == 0:
-        raise DataFileError(f"{path} is empty: there are no rows to train on. Give a file with one "
-                            "`{\"question\": ..., \"answer\": ...}` record per line (JSONL) or a CSV with a header.")
-    if builder != "parquet":
-        check_text_file(path)
+    suffixes = {f.suffix.lower() for f in files}
+    if len(suffixes) > 1:
+        raise DataFileError(f"one split mixes file formats ({', '.join(str(f) for f in files)}); keep each "
+                            "split's files in one format.")
+    suffix = suffixes.pop()
+    builder = LOCAL_FORMATS[suffix]
     kwargs: dict[str, Any] = {}
+    for path in files:
+        if path.stat().st_size == 0:
+            raise DataFileError(f"{path} is empty: there are no rows to train on. Give a file with one "
+                                "`{\"question\": ..., \"answer\": ...}` record per line (JSONL) or a CSV with a "
+                                "header.")
+        if builder != "parquet":
+            json_field = check_text_file(path)
+            if json_field:
+                kwargs["field"] = json_field
     if builder == "csv":
         # Keep every question/answer cell as the text written in the file: by default pandas
         # turns "NA" into a missing value and a numeric column with one gap into floats (42.0).
-        text_columns = [question_field, answer_field]
-        kwargs["converters"] = {name: str for col in text_columns for name in (col, "\ufeff" + col)}
+        kwargs["converters"] = {name: str for col in spec.columns() for name in (col, "\ufeff" + col)}
         kwargs["keep_default_na"] = False
         kwargs["encoding"] = "utf-8-sig"  # a BOM must not end up in the first column's name
-        if path.suffix.lower() == ".tsv":
+        if suffix == ".tsv":
             kwargs["sep"] = "\t"
+    # `datasets` keys its own cache of a local file on path and mtime only: an edit that keeps both (a copy
+    # with `cp -p`, a restored backup, a second edit within the clock's tick) would be served stale. A cache
+    # folder per content identity closes that.
+    content = hashlib.sha256(json.dumps([local_file_identity(f) for f in files], sort_keys=True).encode()).hexdigest()
     try:
-        return load_dataset(builder, data_files=str(path), split="train", cache_dir=str(cache_root / "hf-datasets"),
-                            **kwargs)
+        return load_dataset(builder, data_files=[str(f) for f in files], split="train",
+                            cache_dir=str(cache_root / "hf-datasets" / content[:16]), **kwargs)
     except Exception as err:
+        where = files[0] if len(files) == 1 else f"{files[0].parent} ({', '.join(f.name for f in files)})"
         raise DataFileError(
-            f"could not read {path} as {builder.upper()} ({type(err).__name__}: {err}). Check that the file is "
+            f"could not read {where} as {builder.upper()} ({type(err).__name__}: {err}). Check that the file is "
             "UTF-8, one record per line for JSONL, and that each column holds one kind of value."
         ) from err
 
 
-def check_text_file(path: Path) -> None:
-    """Name the first line that is not UTF-8 (or, in a .jsonl file, not one JSON object).
+def check_text_file(path: Path) -> Optional[str]:
+    """Name the first line that is not UTF-8 (or, in a .jsonl file, not one JSON object); return the key of a
+    .json file's list of records when it is wrapped in an object ({"data": [...]}), for `datasets`' `field`.
 
     Hand-written because `datasets`' loaders report neither the line nor, for bad bytes, which
     file; one pass over the lines costs far less than the tokenizing that follows.
     """
-    jsonl = path.suffix.lower() == ".jsonl"
+    suffix = path.suffix.lower()
+    lines: list[str] = []
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             try:
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                lines.append(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
             except UnicodeDecodeError as err:
                 raise DataFileError(
                     f"{path} line {number} is not UTF-8 text (byte {raw[err.start:err.start + 1]!r} at column "
                     f"{err.start + 1}). Re-save the file as UTF-8, e.g. `iconv -f GBK -t UTF-8 {path.name} > "
                     f"fixed{path.suffix}` (use the file's real encoding instead of GBK)."
                 ) from None
-            if jsonl and text.strip():
-                try:
-                    record = json.loads(text)
-                except json.JSONDecodeError as err:
-                    raise DataFileError(
-                        f"{path} line {number} is not valid JSON ({err.msg}, column {err.colno}). A .jsonl "
-                        "file holds one complete JSON object per line."
-                    ) from None
-                if not isinstance(record, dict):
-                    raise DataFileError(f"{path} line {number} is a JSON {type(record).__name__}, not an object "
-                                        "such as {\"question\": ..., \"answer\": ...}.")
+    if suffix == ".json":
+        try:
+            document = json.loads("".join(lines))
+        except json.JSONDecodeError as err:
+            if err.msg != "Extra data":  # "Extra data": JSON Lines in a .json file, read per line below
+                raise DataFileError(f"{path} line {err.lineno} is not valid JSON ({err.msg}, column {err.colno})."
+                                    " A .json file holds a list of objects, or {\"data\": [...]}.") from None
+        else:
+            return _json_records_field(document, path)
+    if suffix in (".jsonl", ".json"):
+        for number, text in enumerate(lines, start=1):
+            if not text.strip():
+                continue
+            try:
+                record = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise DataFileError(
+                    f"{path} line {number} is not valid JSON ({err.msg}, column {err.colno}). A .jsonl "
+                    "file holds one complete JSON object per line."
+                ) from None
+            if not isinstance(record, dict):
+                raise DataFileError(f"{path} line {number} is a JSON {type(record).__name__}, not an object "
+                                    "such as {\"question\": ..., \"answer\": ...}.")
+    return None
 
 
-def resolve_source(cfg: Any, split: str, cache_root: Path) -> DataSource:
-    """Turn `dataset_name` (+ config/split/fields) into a DataSource; reads no rows yet."""
-    d = cfg.data
-    name = str(d.dataset_name).strip()
-    question_field, answer_field = d.question_field, d.answer_field
+def _json_records_field(document: Any, path: Path) -> Optional[str]:
+    """None for a list of objects (or one object: one row); the key of the one list of objects in a wrapper."""
+    if isinstance(document, list):
+        bad = next((i for i, item in enumerate(document) if not isinstance(item, dict)), None)
+        if bad is not None:
+            raise DataFileError(f"{path}: item {bad} of the list is a JSON {type(document[bad]).__name__}, not an "
+                                "object such as {\"question\": ..., \"answer\": ...}.")
+        return None
+    if isinstance(document, dict):
+        lists = [key for key, value in document.items()
+                 if isinstance(value, list) and value and all(isinstance(v, dict) for v in value)]
+        if len(lists) == 1:
+            return lists[0]
+        if not any(isinstance(value, (list, dict)) for value in document.values()):
+            return None  # one record
+        raise DataFileError(f"{path} is a JSON object with {len(lists)} lists of records "
+                            f"({', '.join(lists) or 'none'}); give a list of objects, or {{\"data\": [...]}}.")
+    raise DataFileError(f"{path} is a JSON {type(document).__name__}; give a list of objects, or {{\"data\": [...]}}.")
 
+
+def _load_local_split(path: Path, kind: str, files: list[Path], spec: SourceSpec, split: str, cache_root: Path,
+                      where: str) -> RawRows:
+    if kind == "saved":
+        from datasets import DatasetDict, load_from_disk
+
+        loaded = load_from_disk(str(path))
+        dataset = loaded[split] if isinstance(loaded, DatasetDict) else loaded
+    else:
+        dataset = load_data_files(files, spec, cache_root)
+    return _rows(dataset, spec, split, where)
+
+
+# ------------------------------------------------------------------------------------------------ resolve
+
+
+def resolve_source(cfg: Any, spec: SourceSpec, cache_root: Path) -> DataSource:
+    """Turn a SourceSpec into a DataSource; reads no rows yet (a hub split is checked once it is loaded)."""
+    name, split = spec.name, spec.split
     if name == SAMPLE_NAME:
-        _require_single_split(split, f"the bundled sample ({SAMPLE_PATH.name})")
+        split = pick_split(spec, [SINGLE_FILE_SPLIT], f"the bundled sample ({SAMPLE_PATH.name})")
+        sample_spec = dataclasses.replace(spec, question_field="question", answer_field="answer",
+                                          solution_field=None)
         return DataSource(
             kind="sample",
             description={"kind": "sample", "path": str(SAMPLE_PATH), "split": split},
             identity={"kind": "sample", "sha256": file_sha256(SAMPLE_PATH), "split": split},
             # The sample's fields are always question/answer, whatever the config names.
-            load=lambda: _rows(load_local_file(SAMPLE_PATH, "question", "answer", cache_root), "question", "answer",
-                               split, SAMPLE_PATH.name),
+            load=lambda: _rows(load_data_files([SAMPLE_PATH], sample_spec, cache_root), sample_spec, split,
+                               SAMPLE_PATH.name),
         )
 
     builtin = builtin_source(name)
@@ -241,8 +468,8 @@ def resolve_source(cfg: Any, split: str, cache_root: Path) -> DataSource:
         try:
             size = builtin.split_size(split)
         except ValueError as err:
-            raise ConfigError("dataset_split", f"{builtin.name}: {err}") from err
-        n = min(d.max_samples, size) if d.max_samples else size
+            raise ConfigError(spec.split_option, f"{builtin.name}: {err}") from err
+        n = min(cfg.data.max_samples, size) if cfg.data.max_samples else size
         seed = cfg.grpo.seed
         return DataSource(
             kind="demo",
@@ -252,51 +479,40 @@ def resolve_source(cfg: Any, split: str, cache_root: Path) -> DataSource:
             load=lambda: _builtin_rows(builtin, n, seed, split),
         )
 
-    path = Path(name).expanduser()
-    if path.suffix.lower() in LOCAL_FORMATS or path.is_file():
-        if not path.is_file():
-            raise ConfigError("dataset_name", f"file {str(path.resolve())!r} does not exist. Give the path of a "
-                              ".jsonl/.csv/.parquet file, a hub dataset id (openai/gsm8k), `sample` or "
-                              "`demo-arithmetic`.")
-        if path.suffix.lower() not in LOCAL_FORMATS:
-            raise ConfigError("dataset_name", f"{path} has an unknown extension; use one of "
-                              f"{', '.join(sorted(LOCAL_FORMATS))}.")
-        _require_single_split(split, str(path))
+    path = local_path(name)
+    if path is not None:
+        kind, splits = local_layout(path, spec.name_option)
         path = path.resolve()
+        where = f"{path} ({spec.name_option})"
+        split = pick_split(spec, sorted(splits), where)
+        files = splits[split]
+        identity = local_file_identity(path) if kind == "file" else local_tree_identity(path)
         return DataSource(
-            kind="file",
-            description={"kind": "file", "path": str(path), "split": split},
-            identity={"kind": "file", **local_file_identity(path), "split": split,
-                      "fields": [question_field, answer_field]},
-            load=lambda: _rows(load_local_file(path, question_field, answer_field, cache_root), question_field,
-                               answer_field, split, str(path)),
+            kind=kind,
+            description={"kind": kind, "path": str(path), "split": split,
+                         **({"files": [str(f) for f in files]} if kind == "folder" else {})},
+            identity={"kind": kind, **identity, "split": split, "fields": spec.columns()},
+            load=lambda: _load_local_split(path, kind, files, spec, split, cache_root, where),
         )
 
-    config = d.dataset_config or None
-    revision = d.dataset_revision
     source = cfg.model.model_source  # hf | modelscope: where the hub id is downloaded from
     from env.hubs import endpoint
 
+    def load_hub() -> RawRows:
+        splits = load_hub_splits(spec, cache_root, source)
+        where = f"{name} ({spec.config}; {spec.name_option})"
+        chosen = pick_split(spec, sorted(splits), where)
+        return _rows(splits[chosen], spec, chosen, where)
+
     return DataSource(
         kind="hub",
-        description={"kind": "hub", "name": name, "config": config, "split": split, "revision": revision,
-                     "saved_copy": str(hub_saved_copy_dir(cache_root, name, config, revision, source)),
+        description={"kind": "hub", "name": name, "config": spec.config, "split": split, "revision": spec.revision,
+                     "saved_copy": str(hub_saved_copy_dir(cache_root, name, spec.config, spec.revision, source)),
                      "source": source, "endpoint": hub_endpoint() if source == "hf" else endpoint(source)},
-        identity={"kind": "hub", "name": name, "config": config, "split": split, "revision": revision,
-                  **({"source": source} if source != "hf" else {})},
-        load=lambda: _rows(load_hub_dataset(name, config, split, revision, cache_root, source), question_field,
-                           answer_field, split, f"{name} ({config}, {split})"),
+        identity={"kind": "hub", "name": name, "config": spec.config, "split": split, "revision": spec.revision,
+                  "fields": spec.columns(), **({"source": source} if source != "hf" else {})},
+        load=load_hub,
     )
-
-
-def _require_single_split(split: str, what: str) -> None:
-    # A single file has one split. Serving it for "test" too would evaluate on training data.
-    if split != SINGLE_FILE_SPLIT:
-        raise ConfigError(
-            "dataset_split",
-            f"{what} is a single file, which is one split named {SINGLE_FILE_SPLIT!r}; got split {split!r}. "
-            "Use a separate file (as dataset_name) for held-out evaluation.",
-        )
 
 
 def _builtin_rows(builtin: BuiltinSource, n: int, seed: int, split: str) -> RawRows:

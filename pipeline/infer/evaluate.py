@@ -20,13 +20,15 @@ from pipeline.config import PipelineConfig
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
 
 
-def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None) -> list[dict[str, Any]]:
-    """Held-out rows (prompt messages + answer), prepared by the same data code as training."""
+def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, report_dir: Optional[Path] = None,
+                   write_report: bool = True) -> list[dict[str, Any]]:
+    """Held-out rows (prompt messages + answer), prepared by the same data code as training: the eval set
+    (eval_dataset_name, else eval_split of dataset_name), its first `limit` (else eval_limit) usable rows;
+    the report goes to data_report_eval.json."""
     from pipeline.data.prepare import prepare_dataset
 
-    eval_cfg = cfg.replace(dataset_split=cfg.eval.eval_split, max_samples=limit or cfg.eval.eval_limit,
-                           strict=False)
-    prepared = prepare_dataset(eval_cfg, tokenizer, split=cfg.eval.eval_split, report_dir=None)
+    eval_cfg = cfg.replace(max_samples=limit or cfg.eval.eval_limit, strict=False)
+    prepared = prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir, write_report=write_report)
     return [{"prompt": row["prompt"], "answer": row["answer"], "id": row["id"]} for row in prepared.dataset]
 
 
@@ -127,12 +129,15 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
                    **options: Any) -> Optional[dict[str, Any]]:
     """Evaluate a saved LoRA (lora=DIR) or the base model (base=True, model=... or run=...) and write eval.json.
 
-    `data` is a YAML recipe (its dataset and eval_split) or a .jsonl/.csv/.parquet file; by default the
-    --config recipe. `limit` defaults to the recipe's eval_limit. Returns the result dict (with `eval_json` =
+    `data` is a YAML recipe (its eval set: eval_dataset_name, else eval_split of dataset_name), or a data
+    file, folder or dataset name (used as eval_dataset_name: a single file whole, else its eval_split); by
+    default the --config recipe. `limit` defaults to the recipe's eval_limit. Returns the result dict (with `eval_json` =
     where it was written), or None after printing why the input was refused.
     """
     from env.paths import absolute_path, atomic_write_json
     from pipeline.config import ConfigError, parse_config
+    from pipeline.data.prepare import DataError
+    from pipeline.data.sources import DataFileError
     from pipeline.infer.session import inference_args, open_inference
 
     args = args if args is not None else inference_args(**options)
@@ -154,18 +159,15 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     try:
         if is_recipe:
             cfg = parse_config(["--config", str(data_path)])
-            eval_split = split or cfg.eval.eval_split
-        elif data_path.exists():
-            cfg = setup.config.replace(dataset_name=str(data_path))
-            eval_split = split or "train"  # a local file is one split
-        else:  # a dataset name as in a recipe's dataset_name: demo-arithmetic, sample (both offline), a hub id
-            cfg = setup.config.replace(dataset_name=data)
-            eval_split = split or setup.config.eval.eval_split
-            data_path = Path(data)
+        else:  # a file or folder, or a dataset name as in dataset_name: demo-arithmetic, sample, a hub id
+            if not data_path.exists():
+                data_path = Path(data)
+            cfg = setup.config.replace(eval_dataset_name=str(data_path))
+        eval_split = split or cfg.eval.eval_split
         cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model,
                           eval_split=eval_split)
         rows = load_eval_rows(cfg, setup.tokenizer, limit=limit)
-    except ConfigError as err:
+    except (ConfigError, DataError, DataFileError) as err:
         print(f"error: {err}", file=sys.stderr)
         return None
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, setup.system_prompt, setup.max_tokens,
@@ -194,8 +196,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="grpo eval", description=__doc__.split("\n\n")[0])
     add_inference_arguments(parser)
     parser.add_argument("--data", default=None,
-                        help="a YAML recipe (its dataset + eval_split), a .jsonl/.csv/.parquet file, or a dataset "
-                             "name as in dataset_name (demo-arithmetic and sample work offline); default: --config")
+                        help="a YAML recipe (its eval set: eval_dataset_name, else eval_split of dataset_name), a "
+                             "data file or folder (a single file is used whole), or a dataset name as in "
+                             "dataset_name (demo-arithmetic and sample work offline); default: --config")
     parser.add_argument("--limit", type=int, default=None,
                         help="number of held-out problems (default: the recipe's eval_limit, 100)")
     parser.add_argument("--split", default=None, help="split to evaluate (default: the recipe's eval_split)")

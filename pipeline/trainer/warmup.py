@@ -5,8 +5,10 @@ GRPO learns only from differences within a group: if no completion ever contains
 (a small model that never follows the format stays at reward 0). A few supervised steps on formatted
 examples fix that cheaply.
 
-Examples come from the training rows' worked solutions when the dataset has them (GSM8K does:
-the text before `####`), else from a built-in source's own examples (pipeline/demo/registry.py).
+Examples come from a built-in source's own examples (pipeline/demo/registry.py), else from the
+training rows' worked solutions (the `solution` column pipeline/data/clean.py fills: the solution_field
+column, or a GSM8K answer's text before `####`). Data with neither is refused by `grpo train --check`
+(and the run's own check) before any model loads, naming sft_warmup_steps and solution_field.
 
 The warmed weights are kept in `output_dir/warmup/` (with `warmup.json`, the settings they came from),
 so a resumed or restarted run loads them instead of training the warm-up again: the GRPO steps then
@@ -20,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.config import PipelineConfig
+from pipeline.config import ConfigError, PipelineConfig
 from pipeline.demo.registry import builtin_source
 from rewards.format import format_completion
 
@@ -30,18 +32,25 @@ WARMUP_KEY_NAME = "warmup.json"
 
 
 def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
-    """Prompt/completion pairs in TRL's conversational prompt-completion format."""
-    dataset = prepared.dataset
-    if "solution" in dataset.column_names:
-        rows = dataset.select(range(min(len(dataset), MAX_WARMUP_EXAMPLES)))
-        return [{"prompt": r["prompt"],
-                 "completion": [{"role": "assistant", "content": format_completion(r["solution"], r["answer"])}]}
-                for r in rows if r.get("solution")]
+    """Prompt/completion pairs in TRL's conversational prompt-completion format: a built-in source's own, else
+    up to MAX_WARMUP_EXAMPLES training rows with a worked solution. ConfigError (sft_warmup_steps) when there
+    are none; pipeline/preflight.py calls this before any model loads."""
     builtin = builtin_source(cfg.data.dataset_name)
     if builtin is not None:
         return builtin.warmup_examples(MAX_WARMUP_EXAMPLES, cfg.data.system_prompt, cfg.grpo.seed)
-    raise ValueError("sft_warmup_steps > 0 needs worked solutions: a dataset with a `solution` column (GSM8K "
-                     "solutions before `####` are used automatically). Set sft_warmup_steps: 0 otherwise.")
+    dataset = prepared.dataset
+    solved = [i for i, text in enumerate(dataset["solution"]) if text][:MAX_WARMUP_EXAMPLES]
+    if not solved:
+        raise ConfigError(
+            "sft_warmup_steps",
+            f"sft_warmup_steps is {cfg.health.sft_warmup_steps}, but none of the {len(dataset)} training rows has "
+            "a worked solution to teach the <reasoning>/<answer> format from. Name the column of worked solutions "
+            "with solution_field (e.g. --solution_field solution), use GSM8K-style answers (`worked text #### 18`, "
+            "the text before `####` is the solution), or set sft_warmup_steps: 0 (a pretrained instruct model "
+            "usually follows the system prompt's format without it).")
+    return [{"prompt": r["prompt"],
+             "completion": [{"role": "assistant", "content": format_completion(r["solution"], r["answer"])}]}
+            for r in dataset.select(solved)]
 
 
 def warmup_key(cfg: PipelineConfig, prepared) -> dict[str, Any]:
