@@ -24,7 +24,7 @@ def session_tokenizer(qwen_tokenizer, monkeypatch):
     """The check and the run load the tokenizer by name; give them the session's (loading takes seconds).
     The backend module is imported first, so its own `from ... import load_tokenizer` keeps the real one."""
     import pipeline.backends.plain  # noqa: F401
-    monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", lambda name, trust_remote_code=False: qwen_tokenizer)
+    monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", lambda name, trust_remote_code=False, source="hf": qwen_tokenizer)
 
 
 def rows(n, answer=lambda i: str(i + 2), **extra):
