@@ -1,10 +1,14 @@
-"""Checks that run before anything heavy loads: config, output folder, packages, GPU, model, data, resume.
+"""Checks that run before anything heavy loads: config, output folder, packages, GPU, model, data, rewards,
+LoRA targets, resume.
 
-`grpo train` runs them all before the tokenizer and the model; the first failure ends the run with
-one message (exit 2). `grpo train --check` runs them all, prints one JSON object, and stops.
+`run_checks` is the contract of `grpo train --check`: the run calls the same function before the model loads
+(the first failure ends it with one message, exit 2), so when `--check` passes, the run does not fail for any
+of these reasons. `grpo train --check` runs them all, prints one JSON object, and stops.
 
-Everything here is cheap: no torch, no model, no tokenizer, and at most one short network probe
-(only when the model is neither a local folder nor in the Hugging Face cache).
+Everything here is cheap: no model weights, at most one short network probe (only when the model is neither a
+local folder nor in the Hugging Face cache). The rewards check reads the tokenizer and a few data rows; the LoRA
+check builds the model's architecture on the meta device (no weights) to learn its module names. Both import
+torch, after the backend's `prepare_environment` (Unsloth must be imported first).
 """
 
 from __future__ import annotations
@@ -149,6 +153,130 @@ def check_data(cfg: PipelineConfig) -> str:
     return f"{cfg.data.dataset_name}: built in"
 
 
+PROBE_PROMPTS = 2  # prompts from the data, each with the completions below (TRL repeats a prompt per completion)
+
+
+def _probe_completions(answer: str) -> list[str]:
+    """Completions a reward will meet: right and wrong in the format, plain text, and empty."""
+    return [f"<reasoning>\nWorking it out.\n</reasoning>\n<answer>\n{answer}\n</answer>\n",
+            "<reasoning>\nA guess.\n</reasoning>\n<answer>\n0\n</answer>\n",
+            f"The answer is {answer}.", ""]
+
+
+def _probe_rows(cfg: PipelineConfig) -> tuple[list[Any], str]:
+    """A few cleaned rows of the run's data (hub data not yet downloaded: the bundled GSM8K sample instead)."""
+    from pipeline.data.cache import data_cache_root
+    from pipeline.data.clean import clean_rows
+    from pipeline.data.sources import resolve_source
+    from rewards import extract_hash_answer
+
+    cache_root = data_cache_root(cfg.data.data_cache_dir)
+    source = resolve_source(cfg, cfg.data.dataset_split, cache_root)
+    where = "rows of the run's data"
+    if source.kind == "hub" and not (Path(source.description["saved_copy"]) / "dataset_dict.json").is_file():
+        source = resolve_source(cfg.replace(dataset_name="sample"), "train", cache_root)
+        where = f"rows of the bundled GSM8K sample ({cfg.data.dataset_name} is not downloaded yet)"
+    raw = source.load()
+    rows, _ = clean_rows(raw.questions, raw.answers, raw.ids, extract_hash_answer)
+    return rows[:PROBE_PROMPTS], where
+
+
+def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any) -> tuple[list[Any], list[Any], dict[str, Any], str]:
+    """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them: chat
+    prompts and completions (our prompts are chats, so completions are `[{"role": "assistant", ...}]`), the
+    training set's other columns, `completion_ids`, `trainer_state`, `log_extra` and `log_metric`."""
+    from transformers import TrainerState
+
+    from pipeline.data.prepare import training_columns
+    from pipeline.data.prompts import build_prompt, count_prompt_tokens
+
+    rows, where = _probe_rows(cfg)
+    conversations = [build_prompt(cfg.data.system_prompt, row.question) for row in rows]
+    columns = training_columns(conversations, rows, count_prompt_tokens(tokenizer, conversations).counts)
+    texts = [_probe_completions(str(row.answer)) for row in rows]
+    per_prompt = len(texts[0]) if texts else 0
+    repeat = lambda values: [value for value in values for _ in range(per_prompt)]  # noqa: E731
+    prompts = repeat(columns.pop("prompt"))
+    completions = [[{"role": "assistant", "content": text}] for group in texts for text in group]
+    kwargs: dict[str, Any] = {key: repeat(values) for key, values in columns.items()}
+    kwargs["completion_ids"] = [tokenizer.encode(c[0]["content"], add_special_tokens=False) for c in completions]
+    kwargs["trainer_state"] = TrainerState(max_steps=cfg.grpo.max_steps)
+    kwargs["log_extra"] = lambda column, values: None
+    kwargs["log_metric"] = lambda name, value: None
+    return prompts, completions, kwargs, f"{len(completions)} completions of {len(rows)} {where}"
+
+
+def check_rewards(cfg: PipelineConfig) -> str:
+    """Call every reward function as the trainer will, on completions of real prompts: a raise, a wrong
+    signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did."""
+    from pipeline.data.tokenizer import load_tokenizer
+    from rewards import get_reward_funcs
+    from rewards.contract import RewardFailure, probe_rewards
+
+    tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+    prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer)
+    try:
+        lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs)), prompts, completions, kwargs)
+    except RewardFailure as err:
+        raise ConfigError("reward_funcs", f"{err}. It was called before the model loads, as the trainer calls "
+                          f"it, on {what}. The contract: docs/rewards.md.") from None
+    except ValueError as err:  # a name that does not resolve (validate() names it first in a run)
+        raise ConfigError("reward_funcs", str(err)) from None
+    return f"called on {what}: " + "; ".join(lines)
+
+
+# The module classes peft's LoRA can adapt (peft.tuners.lora.model LoraModel._create_new_module dispatchers).
+LORA_MODULE_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1D")
+
+
+def model_module_types(name: str, trust_remote_code: bool = False) -> dict[str, str]:
+    """Every module path of the model -> its class name, from the architecture alone: the config read from the
+    built-in folder, a local folder or the HF cache (else downloaded: config.json only), the model built on the
+    meta device (accelerate's `init_empty_weights`), so no weights are read or allocated."""
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from pipeline.data.tokenizer import resolve_model_path
+
+    try:
+        config = AutoConfig.from_pretrained(resolve_model_path(name), trust_remote_code=trust_remote_code)
+        with init_empty_weights():
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as err:  # no config.json, an architecture transformers lacks
+        raise ConfigError("model_name_or_path", f"cannot read the architecture of {name} ({type(err).__name__}: "
+                          f"{err}). Point at a causal-LM model folder or hub id, e.g. unsloth/Qwen2.5-1.5B-Instruct."
+                          ) from None
+    return {path: type(module).__name__ for path, module in model.named_modules() if path}
+
+
+def _matches(target: str, path: str) -> bool:
+    """peft's suffix rule (peft.tuners.tuners_utils.check_target_module_exists): the name or a `.name` tail."""
+    return path == target or path.endswith("." + target)
+
+
+def check_lora_targets(cfg: PipelineConfig) -> str:
+    """Each `lora_target_modules` entry names LoRA-capable modules of this model, and each
+    `lora_modules_to_save` entry names a module it has; otherwise refused, listing the names it has."""
+    lo = cfg.lora
+    types = model_module_types(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+    adaptable = sorted({path.rsplit(".", 1)[-1] for path, kind in types.items() if kind in LORA_MODULE_TYPES})
+    for target in lo.lora_target_modules:
+        kinds = sorted({kind for path, kind in types.items() if _matches(str(target), path)})
+        if not kinds:
+            raise ConfigError("lora_target_modules", f"{cfg.model.model_name_or_path} has no module named "
+                              f"{target!r}. Its layers LoRA can adapt: {', '.join(adaptable)}.")
+        if not set(kinds) & set(LORA_MODULE_TYPES):
+            raise ConfigError("lora_target_modules", f"{target!r} names {', '.join(kinds)} modules, which LoRA "
+                              f"cannot adapt; name their layers instead: {', '.join(adaptable)}.")
+    names = sorted({path.rsplit(".", 1)[-1] for path in types})
+    for target in lo.lora_modules_to_save:
+        if not any(_matches(str(target), path) for path in types):
+            raise ConfigError("lora_modules_to_save", f"{cfg.model.model_name_or_path} has no module named "
+                              f"{target!r}. Its module names: {', '.join(names)}.")
+    saved = f"; trained in full: {', '.join(map(str, lo.lora_modules_to_save))}" if lo.lora_modules_to_save else ""
+    return f"LoRA on {', '.join(map(str, lo.lora_target_modules))}{saved} (all found in the model)"
+
+
 def check_resume(resume: str, output_dir: str) -> str:
     """`auto`, `never`, or a complete checkpoint folder; anything else fails before the warm-up."""
     from env.paths import absolute_path
@@ -186,7 +314,19 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     from pipeline.data.prepare import DataError
     from pipeline.data.sources import DataFileError
 
+    from pipeline.backends import choose_backend, load_backend
+
     g = cfg.grpo
+
+    def after_backend(check: Callable[[PipelineConfig], str]) -> Callable[[], str]:
+        # The rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
+        def step() -> str:
+            resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
+            load_backend(resolved.name).prepare_environment(cfg)
+            return check(cfg)
+
+        return step
+
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         ("output_dir", lambda: check_output_dir(g.output_dir)),
@@ -194,10 +334,18 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("gpu", lambda: check_gpu(cfg, choice)),
         ("model", lambda: check_model(cfg.model.model_name_or_path)),
         ("data", lambda: check_data(cfg)),
+        ("rewards", after_backend(check_rewards)),
+        ("lora", after_backend(check_lora_targets)),
         ("resume", lambda: check_resume(g.resume, g.output_dir)),
     ]
-    results = []
+    # A check that reads the model or the data says nothing new when those could not be found.
+    needs = {"rewards": ("model", "data"), "lora": ("model",)}
+    results: list[Check] = []
     for name, step in steps:
+        failed = [c.name for c in results if not c.ok and c.name in needs.get(name, ())]
+        if failed:
+            results.append(Check(name, False, f"not checked: the {' and '.join(failed)} check failed"))
+            continue
         try:
             results.append(Check(name, True, str(step())))
         except (ConfigError, DataError, DataFileError, FileNotFoundError) as err:

@@ -9,7 +9,8 @@ It reads top to bottom: config -> env check -> data -> model -> (format warm-up)
 -> trainer -> train -> save -> eval after -> plots + summary. Only model loading differs
 between the Unsloth and plain backends (pipeline/backends/); everything else is one code path.
 
-Exit codes: 0 done, 2 bad config or input, 3 stopped by a health rule, 130 interrupted (resumable).
+Exit codes: 0 done, 2 bad config or input, 3 stopped (a health rule, a failing reward), 130 interrupted
+(resumable).
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
 def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir: Path, callbacks, start: float):
     from env.paths import atomic_directory
     from pipeline.infer.session import verify_trained_dir
-    from pipeline.run.checkpoints import GracefulStop, checkpoint_step, disk_full_is_resumable, resolve_resume
+    from pipeline.run.checkpoints import (GracefulStop, checkpoint_step, disk_full_is_resumable, resolve_resume,
+                                          save_checkpoint_now)
     from pipeline.trainer.build import build_trainer
 
     # ---------------------------------------------------------------- resume target (before anything loads)
@@ -147,13 +149,22 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     # ---------------------------------------------------------------- train (resumable)
     if resume_from:
         _print(f"resuming from {resume_from} (step {resume_step})")
+    from rewards.contract import RewardFailure
+
+    reward_failure = None
     with GracefulStop() as stopper, disk_full_is_resumable(trainer, output_dir):
         trainer.add_callback(stopper.callback())
-        trainer.train(resume_from_checkpoint=resume_from)
+        try:
+            trainer.train(resume_from_checkpoint=resume_from)
+        except RewardFailure as err:  # a reward raised or broke its contract: stop cleanly, keep a checkpoint
+            reward_failure = err
+            save_checkpoint_now(trainer, output_dir)
     steps = trainer.state.global_step
 
     status, exit_code, reason = "completed", EXIT_OK, None
-    if stopper.signal_name:
+    if reward_failure is not None:
+        status, exit_code, reason = "stopped", EXIT_HEALTH_STOP, f"Stopped at step {steps + 1}: {reward_failure}"
+    elif stopper.signal_name:
         status, exit_code, reason = "interrupted", EXIT_INTERRUPTED, f"{stopper.signal_name} received"
     elif health.stop_reason:
         status, exit_code, reason = "stopped", EXIT_HEALTH_STOP, health.stop_reason

@@ -190,6 +190,13 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
                         report_path=report_path)
 
 
+def training_columns(conversations: list[Any], rows: list[Any], prompt_tokens: list[int]) -> dict[str, list[Any]]:
+    """The training set's columns. TRL passes every column but `prompt` to each reward function as a keyword
+    argument (one entry per completion), so this is also what the pre-load reward probe passes (preflight)."""
+    return {"prompt": conversations, "answer": [row.answer for row in rows], "id": [row.id for row in rows],
+            "prompt_tokens": list(prompt_tokens)}
+
+
 def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
            split: str) -> tuple[Any, dict[str, Any], Optional[str]]:
     """Load, clean and measure; return (dataset or None, report, error message or None)."""
@@ -266,11 +273,7 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
     if error is not None:  # the counts are what the run would have kept; status says it did not
         return None, report, error
 
-    dataset = Dataset.from_dict({
-        "prompt": [conversations[i] for i in keep],
-        "answer": [rows[i].answer for i in keep],
-        "id": [rows[i].id for i in keep],
-        "prompt_tokens": kept_counts,
-    })
+    dataset = Dataset.from_dict(training_columns([conversations[i] for i in keep], [rows[i] for i in keep],
+                                                 kept_counts))
     report["timing_s"]["total"] = round(time.perf_counter() - started, 3)
     return dataset, report, None
