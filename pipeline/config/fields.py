@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -304,6 +305,17 @@ class PipelineConfig:
     health: HealthArguments = field(default_factory=HealthArguments)
     eval: EvalArguments = field(default_factory=EvalArguments)
 
+    def __post_init__(self) -> None:
+        # Every way a config is made (TrlParser, a recipe through from_mapping, replace) passes here, so this is
+        # the one place a lone value becomes a list: YAML `lora_target_modules: q_proj` arrives as the string
+        # "q_proj", which peft would otherwise read character by character.
+        for section in dataclasses.fields(self):
+            values = getattr(self, section.name)
+            for name in list_fields(type(values)):
+                value = getattr(values, name)
+                if value is not None and not isinstance(value, list):
+                    setattr(values, name, list(value) if isinstance(value, tuple) else [value])
+
     def to_dict(self) -> dict[str, Any]:
         """Flat mapping, the same shape as a YAML recipe."""
         flat: dict[str, Any] = {}
@@ -325,6 +337,21 @@ SECTION_ATTR = {
     HealthArguments: "health",
     EvalArguments: "eval",
 }
+
+
+def list_fields(section_cls: type) -> dict[str, type]:
+    """The list-typed fields of one section -> their item type.
+
+    >>> list_fields(LoraArguments)
+    {'lora_target_modules': <class 'str'>, 'lora_modules_to_save': <class 'str'>}
+    """
+    found = {}
+    for name, kind in typing.get_type_hints(section_cls).items():
+        kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind) \
+            if type(None) in typing.get_args(kind) else kind
+        if typing.get_origin(kind) is list:
+            found[name] = typing.get_args(kind)[0]
+    return found
 
 
 def field_names() -> dict[str, type]:
