@@ -176,7 +176,10 @@ def _probe_rows(cfg: PipelineConfig) -> tuple[list[Any], str]:
     if source.kind == "hub" and not (Path(source.description["saved_copy"]) / "dataset_dict.json").is_file():
         source = resolve_source(cfg.replace(dataset_name="sample"), "train", cache_root)
         where = f"rows of the bundled GSM8K sample ({cfg.data.dataset_name} is not downloaded yet)"
-    raw = source.load()
+    from pipeline.data.prepare import _quiet_datasets
+
+    with _quiet_datasets():
+        raw = source.load()
     rows, _ = clean_rows(raw.questions, raw.answers, raw.ids, extract_hash_answer)
     return rows[:PROBE_PROMPTS], where
 

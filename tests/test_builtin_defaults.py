@@ -27,7 +27,7 @@ def test_a_recipe_naming_tiny_qwen_gets_its_defaults(tmp_path):
 @pytest.mark.parametrize("key", sorted(TINY_QWEN_DEFAULTS))
 def test_the_recipe_and_the_command_line_win_over_the_model_defaults(tmp_path, key):
     other = {"max_seq_length": 640, "max_completion_length": "48", "num_generations": 2,
-             "per_device_train_batch_size": 2, "lora_r": 4, "lora_alpha": 4}[key]
+             "per_device_train_batch_size": 2, "lora_r": 4, "lora_alpha": 4, "garbled_action": "stop"}[key]
     recipe = tmp_path / "r.yaml"
     recipe.write_text(f"model_name_or_path: tiny-qwen2.5\n{key}: {other}\n", encoding="utf-8")
     assert str(_parse(["--config", str(recipe)]).to_dict()[key]) == str(other)

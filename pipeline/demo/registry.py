@@ -97,6 +97,7 @@ TINY_QWEN_DEFAULTS: dict[str, Any] = {
     "per_device_train_batch_size": 4,  # ... so one question a step
     "lora_r": 8,                     # its hidden size is 64: rank 32 would be half of it
     "lora_alpha": 16,
+    "garbled_action": "warn",        # random weights over 151k byte-level tokens emit broken UTF-8 by nature
 }
 
 MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
