@@ -280,6 +280,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def _print_help(argv: list[str]) -> int:
     """`grpo train --help`, with --config listed and the defaults that apply on this machine shown."""
+    import argparse
+
     import yaml
     from trl import TrlParser
 
@@ -293,8 +295,8 @@ def _print_help(argv: list[str]) -> int:
     if "--config" in argv and argv.index("--config") + 1 < len(argv):
         recipe = Path(argv[argv.index("--config") + 1])
         source = f"the recipe {recipe}"
-        try:
-            base = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+        try:  # the recipe over the defaults the run puts below it (a built-in model's own)
+            base = {**(base or {}), **(yaml.safe_load(recipe.read_text(encoding="utf-8")) or {})}
         except (OSError, yaml.YAMLError):
             base, source = None, "the built-in field defaults (the recipe could not be read)"
     else:
@@ -304,6 +306,13 @@ def _print_help(argv: list[str]) -> int:
     parser.add_argument("--config", metavar="YAML",
                         help="a YAML recipe whose keys are the options below (e.g. configs/qwen2.5-3b-gsm8k.yaml); "
                              "without it: configs/qwen2.5-1.5b-gsm8k.yaml on a GPU, the tiny CPU demo elsewhere")
+    parser.add_argument("--check", action="store_true",
+                        help="run every check a run makes before loading the model (config, output_dir, packages, "
+                             "gpu, model, data, rewards, lora, resume), print them as JSON and stop: exit 0 when all "
+                             "pass, 2 otherwise")
+    for action in parser._actions:  # HfArgumentParser's --no_X flags would show their own store_false default
+        if any(option.startswith("--no_") for option in action.option_strings):
+            action.help, action.default = f"set {action.dest} to false", argparse.SUPPRESS
     if isinstance(base, dict):
         parser.set_defaults_with_config(**base)
     print(f"defaults shown below: {source}\n")
