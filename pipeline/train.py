@@ -202,7 +202,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         summary = write_summary(output_dir, status=status, reason=reason, steps=steps,
                                 wall_time_s=time.time() - start, eval_before=eval_before, eval_after=eval_after,
                                 warnings=list(health.warnings), health=health.summary(),
-                                plot_settings=plot_settings(cfg))
+                                plot_settings=plot_settings(cfg), resumed_from_step=resume_step)
         _print_where_everything_is(output_dir, status, reason, adapter_dir, cfg)
     return RunResult(output_dir, status, exit_code, steps, adapter_dir, summary)
 
