@@ -1,5 +1,5 @@
-"""Checks that run before anything heavy loads: config, output folder, packages, GPU, model, data, rewards,
-LoRA targets, resume.
+"""Checks that run before anything heavy loads: config, output folder, packages, GPU, model, data, resume,
+rewards, LoRA targets.
 
 `run_checks` is the contract of `grpo train --check`: the run calls the same function before the model loads
 (the first failure ends it with one message, exit 2), so when `--check` passes, the run does not fail for any
@@ -337,9 +337,10 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("gpu", lambda: check_gpu(cfg, choice)),
         ("model", lambda: check_model(cfg.model.model_name_or_path)),
         ("data", lambda: check_data(cfg)),
+        ("resume", lambda: check_resume(g.resume, g.output_dir)),
+        # last: these two read the tokenizer, a few rows and the model's architecture (no weights)
         ("rewards", after_backend(check_rewards)),
         ("lora", after_backend(check_lora_targets)),
-        ("resume", lambda: check_resume(g.resume, g.output_dir)),
     ]
     # A check that reads the model or the data says nothing new when those could not be found.
     needs = {"rewards": ("model", "data"), "lora": ("model",)}

@@ -308,7 +308,7 @@ def _print_help(argv: list[str]) -> int:
                              "without it: configs/qwen2.5-1.5b-gsm8k.yaml on a GPU, the tiny CPU demo elsewhere")
     parser.add_argument("--check", action="store_true",
                         help="run every check a run makes before loading the model (config, output_dir, packages, "
-                             "gpu, model, data, rewards, lora, resume), print them as JSON and stop: exit 0 when all "
+                             "gpu, model, data, resume, rewards, lora), print them as JSON and stop: exit 0 when all "
                              "pass, 2 otherwise")
     for action in parser._actions:  # HfArgumentParser's --no_X flags would show their own store_false default
         if any(option.startswith("--no_") for option in action.option_strings):
