@@ -273,7 +273,8 @@ def check_lora_targets(cfg: PipelineConfig) -> str:
                               f"cannot adapt; name their layers instead: {', '.join(adaptable)}.")
     names = sorted({path.rsplit(".", 1)[-1] for path in types})
     for target in lo.lora_modules_to_save:
-        if not any(_matches(str(target), path) for path in types):
+        # peft's rule here (peft.utils.other._set_trainable) is a plain suffix: `layernorm` takes input_layernorm
+        if not any(path.endswith(str(target)) for path in types):
             raise ConfigError("lora_modules_to_save", f"{cfg.model.model_name_or_path} has no module named "
                               f"{target!r}. Its module names: {', '.join(names)}.")
     saved = f"; trained in full: {', '.join(map(str, lo.lora_modules_to_save))}" if lo.lora_modules_to_save else ""

@@ -73,8 +73,10 @@ def test_a_module_the_model_lacks_is_refused_listing_its_names(field, value, phr
         assert name in str(err.value)
 
 
-def test_real_module_names_pass():
-    cfg = from_mapping({"model_name_or_path": "tiny-qwen2.5", "backend": "plain", "lora_target_modules": "q_proj",
-                        "lora_modules_to_save": ["embed_tokens", "norm"]})
-    assert "q_proj" in check_lora_targets(cfg)
+@pytest.mark.parametrize("targets,to_save", [("q_proj", ["embed_tokens", "norm"]), (["self_attn.q_proj", "up_proj"], []),
+                                             (["lm_head"], ["layernorm"])])  # peft: a plain suffix for to-save names
+def test_real_module_names_pass(targets, to_save):
+    cfg = from_mapping({"model_name_or_path": "tiny-qwen2.5", "backend": "plain", "lora_target_modules": targets,
+                        "lora_modules_to_save": to_save})
+    assert "all found in the model" in check_lora_targets(cfg)
 
