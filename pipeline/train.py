@@ -151,19 +151,19 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         _print(f"resuming from {resume_from} (step {resume_step})")
     from rewards.contract import RewardFailure
 
-    reward_failure = None
+    reward_failure, kept = None, None
     with GracefulStop() as stopper, disk_full_is_resumable(trainer, output_dir):
         trainer.add_callback(stopper.callback())
         try:
             trainer.train(resume_from_checkpoint=resume_from)
         except RewardFailure as err:  # a reward raised or broke its contract: stop cleanly, keep a checkpoint
-            reward_failure = err
-            save_checkpoint_now(trainer, output_dir)
+            reward_failure, kept = err, save_checkpoint_now(trainer, output_dir)
     steps = trainer.state.global_step
 
     status, exit_code, reason = "completed", EXIT_OK, None
     if reward_failure is not None:
-        status, exit_code, reason = "stopped", EXIT_HEALTH_STOP, f"Stopped at step {steps + 1}: {reward_failure}"
+        status, exit_code = "stopped", EXIT_HEALTH_STOP
+        reason = f"Stopped at step {steps + 1}: {reward_failure}" + ("" if kept else " (no step had completed yet)")
     elif stopper.signal_name:
         status, exit_code, reason = "interrupted", EXIT_INTERRUPTED, f"{stopper.signal_name} received"
     elif health.stop_reason:

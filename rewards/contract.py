@@ -136,7 +136,7 @@ class _NoneShare:
             state = kwargs.get("trainer_state")
             step = f" at step {state.global_step}" if getattr(state, "global_step", None) is not None else ""
             self.warn(f"reward `{self.name}` returned None for {share:.0%} of the batch{step}. TRL leaves those "
-                      f"samples out of that reward (its mean is over the rest); the share is logged as "
+                      f"samples out of that reward (its mean is over the rest, and they add 0 to the total); the share is logged as "
                       f"rewards/{self.name}/none_frac in metrics.jsonl. (Warned once.)")
 
 
