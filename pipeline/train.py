@@ -157,6 +157,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         try:
             trainer.train(resume_from_checkpoint=resume_from)
         except RewardFailure as err:  # a reward raised or broke its contract: stop cleanly, keep a checkpoint
+            trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)  # closes the bar
             reward_failure, kept = err, save_checkpoint_now(trainer, output_dir)
     steps = trainer.state.global_step
 

@@ -134,14 +134,17 @@ class _NoneShare:
         if share > 0 and not self.warned:
             self.warned = True
             state = kwargs.get("trainer_state")
-            step = f" at step {state.global_step}" if getattr(state, "global_step", None) is not None else ""
+            # global_step counts completed steps: the batch being scored belongs to the next one
+            step = f" at step {state.global_step + 1}" if getattr(state, "global_step", None) is not None else ""
             self.warn(f"reward `{self.name}` returned None for {share:.0%} of the batch{step}. TRL leaves those "
                       f"samples out of that reward (its mean is over the rest, and they add 0 to the total); the share is logged as "
                       f"rewards/{self.name}/none_frac in metrics.jsonl. (Warned once.)")
 
 
 def _print_warning(message: str) -> None:
-    print(f"[grpo] warning: {message}", flush=True)
+    from tqdm import tqdm  # above the progress bar, not into its line
+
+    tqdm.write(f"[grpo] warning: {message}")
 
 
 def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning) -> Callable:
