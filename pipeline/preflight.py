@@ -241,8 +241,15 @@ def model_module_types(name: str, trust_remote_code: bool = False) -> dict[str, 
 
     from pipeline.data.tokenizer import resolve_model_path
 
+    def read_config(local_only: bool):
+        return AutoConfig.from_pretrained(resolve_model_path(name), trust_remote_code=trust_remote_code,
+                                          local_files_only=local_only)
+
     try:
-        config = AutoConfig.from_pretrained(resolve_model_path(name), trust_remote_code=trust_remote_code)
+        try:  # a local folder or the HF cache first: no network round-trip for a model already here
+            config = read_config(local_only=True)
+        except OSError:
+            config = read_config(local_only=False)  # config.json only
         with init_empty_weights():
             model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as err:  # no config.json, an architecture transformers lacks

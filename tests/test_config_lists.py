@@ -80,3 +80,23 @@ def test_real_module_names_pass(targets, to_save):
                         "lora_modules_to_save": to_save})
     assert "all found in the model" in check_lora_targets(cfg)
 
+
+
+def test_module_names_of_a_model_in_the_hf_cache_offline(tmp_path, monkeypatch):
+    """A hub id already in the Hugging Face cache: its config.json is read there, no network, no weights."""
+    import shutil
+
+    from pipeline.data.tokenizer import resolve_model_path
+
+    snapshot = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    shutil.copy(f"{resolve_model_path('tiny-qwen2.5')}/config.json", snapshot / "config.json")
+    (tmp_path / "hub" / "models--acme--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--acme--tiny" / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    assert model_module_types("acme/tiny")["model.layers.0.mlp.down_proj"] == "Linear"
+    with pytest.raises(ConfigError, match="has no module named 'qkv'"):
+        check_lora_targets(from_mapping({"model_name_or_path": "acme/tiny", "lora_target_modules": ["qkv"]}))
