@@ -99,13 +99,20 @@ def defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Opt
     Returns (argv, base defaults for parse_config, a line saying which); one answer for `grpo train` (a run,
     --help, --check), `grpo data` and the bootstrap.
     """
-    if "--config" in argv:
-        return argv, None, ""
-    if choice.name == "unsloth" or cuda_available():
-        return ["--config", str(DEFAULT_GPU_RECIPE), *argv], None, f"no --config: using {DEFAULT_GPU_RECIPE}"
-    from pipeline.demo.registry import cpu_demo_config
+    from pipeline.demo.registry import builtin_model, cpu_demo_config
 
-    return argv, cpu_demo_config(), "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
+    base: dict[str, Any] = {}
+    note = ""
+    if "--config" not in argv:
+        if choice.name == "unsloth" or cuda_available():
+            argv, note = ["--config", str(DEFAULT_GPU_RECIPE), *argv], f"no --config: using {DEFAULT_GPU_RECIPE}"
+        else:
+            base = cpu_demo_config()
+            note = "no GPU and no --config: running the built-in tiny CPU demo (a few minutes)"
+    # A built-in model's own defaults (e.g. tiny-qwen2.5's short completions), below the recipe and the options.
+    model = builtin_model(str(peek_option(argv, "model_name_or_path", base.get("model_name_or_path", ""))))
+    base.update(model.defaults if model else {})
+    return argv, base or None, note
 
 
 def backend_choice(argv: list[str]) -> BackendChoice:

@@ -1,15 +1,19 @@
-"""Checks that run before anything heavy loads: config, output folder, packages, GPU, model, memory, data, resume.
+"""Checks that run before anything heavy loads: config, output folder, packages, GPU, model, memory, resume,
+data, eval set, warm-up, rewards, LoRA targets.
 
-`grpo train` runs them all before the model; the first failure ends the run with one message (exit 2).
-`grpo train --check` runs them all, prints one JSON object, and stops.
+`run_checks` is the contract of `grpo train --check`: the run calls the same function before the model loads
+(the first failure ends it with one message, exit 2), so when `--check` passes, the run does not fail for any
+of these reasons. `grpo train --check` runs them all, prints one JSON object, and stops.
 
-The data check is the run's contract: `prepare_run_data` prepares everything the run will read (the
-training split, the eval set when eval_before/eval_after is on, the format warm-up's examples) with the
-tokenizer only, and the run calls the same function afterwards, which then loads the prepared data from
-the cache. So a passing check means the run cannot fail later for a data, eval or warm-up reason.
+The data steps prepare everything the run will read (`prepare_run_data`: the training split, the eval set when
+eval_before/eval_after is on, the format warm-up's examples) with the tokenizer only, and the run calls the same
+function afterwards, which then loads the prepared data from the cache. The rewards check calls every reward
+function on completions of the prepared prompts, with the training set's columns as TRL passes them; the LoRA
+check builds the model's architecture on the meta device (no weights) to learn its module names. These import
+torch, after the backend's `prepare_environment` (Unsloth must be imported first).
 
-Everything here is cheap: no torch, no model (the tokenizer only, for the data), and at most one short
-network probe (only when the model is neither a local folder nor in the Hugging Face cache).
+Everything else is cheap: no model weights, at most one short network probe (only when the model is neither a
+local folder nor in the Hugging Face cache).
 """
 
 from __future__ import annotations
@@ -217,7 +221,7 @@ def _data_tokenizer(cfg: PipelineConfig) -> Any:
     from pipeline.data.tokenizer import load_tokenizer
 
     try:
-        return load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+        return load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
     except ConfigError:
         raise
     except (OSError, ValueError) as err:
@@ -248,7 +252,117 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
         data = RunData(needs("train"), prepare_eval(cfg, needs("tokenizer"), write_report=False))
         return "; ".join(filter(None, [f"eval set: {len(data.eval_rows)} problems", data.overlap_warning()]))
 
-    return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train")))]
+    return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train"))),
+            ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train")))]
+
+
+PROBE_PROMPTS = 2  # prompts from the data, each with the completions below (TRL repeats a prompt per completion)
+
+
+def _probe_completions(answer: str) -> list[str]:
+    """Completions a reward will meet: right and wrong in the format, plain text, and empty."""
+    return [f"<reasoning>\nWorking it out.\n</reasoning>\n<answer>\n{answer}\n</answer>\n",
+            "<reasoning>\nA guess.\n</reasoning>\n<answer>\n0\n</answer>\n",
+            f"The answer is {answer}.", ""]
+
+
+def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any, train: Any) -> tuple[list[Any], list[Any], dict[str, Any],
+                                                                               str]:
+    """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them: the
+    first prepared prompts (chats, so completions are `[{"role": "assistant", ...}]`), the training set's other
+    columns, `completion_ids`, `trainer_state`, `log_extra` and `log_metric`."""
+    from transformers import TrainerState
+
+    dataset = train.dataset.select(range(min(PROBE_PROMPTS, len(train.dataset))))
+    columns = {name: list(dataset[name]) for name in dataset.column_names}
+    texts = [_probe_completions(str(answer)) for answer in columns["answer"]]
+    per_prompt = len(texts[0]) if texts else 0
+    repeat = lambda values: [value for value in values for _ in range(per_prompt)]  # noqa: E731
+    prompts = repeat(columns.pop("prompt"))
+    completions = [[{"role": "assistant", "content": text}] for group in texts for text in group]
+    kwargs: dict[str, Any] = {key: repeat(values) for key, values in columns.items()}
+    kwargs["completion_ids"] = [tokenizer.encode(c[0]["content"], add_special_tokens=False) for c in completions]
+    kwargs["trainer_state"] = TrainerState(max_steps=cfg.grpo.max_steps)
+    kwargs["log_extra"] = lambda column, values: None
+    kwargs["log_metric"] = lambda name, value: None
+    return prompts, completions, kwargs, f"{len(completions)} completions of {len(texts)} prepared prompts"
+
+
+def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
+    """Call every reward function as the trainer will, on completions of the run's prepared prompts: a raise, a
+    wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did."""
+    from rewards import get_reward_funcs
+    from rewards.contract import RewardFailure, probe_rewards
+
+    prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
+    try:
+        lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs)), prompts, completions, kwargs)
+    except RewardFailure as err:
+        raise ConfigError("reward_funcs", f"{err}. It was called before the model loads, as the trainer calls "
+                          f"it, on {what}. The contract: docs/rewards.md.") from None
+    except ValueError as err:  # a name that does not resolve (validate() names it first in a run)
+        raise ConfigError("reward_funcs", str(err)) from None
+    return f"called on {what}: " + "; ".join(lines)
+
+
+# The module classes peft's LoRA can adapt (peft.tuners.lora.model LoraModel._create_new_module dispatchers).
+LORA_MODULE_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1D")
+
+
+def model_module_types(name: str, trust_remote_code: bool = False) -> dict[str, str]:
+    """Every module path of the model -> its class name, from the architecture alone: the config read from the
+    built-in folder, a local folder or the HF cache (else downloaded: config.json only), the model built on the
+    meta device (accelerate's `init_empty_weights`), so no weights are read or allocated."""
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from pipeline.data.tokenizer import resolve_model_path
+
+    def read_config(local_only: bool):
+        return AutoConfig.from_pretrained(resolve_model_path(name), trust_remote_code=trust_remote_code,
+                                          local_files_only=local_only)
+
+    try:
+        try:  # a local folder or the HF cache first: no network round-trip for a model already here
+            config = read_config(local_only=True)
+        except OSError:
+            config = read_config(local_only=False)  # config.json only
+        with init_empty_weights():
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as err:  # no config.json, an architecture transformers lacks
+        raise ConfigError("model_name_or_path", f"cannot read the architecture of {name} ({type(err).__name__}: "
+                          f"{err}). Point at a causal-LM model folder or hub id, e.g. unsloth/Qwen2.5-1.5B-Instruct."
+                          ) from None
+    return {path: type(module).__name__ for path, module in model.named_modules() if path}
+
+
+def _matches(target: str, path: str) -> bool:
+    """peft's suffix rule (peft.tuners.tuners_utils.check_target_module_exists): the name or a `.name` tail."""
+    return path == target or path.endswith("." + target)
+
+
+def check_lora_targets(cfg: PipelineConfig) -> str:
+    """Each `lora_target_modules` entry names LoRA-capable modules of this model, and each
+    `lora_modules_to_save` entry names a module it has; otherwise refused, listing the names it has."""
+    lo = cfg.lora
+    types = model_module_types(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+    adaptable = sorted({path.rsplit(".", 1)[-1] for path, kind in types.items() if kind in LORA_MODULE_TYPES})
+    for target in lo.lora_target_modules:
+        kinds = sorted({kind for path, kind in types.items() if _matches(str(target), path)})
+        if not kinds:
+            raise ConfigError("lora_target_modules", f"{cfg.model.model_name_or_path} has no module named "
+                              f"{target!r}. Its layers LoRA can adapt: {', '.join(adaptable)}.")
+        if not set(kinds) & set(LORA_MODULE_TYPES):
+            raise ConfigError("lora_target_modules", f"{target!r} names {', '.join(kinds)} modules, which LoRA "
+                              f"cannot adapt; name their layers instead: {', '.join(adaptable)}.")
+    names = sorted({path.rsplit(".", 1)[-1] for path in types})
+    for target in lo.lora_modules_to_save:
+        # peft's rule here (peft.utils.other._set_trainable) is a plain suffix: `layernorm` takes input_layernorm
+        if not any(path.endswith(str(target)) for path in types):
+            raise ConfigError("lora_modules_to_save", f"{cfg.model.model_name_or_path} has no module named "
+                              f"{target!r}. Its module names: {', '.join(names)}.")
+    saved = f"; trained in full: {', '.join(map(str, lo.lora_modules_to_save))}" if lo.lora_modules_to_save else ""
+    return f"LoRA on {', '.join(map(str, lo.lora_target_modules))}{saved} (all found in the model)"
 
 
 def check_resume(resume: str, output_dir: str) -> str:
@@ -290,13 +404,26 @@ def check_memory(cfg: PipelineConfig) -> str:
 
 def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> list[Check]:
     """Run every check in order. With `stop_at_first`, the first failure raises its error; a failing data step
-    (data, eval, warmup) raises after the other data steps ran, with their failures appended ("also: ...").
+    (data, eval, warmup, rewards) raises after the other data steps ran, with their failures appended
+    ("also: ...").
 
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
+    from pipeline.backends import choose_backend, load_backend
     from pipeline.data.prepare import DataError
     from pipeline.data.sources import DataFileError
 
     g = cfg.grpo
+
+    def after_backend(check: Callable[[], str]) -> Callable[[], str]:
+        # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
+        def step() -> str:
+            resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
+            load_backend(resolved.name).prepare_environment(cfg)
+            return check()
+
+        return step
+
+    data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg)]
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         ("output_dir", lambda: check_output_dir(g.output_dir)),
@@ -306,16 +433,23 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("model", lambda: check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: check_memory(cfg)),
         ("resume", lambda: check_resume(g.resume, g.output_dir)),
-        *data_checks(cfg),  # last: they load the tokenizer and prepare the data
+        *data_steps,  # then: the tokenizer, the prepared data, the rewards called on it
+        ("lora", after_backend(lambda: check_lora_targets(cfg))),  # the architecture, no weights
     ]
-    data_steps = {name for name, _ in data_checks(cfg)}
-    results = []
+    # A check that reads the model says nothing new when the model could not be found.
+    needs = {"lora": ("model",)}
+    data_names = {name for name, _ in data_steps}
+    results: list[Check] = []
     failures: list[Exception] = []
     for name, step in steps:
+        failed = [c.name for c in results if not c.ok and c.name in needs.get(name, ())]
+        if failed:
+            results.append(Check(name, False, f"not checked: the {' and '.join(failed)} check failed"))
+            continue
         try:
             results.append(Check(name, True, str(step())))
         except (ConfigError, DataError, DataFileError, FileNotFoundError) as err:
-            if stop_at_first and name not in data_steps:
+            if stop_at_first and name not in data_names:
                 raise
             if stop_at_first:  # the data steps are all run, so one message says everything to fix in the data
                 failures.append(err)

@@ -9,7 +9,8 @@ It reads top to bottom: config -> env check -> data -> model -> (format warm-up)
 -> trainer -> train -> save -> eval after -> plots + summary. Only model loading differs
 between the Unsloth and plain backends (pipeline/backends/); everything else is one code path.
 
-Exit codes: 0 done, 2 bad config or input, 3 stopped by a health rule, 130 interrupted (resumable).
+Exit codes: 0 done, 2 bad config or input, 3 stopped (a health rule, a failing reward), 130 interrupted
+(resumable).
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
 def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir: Path, callbacks, start: float):
     from env.paths import atomic_directory
     from pipeline.infer.session import verify_trained_dir
-    from pipeline.run.checkpoints import GracefulStop, checkpoint_step, disk_full_is_resumable, resolve_resume
+    from pipeline.run.checkpoints import (GracefulStop, checkpoint_step, disk_full_is_resumable, resolve_resume,
+                                          save_checkpoint_now)
     from pipeline.trainer.build import build_trainer
 
     # ---------------------------------------------------------------- resume target (before anything loads)
@@ -150,13 +152,23 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     # ---------------------------------------------------------------- train (resumable)
     if resume_from:
         _print(f"resuming from {resume_from} (step {resume_step})")
+    from rewards.contract import RewardFailure
+
+    reward_failure, kept = None, None
     with GracefulStop() as stopper, disk_full_is_resumable(trainer, output_dir):
         trainer.add_callback(stopper.callback())
-        trainer.train(resume_from_checkpoint=resume_from)
+        try:
+            trainer.train(resume_from_checkpoint=resume_from)
+        except RewardFailure as err:  # a reward raised or broke its contract: stop cleanly, keep a checkpoint
+            trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)  # closes the bar
+            reward_failure, kept = err, save_checkpoint_now(trainer, output_dir)
     steps = trainer.state.global_step
 
     status, exit_code, reason = "completed", EXIT_OK, None
-    if stopper.signal_name:
+    if reward_failure is not None:
+        status, exit_code = "stopped", EXIT_HEALTH_STOP
+        reason = f"Stopped at step {steps + 1}: {reward_failure}" + ("" if kept else " (no step had completed yet)")
+    elif stopper.signal_name:
         status, exit_code, reason = "interrupted", EXIT_INTERRUPTED, f"{stopper.signal_name} received"
     elif health.stop_reason:
         status, exit_code, reason = "stopped", EXIT_HEALTH_STOP, health.stop_reason
@@ -194,7 +206,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         summary = write_summary(output_dir, status=status, reason=reason, steps=steps,
                                 wall_time_s=time.time() - start, eval_before=eval_before, eval_after=eval_after,
                                 warnings=list(health.warnings), health=health.summary(),
-                                plot_settings=plot_settings(cfg))
+                                plot_settings=plot_settings(cfg), resumed_from_step=resume_step)
         _print_where_everything_is(output_dir, status, reason, adapter_dir, cfg)
     return RunResult(output_dir, status, exit_code, steps, adapter_dir, summary)
 
@@ -272,6 +284,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def _print_help(argv: list[str]) -> int:
     """`grpo train --help`, with --config listed and the defaults that apply on this machine shown."""
+    import argparse
+
     import yaml
     from trl import TrlParser
 
@@ -285,8 +299,8 @@ def _print_help(argv: list[str]) -> int:
     if "--config" in argv and argv.index("--config") + 1 < len(argv):
         recipe = Path(argv[argv.index("--config") + 1])
         source = f"the recipe {recipe}"
-        try:
-            base = yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}
+        try:  # the recipe over the defaults the run puts below it (a built-in model's own)
+            base = {**(base or {}), **(yaml.safe_load(recipe.read_text(encoding="utf-8")) or {})}
         except (OSError, yaml.YAMLError):
             base, source = None, "the built-in field defaults (the recipe could not be read)"
     else:
@@ -296,6 +310,13 @@ def _print_help(argv: list[str]) -> int:
     parser.add_argument("--config", metavar="YAML",
                         help="a YAML recipe whose keys are the options below (e.g. configs/qwen2.5-3b-gsm8k.yaml); "
                              "without it: configs/qwen2.5-1.5b-gsm8k.yaml on a GPU, the tiny CPU demo elsewhere")
+    parser.add_argument("--check", action="store_true",
+                        help="run every check a run makes before loading the model (config, output_dir, packages, "
+                             "gpu, model, data, resume, rewards, lora), print them as JSON and stop: exit 0 when all "
+                             "pass, 2 otherwise")
+    for action in parser._actions:  # HfArgumentParser's --no_X flags would show their own store_false default
+        if any(option.startswith("--no_") for option in action.option_strings):
+            action.help, action.default = f"set {action.dest} to false", argparse.SUPPRESS
     if isinstance(base, dict):
         parser.set_defaults_with_config(**base)
     print(f"defaults shown below: {source}\n")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import math
 import numbers
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -127,11 +129,20 @@ def _import_plugin(spec: str) -> RewardFunc:
     module_name, _, attr_path = spec.partition(":")
     if not module_name or not attr_path:
         raise ValueError(f"{spec!r} must look like 'package.module:function'.")
+    # A my_rewards.py beside the command is found as `python -m` would find it, also from the `grpo` script
+    # (whose sys.path starts at its own bin folder). Appended: an installed module of the same name wins.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"cannot import module {module_name!r} for reward {spec!r} "
-                         f"({exc}); check the name and that it is on PYTHONPATH.") from exc
+                         f"({exc}); check the name and that it is in the current folder or on PYTHONPATH."
+                         ) from exc
+    except Exception as exc:  # noqa: BLE001 - a syntax error or a raise at import time in the user's module
+        raise ValueError(f"module {module_name!r} (reward {spec!r}) failed while importing: "
+                         f"{type(exc).__name__}: {exc}. Fix the module; `python -c 'import {module_name}'` "
+                         "shows the full error.") from None
     for part in attr_path.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"module {module_name!r} has no {attr_path!r} "

@@ -86,6 +86,7 @@ class LoRARequest:
 @dataclass
 class CompletionOutput:
     text: str
+    token_ids: list[int]  # vllm.outputs.CompletionOutput: the generated ids, the stop (EOS) token included
 
 
 @dataclass
@@ -139,7 +140,8 @@ class FakeLLM:
             raise TypeError(f"sampling_params must be SamplingParams, got {type(a['sampling_params']).__name__}")
         prompts = a["prompts"]
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-        return [RequestOutput(p, [CompletionOutput(fake_completion(p))]) for p in prompts]
+        return [RequestOutput(p, [CompletionOutput(fake_completion(p), list(fake_completion(p).encode()) + [0])])
+                for p in prompts]
 
 
 # ---------------------------------------------------------------------------------------------- unsloth_zoo

@@ -252,3 +252,26 @@ def test_eval_reads_the_recipes_own_eval_set_and_a_data_file_whole(trained_run, 
     assert json.loads(out.read_text())["n"] == 3  # eval_split (test) does not apply to a single file
     assert evaluate.main(["--lora", str(trained_run / "lora"), "--data", str(held), "--output", str(out)]) == 2
     assert "eval_question_field" in capsys.readouterr().err  # the run's fields are question/answer
+
+
+def test_merged_export_behaves_as_trained_in_plain_transformers(trained_run, tmp_path):
+    """A plain transformers user who sends only a user message gets the trained system prompt."""
+    from transformers import AutoTokenizer
+
+    manifest = json.loads((trained_run / "manifest.json").read_text())
+    out = tmp_path / "merged"
+    assert export.main(["--lora", str(trained_run / "lora"), "--to", "merged16", "--out", str(out)]) == 0
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "3+4"}], tokenize=False,
+                                         add_generation_prompt=True)
+    assert manifest["system_prompt"] and manifest["system_prompt"] in text
+    # the same text the run trained on (the trained template with the trained system prompt)
+    trained = AutoTokenizer.from_pretrained(str(trained_run / "lora"))
+    assert text == trained.apply_chat_template([{"role": "system", "content": manifest["system_prompt"]},
+                                                {"role": "user", "content": "3+4"}], tokenize=False,
+                                               add_generation_prompt=True)
+    own = tokenizer.apply_chat_template([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1"}],
+                                        tokenize=False)
+    assert "Be brief." in own and manifest["system_prompt"] not in own  # a given system message wins
+    carried = json.loads((out / "grpo_adapter.json").read_text())
+    assert carried["system_prompt"] == manifest["system_prompt"] and carried["base_model"] == manifest["base_model"]

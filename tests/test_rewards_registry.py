@@ -127,3 +127,24 @@ def test_config_layer_names_the_field_the_rewards_do_not():
     assert str(err.value).count("config error") == 1
     with pytest.raises(ConfigError, match=r"^config error in `reward_weights`: 1 weights for 5 reward functions"):
         validate(PipelineConfig().replace(reward_weights=[1.0]), n_processes=1)
+
+
+@pytest.mark.parametrize("source, fragment", [
+    ("def f(prompts, completions, **kw)\n    return []\n", "SyntaxError"),
+    ("raise RuntimeError('no config')\n", "RuntimeError: no config"),
+    ("import no_such_dependency_xyz\n", "no_such_dependency_xyz"),
+])
+def test_plugin_that_fails_to_import_is_one_message(tmp_path, monkeypatch, source, fragment):
+    name = f"broken_plugin_{abs(hash(source))}"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)  # found in the current folder, as `grpo train` run there finds it
+    with pytest.raises(ValueError) as err:
+        resolve_reward(f"{name}:f")
+    assert name in str(err.value) and fragment in str(err.value)
+
+
+def test_plugin_in_the_current_folder_is_found(tmp_path, monkeypatch):
+    (tmp_path / "cwd_reward_plugin.py").write_text("def f(prompts, completions, **kw):\n    return [1.0]\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert resolve_reward("cwd_reward_plugin:f")(prompts=[""], completions=[""]) == [1.0]

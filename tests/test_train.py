@@ -90,6 +90,15 @@ def test_resume_continues_from_checkpoint_step(tmp_path):
     assert second.status == "completed" and second.steps == 4
     steps = [r["step"] for r in step_records(run_dir)]
     assert steps == [1, 2, 3, 4], steps  # 1-2 from the first run, 3-4 resumed, nothing repeated
+    # summary.json's wall time is the whole run's: both sessions
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [s["steps"] for s in summary["sessions"]] == [2, 4]
+    assert summary["wall_time_s"] == round(first.summary["wall_time_s"] + summary["sessions"][1]["wall_time_s"], 1)
+    assert summary["wall_time_s"] > summary["sessions"][1]["wall_time_s"] and "wall_time_note" not in summary
+    # a session that left no summary (killed) is said, not silently dropped
+    (run_dir / "summary.json").unlink()
+    third = run_training(demo_config(run_dir, max_steps=6, save_steps=2))
+    assert third.steps == 6 and "no readable summary.json" in third.summary["wall_time_note"]
 
 
 def test_corrupt_checkpoint_is_set_aside_and_run_resumes_from_the_good_one(tmp_path):

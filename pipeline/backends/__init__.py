@@ -20,13 +20,31 @@ from typing import Any, Optional, Protocol
 from pipeline.config import ConfigError, PipelineConfig
 
 
+class Completion(str):
+    """A generated text that knows how many tokens the model generated for it (the end-of-sequence token
+    included, as vLLM's `CompletionOutput.token_ids` and TRL's completion lengths count it). Re-tokenising the
+    decoded text would count something else: special tokens are gone and merges can differ.
+
+    >>> c = Completion("<answer>4</answer>", tokens=7)
+    >>> c == "<answer>4</answer>", c.tokens
+    (True, 7)
+    """
+
+    tokens: int
+
+    def __new__(cls, text: str, tokens: int) -> "Completion":
+        made = super().__new__(cls, text)
+        made.tokens = int(tokens)
+        return made
+
+
 class Generator(Protocol):
     """What `load_generator` and `training_generator` return: eval and `grpo generate` use only this."""
 
     tokenizer: Any
 
     def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0,
-                 top_p: float = 1.0) -> list[str]:
+                 top_p: float = 1.0) -> list[Completion]:
         """One completion per chat-templated prompt; temperature 0 is greedy."""
 
 

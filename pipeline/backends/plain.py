@@ -11,7 +11,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.backends import EXPORT_METHODS
+from pipeline.backends import EXPORT_METHODS, Completion
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 
@@ -140,14 +140,15 @@ class PlainGenerator:
         self.tokenizer = tokenizer
         self.batch_size = batch_size
 
-    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0) -> list[str]:
+    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0,
+                 top_p: float = 1.0) -> list[Completion]:
         import torch
 
         tok = self.tokenizer
         tok.padding_side = "left"  # decoder-only: pad on the left so every prompt ends where generation starts
         was_training = self.model.training
         self.model.eval()
-        texts: list[str] = []
+        texts: list[Completion] = []
         try:
             for start in range(0, len(prompts), self.batch_size):
                 batch = tok(prompts[start : start + self.batch_size], return_tensors="pt", padding=True,
@@ -158,10 +159,22 @@ class PlainGenerator:
                     out = self.model.generate(**batch, max_new_tokens=max_tokens, pad_token_id=tok.pad_token_id,
                                               eos_token_id=tok.eos_token_id, **sampling)
                 new_tokens = out[:, batch["input_ids"].shape[1]:]
-                texts.extend(tok.batch_decode(new_tokens, skip_special_tokens=True))
+                decoded = tok.batch_decode(new_tokens, skip_special_tokens=True)
+                texts.extend(Completion(text, generated_length(ids.tolist(), tok.eos_token_id))
+                             for text, ids in zip(decoded, new_tokens))
         finally:
             self.model.train(was_training)
         return texts
+
+
+def generated_length(ids: list[int], eos_token_id: Optional[int]) -> int:
+    """Tokens generated up to and including the first end-of-sequence token; `generate` pads the rest of the
+    batch's block with pad tokens (often the same id).
+
+    >>> generated_length([5, 6, 2, 2, 2], eos_token_id=2), generated_length([5, 6, 7], eos_token_id=2)
+    (3, 3)
+    """
+    return ids.index(eos_token_id) + 1 if eos_token_id in ids else len(ids)
 
 
 def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> PlainGenerator:

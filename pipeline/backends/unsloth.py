@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import absolute_path
-from pipeline.backends import EXPORT_METHODS, mixed_precision
+from pipeline.backends import EXPORT_METHODS, Completion, mixed_precision
 from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
     EVAL_SLEEP_LEVEL,
     choose_gpu_memory_utilization,
@@ -211,7 +211,7 @@ class UnslothGenerator:
         self.wake_engine = wake_engine
 
     def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0,
-                 top_p: float = 1.0) -> list[str]:
+                 top_p: float = 1.0) -> list[Completion]:
         """One completion per chat-templated prompt. temperature 0 is greedy in vLLM."""
         if not prompts:
             return []
@@ -228,7 +228,7 @@ class UnslothGenerator:
         finally:
             if slept:
                 self._sleep()
-        return [output.outputs[0].text for output in outputs]
+        return [Completion(output.outputs[0].text, len(output.outputs[0].token_ids)) for output in outputs]
 
     def _wake_if_sleeping(self) -> bool:
         """In standby the trainer puts vLLM to sleep after each rollout and wakes it before the next
@@ -260,7 +260,7 @@ class UnslothTransformersGenerator(PlainGenerator):
         self.back_to_training = back_to_training
 
     def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0,
-                 top_p: float = 1.0) -> list[str]:
+                 top_p: float = 1.0) -> list[Completion]:
         if not prompts:
             return []
         from unsloth import FastLanguageModel

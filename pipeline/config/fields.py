@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -74,7 +75,7 @@ def field_rules(f: dataclasses.Field) -> dict[str, Any]:
 @dataclass
 class ModelArguments:
     model_name_or_path: str = _help(
-        "Base model: a hub id, a local folder, or `tiny-demo` (the built-in CPU demo model).",
+        "Base model: a hub id, a local folder, or a built-in tiny model (`tiny-demo`, `tiny-qwen2.5`).",
         default="unsloth/Qwen2.5-1.5B-Instruct",
     )
     model_source: str = _help(
@@ -102,7 +103,7 @@ class ModelArguments:
         default=True,
     )
     max_lora_rank: int = _help("vLLM's LoRA rank limit; lora_r must not exceed it.", default=64, gt=0)
-    float8_kv_cache: bool = _help("fp8 KV cache in vLLM: more context on Ada/Hopper; off by default.",
+    float8_kv_cache: bool = _help("fp8 KV cache in vLLM: more context on Ada/Hopper.",
                                   default=False)
     vllm_standby: str = _help(
         "auto | true | false. Unsloth standby lets vLLM's memory sleep while training computes "
@@ -130,13 +131,14 @@ class ModelArguments:
 
 @dataclass
 class LoraArguments:
-    lora_r: int = _help("LoRA rank. 32-64 is what the Unsloth GRPO notebooks use.", default=32)
+    lora_r: int = _help("LoRA rank; the Unsloth GRPO notebooks use 32-64.", default=32)
     lora_alpha: int = _help("LoRA alpha; alpha = r keeps the update scale at 1.", default=32, gt=0)
-    lora_dropout: float = _help("0 lets Unsloth use its fast LoRA kernels.", default=0.0, ge=0, lt=1)
+    lora_dropout: float = _help("Dropout on the LoRA input; 0 lets Unsloth use its fast LoRA kernels.", default=0.0, ge=0,
+                                 lt=1)
     lora_target_modules: list[str] = _help("Modules that get LoRA adapters (all attention + MLP).",
                                            default_factory=lambda: list(DEFAULT_TARGET_MODULES))
     lora_modules_to_save: list[str] = _help(
-        "Modules trained in full beside the adapter (the tiny demo: its random `norm`s and `embed_tokens`).",
+        "Modules trained in full beside the adapter (e.g. a random model's `norm` and `embed_tokens`).",
         default_factory=list,
     )
     gradient_checkpointing: bool = _help("Trade compute for memory; Unsloth uses its own offloaded variant.",
@@ -164,7 +166,8 @@ class DataArguments:
         "Keep rows whose answer the correctness reward cannot read as one final answer (they teach nothing "
         "with it); false rejects them as unscorable_answer. true for a reward of your own that reads them.",
         default=False)
-    system_prompt: str = _help("System message; the default is the notebook's <reasoning>/<answer> format.",
+    system_prompt: str = _help("System message the model is trained (and exported) with; the built-in one asks for the "
+                               "notebook's <reasoning>/<answer> format.",
                                default=DEFAULT_SYSTEM_PROMPT)
     max_prompt_length: str = _help(
         "Token limit for prompts, or `auto` (longest kept prompt rounded up to 16). TRL no longer filters.",
@@ -177,7 +180,7 @@ class DataArguments:
     strict: bool = _help("Turn every rejected row into an error instead of a reported drop.", default=False)
     max_samples: Optional[int] = _help("Use only the first N rows (after cleaning); None = all.", default=None,
                                        ge=1)
-    data_cache_dir: Optional[str] = _help("Where processed datasets are cached; default <cache root>/data "
+    data_cache_dir: Optional[str] = _help("Where processed datasets are cached; None = <cache root>/data "
                                           "($GRPO_CACHE_DIR, else ~/.cache/grpo-pipeline).", default=None)
 
 
@@ -186,7 +189,7 @@ class GRPOArguments:
     output_dir: str = _help("Run folder: checkpoints, lora/, manifest.json, metrics.jsonl, plots/.",
                             default="outputs/qwen2.5-gsm8k")
     learning_rate: float = _help(
-        "5e-6 as in the Unsloth notebooks: LoRA needs more than TRL's 1e-6 full-fine-tune default.", default=5e-6,
+        "The Unsloth notebooks use 5e-6: LoRA needs more than TRL's 1e-6 full-fine-tune default.", default=5e-6,
         gt=0, trl=True,
     )
     num_generations: int = _help("Completions per prompt (the GRPO group). Must be >= 2.", default=8, trl=True)
@@ -205,12 +208,13 @@ class GRPOArguments:
         trl=True,
     )
     mask_truncated_completions: bool = _help(
-        "False (TRL default): with True, a batch whose completions are all cut at max_completion_length (common "
-        "early on) gives no gradient at all. Passed explicitly because Unsloth sets True for dapo when unset.",
+        "With true, a batch whose completions are all cut at max_completion_length (common early on) gives no "
+        "gradient at all. TRL's default is false; passed explicitly because Unsloth sets true for dapo when unset.",
         default=False, trl=True,
     )
     epsilon_high: float = _help(
-        "DAPO clip-higher bound 0.28. Passed explicitly: Unsloth sets 0.28 for dapo when unset, TRL uses 0.2.",
+        "DAPO's clip-higher bound (the DAPO paper: 0.28). Passed explicitly: Unsloth sets 0.28 for dapo when unset, "
+        "TRL uses 0.2.",
         default=0.28, ge=0, trl=True)
     temperature: float = _help("Rollout sampling temperature; GRPO needs diverse groups, so keep ~1.", default=1.0,
                                trl=True)
@@ -226,9 +230,9 @@ class GRPOArguments:
                        default="adamw_torch", trl=True)
     weight_decay: float = _help("As in the notebook.", default=0.001, ge=0, trl=True)
     adam_beta1: float = _help("As in the notebook.", default=0.9, ge=0, lt=1, trl=True)
-    adam_beta2: float = _help("0.99 as in the notebook: reacts faster than 0.999 to RL's moving target.",
+    adam_beta2: float = _help("The notebook uses 0.99: reacts faster than 0.999 to RL's moving target.",
                               default=0.99, ge=0, lt=1, trl=True)
-    max_grad_norm: float = _help("0.1 as in the notebook: RL gradients spike.", default=0.1, ge=0, trl=True)
+    max_grad_norm: float = _help("Gradient clipping; the notebook uses 0.1: RL gradients spike.", default=0.1, ge=0, trl=True)
     logging_steps: int = _help("Log (and check health) every N steps.", default=1, ge=1, trl=True)
     save_steps: int = _help("Checkpoint every N steps (resume needs them).", default=50, ge=1, trl=True)
     save_total_limit: Optional[int] = _help("Keep the newest N checkpoints.", default=3, ge=1, trl=True)
@@ -265,7 +269,7 @@ class GRPOArguments:
 @dataclass
 class GenerationArguments:
     gen_max_tokens: Optional[int] = _help(
-        "Tokens to generate after training; default = the trained max_completion_length.", default=None, ge=1
+        "Tokens to generate after training; None = the trained max_completion_length.", default=None, ge=1
     )
     allow_longer_generation: bool = _help("Permit gen_max_tokens above max_completion_length.", default=False)
     gen_temperature: float = _help("Sampling temperature for generate/eval; 0 = greedy; vLLM takes at most 2.",
@@ -331,6 +335,17 @@ class PipelineConfig:
     health: HealthArguments = field(default_factory=HealthArguments)
     eval: EvalArguments = field(default_factory=EvalArguments)
 
+    def __post_init__(self) -> None:
+        # Every way a config is made (TrlParser, a recipe through from_mapping, replace) passes here, so this is
+        # the one place a lone value becomes a list: YAML `lora_target_modules: q_proj` arrives as the string
+        # "q_proj", which peft would otherwise read character by character.
+        for section in dataclasses.fields(self):
+            values = getattr(self, section.name)
+            for name in list_fields(type(values)):
+                value = getattr(values, name)
+                if value is not None and not isinstance(value, list):
+                    setattr(values, name, list(value) if isinstance(value, tuple) else [value])
+
     def to_dict(self) -> dict[str, Any]:
         """Flat mapping, the same shape as a YAML recipe."""
         flat: dict[str, Any] = {}
@@ -352,6 +367,21 @@ SECTION_ATTR = {
     HealthArguments: "health",
     EvalArguments: "eval",
 }
+
+
+def list_fields(section_cls: type) -> dict[str, type]:
+    """The list-typed fields of one section -> their item type.
+
+    >>> list_fields(LoraArguments)
+    {'lora_target_modules': <class 'str'>, 'lora_modules_to_save': <class 'str'>}
+    """
+    found = {}
+    for name, kind in typing.get_type_hints(section_cls).items():
+        kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind) \
+            if type(None) in typing.get_args(kind) else kind
+        if typing.get_origin(kind) is list:
+            found[name] = typing.get_args(kind)[0]
+    return found
 
 
 def field_names() -> dict[str, type]:

@@ -74,6 +74,10 @@ def config_path(argv: list[str]) -> Optional[str]:
     return path
 
 
+# What HfArgumentParser's string_to_bool takes for a bool option.
+BOOL_WORDS = ("yes", "no", "true", "false", "t", "f", "y", "n", "1", "0")
+
+
 def check_option_names(argv: list[str]) -> None:
     """Refuse an unknown `--name`, a recipe given without --config, or a number option whose value is not a
     number, before argparse does (its messages list no alternatives and bury the fix under the usage text)."""
@@ -93,6 +97,9 @@ def check_option_names(argv: list[str]) -> None:
             raise unknown_option_error(name)
         value = inline if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
         kind = typing.get_type_hints(owners[name]).get(name) if name in owners else None
+        if kind is bool and value is not None and ("=" in arg or not value.startswith("--")) \
+                and value.strip().lower() not in BOOL_WORDS:  # `--flag` alone (nargs="?") is true
+            raise ConfigError(name, f"got {value!r}; use true or false.")
         if kind in (int, float, Optional[int], Optional[float]) and value is not None:
             optional = kind in (Optional[int], Optional[float])
             if not (optional and value.lower() in ("none", "null")):
@@ -125,7 +132,47 @@ def read_recipe(path: str) -> dict[str, Any]:
     if unknown:
         err = unknown_option_error(unknown[0])
         raise ConfigError(err.field, f"{os.path.abspath(path)}: {str(err).split(': ', 1)[1]}")
+    for key, value in loaded.items():
+        try:
+            check_value_type(key, value)
+        except ConfigError as err:
+            line = _key_lines(path).get(key)
+            where = f"{os.path.abspath(path)}" + (f" line {line}" if line else "")
+            raise ConfigError(key, f"{where}: {str(err).split(': ', 1)[1]}") from None
     return loaded
+
+
+def _key_lines(path: str) -> dict[str, int]:
+    """Each top-level key of a (parsable) recipe -> its line number."""
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        node = yaml.compose(f)
+    return {key.value: key.start_mark.line + 1 for key, _ in getattr(node, "value", [])}
+
+
+def check_value_type(name: str, value: Any) -> None:
+    """A recipe value that cannot be the field's type is a ConfigError naming the field, before TrlParser (which
+    would hand a string to argparse and print its usage dump). Numbers and booleans go through `coerce`, list
+    fields take a lone value or a list of such, text fields refuse a list. Bounds and choices are validate()'s."""
+    kind = typing.get_type_hints(field_names()[name])[name]
+    if type(None) in typing.get_args(kind):
+        if value is None:
+            return
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    if value is None:
+        raise ConfigError(name, "is empty; give a value or remove the line to use the default.")
+    if typing.get_origin(kind) is list:
+        (item,) = typing.get_args(kind)
+        for entry in value if isinstance(value, (list, tuple)) else [value]:
+            if item in (int, float, bool):
+                coerce(entry, item, name)
+            elif isinstance(entry, (list, tuple, dict)):
+                raise ConfigError(name, f"got {entry!r} in {value!r}; write a list of names, e.g. [q_proj, v_proj].")
+    elif kind in (int, float, bool):
+        coerce(value, kind, name)
+    elif isinstance(value, (list, tuple)):
+        raise ConfigError(name, f"got the list {value!r}; give one value.")
 
 
 def peek_option(argv: list[str], name: str, default: Any = None) -> Any:

@@ -125,8 +125,11 @@ def check_field_values(cfg: PipelineConfig) -> None:
                 raise ConfigError(f.name, "is empty; give a value or remove the line to use the default.")
             if typing.get_origin(kind) is list:
                 (item_kind,) = typing.get_args(kind)
-                if item_kind in (int, float) and isinstance(value, (list, tuple)):
+                if item_kind in (int, float):
                     setattr(section, f.name, [coerce(v, item_kind, f.name) for v in value])
+                elif item_kind is str and any(not isinstance(v, str) or not v.strip() for v in value):
+                    bad = next(v for v in value if not isinstance(v, str) or not v.strip())
+                    raise ConfigError(f.name, f"got {bad!r} in {list(value)}; each entry is a name (text).")
                 continue
             if kind not in (int, float, bool):
                 continue

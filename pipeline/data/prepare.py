@@ -248,6 +248,13 @@ def _unscorable_error(report: dict[str, Any], answer_option: str) -> Optional[st
             "these answers, set keep_unscorable: true.")
 
 
+def training_columns(conversations: list[Any], rows: list[Any], prompt_tokens: list[int]) -> dict[str, list[Any]]:
+    """The training set's columns. TRL passes every column but `prompt` to each reward function as a keyword
+    argument (one entry per completion), so the pre-load reward probe (preflight) passes these columns too."""
+    return {"prompt": conversations, "answer": [row.answer for row in rows], "id": [row.id for row in rows],
+            "prompt_tokens": list(prompt_tokens), "solution": [row.solution for row in rows]}
+
+
 def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
            split: str, source_option: str = "dataset_name") -> tuple[Any, dict[str, Any], Optional[str]]:
     """Load, clean and measure; return (dataset or None, report, error message or None)."""
@@ -334,12 +341,7 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
     if error is not None:  # the counts are what the run would have kept; status says it did not
         return None, report, error
 
-    dataset = Dataset.from_dict({
-        "prompt": [conversations[i] for i in keep],
-        "answer": [rows[i].answer for i in keep],
-        "id": [rows[i].id for i in keep],
-        "prompt_tokens": kept_counts,
-        "solution": [rows[i].solution for i in keep],
-    })
+    dataset = Dataset.from_dict(training_columns([conversations[i] for i in keep], [rows[i] for i in keep],
+                                                 kept_counts))
     report["timing_s"]["total"] = round(time.perf_counter() - started, 3)
     return dataset, report, None

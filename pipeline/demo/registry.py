@@ -14,7 +14,7 @@ Cheap to import (no torch): the builders are imported when a name is used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -36,6 +36,8 @@ class BuiltinModel:
     cpu_sized: bool = False
     # Its matrices are so narrow that one CPU thread is faster than several (see plain.load_model).
     one_cpu_thread: bool = False
+    # Config defaults that suit it, below any recipe and command line (pipeline/bootstrap.py defaults_for).
+    defaults: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -85,9 +87,22 @@ def _arithmetic_warmup(n: int, system_prompt: str, seed: int) -> list[dict[str, 
     return sft_examples(n, system_prompt, seed=seed)
 
 
+# tiny-qwen2.5 has random weights and never stops on its own: every completion runs to max_completion_length,
+# over the real 151k vocabulary. The field defaults are sized for a 1.5B model on a GPU (1024-token sequences,
+# completions up to ~900 tokens, 8 per prompt); these keep a CPU step at a few seconds.
+TINY_QWEN_DEFAULTS: dict[str, Any] = {
+    "max_seq_length": 512,           # room for a GSM8K-length question and the system prompt (~250 tokens)
+    "max_completion_length": "32",   # a random model fills whatever it is given
+    "num_generations": 4,            # the smallest useful group ...
+    "per_device_train_batch_size": 4,  # ... so one question a step
+    "lora_r": 8,                     # its hidden size is 64: rank 32 would be half of it
+    "lora_alpha": 16,
+    "garbled_action": "warn",        # random weights over 151k byte-level tokens emit broken UTF-8 by nature
+}
+
 MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
     BuiltinModel("tiny-demo", folder=_demo_model_dir, cpu_sized=True, one_cpu_thread=True),
-    BuiltinModel("tiny-qwen2.5", folder=_tiny_qwen_model_dir, cpu_sized=True),
+    BuiltinModel("tiny-qwen2.5", folder=_tiny_qwen_model_dir, cpu_sized=True, defaults=TINY_QWEN_DEFAULTS),
     BuiltinModel("bundled:qwen2.5", tokenizer=_qwen_tokenizer),
 )}
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from pipeline.backends import Completion
 from pipeline.config import PipelineConfig
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
@@ -32,17 +33,18 @@ def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, 
     return [{"prompt": row["prompt"], "answer": row["answer"], "id": row["id"]} for row in prepared.dataset]
 
 
-def score_completions(tokenizer, completions: list[str], answers: list[Optional[str]]) -> list[dict[str, Any]]:
-    """Per completion: extracted answer, correct, format_valid, token length, garbled."""
+def score_completions(completions: list[Completion], answers: list[Optional[str]]) -> list[dict[str, Any]]:
+    """Per completion: extracted answer, correct, format_valid, generated tokens (as the generator counted
+    them, not the decoded text re-tokenised), garbled."""
     from pipeline.health.metrics import is_garbled
     from rewards import correctness_reward_func, extract_xml_answer, strict_format_reward_func
 
     correct = correctness_reward_func(prompts=None, completions=completions, answer=answers)
     strict = strict_format_reward_func(prompts=None, completions=completions)
-    lengths = [len(ids) for ids in tokenizer(completions, add_special_tokens=False)["input_ids"]] if completions else []
+    lengths = [completion.tokens for completion in completions]
     return [
         {
-            "completion": text,
+            "completion": str(text),
             "extracted_answer": extract_xml_answer(text),
             "answer": answer,
             "correct": bool(c and c > 0),
@@ -62,7 +64,7 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], system_promp
     del system_prompt  # already inside each row's prompt messages; kept in the signature for readers
     prompts = render_prompts(tokenizer, [row["prompt"] for row in rows])
     completions = generator.generate(prompts, max_tokens=max_tokens, temperature=temperature, top_p=top_p)
-    scored = score_completions(tokenizer, completions, [row["answer"] for row in rows])
+    scored = score_completions(completions, [row["answer"] for row in rows])
     n = len(scored)
 
     def rate(key: str) -> float:

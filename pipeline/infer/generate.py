@@ -56,7 +56,7 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
     messages = [build_prompt(setup.system_prompt, p) for p in prompts]  # the same chat as a training row
     texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
                                      temperature=setup.temperature, top_p=setup.top_p)
-    scored = score_completions(setup.tokenizer, texts, [None] * len(texts))
+    scored = score_completions(texts, [None] * len(texts))
     return [{"prompt": p, "text": s["completion"], "answer": s["extracted_answer"],
              "format_valid": s["format_valid"], "completion_tokens": s["completion_tokens"],
              "model": setup.base_model, "adapter": str(setup.adapter.path) if setup.adapter else None}

@@ -181,6 +181,24 @@ class GracefulStop:
         return _StopOnSignal()
 
 
+def save_checkpoint_now(trainer, output_dir: Path) -> Optional[Path]:
+    """Write checkpoint-<global_step> outside the training loop (after a reward failure ended it mid-step).
+
+    The failing step had not stepped the optimizer (TRL scores a generation batch before any backward), so
+    the weights, optimizer and scheduler are those of the last completed step, and `--resume auto` continues
+    there. Returns the folder (None at step 0: nothing trained yet). An existing complete one is kept.
+    """
+    step = trainer.state.global_step
+    if step <= 0:
+        return None
+    folder = output_dir / f"checkpoint-{step}"
+    if folder.is_dir() and not checkpoint_problem(folder):
+        return folder
+    trainer._save_checkpoint(trainer.model, trial=None)  # transformers Trainer: model, optimizer, rng, state
+    trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)  # file modes, as at any save
+    return folder
+
+
 def file_mode_callback():
     """A TrainerCallback that gives each saved checkpoint's files the usual permissions.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,11 +22,38 @@ def final_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {k: last[k] for k in keys}
 
 
+def earlier_sessions(output_dir: Path, resumed_from_step: Optional[int]) -> tuple[list[dict[str, Any]], Optional[str]]:
+    """The sessions before this one, from the summary.json the last one wrote (empty for a fresh run), and a
+    note when a session that led here left no summary (killed before it could write one)."""
+    if resumed_from_step is None:
+        return [], None
+    path = output_dir / "summary.json"
+    try:
+        old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        old = None
+    if not isinstance(old, dict):
+        return [], (f"a session before step {resumed_from_step} left no readable summary.json (killed?); "
+                    "wall_time_s counts only the sessions listed")
+    sessions = old.get("sessions") or [{key: old.get(key) for key in ("status", "steps", "wall_time_s")}]
+    note = old.get("wall_time_note")
+    if int(old.get("steps") or 0) < resumed_from_step:
+        note = (f"the session(s) that trained steps {old.get('steps')}..{resumed_from_step} left no summary.json "
+                "(killed?); wall_time_s counts only the sessions listed")
+    return list(sessions), note
+
+
 def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps: int, wall_time_s: float,
                   eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str],
                   health: Optional[dict[str, Any]] = None,
-                  plot_settings: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+                  plot_settings: Optional[dict[str, Any]] = None,
+                  resumed_from_step: Optional[int] = None) -> dict[str, Any]:
+    """summary.json. `wall_time_s` is the whole run's: this session's plus the earlier ones' of a resumed run
+    (listed in `sessions`)."""
     from pipeline.run.plots import METRICS_FILE, plot_run, read_metrics
+
+    sessions, note = earlier_sessions(output_dir, resumed_from_step)
+    sessions.append({"status": status, "steps": steps, "wall_time_s": round(wall_time_s, 1)})
 
     # one reader for metrics.jsonl: rows merged per step, a torn last line skipped with a warning
     metrics_path = output_dir / METRICS_FILE
@@ -35,7 +63,9 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
         "status": status,
         "stop_reason": reason if reason else ("completed" if status == "completed" else None),
         "steps": steps,
-        "wall_time_s": round(wall_time_s, 1),
+        "wall_time_s": round(sum(float(x.get("wall_time_s") or 0) for x in sessions), 1),
+        "sessions": sessions,
+        **({"wall_time_note": note} if note else {}),
         "eval_before": _strip_samples(eval_before),
         "eval_after": _strip_samples(eval_after),
         "accuracy_gain_points": (round(100 * (eval_after["accuracy"] - eval_before["accuracy"]), 1)

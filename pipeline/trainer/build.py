@@ -31,6 +31,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     from pipeline.run.checkpoints import file_mode_callback
     from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
     from rewards import check_reward_weights, get_reward_funcs
+    from rewards.contract import guard_reward
 
     g = cfg.grpo
     reward_funcs = get_reward_funcs(list(g.reward_funcs))
@@ -38,6 +39,9 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     observer, health = build_health(cfg, tokenizer)
     reward_funcs.append(observer)
     weights.append(0.0)  # the observer only watches; it never changes the reward
+    # The one reward contract around every function (rewards/contract.py): checked values, a raise becomes a
+    # RewardFailure naming the sample (the run stops cleanly, pipeline/train.py), None's share logged.
+    reward_funcs = [guard_reward(func) for func in reward_funcs]
 
     args = grpo_training_args(cfg, backend, model, prepared, output_dir, weights)
     trainer = trl.GRPOTrainer(

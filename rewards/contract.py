@@ -1,0 +1,216 @@
+"""The one reward contract, checked before the model loads and enforced around every call while training.
+
+A reward function is called by TRL's `GRPOTrainer._calculate_rewards` (TRL 1.15) as
+
+    fn(prompts=..., completions=..., completion_ids=..., **kwargs) -> list[float | None]
+
+with one value per completion; kwargs carry the dataset's other columns (ours: `answer`, `id`,
+`prompt_tokens`, one entry per completion), `trainer_state`, `log_extra` and `log_metric` (docs/rewards.md).
+
+`check_rewards` (the values one call returned) is the contract: a list (or tuple, or 1-D array) of exactly one
+int/float (numpy numbers included) or None per completion, every number finite. bools, strings, a scalar, a generator,
+NaN and inf are refused. `guard_reward` wraps a function so that each call is checked by that contract, a
+raise becomes a `RewardFailure` naming the function and the sample, and the share of None is logged
+(`rewards/<name>/none_frac`) and warned about once. The same wrapper serves the pre-load probe
+(pipeline/preflight.py) and the trainer (pipeline/trainer/build.py), so `--check` and the run agree.
+No torch here.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+
+class RewardFailure(RuntimeError):
+    """A reward function raised or broke the contract. `name` is the function, `message` says what and where."""
+
+    def __init__(self, name: str, message: str):
+        self.name = name
+        super().__init__(f"reward function `{name}` {message}")
+
+
+def reward_name(func: Any) -> str:
+    """The name TRL logs a reward under (`rewards/<name>/mean`)."""
+    return getattr(func, "__name__", None) or type(func).__name__
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_rewards(name: str, output: Any, n: int) -> list[Optional[float]]:
+    """`output` as a list of n floats or None, or a RewardFailure that says what came back instead.
+
+    >>> check_rewards("f", [1, 0.5, None], 3)
+    [1.0, 0.5, None]
+    >>> check_rewards("f", 1.0, 2)
+    Traceback (most recent call last):
+    ...
+    rewards.contract.RewardFailure: reward function `f` returned 1.0 (a float), not a list of one number (or None) per completion; return e.g. [1.0, 0.0, ...] with 2 values.
+    """
+    if getattr(output, "ndim", None) == 1 and hasattr(output, "tolist"):  # a 1-D numpy array or torch tensor
+        output = output.tolist()
+    if not isinstance(output, (list, tuple)):
+        raise RewardFailure(name, f"returned {_short(output)} (a {type(output).__name__}), not a list of one "
+                            f"number (or None) per completion; return e.g. [1.0, 0.0, ...] with {n} values.")
+    if len(output) != n:
+        raise RewardFailure(name, f"returned {len(output)} values for {n} completions; return exactly one "
+                            "number (or None) per completion, in order.")
+    checked: list[Optional[float]] = []
+    for i, value in enumerate(output):
+        if value is None:
+            checked.append(None)
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise RewardFailure(name, f"returned {_short(value)} (a {type(value).__name__}) for completion {i}; "
+                                "each value must be an int or float, or None when the sample cannot be judged.")
+        if not math.isfinite(float(value)):
+            raise RewardFailure(name, f"returned {value!r} for completion {i}; rewards must be finite (return None "
+                                "for a sample that cannot be judged).")
+        checked.append(float(value))
+    return checked
+
+
+def _sample(i: int, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> str:
+    """One completion with its prompt's last message and its dataset columns, for an error message."""
+    def item(values: Any) -> Any:
+        try:
+            return values[i]
+        except (TypeError, IndexError, KeyError):
+            return None
+
+    prompt = item(prompts)
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        prompt = prompt[-1].get("content")
+    completion = item(completions)
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        completion = completion[-1].get("content")
+    columns = {key: item(value) for key, value in kwargs.items()
+               if isinstance(value, (list, tuple)) and key != "completion_ids"}
+    return f"prompt {_short(prompt, 80)}, completion {_short(completion, 80)}" + (
+        f", {', '.join(f'{k}={_short(v, 40)}' for k, v in columns.items())}" if columns else "")
+
+
+def _first_failing(func: Callable, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Optional[int]:
+    """The index of the first single completion on which `func` raises too (None: it only fails on the batch)."""
+    for i in range(len(completions)):
+        one = {k: ([v[i]] if isinstance(v, (list, tuple)) and len(v) == len(completions) else v)
+               for k, v in kwargs.items()}
+        try:
+            func(prompts=[prompts[i]], completions=[completions[i]], **one)
+        except Exception:  # noqa: BLE001 - we are looking for the sample that raises
+            return i
+    return None
+
+
+def _accepts(func: Callable, kwargs: dict[str, Any]) -> bool:
+    """Whether `func`'s signature takes TRL's call: prompts, completions and these keyword arguments."""
+    try:
+        inspect.signature(func).bind(prompts=None, completions=None, **kwargs)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (some builtins): let the call decide
+        return True
+    return True
+
+
+class _NoneShare:
+    """Logs each call's share of None as `rewards/<name>/none_frac`; warns once per function."""
+
+    def __init__(self, name: str, warn: Callable[[str], None]):
+        self.name, self.warn, self.warned = name, warn, False
+
+    def record(self, values: list[Optional[float]], kwargs: dict[str, Any]) -> None:
+        share = sum(v is None for v in values) / max(len(values), 1)
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):
+            log_metric(f"rewards/{self.name}/none_frac", share)
+        if share > 0 and not self.warned:
+            self.warned = True
+            state = kwargs.get("trainer_state")
+            # global_step counts completed steps: the batch being scored belongs to the next one
+            step = f" at step {state.global_step + 1}" if getattr(state, "global_step", None) is not None else ""
+            self.warn(f"reward `{self.name}` returned None for {share:.0%} of the batch{step}. TRL leaves those "
+                      f"samples out of that reward (its mean is over the rest, and they add 0 to the total); the share is logged as "
+                      f"rewards/{self.name}/none_frac in metrics.jsonl. (Warned once.)")
+
+
+def _print_warning(message: str) -> None:
+    from tqdm import tqdm  # above the progress bar, not into its line
+
+    tqdm.write(f"[grpo] warning: {message}")
+
+
+def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning) -> Callable:
+    """`func` wrapped in the contract: same `__name__` (TRL's log key), each call's values checked by
+    `check_rewards`, a raise turned into RewardFailure naming the sample, None's share logged and warned once.
+
+    >>> guarded = guard_reward(lambda prompts, completions, **kw: [len(c) for c in completions])
+    >>> guarded(prompts=["p", "p"], completions=["ab", "c"])
+    [2.0, 1.0]
+    """
+    name = reward_name(func)
+    nones = _NoneShare(name, warn)
+
+    def finish(output: Any, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
+        values = check_rewards(name, output, len(completions))
+        nones.record(values, kwargs)
+        return values
+
+    def failure(err: Exception, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> RewardFailure:
+        if isinstance(err, TypeError) and not _accepts(func, kwargs):
+            return RewardFailure(name, f"cannot be called the way TRL calls it ({err}). Write it as "
+                                 "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
+                                 f"{', '.join(sorted(kwargs))} (docs/rewards.md).")
+        index = _first_failing(func, prompts, completions, kwargs) if not inspect.iscoroutinefunction(func) else None
+        where = f" on {_sample(index, prompts, completions, kwargs)}" if index is not None else (
+            f" on a batch of {len(completions)} completions (first: {_sample(0, prompts, completions, kwargs)})")
+        return RewardFailure(name, f"raised {type(err).__name__}: {err}{where}")
+
+    if inspect.iscoroutinefunction(func):  # TRL runs async rewards concurrently; keep them async
+        @functools.wraps(func)
+        async def guarded_async(prompts=None, completions=None, **kwargs):
+            try:
+                output = await func(prompts=prompts, completions=completions, **kwargs)
+            except Exception as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
+                raise failure(err, prompts, completions, kwargs) from err
+            return finish(output, prompts, completions, kwargs)
+
+        return guarded_async
+
+    @functools.wraps(func)
+    def guarded(prompts=None, completions=None, **kwargs):
+        try:
+            output = func(prompts=prompts, completions=completions, **kwargs)
+        except Exception as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
+            raise failure(err, prompts, completions, kwargs) from err
+        return finish(output, prompts, completions, kwargs)
+
+    return guarded
+
+
+def probe_rewards(funcs: Sequence[Callable], prompts: list[Any], completions: list[Any],
+                  kwargs: dict[str, Any]) -> list[str]:
+    """Call each function once, guarded, on a batch in the run's real form; one line per function.
+
+    Raises the first RewardFailure (a wrong signature is a raise too: TRL passes everything by keyword).
+    """
+    lines = []
+    for func in funcs:
+        guarded = guard_reward(func, warn=lambda message: None)
+        output = guarded(prompts=prompts, completions=completions, **kwargs)
+        if inspect.isawaitable(output):
+            import asyncio
+
+            output = asyncio.run(output)
+        nones = sum(v is None for v in output)
+        shown = ", ".join("None" if v is None else f"{v:g}" for v in output[:4])
+        lines.append(f"{reward_name(func)}: [{shown}{', ...' if len(output) > 4 else ''}]"
+                     + (f" ({nones} None)" if nones else ""))
+    return lines

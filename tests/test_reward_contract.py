@@ -1,0 +1,141 @@
+"""The reward contract (rewards/contract.py) over the class of reward behaviours, before the model loads
+(`run_checks`, the same function `grpo train --check` and the run call) and while training."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import ConfigError
+from pipeline.preflight import check_rewards, run_checks
+from rewards.contract import RewardFailure, guard_reward
+from train_helpers import demo_config
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CASES = "reward_contract_cases"
+
+# name -> None (accepted) or a phrase the refusal must contain (besides the function's name)
+TABLE = {
+    "good": None,
+    "returns_tuple": None,
+    "returns_none_mix": None,
+    "returns_all_none": None,
+    "returns_numpy_floats": None,
+    "returns_numpy_array": None,
+    "uses_answer_and_state": None,
+    "async_good": None,
+    "raises": "raised KeyError",
+    "raises_on_empty": "division by zero on prompt",
+    "wrong_arity": "cannot be called the way TRL calls it",
+    "no_kwargs": "cannot be called the way TRL calls it",
+    "returns_scalar": "returned 1.0 (a float), not a list",
+    "returns_none": "returned None (a NoneType), not a list",
+    "returns_generator": "(a generator), not a list",
+    "returns_string": "(a str), not a list",
+    "returns_dict": "(a dict), not a list",
+    "returns_too_few": "returned 7 values for 8 completions",
+    "returns_strings": "returned '1.0' (a str) for completion 0",
+    "returns_bools": "returned True (a bool) for completion 0",
+    "returns_nan": "returned nan for completion 0",
+    "returns_inf": "returned inf for completion 7",
+}
+
+
+def probe_config(tmp_path, reward: str):
+    return demo_config(tmp_path / "run", reward_funcs=["xmlcount", f"{CASES}:{reward}"], data_cache_dir=str(tmp_path / "c"))
+
+
+@pytest.mark.parametrize("reward", sorted(TABLE))
+def test_each_reward_behaviour_is_accepted_or_refused_naming_it(tmp_path, reward):
+    expected = TABLE[reward]
+    cfg = probe_config(tmp_path, reward)
+    if expected is None:
+        message = check_rewards(cfg)
+        assert f"{reward}: [" in message and "8 completions of 2 rows of the run's data" in message
+        return
+    with pytest.raises(ConfigError) as err:
+        check_rewards(cfg)
+    assert err.value.field == "reward_funcs"
+    assert f"reward function `{reward}`" in str(err.value) and expected in str(err.value)
+
+
+def test_run_checks_is_the_contract_and_stops_before_anything_loads(tmp_path):
+    """The run calls run_checks(stop_at_first=True): the same refusal, as the first error."""
+    cfg = probe_config(tmp_path, "returns_nan")
+    with pytest.raises(ConfigError, match="returns_nan"):
+        run_checks(cfg)
+    checks = {c.name: c for c in run_checks(cfg, stop_at_first=False)}
+    assert not checks["rewards"].ok and checks["lora"].ok and checks["data"].ok
+
+
+def test_grpo_train_check_exits_2_naming_the_reward(tmp_path):
+    env = {"PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'tests'}", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
+           "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "train", "--check", "--output_dir", str(tmp_path / "r"),
+                           "--reward_funcs", "xmlcount", f"{CASES}:raises"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    report = json.loads(proc.stdout)
+    rewards = next(c for c in report["checks"] if c["name"] == "rewards")
+    assert not rewards["ok"] and "`raises` raised KeyError" in rewards["message"]
+    assert "Traceback" not in proc.stderr
+
+
+def test_guard_logs_none_share_and_warns_once():
+    logged, warnings = [], []
+    guarded = guard_reward(lambda prompts, completions, **kw: [None, 1.0, None, 2.0], warn=warnings.append)
+    assert guarded.__name__ == "<lambda>"
+    for _ in range(3):
+        assert guarded(prompts=[""] * 4, completions=["a"] * 4, log_metric=lambda k, v: logged.append((k, v))) \
+            == [None, 1.0, None, 2.0]
+    assert logged == [("rewards/<lambda>/none_frac", 0.5)] * 3
+    assert len(warnings) == 1 and "50%" in warnings[0] and "none_frac" in warnings[0]
+
+
+def test_guard_keeps_the_name_trl_logs_under():
+    from rewards import get_reward_funcs
+
+    for func in get_reward_funcs(["xmlcount", "correctness"]):
+        assert guard_reward(func).__name__ == func.__name__
+
+
+def test_guard_names_the_failing_sample():
+    def picky(prompts, completions, answer, **kwargs):
+        return [1.0 / int(a) for a in answer]
+
+    with pytest.raises(RewardFailure) as err:
+        guard_reward(picky)(prompts=["p1", "p2"], completions=["c1", "c2"], answer=["4", "0"])
+    assert "`picky` raised ZeroDivisionError" in str(err.value) and "completion 'c2'" in str(err.value)
+    assert "answer='0'" in str(err.value)
+
+
+@pytest.mark.slow
+def test_reward_raising_at_step_2_stops_cleanly_with_a_checkpoint(tmp_path, capsys):
+    from pipeline.train import EXIT_HEALTH_STOP, run_training
+
+    run_dir = tmp_path / "run"
+    cfg = demo_config(run_dir, max_steps=5, save_steps=100, reward_funcs=["xmlcount", f"{CASES}:raises_at_step"],
+                      data_cache_dir=str(tmp_path / "c"))
+    import reward_contract_cases
+
+    reward_contract_cases.RAISE_AT_STEP = 1_000  # the pre-load probe runs at step 0: let it pass
+    checks = run_checks(cfg, stop_at_first=False)
+    assert all(c.ok for c in checks)
+    reward_contract_cases.RAISE_AT_STEP = 2
+    result = run_training(cfg)
+    assert result.status == "stopped" and result.exit_code == EXIT_HEALTH_STOP and result.steps == 1
+    assert (run_dir / "checkpoint-1" / "trainer_state.json").is_file()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "stopped"
+    assert "step 2" in summary["stop_reason"] and "`raises_at_step` raised KeyError" in summary["stop_reason"]
+    assert "completion" in summary["stop_reason"]
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    assert not (run_dir / "lora").exists()
+    # none_frac is logged per reward in metrics.jsonl
+    first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["rewards/raises_at_step/none_frac"] == 0.0
