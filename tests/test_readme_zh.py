@@ -46,5 +46,4 @@ def test_the_readme_stays_a_newcomers_page_and_its_links_resolve():
         text = (ROOT / name).read_text(encoding="utf-8")
         assert len(text.splitlines()) <= 230, name
         for target in re.findall(r"\]\(((?:docs|notebooks)/[^)#]+)", text):
-            if target != "docs/own-data.md":  # written on another branch; the lead merges it
-                assert (ROOT / target).is_file(), (name, target)
+            assert (ROOT / target).is_file(), (name, target)

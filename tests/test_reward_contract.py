@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import ConfigError
-from pipeline.preflight import check_rewards, run_checks
+from pipeline.data.tokenizer import load_tokenizer
+from pipeline.preflight import check_rewards, prepare_train, run_checks
 from rewards.contract import RewardFailure, guard_reward
 from train_helpers import demo_config
 
@@ -49,16 +50,22 @@ def probe_config(tmp_path, reward: str):
     return demo_config(tmp_path / "run", reward_funcs=["xmlcount", f"{CASES}:{reward}"], data_cache_dir=str(tmp_path / "c"))
 
 
+def rewards_check(cfg) -> str:
+    """The rewards step of the data check: the rewards called on the run's prepared prompts."""
+    tokenizer = load_tokenizer(cfg.model.model_name_or_path)
+    return check_rewards(cfg, tokenizer, prepare_train(cfg, tokenizer, write_report=False))
+
+
 @pytest.mark.parametrize("reward", sorted(TABLE))
 def test_each_reward_behaviour_is_accepted_or_refused_naming_it(tmp_path, reward):
     expected = TABLE[reward]
     cfg = probe_config(tmp_path, reward)
     if expected is None:
-        message = check_rewards(cfg)
-        assert f"{reward}: [" in message and "8 completions of 2 rows of the run's data" in message
+        message = rewards_check(cfg)
+        assert f"{reward}: [" in message and "8 completions of 2 prepared prompts" in message
         return
     with pytest.raises(ConfigError) as err:
-        check_rewards(cfg)
+        rewards_check(cfg)
     assert err.value.field == "reward_funcs"
     assert f"reward function `{reward}`" in str(err.value) and expected in str(err.value)
 
