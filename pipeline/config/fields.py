@@ -269,6 +269,12 @@ class HealthArguments:
     kl_target: float = _help("Adaptive beta's KL target.", default=0.05, gt=0)
     beta_min: float = _help("Adaptive beta's lower bound.", default=0.001)
     beta_max: float = _help("Adaptive beta's upper bound.", default=0.5)
+    flat_reward_threshold: float = _help(
+        "Act when at least this share of groups has no reward spread (TRL's frac_reward_zero_std): such a group "
+        "trains on nothing ...", default=0.9, ge=0, le=1)
+    flat_reward_window: int = _help("... on each of this many consecutive logged steps.", default=20, ge=1)
+    flat_reward_action: str = _help("warn | stop. The message names the flat rewards, the likely cause and the fix.",
+                                    default="warn", choices=("warn", "stop"))
     sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0, ge=0)
     sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4, gt=0)
 

@@ -13,6 +13,9 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
      steps: `garbled_action` (warn | stop);
    - kl above `kl_ceiling` (only when beta > 0; TRL logs kl only then): `kl_action`;
    - repetition rate above `repetition_threshold`: `repetition_action` (warn by default);
+   - no learning signal: at least `flat_reward_threshold` of the groups without reward spread (TRL's
+     frac_reward_zero_std) on each of the last `flat_reward_window` logged steps: `flat_reward_action`
+     (warn by default), naming the flat rewards, the likely cause and the fix (pipeline/health/signal.py);
    - `adaptive_beta`: after each logged kl, move the trainer's beta toward `kl_target`
      (x1.5 when kl > 1.5 x target, /1.5 when kl < target / 1.5, clipped to
      [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
@@ -47,6 +50,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from pipeline.config import ConfigError, HealthArguments, PipelineConfig, check_choices
 from pipeline.health.metrics import BETA, GARBLED_RATE, REPETITION_RATE, incomplete_utf8_token_ids
 from pipeline.health.observer import HealthState, make_observer
+from pipeline.health.signal import FLAT_GROUP_SHARE, no_signal_causes
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +95,7 @@ class HealthCallback(TrainerCallback):
     """Stops or adjusts a GRPO run from its logged metrics (see the module docstring for the rules).
 
     After training: `stop_reason` (a sentence, or None), `stop_rule` (non_finite | garbled |
-    kl | repetition, or None), `stop_step`, `warnings` (every warning printed), `beta` (the
+    kl | repetition | flat_reward, or None), `stop_step`, `warnings` (every warning printed), `beta` (the
     last beta set), and `summary()` for the driver's summary.json.
 
     >>> from transformers import TrainerControl, TrainerState
@@ -109,6 +113,8 @@ class HealthCallback(TrainerCallback):
         beta: float,
         state: HealthState | None = None,
         warn_every_steps: int = 20,
+        temperature: float = 1.0,
+        num_generations: int = 8,
     ):
         _check_settings(settings)
         self.settings = settings
@@ -123,6 +129,8 @@ class HealthCallback(TrainerCallback):
         self.warnings: list[str] = []
         self.beta_history: list[tuple[int, float]] = []
         self._garbled_window: deque[float] = deque(maxlen=settings.garbled_window)
+        self._flat_window: deque[dict[str, Any]] = deque(maxlen=settings.flat_reward_window)
+        self.temperature, self.num_generations = float(temperature), int(num_generations)
         self._last_warned: dict[str, int] = {}
 
     def attach(self, trainer: Any) -> HealthCallback:
@@ -165,6 +173,8 @@ class HealthCallback(TrainerCallback):
             self._check_kl(logs, step, control)
         if self.stop_reason is None:
             self._check_repetition(logs, step, control)
+        if self.stop_reason is None:
+            self._check_flat_reward(logs, step, control)
         if self.stop_reason is None and self.settings.adaptive_beta:
             self._adapt_beta(logs, step)
         if self.current_beta() > 0:
@@ -214,6 +224,27 @@ class HealthCallback(TrainerCallback):
                       f"repetition rate {rate:.3f} is above repetition_threshold "
                       f"{self.settings.repetition_threshold} (completions are looping over the same token "
                       "4-grams)")
+
+    def _check_flat_reward(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+        share = _number(logs.get(FLAT_GROUP_SHARE))
+        if share is None:
+            return
+        self._flat_window.append(dict(logs))
+        h = self.settings
+        window = list(self._flat_window)
+        if len(window) < h.flat_reward_window or any(_number(w[FLAT_GROUP_SHARE]) < h.flat_reward_threshold
+                                                     for w in window):
+            return
+        means, stds = _reward_means_and_stds(window)
+        clipped = _mean([_number(w.get("completions/clipped_ratio")) for w in window])
+        causes = no_signal_causes(means, stds, temperature=self.temperature, num_generations=self.num_generations,
+                                  clipped_share=clipped)
+        shares = [_number(w[FLAT_GROUP_SHARE]) for w in window]
+        self._act("flat_reward", h.flat_reward_action, step, control,
+                  f"no learning signal: {min(shares):.0%}-{max(shares):.0%} of the groups had no reward spread "
+                  f"(frac_reward_zero_std) on each of the last {len(window)} logged steps, at or above "
+                  f"flat_reward_threshold {h.flat_reward_threshold:g}, so those groups train on nothing: "
+                  + "; ".join(causes))
 
     def _adapt_beta(self, logs: dict[str, Any], step: int) -> None:
         kl = _number(logs.get("kl"))
@@ -286,20 +317,41 @@ def build_health(cfg: PipelineConfig, tokenizer: Any) -> tuple[Callable[..., lis
     """
     state = HealthState()
     observer = make_observer(state, incomplete_utf8_token_ids(tokenizer), tokenizer)
-    callback = HealthCallback(cfg.health, beta=cfg.grpo.beta, state=state)
+    callback = HealthCallback(cfg.health, beta=cfg.grpo.beta, state=state, temperature=cfg.grpo.temperature,
+                              num_generations=cfg.grpo.num_generations)
     return observer, callback
 
 
 def _check_settings(h: HealthArguments) -> None:
-    check_choices(h)  # garbled_action, repetition_action, kl_action
-    if h.garbled_window < 1:
-        raise ConfigError("garbled_window", f"got {h.garbled_window}; use a positive number of logged steps.")
+    check_choices(h)  # garbled_action, repetition_action, kl_action, flat_reward_action
+    for name in ("garbled_window", "flat_reward_window"):
+        if getattr(h, name) < 1:
+            raise ConfigError(name, f"got {getattr(h, name)}; use a positive number of logged steps.")
+
+
+def _reward_means_and_stds(window: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
+    """Each reward's mean and spread (TRL's rewards/<name>/mean and /std) averaged over logged steps;
+    the health observer (always 0) left out."""
+    from pipeline.health.metrics import OBSERVER_NAME
+
+    names = [key[len("rewards/"):-len("/mean")] for key in window[-1]
+             if key.startswith("rewards/") and key.endswith("/mean")]
+    names = [name for name in names if name != OBSERVER_NAME]
+    means = {name: _mean([_number(w.get(f"rewards/{name}/mean")) for w in window]) for name in names}
+    stds = {name: _mean([_number(w.get(f"rewards/{name}/std")) for w in window]) for name in names}
+    return ({name: m for name, m in means.items() if m is not None},
+            {name: s for name, s in stds.items() if s is not None})
+
+
+def _mean(values: list[float | None]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
 
 
 def _is_training_log(logs: dict[str, Any]) -> bool:
     # on_log also fires for evaluation (eval_* keys) and for the end-of-training summary
     # (train_runtime, ...); only per-step training logs carry the metrics the rules read.
-    return any(key in logs for key in ("loss", "grad_norm", "kl", GARBLED_RATE, REPETITION_RATE))
+    return any(key in logs for key in ("loss", "grad_norm", "kl", GARBLED_RATE, REPETITION_RATE, FLAT_GROUP_SHARE))
 
 
 def _number(value: Any) -> float | None:

@@ -33,17 +33,7 @@ from pipeline.health.metrics import (
     REPETITION_RATE,
 )
 
-from rewards.correctness import CORRECT_REWARD, INTEGER_REWARD
-from rewards.format import FORMAT_REWARD
-
-# The range each built-in reward can take, by the name TRL logs it under (rewards/<name>/mean).
-REWARD_RANGES: dict[str, tuple[float, float]] = {
-    "xmlcount_reward_func": (0.0, FORMAT_REWARD),  # clamped to [0, 0.5] (rewards/format.py)
-    "soft_format_reward_func": (0.0, FORMAT_REWARD),
-    "strict_format_reward_func": (0.0, FORMAT_REWARD),
-    "int_reward_func": (0.0, INTEGER_REWARD),
-    "correctness_reward_func": (0.0, CORRECT_REWARD),
-}
+from rewards.registry import REWARD_RANGES
 
 METRICS_FILE = "metrics.jsonl"
 PLOTS_DIR = "plots"
