@@ -2,6 +2,7 @@
 
     grpo env        check the installed versions against the known-good matrix
     grpo data       prepare the dataset and print its length/rejection report (tokenizer only)
+    grpo rewards    reward dry run: sample and score a few prompts, say whether GRPO would learn (no training)
     grpo train      GRPO training (no GPU: the built-in tiny CPU demo)
     grpo generate   generate with a saved LoRA (or --base)
     grpo eval       accuracy / format / length / garbled rate on held-out problems
@@ -21,6 +22,8 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("env.doctor", "report Python/GPU/package versions vs the known-good matrix, and the pip fix"),
     "data": ("pipeline.data.report", "prepare the dataset and print its report (loads only the tokenizer)"),
+    "rewards": ("pipeline.infer.dry_run", "reward dry run: sample and score a few training prompts with the "
+                                          "recipe's model and rewards, and say whether GRPO would have a signal"),
     "train": ("pipeline.train", "run GRPO training (no GPU and no config: the built-in tiny CPU demo)"),
     "generate": ("pipeline.infer.generate", "generate with a saved LoRA adapter (or --base for the base model)"),
     "eval": ("pipeline.infer.evaluate", "evaluate a LoRA or the base model on held-out problems"),

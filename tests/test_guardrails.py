@@ -12,7 +12,7 @@ from transformers import TrainerControl, TrainerState
 
 from pipeline.config import HealthArguments
 from pipeline.health.rules import HealthCallback
-from pipeline.health.signal import FLAT_GROUP_SHARE, flat_reward_cause, no_signal_causes
+from pipeline.health.signal import FLAT_GROUP_SHARE, flat_reward_causes, no_signal_causes
 from rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES
 
 FORMAT, CORRECT = "strict_format_reward_func", "correctness_reward_func"
@@ -41,21 +41,27 @@ def _flat_logs(share: float, means: dict[str, float], stds: dict[str, float], **
 def test_every_builtin_reward_flat_anywhere_gets_a_cause_and_a_fix(name, where):
     low, high = REWARD_RANGES[name]
     mean = {"min": low, "max": high, "middle": (low + high) / 2}[where]
-    cause = flat_reward_cause(name, mean, temperature=1.0, clipped_share=0.8)
-    assert cause.startswith(name) and "Fix:" in cause
+    causes = flat_reward_causes({name: mean}, temperature=1.0, clipped_share=0.8)
+    assert causes[0].startswith(f"{name}: ") and "Fix:" in causes[0]
     if where == "min":
-        assert "max_completion_length" in cause  # 80% clipped is named as a cause
         expected = "sft_warmup_steps" if name in FORMAT_REWARD_NAMES else "easier problems"
-        assert expected in cause
+        assert expected in causes[0]
+        assert causes[1] == ("80% of completions hit max_completion_length, so they end before </answer>: "
+                             "raise max_completion_length")
     elif where == "max":
-        assert "maximum" in cause and "difficulty" in cause
+        assert len(causes) == 1 and "maximum" in causes[0] and "difficulty" in causes[0]
     else:
-        assert "raise temperature (now 1;" in cause
+        assert len(causes) == 1 and "raise temperature (now 1;" in causes[0]
+
+
+def test_rewards_flat_for_the_same_cause_share_one_sentence():
+    causes = flat_reward_causes({name: 0.0 for name in sorted(FORMAT_REWARD_NAMES)}, temperature=1.0)
+    assert len(causes) == 1 and all(name in causes[0] for name in FORMAT_REWARD_NAMES)
 
 
 def test_a_plugin_reward_flat_at_zero_is_named_without_guessing_its_range():
-    cause = flat_reward_cause("my_reward", 0.0, temperature=1.0)
-    assert cause.startswith("my_reward is 0 on every completion") and "Fix:" in cause
+    cause = flat_reward_causes({"my_reward": 0.0}, temperature=1.0)[0]
+    assert cause.startswith("my_reward: 0 on every completion") and "Fix:" in cause
 
 
 def test_groups_flat_while_every_reward_varies_points_at_rollout_diversity():
@@ -85,9 +91,9 @@ def test_flat_reward_fires_after_a_full_window_naming_the_flat_rewards():
     assert callback.stop_rule == "flat_reward" and callback.stop_step == 3
     reason = callback.stop_reason
     assert "100%-100% of the groups" in reason and "last 3 logged steps" in reason
-    assert f"{FORMAT} is 0 on every completion" in reason and "sft_warmup_steps" in reason
-    assert f"{CORRECT} is at its maximum 2" in reason and "difficulty" in reason
-    assert "health is" not in reason  # the observer always scores 0 and is not a reward
+    assert f"{FORMAT}: 0 on every completion" in reason and "sft_warmup_steps" in reason
+    assert f"{CORRECT}: at its maximum 2" in reason and "difficulty" in reason
+    assert "health" not in reason  # the observer always scores 0 and is not a reward
     assert "flat_reward_action: warn" in reason
 
 
@@ -139,4 +145,74 @@ def test_a_real_run_whose_format_reward_is_never_hit_stops_with_exit_3_and_a_che
     assert (run_dir / "checkpoint-2" / "trainer_state.json").is_file()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["health"]["stop_rule"] == "flat_reward"
-    assert "strict_format_reward_func is 0 on every completion" in summary["stop_reason"]
+    assert "strict_format_reward_func: 0 on every completion" in summary["stop_reason"]
+
+
+# --------------------------------------------------------------------------------------------
+# The reward dry run (`grpo rewards`)
+# --------------------------------------------------------------------------------------------
+
+
+def test_reward_table_counts_zeros_nones_and_flat_groups_per_reward_and_in_total():
+    from pipeline.infer.dry_run import reward_table
+
+    # 3 groups of 2: reward a is flat in groups 1 and 3, b is None in group 2 (not judged) and flat in group 1.
+    a = [0.0, 0.0, 1.0, 0.0, 2.0, 2.0]
+    b = [0.5, 0.5, None, None, 0.0, 0.5]
+    table = reward_table(["a", "b"], [a, b], [1.0, 2.0], group_size=2)
+    assert table["a"]["zero_share"] == pytest.approx(3 / 6) and table["a"]["none_share"] == 0
+    assert table["a"]["flat_group_share"] == pytest.approx(2 / 3)
+    assert table["b"]["none_share"] == pytest.approx(2 / 6) and table["b"]["zero_share"] == pytest.approx(1 / 6)
+    assert table["b"]["flat_group_share"] == pytest.approx(2 / 3)  # group 2 has no scored pair: flat
+    # total = a + 2 b with None as 0: [1, 1, 1, 0, 2, 3]: groups 1 flat, 2 and 3 not
+    assert table["total"]["mean"] == pytest.approx(8 / 6) and table["total"]["flat_group_share"] == pytest.approx(1 / 3)
+
+
+def _dry_run(tmp_path, capsys, *options):
+    from pipeline.infer.dry_run import main
+
+    out = tmp_path / "dry"
+    code = main(["--config", "configs/cpu-demo.yaml", "--output_dir", str(out), "--prompts", "2", "--json",
+                 *options])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    result = json.loads(printed)
+    assert json.loads((out / "reward_dry_run.json").read_text())["verdicts"] == result["verdicts"]
+    return result
+
+
+@pytest.mark.slow
+def test_dry_run_on_the_demo_without_its_warm_up_says_no_signal_and_why(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[1])
+    result = _dry_run(tmp_path, capsys)
+    assert result["prompts"] == 2 and result["num_generations"] == 8 and result["completions"] == 16
+    assert result["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.1,
+                                  "max_completion_length": 64}
+    assert set(result["rewards"]) == {*REWARD_RANGES, "total"}
+    assert all(row["zero_share"] == 1.0 and row["flat_group_share"] == 1.0 for row in result["rewards"].values())
+    assert result["format_hit_rate"] == 0.0 and 0 <= result["clipped_share"] <= 1
+    text = "\n".join(result["verdicts"])
+    assert "the model never writes the <reasoning>/<answer> format" in text and "sft_warmup_steps" in text
+    assert "BEFORE the format warm-up" in text and "--after-warmup" in text
+    assert result["verdicts"][-1].startswith("verdict: NO LEARNING SIGNAL: 100% of the groups")
+
+
+@pytest.mark.slow
+def test_dry_run_with_a_reward_that_varies_finds_the_signal(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[1])
+    result = _dry_run(tmp_path, capsys, "--reward_funcs", "train_helpers:digit_share_reward")
+    assert set(result["rewards"]) == {"digit_share_reward", "total"}
+    assert result["rewards"]["total"]["flat_group_share"] < 0.9
+    assert result["verdicts"][-1].startswith("verdict: learning signal in")
+    assert result["verdicts"][0].startswith("digit_share_reward: ok")
+
+
+def test_dry_run_bad_input_is_one_message_and_exit_2(tmp_path, capsys):
+    from pipeline.infer.dry_run import main
+
+    assert main(["--config", "configs/cpu-demo.yaml", "--output_dir", str(tmp_path), "--prompts", "0"]) == 2
+    assert "--prompts" in capsys.readouterr().err
+    assert main(["--config", "configs/cpu-demo.yaml", "--output_dir", str(tmp_path),
+                 "--reward_funcs", "no_such_reward"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no_such_reward" in err and "Traceback" not in err

@@ -47,48 +47,54 @@ def _at(value: float, target: float, scale: float) -> bool:
     return abs(value - target) <= 1e-6 + 1e-3 * abs(scale)
 
 
-def flat_reward_cause(name: str, mean: float, *, temperature: float,
-                      clipped_share: Optional[float] = None) -> str:
-    """Why reward `name` is the same (`mean`) on every completion, and the fix.
+def flat_reward_causes(flat: Mapping[str, float], *, temperature: float,
+                       clipped_share: Optional[float] = None) -> list[str]:
+    """Why the rewards in `flat` (name -> the one value every completion got) are flat, with the fix: one
+    sentence per cause, naming the rewards it covers.
 
-    >>> print(flat_reward_cause("strict_format_reward_func", 0.0, temperature=1.0, clipped_share=0.9))
-    strict_format_reward_func is 0 on every completion: the model never writes the <reasoning>/<answer> format. \
-Fix: enable the SFT format warm-up (sft_warmup_steps, e.g. 100), or check system_prompt against the chat template \
-(`grpo data` shows the prompt as rendered); 90% of completions hit max_completion_length, so they end before \
-</answer>: raise max_completion_length
-    >>> print(flat_reward_cause("correctness_reward_func", 2.0, temperature=1.0))
-    correctness_reward_func is at its maximum 2 on every completion: nothing is left to learn from it (the task \
-is too easy for this model, or the run has converged). Fix: raise the difficulty (harder problems), or stop here
+    >>> for line in flat_reward_causes({"xmlcount_reward_func": 0.0, "strict_format_reward_func": 0.0,
+    ...                                 "correctness_reward_func": 2.0}, temperature=1.0, clipped_share=0.9):
+    ...     print(line)
+    xmlcount_reward_func, strict_format_reward_func: 0 on every completion: the model never writes the <reasoning>/<answer> format. Fix: enable the SFT format warm-up (sft_warmup_steps, e.g. 100), or check system_prompt against the chat template (`grpo data` shows the prompt as rendered)
+    correctness_reward_func: at its maximum 2 on every completion: nothing is left to learn from it (the task is too easy for this model, or the run has converged). Fix: raise the difficulty (harder problems), or stop here
+    90% of completions hit max_completion_length, so they end before </answer>: raise max_completion_length
     """
-    low, high = REWARD_RANGES.get(name, (0.0, None))
-    scale = (high - low) if high is not None else 1.0
-    if _at(mean, low, scale):
-        head = f"{name} is {low:g} on every completion: "
-        if name in FORMAT_REWARD_NAMES:
-            text = (head + "the model never writes the <reasoning>/<answer> format. Fix: enable the SFT format "
-                    "warm-up (sft_warmup_steps, e.g. 100), or check system_prompt against the chat template "
-                    "(`grpo data` shows the prompt as rendered)")
-        elif name in _ANSWER_REWARDS:
-            text = (head + "no completion earns it (a wrong answer, or no <answer> block at all: see the format "
-                    "rewards). Fix: get the format right first (sft_warmup_steps), or use easier problems or a "
-                    "larger model")
+    groups: dict[str, list[str]] = {}
+    for name, mean in flat.items():
+        low, high = REWARD_RANGES.get(name, (0.0, None))
+        scale = (high - low) if high is not None else 1.0
+        if _at(mean, low, scale):
+            kind = "format" if name in FORMAT_REWARD_NAMES else "answer" if name in _ANSWER_REWARDS else "zero"
+            text = f"{low:g} on every completion: " + _ZERO_CAUSES[kind]
+        elif high is not None and _at(mean, high, scale):
+            text = (f"at its maximum {high:g} on every completion: nothing is left to learn from it (the task is too "
+                    "easy for this model, or the run has converged). Fix: raise the difficulty (harder problems), "
+                    "or stop here")
         else:
-            text = head + "no completion earns it. Fix: check the reward function on a few completions"
-        if clipped_share is not None and clipped_share >= CLIPPED_CAUSE:
-            text += (f"; {clipped_share:.0%} of completions hit max_completion_length, so they end before "
-                     "</answer>: raise max_completion_length")
-        return text
-    if high is not None and _at(mean, high, scale):
-        return (f"{name} is at its maximum {high:g} on every completion: nothing is left to learn from it (the task "
-                "is too easy for this model, or the run has converged). Fix: raise the difficulty (harder "
-                "problems), or stop here")
-    return (f"{name} is {mean:.3g} on every completion: the rollouts are too alike. Fix: raise temperature "
-            f"(now {temperature:g}; about 1.0 is usual for GRPO)")
+            text = (f"{mean:.3g} on every completion: the rollouts are too alike. Fix: raise temperature (now "
+                    f"{temperature:g}; about 1.0 is usual for GRPO)")
+        groups.setdefault(text, []).append(name)
+    lines = [f"{', '.join(names)}: {text}" for text, names in groups.items()]
+    at_zero = any(text.startswith("0 on") for text in groups)
+    if at_zero and clipped_share is not None and clipped_share >= CLIPPED_CAUSE:
+        lines.append(f"{clipped_share:.0%} of completions hit max_completion_length, so they end before </answer>: "
+                     "raise max_completion_length")
+    return lines
+
+
+_ZERO_CAUSES = {
+    "format": ("the model never writes the <reasoning>/<answer> format. Fix: enable the SFT format warm-up "
+               "(sft_warmup_steps, e.g. 100), or check system_prompt against the chat template (`grpo data` shows "
+               "the prompt as rendered)"),
+    "answer": ("no completion earns it (a wrong answer, or no <answer> block at all: see the format rewards). Fix: "
+               "get the format right first (sft_warmup_steps), or use easier problems or a larger model"),
+    "zero": "no completion earns it. Fix: check the reward function on a few completions",
+}
 
 
 def no_signal_causes(means: Mapping[str, float], stds: Mapping[str, Optional[float]], *, temperature: float,
                      num_generations: int, clipped_share: Optional[float] = None) -> list[str]:
-    """The causes (with fixes) of groups without reward spread: one per flat reward, else the group-level one.
+    """The causes (with fixes) of groups without reward spread: those of the flat rewards, else the group-level one.
 
     `means` / `stds` are per reward over a batch (TRL's rewards/<name>/mean and /std).
 
@@ -96,11 +102,12 @@ def no_signal_causes(means: Mapping[str, float], stds: Mapping[str, Optional[flo
     ...                  num_generations=4)[0].split(":")[0]
     'every reward varies between prompts, but not within a group'
     """
-    causes = []
+    flat = {}
     for name, mean in means.items():
         low, high = REWARD_RANGES.get(name, (0.0, None))
         if is_flat(stds.get(name), (high - low) if high is not None else 1.0):
-            causes.append(flat_reward_cause(name, mean, temperature=temperature, clipped_share=clipped_share))
+            flat[name] = mean
+    causes = flat_reward_causes(flat, temperature=temperature, clipped_share=clipped_share)
     if not causes:
         causes.append("every reward varies between prompts, but not within a group: each prompt's completions are "
                       "all right or all wrong alike. Fix: more diverse rollouts, raise temperature (now "
