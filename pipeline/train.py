@@ -108,11 +108,21 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     from pipeline.infer.evaluate import evaluate_rows, load_eval_rows
 
     # Held-out rows are prepared now, so a bad eval source fails before the model loads.
-    eval_rows = load_eval_rows(cfg, tokenizer) if (cfg.eval.eval_before or cfg.eval.eval_after) else []
+    e = cfg.eval
+    eval_rows = load_eval_rows(cfg, tokenizer) if (e.eval_before or e.eval_after or e.eval_steps) else []
 
     # ---------------------------------------------------------------- model
     model, tokenizer = backend.load_for_training(cfg)
     peft_config = backend.peft_config(cfg)
+    from pipeline.run.manifest import build_manifest, write_adapter_metadata, write_manifest
+
+    # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
+    manifest = build_manifest(
+        cfg_dict=cfg.to_dict(), backend=choice.name, base_model=cfg.model.model_name_or_path,
+        system_prompt=cfg.data.system_prompt, chat_template=getattr(tokenizer, "chat_template", None),
+        max_prompt_length=prepared.max_prompt_length, max_completion_length=prepared.max_completion_length,
+        data_fingerprint=prepared.fingerprint, adapter_dir=output_dir / "lora",
+    )
 
     # ---------------------------------------------------------------- format warm-up (optional SFT)
     if cfg.health.sft_warmup_steps > 0:
@@ -140,7 +150,14 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         _print(f"eval before GRPO: accuracy {eval_before['accuracy']:.1%}, format {eval_before['format_rate']:.1%}")
 
     # ---------------------------------------------------------------- trainer
-    trainer, health = build_trainer(cfg, backend, model, tokenizer, prepared, peft_config, output_dir, resume_step)
+    periodic_eval = None
+    if cfg.eval.eval_steps and eval_rows and _is_main_process():
+        from pipeline.trainer.periodic_eval import build_periodic_eval
+
+        periodic_eval = build_periodic_eval(cfg, backend, tokenizer, eval_rows, prepared.max_completion_length,
+                                            output_dir, manifest, resume=resume_from is not None, log=_print)
+    trainer, health = build_trainer(cfg, backend, model, tokenizer, prepared, peft_config, output_dir, resume_step,
+                                    periodic_eval)
     for callback in callbacks or []:
         trainer.add_callback(callback)
 
@@ -163,14 +180,6 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     eval_after = None
     if status == "completed" and _is_main_process():
         adapter_dir = output_dir / "lora"
-        from pipeline.run.manifest import build_manifest, write_adapter_metadata, write_manifest
-
-        manifest = build_manifest(
-            cfg_dict=cfg.to_dict(), backend=choice.name, base_model=cfg.model.model_name_or_path,
-            system_prompt=cfg.data.system_prompt, chat_template=getattr(tokenizer, "chat_template", None),
-            max_prompt_length=prepared.max_prompt_length, max_completion_length=prepared.max_completion_length,
-            data_fingerprint=prepared.fingerprint, adapter_dir=adapter_dir,
-        )
         with disk_full_is_resumable(trainer, output_dir), atomic_directory(adapter_dir) as staging:
             backend.save_adapter(trainer.model, tokenizer, staging)
             write_adapter_metadata(staging, manifest)  # the folder stays usable when copied away from the run
@@ -191,7 +200,8 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         summary = write_summary(output_dir, status=status, reason=reason, steps=steps,
                                 wall_time_s=time.time() - start, eval_before=eval_before, eval_after=eval_after,
                                 warnings=list(health.warnings), health=health.summary(),
-                                plot_settings=plot_settings(cfg))
+                                plot_settings=plot_settings(cfg),
+                                best=periodic_eval.best.best if periodic_eval else None)
         _print_where_everything_is(output_dir, status, reason, adapter_dir, cfg)
     return RunResult(output_dir, status, exit_code, steps, adapter_dir, summary)
 

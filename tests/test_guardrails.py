@@ -49,7 +49,8 @@ def test_every_builtin_reward_flat_anywhere_gets_a_cause_and_a_fix(name, where):
         assert causes[1] == ("80% of completions hit max_completion_length, so they end before </answer>: "
                              "raise max_completion_length")
     elif where == "max":
-        assert len(causes) == 1 and "maximum" in causes[0] and "difficulty" in causes[0]
+        expected = "the format is learned" if name in FORMAT_REWARD_NAMES else "difficulty"
+        assert len(causes) == 1 and "maximum" in causes[0] and expected in causes[0]
     else:
         assert len(causes) == 1 and "raise temperature (now 1;" in causes[0]
 

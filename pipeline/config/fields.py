@@ -275,6 +275,16 @@ class HealthArguments:
     flat_reward_window: int = _help("... on each of this many consecutive logged steps.", default=20, ge=1)
     flat_reward_action: str = _help("warn | stop. The message names the flat rewards, the likely cause and the fix.",
                                     default="warn", choices=("warn", "stop"))
+    hacking_window: int = _help(
+        "With eval_steps: act when the training reward rose while held-out accuracy fell over this many evals "
+        "(reward hacking) ...", default=3, ge=2)
+    hacking_action: str = _help("... warn | stop.", default="warn", choices=("warn", "stop"))
+    on_collapse: str = _help(
+        "stop | rollback. What a NaN/inf or kl_ceiling stop does: stop, or restore the newest checkpoint saved "
+        "before it, scale the learning rate by rollback_lr_factor and train on.", default="stop",
+        choices=("stop", "rollback"))
+    rollback_lr_factor: float = _help("Learning-rate factor applied at each rollback.", default=0.5, gt=0, lt=1)
+    max_rollbacks: int = _help("Rollbacks allowed in one run; the next collapse stops it.", default=2, ge=1)
     sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0, ge=0)
     sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4, gt=0)
 
@@ -285,6 +295,9 @@ class EvalArguments:
     eval_after: bool = _help("Evaluate on held-out problems after training.", default=False)
     eval_split: str = _help("Held-out split (gsm8k: test).", default="test")
     eval_limit: int = _help("Number of held-out problems.", default=100, ge=1)
+    eval_steps: int = _help(
+        "Also evaluate on the held-out problems every N training steps (0 = off): logs eval/accuracy and "
+        "eval/format_rate, and keeps the best adapter by accuracy in output_dir/best_lora/.", default=0, ge=0)
 
 
 SECTIONS = (

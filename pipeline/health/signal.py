@@ -8,7 +8,8 @@ sits says why:
 
 - at 0 (its minimum): a format reward the model never earns (no warm-up, a system prompt the chat template
   mangles, completions cut at max_completion_length before `</answer>`), or a correctness reward nobody earns;
-- at its maximum: nothing left to learn (the task is too easy, or the run has converged);
+- at its maximum: nothing left to learn (the task is too easy, or the run has converged; for a format reward:
+  the format is learned);
 - anywhere else: every completion scores alike, the rollouts are too similar (temperature too low).
 
 Every reward varying over the batch while the groups are still flat means each prompt's completions are all
@@ -66,6 +67,9 @@ def flat_reward_causes(flat: Mapping[str, float], *, temperature: float,
         if _at(mean, low, scale):
             kind = "format" if name in FORMAT_REWARD_NAMES else "answer" if name in _ANSWER_REWARDS else "zero"
             text = f"{low:g} on every completion: " + _ZERO_CAUSES[kind]
+        elif high is not None and _at(mean, high, scale) and name in FORMAT_REWARD_NAMES:
+            text = (f"at its maximum {high:g} on every completion: the format is learned, so it no longer separates "
+                    "completions. Fix: none needed while another reward does")
         elif high is not None and _at(mean, high, scale):
             text = (f"at its maximum {high:g} on every completion: nothing is left to learn from it (the task is too "
                     "easy for this model, or the run has converged). Fix: raise the difficulty (harder problems), "

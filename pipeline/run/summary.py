@@ -24,7 +24,8 @@ def final_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
 def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps: int, wall_time_s: float,
                   eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str],
                   health: Optional[dict[str, Any]] = None,
-                  plot_settings: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+                  plot_settings: Optional[dict[str, Any]] = None,
+                  best: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     from pipeline.run.plots import METRICS_FILE, plot_run, read_metrics
 
     # one reader for metrics.jsonl: rows merged per step, a torn last line skipped with a warning
@@ -41,6 +42,8 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
         "accuracy_gain_points": (round(100 * (eval_after["accuracy"] - eval_before["accuracy"]), 1)
                                  if eval_before and eval_after else None),
         "final_metrics": final_metrics(records),
+        # eval_steps: the best held-out accuracy during training and its step; the adapter is in best_lora/
+        "best": {"step": best["step"], "accuracy": best["accuracy"]} if best else None,
         "health_warnings": warnings,
         "health": health or {},
         "plots": plots,

@@ -18,11 +18,12 @@ from pipeline.config import PipelineConfig
 
 
 def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft_config, output_dir: Path,
-                  resume_step: Optional[int] = None):
+                  resume_step: Optional[int] = None, periodic_eval=None):
     """The wrapped TRL GRPOTrainer: our dataset, rewards (+ the zero-weight health observer) and callbacks.
 
     `resume_step` is the step of the checkpoint the run resumes from (None: a fresh run); metrics.jsonl
-    drops the lines after it, since the resumed run replaces that trajectory.
+    drops the lines after it, since the resumed run replaces that trajectory. `periodic_eval` is the
+    eval_steps callback (pipeline/trainer/periodic_eval.py), or None.
     """
     import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
@@ -47,8 +48,9 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
         train_dataset=prepared.dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        # health first: it fills in health/* from its shared state before metrics.jsonl is written
-        callbacks=[health, MetricsJsonlCallback(output_dir / "metrics.jsonl", resume_step=resume_step),
+        # periodic eval, then health: they put eval/* and health/* into a step's log before metrics.jsonl is
+        # written, and the health rules read eval/accuracy
+        callbacks=[*([periodic_eval] if periodic_eval else []), health, MetricsJsonlCallback(output_dir / "metrics.jsonl", resume_step=resume_step),
                    RewardProgressCallback(), file_mode_callback()],
     )
     for default_printer in (PrinterCallback, ProgressCallback):
