@@ -162,11 +162,34 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         trainer.add_callback(callback)
 
     # ---------------------------------------------------------------- train (resumable)
-    if resume_from:
-        _print(f"resuming from {resume_from} (step {resume_step})")
-    with GracefulStop() as stopper, disk_full_is_resumable(trainer, output_dir):
-        trainer.add_callback(stopper.callback())
-        trainer.train(resume_from_checkpoint=resume_from)
+    rollbacks: list[dict[str, Any]] = []  # on_collapse: rollback (pipeline/health/rollback.py)
+    earlier_warnings: list[str] = []
+    while True:
+        if resume_from:
+            _print(f"resuming from {resume_from} (step {resume_step})")
+        with GracefulStop() as stopper, disk_full_is_resumable(trainer, output_dir):
+            trainer.add_callback(stopper.callback())
+            trainer.train(resume_from_checkpoint=resume_from)
+        if stopper.signal_name or health.rollback_to is None:
+            break
+        # A collapse with a healthy checkpoint before it: resume from there with a lower learning rate.
+        from pipeline.health.rollback import ROLLBACK_EVENT, rollback_record
+        from pipeline.run.log import log_event
+
+        factor = cfg.health.rollback_lr_factor ** (len(rollbacks) + 1)
+        rollbacks.append(rollback_record(len(rollbacks) + 1, health.stop_rule, health.stop_step, health.rollback_to,
+                                         cfg.grpo.learning_rate * factor, health.stop_reason))
+        _print(f"{health.stop_reason} Learning rate x{factor:g}: {cfg.grpo.learning_rate * factor:.3g} (rollback "
+               f"{len(rollbacks)} of max_rollbacks={cfg.health.max_rollbacks})")
+        earlier_warnings += health.warnings
+        resume_from, resume_step = str(health.rollback_to), checkpoint_step(health.rollback_to)
+        model, trainer = trainer.model, None  # the LoRA model carries on; the checkpoint restores its weights
+        trainer, health = build_trainer(cfg, backend, model, tokenizer, prepared, None, output_dir, resume_step,
+                                        periodic_eval, rollbacks_done=len(rollbacks))
+        if _is_main_process():
+            log_event(output_dir / "metrics.jsonl", resume_step, ROLLBACK_EVENT, rollbacks[-1])
+        for callback in callbacks or []:
+            trainer.add_callback(callback)
     steps = trainer.state.global_step
 
     status, exit_code, reason = "completed", EXIT_OK, None
@@ -199,9 +222,9 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
 
         summary = write_summary(output_dir, status=status, reason=reason, steps=steps,
                                 wall_time_s=time.time() - start, eval_before=eval_before, eval_after=eval_after,
-                                warnings=list(health.warnings), health=health.summary(),
+                                warnings=[*earlier_warnings, *health.warnings], health=health.summary(),
                                 plot_settings=plot_settings(cfg),
-                                best=periodic_eval.best.best if periodic_eval else None)
+                                best=periodic_eval.best.best if periodic_eval else None, rollbacks=rollbacks)
         _print_where_everything_is(output_dir, status, reason, adapter_dir, cfg)
     return RunResult(output_dir, status, exit_code, steps, adapter_dir, summary)
 

@@ -217,3 +217,183 @@ def test_dry_run_bad_input_is_one_message_and_exit_2(tmp_path, capsys):
                  "--reward_funcs", "no_such_reward"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "no_such_reward" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------------------------
+# Eval during training (eval_steps) and the best adapter (best_lora/)
+# --------------------------------------------------------------------------------------------
+
+
+def _eval_rows(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [(r["step"], r["eval/accuracy"], r["eval/format_rate"]) for r in rows if "eval/accuracy" in r]
+
+
+@pytest.mark.slow
+def test_eval_steps_logs_plots_keeps_the_best_and_resume_never_replaces_it_with_a_worse_one(tmp_path, capsys):
+    from pipeline.cli import main as grpo
+    from pipeline.infer.session import verify_trained_dir
+    from pipeline.train import run_training
+    from train_helpers import demo_config
+
+    run_dir = tmp_path / "run"
+    reward = ["train_helpers:digit_share_reward"]  # a random model's completions differ here: the run learns
+    result = run_training(demo_config(run_dir, max_steps=4, save_steps=2, eval_steps=2, eval_limit=4,
+                                      reward_funcs=reward))
+    assert result.status == "completed"
+    evals = _eval_rows(run_dir)
+    assert [step for step, _, _ in evals] == [2, 4] and all(0 <= a <= 1 and 0 <= f <= 1 for _, a, f in evals)
+    best_dir = run_dir / "best_lora"
+    verify_trained_dir(best_dir)
+    best = json.loads((best_dir / "grpo_best.json").read_text())
+    accuracies = {step: accuracy for step, accuracy, _ in evals}
+    # the first step with the highest accuracy (a tie keeps the earlier adapter)
+    assert best["step"] == min(s for s, a in accuracies.items() if a == max(accuracies.values()))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["best"] == {"step": best["step"], "accuracy": best["accuracy"]}
+    assert (run_dir / "plots" / "eval.png").stat().st_size > 5_000
+    assert "flat_reward" not in json.dumps(summary["health_warnings"])  # the rule must not fire: groups differ
+    # best_lora/ is self-describing: generate works with it alone
+    assert grpo(["generate", "--lora", str(best_dir), "--prompt", "What is 12+13?", "--max_tokens", "8"]) == 0
+    capsys.readouterr()
+
+    # A better best recorded earlier survives a resume whose evals are worse (the weights stay untouched) ...
+    (best_dir / "grpo_best.json").write_text(json.dumps({**best, "accuracy": 1.01}))
+    weights = (best_dir / "adapter_model.safetensors").read_bytes()
+    resumed = run_training(demo_config(run_dir, max_steps=6, save_steps=2, eval_steps=2, eval_limit=4,
+                                       reward_funcs=reward))
+    assert resumed.status == "completed" and [s for s, _, _ in _eval_rows(run_dir)] == [2, 4, 6]
+    assert json.loads((best_dir / "grpo_best.json").read_text())["accuracy"] == 1.01
+    assert (best_dir / "adapter_model.safetensors").read_bytes() == weights
+    assert json.loads((run_dir / "summary.json").read_text())["best"]["accuracy"] == 1.01
+    # ... while a fresh run in the same folder starts its own best.
+    run_training(demo_config(run_dir, max_steps=2, save_steps=2, eval_steps=2, eval_limit=4, reward_funcs=reward,
+                             resume="never"))
+    assert json.loads((best_dir / "grpo_best.json").read_text())["accuracy"] <= 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# Rollback on collapse (on_collapse: rollback)
+# --------------------------------------------------------------------------------------------
+
+
+def _checkpoint(output_dir, step: int) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = output_dir / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    save_file({"w": np.zeros(2, dtype=np.float32)}, str(folder / "adapter_model.safetensors"))
+
+
+def _args(output_dir, logging_steps: int = 1):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(output_dir=str(output_dir), logging_steps=logging_steps)
+
+
+def _on_log(callback, args, step, **logs) -> TrainerControl:
+    control = TrainerControl()
+    callback.on_log(args, TrainerState(global_step=step), control, logs=dict(logs))
+    return control
+
+
+@pytest.mark.parametrize("logs, rule", [({"loss": math.nan}, "non_finite"), ({"grad_norm": math.inf}, "non_finite"),
+                                        ({"kl": math.nan}, "non_finite"), ({"kl": 5.0}, "kl")])
+def test_a_collapse_rolls_back_to_the_newest_checkpoint_before_the_failing_log_without_saving(tmp_path, logs, rule):
+    for step in (2, 4, 6):
+        _checkpoint(tmp_path, step)
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("{")  # broken: skipped
+    callback = HealthCallback(HealthArguments(on_collapse="rollback", kl_ceiling=1.0), beta=0.04, rollbacks_left=1)
+    # a log every 2 steps: the log at step 7 covers steps 6-7, so checkpoint-6 may already hold the collapse
+    control = _on_log(callback, _args(tmp_path, logging_steps=2), 7, **{"loss": 0.1, **logs})
+    assert control.should_training_stop and not control.should_save
+    assert callback.rollback_to == tmp_path / "checkpoint-2" and callback.stop_rule == rule
+    assert callback.stop_reason.startswith("Collapse at step 7: ") and "rolling back to checkpoint-2" in callback.stop_reason
+
+
+@pytest.mark.parametrize("case", ["on_collapse stop", "no rollbacks left", "no checkpoint before", "garbled rule"])
+def test_no_rollback_where_it_must_not_happen_the_rule_stops_as_before(tmp_path, case):
+    from pipeline.health.metrics import GARBLED_RATE
+
+    _checkpoint(tmp_path, 5)
+    settings = HealthArguments(on_collapse="stop" if case == "on_collapse stop" else "rollback", garbled_window=1)
+    callback = HealthCallback(settings, beta=0.0, rollbacks_left=0 if case == "no rollbacks left" else 2)
+    step = 5 if case == "no checkpoint before" else 9
+    logs = {GARBLED_RATE: 0.9} if case == "garbled rule" else {"loss": math.nan}
+    control = _on_log(callback, _args(tmp_path), step, **{"loss": 0.1, **logs})
+    assert control.should_training_stop and control.should_save and callback.rollback_to is None
+    assert callback.stop_reason.startswith(f"Stopped at step {step}")
+    if case == "no checkpoint before":
+        assert "no checkpoint from before this step to roll back to" in callback.stop_reason
+
+
+def test_healthy_logs_never_roll_back(tmp_path):
+    _checkpoint(tmp_path, 1)
+    callback = HealthCallback(HealthArguments(on_collapse="rollback"), beta=0.04, rollbacks_left=2)
+    for step in range(2, 12):
+        assert not _on_log(callback, _args(tmp_path), step, loss=0.1, grad_norm=0.3, kl=0.05).should_training_stop
+    assert callback.rollback_to is None and callback.stop_reason is None
+
+
+class PoisonGradientsAtStep3:
+    """NaN gradients in step 3 (as from an fp16 overflow), on each of the first `times` passes through it."""
+
+    def __new__(cls, times: int):
+        from transformers import TrainerCallback
+
+        class Poison(TrainerCallback):
+            def __init__(self):
+                self.left, self.hooks = times, []
+
+            def on_step_begin(self, args, state, control, model=None, **kwargs):
+                if state.global_step == 2 and self.left:  # the step about to run is step 3
+                    self.left -= 1
+                    self.hooks = [p.register_hook(lambda g: g * float("nan"))
+                                  for p in model.parameters() if p.requires_grad]
+
+            def on_step_end(self, args, state, control, **kwargs):
+                for hook in self.hooks:
+                    hook.remove()
+                self.hooks = []
+
+        return Poison()
+
+
+@pytest.mark.slow
+def test_a_real_nan_collapse_rolls_back_halves_the_learning_rate_and_the_run_completes(tmp_path):
+    from pipeline.train import run_training
+    from train_helpers import demo_config
+
+    run_dir = tmp_path / "run"
+    cfg = demo_config(run_dir, max_steps=5, save_steps=2, on_collapse="rollback", rollback_lr_factor=0.5,
+                      max_rollbacks=1, lr_scheduler_type="constant",
+                      reward_funcs=["train_helpers:digit_share_reward"])
+    result = run_training(cfg, callbacks=[PoisonGradientsAtStep3(times=1)])
+    assert result.status == "completed" and result.exit_code == 0 and result.steps == 5
+    summary = json.loads((run_dir / "summary.json").read_text())
+    [rollback] = summary["rollbacks"]
+    assert rollback["rule"] == "non_finite" and rollback["from_step"] == 3 and rollback["to_step"] == 2
+    assert rollback["learning_rate"] == pytest.approx(5e-4) and "grad_norm is nan" in rollback["reason"]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r for r in rows if r.get("event") == "rollback"] == [{"step": 2, "event": "rollback", **rollback}]
+    lrs = {r["step"]: r["learning_rate"] for r in rows if "loss" in r}
+    assert lrs[2] == pytest.approx(1e-3) and all(lrs[s] == pytest.approx(5e-4) for s in (3, 4, 5)), lrs
+    assert all(math.isfinite(r["grad_norm"]) for r in rows if "loss" in r and r["step"] > 2)
+    assert (run_dir / "lora" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_a_collapse_after_max_rollbacks_stops_with_exit_3_and_a_checkpoint(tmp_path):
+    from pipeline.train import EXIT_HEALTH_STOP, run_training
+    from train_helpers import demo_config
+
+    run_dir = tmp_path / "run"
+    cfg = demo_config(run_dir, max_steps=5, save_steps=2, on_collapse="rollback", max_rollbacks=1,
+                      reward_funcs=["train_helpers:digit_share_reward"])
+    result = run_training(cfg, callbacks=[PoisonGradientsAtStep3(times=2)])
+    assert result.status == "stopped" and result.exit_code == EXIT_HEALTH_STOP and result.steps == 3
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(summary["rollbacks"]) == 1 and summary["health"]["stop_rule"] == "non_finite"
+    assert (run_dir / "checkpoint-3" / "trainer_state.json").is_file()

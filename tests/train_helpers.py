@@ -30,6 +30,7 @@ def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
     # Then the test scale: a rank-16 LoRA on attention/MLP only, 2 prompts x 8 completions a step and a
     # large learning rate, so that a few steps change the weights visibly.
     values.update(output_dir=str(output_dir), max_steps=3, save_steps=2, eval_before=False, eval_after=False,
+                  eval_steps=0,
                   sft_warmup_steps=0, max_samples=64, logging_steps=1, lora_r=16,
                   lora_alpha=16, lora_modules_to_save=[], max_completion_length="48",
                   per_device_train_batch_size=16, learning_rate=1e-3,

@@ -20,6 +20,10 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
      (x1.5 when kl > 1.5 x target, /1.5 when kl < target / 1.5, clipped to
      [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
 
+   - `on_collapse: rollback`: a NaN/inf or kl_ceiling stop becomes a rollback while `rollbacks_left` > 0 and a
+     checkpoint from before the failing log exists (pipeline/health/rollback.py): `rollback_to` is set and
+     the loop stops without saving the broken state; pipeline/train.py resumes from it at a lower rate.
+
    A stop sets `control.should_save` and `control.should_training_stop`. transformers 5.17
    runs on_log inside `Trainer._maybe_log_save_evaluate` (its `self.log(logs, start_time)`)
    before that same method checks `if self.control.should_save:`, so the checkpoint of the
@@ -42,6 +46,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +55,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from pipeline.config import ConfigError, HealthArguments, PipelineConfig, check_choices
 from pipeline.health.metrics import BETA, GARBLED_RATE, REPETITION_RATE, incomplete_utf8_token_ids
 from pipeline.health.observer import HealthState, make_observer
+from pipeline.health.rollback import COLLAPSE_RULES, healthy_checkpoint
 from pipeline.health.signal import FLAT_GROUP_SHARE, no_signal_causes
 
 logger = logging.getLogger(__name__)
@@ -115,6 +121,7 @@ class HealthCallback(TrainerCallback):
         warn_every_steps: int = 20,
         temperature: float = 1.0,
         num_generations: int = 8,
+        rollbacks_left: int = 0,
     ):
         _check_settings(settings)
         self.settings = settings
@@ -131,6 +138,9 @@ class HealthCallback(TrainerCallback):
         self._garbled_window: deque[float] = deque(maxlen=settings.garbled_window)
         self._flat_window: deque[dict[str, Any]] = deque(maxlen=settings.flat_reward_window)
         self.temperature, self.num_generations = float(temperature), int(num_generations)
+        self.rollbacks_left = int(rollbacks_left)
+        self.rollback_to: Path | None = None
+        self._args: Any = None
         self._last_warned: dict[str, int] = {}
 
     def attach(self, trainer: Any) -> HealthCallback:
@@ -165,6 +175,7 @@ class HealthCallback(TrainerCallback):
         if self.stop_reason is not None or not _is_training_log(logs):
             return control
         step = int(state.global_step)
+        self._args = args  # where checkpoints are (output_dir) and how many steps a log covers, for a rollback
 
         self._check_non_finite(logs, step, control)
         if self.stop_reason is None:
@@ -287,12 +298,29 @@ class HealthCallback(TrainerCallback):
             self._warn(rule, step, detail)
 
     def _stop(self, rule: str, step: int, control: TrainerControl, detail: str) -> None:
+        if rule in COLLAPSE_RULES and self.settings.on_collapse == "rollback" and self.rollbacks_left > 0:
+            checkpoint = self._checkpoint_before(step)
+            if checkpoint is not None:
+                self.rollback_to, self.stop_rule, self.stop_step = checkpoint, rule, step
+                headline = detail.split(" (", 1)[0]  # what happened, without the stop's own advice
+                self.stop_reason = f"Collapse at step {step}: {headline}; rolling back to {checkpoint.name}."
+                control.should_training_stop = True  # no save: the broken state must not become the newest
+                logger.error("health: %s", self.stop_reason)
+                return
+            detail += "; no checkpoint from before this step to roll back to"
         self.stop_rule = rule
         self.stop_step = step
         self.stop_reason = f"Stopped at step {step}: {detail}."
         control.should_save = True
         control.should_training_stop = True
         logger.error("health: %s", self.stop_reason)
+
+    def _checkpoint_before(self, step: int) -> Path | None:
+        """The newest healthy checkpoint saved before the steps the failing log covers."""
+        if self._args is None or not getattr(self._args, "output_dir", None):
+            return None
+        window_start = step - max(1, int(getattr(self._args, "logging_steps", 1) or 1)) + 1
+        return healthy_checkpoint(self._args.output_dir, before_step=window_start)
 
     def _warn(self, rule: str, step: int, detail: str) -> None:
         last = self._last_warned.get(rule)
@@ -304,8 +332,11 @@ class HealthCallback(TrainerCallback):
         logger.warning("health warning: %s (repeats silenced for %d steps)", message, self.warn_every_steps)
 
 
-def build_health(cfg: PipelineConfig, tokenizer: Any) -> tuple[Callable[..., list[float]], HealthCallback]:
+def build_health(cfg: PipelineConfig, tokenizer: Any,
+                 rollbacks_done: int = 0) -> tuple[Callable[..., list[float]], HealthCallback]:
     """The observer reward function and the callback for one run, sharing one HealthState.
+
+    `rollbacks_done`: rollbacks this run already made (on_collapse: rollback allows max_rollbacks).
 
     Derives the tokenizer's incomplete-UTF-8 token set once (about 0.7 s for Qwen2.5).
 
@@ -318,7 +349,9 @@ def build_health(cfg: PipelineConfig, tokenizer: Any) -> tuple[Callable[..., lis
     state = HealthState()
     observer = make_observer(state, incomplete_utf8_token_ids(tokenizer), tokenizer)
     callback = HealthCallback(cfg.health, beta=cfg.grpo.beta, state=state, temperature=cfg.grpo.temperature,
-                              num_generations=cfg.grpo.num_generations)
+                              num_generations=cfg.grpo.num_generations,
+                              rollbacks_left=(cfg.health.max_rollbacks - rollbacks_done
+                                              if cfg.health.on_collapse == "rollback" else 0))
     return observer, callback
 
 

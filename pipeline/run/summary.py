@@ -25,7 +25,8 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
                   eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str],
                   health: Optional[dict[str, Any]] = None,
                   plot_settings: Optional[dict[str, Any]] = None,
-                  best: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+                  best: Optional[dict[str, Any]] = None,
+                  rollbacks: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
     from pipeline.run.plots import METRICS_FILE, plot_run, read_metrics
 
     # one reader for metrics.jsonl: rows merged per step, a torn last line skipped with a warning
@@ -45,6 +46,7 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
         # eval_steps: the best held-out accuracy during training and its step; the adapter is in best_lora/
         "best": {"step": best["step"], "accuracy": best["accuracy"]} if best else None,
         "health_warnings": warnings,
+        "rollbacks": rollbacks or [],  # on_collapse: rollback: each restore (rule, steps, checkpoint, learning rate)
         "health": health or {},
         "plots": plots,
     }
