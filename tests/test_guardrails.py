@@ -252,7 +252,8 @@ def test_eval_steps_logs_plots_keeps_the_best_and_resume_never_replaces_it_with_
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["best"] == {"step": best["step"], "accuracy": best["accuracy"]}
     assert (run_dir / "plots" / "eval.png").stat().st_size > 5_000
-    assert "flat_reward" not in json.dumps(summary["health_warnings"])  # the rule must not fire: groups differ
+    # neither rule may fire here: the groups differ, and held-out accuracy (0 on a random model) never falls
+    assert not any("no learning signal" in w or "reward hacking" in w for w in summary["health_warnings"])
     # best_lora/ is self-describing: generate works with it alone
     assert grpo(["generate", "--lora", str(best_dir), "--prompt", "What is 12+13?", "--max_tokens", "8"]) == 0
     capsys.readouterr()
@@ -397,3 +398,48 @@ def test_a_collapse_after_max_rollbacks_stops_with_exit_3_and_a_checkpoint(tmp_p
     summary = json.loads((run_dir / "summary.json").read_text())
     assert len(summary["rollbacks"]) == 1 and summary["health"]["stop_rule"] == "non_finite"
     assert (run_dir / "checkpoint-3" / "trainer_state.json").is_file()
+
+
+# --------------------------------------------------------------------------------------------
+# Reward up, held-out accuracy down (hacking_window, hacking_action)
+# --------------------------------------------------------------------------------------------
+
+
+def _hacking_run(accuracies, rewards, **settings) -> HealthCallback:
+    """Logs 5 steps per eval: each step's reward is that interval's value, the eval lands on the 5th."""
+    callback = HealthCallback(HealthArguments(**settings), beta=0.0)
+    step = 0
+    for accuracy, reward in zip(accuracies, rewards):
+        for i in range(5):
+            step += 1
+            extra = {"eval/accuracy": accuracy} if i == 4 else {}
+            _log(callback, step, loss=0.0, reward=reward, **extra)
+    return callback
+
+
+def test_reward_rising_while_accuracy_falls_warns_naming_both_curves():
+    callback = _hacking_run([0.8, 0.7, 0.6], [2.0, 2.5, 3.0], hacking_window=3)
+    assert callback.stop_reason is None and len(callback.warnings) == 1
+    warning = callback.warnings[0]
+    assert warning.startswith("step 15:") and "reward hacking" in warning
+    assert "rose (2 -> 2.5 -> 3)" in warning and "fell (80% -> 70% -> 60%)" in warning
+    assert "steps 5, 10, 15" in warning
+
+
+def test_hacking_action_stop_stops_with_a_checkpoint():
+    callback = HealthCallback(HealthArguments(hacking_window=2, hacking_action="stop"), beta=0.0)
+    _log(callback, 1, loss=0.0, reward=1.0, **{"eval/accuracy": 0.9})
+    control = _log(callback, 2, loss=0.0, reward=2.0, **{"eval/accuracy": 0.5})
+    assert control.should_training_stop and control.should_save and callback.stop_rule == "hacking"
+
+
+@pytest.mark.parametrize("accuracies, rewards", [
+    ([0.6, 0.7, 0.8], [2.0, 2.5, 3.0]),   # both rise: learning
+    ([0.8, 0.7, 0.6], [3.0, 2.5, 2.0]),   # both fall: a bad run, not hacking
+    ([0.8, 0.9, 0.7], [2.0, 2.5, 3.0]),   # accuracy rose in between: noise, not a trend
+    ([0.8, 0.8, 0.8], [2.0, 2.5, 3.0]),   # accuracy flat
+    ([0.8, 0.6], [2.0, 3.0]),             # fewer evals than the window
+])
+def test_no_hacking_warning_without_the_pattern(accuracies, rewards):
+    callback = _hacking_run(accuracies, rewards, hacking_window=3)
+    assert callback.warnings == [] and callback.stop_reason is None

@@ -16,6 +16,8 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
    - no learning signal: at least `flat_reward_threshold` of the groups without reward spread (TRL's
      frac_reward_zero_std) on each of the last `flat_reward_window` logged steps: `flat_reward_action`
      (warn by default), naming the flat rewards, the likely cause and the fix (pipeline/health/signal.py);
+   - reward hacking (with eval_steps): over the last `hacking_window` evals the training reward (its mean
+     between evals) rose while held-out accuracy fell and never rose: `hacking_action` (warn by default);
    - `adaptive_beta`: after each logged kl, move the trainer's beta toward `kl_target`
      (x1.5 when kl > 1.5 x target, /1.5 when kl < target / 1.5, clipped to
      [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
@@ -53,7 +55,13 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from pipeline.config import ConfigError, HealthArguments, PipelineConfig, check_choices
-from pipeline.health.metrics import BETA, GARBLED_RATE, REPETITION_RATE, incomplete_utf8_token_ids
+from pipeline.health.metrics import (
+    BETA,
+    EVAL_ACCURACY,
+    GARBLED_RATE,
+    REPETITION_RATE,
+    incomplete_utf8_token_ids,
+)
 from pipeline.health.observer import HealthState, make_observer
 from pipeline.health.rollback import COLLAPSE_RULES, healthy_checkpoint
 from pipeline.health.signal import FLAT_GROUP_SHARE, no_signal_causes
@@ -101,7 +109,7 @@ class HealthCallback(TrainerCallback):
     """Stops or adjusts a GRPO run from its logged metrics (see the module docstring for the rules).
 
     After training: `stop_reason` (a sentence, or None), `stop_rule` (non_finite | garbled |
-    kl | repetition | flat_reward, or None), `stop_step`, `warnings` (every warning printed), `beta` (the
+    kl | repetition | flat_reward | hacking, or None), `stop_step`, `warnings` (every warning printed), `beta` (the
     last beta set), and `summary()` for the driver's summary.json.
 
     >>> from transformers import TrainerControl, TrainerState
@@ -137,6 +145,8 @@ class HealthCallback(TrainerCallback):
         self.beta_history: list[tuple[int, float]] = []
         self._garbled_window: deque[float] = deque(maxlen=settings.garbled_window)
         self._flat_window: deque[dict[str, Any]] = deque(maxlen=settings.flat_reward_window)
+        self._rewards_since_eval: list[float] = []
+        self._evals: deque[tuple[int, float, float | None]] = deque(maxlen=settings.hacking_window)
         self.temperature, self.num_generations = float(temperature), int(num_generations)
         self.rollbacks_left = int(rollbacks_left)
         self.rollback_to: Path | None = None
@@ -186,6 +196,8 @@ class HealthCallback(TrainerCallback):
             self._check_repetition(logs, step, control)
         if self.stop_reason is None:
             self._check_flat_reward(logs, step, control)
+        if self.stop_reason is None:
+            self._check_hacking(logs, step, control)
         if self.stop_reason is None and self.settings.adaptive_beta:
             self._adapt_beta(logs, step)
         if self.current_beta() > 0:
@@ -256,6 +268,28 @@ class HealthCallback(TrainerCallback):
                   f"(frac_reward_zero_std) on each of the last {len(window)} logged steps, at or above "
                   f"flat_reward_threshold {h.flat_reward_threshold:g}, so those groups train on nothing: "
                   + "; ".join(causes))
+
+    def _check_hacking(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+        reward = _number(logs.get("reward"))
+        if reward is not None and math.isfinite(reward):
+            self._rewards_since_eval.append(reward)
+        accuracy = _number(logs.get(EVAL_ACCURACY))
+        if accuracy is None:
+            return
+        self._evals.append((step, accuracy, _mean(self._rewards_since_eval)))
+        self._rewards_since_eval = []
+        window = self.settings.hacking_window
+        if len(self._evals) < window or any(r is None for _, _, r in self._evals):
+            return
+        steps, accuracies, rewards = zip(*self._evals)
+        falling = accuracies[-1] < accuracies[0] and all(b <= a for a, b in zip(accuracies, accuracies[1:]))
+        if rewards[-1] > rewards[0] and falling:
+            self._act("hacking", self.settings.hacking_action, step, control,
+                      f"the training reward rose ({' -> '.join(f'{r:.3g}' for r in rewards)}) while held-out "
+                      f"accuracy fell ({' -> '.join(f'{a:.0%}' for a in accuracies)}) over the last {window} evals "
+                      f"(steps {', '.join(map(str, steps))}): the policy may be gaming the rewards (reward "
+                      "hacking). Look at its completions (log_completions: true) and tighten the rewards; "
+                      "best_lora/ keeps the adapter of the best held-out accuracy")
 
     def _adapt_beta(self, logs: dict[str, Any], step: int) -> None:
         kl = _number(logs.get("kl"))
@@ -356,8 +390,8 @@ def build_health(cfg: PipelineConfig, tokenizer: Any,
 
 
 def _check_settings(h: HealthArguments) -> None:
-    check_choices(h)  # garbled_action, repetition_action, kl_action, flat_reward_action
-    for name in ("garbled_window", "flat_reward_window"):
+    check_choices(h)  # garbled_action, repetition_action, kl_action, flat_reward_action, hacking_action, on_collapse
+    for name in ("garbled_window", "flat_reward_window", "hacking_window"):
         if getattr(h, name) < 1:
             raise ConfigError(name, f"got {getattr(h, name)}; use a positive number of logged steps.")
 
