@@ -177,12 +177,12 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         from pipeline.run.log import log_event
 
         factor = cfg.health.rollback_lr_factor ** (len(rollbacks) + 1)
+        resume_from, resume_step = str(health.rollback_to), checkpoint_step(health.rollback_to)
         rollbacks.append(rollback_record(len(rollbacks) + 1, health.stop_rule, health.stop_step, health.rollback_to,
-                                         cfg.grpo.learning_rate * factor, health.stop_reason))
+                                         resume_step, cfg.grpo.learning_rate * factor, health.stop_reason))
         _print(f"{health.stop_reason} Learning rate x{factor:g}: {cfg.grpo.learning_rate * factor:.3g} (rollback "
                f"{len(rollbacks)} of max_rollbacks={cfg.health.max_rollbacks})")
         earlier_warnings += health.warnings
-        resume_from, resume_step = str(health.rollback_to), checkpoint_step(health.rollback_to)
         model, trainer = trainer.model, None  # the LoRA model carries on; the checkpoint restores its weights
         trainer, health = build_trainer(cfg, backend, model, tokenizer, prepared, None, output_dir, resume_step,
                                         periodic_eval, rollbacks_done=len(rollbacks))

@@ -46,10 +46,10 @@ def test_every_builtin_reward_flat_anywhere_gets_a_cause_and_a_fix(name, where):
     if where == "min":
         expected = "sft_warmup_steps" if name in FORMAT_REWARD_NAMES else "easier problems"
         assert expected in causes[0]
-        assert causes[1] == ("80% of completions hit max_completion_length, so they end before </answer>: "
-                             "raise max_completion_length")
+        assert causes[1] == ("80% of completions hit max_completion_length: if they were on their way to "
+                             "</answer>, raise max_completion_length")
     elif where == "max":
-        expected = "the format is learned" if name in FORMAT_REWARD_NAMES else "difficulty"
+        expected = "the form is learned" if name in {*FORMAT_REWARD_NAMES, "int_reward_func"} else "difficulty"
         assert len(causes) == 1 and "maximum" in causes[0] and expected in causes[0]
     else:
         assert len(causes) == 1 and "raise temperature (now 1;" in causes[0]
@@ -338,40 +338,16 @@ def test_healthy_logs_never_roll_back(tmp_path):
     assert callback.rollback_to is None and callback.stop_reason is None
 
 
-class PoisonGradientsAtStep3:
-    """NaN gradients in step 3 (as from an fp16 overflow), on each of the first `times` passes through it."""
-
-    def __new__(cls, times: int):
-        from transformers import TrainerCallback
-
-        class Poison(TrainerCallback):
-            def __init__(self):
-                self.left, self.hooks = times, []
-
-            def on_step_begin(self, args, state, control, model=None, **kwargs):
-                if state.global_step == 2 and self.left:  # the step about to run is step 3
-                    self.left -= 1
-                    self.hooks = [p.register_hook(lambda g: g * float("nan"))
-                                  for p in model.parameters() if p.requires_grad]
-
-            def on_step_end(self, args, state, control, **kwargs):
-                for hook in self.hooks:
-                    hook.remove()
-                self.hooks = []
-
-        return Poison()
-
-
 @pytest.mark.slow
 def test_a_real_nan_collapse_rolls_back_halves_the_learning_rate_and_the_run_completes(tmp_path):
     from pipeline.train import run_training
-    from train_helpers import demo_config
+    from train_helpers import demo_config, poison_gradients
 
     run_dir = tmp_path / "run"
     cfg = demo_config(run_dir, max_steps=5, save_steps=2, on_collapse="rollback", rollback_lr_factor=0.5,
                       max_rollbacks=1, lr_scheduler_type="constant",
                       reward_funcs=["train_helpers:digit_share_reward"])
-    result = run_training(cfg, callbacks=[PoisonGradientsAtStep3(times=1)])
+    result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=1)])
     assert result.status == "completed" and result.exit_code == 0 and result.steps == 5
     summary = json.loads((run_dir / "summary.json").read_text())
     [rollback] = summary["rollbacks"]
@@ -388,12 +364,12 @@ def test_a_real_nan_collapse_rolls_back_halves_the_learning_rate_and_the_run_com
 @pytest.mark.slow
 def test_a_collapse_after_max_rollbacks_stops_with_exit_3_and_a_checkpoint(tmp_path):
     from pipeline.train import EXIT_HEALTH_STOP, run_training
-    from train_helpers import demo_config
+    from train_helpers import demo_config, poison_gradients
 
     run_dir = tmp_path / "run"
     cfg = demo_config(run_dir, max_steps=5, save_steps=2, on_collapse="rollback", max_rollbacks=1,
                       reward_funcs=["train_helpers:digit_share_reward"])
-    result = run_training(cfg, callbacks=[PoisonGradientsAtStep3(times=2)])
+    result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=2)])
     assert result.status == "stopped" and result.exit_code == EXIT_HEALTH_STOP and result.steps == 3
     summary = json.loads((run_dir / "summary.json").read_text())
     assert len(summary["rollbacks"]) == 1 and summary["health"]["stop_rule"] == "non_finite"

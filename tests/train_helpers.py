@@ -52,3 +52,26 @@ def tiny_qwen_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
     )
     values.update(overrides)
     return from_mapping(values)
+
+
+def poison_gradients(at_step: int, times: int = 1):
+    """A TrainerCallback making every gradient of step `at_step` NaN (as an fp16 overflow would), on each of the
+    first `times` passes through that step (a rolled-back run passes it again)."""
+    from transformers import TrainerCallback
+
+    class PoisonGradients(TrainerCallback):
+        def __init__(self):
+            self.left, self.hooks = times, []
+
+        def on_step_begin(self, args, state, control, model=None, **kwargs):
+            if state.global_step == at_step - 1 and self.left:  # the step about to run is `at_step`
+                self.left -= 1
+                self.hooks = [p.register_hook(lambda g: g * float("nan"))
+                              for p in model.parameters() if p.requires_grad]
+
+        def on_step_end(self, args, state, control, **kwargs):
+            for hook in self.hooks:
+                hook.remove()
+            self.hooks = []
+
+    return PoisonGradients()

@@ -56,14 +56,12 @@ class LrScaleCallback(TrainerCallback):
         return control
 
 
-def rollback_record(number: int, rule: str, from_step: int, checkpoint: Path, learning_rate: float,
+def rollback_record(number: int, rule: str, from_step: int, checkpoint: Path, to_step: int, learning_rate: float,
                     reason: str) -> dict[str, Any]:
-    """One rollback, as summary.json lists it and metrics.jsonl logs it (at the step training resumes from).
+    """One rollback, as summary.json lists it and metrics.jsonl logs it (at `to_step`, where training resumes).
 
-    >>> rollback_record(1, "non_finite", 7, Path("/run/checkpoint-4"), 1e-4, "loss is nan")["to_step"]
-    4
+    >>> rollback_record(1, "non_finite", 7, Path("/run/checkpoint-4"), 4, 1e-4, "loss is nan")["checkpoint"]
+    '/run/checkpoint-4'
     """
-    from pipeline.run.checkpoints import checkpoint_step
-
     return {"number": number, "rule": rule, "from_step": from_step, "checkpoint": str(checkpoint),
-            "to_step": checkpoint_step(checkpoint), "learning_rate": learning_rate, "reason": reason}
+            "to_step": to_step, "learning_rate": learning_rate, "reason": reason}

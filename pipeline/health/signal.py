@@ -8,8 +8,8 @@ sits says why:
 
 - at 0 (its minimum): a format reward the model never earns (no warm-up, a system prompt the chat template
   mangles, completions cut at max_completion_length before `</answer>`), or a correctness reward nobody earns;
-- at its maximum: nothing left to learn (the task is too easy, or the run has converged; for a format reward:
-  the format is learned);
+- at its maximum: nothing left to learn (the task is too easy, or the run has converged; for a reward of the
+  completion's form, format or integer answer: the form is learned);
 - anywhere else: every completion scores alike, the rollouts are too similar (temperature too low).
 
 Every reward varying over the batch while the groups are still flat means each prompt's completions are all
@@ -33,6 +33,8 @@ LOW_TEMPERATURE = 0.5
 # A clipped share from which "completions are cut before </answer>" is named as a cause.
 CLIPPED_CAUSE = 0.5
 _ANSWER_REWARDS = ("correctness_reward_func", "int_reward_func")
+# Rewards for the form of a completion (the format; an integer answer): at their maximum they are learned.
+_FORM_REWARDS = FORMAT_REWARD_NAMES | {"int_reward_func"}
 
 
 def is_flat(std: Optional[float], scale: float = 1.0) -> bool:
@@ -58,7 +60,7 @@ def flat_reward_causes(flat: Mapping[str, float], *, temperature: float,
     ...     print(line)
     xmlcount_reward_func, strict_format_reward_func: 0 on every completion: the model never writes the <reasoning>/<answer> format. Fix: enable the SFT format warm-up (sft_warmup_steps, e.g. 100), or check system_prompt against the chat template (`grpo data` shows the prompt as rendered)
     correctness_reward_func: at its maximum 2 on every completion: nothing is left to learn from it (the task is too easy for this model, or the run has converged). Fix: raise the difficulty (harder problems), or stop here
-    90% of completions hit max_completion_length, so they end before </answer>: raise max_completion_length
+    90% of completions hit max_completion_length: if they were on their way to </answer>, raise max_completion_length
     """
     groups: dict[str, list[str]] = {}
     for name, mean in flat.items():
@@ -67,8 +69,8 @@ def flat_reward_causes(flat: Mapping[str, float], *, temperature: float,
         if _at(mean, low, scale):
             kind = "format" if name in FORMAT_REWARD_NAMES else "answer" if name in _ANSWER_REWARDS else "zero"
             text = f"{low:g} on every completion: " + _ZERO_CAUSES[kind]
-        elif high is not None and _at(mean, high, scale) and name in FORMAT_REWARD_NAMES:
-            text = (f"at its maximum {high:g} on every completion: the format is learned, so it no longer separates "
+        elif high is not None and _at(mean, high, scale) and name in _FORM_REWARDS:
+            text = (f"at its maximum {high:g} on every completion: the form is learned, so it no longer separates "
                     "completions. Fix: none needed while another reward does")
         elif high is not None and _at(mean, high, scale):
             text = (f"at its maximum {high:g} on every completion: nothing is left to learn from it (the task is too "
@@ -81,8 +83,8 @@ def flat_reward_causes(flat: Mapping[str, float], *, temperature: float,
     lines = [f"{', '.join(names)}: {text}" for text, names in groups.items()]
     at_zero = any(text.startswith("0 on") for text in groups)
     if at_zero and clipped_share is not None and clipped_share >= CLIPPED_CAUSE:
-        lines.append(f"{clipped_share:.0%} of completions hit max_completion_length, so they end before </answer>: "
-                     "raise max_completion_length")
+        lines.append(f"{clipped_share:.0%} of completions hit max_completion_length: if they were on their way to "
+                     "</answer>, raise max_completion_length")
     return lines
 
 
