@@ -262,7 +262,9 @@ def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[s
         _print(f"resume with: grpo train <same options> --output_dir {output_dir} --resume auto")
     if status == "stopped":
         _print(f"a checkpoint was kept in {output_dir}; see summary.json for the reason")
-    for label, path in (("adapter", adapter_dir), ("manifest", output_dir / "manifest.json"),
+    best_dir = output_dir / "best_lora" if cfg.eval.eval_steps else None  # pipeline/trainer/periodic_eval.py
+    for label, path in (("adapter", adapter_dir), ("best adapter", best_dir),
+                        ("manifest", output_dir / "manifest.json"),
                         ("metrics", output_dir / "metrics.jsonl"), ("plots", output_dir / "plots"),
                         ("summary", output_dir / "summary.json"), ("data report", output_dir / "data_report.json")):
         if path is not None and path.exists():
