@@ -46,8 +46,8 @@ def test_shortened_demo_learns_and_writes_plots_and_summary(tmp_path, capsys):
         assert (run_dir / "plots" / name).stat().st_size > 5_000, name
     assert (run_dir / "lora" / "adapter_config.json").is_file() and (run_dir / "manifest.json").is_file()
     # eval_steps (on in the demo): held-out accuracy at steps 20 and 40, the best adapter kept in best_lora/
-    evals = {r["step"]: r["eval/accuracy"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-             if "eval/accuracy" in r}
+    rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    evals = {r["step"]: r["eval/accuracy"] for r in rows if "eval/accuracy" in r}
     assert sorted(evals) == [20, 40] and evals[40] == after["accuracy"]  # the same greedy eval as eval_after
     best_step = min(step for step, accuracy in evals.items() if accuracy == max(evals.values()))
     assert summary["best"] == {"step": best_step, "accuracy": max(evals.values())}

@@ -166,7 +166,8 @@ def test_reward_table_counts_zeros_nones_and_flat_groups_per_reward_and_in_total
     assert table["b"]["none_share"] == pytest.approx(2 / 6) and table["b"]["zero_share"] == pytest.approx(1 / 6)
     assert table["b"]["flat_group_share"] == pytest.approx(2 / 3)  # group 2 has no scored pair: flat
     # total = a + 2 b with None as 0: [1, 1, 1, 0, 2, 3]: groups 1 flat, 2 and 3 not
-    assert table["total"]["mean"] == pytest.approx(8 / 6) and table["total"]["flat_group_share"] == pytest.approx(1 / 3)
+    total = table["total"]
+    assert total["mean"] == pytest.approx(8 / 6) and total["flat_group_share"] == pytest.approx(1 / 3)
 
 
 def _dry_run(tmp_path, capsys, *options):
@@ -311,7 +312,8 @@ def test_a_collapse_rolls_back_to_the_newest_checkpoint_before_the_failing_log_w
     control = _on_log(callback, _args(tmp_path, logging_steps=2), 7, **{"loss": 0.1, **logs})
     assert control.should_training_stop and not control.should_save
     assert callback.rollback_to == tmp_path / "checkpoint-2" and callback.stop_rule == rule
-    assert callback.stop_reason.startswith("Collapse at step 7: ") and "rolling back to checkpoint-2" in callback.stop_reason
+    assert callback.stop_reason.startswith("Collapse at step 7: ")
+    assert "rolling back to checkpoint-2" in callback.stop_reason
 
 
 @pytest.mark.parametrize("case", ["on_collapse stop", "no rollbacks left", "no checkpoint before", "garbled rule"])

@@ -55,12 +55,13 @@ def flat_reward_causes(flat: Mapping[str, float], *, temperature: float,
     """Why the rewards in `flat` (name -> the one value every completion got) are flat, with the fix: one
     sentence per cause, naming the rewards it covers.
 
-    >>> for line in flat_reward_causes({"xmlcount_reward_func": 0.0, "strict_format_reward_func": 0.0,
-    ...                                 "correctness_reward_func": 2.0}, temperature=1.0, clipped_share=0.9):
-    ...     print(line)
-    xmlcount_reward_func, strict_format_reward_func: 0 on every completion: the model never writes the <reasoning>/<answer> format. Fix: enable the SFT format warm-up (sft_warmup_steps, e.g. 100), or check system_prompt against the chat template (`grpo data` shows the prompt as rendered)
-    correctness_reward_func: at its maximum 2 on every completion: nothing is left to learn from it (the task is too easy for this model, or the run has converged). Fix: raise the difficulty (harder problems), or stop here
-    90% of completions hit max_completion_length: if they were on their way to </answer>, raise max_completion_length
+    >>> lines = flat_reward_causes({"xmlcount_reward_func": 0.0, "strict_format_reward_func": 0.0,
+    ...                             "correctness_reward_func": 2.0}, temperature=1.0, clipped_share=0.9)
+    >>> for line in lines:
+    ...     print(line[:87])
+    xmlcount_reward_func, strict_format_reward_func: 0 on every completion: the model never
+    correctness_reward_func: at its maximum 2 on every completion: nothing is left to learn
+    90% of completions hit max_completion_length: if they were on their way to </answer>, r
     """
     groups: dict[str, list[str]] = {}
     for name, mean in flat.items():

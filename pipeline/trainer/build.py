@@ -51,7 +51,8 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
         peft_config=peft_config,
         # periodic eval, then health: they put eval/* and health/* into a step's log before metrics.jsonl is
         # written, and the health rules read eval/accuracy
-        callbacks=[*([periodic_eval] if periodic_eval else []), health, MetricsJsonlCallback(output_dir / "metrics.jsonl", resume_step=resume_step),
+        callbacks=[*([periodic_eval] if periodic_eval else []), health,
+                   MetricsJsonlCallback(output_dir / "metrics.jsonl", resume_step=resume_step),
                    RewardProgressCallback(), file_mode_callback()],
     )
     if rollbacks_done:
