@@ -82,7 +82,7 @@ def bench_config(steps: int, **overrides):
     from pipeline.demo.registry import cpu_demo_config
 
     return from_mapping({**cpu_demo_config(), "max_steps": steps, "sft_warmup_steps": 0, "eval_before": False,
-                         "eval_after": False, "garbled_action": "warn", "repetition_action": "warn",
+                         "eval_after": False, "eval_steps": 0, "garbled_action": "warn", "repetition_action": "warn",
                          "kl_action": "warn", "save_steps": 10_000, **overrides})
 
 

@@ -25,7 +25,9 @@ from pipeline.config import ConfigError, from_mapping, peek_option
 DEFAULT_GPU_RECIPE = Path(__file__).resolve().parent.parent / "configs" / "qwen2.5-1.5b-gsm8k.yaml"
 
 # Sub-commands that load a model through a backend; `env` and `data` (tokenizer only) need none.
-MODEL_COMMANDS = ("train", "generate", "eval", "export")
+MODEL_COMMANDS = ("train", "rewards", "generate", "eval", "export")
+# Sub-commands that load the model a training recipe names (not a trained run's).
+RECIPE_COMMANDS = ("train", "rewards")
 
 
 def bootstrap(command: str, argv: list[str]) -> Optional[BackendChoice]:
@@ -42,7 +44,7 @@ def bootstrap(command: str, argv: list[str]) -> Optional[BackendChoice]:
         early = from_mapping(settings)
     except ConfigError:
         return None
-    if command == "train" and choice.name == "unsloth":
+    if command in RECIPE_COMMANDS and choice.name == "unsloth":
         from pipeline.backends.gpu_settings import refuse_vllm_sleep_mode, standby_enabled
 
         # The trainer's rollouts would put vLLM to sleep with it: refused before anything loads.
@@ -53,7 +55,7 @@ def bootstrap(command: str, argv: list[str]) -> Optional[BackendChoice]:
 
 def _early_settings(command: str, argv: list[str]) -> tuple[BackendChoice, dict[str, Any]]:
     """The backend and the settings `import unsloth` depends on, as the command will resolve them later."""
-    if command == "train":
+    if command in RECIPE_COMMANDS:
         choice = backend_choice(argv)
         if choice.name == "unsloth":
             argv = defaults_for(argv, choice)[0]  # the recipe the run will read

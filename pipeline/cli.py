@@ -3,6 +3,7 @@
     grpo env        check the installed versions against the known-good matrix
     grpo data       prepare the dataset and print its length/rejection report (tokenizer only)
     grpo plan       will the recipe fit this GPU (estimated peak memory, part by part), and what to change
+    grpo rewards    reward dry run: sample and score a few prompts, say whether GRPO would learn (no training)
     grpo train      GRPO training (no GPU: the built-in tiny CPU demo)
     grpo generate   generate with a saved LoRA (or --base)
     grpo eval       accuracy / format / length / garbled rate on held-out problems
@@ -23,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("env.doctor", "report Python/GPU/package versions vs the known-good matrix, and the pip fix"),
     "data": ("pipeline.data.report", "prepare the dataset and print its report (loads only the tokenizer)"),
     "plan": ("pipeline.plan.command", "estimate a recipe's peak GPU memory: fits this card? what to change?"),
+    "rewards": ("pipeline.infer.dry_run", "reward dry run: sample and score a few training prompts with the "
+                                          "recipe's model and rewards, and say whether GRPO would have a signal"),
     "train": ("pipeline.train", "run GRPO training (no GPU and no config: the built-in tiny CPU demo)"),
     "generate": ("pipeline.infer.generate", "generate with a saved LoRA adapter (or --base for the base model)"),
     "eval": ("pipeline.infer.evaluate", "evaluate a LoRA or the base model on held-out problems"),

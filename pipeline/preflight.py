@@ -185,8 +185,8 @@ def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, w
 
 def prepare_eval(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
                  write_report: bool = True) -> list[dict[str, Any]]:
-    """The held-out rows when eval_before or eval_after is on, else []."""
-    if not (cfg.eval.eval_before or cfg.eval.eval_after):
+    """The held-out rows when the run evaluates (eval_before, eval_after or eval_steps), else []."""
+    if not cfg.eval.uses_eval_set():
         return []
     from pipeline.infer.evaluate import load_eval_rows
 
@@ -247,8 +247,8 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
         return done[key]
 
     def evaluation() -> str:
-        if not (cfg.eval.eval_before or cfg.eval.eval_after):
-            return "no evaluation (eval_before and eval_after are false)"
+        if not cfg.eval.uses_eval_set():
+            return "no evaluation (eval_before and eval_after are false, eval_steps is 0)"
         data = RunData(needs("train"), prepare_eval(cfg, needs("tokenizer"), write_report=False))
         return "; ".join(filter(None, [f"eval set: {len(data.eval_rows)} problems", data.overlap_warning()]))
 

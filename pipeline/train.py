@@ -118,6 +118,15 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     # ---------------------------------------------------------------- model
     model, tokenizer = backend.load_for_training(cfg)
     peft_config = backend.peft_config(cfg)
+    from pipeline.run.manifest import build_manifest, write_adapter_metadata, write_manifest
+
+    # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
+    manifest = build_manifest(
+        cfg_dict=cfg.to_dict(), backend=choice.name, base_model=cfg.model.model_name_or_path,
+        system_prompt=cfg.data.system_prompt, chat_template=getattr(tokenizer, "chat_template", None),
+        max_prompt_length=prepared.max_prompt_length, max_completion_length=prepared.max_completion_length,
+        data_fingerprint=prepared.fingerprint, adapter_dir=output_dir / "lora",
+    )
 
     # ---------------------------------------------------------------- format warm-up (optional SFT)
     if cfg.health.sft_warmup_steps > 0:
@@ -145,23 +154,53 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         _print(f"eval before GRPO: accuracy {eval_before['accuracy']:.1%}, format {eval_before['format_rate']:.1%}")
 
     # ---------------------------------------------------------------- trainer
-    trainer, health = build_trainer(cfg, backend, model, tokenizer, prepared, peft_config, output_dir, resume_step)
+    periodic_eval = None
+    if cfg.eval.eval_steps and eval_rows and _is_main_process():
+        from pipeline.trainer.periodic_eval import build_periodic_eval
+
+        periodic_eval = build_periodic_eval(cfg, backend, tokenizer, eval_rows, prepared.max_completion_length,
+                                            output_dir, manifest, resume=resume_from is not None, log=_print)
+    trainer, health = build_trainer(cfg, backend, model, tokenizer, prepared, peft_config, output_dir, resume_step,
+                                    periodic_eval)
     for callback in callbacks or []:
         trainer.add_callback(callback)
 
     # ---------------------------------------------------------------- train (resumable)
-    if resume_from:
-        _print(f"resuming from {resume_from} (step {resume_step})")
     from rewards.contract import RewardFailure
 
+    rollbacks: list[dict[str, Any]] = []  # on_collapse: rollback (pipeline/health/rollback.py)
+    earlier_warnings: list[str] = []
     reward_failure, kept = None, None
-    with GracefulStop() as stopper, disk_full_is_resumable(trainer, output_dir):
-        trainer.add_callback(stopper.callback())
-        try:
-            trainer.train(resume_from_checkpoint=resume_from)
-        except RewardFailure as err:  # a reward raised or broke its contract: stop cleanly, keep a checkpoint
-            trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)  # closes the bar
-            reward_failure, kept = err, save_checkpoint_now(trainer, output_dir)
+    while True:
+        if resume_from:
+            _print(f"resuming from {resume_from} (step {resume_step})")
+        with GracefulStop() as stopper, disk_full_is_resumable(trainer, output_dir):
+            trainer.add_callback(stopper.callback())
+            try:
+                trainer.train(resume_from_checkpoint=resume_from)
+            except RewardFailure as err:  # a reward raised or broke its contract: stop cleanly, keep a checkpoint
+                trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)  # closes the bar
+                reward_failure, kept = err, save_checkpoint_now(trainer, output_dir)
+        if reward_failure or stopper.signal_name or health.rollback_to is None:
+            break
+        # A collapse with a healthy checkpoint before it: resume from there with a lower learning rate.
+        from pipeline.health.rollback import ROLLBACK_EVENT, rollback_record
+        from pipeline.run.log import log_event
+
+        factor = cfg.health.rollback_lr_factor ** (len(rollbacks) + 1)
+        resume_from, resume_step = str(health.rollback_to), checkpoint_step(health.rollback_to)
+        rollbacks.append(rollback_record(len(rollbacks) + 1, health.stop_rule, health.stop_step, health.rollback_to,
+                                         resume_step, cfg.grpo.learning_rate * factor, health.stop_reason))
+        _print(f"{health.stop_reason} Learning rate x{factor:g}: {cfg.grpo.learning_rate * factor:.3g} (rollback "
+               f"{len(rollbacks)} of max_rollbacks={cfg.health.max_rollbacks})")
+        earlier_warnings += health.warnings
+        model, trainer = trainer.model, None  # the LoRA model carries on; the checkpoint restores its weights
+        trainer, health = build_trainer(cfg, backend, model, tokenizer, prepared, None, output_dir, resume_step,
+                                        periodic_eval, rollbacks_done=len(rollbacks))
+        if _is_main_process():
+            log_event(output_dir / "metrics.jsonl", resume_step, ROLLBACK_EVENT, rollbacks[-1])
+        for callback in callbacks or []:
+            trainer.add_callback(callback)
     steps = trainer.state.global_step
 
     status, exit_code, reason = "completed", EXIT_OK, None
@@ -178,14 +217,6 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     eval_after = None
     if status == "completed" and _is_main_process():
         adapter_dir = output_dir / "lora"
-        from pipeline.run.manifest import build_manifest, write_adapter_metadata, write_manifest
-
-        manifest = build_manifest(
-            cfg_dict=cfg.to_dict(), backend=choice.name, base_model=cfg.model.model_name_or_path,
-            system_prompt=cfg.data.system_prompt, chat_template=getattr(tokenizer, "chat_template", None),
-            max_prompt_length=prepared.max_prompt_length, max_completion_length=prepared.max_completion_length,
-            data_fingerprint=prepared.fingerprint, adapter_dir=adapter_dir,
-        )
         with disk_full_is_resumable(trainer, output_dir), atomic_directory(adapter_dir) as staging:
             backend.save_adapter(trainer.model, tokenizer, staging)
             write_adapter_metadata(staging, manifest)  # the folder stays usable when copied away from the run
@@ -205,8 +236,9 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
 
         summary = write_summary(output_dir, status=status, reason=reason, steps=steps,
                                 wall_time_s=time.time() - start, eval_before=eval_before, eval_after=eval_after,
-                                warnings=list(health.warnings), health=health.summary(),
-                                plot_settings=plot_settings(cfg), resumed_from_step=resume_step)
+                                warnings=[*earlier_warnings, *health.warnings], health=health.summary(),
+                                plot_settings=plot_settings(cfg), resumed_from_step=resume_step,
+                                best=periodic_eval.best.best if periodic_eval else None, rollbacks=rollbacks)
         _print_where_everything_is(output_dir, status, reason, adapter_dir, cfg)
     return RunResult(output_dir, status, exit_code, steps, adapter_dir, summary)
 
@@ -242,7 +274,9 @@ def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[s
         _print(f"resume with: grpo train <same options> --output_dir {output_dir} --resume auto")
     if status == "stopped":
         _print(f"a checkpoint was kept in {output_dir}; see summary.json for the reason")
-    for label, path in (("adapter", adapter_dir), ("manifest", output_dir / "manifest.json"),
+    best_dir = output_dir / "best_lora" if cfg.eval.eval_steps else None  # pipeline/trainer/periodic_eval.py
+    for label, path in (("adapter", adapter_dir), ("best adapter", best_dir),
+                        ("manifest", output_dir / "manifest.json"),
                         ("metrics", output_dir / "metrics.jsonl"), ("plots", output_dir / "plots"),
                         ("summary", output_dir / "summary.json"), ("data report", output_dir / "data_report.json")):
         if path is not None and path.exists():

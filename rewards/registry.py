@@ -16,8 +16,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rewards.correctness import correctness_reward_func, int_reward_func
-from rewards.format import soft_format_reward_func, strict_format_reward_func, xmlcount_reward_func
+from rewards.correctness import CORRECT_REWARD, INTEGER_REWARD, correctness_reward_func, int_reward_func
+from rewards.format import (
+    FORMAT_REWARD,
+    soft_format_reward_func,
+    strict_format_reward_func,
+    xmlcount_reward_func,
+)
 from rewards.language import language_consistency_reward_func
 
 RewardFunc = Callable[..., list]
@@ -33,6 +38,20 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
 }
 # The notebook's own function names, so configs copied from it work unchanged.
 REWARD_ALIASES: dict[str, str] = {func.__name__: name for name, func in REWARD_FUNCS.items()}
+
+# The range each built-in reward can take, by the name TRL logs it under (rewards/<name>/mean): the plots
+# clip their bands to it, and the learning-signal diagnosis (pipeline/health/signal.py) tells "all 0" from
+# "all at the maximum" with it.
+REWARD_RANGES: dict[str, tuple[float, float]] = {
+    "xmlcount_reward_func": (0.0, FORMAT_REWARD),  # clamped to [0, 0.5] (rewards/format.py)
+    "soft_format_reward_func": (0.0, FORMAT_REWARD),
+    "strict_format_reward_func": (0.0, FORMAT_REWARD),
+    "int_reward_func": (0.0, INTEGER_REWARD),
+    "correctness_reward_func": (0.0, CORRECT_REWARD),
+}
+# The rewards that only judge the <reasoning>/<answer> format (not the answer itself).
+FORMAT_REWARD_NAMES = frozenset(f.__name__ for f in (xmlcount_reward_func, soft_format_reward_func,
+                                                     strict_format_reward_func))
 
 # The notebook's trainer order.
 DEFAULT_REWARDS: list[str] = ["xmlcount", "soft_format", "strict_format", "int", "correctness"]

@@ -19,7 +19,7 @@ def test_shortened_demo_learns_and_writes_plots_and_summary(tmp_path, capsys):
     """The demo's own settings (format warm-up included) with 40 GRPO steps instead of 200: about 2 minutes."""
     run_dir = tmp_path / "demo"
     cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "max_steps": 40, "eval_limit": 20,
-                        "save_steps": 100})
+                        "save_steps": 100, "eval_steps": 20})
     result = run_training(cfg)
     assert result.status == "completed" and result.steps == 40
     printed = capsys.readouterr().out
@@ -45,3 +45,10 @@ def test_shortened_demo_learns_and_writes_plots_and_summary(tmp_path, capsys):
     for name in ("reward.png", "completion_length.png", "health.png", "reward_correctness_reward_func.png"):
         assert (run_dir / "plots" / name).stat().st_size > 5_000, name
     assert (run_dir / "lora" / "adapter_config.json").is_file() and (run_dir / "manifest.json").is_file()
+    # eval_steps (on in the demo): held-out accuracy at steps 20 and 40, the best adapter kept in best_lora/
+    rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    evals = {r["step"]: r["eval/accuracy"] for r in rows if "eval/accuracy" in r}
+    assert sorted(evals) == [20, 40] and evals[40] == after["accuracy"]  # the same greedy eval as eval_after
+    best_step = min(step for step, accuracy in evals.items() if accuracy == max(evals.values()))
+    assert summary["best"] == {"step": best_step, "accuracy": max(evals.values())}
+    assert (run_dir / "best_lora" / "grpo_adapter.json").is_file() and (run_dir / "plots" / "eval.png").is_file()

@@ -18,7 +18,7 @@ from safetensors.numpy import load_file
 
 from env.adapters import verify_adapter_dir
 from pipeline.train import EXIT_HEALTH_STOP, EXIT_INTERRUPTED, run_training
-from train_helpers import demo_config, tiny_qwen_config
+from train_helpers import demo_config, poison_gradients, tiny_qwen_config
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -146,23 +146,8 @@ def test_sigint_saves_a_resumable_checkpoint(tmp_path):
 
 def test_nan_gradient_stops_with_checkpoint_and_reason(tmp_path):
     """NaN gradients in step 2 (as from an fp16 overflow): grad_norm is NaN, the run stops and keeps step 2."""
-    from transformers import TrainerCallback
-
-    class PoisonGradients(TrainerCallback):
-        hooks: list = []
-
-        def on_step_begin(self, args, state, control, model=None, **kwargs):
-            if state.global_step == 1:  # the step about to run is step 2
-                self.hooks = [p.register_hook(lambda g: g * float("nan"))
-                              for p in model.parameters() if p.requires_grad]
-
-        def on_step_end(self, args, state, control, **kwargs):
-            for hook in self.hooks:
-                hook.remove()
-            self.hooks = []
-
     run_dir = tmp_path / "run"
-    result = run_training(demo_config(run_dir, max_steps=6, save_steps=100), callbacks=[PoisonGradients()])
+    result = run_training(demo_config(run_dir, max_steps=6, save_steps=100), callbacks=[poison_gradients(at_step=2)])
     assert result.status == "stopped" and result.exit_code == EXIT_HEALTH_STOP
     assert result.steps == 2
     assert (run_dir / "checkpoint-2" / "trainer_state.json").is_file()  # saved before stopping

@@ -30,6 +30,7 @@ def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
     # Then the test scale: a rank-16 LoRA on attention/MLP only, 2 prompts x 8 completions a step and a
     # large learning rate, so that a few steps change the weights visibly.
     values.update(output_dir=str(output_dir), max_steps=3, save_steps=2, eval_before=False, eval_after=False,
+                  eval_steps=0,
                   sft_warmup_steps=0, max_samples=64, logging_steps=1, lora_r=16,
                   lora_alpha=16, lora_modules_to_save=[], max_completion_length="48",
                   per_device_train_batch_size=16, learning_rate=1e-3,
@@ -51,3 +52,26 @@ def tiny_qwen_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
     )
     values.update(overrides)
     return from_mapping(values)
+
+
+def poison_gradients(at_step: int, times: int = 1):
+    """A TrainerCallback making every gradient of step `at_step` NaN (as an fp16 overflow would), on each of the
+    first `times` passes through that step (a rolled-back run passes it again)."""
+    from transformers import TrainerCallback
+
+    class PoisonGradients(TrainerCallback):
+        def __init__(self):
+            self.left, self.hooks = times, []
+
+        def on_step_begin(self, args, state, control, model=None, **kwargs):
+            if state.global_step == at_step - 1 and self.left:  # the step about to run is `at_step`
+                self.left -= 1
+                self.hooks = [p.register_hook(lambda g: g * float("nan"))
+                              for p in model.parameters() if p.requires_grad]
+
+        def on_step_end(self, args, state, control, **kwargs):
+            for hook in self.hooks:
+                hook.remove()
+            self.hooks = []
+
+    return PoisonGradients()

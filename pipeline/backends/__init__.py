@@ -43,9 +43,10 @@ class Generator(Protocol):
 
     tokenizer: Any
 
-    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0,
-                 top_p: float = 1.0) -> list[Completion]:
-        """One completion per chat-templated prompt; temperature 0 is greedy."""
+    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+                 top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
+        """One completion per chat-templated prompt; temperature 0 is greedy. top_k 0 and min_p None are off
+        (the rollout settings of a recipe: `grpo rewards` samples as the trainer will)."""
 
 
 class Backend(Protocol):

@@ -140,8 +140,8 @@ class PlainGenerator:
         self.tokenizer = tokenizer
         self.batch_size = batch_size
 
-    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0,
-                 top_p: float = 1.0) -> list[Completion]:
+    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+                 top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
         import torch
 
         tok = self.tokenizer
@@ -153,8 +153,9 @@ class PlainGenerator:
             for start in range(0, len(prompts), self.batch_size):
                 batch = tok(prompts[start : start + self.batch_size], return_tensors="pt", padding=True,
                             add_special_tokens=False).to(self.model.device)
-                sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if temperature > 0 else {
-                    "do_sample": False}
+                # top_k is always given: transformers would otherwise apply the model's default (often 50)
+                sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k,
+                            **({"min_p": min_p} if min_p else {})} if temperature > 0 else {"do_sample": False}
                 with torch.no_grad():
                     out = self.model.generate(**batch, max_new_tokens=max_tokens, pad_token_id=tok.pad_token_id,
                                               eos_token_id=tok.eos_token_id, **sampling)

@@ -210,15 +210,16 @@ class UnslothGenerator:
         self.lora_request = lora_request
         self.wake_engine = wake_engine
 
-    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0,
-                 top_p: float = 1.0) -> list[Completion]:
+    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+                 top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
         """One completion per chat-templated prompt. temperature 0 is greedy in vLLM."""
         if not prompts:
             return []
         from vllm import SamplingParams
 
-        # max_tokens must be set: vLLM's default is 16 tokens.
-        params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+        # max_tokens must be set: vLLM's default is 16 tokens. top_k 0 / min_p 0 are vLLM's "off" too.
+        rollout = {key: value for key, value in (("top_k", top_k), ("min_p", min_p)) if value}
+        params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, **rollout)
         slept = self._wake_if_sleeping()
         try:
             # model.fast_generate is vLLM's LLM.generate (set in FastLlamaModel.from_pretrained); lora_request=None
@@ -259,15 +260,15 @@ class UnslothTransformersGenerator(PlainGenerator):
         super().__init__(model, tokenizer)
         self.back_to_training = back_to_training
 
-    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0,
-                 top_p: float = 1.0) -> list[Completion]:
+    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+                 top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
         if not prompts:
             return []
         from unsloth import FastLanguageModel
 
         FastLanguageModel.for_inference(self.model)
         try:
-            return super().generate(prompts, max_tokens, temperature, top_p)
+            return super().generate(prompts, max_tokens, temperature, top_p, top_k, min_p)
         finally:
             if self.back_to_training:
                 FastLanguageModel.for_training(self.model)

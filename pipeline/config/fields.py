@@ -291,6 +291,22 @@ class HealthArguments:
     kl_target: float = _help("Adaptive beta's KL target.", default=0.05, gt=0)
     beta_min: float = _help("Adaptive beta's lower bound.", default=0.001)
     beta_max: float = _help("Adaptive beta's upper bound.", default=0.5)
+    flat_reward_threshold: float = _help(
+        "Act when at least this share of groups has no reward spread (TRL's frac_reward_zero_std): such a group "
+        "trains on nothing ...", default=0.9, ge=0, le=1)
+    flat_reward_window: int = _help("... on each of this many consecutive logged steps.", default=20, ge=1)
+    flat_reward_action: str = _help("warn | stop. The message names the flat rewards, the likely cause and the fix.",
+                                    default="warn", choices=("warn", "stop"))
+    hacking_window: int = _help(
+        "With eval_steps: act when the training reward rose while held-out accuracy fell over this many evals "
+        "(reward hacking) ...", default=3, ge=2)
+    hacking_action: str = _help("... warn | stop.", default="warn", choices=("warn", "stop"))
+    on_collapse: str = _help(
+        "stop | rollback. What a NaN/inf or kl_ceiling stop does: stop, or restore the newest checkpoint saved "
+        "before it, scale the learning rate by rollback_lr_factor and train on.", default="stop",
+        choices=("stop", "rollback"))
+    rollback_lr_factor: float = _help("Learning-rate factor applied at each rollback.", default=0.5, gt=0, lt=1)
+    max_rollbacks: int = _help("Rollbacks allowed in one run; the next collapse stops it.", default=2, ge=1)
     sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0, ge=0)
     sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4, gt=0)
 
@@ -310,6 +326,18 @@ class EvalArguments:
     eval_split: str = _help("Held-out split of the eval source when it has several (gsm8k: test).",
                             default="test")
     eval_limit: int = _help("Number of held-out problems.", default=100, ge=1)
+    eval_steps: int = _help(
+        "Also evaluate on the held-out problems every N training steps (0 = off): logs eval/accuracy and "
+        "eval/format_rate, and keeps the best adapter by accuracy in output_dir/best_lora/.", default=0, ge=0)
+
+    def uses_eval_set(self) -> bool:
+        """Whether the run reads the held-out set (before, after or during training): one answer for the data
+        check, the run and `grpo data`.
+
+        >>> EvalArguments().uses_eval_set(), EvalArguments(eval_steps=50).uses_eval_set()
+        (False, True)
+        """
+        return bool(self.eval_before or self.eval_after or self.eval_steps)
 
 
 SECTIONS = (

@@ -151,7 +151,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                                    source=cfg.model.model_source)
         run_data = prepare_run_data(cfg, tokenizer)  # what `grpo train` prepares: train, eval set, warm-up needs
         report = run_data.train.report
-        eval_count = len(run_data.eval_rows) if (cfg.eval.eval_before or cfg.eval.eval_after) else None
+        eval_count = len(run_data.eval_rows) if cfg.eval.uses_eval_set() else None
     except (ConfigError, DataFileError) as err:  # bad input: exit 2, as in `grpo train`
         print(f"grpo data: {err}", file=sys.stderr)
         return 2

@@ -36,6 +36,10 @@ REPETITION_RATE = "health/repetition_rate"
 COMPLETION_LENGTH = "health/completion_length"
 NO_ANSWER_RATE = "health/no_answer_rate"
 BETA = "health/beta"
+# Held-out evaluation during training (eval_steps; pipeline/trainer/periodic_eval.py), read by the plots and
+# the reward-hacking rule.
+EVAL_ACCURACY = "eval/accuracy"
+EVAL_FORMAT_RATE = "eval/format_rate"
 
 # Token n-gram size for the repetition rate: 4-grams catch loops of short phrases
 # ("= 5 = 5 = 5") without flagging ordinary reuse of single words or number pairs.

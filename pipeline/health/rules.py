@@ -13,9 +13,18 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
      steps: `garbled_action` (warn | stop);
    - kl above `kl_ceiling` (only when beta > 0; TRL logs kl only then): `kl_action`;
    - repetition rate above `repetition_threshold`: `repetition_action` (warn by default);
+   - no learning signal: at least `flat_reward_threshold` of the groups without reward spread (TRL's
+     frac_reward_zero_std) on each of the last `flat_reward_window` logged steps: `flat_reward_action`
+     (warn by default), naming the flat rewards, the likely cause and the fix (pipeline/health/signal.py);
+   - reward hacking (with eval_steps): over the last `hacking_window` evals the training reward (its mean
+     between evals) rose while held-out accuracy fell and never rose: `hacking_action` (warn by default);
    - `adaptive_beta`: after each logged kl, move the trainer's beta toward `kl_target`
      (x1.5 when kl > 1.5 x target, /1.5 when kl < target / 1.5, clipped to
      [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
+
+   - `on_collapse: rollback`: a NaN/inf or kl_ceiling stop becomes a rollback while `rollbacks_left` > 0 and a
+     checkpoint from before the failing log exists (pipeline/health/rollback.py): `rollback_to` is set and
+     the loop stops without saving the broken state; pipeline/train.py resumes from it at a lower rate.
 
    A stop sets `control.should_save` and `control.should_training_stop`. transformers 5.17
    runs on_log inside `Trainer._maybe_log_save_evaluate` (its `self.log(logs, start_time)`)
@@ -39,14 +48,23 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from pipeline.config import ConfigError, HealthArguments, PipelineConfig, check_choices
-from pipeline.health.metrics import BETA, GARBLED_RATE, REPETITION_RATE, incomplete_utf8_token_ids
+from pipeline.health.metrics import (
+    BETA,
+    EVAL_ACCURACY,
+    GARBLED_RATE,
+    REPETITION_RATE,
+    incomplete_utf8_token_ids,
+)
 from pipeline.health.observer import HealthState, make_observer
+from pipeline.health.rollback import COLLAPSE_RULES, healthy_checkpoint
+from pipeline.health.signal import FLAT_GROUP_SHARE, no_signal_causes
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +109,7 @@ class HealthCallback(TrainerCallback):
     """Stops or adjusts a GRPO run from its logged metrics (see the module docstring for the rules).
 
     After training: `stop_reason` (a sentence, or None), `stop_rule` (non_finite | garbled |
-    kl | repetition, or None), `stop_step`, `warnings` (every warning printed), `beta` (the
+    kl | repetition | flat_reward | hacking, or None), `stop_step`, `warnings` (every warning printed), `beta` (the
     last beta set), and `summary()` for the driver's summary.json.
 
     >>> from transformers import TrainerControl, TrainerState
@@ -109,6 +127,9 @@ class HealthCallback(TrainerCallback):
         beta: float,
         state: HealthState | None = None,
         warn_every_steps: int = 20,
+        temperature: float = 1.0,
+        num_generations: int = 8,
+        rollbacks_left: int = 0,
     ):
         _check_settings(settings)
         self.settings = settings
@@ -123,6 +144,13 @@ class HealthCallback(TrainerCallback):
         self.warnings: list[str] = []
         self.beta_history: list[tuple[int, float]] = []
         self._garbled_window: deque[float] = deque(maxlen=settings.garbled_window)
+        self._flat_window: deque[dict[str, Any]] = deque(maxlen=settings.flat_reward_window)
+        self._rewards_since_eval: list[float] = []
+        self._evals: deque[tuple[int, float, float | None]] = deque(maxlen=settings.hacking_window)
+        self.temperature, self.num_generations = float(temperature), int(num_generations)
+        self.rollbacks_left = int(rollbacks_left)
+        self.rollback_to: Path | None = None
+        self._args: Any = None
         self._last_warned: dict[str, int] = {}
 
     def attach(self, trainer: Any) -> HealthCallback:
@@ -157,6 +185,7 @@ class HealthCallback(TrainerCallback):
         if self.stop_reason is not None or not _is_training_log(logs):
             return control
         step = int(state.global_step)
+        self._args = args  # where checkpoints are (output_dir) and how many steps a log covers, for a rollback
 
         self._check_non_finite(logs, step, control)
         if self.stop_reason is None:
@@ -165,6 +194,10 @@ class HealthCallback(TrainerCallback):
             self._check_kl(logs, step, control)
         if self.stop_reason is None:
             self._check_repetition(logs, step, control)
+        if self.stop_reason is None:
+            self._check_flat_reward(logs, step, control)
+        if self.stop_reason is None:
+            self._check_hacking(logs, step, control)
         if self.stop_reason is None and self.settings.adaptive_beta:
             self._adapt_beta(logs, step)
         if self.current_beta() > 0:
@@ -215,6 +248,49 @@ class HealthCallback(TrainerCallback):
                       f"{self.settings.repetition_threshold} (completions are looping over the same token "
                       "4-grams)")
 
+    def _check_flat_reward(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+        share = _number(logs.get(FLAT_GROUP_SHARE))
+        if share is None:
+            return
+        self._flat_window.append(dict(logs))
+        h = self.settings
+        window = list(self._flat_window)
+        if len(window) < h.flat_reward_window or any(_number(w[FLAT_GROUP_SHARE]) < h.flat_reward_threshold
+                                                     for w in window):
+            return
+        means, stds = _reward_means_and_stds(window)
+        clipped = _mean([_number(w.get("completions/clipped_ratio")) for w in window])
+        causes = no_signal_causes(means, stds, temperature=self.temperature, num_generations=self.num_generations,
+                                  clipped_share=clipped)
+        shares = [_number(w[FLAT_GROUP_SHARE]) for w in window]
+        self._act("flat_reward", h.flat_reward_action, step, control,
+                  f"no learning signal: {min(shares):.0%}-{max(shares):.0%} of the groups had no reward spread "
+                  f"(frac_reward_zero_std) on each of the last {len(window)} logged steps, at or above "
+                  f"flat_reward_threshold {h.flat_reward_threshold:g}, so those groups train on nothing: "
+                  + "; ".join(causes))
+
+    def _check_hacking(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+        reward = _number(logs.get("reward"))
+        if reward is not None and math.isfinite(reward):
+            self._rewards_since_eval.append(reward)
+        accuracy = _number(logs.get(EVAL_ACCURACY))
+        if accuracy is None:
+            return
+        self._evals.append((step, accuracy, _mean(self._rewards_since_eval)))
+        self._rewards_since_eval = []
+        window = self.settings.hacking_window
+        if len(self._evals) < window or any(r is None for _, _, r in self._evals):
+            return
+        steps, accuracies, rewards = zip(*self._evals)
+        falling = accuracies[-1] < accuracies[0] and all(b <= a for a, b in zip(accuracies, accuracies[1:]))
+        if rewards[-1] > rewards[0] and falling:
+            self._act("hacking", self.settings.hacking_action, step, control,
+                      f"the training reward rose ({' -> '.join(f'{r:.3g}' for r in rewards)}) while held-out "
+                      f"accuracy fell ({' -> '.join(f'{a:.0%}' for a in accuracies)}) over the last {window} evals "
+                      f"(steps {', '.join(map(str, steps))}): the policy may be gaming the rewards (reward "
+                      "hacking). Look at its completions (log_completions: true) and tighten the rewards; "
+                      "best_lora/ keeps the adapter of the best held-out accuracy")
+
     def _adapt_beta(self, logs: dict[str, Any], step: int) -> None:
         kl = _number(logs.get("kl"))
         if kl is None or not math.isfinite(kl):
@@ -256,12 +332,29 @@ class HealthCallback(TrainerCallback):
             self._warn(rule, step, detail)
 
     def _stop(self, rule: str, step: int, control: TrainerControl, detail: str) -> None:
+        if rule in COLLAPSE_RULES and self.settings.on_collapse == "rollback" and self.rollbacks_left > 0:
+            checkpoint = self._checkpoint_before(step)
+            if checkpoint is not None:
+                self.rollback_to, self.stop_rule, self.stop_step = checkpoint, rule, step
+                headline = detail.split(" (", 1)[0]  # what happened, without the stop's own advice
+                self.stop_reason = f"Collapse at step {step}: {headline}; rolling back to {checkpoint.name}."
+                control.should_training_stop = True  # no save: the broken state must not become the newest
+                logger.error("health: %s", self.stop_reason)
+                return
+            detail += "; no checkpoint from before this step to roll back to"
         self.stop_rule = rule
         self.stop_step = step
         self.stop_reason = f"Stopped at step {step}: {detail}."
         control.should_save = True
         control.should_training_stop = True
         logger.error("health: %s", self.stop_reason)
+
+    def _checkpoint_before(self, step: int) -> Path | None:
+        """The newest healthy checkpoint saved before the steps the failing log covers."""
+        if self._args is None or not getattr(self._args, "output_dir", None):
+            return None
+        window_start = step - max(1, int(getattr(self._args, "logging_steps", 1) or 1)) + 1
+        return healthy_checkpoint(self._args.output_dir, before_step=window_start)
 
     def _warn(self, rule: str, step: int, detail: str) -> None:
         last = self._last_warned.get(rule)
@@ -273,8 +366,11 @@ class HealthCallback(TrainerCallback):
         logger.warning("health warning: %s (repeats silenced for %d steps)", message, self.warn_every_steps)
 
 
-def build_health(cfg: PipelineConfig, tokenizer: Any) -> tuple[Callable[..., list[float]], HealthCallback]:
+def build_health(cfg: PipelineConfig, tokenizer: Any,
+                 rollbacks_done: int = 0) -> tuple[Callable[..., list[float]], HealthCallback]:
     """The observer reward function and the callback for one run, sharing one HealthState.
+
+    `rollbacks_done`: rollbacks this run already made (on_collapse: rollback allows max_rollbacks).
 
     Derives the tokenizer's incomplete-UTF-8 token set once (about 0.7 s for Qwen2.5).
 
@@ -286,20 +382,43 @@ def build_health(cfg: PipelineConfig, tokenizer: Any) -> tuple[Callable[..., lis
     """
     state = HealthState()
     observer = make_observer(state, incomplete_utf8_token_ids(tokenizer), tokenizer)
-    callback = HealthCallback(cfg.health, beta=cfg.grpo.beta, state=state)
+    callback = HealthCallback(cfg.health, beta=cfg.grpo.beta, state=state, temperature=cfg.grpo.temperature,
+                              num_generations=cfg.grpo.num_generations,
+                              rollbacks_left=(cfg.health.max_rollbacks - rollbacks_done
+                                              if cfg.health.on_collapse == "rollback" else 0))
     return observer, callback
 
 
 def _check_settings(h: HealthArguments) -> None:
-    check_choices(h)  # garbled_action, repetition_action, kl_action
-    if h.garbled_window < 1:
-        raise ConfigError("garbled_window", f"got {h.garbled_window}; use a positive number of logged steps.")
+    check_choices(h)  # garbled_action, repetition_action, kl_action, flat_reward_action, hacking_action, on_collapse
+    for name in ("garbled_window", "flat_reward_window", "hacking_window"):
+        if getattr(h, name) < 1:
+            raise ConfigError(name, f"got {getattr(h, name)}; use a positive number of logged steps.")
+
+
+def _reward_means_and_stds(window: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
+    """Each reward's mean and spread (TRL's rewards/<name>/mean and /std) averaged over logged steps;
+    the health observer (always 0) left out."""
+    from pipeline.health.metrics import OBSERVER_NAME
+
+    names = [key[len("rewards/"):-len("/mean")] for key in window[-1]
+             if key.startswith("rewards/") and key.endswith("/mean")]
+    names = [name for name in names if name != OBSERVER_NAME]
+    means = {name: _mean([_number(w.get(f"rewards/{name}/mean")) for w in window]) for name in names}
+    stds = {name: _mean([_number(w.get(f"rewards/{name}/std")) for w in window]) for name in names}
+    return ({name: m for name, m in means.items() if m is not None},
+            {name: s for name, s in stds.items() if s is not None})
+
+
+def _mean(values: list[float | None]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
 
 
 def _is_training_log(logs: dict[str, Any]) -> bool:
     # on_log also fires for evaluation (eval_* keys) and for the end-of-training summary
     # (train_runtime, ...); only per-step training logs carry the metrics the rules read.
-    return any(key in logs for key in ("loss", "grad_norm", "kl", GARBLED_RATE, REPETITION_RATE))
+    return any(key in logs for key in ("loss", "grad_norm", "kl", GARBLED_RATE, REPETITION_RATE, FLAT_GROUP_SHARE))
 
 
 def _number(value: Any) -> float | None:

@@ -26,14 +26,15 @@ class MetricsJsonlCallback(TrainerCallback):
     """Appends `{"step": N, ...logs}` to output_dir/metrics.jsonl on the main process.
 
     On resume, lines for steps after the checkpoint are dropped first: they describe a
-    trajectory that the resumed run replaces.
+    trajectory that the resumed run replaces. Event lines (`log_event`: a rollback) are kept.
     """
 
     def __init__(self, path: str | Path, resume_step: Optional[int] = None):
         self.path = Path(path)
         if resume_step is not None and self.path.is_file():
-            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            rows = [(line, json.loads(line)) for line in self.path.read_text(encoding="utf-8").splitlines()
+                    if line.strip()]
+            kept = [line for line, row in rows if row.get("step", 0) <= resume_step or "event" in row]
             self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -42,6 +43,13 @@ class MetricsJsonlCallback(TrainerCallback):
         record = {"step": state.global_step, **{k: _jsonable(v) for k, v in logs.items()}}
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def log_event(path: str | Path, step: int, event: str, fields: dict[str, Any]) -> None:
+    """One line for something that happened to the run, not a logged step: `{"step", "event", ...fields}`."""
+    record = {"step": step, "event": event, **{k: _jsonable(v) for k, v in fields.items()}}
+    with Path(path).open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 class RewardProgressCallback(TrainerCallback):

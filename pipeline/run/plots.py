@@ -26,6 +26,8 @@ from typing import Any
 
 from pipeline.health.metrics import (
     BETA,
+    EVAL_ACCURACY,
+    EVAL_FORMAT_RATE,
     GARBLED_RATE,
     INCOMPLETE_UTF8_SHARE,
     NO_ANSWER_RATE,
@@ -33,17 +35,7 @@ from pipeline.health.metrics import (
     REPETITION_RATE,
 )
 
-from rewards.correctness import CORRECT_REWARD, INTEGER_REWARD
-from rewards.format import FORMAT_REWARD
-
-# The range each built-in reward can take, by the name TRL logs it under (rewards/<name>/mean).
-REWARD_RANGES: dict[str, tuple[float, float]] = {
-    "xmlcount_reward_func": (0.0, FORMAT_REWARD),  # clamped to [0, 0.5] (rewards/format.py)
-    "soft_format_reward_func": (0.0, FORMAT_REWARD),
-    "strict_format_reward_func": (0.0, FORMAT_REWARD),
-    "int_reward_func": (0.0, INTEGER_REWARD),
-    "correctness_reward_func": (0.0, CORRECT_REWARD),
-}
+from rewards.registry import REWARD_RANGES
 
 METRICS_FILE = "metrics.jsonl"
 PLOTS_DIR = "plots"
@@ -189,7 +181,8 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
 
     One figure per reward function (reward_<name>.png), the total reward (reward.png), kl
     and beta (kl.png, beta.png; only when logged), completion length (completion_length.png),
-    the health rates (health.png), and loss / grad_norm (loss.png). Each figure skips what
+    the health rates (health.png), held-out accuracy and format rate during training (eval.png; with
+    eval_steps), and loss / grad_norm (loss.png). Each figure skips what
     is missing; a metric never logged writes no file. `thresholds` (metric key -> value; default: the
     config's defaults) are drawn as dashed lines; `reward_weights` (reward name -> weight) bound the
     total reward's band.
@@ -277,6 +270,22 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
         subtitle = f"\nthin: per step, bold: {window}-step average" if window else ""
         _finish(ax, f"Training health (share per batch){subtitle}", "share")
         save(fig, "health.png")
+
+    accuracy = series(rows, EVAL_ACCURACY)
+    if accuracy is not None:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        ax.plot(*accuracy, color="C0", marker="o", label="held-out accuracy")
+        format_rate = series(rows, EVAL_FORMAT_RATE)
+        if format_rate is not None:
+            ax.plot(*format_rate, color="C2", marker=".", linestyle="--", label="held-out format rate")
+        finite = [(v, s) for s, v in zip(*accuracy) if not math.isnan(v)]
+        if finite:
+            value, step = max(finite, key=lambda pair: (pair[0], -pair[1]))  # the first best, as best_lora/ keeps
+            ax.scatter([step], [value], marker="*", s=220, color="C3", zorder=5,
+                       label=f"best {value:.0%} at step {step} (best_lora/)")
+        ax.set_ylim(-0.02, 1.02)
+        _finish(ax, "Held-out evaluation during training (every eval_steps)", "share of held-out problems")
+        save(fig, "eval.png")
 
     loss, grad_norm = series(rows, "loss"), series(rows, "grad_norm")
     if loss is not None or grad_norm is not None:

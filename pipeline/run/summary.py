@@ -47,7 +47,9 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
                   eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str],
                   health: Optional[dict[str, Any]] = None,
                   plot_settings: Optional[dict[str, Any]] = None,
-                  resumed_from_step: Optional[int] = None) -> dict[str, Any]:
+                  resumed_from_step: Optional[int] = None,
+                  best: Optional[dict[str, Any]] = None,
+                  rollbacks: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
     """summary.json. `wall_time_s` is the whole run's: this session's plus the earlier ones' of a resumed run
     (listed in `sessions`)."""
     from pipeline.run.plots import METRICS_FILE, plot_run, read_metrics
@@ -71,7 +73,10 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
         "accuracy_gain_points": (round(100 * (eval_after["accuracy"] - eval_before["accuracy"]), 1)
                                  if eval_before and eval_after else None),
         "final_metrics": final_metrics(records),
+        # eval_steps: the best held-out accuracy during training and its step; the adapter is in best_lora/
+        "best": {"step": best["step"], "accuracy": best["accuracy"]} if best else None,
         "health_warnings": warnings,
+        "rollbacks": rollbacks or [],  # on_collapse: rollback: each restore (rule, steps, checkpoint, learning rate)
         "health": health or {},
         "plots": plots,
     }

@@ -18,11 +18,13 @@ from pipeline.config import PipelineConfig
 
 
 def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft_config, output_dir: Path,
-                  resume_step: Optional[int] = None):
+                  resume_step: Optional[int] = None, periodic_eval=None, rollbacks_done: int = 0):
     """The wrapped TRL GRPOTrainer: our dataset, rewards (+ the zero-weight health observer) and callbacks.
 
     `resume_step` is the step of the checkpoint the run resumes from (None: a fresh run); metrics.jsonl
-    drops the lines after it, since the resumed run replaces that trajectory.
+    drops the lines after it, since the resumed run replaces that trajectory. `periodic_eval` is the
+    eval_steps callback (pipeline/trainer/periodic_eval.py), or None. `rollbacks_done` > 0 (on_collapse:
+    rollback): the trainer resumes a rolled-back run, its learning rate scaled by rollback_lr_factor ** that.
     """
     import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
@@ -36,7 +38,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     g = cfg.grpo
     reward_funcs = get_reward_funcs(list(g.reward_funcs))
     weights = check_reward_weights(list(g.reward_funcs), g.reward_weights)
-    observer, health = build_health(cfg, tokenizer)
+    observer, health = build_health(cfg, tokenizer, rollbacks_done)
     reward_funcs.append(observer)
     weights.append(0.0)  # the observer only watches; it never changes the reward
     # The one reward contract around every function (rewards/contract.py): checked values, a raise becomes a
@@ -51,10 +53,16 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
         train_dataset=prepared.dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        # health first: it fills in health/* from its shared state before metrics.jsonl is written
-        callbacks=[health, MetricsJsonlCallback(output_dir / "metrics.jsonl", resume_step=resume_step),
+        # periodic eval, then health: they put eval/* and health/* into a step's log before metrics.jsonl is
+        # written, and the health rules read eval/accuracy
+        callbacks=[*([periodic_eval] if periodic_eval else []), health,
+                   MetricsJsonlCallback(output_dir / "metrics.jsonl", resume_step=resume_step),
                    RewardProgressCallback(), file_mode_callback()],
     )
+    if rollbacks_done:
+        from pipeline.health.rollback import LrScaleCallback
+
+        trainer.add_callback(LrScaleCallback(cfg.health.rollback_lr_factor ** rollbacks_done))
     for default_printer in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(default_printer)
     health.attach(trainer)

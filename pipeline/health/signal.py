@@ -1,0 +1,124 @@
+"""Learning signal: whether a reward gives GRPO anything to learn from, and when not, why and the fix, in words.
+
+GRPO learns only from differences within a group (the `num_generations` completions of one prompt): a group
+whose completions all get the same total reward has zero advantage and trains on nothing. TRL logs the share
+of such groups as `frac_reward_zero_std`, and each reward's mean and spread over the batch as
+`rewards/<name>/mean` and `rewards/<name>/std`. A reward with no spread over the whole batch is *flat*; where it
+sits says why:
+
+- at 0 (its minimum): a format reward the model never earns (no warm-up, a system prompt the chat template
+  mangles, completions cut at max_completion_length before `</answer>`), or a correctness reward nobody earns;
+- at its maximum: nothing left to learn (the task is too easy, or the run has converged; for a reward of the
+  completion's form, format or integer answer: the form is learned);
+- anywhere else: every completion scores alike, the rollouts are too similar (temperature too low).
+
+Every reward varying over the batch while the groups are still flat means each prompt's completions are all
+right or all wrong: more diverse rollouts (temperature, num_generations) help.
+
+One home for this reading, used by the reward dry run (`grpo rewards`, pipeline/infer/dry_run.py) and the
+flat-reward rule (pipeline/health/rules.py), so both name the same cause and the same fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Optional
+
+from rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES
+
+# TRL's key for the share of groups whose total reward has zero spread (GRPOTrainer._generate_and_score_completions).
+FLAT_GROUP_SHARE = "frac_reward_zero_std"
+# A temperature below this makes a group's completions nearly identical.
+LOW_TEMPERATURE = 0.5
+# A clipped share from which "completions are cut before </answer>" is named as a cause.
+CLIPPED_CAUSE = 0.5
+_ANSWER_REWARDS = ("correctness_reward_func", "int_reward_func")
+# Rewards for the form of a completion (the format; an integer answer): at their maximum they are learned.
+_FORM_REWARDS = FORMAT_REWARD_NAMES | {"int_reward_func"}
+
+
+def is_flat(std: Optional[float], scale: float = 1.0) -> bool:
+    """A spread small enough to be no spread at all (relative to the reward's range).
+
+    >>> is_flat(0.0), is_flat(1e-9), is_flat(0.2), is_flat(None)
+    (True, True, False, False)
+    """
+    return std is not None and std <= 1e-6 + 1e-4 * abs(scale)
+
+
+def _at(value: float, target: float, scale: float) -> bool:
+    return abs(value - target) <= 1e-6 + 1e-3 * abs(scale)
+
+
+def flat_reward_causes(flat: Mapping[str, float], *, temperature: float,
+                       clipped_share: Optional[float] = None) -> list[str]:
+    """Why the rewards in `flat` (name -> the one value every completion got) are flat, with the fix: one
+    sentence per cause, naming the rewards it covers.
+
+    >>> lines = flat_reward_causes({"xmlcount_reward_func": 0.0, "strict_format_reward_func": 0.0,
+    ...                             "correctness_reward_func": 2.0}, temperature=1.0, clipped_share=0.9)
+    >>> for line in lines:
+    ...     print(line[:87])
+    xmlcount_reward_func, strict_format_reward_func: 0 on every completion: the model never
+    correctness_reward_func: at its maximum 2 on every completion: nothing is left to learn
+    90% of completions hit max_completion_length: if they were on their way to </answer>, r
+    """
+    groups: dict[str, list[str]] = {}
+    for name, mean in flat.items():
+        low, high = REWARD_RANGES.get(name, (0.0, None))
+        scale = (high - low) if high is not None else 1.0
+        if _at(mean, low, scale):
+            kind = "format" if name in FORMAT_REWARD_NAMES else "answer" if name in _ANSWER_REWARDS else "zero"
+            text = f"{low:g} on every completion: " + _ZERO_CAUSES[kind]
+        elif high is not None and _at(mean, high, scale) and name in _FORM_REWARDS:
+            text = (f"at its maximum {high:g} on every completion: the form is learned, so it no longer separates "
+                    "completions. Fix: none needed while another reward does")
+        elif high is not None and _at(mean, high, scale):
+            text = (f"at its maximum {high:g} on every completion: nothing is left to learn from it (the task is too "
+                    "easy for this model, or the run has converged). Fix: raise the difficulty (harder problems), "
+                    "or stop here")
+        else:
+            text = (f"{mean:.3g} on every completion: the rollouts are too alike. Fix: raise temperature (now "
+                    f"{temperature:g}; about 1.0 is usual for GRPO)")
+        groups.setdefault(text, []).append(name)
+    lines = [f"{', '.join(names)}: {text}" for text, names in groups.items()]
+    at_zero = any(text.startswith("0 on") for text in groups)
+    if at_zero and clipped_share is not None and clipped_share >= CLIPPED_CAUSE:
+        lines.append(f"{clipped_share:.0%} of completions hit max_completion_length: if they were on their way to "
+                     "</answer>, raise max_completion_length")
+    return lines
+
+
+_ZERO_CAUSES = {
+    "format": ("the model never writes the <reasoning>/<answer> format. Fix: enable the SFT format warm-up "
+               "(sft_warmup_steps, e.g. 100), or check system_prompt against the chat template (`grpo data` shows "
+               "the prompt as rendered)"),
+    "answer": ("no completion earns it (a wrong answer, or no <answer> block at all: see the format rewards). Fix: "
+               "get the format right first (sft_warmup_steps), or use easier problems or a larger model"),
+    "zero": "no completion earns it. Fix: check the reward function on a few completions",
+}
+
+
+def no_signal_causes(means: Mapping[str, float], stds: Mapping[str, Optional[float]], *, temperature: float,
+                     num_generations: int, clipped_share: Optional[float] = None) -> list[str]:
+    """The causes (with fixes) of groups without reward spread: those of the flat rewards, else the group-level one.
+
+    `means` / `stds` are per reward over a batch (TRL's rewards/<name>/mean and /std).
+
+    >>> no_signal_causes({"correctness_reward_func": 1.0}, {"correctness_reward_func": 0.9}, temperature=0.2,
+    ...                  num_generations=4)[0].split(":")[0]
+    'every reward varies between prompts, but not within a group'
+    """
+    flat = {}
+    for name, mean in means.items():
+        low, high = REWARD_RANGES.get(name, (0.0, None))
+        if is_flat(stds.get(name), (high - low) if high is not None else 1.0):
+            flat[name] = mean
+    causes = flat_reward_causes(flat, temperature=temperature, clipped_share=clipped_share)
+    if not causes:
+        causes.append("every reward varies between prompts, but not within a group: each prompt's completions are "
+                      "all right or all wrong alike. Fix: more diverse rollouts, raise temperature (now "
+                      f"{temperature:g}) or num_generations (now {num_generations})")
+    if temperature < LOW_TEMPERATURE and not any("raise temperature" in cause for cause in causes):
+        causes.append(f"temperature {temperature:g} is low for GRPO: raise it to about 1.0")
+    return causes

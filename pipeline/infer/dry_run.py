@@ -1,0 +1,276 @@
+"""`grpo rewards`: the reward dry run. Would GRPO have anything to learn from, before a GPU-hour is spent?
+
+    grpo rewards                                  # no GPU and no --config: the CPU demo's recipe
+    grpo rewards --config configs/qwen2.5-1.5b-gsm8k.yaml --prompts 32
+    grpo rewards --after-warmup                   # score the model after the recipe's SFT format warm-up
+
+It loads the recipe's model the way `grpo train` does (the backend's training model and generator: vLLM on
+Unsloth), samples `num_generations` completions for each of `--prompts` training prompts (default 16) with the
+rollout settings (temperature, top_p, top_k, min_p, max_completion_length), scores them with the recipe's
+rewards, and prints per reward: mean, std, share of 0 and of None, and the share of groups without spread
+(no learning signal); the format hit rate, the completion lengths and the share cut at
+max_completion_length; then a verdict per reward with the fix (pipeline/health/signal.py, the same reading
+as the flat-reward rule during training). It writes `output_dir/reward_dry_run.json`.
+
+The format warm-up (`sft_warmup_steps`) is not run unless `--after-warmup`: that reuses `output_dir/warmup/`
+when a run left one with the same settings, else trains it (and keeps it there, so `grpo train` reuses it).
+
+Exit codes: 0 (whatever the verdict says), 2 bad config or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any, Optional
+
+from pipeline.config import PipelineConfig
+
+DRY_RUN_NAME = "reward_dry_run.json"
+DEFAULT_PROMPTS = 16
+N_SAMPLES_KEPT = 3
+
+
+def reward_table(names: list[str], scores: list[list[Optional[float]]], weights: list[float],
+                 group_size: int) -> dict[str, dict[str, Any]]:
+    """Per reward (and the weighted `total`): mean, std, zero / None shares, share of flat groups.
+
+    `scores[i]` is reward i's value per completion, groups of `group_size` consecutive completions (one
+    prompt each). The total is TRL's: the weighted sum with None counted as 0, None where every reward is
+    None; a group is flat when its scored values have no spread.
+
+    >>> table = reward_table(["a"], [[0.0, 0.0, 1.0, 0.0]], [1.0], group_size=2)
+    >>> table["a"]["zero_share"], table["a"]["flat_group_share"], table["total"]["mean"]
+    (0.75, 0.5, 0.25)
+    """
+    from pipeline.health.signal import is_flat
+
+    totals: list[Optional[float]] = []
+    for values in zip(*scores):
+        scored = [(w, v) for w, v in zip(weights, values) if v is not None]
+        totals.append(sum(w * v for w, v in scored) if scored else None)
+    table = {}
+    for name, values in [*zip(names, scores), ("total", totals)]:
+        known = [v for v in values if v is not None]
+        groups = [[v for v in values[i:i + group_size] if v is not None] for i in range(0, len(values), group_size)]
+        table[name] = {
+            "mean": _mean(known),
+            "std": _std(known),
+            "zero_share": sum(1 for v in known if v == 0) / len(values) if values else None,
+            "none_share": (len(values) - len(known)) / len(values) if values else None,
+            "flat_group_share": (sum(1 for g in groups if len(g) < 2 or is_flat(_std(g))) / len(groups)
+                                 if groups else None),
+        }
+    return table
+
+
+def verdicts(table: dict[str, dict[str, Any]], cfg: PipelineConfig, clipped_share: float,
+             after_warmup: bool) -> list[str]:
+    """A line per reward that varies, the cause and fix for those that are flat, then the overall verdict."""
+    from pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
+    from rewards.registry import FORMAT_REWARD_NAMES
+
+    g, threshold = cfg.grpo, cfg.health.flat_reward_threshold
+    rewards = {name: row for name, row in table.items() if name != "total"}
+    lines, flat = [], {}
+    for name, row in rewards.items():
+        if row["mean"] is None:
+            lines.append(f"{name}: None on every completion, it judged nothing (check the dataset column it reads)")
+        elif is_flat(row["std"]):
+            flat[name] = row["mean"]
+        elif row["flat_group_share"] >= threshold:
+            lines.append(f"{name}: varies between prompts, but not within {row['flat_group_share']:.0%} of the groups")
+        else:
+            lines.append(f"{name}: ok, it separates completions in {1 - row['flat_group_share']:.0%} of the groups")
+    share = table["total"]["flat_group_share"] or 0.0
+    if share >= threshold:
+        lines += no_signal_causes({n: r["mean"] for n, r in rewards.items() if r["mean"] is not None},
+                                  {n: r["std"] for n, r in rewards.items()}, temperature=g.temperature,
+                                  num_generations=g.num_generations, clipped_share=clipped_share)
+    else:
+        lines += flat_reward_causes(flat, temperature=g.temperature, clipped_share=clipped_share)
+    if (cfg.health.sft_warmup_steps > 0 and not after_warmup
+            and any(name in FORMAT_REWARD_NAMES and mean == 0 for name, mean in flat.items())):
+        lines.append(f"note: this scored the model BEFORE the format warm-up (sft_warmup_steps: "
+                     f"{cfg.health.sft_warmup_steps}) that `grpo train` runs first, so a format reward of 0 is "
+                     "expected here; rerun with --after-warmup to score the model GRPO starts from")
+    if share >= threshold:
+        lines.append(f"verdict: NO LEARNING SIGNAL: {share:.0%} of the groups have no spread in the total reward "
+                     f"(flat_reward_threshold {threshold:g}); GRPO would learn from {1 - share:.0%} of them")
+    else:
+        lines.append(f"verdict: learning signal in {1 - share:.0%} of the groups (the total reward differs within "
+                     "them); GRPO has something to learn from")
+    return lines
+
+
+def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup: bool = False,
+            log=print) -> dict[str, Any]:
+    """Sample, score and judge (see the module docstring); returns what reward_dry_run.json holds."""
+    import time
+
+    from env.paths import absolute_path, atomic_write_json
+    from pipeline.backends import choose_backend, load_backend
+    from pipeline.data.prepare import prepare_dataset
+    from pipeline.data.prompts import render_prompts
+    from pipeline.data.tokenizer import load_tokenizer
+    from pipeline.infer.evaluate import score_completions
+    from pipeline.preflight import run_checks
+    from rewards import check_reward_weights, get_reward_funcs
+
+    start = time.time()
+    choice = choose_backend(cfg.model.backend, cfg.model.fast_inference)
+    if choice.name == "unsloth" and cfg.model.fast_inference and not choice.fast_inference:
+        cfg = cfg.replace(fast_inference=False)
+    run_checks(cfg, choice=choice)  # the same pre-load checks as `grpo train`
+    backend = load_backend(choice.name)
+    backend.prepare_environment(cfg)
+    log(f"backend: {choice.name} ({choice.reason})")
+    g = cfg.grpo
+    funcs = get_reward_funcs(list(g.reward_funcs))
+    weights = check_reward_weights(list(g.reward_funcs), g.reward_weights)
+    output_dir = absolute_path(g.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
+    prepared = prepare_dataset(cfg, tokenizer, report_dir=None)
+    rows = prepared.dataset.shuffle(seed=g.seed).select(range(min(n_prompts, len(prepared.dataset))))
+    model, tokenizer = backend.load_for_training(cfg)
+    if after_warmup and cfg.health.sft_warmup_steps > 0:
+        from pipeline.trainer.warmup import run_format_warmup
+
+        model = run_format_warmup(model, tokenizer, cfg, prepared, backend.peft_config(cfg), output_dir)
+    generator = backend.training_generator(model, tokenizer, cfg)
+
+    n = g.num_generations
+    prompts = [prompt for prompt in render_prompts(tokenizer, list(rows["prompt"])) for _ in range(n)]
+    max_tokens = prepared.max_completion_length
+    log(f"sampling {len(rows)} prompts x {n} completions (temperature {g.temperature:g}, top_p {g.top_p:g}, "
+        f"top_k {g.top_k}, min_p {g.min_p}, max_completion_length {max_tokens})")
+    from transformers import set_seed
+
+    set_seed(g.seed)  # the same completions for the same recipe
+    texts = generator.generate(prompts, max_tokens=max_tokens, temperature=g.temperature, top_p=g.top_p,
+                               top_k=g.top_k, min_p=g.min_p)
+    # As TRL calls rewards: conversational completions, every dataset column repeated per completion.
+    columns = {key: [row[key] for row in rows for _ in range(n)] for key in rows.column_names if key != "prompt"}
+    completions = [[{"role": "assistant", "content": text}] for text in texts]
+    chat_prompts = [row["prompt"] for row in rows for _ in range(n)]
+    scores = [list(func(prompts=chat_prompts, completions=completions, **columns)) for func in funcs]
+    names = [func.__name__ for func in funcs]
+    table = reward_table(names, scores, weights, n)
+
+    scored = score_completions(tokenizer, texts, columns.get("answer", [None] * len(texts)))
+    # Re-tokenized text: bytes decoded to U+FFFD can count more tokens than were generated, hence the cap.
+    lengths = [min(s["completion_tokens"], max_tokens) for s in scored]
+    clipped = sum(1 for length in lengths if length >= max_tokens) / len(lengths) if lengths else 0.0
+    result = {
+        "model": cfg.model.model_name_or_path, "backend": choice.name, "after_warmup": after_warmup,
+        "prompts": len(rows), "num_generations": n, "completions": len(texts),
+        "sampling": {"temperature": g.temperature, "top_p": g.top_p, "top_k": g.top_k, "min_p": g.min_p,
+                     "max_completion_length": max_tokens},
+        "rewards": table,
+        "format_hit_rate": sum(1 for s in scored if s["format_valid"]) / len(scored) if scored else 0.0,
+        "answer_found_rate": sum(1 for s in scored if s["extracted_answer"]) / len(scored) if scored else 0.0,
+        "mean_completion_tokens": _mean(lengths),
+        "clipped_share": clipped,
+        "flat_reward_threshold": cfg.health.flat_reward_threshold,
+        "samples": [{"id": row_id, "completion": text} for row_id, text in
+                    zip(columns.get("id", [None] * len(texts))[::n], texts[::n][:N_SAMPLES_KEPT])],
+    }
+    result["verdicts"] = verdicts(table, cfg, clipped, after_warmup)
+    result["wall_time_s"] = round(time.time() - start, 1)
+    result["path"] = str(atomic_write_json(output_dir / DRY_RUN_NAME, result))
+    return result
+
+
+def format_result(result: dict[str, Any]) -> Any:
+    """The table and the verdicts as a rich renderable."""
+    from rich.console import Group
+    from rich.table import Table
+
+    table = Table(title=f"Rewards on {result['prompts']} prompts x {result['num_generations']} completions "
+                        f"({result['model']}, {'after' if result['after_warmup'] else 'without'} the warm-up)",
+                  title_justify="left")
+    for column in ("reward", "mean", "std", "zero", "None", "flat groups"):
+        table.add_column(column, justify="left" if column == "reward" else "right")
+    for name, row in result["rewards"].items():
+        table.add_row(name, _fmt(row["mean"], "{:.3f}"), _fmt(row["std"], "{:.3f}"), _fmt(row["zero_share"]),
+                      _fmt(row["none_share"]), _fmt(row["flat_group_share"]))
+    sampling = result["sampling"]
+    lines = [
+        f"format hit rate (strict <reasoning>/<answer>) {result['format_hit_rate']:.0%}, <answer> found "
+        f"{result['answer_found_rate']:.0%}",
+        f"completion tokens: mean {_fmt(result['mean_completion_tokens'], '{:.1f}')}, "
+        f"{result['clipped_share']:.0%} hit max_completion_length ({sampling['max_completion_length']})",
+        *result["verdicts"],
+        f"wrote {result['path']}",
+    ]
+    return Group(table, *lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from env.adapters import AdapterError
+    from pipeline.bootstrap import backend_choice, defaults_for
+    from pipeline.config import ConfigError, parse_config
+    from pipeline.data.prepare import DataError
+    from pipeline.data.sources import DataFileError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="grpo rewards", description=__doc__.split("\n\n")[0],
+        epilog="Any field of `grpo train --help` works as --key value and overrides the recipe.")
+    parser.add_argument("--config", metavar="YAML", help="a YAML recipe, as for `grpo train` (default: the same "
+                                                         "as `grpo train`: the GPU recipe, or the CPU demo)")
+    parser.add_argument("--prompts", type=int, default=DEFAULT_PROMPTS,
+                        help=f"training prompts to sample (default {DEFAULT_PROMPTS}); each gets num_generations")
+    parser.add_argument("--after-warmup", action="store_true",
+                        help="score after the recipe's SFT format warm-up (reuses output_dir/warmup/ when there)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    if any(a in ("-h", "--help") for a in argv):
+        parser.print_help()
+        return 0
+    own, rest = parser.parse_known_args(argv)
+    if own.prompts < 1:
+        print("error: --prompts must be at least 1", file=sys.stderr)
+        return 2
+    rest = [*(["--config", own.config] if own.config else []), *rest]
+    try:
+        rest, base, note = defaults_for(rest, backend_choice(rest))
+        if note and not own.json:
+            print(f"[grpo] {note.replace('running the built-in tiny CPU demo (a few minutes)', 'using the CPU demo')}",
+                  file=sys.stderr)
+        cfg = parse_config(rest, base=base)
+        result = dry_run(cfg, own.prompts, own.after_warmup,
+                         log=(lambda msg: print(f"[grpo] {msg}", file=sys.stderr)) if own.json else
+                         (lambda msg: print(f"[grpo] {msg}", flush=True)))
+    except (ConfigError, FileNotFoundError, DataError, DataFileError, AdapterError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if own.json:
+        import json
+
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        from rich.console import Console
+
+        Console(width=120).print(format_result(result))
+    return 0
+
+
+def _mean(values: list[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
+
+
+def _std(values: list[float]) -> Optional[float]:
+    """Sample std (n - 1), as TRL's nanstd logs rewards/<name>/std; 0 for a single value."""
+    if not values:
+        return None
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def _fmt(value: Optional[float], pattern: str = "{:.0%}") -> str:
+    return "-" if value is None else pattern.format(value)

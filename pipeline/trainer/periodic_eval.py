@@ -1,0 +1,109 @@
+"""Held-out evaluation during training (`eval_steps: N`) and the best adapter it keeps (`output_dir/best_lora/`).
+
+Every N steps `PeriodicEvalCallback` runs the same evaluation as the before/after numbers (evaluate_rows with
+the backend's training generator: vLLM on Unsloth, greedy) and puts `eval/accuracy` and `eval/format_rate`
+into that step's log, so they reach metrics.jsonl, the plots and the health rules (reward up while accuracy
+falls). When the accuracy beats the best so far, `BestAdapter` writes the adapter to `best_lora/` as `lora/`
+is written (atomically, with grpo_adapter.json, verified after), plus `grpo_best.json` (step, accuracy), so
+`grpo generate/eval/export --lora OUT/best_lora` work. A resumed run reads the best back and replaces it only
+with a better one; a fresh run starts without one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+from transformers import TrainerCallback
+
+from pipeline.health.metrics import EVAL_ACCURACY, EVAL_FORMAT_RATE
+
+BEST_DIR = "best_lora"
+BEST_NAME = "grpo_best.json"
+
+
+class BestAdapter:
+    """The best adapter so far by held-out accuracy: `best` ({"step", "accuracy", ...}) and its folder."""
+
+    def __init__(self, output_dir: Path, save: Callable[[Any, Path], None], resume: bool):
+        """`save(model, staging_dir)` writes the adapter and its metadata; `resume` reads back a kept best."""
+        self.path = Path(output_dir) / BEST_DIR
+        self.save_adapter = save
+        self.best: Optional[dict[str, Any]] = read_best(self.path) if resume else None
+
+    def offer(self, model: Any, step: int, result: dict[str, Any]) -> bool:
+        """Keep `model` when its accuracy beats the best so far (ties keep the earlier one); True when kept."""
+        if self.best is not None and result["accuracy"] <= self.best["accuracy"]:
+            return False
+        from env.paths import atomic_directory, atomic_write_json
+        from pipeline.infer.session import verify_trained_dir
+
+        best = {"step": int(step), "accuracy": result["accuracy"], "format_rate": result["format_rate"],
+                "n": result["n"]}
+        with atomic_directory(self.path) as staging:
+            self.save_adapter(model, staging)
+            atomic_write_json(staging / BEST_NAME, best)
+        verify_trained_dir(self.path)  # re-read what we wrote, as for lora/
+        self.best = best
+        return True
+
+
+def read_best(path: Path) -> Optional[dict[str, Any]]:
+    """The step and accuracy a kept best_lora/ records; None when there is none (or it is unreadable)."""
+    try:
+        best = json.loads((Path(path) / BEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return best if isinstance(best, dict) and isinstance(best.get("accuracy"), (int, float)) else None
+
+
+class PeriodicEvalCallback(TrainerCallback):
+    """Every `every` steps: evaluate (`evaluate(model) -> evaluate_rows result`), log, offer to `best`."""
+
+    def __init__(self, every: int, evaluate: Callable[[Any], dict[str, Any]], best: BestAdapter,
+                 log: Callable[[str], None] = print):
+        self.every = int(every)
+        self.evaluate = evaluate
+        self.best = best
+        self.log = log
+        self.pending: dict[str, float] = {}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every or not state.is_world_process_zero:
+            return control
+        result = self.evaluate(model)
+        self.pending = {EVAL_ACCURACY: result["accuracy"], EVAL_FORMAT_RATE: result["format_rate"]}
+        kept = self.best.offer(model, state.global_step, result)
+        self.log(f"eval at step {state.global_step}: accuracy {result['accuracy']:.1%}, format "
+                 f"{result['format_rate']:.1%}" + (f" (best so far: kept in {self.best.path})" if kept else ""))
+        if args.world_size == 1:
+            # Log this step even off the logging_steps grid. Not under DDP: every rank must log together
+            # (the loss is gathered), and only this one evaluated; the next regular log carries the numbers.
+            control.should_log = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.pending and logs is not None and "loss" in logs:  # a training step's log, not the final summary
+            logs.update(self.pending)
+            self.pending = {}
+        return control
+
+
+def build_periodic_eval(cfg, backend, tokenizer, eval_rows: list[dict[str, Any]], max_tokens: int,
+                        output_dir: Path, manifest: dict[str, Any], resume: bool,
+                        log: Callable[[str], None] = print) -> PeriodicEvalCallback:
+    """The callback for a run with `eval_steps`; `manifest` is what best_lora/ describes itself with."""
+    from pipeline.infer.evaluate import evaluate_rows
+    from pipeline.run.manifest import write_adapter_metadata
+
+    def evaluate(model):
+        return evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer, eval_rows,
+                             cfg.data.system_prompt, max_tokens)
+
+    def save(model, staging: Path) -> None:
+        backend.save_adapter(model, tokenizer, staging)
+        write_adapter_metadata(staging, {**manifest, "adapter_dir": str(output_dir / BEST_DIR)})
+
+    return PeriodicEvalCallback(cfg.eval.eval_steps, evaluate, BestAdapter(output_dir, save, resume), log=log)

@@ -1,0 +1,423 @@
+"""Guardrails that act on a run without learning signal: the flat-reward rule (with real TrainerControl /
+TrainerState, then a real tiny CPU run), the reward dry run, eval during training with the best adapter
+kept, reward-up-accuracy-down, and rollback on collapse."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from transformers import TrainerControl, TrainerState
+
+from pipeline.config import HealthArguments
+from pipeline.health.rules import HealthCallback
+from pipeline.health.signal import FLAT_GROUP_SHARE, flat_reward_causes, no_signal_causes
+from rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES
+
+FORMAT, CORRECT = "strict_format_reward_func", "correctness_reward_func"
+
+
+def _log(callback: HealthCallback, step: int, **logs) -> TrainerControl:
+    control = TrainerControl()
+    callback.on_log(None, TrainerState(global_step=step), control, logs=dict(logs))
+    return control
+
+
+def _flat_logs(share: float, means: dict[str, float], stds: dict[str, float], **extra) -> dict:
+    logs = {"loss": 0.0, FLAT_GROUP_SHARE: share, **extra}
+    for name in means:
+        logs[f"rewards/{name}/mean"], logs[f"rewards/{name}/std"] = means[name], stds[name]
+    return logs
+
+
+# --------------------------------------------------------------------------------------------
+# The cause of a flat reward, over every built-in reward and each place it can be flat
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(REWARD_RANGES))
+@pytest.mark.parametrize("where", ["min", "max", "middle"])
+def test_every_builtin_reward_flat_anywhere_gets_a_cause_and_a_fix(name, where):
+    low, high = REWARD_RANGES[name]
+    mean = {"min": low, "max": high, "middle": (low + high) / 2}[where]
+    causes = flat_reward_causes({name: mean}, temperature=1.0, clipped_share=0.8)
+    assert causes[0].startswith(f"{name}: ") and "Fix:" in causes[0]
+    if where == "min":
+        expected = "sft_warmup_steps" if name in FORMAT_REWARD_NAMES else "easier problems"
+        assert expected in causes[0]
+        assert causes[1] == ("80% of completions hit max_completion_length: if they were on their way to "
+                             "</answer>, raise max_completion_length")
+    elif where == "max":
+        expected = "the form is learned" if name in {*FORMAT_REWARD_NAMES, "int_reward_func"} else "difficulty"
+        assert len(causes) == 1 and "maximum" in causes[0] and expected in causes[0]
+    else:
+        assert len(causes) == 1 and "raise temperature (now 1;" in causes[0]
+
+
+def test_rewards_flat_for_the_same_cause_share_one_sentence():
+    causes = flat_reward_causes({name: 0.0 for name in sorted(FORMAT_REWARD_NAMES)}, temperature=1.0)
+    assert len(causes) == 1 and all(name in causes[0] for name in FORMAT_REWARD_NAMES)
+
+
+def test_a_plugin_reward_flat_at_zero_is_named_without_guessing_its_range():
+    cause = flat_reward_causes({"my_reward": 0.0}, temperature=1.0)[0]
+    assert cause.startswith("my_reward: 0 on every completion") and "Fix:" in cause
+
+
+def test_groups_flat_while_every_reward_varies_points_at_rollout_diversity():
+    causes = no_signal_causes({CORRECT: 1.0}, {CORRECT: 0.9}, temperature=1.0, num_generations=4)
+    assert len(causes) == 1 and "not within a group" in causes[0] and "num_generations (now 4)" in causes[0]
+
+
+def test_a_low_temperature_is_named_with_the_flat_rewards():
+    causes = no_signal_causes({FORMAT: 0.0}, {FORMAT: 0.0}, temperature=0.1, num_generations=8)
+    assert any("temperature 0.1 is low" in cause for cause in causes)
+
+
+# --------------------------------------------------------------------------------------------
+# The flat-reward rule on logged steps
+# --------------------------------------------------------------------------------------------
+
+
+def test_flat_reward_fires_after_a_full_window_naming_the_flat_rewards():
+    callback = HealthCallback(HealthArguments(flat_reward_threshold=0.9, flat_reward_window=3,
+                                              flat_reward_action="stop"), beta=0.0)
+    logs = _flat_logs(1.0, {FORMAT: 0.0, CORRECT: 2.0, "health": 0.0}, {FORMAT: 0.0, CORRECT: 0.0, "health": 0.0},
+                      **{"completions/clipped_ratio": 0.0})
+    assert not _log(callback, 1, **logs).should_training_stop
+    assert not _log(callback, 2, **logs).should_training_stop  # window not full yet
+    control = _log(callback, 3, **logs)
+    assert control.should_training_stop and control.should_save  # the existing stop path: exit 3, checkpoint
+    assert callback.stop_rule == "flat_reward" and callback.stop_step == 3
+    reason = callback.stop_reason
+    assert "100%-100% of the groups" in reason and "last 3 logged steps" in reason
+    assert f"{FORMAT}: 0 on every completion" in reason and "sft_warmup_steps" in reason
+    assert f"{CORRECT}: at its maximum 2" in reason and "difficulty" in reason
+    assert "health" not in reason  # the observer always scores 0 and is not a reward
+    assert "flat_reward_action: warn" in reason
+
+
+def test_flat_reward_warns_by_default():
+    callback = HealthCallback(HealthArguments(flat_reward_window=2), beta=0.0, temperature=0.2)
+    logs = _flat_logs(0.95, {CORRECT: 1.0}, {CORRECT: 0.8})
+    for step in (1, 2):
+        assert not _log(callback, step, **logs).should_training_stop
+    assert callback.stop_reason is None and len(callback.warnings) == 1
+    assert "not within a group" in callback.warnings[0] and "temperature (now 0.2)" in callback.warnings[0]
+
+
+@pytest.mark.parametrize("shares", [
+    [0.5] * 6,                     # half the groups learn: fine
+    [1.0, 1.0, 0.5, 1.0, 1.0, 0.8],  # never a full window at or above the threshold
+    [1.0, 1.0],                    # too few steps for the window
+])
+def test_flat_reward_does_not_fire_while_enough_groups_have_signal(shares):
+    callback = HealthCallback(HealthArguments(flat_reward_threshold=0.9, flat_reward_window=3,
+                                              flat_reward_action="stop"), beta=0.0)
+    for step, share in enumerate(shares, start=1):
+        assert not _log(callback, step, **_flat_logs(share, {FORMAT: 0.0}, {FORMAT: 0.0})).should_training_stop
+    assert callback.stop_reason is None and callback.warnings == []
+
+
+def test_bad_flat_reward_action_is_a_config_error():
+    from pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError, match="flat_reward_action"):
+        HealthCallback(HealthArguments(flat_reward_action="halt"), beta=0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Real tiny CPU runs
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_real_run_whose_format_reward_is_never_hit_stops_with_exit_3_and_a_checkpoint(tmp_path):
+    """The random tiny model never writes <answer>: strict_format is 0 on every completion, every group is flat."""
+    from pipeline.train import EXIT_HEALTH_STOP, run_training
+    from train_helpers import demo_config
+
+    run_dir = tmp_path / "run"
+    cfg = demo_config(run_dir, max_steps=6, save_steps=100, reward_funcs=["strict_format"],
+                      flat_reward_window=2, flat_reward_action="stop")
+    result = run_training(cfg)
+    assert result.status == "stopped" and result.exit_code == EXIT_HEALTH_STOP and result.steps == 2
+    assert (run_dir / "checkpoint-2" / "trainer_state.json").is_file()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["health"]["stop_rule"] == "flat_reward"
+    assert "strict_format_reward_func: 0 on every completion" in summary["stop_reason"]
+
+
+# --------------------------------------------------------------------------------------------
+# The reward dry run (`grpo rewards`)
+# --------------------------------------------------------------------------------------------
+
+
+def test_reward_table_counts_zeros_nones_and_flat_groups_per_reward_and_in_total():
+    from pipeline.infer.dry_run import reward_table
+
+    # 3 groups of 2: reward a is flat in groups 1 and 3, b is None in group 2 (not judged) and flat in group 1.
+    a = [0.0, 0.0, 1.0, 0.0, 2.0, 2.0]
+    b = [0.5, 0.5, None, None, 0.0, 0.5]
+    table = reward_table(["a", "b"], [a, b], [1.0, 2.0], group_size=2)
+    assert table["a"]["zero_share"] == pytest.approx(3 / 6) and table["a"]["none_share"] == 0
+    assert table["a"]["flat_group_share"] == pytest.approx(2 / 3)
+    assert table["b"]["none_share"] == pytest.approx(2 / 6) and table["b"]["zero_share"] == pytest.approx(1 / 6)
+    assert table["b"]["flat_group_share"] == pytest.approx(2 / 3)  # group 2 has no scored pair: flat
+    # total = a + 2 b with None as 0: [1, 1, 1, 0, 2, 3]: groups 1 flat, 2 and 3 not
+    total = table["total"]
+    assert total["mean"] == pytest.approx(8 / 6) and total["flat_group_share"] == pytest.approx(1 / 3)
+
+
+def _dry_run(tmp_path, capsys, *options):
+    from pipeline.infer.dry_run import main
+
+    out = tmp_path / "dry"
+    code = main(["--config", "configs/cpu-demo.yaml", "--output_dir", str(out), "--prompts", "2", "--json",
+                 *options])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    result = json.loads(printed)
+    assert json.loads((out / "reward_dry_run.json").read_text())["verdicts"] == result["verdicts"]
+    return result
+
+
+@pytest.mark.slow
+def test_dry_run_on_the_demo_without_its_warm_up_says_no_signal_and_why(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[1])
+    result = _dry_run(tmp_path, capsys)
+    assert result["prompts"] == 2 and result["num_generations"] == 8 and result["completions"] == 16
+    assert result["sampling"] == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.1,
+                                  "max_completion_length": 64}
+    assert set(result["rewards"]) == {*REWARD_RANGES, "total"}
+    assert all(row["zero_share"] == 1.0 and row["flat_group_share"] == 1.0 for row in result["rewards"].values())
+    assert result["format_hit_rate"] == 0.0 and 0 <= result["clipped_share"] <= 1
+    text = "\n".join(result["verdicts"])
+    assert "the model never writes the <reasoning>/<answer> format" in text and "sft_warmup_steps" in text
+    assert "BEFORE the format warm-up" in text and "--after-warmup" in text
+    assert result["verdicts"][-1].startswith("verdict: NO LEARNING SIGNAL: 100% of the groups")
+
+
+@pytest.mark.slow
+def test_dry_run_with_a_reward_that_varies_finds_the_signal(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[1])
+    result = _dry_run(tmp_path, capsys, "--reward_funcs", "train_helpers:digit_share_reward")
+    assert set(result["rewards"]) == {"digit_share_reward", "total"}
+    assert result["rewards"]["total"]["flat_group_share"] < 0.9
+    assert result["verdicts"][-1].startswith("verdict: learning signal in")
+    assert result["verdicts"][0].startswith("digit_share_reward: ok")
+
+
+def test_dry_run_bad_input_is_one_message_and_exit_2(tmp_path, capsys):
+    from pipeline.infer.dry_run import main
+
+    assert main(["--config", "configs/cpu-demo.yaml", "--output_dir", str(tmp_path), "--prompts", "0"]) == 2
+    assert "--prompts" in capsys.readouterr().err
+    assert main(["--config", "configs/cpu-demo.yaml", "--output_dir", str(tmp_path),
+                 "--reward_funcs", "no_such_reward"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no_such_reward" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------------------------
+# Eval during training (eval_steps) and the best adapter (best_lora/)
+# --------------------------------------------------------------------------------------------
+
+
+def _eval_rows(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [(r["step"], r["eval/accuracy"], r["eval/format_rate"]) for r in rows if "eval/accuracy" in r]
+
+
+@pytest.mark.slow
+def test_eval_steps_logs_plots_keeps_the_best_and_resume_never_replaces_it_with_a_worse_one(tmp_path, capsys):
+    from pipeline.cli import main as grpo
+    from pipeline.infer.session import verify_trained_dir
+    from pipeline.train import run_training
+    from train_helpers import demo_config
+
+    run_dir = tmp_path / "run"
+    reward = ["train_helpers:digit_share_reward"]  # a random model's completions differ here: the run learns
+    result = run_training(demo_config(run_dir, max_steps=4, save_steps=2, eval_steps=2, eval_limit=4,
+                                      reward_funcs=reward))
+    assert result.status == "completed"
+    evals = _eval_rows(run_dir)
+    assert [step for step, _, _ in evals] == [2, 4] and all(0 <= a <= 1 and 0 <= f <= 1 for _, a, f in evals)
+    best_dir = run_dir / "best_lora"
+    verify_trained_dir(best_dir)
+    best = json.loads((best_dir / "grpo_best.json").read_text())
+    accuracies = {step: accuracy for step, accuracy, _ in evals}
+    # the first step with the highest accuracy (a tie keeps the earlier adapter)
+    assert best["step"] == min(s for s, a in accuracies.items() if a == max(accuracies.values()))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["best"] == {"step": best["step"], "accuracy": best["accuracy"]}
+    assert (run_dir / "plots" / "eval.png").stat().st_size > 5_000
+    # neither rule may fire here: the groups differ, and held-out accuracy (0 on a random model) never falls
+    assert not any("no learning signal" in w or "reward hacking" in w for w in summary["health_warnings"])
+    # best_lora/ is self-describing: generate works with it alone
+    assert grpo(["generate", "--lora", str(best_dir), "--prompt", "What is 12+13?", "--max_tokens", "8"]) == 0
+    capsys.readouterr()
+
+    # A better best recorded earlier survives a resume whose evals are worse (the weights stay untouched) ...
+    (best_dir / "grpo_best.json").write_text(json.dumps({**best, "accuracy": 1.01}))
+    weights = (best_dir / "adapter_model.safetensors").read_bytes()
+    resumed = run_training(demo_config(run_dir, max_steps=6, save_steps=2, eval_steps=2, eval_limit=4,
+                                       reward_funcs=reward))
+    assert resumed.status == "completed" and [s for s, _, _ in _eval_rows(run_dir)] == [2, 4, 6]
+    assert json.loads((best_dir / "grpo_best.json").read_text())["accuracy"] == 1.01
+    assert (best_dir / "adapter_model.safetensors").read_bytes() == weights
+    assert json.loads((run_dir / "summary.json").read_text())["best"]["accuracy"] == 1.01
+    # ... while a fresh run in the same folder starts its own best.
+    run_training(demo_config(run_dir, max_steps=2, save_steps=2, eval_steps=2, eval_limit=4, reward_funcs=reward,
+                             resume="never"))
+    assert json.loads((best_dir / "grpo_best.json").read_text())["accuracy"] <= 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# Rollback on collapse (on_collapse: rollback)
+# --------------------------------------------------------------------------------------------
+
+
+def _checkpoint(output_dir, step: int) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = output_dir / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    save_file({"w": np.zeros(2, dtype=np.float32)}, str(folder / "adapter_model.safetensors"))
+
+
+def _args(output_dir, logging_steps: int = 1):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(output_dir=str(output_dir), logging_steps=logging_steps)
+
+
+def _on_log(callback, args, step, **logs) -> TrainerControl:
+    control = TrainerControl()
+    callback.on_log(args, TrainerState(global_step=step), control, logs=dict(logs))
+    return control
+
+
+@pytest.mark.parametrize("logs, rule", [({"loss": math.nan}, "non_finite"), ({"grad_norm": math.inf}, "non_finite"),
+                                        ({"kl": math.nan}, "non_finite"), ({"kl": 5.0}, "kl")])
+def test_a_collapse_rolls_back_to_the_newest_checkpoint_before_the_failing_log_without_saving(tmp_path, logs, rule):
+    for step in (2, 4, 6):
+        _checkpoint(tmp_path, step)
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("{")  # broken: skipped
+    callback = HealthCallback(HealthArguments(on_collapse="rollback", kl_ceiling=1.0), beta=0.04, rollbacks_left=1)
+    # a log every 2 steps: the log at step 7 covers steps 6-7, so checkpoint-6 may already hold the collapse
+    control = _on_log(callback, _args(tmp_path, logging_steps=2), 7, **{"loss": 0.1, **logs})
+    assert control.should_training_stop and not control.should_save
+    assert callback.rollback_to == tmp_path / "checkpoint-2" and callback.stop_rule == rule
+    assert callback.stop_reason.startswith("Collapse at step 7: ")
+    assert "rolling back to checkpoint-2" in callback.stop_reason
+
+
+@pytest.mark.parametrize("case", ["on_collapse stop", "no rollbacks left", "no checkpoint before", "garbled rule"])
+def test_no_rollback_where_it_must_not_happen_the_rule_stops_as_before(tmp_path, case):
+    from pipeline.health.metrics import GARBLED_RATE
+
+    _checkpoint(tmp_path, 5)
+    settings = HealthArguments(on_collapse="stop" if case == "on_collapse stop" else "rollback", garbled_window=1)
+    callback = HealthCallback(settings, beta=0.0, rollbacks_left=0 if case == "no rollbacks left" else 2)
+    step = 5 if case == "no checkpoint before" else 9
+    logs = {GARBLED_RATE: 0.9} if case == "garbled rule" else {"loss": math.nan}
+    control = _on_log(callback, _args(tmp_path), step, **{"loss": 0.1, **logs})
+    assert control.should_training_stop and control.should_save and callback.rollback_to is None
+    assert callback.stop_reason.startswith(f"Stopped at step {step}")
+    if case == "no checkpoint before":
+        assert "no checkpoint from before this step to roll back to" in callback.stop_reason
+
+
+def test_healthy_logs_never_roll_back(tmp_path):
+    _checkpoint(tmp_path, 1)
+    callback = HealthCallback(HealthArguments(on_collapse="rollback"), beta=0.04, rollbacks_left=2)
+    for step in range(2, 12):
+        assert not _on_log(callback, _args(tmp_path), step, loss=0.1, grad_norm=0.3, kl=0.05).should_training_stop
+    assert callback.rollback_to is None and callback.stop_reason is None
+
+
+@pytest.mark.slow
+def test_a_real_nan_collapse_rolls_back_halves_the_learning_rate_and_the_run_completes(tmp_path):
+    from pipeline.train import run_training
+    from train_helpers import demo_config, poison_gradients
+
+    run_dir = tmp_path / "run"
+    cfg = demo_config(run_dir, max_steps=5, save_steps=2, on_collapse="rollback", rollback_lr_factor=0.5,
+                      max_rollbacks=1, lr_scheduler_type="constant",
+                      reward_funcs=["train_helpers:digit_share_reward"])
+    result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=1)])
+    assert result.status == "completed" and result.exit_code == 0 and result.steps == 5
+    summary = json.loads((run_dir / "summary.json").read_text())
+    [rollback] = summary["rollbacks"]
+    assert rollback["rule"] == "non_finite" and rollback["from_step"] == 3 and rollback["to_step"] == 2
+    assert rollback["learning_rate"] == pytest.approx(5e-4) and "grad_norm is nan" in rollback["reason"]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r for r in rows if r.get("event") == "rollback"] == [{"step": 2, "event": "rollback", **rollback}]
+    lrs = {r["step"]: r["learning_rate"] for r in rows if "loss" in r}
+    assert lrs[2] == pytest.approx(1e-3) and all(lrs[s] == pytest.approx(5e-4) for s in (3, 4, 5)), lrs
+    assert all(math.isfinite(r["grad_norm"]) for r in rows if "loss" in r and r["step"] > 2)
+    assert (run_dir / "lora" / "adapter_model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_a_collapse_after_max_rollbacks_stops_with_exit_3_and_a_checkpoint(tmp_path):
+    from pipeline.train import EXIT_HEALTH_STOP, run_training
+    from train_helpers import demo_config, poison_gradients
+
+    run_dir = tmp_path / "run"
+    cfg = demo_config(run_dir, max_steps=5, save_steps=2, on_collapse="rollback", max_rollbacks=1,
+                      reward_funcs=["train_helpers:digit_share_reward"])
+    result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=2)])
+    assert result.status == "stopped" and result.exit_code == EXIT_HEALTH_STOP and result.steps == 3
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(summary["rollbacks"]) == 1 and summary["health"]["stop_rule"] == "non_finite"
+    assert (run_dir / "checkpoint-3" / "trainer_state.json").is_file()
+
+
+# --------------------------------------------------------------------------------------------
+# Reward up, held-out accuracy down (hacking_window, hacking_action)
+# --------------------------------------------------------------------------------------------
+
+
+def _hacking_run(accuracies, rewards, **settings) -> HealthCallback:
+    """Logs 5 steps per eval: each step's reward is that interval's value, the eval lands on the 5th."""
+    callback = HealthCallback(HealthArguments(**settings), beta=0.0)
+    step = 0
+    for accuracy, reward in zip(accuracies, rewards):
+        for i in range(5):
+            step += 1
+            extra = {"eval/accuracy": accuracy} if i == 4 else {}
+            _log(callback, step, loss=0.0, reward=reward, **extra)
+    return callback
+
+
+def test_reward_rising_while_accuracy_falls_warns_naming_both_curves():
+    callback = _hacking_run([0.8, 0.7, 0.6], [2.0, 2.5, 3.0], hacking_window=3)
+    assert callback.stop_reason is None and len(callback.warnings) == 1
+    warning = callback.warnings[0]
+    assert warning.startswith("step 15:") and "reward hacking" in warning
+    assert "rose (2 -> 2.5 -> 3)" in warning and "fell (80% -> 70% -> 60%)" in warning
+    assert "steps 5, 10, 15" in warning
+
+
+def test_hacking_action_stop_stops_with_a_checkpoint():
+    callback = HealthCallback(HealthArguments(hacking_window=2, hacking_action="stop"), beta=0.0)
+    _log(callback, 1, loss=0.0, reward=1.0, **{"eval/accuracy": 0.9})
+    control = _log(callback, 2, loss=0.0, reward=2.0, **{"eval/accuracy": 0.5})
+    assert control.should_training_stop and control.should_save and callback.stop_rule == "hacking"
+
+
+@pytest.mark.parametrize("accuracies, rewards", [
+    ([0.6, 0.7, 0.8], [2.0, 2.5, 3.0]),   # both rise: learning
+    ([0.8, 0.7, 0.6], [3.0, 2.5, 2.0]),   # both fall: a bad run, not hacking
+    ([0.8, 0.9, 0.7], [2.0, 2.5, 3.0]),   # accuracy rose in between: noise, not a trend
+    ([0.8, 0.8, 0.8], [2.0, 2.5, 3.0]),   # accuracy flat
+    ([0.8, 0.6], [2.0, 3.0]),             # fewer evals than the window
+])
+def test_no_hacking_warning_without_the_pattern(accuracies, rewards):
+    callback = _hacking_run(accuracies, rewards, hacking_window=3)
+    assert callback.warnings == [] and callback.stop_reason is None
