@@ -160,9 +160,8 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     names = [func.__name__ for func in funcs]
     table = reward_table(names, scores, weights, n)
 
-    scored = score_completions(tokenizer, texts, columns.get("answer", [None] * len(texts)))
-    # Re-tokenized text: bytes decoded to U+FFFD can count more tokens than were generated, hence the cap.
-    lengths = [min(s["completion_tokens"], max_tokens) for s in scored]
+    scored = score_completions(texts, columns.get("answer", [None] * len(texts)))
+    lengths = [s["completion_tokens"] for s in scored]  # as the generator counted them (Completion.tokens)
     clipped = sum(1 for length in lengths if length >= max_tokens) / len(lengths) if lengths else 0.0
     result = {
         "model": cfg.model.model_name_or_path, "backend": choice.name, "after_warmup": after_warmup,
