@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, given
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
 
@@ -24,7 +24,7 @@ def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None) 
     """Held-out rows (prompt messages + answer), prepared by the same data code as training."""
     from pipeline.data.prepare import prepare_dataset
 
-    eval_cfg = cfg.replace(dataset_split=cfg.eval.eval_split, max_samples=limit or cfg.eval.eval_limit,
+    eval_cfg = cfg.replace(dataset_split=cfg.eval.eval_split, max_samples=given(limit, cfg.eval.eval_limit),
                            strict=False)
     prepared = prepare_dataset(eval_cfg, tokenizer, split=cfg.eval.eval_split, report_dir=None)
     return [{"prompt": row["prompt"], "answer": row["answer"], "id": row["id"]} for row in prepared.dataset]
@@ -136,6 +136,10 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     from pipeline.infer.session import inference_args, open_inference
 
     args = args if args is not None else inference_args(**options)
+    if limit is not None and limit < 1:
+        print(f"error: --limit {limit}: use a positive number of problems (default: the recipe's eval_limit)",
+              file=sys.stderr)
+        return None
     data = data or args.config
     if not data:
         print("error: pass --data (a recipe, a .jsonl/.csv/.parquet file or a dataset name) or --config RECIPE.yaml",
