@@ -272,7 +272,7 @@ KILL_POINTS = {
     "lora/ published, before manifest.json": ("pipeline.run.manifest.write_manifest", 1, "before", {}),
     "manifest.json written, before eval after": ("pipeline.infer.evaluate.evaluate_rows", 1, "before",
                                                  {"eval_after": True, "eval_limit": 2}),
-    "manifest.json written, before summary.json": ("pipeline.run.summary.write_summary", 1, "before", {}),
+    # the last moment before summary.json (the plots are written): the state any kill after the manifest leaves
     "plots written, summary.json not yet": ("pipeline.run.summary.final_metrics", 1, "before", {}),
     "replacing lora/: old moved aside, new not yet in place": ("os.rename", 1, "after", {"max_steps": 3}),
 }
