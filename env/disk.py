@@ -111,7 +111,7 @@ def storage_errors_named(where: str | os.PathLike[str], resume_hint: str,
         yield
     except StorageError:
         raise
-    except Exception as err:  # noqa: BLE001 -- classified by what it is, not by its class
+    except Exception as err:  # classified by what it is, not by its class
         number = storage_errno(err)
         if number is None:
             raise

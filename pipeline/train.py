@@ -106,6 +106,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         remove_staging_leftovers(output_dir, log=_print)  # a killed save's temporary folders; we hold the lock
     resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
     resume_step = checkpoint_step(resume_from) if resume_from else None
+    finish_only = False  # trained to max_steps already, a final file missing: write them, train no step
     if resume_from:
         mismatch = resume_mismatch(resume_from, cfg)  # other LoRA shape or base model: refused before loading
         if mismatch:
@@ -113,7 +114,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         finished = _finished_run(cfg, output_dir, resume_from)
         if isinstance(finished, RunResult):
             return finished
-    finish_only = resume_from is not None and finished == "finish"  # trained to the end, final files missing
+        finish_only = finished == "finish"
 
     # ---------------------------------------------------------------- data (tokenizer only)
     from pipeline.data.prepare import prepare_dataset
@@ -163,7 +164,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         trainer.add_callback(callback)
 
     # ---------------------------------------------------------------- train (resumable)
-    if resume_from:
+    if resume_from and not finish_only:
         _print(f"resuming from {resume_from} (step {resume_step})")
     with GracefulStop() as stopper, storage_errors_are_resumable(trainer, output_dir):
         if finish_only:

@@ -102,9 +102,7 @@ def test_given_keeps_empty_and_zero_values():
 
 def test_an_empty_system_prompt_is_kept_from_recipe_to_generation(tmp_path, monkeypatch):
     """system_prompt: "" trains without a system message; generate/eval reading the manifest must too."""
-    import importlib.util
-    import sys
-    from pathlib import Path
+    from train_helpers import load_fault_bench
 
     from pipeline.infer.session import inference_args, open_inference
 
@@ -112,12 +110,7 @@ def test_an_empty_system_prompt_is_kept_from_recipe_to_generation(tmp_path, monk
     recipe.write_text('system_prompt: ""\n', encoding="utf-8")
     assert parse_config(["--config", str(recipe)]).data.system_prompt == ""
 
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("bench_faults_for_config", root / "bench" / "faults.py")
-    faults = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, faults)
-    spec.loader.exec_module(faults)
-    lora = faults.adapter(tmp_path)
+    lora = load_fault_bench(monkeypatch).adapter(tmp_path)
     manifest = tmp_path / "run" / "manifest.json"
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "system_prompt": ""}), encoding="utf-8")
     setup = open_inference(inference_args(lora=str(lora), backend="plain"))

@@ -5,7 +5,6 @@ that command completes the run."""
 import os
 import shlex
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -48,14 +47,9 @@ PHASES = {
 
 
 def _patch(monkeypatch, dotted: str, wrap) -> None:
-    import importlib
+    from train_helpers import resolve_dotted
 
-    module_name, _, attr = dotted.rpartition(".")
-    try:
-        owner = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        module_name, _, cls = module_name.rpartition(".")
-        owner = getattr(importlib.import_module(module_name), cls)
+    owner, attr = resolve_dotted(dotted)
     monkeypatch.setattr(owner, attr, wrap(getattr(owner, attr)))
 
 
@@ -116,15 +110,11 @@ def test_resume_command_quotes_and_keeps_the_users_options():
 
 @pytest.mark.parametrize("command", ["generate", "export"])
 def test_an_interrupt_in_generate_or_export_exits_130_without_a_traceback(command, tmp_path, monkeypatch, capsys):
-    import importlib.util
+    from train_helpers import load_fault_bench
 
     from pipeline import cli
 
-    spec = importlib.util.spec_from_file_location("bench_faults_for_interrupts", ROOT / "bench" / "faults.py")
-    faults = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, faults)
-    spec.loader.exec_module(faults)
-    lora = faults.adapter(tmp_path)
+    lora = load_fault_bench(monkeypatch).adapter(tmp_path)
     if command == "generate":
         _patch(monkeypatch, "pipeline.backends.plain.PlainGenerator.generate", send("SIGTERM"))
         argv = ["generate", "--lora", str(lora), "--prompt", "1+1?", "--backend", "plain"]

@@ -56,7 +56,7 @@ def _context(inner: BaseException) -> BaseException:
         try:
             raise inner
         except BaseException:
-            raise ValueError("while handling it, another error")  # noqa: B904 -- implicit __context__ on purpose
+            raise ValueError("while handling it, another error")
     except ValueError as outer:
         return outer
 
@@ -122,19 +122,12 @@ SAVE_MOMENTS = {
 
 
 def _patch_target(monkeypatch, dotted: str, err: BaseException) -> None:
-    import importlib
-
-    module_name, _, attr = dotted.rpartition(".")
-    try:
-        owner = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        module_name, _, cls = module_name.rpartition(".")
-        owner = getattr(importlib.import_module(module_name), cls)
+    from train_helpers import resolve_dotted
 
     def fail(*args, **kwargs):
         raise err
 
-    monkeypatch.setattr(owner, attr, fail)
+    monkeypatch.setattr(*resolve_dotted(dotted), fail)
 
 
 def _leftovers(run_dir: Path) -> list[str]:
@@ -172,13 +165,9 @@ def test_storage_error_at_every_save_is_named_and_leaves_nothing_half_written(mo
 
 def test_export_storage_error_is_named(tmp_path, monkeypatch, capsys):
     """grpo export: the merged model's save fails on a read-only disk -> exit 2, nothing at --out."""
-    import importlib.util
+    from train_helpers import load_fault_bench
 
-    spec = importlib.util.spec_from_file_location("bench_faults_for_saves", ROOT / "bench" / "faults.py")
-    faults = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, faults)  # dataclasses look their module up there
-    spec.loader.exec_module(faults)
-    lora = faults.adapter(tmp_path)
+    lora = load_fault_bench(monkeypatch).adapter(tmp_path)
     monkeypatch.setattr("pipeline.backends.plain.export", lambda *a, **k: (_ for _ in ()).throw(
         SafetensorError("Error while serializing: I/O error: Read-only file system (os error 30)")))
     from pipeline.infer.export import main
@@ -196,22 +185,15 @@ def test_export_storage_error_is_named(tmp_path, monkeypatch, capsys):
 # each kill: the child patches the named function to SIGKILL itself at its nth call and trains. Importing torch,
 # transformers and trl per kill would cost more than the kills themselves.
 FORK_SERVER = textwrap.dedent("""
-    import importlib, json, os, signal, sys
+    import json, os, signal, sys
     sys.path[:0] = [{root!r}, {tests!r}]
     from test_saves import config
+    from train_helpers import resolve_dotted
     from pipeline.train import run_training
     import transformers, peft  # noqa: F401 -- the classes a kill point names
 
-    def owner_of(target):
-        module_name, _, attr = target.rpartition(".")
-        try:
-            return importlib.import_module(module_name), attr
-        except ModuleNotFoundError:
-            module_name, _, cls = module_name.rpartition(".")
-            return getattr(importlib.import_module(module_name), cls), attr
-
     def killed_at(target, nth, when, run_dir, overrides):
-        owner, attr = owner_of(target)
+        owner, attr = resolve_dotted(target)
         original, calls = getattr(owner, attr), []
 
         def killed_here(*args, **kwargs):
@@ -369,8 +351,9 @@ def test_resume_with_other_weight_shapes_is_refused_before_loading(field_name, f
 
 
 def test_resume_mismatch_reads_peft_adapter_config_of_older_checkpoints(tmp_path):
-    from pipeline.run.checkpoints import resume_mismatch
     from train_helpers import demo_config
+
+    from pipeline.run.checkpoints import resume_mismatch
 
     ckpt = tmp_path / "checkpoint-3"
     ckpt.mkdir()

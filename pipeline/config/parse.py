@@ -106,7 +106,7 @@ def read_recipe(path: str) -> dict[str, Any]:
 
     try:
         with open(path, encoding="utf-8") as f:
-            loaded = yaml.load(f, Loader=unique_key_loader())  # noqa: S506 -- a SafeLoader subclass
+            loaded = yaml.load(f, Loader=unique_key_loader())  # a yaml.SafeLoader subclass
     except DuplicateKeyError as err:
         raise ConfigError(str(err.key), f"{os.path.abspath(path)} line {err.line}: `{err.key}` is set twice (first "
                           f"on line {err.first_line}); YAML would silently keep the last one. Keep one.") from None

@@ -198,7 +198,7 @@ class GracefulStop:
         return _StopOnSignal()
 
 
-def _raise_interrupt(signum, frame) -> None:  # noqa: ARG001 (signal handler signature)
+def _raise_interrupt(signum, frame) -> None:  # (the signal handler signature)
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
@@ -304,6 +304,7 @@ def stage_checkpoint_saves(trainer, cfg) -> None:
         main = trainer.args.should_save  # every DDP rank writes its rng state; rank 0 publishes
         if main:
             shutil.rmtree(staging, ignore_errors=True)
+        trainer.accelerator.wait_for_everyone()  # before any rank writes its rng state into the staging folder
         trainer._get_output_dir = lambda trial=None: str(staging)
         try:
             save(trainer, model, trial)
