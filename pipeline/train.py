@@ -312,7 +312,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return check_main([a for a in argv if a != "--check"])
     if any(a in ("-h", "--help") for a in argv):
         return _print_help(argv)
-    user_argv, resume = argv, "auto"
+    resume_hint = resume_command(argv)  # the user's own options, before any defaults are added
     try:
         with interrupts_raise():  # Ctrl-C or SIGTERM in any phase: exit 130 with the command that continues
             # `grpo` already prepared this backend before importing this module (pipeline/bootstrap.py).
@@ -321,14 +321,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             if note:
                 _print(note)
             cfg = parse_config(argv, base=base)
-            resume = cfg.grpo.resume
-            result = run_training(cfg, choice, resume_hint=resume_command(user_argv, resume))
+            result = run_training(cfg, choice, resume_hint=resume_hint)
     except (ConfigError, FileNotFoundError, DataError, DataFileError, AdapterError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as stop:
         print(f"\n[grpo] interrupted ({stop or 'SIGINT'}); what was saved is kept and nothing is half-written.\n"
-              f"[grpo] resume with: {resume_command(user_argv, resume)}", file=sys.stderr, flush=True)
+              f"[grpo] resume with: {resume_hint}", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
     return result.exit_code
 

@@ -103,7 +103,7 @@ def test_resume_command_quotes_and_keeps_the_users_options():
     from pipeline.run.checkpoints import resume_command
 
     argv = ["--config", "runs/a b.yaml", "--learning_rate=1e-5", "--system_prompt", "it's $HOME", "--resume=latest"]
-    command = resume_command(argv, "latest")
+    command = resume_command(argv)
     assert shlex.split(command) == ["grpo", "train", "--config", "runs/a b.yaml", "--learning_rate=1e-5",
                                     "--system_prompt", "it's $HOME", "--resume", "auto"]
 

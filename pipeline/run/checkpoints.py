@@ -221,14 +221,12 @@ def interrupts_raise():
             signal.signal(sig, handler)
 
 
-def resume_command(argv: list[str], resume: str) -> str:
+def resume_command(argv: list[str]) -> str:
     """The command that continues an interrupted `grpo train` run: the user's own options, shell-quoted, with
-    any --resume replaced by auto (a --resume never or a fixed checkpoint would start over or go back).
+    `--resume auto` in place of any --resume (a --resume never or a fixed checkpoint would start over or go back).
 
-    >>> resume_command(["--config", "my recipe.yaml", "--resume", "never"], "never")
+    >>> resume_command(["--config", "my recipe.yaml", "--resume", "never"])
     "grpo train --config 'my recipe.yaml' --resume auto"
-    >>> resume_command(["--max_steps=5"], "auto")
-    'grpo train --max_steps=5'
     """
     import shlex
 
@@ -241,7 +239,7 @@ def resume_command(argv: list[str], resume: str) -> str:
             skip = True
         elif not arg.startswith("--resume="):
             kept.append(arg)
-    return shlex.join(["grpo", "train", *kept, *(["--resume", "auto"] if resume != "auto" else [])])
+    return shlex.join(["grpo", "train", *kept, "--resume", "auto"])
 
 
 def file_mode_callback():
