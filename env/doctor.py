@@ -4,6 +4,7 @@
     grpo env --json              # the same report as JSON
     grpo env --strict            # exit 1 unless every pinned package (GPU set included) is ok
     grpo env --profile colab-t4  # also print that platform's settings and compare them with the GPU
+    grpo env --model_source modelscope  # say whether ModelScope (instead of the Hugging Face Hub) answers
 
 Exit status:
     0  the plain backend is usable: torch, transformers, trl, peft, datasets and accelerate (the `core`
@@ -111,6 +112,14 @@ def _tail_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"Suggested profile: {report['suggested_profile']}  (grpo env --profile {report['suggested_profile']})"
         )
+    hubs = report.get("hubs") or {}
+    if hubs.get("sources"):
+        lines.append(f"Hubs (model_source: {hubs['in_use']} in use; the other: set model_source in the recipe):")
+        for row in hubs["sources"]:
+            state = "reachable" if row["reachable"] else "NOT reachable"
+            extra = f"; not installed: {row['install']}" if row["install"] else ""
+            mark = "*" if row["source"] == hubs["in_use"] else " "
+            lines.append(f" {mark}{row['source']:11} {row['endpoint']:32} {state}{extra}")
     if report.get("vllm_pin"):
         pin = report["vllm_pin"]
         lines.append(f"vLLM pin {pin['pin']}: {pin['why']}")
@@ -166,6 +175,8 @@ def build_parser(profile_ids: list[str] | None = None) -> argparse.ArgumentParse
     parser.add_argument(
         "--strict", action="store_true", help="exit 1 on any drift, missing GPU package or known-bad error"
     )
+    parser.add_argument("--model_source", choices=("hf", "modelscope"), default="hf",
+                        help="the hub your recipe's model_source names; its reachability is reported")
     parser.add_argument(
         "--profile", choices=profile_ids, metavar="NAME", help=f"platform profile: {', '.join(profile_ids or [])}"
     )
@@ -181,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = build_parser(profile_ids).parse_args(argv)
     try:
-        report = collect_report(args.profile)
+        report = collect_report(args.profile, model_source=args.model_source)
     except Exception as err:  # noqa: BLE001 - the probes are wrapped; this is the last guard against a traceback
         print(f"grpo env: could not build the report: {type(err).__name__}: {err}", file=sys.stderr)
         return 2

@@ -175,6 +175,29 @@ def nvidia_smi_driver_version() -> str | None:
     return lines[0]
 
 
+def nvidia_smi_memory() -> dict[str, Any] | None:
+    """`nvidia-smi --query-gpu=name,memory.total,memory.free` of the first GPU (MiB), or None; no torch.
+
+    Used by the memory planner (`grpo plan`, the `memory` check) to plan for the card that is really here.
+    """
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    if out.returncode != 0 or not lines:
+        return None
+    fields = [part.strip() for part in lines[0].rsplit(",", 2)]
+    try:
+        return {"name": fields[0], "total_mib": float(fields[1]), "free_mib": float(fields[2])}
+    except (IndexError, ValueError):
+        return None
+
+
 # The oldest Linux driver that runs a CUDA major version's runtime (NVIDIA's CUDA toolkit release notes,
 # "minor version compatibility"): a torch built for CUDA 13.x sees no GPU on a driver below 580.
 MIN_DRIVER_FOR_CUDA = {"11": "450.80.02", "12": "525.60.13", "13": "580.65.06"}

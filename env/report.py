@@ -25,12 +25,14 @@ from env.matrix import KnownBad, Matrix, MatrixError, Pin, Profile, load_matrix,
 GPU_MARKERS = ("unsloth", "unsloth-zoo", "vllm")
 
 
-def collect_report(profile: str | None = None, *, modules: Mapping[str, object] | None = None) -> dict[str, Any]:
+def collect_report(profile: str | None = None, *, modules: Mapping[str, object] | None = None,
+                   model_source: str = "hf") -> dict[str, Any]:
     """Build the whole `grpo env` report as JSON-ready data.
 
     Args:
         profile: a profile id from known_good.toml (e.g. "colab-t4") to include and compare against.
         modules: the module table for the import-order check (default: `sys.modules`).
+        model_source: the hub the user's runs download from (`hubs` says whether each one answers).
 
     Returns:
         A dict with the sections python, os, platform, gpu, mode, packages, constraint_conflicts,
@@ -93,6 +95,7 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
         {"pin": vllm_pin.requirement, "why": vllm_pin.why, "evidence": dict(vllm_pin.evidence)} if vllm_pin else None
     )
     report["strict_problems"] = _strict_problems(rows, report)
+    report["hubs"] = safe("hubs", lambda: hubs_section(model_source), {})
     report["probe_errors"] = errors
     report["elapsed_s"] = round(time.perf_counter() - started, 3)
     return report
@@ -333,3 +336,23 @@ def _strict_problems(rows: list[dict[str, Any]], report: Mapping[str, Any]) -> l
     problems += [f"known-bad {bad['id']}" for bad in report["known_bad"] if bad["severity"] == "error"]
     problems += report["plain_backend_problems"]
     return problems
+
+
+def hubs_section(in_use: str) -> dict[str, Any]:
+    """Each hub (`model_source`): its address, whether its client is installed, whether one TCP connect answers.
+
+    The probes run side by side with a 2 s timeout each, so an offline machine waits 2 s at most.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from env.hubs import MODELSCOPE_INSTALL, SOURCES, endpoint, modelscope_installed, reachable
+
+    addresses = {source: endpoint(source) for source in SOURCES}
+    with ThreadPoolExecutor(max_workers=len(SOURCES)) as pool:
+        answers = dict(zip(SOURCES, pool.map(reachable, addresses.values())))
+    rows = []
+    for source in SOURCES:
+        installed = source == "hf" or modelscope_installed()
+        rows.append({"source": source, "endpoint": addresses[source], "installed": installed,
+                     "reachable": answers[source], "install": None if installed else MODELSCOPE_INSTALL})
+    return {"in_use": in_use, "sources": rows}

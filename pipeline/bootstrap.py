@@ -4,7 +4,7 @@ This is the one home of the rule "import Unsloth before trl, transformers and pe
 them when it is imported, and reads UNSLOTH_VLLM_STANDBY while doing so, so both must happen before
 anything else imports them (TrlParser, the tokenizer, ...). The bootstrap decides the backend without
 importing torch (`choose_backend` asks env.probes) and calls that backend's `prepare_environment` with the
-two settings the import depends on, `vllm_standby` and `fast_inference`, read cheaply from the command
+settings the import depends on, `vllm_standby`, `fast_inference` and `model_source`, read cheaply from the command
 line, the --config recipe, or the manifest of the run being loaded. The plain backend's is a no-op.
 
 Python callers (a notebook calling `pipeline.train.run_training`) get the same call from the pipeline when
@@ -58,16 +58,19 @@ def _early_settings(command: str, argv: list[str]) -> tuple[BackendChoice, dict[
         if choice.name == "unsloth":
             argv = defaults_for(argv, choice)[0]  # the recipe the run will read
         return choice, {"vllm_standby": peek_option(argv, "vllm_standby", "auto"),
-                        "fast_inference": choice.fast_inference}
+                        "fast_inference": choice.fast_inference,
+                        "model_source": peek_option(argv, "model_source", "hf")}
     requested = str(peek_option(argv, "backend", "auto"))
     trained = _trained_config(argv)  # generate / eval / export load a trained run with its own settings
     fast_inference = _truthy(trained.get("fast_inference", True))
     if command == "export":
         # Merging needs Unsloth, never vLLM; standby follows the run's config as pipeline.infer.export's does.
         return (choose_backend(requested, fast_inference=False),
-                {"vllm_standby": trained.get("vllm_standby", "auto"), "fast_inference": fast_inference})
+                {"vllm_standby": trained.get("vllm_standby", "auto"), "fast_inference": fast_inference,
+                 "model_source": trained.get("model_source", "hf")})
     choice = choose_backend(requested, fast_inference)
-    return choice, {"vllm_standby": trained.get("vllm_standby", "auto"), "fast_inference": choice.fast_inference}
+    return choice, {"vllm_standby": trained.get("vllm_standby", "auto"), "fast_inference": choice.fast_inference,
+                    "model_source": trained.get("model_source", "hf")}
 
 
 def _trained_config(argv: list[str]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
     grpo env        check the installed versions against the known-good matrix
     grpo data       prepare the dataset and print its length/rejection report (tokenizer only)
+    grpo plan       will the recipe fit this GPU (estimated peak memory, part by part), and what to change
     grpo train      GRPO training (no GPU: the built-in tiny CPU demo)
     grpo generate   generate with a saved LoRA (or --base)
     grpo eval       accuracy / format / length / garbled rate on held-out problems
@@ -21,6 +22,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("env.doctor", "report Python/GPU/package versions vs the known-good matrix, and the pip fix"),
     "data": ("pipeline.data.report", "prepare the dataset and print its report (loads only the tokenizer)"),
+    "plan": ("pipeline.plan.command", "estimate a recipe's peak GPU memory: fits this card? what to change?"),
     "train": ("pipeline.train", "run GRPO training (no GPU and no config: the built-in tiny CPU demo)"),
     "generate": ("pipeline.infer.generate", "generate with a saved LoRA adapter (or --base for the base model)"),
     "eval": ("pipeline.infer.evaluate", "evaluate a LoRA or the base model on held-out problems"),

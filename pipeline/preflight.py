@@ -1,4 +1,4 @@
-"""Checks that run before anything heavy loads: config, output folder, packages, GPU, model, data, resume.
+"""Checks that run before anything heavy loads: config, output folder, packages, GPU, model, memory, data, resume.
 
 `grpo train` runs them all before the tokenizer and the model; the first failure ends the run with
 one message (exit 2). `grpo train --check` runs them all, prints one JSON object, and stops.
@@ -12,12 +12,10 @@ from __future__ import annotations
 import errno
 import importlib.util
 import os
-import socket
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import urlparse
 
 from pipeline.config import ConfigError, PipelineConfig, validate
 
@@ -87,23 +85,21 @@ def tensorboard_hint(output_dir: str | os.PathLike[str]) -> str:
     return f"tensorboard logs go to {logdir}: run `tensorboard --logdir {logdir}`"
 
 
-def _hub_endpoint() -> str:
-    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+def check_model_source(source: str) -> str:
+    """`model_source: modelscope` needs the modelscope package: refused here, with the install command."""
+    from env.hubs import HubSourceError, require_modelscope
+
+    if source == "modelscope":
+        try:
+            require_modelscope()
+        except HubSourceError as err:
+            raise ConfigError("model_source", str(err)) from None
+    return f"model_source: {source}"
 
 
-def _hub_reachable(endpoint: str, timeout: float = 3.0) -> bool:
-    """One TCP connect to the hub, instead of huggingface_hub's minute of retries."""
-    url = urlparse(endpoint)
-    try:
-        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
-                                      timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def check_model(name: str) -> str:
+def check_model(name: str, source: str = "hf") -> str:
     """A built-in name, a local model folder, a hub id in the local cache, or a hub id we can reach."""
+    from env.hubs import endpoint as hub_endpoint, reachable
     from pipeline.demo.registry import builtin_model
 
     if builtin_model(name) is not None:
@@ -119,14 +115,22 @@ def check_model(name: str) -> str:
             raise ConfigError("model_name_or_path", f"{path.resolve()} has no config.json, so it is not a "
                               "transformers model folder. Point at the folder that holds config.json.")
         return f"{path.resolve()}: local folder"
+    if source == "modelscope":
+        check_model_source(source)
+        address = hub_endpoint(source)
+        if not reachable(address):
+            raise ConfigError("model_name_or_path", f"model {name!r} is to come from ModelScope, but {address} "
+                              "cannot be reached. Fixes: check the network (on AutoDL: `source /etc/network_turbo`), "
+                              "set model_name_or_path to a local model folder, or set model_source: hf.")
+        return f"{name}: from ModelScope ({address}; cached in MODELSCOPE_CACHE after the first download)"
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(name, "config.json")
     if isinstance(cached, str):
         return f"{name}: in the Hugging Face cache"
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-    endpoint = _hub_endpoint()
-    if offline or not _hub_reachable(endpoint):
+    endpoint = hub_endpoint("hf")
+    if offline or not reachable(endpoint, timeout=3.0):
         why = "HF_HUB_OFFLINE is set" if offline else f"{endpoint} cannot be reached"
         raise ConfigError("model_name_or_path", f"model {name!r} is not in the local Hugging Face cache and "
                           f"{why}. Fixes: download it where there is network (`huggingface-cli download {name}`, "
@@ -179,6 +183,13 @@ def check_gpu(cfg: PipelineConfig, choice: Any = None) -> str:
     return f"backend {choice.name} ({choice.reason})"
 
 
+def check_memory(cfg: PipelineConfig) -> str:
+    """Estimated peak GPU memory against the GPU (pipeline/plan): a warning when over, a refusal when far over."""
+    from pipeline.plan.fit import memory_check
+
+    return memory_check(cfg)
+
+
 def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> list[Check]:
     """Run every check in order. With `stop_at_first`, the first failure raises its error.
 
@@ -190,9 +201,11 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         ("output_dir", lambda: check_output_dir(g.output_dir)),
-        ("packages", lambda: check_report_to(g.reporters(), g.output_dir)),
+        ("packages", lambda: "; ".join([check_report_to(g.reporters(), g.output_dir),
+                                        check_model_source(cfg.model.model_source)])),
         ("gpu", lambda: check_gpu(cfg, choice)),
-        ("model", lambda: check_model(cfg.model.model_name_or_path)),
+        ("model", lambda: check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
+        ("memory", lambda: check_memory(cfg)),
         ("data", lambda: check_data(cfg)),
         ("resume", lambda: check_resume(g.resume, g.output_dir)),
     ]

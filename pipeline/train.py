@@ -65,8 +65,10 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     from pipeline.preflight import run_checks
 
     # config (for the resolved backend), output_dir, packages, GPU (a GPU recipe is never trained on CPU by
-    # accident), model, data, resume: all before anything loads
-    run_checks(cfg, choice=choice)
+    # accident), model, memory, data, resume: all before anything loads
+    for check in run_checks(cfg, choice=choice):
+        if check.name == "memory" and not check.message.startswith("not estimated"):
+            _print(f"memory: {check.message}")  # the estimate, or the warning that it may not fit
     if "tensorboard" in cfg.grpo.reporters():
         from pipeline.preflight import tensorboard_hint
 
@@ -120,7 +122,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     from pipeline.data.prepare import prepare_dataset
     from pipeline.data.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+    tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
     prepared = prepare_dataset(cfg, tokenizer, report_dir=output_dir)
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
            f"max_completion_length={prepared.max_completion_length} (report: {prepared.report_path})")

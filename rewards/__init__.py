@@ -45,6 +45,7 @@ from rewards.completions import completion_text, completion_texts
 from rewards.correctness import correctness_reward_func, int_reward_func
 from rewards.extract import extract_hash_answer, extract_xml_answer
 from rewards.format import soft_format_reward_func, strict_format_reward_func, xmlcount_reward_func
+from rewards.language import language_consistency_reward_func
 from rewards.matching import answers_match, numbers_match
 from rewards.normalize import normalize_answer, parse_answer
 from rewards.registry import (
@@ -71,6 +72,7 @@ __all__ = [
     "extract_xml_answer",
     "get_reward_funcs",
     "int_reward_func",
+    "language_consistency_reward_func",
     "normalize_answer",
     "numbers_match",
     "parse_answer",

@@ -12,14 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 
-def completion_text(completion: Any) -> str | None:
-    """The text of one completion, or None when it has no text.
+def completion_text(completion: Any, role: str = "assistant") -> str | None:
+    """The text of one completion (or, with `role="user"`, of the prompt's last user turn), or None.
 
     Accepted shapes:
 
     - `str`: returned as is.
     - a message dict with a `"content"` key.
-    - a list of messages: the last `"assistant"` message wins (after tool calls the final
+    - a list of messages: the last message of `role` (default `"assistant"`) wins (after tool calls the final
       answer is in the last one); with no assistant role, the last message that has text.
     - message content given as a list of parts (`[{"type": "text", "text": ...}]`): the text
       parts joined.
@@ -32,6 +32,8 @@ def completion_text(completion: Any) -> str | None:
     'hi'
     >>> completion_text({"content": "hi"})
     'hi'
+    >>> completion_text([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}], role="user")
+    'q'
     >>> completion_text(None) is None, completion_text(42) is None, completion_text([["x"]]) is None
     (True, True, True)
     """
@@ -42,7 +44,7 @@ def completion_text(completion: Any) -> str | None:
     if isinstance(completion, (list, tuple)):
         messages = [m for m in completion if isinstance(m, dict)]
         for message in reversed(messages):
-            if message.get("role") == "assistant":
+            if message.get("role") == role:
                 return _content_text(message.get("content"))
         for message in reversed(messages):
             text = _content_text(message.get("content"))

@@ -16,6 +16,7 @@ from typing import Any
 
 from rewards.correctness import correctness_reward_func, int_reward_func
 from rewards.format import soft_format_reward_func, strict_format_reward_func, xmlcount_reward_func
+from rewards.language import language_consistency_reward_func
 
 RewardFunc = Callable[..., list]
 
@@ -25,6 +26,8 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
     "strict_format": strict_format_reward_func,
     "int": int_reward_func,
     "correctness": correctness_reward_func,
+    # Off by default (not in DEFAULT_REWARDS): for questions in one language, e.g. Chinese GSM8K.
+    "language_consistency": language_consistency_reward_func,
 }
 # The notebook's own function names, so configs copied from it work unchanged.
 REWARD_ALIASES: dict[str, str] = {func.__name__: name for name, func in REWARD_FUNCS.items()}

@@ -38,6 +38,7 @@ Use:
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import inspect
 import json
 import os
@@ -245,6 +246,10 @@ def _exec_unsloth(module) -> None:
     # The moment the real `import unsloth` checks the environment (unsloth/_gpu_init.py).
     already = [m for m in CRITICAL_MODULES if m in sys.modules]
     STATE.import_state = {"UNSLOTH_VLLM_STANDBY": os.environ.get("UNSLOTH_VLLM_STANDBY"), "already_imported": already}
+    # unsloth/models/_utils.py, at module level: USE_MODELSCOPE is read once, and modelscope must be importable.
+    STATE.modelscope_at_import = os.environ.get("UNSLOTH_USE_MODELSCOPE")
+    if STATE.modelscope_at_import == "1" and importlib.util.find_spec("modelscope") is None:
+        raise ImportError("You are using the modelscope hub, please install modelscope by `pip install modelscope -U`")
     _record("import unsloth", already_imported=already)
     if already:
         warnings.warn(f"WARNING: Unsloth should be imported before [{', '.join(already)}] to ensure all "

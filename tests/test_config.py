@@ -52,8 +52,9 @@ def test_missing_config_file_is_named(tmp_path):
 
 
 def test_every_recipe_parses_and_validates():
-    recipes = sorted((ROOT / "configs").glob("qwen2.5-*-gsm8k.yaml"))
-    assert [p.name for p in recipes] == [f"qwen2.5-{s}-gsm8k.yaml" for s in ("0.5b", "1.5b", "3b", "7b")]
+    recipes = sorted((ROOT / "configs").glob("qwen2.5-*.yaml"))
+    assert [p.name for p in recipes] == ["qwen2.5-0.5b-gsm8k.yaml", "qwen2.5-1.5b-gsm8k-zh.yaml",
+                                         "qwen2.5-1.5b-gsm8k.yaml", "qwen2.5-3b-gsm8k.yaml", "qwen2.5-7b-gsm8k.yaml"]
     for recipe in recipes:
         cfg = parse_config(["--config", str(recipe)])
         assert validate(cfg, n_processes=1) == []

@@ -20,7 +20,7 @@ def tokenizer_requests(qwen_tokenizer, monkeypatch):
     the names `grpo data` asks for are recorded. The subprocess test runs the real loader."""
     requested = []
 
-    def load_tokenizer(name, trust_remote_code=False):
+    def load_tokenizer(name, trust_remote_code=False, source="hf"):
         requested.append(name)
         return qwen_tokenizer
 

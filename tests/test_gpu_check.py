@@ -208,10 +208,10 @@ def test_a_bench_row_holds_only_when_both_backends_did_equal_full_length_work():
     assert cut_short[1]["holds"] is None and "unequal lengths" in cut_short[1]["value"]
 
 
-def test_the_device_command_is_the_same_in_the_docstring_and_the_readme_and_fits_the_device():
+def test_the_device_command_is_the_same_in_the_docstring_and_docs_gpu_and_fits_the_device():
     command = next(line.strip() for line in run_check.__doc__.splitlines() if line.strip().startswith("set -o"))
     assert len(command) <= 2000  # the device tool's limit on one command
-    assert command in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert command in (ROOT / "docs" / "gpu.md").read_text(encoding="utf-8")  # the GPU check lives there
     assert "wheels.py install --target /tmp/site" in command and "run_check.py --out $OUT" in command
     assert 'carry [".gpu-wheels"]' in run_check.__doc__ and wheels.WHEEL_DIR.name == ".gpu-wheels"
     ignored = subprocess.run(["git", "check-ignore", "-q", str(wheels.WHEEL_DIR / "x.whl")], cwd=ROOT)

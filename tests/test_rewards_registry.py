@@ -26,7 +26,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # --- registry ---------------------------------------------------------------------------------
 
 def test_registry_names_defaults_and_stable_dunder_names():
-    assert list(REWARD_FUNCS) == ["xmlcount", "soft_format", "strict_format", "int", "correctness"]
+    assert list(REWARD_FUNCS) == ["xmlcount", "soft_format", "strict_format", "int", "correctness",
+                                  "language_consistency"]
     assert DEFAULT_REWARDS == ["xmlcount", "soft_format", "strict_format", "int", "correctness"]
     assert DEFAULT_REWARD_WEIGHTS == [1.0] * 5
     names = [f.__name__ for f in get_reward_funcs(DEFAULT_REWARDS)]
@@ -109,6 +110,7 @@ def test_import_is_light():
 
 def test_public_names():
     for name in ("correctness_reward_func", "int_reward_func", "strict_format_reward_func",
+                 "language_consistency_reward_func",
                  "soft_format_reward_func", "xmlcount_reward_func", "extract_xml_answer", "extract_hash_answer",
                  "normalize_answer", "answers_match", "REWARD_FUNCS", "get_reward_funcs", "resolve_reward",
                  "DEFAULT_REWARDS", "DEFAULT_REWARD_WEIGHTS", "check_reward_weights"):

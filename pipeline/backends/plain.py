@@ -65,7 +65,8 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
             bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=kwargs["dtype"],
         )
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_name_or_path), **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_name_or_path, cfg.model.model_source),
+                                                 **kwargs)
     if for_training and "quantization_config" in kwargs:
         from peft import prepare_model_for_kbit_training
 
@@ -80,7 +81,7 @@ def load_for_training(cfg: PipelineConfig):
     from pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
 
     ensure_trl_logprob_kernel()  # CPU-only torch has no Triton: TRL 1.15 needs a torch log-prob path
-    tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+    tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
     return load_model(cfg.model.model_name_or_path, cfg), tokenizer
 
 
@@ -172,7 +173,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
     """Base model + (optionally) the verified adapter via peft's PeftModel.from_pretrained."""
     tokenizer_source = str(adapter.path) if adapter is not None and (adapter.path / "tokenizer_config.json").is_file() \
         else base_model
-    tokenizer = load_tokenizer(tokenizer_source, cfg.model.trust_remote_code)
+    tokenizer = load_tokenizer(tokenizer_source, cfg.model.trust_remote_code, cfg.model.model_source)
     model = load_model(base_model, cfg, for_training=False)
     if adapter is not None:
         from peft import PeftModel
@@ -193,7 +194,7 @@ def _export_dtype(cfg: PipelineConfig, base_model: str, merged_dtype):
     if cfg.model.dtype in sixteen:
         return sixteen[cfg.model.dtype]
     try:
-        config = AutoConfig.from_pretrained(resolve_model_path(base_model),
+        config = AutoConfig.from_pretrained(resolve_model_path(base_model, cfg.model.model_source),
                                             trust_remote_code=cfg.model.trust_remote_code)
         native = str(getattr(config, "dtype", None) or "").replace("torch.", "")
     except (OSError, ValueError):
@@ -219,7 +220,7 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
     model = PeftModel.from_pretrained(load_model(base_model, fp_cfg, for_training=False), str(adapter.path))
     merged = model.merge_and_unload()
     tokenizer_source = str(adapter.path) if (adapter.path / "tokenizer_config.json").is_file() else base_model
-    tokenizer = load_tokenizer(tokenizer_source, cfg.model.trust_remote_code)
+    tokenizer = load_tokenizer(tokenizer_source, cfg.model.trust_remote_code, cfg.model.model_source)
     if method == "merged16":
         # 16-bit as the name says: on CPU the merge ran in float32 (see _torch_dtype), which would double
         # the files' size and differ from what a GPU export writes.

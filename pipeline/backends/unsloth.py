@@ -66,7 +66,7 @@ def load_for_training(cfg: PipelineConfig):
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(cfg, resolve_model_path(cfg.model.model_name_or_path),
+        **from_pretrained_kwargs(cfg, resolve_model_path(cfg.model.model_name_or_path, cfg.model.model_source),
                                   fast_inference=cfg.model.fast_inference, standby=prepared.standby)
     )
     # FastLlamaModel.get_peft_model. It ends with patch_peft_fast_inference (unsloth/models/_utils.py),
@@ -312,7 +312,8 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(cfg, resolve_model_path(base_model), fast_inference=True, standby=prepared.standby)
+        **from_pretrained_kwargs(cfg, resolve_model_path(base_model, cfg.model.model_source), fast_inference=True,
+                                 standby=prepared.standby)
     )
     lora_request = None
     if adapter is not None:
@@ -341,7 +342,8 @@ def _load_transformers_generator(base_model: str, adapter: Optional[Any], cfg: P
     prepare_environment(cfg)
     from unsloth import FastLanguageModel
 
-    source = str(absolute_path(adapter.path)) if adapter is not None else resolve_model_path(base_model)
+    source = (str(absolute_path(adapter.path)) if adapter is not None
+              else resolve_model_path(base_model, cfg.model.model_source))
     model, tokenizer = FastLanguageModel.from_pretrained(
         **from_pretrained_kwargs(cfg, source, fast_inference=False, standby=False))
     if adapter is not None and not getattr(model, "peft_config", None):

@@ -15,9 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from pipeline.backends.gpu_settings import resolve_gpu_memory_utilization, standby_enabled
-from pipeline.config import PipelineConfig
+from pipeline.config import ConfigError, PipelineConfig
 
 STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
+# Unsloth's own switch to ModelScope (unsloth/models/_utils.py reads it into USE_MODELSCOPE at import; loader.py
+# then fetches hub ids with modelscope.snapshot_download, save.py the merge's 16-bit base, and the usage
+# statistics ping to the Hugging Face Hub is skipped).
+MODELSCOPE_ENV = "UNSLOTH_USE_MODELSCOPE"
 
 
 @dataclass
@@ -83,6 +87,7 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
                       f"setting {STANDBY_ENV}=0 for this run.", stacklevel=2)
         os.environ[STANDBY_ENV] = "0"
 
+    _set_modelscope_env(cfg)
     problems = [] if "unsloth" in sys.modules else _import_order_problems()
     if problems:
         warnings.warn(
@@ -96,6 +101,29 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
 
     _prepared = PreparedEnvironment(standby=standby, import_order_problems=problems)
     return _prepared
+
+
+def _set_modelscope_env(cfg: PipelineConfig) -> None:
+    """UNSLOTH_USE_MODELSCOPE=1 for `model_source: modelscope`, else 0: the config decides, as for standby.
+
+    Unsloth reads it once, at import (and raises ImportError there when modelscope is missing), so a change
+    after the import is refused rather than half-applied.
+    """
+    wanted = "1" if cfg.model.model_source == "modelscope" else "0"
+    if os.environ.get(MODELSCOPE_ENV, "0") == wanted:
+        return
+    if "unsloth" in sys.modules:
+        raise RuntimeError(f"model_source is {cfg.model.model_source}, but unsloth was already imported with "
+                           f"{MODELSCOPE_ENV}={os.environ.get(MODELSCOPE_ENV, '0')}; Unsloth reads it at import. "
+                           "Restart the process (in a notebook: restart the kernel).")
+    if wanted == "1":
+        from env.hubs import HubSourceError, require_modelscope
+
+        try:
+            require_modelscope()
+        except HubSourceError as err:
+            raise ConfigError("model_source", str(err)) from None
+    os.environ[MODELSCOPE_ENV] = wanted
 
 
 def _torch_dtype(cfg: PipelineConfig):

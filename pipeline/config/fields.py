@@ -88,6 +88,11 @@ class ModelArguments:
         "Base model: a hub id, a local folder, or `tiny-demo` (the built-in CPU demo model).",
         default="unsloth/Qwen2.5-1.5B-Instruct",
     )
+    model_source: str = _help(
+        "hf | modelscope: where hub ids (the model, a hub dataset) are downloaded from. modelscope (ModelScope, "
+        "reachable in mainland China) needs pip install 'grpo-pipeline[modelscope]'.",
+        default="hf", choices=("hf", "modelscope"),
+    )
     backend: str = _help(
         "auto | unsloth | plain. auto: unsloth when CUDA and unsloth are usable (without vLLM, fast_inference "
         "false, when vllm is missing), else plain; a GPU recipe is refused rather than trained on CPU.",
@@ -98,7 +103,8 @@ class ModelArguments:
     dtype: str = _help("auto | bfloat16 | float16 | float32. auto: bf16 where the GPU supports it, else fp16.",
                        default="auto", choices=("auto", "bfloat16", "float16", "float32"))
     gpu_memory_utilization: str = _help(
-        "Share of GPU memory vLLM may take, or `auto` (picked from GPU memory and standby; see README).",
+        "Share of GPU memory vLLM may take, or `auto` (picked from GPU memory and standby: "
+        "pipeline/backends/gpu_settings.py).",
         default="auto",
     )
     fast_inference: bool = _help(
@@ -121,6 +127,10 @@ class ModelArguments:
     vllm_server_base_url: Optional[str] = _help("Plain backend, vllm_mode=server: URL of `trl vllm-serve`.",
                                                 default=None)
     trust_remote_code: bool = _help("Passed to from_pretrained. Qwen2.5 needs no remote code.", default=False)
+    gpu_memory_gb: Optional[float] = _help(
+        "GPU memory (GiB, nvidia-smi memory.total / 1024) that `grpo plan` and the `memory` check plan for; "
+        "None = the visible GPU's (read with nvidia-smi).", default=None, gt=0,
+    )
 
     def __post_init__(self) -> None:
         # A YAML `vllm_standby: true` arrives as a bool and `--vllm_standby True` as "True": both mean "true".

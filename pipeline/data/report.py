@@ -119,8 +119,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         cfg = parse_config(argv, base=base)
         validate(cfg)
-        check_model(cfg.model.model_name_or_path)  # only the tokenizer loads, but it comes from the same place
-        tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code)
+        check_model(cfg.model.model_name_or_path, cfg.model.model_source)  # only the tokenizer loads, from there
+        tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code,
+                                   source=cfg.model.model_source)
         report = prepare_dataset(cfg, tokenizer).report
     except (ConfigError, DataFileError) as err:  # bad input: exit 2, as in `grpo train`
         print(f"grpo data: {err}", file=sys.stderr)

@@ -55,14 +55,17 @@ class DataSource:
     load: Callable[[], RawRows]
 
 
-def hub_saved_copy_dir(cache_root: Path, name: str, config: Optional[str], revision: Optional[str]) -> Path:
-    """Where the hub dataset's `save_to_disk` copy lives (a DatasetDict with all splits).
+def hub_saved_copy_dir(cache_root: Path, name: str, config: Optional[str], revision: Optional[str],
+                       source: str = "hf") -> Path:
+    """Where the hub dataset's `save_to_disk` copy lives (a DatasetDict with all splits), per `model_source`.
 
     >>> hub_saved_copy_dir(Path("/c"), "openai/gsm8k", "main", None).as_posix()
     '/c/hub/openai__gsm8k__main__default'
+    >>> hub_saved_copy_dir(Path("/c"), "AI-ModelScope/gsm8k", "main", None, "modelscope").as_posix()
+    '/c/modelscope/AI-ModelScope__gsm8k__main__default'
     """
     slug = "__".join([name.replace("/", "__"), config or "default", revision or "default"])
-    return cache_root / "hub" / slug
+    return cache_root / ("modelscope" if source == "modelscope" else "hub") / slug
 
 
 def hub_endpoint() -> str:
@@ -94,13 +97,17 @@ def _rows(dataset: Any, question_field: str, answer_field: str, split: str, wher
     return RawRows(questions=list(questions), answers=list(answers), ids=ids)
 
 
-def load_hub_dataset(name: str, config: Optional[str], split: str, revision: Optional[str], cache_root: Path) -> Any:
+def load_hub_dataset(name: str, config: Optional[str], split: str, revision: Optional[str], cache_root: Path,
+                     source: str = "hf") -> Any:
     """One split of a hub dataset: from our saved copy when there is one, else downloaded and saved."""
     from datasets import load_from_disk
 
-    saved = hub_saved_copy_dir(cache_root, name, config, revision)
+    saved = hub_saved_copy_dir(cache_root, name, config, revision, source)
     if not _is_saved_copy(saved):
-        _download_and_save(name, config, revision, saved)
+        if source == "modelscope":
+            _download_from_modelscope_and_save(name, config, revision, saved)
+        else:
+            _download_and_save(name, config, revision, saved)
     splits = load_from_disk(str(saved))
     if split not in splits:
         raise ConfigError("dataset_split", f"{name} ({config}) has splits {sorted(splits)}; got {split!r}.")
@@ -126,6 +133,27 @@ def _download_and_save(name: str, config: Optional[str], revision: Optional[str]
             f"No saved copy at {saved}. Fixes: check the network; in mainland China set "
             "HF_ENDPOINT=https://hf-mirror.com; offline, copy a `save_to_disk` folder of the dataset to that path."
         ) from err
+    publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=_is_saved_copy)
+    print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
+
+
+def _download_from_modelscope_and_save(name: str, config: Optional[str], revision: Optional[str], saved: Path) -> None:
+    """`model_source: modelscope`: the dataset repository's files from ModelScope (env.hubs, the network
+    boundary), read by `datasets` as a local folder (its data files and README configs), saved like a hub copy."""
+    from datasets import load_dataset
+
+    from env.hubs import download_dataset, endpoint
+
+    print(f"[grpo data] downloading {name} ({config}) from ModelScope ({endpoint('modelscope')}); "
+          f"cache: {os.environ.get('MODELSCOPE_CACHE', '~/.cache/modelscope (default)')} (MODELSCOPE_CACHE)",
+          file=sys.stderr)
+    folder = download_dataset(name, revision)
+    try:
+        splits = load_dataset(str(folder), config)
+    except Exception as err:
+        raise RuntimeError(f"could not read ModelScope dataset {name!r} (config {config!r}) downloaded to {folder}: "
+                           f"{type(err).__name__}: {err}\nCheck dataset_config (None for a single one) and that "
+                           "the repository holds .jsonl/.csv/.parquet data files.") from err
     publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=_is_saved_copy)
     print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
 
@@ -246,14 +274,18 @@ def resolve_source(cfg: Any, split: str, cache_root: Path) -> DataSource:
 
     config = d.dataset_config or None
     revision = d.dataset_revision
+    source = cfg.model.model_source  # hf | modelscope: where the hub id is downloaded from
+    from env.hubs import endpoint
+
     return DataSource(
         kind="hub",
         description={"kind": "hub", "name": name, "config": config, "split": split, "revision": revision,
-                     "saved_copy": str(hub_saved_copy_dir(cache_root, name, config, revision)),
-                     "endpoint": hub_endpoint()},
-        identity={"kind": "hub", "name": name, "config": config, "split": split, "revision": revision},
-        load=lambda: _rows(load_hub_dataset(name, config, split, revision, cache_root), question_field, answer_field,
-                           split, f"{name} ({config}, {split})"),
+                     "saved_copy": str(hub_saved_copy_dir(cache_root, name, config, revision, source)),
+                     "source": source, "endpoint": hub_endpoint() if source == "hf" else endpoint(source)},
+        identity={"kind": "hub", "name": name, "config": config, "split": split, "revision": revision,
+                  **({"source": source} if source != "hf" else {})},
+        load=lambda: _rows(load_hub_dataset(name, config, split, revision, cache_root, source), question_field,
+                           answer_field, split, f"{name} ({config}, {split})"),
     )
 
 

@@ -57,7 +57,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from pipeline.preflight import check_model
 
     try:
-        check_model(base_model)
+        check_model(base_model, (manifest.get("config") or {}).get("model_source", "hf"))
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

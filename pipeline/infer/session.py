@@ -264,7 +264,7 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     from pipeline.preflight import check_model
 
     try:
-        check_model(base_model)  # offline and not cached: say so now, not after a minute of hub retries
+        check_model(base_model, ((manifest or {}).get("config") or {}).get("model_source", "hf"))  # offline and not cached: say so now, not after a minute of hub retries
     except ConfigError as err:
         _error(str(err))
         return None

@@ -149,8 +149,22 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
         "rollout_tokens_per_s": round(tokens / sum(gen_times), 1) if gen_times and len(gen_times) == len(
             lengths[measured]) else None,
         "peak_vram_gib": peak_gib(), "load_peak_vram_gib": load_peak, "held_before_load_gib": held_before,
+        "planned_peak_gib": planned_peak(cfg),
         "completions_per_step": params["bench_batch"],
     }
+
+
+def planned_peak(cfg: Any) -> float | None:
+    """The memory planner's estimate for this case (`grpo plan`), recorded beside the measured peak. The case runs
+    without vLLM, where the estimate does not depend on the card's size."""
+    from pipeline.config import ConfigError
+    from pipeline.plan.cards import card_from_memory
+    from pipeline.plan.fit import plan
+
+    try:
+        return round(plan(cfg, card_from_memory(80.0)).peak_gib, 3)
+    except ConfigError:
+        return None
 
 
 def child_bench(args: argparse.Namespace, rec: Recorder) -> None:

@@ -277,6 +277,9 @@ def bench_rows(bench: dict[str, dict[str, Any]], counts: dict[str, int]) -> list
                      **ratio("peak_vram_gib", fast, plain, ".2f", "GiB",
                              "< 1 (Unsloth: ~90% less VRAM than TRL + FA2 for GRPO, with vLLM and long context; "
                              "unsloth.ai/blog/grpo)", lambda v: v < 1.0)})
+        for name, case in (("plain", plain), ("unsloth", fast)):
+            rows.append({"figure": f"grpo plan's peak estimate / measured peak VRAM, {name} ({where})",
+                         **planned_vs_measured(case)})
         rows.append({"figure": f"GRPO step time, plain / Unsloth ({where})",
                      **ratio("median_step_s", plain, fast, ".3f", "s median", "> 1 (Unsloth faster)",
                              lambda v: v > 1.0)})
@@ -284,6 +287,23 @@ def bench_rows(bench: dict[str, dict[str, Any]], counts: dict[str, int]) -> list
                      **ratio("rollout_tokens_per_s", fast, plain, ".0f", "tokens/s", "> 1 (Unsloth faster)",
                              lambda v: v > 1.0)})
     return rows
+
+
+def planned_vs_measured(case: dict[str, Any] | None) -> dict[str, Any]:
+    """The planner's estimate against the measured peak of one benchmark case.
+
+    >>> planned_vs_measured({"planned_peak_gib": 2.2, "peak_vram_gib": 2.0})["value"]
+    '1.10x (2.20 vs 2.00 GiB)'
+    """
+    from pipeline.plan.estimate import UNCERTAINTY
+
+    target = f"within ±{UNCERTAINTY:.0%} (the uncertainty grpo plan prints)"
+    planned, measured = (case or {}).get("planned_peak_gib"), (case or {}).get("peak_vram_gib")
+    if planned is None or not measured:
+        return {"value": "not measured", "target": target, "holds": None}
+    ratio = planned / measured
+    return {"value": f"{ratio:.2f}x ({planned:.2f} vs {measured:.2f} GiB)", "target": target,
+            "holds": abs(ratio - 1) <= UNCERTAINTY}
 
 
 def print_table(report: dict[str, Any]) -> None:

@@ -1,0 +1,154 @@
+"""What to change when a recipe does not fit: the smallest change of each knob that makes it fit.
+
+Each knob is a ladder of ever-cheaper values of one setting (or of a pair that must move together, such as
+num_generations with the batch that holds one question's group); the first rung that fits is its suggestion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from pipeline.config import ConfigError, PipelineConfig, parse_limit
+from pipeline.plan.bundled import smaller_models
+from pipeline.plan.cards import Card
+from pipeline.plan.estimate import Estimate, backend_path, estimate, token_lengths
+from pipeline.plan.shape import count_parameters, load_shape
+
+
+@dataclass
+class Suggestion:
+    changes: dict[str, Any]
+    estimate: Estimate
+
+    def describe(self) -> str:
+        what = ", ".join(f"{key}: {value}" for key, value in self.changes.items())
+        close = ", inside the uncertainty" if self.estimate.band_gib[1] > self.estimate.usable_gib else ""
+        return f"{what}  -> {self.estimate.peak_gib:.1f} GiB (margin {self.estimate.margin_gib:+.1f} GiB{close})"
+
+
+def plan(cfg: PipelineConfig, card: Card) -> Estimate:
+    shape = load_shape(cfg.model.model_name_or_path)
+    return estimate(cfg, shape, count_parameters(shape), card)
+
+
+def _generations(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    g = cfg.grpo
+    questions = max(1, g.per_device_train_batch_size // g.num_generations)
+    for n in range(g.num_generations - 1, 1, -1):
+        yield {"num_generations": n, "per_device_train_batch_size": n * questions}
+
+
+def _completion(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    prompt, completion = token_lengths(cfg)
+    fixed = parse_limit(cfg.data.max_completion_length, "max_completion_length") is not None
+    step = 64
+    for length in range((completion - 1) // step * step, step - 1, -step):
+        if fixed:
+            yield {"max_completion_length": str(length)}
+        else:  # auto completion = max_seq_length - prompt: shrink the budget
+            yield {"max_seq_length": prompt + length}
+
+
+def _batch(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    g = cfg.grpo
+    total = g.per_device_train_batch_size * g.gradient_accumulation_steps
+    for rows in range(g.per_device_train_batch_size - 1, 0, -1):
+        if g.per_device_train_batch_size % rows == 0:
+            yield {"per_device_train_batch_size": rows, "gradient_accumulation_steps": total // rows}
+
+
+def _share(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    if backend_path(cfg) != "unsloth+vllm":
+        return
+    # With standby Unsloth replaces the share with its own tier, so a smaller share means standby off.
+    standby_off = {} if cfg.model.vllm_standby == "false" else {"vllm_standby": "false"}
+    for hundredths in range(90, 14, -5):
+        yield {**standby_off, "gpu_memory_utilization": f"{hundredths / 100:.2f}"}
+
+
+def _standby(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    if backend_path(cfg) == "unsloth+vllm" and cfg.model.vllm_standby == "false":
+        yield {"vllm_standby": "true"}
+
+
+def _four_bit(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    if not cfg.model.load_in_4bit:
+        yield {"load_in_4bit": True}
+
+
+def _model(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    for name in smaller_models(cfg.model.model_name_or_path):
+        yield {"model_name_or_path": name}
+
+
+KNOBS: tuple[Callable[[PipelineConfig], Iterator[dict[str, Any]]], ...] = (
+    _standby, _generations, _completion, _batch, _share, _four_bit, _model,
+)
+
+
+def suggestions(cfg: PipelineConfig, card: Card) -> list[Suggestion]:
+    """For each knob, its first rung that fits (a knob with none is left out), smallest peak first."""
+    found = []
+    for knob in KNOBS:
+        for changes in knob(cfg):
+            try:
+                changed = cfg.replace(**changes)
+                result = plan(changed, card)
+            except ConfigError:
+                continue
+            if result.fits:
+                found.append(Suggestion(changes, result))
+                break
+    return found
+
+
+def fitted_recipe(base: dict[str, Any], cfg: PipelineConfig, card: Card) -> tuple[dict[str, Any], str]:
+    """The recipe to write: `base` (the YAML's keys and the command line's overrides), plus the first suggestion
+    when the recipe does not fit. Raises ConfigError when nothing single fits."""
+    result = plan(cfg, card)
+    if result.fits:
+        return dict(base), f"fits {card.name} as it is"
+    found = suggestions(cfg, card)
+    if not found:
+        raise ConfigError("gpu", f"no single change makes this recipe fit {card.describe()}; plan a larger card "
+                          "or a smaller model.")
+    return {**base, **found[0].changes}, f"changed to fit {card.name}: {found[0].describe()}"
+
+
+REFUSE_RATIO = 1.5  # the `memory` check refuses only when the estimate is this far over: below, it warns
+
+
+def memory_check(cfg: PipelineConfig) -> str:
+    """The `memory` check of `grpo train --check` (pipeline/preflight.py).
+
+    Plans for gpu_memory_gb, else the visible GPU (nvidia-smi, no torch); with neither, or a model whose config
+    cannot be read offline, it says so and passes. Estimated not to fit: a warning naming the smallest change
+    that fits; estimated over REFUSE_RATIO x the usable memory (or vLLM unable to start): a ConfigError.
+    """
+    from pipeline.demo.registry import builtin_model
+    from pipeline.plan.cards import card_from_memory, live_card
+    from pipeline.plan.estimate import UNCERTAINTY
+
+    if builtin_model(cfg.model.model_name_or_path) is not None:
+        return "not estimated: a built-in CPU model"
+    card = card_from_memory(cfg.model.gpu_memory_gb) if cfg.model.gpu_memory_gb is not None else live_card()
+    if card is None:
+        return "not estimated: no GPU visible and no gpu_memory_gb (grpo plan --gpu NAME estimates for a card)"
+    try:
+        result = plan(cfg, card)
+    except ConfigError as err:
+        return f"not estimated: {err}"
+    summary = (f"estimated peak {result.peak_gib:.1f} GiB (±{UNCERTAINTY:.0%}) of {result.usable_gib:.1f} GiB usable "
+               f"on {card.name}")
+    if result.fits:
+        return f"{summary}, margin {result.margin_gib:+.1f} GiB"
+    found = suggestions(cfg, card)
+    fix = (f"smallest change that fits: {found[0].describe()} (all of them: grpo plan)" if found else
+           "no single change fits: a larger GPU or a smaller model (grpo plan shows the parts)")
+    if result.blocker or result.ratio > REFUSE_RATIO:
+        why = result.blocker or f"{result.ratio:.1f}x the usable memory"
+        field = next(iter(found[0].changes)) if found else "model_name_or_path"
+        raise ConfigError(field, f"{summary}: {why}, so the first step would run out of memory. {fix}. If you know "
+                          "the card has more free memory, set gpu_memory_gb to it.")
+    return f"warning: {summary}: does not fit by {-result.margin_gib:.1f} GiB; {fix}"

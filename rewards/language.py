@@ -1,0 +1,172 @@
+"""Language consistency: is the reasoning and the answer written in the language of the question?
+
+Qwen models trained with GRPO on Chinese questions often drift into English or mixed-language
+reasoning: the correctness reward does not care, so nothing pushes back. This reward does. Off by
+default; add it to `reward_funcs` (configs/qwen2.5-1.5b-gsm8k-zh.yaml does) and give it a weight.
+
+How a text's language is read (`script_counts`): CJK ideographs count one each, Latin words of two or
+more letters count one each (a Chinese character and an English word carry about as much meaning).
+Ignored: numbers, punctuation, formulas (`3x+2=8`: single letters are variables), LaTeX (`$...$`,
+`\\(...\\)`, `\\[...\\]`, `\\frac` and other commands) and tags (`<reasoning>`, `<|im_end|>`). So
+`设 x=5，则 2x+1=11` is all Chinese and `\\frac{1}{2} of 18 is 9` all English.
+
+The score of a completion (`language_consistency_reward_func`):
+
+| case                                                       | reward                                    |
+|------------------------------------------------------------|-------------------------------------------|
+| the question's language: the script with more units in it  | (no letters in it: the completion's own)  |
+| each part (the `<reasoning>` block, the `<answer>` block;  | share = its units in that language / all  |
+| the whole completion when it has neither)                  | its units; part score min(1, share / 0.9) |
+| a part with no letters (an answer `18`)                    | part score 1                              |
+| total                                                      | 0.5 x the mean part score                 |
+| None / not text                                            | 0.0                                       |
+
+`LANGUAGE_THRESHOLD` (0.9) is the share that earns full marks: a Chinese reasoning with a stray `km` or
+`GSM8K` keeps them, one that switches to English half way loses about half. Its scale (0.5) is the format
+rewards'; raise its weight in `reward_weights` to make drift cost more than a format point.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from rewards.completions import completion_text, completion_texts
+from rewards.extract import extract_xml_answer
+from rewards.format import REASONING_CLOSE, REASONING_OPEN
+
+LANGUAGE_REWARD = 0.5
+LANGUAGE_THRESHOLD = 0.9
+
+CJK, LATIN = "cjk", "latin"
+# CJK Unified Ideographs, Extension A, Compatibility Ideographs.
+_CJK_CHAR = re.compile("[\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff]")
+# Runs of ASCII letters and digits: a run of 2+ letters is a word; one with a digit (18, 3x, 2nd, GSM8K) or a
+# single letter (a variable) is not. Every pattern here matches in linear time (no nested or unbounded
+# backtracking; maths spans are found by _without_maths in one pass), so a megabyte of text costs milliseconds.
+_TOKEN = re.compile(r"[A-Za-z0-9]+")
+_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")  # \boxed, \frac, \times outside maths
+_TAG = re.compile(r"<[^<>\s]{1,40}>")  # <reasoning>, </answer>, <|im_end|>; "x < 5 and y > 3" is no tag
+_MATH_DELIMITERS = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
+_MATH_OPEN = re.compile(r"\$\$|\$|\\\(|\\\[")
+_CHATML_USER = re.compile(r"<\|im_start\|>user\n(.*?)(?:<\|im_end\|>|$)", re.S)
+
+
+def script_counts(text: str) -> dict[str, int]:
+    """Units of each script in `text`: CJK ideographs and Latin words, outside numbers, formulas, LaTeX, tags.
+
+    >>> script_counts("小明有 18 个苹果，吃了 3 个。")
+    {'cjk': 9, 'latin': 0}
+    >>> script_counts("<reasoning>He has $\\\\frac{1}{2}$ of 18 apples, so 2x = 9</reasoning>")
+    {'cjk': 0, 'latin': 5}
+    """
+    kept = _TAG.sub(" ", _LATEX_COMMAND.sub(" ", _without_maths(text)))
+    words = sum(1 for token in _TOKEN.findall(kept) if len(token) > 1 and token.isalpha())
+    return {CJK: len(_CJK_CHAR.findall(kept)), LATIN: words}
+
+
+def _without_maths(text: str) -> str:
+    """`text` with its LaTeX maths spans ($...$, $$...$$, \\(...\\), \\[...\\]) blanked, in one pass: once a
+    delimiter has no closer after some point, no later opener of that kind is searched again."""
+    pieces, position, unclosed = [], 0, set()
+    while (opener := _MATH_OPEN.search(text, position)) is not None:
+        delimiter = opener.group()
+        close = -1 if delimiter in unclosed else text.find(_MATH_DELIMITERS[delimiter], opener.end())
+        if close == -1:
+            unclosed.add(delimiter)
+            pieces.append(text[position:opener.end()])
+            position = opener.end()
+            continue
+        pieces += [text[position:opener.start()], " "]
+        position = close + len(_MATH_DELIMITERS[delimiter])
+    pieces.append(text[position:])
+    return "".join(pieces)
+
+
+def dominant_script(text: Optional[str]) -> Optional[str]:
+    """`"cjk"` or `"latin"`, whichever has more units (a tie goes to CJK); None when there are none.
+
+    >>> dominant_script("一共有多少个苹果？"), dominant_script("How many apples?"), dominant_script("2+3=5")
+    ('cjk', 'latin', None)
+    """
+    counts = script_counts(text or "")
+    if not any(counts.values()):
+        return None
+    return CJK if counts[CJK] >= counts[LATIN] else LATIN
+
+
+def share_in(text: str, script: str) -> Optional[float]:
+    """The share of `text`'s units written in `script`; None when it has no letters at all.
+
+    >>> share_in("答案是 18 apples", "cjk")
+    0.75
+    """
+    counts = script_counts(text)
+    total = sum(counts.values())
+    return counts[script] / total if total else None
+
+
+def question_text(prompt: Any) -> Optional[str]:
+    """The question a completion answers: the last user message of a conversation, the user turn of a
+    ChatML-rendered prompt, or the prompt string itself.
+
+    >>> question_text([{"role": "system", "content": "Respond in English"}, {"role": "user", "content": "几个？"}])
+    '几个？'
+    >>> question_text("<|im_start|>system\\nRespond...<|im_end|>\\n<|im_start|>user\\n几个？<|im_end|>\\n")
+    '几个？'
+    """
+    if isinstance(prompt, str):
+        turns = _CHATML_USER.findall(prompt)
+        return turns[-1] if turns else prompt
+    return completion_text(prompt, role="user")
+
+
+def language_consistency(completion: Optional[str], question: Optional[str]) -> float:
+    """The score of one completion against its question (see the module's table).
+
+    >>> question = "小明有几个苹果？"
+    >>> language_consistency("<reasoning>小明有 3 个苹果</reasoning><answer>3</answer>", question)
+    0.5
+    >>> language_consistency("<reasoning>Xiao Ming has 3 apples</reasoning><answer>3</answer>", question)
+    0.25
+    """
+    if completion is None:
+        return 0.0
+    target = dominant_script(question) or dominant_script(completion)
+    if target is None:
+        return LANGUAGE_REWARD
+    scores = [1.0 if share is None else min(1.0, share / LANGUAGE_THRESHOLD)
+              for share in (share_in(part, target) for part in _parts(completion))]
+    return round(LANGUAGE_REWARD * sum(scores) / len(scores), 6)
+
+
+def language_consistency_reward_func(prompts: Any = None, completions: Any = None, **kwargs: Any) -> list[float]:
+    """Up to 0.5 per completion when its reasoning and answer are in the question's language.
+
+    `prompts` are TRL's (one per completion: a conversation or a string); without them each completion is
+    held to its own dominant language, so only mixing costs. TRL's other keyword arguments are ignored.
+
+    >>> zh = [{"role": "user", "content": "一支笔 3 元，4 支笔多少钱？"}]
+    >>> language_consistency_reward_func(prompts=[zh, zh, zh], completions=[
+    ...     "<reasoning>\\n4 × 3 = 12，所以是 12 元。\\n</reasoning>\\n<answer>\\n12\\n</answer>\\n",
+    ...     "<reasoning>\\nEach pen costs 3, so 4 pens cost 12.\\n</reasoning>\\n<answer>\\n12\\n</answer>\\n",
+    ...     None])
+    [0.5, 0.25, 0.0]
+    """
+    texts = completion_texts(completions)
+    questions = list(prompts) if isinstance(prompts, (list, tuple)) else []
+    return [language_consistency(text, question_text(questions[i]) if i < len(questions) else None)
+            for i, text in enumerate(texts)]
+
+
+def _parts(text: str) -> list[str]:
+    """The reasoning and answer blocks that are present; the whole text when neither is."""
+    parts = []
+    start = text.find(REASONING_OPEN)
+    end = text.find(REASONING_CLOSE, start + 1) if start != -1 else -1
+    if start != -1 and end != -1:
+        parts.append(text[start + len(REASONING_OPEN):end])
+    answer = extract_xml_answer(text)
+    if answer:
+        parts.append(answer)
+    return parts or [text]
