@@ -50,6 +50,9 @@ def recipe(folder: Path, text: str = "", name: str = "recipe.yaml") -> Path:
 
     base = {**cpu_demo_config(), "output_dir": str(folder / "run"), "data_cache_dir": str(folder / "cache"),
             "max_samples": 8, "per_device_train_batch_size": 4, "num_generations": 4}
+    # the keys `text` sets replace the base's (a key given twice is refused); `text` stays raw (syntax errors)
+    overridden = {line.split(":", 1)[0].strip() for line in text.splitlines() if ":" in line and line[:1].isalpha()}
+    base = {key: value for key, value in base.items() if key not in overridden}
     path = folder / name
     path.write_text(yaml.safe_dump(base, allow_unicode=True) + text, encoding="utf-8")
     return path
@@ -237,6 +240,66 @@ CASES: list[Fault] = [
           "the disk is full", patch=disk_full_enospc, after=no_partial_checkpoint),
     Fault("--check with bad data (JSON)", lambda d: [*data_file(d, b""), "--check"], '"ok": false'),
     Fault("--check passes", lambda d: [*train(d), "--check"], '"ok": true', exit_code=0),
+]
+
+
+# ---------------------------------------------------------------- saves, resume and config semantics (issue 22)
+# docs/reliability.md "Saves and resume"; the kill-at-every-moment and interrupt tables are tests/test_saves.py
+# and tests/test_interrupts.py (they need real training).
+
+
+def duplicate_key(folder: Path) -> list[str]:
+    return train(folder, "beta: 0.0\nlearning_rate: 1e-5\nbeta: 0.04\n")
+
+
+def checkpoint_of_another_shape(folder: Path) -> list[str]:
+    """A complete checkpoint whose recorded LoRA rank (grpo_shape.json) is not the recipe's."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from pipeline.config import from_mapping
+    from pipeline.run.checkpoints import SHAPE_NAME, weight_shape
+
+    argv = train(folder)
+    import yaml
+
+    cfg = from_mapping(yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8")))
+    ckpt = folder / "run" / "checkpoint-1"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 1, "max_steps": 5}), encoding="utf-8")
+    save_file({"lora_A": np.zeros((2, 2), dtype=np.float32)}, str(ckpt / "adapter_model.safetensors"))
+    (ckpt / SHAPE_NAME).write_text(json.dumps({**weight_shape(cfg), "lora_r": 99}), encoding="utf-8")
+    return argv
+
+
+def disk_full_safetensors(monkeypatch, folder: Path) -> None:
+    """safetensors' own exception class (neither OSError nor RuntimeError) for a full disk, at the checkpoint."""
+    import peft.peft_model
+
+    class SafetensorError(Exception):
+        pass
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(peft.peft_model, "safe_save_file", full)
+
+
+SHORT_RUN = "max_steps: 1\nsave_steps: 1\nsft_warmup_steps: 0\neval_before: false\neval_after: false\n"
+
+CASES += [
+    Fault("duplicate YAML key", duplicate_key, "`beta` is set twice (first on line"),
+    Fault("max_steps: 0", lambda d: train(d, "max_steps: 0\n"), "`max_steps`: got 0, which trains nothing"),
+    Fault("negative seed", lambda d: train(d, "seed: -1\n"), "`seed`: got -1"),
+    Fault("--resume auto after changing lora_r", checkpoint_of_another_shape, "lora_r 99 -> "),
+    Fault("disk full: safetensors' own error class", lambda d: train(d, SHORT_RUN), "the disk is full",
+          patch=disk_full_safetensors, after=no_partial_checkpoint),
+    Fault("grpo eval --limit 0", lambda d: ["eval", "--base", "--model", "tiny-qwen2.5", "--data", "demo-arithmetic",
+                                            "--limit", "0", "--output", str(d / "eval.json"), "--backend", "plain"],
+          "--limit 0: use a positive number"),
+    Fault("grpo generate --max_tokens 0", lambda d: ["generate", "--base", "--model", "tiny-qwen2.5", "--prompt",
+                                                     "1+1?", "--max_tokens", "0", "--backend", "plain"],
+          "--max_tokens 0: use a positive number"),
 ]
 
 

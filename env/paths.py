@@ -156,6 +156,21 @@ def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True
     os.mkdir(temp)
     try:
         yield temp
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    publish_directory(temp, final, durable=durable)
+
+
+def publish_directory(temp: Path, final: Path, *, durable: bool = True) -> None:
+    """Rename the complete folder `temp` to `final` (same file system), replacing what is there.
+
+    The second half of `atomic_directory`, for folders a library writes under a name of its own choosing
+    (the Trainer's checkpoints, see pipeline/run/checkpoints.py `stage_checkpoint_saves`). File modes are
+    normalised and, with `durable`, every file and folder is fsynced before the rename. On failure `temp` is
+    removed and `final` keeps its previous version.
+    """
+    try:
         normalize_file_modes(temp)  # safetensors' 0600 weights get the same permissions as the rest
         if durable:
             for root, _dirs, files in os.walk(temp):
@@ -184,6 +199,24 @@ def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True
         os.rename(temp, final)
     if durable:
         _fsync_path(final.parent)
+
+
+def staging_leftovers(folder: str | os.PathLike[str]) -> list[Path]:
+    """The hidden `.NAME.tmp-*` / `.NAME.old-*` siblings that killed `atomic_directory` / `atomic_write_text`
+    calls left in `folder`; a `.old-*` only once its final name exists again (until then it is the only
+    complete copy, which `verify_adapter_dir` points at)."""
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.iterdir():
+        match = _LEFTOVER.match(path.name)
+        if match and (match.group(2) == "tmp" or (root / match.group(1)).exists()):
+            found.append(path)
+    return sorted(found)
+
+
+_LEFTOVER = re.compile(r"^\.(.+)\.(tmp|old)-\d+-[0-9a-f]{8}$")
 
 
 def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], None],

@@ -62,9 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from pipeline.run.checkpoints import interrupts_raise
+
     module_name, _ = COMMANDS[argv[0]]
-    module = importlib.import_module(module_name)
-    return int(module.main(argv[1:]) or 0)
+    try:
+        with interrupts_raise():  # Ctrl-C / SIGTERM: exit 130, no traceback (`grpo train` adds its resume command)
+            module = importlib.import_module(module_name)
+            return int(module.main(argv[1:]) or 0)
+    except KeyboardInterrupt as stop:
+        print(f"\n[grpo] {argv[0]} interrupted ({stop or 'SIGINT'}); nothing half-written was kept.", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ Exit codes: 0 done, 2 bad config or input, 3 stopped (a health rule, a failing r
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -48,10 +49,13 @@ def _is_main_process() -> bool:
 
 
 def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
-                 callbacks: Optional[list] = None) -> RunResult:
+                 callbacks: Optional[list] = None, resume_hint: str = "run it again (--resume auto)") -> RunResult:
     """Train with `cfg` and return where everything went. Raises ConfigError for bad config/input.
 
-    `callbacks` are extra transformers TrainerCallbacks (e.g. a notebook's live plot).
+    `callbacks` are extra transformers TrainerCallbacks (e.g. a notebook's live plot); `resume_hint` is what
+    an interrupted run prints to continue (`grpo train` passes the user's own command). A signal during
+    training stops at the end of the step with a checkpoint (status "interrupted"); anywhere else it raises
+    KeyboardInterrupt, which leaves nothing half-written, and the same call completes the run.
     """
     start = time.time()
 
@@ -81,25 +85,40 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     output_dir = absolute_path(cfg.grpo.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     if not _is_main_process():  # DDP ranks share rank 0's run folder; rank 0 holds the lock for all
-        return _run_locked(cfg, choice, backend, output_dir, callbacks, start)
+        return _run_locked(cfg, choice, backend, output_dir, callbacks, start, resume_hint)
     with run_lock(output_dir):  # a second run into this folder is refused, naming this one
-        return _run_locked(cfg, choice, backend, output_dir, callbacks, start)
+        return _run_locked(cfg, choice, backend, output_dir, callbacks, start, resume_hint)
 
 
-def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir: Path, callbacks, start: float):
-    from env.paths import atomic_directory
+def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir: Path, callbacks, start: float,
+                resume_hint: str):
+    from env.paths import atomic_directory, previous_versions
     from pipeline.infer.session import verify_trained_dir
-    from pipeline.run.checkpoints import (GracefulStop, checkpoint_step, disk_full_is_resumable, resolve_resume,
-                                          save_checkpoint_now)
+    from pipeline.run.checkpoints import (
+        GracefulStop,
+        checkpoint_step,
+        remove_staging_leftovers,
+        resolve_resume,
+        resume_mismatch,
+        save_checkpoint_now,
+        storage_errors_are_resumable,
+    )
     from pipeline.trainer.build import build_trainer
 
     # ---------------------------------------------------------------- resume target (before anything loads)
+    if _is_main_process():
+        remove_staging_leftovers(output_dir, log=_print)  # a killed save's temporary folders; we hold the lock
     resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
     resume_step = checkpoint_step(resume_from) if resume_from else None
+    finish_only = False  # trained to max_steps already, a final file missing: write them, train no step
     if resume_from:
+        mismatch = resume_mismatch(resume_from, cfg)  # other LoRA shape or base model: refused before loading
+        if mismatch:
+            raise ConfigError("resume", mismatch)
         finished = _finished_run(cfg, output_dir, resume_from)
-        if finished is not None:
+        if isinstance(finished, RunResult):
             return finished
+        finish_only = finished == "finish"
 
     # ---------------------------------------------------------------- data (tokenizer only)
     from pipeline.data.report import accounting_line
@@ -172,16 +191,23 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     earlier_warnings: list[str] = []
     reward_failure, kept = None, None
     while True:
-        if resume_from:
+        if resume_from and not finish_only:
             _print(f"resuming from {resume_from} (step {resume_step})")
-        with GracefulStop() as stopper, disk_full_is_resumable(trainer, output_dir):
-            trainer.add_callback(stopper.callback())
-            try:
-                trainer.train(resume_from_checkpoint=resume_from)
-            except RewardFailure as err:  # a reward raised or broke its contract: stop cleanly, keep a checkpoint
-                trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)  # closes the bar
-                reward_failure, kept = err, save_checkpoint_now(trainer, output_dir)
-        if reward_failure or stopper.signal_name or health.rollback_to is None:
+        with GracefulStop() as stopper, storage_errors_are_resumable(trainer, output_dir):
+            if finish_only:
+                # Only the weights: Trainer.train(resume_from_checkpoint=) at max_steps would train one step more.
+                from transformers.trainer_callback import TrainerState
+
+                trainer._load_from_checkpoint(resume_from)  # as Trainer.train loads them (peft: load_adapter)
+                trainer.state = TrainerState.load_from_json(str(Path(resume_from) / "trainer_state.json"))
+            else:
+                trainer.add_callback(stopper.callback())
+                try:
+                    trainer.train(resume_from_checkpoint=resume_from)
+                except RewardFailure as err:  # a reward raised or broke its contract: stop, keep a checkpoint
+                    trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)  # the bar
+                    reward_failure, kept = err, save_checkpoint_now(trainer, output_dir)
+        if finish_only or reward_failure or stopper.signal_name or health.rollback_to is None:
             break
         # A collapse with a healthy checkpoint before it: resume from there with a lower learning rate.
         from pipeline.health.rollback import ROLLBACK_EVENT, rollback_record
@@ -217,11 +243,16 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     eval_after = None
     if status == "completed" and _is_main_process():
         adapter_dir = output_dir / "lora"
-        with disk_full_is_resumable(trainer, output_dir), atomic_directory(adapter_dir) as staging:
-            backend.save_adapter(trainer.model, tokenizer, staging)
-            write_adapter_metadata(staging, manifest)  # the folder stays usable when copied away from the run
-        verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
-        write_manifest(output_dir, manifest)
+        # A run is complete only once lora/, manifest.json and summary.json (written last) all exist: a kill
+        # anywhere in between leaves a run that the same command finishes from its final checkpoint.
+        with storage_errors_are_resumable(trainer, output_dir):
+            with atomic_directory(adapter_dir) as staging:
+                backend.save_adapter(trainer.model, tokenizer, staging)
+                write_adapter_metadata(staging, manifest)  # usable when copied away from the run
+            verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
+            for stale in previous_versions(adapter_dir):  # a copy an interrupted replace left
+                shutil.rmtree(stale, ignore_errors=True)
+            write_manifest(output_dir, manifest)
         # ------------------------------------------------------------ eval after
         if cfg.eval.eval_after and eval_rows:
             eval_after = evaluate_rows(backend.training_generator(trainer.model, tokenizer, cfg), tokenizer,
@@ -239,14 +270,14 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
                                 warnings=[*earlier_warnings, *health.warnings], health=health.summary(),
                                 plot_settings=plot_settings(cfg), resumed_from_step=resume_step,
                                 best=periodic_eval.best.best if periodic_eval else None, rollbacks=rollbacks)
-        _print_where_everything_is(output_dir, status, reason, adapter_dir, cfg)
+        _print_where_everything_is(output_dir, status, reason, adapter_dir, cfg, resume_hint)
     return RunResult(output_dir, status, exit_code, steps, adapter_dir, summary)
 
 
-def _finished_run(cfg: PipelineConfig, output_dir: Path, checkpoint: str) -> Optional[RunResult]:
-    """A run whose newest checkpoint already reached max_steps: say so (exit 0) instead of training past it."""
-    import json
-
+def _finished_run(cfg: PipelineConfig, output_dir: Path, checkpoint: str) -> RunResult | str | None:
+    """A run whose newest checkpoint reached max_steps and whose final files all exist: say so (exit 0)
+    instead of training past it. None when there is training left; "finish" when a final file is missing
+    (a kill during the final save): the run then loads that checkpoint, trains no step and writes them."""
     from pipeline.run.checkpoints import checkpoint_state
 
     state = checkpoint_state(checkpoint)
@@ -254,24 +285,51 @@ def _finished_run(cfg: PipelineConfig, output_dir: Path, checkpoint: str) -> Opt
     target = cfg.grpo.max_steps if cfg.grpo.max_steps > 0 else int(state.get("max_steps") or 0)
     if target <= 0 or step < target:
         return None
-    saved = output_dir / "lora" if (output_dir / "lora").is_dir() else None
+    missing, summary = _final_files_problem(output_dir, step)
+    if missing:
+        _print(f"{output_dir} has trained all {step} steps, but {missing}: finishing the run from {checkpoint} "
+               "(no further training)")
+        return "finish"
+    saved = output_dir / "lora"
     _print(f"run already complete: {output_dir} has trained {step} of max_steps={target} steps; nothing to do.")
     _print(f"  to train longer: raise --max_steps (e.g. --max_steps {step * 2}); it resumes from step {step}")
     _print("  to start over:   --resume never (same folder) or a new --output_dir")
-    _print(f"  result:          {saved}" if saved else f"  final checkpoint: {checkpoint}")
-    summary_path = output_dir / "summary.json"
-    try:
-        summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
-    except (OSError, ValueError):
-        summary = {}
+    _print(f"  result:          {saved}")
     return RunResult(output_dir, "completed", EXIT_OK, step, saved, summary)
 
 
+def _final_files_problem(output_dir: Path, step: int) -> tuple[Optional[str], dict[str, Any]]:
+    """(what is missing of a completed run's final files, or None; its summary). Complete means: lora/
+    verifies, manifest.json reads, and summary.json (written last) says completed at this step."""
+    import json
+
+    from env.adapters import AdapterError
+    from pipeline.infer.session import verify_trained_dir
+    from pipeline.run.manifest import MANIFEST_NAME
+
+    try:
+        verify_trained_dir(output_dir / "lora")
+    except AdapterError:
+        return "lora/ is missing or incomplete", {}
+    read: dict[str, Any] = {}
+    for name in (MANIFEST_NAME, "summary.json"):
+        try:
+            read[name] = json.loads((output_dir / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return f"{name} is missing or unreadable", {}
+        if not isinstance(read[name], dict):
+            return f"{name} is not a JSON object", {}
+    summary = read["summary.json"]
+    if summary.get("status") != "completed" or summary.get("steps") != step:
+        return f"summary.json records status {summary.get('status')!r} at step {summary.get('steps')}", {}
+    return None, summary
+
+
 def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[str], adapter_dir: Optional[Path],
-                               cfg: PipelineConfig) -> None:
+                               cfg: PipelineConfig, resume_hint: str) -> None:
     _print(f"run {status}" + (f": {reason}" if reason else ""))
     if status == "interrupted":
-        _print(f"resume with: grpo train <same options> --output_dir {output_dir} --resume auto")
+        _print(f"resume with: {resume_hint}")
     if status == "stopped":
         _print(f"a checkpoint was kept in {output_dir}; see summary.json for the reason")
     best_dir = output_dir / "best_lora" if cfg.eval.eval_steps else None  # pipeline/trainer/periodic_eval.py
@@ -293,26 +351,33 @@ def _example_question(cfg: PipelineConfig) -> str:
 
 def main(argv: Optional[list[str]] = None) -> int:
     from env.adapters import AdapterError
-    from env.disk import DiskFullError
+    from env.disk import StorageError
     from pipeline.data.prepare import DataError
     from pipeline.data.sources import DataFileError
+    from pipeline.run.checkpoints import interrupts_raise, resume_command
 
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
     if "--check" in argv:
         return check_main([a for a in argv if a != "--check"])
     if any(a in ("-h", "--help") for a in argv):
         return _print_help(argv)
+    resume_hint = resume_command(argv)  # the user's own options, before any defaults are added
     try:
-        # `grpo` already prepared this backend before importing this module (pipeline/bootstrap.py).
-        choice = backend_choice(argv)
-        argv, base, note = defaults_for(argv, choice)
-        if note:
-            _print(note)
-        cfg = parse_config(argv, base=base)
-        result = run_training(cfg, choice)
-    except (ConfigError, FileNotFoundError, DataError, DataFileError, AdapterError, DiskFullError) as err:
+        with interrupts_raise():  # Ctrl-C or SIGTERM in any phase: exit 130 with the command that continues
+            # `grpo` already prepared this backend before importing this module (pipeline/bootstrap.py).
+            choice = backend_choice(argv)
+            argv, base, note = defaults_for(argv, choice)
+            if note:
+                _print(note)
+            cfg = parse_config(argv, base=base)
+            result = run_training(cfg, choice, resume_hint=resume_hint)
+    except (ConfigError, FileNotFoundError, DataError, DataFileError, AdapterError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt as stop:
+        print(f"\n[grpo] interrupted ({stop or 'SIGINT'}); what was saved is kept and nothing is half-written.\n"
+              f"[grpo] resume with: {resume_hint}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
     return result.exit_code
 
 

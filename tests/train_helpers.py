@@ -75,3 +75,29 @@ def poison_gradients(at_step: int, times: int = 1):
             self.hooks = []
 
     return PoisonGradients()
+
+
+def resolve_dotted(dotted: str) -> tuple[Any, str]:
+    """`package.module.Class.attr` or `package.module.attr` -> (the object holding attr, attr), for tests that
+    replace one function at a named moment of a run."""
+    import importlib
+
+    module_name, _, attr = dotted.rpartition(".")
+    try:
+        return importlib.import_module(module_name), attr
+    except ModuleNotFoundError:
+        module_name, _, cls = module_name.rpartition(".")
+        return getattr(importlib.import_module(module_name), cls), attr
+
+
+def load_fault_bench(monkeypatch) -> Any:
+    """bench/faults.py as a module (its set-up helpers: a saved adapter with its manifest, recipes...)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("bench_faults_helpers", Path(__file__).resolve().parents[1]
+                                                  / "bench" / "faults.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module

@@ -23,6 +23,7 @@ from pipeline.config.fields import (
     field_choices,
     field_names,
     from_mapping,
+    given,
     trl_training_args,
 )
 from pipeline.config.parse import normalize_argv, parse_config, peek_option, read_recipe
@@ -40,6 +41,6 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT", "SECTIONS", "UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS", "ConfigError", "DataArguments",
     "EvalArguments", "GRPOArguments", "GenerationArguments", "HealthArguments", "LoraArguments", "ModelArguments",
     "PipelineConfig", "check_adapter_rank", "check_choices", "check_field_values", "field_choices", "field_names",
-    "from_mapping", "normalize_argv", "parse_config", "parse_limit", "peek_option", "read_recipe",
+    "from_mapping", "given", "normalize_argv", "parse_config", "parse_limit", "peek_option", "read_recipe",
     "sampling_params_mapping", "trl_training_args", "validate", "validate_unsloth",
 ]

@@ -46,6 +46,17 @@ def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
                                       f"load it. {fix}")
 
 
+def given(*values: Any) -> Any:
+    """The first value that was given (is not None). Not `a or b`: an empty string, 0 or false that a user
+    chose would read as "not given" and be replaced by a default (`system_prompt: ""` trained without a
+    system message, then generated with the default one).
+
+    >>> given("", "default"), given(None, 0, 5), given(None, None)
+    ('', 0, None)
+    """
+    return next((value for value in values if value is not None), None)
+
+
 def _help(text: str, *, gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
           le: Optional[float] = None, choices: tuple[str, ...] = (), trl: bool | str = False, **kw) -> Any:
     """A field with its help text and the rules `check_field_values` enforces: bounds for numbers, `choices`
@@ -197,7 +208,8 @@ class GRPOArguments:
         "Completions (not prompts!) per device per step, as TRL counts them.", default=8, ge=1, trl=True
     )
     gradient_accumulation_steps: int = _help("Steps accumulated before an optimizer step.", default=1, ge=1, trl=True)
-    max_steps: int = _help("Optimizer steps; -1 = run num_train_epochs.", default=250, ge=-1, trl=True)
+    max_steps: int = _help("Optimizer steps; -1 = run num_train_epochs (0 is refused: it trains nothing).",
+                           default=250, ge=-1, trl=True)
     num_train_epochs: float = _help("Used only when max_steps = -1.", default=1.0, gt=0, trl=True)
     beta: float = _help(
         "KL coefficient. 0 (TRL default) loads no reference model; > 0 adds a 'ref' adapter copy and logs `kl`.",
@@ -232,11 +244,13 @@ class GRPOArguments:
     adam_beta1: float = _help("As in the notebook.", default=0.9, ge=0, lt=1, trl=True)
     adam_beta2: float = _help("The notebook uses 0.99: reacts faster than 0.999 to RL's moving target.",
                               default=0.99, ge=0, lt=1, trl=True)
-    max_grad_norm: float = _help("Gradient clipping; the notebook uses 0.1: RL gradients spike.", default=0.1, ge=0, trl=True)
+    max_grad_norm: float = _help("Gradient clipping; the notebook uses 0.1: RL gradients spike. 0 turns clipping "
+                                 "off.", default=0.1, ge=0, trl=True)
     logging_steps: int = _help("Log (and check health) every N steps.", default=1, ge=1, trl=True)
     save_steps: int = _help("Checkpoint every N steps (resume needs them).", default=50, ge=1, trl=True)
     save_total_limit: Optional[int] = _help("Keep the newest N checkpoints.", default=3, ge=1, trl=True)
-    seed: int = _help("Seed for data order, LoRA init and sampling.", default=3407, trl=True)
+    seed: int = _help("Seed for data order, LoRA init and sampling (numpy's range: 0 .. 2**32 - 1).", default=3407,
+                      ge=0, le=2**32 - 1, trl=True)
     report_to: str = _help("none | tensorboard | wandb (comma-separated).", default="none")
     reward_funcs: list[str] = _help("Reward names from the registry, or module:function.",
                                     default_factory=lambda: list(DEFAULT_REWARD_FUNCS))

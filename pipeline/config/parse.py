@@ -113,7 +113,10 @@ def read_recipe(path: str) -> dict[str, Any]:
 
     try:
         with open(path, encoding="utf-8") as f:
-            loaded = yaml.safe_load(f)
+            loaded = yaml.load(f, Loader=unique_key_loader())  # a yaml.SafeLoader subclass
+    except DuplicateKeyError as err:
+        raise ConfigError(str(err.key), f"{os.path.abspath(path)} line {err.line}: `{err.key}` is set twice (first "
+                          f"on line {err.first_line}); YAML would silently keep the last one. Keep one.") from None
     except UnicodeDecodeError as err:
         raise ConfigError("config", f"{os.path.abspath(path)} is not UTF-8 text ({err.reason} at byte "
                           f"{err.start}); save it as UTF-8.") from None
@@ -173,6 +176,46 @@ def check_value_type(name: str, value: Any) -> None:
         coerce(value, kind, name)
     elif isinstance(value, (list, tuple)):
         raise ConfigError(name, f"got the list {value!r}; give one value.")
+
+
+class DuplicateKeyError(Exception):
+    """A key given twice in one YAML mapping (`line`, `first_line`: 1-based)."""
+
+    def __init__(self, key: Any, line: int, first_line: int):
+        super().__init__(f"duplicate key {key!r} on line {line} (first on line {first_line})")
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+def unique_key_loader() -> type:
+    """yaml.SafeLoader that refuses a key given twice in a mapping (PyYAML keeps the last one silently).
+    Merge keys (`<<: *base`) still override as YAML defines.
+
+    >>> import yaml
+    >>> yaml.load("a: 1\\nb: 2\\na: 3\\n", Loader=unique_key_loader())
+    Traceback (most recent call last):
+    ...
+    pipeline.config.parse.DuplicateKeyError: duplicate key 'a' on line 3 (first on line 1)
+    """
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                first: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        seen = key in first
+                    except TypeError:  # an unhashable key: SafeLoader's own error names it
+                        continue
+                    if seen:
+                        raise DuplicateKeyError(key, key_node.start_mark.line + 1, first[key] + 1)
+                    first[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 def peek_option(argv: list[str], name: str, default: Any = None) -> Any:

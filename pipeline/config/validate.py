@@ -199,6 +199,9 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     n_processes = n_processes or world_size()
     check_field_values(cfg)
 
+    if g.max_steps == 0:  # the Trainer would take one step and report success
+        raise ConfigError("max_steps", "got 0, which trains nothing; give the number of optimizer steps (e.g. 250), "
+                          "or -1 to train num_train_epochs.")
     if g.num_generations < 2:
         raise ConfigError("num_generations", f"got {g.num_generations}; GRPO compares completions within a "
                           "group, so it needs at least 2 (8 is typical).")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import Completion
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, given
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
 
@@ -28,7 +28,7 @@ def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, 
     the report goes to data_report_eval.json."""
     from pipeline.data.prepare import prepare_dataset
 
-    eval_cfg = cfg.replace(max_samples=limit or cfg.eval.eval_limit, strict=False)
+    eval_cfg = cfg.replace(max_samples=given(limit, cfg.eval.eval_limit), strict=False)
     prepared = prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir, write_report=write_report)
     return [{"prompt": row["prompt"], "answer": row["answer"], "id": row["id"]} for row in prepared.dataset]
 
@@ -143,6 +143,10 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     from pipeline.infer.session import inference_args, open_inference
 
     args = args if args is not None else inference_args(**options)
+    if limit is not None and limit < 1:
+        print(f"error: --limit {limit}: use a positive number of problems (default: the recipe's eval_limit)",
+              file=sys.stderr)
+        return None
     data = data or args.config
     if not data:
         print("error: pass --data (a recipe, a .jsonl/.csv/.parquet file or a dataset name) or --config RECIPE.yaml",

@@ -32,6 +32,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
 
     from env.adapters import AdapterError
+    from env.disk import StorageError, storage_errors_named
     from env.paths import absolute_path, atomic_directory
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, from_mapping
@@ -74,10 +75,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         backend = load_backend(choice.name)
         backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
         out.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_directory(out) as staging:
+        with storage_errors_named(out.parent, "run the same export again."), atomic_directory(out) as staging:
             backend.export(adapter, base_model, args.to, staging, cfg)
             carry_training_defaults(staging, manifest)
-    except ConfigError as err:
+    except (ConfigError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"exported {adapter.path} ({args.to}, base {base_model}) to {out}")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig, field_choices, from_mapping
+from pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig, field_choices, from_mapping, given
 
 DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
 
@@ -203,6 +203,10 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     if not 0.0 < gen.gen_top_p <= 1.0:
         _error(f"--top_p {gen.gen_top_p}: use a value in (0, 1] (1 = no nucleus cut).")
         return None
+    for flag, value in (("--max_tokens", gen.gen_max_tokens), ("--max_lora_rank", args.max_lora_rank)):
+        if value is not None and value < 1:  # 0 would otherwise read as "not given" somewhere downstream
+            _error(f"{flag} {value}: use a positive number.")
+            return None
     adapter = None
     manifest = None
     if args.lora:
@@ -216,7 +220,7 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
             from pipeline.run.manifest import ADAPTER_METADATA_NAME, MANIFEST_NAME
 
             folder = absolute_path(args.lora)
-            if not args.system_prompt:
+            if args.system_prompt is None:  # an empty --system_prompt "" is a choice, kept as given
                 _error(f"{folder} has no {ADAPTER_METADATA_NAME} inside and no {MANIFEST_NAME} beside it, so the "
                        "system prompt, chat template and max lengths it was trained with are unknown; the defaults "
                        f"would silently give wrong answers. Copy the run's {MANIFEST_NAME} into {folder}, or pass "
@@ -244,7 +248,7 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
         _error(f"{args.lora} was trained on {trained_base!r}, not {args.model!r}. Drop --model (the "
                "manifest names the right base) or pass the adapter trained on that model.")
         return None
-    max_lora_rank = args.max_lora_rank or (manifest or {}).get("max_lora_rank") or 64
+    max_lora_rank = given(args.max_lora_rank, (manifest or {}).get("max_lora_rank"), 64)
     uses_vllm = ((manifest or {}).get("config") or {}).get("fast_inference", True)  # false: Unsloth without vLLM
     if adapter is not None and uses_vllm:
         try:
@@ -266,16 +270,17 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
         return None
 
     trained_limit = (manifest or {}).get("max_completion_length")
-    max_tokens = gen.gen_max_tokens or trained_limit or DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST
+    max_tokens = given(gen.gen_max_tokens, trained_limit, DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST)
     if gen.gen_max_tokens and trained_limit and gen.gen_max_tokens > trained_limit and not gen.allow_longer_generation:
-        if not args.max_tokens:  # the recipe's gen_max_tokens: refused as validate() refuses it at train time
+        if args.max_tokens is None:  # the recipe's gen_max_tokens: refused as validate() refuses it at train time
             _error(f"config error in `gen_max_tokens`: {gen.gen_max_tokens} exceeds the trained "
                    f"max_completion_length ({trained_limit}); answers past the trained length are often cut before "
                    "</answer>. Lower it, or set allow_longer_generation: true.")
             return None
         warnings.warn(f"--max_tokens {args.max_tokens} is above the trained max_completion_length {trained_limit}: "
                       "the model never learned to finish its answer in that budget.", stacklevel=2)
-    system_prompt = args.system_prompt or (manifest or {}).get("system_prompt") or DEFAULT_SYSTEM_PROMPT
+    # The first one given, an empty string included: "" trains (and so generates) without a system message.
+    system_prompt = given(args.system_prompt, (manifest or {}).get("system_prompt"), DEFAULT_SYSTEM_PROMPT)
 
     flat = dict((manifest or {}).get("config") or {})
     flat.update(model_name_or_path=base_model, backend=args.backend, max_lora_rank=max_lora_rank,

@@ -9,6 +9,10 @@ scheduler.pt, rng_state*.pth, training_args.bin: torch.save writes a zip archive
 zip directory whose members fit in the file. Both checks read a few KB, not the gigabytes.
 A broken checkpoint is never deleted (it may hold the only copy of some state): we move it to
 `output_dir/corrupt/` and say so.
+
+Our own saves never leave one: `stage_checkpoint_saves` has the Trainer write each checkpoint into a hidden
+staging folder that is renamed into place once complete, with `grpo_shape.json` (the settings that shape the
+weights) inside, which `resume_mismatch` compares with the config before anything loads.
 """
 
 from __future__ import annotations
@@ -25,9 +29,21 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.adapters import safetensors_problem
-from env.paths import absolute_path
+from env.paths import absolute_path, atomic_write_json, publish_directory
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+# Where a checkpoint is written before it is renamed into place (ours), and the staging folder older
+# transformers versions used; both are left only by a killed save and are removed at the next start.
+STAGING_RE = re.compile(r"^\.checkpoint-\d+\.staging$|^tmp-checkpoint-\d+$")
+SHAPE_NAME = "grpo_shape.json"
+# The fields that decide the shape or meaning of a checkpoint's trained weights: resuming under other values
+# fails in peft's load_state_dict (size mismatch, after the model has loaded) or silently continues another
+# model. Each is compared before anything loads.
+WEIGHT_SHAPING_FIELDS = ("model_name_or_path", "lora_r", "lora_alpha", "lora_target_modules",
+                         "lora_modules_to_save")
+# The same fields as peft's adapter_config.json names them (checkpoints written before grpo_shape.json).
+_ADAPTER_CONFIG_NAMES = {"r": "lora_r", "lora_alpha": "lora_alpha", "target_modules": "lora_target_modules",
+                         "modules_to_save": "lora_modules_to_save"}
 WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "adapter_model.bin", "pytorch_model.bin",
                 "model.safetensors.index.json")
 
@@ -135,10 +151,11 @@ def checkpoint_step(path: str | Path) -> int:
 
 
 class GracefulStop:
-    """SIGINT/SIGTERM handler: the first signal asks the trainer to finish the step, save and stop.
+    """SIGINT/SIGTERM during training: the first signal asks the trainer to finish the step, save and stop.
 
-    A second signal restores the default behaviour (an impatient Ctrl-C still works).
-    Use as a context manager around `trainer.train()`, with `callback()` registered on the trainer.
+    A second signal restores the handlers of `interrupts_raise` (an impatient Ctrl-C still stops at once,
+    as a KeyboardInterrupt). Use as a context manager around `trainer.train()`, with `callback()` registered
+    on the trainer; outside training (data, warm-up, eval, saves) `interrupts_raise` applies.
     """
 
     def __init__(self) -> None:
@@ -199,6 +216,50 @@ def save_checkpoint_now(trainer, output_dir: Path) -> Optional[Path]:
     return folder
 
 
+def _raise_interrupt(signum, frame) -> None:  # (the signal handler signature)
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def interrupts_raise():
+    """SIGTERM as well as SIGINT raise KeyboardInterrupt inside the block (SIGTERM's default would end the
+    process on the spot, skipping every cleanup). Whatever phase it lands in, the exception unwinds through
+    the atomic saves (nothing half-written stays) to the command, which exits 130 with the resume command.
+    A no-op outside the main thread, where Python allows no handlers."""
+    previous = {}
+    for sig, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, _raise_interrupt)):
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command that continues an interrupted `grpo train` run: the user's own options, shell-quoted, with
+    `--resume auto` in place of any --resume (a --resume never or a fixed checkpoint would start over or go back).
+
+    >>> resume_command(["--config", "my recipe.yaml", "--resume", "never"])
+    "grpo train --config 'my recipe.yaml' --resume auto"
+    """
+    import shlex
+
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--resume":
+            skip = True
+        elif not arg.startswith("--resume="):
+            kept.append(arg)
+    return shlex.join(["grpo", "train", *kept, "--resume", "auto"])
+
+
 def file_mode_callback():
     """A TrainerCallback that gives each saved checkpoint's files the usual permissions.
 
@@ -225,22 +286,122 @@ def save_size_estimate(model) -> int:
     return int(trained * 12 * 1.1)
 
 
-@contextlib.contextmanager
-def disk_full_is_resumable(trainer, output_dir: Path):
-    """Turn a full disk during a save into DiskFullError, and remove the half-written checkpoint so that
-    `--resume auto` picks the newest complete one (atomic_directory already discards a half-written lora/)."""
-    from env.disk import DiskFullError, is_disk_full
+def storage_errors_are_resumable(trainer, output_dir: Path):
+    """A storage failure (full disk, quota, read-only, I/O error) during any save in the block, whatever its
+    class, as one env.disk.StorageError that says how to resume. Nothing half-written is left: checkpoints
+    are staged (`stage_checkpoint_saves`), lora/ and warmup/ go through env.paths.atomic_directory."""
+    from env.disk import storage_errors_named
 
-    try:
-        yield
-    except (OSError, RuntimeError) as err:
-        if not is_disk_full(err):
-            raise
-        partial = output_dir / f"checkpoint-{trainer.state.global_step}"
-        removed = ""
-        if partial.is_dir() and checkpoint_problem(partial):
-            shutil.rmtree(partial, ignore_errors=True)
-            removed = f" The half-written {partial.name} was removed."
-        raise DiskFullError(output_dir, save_size_estimate(trainer.model),
-                            f"resume with the same command and --resume auto (it continues from the newest complete "
-                            f"checkpoint in {output_dir}).{removed}") from None
+    return storage_errors_named(output_dir, f"resume with the same command (--resume auto continues from the "
+                                            f"newest complete checkpoint in {output_dir}).",
+                                save_size_estimate(trainer.model))
+
+
+def stage_checkpoint_saves(trainer, cfg) -> None:
+    """Make every checkpoint save of `trainer` atomic: written whole under a hidden name, then renamed.
+
+    transformers' `Trainer._save_checkpoint` writes `checkpoint-N/` in place, file after file (README.md and
+    the adapter first, trainer_state.json last), so a full disk or a kill mid-save left a folder holding some
+    of them. Here it writes into `.checkpoint-N.staging/checkpoint-N/` (its output folder is redirected
+    through `_get_output_dir` for the call), `grpo_shape.json` is added, and the complete folder is published
+    with env.paths.publish_directory; then the Trainer's rotation (save_total_limit) runs on the real folder.
+    On any failure the staging folder is removed and the previous checkpoints are untouched. Set as an
+    instance attribute, like build.py's model card: the class is whatever the backend left in trl.
+    """
+    from transformers.trainer_utils import rotate_checkpoints
+
+    save = type(trainer)._save_checkpoint
+    shape = weight_shape(cfg)
+
+    def staged_save(model, trial):
+        run_dir = Path(trainer._get_output_dir(trial=trial))
+        name = f"checkpoint-{trainer.state.global_step}"
+        staging = run_dir / f".{name}.staging"
+        main = trainer.args.should_save  # every DDP rank writes its rng state; rank 0 publishes
+        if main:
+            shutil.rmtree(staging, ignore_errors=True)
+        trainer.accelerator.wait_for_everyone()  # before any rank writes its rng state into the staging folder
+        trainer._get_output_dir = lambda trial=None: str(staging)
+        try:
+            save(trainer, model, trial)
+            trainer.accelerator.wait_for_everyone()
+            if main:
+                atomic_write_json(staging / name / SHAPE_NAME, shape)
+                publish_directory(staging / name, run_dir / name)
+                rotate_checkpoints(str(run_dir), trainer.args.save_total_limit,
+                                   trainer.state.best_model_checkpoint)
+        finally:
+            del trainer._get_output_dir
+            if main:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    trainer._save_checkpoint = staged_save
+
+
+def remove_staging_leftovers(output_dir: str | Path, log=print) -> list[Path]:
+    """Delete what killed saves left in a run folder: checkpoint staging folders and atomic_directory's /
+    atomic_write_text's hidden temporary copies. Call it holding the run lock (no save can be running)."""
+    from env.paths import staging_leftovers
+
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = sorted({*staging_leftovers(root), *(p for p in root.iterdir() if STAGING_RE.match(p.name))})
+    for path in found:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    if found:
+        log(f"[checkpoints] removed what an interrupted save left: {', '.join(p.name for p in found)}")
+    return found
+
+
+def weight_shape(cfg) -> dict[str, Any]:
+    """The WEIGHT_SHAPING_FIELDS of a config, normalised for comparison (module lists sorted, a local model
+    folder made absolute)."""
+    import os
+
+    flat = cfg.to_dict()
+    shape = {name: flat[name] for name in WEIGHT_SHAPING_FIELDS}
+    for name in ("lora_target_modules", "lora_modules_to_save"):
+        shape[name] = sorted(shape[name] or [])
+    if os.path.exists(shape["model_name_or_path"]):
+        shape["model_name_or_path"] = str(absolute_path(shape["model_name_or_path"]))
+    return shape
+
+
+def recorded_shape(checkpoint: str | Path) -> dict[str, Any]:
+    """The weight-shaping settings a checkpoint was trained with: its grpo_shape.json, else (older
+    checkpoints) what peft's adapter_config.json records of them; {} when neither can be read."""
+    folder = Path(checkpoint)
+    for name, rename in ((SHAPE_NAME, None), ("adapter_config.json", _ADAPTER_CONFIG_NAMES)):
+        try:
+            saved = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(saved, dict):
+            continue
+        if rename:
+            saved = {ours: saved[theirs] for theirs, ours in rename.items() if theirs in saved}
+        for key in ("lora_target_modules", "lora_modules_to_save"):
+            if key in saved:
+                value = saved[key]
+                saved[key] = sorted([value] if isinstance(value, str) else (value or []))
+        return saved
+    return {}
+
+
+def resume_mismatch(checkpoint: str | Path, cfg) -> Optional[str]:
+    """Why resuming `checkpoint` under `cfg` would load weights of another shape, or None: the differing
+    fields (old -> new) and the two ways on. A ConfigError message for `resume` (exit 2)."""
+    saved = recorded_shape(checkpoint)
+    wanted = weight_shape(cfg)
+    changed = [f"{name} {saved[name]!r} -> {wanted[name]!r}" for name in WEIGHT_SHAPING_FIELDS
+               if name in saved and saved[name] != wanted[name]]
+    if not changed:
+        return None
+    folder = Path(checkpoint)
+    return (f"{folder.name} in {folder.parent} was trained with other weights: {'; '.join(changed)}. It cannot "
+            f"be resumed under the new values. Train into a new folder (--output_dir NEW_FOLDER), or start this "
+            f"one over with --resume never (its checkpoints are then replaced), or put the old values back.")

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import atomic_write_json
+from env.paths import absolute_path, atomic_write_json
 
 MANIFEST_NAME = "manifest.json"
 ADAPTER_METADATA_NAME = "grpo_adapter.json"
@@ -53,7 +54,7 @@ def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, s
                    chat_template: Optional[str], max_prompt_length: int, max_completion_length: int,
                    data_fingerprint: str, adapter_dir: Path) -> dict[str, Any]:
     return {
-        "base_model": base_model,
+        "base_model": recorded_model(base_model),
         "backend": backend,
         "adapter_dir": str(adapter_dir),
         "system_prompt": system_prompt,
@@ -68,6 +69,25 @@ def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, s
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": cfg_dict,
     }
+
+
+def recorded_model(model: str) -> str:
+    """A local model folder as an absolute path (a relative one would be read against the cwd of whoever runs
+    generate later), a hub id or built-in name as it is.
+
+    >>> recorded_model("unsloth/Qwen2.5-1.5B-Instruct")
+    'unsloth/Qwen2.5-1.5B-Instruct'
+    """
+    return str(absolute_path(model)) if os.path.isdir(model) else model
+
+
+def _resolve_relative_model(manifest: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A relative `base_model` that names a folder next to the manifest (a hand-written or older manifest)
+    made absolute against the manifest's own folder, never against the current directory."""
+    model = manifest.get("base_model")
+    if isinstance(model, str) and model and not os.path.isabs(model) and (folder / model).is_dir():
+        manifest["base_model"] = str(absolute_path(folder / model))
+    return manifest
 
 
 def write_manifest(output_dir: Path, manifest: dict[str, Any]) -> Path:
@@ -109,5 +129,5 @@ def find_manifest(adapter_dir: Path) -> Optional[dict[str, Any]]:
             if not isinstance(manifest, dict):
                 raise ManifestError(f"{candidate} is corrupt: it holds a JSON {type(manifest).__name__}, not an "
                                     "object. Restore it or move it away and pass --model and --system_prompt.")
-            return manifest
+            return _resolve_relative_model(manifest, candidate.parent)
     return None

@@ -30,7 +30,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     from transformers import PrinterCallback, ProgressCallback
 
     from pipeline.health.rules import build_health
-    from pipeline.run.checkpoints import file_mode_callback
+    from pipeline.run.checkpoints import file_mode_callback, stage_checkpoint_saves
     from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
     from rewards import check_reward_weights, get_reward_funcs
     from rewards.contract import guard_reward
@@ -70,6 +70,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     # An instance attribute, not a subclass: trl.GRPOTrainer is whatever class the backend left there
     # (Unsloth's patched one), known only now. TRL calls self.create_model_card at every checkpoint.
     trainer.create_model_card = functools.partial(card.write, trainer)
+    stage_checkpoint_saves(trainer, cfg)  # each checkpoint-N/ appears whole or not at all
     return trainer, health
 
 

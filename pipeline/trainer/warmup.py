@@ -150,9 +150,11 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
                          callbacks=[WarmupLogCallback(cfg.health.sft_warmup_steps)])
     trainer.remove_callback(PrinterCallback)  # it prints raw dicts of strings; one readable line instead
     trainer.train()
+    from env.disk import storage_errors_named
     from env.paths import atomic_directory, atomic_write_json
 
-    with atomic_directory(output_dir / WARMUP_DIR) as staging:
+    with storage_errors_named(output_dir, "run the same command again (the warm-up is trained again)."), \
+            atomic_directory(output_dir / WARMUP_DIR) as staging:
         trainer.model.save_pretrained(staging)  # the adapter
         atomic_write_json(staging / WARMUP_KEY_NAME, key)
     return trainer.model
