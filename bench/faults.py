@@ -54,7 +54,8 @@ def recipe(folder: Path, text: str = "", name: str = "recipe.yaml") -> Path:
     overridden = {line.split(":", 1)[0].strip() for line in text.splitlines() if ":" in line and line[:1].isalpha()}
     base = {key: value for key, value in base.items() if key not in overridden}
     path = folder / name
-    path.write_text(yaml.safe_dump(base, allow_unicode=True) + text, encoding="utf-8")
+    # `text` first, so a case's line numbers do not move when the demo config gains a key
+    path.write_text(text + yaml.safe_dump(base, allow_unicode=True), encoding="utf-8")
     return path
 
 
@@ -186,8 +187,8 @@ CASES: list[Fault] = [
     Fault("learning_rate <= 0", lambda d: train(d, "learning_rate: 0\n"), "`learning_rate`: got 0; it must be > 0"),
     Fault("negative learning_rate on the command line", lambda d: train(d, "", "--learning_rate=-1e-5"),
           "`learning_rate`"),
-    Fault("float for an int field", lambda d: train(d, "max_steps: 1.5\n"), "recipe.yaml line 28: got 1.5"),
-    Fault("NaN in a float field", lambda d: train(d, "beta: .nan\n"), "line 28: got nan; use a finite number"),
+    Fault("float for an int field", lambda d: train(d, "max_steps: 1.5\n"), "recipe.yaml line 1: got 1.5"),
+    Fault("NaN in a float field", lambda d: train(d, "beta: .nan\n"), "line 1: got nan; use a finite number"),
     Fault("out-of-range share", lambda d: train(d, "warmup_ratio: 1.5\n"), "`warmup_ratio`: got 1.5"),
     Fault("not a number on the command line", lambda d: train(d, "", "--max_steps", "ten"),
           "`max_steps`: got 'ten'; use an integer"),

@@ -365,26 +365,39 @@ def check_lora_targets(cfg: PipelineConfig) -> str:
     return f"LoRA on {', '.join(map(str, lo.lora_target_modules))}{saved} (all found in the model)"
 
 
-def check_resume(resume: str, output_dir: str) -> str:
-    """`auto`, `never`, or a complete checkpoint folder; anything else fails before the warm-up."""
+def check_resume(cfg: PipelineConfig) -> str:
+    """`auto`, `never`, or a complete checkpoint folder, and the checkpoint it picks holds weights of this config's
+    shape (LoRA rank, alpha, targets, base model); anything else fails before the data and the model load."""
     from env.paths import absolute_path
-    from pipeline.run.checkpoints import checkpoint_problem
+    from pipeline.run.checkpoints import checkpoint_problem, list_checkpoints, resume_mismatch
 
-    if resume in ("auto", "never"):
-        return f"resume: {resume}"
-    path = absolute_path(resume)
-    if not path.is_dir():
-        if os.sep not in resume and "/" not in resume:
-            raise ConfigError("resume", f"got {resume!r}, which is neither auto, never nor a checkpoint folder "
-                              f"({path} does not exist). Use --resume auto (newest complete checkpoint), --resume "
-                              "never (start over), or a folder such as OUTPUT_DIR/checkpoint-50.")
-        raise ConfigError("resume", f"no checkpoint folder at {path}. Use --resume auto to pick the newest "
-                          f"complete checkpoint in {absolute_path(output_dir)}, or --resume never.")
-    problem = checkpoint_problem(path)
-    if problem:
-        raise ConfigError("resume", f"{path} cannot be resumed from: {problem}. Pick another checkpoint, or "
-                          "use --resume auto (it skips incomplete checkpoints).")
-    return f"resume from {path}"
+    resume, output_dir = cfg.grpo.resume, cfg.grpo.output_dir
+    if resume == "never":
+        return "resume: never"
+    if resume == "auto":
+        # the newest complete one, as resolve_resume picks it (which also moves broken ones aside; not here)
+        complete = [p for p in list_checkpoints(absolute_path(output_dir)) if checkpoint_problem(p) is None]
+        if not complete:
+            return "resume: auto (no checkpoint yet: a fresh start)"
+        path, said = complete[-1], f"resume: auto, from {complete[-1]}"
+    else:
+        path = absolute_path(resume)
+        if not path.is_dir():
+            if os.sep not in resume and "/" not in resume:
+                raise ConfigError("resume", f"got {resume!r}, which is neither auto, never nor a checkpoint folder "
+                                  f"({path} does not exist). Use --resume auto (newest complete checkpoint), "
+                                  "--resume never (start over), or a folder such as OUTPUT_DIR/checkpoint-50.")
+            raise ConfigError("resume", f"no checkpoint folder at {path}. Use --resume auto to pick the newest "
+                              f"complete checkpoint in {absolute_path(output_dir)}, or --resume never.")
+        problem = checkpoint_problem(path)
+        if problem:
+            raise ConfigError("resume", f"{path} cannot be resumed from: {problem}. Pick another checkpoint, or "
+                              "use --resume auto (it skips incomplete checkpoints).")
+        said = f"resume from {path}"
+    mismatch = resume_mismatch(path, cfg)  # other LoRA shape or base model: a size-mismatch traceback later
+    if mismatch:
+        raise ConfigError("resume", mismatch)
+    return said
 
 
 def check_gpu(cfg: PipelineConfig, choice: Any = None) -> str:
@@ -432,7 +445,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("gpu", lambda: check_gpu(cfg, choice)),
         ("model", lambda: check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: check_memory(cfg)),
-        ("resume", lambda: check_resume(g.resume, g.output_dir)),
+        ("resume", lambda: check_resume(cfg)),
         *data_steps,  # then: the tokenizer, the prepared data, the rewards called on it
         ("lora", after_backend(lambda: check_lora_targets(cfg))),  # the architecture, no weights
     ]
