@@ -55,6 +55,7 @@ def recipe(folder: Path, text: str = "", name: str = "recipe.yaml") -> Path:
     base = {key: value for key, value in base.items() if key not in overridden}
     path = folder / name
     # `text` first, so a case's line numbers do not move when the demo config gains a key
+    text = text if not text or text.endswith("\n") else text + "\n"
     path.write_text(text + yaml.safe_dump(base, allow_unicode=True), encoding="utf-8")
     return path
 
