@@ -15,6 +15,7 @@ from typing import Any, Optional
 from pipeline.config import ConfigError
 from pipeline.data.prepare import DataError, prepare_dataset
 from pipeline.data.sources import DataFileError
+from pipeline.errors import guarded
 
 
 def format_report(report: dict[str, Any]) -> Any:
@@ -88,6 +89,7 @@ def data_help_parser():
     return parser
 
 
+@guarded("data")
 def main(argv: Optional[list[str]] = None) -> int:
     """`grpo data [--config X] [--json] [--key value ...]`: prepare the dataset and print its report.
 
@@ -96,7 +98,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     data file (empty, not UTF-8, broken JSON).
     """
     from pipeline.config import parse_config, validate
-    from pipeline.preflight import check_model
+    from pipeline.preflight import check_model, config_paths
     from pipeline.data.tokenizer import load_tokenizer
     from pipeline.bootstrap import backend_choice, defaults_for
 
@@ -106,25 +108,22 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     as_json = "--json" in argv
     argv = [arg for arg in argv if arg != "--json"]  # our flag, not a config field: TrlParser would reject it
-    try:
-        # The same defaults as `grpo train`: offline (the CPU demo) on a machine without a GPU.
-        argv, base, note = defaults_for(argv, backend_choice(argv))
-    except ConfigError as err:
-        print(f"grpo data: {err}", file=sys.stderr)
-        return 2
+    # The same defaults as `grpo train`: offline (the CPU demo) on a machine without a GPU. Bad input raises
+    # (ConfigError, PathError, DataFileError): pipeline.errors prints its one message, exit 2.
+    argv, base, note = defaults_for(argv, backend_choice(argv))
     if note and not as_json:
         print(f"grpo data: {note.replace('running', 'preparing the data of')}", file=sys.stderr)
     report: Optional[dict[str, Any]] = None
     error: Optional[Exception] = None
+    cfg = parse_config(argv, base=base)
+    validate(cfg)
+    config_paths(cfg, "output_dir", "data_cache_dir", "dataset_name")  # env.path_check's table, before any work
+    check_model(cfg.model.model_name_or_path)  # only the tokenizer loads, but it comes from the same place
     try:
-        cfg = parse_config(argv, base=base)
-        validate(cfg)
-        check_model(cfg.model.model_name_or_path)  # only the tokenizer loads, but it comes from the same place
         tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code)
         report = prepare_dataset(cfg, tokenizer).report
-    except (ConfigError, DataFileError) as err:  # bad input: exit 2, as in `grpo train`
-        print(f"grpo data: {err}", file=sys.stderr)
-        return 2
+    except (ConfigError, DataFileError):
+        raise  # bad input: exit 2, as in `grpo train`
     except DataError as err:
         report, error = err.report, err
     except (ValueError, RuntimeError, OSError) as err:  # unreadable file, hub unreachable, ...: no report

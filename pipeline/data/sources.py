@@ -166,7 +166,10 @@ def check_text_file(path: Path) -> None:
     Hand-written because `datasets`' loaders report neither the line nor, for bad bytes, which
     file; one pass over the lines costs far less than the tokenizing that follows.
     """
+    from env.paths import shell_command
+
     jsonl = path.suffix.lower() == ".jsonl"
+    untouched = " No row of the file was used: fix or delete that line and run again."
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             try:
@@ -174,8 +177,9 @@ def check_text_file(path: Path) -> None:
             except UnicodeDecodeError as err:
                 raise DataFileError(
                     f"{path} line {number} is not UTF-8 text (byte {raw[err.start:err.start + 1]!r} at column "
-                    f"{err.start + 1}). Re-save the file as UTF-8, e.g. `iconv -f GBK -t UTF-8 {path.name} > "
-                    f"fixed{path.suffix}` (use the file's real encoding instead of GBK)."
+                    f"{err.start + 1}). Re-save the file as UTF-8, e.g. "
+                    f"`{shell_command('iconv', '-f', 'GBK', '-t', 'UTF-8', '-o', path.with_name('fixed' + path.suffix), path)}`"
+                    f" (use the file's real encoding instead of GBK).{untouched}"
                 ) from None
             if jsonl and text.strip():
                 try:
@@ -183,11 +187,11 @@ def check_text_file(path: Path) -> None:
                 except json.JSONDecodeError as err:
                     raise DataFileError(
                         f"{path} line {number} is not valid JSON ({err.msg}, column {err.colno}). A .jsonl "
-                        "file holds one complete JSON object per line."
+                        f"file holds one complete JSON object per line.{untouched}"
                     ) from None
                 if not isinstance(record, dict):
                     raise DataFileError(f"{path} line {number} is a JSON {type(record).__name__}, not an object "
-                                        "such as {\"question\": ..., \"answer\": ...}.")
+                                        "such as {\"question\": ..., \"answer\": ...}." + untouched)
 
 
 def resolve_source(cfg: Any, split: str, cache_root: Path) -> DataSource:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.config import PipelineConfig
+from pipeline.errors import guarded
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
 
@@ -188,7 +189,9 @@ def _eval_json_path(setup, output: Optional[str], run: Optional[str]) -> Path:
     return (run_dir.parent if run_dir.name == "lora" else run_dir) / "eval_base.json"
 
 
+@guarded("eval")
 def main(argv: Optional[list[str]] = None) -> int:
+    from env.path_check import check_command_paths
     from pipeline.infer.session import add_inference_arguments
 
     parser = argparse.ArgumentParser(prog="grpo eval", description=__doc__.split("\n\n")[0])
@@ -203,6 +206,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="where to write the results (default: eval.json in the adapter's run folder; "
                              "eval_base.json in --run's folder for --base)")
     args = parser.parse_args(argv)
+    check_command_paths("eval", vars(args))  # every path option, before anything is read or loaded
     result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args)
     if result is None:
         return 2

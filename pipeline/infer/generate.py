@@ -16,23 +16,49 @@ import json
 import sys
 from typing import Optional
 
+from pipeline.errors import guarded
+
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
-    """Questions from --prompt or a JSONL file (one {"prompt"|"question": ...} per line)."""
+    """Questions from --prompt or a JSONL file (one {"prompt"|"question": ...} per line; blank lines skipped).
+
+    A bad line is a DataFileError naming the file and the line, and nothing is generated for any row: a run
+    that silently skipped a question would hand back fewer answers than questions, out of line with the file.
+    """
     from env.paths import absolute_path
+    from pipeline.data.sources import DataFileError
 
     if args.prompt is not None:
         return [args.prompt]
     path = absolute_path(args.input)
     prompts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
+    with open(path, "rb") as handle:
+        lines = handle.read().splitlines()
+    for number, raw in enumerate(lines, start=1):
+        def bad(what: str) -> DataFileError:
+            return DataFileError(f"--input {path} line {number}: {what}. Nothing was generated (the other "
+                                 f"{len(lines) - 1} lines were not used either): fix or delete that line and run "
+                                 "again.")
+
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as err:
+            raise bad(f"is not UTF-8 text (byte {raw[err.start:err.start + 1]!r} at column {err.start + 1}); "
+                      "re-save the file as UTF-8") from None
         if not line.strip():
             continue
-        record = json.loads(line)
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise bad(f"is not valid JSON ({err.msg}, column {err.colno}); each line holds one object such as "
+                      '{"prompt": "What is 2+3?"}') from None
         text = record.get("prompt", record.get("question")) if isinstance(record, dict) else None
         if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{path} line {number}: needs a non-empty string field `prompt` or `question`")
+            raise bad("needs a non-empty string field `prompt` or `question`")
         prompts.append(text.strip())
+    if not prompts:
+        raise DataFileError(f"--input {path} holds no prompts (it is empty or blank). Give one "
+                            '{"prompt": "..."} object per line.')
     return prompts
 
 
@@ -63,7 +89,9 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
             for p, s in zip(prompts, scored)]
 
 
+@guarded("generate")
 def main(argv: Optional[list[str]] = None) -> int:
+    from env.path_check import check_command_paths
     from pipeline.infer.session import add_inference_arguments
 
     parser = argparse.ArgumentParser(prog="grpo generate", description=__doc__.split("\n\n")[0])
@@ -73,12 +101,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     source.add_argument("--input", help="JSONL file with a `prompt` (or `question`) field per line")
     parser.add_argument("--output", help="write JSONL here instead of printing")
     args = parser.parse_args(argv)
+    check_command_paths("generate", vars(args))  # every path option, before anything is read or loaded
 
-    try:
-        prompts = read_prompts(args)
-    except (OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    prompts = read_prompts(args)
     try:
         records = generate_answers(prompts, args)
     except AdapterRefused:
