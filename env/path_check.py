@@ -169,6 +169,14 @@ def expand(option: str, raw: Any) -> Path:
     return Path(os.path.abspath(expanded))
 
 
+def _stat_errno(path: Path) -> int:
+    try:
+        os.stat(path)
+        return 0
+    except OSError as err:
+        return err.errno or -1
+
+
 def nearest_existing(option: str, path: Path) -> Path:
     """The nearest existing path at or above `path`; refuses a symlink loop, a dangling symlink, or a file in the
     middle of the path, and a place that cannot be looked into."""
@@ -179,8 +187,10 @@ def nearest_existing(option: str, path: Path) -> Path:
             return current
         except OSError as err:
             if err.errno == errno.ELOOP:
-                raise PathError(option, f"{current} is a symlink loop (it points back at itself). Remove or fix "
-                                "the link, or choose another path.") from None
+                link = next((p for p in reversed([current, *current.parents]) if os.path.islink(p)
+                             and _stat_errno(p) == errno.ELOOP), current)
+                raise PathError(option, f"{link} is a symlink loop (following it comes back to it), so {path} "
+                                "cannot be reached. Remove or fix the link, or choose another path.") from None
             if err.errno == errno.ENOTDIR:
                 blocker = next(p for p in reversed([current, *current.parents]) if os.path.isfile(p))
                 raise PathError(option, f"{path} cannot be a path: {blocker} is a file, not a folder. Choose "
@@ -263,8 +273,10 @@ def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Pat
     for label, source in (reads or {}).items():
         relation = _relation(path, source)
         if relation and (kind.replaces or relation == "is"):
+            harm = "replace it" if relation == "is" else ("delete it with the old contents" if relation == "contains"
+                                                          else "change it")
             raise PathError(option, f"{path} {relation} {label} ({source}), which this command reads; writing "
-                            "there would destroy it. Choose a place outside it.")
+                            f"there would {harm}. Choose a place outside it.")
     if exists and path.is_dir() and not kind.may_exist and replaceable is not None:
         refusal = replaceable(path)
         if refusal:

@@ -27,6 +27,7 @@ DEBUG_FLAG = "--debug"
 
 _run_folder: Optional[Path] = None
 _debug = False  # set while a command given --debug runs, so the handler of a nested command main sees it
+_depth = 0  # handlers now running: the outermost one starts with no run folder known
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
@@ -97,10 +98,12 @@ def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -
 
 def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: list[str]) -> int:
     """Run `call(argv)` (a command's main) under the one handler; returns the exit status."""
-    global _debug
+    global _debug, _depth
     debug, outer = debugging(argv), _debug
     argv = without_debug_flag(argv)
-    _debug = debug
+    if _depth == 0:
+        note_run_folder(None)  # a previous command's (in the same Python process) is not this one's
+    _debug, _depth = debug, _depth + 1
     try:
         return int(call(argv) or 0)
     except SystemExit:
@@ -116,7 +119,7 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
     except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback
         return report_bug(command, argv, err, debug)
     finally:
-        _debug = outer
+        _debug, _depth = outer, _depth - 1
 
 
 def guarded(command: str) -> Callable[[Callable[[list[str]], Optional[int]]], Callable[..., int]]:

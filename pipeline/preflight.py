@@ -134,7 +134,7 @@ def check_data(cfg: PipelineConfig) -> str:
     from pipeline.data.cache import data_cache_root
     from pipeline.data.sources import resolve_source
 
-    config_paths(cfg, "dataset_name")
+    config_paths(cfg, "dataset_name", "data_cache_dir")
     source = resolve_source(cfg, cfg.data.dataset_split, data_cache_root(cfg.data.data_cache_dir))
     if source.kind == "file":
         rows = source.load()
@@ -151,10 +151,14 @@ def check_resume(resume: str, output_dir: str) -> str:
 
     if resume in ("auto", "never"):
         return f"resume: {resume}"
-    from env.path_check import resume_path
+    from env.path_check import PathError, expand, nearest_existing
 
-    if resume_path(resume) and os.path.lexists(os.path.expanduser(resume)):
-        config_paths({"resume": resume}, "resume")  # a loop, a file, unreadable; a missing one is below
+    try:  # an unset $VAR, an empty value, a symlink loop or a file on the way; a missing folder is explained below
+        wanted = expand("resume", resume)
+        if nearest_existing("resume", wanted) == wanted:
+            config_paths({"resume": resume}, "resume")  # a file, not a folder; unreadable
+    except PathError as err:
+        raise ConfigError("resume", err.detail) from None
     path = absolute_path(resume)
     if not path.is_dir():
         if os.sep not in resume and "/" not in resume:

@@ -36,9 +36,8 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
         lines = handle.read().splitlines()
     for number, raw in enumerate(lines, start=1):
         def bad(what: str) -> DataFileError:
-            return DataFileError(f"--input {path} line {number}: {what}. Nothing was generated (the other "
-                                 f"{len(lines) - 1} lines were not used either): fix or delete that line and run "
-                                 "again.")
+            return DataFileError(f"--input {path} line {number}: {what}. Nothing was generated, for that line "
+                                 f"or the {len(lines) - 1} other(s): fix or delete it and run again.")
 
         try:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
