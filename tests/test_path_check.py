@@ -194,7 +194,6 @@ def test_every_bad_path_is_refused_before_any_work(option, kind, adapter_dir, tm
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("GRPO_TEST_UNSET_VAR", raising=False)
     monkeypatch.setenv("GRPO_TEST_EMPTY_VAR", "")
-    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache-root"))
     monkeypatch.chdir(tmp_path)
     make = {**BAD_KINDS, **INPUT_ONLY}[kind]
     value = make(tmp_path, spec.kind.want, spec.kind.role)

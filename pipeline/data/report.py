@@ -12,9 +12,7 @@ import json
 import sys
 from typing import Any, Optional
 
-from pipeline.config import ConfigError
 from pipeline.data.prepare import DataError, prepare_dataset
-from pipeline.data.sources import DataFileError
 from pipeline.errors import guarded
 
 
@@ -73,7 +71,8 @@ tiny CPU demo elsewhere (offline). Names that need no network:
   --model_name_or_path bundled:qwen2.5         the real Qwen2.5 tokenizer (bundled; no model, no download)
 e.g. grpo data --config configs/qwen2.5-1.5b-gsm8k.yaml --dataset_name sample --model_name_or_path bundled:qwen2.5
 
-Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error."""
+Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config, path or data file error
+(or a hub dataset that cannot be downloaded)."""
 
 
 def data_help_parser():
@@ -119,16 +118,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     validate(cfg)
     config_paths(cfg, "output_dir", "data_cache_dir", "dataset_name")  # env.path_check's table, before any work
     check_model(cfg.model.model_name_or_path)  # only the tokenizer loads, but it comes from the same place
+    tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code)
     try:
-        tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code)
         report = prepare_dataset(cfg, tokenizer).report
-    except (ConfigError, DataFileError):
-        raise  # bad input: exit 2, as in `grpo train`
-    except DataError as err:
+    except DataError as err:  # the data cannot be used as configured: the report says why, exit 1
         report, error = err.report, err
-    except (ValueError, RuntimeError, OSError) as err:  # unreadable file, hub unreachable, ...: no report
-        print(f"grpo data: {err}", file=sys.stderr)
-        return 1
 
     if as_json:
         print(json.dumps(report, indent=2, ensure_ascii=False))

@@ -121,7 +121,8 @@ def _download_and_save(name: str, config: Optional[str], revision: Optional[str]
     try:
         splits = load_dataset(name, config, revision=revision)
     except Exception as err:
-        raise RuntimeError(
+        raise ConfigError(
+            "dataset_name",
             f"could not load dataset {name!r} (config {config!r}) from {endpoint}: {type(err).__name__}: {err}\n"
             f"No saved copy at {saved}. Fixes: check the network; in mainland China set "
             "HF_ENDPOINT=https://hf-mirror.com; offline, copy a `save_to_disk` folder of the dataset to that path."
