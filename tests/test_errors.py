@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import cli
 from pipeline.errors import user_errors
+from tests.cli_helpers import fault_table, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,16 +35,6 @@ COMMANDS = {
 }
 
 
-def _faults():
-    import importlib.util
-
-    if "bench_faults" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_faults", ROOT / "bench" / "faults.py")
-        sys.modules["bench_faults"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["bench_faults"])
-    return sys.modules["bench_faults"]
-
-
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     """One cache root for the module: the tiny built-in model is built once, crash logs land in its logs/."""
@@ -56,21 +46,12 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def adapter(cache, tmp_path_factory) -> Path:
-    return _faults().adapter(tmp_path_factory.mktemp("errors"))
+    return fault_table().adapter(tmp_path_factory.mktemp("errors"))
 
 
 def _argv(command: str, adapter: Path) -> list[str]:
     args, _ = COMMANDS[command]
     return [command, *(a.replace("{lora}", str(adapter)) for a in args)]
-
-
-def _run(argv, capsys) -> tuple[int, str]:
-    try:
-        code = cli.main(argv)
-    except SystemExit as stop:
-        code = stop.code
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
 
 
 def _raise(error: BaseException):
@@ -89,7 +70,7 @@ def place(cache, tmp_path, monkeypatch):
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_an_unexpected_exception_is_one_line_exit_1_and_a_log(command, adapter, cache, place, monkeypatch, capsys):
     monkeypatch.setattr(COMMANDS[command][1], _raise(RuntimeError(f"boom in {command}")))
-    code, output = _run(_argv(command, adapter), capsys)
+    code, output = run_cli(_argv(command, adapter), capsys)
     assert code == 1, output
     assert "Traceback" not in output
     errors = [line for line in output.splitlines() if line.startswith("error:")]
@@ -106,7 +87,7 @@ def test_an_unexpected_exception_is_one_line_exit_1_and_a_log(command, adapter, 
 def test_debug_prints_the_traceback_instead(command, adapter, cache, place, monkeypatch, capsys):
     monkeypatch.setattr(COMMANDS[command][1], _raise(RuntimeError("boom")))
     logs_before = set((cache / "logs").glob("*")) if (cache / "logs").is_dir() else set()
-    code, output = _run([*_argv(command, adapter), "--debug"], capsys)
+    code, output = run_cli([*_argv(command, adapter), "--debug"], capsys)
     assert code == 1 and "Traceback (most recent call last)" in output and "RuntimeError: boom" in output
     assert (set((cache / "logs").glob("*")) if (cache / "logs").is_dir() else set()) == logs_before
 
@@ -114,7 +95,7 @@ def test_debug_prints_the_traceback_instead(command, adapter, cache, place, monk
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_ctrl_c_outside_training_is_exit_130_without_a_traceback(command, adapter, place, monkeypatch, capsys):
     monkeypatch.setattr(COMMANDS[command][1], _raise(KeyboardInterrupt()))
-    code, output = _run(_argv(command, adapter), capsys)
+    code, output = run_cli(_argv(command, adapter), capsys)
     assert code == 130 and "Traceback" not in output and "interrupted" in output, output
 
 
@@ -138,7 +119,7 @@ def _user_error(cls):
 def test_every_user_error_is_exit_2_and_its_one_message(cls, command, adapter, place, monkeypatch, capsys):
     error = _user_error(cls)
     monkeypatch.setattr(COMMANDS[command][1], _raise(error))
-    code, output = _run(_argv(command, adapter), capsys)
+    code, output = run_cli(_argv(command, adapter), capsys)
     assert code == 2 and "Traceback" not in output, output
     assert output.strip().splitlines()[-1] == f"error: {error}"
 
@@ -147,7 +128,7 @@ def test_a_crash_after_the_run_folder_is_known_logs_there(place, monkeypatch, ca
     """Once `grpo train` has its output_dir, the traceback goes to output_dir/logs/."""
     run_dir = place / "run"
     monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", _raise(ValueError("tokenizer bug")))
-    code, output = _run(["train", "--output_dir", str(run_dir), "--max_steps", "1"], capsys)
+    code, output = run_cli(["train", "--output_dir", str(run_dir), "--max_steps", "1"], capsys)
     assert code == 1, output
     logs = list((run_dir / "logs").glob("grpo-train-*.log"))
     assert len(logs) == 1 and "ValueError: tokenizer bug" in logs[0].read_text(encoding="utf-8")

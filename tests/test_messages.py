@@ -3,10 +3,8 @@ and a bad line in any JSONL the tool reads names the file and the line and says 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
-import sys
 import tempfile
 from pathlib import Path
 
@@ -16,13 +14,9 @@ from hypothesis import strategies as st
 
 from env.paths import shell_command
 from pipeline import cli
+from tests.cli_helpers import fault_table
 
-ROOT = Path(__file__).resolve().parents[1]
-if "bench_faults" not in sys.modules:
-    _spec = importlib.util.spec_from_file_location("bench_faults", ROOT / "bench" / "faults.py")
-    sys.modules["bench_faults"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["bench_faults"])
-faults = sys.modules["bench_faults"]
+faults = fault_table()
 
 WORD = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=40)
 # A folder name: anything a file system takes (no "/", no NUL), spaces, quotes, $, `, ;, unicode included.

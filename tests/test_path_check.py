@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import importlib.util
 import json
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -22,14 +20,10 @@ from typing import Callable
 import pytest
 
 from env.path_check import EXPORT_MARKER, INPUT_FILE, OUTPUT_FILE, PATH_OPTIONS, PathError, check_path
-from pipeline import cli
 
-ROOT = Path(__file__).resolve().parents[1]
-if "bench_faults" not in sys.modules:  # the fault table's set-up helpers (tests/test_faults.py loads it the same way)
-    _spec = importlib.util.spec_from_file_location("bench_faults", ROOT / "bench" / "faults.py")
-    sys.modules["bench_faults"] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules["bench_faults"])
-faults = sys.modules["bench_faults"]
+from tests.cli_helpers import fault_table, run_cli
+
+faults = fault_table()
 
 
 class WorkStarted(Exception):
@@ -63,12 +57,7 @@ def tripwires(monkeypatch) -> None:
 
 
 def run(argv: list[str], monkeypatch, capsys) -> tuple[int, str]:
-    try:
-        code = cli.main(argv)
-    except SystemExit as stop:
-        code = stop.code
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
+    return run_cli(argv, capsys)
 
 
 # ---------------------------------------------------------------- the bad kinds: folder -> the value to pass
@@ -126,22 +115,14 @@ def _recipe(folder: Path) -> str:
     return str(faults.recipe(folder, "sft_warmup_steps: 0\nmax_steps: 1\neval_before: false\neval_after: false\n"))
 
 
-def _train(field: str) -> Option:
+def _config_command(command: str, field: str) -> Option:
+    """`grpo train` / `grpo data`: the recipe's path fields, given on the command line."""
     def argv(folder, adapter, value):
         if field == "config":
-            return ["train", "--config", value]
-        return ["train", "--config", _recipe(folder), f"--{field}", value]
+            return [command, "--config", value]
+        return [command, "--config", _recipe(folder), f"--{field}", value]
 
-    return Option("train", field, argv, "`config`" if field == "config" else f"`{field}`")
-
-
-def _data(field: str) -> Option:
-    def argv(folder, adapter, value):
-        if field == "config":
-            return ["data", "--config", value]
-        return ["data", "--config", _recipe(folder), f"--{field}", value]
-
-    return Option("data", field, argv, "`config`" if field == "config" else f"`{field}`")
+    return Option(command, field, argv, "`config`" if field == "config" else f"`{field}`")
 
 
 def _inference(command: str, option: str) -> Option:
@@ -177,9 +158,12 @@ def _export(option: str) -> Option:
 
 def every_option() -> list[Option]:
     """Built from env.path_check.PATH_OPTIONS, so a path option added there is tested here."""
-    builders = {"train": _train, "data": _data, "export": _export}
-    return [builders[command](name) if command in builders else _inference(command, name)
-            for command, table in PATH_OPTIONS.items() for name in table]
+    def build(command: str, name: str) -> Option:
+        if command in ("train", "data"):
+            return _config_command(command, name)
+        return _export(name) if command == "export" else _inference(command, name)
+
+    return [build(command, name) for command, table in PATH_OPTIONS.items() for name in table]
 
 
 CASES = [(option, kind) for option in every_option()

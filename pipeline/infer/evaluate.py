@@ -11,7 +11,6 @@ function on a saved adapter (or the base model), so the two can be compared dire
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -125,12 +124,13 @@ def format_table(result: dict[str, Any], title: str) -> str:
 
 def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, split: Optional[str] = None,
                    output: Optional[str] = None, args: Optional[argparse.Namespace] = None,
-                   **options: Any) -> Optional[dict[str, Any]]:
+                   **options: Any) -> dict[str, Any]:
     """Evaluate a saved LoRA (lora=DIR) or the base model (base=True, model=... or run=...) and write eval.json.
 
     `data` is a YAML recipe (its dataset and eval_split) or a .jsonl/.csv/.parquet file; by default the
     --config recipe. `limit` defaults to the recipe's eval_limit. Returns the result dict (with `eval_json` =
-    where it was written), or None after printing why the input was refused.
+    where it was written). Bad input raises (ConfigError naming the option, AdapterError, ...) before anything
+    loads.
     """
     from env.paths import absolute_path, atomic_write_json
     from pipeline.config import ConfigError, parse_config
@@ -139,36 +139,27 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     args = args if args is not None else inference_args(**options)
     data = data or args.config
     if not data:
-        print("error: pass --data (a recipe, a .jsonl/.csv/.parquet file or a dataset name) or --config RECIPE.yaml",
-              file=sys.stderr)
-        return None
+        raise ConfigError("data", "pass --data (a recipe, a .jsonl/.csv/.parquet file or a dataset name) or "
+                          "--config RECIPE.yaml")
     if args.base and not (output or args.run):  # refused before the model loads
-        print("error: --base without --run: pass --output FILE for the results (or --run RUN_DIR to keep them "
-              "in that run folder as eval_base.json)", file=sys.stderr)
-        return None
+        raise ConfigError("output", "--base without --run: pass --output FILE for the results (or --run RUN_DIR "
+                          "to keep them in that run folder as eval_base.json)")
     setup = open_inference(args)
-    if setup is None:
-        return None
     out = _eval_json_path(setup, output, args.run)
     data_path = absolute_path(data)
     is_recipe = data_path.suffix in (".yaml", ".yml")
-    try:
-        if is_recipe:
-            cfg = parse_config(["--config", str(data_path)])
-            eval_split = split or cfg.eval.eval_split
-        elif data_path.exists():
-            cfg = setup.config.replace(dataset_name=str(data_path))
-            eval_split = split or "train"  # a local file is one split
-        else:  # a dataset name as in a recipe's dataset_name: demo-arithmetic, sample (both offline), a hub id
-            cfg = setup.config.replace(dataset_name=data)
-            eval_split = split or setup.config.eval.eval_split
-            data_path = Path(data)
-        cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model,
-                          eval_split=eval_split)
-        rows = load_eval_rows(cfg, setup.tokenizer, limit=limit)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return None
+    if is_recipe:
+        cfg = parse_config(["--config", str(data_path)])
+        eval_split = split or cfg.eval.eval_split
+    elif data_path.exists():
+        cfg = setup.config.replace(dataset_name=str(data_path))
+        eval_split = split or "train"  # a local file is one split
+    else:  # a dataset name as in a recipe's dataset_name: demo-arithmetic, sample (both offline), a hub id
+        cfg = setup.config.replace(dataset_name=data)
+        eval_split = split or setup.config.eval.eval_split
+        data_path = Path(data)
+    cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
+    rows = load_eval_rows(cfg, setup.tokenizer, limit=limit)
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, setup.system_prompt, setup.max_tokens,
                            temperature=setup.temperature, top_p=setup.top_p)
     result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
@@ -208,8 +199,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     check_command_paths("eval", vars(args))  # every path option, before anything is read or loaded
     result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args)
-    if result is None:
-        return 2
     title = f"eval: {'LoRA ' + result['adapter'] if result['adapter'] else 'base model ' + result['model']}"
     print(format_table(result, title))
     print(f"wrote {result['eval_json']}")

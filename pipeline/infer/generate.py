@@ -61,10 +61,6 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
-class AdapterRefused(Exception):
-    """The adapter or its settings were refused (the reason was already printed)."""
-
-
 def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = None, **options) -> list[dict]:
     """Answer `prompts` with a saved LoRA (or --base); one record per prompt.
 
@@ -76,8 +72,6 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
     from pipeline.infer.session import inference_args, open_inference
 
     setup = open_inference(args if args is not None else inference_args(**options))  # verifies before loading
-    if setup is None:
-        raise AdapterRefused("see the error above")
     messages = [build_prompt(setup.system_prompt, p) for p in prompts]  # the same chat as a training row
     texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
                                      temperature=setup.temperature, top_p=setup.top_p)
@@ -102,11 +96,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     check_command_paths("generate", vars(args))  # every path option, before anything is read or loaded
 
-    prompts = read_prompts(args)
-    try:
-        records = generate_answers(prompts, args)
-    except AdapterRefused:
-        return 2
+    records = generate_answers(read_prompts(args), args)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     if args.output:
         from env.paths import absolute_path, atomic_write_text
