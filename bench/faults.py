@@ -305,6 +305,127 @@ CASES += [
 ]
 
 
+# ---------------------------------------------------------------- paths, destructive outputs, messages, bugs
+# (issue 22, points 1, 2, 8, 9: env/path_check.py, pipeline/errors.py; tests/test_path_check.py and
+# tests/test_errors.py run each class over every option and command)
+
+
+QUICK = "sft_warmup_steps: 0\nmax_steps: 1\neval_before: false\neval_after: false\n"  # a case that fails costs seconds
+
+
+def quick(folder: Path, *extra: str) -> list[str]:
+    return train(folder, QUICK, *extra)
+
+
+def read_only_dir(folder: Path) -> str:
+    (folder / "ro").mkdir()
+    return str(folder / "ro" / "c")
+
+
+def export_onto(folder: Path, target: str, *extra: str) -> list[str]:
+    """`grpo export` of a fresh adapter with --out set to a place relative to the run (`lora`, `.`, ...)."""
+    lora = adapter(folder)
+    out = (folder / "run" / target).resolve() if target != "new" else folder / "merged"
+    return ["export", "--lora", str(lora), "--to", "merged16", "--out", str(out), "--backend", "plain", *extra]
+
+
+def run_intact(folder: Path) -> Optional[str]:
+    from env.adapters import AdapterError, verify_adapter_dir
+
+    try:
+        verify_adapter_dir(folder / "run" / "lora")
+    except AdapterError as err:
+        return f"the adapter was damaged: {err}"
+    return None if (folder / "run" / "manifest.json").is_file() else "the run's manifest.json is gone"
+
+
+def generate_with(folder: Path, *args: str) -> list[str]:
+    return ["generate", "--lora", str(adapter(folder)), *args, "--backend", "plain"]
+
+
+def questions(folder: Path, text: str = '{"prompt": "1+1?"}\n{"prompt": \n') -> str:
+    path = folder / "my questions.jsonl"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def symlink_loop(folder: Path) -> str:
+    (folder / "loop").symlink_to(folder / "loop")
+    return str(folder / "loop" / "run")
+
+
+def read_only_under(name: str) -> Callable:
+    def patch(monkeypatch, folder: Path) -> None:
+        import errno
+        import tempfile as tempfile_module
+
+        real = tempfile_module.mkstemp
+
+        def refuse(*args, dir=None, **kwargs):
+            if dir is not None and name in Path(dir).parts:
+                raise OSError(errno.EROFS, "Read-only file system")
+            return real(*args, dir=dir, **kwargs)
+
+        monkeypatch.setattr(tempfile_module, "mkstemp", refuse)
+
+    return patch
+
+
+def raise_in(target: str, error: BaseException) -> Callable:
+    def patch(monkeypatch, folder: Path) -> None:
+        def fail(*args, **kwargs):
+            raise error
+
+        monkeypatch.setattr(target, fail)
+
+    return patch
+
+
+def my_folder(folder: Path) -> list[str]:
+    mine = folder / "my-notes"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine", encoding="utf-8")
+    return export_onto(folder, "../my-notes", "--overwrite")
+
+
+PATH_CASES: list[Fault] = [
+    Fault("export --out the adapter --overwrite", lambda d: export_onto(d, "lora", "--overwrite"),
+          "is --lora", after=run_intact),
+    Fault("export --out the run folder --overwrite", lambda d: export_onto(d, ".", "--overwrite"),
+          "contains --lora", after=run_intact),
+    Fault("export --out inside the adapter", lambda d: export_onto(d, "lora/merged"), "is inside --lora",
+          after=run_intact),
+    Fault("export --overwrite onto a folder it did not write", my_folder, "only replaces a folder that `grpo export`"),
+    Fault("unset $VAR in output_dir", lambda d: train(d, QUICK + "output_dir: $GRPO_FAULTS_UNSET/run\n"),
+          "$GRPO_FAULTS_UNSET, which is not set"),
+    Fault("empty $VAR in data_cache_dir", lambda d: quick(d, "--data_cache_dir", "${GRPO_FAULTS_EMPTY}/c"),
+          "which is set but empty", env={"GRPO_FAULTS_EMPTY": ""}),
+    Fault("data_cache_dir on a read-only mount", lambda d: quick(d, "--data_cache_dir", read_only_dir(d)),
+          "config error in `data_cache_dir`", patch=read_only_under("ro")),
+    Fault("output_dir through a symlink loop", lambda d: quick(d, "--output_dir", symlink_loop(d)),
+          "is a symlink loop"),
+    Fault("--config is a folder", lambda d: ["train", "--config", str(d)], "is a folder; it should be a file"),
+    Fault("--resume is a file", lambda d: quick(d, "--resume", str(recipe(d, name="x.yaml"))),
+          "config error in `resume`"),
+    Fault("an existing folder as generate --output", lambda d: generate_with(d, "--prompt", "1+1?", "--output", str(d)),
+          "is a folder; give a file name"),
+    Fault("generate --output is its --input", lambda d: generate_with(d, "--input", questions(d, '{"prompt": "1"}\n'),
+                                                                      "--output", str(d / "my questions.jsonl")),
+          "is --input"),
+    Fault("bad line in generate --input", lambda d: generate_with(d, "--input", questions(d)),
+          "my questions.jsonl line 2: is not valid JSON"),
+    Fault("eval --output inside the adapter",
+          lambda d: ["eval", "--lora", str(adapter(d)), "--data", "demo-arithmetic", "--output",
+                     str(d / "run" / "lora" / "eval.json"), "--backend", "plain"], "is inside --lora"),
+    Fault("a bug is one line and exit 1", lambda d: generate_with(d, "--prompt", "1+1?"),
+          "stopped on an internal error, a bug", exit_code=1,
+          patch=raise_in("pipeline.preflight.check_model", RuntimeError("injected"))),
+    Fault("Ctrl-C before training is exit 130", lambda d: quick(d),
+          "interrupted", exit_code=130, patch=raise_in("pipeline.preflight.check_report_to", KeyboardInterrupt())),
+]
+CASES += PATH_CASES
+
+
 def judge(case: Fault, exit_code: int, output: str, folder: Optional[Path] = None) -> Optional[str]:
     """None when the case held, else what went wrong."""
     if case.after is not None and folder is not None and case.after(folder):

@@ -52,6 +52,18 @@ def absolute_path(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.abspath(expanded))
 
 
+def shell_command(*words: str | os.PathLike[str]) -> str:
+    """A command line to print for the user to paste: each word shell-quoted (paths with spaces, quotes, `$`).
+    The one helper for every "next:", "resume with:" and "run this" line.
+
+    >>> print(shell_command("grpo", "generate", "--lora", "/runs/my run/lora", "--prompt", "What is 2+2?"))
+    grpo generate --lora '/runs/my run/lora' --prompt 'What is 2+2?'
+    """
+    import shlex
+
+    return shlex.join(os.fspath(word) for word in words)
+
+
 def cache_root() -> Path:
     """The project's one cache folder: $GRPO_CACHE_DIR, else $XDG_CACHE_HOME/grpo-pipeline, else
     ~/.cache/grpo-pipeline. Prepared datasets, the unpacked tokenizer and the built-in models live under it."""

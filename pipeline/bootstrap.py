@@ -90,7 +90,7 @@ def _trained_config(argv: list[str]) -> dict[str, Any]:
             manifest = find_manifest(run_dir) or find_manifest(run_dir / "lora")
         else:
             manifest = None
-    except (ManifestError, OSError):
+    except (ManifestError, OSError, ValueError):  # a bad path: the command's own path check names it
         manifest = None
     return dict((manifest or {}).get("config") or {})
 

@@ -47,31 +47,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`grpo COMMAND ...`: the command under the one top-level handler (pipeline/errors.py): exit 2 and one
+    message for bad input, 1 and one line (traceback in a log) for a bug, 130 for Ctrl-C; `--debug` anywhere
+    prints tracebacks instead."""
+    from pipeline.errors import DEBUG_FLAG, run_command
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    command_argv = [arg for arg in argv if arg != DEBUG_FLAG]
     parser = build_parser()
-    if not argv or argv[0] in ("-h", "--help"):
+    if not command_argv or command_argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0
-    if argv[0] not in COMMANDS:
-        parser.error(f"unknown command {argv[0]!r}; choose one of {', '.join(COMMANDS)}")
-    from pipeline.bootstrap import bootstrap
-    from pipeline.config import ConfigError
+    command = command_argv[0]
+    if command not in COMMANDS:
+        parser.error(f"unknown command {command!r}; choose one of {', '.join(COMMANDS)}")
+    rest = argv[argv.index(command) + 1:] + ([DEBUG_FLAG] if DEBUG_FLAG in argv[:argv.index(command)] else [])
+    return run_command(command, lambda args: _run(command, args), rest)
 
-    try:
-        bootstrap(argv[0], argv[1:])
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+
+def _run(command: str, argv: list[str]) -> int:
+    from pipeline.bootstrap import bootstrap
     from pipeline.run.checkpoints import interrupts_raise
 
-    module_name, _ = COMMANDS[argv[0]]
-    try:
-        with interrupts_raise():  # Ctrl-C / SIGTERM: exit 130, no traceback (`grpo train` adds its resume command)
-            module = importlib.import_module(module_name)
-            return int(module.main(argv[1:]) or 0)
-    except KeyboardInterrupt as stop:
-        print(f"\n[grpo] {argv[0]} interrupted ({stop or 'SIGINT'}); nothing half-written was kept.", file=sys.stderr)
-        return 130
+    bootstrap(command, argv)  # a ConfigError here (e.g. VLLM_SLEEP_MODE with standby) is bad input: exit 2
+    module_name, _ = COMMANDS[command]
+    with interrupts_raise():  # SIGTERM as Ctrl-C: exit 130, no traceback (`grpo train` adds its resume command)
+        module = importlib.import_module(module_name)
+        return int(module.main(argv) or 0)
 
 
 if __name__ == "__main__":

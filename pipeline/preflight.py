@@ -18,11 +18,9 @@ local folder nor in the Hugging Face cache).
 
 from __future__ import annotations
 
-import errno
 import importlib.util
 import os
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -43,35 +41,25 @@ class Check:
     message: str
 
 
-def nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
+def config_paths(cfg: PipelineConfig | dict[str, Any], *fields: str) -> dict[str, Path]:
+    """Check the config's path `fields` (env.path_check's table: output_dir, data_cache_dir, a local dataset_name
+    or model folder, --resume PATH) before anything runs; each refusal is a ConfigError naming the field."""
+    from env.path_check import PathError, check_command_paths
 
-
-def check_output_dir(output_dir: str) -> str:
-    """Raise ConfigError("output_dir") unless the folder (or its nearest existing parent) takes new files.
-
-    Tries a real temporary file: permissions bits say nothing about read-only mounts or quotas.
-    """
-    from env.paths import absolute_path
-
-    path = absolute_path(output_dir)
-    existing = nearest_existing(path)
-    if existing.exists() and not existing.is_dir():
-        raise ConfigError("output_dir", f"{existing} is a file, not a folder. Choose another output_dir, "
-                          "e.g. outputs/my-run.")
     try:
-        fd, probe = tempfile.mkstemp(prefix=".grpo-write-test-", dir=existing)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        why = "is on a read-only file system" if err.errno == errno.EROFS else f"is not writable ({err.strerror})"
-        raise ConfigError("output_dir", f"{existing} {why}, so the run could not save checkpoints there. Point "
-                          "output_dir at a writable folder (e.g. under your home folder, /content on Colab, "
-                          "/root/autodl-tmp on AutoDL).") from None
+        return check_command_paths("train", cfg.to_dict() if isinstance(cfg, PipelineConfig) else cfg, only=fields)
+    except PathError as err:
+        raise ConfigError(err.option, err.detail) from None
+
+
+def check_output_dir(cfg: PipelineConfig) -> str:
+    """output_dir (and data_cache_dir) take new files, and are not inside the model or data they read."""
     import shutil
 
+    from env.path_check import nearest_existing
+
+    path = config_paths(cfg, "output_dir", "data_cache_dir")["output_dir"]
+    existing = nearest_existing("output_dir", path)
     free_gib = shutil.disk_usage(existing).free / 2**30
     return (f"{path} is writable" + ("" if existing == path else f" (will be created in {existing})")
             + f"; {free_gib:.1f} GiB free there")
@@ -92,7 +80,9 @@ def check_report_to(names: list[str], output_dir: str) -> str:
 def tensorboard_hint(output_dir: str | os.PathLike[str]) -> str:
     """Where transformers' TensorBoardCallback writes (TENSORBOARD_LOGGING_DIR, else output_dir/runs/<run>)."""
     logdir = os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(output_dir, "runs")
-    return f"tensorboard logs go to {logdir}: run `tensorboard --logdir {logdir}`"
+    from env.paths import shell_command
+
+    return f"tensorboard logs go to {logdir}: run `{shell_command('tensorboard', '--logdir', logdir)}`"
 
 
 def check_model_source(source: str) -> str:
@@ -114,6 +104,10 @@ def check_model(name: str, source: str = "hf") -> str:
 
     if builtin_model(name) is not None:
         return f"{name}: built in"
+    from env.path_check import local_model
+
+    if local_model(name):
+        config_paths({"model_name_or_path": name}, "model_name_or_path")  # unset $VARS, loops, unreadable
     path = Path(name).expanduser()
     looks_local = path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
     if path.exists() or looks_local:
@@ -237,6 +231,7 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
     done: dict[str, Any] = {}
 
     def data() -> str:
+        config_paths(cfg, "dataset_name", "data_cache_dir")  # env.path_check's table, before anything is read
         done["tokenizer"] = _data_tokenizer(cfg)
         done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)
         return "train: " + accounting_line(done["train"].report)
@@ -381,6 +376,14 @@ def check_resume(cfg: PipelineConfig) -> str:
             return "resume: auto (no checkpoint yet: a fresh start)"
         path, said = complete[-1], f"resume: auto, from {complete[-1]}"
     else:
+        from env.path_check import PathError, expand, nearest_existing
+
+        try:  # an unset $VAR, an empty value, a symlink loop or a file on the way; a missing folder: below
+            wanted = expand("resume", resume)
+            if nearest_existing("resume", wanted) == wanted:
+                config_paths({"resume": resume}, "resume")  # a file, not a folder; unreadable
+        except PathError as err:
+            raise ConfigError("resume", err.detail) from None
         path = absolute_path(resume)
         if not path.is_dir():
             if os.sep not in resume and "/" not in resume:
@@ -421,6 +424,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     ("also: ...").
 
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
+    from env.path_check import PathError
     from pipeline.backends import choose_backend, load_backend
     from pipeline.data.prepare import DataError
     from pipeline.data.sources import DataFileError
@@ -439,7 +443,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg)]
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
-        ("output_dir", lambda: check_output_dir(g.output_dir)),
+        ("output_dir", lambda: check_output_dir(cfg)),
         ("packages", lambda: "; ".join([check_report_to(g.reporters(), g.output_dir),
                                         check_model_source(cfg.model.model_source)])),
         ("gpu", lambda: check_gpu(cfg, choice)),
@@ -461,7 +465,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
             continue
         try:
             results.append(Check(name, True, str(step())))
-        except (ConfigError, DataError, DataFileError, FileNotFoundError) as err:
+        except (ConfigError, PathError, DataError, DataFileError, FileNotFoundError) as err:
             if stop_at_first and name not in data_names:
                 raise
             if stop_at_first:  # the data steps are all run, so one message says everything to fix in the data

@@ -26,6 +26,7 @@ from typing import Any, Optional
 from pipeline.backends import BackendChoice, choose_backend, load_backend
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config
+from pipeline.errors import guarded
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED = 0, 2, 3, 130
 
@@ -84,6 +85,9 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
 
     output_dir = absolute_path(cfg.grpo.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    from pipeline.errors import note_run_folder
+
+    note_run_folder(output_dir)  # a crash from here on logs its traceback into output_dir/logs/
     if not _is_main_process():  # DDP ranks share rank 0's run folder; rank 0 holds the lock for all
         return _run_locked(cfg, choice, backend, output_dir, callbacks, start, resume_hint)
     with run_lock(output_dir):  # a second run into this folder is refused, naming this one
@@ -328,6 +332,8 @@ def _final_files_problem(output_dir: Path, step: int) -> tuple[Optional[str], di
 def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[str], adapter_dir: Optional[Path],
                                cfg: PipelineConfig, resume_hint: str) -> None:
     _print(f"run {status}" + (f": {reason}" if reason else ""))
+    from env.paths import shell_command
+
     if status == "interrupted":
         _print(f"resume with: {resume_hint}")
     if status == "stopped":
@@ -340,7 +346,7 @@ def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[s
         if path is not None and path.exists():
             _print(f"  {label:<12} {path}")
     if adapter_dir is not None:
-        _print(f"next: grpo generate --lora {adapter_dir} --prompt '{_example_question(cfg)}'")
+        _print("next: " + shell_command("grpo", "generate", "--lora", adapter_dir, "--prompt", _example_question(cfg)))
 
 
 def _example_question(cfg: PipelineConfig) -> str:
@@ -349,11 +355,8 @@ def _example_question(cfg: PipelineConfig) -> str:
     return example_question(cfg.data.dataset_name)
 
 
+@guarded("train")
 def main(argv: Optional[list[str]] = None) -> int:
-    from env.adapters import AdapterError
-    from env.disk import StorageError
-    from pipeline.data.prepare import DataError
-    from pipeline.data.sources import DataFileError
     from pipeline.run.checkpoints import interrupts_raise, resume_command
 
     argv = normalize_argv(list(sys.argv[1:] if argv is None else argv))
@@ -362,23 +365,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         return _print_help(argv)
     resume_hint = resume_command(argv)  # the user's own options, before any defaults are added
+    # `grpo` already prepared this backend before importing this module (pipeline/bootstrap.py). Bad input
+    # raises (ConfigError, DataFileError, ...): pipeline.errors prints its one message, exit 2.
     try:
         with interrupts_raise():  # Ctrl-C or SIGTERM in any phase: exit 130 with the command that continues
-            # `grpo` already prepared this backend before importing this module (pipeline/bootstrap.py).
             choice = backend_choice(argv)
             argv, base, note = defaults_for(argv, choice)
             if note:
                 _print(note)
-            cfg = parse_config(argv, base=base)
-            result = run_training(cfg, choice, resume_hint=resume_hint)
-    except (ConfigError, FileNotFoundError, DataError, DataFileError, AdapterError, StorageError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+            return run_training(parse_config(argv, base=base), choice, resume_hint=resume_hint).exit_code
     except KeyboardInterrupt as stop:
         print(f"\n[grpo] interrupted ({stop or 'SIGINT'}); what was saved is kept and nothing is half-written.\n"
               f"[grpo] resume with: {resume_hint}", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
-    return result.exit_code
 
 
 def _print_help(argv: list[str]) -> int:

@@ -87,7 +87,8 @@ def test_gsm8k_loads_offline_from_a_saved_copy(qwen_tokenizer, tmp_path):
 
 def test_hub_dataset_without_saved_copy_offline_says_how_to_fix(qwen_tokenizer, tmp_path):
     cfg = make_cfg(tmp_path, dataset_name="grpo-pipeline-tests/no-such-dataset", dataset_config=None)
-    with pytest.raises(RuntimeError, match="HF_ENDPOINT") as err:
+    with pytest.raises(ConfigError, match="HF_ENDPOINT") as err:  # bad input (exit 2), as an unreachable model
         prepare_dataset(cfg, qwen_tokenizer)
+    assert err.value.field == "dataset_name"
     saved = hub_saved_copy_dir(tmp_path / "cache", "grpo-pipeline-tests/no-such-dataset", None, None)
     assert str(saved) in str(err.value)

@@ -68,9 +68,13 @@ def config_path(argv: list[str]) -> Optional[str]:
     if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
         raise ConfigError("config", "--config needs a file, e.g. --config configs/qwen2.5-1.5b-gsm8k.yaml")
     path = argv[index + 1]
-    if not os.path.isfile(path):
-        raise ConfigError("config", f"file {os.path.abspath(path)!r} does not exist. Pass a YAML recipe, "
-                          "e.g. --config configs/qwen2.5-1.5b-gsm8k.yaml")
+    from env.path_check import INPUT_FILE, PathError, check_path
+
+    try:
+        check_path("config", path, INPUT_FILE)  # missing, a folder, unreadable, an unset $VAR, a symlink loop
+    except PathError as err:
+        raise ConfigError("config", f"{err.detail} Pass a YAML recipe, e.g. --config "
+                          "configs/qwen2.5-1.5b-gsm8k.yaml") from None
     return path
 
 

@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.config import ConfigError
 from pipeline.data.prepare import EVAL_REPORT_NAME, DataError
-from pipeline.data.sources import DataFileError
+from pipeline.errors import guarded
 
 
 def accounting_line(report: dict[str, Any], ids_shown: int = 3) -> str:
@@ -97,8 +96,9 @@ tiny CPU demo elsewhere (offline). Names that need no network:
   --model_name_or_path bundled:qwen2.5         the real Qwen2.5 tokenizer (bundled; no model, no download)
 e.g. grpo data --config configs/qwen2.5-1.5b-gsm8k.yaml --dataset_name sample --model_name_or_path bundled:qwen2.5
 
-Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error or unreadable
-data (a mostly unscorable answer column included). Sources, eval set, answers: docs/own-data.md."""
+Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config, path or data file error
+(a mostly unscorable answer column, or a hub dataset that cannot be downloaded, included). Sources, eval set,
+answers: docs/own-data.md."""
 
 
 def data_help_parser():
@@ -114,6 +114,7 @@ def data_help_parser():
     return parser
 
 
+@guarded("data")
 def main(argv: Optional[list[str]] = None) -> int:
     """`grpo data [--config X] [--json] [--key value ...]`: prepare the dataset and print its report.
 
@@ -122,7 +123,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     data file (empty, not UTF-8, broken JSON).
     """
     from pipeline.config import parse_config, validate
-    from pipeline.preflight import check_model, prepare_run_data
+    from pipeline.preflight import check_model, config_paths, prepare_run_data
     from pipeline.data.tokenizer import load_tokenizer
     from pipeline.bootstrap import backend_choice, defaults_for
 
@@ -132,34 +133,26 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     as_json = "--json" in argv
     argv = [arg for arg in argv if arg != "--json"]  # our flag, not a config field: TrlParser would reject it
-    try:
-        # The same defaults as `grpo train`: offline (the CPU demo) on a machine without a GPU.
-        argv, base, note = defaults_for(argv, backend_choice(argv))
-    except ConfigError as err:
-        print(f"grpo data: {err}", file=sys.stderr)
-        return 2
+    # The same defaults as `grpo train`: offline (the CPU demo) on a machine without a GPU. Bad input raises
+    # (ConfigError, PathError, DataFileError): pipeline.errors prints its one message, exit 2.
+    argv, base, note = defaults_for(argv, backend_choice(argv))
     if note and not as_json:
         print(f"grpo data: {note.replace('running', 'preparing the data of')}", file=sys.stderr)
     report: Optional[dict[str, Any]] = None
     eval_count: Optional[int] = None
     error: Optional[Exception] = None
+    cfg = parse_config(argv, base=base)
+    validate(cfg)
+    config_paths(cfg, "output_dir", "data_cache_dir", "dataset_name")  # env.path_check's table, before any work
+    check_model(cfg.model.model_name_or_path, cfg.model.model_source)  # only the tokenizer loads, from there
+    tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code,
+                               source=cfg.model.model_source)
     try:
-        cfg = parse_config(argv, base=base)
-        validate(cfg)
-        check_model(cfg.model.model_name_or_path, cfg.model.model_source)  # only the tokenizer loads, from there
-        tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code,
-                                   source=cfg.model.model_source)
         run_data = prepare_run_data(cfg, tokenizer)  # what `grpo train` prepares: train, eval set, warm-up needs
         report = run_data.train.report
         eval_count = len(run_data.eval_rows) if cfg.eval.uses_eval_set() else None
-    except (ConfigError, DataFileError) as err:  # bad input: exit 2, as in `grpo train`
-        print(f"grpo data: {err}", file=sys.stderr)
-        return 2
-    except DataError as err:
+    except DataError as err:  # the data cannot be used as configured: the report says why, exit 1
         report, error = err.report, err
-    except (ValueError, RuntimeError, OSError) as err:  # unreadable file, hub unreachable, ...: no report
-        print(f"grpo data: {err}", file=sys.stderr)
-        return 1
 
     if as_json:
         print(json.dumps(report, indent=2, ensure_ascii=False))

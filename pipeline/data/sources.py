@@ -373,7 +373,10 @@ def check_text_file(path: Path) -> Optional[str]:
     Hand-written because `datasets`' loaders report neither the line nor, for bad bytes, which
     file; one pass over the lines costs far less than the tokenizing that follows.
     """
+    from env.paths import shell_command
+
     suffix = path.suffix.lower()
+    untouched = " No row of the file was used: fix or delete that line and run again."
     lines: list[str] = []
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
@@ -382,8 +385,9 @@ def check_text_file(path: Path) -> Optional[str]:
             except UnicodeDecodeError as err:
                 raise DataFileError(
                     f"{path} line {number} is not UTF-8 text (byte {raw[err.start:err.start + 1]!r} at column "
-                    f"{err.start + 1}). Re-save the file as UTF-8, e.g. `iconv -f GBK -t UTF-8 {path.name} > "
-                    f"fixed{path.suffix}` (use the file's real encoding instead of GBK)."
+                    f"{err.start + 1}). Re-save the file as UTF-8, e.g. "
+                    f"`{shell_command('iconv', '-f', 'GBK', '-t', 'UTF-8', '-o', path.with_name('fixed' + path.suffix), path)}`"
+                    f" (use the file's real encoding instead of GBK).{untouched}"
                 ) from None
     if suffix == ".json":
         try:
@@ -391,7 +395,7 @@ def check_text_file(path: Path) -> Optional[str]:
         except json.JSONDecodeError as err:
             if err.msg != "Extra data":  # "Extra data": JSON Lines in a .json file, read per line below
                 raise DataFileError(f"{path} line {err.lineno} is not valid JSON ({err.msg}, column {err.colno})."
-                                    " A .json file holds a list of objects, or {\"data\": [...]}.") from None
+                                    " A .json file holds a list of objects, or {\"data\": [...]}." + untouched) from None
         else:
             return _json_records_field(document, path)
     if suffix in (".jsonl", ".json"):
@@ -403,11 +407,11 @@ def check_text_file(path: Path) -> Optional[str]:
             except json.JSONDecodeError as err:
                 raise DataFileError(
                     f"{path} line {number} is not valid JSON ({err.msg}, column {err.colno}). A .jsonl "
-                    "file holds one complete JSON object per line."
+                    f"file holds one complete JSON object per line.{untouched}"
                 ) from None
             if not isinstance(record, dict):
                 raise DataFileError(f"{path} line {number} is a JSON {type(record).__name__}, not an object "
-                                    "such as {\"question\": ..., \"answer\": ...}.")
+                                    "such as {\"question\": ..., \"answer\": ...}." + untouched)
     return None
 
 

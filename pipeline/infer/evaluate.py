@@ -11,12 +11,12 @@ function on a saved adapter (or the base model), so the two can be compared dire
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import Completion
 from pipeline.config import PipelineConfig, given
+from pipeline.errors import guarded
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
 
@@ -128,54 +128,43 @@ def format_table(result: dict[str, Any], title: str) -> str:
 
 def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, split: Optional[str] = None,
                    output: Optional[str] = None, args: Optional[argparse.Namespace] = None,
-                   **options: Any) -> Optional[dict[str, Any]]:
+                   **options: Any) -> dict[str, Any]:
     """Evaluate a saved LoRA (lora=DIR) or the base model (base=True, model=... or run=...) and write eval.json.
 
     `data` is a YAML recipe (its eval set: eval_dataset_name, else eval_split of dataset_name), or a data
     file, folder or dataset name (used as eval_dataset_name: a single file whole, else its eval_split); by
-    default the --config recipe. `limit` defaults to the recipe's eval_limit. Returns the result dict (with `eval_json` =
-    where it was written), or None after printing why the input was refused.
+    default the --config recipe. `limit` defaults to the recipe's eval_limit. Returns the result dict (with
+    `eval_json` = where it was written). Bad input raises (ConfigError naming the option, AdapterError, ...)
+    before anything loads.
     """
     from env.paths import absolute_path, atomic_write_json
     from pipeline.config import ConfigError, parse_config
-    from pipeline.data.prepare import DataError
-    from pipeline.data.sources import DataFileError
     from pipeline.infer.session import inference_args, open_inference
 
     args = args if args is not None else inference_args(**options)
     if limit is not None and limit < 1:
-        print(f"error: --limit {limit}: use a positive number of problems (default: the recipe's eval_limit)",
-              file=sys.stderr)
-        return None
+        raise ConfigError("limit", f"--limit {limit}: use a positive number of problems (default: the recipe's "
+                          "eval_limit)")
     data = data or args.config
     if not data:
-        print("error: pass --data (a recipe, a .jsonl/.csv/.parquet file or a dataset name) or --config RECIPE.yaml",
-              file=sys.stderr)
-        return None
+        raise ConfigError("data", "pass --data (a recipe, a .jsonl/.csv/.parquet file or a dataset name) or "
+                          "--config RECIPE.yaml")
     if args.base and not (output or args.run):  # refused before the model loads
-        print("error: --base without --run: pass --output FILE for the results (or --run RUN_DIR to keep them "
-              "in that run folder as eval_base.json)", file=sys.stderr)
-        return None
+        raise ConfigError("output", "--base without --run: pass --output FILE for the results (or --run RUN_DIR "
+                          "to keep them in that run folder as eval_base.json)")
     setup = open_inference(args)
-    if setup is None:
-        return None
     out = _eval_json_path(setup, output, args.run)
     data_path = absolute_path(data)
     is_recipe = data_path.suffix in (".yaml", ".yml")
-    try:
-        if is_recipe:
-            cfg = parse_config(["--config", str(data_path)])
-        else:  # a file or folder, or a dataset name as in dataset_name: demo-arithmetic, sample, a hub id
-            if not data_path.exists():
-                data_path = Path(data)
-            cfg = setup.config.replace(eval_dataset_name=str(data_path))
-        eval_split = split or cfg.eval.eval_split
-        cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model,
-                          eval_split=eval_split)
-        rows = load_eval_rows(cfg, setup.tokenizer, limit=limit)
-    except (ConfigError, DataError, DataFileError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return None
+    if is_recipe:
+        cfg = parse_config(["--config", str(data_path)])
+    else:  # a file or folder, or a dataset name as in dataset_name: demo-arithmetic, sample, a hub id
+        if not data_path.exists():
+            data_path = Path(data)
+        cfg = setup.config.replace(eval_dataset_name=str(data_path))
+    eval_split = split or cfg.eval.eval_split
+    cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
+    rows = load_eval_rows(cfg, setup.tokenizer, limit=limit)
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, setup.system_prompt, setup.max_tokens,
                            temperature=setup.temperature, top_p=setup.top_p)
     result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
@@ -196,7 +185,9 @@ def _eval_json_path(setup, output: Optional[str], run: Optional[str]) -> Path:
     return (run_dir.parent if run_dir.name == "lora" else run_dir) / "eval_base.json"
 
 
+@guarded("eval")
 def main(argv: Optional[list[str]] = None) -> int:
+    from env.path_check import check_command_paths
     from pipeline.infer.session import add_inference_arguments
 
     parser = argparse.ArgumentParser(prog="grpo eval", description=__doc__.split("\n\n")[0])
@@ -212,9 +203,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="where to write the results (default: eval.json in the adapter's run folder; "
                              "eval_base.json in --run's folder for --base)")
     args = parser.parse_args(argv)
+    check_command_paths("eval", vars(args))  # every path option, before anything is read or loaded
     result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args)
-    if result is None:
-        return 2
     title = f"eval: {'LoRA ' + result['adapter'] if result['adapter'] else 'base model ' + result['model']}"
     print(format_table(result, title))
     print(f"wrote {result['eval_json']}")

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import EXPORT_METHODS
+from pipeline.errors import guarded
 
 
+@guarded("export")
 def main(argv: Optional[list[str]] = None) -> int:
     from pipeline.config import field_choices
 
@@ -28,59 +29,49 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--to", required=True, choices=EXPORT_METHODS)
     parser.add_argument("--out", required=True, help="output folder (must not exist, or use --overwrite)")
     parser.add_argument("--backend", default="auto", choices=field_choices("backend"))
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --out folder (kept until the new export is complete)")
     args = parser.parse_args(argv)
 
-    from env.adapters import AdapterError
-    from env.disk import StorageError, storage_errors_named
-    from env.paths import absolute_path, atomic_directory
+    from env.disk import storage_errors_named
+    from env.path_check import EXPORT_MARKER, check_command_paths, local_model
+    from env.paths import atomic_directory, atomic_write_json
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, from_mapping
+    from pipeline.data.tokenizer import resolve_model_path
     from pipeline.infer.session import adapter_mismatch, verify_trained_dir
-    from pipeline.run.manifest import ManifestError, find_manifest
+    from pipeline.preflight import check_model
+    from pipeline.run.manifest import find_manifest
 
-    try:
-        adapter = verify_trained_dir(args.lora)
-    except AdapterError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    out = absolute_path(args.out)
-    if out.exists() and not args.overwrite:
-        print(f"error: --out {out} already exists; choose a new folder or pass --overwrite", file=sys.stderr)
-        return 2
-    try:
-        manifest = find_manifest(adapter.path) or {}
-    except ManifestError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    # Bad input raises (PathError, AdapterError, ManifestError, ConfigError): pipeline.errors prints it, exit 2.
+    check_command_paths("export", vars(args), only=["lora"])
+    adapter = verify_trained_dir(args.lora)
+    manifest = find_manifest(adapter.path) or {}
     base_model = manifest.get("base_model") or adapter.base_model_name_or_path
+    base_folder = resolve_model_path(base_model)
+    # --out must not be, hold or lie inside the adapter, its run (manifest, checkpoints) or a local base model:
+    # --overwrite replaces what is there.
+    reads = {"the base model": base_folder} if local_model(base_folder) else {}
+    out = check_command_paths("export", vars(args), overwrite=args.overwrite, extra_reads=reads)["out"]
     mismatch = adapter_mismatch(adapter, base_model)
     if mismatch:
-        print(f"error: {mismatch}", file=sys.stderr)
-        return 2
-    from pipeline.preflight import check_model
-
-    try:
-        check_model(base_model, (manifest.get("config") or {}).get("model_source", "hf"))
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        raise ConfigError("lora", mismatch)
+    check_model(base_model, (manifest.get("config") or {}).get("model_source", "hf"))
     cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model,
                         "backend": args.backend})
-    try:
-        choice = choose_backend(args.backend, fast_inference=False)  # merging needs Unsloth, never vLLM
-        if args.to == "gguf" and choice.name != "unsloth":
-            raise ConfigError("to", "GGUF export is Unsloth-only (save_pretrained_gguf builds llama.cpp). On this "
-                              "machine export --to merged16 and convert it with llama.cpp's convert_hf_to_gguf.py.")
-        backend = load_backend(choice.name)
-        backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with storage_errors_named(out.parent, "run the same export again."), atomic_directory(out) as staging:
-            backend.export(adapter, base_model, args.to, staging, cfg)
-            carry_training_defaults(staging, manifest)
-    except (ConfigError, StorageError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    choice = choose_backend(args.backend, fast_inference=False)  # merging needs Unsloth, never vLLM
+    if args.to == "gguf" and choice.name != "unsloth":
+        raise ConfigError("to", "GGUF export is Unsloth-only (save_pretrained_gguf builds llama.cpp). On this "
+                          "machine export --to merged16 and convert it with llama.cpp's convert_hf_to_gguf.py.")
+    backend = load_backend(choice.name)
+    backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
+    # The export is written beside --out and renamed into place; an old --out is set aside until then and put
+    # back if anything fails (env.paths.atomic_directory). A full disk names the folder and how much is free.
+    with storage_errors_named(out.parent, "run the same export again."), atomic_directory(out) as staging:
+        backend.export(adapter, base_model, args.to, staging, cfg)
+        carry_training_defaults(staging, manifest)  # the trained system prompt and grpo_adapter.json travel
+        atomic_write_json(staging / EXPORT_MARKER, {"adapter": str(adapter.path), "to": args.to,
+                                                    "base_model": base_model})
     print(f"exported {adapter.path} ({args.to}, base {base_model}) to {out}")
     return 0
 

@@ -16,28 +16,49 @@ import json
 import sys
 from typing import Optional
 
+from pipeline.errors import guarded
+
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
-    """Questions from --prompt or a JSONL file (one {"prompt"|"question": ...} per line)."""
+    """Questions from --prompt or a JSONL file (one {"prompt"|"question": ...} per line; blank lines skipped).
+
+    A bad line is a DataFileError naming the file and the line, and nothing is generated for any row: a run
+    that silently skipped a question would hand back fewer answers than questions, out of line with the file.
+    """
     from env.paths import absolute_path
+    from pipeline.data.sources import DataFileError
 
     if args.prompt is not None:
         return [args.prompt]
     path = absolute_path(args.input)
     prompts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
+    with open(path, "rb") as handle:
+        lines = handle.read().splitlines()
+    for number, raw in enumerate(lines, start=1):
+        def bad(what: str) -> DataFileError:
+            return DataFileError(f"--input {path} line {number}: {what}. Nothing was generated, for that line "
+                                 f"or the {len(lines) - 1} other(s): fix or delete it and run again.")
+
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as err:
+            raise bad(f"is not UTF-8 text (byte {raw[err.start:err.start + 1]!r} at column {err.start + 1}); "
+                      "re-save the file as UTF-8") from None
         if not line.strip():
             continue
-        record = json.loads(line)
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise bad(f"is not valid JSON ({err.msg}, column {err.colno}); each line holds one object such as "
+                      '{"prompt": "What is 2+3?"}') from None
         text = record.get("prompt", record.get("question")) if isinstance(record, dict) else None
         if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{path} line {number}: needs a non-empty string field `prompt` or `question`")
+            raise bad("needs a non-empty string field `prompt` or `question`")
         prompts.append(text.strip())
+    if not prompts:
+        raise DataFileError(f"--input {path} holds no prompts (it is empty or blank). Give one "
+                            '{"prompt": "..."} object per line.')
     return prompts
-
-
-class AdapterRefused(Exception):
-    """The adapter or its settings were refused (the reason was already printed)."""
 
 
 def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = None, **options) -> list[dict]:
@@ -51,8 +72,6 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
     from pipeline.infer.session import inference_args, open_inference
 
     setup = open_inference(args if args is not None else inference_args(**options))  # verifies before loading
-    if setup is None:
-        raise AdapterRefused("see the error above")
     messages = [build_prompt(setup.system_prompt, p) for p in prompts]  # the same chat as a training row
     texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
                                      temperature=setup.temperature, top_p=setup.top_p)
@@ -63,7 +82,9 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
             for p, s in zip(prompts, scored)]
 
 
+@guarded("generate")
 def main(argv: Optional[list[str]] = None) -> int:
+    from env.path_check import check_command_paths
     from pipeline.infer.session import add_inference_arguments
 
     parser = argparse.ArgumentParser(prog="grpo generate", description=__doc__.split("\n\n")[0])
@@ -73,16 +94,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     source.add_argument("--input", help="JSONL file with a `prompt` (or `question`) field per line")
     parser.add_argument("--output", help="write JSONL here instead of printing")
     args = parser.parse_args(argv)
+    check_command_paths("generate", vars(args))  # every path option, before anything is read or loaded
 
-    try:
-        prompts = read_prompts(args)
-    except (OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    try:
-        records = generate_answers(prompts, args)
-    except AdapterRefused:
-        return 2
+    records = generate_answers(read_prompts(args), args)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     if args.output:
         from env.paths import absolute_path, atomic_write_text

@@ -178,105 +178,78 @@ def adapter_mismatch(adapter: Any, base_model: str) -> Optional[str]:
     return None
 
 
-def _error(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
+def open_inference(args: argparse.Namespace) -> InferenceSetup:
+    """Verify paths and settings, then load the generator.
 
-
-def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
-    """Verify paths and settings, then load the generator. Returns None (after printing why) on bad input."""
-    from env.adapters import AdapterError
+    Bad input raises before anything loads: ConfigError (naming the option), AdapterError, ManifestError; the
+    command's one handler (pipeline/errors.py) prints it, exit 2.
+    """
     from env.paths import absolute_path
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, check_adapter_rank
-    from pipeline.run.manifest import ManifestError, find_manifest
+    from pipeline.run.manifest import find_manifest
 
-    try:
-        gen = generation_settings(args)
-    except ConfigError as err:
-        _error(str(err))
-        return None
+    gen = generation_settings(args)
     # vLLM's SamplingParams ranges (it raises VLLMValidationError, a traceback, at the first prompt); the plain
     # backend's transformers sampling refuses a top_p outside (0, 1] too. One rule for both, before loading.
     if not 0.0 <= gen.gen_temperature <= 2.0:
-        _error(f"--temperature {gen.gen_temperature}: use a value in [0, 2] (0 = greedy).")
-        return None
+        raise ConfigError("temperature", f"--temperature {gen.gen_temperature}: use a value in [0, 2] (0 = greedy).")
     if not 0.0 < gen.gen_top_p <= 1.0:
-        _error(f"--top_p {gen.gen_top_p}: use a value in (0, 1] (1 = no nucleus cut).")
-        return None
-    for flag, value in (("--max_tokens", gen.gen_max_tokens), ("--max_lora_rank", args.max_lora_rank)):
+        raise ConfigError("top_p", f"--top_p {gen.gen_top_p}: use a value in (0, 1] (1 = no nucleus cut).")
+    for flag, value in (("max_tokens", gen.gen_max_tokens), ("max_lora_rank", args.max_lora_rank)):
         if value is not None and value < 1:  # 0 would otherwise read as "not given" somewhere downstream
-            _error(f"{flag} {value}: use a positive number.")
-            return None
+            raise ConfigError(flag, f"--{flag} {value}: use a positive number.")
     adapter = None
     manifest = None
     if args.lora:
-        try:
-            adapter = verify_trained_dir(args.lora)
-            manifest = find_manifest(adapter.path)
-        except (AdapterError, ManifestError) as err:
-            _error(str(err))
-            return None
+        adapter = verify_trained_dir(args.lora)
+        manifest = find_manifest(adapter.path)
         if manifest is None:
             from pipeline.run.manifest import ADAPTER_METADATA_NAME, MANIFEST_NAME
 
             folder = absolute_path(args.lora)
             if args.system_prompt is None:  # an empty --system_prompt "" is a choice, kept as given
-                _error(f"{folder} has no {ADAPTER_METADATA_NAME} inside and no {MANIFEST_NAME} beside it, so the "
-                       "system prompt, chat template and max lengths it was trained with are unknown; the defaults "
-                       f"would silently give wrong answers. Copy the run's {MANIFEST_NAME} into {folder}, or pass "
-                       "--system_prompt TEXT (and --max_tokens N) to use it anyway.")
-                return None
+                raise ConfigError("lora", f"{folder} has no {ADAPTER_METADATA_NAME} inside and no {MANIFEST_NAME} "
+                                  "beside it, so the system prompt, chat template and max lengths it was trained "
+                                  "with are unknown; the defaults would silently give wrong answers. Copy the run's "
+                                  f"{MANIFEST_NAME} into {folder}, or pass --system_prompt TEXT (and --max_tokens "
+                                  "N) to use it anyway.")
             print(f"warning: {folder} carries no training metadata; using --system_prompt as given and the "
                   "tokenizer's own chat template.", file=sys.stderr)
     elif args.run:
         run_dir = absolute_path(args.run)
-        try:
-            manifest = find_manifest(run_dir) or find_manifest(run_dir / "lora")
-        except ManifestError as err:
-            _error(str(err))
-            return None
+        manifest = find_manifest(run_dir) or find_manifest(run_dir / "lora")
         if manifest is None:
-            _error(f"--run {run_dir}: no manifest.json there (expected output_dir/manifest.json of a grpo run)")
-            return None
+            raise ConfigError("run", f"{run_dir}: no manifest.json there (expected output_dir/manifest.json of a "
+                              "grpo run)")
 
     trained_base = (manifest or {}).get("base_model") or (adapter.base_model_name_or_path if adapter else None)
     base_model = args.model or trained_base
     if base_model is None:
-        _error("--base needs --model NAME or --run RUN_DIR to know which base model to load")
-        return None
+        raise ConfigError("base", "--base needs --model NAME or --run RUN_DIR to know which base model to load")
     if args.lora and args.model and trained_base and args.model != trained_base:
-        _error(f"{args.lora} was trained on {trained_base!r}, not {args.model!r}. Drop --model (the "
-               "manifest names the right base) or pass the adapter trained on that model.")
-        return None
+        raise ConfigError("model", f"{args.lora} was trained on {trained_base!r}, not {args.model!r}. Drop --model "
+                          "(the manifest names the right base) or pass the adapter trained on that model.")
     max_lora_rank = given(args.max_lora_rank, (manifest or {}).get("max_lora_rank"), 64)
     uses_vllm = ((manifest or {}).get("config") or {}).get("fast_inference", True)  # false: Unsloth without vLLM
     if adapter is not None and uses_vllm:
-        try:
-            check_adapter_rank(adapter.r, max_lora_rank, what=f"adapter {adapter.path}",
-                               fix=f"Pass --max_lora_rank {adapter.r}.")
-        except ConfigError as err:
-            _error(str(err))
-            return None
+        check_adapter_rank(adapter.r, max_lora_rank, what=f"adapter {adapter.path}",
+                           fix=f"Pass --max_lora_rank {adapter.r}.")
     mismatch = adapter_mismatch(adapter, base_model) if adapter is not None else None
     if mismatch:
-        _error(mismatch)
-        return None
+        raise ConfigError("lora", mismatch)
     from pipeline.preflight import check_model
 
-    try:
-        check_model(base_model, ((manifest or {}).get("config") or {}).get("model_source", "hf"))  # offline and not cached: say so now, not after a minute of hub retries
-    except ConfigError as err:
-        _error(str(err))
-        return None
+    # offline and not cached: say so now, not after a minute of hub retries
+    check_model(base_model, ((manifest or {}).get("config") or {}).get("model_source", "hf"))
 
     trained_limit = (manifest or {}).get("max_completion_length")
     max_tokens = given(gen.gen_max_tokens, trained_limit, DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST)
     if gen.gen_max_tokens and trained_limit and gen.gen_max_tokens > trained_limit and not gen.allow_longer_generation:
         if args.max_tokens is None:  # the recipe's gen_max_tokens: refused as validate() refuses it at train time
-            _error(f"config error in `gen_max_tokens`: {gen.gen_max_tokens} exceeds the trained "
-                   f"max_completion_length ({trained_limit}); answers past the trained length are often cut before "
-                   "</answer>. Lower it, or set allow_longer_generation: true.")
-            return None
+            raise ConfigError("gen_max_tokens", f"{gen.gen_max_tokens} exceeds the trained max_completion_length "
+                              f"({trained_limit}); answers past the trained length are often cut before </answer>. "
+                              "Lower it, or set allow_longer_generation: true.")
         warnings.warn(f"--max_tokens {args.max_tokens} is above the trained max_completion_length {trained_limit}: "
                       "the model never learned to finish its answer in that budget.", stacklevel=2)
     # The first one given, an empty string included: "" trains (and so generates) without a system message.
@@ -285,17 +258,13 @@ def open_inference(args: argparse.Namespace) -> Optional[InferenceSetup]:
     flat = dict((manifest or {}).get("config") or {})
     flat.update(model_name_or_path=base_model, backend=args.backend, max_lora_rank=max_lora_rank,
                 system_prompt=system_prompt)
-    try:
-        cfg = from_mapping(flat)
-        choice = choose_backend(args.backend, cfg.model.fast_inference)
-        if choice.name == "unsloth" and not choice.fast_inference:
-            cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
-        backend = load_backend(choice.name)
-        backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
-        generator = backend.load_generator(base_model, adapter, cfg)
-    except ConfigError as err:
-        _error(str(err))
-        return None
+    cfg = from_mapping(flat)
+    choice = choose_backend(args.backend, cfg.model.fast_inference)
+    if choice.name == "unsloth" and not choice.fast_inference:
+        cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
+    backend = load_backend(choice.name)
+    backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
+    generator = backend.load_generator(base_model, adapter, cfg)
     tokenizer = generator.tokenizer
     if manifest and manifest.get("chat_template"):
         tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained

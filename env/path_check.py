@@ -1,0 +1,333 @@
+"""The one check of every path a user gives, run before any work: one table, one function.
+
+Each path option of each command has a kind (`PATH_OPTIONS`): an input file or folder that must exist and be
+readable, or an output file or folder whose place must take new files. `check_path` refuses, with one message
+naming the option (`PathError`, exit 2): an empty value; a `$VAR`/`${VAR}` that is not set or is set to
+nothing (`$OUT/run` with OUT unset must not become `/run`); a `~user` that does not exist; a symlink loop or
+a dangling symlink on the way; a file where a folder is expected and the reverse; an input that is missing or
+unreadable; an output whose nearest existing folder is read-only or is a file; an output folder that already
+exists without --overwrite; and an output that is, contains or lies inside something the same command reads
+(`grpo export --out <the adapter> --overwrite` would replace the adapter with the merged model).
+
+Why here: the same class of mistake reached eight options in five commands as eight different tracebacks,
+each after work had started. `pipeline.preflight` runs `check_path` on the config's path fields (train, data);
+`check_command_paths` runs it on the options of generate, eval and export right after argparse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+_VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|(\w+))")
+DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
+RECIPE_SUFFIXES = (".yaml", ".yml")
+
+
+class PathError(ValueError):
+    """A path option that cannot work. `option` names it (`--out`, `output_dir`); the message says the fix."""
+
+    def __init__(self, option: str, message: str):
+        self.option = option
+        self.detail = message
+        super().__init__(f"`{option}`: {message}")
+
+
+@dataclass(frozen=True)
+class PathKind:
+    """What a path option names. role: input (read) | output (written); want: file | dir | any.
+
+    may_exist (outputs): False = a new folder, refused when it exists unless --overwrite.
+    replaces (outputs): True = the command puts a whole new file/folder there, so it must neither be, contain
+    nor lie inside anything the command reads; False = a folder filled in place with new names (a run folder, a
+    cache), which must not be an input itself (it may hold one: a run folder holds the checkpoint it resumes).
+    """
+
+    role: str
+    want: str
+    may_exist: bool = True
+    replaces: bool = False
+
+    def describe(self) -> str:
+        noun = {"file": "file", "dir": "folder", "any": "file or folder"}[self.want]
+        return f"{'an input' if self.role == 'input' else 'an output'} {noun}"
+
+
+INPUT_FILE = PathKind("input", "file")
+INPUT_DIR = PathKind("input", "dir")
+INPUT_ANY = PathKind("input", "any")
+OUTPUT_FILE = PathKind("output", "file", replaces=True)
+NEW_OUTPUT_DIR = PathKind("output", "dir", may_exist=False, replaces=True)
+FILLED_OUTPUT_DIR = PathKind("output", "dir")
+
+
+def _path_like(value: str) -> bool:
+    return value.startswith(("/", ".", "~", "$", os.sep))
+
+
+def local_model(value: str) -> bool:
+    """A model given as a folder, not a hub id (`org/name`) or a built-in name (`tiny-demo`, `bundled:...`).
+    The same rule as pipeline.preflight.check_model."""
+    return os.path.lexists(os.path.expanduser(value)) or _path_like(value) or value.count("/") > 1
+
+
+def local_data(value: str) -> bool:
+    """dataset_name / --data naming a local file (as pipeline.data.sources.resolve_source reads it)."""
+    return (value.lower().endswith(DATA_SUFFIXES + RECIPE_SUFFIXES) or os.path.lexists(os.path.expanduser(value))
+            or _path_like(value))
+
+
+def resume_path(value: str) -> bool:
+    """--resume PATH (auto and never are words; a bare word is pipeline.preflight.check_resume's to explain)."""
+    return value not in ("auto", "never") and ("/" in value or os.sep in value or os.path.lexists(value))
+
+
+def always(value: str) -> bool:
+    return True
+
+
+EXPORT_MARKER = "grpo_export.json"  # written into every `grpo export` folder: what --overwrite may replace
+
+
+def previous_export(folder: Path) -> Optional[str]:
+    """Why --overwrite may not replace `folder`, or None: only an empty folder or one `grpo export` wrote (it
+    holds EXPORT_MARKER) is replaced; a run, a checkpoint, an adapter or a model of the user's never is."""
+    entries = sorted(p.name for p in folder.iterdir())
+    if not entries or EXPORT_MARKER in entries:
+        return None
+    shown = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
+    return (f"--overwrite only replaces a folder that `grpo export` wrote (with {EXPORT_MARKER} inside), and this "
+            f"one holds {shown}. Choose a new --out, or move that folder away yourself.")
+
+
+@dataclass(frozen=True)
+class PathOption:
+    kind: PathKind
+    applies: Callable[[str], bool] = always  # False: the value is a name, not a path (a hub id, `auto`)
+    replaceable: Optional[Callable[[Path], Optional[str]]] = None  # with --overwrite: why not, or None
+
+
+# command -> option (config field name, or the argparse dest of `--option`) -> its kind. Config fields are
+# shared by `grpo train` and `grpo data` (both read the recipe); every other path option is listed per command.
+CONFIG_PATHS: dict[str, PathOption] = {
+    "output_dir": PathOption(FILLED_OUTPUT_DIR),
+    "data_cache_dir": PathOption(FILLED_OUTPUT_DIR),
+    "dataset_name": PathOption(INPUT_FILE, local_data),
+    "model_name_or_path": PathOption(INPUT_DIR, local_model),
+    "resume": PathOption(INPUT_DIR, resume_path),
+}
+_INFERENCE_PATHS: dict[str, PathOption] = {
+    "lora": PathOption(INPUT_DIR),
+    "run": PathOption(INPUT_DIR),
+    "config": PathOption(INPUT_FILE),
+    "model": PathOption(INPUT_DIR, local_model),
+}
+PATH_OPTIONS: dict[str, dict[str, PathOption]] = {
+    "train": {"config": PathOption(INPUT_FILE), **CONFIG_PATHS},
+    "data": {"config": PathOption(INPUT_FILE), **{k: v for k, v in CONFIG_PATHS.items() if k != "resume"}},
+    "generate": {**_INFERENCE_PATHS, "input": PathOption(INPUT_FILE), "output": PathOption(OUTPUT_FILE)},
+    "eval": {**_INFERENCE_PATHS, "data": PathOption(INPUT_ANY, local_data), "output": PathOption(OUTPUT_FILE)},
+    "export": {"lora": PathOption(INPUT_DIR), "out": PathOption(NEW_OUTPUT_DIR, replaceable=previous_export)},
+}
+
+
+def flag(option: str, command: str) -> str:
+    """How the user wrote the option: `--out` for a command flag, the field name for a config field."""
+    return option if command in ("train", "data") and option in CONFIG_PATHS else f"--{option}"
+
+
+# --- the checks -----------------------------------------------------------------------------------
+
+
+def expand(option: str, raw: Any) -> Path:
+    """`raw` with `~` and `$VARS` expanded, made absolute; refuses empty values and unset or empty variables."""
+    text = os.fspath(raw) if raw is not None else ""
+    if not text.strip():
+        raise PathError(option, "is empty. Give a path, e.g. outputs/my-run.")
+    for match in _VARIABLE.finditer(text):
+        name = match.group(1) if match.group(1) is not None else match.group(2)
+        value = os.environ.get(name) if re.fullmatch(r"\w+", name or "") else None
+        if value is None:
+            raise PathError(option, f"{text!r} uses the environment variable {match.group(0)}, which is not set. "
+                            f"Export it (export {name or 'NAME'}=...) or write the path out.")
+        if value == "":
+            raise PathError(option, f"{text!r} uses the environment variable {match.group(0)}, which is set but "
+                            f"empty, so the path would become {os.path.expandvars(text)!r}. Set {name} or write "
+                            "the path out.")
+    text = os.path.expandvars(text)
+    expanded = os.path.expanduser(text)
+    if expanded.startswith("~"):
+        user = expanded[1:].split("/", 1)[0]
+        raise PathError(option, f"{text!r} starts with ~{user}, but there is no user {user!r} (and $HOME does not "
+                        "apply). Write the path out.")
+    return Path(os.path.abspath(expanded))
+
+
+def _stat_errno(path: Path) -> int:
+    try:
+        os.stat(path)
+        return 0
+    except OSError as err:
+        return err.errno or -1
+
+
+def nearest_existing(option: str, path: Path) -> Path:
+    """The nearest existing path at or above `path`; refuses a symlink loop, a dangling symlink, or a file in the
+    middle of the path, and a place that cannot be looked into."""
+    current = path
+    while True:
+        try:
+            os.stat(current)
+            return current
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                link = next((p for p in reversed([current, *current.parents]) if os.path.islink(p)
+                             and _stat_errno(p) == errno.ELOOP), current)
+                raise PathError(option, f"{link} is a symlink loop (following it comes back to it), so {path} "
+                                "cannot be reached. Remove or fix the link, or choose another path.") from None
+            if err.errno == errno.ENOTDIR:
+                blocker = next(p for p in reversed([current, *current.parents]) if os.path.isfile(p))
+                raise PathError(option, f"{path} cannot be a path: {blocker} is a file, not a folder. Choose "
+                                "another path.") from None
+            if err.errno == errno.EACCES:
+                raise PathError(option, f"{current} cannot be reached: permission denied on a folder above it. "
+                                "Choose a path you can read.") from None
+            if err.errno != errno.ENOENT:
+                raise PathError(option, f"{current} cannot be read ({err.strerror}).") from None
+        if os.path.islink(current):
+            raise PathError(option, f"{current} is a symlink to {os.readlink(current)}, which does not exist. Fix "
+                            "the link or choose another path.")
+        if current.parent == current:
+            return current
+        current = current.parent
+
+
+def _writable(option: str, folder: Path, what: str) -> None:
+    """A real temporary file: permission bits say nothing about read-only mounts, quotas or ACLs."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".grpo-write-test-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        why = "is on a read-only file system" if err.errno == errno.EROFS else f"is not writable ({err.strerror})"
+        raise PathError(option, f"{folder} {why}, so {what} cannot be written there. Choose a writable place "
+                        "(under your home folder, /content on Colab, /root/autodl-tmp on AutoDL).") from None
+
+
+def _relation(out: Path, source: Path) -> Optional[str]:
+    out_real, source_real = Path(os.path.realpath(out)), Path(os.path.realpath(source))
+    if out_real == source_real:
+        return "is"
+    if source_real in out_real.parents:
+        return "is inside"
+    if out_real in source_real.parents:
+        return "contains"
+    return None
+
+
+def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Path] | None = None,
+               overwrite: bool = False, replaceable: Optional[Callable[[Path], Optional[str]]] = None) -> Path:
+    """Check one path option and return it absolute. Raises PathError naming `option`.
+
+    `reads`: what the command reads (a label such as "the adapter folder --lora" -> its path), which an output
+    must not be, lie inside or (for a replaced output) contain.
+    """
+    path = expand(option, raw)
+    existing = nearest_existing(option, path)
+    exists = existing == path
+    if kind.role == "input":
+        if not exists:
+            raise PathError(option, f"{path} does not exist (the nearest existing folder is {existing}). Check the "
+                            f"path: it should be {kind.describe()}.")
+        if kind.want == "file" and path.is_dir():
+            raise PathError(option, f"{path} is a folder; it should be a file.")
+        if kind.want == "dir" and not path.is_dir():
+            raise PathError(option, f"{path} is a file; it should be a folder.")
+        try:
+            if path.is_dir():
+                os.listdir(path)
+            else:
+                with open(path, "rb"):
+                    pass
+        except OSError as err:
+            raise PathError(option, f"{path} cannot be read ({err.strerror}). Fix its permissions or copy it "
+                            "somewhere readable.") from None
+        return path
+    if exists:
+        if kind.want == "dir" and not path.is_dir():
+            raise PathError(option, f"{path} is a file, not a folder. Choose another folder, e.g. "
+                            f"{path.with_suffix('')}-run.")
+        if kind.want == "file" and path.is_dir():
+            raise PathError(option, f"{path} is a folder; give a file name inside it, e.g. {path / 'out.jsonl'}.")
+        if not kind.may_exist and not overwrite:
+            raise PathError(option, f"{path} already exists. Choose a new folder, or pass --overwrite to replace "
+                            "it (the old one is kept until the new one is complete).")
+    elif not existing.is_dir():
+        raise PathError(option, f"{path} cannot be created: {existing} is a file, not a folder.")
+    for label, source in (reads or {}).items():
+        relation = _relation(path, source)
+        if relation and (kind.replaces or relation == "is"):
+            harm = "replace it" if relation == "is" else ("delete it with the old contents" if relation == "contains"
+                                                          else "change it")
+            raise PathError(option, f"{path} {relation} {label} ({source}), which this command reads; writing "
+                            f"there would {harm}. Choose a place outside it.")
+    if exists and path.is_dir() and not kind.may_exist and replaceable is not None:
+        refusal = replaceable(path)
+        if refusal:
+            raise PathError(option, f"{path}: {refusal}")
+    if exists and kind.want == "dir":
+        _writable(option, path, "its files")
+    else:
+        _writable(option, existing if not exists else path.parent, path.name)
+    return path
+
+
+# --- per command ----------------------------------------------------------------------------------
+
+
+def _inputs(command: str, values: Mapping[str, Any]) -> dict[str, Path]:
+    """What `command` reads, from its input options: the label for messages -> absolute path."""
+    reads: dict[str, Path] = {}
+    for option, spec in PATH_OPTIONS[command].items():
+        value = values.get(option)
+        if spec.kind.role != "input" or not isinstance(value, (str, os.PathLike)) or not spec.applies(str(value)):
+            continue
+        with contextlib.suppress(PathError):  # an input that does not expand: its own check reports it
+            path = expand(flag(option, command), value)
+            reads[flag(option, command)] = path
+            if option == "lora" and (path.parent / "manifest.json").is_file():
+                reads["the run's manifest.json beside --lora"] = path.parent / "manifest.json"
+            if option == "run":
+                for inner in ("manifest.json", "lora"):
+                    if os.path.lexists(path / inner):
+                        reads[f"{inner} of --run"] = path / inner
+    return reads
+
+
+def check_command_paths(command: str, values: Mapping[str, Any], *, only: Iterable[str] | None = None,
+                        overwrite: bool = False, extra_reads: Mapping[str, Any] | None = None) -> dict[str, Path]:
+    """Check every path option of `command` that `values` (argparse's namespace as a dict, or a config's
+    fields) sets, inputs first; return option -> absolute path. The first bad one raises PathError.
+
+    `extra_reads`: what else the command reads that no option names (export: the adapter's base model folder)."""
+    table = PATH_OPTIONS[command]
+    wanted = list(only) if only is not None else list(table)
+    reads = {**_inputs(command, values), **{label: Path(os.path.abspath(p)) for label, p in (extra_reads or {}).items()}}
+    checked: dict[str, Path] = {}
+    for role in ("input", "output"):
+        for option in wanted:
+            spec = table[option]
+            value = values.get(option)
+            if spec.kind.role != role or value is None or (isinstance(value, str) and value.strip() and
+                                                            not spec.applies(value)):
+                continue
+            own = {label: p for label, p in reads.items() if label != flag(option, command)}
+            checked[option] = check_path(flag(option, command), value, spec.kind, reads=own, overwrite=overwrite,
+                                         replaceable=spec.replaceable)
+    return checked

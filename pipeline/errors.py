@@ -1,0 +1,135 @@
+"""The one top-level handler of every `grpo` command: what a user error, a bug and Ctrl-C look like.
+
+- A user error (`user_errors()`: bad config, path, data file, adapter, manifest, a full disk, ...) prints its one
+  message and exits 2.
+- Ctrl-C outside training exits 130 with one line, never a traceback (training itself stops gracefully at a
+  step boundary and prints how to resume: pipeline.run.checkpoints.GracefulStop).
+- Anything else is a bug: one line saying so (the command, the exception, where the traceback went) and exit 1.
+  The traceback goes to `<run folder>/logs/` when a run folder is known (`note_run_folder`), else to
+  `<cache root>/logs/` (env.paths.cache_root); with `--debug` (or GRPO_DEBUG=1) it is printed instead.
+
+pipeline/cli.py wraps each command in `run_command`; each command's `main` is also wrapped (`guarded`) so that
+calling it from Python behaves as `grpo COMMAND` does. Nested wrapping is harmless: the inner one answers.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Optional
+
+EXIT_BAD_INPUT, EXIT_BUG, EXIT_INTERRUPTED = 2, 1, 130
+DEBUG_FLAG = "--debug"
+
+_run_folder: Optional[Path] = None
+_debug = False  # set while a command given --debug runs, so the handler of a nested command main sees it
+_depth = 0  # handlers now running: the outermost one starts with no run folder known
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Every exception that means "your input cannot work" (exit 2), in one place."""
+    from env.adapters import AdapterError
+    from env.disk import StorageError
+    from env.matrix import MatrixError
+    from env.path_check import PathError
+    from pipeline.config import ConfigError
+    from pipeline.data.sources import DataFileError
+    from pipeline.run.manifest import ManifestError
+
+    errors: list[type[BaseException]] = [ConfigError, PathError, DataFileError, AdapterError, ManifestError,
+                                         StorageError, MatrixError]
+    try:
+        from pipeline.data.prepare import DataError
+
+        errors.append(DataError)
+    except ImportError:  # pragma: no cover - only when `datasets` itself is missing
+        pass
+    return tuple(errors)
+
+
+def note_run_folder(folder: Optional[Path]) -> None:
+    """The run folder of the command now running: a crash log goes to its logs/."""
+    global _run_folder
+    _run_folder = Path(folder) if folder is not None else None
+
+
+def debugging(argv: list[str]) -> bool:
+    return _debug or DEBUG_FLAG in argv or os.environ.get("GRPO_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def without_debug_flag(argv: list[str]) -> list[str]:
+    return [arg for arg in argv if arg != DEBUG_FLAG]
+
+
+def _crash_log(command: str, argv: list[str], err: BaseException) -> Optional[Path]:
+    """Write the traceback to a log file; None when no place takes it."""
+    from env.paths import cache_root, shell_command
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    text = (f"command: {shell_command('grpo', command, *argv)}\ncwd: {os.getcwd()}\ntime: {stamp}\n"
+            f"python: {sys.version.split()[0]}\n\n"
+            + "".join(traceback.format_exception(type(err), err, err.__traceback__)))
+    for folder in ([_run_folder / "logs"] if _run_folder is not None else []) + [cache_root() / "logs"]:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"grpo-{command}-{stamp}-{os.getpid()}.log"
+            path.write_text(text, encoding="utf-8")
+            return path
+        except OSError:
+            continue
+    return None
+
+
+def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -> int:
+    where = None if debug else _crash_log(command, argv, err)
+    if where is None:
+        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+    summary = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+    place = (f"the traceback is in {where}; rerun with {DEBUG_FLAG} to print it" if where else
+             "the traceback is above")
+    print(f"error: `grpo {command}` stopped on an internal error, a bug in grpo-pipeline, not in your input "
+          f"({summary}). {place.capitalize()}. Please report it with that traceback.", file=sys.stderr)
+    return EXIT_BUG
+
+
+def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: list[str]) -> int:
+    """Run `call(argv)` (a command's main) under the one handler; returns the exit status."""
+    global _debug, _depth
+    debug, outer = debugging(argv), _debug
+    argv = without_debug_flag(argv)
+    if _depth == 0:
+        note_run_folder(None)  # a previous command's (in the same Python process) is not this one's
+    _debug, _depth = debug, _depth + 1
+    try:
+        return int(call(argv) or 0)
+    except SystemExit:
+        raise  # argparse's --help (0) and usage errors (2), already printed
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: `grpo {command}` stopped (Ctrl-C).", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except user_errors() as err:
+        if debug:
+            traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback
+        return report_bug(command, argv, err, debug)
+    finally:
+        _debug, _depth = outer, _depth - 1
+
+
+def guarded(command: str) -> Callable[[Callable[[list[str]], Optional[int]]], Callable[..., int]]:
+    """Decorate a command's `main(argv)` with `run_command`, so a Python caller gets the same exit statuses."""
+
+    def wrap(main: Callable[[list[str]], Optional[int]]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def wrapper(argv: Optional[list[str]] = None) -> int:
+            return run_command(command, main, list(sys.argv[1:] if argv is None else argv))
+
+        return wrapper
+
+    return wrap

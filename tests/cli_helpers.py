@@ -1,0 +1,33 @@
+"""Shared pieces for tests that drive the real CLI in-process: the fault table's set-up helpers and one run.
+
+Not a test module (pytest collects only test_*.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from pipeline import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fault_table():
+    """bench/faults.py as a module (its set-up helpers: recipe, train, adapter, ...), loaded once."""
+    if "bench_faults" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bench_faults", ROOT / "bench" / "faults.py")
+        sys.modules["bench_faults"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["bench_faults"])
+    return sys.modules["bench_faults"]
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    """`grpo ARGV` through pipeline.cli.main: (exit status, stdout + stderr)."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as stop:  # argparse's own exits
+        code = stop.code
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
