@@ -31,6 +31,7 @@ from pipeline.config.validate import (
     check_choices,
     check_field_values,
     parse_limit,
+    resolve_optim,
     sampling_params_mapping,
     validate,
     validate_unsloth,
@@ -41,5 +42,5 @@ __all__ = [
     "EvalArguments", "GRPOArguments", "GenerationArguments", "HealthArguments", "LoraArguments", "ModelArguments",
     "PipelineConfig", "check_adapter_rank", "check_choices", "check_field_values", "field_choices", "field_names",
     "from_mapping", "normalize_argv", "parse_config", "parse_limit", "peek_option", "read_recipe",
-    "sampling_params_mapping", "trl_training_args", "validate", "validate_unsloth",
+    "resolve_optim", "sampling_params_mapping", "trl_training_args", "validate", "validate_unsloth",
 ]
