@@ -18,6 +18,9 @@ from pipeline.backends.gpu_settings import resolve_gpu_memory_utilization, stand
 from pipeline.config import PipelineConfig
 
 STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
+# unsloth_zoo/compiler.py reads it once, at import, and writes its compiled modules there; its default,
+# "unsloth_compiled_cache", is relative to the working directory (a read-only or shared cwd then fails).
+COMPILE_LOCATION_ENV = "UNSLOTH_COMPILE_LOCATION"
 
 
 @dataclass
@@ -39,7 +42,8 @@ def _import_order_problems() -> list[str]:
 
 
 def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
-    """Set UNSLOTH_VLLM_STANDBY, check the import order, then `import unsloth`. Idempotent.
+    """Set UNSLOTH_VLLM_STANDBY and UNSLOTH_COMPILE_LOCATION, check the import order, then `import unsloth`.
+    Idempotent.
 
     Standby must be in the environment *before* `import unsloth`: unsloth_zoo reads it at
     import to keep `expandable_segments` off (unsloth_zoo/__init__.py, at module level) and to install
@@ -83,6 +87,11 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
                       f"setting {STANDBY_ENV}=0 for this run.", stacklevel=2)
         os.environ[STANDBY_ENV] = "0"
 
+    if "unsloth" not in sys.modules and not os.environ.get(COMPILE_LOCATION_ENV):
+        # Under the project's cache root instead of the cwd; a location the user exported is kept.
+        from env.paths import cache_root
+
+        os.environ[COMPILE_LOCATION_ENV] = str(cache_root().resolve() / "unsloth_compiled_cache")
     problems = [] if "unsloth" in sys.modules else _import_order_problems()
     if problems:
         warnings.warn(
