@@ -208,7 +208,8 @@ def resolve_optim(cfg: PipelineConfig) -> tuple[PipelineConfig, Optional[str]]:
     if optim not in BITSANDBYTES_OPTIMIZERS or importlib.util.find_spec("bitsandbytes") is not None:
         return cfg, None
     note = (f"optim: {optim} is a bitsandbytes optimizer, but bitsandbytes is not installed here: training "
-            f"with {OPTIM_WITHOUT_BITSANDBYTES} instead (same result, about 2x the optimizer-state memory). For "
+            f"with {OPTIM_WITHOUT_BITSANDBYTES} instead (32-bit optimizer states: about 4x the 8-bit ones' memory, "
+            "small for a LoRA). For "
             f"{optim}, install bitsandbytes (`pip install bitsandbytes==0.50.2`, the pinned one; its wheel carries "
             f"CUDA 12 and 13 kernels), or set optim: {OPTIM_WITHOUT_BITSANDBYTES} to silence this.")
     return cfg.replace(optim=OPTIM_WITHOUT_BITSANDBYTES), note
