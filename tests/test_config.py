@@ -82,6 +82,22 @@ def test_world_size_counts_in_the_batch():
     assert validate(cfg, n_processes=2) == []  # 4 x 1 x 2 = 8
 
 
+@pytest.mark.parametrize("per_device", [2, 4, 8])
+@pytest.mark.parametrize("accumulation", [1, 2, 3])
+@pytest.mark.parametrize("processes", [1, 2])
+def test_gradient_accumulation_steps_counts_in_the_batch_divisibility(per_device, accumulation, processes):
+    """The batch TRL splits into groups is per_device x gradient_accumulation_steps x processes, all three."""
+    cfg = PipelineConfig().replace(num_generations=8, per_device_train_batch_size=per_device,
+                                   gradient_accumulation_steps=accumulation)
+    total = per_device * accumulation * processes
+    if total % 8 == 0:
+        assert validate(cfg, n_processes=processes) == []
+    else:
+        with pytest.raises(ConfigError, match=rf"x gradient_accumulation_steps \({accumulation}\) x processes "
+                                              rf"\({processes}\) = {total} is not divisible"):
+            validate(cfg, n_processes=processes)
+
+
 def test_prompt_plus_completion_within_max_seq_length():
     with pytest.raises(ConfigError, match=r"max_prompt_length \(512\) \+ max_completion_length \(600\) = 1112 "
                                           r"exceeds max_seq_length \(1024\)"):

@@ -176,3 +176,22 @@ def test_demo_arithmetic_rows(qwen_tokenizer, tmp_path):
     with pytest.raises(ConfigError) as err:
         prepare_dataset(make_cfg(tmp_path, dataset_name="demo-arithmetic"), qwen_tokenizer, split="validation")
     assert err.value.field == "dataset_split"
+
+
+@pytest.mark.parametrize("answer", [True, False, [7], {"value": 7}, float("nan"), float("inf"), -float("inf")],
+                         ids=["true", "false", "list", "mapping", "nan", "inf", "-inf"])
+def test_a_boolean_list_mapping_or_non_finite_answer_is_rejected_as_not_a_string_never_kept(answer):
+    from pipeline.data.clean import clean_rows
+
+    rows, rejected = clean_rows(["What is 3 + 4?", "What is 1 + 1?"], [answer, 2], ["bad", "good"],
+                                extract_hash_answer)
+    assert [(row.id, row.answer) for row in rows] == [("good", "2")]  # plain numbers are answers
+    assert rejected.ids_by_reason == {"non_string_field": ["bad"]}
+
+
+def test_json_true_as_an_answer_is_reported_not_trained_on(qwen_tokenizer, tmp_path):
+    path = write_jsonl(tmp_path / "bools.jsonl", [{"question": "Is 7 odd?", "answer": True},
+                                                  {"question": "What is 3 + 4?", "answer": 7}])
+    data = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer)
+    assert data.dataset["answer"] == ["7"]
+    assert data.report["rows_rejected"]["non_string_field"]["ids"] == ["train-0"]
