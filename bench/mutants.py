@@ -1,0 +1,157 @@
+"""Mutation score of the modules whose rules the tests must pin down, each against its own test files (mutmut).
+
+    pip install mutmut                               # 3.x; not a dependency of the project
+    nice -n 10 python bench/mutants.py               # every module below; ~15 min on 2 cores
+    nice -n 10 python bench/mutants.py checkpoints rules --budget-s 300    # some, with a per-module budget
+
+A benchmark, not CI. For each module it copies the tree into a scratch folder, writes a [tool.mutmut] table
+into the copy's pyproject.toml (source_paths, only_mutate = the module, pytest_add_cli_args_test_selection =
+its tests), runs `mutmut run --max-children N` there (mutmut applies every mutation as a trampoline and
+forks one pytest per mutant, running only the selected tests that reach the mutated function), and prints
+killed / survived / other per module, the score (killed / (killed + survived)) and each survivor with its
+diff line. The working tree is never touched.
+
+Survivors judged equivalent (the mutation cannot change behaviour, so no test can kill it), with why:
+- rewards/: mutants of log or error-message text and of docstrings (mutmut mutates string literals), where
+  the message is not a contract; `max_examples`-style tuning constants.
+- pipeline/config/validate.py: the wording of a ConfigError message beyond the field name and the numbers
+  the tests check (the message is for a human; the field and the exit code are the contract).
+- pipeline/run/checkpoints.py: mutants of log text.
+See the printed survivors for what is left in each run; a survivor that changes behaviour is a missing test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COPIED = ("pipeline", "rewards", "env", "tests", "configs", "bench", "pyproject.toml")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    package: str  # the source_paths entry (a top-level folder)
+    module: str  # what is mutated (an only_mutate glob)
+    tests: tuple[str, ...]
+
+
+TARGETS = (
+    Target("rewards", "rewards", "rewards/*", ("tests/test_rewards.py", "tests/test_rewards_format.py",
+                                               "tests/test_rewards_forms.py", "tests/test_rewards_properties.py",
+                                               "tests/test_rewards_registry.py")),
+    Target("validate", "pipeline", "pipeline/config/validate.py", ("tests/test_config.py",)),
+    Target("clean", "pipeline", "pipeline/data/clean.py", ("tests/test_data_cleaning.py",)),
+    Target("checkpoints", "pipeline", "pipeline/run/checkpoints.py", ("tests/test_checkpoints.py",)),
+    Target("rules", "pipeline", "pipeline/health/rules.py", ("tests/test_health_rules.py",)),
+)
+
+
+def _toml_list(values) -> str:
+    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
+
+
+def prepare(target: Target, scratch: Path) -> None:
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, scratch / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, scratch / name)
+    others = [name for name in COPIED if name != target.package and (ROOT / name).is_dir()]
+    table = (
+        "\n[tool.mutmut]\n"
+        f"source_paths = {_toml_list([target.package + '/'])}\n"
+        f"only_mutate = {_toml_list([target.module])}\n"
+        f"also_copy = {_toml_list(o + '/' for o in others)}\n"
+        f"pytest_add_cli_args_test_selection = {_toml_list(target.tests)}\n"
+        f"pytest_add_cli_args = {_toml_list(['-q', '-x', '-p', 'no:cacheprovider'])}\n"
+        "use_git_change_detection = false\n"
+    )
+    with open(scratch / "pyproject.toml", "a", encoding="utf-8") as handle:
+        handle.write(table)
+
+
+_STATUS = re.compile(r"^\s*(\S+): (\w[\w ]*)$")
+
+
+def results(scratch: Path) -> dict[str, str]:
+    done = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=scratch,
+                          capture_output=True, text=True, check=False)
+    return {m.group(1): m.group(2) for line in done.stdout.splitlines() if (m := _STATUS.match(line))}
+
+
+def diff_line(scratch: Path, mutant: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "mutmut", "show", mutant], cwd=scratch, capture_output=True,
+                          text=True, check=False)
+    changed = [line for line in done.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    return changed[0][1:].strip() if changed else "?"
+
+
+def run_target(target: Target, budget_s: float, children: int) -> dict:
+    scratch = Path(tempfile.mkdtemp(prefix=f"mutants-{target.name}-"))
+    try:
+        prepare(target, scratch)
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "OMP_NUM_THREADS": "1"}
+        env.pop("PYTHONPATH", None)
+        start = time.time()
+        timed_out = False
+        try:
+            subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(children)], cwd=scratch,
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=budget_s,
+                           check=False)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        statuses = results(scratch)
+        counts: dict[str, int] = {}
+        for status in statuses.values():
+            counts[status] = counts.get(status, 0) + 1
+        killed, survived = counts.get("killed", 0), counts.get("survived", 0)
+        survivors = {name: diff_line(scratch, name) for name, status in statuses.items() if status == "survived"}
+        return {"name": target.name, "module": target.module, "seconds": round(time.time() - start),
+                "timed_out": timed_out, "counts": counts, "killed": killed, "survived": survived,
+                "score": killed / (killed + survived) if killed + survived else None, "survivors": survivors}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("targets", nargs="*", help="modules to run (default: all): " +
+                        ", ".join(t.name for t in TARGETS))
+    parser.add_argument("--budget-s", type=float, default=180.0, help="per module; mutmut is stopped after it")
+    parser.add_argument("--max-children", type=int, default=2, help="mutants tested in parallel")
+    args = parser.parse_args(argv)
+    if shutil.which("mutmut") is None:
+        print("mutmut is not installed: pip install mutmut", file=sys.stderr)
+        return 2
+    unknown = sorted(set(args.targets) - {t.name for t in TARGETS})
+    if unknown:
+        parser.error(f"unknown module(s) {unknown}; choose from {', '.join(t.name for t in TARGETS)}")
+    chosen = [t for t in TARGETS if not args.targets or t.name in args.targets]
+    rows = []
+    for target in chosen:
+        row = run_target(target, args.budget_s, args.max_children)
+        rows.append(row)
+        score = f"{row['score']:.0%}" if row["score"] is not None else "-"
+        other = {k: v for k, v in row["counts"].items() if k not in ("killed", "survived")}
+        print(f"{row['name']:<12} {row['module']:<30} score {score:>5}  killed {row['killed']:>4}  survived "
+              f"{row['survived']:>3}  other {other or '-'}  {row['seconds']} s"
+              + ("  (budget reached: partial)" if row["timed_out"] else ""), flush=True)
+        for name, line in sorted(row["survivors"].items()):
+            print(f"    survived {name}: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
