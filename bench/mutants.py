@@ -23,13 +23,13 @@ Survivors judged equivalent (no behaviour changes, so no test can kill them), wi
 - log and message text (logger.info/warning/error strings, the prose of RuntimeError/ConfigError messages past
   the field name and numbers the tests pin): for a human, not a contract. Most of pipeline/health/rules.py's
   survivors are these (e.g. "XXraise beta, ...XX", logger.error("health: %s", None)).
-Survivors still to kill (real, no test yet), from the last run of rules (76%, 253 killed / 82 survived, 397 s):
-HealthCallback._is_training_log's key names, _number's bool check, the beta logged into `logs` by on_log,
-attach()'s TypeError on a trainer without `beta`, and _check_settings' field name.
+Survivors still to kill (real, no test yet) after the last run of rules: _check_settings' field name, and the
+exact wording of the adaptive_beta-without-trainer RuntimeError.
 Survivors that were real gaps got tests (tests/test_checkpoints.py: a signal turns the next step end into save +
 stop; tests/test_data_cleaning.py: float answers, columns of different lengths, the first 20 rejected ids;
 tests/test_health_rules.py: the adaptive-beta band edges, "above the limit" meaning strictly above for kl and
-repetition, warn_every_steps and the summary keys).
+repetition, warn_every_steps, the summary keys, which logs count as training logs, booleans and text as
+metrics, beta logged only when positive, attach() without `beta`).
 """
 
 from __future__ import annotations
