@@ -20,13 +20,16 @@ Survivors judged equivalent (no behaviour changes, so no test can kill them), wi
 - pipeline/run/checkpoints.py checkpoint_state: `read_text(encoding=None)` and `encoding="UTF-8"` for
   "utf-8". trainer_state.json is written by transformers with json.dumps' default ensure_ascii=True, so it is
   pure ASCII and reads the same in every locale encoding Python supports.
+- pipeline/run/checkpoints.py set_aside_corrupt's time.strftime format (any format keeps the name unique per
+  second and starting with the checkpoint's name, which is all that is relied on), and resolve_resume passing
+  `log` on (only where the note is printed); GracefulStop._handle's printed note and its flush.
 - log and message text (logger.info/warning/error strings, the prose of RuntimeError/ConfigError messages past
   the field name and numbers the tests pin): for a human, not a contract. Most of pipeline/health/rules.py's
   survivors are these (e.g. "XXraise beta, ...XX", logger.error("health: %s", None)).
 Survivors still to kill (real, no test yet) after the last run of rules: _check_settings' field name, and the
 exact wording of the adaptive_beta-without-trainer RuntimeError.
 Survivors that were real gaps got tests (tests/test_checkpoints.py: a signal turns the next step end into save +
-stop; tests/test_data_cleaning.py: float answers, columns of different lengths, the first 20 rejected ids;
+stop, corrupt checkpoints of later runs join the same corrupt/ folder with their reasons; tests/test_data_cleaning.py: float answers, columns of different lengths, the first 20 rejected ids;
 tests/test_health_rules.py: the adaptive-beta band edges, "above the limit" meaning strictly above for kl and
 repetition, warn_every_steps, the summary keys, which logs count as training logs, booleans and text as
 metrics, beta logged only when positive, attach() without `beta`).

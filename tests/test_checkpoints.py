@@ -158,3 +158,13 @@ def test_a_signal_turns_the_next_step_end_into_save_and_stop_and_handlers_are_re
         assert stopper.signal_name == signal.Signals(signum).name
         assert signal.getsignal(signum) is before  # a second signal aborts as it would without us
     assert signal.getsignal(signum) is before
+
+
+def test_corrupt_checkpoints_found_in_later_runs_join_the_same_corrupt_folder_with_their_reasons(tmp_path):
+    make_checkpoint(tmp_path, 4, state=False)
+    first = set_aside_corrupt(tmp_path, log=lambda m: None)
+    make_checkpoint(tmp_path, 6, weights=False)  # a later run, with corrupt/ already there
+    second = set_aside_corrupt(tmp_path, log=lambda m: None)
+    assert [p.path.parent for p in first + second] == [tmp_path / "corrupt"] * 2
+    assert sorted(p.name.split("-2")[0] for p in (tmp_path / "corrupt").iterdir()) == ["checkpoint-4", "checkpoint-6"]
+    assert "trainer_state.json is missing" in first[0].problem and "no model weights" in second[0].problem
