@@ -221,3 +221,11 @@ def test_the_rejection_summary_counts_every_row_and_lists_the_first_20_ids():
     _, rejected = clean_rows([" "] * 25, ["1"] * 25, ids, extract_hash_answer)
     summary = rejected.summary()
     assert summary == {"empty_question": {"count": 25, "ids": ids[:20]}}
+
+
+@pytest.mark.parametrize("extracted", [None, "", "   "])
+def test_a_gsm8k_answer_whose_final_answer_reads_empty_is_unparseable_not_kept(extracted):
+    from pipeline.data.clean import clean_rows
+
+    rows, rejected = clean_rows(["What is 3 + 4?"], ["3 + 4 = 7\n#### 7"], ["row"], lambda text: extracted)
+    assert rows == [] and rejected.ids_by_reason == {"unparseable_answer": ["row"]}
