@@ -32,7 +32,9 @@ to HealthCallback being the one it uses (shared with the observer reward), the h
 into `logs`, attach() copying beta into that state, _check_settings' field name, the None check of
 _adapt_beta's kl, and the logging_nan_inf_filter default.
 Survivors that were real gaps got tests (tests/test_checkpoints.py: a signal turns the next step end into save +
-stop, corrupt checkpoints of later runs join the same corrupt/ folder with their reasons; tests/test_data_cleaning.py: float answers, columns of different lengths, the first 20 rejected ids;
+stop, corrupt checkpoints of later runs join the same corrupt/ folder with their reasons, an empty weights file
+is no weights; tests/test_data_cleaning.py: float answers, columns of different lengths, the first 20 rejected ids, an empty
+extracted final answer;
 tests/test_health_rules.py: the adaptive-beta band edges, "above the limit" meaning strictly above for kl and
 repetition, warn_every_steps, the summary keys, which logs count as training logs, booleans and text as
 metrics, beta logged only when positive, attach() without `beta`).

@@ -168,3 +168,9 @@ def test_corrupt_checkpoints_found_in_later_runs_join_the_same_corrupt_folder_wi
     assert [p.path.parent for p in first + second] == [tmp_path / "corrupt"] * 2
     assert sorted(p.name.split("-2")[0] for p in (tmp_path / "corrupt").iterdir()) == ["checkpoint-4", "checkpoint-6"]
     assert "trainer_state.json is missing" in first[0].problem and "no model weights" in second[0].problem
+
+
+def test_an_empty_weights_file_is_no_model_weights(tmp_path):
+    path = make_checkpoint(tmp_path, 5, weights=False)
+    (path / "adapter_model.safetensors").write_bytes(b"")  # a save killed before its first byte
+    assert "no model weights" in checkpoint_problem(path)
