@@ -7,7 +7,8 @@ field or file and the fix) and no "Traceback". tests/test_faults.py runs the sam
 
 The table is data: append a `Fault` to CASES to add a case. `setup(folder)` writes whatever the case
 needs into an empty folder and returns the argv after `grpo`; `patch` (in-process only) simulates an OS
-fault at its boundary with pytest's monkeypatch, and the subprocess runner skips (does not count) such cases.
+fault at its boundary with pytest's monkeypatch, and the subprocess runner skips (does not count) such cases;
+`hide` names packages the case runs without (a subprocess in both runners, whether or not they are installed).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class Fault:
     exit_code: int = 2
     env: dict[str, str] = field(default_factory=dict)
     patch: Optional[Callable] = None  # (monkeypatch, folder) -> None; in-process runs only
-    skip_reason: Optional[Callable[[], Optional[str]]] = None  # a reason when the case cannot apply here
+    hide: tuple[str, ...] = ()  # packages the case runs without, installed or not (a subprocess: hidden_env)
     after: Optional[Callable[[Path], Optional[str]]] = None  # what is wrong with the folder afterwards, or None
 
 
@@ -178,10 +179,32 @@ def no_partial_checkpoint(folder: Path) -> Optional[str]:
     return f"half-written checkpoint(s) left behind: {left}" if left else None
 
 
-def installed(module: str) -> Optional[str]:
-    import importlib.util
+# sitecustomize for a subprocess that must run as if some packages were not installed: the path finder skips
+# them, so importlib.util.find_spec returns None and `import` raises ModuleNotFoundError, as without the package.
+_HIDE_SITECUSTOMIZE = """\
+import importlib.machinery, sys
 
-    return f"{module} is installed here" if importlib.util.find_spec(module) is not None else None
+HIDDEN = {hidden!r}
+
+
+class _Hiding(importlib.machinery.PathFinder):
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name.partition(".")[0] in HIDDEN:
+            return None
+        return super().find_spec(name, path, target)
+
+
+sys.meta_path[:] = [_Hiding if finder is importlib.machinery.PathFinder else finder for finder in sys.meta_path]
+"""
+
+
+def hidden_env(names: tuple[str, ...], folder: Path) -> dict[str, str]:
+    """PYTHONPATH for a subprocess that cannot see `names` (a sitecustomize.py in folder/.hide)."""
+    site = folder / ".hide"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_HIDE_SITECUSTOMIZE.format(hidden=set(names)), encoding="utf-8")
+    return {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
 
 
 CASES: list[Fault] = [
@@ -222,9 +245,9 @@ CASES: list[Fault] = [
     Fault("adapter base mismatch (generate)", lambda d: other_base(d, "generate"), "does not fit base model"),
     Fault("adapter base mismatch (export)", lambda d: other_base(d, "export"), "does not fit base model"),
     Fault("report_to tensorboard without the package", lambda d: train(d, "report_to: tensorboard\n"),
-          "grpo-pipeline[tensorboard]", skip_reason=lambda: installed("tensorboard")),
+          "grpo-pipeline[tensorboard]", hide=("tensorboard",)),
     Fault("report_to wandb without the package", lambda d: train(d, "report_to: wandb\n"), "pip install wandb",
-          skip_reason=lambda: installed("wandb")),
+          hide=("wandb",)),
     Fault("adapter copied away from its run, without metadata", adapter_without_metadata,
           "no grpo_adapter.json inside"),
     Fault("grpo eval --base with nowhere to write", lambda d: ["eval", "--base", "--model", "tiny-qwen2.5", "--data",
@@ -442,6 +465,8 @@ def judge(case: Fault, exit_code: int, output: str, folder: Optional[Path] = Non
 def run_subprocess(case: Fault, folder: Path) -> tuple[int, str]:
     argv = case.setup(folder)
     env = {**os.environ, **OFFLINE_ENV, **case.env, "PYTHONPATH": str(ROOT)}
+    if case.hide:
+        env.update(hidden_env(case.hide, folder))
     done = subprocess.run([sys.executable, "-m", "pipeline", *argv], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     return done.returncode, done.stdout + done.stderr
@@ -451,7 +476,7 @@ def main() -> int:
     held, tried, skipped = 0, 0, []
     start = time.time()
     for case in CASES:
-        reason = case.skip_reason() if case.skip_reason else None
+        reason = None
         if case.patch is not None:
             reason = "simulates an OS fault in-process (tests/test_faults.py runs it)"
         if reason:

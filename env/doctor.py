@@ -124,6 +124,9 @@ def _tail_lines(report: Mapping[str, Any]) -> list[str]:
         pin = report["vllm_pin"]
         lines.append(f"vLLM pin {pin['pin']}: {pin['why']}")
         lines += [f"  {source}: {text}" for source, text in pin["evidence"].items()]
+    if report.get("gpu_risks"):
+        lines.append("Risks of the GPU set (not run-verified; docs/gpu.md, Known risks and fixes):")
+        lines += [f"  - {risk['pin']}: {risk['risk']}" for risk in report["gpu_risks"]]
     lines.append("Training modes on this machine:")
     for mode in report["unsloth_modes"]:
         lines.append(f"  [{'yes' if mode['can_run'] else 'no '}] {mode['title']}: {mode['reason']}")

@@ -46,6 +46,7 @@ class Pin:
     extras: tuple[str, ...] = ()  # extras of this package whose requirements we rely on
     note: str = ""
     evidence: Mapping[str, str] = field(default_factory=dict)  # where the pin comes from, source by source
+    risk: str = ""  # what this pin has NOT been shown to do, with the evidence (`grpo env` lists every one)
 
     @property
     def key(self) -> str:
@@ -239,7 +240,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 # --- validation: hand-written because the schema is small and the errors must name the field -----------
 
-_PIN_FIELDS = {"spec", "tested", "module", "core", "extras", "why", "disables", "note", "evidence"}
+_PIN_FIELDS = {"spec", "tested", "module", "core", "extras", "why", "disables", "note", "evidence", "risk"}
 _BAD_FIELDS = {"id", "severity", "when", "unless", "missing", "why", "fix"}
 _PROFILE_FIELDS = {f.name for f in dataclasses.fields(Profile)} - {"id"}
 
@@ -286,6 +287,7 @@ def _parse_pins(tables: Mapping[str, Any], group: str) -> dict[str, Pin]:
             extras=tuple(table.get("extras", ())),
             note=table.get("note", ""),
             evidence=dict(table.get("evidence", {})),
+            risk=table.get("risk", ""),
         )
         if pin.exact is None and pin.tested is None:
             raise MatrixError(f"{where}: a range needs `tested` (the version CI runs and METADATA is checked for)")

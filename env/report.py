@@ -94,6 +94,9 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
     report["vllm_pin"] = (
         {"pin": vllm_pin.requirement, "why": vllm_pin.why, "evidence": dict(vllm_pin.evidence)} if vllm_pin else None
     )
+    # What the GPU set has not been shown to do (known_good.toml `risk`), whatever is installed here.
+    report["gpu_risks"] = [{"package": pin.name, "pin": pin.requirement, "risk": pin.risk}
+                           for pin in matrix.packages("gpu").values() if pin.risk]
     report["strict_problems"] = _strict_problems(rows, report)
     report["hubs"] = safe("hubs", lambda: hubs_section(model_source), {})
     report["probe_errors"] = errors

@@ -77,6 +77,17 @@ def check_report_to(names: list[str], output_dir: str) -> str:
     return "; ".join(notes) or ("report_to: " + (", ".join(names) or "none"))
 
 
+def check_packages(cfg: PipelineConfig) -> str:
+    """The packages the config's options need: report_to's loggers and model_source's modelscope (refused when
+    missing), and a bitsandbytes `optim` (replaced by adamw_torch when missing: pipeline.config.resolve_optim,
+    which `grpo train` applies)."""
+    from pipeline.config import resolve_optim
+
+    _, optim_note = resolve_optim(cfg)
+    return "; ".join(filter(None, [check_report_to(cfg.grpo.reporters(), cfg.grpo.output_dir),
+                                   check_model_source(cfg.model.model_source), optim_note]))
+
+
 def tensorboard_hint(output_dir: str | os.PathLike[str]) -> str:
     """Where transformers' TensorBoardCallback writes (TENSORBOARD_LOGGING_DIR, else output_dir/runs/<run>)."""
     logdir = os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(output_dir, "runs")
@@ -444,8 +455,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         ("output_dir", lambda: check_output_dir(cfg)),
-        ("packages", lambda: "; ".join([check_report_to(g.reporters(), g.output_dir),
-                                        check_model_source(cfg.model.model_source)])),
+        ("packages", lambda: check_packages(cfg)),
         ("gpu", lambda: check_gpu(cfg, choice)),
         ("model", lambda: check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: check_memory(cfg)),

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 from pipeline.backends import BackendChoice, choose_backend, load_backend
 from pipeline.bootstrap import backend_choice, defaults_for
-from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config
+from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, resolve_optim
 from pipeline.errors import guarded
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED = 0, 2, 3, 130
@@ -64,6 +64,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if choice.name == "unsloth" and cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # auto found no vLLM: Unsloth without it (the reason says so)
+    cfg, optim_note = resolve_optim(cfg)  # an 8-bit optimizer without bitsandbytes: adamw_torch, said below
     from pipeline.preflight import run_checks
 
     # config (for the resolved backend), output_dir, packages, GPU (a GPU recipe is never trained on CPU by
@@ -79,6 +80,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     # `grpo train` did this at start-up (pipeline/bootstrap.py); a Python caller gets it here (idempotent).
     backend.prepare_environment(cfg)
     _print(f"backend: {choice.name} ({choice.reason})")
+    if optim_note:
+        _print(optim_note)
 
     from env.paths import absolute_path
     from pipeline.run.lock import run_lock

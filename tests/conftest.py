@@ -2,6 +2,7 @@
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,6 +17,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
 # Tiny models: one intra-op thread is faster than two, and far faster when the other core is busy.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The fake `import unsloth` writes its compile cache where the real one does (UNSLOTH_COMPILE_LOCATION, else
+# ./unsloth_compiled_cache); keep tests that import it directly out of the checkout.
+os.environ.setdefault("UNSLOTH_COMPILE_LOCATION", os.path.join(tempfile.gettempdir(), "grpo-tests-unsloth_compiled_cache"))
 
 
 import pytest  # noqa: E402

@@ -30,6 +30,11 @@ class FakeState:
     import_state: Optional[dict] = None
     bf16_supported: bool = True  # False simulates a T4/V100 (dtype=None -> float16)
     vllm_installed: bool = True  # False: fast_inference=True raises as loader.py's _vllm_unavailable_error
+    # False: Unsloth turns fast_inference off by itself and returns a model without `vllm_engine`, as
+    # FastLanguageModel.from_pretrained does below compute capability 7 and on DGX Spark (unsloth/models/loader.py)
+    # and fast_inference_setup does when vLLM does not import (unsloth/models/_utils.py).
+    vllm_usable: bool = True
+    compile_location: Optional[str] = None  # where `import unsloth` wrote its compile cache (absolute)
     lora_request_id: int = 1  # unsloth_zoo's global LORA_REQUEST_ID
 
 

@@ -24,6 +24,9 @@ No looser than the real packages:
 - fast_inference=False is what Unsloth does then: no `vllm_engine`, no `load_lora`; `fast_generate` is
   the HF-generate wrapper (make_fast_generate_wrapper), which raises ValueError for `sampling_params`
   or vLLM-style string prompts; `save_lora` is unsloth's save_lora_adapter (save_pretrained over the adapter).
+  `install(vllm_usable=False)`: fast_inference=True returns such a model too, as Unsloth does when it turns vLLM
+  off by itself (compute capability < 7, DGX Spark, vLLM not importable). `import unsloth` creates the compile
+  cache at UNSLOTH_COMPILE_LOCATION (default: ./unsloth_compiled_cache, as unsloth_zoo/compiler.py).
   `for_inference`/`for_training` switch the model's mode; the model's `generate` (transformers') appends
   tokens that differ with a LoRA applied (fake_generated_token), so a silent fall back to the base model shows.
 - `grpo_update_SamplingParams` is a copy of Unsloth's: how its trainer applies GRPOConfig.vllm_sampling_params.
@@ -86,6 +89,9 @@ class FastLanguageModel:
         _record("FastLanguageModel.from_pretrained", *args, **kwargs)
         if a["trust_remote_code"] and a["fast_inference"]:  # FastLlamaModel.from_pretrained
             raise NotImplementedError("Unsloth: Fast inference does not support `trust_remote_code` yet.")
+        if a["fast_inference"] and not STATE.vllm_usable:  # Unsloth's own fallback: no engine, a log line
+            print("Unsloth: vLLM cannot run here; fast_inference is switched off (fake)")
+            a["fast_inference"] = False
         if a["fast_inference"] and not STATE.vllm_installed:  # loader.py _vllm_unavailable_error
             raise ImportError("Unsloth: Please install vLLM before enabling `fast_inference`!\n"
                               "You can do this in a terminal via `pip install vllm`")
@@ -254,6 +260,12 @@ def _exec_unsloth(module) -> None:
     if already:
         warnings.warn(f"WARNING: Unsloth should be imported before [{', '.join(already)}] to ensure all "
                       "optimizations are applied.", stacklevel=2)
+    # unsloth_zoo/compiler.py: the compiled-module cache, UNSLOTH_COMPILE_LOCATION (read once, at import),
+    # default "unsloth_compiled_cache" relative to the working directory, created by get_compile_folder.
+    location = os.environ.get("UNSLOTH_COMPILE_LOCATION", "unsloth_compiled_cache")
+    STATE.compile_location = os.path.abspath(location)
+    os.makedirs(location, exist_ok=True)
+    Path(location, "unsloth_compiled_module_qwen2.py").write_text("# fake compiled module\n")
     module.FastLanguageModel = FastLanguageModel
     module.vLLMSamplingParams = vLLMSamplingParams
     module.__version__ = SNAPSHOT["versions"]["unsloth"] + "+fake"
@@ -302,7 +314,7 @@ class Handle:
             sys.modules.pop(name, None)
 
 
-def install(bf16_supported: bool = True, vllm_installed: bool = True) -> Handle:
+def install(bf16_supported: bool = True, vllm_installed: bool = True, vllm_usable: bool = True) -> Handle:
     """Reset the log and put the fake modules first on sys.meta_path (nothing is imported yet)."""
     for name in FAKE_MODULES:
         sys.modules.pop(name, None)
@@ -310,6 +322,8 @@ def install(bf16_supported: bool = True, vllm_installed: bool = True) -> Handle:
     STATE.import_state = None
     STATE.bf16_supported = bf16_supported
     STATE.vllm_installed = vllm_installed
+    STATE.vllm_usable = vllm_usable
+    STATE.compile_location = None
     STATE.lora_request_id = 1
     finder = _Finder()
     sys.meta_path.insert(0, finder)

@@ -157,7 +157,9 @@ def load_lora(*args: Any, **kwargs: Any):
         raise AttributeError(f"'{type(model).__name__}' object has no attribute 'vllm_engine'")
     request_id = STATE.lora_request_id if a["lora_request_id"] is None else a["lora_request_id"]
     if a["load_tensors"]:
-        # _live_lora_config: writes the live adapter_config.json into save_directory.
+        # _live_lora_config: writes the live adapter_config.json into save_directory (PeftConfig.save_pretrained,
+        # which creates the folder; a relative one lands in the working directory).
+        Path(save_directory).mkdir(parents=True, exist_ok=True)
         Path(save_directory, "adapter_config.json").write_text(json.dumps(model.peft_config["default"]))
         request = _LiveLoRARequest(str(request_id), request_id, save_directory)
     else:

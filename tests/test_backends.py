@@ -135,3 +135,65 @@ def test_bootstrap_reads_standby_from_the_trained_runs_manifest(tmp_path):
 def test_bootstrap_loads_nothing_heavy_where_no_unsloth_is_needed(argv, tmp_path):
     result = boot(*argv, cwd=tmp_path)
     assert result["loaded"] == [] and result["at_import"] is None
+
+
+# ------------------------------------------------------------------ plain backend: the weights go to the GPU
+
+
+@pytest.fixture
+def cuda_visible(monkeypatch):
+    """torch reports a CUDA GPU (the GPU boundary); from_pretrained records its kwargs and loads on the CPU."""
+    import importlib.util
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",  # no bitsandbytes: the quantizer cannot move the model
+                        lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a))
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", raising=False)
+    real = AutoModelForCausalLM.from_pretrained
+    seen: list[dict] = []
+
+    def from_pretrained(*args, **kwargs):
+        seen.append(dict(kwargs))
+        kwargs.pop("device_map", None)  # no GPU here: what was asked for is the point
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", staticmethod(from_pretrained))
+    return seen
+
+
+def _plain_cfg(**overrides):
+    from pipeline.config import PipelineConfig
+
+    return PipelineConfig().replace(model_name_or_path="tiny-demo", backend="plain", dtype="float32", **overrides)
+
+
+@pytest.mark.parametrize("entry", ["load_for_training (train, eval before)", "load_generator (grpo generate/eval)"])
+@pytest.mark.parametrize(("local_rank", "device"), [(None, 0), ("1", 1)])
+def test_plain_backend_loads_the_model_onto_this_processs_gpu_when_cuda_is_usable(
+        cuda_visible, monkeypatch, entry, local_rank, device):
+    if local_rank is not None:
+        monkeypatch.setenv("LOCAL_RANK", local_rank)  # one GPU per process under accelerate/torchrun
+    cfg = _plain_cfg(load_in_4bit=False)
+    if entry.startswith("load_for_training"):
+        plain.load_for_training(cfg)
+    else:
+        plain.load_generator("tiny-demo", None, cfg)
+    (kwargs,) = cuda_visible
+    assert kwargs["device_map"] == {"": device}
+
+
+def test_plain_backend_leaves_placement_to_deepspeed_zero3_and_to_the_cpu_without_cuda(cuda_visible, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    plain.load_generator("tiny-demo", None, _plain_cfg())
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    plain.load_generator("tiny-demo", None, _plain_cfg())
+    assert ["device_map" in kwargs for kwargs in cuda_visible] == [False, False]

@@ -2,7 +2,9 @@
 on the real checkpoints of a tiny CPU run whose files are then truncated."""
 
 import json
+import os
 import shutil
+import signal
 
 import numpy as np
 import pytest
@@ -137,3 +139,38 @@ def test_resume_auto_sets_truncated_newest_aside_and_resumes_from_the_previous(t
     assert len(kept) == 1 and kept[0].name.startswith("checkpoint-4-")
     assert (kept[0] / "optimizer.pt").stat().st_size > 0  # the broken files are kept for inspection
     assert (run_dir / "checkpoint-4").is_dir()  # re-trained 3-4 and saved again
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_turns_the_next_step_end_into_save_and_stop_and_handlers_are_restored(signum):
+    from transformers import TrainerControl
+
+    from pipeline.run.checkpoints import GracefulStop
+
+    before = signal.getsignal(signum)
+    with GracefulStop() as stopper:
+        callback = stopper.callback()
+        quiet = callback.on_step_end(None, None, TrainerControl())
+        assert (quiet.should_save, quiet.should_training_stop) == (False, False)  # no signal: train on
+        os.kill(os.getpid(), signum)
+        control = callback.on_step_end(None, None, TrainerControl())
+        assert control.should_save is True and control.should_training_stop is True
+        assert stopper.signal_name == signal.Signals(signum).name
+        assert signal.getsignal(signum) is before  # a second signal aborts as it would without us
+    assert signal.getsignal(signum) is before
+
+
+def test_corrupt_checkpoints_found_in_later_runs_join_the_same_corrupt_folder_with_their_reasons(tmp_path):
+    make_checkpoint(tmp_path, 4, state=False)
+    first = set_aside_corrupt(tmp_path, log=lambda m: None)
+    make_checkpoint(tmp_path, 6, weights=False)  # a later run, with corrupt/ already there
+    second = set_aside_corrupt(tmp_path, log=lambda m: None)
+    assert [p.path.parent for p in first + second] == [tmp_path / "corrupt"] * 2
+    assert sorted(p.name.split("-2")[0] for p in (tmp_path / "corrupt").iterdir()) == ["checkpoint-4", "checkpoint-6"]
+    assert "trainer_state.json is missing" in first[0].problem and "no model weights" in second[0].problem
+
+
+def test_an_empty_weights_file_is_no_model_weights(tmp_path):
+    path = make_checkpoint(tmp_path, 5, weights=False)
+    (path / "adapter_model.safetensors").write_bytes(b"")  # a save killed before its first byte
+    assert "no model weights" in checkpoint_problem(path)

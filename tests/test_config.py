@@ -83,6 +83,22 @@ def test_world_size_counts_in_the_batch():
     assert validate(cfg, n_processes=2) == []  # 4 x 1 x 2 = 8
 
 
+@pytest.mark.parametrize("per_device", [2, 4, 8])
+@pytest.mark.parametrize("accumulation", [1, 2, 3])
+@pytest.mark.parametrize("processes", [1, 2])
+def test_gradient_accumulation_steps_counts_in_the_batch_divisibility(per_device, accumulation, processes):
+    """The batch TRL splits into groups is per_device x gradient_accumulation_steps x processes, all three."""
+    cfg = PipelineConfig().replace(num_generations=8, per_device_train_batch_size=per_device,
+                                   gradient_accumulation_steps=accumulation)
+    total = per_device * accumulation * processes
+    if total % 8 == 0:
+        assert validate(cfg, n_processes=processes) == []
+    else:
+        with pytest.raises(ConfigError, match=rf"x gradient_accumulation_steps \({accumulation}\) x processes "
+                                              rf"\({processes}\) = {total} is not divisible"):
+            validate(cfg, n_processes=processes)
+
+
 def test_prompt_plus_completion_within_max_seq_length():
     with pytest.raises(ConfigError, match=r"max_prompt_length \(512\) \+ max_completion_length \(600\) = 1112 "
                                           r"exceeds max_seq_length \(1024\)"):
@@ -248,3 +264,51 @@ def test_choice_fields_are_refused_with_the_choices_from_yaml_and_cli(tmp_path):
     with pytest.raises(ConfigError, match="`backend`: got 'cuda'; choose one of auto, unsloth, plain"):
         validate(parse_config(["--backend", "cuda"]))
     assert parse_config(["--vllm_standby", "True"]).model.vllm_standby == "true"  # normalised, then accepted
+
+
+# ---------------------------------------------------------------------------------------- optim without bitsandbytes
+
+
+def test_the_bitsandbytes_optimizer_list_is_transformers_own():
+    from transformers.trainer_optimizer import _BITSANDBYTES_OPTIMIZERS
+
+    from pipeline.config.validate import BITSANDBYTES_OPTIMIZERS
+
+    assert BITSANDBYTES_OPTIMIZERS == {str(name.value) for name in _BITSANDBYTES_OPTIMIZERS}
+
+
+def _every_optimizer_name():
+    from transformers.training_args import OptimizerNames
+
+    return [name.value for name in OptimizerNames]
+
+
+@pytest.mark.parametrize("optim", _every_optimizer_name())
+def test_a_bitsandbytes_optim_without_bitsandbytes_becomes_adamw_torch_with_a_note_and_others_stay(
+        optim, monkeypatch):
+    import importlib.util
+
+    from pipeline.config import resolve_optim
+    from pipeline.config.validate import BITSANDBYTES_OPTIMIZERS
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a))
+    cfg, note = resolve_optim(PipelineConfig().replace(optim=optim))
+    if optim in BITSANDBYTES_OPTIMIZERS:
+        assert cfg.grpo.optim == "adamw_torch"
+        assert f"optim: {optim}" in note and "pip install bitsandbytes==0.50.2" in note
+    else:
+        assert cfg.grpo.optim == optim and note is None
+    # with bitsandbytes installed, nothing changes
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "bitsandbytes" else real_find_spec(name, *a))
+    assert resolve_optim(PipelineConfig().replace(optim=optim)) == (PipelineConfig().replace(optim=optim), None)
+
+
+def test_every_gpu_recipe_optim_is_covered_by_the_fallback():
+    from pipeline.config.validate import BITSANDBYTES_OPTIMIZERS
+
+    for recipe in sorted((ROOT / "configs").glob("qwen2.5-*.yaml")):
+        optim = parse_config(["--config", str(recipe)]).grpo.optim
+        assert optim == "adamw_torch" or optim in BITSANDBYTES_OPTIMIZERS, (recipe.name, optim)

@@ -179,3 +179,56 @@ def test_demo_arithmetic_rows(qwen_tokenizer, tmp_path):
     with pytest.raises(ConfigError) as err:
         prepare_dataset(make_cfg(tmp_path, dataset_name="demo-arithmetic"), qwen_tokenizer, split="validation")
     assert err.value.field == "dataset_split"
+
+
+@pytest.mark.parametrize("answer", [True, False, [7], {"value": 7}, float("nan"), float("inf"), -float("inf")],
+                         ids=["true", "false", "list", "mapping", "nan", "inf", "-inf"])
+def test_a_boolean_list_mapping_or_non_finite_answer_is_rejected_as_not_a_string_never_kept(answer):
+    from pipeline.data.clean import clean_rows
+
+    rows, rejected = clean_rows(["What is 3 + 4?", "What is 1 + 1?"], [answer, 2], ["bad", "good"],
+                                extract_hash_answer)
+    assert [(row.id, row.answer) for row in rows] == [("good", "2")]  # plain numbers are answers
+    assert rejected.ids_by_reason == {"non_string_field": ["bad"]}
+
+
+def test_json_true_as_an_answer_is_reported_not_trained_on(qwen_tokenizer, tmp_path):
+    path = write_jsonl(tmp_path / "bools.jsonl", [{"question": "Is 7 odd?", "answer": True},
+                                                  {"question": "What is 3 + 4?", "answer": 7}])
+    data = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer)
+    assert data.dataset["answer"] == ["7"]
+    assert data.report["rows_rejected"]["non_string_field"]["ids"] == ["train-0"]
+
+
+@pytest.mark.parametrize(("answer", "text"), [(42.0, "42"), (-3.0, "-3"), (2.5, "2.5"), (0.125, "0.125"), (7, "7"),
+                                              ("7", "7")])
+def test_a_number_answer_is_kept_as_its_plain_text_and_an_integral_float_without_point_zero(answer, text):
+    """CSV readers turn 42 into 42.0 when a column has a gap; the reward compares text, so "42", never "42.0"."""
+    from pipeline.data.clean import clean_rows
+
+    rows, rejected = clean_rows(["What is it?"], [answer], ["row"], extract_hash_answer)
+    assert [row.answer for row in rows] == [text] and rejected.total == 0
+
+
+def test_columns_of_different_lengths_are_an_error_never_silently_cut():
+    from pipeline.data.clean import clean_rows
+
+    with pytest.raises(ValueError):
+        clean_rows(["Q1", "Q2"], ["1"], ["a", "b"], extract_hash_answer)
+
+
+def test_the_rejection_summary_counts_every_row_and_lists_the_first_20_ids():
+    from pipeline.data.clean import clean_rows
+
+    ids = [f"row-{i}" for i in range(25)]
+    _, rejected = clean_rows([" "] * 25, ["1"] * 25, ids, extract_hash_answer)
+    summary = rejected.summary()
+    assert summary == {"empty_question": {"count": 25, "ids": ids[:20]}}
+
+
+@pytest.mark.parametrize("extracted", [None, "", "   "])
+def test_a_gsm8k_answer_whose_final_answer_reads_empty_is_unparseable_not_kept(extracted):
+    from pipeline.data.clean import clean_rows
+
+    rows, rejected = clean_rows(["What is 3 + 4?"], ["3 + 4 = 7\n#### 7"], ["row"], lambda text: extracted)
+    assert rows == [] and rejected.ids_by_reason == {"unparseable_answer": ["row"]}

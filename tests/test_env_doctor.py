@@ -335,3 +335,32 @@ def test_training_modes_without_vllm_on_a_working_gpu(fake_t4, gpu_set_installed
     gpu_set_installed.clear()
     modes = {m["mode"]: m for m in collect_report()["unsloth_modes"]}
     assert modes["unsloth+vllm"]["can_run"] and "vLLM rollouts" in modes["unsloth+vllm"]["reason"]
+
+
+def test_grpo_env_states_the_gpu_sets_risks_with_their_evidence(capsys):
+    """torch 2.13.0 untested by Unsloth, xformers built for torch 2.10 + CUDA 12.8, vllm-bnb-plugin never run."""
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "Risks of the GPU set (not run-verified" in out
+    report = collect_report()
+    risks = {risk["package"]: risk for risk in report["gpu_risks"]}
+    assert set(risks) == {"torch", "xformers", "vllm-bnb-plugin"}
+    assert "stop at torch 2.12.1" in risks["torch"]["risk"] and "torch==2.12.1+cu130" in risks["torch"]["risk"]
+    assert "torch 2.10.0 + CUDA 12.8" in risks["xformers"]["risk"] and "Speed only" in risks["xformers"]["risk"]
+    assert "never run" in risks["vllm-bnb-plugin"]["risk"]
+    for risk in risks.values():
+        assert f"  - {risk['pin']}: {risk['risk']}" in out.splitlines()
+
+
+def test_the_unsloth_metadata_backs_the_torch_risk():
+    """The evidence in the torch risk, read from unsloth's stored METADATA: it allows torch < 2.15, and its
+    newest CUDA extra names torch 2.12.1."""
+    import re
+
+    matrix = load_matrix()
+    record = load_metadata("unsloth", matrix.gpu["unsloth"].exact)
+    requires = record["requires_dist"]
+    assert any(re.fullmatch(r"torch\s*(<2\.15\.0,>=2\.4\.0|>=2\.4\.0,<2\.15\.0)", r.strip()) for r in requires), [
+        r for r in requires if r.startswith("torch")]
+    pinned = {m.group(1) for r in requires for m in [re.match(r"torch==(\d+\.\d+\.\d+)", r)] if m}
+    assert max(pinned, key=lambda v: tuple(map(int, v.split(".")))) == "2.12.1"

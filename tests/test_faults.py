@@ -1,4 +1,5 @@
-"""The fault table (bench/faults.py), each case through the real CLI entry point `pipeline.cli.main`.
+"""The fault table (bench/faults.py), each case through the real CLI entry point `pipeline.cli.main` (a case
+that hides a package, through `python -m pipeline` in a subprocess that cannot see it).
 
 Every case must end with the expected exit code, one message naming the field or file (the expected
 text) and no traceback. `python bench/faults.py` runs the same table in subprocesses and counts.
@@ -38,10 +39,10 @@ def run_in_process(case, folder, monkeypatch, capsys):
 
 @pytest.mark.parametrize("case", faults.CASES, ids=[c.name for c in faults.CASES])
 def test_fault_is_one_clear_message(case, tmp_path, monkeypatch, capsys):
-    reason = case.skip_reason() if case.skip_reason else None
-    if reason:
-        pytest.skip(reason)
-    code, output = run_in_process(case, tmp_path, monkeypatch, capsys)
+    if case.hide:  # a package hidden whether installed or not: only a fresh process can not see it
+        code, output = faults.run_subprocess(case, tmp_path)
+    else:
+        code, output = run_in_process(case, tmp_path, monkeypatch, capsys)
     problem = faults.judge(case, code, output, tmp_path)
     assert problem is None, (problem, output[-3000:])
 

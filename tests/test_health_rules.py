@@ -206,3 +206,80 @@ def test_nan_in_a_real_trainer_stops_and_keeps_the_checkpoint(tmp_path):
     assert callback.stop_step == 4 and callback.stop_rule == "non_finite"
     assert (tmp_path / "checkpoint-4").is_dir()
     assert not any(p.name.startswith("checkpoint-") and p.name != "checkpoint-4" for p in tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------------------------
+# The rules' edges (what bench/mutants.py found unpinned): "above" means strictly above
+# --------------------------------------------------------------------------------------------
+
+
+def test_adaptive_beta_leaves_beta_alone_on_both_edges_of_the_band_and_moves_just_outside():
+    from pipeline.health.rules import BETA_STEP
+
+    target = 0.05
+    for kl in (target * BETA_STEP, target / BETA_STEP, target):
+        assert next_beta(0.04, kl=kl, target=target, beta_min=0.001, beta_max=0.5) == 0.04, kl
+    assert next_beta(0.04, kl=target * BETA_STEP * 1.01, target=target, beta_min=0.001, beta_max=0.5) > 0.04
+    assert next_beta(0.04, kl=target / BETA_STEP * 0.99, target=target, beta_min=0.001, beta_max=0.5) < 0.04
+
+
+@pytest.mark.parametrize(("rule", "settings", "key", "limit"), [
+    ("kl", {"kl_ceiling": 0.5, "kl_action": "stop"}, "kl", 0.5),
+    ("repetition", {"repetition_threshold": 0.6, "repetition_action": "stop"}, REPETITION_RATE, 0.6),
+])
+def test_a_rule_fires_only_strictly_above_its_limit_and_records_the_step(rule, settings, key, limit):
+    callback = _callback(beta=0.04, **settings)
+    assert not _log(callback, 3, loss=0.1, **{key: limit}).should_training_stop  # at the limit: fine
+    control = _log(callback, 4, loss=0.1, **{key: limit + 0.01})
+    assert control.should_training_stop and control.should_save
+    assert callback.summary()["stop_rule"] == rule and callback.summary()["stop_step"] == 4
+    assert set(callback.summary()) >= {"stop_reason", "stop_rule", "stop_step", "warnings", "final_beta",
+                                       "beta_changes"}
+
+
+def test_a_repeated_warning_is_silenced_for_warn_every_steps_then_said_again():
+    callback = _callback(beta=0.04, kl_ceiling=0.5, kl_action="warn")
+    for step in range(1, 42):
+        _log(callback, step, loss=0.1, kl=0.9)
+    assert [w.split(":")[0] for w in callback.summary()["warnings"]] == ["step 1", "step 21", "step 41"]
+    every_step = HealthCallback(HealthArguments(kl_ceiling=0.5, kl_action="warn"), beta=0.04, warn_every_steps=1)
+    for step in range(1, 4):
+        _log(every_step, step, loss=0.1, kl=0.9)
+    assert len(every_step.warnings) == 3
+
+
+@pytest.mark.parametrize("key", ["loss", "grad_norm", "kl", GARBLED_RATE, REPETITION_RATE])
+def test_any_one_training_metric_makes_a_log_a_training_log_that_the_rules_read(key):
+    logs = {key: 0.0}
+    _callback(beta=0.04).on_log(None, TrainerState(global_step=8), TrainerControl(), logs=logs)
+    assert logs["health/beta"] == 0.04  # read as a training log (beta is logged only on those)
+    if key in ("loss", "grad_norm", "kl"):
+        callback = _callback(beta=0.04, kl_action="warn")
+        assert _log(callback, 7, **{key: math.nan}).should_training_stop and callback.stop_rule == "non_finite"
+    eval_logs = {"eval_loss": math.nan, "train_runtime": 1.0}  # evaluation and end-of-training logs: not read
+    callback = _callback(beta=0.04)
+    assert not callback.on_log(None, TrainerState(global_step=9), TrainerControl(), logs=eval_logs).should_training_stop
+    assert eval_logs == {"eval_loss": eval_logs["eval_loss"], "train_runtime": 1.0} and callback.stop_reason is None
+
+
+def test_a_positive_beta_is_logged_with_every_training_log_and_a_zero_one_is_not():
+    logs = {"loss": 0.1}
+    _callback(beta=0.04).on_log(None, TrainerState(global_step=1), TrainerControl(), logs=logs)
+    assert logs["health/beta"] == 0.04
+    logs = {"loss": 0.1}
+    _callback(beta=0.0).on_log(None, TrainerState(global_step=1), TrainerControl(), logs=logs)
+    assert "health/beta" not in logs
+
+
+@pytest.mark.parametrize("value", [True, False, "0.9", None, "high"])
+def test_a_boolean_or_unreadable_metric_is_not_a_number_for_the_rules(value):
+    callback = _callback(beta=0.04, kl_ceiling=0.5, kl_action="stop", repetition_threshold=0.6,
+                         repetition_action="stop")
+    control = _log(callback, 3, loss=0.1, kl=value, **{REPETITION_RATE: value})
+    expect_stop = value == "0.9"  # a numeric string is read as the number it spells
+    assert control.should_training_stop is expect_stop, value
+
+
+def test_attaching_something_without_beta_is_refused_naming_it():
+    with pytest.raises(TypeError, match="object has no `beta` attribute; attach a GRPOTrainer"):
+        _callback().attach(object())

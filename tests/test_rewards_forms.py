@@ -204,3 +204,27 @@ def test_conclusion_rule_returns_nothing_or_the_asserted_number(a, b):
     value = conclusion_value(f"First we find {b} boxes. So the shop sold a total of {a} boxes.")
     assert value == a
     assert not answers_match(f"So the shop sold a total of {a} boxes or {b}.", str(a)) or a == b
+
+
+# Every alternative of rewards.sentences._HEDGE, placed in a concluding sentence that also carries a context
+# number ("After 3 days"), so no single-number rule (UNSURE) or list rule can refuse it first.
+SENTENCE_HEDGES = ["the total is maybe {a}", "the total is probably {a}", "the total is {a} or so",
+                   "the total is actually {a}", "the total is perhaps {a}", "the total is possibly {a}",
+                   "the total is {a}, I guess", "wait, the total is {a}", "the total is {a} instead",
+                   "the total is rather {a}", "the total is {a}, not sure", "the total could be {a}",
+                   "the total might be {a}", "the total may be {a}", "the total is at most {a}",
+                   "the total is at least {a}", "the total is up to {a}", "the total is {a}, but",
+                   "the total is {a}, however", "the total is either {a}", "I am unsure: the total is {a}",
+                   "总数可能是{a}", "总数大概是{a}", "总数也许是{a}", "总数是{a}，但"]
+contexts = st.sampled_from(["After {c} days", "In {c} weeks", "For {c} boxes", "On day {c},"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=numbers, c=st.integers(min_value=1, max_value=60), context=contexts, hedge=st.sampled_from(SENTENCE_HEDGES))
+def test_a_concluding_sentence_that_hedges_is_never_rewarded_beside_other_numbers(a, c, context, hedge):
+    assume(a != c)
+    lead = context.format(c=c)
+    assert score(f"{lead} the total is {a}.", str(a)) == 2.0  # the same sentence without the hedge is read
+    hedged = f"{lead} {hedge.format(a=a)}."
+    assert score(hedged, str(a)) == 0.0, hedged
+    assert conclusion_value(hedged) is None, hedged

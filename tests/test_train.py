@@ -248,3 +248,20 @@ def test_second_run_into_a_locked_output_dir_exits_2_naming_the_holder(tmp_path)
     assert str(run_dir) in refused.stderr and f"pid {os.getpid()}" in refused.stderr
     assert socket.gethostname() in refused.stderr and "Traceback" not in refused.stderr
     assert not (run_dir / "metrics.jsonl").exists()
+
+
+def test_a_gpu_recipe_optim_without_bitsandbytes_trains_with_adamw_torch_and_says_so(tmp_path, monkeypatch, capsys):
+    """Every configs/qwen2.5-*.yaml sets optim: adamw_8bit; on the CUDA 12 profile (no bitsandbytes) that once
+    raised transformers' ImportError at train start, after the model had loaded and eval before had run."""
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a))
+    result = run_training(demo_config(tmp_path / "run", optim="adamw_8bit", max_steps=1, save_steps=1))
+    assert result.status == "completed"
+    assert "optim: adamw_8bit is a bitsandbytes optimizer" in capsys.readouterr().out
+    manifest = json.loads((result.output_dir / "manifest.json").read_text())
+    assert manifest["config"]["optim"] == "adamw_torch"  # the manifest says what really ran
+    args = json.loads((result.output_dir / "checkpoint-1" / "trainer_state.json").read_text())
+    assert args["global_step"] == 1

@@ -239,3 +239,33 @@ def test_no_vllm_never_falls_back_to_the_base_model(fake, real_tokenizer, tmp_pa
     monkeypatch.setattr(fake.FastLanguageModel, "from_pretrained", staticmethod(loses_the_adapter))
     with pytest.raises(RuntimeError, match="without its LoRA adapter"):
         backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, no_vllm_cfg())
+
+
+# ------------------------------------------------------------------ Unsloth turned vLLM off by itself
+
+
+def test_when_unsloth_returns_no_vllm_engine_the_model_decides_use_vllm_and_the_generators(
+        fake, real_tokenizer, tmp_path):
+    """fast_inference: true, but Unsloth switched vLLM off (compute capability < 7, DGX Spark, vllm not
+    importable): everything follows the model it returned, never the config, and the console says so."""
+    fake.STATE.vllm_usable = False
+    cfg = make_cfg(output_dir=str(tmp_path / "run"))
+    model, tokenizer = backend.load_for_training(cfg)
+    assert not hasattr(model, "vllm_engine")
+    with pytest.warns(UserWarning, match="without a vLLM engine"):
+        kwargs = backend.grpo_config_kwargs(cfg, model)
+    assert kwargs["use_vllm"] is False and not [key for key in kwargs if key.startswith("vllm")]
+    prompts = ["What is 1 + 1?"]
+    assert backend.training_generator(model, tokenizer, cfg).generate(prompts, max_tokens=4) == expected_texts(
+        tokenizer, prompts, 4, with_adapter=True)
+    with atomic_directory(tmp_path / "run" / "lora") as staging:
+        backend.save_adapter(model, tokenizer, staging)
+    adapter = verify_adapter_dir(tmp_path / "run" / "lora")
+    fake.STATE.calls.clear()
+    with pytest.warns(UserWarning, match="without a vLLM engine"):
+        generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, cfg)
+    assert generator.generate(prompts, max_tokens=4) == expected_texts(real_tokenizer, prompts, 4, with_adapter=True)
+    loads = [c.kwargs for c in fake.calls_named("FastLanguageModel.from_pretrained")]
+    assert [(k["model_name"], k["fast_inference"]) for k in loads] == [
+        ("unsloth/Qwen2.5-1.5B-Instruct", True), (str(tmp_path / "run" / "lora"), False)]
+    assert fake.calls_named("unsloth_zoo.load_lora") == [] and fake.calls_named("model.fast_generate") == []

@@ -10,6 +10,7 @@ save/verify/manifest path are the real ones. Nothing here shows that Unsloth or 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,16 @@ pytestmark = pytest.mark.filterwarnings(
 
 
 class RecordingGRPOTrainer:
-    """Stands in for UnslothGRPOTrainer: records construction and train() in the fake's call log."""
+    """Stands in for UnslothGRPOTrainer: records construction and train() in the fake's call log, and does
+    what the real one does with the model's vLLM engine (below)."""
 
     def __init__(self, **kwargs):
         fake_unsloth._record("GRPOTrainer.__init__", **kwargs)
         fake_unsloth.check_trainer_precision(kwargs["model"], kwargs["args"])  # raises as Unsloth's trainer does
+        if kwargs["args"].use_vllm and not hasattr(kwargs["model"], "vllm_engine"):
+            # Unsloth's patched _init_vllm (rl_replacements.py replace_llm_block) reuses model.vllm_engine only
+            # when it exists; otherwise TRL's own block builds a second vLLM LLM on the same GPU.
+            raise RuntimeError("use_vllm=True on a model without vllm_engine: a second vLLM engine would be built")
         self.model = kwargs["model"]
         self.args = kwargs["args"]
         self.callbacks = list(kwargs.get("callbacks") or [])
@@ -46,9 +52,17 @@ class RecordingGRPOTrainer:
 
     def train(self, resume_from_checkpoint=None):
         fake_unsloth._record("GRPOTrainer.train", resume_from_checkpoint=resume_from_checkpoint)
+        if self.args.use_vllm:
+            # Every rollout sends the live LoRA to vLLM under a RELATIVE folder name, as the real trainer does:
+            # the VLLMGeneration.generate wrapper (rl_replacements.py, lora_name) and the rl.py rewrite.
+            suffix = "_" + os.environ["CUDA_VISIBLE_DEVICES"].replace(",", "") \
+                if "CUDA_VISIBLE_DEVICES" in os.environ else ""
+            self.model.load_lora("vllm_gen_lora" + suffix, load_tensors=True)
+            self.model.load_lora("grpo_trainer_lora_model" + suffix, load_tensors=True)
         report_to = self.args.report_to
         if "tensorboard" in ([report_to] if isinstance(report_to, str) else report_to):
             self.args.to_json_string()  # transformers' TensorBoardCallback.on_train_begin logs the args
+        # The pipeline reads it (summary.json); since this stand-in sets it itself, no test asserts on it.
         self.state.global_step = self.args.max_steps
 
 
@@ -105,7 +119,11 @@ def unsloth_run(run_unsloth):
 
 def test_gpu_calls_happen_in_order(unsloth_run):
     result, fake = unsloth_run
-    assert result.status == "completed" and result.steps == 5
+    assert result.status == "completed"
+    (train,) = fake.calls_named("GRPOTrainer.train")
+    assert train.kwargs == {"resume_from_checkpoint": None}  # a fresh run, trained once
+    (init,) = fake.calls_named("GRPOTrainer.__init__")
+    assert init.kwargs["args"].kwargs["max_steps"] == 5  # what the pipeline asked Unsloth's trainer for
     names = [c.name for c in fake.record_calls()]
     order = ["FastLanguageModel.from_pretrained", "FastLanguageModel.get_peft_model", "GRPOTrainer.__init__",
              "GRPOTrainer.train", "model.save_lora"]
@@ -140,7 +158,51 @@ def test_adapter_saved_to_absolute_temp_then_verified_with_manifest(unsloth_run)
 
 def test_report_to_tensorboard_with_vllm_sampling_params_trains(run_unsloth):
     result, fake = run_unsloth(report_to="tensorboard")
-    assert result.status == "completed" and result.steps == 5
+    assert result.status == "completed"
+    (init,) = fake.calls_named("GRPOTrainer.__init__")
+    args = init.kwargs["args"]
+    assert args.kwargs["report_to"] == ["tensorboard"] and args.kwargs["vllm_sampling_params"]
+    assert json.loads(args.to_json_string())["vllm_sampling_params"] == {"min_p": 0.1, "stop": ["</answer>"]}
+    assert (result.output_dir / "lora" / "adapter_config.json").is_file()
+
+
+def test_training_on_unsloth_with_vllm_writes_nothing_into_the_working_directory(run_unsloth, monkeypatch, tmp_path):
+    """Unsloth's compile cache (./unsloth_compiled_cache) and its rollouts' live LoRA folders (vllm_gen_lora*,
+    <trainer>_lora_model) default to the cwd; a read-only or shared cwd then fails at the first rollout."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("UNSLOTH_COMPILE_LOCATION", raising=False)  # as on a user's machine
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    result, fake = run_unsloth(eval_before=True, eval_limit=2)
+    assert result.status == "completed"
+    assert sorted(p.name for p in cwd.iterdir()) == []
+    assert fake.STATE.compile_location == str(tmp_path / "cache" / "unsloth_compiled_cache")
+    assert (tmp_path / "cache" / "unsloth_compiled_cache").is_dir()
+    live = result.output_dir / ".vllm_live_lora"
+    assert {p.name for p in live.iterdir() if p.is_dir()} == {"vllm_gen_lora_0", "grpo_trainer_lora_model_0"}
+    paths = [Path(c.args[1]) for c in fake.calls_named("unsloth_zoo.load_lora")]
+    assert paths and all(p.is_absolute() and live in p.parents or p == live for p in paths)
+
+
+def test_an_exported_unsloth_compile_location_is_kept(run_unsloth, monkeypatch, tmp_path):
+    monkeypatch.setenv("UNSLOTH_COMPILE_LOCATION", str(tmp_path / "mine"))
+    result, fake = run_unsloth()
+    assert fake.STATE.compile_location == str(tmp_path / "mine")
+
+
+def test_when_unsloth_turns_vllm_off_the_run_trains_without_vllm_and_says_so(run_unsloth, recwarn):
+    fake_unsloth.STATE.vllm_usable = False  # as below compute capability 7, on DGX Spark, vllm not importable
+    result, fake = run_unsloth(vllm_sampling_params=None, eval_before=True, eval_after=True, eval_limit=2)
+    assert result.status == "completed"
+    (init,) = fake.calls_named("GRPOTrainer.__init__")  # the double raises on use_vllm without an engine
+    args = init.kwargs["args"].kwargs
+    assert args["use_vllm"] is False and not [key for key in args if key.startswith("vllm")]
+    assert len(fake.calls_named("model.generate")) == 2  # eval before and after through transformers
+    assert fake.calls_named("unsloth_zoo.load_lora") == [] and fake.calls_named("model.fast_generate") == []
+    said = [str(w.message) for w in recwarn if "without a vLLM engine" in str(w.message)]
+    assert len(said) == 1, said  # once, not per call
 
 
 # ------------------------------------------------------------------------------ fast_inference: false, end to end
@@ -171,7 +233,7 @@ def no_vllm_run(monkeypatch, tmp_path):
 
 def test_no_vllm_trains_saves_and_evaluates_through_unsloth(no_vllm_run):
     result, fake, _ = no_vllm_run
-    assert result.status == "completed" and result.steps == 3
+    assert result.status == "completed"
     (load,) = fake.calls_named("FastLanguageModel.from_pretrained")
     assert load.kwargs["fast_inference"] is False and "gpu_memory_utilization" not in load.kwargs
     (init,) = fake.calls_named("GRPOTrainer.__init__")

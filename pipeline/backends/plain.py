@@ -8,6 +8,7 @@ TRL's own (transformers `generate`, or TRL's vLLM in colocate/server mode when c
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -43,8 +44,24 @@ def _use_4bit(cfg: PipelineConfig) -> bool:
     )
 
 
+def _device_map() -> Optional[dict[str, int]]:
+    """Where from_pretrained puts the weights: this process's GPU when CUDA is usable, else None (the CPU).
+
+    Without a device_map transformers loads onto the CPU, and only the bitsandbytes quantizer moves a model
+    to the GPU by itself; TRL's Trainer moves it at build time, but eval before, `grpo generate` and `grpo eval`
+    run before or without a Trainer. One GPU per process, as TRL's get_kbit_device_map ({"": local process
+    index}); under DeepSpeed ZeRO-3 DeepSpeed places the shards itself (transformers refuses a device_map there).
+    """
+    import torch
+
+    if not torch.cuda.is_available() or os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
+        return None
+    return {"": int(os.environ.get("LOCAL_RANK", "0"))}
+
+
 def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool = True):
-    """Load the base model (4-bit on CUDA when configured and bitsandbytes is installed)."""
+    """Load the base model onto this process's GPU when there is one (4-bit when configured and bitsandbytes
+    is installed), else onto the CPU."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -56,6 +73,9 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
         # saves, and on a busy machine OpenMP's spinning threads make every step ~5x slower.
         torch.set_num_threads(1)
     kwargs: dict[str, Any] = {"dtype": _torch_dtype(cfg), "trust_remote_code": cfg.model.trust_remote_code}
+    device_map = _device_map()
+    if device_map is not None:
+        kwargs["device_map"] = device_map
     if _use_4bit(cfg):
         from transformers import BitsAndBytesConfig
 

@@ -54,6 +54,26 @@ GGUF_MERGED_SUBDIR = "merged"
 LIVE_LORA_SUBDIR = ".vllm_live_lora"
 
 
+def serves_with_vllm(model: Any, cfg: PipelineConfig) -> bool:
+    """Whether generation goes through vLLM: the model Unsloth returned carries a `vllm_engine`, not merely
+    fast_inference: true in the config. Unsloth switches vLLM off by itself on a GPU below compute capability 7,
+    on DGX Spark (FastLanguageModel.from_pretrained in unsloth/models/loader.py) and when vLLM does not import
+    (fast_inference_setup in unsloth/models/_utils.py); use_vllm=True then would make Unsloth's patched
+    `_init_vllm` build a second engine. Said once on the console (a warning) when it differs from the config.
+    """
+    engine = hasattr(model, "vllm_engine")
+    if cfg.model.fast_inference and not engine and not getattr(model, "_grpo_said_no_vllm", False):
+        warnings.warn("fast_inference: true, but Unsloth returned the model without a vLLM engine (it turns vLLM "
+                      "off itself on GPUs below compute capability 7, on DGX Spark, or when vllm does not import; "
+                      "its log above says which): rollouts and eval generate with transformers instead (slower). "
+                      "Set fast_inference: false to say so in the config.", stacklevel=2)
+        try:
+            model._grpo_said_no_vllm = True
+        except AttributeError:
+            pass
+    return engine
+
+
 def load_for_training(cfg: PipelineConfig):
     """from_pretrained(fast_inference=cfg) then get_peft_model: returns (LoRA model, tokenizer).
 
@@ -81,7 +101,29 @@ def load_for_training(cfg: PipelineConfig):
         random_state=cfg.grpo.seed,
         modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
     )
+    _anchor_live_lora(model, absolute_path(cfg.grpo.output_dir) / LIVE_LORA_SUBDIR)
     return model, tokenizer
+
+
+def _anchor_live_lora(model: Any, folder: Path) -> None:
+    """Make `model.load_lora` put a RELATIVE folder under `folder` (the run's) instead of the working directory.
+
+    Unsloth's patched trainer calls `model.load_lora(<relative name>, load_tensors=True)` on every vLLM rollout:
+    "vllm_gen_lora[_<CUDA_VISIBLE_DEVICES>]" (rl_replacements.py, the VLLMGeneration.generate wrapper, which
+    takes model.load_lora at trainer init) or "<trainer>_lora_model" (rl.py, the self.llm.generate rewrite),
+    and unsloth_zoo's load_lora writes the live adapter_config.json into that folder (_live_lora_config).
+    Absolute paths (ours: training_generator, load_generator) pass through unchanged.
+    """
+    load_lora = getattr(model, "load_lora", None)
+    if load_lora is None:  # no vLLM engine: no live LoRA either
+        return
+
+    @functools.wraps(load_lora)
+    def anchored(save_directory, *args, **kwargs):
+        path = Path(save_directory)
+        return load_lora(str(path if path.is_absolute() else folder / path), *args, **kwargs)
+
+    model.load_lora = anchored
 
 
 def peft_config(cfg: PipelineConfig) -> None:
@@ -114,9 +156,9 @@ class SamplingOverrides(dict):
 def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
     """Backend-specific GRPOConfig (UnslothGRPOConfig) keyword arguments.
 
-    - `use_vllm`: with fast_inference, generation goes through the model's own vLLM engine (Unsloth would
-      set it anyway when `model.vllm_engine` exists, vllm_mode='colocate'; TRL builds no second LLM).
-      Without it, Unsloth's patched trainer generates with transformers and no vLLM field is passed.
+    - `use_vllm`: True exactly when the model carries a vLLM engine (serves_with_vllm): generation then goes
+      through it (Unsloth's patched trainer reuses `model.vllm_engine`, vllm_mode='colocate'; no second LLM).
+      Without one, Unsloth's patched trainer generates with transformers and no vLLM field is passed.
     - `bf16`/`fp16` from the loaded model's dtype (pipeline.backends.mixed_precision): Unsloth raises
       TypeError when they disagree with the model; with dtype auto the model is bf16 where the GPU supports
       it and fp16 elsewhere (T4, V100). A float32 model gets neither and Unsloth picks autocast itself.
@@ -128,9 +170,11 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
     Other Unsloth-specific fields (unsloth_num_chunks=-1, unsloth_grpo_mini_batch=None,
     unsloth_logit_chunk_multiplier=None; rl.py) keep their defaults.
     """
-    kwargs: dict[str, Any] = {"use_vllm": bool(cfg.model.fast_inference), **mixed_precision(model)}
-    if not cfg.model.fast_inference:
-        if sampling_params_mapping(cfg.grpo.vllm_sampling_params):  # validate() refuses this first
+    use_vllm = serves_with_vllm(model, cfg)
+    kwargs: dict[str, Any] = {"use_vllm": use_vllm, **mixed_precision(model)}
+    if not use_vllm:
+        if not cfg.model.fast_inference and sampling_params_mapping(cfg.grpo.vllm_sampling_params):
+            # validate() refuses this first
             raise ConfigError("vllm_sampling_params", "is for vLLM; fast_inference: false runs without it.")
         return kwargs
     kwargs["vllm_importance_sampling_correction"] = cfg.grpo.vllm_importance_sampling_correction
@@ -282,7 +326,7 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig):
     adapter_config.json into the folder it is given (unsloth_zoo.vllm_utils._live_lora_config), so that folder is a
     hidden one in output_dir. Call this again after training: each call snapshots the weights.
     """
-    if not cfg.model.fast_inference:
+    if not serves_with_vllm(model, cfg):
         return UnslothTransformersGenerator(model, tokenizer, back_to_training=True)
     load_lora = getattr(model, "load_lora", None)
     if load_lora is None:
@@ -316,6 +360,9 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
         **from_pretrained_kwargs(cfg, resolve_model_path(base_model, cfg.model.model_source), fast_inference=True,
                                  standby=prepared.standby)
     )
+    if not serves_with_vllm(model, cfg):  # Unsloth turned vLLM off: its transformers path, from the adapter folder
+        del model
+        return _load_transformers_generator(base_model, adapter, cfg)
     lora_request = None
     if adapter is not None:
         # `model.load_lora` exists only on a PeftModel (patch_peft_fast_inference in unsloth/models/_utils.py);

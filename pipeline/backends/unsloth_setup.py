@@ -22,6 +22,9 @@ STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
 # then fetches hub ids with modelscope.snapshot_download, save.py the merge's 16-bit base, and the usage
 # statistics ping to the Hugging Face Hub is skipped).
 MODELSCOPE_ENV = "UNSLOTH_USE_MODELSCOPE"
+# unsloth_zoo/compiler.py reads it once, at import, and writes its compiled modules there; its default,
+# "unsloth_compiled_cache", is relative to the working directory (a read-only or shared cwd then fails).
+COMPILE_LOCATION_ENV = "UNSLOTH_COMPILE_LOCATION"
 
 
 @dataclass
@@ -43,7 +46,8 @@ def _import_order_problems() -> list[str]:
 
 
 def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
-    """Set UNSLOTH_VLLM_STANDBY, check the import order, then `import unsloth`. Idempotent.
+    """Set UNSLOTH_VLLM_STANDBY and UNSLOTH_COMPILE_LOCATION, check the import order, then `import unsloth`.
+    Idempotent.
 
     Standby must be in the environment *before* `import unsloth`: unsloth_zoo reads it at
     import to keep `expandable_segments` off (unsloth_zoo/__init__.py, at module level) and to install
@@ -88,6 +92,11 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
         os.environ[STANDBY_ENV] = "0"
 
     _set_modelscope_env(cfg)
+    if "unsloth" not in sys.modules and not os.environ.get(COMPILE_LOCATION_ENV):
+        # Under the project's cache root instead of the cwd; a location the user exported is kept.
+        from env.paths import cache_root
+
+        os.environ[COMPILE_LOCATION_ENV] = str(cache_root().resolve() / "unsloth_compiled_cache")
     problems = [] if "unsloth" in sys.modules else _import_order_problems()
     if problems:
         warnings.warn(

@@ -32,6 +32,7 @@ from pipeline.config.validate import (
     check_choices,
     check_field_values,
     parse_limit,
+    resolve_optim,
     sampling_params_mapping,
     validate,
     validate_unsloth,
@@ -42,5 +43,5 @@ __all__ = [
     "EvalArguments", "GRPOArguments", "GenerationArguments", "HealthArguments", "LoraArguments", "ModelArguments",
     "PipelineConfig", "check_adapter_rank", "check_choices", "check_field_values", "field_choices", "field_names",
     "from_mapping", "given", "normalize_argv", "parse_config", "parse_limit", "peek_option", "read_recipe",
-    "sampling_params_mapping", "trl_training_args", "validate", "validate_unsloth",
+    "resolve_optim", "sampling_params_mapping", "trl_training_args", "validate", "validate_unsloth",
 ]

@@ -182,6 +182,42 @@ def sampling_params_mapping(value: Any) -> dict[str, Any]:
     return parsed
 
 
+# Every `optim` transformers builds from bitsandbytes (transformers.trainer_optimizer._BITSANDBYTES_OPTIMIZERS,
+# which raises ImportError in _get_bitsandbytes_optimizer at train start, after the model has loaded and eval
+# before has run, when the package is missing). Written out so this check never imports transformers before
+# Unsloth; tests/test_config.py keeps it equal to transformers' list.
+BITSANDBYTES_OPTIMIZERS = frozenset({
+    "adamw_bnb_8bit", "adamw_8bit", "paged_adamw_32bit", "paged_adamw_8bit", "ademamix", "ademamix_8bit",
+    "paged_ademamix_32bit", "paged_ademamix_8bit", "lion_32bit", "lion_8bit", "paged_lion_32bit",
+    "paged_lion_8bit", "rmsprop_bnb", "rmsprop_bnb_8bit", "rmsprop_bnb_32bit",
+})
+OPTIM_WITHOUT_BITSANDBYTES = "adamw_torch"
+
+
+def resolve_optim(cfg: PipelineConfig) -> tuple[PipelineConfig, Optional[str]]:
+    """The config a run trains with, and why when it differs: a bitsandbytes optimizer (every GPU recipe's
+    adamw_8bit) without bitsandbytes installed becomes adamw_torch, with a note saying so and how to get the
+    8-bit one. The machines this happens on are the CUDA 12 profile (the plain set has no bitsandbytes) and a
+    CPU; the plain backend's 4-bit loading falls back the same way there (pipeline/backends/plain.py _use_4bit).
+    The returned config is the one the manifest records, so it says what really ran.
+
+    >>> cfg, note = resolve_optim(PipelineConfig().replace(optim="adamw_torch"))
+    >>> cfg.grpo.optim, note
+    ('adamw_torch', None)
+    """
+    import importlib.util
+
+    optim = cfg.grpo.optim
+    if optim not in BITSANDBYTES_OPTIMIZERS or importlib.util.find_spec("bitsandbytes") is not None:
+        return cfg, None
+    note = (f"optim: {optim} is a bitsandbytes optimizer, but bitsandbytes is not installed here: training "
+            f"with {OPTIM_WITHOUT_BITSANDBYTES} instead (32-bit optimizer states: about 4x the 8-bit ones' memory, "
+            "small for a LoRA). For "
+            f"{optim}, install bitsandbytes (`pip install bitsandbytes==0.50.2`, the pinned one; its wheel carries "
+            f"CUDA 12 and 13 kernels), or set optim: {OPTIM_WITHOUT_BITSANDBYTES} to silence this.")
+    return cfg.replace(optim=OPTIM_WITHOUT_BITSANDBYTES), note
+
+
 def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str | None = None) -> list[str]:
     """Check the config; raise ConfigError on the first fatal problem, return warnings.
 

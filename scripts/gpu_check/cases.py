@@ -286,8 +286,12 @@ def skip_reason(unit: str, *, cuda: bool, dry_run: bool) -> Optional[str]:
     'needs a CUDA GPU (dry run)'
     >>> skip_reason("bench/unsloth/qwen2.5-0.5b", cuda=True, dry_run=False) is None
     True
+    >>> skip_reason("models", cuda=False, dry_run=True) is None  # a step that is one unit: it needs no GPU
+    True
     """
     parts = unit.split("/")
+    if parts[0] not in ("chain", "bench"):
+        return None  # `models` (and `env`): built on CPU, so never skipped for want of CUDA
     if (parts[1] == "unsloth" or "nf4" in parts) and (dry_run or not cuda):
         return "needs a CUDA GPU (dry run)" if dry_run else "needs a CUDA GPU; torch sees none"
     if dry_run and parts[0] == "chain" and parts[2] != TINY_MODEL:
