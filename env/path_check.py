@@ -78,7 +78,8 @@ def local_model(value: str) -> bool:
 
 
 def local_data(value: str) -> bool:
-    """dataset_name / --data naming a local file (as pipeline.data.sources.resolve_source reads it)."""
+    """dataset_name / eval_dataset_name / --data naming a local file or folder (as
+    pipeline.data.sources.local_path reads it), not a hub id or a built-in name."""
     return (value.lower().endswith(DATA_SUFFIXES + RECIPE_SUFFIXES) or os.path.lexists(os.path.expanduser(value))
             or _path_like(value))
 
@@ -118,7 +119,8 @@ class PathOption:
 CONFIG_PATHS: dict[str, PathOption] = {
     "output_dir": PathOption(FILLED_OUTPUT_DIR),
     "data_cache_dir": PathOption(FILLED_OUTPUT_DIR),
-    "dataset_name": PathOption(INPUT_FILE, local_data),
+    "dataset_name": PathOption(INPUT_ANY, local_data),  # a file, a folder of files or a save_to_disk folder
+    "eval_dataset_name": PathOption(INPUT_ANY, local_data),
     "model_name_or_path": PathOption(INPUT_DIR, local_model),
     "resume": PathOption(INPUT_DIR, resume_path),
 }

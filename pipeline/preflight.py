@@ -242,7 +242,7 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
     done: dict[str, Any] = {}
 
     def data() -> str:
-        config_paths(cfg, "dataset_name", "data_cache_dir")  # env.path_check's table, before anything is read
+        config_paths(cfg, "dataset_name", "eval_dataset_name", "data_cache_dir")  # env.path_check's table, first
         done["tokenizer"] = _data_tokenizer(cfg)
         done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)
         return "train: " + accounting_line(done["train"].report)

@@ -129,11 +129,11 @@ def test_every_user_error_is_exit_2_and_its_one_message(cls, command, adapter, p
 def test_a_crash_after_the_run_folder_is_known_logs_there(place, monkeypatch, capsys):
     """Once `grpo train` has its output_dir, the traceback goes to output_dir/logs/."""
     run_dir = place / "run"
-    monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", _raise(ValueError("tokenizer bug")))
+    monkeypatch.setattr("pipeline.run.lock.run_lock", _raise(ValueError("lock bug")))  # just after output_dir
     code, output = run_cli(["train", "--output_dir", str(run_dir), "--max_steps", "1"], capsys)
     assert code == 1, output
     logs = list((run_dir / "logs").glob("grpo-train-*.log"))
-    assert len(logs) == 1 and "ValueError: tokenizer bug" in logs[0].read_text(encoding="utf-8")
+    assert len(logs) == 1 and "ValueError: lock bug" in logs[0].read_text(encoding="utf-8")
     assert str(logs[0]) in output
 
 
@@ -141,7 +141,7 @@ def test_through_python_m_pipeline(tmp_path):
     """As a user runs it (a fresh process): a bug (injected by a sitecustomize) is one line, exit 1 and a log."""
     (tmp_path / "sitecustomize.py").write_text(
         "import pipeline.preflight\n"
-        "def broken(name):\n    raise ZeroDivisionError('injected bug')\n"
+        "def broken(*args, **kwargs):\n    raise ZeroDivisionError('injected bug')\n"
         "pipeline.preflight.check_model = broken\n", encoding="utf-8")
     env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "GRPO_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1",
            "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}

@@ -75,31 +75,31 @@ def test_the_model_and_tokenizer_come_from_modelscope_only_when_asked(modelscope
 
 
 def test_a_hub_dataset_comes_from_modelscope_and_is_saved_for_offline_runs(modelscope_hub, tmp_path):
-    from pipeline.data.sources import resolve_source
+    from pipeline.data.sources import resolve_source, source_spec
 
     cfg = PipelineConfig().replace(model_source="modelscope", dataset_name="someone/gsm8k_zh", dataset_config=None,
                                    question_field="question_zh-cn", answer_field="answer_only")
-    source = resolve_source(cfg, "train", tmp_path / "cache")
+    source = resolve_source(cfg, source_spec(cfg, "train"), tmp_path / "cache")
     assert source.description["source"] == "modelscope" and "modelscope" in source.description["saved_copy"]
     rows = source.load()
     assert rows.questions == [r["question_zh-cn"] for r in ZH_ROWS["train"]] and rows.answers == [8, 12]
-    assert resolve_source(cfg, "test", tmp_path / "cache").load().answers == [14]
+    assert resolve_source(cfg, source_spec(cfg, "train", "test"), tmp_path / "cache").load().answers == [14]
     assert modelscope_hub == [("datasets", "someone/gsm8k_zh", None)]  # the second split: from the saved copy
-    hf = resolve_source(cfg.replace(model_source="hf"), "train", tmp_path / "cache")
+    hf = resolve_source(cfg.replace(model_source="hf"), source_spec(cfg, "train"), tmp_path / "cache")
     assert hf.identity != source.identity  # the cache never mixes the two hubs' copies
 
     wrong = cfg.replace(question_field="question")
     with pytest.raises(ConfigError, match="question_field.*question_zh-cn"):
-        resolve_source(wrong, "train", tmp_path / "cache").load()
+        resolve_source(wrong, source_spec(wrong, "train"), tmp_path / "cache").load()
 
 
 def test_a_missing_dataset_names_the_id_and_the_fixes(modelscope_hub, tmp_path):
-    from pipeline.data.sources import resolve_source
+    from pipeline.data.sources import resolve_source, source_spec
 
     cfg = PipelineConfig().replace(model_source="modelscope", dataset_name="nobody/none", dataset_config=None)
     with pytest.raises(RuntimeError,
                        match=r"(?s)could not download dataset 'nobody/none' from ModelScope.*network_turbo"):
-        resolve_source(cfg, "train", tmp_path / "cache").load()
+        resolve_source(cfg, source_spec(cfg, "train"), tmp_path / "cache").load()
 
 
 def test_check_reports_a_missing_modelscope_package_with_the_install_command(monkeypatch, tmp_path):

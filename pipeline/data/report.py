@@ -143,7 +143,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     error: Optional[Exception] = None
     cfg = parse_config(argv, base=base)
     validate(cfg)
-    config_paths(cfg, "output_dir", "data_cache_dir", "dataset_name")  # env.path_check's table, before any work
+    # env.path_check's table, before any work
+    config_paths(cfg, "output_dir", "data_cache_dir", "dataset_name", "eval_dataset_name")
     check_model(cfg.model.model_name_or_path, cfg.model.model_source)  # only the tokenizer loads, from there
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code,
                                source=cfg.model.model_source)

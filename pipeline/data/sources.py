@@ -241,8 +241,9 @@ def _download_and_save(spec: SourceSpec, saved: Path) -> None:
             raise ConfigError(spec.config_option, f"hub dataset {name!r} ({spec.name_option}) has no config "
                               f"{config!r}: {err}. Set {spec.config_option} to one of its configs, or to null "
                               "for a dataset with one.") from None
-        raise DataSourceError(
-            f"could not load dataset {name!r} ({spec.name_option}; config {config!r}) from {endpoint}: "
+        raise ConfigError(
+            spec.name_option,
+            f"could not load dataset {name!r} (config {config!r}) from {endpoint}: "
             f"{type(err).__name__}: {err}\nNo saved copy at {saved}, and no local file or folder {name!r} either. "
             "Fixes: check the network; in mainland China set HF_ENDPOINT=https://hf-mirror.com; offline, copy a "
             f"`save_to_disk` folder of the dataset to that path, or give {spec.name_option} a local path."
