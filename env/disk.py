@@ -20,7 +20,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 # errno -> what it means for a save; each needs a different fix.
 STORAGE_ERRNOS = {
@@ -105,8 +105,9 @@ class StorageError(OSError):
 
 @contextlib.contextmanager
 def storage_errors_named(where: str | os.PathLike[str], resume_hint: str,
-                         needed_bytes: Optional[int] = None) -> Iterator[None]:
-    """Re-raise a storage failure inside the block, whatever its class, as one StorageError; others pass."""
+                         needed_bytes: Optional[int] | Callable[[], int] = None) -> Iterator[None]:
+    """Re-raise a storage failure inside the block, whatever its class, as one StorageError; others pass.
+    `needed_bytes` may be a function, asked only when a failure is reported."""
     try:
         yield
     except StorageError:
@@ -115,7 +116,8 @@ def storage_errors_named(where: str | os.PathLike[str], resume_hint: str,
         number = storage_errno(err)
         if number is None:
             raise
-        raise StorageError(where, number, needed_bytes, resume_hint) from None
+        needed = needed_bytes() if callable(needed_bytes) else needed_bytes
+        raise StorageError(where, number, needed, resume_hint) from None
 
 
 def _size(n_bytes: float) -> str:

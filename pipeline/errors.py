@@ -108,8 +108,9 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
         return int(call(argv) or 0)
     except SystemExit:
         raise  # argparse's --help (0) and usage errors (2), already printed
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: `grpo {command}` stopped (Ctrl-C).", file=sys.stderr)
+    except KeyboardInterrupt as stop:  # SIGTERM too (pipeline.run.checkpoints.interrupts_raise)
+        print(f"\ninterrupted: `grpo {command}` stopped ({stop or 'SIGINT'}); nothing half-written was kept.",
+              file=sys.stderr)
         return EXIT_INTERRUPTED
     except user_errors() as err:
         if debug:

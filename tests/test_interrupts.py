@@ -127,6 +127,6 @@ def test_an_interrupt_in_generate_or_export_exits_130_without_a_traceback(comman
     code = cli.main(argv)
     captured = capsys.readouterr()
     assert code == 130 and "Traceback" not in captured.out + captured.err
-    assert f"{command} interrupted" in captured.err
+    assert f"interrupted: `grpo {command}` stopped" in captured.err and "nothing half-written" in captured.err
     assert not (tmp_path / "merged").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".merged")] == []

@@ -42,6 +42,7 @@ def _demo_cfg(output_dir: Path):
 def test_printed_next_and_resume_lines_paste_back(name, capsys):
     """pipeline/train.py's closing lines, for a run folder named anything: each printed command is the words
     it names, after the shell has parsed it."""
+    from pipeline.run.checkpoints import resume_command
     from pipeline.train import _example_question, _print_where_everything_is
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -49,13 +50,14 @@ def test_printed_next_and_resume_lines_paste_back(name, capsys):
         adapter = output_dir / "lora"
         adapter.mkdir(parents=True)
         cfg = _demo_cfg(output_dir)
-        _print_where_everything_is(output_dir, "completed", None, adapter, cfg)
-        _print_where_everything_is(output_dir, "interrupted", "SIGINT received", None, cfg)
+        _print_where_everything_is(output_dir, "completed", None, adapter, cfg, "")
+        _print_where_everything_is(output_dir, "interrupted", "SIGINT received", None, cfg,
+                                   resume_command(["--output_dir", str(output_dir)]))
     lines = capsys.readouterr().out
     nxt = lines.split("[grpo] next: ", 1)[1].split("\n[grpo] ", 1)[0].rstrip("\n")
     assert shlex.split(nxt) == ["grpo", "generate", "--lora", str(adapter), "--prompt", _example_question(cfg)]
-    resume = lines.split("[grpo] resume with: the same grpo train command plus ", 1)[1].split("\n[grpo] ")[0]
-    assert shlex.split(resume.rstrip("\n")) == ["--output_dir", str(output_dir), "--resume", "auto"]
+    resume = lines.split("[grpo] resume with: ", 1)[1].split("\n[grpo] ")[0]
+    assert shlex.split(resume.rstrip("\n")) == ["grpo", "train", "--output_dir", str(output_dir), "--resume", "auto"]
 
 
 @pytest.mark.slow
@@ -136,7 +138,7 @@ def test_bad_data_file_line_is_named_before_training(before, kind, tmp_path, mon
         path.write_bytes(b"\n".join([good] * before + [BAD_LINES[kind], good]) + b"\n")
         monkeypatch.chdir(folder)
         with monkeypatch.context() as patch:
-            patch.setattr("pipeline.data.tokenizer.load_tokenizer", _raises_if_called)
+            patch.setattr("pipeline.backends.plain.load_for_training", _raises_if_called)  # the data check reads it
             code = cli.main(faults.train(folder, f"dataset_name: '{path}'\n"))
         output = capsys.readouterr().err
         assert code == 2 and f"{path} line {before + 1} " in output, output
@@ -144,4 +146,4 @@ def test_bad_data_file_line_is_named_before_training(before, kind, tmp_path, mon
 
 
 def _raises_if_called(*args, **kwargs):
-    raise AssertionError("the tokenizer loaded for a data file with a bad line")
+    raise AssertionError("the model loaded for a data file with a bad line")

@@ -47,6 +47,9 @@ class RecordingGRPOTrainer:
     def add_callback(self, callback):
         self.callbacks.append(callback)
 
+    def _save_checkpoint(self, model, trial):  # transformers Trainer's (checkpoints are staged around it)
+        raise AssertionError("this stand-in's train() saves no checkpoint")
+
     def remove_callback(self, callback):
         self.callbacks = [c for c in self.callbacks if c is not callback and type(c) is not callback]
 

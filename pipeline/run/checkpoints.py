@@ -294,7 +294,7 @@ def storage_errors_are_resumable(trainer, output_dir: Path):
 
     return storage_errors_named(output_dir, f"resume with the same command (--resume auto continues from the "
                                             f"newest complete checkpoint in {output_dir}).",
-                                save_size_estimate(trainer.model))
+                                lambda: save_size_estimate(trainer.model))
 
 
 def stage_checkpoint_saves(trainer, cfg) -> None:
