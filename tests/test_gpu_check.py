@@ -158,9 +158,9 @@ def test_the_qwen25_shape_is_built_from_config_data_with_the_bundled_tokenizer(t
     assert AutoTokenizer.from_pretrained(tmp_path / "m").eos_token == "<|im_end|>"
 
 
-def test_the_dry_run_as_the_readme_writes_it_runs_every_step_on_cpu_and_writes_the_report(tmp_path):
+def test_the_dry_run_as_the_docs_write_it_runs_every_step_on_cpu_and_writes_the_report(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
-    assert "`run_check.py --dry-run`" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "`run_check.py --dry-run`" in (ROOT / "docs" / "gpu.md").read_text(encoding="utf-8")  # the GPU check
     # Exactly that: no --only, so every step runs (the `models` step once crashed the driver, unseen).
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gpu_check" / "run_check.py"), "--dry-run"],
