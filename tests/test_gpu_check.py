@@ -160,6 +160,7 @@ def test_the_qwen25_shape_is_built_from_config_data_with_the_bundled_tokenizer(t
 
 def test_the_dry_run_as_the_docs_write_it_runs_every_step_on_cpu_and_writes_the_report(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
+    work.mkdir()  # tempfile.gettempdir() takes TMPDIR only when it exists
     assert "`run_check.py --dry-run`" in (ROOT / "docs" / "gpu.md").read_text(encoding="utf-8")  # the GPU check
     # Exactly that: no --only, so every step runs (the `models` step once crashed the driver, unseen).
     done = subprocess.run(

@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -357,6 +358,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args.out = out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     args.work = (args.work or Path(tempfile.gettempdir()) / "gpu-check-work").resolve()
+    # Scratch: an earlier check's runs would be resumed (a finished one trains no step), so each check starts empty.
+    shutil.rmtree(args.work / "runs", ignore_errors=True)
     args.work.mkdir(parents=True, exist_ok=True)
     driver = Driver(args)
     report = driver.run()
