@@ -106,22 +106,19 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         checkpoint_step,
         remove_staging_leftovers,
         resolve_resume,
-        resume_mismatch,
         save_checkpoint_now,
         storage_errors_are_resumable,
     )
     from pipeline.trainer.build import build_trainer
 
     # ---------------------------------------------------------------- resume target (before anything loads)
+    # (run_checks' resume check already refused a checkpoint of another weight shape: pipeline/preflight.py)
     if _is_main_process():
         remove_staging_leftovers(output_dir, log=_print)  # a killed save's temporary folders; we hold the lock
     resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
     resume_step = checkpoint_step(resume_from) if resume_from else None
     finish_only = False  # trained to max_steps already, a final file missing: write them, train no step
     if resume_from:
-        mismatch = resume_mismatch(resume_from, cfg)  # other LoRA shape or base model: refused before loading
-        if mismatch:
-            raise ConfigError("resume", mismatch)
         finished = _finished_run(cfg, output_dir, resume_from)
         if isinstance(finished, RunResult):
             return finished
