@@ -375,16 +375,25 @@ def check_resume(cfg: PipelineConfig) -> str:
     """`auto`, `never`, or a complete checkpoint folder, and the checkpoint it picks holds weights of this config's
     shape (LoRA rank, alpha, targets, base model); anything else fails before the data and the model load."""
     from env.paths import absolute_path
-    from pipeline.run.checkpoints import checkpoint_problem, list_checkpoints, resume_mismatch
+    from pipeline.run.checkpoints import (
+        PREVIOUS_DIR,
+        checkpoint_problem,
+        complete_checkpoints,
+        previous_run_entries,
+        resume_mismatch,
+    )
 
     resume, output_dir = cfg.grpo.resume, cfg.grpo.output_dir
-    if resume == "never":
-        return "resume: never"
+    # the newest complete one, as resolve_resume picks it (which also moves broken ones aside; not here)
+    complete = complete_checkpoints(absolute_path(output_dir)) if resume == "auto" else []
+    if resume == "never" or (resume == "auto" and not complete):
+        said = "resume: never" if resume == "never" else "resume: auto (no checkpoint yet: a fresh start)"
+        earlier = previous_run_entries(absolute_path(output_dir))
+        if earlier:  # what the run will do with them (set_aside_previous_run), said before it does
+            said += (f"; the earlier run's {', '.join(e.name for e in earlier)} will be moved to "
+                     f"{absolute_path(output_dir) / PREVIOUS_DIR}/ first (not deleted)")
+        return said
     if resume == "auto":
-        # the newest complete one, as resolve_resume picks it (which also moves broken ones aside; not here)
-        complete = [p for p in list_checkpoints(absolute_path(output_dir)) if checkpoint_problem(p) is None]
-        if not complete:
-            return "resume: auto (no checkpoint yet: a fresh start)"
         path, said = complete[-1], f"resume: auto, from {complete[-1]}"
     else:
         from env.path_check import PathError, expand, nearest_existing

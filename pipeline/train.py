@@ -107,6 +107,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         remove_staging_leftovers,
         resolve_resume,
         save_checkpoint_now,
+        set_aside_previous_run,
         storage_errors_are_resumable,
     )
     from pipeline.trainer.build import build_trainer
@@ -117,6 +118,8 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         remove_staging_leftovers(output_dir, log=_print)  # a killed save's temporary folders; we hold the lock
     resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
     resume_step = checkpoint_step(resume_from) if resume_from else None
+    if resume_from is None and _is_main_process():
+        set_aside_previous_run(output_dir, log=_print)  # a fresh start: an earlier run's steps are not this one's
     finish_only = False  # trained to max_steps already, a final file missing: write them, train no step
     if resume_from:
         finished = _finished_run(cfg, output_dir, resume_from)

@@ -11,10 +11,15 @@ import pytest
 from safetensors.numpy import save_file
 
 from pipeline.run.checkpoints import (
+    PREVIOUS_DIR,
+    TRAJECTORY_FILES,
     checkpoint_problem,
+    complete_checkpoints,
     list_checkpoints,
+    previous_run_entries,
     resolve_resume,
     set_aside_corrupt,
+    set_aside_previous_run,
 )
 
 
@@ -87,6 +92,99 @@ def test_resume_path_relative_and_errors(tmp_path, monkeypatch):
     make_checkpoint(tmp_path / "run", 7, state=False)
     with pytest.raises(ValueError, match="trainer_state.json is missing"):
         resolve_resume("run/checkpoint-7", tmp_path / "run")
+
+
+def test_complete_checkpoints_skip_broken_ones_without_moving_them_and_respect_below_step(tmp_path):
+    for step in (2, 4, 6, 8):
+        make_checkpoint(tmp_path, step, weights=step != 6)
+    assert [p.name for p in complete_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-4", "checkpoint-8"]
+    assert [p.name for p in complete_checkpoints(tmp_path, below_step=8)] == ["checkpoint-2", "checkpoint-4"]
+    assert complete_checkpoints(tmp_path, below_step=2) == [] and (tmp_path / "checkpoint-6").is_dir()
+
+
+# --- a fresh start in a used folder: the earlier run's trajectory is moved aside, whole --------------------
+
+# What a run folder may hold that is NOT one trajectory: keyed caches and logs, which a fresh start keeps.
+KEPT_ENTRIES = ("warmup", "eval_before.json", "data_report.json", "reward_dry_run.json", "logs")
+
+
+def _fill_run_folder(root, entries):
+    for name in entries:
+        if name.startswith("checkpoint-"):
+            make_checkpoint(root, int(name.split("-")[1]))
+        elif "." in name:
+            (root / name).write_text(f"old {name}")
+        else:
+            (root / name).mkdir(parents=True)
+            (root / name / "inside.txt").write_text(f"old {name}")
+
+
+@pytest.mark.parametrize("entry", [*TRAJECTORY_FILES, "checkpoint-3"])
+def test_each_trajectory_entry_of_an_earlier_run_is_moved_aside_whole_and_the_caches_stay(tmp_path, entry):
+    _fill_run_folder(tmp_path, [entry, *KEPT_ENTRIES])
+    assert previous_run_entries(tmp_path) == [tmp_path / entry]  # seen before anything moves
+    messages = []
+    target = set_aside_previous_run(tmp_path, log=messages.append)
+    assert target.parent == tmp_path / PREVIOUS_DIR and not (tmp_path / entry).exists()
+    moved = target / entry
+    if entry.startswith("checkpoint-"):
+        assert checkpoint_problem(moved) is None and json.loads((moved / "trainer_state.json").read_text()) == {
+            "global_step": 3}
+    else:
+        assert (moved if moved.is_file() else moved / "inside.txt").read_text() == f"old {entry}"
+    assert all((tmp_path / name).exists() for name in KEPT_ENTRIES)
+    assert entry in messages[0] and str(target) in messages[0] and "not deleted" in messages[0]
+    assert previous_run_entries(tmp_path) == []
+
+
+def test_a_folder_without_an_earlier_run_is_left_as_it_is_and_two_set_asides_never_collide(tmp_path):
+    _fill_run_folder(tmp_path, KEPT_ENTRIES)
+    assert set_aside_previous_run(tmp_path, log=lambda m: None) is None and not (tmp_path / PREVIOUS_DIR).exists()
+    _fill_run_folder(tmp_path, ["metrics.jsonl"])
+    first = set_aside_previous_run(tmp_path, log=lambda m: None)
+    _fill_run_folder(tmp_path, ["metrics.jsonl"])
+    second = set_aside_previous_run(tmp_path, log=lambda m: None)  # within the same second, often
+    assert first != second and (first / "metrics.jsonl").is_file() and (second / "metrics.jsonl").is_file()
+
+
+def _metric_steps(run_dir):
+    return [row["step"] for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+            if "loss" in row]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["--resume never", "auto, its checkpoints deleted"])
+def test_a_fresh_start_in_a_used_folder_plots_and_resumes_only_its_own_steps(trained_run, tmp_path, capsys, how):
+    """The earlier run trained 4 steps (checkpoint-2, -4). A fresh 2-step run in its folder must not show the old
+    steps in metrics.jsonl or plots, nor resume the old checkpoint-4 later; the old files are all kept aside."""
+    from pipeline.preflight import check_resume
+    from pipeline.train import run_training
+    from train_helpers import demo_config
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(trained_run, run_dir)
+    old_metrics = (run_dir / "metrics.jsonl").read_text()
+    if how.startswith("auto"):  # "rm -rf checkpoint-*" to free the disk, then the same command again
+        for checkpoint in list_checkpoints(run_dir):
+            shutil.rmtree(checkpoint)
+    resume = "never" if how == "--resume never" else "auto"
+    cfg = demo_config(run_dir, max_steps=2, save_steps=1, resume=resume)
+    said = check_resume(cfg)  # --check says what the run will do with the earlier files
+    assert "metrics.jsonl" in said and "lora" in said and str(run_dir / PREVIOUS_DIR) in said
+    result = run_training(cfg)
+    assert result.status == "completed" and result.steps == 2
+    assert _metric_steps(run_dir) == [1, 2]
+    assert [p.name for p in list_checkpoints(run_dir)] == ["checkpoint-1", "checkpoint-2"]
+    [previous] = (run_dir / PREVIOUS_DIR).iterdir()
+    assert (previous / "metrics.jsonl").read_text() == old_metrics  # nothing lost
+    assert (previous / "lora" / "adapter_model.safetensors").is_file() and (previous / "summary.json").is_file()
+    if how == "--resume never":
+        assert (previous / "checkpoint-4" / "trainer_state.json").is_file()
+    assert "moved to " + str(previous) in capsys.readouterr().out
+    # The same command again (--resume auto, as the printed resume command says) continues THIS run.
+    again = run_training(demo_config(run_dir, max_steps=3, save_steps=1))
+    assert again.status == "completed" and again.steps == 3 and _metric_steps(run_dir) == [1, 2, 3]
+    assert len(list((run_dir / PREVIOUS_DIR).iterdir())) == 1  # a resume moves nothing
 
 
 # --- real checkpoints (a tiny CPU run), truncated as a full disk or a cut-short copy leaves them ---------

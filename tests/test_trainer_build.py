@@ -40,7 +40,7 @@ def test_resume_step_drops_the_replaced_metrics_when_the_trainer_is_built(built,
     path = write_metrics(out, range(1, 6))
     built(resume_step=3)
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
-    built(resume_step=None)  # a fresh trainer keeps what is there (the run lock and --resume decide the folder)
+    built(resume_step=None)  # a fresh trainer keeps what is there (the run moves an earlier run aside first)
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
 
 

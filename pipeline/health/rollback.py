@@ -28,10 +28,9 @@ ROLLBACK_EVENT = "rollback"
 
 def healthy_checkpoint(output_dir: str | Path, before_step: int) -> Optional[Path]:
     """The newest complete checkpoint in `output_dir` whose step is below `before_step`, or None."""
-    from pipeline.run.checkpoints import checkpoint_problem, checkpoint_step, list_checkpoints
+    from pipeline.run.checkpoints import complete_checkpoints
 
-    candidates = [path for path in list_checkpoints(output_dir)  # oldest first
-                  if checkpoint_problem(path) is None and checkpoint_step(path) < before_step]
+    candidates = complete_checkpoints(output_dir, below_step=before_step)  # oldest first
     return candidates[-1] if candidates else None
 
 

@@ -106,6 +106,50 @@ def list_checkpoints(output_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def complete_checkpoints(output_dir: str | Path, below_step: Optional[int] = None) -> list[Path]:
+    """The complete checkpoint-N folders of output_dir, oldest first; broken ones are skipped, not moved (that is
+    set_aside_corrupt's job). With `below_step`, only those of an earlier step. The one reading of "which
+    checkpoints could be resumed", for `--resume auto`, the resume check and a rollback."""
+    return [path for path in list_checkpoints(output_dir)
+            if checkpoint_problem(path) is None and (below_step is None or checkpoint_step(path) < below_step)]
+
+
+# What a run leaves in its folder that describes one trajectory (its steps, its result). A fresh start in a used
+# folder (--resume never, or no checkpoint to resume) moves these aside first: left in place, the earlier run's
+# metrics.jsonl lines would show in the new plots, its later checkpoint-N would be what `--resume auto` picks
+# after an interruption, and its lora/ and best_lora/ would sit beside a summary of another run. Keyed caches of
+# deterministic work stay (warmup/ with warmup.json, eval_before.json, the data report), and so do logs/.
+TRAJECTORY_FILES = ("metrics.jsonl", "summary.json", "manifest.json", "lora", "best_lora", "plots", "corrupt")
+PREVIOUS_DIR = "previous"
+
+
+def previous_run_entries(output_dir: str | Path) -> list[Path]:
+    """What an earlier run left in output_dir that a fresh start moves aside (see TRAJECTORY_FILES); no side effect."""
+    root = Path(output_dir)
+    named = [root / name for name in TRAJECTORY_FILES if (root / name).exists() or (root / name).is_symlink()]
+    return list_checkpoints(root) + named
+
+
+def set_aside_previous_run(output_dir: str | Path, log=print) -> Optional[Path]:
+    """Move an earlier run's trajectory (previous_run_entries) to output_dir/previous/<time>/, kept whole and
+    said; None when there is none. Called under the run lock, before a fresh start writes anything."""
+    entries = previous_run_entries(output_dir)
+    if not entries:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = Path(output_dir) / PREVIOUS_DIR / stamp
+    number = 1
+    while target.exists():
+        number += 1
+        target = Path(output_dir) / PREVIOUS_DIR / f"{stamp}-{number}"
+    target.mkdir(parents=True)
+    for entry in entries:
+        entry.rename(target / entry.name)  # the same file system: a rename, nothing copied
+    log(f"a fresh start in a used folder: the earlier run's {', '.join(e.name for e in entries)} moved to "
+        f"{target} (not deleted)")
+    return target
+
+
 def set_aside_corrupt(output_dir: str | Path, log=print) -> list[CheckpointProblem]:
     """Move every incomplete checkpoint to output_dir/corrupt/ (kept for inspection) and report it."""
     moved = []
@@ -128,7 +172,7 @@ def resolve_resume(resume: str, output_dir: str | Path, log=print) -> Optional[s
         return None
     if resume == "auto":
         set_aside_corrupt(output_dir, log=log)
-        complete = list_checkpoints(output_dir)
+        complete = complete_checkpoints(output_dir)
         return str(complete[-1].resolve()) if complete else None
     path = absolute_path(resume)
     if not path.is_dir():
