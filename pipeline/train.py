@@ -107,6 +107,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         remove_staging_leftovers,
         resolve_resume,
         save_checkpoint_now,
+        set_aside_checkpoints_after,
         set_aside_previous_run,
         storage_errors_are_resumable,
     )
@@ -227,6 +228,8 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         _print(f"{health.stop_reason} Learning rate x{factor:g}: {cfg.grpo.learning_rate * factor:.3g} (rollback "
                f"{len(rollbacks)} of max_rollbacks={cfg.health.max_rollbacks})")
         earlier_warnings += health.warnings
+        if _is_main_process():
+            set_aside_checkpoints_after(output_dir, resume_step, log=_print)  # the collapsed steps' checkpoints
         model, trainer = trainer.model, None  # the LoRA model carries on; the checkpoint restores its weights
         trainer, health = build_trainer(cfg, backend, model, tokenizer, prepared, None, output_dir, resume_step,
                                         periodic_eval, rollbacks_done=len(rollbacks))

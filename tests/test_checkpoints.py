@@ -272,3 +272,52 @@ def test_an_empty_weights_file_is_no_model_weights(tmp_path):
     path = make_checkpoint(tmp_path, 5, weights=False)
     (path / "adapter_model.safetensors").write_bytes(b"")  # a save killed before its first byte
     assert "no model weights" in checkpoint_problem(path)
+
+
+# --- every way a checkpoint is loaded restores the adapter it trained, whatever other adapters it holds ----
+
+
+def _adapter_tensors(path):
+    from safetensors.numpy import load_file
+
+    return load_file(str(path / "adapter_model.safetensors"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["resume", "finish the final save"])
+@pytest.mark.parametrize("warmup_steps", [0, 4], ids=["one adapter", "with TRL's ref/ adapter"])
+def test_loading_a_checkpoint_restores_its_trained_adapter(tmp_path, how, warmup_steps):
+    """With beta > 0 after a format warm-up, TRL adds a frozen "ref" adapter, so checkpoints hold ref/ beside the
+    trained adapter, and transformers' _load_from_checkpoint loaded only ref/: a resumed run continued from the
+    warm-up's weights, and a finished run's lora/ held them. Both must be checkpoint-2's trained weights."""
+    from transformers import TrainerCallback
+
+    from pipeline.train import run_training
+    from train_helpers import demo_config
+
+    run_dir = tmp_path / "run"
+    settings = dict(save_steps=2, beta=0.04, sft_warmup_steps=warmup_steps,
+                    reward_funcs=["train_helpers:digit_share_reward"])
+    assert run_training(demo_config(run_dir, max_steps=2, **settings)).status == "completed"
+    assert (run_dir / "checkpoint-2" / "ref").is_dir() == bool(warmup_steps)
+    saved = _adapter_tensors(run_dir / "checkpoint-2")
+
+    class Loaded(TrainerCallback):
+        weights = None
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):  # after the checkpoint loads
+            from peft import get_peft_model_state_dict
+
+            self.weights = {k: v.detach().cpu().numpy() for k, v in
+                            get_peft_model_state_dict(model, adapter_name="default").items()}
+
+    if how == "resume":
+        loaded = Loaded()
+        assert run_training(demo_config(run_dir, max_steps=3, **settings), callbacks=[loaded]).steps == 3
+        got = loaded.weights
+    else:
+        shutil.rmtree(run_dir / "lora")  # as if killed during the final save
+        assert run_training(demo_config(run_dir, max_steps=2, **settings)).status == "completed"
+        got = _adapter_tensors(run_dir / "lora")
+    assert set(got) == set(saved)
+    assert all(np.array_equal(got[name], saved[name]) for name in saved)

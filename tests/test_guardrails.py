@@ -346,21 +346,87 @@ def test_a_real_nan_collapse_rolls_back_halves_the_learning_rate_and_the_run_com
     from train_helpers import demo_config, poison_gradients
 
     run_dir = tmp_path / "run"
-    cfg = demo_config(run_dir, max_steps=5, save_steps=2, on_collapse="rollback", rollback_lr_factor=0.5,
+    cfg = demo_config(run_dir, max_steps=5, save_steps=1, on_collapse="rollback", rollback_lr_factor=0.5,
                       max_rollbacks=1, lr_scheduler_type="constant",
                       reward_funcs=["train_helpers:digit_share_reward"])
     result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=1)])
     assert result.status == "completed" and result.exit_code == 0 and result.steps == 5
     summary = json.loads((run_dir / "summary.json").read_text())
     [rollback] = summary["rollbacks"]
-    assert rollback["rule"] == "non_finite" and rollback["from_step"] == 3 and rollback["to_step"] == 2
+    # step 3's gradients were computed with checkpoint-2's weights: the rollback goes to checkpoint-1
+    assert rollback["rule"] == "non_finite" and rollback["from_step"] == 3 and rollback["to_step"] == 1
     assert rollback["learning_rate"] == pytest.approx(5e-4) and "grad_norm is nan" in rollback["reason"]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r for r in rows if r.get("event") == "rollback"] == [{"step": 2, "event": "rollback", **rollback}]
+    assert [r for r in rows if r.get("event") == "rollback"] == [{"step": 1, "event": "rollback", **rollback}]
     lrs = {r["step"]: r["learning_rate"] for r in rows if "loss" in r}
-    assert lrs[2] == pytest.approx(1e-3) and all(lrs[s] == pytest.approx(5e-4) for s in (3, 4, 5)), lrs
-    assert all(math.isfinite(r["grad_norm"]) for r in rows if "loss" in r and r["step"] > 2)
+    assert lrs[1] == pytest.approx(1e-3) and all(lrs[s] == pytest.approx(5e-4) for s in (2, 3, 4, 5)), lrs
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4, 5]  # the collapsed steps' lines are gone
+    assert all(math.isfinite(r["grad_norm"]) for r in rows if "loss" in r)
     assert (run_dir / "lora" / "adapter_model.safetensors").is_file()
+    # the collapsed trajectory's checkpoint-2 was set aside, not left for a later --resume auto, and the
+    # failing step saved nothing of its own
+    [aside] = (run_dir / "previous").iterdir()
+    assert aside.name.endswith("-rollback") and [p.name for p in aside.iterdir()] == ["checkpoint-2"]
+
+
+@pytest.mark.slow
+def test_a_real_kl_above_the_ceiling_rolls_back_before_the_drift_and_the_lower_rate_stays_under_it(tmp_path):
+    """beta 0.04 on the tiny model, the learning rate warming up 0 -> 5e-3 -> 1e-2: step 1 changes nothing (kl 0 at
+    step 2), step 2 moves the weights far (kl 0.15-0.17 at step 3 over seeds, the kl of checkpoint-2's weights).
+    A ceiling of 0.05 fires at step 3; going back to checkpoint-2 would restore the very weights that drifted, so
+    the run goes to checkpoint-1 and trains on at x0.001, where kl stays far under the ceiling."""
+    from pipeline.train import run_training
+    from train_helpers import demo_config
+
+    run_dir = tmp_path / "run"
+    cfg = demo_config(run_dir, max_steps=5, save_steps=1, beta=0.04, kl_ceiling=0.05, kl_action="stop",
+                      learning_rate=1e-2, lr_scheduler_type="constant_with_warmup", warmup_ratio=0.4,
+                      on_collapse="rollback", rollback_lr_factor=0.001, max_rollbacks=1,
+                      reward_funcs=["train_helpers:digit_share_reward"])
+    result = run_training(cfg)
+    assert result.status == "completed" and result.exit_code == 0 and result.steps == 5
+    summary = json.loads((run_dir / "summary.json").read_text())
+    [rollback] = summary["rollbacks"]
+    assert rollback["rule"] == "kl" and rollback["from_step"] == 3 and rollback["to_step"] == 1
+    assert "above kl_ceiling 0.05" in rollback["reason"] and rollback["learning_rate"] == pytest.approx(1e-5)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    kls = {r["step"]: r["kl"] for r in rows if "loss" in r}
+    assert sorted(kls) == [1, 2, 3, 4, 5] and all(kl <= 0.05 for kl in kls.values()), kls
+    assert summary["health"]["stop_rule"] is None and summary["status"] == "completed"
+
+
+def _kl_log():
+    """A TrainerCallback keeping every logged (step, kl) in order, across the rebuilt trainers of a rollback."""
+    from transformers import TrainerCallback
+
+    class KlLog(TrainerCallback):
+        seen: list = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "kl" in logs:
+                self.seen.append((state.global_step, logs["kl"]))
+
+    return KlLog()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("warmup_steps", [0, 4], ids=["fresh LoRA: base model reference", "warm-up: warmed reference"])
+def test_after_a_rollback_kl_is_measured_against_the_first_trainers_reference(tmp_path, warmup_steps):
+    """Rebuilt on the live model, TRL's GRPOTrainer would copy the collapsed adapter as its "ref" (or, after a
+    warm-up, raise that "ref" exists): the replayed step 2 must log the kl of the first pass's step 2."""
+    from pipeline.train import run_training
+    from train_helpers import demo_config, poison_gradients
+
+    kl_log = _kl_log()
+    cfg = demo_config(tmp_path / "run", max_steps=4, save_steps=1, beta=0.04, kl_ceiling=100.0,
+                      on_collapse="rollback", max_rollbacks=1, sft_warmup_steps=warmup_steps,
+                      reward_funcs=["train_helpers:digit_share_reward"])
+    result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=1), kl_log])
+    assert result.status == "completed" and result.steps == 4
+    steps = [step for step, _ in kl_log.seen]
+    assert steps == [1, 2, 3, 2, 3, 4]  # 1-3, the collapse at 3, back to checkpoint-1, 2-4
+    first, replayed = kl_log.seen[1][1], kl_log.seen[3][1]
+    assert replayed == pytest.approx(first, rel=1e-4, abs=1e-7), kl_log.seen
 
 
 @pytest.mark.slow
@@ -369,7 +435,7 @@ def test_a_collapse_after_max_rollbacks_stops_with_exit_3_and_a_checkpoint(tmp_p
     from train_helpers import demo_config, poison_gradients
 
     run_dir = tmp_path / "run"
-    cfg = demo_config(run_dir, max_steps=5, save_steps=2, on_collapse="rollback", max_rollbacks=1,
+    cfg = demo_config(run_dir, max_steps=5, save_steps=1, on_collapse="rollback", max_rollbacks=1,
                       reward_funcs=["train_helpers:digit_share_reward"])
     result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=2)])
     assert result.status == "stopped" and result.exit_code == EXIT_HEALTH_STOP and result.steps == 3

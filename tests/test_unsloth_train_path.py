@@ -50,6 +50,9 @@ class RecordingGRPOTrainer:
     def _save_checkpoint(self, model, trial):  # transformers Trainer's (checkpoints are staged around it)
         raise AssertionError("this stand-in's train() saves no checkpoint")
 
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):  # transformers Trainer's (wrapped too)
+        raise AssertionError("this stand-in's train() loads no checkpoint")
+
     def remove_callback(self, callback):
         self.callbacks = [c for c in self.callbacks if c is not callback and type(c) is not callback]
 

@@ -3,8 +3,10 @@ to the newest checkpoint saved before the failing log, lower the learning rate, 
 
 The pieces, each small:
 
-- `healthy_checkpoint(output_dir, before_step)`: the newest complete checkpoint of a step before the window
-  the failing log covers (so its weights predate the collapse); None when there is none.
+- `healthy_checkpoint(output_dir, before_step)`: the newest complete checkpoint of a step before the first
+  weights the failing log measured (a step's loss, kl and gradients are computed before its update, so a log at
+  step s over L steps measured the weights of steps s-L .. s-1; HealthCallback._checkpoint_before); None when
+  there is none.
 - HealthCallback (pipeline/health/rules.py) asks for a rollback instead of a stop when `rollbacks_left` > 0
   and such a checkpoint exists: it sets `rollback_to` and stops the loop WITHOUT saving the broken state.
   Otherwise (no checkpoint yet, or `max_rollbacks` used up) the rule stops as before: exit 3, checkpoint kept.
@@ -12,18 +14,23 @@ The pieces, each small:
   restored optimizer's and scheduler's learning rate by `rollback_lr_factor ** rollbacks` (a checkpoint's
   optimizer.pt and scheduler.pt carry the old rate, so the rebuilt config's rate alone would be overwritten).
 - `rollback_record(...)`: what metrics.jsonl (an `"event": "rollback"` line) and summary.json keep of each.
+- `kept_reference(model, beta)`: the rebuilt trainer measures kl against the same reference as the first one.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from transformers import TrainerCallback
 
 # The rules whose stop becomes a rollback with on_collapse: rollback.
 COLLAPSE_RULES = ("non_finite", "kl")
 ROLLBACK_EVENT = "rollback"
+# The adapter name trl.GRPOTrainer.__init__ gives the frozen copy it measures kl against when it is handed a
+# PeftModel with beta != 0 (its `model.add_adapter("ref", default_config)` branch).
+REFERENCE_ADAPTER = "ref"
 
 
 def healthy_checkpoint(output_dir: str | Path, before_step: int) -> Optional[Path]:
@@ -64,3 +71,38 @@ def rollback_record(number: int, rule: str, from_step: int, checkpoint: Path, to
     """
     return {"number": number, "rule": rule, "from_step": from_step, "checkpoint": str(checkpoint),
             "to_step": to_step, "learning_rate": learning_rate, "reason": reason}
+
+
+@contextlib.contextmanager
+def kept_reference(model: Any, beta: float) -> Iterator[None]:
+    """Around building the trainer again after a rollback: keep the reference the first trainer measured kl against.
+
+    Handed a PeftModel with beta != 0, trl.GRPOTrainer.__init__ adds a "ref" adapter copied from the current
+    "default" one. The first trainer got either a plain model and a peft_config (no "ref" adapter: kl is measured
+    against the base model, adapters disabled) or the warm-up's PeftModel (a "ref" copy of the warmed adapter).
+    Rebuilt on the live, collapsed model, TRL would copy the COLLAPSED weights as the reference (kl then measures
+    the distance from the collapse), or, with a "ref" already there, raise "Adapter with name 'ref' already
+    exists". So: set an existing reference's weights aside, let TRL build, then put them back, or drop the
+    reference TRL added where the first trainer had none.
+    """
+    configs = getattr(model, "peft_config", None)
+    if not beta or not isinstance(configs, dict):
+        yield
+        return
+    marker = f".{REFERENCE_ADAPTER}."
+    kept = None
+    if REFERENCE_ADAPTER in configs:
+        kept = {name: param.detach().clone() for name, param in model.named_parameters() if marker in name}
+        model.delete_adapter(REFERENCE_ADAPTER)
+    yield
+    if REFERENCE_ADAPTER not in model.peft_config:
+        return
+    if kept is None:
+        model.delete_adapter(REFERENCE_ADAPTER)
+        return
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if marker in name:
+                param.copy_(kept[name])

@@ -23,7 +23,7 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
      [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
 
    - `on_collapse: rollback`: a NaN/inf or kl_ceiling stop becomes a rollback while `rollbacks_left` > 0 and a
-     checkpoint from before the failing log exists (pipeline/health/rollback.py): `rollback_to` is set and
+     checkpoint older than every weight the failing log measured exists (pipeline/health/rollback.py): `rollback_to` is set and
      the loop stops without saving the broken state; pipeline/train.py resumes from it at a lower rate.
 
    A stop sets `control.should_save` and `control.should_training_stop`. transformers 5.17
@@ -338,7 +338,8 @@ class HealthCallback(TrainerCallback):
                 self.rollback_to, self.stop_rule, self.stop_step = checkpoint, rule, step
                 headline = detail.split(" (", 1)[0]  # what happened, without the stop's own advice
                 self.stop_reason = f"Collapse at step {step}: {headline}; rolling back to {checkpoint.name}."
-                control.should_training_stop = True  # no save: the broken state must not become the newest
+                control.should_training_stop = True
+                control.should_save = False  # not even a save_steps one: the broken state must not become the newest
                 logger.error("health: %s", self.stop_reason)
                 return
             detail += "; no checkpoint from before this step to roll back to"
@@ -350,11 +351,17 @@ class HealthCallback(TrainerCallback):
         logger.error("health: %s", self.stop_reason)
 
     def _checkpoint_before(self, step: int) -> Path | None:
-        """The newest healthy checkpoint saved before the steps the failing log covers."""
+        """The newest healthy checkpoint whose weights the failing log did not measure.
+
+        A log at `step` covers the last `logging_steps` steps, and each step computes its loss, kl and gradients
+        with the weights BEFORE its update: a log at step s over L steps measured the weights after steps
+        s-L .. s-1. So checkpoint-(s-L) holds weights the failing log measured (a kl above the ceiling at step 3
+        is the kl of checkpoint-2's weights: restoring it would fail again), and the rollback goes to a step
+        below s-L."""
         if self._args is None or not getattr(self._args, "output_dir", None):
             return None
-        window_start = step - max(1, int(getattr(self._args, "logging_steps", 1) or 1)) + 1
-        return healthy_checkpoint(self._args.output_dir, before_step=window_start)
+        first_measured = step - max(1, int(getattr(self._args, "logging_steps", 1) or 1))
+        return healthy_checkpoint(self._args.output_dir, before_step=first_measured)
 
     def _warn(self, rule: str, step: int, detail: str) -> None:
         last = self._last_warned.get(rule)

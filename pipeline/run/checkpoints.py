@@ -133,10 +133,22 @@ def previous_run_entries(output_dir: str | Path) -> list[Path]:
 def set_aside_previous_run(output_dir: str | Path, log=print) -> Optional[Path]:
     """Move an earlier run's trajectory (previous_run_entries) to output_dir/previous/<time>/, kept whole and
     said; None when there is none. Called under the run lock, before a fresh start writes anything."""
-    entries = previous_run_entries(output_dir)
+    return _move_aside(previous_run_entries(output_dir), output_dir, "", log,
+                       "a fresh start in a used folder: the earlier run's")
+
+
+def set_aside_checkpoints_after(output_dir: str | Path, step: int, log=print) -> Optional[Path]:
+    """A rollback to checkpoint-`step`: the checkpoints after it hold the collapsed trajectory, which a later
+    `--resume auto` (after a kill before the retrained steps are saved again) would otherwise resume. Moved to
+    output_dir/previous/<time>-rollback/; None when there are none."""
+    later = [path for path in list_checkpoints(output_dir) if int(CHECKPOINT_RE.match(path.name).group(1)) > step]
+    return _move_aside(later, output_dir, "-rollback", log, f"rolling back to checkpoint-{step}: the collapsed")
+
+
+def _move_aside(entries: list[Path], output_dir: str | Path, suffix: str, log, said: str) -> Optional[Path]:
     if not entries:
         return None
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = time.strftime("%Y%m%d-%H%M%S") + suffix
     target = Path(output_dir) / PREVIOUS_DIR / stamp
     number = 1
     while target.exists():
@@ -145,8 +157,7 @@ def set_aside_previous_run(output_dir: str | Path, log=print) -> Optional[Path]:
     target.mkdir(parents=True)
     for entry in entries:
         entry.rename(target / entry.name)  # the same file system: a rename, nothing copied
-    log(f"a fresh start in a used folder: the earlier run's {', '.join(e.name for e in entries)} moved to "
-        f"{target} (not deleted)")
+    log(f"{said} {', '.join(e.name for e in entries)} moved to {target} (not deleted)")
     return target
 
 
@@ -380,6 +391,37 @@ def stage_checkpoint_saves(trainer, cfg) -> None:
                 shutil.rmtree(staging, ignore_errors=True)
 
     trainer._save_checkpoint = staged_save
+
+
+def load_every_adapter(trainer) -> None:
+    """Make a checkpoint load restore the trained adapter also when the checkpoint holds more than one.
+
+    peft's save_pretrained writes the "default" adapter at the checkpoint's top level and any other in a
+    sub-folder; TRL's GRPOTrainer adds a frozen "ref" adapter (beta != 0 on a model that is already a PeftModel:
+    after the format warm-up, and always on the Unsloth path), so such checkpoints have `ref/`. transformers 5.17
+    `Trainer._load_from_checkpoint` then loads only the sub-folders' adapters: the trained "default" weights are
+    never restored, and a resumed run, a rollback or the final save of a finished run silently carries on from
+    the weights in memory (the warm-up's, in a new process). Here the top-level adapter is loaded into the active
+    one after that. Set as an instance attribute, as stage_checkpoint_saves does.
+    """
+    load = type(trainer)._load_from_checkpoint
+
+    def load_with_top_level(resume_from_checkpoint, model=None):
+        load(trainer, resume_from_checkpoint, model)
+        target = model if model is not None else trainer.model
+        folder = Path(resume_from_checkpoint)
+        configs = getattr(target, "peft_config", None)
+        if not isinstance(configs, dict) or len(configs) < 2 or not hasattr(target, "load_adapter"):
+            return
+        if not any((folder / name).is_file() for name in ("adapter_model.safetensors", "adapter_model.bin")):
+            return
+        active = target.active_adapters[0]
+        if (folder / active).is_dir():
+            return  # saved in a sub-folder of its own: transformers loaded it
+        target.load_adapter(str(folder), active, is_trainable=True)
+        target.set_adapter(active)
+
+    trainer._load_from_checkpoint = load_with_top_level
 
 
 def remove_staging_leftovers(output_dir: str | Path, log=print) -> list[Path]:

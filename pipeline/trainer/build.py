@@ -7,6 +7,7 @@ Import this only after the backend's `prepare_environment` ran: with Unsloth, `t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from dataclasses import dataclass
@@ -29,8 +30,9 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
 
+    from pipeline.health.rollback import LrScaleCallback, kept_reference
     from pipeline.health.rules import build_health
-    from pipeline.run.checkpoints import file_mode_callback, stage_checkpoint_saves
+    from pipeline.run.checkpoints import file_mode_callback, load_every_adapter, stage_checkpoint_saves
     from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
     from rewards import check_reward_weights, get_reward_funcs
     from rewards.contract import guard_reward
@@ -46,22 +48,22 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     reward_funcs = [guard_reward(func) for func in reward_funcs]
 
     args = grpo_training_args(cfg, backend, model, prepared, output_dir, weights)
-    trainer = trl.GRPOTrainer(
-        model=model,
-        reward_funcs=reward_funcs,
-        args=args,
-        train_dataset=prepared.dataset,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        # periodic eval, then health: they put eval/* and health/* into a step's log before metrics.jsonl is
-        # written, and the health rules read eval/accuracy
-        callbacks=[*([periodic_eval] if periodic_eval else []), health,
-                   MetricsJsonlCallback(output_dir / "metrics.jsonl", resume_step=resume_step),
-                   RewardProgressCallback(), file_mode_callback()],
-    )
+    # Rebuilt after a rollback, on the live model: kl against the first trainer's reference, not the collapse's.
+    with kept_reference(model, g.beta) if rollbacks_done else contextlib.nullcontext():
+        trainer = trl.GRPOTrainer(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=prepared.dataset,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            # periodic eval, then health: they put eval/* and health/* into a step's log before metrics.jsonl is
+            # written, and the health rules read eval/accuracy
+            callbacks=[*([periodic_eval] if periodic_eval else []), health,
+                       MetricsJsonlCallback(output_dir / "metrics.jsonl", resume_step=resume_step),
+                       RewardProgressCallback(), file_mode_callback()],
+        )
     if rollbacks_done:
-        from pipeline.health.rollback import LrScaleCallback
-
         trainer.add_callback(LrScaleCallback(cfg.health.rollback_lr_factor ** rollbacks_done))
     for default_printer in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(default_printer)
@@ -71,6 +73,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     # (Unsloth's patched one), known only now. TRL calls self.create_model_card at every checkpoint.
     trainer.create_model_card = functools.partial(card.write, trainer)
     stage_checkpoint_saves(trainer, cfg)  # each checkpoint-N/ appears whole or not at all
+    load_every_adapter(trainer)  # a checkpoint with a ref/ adapter restores its trained one too
     return trainer, health
 
 
