@@ -449,8 +449,6 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     from pipeline.data.prepare import DataError
     from pipeline.data.sources import DataFileError
 
-    g = cfg.grpo
-
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
         # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
         def step() -> str:

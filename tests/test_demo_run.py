@@ -4,7 +4,10 @@ Format warm-up -> eval before -> GRPO -> save -> eval after -> plots + summary, 
 settings and fewer steps.
 """
 
+import contextlib
+import io
 import json
+import shutil
 
 import pytest
 
@@ -15,14 +18,22 @@ from pipeline.train import run_training
 pytestmark = pytest.mark.slow
 
 
-def test_shortened_demo_learns_and_writes_plots_and_summary(tmp_path, capsys):
-    """The demo's own settings (format warm-up included) with 40 GRPO steps instead of 200: about 2 minutes."""
-    run_dir = tmp_path / "demo"
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """The demo's own settings (format warm-up included) with 40 GRPO steps instead of 200: about 2 minutes.
+    Its warmup/ (the warmed weights and the settings they came from) also serves the reward-hacking runs below."""
+    run_dir = tmp_path_factory.mktemp("demo") / "demo"
     cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "max_steps": 40, "eval_limit": 20,
                         "save_steps": 100, "eval_steps": 20})
-    result = run_training(cfg)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = run_training(cfg)
+    return run_dir, result, printed.getvalue()
+
+
+def test_shortened_demo_learns_and_writes_plots_and_summary(demo_run):
+    run_dir, result, printed = demo_run
     assert result.status == "completed" and result.steps == 40
-    printed = capsys.readouterr().out
     # The warm-up reports in readable lines (5 of them), not in the raw dicts of transformers' printer.
     assert printed.count("[grpo] warm-up step ") == 5 and "[grpo] warm-up step 1000/1000: loss " in printed
     assert "{'loss'" not in printed
@@ -52,3 +63,51 @@ def test_shortened_demo_learns_and_writes_plots_and_summary(tmp_path, capsys):
     best_step = min(step for step, accuracy in evals.items() if accuracy == max(evals.values()))
     assert summary["best"] == {"step": best_step, "accuracy": max(evals.values())}
     assert (run_dir / "best_lora" / "grpo_adapter.json").is_file() and (run_dir / "plots" / "eval.png").is_file()
+
+
+# --- reward up, held-out accuracy down, on the real demo model (hacking_window, hacking_action) -------------
+
+
+def _after_warmup(demo_run, tmp_path, **settings):
+    """30 GRPO steps from the demo's warmed-up model (its warmup/ copied in, so the warm-up is reused, not
+    retrained), held-out accuracy on all 100 held-out sums every 5 steps."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(demo_run[0] / "warmup", run_dir / "warmup")
+    cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "max_steps": 30, "save_steps": 100,
+                        "eval_steps": 5, "eval_limit": 100, "eval_before": False, "eval_after": False,
+                        "hacking_window": 3, **settings})
+    result = run_training(cfg)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
+    return run_dir, result, evals
+
+
+def test_a_gamed_reward_rises_while_held_out_accuracy_falls_and_the_hacking_rule_stops_the_run(demo_run, tmp_path):
+    """train_helpers.first_operand_reward pays for the sloppy teacher's wrong answer (the first operand): GRPO
+    learns it, the training reward rises, and held-out accuracy on the real sums falls (14% -> 8% -> 2% when
+    written)."""
+    reward = ["strict_format", "train_helpers:first_operand_reward"]
+    run_dir, result, evals = _after_warmup(demo_run, tmp_path, reward_funcs=reward, hacking_action="stop")
+    assert result.status == "stopped" and result.exit_code == 3
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["health"]["stop_rule"] == "hacking"
+    stop_step = summary["health"]["stop_step"]
+    assert stop_step == evals[-1][0] and stop_step < 30  # it stopped at the eval that completed the pattern
+    accuracies = [a for _, a in evals[-3:]]
+    assert accuracies == sorted(accuracies, reverse=True) and accuracies[0] - accuracies[-1] >= 0.08, evals
+    reason = summary["stop_reason"]
+    assert "the training reward rose (" in reason and "held-out accuracy fell (" in reason
+    assert (run_dir / f"checkpoint-{stop_step}" / "trainer_state.json").is_file()
+    # best_lora/ keeps the adapter of the best held-out accuracy: before the policy learned the wrong answer
+    best = json.loads((run_dir / "best_lora" / "grpo_best.json").read_text())
+    assert best["accuracy"] == max(a for _, a in evals) and best["step"] == evals[0][0]
+
+
+def test_an_honest_run_at_its_plateau_does_not_look_like_reward_hacking(demo_run, tmp_path):
+    """The demo's own rewards on the same schedule: accuracy climbs and then wobbles by a point or so at its
+    plateau (90% -> 89% -> 89% when written) while the reward still moves: within chance, no warning."""
+    run_dir, result, evals = _after_warmup(demo_run, tmp_path, hacking_action="stop")
+    assert result.status == "completed" and result.steps == 30
+    assert evals[-1][1] >= evals[0][1] + 0.2, evals  # it learned
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert not any("reward hacking" in warning for warning in summary["health_warnings"])

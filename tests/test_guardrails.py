@@ -449,16 +449,51 @@ def test_a_collapse_after_max_rollbacks_stops_with_exit_3_and_a_checkpoint(tmp_p
 # --------------------------------------------------------------------------------------------
 
 
-def _hacking_run(accuracies, rewards, **settings) -> HealthCallback:
-    """Logs 5 steps per eval: each step's reward is that interval's value, the eval lands on the 5th."""
+def _hacking_run(accuracies, rewards, n=None, **settings) -> HealthCallback:
+    """Logs 5 steps per eval: each step's reward is that interval's value, the eval lands on the 5th (over `n`
+    problems when given, as the run's periodic eval logs eval/n)."""
     callback = HealthCallback(HealthArguments(**settings), beta=0.0)
     step = 0
     for accuracy, reward in zip(accuracies, rewards):
         for i in range(5):
             step += 1
-            extra = {"eval/accuracy": accuracy} if i == 4 else {}
+            extra = {"eval/accuracy": accuracy, **({"eval/n": n} if n else {})} if i == 4 else {}
             _log(callback, step, loss=0.0, reward=reward, **extra)
     return callback
+
+
+@pytest.mark.parametrize("n", [20, 100, 1000])
+@pytest.mark.parametrize("start", [0.1, 0.5, 0.9])
+def test_a_fall_of_held_out_accuracy_counts_only_past_its_sampling_noise(n, start):
+    """Two standard errors of the difference of two proportions over n problems: just under it is noise (no
+    warning), just past it a fall (a warning), at every accuracy level and eval size."""
+    from pipeline.health.rules import accuracy_noise
+
+    def fires(end: float) -> bool:
+        middle = (start + end) / 2
+        return bool(_hacking_run([start, middle, end], [1.0, 1.5, 2.0], n=n, hacking_window=3).warnings)
+
+    if not fires(0.0):  # too few problems to tell even a fall to 0 from chance (10% of 20 is 2 problems)
+        assert accuracy_noise(start, 0.0, n, n) >= start
+        return
+    low, high = 0.0, start  # the largest end accuracy that still counts as a fall, by bisection on the rule itself
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if fires(mid) else (low, mid)
+    drop = start - low
+    allowed = accuracy_noise(start, low, n, n)
+    assert drop == pytest.approx(allowed, abs=1e-6)  # the rule's threshold is exactly the noise allowance
+    expected = 2 * math.sqrt(((start + low) / 2) * (1 - (start + low) / 2) * (2 / n))
+    assert allowed == pytest.approx(expected, rel=1e-6)
+    assert not fires(start - 0.9 * allowed) and fires(start - 1.1 * allowed)
+
+
+def test_a_wobble_on_a_plateau_is_not_reward_hacking_but_a_real_fall_is():
+    """The CPU demo's own figures (100 held-out problems): an honest run at its plateau, and a gamed reward."""
+    plateau = _hacking_run([0.90, 0.89, 0.89], [3.70, 3.59, 3.83], n=100, hacking_window=3)
+    assert plateau.warnings == []
+    gamed = _hacking_run([0.14, 0.08, 0.02], [1.86, 2.10, 2.34], n=100, hacking_window=3)
+    assert len(gamed.warnings) == 1 and "fell (14% -> 8% -> 2%)" in gamed.warnings[0]
 
 
 def test_reward_rising_while_accuracy_falls_warns_naming_both_curves():

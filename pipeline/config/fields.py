@@ -312,8 +312,8 @@ class HealthArguments:
     flat_reward_action: str = _help("warn | stop. The message names the flat rewards, the likely cause and the fix.",
                                     default="warn", choices=("warn", "stop"))
     hacking_window: int = _help(
-        "With eval_steps: act when the training reward rose while held-out accuracy fell over this many evals "
-        "(reward hacking) ...", default=3, ge=2)
+        "With eval_steps: act when the training reward rose while held-out accuracy fell (by more than chance) "
+        "over this many evals (reward hacking) ...", default=3, ge=2)
     hacking_action: str = _help("... warn | stop.", default="warn", choices=("warn", "stop"))
     on_collapse: str = _help(
         "stop | rollback. What a NaN/inf or kl_ceiling stop does: stop, or restore the newest checkpoint saved "

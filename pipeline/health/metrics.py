@@ -40,6 +40,7 @@ BETA = "health/beta"
 # the reward-hacking rule.
 EVAL_ACCURACY = "eval/accuracy"
 EVAL_FORMAT_RATE = "eval/format_rate"
+EVAL_N = "eval/n"  # problems the accuracy is over: its sampling noise, for the reward-hacking rule
 
 # Token n-gram size for the repetition rate: 4-grams catch loops of short phrases
 # ("= 5 = 5 = 5") without flagging ordinary reuse of single words or number pairs.

@@ -17,7 +17,8 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
      frac_reward_zero_std) on each of the last `flat_reward_window` logged steps: `flat_reward_action`
      (warn by default), naming the flat rewards, the likely cause and the fix (pipeline/health/signal.py);
    - reward hacking (with eval_steps): over the last `hacking_window` evals the training reward (its mean
-     between evals) rose while held-out accuracy fell and never rose: `hacking_action` (warn by default);
+     between evals) rose while held-out accuracy fell by more than chance (accuracy_noise) and never rose:
+     `hacking_action` (warn by default);
    - `adaptive_beta`: after each logged kl, move the trainer's beta toward `kl_target`
      (x1.5 when kl > 1.5 x target, /1.5 when kl < target / 1.5, clipped to
      [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
@@ -58,6 +59,7 @@ from pipeline.config import ConfigError, HealthArguments, PipelineConfig, check_
 from pipeline.health.metrics import (
     BETA,
     EVAL_ACCURACY,
+    EVAL_N,
     GARBLED_RATE,
     REPETITION_RATE,
     incomplete_utf8_token_ids,
@@ -105,6 +107,23 @@ def next_beta(beta: float, kl: float, target: float, beta_min: float, beta_max: 
     return min(max(beta, beta_min), beta_max)
 
 
+def accuracy_noise(first: float, last: float, n_first: float | None, n_last: float | None) -> float:
+    """How far two held-out accuracies may differ by chance alone: two standard errors of the difference of two
+    proportions (pooled), so a fall counts only past it. On the CPU demo's 100 problems a plateau wobbles by a
+    point (90% -> 89%: noise, about 8.7 points allowed), while 14% -> 2% (about 7.7 allowed) is a fall.
+    Unknown sizes allow nothing (any fall counts).
+
+    >>> round(accuracy_noise(0.90, 0.89, 100, 100), 3), round(accuracy_noise(0.14, 0.02, 100, 100), 3)
+    (0.087, 0.077)
+    >>> accuracy_noise(0.9, 0.5, None, 100)
+    0.0
+    """
+    if not n_first or not n_last:
+        return 0.0
+    pooled = (first * n_first + last * n_last) / (n_first + n_last)
+    return 2.0 * math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_first + 1.0 / n_last))
+
+
 class HealthCallback(TrainerCallback):
     """Stops or adjusts a GRPO run from its logged metrics (see the module docstring for the rules).
 
@@ -146,7 +165,7 @@ class HealthCallback(TrainerCallback):
         self._garbled_window: deque[float] = deque(maxlen=settings.garbled_window)
         self._flat_window: deque[dict[str, Any]] = deque(maxlen=settings.flat_reward_window)
         self._rewards_since_eval: list[float] = []
-        self._evals: deque[tuple[int, float, float | None]] = deque(maxlen=settings.hacking_window)
+        self._evals: deque[tuple[int, float, float | None, float | None]] = deque(maxlen=settings.hacking_window)
         self.temperature, self.num_generations = float(temperature), int(num_generations)
         self.rollbacks_left = int(rollbacks_left)
         self.rollback_to: Path | None = None
@@ -276,13 +295,14 @@ class HealthCallback(TrainerCallback):
         accuracy = _number(logs.get(EVAL_ACCURACY))
         if accuracy is None:
             return
-        self._evals.append((step, accuracy, _mean(self._rewards_since_eval)))
+        self._evals.append((step, accuracy, _mean(self._rewards_since_eval), _number(logs.get(EVAL_N))))
         self._rewards_since_eval = []
         window = self.settings.hacking_window
-        if len(self._evals) < window or any(r is None for _, _, r in self._evals):
+        if len(self._evals) < window or any(r is None for _, _, r, _ in self._evals):
             return
-        steps, accuracies, rewards = zip(*self._evals)
-        falling = accuracies[-1] < accuracies[0] and all(b <= a for a, b in zip(accuracies, accuracies[1:]))
+        steps, accuracies, rewards, sizes = zip(*self._evals)
+        falling = (accuracies[0] - accuracies[-1] > accuracy_noise(accuracies[0], accuracies[-1], sizes[0], sizes[-1])
+                   and all(b <= a for a, b in zip(accuracies, accuracies[1:])))
         if rewards[-1] > rewards[0] and falling:
             self._act("hacking", self.settings.hacking_action, step, control,
                       f"the training reward rose ({' -> '.join(f'{r:.3g}' for r in rewards)}) while held-out "

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from transformers import TrainerCallback
 
-from pipeline.health.metrics import EVAL_ACCURACY, EVAL_FORMAT_RATE
+from pipeline.health.metrics import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
 
 BEST_DIR = "best_lora"
 BEST_NAME = "grpo_best.json"
@@ -74,7 +74,8 @@ class PeriodicEvalCallback(TrainerCallback):
         if state.global_step % self.every or not state.is_world_process_zero:
             return control
         result = self.evaluate(model)
-        self.pending = {EVAL_ACCURACY: result["accuracy"], EVAL_FORMAT_RATE: result["format_rate"]}
+        self.pending = {EVAL_ACCURACY: result["accuracy"], EVAL_FORMAT_RATE: result["format_rate"],
+                        EVAL_N: result["n"]}
         kept = self.best.offer(model, state.global_step, result)
         self.log(f"eval at step {state.global_step}: accuracy {result['accuracy']:.1%}, format "
                  f"{result['format_rate']:.1%}" + (f" (best so far: kept in {self.best.path})" if kept else ""))
