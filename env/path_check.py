@@ -78,10 +78,16 @@ def local_model(value: str) -> bool:
 
 
 def local_data(value: str) -> bool:
-    """dataset_name / eval_dataset_name / --data naming a local file or folder (as
-    pipeline.data.sources.local_path reads it), not a hub id or a built-in name."""
+    """dataset_name / eval_dataset_name / --data naming a local file or folder, not a hub id (`org/name`) or a
+    built-in name (`sample`): the one reading, used by the path checks and by pipeline.data.sources.local_path.
+    Local: it exists, starts like a path (`/ . ~ $`), has more than one `/` or a backslash, or ends in a data or
+    recipe suffix (`my.jsonl`, and `my.yaml`, refused later as data with its reason).
+
+    >>> [local_data(n) for n in ("openai/gsm8k", "gsm8k", "./data", "/x/y", "a/b/c", "my.jsonl", "$DATA/x", "C:\\d")]
+    [False, False, True, True, True, True, True, True]
+    """
     return (value.lower().endswith(DATA_SUFFIXES + RECIPE_SUFFIXES) or os.path.lexists(os.path.expanduser(value))
-            or _path_like(value))
+            or _path_like(value) or value.count("/") > 1 or "\\" in value)
 
 
 def resume_path(value: str) -> bool:

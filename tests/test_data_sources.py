@@ -157,3 +157,28 @@ def test_a_folder_without_the_asked_split_names_the_split_option(qwen_tokenizer,
     assert err.value.field == "eval_split"
     assert prepare_dataset(cfg_for(tmp_path, folder, eval_split="validation"), qwen_tokenizer,
                            role="eval").report["rows_in"] == len(TEST)
+
+
+@pytest.mark.parametrize("name, local", [
+    ("openai/gsm8k", False), ("swulling/gsm8k_chinese", False), ("gsm8k", False),
+    ("./data", True), ("../data.jsonl", True), ("/abs/x", True), ("~/x.csv", True), ("$GRPO_TEST_DATA/x", True),
+    ("a/b/c", True), ("data\\train.jsonl", True), ("my.jsonl", True), ("MY.JSON", True), ("t.tsv", True),
+    ("p.parquet", True), ("recipe.yaml", True),
+])
+def test_the_path_checks_and_the_data_loader_read_a_dataset_name_alike(name, local):
+    """One reading of "dataset_name is a local path": what the path checks check is what the loader reads."""
+    from env.path_check import PATH_OPTIONS
+    from pipeline.data.sources import local_path
+
+    for option in ("dataset_name", "eval_dataset_name"):
+        assert PATH_OPTIONS["train"][option].applies(name) is local, option
+    assert (local_path(name) is not None) is local
+
+
+def test_a_dataset_path_through_an_environment_variable_is_read_from_where_it_points(qwen_tokenizer, tmp_path,
+                                                                                      monkeypatch):
+    _write_json_lines(tmp_path / "mine.jsonl", TRAIN)
+    monkeypatch.setenv("GRPO_TEST_DATA", str(tmp_path))
+    data = prepare_dataset(cfg_for(tmp_path, "$GRPO_TEST_DATA/mine.jsonl"), qwen_tokenizer)
+    assert data.report["source"]["path"] == str(tmp_path / "mine.jsonl")
+    assert data.dataset["answer"] == [r["a"] for r in TRAIN]

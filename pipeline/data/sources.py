@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from env.path_check import DATA_SUFFIXES, local_data
 from env.paths import publish_once
 from pipeline.config import ConfigError
 from pipeline.data.cache import file_sha256, local_file_identity, local_tree_identity
@@ -44,7 +45,10 @@ from pipeline.demo.registry import BuiltinSource, builtin_source
 SAMPLE_NAME = "sample"
 SAMPLE_PATH = Path(__file__).resolve().parents[1] / "assets" / "gsm8k_sample.jsonl"
 # File extension -> `datasets` packaged loader.
-LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
+# The `datasets` builder of each local data file suffix; the suffixes are env.path_check.DATA_SUFFIXES (the path
+# checks' reading of "a local data file"), so both readings stay one.
+_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
+LOCAL_FORMATS = {suffix: _BUILDERS[suffix] for suffix in DATA_SUFFIXES}
 SINGLE_FILE_SPLIT = "train"
 # What `save_to_disk` writes: a DatasetDict's index of its splits, and a Dataset's own files.
 SAVED_DICT_INDEX = "dataset_dict.json"
@@ -277,15 +281,15 @@ def _download_from_modelscope_and_save(name: str, config: Optional[str], revisio
 
 
 def local_path(name: str) -> Optional[Path]:
-    """The path `name` means when it is local (it exists, or looks like a path), else None (a hub id).
+    """The path `name` means when it is local (env.path_check.local_data, the path checks' own reading), with
+    `~` and `$VARS` expanded as the checks expanded them; None for a hub id.
 
     >>> [local_path(n) is not None for n in ("openai/gsm8k", "gsm8k", "./data", "/x/y", "a/b/c", "my.jsonl")]
     [False, False, True, True, True, True]
     """
-    path = Path(name).expanduser()
-    looks_local = (path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1 or "\\" in name
-                   or path.suffix.lower() in LOCAL_FORMATS)
-    return path if looks_local or path.exists() else None
+    if not local_data(name):
+        return None
+    return Path(os.path.expanduser(os.path.expandvars(name)))
 
 
 def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
