@@ -30,7 +30,7 @@ class RewardFailure(RuntimeError):
     """A reward function raised or broke the contract. `name` is the function, `message` says what and where."""
 
     def __init__(self, name: str, message: str):
-        self.name = name
+        self.name, self.detail = name, message
         super().__init__(f"reward function `{name}` {message}")
 
 
@@ -147,9 +147,16 @@ def _print_warning(message: str) -> None:
     tqdm.write(f"[grpo] warning: {message}")
 
 
-def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning) -> Callable:
+def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
+                 hold: Optional[Callable[[RewardFailure], None]] = None) -> Callable:
     """`func` wrapped in the contract: same `__name__` (TRL's log key), each call's values checked by
     `check_rewards`, a raise turned into RewardFailure naming the sample, None's share logged and warned once.
+
+    With `hold`, a failure is handed to it and the call returns 0.0 for every completion instead of raising (values
+    never used: they only let TRL's loop finish without its all-None warning):
+    the trainer then raises it after TRL's reward loop, on every process together
+    (pipeline/trainer/reward_failures.py), since a raise on one process inside the loop would leave the others
+    waiting forever in the loop's gather.
 
     >>> guarded = guard_reward(lambda prompts, completions, **kw: [len(c) for c in completions])
     >>> guarded(prompts=["p", "p"], completions=["ab", "c"])
@@ -192,7 +199,31 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning) -
             raise failure(err, prompts, completions, kwargs) from err
         return finish(output, prompts, completions, kwargs)
 
-    return guarded
+    return guarded if hold is None else _holding(guarded, hold)
+
+
+def _holding(guarded: Callable, hold: Callable[[RewardFailure], None]) -> Callable:
+    """`guarded` that hands a RewardFailure to `hold` and returns 0.0 per completion instead of raising."""
+    if inspect.iscoroutinefunction(guarded):
+        @functools.wraps(guarded)
+        async def held_async(prompts=None, completions=None, **kwargs):
+            try:
+                return await guarded(prompts=prompts, completions=completions, **kwargs)
+            except RewardFailure as err:
+                hold(err)
+                return [0.0] * len(completions)
+
+        return held_async
+
+    @functools.wraps(guarded)
+    def held(prompts=None, completions=None, **kwargs):
+        try:
+            return guarded(prompts=prompts, completions=completions, **kwargs)
+        except RewardFailure as err:
+            hold(err)
+            return [0.0] * len(completions)
+
+    return held
 
 
 def probe_rewards(funcs: Sequence[Callable], prompts: list[Any], completions: list[Any],

@@ -30,8 +30,10 @@ class DumpTrainableWeights(TrainerCallback):
 
 if __name__ == "__main__":
     out = Path(sys.argv[1])
-    cfg = demo_config(out / "run", max_steps=2, save_steps=100, num_generations=4, per_device_train_batch_size=4,
-                      reward_funcs=["correctness", "train_helpers:digit_share_reward"], learning_rate=1e-2,
-                      resume="never")
+    failing = sys.argv[2:] == ["reward-fails-on-process-1"]
+    rewards = ["correctness", "train_helpers:digit_share_reward"] + (["train_helpers:fails_on_process_1"] if failing
+                                                                     else [])
+    cfg = demo_config(out / "run", max_steps=3 if failing else 2, save_steps=100, num_generations=4,
+                      per_device_train_batch_size=4, reward_funcs=rewards, learning_rate=1e-2, resume="never")
     result = run_training(cfg, callbacks=[DumpTrainableWeights(out)])
     print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}: {result.status} after {result.steps} steps")

@@ -24,7 +24,6 @@ from pipeline.config import (
 )
 from pipeline.config.fields import field_rules, list_fields
 from pipeline.config.validate import coerce, world_size
-from rewards import DEFAULT_REWARDS
 
 
 def config(**overrides) -> PipelineConfig:
@@ -249,7 +248,8 @@ REFUSED_COERCE = [
 ]
 
 
-@pytest.mark.parametrize("kind, value, message", REFUSED_COERCE, ids=[f"{k.__name__}-{v!r}" for k, v, _ in REFUSED_COERCE])
+@pytest.mark.parametrize("kind, value, message", REFUSED_COERCE,
+                         ids=[f"{k.__name__}-{v!r}" for k, v, _ in REFUSED_COERCE])
 def test_coerce_refuses_a_bad_value_naming_the_field_and_the_kind_wanted(kind, value, message):
     err = refusal(coerce, value, kind, "some_field")
     assert err.field == "some_field"
@@ -311,22 +311,24 @@ def test_parse_limit_refuses_anything_else_naming_the_field(name, value, fact):
 # (id, overrides, n_processes, field, facts): each just past a rule's boundary.
 REFUSED = [
     ("max_steps-0", {"max_steps": 0}, 1, "max_steps", ["`max_steps`: got 0,", "-1 to train num_train_epochs"]),
-    ("num_generations-1", {"num_generations": 1, "per_device_train_batch_size": 1}, 1, "num_generations", ["got 1;", "at least 2"]),
+    ("num_generations-1", {"num_generations": 1, "per_device_train_batch_size": 1}, 1, "num_generations",
+     ["got 1;", "at least 2"]),
     ("num_generations-0", {"num_generations": 0}, 1, "num_generations", ["got 0;"]),
     ("num_generations--2", {"num_generations": -2}, 1, "num_generations", ["got -2;"]),
     ("batch-4-of-8", {"num_generations": 8, "per_device_train_batch_size": 4}, 1, "per_device_train_batch_size",
-     ["per_device_train_batch_size (4) x gradient_accumulation_steps (1) x processes (1) = 4 is not divisible by "
-      "num_generations (8)", "a multiple of 8 (e.g. 8)"]),
+     [("per_device_train_batch_size (4) x gradient_accumulation_steps (1) x processes (1) = 4 is not divisible by "
+       "num_generations (8)"), "a multiple of 8 (e.g. 8)"]),
     ("batch-1-of-2", {"num_generations": 2, "per_device_train_batch_size": 1}, 1, "per_device_train_batch_size",
-     ["per_device_train_batch_size (1) x gradient_accumulation_steps (1) x processes (1) = 1 is not divisible by "
-      "num_generations (2)"]),
+     [("per_device_train_batch_size (1) x gradient_accumulation_steps (1) x processes (1) = 1 is not divisible by "
+       "num_generations (2)")]),
     ("batch-3x2x2-of-8", {"num_generations": 8, "per_device_train_batch_size": 3, "gradient_accumulation_steps": 2}, 2,
      "per_device_train_batch_size", ["(3) x gradient_accumulation_steps (2) x processes (2) = 12 is not divisible"]),
     ("prompt+completion", {"max_prompt_length": "512", "max_completion_length": "600"}, 1, "max_completion_length",
      ["max_prompt_length (512) + max_completion_length (600) = 1112 exceeds max_seq_length (1024)",
       "raise max_seq_length, or set max_completion_length: auto"]),
     ("prompt+completion-by-1", {"max_seq_length": 256, "max_prompt_length": "128", "max_completion_length": "129"}, 1,
-     "max_completion_length", ["max_prompt_length (128) + max_completion_length (129) = 257 exceeds max_seq_length (256)"]),
+     "max_completion_length",
+     ["max_prompt_length (128) + max_completion_length (129) = 257 exceeds max_seq_length (256)"]),
     ("prompt-fills-seq", {"max_seq_length": 256, "max_prompt_length": "256"}, 1, "max_prompt_length",
      ["256 leaves no room in max_seq_length (256)"]),
     ("prompt-past-seq", {"max_seq_length": 256, "max_prompt_length": "300"}, 1, "max_prompt_length",
@@ -345,7 +347,8 @@ REFUSED = [
     ("gen_max_tokens-by-1", {"max_completion_length": "256", "gen_max_tokens": 257}, 1, "gen_max_tokens",
      ["gen_max_tokens (257) exceeds the trained max_completion_length (256)", "allow_longer_generation: true"]),
     ("beta-negative", {"beta": -0.1}, 1, "beta", ["got -0.1;", "use 0"]),
-    ("adaptive-beta-0", {"adaptive_beta": True, "beta": 0.0}, 1, "adaptive_beta", ["`adaptive_beta`: needs beta > 0", "beta: 0.04"]),
+    ("adaptive-beta-0", {"adaptive_beta": True, "beta": 0.0}, 1, "adaptive_beta",
+     ["`adaptive_beta`: needs beta > 0", "beta: 0.04"]),
     ("beta_min-negative", {"adaptive_beta": True, "beta": 0.04, "beta_min": -0.001}, 1, "beta_min",
      ["need 0 <= beta_min (-0.001) <= beta_max (0.5)"]),
     ("beta_min-above-max", {"adaptive_beta": True, "beta": 0.04, "beta_min": 0.6, "beta_max": 0.5}, 1, "beta_min",
@@ -357,7 +360,8 @@ REFUSED = [
     ("reward-empty", {"reward_funcs": []}, 1, "reward_funcs", ["the list is empty"]),
     ("reward-twice", {"reward_funcs": ["int", "int"]}, 1, "reward_funcs", ["'int' and 'int' are the same reward"]),
     ("weights-count", {"reward_weights": [1.0]}, 1, "reward_weights", ["1 weights for 5 reward functions"]),
-    ("weights-nan", {"reward_weights": [1.0, 1.0, 1.0, 1.0, float("nan")]}, 1, "reward_weights", ["use a finite number"]),
+    ("weights-nan", {"reward_weights": [1.0, 1.0, 1.0, 1.0, float("nan")]}, 1, "reward_weights",
+     ["use a finite number"]),
 ] + [
     (f"sampling-{key}", {"vllm_sampling_params": {key: 1}}, 1, "vllm_sampling_params",
      [f"`{key}` is ignored there", f"set `{where}` instead"])
@@ -375,9 +379,11 @@ ACCEPTED = [
     ("num_generations-2", {"num_generations": 2, "per_device_train_batch_size": 2}, 1),
     ("batch-1x2-of-2", {"num_generations": 2, "per_device_train_batch_size": 1, "gradient_accumulation_steps": 2}, 1),
     ("batch-1x1x2-of-2", {"num_generations": 2, "per_device_train_batch_size": 1}, 2),
-    ("batch-2x2x2-of-8", {"num_generations": 8, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 2}, 2),
+    ("batch-2x2x2-of-8",
+     {"num_generations": 8, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 2}, 2),
     ("batch-16-of-8", {"num_generations": 8, "per_device_train_batch_size": 16}, 1),
-    ("prompt+completion-fill-seq", {"max_seq_length": 256, "max_prompt_length": "128", "max_completion_length": "128"}, 1),
+    ("prompt+completion-fill-seq",
+     {"max_seq_length": 256, "max_prompt_length": "128", "max_completion_length": "128"}, 1),
     ("prompt-one-less", {"max_seq_length": 256, "max_prompt_length": "255"}, 1),
     ("completion-one-less", {"max_seq_length": 256, "max_completion_length": "255"}, 1),
     ("prompt-1", {"max_prompt_length": "1"}, 1),
@@ -459,7 +465,8 @@ def test_a_sampling_params_mapping_is_copied():
 
 
 @pytest.mark.parametrize("text, expected", [('{"min_p": 0.1}', {"min_p": 0.1}),
-                                            ('{"stop": ["</answer>"], "top_k": 5}', {"stop": ["</answer>"], "top_k": 5}),
+                                            ('{"stop": ["</answer>"], "top_k": 5}',
+                                             {"stop": ["</answer>"], "top_k": 5}),
                                             ("{}", {})])
 def test_a_sampling_params_json_object_is_parsed(text, expected):
     assert sampling_params_mapping(text) == expected
@@ -485,7 +492,8 @@ def test_sampling_params_json_that_is_not_an_object_is_refused_as_not_a_mapping(
 # (id, overrides, field, facts)
 UNSLOTH_REFUSED = [
     ("save-q_proj", {"lora_modules_to_save": ["q_proj"], "fast_inference": False}, "lora_modules_to_save",
-     ["got ['q_proj'];", "lm_head, embed_tokens and normalization layers", "lora_target_modules, or use backend: plain"]),
+     ["got ['q_proj'];", "lm_head, embed_tokens and normalization layers",
+      "lora_target_modules, or use backend: plain"]),
     ("save-mixed", {"lora_modules_to_save": ["norm", "model.layers.0.mlp", "embed_tokens", "o_proj"],
                     "fast_inference": False}, "lora_modules_to_save", ["got ['model.layers.0.mlp', 'o_proj'];"]),
     ("save-norm-prefix-only", {"lora_modules_to_save": ["norm.q_proj"], "fast_inference": False},
@@ -524,7 +532,8 @@ UNSLOTH_ACCEPTED = [
     ("save-embeddings-and-norms", {"lora_modules_to_save": ["embed_tokens", "lm_head", "norm", "input_layernorm",
                                                             "model.layers.0.post_attention_layernorm",
                                                             "model.embed_tokens", "model.norm",
-                                                            "base_model.model.embed_tokens", "base_model.model.lm_head",
+                                                            "base_model.model.embed_tokens",
+                                                            "base_model.model.lm_head",
                                                             "base_model.model.norm"],
                                    "fast_inference": False}),
     ("save-nothing-with-vllm", {"lora_modules_to_save": [], "fast_inference": True}),
@@ -541,19 +550,22 @@ UNSLOTH_ACCEPTED = [
 ]
 
 
-@pytest.mark.parametrize("overrides, field, facts", [c[1:] for c in UNSLOTH_REFUSED], ids=[c[0] for c in UNSLOTH_REFUSED])
+@pytest.mark.parametrize("overrides, field, facts", [c[1:] for c in UNSLOTH_REFUSED],
+                         ids=[c[0] for c in UNSLOTH_REFUSED])
 def test_validate_unsloth_refuses_what_unsloth_would_refuse_after_loading(overrides, field, facts):
     assert_names(refusal(validate_unsloth, config(**overrides)), field, *facts)
 
 
-@pytest.mark.parametrize("overrides, field, facts", [c[1:] for c in UNSLOTH_REFUSED], ids=[c[0] for c in UNSLOTH_REFUSED])
+@pytest.mark.parametrize("overrides, field, facts", [c[1:] for c in UNSLOTH_REFUSED],
+                         ids=[c[0] for c in UNSLOTH_REFUSED])
 def test_validate_runs_the_unsloth_rules_for_the_resolved_unsloth_backend(overrides, field, facts):
     cfg = config(**overrides)  # backend: auto in the config, resolved to unsloth by the caller
     assert_names(refusal(validate, cfg, n_processes=1, backend="unsloth"), field, *facts)
     assert_names(refusal(validate, cfg.replace(backend="unsloth"), n_processes=1), field, *facts)
 
 
-@pytest.mark.parametrize("overrides, field, facts", [c[1:] for c in UNSLOTH_REFUSED], ids=[c[0] for c in UNSLOTH_REFUSED])
+@pytest.mark.parametrize("overrides, field, facts", [c[1:] for c in UNSLOTH_REFUSED],
+                         ids=[c[0] for c in UNSLOTH_REFUSED])
 def test_validate_skips_the_unsloth_rules_for_the_plain_backend(overrides, field, facts):
     cfg = config(**overrides)
     assert passes(cfg) == []  # auto, unresolved

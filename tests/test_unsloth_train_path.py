@@ -53,6 +53,9 @@ class RecordingGRPOTrainer:
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):  # transformers Trainer's (wrapped too)
         raise AssertionError("this stand-in's train() loads no checkpoint")
 
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # TRL's (wrapped too)
+        raise AssertionError("this stand-in's train() scores no completion")
+
     def remove_callback(self, callback):
         self.callbacks = [c for c in self.callbacks if c is not callback and type(c) is not callback]
 

@@ -117,3 +117,14 @@ def first_operand_reward(prompts, completions, **kwargs) -> list[float]:
         answer = re.search(r"<answer>\s*(.*?)\s*</answer>", text, re.S)
         scores.append(2.0 if operand and answer and answer.group(1) == operand.group(1) else 0.0)
     return scores
+
+
+def fails_on_process_1(completions, **kwargs) -> list[float]:
+    """Raises on the second of two data-parallel processes from the first training step on (the pre-load probe
+    at step 0 passes): a reward that breaks on one process's samples only."""
+    import os
+
+    step = getattr(kwargs.get("trainer_state"), "global_step", 0) or 0
+    if os.environ.get("RANK") == "1" and step >= 1:
+        raise ValueError("no answer column on this shard")
+    return [0.0 for _ in completions]

@@ -34,6 +34,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     from pipeline.health.rules import build_health
     from pipeline.run.checkpoints import file_mode_callback, load_every_adapter, stage_checkpoint_saves
     from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
+    from pipeline.trainer.reward_failures import RewardFailureLatch, raise_reward_failures_after_the_gather
     from rewards import check_reward_weights, get_reward_funcs
     from rewards.contract import guard_reward
 
@@ -45,7 +46,9 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     weights.append(0.0)  # the observer only watches; it never changes the reward
     # The one reward contract around every function (rewards/contract.py): checked values, a raise becomes a
     # RewardFailure naming the sample (the run stops cleanly, pipeline/train.py), None's share logged.
-    reward_funcs = [guard_reward(func) for func in reward_funcs]
+    # A failure is held and raised after TRL's reward gather, on every process together (reward_failures.py).
+    latch = RewardFailureLatch()
+    reward_funcs = [guard_reward(func, hold=latch.hold) for func in reward_funcs]
 
     args = grpo_training_args(cfg, backend, model, prepared, output_dir, weights)
     # Rebuilt after a rollback, on the live model: kl against the first trainer's reference, not the collapse's.
@@ -72,6 +75,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     # An instance attribute, not a subclass: trl.GRPOTrainer is whatever class the backend left there
     # (Unsloth's patched one), known only now. TRL calls self.create_model_card at every checkpoint.
     trainer.create_model_card = functools.partial(card.write, trainer)
+    raise_reward_failures_after_the_gather(trainer, latch)
     stage_checkpoint_saves(trainer, cfg)  # each checkpoint-N/ appears whole or not at all
     load_every_adapter(trainer)  # a checkpoint with a ref/ adapter restores its trained one too
     return trainer, health

@@ -1,0 +1,59 @@
+"""A reward that fails on one process stops every process, with the failing one's message.
+
+TRL's `GRPOTrainer._calculate_rewards` (TRL 1.15) calls each reward on this process's completions, then
+`gather`s the rewards of all processes. A RewardFailure raised inside it on one process (a reward that raises,
+or breaks the contract, on that process's samples only) leaves the others blocked in that gather until the
+collective times out (NCCL: 30 minutes), and no process writes a summary. So the trainer's rewards are guarded
+with `hold` (rewards/contract.py `guard_reward`): a failure is kept here and the call returns None, every process
+reaches the gather, and `raise_agreed` right after it agrees across processes (one all_reduce) and raises on all
+of them, with the failing process's message (broadcast from it). Single-process runs skip the collectives.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rewards.contract import RewardFailure
+
+
+class RewardFailureLatch:
+    """The first RewardFailure of a batch on this process, raised by `raise_agreed` on every process."""
+
+    def __init__(self) -> None:
+        self.failure: Optional[RewardFailure] = None
+
+    def hold(self, failure: RewardFailure) -> None:
+        if self.failure is None:
+            self.failure = failure
+
+    def raise_agreed(self) -> None:
+        failure, self.failure = self.failure, None
+        import torch
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+            flag = torch.tensor([dist.get_rank() + 1 if failure else 0], device=device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # the highest failing process, or 0
+            failing = int(flag.item()) - 1
+            if failing < 0:
+                return
+            payload = [(failure.name, failure.detail) if failure else None]
+            dist.broadcast_object_list(payload, src=failing, device=device)
+            name, detail = payload[0]
+            failure = RewardFailure(name, f"{detail} (on process {failing} of {dist.get_world_size()})")
+        if failure is not None:
+            raise failure
+
+
+def raise_reward_failures_after_the_gather(trainer, latch: RewardFailureLatch) -> None:
+    """Wrap `trainer._calculate_rewards` so that the failures `latch` held are raised right after it returns.
+    Set as an instance attribute, like pipeline/run/checkpoints.py stage_checkpoint_saves."""
+    calculate = type(trainer)._calculate_rewards
+
+    def calculate_then_raise(*args, **kwargs):
+        rewards = calculate(trainer, *args, **kwargs)
+        latch.raise_agreed()
+        return rewards
+
+    trainer._calculate_rewards = calculate_then_raise
