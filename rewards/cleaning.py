@@ -117,10 +117,11 @@ def _boxed_at(text: str, start: int) -> tuple[str, int, int] | None:
 
 
 def mixed_fraction(match: re.Match[str]) -> str:
-    """"2 1/2" -> "5/2" when the fraction is proper; otherwise leave the text alone."""
+    """"2 1/2" -> "5/2" when the fraction is proper; otherwise the whole number stays apart from
+    the fraction ("2\\frac{3}{2}" -> "2 \\frac{3}{2}"), so \\frac unwrapping cannot glue it into "23/2"."""
     whole, num, den = int(match[1]), int(match[2] or match[4]), int(match[3] or match[5])
     if not 0 < num < den:
-        return match.group()
+        return f"{match[1]} {match.group()[len(match[1]):].lstrip()}"
     return f"{whole * den + num}/{den}"
 
 

@@ -283,3 +283,60 @@ def test_a_boolean_or_unreadable_metric_is_not_a_number_for_the_rules(value):
 def test_attaching_something_without_beta_is_refused_naming_it():
     with pytest.raises(TypeError, match="object has no `beta` attribute; attach a GRPOTrainer"):
         _callback().attach(object())
+
+
+# --------------------------------------------------------------------------------------------
+# The state the callback shares with the observer reward, and its settings checks
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_callback_uses_the_state_it_is_given_and_puts_the_observers_metrics_into_the_log():
+    from pipeline.health.observer import HealthState
+
+    state = HealthState()
+    callback = HealthCallback(HealthArguments(), beta=0.04, state=state)
+    assert callback.state is state and state.beta == 0.04  # the observer logs the trainer's beta from here
+    state.record({GARBLED_RATE: 0.2, REPETITION_RATE: 0.1})
+    state.record({GARBLED_RATE: 0.4, REPETITION_RATE: 0.3})
+    logs = {"loss": 0.5, REPETITION_RATE: 0.9}
+    callback.on_log(None, TrainerState(global_step=3), TrainerControl(), logs=logs)
+    assert logs[GARBLED_RATE] == pytest.approx(0.3)  # the mean since the last log, flushed into it ...
+    assert logs[REPETITION_RATE] == 0.9  # ... without overwriting what TRL logged itself
+    assert state.pending == {}
+
+
+def test_attaching_a_trainer_shares_its_beta_with_the_observer_state():
+    from types import SimpleNamespace
+
+    from pipeline.health.observer import HealthState
+
+    state = HealthState()
+    callback = HealthCallback(HealthArguments(), beta=0.04, state=state).attach(SimpleNamespace(beta=0.1))
+    assert callback.beta == 0.1 and state.beta == 0.1
+
+
+@pytest.mark.parametrize("name", ["garbled_window", "flat_reward_window", "hacking_window"])
+def test_a_window_below_one_is_refused_naming_its_field(name):
+    from pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        HealthCallback(HealthArguments(**{name: 0}), beta=0.0)
+    assert err.value.field == name and "got 0; use a positive number of logged steps" in str(err.value)
+
+
+def test_adaptive_beta_ignores_a_log_without_kl():
+    from types import SimpleNamespace
+
+    trainer = SimpleNamespace(beta=0.04)
+    callback = HealthCallback(HealthArguments(adaptive_beta=True), beta=0.04).attach(trainer)
+    for step in range(1, 4):
+        assert not _log(callback, step, loss=0.1).should_training_stop
+    assert trainer.beta == 0.04 and callback.beta_history == []
+
+
+def test_arguments_without_the_nan_filter_are_left_as_they_are():
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(output_dir="unused")
+    _callback().on_train_begin(args, TrainerState(), TrainerControl())
+    assert not hasattr(args, "logging_nan_inf_filter")
