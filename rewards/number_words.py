@@ -2,7 +2,8 @@
 
 English ("eighteen", "forty-two") and Chinese ("十八", "一百二十") number words are read only on the
 model's side: a reference in words is not a GSM8K reference. Words this reader does not handle
-("half", "point", "负") leave the text as it is rather than guess.
+("half", "point", "负"), and runs that are not one number ("three twenty", the range "十五六"),
+leave the text as it is rather than guess.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def _english_words_value(match: re.Match[str]) -> str:
     total = current = 0
     for word in re.split(r"[\s-]+", match.group().lower()):
         if word in _WORD_VALUE:
-            current += _WORD_VALUE[word]
+            value = _WORD_VALUE[word]
+            if current % 100 and (value >= 10 or current % 10 or current % 100 < 20):
+                return match.group()  # "three twenty", "five six": not one number, so not read
+            current += value
         elif word == "hundred":
             current = max(current, 1) * 100
         elif word in _WORD_SCALE:
@@ -50,6 +54,8 @@ def _chinese_value(match: re.Match[str]) -> str:
     total = section = digit = 0
     for ch in match.group():
         if ch in _CHINESE_DIGIT:
+            if digit:
+                return match.group()  # "十五六", "三四十", "两三": a range ("15 or 16"), not one number
             digit = _CHINESE_DIGIT[ch]
         elif ch in _CHINESE_UNIT:
             section += max(digit, 1) * _CHINESE_UNIT[ch]  # "十八": a bare 十 is ten

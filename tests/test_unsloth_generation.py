@@ -150,6 +150,21 @@ def test_export_gguf_keeps_every_file_inside_out_dir(fake, tmp_path):
     assert (tmp_path / "export" / "merged_gguf" / "model.Q8_0.gguf").is_file()
 
 
+@pytest.mark.parametrize("method", ["gguf", "merged16", "merged4"])
+def test_every_export_format_saves_a_chat_template_defaulting_to_the_trained_system_prompt(fake, tmp_path, method):
+    """Put on the tokenizer BEFORE Unsloth saves: a GGUF's metadata is converted from the folder
+    save_pretrained_gguf writes, so a template rewritten afterwards (as before) never reached the .gguf."""
+    cfg = make_cfg(load_in_4bit=False)
+    adapter = train_and_save_adapter(fake, cfg, tmp_path / "lora")
+    fake.STATE.calls.clear()
+    with atomic_directory(tmp_path / "export") as staging:
+        backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", method, staging, cfg,
+                       system_prompt="Answer in <answer> tags.")
+    name = "model.save_pretrained_gguf" if method == "gguf" else "model.save_pretrained_merged"
+    template = only_call(fake, name).args[1].chat_template
+    assert '"Answer in <answer> tags."' in template and template.endswith("{{ fake }}")
+
+
 def test_export_unknown_method_names_the_option(fake, tmp_path):
     adapter = train_and_save_adapter(fake, make_cfg(), tmp_path / "lora")
     with pytest.raises(ConfigError) as err:

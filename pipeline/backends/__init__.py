@@ -76,8 +76,10 @@ class Backend(Protocol):
     def load_generator(self, base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> Generator:
         """The base model plus a verified adapter (env.adapters.AdapterInfo; None: the base alone)."""
 
-    def export(self, adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig) -> None:
-        """Merge the adapter into its base (merged16 / merged4 / gguf) and write it into `out_dir`."""
+    def export(self, adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
+               system_prompt: Optional[str] = None) -> None:
+        """Merge the adapter into its base (merged16 / merged4 / gguf) and write it into `out_dir`, the tokenizer's
+        chat template defaulting to the trained `system_prompt` (pipeline/data/prompts.py carry_system_prompt)."""
 
 # What `grpo export --to` accepts; each backend's `export` refuses the ones it cannot do (plain: gguf).
 EXPORT_METHODS = ("merged16", "merged4", "gguf")

@@ -236,7 +236,8 @@ def _export_dtype(cfg: PipelineConfig, base_model: str, merged_dtype):
     return sixteen.get(native, torch.bfloat16)
 
 
-def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig) -> None:
+def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
+           system_prompt: Optional[str] = None) -> None:
     """Merge the adapter into the base weights and save a plain transformers model into `out_dir`."""
     if method == "gguf":
         raise ConfigError("to", "GGUF export needs the unsloth backend (llama.cpp conversion via "
@@ -271,4 +272,7 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
             quantized = AutoModelForCausalLM.from_pretrained(
                 staging, quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4"))
             quantized.save_pretrained(str(out_dir))
+    from pipeline.data.prompts import carry_system_prompt
+
+    carry_system_prompt(tokenizer, system_prompt)
     tokenizer.save_pretrained(str(out_dir))

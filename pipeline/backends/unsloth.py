@@ -401,7 +401,7 @@ def _load_transformers_generator(base_model: str, adapter: Optional[Any], cfg: P
 
 
 def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
-           gguf_quantization: str = DEFAULT_GGUF_QUANTIZATION) -> None:
+           system_prompt: Optional[str] = None, gguf_quantization: str = DEFAULT_GGUF_QUANTIZATION) -> None:
     """Merge the adapter into its base and write it into `out_dir` (a temp folder the caller owns).
 
     - merged16: `save_pretrained_merged(save_method="merged_16bit")`. Unsloth merges into the
@@ -430,6 +430,9 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
     )
     # Absolute: Unsloth moves *relative* save paths elsewhere on Kaggle (save.py _preflight_merge_disk).
     out_dir = absolute_path(out_dir)
+    from pipeline.data.prompts import carry_system_prompt
+
+    carry_system_prompt(tokenizer, system_prompt)  # before the save: the .gguf's metadata carries it too
     if method == "merged16":
         model.save_pretrained_merged(str(out_dir), tokenizer, save_method="merged_16bit")
     elif method == "merged4":

@@ -9,6 +9,7 @@ the real counts.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -222,3 +223,28 @@ class LengthBudget:
                 f"max_seq_length ({self.max_seq_length}).",
             )
         return prompt_limit, completion_limit
+
+
+def with_default_system_prompt(template: str, system_prompt: str) -> str:
+    r"""`template` with `system_prompt` inserted as the first message of any chat that has no system message.
+
+    >>> from jinja2 import Template
+    >>> t = with_default_system_prompt("{% for m in messages %}[{{ m.role }}: {{ m.content }}]{% endfor %}", 'Say "hi"\n')
+    >>> Template(t).render(messages=[{"role": "user", "content": "1+1"}])
+    '[system: Say "hi"\n][user: 1+1]'
+    >>> Template(t).render(messages=[{"role": "system", "content": "own"}, {"role": "user", "content": "1+1"}])
+    '[system: own][user: 1+1]'
+    """
+    literal = json.dumps(system_prompt)  # a JSON string is a valid jinja string literal (escapes included)
+    return ("{%- if not messages or messages[0]['role'] != 'system' -%}"
+            "{%- set messages = [{'role': 'system', 'content': " + literal + "}] + messages -%}"
+            "{%- endif -%}\n" + template)
+
+
+def carry_system_prompt(tokenizer: Any, system_prompt: Optional[str]) -> None:
+    """Give `tokenizer`'s chat template the trained system prompt as its default (with_default_system_prompt),
+    before an export saves it: merged folders get it in tokenizer_config.json, a GGUF in its metadata (llama.cpp's
+    converter reads the template of the folder save_pretrained_gguf writes). No prompt or no template: unchanged."""
+    template = getattr(tokenizer, "chat_template", None)
+    if system_prompt and isinstance(template, str) and template:
+        tokenizer.chat_template = with_default_system_prompt(template, system_prompt)

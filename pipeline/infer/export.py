@@ -12,7 +12,6 @@ adapter's `grpo_adapter.json` (system prompt, lengths, config).
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -68,47 +67,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     # The export is written beside --out and renamed into place; an old --out is set aside until then and put
     # back if anything fails (env.paths.atomic_directory). A full disk names the folder and how much is free.
     with storage_errors_named(out.parent, "run the same export again."), atomic_directory(out) as staging:
-        backend.export(adapter, base_model, args.to, staging, cfg)
-        carry_training_defaults(staging, manifest)  # the trained system prompt and grpo_adapter.json travel
+        # The trained system prompt goes into the chat template of every format (the .gguf's metadata too).
+        backend.export(adapter, base_model, args.to, staging, cfg, system_prompt=manifest.get("system_prompt"))
+        carry_training_defaults(staging, manifest)  # grpo_adapter.json travels
         atomic_write_json(staging / EXPORT_MARKER, {"adapter": str(adapter.path), "to": args.to,
                                                     "base_model": base_model})
     print(f"exported {adapter.path} ({args.to}, base {base_model}) to {out}")
     return 0
 
 
-def with_default_system_prompt(template: str, system_prompt: str) -> str:
-    r"""`template` with `system_prompt` inserted as the first message of any chat that has no system message.
-
-    >>> from jinja2 import Template
-    >>> t = with_default_system_prompt("{% for m in messages %}[{{ m.role }}: {{ m.content }}]{% endfor %}", 'Say "hi"\n')
-    >>> Template(t).render(messages=[{"role": "user", "content": "1+1"}])
-    '[system: Say "hi"\n][user: 1+1]'
-    >>> Template(t).render(messages=[{"role": "system", "content": "own"}, {"role": "user", "content": "1+1"}])
-    '[system: own][user: 1+1]'
-    """
-    literal = json.dumps(system_prompt)  # a JSON string is a valid jinja string literal (escapes included)
-    return ("{%- if not messages or messages[0]['role'] != 'system' -%}"
-            "{%- set messages = [{'role': 'system', 'content': " + literal + "}] + messages -%}"
-            "{%- endif -%}\n" + template)
-
-
 def carry_training_defaults(folder: Path, manifest: dict[str, Any]) -> None:
-    """What the trained model needs to behave as trained, written into an export: `grpo_adapter.json`, and
-    in every tokenizer folder of it (merged16/merged4: the folder itself; gguf: its merged/ copy) a chat
-    template defaulting to the trained system prompt. Nothing to carry for an adapter without metadata."""
+    """`grpo_adapter.json` (what the trained model needs to behave as trained) written into an export; the trained
+    system prompt is already in its chat template (the backend put it on the tokenizer before saving,
+    pipeline/data/prompts.py carry_system_prompt). Nothing to carry for an adapter without metadata."""
     if not manifest:
         return
-    from pipeline.data.tokenizer import load_tokenizer
     from pipeline.run.manifest import write_adapter_metadata
 
     write_adapter_metadata(folder, manifest)
-    system_prompt = manifest.get("system_prompt")
-    if not system_prompt:
-        return
-    for tokenizer_dir in [folder, *sorted(p for p in folder.iterdir() if p.is_dir())]:
-        if not (tokenizer_dir / "tokenizer_config.json").is_file():
-            continue
-        tokenizer = load_tokenizer(str(tokenizer_dir))
-        if tokenizer.chat_template:
-            tokenizer.chat_template = with_default_system_prompt(tokenizer.chat_template, system_prompt)
-            tokenizer.save_pretrained(str(tokenizer_dir))
