@@ -34,3 +34,15 @@ def qwen_tokenizer():
     from pipeline.assets import load_qwen_tokenizer
 
     return load_qwen_tokenizer()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_answer_caches():
+    """Each test reads answers afresh: rewards/normalize.py and rewards/symbolic.py cache their readings per
+    process (lru_cache), so a test could otherwise get an earlier test's answer without running the rule, and a
+    broken rule (a mutant in bench/mutants.py) would go unseen. Only caches already imported are cleared."""
+    for module, names in (("rewards.normalize", ("_parse_text",)), ("rewards.symbolic", ("_verdict", "_parse"))):
+        loaded = sys.modules.get(module)
+        for name in names if loaded is not None else ():
+            getattr(loaded, name).cache_clear()
+    yield

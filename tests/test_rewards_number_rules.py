@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewards.number_words import number_words_to_digits
-from rewards.numbers import NUMBER, format_number, glued_single_letter, number_value, read_numbers
+from rewards.numbers import NUMBER, format_number, glued_single_letter, number_value, read_numbers, strip_lone_brackets
 
 
 # --- number words: English -----------------------------------------------------------------
@@ -164,6 +164,26 @@ def test_number_literals_are_read_exactly(text, value):
 ])
 def test_letters_and_signs_next_to_a_number_mark_mathematics(text, values, is_math):
     assert read_numbers(text) == (values, is_math)
+
+
+@pytest.mark.parametrize("text, values, is_math", [
+    # a mathematics character anywhere outside the numbers: before, between or after them
+    ("*5", [5], True), ("(5", [5], True), ("5)", [5], True), ("2*3", [2, 3], True), ("2 = 3", [2, 3], True),
+    ("2 and 3", [2, 3], False), ("5 apples", [5], False), ("", [], False), ("no numbers", [], False), ("x = y", [], True),
+    # a fraction or a sign is part of the number, not an operator
+    ("3/4", [Fraction(3, 4)], False), ("+5", [5], False), ("-5 and 3/4", [-5, Fraction(3, 4)], False),
+])
+def test_mathematics_is_a_math_character_outside_the_numbers(text, values, is_math):
+    assert read_numbers(text) == (values, is_math)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("(18)", "18"), ("[18]", "18"), ("( 18 )", "18"), ("(5)", "5"), ("(X)", "X"), ("[x + 1]", "x + 1"),
+    ("()", "()"), ("[]", "[]"), ("(", "("), ("18", "18"), ("(18", "(18"), ("18)", "18)"), ("(18]", "(18]"), ("{18}", "{18}"),
+    ("(1, 2)", "(1, 2)"), ("[1; 2]", "[1; 2]"), ("((18))", "((18))"), ("(1)(2)", "(1)(2)"), ("[1]+[2]", "[1]+[2]"),
+])
+def test_only_a_lone_bracketed_term_loses_its_brackets(text, expected):
+    assert strip_lone_brackets(text) == expected
 
 
 @pytest.mark.parametrize("letter, glued", [
