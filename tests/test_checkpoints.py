@@ -321,3 +321,45 @@ def test_loading_a_checkpoint_restores_its_trained_adapter(tmp_path, how, warmup
         got = _adapter_tensors(run_dir / "lora")
     assert set(got) == set(saved)
     assert all(np.array_equal(got[name], saved[name]) for name in saved)
+
+
+# --- small rules the real-run tests reach only end to end ------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, expected", [
+    ([], "grpo train --resume auto"),
+    (["--config", "my recipe.yaml"], "grpo train --config 'my recipe.yaml' --resume auto"),
+    (["--resume", "never", "--max_steps", "5"], "grpo train --max_steps 5 --resume auto"),
+    (["--resume=runs/x/checkpoint-4", "--config", "r.yaml"], "grpo train --config r.yaml --resume auto"),
+    (["--resume", "a", "--resume", "b"], "grpo train --resume auto"),
+    (["--output_dir", "it's here"], "grpo train --output_dir 'it'\"'\"'s here' --resume auto"),
+    (["--resumes", "x"], "grpo train --resumes x --resume auto"),  # another option, kept
+])
+def test_the_resume_command_keeps_the_users_options_and_resumes_auto(argv, expected):
+    from pipeline.run.checkpoints import resume_command
+
+    assert resume_command(argv) == expected
+
+
+def test_a_rollback_sets_aside_only_the_checkpoints_after_its_target(tmp_path):
+    from pipeline.run.checkpoints import set_aside_checkpoints_after
+
+    for step in (1, 2, 3, 10):
+        make_checkpoint(tmp_path, step)
+    messages = []
+    target = set_aside_checkpoints_after(tmp_path, 2, log=messages.append)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-1", "checkpoint-2"]
+    assert target.parent == tmp_path / PREVIOUS_DIR and target.name.endswith("-rollback")
+    assert sorted(p.name for p in target.iterdir()) == ["checkpoint-10", "checkpoint-3"]
+    assert "checkpoint-3, checkpoint-10 moved to " + str(target) in messages[0]
+    assert set_aside_checkpoints_after(tmp_path, 2, log=messages.append) is None and len(messages) == 1
+
+
+def test_a_checkpoints_size_is_estimated_from_the_trained_parameters_only():
+    import torch
+
+    from pipeline.run.checkpoints import save_size_estimate
+
+    model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 5))  # 110 + 55 parameters
+    model[0].requires_grad_(False)
+    assert save_size_estimate(model) == int(55 * 12 * 1.1)  # fp32 weights + Adam's two moments, + 10%
