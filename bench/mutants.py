@@ -20,8 +20,9 @@ Survivors judged equivalent (no behaviour changes, so no test can kill them), wi
 - pipeline/run/checkpoints.py checkpoint_state: `read_text(encoding=None)` and `encoding="UTF-8"` for
   "utf-8". trainer_state.json is written by transformers with json.dumps' default ensure_ascii=True, so it is
   pure ASCII and reads the same in every locale encoding Python supports.
-- pipeline/run/checkpoints.py set_aside_corrupt's time.strftime format (any format keeps the name unique per
-  second and starting with the checkpoint's name, which is all that is relied on), and resolve_resume passing
+- pipeline/run/checkpoints.py set_aside_corrupt's and _move_aside's time.strftime format and _move_aside's
+  collision counter's start and step (any format and count keep the names unique and the folder under previous/,
+  which is all that is relied on; a test sets aside twice within one second), and resolve_resume passing
   `log` on (only where the note is printed); GracefulStop._handle's printed note and its flush.
 - log and message text (logger.info/warning/error strings, the prose of RuntimeError/ConfigError messages past
   the field name and numbers the tests pin): for a human, not a contract. Most of pipeline/health/rules.py's
