@@ -182,6 +182,6 @@ def simplify_prose(text: str) -> str:
         text = _POWER_UNIT.sub(r"\1", text)
     if "≈" in text:  # "x \\approx 11" states 11; in "x = 1/3 \\approx 0.33" the exact 1/3 is the answer
         text = _APPROX_AFTER_EXACT.sub(r"\1", text).replace("≈", "=")
-    if "illion" in text or "housand" in text:
+    if "illion" in (lowered := text.lower()) or "housand" in lowered:  # _SCALED ignores case: "3 MILLION"
         text = _SCALED.sub(_scaled, text)
     return " ".join(text.split())

@@ -18,6 +18,7 @@ from rewards import cleaning, normalize
 from rewards.cleaning import (_boxed_at, _build_garbage_table, _last_boxed_content, clean_characters,
                               mixed_fraction, simplify_latex, simplify_prose)
 from rewards.completions import completion_text, completion_texts
+from rewards.extract import extract_xml_answer
 from rewards.normalize import normalize_answer, parse_answer
 
 
@@ -187,7 +188,7 @@ def test_an_improper_mixed_number_is_never_read_as_one_glued_number(text):
 # --- scale words -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, expected", [
-    ("1.2 million", "1200000"), ("2 Thousand", "2000"), ("3 Billion", "3000000000"), ("0.5 thousand", "500"),
+    ("1.2 million", "1200000"), ("2 Thousand", "2000"), ("3 Billion", "3000000000"), ("3 BILLION", "3000000000"), ("2 THOUSAND", "2000"), ("0.5 thousand", "500"),
     ("12thousand", "12000"), ("1.25 million people", "1250000 people"), ("2.5 billion", "2500000000"),
 ])
 def test_scale_words_multiply_the_number(text, expected):
@@ -225,3 +226,111 @@ def test_completion_texts_reads_every_shape():
 ])
 def test_normalize_answer_gives_a_number_only_for_numbers(text, expected):
     assert normalize_answer(text) == expected
+
+
+@pytest.mark.parametrize("completion, expected", [
+    ([{"role": "assistant", "content": "18"}, {"role": "user", "content": "and now?"}], "18"),
+    ([{"role": "assistant", "content": "5"}, {"role": "tool", "content": "x"}, {"role": "assistant", "content": "18"},
+      {"role": "user", "content": "ok"}], "18"),
+    ([{"role": "user", "content": "q"}, {"role": "tool", "content": "7"}], "7"),  # no assistant: the last text
+])
+def test_the_last_assistant_message_wins_over_later_turns(completion, expected):
+    assert completion_text(completion) == expected
+
+
+def test_role_picks_the_last_message_of_that_role():
+    messages = [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "q2"},
+                {"role": "assistant", "content": "b"}]
+    assert completion_text(messages, role="user") == "q2"
+    assert completion_text(messages, role="assistant") == completion_text(messages) == "b"
+
+
+# --- extract_xml_answer ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [
+    ("<answer>18</answer> more </answer>", "18"),  # the first closing tag after the last <answer>
+    ("<answer>5</answer><answer> 18 </answer> </answer>", "18"),
+    ("<answer>64</\n", "64"),  # a cut closing tag followed by whitespace
+    ("<answer>64</ans  \n", "64"),
+    ("<answer>\n 64 </answer", "64"),
+    ("<answer>64 <", "64 <"),  # one "<" is not a closing tag yet
+    ("<answer>a</b", "a</b"),
+])
+def test_extract_xml_answer_ends_at_the_first_closing_tag_or_a_cut_one(text, expected):
+    assert extract_xml_answer(text) == expected
+
+
+# --- clean_characters, simplify_latex, simplify_prose: each rewrite exactly -----------------------
+
+def test_terminal_colour_codes_are_removed():
+    assert clean_characters("\x1b[31m18\x1b[0m") == "18"
+    assert clean_characters("\x1b[1;32manswer\x1b[0m: 7") == "answer: 7"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1{,}234", "1,234"), ("90°", "90"), ("5~cm", "5 cm"), ("$18", "18"), ("\\$18", "18"), ("50\\%", "50%"),
+    ("\\text{18}", "18"), ("\\textbf{18} apples", "18 apples"), ("\\text{\\text{\\text{18}}}", "18"),
+    ("\\text{\\text{\\text{\\text{18}}}}", "\\text{ 18 }"),  # three levels of wrappers are unwrapped, no more
+    ("90^\\circ", "90"), ("90^{\\circ}", "90"), ("\\frac{3}{4}", "3/4"), ("\\dfrac34", "3/4"),
+    ("11,\\! 111", "11,111"), ("\\left( 2 \\right)", "( 2 )"), ("x \\approx 3", "x ≈ 3"),
+    ("a  b", "a  b"), ("plain  text 18", "plain  text 18"),  # nothing LaTeX-like: returned as is
+])
+def test_simplify_latex_rewrites(text, expected):
+    assert simplify_latex(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("\\boxed{5}. The answer is \\boxed{18}", "18"),  # the marker is before the last box: the box is the answer
+    ("\\boxed{5}. The answer is 18", "\\boxed{5}. The answer is 18"),  # a marker after the box restates the answer
+])
+def test_a_final_marker_after_the_last_box_keeps_the_whole_text(text, expected):
+    assert simplify_latex(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("**18**", "18"), ("__18__", "18"), ("a_b", "a_b"), ("x*y", "x*y"), ("56 (roughly)", "56"),
+    ("f(x)", "f(x)"), ("90 km/h", "90 km"), ("60 km / h", "60 km"), ("$22/hour", "$22"), ("15/x", "15/x"),
+    ("36 m^2", "36 m"), ("36 x^2", "36 x^2"), ("x = 1/3 ≈ 0.33", "x = 1/3"), ("x ≈ 11", "x = 11"),
+    ("a  b", "a b"),
+])
+def test_simplify_prose_rewrites(text, expected):
+    assert simplify_prose(text) == expected
+
+
+# --- the answer window -----------------------------------------------------------------------------
+
+MAX = normalize.MAX_ANSWER_CHARS
+
+
+def test_an_answer_of_exactly_the_cap_is_read_whole():
+    text = "18" + " " * (MAX - 2)
+    assert normalize._prediction_window(text) == text
+    assert parse_answer(text).value == 18 and parse_answer(text, prediction=True).value == 18
+    assert parse_answer(text + " ") is None  # one over the cap: a reference is not read
+
+
+def test_a_long_answer_without_marker_or_box_is_read_at_its_tail_cut_after_a_space():
+    tail = "a " + "b" * (MAX - 4) + " 7"
+    assert len(tail) == MAX
+    assert normalize._prediction_window("q" * 500 + tail) == "b" * (MAX - 4) + " 7"
+    assert normalize._prediction_window("q" * 500 + "c" * MAX) == "c" * MAX  # no space: the tail as is
+
+
+def test_a_long_answer_is_read_from_its_last_marker_or_box():
+    filler = "z " * 600
+    marked = "The answer is 18. " + filler
+    assert normalize._prediction_window(marked) == marked[len("The "):][:MAX]
+    boxed = "\\boxed{1} " + filler + "\\boxed{2} end"
+    assert normalize._prediction_window(boxed) == "\\boxed{2} end"
+    both = "The answer is 3. " + filler + "\\boxed{4} " + filler
+    assert normalize._prediction_window(both) == both[both.index("\\boxed{4}"):][:MAX]
+
+
+def test_a_chat_template_token_ends_the_window():
+    assert normalize._prediction_window("18 <|im_end|> 20") == "18 "
+    assert normalize._prediction_window("18. I hope it is correct. 20") == "18. "
+
+
+@pytest.mark.parametrize("text, value", [("3 MILLION", 3_000_000), ("3 Million", 3_000_000), ("4 THOUSAND", 4000)])
+def test_a_scale_word_in_capitals_is_never_dropped(text, value):
+    assert parse_answer(text).value == value
