@@ -149,6 +149,9 @@ def _prediction_window(text: str) -> str:
             text = text[:token.start()]
     if len(text) <= MAX_ANSWER_CHARS:
         return text
+    text = text.rstrip()  # trailing padding carries nothing, and must not push the answer out of the window
+    if len(text) <= MAX_ANSWER_CHARS:
+        return text
     last_marker = -1
     for match in FINAL_MARKER.finditer(text):
         last_marker = match.start()

@@ -334,3 +334,11 @@ def test_a_chat_template_token_ends_the_window():
 @pytest.mark.parametrize("text, value", [("3 MILLION", 3_000_000), ("3 Million", 3_000_000), ("4 THOUSAND", 4000)])
 def test_a_scale_word_in_capitals_is_never_dropped(text, value):
     assert parse_answer(text).value == value
+
+
+@pytest.mark.parametrize("padding", [" " * 999, "\n" * 1500, " \t" * 2000])
+def test_trailing_whitespace_never_pushes_the_answer_out_of_the_window(padding):
+    from rewards.normalize import parse_answer
+
+    parsed = parse_answer("The total is 18" + padding, prediction=True)
+    assert parsed is not None and parsed.value == 18
