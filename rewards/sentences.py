@@ -21,7 +21,15 @@ FINAL_MARKER = re.compile(
 )
 # A lone "=" (not <=, >=, ==, !=, :=) also marks the final value: "5 + 13 = 18".
 _EQUALS = re.compile(r"(?<![<>!=:])=(?!=)")
-_LEADING_PUNCT = " :;,.。，、"  # not "-": "answer is -3" keeps its sign
+# Punctuation between a marker and its value: not "-" ("answer is -3" keeps its sign), and not a "." that
+# starts a decimal ("answer is .5" is 0.5, not 5).
+_LEADING_PUNCT = re.compile(r"(?:[ :;,。，、]|\.(?!\d))*")
+
+
+def _value_after(text: str, end: int) -> str:
+    """The text after position `end`, without the punctuation that separates it from a marker."""
+    rest = text[end:]
+    return rest[_LEADING_PUNCT.match(rest).end():].strip()
 
 
 def after_last_marker(text: str) -> str:
@@ -30,7 +38,7 @@ def after_last_marker(text: str) -> str:
     for last in FINAL_MARKER.finditer(text):
         pass
     if last is not None:
-        text = text[last.end():].lstrip(_LEADING_PUNCT).strip() or text
+        text = _value_after(text, last.end()) or text
     return text
 
 
@@ -41,7 +49,7 @@ def after_single_equals(text: str) -> str:
     accept "x = 4, y = 3"; it stays whole for the symbolic path."""
     equals = list(_EQUALS.finditer(text))
     if len(equals) == 1:
-        text = text[equals[0].end():].lstrip(_LEADING_PUNCT).strip() or text
+        text = _value_after(text, equals[0].end()) or text
     return text
 
 
