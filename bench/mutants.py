@@ -38,6 +38,32 @@ Survivors judged equivalent (no behaviour changes, so no test can kill them), wi
   or rules` (check_field_values 85: the extra _check_bounds calls have no bounds, so never raise); `... or True`
   passing the default (check_field_values 96: every bounded field has a plain default, never MISSING);
   world_size's fallback "XX1XX" (13: int() fails and the except returns the same 1).
+- rewards/ (after tests/test_rewards_number_rules.py, _cleaning_rules.py and _reading_rules.py; 34 survivors in
+  all, each judged equivalent, by kind):
+  - the same value for every input: `range(0x20)` for `range(0x00, 0x20)` (cleaning._build_garbage_table 6);
+    `rfind(cmd, None, start)` / `find(tag, None)` for a 0 start (cleaning._last_boxed_content 18,
+    format._has_blocks_in_order 1); `text[None:start]` for `text[0:start]` (numbers.read_numbers 4);
+    `in_phrase = None` for False under `or`/`not` (sentences.conclusion_value 77); round(..., 7) for 6 on
+    multiples of 0.125 and 0.001 (format._xml_count 36); `type(None) is not str` only sends strings through
+    the slower checks that pass them unchanged (normalize.parse_answer 2);
+  - a value never produced: start -2 for -1 (cleaning._boxed_at 3), last_marker -2 (normalize._prediction_window
+    14), `step >= 0` (numbers.glued_single_letter 10: callers pass +1 or -1), `value <= 0` (numbers.format_number
+    51: zero returns earlier), `rstrip(None)` / `rstrip("XX0XX")` (format_number 55, 58: the fewest decimal
+    places never end in 0), a lone "=" after the chosen cue (sentences.conclusion_value 40: it is itself a cue);
+  - a condition that cannot change the result: tail[space + 1:] with no space (normalize._prediction_window 34,
+    39); a `)]}` before a sign is already a maths character (numbers.read_numbers 24, 29); the dead
+    `int_part is None or "," in int_part` guard (numbers.number_value 22, 24: a decimal comma only matches after a
+    whole part that cannot end in a comma; 300,000 random strings found no case); rules that act only without a
+    <reasoning> opener, when nothing is appended either way (language._parts 7, 14, 17, 18, 19, 23);
+  - guaranteed elsewhere: a "number" answer always has a value (normalize.normalize_answer 4,
+    matching.answers_match 19); each tag already checked to appear once (format._is_strict_format 14, 17, 19);
+    xml_count's cap above its maximum 4 x 0.125 (format._xml_count 34, 35); the unclosed part of an <answer>
+    cannot end with "</answer>" (extract.extract_xml_answer 29);
+  - speed only: language._without_maths 10 and 23 make its scan quadratic (speed belongs in benchmarks, not in
+    timed tests); its mutants that loop forever count as timeouts.
+  Why so many survived before: rewards/normalize.py and rewards/symbolic.py cache their readings (lru_cache), and
+  mutmut forks each mutant from a process that already ran the tests, so a test going through parse_answer got
+  the unmutated answer back. tests/conftest.py now empties those caches before every test.
 Survivors still to kill (real, no test in tests/test_health_rules.py yet; tests/test_health.py covers some of
 them end to end) after the last run of rules (87%: 290 killed, 45 survived, all checked): the HealthState given
 to HealthCallback being the one it uses (shared with the observer reward), the health metrics flushed from it

@@ -12,6 +12,8 @@ from transformers import TrainerControl, TrainerState
 
 from pipeline.config import HealthArguments
 from pipeline.health.rules import HealthCallback
+from pipeline.health.metrics import GARBLED_RATE as GARBLED_RATE_KEY
+from pipeline.health.metrics import REPETITION_RATE as REPETITION_RATE_KEY
 from pipeline.health.signal import FLAT_GROUP_SHARE, flat_reward_causes, no_signal_causes
 from rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES
 
@@ -522,3 +524,135 @@ def test_hacking_action_stop_stops_with_a_checkpoint():
 def test_no_hacking_warning_without_the_pattern(accuracies, rewards):
     callback = _hacking_run(accuracies, rewards, hacking_window=3)
     assert callback.warnings == [] and callback.stop_reason is None
+
+
+# --------------------------------------------------------------------------------------------
+# The rules' edges (each case a behaviour the mutation bench found unpinned)
+# --------------------------------------------------------------------------------------------
+
+
+def _args_without(output_dir=None, **fields):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**({"output_dir": str(output_dir)} if output_dir else {}), **fields)
+
+
+@pytest.mark.parametrize("logging", [{}, {"logging_steps": None}, {"logging_steps": 0}, {"logging_steps": 1}])
+def test_without_a_logging_interval_a_log_measures_the_weights_of_the_step_before(tmp_path, logging):
+    for step in (3, 4):
+        _checkpoint(tmp_path, step)
+    callback = HealthCallback(HealthArguments(on_collapse="rollback"), beta=0.0, rollbacks_left=1)
+    _on_log(callback, _args_without(tmp_path, **logging), 5, loss=math.nan)
+    assert callback.rollback_to == tmp_path / "checkpoint-3"
+    assert callback.stop_reason == "Collapse at step 5: loss is nan; rolling back to checkpoint-3."
+
+
+def test_arguments_without_an_output_dir_stop_instead_of_rolling_back():
+    callback = HealthCallback(HealthArguments(on_collapse="rollback"), beta=0.0, rollbacks_left=1)
+    control = _on_log(callback, _args_without(logging_steps=1), 5, loss=math.nan)
+    assert control.should_training_stop and control.should_save and callback.rollback_to is None
+    assert callback.stop_reason.startswith("Stopped at step 5: loss is nan (NaN/inf")
+    assert callback.stop_reason.endswith("; no checkpoint from before this step to roll back to.")
+
+
+def test_a_callback_built_without_rollbacks_left_never_rolls_back_and_reports_no_stop_as_none(tmp_path):
+    _checkpoint(tmp_path, 1)
+    callback = HealthCallback(HealthArguments(on_collapse="rollback"), beta=0.0)
+    assert callback.summary()["stop_rule"] is None and callback.summary()["stop_step"] is None
+    _on_log(callback, _args(tmp_path), 5, loss=math.nan)
+    assert callback.rollback_to is None and callback.stop_rule == "non_finite" and callback.stop_step == 5
+
+
+def test_the_flat_reward_message_names_the_default_temperature_and_group_size():
+    callback = HealthCallback(HealthArguments(flat_reward_window=1, flat_reward_action="warn"), beta=0.0)
+    _log(callback, 1, **_flat_logs(1.0, {CORRECT: 1.0}, {CORRECT: 0.5}))
+    assert "raise temperature (now 1) or num_generations (now 8)" in callback.warnings[0]
+
+
+def test_the_flat_reward_window_slides_and_a_share_at_the_threshold_counts_as_flat():
+    callback = HealthCallback(HealthArguments(flat_reward_window=2, flat_reward_threshold=0.9), beta=0.0)
+    flat = _flat_logs(0.9, {FORMAT: 0.0}, {FORMAT: 0.0})
+    _log(callback, 1, **_flat_logs(0.2, {FORMAT: 0.3}, {FORMAT: 0.1}))  # one step with signal, then two flat
+    _log(callback, 2, **flat)
+    assert callback.warnings == []
+    _log(callback, 3, **flat)
+    assert len(callback.warnings) == 1 and "90%-90% of the groups" in callback.warnings[0]
+
+
+def test_the_flat_reward_message_names_clipped_completions_as_a_cause():
+    callback = HealthCallback(HealthArguments(flat_reward_window=1), beta=0.0)
+    _log(callback, 1, **_flat_logs(1.0, {FORMAT: 0.0}, {FORMAT: 0.0}, **{"completions/clipped_ratio": 0.8}))
+    assert ("; 80% of completions hit max_completion_length: if they were on their way to </answer>, raise "
+            "max_completion_length") in callback.warnings[0]
+
+
+def test_flat_rewards_are_read_from_reward_keys_only():
+    from pipeline.health.rules import _reward_means_and_stds
+
+    window = [{"rewards/a/mean": 1.0, "rewards/a/std": 0.0},
+              {"rewards/b/mean": 0.0, "rewards/b/std": 0.0, "rewards/a/mean": 3.0, "rewards/a/std": 0.2,
+               "sampling/importance_sampling_ratio/mean": 0.9, "rewards/a/none_frac": 0.0}]
+    means, stds = _reward_means_and_stds(window)
+    assert means == {"b": 0.0, "a": 2.0} and stds == {"b": 0.0, "a": 0.1}  # the latest log's rewards
+
+
+def test_warnings_of_different_rules_do_not_silence_each_other():
+    callback = HealthCallback(HealthArguments(garbled_window=1, garbled_action="warn"), beta=0.0)
+    _log(callback, 1, loss=0.0, **{REPETITION_RATE_KEY: 0.99})
+    _log(callback, 2, loss=0.0, **{GARBLED_RATE_KEY: 0.99})
+    assert [w.split(":")[0] for w in callback.warnings] == ["step 1", "step 2"]
+
+
+def test_current_beta_is_the_attached_trainers_even_when_something_else_changed_it():
+    from types import SimpleNamespace
+
+    trainer = SimpleNamespace(beta=0.04)
+    callback = HealthCallback(HealthArguments(), beta=0.04).attach(trainer)
+    trainer.beta = 0.2
+    assert callback.current_beta() == 0.2
+
+
+def test_a_log_event_without_logs_changes_nothing():
+    callback = HealthCallback(HealthArguments(), beta=0.0)
+    control = TrainerControl()
+    assert callback.on_log(None, TrainerState(global_step=1), control, logs=None) is control
+    assert not control.should_training_stop and callback.warnings == []
+
+
+def test_adaptive_beta_records_the_step_of_each_change():
+    from types import SimpleNamespace
+
+    callback = HealthCallback(HealthArguments(adaptive_beta=True, kl_target=0.01), beta=0.04).attach(
+        SimpleNamespace(beta=0.04))
+    _log(callback, 7, loss=0.0, kl=1.0)
+    assert [step for step, _ in callback.beta_history] == [7]
+
+
+@pytest.mark.parametrize("accuracies, rewards, fires", [
+    ([0.8, 0.8, 0.6], [1.0, 1.5, 2.0], True),    # a plateau, then a fall: never rose, so it counts
+    ([0.8, 0.7, 0.6], [2.0, 2.0, 2.0], False),   # the reward did not rise
+    ([0.8, 0.7, 0.6], [1.0, 2.0, 0.5], False),   # it rose, then fell below where it started
+    ([0.5, 0.9, 0.8, 0.7], [1.0, 1.2, 1.5, 2.0], True),  # the window slides past an earlier rise
+])
+def test_the_hacking_pattern_edges(accuracies, rewards, fires):
+    callback = _hacking_run(accuracies, rewards, hacking_window=3)
+    assert bool(callback.warnings) is fires
+
+
+def test_the_hacking_noise_allowance_uses_the_first_and_the_last_evals_sizes():
+    """A fall from 50% over 1,000 problems to 44% over 1,000 is past chance, but not if the middle eval's size,
+    20, were used for either end."""
+    from pipeline.health.rules import accuracy_noise
+
+    assert 0.06 > accuracy_noise(0.5, 0.44, 1000, 1000) and 0.06 < accuracy_noise(0.5, 0.44, 20, 1000)
+    callback = HealthCallback(HealthArguments(hacking_window=3), beta=0.0)
+    for step, (accuracy, n) in enumerate([(0.5, 1000), (0.47, 20), (0.44, 1000)], start=1):
+        _log(callback, step, loss=0.0, reward=float(step), **{"eval/accuracy": accuracy, "eval/n": n})
+    assert len(callback.warnings) == 1
+
+
+def test_unknown_eval_sizes_allow_no_noise():
+    from pipeline.health.rules import accuracy_noise
+
+    assert accuracy_noise(0.9, 0.5, None, 100) == 0.0 == accuracy_noise(0.9, 0.5, 100, None)
+    assert accuracy_noise(0.9, 0.5, 0, 0) == 0.0
