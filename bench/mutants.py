@@ -65,11 +65,13 @@ Survivors judged equivalent (no behaviour changes, so no test can kill them), wi
   Why so many survived before: rewards/normalize.py and rewards/symbolic.py cache their readings (lru_cache), and
   mutmut forks each mutant from a process that already ran the tests, so a test going through parse_answer got
   the unmutated answer back. tests/conftest.py now empties those caches before every test.
-Survivors still to kill (real, no test in tests/test_health_rules.py yet; tests/test_health.py covers some of
-them end to end) after the last run of rules (87%: 290 killed, 45 survived, all checked): the HealthState given
-to HealthCallback being the one it uses (shared with the observer reward), the health metrics flushed from it
-into `logs`, attach() copying beta into that state, _check_settings' field name, the None check of
-_adapt_beta's kl, and the logging_nan_inf_filter default.
+- pipeline/health/rules.py (94% after the tests of its edges in tests/test_guardrails.py and
+  tests/test_health_rules.py; 41 survivors, these kinds): log and message prose (above); `should_save = None` and
+  `getattr(args, "logging_nan_inf_filter", None)` (falsy exactly like False where transformers tests them);
+  `self._args = ""` before the first log (falsy: _checkpoint_before returns None as for None); the headline's
+  `split(" (")` without a maxsplit or with 2 (the first part either way) and `rsplit` (each collapse rule's detail
+  holds one " ("); `key.startswith("rewards/") or key.endswith("/mean")` (the wrong names it adds have no
+  `rewards/<name>/mean` key, so they are dropped); `getattr(..., "logging_steps", None) or 1` (None or 1 is 1).
 Survivors that were real gaps got tests (tests/test_checkpoints.py: a signal turns the next step end into save +
 stop, corrupt checkpoints of later runs join the same corrupt/ folder with their reasons, an empty weights file
 is no weights; tests/test_data_cleaning.py: float answers, columns of different lengths, the first 20 rejected ids, an empty

@@ -656,3 +656,12 @@ def test_unknown_eval_sizes_allow_no_noise():
 
     assert accuracy_noise(0.9, 0.5, None, 100) == 0.0 == accuracy_noise(0.9, 0.5, 100, None)
     assert accuracy_noise(0.9, 0.5, 0, 0) == 0.0
+
+
+def test_a_log_over_several_steps_rolls_back_before_all_the_weights_it_measured(tmp_path):
+    """logging_steps 2: the log at step 7 measured the weights after steps 5 and 6, so checkpoint-5 is out too."""
+    for step in (2, 5):
+        _checkpoint(tmp_path, step)
+    callback = HealthCallback(HealthArguments(on_collapse="rollback"), beta=0.0, rollbacks_left=1)
+    _on_log(callback, _args(tmp_path, logging_steps=2), 7, loss=math.nan)
+    assert callback.rollback_to == tmp_path / "checkpoint-2"

@@ -340,3 +340,18 @@ def test_arguments_without_the_nan_filter_are_left_as_they_are():
     args = SimpleNamespace(output_dir="unused")
     _callback().on_train_begin(args, TrainerState(), TrainerControl())
     assert not hasattr(args, "logging_nan_inf_filter")
+
+
+@pytest.mark.parametrize("on_collapse, done, left", [("rollback", 0, 3), ("rollback", 2, 1), ("stop", 0, 0)])
+def test_the_run_builds_its_health_rules_from_the_config(qwen_tokenizer, on_collapse, done, left):
+    from pipeline.config import PipelineConfig
+    from pipeline.health.rules import build_health
+
+    cfg = PipelineConfig().replace(temperature=0.7, num_generations=6, beta=0.05, on_collapse=on_collapse,
+                                   max_rollbacks=3)
+    observer, callback = build_health(cfg, qwen_tokenizer, rollbacks_done=done)
+    assert observer.__name__ == "health" and callback.settings is cfg.health
+    assert (callback.temperature, callback.num_generations, callback.beta) == (0.7, 6, 0.05)
+    assert callback.rollbacks_left == left and callback.state.beta == 0.05
+    observer(completions=["<answer>4</answer>"], completion_ids=[[19, 20]], log_metric=lambda *a: None)
+    assert callback.state.batches == 1  # the observer and the callback share one state
