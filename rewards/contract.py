@@ -189,7 +189,7 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
                 raise failure(err, prompts, completions, kwargs) from err
             return finish(output, prompts, completions, kwargs)
 
-        return guarded_async
+        return guarded_async if hold is None else _holding(guarded_async, hold)
 
     @functools.wraps(func)
     def guarded(prompts=None, completions=None, **kwargs):
