@@ -22,7 +22,8 @@ Survivors judged equivalent (no behaviour changes, so no test can kill them), wi
   pure ASCII and reads the same in every locale encoding Python supports.
 - pipeline/run/checkpoints.py set_aside_corrupt's and _move_aside's time.strftime format and _move_aside's
   collision counter's start and step (any format and count keep the names unique and the folder under previous/,
-  which is all that is relied on; a test sets aside twice within one second), and resolve_resume passing
+  which is all that is relied on; a test sets aside twice within one second), resume_command's `skip = None`
+  (falsy like False), and resolve_resume passing
   `log` on (only where the note is printed); GracefulStop._handle's printed note and its flush.
 - log and message text (logger.info/warning/error strings, the prose of RuntimeError/ConfigError messages past
   the field name and numbers the tests pin): for a human, not a contract. Most of pipeline/health/rules.py's
