@@ -23,7 +23,10 @@ Survivors judged equivalent (no behaviour changes, so no test can kill them), wi
 - pipeline/run/checkpoints.py set_aside_corrupt's and _move_aside's time.strftime format and _move_aside's
   collision counter's start and step (any format and count keep the names unique and the folder under previous/,
   which is all that is relied on; a test sets aside twice within one second), resume_command's `skip = None`
-  (falsy like False), and resolve_resume passing
+  (falsy like False); stage_checkpoint_saves' `save(trainer, None, trial)` (transformers 5.17
+  Trainer._save_checkpoint saves self.model, not its `model` argument), `trial=None` (trial is None outside a
+  hyperparameter search) and `shutil.rmtree(None, ignore_errors=True)` before the save (a no-op; stale staging
+  folders are removed at start by remove_staging_leftovers); and resolve_resume passing
   `log` on (only where the note is printed); GracefulStop._handle's printed note and its flush.
 - log and message text (logger.info/warning/error strings, the prose of RuntimeError/ConfigError messages past
   the field name and numbers the tests pin): for a human, not a contract. Most of pipeline/health/rules.py's

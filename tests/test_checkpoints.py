@@ -363,3 +363,44 @@ def test_a_checkpoints_size_is_estimated_from_the_trained_parameters_only():
     model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 5))  # 110 + 55 parameters
     model[0].requires_grad_(False)
     assert save_size_estimate(model) == int(55 * 12 * 1.1)  # fp32 weights + Adam's two moments, + 10%
+
+
+def test_a_storage_failure_during_a_save_names_the_run_folder_the_size_and_how_to_resume(tmp_path):
+    import errno
+    from types import SimpleNamespace
+
+    import torch
+
+    from env.disk import StorageError
+    from pipeline.run.checkpoints import save_size_estimate, storage_errors_are_resumable
+
+    model = torch.nn.Linear(512, 512)
+    trainer = SimpleNamespace(model=model)
+    with pytest.raises(StorageError) as err:
+        with storage_errors_are_resumable(trainer, tmp_path):
+            raise RuntimeError("safetensors write failed (os error 28)")
+    assert err.value.where == tmp_path and err.value.needed_bytes == save_size_estimate(model)
+    assert err.value.errno == errno.ENOSPC
+    assert str(err.value).endswith(f"then resume with the same command (--resume auto continues from the newest "
+                                   f"complete checkpoint in {tmp_path}).")
+    with pytest.raises(ValueError, match="not a storage problem"):  # anything else passes through as it is
+        with storage_errors_are_resumable(trainer, tmp_path):
+            raise ValueError("not a storage problem")
+
+
+@pytest.mark.slow
+def test_staged_saves_record_the_weight_shape_and_keep_save_total_limit(tmp_path):
+    from pipeline.run.checkpoints import SHAPE_NAME, weight_shape
+    from pipeline.train import run_training
+    from train_helpers import demo_config
+
+    run_dir = tmp_path / "run"
+    cfg = demo_config(run_dir, max_steps=3, save_steps=1, save_total_limit=2)
+    assert run_training(cfg).status == "completed"
+    assert [p.name for p in list_checkpoints(run_dir)] == ["checkpoint-2", "checkpoint-3"]  # the oldest rotated out
+    for checkpoint in list_checkpoints(run_dir):
+        assert json.loads((checkpoint / SHAPE_NAME).read_text()) == json.loads(json.dumps(weight_shape(cfg)))
+        assert checkpoint_problem(checkpoint) is None
+        assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == int(
+            checkpoint.name.split("-")[1])
+    assert not [p for p in run_dir.iterdir() if p.name.startswith(".checkpoint-")]  # no staging folder left
