@@ -4,6 +4,8 @@ the report."""
 import unicodedata
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeline.config import DEFAULT_SYSTEM_PROMPT, ConfigError, PipelineConfig
 from pipeline.data.prepare import DataError, prepare_dataset
@@ -232,3 +234,56 @@ def test_a_gsm8k_answer_whose_final_answer_reads_empty_is_unparseable_not_kept(e
 
     rows, rejected = clean_rows(["What is 3 + 4?"], ["3 + 4 = 7\n#### 7"], ["row"], lambda text: extracted)
     assert rows == [] and rejected.ids_by_reason == {"unparseable_answer": ["row"]}
+
+
+# --- the worked solution and the scorable flag, over their classes -----------------------------------------
+
+# Answer texts, with none, one or several GSM8K markers and calculator notes; never a marker split across parts.
+_PART = st.text(st.characters(blacklist_characters="#<>", blacklist_categories=("Cs",)), max_size=12)
+_NOTE = st.builds(lambda a, b: f"<<{a}={b}>>{b}", st.integers(0, 99), st.integers(0, 99))
+_SEGMENT = st.lists(st.one_of(_PART, _NOTE), max_size=3).map("".join)
+
+
+@given(value=st.one_of(st.integers(), st.floats(), st.booleans(), st.lists(st.text(max_size=3), max_size=2),
+                       st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2)),
+       segments=st.lists(_SEGMENT, min_size=1, max_size=4))
+def test_a_solution_field_value_that_is_not_text_gives_no_worked_solution_whatever_the_answer(value, segments):
+    """A number, list or mapping in solution_field is not a worked solution: "" for an answer with or without
+    `####`, never a slice of the answer."""
+    from pipeline.data.clean import worked_solution
+
+    assert worked_solution(value, "####".join(segments)) == ""
+
+
+@given(segments=st.lists(_SEGMENT, min_size=2, max_size=5))
+def test_the_worked_solution_is_the_text_before_the_last_marker_where_the_final_answer_starts(segments):
+    """The reference is read after the LAST `####` (extract_hash_answer), so the worked solution is everything
+    before that one, earlier markers included, calculator notes removed."""
+    from pipeline.data.clean import CALCULATOR_NOTE, worked_solution
+
+    answer = "####".join(segments)
+    expected = clean_text(CALCULATOR_NOTE.sub("", "####".join(segments[:-1])))
+    assert worked_solution(None, answer) == expected
+    assert answer.rfind("####") == len("####".join(segments[:-1]))  # the same marker extract_hash_answer reads
+
+
+def test_an_answer_with_two_markers_trains_on_its_last_final_answer_and_the_solution_before_it():
+    from pipeline.data.clean import clean_rows
+
+    answer = "First try: 3 + 4 = 8\n#### 8\nCorrected: 3 + 4 = <<3+4=7>>7\n#### 7"
+    rows, _ = clean_rows(["What is 3 + 4?"], [answer], ["row"], extract_hash_answer)
+    assert [(row.answer, row.solution) for row in rows] == [
+        ("7", "First try: 3 + 4 = 8\n#### 8\nCorrected: 3 + 4 = 7")]
+
+
+@given(answers=st.lists(st.one_of(st.integers(-999, 999), st.text(min_size=1, max_size=8).filter(str.strip)),
+                        min_size=1, max_size=6))
+def test_without_a_scorability_checker_every_kept_row_is_scorable_and_none_is_listed_as_kept_unscorable(answers):
+    """keep_unscorable only lists rows a checker judged unscorable; with no checker, nothing was judged."""
+    from pipeline.data.clean import clean_rows
+
+    ids = [f"r{i}" for i in range(len(answers))]
+    rows, rejected = clean_rows([f"Q{i}?" for i in ids], answers, ids, lambda text: text.split("####")[-1].strip()
+                                or None, keep_unscorable=True)
+    assert rows and all(row.scorable is True for row in rows)
+    assert rejected.unscorable_kept == [] and rejected.answers_checked == 0
