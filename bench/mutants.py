@@ -135,7 +135,10 @@ TARGETS = (
     # clean_rows' scorable-answer and worked-solution rules are tested with the user-data cases of test_data_own.py
     Target("clean", "pipeline", "pipeline/data/clean.py", ("tests/test_data_cleaning.py", "tests/test_data_own.py"),
            pytest_args=("-m", "not slow")),
-    Target("checkpoints", "pipeline", "pipeline/run/checkpoints.py", ("tests/test_checkpoints.py",)),
+    # Its rules are tested fast in test_checkpoints_rules.py (crafted folders, a real transformers Trainer over a
+    # tiny LoRA model); the real GRPO runs of test_checkpoints.py (-m slow) reach most functions on every mutant.
+    Target("checkpoints", "pipeline", "pipeline/run/checkpoints.py",
+           ("tests/test_checkpoints.py", "tests/test_checkpoints_rules.py"), pytest_args=("-m", "not slow")),
     # The flat-reward, hacking and rollback rules are tested in test_guardrails.py; its real CPU runs (-m slow)
     # reach every rule on every mutant and would not fit the budget, and its callback-level tests pin the rules.
     Target("rules", "pipeline", "pipeline/health/rules.py", ("tests/test_health_rules.py", "tests/test_guardrails.py"),
@@ -193,13 +196,20 @@ def run_target(target: Target, budget_s: float, children: int) -> dict:
         env.pop("PYTHONPATH", None)
         start = time.time()
         timed_out = False
+        log = scratch / "mutmut-run.log"
         try:
-            subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(children)], cwd=scratch,
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=budget_s,
-                           check=False)
+            with open(log, "wb") as out:
+                subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(children)],
+                               cwd=scratch, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=budget_s,
+                               check=False)
         except subprocess.TimeoutExpired:
             timed_out = True
         statuses = results(scratch)
+        if not any(status in ("killed", "survived") for status in statuses.values()):
+            # mutmut stops before any mutant when the selected tests fail unmutated (or it cannot start): say why
+            tail = log.read_bytes()[-3000:].decode("utf-8", "replace").replace("\r", "\n").splitlines()
+            print(f"{target.name}: no mutant was checked; mutmut's last lines:", *tail[-25:], sep="\n    ",
+                  file=sys.stderr)
         counts: dict[str, int] = {}
         for status in statuses.values():
             counts[status] = counts.get(status, 0) + 1
