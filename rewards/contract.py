@@ -39,6 +39,14 @@ def reward_name(func: Any) -> str:
     return getattr(func, "__name__", None) or type(func).__name__
 
 
+def is_async_reward(func: Any) -> bool:
+    """Whether calling `func` returns a coroutine, read as TRL 1.15 reads it (trl.trainer.utils
+    `is_async_callable`): through functools.partial, and on a callable instance's `__call__`."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+
+
 def _short(value: Any, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -175,12 +183,12 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
             return RewardFailure(name, f"cannot be called the way TRL calls it ({err}). Write it as "
                                  "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
                                  f"{', '.join(sorted(kwargs))} (docs/rewards.md).")
-        index = _first_failing(func, prompts, completions, kwargs) if not inspect.iscoroutinefunction(func) else None
+        index = _first_failing(func, prompts, completions, kwargs) if not is_async_reward(func) else None
         where = f" on {_sample(index, prompts, completions, kwargs)}" if index is not None else (
             f" on a batch of {len(completions)} completions (first: {_sample(0, prompts, completions, kwargs)})")
         return RewardFailure(name, f"raised {type(err).__name__}: {err}{where}")
 
-    if inspect.iscoroutinefunction(func):  # TRL runs async rewards concurrently; keep them async
+    if is_async_reward(func):  # TRL runs async rewards concurrently; keep them async
         @functools.wraps(func)
         async def guarded_async(prompts=None, completions=None, **kwargs):
             try:

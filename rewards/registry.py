@@ -8,6 +8,7 @@ returned here keep their notebook `__name__` and dashboards match the notebook's
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import numbers
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rewards.contract import is_async_reward
 from rewards.correctness import CORRECT_REWARD, INTEGER_REWARD, correctness_reward_func, int_reward_func
 from rewards.format import (
     FORMAT_REWARD,
@@ -93,7 +95,15 @@ def resolve_reward(name: str | RewardFunc) -> RewardFunc:
 
 
 def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
-    """Resolve a list of reward names (see `resolve_reward`), in order.
+    """Resolve a list of reward names (see `resolve_reward`), in order, each under the name TRL logs it by.
+
+    TRL names a reward by its `__name__` (`rewards/<name>/mean`, and its completions table); so do the
+    contract's messages, the plots and the health rules. A callable without one of its own (an instance of a
+    class with `__call__`, a `functools.partial`, a lambda) is named after the attribute it was loaded as
+    (`scoring:length_penalty` -> `length_penalty`), and two different rewards with the same name (`a:score`,
+    `b:score`) after their whole spec (`a.score`, `b.score`): otherwise TRL would log them under one key, and
+    each of their means would be the two mixed. The function returned carries that name (a thin wrapper where
+    the callable's own `__name__` differs).
 
     Raises ValueError for a bare string (write a list), an empty list, or a reward listed
     twice (TRL would log both under the same name and weights would be ambiguous).
@@ -107,14 +117,50 @@ def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
     if not names:
         raise ValueError(f"the list is empty; use e.g. {DEFAULT_REWARDS}.")
     funcs = [resolve_reward(n) for n in names]
-    seen: dict[str, Any] = {}
+    first_listed: dict[int, Any] = {}
     for name, func in zip(names, funcs):
-        label = getattr(func, "__name__", repr(func))
-        if label in seen:
-            raise ValueError(f"{name!r} and {seen[label]!r} are the same reward "
-                             f"({label}); list each reward once and give it a weight instead.")
-        seen[label] = name
-    return funcs
+        if id(func) in first_listed:
+            raise ValueError(f"{name!r} and {first_listed[id(func)]!r} are the same reward "
+                             f"({_own_name(name, func)}); list each reward once and give it a weight instead.")
+        first_listed[id(func)] = name
+    labels = [_own_name(name, func) for name, func in zip(names, funcs)]
+    shared = {label for label in labels if labels.count(label) > 1}
+    labels = [_spec_name(name) or label if label in shared else label for name, label in zip(names, labels)]
+    for label in set(labels):
+        if labels.count(label) > 1:
+            listed = [name for name, other in zip(names, labels) if other == label]
+            raise ValueError(f"{listed} would all be logged as rewards/{label}/mean; give each its own name "
+                             "(a function's __name__, or load each as 'module:name').")
+    return [func if getattr(func, "__name__", None) == label else _named(func, label)
+            for func, label in zip(funcs, labels)]
+
+
+def _spec_name(spec: Any) -> str | None:
+    """'my_rewards:scorers.length' -> 'my_rewards.scorers.length'; None for anything but a 'module:attr' spec."""
+    return spec.strip().replace(":", ".") if isinstance(spec, str) and ":" in spec else None
+
+
+def _own_name(spec: Any, func: RewardFunc) -> str:
+    """A reward's own name: its __name__, else the last part of the attribute it was loaded as, else its type's."""
+    name = getattr(func, "__name__", None)
+    if isinstance(name, str) and name.isidentifier():  # not "<lambda>", not a partial's missing one
+        return name
+    spec = _spec_name(spec)
+    return spec.rpartition(".")[2] if spec else type(func).__name__
+
+
+def _named(func: RewardFunc, name: str) -> RewardFunc:
+    """`func` under `name`, async if it is (TRL runs async rewards concurrently). functools.update_wrapper sets
+    __wrapped__, so inspect.signature (the contract's check of TRL's call) still reads func's parameters."""
+    if is_async_reward(func):
+        async def named(*args: Any, **kwargs: Any) -> Any:
+            return await func(*args, **kwargs)
+    else:
+        def named(*args: Any, **kwargs: Any) -> Any:
+            return func(*args, **kwargs)
+    functools.update_wrapper(named, func)
+    named.__name__ = named.__qualname__ = name
+    return named
 
 
 def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) -> list[float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import subprocess
 import sys
@@ -148,3 +149,116 @@ def test_plugin_in_the_current_folder_is_found(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     assert resolve_reward("cwd_reward_plugin:f")(prompts=[""], completions=[""]) == [1.0]
+
+
+# --- every kind of callable a user can name, under the name TRL logs it by ------------------------------------
+
+USER_SCORES = '''
+import functools
+
+
+def plain(prompts, completions, **kwargs):
+    return [1.0 for _ in completions]
+
+
+async def coro(prompts, completions, **kwargs):
+    return [2.0 for _ in completions]
+
+
+lam = lambda prompts, completions, **kwargs: [3.0 for _ in completions]  # noqa: E731
+
+
+def _scaled(prompts, completions, factor, **kwargs):
+    return [factor for _ in completions]
+
+
+half = functools.partial(_scaled, factor=0.5)
+double = functools.partial(_scaled, factor=2.0)
+
+
+class Scorer:
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, prompts, completions, **kwargs):
+        return [self.value for _ in completions]
+
+
+class AsyncScorer:
+    async def __call__(self, prompts, completions, **kwargs):
+        return [7.0 for _ in completions]
+
+
+low, high, remote = Scorer(4.0), Scorer(5.0), AsyncScorer()
+
+
+class Holder:
+    @staticmethod
+    def static(prompts, completions, **kwargs):
+        return [6.0 for _ in completions]
+
+
+same_as_plain = plain
+'''
+
+# spec -> (the name it is logged under, the value it gives, async?)
+USER_KINDS = {
+    "user_scores:plain": ("plain", 1.0, False),
+    "user_scores:coro": ("coro", 2.0, True),
+    "user_scores:lam": ("lam", 3.0, False),  # a lambda's own name is "<lambda>"
+    "user_scores:half": ("half", 0.5, False),  # two partials of one function: each its own name
+    "user_scores:double": ("double", 2.0, False),
+    "user_scores:low": ("low", 4.0, False),  # two instances of one class: each its own name
+    "user_scores:high": ("high", 5.0, False),
+    "user_scores:remote": ("remote", 7.0, True),  # an instance with an async __call__
+    "user_scores:Holder.static": ("static", 6.0, False),
+}
+
+
+@pytest.fixture
+def user_scores(tmp_path, monkeypatch):
+    (tmp_path / "user_scores.py").write_text(USER_SCORES, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "user_scores", raising=False)
+    return tmp_path
+
+
+def _call(func, n=3):
+    import asyncio
+
+    from rewards.contract import guard_reward
+
+    completions = [[{"role": "assistant", "content": "x"}]] * n
+    output = guard_reward(func, hold=lambda failure: pytest.fail(str(failure)))(
+        prompts=[[{"role": "user", "content": "q"}]] * n, completions=completions, answer=["1"] * n)
+    return asyncio.run(output) if inspect.isawaitable(output) else output
+
+
+def test_every_kind_of_callable_is_logged_under_its_own_distinct_name_and_called_as_it_is(user_scores):
+    """A function, an async one, a lambda, functools.partials, callable instances (sync and async) and a
+    staticmethod, all in one list: each keeps a name of its own (TRL's rewards/<name>/mean), the guard keeps it,
+    and each is called (and awaited) as what it is."""
+    from rewards.contract import guard_reward, is_async_reward
+
+    specs = list(USER_KINDS)
+    funcs = get_reward_funcs(specs)
+    assert [f.__name__ for f in funcs] == [name for name, _, _ in USER_KINDS.values()]
+    for spec, func in zip(specs, funcs):
+        name, value, is_async = USER_KINDS[spec]
+        assert guard_reward(func).__name__ == name and is_async_reward(func) == is_async, spec
+        assert _call(func) == [value] * 3, spec
+
+
+def test_two_rewards_with_one_name_are_logged_under_their_whole_specs(user_scores):
+    for module in ("scores_a", "scores_b"):
+        (user_scores / f"{module}.py").write_text(
+            f"def score(completions, **kwargs):\n    return [{module == 'scores_b':d}.0 for _ in completions]\n")
+    funcs = get_reward_funcs(["scores_a:score", "scores_b:score", "correctness"])
+    assert [f.__name__ for f in funcs] == ["scores_a.score", "scores_b.score", "correctness_reward_func"]
+    assert [_call(f, 1) for f in funcs[:2]] == [[0.0], [1.0]]
+
+
+def test_the_same_reward_listed_twice_under_two_names_is_refused(user_scores):
+    with pytest.raises(ValueError, match=r"'user_scores:same_as_plain' and 'user_scores:plain' are the same reward "
+                                         r"\(plain\)"):
+        get_reward_funcs(["user_scores:plain", "user_scores:same_as_plain"])

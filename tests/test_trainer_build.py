@@ -59,3 +59,23 @@ def test_model_card_names_a_hub_base_and_dataset_and_skips_local_ones(built):
 def test_is_hub_id():
     assert is_hub_id("Qwen/Qwen2.5-0.5B-Instruct")
     assert not is_hub_id("tiny-demo") and not is_hub_id(None) and not is_hub_id("a/b/c")
+
+
+def test_trls_trainer_logs_each_reward_under_the_name_the_pipeline_gave_it(tmp_path, monkeypatch):
+    """Callable instances and functools.partials used to reach TRL's GRPOTrainer as our guard's wrapper, so TRL
+    logged them as rewards/held/mean, all under that one key. TRL reads the name with get_callable_name."""
+    (tmp_path / "scoring.py").write_text(
+        "import functools\n\n\nclass Scorer:\n    def __init__(self, value):\n        self.value = value\n\n"
+        "    def __call__(self, completions, **kwargs):\n        return [self.value for _ in completions]\n\n\n"
+        "def _scaled(completions, factor, **kwargs):\n    return [factor for _ in completions]\n\n\n"
+        "low, high = Scorer(0.0), Scorer(1.0)\nhalf = functools.partial(_scaled, factor=0.5)\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = demo_config(tmp_path / "run", reward_funcs=["correctness", "scoring:low", "scoring:high", "scoring:half"],
+                      reward_weights=[1.0, 1.0, 1.0, 1.0])
+    out = Path(cfg.grpo.output_dir)
+    out.mkdir(parents=True)
+    model, tokenizer = plain.load_for_training(cfg)
+    prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
+    trainer, _ = build_trainer(cfg, plain, model, tokenizer, prepared, plain.peft_config(cfg), out, None)
+    assert trainer.reward_func_names[:4] == ["correctness_reward_func", "low", "high", "half"]  # then the health
+    # monitor's zero-weight probe (pipeline/health)
