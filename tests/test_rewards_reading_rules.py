@@ -415,19 +415,17 @@ def correctness_reward_func_lookalike(prompts=None, completions=None, **kwargs):
 correctness_reward_func_lookalike.__name__ = "correctness_reward_func"
 
 
-def test_rewards_are_told_apart_by_name_then_repr():
+def test_rewards_are_told_apart_by_the_name_they_are_logged_under():
     first, second = _Nameless("a"), _Nameless("b")
-    assert get_reward_funcs([first, second]) == [first, second]
-    assert get_reward_funcs(["int", first]) == [resolve_reward("int"), first]
-    with pytest.raises(ValueError) as err:
-        get_reward_funcs([first, _Nameless("a")])
-    assert str(err.value) == ("Nameless(a) and Nameless(a) are the same reward (Nameless(a)); "
-                              "list each reward once and give it a weight instead.")
-    with pytest.raises(ValueError) as err:  # TRL would log both as rewards/correctness_reward_func
-        get_reward_funcs(["correctness", correctness_reward_func_lookalike])
-    assert str(err.value).startswith("<function correctness_reward_func")
-    assert str(err.value).endswith(" and 'correctness' are the same reward (correctness_reward_func); "
-                                   "list each reward once and give it a weight instead.")
+    named = get_reward_funcs(["int", first])
+    assert [f.__name__ for f in named] == ["int_reward_func", "_Nameless"] and named[0] is resolve_reward("int")
+    assert named[1](completions=["x", "y"]) == [0.0, 0.0]
+    for listed, key in (([first, second], "_Nameless"), ([first, _Nameless("a")], "_Nameless"),
+                        (["correctness", correctness_reward_func_lookalike], "correctness_reward_func")):
+        with pytest.raises(ValueError) as err:  # TRL would log both under one key, their means mixed
+            get_reward_funcs(listed)
+        assert str(err.value) == (f"{listed} would all be logged as rewards/{key}/mean; give each its own name "
+                                  "(a function's __name__, or load each as 'module:name').")
     with pytest.raises(ValueError) as err:
         get_reward_funcs(["correctness", "correctness_reward_func"])
     assert str(err.value) == ("'correctness_reward_func' and 'correctness' are the same reward "
