@@ -170,13 +170,36 @@ def _scaled(match: re.Match[str]) -> str:
     return format_number(Fraction(match[1]) * SCALE[match[2].lower()])
 
 
+# A whole number and a fraction in words is one number: "2 and a half hours" is 2.5, never 2 (the reader took
+# the 2 and left "and a half" as prose, so "2 and a half" was rewarded against a reference of 2). Likewise
+# Chinese "2个半小时" (2.5 hours) and the mixed number "2又1/2".
+_FRACTION_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3,
+                   "half": 2, "halves": 2, "third": 3, "thirds": 3, "quarter": 4, "quarters": 4, "fourth": 4,
+                   "fourths": 4}
+_AND_A_FRACTION = re.compile(r"(?<![\d.,/])(\d+)\s+and\s+(an?|one|two|three)\s+"
+                             r"(half|halves|thirds?|quarters?|fourths?)\b", re.IGNORECASE)
+_AND_A_HALF_ZH = re.compile(r"(?<![\d.,/])(\d+)\s*个半")
+_MIXED_ZH = re.compile(r"(?<![\d.,/])(\d+)\s*又\s*(?=\d+\s*/\s*\d+(?![\d.,/]))")
+
+
+def _and_a_fraction(match: re.Match[str]) -> str:
+    value = int(match[1]) + Fraction(_FRACTION_WORDS[match[2].lower()], _FRACTION_WORDS[match[3].lower()])
+    return format_number(value)
+
+
 def simplify_prose(text: str) -> str:
     if "*" in text or "_" in text:
         text = _MARKDOWN_EMPHASIS.sub("", text)
     if "(" in text:
         text = _WORD_PARENTHETICAL.sub(" ", text)
+    if " and " in text.lower():
+        text = _AND_A_FRACTION.sub(_and_a_fraction, text)
+    if "半" in text:
+        text = _AND_A_HALF_ZH.sub(lambda match: format_number(int(match[1]) + Fraction(1, 2)) + "个", text)
     if "/" in text:
         text = _UNIT_SLASH_LETTER.sub("", _UNIT_SLASH_WORD.sub("", text))
+        if "又" in text:
+            text = _MIXED_ZH.sub(r"\1 ", text)
         text = _MIXED_NUMBER.sub(mixed_fraction, text)
     if "^" in text:
         text = _POWER_UNIT.sub(r"\1", text)

@@ -185,6 +185,39 @@ def test_an_improper_mixed_number_is_never_read_as_one_glued_number(text):
     assert normalize_answer(text) not in ("11.5", "4")
 
 
+# --- a whole number and a fraction in words ----------------------------------------------------------------
+
+_FRACTIONS = {"a half": Fraction(1, 2), "one half": Fraction(1, 2), "a third": Fraction(1, 3),
+              "two thirds": Fraction(2, 3), "a quarter": Fraction(1, 4), "three quarters": Fraction(3, 4),
+              "one fourth": Fraction(1, 4), "an half": Fraction(1, 2), "two halves": Fraction(1)}
+
+
+@settings(max_examples=120, deadline=None)
+@given(whole=st.integers(0, 10**6), words=st.sampled_from(sorted(_FRACTIONS)),
+       form=st.sampled_from(["{n} and {w}", "{n} And {w} hours", "It took {n} and {w} days.",
+                             "The answer is {n} and {w}.", "{n} AND {W}", "{n}个半", "{n}个半小时", "{n}又1/2"]))
+def test_a_whole_number_and_a_fraction_in_words_is_one_number_never_the_whole_alone(whole, words, form):
+    """"2 and a half hours" is 2.5: read as 2 it was rewarded against a reference of 2. As a prediction and as a
+    reference, whatever the case, the words around it and the language ("2个半" = 2.5, "2又1/2" = 5/2)."""
+    from rewards.matching import answers_match
+
+    text = form.format(n=whole, w=words, W=words.upper())
+    value = whole + (Fraction(1, 2) if "半" in form or "又" in form else _FRACTIONS[words])
+    for prediction in (True, False):
+        parsed = parse_answer(text, prediction=prediction)
+        assert parsed.kind == "number" and parsed.value == value, (text, prediction)
+    if value != whole:
+        assert not answers_match(text, str(whole)) and not answers_match(str(whole), text)
+    assert answers_match(text, str(value.numerator / value.denominator if value.denominator in (2, 4)
+                                   else f"{value.numerator}/{value.denominator}"))
+
+
+@pytest.mark.parametrize("text", ["Tom and a half", "2 and 1/2", "2,5 and a half", "1/2 and a half", "两个半",
+                                  "2 and a halfway point", "2.5 and a half"])
+def test_a_fraction_word_not_after_a_whole_number_is_left_as_it_is(text):
+    assert simplify_prose(text) == " ".join(text.split())
+
+
 # --- scale words -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, expected", [
