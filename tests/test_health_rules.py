@@ -355,3 +355,24 @@ def test_the_run_builds_its_health_rules_from_the_config(qwen_tokenizer, on_coll
     assert callback.rollbacks_left == left and callback.state.beta == 0.05
     observer(completions=["<answer>4</answer>"], completion_ids=[[19, 20]], log_metric=lambda *a: None)
     assert callback.state.batches == 1  # the observer and the callback share one state
+
+
+def test_a_run_that_has_not_rolled_back_yet_has_every_rollback_left(qwen_tokenizer):
+    from pipeline.config import PipelineConfig
+    from pipeline.health.rules import build_health
+
+    cfg = PipelineConfig().replace(on_collapse="rollback", max_rollbacks=2)
+    assert build_health(cfg, qwen_tokenizer)[1].rollbacks_left == 2
+
+
+def test_the_runs_observer_measures_completions_given_without_their_token_ids(qwen_tokenizer):
+    """A caller that passes only the texts (no completion_ids) is measured in the run's own tokens."""
+    from pipeline.config import PipelineConfig
+    from pipeline.health.rules import build_health
+
+    observer, callback = build_health(PipelineConfig(), qwen_tokenizer)
+    metrics = {}
+    text = "<answer>4</answer> " * 3
+    assert observer(completions=[text], log_metric=metrics.__setitem__) == [0.0]
+    assert callback.state.batches == 1
+    assert metrics["health/completion_length"] == len(qwen_tokenizer.encode(text, add_special_tokens=False))
