@@ -1,7 +1,7 @@
 """Mutation score of the modules whose rules the tests must pin down, each against its own test files (mutmut).
 
     pip install mutmut                               # 3.x; not a dependency of the project
-    nice -n 10 python bench/mutants.py               # every mutant of every module below: ~15 min on 2 cores
+    nice -n 10 python bench/mutants.py               # every mutant of every module below: ~18.5 min on 2 cores
     nice -n 10 python bench/mutants.py checkpoints rules --budget-s 60     # some modules, each stopped after 60 s
 
 A benchmark, not CI. For each module it copies the tree into a scratch folder, writes a [tool.mutmut] table
@@ -11,18 +11,20 @@ forks one pytest per mutant, running only the selected tests that reach the muta
 killed / survived / other per module, the score (killed / (killed + survived)) and each survivor with its
 diff line. The working tree is never touched.
 
-What makes every mutant fit in ~15 minutes on 2 cores:
+What makes every mutant fit in ~18.5 minutes on 2 cores (20+ minutes before, for a part of each module only):
 - each module runs against the fast tests of its rules (`-m "not slow"` where the real CPU runs would reach every
   mutant: those runs stay in the default suite, the rules they reach are pinned by faster tests too);
 - `timeout_multiplier = 3` (mutmut's default is 15): a mutant whose tests use more than 6x the CPU time they
   used unmutated (+1 s) is stopped as a timeout. Most timeouts are mutants that loop forever (rewards/language.py
   _without_maths); at the default each cost 84 s, 707 of rewards' 1195 busy seconds, and rewards took 12.5 min;
   with 3 it takes 457 s (docs/benchmarks.md has the whole run).
---budget-s stops a module's run after that many seconds; a module that reaches it is marked "partial" and its
-score is over the mutants checked (mutmut checks the fastest first, so a partial score leans to the cheap ones).
+Running two modules side by side, one child each, was tried and saved nothing (19.4 min: the set-up phases are
+not the idle time they look like). --budget-s stops a module's run after that many seconds (`--budget-s 170`
+fits the five in ~15 minutes); a module that reaches it is marked "partial" and its score is over the mutants
+checked (mutmut checks the fastest first, so a partial score leans to the cheap ones).
 
 Survivors judged equivalent (no behaviour changes, so no test can kill them), with why:
-- pipeline/run/checkpoints.py (93%: 447 killed, 29 survived, every mutant checked in ~2 min against
+- pipeline/run/checkpoints.py (94%: 447 killed, 29 survived, every mutant checked in ~2 min against
   tests/test_checkpoints_rules.py and the fast half of test_checkpoints.py; before, 77% over 167 of 477 mutants in
   600 s against the real GRPO runs of test_checkpoints.py alone). Every survivor is one of these:
   - the encoding of trainer_state.json and grpo_shape.json (checkpoint_problem 10, 12, checkpoint_state 2, 8,

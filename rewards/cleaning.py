@@ -195,7 +195,7 @@ def simplify_prose(text: str) -> str:
     if " and " in text.lower():
         text = _AND_A_FRACTION.sub(_and_a_fraction, text)
     if "半" in text:
-        text = _AND_A_HALF_ZH.sub(lambda match: format_number(int(match[1]) + Fraction(1, 2)) + "个", text)
+        text = _AND_A_HALF_ZH.sub(lambda match: format_number(int(match[1]) + Fraction(1, 2)), text)
     if "/" in text:
         text = _UNIT_SLASH_LETTER.sub("", _UNIT_SLASH_WORD.sub("", text))
         if "又" in text:

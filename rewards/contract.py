@@ -44,7 +44,7 @@ def is_async_reward(func: Any) -> bool:
     `is_async_callable`): through functools.partial, and on a callable instance's `__call__`."""
     while isinstance(func, functools.partial):
         func = func.func
-    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(func.__call__)
 
 
 def _short(value: Any, limit: int = 120) -> str:

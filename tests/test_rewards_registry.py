@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 import subprocess
@@ -176,6 +177,13 @@ half = functools.partial(_scaled, factor=0.5)
 double = functools.partial(_scaled, factor=2.0)
 
 
+async def _async_scaled(prompts, completions, factor, **kwargs):
+    return [factor for _ in completions]
+
+
+async_half = functools.partial(_async_scaled, factor=0.25)
+
+
 class Scorer:
     def __init__(self, value):
         self.value = value
@@ -197,8 +205,15 @@ class Holder:
     def static(prompts, completions, **kwargs):
         return [6.0 for _ in completions]
 
+    scorer = Scorer(8.0)
 
-same_as_plain = plain
+
+class Picky:
+    def __call__(self, prompts, completions, **kwargs):
+        return [len(completions) + "x"]  # a TypeError inside a reward TRL can call
+
+
+same_as_plain, same_as_low, picky = plain, low, Picky()
 '''
 
 # spec -> (the name it is logged under, the value it gives, async?)
@@ -212,6 +227,8 @@ USER_KINDS = {
     "user_scores:high": ("high", 5.0, False),
     "user_scores:remote": ("remote", 7.0, True),  # an instance with an async __call__
     "user_scores:Holder.static": ("static", 6.0, False),
+    "user_scores:Holder.scorer": ("scorer", 8.0, False),  # an instance at a dotted path: its last part
+    "user_scores:async_half": ("async_half", 0.25, True),  # a partial of an async function
 }
 
 
@@ -224,8 +241,6 @@ def user_scores(tmp_path, monkeypatch):
 
 
 def _call(func, n=3):
-    import asyncio
-
     from rewards.contract import guard_reward
 
     completions = [[{"role": "assistant", "content": "x"}]] * n
@@ -247,6 +262,19 @@ def test_every_kind_of_callable_is_logged_under_its_own_distinct_name_and_called
         name, value, is_async = USER_KINDS[spec]
         assert guard_reward(func).__name__ == name and is_async_reward(func) == is_async, spec
         assert _call(func) == [value] * 3, spec
+        direct = func([[{"role": "user", "content": "q"}]], [[{"role": "assistant", "content": "x"}]])  # by position
+        assert (asyncio.run(direct) if is_async else direct) == [value], spec
+
+
+def test_a_nameless_reward_that_raises_inside_is_reported_as_raising_not_as_uncallable(user_scores):
+    """The name's wrapper keeps the reward's signature readable (the contract tells a reward TRL cannot call from one
+    that raised)."""
+    from rewards.contract import RewardFailure, guard_reward
+
+    [picky] = get_reward_funcs(["user_scores:picky"])
+    with pytest.raises(RewardFailure) as caught:
+        guard_reward(picky)(prompts=["q"], completions=["x"])
+    assert caught.value.detail.startswith("raised TypeError: unsupported operand type(s) for +: 'int' and 'str'")
 
 
 def test_two_rewards_with_one_name_are_logged_under_their_whole_specs(user_scores):
@@ -262,3 +290,6 @@ def test_the_same_reward_listed_twice_under_two_names_is_refused(user_scores):
     with pytest.raises(ValueError, match=r"'user_scores:same_as_plain' and 'user_scores:plain' are the same reward "
                                          r"\(plain\)"):
         get_reward_funcs(["user_scores:plain", "user_scores:same_as_plain"])
+    with pytest.raises(ValueError, match=r"'user_scores:same_as_low' and 'user_scores:low' are the same reward "
+                                         r"\(same_as_low\)"):
+        get_reward_funcs(["user_scores:low", "user_scores:same_as_low"])
