@@ -213,7 +213,12 @@ class Picky:
         return [len(completions) + "x"]  # a TypeError inside a reward TRL can call
 
 
-same_as_plain, same_as_low, picky = plain, low, Picky()
+class Narrow:
+    def __call__(self, completions):  # cannot take TRL's call: no prompts, no **kwargs
+        return [0.0 for _ in completions]
+
+
+same_as_plain, same_as_low, picky, narrow = plain, low, Picky(), Narrow()
 '''
 
 # spec -> (the name it is logged under, the value it gives, async?)
@@ -266,15 +271,18 @@ def test_every_kind_of_callable_is_logged_under_its_own_distinct_name_and_called
         assert (asyncio.run(direct) if is_async else direct) == [value], spec
 
 
-def test_a_nameless_reward_that_raises_inside_is_reported_as_raising_not_as_uncallable(user_scores):
-    """The name's wrapper keeps the reward's signature readable (the contract tells a reward TRL cannot call from one
-    that raised)."""
+def test_a_nameless_reward_is_told_apart_as_uncallable_or_raising_by_its_own_signature(user_scores):
+    """The name's wrapper keeps the reward's signature readable, so the contract tells a reward TRL cannot call
+    (fix the signature) from one that raised inside (fix the body)."""
     from rewards.contract import RewardFailure, guard_reward
 
-    [picky] = get_reward_funcs(["user_scores:picky"])
+    picky, narrow = get_reward_funcs(["user_scores:picky", "user_scores:narrow"])
     with pytest.raises(RewardFailure) as caught:
         guard_reward(picky)(prompts=["q"], completions=["x"])
     assert caught.value.detail.startswith("raised TypeError: unsupported operand type(s) for +: 'int' and 'str'")
+    with pytest.raises(RewardFailure) as caught:
+        guard_reward(narrow)(prompts=["q"], completions=["x"])
+    assert caught.value.detail.startswith("cannot be called the way TRL calls it (")
 
 
 def test_two_rewards_with_one_name_are_logged_under_their_whole_specs(user_scores):
