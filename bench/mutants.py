@@ -1,7 +1,7 @@
 """Mutation score of the modules whose rules the tests must pin down, each against its own test files (mutmut).
 
     pip install mutmut                               # 3.x; not a dependency of the project
-    nice -n 10 python bench/mutants.py               # every mutant of every module below: ~18.5 min on 2 cores
+    nice -n 10 python bench/mutants.py               # every mutant of every module below: ~20 min on 2 cores
     nice -n 10 python bench/mutants.py checkpoints rules --budget-s 60     # some modules, each stopped after 60 s
 
 A benchmark, not CI. For each module it copies the tree into a scratch folder, writes a [tool.mutmut] table
@@ -11,7 +11,7 @@ forks one pytest per mutant, running only the selected tests that reach the muta
 killed / survived / other per module, the score (killed / (killed + survived)) and each survivor with its
 diff line. The working tree is never touched.
 
-What makes every mutant fit in ~18.5 minutes on 2 cores (20+ minutes before, for a part of each module only):
+What makes every mutant fit in ~20 minutes on 2 cores (before: 20 minutes and more for a part of each module):
 - each module runs against the fast tests of its rules (`-m "not slow"` where the real CPU runs would reach every
   mutant: those runs stay in the default suite, the rules they reach are pinned by faster tests too);
 - `timeout_multiplier = 3` (mutmut's default is 15): a mutant whose tests use more than 6x the CPU time they
