@@ -234,20 +234,27 @@ def _holding(guarded: Callable, hold: Callable[[RewardFailure], None]) -> Callab
     return held
 
 
+def call_reward(func: Callable, prompts: list[Any], completions: list[Any], kwargs: dict[str, Any],
+                warn: Callable[[str], None] = lambda message: None) -> list[Optional[float]]:
+    """One call of `func` outside training, as the trainer makes it: by keyword, guarded (plain floats or None back,
+    a RewardFailure naming the function and the sample otherwise), an async reward awaited."""
+    output = guard_reward(func, warn=warn)(prompts=prompts, completions=completions, **kwargs)
+    if inspect.isawaitable(output):
+        import asyncio
+
+        output = asyncio.run(output)
+    return output
+
+
 def probe_rewards(funcs: Sequence[Callable], prompts: list[Any], completions: list[Any],
                   kwargs: dict[str, Any]) -> list[str]:
-    """Call each function once, guarded, on a batch in the run's real form; one line per function.
+    """Call each function once (`call_reward`) on a batch in the run's real form; one line per function.
 
     Raises the first RewardFailure (a wrong signature is a raise too: TRL passes everything by keyword).
     """
     lines = []
     for func in funcs:
-        guarded = guard_reward(func, warn=lambda message: None)
-        output = guarded(prompts=prompts, completions=completions, **kwargs)
-        if inspect.isawaitable(output):
-            import asyncio
-
-            output = asyncio.run(output)
+        output = call_reward(func, prompts, completions, kwargs)
         nones = sum(v is None for v in output)
         shown = ", ".join("None" if v is None else f"{v:g}" for v in output[:4])
         lines.append(f"{reward_name(func)}: [{shown}{', ...' if len(output) > 4 else ''}]"

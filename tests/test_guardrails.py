@@ -211,6 +211,28 @@ def test_dry_run_with_a_reward_that_varies_finds_the_signal(tmp_path, capsys, mo
     assert result["verdicts"][0].startswith("digit_share_reward: ok")
 
 
+@pytest.mark.slow
+def test_dry_run_calls_every_reward_as_the_trainer_does(tmp_path, capsys, monkeypatch):
+    """numpy values, a callable object and an async reward are scored and written (numpy's float32 once stopped the
+    dry run writing its JSON); a reward that raises on the sampled batch only is exit 2 naming it, no traceback."""
+    from pipeline.infer.dry_run import main
+
+    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[1])
+    result = _dry_run(tmp_path, capsys, "--reward_funcs", "train_helpers:float32_digit_share",
+                      "train_helpers:async_digit_share", "--reward_weights", "1", "1")
+    means = {name: result["rewards"][name]["mean"] for name in ("float32_digit_share", "async_digit_share")}
+    assert means["float32_digit_share"] == pytest.approx(means["async_digit_share"], abs=1e-6) and means[
+        "async_digit_share"] > 0
+    code = main(["--config", "configs/cpu-demo.yaml", "--output_dir", str(tmp_path / "fails"), "--prompts", "2",
+                 "--reward_funcs", "train_helpers:fails_past_the_probe"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    [said] = [line for line in err.splitlines() if line.startswith("error: ")]  # after the model's loading bar
+    assert said.startswith("error: config error in `reward_funcs`: reward function `fails_past_the_probe` raised "
+                           "ValueError: cannot score 16 completions at once")
+    assert "in this dry run" in said and not (tmp_path / "fails" / "reward_dry_run.json").exists()
+
+
 def test_dry_run_bad_input_is_one_message_and_exit_2(tmp_path, capsys):
     from pipeline.infer.dry_run import main
 

@@ -128,3 +128,28 @@ def fails_on_process_1(completions, **kwargs) -> list[float]:
     if os.environ.get("RANK") == "1" and step >= 1:
         raise ValueError("no answer column on this shard")
     return [0.0 for _ in completions]
+
+
+class _Float32DigitShare:
+    """digit_share_reward as a callable object returning a numpy float32 array, as numpy users write rewards."""
+
+    def __call__(self, completions, **kwargs):
+        import numpy as np
+
+        return np.asarray(digit_share_reward(completions), dtype=np.float32)
+
+
+float32_digit_share = _Float32DigitShare()
+
+
+async def async_digit_share(completions, **kwargs) -> list[float]:
+    """digit_share_reward as an async reward (TRL awaits them concurrently)."""
+    return digit_share_reward(completions)
+
+
+def fails_past_the_probe(completions, **kwargs) -> list[float]:
+    """Passes the pre-flight probe (8 completions) and raises on a larger batch: a bug only real batches show."""
+    if len(completions) > 8:
+        raise ValueError(f"cannot score {len(completions)} completions at once")
+    return [0.0] * len(completions)
+

@@ -25,7 +25,7 @@ import math
 import sys
 from typing import Any, Optional
 
-from pipeline.config import PipelineConfig
+from pipeline.config import ConfigError, PipelineConfig
 
 DRY_RUN_NAME = "reward_dry_run.json"
 DEFAULT_PROMPTS = 16
@@ -117,6 +117,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     from pipeline.infer.evaluate import score_completions
     from pipeline.preflight import run_checks
     from rewards import check_reward_weights, get_reward_funcs
+    from rewards.contract import RewardFailure, call_reward
 
     start = time.time()
     choice = choose_backend(cfg.model.backend, cfg.model.fast_inference)
@@ -156,7 +157,11 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     columns = {key: [row[key] for row in rows for _ in range(n)] for key in rows.column_names if key != "prompt"}
     completions = [[{"role": "assistant", "content": text}] for text in texts]
     chat_prompts = [row["prompt"] for row in rows for _ in range(n)]
-    scores = [list(func(prompts=chat_prompts, completions=completions, **columns)) for func in funcs]
+    try:  # as the trainer calls them: guarded (plain floats back, numpy's too), async ones awaited
+        scores = [call_reward(func, chat_prompts, completions, columns) for func in funcs]
+    except RewardFailure as err:
+        raise ConfigError("reward_funcs", f"{err}. It was called on the model's own completions in this dry run, "
+                          "as the trainer would call it; the contract: docs/rewards.md.") from None
     names = [func.__name__ for func in funcs]
     table = reward_table(names, scores, weights, n)
 
