@@ -84,10 +84,13 @@ def _after_warmup(demo_run, tmp_path, **settings):
 
 def test_a_gamed_reward_rises_while_held_out_accuracy_falls_and_the_hacking_rule_stops_the_run(demo_run, tmp_path):
     """train_helpers.first_operand_reward pays for the sloppy teacher's wrong answer (the first operand): GRPO
-    learns it, the training reward rises, and held-out accuracy on the real sums falls (14% -> 8% -> 2% when
-    written)."""
+    learns it, the training reward rises, and held-out accuracy on the real sums falls (21% -> 10% -> 6% when
+    last measured). At the demo's own learning rate the fall was 14% -> 8% -> 2% with the packages of the day it
+    was written, and 26% -> 20% -> 15% (inside the rule's sampling noise) with later ones: 3x the rate makes the
+    hacking unmistakable (1e-3 collapses accuracy to 0% within 10 steps, before the rule has 3 evals)."""
     reward = ["strict_format", "train_helpers:first_operand_reward"]
-    run_dir, result, evals = _after_warmup(demo_run, tmp_path, reward_funcs=reward, hacking_action="stop")
+    run_dir, result, evals = _after_warmup(demo_run, tmp_path, reward_funcs=reward, hacking_action="stop",
+                                           learning_rate=6e-4)
     assert result.status == "stopped" and result.exit_code == 3
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["health"]["stop_rule"] == "hacking"
