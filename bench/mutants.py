@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                         ", ".join(t.name for t in TARGETS))
     parser.add_argument("--budget-s", type=float, default=None,
                         help="stop each module's run after this many seconds (default: none, every mutant is "
-                             "checked; all five modules take ~15 min on 2 cores)")
+                             "checked; all five modules take ~20 min on 2 cores)")
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested in parallel (default 2)")
     args = parser.parse_args(argv)
     if shutil.which("mutmut") is None:
