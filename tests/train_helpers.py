@@ -153,3 +153,9 @@ def fails_past_the_probe(completions, **kwargs) -> list[float]:
         raise ValueError(f"cannot score {len(completions)} completions at once")
     return [0.0] * len(completions)
 
+
+
+def step_rising_reward(completions, trainer_state, **kwargs) -> list[float]:
+    """The same reward for every completion, rising with TRL's `trainer_state.global_step` (a tenth a step): a
+    training reward that rises whatever the policy does, for tests that need a certain signal."""
+    return [trainer_state.global_step / 10.0] * len(completions)
