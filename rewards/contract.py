@@ -18,6 +18,7 @@ No torch here.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import math
@@ -111,8 +112,11 @@ def _first_failing(func: Callable, prompts: Any, completions: Any, kwargs: dict[
         one = {k: ([v[i]] if isinstance(v, (list, tuple)) and len(v) == len(completions) else v)
                for k, v in kwargs.items()}
         try:
-            func(prompts=[prompts[i]], completions=[completions[i]], **one)
-        except Exception:  # noqa: BLE001 - we are looking for the sample that raises
+            mine_prompts, mine_completions, mine = own_batch([prompts[i]], [completions[i]], one)
+            func(prompts=mine_prompts, completions=mine_completions, **mine)
+        except _NOT_A_REWARD_FAILURE:
+            raise
+        except BaseException:  # noqa: BLE001 - we are looking for the sample that raises
             return i
     return None
 
@@ -155,10 +159,36 @@ def _print_warning(message: str) -> None:
     tqdm.write(f"[grpo] warning: {message}")
 
 
+# What a reward may raise and still only fail itself: every BaseException (SystemExit from a sys.exit() in user
+# code, asyncio.CancelledError, a library's own BaseException subclasses), but a KeyboardInterrupt (the user's
+# Ctrl-C: the second one aborts the run at once, pipeline/run/checkpoints.py GracefulStop) and GeneratorExit
+# (Python's own generator close) keep their meaning.
+_NOT_A_REWARD_FAILURE = (KeyboardInterrupt, GeneratorExit)
+# TRL's keywords that are the trainer's own objects, not the batch: passed as they are, never copied.
+_TRAINER_KEYWORDS = frozenset({"trainer_state", "log_metric", "log_extra"})
+
+
+def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    """A copy of the batch for one reward, so a reward that edits `completions` (or a column) in place cannot change
+    what the next reward, or the health observer, scores. TRL hands every reward the same lists
+    (GRPOTrainer._calculate_rewards). The trainer's own objects (`trainer_state`, `log_metric`, `log_extra`) are
+    passed as they are.
+
+    >>> completions = [[{"role": "assistant", "content": "18"}]]
+    >>> _, mine, _ = own_batch(None, completions, {})
+    >>> mine[0][0]["content"] = "rewritten"; completions[0][0]["content"]
+    '18'
+    """
+    columns = {key: (value if key in _TRAINER_KEYWORDS else copy.deepcopy(value)) for key, value in kwargs.items()}
+    return copy.deepcopy(prompts), copy.deepcopy(completions), columns
+
+
 def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
                  hold: Optional[Callable[[RewardFailure], None]] = None) -> Callable:
     """`func` wrapped in the contract: same `__name__` (TRL's log key), each call's values checked by
     `check_rewards`, a raise turned into RewardFailure naming the sample, None's share logged and warned once.
+    Every way out of a reward but the user's KeyboardInterrupt is a raise here (`sys.exit()` included), and each
+    call gets its own copy of the batch (`own_batch`).
 
     With `hold`, a failure is handed to it and the call returns 0.0 for every completion instead of raising (values
     never used: they only let TRL's loop finish without its all-None warning):
@@ -178,7 +208,7 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
         nones.record(values, kwargs)
         return values
 
-    def failure(err: Exception, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> RewardFailure:
+    def failure(err: BaseException, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> RewardFailure:
         if isinstance(err, TypeError) and not _accepts(func, kwargs):
             return RewardFailure(name, f"cannot be called the way TRL calls it ({err}). Write it as "
                                  "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
@@ -192,8 +222,11 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
         @functools.wraps(func)
         async def guarded_async(prompts=None, completions=None, **kwargs):
             try:
-                output = await func(prompts=prompts, completions=completions, **kwargs)
-            except Exception as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
+                mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
+                output = await func(prompts=mine_prompts, completions=mine_completions, **mine)
+            except _NOT_A_REWARD_FAILURE:
+                raise
+            except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
                 raise failure(err, prompts, completions, kwargs) from err
             return finish(output, prompts, completions, kwargs)
 
@@ -202,8 +235,11 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     @functools.wraps(func)
     def guarded(prompts=None, completions=None, **kwargs):
         try:
-            output = func(prompts=prompts, completions=completions, **kwargs)
-        except Exception as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
+            mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
+            output = func(prompts=mine_prompts, completions=mine_completions, **mine)
+        except _NOT_A_REWARD_FAILURE:
+            raise
+        except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
             raise failure(err, prompts, completions, kwargs) from err
         return finish(output, prompts, completions, kwargs)
 
