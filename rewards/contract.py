@@ -159,11 +159,15 @@ def _print_warning(message: str) -> None:
     tqdm.write(f"[grpo] warning: {message}")
 
 
-# What a reward may raise and still only fail itself: every BaseException (SystemExit from a sys.exit() in user
-# code, asyncio.CancelledError, a library's own BaseException subclasses), but a KeyboardInterrupt (the user's
-# Ctrl-C: the second one aborts the run at once, pipeline/run/checkpoints.py GracefulStop) and GeneratorExit
-# (Python's own generator close) keep their meaning.
-_NOT_A_REWARD_FAILURE = (KeyboardInterrupt, GeneratorExit)
+class SignalInterrupt(KeyboardInterrupt):
+    """A KeyboardInterrupt that a real SIGINT/SIGTERM raised (pipeline/run/checkpoints.py installs the handlers
+    that raise it): the user's impatient second Ctrl-C, which must abort the run wherever it lands."""
+
+
+# What passes through a reward unchanged: a real signal (SignalInterrupt) and Python's own generator close. Every
+# other way out, a KeyboardInterrupt that user code raised itself, SystemExit from a sys.exit(),
+# asyncio.CancelledError and a library's own BaseException subclasses included, fails only that reward.
+_NOT_A_REWARD_FAILURE = (SignalInterrupt, GeneratorExit)
 # TRL's keywords that are the trainer's own objects, not the batch: passed as they are, never copied.
 _TRAINER_KEYWORDS = frozenset({"trainer_state", "log_metric", "log_extra"})
 

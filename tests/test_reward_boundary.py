@@ -1,5 +1,5 @@
 """The user-code boundary around every reward (rewards/contract.py guard_reward): every way out of a reward but
-the user's Ctrl-C fails only that reward, as one named RewardFailure, and each reward scores its own copy of
+a real signal fails only that reward, as one named RewardFailure, and each reward scores its own copy of
 the batch. Over the class: every kind of BaseException, sync and async rewards, held (as the trainer calls
 them) and not; every part of the batch a reward could edit in place."""
 
@@ -10,7 +10,7 @@ import inspect
 
 import pytest
 
-from rewards.contract import RewardFailure, guard_reward
+from rewards.contract import RewardFailure, SignalInterrupt, guard_reward
 
 
 class LibraryAbort(BaseException):
@@ -25,8 +25,10 @@ def _raise(kind):
     raise kind("boom")
 
 
-FAILURES = [ValueError, RuntimeError, SystemExit, LibraryAbort, asyncio.CancelledError, MemoryError,
-            RecursionError, AssertionError]
+# Every kind of way out: Exception subclasses, and each direct BaseException subclass a reward can raise
+# (KeyboardInterrupt raised by user code itself: only a real signal's SignalInterrupt passes).
+FAILURES = [ValueError, RuntimeError, SystemExit, KeyboardInterrupt, LibraryAbort, asyncio.CancelledError,
+            MemoryError, RecursionError, AssertionError]
 
 
 def _reward(kind, is_async):
@@ -66,8 +68,8 @@ def test_held_every_way_out_is_handed_over_and_the_batch_scores_zeros(kind, is_a
 
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
-@pytest.mark.parametrize("kind", [KeyboardInterrupt, GeneratorExit], ids=lambda k: k.__name__)
-def test_the_users_ctrl_c_and_generator_close_keep_their_meaning(kind, is_async):
+@pytest.mark.parametrize("kind", [SignalInterrupt, GeneratorExit], ids=lambda k: k.__name__)
+def test_a_real_signal_and_generator_close_keep_their_meaning(kind, is_async):
     held = []
     with pytest.raises(kind):
         _call(guard_reward(_reward(kind, is_async), hold=held.append), **BATCH)
@@ -140,3 +142,26 @@ def test_the_trainers_own_objects_are_passed_as_they_are():
 
     assert guard_reward(reads)(prompts=["p"], completions=["c"], trainer_state=state, log_metric=log_metric) == [1.0]
     assert logged[0] == ("x", 1.0)  # the guard then logs its none_frac through the same function
+
+
+def test_a_generated_completion_keeps_its_token_count_through_the_copy():
+    import copy
+    import pickle
+
+    from pipeline.backends import Completion
+
+    done = Completion("<answer>4</answer>", tokens=7)
+    for copied in (copy.deepcopy([done])[0], pickle.loads(pickle.dumps(done))):
+        assert copied == done and copied.tokens == 7 and type(copied) is Completion
+
+
+def test_the_signal_handlers_raise_the_interrupt_the_boundary_lets_through():
+    import os
+    import signal
+
+    from pipeline.run.checkpoints import interrupts_raise
+
+    with pytest.raises(SignalInterrupt, match="SIGTERM"):
+        with interrupts_raise():
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.sigtimedwait([], 0.5) if hasattr(signal, "sigtimedwait") else __import__("time").sleep(0.5)

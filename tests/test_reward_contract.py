@@ -121,7 +121,11 @@ def test_guard_names_the_failing_sample():
 
 
 @pytest.mark.slow
-def test_reward_raising_at_step_2_stops_cleanly_with_a_checkpoint(tmp_path, capsys):
+@pytest.mark.parametrize("way_out", [lambda: KeyError("final"), lambda: SystemExit(0), lambda: KeyboardInterrupt()],
+                         ids=["KeyError", "sys.exit(0)", "KeyboardInterrupt"])
+def test_reward_raising_at_step_2_stops_cleanly_with_a_checkpoint(tmp_path, capsys, monkeypatch, way_out):
+    """Every way out of a reward mid-run (an error, a sys.exit() in user code, a KeyboardInterrupt it raises itself)
+    stops the run as one named failure: exit 2, a checkpoint, summary.json, no traceback."""
     from pipeline.train import EXIT_HEALTH_STOP, run_training
 
     run_dir = tmp_path / "run"
@@ -129,16 +133,18 @@ def test_reward_raising_at_step_2_stops_cleanly_with_a_checkpoint(tmp_path, caps
                       data_cache_dir=str(tmp_path / "c"))
     import reward_contract_cases
 
-    reward_contract_cases.RAISE_AT_STEP = 1_000  # the pre-load probe runs at step 0: let it pass
+    monkeypatch.setattr(reward_contract_cases, "RAISE", way_out)
+    monkeypatch.setattr(reward_contract_cases, "RAISE_AT_STEP", 1_000)  # the pre-load probe runs at step 0: pass
     checks = run_checks(cfg, stop_at_first=False)
     assert all(c.ok for c in checks)
-    reward_contract_cases.RAISE_AT_STEP = 2
+    monkeypatch.setattr(reward_contract_cases, "RAISE_AT_STEP", 2)
     result = run_training(cfg)
     assert result.status == "stopped" and result.exit_code == EXIT_HEALTH_STOP and result.steps == 1
     assert (run_dir / "checkpoint-1" / "trainer_state.json").is_file()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "stopped"
-    assert "step 2" in summary["stop_reason"] and "`raises_at_step` raised KeyError" in summary["stop_reason"]
+    assert "step 2" in summary["stop_reason"]
+    assert f"`raises_at_step` raised {type(way_out()).__name__}" in summary["stop_reason"]
     assert "completion" in summary["stop_reason"]
     out = capsys.readouterr()
     assert "Traceback" not in out.out + out.err

@@ -37,6 +37,9 @@ class Completion(str):
         made.tokens = int(tokens)
         return made
 
+    def __reduce__(self):  # copy.deepcopy (each reward scores its own copy of the batch) and pickle keep `tokens`
+        return (Completion, (str(self), self.tokens))
+
 
 class Generator(Protocol):
     """What `load_generator` and `training_generator` return: eval and `grpo generate` use only this."""

@@ -272,7 +272,11 @@ def save_checkpoint_now(trainer, output_dir: Path) -> Optional[Path]:
 
 
 def _raise_interrupt(signum, frame) -> None:  # (the signal handler signature)
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+    # A SignalInterrupt, not a bare KeyboardInterrupt: the reward boundary (rewards/contract.py) lets a real signal
+    # through and turns a KeyboardInterrupt that user code raised into a named reward failure.
+    from rewards.contract import SignalInterrupt
+
+    raise SignalInterrupt(signal.Signals(signum).name)
 
 
 @contextlib.contextmanager
@@ -282,7 +286,7 @@ def interrupts_raise():
     the atomic saves (nothing half-written stays) to the command, which exits 130 with the resume command.
     A no-op outside the main thread, where Python allows no handlers."""
     previous = {}
-    for sig, handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, _raise_interrupt)):
+    for sig, handler in ((signal.SIGINT, _raise_interrupt), (signal.SIGTERM, _raise_interrupt)):
         try:
             previous[sig] = signal.signal(sig, handler)
         except ValueError:
