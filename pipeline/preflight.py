@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pipeline.config import ConfigError, PipelineConfig, validate
+from pipeline.data.prepare import ANSWER
+from pipeline.data.prompts import completion_like, question_text
 
 # report_to name -> the module transformers' integration imports, and how to install it.
 REPORTER_PACKAGES = {
@@ -169,8 +171,8 @@ class RunData:
         """Ids of eval rows whose question is also a training question: their numbers measure memory."""
         if not self.eval_rows:
             return []
-        trained = {prompt[-1]["content"] for prompt in self.train.dataset["prompt"]}
-        return [row["id"] for row in self.eval_rows if row["prompt"][-1]["content"] in trained]
+        trained = {question_text(prompt) for prompt in self.train.dataset["prompt"]}
+        return [row["id"] for row in self.eval_rows if question_text(row["prompt"]) in trained]
 
     def overlap_warning(self) -> str:
         ids = self.eval_overlap()
@@ -237,7 +239,7 @@ def _data_tokenizer(cfg: PipelineConfig) -> Any:
 def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
     """The check's data steps (data, eval, warmup): prepare_run_data's steps, each reported on its own and
     writing nothing outside the cache. A step whose input failed says so and fails too."""
-    from pipeline.data.report import accounting_line
+    from pipeline.data.report import accounting_line, prompt_line
 
     done: dict[str, Any] = {}
 
@@ -245,7 +247,8 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
         config_paths(cfg, "dataset_name", "eval_dataset_name", "data_cache_dir")  # env.path_check's table, first
         done["tokenizer"] = _data_tokenizer(cfg)
         done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)
-        return "train: " + accounting_line(done["train"].report)
+        report = done["train"].report
+        return f"train: {accounting_line(report)}\n    prompts: {prompt_line(report)}"
 
     def needs(key: str) -> Any:
         if key not in done:
@@ -275,19 +278,21 @@ def _probe_completions(answer: str) -> list[str]:
 def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any, train: Any) -> tuple[list[Any], list[Any], dict[str, Any],
                                                                                str]:
     """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them: the
-    first prepared prompts (chats, so completions are `[{"role": "assistant", ...}]`), the training set's other
+    first prepared prompts (completions in their format: strings for standard prompts,
+    `[{"role": "assistant", ...}]` for chats), the training set's other
     columns, `completion_ids`, `trainer_state`, `log_extra` and `log_metric`."""
     from transformers import TrainerState
 
     dataset = train.dataset.select(range(min(PROBE_PROMPTS, len(train.dataset))))
     columns = {name: list(dataset[name]) for name in dataset.column_names}
-    texts = [_probe_completions(str(answer)) for answer in columns["answer"]]
+    texts = [_probe_completions(str(answer or 0)) for answer in columns[ANSWER]]
     per_prompt = len(texts[0]) if texts else 0
     repeat = lambda values: [value for value in values for _ in range(per_prompt)]  # noqa: E731
     prompts = repeat(columns.pop("prompt"))
-    completions = [[{"role": "assistant", "content": text}] for group in texts for text in group]
+    flat = [text for group in texts for text in group]
+    completions = [completion_like(prompt, text) for prompt, text in zip(prompts, flat, strict=True)]
     kwargs: dict[str, Any] = {key: repeat(values) for key, values in columns.items()}
-    kwargs["completion_ids"] = [tokenizer.encode(c[0]["content"], add_special_tokens=False) for c in completions]
+    kwargs["completion_ids"] = [tokenizer.encode(text, add_special_tokens=False) for text in flat]
     kwargs["trainer_state"] = TrainerState(max_steps=cfg.grpo.max_steps)
     kwargs["log_extra"] = lambda column, values: None
     kwargs["log_metric"] = lambda name, value: None

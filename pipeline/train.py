@@ -129,7 +129,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         finish_only = finished == "finish"
 
     # ---------------------------------------------------------------- data (tokenizer only)
-    from pipeline.data.report import accounting_line
+    from pipeline.data.report import accounting_line, prompt_line
     from pipeline.data.tokenizer import load_tokenizer
     from pipeline.preflight import prepare_run_data
 
@@ -140,6 +140,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
            f"max_completion_length={prepared.max_completion_length} (report: {prepared.report_path})")
     _print(f"data: {accounting_line(prepared.report)}")
+    _print(f"prompts: {prompt_line(prepared.report)}")
     from pipeline.infer.evaluate import evaluate_rows
 
     # ---------------------------------------------------------------- model

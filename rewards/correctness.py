@@ -11,13 +11,17 @@ from fractions import Fraction
 from typing import Any
 
 from rewards.completions import completion_texts
-from rewards.extract import extract_xml_answer
+from rewards.extract import GSM8K_MARKER, extract_hash_answer, extract_xml_answer
 from rewards.matching import answers_match
 from rewards.normalize import parse_answer
 from rewards.symbolic import time_budget
 
 CORRECT_REWARD = 2.0
 INTEGER_REWARD = 0.5
+# The keyword under which the pipeline passes answer_field's value, cleaned and reduced (GSM8K `#### 18` -> 18):
+# a column name no user's may have (pipeline/data/sources.py refuses the prefix), so the user's own `answer`
+# column, if any, still reaches every reward as they wrote it.
+REFERENCE_COLUMN = "grpo_answer"
 # Seconds of math-verify work one call may start (see rewards/symbolic.py). Plain numbers never
 # need it; a batch of 64 new exotic expressions would otherwise cost up to ~2 min.
 SYMBOLIC_BUDGET_S = 2.0
@@ -34,8 +38,10 @@ def correctness_reward_func(prompts: Any = None, completions: Any = None, answer
     | reference not scorable (see `reference_is_scorable`): None, empty, unreadable (>1,000 chars), without a digit ("forty two"), or no one final answer ("18 or 20") | None |
 
     None tells TRL "cannot be judged": the sample is left out of this function's mean
-    instead of teaching the model that a right answer was wrong. `answer` is the dataset
-    column TRL passes, one per completion; a single value is used for every completion.
+    instead of teaching the model that a right answer was wrong. The reference is `grpo_answer` when the
+    pipeline passes it (answer_field's column, cleaned), else `answer`, the dataset column TRL passes, as the
+    Unsloth notebook's reward reads it; one per completion, a single value for every completion. A GSM8K
+    answer (`worked text #### 18`) is read as its final answer.
 
     Raises ValueError (naming `answer`) when the column is missing or its length differs
     from `completions`: that is a data set-up error, and guessing would misalign rewards.
@@ -46,9 +52,11 @@ def correctness_reward_func(prompts: Any = None, completions: Any = None, answer
     [2.0, 0.0, 2.0]
     >>> correctness_reward_func(completions=["<answer>18</answer>"], answer=[None])
     [None]
+    >>> correctness_reward_func(completions=["<answer>72</answer>"], answer=["48/2 = 24, 24+48 = 72\\n#### 72"])
+    [2.0]
     """
     texts = completion_texts(completions)
-    references = _references(answer, len(texts))
+    references = [_final_answer(r) for r in _references(kwargs.get(REFERENCE_COLUMN, answer), len(texts))]
     rewards: list[float | None] = []
     with time_budget(SYMBOLIC_BUDGET_S):
         for text, reference in zip(texts, references):
@@ -97,6 +105,13 @@ def int_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
 
 def _is_integral(value: Fraction | None) -> bool:
     return value is not None and value.denominator == 1
+
+
+def _final_answer(reference: Any) -> Any:
+    """A GSM8K reference (`... #### 18`) reduced to its final answer; any other reference as it is."""
+    if isinstance(reference, str) and GSM8K_MARKER in reference:
+        return extract_hash_answer(reference)
+    return reference
 
 
 def _references(answer: Any, count: int) -> list[Any]:

@@ -77,6 +77,8 @@ def resolve_reward(name: str | RewardFunc) -> RewardFunc:
     True
     >>> resolve_reward("rewards.format:soft_format_reward_func").__name__
     'soft_format_reward_func'
+    >>> resolve_reward("trl.rewards.accuracy_reward").__name__
+    'accuracy_reward'
     """
     if callable(name):
         return name
@@ -90,8 +92,11 @@ def resolve_reward(name: str | RewardFunc) -> RewardFunc:
         return REWARD_FUNCS[REWARD_ALIASES[key]]
     if ":" in key:
         return _import_plugin(key)
+    if "." in key.strip("."):  # a dotted path, as TRL's docs and open-r1 write one: trl.rewards.accuracy_reward
+        module_name, _, function = key.rpartition(".")
+        return _import_plugin(f"{module_name}:{function}")
     raise ValueError(f"unknown reward {key!r}; known: {_known_names()}, "
-                     "or 'package.module:function' for your own.")
+                     "or 'package.module:function' (or package.module.function) for your own.")
 
 
 def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:

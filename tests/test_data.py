@@ -92,7 +92,7 @@ def test_auto_limits_from_the_longest_prompt(qwen_tokenizer, tmp_path):
     data = prepare_dataset(make_cfg(tmp_path, max_seq_length=512), qwen_tokenizer)
     expected = [template_count(qwen_tokenizer, build_prompt(DEFAULT_SYSTEM_PROMPT, row["question"]))
                 for row in sample_rows()]
-    assert data.dataset["prompt_tokens"] == expected
+    assert data.dataset["grpo_prompt_tokens"] == expected
     assert data.max_prompt_length == round_up(max(expected)) and data.max_prompt_length % 16 == 0
     assert max(expected) <= data.max_prompt_length < max(expected) + 16
     assert data.max_completion_length == 512 - data.max_prompt_length
@@ -127,8 +127,8 @@ def test_fixed_limit_drops_longer_prompts_and_lists_them(qwen_tokenizer, tmp_pat
     data = prepare_dataset(make_cfg(tmp_path, max_prompt_length=str(limit)), qwen_tokenizer)
     too_long = sorted((i for i, n in counts.items() if n > limit), key=lambda i: int(i.split("-")[1]))
     assert 0 < len(too_long) < 50
-    assert set(data.dataset["id"]) == {i for i, n in counts.items() if n <= limit}
-    assert max(data.dataset["prompt_tokens"]) <= limit
+    assert set(data.dataset["grpo_id"]) == {i for i, n in counts.items() if n <= limit}
+    assert max(data.dataset["grpo_prompt_tokens"]) <= limit
     report = data.report
     assert report["rows_rejected"]["prompt_too_long"] == {"count": len(too_long), "ids": too_long[:20]}
     assert (data.max_prompt_length, data.max_completion_length) == (limit, 1024 - limit)

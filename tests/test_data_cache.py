@@ -56,7 +56,7 @@ def test_changed_settings_or_file_miss_the_cache(qwen_tokenizer, tmp_path):
     assert changed_prompt.report["cache_hit"] is False and changed_prompt.fingerprint != base.fingerprint
     write_jsonl(path, [{"question": "What is 1 + 2?", "answer": "4"}])
     changed_file = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer)
-    assert changed_file.report["cache_hit"] is False and changed_file.dataset["answer"] == ["4"]
+    assert changed_file.report["cache_hit"] is False and changed_file.dataset["grpo_answer"] == ["4"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,9 +74,9 @@ def test_gsm8k_loads_offline_from_a_saved_copy(qwen_tokenizer, tmp_path):
     cfg = make_cfg(tmp_path, dataset_name="openai/gsm8k", dataset_config="main")
     train = prepare_dataset(cfg, qwen_tokenizer)
     assert train.report["source"]["kind"] == "hub" and train.report["rows_kept"] == 30
-    assert train.dataset["answer"] == [extract_hash_answer(r["answer"]) for r in rows[:30]]
+    assert train.dataset["grpo_answer"] == [extract_hash_answer(r["answer"]) for r in rows[:30]]
     test = prepare_dataset(cfg, qwen_tokenizer, split="test")
-    assert test.dataset["id"][0] == "test-0" and test.report["rows_in"] == 20
+    assert test.dataset["grpo_id"][0] == "test-0" and test.report["rows_in"] == 20
     # Each split writes its own report: evaluation data does not overwrite the training report.
     assert json.loads((tmp_path / "run" / "data_report.json").read_text(encoding="utf-8"))["split"] == "train"
     assert json.loads((tmp_path / "run" / "data_report_test.json").read_text(encoding="utf-8"))["split"] == "test"

@@ -39,7 +39,7 @@ def test_jsonl_with_bom_crlf_and_decomposed_accents_is_cleaned(qwen_tokenizer, t
     questions = [prompt[-1]["content"] for prompt in data.dataset["prompt"]]
     assert questions == ["Ren\u00e9e has 3 apples.\nShe eats 1. How many are left?",
                          "Bob has 4 pens.\nHe loses 1. How many now?"]
-    assert data.dataset["answer"] == ["2", "3"]
+    assert data.dataset["grpo_answer"] == ["2", "3"]
     assert data.dataset["prompt"][0][0] == {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
 
 
@@ -48,7 +48,7 @@ def test_csv_with_bom_header_crlf_and_numeric_answers(qwen_tokenizer, tmp_path):
     path.write_bytes("\ufeffquestion,answer\r\n\"Two\r\nlines?\",42\r\nNA,#### 答案：7\r\n".encode("utf-8"))
     data = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer)
     assert [p[-1]["content"] for p in data.dataset["prompt"]] == ["Two\nlines?", "NA"]
-    assert data.dataset["answer"] == ["42", "7"]  # text as written: no 42.0, "NA" is not a missing value
+    assert data.dataset["grpo_answer"] == ["42", "7"]  # text as written: no 42.0, "NA" is not a missing value
 
 
 def test_parquet_with_bom_in_column_name(qwen_tokenizer, tmp_path):
@@ -59,7 +59,7 @@ def test_parquet_with_bom_in_column_name(qwen_tokenizer, tmp_path):
     pq.write_table(pa.table({"\ufeffproblem": ["What is 6 x 7?"], "solution": ["6 x 7 = 42\n#### 42"]}), path)
     cfg = make_cfg(tmp_path, dataset_name=str(path), question_field="problem", answer_field="solution")
     data = prepare_dataset(cfg, qwen_tokenizer)
-    assert data.dataset["answer"] == ["42"] and data.dataset["id"] == ["train-0"]
+    assert data.dataset["grpo_answer"] == ["42"] and data.dataset["grpo_id"] == ["train-0"]
 
 
 def test_every_rejection_reason_is_reported_with_ids(qwen_tokenizer, tmp_path):
@@ -94,9 +94,10 @@ def test_every_rejection_reason_is_reported_with_ids(qwen_tokenizer, tmp_path):
         "duplicate": ["train-9"],
         "prompt_too_long": ["train-10"],
     }
-    assert set(got) == set(REJECT_REASONS)
-    assert data.dataset["id"] == ["train-0", "train-11", "train-12"]
-    assert data.dataset["answer"] == ["7", "100", "2400"]
+    # every reason but TRL prompts' own (tests/test_data_trl.py rejects each kind of bad `prompt`)
+    assert set(got) == set(REJECT_REASONS) - {"invalid_prompt"}
+    assert data.dataset["grpo_id"] == ["train-0", "train-11", "train-12"]
+    assert data.dataset["grpo_answer"] == ["7", "100", "2400"]
     assert (report["rows_in"], report["rows_kept"], report["rows_rejected_total"]) == (14, 3, 11)
     assert_counts_add_up(report)
 
@@ -146,20 +147,23 @@ def test_missing_local_file_is_a_config_error(qwen_tokenizer, tmp_path):
 def test_sample_as_chat_prompts_with_extracted_answers(qwen_tokenizer, tmp_path):
     data = prepare_dataset(make_cfg(tmp_path, system_prompt="Answer with a number."), qwen_tokenizer)
     raw = sample_rows()
-    assert data.dataset.column_names == ["prompt", "answer", "id", "prompt_tokens", "solution"]
-    assert data.dataset["solution"][0] == "She makes 24 + 18 = 42 muffins.\nAfter selling 35, she has 42 - 35 = 7 muffins left."
-    assert data.dataset["answer"] == [extract_hash_answer(row["answer"]) for row in raw]
+    # The sample's own columns reach the rewards as written; the pipeline's are grpo_*.
+    assert data.dataset.column_names == ["question", "answer", "prompt", "grpo_answer", "grpo_id",
+                                         "grpo_prompt_tokens", "grpo_solution"]
+    assert data.dataset["answer"] == [row["answer"] for row in raw]
+    assert data.dataset["grpo_solution"][0] == "She makes 24 + 18 = 42 muffins.\nAfter selling 35, she has 42 - 35 = 7 muffins left."
+    assert data.dataset["grpo_answer"] == [extract_hash_answer(row["answer"]) for row in raw]
     assert data.dataset[0]["prompt"] == build_prompt("Answer with a number.", raw[0]["question"])
-    assert "2400" in data.dataset["answer"]  # "#### 答案：2400"
+    assert "2400" in data.dataset["grpo_answer"]  # "#### 答案：2400"
     assert (data.report["rows_in"], data.report["rows_kept"], data.report["rows_rejected_total"]) == (50, 50, 0)
     assert data.report["source"]["kind"] == "sample" and len(data.fingerprint) == 64
 
 
 def test_max_samples_keeps_the_first_rows_and_counts_the_rest(qwen_tokenizer, tmp_path):
     data = prepare_dataset(make_cfg(tmp_path, max_samples=10), qwen_tokenizer)
-    assert data.dataset["id"] == [f"train-{i}" for i in range(10)]
+    assert data.dataset["grpo_id"] == [f"train-{i}" for i in range(10)]
     assert data.report["rows_unused_max_samples"] == 40
-    assert data.max_prompt_length == round_up(max(data.dataset["prompt_tokens"]))
+    assert data.max_prompt_length == round_up(max(data.dataset["grpo_prompt_tokens"]))
     assert_counts_add_up(data.report)
 
 
@@ -170,14 +174,14 @@ def test_demo_arithmetic_rows(qwen_tokenizer, tmp_path):
     data = prepare_dataset(make_cfg(tmp_path, dataset_name="demo-arithmetic", max_samples=12), qwen_tokenizer)
     expected = arithmetic_problems(12, seed=seed, split="train")
     assert [p[-1]["content"] for p in data.dataset["prompt"]] == [e["question"] for e in expected]
-    assert data.dataset["answer"] == [e["answer"] for e in expected]
+    assert data.dataset["grpo_answer"] == [e["answer"] for e in expected]
     assert data.report["source"]["kind"] == "demo" and data.report["rows_in"] == 12
 
     # max_samples is an upper bound: asking for more than the split holds gives the whole split.
     size = arithmetic_split_size("test")
     test = prepare_dataset(make_cfg(tmp_path, dataset_name="demo-arithmetic", max_samples=10_000), qwen_tokenizer,
                            split="test")
-    assert test.report["rows_in"] == size and test.dataset["id"][0] == "test-0"
+    assert test.report["rows_in"] == size and test.dataset["grpo_id"][0] == "test-0"
     with pytest.raises(ConfigError) as err:
         prepare_dataset(make_cfg(tmp_path, dataset_name="demo-arithmetic"), qwen_tokenizer, split="validation")
     assert err.value.field == "dataset_split"
@@ -198,7 +202,7 @@ def test_json_true_as_an_answer_is_reported_not_trained_on(qwen_tokenizer, tmp_p
     path = write_jsonl(tmp_path / "bools.jsonl", [{"question": "Is 7 odd?", "answer": True},
                                                   {"question": "What is 3 + 4?", "answer": 7}])
     data = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer)
-    assert data.dataset["answer"] == ["7"]
+    assert data.dataset["grpo_answer"] == ["7"]
     assert data.report["rows_rejected"]["non_string_field"]["ids"] == ["train-0"]
 
 

@@ -72,11 +72,11 @@ def test_every_format_and_layout_loads_and_an_edit_is_never_served_stale(qwen_to
     cfg = cfg_for(tmp_path, source, eval_before=True, eval_split="test")
     first = prepare_dataset(cfg, qwen_tokenizer)
     assert first.report["source"]["kind"] == layout
-    assert first.dataset["answer"] == [r["a"] for r in TRAIN] and first.dataset["id"][0] == "train-0"
+    assert first.dataset["grpo_answer"] == [r["a"] for r in TRAIN] and first.dataset["grpo_id"][0] == "train-0"
     assert prepare_dataset(cfg, qwen_tokenizer).report["cache_hit"] is True
     if layout == "folder":
         test = prepare_dataset(cfg, qwen_tokenizer, role="eval")
-        assert test.dataset["answer"] == [r["a"] for r in TEST] and test.dataset["id"][0] == "test-0"
+        assert test.dataset["grpo_answer"] == [r["a"] for r in TEST] and test.dataset["grpo_id"][0] == "test-0"
 
     # Same size, new content, then new content with the old mtime restored: both are seen.
     edited = [dict(r, a=str(int(r["a"]) + 1 if int(r["a"]) < 9 else 1)) for r in TRAIN]
@@ -84,7 +84,7 @@ def test_every_format_and_layout_loads_and_an_edit_is_never_served_stale(qwen_to
     write(fmt, train_file.with_suffix(""), edited)
     os.utime(train_file, ns=(mtime, mtime))
     second = prepare_dataset(cfg, qwen_tokenizer)
-    assert second.report["cache_hit"] is False and second.dataset["answer"] == [r["a"] for r in edited]
+    assert second.report["cache_hit"] is False and second.dataset["grpo_answer"] == [r["a"] for r in edited]
     # Adding rows (a new file in the folder, or more lines) is seen too.
     if layout == "folder":
         write(fmt, source / "train_2", [{"q": "What is 7 + 7?", "a": "14"}])
@@ -105,7 +105,7 @@ def test_a_save_to_disk_folder_is_read_locally(qwen_tokenizer, tmp_path, kind):
         str(folder))
     cfg = cfg_for(tmp_path, folder)
     data = prepare_dataset(cfg, qwen_tokenizer)
-    assert data.report["source"]["kind"] == "saved" and data.dataset["answer"] == [r["a"] for r in TRAIN]
+    assert data.report["source"]["kind"] == "saved" and data.dataset["grpo_answer"] == [r["a"] for r in TRAIN]
     if kind == "DatasetDict":
         assert prepare_dataset(cfg.replace(eval_split="test"), qwen_tokenizer, role="eval").report["rows_in"] == 3
     else:
@@ -134,7 +134,7 @@ def test_folder_with_unmatched_names_is_one_train_split_and_mixed_formats_are_na
     _write_json_lines(folder / "part-a.jsonl", TRAIN[:2])
     _write_json_lines(folder / "part-b.jsonl", TRAIN[2:])
     data = prepare_dataset(cfg_for(tmp_path, folder), qwen_tokenizer)
-    assert data.dataset["answer"] == [r["a"] for r in TRAIN]
+    assert data.dataset["grpo_answer"] == [r["a"] for r in TRAIN]
     _write_csv(folder / "part-c.csv", TRAIN[:1])
     with pytest.raises(ValueError, match="mixes file formats"):
         prepare_dataset(cfg_for(tmp_path, folder), qwen_tokenizer)
@@ -181,4 +181,4 @@ def test_a_dataset_path_through_an_environment_variable_is_read_from_where_it_po
     monkeypatch.setenv("GRPO_TEST_DATA", str(tmp_path))
     data = prepare_dataset(cfg_for(tmp_path, "$GRPO_TEST_DATA/mine.jsonl"), qwen_tokenizer)
     assert data.report["source"]["path"] == str(tmp_path / "mine.jsonl")
-    assert data.dataset["answer"] == [r["a"] for r in TRAIN]
+    assert data.dataset["grpo_answer"] == [r["a"] for r in TRAIN]

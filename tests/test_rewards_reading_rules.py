@@ -354,7 +354,7 @@ def test_language_reward_holds_a_prefilled_conversation_to_the_users_language():
 # --- registry ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, message", [
-    ("corectness", f"unknown reward 'corectness'; known: {KNOWN}, or 'package.module:function' for your own."),
+    ("corectness", f"unknown reward 'corectness'; known: {KNOWN}, or 'package.module:function' (or package.module.function) for your own."),
     ("  ", f"'  ' is not a reward name; known: {KNOWN}, or 'package.module:function'."),
     ("rewards.registry:REWARD_FUNCS", "'rewards.registry:REWARD_FUNCS' is a dict, not a function."),
     ("rewards.format:soft_format_reward_func:x",  # the module ends at the FIRST colon

@@ -159,3 +159,21 @@ def step_rising_reward(completions, trainer_state, **kwargs) -> list[float]:
     """The same reward for every completion, rising with TRL's `trainer_state.global_step` (a tenth a step): a
     training reward that rises whatever the policy does, for tests that need a certain signal."""
     return [trainer_state.global_step / 10.0] * len(completions)
+
+
+def record_reward_call(prompts, completions, **kwargs) -> list[float]:
+    """Writes what TRL passed (the types and values of prompts, completions and every keyword) as one JSON line
+    to $GRPO_TEST_RECORD, and scores the digit share (so the group has variance)."""
+    import json
+    import os
+
+    def typed(value: Any) -> Any:
+        return {"type": type(value).__name__, "value": value if isinstance(value, (str, int, float, bool, list, dict,
+                                                                                    type(None))) else repr(value)}
+
+    record = {"prompts": [typed(p) for p in prompts], "completions": [typed(c) for c in completions],
+              "kwargs": {key: [typed(v) for v in values] if isinstance(values, list) else typed(values)
+                         for key, values in kwargs.items()}}
+    with open(os.environ["GRPO_TEST_RECORD"], "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, default=repr) + "\n")
+    return digit_share_reward(completions)

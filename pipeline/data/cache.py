@@ -16,7 +16,7 @@ from typing import Any, Optional
 from env.paths import cache_root, publish_once
 
 # Bump when the prepared columns or the cleaning rules change, so old caches are not reused.
-DATA_FORMAT_VERSION = 2
+DATA_FORMAT_VERSION = 3
 # Files up to this size are hashed for the fingerprint (GSM8K train as JSONL is ~4 MB).
 CONTENT_HASH_MAX_BYTES = 64 * 1024 * 1024
 REPORT_IN_CACHE = "report.json"

@@ -6,6 +6,7 @@ row ids into data_report.json. The reason codes:
     missing_question    question is null / absent
     empty_question      question is empty after cleaning
     non_string_field    question is not text, or answer is not text or a number
+    invalid_prompt      TRL's `prompt` is neither text nor a list of {"role": str, "content": str} messages
     missing_answer      answer is null / absent / empty after cleaning
     unparseable_answer  answer has a GSM8K `####` marker with nothing readable after it
     unscorable_answer   the correctness reward cannot read the answer as one final answer ("five and a
@@ -34,6 +35,7 @@ REJECT_REASONS = (
     "missing_question",
     "empty_question",
     "non_string_field",
+    "invalid_prompt",
     "missing_answer",
     "unparseable_answer",
     "unscorable_answer",
@@ -77,6 +79,8 @@ class CleanRow:
     answer: str
     solution: str = ""  # worked solution for the format warm-up ("" when the row has none)
     scorable: bool = True  # False only for rows kept by keep_unscorable
+    index: int = -1  # the row's position in the source (its other columns are read from there)
+    prompt: Any = None  # TRL's prompt as written (prompt_format "prompt"); None for question/answer rows
 
 
 @dataclass
@@ -122,6 +126,29 @@ def _answer_text(value: Any) -> Optional[str]:
     return None
 
 
+def check_prompt(value: Any) -> tuple[Any, Optional[str]]:
+    """A TRL prompt as written and None, or None and the reason code it is rejected with. A standard prompt is
+    a string; a conversational one a list of {"role": str, "content": str} messages (TRL's is_conversational)
+    with some text outside the system message. Neither is cleaned: TRL gives the model the prompt as written.
+
+    >>> check_prompt("2+2="), check_prompt([{"role": "user", "content": "2+2?"}])
+    (('2+2=', None), ([{'role': 'user', 'content': '2+2?'}], None))
+    >>> check_prompt(None), check_prompt("  "), check_prompt({"text": "2+2"}), check_prompt([{"role": "user"}])
+    ((None, 'missing_question'), (None, 'empty_question'), (None, 'invalid_prompt'), (None, 'invalid_prompt'))
+    """
+    if value is None:
+        return None, "missing_question"
+    if isinstance(value, str):
+        return (value, None) if value.strip() else (None, "empty_question")
+    if not isinstance(value, (list, tuple)) or not value or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in value):
+        return None, "invalid_prompt"
+    if not any(m["content"].strip() for m in value if m["role"] != "system"):
+        return None, "empty_question"
+    return [{k: v for k, v in m.items() if v is not None} for m in value], None
+
+
 def worked_solution(value: Any, answer_text: str) -> str:
     """The worked solution of a row: its solution_field value, else a GSM8K answer's text before `####`
     (calculator notes `<<48/2=24>>` removed); "" when there is none.
@@ -146,6 +173,7 @@ def clean_rows(
     solutions: Optional[Iterable[Any]] = None,
     is_scorable: Optional[Callable[[str], bool]] = None,
     keep_unscorable: bool = False,
+    prompt_format: str = "question",
 ) -> tuple[list[CleanRow], Rejections]:
     """Clean every row; return the usable rows (source order) and the rejected ids by reason.
 
@@ -154,55 +182,74 @@ def clean_rows(
     reward's reader, rewards.reference_is_scorable) rejects answers it cannot read as `unscorable_answer`,
     or, with `keep_unscorable`, keeps them and lists them in `Rejections.unscorable_kept`.
 
+    With prompt_format "prompt" (TRL's `prompt` column) `questions` are prompts, checked by `check_prompt` and
+    kept as written. Their answer column is the user's, read by the rewards they chose, so no row is rejected
+    for its answer: one that is missing or unreadable only gives the built-in correctness reward no reference.
+
     >>> rows, rejected = clean_rows(["Q1", " ", None, "Q1"], ["#### 7", "1", "2", "#### 7"], ["a", "b", "c", "d"],
     ...                             lambda t: t.split("####")[1].strip() or None)
     >>> [(r.id, r.answer) for r in rows], rejected.ids_by_reason
     ([('a', '7')], {'empty_question': ['b'], 'missing_question': ['c'], 'duplicate': ['d']})
+    >>> rows, rejected = clean_rows(["1+1=", 7, "2+2="], [None, None, "x"], ["a", "b", "c"], lambda t: None,
+    ...                             prompt_format="prompt")
+    >>> [(r.id, r.prompt, r.answer) for r in rows], rejected.ids_by_reason
+    ([('a', '1+1=', ''), ('c', '2+2=', 'x')], {'invalid_prompt': ['b']})
     """
     kept: list[CleanRow] = []
     rejected = Rejections()
     seen: set[tuple[str, str]] = set()
     ids = list(ids)
     solutions = list(solutions) if solutions is not None else [None] * len(ids)
-    for row_id, raw_question, answer, raw_solution in zip(ids, questions, answers, solutions, strict=True):
-        if raw_question is None:
-            rejected.add("missing_question", row_id)
-            continue
-        if not isinstance(raw_question, str):
-            rejected.add("non_string_field", row_id)
-            continue
-        question = clean_text(raw_question)
-        if not question:
-            rejected.add("empty_question", row_id)
-            continue
-        if answer is None:
-            rejected.add("missing_answer", row_id)
-            continue
-        answer_text = _answer_text(answer)
-        if answer_text is None:
-            rejected.add("non_string_field", row_id)
-            continue
-        answer_text = clean_text(answer_text)
-        if not answer_text:
-            rejected.add("missing_answer", row_id)
-            continue
+    trl_prompts = prompt_format == "prompt"
+    for index, (row_id, raw_question, answer, raw_solution) in enumerate(
+            zip(ids, questions, answers, solutions, strict=True)):
+        prompt = None
+        if trl_prompts:
+            prompt, reason = check_prompt(raw_question)
+            if reason:
+                rejected.add(reason, row_id)
+                continue
+            question = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+            answer_text = clean_text(_answer_text(answer) or "")
+        else:
+            if raw_question is None:
+                rejected.add("missing_question", row_id)
+                continue
+            if not isinstance(raw_question, str):
+                rejected.add("non_string_field", row_id)
+                continue
+            question = clean_text(raw_question)
+            if not question:
+                rejected.add("empty_question", row_id)
+                continue
+            if answer is None:
+                rejected.add("missing_answer", row_id)
+                continue
+            answer_text = _answer_text(answer)
+            if answer_text is None:
+                rejected.add("non_string_field", row_id)
+                continue
+            answer_text = clean_text(answer_text)
+            if not answer_text:
+                rejected.add("missing_answer", row_id)
+                continue
         solution = worked_solution(raw_solution, answer_text)
         if GSM8K_MARKER in answer_text:
             final = extract_hash_answer(answer_text)
-            if final is None or not str(final).strip():
+            if (final is None or not str(final).strip()) and not trl_prompts:
                 rejected.add("unparseable_answer", row_id)
                 continue
-            answer_text = str(final).strip()
+            answer_text = str(final or "").strip()
         scorable = True
-        if is_scorable is not None:
+        if is_scorable is not None and answer_text:
             rejected.answers_checked += 1
             scorable = is_scorable(answer_text)
-            if not scorable and not keep_unscorable:
+            if not scorable and not keep_unscorable and not trl_prompts:
                 rejected.add("unscorable_answer", row_id)
                 continue
-        # Exact repeats (same question, same answer) only spend rollouts twice on one problem;
+        # Exact repeats (same prompt, same answer) only spend rollouts twice on one problem;
         # the first copy is kept and the rest are reported.
-        key = (question, answer_text)
+        key = (question if prompt is None else repr(prompt), answer_text)
         if key in seen:
             rejected.add("duplicate", row_id)
             continue
@@ -210,5 +257,5 @@ def clean_rows(
         if not scorable:
             rejected.unscorable_kept.append(row_id)
         kept.append(CleanRow(id=row_id, question=question, answer=answer_text, solution=solution,
-                             scorable=scorable))
+                             scorable=scorable, index=index, prompt=prompt))
     return kept, rejected

@@ -51,10 +51,13 @@ from pipeline.data.prompts import (
     build_prompt,
     check_system_prompt_survives,
     count_prompt_tokens,
+    is_conversational,
+    with_system_prompt,
     length_stats,
     system_prompt_tokens,
 )
-from pipeline.data.sources import DataSource, resolve_source, source_spec
+from pipeline.data.sources import OWN_PREFIX, DataSource, resolve_source, source_spec
+from rewards.correctness import REFERENCE_COLUMN
 
 REPORT_NAME = "data_report.json"
 EVAL_REPORT_NAME = "data_report_eval.json"
@@ -86,7 +89,7 @@ class UnscorableDataError(ConfigError):
 
 @dataclass
 class PreparedData:
-    """A ready training set: columns prompt (chat messages), answer, id, prompt_tokens, solution."""
+    """A ready training set: `prompt`, the source's own columns, and OWN_COLUMNS (grpo_answer, grpo_id, ...)."""
 
     dataset: Any  # datasets.Dataset
     report: dict[str, Any]
@@ -171,7 +174,7 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
     >>> cfg = PipelineConfig().replace(dataset_name="sample", data_cache_dir=tempfile.mkdtemp())
     >>> data = prepare_dataset(cfg, load_qwen_tokenizer(), report_dir=tempfile.mkdtemp())
     >>> data.report["rows_in"], data.report["rows_kept"], data.dataset.column_names
-    (50, 50, ['prompt', 'answer', 'id', 'prompt_tokens', 'solution'])
+    (50, 50, ['question', 'answer', 'prompt', 'grpo_answer', 'grpo_id', 'grpo_prompt_tokens', 'grpo_solution'])
     >>> data.max_prompt_length + data.max_completion_length == cfg.model.max_seq_length
     True
     """
@@ -248,18 +251,62 @@ def _unscorable_error(report: dict[str, Any], answer_option: str) -> Optional[st
             "these answers, set keep_unscorable: true.")
 
 
-def training_columns(conversations: list[Any], rows: list[Any], prompt_tokens: list[int]) -> dict[str, list[Any]]:
-    """The training set's columns. TRL passes every column but `prompt` to each reward function as a keyword
-    argument (one entry per completion), so the pre-load reward probe (preflight) passes these columns too."""
-    return {"prompt": conversations, "answer": [row.answer for row in rows], "id": [row.id for row in rows],
-            "prompt_tokens": list(prompt_tokens), "solution": [row.solution for row in rows]}
+# The pipeline's own per-row columns. TRL passes every column but `prompt` to each reward as a keyword, so ours
+# carry a prefix no user column may have (pipeline/data/sources.py refuses one): a user's `answer`, `solution`
+# or `id` reaches their rewards as they wrote it. grpo_answer is answer_field's value, cleaned and reduced
+# (GSM8K `#### 18` -> 18): the reference the built-in correctness reward reads.
+ANSWER, ROW_ID, PROMPT_TOKENS, SOLUTION = REFERENCE_COLUMN, "grpo_id", "grpo_prompt_tokens", "grpo_solution"
+OWN_COLUMNS = (ANSWER, ROW_ID, PROMPT_TOKENS, SOLUTION)
+assert all(name.startswith(OWN_PREFIX) for name in OWN_COLUMNS)
+
+
+def training_columns(table: Any, prompts: list[Any], rows: list[Any], prompt_tokens: list[int]) -> Any:
+    """The training set: the source's own columns for the kept rows, with their values and types (TRL passes
+    every column but `prompt` to each reward function as a keyword argument), `prompt` (the prompt the model
+    is given) and the pipeline's OWN_COLUMNS."""
+    from datasets import Dataset
+
+    dataset = table if isinstance(table, Dataset) else Dataset.from_dict(table)
+    dataset = dataset.select([row.index for row in rows])
+    if "prompt" in dataset.column_names:
+        dataset = dataset.remove_columns("prompt")
+    own = {"prompt": prompts, ANSWER: [row.answer or None for row in rows], ROW_ID: [row.id for row in rows],
+           PROMPT_TOKENS: list(prompt_tokens), SOLUTION: [row.solution for row in rows]}
+    if "answer" not in dataset.column_names and any(row.answer for row in rows):
+        # answer_field names another column and none is called `answer`: the reference also arrives as `answer`,
+        # as the pipeline always passed it (and the notebooks' rewards read it); no user column is hidden.
+        own["answer"] = own[ANSWER]
+    for name, values in own.items():
+        dataset = dataset.add_column(name, values)
+    return dataset.flatten_indices()
+
+
+def _column_names(table: Any) -> list[str]:
+    return list(table.column_names) if hasattr(table, "column_names") else list(table)
+
+
+def prompt_formats(source_format: str, prompts: list[Any], system_prompt: Optional[str]) -> dict[str, Any]:
+    """What the report (and `--check`) says of the prompts: where they came from, how many are standard (text)
+    and conversational (messages), and whether system_prompt was added or the prompt's own system message kept.
+
+    >>> prompt_formats("prompt", ["1+1=", [{"role": "system", "content": "Mine."}, {"role": "user", "content": "?"}],
+    ...                           [{"role": "user", "content": "?"}]], "Be brief.")["system_prompt"]
+    {'added': 1, 'own_kept': 1, 'standard_as_written': 1}
+    """
+    if source_format != "prompt":
+        return {"source": "question_field", "standard": 0, "conversational": len(prompts),
+                "system_prompt": {"added": len(prompts) if system_prompt else 0, "own_kept": 0,
+                                  "standard_as_written": 0}}
+    chats = [p for p in prompts if is_conversational(p)]
+    own = sum(1 for p in chats if p and p[0].get("role") == "system")
+    return {"source": "prompt", "standard": len(prompts) - len(chats), "conversational": len(chats),
+            "system_prompt": {"added": (len(chats) - own) if system_prompt else 0, "own_kept": own,
+                              "standard_as_written": len(prompts) - len(chats)}}
 
 
 def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
            split: str, source_option: str = "dataset_name") -> tuple[Any, dict[str, Any], Optional[str]]:
     """Load, clean and measure; return (dataset or None, report, error message or None)."""
-    from datasets import Dataset
-
     # lazy: the rewards package is only needed once rows exist
     from rewards import extract_hash_answer, reference_is_scorable
 
@@ -272,9 +319,14 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
     raw = source.load()
     loaded = time.perf_counter()
     rows, rejected = clean_rows(raw.questions, raw.answers, raw.ids, extract_hash_answer, solutions=raw.solutions,
-                                is_scorable=reference_is_scorable, keep_unscorable=d.keep_unscorable)
+                                is_scorable=reference_is_scorable, keep_unscorable=d.keep_unscorable,
+                                prompt_format=raw.prompt_format)
     cleaned = time.perf_counter()
-    conversations = [build_prompt(d.system_prompt, row.question) for row in rows]
+    if raw.prompt_format == "prompt":  # TRL's prompt, as written; ours only where a chat has no system message
+        conversations = [with_system_prompt(d.system_prompt, row.prompt) for row in rows]
+    else:
+        conversations = [build_prompt(d.system_prompt, row.question) for row in rows]
+    formats = prompt_formats(raw.prompt_format, [row.prompt for row in rows], d.system_prompt)
     lengths = count_prompt_tokens(tokenizer, conversations)
 
     limit = budget.filter_limit
@@ -318,6 +370,8 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
         "unscorable_kept": {"count": len(rejected.unscorable_kept),
                             "ids": rejected.unscorable_kept[:MAX_IDS_PER_REASON]},
         "rows_with_solution": sum(1 for i in keep if rows[i].solution),
+        "prompt_format": formats,
+        "columns": sorted(set(_column_names(raw.table)) - {"prompt"}),
         "prompt_tokens": {**length_stats(lengths.counts), "max_kept": max(kept_counts, default=None)},
         "system_prompt_tokens": floor,
         "limits": {
@@ -341,7 +395,6 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
     if error is not None:  # the counts are what the run would have kept; status says it did not
         return None, report, error
 
-    dataset = Dataset.from_dict(training_columns([conversations[i] for i in keep], [rows[i] for i in keep],
-                                                 kept_counts))
+    dataset = training_columns(raw.table, [conversations[i] for i in keep], [rows[i] for i in keep], kept_counts)
     report["timing_s"]["total"] = round(time.perf_counter() - started, 3)
     return dataset, report, None

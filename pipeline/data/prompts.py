@@ -1,4 +1,10 @@
-"""Prompts as chat messages, measured with the model's real tokenizer and chat template.
+"""Prompts in TRL's two formats, measured with the model's real tokenizer and chat template.
+
+TRL's formats (trl.data_utils.is_conversational): a *standard* prompt is a string the model continues as
+written (no chat template); a *conversational* prompt is a list of {"role", "content"} messages rendered by
+the chat template. Question/answer rows (question_field) become conversational prompts (system + user).
+Rewards get completions in the prompt's format (`completion_like`): strings for standard prompts,
+`[{"role": "assistant", "content": ...}]` for conversational ones.
 
 TRL's GRPOTrainer no longer has `max_prompt_length`, so nothing downstream trims or
 filters prompts: a prompt longer than the budget would either overflow vLLM's context or
@@ -38,12 +44,72 @@ def build_prompt(system_prompt: Optional[str], question: str) -> list[dict[str, 
     return messages
 
 
-def render_prompts(tokenizer: Any, conversations: Sequence[list[dict[str, str]]]) -> list[str]:
-    """Render chats to the exact text the model sees, generation prompt included."""
-    if not conversations:
-        return []
-    rendered = tokenizer.apply_chat_template(list(conversations), tokenize=False, add_generation_prompt=True)
-    return [rendered] if isinstance(rendered, str) else list(rendered)
+def is_conversational(prompt: Any) -> bool:
+    """True for a list of messages (TRL's conversational format), False for a string (standard).
+
+    >>> is_conversational([{"role": "user", "content": "1+1?"}]), is_conversational("1+1=")
+    (True, False)
+    """
+    return isinstance(prompt, (list, tuple))
+
+
+def with_system_prompt(system_prompt: Optional[str], prompt: Any) -> Any:
+    """A conversational prompt with `system_prompt` first when it has no system message of its own; a prompt
+    with one, an empty system_prompt, or a standard (string) prompt is returned as it is: a string has no place
+    for a system message, and TRL gives it to the model as written.
+
+    >>> with_system_prompt("Be brief.", [{"role": "user", "content": "1+1?"}])[0]
+    {'role': 'system', 'content': 'Be brief.'}
+    >>> with_system_prompt("Be brief.", [{"role": "system", "content": "Mine."}, {"role": "user", "content": "1+1?"}])
+    [{'role': 'system', 'content': 'Mine.'}, {'role': 'user', 'content': '1+1?'}]
+    >>> with_system_prompt("Be brief.", "1+1=")
+    '1+1='
+    """
+    if not system_prompt or not is_conversational(prompt) or (prompt and prompt[0].get("role") == "system"):
+        return prompt
+    return [{"role": "system", "content": system_prompt}, *prompt]
+
+
+def as_chat(system_prompt: Optional[str], prompt: Any) -> list[dict[str, str]]:
+    """The chat `grpo generate` sends: a question (text) as a training row's (system_prompt + question), a chat
+    with system_prompt only where it has no system message of its own.
+
+    >>> as_chat("S", "2+2?"), as_chat("S", [{"role": "system", "content": "Mine"}, {"role": "user", "content": "?"}])[0]
+    ([{'role': 'system', 'content': 'S'}, {'role': 'user', 'content': '2+2?'}], {'role': 'system', 'content': 'Mine'})
+    """
+    return with_system_prompt(system_prompt, prompt) if is_conversational(prompt) else build_prompt(system_prompt, prompt)
+
+
+def completion_like(prompt: Any, text: str) -> Any:
+    """`text` as TRL hands a completion of `prompt` to the rewards: the string itself for a standard prompt, one
+    assistant message for a conversational one (TRL's GRPOTrainer._generate_and_score_completions).
+
+    >>> completion_like("1+1=", "2"), completion_like([{"role": "user", "content": "1+1?"}], "2")
+    ('2', [{'role': 'assistant', 'content': '2'}])
+    """
+    return [{"role": "assistant", "content": text}] if is_conversational(prompt) else text
+
+
+def question_text(prompt: Any) -> str:
+    """What a prompt asks: a standard prompt's text, a chat's last message (two prompts asking the same are one
+    problem, whatever system message each has).
+
+    >>> question_text("2+2="), question_text([{"role": "system", "content": "S"}, {"role": "user", "content": "2+2?"}])
+    ('2+2=', '2+2?')
+    """
+    return str(prompt[-1]["content"]) if is_conversational(prompt) else str(prompt)
+
+
+def render_prompts(tokenizer: Any, prompts: Sequence[Any]) -> list[str]:
+    """The exact text the model sees for each prompt: a conversational one through the chat template with the
+    generation prompt (TRL's maybe_apply_chat_template), a standard one as written."""
+    chats = [list(prompt) for prompt in prompts if is_conversational(prompt)]
+    rendered: list[str] = []
+    if chats:
+        out = tokenizer.apply_chat_template(chats, tokenize=False, add_generation_prompt=True)
+        rendered = [out] if isinstance(out, str) else list(out)
+    texts = iter(rendered)
+    return [next(texts) if is_conversational(prompt) else str(prompt) for prompt in prompts]
 
 
 def check_system_prompt_survives(tokenizer: Any, system_prompt: Optional[str]) -> str:
@@ -94,8 +160,9 @@ class PromptLengths:
     tokenize_s: float
 
 
-def count_prompt_tokens(tokenizer: Any, conversations: Sequence[list[dict[str, str]]]) -> PromptLengths:
-    """Count each prompt's tokens as the model sees them: chat template + generation prompt.
+def count_prompt_tokens(tokenizer: Any, conversations: Sequence[Any]) -> PromptLengths:
+    """Count each prompt's tokens as the model sees them: chat template + generation prompt (a standard prompt:
+    its text alone).
 
     All chats are rendered to text first (jinja, per row), then tokenized in ONE batched call
     of the fast (Rust) tokenizer instead of a Python loop of calls. The counts equal
@@ -109,13 +176,20 @@ def count_prompt_tokens(tokenizer: Any, conversations: Sequence[list[dict[str, s
     start = time.perf_counter()
     texts = render_prompts(tokenizer, conversations)
     rendered = time.perf_counter()
-    # add_special_tokens=False: the template already wrote every special token; a tokenizer
-    # that adds a BOS would otherwise count (and, in training, get) it twice.
+    counts = [0] * len(texts)
+    # A chat: add_special_tokens=False, the template already wrote every special token (a tokenizer that adds a
+    # BOS would otherwise count, and in training get, it twice). A standard prompt: the tokenizer's own special
+    # tokens, as TRL's GRPOTrainer._tokenize_prompts calls `processing_class(text=prompts)`.
     # No attention masks: they would only double the Python lists built from the Rust output.
-    input_ids = tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"] if texts else []
+    for chat in (True, False):
+        where = [i for i, prompt in enumerate(conversations) if is_conversational(prompt) == chat]
+        if where:
+            ids = tokenizer([texts[i] for i in where], add_special_tokens=not chat,
+                            return_attention_mask=False)["input_ids"]
+            for i, row_ids in zip(where, ids, strict=True):
+                counts[i] = len(row_ids)
     done = time.perf_counter()
-    return PromptLengths(counts=[len(ids) for ids in input_ids], render_s=rendered - start,
-                         tokenize_s=done - rendered)
+    return PromptLengths(counts=counts, render_s=rendered - start, tokenize_s=done - rendered)
 
 
 def system_prompt_tokens(tokenizer: Any, system_prompt: Optional[str]) -> int:

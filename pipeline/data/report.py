@@ -38,6 +38,29 @@ def accounting_line(report: dict[str, Any], ids_shown: int = 3) -> str:
     return line
 
 
+def prompt_line(report: dict[str, Any]) -> str:
+    """Which prompt format the data is in and what happened to system_prompt (docs/own-data.md, "Prompts").
+
+    >>> prompt_line({"prompt_format": {"source": "prompt", "standard": 0, "conversational": 5,
+    ...              "system_prompt": {"added": 2, "own_kept": 3, "standard_as_written": 0}}, "columns": ["solution"]})
+    "TRL's `prompt` column, conversational: system_prompt added to 2, their own system message kept in 3; columns to the rewards: solution"
+    """
+    formats = report.get("prompt_format")
+    if not formats:
+        return ""
+    system = formats["system_prompt"]
+    if formats["source"] != "prompt":
+        line = f"question_field rows made into chats (system_prompt + question) for {formats['conversational']}"
+    elif formats["standard"]:
+        line = (f"TRL's `prompt` column, standard (text, as written, no chat template; system_prompt does not apply) "
+                f"for {formats['standard']}")
+    else:
+        line = (f"TRL's `prompt` column, conversational: system_prompt added to {system['added']}, their own "
+                f"system message kept in {system['own_kept']}")
+    columns = report.get("columns")
+    return line + (f"; columns to the rewards: {', '.join(columns)}" if columns else "")
+
+
 def format_report(report: dict[str, Any]) -> Any:
     """The report as a rich renderable (tables), for people; `--json` prints the dict itself."""
     from rich.console import Group
@@ -51,6 +74,8 @@ def format_report(report: dict[str, Any]) -> Any:
     rows.add_row("source", f"{where} [{report.get('split')}]")
     if source.get("endpoint"):
         rows.add_row("hub endpoint (HF_ENDPOINT)", source["endpoint"])
+    if prompt_line(report):
+        rows.add_row("prompts", prompt_line(report))
     rows.add_row("rows in", str(report["rows_in"]))
     rows.add_row("rows kept", str(report["rows_kept"]))
     rows.add_row("rows rejected", str(report["rows_rejected_total"]))
@@ -162,6 +187,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         Console().print(format_report(report))
         print(f"[grpo] data: {accounting_line(report)}")
+        if prompt_line(report):
+            print(f"[grpo] prompts: {prompt_line(report)}")
         if eval_count is not None:
             print(f"[grpo] eval set: {eval_count} problems (report: {Path(report['report_path']).parent / EVAL_REPORT_NAME})")
     if error is not None:

@@ -64,14 +64,29 @@ class DataSourceError(DataFileError, RuntimeError):
     """A hub dataset that cannot be loaded (no network, no saved copy): bad input too, with the fix."""
 
 
+# TRL's prompt column (trl.GRPOTrainer trains on it; every other column goes to the rewards).
+PROMPT_COLUMN = "prompt"
+# The pipeline's own per-row columns begin with this (pipeline/data/prepare.py OWN_COLUMNS); a user's column
+# never may, so that ours can never hide one of theirs from a reward.
+OWN_PREFIX = "grpo_"
+
+
 @dataclass
 class RawRows:
-    """Raw column values, one entry per source row, before any cleaning."""
+    """Raw column values, one entry per source row, before any cleaning.
+
+    `prompt_format` says what `questions` holds: "question", the question_field column (made into chat prompts
+    later); "prompt", TRL's prompt column (strings or message lists, used as written). `answers` is None per row
+    when a "prompt" source has no answer column. `table` holds every column as loaded (a datasets.Dataset, or a
+    dict of lists), so that each reaches the rewards with its own values and types.
+    """
 
     questions: list[Any]
     answers: list[Any]
     ids: list[str]
     solutions: Optional[list[Any]] = None  # the solution_field column, when one is named
+    prompt_format: str = "question"
+    table: Any = None
 
 
 @dataclass
@@ -164,21 +179,66 @@ def hub_endpoint() -> str:
         return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
 
 
+def _option_default(option: str) -> Any:
+    """The default of a DataArguments field (question_field, answer_field): tells "set" from "left alone"."""
+    from pipeline.config.fields import DataArguments
+
+    return {f.name: f.default for f in dataclasses.fields(DataArguments)}[option]
+
+
+def prompt_format_of(columns: list[str], spec: SourceSpec) -> str:
+    """"prompt" when the rows are TRL's (a `prompt` column, question_field left at its default or naming it),
+    "question" for question/answer rows; a ConfigError when the data has both and question_field was set.
+
+    >>> from pipeline.config import PipelineConfig
+    >>> spec = source_spec(PipelineConfig())
+    >>> prompt_format_of(["prompt", "solution"], spec), prompt_format_of(["question", "answer"], spec)
+    ('prompt', 'question')
+    """
+    field = spec.question_field
+    if field == PROMPT_COLUMN or (PROMPT_COLUMN in columns and field == _option_default("question_field")):
+        return "prompt"
+    if PROMPT_COLUMN in columns and field in columns:
+        raise ConfigError(spec.question_option, f"the data has TRL's `prompt` column and {spec.question_option} "
+                          f"names {field!r}: prompts built from {field!r} would hide yours. Leave "
+                          f"{spec.question_option} unset to train on `prompt` as TRL does, or rename the `prompt` "
+                          "column.")
+    return "question"
+
+
 def _rows(dataset: Any, spec: SourceSpec, split: str, where: str) -> RawRows:
-    """The question, answer (and solution) columns, matching names after BOM/blank stripping."""
-    by_clean_name = {clean_column_name(name): name for name in dataset.column_names}
-    wanted = [("question", spec.question_field, spec.question_option), ("answer", spec.answer_field,
-                                                                       spec.answer_option)]
+    """The prompt (question_field, or TRL's `prompt`), answer and solution columns, matching names after
+    BOM/blank stripping, with every column kept in `table` for the rewards."""
+    renames = {name: clean_column_name(name) for name in dataset.column_names if clean_column_name(name) != name}
+    if renames and hasattr(dataset, "rename_columns"):
+        dataset = dataset.rename_columns(renames)
+    elif renames:
+        dataset = {renames.get(name, name): values for name, values in dataset.items()}
+    names = list(dataset.column_names) if hasattr(dataset, "column_names") else list(dataset)
+    own = [name for name in names if name.startswith(OWN_PREFIX)]
+    if own:
+        raise ConfigError(spec.name_option, f"{where} has column(s) {', '.join(map(repr, own))}; names beginning "
+                          f"with {OWN_PREFIX!r} are the pipeline's own per-row fields (grpo_answer, grpo_id, ...). "
+                          "Rename them.")
+    prompt_format = prompt_format_of(names, spec)
+    question = PROMPT_COLUMN if prompt_format == "prompt" else spec.question_field
+    answer_optional = prompt_format == "prompt" and spec.answer_field == _option_default("answer_field")
+    wanted = [("question", question, spec.question_option)]
+    if not (answer_optional and spec.answer_field not in names):
+        wanted.append(("answer", spec.answer_field, spec.answer_option))
     if spec.solution_field:
         wanted.append(("worked solution", spec.solution_field, "solution_field"))
     for what, column, option in wanted:
-        if column not in by_clean_name:
+        if column not in names:
+            hint = (" A dataset in TRL's format has a `prompt` column instead (text, or a list of "
+                    "{role, content} messages)." if what == "question" else "")
             raise ConfigError(option, f"column {column!r} is not in {where}; its columns are "
-                              f"{sorted(by_clean_name)}. Set {option} to the column that holds the {what}s.")
-    questions = list(dataset[by_clean_name[spec.question_field]])
-    return RawRows(questions=questions, answers=list(dataset[by_clean_name[spec.answer_field]]),
-                   ids=[f"{split}-{i}" for i in range(len(questions))],
-                   solutions=list(dataset[by_clean_name[spec.solution_field]]) if spec.solution_field else None)
+                              f"{sorted(names)}. Set {option} to the column that holds the {what}s.{hint}")
+    questions = list(dataset[question])
+    answers = list(dataset[spec.answer_field]) if spec.answer_field in names else [None] * len(questions)
+    return RawRows(questions=questions, answers=answers, ids=[f"{split}-{i}" for i in range(len(questions))],
+                   solutions=list(dataset[spec.solution_field]) if spec.solution_field else None,
+                   prompt_format=prompt_format, table=dataset)
 
 
 def pick_split(spec: SourceSpec, available: list[str], where: str) -> str:
@@ -351,7 +411,8 @@ def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> An
     if builder == "csv":
         # Keep every question/answer cell as the text written in the file: by default pandas
         # turns "NA" into a missing value and a numeric column with one gap into floats (42.0).
-        kwargs["converters"] = {name: str for col in spec.columns() for name in (col, "\ufeff" + col)}
+        kwargs["converters"] = {name: str for col in [*spec.columns(), PROMPT_COLUMN]
+                                for name in (col, "\ufeff" + col)}
         kwargs["keep_default_na"] = False
         kwargs["encoding"] = "utf-8-sig"  # a BOM must not end up in the first column's name
         if suffix == ".tsv":
@@ -526,8 +587,6 @@ def resolve_source(cfg: Any, spec: SourceSpec, cache_root: Path) -> DataSource:
 
 def _builtin_rows(builtin: BuiltinSource, n: int, seed: int, split: str) -> RawRows:
     problems = builtin.rows(n, seed, split)
-    return RawRows(
-        questions=[p.get("question") for p in problems],
-        answers=[p.get("answer") for p in problems],
-        ids=[f"{split}-{i}" for i in range(len(problems))],
-    )
+    questions, answers = [p.get("question") for p in problems], [p.get("answer") for p in problems]
+    return RawRows(questions=questions, answers=answers, ids=[f"{split}-{i}" for i in range(len(problems))],
+                   table={"question": questions, "answer": answers})

@@ -112,7 +112,8 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     from env.paths import absolute_path, atomic_write_json
     from pipeline.backends import choose_backend, load_backend
     from pipeline.data.prepare import prepare_dataset
-    from pipeline.data.prompts import render_prompts
+    from pipeline.data.prepare import ANSWER, ROW_ID
+    from pipeline.data.prompts import completion_like, render_prompts
     from pipeline.data.tokenizer import load_tokenizer
     from pipeline.infer.evaluate import score_completions
     from pipeline.preflight import run_checks
@@ -153,10 +154,10 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     set_seed(g.seed)  # the same completions for the same recipe
     texts = generator.generate(prompts, max_tokens=max_tokens, temperature=g.temperature, top_p=g.top_p,
                                top_k=g.top_k, min_p=g.min_p)
-    # As TRL calls rewards: conversational completions, every dataset column repeated per completion.
+    # As TRL calls rewards: completions in the prompt's format, every dataset column repeated per completion.
     columns = {key: [row[key] for row in rows for _ in range(n)] for key in rows.column_names if key != "prompt"}
-    completions = [[{"role": "assistant", "content": text}] for text in texts]
     chat_prompts = [row["prompt"] for row in rows for _ in range(n)]
+    completions = [completion_like(prompt, text) for prompt, text in zip(chat_prompts, texts, strict=True)]
     try:  # as the trainer calls them: guarded (plain floats back, numpy's too), async ones awaited
         scores = [call_reward(func, chat_prompts, completions, columns) for func in funcs]
     except RewardFailure as err:
@@ -165,7 +166,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     names = [func.__name__ for func in funcs]
     table = reward_table(names, scores, weights, n)
 
-    scored = score_completions(texts, columns.get("answer", [None] * len(texts)))
+    scored = score_completions(texts, columns[ANSWER])
     lengths = [s["completion_tokens"] for s in scored]  # as the generator counted them (Completion.tokens)
     clipped = sum(1 for length in lengths if length >= max_tokens) / len(lengths) if lengths else 0.0
     result = {
@@ -180,7 +181,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
         "clipped_share": clipped,
         "flat_reward_threshold": cfg.health.flat_reward_threshold,
         "samples": [{"id": row_id, "completion": text} for row_id, text in
-                    zip(columns.get("id", [None] * len(texts))[::n], texts[::n][:N_SAMPLES_KEPT])],
+                    zip(columns[ROW_ID][::n], texts[::n][:N_SAMPLES_KEPT])],
     }
     result["verdicts"] = verdicts(table, cfg, clipped, after_warmup)
     result["wall_time_s"] = round(time.time() - start, 1)

@@ -26,11 +26,11 @@ def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, 
     """Held-out rows (prompt messages + answer), prepared by the same data code as training: the eval set
     (eval_dataset_name, else eval_split of dataset_name), its first `limit` (else eval_limit) usable rows;
     the report goes to data_report_eval.json."""
-    from pipeline.data.prepare import prepare_dataset
+    from pipeline.data.prepare import ANSWER, ROW_ID, prepare_dataset
 
     eval_cfg = cfg.replace(max_samples=given(limit, cfg.eval.eval_limit), strict=False)
     prepared = prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir, write_report=write_report)
-    return [{"prompt": row["prompt"], "answer": row["answer"], "id": row["id"]} for row in prepared.dataset]
+    return [{"prompt": row["prompt"], "answer": row[ANSWER], "id": row[ROW_ID]} for row in prepared.dataset]
 
 
 def score_completions(completions: list[Completion], answers: list[Optional[str]]) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     """
     from env.paths import absolute_path
     from pipeline.data.sources import DataFileError
+    from pipeline.data.clean import check_prompt
 
     if args.prompt is not None:
         return [args.prompt]
@@ -52,8 +53,15 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
             raise bad(f"is not valid JSON ({err.msg}, column {err.colno}); each line holds one object such as "
                       '{"prompt": "What is 2+3?"}') from None
         text = record.get("prompt", record.get("question")) if isinstance(record, dict) else None
+        if isinstance(text, list):  # TRL's conversational prompt, as in the training data
+            chat, reason = check_prompt(text)
+            if reason:
+                raise bad(f"its `prompt` is a list but not of {{\"role\": ..., \"content\": \"...\"}} messages "
+                          f"with some text ({reason})")
+            prompts.append(chat)
+            continue
         if not isinstance(text, str) or not text.strip():
-            raise bad("needs a non-empty string field `prompt` or `question`")
+            raise bad("needs a non-empty field `prompt` or `question`: text, or a list of chat messages")
         prompts.append(text.strip())
     if not prompts:
         raise DataFileError(f"--input {path} holds no prompts (it is empty or blank). Give one "
@@ -67,12 +75,13 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
     From Python: `generate_answers(["What is 2+3?"], lora="outputs/run/lora")` or
     `generate_answers([...], base=True, run="outputs/run")`; options are `grpo generate`'s flags.
     """
-    from pipeline.data.prompts import build_prompt, render_prompts
+    from pipeline.data.prompts import as_chat, render_prompts
     from pipeline.infer.evaluate import score_completions
     from pipeline.infer.session import inference_args, open_inference
 
     setup = open_inference(args if args is not None else inference_args(**options))  # verifies before loading
-    messages = [build_prompt(setup.system_prompt, p) for p in prompts]  # the same chat as a training row
+    # the same chat as a training row: a question gets the system prompt, a chat keeps its own system message
+    messages = [as_chat(setup.system_prompt, p) for p in prompts]
     texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
                                      temperature=setup.temperature, top_p=setup.top_p)
     scored = score_completions(texts, [None] * len(texts))

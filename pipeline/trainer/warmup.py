@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.config import ConfigError, PipelineConfig
+from pipeline.data.prepare import ANSWER, SOLUTION
+from pipeline.data.prompts import completion_like
 from pipeline.demo.registry import builtin_source
 from rewards.format import format_completion
 
@@ -32,14 +34,15 @@ WARMUP_KEY_NAME = "warmup.json"
 
 
 def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
-    """Prompt/completion pairs in TRL's conversational prompt-completion format: a built-in source's own, else
+    """Prompt/completion pairs in TRL's prompt-completion format (the prompt's: standard or conversational): a
+    built-in source's own, else
     up to MAX_WARMUP_EXAMPLES training rows with a worked solution. ConfigError (sft_warmup_steps) when there
     are none; pipeline/preflight.py calls this before any model loads."""
     builtin = builtin_source(cfg.data.dataset_name)
     if builtin is not None:
         return builtin.warmup_examples(MAX_WARMUP_EXAMPLES, cfg.data.system_prompt, cfg.grpo.seed)
     dataset = prepared.dataset
-    solved = [i for i, text in enumerate(dataset["solution"]) if text][:MAX_WARMUP_EXAMPLES]
+    solved = [i for i, text in enumerate(dataset[SOLUTION]) if text][:MAX_WARMUP_EXAMPLES]
     if not solved:
         raise ConfigError(
             "sft_warmup_steps",
@@ -49,7 +52,7 @@ def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
             "the text before `####` is the solution), or set sft_warmup_steps: 0 (a pretrained instruct model "
             "usually follows the system prompt's format without it).")
     return [{"prompt": r["prompt"],
-             "completion": [{"role": "assistant", "content": format_completion(r["solution"], r["answer"])}]}
+             "completion": completion_like(r["prompt"], format_completion(r[SOLUTION], r[ANSWER]))}
             for r in dataset.select(solved)]
 
 

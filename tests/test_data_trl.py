@@ -1,0 +1,187 @@
+"""TRL's dataset formats and reward contract, as a TRL / Unsloth-notebook user brings them.
+
+A `prompt` column trains with no field mapping, standard (a string) or conversational (messages); a prompt's own
+system message is kept and system_prompt is added only to a chat without one; every column reaches every reward
+with its values and types, and the pipeline's own columns (grpo_*) never hide one of the user's.
+"""
+
+import json
+
+import pytest
+
+from pipeline.config import ConfigError
+from pipeline.data.prepare import OWN_COLUMNS, prepare_dataset
+from pipeline.data.prompts import is_conversational
+from tests.data_helpers import make_cfg, write_jsonl
+from tests.train_helpers import tiny_qwen_config
+
+SYSTEM = "Answer in <answer> tags."
+NOTEBOOK_SYSTEM = "\nRespond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
+
+# Every JSON value type a column can hold, one column each; each row differs, so a misaligned row shows.
+TYPED_COLUMNS = {
+    "answer": lambda i: str(i + 2),         # a user's `answer`: theirs, as written
+    "solution": lambda i: f"${i + 2}$",      # TRL's accuracy_reward column: never our warm-up text
+    "id": lambda i: f"user-{i}",             # a user's `id`: not ours
+    "ground_truth": lambda i: i + 2,         # int
+    "ratio": lambda i: i / 4,                # float
+    "flag": lambda i: i % 2 == 0,            # bool
+    "tags": lambda i: [f"t{i}", "x"],        # list
+    "meta": lambda i: {"level": i, "src": "mine"},  # dict
+}
+
+
+def _prompt(kind, i):
+    question = f"What is {i} + 2?"
+    if kind == "standard":
+        return f"Question: {question}\nAnswer:"
+    chat = [{"role": "user", "content": question}]
+    if kind == "own_system" or (kind == "mixed_system" and i % 2 == 0):
+        chat.insert(0, {"role": "system", "content": NOTEBOOK_SYSTEM})
+    return chat
+
+
+def _rows(kind, n=8):
+    return [{"prompt": _prompt(kind, i), **{name: make(i) for name, make in TYPED_COLUMNS.items()}} for i in range(n)]
+
+
+@pytest.mark.parametrize("kind", ["standard", "no_system", "own_system", "mixed_system"])
+def test_a_prompt_column_is_used_as_trl_uses_it_and_every_user_column_is_kept_as_written(qwen_tokenizer, tmp_path,
+                                                                                         kind):
+    rows = _rows(kind)
+    path = write_jsonl(tmp_path / "trl.jsonl", rows)
+    data = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path), system_prompt=SYSTEM), qwen_tokenizer)
+
+    assert data.report["rows_kept"] == len(rows)
+    for row, prompt in zip(rows, data.dataset["prompt"], strict=True):
+        if kind == "standard":
+            assert prompt == row["prompt"]  # as written: no chat, no system message
+        elif row["prompt"][0]["role"] == "system":
+            assert prompt == row["prompt"]  # the user's own system message is kept
+        else:
+            assert prompt == [{"role": "system", "content": SYSTEM}, *row["prompt"]]
+    for name, make in TYPED_COLUMNS.items():
+        assert data.dataset[name] == [make(i) for i in range(len(rows))], name
+    assert set(OWN_COLUMNS) <= set(data.dataset.column_names)
+    # answer_field's value, reduced, is ours under grpo_answer; the user's `answer` is untouched
+    assert data.dataset["grpo_answer"] == [row["answer"] for row in rows]
+    formats = data.report["prompt_format"]
+    chats = 0 if kind == "standard" else len(rows)
+    own = sum(1 for row in rows if is_conversational(row["prompt"]) and row["prompt"][0]["role"] == "system")
+    assert (formats["standard"], formats["conversational"]) == (len(rows) - chats, chats)
+    assert formats["system_prompt"] == {"added": chats - own, "own_kept": own, "standard_as_written": len(rows) - chats}
+    assert data.report["columns"] == sorted(TYPED_COLUMNS)
+
+
+def test_a_prompt_column_needs_no_answer_column_and_a_named_one_must_exist(qwen_tokenizer, tmp_path):
+    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": f"{i} + 1 =", "solution": str(i + 1)} for i in range(4)])
+    data = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer)
+    assert data.dataset["grpo_answer"] == [None] * 4 and data.dataset["solution"] == ["1", "2", "3", "4"]
+    with pytest.raises(ConfigError, match="answer_field") as err:
+        prepare_dataset(make_cfg(tmp_path, dataset_name=str(path), answer_field="target"), qwen_tokenizer)
+    assert "'target'" in str(err.value)
+
+
+@pytest.mark.parametrize("bad, reason", [
+    (None, "missing_question"), ("   ", "empty_question"), (42, "invalid_prompt"),
+    ([{"role": "user"}], "invalid_prompt"), ([{"role": "system", "content": "S"}], "empty_question"),
+    ([{"role": "user", "content": ["a", "b"]}], "invalid_prompt"),
+])
+def test_a_prompt_that_is_neither_text_nor_messages_is_rejected_with_its_reason(qwen_tokenizer, tmp_path, bad,
+                                                                                reason):
+    rows = [{"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"}, {"prompt": bad, "answer": "3"}]
+    if not isinstance(bad, list):  # a JSON file holds one type per column: the standard form's neighbour
+        rows[0]["prompt"] = "1+1="
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    try:
+        data = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer)
+    except Exception as err:  # a column `datasets` cannot read as one type is a file error, named
+        assert "bad.jsonl" in str(err)
+        return
+    assert data.report["rows_rejected"][reason]["ids"] == ["train-1"]
+    assert data.report["rows_kept"] == 1
+
+
+def test_question_field_with_a_prompt_column_too_is_refused_naming_question_field(qwen_tokenizer, tmp_path):
+    path = write_jsonl(tmp_path / "both.jsonl", [{"prompt": "1+1=", "q": "What is 1+1?", "answer": "2"}])
+    with pytest.raises(ConfigError, match="question_field") as err:
+        prepare_dataset(make_cfg(tmp_path, dataset_name=str(path), question_field="q"), qwen_tokenizer)
+    assert "prompt" in str(err.value)
+
+
+def test_a_user_column_with_the_pipelines_prefix_is_refused(qwen_tokenizer, tmp_path):
+    path = write_jsonl(tmp_path / "own.jsonl", [{"question": "1+1?", "answer": "2", "grpo_answer": "x"}])
+    with pytest.raises(ConfigError, match="grpo_answer"):
+        prepare_dataset(make_cfg(tmp_path, dataset_name=str(path)), qwen_tokenizer)
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["standard", "own_system"])
+def test_every_column_reaches_every_reward_through_trl_in_the_prompts_format(tmp_path, monkeypatch, kind):
+    """A real tiny GRPO run on a TRL-format file: TRL calls the rewards; each gets the user's columns with
+    their types, and completions as strings (standard prompts) or assistant messages (conversational)."""
+    from pipeline.train import run_training
+
+    record = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("GRPO_TEST_RECORD", str(record))
+    rows = _rows(kind)
+    path = write_jsonl(tmp_path / "trl.jsonl", rows)
+    rewards = ["train_helpers:record_reward_call", "xmlcount"] + (["correctness"] if kind != "standard" else [])
+    cfg = tiny_qwen_config(tmp_path / "run", dataset_name=str(path), max_steps=1, eval_before=False,
+                           eval_after=False, reward_funcs=rewards, reward_weights=[1.0] * len(rewards),
+                           data_cache_dir=str(tmp_path / "cache"))
+    result = run_training(cfg)
+    assert result.status == "completed", result
+
+    calls = [c for c in _records(record) if "trainer_state" in c["kwargs"]]  # the trainer's, not the probe's
+    assert calls, "the trainer never called the reward"
+    by_id = {f"user-{i}": row for i, row in enumerate(rows)}
+    for call in calls:
+        kwargs = call["kwargs"]
+        for completion in call["completions"]:
+            if kind == "standard":
+                assert completion["type"] in ("str", "Completion")
+            else:
+                assert completion["type"] == "list" and completion["value"][0]["role"] == "assistant"
+        for i, row_id in enumerate(kwargs["id"]):
+            row = by_id[row_id["value"]]
+            for name in TYPED_COLUMNS:
+                got = kwargs[name][i]
+                assert got["value"] == row[name], (name, got, row[name])
+                assert got["type"] == type(row[name]).__name__, (name, got)
+        for name in ("completion_ids", "trainer_state", "log_extra", "log_metric", "grpo_answer"):
+            assert name in kwargs, name
+
+
+def test_grpo_generate_input_takes_a_question_a_text_prompt_or_a_chat_and_names_a_bad_line(tmp_path):
+    import argparse
+
+    from pipeline.data.prompts import as_chat
+    from pipeline.data.sources import DataFileError
+    from pipeline.infer.generate import read_prompts
+
+    chat = [{"role": "system", "content": "Mine."}, {"role": "user", "content": "3+3?"}]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [{"question": "1+1?"}, {"prompt": "2+2?"}, {"prompt": chat}]))
+    prompts = read_prompts(argparse.Namespace(prompt=None, input=str(path)))
+    assert prompts == ["1+1?", "2+2?", chat]
+    assert [as_chat(SYSTEM, p)[0]["content"] for p in prompts] == [SYSTEM, SYSTEM, "Mine."]
+    path.write_text(json.dumps({"prompt": "ok"}) + "\n" + json.dumps({"prompt": [{"role": "user"}]}) + "\n")
+    with pytest.raises(DataFileError, match="line 2"):
+        read_prompts(argparse.Namespace(prompt=None, input=str(path)))
+
+
+@pytest.mark.parametrize("has_answer_column", [False, True])
+def test_answer_field_naming_another_column_never_hides_a_users_answer(qwen_tokenizer, tmp_path, has_answer_column):
+    rows = [{"question": f"{i}+1?", "final": f"#### {i + 1}", **({"answer": f"mine-{i}"} if has_answer_column else {})}
+            for i in range(3)]
+    path = write_jsonl(tmp_path / "qa.jsonl", rows)
+    data = prepare_dataset(make_cfg(tmp_path, dataset_name=str(path), answer_field="final"), qwen_tokenizer)
+    assert data.dataset["grpo_answer"] == ["1", "2", "3"] and data.dataset["final"] == [r["final"] for r in rows]
+    # without an `answer` column of the user's, the reference also arrives as `answer` (the old keyword)
+    assert data.dataset["answer"] == ([f"mine-{i}" for i in range(3)] if has_answer_column else ["1", "2", "3"])
