@@ -453,6 +453,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     from pipeline.backends import choose_backend, load_backend
     from pipeline.data.prepare import DataError
     from pipeline.data.sources import DataFileError
+    from pipeline.trainer.build import check_grpo_config
 
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
         # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
@@ -466,6 +467,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg)]
     steps: list[tuple[str, Callable[[], Any]]] = [
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
+        ("trl", after_backend(lambda: check_grpo_config(cfg, (choice or choose_backend(
+            cfg.model.backend, cfg.model.fast_inference)).name))),  # TRL's own validation of its config
         ("output_dir", lambda: check_output_dir(cfg)),
         ("packages", lambda: check_packages(cfg)),
         ("gpu", lambda: check_gpu(cfg, choice)),

@@ -410,13 +410,17 @@ def _print_help(argv: list[str]) -> int:
             base, source = None, "the built-in field defaults (the recipe could not be read)"
     else:
         source = "the built-in tiny CPU demo (no GPU here and no --config)"
-    parser = TrlParser(SECTIONS, prog="grpo train", description=__doc__.split("\n\n")[0],
+    from pipeline.config.trl_fields import trl_section
+
+    # Ours by section, then every field of TRL's GRPOConfig/TrainingArguments no section of ours owns (derived
+    # from the installed trl, pipeline/config/trl_fields.py), under TRL's names, types and defaults.
+    parser = TrlParser((*SECTIONS, trl_section()), prog="grpo train", description=__doc__.split("\n\n")[0],
                        epilog=f"Defaults shown: {source}. Each option overrides the recipe's value.")
     parser.add_argument("--config", metavar="YAML",
                         help="a YAML recipe whose keys are the options below (e.g. configs/qwen2.5-3b-gsm8k.yaml); "
                              "without it: configs/qwen2.5-1.5b-gsm8k.yaml on a GPU, the tiny CPU demo elsewhere")
     parser.add_argument("--check", action="store_true",
-                        help="run every check a run makes before loading the model (config, output_dir, packages, "
+                        help="run every check a run makes before loading the model (config, trl, output_dir, packages, "
                              "gpu, model, data, resume, rewards, lora), print them as JSON and stop: exit 0 when all "
                              "pass, 2 otherwise")
     for action in parser._actions:  # HfArgumentParser's --no_X flags would show their own store_false default

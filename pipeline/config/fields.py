@@ -251,7 +251,8 @@ class GRPOArguments:
     save_total_limit: Optional[int] = _help("Keep the newest N checkpoints.", default=3, ge=1, trl=True)
     seed: int = _help("Seed for data order, LoRA init and sampling (numpy's range: 0 .. 2**32 - 1).", default=3407,
                       ge=0, le=2**32 - 1, trl=True)
-    report_to: str = _help("none | tensorboard | wandb (comma-separated).", default="none")
+    report_to: list[str] = _help("Integrations to log to, as TRL's report_to: none | tensorboard | wandb | ... (a "
+                                 "list, one name, or comma-separated).", default_factory=lambda: ["none"])
     reward_funcs: list[str] = _help("Reward names from the registry, or module:function.",
                                     default_factory=lambda: list(DEFAULT_REWARD_FUNCS))
     reward_weights: Optional[list[float]] = _help("One weight per reward function; None = all 1.0.",
@@ -274,10 +275,12 @@ class GRPOArguments:
     def reporters(self) -> list[str]:
         """`report_to` as a list of integration names, `none` left out.
 
-        >>> GRPOArguments(report_to="tensorboard, wandb").reporters(), GRPOArguments().reporters()
+        >>> GRPOArguments(report_to=["tensorboard, wandb"]).reporters(), GRPOArguments().reporters()
         (['tensorboard', 'wandb'], [])
         """
-        return [name.strip() for name in str(self.report_to).split(",") if name.strip() not in ("", "none")]
+        entries = [self.report_to] if isinstance(self.report_to, str) else list(self.report_to or [])
+        return [name.strip() for entry in entries for name in str(entry).split(",")
+                if name.strip() not in ("", "none")]
 
 
 @dataclass
@@ -363,6 +366,14 @@ SECTIONS = (
     HealthArguments,
     EvalArguments,
 )
+# `grpo train --help` groups the options by these titles (HfArgumentParser's `_argument_group_name`); TRL's own
+# fields follow under pipeline/config/trl_fields.py's GROUP_NAME.
+for _section, _title in ((ModelArguments, "model and backend (ours)"), (LoraArguments, "LoRA (ours)"),
+                         (DataArguments, "data mapping and length checks (ours)"),
+                         (GRPOArguments, "GRPO: TRL's fields whose defaults we set, and our run options"),
+                         (GenerationArguments, "generation after training (ours)"),
+                         (HealthArguments, "health rules (ours)"), (EvalArguments, "evaluation (ours)")):
+    _section._argument_group_name = _title
 
 
 @dataclass
@@ -376,6 +387,9 @@ class PipelineConfig:
     generation: GenerationArguments = field(default_factory=GenerationArguments)
     health: HealthArguments = field(default_factory=HealthArguments)
     eval: EvalArguments = field(default_factory=EvalArguments)
+    # The options set from TRL's own GRPOConfig / TrainingArguments fields (pipeline/config/trl_fields.py), by
+    # TRL's names, as given; passed to trl.GRPOConfig as they are.
+    trl: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Every way a config is made (TrlParser, a recipe through from_mapping, replace) passes here, so this is
@@ -383,6 +397,8 @@ class PipelineConfig:
         # "q_proj", which peft would otherwise read character by character.
         for section in dataclasses.fields(self):
             values = getattr(self, section.name)
+            if not dataclasses.is_dataclass(values):
+                continue
             for name in list_fields(type(values)):
                 value = getattr(values, name)
                 if value is not None and not isinstance(value, list):
@@ -392,7 +408,8 @@ class PipelineConfig:
         """Flat mapping, the same shape as a YAML recipe."""
         flat: dict[str, Any] = {}
         for section in dataclasses.fields(self):
-            flat.update(dataclasses.asdict(getattr(self, section.name)))
+            values = getattr(self, section.name)
+            flat.update(dataclasses.asdict(values) if dataclasses.is_dataclass(values) else values)
         return flat
 
     def replace(self, **flat_overrides: Any) -> "PipelineConfig":
@@ -442,38 +459,84 @@ def field_choices(name: str) -> tuple[str, ...]:
 
 
 def trl_training_args(cfg: PipelineConfig) -> dict[str, Any]:
-    """The fields declared with `trl=` as trl.GRPOConfig keyword arguments, under TRL's names.
+    """trl.GRPOConfig keyword arguments: the fields declared with `trl=`, under TRL's names, then the TRL options
+    the user set (`cfg.trl`), which win: `warmup_steps: 10` replaces the warmup_ratio default.
 
     >>> args = trl_training_args(PipelineConfig())
     >>> args["learning_rate"], args["warmup_steps"], "warmup_ratio" in args
     (5e-06, 0.1, False)
+    >>> trl_training_args(PipelineConfig(trl={"warmup_steps": 10, "scale_rewards": "none"}))["warmup_steps"]
+    10
     """
     forwarded: dict[str, Any] = {}
     for section in dataclasses.fields(cfg):
         values = getattr(cfg, section.name)
+        if not dataclasses.is_dataclass(values):
+            continue
         for f in dataclasses.fields(values):
             trl_name = field_rules(f).get("trl")
             if trl_name:
                 forwarded[f.name if trl_name is True else trl_name] = getattr(values, f.name)
+    forwarded.update(cfg.trl)
     return forwarded
 
 
 def from_mapping(values: dict[str, Any]) -> PipelineConfig:
-    """Build a config from a flat mapping (e.g. a parsed YAML recipe); unknown keys are errors."""
+    """Build a config from a flat mapping (e.g. a parsed YAML recipe): our fields, then TRL's GRPOConfig fields
+    (only looked up when a key is not ours: trl imports torch); every unknown key is named in one error."""
     owners = field_names()
-    unknown = sorted(set(values) - set(owners))
-    if unknown:
-        raise unknown_option_error(unknown[0])
+    rest = [key for key in values if key not in owners]
+    if rest:
+        check_trl_names(rest)
     parts: dict[type, dict[str, Any]] = {cls: {} for cls in SECTIONS}
     for key, value in values.items():
-        parts[owners[key]][key] = value
-    return PipelineConfig(**{SECTION_ATTR[cls]: cls(**kw) for cls, kw in parts.items()})
+        if key in owners:
+            parts[owners[key]][key] = value
+    return PipelineConfig(**{SECTION_ATTR[cls]: cls(**kw) for cls, kw in parts.items()},
+                          trl={key: values[key] for key in rest})
+
+
+def check_trl_names(names: list[str]) -> None:
+    """Refuse, in one error, every name that is neither ours nor one of TRL's options (each with its nearest
+    option from both sets), and a TRL field the run owns (with the reason)."""
+    from pipeline.config.trl_fields import refused_reason, trl_option_names
+
+    known = set(trl_option_names())
+    for name in names:
+        reason = refused_reason(name)
+        if reason:
+            raise ConfigError(name, f"`{name}` is TRL's, but the run sets it itself: {reason}.")
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise unknown_options_error(unknown, [*field_names(), *known])
+
+
+# Names users bring from TRL's ModelConfig / ScriptArguments and open-r1's recipes, which are not GRPOConfig
+# fields: the option of ours that does that job.
+ALIASES = {
+    "torch_dtype": "dtype", "model_revision": "model_name_or_path (a local folder of that revision)",
+    "dataset_train_split": "dataset_split", "dataset_test_split": "eval_split",
+    "dataset_prompt_column": "question_field (or a `prompt` column, used as it is)", "use_peft": "lora_r (LoRA is "
+    "always on)", "lora_task_type": "lora_target_modules", "attn_implementation": "backend",
+    "load_in_8bit": "load_in_4bit", "chat_template": "system_prompt",
+}
+
+
+def unknown_options_error(names: list[str], known: list[str] | None = None) -> ConfigError:
+    """Every unknown option in one message, each with its closest names (difflib over ours and TRL's, and
+    ALIASES) as the likely fix. The error's field is the first unknown name."""
+    known = list(field_names()) if known is None else known
+    lines = []
+    for name in names:
+        close = list(dict.fromkeys(([ALIASES[name]] if name in ALIASES else [])
+                                   + difflib.get_close_matches(name, known, n=3, cutoff=0.6)))
+        hint = f"did you mean {' or '.join(f'`{c}`' for c in close)}?" if close else "no option has a similar name."
+        lines.append(f"`{name}`: {hint}")
+    head = f"unknown option `{names[0]}`; " if len(names) == 1 else f"{len(names)} unknown options: "
+    body = lines[0].split(": ", 1)[1] if len(names) == 1 else "; ".join(lines)
+    return ConfigError(names[0], f"{head}{body} All options: `grpo train --help` (ours, then TRL's GRPOConfig).")
 
 
 def unknown_option_error(name: str) -> ConfigError:
-    """An unknown option, with the closest field names (difflib) as the likely fix."""
-    close = difflib.get_close_matches(name, list(field_names()), n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(f'`{c}`' for c in close)}?" if close else "no option has a similar name."
-    return ConfigError(name, f"unknown option `{name}`; {hint} All options: `grpo train --help`.")
-
-
+    """One unknown option (see unknown_options_error)."""
+    return unknown_options_error([name])

@@ -17,7 +17,6 @@ from pipeline.config.fields import (
     ConfigError,
     PipelineConfig,
     field_names,
-    unknown_option_error,
 )
 from pipeline.config.validate import coerce
 
@@ -29,19 +28,56 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
     """
     from trl import TrlParser  # light: does not import torch
 
-    parser = TrlParser(SECTIONS)
+    argv = normalize_argv(argv or [])
+    named = check_option_names(argv)
+    path = config_path(argv)
+    if path is not None:
+        named += list(read_recipe(path))  # syntax errors and unknown keys, named with the file and line
+    named += list(base or {})
+    # TRL's own fields (trl_fields.py) join the parser only when one is named: deriving them imports torch.
+    trl_names = sorted({name for name in named if name not in field_names()})
+    sections = (*SECTIONS, trl_section()) if trl_names else SECTIONS
+    parser = TrlParser(sections)
     if base:
         unknown = parser.set_defaults_with_config(**base)
         if unknown:
             raise ConfigError(str(unknown[0]), f"unknown option(s) in built-in defaults: {unknown}")
-    argv = normalize_argv(argv or [])
-    check_option_names(argv)
-    path = config_path(argv)
-    if path is not None:
-        read_recipe(path)  # syntax errors and unknown keys, named with the file and line
     parsed = parser.parse_args_and_config(argv)
     by_cls = {type(p): p for p in parsed}
-    return PipelineConfig(**{SECTION_ATTR[cls]: by_cls[cls] for cls in SECTIONS})
+    trl_values = by_cls[trl_section()] if trl_names else None
+    return PipelineConfig(**{SECTION_ATTR[cls]: by_cls[cls] for cls in SECTIONS},
+                          trl={name: getattr(trl_values, name) for name in trl_names})
+
+
+def trl_section() -> type:
+    from pipeline.config.trl_fields import trl_section as section
+
+    return section()
+
+
+def _default(name: str) -> Any:
+    """The default of an option of ours or of TRL's; None for a name that is neither (or has no plain default)."""
+    import dataclasses
+
+    owners = field_names()
+    if name in owners:
+        fields = {f.name: f for f in dataclasses.fields(owners[name])}
+    else:
+        from pipeline.config.trl_fields import trl_fields
+
+        fields = trl_fields()
+    f = fields.get(name)
+    return None if f is None else f.default
+
+
+def _kind(name: str) -> Any:
+    """The type hint of an option of ours or of TRL's."""
+    owners = field_names()
+    if name in owners:
+        return typing.get_type_hints(owners[name])[name]
+    from pipeline.config.trl_fields import trl_type
+
+    return trl_type(name)
 
 
 def normalize_argv(argv: list[str]) -> list[str]:
@@ -82,12 +118,23 @@ def config_path(argv: list[str]) -> Optional[str]:
 BOOL_WORDS = ("yes", "no", "true", "false", "t", "f", "y", "n", "1", "0")
 
 
-def check_option_names(argv: list[str]) -> None:
-    """Refuse an unknown `--name`, a recipe given without --config, or a number option whose value is not a
-    number, before argparse does (its messages list no alternatives and bury the fix under the usage text)."""
+def check_option_names(argv: list[str]) -> list[str]:
+    """Refuse an unknown `--name` (all of them in one message), a recipe given without --config, or a number
+    option whose value is not a number, before argparse does (its messages list no alternatives and bury the
+    fix under the usage text). Returns the option names given, `--no_X` read as X."""
     owners = field_names()
-    # HfArgumentParser adds --no_X for bool fields that default to True.
-    known = set(owners) | {f"no_{name}" for name in owners}
+    given_names: list[str] = []
+    for arg in argv:
+        if arg.startswith("--") and len(arg) > 2:
+            name = arg[2:].partition("=")[0].replace("-", "_")
+            if name != "config":
+                # HfArgumentParser adds --no_X for bool fields that default to True.
+                given_names.append(name[3:] if name.startswith("no_") and _default(name[3:]) is True else name)
+    not_ours = [name for name in dict.fromkeys(given_names) if name not in owners]
+    if not_ours:
+        from pipeline.config.fields import check_trl_names
+
+        check_trl_names(not_ours)
     for i, arg in enumerate(argv):
         if arg.endswith((".yaml", ".yml")) and (i == 0 or not argv[i - 1].startswith("--")):
             raise ConfigError("config", f"{arg!r} is not an option; to read a recipe write --config {arg}")
@@ -95,19 +142,20 @@ def check_option_names(argv: list[str]) -> None:
             continue
         name, _, inline = arg[2:].partition("=")
         name = name.replace("-", "_")  # argparse also accepts --max-steps
-        if name == "config":
+        if name == "config" or (name.startswith("no_") and _default(name[3:]) is True):
             continue
-        if name not in known:
-            raise unknown_option_error(name)
         value = inline if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
-        kind = typing.get_type_hints(owners[name]).get(name) if name in owners else None
-        if kind is bool and value is not None and ("=" in arg or not value.startswith("--")) \
+        kind = _kind(name)
+        if type(None) in typing.get_args(kind) and len(typing.get_args(kind)) == 2:
+            kind = Optional[next(a for a in typing.get_args(kind) if a is not type(None))]
+        if kind in (bool, Optional[bool]) and value is not None and ("=" in arg or not value.startswith("--")) \
                 and value.strip().lower() not in BOOL_WORDS:  # `--flag` alone (nargs="?") is true
             raise ConfigError(name, f"got {value!r}; use true or false.")
         if kind in (int, float, Optional[int], Optional[float]) and value is not None:
             optional = kind in (Optional[int], Optional[float])
             if not (optional and value.lower() in ("none", "null")):
                 coerce(value, int if kind in (int, Optional[int]) else float, name)
+    return given_names
 
 
 def read_recipe(path: str) -> dict[str, Any]:
@@ -135,10 +183,16 @@ def read_recipe(path: str) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         raise ConfigError("config", f"{os.path.abspath(path)} must be a mapping of `key: value` lines, got a "
                           f"{type(loaded).__name__}.")
-    unknown = sorted(str(k) for k in set(loaded) - set(field_names()))
-    if unknown:
-        err = unknown_option_error(unknown[0])
-        raise ConfigError(err.field, f"{os.path.abspath(path)}: {str(err).split(': ', 1)[1]}")
+    # `env:` is TrlParser's own key (environment variables to set), as open-r1's recipes use it.
+    loaded = {key: value for key, value in loaded.items() if key != "env"}
+    not_ours = sorted(str(k) for k in set(loaded) - set(field_names()))
+    if not_ours:
+        from pipeline.config.fields import check_trl_names
+
+        try:
+            check_trl_names(not_ours)
+        except ConfigError as err:
+            raise ConfigError(err.field, f"{os.path.abspath(path)}: {str(err).split(': ', 1)[1]}") from None
     for key, value in loaded.items():
         try:
             check_value_type(key, value)
@@ -162,11 +216,14 @@ def check_value_type(name: str, value: Any) -> None:
     """A recipe value that cannot be the field's type is a ConfigError naming the field, before TrlParser (which
     would hand a string to argparse and print its usage dump). Numbers and booleans go through `coerce`, list
     fields take a lone value or a list of such, text fields refuse a list. Bounds and choices are validate()'s."""
-    kind = typing.get_type_hints(field_names()[name])[name]
+    kind = _kind(name)
     if type(None) in typing.get_args(kind):
         if value is None:
             return
-        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        others = [a for a in typing.get_args(kind) if a is not type(None)]
+        if len(others) > 1:  # TRL's `dict | str | None` and the like: TRL checks them when it builds its config
+            return
+        kind = others[0]
     if value is None:
         raise ConfigError(name, "is empty; give a value or remove the line to use the default.")
     if typing.get_origin(kind) is list:

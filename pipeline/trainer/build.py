@@ -76,9 +76,33 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     # (Unsloth's patched one), known only now. TRL calls self.create_model_card at every checkpoint.
     trainer.create_model_card = functools.partial(card.write, trainer)
     raise_reward_failures_after_the_gather(trainer, latch)
+    allow_steps_without_gradient(trainer)
     stage_checkpoint_saves(trainer, cfg)  # each checkpoint-N/ appears whole or not at all
     load_every_adapter(trainer)  # a checkpoint with a ref/ adapter restores its trained one too
     return trainer, health
+
+
+def allow_steps_without_gradient(trainer) -> None:
+    """A batch that leaves no token to learn from is a step with no gradient, not a crash.
+
+    With `mask_truncated_completions: true`, TRL's GRPOTrainer._generate_and_score_completions zeroes the loss mask
+    of every completion cut at max_completion_length; when all of them are (common early in a run), the loss it
+    returns is a constant, and `loss.backward()` raises "element 0 of tensors does not require grad". Tied to
+    one trainable parameter by a zero factor, the loss backpropagates zeros: the step runs, logs, and changes
+    nothing but the optimizer's step count. An instance attribute, as create_model_card above: the class is
+    whatever the backend left in trl.GRPOTrainer.
+    """
+    compute_loss = trainer.compute_loss
+
+    def with_gradient(model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss = compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+        if model.training and hasattr(loss, "requires_grad") and not loss.requires_grad:
+            anchor = next((p for p in model.parameters() if p.requires_grad), None)
+            if anchor is not None:
+                loss = loss + 0.0 * anchor.sum()
+        return loss
+
+    trainer.compute_loss = with_gradient
 
 
 @dataclass(frozen=True)
@@ -118,16 +142,18 @@ def is_hub_id(name: Optional[str]) -> bool:
 
 def grpo_training_args(cfg: PipelineConfig, backend, model, prepared, output_dir: Path, reward_weights: list[float]):
     """The trl.GRPOConfig a run trains with (bench/overhead.py gives bare TRL this same one, to compare equal work)."""
-    import trl  # imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
+    decided = run_decided_args(cfg, backend, model, prepared.max_completion_length, output_dir, reward_weights)
+    return build_grpo_config(cfg, decided)
 
-    from pipeline.config import trl_training_args
+
+def run_decided_args(cfg: PipelineConfig, backend, model, max_completion_length: int, output_dir: Path,
+                     reward_weights: list[float]) -> dict:
+    """What the run works out for trl.GRPOConfig (not a config value as given)."""
     from pipeline.health.rules import HEALTH_TRAINING_ARGS
 
-    return trl.GRPOConfig(
-        **trl_training_args(cfg),  # the fields declared with trl= in pipeline/config/fields.py, by TRL's names
-        # What the run works out (not a config value as given):
+    return dict(
         output_dir=str(output_dir),
-        max_completion_length=prepared.max_completion_length,  # `auto` resolved from the data
+        max_completion_length=max_completion_length,  # `auto` resolved from the data
         report_to=cfg.grpo.reporters() or "none",
         reward_weights=reward_weights,  # + the health observer's 0
         gradient_checkpointing=cfg.lora.gradient_checkpointing and not on_cpu(),
@@ -136,3 +162,72 @@ def grpo_training_args(cfg: PipelineConfig, backend, model, prepared, output_dir
         **backend.grpo_config_kwargs(cfg, model),
     )
 
+
+def build_grpo_config(cfg: PipelineConfig, decided: dict):
+    """trl.GRPOConfig from our fields, the user's TRL options (`cfg.trl`) and what the run decided. A TRL option
+    that the backend decides otherwise (BACKEND_DECIDED: `use_vllm`, `bf16`, ...) is refused naming the option
+    that decides it, never dropped; a value TRL's own validation refuses is a ConfigError naming the field."""
+    import trl  # imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
+
+    from pipeline.config import ConfigError, trl_training_args
+    from pipeline.config.trl_fields import BACKEND_DECIDED, trainer_choices
+
+    for name, value in cfg.trl.items():
+        if name in decided and decided[name] != value:
+            raise ConfigError(name, f"{name}: {value!r} does not fit this run: the backend, on this machine, "
+                              f"needs {decided[name]!r}. It is decided by {BACKEND_DECIDED.get(name, 'the run')}; "
+                              f"set that instead, or remove {name}.")
+    kwargs = {**trl_training_args(cfg), **decided}
+    try:
+        config = trl.GRPOConfig(**kwargs)
+    except (ValueError, TypeError, NotImplementedError) as err:
+        raise ConfigError(_named_field(str(err), cfg, kwargs), f"trl.GRPOConfig refused the config: {err}") from None
+    for name, choices in trainer_choices().items():  # values only TRL's trainer would refuse, mid-step
+        value = getattr(config, name, None)
+        if isinstance(value, str) and value not in choices:
+            raise ConfigError(name, f"got {value!r}; TRL's GRPOTrainer takes {', '.join(choices)}.")
+    return config
+
+
+def _named_field(message: str, cfg: PipelineConfig, kwargs: dict) -> str:
+    """The field a TRL validation message is about: a TRL option the user set, else any field it names."""
+    import re
+
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
+    for name in [*cfg.trl, *kwargs]:
+        if name in words:
+            return name
+    return "trl"
+
+
+def check_grpo_config(cfg: PipelineConfig, backend_name: str) -> str:
+    """`--check`'s `trl` step: the trl.GRPOConfig the run will build, with TRL's own validation, before anything
+    loads. The backend's device settings need the loaded model on Unsloth, so there they are checked by the run."""
+    import tempfile
+
+    from pipeline.backends import load_backend
+    from pipeline.config import parse_limit
+    from rewards import check_reward_weights
+
+    limit = parse_limit(cfg.data.max_completion_length, "max_completion_length")
+    weights = [*check_reward_weights(list(cfg.grpo.reward_funcs), cfg.grpo.reward_weights), 0.0]
+    with tempfile.TemporaryDirectory() as scratch:
+        decided = run_decided_args(cfg, _ModelFreeSettings(load_backend(backend_name), backend_name), None,
+                                   limit or 256, Path(scratch), weights)
+        build_grpo_config(cfg, decided)
+    named = ", ".join(f"{k}={v!r}" for k, v in cfg.trl.items())
+    return f"trl.GRPOConfig accepts it{f' (TRL options: {named})' if named else ''}"
+
+
+@dataclass(frozen=True)
+class _ModelFreeSettings:
+    """The backend's GRPOConfig device settings as far as they are known before a model loads: the plain
+    backend's all (they read the machine), Unsloth's none (bf16/fp16 and use_vllm follow the loaded model)."""
+
+    backend: object
+    name: str
+
+    def grpo_config_kwargs(self, cfg, model):
+        if self.name == "plain":
+            return self.backend.grpo_config_kwargs(cfg, model)
+        return {"use_cpu": True, "bf16": False, "fp16": False} if on_cpu() else {}

@@ -1,0 +1,121 @@
+"""trl.GRPOConfig's own fields as options of `grpo train`, derived from the dataclass at run time.
+
+Every init field of the installed trl.GRPOConfig, and of the transformers TrainingArguments it inherits, that no
+section of ours owns is an option under TRL's name, with TRL's type, default and help: `scale_rewards: none`,
+`importance_sampling_level: sequence`, `num_iterations: 2`, `warmup_steps: 10`, `generation_kwargs: {...}`.
+Nothing is copied: a TRL upgrade brings its new fields with no change here. The options a user sets are kept in
+`PipelineConfig.trl` and reach trl.GRPOConfig as given (pipeline/config/fields.py `trl_training_args`).
+
+A few fields are the run's own (RUN_OWNED: naming one is refused, with the reason and our option), and a few
+are decided by the backend and the machine (BACKEND_DECIDED: honoured when they agree with what the backend
+needs, refused when they don't; pipeline/trainer/build.py `grpo_training_args`). Importing trl.GRPOConfig
+costs seconds (it imports torch), so nothing here runs until a name that is not ours is met, or
+--help / --check / the run need the fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from typing import Any
+
+# GRPOConfig fields the run sets itself; naming one is refused with this reason.
+RUN_OWNED = {
+    "disable_tqdm": "the run replaces TRL's progress bar with its own line (reward, KL, completion length)",
+    "logging_nan_inf_filter": "the health rules must see a NaN/inf loss to stop or roll the run back",
+    "resume_from_checkpoint": "resuming is our `resume` option (auto | never | PATH), which also checks the "
+                              "checkpoint first",
+    "eval_strategy": "evaluation is ours: eval_steps / eval_before / eval_after score held-out problems (TRL is "
+                     "given no eval_dataset)",
+    "use_cpu": "the backend and the machine decide it: `backend: plain` trains on the CPU when there is no GPU",
+}
+# GRPOConfig fields the backend sets from the machine and our options. A value of the user's is honoured when it is
+# the backend's; otherwise it is refused, naming the option that decides it.
+BACKEND_DECIDED = {
+    "use_vllm": "vllm_mode (plain backend: colocate | server) or fast_inference (unsloth backend)",
+    "bf16": "dtype (bfloat16 where the GPU supports it; never on a CPU)",
+    "fp16": "dtype (float16; never on a CPU)",
+    "vllm_gpu_memory_utilization": "gpu_memory_utilization",
+}
+GROUP_NAME = "TRL's GRPOConfig and TrainingArguments (TRL's names, types, defaults and meaning)"
+
+
+@functools.lru_cache(maxsize=1)
+def grpo_config_class() -> type:
+    """The installed trl.GRPOConfig (from its module: Unsloth's patched copy adds its own fields only at run time)."""
+    from trl.trainer.grpo_config import GRPOConfig
+
+    return GRPOConfig
+
+
+@functools.lru_cache(maxsize=1)
+def trl_fields() -> dict[str, dataclasses.Field]:
+    """GRPOConfig's init fields that no section of ours owns, RUN_OWNED ones included (to refuse them by name)."""
+    from pipeline.config.fields import field_names
+
+    ours = set(field_names())
+    return {f.name: f for f in dataclasses.fields(grpo_config_class())
+            if f.init and f.name not in ours and not f.name.startswith("_")}
+
+
+def trl_option_names() -> list[str]:
+    """The names `grpo train` takes from TRL (sorted)."""
+    return sorted(name for name in trl_fields() if name not in RUN_OWNED)
+
+
+@functools.lru_cache(maxsize=1)
+def trl_section() -> type:
+    """The TRL options as one dataclass, for TrlParser (the CLI and the recipe) and --help, grouped apart from
+    ours. Types, defaults and help are GRPOConfig's own; no __post_init__ (TRL validates when the run, or
+    --check, builds the real GRPOConfig)."""
+    hints = typing.get_type_hints(grpo_config_class())
+    made = []
+    for name in trl_option_names():
+        f = trl_fields()[name]
+        kw: dict[str, Any] = {"metadata": dict(f.metadata)}
+        if f.default is not dataclasses.MISSING:
+            kw["default"] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            kw["default_factory"] = f.default_factory
+        made.append((name, hints[name], dataclasses.field(**kw)))
+    section = dataclasses.make_dataclass("TrlArguments", made)
+    section._argument_group_name = GROUP_NAME  # HfArgumentParser's group title in --help
+    return section
+
+
+@functools.lru_cache(maxsize=1)
+def trainer_choices() -> dict[str, tuple[str, ...]]:
+    """The values TRL's GRPOTrainer dispatches on for its text fields, read from its own source: every
+    `self.loss_type == "dapo"` / `args.scale_rewards in ["group", "none"]` comparison. TRL declares these
+    fields as plain `str` and refuses an unknown value only deep in a training step ("Unknown loss type"), so this
+    is how `--check` refuses `loss_type: gpro` first. Only fields compared with two values or more, whose own
+    default is among them, count as a dispatch.
+
+    >>> trainer_choices()["loss_type"][:3], "none" in trainer_choices()["scale_rewards"]
+    (('bnpo', 'cispo', 'dapo'), True)
+    """
+    import inspect
+    import re
+
+    import trl.trainer.grpo_trainer as trainer
+
+    source = inspect.getsource(trainer)
+    found: dict[str, set[str]] = {}
+    for name, value in re.findall(r"(?:self|args)\.(\w+)\s*[!=]=\s*[\"'](\w+)[\"']", source):
+        found.setdefault(name, set()).add(value)
+    for name, body in re.findall(r"(?:self|args)\.(\w+)\s+(?:not\s+)?in\s+[\[({]([^\])}]*)[\])}]", source):
+        found.setdefault(name, set()).update(re.findall(r"[\"'](\w+)[\"']", body))
+    fields = {f.name: f for f in dataclasses.fields(grpo_config_class())}
+    return {name: tuple(sorted(values)) for name, values in sorted(found.items())
+            if name in fields and len(values) >= 2 and fields[name].default in values}
+
+
+def trl_type(name: str) -> Any:
+    """TRL's type hint for one of its options."""
+    return typing.get_type_hints(trl_section())[name]
+
+
+def refused_reason(name: str) -> str | None:
+    """Why a GRPOConfig field is not an option (RUN_OWNED), or None."""
+    return RUN_OWNED.get(name)
