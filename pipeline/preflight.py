@@ -190,6 +190,37 @@ def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, w
     return prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
 
 
+def without_a_held_out_set(cfg: PipelineConfig) -> tuple[PipelineConfig, str]:
+    """One training file (or any one-split local source) and no eval_dataset_name: there are no held-out
+    problems, so the run trains without evaluation, as TRL, Unsloth and open-r1 do, and says in one line how to
+    turn it on. Returns the config (eval off) and that line; unchanged and "" otherwise. The one answer for
+    `grpo train`, its --check and `grpo data` (a recipe's eval_before: true on such data trains, and says so).
+
+    >>> cfg, note = without_a_held_out_set(PipelineConfig().replace(dataset_name="sample", eval_before=True))
+    >>> cfg.eval.uses_eval_set(), note.startswith("eval: off")
+    (False, True)
+    """
+    from pipeline.data.sources import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT, local_layout, local_path
+
+    e = cfg.eval
+    if not e.uses_eval_set() or e.eval_dataset_name:
+        return cfg, ""
+    name = str(cfg.data.dataset_name).strip()
+    path = SAMPLE_PATH if name == SAMPLE_NAME else local_path(name)
+    if path is None:
+        return cfg, ""  # a hub dataset (its splits are known once loaded) or a built-in one with its own test split
+    try:
+        splits = [SINGLE_FILE_SPLIT] if name == SAMPLE_NAME else sorted(local_layout(path, "dataset_name")[1])
+    except (ConfigError, OSError, RuntimeError):  # RuntimeError: pathlib's symlink loop
+        return cfg, ""  # the data check names what is wrong with the path
+    if len(splits) != 1 or e.eval_split in splits:
+        return cfg, ""
+    note = (f"eval: off. {name} has one split ({splits[0]}: the training data) and no eval_dataset_name is set, so "
+            "there are no held-out problems to score. To evaluate, set --eval_dataset_name test.jsonl (or make "
+            "dataset_name a folder holding train.jsonl and test.jsonl).")
+    return cfg.replace(eval_before=False, eval_after=False, eval_steps=0), note
+
+
 def prepare_eval(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
                  write_report: bool = True) -> list[dict[str, Any]]:
     """The held-out rows when the run evaluates (eval_before, eval_after or eval_steps), else []."""
@@ -454,6 +485,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     from pipeline.data.prepare import DataError
     from pipeline.data.sources import DataFileError
     from pipeline.trainer.build import check_grpo_config
+
+    cfg, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)
 
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
         # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.

@@ -65,7 +65,11 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     if choice.name == "unsloth" and cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # auto found no vLLM: Unsloth without it (the reason says so)
     cfg, optim_note = resolve_optim(cfg)  # an 8-bit optimizer without bitsandbytes: adamw_torch, said below
-    from pipeline.preflight import run_checks
+    from pipeline.preflight import run_checks, without_a_held_out_set
+
+    cfg, eval_note = without_a_held_out_set(cfg)  # one training file: no eval, and a line saying how to add one
+    if eval_note:
+        _print(eval_note)
 
     # config (for the resolved backend), output_dir, packages, GPU (a GPU recipe is never trained on CPU by
     # accident), model, memory, data, resume: all before anything loads
@@ -441,13 +445,14 @@ def check_main(argv: list[str]) -> int:
     """
     import json
 
-    from pipeline.preflight import Check, as_json, run_checks
+    from pipeline.preflight import Check, as_json, run_checks, without_a_held_out_set
 
     try:
         argv, base, note = defaults_for(argv, backend_choice(argv))
-        if note:
-            print(f"[grpo] {note}", file=sys.stderr)
-        results = run_checks(parse_config(argv, base=base), stop_at_first=False)
+        cfg, eval_note = without_a_held_out_set(parse_config(argv, base=base))
+        for line in filter(None, (note, eval_note)):
+            print(f"[grpo] {line}", file=sys.stderr)
+        results = run_checks(cfg, stop_at_first=False)
     except ConfigError as err:
         results = [Check("config", False, str(err))]
     report = as_json(results)

@@ -157,7 +157,8 @@ def bad_configs(tmp):
         "missing folder": ({"dataset_name": "./no-such-folder"}, "dataset_name"),
         "wrong question column": ({"dataset_name": str(plain), "question_field": "problem"}, "question_field"),
         "wrong solution column": ({"dataset_name": str(plain), "solution_field": "work"}, "solution_field"),
-        "single file has no test split": ({"dataset_name": str(plain), "eval_before": True}, "eval_dataset_name"),
+        # one training file and no eval set trains, without eval (the run says how to add one)
+        "single file has no test split": ({"dataset_name": str(plain), "eval_before": True}, None),
         "folder lacks eval_split": ({"dataset_name": str(folder), "eval_after": True}, "eval_split"),
         "train split missing": ({"dataset_name": str(plain), "dataset_split": "test"}, "dataset_split"),
         "eval file missing": ({"dataset_name": str(plain), "eval_before": True,
@@ -264,3 +265,22 @@ def test_eval_problems_that_are_also_training_questions_are_named(qwen_tokenizer
     assert "2 of 4 eval problems are also training questions" in capsys.readouterr().err
     eval_check = next(c for c in run_checks(cfg, stop_at_first=False) if c.name == "eval")
     assert eval_check.ok and "2 of 4 eval problems" in eval_check.message
+
+
+@pytest.mark.parametrize("eval_options", [[], ["--eval_after", "true", "--eval_steps", "5"]])
+def test_one_training_file_and_no_eval_set_checks_and_trains_without_eval_saying_how_to_add_one(
+        tmp_path, capsys, eval_options):
+    """The first thing an own-data user meets: the recipes evaluate (cpu-demo.yaml: eval_before, eval_after,
+    eval_steps), one file has no held-out split."""
+    from pipeline.train import main
+
+    data = tmp_path / "mine.jsonl"
+    data.write_text("\n".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) for i in range(8)))
+    code = main(["--config", "configs/cpu-demo.yaml", "--dataset_name", str(data), "--output_dir",
+                 str(tmp_path / "run"), "--sft_warmup_steps", "0", "--check", *eval_options])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert code == 0 and report["ok"], report
+    assert "eval: off" in captured.err and "--eval_dataset_name" in captured.err, captured.err
+    evaluation = next(c for c in report["checks"] if c["name"] == "eval")["message"]
+    assert evaluation.startswith("no evaluation")

@@ -148,7 +148,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     data file (empty, not UTF-8, broken JSON).
     """
     from pipeline.config import parse_config, validate
-    from pipeline.preflight import check_model, config_paths, prepare_run_data
+    from pipeline.preflight import check_model, config_paths, prepare_run_data, without_a_held_out_set
     from pipeline.data.tokenizer import load_tokenizer
     from pipeline.bootstrap import backend_choice, defaults_for
 
@@ -166,7 +166,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     report: Optional[dict[str, Any]] = None
     eval_count: Optional[int] = None
     error: Optional[Exception] = None
-    cfg = parse_config(argv, base=base)
+    cfg, eval_note = without_a_held_out_set(parse_config(argv, base=base))  # as `grpo train` does
+    if eval_note and not as_json:
+        print(f"grpo data: {eval_note}", file=sys.stderr)
     validate(cfg)
     # env.path_check's table, before any work
     config_paths(cfg, "output_dir", "data_cache_dir", "dataset_name", "eval_dataset_name")
