@@ -65,7 +65,39 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(command, lambda args: _run(command, args), rest)
 
 
+# This distribution's top-level packages besides `pipeline` (pyproject.toml packages.find).
+OUR_PACKAGES = ("rewards", "env")
+
+
+def hidden_package() -> str | None:
+    """The message refusing a file of the user's that would hide one of our packages, or None: a `rewards.py` or
+    `env.py` first on the import path (PYTHONPATH, or the working folder under `python -m pipeline`) would be imported
+    in place of ours and end the run in a traceback. Looked up without importing anything (importlib's
+    find_spec). A reward module of that name beside the recipe or in the working folder is fine under `grpo`:
+    rewards/user_code.py loads it as the user's, apart from ours. A message, not an exception: the error handler
+    itself imports those packages."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for name in OUR_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+        if origin is not None and root not in origin.parents:
+            return (f"{origin} hides grpo-pipeline's own `{name}` package: it comes first on the import path "
+                           "(PYTHONPATH, or the working folder with `python -m pipeline`). Rename that file (or "
+                           f"take its folder off PYTHONPATH); a reward module named {name}.py beside the recipe "
+                    "or in the working folder works under `grpo`, which loads it as yours.")
+    return None
+
+
 def _run(command: str, argv: list[str]) -> int:
+    problem = hidden_package()
+    if problem:
+        from pipeline.errors import EXIT_BAD_INPUT
+
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     from pipeline.bootstrap import bootstrap
     from pipeline.run.checkpoints import interrupts_raise
 

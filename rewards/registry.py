@@ -9,15 +9,12 @@ returned here keep their notebook `__name__` and dashboards match the notebook's
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 import numbers
-import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rewards.contract import is_async_reward
+from rewards.contract import SignalInterrupt, is_async_reward
 from rewards.correctness import CORRECT_REWARD, INTEGER_REWARD, correctness_reward_func, int_reward_func
 from rewards.format import (
     FORMAT_REWARD,
@@ -26,6 +23,7 @@ from rewards.format import (
     xmlcount_reward_func,
 )
 from rewards.language import language_consistency_reward_func
+from rewards.user_code import import_user_module, search_dirs
 
 RewardFunc = Callable[..., list]
 
@@ -199,17 +197,18 @@ def _import_plugin(spec: str) -> RewardFunc:
     module_name, _, attr_path = spec.partition(":")
     if not module_name or not attr_path:
         raise ValueError(f"{spec!r} must look like 'package.module:function'.")
-    # A my_rewards.py beside the command is found as `python -m` would find it, also from the `grpo` script
-    # (whose sys.path starts at its own bin folder). Appended: an installed module of the same name wins.
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
+    # Beside the recipe, then the working folder, then the import path; a file of the user's named like one of
+    # our packages (rewards.py) loads as theirs without replacing ours (rewards/user_code.py).
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = import_user_module(module_name)
     except ImportError as exc:
+        where = ", ".join(str(d) for d in search_dirs())
         raise ValueError(f"cannot import module {module_name!r} for reward {spec!r} "
-                         f"({exc}); check the name and that it is in the current folder or on PYTHONPATH."
-                         ) from exc
-    except Exception as exc:  # noqa: BLE001 - a syntax error or a raise at import time in the user's module
+                         f"({exc}); check the name and that it is beside the recipe or in the working folder "
+                         f"({where}), or on PYTHONPATH.") from exc
+    except BaseException as exc:  # noqa: BLE001 - a syntax error, a raise or a sys.exit() at import time
+        if isinstance(exc, SignalInterrupt):  # a real Ctrl-C / SIGTERM while importing: the run's to handle
+            raise
         raise ValueError(f"module {module_name!r} (reward {spec!r}) failed while importing: "
                          f"{type(exc).__name__}: {exc}. Fix the module; `python -c 'import {module_name}'` "
                          "shows the full error.") from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import typing
+from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.config.fields import (
@@ -31,6 +32,9 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
     argv = normalize_argv(argv or [])
     named = check_option_names(argv)
     path = config_path(argv)
+    from rewards.user_code import set_recipe_dir
+
+    set_recipe_dir(Path(path).parent if path is not None else None)  # reward modules beside the recipe
     if path is not None:
         named += list(read_recipe(path))  # syntax errors and unknown keys, named with the file and line
     named += list(base or {})

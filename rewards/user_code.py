@@ -1,0 +1,106 @@
+"""Loading a user's reward module (`my_rewards:score`), and the boundary around it.
+
+Where it is looked for, in order: the recipe's folder (`--config path/recipe.yaml`: open-r1 keeps its
+`rewards.py` beside its recipes), the working folder, then the import path. A file found in the first two loads
+as the user's even when its name is one of ours (`rewards.py`, `env.py`, `pipeline.py`) or an installed
+package's: it is then imported under another module name (`_user_rewards_<hash>`), so it never replaces ours, and ours
+never hides it. Its own folder is put at the end of sys.path, so its sibling imports work. While it imports,
+`sys.argv` is `[its path]`: a module that parses arguments at import (argparse at the top level) sees none of
+grpo's and cannot print its usage as grpo's.
+
+Hand-written: importlib has the pieces (spec_from_file_location) but no "load this file as the user's, beside a
+package of the same name" policy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+# The recipe's folder, set when a recipe is read (pipeline/config/parse.py config_path); the working folder is
+# always searched after it.
+_recipe_dirs: list[Path] = []
+ALIAS_PREFIX = "_user_"
+
+
+def set_recipe_dir(folder: Optional[Path]) -> None:
+    """Search `folder` (the --config recipe's) first for reward modules; None: the working folder only."""
+    _recipe_dirs[:] = [Path(folder).resolve()] if folder is not None else []
+
+
+def search_dirs() -> list[Path]:
+    """Where a user's module is looked for: the recipe's folder, then the working folder."""
+    return list(dict.fromkeys([*_recipe_dirs, Path(os.getcwd()).resolve()]))
+
+
+def user_module_file(top: str) -> Optional[Path]:
+    """`top.py` or `top/__init__.py` in the first search dir that has one."""
+    for folder in search_dirs():
+        for candidate in (folder / f"{top}.py", folder / top / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+@contextlib.contextmanager
+def isolated_argv(path: Path) -> Iterator[None]:
+    """sys.argv is `[path]` while the user's module imports, as for `python path`, then grpo's again."""
+    saved = sys.argv
+    sys.argv = [str(path)]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def import_user_module(module_name: str) -> Any:
+    """The module `module_name` (`my_rewards`, `pkg.sub`): the user's file when a search dir has it (see the
+    module docstring), else the import path's. Raises what importing raises."""
+    top, _, rest = module_name.partition(".")
+    found = user_module_file(top)
+    if found is None:
+        with isolated_argv(Path(module_name)):
+            return importlib.import_module(module_name)
+    folder = found.parent if found.name != "__init__.py" else found.parent.parent
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))  # its sibling imports; appended, so it never hides an installed package
+    name = _module_name_for(top, found)
+    if name not in sys.modules:
+        package_dir = [str(found.parent)] if found.name == "__init__.py" else None
+        spec = importlib.util.spec_from_file_location(name, found, submodule_search_locations=package_dir)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            with isolated_argv(found):
+                spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    if not rest:
+        return sys.modules[name]
+    sub = found.parent / (rest.replace(".", "/") + ".py")
+    with isolated_argv(sub if sub.is_file() else found):
+        return importlib.import_module(f"{name}.{rest}")
+
+
+def _module_name_for(top: str, found: Path) -> str:
+    """`top` itself when nothing else answers to it, else `_user_<top>_<hash of its path>`: ours (`rewards`), an
+    installed package, or another folder's file of that name (a notebook trying two recipes) keeps its name."""
+    alias = f"{ALIAS_PREFIX}{top}_{hashlib.sha1(str(found.resolve()).encode()).hexdigest()[:8]}"
+    loaded = sys.modules.get(top)
+    if loaded is not None:
+        origin = getattr(loaded, "__file__", None)
+        return top if origin and Path(origin).resolve() == found.resolve() else alias
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin and Path(spec.origin).resolve() != found.resolve():
+        return alias
+    return top
