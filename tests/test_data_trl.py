@@ -185,3 +185,55 @@ def test_answer_field_naming_another_column_never_hides_a_users_answer(qwen_toke
     assert data.dataset["grpo_answer"] == ["1", "2", "3"] and data.dataset["final"] == [r["final"] for r in rows]
     # without an `answer` column of the user's, the reference also arrives as `answer` (the old keyword)
     assert data.dataset["answer"] == ([f"mine-{i}" for i in range(3)] if has_answer_column else ["1", "2", "3"])
+
+
+NOTEBOOK_REWARDS = ["xmlcount_reward_func", "soft_format_reward_func", "strict_format_reward_func",
+                    "int_reward_func", "correctness_reward_func"]
+
+
+@pytest.mark.slow
+def test_the_unsloth_notebooks_dataset_and_five_rewards_train_unchanged(tmp_path, capsys):
+    """get_gsm8k_questions()'s rows (its own system message, `answer` already extracted) and the notebook's five
+    reward functions, as it writes them, on the tiny CPU model: the system message is the notebook's, every
+    reward is called by TRL and logged, its `answer` is the notebook's column."""
+    from pipeline.train import run_training
+    from tests import unsloth_notebook_rewards as notebook
+    from tests.data_helpers import sample_rows
+
+    rows = notebook.get_gsm8k_questions(sample_rows()[:12])
+    path = write_jsonl(tmp_path / "gsm8k_notebook.jsonl", rows)
+    cfg = tiny_qwen_config(tmp_path / "run", dataset_name=str(path), max_steps=1, eval_before=False,
+                           eval_after=False, data_cache_dir=str(tmp_path / "cache"),
+                           reward_funcs=[f"unsloth_notebook_rewards:{name}" for name in NOTEBOOK_REWARDS],
+                           reward_weights=[1.0] * 5)
+    result = run_training(cfg)
+    assert result.status == "completed", result
+    printed = capsys.readouterr().out
+    assert "Question:" in printed and "\nAnswer:\n" in printed  # the notebook's correctness reward ran, printing
+    first = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    for name in NOTEBOOK_REWARDS:
+        assert f"rewards/{name}/mean" in first, name
+    report = json.loads((tmp_path / "run" / "data_report.json").read_text())
+    assert report["prompt_format"]["system_prompt"] == {"added": 0, "own_kept": 12, "standard_as_written": 0}
+
+
+TRL_REWARDS = ["trl.rewards.accuracy_reward", "trl.rewards.think_format_reward",
+               "trl.rewards.reasoning_accuracy_reward"]
+
+
+def test_trls_own_rewards_by_their_dotted_paths_get_the_solution_column(tmp_path, capsys):
+    """What trl.rewards exports as reward functions (the get_* factories need arguments, in Python), called by
+    --check as the trainer calls them, on a TRL-format dataset with a `solution` column."""
+    from pipeline.train import main
+
+    rows = [{"prompt": [{"role": "user", "content": f"What is {i} + 2? Answer in \\boxed{{}}."}],
+             "solution": f"${i + 2}$"} for i in range(4)]
+    path = write_jsonl(tmp_path / "trl.jsonl", rows)
+    code = main(["--config", "configs/cpu-demo.yaml", "--model_name_or_path", "tiny-qwen2.5", "--dataset_name",
+                 str(path), "--sft_warmup_steps", "0", "--output_dir", str(tmp_path / "run"), "--check",
+                 "--reward_funcs", *TRL_REWARDS])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["ok"], report
+    message = next(c for c in report["checks"] if c["name"] == "rewards")["message"]
+    for spec in TRL_REWARDS:
+        assert spec.rsplit(".", 1)[1] + ":" in message, (spec, message)

@@ -77,3 +77,36 @@ def test_the_readme_example_runs_as_written(tmp_path):
             assert fragment.strip() in outputs[-1], (line, outputs[-1])
     metrics = json.loads((tmp_path / "runs/mine/metrics.jsonl").read_text().splitlines()[0])
     assert {"rewards/mentions_answer/mean", "rewards/mentions_answer/none_frac"} <= set(metrics)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("doc", ["docs/coming-from-trl.md", "docs/coming-from-trl.zh-CN.md"])
+def test_the_trl_format_example_checks_and_trains_as_written(tmp_path, doc):
+    """docs/coming-from-trl.md's "Try it" (README links it from "Train on your own data"), in both languages: its
+    two files and its two commands, as written; what --check says it prints, it prints."""
+    text = (REPO_ROOT / doc).read_text(encoding="utf-8")
+    start = text.index("\n## ") + 1
+    section = text[start: text.index("\n## ", start + 3)]
+    files, commands = {}, []
+    for block in FENCE.finditer(section):
+        named = re.match(r"^`(?P<name>[\w.-]+\.\w+)`.*[:：]$", block["intro"].strip())  # ：in Chinese
+        if named:
+            files[named["name"]] = block["body"]
+        elif block["lang"] == "bash":
+            commands = [line for line in block["body"].splitlines() if line.strip()]
+    assert set(files) == {"trl.jsonl", "trl.yaml"} and len(commands) == 2, (files, commands)
+    for name, body in files.items():
+        (tmp_path / name).write_text(body, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"}
+    outputs = []
+    for command in commands:
+        argv = shlex.split(command)
+        proc = subprocess.run(_grpo() + argv[1:], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, (command, proc.stdout[-3000:], proc.stderr[-3000:])
+        outputs.append(proc.stdout)
+    said = re.findall(r"`((?:prompts|trl): [^`]+)`", section.replace("\n", " "))
+    checks = {c["name"]: c["message"] for c in json.loads(outputs[0])["checks"]}
+    assert len(said) == 2 and said[0].split(": ", 1)[1] in checks["data"].replace("\n", " ")
+    assert said[1].split(": ", 1)[1] == checks["trl"], (said[1], checks["trl"])
+    metrics = json.loads((tmp_path / "runs/trl/metrics.jsonl").read_text().splitlines()[0])
+    assert "rewards/accuracy_reward/mean" in metrics

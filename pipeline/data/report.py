@@ -43,7 +43,7 @@ def prompt_line(report: dict[str, Any]) -> str:
 
     >>> prompt_line({"prompt_format": {"source": "prompt", "standard": 0, "conversational": 5,
     ...              "system_prompt": {"added": 2, "own_kept": 3, "standard_as_written": 0}}, "columns": ["solution"]})
-    "TRL's `prompt` column, conversational: system_prompt added to 2, their own system message kept in 3; columns to the rewards: solution"
+    "TRL's prompt column, conversational: system_prompt added to 2, their own system message kept in 3; columns to the rewards: solution"
     """
     formats = report.get("prompt_format")
     if not formats:
@@ -52,10 +52,10 @@ def prompt_line(report: dict[str, Any]) -> str:
     if formats["source"] != "prompt":
         line = f"question_field rows made into chats (system_prompt + question) for {formats['conversational']}"
     elif formats["standard"]:
-        line = (f"TRL's `prompt` column, standard (text, as written, no chat template; system_prompt does not apply) "
+        line = (f"TRL's prompt column, standard (text, as written, no chat template; system_prompt does not apply) "
                 f"for {formats['standard']}")
     else:
-        line = (f"TRL's `prompt` column, conversational: system_prompt added to {system['added']}, their own "
+        line = (f"TRL's prompt column, conversational: system_prompt added to {system['added']}, their own "
                 f"system message kept in {system['own_kept']}")
     columns = report.get("columns")
     return line + (f"; columns to the rewards: {', '.join(columns)}" if columns else "")
