@@ -187,8 +187,8 @@ def test_answer_field_naming_another_column_never_hides_a_users_answer(qwen_toke
     assert data.dataset["answer"] == ([f"mine-{i}" for i in range(3)] if has_answer_column else ["1", "2", "3"])
 
 
-NOTEBOOK_REWARDS = ["xmlcount_reward_func", "soft_format_reward_func", "strict_format_reward_func",
-                    "int_reward_func", "correctness_reward_func"]
+NOTEBOOK_REWARDS = ["nb_xmlcount_reward_func", "nb_soft_format_reward_func", "nb_strict_format_reward_func",
+                    "nb_int_reward_func", "correctness_reward_func"]
 
 
 @pytest.mark.slow

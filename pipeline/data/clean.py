@@ -165,6 +165,24 @@ def worked_solution(value: Any, answer_text: str) -> str:
     return clean_text(CALCULATOR_NOTE.sub("", answer_text[:answer_text.rfind(GSM8K_MARKER)]))
 
 
+def _question_and_answer(raw_question: Any, answer: Any) -> tuple[str, str, Optional[str]]:
+    """A question/answer row's cleaned question and answer text, or the reason code it is rejected with."""
+    if raw_question is None:
+        return "", "", "missing_question"
+    if not isinstance(raw_question, str):
+        return "", "", "non_string_field"
+    question = clean_text(raw_question)
+    if not question:
+        return "", "", "empty_question"
+    if answer is None:
+        return question, "", "missing_answer"
+    answer_text = _answer_text(answer)
+    if answer_text is None:
+        return question, "", "non_string_field"
+    answer_text = clean_text(answer_text)
+    return question, answer_text, None if answer_text else "missing_answer"
+
+
 def clean_rows(
     questions: Iterable[Any],
     answers: Iterable[Any],
@@ -206,33 +224,13 @@ def clean_rows(
         prompt = None
         if trl_prompts:
             prompt, reason = check_prompt(raw_question)
-            if reason:
-                rejected.add(reason, row_id)
-                continue
-            question = prompt if isinstance(prompt, str) else prompt[-1]["content"]
+            question = "" if reason else prompt if isinstance(prompt, str) else prompt[-1]["content"]
             answer_text = clean_text(_answer_text(answer) or "")
         else:
-            if raw_question is None:
-                rejected.add("missing_question", row_id)
-                continue
-            if not isinstance(raw_question, str):
-                rejected.add("non_string_field", row_id)
-                continue
-            question = clean_text(raw_question)
-            if not question:
-                rejected.add("empty_question", row_id)
-                continue
-            if answer is None:
-                rejected.add("missing_answer", row_id)
-                continue
-            answer_text = _answer_text(answer)
-            if answer_text is None:
-                rejected.add("non_string_field", row_id)
-                continue
-            answer_text = clean_text(answer_text)
-            if not answer_text:
-                rejected.add("missing_answer", row_id)
-                continue
+            question, answer_text, reason = _question_and_answer(raw_question, answer)
+        if reason:
+            rejected.add(reason, row_id)
+            continue
         solution = worked_solution(raw_solution, answer_text)
         if GSM8K_MARKER in answer_text:
             final = extract_hash_answer(answer_text)
