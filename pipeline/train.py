@@ -158,6 +158,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         system_prompt=cfg.data.system_prompt, chat_template=getattr(tokenizer, "chat_template", None),
         max_prompt_length=prepared.max_prompt_length, max_completion_length=prepared.max_completion_length,
         data_fingerprint=prepared.fingerprint, adapter_dir=output_dir / "lora",
+        prompt_format="standard" if prepared.report["prompt_format"]["standard"] else "conversational",
     )
 
     # ---------------------------------------------------------------- format warm-up (optional SFT)

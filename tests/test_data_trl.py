@@ -157,6 +157,26 @@ def test_every_column_reaches_every_reward_through_trl_in_the_prompts_format(tmp
         for name in ("completion_ids", "trainer_state", "log_extra", "log_metric", "grpo_answer"):
             assert name in kwargs, name
 
+    # `grpo generate` prompts the adapter as it was trained: a standard prompt as written, a question as a chat
+    from pipeline.backends.plain import PlainGenerator
+    from pipeline.infer.generate import generate_answers
+
+    sent = []
+    real_generate = PlainGenerator.generate
+
+    def recording(self, prompts, *args, **kw):  # the model boundary: records, then generates for real
+        sent.extend(prompts)
+        return real_generate(self, prompts, *args, **kw)
+
+    monkeypatch.setattr(PlainGenerator, "generate", recording)
+    asked = rows[0]["prompt"] if kind == "standard" else "What is 1 + 2?"
+    (answer,) = generate_answers([asked], lora=str(tmp_path / "run" / "lora"), backend="plain")
+    assert answer["prompt"] == asked
+    if kind == "standard":
+        assert sent == [asked]
+    else:
+        assert sent[0].startswith("<|im_start|>system") and asked in sent[0]
+
 
 def test_grpo_generate_input_takes_a_question_a_text_prompt_or_a_chat_and_names_a_bad_line(tmp_path):
     import argparse

@@ -81,7 +81,9 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
 
     setup = open_inference(args if args is not None else inference_args(**options))  # verifies before loading
     # the same chat as a training row: a question gets the system prompt, a chat keeps its own system message
-    messages = [as_chat(setup.system_prompt, p) for p in prompts]
+    # A model trained on TRL's standard (text) prompts is given the text as written, as in training.
+    messages = [p if setup.prompt_format == "standard" and isinstance(p, str) else as_chat(setup.system_prompt, p)
+                for p in prompts]
     texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
                                      temperature=setup.temperature, top_p=setup.top_p)
     scored = score_completions(texts, [None] * len(texts))

@@ -39,6 +39,11 @@ class InferenceSetup:
     manifest: Optional[dict]
     trained_dir: Optional[Path] = None  # the --lora folder
 
+    @property
+    def prompt_format(self) -> str:
+        """How the model was trained: "standard" (TRL's text prompts, as written) or "conversational" (chats)."""
+        return (self.manifest or {}).get("prompt_format", "conversational")
+
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)

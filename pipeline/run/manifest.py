@@ -52,8 +52,11 @@ def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
 
 def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, system_prompt: str,
                    chat_template: Optional[str], max_prompt_length: int, max_completion_length: int,
-                   data_fingerprint: str, adapter_dir: Path) -> dict[str, Any]:
+                   data_fingerprint: str, adapter_dir: Path, prompt_format: str = "conversational") -> dict[str, Any]:
     return {
+        # "standard" (TRL's text prompts, given to the model as written) or "conversational" (chats through the
+        # chat template): `grpo generate` prompts the model as it was trained.
+        "prompt_format": prompt_format,
         "base_model": recorded_model(base_model),
         "backend": backend,
         "adapter_dir": str(adapter_dir),
