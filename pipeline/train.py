@@ -86,6 +86,10 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     _print(f"backend: {choice.name} ({choice.reason})")
     if optim_note:
         _print(optim_note)
+    from pipeline.backends import on_cpu
+
+    if cfg.lora.gradient_checkpointing and on_cpu():  # as build.py run_decided_args does: said, not dropped
+        _print("gradient_checkpointing: off on the CPU (it trades compute for GPU memory; there is none to save here)")
 
     from env.paths import absolute_path
     from pipeline.run.lock import run_lock
@@ -425,9 +429,9 @@ def _print_help(argv: list[str]) -> int:
                         help="a YAML recipe whose keys are the options below (e.g. configs/qwen2.5-3b-gsm8k.yaml); "
                              "without it: configs/qwen2.5-1.5b-gsm8k.yaml on a GPU, the tiny CPU demo elsewhere")
     parser.add_argument("--check", action="store_true",
-                        help="run every check a run makes before loading the model (config, trl, output_dir, packages, "
-                             "gpu, model, data, resume, rewards, lora), print them as JSON and stop: exit 0 when all "
-                             "pass, 2 otherwise")
+                        help="run every check a run makes before loading the model (config, trl, output_dir, "
+                             "packages, gpu, model, data, resume, rewards, lora), print them as JSON and stop: exit 0 "
+                             "when all pass, 2 otherwise")
     for action in parser._actions:  # HfArgumentParser's --no_X flags would show their own store_false default
         if any(option.startswith("--no_") for option in action.option_strings):
             action.help, action.default = f"set {action.dest} to false", argparse.SUPPRESS
