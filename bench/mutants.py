@@ -147,7 +147,8 @@ TARGETS = (
                                                "tests/test_rewards_number_rules.py",
                                                "tests/test_rewards_cleaning_rules.py",
                                                "tests/test_rewards_reading_rules.py", "tests/test_reward_contract.py",
-                                               "tests/test_reward_contract_rules.py"),
+                                               "tests/test_reward_contract_rules.py", "tests/test_reward_boundary.py",
+                                               "tests/test_user_code.py"),
            pytest_args=("-m", "not slow")),  # the contract's real run (a reward raising at step 2) is end to end
     # validate()'s rules are tested in these four files; with test_config.py alone 61% (329 killed, 211
     # survived, 106 without tests) in 429 s, most survivors being rules the other three files test.
@@ -158,8 +159,10 @@ TARGETS = (
     # reach every rule on every mutant and would not fit the budget, and its callback-level tests pin the rules.
     Target("rules", "pipeline", "pipeline/health/rules.py", ("tests/test_health_rules.py", "tests/test_guardrails.py"),
            pytest_args=("-m", "not slow")),
-    # clean_rows' scorable-answer and worked-solution rules are tested with the user-data cases of test_data_own.py
-    Target("clean", "pipeline", "pipeline/data/clean.py", ("tests/test_data_cleaning.py", "tests/test_data_own.py"),
+    # clean_rows' scorable-answer and worked-solution rules are tested with the user-data cases of test_data_own.py,
+    # TRL prompts' (check_prompt) in test_data_trl.py
+    Target("clean", "pipeline", "pipeline/data/clean.py", ("tests/test_data_cleaning.py", "tests/test_data_own.py",
+                                                           "tests/test_data_trl.py"),
            pytest_args=("-m", "not slow")),
     # Its rules are tested fast in test_checkpoints_rules.py (crafted folders, a real transformers Trainer over a
     # tiny LoRA model); the real GRPO runs of test_checkpoints.py (-m slow) reach most functions on every mutant.

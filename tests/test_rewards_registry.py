@@ -301,3 +301,33 @@ def test_the_same_reward_listed_twice_under_two_names_is_refused(user_scores):
     with pytest.raises(ValueError, match=r"'user_scores:same_as_low' and 'user_scores:low' are the same reward "
                                          r"\(same_as_low\)"):
         get_reward_funcs(["user_scores:low", "user_scores:same_as_low"])
+
+
+@pytest.mark.parametrize("spec, name", [
+    ("trl.rewards.accuracy_reward", "accuracy_reward"),            # TRL's docs and open-r1 write dotted paths
+    ("rewards.format.soft_format_reward_func", "soft_format_reward_func"),
+    ("rewards.format:soft_format_reward_func", "soft_format_reward_func"),
+])
+def test_a_reward_is_any_importable_dotted_path_or_module_function(spec, name):
+    assert rewards.resolve_reward(spec).__name__ == name
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("nowhere_pkg.module.score", "cannot import module 'nowhere_pkg.module'"),
+    (".", "unknown reward '.'"), ("correctnes", "unknown reward 'correctnes'"),
+    ("rewards.format.no_such_reward", "has no 'no_such_reward'"),
+])
+def test_a_dotted_path_that_does_not_resolve_is_named(spec, message):
+    with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")):
+        rewards.resolve_reward(spec)
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    ({"grpo_answer": ["18", "7"], "answer": ["7", "18"]}, [2.0, 0.0]),  # the pipeline's reference wins
+    ({"answer": ["18", "7"]}, [2.0, 0.0]),                               # else TRL's `answer` column
+    ({"answer": ["She has 18.\n#### 18", "x #### 7"]}, [2.0, 0.0]),      # a GSM8K answer: its final number
+    ({"grpo_answer": [None, "7"], "answer": ["18", "18"]}, [None, 0.0]),  # no reference: not judged
+])
+def test_correctness_reads_the_pipelines_reference_else_the_answer_column(kwargs, expected):
+    completions = [[{"role": "assistant", "content": "<answer>18</answer>"}]] * 2
+    assert rewards.correctness_reward_func(prompts=None, completions=completions, **kwargs) == expected
