@@ -257,3 +257,46 @@ def test_trls_own_rewards_by_their_dotted_paths_get_the_solution_column(tmp_path
     message = next(c for c in report["checks"] if c["name"] == "rewards")["message"]
     for spec in TRL_REWARDS:
         assert spec.rsplit(".", 1)[1] + ":" in message, (spec, message)
+
+
+def test_trl_prompts_are_deduplicated_on_the_whole_prompt_and_answer_and_keep_what_they_ask():
+    """Two chats asking the same under different system messages are two problems; the same prompt and answer
+    twice is a duplicate; a row's answer never rejects it (an unreadable GSM8K one just gives no reference)."""
+    from pipeline.data.clean import clean_rows
+    from rewards import extract_hash_answer
+
+    def chat(system, question):
+        return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
+
+    prompts = [chat("A", "2+2?"), chat("B", "2+2?"), chat("A", "2+2?"), "3+3=", "3+3=", chat(None, "5+5?")]
+    answers = ["4", "4", "4", "6", "7", "worked #### "]
+    rows, rejected = clean_rows(prompts, answers, [f"r{i}" for i in range(6)], extract_hash_answer,
+                                prompt_format="prompt")
+    assert [r.id for r in rows] == ["r0", "r1", "r3", "r4", "r5"] and [r.index for r in rows] == [0, 1, 3, 4, 5]
+    assert rejected.ids_by_reason == {"duplicate": ["r2"]}
+    assert [r.question for r in rows] == ["2+2?", "2+2?", "3+3=", "3+3=", "5+5?"]
+    assert [r.answer for r in rows] == ["4", "4", "6", "7", ""]
+    assert rows[0].prompt == prompts[0] and rows[3].prompt == "3+3="
+    # the question/answer path rejects the same unreadable answer
+    rows, rejected = clean_rows(["5+5?"], ["worked #### "], ["q0"], extract_hash_answer)
+    assert not rows and rejected.ids_by_reason == {"unparseable_answer": ["q0"]}
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("2+2=", ("2+2=", None)),
+    ("   ", (None, "empty_question")),
+    (None, (None, "missing_question")),
+    ([], (None, "invalid_prompt")),
+    (["2+2?"], (None, "invalid_prompt")),
+    ([{"role": "user", "content": 4}], (None, "invalid_prompt")),
+    ([{"role": 1, "content": "2+2?"}], (None, "invalid_prompt")),
+    ({"role": "user", "content": "2+2?"}, (None, "invalid_prompt")),
+    ([{"role": "system", "content": "S"}, {"role": "user", "content": " "}], (None, "empty_question")),
+    # a JSON file whose rows differ in keys: `datasets` fills the missing ones with None, which are dropped
+    ([{"role": "user", "content": "2+2?", "name": None}], ([{"role": "user", "content": "2+2?"}], None)),
+    (({"role": "user", "content": "2+2?", "name": "me"},), ([{"role": "user", "content": "2+2?", "name": "me"}], None)),
+])
+def test_check_prompt_takes_text_or_messages_and_names_everything_else(value, expected):
+    from pipeline.data.clean import check_prompt
+
+    assert check_prompt(value) == expected

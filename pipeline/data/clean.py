@@ -165,22 +165,27 @@ def worked_solution(value: Any, answer_text: str) -> str:
     return clean_text(CALCULATOR_NOTE.sub("", answer_text[:answer_text.rfind(GSM8K_MARKER)]))
 
 
-def _question_and_answer(raw_question: Any, answer: Any) -> tuple[str, str, Optional[str]]:
-    """A question/answer row's cleaned question and answer text, or the reason code it is rejected with."""
+def _prompt_question(prompt: Any) -> str:
+    """What a TRL prompt asks: its text, or its last message's (a chat's own system message is not the question)."""
+    return prompt if isinstance(prompt, str) else prompt[-1]["content"]
+
+
+def _question_and_answer(raw_question: Any, answer: Any) -> tuple[str, str] | str:
+    """A question/answer row's cleaned question and answer text, or the reason code (a str) it is rejected with."""
     if raw_question is None:
-        return "", "", "missing_question"
+        return "missing_question"
     if not isinstance(raw_question, str):
-        return "", "", "non_string_field"
+        return "non_string_field"
     question = clean_text(raw_question)
     if not question:
-        return "", "", "empty_question"
+        return "empty_question"
     if answer is None:
-        return question, "", "missing_answer"
+        return "missing_answer"
     answer_text = _answer_text(answer)
     if answer_text is None:
-        return question, "", "non_string_field"
+        return "non_string_field"
     answer_text = clean_text(answer_text)
-    return question, answer_text, None if answer_text else "missing_answer"
+    return (question, answer_text) if answer_text else "missing_answer"
 
 
 def clean_rows(
@@ -223,14 +228,14 @@ def clean_rows(
             zip(ids, questions, answers, solutions, strict=True)):
         prompt = None
         if trl_prompts:
-            prompt, reason = check_prompt(raw_question)
-            question = "" if reason else prompt if isinstance(prompt, str) else prompt[-1]["content"]
-            answer_text = clean_text(_answer_text(answer) or "")
+            prompt, checked = check_prompt(raw_question)
+            checked = checked or (_prompt_question(prompt), clean_text(_answer_text(answer) or ""))
         else:
-            question, answer_text, reason = _question_and_answer(raw_question, answer)
-        if reason:
-            rejected.add(reason, row_id)
+            checked = _question_and_answer(raw_question, answer)
+        if isinstance(checked, str):
+            rejected.add(checked, row_id)
             continue
+        question, answer_text = checked
         solution = worked_solution(raw_solution, answer_text)
         if GSM8K_MARKER in answer_text:
             final = extract_hash_answer(answer_text)
