@@ -14,7 +14,7 @@ from pipeline.config import parse_config
 from rewards import correctness_reward_func, get_reward_funcs, resolve_reward
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = ["rewards", "env", "pipeline", "json", "trl", "my_rewards"]  # ours x3, stdlib, installed, free
+NAMES = ["rewards", "env", "pipeline", "json", "itertools", "trl", "my_rewards"]  # ours x3, stdlib (a file, a builtin), installed, free
 
 
 def _reward_file(folder: Path, name: str, marker: float, package: bool = False) -> str:
@@ -85,3 +85,61 @@ def test_a_file_that_would_hide_one_of_our_packages_is_exit_2_naming_it(tmp_path
                          text=True, timeout=120)
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert str(folder / f"{name}.py") in out.stderr and "Traceback" not in out.stderr
+
+
+def test_sibling_imports_work_from_a_module_and_from_a_package_beside_the_recipe(tmp_path, monkeypatch):
+    """The user's folder joins the import path (at its end), so their reward module can import its helpers."""
+    recipes = tmp_path / "recipes"
+    (recipes / "deep_pkg").mkdir(parents=True)
+    (recipes / "helper_for_rewards.py").write_text("VALUE = 0.75\n")
+    (recipes / "file_rewards.py").write_text("import helper_for_rewards\n\n"
+                                             "def score(completions, **kw):\n"
+                                             "    return [helper_for_rewards.VALUE] * len(completions)\n")
+    (recipes / "deep_pkg" / "__init__.py").write_text("")
+    (recipes / "deep_pkg" / "inner").mkdir()
+    (recipes / "deep_pkg" / "inner" / "__init__.py").write_text("")
+    (recipes / "deep_pkg" / "inner" / "scoring.py").write_text(
+        "import sys\nimport helper_for_rewards\nSEEN_ARGV = list(sys.argv)\n\n"
+        "def score(completions, **kw):\n    return [helper_for_rewards.VALUE + 0.125] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    parse_config(["--config", str(_recipe(recipes, "file_rewards:score"))])
+    file_reward = resolve_reward("file_rewards:score")
+    assert file_reward(completions=["a"]) == [0.75]
+    assert not hasattr(sys.modules[file_reward.__module__], "__path__")  # a file is a module, not a package
+    deep = resolve_reward("deep_pkg.inner.scoring:score")
+    assert deep(completions=["a"]) == [0.875]
+    module = sys.modules[deep.__module__]
+    assert module.SEEN_ARGV == [str(recipes / "deep_pkg" / "inner" / "scoring.py")]
+    assert str(recipes) in sys.path and sys.path.index(str(recipes)) > 0
+
+
+def test_a_module_on_the_import_path_sees_only_its_name_as_argv_and_no_recipe_means_the_working_folder(
+        tmp_path, monkeypatch):
+    from rewards.user_code import search_dirs
+
+    elsewhere = tmp_path / "site"
+    elsewhere.mkdir()
+    (elsewhere / "installed_rewards.py").write_text(
+        "import sys\nSEEN_ARGV = list(sys.argv)\n\ndef score(completions, **kw):\n    return [1.0] * len(completions)\n")
+    monkeypatch.setattr(sys, "path", [str(elsewhere), *sys.path])
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    parse_config([])  # no recipe: the working folder alone, then the import path
+    assert search_dirs() == [work.resolve()]
+    func = resolve_reward("installed_rewards:score")
+    assert sys.modules[func.__module__].SEEN_ARGV == ["installed_rewards"]
+    assert func.__module__ == "installed_rewards"
+
+
+def test_two_recipes_with_a_reward_module_of_one_name_each_get_their_own(tmp_path, monkeypatch):
+    """A notebook trying two recipes: the second folder's `same_name.py` is not the first one's."""
+    monkeypatch.chdir(tmp_path)
+    got = []
+    for marker in (0.5, 0.25):
+        folder = tmp_path / f"r{marker}"
+        _reward_file(folder, "same_name_rewards", marker)
+        parse_config(["--config", str(_recipe(folder, "same_name_rewards:score"))])
+        got.append(resolve_reward("same_name_rewards:score")(completions=["a"]))
+    assert got == [[0.5], [0.25]]
