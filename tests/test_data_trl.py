@@ -271,7 +271,7 @@ def test_trl_prompts_are_deduplicated_on_the_whole_prompt_and_answer_and_keep_wh
     prompts = [chat("A", "2+2?"), chat("B", "2+2?"), chat("A", "2+2?"), "3+3=", "3+3=", chat(None, "5+5?")]
     answers = ["4", "4", "4", "6", "7", "worked #### "]
     rows, rejected = clean_rows(prompts, answers, [f"r{i}" for i in range(6)], extract_hash_answer,
-                                prompt_format="prompt")
+                                trl_prompts=True)
     assert [r.id for r in rows] == ["r0", "r1", "r3", "r4", "r5"] and [r.index for r in rows] == [0, 1, 3, 4, 5]
     assert rejected.ids_by_reason == {"duplicate": ["r2"]}
     assert [r.question for r in rows] == ["2+2?", "2+2?", "3+3=", "3+3=", "5+5?"]

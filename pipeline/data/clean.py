@@ -80,7 +80,7 @@ class CleanRow:
     solution: str = ""  # worked solution for the format warm-up ("" when the row has none)
     scorable: bool = True  # False only for rows kept by keep_unscorable
     index: int = -1  # the row's position in the source (its other columns are read from there)
-    prompt: Any = None  # TRL's prompt as written (prompt_format "prompt"); None for question/answer rows
+    prompt: Any = None  # TRL's prompt as written (trl_prompts); None for question/answer rows
 
 
 @dataclass
@@ -196,7 +196,7 @@ def clean_rows(
     solutions: Optional[Iterable[Any]] = None,
     is_scorable: Optional[Callable[[str], bool]] = None,
     keep_unscorable: bool = False,
-    prompt_format: str = "question",
+    trl_prompts: bool = False,
 ) -> tuple[list[CleanRow], Rejections]:
     """Clean every row; return the usable rows (source order) and the rejected ids by reason.
 
@@ -205,7 +205,7 @@ def clean_rows(
     reward's reader, rewards.reference_is_scorable) rejects answers it cannot read as `unscorable_answer`,
     or, with `keep_unscorable`, keeps them and lists them in `Rejections.unscorable_kept`.
 
-    With prompt_format "prompt" (TRL's `prompt` column) `questions` are prompts, checked by `check_prompt` and
+    With `trl_prompts` (the rows' TRL `prompt` column) `questions` are prompts, checked by `check_prompt` and
     kept as written. Their answer column is the user's, read by the rewards they chose, so no row is rejected
     for its answer: one that is missing or unreadable only gives the built-in correctness reward no reference.
 
@@ -214,7 +214,7 @@ def clean_rows(
     >>> [(r.id, r.answer) for r in rows], rejected.ids_by_reason
     ([('a', '7')], {'empty_question': ['b'], 'missing_question': ['c'], 'duplicate': ['d']})
     >>> rows, rejected = clean_rows(["1+1=", 7, "2+2="], [None, None, "x"], ["a", "b", "c"], lambda t: None,
-    ...                             prompt_format="prompt")
+    ...                             trl_prompts=True)
     >>> [(r.id, r.prompt, r.answer) for r in rows], rejected.ids_by_reason
     ([('a', '1+1=', ''), ('c', '2+2=', 'x')], {'invalid_prompt': ['b']})
     """
@@ -223,7 +223,6 @@ def clean_rows(
     seen: set[tuple[str, str]] = set()
     ids = list(ids)
     solutions = list(solutions) if solutions is not None else [None] * len(ids)
-    trl_prompts = prompt_format == "prompt"
     for index, (row_id, raw_question, answer, raw_solution) in enumerate(
             zip(ids, questions, answers, solutions, strict=True)):
         prompt = None

@@ -320,7 +320,7 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
     loaded = time.perf_counter()
     rows, rejected = clean_rows(raw.questions, raw.answers, raw.ids, extract_hash_answer, solutions=raw.solutions,
                                 is_scorable=reference_is_scorable, keep_unscorable=d.keep_unscorable,
-                                prompt_format=raw.prompt_format)
+                                trl_prompts=raw.prompt_format == "prompt")
     cleaned = time.perf_counter()
     if raw.prompt_format == "prompt":  # TRL's prompt, as written; ours only where a chat has no system message
         conversations = [with_system_prompt(d.system_prompt, row.prompt) for row in rows]
