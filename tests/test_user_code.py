@@ -143,3 +143,18 @@ def test_two_recipes_with_a_reward_module_of_one_name_each_get_their_own(tmp_pat
         parse_config(["--config", str(_recipe(folder, "same_name_rewards:score"))])
         got.append(resolve_reward("same_name_rewards:score")(completions=["a"]))
     assert got == [[0.5], [0.25]]
+
+
+def test_a_package_alone_beside_the_recipe_can_import_its_siblings(tmp_path, monkeypatch):
+    """The folder that holds the package (not the package's own folder) joins the import path."""
+    recipes = tmp_path / "recipes"
+    (recipes / "lone_pkg").mkdir(parents=True)
+    (recipes / "lone_helper.py").write_text("VALUE = 0.625\n")
+    (recipes / "lone_pkg" / "__init__.py").write_text("import lone_helper\n\n"
+                                                      "def score(completions, **kw):\n"
+                                                      "    return [lone_helper.VALUE] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    parse_config(["--config", str(_recipe(recipes, "lone_pkg:score"))])
+    assert resolve_reward("lone_pkg:score")(completions=["a"]) == [0.625]
+    assert str(recipes) in sys.path and str(recipes / "lone_pkg") not in sys.path
