@@ -3,7 +3,7 @@
 Where it is looked for, in order: the recipe's folder (`--config path/recipe.yaml`: open-r1 keeps its
 `rewards.py` beside its recipes), the working folder, then the import path. A file found in the first two loads
 as the user's even when its name is one of ours (`rewards.py`, `env.py`, `pipeline.py`) or an installed
-package's: it is then imported under another module name (`_user_rewards_<hash>`), so it never replaces ours, and ours
+package's: it is then imported under another module name (`_user_rewards_<sha1 of its path>`), so it never replaces ours, and ours
 never hides it. Its own folder is put at the end of sys.path, so its sibling imports work. While it imports,
 `sys.argv` is `[its path]`: a module that parses arguments at import (argparse at the top level) sees none of
 grpo's and cannot print its usage as grpo's.
@@ -90,17 +90,13 @@ def import_user_module(module_name: str) -> Any:
 
 
 def _module_name_for(top: str, found: Path) -> str:
-    """`top` itself when nothing else answers to it, else `_user_<top>_<hash of its path>`: ours (`rewards`), an
-    installed package, or another folder's file of that name (a notebook trying two recipes) keeps its name."""
-    alias = f"{ALIAS_PREFIX}{top}_{hashlib.sha1(str(found.resolve()).encode()).hexdigest()[:8]}"
-    loaded = sys.modules.get(top)
-    if loaded is not None:
-        origin = getattr(loaded, "__file__", None)
-        return top if origin and Path(origin).resolve() == found.resolve() else alias
+    """`top` itself when nothing else answers to it, else `_user_<top>_<sha1 of its path>`: ours (`rewards`), the
+    standard library's or an installed package (`json`, `itertools`, `trl`), or another folder's file of that name
+    (a notebook trying two recipes) keeps its name. find_spec answers from sys.modules for a loaded module."""
+    alias = f"{ALIAS_PREFIX}{top}_{hashlib.sha1(str(found.resolve()).encode()).hexdigest()}"
     try:
         spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.origin and Path(spec.origin).resolve() != found.resolve():
+    except (ImportError, ValueError):  # a loaded module without a spec: something else owns the name
         return alias
-    return top
+    origin = getattr(spec, "origin", None)
+    return top if spec is None or (origin and Path(origin).resolve() == found.resolve()) else alias

@@ -14,6 +14,12 @@ from pipeline.config import parse_config
 from rewards import correctness_reward_func, get_reward_funcs, resolve_reward
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _own_import_path(monkeypatch):
+    """Each test's user folders join a copy of sys.path: none leaks into the next test (as in a fresh process)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
 NAMES = ["rewards", "env", "pipeline", "json", "itertools", "trl", "my_rewards"]  # ours x3, stdlib (a file, a builtin), installed, free
 
 
@@ -43,6 +49,8 @@ def _recipe(folder: Path, spec: str) -> Path:
 def test_a_users_module_loads_as_theirs_whatever_its_name_and_ours_stay_ours(tmp_path, monkeypatch, name, where,
                                                                              package):
     marker = 0.25 + NAMES.index(name) / 100
+    for loaded in [m for m in sys.modules if m == "my_rewards" or m.startswith("my_rewards.")]:
+        monkeypatch.delitem(sys.modules, loaded)  # another test's my_rewards.py: this one's is free to take the name
     recipe_dir, work = tmp_path / "recipes", tmp_path / "work"
     work.mkdir()
     spec = _reward_file(recipe_dir if where == "beside the recipe" else work, name, marker, package)
@@ -54,6 +62,9 @@ def test_a_users_module_loads_as_theirs_whatever_its_name_and_ours_stay_ours(tmp
     raw = resolve_reward(cfg.grpo.reward_funcs[0])
     module = sys.modules[raw.__module__]
     assert Path(module.__file__).is_relative_to(recipe_dir if where == "beside the recipe" else work)
+    # a free name is the user's own; a taken one (ours, the standard library's, an installed package's) is aliased
+    top = raw.__module__.split(".")[0]
+    assert (top == name) if name == "my_rewards" else top.startswith(f"_user_{name}_"), raw.__module__
     assert module.SEEN_ARGV == [module.__file__]  # its import saw none of grpo's arguments
     assert sys.argv == argv_before
     # ours, the standard library's and the installed package are untouched
@@ -71,7 +82,7 @@ def test_a_module_that_is_nowhere_is_named_with_where_it_was_looked_for(tmp_path
     cfg = parse_config(["--config", str(_recipe(tmp_path / "r", "nowhere_rewards:score"))])
     with pytest.raises(ValueError, match="nowhere_rewards") as err:
         get_reward_funcs(cfg.grpo.reward_funcs)
-    assert str(tmp_path / "r") in str(err.value)
+    assert f"({(tmp_path / 'r').resolve()}, {tmp_path.resolve()})" in str(err.value)
 
 
 @pytest.mark.parametrize("how", ["PYTHONPATH", "python -m from the folder"])
