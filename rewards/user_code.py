@@ -3,10 +3,10 @@
 Where it is looked for, in order: the recipe's folder (`--config path/recipe.yaml`: open-r1 keeps its
 `rewards.py` beside its recipes), the working folder, then the import path. A file found in the first two loads
 as the user's even when its name is one of ours (`rewards.py`, `env.py`, `pipeline.py`) or an installed
-package's: it is then imported under another module name (`_user_rewards_<sha1 of its path>`), so it never replaces ours, and ours
-never hides it. Its own folder is put at the end of sys.path, so its sibling imports work. While it imports,
-`sys.argv` is `[its path]`: a module that parses arguments at import (argparse at the top level) sees none of
-grpo's and cannot print its usage as grpo's.
+package's: it is then imported under another module name (`_user_rewards_<sha1 of its path>`), so it never
+replaces ours, and ours never hides it. Its own folder is put at the end of sys.path, so its sibling imports
+work. While it imports, `sys.argv` is `[its path]`: a module that parses arguments at import (argparse at the
+top level) sees none of grpo's and cannot print its usage as grpo's.
 
 Hand-written: importlib has the pieces (spec_from_file_location) but no "load this file as the user's, beside a
 package of the same name" policy.

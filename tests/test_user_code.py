@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def _own_import_path(monkeypatch):
     """Each test's user folders join a copy of sys.path: none leaks into the next test (as in a fresh process)."""
     monkeypatch.setattr(sys, "path", list(sys.path))
-NAMES = ["rewards", "env", "pipeline", "json", "itertools", "trl", "my_rewards"]  # ours x3, stdlib (a file, a builtin), installed, free
+# ours x3, the standard library's (a file, a builtin), an installed package's, a free name
+NAMES = ["rewards", "env", "pipeline", "json", "itertools", "trl", "my_rewards"]
 
 
 def _reward_file(folder: Path, name: str, marker: float, package: bool = False) -> str:
@@ -132,7 +133,8 @@ def test_a_module_on_the_import_path_sees_only_its_name_as_argv_and_no_recipe_me
     elsewhere = tmp_path / "site"
     elsewhere.mkdir()
     (elsewhere / "installed_rewards.py").write_text(
-        "import sys\nSEEN_ARGV = list(sys.argv)\n\ndef score(completions, **kw):\n    return [1.0] * len(completions)\n")
+        "import sys\nSEEN_ARGV = list(sys.argv)\n\n"
+        "def score(completions, **kw):\n    return [1.0] * len(completions)\n")
     monkeypatch.setattr(sys, "path", [str(elsewhere), *sys.path])
     work = tmp_path / "work"
     work.mkdir()
