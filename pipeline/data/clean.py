@@ -25,6 +25,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
+from pipeline.data.prompts import question_text
 from rewards.extract import GSM8K_MARKER
 
 BOM = "\ufeff"
@@ -165,11 +166,6 @@ def worked_solution(value: Any, answer_text: str) -> str:
     return clean_text(CALCULATOR_NOTE.sub("", answer_text[:answer_text.rfind(GSM8K_MARKER)]))
 
 
-def _prompt_question(prompt: Any) -> str:
-    """What a TRL prompt asks: its text, or its last message's (a chat's own system message is not the question)."""
-    return prompt if isinstance(prompt, str) else prompt[-1]["content"]
-
-
 def _question_and_answer(raw_question: Any, answer: Any) -> tuple[str, str] | str:
     """A question/answer row's cleaned question and answer text, or the reason code (a str) it is rejected with."""
     if raw_question is None:
@@ -228,7 +224,7 @@ def clean_rows(
         prompt = None
         if trl_prompts:
             prompt, checked = check_prompt(raw_question)
-            checked = checked or (_prompt_question(prompt), clean_text(_answer_text(answer) or ""))
+            checked = checked or (question_text(prompt), clean_text(_answer_text(answer) or ""))
         else:
             checked = _question_and_answer(raw_question, answer)
         if isinstance(checked, str):

@@ -74,8 +74,8 @@ def format_report(report: dict[str, Any]) -> Any:
     rows.add_row("source", f"{where} [{report.get('split')}]")
     if source.get("endpoint"):
         rows.add_row("hub endpoint (HF_ENDPOINT)", source["endpoint"])
-    if prompt_line(report):
-        rows.add_row("prompts", prompt_line(report))
+    if line := prompt_line(report):
+        rows.add_row("prompts", line)
     rows.add_row("rows in", str(report["rows_in"]))
     rows.add_row("rows kept", str(report["rows_kept"]))
     rows.add_row("rows rejected", str(report["rows_rejected_total"]))
@@ -189,8 +189,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         Console().print(format_report(report))
         print(f"[grpo] data: {accounting_line(report)}")
-        if prompt_line(report):
-            print(f"[grpo] prompts: {prompt_line(report)}")
+        if line := prompt_line(report):
+            print(f"[grpo] prompts: {line}")
         if eval_count is not None:
             print(f"[grpo] eval set: {eval_count} problems (report: {Path(report['report_path']).parent / EVAL_REPORT_NAME})")
     if error is not None:

@@ -80,8 +80,8 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
     from pipeline.infer.session import inference_args, open_inference
 
     setup = open_inference(args if args is not None else inference_args(**options))  # verifies before loading
-    # the same chat as a training row: a question gets the system prompt, a chat keeps its own system message
-    # A model trained on TRL's standard (text) prompts is given the text as written, as in training.
+    # As a training row was given: to a model trained on TRL's standard (text) prompts, the text as written; else
+    # a chat, a question with the system prompt, a chat keeping its own system message (as_chat).
     messages = [p if setup.prompt_format == "standard" and isinstance(p, str) else as_chat(setup.system_prompt, p)
                 for p in prompts]
     texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
