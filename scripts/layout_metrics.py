@@ -1,0 +1,210 @@
+"""How the house is laid out, measured from the code's own imports and definitions.
+
+    python scripts/layout_metrics.py           # the table: rooms, arrows, arrows running up, cycles, sizes
+    python scripts/layout_metrics.py --json    # the same as JSON (for tests and before/after notes)
+
+Words:
+- a *room* is a folder of `pipeline/` or one of its top-level modules (`pipeline/train.py` is the room `train`);
+- an *arrow* is "room A imports something from room B" (A != B), counted once per pair;
+- an arrow *runs up* when it points from a room lower in `FLOORS` to a higher one. `FLOORS` is the design,
+  bottom to top (docs/layout.md): a room may import only from rooms below it;
+- a *cycle* is a set of modules that import one another, module-level and function-local imports alike (a
+  function-local import still ties the two modules together; it only delays the tie);
+- a function-local import is *lazy for a reason* when what it imports reaches torch, Unsloth or vLLM (directly,
+  or through a module that imports one of them at its top); every other one could sit at the top.
+
+Hand-written on `ast` because no library measures these: pydeps/import-linter draw or enforce a graph but
+do not count floors, lazy imports or function sizes together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "pipeline"
+
+# The design, bottom to top: the data path config -> check -> data -> model -> trainer -> save -> generate/eval,
+# with the helpers everyone uses at the bottom and the commands that drive a run at the top.
+FLOORS = ["errors", "bootstrap", "assets", "config", "demo", "data", "plan", "backends", "health", "run",
+          "trainer", "infer", "preflight", "train", "cli", "__main__", "__init__"]
+
+# Importing any of these loads torch (or is torch, Unsloth, vLLM): the reason a function-local import is kept.
+HEAVY = {"torch", "unsloth", "unsloth_zoo", "vllm", "transformers", "trl", "peft", "accelerate", "datasets",
+         "bitsandbytes", "deepspeed", "triton"}
+
+MODULE_LIMIT = 400
+FUNCTION_LIMIT = 80
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def room_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(tree: ast.Module, module: str, is_package: bool, known: set[str]) -> list[tuple[str, bool]]:
+    """(imported module, at the top of the module?) for every import in `tree`."""
+    found: list[tuple[str, bool]] = []
+    top = set(id(node) for node in tree.body)
+    for holder in ast.walk(tree):
+        for node in ast.iter_child_nodes(holder):
+            at_top = id(node) in top or (isinstance(holder, (ast.If, ast.Try)) and id(holder) in top)
+            if isinstance(node, ast.Import):
+                found += [(alias.name, at_top) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _absolute(node, module, is_package)
+                for alias in node.names:  # `from pipeline.data import report` imports the module report
+                    sub = f"{base}.{alias.name}"
+                    found.append((sub if sub in known else base, at_top))
+    return found
+
+
+def _functions(tree: ast.Module, module: str) -> list[tuple[str, int]]:
+    sizes = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            sizes.append((f"{module}.{node.name}", node.end_lineno - node.lineno + 1))
+    return sizes
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = counter
+                counter += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph.get(child, ())))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def measure(root: Path = ROOT) -> dict:
+    files = sorted((root / PACKAGE).rglob("*.py"))
+    names = {module_name(path, root): path for path in files}
+    known = set(names)
+    graph: dict[str, set[str]] = defaultdict(set)
+    top_level: dict[str, set[str]] = defaultdict(set)  # module -> what it imports at its top (any package)
+    local: dict[str, list[str]] = defaultdict(list)
+    functions: list[tuple[str, int]] = []
+    lines: dict[str, int] = {}
+    for module, path in names.items():
+        text = path.read_text(encoding="utf-8")
+        lines[module] = len(text.splitlines())
+        tree = ast.parse(text)
+        functions += _functions(tree, module)
+        for target, at_top in _imports(tree, module, path.name == "__init__.py", known):
+            inside = target if target in known else None
+            if inside is None and target.startswith(PACKAGE + "."):
+                inside = next((k for k in sorted(known, key=len, reverse=True) if target.startswith(k + ".")), None)
+            if inside and inside != module:
+                graph[module].add(inside)
+            (top_level[module].add(inside or target) if at_top else local[module].append(inside or target))
+
+    def heavy(module: str, seen: set[str]) -> bool:
+        if module.split(".")[0] in HEAVY:
+            return True
+        if module in seen or module not in known:
+            return False
+        seen.add(module)
+        return any(heavy(child, seen) for child in top_level.get(module, ()))
+
+    arrows = sorted({(room_of(a), room_of(b)) for a, targets in graph.items() for b in targets
+                     if room_of(a) != room_of(b)})
+    floor = {room: i for i, room in enumerate(FLOORS)}
+    up = [(a, b) for a, b in arrows if floor.get(a, len(FLOORS)) < floor.get(b, len(FLOORS))]
+    unjustified = sorted({(module, target) for module, targets in local.items() for target in targets
+                          if not heavy(target, set())})
+    rooms = sorted({room_of(m) for m in known})
+    return {
+        "rooms": rooms,
+        "unplaced_rooms": [room for room in rooms if room not in floor],
+        "arrows": len(arrows),
+        "arrows_up": [f"{a} -> {b}" for a, b in up],
+        "cycles": _cycles(graph),
+        "modules_over_limit": {m: n for m, n in sorted(lines.items(), key=lambda kv: -kv[1]) if n > MODULE_LIMIT},
+        "functions_over_limit": {f: n for f, n in sorted(functions, key=lambda kv: -kv[1]) if n > FUNCTION_LIMIT},
+        "local_imports_without_reason": [f"{m}: {t}" for m, t in unjustified],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the measures as JSON")
+    args = parser.parse_args(argv)
+    found = measure()
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    print(f"rooms: {len(found['rooms'])}  arrows: {found['arrows']}  running up: {len(found['arrows_up'])}  "
+          f"cycles: {len(found['cycles'])}")
+    for arrow in found["arrows_up"]:
+        print(f"  up: {arrow}")
+    for cycle in found["cycles"]:
+        print(f"  cycle: {' -> '.join(cycle)}")
+    print(f"modules over {MODULE_LIMIT} lines: {len(found['modules_over_limit'])}")
+    for module, n in found["modules_over_limit"].items():
+        print(f"  {n:5d}  {module}")
+    print(f"functions over {FUNCTION_LIMIT} lines: {len(found['functions_over_limit'])}")
+    for function, n in found["functions_over_limit"].items():
+        print(f"  {n:5d}  {function}")
+    print(f"function-local imports that reach no torch/unsloth/vllm: {len(found['local_imports_without_reason'])}")
+    if found["unplaced_rooms"]:
+        print(f"rooms missing from FLOORS: {', '.join(found['unplaced_rooms'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
