@@ -131,8 +131,8 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     # (a changed setting the checkpoint restores was refused by the resume check; these it applies, said here)
     resume_changes = checkpoints.resume_changes(resume_from, cfg) if resume_from else {}
     for name, (old, new) in resume_changes.items():
-        _print(f"resuming with {name} {old!r} -> {new!r} (was {old!r} in {Path(resume_from).name}): applied, the "
-               f"learning-rate schedule is rebuilt for it and continues from step {resume_step}; summary.json "
+        rebuilt = "" if name == "max_grad_norm" else " (the learning-rate schedule is rebuilt for the new length)"
+        _print(f"resuming with {name} {old!r} -> {new!r}: applied from step {resume_step} on{rebuilt}; summary.json "
                "records it")
     if resume_from is None and _is_main_process():
         set_aside_previous_run(output_dir, log=_print)  # a fresh start: an earlier run's steps are not this one's

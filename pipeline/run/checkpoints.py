@@ -58,14 +58,16 @@ _ADAPTER_CONFIG_NAMES = {"r": "lora_r", "lora_alpha": "lora_alpha", "target_modu
 # (`LambdaLR.load_state_dict` puts back base_lrs: the old learning_rate, under a lambda rebuilt for the new
 # schedule: a mix of both); `Trainer.train` skips the batches of the steps done, counted in the new batch shape,
 # of a sampler seeded by the new seed, while rng_state.pth puts back the old random state. A resume under other
-# values is refused (resume_mismatch), each field named with its old value.
-RESTORED_SETTINGS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio",
-                     "optim", "optim_args", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+# values is refused (resume_mismatch), each field named with its old value (our warmup_ratio reaches TRL as
+# warmup_steps, and is named as the user set it: option_name).
+RESTORED_SETTINGS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "optim",
+                     "optim_args", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
                      "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
                      "generation_batch_size", "steps_per_generation", "num_iterations", "seed", "data_seed")
 # The schedule settings a resume applies, and says it does: the scheduler is rebuilt for the new number of steps
-# (LambdaLR's state_dict keeps no arguments of transformers' schedule partials, only their position), which is how
-# a finished run is trained longer; max_grad_norm is read at every step.
+# (LambdaLR's state_dict keeps no arguments of transformers' schedule partials, only their position) and its rate
+# at the restored step is the one trained with (follow_the_rebuilt_schedule), which is how a finished run is
+# trained longer; max_grad_norm is read at every step.
 APPLIED_SETTINGS = ("max_steps", "num_train_epochs", "max_grad_norm")
 WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "adapter_model.bin", "pytorch_model.bin",
                 "model.safetensors.index.json")
@@ -456,6 +458,33 @@ def load_every_adapter(trainer) -> None:
         target.set_adapter(active)
 
     trainer._load_from_checkpoint = load_with_top_level
+
+
+def follow_the_rebuilt_schedule(trainer) -> None:
+    """Make a resume train its first step at the rate of the schedule the Trainer built for this run.
+
+    transformers 5.17 `Trainer._load_optimizer_and_scheduler` loads scheduler.pt into a LambdaLR rebuilt for the
+    run's max_steps (its lambdas keep the new length: LambdaLR.state_dict saves no partial's arguments) but also
+    puts back `_last_lr` and optimizer.pt's param-group `lr`: the rate the old schedule had for the next step.
+    A run resumed with a larger max_steps (APPLIED_SETTINGS) then trained its first step at the old schedule's
+    rate (0 at the end of a cosine) and only later followed the new one. Here, after the load, each group's rate
+    is set to the rebuilt schedule's at the restored position (the same rate when nothing changed). Set as an
+    instance attribute, as load_every_adapter does.
+    """
+    load = type(trainer)._load_optimizer_and_scheduler
+
+    def load_then_follow(checkpoint):
+        load(trainer, checkpoint)
+        scheduler = getattr(trainer, "lr_scheduler", None)
+        lambdas = getattr(scheduler, "lr_lambdas", None)
+        if checkpoint is None or not lambdas or trainer.optimizer is None:
+            return
+        rates = [base * fn(scheduler.last_epoch) for base, fn in zip(scheduler.base_lrs, lambdas)]
+        for group, rate in zip(trainer.optimizer.param_groups, rates):
+            group["lr"] = rate
+        scheduler._last_lr = rates
+
+    trainer._load_optimizer_and_scheduler = load_then_follow
 
 
 def remove_staging_leftovers(output_dir: str | Path, log=print) -> list[Path]:
