@@ -308,7 +308,8 @@ def test_loading_a_checkpoint_restores_its_trained_adapter(tmp_path, how, warmup
         def on_train_begin(self, args, state, control, model=None, **kwargs):  # after the checkpoint loads
             from peft import get_peft_model_state_dict
 
-            self.weights = {k: v.detach().cpu().numpy() for k, v in
+            # copied: .numpy() of a CPU tensor shares its memory, and step 3 then trains the weights in place
+            self.weights = {k: v.detach().cpu().numpy().copy() for k, v in
                             get_peft_model_state_dict(model, adapter_name="default").items()}
 
     if how == "resume":
