@@ -128,12 +128,6 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         remove_staging_leftovers(output_dir, log=_print)  # a killed save's temporary folders; we hold the lock
     resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
     resume_step = checkpoint_step(resume_from) if resume_from else None
-    # (a changed setting the checkpoint restores was refused by the resume check; these it applies, said here)
-    resume_changes = checkpoints.resume_changes(resume_from, cfg) if resume_from else {}
-    for name, (old, new) in resume_changes.items():
-        rebuilt = "" if name == "max_grad_norm" else " (the learning-rate schedule is rebuilt for the new length)"
-        _print(f"resuming with {name} {old!r} -> {new!r}: applied from step {resume_step} on{rebuilt}; summary.json "
-               "records it")
     if resume_from is None and _is_main_process():
         set_aside_previous_run(output_dir, log=_print)  # a fresh start: an earlier run's steps are not this one's
     finish_only = False  # trained to max_steps already, a final file missing: write them, train no step
@@ -142,6 +136,12 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         if isinstance(finished, RunResult):
             return finished
         finish_only = finished == "finish"
+    # (a changed setting the checkpoint restores was refused by the resume check; these it applies, said here)
+    resume_changes = checkpoints.resume_changes(resume_from, cfg) if resume_from and not finish_only else {}
+    for name, (old, new) in resume_changes.items():
+        rebuilt = "" if name == "max_grad_norm" else " (the learning-rate schedule is rebuilt for the new length)"
+        _print(f"resuming with {name} {old!r} -> {new!r}: applied from step {resume_step} on{rebuilt}; summary.json "
+               "records it")
 
     # ---------------------------------------------------------------- data (tokenizer only)
     from pipeline.data.report import accounting_line, prompt_line
