@@ -477,7 +477,8 @@ def torch_file(path: Path) -> Path:
     ([3], "TypeError: list indices must be integers or slices, not str"),
 ])
 def test_an_unreadable_trainer_state_names_the_error_and_its_type(tmp_path, state, error):
-    assert checkpoint_problem(make_checkpoint(tmp_path, 3, state=state)) == f"trainer_state.json is unreadable ({error})"
+    expected = f"trainer_state.json is unreadable ({error})"
+    assert checkpoint_problem(make_checkpoint(tmp_path, 3, state=state)) == expected
 
 
 def test_a_missing_trainer_state_is_an_interrupted_save(tmp_path):
