@@ -296,7 +296,10 @@ def test_a_local_tokenizer_folders_files_are_part_of_its_identity(tmp_path, qwen
     folder = tmp_path / "tok"
     qwen_tokenizer.save_pretrained(str(folder))
     monkeypatch.setattr(qwen_tokenizer, "name_or_path", str(folder))
+    (folder / "model.safetensors").write_bytes(b"weights")
     before = tokenizer_identity(qwen_tokenizer)
+    (folder / "model.safetensors").write_bytes(b"other weights")  # a model's weights are not its tokenizer
+    assert tokenizer_identity(qwen_tokenizer) == before
     config = folder / "tokenizer_config.json"
     config.write_text(config.read_text().replace('"model_max_length"', '"model_max_length" '))
     assert tokenizer_identity(qwen_tokenizer) != before

@@ -64,8 +64,17 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
         "vocab_size": getattr(tokenizer, "vocab_size", None),
         "special_tokens": sorted(str(t) for t in getattr(tokenizer, "all_special_tokens", [])),
         "chat_template_sha256": hashlib.sha256(template.encode("utf-8")).hexdigest(),
-        "files": local_tree_identity(Path(name))["files"] if name and Path(name).is_dir() else None,
+        "files": _tokenizer_files(Path(name)) if name and Path(name).is_dir() else None,
     }
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
+
+
+def _tokenizer_files(folder: Path) -> list[dict[str, Any]]:
+    """A tokenizer folder's own files as `local_file_identity` (a model folder's weights are not the tokenizer's)."""
+    return [{**local_file_identity(p), "path": p.name} for p in sorted(folder.iterdir())
+            if p.is_file() and p.suffix not in WEIGHT_SUFFIXES]
 
 
 def model_identity(model_name_or_path: str, source: str = "hf") -> dict[str, Any]:
