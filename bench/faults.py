@@ -277,15 +277,18 @@ def duplicate_key(folder: Path) -> list[str]:
     return train(folder, "beta: 0.0\nlearning_rate: 1e-5\nbeta: 0.04\n")
 
 
-def checkpoint_of_another_shape(folder: Path) -> list[str]:
-    """A complete checkpoint whose recorded LoRA rank (grpo_shape.json) is not the recipe's."""
+def checkpoint_of_another_shape(folder: Path, shape: Optional[dict] = None, settings: Optional[dict] = None,
+                                text: str = "") -> list[str]:
+    """A complete checkpoint whose grpo_shape.json records the recipe's weight shape and resume settings
+    (pipeline/run/checkpoints.py checkpoint_record) with `shape` and `settings` in place of the recipe's values;
+    by default another LoRA rank."""
     import numpy as np
     from safetensors.numpy import save_file
 
     from pipeline.config import from_mapping
-    from pipeline.run.checkpoints import SHAPE_NAME, weight_shape
+    from pipeline.run.checkpoints import SHAPE_NAME, checkpoint_record
 
-    argv = train(folder)
+    argv = train(folder, text)
     import yaml
 
     cfg = from_mapping(yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8")))
@@ -293,7 +296,10 @@ def checkpoint_of_another_shape(folder: Path) -> list[str]:
     ckpt.mkdir(parents=True)
     (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 1, "max_steps": 5}), encoding="utf-8")
     save_file({"lora_A": np.zeros((2, 2), dtype=np.float32)}, str(ckpt / "adapter_model.safetensors"))
-    (ckpt / SHAPE_NAME).write_text(json.dumps({**weight_shape(cfg), "lora_r": 99}), encoding="utf-8")
+    kept = checkpoint_record(cfg)
+    kept = {**kept, **(shape if shape is not None else {"lora_r": 99}),
+            "settings": {**kept["settings"], **(settings or {})}}
+    (ckpt / SHAPE_NAME).write_text(json.dumps(kept), encoding="utf-8")
     return argv
 
 
@@ -430,8 +436,8 @@ PATH_CASES: list[Fault] = [
     Fault("--config is a folder", lambda d: ["train", "--config", str(d)], "is a folder; it should be a file"),
     Fault("--resume is a file", lambda d: quick(d, "--resume", str(recipe(d, name="x.yaml"))),
           "config error in `resume`"),
-    Fault("an existing folder as generate --output", lambda d: generate_with(d, "--prompt", "1+1?", "--output", str(d)),
-          "is a folder; give a file name"),
+    Fault("an existing folder as generate --output",
+          lambda d: generate_with(d, "--prompt", "1+1?", "--output", str(d)), "is a folder; give a file name"),
     Fault("generate --output is its --input", lambda d: generate_with(d, "--input", questions(d, '{"prompt": "1"}\n'),
                                                                       "--output", str(d / "my questions.jsonl")),
           "is --input"),
@@ -447,6 +453,70 @@ PATH_CASES: list[Fault] = [
           "interrupted", exit_code=130, patch=raise_in("pipeline.preflight.check_report_to", KeyboardInterrupt())),
 ]
 CASES += PATH_CASES
+
+
+# ---------------------------------------------------------------- faults v3: kept state
+# (issue 36, point 3: every kept file is keyed through pipeline/run/kept.py, a resume under a setting the checkpoint
+# restores is refused by pipeline/run/checkpoints.py resume_mismatch; tests/test_kept_state.py runs every kept file
+# against every input it depends on)
+
+
+def resumed_with(**settings) -> Callable[[Path], list[str]]:
+    """`grpo train` resuming a checkpoint that recorded `settings` (TRL's names) where the recipe has others."""
+    return lambda folder: checkpoint_of_another_shape(folder, shape={}, settings=settings)
+
+
+EVAL_ROWS = ('{"question": "What is 2 + 3?", "answer": "5"}\n{"question": "What is 4 + 4?", "answer": "8"}\n',
+             '{"question": "What is 6 + 1?", "answer": "7"}\n{"question": "What is 9 + 0?", "answer": "9"}\n')
+
+
+def eval_file_replaced_with_same_ids(folder: Path) -> list[str]:
+    """A run measured eval_before.json on one eval file and kept a checkpoint; the eval file is then replaced by
+    another with as many rows (so the same row ids: test-0, test-1). The resume must measure again."""
+    from pipeline.cli import main as grpo
+
+    held_out = folder / "held-out.jsonl"
+    held_out.write_text(EVAL_ROWS[0], encoding="utf-8")
+    text = (f"eval_dataset_name: {held_out}\neval_before: true\neval_limit: 2\nsft_warmup_steps: 0\n"
+            "eval_after: false\nsave_steps: 1\nmax_steps: 1\n")
+    if grpo(train(folder, text)) != 0:
+        raise RuntimeError("the first run of the case failed")
+    held_out.write_text(EVAL_ROWS[1], encoding="utf-8")
+    return train(folder, text.replace("max_steps: 1", "max_steps: 2"))
+
+
+def data_file_edited_in_place(folder: Path) -> list[str]:
+    """`grpo data` once, then the data file edited to the same size and modification time."""
+    from pipeline.cli import main as grpo
+
+    path = folder / "data.jsonl"
+    path.write_text('{"question": "What is 1 + 2?", "answer": "3"}\n', encoding="utf-8")
+    argv = ["data", "--config", str(recipe(folder, f"dataset_name: {path}\nsft_warmup_steps: 0\n"))]
+    if grpo(argv) != 0:
+        raise RuntimeError("the first `grpo data` of the case failed")
+    stat = path.stat()
+    path.write_text('{"question": "What is 1 + 2?", "answer": "4"}\n', encoding="utf-8")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    return argv
+
+
+KEPT_STATE_CASES: list[Fault] = [
+    Fault("--resume auto after changing learning_rate", resumed_with(learning_rate=0.01),
+          "Set them back (learning_rate: 0.01)"),
+    Fault("--resume auto after changing warmup_ratio", resumed_with(warmup_steps=0.5),
+          "Set them back (warmup_ratio: 0.5)"),
+    Fault("--resume auto after changing per_device_train_batch_size", resumed_with(per_device_train_batch_size=2),
+          "per_device_train_batch_size 2 -> 4"),
+    Fault("--resume auto after changing a TRL optimiser option", resumed_with(adam_beta2=0.95),
+          "adam_beta2 0.95 -> "),
+    Fault("--resume auto after changing optim, in --check", lambda d: [*resumed_with(optim="sgd")(d), "--check"],
+          "optim 'sgd' -> "),
+    Fault("eval_before.json of another eval file with the same ids", eval_file_replaced_with_same_ids,
+          "(eval_rows changed since it was written)", exit_code=0),
+    Fault("data cache of a file edited to the same size and mtime", data_file_edited_in_place, "built and saved",
+          exit_code=0),
+]
+CASES += KEPT_STATE_CASES
 
 
 def judge(case: Fault, exit_code: int, output: str, folder: Optional[Path] = None) -> Optional[str]:

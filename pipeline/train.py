@@ -109,6 +109,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
                 resume_hint: str):
     from env.paths import atomic_directory, previous_versions
     from pipeline.infer.session import verify_trained_dir
+    from pipeline.run import checkpoints
     from pipeline.run.checkpoints import (
         GracefulStop,
         checkpoint_step,
@@ -135,6 +136,12 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         if isinstance(finished, RunResult):
             return finished
         finish_only = finished == "finish"
+    # (a changed setting the checkpoint restores was refused by the resume check; these it applies, said here)
+    resume_changes = checkpoints.resume_changes(resume_from, cfg) if resume_from and not finish_only else {}
+    for name, (old, new) in resume_changes.items():
+        rebuilt = "" if name == "max_grad_norm" else " (the learning-rate schedule is rebuilt for the new length)"
+        _print(f"resuming with {name} {old!r} -> {new!r}: applied from step {resume_step} on{rebuilt}; summary.json "
+               "records it")
 
     # ---------------------------------------------------------------- data (tokenizer only)
     from pipeline.data.report import accounting_line, prompt_line
@@ -177,17 +184,22 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     # ---------------------------------------------------------------- eval before
     eval_before = None
     if cfg.eval.eval_before and eval_rows:
-        # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on.
-        from pipeline.infer.evaluate import eval_before_key, load_eval_before, save_eval_before
+        # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on, when
+        # every input it was measured from is the same (pipeline/run/kept.py; the eval rows' content included).
+        from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_eval_before
+        from pipeline.run.kept import state_key
+        from pipeline.trainer.warmup import warmup_inputs
 
-        key = eval_before_key(cfg, eval_rows, prepared.max_completion_length)
-        eval_before = load_eval_before(output_dir, key) if cfg.grpo.resume != "never" else None
+        warmup = state_key(warmup_inputs(cfg, prepared)) if cfg.health.sft_warmup_steps > 0 else None
+        inputs = eval_before_inputs(cfg, choice.name, tokenizer, eval_rows, prepared.max_completion_length, warmup)
+        eval_before = load_eval_before(output_dir, inputs, log=_print) if cfg.grpo.resume != "never" else None
         if eval_before is not None:
-            _print(f"eval before GRPO: reusing {output_dir / 'eval_before.json'} (same model, rows and limits)")
+            _print(f"eval before GRPO: reusing {output_dir / 'eval_before.json'} (every input it was measured from "
+                   "is the same: model, eval rows, limits, generation, scoring)")
         else:
             eval_before = evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer, eval_rows,
                                         cfg.data.system_prompt, prepared.max_completion_length)
-            save_eval_before(output_dir, key, eval_before)
+            save_eval_before(output_dir, inputs, eval_before)
         _print(f"eval before GRPO: accuracy {eval_before['accuracy']:.1%}, format {eval_before['format_rate']:.1%}")
 
     # ---------------------------------------------------------------- trainer
@@ -196,7 +208,8 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         from pipeline.trainer.periodic_eval import build_periodic_eval
 
         periodic_eval = build_periodic_eval(cfg, backend, tokenizer, eval_rows, prepared.max_completion_length,
-                                            output_dir, manifest, resume=resume_from is not None, log=_print)
+                                            output_dir, manifest, resume=resume_from is not None,
+                                            backend_name=choice.name, log=_print)
     trainer, health = build_trainer(cfg, backend, model, tokenizer, prepared, peft_config, output_dir, resume_step,
                                     periodic_eval)
     for callback in callbacks or []:
@@ -289,7 +302,8 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
                                 wall_time_s=time.time() - start, eval_before=eval_before, eval_after=eval_after,
                                 warnings=[*earlier_warnings, *health.warnings], health=health.summary(),
                                 plot_settings=plot_settings(cfg), resumed_from_step=resume_step,
-                                best=periodic_eval.best.best if periodic_eval else None, rollbacks=rollbacks)
+                                best=periodic_eval.best.best if periodic_eval else None, rollbacks=rollbacks,
+                                resume_changes=resume_changes)
         _print_where_everything_is(output_dir, status, reason, adapter_dir, cfg, resume_hint)
     return RunResult(output_dir, status, exit_code, steps, adapter_dir, summary)
 

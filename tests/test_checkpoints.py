@@ -308,7 +308,8 @@ def test_loading_a_checkpoint_restores_its_trained_adapter(tmp_path, how, warmup
         def on_train_begin(self, args, state, control, model=None, **kwargs):  # after the checkpoint loads
             from peft import get_peft_model_state_dict
 
-            self.weights = {k: v.detach().cpu().numpy() for k, v in
+            # copied: .numpy() of a CPU tensor shares its memory, and step 3 then trains the weights in place
+            self.weights = {k: v.detach().cpu().numpy().copy() for k, v in
                             get_peft_model_state_dict(model, adapter_name="default").items()}
 
     if how == "resume":
@@ -390,7 +391,7 @@ def test_a_storage_failure_during_a_save_names_the_run_folder_the_size_and_how_t
 
 @pytest.mark.slow
 def test_staged_saves_record_the_weight_shape_and_keep_save_total_limit(tmp_path):
-    from pipeline.run.checkpoints import SHAPE_NAME, weight_shape
+    from pipeline.run.checkpoints import SHAPE_NAME, checkpoint_record
     from pipeline.train import run_training
     from train_helpers import demo_config
 
@@ -399,7 +400,7 @@ def test_staged_saves_record_the_weight_shape_and_keep_save_total_limit(tmp_path
     assert run_training(cfg).status == "completed"
     assert [p.name for p in list_checkpoints(run_dir)] == ["checkpoint-2", "checkpoint-3"]  # the oldest rotated out
     for checkpoint in list_checkpoints(run_dir):
-        assert json.loads((checkpoint / SHAPE_NAME).read_text()) == json.loads(json.dumps(weight_shape(cfg)))
+        assert json.loads((checkpoint / SHAPE_NAME).read_text()) == json.loads(json.dumps(checkpoint_record(cfg)))
         assert checkpoint_problem(checkpoint) is None
         assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == int(
             checkpoint.name.split("-")[1])

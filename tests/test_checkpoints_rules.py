@@ -23,6 +23,7 @@ from pipeline.run.checkpoints import (
     SHAPE_NAME,
     WEIGHT_FILES,
     WEIGHT_SHAPING_FIELDS,
+    checkpoint_record,
     checkpoint_problem,
     file_mode_callback,
     interrupts_raise,
@@ -123,7 +124,7 @@ def test_every_staged_save_is_published_whole_with_its_weight_shape_and_leaves_n
         assert checkpoint_problem(checkpoint) is None
         assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == step
         assert json.loads((checkpoint / SHAPE_NAME).read_text()) == json.loads(
-            json.dumps(weight_shape(demo_config(run_dir))))
+            json.dumps(checkpoint_record(demo_config(run_dir))))
         assert (checkpoint / "adapter_model.safetensors").stat().st_mode & 0o777 == 0o644  # safetensors wrote 0600
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
     assert same_weights(saved_weights(run_dir / "checkpoint-3"), adapter_weights(trainer.model))
@@ -476,7 +477,8 @@ def torch_file(path: Path) -> Path:
     ([3], "TypeError: list indices must be integers or slices, not str"),
 ])
 def test_an_unreadable_trainer_state_names_the_error_and_its_type(tmp_path, state, error):
-    assert checkpoint_problem(make_checkpoint(tmp_path, 3, state=state)) == f"trainer_state.json is unreadable ({error})"
+    expected = f"trainer_state.json is unreadable ({error})"
+    assert checkpoint_problem(make_checkpoint(tmp_path, 3, state=state)) == expected
 
 
 def test_a_missing_trainer_state_is_an_interrupted_save(tmp_path):

@@ -53,6 +53,9 @@ class RecordingGRPOTrainer:
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):  # transformers Trainer's (wrapped too)
         raise AssertionError("this stand-in's train() loads no checkpoint")
 
+    def _load_optimizer_and_scheduler(self, checkpoint):  # transformers Trainer's (wrapped too)
+        raise AssertionError("this stand-in's train() loads no optimizer or scheduler")
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # TRL's (wrapped too)
         raise AssertionError("this stand-in's train() scores no completion")
 

@@ -2,8 +2,10 @@
 
 The key covers the source (hub name/config/split/revision, or a local file's or folder's files: path,
 size, mtime and, for files up to 64 MiB, content hash), the tokenizer (name, vocab size, special
-tokens, chat template), the data fields of the config, and this code's format version. A
-second run with the same key loads the saved Arrow files and tokenizes nothing.
+tokens, chat template, and a local tokenizer folder's files), the data fields of the config, this code's
+format version and source (pipeline/data/*.py), and the versions of the libraries that build and save the
+Arrow files. A second run with the same key loads the saved Arrow files and tokenizes nothing. The key is
+pipeline/run/kept.py's `state_key`, as for every kept file.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import cache_root, publish_once
+from pipeline.run.kept import code_hash, file_sha256, state_key, versions
 
 # Bump when the prepared columns or the cleaning rules change, so old caches are not reused.
 DATA_FORMAT_VERSION = 3
@@ -28,14 +31,6 @@ def data_cache_root(data_cache_dir: Optional[str]) -> Path:
     if data_cache_dir:
         return Path(data_cache_dir).expanduser().resolve()
     return cache_root() / "data"
-
-
-def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def local_file_identity(path: Path) -> dict[str, Any]:
@@ -58,20 +53,53 @@ def local_tree_identity(folder: Path) -> dict[str, Any]:
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
-    """What about a tokenizer changes token counts: name, vocab size, special tokens, chat template."""
+    """What about a tokenizer changes token counts: name, vocab size, special tokens, chat template, and when it
+    was loaded from a local folder, that folder's files (an edited tokenizer.json keeps its name and size)."""
     template = getattr(tokenizer, "chat_template", None)
     if not isinstance(template, str):  # some tokenizers keep a dict of named templates
         template = json.dumps(template, sort_keys=True, default=str)
+    name = str(getattr(tokenizer, "name_or_path", ""))
     return {
-        "name_or_path": str(getattr(tokenizer, "name_or_path", "")),
+        "name_or_path": name,
         "vocab_size": getattr(tokenizer, "vocab_size", None),
         "special_tokens": sorted(str(t) for t in getattr(tokenizer, "all_special_tokens", [])),
         "chat_template_sha256": hashlib.sha256(template.encode("utf-8")).hexdigest(),
+        "files": _tokenizer_files(Path(name)) if name and Path(name).is_dir() else None,
     }
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
+
+
+def _tokenizer_files(folder: Path) -> list[dict[str, Any]]:
+    """A tokenizer folder's own files as `local_file_identity` (a model folder's weights are not the tokenizer's)."""
+    return [{**local_file_identity(p), "path": p.name} for p in sorted(folder.iterdir())
+            if p.is_file() and p.suffix not in WEIGHT_SUFFIXES]
+
+
+def model_identity(model_name_or_path: str, source: str = "hf") -> dict[str, Any]:
+    """What names the weights a model name loads: a built-in model's folder (its name carries its build key,
+    pipeline/demo/model.py) or a local folder, with its files as `local_tree_identity`; a hub id and its
+    source (hf | modelscope) otherwise."""
+    from pipeline.data.tokenizer import resolve_model_path  # it imports the demo registry, which imports us
+
+    path = Path(resolve_model_path(model_name_or_path)).expanduser()
+    if path.is_dir():
+        return {"name": model_name_or_path, **local_tree_identity(path)}
+    return {"name": model_name_or_path, "source": source}
+
+
+def data_code_identity() -> dict[str, Any]:
+    """The code and libraries that build a cache entry: pipeline/data/*.py and the versions that load, clean,
+    tokenize and save the rows (an entry saved by another pyarrow or datasets may not load the same)."""
+    import pipeline.data
+
+    return {"code_sha256": code_hash(pipeline.data),
+            "versions": versions("datasets", "pyarrow", "transformers", "tokenizers", "jinja2")}
+
+
 def fingerprint(source: dict[str, Any], tokenizer: dict[str, Any], data_fields: dict[str, Any]) -> str:
-    """sha256 over the canonical JSON of the three identities and DATA_FORMAT_VERSION.
+    """`state_key` of the three identities, the data code's identity and DATA_FORMAT_VERSION.
 
     >>> a = fingerprint({"kind": "sample"}, {"vocab_size": 10}, {"max_samples": None})
     >>> a == fingerprint({"kind": "sample"}, {"vocab_size": 10}, {"max_samples": 5})
@@ -79,9 +107,8 @@ def fingerprint(source: dict[str, Any], tokenizer: dict[str, Any], data_fields: 
     >>> len(a)
     64
     """
-    payload = {"version": DATA_FORMAT_VERSION, "source": source, "tokenizer": tokenizer, "data": data_fields}
-    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    return state_key({"version": DATA_FORMAT_VERSION, "source": source, "tokenizer": tokenizer, "data": data_fields,
+                      "code": data_code_identity()})
 
 
 def entry_is_complete(entry: Path) -> bool:

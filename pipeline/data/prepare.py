@@ -57,6 +57,7 @@ from pipeline.data.prompts import (
     system_prompt_tokens,
 )
 from pipeline.data.sources import OWN_PREFIX, DataSource, resolve_source, source_spec
+from pipeline.run.kept import code_hash
 from rewards.correctness import REFERENCE_COLUMN
 
 REPORT_NAME = "data_report.json"
@@ -130,14 +131,9 @@ def data_fields(cfg: Any) -> dict[str, Any]:
 def answer_reader_version() -> str:
     """sha256 of the rewards package's code: which answers are scorable (and how GSM8K answers are reduced)
     is its decision, so a change to it re-prepares the data instead of serving old decisions from the cache."""
-    import hashlib
-
     import rewards
 
-    digest = hashlib.sha256()
-    for path in sorted(Path(rewards.__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+    return code_hash(rewards)
 
 
 @contextlib.contextmanager

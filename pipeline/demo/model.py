@@ -18,11 +18,14 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import cache_root, publish_once
+from env.paths import atomic_write_json, cache_root, publish_once
+from pipeline.run.kept import file_sha256, read_record, record, state_key
 
-# Bump when the tokenizer, the architecture or the seed changes: the cached folder is keyed by it,
-# so a stale model is never reused (and an adapter trained on version N never meets version N+1).
+# The cached folders are keyed on what builds them (`build_inputs`: this version, this file's code, which holds
+# the tokenizer, the architecture and the seed, and the bundled tokenizer's files), so a stale model is never
+# reused and an adapter trained on one build never meets another. Bump it to mark a change by name.
 DEMO_VERSION = "2"
+BUILD_NAME = "grpo_build.json"  # the build's kept record (pipeline/run/kept.py) inside each folder
 DEMO_SEED = 1234
 
 # Qwen2.5's ChatML specials, after the regular tokens as in Qwen2.5 (there they are 151643-151645).
@@ -141,22 +144,45 @@ def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 
     return model.to(torch.float32)
 
 
-def _is_saved_model(folder: Path) -> bool:
-    return (folder / "config.json").is_file()  # save_pretrained writes it; publish_once moves whole folders
+def build_inputs(name: str) -> dict[str, Any]:
+    """Everything a built-in model's saved folder depends on. Not the torch/transformers versions: the folder is
+    built once and its weights stay as saved, so an adapter trained on it keeps applying after an upgrade."""
+    from pipeline.assets import QWEN_TOKENIZER_SRC  # the bundled files, as shipped
+
+    inputs: dict[str, Any] = {"name": name, "version": DEMO_VERSION, "code_sha256": file_sha256(Path(__file__))}
+    if name == "tiny-qwen2.5":
+        inputs["tokenizer_files"] = {p.name: file_sha256(p) for p in sorted(QWEN_TOKENIZER_SRC.iterdir())
+                                     if p.is_file()}
+    return inputs
+
+
+def _build_once(name: str, cache_dir: Optional[os.PathLike | str], build) -> Path:
+    """`<cache>/<name>-<DEMO_VERSION>-<key>`: built by `build(folder)` once (atomically) and reused while its
+    recorded key is that of `build_inputs(name)`; another key is another folder (the old one stays)."""
+    inputs = build_inputs(name)
+    key = state_key(inputs)
+
+    def is_complete(folder: Path) -> bool:  # save_pretrained writes config.json; publish_once moves whole folders
+        saved = read_record(folder / BUILD_NAME)
+        return (folder / "config.json").is_file() and saved is not None and saved.get("key") == key
+
+    def write(tmp: Path) -> None:
+        build(tmp)
+        atomic_write_json(tmp / BUILD_NAME, record(inputs))
+
+    return publish_once(Path(cache_dir or cache_root()) / f"{name}-{DEMO_VERSION}-{key[:12]}", write, is_complete)
 
 
 def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
     """The tiny demo model + its tokenizer, saved once (atomically) and loadable with `from_pretrained`.
 
-    The folder is `<cache>/tiny-demo-<DEMO_VERSION>`; `cache_dir` defaults to `cache_root()`.
+    The folder is `<cache>/tiny-demo-<DEMO_VERSION>-<key>` (`_build_once`); `cache_dir` defaults to `cache_root()`.
 
     >>> from transformers import AutoModelForCausalLM, AutoTokenizer
     >>> path = demo_model_dir()
     >>> AutoModelForCausalLM.from_pretrained(path).config.vocab_size == len(AutoTokenizer.from_pretrained(path))
     True
     """
-    final = Path(cache_dir or cache_root()) / f"tiny-demo-{DEMO_VERSION}"
-
     def write(tmp: Path) -> None:
         tokenizer = build_demo_tokenizer()
         model = build_tiny_qwen2(
@@ -170,7 +196,7 @@ def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
 
-    return publish_once(final, write, is_complete=_is_saved_model)
+    return _build_once("tiny-demo", cache_dir, write)
 
 
 def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
@@ -179,8 +205,6 @@ def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
     For tests of code that must see the real tokenizer and chat template (9.8M parameters,
     about 2 s per GRPO step on CPU; it learns nothing useful).
     """
-    final = Path(cache_dir or cache_root()) / f"tiny-qwen2.5-{DEMO_VERSION}"
-
     def write(tmp: Path) -> None:
         from pipeline.assets import load_qwen_tokenizer
 
@@ -197,4 +221,4 @@ def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
 
-    return publish_once(final, write, is_complete=_is_saved_model)
+    return _build_once("tiny-qwen2.5", cache_dir, write)

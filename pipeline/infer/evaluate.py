@@ -16,7 +16,9 @@ from typing import Any, Optional
 
 from pipeline.backends import Completion
 from pipeline.config import PipelineConfig, given
+from pipeline.data.cache import model_identity, tokenizer_identity
 from pipeline.errors import guarded
+from pipeline.run.kept import file_sha256, record, reusable, state_key, versions
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
 
@@ -57,7 +59,7 @@ def score_completions(completions: list[Completion], answers: list[Optional[str]
 
 
 def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], system_prompt: str, max_tokens: int,
-                  temperature: float = 0.0, top_p: float = 1.0) -> dict[str, Any]:
+                  temperature: float = 0.0, top_p: float = 1.0) -> dict[str, Any]:  # as EVAL_SAMPLING
     """Generate for every row and aggregate. Greedy (temperature 0) by default, so runs are comparable."""
     from pipeline.data.prompts import render_prompts
 
@@ -83,36 +85,55 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], system_promp
 
 
 EVAL_BEFORE_NAME = "eval_before.json"
+# evaluate_rows' sampling for the before/after/periodic numbers (greedy): part of every eval key
+EVAL_SAMPLING = {"temperature": 0.0, "top_p": 1.0}
 
 
-def eval_before_key(cfg: PipelineConfig, rows: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
-    """What the before-training numbers depend on; a resumed run reuses them only when all of it matches."""
+def eval_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[dict[str, Any]],
+                max_tokens: int) -> dict[str, Any]:
+    """What an evaluation's numbers depend on besides the weights measured (pipeline/run/kept.py): the base
+    model's identity and how it is loaded and generates, the tokenizer, the eval rows' content (their ids,
+    prompt messages and answers: so the eval file's content, its columns, eval_limit and the system prompt),
+    the generation settings, the scoring code and the library versions."""
+    from pipeline.data.prepare import answer_reader_version
+    from pipeline.health import metrics
+
+    m = cfg.model
+    return {
+        "model": model_identity(m.model_name_or_path, m.model_source),
+        "loading": {"backend": backend_name, "dtype": m.dtype, "max_seq_length": m.max_seq_length,
+                    "fast_inference": m.fast_inference, "trust_remote_code": m.trust_remote_code},
+        "tokenizer": tokenizer_identity(tokenizer),
+        "eval_rows": {"n": len(rows), "sha256": state_key({"rows": rows})},
+        "generation": {"max_tokens": max_tokens, **EVAL_SAMPLING},
+        "scoring": {"rewards_code": answer_reader_version(), "metrics_code": file_sha256(Path(metrics.__file__)),
+                    "evaluate_code": file_sha256(Path(__file__))},
+        "versions": versions("torch", "transformers", "peft", "trl", "vllm", "unsloth"),
+    }
+
+
+def eval_before_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[dict[str, Any]],
+                       max_tokens: int, warmup: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """`eval_inputs` plus what the measured weights are: the fresh LoRA's settings and seed, and the format
+    warm-up's own key (`warmup`: pipeline/trainer/warmup.py warmup_inputs) when one ran first."""
     import dataclasses
-    import json
 
-    key = {"model": cfg.model.model_name_or_path, "rows": [row["id"] for row in rows],
-           "system_prompt": cfg.data.system_prompt, "max_tokens": max_tokens, "seed": cfg.grpo.seed,
-           # it measures the model after the warm-up, so the warm-up's settings count too
-           "sft_warmup_steps": cfg.health.sft_warmup_steps, "sft_learning_rate": cfg.health.sft_learning_rate,
-           "lora": dataclasses.asdict(cfg.lora)}
-    return json.loads(json.dumps(key))  # as it reads back from eval_before.json
+    return {**eval_inputs(cfg, backend_name, tokenizer, rows, max_tokens),
+            "start": {"lora": dataclasses.asdict(cfg.lora), "seed": cfg.grpo.seed, "warmup": warmup}}
 
 
-def load_eval_before(output_dir: Path, key: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """The run's saved eval-before result when it was measured with the same `key`, else None."""
-    import json
-
-    try:
-        saved = json.loads((output_dir / EVAL_BEFORE_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return saved.get("result") if isinstance(saved, dict) and saved.get("key") == key else None
+def load_eval_before(output_dir: Path, inputs: dict[str, Any], log=print) -> Optional[dict[str, Any]]:
+    """The run's saved eval-before result when it was measured from these `inputs`, else None (and a line
+    saying which changed)."""
+    saved = reusable(output_dir / EVAL_BEFORE_NAME, inputs, "eval before GRPO", log=log)
+    result = saved.get("result") if saved else None
+    return result if isinstance(result, dict) else None
 
 
-def save_eval_before(output_dir: Path, key: dict[str, Any], result: dict[str, Any]) -> None:
+def save_eval_before(output_dir: Path, inputs: dict[str, Any], result: dict[str, Any]) -> None:
     from env.paths import atomic_write_json
 
-    atomic_write_json(output_dir / EVAL_BEFORE_NAME, {"key": key, "result": result})
+    atomic_write_json(output_dir / EVAL_BEFORE_NAME, record(inputs, result=result))
 
 
 def format_table(result: dict[str, Any], title: str) -> str:

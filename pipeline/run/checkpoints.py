@@ -11,13 +11,17 @@ A broken checkpoint is never deleted (it may hold the only copy of some state): 
 `output_dir/corrupt/` and say so.
 
 Our own saves never leave one: `stage_checkpoint_saves` has the Trainer write each checkpoint into a hidden
-staging folder that is renamed into place once complete, with `grpo_shape.json` (the settings that shape the
-weights) inside, which `resume_mismatch` compares with the config before anything loads.
+staging folder that is renamed into place once complete, with `grpo_shape.json` inside: the settings that shape
+the weights, and under "settings" those the checkpoint restores over the config or that shape its schedule
+(`checkpoint_record`). `resume_mismatch` compares them with the config before anything loads: a resume under
+another weight shape or another restored setting is refused, naming each field; `resume_changes` are the
+schedule changes a resume applies (max_steps), said and recorded in summary.json.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import shutil
@@ -30,6 +34,9 @@ from typing import Any, Optional
 
 from env.adapters import safetensors_problem
 from env.paths import absolute_path, atomic_write_json, publish_directory
+from pipeline.config import SECTIONS, resolve_optim, trl_training_args
+from pipeline.config.fields import field_rules
+from pipeline.run.kept import canonical, changed_inputs
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 # Where a checkpoint is written before it is renamed into place (ours), and the staging folder older
@@ -44,6 +51,24 @@ WEIGHT_SHAPING_FIELDS = ("model_name_or_path", "lora_r", "lora_alpha", "lora_tar
 # The same fields as peft's adapter_config.json names them (checkpoints written before grpo_shape.json).
 _ADAPTER_CONFIG_NAMES = {"r": "lora_r", "lora_alpha": "lora_alpha", "target_modules": "lora_target_modules",
                          "modules_to_save": "lora_modules_to_save"}
+# The settings a checkpoint restores over the config on resume (under TRL's names), so that a new value would not
+# take effect, or would make the resumed run neither the old one nor a new one. transformers 5.17
+# `Trainer._load_optimizer_and_scheduler` loads optimizer.pt (`Optimizer.load_state_dict` puts back each param
+# group's lr, weight_decay, betas and eps; another optim's state does not fit) and scheduler.pt
+# (`LambdaLR.load_state_dict` puts back base_lrs: the old learning_rate, under a lambda rebuilt for the new
+# schedule: a mix of both); `Trainer.train` skips the batches of the steps done, counted in the new batch shape,
+# of a sampler seeded by the new seed, while rng_state.pth puts back the old random state. A resume under other
+# values is refused (resume_mismatch), each field named with its old value (our warmup_ratio reaches TRL as
+# warmup_steps, and is named as the user set it: option_name).
+RESTORED_SETTINGS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "optim",
+                     "optim_args", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+                     "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
+                     "generation_batch_size", "steps_per_generation", "num_iterations", "seed", "data_seed")
+# The schedule settings a resume applies, and says it does: the scheduler is rebuilt for the new number of steps
+# (LambdaLR's state_dict keeps no arguments of transformers' schedule partials, only their position) and its rate
+# at the restored step is the one trained with (follow_the_rebuilt_schedule), which is how a finished run is
+# trained longer; max_grad_norm is read at every step.
+APPLIED_SETTINGS = ("max_steps", "num_train_epochs", "max_grad_norm")
 WEIGHT_FILES = ("adapter_model.safetensors", "model.safetensors", "adapter_model.bin", "pytorch_model.bin",
                 "model.safetensors.index.json")
 
@@ -143,6 +168,13 @@ def set_aside_checkpoints_after(output_dir: str | Path, step: int, log=print) ->
     output_dir/previous/<time>-rollback/; None when there are none."""
     later = [path for path in list_checkpoints(output_dir) if int(CHECKPOINT_RE.match(path.name).group(1)) > step]
     return _move_aside(later, output_dir, "-rollback", log, f"rolling back to checkpoint-{step}: the collapsed")
+
+
+def set_aside_stale(path: Path, output_dir: str | Path, why: str, log=print) -> Optional[Path]:
+    """Move one kept entry of a run folder that no longer fits the run (`why`) to output_dir/previous/<time>-stale/,
+    kept whole and said (a run's own output is never deleted); None when it is not there."""
+    entries = [path] if path.exists() or path.is_symlink() else []
+    return _move_aside(entries, output_dir, "-stale", log, f"{why}: the kept")
 
 
 def _move_aside(entries: list[Path], output_dir: str | Path, suffix: str, log, said: str) -> Optional[Path]:
@@ -370,7 +402,7 @@ def stage_checkpoint_saves(trainer, cfg) -> None:
     from transformers.trainer_utils import rotate_checkpoints
 
     save = type(trainer)._save_checkpoint
-    shape = weight_shape(cfg)
+    shape = checkpoint_record(cfg)
 
     def staged_save(model, trial):
         run_dir = Path(trainer._get_output_dir(trial=trial))
@@ -428,6 +460,33 @@ def load_every_adapter(trainer) -> None:
     trainer._load_from_checkpoint = load_with_top_level
 
 
+def follow_the_rebuilt_schedule(trainer) -> None:
+    """Make a resume train its first step at the rate of the schedule the Trainer built for this run.
+
+    transformers 5.17 `Trainer._load_optimizer_and_scheduler` loads scheduler.pt into a LambdaLR rebuilt for the
+    run's max_steps (its lambdas keep the new length: LambdaLR.state_dict saves no partial's arguments) but also
+    puts back `_last_lr` and optimizer.pt's param-group `lr`: the rate the old schedule had for the next step.
+    A run resumed with a larger max_steps (APPLIED_SETTINGS) then trained its first step at the old schedule's
+    rate (0 at the end of a cosine) and only later followed the new one. Here, after the load, each group's rate
+    is set to the rebuilt schedule's at the restored position (the same rate when nothing changed). Set as an
+    instance attribute, as load_every_adapter does.
+    """
+    load = type(trainer)._load_optimizer_and_scheduler
+
+    def load_then_follow(checkpoint):
+        load(trainer, checkpoint)
+        scheduler = getattr(trainer, "lr_scheduler", None)
+        lambdas = getattr(scheduler, "lr_lambdas", None)
+        if checkpoint is None or not lambdas or trainer.optimizer is None:
+            return
+        rates = [base * fn(scheduler.last_epoch) for base, fn in zip(scheduler.base_lrs, lambdas)]
+        for group, rate in zip(trainer.optimizer.param_groups, rates):
+            group["lr"] = rate
+        scheduler._last_lr = rates
+
+    trainer._load_optimizer_and_scheduler = load_then_follow
+
+
 def remove_staging_leftovers(output_dir: str | Path, log=print) -> list[Path]:
     """Delete what killed saves left in a run folder: checkpoint staging folders and atomic_directory's /
     atomic_write_text's hidden temporary copies. Call it holding the run lock (no save can be running)."""
@@ -461,6 +520,28 @@ def weight_shape(cfg) -> dict[str, Any]:
     return shape
 
 
+def resume_settings(cfg) -> dict[str, Any]:
+    """The RESTORED_SETTINGS and APPLIED_SETTINGS a run trains with, under TRL's names, as trl.GRPOConfig is
+    given them (pipeline/config trl_training_args, after resolve_optim), TRL's default for those not given."""
+    from pipeline.config.trl_fields import trl_fields  # imports trl (and torch): the run and --check load it anyway
+
+    given = trl_training_args(resolve_optim(cfg)[0])
+    defaults = trl_fields()
+    settings: dict[str, Any] = {}
+    for name in (*RESTORED_SETTINGS, *APPLIED_SETTINGS):
+        if name in given:
+            settings[name] = given[name]
+        elif name in defaults:
+            field = defaults[name]
+            settings[name] = field.default_factory() if callable(field.default_factory) else field.default
+    return canonical(settings)
+
+
+def checkpoint_record(cfg) -> dict[str, Any]:
+    """What grpo_shape.json holds: the weight shape, and under "settings" the resume_settings."""
+    return {**weight_shape(cfg), "settings": resume_settings(cfg)}
+
+
 def recorded_shape(checkpoint: str | Path) -> dict[str, Any]:
     """The weight-shaping settings a checkpoint was trained with: its grpo_shape.json, else (older
     checkpoints) what peft's adapter_config.json records of them; {} when neither can be read."""
@@ -482,16 +563,63 @@ def recorded_shape(checkpoint: str | Path) -> dict[str, Any]:
     return {}
 
 
+def recorded_settings(checkpoint: str | Path) -> dict[str, Any]:
+    """The resume_settings a checkpoint was trained with (its grpo_shape.json); {} for one saved before they were
+    recorded, whose settings are then not compared."""
+    try:
+        saved = json.loads((Path(checkpoint) / SHAPE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    settings = saved.get("settings") if isinstance(saved, dict) else None
+    return settings if isinstance(settings, dict) else {}
+
+
+def _changed_settings(checkpoint: str | Path, cfg, names: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
+    """{name: (recorded, wanted)} for the `names` the checkpoint records and the config sets otherwise."""
+    saved, wanted = recorded_settings(checkpoint), resume_settings(cfg)
+    known = {name: saved[name] for name in names if name in saved and name in wanted}
+    return {name: (saved[name], wanted[name]) for name in changed_inputs(known, {n: wanted[n] for n in known})}
+
+
+def option_name(trl_name: str, cfg) -> str:
+    """The option a user sets for a TRL field: ours when one of our fields forwards under that name (warmup_ratio
+    for warmup_steps) and the TRL option itself is not set, else the TRL name."""
+    if trl_name in cfg.trl:
+        return trl_name
+    for section in SECTIONS:
+        for f in dataclasses.fields(section):
+            if field_rules(f).get("trl") == trl_name:
+                return f.name
+    return trl_name
+
+
+def resume_changes(checkpoint: str | Path, cfg) -> dict[str, list[Any]]:
+    """The APPLIED_SETTINGS a resume of `checkpoint` under `cfg` changes, {name: [old, new]}: the run applies
+    them, says so, and summary.json records them."""
+    return {name: [old, new] for name, (old, new) in _changed_settings(checkpoint, cfg, APPLIED_SETTINGS).items()}
+
+
 def resume_mismatch(checkpoint: str | Path, cfg) -> Optional[str]:
-    """Why resuming `checkpoint` under `cfg` would load weights of another shape, or None: the differing
-    fields (old -> new) and the two ways on. A ConfigError message for `resume` (exit 2)."""
+    """Why resuming `checkpoint` under `cfg` would load weights of another shape or run on settings the checkpoint
+    restores over the new values (RESTORED_SETTINGS), or None: the differing fields (old -> new) and the ways on.
+    A ConfigError message for `resume` (exit 2)."""
     saved = recorded_shape(checkpoint)
     wanted = weight_shape(cfg)
+    folder = Path(checkpoint)
     changed = [f"{name} {saved[name]!r} -> {wanted[name]!r}" for name in WEIGHT_SHAPING_FIELDS
                if name in saved and saved[name] != wanted[name]]
-    if not changed:
+    if changed:
+        return (f"{folder.name} in {folder.parent} was trained with other weights: {'; '.join(changed)}. It cannot "
+                f"be resumed under the new values. Train into a new folder (--output_dir NEW_FOLDER), or start this "
+                f"one over with --resume never (its checkpoints are then replaced), or put the old values back.")
+    restored = _changed_settings(checkpoint, cfg, RESTORED_SETTINGS)
+    if not restored:
         return None
-    folder = Path(checkpoint)
-    return (f"{folder.name} in {folder.parent} was trained with other weights: {'; '.join(changed)}. It cannot "
-            f"be resumed under the new values. Train into a new folder (--output_dir NEW_FOLDER), or start this "
-            f"one over with --resume never (its checkpoints are then replaced), or put the old values back.")
+    named = {option_name(name, cfg): values for name, values in restored.items()}
+    listed = "; ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in named.items())
+    back = ", ".join(f"{name}: {json.dumps(old)}" for name, (old, new) in named.items())
+    return (f"{folder.name} in {folder.parent} was trained with other optimiser, schedule or batch settings: "
+            f"{listed}. A resume restores the checkpoint's optimizer.pt, scheduler.pt, random state and data "
+            f"position, so the new values would not take effect (the learning rate, the optimiser's settings and "
+            f"the step count stay the checkpoint's). Set them back ({back}), or start a fresh run: --resume never "
+            f"(the earlier run is moved to previous/) or a new --output_dir. To train longer, change only max_steps.")

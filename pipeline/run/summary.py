@@ -49,13 +49,17 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
                   plot_settings: Optional[dict[str, Any]] = None,
                   resumed_from_step: Optional[int] = None,
                   best: Optional[dict[str, Any]] = None,
-                  rollbacks: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+                  rollbacks: Optional[list[dict[str, Any]]] = None,
+                  resume_changes: Optional[dict[str, list[Any]]] = None) -> dict[str, Any]:
     """summary.json. `wall_time_s` is the whole run's: this session's plus the earlier ones' of a resumed run
-    (listed in `sessions`)."""
+    (listed in `sessions`). `resume_changes` ({field: [old, new]}, pipeline/run/checkpoints.py resume_changes):
+    the schedule settings this session resumed under and applied, recorded in its entry of `sessions`."""
     from pipeline.run.plots import METRICS_FILE, plot_run, read_metrics
 
     sessions, note = earlier_sessions(output_dir, resumed_from_step)
-    sessions.append({"status": status, "steps": steps, "wall_time_s": round(wall_time_s, 1)})
+    sessions.append({"status": status, "steps": steps, "wall_time_s": round(wall_time_s, 1),
+                     **({"resumed_from_step": resumed_from_step} if resumed_from_step is not None else {}),
+                     **({"applied_on_resume": resume_changes} if resume_changes else {})})
 
     # one reader for metrics.jsonl: rows merged per step, a torn last line skipped with a warning
     metrics_path = output_dir / METRICS_FILE

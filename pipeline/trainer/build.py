@@ -32,7 +32,12 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
 
     from pipeline.health.rollback import LrScaleCallback, kept_reference
     from pipeline.health.rules import build_health
-    from pipeline.run.checkpoints import file_mode_callback, load_every_adapter, stage_checkpoint_saves
+    from pipeline.run.checkpoints import (
+        file_mode_callback,
+        follow_the_rebuilt_schedule,
+        load_every_adapter,
+        stage_checkpoint_saves,
+    )
     from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
     from pipeline.trainer.reward_failures import RewardFailureLatch, raise_reward_failures_after_the_gather
     from rewards import check_reward_weights, get_reward_funcs
@@ -79,6 +84,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     allow_steps_without_gradient(trainer)
     stage_checkpoint_saves(trainer, cfg)  # each checkpoint-N/ appears whole or not at all
     load_every_adapter(trainer)  # a checkpoint with a ref/ adapter restores its trained one too
+    follow_the_rebuilt_schedule(trainer)  # a resume with a larger max_steps trains at the new schedule's rate
     return trainer, health
 
 

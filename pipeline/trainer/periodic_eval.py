@@ -4,14 +4,16 @@ Every N steps `PeriodicEvalCallback` runs the same evaluation as the before/afte
 the backend's training generator: vLLM on Unsloth, greedy) and puts `eval/accuracy` and `eval/format_rate`
 into that step's log, so they reach metrics.jsonl, the plots and the health rules (reward up while accuracy
 falls). When the accuracy beats the best so far, `BestAdapter` writes the adapter to `best_lora/` as `lora/`
-is written (atomically, with grpo_adapter.json, verified after), plus `grpo_best.json` (step, accuracy), so
+is written (atomically, with grpo_adapter.json, verified after), plus `grpo_best.json` (step, accuracy, and the
+kept-state key of the evaluation that measured it: pipeline/run/kept.py), so
 `grpo generate/eval/export --lora OUT/best_lora` work. A resumed run reads the best back and replaces it only
-with a better one; a fresh run starts without one.
+with a better one, when it was measured the same way (the same eval rows, generation, scoring: `eval_inputs`);
+one measured otherwise is not comparable, so it is moved to previous/ (not deleted) and the best starts anew.
+A fresh run starts without one.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
@@ -19,6 +21,8 @@ from typing import Any, Optional
 from transformers import TrainerCallback
 
 from pipeline.health.metrics import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
+from pipeline.run.checkpoints import set_aside_stale
+from pipeline.run.kept import read_record, record, reusable
 
 BEST_DIR = "best_lora"
 BEST_NAME = "grpo_best.json"
@@ -27,11 +31,19 @@ BEST_NAME = "grpo_best.json"
 class BestAdapter:
     """The best adapter so far by held-out accuracy: `best` ({"step", "accuracy", ...}) and its folder."""
 
-    def __init__(self, output_dir: Path, save: Callable[[Any, Path], None], resume: bool):
-        """`save(model, staging_dir)` writes the adapter and its metadata; `resume` reads back a kept best."""
+    def __init__(self, output_dir: Path, save: Callable[[Any, Path], None], resume: bool,
+                 inputs: Optional[dict[str, Any]] = None, log: Callable[[str], None] = print):
+        """`save(model, staging_dir)` writes the adapter and its metadata; `resume` reads back a kept best when it
+        was measured from these `inputs` (the evaluation's kept-state inputs); one measured otherwise is set aside."""
         self.path = Path(output_dir) / BEST_DIR
         self.save_adapter = save
-        self.best: Optional[dict[str, Any]] = read_best(self.path) if resume else None
+        self.inputs = dict(inputs or {})
+        self.best: Optional[dict[str, Any]] = None
+        if resume and read_best(self.path) is not None:
+            if reusable(self.path / BEST_NAME, self.inputs, "best adapter", log=log) is not None:
+                self.best = read_best(self.path)
+            else:
+                set_aside_stale(self.path, output_dir, f"{BEST_DIR}/ was measured on other evaluation inputs", log)
 
     def offer(self, model: Any, step: int, result: dict[str, Any]) -> bool:
         """Keep `model` when its accuracy beats the best so far (ties keep the earlier one); True when kept."""
@@ -44,7 +56,7 @@ class BestAdapter:
                 "n": result["n"]}
         with atomic_directory(self.path) as staging:
             self.save_adapter(model, staging)
-            atomic_write_json(staging / BEST_NAME, best)
+            atomic_write_json(staging / BEST_NAME, record(self.inputs, **best))
         verify_trained_dir(self.path)  # re-read what we wrote, as for lora/
         self.best = best
         return True
@@ -52,11 +64,8 @@ class BestAdapter:
 
 def read_best(path: Path) -> Optional[dict[str, Any]]:
     """The step and accuracy a kept best_lora/ records; None when there is none (or it is unreadable)."""
-    try:
-        best = json.loads((Path(path) / BEST_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return best if isinstance(best, dict) and isinstance(best.get("accuracy"), (int, float)) else None
+    best = read_record(Path(path) / BEST_NAME)
+    return best if best is not None and isinstance(best.get("accuracy"), (int, float)) else None
 
 
 class PeriodicEvalCallback(TrainerCallback):
@@ -93,10 +102,10 @@ class PeriodicEvalCallback(TrainerCallback):
 
 
 def build_periodic_eval(cfg, backend, tokenizer, eval_rows: list[dict[str, Any]], max_tokens: int,
-                        output_dir: Path, manifest: dict[str, Any], resume: bool,
+                        output_dir: Path, manifest: dict[str, Any], resume: bool, backend_name: str,
                         log: Callable[[str], None] = print) -> PeriodicEvalCallback:
     """The callback for a run with `eval_steps`; `manifest` is what best_lora/ describes itself with."""
-    from pipeline.infer.evaluate import evaluate_rows
+    from pipeline.infer.evaluate import eval_inputs, evaluate_rows
     from pipeline.run.manifest import write_adapter_metadata
 
     def evaluate(model):
@@ -107,4 +116,6 @@ def build_periodic_eval(cfg, backend, tokenizer, eval_rows: list[dict[str, Any]]
         backend.save_adapter(model, tokenizer, staging)
         write_adapter_metadata(staging, {**manifest, "adapter_dir": str(output_dir / BEST_DIR)})
 
-    return PeriodicEvalCallback(cfg.eval.eval_steps, evaluate, BestAdapter(output_dir, save, resume), log=log)
+    inputs = eval_inputs(cfg, backend_name, tokenizer, eval_rows, max_tokens)
+    return PeriodicEvalCallback(cfg.eval.eval_steps, evaluate, BestAdapter(output_dir, save, resume, inputs, log),
+                                log=log)

@@ -18,14 +18,15 @@ start from, and compare against, the same model as the first attempt.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.config import ConfigError, PipelineConfig
+from pipeline.data.cache import model_identity
 from pipeline.data.prepare import ANSWER, SOLUTION
 from pipeline.data.prompts import completion_like
 from pipeline.demo.registry import builtin_source
+from pipeline.run.kept import file_sha256, record, reusable, versions
 from rewards.format import format_completion
 
 MAX_WARMUP_EXAMPLES = 256
@@ -56,13 +57,16 @@ def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
             for r in dataset.select(solved)]
 
 
-def warmup_key(cfg: PipelineConfig, prepared) -> dict[str, Any]:
-    """Everything the warmed weights depend on; saved weights are reused only when all of it matches."""
-    key = {"model": cfg.model.model_name_or_path, "steps": cfg.health.sft_warmup_steps,
-           "learning_rate": cfg.health.sft_learning_rate, "seed": cfg.grpo.seed,
-           "data_fingerprint": prepared.fingerprint, "system_prompt": cfg.data.system_prompt,
-           "lora": dataclasses.asdict(cfg.lora), "max_seq_length": cfg.model.max_seq_length}
-    return json.loads(json.dumps(key))  # as it reads back from warmup.json (tuples become lists)
+def warmup_inputs(cfg: PipelineConfig, prepared) -> dict[str, Any]:
+    """Everything the warmed weights depend on (pipeline/run/kept.py); saved weights are reused only when all of
+    it matches: the base model's identity, the training data (its cache key), the warm-up's settings and those
+    of this module's SFTConfig, the LoRA, the seed and the library versions."""
+    return {"model": model_identity(cfg.model.model_name_or_path, cfg.model.model_source),
+            "dtype": cfg.model.dtype, "max_seq_length": cfg.model.max_seq_length,
+            "steps": cfg.health.sft_warmup_steps, "learning_rate": cfg.health.sft_learning_rate,
+            "seed": cfg.grpo.seed, "data_fingerprint": prepared.fingerprint, "system_prompt": cfg.data.system_prompt,
+            "lora": dataclasses.asdict(cfg.lora), "code_sha256": file_sha256(Path(__file__)),
+            "versions": versions("torch", "transformers", "peft", "trl")}
 
 
 def _load_warmup(model, peft_config, folder: Path) -> Optional[Any]:
@@ -89,13 +93,10 @@ def _load_warmup(model, peft_config, folder: Path) -> Optional[Any]:
     return model
 
 
-def _saved_warmup(output_dir: Path, key: dict[str, Any]) -> Optional[Path]:
+def _saved_warmup(output_dir: Path, inputs: dict[str, Any]) -> Optional[Path]:
     folder = output_dir / WARMUP_DIR
-    try:
-        saved = json.loads((folder / WARMUP_KEY_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return folder if saved == key else None
+    saved = reusable(folder / WARMUP_KEY_NAME, inputs, "format warm-up", log=lambda m: print(f"[grpo] {m}"))
+    return folder if saved is not None else None
 
 
 def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_config, output_dir: Path,
@@ -104,8 +105,8 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
 
     With `reuse`, weights saved by an earlier attempt of this run (same settings) are loaded instead.
     """
-    key = warmup_key(cfg, prepared)
-    saved = _saved_warmup(output_dir, key) if reuse else None
+    inputs = warmup_inputs(cfg, prepared)
+    saved = _saved_warmup(output_dir, inputs) if reuse else None
     if saved is not None:
         warmed = _load_warmup(model, peft_config, saved)
         if warmed is not None:
@@ -159,6 +160,6 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
     with storage_errors_named(output_dir, "run the same command again (the warm-up is trained again)."), \
             atomic_directory(output_dir / WARMUP_DIR) as staging:
         trainer.model.save_pretrained(staging)  # the adapter
-        atomic_write_json(staging / WARMUP_KEY_NAME, key)
+        atomic_write_json(staging / WARMUP_KEY_NAME, record(inputs))
     return trainer.model
 

@@ -1,0 +1,117 @@
+"""Kept state: what the pipeline saves once and reuses later, keyed on everything it depends on.
+
+Every file or folder that a later run (or a later step of the same run) reuses instead of recomputing is keyed
+the same way: the inputs it was computed from, as a dict, and `state_key(inputs)`, a sha256 of their canonical
+JSON. `reusable` is the one check every reuser makes: the kept record is used only when its key is the key of
+today's inputs; otherwise it says in one line which inputs changed and the caller recomputes. The table of kept
+files, their inputs and what a mismatch does is in docs/guardrails.md ("Kept state").
+
+A checkpoint is the exception: what it restores cannot be recomputed, so a resume under other values of what it
+restores is refused instead (pipeline/run/checkpoints.py resume_mismatch, which compares with `changed_inputs`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Optional
+
+KEY, INPUTS = "key", "inputs"
+
+
+def canonical(inputs: Any) -> Any:
+    """`inputs` as it reads back from JSON (tuples become lists, keys strings; anything else by its str), so a
+    value compares equal to its own saved copy."""
+    return json.loads(json.dumps(inputs, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def state_key(inputs: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of `inputs` (sorted keys, UTF-8): equal inputs, equal keys.
+
+    >>> state_key({"a": 1, "b": (2, 3)}) == state_key({"b": [2, 3], "a": 1})
+    True
+    >>> state_key({"a": 1}) == state_key({"a": 1.5}), len(state_key({}))
+    (False, 64)
+    """
+    blob = json.dumps(canonical(dict(inputs)), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def changed_inputs(recorded: Optional[Mapping[str, Any]], inputs: Mapping[str, Any]) -> list[str]:
+    """The names of `inputs` whose value differs from `recorded` (absent on either side counts as changed),
+    in `inputs`' order then any only `recorded` has; [] when they all match.
+
+    >>> changed_inputs({"a": 1, "b": [1]}, {"a": 1, "b": (1,)}), changed_inputs({"a": 1, "c": 0}, {"a": 2})
+    ([], ['a', 'c'])
+    """
+    old, new = canonical(dict(recorded or {})), canonical(dict(inputs))
+    return [name for name in [*new, *(n for n in old if n not in new)] if old.get(name, ...) != new.get(name, ...)]
+
+
+def record(inputs: Mapping[str, Any], **payload: Any) -> dict[str, Any]:
+    """What a kept JSON file holds: its key, the inputs it was computed from, then its own content."""
+    return {KEY: state_key(inputs), INPUTS: canonical(dict(inputs)), **payload}
+
+
+def read_record(path: Path) -> Optional[dict[str, Any]]:
+    """A kept JSON record, or None when it is missing, unreadable or not an object."""
+    try:
+        saved = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def reusable(path: Path, inputs: Mapping[str, Any], what: str, log: Callable[[str], None] = print,
+             saved: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
+    """The kept record at `path` (or `saved`, already read from it) when it was computed from these `inputs`
+    (its key is theirs), else None, with one line saying what is recomputed and why. Nothing kept: None, quietly.
+    """
+    saved = saved if saved is not None else read_record(path)
+    if saved is None:
+        return None
+    if saved.get(KEY) == state_key(inputs):
+        return saved
+    recorded = saved.get(INPUTS)
+    changed = changed_inputs(recorded, inputs) if isinstance(recorded, dict) else []
+    because = f"{', '.join(changed)} changed" if changed else "it was kept by an older version (no key)"
+    log(f"{what}: not reusing {path} ({because} since it was written); computing it again")
+    return None
+
+
+def versions(*packages: str) -> dict[str, Optional[str]]:
+    """The installed version of each package (None when it is not installed), read from its metadata (no import).
+
+    >>> versions("no-such-package-here")
+    {'no-such-package-here': None}
+    """
+    found: dict[str, Optional[str]] = {}
+    for name in packages:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
+    """sha256 of a file's bytes, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def code_hash(*modules: Any) -> str:
+    """sha256 over the source of the `.py` files of each module's package folder (name and bytes): the code
+    that decides a kept result, so a change to it is a change of key."""
+    digest = hashlib.sha256()
+    for module in modules:
+        folder = Path(module.__file__).parent
+        for path in sorted(folder.glob("*.py")):
+            digest.update(f"{folder.name}/{path.name}".encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
