@@ -172,11 +172,17 @@ def storage_named(final: str | os.PathLike[str], option: str = "") -> contextlib
     return storage_errors_named(final, AGAIN, None, option or None)
 
 
-def storage_failure(err: BaseException, where_unknown: Optional[Path] = None) -> Optional[StorageError]:
+def storage_failure(err: BaseException, run_folder: Optional[Path] = None) -> Optional[StorageError]:
     """The one classifier at the command boundary (pipeline/errors.py run_command): `err` as a StorageError naming
-    the failed path (the first OSError filename in its chain, else `where_unknown`, else the working folder),
-    or None when `err` is no storage failure."""
+    the failed path (the first OSError filename in its chain, else `run_folder`, else the working folder) and,
+    for a path in the command's `run_folder` that no writer named a setting for, output_dir; None when `err` is no
+    storage failure."""
+    def in_run(path: Path) -> bool:
+        return run_folder is not None and (path == run_folder or Path(run_folder) in path.parents)
+
     if isinstance(err, StorageError):
+        if err.option is None and in_run(err.where):
+            return StorageError(err.where, err.errno, err.needed_bytes, err.resume_hint, "output_dir")
         return err
     number = storage_errno(err)
     if number is None:
@@ -190,7 +196,8 @@ def storage_failure(err: BaseException, where_unknown: Optional[Path] = None) ->
         if isinstance(name, (str, bytes, os.PathLike)):
             path = Path(os.fsdecode(name))
         cause = cause.__cause__ or cause.__context__
-    return StorageError(path or where_unknown or Path.cwd(), number, None, AGAIN, None)
+    where = path or run_folder or Path.cwd()
+    return StorageError(where, number, None, AGAIN, "output_dir" if in_run(where) else None)
 
 
 def _size(n_bytes: float) -> str:

@@ -424,7 +424,7 @@ _LEFTOVER = re.compile(r"^\.(.+)\.(tmp|old)-\d+-[0-9a-f]{8}$")
 
 
 def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], None],
-                 is_complete: Callable[[Path], bool], *, option: str = "") -> Path:
+                 is_complete: Callable[[Path], bool], *, option: str = "", seen: Optional[Seen] = None) -> Path:
     """Build a directory once and publish it under `final_path`; the first complete copy wins.
 
     For caches that many processes may fill at once (the demo model, a saved hub dataset, a prepared
@@ -434,7 +434,8 @@ def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], Non
     (`publish`): a racing process's complete copy that got there first is kept and ours dropped. An
     incomplete folder seen under the final name at the start (damaged by hand: ours are never half-published)
     is replaced; anything else that appeared or changed meanwhile is left alone (PathChangedError). A storage
-    failure is one env.disk.StorageError naming `final_path` (`option`: the setting that chose it).
+    failure is one env.disk.StorageError naming `final_path` (`option`: the setting that chose it). `seen`: what
+    the caller saw there when it started (before building what it writes), else what is there now.
     Returns the absolute final path.
 
     >>> import tempfile, pathlib
@@ -448,7 +449,8 @@ def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], Non
     final = absolute_path(final_path)
     if is_complete(final):
         return final
-    seen = snapshot(final, option=option)
+    seen = seen or snapshot(final, option=option)
+    option = option or seen.option
     temp = _sibling(final, "tmp")
     try:
         with storage_named(final, option):
