@@ -118,8 +118,12 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
               file=sys.stderr)
         return EXIT_INTERRUPTED
     except user_errors() as err:
+        from env.disk import StorageError, storage_failure
+
         if debug:
             traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+        if isinstance(err, StorageError):  # a writer's: in the run folder, the setting to change is output_dir
+            err = storage_failure(err, _run_folder)
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback
