@@ -478,9 +478,14 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, encoding: str 
     >>> atomic_write_text(target, "{}").read_text()
     '{}'
     """
+    # encoded before anything is created: an unencodable text leaves nothing behind
+    return atomic_write_bytes(path, text.encode(encoding), seen=seen)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, seen: Optional[Seen] = None) -> Path:
+    """`atomic_write_text` of bytes (a plot's PNG, say)."""
     final = absolute_path(path)
     seen = seen or snapshot(final)
-    data = text.encode(encoding)  # before anything is created: an unencodable text leaves nothing behind
     temp = _sibling(final, "tmp")
     with storage_named(final, seen.option):
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -72,7 +72,8 @@ def without_debug_flag(argv: list[str]) -> list[str]:
 
 def _crash_log(command: str, argv: list[str], err: BaseException) -> Optional[Path]:
     """Write the traceback to a log file; None when no place takes it."""
-    from env.paths import cache_root, shell_command
+    from env.disk import StorageError
+    from env.paths import atomic_write_text, cache_root, shell_command
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     text = (f"command: {shell_command('grpo', command, *argv)}\ncwd: {os.getcwd()}\ntime: {stamp}\n"
@@ -80,11 +81,9 @@ def _crash_log(command: str, argv: list[str], err: BaseException) -> Optional[Pa
             + "".join(traceback.format_exception(type(err), err, err.__traceback__)))
     for folder in ([_run_folder / "logs"] if _run_folder is not None else []) + [cache_root() / "logs"]:
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"grpo-{command}-{stamp}-{os.getpid()}.log"
-            path.write_text(text, encoding="utf-8")
-            return path
-        except OSError:
+            # atomically: a full disk leaves no half log; it goes to the next place
+            return atomic_write_text(folder / f"grpo-{command}-{stamp}-{os.getpid()}.log", text)
+        except (OSError, StorageError):
             continue
     return None
 

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from env.paths import atomic_write_text
 from pipeline.cli import COMMANDS
+from pipeline.run.log import MetricsJsonlCallback
 from tests.cli_helpers import fault_table, run_cli
 
 QUICK = "sft_warmup_steps: 0\nmax_steps: 1\neval_before: false\neval_after: false\n"
@@ -182,3 +184,26 @@ def test_a_storage_error_is_no_oserror_so_an_input_check_cannot_take_it_for_a_mi
 
     err = StorageError(tmp_path, errno.EROFS, None, "run it again.", option=None)
     assert not isinstance(err, OSError) and err.errno == errno.EROFS
+
+
+REWRITES = {
+    # a file the pipeline rewrites in place of an earlier version
+    "atomic_write_text": lambda path: atomic_write_text(path, "x" * 20000),
+    "metrics.jsonl trimmed on resume": lambda path: MetricsJsonlCallback(path, resume_step=1),
+}
+
+
+@pytest.mark.parametrize("name", list(REWRITES))
+def test_a_rewrite_on_a_full_disk_keeps_the_earlier_version_whole(name, small_tmpfs):
+    """A full disk in the middle of a rewrite: the earlier version stays as it was, nothing hidden is left."""
+    from env.disk import StorageError
+
+    disk = small_tmpfs("empty")
+    target = disk / "metrics.jsonl"
+    earlier = "".join(f'{{"step": {step}, "loss": 0.5, "pad": "{"p" * 900}"}}\n' for step in range(1, 9))
+    target.write_text(earlier, encoding="utf-8")
+    small_tmpfs.fill(disk)
+    with pytest.raises(StorageError, match=f"the disk is full: could not save in {target}"):
+        REWRITES[name](target)
+    assert target.read_text(encoding="utf-8") == earlier
+    assert sorted(p.name for p in disk.iterdir()) == [".filler", "metrics.jsonl"]
