@@ -165,11 +165,25 @@ def storage_errors_named(where: str | os.PathLike[str], resume_hint: str = AGAIN
         raise StorageError(where, number, needed, resume_hint, option) from err
 
 
-def storage_named(final: str | os.PathLike[str], option: str = "") -> contextlib.AbstractContextManager[None]:
-    """What env.paths' writers wrap their work in: a storage failure names `final` (not a hidden staging name)
-    and the setting that chose it (`option`; else GRPO_CACHE_DIR inside the cache root, else the option that
-    names it)."""
-    return storage_errors_named(final, AGAIN, None, option or None)
+@contextlib.contextmanager
+def storage_named(final: str | os.PathLike[str], option: str = "") -> Iterator[None]:
+    """What env.paths' writers wrap their work in: a storage failure names `final` and the setting that chose it
+    (`option`; else GRPO_CACHE_DIR inside the cache root, else the option that names it), not the hidden staging
+    name beside it. A failure at a path of its own elsewhere (a model read, a library's cache) is named as it is."""
+    final = Path(final)
+    try:
+        yield
+    except StorageError:
+        raise
+    except Exception as err:  # classified by what it is, not by its class
+        failure = storage_failure(err)
+        if failure is None:
+            raise
+        where = failure.where
+        staged = where == Path.cwd() or any(part.startswith(f".{final.name}.") for part in where.parts)
+        if staged or where == final or final in where.parents:
+            raise StorageError(final, failure.errno, None, AGAIN, option or None) from err
+        raise failure from err
 
 
 def storage_failure(err: BaseException, run_folder: Optional[Path] = None) -> Optional[StorageError]:

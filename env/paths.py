@@ -159,16 +159,17 @@ def path_identity(path: str | os.PathLike[str]) -> Optional[tuple]:
         return None
     identity: tuple = (top.st_dev, top.st_ino, top.st_mtime_ns, top.st_size)
     if stat.S_ISDIR(top.st_mode):
-        digest = hashlib.sha1()
-        for count, (root, dirs, files) in enumerate(os.walk(path)):
+        digest, count = hashlib.sha1(), 0
+        for root, dirs, files in os.walk(path):
             dirs.sort()
             for name in sorted(files) + dirs:
                 with contextlib.suppress(OSError):
                     entry = os.lstat(os.path.join(root, name))
                     digest.update(f"{os.path.relpath(os.path.join(root, name), path)}\0{entry.st_ino}\0"
                                   f"{entry.st_mtime_ns}\0{entry.st_size}\n".encode("utf-8", "surrogateescape"))
+                count += 1
             if count >= _TREE_ENTRIES:
-                break
+                dirs.clear()  # a huge folder: its first entries stand for it
         identity += (digest.hexdigest(),)
     return identity
 
@@ -274,6 +275,15 @@ def _rename_noreplace(src: Path, dst: Path) -> bool:
     return True
 
 
+def _swap(temp: Path, final: Path) -> Optional[bool]:
+    """Exchange `temp` and `final` in one step: True done; False where renameat2 cannot (nothing moved); None when
+    `final` went away since it was checked."""
+    try:
+        return _renameat2(temp, final, _RENAME_EXCHANGE)
+    except FileNotFoundError:
+        return None
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
@@ -306,7 +316,9 @@ def publish(temp: Path, final: Path, seen: Seen, *, keep_theirs: Optional[Callab
     if seen.identity is None:
         if not _rename_noreplace(temp, final):
             return conflict(path_identity(final))
-    elif _renameat2(temp, final, _RENAME_EXCHANGE):
+    elif (swapped_in := _swap(temp, final)) is None:
+        return conflict(None)
+    elif swapped_in:
         swapped = path_identity(temp)
         if swapped is None or swapped[:2] != seen.identity[:2]:  # another writer got in between: theirs goes back
             _renameat2(temp, final, _RENAME_EXCHANGE)
@@ -316,7 +328,10 @@ def publish(temp: Path, final: Path, seen: Seen, *, keep_theirs: Optional[Callab
         _remove(temp)  # the replaced version
     else:
         old = _sibling(final, "old")
-        os.rename(final, old)
+        try:
+            os.rename(final, old)
+        except FileNotFoundError:  # gone since the check
+            return conflict(None)
         moved = path_identity(old)
         if moved is None or moved[:2] != seen.identity[:2]:
             _rename_noreplace(old, final)  # someone else's entry was moved: it goes back

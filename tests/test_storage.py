@@ -207,3 +207,17 @@ def test_a_rewrite_on_a_full_disk_keeps_the_earlier_version_whole(name, small_tm
         REWRITES[name](target)
     assert target.read_text(encoding="utf-8") == earlier
     assert sorted(p.name for p in disk.iterdir()) == [".filler", "metrics.jsonl"]
+
+
+@pytest.mark.parametrize("where", ["staging", "elsewhere"])
+def test_a_writer_names_its_final_path_not_its_staging_name_and_a_failure_elsewhere_as_it_is(where, tmp_path):
+    from env.disk import StorageError
+    from env.paths import atomic_directory
+
+    other = tmp_path / "models" / "config.json"
+    with pytest.raises(StorageError) as caught, atomic_directory(tmp_path / "out", seen=None) as staging:
+        failed = staging / "model.safetensors" if where == "staging" else other
+        raise OSError(errno.ENOSPC if where == "staging" else errno.EACCES, "failed", str(failed))
+    named = tmp_path / "out" if where == "staging" else other
+    assert f"could not {'save in' if where == 'staging' else 'write or read'} {named} (" in str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # the staging copy is gone, nothing published
