@@ -30,6 +30,12 @@ STORAGE_ERRNOS = {
     errno.EIO: "the disk reported an I/O error",
     errno.EFBIG: "the file is larger than this file system allows",
 }
+# Not the disk itself, but as much a matter of where the file goes: counted only for an OSError that names its
+# path (errno 13 in a library's text, an HTTP 403, a signal sent to another user's process are something else).
+ACCESS_ERRNOS = {
+    errno.EACCES: "permission is denied",
+    errno.EPERM: "the operation is not permitted",
+}
 # Texts libraries put in their own exceptions instead of an errno. torch's stream writer says only that the
 # write failed; a failed write of a model file is almost always a full disk, and free space is reported.
 _MESSAGE_MARKERS = (
@@ -55,7 +61,10 @@ def storage_errno(err: Optional[BaseException]) -> Optional[int]:
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        if isinstance(err, OSError) and err.errno in STORAGE_ERRNOS:
+        if isinstance(err, StorageError):
+            return err.errno
+        if isinstance(err, OSError) and (err.errno in STORAGE_ERRNOS or
+                                         (err.errno in ACCESS_ERRNOS and err.filename is not None)):
             return err.errno
         text = str(err)
         for match in _ERRNO_IN_TEXT.finditer(text):
@@ -72,15 +81,28 @@ def storage_errno(err: Optional[BaseException]) -> Optional[int]:
 def storage_problem(err: Optional[BaseException]) -> Optional[str]:
     """What went wrong with the storage behind `err` in words ("the disk is full"), or None."""
     number = storage_errno(err)
-    return STORAGE_ERRNOS[number] if number is not None else None
+    return {**STORAGE_ERRNOS, **ACCESS_ERRNOS}[number] if number is not None else None
 
 
-class StorageError(OSError):
-    """A save failed because of the storage (full, over quota, read-only, I/O error). The message says where,
-    why, the free space there and roughly what one save needs, and what next."""
+AGAIN = "run the same command again."
+_FIXES = {
+    errno.EROFS: "point {what} at a writable folder",
+    errno.EIO: "check the disk (dmesg) or point {what} at another disk",
+    errno.EACCES: "give this user write permission there or point {what} at a folder it can write",
+    errno.EPERM: "give this user write permission there or point {what} at a folder it can write",
+}
 
-    def __init__(self, where: str | os.PathLike[str], err_number: int, needed_bytes: Optional[int],
-                 resume_hint: str):
+
+class StorageError(Exception):
+    """A write failed because of where it went (full, over quota, read-only, I/O error, no permission). The
+    message says where, why, the free space there (and roughly what one save needs), what to change and what next.
+
+    Not an OSError on purpose: an `except OSError` meant for a missing or unreadable input (a model folder's
+    config.json, say) must not catch it and blame that input.
+    """
+
+    def __init__(self, where: str | os.PathLike[str], err_number: int, needed_bytes: Optional[int] = None,
+                 resume_hint: str = AGAIN, option: Optional[str] = "output_dir"):
         folder = Path(where)
         probe = folder
         while not probe.exists() and probe != probe.parent:
@@ -89,40 +111,114 @@ class StorageError(OSError):
             free: Optional[int] = shutil.disk_usage(probe).free
         except OSError:
             free = None
-        self.where, self.needed_bytes, self.free_bytes = folder, needed_bytes, free
-        fix = {errno.EROFS: "point output_dir at a writable folder",
-               errno.EIO: "check the disk (dmesg) or point output_dir at another disk"}.get(
-            err_number, "free space there or point output_dir at a larger disk")
+        self.errno, self.where, self.needed_bytes, self.free_bytes = err_number, folder, needed_bytes, free
+        self.option, self.resume_hint = option, resume_hint
+        fix = _FIXES.get(err_number, "free space there or point {what} at a larger disk").format(
+            what=_setting_for(folder, option))
         space = f"{_size(free)} free on that disk" if free is not None else "free space unknown"
         if needed_bytes:
             space += f"; one save needs about {_size(needed_bytes)}"
-        super().__init__(err_number, f"{STORAGE_ERRNOS[err_number]}: could not save in {folder} ({space}). "
-                                     f"{fix[0].upper()}{fix[1:]}, then {resume_hint}")
+        verb = "write or read" if err_number in ACCESS_ERRNOS else "save in"
+        problem = {**STORAGE_ERRNOS, **ACCESS_ERRNOS}[err_number]
+        self.message = (f"{problem}: could not {verb} {folder} ({space}). {fix[0].upper()}{fix[1:]}, then "
+                        f"{resume_hint}")
+        super().__init__(self.message)
 
     def __str__(self) -> str:
-        return self.strerror
+        return self.message
+
+    def rehinted(self, resume_hint: str, needed_bytes: Optional[int]) -> "StorageError":
+        """The same failure (same place, same setting) with an outer caller's way on."""
+        return StorageError(self.where, self.errno, needed_bytes or self.needed_bytes, resume_hint, self.option)
+
+
+def _setting_for(folder: Path, option: Optional[str]) -> str:
+    """The setting to change: `option` when the writer knows it, GRPO_CACHE_DIR for a path in the cache root."""
+    if option:
+        return option
+    from env.paths import cache_root  # env.paths imports this module
+
+    root = os.path.abspath(cache_root())
+    if os.path.abspath(folder) == root or os.path.abspath(folder).startswith(root + os.sep):
+        return f"GRPO_CACHE_DIR (the cache root, now {root})"
+    return "the option that names it"
 
 
 @contextlib.contextmanager
-def storage_errors_named(where: str | os.PathLike[str], resume_hint: str,
-                         needed_bytes: Optional[int] | Callable[[], int] = None) -> Iterator[None]:
+def storage_errors_named(where: str | os.PathLike[str], resume_hint: str = AGAIN,
+                         needed_bytes: Optional[int] | Callable[[], int] = None,
+                         option: Optional[str] = "output_dir") -> Iterator[None]:
     """Re-raise a storage failure inside the block, whatever its class, as one StorageError; others pass.
-    `needed_bytes` may be a function, asked only when a failure is reported."""
+    `needed_bytes` may be a function, asked only when a failure is reported. A StorageError from a writer inside
+    (env.paths names the exact path) keeps its place and setting and gets this block's `resume_hint`."""
     try:
         yield
-    except StorageError:
-        raise
+    except StorageError as err:
+        if resume_hint == AGAIN or resume_hint == err.resume_hint:
+            raise
+        raise err.rehinted(resume_hint, needed_bytes() if callable(needed_bytes) else needed_bytes) from err
     except Exception as err:  # classified by what it is, not by its class
         number = storage_errno(err)
         if number is None:
             raise
         needed = needed_bytes() if callable(needed_bytes) else needed_bytes
-        raise StorageError(where, number, needed, resume_hint) from None
+        raise StorageError(where, number, needed, resume_hint, option) from err
+
+
+@contextlib.contextmanager
+def storage_named(final: str | os.PathLike[str], option: str = "") -> Iterator[None]:
+    """What env.paths' writers wrap their work in: a storage failure names `final` and the setting that chose it
+    (`option`; else GRPO_CACHE_DIR inside the cache root, else the option that names it), not the hidden staging
+    name beside it. A failure at a path of its own elsewhere (a model read, a library's cache) is named as it is."""
+    final = Path(final)
+    try:
+        yield
+    except StorageError:
+        raise
+    except Exception as err:  # classified by what it is, not by its class
+        failure = storage_failure(err)
+        if failure is None:
+            raise
+        where = failure.where
+        staged = where == Path.cwd() or any(part.startswith(f".{final.name}.") for part in where.parts)
+        if staged or where == final or final in where.parents:
+            raise StorageError(final, failure.errno, None, AGAIN, option or None) from err
+        raise failure from err
+
+
+def storage_failure(err: BaseException, run_folder: Optional[Path] = None) -> Optional[StorageError]:
+    """The one classifier at the command boundary (pipeline/errors.py run_command): `err` as a StorageError naming
+    the failed path (the first OSError filename in its chain, else `run_folder`, else the working folder) and,
+    for a path in the command's `run_folder` that no writer named a setting for, output_dir; None when `err` is no
+    storage failure."""
+    def in_run(path: Path) -> bool:
+        return run_folder is not None and (path == run_folder or Path(run_folder) in path.parents)
+
+    if isinstance(err, StorageError):
+        if err.option is None and in_run(err.where):
+            return StorageError(err.where, err.errno, err.needed_bytes, err.resume_hint, "output_dir")
+        return err
+    number = storage_errno(err)
+    if number is None:
+        return None
+    path: Optional[Path] = None
+    seen: set[int] = set()
+    cause: Optional[BaseException] = err
+    while cause is not None and id(cause) not in seen and path is None:
+        seen.add(id(cause))
+        name = getattr(cause, "filename", None) if isinstance(cause, OSError) else None
+        if isinstance(name, (str, bytes, os.PathLike)):
+            path = Path(os.fsdecode(name))
+        cause = cause.__cause__ or cause.__context__
+    where = path or run_folder or Path.cwd()
+    return StorageError(where, number, None, AGAIN, "output_dir" if in_run(where) else None)
 
 
 def _size(n_bytes: float) -> str:
     """
-    >>> _size(3 * 2**30), _size(5 * 2**20)
-    ('3.0 GiB', '5.0 MiB')
+    >>> _size(3 * 2**30), _size(5 * 2**20), _size(48 * 2**10)
+    ('3.0 GiB', '5.0 MiB', '48 KiB')
     """
-    return f"{n_bytes / 2**30:.1f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"
+    if n_bytes >= 2**30:
+        return f"{n_bytes / 2**30:.1f} GiB"
+    return f"{n_bytes / 2**20:.1f} MiB" if n_bytes >= 2**20 else f"{n_bytes / 2**10:.0f} KiB"

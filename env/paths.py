@@ -12,15 +12,23 @@ full disk apart from other save failures is `env.disk`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import functools
+import hashlib
 import json
 import os
 import re
 import secrets
 import shutil
 import stat
+import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
+
+from env.disk import storage_named
 
 _UNEXPANDED_VAR = re.compile(r"\$(\w+|\{[^}]*\})")
 
@@ -47,7 +55,8 @@ def absolute_path(path: str | os.PathLike[str]) -> Path:
     leftover = _UNEXPANDED_VAR.search(expanded)
     if leftover:
         raise ValueError(
-            f"path {raw!r} uses environment variable {leftover.group(0)} which is not set: export it or write the path out"
+            f"path {raw!r} uses environment variable {leftover.group(0)} which is not set: export it or write the "
+            "path out"
         )
     return Path(os.path.abspath(expanded))
 
@@ -133,25 +142,236 @@ def previous_versions(final_path: str | os.PathLike[str]) -> list[Path]:
     return sorted(final.parent.glob(f".{final.name}.old-*"))
 
 
+# --- what a writer saw at its start, re-checked when it publishes -----------------------------------------------
+
+_TREE_ENTRIES = 10_000  # a folder's identity covers this many entries below it (an export, a cache entry, an adapter)
+
+
+def path_identity(path: str | os.PathLike[str]) -> Optional[tuple]:
+    """What `path` is now: None when nothing is there, else (st_dev, st_ino, st_mtime_ns, st_size) of the entry
+    itself (lstat: a symlink is itself) and, for a folder, a digest of the same for every entry below it, so a file
+    edited deep inside changes it too."""
+    try:
+        top = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:  # a parent is a file: nothing can be there
+        return None
+    identity: tuple = (top.st_dev, top.st_ino, top.st_mtime_ns, top.st_size)
+    if stat.S_ISDIR(top.st_mode):
+        digest, count = hashlib.sha1(), 0
+        for root, dirs, files in os.walk(path):
+            dirs.sort()
+            for name in sorted(files) + dirs:
+                with contextlib.suppress(OSError):
+                    entry = os.lstat(os.path.join(root, name))
+                    digest.update(f"{os.path.relpath(os.path.join(root, name), path)}\0{entry.st_ino}\0"
+                                  f"{entry.st_mtime_ns}\0{entry.st_size}\n".encode("utf-8", "surrogateescape"))
+                count += 1
+            if count >= _TREE_ENTRIES:
+                dirs.clear()  # a huge folder: its first entries stand for it
+        identity += (digest.hexdigest(),)
+    return identity
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a writer saw at `path` when its command started (`snapshot`): publishing replaces only that.
+
+    `option` names the setting that gave the path ("--out"), `fix` says how to go on when the path changed."""
+
+    path: Path
+    identity: Optional[tuple]
+    option: str = ""
+    fix: str = ""
+
+    def label(self) -> str:
+        return f"{self.option} {self.path}" if self.option else str(self.path)
+
+
+def snapshot(path: str | os.PathLike[str], *, option: str = "", fix: str = "") -> Seen:
+    """Record what is at `path` now (see `Seen`), for a writer to hand to its publish step later.
+
+    >>> import tempfile, pathlib
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.json"
+    >>> seen = snapshot(target, option="--output")
+    >>> seen.identity is None, seen.label().startswith("--output /")
+    (True, True)
+    """
+    return Seen(absolute_path(path), path_identity(absolute_path(path)), option, fix)
+
+
+class PathChangedError(Exception):
+    """The path a command is about to publish to appeared, changed or went away since the command saw it: nothing
+    there was replaced or deleted (exit 2 at the command line, pipeline/errors.py user_errors)."""
+
+    def __init__(self, seen: Seen, now: Optional[tuple]):
+        self.seen, self.now = seen, now
+        if seen.identity is None:
+            what = "appeared after this command started (nothing was there when it was checked)"
+        elif now is None:
+            what = "was moved or deleted after this command started"
+        else:
+            what = "changed after this command started (another program or run wrote it)"
+        fix = seen.fix or "Move it away or choose another path, then run the command again."
+        super().__init__(f"{seen.label()} {what}: it was left as it is, and what this command wrote was not kept. "
+                         f"{fix}")
+
+
+# renameat2(2) flags (Linux): publish without replacing, or swap two entries in one step.
+_RENAME_NOREPLACE, _RENAME_EXCHANGE, _AT_FDCWD = 1, 2, -100
+_UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, getattr(errno, "ENOTSUP", errno.EINVAL), errno.EOPNOTSUPP}
+
+
+@functools.lru_cache(maxsize=1)
+def _libc_renameat2() -> Optional[Callable[..., int]]:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.renameat2
+    except (OSError, AttributeError):  # no libc symbol (glibc < 2.28, musl < 1.2.3)
+        return None
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """renameat2(src, dst, flags); False where this kernel, libc or file system has no such rename."""
+    call = _libc_renameat2()
+    if call is None:
+        return False
+    if call(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) == 0:
+        return True
+    number = ctypes.get_errno()
+    if number in _UNSUPPORTED:
+        return False
+    raise OSError(number, os.strerror(number), str(src), None, str(dst))
+
+
+def _rename_noreplace(src: Path, dst: Path) -> bool:
+    """Rename `src` to `dst` only if nothing is at `dst`; False (and `src` untouched) when something is."""
+    try:
+        if _renameat2(src, dst, _RENAME_NOREPLACE):
+            return True
+    except FileExistsError:
+        return False
+    if os.path.lexists(dst):  # no renameat2 here: the check and the rename are a few calls apart
+        return False
+    if not src.is_dir():
+        try:  # a file: link(2) never replaces
+            os.link(src, dst)
+        except FileExistsError:
+            return False
+        except OSError:
+            os.rename(src, dst)
+            return True
+        os.unlink(src)
+        return True
+    try:
+        os.rename(src, dst)  # onto a folder that appeared since, only an empty one would be replaced
+    except OSError as err:
+        if err.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+            return False
+        raise
+    return True
+
+
+def _swap(temp: Path, final: Path) -> Optional[bool]:
+    """Exchange `temp` and `final` in one step: True done; False where renameat2 cannot (nothing moved); None when
+    `final` went away since it was checked."""
+    try:
+        return _renameat2(temp, final, _RENAME_EXCHANGE)
+    except FileNotFoundError:
+        return None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def publish(temp: Path, final: Path, seen: Seen, *, keep_theirs: Optional[Callable[[Path], bool]] = None,
+            durable: bool = True) -> bool:
+    """Put the complete `temp` (a file or folder beside `final`) at `final`, replacing only what `seen` recorded.
+
+    The one publish step of every writer (atomic_directory, publish_directory, publish_once, atomic_write_text).
+    `final` is re-checked now: when it is not what `seen` recorded (it appeared, changed or went away since), `temp`
+    is removed, `final` is left as it is and PathChangedError says so; with `keep_theirs`, a `final` it accepts
+    (another process published a complete copy first) is kept instead and False returned. Nothing recorded: a
+    rename that never replaces. Something recorded: one atomic swap (renameat2 RENAME_EXCHANGE), the swapped-out
+    entry checked to be the recorded one (else swapped back) and then deleted; where the swap is not available,
+    final -> `.{name}.old-*`, temp -> final (never replacing), then the old copy is deleted.
+    """
+    def conflict(now: Optional[tuple]) -> bool:
+        _remove(temp)
+        if keep_theirs is not None and now is not None and keep_theirs(final):
+            return False
+        raise PathChangedError(seen, now)
+
+    now = path_identity(final)
+    if now != seen.identity:
+        return conflict(now)
+    if seen.identity is None:
+        if not _rename_noreplace(temp, final):
+            return conflict(path_identity(final))
+    elif (swapped_in := _swap(temp, final)) is None:
+        return conflict(None)
+    elif swapped_in:
+        swapped = path_identity(temp)
+        if swapped is None or swapped[:2] != seen.identity[:2]:  # another writer got in between: theirs goes back
+            _renameat2(temp, final, _RENAME_EXCHANGE)
+            return conflict(path_identity(final))
+        if durable:
+            _fsync_path(final.parent)
+        _remove(temp)  # the replaced version
+    else:
+        old = _sibling(final, "old")
+        try:
+            os.rename(final, old)
+        except FileNotFoundError:  # gone since the check
+            return conflict(None)
+        moved = path_identity(old)
+        if moved is None or moved[:2] != seen.identity[:2]:
+            _rename_noreplace(old, final)  # someone else's entry was moved: it goes back
+            return conflict(path_identity(final))
+        if not _rename_noreplace(temp, final):  # appeared between the two renames: ours goes, the old copy stays
+            _remove(temp)
+            raise PathChangedError(Seen(final, None, seen.option, f"The previous version is at {old}. {seen.fix}"),
+                                   path_identity(final))
+        if durable:
+            _fsync_path(final.parent)
+        _remove(old)
+    if durable:
+        _fsync_path(final.parent)
+    return True
+
+
 @contextlib.contextmanager
-def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True) -> Iterator[Path]:
-    """Write a directory under a temporary sibling name, then rename it into place in one step.
+def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True,
+                     seen: Optional[Seen] = None) -> Iterator[Path]:
+    """Write a directory under a temporary sibling name, then publish it under `final_path` in one step.
 
     Yields a fresh, empty temp directory `.{name}.tmp-<pid>-<rand>` next to `final_path` (same
-    filesystem, so the rename is atomic). On success it becomes `final_path`; on an exception it is
+    filesystem, so the rename is atomic). On success it becomes `final_path` (`publish`); on an exception it is
     removed and the exception re-raised, and `final_path` is untouched.
 
-    Replacing an existing directory takes two renames (POSIX cannot atomically swap a non-empty
-    directory): final -> `.{name}.old-<pid>-<rand>`, then temp -> final, then the old copy is deleted.
-    A crash between the two renames leaves *no* directory under the final name, with the previous
-    complete version at `.{name}.old-*` and the new one at `.{name}.tmp-*`; `verify_adapter_dir` points
-    at the old copy. At no moment is a half-written directory under the final name. A killed process
-    leaves its hidden `.tmp-*` sibling behind; it is safe to delete.
+    `seen` is what the command saw at `final_path` when it started (`snapshot`, taken where it checked its
+    options); by default what is there when the block starts. Only that is replaced: a folder that appeared or
+    changed since is left as it is and PathChangedError raised. A replaced folder is swapped out in one step
+    (renameat2 RENAME_EXCHANGE); where that is not available it takes two renames: final ->
+    `.{name}.old-<pid>-<rand>`, then temp -> final, then the old copy is deleted. A crash between the two leaves
+    *no* directory under the final name, with the previous complete version at `.{name}.old-*`;
+    `verify_adapter_dir` points at it. At no moment is a half-written directory under the final name. A killed
+    process leaves its hidden `.tmp-*` sibling behind; it is safe to delete. A storage failure (full, read-only,
+    no permission) is one env.disk.StorageError naming `final_path`.
 
     Args:
         final_path: where the directory must end up (made absolute now, see `absolute_path`).
         durable: fsync every file and the directories before renaming, so a power loss cannot publish
             a directory whose files are still empty on disk. Costs about one disk flush.
+        seen: what may be replaced (see above).
 
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -161,56 +381,43 @@ def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True
     ['lora']
     """
     final = absolute_path(final_path)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    temp = _sibling(final, "tmp")
-    # os.mkdir (not tempfile.mkdtemp, which forces mode 0700) so the published folder gets the
-    # usual umask-derived permissions like any folder the user creates.
-    os.mkdir(temp)
+    seen = seen or snapshot(final)
+    with storage_named(final, seen.option):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        temp = _sibling(final, "tmp")
+        # os.mkdir (not tempfile.mkdtemp, which forces mode 0700) so the published folder gets the
+        # usual umask-derived permissions like any folder the user creates.
+        os.mkdir(temp)
     try:
-        yield temp
+        with storage_named(final, seen.option):
+            yield temp
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
-    publish_directory(temp, final, durable=durable)
+    publish_directory(temp, final, durable=durable, seen=seen)
 
 
-def publish_directory(temp: Path, final: Path, *, durable: bool = True) -> None:
-    """Rename the complete folder `temp` to `final` (same file system), replacing what is there.
+def publish_directory(temp: Path, final: Path, *, durable: bool = True, seen: Optional[Seen] = None) -> bool:
+    """Publish the complete folder `temp` as `final` (same file system), replacing only what `seen` recorded.
 
     The second half of `atomic_directory`, for folders a library writes under a name of its own choosing
     (the Trainer's checkpoints, see pipeline/run/checkpoints.py `stage_checkpoint_saves`). File modes are
     normalised and, with `durable`, every file and folder is fsynced before the rename. On failure `temp` is
-    removed and `final` keeps its previous version.
+    removed and `final` keeps its previous version. `seen` defaults to what is at `final` now.
     """
+    seen = seen or snapshot(final)
     try:
-        normalize_file_modes(temp)  # safetensors' 0600 weights get the same permissions as the rest
-        if durable:
-            for root, _dirs, files in os.walk(temp):
-                for name in files:
-                    _fsync_path(Path(root) / name)
-                _fsync_path(Path(root))
+        with storage_named(final, seen.option):
+            normalize_file_modes(temp)  # safetensors' 0600 weights get the same permissions as the rest
+            if durable:
+                for root, _dirs, files in os.walk(temp):
+                    for name in files:
+                        _fsync_path(Path(root) / name)
+                    _fsync_path(Path(root))
+            return publish(temp, final, seen, durable=durable)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
-    if os.path.lexists(final):
-        old = _sibling(final, "old")
-        os.rename(final, old)
-        try:
-            os.rename(temp, final)
-        except BaseException:
-            os.rename(old, final)  # put the previous version back before reporting the failure
-            shutil.rmtree(temp, ignore_errors=True)
-            raise
-        if durable:
-            _fsync_path(final.parent)
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
-    else:
-        os.rename(temp, final)
-    if durable:
-        _fsync_path(final.parent)
 
 
 def staging_leftovers(folder: str | os.PathLike[str]) -> list[Path]:
@@ -232,15 +439,18 @@ _LEFTOVER = re.compile(r"^\.(.+)\.(tmp|old)-\d+-[0-9a-f]{8}$")
 
 
 def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], None],
-                 is_complete: Callable[[Path], bool]) -> Path:
+                 is_complete: Callable[[Path], bool], *, option: str = "", seen: Optional[Seen] = None) -> Path:
     """Build a directory once and publish it under `final_path`; the first complete copy wins.
 
     For caches that many processes may fill at once (the demo model, a saved hub dataset, a prepared
     dataset): unlike `atomic_directory`, which replaces what is there, a folder that `is_complete`
     accepts is kept as it is and `write` is not called, so a process already reading it is never
-    disturbed. Otherwise `write(staging)` fills a fresh sibling folder that is renamed into place in one
-    step. A racing process's rename fails on the now non-empty folder and its copy is dropped. An
-    incomplete folder under the final name (damaged by hand: ours are never half-published) is replaced.
+    disturbed. Otherwise `write(staging)` fills a fresh sibling folder that is published in one step
+    (`publish`): a racing process's complete copy that got there first is kept and ours dropped. An
+    incomplete folder seen under the final name at the start (damaged by hand: ours are never half-published)
+    is replaced; anything else that appeared or changed meanwhile is left alone (PathChangedError). A storage
+    failure is one env.disk.StorageError naming `final_path` (`option`: the setting that chose it). `seen`: what
+    the caller saw there when it started (before building what it writes), else what is there now.
     Returns the absolute final path.
 
     >>> import tempfile, pathlib
@@ -254,53 +464,62 @@ def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], Non
     final = absolute_path(final_path)
     if is_complete(final):
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    if os.path.lexists(final) and not is_complete(final):  # re-checked: another process may just have published
-        shutil.rmtree(final, ignore_errors=True)
+    seen = seen or snapshot(final, option=option)
+    option = option or seen.option
     temp = _sibling(final, "tmp")
-    os.mkdir(temp)  # not tempfile.mkdtemp (mode 0700): the published folder gets the usual permissions
     try:
-        write(temp)
-        normalize_file_modes(temp)
-        try:
-            os.rename(temp, final)
-        except OSError:
-            if not is_complete(final):
-                raise
+        with storage_named(final, option):
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.mkdir(temp)  # not tempfile.mkdtemp (mode 0700): the published folder gets the usual permissions
+            write(temp)
+            normalize_file_modes(temp)
+            publish(temp, final, seen, keep_theirs=is_complete)
     finally:
         shutil.rmtree(temp, ignore_errors=True)
     return final
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, *, encoding: str = "utf-8") -> Path:
-    """Write a text file atomically: a temp file in the same directory, fsync, then `os.replace`.
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, encoding: str = "utf-8",
+                      seen: Optional[Seen] = None) -> Path:
+    """Write a text file atomically: a temp file in the same directory, fsync, then `publish`.
 
-    Readers see the old content or the new content, never a partial file. Returns the absolute path.
+    Readers see the old content or the new content, never a partial file. `seen` (what the command saw at `path`
+    when it started, `snapshot`; by default what is there now) is all it replaces: a file that appeared or
+    changed since is left as it is (PathChangedError). A storage failure is one env.disk.StorageError naming
+    `path`. Returns the absolute path.
 
     >>> import tempfile, pathlib
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "state.json"
     >>> atomic_write_text(target, "{}").read_text()
     '{}'
     """
+    # encoded before anything is created: an unencodable text leaves nothing behind
+    return atomic_write_bytes(path, text.encode(encoding), seen=seen)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, seen: Optional[Seen] = None) -> Path:
+    """`atomic_write_text` of bytes (a plot's PNG, say)."""
     final = absolute_path(path)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    seen = seen or snapshot(final)
     temp = _sibling(final, "tmp")
-    # O_EXCL: never clobber someone else's temp file; mode 0o666 lets the umask decide, unlike mkstemp's 0600.
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode(encoding))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    _fsync_path(final.parent)
+    with storage_named(final, seen.option):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        # O_EXCL: never clobber someone else's temp file; mode 0o666 lets the umask decide, unlike mkstemp's 0600.
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            publish(temp, final, seen)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
     return final
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int = 2) -> Path:
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int = 2,
+                      seen: Optional[Seen] = None) -> Path:
     """`atomic_write_text` of `obj` as JSON (UTF-8, not ASCII-escaped, trailing newline)."""
-    return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+    return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n", seen=seen)

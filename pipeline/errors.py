@@ -2,6 +2,9 @@
 
 - A user error (`user_errors()`: bad config, path, data file, adapter, manifest, a full disk, ...) prints its one
   message and exits 2.
+- A storage failure anywhere (disk full, quota, read-only, no permission: env.disk.storage_failure, the one
+  classifier, by errno whatever the exception's class) is a user error too: exit 2, naming the path, the free space
+  and the fix. env.paths' writers never leave a half-written file under its final name.
 - Ctrl-C outside training exits 130 with one line, never a traceback (training itself stops gracefully at a
   step boundary and prints how to resume: pipeline.run.checkpoints.GracefulStop).
 - Anything else is a bug: one line saying so (the command, the exception, where the traceback went) and exit 1.
@@ -36,12 +39,13 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from env.disk import StorageError
     from env.matrix import MatrixError
     from env.path_check import PathError
+    from env.paths import PathChangedError
     from pipeline.config import ConfigError
     from pipeline.data.sources import DataFileError
     from pipeline.run.manifest import ManifestError
 
     errors: list[type[BaseException]] = [ConfigError, PathError, DataFileError, AdapterError, ManifestError,
-                                         StorageError, MatrixError]
+                                         StorageError, MatrixError, PathChangedError]
     try:
         from pipeline.data.prepare import DataError
 
@@ -58,7 +62,8 @@ def note_run_folder(folder: Optional[Path]) -> None:
 
 
 def debugging(argv: list[str]) -> bool:
-    return _debug or DEBUG_FLAG in argv or os.environ.get("GRPO_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+    return _debug or DEBUG_FLAG in argv or os.environ.get("GRPO_DEBUG", "").strip().lower() in (
+        "1", "true", "yes", "on")
 
 
 def without_debug_flag(argv: list[str]) -> list[str]:
@@ -67,7 +72,8 @@ def without_debug_flag(argv: list[str]) -> list[str]:
 
 def _crash_log(command: str, argv: list[str], err: BaseException) -> Optional[Path]:
     """Write the traceback to a log file; None when no place takes it."""
-    from env.paths import cache_root, shell_command
+    from env.disk import StorageError
+    from env.paths import atomic_write_text, cache_root, shell_command
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     text = (f"command: {shell_command('grpo', command, *argv)}\ncwd: {os.getcwd()}\ntime: {stamp}\n"
@@ -75,11 +81,9 @@ def _crash_log(command: str, argv: list[str], err: BaseException) -> Optional[Pa
             + "".join(traceback.format_exception(type(err), err, err.__traceback__)))
     for folder in ([_run_folder / "logs"] if _run_folder is not None else []) + [cache_root() / "logs"]:
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"grpo-{command}-{stamp}-{os.getpid()}.log"
-            path.write_text(text, encoding="utf-8")
-            return path
-        except OSError:
+            # atomically: a full disk leaves no half log; it goes to the next place
+            return atomic_write_text(folder / f"grpo-{command}-{stamp}-{os.getpid()}.log", text)
+        except (OSError, StorageError):
             continue
     return None
 
@@ -113,12 +117,24 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
               file=sys.stderr)
         return EXIT_INTERRUPTED
     except user_errors() as err:
+        from env.disk import StorageError, storage_failure
+
         if debug:
             traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+        if isinstance(err, StorageError):  # a writer's: in the run folder, the setting to change is output_dir
+            err = storage_failure(err, _run_folder)
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback
-        return report_bug(command, argv, err, debug)
+        from env.disk import storage_failure
+
+        storage = storage_failure(err, _run_folder)  # a full / read-only / forbidden place, wherever it was hit
+        if storage is None:
+            return report_bug(command, argv, err, debug)
+        if debug:
+            traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+        print(f"error: {storage}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     finally:
         _debug, _depth = outer, _depth - 1
 

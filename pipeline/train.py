@@ -107,7 +107,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
 
 def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir: Path, callbacks, start: float,
                 resume_hint: str):
-    from env.paths import atomic_directory, previous_versions
+    from env.paths import atomic_directory, previous_versions, snapshot
     from pipeline.infer.session import verify_trained_dir
     from pipeline.run import checkpoints
     from pipeline.run.checkpoints import (
@@ -130,6 +130,11 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     resume_step = checkpoint_step(resume_from) if resume_from else None
     if resume_from is None and _is_main_process():
         set_aside_previous_run(output_dir, log=_print)  # a fresh start: an earlier run's steps are not this one's
+    # What lora/ and eval_before.json are now is all their writes at the end may replace (env.paths.publish): a
+    # folder or file put there while the run trains is kept, and the run says so (exit 2) instead of deleting it.
+    keep_fix = "Move it away (or copy it elsewhere), then run the same command again."
+    adapter_seen = snapshot(output_dir / "lora", fix=keep_fix)
+    eval_before_seen = snapshot(output_dir / "eval_before.json", fix=keep_fix)
     finish_only = False  # trained to max_steps already, a final file missing: write them, train no step
     if resume_from:
         finished = _finished_run(cfg, output_dir, resume_from)
@@ -199,7 +204,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         else:
             eval_before = evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer, eval_rows,
                                         cfg.data.system_prompt, prepared.max_completion_length)
-            save_eval_before(output_dir, inputs, eval_before)
+            save_eval_before(output_dir, inputs, eval_before, seen=eval_before_seen)
         _print(f"eval before GRPO: accuracy {eval_before['accuracy']:.1%}, format {eval_before['format_rate']:.1%}")
 
     # ---------------------------------------------------------------- trainer
@@ -279,7 +284,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
         # A run is complete only once lora/, manifest.json and summary.json (written last) all exist: a kill
         # anywhere in between leaves a run that the same command finishes from its final checkpoint.
         with storage_errors_are_resumable(trainer, output_dir):
-            with atomic_directory(adapter_dir) as staging:
+            with atomic_directory(adapter_dir, seen=adapter_seen) as staging:
                 backend.save_adapter(trainer.model, tokenizer, staging)
                 write_adapter_metadata(staging, manifest)  # usable when copied away from the run
             verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference

@@ -19,7 +19,8 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The fake `import unsloth` writes its compile cache where the real one does (UNSLOTH_COMPILE_LOCATION, else
 # ./unsloth_compiled_cache); keep tests that import it directly out of the checkout.
-os.environ.setdefault("UNSLOTH_COMPILE_LOCATION", os.path.join(tempfile.gettempdir(), "grpo-tests-unsloth_compiled_cache"))
+os.environ.setdefault("UNSLOTH_COMPILE_LOCATION",
+                      os.path.join(tempfile.gettempdir(), "grpo-tests-unsloth_compiled_cache"))
 
 
 import pytest  # noqa: E402
@@ -46,3 +47,43 @@ def _fresh_answer_caches():
         for name in names if loaded is not None else ():
             getattr(loaded, name).cache_clear()
     yield
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """`mount(kind)` -> a folder on a real 64 KiB tmpfs, mounted for this test and unmounted after it: kind "full"
+    (filled to its last block, so any write with data fails with ENOSPC), "ro" (mounted read-only: EROFS; chmod
+    would not stop root) or "empty". Needs root (mount -t tmpfs): elsewhere the test is skipped, saying so."""
+    import shutil
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def mount(kind: str) -> Path:
+        point = tmp_path / f"tmpfs-{kind}-{len(mounted)}"
+        point.mkdir()
+        options = "ro,size=64k" if kind == "ro" else "size=64k"
+        if shutil.which("mount") is None:
+            pytest.skip("a real small file system is needed and there is no `mount` command here")
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True,
+                              text=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a 64 KiB tmpfs here (mount needs root): {done.stderr.strip()[:200]}")
+        mounted.append(point)
+        if kind == "full":
+            fill(point)
+        return point
+
+    def fill(point: Path) -> None:
+        """Fill the file system at `point` to its last block (a file `.filler`)."""
+        with open(point / ".filler", "wb", buffering=0) as filler:
+            try:
+                while True:
+                    filler.write(b"\0" * 4096)
+            except OSError:
+                pass
+
+    mount.fill = fill
+    yield mount
+    for point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)

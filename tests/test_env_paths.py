@@ -295,11 +295,14 @@ def test_process_killed_mid_write_keeps_the_previous_version(tmp_path):
 
 
 def test_process_killed_between_the_two_renames(tmp_path):
-    """The documented crash window: no directory under the final name, the old copy is found by the hint."""
+    """The documented crash window where renameat2 cannot swap (no RENAME_EXCHANGE): no directory under the final
+    name, the old copy is found by the hint."""
     write_adapter(tmp_path / "lora")
     result = run_killed_save(
         tmp_path,
         """
+        import env.paths
+        env.paths._renameat2 = lambda src, dst, flags: False  # a kernel or file system without renameat2
         real_rename = os.rename
         def rename_then_die(src, dst):
             real_rename(src, dst)

@@ -113,6 +113,10 @@ def _user_error(cls):
         return cls(Path("/x/lora"), "adapter_config.json", "the message")
     if cls.__name__ == "DataError":
         return cls("the message", {})
+    if cls.__name__ == "PathChangedError":
+        from env.paths import snapshot
+
+        return cls(snapshot("/tmp/out", option="--out"), None)
     return cls("the message")
 
 

@@ -193,12 +193,22 @@ FORK_SERVER = textwrap.dedent("""
     import transformers, peft  # noqa: F401 -- the classes a kill point names
 
     def killed_at(target, nth, when, run_dir, overrides):
+        import env.paths
+        if target == "os.rename":  # the two-rename replace, where renameat2 cannot swap
+            env.paths._renameat2 = lambda src, dst, flags: False
         owner, attr = resolve_dotted(target)
         original, calls = getattr(owner, attr), []
 
+        def counted(args):
+            if target == "os.rename":
+                return ".lora.old-" in str(args[1])  # only the rename that moves lora/ aside counts
+            if target == "env.paths._renameat2":
+                return args[2] == env.paths._RENAME_EXCHANGE and os.path.basename(args[1]) == "lora"
+            return True
+
         def killed_here(*args, **kwargs):
-            if target == "os.rename" and ".lora.old-" not in str(args[1]):
-                return original(*args, **kwargs)  # only the rename that moves lora/ aside counts
+            if not counted(args):
+                return original(*args, **kwargs)
             calls.append(1)
             if len(calls) == nth and when == "before":
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -257,6 +267,8 @@ KILL_POINTS = {
     # the last moment before summary.json (the plots are written): the state any kill after the manifest leaves
     "plots written, summary.json not yet": ("pipeline.run.summary.final_metrics", 1, "before", {}),
     "replacing lora/: old moved aside, new not yet in place": ("os.rename", 1, "after", {"max_steps": 3}),
+    "replacing lora/: swapped in one step, the old copy not yet deleted": ("env.paths._renameat2", 1, "after",
+                                                                            {"max_steps": 3}),
 }
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import lzma
-import os
 import shutil
 from pathlib import Path
 
-from env.paths import cache_root
+from env.paths import cache_root, publish_once
 
 ASSETS_DIR = Path(__file__).resolve().parent
 QWEN_TOKENIZER_SRC = ASSETS_DIR / "qwen2.5-tokenizer"
@@ -28,24 +27,21 @@ def qwen_tokenizer_dir() -> Path:
     racing each other both end with a complete copy); later calls only check the hash file.
     """
     target = cache_root() / f"qwen2.5-tokenizer-{QWEN_TOKENIZER_JSON_SHA256[:12]}"
-    if (target / "tokenizer.json").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    data = lzma.decompress((QWEN_TOKENIZER_SRC / "tokenizer.json.xz").read_bytes())
-    if hashlib.sha256(data).hexdigest() != QWEN_TOKENIZER_JSON_SHA256:
-        shutil.rmtree(tmp, ignore_errors=True)
+    data = None if _is_unpacked(target) else lzma.decompress((QWEN_TOKENIZER_SRC / "tokenizer.json.xz").read_bytes())
+    if data is not None and hashlib.sha256(data).hexdigest() != QWEN_TOKENIZER_JSON_SHA256:
         raise RuntimeError(f"bundled tokenizer.json.xz in {QWEN_TOKENIZER_SRC} is corrupt (sha256 mismatch)")
-    (tmp / "tokenizer.json").write_bytes(data)
-    for name in ("tokenizer_config.json", "chat_template.jinja"):
-        shutil.copy2(QWEN_TOKENIZER_SRC / name, tmp / name)
-    try:
-        os.replace(tmp, target)
-    except OSError:  # another process won the race: its copy is complete, use it
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+
+    def unpack(tmp: Path) -> None:
+        (tmp / "tokenizer.json").write_bytes(data)
+        for name in ("tokenizer_config.json", "chat_template.jinja"):
+            shutil.copy2(QWEN_TOKENIZER_SRC / name, tmp / name)
+
+    # the cache's one publish step: a racing process's complete copy wins, a full or read-only cache is named
+    return publish_once(target, unpack, is_complete=_is_unpacked)
+
+
+def _is_unpacked(folder: Path) -> bool:
+    return (folder / "tokenizer.json").is_file()  # written into the staging folder before it is published
 
 
 def load_qwen_tokenizer():

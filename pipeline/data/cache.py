@@ -128,16 +128,17 @@ def load_cached(entry: Path) -> Optional[tuple[Any, dict[str, Any]]]:
     return load_from_disk(str(entry / DATASET_IN_CACHE)), report
 
 
-def save_cached(entry: Path, dataset: Any, report: dict[str, Any]) -> None:
+def save_cached(entry: Path, dataset: Any, report: dict[str, Any], seen=None) -> None:
     """Write the dataset and its report into a staging folder, then rename it into place in one step.
 
     A crash mid-write leaves only a staging folder, never an entry that looks complete. When two
     runs race, the first rename wins and the other's copy (identical by construction) is removed;
-    a hand-damaged entry is replaced (see env.paths.publish_once).
+    a hand-damaged entry is replaced (see env.paths.publish_once). `seen`: what was at `entry` before the build
+    (env.paths.snapshot); anything else found there at the end is left alone.
     """
     def write(staging: Path) -> None:
         dataset.save_to_disk(str(staging / DATASET_IN_CACHE))
         with open(staging / REPORT_IN_CACHE, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2, ensure_ascii=False)
 
-    publish_once(entry, write, is_complete=entry_is_complete)
+    publish_once(entry, write, is_complete=entry_is_complete, option="data_cache_dir", seen=seen)

@@ -190,6 +190,12 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
     source = resolve_source(cfg, spec, cache_root)
     key = fingerprint(source.identity, tokenizer_identity(tokenizer), data_fields(cfg))
     entry = cache_root / key
+    from env.paths import absolute_path, snapshot
+
+    # What the cache entry and the report were before the build is all their writes may replace (env.paths.publish).
+    entry_seen = snapshot(entry, option="data_cache_dir")
+    report_seen = (snapshot(absolute_path(report_dir if report_dir is not None else cfg.grpo.output_dir) / report_name)
+                   if write_report else None)
 
     error: Optional[str] = None
     with _quiet_datasets():
@@ -201,7 +207,7 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
             dataset, report, error = _build(cfg, tokenizer, source, budget, spec.split, spec.name_option)
             report.update(fingerprint=key, cache_hit=False, cache_entry=str(entry))
             if error is None:
-                save_cached(entry, dataset, report)
+                save_cached(entry, dataset, report, seen=entry_seen)
     # First: when most answers are unreadable, the answer column is what to fix (even if no rows are left).
     unscorable = _unscorable_error(report, spec.answer_option)
     error = unscorable or error
@@ -217,10 +223,10 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
 
     report_path: Optional[Path] = None
     if write_report:
-        report_path = Path(report_dir if report_dir is not None else cfg.grpo.output_dir) / report_name
+        report_path = report_seen.path
         from env.paths import atomic_write_json
 
-        atomic_write_json(report_path, report)
+        atomic_write_json(report_path, report, seen=report_seen)
         report["report_path"] = str(report_path)
     where = f"\n(data report: {report_path})" if report_path else ""
     if unscorable:

@@ -312,7 +312,8 @@ def _download_and_save(spec: SourceSpec, saved: Path) -> None:
             "Fixes: check the network; in mainland China set HF_ENDPOINT=https://hf-mirror.com; offline, copy a "
             f"`save_to_disk` folder of the dataset to that path, or give {spec.name_option} a local path."
         ) from err
-    publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=_is_saved_copy)
+    publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=_is_saved_copy,
+                 option="data_cache_dir")
     print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
 
 
@@ -333,7 +334,8 @@ def _download_from_modelscope_and_save(name: str, config: Optional[str], revisio
         raise DataSourceError(f"could not read ModelScope dataset {name!r} (config {config!r}) downloaded to {folder}: "
                            f"{type(err).__name__}: {err}\nCheck dataset_config (None for a single one) and that "
                            "the repository holds .jsonl/.csv/.parquet data files.") from err
-    publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=_is_saved_copy)
+    publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=_is_saved_copy,
+                 option="data_cache_dir")
     print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
 
 

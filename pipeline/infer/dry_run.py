@@ -109,7 +109,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     """Sample, score and judge (see the module docstring); returns what reward_dry_run.json holds."""
     import time
 
-    from env.paths import absolute_path, atomic_write_json
+    from env.paths import absolute_path, atomic_write_json, snapshot
     from pipeline.backends import choose_backend, load_backend
     from pipeline.data.prepare import prepare_dataset
     from pipeline.data.prepare import ANSWER, ROW_ID
@@ -121,6 +121,9 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     from rewards.contract import RewardFailure, call_reward
 
     start = time.time()
+    # What the dry-run file was at the start is all its write may replace (env.paths.publish).
+    seen = snapshot(absolute_path(cfg.grpo.output_dir) / DRY_RUN_NAME,
+                    fix="Another run wrote it meanwhile; run the dry run again when it is done.")
     choice = choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if choice.name == "unsloth" and cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)
@@ -132,6 +135,9 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     funcs = get_reward_funcs(list(g.reward_funcs))
     weights = check_reward_weights(list(g.reward_funcs), g.reward_weights)
     output_dir = absolute_path(g.output_dir)
+    from pipeline.errors import note_run_folder
+
+    note_run_folder(output_dir)  # a crash logs into its logs/; a full disk there names output_dir
     output_dir.mkdir(parents=True, exist_ok=True)
 
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
@@ -185,7 +191,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     }
     result["verdicts"] = verdicts(table, cfg, clipped, after_warmup)
     result["wall_time_s"] = round(time.time() - start, 1)
-    result["path"] = str(atomic_write_json(output_dir / DRY_RUN_NAME, result))
+    result["path"] = str(atomic_write_json(seen.path, result, seen=seen))
     return result
 
 

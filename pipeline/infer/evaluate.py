@@ -130,10 +130,11 @@ def load_eval_before(output_dir: Path, inputs: dict[str, Any], log=print) -> Opt
     return result if isinstance(result, dict) else None
 
 
-def save_eval_before(output_dir: Path, inputs: dict[str, Any], result: dict[str, Any]) -> None:
+def save_eval_before(output_dir: Path, inputs: dict[str, Any], result: dict[str, Any], seen=None) -> None:
+    """`seen`: what the run saw at eval_before.json when it started (env.paths.snapshot); only that is replaced."""
     from env.paths import atomic_write_json
 
-    atomic_write_json(output_dir / EVAL_BEFORE_NAME, record(inputs, result=result))
+    atomic_write_json(output_dir / EVAL_BEFORE_NAME, record(inputs, result=result), seen=seen)
 
 
 def format_table(result: dict[str, Any], title: str) -> str:
@@ -158,7 +159,7 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     `eval_json` = where it was written). Bad input raises (ConfigError naming the option, AdapterError, ...)
     before anything loads.
     """
-    from env.paths import absolute_path, atomic_write_json
+    from env.paths import absolute_path, atomic_write_json, snapshot
     from pipeline.config import ConfigError, parse_config
     from pipeline.infer.session import inference_args, open_inference
 
@@ -175,6 +176,9 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
                           "to keep them in that run folder as eval_base.json)")
     setup = open_inference(args)
     out = _eval_json_path(setup, output, args.run)
+    # What is there before the evaluation runs is all its write may replace (env.paths.publish).
+    seen = snapshot(out, option="--output" if output else "", fix="Choose another --output, or run again to "
+                    "replace it.")
     data_path = absolute_path(data)
     is_recipe = data_path.suffix in (".yaml", ".yml")
     if is_recipe:
@@ -190,7 +194,7 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
                            temperature=setup.temperature, top_p=setup.top_p)
     result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
                   data=str(data_path), split=eval_split, eval_json=str(out))
-    atomic_write_json(out, result)
+    atomic_write_json(out, result, seen=seen)
     return result
 
 

@@ -34,7 +34,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     from env.disk import storage_errors_named
     from env.path_check import EXPORT_MARKER, check_command_paths, local_model
-    from env.paths import atomic_directory, atomic_write_json
+    from env.paths import atomic_directory, atomic_write_json, snapshot
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, from_mapping
     from pipeline.data.tokenizer import resolve_model_path
@@ -52,6 +52,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     # --overwrite replaces what is there.
     reads = {"the base model": base_folder} if local_model(base_folder) else {}
     out = check_command_paths("export", vars(args), overwrite=args.overwrite, extra_reads=reads)["out"]
+    # What --out was when it was checked is all the publish step may replace: a folder made there meanwhile, or
+    # another export that finished first, is kept and this one refused (env.paths.publish, PathChangedError).
+    seen = snapshot(out, option="--out", fix="Pass --overwrite to replace it, or choose another --out.")
     mismatch = adapter_mismatch(adapter, base_model)
     if mismatch:
         raise ConfigError("lora", mismatch)
@@ -66,7 +69,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
     # The export is written beside --out and renamed into place; an old --out is set aside until then and put
     # back if anything fails (env.paths.atomic_directory). A full disk names the folder and how much is free.
-    with storage_errors_named(out.parent, "run the same export again."), atomic_directory(out) as staging:
+    with storage_errors_named(out, "run the same export again.", option="--out"), \
+            atomic_directory(out, seen=seen) as staging:
         # The trained system prompt goes into the chat template of every format (the .gguf's metadata too).
         backend.export(adapter, base_model, args.to, staging, cfg, system_prompt=manifest.get("system_prompt"))
         carry_training_defaults(staging, manifest)  # grpo_adapter.json travels

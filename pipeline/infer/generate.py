@@ -106,14 +106,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--output", help="write JSONL here instead of printing")
     args = parser.parse_args(argv)
     check_command_paths("generate", vars(args))  # every path option, before anything is read or loaded
+    from env.paths import absolute_path, atomic_write_text, snapshot
+
+    # What --output was now is all the write may replace (env.paths.publish): a file written there meanwhile is kept.
+    seen = snapshot(absolute_path(args.output), option="--output",
+                    fix="Choose another --output, or run again to replace it.") if args.output else None
 
     records = generate_answers(read_prompts(args), args)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    if args.output:
-        from env.paths import absolute_path, atomic_write_text
-
-        out = absolute_path(args.output)
-        atomic_write_text(out, lines)
+    if seen is not None:
+        out = atomic_write_text(seen.path, lines, seen=seen)
         print(f"wrote {len(records)} generations to {out}")
     else:
         sys.stdout.write(lines)

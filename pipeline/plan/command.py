@@ -139,12 +139,13 @@ def recipe_table(cards: tuple[str, ...] = TABLE_CARDS) -> str:
 def write_recipe(path: str, recipe: dict[str, Any], how: str) -> Path:
     import yaml
 
-    from env.paths import atomic_write_text
+    from env.paths import atomic_write_text, snapshot
 
     text = (f"# Written by `grpo plan --write`: {how}.\n"
             + yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True))
     try:
-        return atomic_write_text(path, text)
+        # a full or read-only place is a StorageError naming --write (exit 2 at the command line); other failures:
+        return atomic_write_text(path, text, seen=snapshot(path, option="--write"))
     except OSError as err:
         raise ConfigError("write", f"cannot write {Path(path).resolve()}: {err.strerror or err}. Choose a writable "
                           "path, e.g. --write fitted.yaml") from None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from env.disk import StorageError
 from env.paths import atomic_write_text, cache_root
 from pipeline.config import ConfigError
 from pipeline.plan.bundled import bundled_config_name
@@ -154,8 +155,8 @@ def count_parameters(shape: ModelShape, cache_dir: Optional[Path] = None, use_se
     try:
         folder.mkdir(parents=True, exist_ok=True)
         atomic_write_text(file, json.dumps(counts.__dict__))
-    except OSError:
-        pass  # a read-only cache only costs the next run the build again
+    except (OSError, StorageError):
+        pass  # a read-only or full cache only costs the next run the count again
     return counts
 
 

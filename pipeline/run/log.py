@@ -35,7 +35,10 @@ class MetricsJsonlCallback(TrainerCallback):
             rows = [(line, json.loads(line)) for line in self.path.read_text(encoding="utf-8").splitlines()
                     if line.strip()]
             kept = [line for line, row in rows if row.get("step", 0) <= resume_step or "event" in row]
-            self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            from env.paths import atomic_write_text
+
+            # atomically: a full disk mid-write must not cut the kept history short
+            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:

@@ -17,6 +17,7 @@ plotting works on a headless server.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -24,6 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from env.paths import atomic_write_bytes
 from pipeline.health.metrics import (
     BETA,
     EVAL_ACCURACY,
@@ -209,8 +211,10 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
     def save(fig, name: str) -> None:
         path = plots_dir / name
         fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=110)
         plt.close(fig)
+        atomic_write_bytes(path, png.getvalue())  # a full disk leaves the previous plot, never half a PNG
         written.append(path)
 
     reward_names = sorted({m["name"] for row in rows.values() for key in row if (m := REWARD_KEY.match(key))})

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from transformers import TrainerCallback
 
+from env.paths import snapshot
 from pipeline.health.metrics import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
 from pipeline.run.checkpoints import set_aside_stale
 from pipeline.run.kept import read_record, record, reusable
@@ -44,19 +45,22 @@ class BestAdapter:
                 self.best = read_best(self.path)
             else:
                 set_aside_stale(self.path, output_dir, f"{BEST_DIR}/ was measured on other evaluation inputs", log)
+        # What best_lora/ is now (and after each save, what we wrote) is all a save may replace (env.paths.publish).
+        self.seen = snapshot(self.path, fix="Move it away (or copy it elsewhere), then resume the run.")
 
     def offer(self, model: Any, step: int, result: dict[str, Any]) -> bool:
         """Keep `model` when its accuracy beats the best so far (ties keep the earlier one); True when kept."""
         if self.best is not None and result["accuracy"] <= self.best["accuracy"]:
             return False
-        from env.paths import atomic_directory, atomic_write_json
+        from env.paths import atomic_directory, atomic_write_json, snapshot
         from pipeline.infer.session import verify_trained_dir
 
         best = {"step": int(step), "accuracy": result["accuracy"], "format_rate": result["format_rate"],
                 "n": result["n"]}
-        with atomic_directory(self.path) as staging:
+        with atomic_directory(self.path, seen=self.seen) as staging:
             self.save_adapter(model, staging)
             atomic_write_json(staging / BEST_NAME, record(self.inputs, **best))
+        self.seen = snapshot(self.path, fix=self.seen.fix)
         verify_trained_dir(self.path)  # re-read what we wrote, as for lora/
         self.best = best
         return True
