@@ -27,6 +27,7 @@ import pytest
 
 from env.paths import PathChangedError
 from pipeline.data.cache import DATASET_IN_CACHE, REPORT_IN_CACHE
+from pipeline.demo.model import built_dir
 from tests.cli_helpers import fault_table, run_cli
 
 QUICK = "sft_warmup_steps: 0\nmax_steps: 1\nsave_steps: 1\neval_before: false\neval_after: false\n"
@@ -125,14 +126,25 @@ def folder_with(*names: str) -> Callable[[Path, Path], None]:
     return make
 
 
+def a_built_model(target: Path, lora: Path) -> None:
+    """Another process's complete build of the built-in model (its config and its build record)."""
+    from pipeline.demo.model import BUILD_NAME, build_inputs
+    from pipeline.run.kept import record
+
+    folder_with("config.json")(target, lora)
+    (target / BUILD_NAME).write_text(json.dumps(record(build_inputs("tiny-demo"))), encoding="utf-8")
+
+
 def the_adapter(target: Path, lora: Path) -> None:
     shutil.copytree(lora, target)
 
 
 def best_of(accuracy: float) -> Callable[[Path, Path], None]:
     def make(target: Path, lora: Path) -> None:
-        shutil.copytree(lora, target)
-        (target / "grpo_best.json").write_text(json.dumps({"step": 1, "accuracy": accuracy}), encoding="utf-8")
+        from pipeline.run.kept import record
+
+        shutil.copytree(lora, target)  # a kept best measured from the same (here: no) evaluation inputs
+        (target / "grpo_best.json").write_text(json.dumps(record({}, step=1, accuracy=accuracy)), encoding="utf-8")
     return make
 
 
@@ -206,9 +218,9 @@ WRITERS: dict[str, Writer] = {
         lambda d, lora: ["data", "--config", recipe(d)],
         earlier=folder_with("stray.txt"), theirs=folder_with(f"{DATASET_IN_CACHE}/", REPORT_IN_CACHE), shares=True),
     "the built-in model cache": Writer(
-        lambda d: d / "models" / "tiny-demo-2", "pipeline.demo.model.build_tiny_qwen2",
+        lambda d: built_dir("tiny-demo", d / "models"), "pipeline.demo.model.build_tiny_qwen2",
         library(lambda d: __import__("pipeline.demo.model", fromlist=["x"]).demo_model_dir(d / "models")),
-        earlier=folder_with("stray.txt"), theirs=folder_with("config.json"), shares=True,
+        earlier=folder_with("stray.txt"), theirs=a_built_model, shares=True,
         prepare=lambda d, lora, run: (d / "models").mkdir() or d),
     "the bundled tokenizer cache": Writer(
         lambda d: d / "tok" / "qwen2.5-tokenizer-6588e6818d74", "pipeline.assets.shutil.copy2",

@@ -156,6 +156,11 @@ def build_inputs(name: str) -> dict[str, Any]:
     return inputs
 
 
+def built_dir(name: str, cache_dir: Optional[os.PathLike | str] = None) -> Path:
+    """Where the built-in model `name` is kept: `<cache>/<name>-<DEMO_VERSION>-<key>` (`build_inputs`' key)."""
+    return Path(cache_dir or cache_root()) / f"{name}-{DEMO_VERSION}-{state_key(build_inputs(name))[:12]}"
+
+
 def _build_once(name: str, cache_dir: Optional[os.PathLike | str], build) -> Path:
     """`<cache>/<name>-<DEMO_VERSION>-<key>`: built by `build(folder)` once (atomically) and reused while its
     recorded key is that of `build_inputs(name)`; another key is another folder (the old one stays)."""
@@ -170,7 +175,7 @@ def _build_once(name: str, cache_dir: Optional[os.PathLike | str], build) -> Pat
         build(tmp)
         atomic_write_json(tmp / BUILD_NAME, record(inputs))
 
-    return publish_once(Path(cache_dir or cache_root()) / f"{name}-{DEMO_VERSION}-{key[:12]}", write, is_complete)
+    return publish_once(built_dir(name, cache_dir), write, is_complete)
 
 
 def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
