@@ -213,7 +213,10 @@ class _UnslothRLConfig:
         _record(self.SNAPSHOT_KEY, **kwargs)
         self.kwargs = dict(kwargs)
         defaults = {key: d.get("value") for key, d in entry["unsloth_default_overrides"].items()}
-        self.__dict__.update({**defaults, **kwargs})
+        values = {**_inherited_defaults(entry["fields"]), **defaults, **kwargs}
+        if self.SNAPSHOT_KEY == "UnslothGRPOConfig":
+            values = _grpo_config_init_lines(values)
+        self.__dict__.update(values)
 
     def to_dict(self) -> dict:
         fields = set(SNAPSHOT[self.SNAPSHOT_KEY]["fields"])
@@ -221,6 +224,72 @@ class _UnslothRLConfig:
 
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+
+# UnslothGRPOConfig's own fields and their defaults (unsloth/models/rl.py, the generated class's __init__).
+_UNSLOTH_OWN_DEFAULTS = {"vllm_sampling_params": None, "unsloth_num_chunks": -1,
+                         "unsloth_logit_chunk_multiplier": None, "unsloth_grpo_mini_batch": None}
+
+
+def _inherited_defaults(fields: list) -> dict:
+    """The defaults of every field the generated class inherits from TRL's config (it calls TRL's __init__ with
+    all of them), read from the pinned TRL's dataclass; Unsloth's own fields with theirs."""
+    import dataclasses
+
+    from trl.trainer.grpo_config import GRPOConfig  # the pinned TRL, as the real class subclasses it
+
+    found = {}
+    for f in dataclasses.fields(GRPOConfig):
+        if f.name in fields and f.default is not dataclasses.MISSING:
+            found[f.name] = f.default
+        elif f.name in fields and f.default_factory is not dataclasses.MISSING:
+            found[f.name] = f.default_factory()
+    return {**found, **{k: v for k, v in _UNSLOTH_OWN_DEFAULTS.items() if k in fields}}
+
+
+def _grpo_config_init_lines(values: dict) -> dict:
+    """The lines unsloth 2026.10.9 writes into UnslothGRPOConfig.__init__ before TRL's __init__ runs, transcribed
+    in their order (unsloth/models/rl.py _patch_trl_rl_trainers_impl: the loss_type / beta sentinels, the
+    dr_grpo / dapo / cispo check, the num_generations batch check, the temperature check; then
+    rl_replacements.py RL_CONFIG_CHANGES["grpo_trainer"]: grpo_config_fix_vllm_top_k. Its
+    grpo_trainer_fix_batch_size adds nothing for TRL 1.15, whose trainer has no "divisible by the number of
+    generations" text). WORLD_SIZE is unset (one process)."""
+    v = dict(values)
+    _unsloth_default_loss_type = v["loss_type"] is None
+    if _unsloth_default_loss_type:
+        v["loss_type"] = "dapo"
+        if v["beta"] is None:
+            print("Unsloth: GRPO now defaults to TRL's loss_type = 'dapo' with beta = 0.0. Set loss_type = 'bnpo', "
+                  "beta = 0.001 for Unsloth's previous default.")
+    if v["beta"] is None:
+        v["beta"] = 0.0 if str(v["loss_type"]).lower() in ("dapo", "dr_grpo") else 0.001
+    if v["loss_type"].lower() == "dr_grpo":
+        if v["scale_rewards"] is None:
+            v["scale_rewards"] = True
+        elif v["scale_rewards"] is True or v["scale_rewards"] == "group":
+            v["scale_rewards"] = False
+    elif v["loss_type"].lower() == "dapo" and not _unsloth_default_loss_type:
+        if v["mask_truncated_completions"] is None:
+            v["mask_truncated_completions"] = True
+        if v["epsilon_high"] is None:
+            v["epsilon_high"] = 0.28
+    elif v["loss_type"].lower() == "cispo":
+        if v["epsilon_high"] is None:
+            v["epsilon_high"] = 5.0
+    if v["mask_truncated_completions"] is None:
+        v["mask_truncated_completions"] = False
+    if v["steps_per_generation"] is None and v["generation_batch_size"] is None:
+        ga, world_size = v["gradient_accumulation_steps"], int(os.environ.get("WORLD_SIZE", "1"))
+        if (ga * world_size * v["per_device_train_batch_size"]) % v["num_generations"] != 0:
+            v["per_device_train_batch_size"] = v["num_generations"]
+    if v["temperature"] <= 0:
+        raise ValueError("Unsloth: Please set a positive non-zero temperature since your results will be wrong.")
+    elif v["temperature"] >= 10:
+        raise ValueError("Unsloth: Please set a positive non-zero temperature less than 10, since sampling will be "
+                         "quite erratic.")
+    if v["use_vllm"] and (v["top_k"] is None or v["top_k"] == 0):
+        v["top_k"] = -1
+    return v
 
 
 class UnslothGRPOConfig(_UnslothRLConfig):

@@ -291,3 +291,29 @@ def test_no_vllm_generate_and_export_use_the_saved_adapter(no_vllm_run, capsys, 
     assert export.main(["--lora", str(lora), "--to", "merged16", "--out", str(out), "--backend", "unsloth"]) == 0
     (merge,) = fake.calls_named("model.save_pretrained_merged")
     assert merge.kwargs["save_method"] == "merged_16bit" and (out / "config.json").is_file()
+
+
+def test_the_default_gpu_recipe_records_what_unsloth_changed_as_check_predicted(run_unsloth, capsys):
+    """effective_config.json on the unsloth backend (through the strict double): every field as the trainer got it,
+    the fields Unsloth's config class changed printed one per line, the same lines `--check` predicts."""
+    import yaml
+
+    from pipeline.bootstrap import DEFAULT_GPU_RECIPE
+    from pipeline.trainer.build import check_grpo_config
+
+    recipe = yaml.safe_load(DEFAULT_GPU_RECIPE.read_text())
+    kept = {k: v for k, v in recipe.items() if k in PipelineConfig().grpo.__dataclass_fields__
+            and k not in ("output_dir", "max_steps", "optim")}  # optim: adamw_8bit needs bitsandbytes
+    result, fake = run_unsloth(**kept, vllm_sampling_params=None)
+    assert result.status == "completed"
+    record = json.loads((result.output_dir / "effective_config.json").read_text())
+    (init,) = fake.calls_named("GRPOTrainer.__init__")
+    assert set(record["fields"]) == set(init.kwargs["args"].to_dict())  # every field of the config it got
+    printed = [line.split("effective config: ", 1)[1] for line in capsys.readouterr().out.splitlines()
+               if "effective config: " in line]
+    assert printed == record["changed"] and printed
+    by_unsloth = [line for line in printed if "unsloth/models/" in line]  # the config class's, not the device's
+    cfg = PipelineConfig().replace(**{**kept, "model_name_or_path": "tiny-demo", "max_completion_length": "64"})
+    message = check_grpo_config(cfg, "unsloth")
+    assert by_unsloth and all(line in message for line in by_unsloth)
+    assert record["fields"]["top_k"]["value"] == -1 and record["fields"]["top_k"]["other_backend"] == 0

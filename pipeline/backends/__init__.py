@@ -70,6 +70,13 @@ class Backend(Protocol):
     def grpo_config_kwargs(self, cfg: PipelineConfig, model: Any) -> dict[str, Any]:
         """Backend-specific trl.GRPOConfig keyword arguments (precision, vLLM)."""
 
+    def config_rewrites(self, kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+        """{field: (value, why)}: what this backend's GRPOConfig class does to `kwargs` before TRL's own __init__
+        (a pure function; pipeline/trainer/effective.py records and prints it)."""
+
+    def predicted_config_kwargs(self, cfg: PipelineConfig) -> dict[str, Any]:
+        """grpo_config_kwargs as far as it is known before the model loads (`grpo train --check`)."""
+
     def training_generator(self, model: Any, tokenizer: Any, cfg: PipelineConfig) -> Generator:
         """Generate with the model being trained (eval before/after)."""
 

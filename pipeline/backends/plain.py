@@ -146,6 +146,21 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]
     return kwargs
 
 
+def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+    """None: the plain backend trains with TRL's own GRPOConfig, which keeps every keyword it is given
+    (pipeline/trainer/effective.py; Unsloth's is pipeline/backends/unsloth_config.py)."""
+    return {}
+
+
+def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
+    """grpo_config_kwargs as far as it is known before a model loads: all of it (it reads the machine), or nothing
+    where this machine cannot run the plain backend's vLLM mode (colocate needs a GPU)."""
+    try:
+        return grpo_config_kwargs(cfg)
+    except ConfigError:
+        return {}
+
+
 def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
     """peft's save_pretrained (adapter_config.json + adapter_model.safetensors), plus the tokenizer."""
     model.save_pretrained(str(directory))
@@ -205,8 +220,8 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> Plain
 
 def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> PlainGenerator:
     """Base model + (optionally) the verified adapter via peft's PeftModel.from_pretrained."""
-    tokenizer_source = str(adapter.path) if adapter is not None and (adapter.path / "tokenizer_config.json").is_file() \
-        else base_model
+    has_tokenizer = adapter is not None and (adapter.path / "tokenizer_config.json").is_file()
+    tokenizer_source = str(adapter.path) if has_tokenizer else base_model
     tokenizer = load_tokenizer(tokenizer_source, cfg.model.trust_remote_code, cfg.model.model_source)
     model = load_model(base_model, cfg, for_training=False)
     if adapter is not None:

@@ -32,6 +32,7 @@ from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: caller
     standby_enabled,
 )
 from pipeline.backends.plain import PlainGenerator
+from pipeline.backends.unsloth_config import config_rewrites, predicted_config_kwargs  # noqa: F401 (Backend)
 from pipeline.backends.unsloth_setup import from_pretrained_kwargs, gradient_checkpointing_mode, prepare_environment
 from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_update_SamplingParams
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,

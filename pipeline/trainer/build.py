@@ -82,6 +82,19 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     return trainer, health
 
 
+def record_effective_config(trainer, cfg: PipelineConfig, backend, model, prepared, output_dir: Path) -> list[str]:
+    """effective_config.json from the built trainer's args (pipeline/trainer/effective.py); the changed-field lines.
+    The kwargs are worked out again as grpo_training_args did (the same pure steps), so that the record says what
+    was passed beside what ran."""
+    from pipeline.config import trl_training_args
+    from pipeline.trainer.effective import write_effective_config
+
+    weights = list(trainer.args.reward_weights or [])
+    decided = run_decided_args(cfg, backend, model, prepared.max_completion_length, output_dir, weights)
+    passed = {**trl_training_args(cfg), **decided}
+    return write_effective_config(output_dir, cfg, backend, trainer, passed, backend.grpo_config_kwargs(cfg, model))
+
+
 def allow_steps_without_gradient(trainer) -> None:
     """A batch that leaves no token to learn from is a step with no gradient, not a crash.
 
@@ -215,8 +228,12 @@ def check_grpo_config(cfg: PipelineConfig, backend_name: str) -> str:
         decided = run_decided_args(cfg, _ModelFreeSettings(load_backend(backend_name), backend_name), None,
                                    limit or 256, Path(scratch), weights)
         build_grpo_config(cfg, decided)
+    from pipeline.trainer.effective import predicted_changes
+
     named = ", ".join(f"{k}={v!r}" for k, v in cfg.trl.items())
-    return f"trl.GRPOConfig accepts it{f' (TRL options: {named})' if named else ''}"
+    changes = predicted_changes(cfg, backend_name, decided)
+    said = f"; the {backend_name} backend changes {len(changes)} field(s): " + "; ".join(changes) if changes else ""
+    return f"trl.GRPOConfig accepts it{f' (TRL options: {named})' if named else ''}{said}"
 
 
 @dataclass(frozen=True)
