@@ -293,6 +293,37 @@ class UnslothGenerator:
         self.model.vllm_engine.sleep(EVAL_SLEEP_LEVEL)
 
 
+class UnslothRolloutEngine(UnslothGenerator):
+    """The rollouts' vLLM engine as the rollout probe scores it (pipeline/health/rollout.py): each `score` first
+    sends the trainer's current adapter the way Unsloth's patched trainer does before every rollout
+    (`model.load_lora(<folder>, load_tensors=True)`, rl_replacements.vllm_generation_init_patch), waking the engine
+    in standby as eval does, then scores the probe through fast_generate's prompt_logprobs."""
+
+    def __init__(self, model: Any, tokenizer: Any, folder: Path):
+        super().__init__(model, tokenizer, lora_request=None, wake_engine=True)
+        self.folder = folder
+
+    def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
+        from pipeline.backends import score_with_vllm
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        lora_request = self.model.load_lora(str(self.folder), load_tensors=True)
+        slept = self._wake_if_sleeping()
+        try:
+            return score_with_vllm(self.model.fast_generate, prompt_ids, continuation_ids, lora_request=lora_request)
+        finally:
+            if slept:
+                self._sleep()
+
+
+def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optional[UnslothRolloutEngine]:
+    """With a vLLM engine (serves_with_vllm) the rollouts come from it; without, from the trained model itself."""
+    if not serves_with_vllm(trainer.model, cfg) or getattr(trainer.model, "load_lora", None) is None:
+        return None
+    folder = absolute_path(cfg.grpo.output_dir) / LIVE_LORA_SUBDIR / "probe"
+    return UnslothRolloutEngine(trainer.model, tokenizer, folder)
+
+
 class UnslothTransformersGenerator(PlainGenerator):
     """fast_inference: false: Unsloth's own inference path, `FastLanguageModel.for_inference` + `model.generate`.
 

@@ -71,6 +71,9 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     for default_printer in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(default_printer)
     health.attach(trainer)
+    from pipeline.health.rollout import build_probe
+
+    health.rollout_probe = build_probe(backend, trainer, tokenizer, cfg)  # None without a separate rollout engine
     card = ModelCard(cfg.model.model_name_or_path, cfg.data.dataset_name)
     # An instance attribute, not a subclass: trl.GRPOTrainer is whatever class the backend left there
     # (Unsloth's patched one), known only now. TRL calls self.create_model_card at every checkpoint.
