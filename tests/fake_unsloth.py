@@ -300,6 +300,37 @@ class UnslothSFTConfig(_UnslothRLConfig):
     SNAPSHOT_KEY = "UnslothSFTConfig"
 
 
+# The regexes with which unsloth 2026.10.9 takes TRL's ref-adapter block out of the GRPOTrainer source it rebuilds,
+# copied from the wheel: unsloth/models/rl.py _patch_trl_rl_trainers_impl (the `trl_version >= Version("1.4.0")`
+# branch) and patch_functions (add_adapter_block_pattern, "use base model as reference, not SFT/LoRA model").
+UNSLOTH_REF_BLOCK_PATTERNS = (
+    r"\s*elif is_peft_model\(model\) and args\.beta != 0\.0:" r".*?" r"ref_param\.data\.copy_\(param\.data\)",
+    r"([ \t]*)" r"if\s+is_peft_available\(\)\s+and\s+is_peft_model\(model\)\s+and\s+args\.beta\s*!=\s*0\.0\s*:"
+    r"(.*?)" r"ref_param\.data\.copy_\(param\.data\)",
+)
+
+
+def unsloth_grpo_trainer_source() -> str:
+    """The pinned TRL's GRPOTrainer source as Unsloth's patch leaves it (the ref-adapter block removed)."""
+    import re
+
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    source = inspect.getsource(GRPOTrainer)
+    for pattern in UNSLOTH_REF_BLOCK_PATTERNS:
+        source = re.sub(pattern, "\n        # Unsloth: removed\n", source, flags=re.DOTALL)
+    return source
+
+
+def unsloth_trainer_init_reference(model: Any, beta: float) -> None:
+    """The KL-reference part of UnslothGRPOTrainer.__init__: TRL's code less what the patch removed. TRL would
+    add a "ref" adapter to a PEFT model when beta != 0; the patched source keeps that line only if the wheel's
+    regexes miss it (then the FakePeftModel, which has no add_adapter, raises). ref_model stays None on a PEFT model
+    (TRL: `elif is_peft_model(model): self.ref_model = None`), so kl is measured with the adapters disabled."""
+    if beta and getattr(model, "is_peft", False) and 'model.add_adapter("ref"' in unsloth_grpo_trainer_source():
+        model.add_adapter("ref", model.peft_config["default"])
+
+
 def check_trainer_precision(model: Any, args: Any) -> None:
     """The mixed-precision check Unsloth's generated trainers run in __init__ (rl.py, `mixed_precision`):
     the model's dtype decides, and asking for the other half precision raises TypeError."""

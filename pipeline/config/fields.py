@@ -214,7 +214,9 @@ class GRPOArguments:
                            default=250, ge=-1, trl=True)
     num_train_epochs: float = _help("Used only when max_steps = -1.", default=1.0, gt=0, trl=True)
     beta: float = _help(
-        "KL coefficient. 0 (TRL default) loads no reference model; > 0 adds a 'ref' adapter copy and logs `kl`.",
+        "KL coefficient. 0 (TRL default) loads no reference model; > 0 logs `kl`, measured against the base model as "
+        "loaded (adapters disabled, as Unsloth's trainer does), also after a format warm-up (sft_warmup_steps): kl "
+        "then counts the warm-up's distance too, on both backends.",
         default=0.0, trl=True,
     )
     loss_type: str = _help(

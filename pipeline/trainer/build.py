@@ -7,7 +7,6 @@ Import this only after the backend's `prepare_environment` ran: with Unsloth, `t
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
 
-    from pipeline.health.rollback import LrScaleCallback, kept_reference
+    from pipeline.health.rollback import LrScaleCallback, base_model_reference
     from pipeline.health.rules import build_health
     from pipeline.run.checkpoints import file_mode_callback, load_every_adapter, stage_checkpoint_saves
     from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
@@ -51,8 +50,8 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     reward_funcs = [guard_reward(func, hold=latch.hold) for func in reward_funcs]
 
     args = grpo_training_args(cfg, backend, model, prepared, output_dir, weights)
-    # Rebuilt after a rollback, on the live model: kl against the first trainer's reference, not the collapse's.
-    with kept_reference(model, g.beta) if rollbacks_done else contextlib.nullcontext():
+    # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
+    with base_model_reference(model):
         trainer = trl.GRPOTrainer(
             model=model,
             reward_funcs=reward_funcs,

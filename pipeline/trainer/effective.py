@@ -128,7 +128,10 @@ def write_effective_config(output_dir: Path, cfg: PipelineConfig, backend, train
     """Write output_dir/effective_config.json from the built trainer's args; returns the changed-field lines."""
     from env.paths import atomic_write_json
 
+    from pipeline.health.rollback import kl_reference
+
     record = effective_record(cfg, backend.NAME, trainer.args, passed, backend_kwargs)
+    record["kl_reference"] = kl_reference(trainer)  # what kl (beta > 0) is measured against
     atomic_write_json(Path(output_dir) / EFFECTIVE_CONFIG_NAME, record)
     return record["changed"]
 
