@@ -22,37 +22,7 @@ from pipeline.health.rollout import (
     trainer_logprobs,
 )
 from pipeline.health.rules import ROLLOUT_GAP_FLOOR, STALE_LOGP_GAP, STALE_ROLLOUT_WINDOW, HealthCallback
-
-
-class FollowingEngine:
-    """A separate CPU model (the base loaded again, with the run's LoRA) sent the trainer's adapter tensors before
-    it scores, as vLLM is sent them before each rollout (Unsloth: load_lora(..., load_tensors=True))."""
-
-    def __init__(self, trainer, cfg):
-        from peft import get_peft_model
-
-        from pipeline.backends import plain
-
-        self.trainer = trainer
-        self.model = get_peft_model(plain.load_model(cfg.model.model_name_or_path, cfg, for_training=False),
-                                    plain.peft_config(cfg))
-        self.receive()
-
-    def receive(self):
-        from peft import get_peft_model_state_dict, set_peft_model_state_dict
-
-        set_peft_model_state_dict(self.model, get_peft_model_state_dict(self.trainer.model))
-
-    def score(self, prompt_ids, continuation_ids):
-        self.receive()
-        return trainer_logprobs(self.model, prompt_ids, continuation_ids)
-
-
-class FrozenEngine(FollowingEngine):
-    """Ignores every weight update: it keeps the adapter it had when the trainer was built."""
-
-    def score(self, prompt_ids, continuation_ids):
-        return trainer_logprobs(self.model, prompt_ids, continuation_ids)
+from tests.rollout_engines import FollowingEngine, FrozenEngine
 
 
 def _callback(action="stop"):

@@ -29,8 +29,8 @@ IMPORTANCE_SAMPLING_RATIO = "sampling/importance_sampling_ratio/mean"
 
 # The fixed probe: a short arithmetic exchange in the answer format the rewards expect. Any fixed text works (it is
 # scored, never generated); it is short so that two forward passes cost little beside a step (bench/rollout_probe.py).
-PROBE_PROMPT = "Question: What is 7 + 5?\nAnswer:"
-PROBE_CONTINUATION = " <reasoning>7 + 5 = 12</reasoning> <answer>12</answer>"
+PROBE_PROMPT = "Q: 7 + 5?\nA:"
+PROBE_CONTINUATION = " <answer>12</answer>"
 # Probe scores kept, newest last, to name the step an engine is on (the initial weights are always kept).
 PROBE_HISTORY = 16
 
@@ -44,18 +44,29 @@ class RolloutEngine(Protocol):
         the way the rollouts send it."""
 
 
-def trainer_logprobs(model: Any, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
-    """The same log-probabilities from the trainer's model (its current adapter), in eval mode (no dropout)."""
+def has_dropout(model: Any) -> bool:
+    """Whether any module of `model` drops out in training mode (LoRA's lora_dropout, a model's own dropout)."""
+    config = getattr(model, "config", None)
+    return (getattr(config, "attention_dropout", 0) or 0) > 0 or any(
+        type(m).__name__.startswith("Dropout") and getattr(m, "p", 0) > 0 for m in model.modules())
+
+
+def trainer_logprobs(model: Any, prompt_ids: list[int], continuation_ids: list[int], dropout: bool = True
+                     ) -> list[float]:
+    """The same log-probabilities from the trainer's model (its current adapter), without dropout: in eval mode
+    when the model has any (`dropout`; switching modes walks every module, half the probe's cost on the demo)."""
     import torch  # lazy: the health rules import without torch
 
     ids = torch.tensor([list(prompt_ids) + list(continuation_ids)], device=model.device)
     was_training = model.training
-    model.eval()
+    if dropout:
+        model.eval()
     try:
         with torch.no_grad():
             logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1].float()
     finally:
-        model.train(was_training)
+        if dropout:
+            model.train(was_training)
     chosen = torch.tensor(continuation_ids, device=logits.device)
     return torch.log_softmax(logits, dim=-1).gather(-1, chosen[:, None])[:, 0].tolist()
 
@@ -79,13 +90,16 @@ class RolloutProbe:
         self.prompt_ids = tokenizer(PROBE_PROMPT, add_special_tokens=False)["input_ids"]
         self.continuation_ids = tokenizer(PROBE_CONTINUATION, add_special_tokens=False)["input_ids"]
         self.history: OrderedDict[int, list[float]] = OrderedDict()  # step -> the trainer's probe scores
+        self._dropout: bool | None = None  # whether the trainer's model has dropout (looked up once)
 
     def due(self, step: int) -> bool:
         return self.every_steps > 0 and step % self.every_steps == 0
 
     def remember(self, model: Any, step: int) -> list[float]:
         """The trainer's scores at `step` (the weights after that many updates), kept to recognise them later."""
-        scores = trainer_logprobs(model, self.prompt_ids, self.continuation_ids)
+        if self._dropout is None:
+            self._dropout = has_dropout(model)
+        scores = trainer_logprobs(model, self.prompt_ids, self.continuation_ids, dropout=self._dropout)
         self.history[step] = scores
         while len(self.history) > PROBE_HISTORY:  # the oldest but the first (initial weights) goes
             del self.history[list(self.history)[1]]
