@@ -203,6 +203,7 @@ class _UnslothRLConfig:
     (json.dumps over to_dict), which is what TensorBoardCallback.on_train_begin calls."""
 
     SNAPSHOT_KEY = ""
+    TRL_CONFIG = ""  # the pinned TRL's config class the generated one subclasses ("module:name")
 
     def __init__(self, **kwargs: Any):
         entry = SNAPSHOT[self.SNAPSHOT_KEY]
@@ -213,7 +214,7 @@ class _UnslothRLConfig:
         _record(self.SNAPSHOT_KEY, **kwargs)
         self.kwargs = dict(kwargs)
         defaults = {key: d.get("value") for key, d in entry["unsloth_default_overrides"].items()}
-        values = {**_inherited_defaults(entry["fields"]), **defaults, **kwargs}
+        values = {**_inherited_defaults(self.TRL_CONFIG, entry["fields"]), **defaults, **kwargs}
         if self.SNAPSHOT_KEY == "UnslothGRPOConfig":
             values = _grpo_config_init_lines(values)
         self.__dict__.update(values)
@@ -231,15 +232,15 @@ _UNSLOTH_OWN_DEFAULTS = {"vllm_sampling_params": None, "unsloth_num_chunks": -1,
                          "unsloth_logit_chunk_multiplier": None, "unsloth_grpo_mini_batch": None}
 
 
-def _inherited_defaults(fields: list) -> dict:
+def _inherited_defaults(trl_config: str, fields: list) -> dict:
     """The defaults of every field the generated class inherits from TRL's config (it calls TRL's __init__ with
     all of them), read from the pinned TRL's dataclass; Unsloth's own fields with theirs."""
     import dataclasses
+    import importlib
 
-    from trl.trainer.grpo_config import GRPOConfig  # the pinned TRL, as the real class subclasses it
-
+    module, name = trl_config.split(":")
     found = {}
-    for f in dataclasses.fields(GRPOConfig):
+    for f in dataclasses.fields(getattr(importlib.import_module(module), name)):
         if f.name in fields and f.default is not dataclasses.MISSING:
             found[f.name] = f.default
         elif f.name in fields and f.default_factory is not dataclasses.MISSING:
@@ -294,10 +295,12 @@ def _grpo_config_init_lines(values: dict) -> dict:
 
 class UnslothGRPOConfig(_UnslothRLConfig):
     SNAPSHOT_KEY = "UnslothGRPOConfig"
+    TRL_CONFIG = "trl.trainer.grpo_config:GRPOConfig"
 
 
 class UnslothSFTConfig(_UnslothRLConfig):
     SNAPSHOT_KEY = "UnslothSFTConfig"
+    TRL_CONFIG = "trl.trainer.sft_config:SFTConfig"
 
 
 # The regexes with which unsloth 2026.10.9 takes TRL's ref-adapter block out of the GRPOTrainer source it rebuilds,

@@ -237,3 +237,33 @@ def test_without_a_vllm_engine_there_is_nothing_to_probe(monkeypatch, tmp_path):
         assert unsloth_backend.rollout_engine(trainer, tokenizer, cfg) is None
     finally:
         handle.uninstall()
+
+
+def test_trls_colocated_vllm_is_synced_as_for_a_rollout_then_scored(monkeypatch, tmp_path):
+    import tests.fake_unsloth as fake_unsloth
+    from pipeline.backends import plain
+    from tests.train_helpers import demo_config
+
+    handle = fake_unsloth.install()  # the vllm double (SamplingParams, LLM.generate)
+    try:
+        order = []
+        llm = fake_unsloth.FakeLLM(max_lora_rank=16, gpu_memory_utilization=0.5, standby=False)
+
+        class Generation:  # TRL 1.15's VLLMGeneration: sync_weights() before each rollout, .llm in colocate mode
+            def __init__(self):
+                self.llm = llm
+
+            def sync_weights(self):
+                order.append("sync_weights")
+
+        trainer = type("Trainer", (), {"vllm_generation": Generation()})()
+        cfg = demo_config(tmp_path).replace(vllm_mode="colocate")
+        engine = plain.rollout_engine(trainer, None, cfg)
+        scores = engine.score([5, 6], [7])
+        (generate,) = fake_unsloth.calls_named("model.fast_generate")
+        assert order == ["sync_weights"] and generate.args[0] == [{"prompt_token_ids": [5, 6, 7]}]
+        assert scores == [fake_unsloth.fake_prompt_logprob(2, 7, None)]
+        assert plain.rollout_engine(trainer, None, cfg.replace(vllm_mode="server")) is None  # another process
+        assert plain.rollout_engine(type("T", (), {})(), None, demo_config(tmp_path)) is None  # the model itself
+    finally:
+        handle.uninstall()

@@ -8,7 +8,8 @@ pipeline/health/rules.py:
 
 - passive: TRL's own trainer-versus-sampler metrics, when it logs them (`sampling/sampling_logp_difference/mean`,
   `sampling/importance_sampling_ratio/mean`; TRL 1.15 GRPOTrainer._generate_and_score_completions logs them with
-  vllm_importance_sampling_correction), checked at every logged step;
+  vllm_importance_sampling_correction; Unsloth's patched trainer logs the same keys, rl_replacements.py
+  grpo_trainer_compute_loss), checked at every logged step;
 - active: `RolloutProbe`, every `rollout_probe_steps` steps: a fixed prompt and continuation, scored with the
   current adapter by the trainer's model and by the engine (the backend's `rollout_engine`, sent the adapter the
   way the rollouts send it). It logs `health/rollout_logp_gap` (the mean per-token gap now) and
