@@ -267,3 +267,24 @@ def test_trls_colocated_vllm_is_synced_as_for_a_rollout_then_scored(monkeypatch,
         assert plain.rollout_engine(type("T", (), {})(), None, demo_config(tmp_path)) is None  # the model itself
     finally:
         handle.uninstall()
+
+
+def test_the_trainer_side_scores_logits_even_inside_unsloths_hidden_states_mode(monkeypatch):
+    """Unsloth's GRPO forward returns hidden states as .logits while UNSLOTH_RETURN_HIDDEN_STATES=1."""
+    import os
+
+    seen = []
+
+    class Model:
+        device, training = "cpu", True
+
+        def __call__(self, input_ids):
+            import torch
+
+            seen.append(os.environ.get("UNSLOTH_RETURN_HIDDEN_STATES"))
+            return type("Out", (), {"logits": torch.zeros(1, input_ids.shape[1], 8)})()
+
+    monkeypatch.setenv("UNSLOTH_RETURN_HIDDEN_STATES", "1")
+    scores = trainer_logprobs(Model(), [1, 2], [3], dropout=False)
+    assert seen == ["0"] and os.environ["UNSLOTH_RETURN_HIDDEN_STATES"] == "1"
+    assert scores == [pytest.approx(-math.log(8))]

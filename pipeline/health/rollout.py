@@ -19,6 +19,7 @@ pipeline/health/rules.py:
 from __future__ import annotations
 
 import math
+import os
 from collections import OrderedDict
 from typing import Any, Protocol
 
@@ -32,6 +33,7 @@ IMPORTANCE_SAMPLING_RATIO = "sampling/importance_sampling_ratio/mean"
 # scored, never generated); it is short so that two forward passes cost little beside a step (bench/rollout_probe.py).
 PROBE_PROMPT = "Q: 7 + 5?\nA:"
 PROBE_CONTINUATION = " <answer>12</answer>"
+UNSLOTH_HIDDEN_STATES = "UNSLOTH_RETURN_HIDDEN_STATES"
 # Probe scores kept, newest last, to name the step an engine is on (the initial weights are always kept).
 PROBE_HISTORY = 16
 
@@ -60,6 +62,11 @@ def trainer_logprobs(model: Any, prompt_ids: list[int], continuation_ids: list[i
 
     ids = torch.tensor([list(prompt_ids) + list(continuation_ids)], device=model.device)
     was_training = model.training
+    # Unsloth's GRPO forward hands back hidden states as `.logits` while UNSLOTH_RETURN_HIDDEN_STATES is "1"
+    # (rl_replacements.py grpo_trainer__get_per_token_logps_and_entropies sets it around its own forwards); the
+    # probe needs the logits, so it is "0" for this forward and put back after.
+    hidden_states = os.environ.get(UNSLOTH_HIDDEN_STATES)
+    os.environ[UNSLOTH_HIDDEN_STATES] = "0"
     if dropout:
         model.eval()
     try:
@@ -68,6 +75,10 @@ def trainer_logprobs(model: Any, prompt_ids: list[int], continuation_ids: list[i
     finally:
         if dropout:
             model.train(was_training)
+        if hidden_states is None:
+            os.environ.pop(UNSLOTH_HIDDEN_STATES, None)
+        else:
+            os.environ[UNSLOTH_HIDDEN_STATES] = hidden_states
     chosen = torch.tensor(continuation_ids, device=logits.device)
     return torch.log_softmax(logits, dim=-1).gather(-1, chosen[:, None])[:, 0].tolist()
 
