@@ -8,7 +8,6 @@ separate transcription of the lines the wheel generates, bound to the wheel's fi
 from __future__ import annotations
 
 import itertools
-import json
 
 import pytest
 
@@ -78,9 +77,13 @@ def test_the_record_marks_each_field_against_recipe_trl_and_the_other_backend():
     assert len(record["fields"]) == len(args.to_dict())  # every field of the config the trainer got
 
 
-def test_check_and_the_plain_run_say_the_same_lines(tmp_path):
-    cfg = PipelineConfig().replace(model_name_or_path="tiny-demo", backend="plain", output_dir=str(tmp_path))
+def test_check_reports_the_fields_the_backend_changes(tmp_path):
+    from pipeline.preflight import run_checks
+
+    cfg = PipelineConfig().replace(model_name_or_path="tiny-demo", backend="plain", output_dir=str(tmp_path),
+                                   dataset_name="demo-arithmetic", max_completion_length="48")
     lines = predicted_changes(cfg, "plain", plain.grpo_config_kwargs(cfg))
     assert any(line.startswith("use_cpu: False -> True") for line in lines)
+    checks = {c.name: c for c in run_checks(cfg, stop_at_first=False)}
+    assert checks["effective_config"].ok and all(line in checks["effective_config"].message for line in lines)
     assert EFFECTIVE_CONFIG_NAME == "effective_config.json"
-    assert json.dumps(lines)  # JSON-able: --check prints it inside its report

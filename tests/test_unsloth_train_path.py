@@ -301,7 +301,7 @@ def test_the_default_gpu_recipe_records_what_unsloth_changed_as_check_predicted(
     import yaml
 
     from pipeline.bootstrap import DEFAULT_GPU_RECIPE
-    from pipeline.trainer.build import check_grpo_config
+    from pipeline.trainer.build import check_effective_config
 
     recipe = yaml.safe_load(DEFAULT_GPU_RECIPE.read_text())
     kept = {k: v for k, v in recipe.items() if k in PipelineConfig().grpo.__dataclass_fields__
@@ -316,7 +316,7 @@ def test_the_default_gpu_recipe_records_what_unsloth_changed_as_check_predicted(
     assert printed == record["changed"] and printed
     by_unsloth = [line for line in printed if "unsloth/models/" in line]  # the config class's, not the device's
     cfg = PipelineConfig().replace(**{**kept, "model_name_or_path": "tiny-demo", "max_completion_length": "64"})
-    message = check_grpo_config(cfg, "unsloth")
+    message = check_effective_config(cfg, "unsloth")
     assert by_unsloth and all(line in message for line in by_unsloth)
     assert record["fields"]["top_k"]["value"] == -1 and record["fields"]["top_k"]["other_backend"] == 0
 

@@ -220,22 +220,36 @@ def check_grpo_config(cfg: PipelineConfig, backend_name: str) -> str:
     loads. The backend's device settings need the loaded model on Unsloth, so there they are checked by the run."""
     import tempfile
 
+    with tempfile.TemporaryDirectory() as scratch:
+        build_grpo_config(cfg, _model_free_decided(cfg, backend_name, Path(scratch)))
+    named = ", ".join(f"{k}={v!r}" for k, v in cfg.trl.items())
+    return f"trl.GRPOConfig accepts it{f' (TRL options: {named})' if named else ''}"
+
+
+def check_effective_config(cfg: PipelineConfig, backend_name: str) -> str:
+    """`--check`'s `effective_config` step: the fields the backend will change, the lines `grpo train` prints when
+    it writes effective_config.json (pipeline/trainer/effective.py predicted_changes), before anything loads."""
+    import tempfile
+
+    from pipeline.trainer.effective import predicted_changes
+
+    with tempfile.TemporaryDirectory() as scratch:
+        changes = predicted_changes(cfg, backend_name, _model_free_decided(cfg, backend_name, Path(scratch)))
+    if not changes:
+        return f"the {backend_name} backend changes no GRPOConfig field"
+    return f"the {backend_name} backend changes {len(changes)} GRPOConfig field(s): " + "; ".join(changes)
+
+
+def _model_free_decided(cfg: PipelineConfig, backend_name: str, scratch: Path) -> dict:
+    """run_decided_args as far as it is known before the model loads (the data's limit, the reward weights)."""
     from pipeline.backends import load_backend
     from pipeline.config import parse_limit
     from rewards import check_reward_weights
 
     limit = parse_limit(cfg.data.max_completion_length, "max_completion_length")
     weights = [*check_reward_weights(list(cfg.grpo.reward_funcs), cfg.grpo.reward_weights), 0.0]
-    with tempfile.TemporaryDirectory() as scratch:
-        decided = run_decided_args(cfg, _ModelFreeSettings(load_backend(backend_name), backend_name), None,
-                                   limit or 256, Path(scratch), weights)
-        build_grpo_config(cfg, decided)
-    from pipeline.trainer.effective import predicted_changes
-
-    named = ", ".join(f"{k}={v!r}" for k, v in cfg.trl.items())
-    changes = predicted_changes(cfg, backend_name, decided)
-    said = f"; the {backend_name} backend changes {len(changes)} field(s): " + "; ".join(changes) if changes else ""
-    return f"trl.GRPOConfig accepts it{f' (TRL options: {named})' if named else ''}{said}"
+    return run_decided_args(cfg, _ModelFreeSettings(load_backend(backend_name), backend_name), None, limit or 256,
+                            scratch, weights)
 
 
 @dataclass(frozen=True)
