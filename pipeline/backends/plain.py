@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.backends import EXPORT_METHODS, Completion
+from pipeline.backends import EXPORT_METHODS, Completion, score_with_vllm
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 
@@ -174,8 +174,6 @@ class TrlVllmEngine:
         self.generation = generation
 
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
-        from pipeline.backends import score_with_vllm
-
         self.generation.sync_weights()
         return score_with_vllm(self.generation.llm.generate, prompt_ids, continuation_ids)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import absolute_path
-from pipeline.backends import EXPORT_METHODS, Completion, mixed_precision
+from pipeline.backends import EXPORT_METHODS, Completion, mixed_precision, score_with_vllm
 from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
     EVAL_SLEEP_LEVEL,
     choose_gpu_memory_utilization,
@@ -304,8 +304,6 @@ class UnslothRolloutEngine(UnslothGenerator):
         self.folder = folder
 
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
-        from pipeline.backends import score_with_vllm
-
         self.folder.mkdir(parents=True, exist_ok=True)
         lora_request = self.model.load_lora(str(self.folder), load_tensors=True)
         slept = self._wake_if_sleeping()

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Optional
 
 from pipeline.backends import on_cpu
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, trl_training_args
+from pipeline.health.rollout import build_probe
+from pipeline.trainer.effective import predicted_changes, write_effective_config
 
 
 def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft_config, output_dir: Path,
@@ -70,8 +72,6 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     for default_printer in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(default_printer)
     health.attach(trainer)
-    from pipeline.health.rollout import build_probe
-
     health.rollout_probe = build_probe(backend, trainer, tokenizer, cfg)  # None without a separate rollout engine
     card = ModelCard(cfg.model.model_name_or_path, cfg.data.dataset_name)
     # An instance attribute, not a subclass: trl.GRPOTrainer is whatever class the backend left there
@@ -88,9 +88,6 @@ def record_effective_config(trainer, cfg: PipelineConfig, backend, model, prepar
     """effective_config.json from the built trainer's args (pipeline/trainer/effective.py); the changed-field lines.
     The kwargs are worked out again as grpo_training_args did (the same pure steps), so that the record says what
     was passed beside what ran."""
-    from pipeline.config import trl_training_args
-    from pipeline.trainer.effective import write_effective_config
-
     weights = list(trainer.args.reward_weights or [])
     decided = run_decided_args(cfg, backend, model, prepared.max_completion_length, output_dir, weights)
     passed = {**trl_training_args(cfg), **decided}
@@ -230,8 +227,6 @@ def check_effective_config(cfg: PipelineConfig, backend_name: str) -> str:
     """`--check`'s `effective_config` step: the fields the backend will change, the lines `grpo train` prints when
     it writes effective_config.json (pipeline/trainer/effective.py predicted_changes), before anything loads."""
     import tempfile
-
-    from pipeline.trainer.effective import predicted_changes
 
     with tempfile.TemporaryDirectory() as scratch:
         changes = predicted_changes(cfg, backend_name, _model_free_decided(cfg, backend_name, Path(scratch)))

@@ -15,8 +15,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from env.paths import atomic_write_json
 from pipeline.backends import load_backend
 from pipeline.config import PipelineConfig, trl_training_args
+from pipeline.config.trl_fields import BACKEND_DECIDED, grpo_config_class
 
 EFFECTIVE_CONFIG_NAME = "effective_config.json"
 OTHER_BACKEND = {"plain": "unsloth", "unsloth": "plain"}
@@ -24,8 +26,6 @@ OTHER_BACKEND = {"plain": "unsloth", "unsloth": "plain"}
 
 def trl_defaults() -> dict[str, Any]:
     """TRL's own GRPOConfig defaults (the dataclass's, before its __post_init__), for every init field."""
-    from pipeline.config.trl_fields import grpo_config_class
-
     cls = next((c for c in grpo_config_class().__mro__  # TRL's class, also where Unsloth's subclass stands
                 if c.__name__ == "GRPOConfig" and c.__module__.startswith("trl.")), grpo_config_class())
     defaults: dict[str, Any] = {}
@@ -59,8 +59,6 @@ def backend_changes(backend_name: str, passed: dict[str, Any], backend_kwargs: d
                     recipe: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Change]:
     """The fields backend `backend_name` sets, predicted: its own GRPOConfig kwargs where they differ from the
     recipe (or TRL's default), then what its config class does to all of `passed` (its `config_rewrites`)."""
-    from pipeline.config.trl_fields import BACKEND_DECIDED
-
     changes: dict[str, Change] = {}
     for name, value in backend_kwargs.items():
         before = recipe.get(name, defaults.get(name))
@@ -126,9 +124,7 @@ def effective_record(cfg: PipelineConfig, backend_name: str, args: Any, passed: 
 def write_effective_config(output_dir: Path, cfg: PipelineConfig, backend, trainer, passed: dict[str, Any],
                            backend_kwargs: dict[str, Any]) -> list[str]:
     """Write output_dir/effective_config.json from the built trainer's args; returns the changed-field lines."""
-    from env.paths import atomic_write_json
-
-    from pipeline.health.rollback import kl_reference
+    from pipeline.health.rollback import kl_reference  # imports transformers
 
     record = effective_record(cfg, backend.NAME, trainer.args, passed, backend_kwargs)
     record["kl_reference"] = kl_reference(trainer)  # what kl (beta > 0) is measured against
