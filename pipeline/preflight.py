@@ -484,7 +484,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     from pipeline.backends import choose_backend, load_backend
     from pipeline.data.prepare import DataError
     from pipeline.data.sources import DataFileError
-    from pipeline.trainer.build import check_grpo_config
+    from pipeline.trainer.build import check_effective_config, check_grpo_config
 
     cfg, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)
 
@@ -502,6 +502,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         ("trl", after_backend(lambda: check_grpo_config(cfg, (choice or choose_backend(
             cfg.model.backend, cfg.model.fast_inference)).name))),  # TRL's own validation of its config
+        ("effective_config", after_backend(lambda: check_effective_config(cfg, (choice or choose_backend(
+            cfg.model.backend, cfg.model.fast_inference)).name))),  # what the backend changes (effective_config.json)
         ("output_dir", lambda: check_output_dir(cfg)),
         ("packages", lambda: check_packages(cfg)),
         ("gpu", lambda: check_gpu(cfg, choice)),
@@ -512,7 +514,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("lora", after_backend(lambda: check_lora_targets(cfg))),  # the architecture, no weights
     ]
     # A check that reads the model says nothing new when the model could not be found.
-    needs = {"lora": ("model",)}
+    needs = {"lora": ("model",), "effective_config": ("trl",)}
     data_names = {name for name, _ in data_steps}
     results: list[Check] = []
     failures: list[Exception] = []

@@ -219,6 +219,11 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
                                     periodic_eval)
     for callback in callbacks or []:
         trainer.add_callback(callback)
+    if _is_main_process():  # effective_config.json: every GRPOConfig field as the trainer runs it
+        from pipeline.trainer.build import record_effective_config
+
+        for line in record_effective_config(trainer, cfg, backend, model, prepared, output_dir):
+            _print(f"effective config: {line}")
 
     # ---------------------------------------------------------------- train (resumable)
     from rewards.contract import RewardFailure

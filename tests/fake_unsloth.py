@@ -203,6 +203,7 @@ class _UnslothRLConfig:
     (json.dumps over to_dict), which is what TensorBoardCallback.on_train_begin calls."""
 
     SNAPSHOT_KEY = ""
+    TRL_CONFIG = ""  # the pinned TRL's config class the generated one subclasses ("module:name")
 
     def __init__(self, **kwargs: Any):
         entry = SNAPSHOT[self.SNAPSHOT_KEY]
@@ -213,7 +214,10 @@ class _UnslothRLConfig:
         _record(self.SNAPSHOT_KEY, **kwargs)
         self.kwargs = dict(kwargs)
         defaults = {key: d.get("value") for key, d in entry["unsloth_default_overrides"].items()}
-        self.__dict__.update({**defaults, **kwargs})
+        values = {**_inherited_defaults(self.TRL_CONFIG, entry["fields"]), **defaults, **kwargs}
+        if self.SNAPSHOT_KEY == "UnslothGRPOConfig":
+            values = _grpo_config_init_lines(values)
+        self.__dict__.update(values)
 
     def to_dict(self) -> dict:
         fields = set(SNAPSHOT[self.SNAPSHOT_KEY]["fields"])
@@ -223,12 +227,111 @@ class _UnslothRLConfig:
         return json.dumps(self.to_dict(), indent=2)
 
 
+# UnslothGRPOConfig's own fields and their defaults (unsloth/models/rl.py, the generated class's __init__).
+_UNSLOTH_OWN_DEFAULTS = {"vllm_sampling_params": None, "unsloth_num_chunks": -1,
+                         "unsloth_logit_chunk_multiplier": None, "unsloth_grpo_mini_batch": None}
+
+
+def _inherited_defaults(trl_config: str, fields: list) -> dict:
+    """The defaults of every field the generated class inherits from TRL's config (it calls TRL's __init__ with
+    all of them), read from the pinned TRL's dataclass; Unsloth's own fields with theirs."""
+    import dataclasses
+    import importlib
+
+    module, name = trl_config.split(":")
+    found = {}
+    for f in dataclasses.fields(getattr(importlib.import_module(module), name)):
+        if f.name in fields and f.default is not dataclasses.MISSING:
+            found[f.name] = f.default
+        elif f.name in fields and f.default_factory is not dataclasses.MISSING:
+            found[f.name] = f.default_factory()
+    return {**found, **{k: v for k, v in _UNSLOTH_OWN_DEFAULTS.items() if k in fields}}
+
+
+def _grpo_config_init_lines(values: dict) -> dict:
+    """The lines unsloth 2026.10.9 writes into UnslothGRPOConfig.__init__ before TRL's __init__ runs, transcribed
+    in their order (unsloth/models/rl.py _patch_trl_rl_trainers_impl: the loss_type / beta sentinels, the
+    dr_grpo / dapo / cispo check, the num_generations batch check, the temperature check; then
+    rl_replacements.py RL_CONFIG_CHANGES["grpo_trainer"]: grpo_config_fix_vllm_top_k. Its
+    grpo_trainer_fix_batch_size adds nothing for TRL 1.15, whose trainer has no "divisible by the number of
+    generations" text). WORLD_SIZE is unset (one process)."""
+    v = dict(values)
+    _unsloth_default_loss_type = v["loss_type"] is None
+    if _unsloth_default_loss_type:
+        v["loss_type"] = "dapo"
+        if v["beta"] is None:
+            print("Unsloth: GRPO now defaults to TRL's loss_type = 'dapo' with beta = 0.0. Set loss_type = 'bnpo', "
+                  "beta = 0.001 for Unsloth's previous default.")
+    if v["beta"] is None:
+        v["beta"] = 0.0 if str(v["loss_type"]).lower() in ("dapo", "dr_grpo") else 0.001
+    if v["loss_type"].lower() == "dr_grpo":
+        if v["scale_rewards"] is None:
+            v["scale_rewards"] = True
+        elif v["scale_rewards"] is True or v["scale_rewards"] == "group":
+            v["scale_rewards"] = False
+    elif v["loss_type"].lower() == "dapo" and not _unsloth_default_loss_type:
+        if v["mask_truncated_completions"] is None:
+            v["mask_truncated_completions"] = True
+        if v["epsilon_high"] is None:
+            v["epsilon_high"] = 0.28
+    elif v["loss_type"].lower() == "cispo":
+        if v["epsilon_high"] is None:
+            v["epsilon_high"] = 5.0
+    if v["mask_truncated_completions"] is None:
+        v["mask_truncated_completions"] = False
+    if v["steps_per_generation"] is None and v["generation_batch_size"] is None:
+        ga, world_size = v["gradient_accumulation_steps"], int(os.environ.get("WORLD_SIZE", "1"))
+        if (ga * world_size * v["per_device_train_batch_size"]) % v["num_generations"] != 0:
+            v["per_device_train_batch_size"] = v["num_generations"]
+    if v["temperature"] <= 0:
+        raise ValueError("Unsloth: Please set a positive non-zero temperature since your results will be wrong.")
+    elif v["temperature"] >= 10:
+        raise ValueError("Unsloth: Please set a positive non-zero temperature less than 10, since sampling will be "
+                         "quite erratic.")
+    if v["use_vllm"] and (v["top_k"] is None or v["top_k"] == 0):
+        v["top_k"] = -1
+    return v
+
+
 class UnslothGRPOConfig(_UnslothRLConfig):
     SNAPSHOT_KEY = "UnslothGRPOConfig"
+    TRL_CONFIG = "trl.trainer.grpo_config:GRPOConfig"
 
 
 class UnslothSFTConfig(_UnslothRLConfig):
     SNAPSHOT_KEY = "UnslothSFTConfig"
+    TRL_CONFIG = "trl.trainer.sft_config:SFTConfig"
+
+
+# The regexes with which unsloth 2026.10.9 takes TRL's ref-adapter block out of the GRPOTrainer source it rebuilds,
+# copied from the wheel: unsloth/models/rl.py _patch_trl_rl_trainers_impl (the `trl_version >= Version("1.4.0")`
+# branch) and patch_functions (add_adapter_block_pattern, "use base model as reference, not SFT/LoRA model").
+UNSLOTH_REF_BLOCK_PATTERNS = (
+    r"\s*elif is_peft_model\(model\) and args\.beta != 0\.0:" r".*?" r"ref_param\.data\.copy_\(param\.data\)",
+    r"([ \t]*)" r"if\s+is_peft_available\(\)\s+and\s+is_peft_model\(model\)\s+and\s+args\.beta\s*!=\s*0\.0\s*:"
+    r"(.*?)" r"ref_param\.data\.copy_\(param\.data\)",
+)
+
+
+def unsloth_grpo_trainer_source() -> str:
+    """The pinned TRL's GRPOTrainer source as Unsloth's patch leaves it (the ref-adapter block removed)."""
+    import re
+
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    source = inspect.getsource(GRPOTrainer)
+    for pattern in UNSLOTH_REF_BLOCK_PATTERNS:
+        source = re.sub(pattern, "\n        # Unsloth: removed\n", source, flags=re.DOTALL)
+    return source
+
+
+def unsloth_trainer_init_reference(model: Any, beta: float) -> None:
+    """The KL-reference part of UnslothGRPOTrainer.__init__: TRL's code less what the patch removed. TRL would
+    add a "ref" adapter to a PEFT model when beta != 0; the patched source keeps that line only if the wheel's
+    regexes miss it (then the FakePeftModel, which has no add_adapter, raises). ref_model stays None on a PEFT model
+    (TRL: `elif is_peft_model(model): self.ref_model = None`), so kl is measured with the adapters disabled."""
+    if beta and getattr(model, "is_peft", False) and 'model.add_adapter("ref"' in unsloth_grpo_trainer_source():
+        model.add_adapter("ref", model.peft_config["default"])
 
 
 def check_trainer_precision(model: Any, args: Any) -> None:

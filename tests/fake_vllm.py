@@ -56,6 +56,8 @@ class SamplingParams:
             raise VLLMValidationError(f"min_p must be in [0, 1], got {self.min_p}.")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise VLLMValidationError(f"max_tokens must be at least 1, got {self.max_tokens}.")
+        if self.prompt_logprobs is not None and self.prompt_logprobs != -1 and self.prompt_logprobs < 0:
+            raise VLLMValidationError(f"prompt_logprobs must be non-negative or -1, got {self.prompt_logprobs}.")
         if self.repetition_penalty <= 0.0:
             raise VLLMValidationError(f"repetition_penalty must be greater than zero, got {self.repetition_penalty}.")
 
@@ -93,6 +95,38 @@ class CompletionOutput:
 class RequestOutput:
     prompt: str
     outputs: list[CompletionOutput]
+    # vllm.outputs.RequestOutput.prompt_logprobs: None unless SamplingParams.prompt_logprobs was set; then None for
+    # the first prompt token and one {token id: Logprob} per later one (vllm/v1/engine/logprobs.py).
+    prompt_logprobs: Optional[list] = None
+
+
+@dataclass
+class Logprob:
+    """vllm.logprobs.Logprob."""
+
+    logprob: float
+    rank: Optional[int] = None
+    decoded_token: Optional[str] = None
+
+
+def fake_prompt_logprob(position: int, token: int, lora_request: Any) -> float:
+    """The fake engine's log-probability of prompt token `token` at `position`, under the adapter it was sent:
+    each load_lora(load_tensors=True) is a new id, so a later request scores differently, as new weights would."""
+    lora_id = getattr(lora_request, "lora_int_id", 0) or 0
+    return -(0.01 * position + 0.001 * token + 0.1 * lora_id)
+
+
+def _prompt_ids(prompt: Any) -> Optional[list[int]]:
+    """A TokensPrompt ({"prompt_token_ids": [...]}, vllm/inputs/llm.py) gives its ids; a text prompt none here."""
+    return list(prompt["prompt_token_ids"]) if isinstance(prompt, dict) else None
+
+
+def _scored_prompt(prompt: Any, params: Any, lora_request: Any) -> Optional[list]:
+    ids = _prompt_ids(prompt)
+    if getattr(params, "prompt_logprobs", None) is None or ids is None:
+        return None
+    return [None] + [{token: Logprob(fake_prompt_logprob(pos, token, lora_request), rank=1)}
+                     for pos, token in enumerate(ids) if pos > 0]
 
 
 def fake_completion(prompt: str) -> str:
@@ -140,7 +174,8 @@ class FakeLLM:
             raise TypeError(f"sampling_params must be SamplingParams, got {type(a['sampling_params']).__name__}")
         prompts = a["prompts"]
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-        return [RequestOutput(p, [CompletionOutput(fake_completion(p), list(fake_completion(p).encode()) + [0])])
+        return [RequestOutput(p, [CompletionOutput(fake_completion(p), list(fake_completion(p).encode()) + [0])],
+                              _scored_prompt(p, a["sampling_params"], a["lora_request"]))
                 for p in prompts]
 
 

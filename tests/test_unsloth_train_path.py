@@ -38,6 +38,8 @@ class RecordingGRPOTrainer:
             # Unsloth's patched _init_vllm (rl_replacements.py replace_llm_block) reuses model.vllm_engine only
             # when it exists; otherwise TRL's own block builds a second vLLM LLM on the same GPU.
             raise RuntimeError("use_vllm=True on a model without vllm_engine: a second vLLM engine would be built")
+        fake_unsloth.unsloth_trainer_init_reference(kwargs["model"], kwargs["args"].beta)  # as the patched __init__
+        self.ref_model = None
         self.model = kwargs["model"]
         self.args = kwargs["args"]
         self.callbacks = list(kwargs.get("callbacks") or [])
@@ -294,3 +296,92 @@ def test_no_vllm_generate_and_export_use_the_saved_adapter(no_vllm_run, capsys, 
     assert export.main(["--lora", str(lora), "--to", "merged16", "--out", str(out), "--backend", "unsloth"]) == 0
     (merge,) = fake.calls_named("model.save_pretrained_merged")
     assert merge.kwargs["save_method"] == "merged_16bit" and (out / "config.json").is_file()
+
+
+def test_the_default_gpu_recipe_records_what_unsloth_changed_as_check_predicted(run_unsloth, capsys):
+    """effective_config.json on the unsloth backend (through the strict double): every field as the trainer got it,
+    the fields Unsloth's config class changed printed one per line, the same lines `--check` predicts."""
+    import yaml
+
+    from pipeline.bootstrap import DEFAULT_GPU_RECIPE
+    from pipeline.trainer.build import check_effective_config
+
+    recipe = yaml.safe_load(DEFAULT_GPU_RECIPE.read_text())
+    kept = {k: v for k, v in recipe.items() if k in PipelineConfig().grpo.__dataclass_fields__
+            and k not in ("output_dir", "max_steps", "optim")}  # optim: adamw_8bit needs bitsandbytes
+    result, fake = run_unsloth(**kept, vllm_sampling_params=None)
+    assert result.status == "completed"
+    record = json.loads((result.output_dir / "effective_config.json").read_text())
+    (init,) = fake.calls_named("GRPOTrainer.__init__")
+    assert set(record["fields"]) == set(init.kwargs["args"].to_dict())  # every field of the config it got
+    printed = [line.split("effective config: ", 1)[1] for line in capsys.readouterr().out.splitlines()
+               if "effective config: " in line]
+    assert printed == record["changed"] and printed
+    by_unsloth = [line for line in printed if "unsloth/models/" in line]  # the config class's, not the device's
+    cfg = PipelineConfig().replace(**{**kept, "model_name_or_path": "tiny-demo", "max_completion_length": "64"})
+    message = check_effective_config(cfg, "unsloth")
+    assert by_unsloth and all(line in message for line in by_unsloth)
+    assert record["fields"]["top_k"]["value"] == -1 and record["fields"]["top_k"]["other_backend"] == 0
+
+
+BASE_REFERENCE = "the base model before any warm-up (adapters disabled)"
+
+
+@pytest.fixture
+def plain_reference_after_warmup(tmp_path):
+    """The plain backend, the same recipe (a format warm-up, then beta > 0): TRL's real GRPOTrainer built on the
+    warmed PeftModel (no GRPO step). Returns the reference it measures kl against, checked on the logits."""
+    import torch
+    from trl.trainer.grpo_trainer import use_adapter
+
+    from pipeline.backends import plain
+    from pipeline.data.prepare import prepare_dataset
+    from pipeline.health.rollback import kl_reference
+    from pipeline.trainer.build import build_trainer
+    from pipeline.trainer.warmup import run_format_warmup
+    from tests.train_helpers import demo_config
+
+    cfg = demo_config(tmp_path / "plain", sft_warmup_steps=2, beta=0.04, sft_learning_rate=0.05)
+    out = Path(cfg.grpo.output_dir)
+    out.mkdir(parents=True)
+    model, tokenizer = plain.load_for_training(cfg)
+    prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
+    model = run_format_warmup(model, tokenizer, cfg, prepared, plain.peft_config(cfg), out, reuse=False)
+    trainer, _ = build_trainer(cfg, plain, model, tokenizer, prepared, None, out)
+    rebuilt, _ = build_trainer(cfg, plain, trainer.model, tokenizer, prepared, None, out, rollbacks_done=1)
+    ids = torch.tensor([tokenizer("What is 7 + 5?")["input_ids"]])
+    base = plain.load_model("tiny-demo", cfg, for_training=False)
+    with torch.no_grad():
+        with use_adapter(rebuilt.model, adapter_name="ref" if "ref" in rebuilt.model.peft_config else None):
+            reference = rebuilt.model(input_ids=ids).logits  # as GRPOTrainer._generate_and_score_completions
+        warmed = rebuilt.model(input_ids=ids).logits
+        assert torch.allclose(reference, base(input_ids=ids).logits, atol=1e-5)  # the base model's
+        assert not torch.allclose(reference, warmed, atol=1e-3)  # not the warmed adapter's
+    assert kl_reference(trainer) == kl_reference(rebuilt)  # a rollback does not move it
+    return kl_reference(rebuilt)
+
+
+def test_one_kl_reference_after_a_warm_up_on_both_backends(plain_reference_after_warmup, run_unsloth, monkeypatch):
+    """The same recipe on the strict double: Unsloth's trainer never gets TRL's "ref" adapter (the double runs the
+    wheel's own regexes over the pinned TRL source), so both measure kl against the base model."""
+    import trl
+
+    class StandInSFTTrainer:  # the warm-up's trainer (the double's SFTConfig binds its fields)
+        def __init__(self, model, args, **kwargs):
+            fake_unsloth.check_trainer_precision(model, args)
+            self.model = model
+
+        def remove_callback(self, callback):
+            pass
+
+        def train(self):
+            pass
+
+    monkeypatch.setattr(trl, "SFTConfig", fake_unsloth.UnslothSFTConfig)
+    monkeypatch.setattr(trl, "SFTTrainer", StandInSFTTrainer)
+    result, fake = run_unsloth(sft_warmup_steps=2, beta=0.04)
+    assert result.status == "completed"
+    (init,) = fake.calls_named("GRPOTrainer.__init__")
+    assert set(init.kwargs["model"].peft_config) == {"default"} and init.kwargs["args"].beta == 0.04
+    unsloth_reference = json.loads((result.output_dir / "effective_config.json").read_text())["kl_reference"]
+    assert unsloth_reference == plain_reference_after_warmup == BASE_REFERENCE

@@ -70,8 +70,19 @@ class Backend(Protocol):
     def grpo_config_kwargs(self, cfg: PipelineConfig, model: Any) -> dict[str, Any]:
         """Backend-specific trl.GRPOConfig keyword arguments (precision, vLLM)."""
 
+    def config_rewrites(self, kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+        """{field: (value, why)}: what this backend's GRPOConfig class does to `kwargs` before TRL's own __init__
+        (a pure function; pipeline/trainer/effective.py records and prints it)."""
+
+    def predicted_config_kwargs(self, cfg: PipelineConfig) -> dict[str, Any]:
+        """grpo_config_kwargs as far as it is known before the model loads (`grpo train --check`)."""
+
     def training_generator(self, model: Any, tokenizer: Any, cfg: PipelineConfig) -> Generator:
         """Generate with the model being trained (eval before/after)."""
+
+    def rollout_engine(self, trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Any:
+        """The separate engine the rollouts come from, as a pipeline.health.rollout.RolloutEngine (scored by the
+        rollout probe), or None when the trained model generates them itself."""
 
     def save_adapter(self, model: Any, tokenizer: Any, directory: Path) -> None:
         """Write the trained adapter and the tokenizer into `directory`."""
@@ -83,6 +94,22 @@ class Backend(Protocol):
                system_prompt: Optional[str] = None) -> None:
         """Merge the adapter into its base (merged16 / merged4 / gguf) and write it into `out_dir`, the tokenizer's
         chat template defaulting to the trained `system_prompt` (pipeline/data/prompts.py carry_system_prompt)."""
+
+def score_with_vllm(generate: Any, prompt_ids: list[int], continuation_ids: list[int], **generate_kwargs: Any
+                    ) -> list[float]:
+    """Per-token log-probabilities of `continuation_ids` after `prompt_ids` from a vLLM `LLM.generate` (Unsloth's
+    model.fast_generate, TRL's colocated LLM.generate): the text goes in as a TokensPrompt and comes back scored
+    through `prompt_logprobs` (vllm.SamplingParams; RequestOutput.prompt_logprobs holds None for the first token,
+    then one {token id: Logprob} per prompt token, the token itself always among them: vllm/v1/engine/logprobs.py).
+    Raw log-probabilities of the model (temperature plays no part in prompt_logprobs)."""
+    from vllm import SamplingParams  # lazy: vLLM is a GPU package
+
+    ids = [*prompt_ids, *continuation_ids]
+    params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=1)
+    (output,) = generate([{"prompt_token_ids": ids}], sampling_params=params, use_tqdm=False, **generate_kwargs)
+    rows = output.prompt_logprobs[len(prompt_ids):]
+    return [float(row[token].logprob) for row, token in zip(rows, continuation_ids)]
+
 
 # What `grpo export --to` accepts; each backend's `export` refuses the ones it cannot do (plain: gguf).
 EXPORT_METHODS = ("merged16", "merged4", "gguf")

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.backends import EXPORT_METHODS, Completion
+from pipeline.backends import EXPORT_METHODS, Completion, score_with_vllm
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 
@@ -146,6 +146,50 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]
     return kwargs
 
 
+def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+    """None: the plain backend trains with TRL's own GRPOConfig, which keeps every keyword it is given
+    (pipeline/trainer/effective.py; Unsloth's is pipeline/backends/unsloth_config.py)."""
+    return {}
+
+
+def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
+    """grpo_config_kwargs as far as it is known before a model loads: all of it (it reads the machine), or nothing
+    where this machine cannot run the plain backend's vLLM mode (colocate needs a GPU)."""
+    try:
+        return grpo_config_kwargs(cfg)
+    except ConfigError:
+        return {}
+
+
+# A rollout engine to plug in, as a callable(trainer) -> RolloutEngine: the tests plug CPU engines in (one that
+# follows the trainer's weights, one that keeps its first ones) to check the rollout-freshness rule end to end.
+plugged_rollout_engine: Optional[Any] = None
+
+
+class TrlVllmEngine:
+    """TRL's colocated vLLM (vllm_mode: colocate), sent the weights as TRL sends them before a rollout
+    (VLLMGeneration.sync_weights), then scored (pipeline.backends.score_with_vllm)."""
+
+    def __init__(self, generation: Any):
+        self.generation = generation
+
+    def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
+        self.generation.sync_weights()
+        return score_with_vllm(self.generation.llm.generate, prompt_ids, continuation_ids)
+
+
+def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optional[Any]:
+    """The engine the rollouts come from when it is not the trained model: a plugged one, TRL's colocated vLLM, or
+    None (transformers generate with the model itself; vllm_mode: server, whose engine lives in another process, is
+    watched through TRL's logged sampling metrics only)."""
+    if plugged_rollout_engine is not None:
+        return plugged_rollout_engine(trainer)
+    generation = getattr(trainer, "vllm_generation", None)
+    if cfg.model.vllm_mode == "colocate" and getattr(generation, "llm", None) is not None:
+        return TrlVllmEngine(generation)
+    return None
+
+
 def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
     """peft's save_pretrained (adapter_config.json + adapter_model.safetensors), plus the tokenizer."""
     model.save_pretrained(str(directory))
@@ -205,8 +249,8 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> Plain
 
 def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> PlainGenerator:
     """Base model + (optionally) the verified adapter via peft's PeftModel.from_pretrained."""
-    tokenizer_source = str(adapter.path) if adapter is not None and (adapter.path / "tokenizer_config.json").is_file() \
-        else base_model
+    has_tokenizer = adapter is not None and (adapter.path / "tokenizer_config.json").is_file()
+    tokenizer_source = str(adapter.path) if has_tokenizer else base_model
     tokenizer = load_tokenizer(tokenizer_source, cfg.model.trust_remote_code, cfg.model.model_source)
     model = load_model(base_model, cfg, for_training=False)
     if adapter is not None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import absolute_path
-from pipeline.backends import EXPORT_METHODS, Completion, mixed_precision
+from pipeline.backends import EXPORT_METHODS, Completion, mixed_precision, score_with_vllm
 from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
     EVAL_SLEEP_LEVEL,
     choose_gpu_memory_utilization,
@@ -32,6 +32,7 @@ from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: caller
     standby_enabled,
 )
 from pipeline.backends.plain import PlainGenerator
+from pipeline.backends.unsloth_config import config_rewrites, predicted_config_kwargs  # noqa: F401 (Backend)
 from pipeline.backends.unsloth_setup import from_pretrained_kwargs, gradient_checkpointing_mode, prepare_environment
 from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_update_SamplingParams
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
@@ -290,6 +291,35 @@ class UnslothGenerator:
     def _sleep(self) -> None:
         # Back to sleep, as the trainer expects (its next sync_weights wakes the engine again).
         self.model.vllm_engine.sleep(EVAL_SLEEP_LEVEL)
+
+
+class UnslothRolloutEngine(UnslothGenerator):
+    """The rollouts' vLLM engine as the rollout probe scores it (pipeline/health/rollout.py): each `score` first
+    sends the trainer's current adapter the way Unsloth's patched trainer does before every rollout
+    (`model.load_lora(<folder>, load_tensors=True)`, rl_replacements.vllm_generation_init_patch), waking the engine
+    in standby as eval does, then scores the probe through fast_generate's prompt_logprobs."""
+
+    def __init__(self, model: Any, tokenizer: Any, folder: Path):
+        super().__init__(model, tokenizer, lora_request=None, wake_engine=True)
+        self.folder = folder
+
+    def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        lora_request = self.model.load_lora(str(self.folder), load_tensors=True)
+        slept = self._wake_if_sleeping()
+        try:
+            return score_with_vllm(self.model.fast_generate, prompt_ids, continuation_ids, lora_request=lora_request)
+        finally:
+            if slept:
+                self._sleep()
+
+
+def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optional[UnslothRolloutEngine]:
+    """With a vLLM engine (serves_with_vllm) the rollouts come from it; without, from the trained model itself."""
+    if not serves_with_vllm(trainer.model, cfg) or getattr(trainer.model, "load_lora", None) is None:
+        return None
+    folder = absolute_path(cfg.grpo.output_dir) / LIVE_LORA_SUBDIR / "probe"
+    return UnslothRolloutEngine(trainer.model, tokenizer, folder)
 
 
 class UnslothTransformersGenerator(PlainGenerator):

@@ -36,10 +36,11 @@ def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
     engine starts and cannot load a larger adapter. The one rank check for training, generate/eval and
     the Unsloth backend.
 
-    >>> check_adapter_rank(64, 32, what="the adapter at /runs/lora", fix="Pass --max_lora_rank 64.")
+    >>> check_adapter_rank(64, 32, what="the adapter at /runs/lora",  # doctest: +ELLIPSIS
+    ...                    fix="Pass --max_lora_rank 64.")
     Traceback (most recent call last):
     ...
-    pipeline.config.fields.ConfigError: config error in `max_lora_rank`: the adapter at /runs/lora has rank r=64, above max_lora_rank=32; vLLM cannot load it. Pass --max_lora_rank 64.
+    pipeline.config.fields.ConfigError: config error in `max_lora_rank`: the adapter at /runs/lora has rank r=64, ...
     """
     if rank > max_lora_rank:
         raise ConfigError(field_name, f"{what} has rank r={rank}, above max_lora_rank={max_lora_rank}; vLLM cannot "
@@ -144,8 +145,8 @@ class ModelArguments:
 class LoraArguments:
     lora_r: int = _help("LoRA rank; the Unsloth GRPO notebooks use 32-64.", default=32)
     lora_alpha: int = _help("LoRA alpha; alpha = r keeps the update scale at 1.", default=32, gt=0)
-    lora_dropout: float = _help("Dropout on the LoRA input; 0 lets Unsloth use its fast LoRA kernels.", default=0.0, ge=0,
-                                 lt=1)
+    lora_dropout: float = _help("Dropout on the LoRA input; 0 lets Unsloth use its fast LoRA kernels.", default=0.0,
+                                ge=0, lt=1)
     lora_target_modules: list[str] = _help("Modules that get LoRA adapters (all attention + MLP).",
                                            default_factory=lambda: list(DEFAULT_TARGET_MODULES))
     lora_modules_to_save: list[str] = _help(
@@ -160,7 +161,8 @@ class LoraArguments:
 class DataArguments:
     dataset_name: str = _help(
         "A hub dataset id (openai/gsm8k), a local .jsonl/.json/.csv/.tsv/.parquet file, a folder of them (splits "
-        "from file names) or of `save_to_disk`, `sample` (bundled 50 problems) or `demo-arithmetic`. docs/own-data.md.",
+        "from file names) or of `save_to_disk`, `sample` (bundled 50 problems) or `demo-arithmetic`. "
+        "docs/own-data.md.",
         default="openai/gsm8k",
     )
     dataset_config: Optional[str] = _help("Hub dataset config (gsm8k: main); local paths ignore it.", default="main")
@@ -177,8 +179,8 @@ class DataArguments:
         "Keep rows whose answer the correctness reward cannot read as one final answer (they teach nothing "
         "with it); false rejects them as unscorable_answer. true for a reward of your own that reads them.",
         default=False)
-    system_prompt: str = _help("System message the model is trained (and exported) with; the built-in one asks for the "
-                               "notebook's <reasoning>/<answer> format.",
+    system_prompt: str = _help("System message the model is trained (and exported) with; the built-in one asks for "
+                               "the notebook's <reasoning>/<answer> format.",
                                default=DEFAULT_SYSTEM_PROMPT)
     max_prompt_length: str = _help(
         "Token limit for prompts, or `auto` (longest kept prompt rounded up to 16). TRL no longer filters.",
@@ -212,7 +214,9 @@ class GRPOArguments:
                            default=250, ge=-1, trl=True)
     num_train_epochs: float = _help("Used only when max_steps = -1.", default=1.0, gt=0, trl=True)
     beta: float = _help(
-        "KL coefficient. 0 (TRL default) loads no reference model; > 0 adds a 'ref' adapter copy and logs `kl`.",
+        "KL coefficient. 0 (TRL default) loads no reference model; > 0 logs `kl`, measured against the base model as "
+        "loaded (adapters disabled, as Unsloth's trainer does), also after a format warm-up (sft_warmup_steps): kl "
+        "then counts the warm-up's distance too, on both backends.",
         default=0.0, trl=True,
     )
     loss_type: str = _help(
@@ -296,7 +300,8 @@ class GenerationArguments:
 
 @dataclass
 class HealthArguments:
-    garbled_threshold: float = _help("Stop/warn when this share of completions is garbled ...", default=0.3, ge=0, le=1)
+    garbled_threshold: float = _help("Stop/warn when this share of completions is garbled ...", default=0.3, ge=0,
+                                     le=1)
     garbled_window: int = _help("... averaged over this many logged steps.", default=3, ge=1)
     garbled_action: str = _help("warn | stop.", default="stop", choices=("warn", "stop"))
     repetition_threshold: float = _help("Warn/stop when the mean n-gram repetition rate exceeds this.",
@@ -318,6 +323,16 @@ class HealthArguments:
         "With eval_steps: act when the training reward rose while held-out accuracy fell (by more than chance) "
         "over this many evals (reward hacking) ...", default=3, ge=2)
     hacking_action: str = _help("... warn | stop.", default="warn", choices=("warn", "stop"))
+    stale_rollout_action: str = _help(
+        "warn | stop. When rollouts come from a separate engine (vLLM), act when they look sampled from older "
+        "weights than the trainer's: TRL's sampling/sampling_logp_difference or importance_sampling_ratio stays "
+        "off for several logged steps, or the rollout probe finds the engine on an older step's weights "
+        "(pipeline/health/rollout.py; thresholds and their reasons in pipeline/health/rules.py). Not stop: "
+        "the thresholds are not yet measured on a GPU run.", default="warn", choices=("warn", "stop"))
+    rollout_probe_steps: int = _help(
+        "Every N steps score a fixed prompt + continuation with the trainer's model and with the rollout engine "
+        "(logs health/rollout_logp_gap and health/rollout_weights_step); on only where the rollouts come from a "
+        "separate engine (Unsloth's vLLM, TRL's use_vllm); 0 = off.", default=10, ge=0)
     on_collapse: str = _help(
         "stop | rollback. What a NaN/inf or kl_ceiling stop does: stop, or restore the newest checkpoint saved "
         "before it, scale the learning rate by rollback_lr_factor and train on.", default="stop",

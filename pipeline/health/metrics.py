@@ -36,6 +36,10 @@ REPETITION_RATE = "health/repetition_rate"
 COMPLETION_LENGTH = "health/completion_length"
 NO_ANSWER_RATE = "health/no_answer_rate"
 BETA = "health/beta"
+# The rollout probe (pipeline/health/rollout.py): the engine-versus-trainer log-prob gap on a fixed text, and the
+# step whose weights the engine holds.
+ROLLOUT_LOGP_GAP = "health/rollout_logp_gap"
+ROLLOUT_WEIGHTS_STEP = "health/rollout_weights_step"
 # Held-out evaluation during training (eval_steps; pipeline/trainer/periodic_eval.py), read by the plots and
 # the reward-hacking rule.
 EVAL_ACCURACY = "eval/accuracy"
@@ -118,8 +122,10 @@ def incomplete_utf8_share(completion_ids: Iterable[Sequence[int]], incomplete_id
 def has_answer(text: str) -> bool:
     """True when the completion has a non-empty <answer> block (the rewards' own parser decides).
 
-    >>> has_answer("<reasoning>r</reasoning>\\n<answer>\\n7\\n</answer>"), has_answer("7"), has_answer("<answer></answer>")
-    (True, False, False)
+    >>> has_answer("<reasoning>r</reasoning>\\n<answer>\\n7\\n</answer>")
+    True
+    >>> has_answer("7"), has_answer("<answer></answer>")
+    (False, False)
     """
     return extract_xml_answer(text) != ""
 

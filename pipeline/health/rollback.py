@@ -14,7 +14,7 @@ The pieces, each small:
   restored optimizer's and scheduler's learning rate by `rollback_lr_factor ** rollbacks` (a checkpoint's
   optimizer.pt and scheduler.pt carry the old rate, so the rebuilt config's rate alone would be overwritten).
 - `rollback_record(...)`: what metrics.jsonl (an `"event": "rollback"` line) and summary.json keep of each.
-- `kept_reference(model, beta)`: the rebuilt trainer measures kl against the same reference as the first one.
+- `base_model_reference(model)`: every trainer, the rebuilt one too, measures kl against the base model.
 """
 
 from __future__ import annotations
@@ -74,35 +74,40 @@ def rollback_record(number: int, rule: str, from_step: int, checkpoint: Path, to
 
 
 @contextlib.contextmanager
-def kept_reference(model: Any, beta: float) -> Iterator[None]:
-    """Around building the trainer again after a rollback: keep the reference the first trainer measured kl against.
+def base_model_reference(model: Any) -> Iterator[None]:
+    """Around building the trainer (the first time and again after a rollback): kl is measured against the base model
+    as loaded, before any format warm-up (adapters disabled), on both backends.
 
-    Handed a PeftModel with beta != 0, trl.GRPOTrainer.__init__ adds a "ref" adapter copied from the current
-    "default" one. The first trainer got either a plain model and a peft_config (no "ref" adapter: kl is measured
-    against the base model, adapters disabled) or the warm-up's PeftModel (a "ref" copy of the warmed adapter).
-    Rebuilt on the live, collapsed model, TRL would copy the COLLAPSED weights as the reference (kl then measures
-    the distance from the collapse), or, with a "ref" already there, raise "Adapter with name 'ref' already
-    exists". So: set an existing reference's weights aside, let TRL build, then put them back, or drop the
-    reference TRL added where the first trainer had none.
+    That is the reference Unsloth's patched trainer measures against: it comments out TRL's ref-adapter block
+    (unsloth/models/rl.py: `_patch_trl_rl_trainers_impl`, its TRL >= 1.4 branch, and `patch_functions`, "use base
+    model as reference, not SFT/LoRA model"), so TRL's GRPOTrainer._generate_and_score_completions falls back to
+    `use_adapter(model, adapter_name=None)`, the adapters disabled. TRL's own trainer, handed a PeftModel with
+    beta != 0 (the warm-up's, or the live model after a rollback), instead adds a "ref" adapter copied from the
+    current one in __init__ (`model.add_adapter("ref", default_config)`): the warmed or, after a rollback, the
+    collapsed adapter. So any "ref" adapter goes before TRL builds (TRL would raise "Adapter with name 'ref'
+    already exists") and the one TRL adds goes after: one reference, which neither a warm-up nor a rollback moves,
+    and checkpoints hold no ref/ adapter. Without a warm-up nothing changes: TRL gets a peft_config, adds no "ref",
+    and the fresh adapter starts at the base model. A no-op for a model without adapters (Unsloth's double).
     """
-    configs = getattr(model, "peft_config", None)
-    if not beta or not isinstance(configs, dict):
-        yield
-        return
-    marker = f".{REFERENCE_ADAPTER}."
-    kept = None
-    if REFERENCE_ADAPTER in configs:
-        kept = {name: param.detach().clone() for name, param in model.named_parameters() if marker in name}
-        model.delete_adapter(REFERENCE_ADAPTER)
+    _drop_reference_adapter(model)
     yield
-    if REFERENCE_ADAPTER not in model.peft_config:
-        return
-    if kept is None:
-        model.delete_adapter(REFERENCE_ADAPTER)
-        return
-    import torch
+    _drop_reference_adapter(model)
 
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if marker in name:
-                param.copy_(kept[name])
+
+def _drop_reference_adapter(model: Any) -> None:
+    configs = getattr(model, "peft_config", None)
+    if isinstance(configs, dict) and REFERENCE_ADAPTER in configs:
+        model.delete_adapter(REFERENCE_ADAPTER)
+
+
+def kl_reference(trainer: Any) -> str:
+    """Which reference a built GRPOTrainer measures kl against, decided as TRL 1.15's
+    GRPOTrainer._generate_and_score_completions decides it (the Unsloth double models the same attributes)."""
+    if not getattr(trainer, "beta", 0.0):
+        return "none (beta 0)"
+    if getattr(trainer, "ref_model", None) is not None:
+        return "a separate reference model"
+    configs = getattr(trainer.model, "peft_config", None)
+    if isinstance(configs, dict) and REFERENCE_ADAPTER in configs:
+        return f"the {REFERENCE_ADAPTER!r} adapter (a copy of the adapter the trainer was given)"
+    return "the base model before any warm-up (adapters disabled)"

@@ -19,13 +19,18 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
    - reward hacking (with eval_steps): over the last `hacking_window` evals the training reward (its mean
      between evals) rose while held-out accuracy fell by more than chance (accuracy_noise) and never rose:
      `hacking_action` (warn by default);
+   - rollouts from stale weights (when a separate engine samples them; pipeline/health/rollout.py): TRL's
+     sampling/sampling_logp_difference/mean or |log importance_sampling_ratio/mean| above STALE_LOGP_GAP on
+     each of the last STALE_ROLLOUT_WINDOW logged steps, or the rollout probe finding the engine on an older
+     step's weights: `stale_rollout_action` (warn by default), naming the metric, the likely causes and the fix;
    - `adaptive_beta`: after each logged kl, move the trainer's beta toward `kl_target`
      (x1.5 when kl > 1.5 x target, /1.5 when kl < target / 1.5, clipped to
      [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
 
    - `on_collapse: rollback`: a NaN/inf or kl_ceiling stop becomes a rollback while `rollbacks_left` > 0 and a
-     checkpoint older than every weight the failing log measured exists (pipeline/health/rollback.py): `rollback_to` is set and
-     the loop stops without saving the broken state; pipeline/train.py resumes from it at a lower rate.
+     checkpoint older than every weight the failing log measured exists (pipeline/health/rollback.py):
+     `rollback_to` is set and the loop stops without saving the broken state; pipeline/train.py resumes from it
+     at a lower rate.
 
    A stop sets `control.should_save` and `control.should_training_stop`. transformers 5.17
    runs on_log inside `Trainer._maybe_log_save_evaluate` (its `self.log(logs, start_time)`)
@@ -62,10 +67,13 @@ from pipeline.health.metrics import (
     EVAL_N,
     GARBLED_RATE,
     REPETITION_RATE,
+    ROLLOUT_LOGP_GAP,
+    ROLLOUT_WEIGHTS_STEP,
     incomplete_utf8_token_ids,
 )
 from pipeline.health.observer import HealthState, make_observer
 from pipeline.health.rollback import COLLAPSE_RULES, healthy_checkpoint
+from pipeline.health.rollout import IMPORTANCE_SAMPLING_RATIO, SAMPLING_LOGP_DIFFERENCE, RolloutProbe
 from pipeline.health.signal import FLAT_GROUP_SHARE, no_signal_causes
 
 logger = logging.getLogger(__name__)
@@ -78,6 +86,23 @@ HEALTH_TRAINING_ARGS: dict[str, Any] = {"logging_nan_inf_filter": False}
 # Keys whose NaN/inf always stops the run. kl joins loss and grad_norm: a NaN kl means NaN
 # policy log-probabilities even when the clipped loss still looks finite.
 NON_FINITE_KEYS = ("loss", "grad_norm", "kl")
+
+# Stale rollouts, passive part: TRL's per-token |trainer - sampler| log-prob gap (sampling_logp_difference/mean; for
+# the importance-sampling ratio, |log ratio|). A healthy vLLM engine shows about 0.015 and one that woke from sleep
+# with old weights 0.201 (TRL #5312); 0.1 sits between them, above bf16 kernel noise, below a stale engine's gap.
+STALE_LOGP_GAP = 0.1
+# ... on each of this many consecutive logged steps: one noisy batch (a rare token scored far apart) must not fire.
+STALE_ROLLOUT_WINDOW = 3
+# Active part (the probe): an engine is on older weights when its probe scores are nearest an older step's AND
+# farther than this from the current adapter's. Half the passive threshold: the probe is a fixed, teacher-forced
+# text (no sampling noise), so a correct engine's gap is kernel and dtype noise only (~0.015 in bf16, 0 on CPU).
+ROLLOUT_GAP_FLOOR = 0.05
+STALE_CAUSES = ("likely causes: the adapter is not synced to the rollout engine (LoRA updates never reach vLLM), the "
+                "engine woke from sleep with old weights (standby / sleep mode), or a dtype or quantisation mismatch "
+                "between the trainer and the engine. Fix: check that every rollout sends the current adapter "
+                "(Unsloth: model.load_lora(..., load_tensors=True) before fast_generate), try vllm_standby: false, "
+                "and give the trainer and the engine the same dtype; health/rollout_logp_gap "
+                "(rollout_probe_steps) tells a stale engine (it matches an older step) from a numeric mismatch")
 
 # Adaptive beta: multiplicative controller with a dead band, like the adaptive KL controller of
 # Ziegler et al. (2019) but step-wise; a factor of 1.5 moves beta 10x in about 6 logged steps.
@@ -128,16 +153,17 @@ class HealthCallback(TrainerCallback):
     """Stops or adjusts a GRPO run from its logged metrics (see the module docstring for the rules).
 
     After training: `stop_reason` (a sentence, or None), `stop_rule` (non_finite | garbled |
-    kl | repetition | flat_reward | hacking, or None), `stop_step`, `warnings` (every warning printed), `beta` (the
-    last beta set), and `summary()` for the driver's summary.json.
+    kl | repetition | flat_reward | hacking | stale_rollout, or None), `stop_step`, `warnings` (every warning
+    printed), `beta` (the last beta set), and `summary()` for the driver's summary.json.
 
     >>> from transformers import TrainerControl, TrainerState
     >>> callback = HealthCallback(HealthArguments(), beta=0.0)
     >>> control = callback.on_log(None, TrainerState(global_step=7), TrainerControl(), logs={"loss": float("nan")})
     >>> control.should_training_stop, control.should_save
     (True, True)
-    >>> callback.stop_reason
-    'Stopped at step 7: loss is nan (NaN/inf in loss, grad_norm or kl always stops the run; the checkpoint of this step is kept for inspection).'
+    >>> print(callback.stop_reason.replace("; ", ";\\n"))
+    Stopped at step 7: loss is nan (NaN/inf in loss, grad_norm or kl always stops the run;
+    the checkpoint of this step is kept for inspection).
     """
 
     def __init__(
@@ -171,6 +197,8 @@ class HealthCallback(TrainerCallback):
         self.rollback_to: Path | None = None
         self._args: Any = None
         self._last_warned: dict[str, int] = {}
+        self._stale_window: deque[tuple[str, float]] = deque(maxlen=STALE_ROLLOUT_WINDOW)
+        self.rollout_probe: RolloutProbe | None = None  # set by pipeline/trainer/build.py when an engine is separate
 
     def attach(self, trainer: Any) -> HealthCallback:
         """Give the callback the trainer whose `beta` it reads and (with adaptive_beta) sets."""
@@ -193,6 +221,8 @@ class HealthCallback(TrainerCallback):
             # so a driver that forgot the kwarg still gets the NaN stop.
             args.logging_nan_inf_filter = False
             logger.info("health: set logging_nan_inf_filter=False so NaN/inf losses reach the NaN stop rule")
+        if self.rollout_probe is not None and self.trainer is not None:  # the starting weights, to recognise later
+            self.rollout_probe.remember(self.trainer.model, int(state.global_step))
         return control
 
     def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -205,6 +235,8 @@ class HealthCallback(TrainerCallback):
             return control
         step = int(state.global_step)
         self._args = args  # where checkpoints are (output_dir) and how many steps a log covers, for a rollback
+        if self.rollout_probe is not None and self.trainer is not None and self.rollout_probe.due(step):
+            logs.update(self.rollout_probe.measure(self.trainer.model, step))
 
         self._check_non_finite(logs, step, control)
         if self.stop_reason is None:
@@ -217,6 +249,8 @@ class HealthCallback(TrainerCallback):
             self._check_flat_reward(logs, step, control)
         if self.stop_reason is None:
             self._check_hacking(logs, step, control)
+        if self.stop_reason is None:
+            self._check_stale_rollout(logs, step, control)
         if self.stop_reason is None and self.settings.adaptive_beta:
             self._adapt_beta(logs, step)
         if self.current_beta() > 0:
@@ -310,6 +344,32 @@ class HealthCallback(TrainerCallback):
                       f"(steps {', '.join(map(str, steps))}): the policy may be gaming the rewards (reward "
                       "hacking). Look at its completions (log_completions: true) and tighten the rewards; "
                       "best_lora/ keeps the adapter of the best held-out accuracy")
+
+    def _check_stale_rollout(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+        gaps = [(key, abs(value) if key == SAMPLING_LOGP_DIFFERENCE else abs(math.log(value)), value)
+                for key in (SAMPLING_LOGP_DIFFERENCE, IMPORTANCE_SAMPLING_RATIO)
+                if (value := _number(logs.get(key))) is not None and math.isfinite(value)
+                and (key == SAMPLING_LOGP_DIFFERENCE or value > 0)]
+        if gaps:
+            key, gap, value = max(gaps, key=lambda g: g[1])
+            self._stale_window.append((key, value) if gap > STALE_LOGP_GAP else ("", value))
+            if len(self._stale_window) == STALE_ROLLOUT_WINDOW and all(k for k, _ in self._stale_window):
+                self._act("stale_rollout", self.settings.stale_rollout_action, step, control,
+                          f"rollouts may be sampled from stale weights: TRL's {key} was "
+                          f"{', '.join(f'{v:.3g}' for _, v in self._stale_window)} on the last "
+                          f"{STALE_ROLLOUT_WINDOW} logged steps, a per-token log-prob gap above {STALE_LOGP_GAP} "
+                          f"between the trainer and the rollout engine (a healthy engine shows about 0.015); "
+                          + STALE_CAUSES)
+                return
+        gap, held = _number(logs.get(ROLLOUT_LOGP_GAP)), _number(logs.get(ROLLOUT_WEIGHTS_STEP))
+        if gap is None or held is None or not math.isfinite(held):
+            return
+        if held < step and gap > ROLLOUT_GAP_FLOOR:
+            self._act("stale_rollout", self.settings.stale_rollout_action, step, control,
+                      f"the rollout engine holds step {int(held)}'s weights at step {step}: on the fixed probe its "
+                      f"log-probabilities are nearest the trainer's at step {int(held)} and {gap:.3g} per token "
+                      f"from the current adapter ({ROLLOUT_LOGP_GAP}, above {ROLLOUT_GAP_FLOOR}), so the rollouts "
+                      "come from an older policy than the one being trained; " + STALE_CAUSES)
 
     def _adapt_beta(self, logs: dict[str, Any], step: int) -> None:
         kl = _number(logs.get("kl"))

@@ -433,8 +433,10 @@ def load_every_adapter(trainer) -> None:
     """Make a checkpoint load restore the trained adapter also when the checkpoint holds more than one.
 
     peft's save_pretrained writes the "default" adapter at the checkpoint's top level and any other in a
-    sub-folder; TRL's GRPOTrainer adds a frozen "ref" adapter (beta != 0 on a model that is already a PeftModel:
-    after the format warm-up, and always on the Unsloth path), so such checkpoints have `ref/`. transformers 5.17
+    sub-folder. TRL's GRPOTrainer adds a frozen "ref" adapter when handed a PeftModel with beta != 0 (after the
+    format warm-up); the pipeline removes it (pipeline/health/rollback.py base_model_reference: kl is measured
+    against the base model on both backends, and Unsloth's patched trainer never adds it), so only checkpoints of
+    runs from before that, or of a caller's own extra adapter, have a sub-folder such as `ref/`. transformers 5.17
     `Trainer._load_from_checkpoint` then loads only the sub-folders' adapters: the trained "default" weights are
     never restored, and a resumed run, a rollback or the final save of a finished run silently carries on from
     the weights in memory (the warm-up's, in a new process). Here the top-level adapter is loaded into the active

@@ -7,7 +7,6 @@ Import this only after the backend's `prepare_environment` ran: with Unsloth, `t
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 from dataclasses import dataclass
@@ -15,7 +14,9 @@ from pathlib import Path
 from typing import Optional
 
 from pipeline.backends import on_cpu
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, trl_training_args
+from pipeline.health.rollout import build_probe
+from pipeline.trainer.effective import predicted_changes, write_effective_config
 
 
 def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft_config, output_dir: Path,
@@ -30,7 +31,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
 
-    from pipeline.health.rollback import LrScaleCallback, kept_reference
+    from pipeline.health.rollback import LrScaleCallback, base_model_reference
     from pipeline.health.rules import build_health
     from pipeline.run.checkpoints import (
         file_mode_callback,
@@ -56,8 +57,8 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     reward_funcs = [guard_reward(func, hold=latch.hold) for func in reward_funcs]
 
     args = grpo_training_args(cfg, backend, model, prepared, output_dir, weights)
-    # Rebuilt after a rollback, on the live model: kl against the first trainer's reference, not the collapse's.
-    with kept_reference(model, g.beta) if rollbacks_done else contextlib.nullcontext():
+    # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
+    with base_model_reference(model):
         trainer = trl.GRPOTrainer(
             model=model,
             reward_funcs=reward_funcs,
@@ -76,6 +77,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     for default_printer in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(default_printer)
     health.attach(trainer)
+    health.rollout_probe = build_probe(backend, trainer, tokenizer, cfg)  # None without a separate rollout engine
     card = ModelCard(cfg.model.model_name_or_path, cfg.data.dataset_name)
     # An instance attribute, not a subclass: trl.GRPOTrainer is whatever class the backend left there
     # (Unsloth's patched one), known only now. TRL calls self.create_model_card at every checkpoint.
@@ -86,6 +88,16 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     load_every_adapter(trainer)  # a checkpoint with a ref/ adapter restores its trained one too
     follow_the_rebuilt_schedule(trainer)  # a resume with a larger max_steps trains at the new schedule's rate
     return trainer, health
+
+
+def record_effective_config(trainer, cfg: PipelineConfig, backend, model, prepared, output_dir: Path) -> list[str]:
+    """effective_config.json from the built trainer's args (pipeline/trainer/effective.py); the changed-field lines.
+    The kwargs are worked out again as grpo_training_args did (the same pure steps), so that the record says what
+    was passed beside what ran."""
+    weights = list(trainer.args.reward_weights or [])
+    decided = run_decided_args(cfg, backend, model, prepared.max_completion_length, output_dir, weights)
+    passed = {**trl_training_args(cfg), **decided}
+    return write_effective_config(output_dir, cfg, backend, trainer, passed, backend.grpo_config_kwargs(cfg, model))
 
 
 def allow_steps_without_gradient(trainer) -> None:
@@ -211,18 +223,34 @@ def check_grpo_config(cfg: PipelineConfig, backend_name: str) -> str:
     loads. The backend's device settings need the loaded model on Unsloth, so there they are checked by the run."""
     import tempfile
 
+    with tempfile.TemporaryDirectory() as scratch:
+        build_grpo_config(cfg, _model_free_decided(cfg, backend_name, Path(scratch)))
+    named = ", ".join(f"{k}={v!r}" for k, v in cfg.trl.items())
+    return f"trl.GRPOConfig accepts it{f' (TRL options: {named})' if named else ''}"
+
+
+def check_effective_config(cfg: PipelineConfig, backend_name: str) -> str:
+    """`--check`'s `effective_config` step: the fields the backend will change, the lines `grpo train` prints when
+    it writes effective_config.json (pipeline/trainer/effective.py predicted_changes), before anything loads."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        changes = predicted_changes(cfg, backend_name, _model_free_decided(cfg, backend_name, Path(scratch)))
+    if not changes:
+        return f"the {backend_name} backend changes no GRPOConfig field"
+    return f"the {backend_name} backend changes {len(changes)} GRPOConfig field(s): " + "; ".join(changes)
+
+
+def _model_free_decided(cfg: PipelineConfig, backend_name: str, scratch: Path) -> dict:
+    """run_decided_args as far as it is known before the model loads (the data's limit, the reward weights)."""
     from pipeline.backends import load_backend
     from pipeline.config import parse_limit
     from rewards import check_reward_weights
 
     limit = parse_limit(cfg.data.max_completion_length, "max_completion_length")
     weights = [*check_reward_weights(list(cfg.grpo.reward_funcs), cfg.grpo.reward_weights), 0.0]
-    with tempfile.TemporaryDirectory() as scratch:
-        decided = run_decided_args(cfg, _ModelFreeSettings(load_backend(backend_name), backend_name), None,
-                                   limit or 256, Path(scratch), weights)
-        build_grpo_config(cfg, decided)
-    named = ", ".join(f"{k}={v!r}" for k, v in cfg.trl.items())
-    return f"trl.GRPOConfig accepts it{f' (TRL options: {named})' if named else ''}"
+    return run_decided_args(cfg, _ModelFreeSettings(load_backend(backend_name), backend_name), None, limit or 256,
+                            scratch, weights)
 
 
 @dataclass(frozen=True)

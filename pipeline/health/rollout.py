@@ -1,0 +1,137 @@
+"""Rollout freshness: is the engine that samples the rollouts sampling from the weights being trained?
+
+When rollouts come from a separate engine (Unsloth's vLLM with fast_inference, TRL's use_vllm), the adapter is sent
+to it again before each rollout (Unsloth: `model.load_lora(..., load_tensors=True)`). If that sync silently fails
+(the LoRA never reaches vLLM, a sleep/wake restores old weights, a race), the loss still moves while the rollouts
+come from an older policy, and nothing says so. Two measures, read by the `stale_rollout` rule in
+pipeline/health/rules.py:
+
+- passive: TRL's own trainer-versus-sampler metrics, when it logs them (`sampling/sampling_logp_difference/mean`,
+  `sampling/importance_sampling_ratio/mean`; TRL 1.15 GRPOTrainer._generate_and_score_completions logs them with
+  vllm_importance_sampling_correction; Unsloth's patched trainer logs the same keys, rl_replacements.py
+  grpo_trainer_compute_loss), checked at every logged step;
+- active: `RolloutProbe`, every `rollout_probe_steps` steps: a fixed prompt and continuation, scored with the
+  current adapter by the trainer's model and by the engine (the backend's `rollout_engine`, sent the adapter the
+  way the rollouts send it). It logs `health/rollout_logp_gap` (the mean per-token gap now) and
+  `health/rollout_weights_step` (the step whose trainer scores the engine's match best).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import OrderedDict
+from typing import Any, Protocol
+
+from pipeline.health.metrics import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
+# TRL's keys (GRPOTrainer._generate_and_score_completions, trl 1.15): the per-token |trainer - sampler| log-prob
+# gap over completion tokens, and the importance-sampling ratio exp(trainer - sampler).
+SAMPLING_LOGP_DIFFERENCE = "sampling/sampling_logp_difference/mean"
+IMPORTANCE_SAMPLING_RATIO = "sampling/importance_sampling_ratio/mean"
+
+# The fixed probe: a short arithmetic exchange in the answer format the rewards expect. Any fixed text works (it is
+# scored, never generated); it is short so that two forward passes cost little beside a step (bench/rollout_probe.py).
+PROBE_PROMPT = "Q: 7 + 5?\nA:"
+PROBE_CONTINUATION = " <answer>12</answer>"
+UNSLOTH_HIDDEN_STATES = "UNSLOTH_RETURN_HIDDEN_STATES"
+# Probe scores kept, newest last, to name the step an engine is on (the initial weights are always kept).
+PROBE_HISTORY = 16
+
+
+class RolloutEngine(Protocol):
+    """What a backend's `rollout_engine` returns: the separate engine the rollouts come from."""
+
+    def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
+        """Per-token log-probabilities (temperature 1, no sampling settings) of `continuation_ids` after
+        `prompt_ids`, under the weights the engine holds once the trainer's current adapter has been sent to it
+        the way the rollouts send it."""
+
+
+def has_dropout(model: Any) -> bool:
+    """Whether any module of `model` drops out in training mode (LoRA's lora_dropout, a model's own dropout)."""
+    config = getattr(model, "config", None)
+    return (getattr(config, "attention_dropout", 0) or 0) > 0 or any(
+        type(m).__name__.startswith("Dropout") and getattr(m, "p", 0) > 0 for m in model.modules())
+
+
+def trainer_logprobs(model: Any, prompt_ids: list[int], continuation_ids: list[int], dropout: bool = True
+                     ) -> list[float]:
+    """The same log-probabilities from the trainer's model (its current adapter), without dropout: in eval mode
+    when the model has any (`dropout`; switching modes walks every module, half the probe's cost on the demo)."""
+    import torch  # lazy: the health rules import without torch
+
+    ids = torch.tensor([list(prompt_ids) + list(continuation_ids)], device=model.device)
+    was_training = model.training
+    # Unsloth's GRPO forward hands back hidden states as `.logits` while UNSLOTH_RETURN_HIDDEN_STATES is "1"
+    # (rl_replacements.py grpo_trainer__get_per_token_logps_and_entropies sets it around its own forwards); the
+    # probe needs the logits, so it is "0" for this forward and put back after.
+    hidden_states = os.environ.get(UNSLOTH_HIDDEN_STATES)
+    os.environ[UNSLOTH_HIDDEN_STATES] = "0"
+    if dropout:
+        model.eval()
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1].float()
+    finally:
+        if dropout:
+            model.train(was_training)
+        if hidden_states is None:
+            os.environ.pop(UNSLOTH_HIDDEN_STATES, None)
+        else:
+            os.environ[UNSLOTH_HIDDEN_STATES] = hidden_states
+    chosen = torch.tensor(continuation_ids, device=logits.device)
+    return torch.log_softmax(logits, dim=-1).gather(-1, chosen[:, None])[:, 0].tolist()
+
+
+def mean_gap(a: list[float], b: list[float]) -> float:
+    """Mean per-token |a - b|, the measure of TRL's sampling_logp_difference/mean.
+
+    >>> mean_gap([-1.0, -2.0], [-1.5, -2.0])
+    0.25
+    """
+    return sum(abs(x - y) for x, y in zip(a, b)) / max(1, len(a))
+
+
+class RolloutProbe:
+    """The active part: score the probe with the trainer's model and with the engine, and say which step the engine
+    holds. `measure(model, step)` returns the two health metrics for the step's log."""
+
+    def __init__(self, engine: RolloutEngine, tokenizer: Any, every_steps: int):
+        self.engine = engine
+        self.every_steps = int(every_steps)
+        self.prompt_ids = tokenizer(PROBE_PROMPT, add_special_tokens=False)["input_ids"]
+        self.continuation_ids = tokenizer(PROBE_CONTINUATION, add_special_tokens=False)["input_ids"]
+        self.history: OrderedDict[int, list[float]] = OrderedDict()  # step -> the trainer's probe scores
+        self._dropout: bool | None = None  # whether the trainer's model has dropout (looked up once)
+
+    def due(self, step: int) -> bool:
+        return self.every_steps > 0 and step % self.every_steps == 0
+
+    def remember(self, model: Any, step: int) -> list[float]:
+        """The trainer's scores at `step` (the weights after that many updates), kept to recognise them later."""
+        if self._dropout is None:
+            self._dropout = has_dropout(model)
+        scores = trainer_logprobs(model, self.prompt_ids, self.continuation_ids, dropout=self._dropout)
+        self.history[step] = scores
+        while len(self.history) > PROBE_HISTORY:  # the oldest but the first (initial weights) goes
+            del self.history[list(self.history)[1]]
+        return scores
+
+    def measure(self, model: Any, step: int) -> dict[str, float]:
+        """{rollout_logp_gap, rollout_weights_step} at `step`: the engine's scores against the trainer's now, and
+        the kept step whose trainer scores are nearest the engine's (the current one on a tie)."""
+        now = self.remember(model, step)
+        engine = self.engine.score(self.prompt_ids, self.continuation_ids)
+        if not all(math.isfinite(x) for x in engine):
+            return {ROLLOUT_LOGP_GAP: float("nan"), ROLLOUT_WEIGHTS_STEP: float("nan")}
+        gaps = {kept: mean_gap(engine, scores) for kept, scores in self.history.items()}
+        nearest = min(gaps, key=lambda kept: (gaps[kept], -kept))
+        return {ROLLOUT_LOGP_GAP: mean_gap(engine, now), ROLLOUT_WEIGHTS_STEP: float(nearest)}
+
+
+def build_probe(backend: Any, trainer: Any, tokenizer: Any, cfg: Any) -> RolloutProbe | None:
+    """The run's probe: on whenever the backend reports a separate rollout engine and rollout_probe_steps > 0."""
+    if cfg.health.rollout_probe_steps <= 0:
+        return None
+    engine = backend.rollout_engine(trainer, tokenizer, cfg)
+    return None if engine is None else RolloutProbe(engine, tokenizer, cfg.health.rollout_probe_steps)

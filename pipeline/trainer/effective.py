@@ -1,0 +1,142 @@
+"""The algorithm that ran: every trl.GRPOConfig field as the trainer ran it, in the run folder's effective_config.json.
+
+A recipe is not what trains. The backend adds its device and vLLM settings (`grpo_config_kwargs`), and Unsloth's
+generated UnslothGRPOConfig replaces TRL's defaults and resolves some fields itself
+(pipeline/backends/unsloth_config.py). After the trainer is built, `write_effective_config` reads every field back
+from `trainer.args` and marks each one where it differs from the recipe, from TRL's default, or from what the
+other backend would run; `grpo train` prints one line per field a backend changed. `predicted_changes` gives the
+same lines from pure functions, before anything loads (`grpo train --check`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from env.paths import atomic_write_json
+from pipeline.backends import load_backend
+from pipeline.config import PipelineConfig, trl_training_args
+from pipeline.config.trl_fields import BACKEND_DECIDED, grpo_config_class
+
+EFFECTIVE_CONFIG_NAME = "effective_config.json"
+OTHER_BACKEND = {"plain": "unsloth", "unsloth": "plain"}
+
+
+def trl_defaults() -> dict[str, Any]:
+    """TRL's own GRPOConfig defaults (the dataclass's, before its __post_init__), for every init field."""
+    cls = next((c for c in grpo_config_class().__mro__  # TRL's class, also where Unsloth's subclass stands
+                if c.__name__ == "GRPOConfig" and c.__module__.startswith("trl.")), grpo_config_class())
+    defaults: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.init and f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.init and f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    return defaults
+
+
+def _plain(value: Any) -> Any:
+    """A value as effective_config.json holds it (and as two values are compared): JSON, enums by their value."""
+    return json.loads(json.dumps(getattr(value, "value", value), default=str))
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """A field a backend set: from `before` (the recipe's value, else TRL's default) to `after`, and why."""
+
+    name: str
+    before: Any
+    after: Any
+    why: str
+
+    def line(self) -> str:
+        return f"{self.name}: {self.before!r} -> {self.after!r} ({self.why})"
+
+
+def backend_changes(backend_name: str, passed: dict[str, Any], backend_kwargs: dict[str, Any],
+                    recipe: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Change]:
+    """The fields backend `backend_name` sets, predicted: its own GRPOConfig kwargs where they differ from the
+    recipe (or TRL's default), then what its config class does to all of `passed` (its `config_rewrites`)."""
+    changes: dict[str, Change] = {}
+    for name, value in backend_kwargs.items():
+        before = recipe.get(name, defaults.get(name))
+        if _plain(value) != _plain(before):
+            why = f"the {backend_name} backend, from " + BACKEND_DECIDED.get(name, "its device and vLLM settings")
+            changes[name] = Change(name, _plain(before), _plain(value), why)
+    for name, (value, why) in load_backend(backend_name).config_rewrites(passed, defaults).items():
+        changes[name] = Change(name, _plain(passed.get(name, defaults.get(name))), _plain(value), why)
+    return changes
+
+
+def predicted_values(backend_name: str, passed: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """Every field as backend `backend_name`'s config class starts it from `passed` (before TRL's __post_init__)."""
+    rewrites = load_backend(backend_name).config_rewrites(passed, defaults)
+    return {**defaults, **passed, **{name: value for name, (value, _) in rewrites.items()}}
+
+
+def other_backend_kwargs(cfg: PipelineConfig, backend_name: str, passed: dict[str, Any],
+                         backend_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What the other backend would pass for the same recipe: this run's kwargs without this backend's own, plus
+    the other's as far as they are known without its model (its `predicted_config_kwargs`)."""
+    other = load_backend(OTHER_BACKEND[backend_name])
+    return {**{k: v for k, v in passed.items() if k not in backend_kwargs}, **other.predicted_config_kwargs(cfg)}
+
+
+def effective_record(cfg: PipelineConfig, backend_name: str, args: Any, passed: dict[str, Any],
+                     backend_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """effective_config.json's content: `args` (the trainer's, read back after it was built) field by field.
+
+    Each field: `value` (as the trainer ran it), `recipe` (when the recipe states it), `trl_default`,
+    `other_backend` (only where the other backend would run another value), `differs_from` (which of recipe,
+    trl_default, other_backend it differs from) and `changed_by` (a backend set it, and why)."""
+    defaults, recipe = trl_defaults(), trl_training_args(cfg)
+    changes = backend_changes(backend_name, passed, backend_kwargs, recipe, defaults)
+    ours = predicted_values(backend_name, passed, defaults)
+    other_name = OTHER_BACKEND[backend_name]
+    other = predicted_values(other_name, other_backend_kwargs(cfg, backend_name, passed, backend_kwargs), defaults)
+    fields: dict[str, Any] = {}
+    for name, raw in sorted(args.to_dict().items()):
+        value = _plain(raw)
+        entry: dict[str, Any] = {"value": value, "differs_from": []}
+        if name in recipe:
+            entry["recipe"] = _plain(recipe[name])
+            if entry["recipe"] != value:
+                entry["differs_from"].append("recipe")
+        if name in defaults:
+            entry["trl_default"] = _plain(defaults[name])
+            if entry["trl_default"] != value:
+                entry["differs_from"].append("trl_default")
+        if name in other and _plain(other[name]) != _plain(ours.get(name)):
+            entry["other_backend"] = _plain(other[name])
+            entry["differs_from"].append("other_backend")
+        if name in changes:
+            change = changes[name]
+            entry["changed_by"] = change.why if change.after == value else \
+                f"{change.why}; predicted {change.after!r}, the trainer ran {value!r}"
+        fields[name] = entry
+    changed = [dataclasses.replace(changes[name], after=fields[name]["value"]).line()
+               for name in sorted(changes) if name in fields]
+    return {"backend": backend_name, "other_backend": other_name, "changed": changed, "fields": fields}
+
+
+def write_effective_config(output_dir: Path, cfg: PipelineConfig, backend, trainer, passed: dict[str, Any],
+                           backend_kwargs: dict[str, Any]) -> list[str]:
+    """Write output_dir/effective_config.json from the built trainer's args; returns the changed-field lines."""
+    from pipeline.health.rollback import kl_reference  # imports transformers
+
+    record = effective_record(cfg, backend.NAME, trainer.args, passed, backend_kwargs)
+    record["kl_reference"] = kl_reference(trainer)  # what kl (beta > 0) is measured against
+    atomic_write_json(Path(output_dir) / EFFECTIVE_CONFIG_NAME, record)
+    return record["changed"]
+
+
+def predicted_changes(cfg: PipelineConfig, backend_name: str, decided: dict[str, Any]) -> list[str]:
+    """`grpo train --check`: the lines `grpo train` will print, from the run's decided kwargs before any load
+    (`decided` holds the backend's model-free kwargs, pipeline/trainer/build.py check_grpo_config)."""
+    backend = load_backend(backend_name)
+    backend_kwargs = backend.predicted_config_kwargs(cfg)
+    passed = {**trl_training_args(cfg), **decided, **backend_kwargs}
+    changes = backend_changes(backend_name, passed, backend_kwargs, trl_training_args(cfg), trl_defaults())
+    return [changes[name].line() for name in sorted(changes)]
