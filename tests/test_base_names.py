@@ -89,7 +89,8 @@ def test_a_local_model_folder_is_recorded_absolutely(tmp_path, monkeypatch):
 
 @IMPORT_ORDER_WARNINGS
 @pytest.mark.parametrize("kind", KINDS)
-def test_an_export_records_the_hub_id_or_the_builtin_name(kind, fake, tmp_path, monkeypatch):
+@pytest.mark.usefixtures("fake")
+def test_an_export_records_the_hub_id_or_the_builtin_name(kind, tmp_path, monkeypatch):
     """`grpo export` (pipeline/infer/export.py) of an adapter as training saved it: its marker and the
     grpo_adapter.json it carries name the base; the merge goes through the Unsloth double (no download)."""
     from env.path_check import EXPORT_MARKER
@@ -145,7 +146,8 @@ def test_another_base_is_another_base(recorded, given):
 
 
 @IMPORT_ORDER_WARNINGS
-def test_the_unsloth_backend_warns_for_another_base_only(fake, tmp_path):
+@pytest.mark.usefixtures("fake")
+def test_the_unsloth_backend_warns_for_another_base_only(tmp_path):
     from env.adapters import verify_adapter_dir
     from pipeline.backends import unsloth as backend
     from tests.unsloth_helpers import make_cfg
