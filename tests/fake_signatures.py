@@ -36,6 +36,7 @@ class FakeState:
     vllm_usable: bool = True
     compile_location: Optional[str] = None  # where `import unsloth` wrote its compile cache (absolute)
     lora_request_id: int = 1  # unsloth_zoo's global LORA_REQUEST_ID
+    modelscope_at_import: Optional[str] = None  # UNSLOTH_USE_MODELSCOPE when `import unsloth` ran (read only then)
 
 
 STATE = FakeState()

@@ -29,6 +29,9 @@ No looser than the real packages:
   cache at UNSLOTH_COMPILE_LOCATION (default: ./unsloth_compiled_cache, as unsloth_zoo/compiler.py).
   `for_inference`/`for_training` switch the model's mode; the model's `generate` (transformers') appends
   tokens that differ with a LoRA applied (fake_generated_token), so a silent fall back to the base model shows.
+- ModelScope (`_modelscope_snapshot`): with UNSLOTH_USE_MODELSCOPE=1 at `import unsloth`, from_pretrained fetches a
+  name that is not a local path with modelscope.snapshot_download (its error propagates; for an adapter's base a
+  warning and the Hugging Face Hub instead) and names the model by the repo id, as the wheel's loader.py does.
 - `grpo_update_SamplingParams` is a copy of Unsloth's: how its trainer applies GRPOConfig.vllm_sampling_params.
 
 Use:
@@ -99,11 +102,14 @@ class FastLanguageModel:
             raise RuntimeError("Unsloth: `unsloth_vllm_standby` is True, but  environment variable "
                                "`UNSLOTH_VLLM_STANDBY` is not set to 1!")
         name = str(a["model_name"])
+        _modelscope_snapshot(name, adapter_base=False)
         adapter_config = Path(name) / "adapter_config.json"
         lora = None
         if adapter_config.is_file():  # an adapter folder loads its base + the adapter
             lora = json.loads(adapter_config.read_text())
             name = lora["base_model_name_or_path"]
+            _modelscope_snapshot(name, adapter_base=True)
+            _refuse_unloadable_base(name)
         engine = None
         if a["fast_inference"]:
             engine = FakeLLM(a["max_lora_rank"], a["gpu_memory_utilization"], a["unsloth_vllm_standby"])
@@ -153,6 +159,37 @@ class FastLanguageModel:
     @staticmethod
     def for_training(*args: Any, **kwargs: Any):
         return _switch_mode(SIG_FOR_TRAINING, "FastLanguageModel.for_training", args, kwargs, training=True)
+
+
+def _modelscope_snapshot(name: str, *, adapter_base: bool) -> None:
+    """FastLanguageModel.from_pretrained's ModelScope branch (unsloth/models/loader.py), under USE_MODELSCOPE as
+    `import unsloth` read it (unsloth/models/_utils.py, module level; loader.py imports the value, so setting the
+    variable later changes nothing). Only for a name that is not a local path (`not os.path.exists(model_name)`):
+    modelscope.snapshot_download(name), whose error propagates; for an adapter's base
+    (_modelscope_snapshot_or_none) a failed download warns and the base loads from the Hugging Face Hub instead.
+    Either way the model keeps the repo id as its name (_record_modelscope_repo_id rewrites name_or_path and
+    config._name_or_path from the snapshot folder back to it), which is what the fake model is named by."""
+    if STATE.modelscope_at_import != "1" or os.path.exists(name):
+        return
+    from modelscope import snapshot_download  # the network boundary: tests replace it with a local hub
+
+    if not adapter_base:
+        snapshot_download(name)
+        return
+    try:
+        snapshot_download(name)
+    except Exception as err:
+        warnings.warn(f"Unsloth: Could not download `{name}` from ModelScope ({err}), loading it from Hugging Face.",
+                      stacklevel=3)
+
+
+def _refuse_unloadable_base(name: str) -> None:
+    """The adapter's base is loaded by the name adapter_config.json gives (loader.py: `model_name =
+    peft_config.base_model_name_or_path`, then AutoConfig.from_pretrained): a name that is neither a local folder
+    nor a hub id (`org/name`; the tests never use an org-less one) raises there as transformers raises."""
+    if not os.path.isdir(name) and name.count("/") != 1:
+        raise OSError(f"{name} is not a local folder and is not a valid model identifier listed on "
+                      "'https://huggingface.co/models'")
 
 
 def _switch_mode(signature: inspect.Signature, name: str, args: tuple, kwargs: dict, *, training: bool):
@@ -427,6 +464,7 @@ def install(bf16_supported: bool = True, vllm_installed: bool = True, vllm_usabl
     STATE.vllm_installed = vllm_installed
     STATE.vllm_usable = vllm_usable
     STATE.compile_location = None
+    STATE.modelscope_at_import = None
     STATE.lora_request_id = 1
     finder = _Finder()
     sys.meta_path.insert(0, finder)

@@ -132,8 +132,8 @@ def test_a_relative_base_model_in_a_manifest_resolves_against_its_folder(tmp_pat
 
 
 def test_a_local_base_model_is_recorded_absolutely(tmp_path, monkeypatch):
-    from pipeline.run.manifest import recorded_model
+    from pipeline.run.manifest import recorded_base
 
     (tmp_path / "my-model").mkdir()
     monkeypatch.chdir(tmp_path)
-    assert recorded_model("my-model") == str(tmp_path / "my-model")
+    assert recorded_base("my-model") == str(tmp_path / "my-model")

@@ -189,12 +189,63 @@ def test_the_dry_run_as_the_docs_write_it_runs_every_step_on_cpu_and_writes_the_
     assert bench["detail"]["completion_mean_lengths"] == [8.0, 8.0]
     assert len(bench["detail"]["generate_times_s"]) == 2 and bench["detail"]["rollout_tokens_per_s"] > 0
     assert report["summary"]["fail"] == 0
+    # The product's own path first: the image's versions, then the Unsloth chain, the plain chain, the benchmark.
+    order = [record["step"] for record in report["steps"]]
+    assert order[0] == "image" and status["image"]["status"] == "pass"
+    first = {kind: next(i for i, step in enumerate(order) if step.startswith(kind))
+             for kind in ("chain/unsloth/", "chain/plain/", "bench/")}
+    assert first["chain/unsloth/"] < first["chain/plain/"] < first["bench/"]
+    image = status["image"]["detail"]
+    assert {"peft", "accelerate", "pyarrow", "fsspec", "huggingface-hub", "transformers", "torch"} <= set(
+        image["packages"])
+    assert image["packages"]["peft"]["needs"] == "==0.21.2" and "<=2026.2.0" in image["packages"]["fsspec"]["needs"]
+    assert set(image["outside"]) == {name for name, row in image["packages"].items() if not row["ok"]}
+    # The adapter changes the greedy output against the base model; the merged export loads and generates.
+    generated = status["chain/plain/tiny-qwen2.5/bf16/generate"]["detail"]
+    assert generated["adapter_text"] != generated["base_text"]
+    exported = status["chain/plain/tiny-qwen2.5/bf16/export"]["detail"]
+    assert isinstance(exported["merged_text"], str) and exported["merged_text"] != generated["base_text"]
     rows = report["bench_rows"]
     assert rows and all(set(row) == {"figure", "value", "target", "holds"} for row in rows)
     assert all(isinstance(row["figure"], str) and isinstance(row["value"], str) and isinstance(row["target"], str)
                and row["holds"] in (True, False, None) for row in rows)
     assert "contract tests only" in report["not_covered"] and "fast_generate" in report["not_covered"]
     assert "90%" in report["anchor"]["claim"]
+
+
+def test_the_main_path_runs_first_and_the_caps_add_up_to_the_budget():
+    """Under the 480 s budget the Unsloth chain (the product's own path) must never be what the budget cuts: it
+    runs right after the quick steps, and each step has its own share of the budget, restarts included."""
+    assert run_check.STEPS[:3] == ("image", "env", "models")
+    assert run_check.STEPS[3:] == ("chain-unsloth", "chain-plain", "bench-plain", "bench-unsloth")
+    assert set(run_check.STEP_CAPS) == set(run_check.STEPS)
+    assert sum(run_check.STEP_CAPS.values()) == run_check.BUDGET_S == 480
+    assert "--budget-s 480" in run_check.__doc__
+
+
+def test_the_image_packages_are_checked_against_the_ranges_the_kit_needs():
+    """The ranges come from env/known_good.toml's plain pins and the carried wheels' Requires-Dist (env/metadata/);
+    the versions are the machine's. A version outside its range, or a missing package, is named."""
+    needs = wheels.image_requirements()
+    assert str(needs["peft"]["needs"]) == "==0.21.2" and "known_good.toml [plain]" in needs["peft"]["from"]
+    assert needs["fsspec"]["from"] == ["datasets==4.8.5"] and Version("2026.2.0") in needs["fsspec"]["needs"]
+    assert Version("2026.3.0") not in needs["fsspec"]["needs"]
+    assert Version("2.11.0") in needs["torch"]["needs"]  # the lent machine's torch is inside every range
+    assert "vllm" not in needs and "trl" not in needs  # carried or left out, not taken from the image
+    versions = {name: "0" for name in needs}
+    versions.update(peft="0.21.2", fsspec="2026.3.0", pyarrow=None)
+    found = wheels.check_image(versions)
+    assert found["packages"]["peft"]["ok"] and not found["packages"]["fsspec"]["ok"]
+    assert {"fsspec", "pyarrow"} <= set(found["outside"]) and "peft" not in found["outside"]
+    assert "needs <=2026.2.0" in found["outside"]["fsspec"] and "not installed" in found["outside"]["pyarrow"]
+
+
+def test_what_a_lent_machine_can_and_cannot_prove_is_one_paragraph_in_the_kit_and_the_docs():
+    paragraph = run_check.PROVES
+    assert "fast_inference: true" in paragraph and "contract tests" in paragraph
+    assert "320 MB" in paragraph and "torch 2.13" in paragraph and "torch 2.11" in paragraph and "64 MiB" in paragraph
+    assert " ".join(paragraph.split()) in " ".join(run_check.__doc__.split())
+    assert " ".join(paragraph.split()) in " ".join((ROOT / "docs" / "gpu.md").read_text(encoding="utf-8").split())
 
 
 def test_a_bench_row_holds_only_when_both_backends_did_equal_full_length_work():

@@ -122,7 +122,7 @@ def test_model_source_is_a_choice_field():
         validate(PipelineConfig().replace(model_source="huggingface"), n_processes=1)
 
 
-def test_unsloth_reads_its_modelscope_switch_at_import(fake, monkeypatch):
+def test_unsloth_reads_its_modelscope_switch_at_import(fake, monkeypatch):  # noqa: F811 (the fixture)
     from pipeline.backends import unsloth_setup
     from tests.unsloth_helpers import make_cfg
 
@@ -131,7 +131,7 @@ def test_unsloth_reads_its_modelscope_switch_at_import(fake, monkeypatch):
     assert fake.STATE.modelscope_at_import == "1"
 
 
-def test_unsloth_switch_is_off_for_hf_even_when_exported(fake, monkeypatch):
+def test_unsloth_switch_is_off_for_hf_even_when_exported(fake, monkeypatch):  # noqa: F811 (the fixture)
     from pipeline.backends import unsloth_setup
     from tests.unsloth_helpers import make_cfg
 
@@ -169,3 +169,86 @@ def test_grpo_env_says_which_hub_is_in_use_and_whether_each_answers(monkeypatch)
     assert not rows["modelscope"]["reachable"] and rows["modelscope"]["install"] == env.hubs.MODELSCOPE_INSTALL
     text = render_text(report)
     assert "*modelscope" in text and "NOT reachable; not installed: pip install 'grpo-pipeline[modelscope]'" in text
+
+
+# ------------------------------------------------------------------ ModelScope through Unsloth's own loader
+MS_ID = "Qwen/Qwen2.5-0.5B-Instruct"  # on the local hub of `modelscope_hub`
+
+
+def _import_unsloth_with(monkeypatch, modelscope: str):
+    """`import unsloth` (the double) with UNSLOTH_USE_MODELSCOPE as given: the wheel reads it then, only then."""
+    monkeypatch.setenv("UNSLOTH_USE_MODELSCOPE", modelscope)
+    import unsloth
+
+    return unsloth.FastLanguageModel
+
+
+@pytest.mark.usefixtures("fake")
+def test_the_double_fetches_a_hub_id_from_modelscope_and_names_the_model_by_it(monkeypatch, modelscope_hub):
+    # unsloth/models/loader.py FastLanguageModel.from_pretrained: `if USE_MODELSCOPE and not os.path.exists(...)`
+    # -> modelscope.snapshot_download(model_name); then _record_modelscope_repo_id names the model by the repo id.
+    flm = _import_unsloth_with(monkeypatch, "1")
+    model, _ = flm.from_pretrained(model_name=MS_ID, fast_inference=False)
+    assert modelscope_hub == [("models", MS_ID, None)]
+    assert model.config._name_or_path == MS_ID
+
+
+@pytest.mark.usefixtures("fake")
+def test_the_double_reads_modelscope_at_import_and_never_downloads_a_local_folder(monkeypatch, modelscope_hub,
+                                                                                 tmp_path):
+    flm = _import_unsloth_with(monkeypatch, "1")
+    model, _ = flm.from_pretrained(model_name=str(tmp_path), fast_inference=False)
+    assert modelscope_hub == [] and model.config._name_or_path == str(tmp_path)
+    sys.modules.pop("unsloth")  # a fresh `import unsloth` ...
+    flm = _import_unsloth_with(monkeypatch, "0")
+    monkeypatch.setenv("UNSLOTH_USE_MODELSCOPE", "1")  # ... and the variable set after it: no effect
+    flm.from_pretrained(model_name=MS_ID, fast_inference=False)
+    assert modelscope_hub == []
+
+
+@pytest.mark.usefixtures("fake")
+def test_the_double_raises_where_the_modelscope_download_raises(monkeypatch, modelscope_hub):
+    flm = _import_unsloth_with(monkeypatch, "1")
+    with pytest.raises(ValueError, match="nobody/none not found"):  # the first branch does not catch it
+        flm.from_pretrained(model_name="nobody/none", fast_inference=False)
+
+
+@pytest.mark.usefixtures("fake")
+def test_the_double_loads_an_adapters_base_from_modelscope_or_else_the_hub(monkeypatch, modelscope_hub, tmp_path):
+    # _modelscope_snapshot_or_none: the adapter's base by repo id from ModelScope; a failed download warns and
+    # loads it from the Hugging Face Hub instead (the name stays the repo id either way).
+    flm = _import_unsloth_with(monkeypatch, "1")
+    for base in (MS_ID, "nobody/none"):
+        adapter = tmp_path / base.replace("/", "_")
+        adapter.mkdir()
+        (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base, "r": 8,
+                                                                 "lora_alpha": 16, "target_modules": ["q_proj"]}))
+        model, _ = flm.from_pretrained(model_name=str(adapter), fast_inference=False)
+        assert model.config._name_or_path == base and model.peft_config
+    assert [call[1] for call in modelscope_hub] == [MS_ID, "nobody/none"]
+
+
+def _loaded_names(double):
+    return [call.kwargs["model_name"] for call in double.calls_named("FastLanguageModel.from_pretrained")]
+
+
+@pytest.mark.parametrize("fast_inference", [True, False])
+def test_the_unsloth_backend_hands_unsloth_the_hub_id_for_modelscope(fake, monkeypatch, modelscope_hub,  # noqa: F811
+                                                                     tmp_path, fast_inference):
+    """Unsloth maps the name (mapper.py), downloads it and records the repo id only for a name that is not a
+    local folder: the backend never resolves a ModelScope snapshot itself (the plain backend does)."""
+    from pipeline.backends import unsloth as backend
+    from tests.unsloth_helpers import make_cfg, train_and_save_adapter
+
+    monkeypatch.setenv("UNSLOTH_USE_MODELSCOPE", "0")  # restored after the test: prepare_environment sets it
+    cfg = make_cfg(model_name_or_path=MS_ID, model_source="modelscope", fast_inference=fast_inference,
+                   vllm_standby="false", output_dir=str(tmp_path / "run"))
+    adapter = train_and_save_adapter(fake, cfg, tmp_path / "lora")
+    assert fake.STATE.modelscope_at_import == "1"
+    assert adapter.base_model_name_or_path == MS_ID  # the repo id, not a folder of this machine
+    backend.load_generator(MS_ID, None, cfg)
+    backend.load_generator(MS_ID, adapter, cfg)
+    names = _loaded_names(fake)
+    assert names[:2] == [MS_ID, MS_ID] and all(not Path(name).is_dir() or name == str(adapter.path)
+                                               for name in names), names
+    assert {call[1] for call in modelscope_hub} == {MS_ID}  # every download was Unsloth's, by the hub id

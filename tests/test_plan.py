@@ -251,7 +251,7 @@ def test_plan_prints_each_part_the_peak_and_the_verdict(capsys):
     for part in ("weights", "lora", "gradients", "optimizer", "activations", "logprobs", "reference", "vllm",
                  "kv_need"):
         assert f"  {part} " in out
-    assert "FITS on T4" in out and "±35%" in out
+    assert "FITS on T4" in out and "±30%" in out
 
 
 def test_a_recipe_that_does_not_fit_gets_changes_that_each_fit_and_write_writes_one(tmp_path, capsys):
@@ -334,6 +334,25 @@ def test_the_printed_uncertainty_covers_the_published_comparisons():
     assert est.UNCERTAINTY >= largest_bounding_error(rows)
 
 
+def test_the_planner_is_held_against_every_published_figure_we_have(capsys):
+    """Unsloth's per-part table for Llama 3.1 8B at 20K and its 1.5B claims, verl's largest batch per Qwen2.5 size
+    on one H100 (docs/perf/device_tuning.rst), EasyR1's GRPO-LoRA estimates: one row each, each with its error;
+    the printed uncertainty is the largest error of the comparable rows, rounded up to 5%."""
+    import math
+
+    from bench import memory_plan
+
+    rows = memory_plan.comparisons()
+    sources = [row["source"] for row in rows]
+    assert sum("unsloth.ai/blog/grpo" in s for s in sources) == 4 and sum("r1-reasoning" in s for s in sources) == 2
+    assert sum("device_tuning.rst" in s for s in sources) == 4 and sum("EasyR1" in s for s in sources) == 3
+    assert all(isinstance(row["error"], float) and (row["bounds"] or row["why_not_bound"]) for row in rows)
+    assert math.isclose(est.UNCERTAINTY, math.ceil(memory_plan.largest_bounding_error(rows) / 0.05) * 0.05)
+    assert memory_plan.main() == 0
+    printed = capsys.readouterr().out
+    assert printed.count(", error ") == len(rows) and f"the planner prints ±{est.UNCERTAINTY:.0%}" in printed
+
+
 def test_lora_on_lm_head_counts_its_adapter(tmp_path):
     shape = load_shape("Qwen/Qwen2.5-0.5B")
     counts = count_parameters(shape, cache_dir=tmp_path)
@@ -353,7 +372,7 @@ def test_the_gpu_check_holds_the_estimate_against_the_measured_peak():
     sys.path.insert(0, str(ROOT / "scripts" / "gpu_check"))
     import run_check
 
-    near = run_check.planned_vs_measured({"planned_peak_gib": 2.6, "peak_vram_gib": 2.0})
+    near = run_check.planned_vs_measured({"planned_peak_gib": 2.5, "peak_vram_gib": 2.0})
     far = run_check.planned_vs_measured({"planned_peak_gib": 3.0, "peak_vram_gib": 2.0})
     assert near["holds"] is True and far["holds"] is False
     assert run_check.planned_vs_measured(None)["holds"] is None

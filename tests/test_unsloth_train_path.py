@@ -270,16 +270,23 @@ def test_no_vllm_trains_saves_and_evaluates_through_unsloth(no_vllm_run):
     assert len(fake.calls_named("model.generate")) == 2  # one batch of 3 held-out prompts, before and after
 
 
-def test_no_vllm_generate_and_export_use_the_saved_adapter(no_vllm_run, capsys, tmp_path):
+def test_no_vllm_generate_and_export_use_the_saved_adapter(no_vllm_run, capsys, tmp_path, recwarn):
     from pipeline.infer import export, generate
 
     result, fake, tokenizer = no_vllm_run
     fake.STATE.calls.clear()
     lora = result.output_dir / "lora"
+    # The adapter names its built-in base by name (not its cache folder), so generate/export of it with that
+    # base raise no "other base" warning (checked at the end).
+    assert json.loads((lora / "adapter_config.json").read_text())["base_model_name_or_path"] == "tiny-demo"
     assert generate.main(["--lora", str(lora), "--prompt", "What is 2 + 3?", "--backend", "unsloth"]) == 0
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     (load,) = fake.calls_named("FastLanguageModel.from_pretrained")
-    assert load.kwargs["model_name"] == str(lora) and load.kwargs["fast_inference"] is False
+    # Unsloth loads the base adapter_config.json names: for a built-in base, a view of lora/ naming its folder
+    # (pipeline/backends/unsloth.py unsloth_adapter_folder), gone once loaded.
+    view = Path(load.kwargs["model_name"])
+    assert view.name == "lora" and view.parent.name.startswith(".adapter-view-") and not view.exists()
+    assert load.kwargs["fast_inference"] is False
     assert fake.calls_named("unsloth_zoo.load_lora") == []
     (gen,) = fake.calls_named("model.generate")
     assert gen.kwargs["for_inference"] is True
@@ -296,6 +303,7 @@ def test_no_vllm_generate_and_export_use_the_saved_adapter(no_vllm_run, capsys, 
     assert export.main(["--lora", str(lora), "--to", "merged16", "--out", str(out), "--backend", "unsloth"]) == 0
     (merge,) = fake.calls_named("model.save_pretrained_merged")
     assert merge.kwargs["save_method"] == "merged_16bit" and (out / "config.json").is_file()
+    assert not [str(w.message) for w in recwarn if "produces garbage" in str(w.message)]
 
 
 def test_the_default_gpu_recipe_records_what_unsloth_changed_as_check_predicted(run_unsloth, capsys):

@@ -17,12 +17,16 @@ fake and check the exact calls made here; nothing in this file has been run on a
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
+import os
+import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
-from env.paths import absolute_path
+from env.paths import absolute_path, atomic_write_json, cache_root
 from pipeline.backends import EXPORT_METHODS, Completion, mixed_precision, score_with_vllm
 from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
     EVAL_SLEEP_LEVEL,
@@ -43,6 +47,7 @@ from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_upd
     validate_unsloth,
 )
 from pipeline.data.tokenizer import resolve_model_path
+from pipeline.run.manifest import other_base
 
 NAME = "unsloth"
 
@@ -75,6 +80,47 @@ def serves_with_vllm(model: Any, cfg: PipelineConfig) -> bool:
     return engine
 
 
+def unsloth_model_name(name: str) -> str:
+    """What FastLanguageModel.from_pretrained is given for a model name: a built-in model's folder, else the name.
+
+    A hub id stays a hub id with `model_source: modelscope` too: prepare_environment sets UNSLOTH_USE_MODELSCOPE=1
+    before `import unsloth` (unsloth/models/_utils.py reads it at import, into USE_MODELSCOPE), and then
+    from_pretrained maps the name to its pre-quantised repo (mapper.py, get_model_name), downloads that with
+    modelscope.snapshot_download and records the repo id as the model's name (_record_modelscope_repo_id), all
+    only `if USE_MODELSCOPE and not os.path.exists(model_name)` (unsloth/models/loader.py). A snapshot folder
+    handed in would skip all three. (The plain backend downloads the snapshot itself: env/hubs.py.)
+    """
+    return resolve_model_path(name)  # source "hf": a built-in name becomes its folder, a hub id passes unchanged
+
+
+@contextlib.contextmanager
+def unsloth_adapter_folder(adapter: Any) -> Iterator[str]:
+    """The adapter folder to hand FastLanguageModel.from_pretrained, which loads the base its adapter_config.json
+    names (unsloth/models/loader.py: `model_name = peft_config.base_model_name_or_path`, then AutoConfig).
+
+    A built-in base is recorded by its name (pipeline/run/manifest.py recorded_base), which Unsloth cannot load:
+    then, while the caller uses it, a temporary view of the folder (its files linked, not copied) whose
+    adapter_config.json names the built-in model's folder instead. Any other base is handed over as recorded.
+    """
+    path = absolute_path(adapter.path)
+    recorded = adapter.base_model_name_or_path
+    loadable = unsloth_model_name(recorded) if recorded else recorded
+    if loadable == recorded:
+        yield str(path)
+        return
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".adapter-view-", dir=root) as tmp:
+        view = Path(tmp) / path.name
+        view.mkdir()
+        for item in path.iterdir():
+            if item.name != "adapter_config.json":
+                os.symlink(item, view / item.name)
+        config = json.loads((path / "adapter_config.json").read_text(encoding="utf-8"))
+        atomic_write_json(view / "adapter_config.json", {**config, "base_model_name_or_path": loadable})
+        yield str(view)
+
+
 def load_for_training(cfg: PipelineConfig):
     """from_pretrained(fast_inference=cfg) then get_peft_model: returns (LoRA model, tokenizer).
 
@@ -87,7 +133,7 @@ def load_for_training(cfg: PipelineConfig):
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(cfg, resolve_model_path(cfg.model.model_name_or_path, cfg.model.model_source),
+        **from_pretrained_kwargs(cfg, unsloth_model_name(cfg.model.model_name_or_path),
                                   fast_inference=cfg.model.fast_inference, standby=prepared.standby)
     )
     # FastLlamaModel.get_peft_model. It ends with patch_peft_fast_inference (unsloth/models/_utils.py),
@@ -212,22 +258,11 @@ def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
     tokenizer.save_pretrained(str(directory))
 
 
-def _normalised_model_name(name: str) -> str:
-    """'unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit' and 'Qwen/Qwen2.5-1.5B-Instruct' -> 'qwen2.5-1.5b-instruct'.
-
-    Unsloth maps a 16-bit name to its pre-quantized 4-bit repo when load_in_4bit (FastLanguageModel.from_pretrained),
-    so the adapter records the 4-bit name while the manifest keeps the name the user gave.
-    """
-    base = str(name).rstrip("/").rsplit("/", 1)[-1].lower()
-    for suffix in ("-unsloth-bnb-4bit", "-bnb-4bit", "-unsloth"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-    return base
-
-
 def _warn_if_other_base(adapter: Any, base_model: str) -> None:
+    """Warn when the adapter names another base than `base_model` (pipeline/run/manifest.py other_base compares
+    hub ids and built-in names, and Unsloth's 4-bit repo names as the model they quantise)."""
     recorded = adapter.base_model_name_or_path  # from adapter_config.json (env.adapters.AdapterInfo)
-    if recorded and _normalised_model_name(recorded) != _normalised_model_name(base_model):
+    if other_base(recorded, base_model):
         warnings.warn(
             f"The adapter at {adapter.path} was trained on {recorded!r} (adapter_config.json) but base model "
             f"{base_model!r} was given. A LoRA on the wrong base loads without error and produces garbage; "
@@ -387,8 +422,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(cfg, resolve_model_path(base_model, cfg.model.model_source), fast_inference=True,
-                                 standby=prepared.standby)
+        **from_pretrained_kwargs(cfg, unsloth_model_name(base_model), fast_inference=True, standby=prepared.standby)
     )
     if not serves_with_vllm(model, cfg):  # Unsloth turned vLLM off: its transformers path, from the adapter folder
         del model
@@ -420,10 +454,10 @@ def _load_transformers_generator(base_model: str, adapter: Optional[Any], cfg: P
     prepare_environment(cfg)
     from unsloth import FastLanguageModel
 
-    source = (str(absolute_path(adapter.path)) if adapter is not None
-              else resolve_model_path(base_model, cfg.model.model_source))
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(cfg, source, fast_inference=False, standby=False))
+    with (unsloth_adapter_folder(adapter) if adapter is not None
+          else contextlib.nullcontext(unsloth_model_name(base_model))) as source:
+        model, tokenizer = FastLanguageModel.from_pretrained(
+            **from_pretrained_kwargs(cfg, source, fast_inference=False, standby=False))
     if adapter is not None and not getattr(model, "peft_config", None):
         raise RuntimeError(f"Unsloth loaded {adapter.path} without its LoRA adapter (the model has no peft_config); "
                            "refusing to generate with the base model in its place. Check adapter_config.json there.")
@@ -451,11 +485,17 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
         raise ConfigError("gguf_quantization", f"got {gguf_quantization!r}; use a llama.cpp type such as q4_k_m, "
                           "q8_0 or f16.")
     _warn_if_other_base(adapter, base_model)
+    with unsloth_adapter_folder(adapter) as folder:  # the merge below reads the base from the loaded model
+        _export(folder, method, out_dir, cfg, system_prompt, gguf_quantization)
+
+
+def _export(folder: str, method: str, out_dir: Path, cfg: PipelineConfig, system_prompt: Optional[str],
+            gguf_quantization: str) -> None:
     prepared = prepare_environment(cfg)
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(cfg, str(absolute_path(adapter.path)), fast_inference=False,
+        **from_pretrained_kwargs(cfg, folder, fast_inference=False,
                                   standby=prepared.standby, load_in_4bit=True if method == "merged4" else None)
     )
     # Absolute: Unsloth moves *relative* save paths elsewhere on Kaggle (save.py _preflight_merge_disk).

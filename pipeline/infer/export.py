@@ -40,7 +40,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from pipeline.data.tokenizer import resolve_model_path
     from pipeline.infer.session import adapter_mismatch, verify_trained_dir
     from pipeline.preflight import check_model
-    from pipeline.run.manifest import find_manifest
+    from pipeline.run.manifest import find_manifest, recorded_base
 
     # Bad input raises (PathError, AdapterError, ManifestError, ConfigError): pipeline.errors prints it, exit 2.
     check_command_paths("export", vars(args), only=["lora"])
@@ -75,7 +75,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         backend.export(adapter, base_model, args.to, staging, cfg, system_prompt=manifest.get("system_prompt"))
         carry_training_defaults(staging, manifest)  # grpo_adapter.json travels
         atomic_write_json(staging / EXPORT_MARKER, {"adapter": str(adapter.path), "to": args.to,
-                                                    "base_model": base_model})
+                                                    "base_model": recorded_base(base_model)})
     print(f"exported {adapter.path} ({args.to}, base {base_model}) to {out}")
     return 0
 

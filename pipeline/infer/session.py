@@ -192,7 +192,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     from env.paths import absolute_path
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, check_adapter_rank
-    from pipeline.run.manifest import find_manifest
+    from pipeline.run.manifest import find_manifest, other_base
 
     gen = generation_settings(args)
     # vLLM's SamplingParams ranges (it raises VLLMValidationError, a traceback, at the first prompt); the plain
@@ -232,7 +232,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     base_model = args.model or trained_base
     if base_model is None:
         raise ConfigError("base", "--base needs --model NAME or --run RUN_DIR to know which base model to load")
-    if args.lora and args.model and trained_base and args.model != trained_base:
+    if args.lora and args.model and trained_base and other_base(trained_base, args.model):  # names, not spellings
         raise ConfigError("model", f"{args.lora} was trained on {trained_base!r}, not {args.model!r}. Drop --model "
                           "(the manifest names the right base) or pass the adapter trained on that model.")
     max_lora_rank = given(args.max_lora_rank, (manifest or {}).get("max_lora_rank"), 64)

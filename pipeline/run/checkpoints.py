@@ -37,6 +37,7 @@ from env.paths import absolute_path, atomic_write_json, publish_directory
 from pipeline.config import SECTIONS, resolve_optim, trl_training_args
 from pipeline.config.fields import field_rules
 from pipeline.run.kept import canonical, changed_inputs
+from pipeline.run.manifest import record_adapter_base
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 # Where a checkpoint is written before it is renamed into place (ours), and the staging folder older
@@ -418,6 +419,7 @@ def stage_checkpoint_saves(trainer, cfg) -> None:
             trainer.accelerator.wait_for_everyone()
             if main:
                 atomic_write_json(staging / name / SHAPE_NAME, shape)
+                record_adapter_base(staging / name, cfg.model.model_name_or_path)  # not the loaded model's folder
                 publish_directory(staging / name, run_dir / name)
                 rotate_checkpoints(str(run_dir), trainer.args.save_total_limit,
                                    trainer.state.best_model_checkpoint)

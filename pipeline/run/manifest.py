@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import absolute_path, atomic_write_json
+from pipeline.demo.registry import builtin_model
 
 MANIFEST_NAME = "manifest.json"
 ADAPTER_METADATA_NAME = "grpo_adapter.json"
@@ -57,7 +58,7 @@ def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, s
         # "standard" (TRL's text prompts, given to the model as written) or "conversational" (chats through the
         # chat template): `grpo generate` prompts the model as it was trained.
         "prompt_format": prompt_format,
-        "base_model": recorded_model(base_model),
+        "base_model": recorded_base(base_model),
         "backend": backend,
         "adapter_dir": str(adapter_dir),
         "system_prompt": system_prompt,
@@ -74,14 +75,88 @@ def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, s
     }
 
 
-def recorded_model(model: str) -> str:
-    """A local model folder as an absolute path (a relative one would be read against the cwd of whoever runs
-    generate later), a hub id or built-in name as it is.
+def recorded_base(model: str, loaded: Optional[str] = None) -> str:
+    """The base-model name to record for a model the recipe names `model` and that, loaded, calls itself `loaded`
+    (what peft or Unsloth saved as adapter_config.json's base_model_name_or_path). The one rule for every writer
+    of a base name: manifest.json, the adapter folders (write_adapter_metadata), checkpoints, exports.
 
-    >>> recorded_model("unsloth/Qwen2.5-1.5B-Instruct")
+    - a built-in name (tiny-demo): the name, never the cache folder it was built into;
+    - a local folder the user named: its absolute path (a relative one would be read against the cwd of whoever
+      runs generate later);
+    - a hub id: `loaded` when that is a hub id too (Unsloth's own name for the weights, e.g. its pre-quantised
+      4-bit repo, or the repo id it records for a ModelScope load), else the hub id: never the ModelScope
+      snapshot or hub cache folder that happened to hold it on this machine.
+
+    >>> recorded_base("unsloth/Qwen2.5-1.5B-Instruct", "/root/.cache/modelscope/models/unsloth/Qwen2___5-1___5B")
     'unsloth/Qwen2.5-1.5B-Instruct'
+    >>> recorded_base("tiny-demo", "/root/.cache/grpo-pipeline/tiny-demo-2")
+    'tiny-demo'
     """
-    return str(absolute_path(model)) if os.path.isdir(model) else model
+    if builtin_model(model) is not None:
+        return model
+    if os.path.isdir(model):
+        return str(absolute_path(model))
+    if isinstance(loaded, str) and loaded and not _local_path(loaded):
+        return loaded
+    return model
+
+
+def _local_path(name: str) -> bool:
+    """A path of this machine rather than a hub id (`org/name`): absolute, ~, ./, deeper than one slash, or there."""
+    return (os.path.isabs(name) or name.startswith(("~", ".")) or name.count("/") > 1
+            or os.path.exists(os.path.expanduser(name)))
+
+
+def record_adapter_base(folder: Path, model: str) -> None:
+    """Rewrite every adapter_config.json under `folder` (a top-level adapter and peft's named ones in subfolders)
+    so its base_model_name_or_path is recorded_base(model, <what the saver wrote>). peft and Unsloth write the
+    loaded model's own name_or_path there, which for a built-in model or a ModelScope snapshot is a folder of
+    this machine: an adapter copied elsewhere would then not find its base."""
+    for config_file in sorted(Path(folder).rglob("adapter_config.json")):
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        name = recorded_base(model, config.get("base_model_name_or_path"))
+        if config.get("base_model_name_or_path") != name:
+            config["base_model_name_or_path"] = name
+            atomic_write_json(config_file, config)
+
+
+def _base_key(name: str) -> tuple[str, str]:
+    """What a base name is, to compare two: ("builtin", name), ("path", resolved folder) or ("hub", model name).
+
+    A hub id compares by its model name without the organisation and Unsloth's 4-bit suffixes: Unsloth maps a
+    16-bit name to its pre-quantised repo when loading in 4-bit (FastLanguageModel.from_pretrained, mapper.py), so
+    the adapter records 'unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit' for 'Qwen/Qwen2.5-1.5B-Instruct'.
+    """
+    if builtin_model(name) is not None:
+        return "builtin", name
+    if _local_path(name):
+        return "path", os.path.realpath(os.path.expanduser(name))
+    base = name.rstrip("/").rsplit("/", 1)[-1].lower()
+    for suffix in ("-unsloth-bnb-4bit", "-bnb-4bit", "-unsloth"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    return "hub", base
+
+
+def other_base(recorded: Optional[str], given: str) -> bool:
+    """Whether an adapter that records `recorded` as its base is known to be for another model than `given`.
+
+    Built-in names and hub ids are compared as names, local folders as folders. A folder against a name is not
+    known to differ: an adapter saved before base names were recorded names a cache or snapshot folder (its last
+    part, `Qwen2___5-1___5B-Instruct` or a snapshot revision, says nothing), and the LoRA's shapes are checked
+    against the base's anyway (pipeline/infer/session.py adapter_mismatch).
+
+    >>> other_base("unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit", "Qwen/Qwen2.5-1.5B-Instruct")
+    False
+    >>> other_base("tiny-demo", "Qwen/Qwen2.5-1.5B-Instruct")
+    True
+    """
+    if not recorded:
+        return False
+    (kind, key), (given_kind, given_key) = _base_key(recorded), _base_key(given)
+    if "path" in (kind, given_kind) and kind != given_kind:
+        return False
+    return (kind, key) != (given_kind, given_key)
 
 
 def _resolve_relative_model(manifest: dict[str, Any], folder: Path) -> dict[str, Any]:
@@ -104,9 +179,13 @@ class ManifestError(ValueError):
 
 
 def write_adapter_metadata(adapter_dir: Path, manifest: dict[str, Any]) -> Path:
-    """The generation settings of `manifest` (plus the run's config) inside the adapter folder."""
+    """The generation settings of `manifest` (plus the run's config) inside the adapter folder, and the base it names
+    in adapter_config.json too (record_adapter_base), where peft, Unsloth and vLLM read it."""
     metadata = {key: manifest.get(key) for key in ADAPTER_METADATA_KEYS}
     metadata["config"] = manifest.get("config")
+    if manifest.get("base_model"):
+        metadata["base_model"] = recorded_base(manifest["base_model"])
+        record_adapter_base(adapter_dir, manifest["base_model"])
     path = adapter_dir / ADAPTER_METADATA_NAME
     atomic_write_json(path, metadata)
     return path

@@ -51,10 +51,10 @@ def run_params(dry_run: bool) -> dict[str, Any]:
     if dry_run:
         return dict(chain_steps=1, chain_generations=2, chain_batch=2, chain_completion=8, chain_samples=4,
                     bench_steps=2, bench_generations=2, bench_batch=2, bench_completion=8, bench_samples=4,
-                    gen_tokens=4)
+                    gen_tokens=4, warmup_steps=2)
     return dict(chain_steps=2, chain_generations=4, chain_batch=4, chain_completion=32, chain_samples=16,
                 bench_steps=4, bench_generations=8, bench_batch=8, bench_completion=128, bench_samples=16,
-                gen_tokens=16)
+                gen_tokens=16, warmup_steps=4)
 
 
 def base_mapping(backend: str, model: str, precision: str, output_dir: Path, *, cuda: bool) -> dict[str, Any]:
@@ -209,7 +209,11 @@ def run_chain_case(backend: str, model: str, precision: str, args: argparse.Name
     values = base_mapping(backend, model_path(model, args.work), precision, out, cuda=cuda)
     values.update(num_generations=params["chain_generations"], per_device_train_batch_size=params["chain_batch"],
                   max_completion_length=str(params["chain_completion"]), max_samples=params["chain_samples"],
-                  max_steps=params["chain_steps"], save_steps=1, save_total_limit=None, resume="auto")
+                  max_steps=params["chain_steps"], save_steps=1, save_total_limit=None, resume="auto",
+                  # GRPO on random weights scores every completion 0, so its advantages (and gradients) are 0 and
+                  # the LoRA would stay exactly at its zero init: the SFT format warm-up moves it, so generate can
+                  # show that the adapter is applied (its greedy output differs from the base model's).
+                  sft_warmup_steps=params["warmup_steps"], sft_learning_rate=5e-2)
     choice = BackendChoice(backend, "the GPU check asks for it by name")
     state: dict[str, Any] = {}
 
@@ -243,20 +247,34 @@ def run_chain_case(backend: str, model: str, precision: str, args: argparse.Name
         state["lora"] = result.adapter_dir
         return {"steps": result.steps, "logged_steps": logged, "peak_vram_gib": peak_gib()}
 
-    def generate() -> dict[str, Any]:
+    def greedy(which: list[str], use_backend: str, name: str, **options: str) -> str:
+        """`grpo generate` of GENERATE_PROMPT, greedy; its one completion's text. The answers go beside the run,
+        never into it (generate refuses to write inside a run it reads)."""
         from pipeline.cli import main as grpo
 
-        answers = out / "generate.jsonl"
-        rc = grpo(["generate", "--lora", str(state["lora"]), "--prompt", GENERATE_PROMPT, "--backend", backend,
-                   "--max_tokens", str(params["gen_tokens"]), "--output", str(answers)])
+        answers = args.work / "answers" / f"{out.name}-{name}.jsonl"
+        answers.parent.mkdir(parents=True, exist_ok=True)
+        flags = [item for key, value in options.items() for item in (f"--{key}", value)]
+        rc = grpo(["generate", *which, "--prompt", GENERATE_PROMPT, "--backend", use_backend, "--temperature", "0",
+                   "--max_tokens", str(params["gen_tokens"]), "--output", str(answers), *flags])
         if rc != 0:
-            raise RuntimeError(f"grpo generate exited {rc}")
+            raise RuntimeError(f"grpo generate {' '.join(which)} exited {rc}")
         records = [json.loads(line) for line in answers.read_text().splitlines() if line.strip()]
         if len(records) != 1 or not isinstance(records[0].get("text"), str):
             raise RuntimeError(f"grpo generate wrote {records!r}")
-        return {"completion_tokens": records[0].get("completion_tokens"), "text": records[0]["text"][:200]}
+        return records[0]["text"]
+
+    def generate() -> dict[str, Any]:
+        """The trained adapter against the base model, both greedy: a LoRA that is not applied (or never moved
+        from its zero init) gives the base model's text."""
+        state["adapter_text"] = greedy(["--lora", str(state["lora"])], backend, "generate")
+        state["base_text"] = greedy(["--base", "--run", str(out)], backend, "generate-base")
+        if state["adapter_text"] == state["base_text"]:
+            raise RuntimeError(f"the adapter did not change the greedy output: {state['base_text']!r} both ways")
+        return {"adapter_text": state["adapter_text"][:200], "base_text": state["base_text"][:200]}
 
     def export() -> dict[str, Any]:
+        """merged16, then the merged model loaded by plain transformers (the plain backend) and generating."""
         from pipeline.cli import main as grpo
 
         merged = out / "merged16"
@@ -267,7 +285,13 @@ def run_chain_case(backend: str, model: str, precision: str, args: argparse.Name
         weights = sorted(p.name for p in merged.glob("*.safetensors"))
         if not (merged / "config.json").is_file() or not weights:
             raise RuntimeError(f"{merged} lacks config.json or *.safetensors: {sorted(os.listdir(merged))}")
-        return {"files": sorted(os.listdir(merged))}
+        system_prompt = json.loads((out / "manifest.json").read_text())["system_prompt"]
+        text = greedy(["--base", "--model", str(merged)], "plain", "generate-merged", system_prompt=system_prompt)
+        if "adapter_text" in state and text == state["base_text"] != state["adapter_text"]:
+            raise RuntimeError(f"the merged model generates the base model's {text!r}, not the adapter's "
+                               f"{state['adapter_text']!r}: the merge lost the LoRA")
+        return {"files": sorted(os.listdir(merged)), "merged_text": text[:200],
+                "same_as_adapter": text == state.get("adapter_text")}
 
     rec.write({"start": case})
     if not rec.run(f"{case}/train", train):

@@ -1,17 +1,23 @@
-"""The GPU check: everything but vLLM, on a real GPU, in one run of about 8 minutes; a JSON report and a log.
+"""The GPU check: the product's own path first, on a real GPU, in one run of 8 minutes; a JSON report and a log.
 
 What it runs, each recorded as pass / fail / skipped with its error tail, the run carrying on after a
-failure; in the order env, models, the plain chain, the benchmark, the Unsloth chain (see STEPS):
+failure, in this order (STEPS), each step within its own share of the 480 s budget (STEP_CAPS, which add up
+to it, so a slow benchmark can never cut the Unsloth chain):
 
-1. env      `grpo env --json` on the machine (versions, GPU, driver).
-2. models   random-weight models with the bundled Qwen2.5 tokenizer, built from Qwen2Config values
+1. image    the versions of the packages the kit takes from the machine's image instead of carrying them
+            (peft, accelerate, pyarrow, fsspec, huggingface-hub, transformers, torch, ...; wheels.py
+            image_requirements: the ranges from env/known_good.toml and the carried wheels' Requires-Dist),
+            naming any outside its range.
+2. env      `grpo env --json` on the machine (versions, GPU, driver).
+3. models   random-weight models with the bundled Qwen2.5 tokenizer, built from Qwen2Config values
             written below as data (nothing is downloaded): the Qwen2.5-0.5B-Instruct and -1.5B shapes.
-3. chain    per backend (plain, then unsloth with fast_inference: false), per model (the tiny test model
-            `tiny-qwen2.5` and the 0.5B shape), per precision (bf16 LoRA, 4-bit NF4 QLoRA through
-            bitsandbytes), with gradient checkpointing and the real rewards:
-            train 2 GRPO steps (a checkpoint each) -> resume from checkpoint-2 to step 3 -> lora/ ->
-            `grpo generate --lora` -> `grpo export --to merged16`.
-4. bench    plain vs unsloth, same config, 4-bit QLoRA, on the 0.5B and 1.5B shapes: median GRPO step
+4. chain    per backend (unsloth with fast_inference: false first, the product's path, then plain), per
+            model (the tiny test model `tiny-qwen2.5` and the 0.5B shape), per precision (bf16 LoRA, 4-bit
+            NF4 QLoRA through bitsandbytes), with gradient checkpointing and the real rewards:
+            SFT warm-up + train 2 GRPO steps (a checkpoint each) -> resume from checkpoint-2 to step 3 -> lora/
+            -> `grpo generate --lora` greedy, which must differ from `grpo generate --base` (the adapter is
+            applied) -> `grpo export --to merged16`, whose merged model is loaded and generates.
+5. bench    plain vs unsloth, same config, 4-bit QLoRA, on the 0.5B and 1.5B shapes: median GRPO step
             time, rollout tokens/s and peak VRAM, with completions forced to full length
             (`min_new_tokens` = max_completion_length in TRL's generation config, so random weights
             cannot stop early and both backends generate the same number of tokens), and the ratios.
@@ -20,8 +26,15 @@ The anchor for the benchmark is Unsloth's published claim for GRPO: about 90% le
 Hugging Face TRL with Flash Attention 2 (unsloth.ai/blog/grpo, 2025-02-20: Llama 3.1 8B, 20K context,
 8 generations: 54.3 GB vs 510.8 GB). That figure includes Unsloth's vLLM path and long contexts; this
 check has no vLLM and short completions, so it measures how much of the gap remains without them.
-vLLM itself (`fast_inference: true`, `fast_generate`, `load_lora`) is NOT run here: its wheel is far
-over the device's carry limit, so it stays covered by the contract tests (tests/test_unsloth_*.py) only.
+
+What a lent machine can and cannot prove. It proves, on a real GPU, what this kit runs without vLLM: Unsloth's
+LoRA and 4-bit QLoRA training with `fast_inference: false`, resuming, `grpo generate` with the trained adapter
+(its greedy output differs from the base model's), `grpo export` (the merged model loads and generates), the
+plain backend the same way, the benchmark, and that the image's packages lie inside the ranges the kit needs.
+It cannot prove `fast_inference: true` (vLLM rollouts, `model.fast_generate`, `model.load_lora`, standby):
+vLLM's 0.31.0 wheel is 320 MB and pins torch 2.13, while the machine carries 64 MiB and has torch 2.11, so
+vLLM can be neither carried there nor run on its torch. That path stays covered by the contract tests only
+(tests/test_unsloth_*.py: strict doubles bound to the pinned wheels' real signatures).
 
 Each backend runs in its own child process (Unsloth patches trl/transformers/peft at import, so a plain
 measurement must never share a process with it); a child that dies is restarted for the cases it had
@@ -57,6 +70,7 @@ from typing import Any, Optional
 from benchmark import child_bench
 from cases import (BENCH_SHAPES, CHAIN_MODELS, PRECISIONS, TINY_MODEL, Recorder, child_chain, child_models,
                    has_cuda, run_params, skip_reason, tail, unit_steps)
+from wheels import check_image, image_requirements, installed_versions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPORT_NAME = "gpu-report.json"
@@ -70,17 +84,22 @@ ANCHOR = {
     "this_check": "no vLLM (fast_inference: false) on both sides, 4-bit QLoRA, short completions: the part of the "
                   "gap left without vLLM and long context",
 }
+# The paragraph of the docstring above (and of docs/gpu.md) that says what a lent machine can and cannot prove.
+PROVES = " ".join(__doc__.split("What a lent machine can and cannot prove.", 1)[1].split("\n\n", 1)[0].split())
+PROVES = "What a lent machine can and cannot prove. " + PROVES
 NOT_COVERED = ("vLLM is not run by this check: fast_inference: true, model.fast_generate and model.load_lora are "
-               "covered by the contract tests only (tests/test_unsloth_*.py, a recording fake bound to the "
-               "real signatures); vLLM's wheel is far over the device's 64 MiB carry limit.")
+               "covered by the contract tests only. " + PROVES)
 
-# Wall-clock caps per child (seconds) on the GPU; the whole run also keeps inside --budget-s.
-# Estimated on an H200 (not yet measured): env 5, models 25, chain-plain 80, bench-plain 70, bench-unsloth 80,
-# chain-unsloth 150: about 7 minutes.
-CHILD_CAPS = {"models": 120, "chain-plain": 170, "bench-plain": 150, "bench-unsloth": 170, "chain-unsloth": 230}
-# The benchmark runs before the Unsloth chain: it is the figure that counts, and a slow Unsloth chain
-# (first-use kernel compilation) must not leave it without time.
-STEPS = ("env", "models", "chain-plain", "bench-plain", "bench-unsloth", "chain-unsloth")
+# The product's own path first: the Unsloth chain right after the quick steps, then the plain chain, then the
+# benchmark, which is what the budget cuts if anything is cut.
+STEPS = ("image", "env", "models", "chain-unsloth", "chain-plain", "bench-plain", "bench-unsloth")
+BUDGET_S = 480  # the device command's --budget-s
+# Each step's share of the budget (seconds, restarts of a crashed child included); they add up to BUDGET_S, so
+# a step that overruns its share only takes time from the steps after it, never from the ones before.
+# Estimated for an H200 (not yet measured there).
+STEP_CAPS = {"image": 5, "env": 20, "models": 25, "chain-unsloth": 190, "chain-plain": 110, "bench-plain": 60,
+             "bench-unsloth": 70}
+DRY_RUN_CAP_S = 300  # per step on CPU (the tests' dry run), where the GPU estimates do not apply
 
 
 def _versions() -> dict[str, Optional[str]]:
@@ -143,10 +162,28 @@ class Driver:
         self.records.append({"step": step, "status": "skipped", "seconds": 0.0, "error": reason})
         print(f"[gpu-check] {step}: skipped - {reason}", flush=True)
 
+    def cap(self, step: str) -> float:
+        return STEP_CAPS[step] if not self.args.dry_run else DRY_RUN_CAP_S
+
+    def image_step(self) -> None:
+        """The image's packages against the ranges the kit needs (wheels.py); in a dry run this machine is not
+        the image, so what lies outside is recorded without failing the step."""
+        start = time.time()
+        needs = image_requirements()
+        found = check_image(installed_versions(needs), needs)
+        failed = bool(found["outside"]) and not self.args.dry_run
+        record = {"step": "image", "status": "fail" if failed else "pass", "seconds": time.time() - start,
+                  "detail": found}
+        if found["outside"]:
+            record["error"] = "outside the kit's ranges: " + "; ".join(f"{k} {v}" for k, v in found["outside"].items())
+        self.records.append(record)
+        print(f"[gpu-check] image: {record['status']} ({len(found['packages'])} packages, "
+              f"{len(found['outside'])} outside their ranges: {', '.join(found['outside']) or 'none'})", flush=True)
+
     def env_step(self) -> None:
         start = time.time()
         done = subprocess.run([sys.executable, "-m", "pipeline", "env", "--json"], cwd=REPO_ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=max(10, min(120, self.left())))
+                              capture_output=True, text=True, timeout=max(5, min(self.cap("env"), self.left())))
         self.log(f"== grpo env --json (exit {done.returncode})\n{done.stdout}\n{done.stderr}")
         record: dict[str, Any] = {"step": "env", "seconds": time.time() - start, "exit_code": done.returncode}
         try:
@@ -163,9 +200,9 @@ class Driver:
         """Run a child until every unit has records, restarting it for the units a crash left undone."""
         results = self.args.work / f"{step}.jsonl"
         todo = [unit for unit in units if not self._dry_run_skip(unit)]
+        step_deadline = time.time() + self.cap(step)  # restarts share the step's one cap
         while todo:
-            cap = CHILD_CAPS[step] if not self.args.dry_run else 300
-            timeout = min(cap, self.left())
+            timeout = min(step_deadline, self.deadline) - time.time()
             if timeout < 15:
                 for unit in todo:
                     self.skip(f"{step}:{unit}", f"out of the time budget ({self.args.budget_s:.0f} s)")
@@ -210,7 +247,9 @@ class Driver:
         # A dry run trains the tiny model on CPU only; what needs CUDA is recorded as skipped without
         # starting a child (a child on a machine without CUDA would skip the same steps, slower).
         for step in (step for step in STEPS if step in wanted):
-            if step == "env":
+            if step == "image":
+                self.image_step()
+            elif step == "env":
                 self.env_step()
             elif step == "models":
                 self.child("models", [], ["models"])
@@ -228,6 +267,7 @@ class Driver:
         counts = {status: sum(r["status"] == status for r in self.records) for status in ("pass", "fail", "skipped")}
         bench = {r["detail"]["backend"] + "/" + r["detail"]["shape"]: r["detail"] for r in self.records
                  if r["step"].startswith("bench/") and r["status"] == "pass"}
+        image = next((r["detail"] for r in self.records if r["step"] == "image" and "detail" in r), None)
         wheel_manifest = REPO_ROOT / ".gpu-wheels" / "manifest.json"
         return {
             "schema": 1,
@@ -243,18 +283,19 @@ class Driver:
             "summary": counts,
             "steps": self.records,
             "bench": bench,
-            "bench_rows": bench_rows(bench, counts),
+            "bench_rows": bench_rows(bench, counts, image.get("outside") if image else None),
             "anchor": ANCHOR,
             "not_covered": NOT_COVERED,
         }
 
 
-def bench_rows(bench: dict[str, dict[str, Any]], counts: dict[str, int]) -> list[dict[str, Any]]:
+def bench_rows(bench: dict[str, dict[str, Any]], counts: dict[str, int],
+               image_outside: Optional[dict[str, str]] = None) -> list[dict[str, Any]]:
     """The figures bench/run_all.py reads: {figure, value, target, holds}; holds is None when not measured.
 
-    >>> rows = bench_rows({}, {"pass": 3, "fail": 1, "skipped": 0})
-    >>> rows[0]["value"], rows[0]["holds"], rows[1]["holds"]
-    ('3 passed, 1 failed, 0 skipped', False, None)
+    >>> rows = bench_rows({}, {"pass": 3, "fail": 1, "skipped": 0}, {"fsspec": "2026.3.0, needs <=2026.2.0"})
+    >>> rows[0]["value"], rows[0]["holds"], rows[1]["holds"], rows[-1]["value"], rows[-1]["holds"]
+    ('3 passed, 1 failed, 0 skipped', False, None, '1 outside: fsspec', False)
     """
     rows = [{"figure": "GPU check steps (plain + Unsloth without vLLM)",
              "value": f"{counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped",
@@ -287,6 +328,10 @@ def bench_rows(bench: dict[str, dict[str, Any]], counts: dict[str, int]) -> list
         rows.append({"figure": f"rollout tokens/s, Unsloth / plain ({where})",
                      **ratio("rollout_tokens_per_s", fast, plain, ".0f", "tokens/s", "> 1 (Unsloth faster)",
                              lambda v: v > 1.0)})
+    if image_outside is not None:
+        rows.append({"figure": "packages taken from the machine's image, within the ranges the kit needs",
+                     "value": f"{len(image_outside)} outside: {', '.join(image_outside)}" if image_outside else
+                     "all within", "target": "all within", "holds": not image_outside})
     return rows
 
 
@@ -336,7 +381,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="report + log folder (default: $OUT)")
     parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: $TMPDIR/gpu-check-work)")
     parser.add_argument("--dry-run", action="store_true", help="CPU: the tiny model, one step, no CUDA steps")
-    parser.add_argument("--budget-s", type=float, default=480.0, help="stop starting new steps after this long")
+    parser.add_argument("--budget-s", type=float, default=float(BUDGET_S),
+                        help="stop starting new steps after this long")
     parser.add_argument("--only", default=None, help=f"comma-separated steps: {','.join(STEPS)}")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--results", type=Path, default=None, help=argparse.SUPPRESS)
