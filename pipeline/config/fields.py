@@ -39,7 +39,7 @@ def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
     >>> check_adapter_rank(64, 32, what="the adapter at /runs/lora", fix="Pass --max_lora_rank 64.")
     Traceback (most recent call last):
     ...
-    pipeline.config.fields.ConfigError: config error in `max_lora_rank`: the adapter at /runs/lora has rank r=64, above max_lora_rank=32; vLLM cannot load it. Pass --max_lora_rank 64.
+    pipeline.config.fields.ConfigError: config error in `max_lora_rank`: the adapter at /runs/lora has rank r=64, ...
     """
     if rank > max_lora_rank:
         raise ConfigError(field_name, f"{what} has rank r={rank}, above max_lora_rank={max_lora_rank}; vLLM cannot "
@@ -57,14 +57,28 @@ def given(*values: Any) -> Any:
     return next((value for value in values if value is not None), None)
 
 
+# vLLM treats a temperature below its _SAMPLING_EPS (1e-5, vllm/sampling_params.py SamplingParams) as greedy: every
+# completion of a group is then the same one and GRPO has no signal. Below it, on the plain backend, transformers'
+# TemperatureLogitsWarper and TRL's `logits / temperature` overflow float32/bf16 (max 3.4e38) for ordinary logits
+# (1e-40 turns a logit of 10 into inf: softmax NaN at the first rollout). So sampling starts at 1e-5.
+MIN_SAMPLING_TEMPERATURE = 1e-5
+# Adam moves each weight by about learning_rate per step; at 1 a step is already larger than a LoRA weight itself
+# (A starts around 1/sqrt(r), B at 0), so the loss is NaN within a few steps. The upper bound of every rate.
+MAX_LEARNING_RATE = 1.0
+
+
 def _help(text: str, *, gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
-          le: Optional[float] = None, choices: tuple[str, ...] = (), trl: bool | str = False, **kw) -> Any:
-    """A field with its help text and the rules `check_field_values` enforces: bounds for numbers, `choices`
-    for a choice field. `trl=True` forwards the field to trl.GRPOConfig under its own name (`trl="name"`: under
-    TRL's name), so a new TRL setting is one declaration here."""
+          le: Optional[float] = None, why: str = "", choices: tuple[str, ...] = (), trl: bool | str = False,
+          **kw) -> Any:
+    """A field with its help text and the rules `check_field_values` enforces: bounds for numbers (`why`: the
+    reason, said when a value is refused), `choices` for a choice field. `trl=True` forwards the field to
+    trl.GRPOConfig under its own name (`trl="name"`: under TRL's name), so a new TRL setting is one declaration
+    here."""
     made = field(metadata={"help": text}, **kw)
     rules: dict[str, Any] = {key: value for key, value in (("gt", gt), ("ge", ge), ("lt", lt), ("le", le))
                              if value is not None}
+    if why:
+        rules["why"] = why
     if choices:
         rules["choices"] = tuple(choices)
     if trl:
@@ -142,10 +156,11 @@ class ModelArguments:
 
 @dataclass
 class LoraArguments:
-    lora_r: int = _help("LoRA rank; the Unsloth GRPO notebooks use 32-64.", default=32)
+    lora_r: int = _help("LoRA rank; the Unsloth GRPO notebooks use 32-64.", default=32, ge=1,
+                        why="peft's LoraConfig needs a positive rank (16, 32 or 64 are usual)")
     lora_alpha: int = _help("LoRA alpha; alpha = r keeps the update scale at 1.", default=32, gt=0)
-    lora_dropout: float = _help("Dropout on the LoRA input; 0 lets Unsloth use its fast LoRA kernels.", default=0.0, ge=0,
-                                 lt=1)
+    lora_dropout: float = _help("Dropout on the LoRA input; 0 lets Unsloth use its fast LoRA kernels.", default=0.0,
+                                ge=0, lt=1)
     lora_target_modules: list[str] = _help("Modules that get LoRA adapters (all attention + MLP).",
                                            default_factory=lambda: list(DEFAULT_TARGET_MODULES))
     lora_modules_to_save: list[str] = _help(
@@ -160,7 +175,8 @@ class LoraArguments:
 class DataArguments:
     dataset_name: str = _help(
         "A hub dataset id (openai/gsm8k), a local .jsonl/.json/.csv/.tsv/.parquet file, a folder of them (splits "
-        "from file names) or of `save_to_disk`, `sample` (bundled 50 problems) or `demo-arithmetic`. docs/own-data.md.",
+        "from file names) or of `save_to_disk`, `sample` (bundled 50 problems) or `demo-arithmetic`. "
+        "docs/own-data.md.",
         default="openai/gsm8k",
     )
     dataset_config: Optional[str] = _help("Hub dataset config (gsm8k: main); local paths ignore it.", default="main")
@@ -177,8 +193,8 @@ class DataArguments:
         "Keep rows whose answer the correctness reward cannot read as one final answer (they teach nothing "
         "with it); false rejects them as unscorable_answer. true for a reward of your own that reads them.",
         default=False)
-    system_prompt: str = _help("System message the model is trained (and exported) with; the built-in one asks for the "
-                               "notebook's <reasoning>/<answer> format.",
+    system_prompt: str = _help("System message the model is trained (and exported) with; the built-in one asks for "
+                               "the notebook's <reasoning>/<answer> format.",
                                default=DEFAULT_SYSTEM_PROMPT)
     max_prompt_length: str = _help(
         "Token limit for prompts, or `auto` (longest kept prompt rounded up to 16). TRL no longer filters.",
@@ -201,9 +217,11 @@ class GRPOArguments:
                             default="outputs/qwen2.5-gsm8k")
     learning_rate: float = _help(
         "The Unsloth notebooks use 5e-6: LoRA needs more than TRL's 1e-6 full-fine-tune default.", default=5e-6,
-        gt=0, trl=True,
+        gt=0, le=MAX_LEARNING_RATE, trl=True,
     )
-    num_generations: int = _help("Completions per prompt (the GRPO group). Must be >= 2.", default=8, trl=True)
+    num_generations: int = _help("Completions per prompt (the GRPO group). Must be >= 2.", default=8, trl=True, ge=2,
+                                 why="GRPO compares completions within a group, so it needs at least 2 (8 is "
+                                     "typical)")
     per_device_train_batch_size: int = _help(
         "Completions (not prompts!) per device per step, as TRL counts them.", default=8, ge=1, trl=True
     )
@@ -213,7 +231,7 @@ class GRPOArguments:
     num_train_epochs: float = _help("Used only when max_steps = -1.", default=1.0, gt=0, trl=True)
     beta: float = _help(
         "KL coefficient. 0 (TRL default) loads no reference model; > 0 adds a 'ref' adapter copy and logs `kl`.",
-        default=0.0, trl=True,
+        default=0.0, trl=True, ge=0, why="0 is no KL (no reference model); a negative one rewards drifting away",
     )
     loss_type: str = _help(
         "dapo (TRL default: token-level, no length bias) | grpo | dr_grpo | bnpo | cispo | ...", default="dapo",
@@ -229,7 +247,9 @@ class GRPOArguments:
         "TRL uses 0.2.",
         default=0.28, ge=0, trl=True)
     temperature: float = _help("Rollout sampling temperature; GRPO needs diverse groups, so keep ~1.", default=1.0,
-                               trl=True)
+                               trl=True, ge=MIN_SAMPLING_TEMPERATURE,
+                               why="rollouts need sampling: below 1e-5 vLLM samples greedily (every completion of a "
+                                   "group the same) and logits / temperature overflow float32 (1.0 is typical)")
     top_p: float = _help("Rollout nucleus sampling.", default=1.0, gt=0, le=1, trl=True)
     top_k: int = _help("Rollout top-k; 0 = off.", default=0, ge=0, trl=True)
     min_p: Optional[float] = _help("Rollout min-p; None = off.", default=None, ge=0, le=1, trl=True)
@@ -296,7 +316,8 @@ class GenerationArguments:
 
 @dataclass
 class HealthArguments:
-    garbled_threshold: float = _help("Stop/warn when this share of completions is garbled ...", default=0.3, ge=0, le=1)
+    garbled_threshold: float = _help("Stop/warn when this share of completions is garbled ...", default=0.3, ge=0,
+                                     le=1)
     garbled_window: int = _help("... averaged over this many logged steps.", default=3, ge=1)
     garbled_action: str = _help("warn | stop.", default="stop", choices=("warn", "stop"))
     repetition_threshold: float = _help("Warn/stop when the mean n-gram repetition rate exceeds this.",
@@ -306,8 +327,8 @@ class HealthArguments:
     kl_action: str = _help("warn | stop.", default="stop", choices=("warn", "stop"))
     adaptive_beta: bool = _help("Move beta toward kl_target (needs beta > 0 at start).", default=False)
     kl_target: float = _help("Adaptive beta's KL target.", default=0.05, gt=0)
-    beta_min: float = _help("Adaptive beta's lower bound.", default=0.001)
-    beta_max: float = _help("Adaptive beta's upper bound.", default=0.5)
+    beta_min: float = _help("Adaptive beta's lower bound.", default=0.001, ge=0, why="beta is a KL coefficient")
+    beta_max: float = _help("Adaptive beta's upper bound.", default=0.5, ge=0, why="beta is a KL coefficient")
     flat_reward_threshold: float = _help(
         "Act when at least this share of groups has no reward spread (TRL's frac_reward_zero_std): such a group "
         "trains on nothing ...", default=0.9, ge=0, le=1)
@@ -325,7 +346,7 @@ class HealthArguments:
     rollback_lr_factor: float = _help("Learning-rate factor applied at each rollback.", default=0.5, gt=0, lt=1)
     max_rollbacks: int = _help("Rollbacks allowed in one run; the next collapse stops it.", default=2, ge=1)
     sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0, ge=0)
-    sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4, gt=0)
+    sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4, gt=0, le=MAX_LEARNING_RATE)
 
 
 @dataclass

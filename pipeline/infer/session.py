@@ -192,6 +192,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     from env.paths import absolute_path
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, check_adapter_rank
+    from pipeline.config.validate import check_generation_temperature
     from pipeline.run.manifest import find_manifest
 
     gen = generation_settings(args)
@@ -199,6 +200,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     # backend's transformers sampling refuses a top_p outside (0, 1] too. One rule for both, before loading.
     if not 0.0 <= gen.gen_temperature <= 2.0:
         raise ConfigError("temperature", f"--temperature {gen.gen_temperature}: use a value in [0, 2] (0 = greedy).")
+    check_generation_temperature(gen.gen_temperature, "temperature")
     if not 0.0 < gen.gen_top_p <= 1.0:
         raise ConfigError("top_p", f"--top_p {gen.gen_top_p}: use a value in (0, 1] (1 = no nucleus cut).")
     for flag, value in (("max_tokens", gen.gen_max_tokens), ("max_lora_rank", args.max_lora_rank)):
