@@ -26,6 +26,8 @@ import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
+from env.text import excerpt
+
 
 class RewardFailure(RuntimeError):
     """A reward function raised or broke the contract. `name` is the function, `message` says what and where."""
@@ -48,11 +50,6 @@ def is_async_reward(func: Any) -> bool:
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(func.__call__)
 
 
-def _short(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def check_rewards(name: str, output: Any, n: int) -> list[Optional[float]]:
     """`output` as a list of n floats or None, or a RewardFailure that says what came back instead.
 
@@ -66,7 +63,7 @@ def check_rewards(name: str, output: Any, n: int) -> list[Optional[float]]:
     if getattr(output, "ndim", None) == 1 and hasattr(output, "tolist"):  # a 1-D numpy array or torch tensor
         output = output.tolist()
     if not isinstance(output, (list, tuple)):
-        raise RewardFailure(name, f"returned {_short(output)} (a {type(output).__name__}), not a list of one "
+        raise RewardFailure(name, f"returned {excerpt(output, 120)} (a {type(output).__name__}), not a list of one "
                             f"number (or None) per completion; return e.g. [1.0, 0.0, ...] with {n} values.")
     if len(output) != n:
         raise RewardFailure(name, f"returned {len(output)} values for {n} completions; return exactly one "
@@ -77,11 +74,11 @@ def check_rewards(name: str, output: Any, n: int) -> list[Optional[float]]:
             checked.append(None)
             continue
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise RewardFailure(name, f"returned {_short(value)} (a {type(value).__name__}) for completion {i}; "
+            raise RewardFailure(name, f"returned {excerpt(value, 120)} (a {type(value).__name__}) for completion {i}; "
                                 "each value must be an int or float, or None when the sample cannot be judged.")
         if not math.isfinite(float(value)):
-            raise RewardFailure(name, f"returned {value!r} for completion {i}; rewards must be finite (return None "
-                                "for a sample that cannot be judged).")
+            raise RewardFailure(name, f"returned {excerpt(value)} for completion {i}; rewards must be finite "
+                                "(return None for a sample that cannot be judged).")
         checked.append(float(value))
     return checked
 
@@ -102,8 +99,8 @@ def _sample(i: int, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> s
         completion = completion[-1].get("content")
     columns = {key: item(value) for key, value in kwargs.items()
                if isinstance(value, (list, tuple)) and key != "completion_ids"}
-    return f"prompt {_short(prompt, 80)}, completion {_short(completion, 80)}" + (
-        f", {', '.join(f'{k}={_short(v, 40)}' for k, v in columns.items())}" if columns else "")
+    return f"prompt {excerpt(prompt, 80)}, completion {excerpt(completion, 80)}" + (
+        f", {', '.join(f'{k}={excerpt(v, 40)}' for k, v in columns.items())}" if columns else "")
 
 
 def _first_failing(func: Callable, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Optional[int]:

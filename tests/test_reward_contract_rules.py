@@ -1,6 +1,6 @@
 """The exact text of the reward contract's messages (rewards/contract.py): what a user reads when a reward breaks.
 
-Pure Python, no model: `_short`, `_sample`, `check_rewards`, `guard_reward` (signature errors, the failing sample,
+Pure Python, no model: `_sample`, `check_rewards`, `guard_reward` (signature errors, the failing sample,
 async rewards, `hold`), the None-share warning, `reward_name` and the `--check` probe line."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from rewards.contract import (RewardFailure, _accepts, _NoneShare, _sample, _short, check_rewards, guard_reward,
+from rewards.contract import (RewardFailure, _accepts, _NoneShare, _sample, check_rewards, guard_reward,
                               probe_rewards, reward_name)
 
 
@@ -23,23 +23,6 @@ def failure_of(func, **call) -> str:
         if inspect.isawaitable(out):
             asyncio.run(out)
     return str(err.value)
-
-
-# ---------------------------------------------------------------- _short
-
-@pytest.mark.parametrize("value, limit, expected", [
-    ("a" * 118, 120, "'" + "a" * 118 + "'"),           # repr of 120 chars: kept (<=)
-    ("a" * 119, 120, "'" + "a" * 116 + "..."),          # 121 chars: cut to 117 + "..." = 120
-    ("a" * 119, None, "'" + "a" * 116 + "..."),         # the default limit is 120
-    ("a" * 118, None, "'" + "a" * 118 + "'"),
-    ("abcdefgh", 8, "'abcd..."),
-    ("abcdef", 8, "'abcdef'"),
-    (None, 4, "None"),
-])
-def test_short(value, limit, expected):
-    text = _short(value) if limit is None else _short(value, limit)
-    assert text == expected
-    assert len(text) == min(len(repr(value)), 120 if limit is None else limit)
 
 
 # ---------------------------------------------------------------- _sample
@@ -65,14 +48,14 @@ LONG = "x" * 100  # repr 102 chars
     (0, [[]], [[]], {}, "prompt [], completion []"),
     # out of range / not indexable: None
     (3, ["p"], None, {}, "prompt None, completion None"),
-    # 80 characters for prompt and completion
-    (0, [LONG], [LONG], {}, f"prompt {chr(39)}{'x' * 76}..., completion {chr(39)}{'x' * 76}..."),
-    (0, [chat("s", LONG)], [[{"content": LONG}]], {}, f"prompt {chr(39)}{'x' * 76}..., completion {chr(39)}{'x' * 76}..."),
+    # 80 characters for prompt and completion (env.text.excerpt: both ends kept)
+    (0, [LONG], [LONG], {}, f"prompt {chr(39)}{'x' * 37}...{'x' * 38}{chr(39)}, completion {chr(39)}{'x' * 37}...{'x' * 38}{chr(39)}"),
+    (0, [chat("s", LONG)], [[{"content": LONG}]], {}, f"prompt {chr(39)}{'x' * 37}...{'x' * 38}{chr(39)}, completion {chr(39)}{'x' * 37}...{'x' * 38}{chr(39)}"),
     # columns: list/tuple ones only, completion_ids left out, 40 characters each, joined by ", "
     (1, ["p0", "p1"], ["c0", "c1"],
      {"answer": ["4", "0"], "id": ("a", "b"), "completion_ids": [[1, 2], [3]], "flag": 5, "name": "abc",
       "trainer_state": SimpleNamespace(global_step=1), "note": [LONG, LONG]},
-     f"prompt 'p1', completion 'c1', answer='0', id='b', note={chr(39)}{'x' * 36}..."),
+     f"prompt 'p1', completion 'c1', answer='0', id='b', note={chr(39)}{'x' * 17}...{'x' * 18}{chr(39)}"),
     (0, ["p0"], ["c0"], {"completion_ids": [[1]], "flag": 5}, "prompt 'p0', completion 'c0'"),
     (0, ["p0"], ["c0"], {"answer": []}, "prompt 'p0', completion 'c0', answer=None"),
 ])

@@ -12,6 +12,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from env.text import shorten
 from rewards import DEFAULT_REWARDS as DEFAULT_REWARD_FUNCS  # the notebook's order (light import: no torch)
 from rewards.format import FORMAT_SYSTEM_PROMPT
 
@@ -27,7 +28,7 @@ class ConfigError(ValueError):
 
     def __init__(self, field_name: str, message: str):
         self.field = field_name
-        super().__init__(f"config error in `{field_name}`: {message}")
+        super().__init__(f"config error in `{shorten(field_name, 80)}`: {message}")
 
 
 def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,

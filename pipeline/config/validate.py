@@ -15,6 +15,7 @@ import typing
 import warnings
 from typing import Any, Optional
 
+from env.text import excerpt
 from pipeline.config.fields import (
     MIN_SAMPLING_TEMPERATURE,
     SECTION_ATTR,
@@ -46,21 +47,21 @@ def coerce(value: Any, kind: type, name: str) -> Any:
     if kind is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(name, f"got {value!r}; use true or false.")
+        raise ConfigError(name, f"got {excerpt(value)}; use true or false.")
     if isinstance(value, bool):
-        raise ConfigError(name, f"got {value!r}; use {article}.")
+        raise ConfigError(name, f"got {excerpt(value)}; use {article}.")
     if isinstance(value, str):
         try:
             value = float(value) if kind is float else int(value)
         except ValueError:
-            raise ConfigError(name, f"got {value!r}; use {article}.") from None
+            raise ConfigError(name, f"got {excerpt(value)}; use {article}.") from None
     if not isinstance(value, (int, float)):
-        raise ConfigError(name, f"got {value!r} ({type(value).__name__}); use {article}.")
+        raise ConfigError(name, f"got {excerpt(value)} ({type(value).__name__}); use {article}.")
     if not math.isfinite(value):
-        raise ConfigError(name, f"got {value!r}; use a finite number.")
+        raise ConfigError(name, f"got {excerpt(value)}; use a finite number.")
     if kind is int:
         if value != int(value):
-            raise ConfigError(name, f"got {value!r}; use a whole number such as {max(int(value), 1)}.")
+            raise ConfigError(name, f"got {excerpt(value)}; use a whole number such as {max(int(value), 1)}.")
         return int(value)
     return float(value)
 
@@ -80,7 +81,7 @@ def check_choices(section: Any) -> None:
         choices = field_rules(f).get("choices")
         value = getattr(section, f.name)
         if choices and value not in choices:
-            raise ConfigError(f.name, f"got {value!r}; choose one of {', '.join(choices)}.")
+            raise ConfigError(f.name, f"got {excerpt(value)}; choose one of {', '.join(choices)}.")
 
 
 def check_bounds(value: float, name: str, rules: dict[str, Any], default: Any) -> None:
@@ -128,7 +129,7 @@ def check_field_values(cfg: PipelineConfig) -> None:
     >>> check_field_values(PipelineConfig().replace(learning_rate=0))
     Traceback (most recent call last):
     ...
-    pipeline.config.fields.ConfigError: config error in `learning_rate`: got 0; it must be > 0 and <= 1.0 (the default is 5e-06).
+    pipeline.config.fields.ConfigError: config error in `learning_rate`: got 0; it must be > 0 and <= 1.0 (the ...
     """
     for section_cls in SECTIONS:
         section = getattr(cfg, SECTION_ATTR[section_cls])
@@ -152,7 +153,8 @@ def check_field_values(cfg: PipelineConfig) -> None:
                     setattr(section, f.name, [coerce(v, item_kind, f.name) for v in value])
                 elif item_kind is str and any(not isinstance(v, str) or not v.strip() for v in value):
                     bad = next(v for v in value if not isinstance(v, str) or not v.strip())
-                    raise ConfigError(f.name, f"got {bad!r} in {list(value)}; each entry is a name (text).")
+                    raise ConfigError(f.name, f"got {excerpt(bad)} in {excerpt(list(value))}; each entry is a name "
+                                              "(text).")
                 continue
             if kind not in (int, float, bool):
                 continue
@@ -184,7 +186,7 @@ def parse_limit(value: Any, field_name: str) -> Optional[int]:
     try:
         number = int(value)
     except (TypeError, ValueError):
-        raise ConfigError(field_name, f"got {value!r}; use a positive integer or `auto`.") from None
+        raise ConfigError(field_name, f"got {excerpt(value)}; use a positive integer or `auto`.") from None
     if number <= 0:
         raise ConfigError(field_name, f"got {number}; use a positive integer or `auto`.")
     return number
@@ -199,7 +201,7 @@ def sampling_params_mapping(value: Any) -> dict[str, Any]:
     try:
         parsed = json.loads(value)
     except (TypeError, json.JSONDecodeError):
-        raise ConfigError("vllm_sampling_params", f"got {value!r}; give a YAML mapping or a JSON object "
+        raise ConfigError("vllm_sampling_params", f"got {excerpt(value)}; give a YAML mapping or a JSON object "
                           "string such as '{\"min_p\": 0.1}'.") from None
     if not isinstance(parsed, dict):
         raise ConfigError("vllm_sampling_params", "must be a mapping such as {min_p: 0.1}.")

@@ -37,6 +37,7 @@ from typing import Any, Callable, Optional
 
 from env.path_check import DATA_SUFFIXES, local_data
 from env.paths import publish_once
+from env.text import excerpt
 from pipeline.config import ConfigError
 from pipeline.data.cache import file_sha256, local_file_identity, local_tree_identity
 from pipeline.data.clean import clean_column_name
@@ -200,7 +201,7 @@ def prompt_format_of(columns: list[str], spec: SourceSpec) -> str:
         return "prompt"
     if PROMPT_COLUMN in columns and field in columns:
         raise ConfigError(spec.question_option, f"the data has TRL's `prompt` column and {spec.question_option} "
-                          f"names {field!r}: prompts built from {field!r} would hide yours. Leave "
+                          f"names {excerpt(field)}: prompts built from {excerpt(field)} would hide yours. Leave "
                           f"{spec.question_option} unset to train on `prompt` as TRL does, or rename the `prompt` "
                           "column.")
     return "question"
@@ -218,7 +219,8 @@ def _rows(dataset: Any, spec: SourceSpec, split: str, where: str) -> RawRows:
     own = [name for name in names if name.startswith(OWN_PREFIX)]
     if own:
         raise ConfigError(spec.name_option, f"{where} has column(s) {', '.join(map(repr, own))}; names beginning "
-                          f"with {OWN_PREFIX!r} are the pipeline's own per-row fields (grpo_answer, grpo_id, ...). "
+                          f"with {excerpt(OWN_PREFIX)} are the pipeline's own per-row fields (grpo_answer, grpo_id, "
+                          "...). "
                           "Rename them.")
     prompt_format = prompt_format_of(names, spec)
     question = PROMPT_COLUMN if prompt_format == "prompt" else spec.question_field
@@ -232,7 +234,7 @@ def _rows(dataset: Any, spec: SourceSpec, split: str, where: str) -> RawRows:
         if column not in names:
             hint = (" A dataset in TRL's format has a `prompt` column instead (text, or a list of "
                     "{role, content} messages)." if what == "question" else "")
-            raise ConfigError(option, f"column {column!r} is not in {where}; its columns are "
+            raise ConfigError(option, f"column {excerpt(column)} is not in {where}; its columns are "
                               f"{sorted(names)}. Set {option} to the column that holds the {what}s.{hint}")
     questions = list(dataset[question])
     answers = list(dataset[spec.answer_field]) if spec.answer_field in names else [None] * len(questions)
@@ -251,22 +253,22 @@ def pick_split(spec: SourceSpec, available: list[str], where: str) -> str:
         return spec.split
     if spec.own_eval_source and len(available) == 1:
         return available[0]
-    listed = ", ".join(repr(s) for s in available)
+    listed = ", ".join(excerpt(s) for s in available)
     if spec.role == "eval" and not spec.own_eval_source:
         if len(available) == 1:
             raise ConfigError(
                 "eval_dataset_name",
-                f"evaluation (eval_before / eval_after / `grpo eval --config`) reads split {spec.split!r} "
+                f"evaluation (eval_before / eval_after / `grpo eval --config`) reads split {excerpt(spec.split)} "
                 f"(eval_split) of dataset_name, but {where} has one split, {listed}: the training data. Set "
                 "eval_dataset_name to a file or folder of held-out problems (e.g. --eval_dataset_name test.jsonl), "
                 "make dataset_name a folder holding train.jsonl and test.jsonl, or turn evaluation off "
                 "(--eval_before false --eval_after false).")
-        raise ConfigError("eval_split", f"{where} has splits {listed}; eval_split is {spec.split!r}. Set eval_split "
-                          "to the held-out one, or eval_dataset_name to a source of held-out problems.")
+        raise ConfigError("eval_split", f"{where} has splits {listed}; eval_split is {excerpt(spec.split)}. Set "
+                          "eval_split to the held-out one, or eval_dataset_name to a source of held-out problems.")
     one = " (a single file or saved Dataset is one split, 'train')" if available == [SINGLE_FILE_SPLIT] else ""
     plural = "splits" if len(available) > 1 else "one split,"
     raise ConfigError(spec.split_option, f"{where} has {plural} {listed}{one}; {spec.split_option} is "
-                      f"{spec.split!r}. Set {spec.split_option} to one of them.")
+                      f"{excerpt(spec.split)}. Set {spec.split_option} to one of them.")
 
 
 # ------------------------------------------------------------------------------------------------ hub
@@ -302,13 +304,14 @@ def _download_and_save(spec: SourceSpec, saved: Path) -> None:
         splits = load_dataset(name, config, revision=spec.revision)
     except Exception as err:
         if "BuilderConfig" in str(err) or "config name" in str(err).lower():
-            raise ConfigError(spec.config_option, f"hub dataset {name!r} ({spec.name_option}) has no config "
-                              f"{config!r}: {err}. Set {spec.config_option} to one of its configs, or to null "
+            raise ConfigError(spec.config_option, f"hub dataset {excerpt(name)} ({spec.name_option}) has no config "
+                              f"{excerpt(config)}: {err}. Set {spec.config_option} to one of its configs, or to null "
                               "for a dataset with one.") from None
         raise ConfigError(
             spec.name_option,
-            f"could not load dataset {name!r} (config {config!r}) from {endpoint}: "
-            f"{type(err).__name__}: {err}\nNo saved copy at {saved}, and no local file or folder {name!r} either. "
+            f"could not load dataset {excerpt(name)} (config {excerpt(config)}) from {endpoint}: "
+            f"{type(err).__name__}: {err}\nNo saved copy at {saved}, and no local file or folder {excerpt(name)} "
+            "either. "
             "Fixes: check the network; in mainland China set HF_ENDPOINT=https://hf-mirror.com; offline, copy a "
             f"`save_to_disk` folder of the dataset to that path, or give {spec.name_option} a local path."
         ) from err
@@ -330,9 +333,9 @@ def _download_from_modelscope_and_save(name: str, config: Optional[str], revisio
     try:
         splits = load_dataset(str(folder), config)
     except Exception as err:
-        raise DataSourceError(f"could not read ModelScope dataset {name!r} (config {config!r}) downloaded to {folder}: "
-                           f"{type(err).__name__}: {err}\nCheck dataset_config (None for a single one) and that "
-                           "the repository holds .jsonl/.csv/.parquet data files.") from err
+        raise DataSourceError(f"could not read ModelScope dataset {excerpt(name)} (config {excerpt(config)}) "
+                              f"downloaded to {folder}: {type(err).__name__}: {err}\nCheck dataset_config (None for "
+                              "a single one) and that the repository holds .jsonl/.csv/.parquet data files.") from err
     publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=_is_saved_copy)
     print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
 
@@ -359,7 +362,7 @@ def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
     dev, eval, ...); a folder whose names match none is one split, `train`.
     """
     if not path.exists():
-        raise ConfigError(option, f"{str(path.resolve())!r} does not exist. Give the path of a data file "
+        raise ConfigError(option, f"{excerpt(str(path.resolve()))} does not exist. Give the path of a data file "
                           f"({'/'.join(sorted(LOCAL_FORMATS))}), a folder of them, a `save_to_disk` folder, a hub "
                           "dataset id (openai/gsm8k), `sample` or `demo-arithmetic`.")
     if path.is_file():
@@ -450,7 +453,7 @@ def check_text_file(path: Path) -> Optional[str]:
                 lines.append(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
             except UnicodeDecodeError as err:
                 raise DataFileError(
-                    f"{path} line {number} is not UTF-8 text (byte {raw[err.start:err.start + 1]!r} at column "
+                    f"{path} line {number} is not UTF-8 text (byte {excerpt(raw[err.start:err.start + 1])} at column "
                     f"{err.start + 1}). Re-save the file as UTF-8, e.g. "
                     f"`{shell_command('iconv', '-f', 'GBK', '-t', 'UTF-8', '-o', path.with_name('fixed' + path.suffix), path)}`"
                     f" (use the file's real encoding instead of GBK).{untouched}"
