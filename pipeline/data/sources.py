@@ -30,6 +30,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import Any, Callable, Optional
 
 from env.path_check import DATA_SUFFIXES, local_data
 from env.paths import publish_once
-from env.text import excerpt
+from env.text import excerpt, shorten
 from pipeline.config import ConfigError
 from pipeline.data.cache import file_sha256, local_file_identity, local_tree_identity
 from pipeline.data.clean import clean_column_name
@@ -391,6 +392,14 @@ def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
     return "folder", splits
 
 
+# What an empty file of each format needs, for its message.
+EMPTY_FIX = {".jsonl": "Write one `{\"question\": ..., \"answer\": ...}` object per line.",
+             ".json": "Write a list of `{\"question\": ..., \"answer\": ...}` objects.",
+             ".csv": "Write a header line (question,answer), then one row per problem.",
+             ".tsv": "Write a header line (question<TAB>answer), then one row per problem.",
+             ".parquet": "Write it with pandas' to_parquet or pyarrow.parquet.write_table."}
+
+
 def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> Any:
     """One split's data files (one format) through the `datasets` packaged loaders, as one Dataset."""
     from datasets import load_dataset
@@ -404,10 +413,10 @@ def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> An
     kwargs: dict[str, Any] = {}
     for path in files:
         if path.stat().st_size == 0:
-            raise DataFileError(f"{path} is empty: there are no rows to train on. Give a file with one "
-                                "`{\"question\": ..., \"answer\": ...}` record per line (JSONL) or a CSV with a "
-                                "header.")
-        if builder != "parquet":
+            raise DataFileError(f"{path} is empty (0 bytes): there are no rows to train on. {EMPTY_FIX[suffix]}")
+        if builder == "parquet":
+            check_parquet_file(path)
+        else:
             json_field = check_text_file(path)
             if json_field:
                 kwargs["field"] = json_field
@@ -427,12 +436,72 @@ def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> An
     try:
         return load_dataset(builder, data_files=[str(f) for f in files], split="train",
                             cache_dir=str(cache_root / "hf-datasets" / content[:16]), **kwargs)
-    except Exception as err:
-        where = files[0] if len(files) == 1 else f"{files[0].parent} ({', '.join(f.name for f in files)})"
-        raise DataFileError(
-            f"could not read {where} as {builder.upper()} ({type(err).__name__}: {err}). Check that the file is "
-            "UTF-8, one record per line for JSONL, and that each column holds one kind of value."
-        ) from err
+    except Exception as err:  # noqa: BLE001 - translated below into our message, naming the file and the line
+        raise library_error(files, builder, err) from err
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    """The library's own error under `datasets`' wrappers (DatasetGenerationError "An error occurred while
+    generating the dataset" carries the pyarrow / pandas one as its cause)."""
+    seen = {id(err)}
+    while True:
+        inner = err.__cause__ or err.__context__
+        if inner is None or id(inner) in seen:
+            return err
+        seen.add(id(inner))
+        err = inner
+
+
+def library_error(files: list[Path], builder: str, err: BaseException) -> DataFileError:
+    """A `datasets` / pyarrow / pandas error while loading local files, as our message: the file, the line
+    where the library knows it, and the library's own words; no hint that the error does not call for (the
+    checks before loading, check_text_file and check_parquet_file, already name the common faults with theirs)."""
+    cause = _root_cause(err)
+    text = " ".join(str(cause).split()) or type(cause).__name__
+    where = str(files[0]) if len(files) == 1 else f"{files[0].parent} ({', '.join(f.name for f in files)})"
+    found = re.search(r"\b(line|row) (\d+)", text)
+    if found and len(files) == 1:
+        # pandas says "line N" from 1 and "row N" from 0, the header included; pyarrow's JSON reader "row N"
+        # from 0 over the records
+        number = int(found.group(2)) + (found.group(1) == "row")
+        where += f" line {number}" if builder == "csv" else f" record {number}"
+    return DataFileError(f"{where}: cannot be read as {builder.upper()} ({type(cause).__name__}: "
+                         f"{shorten(text, 300)}). No row of the file was used.")
+
+
+def check_parquet_file(path: Path) -> None:
+    """A Parquet file that pyarrow cannot open, or that has columns but no rows, named before `datasets` reads
+    it (it would say "BatchSize must be greater than 0" or "corresponds to no data")."""
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.ParquetFile(path).metadata
+    except Exception as err:  # noqa: BLE001 - pyarrow's ArrowInvalid / OSError: not a Parquet file
+        raise DataFileError(f"{path} is not a readable Parquet file ({type(err).__name__}: "
+                            f"{shorten(' '.join(str(err).split()), 300)}). Write it again with pandas' to_parquet "
+                            "or pyarrow.parquet.write_table.") from None
+    if metadata.num_rows == 0:
+        columns = ", ".join(metadata.schema.names)
+        raise DataFileError(f"{path} has columns ({shorten(columns, 200)}) but no rows: there is nothing to "
+                            "train on. Write the problems into it, one row each.")
+
+
+def _lone_surrogate(value: Any) -> Optional[str]:
+    """The first text inside a parsed JSON value that holds a lone surrogate (JSON's "\\ud800" escape is valid
+    JSON, but no UTF-8 text: pyarrow refuses the file without saying where), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value
+        return None
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return next((bad for bad in map(_lone_surrogate, items) if bad is not None), None)
+
+
+def _surrogate_error(path: Path, where: str, text: str, untouched: str) -> DataFileError:
+    return DataFileError(f"{path} {where} holds a lone surrogate, an escape such as \\ud800 that is half of a "
+                         f"character, so no UTF-8 text ({excerpt(text, 80)}). Fix or remove that escape.{untouched}")
 
 
 def check_text_file(path: Path) -> Optional[str]:
@@ -443,6 +512,9 @@ def check_text_file(path: Path) -> Optional[str]:
     file; one pass over the lines costs far less than the tokenizing that follows.
     """
     from env.paths import shell_command
+
+    def iconv(path: Path) -> str:
+        return shell_command("iconv", "-f", "GBK", "-t", "UTF-8", "-o", path.with_name("fixed" + path.suffix), path)
 
     suffix = path.suffix.lower()
     untouched = " No row of the file was used: fix or delete that line and run again."
@@ -455,17 +527,30 @@ def check_text_file(path: Path) -> Optional[str]:
                 raise DataFileError(
                     f"{path} line {number} is not UTF-8 text (byte {excerpt(raw[err.start:err.start + 1])} at column "
                     f"{err.start + 1}). Re-save the file as UTF-8, e.g. "
-                    f"`{shell_command('iconv', '-f', 'GBK', '-t', 'UTF-8', '-o', path.with_name('fixed' + path.suffix), path)}`"
+                    f"`{iconv(path)}`"
                     f" (use the file's real encoding instead of GBK).{untouched}"
                 ) from None
+    filled = [number for number, text in enumerate(lines, start=1) if text.strip()]
+    if not filled:
+        raise DataFileError(f"{path} holds only blank lines: there are no rows to train on.")
+    if suffix in (".csv", ".tsv") and len(filled) == 1:
+        header = lines[filled[0] - 1].strip().lstrip("\ufeff")
+        raise DataFileError(f"{path} has a header ({shorten(header, 200)}) but no rows: there is nothing to train "
+                            "on. Add one row per problem under the header.")
     if suffix == ".json":
         try:
             document = json.loads("".join(lines))
         except json.JSONDecodeError as err:
             if err.msg != "Extra data":  # "Extra data": JSON Lines in a .json file, read per line below
                 raise DataFileError(f"{path} line {err.lineno} is not valid JSON ({err.msg}, column {err.colno})."
-                                    " A .json file holds a list of objects, or {\"data\": [...]}." + untouched) from None
+                                    " A .json file holds a list of objects, or {\"data\": [...]}."
+                                    + untouched) from None
         else:
+            bad = _lone_surrogate(document)
+            if bad is not None:
+                line = next((n for n, text in enumerate(lines, start=1) if _lone_surrogate(_json_strings(text))),
+                            None)
+                raise _surrogate_error(path, f"line {line}" if line else "", bad, untouched)
             return _json_records_field(document, path)
     if suffix in (".jsonl", ".json"):
         for number, text in enumerate(lines, start=1):
@@ -481,7 +566,21 @@ def check_text_file(path: Path) -> Optional[str]:
             if not isinstance(record, dict):
                 raise DataFileError(f"{path} line {number} is a JSON {type(record).__name__}, not an object "
                                     "such as {\"question\": ..., \"answer\": ...}." + untouched)
+            bad = _lone_surrogate(record)
+            if bad is not None:
+                raise _surrogate_error(path, f"line {number}", bad, untouched)
     return None
+
+
+def _json_strings(line: str) -> list[str]:
+    """The JSON string literals of one line of a .json file, decoded (a line need not be JSON by itself)."""
+    found = []
+    for literal in re.findall(r'"(?:[^"\\]|\\.)*"', line):
+        try:
+            found.append(json.loads(literal))
+        except json.JSONDecodeError:
+            continue
+    return found
 
 
 def _json_records_field(document: Any, path: Path) -> Optional[str]:
@@ -491,6 +590,8 @@ def _json_records_field(document: Any, path: Path) -> Optional[str]:
         if bad is not None:
             raise DataFileError(f"{path}: item {bad} of the list is a JSON {type(document[bad]).__name__}, not an "
                                 "object such as {\"question\": ..., \"answer\": ...}.")
+        if not document:
+            raise DataFileError(f"{path} is an empty JSON list: there are no rows to train on.")
         return None
     if isinstance(document, dict):
         lists = [key for key, value in document.items()
