@@ -112,3 +112,34 @@ def test_a_cell_of_the_wrong_type_is_a_reported_rejection_not_a_crash(tmp_path, 
     with pytest.raises(DataError) as caught:  # strict: the rejection is the error, naming its reason
         prepare_dataset(cfg.replace(strict=True), qwen_tokenizer)
     assert "non_string_field" in str(caught.value) or "not text" in str(caught.value), str(caught.value)
+
+
+# ---------------------------------------------------------------- tokenizer files (transformers / tokenizers)
+
+TOKENIZER_FAULTS = {
+    "tokenizer.json-not-json": ("tokenizer.json", b'{"version": broken', "tokenizer.json line 1, column 13 is not "
+                                "valid JSON"),
+    "tokenizer.json-not-a-tokenizer": ("tokenizer.json", b'{"version": "1.0"}', "tokenizer.json is not a tokenizer "
+                                       "the tokenizers library can read (Model missing"),
+    "tokenizer_config-not-json": ("tokenizer_config.json", b"{oops", "tokenizer_config.json line 1, column 2 is not "
+                                  "valid JSON"),
+    "tokenizer_config-not-utf8": ("tokenizer_config.json", b'{"a": "\xff"}', "tokenizer_config.json is not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("fault", list(TOKENIZER_FAULTS))
+def test_a_broken_tokenizer_file_of_a_local_model_is_named(tmp_path, fault):
+    import shutil
+
+    from pipeline.assets import qwen_tokenizer_dir
+    from pipeline.config import ConfigError
+    from pipeline.data.tokenizer import load_tokenizer
+
+    folder = tmp_path / "model"
+    shutil.copytree(qwen_tokenizer_dir(), folder)
+    name, content, fact = TOKENIZER_FAULTS[fault]
+    (folder / name).write_bytes(content)
+    with pytest.raises(ConfigError) as caught:
+        load_tokenizer(str(folder))
+    assert caught.value.field == "model_name_or_path" and str(folder / name) in str(caught.value)
+    assert fact in str(caught.value), str(caught.value)
