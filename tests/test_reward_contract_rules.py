@@ -227,7 +227,19 @@ CALL = {"prompts": ["p0", "p1"], "completions": ["c0", ""], "answer": ["4", "0"]
      "None, completion 'c0')"),
 ])
 def test_failure_message(func, call, message):
-    assert failure_of(func, **call) == message
+    assert without_place(failure_of(func, **call), func) == message
+
+
+def without_place(text: str, func) -> str:
+    """A raise's message without its place, after checking the place: " (at FILE line N)", this file and a line
+    of `func`'s own source (rewards.contract.raised_at). Messages of values returned have no place."""
+    if "raised" not in text:
+        return text
+    head, _, at = text.rpartition(f" (at {__file__} line ")
+    assert head and at.endswith(")"), text
+    lines, first = inspect.getsourcelines(func)
+    assert first <= int(at[:-1]) < first + len(lines), text
+    return head
 
 
 # ---------------------------------------------------------------- guard_reward: hold
@@ -269,7 +281,7 @@ def test_hold_hands_the_failure_over_and_returns_zeros(func, expected, failure):
     if inspect.isawaitable(out):
         out = asyncio.run(out)
     assert out == expected
-    assert [str(f) for f in held] == ([] if failure is None else [failure])
+    assert [without_place(str(f), func) for f in held] == ([] if failure is None else [failure])
     assert all(isinstance(f, RewardFailure) for f in held)
 
 
@@ -352,3 +364,25 @@ def test_probe_one_line_per_function_and_raises_the_first_failure():
     assert probe_rewards([named, Scorer()], ["p0", "p1"], ["c0", "c1"], {}) == ["named: [1, 1]", "Scorer: [1, 1]"]
     with pytest.raises(RewardFailure, match=r"^reward function `raises_key_error` raised KeyError"):
         probe_rewards([named, raises_key_error, returns_nan], ["p0"], ["c0"], {})
+
+
+def test_a_raising_plug_in_reward_is_named_with_its_file_and_line(tmp_path):
+    """A `module:function` reward beside the recipe (rewards/user_code.py loads it): its message names the
+    function, its file and the line that raised."""
+    from rewards import get_reward_funcs
+    from rewards.user_code import set_recipe_dir
+
+    (tmp_path / "my_plugin_rewards.py").write_text(
+        "def picky(prompts, completions, **kwargs):\n"
+        "    scores = []\n"
+        "    for c in completions:\n"
+        "        scores.append(1.0 / (len(c) - 2))\n"
+        "    return scores\n", encoding="utf-8")
+    set_recipe_dir(tmp_path)
+    try:
+        (func,) = get_reward_funcs(["my_plugin_rewards:picky"])
+        text = failure_of(func, prompts=["p0", "p1"], completions=["ab", "cd"])
+    finally:
+        set_recipe_dir(None)
+    assert text.startswith("reward function `picky` raised ZeroDivisionError: float division by zero")
+    assert text.endswith(f"(at {tmp_path / 'my_plugin_rewards.py'} line 4)")
