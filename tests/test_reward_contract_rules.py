@@ -27,6 +27,8 @@ def failure_of(func, **call) -> str:
 
 # ---------------------------------------------------------------- _sample
 
+CUT80 = f"'{'x' * 37}...{'x' * 38}'"  # 80 characters of a long text: both ends kept (env.text.excerpt)
+
 def chat(*contents):
     return [{"role": "system", "content": contents[0]}] + [{"role": "user", "content": c} for c in contents[1:]]
 
@@ -49,8 +51,8 @@ LONG = "x" * 100  # repr 102 chars
     # out of range / not indexable: None
     (3, ["p"], None, {}, "prompt None, completion None"),
     # 80 characters for prompt and completion (env.text.excerpt: both ends kept)
-    (0, [LONG], [LONG], {}, f"prompt {chr(39)}{'x' * 37}...{'x' * 38}{chr(39)}, completion {chr(39)}{'x' * 37}...{'x' * 38}{chr(39)}"),
-    (0, [chat("s", LONG)], [[{"content": LONG}]], {}, f"prompt {chr(39)}{'x' * 37}...{'x' * 38}{chr(39)}, completion {chr(39)}{'x' * 37}...{'x' * 38}{chr(39)}"),
+    (0, [LONG], [LONG], {}, f"prompt {CUT80}, completion {CUT80}"),
+    (0, [chat("s", LONG)], [[{"content": LONG}]], {}, f"prompt {CUT80}, completion {CUT80}"),
     # columns: list/tuple ones only, completion_ids left out, 40 characters each, joined by ", "
     (1, ["p0", "p1"], ["c0", "c1"],
      {"answer": ["4", "0"], "id": ("a", "b"), "completion_ids": [[1, 2], [3]], "flag": 5, "name": "abc",
