@@ -285,9 +285,13 @@ def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Pat
         raise PathError(option, f"{path} cannot be created: {existing} is a file, not a folder.")
     for label, source in (reads or {}).items():
         relation = _relation(path, source)
-        if relation and (kind.replaces or relation == "is"):
+        # Every output refuses to be or to lie inside an input folder: a cache or run folder filled in place inside
+        # the dataset's folder adds files that the next run reads as data ("no data files", or a report read as a
+        # split). A filled output may contain an input (a run folder holds the checkpoint it resumes); a replaced
+        # one may not (replacing it deletes the input).
+        if relation and (kind.replaces or relation in ("is", "is inside")):
             harm = "replace it" if relation == "is" else ("delete it with the old contents" if relation == "contains"
-                                                          else "change it")
+                                                          else "change it: its new files would be read as part of it")
             raise PathError(option, f"{path} {relation} {label} ({source}), which this command reads; writing "
                             f"there would {harm}. Choose a place outside it.")
     if exists and path.is_dir() and not kind.may_exist and replaceable is not None:
