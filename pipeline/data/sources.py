@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import sys
@@ -433,11 +434,17 @@ def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> An
     # with `cp -p`, a restored backup, a second edit within the clock's tick) would be served stale. A cache
     # folder per content identity closes that.
     content = hashlib.sha256(json.dumps([local_file_identity(f) for f in files], sort_keys=True).encode()).hexdigest()
+    # `datasets` logs its own "Failed to read file ..." line before raising: the message below says it once.
+    library_logger = logging.getLogger("datasets")
+    level = library_logger.level
+    library_logger.setLevel(logging.CRITICAL)
     try:
         return load_dataset(builder, data_files=[str(f) for f in files], split="train",
                             cache_dir=str(cache_root / "hf-datasets" / content[:16]), **kwargs)
     except Exception as err:  # noqa: BLE001 - translated below into our message, naming the file and the line
         raise library_error(files, builder, err) from err
+    finally:
+        library_logger.setLevel(level)
 
 
 def _root_cause(err: BaseException) -> BaseException:
