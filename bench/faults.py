@@ -507,9 +507,10 @@ def broken_tokenizer_model(folder: Path) -> list[str]:
 
 
 def raising_plugin_reward(folder: Path) -> list[str]:
-    (folder / "my_rewards.py").write_text("def bad(prompts, completions, **kwargs):\n"
+    (folder / "v3_plugin_rewards.py").write_text("def bad(prompts, completions, **kwargs):\n"
                                           "    return [1.0 / 0 for c in completions]\n", encoding="utf-8")
-    return ["rewards", "--config", str(recipe(folder, QUICK + "reward_funcs: [my_rewards:bad]\n")), "--prompts", "2"]
+    plugged = recipe(folder, QUICK + "reward_funcs: [v3_plugin_rewards:bad]\n")
+    return ["rewards", "--config", str(plugged), "--prompts", "2"]
 
 
 def eval_from_elsewhere(folder: Path) -> list[str]:
@@ -549,7 +550,7 @@ V3_CASES: list[Fault] = [
     Fault("data_cache_dir inside the dataset's folder", cache_inside_data, "is inside dataset_name"),
     Fault("broken tokenizer.json of a local model", broken_tokenizer_model,
           "tokenizer.json line 1, column 13 is not valid JSON"),
-    Fault("a raising plug-in reward names its file", raising_plugin_reward, "my_rewards.py line 2)"),
+    Fault("a raising plug-in reward names its file", raising_plugin_reward, "v3_plugin_rewards.py line 2)"),
     Fault("eval --config from another folder writes nothing there", eval_from_elsewhere, "accuracy", exit_code=0,
           after=wrote_into_cwd),
     Fault("the crash-log path is printed as it is", lambda d: generate_with(d, "--prompt", "1+1?"),
