@@ -199,6 +199,11 @@ sys.meta_path[:] = [_Hiding if finder is importlib.machinery.PathFinder else fin
 """
 
 
+def empty_folder(folder: Path, name: str = "empty model") -> Path:
+    (folder / name).mkdir()
+    return folder / name
+
+
 def hidden_env(names: tuple[str, ...], folder: Path) -> dict[str, str]:
     """PYTHONPATH for a subprocess that cannot see `names` (a sitecustomize.py in folder/.hide)."""
     site = folder / ".hide"
@@ -239,7 +244,9 @@ CASES: list[Fault] = [
     Fault("base model not reachable offline (grpo generate --base)",
           lambda d: ["generate", "--base", "--model", "nobody/no-such-model", "--prompt", "1+1?", "--backend",
                      "plain"], "huggingface-cli download nobody/no-such-model", env=OFFLINE_ENV),
-    Fault("model folder without config.json", lambda d: train(d, f"model_name_or_path: {d}\n"), "no config.json"),
+    # the model folder apart from the run folder: an output_dir inside the model's folder is refused first
+    Fault("model folder without config.json", lambda d: train(d, f"model_name_or_path: {empty_folder(d)}\n"),
+          "no config.json"),
     Fault("corrupt manifest.json", corrupt_manifest, "manifest.json is corrupt"),
     Fault("adapter rank does not match its weights", rank_mismatch, "says rank r=8, but"),
     Fault("adapter base mismatch (generate)", lambda d: other_base(d, "generate"), "does not fit base model"),
@@ -453,6 +460,123 @@ PATH_CASES: list[Fault] = [
           "interrupted", exit_code=130, patch=raise_in("pipeline.preflight.check_report_to", KeyboardInterrupt())),
 ]
 CASES += PATH_CASES
+
+# ---------------------------------------------------------------- faults v3: libraries, config and messages
+# (issue 36, points 4-6: library errors translated where we call them (pipeline/data/sources.py, data/tokenizer.py,
+# rewards/contract.py), a recipe read once and bounded messages (pipeline/config/parse.py, env/text.py), numeric
+# bounds (config/fields.py, trl_fields.TRL_BOUNDS), outputs inside inputs (env/path_check.py), cwd writes.
+# tests/test_data_faults.py, test_config_bounds-style tables in test_config_rules.py, test_config_plumbing.py,
+# test_path_check.py and test_cwd_writes.py run each class over its whole class)
+
+
+def recipe_fifo(folder: Path) -> list[str]:
+    """`grpo data --config FIFO`: a recipe that can be read only once, as `--config <(...)` gives it."""
+    import threading
+
+    text = recipe(folder, "max_samples: 4\n", name="source.yaml").read_text(encoding="utf-8")
+    fifo = folder / "recipe.fifo"
+    os.mkfifo(fifo)
+    threading.Thread(target=lambda: fifo.write_text(text, encoding="utf-8"), daemon=True).start()
+    return ["data", "--config", str(fifo)]
+
+
+def alias_bomb(levels: int = 9) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + f"\nlora_target_modules: *a{levels - 1}\n"
+
+
+def local_data_file(folder: Path, name: str, content: bytes, *extra: str) -> list[str]:
+    path = folder / name
+    path.write_bytes(content)
+    return train(folder, f"dataset_name: {path}\n" + "".join(extra))
+
+
+def cache_inside_data(folder: Path) -> list[str]:
+    data = folder / "my data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"question": "What is 1+1?", "answer": "2"}\n', encoding="utf-8")
+    return train(folder, QUICK + f"dataset_name: {data}\ndata_cache_dir: {data / 'cache'}\n")
+
+
+def broken_tokenizer_model(folder: Path) -> list[str]:
+    import shutil
+
+    from pipeline.assets import qwen_tokenizer_dir
+
+    model = folder / "my model"
+    shutil.copytree(qwen_tokenizer_dir(), model)
+    shutil.copy(ROOT / "pipeline" / "assets" / "model-configs" / "qwen2.5-0.5b.json", model / "config.json")
+    (model / "tokenizer.json").write_text('{"version": broken', encoding="utf-8")
+    return ["data", "--dataset_name", "sample", "--model_name_or_path", str(model), "--output_dir", str(folder / "r"),
+            "--data_cache_dir", str(folder / "cache")]
+
+
+def raising_plugin_reward(folder: Path) -> list[str]:
+    (folder / "v3_plugin_rewards.py").write_text("def bad(prompts, completions, **kwargs):\n"
+                                          "    return [1.0 / 0 for c in completions]\n", encoding="utf-8")
+    plugged = recipe(folder, QUICK + "reward_funcs: [v3_plugin_rewards:bad]\n")
+    return ["rewards", "--config", str(plugged), "--prompts", "2"]
+
+
+def eval_from_elsewhere(folder: Path) -> list[str]:
+    """`grpo eval --config` with a recipe whose output_dir is the (relative) default, run from `folder`."""
+    bare = folder / "bare.yaml"
+    bare.write_text("".join(line for line in recipe(folder).read_text(encoding="utf-8").splitlines(keepends=True)
+                            if not line.startswith("output_dir:")), encoding="utf-8")
+    return ["eval", "--lora", str(adapter(folder)), "--config", str(bare), "--limit", "2", "--max_tokens", "4",
+            "--backend", "plain", "--output", str(folder / "results" / "eval.json")]
+
+
+def wrote_into_cwd(folder: Path) -> Optional[str]:
+    stray = sorted(p.name for p in folder.iterdir() if p.name not in {"run", "results", "bare.yaml", "recipe.yaml",
+                                                                       "cache"})
+    return f"wrote into the folder it was run from: {stray}" if stray else None
+
+
+CRASH_CACHE = os.path.join(tempfile.gettempdir(), "GRPO Faults Cache")  # capitals and a space: printed as it is
+
+V3_CASES: list[Fault] = [
+    Fault("temperature 1e-40", lambda d: train(d, "temperature: 1.0e-40\n"),
+          "`temperature`: got 1e-40; it must be >= 1e-05"),
+    Fault("a TRL option past its bound", lambda d: train(d, "num_iterations: 0\n"),
+          "`num_iterations`: got 0; it must be >= 1"),
+    Fault("--config from a FIFO (read once)", recipe_fifo, "4 kept", exit_code=0),
+    Fault("YAML alias bomb", lambda d: train(d, alias_bomb()), "aliases expand to more than 100,000 values"),
+    Fault("lone surrogate in a JSONL file",
+          lambda d: data_file(d, b'{"question": "1+1?", "answer": "2"}\n{"question": "x\\ud800", "answer": "3"}\n'),
+          "data.jsonl line 2 holds a lone surrogate"),
+    Fault("header-only CSV", lambda d: local_data_file(d, "data.csv", b"question,answer\n"),
+          "data.csv has a header (question,answer) but no rows"),
+    Fault("header-only Parquet", lambda d: local_data_file(d, "data.parquet", _empty_parquet()),
+          "data.parquet has columns (question, answer) but no rows"),
+    Fault("CSV row with a cell too many", lambda d: local_data_file(d, "data.csv", b"question,answer\n1+1?,2\n"
+                                                                                   b"2+2?,4,extra\n"),
+          "data.csv line 3: cannot be read as CSV"),
+    Fault("data_cache_dir inside the dataset's folder", cache_inside_data, "is inside dataset_name"),
+    Fault("broken tokenizer.json of a local model", broken_tokenizer_model,
+          "tokenizer.json line 1, column 13 is not valid JSON"),
+    Fault("a raising plug-in reward names its file", raising_plugin_reward, "v3_plugin_rewards.py line 2)"),
+    Fault("eval --config from another folder writes nothing there", eval_from_elsewhere, "accuracy", exit_code=0,
+          after=wrote_into_cwd),
+    Fault("the crash-log path is printed as it is", lambda d: generate_with(d, "--prompt", "1+1?"),
+          f"The traceback is in '{CRASH_CACHE}/logs/grpo-generate-", exit_code=1, env={"GRPO_CACHE_DIR": CRASH_CACHE},
+          patch=raise_in("pipeline.preflight.check_model", RuntimeError("injected"))),
+]
+
+
+def _empty_parquet() -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"question": pa.array([], pa.string()), "answer": pa.array([], pa.string())}), sink)
+    return sink.getvalue()
+
+
+CASES += V3_CASES
 
 
 # ---------------------------------------------------------------- faults v3: kept state

@@ -58,7 +58,7 @@ Survivors judged equivalent (no behaviour changes, so no test can kill them), wi
   `rsplit(".")` / `rsplit(".", 2)` for `rsplit(".", 1)` then `[-1]` (validate_unsloth 7, 11, 21, 25, 58, 62: the
   text after the last dot either way); coerce's article for a kind that is neither int nor float (coerce 8, 12,
   13: the bool branch writes its own text, and coerce is only called with int, float or bool); `kind is not bool
-  or rules` (check_field_values 85: the extra _check_bounds calls have no bounds, so never raise); `... or True`
+  or rules` (check_field_values 85: the extra check_bounds calls have no bounds, so never raise); `... or True`
   passing the default (check_field_values 96: every bounded field has a plain default, never MISSING);
   world_size's fallback "XX1XX" (13: int() fails and the except returns the same 1).
 - rewards/ (98%: 1,898 killed, 38 survived, 498 s, after tests/test_rewards_number_rules.py, _cleaning_rules.py,

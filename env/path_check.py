@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from env.text import excerpt, shorten
+
 _VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|(\w+))")
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
 RECIPE_SUFFIXES = (".yaml", ".yml")
@@ -162,18 +164,18 @@ def expand(option: str, raw: Any) -> Path:
         name = match.group(1) if match.group(1) is not None else match.group(2)
         value = os.environ.get(name) if re.fullmatch(r"\w+", name or "") else None
         if value is None:
-            raise PathError(option, f"{text!r} uses the environment variable {match.group(0)}, which is not set. "
-                            f"Export it (export {name or 'NAME'}=...) or write the path out.")
+            raise PathError(option, f"{excerpt(text)} uses the environment variable {match.group(0)}, which is not "
+                            f"set. Export it (export {name or 'NAME'}=...) or write the path out.")
         if value == "":
-            raise PathError(option, f"{text!r} uses the environment variable {match.group(0)}, which is set but "
-                            f"empty, so the path would become {os.path.expandvars(text)!r}. Set {name} or write "
-                            "the path out.")
+            raise PathError(option, f"{excerpt(text)} uses the environment variable {match.group(0)}, which is set "
+                            f"but empty, so the path would become {excerpt(os.path.expandvars(text))}. Set {name} or "
+                            "write the path out.")
     text = os.path.expandvars(text)
     expanded = os.path.expanduser(text)
     if expanded.startswith("~"):
         user = expanded[1:].split("/", 1)[0]
-        raise PathError(option, f"{text!r} starts with ~{user}, but there is no user {user!r} (and $HOME does not "
-                        "apply). Write the path out.")
+        raise PathError(option, f"{excerpt(text)} starts with ~{shorten(user, 80)}, but there is no user "
+                        f"{excerpt(user, 80)} (and $HOME does not apply). Write the path out.")
     return Path(os.path.abspath(expanded))
 
 
@@ -260,6 +262,9 @@ def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Pat
         try:
             if path.is_dir():
                 os.listdir(path)
+            elif not path.is_file():  # a pipe or FIFO (`--config <(...)`): opening it would wait or spend its text
+                if not os.access(path, os.R_OK):
+                    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
             else:
                 with open(path, "rb"):
                     pass
@@ -280,9 +285,13 @@ def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Pat
         raise PathError(option, f"{path} cannot be created: {existing} is a file, not a folder.")
     for label, source in (reads or {}).items():
         relation = _relation(path, source)
-        if relation and (kind.replaces or relation == "is"):
+        # Every output refuses to be or to lie inside an input folder: a cache or run folder filled in place inside
+        # the dataset's folder adds files that the next run reads as data ("no data files", or a report read as a
+        # split). A filled output may contain an input (a run folder holds the checkpoint it resumes); a replaced
+        # one may not (replacing it deletes the input).
+        if relation and (kind.replaces or relation in ("is", "is inside")):
             harm = "replace it" if relation == "is" else ("delete it with the old contents" if relation == "contains"
-                                                          else "change it")
+                                                          else "change it: its new files would be read as part of it")
             raise PathError(option, f"{path} {relation} {label} ({source}), which this command reads; writing "
                             f"there would {harm}. Choose a place outside it.")
     if exists and path.is_dir() and not kind.may_exist and replaceable is not None:
@@ -326,7 +335,8 @@ def check_command_paths(command: str, values: Mapping[str, Any], *, only: Iterab
     `extra_reads`: what else the command reads that no option names (export: the adapter's base model folder)."""
     table = PATH_OPTIONS[command]
     wanted = list(only) if only is not None else list(table)
-    reads = {**_inputs(command, values), **{label: Path(os.path.abspath(p)) for label, p in (extra_reads or {}).items()}}
+    reads = {**_inputs(command, values),
+             **{label: Path(os.path.abspath(p)) for label, p in (extra_reads or {}).items()}}
     checked: dict[str, Path] = {}
     for role in ("input", "output"):
         for option in wanted:

@@ -27,6 +27,7 @@ from typing import Callable, Optional
 
 EXIT_BAD_INPUT, EXIT_BUG, EXIT_INTERRUPTED = 2, 1, 130
 DEBUG_FLAG = "--debug"
+MAX_MESSAGE_CHARS = 4000  # the longest user-error message printed; the fix at its end is kept
 
 _run_folder: Optional[Path] = None
 _debug = False  # set while a command given --debug runs, so the handler of a nested command main sees it
@@ -92,11 +93,15 @@ def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -
     where = None if debug else _crash_log(command, argv, err)
     if where is None:
         traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
-    summary = f"{type(err).__name__}: {err}".splitlines()[0][:300]
-    place = (f"the traceback is in {where}; rerun with {DEBUG_FLAG} to print it" if where else
-             "the traceback is above")
+    from env.paths import shell_command
+    from env.text import shorten
+
+    summary = shorten(f"{type(err).__name__}: {err}".splitlines()[0], 300)
+    # The path as it is (str.capitalize() once lowercased it), quoted as a shell word so that it pastes back.
+    place = (f"The traceback is in {shell_command(where)}; rerun with {DEBUG_FLAG} to print it" if where else
+             "The traceback is above")
     print(f"error: `grpo {command}` stopped on an internal error, a bug in grpo-pipeline, not in your input "
-          f"({summary}). {place.capitalize()}. Please report it with that traceback.", file=sys.stderr)
+          f"({summary}). {place}. Please report it with that traceback.", file=sys.stderr)
     return EXIT_BUG
 
 
@@ -118,12 +123,14 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
         return EXIT_INTERRUPTED
     except user_errors() as err:
         from env.disk import StorageError, storage_failure
+        from env.text import shorten
 
         if debug:
             traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
         if isinstance(err, StorageError):  # a writer's: in the run folder, the setting to change is output_dir
             err = storage_failure(err, _run_folder)
-        print(f"error: {err}", file=sys.stderr)
+        # Bounded whatever a message embeds (each quotes values through env.text.excerpt; this is the backstop).
+        print(f"error: {shorten(str(err), MAX_MESSAGE_CHARS)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback
         from env.disk import storage_failure

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from env.text import excerpt
 from pipeline.config import ConfigError, PipelineConfig, validate
 from pipeline.data.prepare import ANSWER
 from pipeline.data.prompts import completion_like, question_text
@@ -112,7 +113,8 @@ def check_model_source(source: str) -> str:
 
 def check_model(name: str, source: str = "hf") -> str:
     """A built-in name, a local model folder, a hub id in the local cache, or a hub id we can reach."""
-    from env.hubs import endpoint as hub_endpoint, reachable
+    from env.hubs import endpoint as hub_endpoint
+    from env.hubs import reachable
     from pipeline.demo.registry import builtin_model
 
     if builtin_model(name) is not None:
@@ -136,7 +138,7 @@ def check_model(name: str, source: str = "hf") -> str:
         check_model_source(source)
         address = hub_endpoint(source)
         if not reachable(address):
-            raise ConfigError("model_name_or_path", f"model {name!r} is to come from ModelScope, but {address} "
+            raise ConfigError("model_name_or_path", f"model {excerpt(name)} is to come from ModelScope, but {address} "
                               "cannot be reached. Fixes: check the network (on AutoDL: `source /etc/network_turbo`), "
                               "set model_name_or_path to a local model folder, or set model_source: hf.")
         return f"{name}: from ModelScope ({address}; cached in MODELSCOPE_CACHE after the first download)"
@@ -149,7 +151,7 @@ def check_model(name: str, source: str = "hf") -> str:
     endpoint = hub_endpoint("hf")
     if offline or not reachable(endpoint, timeout=3.0):
         why = "HF_HUB_OFFLINE is set" if offline else f"{endpoint} cannot be reached"
-        raise ConfigError("model_name_or_path", f"model {name!r} is not in the local Hugging Face cache and "
+        raise ConfigError("model_name_or_path", f"model {excerpt(name)} is not in the local Hugging Face cache and "
                           f"{why}. Fixes: download it where there is network (`huggingface-cli download {name}`, "
                           "then copy ~/.cache/huggingface over) or set model_name_or_path to a local model folder; "
                           "in mainland China set HF_ENDPOINT=https://hf-mirror.com.")
@@ -263,7 +265,7 @@ def _data_tokenizer(cfg: PipelineConfig) -> Any:
     except ConfigError:
         raise
     except (OSError, ValueError) as err:
-        raise ConfigError("model_name_or_path", f"the tokenizer of {cfg.model.model_name_or_path!r} could not "
+        raise ConfigError("model_name_or_path", f"the tokenizer of {excerpt(cfg.model.model_name_or_path)} could not "
                           f"be loaded to check the data ({type(err).__name__}: {err}).") from None
 
 
@@ -393,16 +395,16 @@ def check_lora_targets(cfg: PipelineConfig) -> str:
         kinds = sorted({kind for path, kind in types.items() if _matches(str(target), path)})
         if not kinds:
             raise ConfigError("lora_target_modules", f"{cfg.model.model_name_or_path} has no module named "
-                              f"{target!r}. Its layers LoRA can adapt: {', '.join(adaptable)}.")
+                              f"{excerpt(target)}. Its layers LoRA can adapt: {', '.join(adaptable)}.")
         if not set(kinds) & set(LORA_MODULE_TYPES):
-            raise ConfigError("lora_target_modules", f"{target!r} names {', '.join(kinds)} modules, which LoRA "
+            raise ConfigError("lora_target_modules", f"{excerpt(target)} names {', '.join(kinds)} modules, which LoRA "
                               f"cannot adapt; name their layers instead: {', '.join(adaptable)}.")
     names = sorted({path.rsplit(".", 1)[-1] for path in types})
     for target in lo.lora_modules_to_save:
         # peft's rule here (peft.utils.other._set_trainable) is a plain suffix: `layernorm` takes input_layernorm
         if not any(path.endswith(str(target)) for path in types):
             raise ConfigError("lora_modules_to_save", f"{cfg.model.model_name_or_path} has no module named "
-                              f"{target!r}. Its module names: {', '.join(names)}.")
+                              f"{excerpt(target)}. Its module names: {', '.join(names)}.")
     saved = f"; trained in full: {', '.join(map(str, lo.lora_modules_to_save))}" if lo.lora_modules_to_save else ""
     return f"LoRA on {', '.join(map(str, lo.lora_target_modules))}{saved} (all found in the model)"
 
@@ -443,8 +445,8 @@ def check_resume(cfg: PipelineConfig) -> str:
         path = absolute_path(resume)
         if not path.is_dir():
             if os.sep not in resume and "/" not in resume:
-                raise ConfigError("resume", f"got {resume!r}, which is neither auto, never nor a checkpoint folder "
-                                  f"({path} does not exist). Use --resume auto (newest complete checkpoint), "
+                raise ConfigError("resume", f"got {excerpt(resume)}, which is neither auto, never nor a checkpoint "
+                                  f"folder ({path} does not exist). Use --resume auto (newest complete checkpoint), "
                                   "--resume never (start over), or a folder such as OUTPUT_DIR/checkpoint-50.")
             raise ConfigError("resume", f"no checkpoint folder at {path}. Use --resume auto to pick the newest "
                               f"complete checkpoint in {absolute_path(output_dir)}, or --resume never.")

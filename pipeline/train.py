@@ -377,14 +377,14 @@ def _print_where_everything_is(output_dir: Path, status: str, reason: Optional[s
     if status == "interrupted":
         _print(f"resume with: {resume_hint}")
     if status == "stopped":
-        _print(f"a checkpoint was kept in {output_dir}; see summary.json for the reason")
+        _print(f"a checkpoint was kept in {shell_command(output_dir)}; see summary.json for the reason")
     best_dir = output_dir / "best_lora" if cfg.eval.eval_steps else None  # pipeline/trainer/periodic_eval.py
     for label, path in (("adapter", adapter_dir), ("best adapter", best_dir),
                         ("manifest", output_dir / "manifest.json"),
                         ("metrics", output_dir / "metrics.jsonl"), ("plots", output_dir / "plots"),
                         ("summary", output_dir / "summary.json"), ("data report", output_dir / "data_report.json")):
         if path is not None and path.exists():
-            _print(f"  {label:<12} {path}")
+            _print(f"  {label:<12} {shell_command(path)}")  # quoted as a shell word: it pastes back as printed
     if adapter_dir is not None:
         _print("next: " + shell_command("grpo", "generate", "--lora", adapter_dir, "--prompt", _example_question(cfg)))
 

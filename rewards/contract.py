@@ -23,8 +23,11 @@ import functools
 import inspect
 import math
 import numbers
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
+
+from env.text import excerpt, shorten
 
 
 class RewardFailure(RuntimeError):
@@ -48,11 +51,6 @@ def is_async_reward(func: Any) -> bool:
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(func.__call__)
 
 
-def _short(value: Any, limit: int = 120) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def check_rewards(name: str, output: Any, n: int) -> list[Optional[float]]:
     """`output` as a list of n floats or None, or a RewardFailure that says what came back instead.
 
@@ -61,12 +59,12 @@ def check_rewards(name: str, output: Any, n: int) -> list[Optional[float]]:
     >>> check_rewards("f", 1.0, 2)
     Traceback (most recent call last):
     ...
-    rewards.contract.RewardFailure: reward function `f` returned 1.0 (a float), not a list of one number (or None) per completion; return e.g. [1.0, 0.0, ...] with 2 values.
+    rewards.contract.RewardFailure: reward function `f` returned 1.0 (a float), not a list of one number (or None) ...
     """
     if getattr(output, "ndim", None) == 1 and hasattr(output, "tolist"):  # a 1-D numpy array or torch tensor
         output = output.tolist()
     if not isinstance(output, (list, tuple)):
-        raise RewardFailure(name, f"returned {_short(output)} (a {type(output).__name__}), not a list of one "
+        raise RewardFailure(name, f"returned {excerpt(output, 120)} (a {type(output).__name__}), not a list of one "
                             f"number (or None) per completion; return e.g. [1.0, 0.0, ...] with {n} values.")
     if len(output) != n:
         raise RewardFailure(name, f"returned {len(output)} values for {n} completions; return exactly one "
@@ -77,11 +75,11 @@ def check_rewards(name: str, output: Any, n: int) -> list[Optional[float]]:
             checked.append(None)
             continue
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise RewardFailure(name, f"returned {_short(value)} (a {type(value).__name__}) for completion {i}; "
+            raise RewardFailure(name, f"returned {excerpt(value, 120)} (a {type(value).__name__}) for completion {i}; "
                                 "each value must be an int or float, or None when the sample cannot be judged.")
         if not math.isfinite(float(value)):
-            raise RewardFailure(name, f"returned {value!r} for completion {i}; rewards must be finite (return None "
-                                "for a sample that cannot be judged).")
+            raise RewardFailure(name, f"returned {excerpt(value)} for completion {i}; rewards must be finite "
+                                "(return None for a sample that cannot be judged).")
         checked.append(float(value))
     return checked
 
@@ -102,8 +100,8 @@ def _sample(i: int, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> s
         completion = completion[-1].get("content")
     columns = {key: item(value) for key, value in kwargs.items()
                if isinstance(value, (list, tuple)) and key != "completion_ids"}
-    return f"prompt {_short(prompt, 80)}, completion {_short(completion, 80)}" + (
-        f", {', '.join(f'{k}={_short(v, 40)}' for k, v in columns.items())}" if columns else "")
+    return f"prompt {excerpt(prompt, 80)}, completion {excerpt(completion, 80)}" + (
+        f", {', '.join(f'{k}={excerpt(v, 40)}' for k, v in columns.items())}" if columns else "")
 
 
 def _first_failing(func: Callable, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Optional[int]:
@@ -149,8 +147,8 @@ class _NoneShare:
             # global_step counts completed steps: the batch being scored belongs to the next one
             step = f" at step {state.global_step + 1}" if getattr(state, "global_step", None) is not None else ""
             self.warn(f"reward `{self.name}` returned None for {share:.0%} of the batch{step}. TRL leaves those "
-                      f"samples out of that reward (its mean is over the rest, and they add 0 to the total); the share is logged as "
-                      f"rewards/{self.name}/none_frac in metrics.jsonl. (Warned once.)")
+                      "samples out of that reward (its mean is over the rest, and they add 0 to the total); the share "
+                      f"is logged as rewards/{self.name}/none_frac in metrics.jsonl. (Warned once.)")
 
 
 def _print_warning(message: str) -> None:
@@ -187,6 +185,37 @@ def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[A
     return copy.deepcopy(prompts), copy.deepcopy(completions), columns
 
 
+def _code_of(func: Any) -> Any:
+    """The function whose code a reward runs: through functools.partial and decorators (__wrapped__), and a
+    callable instance's __call__."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    func = inspect.unwrap(func)
+    if not (inspect.isfunction(func) or inspect.ismethod(func)):
+        func = getattr(type(func), "__call__", func)
+    return func
+
+
+def raised_at(func: Any, err: BaseException) -> str:
+    """Where a reward's raise happened, for its message: " (at FILE line N)", the deepest line of the traceback in
+    the reward's own file (else where the reward is defined); "" when neither is known (a builtin)."""
+    code = _code_of(func)
+    try:
+        defined = inspect.getsourcefile(code)
+        first_line = inspect.getsourcelines(code)[1]
+    except (TypeError, OSError):
+        return ""
+    if defined is None:
+        return ""
+    line = first_line
+    frame = err.__traceback__
+    while frame is not None:
+        if os.path.abspath(frame.tb_frame.f_code.co_filename) == os.path.abspath(defined):
+            line = frame.tb_lineno
+        frame = frame.tb_next
+    return f" (at {defined} line {line})"
+
+
 def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
                  hold: Optional[Callable[[RewardFailure], None]] = None) -> Callable:
     """`func` wrapped in the contract: same `__name__` (TRL's log key), each call's values checked by
@@ -220,7 +249,8 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
         index = _first_failing(func, prompts, completions, kwargs) if not is_async_reward(func) else None
         where = f" on {_sample(index, prompts, completions, kwargs)}" if index is not None else (
             f" on a batch of {len(completions)} completions (first: {_sample(0, prompts, completions, kwargs)})")
-        return RewardFailure(name, f"raised {type(err).__name__}: {err}{where}")
+        return RewardFailure(name, f"raised {type(err).__name__}: {shorten(str(err), 300)}{where}"
+                                   f"{raised_at(func, err)}")
 
     if is_async_reward(func):  # TRL runs async rewards concurrently; keep them async
         @functools.wraps(func)

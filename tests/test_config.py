@@ -1,5 +1,6 @@
 """Config: TrlParser YAML + CLI overrides, and every validation error with its message."""
 
+import os
 import subprocess
 import sys
 import warnings
@@ -62,7 +63,7 @@ def test_every_recipe_parses_and_validates():
 
 
 def test_num_generations_at_least_two():
-    with pytest.raises(ConfigError, match=r"`num_generations`: got 1; GRPO compares completions"):
+    with pytest.raises(ConfigError, match=r"`num_generations`: got 1; it must be >= 2.*GRPO compares"):
         check(num_generations=1, per_device_train_batch_size=1)
 
 
@@ -114,14 +115,26 @@ def test_limits_must_be_positive_or_auto():
 
 
 def test_lora_rank_within_max_lora_rank():
-    with pytest.raises(ConfigError, match=r"`lora_r`: .*rank r=128, above max_lora_rank=64.*Raise max_lora_rank to 128"):
+    with pytest.raises(ConfigError, match=r"`lora_r`: .*rank r=128, above max_lora_rank=64.*Raise max_lora_rank to "
+                                          r"128"):
         check(lora_r=128)
     assert check(lora_r=128, max_lora_rank=128) == []
 
 
 def test_temperature_positive():
-    with pytest.raises(ConfigError, match="`temperature`: got 0.0; rollouts need sampling"):
+    with pytest.raises(ConfigError, match="`temperature`: got 0; it must be >= 1e-05.*rollouts need sampling"):
         check(temperature=0.0)
+
+
+def test_a_value_past_a_bound_exits_2_naming_the_field(tmp_path):
+    """Through the command line: `temperature: 1e-40` (it once passed, then crashed at the first rollout) is one
+    message and exit 2, before anything loads."""
+    out = subprocess.run([sys.executable, "-m", "pipeline", "train", "--temperature", "1e-40", "--output_dir",
+                          str(tmp_path / "run")], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "`temperature`: got 1e-40; it must be >= 1e-05" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_generation_max_tokens_within_trained_length_unless_overridden():

@@ -23,6 +23,7 @@ from pipeline.config import (
     validate_unsloth,
 )
 from pipeline.config.fields import field_rules, list_fields
+from pipeline.config.trl_fields import TRL_BOUNDS
 from pipeline.config.validate import coerce, world_size
 
 
@@ -117,7 +118,8 @@ def test_a_value_past_a_bound_is_refused_stating_every_bound_and_the_default(nam
     err = refusal(check_field_values, config(**{name: value}))
     default = "" if f.default is None else f" (the default is {f.default})"
     assert err.field == name
-    assert str(err) == f"config error in `{name}`: got {value:g}; it must be {wanted(rules)}{default}."
+    why = f": {rules['why']}" if rules.get("why") else ""
+    assert str(err) == f"config error in `{name}`: got {value:g}; it must be {wanted(rules)}{default}{why}."
 
 
 @pytest.mark.parametrize("name, key", BOUND_CASES, ids=BOUND_IDS)
@@ -128,6 +130,23 @@ def test_each_bound_is_exact_just_inside_passes_and_just_outside_is_refused(name
     check_field_values(cfg)
     assert getattr(getattr(cfg, _section_of(name)), name) == just_inside(key, bound, kind)
     assert refusal(check_field_values, config(**{name: just_outside(key, bound, kind)})).field == name
+
+
+# TRL's numeric options (pipeline/config/trl_fields.py TRL_BOUNDS): the same boundaries, set as TRL options.
+TRL_BOUND_CASES = [(name, key) for name, rules in TRL_BOUNDS.items() for key in BOUND_KEYS if key in rules]
+
+
+@pytest.mark.parametrize("name, key", TRL_BOUND_CASES, ids=[f"{name}-{key}" for name, key in TRL_BOUND_CASES])
+def test_each_trl_bound_is_exact_just_inside_passes_and_just_outside_is_refused(name, key):
+    rules = TRL_BOUNDS[name]
+    check_field_values(PipelineConfig(trl={name: just_inside(key, float(rules[key]), float)}))
+    err = refusal(check_field_values, PipelineConfig(trl={name: just_outside(key, float(rules[key]), float)}))
+    assert_names(err, name, "it must be", rules["why"])
+
+
+def test_every_numeric_field_of_ours_has_a_bound():
+    numeric = {f.name for f, kind, _ in ALL_FIELDS if kind in (int, float)}
+    assert len(numeric) > 40 and sorted(numeric - set(BOUNDED)) == []
 
 
 def _section_of(name: str) -> str:
@@ -341,16 +360,19 @@ REFUSED = [
     ("lora_r--1", {"lora_r": -1}, 1, "lora_r", ["got -1;"]),
     ("lora_r-above-max", {"lora_r": 65}, 1, "lora_r",
      ["(lora_r) has rank r=65, above max_lora_rank=64", "Raise max_lora_rank to 65 or lower lora_r"]),
-    ("temperature-0", {"temperature": 0}, 1, "temperature", ["got 0.0;", "> 0"]),
+    ("temperature-0", {"temperature": 0}, 1, "temperature", ["got 0;", ">= 1e-05", "rollouts need sampling"]),
+    ("temperature-1e-40", {"temperature": 1e-40}, 1, "temperature", ["got 1e-40;", "overflow float32"]),
+    ("temperature-below-vllm-eps", {"temperature": 1e-6}, 1, "temperature", ["got 1e-06;", "vLLM samples greedily"]),
+    ("gen_temperature-1e-40", {"gen_temperature": 1e-40}, 1, "gen_temperature", ["got 1e-40;", "0 for greedy"]),
     ("temperature-negative", {"temperature": -0.5}, 1, "temperature", ["got -0.5;"]),
     ("temperature-inf", {"temperature": float("inf")}, 1, "temperature", ["got inf; use a finite number"]),
     ("gen_max_tokens-by-1", {"max_completion_length": "256", "gen_max_tokens": 257}, 1, "gen_max_tokens",
      ["gen_max_tokens (257) exceeds the trained max_completion_length (256)", "allow_longer_generation: true"]),
-    ("beta-negative", {"beta": -0.1}, 1, "beta", ["got -0.1;", "use 0"]),
+    ("beta-negative", {"beta": -0.1}, 1, "beta", ["got -0.1;", "0 is no KL"]),
     ("adaptive-beta-0", {"adaptive_beta": True, "beta": 0.0}, 1, "adaptive_beta",
      ["`adaptive_beta`: needs beta > 0", "beta: 0.04"]),
     ("beta_min-negative", {"adaptive_beta": True, "beta": 0.04, "beta_min": -0.001}, 1, "beta_min",
-     ["need 0 <= beta_min (-0.001) <= beta_max (0.5)"]),
+     ["got -0.001; it must be >= 0"]),
     ("beta_min-above-max", {"adaptive_beta": True, "beta": 0.04, "beta_min": 0.6, "beta_max": 0.5}, 1, "beta_min",
      ["beta_min (0.6) <= beta_max (0.5)"]),
     ("sampling-not-json", {"vllm_sampling_params": "min_p=0.1"}, 1, "vllm_sampling_params",
@@ -392,7 +414,9 @@ ACCEPTED = [
     ("lora_r-1", {"lora_r": 1}, 1),
     ("lora_r-at-max", {"lora_r": 64, "max_lora_rank": 64}, 1),
     ("lora_r-raised-max", {"lora_r": 128, "max_lora_rank": 128}, 1),
-    ("temperature-small", {"temperature": 1e-6}, 1),
+    ("temperature-at-vllm-eps", {"temperature": 1e-5}, 1),
+    ("gen_temperature-greedy", {"gen_temperature": 0.0}, 1),
+    ("gen_temperature-at-vllm-eps", {"gen_temperature": 1e-5}, 1),
     ("gen_max_tokens-at-limit", {"max_completion_length": "256", "gen_max_tokens": 256}, 1),
     ("gen_max_tokens-allowed-longer", {"max_completion_length": "256", "gen_max_tokens": 257,
                                        "allow_longer_generation": True}, 1),
@@ -408,7 +432,6 @@ ACCEPTED = [
     ("beta_min-equals-max", {"adaptive_beta": True, "beta": 0.04, "beta_min": 0.1, "beta_max": 0.1}, 1),
     ("beta_min-between-0-and-1", {"adaptive_beta": True, "beta": 0.04, "beta_min": 0.5, "beta_max": 2.0}, 1),
     ("beta-band-unused", {"adaptive_beta": False, "beta_min": 0.9, "beta_max": 0.1}, 1),
-    ("beta-band-unused-negative", {"adaptive_beta": False, "beta_min": -1.0}, 1),
     ("sampling-json", {"vllm_sampling_params": '{"min_p": 0.1}'}, 1),
     ("sampling-mapping", {"vllm_sampling_params": {"min_p": 0.1, "stop": ["</answer>"]}}, 1),
     ("sampling-empty-text", {"vllm_sampling_params": ""}, 1),

@@ -169,11 +169,12 @@ def test_an_open_r1_style_recipe_with_trls_reward_trains_as_written_and_its_fiel
     from pipeline.train import run_training
     from tests.data_helpers import write_jsonl
 
-    rows = [{"prompt": [{"role": "user", "content": f"What is {a} + {b}? Give \\boxed{{}}."}], "solution": f"${a + b}$"}
-            for a in range(2, 8) for b in range(1, 3)]
+    rows = [{"prompt": [{"role": "user", "content": f"What is {a} + {b}? Give \\boxed{{}}."}],
+             "solution": f"${a + b}$"} for a in range(2, 8) for b in range(1, 3)]
     data = write_jsonl(tmp_path / "train.jsonl", rows)
     trl_options = {"scale_rewards": "none", "loss_type": "dr_grpo", "importance_sampling_level": "sequence",
-                   "num_iterations": 2, "epsilon": 0.3, "warmup_steps": 0.05, "lr_scheduler_type": "cosine_with_min_lr",
+                   "num_iterations": 2, "epsilon": 0.3, "warmup_steps": 0.05,
+                   "lr_scheduler_type": "cosine_with_min_lr",
                    "lr_scheduler_kwargs": {"min_lr_rate": 0.1}, "logging_first_step": True,
                    "repetition_penalty": 1.1, "top_entropy_quantile": 0.8, "mask_truncated_completions": True,
                    "generation_kwargs": {"do_sample": True}, "save_strategy": "steps"}
@@ -199,3 +200,19 @@ def test_an_open_r1_style_recipe_with_trls_reward_trains_as_written_and_its_fiel
     first = records[0]
     assert "rewards/accuracy_reward/mean" in first
     assert first["completions/clipped_ratio"] == 1.0 and first["loss"] == 0.0 and first["grad_norm"] == 0.0
+
+
+def test_every_numeric_trl_option_has_a_bound_with_its_reason():
+    """A TRL upgrade that adds a numeric option fails here until TRL_BOUNDS gives it a bound (and a reason); a
+    bound for an option TRL no longer has fails too."""
+    from pipeline.config.trl_fields import TRL_BOUNDS, trl_section
+
+    def scalar(hint):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if type(None) in typing.get_args(hint) and len(args) == 1 else hint
+
+    hints = typing.get_type_hints(trl_section())
+    numeric = {name for name, hint in hints.items() if scalar(hint) in (int, float)}
+    assert len(numeric) > 40
+    assert sorted(numeric ^ set(TRL_BOUNDS)) == []
+    assert all({"gt", "ge", "lt", "le"} & set(rules) and rules["why"] for rules in TRL_BOUNDS.values())

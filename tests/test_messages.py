@@ -31,6 +31,13 @@ def test_shell_command_round_trips_through_shlex_split(words):
     assert shlex.split(shell_command(*words)) == words
 
 
+@given(st.lists(WORD.filter(lambda w: not w.startswith("--resume")), max_size=6))
+def test_resume_command_round_trips_through_shlex_split(words):
+    from pipeline.run.checkpoints import resume_command
+
+    assert shlex.split(resume_command(words)) == ["grpo", "train", *words, "--resume", "auto"]
+
+
 def _demo_cfg(output_dir: Path):
     from tests.train_helpers import demo_config
 
@@ -58,6 +65,9 @@ def test_printed_next_and_resume_lines_paste_back(name, capsys):
     assert shlex.split(nxt) == ["grpo", "generate", "--lora", str(adapter), "--prompt", _example_question(cfg)]
     resume = lines.split("[grpo] resume with: ", 1)[1].split("\n[grpo] ")[0]
     assert shlex.split(resume.rstrip("\n")) == ["grpo", "train", "--output_dir", str(output_dir), "--resume", "auto"]
+    # the listing's paths too: `[grpo]   adapter      PATH` gives back the adapter folder
+    listed = lines.split("[grpo]   adapter      ", 1)[1].split("\n[grpo] ", 1)[0]
+    assert shlex.split(listed) == [str(adapter)]
 
 
 @pytest.mark.slow

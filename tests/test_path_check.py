@@ -359,3 +359,59 @@ def test_train_output_dir_is_not_the_model_folder(tmp_path, monkeypatch, capsys)
     code, output = run(["train", "--config", _recipe(tmp_path), "--model_name_or_path", str(model),
                         "--output_dir", str(model)], monkeypatch, capsys)
     assert code == 2 and "`output_dir`" in output and "model_name_or_path" in output, output
+
+
+# ---------------------------------------------------------------- every (output, input folder) pair, every command
+
+
+def _output_input_pairs():
+    from env.path_check import PATH_OPTIONS
+
+    for command, table in PATH_OPTIONS.items():
+        for out, out_spec in table.items():
+            for src, src_spec in table.items():
+                if out_spec.kind.role == "output" and src_spec.kind.role == "input" and src_spec.kind.want != "file":
+                    yield command, out, src
+
+
+PAIRS = list(_output_input_pairs())
+
+
+def _values_with(command: str, src: str, folder: Path, out: str, target: Path) -> dict:
+    from env.path_check import PATH_OPTIONS
+
+    values = {src: str(folder), out: str(target)}
+    if command == "export":
+        values.setdefault("lora", str(folder))
+    return {k: v for k, v in values.items() if k in PATH_OPTIONS[command]}
+
+
+def test_the_pairs_cover_the_known_mistakes():
+    assert {("train", "data_cache_dir", "dataset_name"), ("train", "output_dir", "dataset_name"),
+            ("data", "data_cache_dir", "eval_dataset_name"), ("generate", "output", "lora"),
+            ("eval", "output", "data"), ("export", "out", "lora"), ("train", "output_dir", "model_name_or_path")
+            } <= set(PAIRS)
+
+
+@pytest.mark.parametrize(("command", "out", "src"), PAIRS, ids=[f"{c}-{o}-in-{s}" for c, o, s in PAIRS])
+def test_an_output_inside_an_input_folder_is_refused_naming_the_output(tmp_path, command, out, src):
+    from env.path_check import PATH_OPTIONS, check_command_paths
+
+    folder = tmp_path / "input folder"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n', encoding="utf-8")
+    inside = folder / ("out.jsonl" if PATH_OPTIONS[command][out].kind.want == "file" else "sub")
+    with pytest.raises(PathError) as caught:
+        check_command_paths(command, _values_with(command, src, folder, out, inside))
+    assert caught.value.option.lstrip("-") == out and "which this command reads" in str(caught.value)
+    # beside the input folder it is fine
+    beside = tmp_path / ("out.jsonl" if PATH_OPTIONS[command][out].kind.want == "file" else "beside")
+    check_command_paths(command, _values_with(command, src, folder, out, beside))
+
+
+def test_a_run_folder_may_hold_the_checkpoint_it_resumes(tmp_path):
+    from env.path_check import check_command_paths
+
+    checkpoint = tmp_path / "run" / "checkpoint-5"
+    checkpoint.mkdir(parents=True)
+    assert check_command_paths("train", {"output_dir": str(tmp_path / "run"), "resume": str(checkpoint)})

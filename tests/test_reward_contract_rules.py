@@ -1,6 +1,6 @@
 """The exact text of the reward contract's messages (rewards/contract.py): what a user reads when a reward breaks.
 
-Pure Python, no model: `_short`, `_sample`, `check_rewards`, `guard_reward` (signature errors, the failing sample,
+Pure Python, no model: `_sample`, `check_rewards`, `guard_reward` (signature errors, the failing sample,
 async rewards, `hold`), the None-share warning, `reward_name` and the `--check` probe line."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from rewards.contract import (RewardFailure, _accepts, _NoneShare, _sample, _short, check_rewards, guard_reward,
+from rewards.contract import (RewardFailure, _accepts, _NoneShare, _sample, check_rewards, guard_reward,
                               probe_rewards, reward_name)
 
 
@@ -25,24 +25,9 @@ def failure_of(func, **call) -> str:
     return str(err.value)
 
 
-# ---------------------------------------------------------------- _short
-
-@pytest.mark.parametrize("value, limit, expected", [
-    ("a" * 118, 120, "'" + "a" * 118 + "'"),           # repr of 120 chars: kept (<=)
-    ("a" * 119, 120, "'" + "a" * 116 + "..."),          # 121 chars: cut to 117 + "..." = 120
-    ("a" * 119, None, "'" + "a" * 116 + "..."),         # the default limit is 120
-    ("a" * 118, None, "'" + "a" * 118 + "'"),
-    ("abcdefgh", 8, "'abcd..."),
-    ("abcdef", 8, "'abcdef'"),
-    (None, 4, "None"),
-])
-def test_short(value, limit, expected):
-    text = _short(value) if limit is None else _short(value, limit)
-    assert text == expected
-    assert len(text) == min(len(repr(value)), 120 if limit is None else limit)
-
-
 # ---------------------------------------------------------------- _sample
+
+CUT80 = f"'{'x' * 37}...{'x' * 38}'"  # 80 characters of a long text: both ends kept (env.text.excerpt)
 
 def chat(*contents):
     return [{"role": "system", "content": contents[0]}] + [{"role": "user", "content": c} for c in contents[1:]]
@@ -65,14 +50,14 @@ LONG = "x" * 100  # repr 102 chars
     (0, [[]], [[]], {}, "prompt [], completion []"),
     # out of range / not indexable: None
     (3, ["p"], None, {}, "prompt None, completion None"),
-    # 80 characters for prompt and completion
-    (0, [LONG], [LONG], {}, f"prompt {chr(39)}{'x' * 76}..., completion {chr(39)}{'x' * 76}..."),
-    (0, [chat("s", LONG)], [[{"content": LONG}]], {}, f"prompt {chr(39)}{'x' * 76}..., completion {chr(39)}{'x' * 76}..."),
+    # 80 characters for prompt and completion (env.text.excerpt: both ends kept)
+    (0, [LONG], [LONG], {}, f"prompt {CUT80}, completion {CUT80}"),
+    (0, [chat("s", LONG)], [[{"content": LONG}]], {}, f"prompt {CUT80}, completion {CUT80}"),
     # columns: list/tuple ones only, completion_ids left out, 40 characters each, joined by ", "
     (1, ["p0", "p1"], ["c0", "c1"],
      {"answer": ["4", "0"], "id": ("a", "b"), "completion_ids": [[1, 2], [3]], "flag": 5, "name": "abc",
       "trainer_state": SimpleNamespace(global_step=1), "note": [LONG, LONG]},
-     f"prompt 'p1', completion 'c1', answer='0', id='b', note={chr(39)}{'x' * 36}..."),
+     f"prompt 'p1', completion 'c1', answer='0', id='b', note={chr(39)}{'x' * 17}...{'x' * 18}{chr(39)}"),
     (0, ["p0"], ["c0"], {"completion_ids": [[1]], "flag": 5}, "prompt 'p0', completion 'c0'"),
     (0, ["p0"], ["c0"], {"answer": []}, "prompt 'p0', completion 'c0', answer=None"),
 ])
@@ -244,7 +229,19 @@ CALL = {"prompts": ["p0", "p1"], "completions": ["c0", ""], "answer": ["4", "0"]
      "None, completion 'c0')"),
 ])
 def test_failure_message(func, call, message):
-    assert failure_of(func, **call) == message
+    assert without_place(failure_of(func, **call), func) == message
+
+
+def without_place(text: str, func) -> str:
+    """A raise's message without its place, after checking the place: " (at FILE line N)", this file and a line
+    of `func`'s own source (rewards.contract.raised_at). Messages of values returned have no place."""
+    if "raised" not in text:
+        return text
+    head, _, at = text.rpartition(f" (at {__file__} line ")
+    assert head and at.endswith(")"), text
+    lines, first = inspect.getsourcelines(func)
+    assert first <= int(at[:-1]) < first + len(lines), text
+    return head
 
 
 # ---------------------------------------------------------------- guard_reward: hold
@@ -286,7 +283,7 @@ def test_hold_hands_the_failure_over_and_returns_zeros(func, expected, failure):
     if inspect.isawaitable(out):
         out = asyncio.run(out)
     assert out == expected
-    assert [str(f) for f in held] == ([] if failure is None else [failure])
+    assert [without_place(str(f), func) for f in held] == ([] if failure is None else [failure])
     assert all(isinstance(f, RewardFailure) for f in held)
 
 
@@ -369,3 +366,25 @@ def test_probe_one_line_per_function_and_raises_the_first_failure():
     assert probe_rewards([named, Scorer()], ["p0", "p1"], ["c0", "c1"], {}) == ["named: [1, 1]", "Scorer: [1, 1]"]
     with pytest.raises(RewardFailure, match=r"^reward function `raises_key_error` raised KeyError"):
         probe_rewards([named, raises_key_error, returns_nan], ["p0"], ["c0"], {})
+
+
+def test_a_raising_plug_in_reward_is_named_with_its_file_and_line(tmp_path):
+    """A `module:function` reward beside the recipe (rewards/user_code.py loads it): its message names the
+    function, its file and the line that raised."""
+    from rewards import get_reward_funcs
+    from rewards.user_code import set_recipe_dir
+
+    (tmp_path / "my_plugin_rewards.py").write_text(
+        "def picky(prompts, completions, **kwargs):\n"
+        "    scores = []\n"
+        "    for c in completions:\n"
+        "        scores.append(1.0 / (len(c) - 2))\n"
+        "    return scores\n", encoding="utf-8")
+    set_recipe_dir(tmp_path)
+    try:
+        (func,) = get_reward_funcs(["my_plugin_rewards:picky"])
+        text = failure_of(func, prompts=["p0", "p1"], completions=["ab", "cd"])
+    finally:
+        set_recipe_dir(None)
+    assert text.startswith("reward function `picky` raised ZeroDivisionError: float division by zero")
+    assert text.endswith(f"(at {tmp_path / 'my_plugin_rewards.py'} line 4)")

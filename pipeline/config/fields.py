@@ -12,6 +12,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from env.text import shorten
 from rewards import DEFAULT_REWARDS as DEFAULT_REWARD_FUNCS  # the notebook's order (light import: no torch)
 from rewards.format import FORMAT_SYSTEM_PROMPT
 
@@ -27,7 +28,7 @@ class ConfigError(ValueError):
 
     def __init__(self, field_name: str, message: str):
         self.field = field_name
-        super().__init__(f"config error in `{field_name}`: {message}")
+        super().__init__(f"config error in `{shorten(field_name, 80)}`: {message}")
 
 
 def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
@@ -58,14 +59,28 @@ def given(*values: Any) -> Any:
     return next((value for value in values if value is not None), None)
 
 
+# vLLM treats a temperature below its _SAMPLING_EPS (1e-5, vllm/sampling_params.py SamplingParams) as greedy: every
+# completion of a group is then the same one and GRPO has no signal. Below it, on the plain backend, transformers'
+# TemperatureLogitsWarper and TRL's `logits / temperature` overflow float32/bf16 (max 3.4e38) for ordinary logits
+# (1e-40 turns a logit of 10 into inf: softmax NaN at the first rollout). So sampling starts at 1e-5.
+MIN_SAMPLING_TEMPERATURE = 1e-5
+# Adam moves each weight by about learning_rate per step; at 1 a step is already larger than a LoRA weight itself
+# (A starts around 1/sqrt(r), B at 0), so the loss is NaN within a few steps. The upper bound of every rate.
+MAX_LEARNING_RATE = 1.0
+
+
 def _help(text: str, *, gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
-          le: Optional[float] = None, choices: tuple[str, ...] = (), trl: bool | str = False, **kw) -> Any:
-    """A field with its help text and the rules `check_field_values` enforces: bounds for numbers, `choices`
-    for a choice field. `trl=True` forwards the field to trl.GRPOConfig under its own name (`trl="name"`: under
-    TRL's name), so a new TRL setting is one declaration here."""
+          le: Optional[float] = None, why: str = "", choices: tuple[str, ...] = (), trl: bool | str = False,
+          **kw) -> Any:
+    """A field with its help text and the rules `check_field_values` enforces: bounds for numbers (`why`: the
+    reason, said when a value is refused), `choices` for a choice field. `trl=True` forwards the field to
+    trl.GRPOConfig under its own name (`trl="name"`: under TRL's name), so a new TRL setting is one declaration
+    here."""
     made = field(metadata={"help": text}, **kw)
     rules: dict[str, Any] = {key: value for key, value in (("gt", gt), ("ge", ge), ("lt", lt), ("le", le))
                              if value is not None}
+    if why:
+        rules["why"] = why
     if choices:
         rules["choices"] = tuple(choices)
     if trl:
@@ -143,7 +158,8 @@ class ModelArguments:
 
 @dataclass
 class LoraArguments:
-    lora_r: int = _help("LoRA rank; the Unsloth GRPO notebooks use 32-64.", default=32)
+    lora_r: int = _help("LoRA rank; the Unsloth GRPO notebooks use 32-64.", default=32, ge=1,
+                        why="peft's LoraConfig needs a positive rank (16, 32 or 64 are usual)")
     lora_alpha: int = _help("LoRA alpha; alpha = r keeps the update scale at 1.", default=32, gt=0)
     lora_dropout: float = _help("Dropout on the LoRA input; 0 lets Unsloth use its fast LoRA kernels.", default=0.0,
                                 ge=0, lt=1)
@@ -203,9 +219,11 @@ class GRPOArguments:
                             default="outputs/qwen2.5-gsm8k")
     learning_rate: float = _help(
         "The Unsloth notebooks use 5e-6: LoRA needs more than TRL's 1e-6 full-fine-tune default.", default=5e-6,
-        gt=0, trl=True,
+        gt=0, le=MAX_LEARNING_RATE, trl=True,
     )
-    num_generations: int = _help("Completions per prompt (the GRPO group). Must be >= 2.", default=8, trl=True)
+    num_generations: int = _help("Completions per prompt (the GRPO group). Must be >= 2.", default=8, trl=True, ge=2,
+                                 why="GRPO compares completions within a group, so it needs at least 2 (8 is "
+                                     "typical)")
     per_device_train_batch_size: int = _help(
         "Completions (not prompts!) per device per step, as TRL counts them.", default=8, ge=1, trl=True
     )
@@ -217,7 +235,7 @@ class GRPOArguments:
         "KL coefficient. 0 (TRL default) loads no reference model; > 0 logs `kl`, measured against the base model as "
         "loaded (adapters disabled, as Unsloth's trainer does), also after a format warm-up (sft_warmup_steps): kl "
         "then counts the warm-up's distance too, on both backends.",
-        default=0.0, trl=True,
+        default=0.0, trl=True, ge=0, why="0 is no KL (no reference model); a negative one rewards drifting away",
     )
     loss_type: str = _help(
         "dapo (TRL default: token-level, no length bias) | grpo | dr_grpo | bnpo | cispo | ...", default="dapo",
@@ -233,7 +251,9 @@ class GRPOArguments:
         "TRL uses 0.2.",
         default=0.28, ge=0, trl=True)
     temperature: float = _help("Rollout sampling temperature; GRPO needs diverse groups, so keep ~1.", default=1.0,
-                               trl=True)
+                               trl=True, ge=MIN_SAMPLING_TEMPERATURE,
+                               why="rollouts need sampling: below 1e-5 vLLM samples greedily (every completion of a "
+                                   "group the same) and logits / temperature overflow float32 (1.0 is typical)")
     top_p: float = _help("Rollout nucleus sampling.", default=1.0, gt=0, le=1, trl=True)
     top_k: int = _help("Rollout top-k; 0 = off.", default=0, ge=0, trl=True)
     min_p: Optional[float] = _help("Rollout min-p; None = off.", default=None, ge=0, le=1, trl=True)
@@ -311,8 +331,8 @@ class HealthArguments:
     kl_action: str = _help("warn | stop.", default="stop", choices=("warn", "stop"))
     adaptive_beta: bool = _help("Move beta toward kl_target (needs beta > 0 at start).", default=False)
     kl_target: float = _help("Adaptive beta's KL target.", default=0.05, gt=0)
-    beta_min: float = _help("Adaptive beta's lower bound.", default=0.001)
-    beta_max: float = _help("Adaptive beta's upper bound.", default=0.5)
+    beta_min: float = _help("Adaptive beta's lower bound.", default=0.001, ge=0, why="beta is a KL coefficient")
+    beta_max: float = _help("Adaptive beta's upper bound.", default=0.5, ge=0, why="beta is a KL coefficient")
     flat_reward_threshold: float = _help(
         "Act when at least this share of groups has no reward spread (TRL's frac_reward_zero_std): such a group "
         "trains on nothing ...", default=0.9, ge=0, le=1)
@@ -340,7 +360,7 @@ class HealthArguments:
     rollback_lr_factor: float = _help("Learning-rate factor applied at each rollback.", default=0.5, gt=0, lt=1)
     max_rollbacks: int = _help("Rollbacks allowed in one run; the next collapse stops it.", default=2, ge=1)
     sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0, ge=0)
-    sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4, gt=0)
+    sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4, gt=0, le=MAX_LEARNING_RATE)
 
 
 @dataclass

@@ -12,6 +12,7 @@ import typing
 from pathlib import Path
 from typing import Any, Optional
 
+from env.text import excerpt, shorten
 from pipeline.config.fields import (
     SECTION_ATTR,
     SECTIONS,
@@ -35,9 +36,8 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
     from rewards.user_code import set_recipe_dir
 
     set_recipe_dir(Path(path).parent if path is not None else None)  # reward modules beside the recipe
-    if path is not None:
-        named += list(read_recipe(path))  # syntax errors and unknown keys, named with the file and line
-    named += list(base or {})
+    recipe = read_recipe(path) if path is not None else {}  # syntax errors and unknown keys, with file and line
+    named += list(recipe) + list(base or {})
     # TRL's own fields (trl_fields.py) join the parser only when one is named: deriving them imports torch.
     trl_names = sorted({name for name in named if name not in field_names()})
     sections = (*SECTIONS, trl_section()) if trl_names else SECTIONS
@@ -46,7 +46,13 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
         unknown = parser.set_defaults_with_config(**base)
         if unknown:
             raise ConfigError(str(unknown[0]), f"unknown option(s) in built-in defaults: {unknown}")
-    parsed = parser.parse_args_and_config(argv)
+    # The recipe as read once above, not by path: TrlParser.parse_args_and_config would open --config again, and
+    # a pipe (`--config <(...)`) gives its text only once. What it does with the file is done here: `env:` sets
+    # environment variables, the rest become defaults below the command line.
+    for key, value in (recipe_env(path) if path is not None else {}).items():
+        os.environ[key] = str(value)
+    parser.set_defaults_with_config(**recipe)
+    parsed = parser.parse_args_into_dataclasses(args=without_config(argv))
     by_cls = {type(p): p for p in parsed}
     trl_values = by_cls[trl_section()] if trl_names else None
     return PipelineConfig(**{SECTION_ATTR[cls]: by_cls[cls] for cls in SECTIONS},
@@ -118,6 +124,47 @@ def config_path(argv: list[str]) -> Optional[str]:
     return path
 
 
+def without_config(argv: list[str]) -> list[str]:
+    """A normalised argv without its `--config FILE`.
+
+    >>> without_config(["--max_steps", "3", "--config", "r.yaml", "--seed", "1"])
+    ['--max_steps', '3', '--seed', '1']
+    """
+    if "--config" not in argv:
+        return list(argv)
+    index = argv.index("--config")
+    return argv[:index] + argv[index + 2:]
+
+
+# A recipe is a few KiB; a larger one is refused before it is parsed (no YAML document of ours needs more).
+MAX_RECIPE_BYTES = 1 << 20
+_RECIPE_TEXT: dict[tuple, str] = {}
+
+
+def recipe_text(path: str) -> str:
+    """The recipe's text, read once per file per process: every reader (parse_config, peek_option in the
+    bootstrap, `grpo plan`, the key lines of a message) shares it, so a pipe or process substitution
+    (`--config <(...)`), whose text can be read only once, works. A regular file is read again only when it has
+    changed (its size or mtime). Not UTF-8 or over MAX_RECIPE_BYTES is a ConfigError naming the file."""
+    import stat as stat_module
+
+    info = os.stat(path)
+    regular = stat_module.S_ISREG(info.st_mode)
+    key = (os.path.abspath(path), info.st_dev, info.st_ino) + ((info.st_size, info.st_mtime_ns) if regular else ())
+    if key not in _RECIPE_TEXT:
+        with open(path, "rb") as f:
+            data = f.read(MAX_RECIPE_BYTES + 1)
+        if len(data) > MAX_RECIPE_BYTES:
+            raise ConfigError("config", f"{os.path.abspath(path)} is over {MAX_RECIPE_BYTES >> 20} MiB; a recipe is "
+                              "a short list of `key: value` lines.")
+        try:
+            _RECIPE_TEXT[key] = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError("config", f"{os.path.abspath(path)} is not UTF-8 text ({err.reason} at byte "
+                              f"{err.start}); save it as UTF-8.") from None
+    return _RECIPE_TEXT[key]
+
+
 # What HfArgumentParser's string_to_bool takes for a bool option.
 BOOL_WORDS = ("yes", "no", "true", "false", "t", "f", "y", "n", "1", "0")
 
@@ -141,7 +188,7 @@ def check_option_names(argv: list[str]) -> list[str]:
         check_trl_names(not_ours)
     for i, arg in enumerate(argv):
         if arg.endswith((".yaml", ".yml")) and (i == 0 or not argv[i - 1].startswith("--")):
-            raise ConfigError("config", f"{arg!r} is not an option; to read a recipe write --config {arg}")
+            raise ConfigError("config", f"{excerpt(arg)} is not an option; to read a recipe write --config {arg}")
         if not (arg.startswith("--") and len(arg) > 2):
             continue
         name, _, inline = arg[2:].partition("=")
@@ -154,7 +201,7 @@ def check_option_names(argv: list[str]) -> list[str]:
             kind = Optional[next(a for a in typing.get_args(kind) if a is not type(None))]
         if kind in (bool, Optional[bool]) and value is not None and ("=" in arg or not value.startswith("--")) \
                 and value.strip().lower() not in BOOL_WORDS:  # `--flag` alone (nargs="?") is true
-            raise ConfigError(name, f"got {value!r}; use true or false.")
+            raise ConfigError(name, f"got {excerpt(value)}; use true or false.")
         if kind in (int, float, Optional[int], Optional[float]) and value is not None:
             optional = kind in (Optional[int], Optional[float])
             if not (optional and value.lower() in ("none", "null")):
@@ -164,30 +211,9 @@ def check_option_names(argv: list[str]) -> list[str]:
 
 def read_recipe(path: str) -> dict[str, Any]:
     """The recipe as a flat mapping; a YAML syntax error names the file and line, an unknown key the closest
-    field name."""
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            loaded = yaml.load(f, Loader=unique_key_loader())  # a yaml.SafeLoader subclass
-    except DuplicateKeyError as err:
-        raise ConfigError(str(err.key), f"{os.path.abspath(path)} line {err.line}: `{err.key}` is set twice (first "
-                          f"on line {err.first_line}); YAML would silently keep the last one. Keep one.") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError("config", f"{os.path.abspath(path)} is not UTF-8 text ({err.reason} at byte "
-                          f"{err.start}); save it as UTF-8.") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError("config", f"{os.path.abspath(path)}{where}: YAML syntax error ({problem}). Each line "
-                          "is `key: value`; quote values that contain `: ` or `#`.") from None
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise ConfigError("config", f"{os.path.abspath(path)} must be a mapping of `key: value` lines, got a "
-                          f"{type(loaded).__name__}.")
-    # `env:` is TrlParser's own key (environment variables to set), as open-r1's recipes use it.
+    field name. Its text is read once (recipe_text)."""
+    loaded, lines = _load_recipe(path)
+    # `env:` is TrlParser's own key (environment variables to set), as open-r1's recipes use it: recipe_env.
     loaded = {key: value for key, value in loaded.items() if key != "env"}
     not_ours = sorted(str(k) for k in set(loaded) - set(field_names()))
     if not_ours:
@@ -201,19 +227,87 @@ def read_recipe(path: str) -> dict[str, Any]:
         try:
             check_value_type(key, value)
         except ConfigError as err:
-            line = _key_lines(path).get(key)
+            line = lines.get(key)
             where = f"{os.path.abspath(path)}" + (f" line {line}" if line else "")
             raise ConfigError(key, f"{where}: {str(err).split(': ', 1)[1]}") from None
     return loaded
 
 
-def _key_lines(path: str) -> dict[str, int]:
-    """Each top-level key of a (parsable) recipe -> its line number."""
+def recipe_env(path: str) -> dict[str, Any]:
+    """The recipe's `env:` mapping (environment variables TrlParser sets), {} without one."""
+    env = _load_recipe(path)[0].get("env") or {}
+    if not isinstance(env, dict):
+        raise ConfigError("env", f"{os.path.abspath(path)}: `env` must be a mapping of NAME: value lines.")
+    return env
+
+
+# How many values a recipe's YAML may expand to, aliases counted each time they are used: a recipe has a few
+# dozen; a "billion laughs" alias bomb expands a few lines to billions (and its message, to megabytes).
+MAX_RECIPE_VALUES = 100_000
+
+
+def _load_recipe(path: str) -> tuple[dict[str, Any], dict[str, int]]:
+    """The recipe's top-level mapping and the line of each key, from its text (read once): composed into YAML
+    nodes first, so an alias bomb is refused by counting, before anything is expanded or printed."""
     import yaml
 
-    with open(path, encoding="utf-8") as f:
-        node = yaml.compose(f)
-    return {key.value: key.start_mark.line + 1 for key, _ in getattr(node, "value", [])}
+    where = os.path.abspath(path)
+    loader = unique_key_loader()(recipe_text(path))
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _check_expanded_size(node, where)
+        loaded = loader.construct_document(node) if node is not None else None
+    except DuplicateKeyError as err:
+        raise ConfigError(str(err.key), f"{where} line {err.line}: `{shorten(str(err.key), 80)}` is set twice (first "
+                          f"on line {err.first_line}); YAML would silently keep the last one. Keep one.") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError("config", f"{where}{at}: YAML syntax error ({excerpt(problem)}). Each line is `key: "
+                          "value`; quote values that contain `: ` or `#`.") from None
+    except RecursionError:
+        raise ConfigError("config", f"{where}: nested too deeply to be a recipe of `key: value` lines.") from None
+    finally:
+        loader.dispose()
+    if loaded is None:
+        return {}, {}
+    if not isinstance(loaded, dict):
+        raise ConfigError("config", f"{where} must be a mapping of `key: value` lines, got a "
+                          f"{type(loaded).__name__}.")
+    return loaded, {key.value: key.start_mark.line + 1 for key, _ in node.value if hasattr(key, "value")}
+
+
+def _check_expanded_size(root: Any, where: str) -> None:
+    """Refuse a YAML node graph that expands to more than MAX_RECIPE_VALUES values, or that refers to itself."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: Any) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        if id(node) in open_nodes:
+            raise ConfigError("config", f"{where} line {node.start_mark.line + 1}: a YAML alias refers to the "
+                              "value that holds it; write the value out.")
+        open_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(key) + size(value) for key, value in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(item) for item in node.value)
+        else:
+            total = 1
+        open_nodes.discard(id(node))
+        sizes[id(node)] = total
+        if total > MAX_RECIPE_VALUES:
+            raise ConfigError("config", f"{where} line {node.start_mark.line + 1}: its YAML aliases expand to more "
+                              f"than {MAX_RECIPE_VALUES:,} values (an alias bomb?); a recipe is a short list of "
+                              "`key: value` lines. Write the values out.")
+        return total
+
+    size(root)
 
 
 def check_value_type(name: str, value: Any) -> None:
@@ -236,18 +330,19 @@ def check_value_type(name: str, value: Any) -> None:
             if item in (int, float, bool):
                 coerce(entry, item, name)
             elif isinstance(entry, (list, tuple, dict)):
-                raise ConfigError(name, f"got {entry!r} in {value!r}; write a list of names, e.g. [q_proj, v_proj].")
+                raise ConfigError(name, f"got {excerpt(entry)} in {excerpt(value)}; write a list of names, e.g. "
+                                        "[q_proj, v_proj].")
     elif kind in (int, float, bool):
         coerce(value, kind, name)
     elif isinstance(value, (list, tuple)):
-        raise ConfigError(name, f"got the list {value!r}; give one value.")
+        raise ConfigError(name, f"got the list {excerpt(value)}; give one value.")
 
 
 class DuplicateKeyError(Exception):
     """A key given twice in one YAML mapping (`line`, `first_line`: 1-based)."""
 
     def __init__(self, key: Any, line: int, first_line: int):
-        super().__init__(f"duplicate key {key!r} on line {line} (first on line {first_line})")
+        super().__init__(f"duplicate key {excerpt(key)} on line {line} (first on line {first_line})")
         self.key, self.line, self.first_line = key, line, first_line
 
 

@@ -40,6 +40,67 @@ BACKEND_DECIDED = {
 }
 GROUP_NAME = "TRL's GRPOConfig and TrainingArguments (TRL's names, types, defaults and meaning)"
 
+_PORT = {"ge": 1, "le": 65535, "why": "a TCP port"}
+_COUNT = {"ge": 1, "why": "a count of steps, batches or items; 0 divides by zero or does nothing"}
+_NONNEGATIVE = {"ge": 0, "why": "a coefficient, exponent or delay: a negative one reverses what it does"}
+_POSITIVE = {"gt": 0, "why": "a scale, threshold or cap: the code divides by it or compares ratios (> 0) with it"}
+_SHARE = {"ge": 0, "le": 1, "why": "a share or mix in [0, 1]"}
+# Bounds of TRL's numeric options (GRPOConfig and the TrainingArguments it inherits), each derived from what TRL,
+# transformers or torch do with the value; check_trl_bounds refuses one outside them before anything loads.
+# tests/test_config_bounds.py fails when an installed TRL has a numeric option missing here.
+TRL_BOUNDS: dict[str, dict[str, Any]] = {
+    # torch.optim.AdamW refuses eps < 0; 0 divides by sqrt(v) = 0 for a weight with no gradient yet.
+    "adam_epsilon": {"gt": 0, "why": "Adam divides by sqrt(v) + epsilon"},
+    # transformers' set_seed -> numpy.random.seed, which takes 0 .. 2**32 - 1.
+    "data_seed": {"ge": 0, "le": 2**32 - 1, "why": "numpy's seed range"},
+    # torch.utils.data.DataLoader refuses a negative num_workers and a prefetch_factor < 1.
+    "dataloader_num_workers": {"ge": 0, "why": "0 loads in the main process; torch refuses fewer"},
+    "dataloader_prefetch_factor": {**_COUNT},
+    "ddp_bucket_cap_mb": {**_COUNT},
+    "ddp_timeout": {"ge": 1, "why": "seconds torch.distributed waits; 0 times out at once"},
+    # GRPOTrainer._compute_loss clamps the ratio at delta: at or below 1 it clips the on-policy ratio itself.
+    "delta": {"gt": 1, "why": "the ratio's upper clip; at 1 or below every on-policy token is clipped (TRL: > 1 + "
+                              "epsilon)"},
+    "entropy_coef": _NONNEGATIVE, "entropy_coef_delta": _NONNEGATIVE, "entropy_coef_max": _NONNEGATIVE,
+    "entropy_coef_min": _NONNEGATIVE,
+    "entropy_target": {"ge": 0, "why": "entropy in nats is never negative, so a negative target never applies"},
+    # The ratio is clipped to [1 - epsilon, 1 + epsilon]: 0 clips every token (no gradient), 1 removes the low side.
+    "epsilon": {"gt": 0, "le": 1, "why": "the ratio is clipped to [1 - epsilon, 1 + epsilon]"},
+    "eval_accumulation_steps": _COUNT, "eval_delay": _NONNEGATIVE, "generation_batch_size": _COUNT,
+    # transformers' LabelSmoother mixes the target with the uniform distribution by this share.
+    "label_smoothing_factor": {"ge": 0, "lt": 1, "why": "the target's share mixed with uniform; 1 leaves no target"},
+    "local_rank": {"ge": -1, "why": "-1 is no distributed training, else a process index"},
+    "max_tool_calling_iterations": {"ge": 0, "why": "a number of tool-calling turns"},
+    "neftune_noise_alpha": _POSITIVE, "num_completions_to_print": _COUNT, "num_generations_eval": _COUNT,
+    # GRPOTrainer reuses a generation batch `step % num_iterations`: 0 divides by zero.
+    "num_iterations": _COUNT,
+    "off_policy_mask_threshold": _POSITIVE, "pad_to_multiple_of": _COUNT, "per_device_eval_batch_size": _COUNT,
+    # TR-DPO's pi_ref = alpha * pi_theta + (1 - alpha) * pi_ref_prev: a convex mix.
+    "ref_model_mixup_alpha": _SHARE,
+    "ref_model_sync_steps": _COUNT,
+    # transformers' RepetitionPenaltyLogitsProcessor and vLLM's SamplingParams refuse <= 0 (logits are divided by it).
+    "repetition_penalty": {"gt": 0, "why": "logits are divided or multiplied by it; 1 is off"},
+    "router_aux_loss_coef": _NONNEGATIVE,
+    # SAPO's gate sigmoid(tau * (r - 1)) * 4 / tau divides by it.
+    "sapo_temperature_neg": _POSITIVE, "sapo_temperature_pos": _POSITIVE,
+    "steps_per_generation": _COUNT,
+    # torch.quantile refuses q outside [0, 1].
+    "top_entropy_quantile": _SHARE,
+    # TrainingArguments.__post_init__ refuses a torch_empty_cache_steps below 1.
+    "torch_empty_cache_steps": _COUNT,
+    "vespo_k_neg": _NONNEGATIVE, "vespo_k_pos": _NONNEGATIVE, "vespo_lambda_neg": _NONNEGATIVE,
+    "vespo_lambda_pos": _NONNEGATIVE,
+    # vLLM's CacheConfig takes a share of GPU memory in (0, 1].
+    "vllm_gpu_memory_utilization": {"gt": 0, "le": 1, "why": "a share of GPU memory"},
+    "vllm_group_port": _PORT, "vllm_server_port": _PORT,
+    "vllm_importance_sampling_cap": _POSITIVE, "vllm_importance_sampling_clip_max": _POSITIVE,
+    "vllm_importance_sampling_clip_min": {"ge": 0, "why": "importance ratios are never negative"},
+    "vllm_max_model_length": _COUNT, "vllm_tensor_parallel_size": _COUNT,
+    "vllm_server_timeout": {"gt": 0, "why": "seconds to wait for the server"},
+    # TrainingArguments: a float in [0, 1) is a ratio of the total steps, larger is a step count; negative is refused.
+    "warmup_steps": {"ge": 0, "why": "a ratio in [0, 1) of the steps, or a number of steps"},
+}
+
 
 @functools.lru_cache(maxsize=1)
 def grpo_config_class() -> type:

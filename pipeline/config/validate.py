@@ -15,7 +15,9 @@ import typing
 import warnings
 from typing import Any, Optional
 
+from env.text import excerpt
 from pipeline.config.fields import (
+    MIN_SAMPLING_TEMPERATURE,
     SECTION_ATTR,
     SECTIONS,
     ConfigError,
@@ -45,21 +47,21 @@ def coerce(value: Any, kind: type, name: str) -> Any:
     if kind is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(name, f"got {value!r}; use true or false.")
+        raise ConfigError(name, f"got {excerpt(value)}; use true or false.")
     if isinstance(value, bool):
-        raise ConfigError(name, f"got {value!r}; use {article}.")
+        raise ConfigError(name, f"got {excerpt(value)}; use {article}.")
     if isinstance(value, str):
         try:
             value = float(value) if kind is float else int(value)
         except ValueError:
-            raise ConfigError(name, f"got {value!r}; use {article}.") from None
+            raise ConfigError(name, f"got {excerpt(value)}; use {article}.") from None
     if not isinstance(value, (int, float)):
-        raise ConfigError(name, f"got {value!r} ({type(value).__name__}); use {article}.")
+        raise ConfigError(name, f"got {excerpt(value)} ({type(value).__name__}); use {article}.")
     if not math.isfinite(value):
-        raise ConfigError(name, f"got {value!r}; use a finite number.")
+        raise ConfigError(name, f"got {excerpt(value)}; use a finite number.")
     if kind is int:
         if value != int(value):
-            raise ConfigError(name, f"got {value!r}; use a whole number such as {max(int(value), 1)}.")
+            raise ConfigError(name, f"got {excerpt(value)}; use a whole number such as {max(int(value), 1)}.")
         return int(value)
     return float(value)
 
@@ -79,17 +81,39 @@ def check_choices(section: Any) -> None:
         choices = field_rules(f).get("choices")
         value = getattr(section, f.name)
         if choices and value not in choices:
-            raise ConfigError(f.name, f"got {value!r}; choose one of {', '.join(choices)}.")
+            raise ConfigError(f.name, f"got {excerpt(value)}; choose one of {', '.join(choices)}.")
 
 
-def _check_bounds(value: float, name: str, bounds: dict[str, Any], default: Any) -> None:
-    bounds = {key: bounds[key] for key in ("gt", "ge", "lt", "le") if key in bounds}
-    tests = {"gt": (value > bounds.get("gt", -math.inf), "> {}"), "ge": (value >= bounds.get("ge", -math.inf), ">= {}"),
+def check_bounds(value: float, name: str, rules: dict[str, Any], default: Any) -> None:
+    """The one bounds check: `rules` as `_help` declares them (gt/ge/lt/le, and `why`, the reason)."""
+    bounds = {key: rules[key] for key in ("gt", "ge", "lt", "le") if key in rules}
+    tests = {"gt": (value > bounds.get("gt", -math.inf), "> {}"),
+             "ge": (value >= bounds.get("ge", -math.inf), ">= {}"),
              "lt": (value < bounds.get("lt", math.inf), "< {}"), "le": (value <= bounds.get("le", math.inf), "<= {}")}
     wanted = " and ".join(text.format(bounds[key]) for key, (_, text) in tests.items() if key in bounds)
     if not all(ok for ok, _ in tests.values()):
         suggestion = f" (the default is {default})" if default is not None else ""
-        raise ConfigError(name, f"got {value:g}; it must be {wanted}{suggestion}.")
+        why = f": {rules['why']}" if rules.get("why") else ""
+        raise ConfigError(name, f"got {value:g}; it must be {wanted}{suggestion}{why}.")
+
+
+def check_trl_bounds(values: dict[str, Any]) -> None:
+    """TRL's numeric options as set (`PipelineConfig.trl`) against TRL_BOUNDS, before anything loads."""
+    from pipeline.config.trl_fields import TRL_BOUNDS
+
+    for name, value in values.items():
+        rules = TRL_BOUNDS.get(name)
+        if rules is None or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        check_bounds(coerce(value, float, name), name, rules, None)
+
+
+def check_generation_temperature(value: float, name: str) -> None:
+    """generate/eval's temperature: 0 is greedy, and sampling starts at MIN_SAMPLING_TEMPERATURE (below it the
+    plain backend's logits / temperature overflow float32, fields.py says why). [0, 2] is checked with the field."""
+    if 0 < value < MIN_SAMPLING_TEMPERATURE:
+        raise ConfigError(name, f"got {value:g}; use 0 for greedy decoding, or at least {MIN_SAMPLING_TEMPERATURE:g} "
+                          "to sample (below it logits / temperature overflow float32).")
 
 
 def check_field_values(cfg: PipelineConfig) -> None:
@@ -105,7 +129,7 @@ def check_field_values(cfg: PipelineConfig) -> None:
     >>> check_field_values(PipelineConfig().replace(learning_rate=0))
     Traceback (most recent call last):
     ...
-    pipeline.config.fields.ConfigError: config error in `learning_rate`: got 0; it must be > 0 (the default is 5e-06).
+    pipeline.config.fields.ConfigError: config error in `learning_rate`: got 0; it must be > 0 and <= 1.0 (the ...
     """
     for section_cls in SECTIONS:
         section = getattr(cfg, SECTION_ATTR[section_cls])
@@ -129,15 +153,17 @@ def check_field_values(cfg: PipelineConfig) -> None:
                     setattr(section, f.name, [coerce(v, item_kind, f.name) for v in value])
                 elif item_kind is str and any(not isinstance(v, str) or not v.strip() for v in value):
                     bad = next(v for v in value if not isinstance(v, str) or not v.strip())
-                    raise ConfigError(f.name, f"got {bad!r} in {list(value)}; each entry is a name (text).")
+                    raise ConfigError(f.name, f"got {excerpt(bad)} in {excerpt(list(value))}; each entry is a name "
+                                              "(text).")
                 continue
             if kind not in (int, float, bool):
                 continue
             value = coerce(value, kind, f.name)
             setattr(section, f.name, value)
             if kind is not bool and rules:
-                _check_bounds(value, f.name, rules, f.default if f.default is not dataclasses.MISSING else None)
+                check_bounds(value, f.name, rules, f.default if f.default is not dataclasses.MISSING else None)
         check_choices(section)
+    check_trl_bounds(cfg.trl)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,7 +186,7 @@ def parse_limit(value: Any, field_name: str) -> Optional[int]:
     try:
         number = int(value)
     except (TypeError, ValueError):
-        raise ConfigError(field_name, f"got {value!r}; use a positive integer or `auto`.") from None
+        raise ConfigError(field_name, f"got {excerpt(value)}; use a positive integer or `auto`.") from None
     if number <= 0:
         raise ConfigError(field_name, f"got {number}; use a positive integer or `auto`.")
     return number
@@ -175,7 +201,7 @@ def sampling_params_mapping(value: Any) -> dict[str, Any]:
     try:
         parsed = json.loads(value)
     except (TypeError, json.JSONDecodeError):
-        raise ConfigError("vllm_sampling_params", f"got {value!r}; give a YAML mapping or a JSON object "
+        raise ConfigError("vllm_sampling_params", f"got {excerpt(value)}; give a YAML mapping or a JSON object "
                           "string such as '{\"min_p\": 0.1}'.") from None
     if not isinstance(parsed, dict):
         raise ConfigError("vllm_sampling_params", "must be a mapping such as {min_p: 0.1}.")
@@ -228,7 +254,7 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     >>> validate(PipelineConfig().replace(num_generations=1))
     Traceback (most recent call last):
     ...
-    pipeline.config.fields.ConfigError: config error in `num_generations`: got 1; GRPO compares completions within a ...
+    pipeline.config.fields.ConfigError: config error in `num_generations`: got 1; it must be >= 2 ...
     """
     m, lo, d, g, gen, h = cfg.model, cfg.lora, cfg.data, cfg.grpo, cfg.generation, cfg.health
     notes: list[str] = []
@@ -238,9 +264,6 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     if g.max_steps == 0:  # the Trainer would take one step and report success
         raise ConfigError("max_steps", "got 0, which trains nothing; give the number of optimizer steps (e.g. 250), "
                           "or -1 to train num_train_epochs.")
-    if g.num_generations < 2:
-        raise ConfigError("num_generations", f"got {g.num_generations}; GRPO compares completions within a "
-                          "group, so it needs at least 2 (8 is typical).")
     global_batch = g.per_device_train_batch_size * g.gradient_accumulation_steps * n_processes
     if g.per_device_train_batch_size < 1 or global_batch % g.num_generations != 0:
         raise ConfigError(
@@ -254,7 +277,8 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
 
     prompt_limit = parse_limit(d.max_prompt_length, "max_prompt_length")
     completion_limit = parse_limit(d.max_completion_length, "max_completion_length")
-    if prompt_limit is not None and completion_limit is not None and prompt_limit + completion_limit > m.max_seq_length:
+    if prompt_limit is not None and completion_limit is not None \
+            and prompt_limit + completion_limit > m.max_seq_length:
         raise ConfigError(
             "max_completion_length",
             f"max_prompt_length ({prompt_limit}) + max_completion_length ({completion_limit}) = "
@@ -265,15 +289,11 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
         if limit is not None and limit >= m.max_seq_length:
             raise ConfigError(name, f"{limit} leaves no room in max_seq_length ({m.max_seq_length}).")
 
-    if lo.lora_r <= 0:
-        raise ConfigError("lora_r", f"got {lo.lora_r}; use a positive rank such as 16, 32 or 64.")
     check_adapter_rank(lo.lora_r, m.max_lora_rank, what="the adapter this run trains (lora_r)",
                        fix=f"Raise max_lora_rank to {lo.lora_r} or lower lora_r.", field_name="lora_r")
 
-    if not (g.temperature > 0 and math.isfinite(g.temperature)):
-        raise ConfigError("temperature", f"got {g.temperature}; rollouts need sampling, so use a value > 0 "
-                          "(1.0 is typical for GRPO).")
 
+    check_generation_temperature(gen.gen_temperature, "gen_temperature")
     if gen.gen_max_tokens is not None:  # >= 1 was checked by check_field_values
         if completion_limit is not None and gen.gen_max_tokens > completion_limit and not gen.allow_longer_generation:
             raise ConfigError(
@@ -287,8 +307,6 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
         notes.append(f"learning_rate {g.learning_rate:g} is outside 1e-7..1e-3; GRPO with LoRA usually uses "
                      "1e-6..5e-5 (the notebooks: 5e-6).")
 
-    if g.beta < 0:
-        raise ConfigError("beta", f"got {g.beta}; use 0 (no KL, no reference model) or a positive value.")
     if h.adaptive_beta and g.beta <= 0:
         raise ConfigError("adaptive_beta", "needs beta > 0 at the start: with beta = 0 TRL loads no reference "
                           "model, so there is no KL to steer. Set beta: 0.04, or adaptive_beta: false.")
@@ -348,8 +366,8 @@ def validate_unsloth(cfg: PipelineConfig) -> None:
         # raises as above; it leaves lm_head as a LoRA target that never trains (_vllm_unmovable_embedding_modules,
         # _redirect_embedding_targets in unsloth/models/_utils.py), a silent no-op.
         raise ConfigError("lora_target_modules", f"contains {embeddings}: with vLLM (fast_inference: true) Unsloth "
-                          "cannot train embeddings or lm_head (embed_tokens is refused, lm_head would stay untrained). "
-                          "Remove them, or set fast_inference: false (they are then trained in full).")
+                          "cannot train embeddings or lm_head (embed_tokens is refused, lm_head would stay "
+                          "untrained). Remove them, or set fast_inference: false (they are then trained in full).")
     if not m.fast_inference:
         if sampling_params_mapping(g.vllm_sampling_params):
             raise ConfigError("vllm_sampling_params", "is for vLLM, and fast_inference: false runs without it, so "

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from env.text import excerpt
 from pipeline.config import ConfigError
 
 # Rounding `max_prompt_length: auto` up to a multiple of 16 leaves the padded prompt block
@@ -129,7 +130,7 @@ def check_system_prompt_survives(tokenizer: Any, system_prompt: Optional[str]) -
     if not template:
         raise ConfigError(
             "system_prompt",
-            f"tokenizer {name!r} has no chat template, so prompts cannot be built as chats. Use an "
+            f"tokenizer {excerpt(name)} has no chat template, so prompts cannot be built as chats. Use an "
             "instruct/chat model (e.g. unsloth/Qwen2.5-1.5B-Instruct) or give the tokenizer a chat_template.",
         )
     try:
@@ -137,15 +138,15 @@ def check_system_prompt_survives(tokenizer: Any, system_prompt: Optional[str]) -
     except Exception as err:  # jinja raises on templates without a system role (e.g. Gemma's)
         raise ConfigError(
             "system_prompt",
-            f"the chat template of {name!r} failed on a system + user prompt ({type(err).__name__}: {err}). "
+            f"the chat template of {excerpt(name)} failed on a system + user prompt ({type(err).__name__}: {err}). "
             "If the template has no system role, set system_prompt to '' and put the instructions in the data.",
         ) from err
     if system_prompt and system_prompt not in rendered:
         raise ConfigError(
             "system_prompt",
-            f"the chat template of {name!r} does not reproduce the system prompt verbatim (newlines "
-            f"included). The model would not see the format instructions.\nsystem_prompt: {system_prompt!r}\n"
-            f"rendered by the chat template: {rendered!r}\nUse a template that keeps the system message "
+            f"the chat template of {excerpt(name)} does not reproduce the system prompt verbatim (newlines "
+            f"included). The model would not see the format instructions.\nsystem_prompt: {excerpt(system_prompt)}\n"
+            f"rendered by the chat template: {excerpt(rendered)}\nUse a template that keeps the system message "
             "as written, or rewrite system_prompt so that it survives.",
         )
     return rendered

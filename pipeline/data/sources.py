@@ -29,7 +29,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ from typing import Any, Callable, Optional
 
 from env.path_check import DATA_SUFFIXES, local_data
 from env.paths import publish_once
+from env.text import excerpt, shorten
 from pipeline.config import ConfigError
 from pipeline.data.cache import file_sha256, local_file_identity, local_tree_identity
 from pipeline.data.clean import clean_column_name
@@ -200,7 +203,7 @@ def prompt_format_of(columns: list[str], spec: SourceSpec) -> str:
         return "prompt"
     if PROMPT_COLUMN in columns and field in columns:
         raise ConfigError(spec.question_option, f"the data has TRL's `prompt` column and {spec.question_option} "
-                          f"names {field!r}: prompts built from {field!r} would hide yours. Leave "
+                          f"names {excerpt(field)}: prompts built from {excerpt(field)} would hide yours. Leave "
                           f"{spec.question_option} unset to train on `prompt` as TRL does, or rename the `prompt` "
                           "column.")
     return "question"
@@ -218,7 +221,8 @@ def _rows(dataset: Any, spec: SourceSpec, split: str, where: str) -> RawRows:
     own = [name for name in names if name.startswith(OWN_PREFIX)]
     if own:
         raise ConfigError(spec.name_option, f"{where} has column(s) {', '.join(map(repr, own))}; names beginning "
-                          f"with {OWN_PREFIX!r} are the pipeline's own per-row fields (grpo_answer, grpo_id, ...). "
+                          f"with {excerpt(OWN_PREFIX)} are the pipeline's own per-row fields (grpo_answer, grpo_id, "
+                          "...). "
                           "Rename them.")
     prompt_format = prompt_format_of(names, spec)
     question = PROMPT_COLUMN if prompt_format == "prompt" else spec.question_field
@@ -232,7 +236,7 @@ def _rows(dataset: Any, spec: SourceSpec, split: str, where: str) -> RawRows:
         if column not in names:
             hint = (" A dataset in TRL's format has a `prompt` column instead (text, or a list of "
                     "{role, content} messages)." if what == "question" else "")
-            raise ConfigError(option, f"column {column!r} is not in {where}; its columns are "
+            raise ConfigError(option, f"column {excerpt(column)} is not in {where}; its columns are "
                               f"{sorted(names)}. Set {option} to the column that holds the {what}s.{hint}")
     questions = list(dataset[question])
     answers = list(dataset[spec.answer_field]) if spec.answer_field in names else [None] * len(questions)
@@ -251,22 +255,22 @@ def pick_split(spec: SourceSpec, available: list[str], where: str) -> str:
         return spec.split
     if spec.own_eval_source and len(available) == 1:
         return available[0]
-    listed = ", ".join(repr(s) for s in available)
+    listed = ", ".join(excerpt(s) for s in available)
     if spec.role == "eval" and not spec.own_eval_source:
         if len(available) == 1:
             raise ConfigError(
                 "eval_dataset_name",
-                f"evaluation (eval_before / eval_after / `grpo eval --config`) reads split {spec.split!r} "
+                f"evaluation (eval_before / eval_after / `grpo eval --config`) reads split {excerpt(spec.split)} "
                 f"(eval_split) of dataset_name, but {where} has one split, {listed}: the training data. Set "
                 "eval_dataset_name to a file or folder of held-out problems (e.g. --eval_dataset_name test.jsonl), "
                 "make dataset_name a folder holding train.jsonl and test.jsonl, or turn evaluation off "
                 "(--eval_before false --eval_after false).")
-        raise ConfigError("eval_split", f"{where} has splits {listed}; eval_split is {spec.split!r}. Set eval_split "
-                          "to the held-out one, or eval_dataset_name to a source of held-out problems.")
+        raise ConfigError("eval_split", f"{where} has splits {listed}; eval_split is {excerpt(spec.split)}. Set "
+                          "eval_split to the held-out one, or eval_dataset_name to a source of held-out problems.")
     one = " (a single file or saved Dataset is one split, 'train')" if available == [SINGLE_FILE_SPLIT] else ""
     plural = "splits" if len(available) > 1 else "one split,"
     raise ConfigError(spec.split_option, f"{where} has {plural} {listed}{one}; {spec.split_option} is "
-                      f"{spec.split!r}. Set {spec.split_option} to one of them.")
+                      f"{excerpt(spec.split)}. Set {spec.split_option} to one of them.")
 
 
 # ------------------------------------------------------------------------------------------------ hub
@@ -302,13 +306,14 @@ def _download_and_save(spec: SourceSpec, saved: Path) -> None:
         splits = load_dataset(name, config, revision=spec.revision)
     except Exception as err:
         if "BuilderConfig" in str(err) or "config name" in str(err).lower():
-            raise ConfigError(spec.config_option, f"hub dataset {name!r} ({spec.name_option}) has no config "
-                              f"{config!r}: {err}. Set {spec.config_option} to one of its configs, or to null "
+            raise ConfigError(spec.config_option, f"hub dataset {excerpt(name)} ({spec.name_option}) has no config "
+                              f"{excerpt(config)}: {err}. Set {spec.config_option} to one of its configs, or to null "
                               "for a dataset with one.") from None
         raise ConfigError(
             spec.name_option,
-            f"could not load dataset {name!r} (config {config!r}) from {endpoint}: "
-            f"{type(err).__name__}: {err}\nNo saved copy at {saved}, and no local file or folder {name!r} either. "
+            f"could not load dataset {excerpt(name)} (config {excerpt(config)}) from {endpoint}: "
+            f"{type(err).__name__}: {err}\nNo saved copy at {saved}, and no local file or folder {excerpt(name)} "
+            "either. "
             "Fixes: check the network; in mainland China set HF_ENDPOINT=https://hf-mirror.com; offline, copy a "
             f"`save_to_disk` folder of the dataset to that path, or give {spec.name_option} a local path."
         ) from err
@@ -331,9 +336,9 @@ def _download_from_modelscope_and_save(name: str, config: Optional[str], revisio
     try:
         splits = load_dataset(str(folder), config)
     except Exception as err:
-        raise DataSourceError(f"could not read ModelScope dataset {name!r} (config {config!r}) downloaded to {folder}: "
-                           f"{type(err).__name__}: {err}\nCheck dataset_config (None for a single one) and that "
-                           "the repository holds .jsonl/.csv/.parquet data files.") from err
+        raise DataSourceError(f"could not read ModelScope dataset {excerpt(name)} (config {excerpt(config)}) "
+                              f"downloaded to {folder}: {type(err).__name__}: {err}\nCheck dataset_config (None for "
+                              "a single one) and that the repository holds .jsonl/.csv/.parquet data files.") from err
     publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=_is_saved_copy,
                  option="data_cache_dir")
     print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
@@ -361,7 +366,7 @@ def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
     dev, eval, ...); a folder whose names match none is one split, `train`.
     """
     if not path.exists():
-        raise ConfigError(option, f"{str(path.resolve())!r} does not exist. Give the path of a data file "
+        raise ConfigError(option, f"{excerpt(str(path.resolve()))} does not exist. Give the path of a data file "
                           f"({'/'.join(sorted(LOCAL_FORMATS))}), a folder of them, a `save_to_disk` folder, a hub "
                           "dataset id (openai/gsm8k), `sample` or `demo-arithmetic`.")
     if path.is_file():
@@ -390,6 +395,14 @@ def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
     return "folder", splits
 
 
+# What an empty file of each format needs, for its message.
+EMPTY_FIX = {".jsonl": "Write one `{\"question\": ..., \"answer\": ...}` object per line.",
+             ".json": "Write a list of `{\"question\": ..., \"answer\": ...}` objects.",
+             ".csv": "Write a header line (question,answer), then one row per problem.",
+             ".tsv": "Write a header line (question<TAB>answer), then one row per problem.",
+             ".parquet": "Write it with pandas' to_parquet or pyarrow.parquet.write_table."}
+
+
 def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> Any:
     """One split's data files (one format) through the `datasets` packaged loaders, as one Dataset."""
     from datasets import load_dataset
@@ -403,10 +416,10 @@ def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> An
     kwargs: dict[str, Any] = {}
     for path in files:
         if path.stat().st_size == 0:
-            raise DataFileError(f"{path} is empty: there are no rows to train on. Give a file with one "
-                                "`{\"question\": ..., \"answer\": ...}` record per line (JSONL) or a CSV with a "
-                                "header.")
-        if builder != "parquet":
+            raise DataFileError(f"{path} is empty (0 bytes): there are no rows to train on. {EMPTY_FIX[suffix]}")
+        if builder == "parquet":
+            check_parquet_file(path)
+        else:
             json_field = check_text_file(path)
             if json_field:
                 kwargs["field"] = json_field
@@ -423,15 +436,81 @@ def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> An
     # with `cp -p`, a restored backup, a second edit within the clock's tick) would be served stale. A cache
     # folder per content identity closes that.
     content = hashlib.sha256(json.dumps([local_file_identity(f) for f in files], sort_keys=True).encode()).hexdigest()
+    # `datasets` logs its own "Failed to read file ..." line before raising: the message below says it once.
+    library_logger = logging.getLogger("datasets")
+    level = library_logger.level
+    library_logger.setLevel(logging.CRITICAL)
     try:
         return load_dataset(builder, data_files=[str(f) for f in files], split="train",
                             cache_dir=str(cache_root / "hf-datasets" / content[:16]), **kwargs)
-    except Exception as err:
-        where = files[0] if len(files) == 1 else f"{files[0].parent} ({', '.join(f.name for f in files)})"
-        raise DataFileError(
-            f"could not read {where} as {builder.upper()} ({type(err).__name__}: {err}). Check that the file is "
-            "UTF-8, one record per line for JSONL, and that each column holds one kind of value."
-        ) from err
+    except Exception as err:  # noqa: BLE001 - translated below into our message, naming the file and the line
+        raise library_error(files, builder, err) from err
+    finally:
+        library_logger.setLevel(level)
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    """The library's own error under `datasets`' wrappers (DatasetGenerationError "An error occurred while
+    generating the dataset" carries the pyarrow / pandas one as its cause)."""
+    seen = {id(err)}
+    while True:
+        inner = err.__cause__ or err.__context__
+        if inner is None or id(inner) in seen:
+            return err
+        seen.add(id(inner))
+        err = inner
+
+
+def library_error(files: list[Path], builder: str, err: BaseException) -> DataFileError:
+    """A `datasets` / pyarrow / pandas error while loading local files, as our message: the file, the line
+    where the library knows it, and the library's own words; no hint that the error does not call for (the
+    checks before loading, check_text_file and check_parquet_file, already name the common faults with theirs)."""
+    cause = _root_cause(err)
+    text = " ".join(str(cause).split()) or type(cause).__name__
+    where = str(files[0]) if len(files) == 1 else f"{files[0].parent} ({', '.join(f.name for f in files)})"
+    found = re.search(r"\b(line|row) (\d+)", text)
+    if found and len(files) == 1:
+        # pandas says "line N" from 1 and "row N" from 0, the header included; pyarrow's JSON reader "row N"
+        # from 0 over the records
+        number = int(found.group(2)) + (found.group(1) == "row")
+        where += f" line {number}" if builder == "csv" else f" record {number}"
+    return DataFileError(f"{where}: cannot be read as {builder.upper()} ({type(cause).__name__}: "
+                         f"{shorten(text, 300)}). No row of the file was used.")
+
+
+def check_parquet_file(path: Path) -> None:
+    """A Parquet file that pyarrow cannot open, or that has columns but no rows, named before `datasets` reads
+    it (it would say "BatchSize must be greater than 0" or "corresponds to no data")."""
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.ParquetFile(path).metadata
+    except Exception as err:  # noqa: BLE001 - pyarrow's ArrowInvalid / OSError: not a Parquet file
+        raise DataFileError(f"{path} is not a readable Parquet file ({type(err).__name__}: "
+                            f"{shorten(' '.join(str(err).split()), 300)}). Write it again with pandas' to_parquet "
+                            "or pyarrow.parquet.write_table.") from None
+    if metadata.num_rows == 0:
+        columns = ", ".join(metadata.schema.names)
+        raise DataFileError(f"{path} has columns ({shorten(columns, 200)}) but no rows: there is nothing to "
+                            "train on. Write the problems into it, one row each.")
+
+
+def _lone_surrogate(value: Any) -> Optional[str]:
+    """The first text inside a parsed JSON value that holds a lone surrogate (JSON's "\\ud800" escape is valid
+    JSON, but no UTF-8 text: pyarrow refuses the file without saying where), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value
+        return None
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return next((bad for bad in map(_lone_surrogate, items) if bad is not None), None)
+
+
+def _surrogate_error(path: Path, where: str, text: str, untouched: str) -> DataFileError:
+    return DataFileError(f"{path} {where} holds a lone surrogate, an escape such as \\ud800 that is half of a "
+                         f"character, so no UTF-8 text ({excerpt(text, 80)}). Fix or remove that escape.{untouched}")
 
 
 def check_text_file(path: Path) -> Optional[str]:
@@ -443,6 +522,9 @@ def check_text_file(path: Path) -> Optional[str]:
     """
     from env.paths import shell_command
 
+    def iconv(path: Path) -> str:
+        return shell_command("iconv", "-f", "GBK", "-t", "UTF-8", "-o", path.with_name("fixed" + path.suffix), path)
+
     suffix = path.suffix.lower()
     untouched = " No row of the file was used: fix or delete that line and run again."
     lines: list[str] = []
@@ -452,19 +534,32 @@ def check_text_file(path: Path) -> Optional[str]:
                 lines.append(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
             except UnicodeDecodeError as err:
                 raise DataFileError(
-                    f"{path} line {number} is not UTF-8 text (byte {raw[err.start:err.start + 1]!r} at column "
+                    f"{path} line {number} is not UTF-8 text (byte {excerpt(raw[err.start:err.start + 1])} at column "
                     f"{err.start + 1}). Re-save the file as UTF-8, e.g. "
-                    f"`{shell_command('iconv', '-f', 'GBK', '-t', 'UTF-8', '-o', path.with_name('fixed' + path.suffix), path)}`"
+                    f"`{iconv(path)}`"
                     f" (use the file's real encoding instead of GBK).{untouched}"
                 ) from None
+    filled = [number for number, text in enumerate(lines, start=1) if text.strip()]
+    if not filled:
+        raise DataFileError(f"{path} holds only blank lines: there are no rows to train on.")
+    if suffix in (".csv", ".tsv") and len(filled) == 1:
+        header = lines[filled[0] - 1].strip().lstrip("\ufeff")
+        raise DataFileError(f"{path} has a header ({shorten(header, 200)}) but no rows: there is nothing to train "
+                            "on. Add one row per problem under the header.")
     if suffix == ".json":
         try:
             document = json.loads("".join(lines))
         except json.JSONDecodeError as err:
             if err.msg != "Extra data":  # "Extra data": JSON Lines in a .json file, read per line below
                 raise DataFileError(f"{path} line {err.lineno} is not valid JSON ({err.msg}, column {err.colno})."
-                                    " A .json file holds a list of objects, or {\"data\": [...]}." + untouched) from None
+                                    " A .json file holds a list of objects, or {\"data\": [...]}."
+                                    + untouched) from None
         else:
+            bad = _lone_surrogate(document)
+            if bad is not None:
+                line = next((n for n, text in enumerate(lines, start=1) if _lone_surrogate(_json_strings(text))),
+                            None)
+                raise _surrogate_error(path, f"line {line}" if line else "", bad, untouched)
             return _json_records_field(document, path)
     if suffix in (".jsonl", ".json"):
         for number, text in enumerate(lines, start=1):
@@ -480,7 +575,21 @@ def check_text_file(path: Path) -> Optional[str]:
             if not isinstance(record, dict):
                 raise DataFileError(f"{path} line {number} is a JSON {type(record).__name__}, not an object "
                                     "such as {\"question\": ..., \"answer\": ...}." + untouched)
+            bad = _lone_surrogate(record)
+            if bad is not None:
+                raise _surrogate_error(path, f"line {number}", bad, untouched)
     return None
+
+
+def _json_strings(line: str) -> list[str]:
+    """The JSON string literals of one line of a .json file, decoded (a line need not be JSON by itself)."""
+    found = []
+    for literal in re.findall(r'"(?:[^"\\]|\\.)*"', line):
+        try:
+            found.append(json.loads(literal))
+        except json.JSONDecodeError:
+            continue
+    return found
 
 
 def _json_records_field(document: Any, path: Path) -> Optional[str]:
@@ -490,6 +599,8 @@ def _json_records_field(document: Any, path: Path) -> Optional[str]:
         if bad is not None:
             raise DataFileError(f"{path}: item {bad} of the list is a JSON {type(document[bad]).__name__}, not an "
                                 "object such as {\"question\": ..., \"answer\": ...}.")
+        if not document:
+            raise DataFileError(f"{path} is an empty JSON list: there are no rows to train on.")
         return None
     if isinstance(document, dict):
         lists = [key for key, value in document.items()

@@ -6,8 +6,11 @@ offline; pipeline/demo/registry.py lists them and says how each is built.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Optional
 
+from env.text import shorten
 from pipeline.demo.registry import builtin_model
 
 
@@ -25,6 +28,36 @@ def resolve_model_path(model_name_or_path: str, source: str = "hf") -> str:
     return model_name_or_path
 
 
+# The files AutoTokenizer reads from a model folder (transformers' tokenization_utils_base and the fast tokenizer).
+TOKENIZER_JSON_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json", "added_tokens.json",
+                        "vocab.json", "config.json")
+
+
+def broken_tokenizer_file(folder: Path) -> Optional[str]:
+    """What is wrong with a model folder's tokenizer files, naming the file and the line, or None when each
+    reads. transformers parses them with json (a JSONDecodeError names no file) and tokenizers'
+    Tokenizer.from_file raises a bare Exception ("missing field `model`")."""
+    for name in TOKENIZER_JSON_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            json.loads(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as err:
+            return f"{path} is not UTF-8 text ({err.reason} at byte {err.start})"
+        except json.JSONDecodeError as err:
+            return f"{path} line {err.lineno}, column {err.colno} is not valid JSON ({err.msg})"
+    if (folder / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            Tokenizer.from_file(str(folder / "tokenizer.json"))
+        except Exception as err:  # noqa: BLE001 - tokenizers raises a plain Exception
+            return (f"{folder / 'tokenizer.json'} is not a tokenizer the tokenizers library can read "
+                    f"({shorten(str(err))})")
+    return None
+
+
 def load_tokenizer(model_name_or_path: str, trust_remote_code: bool = False, source: str = "hf"):
     """Return the tokenizer for `model_name_or_path`, padded on the left as GRPO generation needs."""
     builtin = builtin_model(model_name_or_path)
@@ -33,9 +66,17 @@ def load_tokenizer(model_name_or_path: str, trust_remote_code: bool = False, sou
     else:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(
-            resolve_model_path(model_name_or_path, source), trust_remote_code=trust_remote_code
-        )
+        path = resolve_model_path(model_name_or_path, source)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except Exception as err:  # noqa: BLE001 - a local folder's broken file is named; anything else re-raised
+            broken = broken_tokenizer_file(Path(path).expanduser()) if Path(path).expanduser().is_dir() else None
+            if broken is None:
+                raise
+            from pipeline.config import ConfigError
+
+            raise ConfigError("model_name_or_path", f"{broken}. Restore that file from the model's original copy "
+                              "(or download the model again).") from err
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -189,7 +189,9 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
         cfg = setup.config.replace(eval_dataset_name=str(data_path))
     eval_split = split or cfg.eval.eval_split
     cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
-    rows = load_eval_rows(cfg, setup.tokenizer, limit=limit)
+    # The data report goes beside the results (a folder the options name), never to the recipe's output_dir,
+    # which a relative or default one would put under whatever folder the command was run from.
+    rows = load_eval_rows(cfg, setup.tokenizer, limit=limit, report_dir=out.parent)
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, setup.system_prompt, setup.max_tokens,
                            temperature=setup.temperature, top_p=setup.top_p)
     result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,

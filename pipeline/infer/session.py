@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from env.text import excerpt
 from pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig, field_choices, from_mapping, given
 
 DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
@@ -79,7 +80,7 @@ def inference_args(**options: Any) -> argparse.Namespace:
     args.base = False
     for key, value in options.items():
         if not hasattr(args, key):
-            raise TypeError(f"unknown inference option {key!r}")
+            raise TypeError(f"unknown inference option {excerpt(key)}")
         setattr(args, key, value)
     if not args.lora and not args.base:
         raise TypeError("pass lora=ADAPTER_DIR or base=True")
@@ -176,10 +177,10 @@ def adapter_mismatch(adapter: Any, base_model: str) -> Optional[str]:
             continue
         out_features, in_features = base[base_name][0]
         if (b_shape[0], shape[1]) != (out_features, in_features):
-            return (f"adapter {adapter.path} does not fit base model {base_model!r}: its {module} maps "
+            return (f"adapter {adapter.path} does not fit base model {excerpt(base_model)}: its {module} maps "
                     f"{shape[1]} -> {b_shape[0]} features, the base's maps {in_features} -> {out_features}. "
-                    f"The adapter was trained on {trained_on!r}; pass that model (--model), or an adapter "
-                    f"trained on {base_model!r}.")
+                    f"The adapter was trained on {excerpt(trained_on)}; pass that model (--model), or an adapter "
+                    f"trained on {excerpt(base_model)}.")
     return None
 
 
@@ -192,6 +193,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     from env.paths import absolute_path
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, check_adapter_rank
+    from pipeline.config.validate import check_generation_temperature
     from pipeline.run.manifest import find_manifest, other_base
 
     gen = generation_settings(args)
@@ -199,6 +201,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     # backend's transformers sampling refuses a top_p outside (0, 1] too. One rule for both, before loading.
     if not 0.0 <= gen.gen_temperature <= 2.0:
         raise ConfigError("temperature", f"--temperature {gen.gen_temperature}: use a value in [0, 2] (0 = greedy).")
+    check_generation_temperature(gen.gen_temperature, "temperature")
     if not 0.0 < gen.gen_top_p <= 1.0:
         raise ConfigError("top_p", f"--top_p {gen.gen_top_p}: use a value in (0, 1] (1 = no nucleus cut).")
     for flag, value in (("max_tokens", gen.gen_max_tokens), ("max_lora_rank", args.max_lora_rank)):
@@ -233,8 +236,9 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     if base_model is None:
         raise ConfigError("base", "--base needs --model NAME or --run RUN_DIR to know which base model to load")
     if args.lora and args.model and trained_base and other_base(trained_base, args.model):  # names, not spellings
-        raise ConfigError("model", f"{args.lora} was trained on {trained_base!r}, not {args.model!r}. Drop --model "
-                          "(the manifest names the right base) or pass the adapter trained on that model.")
+        raise ConfigError("model", f"{args.lora} was trained on {excerpt(trained_base)}, not {excerpt(args.model)}. "
+                          "Drop --model (the manifest names the right base) or pass the adapter trained on that "
+                          "model.")
     max_lora_rank = given(args.max_lora_rank, (manifest or {}).get("max_lora_rank"), 64)
     uses_vllm = ((manifest or {}).get("config") or {}).get("fast_inference", True)  # false: Unsloth without vLLM
     if adapter is not None and uses_vllm:

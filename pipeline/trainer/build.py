@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from env.text import excerpt
 from pipeline.backends import on_cpu
 from pipeline.config import PipelineConfig, trl_training_args
 from pipeline.health.rollout import build_probe
@@ -192,9 +193,9 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
 
     for name, value in cfg.trl.items():
         if name in decided and decided[name] != value:
-            raise ConfigError(name, f"{name}: {value!r} does not fit this run: the backend, on this machine, "
-                              f"needs {decided[name]!r}. It is decided by {BACKEND_DECIDED.get(name, 'the run')}; "
-                              f"set that instead, or remove {name}.")
+            raise ConfigError(name, f"{name}: {excerpt(value)} does not fit this run: the backend, on this machine, "
+                              f"needs {excerpt(decided[name])}. It is decided by "
+                              f"{BACKEND_DECIDED.get(name, 'the run')}; set that instead, or remove {name}.")
     kwargs = {**trl_training_args(cfg), **decided}
     try:
         config = trl.GRPOConfig(**kwargs)
@@ -203,7 +204,7 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
     for name, choices in trainer_choices().items():  # values only TRL's trainer would refuse, mid-step
         value = getattr(config, name, None)
         if isinstance(value, str) and value not in choices:
-            raise ConfigError(name, f"got {value!r}; TRL's GRPOTrainer takes {', '.join(choices)}.")
+            raise ConfigError(name, f"got {excerpt(value)}; TRL's GRPOTrainer takes {', '.join(choices)}.")
     return config
 
 
@@ -225,7 +226,7 @@ def check_grpo_config(cfg: PipelineConfig, backend_name: str) -> str:
 
     with tempfile.TemporaryDirectory() as scratch:
         build_grpo_config(cfg, _model_free_decided(cfg, backend_name, Path(scratch)))
-    named = ", ".join(f"{k}={v!r}" for k, v in cfg.trl.items())
+    named = ", ".join(f"{k}={excerpt(v)}" for k, v in cfg.trl.items())
     return f"trl.GRPOConfig accepts it{f' (TRL options: {named})' if named else ''}"
 
 
