@@ -39,18 +39,16 @@ from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_e
 from pipeline.infer.session import verify_trained_dir
 from pipeline.preflight import Check, as_json, prepare_run_data, run_checks, tensorboard_hint, without_a_held_out_set
 from pipeline.run.checkpoints import (
-    GracefulStop,
     checkpoint_step,
-    interrupts_raise,
     remove_staging_leftovers,
     resolve_resume,
-    resume_changes,
-    resume_command,
     save_checkpoint_now,
     set_aside_checkpoints_after,
     set_aside_previous_run,
     storage_errors_are_resumable,
 )
+from pipeline.run.resume import resume_changes
+from pipeline.run.stop import GracefulStop, interrupts_raise, resume_command
 from pipeline.run.finish import finished_run, print_where_everything_is
 from pipeline.run.help import print_help
 from pipeline.run.kept import state_key

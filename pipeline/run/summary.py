@@ -52,7 +52,7 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
                   rollbacks: Optional[list[dict[str, Any]]] = None,
                   resume_changes: Optional[dict[str, list[Any]]] = None) -> dict[str, Any]:
     """summary.json. `wall_time_s` is the whole run's: this session's plus the earlier ones' of a resumed run
-    (listed in `sessions`). `resume_changes` ({field: [old, new]}, pipeline/run/checkpoints.py resume_changes):
+    (listed in `sessions`). `resume_changes` ({field: [old, new]}, pipeline/run/resume.py resume_changes):
     the schedule settings this session resumed under and applied, recorded in its entry of `sessions`."""
     from pipeline.run.plots import METRICS_FILE, plot_run, read_metrics
 
