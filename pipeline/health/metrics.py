@@ -23,6 +23,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from tokenizers import decoders, models  # light (a Rust extension, no torch): transformers' own dependency
+
 from rewards.completions import completion_text
 from rewards.extract import extract_xml_answer
 
@@ -197,8 +199,6 @@ def is_byte_level_bpe(tokenizer: Any) -> bool:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return False
-    from tokenizers import decoders, models  # light (Rust extension, no torch); only needed here
-
     return isinstance(backend.model, models.BPE) and isinstance(backend.decoder, decoders.ByteLevel)
 
 
