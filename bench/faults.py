@@ -287,13 +287,13 @@ def duplicate_key(folder: Path) -> list[str]:
 def checkpoint_of_another_shape(folder: Path, shape: Optional[dict] = None, settings: Optional[dict] = None,
                                 text: str = "") -> list[str]:
     """A complete checkpoint whose grpo_shape.json records the recipe's weight shape and resume settings
-    (pipeline/run/checkpoints.py checkpoint_record) with `shape` and `settings` in place of the recipe's values;
+    (pipeline/run/resume.py checkpoint_record) with `shape` and `settings` in place of the recipe's values;
     by default another LoRA rank."""
     import numpy as np
     from safetensors.numpy import save_file
 
     from pipeline.config import from_mapping
-    from pipeline.run.checkpoints import SHAPE_NAME, checkpoint_record
+    from pipeline.run.resume import SHAPE_NAME, checkpoint_record
 
     argv = train(folder, text)
     import yaml
@@ -581,7 +581,7 @@ CASES += V3_CASES
 
 # ---------------------------------------------------------------- faults v3: kept state
 # (issue 36, point 3: every kept file is keyed through pipeline/run/kept.py, a resume under a setting the checkpoint
-# restores is refused by pipeline/run/checkpoints.py resume_mismatch; tests/test_kept_state.py runs every kept file
+# restores is refused by pipeline/run/resume.py resume_mismatch; tests/test_kept_state.py runs every kept file
 # against every input it depends on)
 
 

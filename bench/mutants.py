@@ -65,8 +65,9 @@ Survivors judged equivalent (no behaviour changes, so no test can kill them), wi
   _reading_rules.py and, for the reward names, test_rewards_registry.py; every survivor judged equivalent, by kind):
   - the same value for every input: `range(0x20)` for `range(0x00, 0x20)` (cleaning._build_garbage_table 6);
     `len(text) < MAX_ANSWER_CHARS` for `<=` (normalize._prediction_window 14: the same check after the rstrip
-    returns the same text); `rfind(cmd, None, start)` / `find(tag, None)` for a 0 start (cleaning._last_boxed_content 18,
-    format._has_blocks_in_order 1); `text[None:start]` for `text[0:start]` (numbers.read_numbers 4);
+    returns the same text); `rfind(cmd, None, start)` / `find(tag, None)` for a 0 start
+    (cleaning._last_boxed_content 18, format._has_blocks_in_order 1); `text[None:start]` for `text[0:start]`
+    (numbers.read_numbers 4);
     `in_phrase = None` for False under `or`/`not` (sentences.conclusion_value 77); round(..., 7) for 6 on
     multiples of 0.125 and 0.001 (format._xml_count 36); `type(None) is not str` only sends strings through
     the slower checks that pass them unchanged (normalize.parse_answer 2);
@@ -159,6 +160,10 @@ TARGETS = (
     # reach every rule on every mutant and would not fit the budget, and its callback-level tests pin the rules.
     Target("rules", "pipeline", "pipeline/health/rules.py", ("tests/test_health_rules.py", "tests/test_guardrails.py"),
            pytest_args=("-m", "not slow")),
+    # The rules split out of rules.py (their edges are pinned by the same tests and tests/test_rollout_freshness.py)
+    *(Target(name, "pipeline", f"pipeline/health/{name}.py", ("tests/test_health_rules.py", "tests/test_guardrails.py",
+                                                              "tests/test_rollout_freshness.py"),
+             pytest_args=("-m", "not slow")) for name in ("stale", "hacking", "signal")),
     # clean_rows' scorable-answer and worked-solution rules are tested with the user-data cases of test_data_own.py,
     # TRL prompts' (check_prompt) in test_data_trl.py
     Target("clean", "pipeline", "pipeline/data/clean.py", ("tests/test_data_cleaning.py", "tests/test_data_own.py",
@@ -168,6 +173,10 @@ TARGETS = (
     # tiny LoRA model); the real GRPO runs of test_checkpoints.py (-m slow) reach most functions on every mutant.
     Target("checkpoints", "pipeline", "pipeline/run/checkpoints.py",
            ("tests/test_checkpoints.py", "tests/test_checkpoints_rules.py"), pytest_args=("-m", "not slow")),
+    # What was split out of checkpoints.py: the resume checks and the signal handling, under the same tests
+    *(Target(name, "pipeline", f"pipeline/run/{name}.py",
+             ("tests/test_checkpoints.py", "tests/test_checkpoints_rules.py"), pytest_args=("-m", "not slow"))
+      for name in ("resume", "stop")),
 )
 
 

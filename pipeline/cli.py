@@ -99,7 +99,7 @@ def _run(command: str, argv: list[str]) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     from pipeline.bootstrap import bootstrap
-    from pipeline.run.checkpoints import interrupts_raise
+    from pipeline.run.stop import interrupts_raise
 
     bootstrap(command, argv)  # a ConfigError here (e.g. VLLM_SLEEP_MODE with standby) is bad input: exit 2
     module_name, _ = COMMANDS[command]

@@ -6,7 +6,7 @@
   classifier, by errno whatever the exception's class) is a user error too: exit 2, naming the path, the free space
   and the fix. env.paths' writers never leave a half-written file under its final name.
 - Ctrl-C outside training exits 130 with one line, never a traceback (training itself stops gracefully at a
-  step boundary and prints how to resume: pipeline.run.checkpoints.GracefulStop).
+  step boundary and prints how to resume: pipeline.run.stop.GracefulStop).
 - Anything else is a bug: one line saying so (the command, the exception, where the traceback went) and exit 1.
   The traceback goes to `<run folder>/logs/` when a run folder is known (`note_run_folder`), else to
   `<cache root>/logs/` (env.paths.cache_root); with `--debug` (or GRPO_DEBUG=1) it is printed instead.
@@ -117,7 +117,7 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
         return int(call(argv) or 0)
     except SystemExit:
         raise  # argparse's --help (0) and usage errors (2), already printed
-    except KeyboardInterrupt as stop:  # SIGTERM too (pipeline.run.checkpoints.interrupts_raise)
+    except KeyboardInterrupt as stop:  # SIGTERM too (pipeline.run.stop.interrupts_raise)
         print(f"\ninterrupted: `grpo {command}` stopped ({stop or 'SIGINT'}); nothing half-written was kept.",
               file=sys.stderr)
         return EXIT_INTERRUPTED

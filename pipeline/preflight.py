@@ -413,13 +413,8 @@ def check_resume(cfg: PipelineConfig) -> str:
     """`auto`, `never`, or a complete checkpoint folder, and the checkpoint it picks holds weights of this config's
     shape (LoRA rank, alpha, targets, base model); anything else fails before the data and the model load."""
     from env.paths import absolute_path
-    from pipeline.run.checkpoints import (
-        PREVIOUS_DIR,
-        checkpoint_problem,
-        complete_checkpoints,
-        previous_run_entries,
-        resume_mismatch,
-    )
+    from pipeline.run.checkpoints import PREVIOUS_DIR, checkpoint_problem, complete_checkpoints, previous_run_entries
+    from pipeline.run.resume import resume_mismatch
 
     resume, output_dir = cfg.grpo.resume, cfg.grpo.output_dir
     # the newest complete one, as resolve_resume picks it (which also moves broken ones aside; not here)

@@ -15,6 +15,7 @@ import pytest
 
 from pipeline.backends import Backend, Generator, plain
 from pipeline.backends import unsloth as unsloth_backend
+from pipeline.backends import unsloth_infer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +71,7 @@ def test_the_check_itself_catches_a_mismatch():
 
 def test_generators_provide_generate_and_tokenizer():
     required = inspect.signature(Generator.generate)
-    for cls in (plain.PlainGenerator, unsloth_backend.UnslothGenerator, unsloth_backend.UnslothTransformersGenerator):
+    for cls in (plain.PlainGenerator, unsloth_infer.UnslothGenerator, unsloth_infer.UnslothTransformersGenerator):
         assert not call_compatible(required, inspect.signature(cls.generate)), cls
 
 

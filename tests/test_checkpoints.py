@@ -243,7 +243,7 @@ def test_resume_auto_sets_truncated_newest_aside_and_resumes_from_the_previous(t
 def test_a_signal_turns_the_next_step_end_into_save_and_stop_and_handlers_are_restored(signum):
     from transformers import TrainerControl
 
-    from pipeline.run.checkpoints import GracefulStop
+    from pipeline.run.stop import GracefulStop
 
     before = signal.getsignal(signum)
     with GracefulStop() as stopper:
@@ -338,7 +338,7 @@ def test_loading_a_checkpoint_restores_its_trained_adapter(tmp_path, how, warmup
     (["--resumes", "x"], "grpo train --resumes x --resume auto"),  # another option, kept
 ])
 def test_the_resume_command_keeps_the_users_options_and_resumes_auto(argv, expected):
-    from pipeline.run.checkpoints import resume_command
+    from pipeline.run.stop import resume_command
 
     assert resume_command(argv) == expected
 
@@ -392,7 +392,7 @@ def test_a_storage_failure_during_a_save_names_the_run_folder_the_size_and_how_t
 
 @pytest.mark.slow
 def test_staged_saves_record_the_weight_shape_and_keep_save_total_limit(tmp_path):
-    from pipeline.run.checkpoints import SHAPE_NAME, checkpoint_record
+    from pipeline.run.resume import SHAPE_NAME, checkpoint_record
     from pipeline.train import run_training
     from train_helpers import demo_config
 

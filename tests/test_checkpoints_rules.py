@@ -20,27 +20,29 @@ import pytest
 from safetensors.numpy import save_file
 
 from pipeline.run.checkpoints import (
-    SHAPE_NAME,
     WEIGHT_FILES,
-    WEIGHT_SHAPING_FIELDS,
-    checkpoint_record,
     checkpoint_problem,
     file_mode_callback,
-    interrupts_raise,
     list_checkpoints,
-    load_every_adapter,
-    recorded_shape,
     remove_staging_leftovers,
     resolve_resume,
-    resume_mismatch,
     save_checkpoint_now,
     set_aside_checkpoints_after,
     set_aside_corrupt,
     set_aside_previous_run,
     stage_checkpoint_saves,
     torch_zip_problem,
+)
+from pipeline.run.resume import (
+    SHAPE_NAME,
+    WEIGHT_SHAPING_FIELDS,
+    checkpoint_record,
+    load_every_adapter,
+    recorded_shape,
+    resume_mismatch,
     weight_shape,
 )
+from pipeline.run.stop import interrupts_raise
 from train_helpers import demo_config
 
 # --- a real Trainer over a tiny LoRA model ---------------------------------------------------------------------
@@ -416,7 +418,7 @@ def test_inside_interrupts_raise_either_signal_is_a_keyboard_interrupt_and_the_h
 
 
 def test_interrupts_raise_and_graceful_stop_are_no_ops_outside_the_main_thread():
-    from pipeline.run.checkpoints import GracefulStop
+    from pipeline.run.stop import GracefulStop
 
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     errors = []
@@ -435,7 +437,7 @@ def test_interrupts_raise_and_graceful_stop_are_no_ops_outside_the_main_thread()
 
 
 def test_the_first_signal_prints_what_happens_next_and_a_second_aborts_at_once(capsys):
-    from pipeline.run.checkpoints import GracefulStop
+    from pipeline.run.stop import GracefulStop
 
     before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (`&` jobs ignore SIGINT)
     try:

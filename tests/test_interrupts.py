@@ -102,7 +102,7 @@ def test_an_interrupt_in_any_phase_exits_130_and_prints_the_command_that_complet
 
 
 def test_resume_command_quotes_and_keeps_the_users_options():
-    from pipeline.run.checkpoints import resume_command
+    from pipeline.run.stop import resume_command
 
     argv = ["--config", "runs/a b.yaml", "--learning_rate=1e-5", "--system_prompt", "it's $HOME", "--resume=latest"]
     command = resume_command(argv)

@@ -19,9 +19,9 @@ from pipeline.data.prepare import data_fields, prepare_dataset
 from pipeline.data.sources import resolve_source, source_spec
 from pipeline.demo.model import BUILD_NAME, build_demo_tokenizer, build_inputs, demo_model_dir
 from pipeline.infer.evaluate import EVAL_BEFORE_NAME, eval_before_inputs, load_eval_before, save_eval_before
-from pipeline.run.checkpoints import (
+from pipeline.run.checkpoints import PREVIOUS_DIR
+from pipeline.run.resume import (
     APPLIED_SETTINGS,
-    PREVIOUS_DIR,
     RESTORED_SETTINGS,
     SHAPE_NAME,
     checkpoint_record,

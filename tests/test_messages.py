@@ -49,8 +49,9 @@ def _demo_cfg(output_dir: Path):
 def test_printed_next_and_resume_lines_paste_back(name, capsys):
     """pipeline/train.py's closing lines, for a run folder named anything: each printed command is the words
     it names, after the shell has parsed it."""
-    from pipeline.run.checkpoints import resume_command
-    from pipeline.train import _example_question, _print_where_everything_is
+    from pipeline.run.stop import resume_command
+    from pipeline.run.finish import example_question as _example_question
+    from pipeline.run.finish import print_where_everything_is as _print_where_everything_is
 
     with tempfile.TemporaryDirectory() as tmp:
         output_dir = Path(tmp) / name / "run"

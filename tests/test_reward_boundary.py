@@ -159,7 +159,7 @@ def test_the_signal_handlers_raise_the_interrupt_the_boundary_lets_through():
     import os
     import signal
 
-    from pipeline.run.checkpoints import interrupts_raise
+    from pipeline.run.stop import interrupts_raise
 
     with pytest.raises(SignalInterrupt, match="SIGTERM"):
         with interrupts_raise():

@@ -21,7 +21,8 @@ from pipeline.health.rollout import (
     RolloutProbe,
     trainer_logprobs,
 )
-from pipeline.health.rules import ROLLOUT_GAP_FLOOR, STALE_LOGP_GAP, STALE_ROLLOUT_WINDOW, HealthCallback
+from pipeline.health.rules import HealthCallback
+from pipeline.health.stale import ROLLOUT_GAP_FLOOR, STALE_LOGP_GAP, STALE_ROLLOUT_WINDOW
 from tests.rollout_engines import FollowingEngine, FrozenEngine
 
 

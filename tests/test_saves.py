@@ -336,7 +336,7 @@ SHAPE_CHANGES = {
 
 
 def test_every_weight_shaping_field_is_in_the_table():
-    from pipeline.run.checkpoints import WEIGHT_SHAPING_FIELDS
+    from pipeline.run.resume import WEIGHT_SHAPING_FIELDS
 
     assert set(SHAPE_CHANGES) == set(WEIGHT_SHAPING_FIELDS)
 
@@ -344,7 +344,7 @@ def test_every_weight_shaping_field_is_in_the_table():
 @pytest.mark.slow
 @pytest.mark.parametrize("field_name", SHAPE_CHANGES)
 def test_resume_with_other_weight_shapes_is_refused_before_loading(field_name, finished_run, tmp_path, monkeypatch):
-    from pipeline.run.checkpoints import weight_shape
+    from pipeline.run.resume import weight_shape
     from pipeline.train import run_training
 
     run_dir = tmp_path / "run"
@@ -365,7 +365,7 @@ def test_resume_with_other_weight_shapes_is_refused_before_loading(field_name, f
 def test_resume_mismatch_reads_peft_adapter_config_of_older_checkpoints(tmp_path):
     from train_helpers import demo_config
 
-    from pipeline.run.checkpoints import resume_mismatch
+    from pipeline.run.resume import resume_mismatch
 
     ckpt = tmp_path / "checkpoint-3"
     ckpt.mkdir()

@@ -1,4 +1,5 @@
-"""Unsloth process set-up and loading arguments, shared by training, generation and export.
+"""Unsloth process set-up and loading arguments, shared by training, generation and export: the model name or
+adapter folder Unsloth is handed, whether a model serves through vLLM, the adapter's recorded base.
 
 `prepare_environment(cfg)` sets UNSLOTH_VLLM_STANDBY and imports unsloth, which must happen before trl,
 transformers or peft are imported (pipeline/bootstrap.py calls it first thing in `grpo`);
@@ -8,14 +9,23 @@ Importing this module imports nothing heavy.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
+import tempfile
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Iterator, Optional
 
+from env.hubs import HubSourceError, require_modelscope
+from env.imports import import_order_problems
+from env.paths import absolute_path, atomic_write_json, cache_root
 from pipeline.backends.gpu_settings import resolve_gpu_memory_utilization, standby_enabled
 from pipeline.config import ConfigError, PipelineConfig
+from pipeline.data.tokenizer import resolve_model_path
+from pipeline.run.manifest import other_base
 
 STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
 # Unsloth's own switch to ModelScope (unsloth/models/_utils.py reads it into USE_MODELSCOPE at import; loader.py
@@ -40,8 +50,6 @@ _prepared: Optional[PreparedEnvironment] = None
 
 def _import_order_problems() -> list[str]:
     """Modules Unsloth must precede that are already imported (env.imports owns the rule)."""
-    from env.imports import import_order_problems
-
     return [str(problem) for problem in import_order_problems()]
 
 
@@ -94,8 +102,6 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
     _set_modelscope_env(cfg)
     if "unsloth" not in sys.modules and not os.environ.get(COMPILE_LOCATION_ENV):
         # Under the project's cache root instead of the cwd; a location the user exported is kept.
-        from env.paths import cache_root
-
         os.environ[COMPILE_LOCATION_ENV] = str(cache_root().resolve() / "unsloth_compiled_cache")
     problems = [] if "unsloth" in sys.modules else _import_order_problems()
     if problems:
@@ -126,8 +132,6 @@ def _set_modelscope_env(cfg: PipelineConfig) -> None:
                            f"{MODELSCOPE_ENV}={os.environ.get(MODELSCOPE_ENV, '0')}; Unsloth reads it at import. "
                            "Restart the process (in a notebook: restart the kernel).")
     if wanted == "1":
-        from env.hubs import HubSourceError, require_modelscope
-
         try:
             require_modelscope()
         except HubSourceError as err:
@@ -146,7 +150,8 @@ def _torch_dtype(cfg: PipelineConfig):
 
 
 def gradient_checkpointing_mode(cfg: PipelineConfig):
-    # "unsloth" = Unsloth's offloaded checkpointing (falls back to plain below 512 tokens: apply_unsloth_gradient_checkpointing).
+    # "unsloth" = Unsloth's offloaded checkpointing (falls back to plain below 512 tokens:
+    # apply_unsloth_gradient_checkpointing).
     return "unsloth" if cfg.lora.gradient_checkpointing else False
 
 
@@ -165,7 +170,8 @@ def from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inferen
     }
     if fast_inference:
         kwargs.update(
-            # vLLM's LoRA slot size: every adapter it serves must have r <= this (unsloth_zoo.vllm_utils._check_lora_rank_fits).
+            # vLLM's LoRA slot size: every adapter it serves must have r <= this
+            # (unsloth_zoo.vllm_utils._check_lora_rank_fits).
             max_lora_rank=cfg.model.max_lora_rank,
             gpu_memory_utilization=resolve_gpu_memory_utilization(cfg, standby=standby),
             float8_kv_cache=cfg.model.float8_kv_cache,
@@ -177,3 +183,84 @@ def from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inferen
             # makes the intent explicit.
             kwargs["unsloth_vllm_standby"] = True
     return kwargs
+
+
+# -- what every loader here shares: vLLM or not, the name or folder Unsloth is given, the adapter's base --
+
+
+# Where training_generator's live LoRA config goes (inside output_dir; see training_generator).
+LIVE_LORA_SUBDIR = ".vllm_live_lora"
+
+
+def serves_with_vllm(model: Any, cfg: PipelineConfig) -> bool:
+    """Whether generation goes through vLLM: the model Unsloth returned carries a `vllm_engine`, not merely
+    fast_inference: true in the config. Unsloth switches vLLM off by itself on a GPU below compute capability 7,
+    on DGX Spark (FastLanguageModel.from_pretrained in unsloth/models/loader.py) and when vLLM does not import
+    (fast_inference_setup in unsloth/models/_utils.py); use_vllm=True then would make Unsloth's patched
+    `_init_vllm` build a second engine. Said once on the console (a warning) when it differs from the config.
+    """
+    engine = hasattr(model, "vllm_engine")
+    if cfg.model.fast_inference and not engine and not getattr(model, "_grpo_said_no_vllm", False):
+        warnings.warn("fast_inference: true, but Unsloth returned the model without a vLLM engine (it turns vLLM "
+                      "off itself on GPUs below compute capability 7, on DGX Spark, or when vllm does not import; "
+                      "its log above says which): rollouts and eval generate with transformers instead (slower). "
+                      "Set fast_inference: false to say so in the config.", stacklevel=2)
+        try:
+            model._grpo_said_no_vllm = True
+        except AttributeError:
+            pass
+    return engine
+
+
+def unsloth_model_name(name: str) -> str:
+    """What FastLanguageModel.from_pretrained is given for a model name: a built-in model's folder, else the name.
+
+    A hub id stays a hub id with `model_source: modelscope` too: prepare_environment sets UNSLOTH_USE_MODELSCOPE=1
+    before `import unsloth` (unsloth/models/_utils.py reads it at import, into USE_MODELSCOPE), and then
+    from_pretrained maps the name to its pre-quantised repo (mapper.py, get_model_name), downloads that with
+    modelscope.snapshot_download and records the repo id as the model's name (_record_modelscope_repo_id), all
+    only `if USE_MODELSCOPE and not os.path.exists(model_name)` (unsloth/models/loader.py). A snapshot folder
+    handed in would skip all three. (The plain backend downloads the snapshot itself: env/hubs.py.)
+    """
+    return resolve_model_path(name)  # source "hf": a built-in name becomes its folder, a hub id passes unchanged
+
+
+@contextlib.contextmanager
+def unsloth_adapter_folder(adapter: Any) -> Iterator[str]:
+    """The adapter folder to hand FastLanguageModel.from_pretrained, which loads the base its adapter_config.json
+    names (unsloth/models/loader.py: `model_name = peft_config.base_model_name_or_path`, then AutoConfig).
+
+    A built-in base is recorded by its name (pipeline/run/manifest.py recorded_base), which Unsloth cannot load:
+    then, while the caller uses it, a temporary view of the folder (its files linked, not copied) whose
+    adapter_config.json names the built-in model's folder instead. Any other base is handed over as recorded.
+    """
+    path = absolute_path(adapter.path)
+    recorded = adapter.base_model_name_or_path
+    loadable = unsloth_model_name(recorded) if recorded else recorded
+    if loadable == recorded:
+        yield str(path)
+        return
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".adapter-view-", dir=root) as tmp:
+        view = Path(tmp) / path.name
+        view.mkdir()
+        for item in path.iterdir():
+            if item.name != "adapter_config.json":
+                os.symlink(item, view / item.name)
+        config = json.loads((path / "adapter_config.json").read_text(encoding="utf-8"))
+        atomic_write_json(view / "adapter_config.json", {**config, "base_model_name_or_path": loadable})
+        yield str(view)
+
+
+def warn_if_other_base(adapter: Any, base_model: str) -> None:
+    """Warn when the adapter names another base than `base_model` (pipeline/run/manifest.py other_base compares
+    hub ids and built-in names, and Unsloth's 4-bit repo names as the model they quantise)."""
+    recorded = adapter.base_model_name_or_path  # from adapter_config.json (env.adapters.AdapterInfo)
+    if other_base(recorded, base_model):
+        warnings.warn(
+            f"The adapter at {adapter.path} was trained on {recorded!r} (adapter_config.json) but base model "
+            f"{base_model!r} was given. A LoRA on the wrong base loads without error and produces garbage; "
+            "pass the base it was trained on.",
+            stacklevel=3,
+        )

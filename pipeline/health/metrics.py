@@ -18,9 +18,12 @@ share of such tokens in a batch is an early signal of garbling.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from tokenizers import decoders, models  # light (a Rust extension, no torch): transformers' own dependency
 
 from rewards.completions import completion_text
 from rewards.extract import extract_xml_answer
@@ -196,8 +199,6 @@ def is_byte_level_bpe(tokenizer: Any) -> bool:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return False
-    from tokenizers import decoders, models  # light (Rust extension, no torch); only needed here
-
     return isinstance(backend.model, models.BPE) and isinstance(backend.decoder, decoders.ByteLevel)
 
 
@@ -253,3 +254,22 @@ def _decoded_incomplete_ids(tokenizer: Any, ids: Iterable[int] | None = None) ->
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
+
+
+# -- reading logged values (what the health rules read from TRL's logs) --------------------------------
+
+
+def log_number(value: Any) -> float | None:
+    """A logged value as a float; None for None, a bool or anything that is not a number."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def finite_mean(values: list[float | None]) -> float | None:
+    """The mean of the finite values; None when there are none."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.health.metrics import BETA, OBSERVER_NAME, batch_health
+from rewards.completions import completion_text
 
 
 @dataclass
@@ -86,8 +87,6 @@ def make_observer(
             if tokenizer is None:
                 raise ValueError("the health observer got no completion_ids and has no tokenizer to rebuild them; "
                                  "build it with build_health(cfg, tokenizer).")
-            from rewards.completions import completion_text
-
             completion_ids = [tokenizer.encode(completion_text(c) or "", add_special_tokens=False)
                               for c in completions]
         metrics = batch_health(completions, [list(ids) for ids in completion_ids], incomplete_ids)

@@ -25,6 +25,8 @@ from typing import Any, Iterator, Optional
 
 from transformers import TrainerCallback
 
+from pipeline.run.checkpoints import complete_checkpoints  # (health sits below run: the one reading of a checkpoint)
+
 # The rules whose stop becomes a rollback with on_collapse: rollback.
 COLLAPSE_RULES = ("non_finite", "kl")
 ROLLBACK_EVENT = "rollback"
@@ -35,8 +37,6 @@ REFERENCE_ADAPTER = "ref"
 
 def healthy_checkpoint(output_dir: str | Path, before_step: int) -> Optional[Path]:
     """The newest complete checkpoint in `output_dir` whose step is below `before_step`, or None."""
-    from pipeline.run.checkpoints import complete_checkpoints
-
     candidates = complete_checkpoints(output_dir, below_step=before_step)  # oldest first
     return candidates[-1] if candidates else None
 

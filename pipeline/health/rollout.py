@@ -4,7 +4,7 @@ When rollouts come from a separate engine (Unsloth's vLLM with fast_inference, T
 to it again before each rollout (Unsloth: `model.load_lora(..., load_tensors=True)`). If that sync silently fails
 (the LoRA never reaches vLLM, a sleep/wake restores old weights, a race), the loss still moves while the rollouts
 come from an older policy, and nothing says so. Two measures, read by the `stale_rollout` rule in
-pipeline/health/rules.py:
+pipeline/health/stale.py:
 
 - passive: TRL's own trainer-versus-sampler metrics, when it logs them (`sampling/sampling_logp_difference/mean`,
   `sampling/importance_sampling_ratio/mean`; TRL 1.15 GRPOTrainer._generate_and_score_completions logs them with

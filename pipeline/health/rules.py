@@ -17,12 +17,12 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
      frac_reward_zero_std) on each of the last `flat_reward_window` logged steps: `flat_reward_action`
      (warn by default), naming the flat rewards, the likely cause and the fix (pipeline/health/signal.py);
    - reward hacking (with eval_steps): over the last `hacking_window` evals the training reward (its mean
-     between evals) rose while held-out accuracy fell by more than chance (accuracy_noise) and never rose:
-     `hacking_action` (warn by default);
+     between evals) rose while held-out accuracy fell by more than chance and never rose:
+     `hacking_action` (warn by default; pipeline/health/hacking.py);
    - rollouts from stale weights (when a separate engine samples them; pipeline/health/rollout.py): TRL's
      sampling/sampling_logp_difference/mean or |log importance_sampling_ratio/mean| above STALE_LOGP_GAP on
      each of the last STALE_ROLLOUT_WINDOW logged steps, or the rollout probe finding the engine on an older
-     step's weights: `stale_rollout_action` (warn by default), naming the metric, the likely causes and the fix;
+     step's weights: `stale_rollout_action` (warn by default; pipeline/health/stale.py), naming the likely causes;
    - `adaptive_beta`: after each logged kl, move the trainer's beta toward `kl_target`
      (x1.5 when kl > 1.5 x target, /1.5 when kl < target / 1.5, clipped to
      [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
@@ -63,18 +63,17 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from pipeline.config import ConfigError, HealthArguments, PipelineConfig, check_choices
 from pipeline.health.metrics import (
     BETA,
-    EVAL_ACCURACY,
-    EVAL_N,
     GARBLED_RATE,
     REPETITION_RATE,
-    ROLLOUT_LOGP_GAP,
-    ROLLOUT_WEIGHTS_STEP,
     incomplete_utf8_token_ids,
+    log_number,
 )
 from pipeline.health.observer import HealthState, make_observer
 from pipeline.health.rollback import COLLAPSE_RULES, healthy_checkpoint
-from pipeline.health.rollout import IMPORTANCE_SAMPLING_RATIO, SAMPLING_LOGP_DIFFERENCE, RolloutProbe
-from pipeline.health.signal import FLAT_GROUP_SHARE, no_signal_causes
+from pipeline.health.hacking import RewardHacking
+from pipeline.health.rollout import RolloutProbe
+from pipeline.health.signal import FLAT_GROUP_SHARE, FlatRewards
+from pipeline.health.stale import StaleRollouts
 
 logger = logging.getLogger(__name__)
 
@@ -86,23 +85,6 @@ HEALTH_TRAINING_ARGS: dict[str, Any] = {"logging_nan_inf_filter": False}
 # Keys whose NaN/inf always stops the run. kl joins loss and grad_norm: a NaN kl means NaN
 # policy log-probabilities even when the clipped loss still looks finite.
 NON_FINITE_KEYS = ("loss", "grad_norm", "kl")
-
-# Stale rollouts, passive part: TRL's per-token |trainer - sampler| log-prob gap (sampling_logp_difference/mean; for
-# the importance-sampling ratio, |log ratio|). A healthy vLLM engine shows about 0.015 and one that woke from sleep
-# with old weights 0.201 (TRL #5312); 0.1 sits between them, above bf16 kernel noise, below a stale engine's gap.
-STALE_LOGP_GAP = 0.1
-# ... on each of this many consecutive logged steps: one noisy batch (a rare token scored far apart) must not fire.
-STALE_ROLLOUT_WINDOW = 3
-# Active part (the probe): an engine is on older weights when its probe scores are nearest an older step's AND
-# farther than this from the current adapter's. Half the passive threshold: the probe is a fixed, teacher-forced
-# text (no sampling noise), so a correct engine's gap is kernel and dtype noise only (~0.015 in bf16, 0 on CPU).
-ROLLOUT_GAP_FLOOR = 0.05
-STALE_CAUSES = ("likely causes: the adapter is not synced to the rollout engine (LoRA updates never reach vLLM), the "
-                "engine woke from sleep with old weights (standby / sleep mode), or a dtype or quantisation mismatch "
-                "between the trainer and the engine. Fix: check that every rollout sends the current adapter "
-                "(Unsloth: model.load_lora(..., load_tensors=True) before fast_generate), try vllm_standby: false, "
-                "and give the trainer and the engine the same dtype; health/rollout_logp_gap "
-                "(rollout_probe_steps) tells a stale engine (it matches an older step) from a numeric mismatch")
 
 # Adaptive beta: multiplicative controller with a dead band, like the adaptive KL controller of
 # Ziegler et al. (2019) but step-wise; a factor of 1.5 moves beta 10x in about 6 logged steps.
@@ -130,23 +112,6 @@ def next_beta(beta: float, kl: float, target: float, beta_min: float, beta_max: 
     elif kl < target / step:
         beta = beta / step
     return min(max(beta, beta_min), beta_max)
-
-
-def accuracy_noise(first: float, last: float, n_first: float | None, n_last: float | None) -> float:
-    """How far two held-out accuracies may differ by chance alone: two standard errors of the difference of two
-    proportions (pooled), so a fall counts only past it. On the CPU demo's 100 problems a plateau wobbles by a
-    point (90% -> 89%: noise, about 8.7 points allowed), while 14% -> 2% (about 7.7 allowed) is a fall.
-    Unknown sizes allow nothing (any fall counts).
-
-    >>> round(accuracy_noise(0.90, 0.89, 100, 100), 3), round(accuracy_noise(0.14, 0.02, 100, 100), 3)
-    (0.087, 0.077)
-    >>> accuracy_noise(0.9, 0.5, None, 100)
-    0.0
-    """
-    if not n_first or not n_last:
-        return 0.0
-    pooled = (first * n_first + last * n_last) / (n_first + n_last)
-    return 2.0 * math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_first + 1.0 / n_last))
 
 
 class HealthCallback(TrainerCallback):
@@ -189,15 +154,15 @@ class HealthCallback(TrainerCallback):
         self.warnings: list[str] = []
         self.beta_history: list[tuple[int, float]] = []
         self._garbled_window: deque[float] = deque(maxlen=settings.garbled_window)
-        self._flat_window: deque[dict[str, Any]] = deque(maxlen=settings.flat_reward_window)
-        self._rewards_since_eval: list[float] = []
-        self._evals: deque[tuple[int, float, float | None, float | None]] = deque(maxlen=settings.hacking_window)
         self.temperature, self.num_generations = float(temperature), int(num_generations)
+        self._flat = FlatRewards(settings.flat_reward_window, settings.flat_reward_threshold, self.temperature,
+                                 self.num_generations)
+        self._hacking = RewardHacking(settings.hacking_window)
         self.rollbacks_left = int(rollbacks_left)
         self.rollback_to: Path | None = None
         self._args: Any = None
         self._last_warned: dict[str, int] = {}
-        self._stale_window: deque[tuple[str, float]] = deque(maxlen=STALE_ROLLOUT_WINDOW)
+        self._stale = StaleRollouts()
         self.rollout_probe: RolloutProbe | None = None  # set by pipeline/trainer/build.py when an engine is separate
 
     def attach(self, trainer: Any) -> HealthCallback:
@@ -261,7 +226,7 @@ class HealthCallback(TrainerCallback):
 
     def _check_non_finite(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
         for key in NON_FINITE_KEYS:
-            value = _number(logs.get(key))
+            value = log_number(logs.get(key))
             if value is not None and not math.isfinite(value):
                 self._stop("non_finite", step, control,
                            f"{key} is {value} (NaN/inf in loss, grad_norm or kl always stops the run; "
@@ -269,7 +234,7 @@ class HealthCallback(TrainerCallback):
                 return
 
     def _check_garbled(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
-        rate = _number(logs.get(GARBLED_RATE))
+        rate = log_number(logs.get(GARBLED_RATE))
         if rate is None:
             return
         self._garbled_window.append(rate)
@@ -284,7 +249,7 @@ class HealthCallback(TrainerCallback):
                       "characters in the output; lower learning_rate, or raise beta)")
 
     def _check_kl(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
-        kl = _number(logs.get("kl"))
+        kl = log_number(logs.get("kl"))
         if kl is None or self.current_beta() <= 0:
             return
         if kl > self.settings.kl_ceiling:
@@ -294,7 +259,7 @@ class HealthCallback(TrainerCallback):
                       "raise beta, turn on adaptive_beta, or lower learning_rate)")
 
     def _check_repetition(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
-        rate = _number(logs.get(REPETITION_RATE))
+        rate = log_number(logs.get(REPETITION_RATE))
         if rate is not None and rate > self.settings.repetition_threshold:
             self._act("repetition", self.settings.repetition_action, step, control,
                       f"repetition rate {rate:.3f} is above repetition_threshold "
@@ -302,77 +267,22 @@ class HealthCallback(TrainerCallback):
                       "4-grams)")
 
     def _check_flat_reward(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
-        share = _number(logs.get(FLAT_GROUP_SHARE))
-        if share is None:
-            return
-        self._flat_window.append(dict(logs))
-        h = self.settings
-        window = list(self._flat_window)
-        if len(window) < h.flat_reward_window or any(_number(w[FLAT_GROUP_SHARE]) < h.flat_reward_threshold
-                                                     for w in window):
-            return
-        means, stds = _reward_means_and_stds(window)
-        clipped = _mean([_number(w.get("completions/clipped_ratio")) for w in window])
-        causes = no_signal_causes(means, stds, temperature=self.temperature, num_generations=self.num_generations,
-                                  clipped_share=clipped)
-        shares = [_number(w[FLAT_GROUP_SHARE]) for w in window]
-        self._act("flat_reward", h.flat_reward_action, step, control,
-                  f"no learning signal: {min(shares):.0%}-{max(shares):.0%} of the groups had no reward spread "
-                  f"(frac_reward_zero_std) on each of the last {len(window)} logged steps, at or above "
-                  f"flat_reward_threshold {h.flat_reward_threshold:g}, so those groups train on nothing: "
-                  + "; ".join(causes))
+        detail = self._flat.check(logs)
+        if detail:
+            self._act("flat_reward", self.settings.flat_reward_action, step, control, detail)
 
     def _check_hacking(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
-        reward = _number(logs.get("reward"))
-        if reward is not None and math.isfinite(reward):
-            self._rewards_since_eval.append(reward)
-        accuracy = _number(logs.get(EVAL_ACCURACY))
-        if accuracy is None:
-            return
-        self._evals.append((step, accuracy, _mean(self._rewards_since_eval), _number(logs.get(EVAL_N))))
-        self._rewards_since_eval = []
-        window = self.settings.hacking_window
-        if len(self._evals) < window or any(r is None for _, _, r, _ in self._evals):
-            return
-        steps, accuracies, rewards, sizes = zip(*self._evals)
-        falling = (accuracies[0] - accuracies[-1] > accuracy_noise(accuracies[0], accuracies[-1], sizes[0], sizes[-1])
-                   and all(b <= a for a, b in zip(accuracies, accuracies[1:])))
-        if rewards[-1] > rewards[0] and falling:
-            self._act("hacking", self.settings.hacking_action, step, control,
-                      f"the training reward rose ({' -> '.join(f'{r:.3g}' for r in rewards)}) while held-out "
-                      f"accuracy fell ({' -> '.join(f'{a:.0%}' for a in accuracies)}) over the last {window} evals "
-                      f"(steps {', '.join(map(str, steps))}): the policy may be gaming the rewards (reward "
-                      "hacking). Look at its completions (log_completions: true) and tighten the rewards; "
-                      "best_lora/ keeps the adapter of the best held-out accuracy")
+        detail = self._hacking.check(logs, step)
+        if detail:
+            self._act("hacking", self.settings.hacking_action, step, control, detail)
 
     def _check_stale_rollout(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
-        gaps = [(key, abs(value) if key == SAMPLING_LOGP_DIFFERENCE else abs(math.log(value)), value)
-                for key in (SAMPLING_LOGP_DIFFERENCE, IMPORTANCE_SAMPLING_RATIO)
-                if (value := _number(logs.get(key))) is not None and math.isfinite(value)
-                and (key == SAMPLING_LOGP_DIFFERENCE or value > 0)]
-        if gaps:
-            key, gap, value = max(gaps, key=lambda g: g[1])
-            self._stale_window.append((key, value) if gap > STALE_LOGP_GAP else ("", value))
-            if len(self._stale_window) == STALE_ROLLOUT_WINDOW and all(k for k, _ in self._stale_window):
-                self._act("stale_rollout", self.settings.stale_rollout_action, step, control,
-                          f"rollouts may be sampled from stale weights: TRL's {key} was "
-                          f"{', '.join(f'{v:.3g}' for _, v in self._stale_window)} on the last "
-                          f"{STALE_ROLLOUT_WINDOW} logged steps, a per-token log-prob gap above {STALE_LOGP_GAP} "
-                          f"between the trainer and the rollout engine (a healthy engine shows about 0.015); "
-                          + STALE_CAUSES)
-                return
-        gap, held = _number(logs.get(ROLLOUT_LOGP_GAP)), _number(logs.get(ROLLOUT_WEIGHTS_STEP))
-        if gap is None or held is None or not math.isfinite(held):
-            return
-        if held < step and gap > ROLLOUT_GAP_FLOOR:
-            self._act("stale_rollout", self.settings.stale_rollout_action, step, control,
-                      f"the rollout engine holds step {int(held)}'s weights at step {step}: on the fixed probe its "
-                      f"log-probabilities are nearest the trainer's at step {int(held)} and {gap:.3g} per token "
-                      f"from the current adapter ({ROLLOUT_LOGP_GAP}, above {ROLLOUT_GAP_FLOOR}), so the rollouts "
-                      "come from an older policy than the one being trained; " + STALE_CAUSES)
+        detail = self._stale.check(logs, step)
+        if detail:
+            self._act("stale_rollout", self.settings.stale_rollout_action, step, control, detail)
 
     def _adapt_beta(self, logs: dict[str, Any], step: int) -> None:
-        kl = _number(logs.get("kl"))
+        kl = log_number(logs.get("kl"))
         if kl is None or not math.isfinite(kl):
             return
         h = self.settings
@@ -483,35 +393,7 @@ def _check_settings(h: HealthArguments) -> None:
             raise ConfigError(name, f"got {getattr(h, name)}; use a positive number of logged steps.")
 
 
-def _reward_means_and_stds(window: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
-    """Each reward's mean and spread (TRL's rewards/<name>/mean and /std) averaged over logged steps;
-    the health observer (always 0) left out."""
-    from pipeline.health.metrics import OBSERVER_NAME
-
-    names = [key[len("rewards/"):-len("/mean")] for key in window[-1]
-             if key.startswith("rewards/") and key.endswith("/mean")]
-    names = [name for name in names if name != OBSERVER_NAME]
-    means = {name: _mean([_number(w.get(f"rewards/{name}/mean")) for w in window]) for name in names}
-    stds = {name: _mean([_number(w.get(f"rewards/{name}/std")) for w in window]) for name in names}
-    return ({name: m for name, m in means.items() if m is not None},
-            {name: s for name, s in stds.items() if s is not None})
-
-
-def _mean(values: list[float | None]) -> float | None:
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    return sum(finite) / len(finite) if finite else None
-
-
 def _is_training_log(logs: dict[str, Any]) -> bool:
     # on_log also fires for evaluation (eval_* keys) and for the end-of-training summary
     # (train_runtime, ...); only per-step training logs carry the metrics the rules read.
     return any(key in logs for key in ("loss", "grad_norm", "kl", GARBLED_RATE, REPETITION_RATE, FLAT_GROUP_SHARE))
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None

@@ -21,9 +21,11 @@ flat-reward rule (pipeline/health/rules.py), so both name the same cause and the
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
-from typing import Optional
+from typing import Any, Optional
 
+from pipeline.health.metrics import OBSERVER_NAME, finite_mean, log_number
 from rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES
 
 # TRL's key for the share of groups whose total reward has zero spread (GRPOTrainer._generate_and_score_completions).
@@ -122,3 +124,45 @@ def no_signal_causes(means: Mapping[str, float], stds: Mapping[str, Optional[flo
     if temperature < LOW_TEMPERATURE and not any("raise temperature" in cause for cause in causes):
         causes.append(f"temperature {temperature:g} is low for GRPO: raise it to about 1.0")
     return causes
+
+
+class FlatRewards:
+    """The no-signal (flat_reward) rule: at least `threshold` of the groups without reward spread on each of the last
+    `size` logged steps. HealthCallback (pipeline/health/rules.py) applies `flat_reward_action` to what `check`
+    finds: the flat rewards, the likely cause and the fix."""
+
+    def __init__(self, size: int, threshold: float, temperature: float, num_generations: int) -> None:
+        self.size, self.threshold = size, threshold
+        self.temperature, self.num_generations = temperature, num_generations
+        self._window: deque[dict[str, Any]] = deque(maxlen=size)
+
+    def check(self, logs: dict[str, Any]) -> str | None:
+        """Why the run has no learning signal (the rule's warning or stop), or None."""
+        share = log_number(logs.get(FLAT_GROUP_SHARE))
+        if share is None:
+            return None
+        self._window.append(dict(logs))
+        window = list(self._window)
+        if len(window) < self.size or any(log_number(w[FLAT_GROUP_SHARE]) < self.threshold for w in window):
+            return None
+        means, stds = _reward_means_and_stds(window)
+        clipped = finite_mean([log_number(w.get("completions/clipped_ratio")) for w in window])
+        causes = no_signal_causes(means, stds, temperature=self.temperature, num_generations=self.num_generations,
+                                  clipped_share=clipped)
+        shares = [log_number(w[FLAT_GROUP_SHARE]) for w in window]
+        return (f"no learning signal: {min(shares):.0%}-{max(shares):.0%} of the groups had no reward spread "
+                f"(frac_reward_zero_std) on each of the last {len(window)} logged steps, at or above "
+                f"flat_reward_threshold {self.threshold:g}, so those groups train on nothing: "
+                + "; ".join(causes))
+
+
+def _reward_means_and_stds(window: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float]]:
+    """Each reward's mean and spread (TRL's rewards/<name>/mean and /std) averaged over logged steps;
+    the health observer (always 0) left out."""
+    names = [key[len("rewards/"):-len("/mean")] for key in window[-1]
+             if key.startswith("rewards/") and key.endswith("/mean")]
+    names = [name for name in names if name != OBSERVER_NAME]
+    means = {name: finite_mean([log_number(w.get(f"rewards/{name}/mean")) for w in window]) for name in names}
+    stds = {name: finite_mean([log_number(w.get(f"rewards/{name}/std")) for w in window]) for name in names}
+    return ({name: m for name, m in means.items() if m is not None},
+            {name: s for name, s in stds.items() if s is not None})

@@ -21,11 +21,35 @@ Exit codes: 0 (whatever the verdict says), 2 bad config or input.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
+import time
 from typing import Any, Optional
 
-from pipeline.config import ConfigError, PipelineConfig
+from rich.console import Console, Group
+from rich.table import Table
+
+# These two modules' functions are called through the module, looked up at each call: tests stand in for
+# load_tokenizer and prepare_dataset there.
+import pipeline.data.prepare
+import pipeline.data.tokenizer
+from env.adapters import AdapterError
+from env.paths import absolute_path, atomic_write_json, snapshot
+from pipeline.backends import choose_backend, load_backend
+from pipeline.bootstrap import backend_choice, defaults_for
+from pipeline.config import ConfigError, PipelineConfig, parse_config
+from pipeline.data.prepare import ANSWER, ROW_ID, DataError
+from pipeline.data.prompts import completion_like, render_prompts
+from pipeline.data.sources import DataFileError
+from pipeline.errors import note_run_folder
+from pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
+from pipeline.infer.evaluate import score_completions
+from pipeline.preflight import run_checks
+from pipeline.trainer.warmup import run_format_warmup
+from rewards import check_reward_weights, get_reward_funcs
+from rewards.contract import RewardFailure, call_reward
+from rewards.registry import FORMAT_REWARD_NAMES
 
 DRY_RUN_NAME = "reward_dry_run.json"
 DEFAULT_PROMPTS = 16
@@ -44,8 +68,6 @@ def reward_table(names: list[str], scores: list[list[Optional[float]]], weights:
     >>> table["a"]["zero_share"], table["a"]["flat_group_share"], table["total"]["mean"]
     (0.75, 0.5, 0.25)
     """
-    from pipeline.health.signal import is_flat
-
     totals: list[Optional[float]] = []
     for values in zip(*scores):
         scored = [(w, v) for w, v in zip(weights, values) if v is not None]
@@ -68,9 +90,6 @@ def reward_table(names: list[str], scores: list[list[Optional[float]]], weights:
 def verdicts(table: dict[str, dict[str, Any]], cfg: PipelineConfig, clipped_share: float,
              after_warmup: bool) -> list[str]:
     """A line per reward that varies, the cause and fix for those that are flat, then the overall verdict."""
-    from pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
-    from rewards.registry import FORMAT_REWARD_NAMES
-
     g, threshold = cfg.grpo, cfg.health.flat_reward_threshold
     rewards = {name: row for name, row in table.items() if name != "total"}
     lines, flat = [], {}
@@ -107,23 +126,29 @@ def verdicts(table: dict[str, dict[str, Any]], cfg: PipelineConfig, clipped_shar
 def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup: bool = False,
             log=print) -> dict[str, Any]:
     """Sample, score and judge (see the module docstring); returns what reward_dry_run.json holds."""
-    import time
-
-    from env.paths import absolute_path, atomic_write_json, snapshot
-    from pipeline.backends import choose_backend, load_backend
-    from pipeline.data.prepare import prepare_dataset
-    from pipeline.data.prepare import ANSWER, ROW_ID
-    from pipeline.data.prompts import completion_like, render_prompts
-    from pipeline.data.tokenizer import load_tokenizer
-    from pipeline.infer.evaluate import score_completions
-    from pipeline.preflight import run_checks
-    from rewards import check_reward_weights, get_reward_funcs
-    from rewards.contract import RewardFailure, call_reward
-
     start = time.time()
     # What the dry-run file was at the start is all its write may replace (env.paths.publish).
     seen = snapshot(absolute_path(cfg.grpo.output_dir) / DRY_RUN_NAME,
                     fix="Another run wrote it meanwhile; run the dry run again when it is done.")
+    cfg, backend_name, backend = _checked_backend(cfg, log)
+    funcs = get_reward_funcs(list(cfg.grpo.reward_funcs))
+    weights = check_reward_weights(list(cfg.grpo.reward_funcs), cfg.grpo.reward_weights)
+    output_dir = absolute_path(cfg.grpo.output_dir)
+    note_run_folder(output_dir)  # a crash logs into its logs/; a full disk there names output_dir
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    rows, max_tokens, tokenizer, generator = _prompts_and_generator(cfg, backend, n_prompts, after_warmup, output_dir)
+    texts, chat_prompts, columns = _sample(cfg, rows, tokenizer, generator, max_tokens, log)
+    table = _score(funcs, weights, cfg.grpo.num_generations, texts, chat_prompts, columns)
+    result = _result(cfg, backend_name, after_warmup, rows, texts, columns, table, max_tokens)
+    result["verdicts"] = verdicts(table, cfg, result["clipped_share"], after_warmup)
+    result["wall_time_s"] = round(time.time() - start, 1)
+    result["path"] = str(atomic_write_json(seen.path, result, seen=seen))
+    return result
+
+
+def _checked_backend(cfg: PipelineConfig, log) -> tuple[PipelineConfig, str, Any]:
+    """The backend as `grpo train` picks it, after the same pre-load checks; its environment prepared."""
     choice = choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if choice.name == "unsloth" and cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)
@@ -131,31 +156,31 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     backend = load_backend(choice.name)
     backend.prepare_environment(cfg)
     log(f"backend: {choice.name} ({choice.reason})")
-    g = cfg.grpo
-    funcs = get_reward_funcs(list(g.reward_funcs))
-    weights = check_reward_weights(list(g.reward_funcs), g.reward_weights)
-    output_dir = absolute_path(g.output_dir)
-    from pipeline.errors import note_run_folder
+    return cfg, choice.name, backend
 
-    note_run_folder(output_dir)  # a crash logs into its logs/; a full disk there names output_dir
-    output_dir.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
-    prepared = prepare_dataset(cfg, tokenizer, report_dir=None)
-    rows = prepared.dataset.shuffle(seed=g.seed).select(range(min(n_prompts, len(prepared.dataset))))
+def _prompts_and_generator(cfg: PipelineConfig, backend, n_prompts: int, after_warmup: bool, output_dir):
+    """(the sampled training rows, max_completion_length, the tokenizer, the training model's generator), loaded
+    as a run loads them."""
+    # Through their modules, looked up at the call: tests stand in for the tokenizer loader and data preparing there.
+    tokenizer = pipeline.data.tokenizer.load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code,
+                                                       cfg.model.model_source)
+    prepared = pipeline.data.prepare.prepare_dataset(cfg, tokenizer, report_dir=None)
+    rows = prepared.dataset.shuffle(seed=cfg.grpo.seed).select(range(min(n_prompts, len(prepared.dataset))))
     model, tokenizer = backend.load_for_training(cfg)
     if after_warmup and cfg.health.sft_warmup_steps > 0:
-        from pipeline.trainer.warmup import run_format_warmup
-
         model = run_format_warmup(model, tokenizer, cfg, prepared, backend.peft_config(cfg), output_dir)
-    generator = backend.training_generator(model, tokenizer, cfg)
+    return rows, prepared.max_completion_length, tokenizer, backend.training_generator(model, tokenizer, cfg)
 
-    n = g.num_generations
+
+def _sample(cfg: PipelineConfig, rows, tokenizer, generator, max_tokens: int, log):
+    """num_generations completions per prompt with the rollout settings: (texts, chat prompts, dataset columns),
+    one entry per completion, as TRL hands them to the rewards."""
+    g, n = cfg.grpo, cfg.grpo.num_generations
     prompts = [prompt for prompt in render_prompts(tokenizer, list(rows["prompt"])) for _ in range(n)]
-    max_tokens = prepared.max_completion_length
     log(f"sampling {len(rows)} prompts x {n} completions (temperature {g.temperature:g}, top_p {g.top_p:g}, "
         f"top_k {g.top_k}, min_p {g.min_p}, max_completion_length {max_tokens})")
-    from transformers import set_seed
+    from transformers import set_seed  # lazy: transformers imports torch
 
     set_seed(g.seed)  # the same completions for the same recipe
     texts = generator.generate(prompts, max_tokens=max_tokens, temperature=g.temperature, top_p=g.top_p,
@@ -163,20 +188,28 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     # As TRL calls rewards: completions in the prompt's format, every dataset column repeated per completion.
     columns = {key: [row[key] for row in rows for _ in range(n)] for key in rows.column_names if key != "prompt"}
     chat_prompts = [row["prompt"] for row in rows for _ in range(n)]
+    return texts, chat_prompts, columns
+
+
+def _score(funcs, weights: list[float], n: int, texts, chat_prompts, columns) -> dict[str, dict[str, Any]]:
+    """The rewards on the completions, called as the trainer calls them, tabled (reward_table)."""
     completions = [completion_like(prompt, text) for prompt, text in zip(chat_prompts, texts, strict=True)]
     try:  # as the trainer calls them: guarded (plain floats back, numpy's too), async ones awaited
         scores = [call_reward(func, chat_prompts, completions, columns) for func in funcs]
     except RewardFailure as err:
         raise ConfigError("reward_funcs", f"{err}. It was called on the model's own completions in this dry run, "
                           "as the trainer would call it; the contract: docs/rewards.md.") from None
-    names = [func.__name__ for func in funcs]
-    table = reward_table(names, scores, weights, n)
+    return reward_table([func.__name__ for func in funcs], scores, weights, n)
 
+
+def _result(cfg: PipelineConfig, backend_name: str, after_warmup: bool, rows, texts, columns, table,
+            max_tokens: int) -> dict[str, Any]:
+    g, n = cfg.grpo, cfg.grpo.num_generations
     scored = score_completions(texts, columns[ANSWER])
     lengths = [s["completion_tokens"] for s in scored]  # as the generator counted them (Completion.tokens)
     clipped = sum(1 for length in lengths if length >= max_tokens) / len(lengths) if lengths else 0.0
-    result = {
-        "model": cfg.model.model_name_or_path, "backend": choice.name, "after_warmup": after_warmup,
+    return {
+        "model": cfg.model.model_name_or_path, "backend": backend_name, "after_warmup": after_warmup,
         "prompts": len(rows), "num_generations": n, "completions": len(texts),
         "sampling": {"temperature": g.temperature, "top_p": g.top_p, "top_k": g.top_k, "min_p": g.min_p,
                      "max_completion_length": max_tokens},
@@ -189,17 +222,10 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
         "samples": [{"id": row_id, "completion": text} for row_id, text in
                     zip(columns[ROW_ID][::n], texts[::n][:N_SAMPLES_KEPT])],
     }
-    result["verdicts"] = verdicts(table, cfg, clipped, after_warmup)
-    result["wall_time_s"] = round(time.time() - start, 1)
-    result["path"] = str(atomic_write_json(seen.path, result, seen=seen))
-    return result
 
 
 def format_result(result: dict[str, Any]) -> Any:
     """The table and the verdicts as a rich renderable."""
-    from rich.console import Group
-    from rich.table import Table
-
     table = Table(title=f"Rewards on {result['prompts']} prompts x {result['num_generations']} completions "
                         f"({result['model']}, {'after' if result['after_warmup'] else 'without'} the warm-up)",
                   title_justify="left")
@@ -221,12 +247,6 @@ def format_result(result: dict[str, Any]) -> Any:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from env.adapters import AdapterError
-    from pipeline.bootstrap import backend_choice, defaults_for
-    from pipeline.config import ConfigError, parse_config
-    from pipeline.data.prepare import DataError
-    from pipeline.data.sources import DataFileError
-
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="grpo rewards", description=__doc__.split("\n\n")[0],
@@ -259,12 +279,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if own.json:
-        import json
-
         print(json.dumps(result, indent=2, ensure_ascii=False))
     else:
-        from rich.console import Console
-
         Console(width=120).print(format_result(result))
     return 0
 

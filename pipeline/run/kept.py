@@ -7,7 +7,7 @@ today's inputs; otherwise it says in one line which inputs changed and the calle
 files, their inputs and what a mismatch does is in docs/guardrails.md ("Kept state").
 
 A checkpoint is the exception: what it restores cannot be recomputed, so a resume under other values of what it
-restores is refused instead (pipeline/run/checkpoints.py resume_mismatch, which compares with `changed_inputs`).
+restores is refused instead (pipeline/run/resume.py resume_mismatch, which compares with `changed_inputs`).
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 Two runs writing into one folder interleave `metrics.jsonl` and overwrite each other's checkpoints and
 adapter, and both report success. The lock is `filelock.FileLock` (a dependency of torch, transformers
-and huggingface_hub, so always installed): on Linux and macOS it is an `fcntl.flock` on `output_dir/.grpo-run.lock`, which the
-kernel drops when the holding process dies, however it dies. So a lock left by a crashed or killed run
-never blocks the next one, with no pid guessing. Who holds it (pid, host, start time) is written beside
-it in `.grpo-run.lock.json`, only to name the other run in the refusal; a leftover of that file from a
-dead run is simply overwritten.
+and huggingface_hub, so always installed): on Linux and macOS it is an `fcntl.flock` on
+`output_dir/.grpo-run.lock`, which the kernel drops when the holding process dies, however it dies. So a lock
+left by a crashed or killed run never blocks the next one, with no pid guessing. Who holds it (pid, host, start
+time) is written beside it in `.grpo-run.lock.json`, only to name the other run in the refusal; a leftover of
+that file from a dead run is simply overwritten.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from filelock import FileLock, Timeout
+
+from env.paths import atomic_write_json
 from pipeline.config import ConfigError
 
 LOCK_NAME = ".grpo-run.lock"
@@ -48,10 +51,6 @@ def read_holder(output_dir: Path) -> dict:
 @contextlib.contextmanager
 def run_lock(output_dir: Path) -> Iterator[None]:
     """Hold output_dir for this process; raise RunLocked at once (no waiting) when a live run holds it."""
-    from filelock import FileLock, Timeout
-
-    from env.paths import atomic_write_json
-
     output_dir.mkdir(parents=True, exist_ok=True)
     # thread_local=False: a notebook's training thread may release what its main thread took.
     lock = FileLock(str(output_dir / LOCK_NAME), timeout=0, thread_local=False)

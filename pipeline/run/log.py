@@ -13,7 +13,10 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
+from tqdm.auto import tqdm
 from transformers import TrainerCallback
+
+from env.paths import atomic_write_text
 
 
 def _jsonable(value: Any) -> Any:
@@ -35,8 +38,6 @@ class MetricsJsonlCallback(TrainerCallback):
             rows = [(line, json.loads(line)) for line in self.path.read_text(encoding="utf-8").splitlines()
                     if line.strip()]
             kept = [line for line, row in rows if row.get("step", 0) <= resume_step or "event" in row]
-            from env.paths import atomic_write_text
-
             # atomically: a full disk mid-write must not cut the kept history short
             atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
@@ -63,8 +64,6 @@ class RewardProgressCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            from tqdm.auto import tqdm
-
             self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="GRPO", dynamic_ncols=True)
 
     def on_step_end(self, args, state, control, **kwargs):

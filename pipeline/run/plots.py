@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from env.paths import atomic_write_bytes
+from pipeline.config import HealthArguments
 from pipeline.health.metrics import (
     BETA,
     EVAL_ACCURACY,
@@ -36,7 +37,7 @@ from pipeline.health.metrics import (
     OBSERVER_NAME,
     REPETITION_RATE,
 )
-
+from rewards import check_reward_weights, get_reward_funcs
 from rewards.registry import REWARD_RANGES
 
 METRICS_FILE = "metrics.jsonl"
@@ -148,8 +149,6 @@ def smoothing_window(n_points: int) -> int:
 
 def health_thresholds(health=None) -> dict[str, float]:
     """The health rules' thresholds by metric key, from a config's HealthArguments (default: the defaults)."""
-    from pipeline.config import HealthArguments
-
     health = health or HealthArguments()
     return {GARBLED_RATE: health.garbled_threshold, REPETITION_RATE: health.repetition_threshold,
             "kl": health.kl_ceiling}
@@ -157,8 +156,6 @@ def health_thresholds(health=None) -> dict[str, float]:
 
 def plot_settings(cfg) -> dict[str, Any]:
     """`plot_run`'s keyword arguments for a run's config: its thresholds and reward weights."""
-    from rewards import check_reward_weights, get_reward_funcs
-
     names = list(cfg.grpo.reward_funcs)
     weights = check_reward_weights(names, cfg.grpo.reward_weights)
     return {"thresholds": health_thresholds(cfg.health),
@@ -196,6 +193,8 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
     >>> [p.name for p in plot_run(run)]
     ['reward.png', 'loss.png']
     """
+    # lazy: matplotlib is imported, and its backend chosen, only when a run draws (a notebook importing the
+    # pipeline keeps its own backend until then)
     import matplotlib
 
     matplotlib.use("Agg")  # no display on training servers; must precede pyplot
@@ -204,19 +203,38 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
     output_dir = Path(output_dir)
     thresholds = {**health_thresholds(), **(thresholds or {})}
     rows = read_metrics(output_dir / METRICS_FILE)
-    plots_dir = output_dir / PLOTS_DIR
-    plots_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+    figures = _Figures(plt, output_dir / PLOTS_DIR)
+    _plot_rewards(figures, rows, reward_weights or {})
+    _plot_kl_and_beta(figures, rows, thresholds)
+    _plot_length(figures, rows)
+    _plot_health(figures, rows, thresholds)
+    _plot_eval(figures, rows)
+    _plot_loss(figures, rows)
+    return figures.written
 
-    def save(fig, name: str) -> None:
-        path = plots_dir / name
+
+class _Figures:
+    """Where plot_run's figures go: made one by one, each saved whole into plots/ (`written`, in order)."""
+
+    def __init__(self, plt, plots_dir: Path) -> None:
+        self.plt, self.plots_dir, self.written = plt, plots_dir, []
+        plots_dir.mkdir(parents=True, exist_ok=True)
+
+    def new(self, *args, figsize=(8, 4.5), **kwargs):
+        return self.plt.subplots(*args, figsize=figsize, **kwargs)
+
+    def save(self, fig, name: str) -> None:
+        path = self.plots_dir / name
         fig.tight_layout()
         png = io.BytesIO()
         fig.savefig(png, format="png", dpi=110)
-        plt.close(fig)
+        self.plt.close(fig)
         atomic_write_bytes(path, png.getvalue())  # a full disk leaves the previous plot, never half a PNG
-        written.append(path)
+        self.written.append(path)
 
+
+def _plot_rewards(figures: _Figures, rows, reward_weights: dict[str, float]) -> None:
+    """reward_<name>.png for each reward function, then reward.png (the weighted total)."""
     reward_names = sorted({m["name"] for row in rows.values() for key in row if (m := REWARD_KEY.match(key))})
     for name in reward_names:
         if name == OBSERVER_NAME:  # the health observer always scores 0.0; nothing to see
@@ -224,47 +242,53 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
         mean = series(rows, f"rewards/{name}/mean")
         if mean is None:
             continue
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, ax = figures.new()
         _draw(ax, mean, "mean", "C0", band=series(rows, f"rewards/{name}/std"), clip=REWARD_RANGES.get(name))
         _finish(ax, f"Reward function: {name}", "reward (mean over the batch)")
-        save(fig, f"reward_{_file_safe(name)}.png")
+        figures.save(fig, f"reward_{_file_safe(name)}.png")
 
     total = series(rows, "reward")
     if total is not None:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, ax = figures.new()
         _draw(ax, total, "total reward", "C0", band=series(rows, "reward_std"),
-              clip=total_reward_range(reward_weights or {}))
+              clip=total_reward_range(reward_weights))
         _finish(ax, "Total reward (weighted sum of the reward functions)", "reward (mean over the batch)")
-        save(fig, "reward.png")
+        figures.save(fig, "reward.png")
 
+
+def _plot_kl_and_beta(figures: _Figures, rows, thresholds: dict[str, float]) -> None:
     kl = series(rows, "kl")
     if kl is not None:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, ax = figures.new()
         _draw(ax, kl, "kl", "C3")
         _threshold(ax, thresholds.get("kl"), "kl_ceiling", "C3")
         _finish(ax, "KL divergence to the reference model", "kl (per token)")
-        save(fig, "kl.png")
+        figures.save(fig, "kl.png")
 
     beta = series(rows, BETA)
     if beta is not None:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, ax = figures.new()
         ax.plot(*beta, color="C4", marker=".", label="beta")
         _finish(ax, "KL coefficient beta (adaptive beta moves it toward kl_target)", "beta")
-        save(fig, "beta.png")
+        figures.save(fig, "beta.png")
 
+
+def _plot_length(figures: _Figures, rows) -> None:
     length = series(rows, "completions/mean_length") or series(rows, "health/completion_length")
     if length is not None:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, ax = figures.new()
         low, high = series(rows, "completions/min_length"), series(rows, "completions/max_length")
         if low is not None and high is not None and low[0] == high[0]:
             ax.fill_between(low[0], low[1], high[1], color="C2", alpha=0.15, label="min..max")
         _draw(ax, length, "mean length", "C2")
         _finish(ax, "Completion length", "tokens")
-        save(fig, "completion_length.png")
+        figures.save(fig, "completion_length.png")
 
+
+def _plot_health(figures: _Figures, rows, thresholds: dict[str, float]) -> None:
     rates = {key: s for key in HEALTH_RATES if (s := series(rows, key)) is not None}
     if rates:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, ax = figures.new()
         for index, (key, data) in enumerate(rates.items()):
             _draw(ax, data, HEALTH_RATES[key], f"C{index}", compact=True)
             _threshold(ax, thresholds.get(key), f"{key.split('/')[-1].replace('_rate', '')}_threshold",
@@ -273,11 +297,13 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
         window = smoothing_window(max(len(data[0]) for data in rates.values()))
         subtitle = f"\nthin: per step, bold: {window}-step average" if window else ""
         _finish(ax, f"Training health (share per batch){subtitle}", "share")
-        save(fig, "health.png")
+        figures.save(fig, "health.png")
 
+
+def _plot_eval(figures: _Figures, rows) -> None:
     accuracy = series(rows, EVAL_ACCURACY)
     if accuracy is not None:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
+        fig, ax = figures.new()
         ax.plot(*accuracy, color="C0", marker="o", label="held-out accuracy")
         format_rate = series(rows, EVAL_FORMAT_RATE)
         if format_rate is not None:
@@ -289,19 +315,20 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
                        label=f"best {value:.0%} at step {step} (best_lora/)")
         ax.set_ylim(-0.02, 1.02)
         _finish(ax, "Held-out evaluation during training (every eval_steps)", "share of held-out problems")
-        save(fig, "eval.png")
+        figures.save(fig, "eval.png")
 
+
+def _plot_loss(figures: _Figures, rows) -> None:
     loss, grad_norm = series(rows, "loss"), series(rows, "grad_norm")
     if loss is not None or grad_norm is not None:
         panels = [(name, data) for name, data in (("loss", loss), ("grad_norm", grad_norm)) if data is not None]
-        fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False)
+        fig, axes = figures.new(len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False)
         for ax, (name, data) in zip(axes[:, 0], panels):
             _draw(ax, data, name, "C1" if name == "loss" else "C5")
             _mark_non_finite(ax, rows, name)
             _finish(ax, "Loss and gradient norm" if ax is axes[0, 0] else None, name,
                     xlabel=ax is axes[-1, 0])
-        save(fig, "loss.png")
-    return written
+        figures.save(fig, "loss.png")
 
 
 def _threshold(ax, value: float | None, label: str, color: str) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import atomic_write_json
+from pipeline.run.plots import METRICS_FILE, plot_run, read_metrics
 
 # Metrics worth a glance at the end of a run (TRL's names + ours).
 FINAL_METRIC_KEYS = ("reward", "reward_std", "kl", "loss", "grad_norm", "completions/mean_length",
@@ -52,10 +53,8 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
                   rollbacks: Optional[list[dict[str, Any]]] = None,
                   resume_changes: Optional[dict[str, list[Any]]] = None) -> dict[str, Any]:
     """summary.json. `wall_time_s` is the whole run's: this session's plus the earlier ones' of a resumed run
-    (listed in `sessions`). `resume_changes` ({field: [old, new]}, pipeline/run/checkpoints.py resume_changes):
+    (listed in `sessions`). `resume_changes` ({field: [old, new]}, pipeline/run/resume.py resume_changes):
     the schedule settings this session resumed under and applied, recorded in its entry of `sessions`."""
-    from pipeline.run.plots import METRICS_FILE, plot_run, read_metrics
-
     sessions, note = earlier_sessions(output_dir, resumed_from_step)
     sessions.append({"status": status, "steps": steps, "wall_time_s": round(wall_time_s, 1),
                      **({"resumed_from_step": resumed_from_step} if resumed_from_step is not None else {}),

@@ -34,12 +34,8 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
 
     from pipeline.health.rollback import LrScaleCallback, base_model_reference
     from pipeline.health.rules import build_health
-    from pipeline.run.checkpoints import (
-        file_mode_callback,
-        follow_the_rebuilt_schedule,
-        load_every_adapter,
-        stage_checkpoint_saves,
-    )
+    from pipeline.run.checkpoints import file_mode_callback, stage_checkpoint_saves
+    from pipeline.run.resume import follow_the_rebuilt_schedule, load_every_adapter
     from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
     from pipeline.trainer.reward_failures import RewardFailureLatch, raise_reward_failures_after_the_gather
     from rewards import check_reward_weights, get_reward_funcs

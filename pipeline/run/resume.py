@@ -1,0 +1,234 @@
+"""Resuming: what a checkpoint was trained with, and whether a resume under the config may go on.
+
+Each checkpoint holds `grpo_shape.json` (written by pipeline/run/checkpoints.py stage_checkpoint_saves): the
+settings that shape the weights, and under "settings" those the checkpoint restores over the config or that shape
+its schedule (`checkpoint_record`). `resume_mismatch` compares them with the config before anything loads: a
+resume under another weight shape or another restored setting is refused, naming each field; `resume_changes` are
+the schedule changes a resume applies (max_steps), said and recorded in summary.json. `load_every_adapter` and
+`follow_the_rebuilt_schedule` make the Trainer's own checkpoint load restore what it would miss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from env.paths import absolute_path
+from pipeline.config import SECTIONS, resolve_optim, trl_training_args
+from pipeline.config.fields import field_rules
+from pipeline.config.trl_fields import trl_fields
+from pipeline.run.kept import canonical, changed_inputs
+
+SHAPE_NAME = "grpo_shape.json"
+
+
+# The fields that decide the shape or meaning of a checkpoint's trained weights: resuming under other values
+# fails in peft's load_state_dict (size mismatch, after the model has loaded) or silently continues another
+# model. Each is compared before anything loads.
+WEIGHT_SHAPING_FIELDS = ("model_name_or_path", "lora_r", "lora_alpha", "lora_target_modules",
+                         "lora_modules_to_save")
+
+
+# The same fields as peft's adapter_config.json names them (checkpoints written before grpo_shape.json).
+_ADAPTER_CONFIG_NAMES = {"r": "lora_r", "lora_alpha": "lora_alpha", "target_modules": "lora_target_modules",
+                         "modules_to_save": "lora_modules_to_save"}
+
+
+# The settings a checkpoint restores over the config on resume (under TRL's names), so that a new value would not
+# take effect, or would make the resumed run neither the old one nor a new one. transformers 5.17
+# `Trainer._load_optimizer_and_scheduler` loads optimizer.pt (`Optimizer.load_state_dict` puts back each param
+# group's lr, weight_decay, betas and eps; another optim's state does not fit) and scheduler.pt
+# (`LambdaLR.load_state_dict` puts back base_lrs: the old learning_rate, under a lambda rebuilt for the new
+# schedule: a mix of both); `Trainer.train` skips the batches of the steps done, counted in the new batch shape,
+# of a sampler seeded by the new seed, while rng_state.pth puts back the old random state. A resume under other
+# values is refused (resume_mismatch), each field named with its old value (our warmup_ratio reaches TRL as
+# warmup_steps, and is named as the user set it: option_name).
+RESTORED_SETTINGS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "optim",
+                     "optim_args", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+                     "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
+                     "generation_batch_size", "steps_per_generation", "num_iterations", "seed", "data_seed")
+
+
+# The schedule settings a resume applies, and says it does: the scheduler is rebuilt for the new number of steps
+# (LambdaLR's state_dict keeps no arguments of transformers' schedule partials, only their position) and its rate
+# at the restored step is the one trained with (follow_the_rebuilt_schedule), which is how a finished run is
+# trained longer; max_grad_norm is read at every step.
+APPLIED_SETTINGS = ("max_steps", "num_train_epochs", "max_grad_norm")
+
+
+def load_every_adapter(trainer) -> None:
+    """Make a checkpoint load restore the trained adapter also when the checkpoint holds more than one.
+
+    peft's save_pretrained writes the "default" adapter at the checkpoint's top level and any other in a
+    sub-folder. TRL's GRPOTrainer adds a frozen "ref" adapter when handed a PeftModel with beta != 0 (after the
+    format warm-up); the pipeline removes it (pipeline/health/rollback.py base_model_reference: kl is measured
+    against the base model on both backends, and Unsloth's patched trainer never adds it), so only checkpoints of
+    runs from before that, or of a caller's own extra adapter, have a sub-folder such as `ref/`. transformers 5.17
+    `Trainer._load_from_checkpoint` then loads only the sub-folders' adapters: the trained "default" weights are
+    never restored, and a resumed run, a rollback or the final save of a finished run silently carries on from
+    the weights in memory (the warm-up's, in a new process). Here the top-level adapter is loaded into the active
+    one after that. Set as an instance attribute, as stage_checkpoint_saves does.
+    """
+    load = type(trainer)._load_from_checkpoint
+
+    def load_with_top_level(resume_from_checkpoint, model=None):
+        load(trainer, resume_from_checkpoint, model)
+        target = model if model is not None else trainer.model
+        folder = Path(resume_from_checkpoint)
+        configs = getattr(target, "peft_config", None)
+        if not isinstance(configs, dict) or len(configs) < 2 or not hasattr(target, "load_adapter"):
+            return
+        if not any((folder / name).is_file() for name in ("adapter_model.safetensors", "adapter_model.bin")):
+            return
+        active = target.active_adapters[0]
+        if (folder / active).is_dir():
+            return  # saved in a sub-folder of its own: transformers loaded it
+        target.load_adapter(str(folder), active, is_trainable=True)
+        target.set_adapter(active)
+
+    trainer._load_from_checkpoint = load_with_top_level
+
+
+def follow_the_rebuilt_schedule(trainer) -> None:
+    """Make a resume train its first step at the rate of the schedule the Trainer built for this run.
+
+    transformers 5.17 `Trainer._load_optimizer_and_scheduler` loads scheduler.pt into a LambdaLR rebuilt for the
+    run's max_steps (its lambdas keep the new length: LambdaLR.state_dict saves no partial's arguments) but also
+    puts back `_last_lr` and optimizer.pt's param-group `lr`: the rate the old schedule had for the next step.
+    A run resumed with a larger max_steps (APPLIED_SETTINGS) then trained its first step at the old schedule's
+    rate (0 at the end of a cosine) and only later followed the new one. Here, after the load, each group's rate
+    is set to the rebuilt schedule's at the restored position (the same rate when nothing changed). Set as an
+    instance attribute, as load_every_adapter does.
+    """
+    load = type(trainer)._load_optimizer_and_scheduler
+
+    def load_then_follow(checkpoint):
+        load(trainer, checkpoint)
+        scheduler = getattr(trainer, "lr_scheduler", None)
+        lambdas = getattr(scheduler, "lr_lambdas", None)
+        if checkpoint is None or not lambdas or trainer.optimizer is None:
+            return
+        rates = [base * fn(scheduler.last_epoch) for base, fn in zip(scheduler.base_lrs, lambdas)]
+        for group, rate in zip(trainer.optimizer.param_groups, rates):
+            group["lr"] = rate
+        scheduler._last_lr = rates
+
+    trainer._load_optimizer_and_scheduler = load_then_follow
+
+
+def weight_shape(cfg) -> dict[str, Any]:
+    """The WEIGHT_SHAPING_FIELDS of a config, normalised for comparison (module lists sorted, a local model
+    folder made absolute)."""
+    flat = cfg.to_dict()
+    shape = {name: flat[name] for name in WEIGHT_SHAPING_FIELDS}
+    for name in ("lora_target_modules", "lora_modules_to_save"):
+        shape[name] = sorted(shape[name] or [])
+    if os.path.exists(shape["model_name_or_path"]):
+        shape["model_name_or_path"] = str(absolute_path(shape["model_name_or_path"]))
+    return shape
+
+
+def resume_settings(cfg) -> dict[str, Any]:
+    """The RESTORED_SETTINGS and APPLIED_SETTINGS a run trains with, under TRL's names, as trl.GRPOConfig is
+    given them (pipeline/config trl_training_args, after resolve_optim), TRL's default for those not given."""
+    given = trl_training_args(resolve_optim(cfg)[0])
+    defaults = trl_fields()  # imports trl (and torch): the run and --check load it anyway
+    settings: dict[str, Any] = {}
+    for name in (*RESTORED_SETTINGS, *APPLIED_SETTINGS):
+        if name in given:
+            settings[name] = given[name]
+        elif name in defaults:
+            field = defaults[name]
+            settings[name] = field.default_factory() if callable(field.default_factory) else field.default
+    return canonical(settings)
+
+
+def checkpoint_record(cfg) -> dict[str, Any]:
+    """What grpo_shape.json holds: the weight shape, and under "settings" the resume_settings."""
+    return {**weight_shape(cfg), "settings": resume_settings(cfg)}
+
+
+def recorded_shape(checkpoint: str | Path) -> dict[str, Any]:
+    """The weight-shaping settings a checkpoint was trained with: its grpo_shape.json, else (older
+    checkpoints) what peft's adapter_config.json records of them; {} when neither can be read."""
+    folder = Path(checkpoint)
+    for name, rename in ((SHAPE_NAME, None), ("adapter_config.json", _ADAPTER_CONFIG_NAMES)):
+        try:
+            saved = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(saved, dict):
+            continue
+        if rename:
+            saved = {ours: saved[theirs] for theirs, ours in rename.items() if theirs in saved}
+        for key in ("lora_target_modules", "lora_modules_to_save"):
+            if key in saved:
+                value = saved[key]
+                saved[key] = sorted([value] if isinstance(value, str) else (value or []))
+        return saved
+    return {}
+
+
+def recorded_settings(checkpoint: str | Path) -> dict[str, Any]:
+    """The resume_settings a checkpoint was trained with (its grpo_shape.json); {} for one saved before they were
+    recorded, whose settings are then not compared."""
+    try:
+        saved = json.loads((Path(checkpoint) / SHAPE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    settings = saved.get("settings") if isinstance(saved, dict) else None
+    return settings if isinstance(settings, dict) else {}
+
+
+def _changed_settings(checkpoint: str | Path, cfg, names: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
+    """{name: (recorded, wanted)} for the `names` the checkpoint records and the config sets otherwise."""
+    saved, wanted = recorded_settings(checkpoint), resume_settings(cfg)
+    known = {name: saved[name] for name in names if name in saved and name in wanted}
+    return {name: (saved[name], wanted[name]) for name in changed_inputs(known, {n: wanted[n] for n in known})}
+
+
+def option_name(trl_name: str, cfg) -> str:
+    """The option a user sets for a TRL field: ours when one of our fields forwards under that name (warmup_ratio
+    for warmup_steps) and the TRL option itself is not set, else the TRL name."""
+    if trl_name in cfg.trl:
+        return trl_name
+    for section in SECTIONS:
+        for f in dataclasses.fields(section):
+            if field_rules(f).get("trl") == trl_name:
+                return f.name
+    return trl_name
+
+
+def resume_changes(checkpoint: str | Path, cfg) -> dict[str, list[Any]]:
+    """The APPLIED_SETTINGS a resume of `checkpoint` under `cfg` changes, {name: [old, new]}: the run applies
+    them, says so, and summary.json records them."""
+    return {name: [old, new] for name, (old, new) in _changed_settings(checkpoint, cfg, APPLIED_SETTINGS).items()}
+
+
+def resume_mismatch(checkpoint: str | Path, cfg) -> Optional[str]:
+    """Why resuming `checkpoint` under `cfg` would load weights of another shape or run on settings the checkpoint
+    restores over the new values (RESTORED_SETTINGS), or None: the differing fields (old -> new) and the ways on.
+    A ConfigError message for `resume` (exit 2)."""
+    saved = recorded_shape(checkpoint)
+    wanted = weight_shape(cfg)
+    folder = Path(checkpoint)
+    changed = [f"{name} {saved[name]!r} -> {wanted[name]!r}" for name in WEIGHT_SHAPING_FIELDS
+               if name in saved and saved[name] != wanted[name]]
+    if changed:
+        return (f"{folder.name} in {folder.parent} was trained with other weights: {'; '.join(changed)}. It cannot "
+                f"be resumed under the new values. Train into a new folder (--output_dir NEW_FOLDER), or start this "
+                f"one over with --resume never (its checkpoints are then replaced), or put the old values back.")
+    restored = _changed_settings(checkpoint, cfg, RESTORED_SETTINGS)
+    if not restored:
+        return None
+    named = {option_name(name, cfg): values for name, values in restored.items()}
+    listed = "; ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in named.items())
+    back = ", ".join(f"{name}: {json.dumps(old)}" for name, (old, new) in named.items())
+    return (f"{folder.name} in {folder.parent} was trained with other optimiser, schedule or batch settings: "
+            f"{listed}. A resume restores the checkpoint's optimizer.pt, scheduler.pt, random state and data "
+            f"position, so the new values would not take effect (the learning rate, the optimiser's settings and "
+            f"the step count stay the checkpoint's). Set them back ({back}), or start a fresh run: --resume never "
+            f"(the earlier run is moved to previous/) or a new --output_dir. To train longer, change only max_steps.")
