@@ -33,7 +33,7 @@ def test_shell_command_round_trips_through_shlex_split(words):
 
 @given(st.lists(WORD.filter(lambda w: not w.startswith("--resume")), max_size=6))
 def test_resume_command_round_trips_through_shlex_split(words):
-    from pipeline.run.checkpoints import resume_command
+    from pipeline.run.stop import resume_command
 
     assert shlex.split(resume_command(words)) == ["grpo", "train", *words, "--resume", "auto"]
 
