@@ -29,7 +29,7 @@ import pipeline.data.tokenizer
 import pipeline.infer.evaluate
 import pipeline.run.lock
 import pipeline.run.manifest
-from env.paths import absolute_path, atomic_directory, previous_versions, snapshot
+from env.paths import absolute_path, atomic_directory, previous_versions, shell_command, snapshot
 from pipeline.backends import BackendChoice, choose_backend, load_backend, on_cpu
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, resolve_optim
@@ -173,7 +173,7 @@ def _data(run: Run) -> None:
     prepared = run_data.train
     run.prepared, run.eval_rows = prepared, run_data.eval_rows
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
-           f"max_completion_length={prepared.max_completion_length} (report: {prepared.report_path})")
+           f"max_completion_length={prepared.max_completion_length} (report: {shell_command(prepared.report_path)})")
     _print(f"data: {accounting_line(prepared.report)}")
     _print(f"prompts: {prompt_line(prepared.report)}")
 

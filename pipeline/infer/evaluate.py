@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Optional
 
+from env.paths import shell_command
 from pipeline.backends import Completion
 from pipeline.config import PipelineConfig, given
 from pipeline.data.cache import model_identity, tokenizer_identity
@@ -234,5 +235,5 @@ def main(argv: Optional[list[str]] = None) -> int:
     result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args)
     title = f"eval: {'LoRA ' + result['adapter'] if result['adapter'] else 'base model ' + result['model']}"
     print(format_table(result, title))
-    print(f"wrote {result['eval_json']}")
+    print(f"wrote {shell_command(result['eval_json'])}")  # a path that pastes back as printed
     return 0

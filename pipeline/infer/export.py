@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Optional
 
+from env.paths import shell_command
 from pipeline.backends import EXPORT_METHODS
 from pipeline.errors import guarded
 
@@ -76,7 +77,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         carry_training_defaults(staging, manifest)  # grpo_adapter.json travels
         atomic_write_json(staging / EXPORT_MARKER, {"adapter": str(adapter.path), "to": args.to,
                                                     "base_model": recorded_base(base_model)})
-    print(f"exported {adapter.path} ({args.to}, base {base_model}) to {out}")
+    # the paths quoted as shell words, so they paste back as printed
+    print(f"exported {shell_command(adapter.path)} ({args.to}, base {base_model}) to {shell_command(out)}")
     return 0
 
 

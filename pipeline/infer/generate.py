@@ -16,6 +16,7 @@ import json
 import sys
 from typing import Optional
 
+from env.paths import shell_command
 from pipeline.errors import guarded
 
 
@@ -116,7 +117,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     if seen is not None:
         out = atomic_write_text(seen.path, lines, seen=seen)
-        print(f"wrote {len(records)} generations to {out}")
+        print(f"wrote {len(records)} generations to {shell_command(out)}")  # a path that pastes back as printed
     else:
         sys.stdout.write(lines)
     return 0

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from env.paths import shell_command
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.plan.cards import KNOWN_CARDS, TABLE_CARDS, Card, card_by_name, card_from_memory, live_card
 from pipeline.plan.estimate import UNCERTAINTY, Estimate, token_lengths
@@ -206,7 +207,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         if flags.get("write"):
             recipe, how = fitted_recipe(base_mapping(rest, cfg), cfg, card)
             written = write_recipe(flags["write"], recipe, how)
-            print(f"wrote {written} ({how}); train it with: grpo train --config {written}", file=sys.stderr)
+            train_it = shell_command("grpo", "train", "--config", written)  # pastes back as printed
+            print(f"wrote {shell_command(written)} ({how}); train it with: {train_it}", file=sys.stderr)
             return 0
     except ConfigError as err:
         print(f"grpo plan: {err}", file=sys.stderr)
