@@ -75,7 +75,7 @@ def _path_like(value: str) -> bool:
 
 def local_model(value: str) -> bool:
     """A model given as a folder, not a hub id (`org/name`) or a built-in name (`tiny-demo`, `bundled:...`).
-    The same rule as pipeline.preflight.check_model."""
+    The same rule as pipeline.data.model_check.check_model."""
     return os.path.lexists(os.path.expanduser(value)) or _path_like(value) or value.count("/") > 1
 
 

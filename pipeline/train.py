@@ -65,7 +65,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     if choice.name == "unsloth" and cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # auto found no vLLM: Unsloth without it (the reason says so)
     cfg, optim_note = resolve_optim(cfg)  # an 8-bit optimizer without bitsandbytes: adamw_torch, said below
-    from pipeline.preflight import run_checks, without_a_held_out_set
+    from pipeline.data.run_data import without_a_held_out_set
+    from pipeline.preflight import run_checks
 
     cfg, eval_note = without_a_held_out_set(cfg)  # one training file: no eval, and a line saying how to add one
     if eval_note:
@@ -151,7 +152,7 @@ def _run_locked(cfg: PipelineConfig, choice: BackendChoice, backend, output_dir:
     # ---------------------------------------------------------------- data (tokenizer only)
     from pipeline.data.report import accounting_line, prompt_line
     from pipeline.data.tokenizer import load_tokenizer
-    from pipeline.preflight import prepare_run_data
+    from pipeline.data.run_data import prepare_run_data
 
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
     # The same preparing as the data check's (train, eval set, warm-up needs); its cache makes this a load.
@@ -474,7 +475,8 @@ def check_main(argv: list[str]) -> int:
     """
     import json
 
-    from pipeline.preflight import Check, as_json, run_checks, without_a_held_out_set
+    from pipeline.data.run_data import without_a_held_out_set
+    from pipeline.preflight import Check, as_json, run_checks
 
     try:
         argv, base, note = defaults_for(argv, backend_choice(argv))

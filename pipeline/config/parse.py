@@ -13,13 +13,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.text import excerpt, shorten
-from pipeline.config.fields import (
-    SECTION_ATTR,
-    SECTIONS,
-    ConfigError,
-    PipelineConfig,
-    field_names,
-)
+from pipeline.config.fields import SECTIONS, ConfigError, field_names
+from pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig, check_trl_names
 from pipeline.config.validate import coerce
 
 
@@ -183,8 +178,6 @@ def check_option_names(argv: list[str]) -> list[str]:
                 given_names.append(name[3:] if name.startswith("no_") and _default(name[3:]) is True else name)
     not_ours = [name for name in dict.fromkeys(given_names) if name not in owners]
     if not_ours:
-        from pipeline.config.fields import check_trl_names
-
         check_trl_names(not_ours)
     for i, arg in enumerate(argv):
         if arg.endswith((".yaml", ".yml")) and (i == 0 or not argv[i - 1].startswith("--")):
@@ -217,8 +210,6 @@ def read_recipe(path: str) -> dict[str, Any]:
     loaded = {key: value for key, value in loaded.items() if key != "env"}
     not_ours = sorted(str(k) for k in set(loaded) - set(field_names()))
     if not_ours:
-        from pipeline.config.fields import check_trl_names
-
         try:
             check_trl_names(not_ours)
         except ConfigError as err:

@@ -20,6 +20,8 @@ import functools
 import typing
 from typing import Any
 
+from pipeline.config.fields import field_names
+
 # GRPOConfig fields the run sets itself; naming one is refused with this reason.
 RUN_OWNED = {
     "disable_tqdm": "the run replaces TRL's progress bar with its own line (reward, KL, completion length)",
@@ -113,8 +115,6 @@ def grpo_config_class() -> type:
 @functools.lru_cache(maxsize=1)
 def trl_fields() -> dict[str, dataclasses.Field]:
     """GRPOConfig's init fields that no section of ours owns, RUN_OWNED ones included (to refuse them by name)."""
-    from pipeline.config.fields import field_names
-
     ours = set(field_names())
     return {f.name: f for f in dataclasses.fields(grpo_config_class())
             if f.init and f.name not in ours and not f.name.startswith("_")}

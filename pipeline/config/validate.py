@@ -16,15 +16,8 @@ import warnings
 from typing import Any, Optional
 
 from env.text import excerpt
-from pipeline.config.fields import (
-    MIN_SAMPLING_TEMPERATURE,
-    SECTION_ATTR,
-    SECTIONS,
-    ConfigError,
-    PipelineConfig,
-    check_adapter_rank,
-    field_rules,
-)
+from pipeline.config.fields import MIN_SAMPLING_TEMPERATURE, SECTIONS, ConfigError, field_rules
+from pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig
 
 # What Unsloth trains in full rather than as LoRA (unsloth/models/_utils.py EMBEDDING_MODULES).
 EMBEDDING_MODULES = ("embed_tokens", "lm_head")
@@ -38,6 +31,23 @@ UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS = {
     "max_tokens": "max_completion_length",
     "logprobs": "(set by the trainer)",
 }
+
+
+def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
+                       field_name: str = "max_lora_rank") -> None:
+    """Refuse an adapter rank above max_lora_rank: vLLM sizes its LoRA slots by max_lora_rank when the
+    engine starts and cannot load a larger adapter. The one rank check for training, generate/eval and
+    the Unsloth backend.
+
+    >>> check_adapter_rank(64, 32, what="the adapter at /runs/lora",  # doctest: +ELLIPSIS
+    ...                    fix="Pass --max_lora_rank 64.")
+    Traceback (most recent call last):
+    ...
+    pipeline.config.fields.ConfigError: config error in `max_lora_rank`: the adapter at /runs/lora has rank r=64, ...
+    """
+    if rank > max_lora_rank:
+        raise ConfigError(field_name, f"{what} has rank r={rank}, above max_lora_rank={max_lora_rank}; vLLM cannot "
+                                      f"load it. {fix}")
 
 
 def coerce(value: Any, kind: type, name: str) -> Any:

@@ -13,7 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from pipeline.bootstrap import backend_choice, defaults_for
+from pipeline.config import parse_config, validate
+from pipeline.config.paths import config_paths
+from pipeline.data import model_check
 from pipeline.data.prepare import EVAL_REPORT_NAME, DataError
+from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
+from pipeline.data import tokenizer as tokenizers  # called through the module: tests replace load_tokenizer
 from pipeline.errors import guarded
 
 
@@ -147,11 +153,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error or an unreadable
     data file (empty, not UTF-8, broken JSON).
     """
-    from pipeline.config import parse_config, validate
-    from pipeline.preflight import check_model, config_paths, prepare_run_data, without_a_held_out_set
-    from pipeline.data.tokenizer import load_tokenizer
-    from pipeline.bootstrap import backend_choice, defaults_for
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
         data_help_parser().print_help()
@@ -172,9 +173,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     validate(cfg)
     # env.path_check's table, before any work
     config_paths(cfg, "output_dir", "data_cache_dir", "dataset_name", "eval_dataset_name")
-    check_model(cfg.model.model_name_or_path, cfg.model.model_source)  # only the tokenizer loads, from there
-    tokenizer = load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code,
-                               source=cfg.model.model_source)
+    # only the tokenizer loads, from there
+    model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)
+    tokenizer = tokenizers.load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code,
+                                          source=cfg.model.model_source)
     try:
         run_data = prepare_run_data(cfg, tokenizer)  # what `grpo train` prepares: train, eval set, warm-up needs
         report = run_data.train.report

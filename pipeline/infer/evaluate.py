@@ -15,24 +15,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import Completion
-from pipeline.config import PipelineConfig, given
+from pipeline.config import PipelineConfig
 from pipeline.data.cache import model_identity, tokenizer_identity
+from pipeline.data.run_data import load_eval_rows
 from pipeline.errors import guarded
 from pipeline.run.kept import file_sha256, record, reusable, state_key, versions
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
-
-
-def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, report_dir: Optional[Path] = None,
-                   write_report: bool = True) -> list[dict[str, Any]]:
-    """Held-out rows (prompt messages + answer), prepared by the same data code as training: the eval set
-    (eval_dataset_name, else eval_split of dataset_name), its first `limit` (else eval_limit) usable rows;
-    the report goes to data_report_eval.json."""
-    from pipeline.data.prepare import ANSWER, ROW_ID, prepare_dataset
-
-    eval_cfg = cfg.replace(max_samples=given(limit, cfg.eval.eval_limit), strict=False)
-    prepared = prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir, write_report=write_report)
-    return [{"prompt": row["prompt"], "answer": row[ANSWER], "id": row[ROW_ID]} for row in prepared.dataset]
 
 
 def score_completions(completions: list[Completion], answers: list[Optional[str]]) -> list[dict[str, Any]]:

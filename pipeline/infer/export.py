@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import EXPORT_METHODS
+from pipeline.data import model_check
 from pipeline.errors import guarded
 
 
@@ -39,7 +40,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     from pipeline.config import ConfigError, from_mapping
     from pipeline.data.tokenizer import resolve_model_path
     from pipeline.infer.session import adapter_mismatch, verify_trained_dir
-    from pipeline.preflight import check_model
     from pipeline.run.manifest import find_manifest, recorded_base
 
     # Bad input raises (PathError, AdapterError, ManifestError, ConfigError): pipeline.errors prints it, exit 2.
@@ -58,7 +58,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     mismatch = adapter_mismatch(adapter, base_model)
     if mismatch:
         raise ConfigError("lora", mismatch)
-    check_model(base_model, (manifest.get("config") or {}).get("model_source", "hf"))
+    model_check.check_model(base_model, (manifest.get("config") or {}).get("model_source", "hf"))
     cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model,
                         "backend": args.backend})
     choice = choose_backend(args.backend, fast_inference=False)  # merging needs Unsloth, never vLLM

@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from env.text import excerpt
 from pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig, field_choices, from_mapping, given
+from pipeline.data import model_check
 
 DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
 
@@ -247,10 +248,8 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     mismatch = adapter_mismatch(adapter, base_model) if adapter is not None else None
     if mismatch:
         raise ConfigError("lora", mismatch)
-    from pipeline.preflight import check_model
-
     # offline and not cached: say so now, not after a minute of hub retries
-    check_model(base_model, ((manifest or {}).get("config") or {}).get("model_source", "hf"))
+    model_check.check_model(base_model, ((manifest or {}).get("config") or {}).get("model_source", "hf"))
 
     trained_limit = (manifest or {}).get("max_completion_length")
     max_tokens = given(gen.gen_max_tokens, trained_limit, DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST)
