@@ -222,7 +222,7 @@ def test_check_fails_exactly_when_the_run_would_naming_the_same_option(tmp_path,
 # ---------------------------------------------------------------------------------------------
 
 def test_grpo_data_prints_rows_in_kept_and_dropped_by_reason(tmp_path, capsys):
-    from pipeline.data.report import main
+    from pipeline.data_command import main
 
     data = rows(4) + rows(1) + [{"question": "Half of eleven?", "answer": "five and a half"},
                                 {"question": "长" * 400 + "？", "answer": "3"}]

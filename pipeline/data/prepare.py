@@ -2,7 +2,7 @@
 
     prepare_dataset(cfg, tokenizer) -> PreparedData(dataset, report, max_prompt_length, ...)
 
-`grpo data` (pipeline/data/report.py) runs it alone and prints the report.
+`grpo data` (pipeline/data_command.py) runs it alone and prints the report.
 
 The steps, and the pitfall each one is there for:
 
