@@ -81,7 +81,7 @@ def local_model(value: str) -> bool:
 
 def local_data(value: str) -> bool:
     """dataset_name / eval_dataset_name / --data naming a local file or folder, not a hub id (`org/name`) or a
-    built-in name (`sample`): the one reading, used by the path checks and by pipeline.data.sources.local_path.
+    built-in name (`sample`): the one reading, used by the path checks and by pipeline.data.data_files.local_path.
     Local: it exists, starts like a path (`/ . ~ $`), has more than one `/` or a backslash, or ends in a data or
     recipe suffix (`my.jsonl`, and `my.yaml`, refused later as data with its reason).
 

@@ -321,7 +321,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     from env.path_check import PathError
     from pipeline.backends import choose_backend, load_backend
     from pipeline.data.prepare import DataError
-    from pipeline.data.sources import DataFileError
+    from pipeline.data.source_spec import DataFileError
     from pipeline.trainer.build import check_effective_config, check_grpo_config
 
     cfg, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)

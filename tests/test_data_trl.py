@@ -182,7 +182,7 @@ def test_grpo_generate_input_takes_a_question_a_text_prompt_or_a_chat_and_names_
     import argparse
 
     from pipeline.data.prompts import as_chat
-    from pipeline.data.sources import DataFileError
+    from pipeline.data.source_spec import DataFileError
     from pipeline.infer.generate import read_prompts
 
     chat = [{"role": "system", "content": "Mine."}, {"role": "user", "content": "3+3?"}]

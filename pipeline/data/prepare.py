@@ -56,7 +56,8 @@ from pipeline.data.prompts import (
     length_stats,
     system_prompt_tokens,
 )
-from pipeline.data.sources import OWN_PREFIX, DataSource, resolve_source, source_spec
+from pipeline.data.source_spec import OWN_PREFIX, DataSource, source_spec
+from pipeline.data.sources import resolve_source
 from pipeline.run.kept import code_hash
 from rewards.correctness import REFERENCE_COLUMN
 

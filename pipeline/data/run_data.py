@@ -16,7 +16,8 @@ from pipeline.config import ConfigError, PipelineConfig, given
 from pipeline.data import prepare  # prepare.prepare_dataset through the module: tests interrupt it there
 from pipeline.data.prepare import ANSWER, ROW_ID, SOLUTION
 from pipeline.data.prompts import completion_like, question_text
-from pipeline.data.sources import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT, local_layout, local_path
+from pipeline.data.data_files import local_layout, local_path
+from pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT
 from pipeline.demo.registry import builtin_source
 from rewards.format import format_completion
 

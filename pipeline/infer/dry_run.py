@@ -225,7 +225,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from pipeline.bootstrap import backend_choice, defaults_for
     from pipeline.config import ConfigError, parse_config
     from pipeline.data.prepare import DataError
-    from pipeline.data.sources import DataFileError
+    from pipeline.data.source_spec import DataFileError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(

@@ -26,7 +26,7 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     that silently skipped a question would hand back fewer answers than questions, out of line with the file.
     """
     from env.paths import absolute_path
-    from pipeline.data.sources import DataFileError
+    from pipeline.data.source_spec import DataFileError
     from pipeline.data.clean import check_prompt
 
     if args.prompt is not None:
