@@ -27,7 +27,7 @@ from env.text import excerpt
 from pipeline.config import ConfigError, PipelineConfig, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
-from pipeline.data.prepare import ANSWER
+from pipeline.data.columns import ANSWER
 from pipeline.data.prompts import completion_like
 from pipeline.data.run_data import RunData, check_warmup, prepare_eval, prepare_train, without_a_held_out_set
 

@@ -10,7 +10,8 @@ import json
 import pytest
 
 from pipeline.config import ConfigError
-from pipeline.data.prepare import OWN_COLUMNS, prepare_dataset
+from pipeline.data.columns import OWN_COLUMNS
+from pipeline.data.prepare import prepare_dataset
 from pipeline.data.prompts import is_conversational
 from tests.data_helpers import make_cfg, write_jsonl
 from tests.train_helpers import tiny_qwen_config

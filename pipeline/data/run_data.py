@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from pipeline.config import ConfigError, PipelineConfig, given
 from pipeline.data import prepare  # prepare.prepare_dataset through the module: tests interrupt it there
-from pipeline.data.prepare import ANSWER, ROW_ID, SOLUTION
+from pipeline.data.columns import ANSWER, ROW_ID, SOLUTION
 from pipeline.data.prompts import completion_like, question_text
 from pipeline.data.data_files import local_layout, local_path
 from pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT

@@ -112,7 +112,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     from env.paths import absolute_path, atomic_write_json, snapshot
     from pipeline.backends import choose_backend, load_backend
     from pipeline.data.prepare import prepare_dataset
-    from pipeline.data.prepare import ANSWER, ROW_ID
+    from pipeline.data.columns import ANSWER, ROW_ID
     from pipeline.data.prompts import completion_like, render_prompts
     from pipeline.data.tokenizer import load_tokenizer
     from pipeline.infer.evaluate import score_completions
