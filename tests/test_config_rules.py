@@ -25,7 +25,8 @@ from pipeline.config import (
 from pipeline.config.fields import field_rules
 from pipeline.config.pipeline_config import list_fields
 from pipeline.config.trl_fields import TRL_BOUNDS
-from pipeline.config.validate import coerce, world_size
+from pipeline.config.validate import world_size
+from pipeline.config.values import coerce
 
 
 def config(**overrides) -> PipelineConfig:

@@ -23,11 +23,10 @@ from pipeline.config.fields import (
 )
 from pipeline.config.pipeline_config import PipelineConfig, field_choices, from_mapping, trl_training_args
 from pipeline.config.parse import normalize_argv, parse_config, peek_option, read_recipe
+from pipeline.config.values import check_choices, check_field_values
 from pipeline.config.validate import (
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     check_adapter_rank,
-    check_choices,
-    check_field_values,
     parse_limit,
     resolve_optim,
     sampling_params_mapping,

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from env.text import excerpt, shorten
 from pipeline.config.fields import SECTIONS, ConfigError, field_names
 from pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig, check_trl_names
-from pipeline.config.validate import coerce
+from pipeline.config.values import coerce
 
 
 def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = None) -> PipelineConfig:

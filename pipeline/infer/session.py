@@ -194,7 +194,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     from env.paths import absolute_path
     from pipeline.backends import choose_backend, load_backend
     from pipeline.config import ConfigError, check_adapter_rank
-    from pipeline.config.validate import check_generation_temperature
+    from pipeline.config.values import check_generation_temperature
     from pipeline.run.manifest import find_manifest, other_base
 
     gen = generation_settings(args)
