@@ -20,16 +20,36 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from env.path_check import PathError, expand, nearest_existing
+from env.paths import absolute_path, shell_command
 from env.text import excerpt
-from pipeline.config import ConfigError, PipelineConfig, validate
+from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
+from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
+from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
 from pipeline.data.columns import ANSWER
+from pipeline.data.prepare import DataError
 from pipeline.data.prompts import completion_like
+from pipeline.data.report import accounting_line, prompt_line
 from pipeline.data.run_data import RunData, check_warmup, prepare_eval, prepare_train, without_a_held_out_set
+from pipeline.data.source_spec import DataFileError
+from pipeline.data.tokenizer import resolve_model_path
+from pipeline.plan.fit import memory_check
+from pipeline.run.checkpoints import (
+    PREVIOUS_DIR,
+    checkpoint_problem,
+    complete_checkpoints,
+    previous_run_entries,
+    resume_mismatch,
+)
+from pipeline.trainer.build import check_effective_config, check_grpo_config
+from rewards import get_reward_funcs
+from rewards.contract import RewardFailure, probe_rewards
 
 # report_to name -> the module transformers' integration imports, and how to install it.
 REPORTER_PACKAGES = {
@@ -47,10 +67,6 @@ class Check:
 
 def check_output_dir(cfg: PipelineConfig) -> str:
     """output_dir (and data_cache_dir) take new files, and are not inside the model or data they read."""
-    import shutil
-
-    from env.path_check import nearest_existing
-
     path = config_paths(cfg, "output_dir", "data_cache_dir")["output_dir"]
     existing = nearest_existing("output_dir", path)
     free_gib = shutil.disk_usage(existing).free / 2**30
@@ -74,8 +90,6 @@ def check_packages(cfg: PipelineConfig) -> str:
     """The packages the config's options need: report_to's loggers and model_source's modelscope (refused when
     missing), and a bitsandbytes `optim` (replaced by adamw_torch when missing: pipeline.config.resolve_optim,
     which `grpo train` applies)."""
-    from pipeline.config import resolve_optim
-
     _, optim_note = resolve_optim(cfg)
     return "; ".join(filter(None, [check_report_to(cfg.grpo.reporters(), cfg.grpo.output_dir),
                                    model_check.check_model_source(cfg.model.model_source), optim_note]))
@@ -84,8 +98,6 @@ def check_packages(cfg: PipelineConfig) -> str:
 def tensorboard_hint(output_dir: str | os.PathLike[str]) -> str:
     """Where transformers' TensorBoardCallback writes (TENSORBOARD_LOGGING_DIR, else output_dir/runs/<run>)."""
     logdir = os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(output_dir, "runs")
-    from env.paths import shell_command
-
     return f"tensorboard logs go to {logdir}: run `{shell_command('tensorboard', '--logdir', logdir)}`"
 
 
@@ -94,10 +106,9 @@ class NotChecked(ConfigError):
 
 
 def _data_tokenizer(cfg: PipelineConfig) -> Any:
-    from pipeline.data.tokenizer import load_tokenizer
-
     try:
-        return load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
+        m = cfg.model
+        return tokenizers.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
     except ConfigError:
         raise
     except (OSError, ValueError) as err:
@@ -108,8 +119,6 @@ def _data_tokenizer(cfg: PipelineConfig) -> Any:
 def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
     """The check's data steps (data, eval, warmup): prepare_run_data's steps, each reported on its own and
     writing nothing outside the cache. A step whose input failed says so and fails too."""
-    from pipeline.data.report import accounting_line, prompt_line
-
     done: dict[str, Any] = {}
 
     def data() -> str:
@@ -150,7 +159,7 @@ def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any, train: Any) -> tuple
     first prepared prompts (completions in their format: strings for standard prompts,
     `[{"role": "assistant", ...}]` for chats), the training set's other
     columns, `completion_ids`, `trainer_state`, `log_extra` and `log_metric`."""
-    from transformers import TrainerState
+    from transformers import TrainerState  # lazy: transformers imports torch
 
     dataset = train.dataset.select(range(min(PROBE_PROMPTS, len(train.dataset))))
     columns = {name: list(dataset[name]) for name in dataset.column_names}
@@ -171,9 +180,6 @@ def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any, train: Any) -> tuple
 def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
     """Call every reward function as the trainer will, on completions of the run's prepared prompts: a raise, a
     wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did."""
-    from rewards import get_reward_funcs
-    from rewards.contract import RewardFailure, probe_rewards
-
     prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
     try:
         lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs)), prompts, completions, kwargs)
@@ -193,10 +199,9 @@ def model_module_types(name: str, trust_remote_code: bool = False) -> dict[str, 
     """Every module path of the model -> its class name, from the architecture alone: the config read from the
     built-in folder, a local folder or the HF cache (else downloaded: config.json only), the model built on the
     meta device (accelerate's `init_empty_weights`), so no weights are read or allocated."""
+    # lazy: accelerate and transformers import torch (after the backend's prepare_environment)
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
-
-    from pipeline.data.tokenizer import resolve_model_path
 
     def read_config(local_only: bool):
         return AutoConfig.from_pretrained(resolve_model_path(name), trust_remote_code=trust_remote_code,
@@ -248,15 +253,6 @@ def check_lora_targets(cfg: PipelineConfig) -> str:
 def check_resume(cfg: PipelineConfig) -> str:
     """`auto`, `never`, or a complete checkpoint folder, and the checkpoint it picks holds weights of this config's
     shape (LoRA rank, alpha, targets, base model); anything else fails before the data and the model load."""
-    from env.paths import absolute_path
-    from pipeline.run.checkpoints import (
-        PREVIOUS_DIR,
-        checkpoint_problem,
-        complete_checkpoints,
-        previous_run_entries,
-        resume_mismatch,
-    )
-
     resume, output_dir = cfg.grpo.resume, cfg.grpo.output_dir
     # the newest complete one, as resolve_resume picks it (which also moves broken ones aside; not here)
     complete = complete_checkpoints(absolute_path(output_dir)) if resume == "auto" else []
@@ -270,8 +266,6 @@ def check_resume(cfg: PipelineConfig) -> str:
     if resume == "auto":
         path, said = complete[-1], f"resume: auto, from {complete[-1]}"
     else:
-        from env.path_check import PathError, expand, nearest_existing
-
         try:  # an unset $VAR, an empty value, a symlink loop or a file on the way; a missing folder: below
             wanted = expand("resume", resume)
             if nearest_existing("resume", wanted) == wanted:
@@ -298,8 +292,6 @@ def check_resume(cfg: PipelineConfig) -> str:
 
 
 def check_gpu(cfg: PipelineConfig, choice: Any = None) -> str:
-    from pipeline.backends import choose_backend, refuse_gpu_recipe_without_cuda
-
     choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
     refuse_gpu_recipe_without_cuda(cfg, choice)  # a GPU recipe is never trained on CPU by accident
     return f"backend {choice.name} ({choice.reason})"
@@ -307,8 +299,6 @@ def check_gpu(cfg: PipelineConfig, choice: Any = None) -> str:
 
 def check_memory(cfg: PipelineConfig) -> str:
     """Estimated peak GPU memory against the GPU (pipeline/plan): a warning when over, a refusal when far over."""
-    from pipeline.plan.fit import memory_check
-
     return memory_check(cfg)
 
 
@@ -318,12 +308,6 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     ("also: ...").
 
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
-    from env.path_check import PathError
-    from pipeline.backends import choose_backend, load_backend
-    from pipeline.data.prepare import DataError
-    from pipeline.data.source_spec import DataFileError
-    from pipeline.trainer.build import check_effective_config, check_grpo_config
-
     cfg, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)
 
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
