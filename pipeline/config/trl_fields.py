@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
+import re
 import typing
 from typing import Any
 
@@ -156,9 +158,6 @@ def trainer_choices() -> dict[str, tuple[str, ...]]:
     >>> trainer_choices()["loss_type"][:3], "none" in trainer_choices()["scale_rewards"]
     (('bnpo', 'cispo', 'dapo'), True)
     """
-    import inspect
-    import re
-
     import trl.trainer.grpo_trainer as trainer
 
     source = inspect.getsource(trainer)

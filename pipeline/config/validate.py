@@ -7,6 +7,7 @@ is the generic part it runs first: every field's type, and the bounds and choice
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import warnings
@@ -114,8 +115,6 @@ def resolve_optim(cfg: PipelineConfig) -> tuple[PipelineConfig, Optional[str]]:
     >>> cfg.grpo.optim, note
     ('adamw_torch', None)
     """
-    import importlib.util
-
     optim = cfg.grpo.optim
     if optim not in BITSANDBYTES_OPTIMIZERS or importlib.util.find_spec("bitsandbytes") is not None:
         return cfg, None

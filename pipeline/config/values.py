@@ -12,6 +12,8 @@ from typing import Any
 from env.text import excerpt
 from pipeline.config.fields import MIN_SAMPLING_TEMPERATURE, SECTIONS, ConfigError, field_rules
 from pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig
+from pipeline.config.trl_fields import TRL_BOUNDS
+
 
 def coerce(value: Any, kind: type, name: str) -> Any:
     """`value` as `kind` (int/float/bool), or a ConfigError. A float for an int field is refused unless whole:
@@ -72,8 +74,6 @@ def check_bounds(value: float, name: str, rules: dict[str, Any], default: Any) -
 
 def check_trl_bounds(values: dict[str, Any]) -> None:
     """TRL's numeric options as set (`PipelineConfig.trl`) against TRL_BOUNDS, before anything loads."""
-    from pipeline.config.trl_fields import TRL_BOUNDS
-
     for name, value in values.items():
         rules = TRL_BOUNDS.get(name)
         if rules is None or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):

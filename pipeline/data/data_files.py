@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
+import pyarrow.parquet as pq
+
 from env.path_check import local_data
 from env.paths import shell_command
 from env.text import excerpt, shorten
@@ -167,8 +169,6 @@ def library_error(files: list[Path], builder: str, err: BaseException) -> DataFi
 def check_parquet_file(path: Path) -> None:
     """A Parquet file that pyarrow cannot open, or that has columns but no rows, named before `datasets` reads
     it (it would say "BatchSize must be greater than 0" or "corresponds to no data")."""
-    import pyarrow.parquet as pq
-
     try:
         metadata = pq.ParquetFile(path).metadata
     except Exception as err:  # noqa: BLE001 - pyarrow's ArrowInvalid / OSError: not a Parquet file

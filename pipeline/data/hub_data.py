@@ -33,7 +33,7 @@ def hub_saved_copy_dir(cache_root: Path, name: str, config: Optional[str], revis
 
 def hub_endpoint() -> str:
     """The hub address `datasets` will use: $HF_ENDPOINT when set (mirrors), else huggingface.co."""
-    try:
+    try:  # an ImportError guard, so the import stays here
         from huggingface_hub import constants
 
         return constants.ENDPOINT
