@@ -455,7 +455,7 @@ PATH_CASES: list[Fault] = [
                      str(d / "run" / "lora" / "eval.json"), "--backend", "plain"], "is inside --lora"),
     Fault("a bug is one line and exit 1", lambda d: generate_with(d, "--prompt", "1+1?"),
           "stopped on an internal error, a bug", exit_code=1,
-          patch=raise_in("pipeline.preflight.check_model", RuntimeError("injected"))),
+          patch=raise_in("pipeline.data.model_check.check_model", RuntimeError("injected"))),
     Fault("Ctrl-C before training is exit 130", lambda d: quick(d),
           "interrupted", exit_code=130, patch=raise_in("pipeline.preflight.check_report_to", KeyboardInterrupt())),
 ]
@@ -561,7 +561,7 @@ V3_CASES: list[Fault] = [
           after=wrote_into_cwd),
     Fault("the crash-log path is printed as it is", lambda d: generate_with(d, "--prompt", "1+1?"),
           f"The traceback is in '{CRASH_CACHE}/logs/grpo-generate-", exit_code=1, env={"GRPO_CACHE_DIR": CRASH_CACHE},
-          patch=raise_in("pipeline.preflight.check_model", RuntimeError("injected"))),
+          patch=raise_in("pipeline.data.model_check.check_model", RuntimeError("injected"))),
 ]
 
 

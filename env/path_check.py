@@ -75,13 +75,13 @@ def _path_like(value: str) -> bool:
 
 def local_model(value: str) -> bool:
     """A model given as a folder, not a hub id (`org/name`) or a built-in name (`tiny-demo`, `bundled:...`).
-    The same rule as pipeline.preflight.check_model."""
+    The same rule as pipeline.data.model_check.check_model."""
     return os.path.lexists(os.path.expanduser(value)) or _path_like(value) or value.count("/") > 1
 
 
 def local_data(value: str) -> bool:
     """dataset_name / eval_dataset_name / --data naming a local file or folder, not a hub id (`org/name`) or a
-    built-in name (`sample`): the one reading, used by the path checks and by pipeline.data.sources.local_path.
+    built-in name (`sample`): the one reading, used by the path checks and by pipeline.data.data_files.local_path.
     Local: it exists, starts like a path (`/ . ~ $`), has more than one `/` or a backslash, or ends in a data or
     recipe suffix (`my.jsonl`, and `my.yaml`, refused later as data with its reason).
 

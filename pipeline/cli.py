@@ -22,7 +22,7 @@ import sys
 # name -> (module, help). Every module exposes `main(argv: list[str]) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("env.doctor", "report Python/GPU/package versions vs the known-good matrix, and the pip fix"),
-    "data": ("pipeline.data.report", "prepare the dataset and print its report (loads only the tokenizer)"),
+    "data": ("pipeline.data_command", "prepare the dataset and print its report (loads only the tokenizer)"),
     "plan": ("pipeline.plan.command", "estimate a recipe's peak GPU memory: fits this card? what to change?"),
     "rewards": ("pipeline.infer.dry_run", "reward dry run: sample and score a few training prompts with the "
                                           "recipe's model and rewards, and say whether GRPO would have a signal"),

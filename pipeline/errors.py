@@ -42,7 +42,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from env.path_check import PathError
     from env.paths import PathChangedError
     from pipeline.config import ConfigError
-    from pipeline.data.sources import DataFileError
+    from pipeline.data.source_spec import DataFileError
     from pipeline.run.manifest import ManifestError
 
     errors: list[type[BaseException]] = [ConfigError, PathError, DataFileError, AdapterError, ManifestError,

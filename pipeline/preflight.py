@@ -20,15 +20,36 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
+import shutil
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Callable
 
+from env.path_check import PathError, expand, nearest_existing
+from env.paths import absolute_path, shell_command
 from env.text import excerpt
-from pipeline.config import ConfigError, PipelineConfig, validate
-from pipeline.data.prepare import ANSWER
-from pipeline.data.prompts import completion_like, question_text
+from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
+from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate
+from pipeline.config.paths import config_paths
+from pipeline.data import model_check
+from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
+from pipeline.data.columns import ANSWER
+from pipeline.data.prepare import DataError
+from pipeline.data.prompts import completion_like
+from pipeline.data.report import accounting_line, prompt_line
+from pipeline.data.run_data import RunData, check_warmup, prepare_eval, prepare_train, without_a_held_out_set
+from pipeline.data.source_spec import DataFileError
+from pipeline.data.tokenizer import resolve_model_path
+from pipeline.plan.fit import memory_check
+from pipeline.run.checkpoints import (
+    PREVIOUS_DIR,
+    checkpoint_problem,
+    complete_checkpoints,
+    previous_run_entries,
+)
+from pipeline.run.resume import resume_mismatch
+from pipeline.trainer.build import check_effective_config, check_grpo_config
+from rewards import get_reward_funcs
+from rewards.contract import RewardFailure, probe_rewards
 
 # report_to name -> the module transformers' integration imports, and how to install it.
 REPORTER_PACKAGES = {
@@ -44,23 +65,8 @@ class Check:
     message: str
 
 
-def config_paths(cfg: PipelineConfig | dict[str, Any], *fields: str) -> dict[str, Path]:
-    """Check the config's path `fields` (env.path_check's table: output_dir, data_cache_dir, a local dataset_name
-    or model folder, --resume PATH) before anything runs; each refusal is a ConfigError naming the field."""
-    from env.path_check import PathError, check_command_paths
-
-    try:
-        return check_command_paths("train", cfg.to_dict() if isinstance(cfg, PipelineConfig) else cfg, only=fields)
-    except PathError as err:
-        raise ConfigError(err.option, err.detail) from None
-
-
 def check_output_dir(cfg: PipelineConfig) -> str:
     """output_dir (and data_cache_dir) take new files, and are not inside the model or data they read."""
-    import shutil
-
-    from env.path_check import nearest_existing
-
     path = config_paths(cfg, "output_dir", "data_cache_dir")["output_dir"]
     existing = nearest_existing("output_dir", path)
     free_gib = shutil.disk_usage(existing).free / 2**30
@@ -84,184 +90,25 @@ def check_packages(cfg: PipelineConfig) -> str:
     """The packages the config's options need: report_to's loggers and model_source's modelscope (refused when
     missing), and a bitsandbytes `optim` (replaced by adamw_torch when missing: pipeline.config.resolve_optim,
     which `grpo train` applies)."""
-    from pipeline.config import resolve_optim
-
     _, optim_note = resolve_optim(cfg)
     return "; ".join(filter(None, [check_report_to(cfg.grpo.reporters(), cfg.grpo.output_dir),
-                                   check_model_source(cfg.model.model_source), optim_note]))
+                                   model_check.check_model_source(cfg.model.model_source), optim_note]))
 
 
 def tensorboard_hint(output_dir: str | os.PathLike[str]) -> str:
     """Where transformers' TensorBoardCallback writes (TENSORBOARD_LOGGING_DIR, else output_dir/runs/<run>)."""
     logdir = os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(output_dir, "runs")
-    from env.paths import shell_command
-
     return f"tensorboard logs go to {logdir}: run `{shell_command('tensorboard', '--logdir', logdir)}`"
-
-
-def check_model_source(source: str) -> str:
-    """`model_source: modelscope` needs the modelscope package: refused here, with the install command."""
-    from env.hubs import HubSourceError, require_modelscope
-
-    if source == "modelscope":
-        try:
-            require_modelscope()
-        except HubSourceError as err:
-            raise ConfigError("model_source", str(err)) from None
-    return f"model_source: {source}"
-
-
-def check_model(name: str, source: str = "hf") -> str:
-    """A built-in name, a local model folder, a hub id in the local cache, or a hub id we can reach."""
-    from env.hubs import endpoint as hub_endpoint
-    from env.hubs import reachable
-    from pipeline.demo.registry import builtin_model
-
-    if builtin_model(name) is not None:
-        return f"{name}: built in"
-    from env.path_check import local_model
-
-    if local_model(name):
-        config_paths({"model_name_or_path": name}, "model_name_or_path")  # unset $VARS, loops, unreadable
-    path = Path(name).expanduser()
-    looks_local = path.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1
-    if path.exists() or looks_local:
-        if not path.is_dir():
-            raise ConfigError("model_name_or_path", f"{path.resolve()} is not a model folder (it does not exist "
-                              "or is a file). Give a folder with config.json and the weights, or a hub id such "
-                              "as unsloth/Qwen2.5-1.5B-Instruct.")
-        if not (path / "config.json").is_file():
-            raise ConfigError("model_name_or_path", f"{path.resolve()} has no config.json, so it is not a "
-                              "transformers model folder. Point at the folder that holds config.json.")
-        return f"{path.resolve()}: local folder"
-    if source == "modelscope":
-        check_model_source(source)
-        address = hub_endpoint(source)
-        if not reachable(address):
-            raise ConfigError("model_name_or_path", f"model {excerpt(name)} is to come from ModelScope, but {address} "
-                              "cannot be reached. Fixes: check the network (on AutoDL: `source /etc/network_turbo`), "
-                              "set model_name_or_path to a local model folder, or set model_source: hf.")
-        return f"{name}: from ModelScope ({address}; cached in MODELSCOPE_CACHE after the first download)"
-    from huggingface_hub import try_to_load_from_cache
-
-    cached = try_to_load_from_cache(name, "config.json")
-    if isinstance(cached, str):
-        return f"{name}: in the Hugging Face cache"
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-    endpoint = hub_endpoint("hf")
-    if offline or not reachable(endpoint, timeout=3.0):
-        why = "HF_HUB_OFFLINE is set" if offline else f"{endpoint} cannot be reached"
-        raise ConfigError("model_name_or_path", f"model {excerpt(name)} is not in the local Hugging Face cache and "
-                          f"{why}. Fixes: download it where there is network (`huggingface-cli download {name}`, "
-                          "then copy ~/.cache/huggingface over) or set model_name_or_path to a local model folder; "
-                          "in mainland China set HF_ENDPOINT=https://hf-mirror.com.")
-    return f"{name}: will be downloaded from {endpoint}"
 
 
 class NotChecked(ConfigError):
     """A data step whose input (the tokenizer, the training data) failed its own check."""
 
 
-@dataclass
-class RunData:
-    """What the run reads: the prepared training data and the held-out rows ([] when evaluation is off)."""
-
-    train: Any  # pipeline.data.prepare.PreparedData
-    eval_rows: list[dict[str, Any]]
-
-    def eval_overlap(self) -> list[str]:
-        """Ids of eval rows whose question is also a training question: their numbers measure memory."""
-        if not self.eval_rows:
-            return []
-        trained = {question_text(prompt) for prompt in self.train.dataset["prompt"]}
-        return [row["id"] for row in self.eval_rows if question_text(row["prompt"]) in trained]
-
-    def overlap_warning(self) -> str:
-        ids = self.eval_overlap()
-        if not ids:
-            return ""
-        return (f"warning: {len(ids)} of {len(self.eval_rows)} eval problems are also training questions "
-                f"({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}); their before/after numbers measure "
-                "memory, not reasoning. Remove them from one of the two sources.")
-
-
-# The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one.
-def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
-    from pipeline.data.prepare import prepare_dataset
-
-    return prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
-
-
-def without_a_held_out_set(cfg: PipelineConfig) -> tuple[PipelineConfig, str]:
-    """One training file (or any one-split local source) and no eval_dataset_name: there are no held-out
-    problems, so the run trains without evaluation, as TRL, Unsloth and open-r1 do, and says in one line how to
-    turn it on. Returns the config (eval off) and that line; unchanged and "" otherwise. The one answer for
-    `grpo train`, its --check and `grpo data` (a recipe's eval_before: true on such data trains, and says so).
-
-    >>> cfg, note = without_a_held_out_set(PipelineConfig().replace(dataset_name="sample", eval_before=True))
-    >>> cfg.eval.uses_eval_set(), note.startswith("eval: off")
-    (False, True)
-    """
-    from pipeline.data.sources import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT, local_layout, local_path
-
-    e = cfg.eval
-    if not e.uses_eval_set() or e.eval_dataset_name:
-        return cfg, ""
-    name = str(cfg.data.dataset_name).strip()
-    path = SAMPLE_PATH if name == SAMPLE_NAME else local_path(name)
-    if path is None:
-        return cfg, ""  # a hub dataset (its splits are known once loaded) or a built-in one with its own test split
-    try:
-        splits = [SINGLE_FILE_SPLIT] if name == SAMPLE_NAME else sorted(local_layout(path, "dataset_name")[1])
-    except (ConfigError, OSError, RuntimeError):  # RuntimeError: pathlib's symlink loop
-        return cfg, ""  # the data check names what is wrong with the path
-    if len(splits) != 1 or e.eval_split in splits:
-        return cfg, ""
-    note = (f"eval: off. {name} has one split ({splits[0]}: the training data) and no eval_dataset_name is set, so "
-            "there are no held-out problems to score. To evaluate, set --eval_dataset_name test.jsonl (or make "
-            "dataset_name a folder holding train.jsonl and test.jsonl).")
-    return cfg.replace(eval_before=False, eval_after=False, eval_steps=0), note
-
-
-def prepare_eval(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
-                 write_report: bool = True) -> list[dict[str, Any]]:
-    """The held-out rows when the run evaluates (eval_before, eval_after or eval_steps), else []."""
-    if not cfg.eval.uses_eval_set():
-        return []
-    from pipeline.infer.evaluate import load_eval_rows
-
-    return load_eval_rows(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
-
-
-def check_warmup(cfg: PipelineConfig, train: Any) -> str:
-    """The format warm-up's examples exist (ConfigError naming sft_warmup_steps otherwise)."""
-    if cfg.health.sft_warmup_steps <= 0:
-        return "no format warm-up (sft_warmup_steps: 0)"
-    from pipeline.trainer.warmup import warmup_examples
-
-    return f"format warm-up: {len(warmup_examples(cfg, train))} examples"
-
-
-def prepare_run_data(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
-                     write_report: bool = True) -> RunData:
-    """Prepare every split the run uses and check the warm-up's needs: the same steps as the check's.
-
-    Raises ConfigError (naming the option), DataError or DataFileError; the prepared splits are cached, so
-    the run's call after the check loads them instead of preparing them again."""
-    train = prepare_train(cfg, tokenizer, report_dir, write_report)
-    eval_rows = prepare_eval(cfg, tokenizer, report_dir, write_report)
-    check_warmup(cfg, train)
-    data = RunData(train, eval_rows)
-    if write_report and data.overlap_warning():
-        print(f"[grpo] {data.overlap_warning()}", file=sys.stderr, flush=True)
-    return data
-
-
 def _data_tokenizer(cfg: PipelineConfig) -> Any:
-    from pipeline.data.tokenizer import load_tokenizer
-
     try:
-        return load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
+        m = cfg.model
+        return tokenizers.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
     except ConfigError:
         raise
     except (OSError, ValueError) as err:
@@ -272,8 +119,6 @@ def _data_tokenizer(cfg: PipelineConfig) -> Any:
 def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
     """The check's data steps (data, eval, warmup): prepare_run_data's steps, each reported on its own and
     writing nothing outside the cache. A step whose input failed says so and fails too."""
-    from pipeline.data.report import accounting_line, prompt_line
-
     done: dict[str, Any] = {}
 
     def data() -> str:
@@ -314,7 +159,7 @@ def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any, train: Any) -> tuple
     first prepared prompts (completions in their format: strings for standard prompts,
     `[{"role": "assistant", ...}]` for chats), the training set's other
     columns, `completion_ids`, `trainer_state`, `log_extra` and `log_metric`."""
-    from transformers import TrainerState
+    from transformers import TrainerState  # lazy: transformers imports torch
 
     dataset = train.dataset.select(range(min(PROBE_PROMPTS, len(train.dataset))))
     columns = {name: list(dataset[name]) for name in dataset.column_names}
@@ -335,9 +180,6 @@ def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any, train: Any) -> tuple
 def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
     """Call every reward function as the trainer will, on completions of the run's prepared prompts: a raise, a
     wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did."""
-    from rewards import get_reward_funcs
-    from rewards.contract import RewardFailure, probe_rewards
-
     prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
     try:
         lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs)), prompts, completions, kwargs)
@@ -357,10 +199,9 @@ def model_module_types(name: str, trust_remote_code: bool = False) -> dict[str, 
     """Every module path of the model -> its class name, from the architecture alone: the config read from the
     built-in folder, a local folder or the HF cache (else downloaded: config.json only), the model built on the
     meta device (accelerate's `init_empty_weights`), so no weights are read or allocated."""
+    # lazy: accelerate and transformers import torch (after the backend's prepare_environment)
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
-
-    from pipeline.data.tokenizer import resolve_model_path
 
     def read_config(local_only: bool):
         return AutoConfig.from_pretrained(resolve_model_path(name), trust_remote_code=trust_remote_code,
@@ -412,10 +253,6 @@ def check_lora_targets(cfg: PipelineConfig) -> str:
 def check_resume(cfg: PipelineConfig) -> str:
     """`auto`, `never`, or a complete checkpoint folder, and the checkpoint it picks holds weights of this config's
     shape (LoRA rank, alpha, targets, base model); anything else fails before the data and the model load."""
-    from env.paths import absolute_path
-    from pipeline.run.checkpoints import PREVIOUS_DIR, checkpoint_problem, complete_checkpoints, previous_run_entries
-    from pipeline.run.resume import resume_mismatch
-
     resume, output_dir = cfg.grpo.resume, cfg.grpo.output_dir
     # the newest complete one, as resolve_resume picks it (which also moves broken ones aside; not here)
     complete = complete_checkpoints(absolute_path(output_dir)) if resume == "auto" else []
@@ -429,8 +266,6 @@ def check_resume(cfg: PipelineConfig) -> str:
     if resume == "auto":
         path, said = complete[-1], f"resume: auto, from {complete[-1]}"
     else:
-        from env.path_check import PathError, expand, nearest_existing
-
         try:  # an unset $VAR, an empty value, a symlink loop or a file on the way; a missing folder: below
             wanted = expand("resume", resume)
             if nearest_existing("resume", wanted) == wanted:
@@ -457,8 +292,6 @@ def check_resume(cfg: PipelineConfig) -> str:
 
 
 def check_gpu(cfg: PipelineConfig, choice: Any = None) -> str:
-    from pipeline.backends import choose_backend, refuse_gpu_recipe_without_cuda
-
     choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
     refuse_gpu_recipe_without_cuda(cfg, choice)  # a GPU recipe is never trained on CPU by accident
     return f"backend {choice.name} ({choice.reason})"
@@ -466,8 +299,6 @@ def check_gpu(cfg: PipelineConfig, choice: Any = None) -> str:
 
 def check_memory(cfg: PipelineConfig) -> str:
     """Estimated peak GPU memory against the GPU (pipeline/plan): a warning when over, a refusal when far over."""
-    from pipeline.plan.fit import memory_check
-
     return memory_check(cfg)
 
 
@@ -477,12 +308,6 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     ("also: ...").
 
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
-    from env.path_check import PathError
-    from pipeline.backends import choose_backend, load_backend
-    from pipeline.data.prepare import DataError
-    from pipeline.data.sources import DataFileError
-    from pipeline.trainer.build import check_effective_config, check_grpo_config
-
     cfg, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)
 
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
@@ -504,7 +329,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("output_dir", lambda: check_output_dir(cfg)),
         ("packages", lambda: check_packages(cfg)),
         ("gpu", lambda: check_gpu(cfg, choice)),
-        ("model", lambda: check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
+        ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: check_memory(cfg)),
         ("resume", lambda: check_resume(cfg)),
         *data_steps,  # then: the tokenizer, the prepared data, the rewards called on it

@@ -37,7 +37,8 @@ from pipeline.data.report import accounting_line, prompt_line
 from pipeline.errors import guarded, note_run_folder
 from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_eval_before
 from pipeline.infer.session import verify_trained_dir
-from pipeline.preflight import Check, as_json, prepare_run_data, run_checks, tensorboard_hint, without_a_held_out_set
+from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
+from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
 from pipeline.run.checkpoints import (
     checkpoint_step,
     remove_staging_leftovers,

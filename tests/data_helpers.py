@@ -3,7 +3,7 @@
 import json
 
 from pipeline.config import PipelineConfig
-from pipeline.data.sources import SAMPLE_PATH
+from pipeline.data.source_spec import SAMPLE_PATH
 
 
 def make_cfg(tmp_path, **overrides):

@@ -98,7 +98,8 @@ def test_an_export_records_the_hub_id_or_the_builtin_name(kind, tmp_path, monkey
 
     configured, loaded = _loaded(kind, tmp_path)
     adapter = _saved_adapter(tmp_path / "run" / "lora", loaded)
-    monkeypatch.setattr("pipeline.preflight.check_model", lambda name, source="hf": name)  # the network boundary
+    # the network boundary
+    monkeypatch.setattr("pipeline.data.model_check.check_model", lambda name, source="hf": name)
     monkeypatch.setattr("pipeline.infer.session.adapter_mismatch", lambda adapter, base: None)
     write_adapter_metadata(adapter, _manifest(configured, tmp_path))
     out = tmp_path / "merged"

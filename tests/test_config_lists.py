@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.config import SECTIONS, ConfigError, from_mapping, parse_config, validate
-from pipeline.config.fields import list_fields
+from pipeline.config.pipeline_config import list_fields
 from pipeline.preflight import check_lora_targets, model_module_types
 
 # A valid lone value for each list field (the item type decides).

@@ -18,7 +18,8 @@ from env.path_check import OUTPUT_FILE, PathError, check_path
 from env.text import excerpt, shorten
 from pipeline.config import ConfigError, PipelineConfig, check_field_values, parse_config, peek_option
 from pipeline.config.parse import check_value_type, read_recipe
-from pipeline.config.validate import check_choices, coerce, parse_limit, sampling_params_mapping
+from pipeline.config.validate import parse_limit, sampling_params_mapping
+from pipeline.config.values import check_choices, coerce
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "max_steps: 7\nseed: 11\nenv:\n  GRPO_TEST_FROM_RECIPE: 'yes'\n"

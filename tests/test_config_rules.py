@@ -22,9 +22,11 @@ from pipeline.config import (
     validate,
     validate_unsloth,
 )
-from pipeline.config.fields import field_rules, list_fields
+from pipeline.config.fields import field_rules
+from pipeline.config.pipeline_config import list_fields
 from pipeline.config.trl_fields import TRL_BOUNDS
-from pipeline.config.validate import coerce, world_size
+from pipeline.config.validate import world_size
+from pipeline.config.values import coerce
 
 
 def config(**overrides) -> PipelineConfig:
@@ -150,7 +152,8 @@ def test_every_numeric_field_of_ours_has_a_bound():
 
 
 def _section_of(name: str) -> str:
-    from pipeline.config.fields import SECTION_ATTR, field_names
+    from pipeline.config.fields import field_names
+    from pipeline.config.pipeline_config import SECTION_ATTR
 
     return SECTION_ATTR[field_names()[name]]
 

@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.config import ConfigError
 from pipeline.data.prepare import prepare_dataset
-from pipeline.data.sources import hub_saved_copy_dir
+from pipeline.data.hub_data import hub_saved_copy_dir
 from rewards import extract_hash_answer
 from tests.data_helpers import make_cfg, sample_rows, write_jsonl
 

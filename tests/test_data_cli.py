@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.data.report import main
+from pipeline.data_command import main
 
 ROOT = Path(__file__).resolve().parents[1]
 

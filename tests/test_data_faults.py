@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.data.sources import DataFileError, resolve_source, source_spec
+from pipeline.data.source_spec import DataFileError, source_spec
+from pipeline.data.sources import resolve_source
 from tests.data_helpers import make_cfg
 
 UTF8_HINT = "Re-save the file as UTF-8"
@@ -71,7 +72,7 @@ def _load(tmp_path: Path, fmt: str, write) -> None:
 
 
 def test_the_table_covers_every_format_and_fault():
-    from pipeline.data.sources import LOCAL_FORMATS
+    from pipeline.data.source_spec import LOCAL_FORMATS
 
     formats = {fmt for fmt, _ in CASES}
     assert {suffix.lstrip(".") for suffix in LOCAL_FORMATS} == formats

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pipeline.config import ConfigError
 from pipeline.data.clean import clean_rows
 from pipeline.data.prepare import DataError, prepare_dataset
-from pipeline.infer.evaluate import load_eval_rows
+from pipeline.data.run_data import load_eval_rows
 from pipeline.preflight import run_checks
 from rewards import correctness_reward_func, extract_hash_answer, reference_is_scorable
 from tests.data_helpers import make_cfg, write_jsonl
@@ -110,7 +110,7 @@ def test_eval_dataset_name_with_its_own_fields_is_used_whole(qwen_tokenizer, tmp
 # ---------------------------------------------------------------------------------------------
 
 def test_warmup_examples_from_gsm8k_text_or_a_solution_column_else_refused(qwen_tokenizer, tmp_path):
-    from pipeline.trainer.warmup import warmup_examples
+    from pipeline.data.run_data import warmup_examples
 
     gsm = write_jsonl(tmp_path / "gsm.jsonl", rows(3, answer=lambda i: f"{i} + 2 = <<{i}+2={i + 2}>>{i + 2}\n#### {i + 2}"))
     cfg = make_cfg(tmp_path, dataset_name=str(gsm), sft_warmup_steps=5)
@@ -222,7 +222,7 @@ def test_check_fails_exactly_when_the_run_would_naming_the_same_option(tmp_path,
 # ---------------------------------------------------------------------------------------------
 
 def test_grpo_data_prints_rows_in_kept_and_dropped_by_reason(tmp_path, capsys):
-    from pipeline.data.report import main
+    from pipeline.data_command import main
 
     data = rows(4) + rows(1) + [{"question": "Half of eleven?", "answer": "five and a half"},
                                 {"question": "长" * 400 + "？", "answer": "3"}]
@@ -255,7 +255,7 @@ def test_a_hub_dataset_without_the_config_names_dataset_config(qwen_tokenizer, t
 
 
 def test_eval_problems_that_are_also_training_questions_are_named(qwen_tokenizer, tmp_path, capsys):
-    from pipeline.preflight import prepare_run_data
+    from pipeline.data.run_data import prepare_run_data
 
     train = write_jsonl(tmp_path / "train.jsonl", rows(6))
     held = write_jsonl(tmp_path / "held.jsonl", rows(8)[4:])  # rows 4, 5 are in train; 6, 7 are new

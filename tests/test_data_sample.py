@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from pipeline.data.sources import SAMPLE_PATH
+from pipeline.data.source_spec import SAMPLE_PATH
 from rewards import extract_hash_answer
 
 # GSM8K's calculator annotations: <<48/2=24>>

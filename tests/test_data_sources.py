@@ -168,7 +168,7 @@ def test_a_folder_without_the_asked_split_names_the_split_option(qwen_tokenizer,
 def test_the_path_checks_and_the_data_loader_read_a_dataset_name_alike(name, local):
     """One reading of "dataset_name is a local path": what the path checks check is what the loader reads."""
     from env.path_check import PATH_OPTIONS
-    from pipeline.data.sources import local_path
+    from pipeline.data.data_files import local_path
 
     for option in ("dataset_name", "eval_dataset_name"):
         assert PATH_OPTIONS["train"][option].applies(name) is local, option

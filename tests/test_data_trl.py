@@ -10,7 +10,8 @@ import json
 import pytest
 
 from pipeline.config import ConfigError
-from pipeline.data.prepare import OWN_COLUMNS, prepare_dataset
+from pipeline.data.columns import OWN_COLUMNS
+from pipeline.data.prepare import prepare_dataset
 from pipeline.data.prompts import is_conversational
 from tests.data_helpers import make_cfg, write_jsonl
 from tests.train_helpers import tiny_qwen_config
@@ -182,7 +183,7 @@ def test_grpo_generate_input_takes_a_question_a_text_prompt_or_a_chat_and_names_
     import argparse
 
     from pipeline.data.prompts import as_chat
-    from pipeline.data.sources import DataFileError
+    from pipeline.data.source_spec import DataFileError
     from pipeline.infer.generate import read_prompts
 
     chat = [{"role": "system", "content": "Mine."}, {"role": "user", "content": "3+3?"}]

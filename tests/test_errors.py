@@ -27,11 +27,11 @@ COMMANDS = {
              "pipeline.data.tokenizer.load_tokenizer"),
     "train": (["--max_steps", "1"], "pipeline.preflight.check_report_to"),
     "generate": (["--base", "--model", "tiny-qwen2.5", "--prompt", "1+1?", "--backend", "plain"],
-                 "pipeline.preflight.check_model"),
+                 "pipeline.data.model_check.check_model"),
     "eval": (["--base", "--model", "tiny-qwen2.5", "--data", "demo-arithmetic", "--output", "e.json",
-              "--backend", "plain"], "pipeline.preflight.check_model"),
+              "--backend", "plain"], "pipeline.data.model_check.check_model"),
     "export": (["--lora", "{lora}", "--to", "merged16", "--out", "merged", "--backend", "plain"],
-               "pipeline.preflight.check_model"),
+               "pipeline.data.model_check.check_model"),
 }
 
 
@@ -144,9 +144,9 @@ def test_a_crash_after_the_run_folder_is_known_logs_there(place, monkeypatch, ca
 def test_through_python_m_pipeline(tmp_path):
     """As a user runs it (a fresh process): a bug (injected by a sitecustomize) is one line, exit 1 and a log."""
     (tmp_path / "sitecustomize.py").write_text(
-        "import pipeline.preflight\n"
+        "import pipeline.data.model_check\n"
         "def broken(*args, **kwargs):\n    raise ZeroDivisionError('injected bug')\n"
-        "pipeline.preflight.check_model = broken\n", encoding="utf-8")
+        "pipeline.data.model_check.check_model = broken\n", encoding="utf-8")
     env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "GRPO_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1",
            "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, "-m", "pipeline", "generate", "--base", "--model", "tiny-qwen2.5",

@@ -16,7 +16,8 @@ from safetensors.numpy import save_file
 
 from pipeline.data.cache import data_cache_root, fingerprint, local_file_identity, tokenizer_identity
 from pipeline.data.prepare import data_fields, prepare_dataset
-from pipeline.data.sources import resolve_source, source_spec
+from pipeline.data.source_spec import source_spec
+from pipeline.data.sources import resolve_source
 from pipeline.demo.model import BUILD_NAME, build_demo_tokenizer, build_inputs, demo_model_dir
 from pipeline.infer.evaluate import EVAL_BEFORE_NAME, eval_before_inputs, load_eval_before, save_eval_before
 from pipeline.run.checkpoints import PREVIOUS_DIR

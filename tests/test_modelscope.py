@@ -75,7 +75,8 @@ def test_the_model_and_tokenizer_come_from_modelscope_only_when_asked(modelscope
 
 
 def test_a_hub_dataset_comes_from_modelscope_and_is_saved_for_offline_runs(modelscope_hub, tmp_path):
-    from pipeline.data.sources import resolve_source, source_spec
+    from pipeline.data.source_spec import source_spec
+    from pipeline.data.sources import resolve_source
 
     cfg = PipelineConfig().replace(model_source="modelscope", dataset_name="someone/gsm8k_zh", dataset_config=None,
                                    question_field="question_zh-cn", answer_field="answer_only")
@@ -94,7 +95,8 @@ def test_a_hub_dataset_comes_from_modelscope_and_is_saved_for_offline_runs(model
 
 
 def test_a_missing_dataset_names_the_id_and_the_fixes(modelscope_hub, tmp_path):
-    from pipeline.data.sources import resolve_source, source_spec
+    from pipeline.data.source_spec import source_spec
+    from pipeline.data.sources import resolve_source
 
     cfg = PipelineConfig().replace(model_source="modelscope", dataset_name="nobody/none", dataset_config=None)
     with pytest.raises(RuntimeError,

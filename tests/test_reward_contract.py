@@ -12,7 +12,8 @@ import pytest
 
 from pipeline.config import ConfigError
 from pipeline.data.tokenizer import load_tokenizer
-from pipeline.preflight import check_rewards, prepare_train, run_checks
+from pipeline.data.run_data import prepare_train
+from pipeline.preflight import check_rewards, run_checks
 from rewards.contract import RewardFailure, guard_reward
 from train_helpers import demo_config
 

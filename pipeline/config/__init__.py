@@ -18,19 +18,15 @@ from pipeline.config.fields import (
     HealthArguments,
     LoraArguments,
     ModelArguments,
-    PipelineConfig,
-    check_adapter_rank,
-    field_choices,
     field_names,
-    from_mapping,
     given,
-    trl_training_args,
 )
+from pipeline.config.pipeline_config import PipelineConfig, field_choices, from_mapping, trl_training_args
 from pipeline.config.parse import normalize_argv, parse_config, peek_option, read_recipe
+from pipeline.config.values import check_choices, check_field_values
 from pipeline.config.validate import (
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
-    check_choices,
-    check_field_values,
+    check_adapter_rank,
     parse_limit,
     resolve_optim,
     sampling_params_mapping,

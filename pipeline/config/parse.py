@@ -7,20 +7,23 @@ fix, before argparse (whose messages list no alternatives). Imports no torch; tr
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import stat as stat_module
 import typing
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
+
+from env.path_check import INPUT_FILE, PathError, check_path
 from env.text import excerpt, shorten
-from pipeline.config.fields import (
-    SECTION_ATTR,
-    SECTIONS,
-    ConfigError,
-    PipelineConfig,
-    field_names,
-)
-from pipeline.config.validate import coerce
+from pipeline.config.fields import SECTIONS, ConfigError, field_names
+from pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig, check_trl_names
+from pipeline.config.trl_fields import trl_fields, trl_type
+from pipeline.config.trl_fields import trl_section as derived_trl_section
+from pipeline.config.values import coerce
+from rewards.user_code import set_recipe_dir
 
 
 def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = None) -> PipelineConfig:
@@ -33,8 +36,6 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
     argv = normalize_argv(argv or [])
     named = check_option_names(argv)
     path = config_path(argv)
-    from rewards.user_code import set_recipe_dir
-
     set_recipe_dir(Path(path).parent if path is not None else None)  # reward modules beside the recipe
     recipe = read_recipe(path) if path is not None else {}  # syntax errors and unknown keys, with file and line
     named += list(recipe) + list(base or {})
@@ -60,21 +61,15 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
 
 
 def trl_section() -> type:
-    from pipeline.config.trl_fields import trl_section as section
-
-    return section()
+    return derived_trl_section()
 
 
 def _default(name: str) -> Any:
     """The default of an option of ours or of TRL's; None for a name that is neither (or has no plain default)."""
-    import dataclasses
-
     owners = field_names()
     if name in owners:
         fields = {f.name: f for f in dataclasses.fields(owners[name])}
     else:
-        from pipeline.config.trl_fields import trl_fields
-
         fields = trl_fields()
     f = fields.get(name)
     return None if f is None else f.default
@@ -85,8 +80,6 @@ def _kind(name: str) -> Any:
     owners = field_names()
     if name in owners:
         return typing.get_type_hints(owners[name])[name]
-    from pipeline.config.trl_fields import trl_type
-
     return trl_type(name)
 
 
@@ -114,8 +107,6 @@ def config_path(argv: list[str]) -> Optional[str]:
     if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
         raise ConfigError("config", "--config needs a file, e.g. --config configs/qwen2.5-1.5b-gsm8k.yaml")
     path = argv[index + 1]
-    from env.path_check import INPUT_FILE, PathError, check_path
-
     try:
         check_path("config", path, INPUT_FILE)  # missing, a folder, unreadable, an unset $VAR, a symlink loop
     except PathError as err:
@@ -146,8 +137,6 @@ def recipe_text(path: str) -> str:
     bootstrap, `grpo plan`, the key lines of a message) shares it, so a pipe or process substitution
     (`--config <(...)`), whose text can be read only once, works. A regular file is read again only when it has
     changed (its size or mtime). Not UTF-8 or over MAX_RECIPE_BYTES is a ConfigError naming the file."""
-    import stat as stat_module
-
     info = os.stat(path)
     regular = stat_module.S_ISREG(info.st_mode)
     key = (os.path.abspath(path), info.st_dev, info.st_ino) + ((info.st_size, info.st_mtime_ns) if regular else ())
@@ -183,8 +172,6 @@ def check_option_names(argv: list[str]) -> list[str]:
                 given_names.append(name[3:] if name.startswith("no_") and _default(name[3:]) is True else name)
     not_ours = [name for name in dict.fromkeys(given_names) if name not in owners]
     if not_ours:
-        from pipeline.config.fields import check_trl_names
-
         check_trl_names(not_ours)
     for i, arg in enumerate(argv):
         if arg.endswith((".yaml", ".yml")) and (i == 0 or not argv[i - 1].startswith("--")):
@@ -217,8 +204,6 @@ def read_recipe(path: str) -> dict[str, Any]:
     loaded = {key: value for key, value in loaded.items() if key != "env"}
     not_ours = sorted(str(k) for k in set(loaded) - set(field_names()))
     if not_ours:
-        from pipeline.config.fields import check_trl_names
-
         try:
             check_trl_names(not_ours)
         except ConfigError as err:
@@ -249,8 +234,6 @@ MAX_RECIPE_VALUES = 100_000
 def _load_recipe(path: str) -> tuple[dict[str, Any], dict[str, int]]:
     """The recipe's top-level mapping and the line of each key, from its text (read once): composed into YAML
     nodes first, so an alias bomb is refused by counting, before anything is expanded or printed."""
-    import yaml
-
     where = os.path.abspath(path)
     loader = unique_key_loader()(recipe_text(path))
     try:
@@ -281,8 +264,6 @@ def _load_recipe(path: str) -> tuple[dict[str, Any], dict[str, int]]:
 
 def _check_expanded_size(root: Any, where: str) -> None:
     """Refuse a YAML node graph that expands to more than MAX_RECIPE_VALUES values, or that refers to itself."""
-    import yaml
-
     sizes: dict[int, int] = {}
     open_nodes: set[int] = set()
 
@@ -356,8 +337,6 @@ def unique_key_loader() -> type:
     ...
     pipeline.config.parse.DuplicateKeyError: duplicate key 'a' on line 3 (first on line 1)
     """
-    import yaml
-
     class UniqueKeyLoader(yaml.SafeLoader):
         def construct_mapping(self, node, deep=False):
             if isinstance(node, yaml.MappingNode):

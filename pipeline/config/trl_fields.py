@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
+import re
 import typing
 from typing import Any
+
+from pipeline.config.fields import field_names
 
 # GRPOConfig fields the run sets itself; naming one is refused with this reason.
 RUN_OWNED = {
@@ -113,8 +117,6 @@ def grpo_config_class() -> type:
 @functools.lru_cache(maxsize=1)
 def trl_fields() -> dict[str, dataclasses.Field]:
     """GRPOConfig's init fields that no section of ours owns, RUN_OWNED ones included (to refuse them by name)."""
-    from pipeline.config.fields import field_names
-
     ours = set(field_names())
     return {f.name: f for f in dataclasses.fields(grpo_config_class())
             if f.init and f.name not in ours and not f.name.startswith("_")}
@@ -156,9 +158,6 @@ def trainer_choices() -> dict[str, tuple[str, ...]]:
     >>> trainer_choices()["loss_type"][:3], "none" in trainer_choices()["scale_rewards"]
     (('bnpo', 'cispo', 'dapo'), True)
     """
-    import inspect
-    import re
-
     import trl.trainer.grpo_trainer as trainer
 
     source = inspect.getsource(trainer)

@@ -1,30 +1,23 @@
 """Validation of a parsed config: pure Python, before any model or tokenizer loads.
 
 `validate()` turns the mistakes that otherwise surface deep inside TRL or Unsloth (or worse, are silently
-rewritten by them) into one ConfigError that names the field and the fix. `check_field_values()` is the
-generic part: every field's type, and the bounds and choices declared with it in fields.py.
+rewritten by them) into one ConfigError that names the field and the fix. `check_field_values()` (values.py)
+is the generic part it runs first: every field's type, and the bounds and choices declared with it in fields.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import importlib.util
 import json
-import math
 import os
-import typing
 import warnings
 from typing import Any, Optional
 
 from env.text import excerpt
-from pipeline.config.fields import (
-    MIN_SAMPLING_TEMPERATURE,
-    SECTION_ATTR,
-    SECTIONS,
-    ConfigError,
-    PipelineConfig,
-    check_adapter_rank,
-    field_rules,
-)
+from pipeline.config.fields import ConfigError
+from pipeline.config.pipeline_config import PipelineConfig
+from pipeline.config.values import check_field_values, check_generation_temperature
+from rewards import check_reward_weights, get_reward_funcs  # light: no torch
 
 # What Unsloth trains in full rather than as LoRA (unsloth/models/_utils.py EMBEDDING_MODULES).
 EMBEDDING_MODULES = ("embed_tokens", "lm_head")
@@ -40,130 +33,21 @@ UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS = {
 }
 
 
-def coerce(value: Any, kind: type, name: str) -> Any:
-    """`value` as `kind` (int/float/bool), or a ConfigError. A float for an int field is refused unless whole:
-    1.5 steps would otherwise be truncated (or fail deep inside the trainer)."""
-    article = "an integer" if kind is int else "a number" if kind is float else "true or false"
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(name, f"got {excerpt(value)}; use true or false.")
-    if isinstance(value, bool):
-        raise ConfigError(name, f"got {excerpt(value)}; use {article}.")
-    if isinstance(value, str):
-        try:
-            value = float(value) if kind is float else int(value)
-        except ValueError:
-            raise ConfigError(name, f"got {excerpt(value)}; use {article}.") from None
-    if not isinstance(value, (int, float)):
-        raise ConfigError(name, f"got {excerpt(value)} ({type(value).__name__}); use {article}.")
-    if not math.isfinite(value):
-        raise ConfigError(name, f"got {excerpt(value)}; use a finite number.")
-    if kind is int:
-        if value != int(value):
-            raise ConfigError(name, f"got {excerpt(value)}; use a whole number such as {max(int(value), 1)}.")
-        return int(value)
-    return float(value)
+def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
+                       field_name: str = "max_lora_rank") -> None:
+    """Refuse an adapter rank above max_lora_rank: vLLM sizes its LoRA slots by max_lora_rank when the
+    engine starts and cannot load a larger adapter. The one rank check for training, generate/eval and
+    the Unsloth backend.
 
-
-def check_choices(section: Any) -> None:
-    """The one check of choice fields: each field of `section` (one section's dataclass) that declares
-    `choices` in fields.py. check_field_values runs it on every section; code that takes one section without
-    validate() (data preparation, the health rules) runs it on its own.
-
-    >>> from pipeline.config import HealthArguments
-    >>> check_choices(HealthArguments(kl_action="halt"))
+    >>> check_adapter_rank(64, 32, what="the adapter at /runs/lora",  # doctest: +ELLIPSIS
+    ...                    fix="Pass --max_lora_rank 64.")
     Traceback (most recent call last):
     ...
-    pipeline.config.fields.ConfigError: config error in `kl_action`: got 'halt'; choose one of warn, stop.
+    pipeline.config.fields.ConfigError: config error in `max_lora_rank`: the adapter at /runs/lora has rank r=64, ...
     """
-    for f in dataclasses.fields(section):
-        choices = field_rules(f).get("choices")
-        value = getattr(section, f.name)
-        if choices and value not in choices:
-            raise ConfigError(f.name, f"got {excerpt(value)}; choose one of {', '.join(choices)}.")
-
-
-def check_bounds(value: float, name: str, rules: dict[str, Any], default: Any) -> None:
-    """The one bounds check: `rules` as `_help` declares them (gt/ge/lt/le, and `why`, the reason)."""
-    bounds = {key: rules[key] for key in ("gt", "ge", "lt", "le") if key in rules}
-    tests = {"gt": (value > bounds.get("gt", -math.inf), "> {}"),
-             "ge": (value >= bounds.get("ge", -math.inf), ">= {}"),
-             "lt": (value < bounds.get("lt", math.inf), "< {}"), "le": (value <= bounds.get("le", math.inf), "<= {}")}
-    wanted = " and ".join(text.format(bounds[key]) for key, (_, text) in tests.items() if key in bounds)
-    if not all(ok for ok, _ in tests.values()):
-        suggestion = f" (the default is {default})" if default is not None else ""
-        why = f": {rules['why']}" if rules.get("why") else ""
-        raise ConfigError(name, f"got {value:g}; it must be {wanted}{suggestion}{why}.")
-
-
-def check_trl_bounds(values: dict[str, Any]) -> None:
-    """TRL's numeric options as set (`PipelineConfig.trl`) against TRL_BOUNDS, before anything loads."""
-    from pipeline.config.trl_fields import TRL_BOUNDS
-
-    for name, value in values.items():
-        rules = TRL_BOUNDS.get(name)
-        if rules is None or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        check_bounds(coerce(value, float, name), name, rules, None)
-
-
-def check_generation_temperature(value: float, name: str) -> None:
-    """generate/eval's temperature: 0 is greedy, and sampling starts at MIN_SAMPLING_TEMPERATURE (below it the
-    plain backend's logits / temperature overflow float32, fields.py says why). [0, 2] is checked with the field."""
-    if 0 < value < MIN_SAMPLING_TEMPERATURE:
-        raise ConfigError(name, f"got {value:g}; use 0 for greedy decoding, or at least {MIN_SAMPLING_TEMPERATURE:g} "
-                          "to sample (below it logits / temperature overflow float32).")
-
-
-def check_field_values(cfg: PipelineConfig) -> None:
-    """Check (and normalise) every field against its declared type, bounds and choices.
-
-    YAML and the parser's defaults pass values through untyped, so `max_steps: 1.5` or `learning_rate: -1`
-    would otherwise reach the trainer after the model has loaded.
-
-    >>> check_field_values(PipelineConfig().replace(max_steps=1.5))
-    Traceback (most recent call last):
-    ...
-    pipeline.config.fields.ConfigError: config error in `max_steps`: got 1.5; use a whole number such as 1.
-    >>> check_field_values(PipelineConfig().replace(learning_rate=0))
-    Traceback (most recent call last):
-    ...
-    pipeline.config.fields.ConfigError: config error in `learning_rate`: got 0; it must be > 0 and <= 1.0 (the ...
-    """
-    for section_cls in SECTIONS:
-        section = getattr(cfg, SECTION_ATTR[section_cls])
-        hints = typing.get_type_hints(section_cls)
-        for f in dataclasses.fields(section_cls):
-            kind = hints[f.name]
-            optional = type(None) in typing.get_args(kind)
-            if optional:
-                kind = next(a for a in typing.get_args(kind) if a is not type(None))
-            value = getattr(section, f.name)
-            rules = field_rules(f)
-            if "choices" in rules:
-                continue  # check_choices below
-            if value is None:
-                if optional:
-                    continue
-                raise ConfigError(f.name, "is empty; give a value or remove the line to use the default.")
-            if typing.get_origin(kind) is list:
-                (item_kind,) = typing.get_args(kind)
-                if item_kind in (int, float):
-                    setattr(section, f.name, [coerce(v, item_kind, f.name) for v in value])
-                elif item_kind is str and any(not isinstance(v, str) or not v.strip() for v in value):
-                    bad = next(v for v in value if not isinstance(v, str) or not v.strip())
-                    raise ConfigError(f.name, f"got {excerpt(bad)} in {excerpt(list(value))}; each entry is a name "
-                                              "(text).")
-                continue
-            if kind not in (int, float, bool):
-                continue
-            value = coerce(value, kind, f.name)
-            setattr(section, f.name, value)
-            if kind is not bool and rules:
-                check_bounds(value, f.name, rules, f.default if f.default is not dataclasses.MISSING else None)
-        check_choices(section)
-    check_trl_bounds(cfg.trl)
+    if rank > max_lora_rank:
+        raise ConfigError(field_name, f"{what} has rank r={rank}, above max_lora_rank={max_lora_rank}; vLLM cannot "
+                                      f"load it. {fix}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,8 +115,6 @@ def resolve_optim(cfg: PipelineConfig) -> tuple[PipelineConfig, Optional[str]]:
     >>> cfg.grpo.optim, note
     ('adamw_torch', None)
     """
-    import importlib.util
-
     optim = cfg.grpo.optim
     if optim not in BITSANDBYTES_OPTIMIZERS or importlib.util.find_spec("bitsandbytes") is not None:
         return cfg, None
@@ -256,11 +138,40 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     ...
     pipeline.config.fields.ConfigError: config error in `num_generations`: got 1; it must be >= 2 ...
     """
-    m, lo, d, g, gen, h = cfg.model, cfg.lora, cfg.data, cfg.grpo, cfg.generation, cfg.health
+    m, lo, g = cfg.model, cfg.lora, cfg.grpo
     notes: list[str] = []
     n_processes = n_processes or world_size()
     check_field_values(cfg)
 
+    _check_batch(g, n_processes)
+    completion_limit = _check_lengths(cfg)
+    check_adapter_rank(lo.lora_r, m.max_lora_rank, what="the adapter this run trains (lora_r)",
+                       fix=f"Raise max_lora_rank to {lo.lora_r} or lower lora_r.", field_name="lora_r")
+    _check_generation(cfg.generation, completion_limit)
+    if not (1e-7 <= g.learning_rate <= 1e-3):  # <= 0 was refused by check_field_values
+        notes.append(f"learning_rate {g.learning_rate:g} is outside 1e-7..1e-3; GRPO with LoRA usually uses "
+                     "1e-6..5e-5 (the notebooks: 5e-6).")
+
+    _check_adaptive_beta(cfg)
+    params = sampling_params_mapping(g.vllm_sampling_params)
+    for key, where in UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS.items():
+        if key in params:
+            raise ConfigError("vllm_sampling_params", f"`{key}` is ignored there (Unsloth takes it from the "
+                              f"trainer config); set `{where}` instead.")
+
+    if (backend or m.backend) == "unsloth":
+        validate_unsloth(cfg)
+
+    if m.vllm_mode == "server" and not m.vllm_server_base_url:
+        notes.append("vllm_mode=server without vllm_server_base_url: TRL will use host 0.0.0.0:8000.")
+    _check_rewards(g)
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    return notes
+
+
+def _check_batch(g: Any, n_processes: int) -> None:
+    """max_steps trains something; the global batch holds whole groups of num_generations."""
     if g.max_steps == 0:  # the Trainer would take one step and report success
         raise ConfigError("max_steps", "got 0, which trains nothing; give the number of optimizer steps (e.g. 250), "
                           "or -1 to train num_train_epochs.")
@@ -275,6 +186,10 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
             "(Unsloth would silently rewrite the batch size; we refuse instead so the run does what you wrote.)",
         )
 
+
+def _check_lengths(cfg: PipelineConfig) -> Optional[int]:
+    """The prompt and completion limits fit in max_seq_length; returns the completion limit (None: auto)."""
+    m, d = cfg.model, cfg.data
     prompt_limit = parse_limit(d.max_prompt_length, "max_prompt_length")
     completion_limit = parse_limit(d.max_completion_length, "max_completion_length")
     if prompt_limit is not None and completion_limit is not None \
@@ -288,11 +203,11 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     for name, limit in (("max_prompt_length", prompt_limit), ("max_completion_length", completion_limit)):
         if limit is not None and limit >= m.max_seq_length:
             raise ConfigError(name, f"{limit} leaves no room in max_seq_length ({m.max_seq_length}).")
-
-    check_adapter_rank(lo.lora_r, m.max_lora_rank, what="the adapter this run trains (lora_r)",
-                       fix=f"Raise max_lora_rank to {lo.lora_r} or lower lora_r.", field_name="lora_r")
+    return completion_limit
 
 
+def _check_generation(gen: Any, completion_limit: Optional[int]) -> None:
+    """The generation settings used after training: a sampling temperature, no answer past the trained length."""
     check_generation_temperature(gen.gen_temperature, "gen_temperature")
     if gen.gen_max_tokens is not None:  # >= 1 was checked by check_field_values
         if completion_limit is not None and gen.gen_max_tokens > completion_limit and not gen.allow_longer_generation:
@@ -303,42 +218,27 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
                 "Lower it, or set allow_longer_generation: true.",
             )
 
-    if not (1e-7 <= g.learning_rate <= 1e-3):  # <= 0 was refused by check_field_values
-        notes.append(f"learning_rate {g.learning_rate:g} is outside 1e-7..1e-3; GRPO with LoRA usually uses "
-                     "1e-6..5e-5 (the notebooks: 5e-6).")
 
+def _check_adaptive_beta(cfg: PipelineConfig) -> None:
+    """adaptive_beta needs a KL to steer and a sane range."""
+    g, h = cfg.grpo, cfg.health
     if h.adaptive_beta and g.beta <= 0:
         raise ConfigError("adaptive_beta", "needs beta > 0 at the start: with beta = 0 TRL loads no reference "
                           "model, so there is no KL to steer. Set beta: 0.04, or adaptive_beta: false.")
     if h.adaptive_beta and not (0 <= h.beta_min <= h.beta_max):
         raise ConfigError("beta_min", f"need 0 <= beta_min ({h.beta_min}) <= beta_max ({h.beta_max}).")
 
-    params = sampling_params_mapping(g.vllm_sampling_params)
-    for key, where in UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS.items():
-        if key in params:
-            raise ConfigError("vllm_sampling_params", f"`{key}` is ignored there (Unsloth takes it from the "
-                              f"trainer config); set `{where}` instead.")
 
-    if (backend or m.backend) == "unsloth":
-        validate_unsloth(cfg)
-
-    if m.vllm_mode == "server" and not m.vllm_server_base_url:
-        notes.append("vllm_mode=server without vllm_server_base_url: TRL will use host 0.0.0.0:8000.")
-    from rewards import get_reward_funcs  # light: no torch
-
+def _check_rewards(g: Any) -> None:
+    """reward_funcs name known rewards, reward_weights match them."""
     try:
         get_reward_funcs(list(g.reward_funcs))
     except ValueError as err:
         raise ConfigError("reward_funcs", str(err)) from None
-    from rewards import check_reward_weights
-
     try:
         check_reward_weights(list(g.reward_funcs), g.reward_weights)
     except ValueError as err:
         raise ConfigError("reward_weights", str(err)) from None
-    for note in notes:
-        warnings.warn(note, stacklevel=2)
-    return notes
 
 
 def validate_unsloth(cfg: PipelineConfig) -> None:

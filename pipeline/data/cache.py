@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import cache_root, publish_once
+import pipeline.data  # the package's own code is the cache's identity (data_code_identity)
 from pipeline.run.kept import code_hash, file_sha256, state_key, versions
 
 # Bump when the prepared columns or the cleaning rules change, so old caches are not reused.
@@ -92,8 +93,6 @@ def model_identity(model_name_or_path: str, source: str = "hf") -> dict[str, Any
 def data_code_identity() -> dict[str, Any]:
     """The code and libraries that build a cache entry: pipeline/data/*.py and the versions that load, clean,
     tokenize and save the rows (an entry saved by another pyarrow or datasets may not load the same)."""
-    import pipeline.data
-
     return {"code_sha256": code_hash(pipeline.data),
             "versions": versions("datasets", "pyarrow", "transformers", "tokenizers", "jinja2")}
 

@@ -2,7 +2,7 @@
 
     prepare_dataset(cfg, tokenizer) -> PreparedData(dataset, report, max_prompt_length, ...)
 
-`grpo data` (pipeline/data/report.py) runs it alone and prints the report.
+`grpo data` (pipeline/data_command.py) runs it alone and prints the report.
 
 The steps, and the pitfall each one is there for:
 
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from env.paths import absolute_path, atomic_write_json, snapshot
 from pipeline.config import ConfigError, check_choices, parse_limit
 from pipeline.data.cache import (
     DATA_FORMAT_VERSION,
@@ -46,19 +47,21 @@ from pipeline.data.cache import (
     tokenizer_identity,
 )
 from pipeline.data.clean import clean_rows
+from pipeline.data.columns import prompt_formats, training_columns
 from pipeline.data.prompts import (
     LengthBudget,
     build_prompt,
     check_system_prompt_survives,
     count_prompt_tokens,
-    is_conversational,
     with_system_prompt,
     length_stats,
     system_prompt_tokens,
 )
-from pipeline.data.sources import OWN_PREFIX, DataSource, resolve_source, source_spec
+from pipeline.data.source_spec import DataSource, source_spec
+from pipeline.data.sources import resolve_source
 from pipeline.run.kept import code_hash
-from rewards.correctness import REFERENCE_COLUMN
+import rewards
+from rewards import extract_hash_answer, reference_is_scorable
 
 REPORT_NAME = "data_report.json"
 EVAL_REPORT_NAME = "data_report_eval.json"
@@ -131,8 +134,6 @@ def data_fields(cfg: Any) -> dict[str, Any]:
 def answer_reader_version() -> str:
     """sha256 of the rewards package's code: which answers are scorable (and how GSM8K answers are reduced)
     is its decision, so a change to it re-prepares the data instead of serving old decisions from the cache."""
-    import rewards
-
     return code_hash(rewards)
 
 
@@ -190,42 +191,22 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
     source = resolve_source(cfg, spec, cache_root)
     key = fingerprint(source.identity, tokenizer_identity(tokenizer), data_fields(cfg))
     entry = cache_root / key
-    from env.paths import absolute_path, snapshot
-
     # What the cache entry and the report were before the build is all their writes may replace (env.paths.publish).
     entry_seen = snapshot(entry, option="data_cache_dir")
     report_seen = (snapshot(absolute_path(report_dir if report_dir is not None else cfg.grpo.output_dir) / report_name)
                    if write_report else None)
 
-    error: Optional[str] = None
-    with _quiet_datasets():
-        cached = load_cached(entry)
-        if cached is not None:
-            dataset, report = cached
-            report["cache_hit"] = True
-        else:
-            dataset, report, error = _build(cfg, tokenizer, source, budget, spec.split, spec.name_option)
-            report.update(fingerprint=key, cache_hit=False, cache_entry=str(entry))
-            if error is None:
-                save_cached(entry, dataset, report, seen=entry_seen)
+    dataset, report, error = _cached_or_built(cfg, tokenizer, source, budget, spec, key, entry, entry_seen)
     # First: when most answers are unreadable, the answer column is what to fix (even if no rows are left).
     unscorable = _unscorable_error(report, spec.answer_option)
-    error = unscorable or error
-
+    error = unscorable or error or _strict_error(report, d.strict)
     report["strict"] = bool(d.strict)
-    if error is None and d.strict and report["rows_rejected_total"]:
-        counts = ", ".join(f"{reason}: {info['count']}" for reason, info in report["rows_rejected"].items())
-        error = (f"strict: true and {report['rows_rejected_total']} of {report['rows_in']} rows were rejected "
-                 f"({counts}). See rows_rejected in the data report for the ids; fix the data or set strict: false "
-                 "to drop them.")
     report["status"] = "error" if error else "ok"
     report["error"] = error
 
     report_path: Optional[Path] = None
     if write_report:
         report_path = report_seen.path
-        from env.paths import atomic_write_json
-
         atomic_write_json(report_path, report, seen=report_seen)
         report["report_path"] = str(report_path)
     where = f"\n(data report: {report_path})" if report_path else ""
@@ -237,6 +218,32 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
     return PreparedData(dataset=dataset, report=report, max_prompt_length=limits["max_prompt_length"],
                         max_completion_length=limits["max_completion_length"], fingerprint=key,
                         report_path=report_path)
+
+
+def _cached_or_built(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget, spec: Any, key: str,
+                     entry: Path, entry_seen: Any) -> tuple[Any, dict[str, Any], Optional[str]]:
+    """The cache entry when there is one, else the split built (and cached when it can be used)."""
+    with _quiet_datasets():
+        cached = load_cached(entry)
+        if cached is not None:
+            dataset, report = cached
+            report["cache_hit"] = True
+            return dataset, report, None
+        dataset, report, error = _build(cfg, tokenizer, source, budget, spec.split, spec.name_option)
+        report.update(fingerprint=key, cache_hit=False, cache_entry=str(entry))
+        if error is None:
+            save_cached(entry, dataset, report, seen=entry_seen)
+        return dataset, report, error
+
+
+def _strict_error(report: dict[str, Any], strict: bool) -> Optional[str]:
+    """`strict: true` refuses any rejected row."""
+    if not strict or not report["rows_rejected_total"]:
+        return None
+    counts = ", ".join(f"{reason}: {info['count']}" for reason, info in report["rows_rejected"].items())
+    return (f"strict: true and {report['rows_rejected_total']} of {report['rows_in']} rows were rejected "
+            f"({counts}). See rows_rejected in the data report for the ids; fix the data or set strict: false "
+            "to drop them.")
 
 
 def _unscorable_error(report: dict[str, Any], answer_option: str) -> Optional[str]:
@@ -253,65 +260,9 @@ def _unscorable_error(report: dict[str, Any], answer_option: str) -> Optional[st
             "these answers, set keep_unscorable: true.")
 
 
-# The pipeline's own per-row columns. TRL passes every column but `prompt` to each reward as a keyword, so ours
-# carry a prefix no user column may have (pipeline/data/sources.py refuses one): a user's `answer`, `solution`
-# or `id` reaches their rewards as they wrote it. grpo_answer is answer_field's value, cleaned and reduced
-# (GSM8K `#### 18` -> 18): the reference the built-in correctness reward reads.
-ANSWER, ROW_ID, PROMPT_TOKENS, SOLUTION = REFERENCE_COLUMN, "grpo_id", "grpo_prompt_tokens", "grpo_solution"
-OWN_COLUMNS = (ANSWER, ROW_ID, PROMPT_TOKENS, SOLUTION)
-assert all(name.startswith(OWN_PREFIX) for name in OWN_COLUMNS)
-
-
-def training_columns(table: Any, prompts: list[Any], rows: list[Any], prompt_tokens: list[int]) -> Any:
-    """The training set: the source's own columns for the kept rows, with their values and types (TRL passes
-    every column but `prompt` to each reward function as a keyword argument), `prompt` (the prompt the model
-    is given) and the pipeline's OWN_COLUMNS."""
-    from datasets import Dataset
-
-    dataset = table if isinstance(table, Dataset) else Dataset.from_dict(table)
-    dataset = dataset.select([row.index for row in rows])
-    if "prompt" in dataset.column_names:
-        dataset = dataset.remove_columns("prompt")
-    own = {"prompt": prompts, ANSWER: [row.answer or None for row in rows], ROW_ID: [row.id for row in rows],
-           PROMPT_TOKENS: list(prompt_tokens), SOLUTION: [row.solution for row in rows]}
-    if "answer" not in dataset.column_names and any(row.answer for row in rows):
-        # answer_field names another column and none is called `answer`: the reference also arrives as `answer`,
-        # as the pipeline always passed it (and the notebooks' rewards read it); no user column is hidden.
-        own["answer"] = own[ANSWER]
-    for name, values in own.items():
-        dataset = dataset.add_column(name, values)
-    return dataset.flatten_indices()
-
-
-def _column_names(table: Any) -> list[str]:
-    return list(table.column_names) if hasattr(table, "column_names") else list(table)
-
-
-def prompt_formats(source_format: str, prompts: list[Any], system_prompt: Optional[str]) -> dict[str, Any]:
-    """What the report (and `--check`) says of the prompts: where they came from, how many are standard (text)
-    and conversational (messages), and whether system_prompt was added or the prompt's own system message kept.
-
-    >>> prompt_formats("prompt", ["1+1=", [{"role": "system", "content": "Mine."}, {"role": "user", "content": "?"}],
-    ...                           [{"role": "user", "content": "?"}]], "Be brief.")["system_prompt"]
-    {'added': 1, 'own_kept': 1, 'standard_as_written': 1}
-    """
-    if source_format != "prompt":
-        return {"source": "question_field", "standard": 0, "conversational": len(prompts),
-                "system_prompt": {"added": len(prompts) if system_prompt else 0, "own_kept": 0,
-                                  "standard_as_written": 0}}
-    chats = [p for p in prompts if is_conversational(p)]
-    own = sum(1 for p in chats if p and p[0].get("role") == "system")
-    return {"source": "prompt", "standard": len(prompts) - len(chats), "conversational": len(chats),
-            "system_prompt": {"added": (len(chats) - own) if system_prompt else 0, "own_kept": own,
-                              "standard_as_written": len(prompts) - len(chats)}}
-
-
 def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
            split: str, source_option: str = "dataset_name") -> tuple[Any, dict[str, Any], Optional[str]]:
     """Load, clean and measure; return (dataset or None, report, error message or None)."""
-    # lazy: the rewards package is only needed once rows exist
-    from rewards import extract_hash_answer, reference_is_scorable
-
     d = cfg.data
     started = time.perf_counter()
     # Fail before reading any rows when the limit cannot even hold the system prompt.
@@ -342,19 +293,8 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
         keep = keep[: d.max_samples]
     kept_counts = [lengths.counts[i] for i in keep]
 
-    error: Optional[str] = None
-    if overlong and d.overlong_policy == "error":
-        worst = ", ".join(f"{row_id} ({n} tokens)" for row_id, n in overlong[:MAX_IDS_PER_REASON])
-        error = (f"{len(overlong)} prompt(s) are longer than the prompt limit of {limit} tokens and "
-                 f"overlong_policy is `error`: {worst}. Raise max_prompt_length (or max_seq_length), shorten "
-                 "those questions, or set overlong_policy: drop.")
+    error = _build_error(d.overlong_policy, overlong, keep, limit, source, source_option, len(raw.ids), rejected)
     prompt_limit = completion_limit = None
-    if not keep and error is None:
-        hint = (f" The prompts are over the limit of {limit} tokens: raise max_seq_length (or max_prompt_length), "
-                "or use a model whose tokenizer needs fewer tokens for this text." if overlong else "")
-        error = (f"no rows left in {source.description.get('path') or source.description.get('name')} "
-                 f"({source_option}): {len(raw.ids)} rows came in, {rejected.total} were rejected "
-                 f"({', '.join(f'{k}: {len(v)}' for k, v in rejected.ids_by_reason.items())}).{hint}")
     if error is None:
         prompt_limit, completion_limit = budget.final_limits(max(kept_counts))
 
@@ -362,16 +302,7 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
         "format_version": DATA_FORMAT_VERSION,
         "source": source.description,
         "split": split,
-        "rows_in": len(raw.ids),
-        "rows_kept": len(keep),
-        "rows_rejected_total": rejected.total,
-        "rows_rejected": rejected.summary(MAX_IDS_PER_REASON),
-        "rows_unused_max_samples": unused,
-        # Unscorable share among the answers read (refused above MAX_UNSCORABLE_SHARE); kept ones are listed.
-        "answers_checked": rejected.answers_checked,
-        "unscorable_kept": {"count": len(rejected.unscorable_kept),
-                            "ids": rejected.unscorable_kept[:MAX_IDS_PER_REASON]},
-        "rows_with_solution": sum(1 for i in keep if rows[i].solution),
+        **_row_counts(len(raw.ids), rows, keep, rejected, unused),
         "prompt_format": formats,
         "columns": sorted(set(_column_names(raw.table)) - {"prompt"}),
         "prompt_tokens": {**length_stats(lengths.counts), "max_kept": max(kept_counts, default=None)},
@@ -400,3 +331,40 @@ def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
     dataset = training_columns(raw.table, [conversations[i] for i in keep], [rows[i] for i in keep], kept_counts)
     report["timing_s"]["total"] = round(time.perf_counter() - started, 3)
     return dataset, report, None
+
+
+def _column_names(table: Any) -> list[str]:
+    return list(table.column_names) if hasattr(table, "column_names") else list(table)
+
+
+def _build_error(overlong_policy: str, overlong: list[tuple[str, int]], keep: list[int], limit: int,
+                 source: DataSource, source_option: str, rows_in: int, rejected: Any) -> Optional[str]:
+    """Why the built split cannot be used (overlong_policy: error met an overlong prompt, or no row is left)."""
+    if overlong and overlong_policy == "error":
+        worst = ", ".join(f"{row_id} ({n} tokens)" for row_id, n in overlong[:MAX_IDS_PER_REASON])
+        return (f"{len(overlong)} prompt(s) are longer than the prompt limit of {limit} tokens and "
+                f"overlong_policy is `error`: {worst}. Raise max_prompt_length (or max_seq_length), shorten "
+                "those questions, or set overlong_policy: drop.")
+    if not keep:
+        hint = (f" The prompts are over the limit of {limit} tokens: raise max_seq_length (or max_prompt_length), "
+                "or use a model whose tokenizer needs fewer tokens for this text." if overlong else "")
+        return (f"no rows left in {source.description.get('path') or source.description.get('name')} "
+                f"({source_option}): {rows_in} rows came in, {rejected.total} were rejected "
+                f"({', '.join(f'{k}: {len(v)}' for k, v in rejected.ids_by_reason.items())}).{hint}")
+    return None
+
+
+def _row_counts(rows_in: int, rows: list[Any], keep: list[int], rejected: Any, unused: int) -> dict[str, Any]:
+    """The report's accounting of the rows: in, kept, rejected by reason, unused by max_samples, unscorable."""
+    return {
+        "rows_in": rows_in,
+        "rows_kept": len(keep),
+        "rows_rejected_total": rejected.total,
+        "rows_rejected": rejected.summary(MAX_IDS_PER_REASON),
+        "rows_unused_max_samples": unused,
+        # Unscorable share among the answers read (refused above MAX_UNSCORABLE_SHARE); kept ones are listed.
+        "answers_checked": rejected.answers_checked,
+        "unscorable_kept": {"count": len(rejected.unscorable_kept),
+                            "ids": rejected.unscorable_kept[:MAX_IDS_PER_REASON]},
+        "rows_with_solution": sum(1 for i in keep if rows[i].solution),
+    }

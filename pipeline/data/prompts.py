@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+import numpy as np
+
 from env.text import excerpt
 from pipeline.config import ConfigError
 
@@ -209,8 +211,6 @@ def length_stats(counts: Sequence[int]) -> dict[str, float | int]:
     >>> length_stats([10, 20, 30, 40])
     {'count': 4, 'min': 10, 'max': 40, 'mean': 25.0, 'p50': 25.0, 'p90': 37.0, 'p99': 39.7}
     """
-    import numpy as np
-
     if len(counts) == 0:
         return {"count": 0}
     values = np.asarray(counts)

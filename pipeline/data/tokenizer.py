@@ -10,7 +10,11 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from tokenizers import Tokenizer
+
+from env.hubs import download_model
 from env.text import shorten
+from pipeline.config import ConfigError
 from pipeline.demo.registry import builtin_model
 
 
@@ -22,8 +26,6 @@ def resolve_model_path(model_name_or_path: str, source: str = "hf") -> str:
     if builtin is not None and builtin.folder is not None:
         return str(builtin.folder())
     if source == "modelscope" and not Path(model_name_or_path).expanduser().exists():
-        from env.hubs import download_model
-
         return download_model(model_name_or_path)
     return model_name_or_path
 
@@ -48,8 +50,6 @@ def broken_tokenizer_file(folder: Path) -> Optional[str]:
         except json.JSONDecodeError as err:
             return f"{path} line {err.lineno}, column {err.colno} is not valid JSON ({err.msg})"
     if (folder / "tokenizer.json").is_file():
-        from tokenizers import Tokenizer
-
         try:
             Tokenizer.from_file(str(folder / "tokenizer.json"))
         except Exception as err:  # noqa: BLE001 - tokenizers raises a plain Exception
@@ -73,8 +73,6 @@ def load_tokenizer(model_name_or_path: str, trust_remote_code: bool = False, sou
             broken = broken_tokenizer_file(Path(path).expanduser()) if Path(path).expanduser().is_dir() else None
             if broken is None:
                 raise
-            from pipeline.config import ConfigError
-
             raise ConfigError("model_name_or_path", f"{broken}. Restore that file from the model's original copy "
                               "(or download the model again).") from err
     tokenizer.padding_side = "left"

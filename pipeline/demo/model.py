@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import atomic_write_json, cache_root, publish_once
+# Runs up to run/ (counted by layout_metrics): the built model is kept by the one key of every reused file
+# (run/kept.py), while run/manifest.py reads the built-in names from demo/registry.py.
 from pipeline.run.kept import file_sha256, read_record, record, state_key
 
 # The cached folders are keyed on what builds them (`build_inputs`: this version, this file's code, which holds

@@ -19,6 +19,8 @@ import random
 from collections import Counter
 from typing import Any
 
+# Runs up to data/ (an arrow layout_metrics counts): the built-in task's prompts come from the one prompt
+# builder, while data/ reads the built-in sources from demo/registry.py.
 from pipeline.data.prompts import build_prompt
 from rewards.format import format_completion
 

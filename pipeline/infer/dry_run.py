@@ -39,9 +39,10 @@ from env.paths import absolute_path, atomic_write_json, snapshot
 from pipeline.backends import choose_backend, load_backend
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, parse_config
-from pipeline.data.prepare import ANSWER, ROW_ID, DataError
+from pipeline.data.columns import ANSWER, ROW_ID
+from pipeline.data.prepare import DataError
 from pipeline.data.prompts import completion_like, render_prompts
-from pipeline.data.sources import DataFileError
+from pipeline.data.source_spec import DataFileError
 from pipeline.errors import note_run_folder
 from pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
 from pipeline.infer.evaluate import score_completions

@@ -11,37 +11,31 @@ function on a saved adapter (or the base model), so the two can be compared dire
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import shell_command
+from env.path_check import check_command_paths
+from env.paths import absolute_path, atomic_write_json, shell_command, snapshot
 from pipeline.backends import Completion
-from pipeline.config import PipelineConfig, given
+from pipeline.config import ConfigError, PipelineConfig, parse_config
 from pipeline.data.cache import model_identity, tokenizer_identity
+from pipeline.data.prepare import answer_reader_version
+from pipeline.data.prompts import render_prompts
+from pipeline.data.run_data import load_eval_rows
 from pipeline.errors import guarded
+from pipeline.health import metrics
+from pipeline.health.metrics import is_garbled
+from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
 from pipeline.run.kept import file_sha256, record, reusable, state_key, versions
+from rewards import correctness_reward_func, extract_xml_answer, strict_format_reward_func
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
-
-
-def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, report_dir: Optional[Path] = None,
-                   write_report: bool = True) -> list[dict[str, Any]]:
-    """Held-out rows (prompt messages + answer), prepared by the same data code as training: the eval set
-    (eval_dataset_name, else eval_split of dataset_name), its first `limit` (else eval_limit) usable rows;
-    the report goes to data_report_eval.json."""
-    from pipeline.data.prepare import ANSWER, ROW_ID, prepare_dataset
-
-    eval_cfg = cfg.replace(max_samples=given(limit, cfg.eval.eval_limit), strict=False)
-    prepared = prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir, write_report=write_report)
-    return [{"prompt": row["prompt"], "answer": row[ANSWER], "id": row[ROW_ID]} for row in prepared.dataset]
 
 
 def score_completions(completions: list[Completion], answers: list[Optional[str]]) -> list[dict[str, Any]]:
     """Per completion: extracted answer, correct, format_valid, generated tokens (as the generator counted
     them, not the decoded text re-tokenised), garbled."""
-    from pipeline.health.metrics import is_garbled
-    from rewards import correctness_reward_func, extract_xml_answer, strict_format_reward_func
-
     correct = correctness_reward_func(prompts=None, completions=completions, answer=answers)
     strict = strict_format_reward_func(prompts=None, completions=completions)
     lengths = [completion.tokens for completion in completions]
@@ -62,8 +56,6 @@ def score_completions(completions: list[Completion], answers: list[Optional[str]
 def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], system_prompt: str, max_tokens: int,
                   temperature: float = 0.0, top_p: float = 1.0) -> dict[str, Any]:  # as EVAL_SAMPLING
     """Generate for every row and aggregate. Greedy (temperature 0) by default, so runs are comparable."""
-    from pipeline.data.prompts import render_prompts
-
     del system_prompt  # already inside each row's prompt messages; kept in the signature for readers
     prompts = render_prompts(tokenizer, [row["prompt"] for row in rows])
     completions = generator.generate(prompts, max_tokens=max_tokens, temperature=temperature, top_p=top_p)
@@ -96,9 +88,6 @@ def eval_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[di
     model's identity and how it is loaded and generates, the tokenizer, the eval rows' content (their ids,
     prompt messages and answers: so the eval file's content, its columns, eval_limit and the system prompt),
     the generation settings, the scoring code and the library versions."""
-    from pipeline.data.prepare import answer_reader_version
-    from pipeline.health import metrics
-
     m = cfg.model
     return {
         "model": model_identity(m.model_name_or_path, m.model_source),
@@ -117,8 +106,6 @@ def eval_before_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: 
                        max_tokens: int, warmup: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """`eval_inputs` plus what the measured weights are: the fresh LoRA's settings and seed, and the format
     warm-up's own key (`warmup`: pipeline/trainer/warmup.py warmup_inputs) when one ran first."""
-    import dataclasses
-
     return {**eval_inputs(cfg, backend_name, tokenizer, rows, max_tokens),
             "start": {"lora": dataclasses.asdict(cfg.lora), "seed": cfg.grpo.seed, "warmup": warmup}}
 
@@ -133,8 +120,6 @@ def load_eval_before(output_dir: Path, inputs: dict[str, Any], log=print) -> Opt
 
 def save_eval_before(output_dir: Path, inputs: dict[str, Any], result: dict[str, Any], seen=None) -> None:
     """`seen`: what the run saw at eval_before.json when it started (env.paths.snapshot); only that is replaced."""
-    from env.paths import atomic_write_json
-
     atomic_write_json(output_dir / EVAL_BEFORE_NAME, record(inputs, result=result), seen=seen)
 
 
@@ -160,10 +145,6 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     `eval_json` = where it was written). Bad input raises (ConfigError naming the option, AdapterError, ...)
     before anything loads.
     """
-    from env.paths import absolute_path, atomic_write_json, snapshot
-    from pipeline.config import ConfigError, parse_config
-    from pipeline.infer.session import inference_args, open_inference
-
     args = args if args is not None else inference_args(**options)
     if limit is not None and limit < 1:
         raise ConfigError("limit", f"--limit {limit}: use a positive number of problems (default: the recipe's "
@@ -203,8 +184,6 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
 
 def _eval_json_path(setup, output: Optional[str], run: Optional[str]) -> Path:
     """--output; else the run folder: eval.json beside the adapter, eval_base.json for --base --run."""
-    from env.paths import absolute_path
-
     if output:
         return absolute_path(output)
     if setup.trained_dir is not None:
@@ -215,9 +194,6 @@ def _eval_json_path(setup, output: Optional[str], run: Optional[str]) -> Path:
 
 @guarded("eval")
 def main(argv: Optional[list[str]] = None) -> int:
-    from env.path_check import check_command_paths
-    from pipeline.infer.session import add_inference_arguments
-
     parser = argparse.ArgumentParser(prog="grpo eval", description=__doc__.split("\n\n")[0])
     add_inference_arguments(parser)
     parser.add_argument("--data", default=None,

@@ -15,15 +15,18 @@ import argparse
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import shell_command
-from pipeline.backends import EXPORT_METHODS
+from env.disk import storage_errors_named
+from env.path_check import EXPORT_MARKER, check_command_paths, local_model
+from env.paths import atomic_directory, atomic_write_json, shell_command, snapshot
+from pipeline.backends import EXPORT_METHODS, choose_backend, load_backend
+from pipeline.config import ConfigError, field_choices, from_mapping
+from pipeline.data import model_check
+from pipeline.data.tokenizer import resolve_model_path
 from pipeline.errors import guarded
 
 
 @guarded("export")
 def main(argv: Optional[list[str]] = None) -> int:
-    from pipeline.config import field_choices
-
     parser = argparse.ArgumentParser(prog="grpo export", description=__doc__.split("\n\n")[0])
     parser.add_argument("--lora", required=True, help="adapter folder (e.g. outputs/run/lora)")
     parser.add_argument("--to", required=True, choices=EXPORT_METHODS)
@@ -33,14 +36,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="replace an existing --out folder (kept until the new export is complete)")
     args = parser.parse_args(argv)
 
-    from env.disk import storage_errors_named
-    from env.path_check import EXPORT_MARKER, check_command_paths, local_model
-    from env.paths import atomic_directory, atomic_write_json, snapshot
-    from pipeline.backends import choose_backend, load_backend
-    from pipeline.config import ConfigError, from_mapping
-    from pipeline.data.tokenizer import resolve_model_path
+    # Looked up at call time, not at the top: tests replace session.adapter_mismatch and the manifest writers
+    # in their modules (the network and the disk boundaries of an export).
     from pipeline.infer.session import adapter_mismatch, verify_trained_dir
-    from pipeline.preflight import check_model
     from pipeline.run.manifest import find_manifest, recorded_base
 
     # Bad input raises (PathError, AdapterError, ManifestError, ConfigError): pipeline.errors prints it, exit 2.
@@ -59,7 +57,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     mismatch = adapter_mismatch(adapter, base_model)
     if mismatch:
         raise ConfigError("lora", mismatch)
-    check_model(base_model, (manifest.get("config") or {}).get("model_source", "hf"))
+    model_check.check_model(base_model, (manifest.get("config") or {}).get("model_source", "hf"))
     cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model,
                         "backend": args.backend})
     choice = choose_backend(args.backend, fast_inference=False)  # merging needs Unsloth, never vLLM

@@ -16,8 +16,14 @@ import json
 import sys
 from typing import Optional
 
-from env.paths import shell_command
+from env.path_check import check_command_paths
+from env.paths import absolute_path, atomic_write_text, shell_command, snapshot
+from pipeline.data.clean import check_prompt
+from pipeline.data.prompts import as_chat, render_prompts
+from pipeline.data.source_spec import DataFileError
 from pipeline.errors import guarded
+from pipeline.infer.evaluate import score_completions
+from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
@@ -26,10 +32,6 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     A bad line is a DataFileError naming the file and the line, and nothing is generated for any row: a run
     that silently skipped a question would hand back fewer answers than questions, out of line with the file.
     """
-    from env.paths import absolute_path
-    from pipeline.data.sources import DataFileError
-    from pipeline.data.clean import check_prompt
-
     if args.prompt is not None:
         return [args.prompt]
     path = absolute_path(args.input)
@@ -76,10 +78,6 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
     From Python: `generate_answers(["What is 2+3?"], lora="outputs/run/lora")` or
     `generate_answers([...], base=True, run="outputs/run")`; options are `grpo generate`'s flags.
     """
-    from pipeline.data.prompts import as_chat, render_prompts
-    from pipeline.infer.evaluate import score_completions
-    from pipeline.infer.session import inference_args, open_inference
-
     setup = open_inference(args if args is not None else inference_args(**options))  # verifies before loading
     # As a training row was given: to a model trained on TRL's standard (text) prompts, the text as written; else
     # a chat, a question with the system prompt, a chat keeping its own system message (as_chat).
@@ -96,9 +94,6 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
 
 @guarded("generate")
 def main(argv: Optional[list[str]] = None) -> int:
-    from env.path_check import check_command_paths
-    from pipeline.infer.session import add_inference_arguments
-
     parser = argparse.ArgumentParser(prog="grpo generate", description=__doc__.split("\n\n")[0])
     add_inference_arguments(parser)
     source = parser.add_mutually_exclusive_group(required=True)
@@ -107,8 +102,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--output", help="write JSONL here instead of printing")
     args = parser.parse_args(argv)
     check_command_paths("generate", vars(args))  # every path option, before anything is read or loaded
-    from env.paths import absolute_path, atomic_write_text, snapshot
-
     # What --output was now is all the write may replace (env.paths.publish): a file written there meanwhile is kept.
     seen = snapshot(absolute_path(args.output), option="--output",
                     fix="Choose another --output, or run again to replace it.") if args.output else None

@@ -14,14 +14,36 @@ Shared by `grpo generate` and `grpo eval`. The rules that stop "my LoRA has no e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from huggingface_hub import try_to_load_from_cache
+from safetensors import safe_open
+
+from env.adapters import verify_adapter_dir
+from env.paths import absolute_path
 from env.text import excerpt
-from pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig, field_choices, from_mapping, given
+from pipeline.backends import choose_backend, load_backend
+from pipeline.config import (
+    DEFAULT_SYSTEM_PROMPT,
+    ConfigError,
+    GenerationArguments,
+    PipelineConfig,
+    check_adapter_rank,
+    field_choices,
+    from_mapping,
+    given,
+    parse_config,
+    validate,
+)
+from pipeline.config.values import check_generation_temperature
+from pipeline.data import model_check
+from pipeline.data.tokenizer import resolve_model_path
+from pipeline.run.manifest import ADAPTER_METADATA_NAME, MANIFEST_NAME, find_manifest, other_base
 
 DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
 
@@ -96,10 +118,6 @@ def generation_settings(args: argparse.Namespace) -> Any:
     >>> gen.gen_temperature, gen.gen_top_p, gen.gen_max_tokens
     (0.7, 1.0, None)
     """
-    import dataclasses
-
-    from pipeline.config import GenerationArguments, parse_config, validate
-
     gen = GenerationArguments()
     if args.config:
         cfg = parse_config(["--config", str(args.config)])
@@ -112,16 +130,11 @@ def generation_settings(args: argparse.Namespace) -> Any:
 def verify_trained_dir(path) -> Any:
     """Verify a run's saved LoRA adapter (relative paths from the cwd) and return its env.adapters.AdapterInfo.
     Raises env.adapters.AdapterError naming what is missing."""
-    from env.adapters import verify_adapter_dir
-    from env.paths import absolute_path
-
     return verify_adapter_dir(absolute_path(path))
 
 
 def _tensor_shapes(files: list) -> dict[str, tuple[tuple[int, ...], str]]:
     """name -> (shape, dtype) from safetensors headers only (nothing is loaded)."""
-    from safetensors import safe_open
-
     shapes = {}
     for path in files:
         with safe_open(str(path), framework="numpy") as f:
@@ -133,15 +146,9 @@ def _tensor_shapes(files: list) -> dict[str, tuple[tuple[int, ...], str]]:
 
 def _local_model_files(base_model: str) -> list:
     """The base model's *.safetensors when they are on this machine (a folder or the HF cache), else []."""
-    from pathlib import Path
-
-    from pipeline.data.tokenizer import resolve_model_path
-
     folder = Path(resolve_model_path(base_model)).expanduser()
     if not folder.is_dir():
         try:
-            from huggingface_hub import try_to_load_from_cache
-
             cached = try_to_load_from_cache(base_model, "config.json")
         except Exception:  # not a valid repo id: nothing cached to compare with
             return []
@@ -190,12 +197,33 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     Bad input raises before anything loads: ConfigError (naming the option), AdapterError, ManifestError; the
     command's one handler (pipeline/errors.py) prints it, exit 2.
     """
-    from env.paths import absolute_path
-    from pipeline.backends import choose_backend, load_backend
-    from pipeline.config import ConfigError, check_adapter_rank
-    from pipeline.config.validate import check_generation_temperature
-    from pipeline.run.manifest import find_manifest, other_base
+    gen = _checked_generation_settings(args)
+    adapter, manifest = _trained_with(args)
+    base_model = _base_model(args, adapter, manifest)
+    max_tokens = _max_tokens(args, gen, manifest)
+    # The first one given, an empty string included: "" trains (and so generates) without a system message.
+    system_prompt = given(args.system_prompt, (manifest or {}).get("system_prompt"), DEFAULT_SYSTEM_PROMPT)
 
+    flat = dict((manifest or {}).get("config") or {})
+    flat.update(model_name_or_path=base_model, backend=args.backend, max_lora_rank=_max_lora_rank(args, manifest),
+                system_prompt=system_prompt)
+    cfg = from_mapping(flat)
+    choice = choose_backend(args.backend, cfg.model.fast_inference)
+    if choice.name == "unsloth" and not choice.fast_inference:
+        cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
+    backend = load_backend(choice.name)
+    backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
+    generator = backend.load_generator(base_model, adapter, cfg)
+    tokenizer = generator.tokenizer
+    if manifest and manifest.get("chat_template"):
+        tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained
+    return InferenceSetup(generator, tokenizer, base_model, adapter, system_prompt, int(max_tokens),
+                          gen.gen_temperature, gen.gen_top_p, cfg, manifest,
+                          absolute_path(args.lora) if args.lora else None)
+
+
+def _checked_generation_settings(args: argparse.Namespace) -> Any:
+    """The generation settings, refused before loading when vLLM or transformers would refuse them later."""
     gen = generation_settings(args)
     # vLLM's SamplingParams ranges (it raises VLLMValidationError, a traceback, at the first prompt); the plain
     # backend's transformers sampling refuses a top_p outside (0, 1] too. One rule for both, before loading.
@@ -207,14 +235,17 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     for flag, value in (("max_tokens", gen.gen_max_tokens), ("max_lora_rank", args.max_lora_rank)):
         if value is not None and value < 1:  # 0 would otherwise read as "not given" somewhere downstream
             raise ConfigError(flag, f"--{flag} {value}: use a positive number.")
+    return gen
+
+
+def _trained_with(args: argparse.Namespace) -> tuple[Any, Optional[dict[str, Any]]]:
+    """The verified adapter (--lora) and the manifest it was trained with (beside it, or --run's)."""
     adapter = None
     manifest = None
     if args.lora:
         adapter = verify_trained_dir(args.lora)
         manifest = find_manifest(adapter.path)
         if manifest is None:
-            from pipeline.run.manifest import ADAPTER_METADATA_NAME, MANIFEST_NAME
-
             folder = absolute_path(args.lora)
             if args.system_prompt is None:  # an empty --system_prompt "" is a choice, kept as given
                 raise ConfigError("lora", f"{folder} has no {ADAPTER_METADATA_NAME} inside and no {MANIFEST_NAME} "
@@ -230,7 +261,15 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
         if manifest is None:
             raise ConfigError("run", f"{run_dir}: no manifest.json there (expected output_dir/manifest.json of a "
                               "grpo run)")
+    return adapter, manifest
 
+
+def _max_lora_rank(args: argparse.Namespace, manifest: Optional[dict[str, Any]]) -> int:
+    return given(args.max_lora_rank, (manifest or {}).get("max_lora_rank"), 64)
+
+
+def _base_model(args: argparse.Namespace, adapter: Any, manifest: Optional[dict[str, Any]]) -> str:
+    """The base model to load (--model, else the trained one), checked against the adapter and found."""
     trained_base = (manifest or {}).get("base_model") or (adapter.base_model_name_or_path if adapter else None)
     base_model = args.model or trained_base
     if base_model is None:
@@ -239,7 +278,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
         raise ConfigError("model", f"{args.lora} was trained on {excerpt(trained_base)}, not {excerpt(args.model)}. "
                           "Drop --model (the manifest names the right base) or pass the adapter trained on that "
                           "model.")
-    max_lora_rank = given(args.max_lora_rank, (manifest or {}).get("max_lora_rank"), 64)
+    max_lora_rank = _max_lora_rank(args, manifest)
     uses_vllm = ((manifest or {}).get("config") or {}).get("fast_inference", True)  # false: Unsloth without vLLM
     if adapter is not None and uses_vllm:
         check_adapter_rank(adapter.r, max_lora_rank, what=f"adapter {adapter.path}",
@@ -247,11 +286,14 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     mismatch = adapter_mismatch(adapter, base_model) if adapter is not None else None
     if mismatch:
         raise ConfigError("lora", mismatch)
-    from pipeline.preflight import check_model
-
     # offline and not cached: say so now, not after a minute of hub retries
-    check_model(base_model, ((manifest or {}).get("config") or {}).get("model_source", "hf"))
+    model_check.check_model(base_model, ((manifest or {}).get("config") or {}).get("model_source", "hf"))
+    return base_model
 
+
+def _max_tokens(args: argparse.Namespace, gen: Any, manifest: Optional[dict[str, Any]]) -> int:
+    """The answer budget: --max_tokens, else the trained max_completion_length; past the trained one refused
+    (the recipe's gen_max_tokens) or warned about (--max_tokens)."""
     trained_limit = (manifest or {}).get("max_completion_length")
     max_tokens = given(gen.gen_max_tokens, trained_limit, DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST)
     if gen.gen_max_tokens and trained_limit and gen.gen_max_tokens > trained_limit and not gen.allow_longer_generation:
@@ -260,23 +302,5 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
                               f"({trained_limit}); answers past the trained length are often cut before </answer>. "
                               "Lower it, or set allow_longer_generation: true.")
         warnings.warn(f"--max_tokens {args.max_tokens} is above the trained max_completion_length {trained_limit}: "
-                      "the model never learned to finish its answer in that budget.", stacklevel=2)
-    # The first one given, an empty string included: "" trains (and so generates) without a system message.
-    system_prompt = given(args.system_prompt, (manifest or {}).get("system_prompt"), DEFAULT_SYSTEM_PROMPT)
-
-    flat = dict((manifest or {}).get("config") or {})
-    flat.update(model_name_or_path=base_model, backend=args.backend, max_lora_rank=max_lora_rank,
-                system_prompt=system_prompt)
-    cfg = from_mapping(flat)
-    choice = choose_backend(args.backend, cfg.model.fast_inference)
-    if choice.name == "unsloth" and not choice.fast_inference:
-        cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
-    backend = load_backend(choice.name)
-    backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
-    generator = backend.load_generator(base_model, adapter, cfg)
-    tokenizer = generator.tokenizer
-    if manifest and manifest.get("chat_template"):
-        tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained
-    return InferenceSetup(generator, tokenizer, base_model, adapter, system_prompt, int(max_tokens),
-                          gen.gen_temperature, gen.gen_top_p, cfg, manifest,
-                          absolute_path(args.lora) if args.lora else None)
+                      "the model never learned to finish its answer in that budget.", stacklevel=3)
+    return max_tokens

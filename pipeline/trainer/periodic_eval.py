@@ -53,6 +53,7 @@ class BestAdapter:
         if self.best is not None and result["accuracy"] <= self.best["accuracy"]:
             return False
         from env.paths import atomic_directory, atomic_write_json, snapshot
+        # Runs up to infer/ (counted by layout_metrics): best_lora/ is verified as `grpo generate` loads it.
         from pipeline.infer.session import verify_trained_dir
 
         best = {"step": int(step), "accuracy": result["accuracy"], "format_rate": result["format_rate"],
@@ -109,6 +110,8 @@ def build_periodic_eval(cfg, backend, tokenizer, eval_rows: list[dict[str, Any]]
                         output_dir: Path, manifest: dict[str, Any], resume: bool, backend_name: str,
                         log: Callable[[str], None] = print) -> PeriodicEvalCallback:
     """The callback for a run with `eval_steps`; `manifest` is what best_lora/ describes itself with."""
+    # Runs up to infer/: the periodic eval scores as `grpo eval` does (one evaluate_rows), while infer/dry_run.py
+    # runs the format warm-up from trainer/.
     from pipeline.infer.evaluate import eval_inputs, evaluate_rows
     from pipeline.run.manifest import write_adapter_metadata
 

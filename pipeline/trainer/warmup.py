@@ -21,40 +21,13 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.config import ConfigError, PipelineConfig
+from pipeline.config import PipelineConfig
 from pipeline.data.cache import model_identity
-from pipeline.data.prepare import ANSWER, SOLUTION
-from pipeline.data.prompts import completion_like
-from pipeline.demo.registry import builtin_source
+from pipeline.data.run_data import warmup_examples
 from pipeline.run.kept import file_sha256, record, reusable, versions
-from rewards.format import format_completion
 
-MAX_WARMUP_EXAMPLES = 256
 WARMUP_DIR = "warmup"
 WARMUP_KEY_NAME = "warmup.json"
-
-
-def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
-    """Prompt/completion pairs in TRL's prompt-completion format (the prompt's: standard or conversational): a
-    built-in source's own, else
-    up to MAX_WARMUP_EXAMPLES training rows with a worked solution. ConfigError (sft_warmup_steps) when there
-    are none; pipeline/preflight.py calls this before any model loads."""
-    builtin = builtin_source(cfg.data.dataset_name)
-    if builtin is not None:
-        return builtin.warmup_examples(MAX_WARMUP_EXAMPLES, cfg.data.system_prompt, cfg.grpo.seed)
-    dataset = prepared.dataset
-    solved = [i for i, text in enumerate(dataset[SOLUTION]) if text][:MAX_WARMUP_EXAMPLES]
-    if not solved:
-        raise ConfigError(
-            "sft_warmup_steps",
-            f"sft_warmup_steps is {cfg.health.sft_warmup_steps}, but none of the {len(dataset)} training rows has "
-            "a worked solution to teach the <reasoning>/<answer> format from. Name the column of worked solutions "
-            "with solution_field (e.g. --solution_field solution), use GSM8K-style answers (`worked text #### 18`, "
-            "the text before `####` is the solution), or set sft_warmup_steps: 0 (a pretrained instruct model "
-            "usually follows the system prompt's format without it).")
-    return [{"prompt": r["prompt"],
-             "completion": completion_like(r["prompt"], format_completion(r[SOLUTION], r[ANSWER]))}
-            for r in dataset.select(solved)]
 
 
 def warmup_inputs(cfg: PipelineConfig, prepared) -> dict[str, Any]:

@@ -1,0 +1,145 @@
+"""What a run reads, prepared before any model loads: the training split, the held-out rows when the run
+evaluates, and the format warm-up's examples (`prepare_run_data`).
+
+`grpo train --check` runs the same steps one by one (pipeline/preflight.py data_checks), `grpo data` and the
+run call `prepare_run_data`; the prepared splits are cached, so the run's call after the check loads them.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from pipeline.config import ConfigError, PipelineConfig, given
+from pipeline.data import prepare  # prepare.prepare_dataset through the module: tests interrupt it there
+from pipeline.data.columns import ANSWER, ROW_ID, SOLUTION
+from pipeline.data.prompts import completion_like, question_text
+from pipeline.data.data_files import local_layout, local_path
+from pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT
+from pipeline.demo.registry import builtin_source
+from rewards.format import format_completion
+
+MAX_WARMUP_EXAMPLES = 256
+
+
+@dataclass
+class RunData:
+    """What the run reads: the prepared training data and the held-out rows ([] when evaluation is off)."""
+
+    train: Any  # pipeline.data.prepare.PreparedData
+    eval_rows: list[dict[str, Any]]
+
+    def eval_overlap(self) -> list[str]:
+        """Ids of eval rows whose question is also a training question: their numbers measure memory."""
+        if not self.eval_rows:
+            return []
+        trained = {question_text(prompt) for prompt in self.train.dataset["prompt"]}
+        return [row["id"] for row in self.eval_rows if question_text(row["prompt"]) in trained]
+
+    def overlap_warning(self) -> str:
+        ids = self.eval_overlap()
+        if not ids:
+            return ""
+        return (f"warning: {len(ids)} of {len(self.eval_rows)} eval problems are also training questions "
+                f"({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}); their before/after numbers measure "
+                "memory, not reasoning. Remove them from one of the two sources.")
+
+
+# The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one.
+def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
+    return prepare.prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
+
+
+def without_a_held_out_set(cfg: PipelineConfig) -> tuple[PipelineConfig, str]:
+    """One training file (or any one-split local source) and no eval_dataset_name: there are no held-out
+    problems, so the run trains without evaluation, as TRL, Unsloth and open-r1 do, and says in one line how to
+    turn it on. Returns the config (eval off) and that line; unchanged and "" otherwise. The one answer for
+    `grpo train`, its --check and `grpo data` (a recipe's eval_before: true on such data trains, and says so).
+
+    >>> cfg, note = without_a_held_out_set(PipelineConfig().replace(dataset_name="sample", eval_before=True))
+    >>> cfg.eval.uses_eval_set(), note.startswith("eval: off")
+    (False, True)
+    """
+    e = cfg.eval
+    if not e.uses_eval_set() or e.eval_dataset_name:
+        return cfg, ""
+    name = str(cfg.data.dataset_name).strip()
+    path = SAMPLE_PATH if name == SAMPLE_NAME else local_path(name)
+    if path is None:
+        return cfg, ""  # a hub dataset (its splits are known once loaded) or a built-in one with its own test split
+    try:
+        splits = [SINGLE_FILE_SPLIT] if name == SAMPLE_NAME else sorted(local_layout(path, "dataset_name")[1])
+    except (ConfigError, OSError, RuntimeError):  # RuntimeError: pathlib's symlink loop
+        return cfg, ""  # the data check names what is wrong with the path
+    if len(splits) != 1 or e.eval_split in splits:
+        return cfg, ""
+    note = (f"eval: off. {name} has one split ({splits[0]}: the training data) and no eval_dataset_name is set, so "
+            "there are no held-out problems to score. To evaluate, set --eval_dataset_name test.jsonl (or make "
+            "dataset_name a folder holding train.jsonl and test.jsonl).")
+    return cfg.replace(eval_before=False, eval_after=False, eval_steps=0), note
+
+
+def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, report_dir: Optional[Path] = None,
+                   write_report: bool = True) -> list[dict[str, Any]]:
+    """Held-out rows (prompt messages + answer), prepared by the same data code as training: the eval set
+    (eval_dataset_name, else eval_split of dataset_name), its first `limit` (else eval_limit) usable rows;
+    the report goes to data_report_eval.json."""
+    eval_cfg = cfg.replace(max_samples=given(limit, cfg.eval.eval_limit), strict=False)
+    prepared = prepare.prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir,
+                                       write_report=write_report)
+    return [{"prompt": row["prompt"], "answer": row[ANSWER], "id": row[ROW_ID]} for row in prepared.dataset]
+
+
+def prepare_eval(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
+                 write_report: bool = True) -> list[dict[str, Any]]:
+    """The held-out rows when the run evaluates (eval_before, eval_after or eval_steps), else []."""
+    if not cfg.eval.uses_eval_set():
+        return []
+    return load_eval_rows(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
+
+
+def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
+    """Prompt/completion pairs in TRL's prompt-completion format (the prompt's: standard or conversational): a
+    built-in source's own, else
+    up to MAX_WARMUP_EXAMPLES training rows with a worked solution. ConfigError (sft_warmup_steps) when there
+    are none; check_warmup (below) calls this before any model loads."""
+    builtin = builtin_source(cfg.data.dataset_name)
+    if builtin is not None:
+        return builtin.warmup_examples(MAX_WARMUP_EXAMPLES, cfg.data.system_prompt, cfg.grpo.seed)
+    dataset = prepared.dataset
+    solved = [i for i, text in enumerate(dataset[SOLUTION]) if text][:MAX_WARMUP_EXAMPLES]
+    if not solved:
+        raise ConfigError(
+            "sft_warmup_steps",
+            f"sft_warmup_steps is {cfg.health.sft_warmup_steps}, but none of the {len(dataset)} training rows has "
+            "a worked solution to teach the <reasoning>/<answer> format from. Name the column of worked solutions "
+            "with solution_field (e.g. --solution_field solution), use GSM8K-style answers (`worked text #### 18`, "
+            "the text before `####` is the solution), or set sft_warmup_steps: 0 (a pretrained instruct model "
+            "usually follows the system prompt's format without it).")
+    return [{"prompt": r["prompt"],
+             "completion": completion_like(r["prompt"], format_completion(r[SOLUTION], r[ANSWER]))}
+            for r in dataset.select(solved)]
+
+
+def check_warmup(cfg: PipelineConfig, train: Any) -> str:
+    """The format warm-up's examples exist (ConfigError naming sft_warmup_steps otherwise)."""
+    if cfg.health.sft_warmup_steps <= 0:
+        return "no format warm-up (sft_warmup_steps: 0)"
+    return f"format warm-up: {len(warmup_examples(cfg, train))} examples"
+
+
+def prepare_run_data(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
+                     write_report: bool = True) -> RunData:
+    """Prepare every split the run uses and check the warm-up's needs: the same steps as the check's.
+
+    Raises ConfigError (naming the option), DataError or DataFileError; the prepared splits are cached, so
+    the run's call after the check loads them instead of preparing them again."""
+    train = prepare_train(cfg, tokenizer, report_dir, write_report)
+    eval_rows = prepare_eval(cfg, tokenizer, report_dir, write_report)
+    check_warmup(cfg, train)
+    data = RunData(train, eval_rows)
+    if write_report and data.overlap_warning():
+        print(f"[grpo] {data.overlap_warning()}", file=sys.stderr, flush=True)
+    return data

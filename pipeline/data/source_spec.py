@@ -1,0 +1,126 @@
+"""What a data source is, before any row is read: the built-in names, the local formats, the errors a source
+raises (DataFileError: a file that cannot be read, naming file and line), the raw rows a loader returns, and
+`SourceSpec`, the options of one role (the training data or the eval set) with the option names to say in a
+message. pipeline/data/sources.py resolves a spec to a source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from env.path_check import DATA_SUFFIXES
+
+SAMPLE_NAME = "sample"
+SAMPLE_PATH = Path(__file__).resolve().parents[1] / "assets" / "gsm8k_sample.jsonl"
+# File extension -> `datasets` packaged loader.
+# The `datasets` builder of each local data file suffix; the suffixes are env.path_check.DATA_SUFFIXES (the path
+# checks' reading of "a local data file"), so both readings stay one.
+_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
+LOCAL_FORMATS = {suffix: _BUILDERS[suffix] for suffix in DATA_SUFFIXES}
+SINGLE_FILE_SPLIT = "train"
+# What `save_to_disk` writes: a DatasetDict's index of its splits, and a Dataset's own files.
+SAVED_DICT_INDEX = "dataset_dict.json"
+SAVED_DATASET_FILES = ("state.json", "dataset_info.json")
+
+
+class DataFileError(ValueError):
+    """A local data source that cannot be read (empty, not UTF-8, broken JSON, no data files); the message names
+    the file and line. `grpo data` and `grpo train` both report it as bad input (exit 2)."""
+
+
+class DataSourceError(DataFileError, RuntimeError):
+    """A hub dataset that cannot be loaded (no network, no saved copy): bad input too, with the fix."""
+
+
+# TRL's prompt column (trl.GRPOTrainer trains on it; every other column goes to the rewards).
+PROMPT_COLUMN = "prompt"
+# The pipeline's own per-row columns begin with this (pipeline/data/prepare.py OWN_COLUMNS); a user's column
+# never may, so that ours can never hide one of theirs from a reward.
+OWN_PREFIX = "grpo_"
+
+
+@dataclass
+class RawRows:
+    """Raw column values, one entry per source row, before any cleaning.
+
+    `prompt_format` says what `questions` holds: "question", the question_field column (made into chat prompts
+    later); "prompt", TRL's prompt column (strings or message lists, used as written). `answers` is None per row
+    when a "prompt" source has no answer column. `table` holds every column as loaded (a datasets.Dataset, or a
+    dict of lists), so that each reaches the rewards with its own values and types.
+    """
+
+    questions: list[Any]
+    answers: list[Any]
+    ids: list[str]
+    solutions: Optional[list[Any]] = None  # the solution_field column, when one is named
+    prompt_format: str = "question"
+    table: Any = None
+
+
+@dataclass
+class DataSource:
+    """A resolved `dataset_name`: what it is, its cache identity, and how to read its rows."""
+
+    kind: str  # hub | file | folder | saved | sample | demo
+    description: dict[str, Any]  # goes into data_report.json as "source"
+    identity: dict[str, Any]  # goes into the cache fingerprint
+    load: Callable[[], RawRows]
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Which options name one data source, for training (role "train") or evaluation (role "eval").
+
+    Each value comes with the option it was read from, so an error names the option the user set.
+    """
+
+    role: str  # train | eval
+    name: str
+    name_option: str
+    split: str
+    split_option: str
+    question_field: str
+    question_option: str
+    answer_field: str
+    answer_option: str
+    solution_field: Optional[str]
+    config: Optional[str]
+    config_option: str
+    revision: Optional[str]
+    own_eval_source: bool = False  # role eval with eval_dataset_name set: a single file is the eval set
+
+    def columns(self) -> list[str]:
+        return [c for c in (self.question_field, self.answer_field, self.solution_field) if c]
+
+
+def source_spec(cfg: Any, role: str = "train", split: Optional[str] = None) -> SourceSpec:
+    """The training source (dataset_name, dataset_split, ...) or the eval source (eval_dataset_name else
+    dataset_name, eval_split, eval_question_field else question_field, ...). `split` overrides the split.
+
+    >>> from pipeline.config import PipelineConfig
+    >>> spec = source_spec(PipelineConfig().replace(eval_dataset_name="t.csv", eval_answer_field="y"), "eval")
+    >>> spec.name, spec.split_option, spec.answer_field, spec.answer_option, spec.question_option
+    ('t.csv', 'eval_split', 'y', 'eval_answer_field', 'eval_question_field')
+    >>> source_spec(PipelineConfig(), "eval").question_option  # no eval set of its own: dataset_name's fields
+    'question_field'
+    """
+    d, e = cfg.data, cfg.eval
+    if role == "train":
+        return SourceSpec("train", str(d.dataset_name).strip(), "dataset_name", split or d.dataset_split,
+                          "dataset_split", d.question_field, "question_field", d.answer_field, "answer_field",
+                          d.solution_field, d.dataset_config or None, "dataset_config", d.dataset_revision)
+    own = bool(e.eval_dataset_name)
+
+    def pick(own_value: Optional[str], own_option: str, train_value: Any, train_option: str) -> tuple[Any, str]:
+        # An eval set of its own is fixed through the eval_* options, even where it borrows a training value.
+        return (own_value or train_value, own_option) if own_value or own else (train_value, train_option)
+
+    name, name_option = pick(e.eval_dataset_name, "eval_dataset_name", d.dataset_name, "dataset_name")
+    question, question_option = pick(e.eval_question_field, "eval_question_field", d.question_field, "question_field")
+    answer, answer_option = pick(e.eval_answer_field, "eval_answer_field", d.answer_field, "answer_field")
+    config, config_option = pick(e.eval_dataset_config, "eval_dataset_config", d.dataset_config, "dataset_config")
+    return SourceSpec("eval", str(name).strip(), name_option, split or e.eval_split, "eval_split", question,
+                      question_option, answer, answer_option, None, config or None, config_option,
+                      None if own else d.dataset_revision, own_eval_source=own)

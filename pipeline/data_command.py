@@ -1,0 +1,107 @@
+"""`grpo data`: prepare the training data as `grpo train` would and print its length/rejection report.
+
+    grpo data [--config X] [--json] [--key value ...]   (loads the tokenizer only, never a model)
+
+The preparing is pipeline/data/run_data.py's (train split, eval set, warm-up needs) and the report's lines
+pipeline/data/report.py's; this module is the command around them: the same default config as `grpo train`,
+the exit codes, and the report as rich tables (or JSON). A command, so it sits above the data layer: the data
+layer imports neither the start-up defaults (pipeline/bootstrap.py) nor the handler (pipeline/errors.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from rich.console import Console
+
+from pipeline.bootstrap import backend_choice, defaults_for
+from pipeline.config import parse_config, validate
+from pipeline.config.paths import config_paths
+from pipeline.data import model_check
+from pipeline.data import tokenizer as tokenizers  # called through the module: tests replace load_tokenizer
+from pipeline.data.prepare import EVAL_REPORT_NAME, DataError
+from pipeline.data.report import accounting_line, format_report, prompt_line
+from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
+from pipeline.errors import guarded
+
+DATA_HELP_EPILOG = """\
+Any field of `grpo train --help` works as --key value and overrides the recipe. Without --config,
+`grpo data` prepares what `grpo train` would: the default GPU recipe on a GPU machine, the built-in
+tiny CPU demo elsewhere (offline). Names that need no network:
+  --dataset_name sample | demo-arithmetic      the bundled GSM8K sample, the demo's arithmetic
+  --model_name_or_path bundled:qwen2.5         the real Qwen2.5 tokenizer (bundled; no model, no download)
+e.g. grpo data --config configs/qwen2.5-1.5b-gsm8k.yaml --dataset_name sample --model_name_or_path bundled:qwen2.5
+
+Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config, path or data file error
+(a mostly unscorable answer column, or a hub dataset that cannot be downloaded, included). Sources, eval set,
+answers: docs/own-data.md."""
+
+
+def data_help_parser():
+    """`grpo data`'s own parser, for --help: its two options; config fields are parsed by TrlParser."""
+    parser = argparse.ArgumentParser(
+        prog="grpo data", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=DATA_HELP_EPILOG,
+        description="Prepare the training data and print its length/rejection report "
+                    "(loads the tokenizer only, never a model); writes data_report.json into output_dir.")
+    parser.add_argument("--config", metavar="YAML", help="a YAML recipe, as for `grpo train`")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    return parser
+
+
+@guarded("data")
+def main(argv: Optional[list[str]] = None) -> int:
+    """`grpo data [--config X] [--json] [--key value ...]`: prepare the dataset and print its report.
+
+    Loads only the tokenizer (never a model). Writes data_report.json into output_dir.
+    Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error or an unreadable
+    data file (empty, not UTF-8, broken JSON).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        data_help_parser().print_help()
+        return 0
+    as_json = "--json" in argv
+    argv = [arg for arg in argv if arg != "--json"]  # our flag, not a config field: TrlParser would reject it
+    # The same defaults as `grpo train`: offline (the CPU demo) on a machine without a GPU. Bad input raises
+    # (ConfigError, PathError, DataFileError): pipeline.errors prints its one message, exit 2.
+    argv, base, note = defaults_for(argv, backend_choice(argv))
+    if note and not as_json:
+        print(f"grpo data: {note.replace('running', 'preparing the data of')}", file=sys.stderr)
+    report: Optional[dict[str, Any]] = None
+    eval_count: Optional[int] = None
+    error: Optional[Exception] = None
+    cfg, eval_note = without_a_held_out_set(parse_config(argv, base=base))  # as `grpo train` does
+    if eval_note and not as_json:
+        print(f"grpo data: {eval_note}", file=sys.stderr)
+    validate(cfg)
+    # env.path_check's table, before any work
+    config_paths(cfg, "output_dir", "data_cache_dir", "dataset_name", "eval_dataset_name")
+    # only the tokenizer loads, from there
+    model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)
+    tokenizer = tokenizers.load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code,
+                                          source=cfg.model.model_source)
+    try:
+        run_data = prepare_run_data(cfg, tokenizer)  # what `grpo train` prepares: train, eval set, warm-up needs
+        report = run_data.train.report
+        eval_count = len(run_data.eval_rows) if cfg.eval.uses_eval_set() else None
+    except DataError as err:  # the data cannot be used as configured: the report says why, exit 1
+        report, error = err.report, err
+
+    if as_json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        Console().print(format_report(report))
+        print(f"[grpo] data: {accounting_line(report)}")
+        if line := prompt_line(report):
+            print(f"[grpo] prompts: {line}")
+        if eval_count is not None:
+            eval_report = Path(report["report_path"]).parent / EVAL_REPORT_NAME
+            print(f"[grpo] eval set: {eval_count} problems (report: {eval_report})")
+    if error is not None:
+        print(f"grpo data: {error}", file=sys.stderr)
+        return 1
+    return 0
