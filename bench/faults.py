@@ -580,7 +580,7 @@ CASES += V3_CASES
 
 
 # ---------------------------------------------------------------- faults v3: kept state
-# (issue 36, point 3: every kept file is keyed through pipeline/run/kept.py, a resume under a setting the checkpoint
+# (issue 36, point 3: every kept file is keyed through env/kept.py, a resume under a setting the checkpoint
 # restores is refused by pipeline/run/resume.py resume_mismatch; tests/test_kept_state.py runs every kept file
 # against every input it depends on)
 

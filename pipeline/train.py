@@ -51,11 +51,11 @@ from pipeline.run.checkpoints import (
 from pipeline.run.resume import resume_changes
 from pipeline.run.stop import GracefulStop, interrupts_raise, resume_command
 from pipeline.run.finish import finished_run, print_where_everything_is
-from pipeline.run.help import print_help
-from pipeline.run.kept import state_key
+from pipeline.train_help import print_help
+from env.kept import state_key
 from pipeline.run.manifest import build_manifest
 from pipeline.run.plots import plot_settings
-from pipeline.run.state import EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED, EXIT_OK, Run, RunResult
+from pipeline.train_state import EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED, EXIT_OK, Run, RunResult
 from pipeline.run.summary import write_summary
 from pipeline.trainer.build import build_trainer, record_effective_config
 from pipeline.trainer.warmup import run_format_warmup, warmup_inputs
@@ -215,7 +215,7 @@ def _eval_before(run: Run) -> None:
     if not (cfg.eval.eval_before and run.eval_rows):
         return
     # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on, when
-    # every input it was measured from is the same (pipeline/run/kept.py; the eval rows' content included).
+    # every input it was measured from is the same (env/kept.py; the eval rows' content included).
     warmup = state_key(warmup_inputs(cfg, prepared)) if cfg.health.sft_warmup_steps > 0 else None
     inputs = eval_before_inputs(cfg, run.choice.name, run.tokenizer, run.eval_rows, prepared.max_completion_length,
                                 warmup)

@@ -30,21 +30,21 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "pipeline"
 
 # The design, bottom to top: the data path config -> check -> data -> model -> trainer -> save -> generate/eval,
-# with the helpers everyone uses at the bottom and the commands that drive a run at the top. Corrected from the
-# first order, where rooms were placed by when they run rather than by what they import:
-# - run/ (the run folder's records: kept.py, the key of every reused file; manifest.py; lock, log) sits below
-#   data: the data cache, the built-in model and every stage above keep their files by run/kept.py's key;
+# with the helpers everyone uses at the bottom and the commands that drive a run at the top. Rooms are placed by
+# what they import, not by when they run:
 # - bootstrap (the start-up defaults and backend set-up) and errors (the one handler, which names every room's
 #   user-error types) run first but import config, demo, run and backends, so they sit above those; only
 #   commands import them (the `grpo data` command is pipeline/data_command.py, above the data layer);
 # - plan (`grpo plan`) reads backends' GPU settings and bootstrap's GPU recipe: above both;
 # - preflight (the run's contract) sits below infer: `grpo rewards` (infer/dry_run.py) runs the check, and the
-#   check imports no inference.
-# Four arrows still run up, each a pair of rooms that import one another (their import lines say why):
-# demo -> data (demo/task.py: build_prompt), demo -> run (demo/model.py: run/kept.py), run -> health
-# (run/plots.py: health/metrics.py), trainer -> infer (trainer/periodic_eval.py: evaluate_rows).
-FLOORS = ["assets", "config", "demo", "run", "data", "backends", "health", "bootstrap", "errors", "plan",
-          "trainer", "preflight", "infer", "data_command", "train", "cli", "__main__", "__init__"]
+#   check imports no inference;
+# - train_state (what train.py's phases share) and train_help (`grpo train --help`) are train.py's own, below it.
+# Three arrows still run up, each a pair of rooms that import one another (their import lines say why):
+# demo -> data (demo/task.py: build_prompt), run -> health (run/plots.py: health/metrics.py's metric names),
+# trainer -> infer (trainer/periodic_eval.py: evaluate_rows).
+FLOORS = ["assets", "config", "demo", "data", "run", "backends", "health", "bootstrap", "errors", "plan",
+          "trainer", "preflight", "infer", "data_command", "train_state", "train_help", "train", "cli", "__main__",
+          "__init__"]
 
 # Importing any of these loads torch (or is torch, Unsloth, vLLM): the reason a function-local import is kept.
 HEAVY = {"torch", "unsloth", "unsloth_zoo", "vllm", "transformers", "trl", "peft", "accelerate", "datasets",

@@ -11,7 +11,7 @@ import pytest
 from pipeline.backends import choose_backend
 from pipeline.bootstrap import defaults_for
 from pipeline.config import SECTIONS, parse_config
-from pipeline.run.help import print_help as _print_help
+from pipeline.train_help import print_help as _print_help
 
 OPTION = re.compile(r"^  (--\w+)")
 

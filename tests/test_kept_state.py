@@ -1,4 +1,4 @@
-"""Kept state (pipeline/run/kept.py): every file the pipeline reuses, against every input it depends on.
+"""Kept state (env/kept.py): every file the pipeline reuses, against every input it depends on.
 
 For each kept file a table of its key inputs: changing any one of them makes the reuser recompute (and say which
 input changed), or, for a checkpoint's restored settings, refuses the resume naming the field; an unchanged key
@@ -29,7 +29,7 @@ from pipeline.run.resume import (
     resume_changes,
     resume_mismatch,
 )
-from pipeline.run.kept import changed_inputs, code_hash, read_record, record, reusable, state_key
+from env.kept import changed_inputs, code_hash, read_record, record, reusable, state_key
 from pipeline.trainer.periodic_eval import BEST_DIR, BEST_NAME, BestAdapter
 from pipeline.trainer.warmup import WARMUP_DIR, WARMUP_KEY_NAME, _saved_warmup, warmup_inputs
 from tests.data_helpers import make_cfg, write_jsonl

@@ -129,7 +129,7 @@ def folder_with(*names: str) -> Callable[[Path, Path], None]:
 def a_built_model(target: Path, lora: Path) -> None:
     """Another process's complete build of the built-in model (its config and its build record)."""
     from pipeline.demo.model import BUILD_NAME, build_inputs
-    from pipeline.run.kept import record
+    from env.kept import record
 
     folder_with("config.json")(target, lora)
     (target / BUILD_NAME).write_text(json.dumps(record(build_inputs("tiny-demo"))), encoding="utf-8")
@@ -141,7 +141,7 @@ def the_adapter(target: Path, lora: Path) -> None:
 
 def best_of(accuracy: float) -> Callable[[Path, Path], None]:
     def make(target: Path, lora: Path) -> None:
-        from pipeline.run.kept import record
+        from env.kept import record
 
         shutil.copytree(lora, target)  # a kept best measured from the same (here: no) evaluation inputs
         (target / "grpo_best.json").write_text(json.dumps(record({}, step=1, accuracy=accuracy)), encoding="utf-8")

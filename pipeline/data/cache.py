@@ -5,7 +5,7 @@ size, mtime and, for files up to 64 MiB, content hash), the tokenizer (name, voc
 tokens, chat template, and a local tokenizer folder's files), the data fields of the config, this code's
 format version and source (pipeline/data/*.py), and the versions of the libraries that build and save the
 Arrow files. A second run with the same key loads the saved Arrow files and tokenizes nothing. The key is
-pipeline/run/kept.py's `state_key`, as for every kept file.
+env/kept.py's `state_key`, as for every kept file.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from env.paths import cache_root, publish_once
 import pipeline.data  # the package's own code is the cache's identity (data_code_identity)
-from pipeline.run.kept import code_hash, file_sha256, state_key, versions
+from env.kept import code_hash, file_sha256, state_key, versions
 
 # Bump when the prepared columns or the cleaning rules change, so old caches are not reused.
 DATA_FORMAT_VERSION = 3

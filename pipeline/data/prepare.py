@@ -59,7 +59,7 @@ from pipeline.data.prompts import (
 )
 from pipeline.data.source_spec import DataSource, source_spec
 from pipeline.data.sources import resolve_source
-from pipeline.run.kept import code_hash
+from env.kept import code_hash
 import rewards
 from rewards import extract_hash_answer, reference_is_scorable
 

@@ -20,14 +20,14 @@ from typing import Any, Optional
 
 from env.paths import atomic_write_json, cache_root, publish_once
 # Runs up to run/ (counted by layout_metrics): the built model is kept by the one key of every reused file
-# (run/kept.py), while run/manifest.py reads the built-in names from demo/registry.py.
-from pipeline.run.kept import file_sha256, read_record, record, state_key
+# (env/kept.py), while run/manifest.py reads the built-in names from demo/registry.py.
+from env.kept import file_sha256, read_record, record, state_key
 
 # The cached folders are keyed on what builds them (`build_inputs`: this version, this file's code, which holds
 # the tokenizer, the architecture and the seed, and the bundled tokenizer's files), so a stale model is never
 # reused and an adapter trained on one build never meets another. Bump it to mark a change by name.
 DEMO_VERSION = "2"
-BUILD_NAME = "grpo_build.json"  # the build's kept record (pipeline/run/kept.py) inside each folder
+BUILD_NAME = "grpo_build.json"  # the build's kept record (env/kept.py) inside each folder
 DEMO_SEED = 1234
 
 # Qwen2.5's ChatML specials, after the regular tokens as in Qwen2.5 (there they are 151643-151645).

@@ -27,7 +27,7 @@ from pipeline.errors import guarded
 from pipeline.health import metrics
 from pipeline.health.metrics import is_garbled
 from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
-from pipeline.run.kept import file_sha256, record, reusable, state_key, versions
+from env.kept import file_sha256, record, reusable, state_key, versions
 from rewards import correctness_reward_func, extract_xml_answer, strict_format_reward_func
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
@@ -84,7 +84,7 @@ EVAL_SAMPLING = {"temperature": 0.0, "top_p": 1.0}
 
 def eval_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[dict[str, Any]],
                 max_tokens: int) -> dict[str, Any]:
-    """What an evaluation's numbers depend on besides the weights measured (pipeline/run/kept.py): the base
+    """What an evaluation's numbers depend on besides the weights measured (env/kept.py): the base
     model's identity and how it is loaded and generates, the tokenizer, the eval rows' content (their ids,
     prompt messages and answers: so the eval file's content, its columns, eval_limit and the system prompt),
     the generation settings, the scoring code and the library versions."""

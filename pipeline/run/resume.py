@@ -20,7 +20,7 @@ from env.paths import absolute_path
 from pipeline.config import SECTIONS, resolve_optim, trl_training_args
 from pipeline.config.fields import field_rules
 from pipeline.config.trl_fields import trl_fields
-from pipeline.run.kept import canonical, changed_inputs
+from env.kept import canonical, changed_inputs
 
 SHAPE_NAME = "grpo_shape.json"
 

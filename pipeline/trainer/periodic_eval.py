@@ -5,7 +5,7 @@ the backend's training generator: vLLM on Unsloth, greedy) and puts `eval/accura
 into that step's log, so they reach metrics.jsonl, the plots and the health rules (reward up while accuracy
 falls). When the accuracy beats the best so far, `BestAdapter` writes the adapter to `best_lora/` as `lora/`
 is written (atomically, with grpo_adapter.json, verified after), plus `grpo_best.json` (step, accuracy, and the
-kept-state key of the evaluation that measured it: pipeline/run/kept.py), so
+kept-state key of the evaluation that measured it: env/kept.py), so
 `grpo generate/eval/export --lora OUT/best_lora` work. A resumed run reads the best back and replaces it only
 with a better one, when it was measured the same way (the same eval rows, generation, scoring: `eval_inputs`);
 one measured otherwise is not comparable, so it is moved to previous/ (not deleted) and the best starts anew.
@@ -23,7 +23,7 @@ from transformers import TrainerCallback
 from env.paths import snapshot
 from pipeline.health.metrics import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
 from pipeline.run.checkpoints import set_aside_stale
-from pipeline.run.kept import read_record, record, reusable
+from env.kept import read_record, record, reusable
 
 BEST_DIR = "best_lora"
 BEST_NAME = "grpo_best.json"

@@ -24,14 +24,14 @@ from typing import Any, Optional
 from pipeline.config import PipelineConfig
 from pipeline.data.cache import model_identity
 from pipeline.data.run_data import warmup_examples
-from pipeline.run.kept import file_sha256, record, reusable, versions
+from env.kept import file_sha256, record, reusable, versions
 
 WARMUP_DIR = "warmup"
 WARMUP_KEY_NAME = "warmup.json"
 
 
 def warmup_inputs(cfg: PipelineConfig, prepared) -> dict[str, Any]:
-    """Everything the warmed weights depend on (pipeline/run/kept.py); saved weights are reused only when all of
+    """Everything the warmed weights depend on (env/kept.py); saved weights are reused only when all of
     it matches: the base model's identity, the training data (its cache key), the warm-up's settings and those
     of this module's SFTConfig, the LoRA, the seed and the library versions."""
     return {"model": model_identity(cfg.model.model_name_or_path, cfg.model.model_source),
