@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from pipeline import cli
 
@@ -31,3 +35,12 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
         code = stop.code
     captured = capsys.readouterr()
     return code, captured.out + captured.err
+
+
+@contextmanager
+def own_cache_root(tmp_path_factory) -> Iterator[Path]:
+    """A fresh GRPO_CACHE_DIR for a test module (its built-in model built once, its crash logs in its logs/)."""
+    root = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRPO_CACHE_DIR", str(root))
+        yield root

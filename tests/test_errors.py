@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import user_errors
-from tests.cli_helpers import fault_table, run_cli
+from tests.cli_helpers import fault_table, own_cache_root, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,10 +37,7 @@ COMMANDS = {
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    """One cache root for the module: the tiny built-in model is built once, crash logs land in its logs/."""
-    root = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GRPO_CACHE_DIR", str(root))
+    with own_cache_root(tmp_path_factory) as root:
         yield root
 
 

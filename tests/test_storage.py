@@ -19,7 +19,7 @@ import pytest
 from env.paths import atomic_write_text
 from pipeline.cli import COMMANDS
 from pipeline.run.log import MetricsJsonlCallback
-from tests.cli_helpers import fault_table, run_cli
+from tests.cli_helpers import fault_table, own_cache_root, run_cli
 
 QUICK = "sft_warmup_steps: 0\nmax_steps: 1\neval_before: false\neval_after: false\n"
 PLAN_RECIPE = str(Path(__file__).resolve().parents[1] / "configs" / "qwen2.5-0.5b-gsm8k.yaml")
@@ -27,10 +27,7 @@ PLAN_RECIPE = str(Path(__file__).resolve().parents[1] / "configs" / "qwen2.5-0.5
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    """A writable cache root for the module: the built-in models are built once."""
-    root = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GRPO_CACHE_DIR", str(root))
+    with own_cache_root(tmp_path_factory) as root:
         yield root
 
 

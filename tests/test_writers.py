@@ -28,16 +28,14 @@ import pytest
 from env.paths import PathChangedError
 from pipeline.data.cache import DATASET_IN_CACHE, REPORT_IN_CACHE
 from pipeline.demo.model import built_dir
-from tests.cli_helpers import fault_table, run_cli
+from tests.cli_helpers import fault_table, own_cache_root, run_cli
 
 QUICK = "sft_warmup_steps: 0\nmax_steps: 1\nsave_steps: 1\neval_before: false\neval_after: false\n"
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GRPO_CACHE_DIR", str(root))
+    with own_cache_root(tmp_path_factory) as root:
         yield root
 
 

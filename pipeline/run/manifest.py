@@ -11,7 +11,6 @@ away from its run still generates as trained.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from env.kept import versions
 from env.paths import absolute_path, atomic_write_json
 from pipeline.demo.registry import builtin_model
 
@@ -32,13 +32,7 @@ RECORDED_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "data
 
 
 def package_versions() -> dict[str, Optional[str]]:
-    versions: dict[str, Optional[str]] = {}
-    for name in RECORDED_PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
+    return versions(*RECORDED_PACKAGES)
 
 
 def git_commit(cwd: Optional[Path] = None) -> Optional[str]:

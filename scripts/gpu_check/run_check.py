@@ -103,17 +103,8 @@ DRY_RUN_CAP_S = 300  # per step on CPU (the tests' dry run), where the GPU estim
 
 
 def _versions() -> dict[str, Optional[str]]:
-    from importlib import metadata
-
-    names = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes", "unsloth",
-             "unsloth_zoo", "triton", "math-verify", "vllm", "xformers")
-    found = {}
-    for name in names:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = None
-    return found
+    return installed_versions(("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes",
+                               "unsloth", "unsloth_zoo", "triton", "math-verify", "vllm", "xformers"))
 
 
 def _gpu() -> dict[str, Any]:
