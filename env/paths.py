@@ -472,6 +472,8 @@ def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], Non
             final.parent.mkdir(parents=True, exist_ok=True)
             os.mkdir(temp)  # not tempfile.mkdtemp (mode 0700): the published folder gets the usual permissions
             write(temp)
+            if not is_complete(temp):  # never publish a copy its own readers would take for damaged
+                raise RuntimeError(f"building {final} wrote an incomplete copy (nothing was published)")
             normalize_file_modes(temp)
             publish(temp, final, seen, keep_theirs=is_complete)
     finally:

@@ -170,11 +170,13 @@ def _data(run: Run) -> None:
     run.tokenizer = pipeline.data.tokenizer.load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code,
                                                            cfg.model.model_source)
     # The same preparing as the data check's (train, eval set, warm-up needs); its cache makes this a load.
-    run_data = prepare_run_data(cfg, run.tokenizer, report_dir=run.output_dir)
+    # The run folder's files are rank 0's (as lora/, manifest.json, summary.json): one writer, no race.
+    run_data = prepare_run_data(cfg, run.tokenizer, report_dir=run.output_dir, write_report=_is_main_process())
     prepared = run_data.train
     run.prepared, run.eval_rows = prepared, run_data.eval_rows
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
-           f"max_completion_length={prepared.max_completion_length} (report: {shell_command(prepared.report_path)})")
+           f"max_completion_length={prepared.max_completion_length}"
+           + (f" (report: {shell_command(prepared.report_path)})" if prepared.report_path else ""))
     _print(f"data: {accounting_line(prepared.report)}")
     _print(f"prompts: {prompt_line(prepared.report)}")
 

@@ -48,7 +48,7 @@ FLOORS = ["assets", "config", "demo", "data", "run", "backends", "health", "boot
 
 # Importing any of these loads torch (or is torch, Unsloth, vLLM): the reason a function-local import is kept.
 HEAVY = {"torch", "unsloth", "unsloth_zoo", "vllm", "transformers", "trl", "peft", "accelerate", "datasets",
-         "bitsandbytes", "deepspeed", "triton"}
+         "bitsandbytes", "deepspeed", "triton", "safetensors.torch"}
 
 MODULE_LIMIT = 400
 FUNCTION_LIMIT = 80
@@ -166,7 +166,7 @@ def measure(root: Path = ROOT) -> dict:
             (top_level[module].add(inside or target) if at_top else local[module].append(inside or target))
 
     def heavy(module: str, seen: set[str]) -> bool:
-        if module.split(".")[0] in HEAVY:
+        if module.split(".")[0] in HEAVY or module in HEAVY:
             return True
         if module in seen or module not in known:
             return False

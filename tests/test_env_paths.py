@@ -378,3 +378,18 @@ def test_publish_once_failed_write_leaves_nothing_behind(tmp_path):
     with pytest.raises(OSError, match="disk full"):
         publish_once(tmp_path / "cache", fail, _has_data)
     assert list(tmp_path.iterdir()) == []  # no final folder, no staging sibling
+
+
+def test_publish_once_never_publishes_a_copy_its_own_check_calls_incomplete(tmp_path):
+    """A build that wrote less than its readers need (as transformers' save_pretrained does on a rank other than 0
+    under torch.distributed) is refused before it is published: nothing appears under the final name."""
+    import pytest
+
+    from env.paths import publish_once
+
+    def has_weights(folder):
+        return (folder / "weights.bin").is_file()
+
+    with pytest.raises(RuntimeError, match="incomplete copy"):
+        publish_once(tmp_path / "cache", lambda tmp: (tmp / "config.json").write_text("{}"), has_weights)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

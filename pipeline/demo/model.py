@@ -158,6 +158,18 @@ def build_inputs(name: str) -> dict[str, Any]:
     return inputs
 
 
+def save_on_every_rank(model, folder: Path) -> None:
+    """What `model.save_pretrained(folder)` writes for a tiny model (config, generation config, one safetensors
+    file), on whichever process builds it: under torch.distributed, transformers' save_pretrained writes only on
+    rank 0 (PreTrainedModel.should_save_on_this_rank), so another rank's build would be a folder without weights."""
+    from safetensors.torch import save_model  # torch: lazy, as every torch import of this module
+
+    model.config.save_pretrained(folder)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(folder)
+    save_model(model, str(Path(folder) / "model.safetensors"), metadata={"format": "pt"})
+
+
 def built_dir(name: str, cache_dir: Optional[os.PathLike | str] = None) -> Path:
     """Where the built-in model `name` is kept: `<cache>/<name>-<DEMO_VERSION>-<key>` (`build_inputs`' key)."""
     return Path(cache_dir or cache_root()) / f"{name}-{DEMO_VERSION}-{state_key(build_inputs(name))[:12]}"
@@ -200,7 +212,7 @@ def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
             pad_token_id=tokenizer.pad_token_id,
             bos_token_id=None,
         )
-        model.save_pretrained(tmp)
+        save_on_every_rank(model, tmp)
         tokenizer.save_pretrained(tmp)
 
     return _build_once("tiny-demo", cache_dir, write)
@@ -225,7 +237,7 @@ def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
             max_position_embeddings=32768,
             tie_word_embeddings=True,  # as Qwen2.5-0.5B/1.5B/3B (and half the parameters of an untied head)
         )
-        model.save_pretrained(tmp)
+        save_on_every_rank(model, tmp)
         tokenizer.save_pretrained(tmp)
 
     return _build_once("tiny-qwen2.5", cache_dir, write)

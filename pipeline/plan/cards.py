@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from env.probes import nvidia_smi_memory
 from pipeline.config import ConfigError
 
 MIB = 2**20
@@ -89,8 +90,6 @@ def card_from_memory(total_gib: float) -> Card:
 
 def live_card() -> Optional[Card]:
     """The first visible GPU from nvidia-smi (no torch), with its free memory; None without one."""
-    from env.probes import nvidia_smi_memory
-
     found = nvidia_smi_memory()
     if found is None:
         return None

@@ -14,8 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import shell_command
-from pipeline.config import ConfigError, PipelineConfig
+import yaml
+
+from env.paths import atomic_write_text, shell_command, snapshot
+from pipeline.bootstrap import DEFAULT_GPU_RECIPE
+from pipeline.config import ConfigError, PipelineConfig, parse_config, read_recipe, validate
+from pipeline.config.parse import config_path, normalize_argv
 from pipeline.plan.cards import KNOWN_CARDS, TABLE_CARDS, Card, card_by_name, card_from_memory, live_card
 from pipeline.plan.estimate import UNCERTAINTY, Estimate, token_lengths
 from pipeline.plan.fit import fitted_recipe, plan, suggestions
@@ -121,8 +125,6 @@ def as_dict(result: Estimate) -> dict[str, Any]:
 
 def recipe_table(cards: tuple[str, ...] = TABLE_CARDS) -> str:
     """The markdown table of docs/gpu.md: each configs/qwen2.5-*.yaml on each card."""
-    from pipeline.config import parse_config
-
     recipes = sorted(RECIPES_DIR.glob("qwen2.5-*.yaml"), key=lambda p: float(p.name.split("-")[1].rstrip("b")))
     header = "| recipe | " + " | ".join(cards) + " |"
     lines = [header, "|" + "---|" * (len(cards) + 1)]
@@ -138,10 +140,6 @@ def recipe_table(cards: tuple[str, ...] = TABLE_CARDS) -> str:
 
 
 def write_recipe(path: str, recipe: dict[str, Any], how: str) -> Path:
-    import yaml
-
-    from env.paths import atomic_write_text, snapshot
-
     text = (f"# Written by `grpo plan --write`: {how}.\n"
             + yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True))
     try:
@@ -154,9 +152,6 @@ def write_recipe(path: str, recipe: dict[str, Any], how: str) -> Path:
 
 def base_mapping(rest: list[str], cfg: PipelineConfig) -> dict[str, Any]:
     """The recipe's own keys plus the command line's overrides (as parsed), for --write."""
-    from pipeline.config import read_recipe
-    from pipeline.config.parse import config_path, normalize_argv
-
     argv = normalize_argv(rest)
     path = config_path(argv)
     mapping = read_recipe(path) if path else {}
@@ -170,10 +165,6 @@ def base_mapping(rest: list[str], cfg: PipelineConfig) -> dict[str, Any]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from pipeline.bootstrap import DEFAULT_GPU_RECIPE
-    from pipeline.config import parse_config, validate
-    from pipeline.config.parse import config_path, normalize_argv
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)

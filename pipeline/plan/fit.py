@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from pipeline.config import ConfigError, PipelineConfig, parse_limit
+from pipeline.demo.registry import builtin_model
+from pipeline.plan import cards  # cards.live_card looked up at call time (tests replace it there)
 from pipeline.plan.bundled import smaller_models
-from pipeline.plan.cards import Card
-from pipeline.plan.estimate import Estimate, backend_path, estimate, token_lengths
+from pipeline.plan.cards import Card, card_from_memory
+from pipeline.plan.estimate import UNCERTAINTY, Estimate, backend_path, estimate, token_lengths
 from pipeline.plan.shape import count_parameters, load_shape
 
 
@@ -126,13 +128,9 @@ def memory_check(cfg: PipelineConfig) -> str:
     cannot be read offline, it says so and passes. Estimated not to fit: a warning naming the smallest change
     that fits; estimated over REFUSE_RATIO x the usable memory (or vLLM unable to start): a ConfigError.
     """
-    from pipeline.demo.registry import builtin_model
-    from pipeline.plan.cards import card_from_memory, live_card
-    from pipeline.plan.estimate import UNCERTAINTY
-
     if builtin_model(cfg.model.model_name_or_path) is not None:
         return "not estimated: a built-in CPU model"
-    card = card_from_memory(cfg.model.gpu_memory_gb) if cfg.model.gpu_memory_gb is not None else live_card()
+    card = card_from_memory(cfg.model.gpu_memory_gb) if cfg.model.gpu_memory_gb is not None else cards.live_card()
     if card is None:
         return "not estimated: no GPU visible and no gpu_memory_gb (grpo plan --gpu NAME estimates for a card)"
     try:

@@ -20,6 +20,7 @@ from typing import Optional
 from env.disk import StorageError
 from env.paths import atomic_write_text, cache_root
 from pipeline.config import ConfigError
+from pipeline.demo.registry import builtin_model
 from pipeline.plan.bundled import bundled_config_name
 
 BUNDLED_CONFIGS = Path(__file__).resolve().parent.parent / "assets" / "model-configs"
@@ -89,8 +90,6 @@ def load_shape(model: str) -> ModelShape:
     if bundled:
         file = BUNDLED_CONFIGS / f"{bundled}.json"
         return shape_from_config(_read_json(file), model, f"bundled config pipeline/assets/model-configs/{file.name}")
-    from pipeline.demo.registry import builtin_model
-
     if builtin_model(model) is not None:
         raise ConfigError("model_name_or_path", f"{model!r} is a built-in CPU model; the memory plan is for GPU "
                           "recipes. Plan a Qwen2.5 recipe, e.g. --config configs/qwen2.5-1.5b-gsm8k.yaml.")

@@ -9,15 +9,24 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from env.text import excerpt
-from pipeline.backends import on_cpu
-from pipeline.config import PipelineConfig, trl_training_args
+from pipeline.backends import load_backend, on_cpu
+from pipeline.config import ConfigError, PipelineConfig, parse_limit, trl_training_args
+from pipeline.config.trl_fields import BACKEND_DECIDED, trainer_choices
+from pipeline.data.tokenizer import resolve_model_path
 from pipeline.health.rollout import build_probe
+from pipeline.run.checkpoints import file_mode_callback, stage_checkpoint_saves
+from pipeline.run.resume import follow_the_rebuilt_schedule, load_every_adapter
 from pipeline.trainer.effective import predicted_changes, write_effective_config
+from pipeline.trainer.reward_failures import RewardFailureLatch, raise_reward_failures_after_the_gather
+from rewards import check_reward_weights, get_reward_funcs
+from rewards.contract import guard_reward
 
 
 def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft_config, output_dir: Path,
@@ -32,14 +41,11 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
 
+    # (these three import transformers at their top: kept here so that --check and `import pipeline.train` load
+    # no torch)
     from pipeline.health.rollback import LrScaleCallback, base_model_reference
     from pipeline.health.rules import build_health
-    from pipeline.run.checkpoints import file_mode_callback, stage_checkpoint_saves
-    from pipeline.run.resume import follow_the_rebuilt_schedule, load_every_adapter
     from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
-    from pipeline.trainer.reward_failures import RewardFailureLatch, raise_reward_failures_after_the_gather
-    from rewards import check_reward_weights, get_reward_funcs
-    from rewards.contract import guard_reward
 
     g = cfg.grpo
     reward_funcs = get_reward_funcs(list(g.reward_funcs))
@@ -150,8 +156,6 @@ class ModelCard:
 
 def is_hub_id(name: Optional[str]) -> bool:
     """`org/name` that is neither a built-in name nor a local path."""
-    from pipeline.data.tokenizer import resolve_model_path
-
     return bool(name) and name.count("/") == 1 and not os.path.exists(name) and resolve_model_path(name) == name
 
 
@@ -184,9 +188,6 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
     that decides it, never dropped; a value TRL's own validation refuses is a ConfigError naming the field."""
     import trl  # imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
 
-    from pipeline.config import ConfigError, trl_training_args
-    from pipeline.config.trl_fields import BACKEND_DECIDED, trainer_choices
-
     for name, value in cfg.trl.items():
         if name in decided and decided[name] != value:
             raise ConfigError(name, f"{name}: {excerpt(value)} does not fit this run: the backend, on this machine, "
@@ -206,8 +207,6 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
 
 def _named_field(message: str, cfg: PipelineConfig, kwargs: dict) -> str:
     """The field a TRL validation message is about: a TRL option the user set, else any field it names."""
-    import re
-
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
     for name in [*cfg.trl, *kwargs]:
         if name in words:
@@ -218,8 +217,6 @@ def _named_field(message: str, cfg: PipelineConfig, kwargs: dict) -> str:
 def check_grpo_config(cfg: PipelineConfig, backend_name: str) -> str:
     """`--check`'s `trl` step: the trl.GRPOConfig the run will build, with TRL's own validation, before anything
     loads. The backend's device settings need the loaded model on Unsloth, so there they are checked by the run."""
-    import tempfile
-
     with tempfile.TemporaryDirectory() as scratch:
         build_grpo_config(cfg, _model_free_decided(cfg, backend_name, Path(scratch)))
     named = ", ".join(f"{k}={excerpt(v)}" for k, v in cfg.trl.items())
@@ -229,8 +226,6 @@ def check_grpo_config(cfg: PipelineConfig, backend_name: str) -> str:
 def check_effective_config(cfg: PipelineConfig, backend_name: str) -> str:
     """`--check`'s `effective_config` step: the fields the backend will change, the lines `grpo train` prints when
     it writes effective_config.json (pipeline/trainer/effective.py predicted_changes), before anything loads."""
-    import tempfile
-
     with tempfile.TemporaryDirectory() as scratch:
         changes = predicted_changes(cfg, backend_name, _model_free_decided(cfg, backend_name, Path(scratch)))
     if not changes:
@@ -240,10 +235,6 @@ def check_effective_config(cfg: PipelineConfig, backend_name: str) -> str:
 
 def _model_free_decided(cfg: PipelineConfig, backend_name: str, scratch: Path) -> dict:
     """run_decided_args as far as it is known before the model loads (the data's limit, the reward weights)."""
-    from pipeline.backends import load_backend
-    from pipeline.config import parse_limit
-    from rewards import check_reward_weights
-
     limit = parse_limit(cfg.data.max_completion_length, "max_completion_length")
     weights = [*check_reward_weights(list(cfg.grpo.reward_funcs), cfg.grpo.reward_weights), 0.0]
     return run_decided_args(cfg, _ModelFreeSettings(load_backend(backend_name), backend_name), None, limit or 256,

@@ -20,10 +20,11 @@ from typing import Any, Optional
 
 from transformers import TrainerCallback
 
+from env.kept import read_record, record, reusable
 from env.paths import snapshot
 from pipeline.health.metrics import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
 from pipeline.run.checkpoints import set_aside_stale
-from env.kept import read_record, record, reusable
+from pipeline.run.manifest import write_adapter_metadata
 
 BEST_DIR = "best_lora"
 BEST_NAME = "grpo_best.json"
@@ -52,7 +53,8 @@ class BestAdapter:
         """Keep `model` when its accuracy beats the best so far (ties keep the earlier one); True when kept."""
         if self.best is not None and result["accuracy"] <= self.best["accuracy"]:
             return False
-        from env.paths import atomic_directory, atomic_write_json, snapshot
+        # looked up at call time: tests/test_writers.py makes env.paths' writer act between stage and publish
+        from env.paths import atomic_directory, atomic_write_json
         # Runs up to infer/ (counted by layout_metrics): best_lora/ is verified as `grpo generate` loads it.
         from pipeline.infer.session import verify_trained_dir
 
@@ -113,7 +115,6 @@ def build_periodic_eval(cfg, backend, tokenizer, eval_rows: list[dict[str, Any]]
     # Runs up to infer/: the periodic eval scores as `grpo eval` does (one evaluate_rows), while infer/dry_run.py
     # runs the format warm-up from trainer/.
     from pipeline.infer.evaluate import eval_inputs, evaluate_rows
-    from pipeline.run.manifest import write_adapter_metadata
 
     def evaluate(model):
         return evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer, eval_rows,

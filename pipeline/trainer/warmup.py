@@ -21,10 +21,13 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
+from env.disk import storage_errors_named
+from env.kept import file_sha256, record, reusable, versions
+from env.paths import atomic_directory, atomic_write_json
+from pipeline.backends import mixed_precision, on_cpu
 from pipeline.config import PipelineConfig
 from pipeline.data.cache import model_identity
 from pipeline.data.run_data import warmup_examples
-from env.kept import file_sha256, record, reusable, versions
 
 WARMUP_DIR = "warmup"
 WARMUP_KEY_NAME = "warmup.json"
@@ -93,7 +96,6 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
     examples = warmup_examples(cfg, prepared)
     print(f"[grpo] format warm-up: {cfg.health.sft_warmup_steps} SFT steps on {len(examples)} formatted examples",
           flush=True)
-    from pipeline.backends import mixed_precision, on_cpu
 
     cpu = on_cpu()
     # From the model's dtype, not from what the GPU supports: Unsloth's SFTTrainer raises when they disagree
@@ -127,8 +129,6 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
                          callbacks=[WarmupLogCallback(cfg.health.sft_warmup_steps)])
     trainer.remove_callback(PrinterCallback)  # it prints raw dicts of strings; one readable line instead
     trainer.train()
-    from env.disk import storage_errors_named
-    from env.paths import atomic_directory, atomic_write_json
 
     with storage_errors_named(output_dir, "run the same command again (the warm-up is trained again)."), \
             atomic_directory(output_dir / WARMUP_DIR) as staging:
