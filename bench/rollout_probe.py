@@ -19,13 +19,12 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.overhead import bench_config, prepare, step_timer  # noqa: E402
+from bench.overhead import bench_config, prepare, run_pipeline  # noqa: E402
 
 TARGET = 0.02
 
@@ -35,7 +34,6 @@ def measure(steps: int) -> dict:
     from pipeline.backends import plain
     from pipeline.config import HealthArguments
     from pipeline.health.rollout import RolloutProbe
-    from pipeline.trainer.build import build_trainer
     from tests.rollout_engines import FollowingEngine
 
     cfg = bench_config(steps, rollout_probe_steps=1)
@@ -53,19 +51,13 @@ def measure(steps: int) -> dict:
     RolloutProbe.measure = timed
     plain.plugged_rollout_engine = lambda trainer: FollowingEngine(trainer, cfg)
     try:
-        model, tokenizer = plain.load_for_training(cfg)
-        timer = step_timer()
-        with tempfile.TemporaryDirectory() as out:
-            trainer, _ = build_trainer(cfg.replace(output_dir=out), plain, model, tokenizer, prepared,
-                                       plain.peft_config(cfg), Path(out))
-            trainer.add_callback(timer)
-            trainer.train()
+        run = run_pipeline(cfg, prepared)  # the pipeline's trainer exactly as bench/overhead.py times it
     finally:
         RolloutProbe.measure, plain.plugged_rollout_engine = measure_once, None
     by_step = {step: (wall, cpu) for step, wall, cpu in probes}
     # interval i runs from step i + 1's on_step_end to step i + 2's; step i + 1's log (and probe) ran inside it
-    steps_wall = [gap - by_step.get(i + 1, (0.0, 0.0))[0] for i, gap in enumerate(timer.intervals())]
-    steps_cpu = [gap - by_step.get(i + 1, (0.0, 0.0))[1] for i, gap in enumerate(timer.intervals(cpu=True))]
+    steps_wall = [gap - by_step.get(i + 1, (0.0, 0.0))[0] for i, gap in enumerate(run.intervals)]
+    steps_cpu = [gap - by_step.get(i + 1, (0.0, 0.0))[1] for i, gap in enumerate(run.cpu_intervals)]
     probe_wall = [wall for _, wall, _ in probes]
     probe_cpu = [cpu for _, _, cpu in probes]
     every = HealthArguments().rollout_probe_steps
