@@ -96,7 +96,8 @@ STEPS = ("image", "env", "models", "chain-unsloth", "chain-plain", "bench-plain"
 BUDGET_S = 480  # the device command's --budget-s
 # Each step's share of the budget (seconds, restarts of a crashed child included); they add up to BUDGET_S, so
 # a step that overruns its share only takes time from the steps after it, never from the ones before.
-# Estimated for an H200 (not yet measured there).
+# Estimated for an H200; the first run there (2026-12-04, docs/gpu.md) measured about 170 s for one tiny-model
+# Unsloth unit alone (compile), so this plan reaches the tiny models only: use --only for the rest.
 STEP_CAPS = {"image": 5, "env": 20, "models": 25, "chain-unsloth": 190, "chain-plain": 110, "bench-plain": 60,
              "bench-unsloth": 70}
 DRY_RUN_CAP_S = 300  # per step on CPU (the tests' dry run), where the GPU estimates do not apply
