@@ -18,8 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from env.paths import absolute_path
 from pipeline.backends import BackendChoice, choose_backend, cuda_available, load_backend
+from pipeline.backends.gpu_settings import refuse_vllm_sleep_mode, standby_enabled
 from pipeline.config import ConfigError, from_mapping, peek_option
+from pipeline.demo.registry import builtin_model, cpu_demo_config
+from pipeline.run.manifest import ManifestError, find_manifest
 
 # `grpo train` on a GPU without --config trains this recipe (defaults_for).
 DEFAULT_GPU_RECIPE = Path(__file__).resolve().parent.parent / "configs" / "qwen2.5-1.5b-gsm8k.yaml"
@@ -45,8 +49,6 @@ def bootstrap(command: str, argv: list[str]) -> Optional[BackendChoice]:
     except ConfigError:
         return None
     if command in RECIPE_COMMANDS and choice.name == "unsloth":
-        from pipeline.backends.gpu_settings import refuse_vllm_sleep_mode, standby_enabled
-
         # The trainer's rollouts would put vLLM to sleep with it: refused before anything loads.
         refuse_vllm_sleep_mode(standby_enabled(early))
     load_backend(choice.name).prepare_environment(early)
@@ -78,9 +80,6 @@ def _early_settings(command: str, argv: list[str]) -> tuple[BackendChoice, dict[
 def _trained_config(argv: list[str]) -> dict[str, Any]:
     """The `config` of the manifest that `--lora` / `--run` point at; {} when there is none or it is unreadable
     (the command reports that itself, before anything loads)."""
-    from env.paths import absolute_path
-    from pipeline.run.manifest import ManifestError, find_manifest
-
     lora, run = peek_option(argv, "lora"), peek_option(argv, "run")
     try:
         if lora:
@@ -101,8 +100,6 @@ def defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Opt
     Returns (argv, base defaults for parse_config, a line saying which); one answer for `grpo train` (a run,
     --help, --check), `grpo data` and the bootstrap.
     """
-    from pipeline.demo.registry import builtin_model, cpu_demo_config
-
     base: dict[str, Any] = {}
     note = ""
     if "--config" not in argv:

@@ -9,15 +9,20 @@
     grpo eval       accuracy / format / length / garbled rate on held-out problems
     grpo export     merge the LoRA (16-bit / 4-bit) or write GGUF
 
-Each sub-command's module is imported only when it runs, so `grpo --help` never imports torch. Before it is
-imported, pipeline/bootstrap.py prepares the backend the command will use (Unsloth must be imported first).
+Start-up order, and why this module's own imports wait inside `main`: first a file of the user's that would hide
+one of our packages is refused (`hidden_package`, before any module of ours imports env/ or rewards/); then
+pipeline/bootstrap.py prepares the backend the command will use (Unsloth must be imported before trl,
+transformers and peft); then the sub-command's module is imported, only when it runs, so `grpo --help` never
+imports torch.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
+from pathlib import Path
 
 # name -> (module, help). Every module exposes `main(argv: list[str]) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -50,9 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     """`grpo COMMAND ...`: the command under the one top-level handler (pipeline/errors.py): exit 2 and one
     message for bad input, 1 and one line (traceback in a log) for a bug, 130 for Ctrl-C; `--debug` anywhere
     prints tracebacks instead."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    problem = hidden_package()
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2  # bad input (pipeline/errors.py EXIT_BAD_INPUT, not importable before this check)
+    # lazy: only after the hidden-package check above (the handler imports env/ and the pipeline's packages)
     from pipeline.errors import DEBUG_FLAG, run_command
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     command_argv = [arg for arg in argv if arg != DEBUG_FLAG]
     parser = build_parser()
     if not command_argv or command_argv[0] in ("-h", "--help"):
@@ -76,9 +86,6 @@ def hidden_package() -> str | None:
     find_spec). A reward module of that name beside the recipe or in the working folder is fine under `grpo`:
     rewards/user_code.py loads it as the user's, apart from ours. A message, not an exception: the error handler
     itself imports those packages."""
-    import importlib.util
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[1]
     for name in OUR_PACKAGES:
         spec = importlib.util.find_spec(name)
@@ -92,12 +99,8 @@ def hidden_package() -> str | None:
 
 
 def _run(command: str, argv: list[str]) -> int:
-    problem = hidden_package()
-    if problem:
-        from pipeline.errors import EXIT_BAD_INPUT
-
-        print(f"error: {problem}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    # lazy: the bootstrap imports Unsloth (on its backend) before any command module imports trl or transformers;
+    # both come after the hidden-package check in `main`, as every import of env/ must
     from pipeline.bootstrap import bootstrap
     from pipeline.run.stop import interrupts_raise
 

@@ -25,6 +25,17 @@ import traceback
 from pathlib import Path
 from typing import Callable, Optional
 
+from env.adapters import AdapterError
+from env.disk import StorageError, storage_failure
+from env.matrix import MatrixError
+from env.path_check import PathError
+from env.paths import PathChangedError, atomic_write_text, cache_root, shell_command
+from env.text import shorten
+from pipeline.config import ConfigError
+from pipeline.data.prepare import DataError
+from pipeline.data.source_spec import DataFileError
+from pipeline.run.manifest import ManifestError
+
 EXIT_BAD_INPUT, EXIT_BUG, EXIT_INTERRUPTED = 2, 1, 130
 DEBUG_FLAG = "--debug"
 MAX_MESSAGE_CHARS = 4000  # the longest user-error message printed; the fix at its end is kept
@@ -36,24 +47,8 @@ _depth = 0  # handlers now running: the outermost one starts with no run folder 
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """Every exception that means "your input cannot work" (exit 2), in one place."""
-    from env.adapters import AdapterError
-    from env.disk import StorageError
-    from env.matrix import MatrixError
-    from env.path_check import PathError
-    from env.paths import PathChangedError
-    from pipeline.config import ConfigError
-    from pipeline.data.source_spec import DataFileError
-    from pipeline.run.manifest import ManifestError
-
-    errors: list[type[BaseException]] = [ConfigError, PathError, DataFileError, AdapterError, ManifestError,
-                                         StorageError, MatrixError, PathChangedError]
-    try:
-        from pipeline.data.prepare import DataError
-
-        errors.append(DataError)
-    except ImportError:  # pragma: no cover - only when `datasets` itself is missing
-        pass
-    return tuple(errors)
+    return (ConfigError, PathError, DataFileError, AdapterError, ManifestError, StorageError, MatrixError,
+            PathChangedError, DataError)
 
 
 def note_run_folder(folder: Optional[Path]) -> None:
@@ -73,9 +68,6 @@ def without_debug_flag(argv: list[str]) -> list[str]:
 
 def _crash_log(command: str, argv: list[str], err: BaseException) -> Optional[Path]:
     """Write the traceback to a log file; None when no place takes it."""
-    from env.disk import StorageError
-    from env.paths import atomic_write_text, cache_root, shell_command
-
     stamp = time.strftime("%Y%m%d-%H%M%S")
     text = (f"command: {shell_command('grpo', command, *argv)}\ncwd: {os.getcwd()}\ntime: {stamp}\n"
             f"python: {sys.version.split()[0]}\n\n"
@@ -93,9 +85,6 @@ def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -
     where = None if debug else _crash_log(command, argv, err)
     if where is None:
         traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
-    from env.paths import shell_command
-    from env.text import shorten
-
     summary = shorten(f"{type(err).__name__}: {err}".splitlines()[0], 300)
     # The path as it is (str.capitalize() once lowercased it), quoted as a shell word so that it pastes back.
     place = (f"The traceback is in {shell_command(where)}; rerun with {DEBUG_FLAG} to print it" if where else
@@ -122,9 +111,6 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
               file=sys.stderr)
         return EXIT_INTERRUPTED
     except user_errors() as err:
-        from env.disk import StorageError, storage_failure
-        from env.text import shorten
-
         if debug:
             traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
         if isinstance(err, StorageError):  # a writer's: in the run folder, the setting to change is output_dir
@@ -133,8 +119,6 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
         print(f"error: {shorten(str(err), MAX_MESSAGE_CHARS)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback
-        from env.disk import storage_failure
-
         storage = storage_failure(err, _run_folder)  # a full / read-only / forbidden place, wherever it was hit
         if storage is None:
             return report_bug(command, argv, err, debug)

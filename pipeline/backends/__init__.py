@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
+from env import probes  # through the module, looked up at each call: tests stand in for the GPU probe there
 from pipeline.config import ConfigError, PipelineConfig
+from pipeline.demo.registry import builtin_model
 
 
 class Completion(str):
@@ -129,14 +131,13 @@ def cuda_available() -> bool:
     Not `torch.cuda.is_available()`: this runs before `import unsloth`, and unsloth_zoo sets the CUDA
     allocator's PYTORCH_ALLOC_CONF at import, expecting torch not to be imported yet (unsloth_zoo/__init__.py).
     """
-    from env.probes import cuda_usability
-
-    return cuda_usability().usable
+    return probes.cuda_usability().usable
 
 
 def on_cpu() -> bool:
     """True when this process has no CUDA device for torch. It imports torch, so it is for code past the
     backend choice (trainer arguments, the warm-up); choosing a backend asks `cuda_available` instead."""
+    # lazy: torch loads only once a model is needed
     import torch
 
     return not torch.cuda.is_available()
@@ -171,9 +172,7 @@ def choose_backend(requested: str, fast_inference: bool = True) -> BackendChoice
     if requested == "unsloth":
         problems = []
         if not has_cuda:
-            from env.probes import cuda_usability
-
-            problems.append(f"CUDA is not usable ({cuda_usability().reason})")
+            problems.append(f"CUDA is not usable ({probes.cuda_usability().reason})")
         if not has["unsloth"]:
             problems.append("unsloth is not installed (pip install -e '.[gpu]')")
         elif fast_inference and not has["vllm"]:
@@ -208,8 +207,6 @@ def gpu_sized(cfg) -> bool:
     `backend: auto` must not quietly fall back to training it there. `backend: plain` is the explicit way to
     train a small model on CPU; the tiny demo (and the test configs, which use it) always may.
     """
-    from pipeline.demo.registry import builtin_model
-
     builtin = builtin_model(cfg.model.model_name_or_path)
     return cfg.model.backend != "plain" and not (builtin is not None and builtin.cpu_sized)
 
@@ -218,12 +215,11 @@ def refuse_gpu_recipe_without_cuda(cfg, choice: BackendChoice) -> None:
     """ConfigError when a GPU-sized recipe would train on CPU because CUDA is unusable (the reason and the fix)."""
     if choice.name != "plain" or not gpu_sized(cfg):
         return
-    from env.probes import cuda_usability
-
-    status = cuda_usability()
+    status = probes.cuda_usability()
     if status.usable:
         # The probe found a driver new enough; ask torch too. The plain backend never imports unsloth, so
         # importing torch first is harmless here, and it catches what files cannot show (a broken install).
+        # lazy: torch loads only once a model is needed
         import torch
 
         if torch.cuda.is_available():

@@ -57,6 +57,7 @@ NO_STANDBY_TABLE: tuple[tuple[float, float], ...] = (
 
 def gpu_total_gib(device: int = 0) -> float:
     """Total memory of the GPU in GiB, the unit Unsloth's standby tiers use."""
+    # lazy: torch loads only once a model is needed
     import torch
 
     return torch.cuda.get_device_properties(device).total_memory / 1024**3

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import EXPORT_METHODS, Completion, score_with_vllm
+from pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
 from pipeline.config import ConfigError, PipelineConfig
+from pipeline.data.prompts import carry_system_prompt
 from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
+from pipeline.demo.registry import builtin_model
 
 NAME = "plain"
 
@@ -25,6 +29,7 @@ def prepare_environment(cfg: PipelineConfig) -> None:
 
 
 def _torch_dtype(cfg: PipelineConfig):
+    # lazy: torch loads only once a model is needed
     import torch
 
     if cfg.model.dtype != "auto":
@@ -35,6 +40,7 @@ def _torch_dtype(cfg: PipelineConfig):
 
 
 def _use_4bit(cfg: PipelineConfig) -> bool:
+    # lazy: torch loads only once a model is needed
     import torch
 
     return bool(
@@ -52,6 +58,7 @@ def _device_map() -> Optional[dict[str, int]]:
     run before or without a Trainer. One GPU per process, as TRL's get_kbit_device_map ({"": local process
     index}); under DeepSpeed ZeRO-3 DeepSpeed places the shards itself (transformers refuses a device_map there).
     """
+    # lazy: torch loads only once a model is needed
     import torch
 
     if not torch.cuda.is_available() or os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
@@ -62,10 +69,9 @@ def _device_map() -> Optional[dict[str, int]]:
 def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool = True):
     """Load the base model onto this process's GPU when there is one (4-bit when configured and bitsandbytes
     is installed), else onto the CPU."""
+    # lazy: torch and transformers load only once a model is needed
     import torch
     from transformers import AutoModelForCausalLM
-
-    from pipeline.demo.registry import builtin_model
 
     builtin = builtin_model(model_name_or_path)
     if builtin is not None and builtin.one_cpu_thread and not torch.cuda.is_available():
@@ -77,6 +83,7 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
     if device_map is not None:
         kwargs["device_map"] = device_map
     if _use_4bit(cfg):
+        # lazy: transformers imports torch
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
@@ -88,6 +95,7 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_name_or_path, cfg.model.model_source),
                                                  **kwargs)
     if for_training and "quantization_config" in kwargs:
+        # lazy: peft imports torch
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(
@@ -98,8 +106,6 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
 
 def load_for_training(cfg: PipelineConfig):
     """Base model + tokenizer; TRL wraps the model with `peft_config(cfg)`."""
-    from pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
-
     ensure_trl_logprob_kernel()  # CPU-only torch has no Triton: TRL 1.15 needs a torch log-prob path
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
     return load_model(cfg.model.model_name_or_path, cfg), tokenizer
@@ -107,6 +113,7 @@ def load_for_training(cfg: PipelineConfig):
 
 def peft_config(cfg: PipelineConfig):
     """The LoRA that TRL applies."""
+    # lazy: peft imports torch
     from peft import LoraConfig
 
     return LoraConfig(
@@ -121,6 +128,7 @@ def peft_config(cfg: PipelineConfig):
 
 def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]:
     """Device and vLLM settings for GRPOConfig."""
+    # lazy: torch loads only once a model is needed
     import torch
 
     kwargs: dict[str, Any] = {}
@@ -206,6 +214,7 @@ class PlainGenerator:
 
     def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
                  top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
+        # lazy: torch loads only once a model is needed
         import torch
 
         tok = self.tokenizer
@@ -254,6 +263,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
     tokenizer = load_tokenizer(tokenizer_source, cfg.model.trust_remote_code, cfg.model.model_source)
     model = load_model(base_model, cfg, for_training=False)
     if adapter is not None:
+        # lazy: peft imports torch
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(adapter.path))
@@ -263,6 +273,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
 def _export_dtype(cfg: PipelineConfig, base_model: str, merged_dtype):
     """The 16-bit dtype of a merged16 export: the merge's own when it ran in 16-bit (a GPU), the run's `dtype`
     when that is 16-bit, else the base model's own 16-bit dtype (Qwen2.5: bfloat16), else bfloat16."""
+    # lazy: torch and transformers load only once a model is needed
     import torch
     from transformers import AutoConfig
 
@@ -287,12 +298,14 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
         raise ConfigError("to", "GGUF export needs the unsloth backend (llama.cpp conversion via "
                           "save_pretrained_gguf). On the plain backend export merged16 and convert with llama.cpp.")
     if method == "merged4":
+        # lazy: torch loads only once a model is needed
         import torch
 
         if not (torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes")):
             raise ConfigError("to", "merged4 needs a CUDA GPU with bitsandbytes (4-bit weights). Use merged16 on CPU.")
     if method not in EXPORT_METHODS:
         raise ConfigError("to", f"got {method!r}; choose one of {', '.join(EXPORT_METHODS)}.")
+    # lazy: peft imports torch
     from peft import PeftModel
 
     fp_cfg = cfg.replace(load_in_4bit=False)  # merge into full-precision weights, never into rounded 4-bit ones
@@ -305,10 +318,8 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
         # the files' size and differ from what a GPU export writes.
         merged.to(_export_dtype(cfg, base_model, merged.dtype)).save_pretrained(str(out_dir))
     else:
-        # 4-bit: merge in full precision first, then let bitsandbytes quantize the merged weights on load
+        # 4-bit (lazy: transformers imports torch): merge in full precision first, then let bitsandbytes quantize the merged weights on load
         # and serialize them (merging a LoRA into already-rounded 4-bit weights loses the fine-tune).
-        import tempfile
-
         from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
         with tempfile.TemporaryDirectory(dir=out_dir.parent) as staging:
@@ -316,7 +327,5 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
             quantized = AutoModelForCausalLM.from_pretrained(
                 staging, quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4"))
             quantized.save_pretrained(str(out_dir))
-    from pipeline.data.prompts import carry_system_prompt
-
     carry_system_prompt(tokenizer, system_prompt)
     tokenizer.save_pretrained(str(out_dir))

@@ -24,6 +24,7 @@ class TorchChunkedLogProb:
     @staticmethod
     def apply(hidden, weight, bias, targets, temperature, chunk_size, final_logit_softcapping=None,
               logit_scale=1.0, outputs=OPTIONAL_OUTPUTS):
+        # lazy: torch loads only once a model is needed
         import torch
         import torch.nn.functional as F
 
@@ -64,6 +65,7 @@ class TorchChunkedLogProb:
 
 def ensure_trl_logprob_kernel() -> bool:
     """Install the torch fallback if TRL has no log-prob kernel. Returns True when it was installed."""
+    # lazy: trl imports torch, and comes after the bootstrap's `import unsloth` (Unsloth patches it at import)
     import trl.trainer.utils as trl_utils
 
     if getattr(trl_utils, "_ChunkedLogProbFunction", object()) is None:

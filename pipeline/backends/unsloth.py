@@ -174,7 +174,7 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
         # Built once with Unsloth's own helper (vllm.SamplingParams(**mapping)) so vLLM rejects a bad field or
         # value now, naming it, instead of at the first rollout.
         from unsloth import vLLMSamplingParams  # lazy: unsloth imports torch
-        from vllm.exceptions import VLLMValidationError  # out-of-range values; not a ValueError subclass
+        from vllm.exceptions import VLLMValidationError  # lazy: vllm only with fast_inference; not a ValueError
 
         try:
             vLLMSamplingParams(**mapping)

@@ -112,7 +112,7 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
             "trl, transformers or peft; in a notebook, restart the kernel and run it in the first cell.",
             stacklevel=2,
         )
-    import unsloth  # noqa: F401  (the import is the point: it patches trl/transformers/peft)
+    import unsloth  # noqa: F401  (lazy, here only: the import is the point, it patches trl/transformers/peft)
 
     _prepared = PreparedEnvironment(standby=standby, import_order_problems=problems)
     return _prepared
@@ -143,6 +143,7 @@ def _torch_dtype(cfg: PipelineConfig):
     """`auto` -> None (Unsloth picks bf16 where supported, else fp16: FastLlamaModel.from_pretrained)."""
     if cfg.model.dtype == "auto":
         return None
+    # lazy: torch loads only once a model is needed
     import torch
 
     # A torch dtype, not the string: FastLanguageModel.from_pretrained converts only "float16"/"bfloat16".

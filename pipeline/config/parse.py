@@ -31,7 +31,7 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
 
     `base` supplies defaults below the YAML file (used for the built-in CPU demo).
     """
-    from trl import TrlParser  # light: does not import torch
+    from trl import TrlParser  # lazy: trl comes after the bootstrap's `import unsloth` (TrlParser needs no torch)
 
     argv = normalize_argv(argv or [])
     named = check_option_names(argv)

@@ -109,6 +109,7 @@ TRL_BOUNDS: dict[str, dict[str, Any]] = {
 @functools.lru_cache(maxsize=1)
 def grpo_config_class() -> type:
     """The installed trl.GRPOConfig (from its module: Unsloth's patched copy adds its own fields only at run time)."""
+    # lazy: trl imports torch, and comes after the bootstrap's `import unsloth` (Unsloth patches it at import)
     from trl.trainer.grpo_config import GRPOConfig
 
     return GRPOConfig
@@ -158,6 +159,7 @@ def trainer_choices() -> dict[str, tuple[str, ...]]:
     >>> trainer_choices()["loss_type"][:3], "none" in trainer_choices()["scale_rewards"]
     (('bnpo', 'cispo', 'dapo'), True)
     """
+    # lazy: trl imports torch, and comes after the bootstrap's `import unsloth` (Unsloth patches it at import)
     import trl.trainer.grpo_trainer as trainer
 
     source = inspect.getsource(trainer)

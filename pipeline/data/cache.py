@@ -18,6 +18,7 @@ from typing import Any, Optional
 from env.paths import cache_root, publish_once
 import pipeline.data  # the package's own code is the cache's identity (data_code_identity)
 from env.kept import code_hash, file_sha256, state_key, versions
+from pipeline.data.tokenizer import resolve_model_path
 
 # Bump when the prepared columns or the cleaning rules change, so old caches are not reused.
 DATA_FORMAT_VERSION = 3
@@ -82,8 +83,6 @@ def model_identity(model_name_or_path: str, source: str = "hf") -> dict[str, Any
     """What names the weights a model name loads: a built-in model's folder (its name carries its build key,
     pipeline/demo/model.py) or a local folder, with its files as `local_tree_identity`; a hub id and its
     source (hf | modelscope) otherwise."""
-    from pipeline.data.tokenizer import resolve_model_path  # it imports the demo registry, which imports us
-
     path = Path(resolve_model_path(model_name_or_path)).expanduser()
     if path.is_dir():
         return {"name": model_name_or_path, **local_tree_identity(path)}
@@ -120,6 +119,7 @@ def load_cached(entry: Path) -> Optional[tuple[Any, dict[str, Any]]]:
     if not entry_is_complete(entry):
         return None
     report_path = entry / REPORT_IN_CACHE
+    # lazy: datasets imports torch
     from datasets import load_from_disk
 
     with open(report_path, encoding="utf-8") as f:

@@ -25,6 +25,7 @@ def training_columns(table: Any, prompts: list[Any], rows: list[Any], prompt_tok
     """The training set: the source's own columns for the kept rows, with their values and types (TRL passes
     every column but `prompt` to each reward function as a keyword argument), `prompt` (the prompt the model
     is given) and the pipeline's OWN_COLUMNS."""
+    # lazy: datasets imports torch
     from datasets import Dataset
 
     dataset = table if isinstance(table, Dataset) else Dataset.from_dict(table)

@@ -67,6 +67,7 @@ def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
         return "saved", {str(split): [] for split in index.get("splits", [])}
     if all((path / name).is_file() for name in SAVED_DATASET_FILES):
         return "saved", {SINGLE_FILE_SPLIT: []}
+    # lazy: datasets imports torch
     from datasets.data_files import DataFilesDict, get_data_patterns
 
     try:
@@ -93,6 +94,7 @@ EMPTY_FIX = {".jsonl": "Write one `{\"question\": ..., \"answer\": ...}` object 
 
 def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> Any:
     """One split's data files (one format) through the `datasets` packaged loaders, as one Dataset."""
+    # lazy: datasets imports torch
     from datasets import load_dataset
 
     suffixes = {f.suffix.lower() for f in files}

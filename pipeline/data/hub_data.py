@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from huggingface_hub import constants as hub_constants
+
 from env.hubs import download_dataset, endpoint
 from env.paths import publish_once
 from env.text import excerpt
@@ -33,17 +35,13 @@ def hub_saved_copy_dir(cache_root: Path, name: str, config: Optional[str], revis
 
 def hub_endpoint() -> str:
     """The hub address `datasets` will use: $HF_ENDPOINT when set (mirrors), else huggingface.co."""
-    try:  # an ImportError guard, so the import stays here
-        from huggingface_hub import constants
-
-        return constants.ENDPOINT
-    except ImportError:  # pragma: no cover - huggingface_hub ships with datasets
-        return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    return hub_constants.ENDPOINT  # read at the call: huggingface_hub sets it from $HF_ENDPOINT
 
 
 def load_hub_splits(spec: SourceSpec, cache_root: Path, source: str = "hf") -> Any:
     """All splits of a hub dataset (a DatasetDict): from our saved copy when there is one, else downloaded
     (from ModelScope when `model_source: modelscope`)."""
+    # lazy: datasets imports torch
     from datasets import load_from_disk
 
     saved = hub_saved_copy_dir(cache_root, spec.name, spec.config, spec.revision, source)
@@ -56,6 +54,7 @@ def load_hub_splits(spec: SourceSpec, cache_root: Path, source: str = "hf") -> A
 
 
 def _download_and_save(spec: SourceSpec, saved: Path) -> None:
+    # lazy: datasets imports torch
     from datasets import load_dataset
 
     name, config = spec.name, spec.config
@@ -86,6 +85,7 @@ def _download_and_save(spec: SourceSpec, saved: Path) -> None:
 def _download_from_modelscope_and_save(name: str, config: Optional[str], revision: Optional[str], saved: Path) -> None:
     """`model_source: modelscope`: the dataset repository's files from ModelScope (env.hubs, the network
     boundary), read by `datasets` as a local folder (its data files and README configs), saved like a hub copy."""
+    # lazy: datasets imports torch
     from datasets import load_dataset
 
     print(f"[grpo data] downloading {name} ({config}) from ModelScope ({endpoint('modelscope')}); "

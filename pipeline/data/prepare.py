@@ -140,6 +140,7 @@ def answer_reader_version() -> str:
 @contextlib.contextmanager
 def _quiet_datasets() -> Iterator[None]:
     """No `datasets` progress bars while we work (they would bury the report); restored afterwards."""
+    # lazy: datasets imports torch
     import datasets
 
     was_disabled = datasets.are_progress_bars_disabled()

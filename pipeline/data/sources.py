@@ -144,6 +144,7 @@ def pick_split(spec: SourceSpec, available: list[str], where: str) -> str:
 def _load_local_split(path: Path, kind: str, files: list[Path], spec: SourceSpec, split: str, cache_root: Path,
                       where: str) -> RawRows:
     if kind == "saved":
+        # lazy: datasets imports torch
         from datasets import DatasetDict, load_from_disk
 
         loaded = load_from_disk(str(path))

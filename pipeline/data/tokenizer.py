@@ -64,6 +64,7 @@ def load_tokenizer(model_name_or_path: str, trust_remote_code: bool = False, sou
     if builtin is not None and builtin.tokenizer is not None:
         tokenizer = builtin.tokenizer()
     else:
+        # lazy: transformers imports torch
         from transformers import AutoTokenizer
 
         path = resolve_model_path(model_name_or_path, source)

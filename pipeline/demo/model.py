@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.paths import atomic_write_json, cache_root, publish_once
-# Runs up to run/ (counted by layout_metrics): the built model is kept by the one key of every reused file
-# (env/kept.py), while run/manifest.py reads the built-in names from demo/registry.py.
 from env.kept import file_sha256, read_record, record, state_key
+from pipeline.assets import QWEN_TOKENIZER_SRC, load_qwen_tokenizer  # QWEN_TOKENIZER_SRC: the files, as shipped
 
 # The cached folders are keyed on what builds them (`build_inputs`: this version, this file's code, which holds
 # the tokenizer, the architecture and the seed, and the bundled tokenizer's files), so a stale model is never
@@ -96,6 +95,7 @@ def build_demo_tokenizer():
     >>> tok.eos_token, tok.pad_token, tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     ('<|im_end|>', '<|endoftext|>', [256, 257, 258])
     """
+    # lazy: transformers imports torch
     from transformers.convert_slow_tokenizer import bytes_to_unicode
     from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
@@ -134,6 +134,7 @@ def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 
     >>> build_tiny_qwen2(60, num_hidden_layers=1).config.num_hidden_layers
     1
     """
+    # lazy: torch and transformers load only once a model is needed
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -149,8 +150,6 @@ def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 
 def build_inputs(name: str) -> dict[str, Any]:
     """Everything a built-in model's saved folder depends on. Not the torch/transformers versions: the folder is
     built once and its weights stay as saved, so an adapter trained on it keeps applying after an upgrade."""
-    from pipeline.assets import QWEN_TOKENIZER_SRC  # the bundled files, as shipped
-
     inputs: dict[str, Any] = {"name": name, "version": DEMO_VERSION, "code_sha256": file_sha256(Path(__file__))}
     if name == "tiny-qwen2.5":
         inputs["tokenizer_files"] = {p.name: file_sha256(p) for p in sorted(QWEN_TOKENIZER_SRC.iterdir())
@@ -225,8 +224,6 @@ def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
     about 2 s per GRPO step on CPU; it learns nothing useful).
     """
     def write(tmp: Path) -> None:
-        from pipeline.assets import load_qwen_tokenizer
-
         tokenizer = load_qwen_tokenizer()
         model = build_tiny_qwen2(
             QWEN_VOCAB_SIZE,

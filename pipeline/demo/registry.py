@@ -9,7 +9,7 @@ The rest of the pipeline asks here what a name is (`builtin_model`, `builtin_sou
 provides, instead of comparing names: a new built-in is one entry in a table below.
 `CPU_DEMO_RECIPE` (configs/cpu-demo.yaml) is what `grpo train` runs without a GPU and without --config.
 
-Cheap to import (no torch): the builders are imported when a name is used.
+Cheap to import: the builders import torch and transformers only when a name is used.
 """
 
 from __future__ import annotations
@@ -17,6 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+from pipeline.assets import load_qwen_tokenizer
+from pipeline.config import read_recipe
+from pipeline.demo.model import demo_model_dir, tiny_qwen_model_dir
+from pipeline.demo.task import arithmetic_problems, arithmetic_split_size, sft_examples
 
 CPU_DEMO_RECIPE = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml"
 
@@ -51,39 +56,11 @@ class BuiltinSource:
     code_file: Path  # the generator's source: hashed into the data cache key, so an edit re-prepares the data
 
 
-def _demo_model_dir() -> Path:
-    from pipeline.demo.model import demo_model_dir
-
-    return demo_model_dir()
-
-
-def _tiny_qwen_model_dir() -> Path:
-    from pipeline.demo.model import tiny_qwen_model_dir
-
-    return tiny_qwen_model_dir()
-
-
-def _qwen_tokenizer() -> Any:
-    from pipeline.assets import load_qwen_tokenizer
-
-    return load_qwen_tokenizer()
-
-
-def _arithmetic_split_size(split: str) -> int:
-    from pipeline.demo.task import arithmetic_split_size
-
-    return arithmetic_split_size(split)
-
-
 def _arithmetic_rows(n: int, seed: int, split: str) -> list[dict[str, str]]:
-    from pipeline.demo.task import arithmetic_problems
-
     return arithmetic_problems(n, seed=seed, split=split)
 
 
 def _arithmetic_warmup(n: int, system_prompt: str, seed: int) -> list[dict[str, Any]]:
-    from pipeline.demo.task import sft_examples
-
     return sft_examples(n, system_prompt, seed=seed)
 
 
@@ -101,13 +78,13 @@ TINY_QWEN_DEFAULTS: dict[str, Any] = {
 }
 
 MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
-    BuiltinModel("tiny-demo", folder=_demo_model_dir, cpu_sized=True, one_cpu_thread=True),
-    BuiltinModel("tiny-qwen2.5", folder=_tiny_qwen_model_dir, cpu_sized=True, defaults=TINY_QWEN_DEFAULTS),
-    BuiltinModel("bundled:qwen2.5", tokenizer=_qwen_tokenizer),
+    BuiltinModel("tiny-demo", folder=demo_model_dir, cpu_sized=True, one_cpu_thread=True),
+    BuiltinModel("tiny-qwen2.5", folder=tiny_qwen_model_dir, cpu_sized=True, defaults=TINY_QWEN_DEFAULTS),
+    BuiltinModel("bundled:qwen2.5", tokenizer=load_qwen_tokenizer),
 )}
 
 SOURCES: dict[str, BuiltinSource] = {s.name: s for s in (
-    BuiltinSource("demo-arithmetic", split_size=_arithmetic_split_size, rows=_arithmetic_rows,
+    BuiltinSource("demo-arithmetic", split_size=arithmetic_split_size, rows=_arithmetic_rows,
                   warmup_examples=_arithmetic_warmup,
                   example_question="What is 27+52?",  # in the held-out split (tests/test_demo_task.py)
                   code_file=Path(__file__).resolve().parent / "task.py"),
@@ -141,6 +118,4 @@ def example_question(dataset_name: str) -> str:
 def cpu_demo_config() -> dict[str, Any]:
     """configs/cpu-demo.yaml as a flat mapping of config fields: the defaults of `grpo train` without a GPU
     and without --config, and the base of the notebook's smoke mode, the tests' demo runs and the benches."""
-    from pipeline.config import read_recipe
-
     return read_recipe(str(CPU_DEMO_RECIPE))

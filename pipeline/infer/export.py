@@ -24,6 +24,11 @@ from pipeline.data import model_check
 from pipeline.data.tokenizer import resolve_model_path
 from pipeline.errors import guarded
 
+# Through the module, looked up at the call: tests stand in for adapter_mismatch there (it may ask the hub).
+from pipeline.infer import session
+from pipeline.infer.session import verify_trained_dir
+from pipeline.run.manifest import find_manifest, recorded_base, write_adapter_metadata
+
 
 @guarded("export")
 def main(argv: Optional[list[str]] = None) -> int:
@@ -35,11 +40,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --out folder (kept until the new export is complete)")
     args = parser.parse_args(argv)
-
-    # Looked up at call time, not at the top: tests replace session.adapter_mismatch and the manifest writers
-    # in their modules (the network and the disk boundaries of an export).
-    from pipeline.infer.session import adapter_mismatch, verify_trained_dir
-    from pipeline.run.manifest import find_manifest, recorded_base
 
     # Bad input raises (PathError, AdapterError, ManifestError, ConfigError): pipeline.errors prints it, exit 2.
     check_command_paths("export", vars(args), only=["lora"])
@@ -54,7 +54,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # What --out was when it was checked is all the publish step may replace: a folder made there meanwhile, or
     # another export that finished first, is kept and this one refused (env.paths.publish, PathChangedError).
     seen = snapshot(out, option="--out", fix="Pass --overwrite to replace it, or choose another --out.")
-    mismatch = adapter_mismatch(adapter, base_model)
+    mismatch = session.adapter_mismatch(adapter, base_model)
     if mismatch:
         raise ConfigError("lora", mismatch)
     model_check.check_model(base_model, (manifest.get("config") or {}).get("model_source", "hf"))
@@ -86,6 +86,4 @@ def carry_training_defaults(folder: Path, manifest: dict[str, Any]) -> None:
     pipeline/data/prompts.py carry_system_prompt). Nothing to carry for an adapter without metadata."""
     if not manifest:
         return
-    from pipeline.run.manifest import write_adapter_metadata
-
     write_adapter_metadata(folder, manifest)

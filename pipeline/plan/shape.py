@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from huggingface_hub import try_to_load_from_cache
+
 from env.disk import StorageError
 from env.paths import atomic_write_text, cache_root
 from pipeline.config import ConfigError
@@ -81,8 +83,6 @@ def load_shape(model: str) -> ModelShape:
             raise ConfigError("model_name_or_path", f"{path.resolve()} has no config.json; point at the folder "
                               "that holds it.")
         return shape_from_config(_read_json(config_file), model, f"local folder {path.resolve()}")
-    from huggingface_hub import try_to_load_from_cache
-
     cached = try_to_load_from_cache(model, "config.json")
     if isinstance(cached, str):
         return shape_from_config(_read_json(Path(cached)), model, f"Hugging Face cache ({cached})")
@@ -160,6 +160,7 @@ def count_parameters(shape: ModelShape, cache_dir: Optional[Path] = None, use_se
 
 
 def _count_on_meta(config: dict) -> ParamCounts:
+    # lazy: torch, accelerate and transformers, only to count a model's parameters
     import torch
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM

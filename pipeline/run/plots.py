@@ -200,7 +200,7 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
     import matplotlib
 
     matplotlib.use("Agg")  # no display on training servers; must precede pyplot
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy, as matplotlib above, and after its backend is chosen
 
     output_dir = Path(output_dir)
     thresholds = {**health_thresholds(), **(thresholds or {})}

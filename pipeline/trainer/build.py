@@ -38,11 +38,11 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     eval_steps callback (pipeline/trainer/periodic_eval.py), or None. `rollbacks_done` > 0 (on_collapse:
     rollback): the trainer resumes a rolled-back run, its learning rate scaled by rollback_lr_factor ** that.
     """
-    import trl  # after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
+    import trl  # lazy, after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
 
-    # (these three import transformers at their top: kept here so that --check and `import pipeline.train` load
-    # no torch)
+    # lazy: these three import transformers at their top, kept here so that --check and `import pipeline.train`
+    # load no torch
     from pipeline.health.rollback import LrScaleCallback, base_model_reference
     from pipeline.health.rules import build_health
     from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
@@ -168,6 +168,7 @@ def grpo_training_args(cfg: PipelineConfig, backend, model, prepared, output_dir
 def run_decided_args(cfg: PipelineConfig, backend, model, max_completion_length: int, output_dir: Path,
                      reward_weights: list[float]) -> dict:
     """What the run works out for trl.GRPOConfig (not a config value as given)."""
+    # lazy: health/rules imports transformers
     from pipeline.health.rules import HEALTH_TRAINING_ARGS
 
     return dict(
@@ -186,7 +187,7 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
     """trl.GRPOConfig from our fields, the user's TRL options (`cfg.trl`) and what the run decided. A TRL option
     that the backend decides otherwise (BACKEND_DECIDED: `use_vllm`, `bf16`, ...) is refused naming the option
     that decides it, never dropped; a value TRL's own validation refuses is a ConfigError naming the field."""
-    import trl  # imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
+    import trl  # lazy: imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
 
     for name, value in cfg.trl.items():
         if name in decided and decided[name] != value:

@@ -124,7 +124,7 @@ def effective_record(cfg: PipelineConfig, backend_name: str, args: Any, passed: 
 def write_effective_config(output_dir: Path, cfg: PipelineConfig, backend, trainer, passed: dict[str, Any],
                            backend_kwargs: dict[str, Any]) -> list[str]:
     """Write output_dir/effective_config.json from the built trainer's args; returns the changed-field lines."""
-    from pipeline.health.rollback import kl_reference  # imports transformers
+    from pipeline.health.rollback import kl_reference  # lazy: imports transformers
 
     record = effective_record(cfg, backend.NAME, trainer.args, passed, backend_kwargs)
     record["kl_reference"] = kl_reference(trainer)  # what kl (beta > 0) is measured against

@@ -20,9 +20,17 @@ from typing import Any, Optional
 
 from transformers import TrainerCallback
 
+# env.paths through the module, looked up at each call: tests/test_writers.py acts between stage and publish there.
+from env import paths
 from env.kept import read_record, record, reusable
-from env.paths import snapshot
 from pipeline.health.metrics import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
+# Runs up to infer/ (one of the three arrows up, counted by scripts/layout_metrics.py): the periodic eval scores as
+# `grpo eval` does (one evaluate_rows) and verifies best_lora/ as `grpo generate` loads it, while infer/dry_run.py
+# runs the format warm-up from trainer/. evaluate_rows through its module, looked up at each call, as train.py
+# does: tests stand in for the score there.
+import pipeline.infer.evaluate
+from pipeline.infer.evaluate import eval_inputs
+from pipeline.infer.session import verify_trained_dir
 from pipeline.run.checkpoints import set_aside_stale
 from pipeline.run.manifest import write_adapter_metadata
 
@@ -47,23 +55,18 @@ class BestAdapter:
             else:
                 set_aside_stale(self.path, output_dir, f"{BEST_DIR}/ was measured on other evaluation inputs", log)
         # What best_lora/ is now (and after each save, what we wrote) is all a save may replace (env.paths.publish).
-        self.seen = snapshot(self.path, fix="Move it away (or copy it elsewhere), then resume the run.")
+        self.seen = paths.snapshot(self.path, fix="Move it away (or copy it elsewhere), then resume the run.")
 
     def offer(self, model: Any, step: int, result: dict[str, Any]) -> bool:
         """Keep `model` when its accuracy beats the best so far (ties keep the earlier one); True when kept."""
         if self.best is not None and result["accuracy"] <= self.best["accuracy"]:
             return False
-        # looked up at call time: tests/test_writers.py makes env.paths' writer act between stage and publish
-        from env.paths import atomic_directory, atomic_write_json
-        # Runs up to infer/ (counted by layout_metrics): best_lora/ is verified as `grpo generate` loads it.
-        from pipeline.infer.session import verify_trained_dir
-
         best = {"step": int(step), "accuracy": result["accuracy"], "format_rate": result["format_rate"],
                 "n": result["n"]}
-        with atomic_directory(self.path, seen=self.seen) as staging:
+        with paths.atomic_directory(self.path, seen=self.seen) as staging:
             self.save_adapter(model, staging)
-            atomic_write_json(staging / BEST_NAME, record(self.inputs, **best))
-        self.seen = snapshot(self.path, fix=self.seen.fix)
+            paths.atomic_write_json(staging / BEST_NAME, record(self.inputs, **best))
+        self.seen = paths.snapshot(self.path, fix=self.seen.fix)
         verify_trained_dir(self.path)  # re-read what we wrote, as for lora/
         self.best = best
         return True
@@ -112,13 +115,9 @@ def build_periodic_eval(cfg, backend, tokenizer, eval_rows: list[dict[str, Any]]
                         output_dir: Path, manifest: dict[str, Any], resume: bool, backend_name: str,
                         log: Callable[[str], None] = print) -> PeriodicEvalCallback:
     """The callback for a run with `eval_steps`; `manifest` is what best_lora/ describes itself with."""
-    # Runs up to infer/: the periodic eval scores as `grpo eval` does (one evaluate_rows), while infer/dry_run.py
-    # runs the format warm-up from trainer/.
-    from pipeline.infer.evaluate import eval_inputs, evaluate_rows
-
     def evaluate(model):
-        return evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer, eval_rows,
-                             cfg.data.system_prompt, max_tokens)
+        return pipeline.infer.evaluate.evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer,
+                                                     eval_rows, cfg.data.system_prompt, max_tokens)
 
     def save(model, staging: Path) -> None:
         backend.save_adapter(model, tokenizer, staging)

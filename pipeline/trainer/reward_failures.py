@@ -28,6 +28,7 @@ class RewardFailureLatch:
 
     def raise_agreed(self) -> None:
         failure, self.failure = self.failure, None
+        # lazy: torch loads only once a model is needed
         import torch
         import torch.distributed as dist
 

@@ -47,6 +47,7 @@ def warmup_inputs(cfg: PipelineConfig, prepared) -> dict[str, Any]:
 
 def _load_warmup(model, peft_config, folder: Path) -> Optional[Any]:
     """`model` with the saved warm-up weights, wrapped as the SFTTrainer had wrapped it; None if they do not fit."""
+    # lazy: peft and safetensors import torch
     from peft import PeftModel, get_peft_model, set_peft_model_state_dict
     from safetensors.torch import load_file
 
@@ -90,6 +91,7 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
                   flush=True)
             return warmed
         print(f"[grpo] format warm-up: {saved} does not fit this model; training the warm-up again", flush=True)
+    # lazy: datasets and trl import torch
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
@@ -120,6 +122,7 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
         max_length=cfg.model.max_seq_length,
         disable_tqdm=True,
     )
+    # lazy: transformers and run/log (its callbacks) import torch
     from transformers import PrinterCallback
 
     from pipeline.run.log import WarmupLogCallback
