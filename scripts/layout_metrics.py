@@ -2,6 +2,7 @@
 
     python scripts/layout_metrics.py           # the table: rooms, arrows, arrows running up, cycles, sizes
     python scripts/layout_metrics.py --json    # the same as JSON (for tests and before/after notes)
+    python scripts/layout_metrics.py --root DIR  # another checkout (e.g. `git worktree add DIR COMMIT`)
 
 Words:
 - a *room* is a folder of `pipeline/` or one of its top-level modules (`pipeline/train.py` is the room `train`);
@@ -10,8 +11,13 @@ Words:
   bottom to top (docs/layout.md): a room may import only from rooms below it;
 - a *cycle* is a set of modules that import one another, module-level and function-local imports alike (a
   function-local import still ties the two modules together; it only delays the tie);
-- a function-local import is *lazy for a reason* when what it imports reaches torch, Unsloth or vLLM (directly,
-  or through a module that imports one of them at its top); every other one could sit at the top.
+- a function-local import is *lazy for torch* when what it imports reaches torch, Unsloth or vLLM (directly, or
+  through a module that imports one of them at its top); every other one could sit at the top, and is listed
+  unless a comment at it says why it stays (`grpo`'s start-up order, matplotlib's backend): *lazy for another
+  reason*;
+- every function-local import carries a comment saying why, with the word "lazy" in it (`# lazy: loads torch`): on
+  its line or its group's, or in the comment just above the group of imports it belongs to. One without is
+  *uncommented*.
 
 Hand-written on `ast` because no library measures these: pydeps/import-linter draw or enforce a graph but
 do not count floors, lazy imports or function sizes together.
@@ -74,21 +80,44 @@ def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _imports(tree: ast.Module, module: str, is_package: bool, known: set[str]) -> list[tuple[str, bool]]:
-    """(imported module, at the top of the module?) for every import in `tree`."""
-    found: list[tuple[str, bool]] = []
+def _imports(tree: ast.Module, module: str, is_package: bool, known: set[str]) -> list[tuple[str, bool, int]]:
+    """(imported module, at the top of the module?, line) for every import in `tree`."""
+    found: list[tuple[str, bool, int]] = []
     top = set(id(node) for node in tree.body)
     for holder in ast.walk(tree):
         for node in ast.iter_child_nodes(holder):
             at_top = id(node) in top or (isinstance(holder, (ast.If, ast.Try)) and id(holder) in top)
             if isinstance(node, ast.Import):
-                found += [(alias.name, at_top) for alias in node.names]
+                found += [(alias.name, at_top, node.lineno) for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = _absolute(node, module, is_package)
                 for alias in node.names:  # `from pipeline.data import report` imports the module report
                     sub = f"{base}.{alias.name}"
-                    found.append((sub if sub in known else base, at_top))
+                    found.append((sub if sub in known else base, at_top, node.lineno))
     return found
+
+
+def commented(lines: list[str], lineno: int) -> bool:
+    """True when the import on line `lineno` (1-based) has a "lazy" comment: on its line, on another line of the
+    group of import lines (their continuations and blank lines between them) it belongs to, or in the block of
+    comment lines just above that group."""
+    if "lazy" in lines[lineno - 1].partition("#")[2].lower():
+        return True
+    index = lineno - 2
+    while index >= 0:
+        text = lines[index].strip()
+        if text.startswith("#"):
+            while index >= 0 and lines[index].strip().startswith("#"):
+                if "lazy" in lines[index].lower():
+                    return True
+                index -= 1
+            return False
+        if text.startswith(("import ", "from ")) and "lazy" in text.partition("#")[2].lower():
+            return True  # the group's own comment, on one of its lines
+        if text and not (text.startswith(("import ", "from ")) or text.endswith((",", "(")) or text == ")"):
+            return False
+        index -= 1
+    return False
 
 
 def _functions(tree: ast.Module, module: str) -> list[tuple[str, int]]:
@@ -149,21 +178,25 @@ def measure(root: Path = ROOT) -> dict:
     known = set(names)
     graph: dict[str, set[str]] = defaultdict(set)
     top_level: dict[str, set[str]] = defaultdict(set)  # module -> what it imports at its top (any package)
-    local: dict[str, list[str]] = defaultdict(list)
+    local: dict[str, list[tuple[str, int, bool]]] = defaultdict(list)  # module -> (target, line, commented)
     functions: list[tuple[str, int]] = []
     lines: dict[str, int] = {}
     for module, path in names.items():
         text = path.read_text(encoding="utf-8")
-        lines[module] = len(text.splitlines())
+        source_lines = text.splitlines()
+        lines[module] = len(source_lines)
         tree = ast.parse(text)
         functions += _functions(tree, module)
-        for target, at_top in _imports(tree, module, path.name == "__init__.py", known):
+        for target, at_top, lineno in _imports(tree, module, path.name == "__init__.py", known):
             inside = target if target in known else None
             if inside is None and target.startswith(PACKAGE + "."):
                 inside = next((k for k in sorted(known, key=len, reverse=True) if target.startswith(k + ".")), None)
             if inside and inside != module:
                 graph[module].add(inside)
-            (top_level[module].add(inside or target) if at_top else local[module].append(inside or target))
+            if at_top:
+                top_level[module].add(inside or target)
+            else:
+                local[module].append((inside or target, lineno, commented(source_lines, lineno)))
 
     def heavy(module: str, seen: set[str]) -> bool:
         if module.split(".")[0] in HEAVY or module in HEAVY:
@@ -177,8 +210,12 @@ def measure(root: Path = ROOT) -> dict:
                      if room_of(a) != room_of(b)})
     floor = {room: i for i, room in enumerate(FLOORS)}
     up = [(a, b) for a, b in arrows if floor.get(a, len(FLOORS)) < floor.get(b, len(FLOORS))]
-    unjustified = sorted({(module, target) for module, targets in local.items() for target in targets
-                          if not heavy(target, set())})
+    for_torch = sorted({(m, t, n) for m, targets in local.items() for t, n, _ in targets if heavy(t, set())})
+    other = sorted({(m, t, n) for m, targets in local.items() for t, n, note in targets
+                    if note and not heavy(t, set())})
+    unjustified = sorted({(m, t) for m, targets in local.items() for t, _, note in targets
+                          if not note and not heavy(t, set())})
+    uncommented = sorted({(m, t, n) for m, targets in local.items() for t, n, note in targets if not note})
     rooms = sorted({room_of(m) for m in known})
     return {
         "rooms": rooms,
@@ -188,34 +225,55 @@ def measure(root: Path = ROOT) -> dict:
         "cycles": _cycles(graph),
         "modules_over_limit": {m: n for m, n in sorted(lines.items(), key=lambda kv: -kv[1]) if n > MODULE_LIMIT},
         "functions_over_limit": {f: n for f, n in sorted(functions, key=lambda kv: -kv[1]) if n > FUNCTION_LIMIT},
+        "local_imports_for_torch": len(for_torch),
+        "local_imports_for_another_reason": [f"{m}:{n}: {t}" for m, t, n in other],
         "local_imports_without_reason": [f"{m}: {t}" for m, t in unjustified],
+        "local_imports_uncommented": [f"{m}:{n}: {t}" for m, t, n in uncommented],
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def command_line(argv: list[str] | None, description: str, measure_tree, show) -> int:
+    """The two scripts' shared command line: `--root` (another checkout, e.g. an older commit's worktree) and
+    `--json`; `show` prints the measures for people."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--root", type=Path, default=ROOT, help="the checkout to measure (default: this one)")
     parser.add_argument("--json", action="store_true", help="print the measures as JSON")
     args = parser.parse_args(argv)
-    found = measure()
+    found = measure_tree(args.root.resolve())
     if args.json:
         print(json.dumps(found, indent=2))
-        return 0
-    print(f"rooms: {len(found['rooms'])}  arrows: {found['arrows']}  running up: {len(found['arrows_up'])}  "
-          f"cycles: {len(found['cycles'])}")
-    for arrow in found["arrows_up"]:
-        print(f"  up: {arrow}")
-    for cycle in found["cycles"]:
-        print(f"  cycle: {' -> '.join(cycle)}")
-    print(f"modules over {MODULE_LIMIT} lines: {len(found['modules_over_limit'])}")
-    for module, n in found["modules_over_limit"].items():
-        print(f"  {n:5d}  {module}")
-    print(f"functions over {FUNCTION_LIMIT} lines: {len(found['functions_over_limit'])}")
-    for function, n in found["functions_over_limit"].items():
-        print(f"  {n:5d}  {function}")
-    print(f"function-local imports that reach no torch/unsloth/vllm: {len(found['local_imports_without_reason'])}")
+    else:
+        show(found)
+    return 0
+
+
+def _listed(title: str, items, label: str = "") -> None:
+    print(title)
+    for item in items:
+        print(f"  {label}{item}")
+
+
+def show(found: dict) -> None:
+    _listed(f"rooms: {len(found['rooms'])}  arrows: {found['arrows']}  running up: {len(found['arrows_up'])}  "
+            f"cycles: {len(found['cycles'])}",
+            [f"up: {arrow}" for arrow in found["arrows_up"]] + [f"cycle: {' -> '.join(c)}" for c in found["cycles"]])
+    _listed(f"modules over {MODULE_LIMIT} lines: {len(found['modules_over_limit'])}",
+            [f"{n:5d}  {module}" for module, n in found["modules_over_limit"].items()])
+    _listed(f"functions over {FUNCTION_LIMIT} lines: {len(found['functions_over_limit'])}",
+            [f"{n:5d}  {function}" for function, n in found["functions_over_limit"].items()])
+    _listed(f"function-local imports: {found['local_imports_for_torch']} reach torch/unsloth/vllm, "
+            f"{len(found['local_imports_for_another_reason'])} stay for another reason said at them, "
+            f"{len(found['local_imports_without_reason'])} could sit at the top",
+            [f"another reason: {i}" for i in found["local_imports_for_another_reason"]]
+            + [f"could sit at the top: {i}" for i in found["local_imports_without_reason"]])
+    _listed(f"function-local imports without a comment saying why: {len(found['local_imports_uncommented'])}",
+            found["local_imports_uncommented"], "uncommented: ")
     if found["unplaced_rooms"]:
         print(f"rooms missing from FLOORS: {', '.join(found['unplaced_rooms'])}")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_line(argv, __doc__.splitlines()[0], measure, show)
 
 
 if __name__ == "__main__":
