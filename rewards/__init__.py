@@ -55,6 +55,7 @@ from rewards.registry import (
     REWARD_FUNCS,
     check_reward_weights,
     get_reward_funcs,
+    reads_reference,
     resolve_reward,
 )
 
@@ -77,6 +78,7 @@ __all__ = [
     "normalize_answer",
     "numbers_match",
     "parse_answer",
+    "reads_reference",
     "resolve_reward",
     "soft_format_reward_func",
     "strict_format_reward_func",

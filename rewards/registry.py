@@ -97,6 +97,23 @@ def resolve_reward(name: str | RewardFunc) -> RewardFunc:
                      "or 'package.module:function' (or package.module.function) for your own.")
 
 
+def reads_reference(names: Sequence[str | RewardFunc]) -> bool:
+    """True when one of the rewards is the built-in correctness reward (by its registry name, its function name or
+    itself), which scores each completion against the row's reference answer (`grpo_answer`: answer_field's
+    column, cleaned). Nothing is imported: a reward of the user's reads the columns TRL passes it, its own way.
+
+    >>> reads_reference(["strict_format", "correctness"]), reads_reference(["trl.rewards.accuracy_reward"])
+    (True, False)
+    """
+    def is_correctness(name: str | RewardFunc) -> bool:
+        if isinstance(name, str):
+            key = name.strip()
+            return REWARD_FUNCS.get(REWARD_ALIASES.get(key, key)) is correctness_reward_func
+        return name is correctness_reward_func
+
+    return any(is_correctness(name) for name in names)
+
+
 def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
     """Resolve a list of reward names (see `resolve_reward`), in order, each under the name TRL logs it by.
 

@@ -301,3 +301,99 @@ def test_check_prompt_takes_text_or_messages_and_names_everything_else(value, ex
     from pipeline.data.clean import check_prompt
 
     assert check_prompt(value) == expected
+
+
+# --- what scores against a row's reference answer needs rows that have one ----------------------------------
+#
+# TRL's prompt column needs no answer column (the user's rewards read their own columns). Two things of ours
+# score a completion against its row's reference answer (grpo_answer): the correctness reward, and the held-out
+# eval's accuracy. With no reference in any row each would score None (cannot judge) or "wrong" for every
+# completion, silently; so the data step refuses, naming the answer option, the columns there are and the fix.
+
+CORRECTNESS_SPELLINGS = ["correctness", "correctness_reward_func", " correctness "]
+
+
+@pytest.mark.parametrize("names, reads", [
+    *[([name], True) for name in CORRECTNESS_SPELLINGS],
+    (["strict_format", "xmlcount", "int", "soft_format", "language_consistency"], False),
+    (["trl.rewards.accuracy_reward", "my_rewards:score"], False),  # theirs: nothing imported to decide
+    (["int", "correctness"], True),
+])
+def test_reads_reference_knows_the_correctness_reward_by_every_name_it_has(names, reads):
+    from rewards import correctness_reward_func, reads_reference
+
+    assert reads_reference(names) is reads
+    assert reads_reference([correctness_reward_func]) and not reads_reference([lambda completions, **kw: []])
+
+
+def _solution_only(tmp_path, name="p.jsonl"):
+    return write_jsonl(tmp_path / name, [{"prompt": f"{i} + 1 =", "solution": str(i + 1)} for i in range(4)])
+
+
+@pytest.mark.parametrize("reward", CORRECTNESS_SPELLINGS)
+def test_the_correctness_reward_on_rows_without_a_reference_is_refused_naming_answer_field(qwen_tokenizer,
+                                                                                             tmp_path, reward):
+    from pipeline.data.run_data import prepare_train
+
+    path = _solution_only(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        prepare_train(make_cfg(tmp_path, dataset_name=str(path), reward_funcs=["strict_format", reward],
+                               reward_weights=None), qwen_tokenizer, write_report=False)
+    assert err.value.field == "answer_field"
+    message = str(err.value)
+    assert "no column 'answer'" in message and "columns besides prompt: solution" in message
+    assert "--answer_field solution" in message and "leave correctness out of reward_funcs" in message
+
+    # the fix it names works: the reference is the solution column, and the same file trains without it too
+    named = prepare_train(make_cfg(tmp_path, dataset_name=str(path), answer_field="solution",
+                                   reward_funcs=["strict_format", reward], reward_weights=None), qwen_tokenizer)
+    assert named.dataset["grpo_answer"] == ["1", "2", "3", "4"]
+    theirs = prepare_train(make_cfg(tmp_path, dataset_name=str(path), reward_funcs=["trl.rewards.accuracy_reward"],
+                                    reward_weights=None), qwen_tokenizer)
+    assert theirs.dataset["grpo_answer"] == [None] * 4
+
+
+def test_kept_unscorable_answers_only_are_refused_for_the_correctness_reward(qwen_tokenizer, tmp_path):
+    """keep_unscorable keeps rows whose answer no reader can judge; when that is every row, correctness can judge
+    none of them: the same refusal, saying why."""
+    from pipeline.data.run_data import prepare_train
+
+    path = write_jsonl(tmp_path / "qa.jsonl", [{"question": f"Name {i}?", "answer": "forty two"} for i in range(4)])
+    cfg = make_cfg(tmp_path, dataset_name=str(path), keep_unscorable=True)
+    with pytest.raises(ConfigError, match="none of its 'answer' values is one final answer") as err:
+        prepare_train(cfg, qwen_tokenizer, write_report=False)
+    assert err.value.field == "answer_field"
+
+
+@pytest.mark.parametrize("own_answer_field", [None, "expected"])
+def test_an_eval_set_without_reference_answers_is_refused_naming_its_answer_option(qwen_tokenizer, tmp_path,
+                                                                                    own_answer_field):
+    """The eval's accuracy compares with each row's reference: an eval file with none would read 0% whatever the
+    model does. The option named is the one that fixes the eval set (eval_answer_field: it has its own file)."""
+    from pipeline.data.run_data import load_eval_rows
+
+    train, held_out = _solution_only(tmp_path), _solution_only(tmp_path, "test.jsonl")
+    cfg = make_cfg(tmp_path, dataset_name=str(train), answer_field="solution", eval_dataset_name=str(held_out),
+                   eval_before=True)
+    if own_answer_field:  # a column the file lacks is refused by name before any row is read
+        with pytest.raises(ConfigError, match="'expected' is not in"):
+            load_eval_rows(cfg.replace(eval_answer_field=own_answer_field), qwen_tokenizer)
+    rows = load_eval_rows(cfg, qwen_tokenizer)  # the training answer_field, borrowed: the eval file has it
+    assert [row["answer"] for row in rows] == ["1", "2", "3", "4"]
+    with pytest.raises(ConfigError) as err:
+        load_eval_rows(cfg.replace(answer_field="answer"), qwen_tokenizer)
+    assert err.value.field == "eval_answer_field"
+    assert "--eval_answer_field solution" in str(err.value) and "turn evaluation off" in str(err.value)
+
+
+def test_grpo_train_check_refuses_trl_rows_without_a_reference_for_the_default_rewards(tmp_path, capsys):
+    """The default rewards include correctness: a TRL-format file with only a `solution` column is refused by
+    --check (exit 2, the data check naming answer_field), before anything loads."""
+    from pipeline.train import main
+
+    path = _solution_only(tmp_path)
+    code = main(["--config", "configs/cpu-demo.yaml", "--model_name_or_path", "tiny-qwen2.5", "--dataset_name",
+                 str(path), "--sft_warmup_steps", "0", "--output_dir", str(tmp_path / "run"), "--check"])
+    report = json.loads(capsys.readouterr().out)
+    data = next(c for c in report["checks"] if c["name"] == "data")
+    assert code == 2 and not data["ok"] and "`answer_field`" in data["message"], data

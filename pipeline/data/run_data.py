@@ -14,11 +14,12 @@ from typing import Any, Optional
 
 from pipeline.config import ConfigError, PipelineConfig, given
 from pipeline.data import prepare  # prepare.prepare_dataset through the module: tests interrupt it there
-from pipeline.data.columns import ANSWER, ROW_ID, SOLUTION
+from pipeline.data.columns import ANSWER, OWN_COLUMNS, ROW_ID, SOLUTION
 from pipeline.data.prompts import completion_like, question_text
 from pipeline.data.data_files import local_layout, local_path
-from pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT
+from pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT, source_spec
 from pipeline.demo.registry import builtin_source
+from rewards import reads_reference, reference_is_scorable
 from rewards.format import format_completion
 
 MAX_WARMUP_EXAMPLES = 256
@@ -49,7 +50,34 @@ class RunData:
 
 # The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one.
 def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
-    return prepare.prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
+    train = prepare.prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
+    if reads_reference(cfg.grpo.reward_funcs):
+        require_reference_answers(cfg, "train", train.dataset, "the correctness reward (reward_funcs)",
+                                  "or leave correctness out of reward_funcs (a reward of your own gets every column, "
+                                  "as TRL passes them)")
+    return train
+
+
+def require_reference_answers(cfg: PipelineConfig, role: str, dataset: Any, scorer: str, other_fix: str) -> None:
+    """What scores a completion against its row's reference answer (the correctness reward, the held-out eval's
+    accuracy) needs rows that have one. TRL's prompt column needs no answer column, and rows without a readable
+    answer may be kept (keep_unscorable); when no row at all has one, every score would be None (cannot judge) or
+    wrong, silently: refused, naming the answer option, the columns there are and the fix."""
+    if len(dataset) == 0 or any(reference_is_scorable(answer) for answer in dataset[ANSWER]):
+        return
+    spec = source_spec(cfg, role)
+    columns = [name for name in dataset.column_names if name not in OWN_COLUMNS and name != "prompt"]
+    if spec.answer_field in dataset.column_names:
+        why = (f"none of its {spec.answer_field!r} values is one final answer the correctness reward can read "
+               "(keep_unscorable kept them)")
+    else:
+        why = (f"it has no column {spec.answer_field!r} (its columns besides prompt: "
+               f"{', '.join(columns) if columns else 'none'})")
+    example = f" (e.g. --{spec.answer_option} {columns[0]})" if columns else ""
+    raise ConfigError(spec.answer_option, f"{scorer} scores each completion against its row's reference answer, "
+                      f"read from {spec.answer_option} ({spec.answer_field!r}), and no row of {spec.name} has one: "
+                      f"{why}. Every score would be None (cannot judge) and teach or measure nothing. Set "
+                      f"{spec.answer_option} to the column that holds the final answers{example}, {other_fix}.")
 
 
 def without_a_held_out_set(cfg: PipelineConfig) -> tuple[PipelineConfig, str]:
@@ -89,6 +117,8 @@ def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, 
     eval_cfg = cfg.replace(max_samples=given(limit, cfg.eval.eval_limit), strict=False)
     prepared = prepare.prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir,
                                        write_report=write_report)
+    require_reference_answers(eval_cfg, "eval", prepared.dataset, "the held-out evaluation (its accuracy)",
+                              "or turn evaluation off (eval_before: false, eval_after: false, eval_steps: 0)")
     return [{"prompt": row["prompt"], "answer": row[ANSWER], "id": row[ROW_ID]} for row in prepared.dataset]
 
 
