@@ -273,3 +273,30 @@ def test_the_device_command_is_the_same_in_the_docstring_and_docs_gpu_and_fits_t
     assert 'carry [".gpu-wheels"]' in run_check.__doc__ and wheels.WHEEL_DIR.name == ".gpu-wheels"
     ignored = subprocess.run(["git", "check-ignore", "-q", str(wheels.WHEEL_DIR / "x.whl")], cwd=ROOT)
     assert ignored.returncode == 0  # the set never travels as tracked files, only as the carried folder
+
+
+def test_only_takes_steps_or_units_and_shares_the_whole_budget_among_the_steps_chosen(tmp_path):
+    """A rerun on a lent machine proves what the last one did not reach: every step and every unit of every step
+    can be chosen alone, in STEPS order, and the chosen steps share the whole budget (one step gets all of it)."""
+    import argparse
+
+    every = {step: run_check.step_units(step) for step in run_check.STEPS}
+    assert run_check.chosen_steps(None) == every
+    for step, units in every.items():
+        assert run_check.chosen_steps(step) == {step: units}
+        for unit in units:
+            assert run_check.chosen_steps(unit) == {step: [unit]}
+    mixed = run_check.chosen_steps("bench-unsloth, chain/unsloth/qwen2.5-0.5b/nf4,chain/plain/tiny-qwen2.5/bf16")
+    assert list(mixed) == ["chain-unsloth", "chain-plain", "bench-unsloth"]
+    with pytest.raises(ValueError, match=r"\['chain/unsloth/qwen9/nf4'\]"):
+        run_check.chosen_steps("chain-plain,chain/unsloth/qwen9/nf4")
+
+    def caps(only):
+        args = argparse.Namespace(only=only, dry_run=False, budget_s=480.0, out=tmp_path, work=tmp_path)
+        driver = run_check.Driver(args)
+        return {step: driver.cap(step) for step in driver.chosen}
+
+    assert caps(None) == run_check.STEP_CAPS
+    assert caps("chain/unsloth/qwen2.5-0.5b/nf4") == {"chain-unsloth": 480.0}
+    shared = caps("chain-unsloth,bench-unsloth")
+    assert sum(shared.values()) == pytest.approx(480.0) and shared["chain-unsloth"] > shared["bench-unsloth"]

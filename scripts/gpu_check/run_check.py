@@ -49,7 +49,8 @@ carry [".gpu-wheels"], timeout_s 560 and this command:
     set -o pipefail; export PYTHONUNBUFFERED=1; python3 scripts/gpu_check/wheels.py install --target /tmp/site > $OUT/install.log 2>&1 || { tail -20 $OUT/install.log; exit 3; }; PYTHONPATH=/tmp/site python3 scripts/gpu_check/run_check.py --out $OUT --budget-s 480 2>&1 | tee $OUT/console.log
 
 Then copy $OUT/gpu-report.json to docs/gpu-reports/<date>-<gpu>.json and commit it
-(docs/gpu-reports/README.md). A rerun of some steps only: add `--only chain-unsloth,bench-unsloth`.
+(docs/gpu-reports/README.md). A rerun of some steps or units only, sharing the whole budget: add e.g.
+`--only chain/unsloth/qwen2.5-0.5b/nf4,bench-unsloth`.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ BUDGET_S = 480  # the device command's --budget-s
 # Each step's share of the budget (seconds, restarts of a crashed child included); they add up to BUDGET_S, so
 # a step that overruns its share only takes time from the steps after it, never from the ones before.
 # Estimated for an H200; the first run there (2026-12-04, docs/gpu.md) measured about 170 s for one tiny-model
-# Unsloth unit alone (compile), so this plan reaches the tiny models only: use --only for the rest.
+# Unsloth unit alone (compile), so this plan reaches the tiny models only: use --only for the rest (the budget is
+# then shared among the steps chosen).
 STEP_CAPS = {"image": 5, "env": 20, "models": 25, "chain-unsloth": 190, "chain-plain": 110, "bench-plain": 60,
              "bench-unsloth": 70}
 DRY_RUN_CAP_S = 300  # per step on CPU (the tests' dry run), where the GPU estimates do not apply
@@ -123,6 +125,7 @@ def _gpu() -> dict[str, Any]:
 class Driver:
     def __init__(self, args: argparse.Namespace):
         self.args = args
+        self.chosen = chosen_steps(args.only, args.dry_run)
         self.deadline = time.time() + args.budget_s
         self.records: list[dict[str, Any]] = []
         self.log_path = args.out / LOG_NAME
@@ -155,7 +158,13 @@ class Driver:
         print(f"[gpu-check] {step}: skipped - {reason}", flush=True)
 
     def cap(self, step: str) -> float:
-        return STEP_CAPS[step] if not self.args.dry_run else DRY_RUN_CAP_S
+        """The step's share of the budget: STEP_CAPS, or with --only the whole budget shared among the steps
+        chosen in the same proportions (a rerun of one step may take all of it)."""
+        if self.args.dry_run:
+            return DRY_RUN_CAP_S
+        if not self.args.only:
+            return STEP_CAPS[step]
+        return self.args.budget_s * STEP_CAPS[step] / sum(STEP_CAPS[s] for s in self.chosen)
 
     def image_step(self) -> None:
         """The image's packages against the ranges the kit needs (wheels.py); in a dry run this machine is not
@@ -233,25 +242,18 @@ class Driver:
                 return
 
     def run(self) -> dict[str, Any]:
-        args = self.args
         started = datetime.now(timezone.utc)
-        wanted = set(args.only.split(",")) if args.only else set(STEPS)
         # A dry run trains the tiny model on CPU only; what needs CUDA is recorded as skipped without
         # starting a child (a child on a machine without CUDA would skip the same steps, slower).
-        for step in (step for step in STEPS if step in wanted):
+        for step, units in self.chosen.items():
             if step == "image":
                 self.image_step()
             elif step == "env":
                 self.env_step()
             elif step == "models":
-                self.child("models", [], ["models"])
+                self.child("models", [], units)
             else:
-                kind, backend = step.split("-")
-                if kind == "chain":
-                    units = [f"chain/{backend}/{m}/{p}" for m in CHAIN_MODELS for p in PRECISIONS]
-                else:
-                    units = [f"bench/{backend}/{s}" for s in ((TINY_MODEL,) if args.dry_run else BENCH_SHAPES)]
-                self.child(step, ["--backend", backend], units)
+                self.child(step, ["--backend", step.split("-")[1]], units)
         finished = datetime.now(timezone.utc)
         return self.report(started, finished)
 
@@ -279,6 +281,42 @@ class Driver:
             "anchor": ANCHOR,
             "not_covered": NOT_COVERED,
         }
+
+
+def step_units(step: str, dry_run: bool = False) -> list[str]:
+    """The units a step runs, in order ([] for the steps that start no child)."""
+    if step == "models":
+        return ["models"]
+    if step in ("image", "env"):
+        return []
+    kind, backend = step.split("-")
+    if kind == "chain":
+        return [f"chain/{backend}/{m}/{p}" for m in CHAIN_MODELS for p in PRECISIONS]
+    return [f"bench/{backend}/{s}" for s in ((TINY_MODEL,) if dry_run else BENCH_SHAPES)]
+
+
+def chosen_steps(only: Optional[str], dry_run: bool = False) -> dict[str, list[str]]:
+    """step -> the units to run, in STEPS order: every step, or what `--only` names, each entry a step
+    (`chain-unsloth`) or one unit of it (`chain/unsloth/qwen2.5-0.5b/nf4`, `bench/unsloth/qwen2.5-1.5b`), so a
+    rerun skips what an earlier run already proved. ValueError naming the unknown entries.
+
+    >>> chosen = chosen_steps("chain/unsloth/qwen2.5-0.5b/nf4,bench-unsloth")
+    >>> chosen["chain-unsloth"], list(chosen)
+    (['chain/unsloth/qwen2.5-0.5b/nf4'], ['chain-unsloth', 'bench-unsloth'])
+    """
+    entries = [entry.strip() for entry in only.split(",") if entry.strip()] if only else list(STEPS)
+    every = {step: step_units(step, dry_run) for step in STEPS}
+    unknown = [e for e in entries if e not in every and not any(e in units for units in every.values())]
+    if unknown:
+        raise ValueError(f"unknown step(s) {unknown}; choose from {', '.join(STEPS)}, or units such as "
+                         f"{every['chain-unsloth'][-1]}")
+    chosen: dict[str, list[str]] = {}
+    for step in STEPS:
+        if step in entries:
+            chosen[step] = every[step]
+        elif any(unit in entries for unit in every[step]):
+            chosen[step] = [unit for unit in every[step] if unit in entries]
+    return chosen
 
 
 def bench_rows(bench: dict[str, dict[str, Any]], counts: dict[str, int],
@@ -375,7 +413,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="CPU: the tiny model, one step, no CUDA steps")
     parser.add_argument("--budget-s", type=float, default=float(BUDGET_S),
                         help="stop starting new steps after this long")
-    parser.add_argument("--only", default=None, help=f"comma-separated steps: {','.join(STEPS)}")
+    parser.add_argument("--only", default=None, help=f"comma-separated steps ({','.join(STEPS)}) or units of them "
+                        "(chain/unsloth/qwen2.5-0.5b/nf4); the budget is shared among the steps chosen")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--results", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--units", default=None, help=argparse.SUPPRESS)
@@ -384,9 +423,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.child:
         args.dry_run = args.dry_run or not has_cuda()
         return child_main(args)
-    unknown = set(args.only.split(",")) - set(STEPS) if args.only else set()
-    if unknown:
-        print(f"error: --only: unknown step(s) {sorted(unknown)}; choose from {', '.join(STEPS)}", file=sys.stderr)
+    try:
+        chosen_steps(args.only, args.dry_run)
+    except ValueError as err:
+        print(f"error: --only: {err}", file=sys.stderr)
         return 2
     out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
     if out is None:
