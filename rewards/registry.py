@@ -98,20 +98,21 @@ def resolve_reward(name: str | RewardFunc) -> RewardFunc:
 
 
 def reads_reference(names: Sequence[str | RewardFunc]) -> bool:
-    """True when one of the rewards is the built-in correctness reward (by its registry name, its function name or
-    itself), which scores each completion against the row's reference answer (`grpo_answer`: answer_field's
-    column, cleaned). Nothing is imported: a reward of the user's reads the columns TRL passes it, its own way.
+    """True when one of the rewards is the built-in correctness reward, by any name `resolve_reward` takes for it
+    (registry name, function name, `rewards.correctness:correctness_reward_func`, the function itself): it scores
+    each completion against the row's reference answer (`grpo_answer`: answer_field's column, cleaned). A name that
+    does not resolve is validate()'s to name, not this question's.
 
     >>> reads_reference(["strict_format", "correctness"]), reads_reference(["trl.rewards.accuracy_reward"])
     (True, False)
     """
-    def is_correctness(name: str | RewardFunc) -> bool:
-        if isinstance(name, str):
-            key = name.strip()
-            return REWARD_FUNCS.get(REWARD_ALIASES.get(key, key)) is correctness_reward_func
-        return name is correctness_reward_func
+    def resolves_to_correctness(name: str | RewardFunc) -> bool:
+        try:
+            return resolve_reward(name) is correctness_reward_func
+        except ValueError:
+            return False
 
-    return any(is_correctness(name) for name in names)
+    return any(resolves_to_correctness(name) for name in names)
 
 
 def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:

@@ -310,13 +310,16 @@ def test_check_prompt_takes_text_or_messages_and_names_everything_else(value, ex
 # eval's accuracy. With no reference in any row each would score None (cannot judge) or "wrong" for every
 # completion, silently; so the data step refuses, naming the answer option, the columns there are and the fix.
 
-CORRECTNESS_SPELLINGS = ["correctness", "correctness_reward_func", " correctness "]
+# Every name resolve_reward takes for the built-in correctness reward.
+CORRECTNESS_SPELLINGS = ["correctness", "correctness_reward_func", " correctness ",
+                         "rewards.correctness:correctness_reward_func", "rewards.correctness.correctness_reward_func",
+                         "rewards:correctness_reward_func"]
 
 
 @pytest.mark.parametrize("names, reads", [
     *[([name], True) for name in CORRECTNESS_SPELLINGS],
     (["strict_format", "xmlcount", "int", "soft_format", "language_consistency"], False),
-    (["trl.rewards.accuracy_reward", "my_rewards:score"], False),  # theirs: nothing imported to decide
+    (["trl.rewards.accuracy_reward", "no_such_module:score"], False),  # theirs, and a name validate() refuses
     (["int", "correctness"], True),
 ])
 def test_reads_reference_knows_the_correctness_reward_by_every_name_it_has(names, reads):
