@@ -35,7 +35,7 @@ def hub_saved_copy_dir(cache_root: Path, name: str, config: Optional[str], revis
 
 def hub_endpoint() -> str:
     """The hub address `datasets` will use: $HF_ENDPOINT when set (mirrors), else huggingface.co."""
-    return hub_constants.ENDPOINT  # read at the call: huggingface_hub sets it from $HF_ENDPOINT
+    return hub_constants.ENDPOINT  # huggingface_hub reads $HF_ENDPOINT into it when it is first imported
 
 
 def load_hub_splits(spec: SourceSpec, cache_root: Path, source: str = "hf") -> Any:

@@ -56,14 +56,6 @@ class BuiltinSource:
     code_file: Path  # the generator's source: hashed into the data cache key, so an edit re-prepares the data
 
 
-def _arithmetic_rows(n: int, seed: int, split: str) -> list[dict[str, str]]:
-    return arithmetic_problems(n, seed=seed, split=split)
-
-
-def _arithmetic_warmup(n: int, system_prompt: str, seed: int) -> list[dict[str, Any]]:
-    return sft_examples(n, system_prompt, seed=seed)
-
-
 # tiny-qwen2.5 has random weights and never stops on its own: every completion runs to max_completion_length,
 # over the real 151k vocabulary. The field defaults are sized for a 1.5B model on a GPU (1024-token sequences,
 # completions up to ~900 tokens, 8 per prompt); these keep a CPU step at a few seconds.
@@ -84,8 +76,8 @@ MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
 )}
 
 SOURCES: dict[str, BuiltinSource] = {s.name: s for s in (
-    BuiltinSource("demo-arithmetic", split_size=arithmetic_split_size, rows=_arithmetic_rows,
-                  warmup_examples=_arithmetic_warmup,
+    BuiltinSource("demo-arithmetic", split_size=arithmetic_split_size, rows=arithmetic_problems,
+                  warmup_examples=sft_examples,
                   example_question="What is 27+52?",  # in the held-out split (tests/test_demo_task.py)
                   code_file=Path(__file__).resolve().parent / "task.py"),
 )}
