@@ -17,6 +17,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
 # Tiny models: one intra-op thread is faster than two, and far faster when the other core is busy.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# vLLM's CPU build (tests/test_vllm_engine.py): 1 GiB of KV cache per engine, not its share of the machine's memory
+# (gpu_memory_utilization x RAM), so two test processes with engines fit the 24 GiB machines.
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 # The fake `import unsloth` writes its compile cache where the real one does (UNSLOTH_COMPILE_LOCATION, else
 # ./unsloth_compiled_cache); keep tests that import it directly out of the checkout.
 os.environ.setdefault("UNSLOTH_COMPILE_LOCATION",

@@ -177,3 +177,14 @@ def record_reward_call(prompts, completions, **kwargs) -> list[float]:
     with open(os.environ["GRPO_TEST_RECORD"], "a", encoding="utf-8") as f:
         f.write(json.dumps(record, default=repr) + "\n")
     return digit_share_reward(completions)
+
+
+# The completion token ids recording_reward was given, in order (tests/test_vllm_engine.py compares them with the
+# ids the vLLM engine generated).
+RECORDED_COMPLETION_IDS: list[list[int]] = []
+
+
+def recording_reward(completions, completion_ids, **kwargs) -> list[float]:
+    """digit_share_reward, recording the completion token ids TRL hands every reward (its `completion_ids`)."""
+    RECORDED_COMPLETION_IDS.extend(list(ids) for ids in completion_ids)
+    return digit_share_reward(completions)

@@ -82,6 +82,10 @@ class Backend(Protocol):
     def training_generator(self, model: Any, tokenizer: Any, cfg: PipelineConfig) -> Generator:
         """Generate with the model being trained (eval before/after)."""
 
+    def prepare_trainer(self, trainer: Any, cfg: PipelineConfig) -> None:
+        """What the backend does to the built trainer before it trains (plain: TRL's colocated vLLM made to follow
+        the trainer's weights on vLLM's CPU build; Unsloth: nothing, its patched trainer syncs its own engine)."""
+
     def rollout_engine(self, trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Any:
         """The separate engine the rollouts come from, as a pipeline.health.rollout.RolloutEngine (scored by the
         rollout probe), or None when the trained model generates them itself."""

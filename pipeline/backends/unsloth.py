@@ -185,6 +185,11 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
     return kwargs
 
 
+def prepare_trainer(trainer: Any, cfg: PipelineConfig) -> None:
+    """Nothing: Unsloth's patched trainer sends the adapter to its own vLLM engine (load_lora) before each rollout."""
+    return None
+
+
 def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
     """`model.save_lora` (adapter_config.json + adapter_model.safetensors) plus the tokenizer.
 

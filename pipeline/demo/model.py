@@ -68,6 +68,12 @@ TINY_QWEN2_ARCH: dict[str, Any] = dict(
 # lm_head std would do the same; a larger embedding std would drown the layers' residual updates).
 FINAL_NORM_WEIGHT = 10.0
 QWEN_VOCAB_SIZE = 151936  # Qwen2.5 checkpoints pad the 151,665-token vocabulary to this
+# `tiny-demo-vllm`: the demo model with heads 64 wide. vLLM's CPU attention takes head sizes of 32, 64, 80, ...
+# (vllm/v1/attention/backends/cpu_attn.py get_supported_head_sizes) and refuses the demo's 16 ("Unsupported CPU
+# attention configuration"); Qwen2.5-0.5B's heads are 64 wide too. Two layers, 128 wide, one KV head (GQA, as
+# Qwen2.5): 0.36M parameters with the demo vocabulary.
+VLLM_CPU_ARCH: dict[str, Any] = dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                                     intermediate_size=256)
 
 # ---------------------------------------------------------------------------------------------
 # Tokenizer
@@ -191,10 +197,11 @@ def _build_once(name: str, cache_dir: Optional[os.PathLike | str], build) -> Pat
     return publish_once(built_dir(name, cache_dir), write, is_complete)
 
 
-def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
+def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None, name: str = "tiny-demo") -> Path:
     """The tiny demo model + its tokenizer, saved once (atomically) and loadable with `from_pretrained`.
 
-    The folder is `<cache>/tiny-demo-<DEMO_VERSION>-<key>` (`_build_once`); `cache_dir` defaults to `cache_root()`.
+    The folder is `<cache>/<name>-<DEMO_VERSION>-<key>` (`_build_once`); `cache_dir` defaults to `cache_root()`.
+    `name` "tiny-demo-vllm" is the same model with `VLLM_CPU_ARCH`'s wider heads, which vLLM's CPU build runs.
 
     >>> from transformers import AutoModelForCausalLM, AutoTokenizer
     >>> path = demo_model_dir()
@@ -210,11 +217,17 @@ def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
             eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.pad_token_id,
             bos_token_id=None,
+            **(VLLM_CPU_ARCH if name == "tiny-demo-vllm" else {}),
         )
         save_on_every_rank(model, tmp)
         tokenizer.save_pretrained(tmp)
 
-    return _build_once("tiny-demo", cache_dir, write)
+    return _build_once(name, cache_dir, write)
+
+
+def demo_vllm_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
+    """`tiny-demo-vllm`: the demo model with heads vLLM's CPU build takes (`demo_model_dir`)."""
+    return demo_model_dir(cache_dir, "tiny-demo-vllm")
 
 
 def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 from pipeline.assets import load_qwen_tokenizer
 from pipeline.config import read_recipe
-from pipeline.demo.model import demo_model_dir, tiny_qwen_model_dir
+from pipeline.demo.model import demo_model_dir, demo_vllm_model_dir, tiny_qwen_model_dir
 from pipeline.demo.task import arithmetic_problems, arithmetic_split_size, sft_examples
 
 CPU_DEMO_RECIPE = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml"
@@ -71,6 +71,7 @@ TINY_QWEN_DEFAULTS: dict[str, Any] = {
 
 MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
     BuiltinModel("tiny-demo", folder=demo_model_dir, cpu_sized=True, one_cpu_thread=True),
+    BuiltinModel("tiny-demo-vllm", folder=demo_vllm_model_dir, cpu_sized=True, one_cpu_thread=True),
     BuiltinModel("tiny-qwen2.5", folder=tiny_qwen_model_dir, cpu_sized=True, defaults=TINY_QWEN_DEFAULTS),
     BuiltinModel("bundled:qwen2.5", tokenizer=load_qwen_tokenizer),
 )}

@@ -80,6 +80,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     for default_printer in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(default_printer)
     health.attach(trainer)
+    backend.prepare_trainer(trainer, cfg)
     health.rollout_probe = build_probe(backend, trainer, tokenizer, cfg)  # None without a separate rollout engine
     card = ModelCard(cfg.model.model_name_or_path, cfg.data.dataset_name)
     # An instance attribute, not a subclass: trl.GRPOTrainer is whatever class the backend left there

