@@ -606,3 +606,25 @@ def test_validate_unsloth_accepts_what_unsloth_trains(overrides):
     assert validate_unsloth(cfg) is None
     assert passes(cfg, backend="unsloth") == []
     assert passes(cfg.replace(backend="unsloth")) == []
+
+
+TRUNCATING = [{"min_p": 0.1}, {"top_p": 0.9}, {"top_k": 20}, {"min_p": 0.05, "top_k": 5}]
+
+
+@pytest.mark.parametrize("sampler", TRUNCATING, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+@pytest.mark.parametrize("vllm_mode", ["colocate", "server"])
+def test_a_truncating_sampler_under_trls_vllm_importance_correction_is_refused_naming_both_fixes(sampler, vllm_mode):
+    with pytest.raises(ConfigError) as refused:
+        validate(config(vllm_mode=vllm_mode, vllm_server_base_url="http://h:8000", **sampler), backend="plain")
+    assert refused.value.field == next(iter(sampler)) and "vllm_importance_sampling_correction: false" in str(
+        refused.value) and "min_p: null, top_p: 1.0, top_k: 0" in str(refused.value)
+
+
+@pytest.mark.parametrize("case", [
+    dict(vllm_mode="none", min_p=0.1),  # transformers generates: the trainer scores what it sampled from
+    dict(vllm_mode="colocate", min_p=0.1, vllm_importance_sampling_correction=False),
+    dict(vllm_mode="colocate", top_p=1.0, top_k=0, min_p=None),
+    dict(vllm_mode="colocate", min_p=0.0),
+])
+def test_a_sampler_that_keeps_the_whole_distribution_or_no_correction_passes(case):
+    validate(config(**case), backend="plain")
