@@ -1,8 +1,8 @@
 """What does the rollout probe cost beside a GRPO step? Target: one probe under 2% of a step on the CPU demo.
 
 The probe (pipeline/health/rollout.py RolloutProbe.measure) scores a fixed prompt + continuation with the trainer's
-model and with the rollout engine. On CPU the engine is tests/rollout_engines.py FollowingEngine (a second copy of
-the demo model that is sent the trainer's adapter tensors before it scores, standing in for vLLM); the probe runs
+model and with the rollout engine: here the real one, TRL's colocated vLLM on vLLM's CPU build (vllm_mode:
+colocate, the built-in tiny-demo-vllm; each probe sends the weights as a rollout does, then scores). The probe runs
 at every step (rollout_probe_steps: 1) of the pipeline's own trainer on the demo config (bench/overhead.py
 bench_config), and each call is timed. A step's time is the gap between consecutive `on_step_end` calls less the
 probe inside it; both are measured as wall clock and as this process's CPU time (the target is judged on CPU time,
@@ -31,12 +31,12 @@ TARGET = 0.02
 
 def measure(steps: int) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from pipeline.backends import plain
     from pipeline.config import HealthArguments
     from pipeline.health.rollout import RolloutProbe
-    from tests.rollout_engines import FollowingEngine
 
-    cfg = bench_config(steps, rollout_probe_steps=1)
+    # min_p off: under TRL's vLLM rollouts a truncating sampler is refused (pipeline/config/validate.py)
+    cfg = bench_config(steps, rollout_probe_steps=1, model_name_or_path="tiny-demo-vllm", vllm_mode="colocate",
+                       min_p=None, lora_modules_to_save=[])
     prepared = prepare(cfg)
     probes: list[tuple[int, float, float]] = []  # (step, wall s, CPU s)
     measure_once = RolloutProbe.measure
@@ -49,11 +49,10 @@ def measure(steps: int) -> dict:
             probes.append((step, time.perf_counter() - wall, time.process_time() - cpu))
 
     RolloutProbe.measure = timed
-    plain.plugged_rollout_engine = lambda trainer: FollowingEngine(trainer, cfg)
     try:
         run = run_pipeline(cfg, prepared)  # the pipeline's trainer exactly as bench/overhead.py times it
     finally:
-        RolloutProbe.measure, plain.plugged_rollout_engine = measure_once, None
+        RolloutProbe.measure = measure_once
     by_step = {step: (wall, cpu) for step, wall, cpu in probes}
     # interval i runs from step i + 1's on_step_end to step i + 2's; step i + 1's log (and probe) ran inside it
     steps_wall = [gap - by_step.get(i + 1, (0.0, 0.0))[0] for i, gap in enumerate(run.intervals)]

@@ -41,7 +41,17 @@ class SamplingParams:
             default = entry.get("default", {})
             setattr(self, name, kwargs.get(name, default.get("value")))
         self.given = dict(kwargs)  # what the caller set, for assertions
+        self._post_init()
         self._verify_args()
+
+    def _post_init(self) -> None:  # SamplingParams.__post_init__'s normalising, for the fields a caller reads back
+        for name in ("stop", "stop_token_ids", "bad_words"):
+            value = getattr(self, name)
+            setattr(self, name, [] if value is None else [value] if isinstance(value, (str, int)) else list(value))
+        if self.output_kind is None:
+            self.output_kind = "CUMULATIVE"  # RequestOutputKind.CUMULATIVE (tests compare enum members by name)
+        if self.skip_reading_prefix_cache is None:  # prompt log-probs need every prompt token computed
+            self.skip_reading_prefix_cache = self.prompt_logprobs is not None
 
     def _verify_args(self) -> None:  # SamplingParams._verify_args, the checks for fields we pass
         if not math.isfinite(self.temperature) or not 0.0 <= self.temperature <= 2.0:

@@ -1,8 +1,8 @@
 """The stale_rollout rule (pipeline/health/rules.py) and the rollout probe (pipeline/health/rollout.py).
 
-On CPU the plain backend takes a plugged rollout engine (pipeline/backends/plain.py plugged_rollout_engine): a
-separate copy of the model that is sent the trainer's adapter before it scores, and one that deliberately keeps its
-first weights. The Unsloth engine (vLLM through load_lora + fast_generate) is checked against the strict double.
+The rule on made-up logs and the probe on hand-moved weights here; on a real engine, TRL's colocated vLLM on vLLM's
+CPU build, in tests/test_vllm_engine.py (a following engine never fires over a run, one whose sync is off stops it).
+The Unsloth engine (vLLM through load_lora + fast_generate) needs CUDA and is checked against the strict double.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from pipeline.health.rollout import (
 )
 from pipeline.health.rules import HealthCallback
 from pipeline.health.stale import ROLLOUT_GAP_FLOOR, STALE_LOGP_GAP, STALE_ROLLOUT_WINDOW
-from tests.rollout_engines import FollowingEngine, FrozenEngine
 
 
 def _callback(action="stop"):
@@ -131,58 +130,6 @@ def test_the_probe_names_the_step_whose_weights_the_engine_holds():
         assert seen[ROLLOUT_WEIGHTS_STEP] == 0.0 and seen[ROLLOUT_LOGP_GAP] > ROLLOUT_GAP_FLOOR
 
 
-# ------------------------------------------------------------------------------------------------ CPU runs
-
-
-@pytest.fixture
-def run_with_engine(monkeypatch, tmp_path):
-    from pipeline.backends import plain
-    from pipeline.train import run_training
-    from train_helpers import demo_config
-
-    def run(engine, **overrides):
-        cfg = demo_config(tmp_path / "run", rollout_probe_steps=1, stale_rollout_action="stop",
-                          reward_funcs=["train_helpers:digit_share_reward"], **overrides)
-        monkeypatch.setattr(plain, "plugged_rollout_engine", lambda trainer: engine(trainer, cfg))
-        return cfg, run_training(cfg)
-
-    return run
-
-
-@pytest.mark.slow
-def test_an_engine_that_ignores_weight_updates_stops_the_run_within_its_window(run_with_engine):
-    cfg, result = run_with_engine(FrozenEngine, max_steps=6)
-    assert result.status == "stopped" and result.exit_code == 3
-    summary = json.loads((result.output_dir / "summary.json").read_text())
-    assert summary["health"]["stop_rule"] == "stale_rollout"
-    assert summary["health"]["stop_step"] <= 2  # the probe runs every step here: the first probes catch it
-    assert "the rollout engine holds step 0's weights" in summary["stop_reason"]
-
-
-@pytest.mark.slow
-def test_an_engine_that_follows_the_weights_never_fires_over_a_demo_run(run_with_engine, capsys):
-    from pipeline.trainer.effective import predicted_changes
-
-    cfg, result = run_with_engine(FollowingEngine, max_steps=4)
-    assert result.status == "completed" and result.steps == 4
-    logged = [json.loads(line) for line in (result.output_dir / "metrics.jsonl").read_text().splitlines()]
-    probes = [(m["step"], m[ROLLOUT_LOGP_GAP], m[ROLLOUT_WEIGHTS_STEP]) for m in logged if ROLLOUT_LOGP_GAP in m]
-    assert probes == [(step, 0.0, float(step)) for step in (1, 2, 3, 4)]
-    summary = json.loads((result.output_dir / "summary.json").read_text())
-    assert not [w for w in summary["health_warnings"] if "rollout" in w]
-    # the plain backend's effective_config.json, and `grpo train` printed what --check predicts
-    record = json.loads((result.output_dir / "effective_config.json").read_text())
-    printed = [line.split("effective config: ", 1)[1] for line in capsys.readouterr().out.splitlines()
-               if "effective config: " in line]
-    from pipeline.backends import plain
-
-    assert printed == record["changed"] == predicted_changes(cfg, "plain", plain.grpo_config_kwargs(cfg))
-    use_cpu = record["fields"]["use_cpu"]
-    assert use_cpu["value"] is True and use_cpu["differs_from"] == ["trl_default", "other_backend"]  # Unsloth: GPU
-    assert use_cpu["changed_by"].startswith("the plain backend")
-    assert record["fields"]["top_k"]["other_backend"] == -1  # Unsloth with vLLM would sample with top_k -1
-
-
 # ------------------------------------------------------------------------------------------------ Unsloth's engine
 
 
@@ -236,36 +183,6 @@ def test_without_a_vllm_engine_there_is_nothing_to_probe(monkeypatch, tmp_path):
         trainer = type("Trainer", (), {"model": fake_unsloth.FastLanguageModel.get_peft_model(model, r=16)})()
         cfg = make_cfg(output_dir=str(tmp_path), fast_inference=False)
         assert unsloth_backend.rollout_engine(trainer, tokenizer, cfg) is None
-    finally:
-        handle.uninstall()
-
-
-def test_trls_colocated_vllm_is_synced_as_for_a_rollout_then_scored(monkeypatch, tmp_path):
-    import tests.fake_unsloth as fake_unsloth
-    from pipeline.backends import plain
-    from tests.train_helpers import demo_config
-
-    handle = fake_unsloth.install()  # the vllm double (SamplingParams, LLM.generate)
-    try:
-        order = []
-        llm = fake_unsloth.FakeLLM(max_lora_rank=16, gpu_memory_utilization=0.5, standby=False)
-
-        class Generation:  # TRL 1.15's VLLMGeneration: sync_weights() before each rollout, .llm in colocate mode
-            def __init__(self):
-                self.llm = llm
-
-            def sync_weights(self):
-                order.append("sync_weights")
-
-        trainer = type("Trainer", (), {"vllm_generation": Generation()})()
-        cfg = demo_config(tmp_path).replace(vllm_mode="colocate")
-        engine = plain.rollout_engine(trainer, None, cfg)
-        scores = engine.score([5, 6], [7])
-        (generate,) = fake_unsloth.calls_named("model.fast_generate")
-        assert order == ["sync_weights"] and generate.args[0] == [{"prompt_token_ids": [5, 6, 7]}]
-        assert scores == [fake_unsloth.fake_prompt_logprob(2, 7, None)]
-        assert plain.rollout_engine(trainer, None, cfg.replace(vllm_mode="server")) is None  # another process
-        assert plain.rollout_engine(type("T", (), {})(), None, demo_config(tmp_path)) is None  # the model itself
     finally:
         handle.uninstall()
 

@@ -90,6 +90,13 @@ def test_the_rollouts_come_from_the_vllm_engine(colocated_run):
     trained = rewarded[-STEPS * cfg.grpo.per_device_train_batch_size:]
     assert len(rollouts) == len(trained) == STEPS * cfg.grpo.per_device_train_batch_size
     assert sorted(map(tuple, trained)) == sorted(map(tuple, rollouts))
+    # effective_config.json records the vLLM rollouts as the trainer ran them, and --check predicted the same
+    from pipeline.backends import plain
+    from pipeline.trainer.effective import predicted_changes
+
+    record = json.loads((result.output_dir / "effective_config.json").read_text())
+    assert record["fields"]["use_vllm"]["value"] is True and record["fields"]["vllm_mode"]["value"] == "colocate"
+    assert record["changed"] == predicted_changes(cfg, "plain", plain.grpo_config_kwargs(cfg))
     logged = [m for m in _metrics(result.output_dir) if "sampling/sampling_logp_difference/mean" in m]
     assert len(logged) == STEPS  # TRL logs the trainer-vs-sampler gap only for vLLM rollouts
     assert all(m["sampling/sampling_logp_difference/mean"] < HEALTHY_SAMPLING_GAP for m in logged)

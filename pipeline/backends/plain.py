@@ -177,11 +177,6 @@ def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
         return {}
 
 
-# A rollout engine to plug in, as a callable(trainer) -> RolloutEngine: the tests plug CPU engines in (one that
-# follows the trainer's weights, one that keeps its first ones) to check the rollout-freshness rule end to end.
-plugged_rollout_engine: Optional[Any] = None
-
-
 class TrlVllmEngine:
     """TRL's colocated vLLM (vllm_mode: colocate), sent the weights as TRL sends them before a rollout
     (VLLMGeneration.sync_weights), then scored (pipeline.backends.score_with_vllm)."""
@@ -201,11 +196,9 @@ def prepare_trainer(trainer: Any, cfg: PipelineConfig) -> None:
 
 
 def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optional[Any]:
-    """The engine the rollouts come from when it is not the trained model: a plugged one, TRL's colocated vLLM, or
-    None (transformers generate with the model itself; vllm_mode: server, whose engine lives in another process, is
+    """The engine the rollouts come from when it is not the trained model: TRL's colocated vLLM, or None
+    (transformers generate with the model itself; vllm_mode: server, whose engine lives in another process, is
     watched through TRL's logged sampling metrics only)."""
-    if plugged_rollout_engine is not None:
-        return plugged_rollout_engine(trainer)
     generation = getattr(trainer, "vllm_generation", None)
     if cfg.model.vllm_mode == "colocate" and getattr(generation, "llm", None) is not None:
         return TrlVllmEngine(generation)
