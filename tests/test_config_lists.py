@@ -100,3 +100,9 @@ def test_module_names_of_a_model_in_the_hf_cache_offline(tmp_path, monkeypatch):
     assert model_module_types("acme/tiny")["model.layers.0.mlp.down_proj"] == "Linear"
     with pytest.raises(ConfigError, match="has no module named 'qkv'"):
         check_lora_targets(from_mapping({"model_name_or_path": "acme/tiny", "lora_target_modules": ["qkv"]}))
+
+
+@pytest.mark.parametrize("name", sorted(n for n, item in LIST_FIELDS.items() if item is str and n != "reward_funcs"))
+def test_an_empty_list_on_the_command_line_is_written_as_in_yaml(name):
+    """`--lora_modules_to_save []` clears a list a recipe or the demo's defaults set, as `[]` does in YAML."""
+    assert parse_config([f"--{name}", "[]"]).to_dict()[name] == []

@@ -55,6 +55,8 @@ class PipelineConfig:
                 value = getattr(values, name)
                 if value is not None and not isinstance(value, list):
                     setattr(values, name, list(value) if isinstance(value, tuple) else [value])
+                if getattr(values, name) == ["[]"]:  # `--lora_modules_to_save []` on the command line: YAML's `[]`
+                    setattr(values, name, [])
 
     def to_dict(self) -> dict[str, Any]:
         """Flat mapping, the same shape as a YAML recipe."""
