@@ -163,3 +163,20 @@ def test_generate_and_eval_with_a_saved_lora_go_through_vllm_and_agree_with_tran
     assert evaluate.main(["--lora", str(lora), "--data", "demo-arithmetic", "--limit", "4", "--output", str(out)]) == 0
     assert len(vllm_engine._ENGINE) == engines_before == 1  # the engine is reused, not built again
     assert isinstance(vllm_engine._ENGINE[next(iter(vllm_engine._ENGINE))], LLM)
+
+
+def test_the_inference_engine_takes_a_free_share_of_ram_and_names_the_option_when_none_is(tmp_path, monkeypatch):
+    """On a CPU vLLM reads gpu_memory_utilization as a share of RAM and refuses to start when it is not free: `auto`
+    is TRL's colocated share (0.3), and a share that cannot be had is exit 2 naming gpu_memory_utilization."""
+    from pipeline.backends import vllm_engine
+    from pipeline.config import ConfigError
+    from pipeline.demo.registry import builtin_model
+
+    cfg = _vllm_config(tmp_path)
+    folder = str(builtin_model("tiny-demo-vllm").folder())
+    assert vllm_engine.engine_arguments(folder, cfg, "float32", with_lora=True)["gpu_memory_utilization"] == 0.3
+    greedy = vllm_engine.engine_arguments(folder, cfg.replace(gpu_memory_utilization="0.999"), "float32", True)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")  # the tests' fixed KV size; vLLM then sizes it from the share
+    with pytest.raises(ConfigError) as refused:
+        vllm_engine.shared_engine(greedy)
+    assert refused.value.field == "gpu_memory_utilization" and "0.999" in str(refused.value)
