@@ -213,6 +213,14 @@ def test_a_local_folder_is_read_before_the_bundled_config(tmp_path):
     assert shape.num_hidden_layers == 2 and "local folder" in shape.source
 
 
+def test_a_folder_that_is_not_there_is_planned_by_its_name_or_refused(tmp_path):
+    # not a hub repo id either (huggingface_hub refuses such a name): the bundled config by name, else one error
+    assert load_shape(str(tmp_path / "gone" / "qwen2.5-0.5b")).source.startswith("bundled config")
+    with pytest.raises(ConfigError) as err:
+        load_shape(str(tmp_path / "gone" / "my-model"))
+    assert err.value.field == "model_name_or_path"
+
+
 @pytest.mark.parametrize("model", ["Qwen/Qwen2.5-14B", "meta-llama/Llama-3.1-8B", "tiny-demo"])
 def test_an_unknown_model_is_one_error_naming_the_field(model):
     with pytest.raises(ConfigError) as err:
