@@ -397,6 +397,7 @@ def test_the_planner_is_held_against_every_published_figure_we_have(capsys):
     sources = [row["source"] for row in rows]
     assert sum("unsloth.ai/blog/grpo" in s for s in sources) == 4 and sum("r1-reasoning" in s for s in sources) == 2
     assert sum("device_tuning.rst" in s for s in sources) == 4 and sum("EasyR1" in s for s in sources) == 3
+    assert sum("docs/gpu-reports/" in s for s in sources) == len(measured_cases())
     assert all(isinstance(row["error"], float) and (row["bounds"] or row["why_not_bound"]) for row in rows)
     assert math.isclose(est.UNCERTAINTY, math.ceil(memory_plan.largest_bounding_error(rows) / 0.05) * 0.05)
     assert memory_plan.main() == 0
@@ -443,4 +444,60 @@ def test_on_a_gpu_machine_the_visible_card_and_its_free_memory_are_read_with_nvi
     # 11.7 GiB free (another process holds the rest): what counts is the free memory, less the CUDA context
     assert data["usable_gib"] == pytest.approx(12000 / 1024 * 0.98 - CUDA_CONTEXT_GIB, abs=0.01)
     assert done.returncode == (0 if data["fits"] else 1)
+
+
+# ---------------------------------------------------------------------------- the estimate against GPU peaks
+
+
+def measured_cases(folder: Path = ROOT / "docs" / "gpu-reports") -> list[tuple[str, dict]]:
+    """Every 4-bit benchmark case with a peak in the GPU check reports of `folder`, read here independently."""
+    found = []
+    for report in sorted(folder.glob("*.json")):
+        data = json.loads(report.read_text(encoding="utf-8"))
+        if data.get("mode") == "gpu":
+            found += [(report.name, case) for case in (data.get("bench") or {}).values()
+                      if case.get("peak_vram_gib") and case.get("precision") == "nf4"]
+    return found
+
+
+MEASURED_TOLERANCE = 0.20
+
+
+def test_the_estimate_is_within_20_percent_of_every_measured_peak():
+    """Each benchmark case of every committed GPU report (its backend, shape and config, as the GPU check built it):
+    the planner's estimate against the peak the case allocated itself. A new report adds its cases here."""
+    from bench import memory_plan
+
+    cases = measured_cases()
+    rows = memory_plan.measured_rows()
+    assert len(cases) >= 4 and len(rows) == len(cases)
+    for (report, case), row in zip(cases, rows):
+        assert row["source"].startswith(f"docs/gpu-reports/{report}") and case["backend"] in row["figure"]
+        error = row["estimate_gib"] / row["published_gib"] - 1
+        assert abs(error) <= MEASURED_TOLERANCE, (row["figure"], report, round(error, 3))
+        assert abs(error) <= est.UNCERTAINTY  # the printed uncertainty covers the measured peaks too
+
+
+def test_a_new_report_adds_its_cases_and_a_case_is_charged_only_its_own_memory(tmp_path):
+    from bench import memory_plan
+
+    case = {"backend": "plain", "shape": "qwen2.5-0.5b", "precision": "nf4", "completions_per_step": 8,
+            "completion_length_target": 128, "peak_vram_gib": 2.0, "held_before_load_gib": 0.53125}
+    report = {"mode": "gpu", "gpu": {"name": "NVIDIA L4"}, "bench": {"plain/qwen2.5-0.5b": case}}
+    (tmp_path / "2027-01-01-l4.json").write_text(json.dumps(report))
+    (tmp_path / "dry.json").write_text(json.dumps({**report, "mode": "dry-run"}))  # a CPU dry run proves nothing
+    rows = memory_plan.measured_rows(tmp_path)
+    assert len(rows) == 1 and "NVIDIA L4" in rows[0]["figure"]
+    # 0.53125 GiB was held before the model loaded: the 32 MiB cuBLAS workspace (the case uses it; the planner counts
+    # it) and 0.5 GiB an earlier case left behind (not this case's)
+    assert rows[0]["published_gib"] == pytest.approx(1.5)
+    values = {**memory_plan.case_values("plain", "qwen2.5-0.5b"),
+              "max_prompt_length": str(memory_plan.measured_prompt_limit("qwen2.5-0.5b"))}
+    assert rows[0]["estimate_gib"] == pytest.approx(plan(memory_plan._cfg(values), card_from_memory(80)).peak_gib)
+    assert memory_plan.measured_prompt_limit("qwen2.5-0.5b") % 16 == 0  # the auto limit, rounded up to 16
+    # a report that records the prompt limit its data resolved to is planned with it
+    (tmp_path / "2027-01-01-l4.json").write_text(json.dumps(
+        {**report, "bench": {"plain/qwen2.5-0.5b": {**case, "prompt_limit": 256}}}))
+    longer = plan(memory_plan._cfg({**values, "max_prompt_length": "256"}), card_from_memory(80)).peak_gib
+    assert memory_plan.measured_rows(tmp_path)[0]["estimate_gib"] == pytest.approx(longer) != rows[0]["estimate_gib"]
 
