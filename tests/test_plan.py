@@ -102,6 +102,13 @@ def test_activations_by_hand_for_each_checkpointing_mode():
     short = parts(tiny_cfg(max_seq_length=500, max_prompt_length="100", max_completion_length="400",
                            num_generations=4, per_device_train_batch_size=4))
     assert short.part("activations") * GIB == 2 * (2000 * 64 * 2) + 2000 * 960 * 2
+    # Unsloth offloads only layer inputs over 2 MiB (unsloth_zoo MINIMUM_SIZE): 4 layers of 1 MiB inputs stay
+    deep = ModelShape(**{**TINY.__dict__, "num_hidden_layers": 4})
+    assert est.estimate(tiny_cfg(), deep, TINY_COUNTS, card_from_memory(16)).part("activations") * GIB == (
+        4 * boundary + per_layer)
+    wide = ModelShape(**{**deep.__dict__, "hidden_size": 256})  # 4 MiB inputs: offloaded, 2 on the GPU
+    assert est.estimate(tiny_cfg(), wide, TINY_COUNTS, card_from_memory(16)).part("activations") * GIB == (
+        2 * 4 * boundary + 8192 * (4 * 256 + 2 * 64 + 2 * 32 + 4 * 128) * 2)
     off = parts(tiny_cfg(gradient_checkpointing=False))
     assert off.part("activations") * GIB == 2 * per_layer
 

@@ -16,7 +16,8 @@ allocates it in the pinned wheels:
 - activations of one micro-batch (per_device_train_batch_size rows of prompt + completion tokens) under
   gradient checkpointing: the layer inputs kept for the backward (on the GPU with standard checkpointing; in
   CPU RAM with Unsloth's offloaded variant, which Unsloth uses from max_seq_length 512 up:
-  unsloth/models/_utils.py apply_unsloth_gradient_checkpointing) plus one layer recomputed.
+  unsloth/models/_utils.py apply_unsloth_gradient_checkpointing, for layer inputs over 2 MiB: unsloth_zoo
+  gradient_checkpointing.py MINIMUM_SIZE) plus one layer recomputed.
 - log-probabilities: TRL 1.15 never materialises [batch, tokens, vocab] logits (GRPOTrainer
   _get_per_token_logps_and_entropies calls the model with `fused_lm_head=True`: trl/kernels/chunked_logprob.py
   ChunkedLogProbFunction, 4096-token x 32768-vocab tiles, fp32 hidden-state gradient). Unsloth's loss
@@ -64,6 +65,8 @@ TRL_TOKEN_TILE, TRL_VOCAB_TILE = 4096, 32768  # trl/kernels/chunked_logprob.py, 
 TRL_VLLM_COLOCATE_SHARE = 0.3  # trl GRPOConfig.vllm_gpu_memory_utilization default
 # unsloth_zoo/fused_losses/chunked_logprob.py: _CHUNK_GB, _BYTES_PER_LOGIT and _MIN_ROWS of chunked_logprob_rows
 UNSLOTH_LOGPROB_CHUNK_BYTES, UNSLOTH_BYTES_PER_LOGIT, UNSLOTH_MIN_CHUNK_ROWS = 2 * 2**30, 8, 512
+# unsloth_zoo/gradient_checkpointing.py MINIMUM_SIZE: a layer input of at most this many bytes stays on the GPU
+UNSLOTH_OFFLOAD_MIN_BYTES = 2 * 1024 * 1024
 CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 8  # torch's default cuBLAS(Lt) workspace on sm90 (:4096:8)
 VLLM_OVERHEAD_GIB = 0.5  # vLLM's CUDA graphs, sampler and profile-run buffers inside its share (not measured)
 HELD = "LoRA/optimizer/workspace"  # what the trainer holds through the whole step besides the weights
@@ -176,7 +179,7 @@ def activation_bytes(cfg: PipelineConfig, shape: ModelShape, rows: int, tokens: 
     boundary = n * h * width  # one layer input
     if not cfg.lora.gradient_checkpointing:
         return layers * per_layer, 0.0, f"no checkpointing: {layers} layers x {rows} x {tokens} tokens"
-    if unsloth and cfg.model.max_seq_length >= 512:
+    if unsloth and cfg.model.max_seq_length >= 512 and boundary > UNSLOTH_OFFLOAD_MIN_BYTES:
         return (2 * boundary, per_layer,
                 f"Unsloth offloaded checkpointing: layer inputs in CPU RAM, 2 on the GPU + 1 layer recomputed "
                 f"({rows} rows x {tokens} tokens)")
