@@ -74,7 +74,7 @@ def resolve_card(cfg: PipelineConfig, gpu: Optional[str]) -> Card:
 def uncertainty_note(result: Estimate) -> str:
     low, high = result.band_gib
     fixed = f"; the {result.reserved_gib:.1f} GiB vLLM reservation is exact" if result.reserved_gib else ""
-    return (f"±{UNCERTAINTY:.0%} on the estimated part (the error against published figures, "
+    return (f"±{UNCERTAINTY:.0%} on the estimated part (the error against published figures and measured peaks, "
             f"bench/memory_plan.py{fixed}): {low:.1f}-{high:.1f} GiB")
 
 

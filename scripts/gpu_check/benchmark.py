@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from cases import (Recorder, base_mapping, free_memory, has_cuda, make_config, model_path, peak_gib, run_params,
@@ -95,6 +96,15 @@ def _step_timer():
     return StepTimer()
 
 
+def bench_values(backend_name: str, model: str, params: dict[str, Any], out: Path, *, cuda: bool) -> dict[str, Any]:
+    """The flat config of one benchmark case (bench/memory_plan.py plans the committed reports' cases with it)."""
+    values = base_mapping(backend_name, model, "nf4" if cuda else "bf16", out, cuda=cuda)
+    values.update(num_generations=params["bench_generations"], per_device_train_batch_size=params["bench_batch"],
+                  max_completion_length=str(params["bench_completion"]), max_samples=params["bench_samples"],
+                  max_steps=params["bench_steps"], save_steps=10_000, resume="never")
+    return values
+
+
 def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[str, Any]:
     """One benchmark run: the pipeline's own trainer (build_trainer), timed step by step."""
     import torch
@@ -106,10 +116,7 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     cuda = torch.cuda.is_available()
     out = args.work / "bench" / f"{backend_name}-{shape}"
     length = params["bench_completion"]
-    values = base_mapping(backend_name, model_path(shape, args.work), "nf4" if cuda else "bf16", out, cuda=cuda)
-    values.update(num_generations=params["bench_generations"], per_device_train_batch_size=params["bench_batch"],
-                  max_completion_length=str(length), max_samples=params["bench_samples"],
-                  max_steps=params["bench_steps"], save_steps=10_000, resume="never")
+    values = bench_values(backend_name, model_path(shape, args.work), params, out, cuda=cuda)
     cfg = make_config(values)
     validate(cfg)
     backend = load_backend(backend_name)
@@ -149,7 +156,9 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
         "rollout_tokens_per_s": round(tokens / sum(gen_times), 1) if gen_times and len(gen_times) == len(
             lengths[measured]) else None,
         "peak_vram_gib": peak_gib(), "load_peak_vram_gib": load_peak, "held_before_load_gib": held_before,
-        "planned_peak_gib": planned_peak(cfg),
+        # `max_prompt_length: auto` as the data resolved it: the planner's estimate for what the case ran
+        "prompt_limit": prepared.max_prompt_length,
+        "planned_peak_gib": planned_peak(cfg.replace(max_prompt_length=str(prepared.max_prompt_length))),
         "completions_per_step": params["bench_batch"],
     }
 
@@ -165,6 +174,21 @@ def planned_peak(cfg: Any) -> float | None:
         return round(plan(cfg, card_from_memory(80.0)).peak_gib, 3)
     except ConfigError:
         return None
+
+
+def case_peak_gib(case: dict[str, Any]) -> float:
+    """The peak a case allocated itself: its peak VRAM less what the process held before its model loaded (an
+    earlier case's leftovers), except the cuBLAS workspace, which the case uses too and the planner counts.
+
+    >>> case_peak_gib({"peak_vram_gib": 2.0, "held_before_load_gib": 0.53125})
+    1.5
+    >>> case_peak_gib({"peak_vram_gib": 0.915, "held_before_load_gib": 0.031}), case_peak_gib({"peak_vram_gib": 1.0})
+    (0.915, 1.0)
+    """
+    from pipeline.plan.estimate import CUBLAS_WORKSPACE_BYTES
+
+    held = max(0.0, (case.get("held_before_load_gib") or 0.0) - CUBLAS_WORKSPACE_BYTES / 2**30)
+    return case["peak_vram_gib"] - held
 
 
 def child_bench(args: argparse.Namespace, rec: Recorder) -> None:

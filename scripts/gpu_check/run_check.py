@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 # The cases run in the children live beside this driver (this folder is sys.path[0] when it runs as a script).
-from benchmark import child_bench
+from benchmark import case_peak_gib, child_bench
 from cases import (BENCH_SHAPES, CHAIN_MODELS, PRECISIONS, TINY_MODEL, Recorder, child_chain, child_models,
                    has_cuda, run_params, skip_reason, tail, unit_steps)
 from wheels import check_image, image_requirements, installed_versions
@@ -366,7 +366,7 @@ def bench_rows(bench: dict[str, dict[str, Any]], counts: dict[str, int],
 
 
 def planned_vs_measured(case: dict[str, Any] | None) -> dict[str, Any]:
-    """The planner's estimate against the measured peak of one benchmark case.
+    """The planner's estimate against the peak one benchmark case allocated itself (benchmark.case_peak_gib).
 
     >>> planned_vs_measured({"planned_peak_gib": 2.2, "peak_vram_gib": 2.0})["value"]
     '1.10x (2.20 vs 2.00 GiB)'
@@ -374,9 +374,10 @@ def planned_vs_measured(case: dict[str, Any] | None) -> dict[str, Any]:
     from pipeline.plan.estimate import UNCERTAINTY
 
     target = f"within ±{UNCERTAINTY:.0%} (the uncertainty grpo plan prints)"
-    planned, measured = (case or {}).get("planned_peak_gib"), (case or {}).get("peak_vram_gib")
-    if planned is None or not measured:
+    planned = (case or {}).get("planned_peak_gib")
+    if planned is None or not (case or {}).get("peak_vram_gib"):
         return {"value": "not measured", "target": target, "holds": None}
+    measured = case_peak_gib(case)
     ratio = planned / measured
     return {"value": f"{ratio:.2f}x ({planned:.2f} vs {measured:.2f} GiB)", "target": target,
             "holds": abs(ratio - 1) <= UNCERTAINTY}
