@@ -440,7 +440,10 @@ def test_the_device_calls_store_one_part_each_then_one_call_installs_and_runs_th
     final = calls[-1]["command"]
     assert "parts.py assemble --target /tmp/site" in final and "--only models," in final
     assert f"--budget-s {parts.FINAL_BUDGET_S}" in final and parts.FINAL_BUDGET_S + 60 <= calls[-1]["timeout_s"]
-    run_check.chosen_steps(parts.FINAL_STEPS)  # every entry is a step or unit the check knows
+    chosen = run_check.chosen_steps(parts.FINAL_STEPS)  # every entry is a step or unit the check knows
+    assert chosen["bench-unsloth-vllm"] == ["bench/unsloth-vllm/qwen2.5-0.5b"] and len(chosen) == 5
+    dry = run_check.chosen_steps(parts.FINAL_STEPS, dry_run=True)  # and the dry run of the same call, on CPU
+    assert dry["bench-unsloth-vllm"] == ["bench/unsloth-vllm/tiny-qwen2.5"] and list(dry) == list(chosen)
     docs = (ROOT / "docs" / "gpu.md").read_text(encoding="utf-8")
     assert final in docs and "parts.py store .gpu-parts/part01" in docs  # the GPU check section says the sequence
     for folder in (wheels.VLLM_WHEEL_DIR, parts.PARTS_DIR):  # generated, never committed

@@ -351,7 +351,8 @@ def chosen_steps(only: Optional[str], dry_run: bool = False) -> dict[str, list[s
     """step -> the units to run, in STEPS order: every step, or what `--only` names, each entry a step
     (`chain-unsloth`) or one unit of it (`chain/unsloth/qwen2.5-0.5b/nf4`, `bench/unsloth/qwen2.5-1.5b`), or a
     case whose sub-steps are units (`chain/unsloth-vllm/qwen2.5-0.5b/nf4`), so a rerun skips what an earlier run
-    already proved. ValueError naming the unknown entries.
+    already proved; a dry run takes the GPU's names (a bench unit of a shape runs its tiny-model stand-in).
+    ValueError naming the unknown entries.
 
     >>> chosen = chosen_steps("chain/unsloth/qwen2.5-0.5b/nf4,bench-unsloth")
     >>> chosen["chain-unsloth"], list(chosen)
@@ -359,10 +360,13 @@ def chosen_steps(only: Optional[str], dry_run: bool = False) -> dict[str, list[s
     """
     entries = [entry.strip() for entry in only.split(",") if entry.strip()] if only else list(STEPS)
     every = {step: step_units(step, dry_run) for step in STEPS}
+    on_gpu = {step: step_units(step) for step in STEPS}  # a dry run takes the GPU's unit names too
+
     def names(entry: str, unit: str) -> bool:
         return unit == entry or unit.startswith(entry + "/")
 
-    unknown = [e for e in entries if e not in every and not any(names(e, u) for units in every.values() for u in units)]
+    unknown = [e for e in entries if e not in every and not any(
+        names(e, u) for units in (*every.values(), *on_gpu.values()) for u in units)]
     if unknown:
         raise ValueError(f"unknown step(s) {unknown}; choose from {', '.join(STEPS)}, or units such as "
                          f"{every['chain-unsloth'][-1]}")
@@ -372,6 +376,8 @@ def chosen_steps(only: Optional[str], dry_run: bool = False) -> dict[str, list[s
             chosen[step] = every[step]
         elif any(names(e, unit) for e in entries for unit in every[step]):
             chosen[step] = [unit for unit in every[step] if any(names(e, unit) for e in entries)]
+        elif any(names(e, unit) for e in entries for unit in on_gpu[step]):
+            chosen[step] = every[step]  # a dry run's tiny model stands in for the shapes a GPU unit names
     return chosen
 
 
