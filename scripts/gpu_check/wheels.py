@@ -103,8 +103,11 @@ VLLM_RECORD = Path(__file__).with_name(f"vllm-{VLLM_VERSION}-requires.json")
 # What the image lacks of vLLM's closure and the offline engine imports: the modules that `vllm.LLM`, the V1
 # engine core, the GPU worker and model runner, Qwen2, LoRA, bitsandbytes and the FLASH_ATTN backend load, read
 # for their module-level imports (an import inside a function or under `if`/`try: ... except ImportError` is
-# lazy or optional), plus those packages' own requirements. Versions: pip's resolution for vllm==0.26.0 on
-# 2026-12-04. pydantic, pydantic-core, msgspec, annotated-types and typing-inspection are in DEPENDENCIES.
+# lazy or optional), plus those packages' own requirements; then checked by importing those modules on CPU from the
+# assembled set with Python 3.12 and torch 2.11 (docs/gpu.md), which found what reading missed: a class body that
+# annotates with a LazyLoader's attribute loads the module at import (llguidance, xgrammar). Versions: pip's
+# resolution for vllm==0.26.0 on 2026-12-04. pydantic, pydantic-core, msgspec, annotated-types and
+# typing-inspection are in DEPENDENCIES.
 VLLM_DEPENDENCIES = {
     "cachetools": "8.0.2",  # vllm.utils.cache
     "cbor2": "6.3.0",  # vllm.utils.hashing (prefix-cache block hashes)
@@ -123,11 +126,29 @@ VLLM_DEPENDENCIES = {
     "pybase64": "1.5.1",  # vllm.utils.serial_utils
     "pyzmq": "27.3.0",  # vllm.utils.network_utils, vllm.v1.serial_utils (engine-core messages)
     "blake3": "1.0.11",  # vllm.multimodal.hasher (lazy, but 0.4 MiB: cheaper to carry than to be wrong about)
+    # vllm.v1.structured_output imports backend_guidance and backend_xgrammar, whose dataclass fields are annotated
+    # `llguidance.LLMatcher` / `xgr.GrammarMatcher`: evaluated when the class is made, so the LazyLoader loads them.
+    "llguidance": "1.7.6",
+    "xgrammar": "0.2.7",
+    "apache-tvm-ffi": "0.1.10",  # xgrammar
 }
 
+# The modules of the offline engine's path that `probe-vllm` imports: the closure VLLM_DEPENDENCIES was read from.
+VLLM_ENGINE_MODULES = (
+    "vllm", "vllm.entrypoints.llm", "vllm.v1.engine.core", "vllm.v1.engine.llm_engine", "vllm.v1.engine.core_client",
+    "vllm.v1.worker.gpu_worker", "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner",
+    "vllm.model_executor.models.qwen2", "vllm.model_executor.model_loader.bitsandbytes_loader",
+    "vllm.model_executor.layers.quantization.bitsandbytes", "vllm.model_executor.layers.quantization.compressed_tensors"
+    ".compressed_tensors", "vllm.lora.request", "vllm.lora.worker_manager", "vllm.lora.lora_model",
+    "vllm.lora.model_manager", "vllm.lora.peft_helper", "vllm.v1.worker.lora_model_runner_mixin",
+    "vllm.v1.attention.backends.flash_attn", "vllm.v1.sample.sampler", "vllm.device_allocator.cumem",
+    "vllm.compilation.backends", "vllm.v1.structured_output", "vllm.utils.platform_utils",
+    "vllm.model_executor.warmup.kernel_warmup",
+)
+
 _SERVER = "the OpenAI-compatible server (`vllm serve`) and its tooling; the offline LLM engine imports none of it"
-_GRAMMAR = ("structured outputs (guided decoding): imported lazily for a request that asks for a grammar, and "
-            "GRPO rollouts ask for none")
+_GRAMMAR = ("a structured-outputs backend (guided decoding) that vllm.v1.structured_output does not import: "
+            "loaded only for a request that asks for it, and GRPO rollouts ask for none")
 _MEDIA = "multimodal inputs (video/audio decoding, Mistral's tokenizer and images); Qwen2.5 is text-only"
 _KERNELS = ("kernels for other paths: vLLM imports them inside functions or behind importlib.util.find_spec / "
             "`try: ... except ImportError`, and a dense Qwen2 on sm90 runs FLASH_ATTN (FA3) and vLLM's own "
@@ -141,13 +162,13 @@ VLLM_LEFT_OUT = {
     "opentelemetry-sdk": _SERVER + " (tracing, behind `try`)", "opentelemetry-api": _SERVER + " (tracing)",
     "opentelemetry-exporter-otlp": _SERVER + " (tracing)",
     "opentelemetry-semantic-conventions-ai": _SERVER + " (tracing)",
-    "xgrammar": _GRAMMAR, "llguidance": _GRAMMAR, "outlines-core": _GRAMMAR, "lark": _GRAMMAR,
+    "outlines-core": _GRAMMAR, "lark": _GRAMMAR,
     "lm-format-enforcer": _GRAMMAR, "jsonschema": _GRAMMAR + " (vllm 0.26.0 imports jsonschema nowhere)",
     "mistral-common": _MEDIA, "torchcodec": _MEDIA, "pynvvideocodec": _MEDIA,
     "flashinfer-python": ("an optional attention/sampling backend: vllm.utils.flashinfer.has_flashinfer() finds it "
                           "with importlib.util.find_spec and it needs nvcc or its cubins; Hopper's default for "
                           "Qwen2 is FLASH_ATTN with FA3 (fa_utils.get_flash_attn_version)"),
-    "apache-tvm-ffi": _KERNELS + " (FA4/CuTe and fmha_sm100)", "tilelang": _KERNELS + " (DeepSeek mHC)",
+    "tilelang": _KERNELS + " (DeepSeek mHC)",
     "nvidia-cudnn-frontend": _KERNELS + " (FA CuTe benchmarks)",
     "nvidia-cutlass-dsl": _KERNELS + " (FA4, ll_bf16 router GEMM behind is_available())",
     "quack-kernels": _KERNELS + " (CuTe DSL)", "tokenspeed-mla": _KERNELS + " (MLA attention)",
@@ -353,6 +374,30 @@ def store_vllm_record(report: dict, record_path: Path = VLLM_RECORD) -> list[str
     return problems
 
 
+def probe_imports(modules=VLLM_ENGINE_MODULES) -> tuple[dict[str, str], dict[str, str]]:
+    """Import each module; returns ({module: the third-party module it lacks}, {module: any other error}). Run
+    with the installed set on PYTHONPATH (`probe-vllm`): on CPU a missing package shows here, while what needs the
+    GPU machine (libcuda.so.1, the CUDA kernels) shows as another error.
+
+    >>> probe_imports(("json", "no_such_package_xyz.sub"))
+    ({'no_such_package_xyz.sub': 'no_such_package_xyz'}, {})
+    """
+    import importlib
+
+    missing, other = {}, {}
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if (err.name or "").split(".")[0] == module.split(".")[0] and module.split(".")[0] == "vllm":
+                other[module] = f"ModuleNotFoundError: {err.name}"
+            else:
+                missing[module] = err.name or str(err)
+        except Exception as err:  # noqa: BLE001 - each module's failure is reported, the probe goes on
+            other[module] = f"{type(err).__name__}: {str(err)[:200]}"
+    return missing, other
+
+
 def check_image(versions: dict[str, str | None], needs: dict[str, dict] | None = None) -> dict:
     """The image's version of each package in image_requirements against what the kit needs of it.
 
@@ -553,6 +598,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check", help="check that the built set plus the working tree fit the carry limit")
     sub.add_parser("resolve-vllm", help=f"pip's resolver for vllm=={VLLM_VERSION} -> {VLLM_RECORD.name}; names what "
                    "the image lacks and the kit neither carries nor leaves out with a reason")
+    sub.add_parser("probe-vllm", help="import the offline vLLM engine's modules from PYTHONPATH (the installed set "
+                   "and the image's packages): names any package the set lacks; exit 1 then")
     install_parser = sub.add_parser("install", help="install the set into --target (on the GPU machine)")
     install_parser.add_argument("--target", required=True)
     install_parser.add_argument("--folder", type=Path, default=WHEEL_DIR, help="the built set (default .gpu-wheels)")
@@ -564,6 +611,17 @@ def main(argv: list[str] | None = None) -> int:
             for name, why in LEFT_OUT.items():
                 print(f"{name:40s} left out: {why}")
             return 0
+        if args.command == "probe-vllm":
+            missing, other = probe_imports()
+            import vllm
+
+            print(f"vllm {vllm.__version__} ({vllm.__file__}): {len(VLLM_ENGINE_MODULES) - len(missing) - len(other)} "
+                  f"of {len(VLLM_ENGINE_MODULES)} modules import here")
+            for module, name in missing.items():
+                print(f"  {module}: needs {name}, which the set lacks (carry it: VLLM_DEPENDENCIES)")
+            for module, error in other.items():
+                print(f"  {module}: {error} (not a missing package: needs the GPU machine, or look at it)")
+            return 1 if missing else 0
         if args.command == "resolve-vllm":
             problems = resolve_vllm()
             print(f"wrote {VLLM_RECORD.relative_to(REPO_ROOT)}")
