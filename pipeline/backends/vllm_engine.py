@@ -17,6 +17,7 @@ the `gpu` extra on a GPU).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import types
@@ -147,8 +148,6 @@ def engine_arguments(model_path: str, cfg: PipelineConfig, dtype: Any, with_lora
 
 def trl_default_share() -> float:
     """trl.GRPOConfig's vllm_gpu_memory_utilization default (0.3 in TRL 1.15), read from the dataclass."""
-    import dataclasses
-
     # lazy: trl imports torch
     from trl import GRPOConfig
 
