@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,19 @@ def _vllm_config(output_dir: Path, **overrides):
                   reward_funcs=["train_helpers:recording_reward"])
     values.update(overrides)
     return demo_config(output_dir, **values)
+
+
+@contextmanager
+def environment_kept():
+    """os.environ as it was, after the block: TRL's colocated engine sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR
+    and MASTER_PORT in this process (VLLMGeneration._init_vllm), and a later test's `grpo` child process would
+    inherit them, believe it is one rank of a distributed run and fight over the port."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 def _metrics(output_dir: Path) -> list[dict]:
@@ -76,7 +91,8 @@ def colocated_run(tmp_path_factory):
         patch.setattr(vllm_engine, "reload_into_engine", recording_reload)
         patch.setattr(transformers.GenerationMixin, "generate", no_transformers_generate)
         cfg = _vllm_config(tmp_path_factory.mktemp("vllm") / "run")
-        result = run_training(cfg)
+        with environment_kept():
+            result = run_training(cfg)
     return cfg, result, engine_outputs, syncs, list(train_helpers.RECORDED_COMPLETION_IDS)
 
 
@@ -120,7 +136,8 @@ def test_an_engine_whose_sync_is_switched_off_fires_the_stale_rollout_rule(monke
 
     # The sync keeps only its cache reset: the engine keeps the weights it was built with.
     monkeypatch.setattr(vllm_engine, "reload_into_engine", lambda generation: generation.llm.reset_prefix_cache())
-    result = run_training(_vllm_config(tmp_path / "run", max_steps=6))
+    with environment_kept():
+        result = run_training(_vllm_config(tmp_path / "run", max_steps=6))
     assert result.status == "stopped" and result.exit_code == 3
     summary = json.loads((result.output_dir / "summary.json").read_text())
     assert summary["health"]["stop_rule"] == "stale_rollout" and summary["health"]["stop_step"] <= 2
