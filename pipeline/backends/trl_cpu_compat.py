@@ -64,11 +64,14 @@ class TorchChunkedLogProb:
 
 
 def ensure_trl_logprob_kernel() -> bool:
-    """Install the torch fallback if TRL has no log-prob kernel. Returns True when it was installed."""
+    """Install the torch fallback if TRL has no log-prob kernel, or has Triton's but no GPU for it to run on (a
+    Triton wheel beside CPU torch, as vLLM's CPU build brings: Triton then finds no active driver at the first
+    step). Returns True when it was installed."""
     # lazy: trl imports torch, and comes after the bootstrap's `import unsloth` (Unsloth patches it at import)
+    import torch
     import trl.trainer.utils as trl_utils
 
-    if getattr(trl_utils, "_ChunkedLogProbFunction", object()) is None:
+    if getattr(trl_utils, "_ChunkedLogProbFunction", object()) is None or not torch.cuda.is_available():
         trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
         return True
     return False
