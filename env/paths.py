@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.disk import storage_named
+from env.secret_fields import masked_argv
 
 _UNEXPANDED_VAR = re.compile(r"\$(\w+|\{[^}]*\})")
 
@@ -63,14 +64,32 @@ def absolute_path(path: str | os.PathLike[str]) -> Path:
 
 def shell_command(*words: str | os.PathLike[str]) -> str:
     """A command line to print for the user to paste: each word shell-quoted (paths with spaces, quotes, `$`).
-    The one helper for every "next:", "resume with:" and "run this" line.
+    The one helper for every "next:", "resume with:" and "run this" line: a secret option's value is masked
+    (env/secret_fields.py masked_argv), a word that is not printable text is written byte for byte (shell_word).
 
     >>> print(shell_command("grpo", "generate", "--lora", "/runs/my run/lora", "--prompt", "What is 2+2?"))
     grpo generate --lora '/runs/my run/lora' --prompt 'What is 2+2?'
     """
+    return " ".join(shell_word(os.fspath(word)) for word in masked_argv(list(words)))
+
+
+def shell_word(word: str) -> str:
+    r"""One word of a printed command, shell-quoted. A word that is not printable text (a file name whose bytes are
+    not UTF-8, read through surrogate escapes, or one holding a control character) is written in bash's $'...' form,
+    each such byte as \xNN: it prints under any locale and pastes back as the same bytes.
+
+    >>> print(shell_word("my run"), shell_word("caf\udce9.jsonl"), shell_word("a\nb"))
+    'my run' $'caf\xe9.jsonl' $'a\x0ab'
+    """
     import shlex
 
-    return shlex.join(os.fspath(word) for word in words)
+    if word.isprintable():
+        return shlex.quote(word)
+    try:
+        raw = os.fsencode(word)  # the bytes the OS has, whatever the locale's encoding
+    except UnicodeEncodeError:  # a lone surrogate no file name holds: its escape, as text
+        raw = word.encode("utf-8", "backslashreplace")
+    return "$'" + "".join(chr(b) if 32 <= b < 127 and chr(b) not in "'\\" else f"\\x{b:02x}" for b in raw) + "'"
 
 
 def cache_root() -> Path:

@@ -30,6 +30,7 @@ import pipeline.infer.evaluate
 import pipeline.run.lock
 import pipeline.run.manifest
 from env.paths import absolute_path, atomic_directory, previous_versions, shell_command, snapshot
+from env.text import say
 from pipeline.backends import BackendChoice, choose_backend, load_backend, on_cpu
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, resolve_optim
@@ -396,5 +397,5 @@ def check_main(argv: list[str]) -> int:
     except ConfigError as err:
         results = [Check("config", False, str(err))]
     report = as_json(results)
-    print(json.dumps(report, indent=2, ensure_ascii=False))
+    say(json.dumps(report, indent=2, ensure_ascii=False), sys.stdout)  # secrets masked (env/text.py printable)
     return EXIT_OK if report["ok"] else EXIT_BAD_INPUT

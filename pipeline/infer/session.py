@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import warnings
 from dataclasses import dataclass
@@ -85,9 +86,40 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
                         help="default: gen_temperature (0 = greedy, the built-in default)")
     parser.add_argument("--top_p", type=float, default=None, help="default: gen_top_p (1.0)")
     parser.add_argument("--max_lora_rank", type=int, default=None, help="vLLM LoRA rank limit (default: manifest)")
+    add_remote_code_argument(parser)
     parser.add_argument("--system_prompt", default=None,
                         help="override the manifest's system prompt; required for an adapter that carries no "
                              "grpo_adapter.json and has no manifest.json beside it")
+
+
+def add_remote_code_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trust_remote_code", action="store_true",
+                        help="run the base model's own code (its modeling_*.py), if you trust it; never taken from "
+                             "an adapter's, export's or run's files (docs/security.md)")
+
+
+def remote_code(given: bool, manifest: Optional[dict[str, Any]], base_model: str) -> bool:
+    """trust_remote_code for a command that opens a trained adapter: the user's own --trust_remote_code, never the
+    adapter's metadata (pipeline/run/manifest.py NEVER_FROM_FILES). A base that needs its own code (a local
+    config.json with `auto_map`) is refused without the option, naming it; an adapter that only records it is
+    said."""
+    if given:
+        return True
+    recorded = bool(((manifest or {}).get("recorded") or {}).get("trust_remote_code"))
+    config = Path(resolve_model_path(base_model)) / "config.json"
+    try:
+        needs = "auto_map" in json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        needs = False  # not a local folder, or no readable config: transformers says so itself if it needs code
+    if needs:
+        also = ", and the adapter records trust_remote_code: true" if recorded else ""
+        raise ConfigError("trust_remote_code", f"the base model {excerpt(base_model)} runs its own code "
+                          f"(config.json's auto_map){also}. A file's setting is never applied: pass --trust_remote_code to run that code, if you "
+                          "trust where the model came from.")
+    if recorded:
+        print("note: the adapter records trust_remote_code: true; it is not applied from a file (pass "
+              "--trust_remote_code to run a base model's own code).", file=sys.stderr)
+    return False
 
 
 def inference_args(**options: Any) -> argparse.Namespace:
@@ -206,7 +238,8 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
 
     flat = dict((manifest or {}).get("config") or {})
     flat.update(model_name_or_path=base_model, backend=args.backend, max_lora_rank=_max_lora_rank(args, manifest),
-                system_prompt=system_prompt)
+                system_prompt=system_prompt,
+                trust_remote_code=remote_code(getattr(args, "trust_remote_code", False), manifest, base_model))
     cfg = from_mapping(flat)
     choice = choose_backend(args.backend, cfg.model.fast_inference)
     if choice.name == "unsloth" and not choice.fast_inference:

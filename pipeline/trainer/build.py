@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from env.secret_fields import masked, masked_pickle_class
 from env.text import excerpt
 from pipeline.backends import load_backend, on_cpu
 from pipeline.config import ConfigError, PipelineConfig, parse_limit, trl_training_args
@@ -196,7 +197,8 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
                               f"{BACKEND_DECIDED.get(name, 'the run')}; set that instead, or remove {name}.")
     kwargs = {**trl_training_args(cfg), **decided}
     try:
-        config = trl.GRPOConfig(**kwargs)
+        # pickled into every checkpoint (training_args.bin) with its secrets masked (env/secret_fields.py)
+        config = masked_pickle_class(trl.GRPOConfig)(**kwargs)
     except (ValueError, TypeError, NotImplementedError) as err:
         raise ConfigError(_named_field(str(err), cfg, kwargs), f"trl.GRPOConfig refused the config: {err}") from None
     for name, choices in trainer_choices().items():  # values only TRL's trainer would refuse, mid-step
@@ -220,7 +222,7 @@ def check_grpo_config(cfg: PipelineConfig, backend_name: str) -> str:
     loads. The backend's device settings need the loaded model on Unsloth, so there they are checked by the run."""
     with tempfile.TemporaryDirectory() as scratch:
         build_grpo_config(cfg, _model_free_decided(cfg, backend_name, Path(scratch)))
-    named = ", ".join(f"{k}={excerpt(v)}" for k, v in cfg.trl.items())
+    named = ", ".join(f"{k}={excerpt(v)}" for k, v in masked(cfg.trl).items())
     return f"trl.GRPOConfig accepts it{f' (TRL options: {named})' if named else ''}"
 
 
