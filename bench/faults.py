@@ -38,6 +38,7 @@ class Fault:
     patch: Optional[Callable] = None  # (monkeypatch, folder) -> None; in-process runs only
     hide: tuple[str, ...] = ()  # packages the case runs without, installed or not (a subprocess: hidden_env)
     after: Optional[Callable[[Path], Optional[str]]] = None  # what is wrong with the folder afterwards, or None
+    absent: str = ""  # text the output must not contain (a secret), when given
 
 
 # ---------------------------------------------------------------- set-up helpers
@@ -757,12 +758,82 @@ CASES += [
 ]
 
 
+# ---------------------------------------------------------------- faults v4 (issue 48)
+# 1. secrets: env/secret_fields.py (names a secret; masked in every file and printed line); tests/test_secrets.py
+#    scans every file of a real run, checkpoint and export for the value.
+
+SECRET = "hf_FaultsV4SecretValue"
+
+
+def no_secret_under(folder: Path) -> Optional[str]:
+    """Every file under `folder` (the run, its checkpoints, crash logs, the cache's logs), scanned for SECRET."""
+    for path in folder.rglob("*"):
+        if path.is_file() and SECRET.encode() in path.read_bytes():
+            return f"{path} holds the secret"
+    return None
+
+
+CASES += [
+    Fault("--check with a hub_token prints its placeholder", lambda d: [*quick(d, "--hub_token", SECRET), "--check"],
+          "hub_token='<HUB_TOKEN>'", exit_code=0, absent=SECRET, after=no_secret_under),
+    Fault("a crash of a run given --hub_token logs no token", lambda d: quick(d, "--hub_token", SECRET),
+          "a bug in grpo-pipeline", exit_code=1, absent=SECRET, after=no_secret_under,
+          env={"GRPO_CACHE_DIR": "grpo-v4-cache"}, patch=raise_in("pipeline.train._data", RuntimeError(SECRET))),
+    Fault("a recipe's hub_token refused by a check is not printed",
+          lambda d: [*train(d, f"hub_token: {SECRET}\nmax_steps: 0\n"), "--check"], "max_steps", absent=SECRET),
+]
+
+
+# 5. the reward boundary: rewards/contract.py check_rewards (every value read inside the guard), reward_deadline
+#    (reward_timeout); pipeline/train.py _train_once (a second signal). tests/test_reward_boundary_values.py runs
+#    every kind of value.
+
+
+def plugin_reward(folder: Path, module: str, body: str, *extra: str, command: str = "train") -> list[str]:
+    """A run whose only reward is `module:bad`, a file beside the recipe with `body` as its function's body."""
+    (folder / f"{module}.py").write_text("import os, signal, time\n\n\ndef bad(prompts, completions, **kwargs):\n"
+                                         + "".join(f"    {line}\n" for line in body.splitlines()), encoding="utf-8")
+    text = SHORT_RUN.replace("max_steps: 1", "max_steps: 2") + f"reward_funcs: [{module}:bad]\n"
+    return [command, "--config", str(recipe(folder, text)), *extra]
+
+
+HANG_IN_TRAINING = "if kwargs.get('trainer_state') is not None and kwargs['trainer_state'].global_step >= 1:\n"
+
+
+def summary_says(status: str) -> Callable[[Path], Optional[str]]:
+    def after(folder: Path) -> Optional[str]:
+        path = folder / "run" / "summary.json"
+        found = json.loads(path.read_text(encoding="utf-8")).get("status") if path.is_file() else None
+        return None if found == status else f"summary.json status {found!r}, expected {status!r}"
+    return after
+
+
+CASES += [
+    Fault("a reward returning 10**400", lambda d: plugin_reward(d, "v4_huge", "return [10**400 for c in completions]",
+                                                                "--check"), "which is no float (OverflowError"),
+    Fault("a reward returning a meta-device tensor",
+          lambda d: plugin_reward(d, "v4_meta", "import torch\nreturn torch.zeros(len(completions), device='meta')",
+                                  "--check"), "a Tensor on device meta that cannot be read"),
+    Fault("a reward that hangs past reward_timeout",
+          lambda d: plugin_reward(d, "v4_hang", HANG_IN_TRAINING + "    time.sleep(60)\nreturn [0.0] * len(completions)",
+                                  "--reward_timeout", "1"),
+          "did not return within reward_timeout (1 s)", exit_code=3, after=summary_says("stopped")),
+    Fault("a second signal during a hung reward ends the run, with a summary",
+          lambda d: plugin_reward(d, "v4_twice", HANG_IN_TRAINING + "    os.kill(os.getpid(), signal.SIGTERM)\n"
+                                  "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(60)\n"
+                                  "return [0.0] * len(completions)"),
+          "resume with: grpo train", exit_code=130, after=summary_says("interrupted")),
+]
+
+
 def judge(case: Fault, exit_code: int, output: str, folder: Optional[Path] = None) -> Optional[str]:
     """None when the case held, else what went wrong."""
     if case.after is not None and folder is not None and case.after(folder):
         return case.after(folder)
     if "Traceback" in output:
         return "printed a traceback"
+    if case.absent and case.absent in output:
+        return f"printed {case.absent!r}"
     if exit_code != case.exit_code:
         return f"exit {exit_code}, expected {case.exit_code}"
     if case.expect not in output:

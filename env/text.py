@@ -36,7 +36,10 @@ def excerpt(value: Any, limit: int = EXCERPT_LIMIT) -> str:
     cutter.maxstring = cutter.maxother = cutter.maxlong = limit
     cutter.maxlist = cutter.maxtuple = cutter.maxset = cutter.maxfrozenset = cutter.maxdeque = 12
     cutter.maxdict, cutter.maxarray, cutter.maxlevel = 12, 12, 4
-    return shorten(cutter.repr(value), limit)
+    try:
+        return shorten(printable(cutter.repr(value)), limit)
+    except Exception:  # noqa: BLE001 - a value whose repr raises is still named, by its type
+        return f"<{type(value).__name__} object>"
 
 
 def printable(value: Any) -> str:

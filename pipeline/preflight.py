@@ -182,7 +182,8 @@ def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
     wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did."""
     prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
     try:
-        lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs)), prompts, completions, kwargs)
+        lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs)), prompts, completions, kwargs,
+                              timeout=cfg.grpo.reward_timeout)
     except RewardFailure as err:
         raise ConfigError("reward_funcs", f"{err}. It was called before the model loads, as the trainer calls "
                           f"it, on {what}. The contract: docs/rewards.md.") from None

@@ -60,7 +60,7 @@ from pipeline.train_state import EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUP
 from pipeline.run.summary import write_summary
 from pipeline.trainer.build import build_trainer, record_effective_config
 from pipeline.trainer.warmup import run_format_warmup, warmup_inputs
-from rewards.contract import RewardFailure
+from rewards.contract import RewardFailure, SignalInterrupt
 
 
 def _print(msg: str) -> None:
@@ -282,6 +282,9 @@ def _train_once(run: Run) -> None:
             except RewardFailure as err:  # a reward raised or broke its contract: stop, keep a checkpoint
                 trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)  # the bar
                 run.reward_failure, run.kept = err, save_checkpoint_now(trainer, run.output_dir)
+            except SignalInterrupt as again:  # a second signal (a hung reward): stop now, summary still written
+                trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)
+                stopper.signal_name = f"{again} again (the step in progress was dropped; the newest checkpoint stays)"
     run.signal_name = stopper.signal_name
 
 

@@ -260,8 +260,9 @@ class GRPOArguments:
                                  "list, one name, or comma-separated).", default_factory=lambda: ["none"])
     reward_funcs: list[str] = _help("Reward names from the registry, or module:function.",
                                     default_factory=lambda: list(DEFAULT_REWARD_FUNCS))
-    reward_weights: Optional[list[float]] = _help("One weight per reward function; None = all 1.0.",
-                                                  default=None)
+    reward_weights: Optional[list[float]] = _help("One weight per reward function; None = all 1.0.", default=None)
+    reward_timeout: float = _help("Seconds one reward call may run; past it the run stops with a checkpoint and a "
+                                  "summary naming the reward. 0 = no limit.", default=600.0, ge=0)
     resume: str = _help("auto | never | PATH: auto resumes from the newest complete checkpoint in output_dir.",
                         default="auto")
     vllm_sampling_params: Optional[str] = _help(

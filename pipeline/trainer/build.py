@@ -58,7 +58,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     # RewardFailure naming the sample (the run stops cleanly, pipeline/train.py), None's share logged.
     # A failure is held and raised after TRL's reward gather, on every process together (reward_failures.py).
     latch = RewardFailureLatch()
-    reward_funcs = [guard_reward(func, hold=latch.hold) for func in reward_funcs]
+    reward_funcs = [guard_reward(func, hold=latch.hold, timeout=g.reward_timeout) for func in reward_funcs]
 
     args = grpo_training_args(cfg, backend, model, prepared, output_dir, weights)
     # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
