@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -823,6 +824,95 @@ CASES += [
                                   "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(60)\n"
                                   "return [0.0] * len(completions)"),
           "resume with: grpo train", exit_code=130, after=summary_says("interrupted")),
+]
+
+
+# 3. checkpoints checked for what they hold: pipeline/run/checkpoint_contents.py contents_problem (from the resume
+#    check, pipeline/preflight.py check_resume). 4. resume knows its data: pipeline/run/resume.py data_mismatch (from
+#    the data check). tests/test_checkpoint_contents.py runs every file of a real checkpoint.
+
+ROWS = [{"question": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(8)]
+_TRAINED: dict[str, Path] = {}
+
+
+def rows_file(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def trained_checkpoint(folder: Path, rows: list[dict] = ROWS, *extra: str) -> list[str]:
+    """`grpo train` resuming a real checkpoint-1 (trained once a process on ROWS, then copied into `folder/run`),
+    on a data file of `rows`, for max_steps 2."""
+    from pipeline.cli import main as grpo
+
+    if "run" not in _TRAINED:
+        first = Path(tempfile.mkdtemp(prefix="grpo-faults-v4-"))
+        if grpo(train(first, f"dataset_name: {rows_file(first / 'data.jsonl', ROWS)}\n" + SHORT_RUN)) != 0:
+            raise RuntimeError("the run that makes the cases' checkpoint failed")
+        _TRAINED["run"] = first / "run"
+    shutil.copytree(_TRAINED["run"] / "checkpoint-1", folder / "run" / "checkpoint-1")
+    text = f"dataset_name: {rows_file(folder / 'data.jsonl', rows)}\n" + SHORT_RUN.replace("max_steps: 1", "max_steps: 2")
+    return [*train(folder, text), *extra]
+
+
+def checkpoint_with(change: Callable[[Path], None]) -> Callable[[Path], list[str]]:
+    def setup(folder: Path) -> list[str]:
+        argv = trained_checkpoint(folder)
+        change(folder / "run" / "checkpoint-1")
+        return argv
+    return setup
+
+
+def other_optimizer(checkpoint: Path) -> None:
+    import torch
+
+    state = torch.load(checkpoint / "optimizer.pt", weights_only=True)
+    state["state"][0]["exp_avg"] = torch.zeros(16, 64)  # another model's first parameter
+    torch.save(state, checkpoint / "optimizer.pt")
+
+
+def other_adapter(checkpoint: Path) -> None:
+    """Another run's adapter of rank 8 (its config copied with it)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(checkpoint / "adapter_model.safetensors"))
+    cut = {name: t[:8] if ".lora_A." in name else t[:, :8] if ".lora_B." in name else t for name, t in tensors.items()}
+    save_file({name: t.contiguous() for name, t in cut.items()}, str(checkpoint / "adapter_model.safetensors"))
+    config = json.loads((checkpoint / "adapter_config.json").read_text(encoding="utf-8"))
+    (checkpoint / "adapter_config.json").write_text(json.dumps({**config, "r": 8}), encoding="utf-8")
+
+
+class _Payload:
+    """What a pickle runs when loaded without weights_only: here, a file made beside the checkpoint."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def pickle_payload(checkpoint: Path) -> None:
+    import torch
+
+    torch.save(_Payload(checkpoint.parent / "PAYLOAD-RAN"), checkpoint / "optimizer.pt")
+
+
+CASES += [
+    Fault("resume from a checkpoint without optimizer.pt", checkpoint_with(lambda c: (c / "optimizer.pt").unlink()),
+          "optimizer.pt is missing: a resume would start a fresh optimizer"),
+    Fault("resume from a checkpoint without scheduler.pt", checkpoint_with(lambda c: (c / "scheduler.pt").unlink()),
+          "scheduler.pt is missing"),
+    Fault("resume with another run's optimizer.pt", checkpoint_with(other_optimizer), "is the optimizer of another model"),
+    Fault("resume with another run's adapter", checkpoint_with(other_adapter), "holds a LoRA of rank [8]"),
+    Fault("resume from a pickle payload", checkpoint_with(pickle_payload), "is not a checkpoint this run can read",
+          after=nothing_at("run/PAYLOAD-RAN")),
+    Fault("resume on a data file replaced by other rows",
+          lambda d: trained_checkpoint(d, [{"question": f"What is {i} + 2?", "answer": str(i + 2)} for i in range(9)]),
+          "was trained on other data: dataset_name"),
+    Fault("resume on other data with --resume_other_data",
+          lambda d: trained_checkpoint(d, ROWS[::-1], "--resume_other_data", "true"), "resuming on other data",
+          exit_code=0),
 ]
 
 

@@ -40,16 +40,9 @@ from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_e
 from pipeline.infer.session import verify_trained_dir
 from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
 from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
-from pipeline.run.checkpoints import (
-    checkpoint_step,
-    remove_staging_leftovers,
-    resolve_resume,
-    save_checkpoint_now,
-    set_aside_checkpoints_after,
-    set_aside_previous_run,
-    storage_errors_are_resumable,
-)
-from pipeline.run.resume import resume_changes
+from pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
+                                      set_aside_checkpoints_after, set_aside_previous_run, storage_errors_are_resumable)
+from pipeline.run.resume import other_data_note, resume_changes
 from pipeline.run.stop import GracefulStop, interrupts_raise, resume_command
 from pipeline.run.finish import finished_run, print_where_everything_is
 from pipeline.train_help import print_help
@@ -174,6 +167,8 @@ def _data(run: Run) -> None:
     # The run folder's files are rank 0's (as lora/, manifest.json, summary.json): one writer, no race.
     run_data = prepare_run_data(cfg, run.tokenizer, report_dir=run.output_dir, write_report=_is_main_process())
     prepared = run_data.train
+    if run.resume_from and cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
+        _print(other_data_note(run.resume_from, cfg, prepared.dataset) or "resume_other_data: the data is the same")
     run.prepared, run.eval_rows = prepared, run_data.eval_rows
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
            f"max_completion_length={prepared.max_completion_length}"

@@ -88,7 +88,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     trainer.create_model_card = functools.partial(card.write, trainer)
     raise_reward_failures_after_the_gather(trainer, latch)
     allow_steps_without_gradient(trainer)
-    stage_checkpoint_saves(trainer, cfg)  # each checkpoint-N/ appears whole or not at all
+    stage_checkpoint_saves(trainer, cfg, prepared.dataset)  # each checkpoint-N/ appears whole, with its data
     load_every_adapter(trainer)  # a checkpoint with a ref/ adapter restores its trained one too
     follow_the_rebuilt_schedule(trainer)  # a resume with a larger max_steps trains at the new schedule's rate
     return trainer, health
