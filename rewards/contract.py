@@ -104,8 +104,7 @@ def _number(name: str, i: int, value: Any) -> float:
     bool, a Decimal, a complex or a tensor; one too large for a float (10**400) or not finite is refused."""
     if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
         raise RewardFailure(name, f"returned {excerpt(value, 120)} ({_kind(value)}) for completion {i}; each value "
-                            "must be an int or float, or None when the sample cannot be judged (convert it with "
-                            "float(value)).")
+                            "must be an int or float, or None when the sample cannot be judged.")
     try:
         number = float(value)
     except (OverflowError, ValueError, TypeError) as err:
