@@ -785,6 +785,55 @@ CASES += [
 ]
 
 
+# 2. code from shared files: trust_remote_code never from a file (pipeline/run/manifest.py NEVER_FROM_FILES,
+#    pipeline/infer/session.py remote_code); `grpo plan` and `grpo data` import no reward module
+#    (pipeline/config/validate.py run_user_code, rewards/registry.py check_reward_names and reads_reference).
+
+
+def ran(marker: str) -> Callable[[Path], Optional[str]]:
+    return lambda folder: f"user code ran: {marker} was made" if (folder / marker).exists() else None
+
+
+def importing_writes_a_marker(folder: Path, module: str) -> str:
+    """A reward module that leaves `folder/<module>.ran` when it is imported (a reward no command should run)."""
+    (folder / f"{module}.py").write_text(f"open({str(folder / (module + '.ran'))!r}, 'w').close()\n\n\n"
+                                         "def score(prompts, completions, **kwargs):\n"
+                                         "    return [0.0] * len(completions)\n", encoding="utf-8")
+    return f"{module}:score"
+
+
+def remote_code_adapter(folder: Path) -> list[str]:
+    """A shared adapter whose grpo_adapter.json says trust_remote_code: true, on a base folder whose config.json
+    names its own code (auto_map -> modeling_shared.py, which leaves a marker when it runs)."""
+    from pipeline.data.tokenizer import resolve_model_path
+
+    base = folder / "shared-base"
+    shutil.copytree(resolve_model_path("tiny-qwen2.5"), base)
+    config = json.loads((base / "config.json").read_text(encoding="utf-8"))
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_shared.SharedForCausalLM"}
+    (base / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    (base / "modeling_shared.py").write_text(f"open({str(folder / 'remote.ran')!r}, 'w').close()\n", encoding="utf-8")
+    lora = adapter(folder)
+    (folder / "run" / "manifest.json").unlink()
+    metadata = {"base_model": str(base), "system_prompt": "s", "max_completion_length": 8,
+                "config": {"trust_remote_code": True}}
+    (lora / "grpo_adapter.json").write_text(json.dumps(metadata), encoding="utf-8")
+    return ["generate", "--lora", str(lora), "--prompt", "1+1?", "--backend", "plain"]
+
+
+CASES += [
+    Fault("an adapter's trust_remote_code: true is not applied", remote_code_adapter,
+          "pass --trust_remote_code to run that code", after=ran("remote.ran")),
+    Fault("grpo data imports no reward module",
+          lambda d: ["data", "--config", str(recipe(d, f"reward_funcs: [{importing_writes_a_marker(d, 'v4_data')}]\n"))],
+          "data:", exit_code=0, after=ran("v4_data.ran")),
+    Fault("grpo plan imports no reward module",
+          lambda d: ["plan", "--config", str(ROOT / "configs" / "qwen2.5-1.5b-gsm8k.yaml"), "--reward_funcs",
+                     importing_writes_a_marker(d, "v4_plan"), "--gpu_memory_gb", "24"], "GiB", exit_code=0,
+          after=ran("v4_plan.ran")),  # the module is found in the working folder
+]
+
+
 # 5. the reward boundary: rewards/contract.py check_rewards (every value read inside the guard), reward_deadline
 #    (reward_timeout); pipeline/train.py _train_once (a second signal). tests/test_reward_boundary_values.py runs
 #    every kind of value.
