@@ -965,6 +965,58 @@ CASES += [
 ]
 
 
+# 6. paths and locales: env/path_check.py library_name_problem (a folder the Rust libraries also use), env/paths.py
+#    shell_word and json_text, env/kept.py state_key (surrogatepass), env/text.py printable (the crash handler's one
+#    way to text). tests/test_unprintable.py feeds the crash handler every kind of unprintable value.
+
+NOT_UTF8 = os.fsdecode(b"caf\xe9")  # a name whose bytes are not UTF-8, as Python reads it (surrogate escapes)
+
+
+def latin1_locale(monkeypatch, folder: Path) -> None:
+    """A Latin-1 locale's file-name encoding (this machine has only C and C.UTF-8 installed)."""
+    monkeypatch.setattr(sys, "getfilesystemencoding", lambda: "iso8859-1")
+    monkeypatch.setenv("LC_ALL", "de_DE.ISO-8859-1")
+
+
+def unprintable_error() -> BaseException:
+    class Unprintable(RuntimeError):
+        def __str__(self):
+            raise ValueError("no text")
+
+    return Unprintable(f"path {NOT_UTF8} \ud800")
+
+
+CASES += [
+    Fault("a data file named with a non-UTF-8 byte", lambda d: ["data", "--config", str(recipe(
+        d, "sft_warmup_steps: 0\n")), "--dataset_name", str(rows_file(d / f"{NOT_UTF8}.jsonl", ROWS))], "8 kept",
+          exit_code=0),
+    Fault("an output_dir named with a non-UTF-8 byte", lambda d: quick(d, "--output_dir", str(d / NOT_UTF8)),
+          "is not UTF-8 text", after=nothing_at(NOT_UTF8)),
+    Fault("a non-ASCII output_dir under a Latin-1 locale", lambda d: quick(d, "--output_dir", str(d / "résultats")),
+          "Run under a UTF-8 locale (export LC_ALL=C.UTF-8", patch=latin1_locale, after=nothing_at("résultats")),
+    Fault("a bug whose message cannot be printed", lambda d: quick(d), "not in your input (Unprintable: Unprintable('path caf",
+          exit_code=1, env={"GRPO_CACHE_DIR": "grpo-v4-cache"},
+          patch=raise_in("pipeline.train._data", unprintable_error())),
+]
+
+
+# 7. the cache root: env/disk.py cache_place and PLACE_ERRNOS (a failure there names GRPO_CACHE_DIR and the
+#    folder, whichever writer met it). XDG_CACHE_HOME stands for HOME's .cache, GRPO_CACHE_DIR unset.
+
+def cache_root_case(name: str, where: str, patch: Optional[Callable] = None) -> Fault:
+    return Fault(f"the cache root {name}", lambda d: quick(d), "Point GRPO_CACHE_DIR (the cache root, now "
+                 f"{where}/grpo-pipeline)", env={"GRPO_CACHE_DIR": "", "XDG_CACHE_HOME": where}, patch=patch,
+                 absent="model_name_or_path")
+
+
+CASES += [
+    cache_root_case("under a file (HOME is a file)", "/etc/hostname"),
+    cache_root_case("under a folder that cannot be made", "/proc/grpo-v4"),
+    cache_root_case("on a read-only HOME", "/grpo-v4-ro-home", os_fails("mkdir", 30, under="/grpo-v4-ro-home")),
+    cache_root_case("on a full disk", "/grpo-v4-full-home", os_fails("mkdir", 28, under="/grpo-v4-full-home")),
+]
+
+
 def judge(case: Fault, exit_code: int, output: str, folder: Optional[Path] = None) -> Optional[str]:
     """None when the case held, else what went wrong."""
     if case.after is not None and folder is not None and case.after(folder):

@@ -542,5 +542,20 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, seen: Optio
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int = 2,
                       seen: Optional[Seen] = None) -> Path:
-    """`atomic_write_text` of `obj` as JSON (UTF-8, not ASCII-escaped, trailing newline)."""
-    return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n", seen=seen)
+    """`atomic_write_text` of `obj` as JSON (UTF-8, not ASCII-escaped, trailing newline; json_text)."""
+    return atomic_write_text(path, json_text(obj, indent) + "\n", seen=seen)
+
+
+def json_text(obj: Any, indent: Optional[int] = 2) -> str:
+    r"""`obj` as JSON with its non-ASCII text as it is; when a string holds surrogate escapes (a file name whose
+    bytes are not UTF-8), all of it \u-escaped, which UTF-8 takes and json.loads reads back as the same name.
+
+    >>> json_text({"path": "caf\udce9"}, None), json_text({"path": "caf\u00e9"}, None)
+    ('{"path": "caf\\udce9"}', '{"path": "café"}')
+    """
+    text = json.dumps(obj, indent=indent, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, indent=indent, ensure_ascii=True)
+    return text

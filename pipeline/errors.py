@@ -111,9 +111,21 @@ def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -
     return EXIT_BUG
 
 
+def _printable_streams() -> None:
+    """stdout and stderr write what their encoding cannot take as escapes (a non-UTF-8 file name's surrogate
+    escapes; any non-ASCII text under an ASCII or Latin-1 locale) instead of raising mid-line: every line a command
+    prints, whoever prints it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # not a text stream of io's (a notebook's), or closed
+            continue
+
+
 def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: list[str]) -> int:
     """Run `call(argv)` (a command's main) under the one handler; returns the exit status."""
     global _debug, _depth
+    _printable_streams()
     debug, outer = debugging(argv), _debug
     argv = without_debug_flag(argv)
     if _depth == 0:
