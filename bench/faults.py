@@ -1004,7 +1004,7 @@ CASES += [
 #    folder, whichever writer met it). XDG_CACHE_HOME stands for HOME's .cache, GRPO_CACHE_DIR unset.
 
 def cache_root_case(name: str, where: str, patch: Optional[Callable] = None) -> Fault:
-    return Fault(f"the cache root {name}", lambda d: quick(d), "Point GRPO_CACHE_DIR (the cache root, now "
+    return Fault(f"the cache root {name}", lambda d: quick(d), "GRPO_CACHE_DIR (the cache root, now "
                  f"{where}/grpo-pipeline)", env={"GRPO_CACHE_DIR": "", "XDG_CACHE_HOME": where}, patch=patch,
                  absent="model_name_or_path")
 
