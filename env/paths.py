@@ -65,7 +65,7 @@ def absolute_path(path: str | os.PathLike[str]) -> Path:
 def shell_command(*words: str | os.PathLike[str]) -> str:
     """A command line to print for the user to paste: each word shell-quoted (paths with spaces, quotes, `$`).
     The one helper for every "next:", "resume with:" and "run this" line: a secret option's value is masked
-    (env/secret_fields.py masked_argv), a word that is not printable text is written byte for byte (shell_word).
+    (env/secret_fields.py masked_argv), a file name that is not UTF-8 is written byte for byte (shell_word).
 
     >>> print(shell_command("grpo", "generate", "--lora", "/runs/my run/lora", "--prompt", "What is 2+2?"))
     grpo generate --lora '/runs/my run/lora' --prompt 'What is 2+2?'
@@ -74,16 +74,16 @@ def shell_command(*words: str | os.PathLike[str]) -> str:
 
 
 def shell_word(word: str) -> str:
-    r"""One word of a printed command, shell-quoted. A word that is not printable text (a file name whose bytes are
-    not UTF-8, read through surrogate escapes, or one holding a control character) is written in bash's $'...' form,
-    each such byte as \xNN: it prints under any locale and pastes back as the same bytes.
+    r"""One word of a printed command, shell-quoted (shlex.quote: shlex.split reads it back). A file name whose bytes
+    are not UTF-8 (read through surrogate escapes, which no stream can print) is written in bash's $'...' form, each
+    such byte as \xNN: it prints under any locale and pastes back into bash as the same bytes.
 
-    >>> print(shell_word("my run"), shell_word("caf\udce9.jsonl"), shell_word("a\nb"))
-    'my run' $'caf\xe9.jsonl' $'a\x0ab'
+    >>> print(shell_word("my run"), shell_word("caf\udce9.jsonl"))
+    'my run' $'caf\xe9.jsonl'
     """
     import shlex
 
-    if word.isprintable():
+    if not any("\ud800" <= char <= "\udfff" for char in word):
         return shlex.quote(word)
     try:
         raw = os.fsencode(word)  # the bytes the OS has, whatever the locale's encoding
