@@ -13,6 +13,7 @@ fault at its boundary with pytest's monkeypatch, and the subprocess runner skips
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -896,6 +897,7 @@ def trained_checkpoint(folder: Path, rows: list[dict] = ROWS, *extra: str) -> li
 
     if "run" not in _TRAINED:
         first = Path(tempfile.mkdtemp(prefix="grpo-faults-v4-"))
+        atexit.register(shutil.rmtree, first, True)
         if grpo(train(first, f"dataset_name: {rows_file(first / 'data.jsonl', ROWS)}\n" + SHORT_RUN)) != 0:
             raise RuntimeError("the run that makes the cases' checkpoint failed")
         _TRAINED["run"] = first / "run"
