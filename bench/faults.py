@@ -996,6 +996,8 @@ CASES += [
           "is not UTF-8 text", after=nothing_at(NOT_UTF8)),
     Fault("a non-ASCII output_dir under a Latin-1 locale", lambda d: quick(d, "--output_dir", str(d / "résultats")),
           "Run under a UTF-8 locale (export LC_ALL=C.UTF-8", patch=latin1_locale, after=nothing_at("résultats")),
+    Fault("a non-ASCII cache root under a Latin-1 locale", lambda d: quick(d), "`GRPO_CACHE_DIR`: the cache root",
+          env={"GRPO_CACHE_DIR": "/tmp/grpo-v4-cache-é"}, patch=latin1_locale, absent="model_name_or_path"),
     Fault("a bug whose message cannot be printed", lambda d: quick(d), "not in your input (Unprintable: Unprintable('path caf",
           exit_code=1, env={"GRPO_CACHE_DIR": "grpo-v4-cache"},
           patch=raise_in("pipeline.train._data", unprintable_error())),

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from env.paths import cache_root
 from env.text import excerpt, printable, shorten
 
 _VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|(\w+))")
@@ -361,6 +362,9 @@ def check_command_paths(command: str, values: Mapping[str, Any], *, only: Iterab
     fields) sets, inputs first; return option -> absolute path. The first bad one raises PathError.
 
     `extra_reads`: what else the command reads that no option names (export: the adapter's base model folder)."""
+    problem = library_name_problem(cache_root())  # the built-in models and the tokenizer are read from there too
+    if problem:
+        raise PathError("GRPO_CACHE_DIR", f"the cache root {problem}")
     table = PATH_OPTIONS[command]
     wanted = list(only) if only is not None else list(table)
     reads = {**_inputs(command, values),
