@@ -28,6 +28,7 @@ import numbers
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
@@ -257,7 +258,8 @@ class RewardTimeout(BaseException):
 def reward_deadline(seconds: Optional[float]):
     """Raise RewardTimeout inside the block after `seconds` (None or 0: no limit), through SIGALRM: a reward stuck
     in Python code or in a blocking call (sleep, a socket read) is interrupted. Only the main thread can take a
-    signal: elsewhere (a notebook's worker thread) the block runs without a limit."""
+    signal: elsewhere (a notebook's worker thread) the block runs without a limit. An alarm someone else had set
+    (a test runner's timeout) is put back afterwards with the time it has left."""
     if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -265,13 +267,16 @@ def reward_deadline(seconds: Optional[float]):
     def expire(signum, frame):  # noqa: ARG001 (the signal handler signature)
         raise RewardTimeout()
 
+    start = time.monotonic()
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer:  # the outer alarm, with what is left of it (at once when it fell due meanwhile)
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3))
 
 
 def _timed_out(name: str, seconds: Optional[float], n: int) -> RewardFailure:

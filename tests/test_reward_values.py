@@ -121,8 +121,17 @@ def test_an_async_reward_that_hangs_is_stopped_at_reward_timeout():
         asyncio.run(guard_reward(stuck_async, timeout=0.3)(prompts=["p"], completions=["c"]))
 
 
-def test_a_reward_within_its_timeout_returns_and_leaves_no_alarm_behind():
+def test_a_reward_within_its_timeout_returns_and_leaves_no_alarm_but_the_one_there_before():
     import signal
 
     assert guard_reward(lambda prompts, completions, **kw: [1.0], timeout=5)(prompts=["p"], completions=["c"]) == [1.0]
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    previous = signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 100)  # a test runner's own timeout, say
+        guard_reward(lambda prompts, completions, **kw: [1.0], timeout=5)(prompts=["p"], completions=["c"])
+        assert 90 < signal.getitimer(signal.ITIMER_REAL)[0] <= 100
+        assert signal.getsignal(signal.SIGALRM) == signal.SIG_IGN
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
