@@ -20,6 +20,7 @@ Environment variables (HF_TOKEN, WANDB_API_KEY) are read by the libraries themse
 
 from __future__ import annotations
 
+import copy
 import copyreg
 import re
 from collections.abc import Mapping, Sequence
@@ -144,11 +145,24 @@ def redact(text: str) -> str:
 def masked_pickle_class(cls: type) -> type:
     """A subclass of the dataclass `cls` (TRL's GRPOConfig, or the class Unsloth left in its place) whose instances
     pickle as `cls` itself with each secret field masked: transformers' Trainer writes `torch.save(self.args)` into
-    every checkpoint (training_args.bin), and a load finds the class it knows."""
+    every checkpoint (training_args.bin), and a load finds the class it knows. A copy in memory (copy.copy,
+    copy.deepcopy) keeps the value."""
 
     def __reduce_ex__(self, protocol):
         state = {key: masked(value, key) for key, value in vars(self).items()}
         return copyreg._reconstructor, (cls, object, None), state  # what pickle writes for `cls` by protocol 1
 
-    return type(cls.__name__, (cls,), {"__reduce_ex__": __reduce_ex__, "__module__": cls.__module__,
+    def __copy__(self):
+        twin = object.__new__(type(self))
+        twin.__dict__.update(vars(self))
+        return twin
+
+    def __deepcopy__(self, memo):
+        twin = object.__new__(type(self))
+        memo[id(self)] = twin
+        twin.__dict__.update(copy.deepcopy(vars(self), memo))
+        return twin
+
+    return type(cls.__name__, (cls,), {"__reduce_ex__": __reduce_ex__, "__copy__": __copy__,
+                                       "__deepcopy__": __deepcopy__, "__module__": cls.__module__,
                                        "__qualname__": cls.__qualname__})

@@ -3,6 +3,7 @@ TrainingArguments and ours (env/secret_fields.py is_secret) x every file a real 
 a crash log write, and every line printed, scanned for the value."""
 
 import contextlib
+import copy
 import dataclasses
 import io
 import json
@@ -134,8 +135,9 @@ def test_the_trainers_args_keep_the_value_in_memory_and_pickle_it_masked():
     args = masked_pickle_class(GRPOConfig)(output_dir="unused", hub_token=VALUE, report_to="none", use_cpu=True,
                                            bf16=False)
     assert args.hub_token == VALUE  # a push to the hub still authenticates
-    copy = pickle.loads(pickle.dumps(args))
-    assert type(copy) is GRPOConfig and copy.hub_token == "<HUB_TOKEN>" and copy.output_dir == "unused"
+    assert copy.deepcopy(args).hub_token == VALUE and copy.copy(args).hub_token == VALUE
+    loaded = pickle.loads(pickle.dumps(args))
+    assert type(loaded) is GRPOConfig and loaded.hub_token == "<HUB_TOKEN>" and loaded.output_dir == "unused"
 
 
 def test_the_adapters_model_card_names_the_recorded_base_not_a_cache_folder(run_with_secrets):
