@@ -826,7 +826,8 @@ CASES += [
     Fault("an adapter's trust_remote_code: true is not applied", remote_code_adapter,
           "pass --trust_remote_code to run that code", after=ran("remote.ran")),
     Fault("grpo data imports no reward module",
-          lambda d: ["data", "--config", str(recipe(d, f"reward_funcs: [{importing_writes_a_marker(d, 'v4_data')}]\n"))],
+          lambda d: ["data", "--config",
+                     str(recipe(d, f"reward_funcs: [{importing_writes_a_marker(d, 'v4_data')}]\n"))],
           "data:", exit_code=0, after=ran("v4_data.ran")),
     Fault("grpo plan imports no reward module",
           lambda d: ["plan", "--config", str(ROOT / "configs" / "qwen2.5-1.5b-gsm8k.yaml"), "--reward_funcs",
@@ -866,7 +867,8 @@ CASES += [
           lambda d: plugin_reward(d, "v4_meta", "import torch\nreturn torch.zeros(len(completions), device='meta')",
                                   "--check"), "a Tensor on device meta that cannot be read"),
     Fault("a reward that hangs past reward_timeout",
-          lambda d: plugin_reward(d, "v4_hang", HANG_IN_TRAINING + "    time.sleep(60)\nreturn [0.0] * len(completions)",
+          lambda d: plugin_reward(d, "v4_hang",
+                                  HANG_IN_TRAINING + "    time.sleep(60)\nreturn [0.0] * len(completions)",
                                   "--reward_timeout", "1"),
           "did not return within reward_timeout (1 s)", exit_code=3, after=summary_says("stopped")),
     Fault("a second signal during a hung reward ends the run, with a summary",
@@ -902,7 +904,8 @@ def trained_checkpoint(folder: Path, rows: list[dict] = ROWS, *extra: str) -> li
             raise RuntimeError("the run that makes the cases' checkpoint failed")
         _TRAINED["run"] = first / "run"
     shutil.copytree(_TRAINED["run"] / "checkpoint-1", folder / "run" / "checkpoint-1")
-    text = f"dataset_name: {rows_file(folder / 'data.jsonl', rows)}\n" + SHORT_RUN.replace("max_steps: 1", "max_steps: 2")
+    longer = SHORT_RUN.replace("max_steps: 1", "max_steps: 2")
+    text = f"dataset_name: {rows_file(folder / 'data.jsonl', rows)}\n" + longer
     return [*train(folder, text), *extra]
 
 
@@ -954,7 +957,8 @@ CASES += [
           "optimizer.pt is missing: a resume would start a fresh optimizer"),
     Fault("resume from a checkpoint without scheduler.pt", checkpoint_with(lambda c: (c / "scheduler.pt").unlink()),
           "scheduler.pt is missing"),
-    Fault("resume with another run's optimizer.pt", checkpoint_with(other_optimizer), "is the optimizer of another model"),
+    Fault("resume with another run's optimizer.pt", checkpoint_with(other_optimizer),
+          "is the optimizer of another model"),
     Fault("resume with another run's adapter", checkpoint_with(other_adapter), "holds a LoRA of rank [8]"),
     Fault("resume from a pickle payload", checkpoint_with(pickle_payload), "is not a checkpoint this run can read",
           after=nothing_at("run/PAYLOAD-RAN")),
@@ -998,7 +1002,8 @@ CASES += [
           "Run under a UTF-8 locale (export LC_ALL=C.UTF-8", patch=latin1_locale, after=nothing_at("résultats")),
     Fault("a non-ASCII cache root under a Latin-1 locale", lambda d: quick(d), "`GRPO_CACHE_DIR`: the cache root",
           env={"GRPO_CACHE_DIR": "/tmp/grpo-v4-cache-é"}, patch=latin1_locale, absent="model_name_or_path"),
-    Fault("a bug whose message cannot be printed", lambda d: quick(d), "not in your input (Unprintable: Unprintable('path caf",
+    Fault("a bug whose message cannot be printed", lambda d: quick(d),
+          "not in your input (Unprintable: Unprintable('path caf",
           exit_code=1, env={"GRPO_CACHE_DIR": "grpo-v4-cache"},
           patch=raise_in("pipeline.train._data", unprintable_error())),
 ]

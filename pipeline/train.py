@@ -41,7 +41,8 @@ from pipeline.infer.session import verify_trained_dir
 from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
 from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
 from pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
-                                      set_aside_checkpoints_after, set_aside_previous_run, storage_errors_are_resumable)
+                                      set_aside_checkpoints_after, set_aside_previous_run,
+                                      storage_errors_are_resumable)
 from pipeline.run.resume import other_data_note, resume_changes
 from pipeline.run.stop import GracefulStop, interrupts_raise, resume_command
 from pipeline.run.finish import finished_run, print_where_everything_is

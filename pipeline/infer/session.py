@@ -112,8 +112,8 @@ def remote_code(given: bool, manifest: Optional[dict[str, Any]], base_model: str
     if needs:
         also = ", and the adapter records trust_remote_code: true" if recorded else ""
         raise ConfigError("trust_remote_code", f"the base model {excerpt(base_model)} runs its own code "
-                          f"(config.json's auto_map){also}. A file's setting is never applied: pass --trust_remote_code to run that code, if you "
-                          "trust where the model came from.")
+                          f"(config.json's auto_map){also}. A file's setting is never applied: pass "
+                          "--trust_remote_code to run that code, if you trust where the model came from.")
     if recorded:
         print("note: the adapter records trust_remote_code: true; it is not applied from a file (pass "
               "--trust_remote_code to run a base model's own code).", file=sys.stderr)

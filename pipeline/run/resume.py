@@ -170,7 +170,8 @@ def data_change(checkpoint: str | Path, cfg, dataset: Any) -> Optional[str]:
     now = data_record(cfg, dataset)
     if not isinstance(saved, dict) or saved.get("fingerprint") == now["fingerprint"]:
         return None
-    name = "" if saved.get("dataset_name") == now["dataset_name"] else f" (it was {excerpt(saved.get('dataset_name'))})"
+    before = saved.get("dataset_name")
+    name = "" if before == now["dataset_name"] else f" (it was {excerpt(before)})"
     rows = (f"{saved.get('rows')} rows then, {now['rows']} other rows now" if saved.get("rows") != now["rows"] else
             f"{now['rows']} rows then and now, with other content")
     return f"dataset_name {excerpt(now['dataset_name'])}{name} gives other training rows: {rows}"
