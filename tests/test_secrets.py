@@ -63,8 +63,8 @@ ENV_VALUE, ENV_SECRETS = "hf_EnvironmentSecret", ("HF_TOKEN", "WANDB_API_KEY")
 
 @pytest.fixture(scope="module")
 def run_with_secrets(tmp_path_factory):
-    """A real 1-step run with every secret field set in the recipe and hub_token again on the command line, its
-    --check, an export, and a crash of `grpo generate`: (folder, cache root, [(exit status, printed)])."""
+    """A real 1-step run with every secret field set in the recipe and hub_token again on the command line, an
+    export, and a crash of `grpo generate`: (folder, cache root, [(exit status, printed)])."""
     from cli_helpers import fault_table
     from pipeline import cli
 
@@ -77,8 +77,8 @@ def run_with_secrets(tmp_path_factory):
         text = "".join(f"{name}: {VALUE}\n" for name in SECRETS) + faults.SHORT_RUN
         lora = str(folder / "run" / "lora")
         outputs = []
+        # (--check with a secret: bench/faults.py's "--check with a hub_token prints its placeholder")
         for argv in (faults.train(folder, text, "--hub_token", ARGV_VALUE),
-                     [*faults.train(folder, text, "--hub_token", ARGV_VALUE), "--check"],
                      ["export", "--lora", lora, "--to", "merged16", "--out", str(folder / "merged"), "--backend",
                       "plain"],
                      ["generate", "--lora", lora, "--prompt", "1+1?", "--backend", "plain"]):
@@ -97,7 +97,7 @@ def _crash(*args, **kwargs):
 
 def test_no_file_of_the_run_its_checkpoint_its_export_or_a_crash_log_holds_a_secret(run_with_secrets):
     folder, cache, outputs = run_with_secrets
-    assert [code for code, _ in outputs] == [0, 0, 0, 1], outputs  # the crash: a bug, with its log
+    assert [code for code, _ in outputs] == [0, 0, 1], outputs  # the crash: a bug, with its log
     # every file we wrote (the recipe is the user's own)
     files = [p for root in (folder / "run", folder / "merged", cache / "logs") for p in root.rglob("*") if p.is_file()]
     assert any(p.suffix == ".log" for p in files)
