@@ -30,6 +30,7 @@ from env.disk import StorageError, storage_failure
 from env.matrix import MatrixError
 from env.path_check import PathError
 from env.paths import PathChangedError, atomic_write_text, cache_root, shell_command
+from env.secret_fields import remember_argv
 from env.text import printable, say, shorten
 from pipeline.config import ConfigError
 from pipeline.data.prepare import DataError
@@ -126,6 +127,7 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
     """Run `call(argv)` (a command's main) under the one handler; returns the exit status."""
     global _debug, _depth
     _printable_streams()
+    remember_argv(argv)  # a secret option's value, masked in whatever this command prints or logs
     debug, outer = debugging(argv), _debug
     argv = without_debug_flag(argv)
     if _depth == 0:

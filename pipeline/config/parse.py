@@ -35,7 +35,7 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
     from trl import TrlParser  # lazy: trl comes after the bootstrap's `import unsloth` (TrlParser needs no torch)
 
     argv = normalize_argv(argv or [])
-    remember_argv(argv)  # before any message could quote one (env/secret_fields.py redact)
+    remember_argv(argv)  # a Python caller's too (the commands' run_command did it already), before any message
     named = check_option_names(argv)
     path = config_path(argv)
     set_recipe_dir(Path(path).parent if path is not None else None)  # reward modules beside the recipe
