@@ -16,16 +16,19 @@ each after work had started. `pipeline.preflight` runs `check_path` on the confi
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import os
 import re
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from env.text import excerpt, shorten
+from env.paths import cache_root
+from env.text import excerpt, printable, shorten
 
 _VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|(\w+))")
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
@@ -179,6 +182,28 @@ def expand(option: str, raw: Any) -> Path:
     return Path(os.path.abspath(expanded))
 
 
+def library_name_problem(path: Path) -> Optional[str]:
+    """Why the tokenizers and safetensors libraries (Rust: they take file names as UTF-8 text) would not find
+    `path` where Python does, or None: under a locale whose file-name encoding is not UTF-8, Python writes a
+    non-ASCII name in that encoding and they write it in UTF-8 (two folders; the first checkpoint fails with
+    "No such file or directory"); a name whose bytes are not UTF-8 (read through surrogate escapes) they cannot
+    take at all. Data files and recipes are read by Python alone and need no such check."""
+    text = str(path)
+    encoding = codecs.lookup(sys.getfilesystemencoding()).name
+    if encoding != "utf-8" and not text.isascii():
+        locale_name = os.environ.get("LC_ALL") or os.environ.get("LC_CTYPE") or os.environ.get("LANG") or "C"
+        return (f"{excerpt(text)} is not ASCII, and this locale ({locale_name}) writes file names as {encoding} "
+                "while the tokenizers and safetensors libraries write them as UTF-8, so a run's files would land "
+                "in two different folders. Run under a UTF-8 locale (export LC_ALL=C.UTF-8, or PYTHONUTF8=1), or "
+                "give an ASCII path.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return (f"{printable(text)} is not UTF-8 text (the bytes shown as \\xNN are not), and the tokenizers and "
+                "safetensors libraries take only UTF-8 file names. Rename the folder, or choose another.")
+    return None
+
+
 def _stat_errno(path: Path) -> int:
     try:
         os.stat(path)
@@ -249,6 +274,10 @@ def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Pat
     must not be, lie inside or (for a replaced output) contain.
     """
     path = expand(option, raw)
+    if kind.want == "dir":  # a folder the tokenizers / safetensors libraries read or write in as well as Python
+        problem = library_name_problem(path)
+        if problem:
+            raise PathError(option, problem)
     existing = nearest_existing(option, path)
     exists = existing == path
     if kind.role == "input":
@@ -333,6 +362,9 @@ def check_command_paths(command: str, values: Mapping[str, Any], *, only: Iterab
     fields) sets, inputs first; return option -> absolute path. The first bad one raises PathError.
 
     `extra_reads`: what else the command reads that no option names (export: the adapter's base model folder)."""
+    problem = library_name_problem(cache_root())  # the built-in models and the tokenizer are read from there too
+    if problem:
+        raise PathError("GRPO_CACHE_DIR", f"the cache root {problem}")
     table = PATH_OPTIONS[command]
     wanted = list(only) if only is not None else list(table)
     reads = {**_inputs(command, values),

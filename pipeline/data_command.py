@@ -77,7 +77,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     cfg, eval_note = without_a_held_out_set(parse_config(argv, base=base))  # as `grpo train` does
     if eval_note and not as_json:
         print(f"grpo data: {eval_note}", file=sys.stderr)
-    validate(cfg)
+    validate(cfg, run_user_code=False)  # `grpo data` calls no reward: none is imported
     # env.path_check's table, before any work
     config_paths(cfg, "output_dir", "data_cache_dir", "dataset_name", "eval_dataset_name")
     # only the tokenizer loads, from there

@@ -31,7 +31,8 @@ from env.imports import mismatched_torch_companion
 from env.matrix import MatrixError
 from env.path_check import PathError
 from env.paths import PathChangedError, atomic_write_text, cache_root, shell_command
-from env.text import shorten
+from env.secret_fields import remember_argv
+from env.text import printable, say, shorten
 from pipeline.config import ConfigError
 from pipeline.data.prepare import DataError
 from pipeline.data.source_spec import DataFileError
@@ -68,36 +69,66 @@ def without_debug_flag(argv: list[str]) -> list[str]:
 
 
 def _crash_log(command: str, argv: list[str], err: BaseException) -> Optional[Path]:
-    """Write the traceback to a log file; None when no place takes it."""
+    """Write the traceback to a log file; None when no place takes it. Every value goes through env.text.printable
+    (secrets masked, any text a file takes), so the handler cannot fail on what it reports."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    text = (f"command: {shell_command('grpo', command, *argv)}\ncwd: {os.getcwd()}\ntime: {stamp}\n"
-            f"python: {sys.version.split()[0]}\n\n"
-            + "".join(traceback.format_exception(type(err), err, err.__traceback__)))
+    text = (f"command: {shell_command('grpo', command, *argv)}\ncwd: {printable(os.getcwd())}\ntime: {stamp}\n"
+            f"python: {sys.version.split()[0]}\n\n" + _traceback_text(err))
     for folder in ([_run_folder / "logs"] if _run_folder is not None else []) + [cache_root() / "logs"]:
         try:
             # atomically: a full disk leaves no half log; it goes to the next place
-            return atomic_write_text(folder / f"grpo-{command}-{stamp}-{os.getpid()}.log", text)
-        except (OSError, StorageError):
+            return atomic_write_text(folder / f"grpo-{command}-{stamp}-{os.getpid()}.log", printable(text))
+        except Exception:  # noqa: BLE001 - any place that does not take it (full, read-only, a file): the next one
             continue
     return None
 
 
+def _traceback_text(err: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    except Exception:  # noqa: BLE001 - an exception whose own rendering fails still gets its type named
+        return f"{type(err).__name__} (its traceback could not be rendered)\n"
+
+
+def _storage_failure(err: BaseException) -> Optional[StorageError]:
+    try:
+        return storage_failure(err, _run_folder)
+    except Exception:  # noqa: BLE001 - an exception the classifier cannot read is reported as a bug, not raised
+        return None
+
+
 def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -> int:
-    where = None if debug else _crash_log(command, argv, err)
+    try:
+        where = None if debug else _crash_log(command, argv, err)
+    except Exception:  # noqa: BLE001 - the handler itself never fails: the traceback is printed instead
+        where = None
     if where is None:
-        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
-    summary = shorten(f"{type(err).__name__}: {err}".splitlines()[0], 300)
+        say(_traceback_text(err))
+    summary = shorten(printable(f"{type(err).__name__}: {printable(err)}").splitlines()[0], 300)
     # The path as it is (str.capitalize() once lowercased it), quoted as a shell word so that it pastes back.
     place = (f"The traceback is in {shell_command(where)}; rerun with {DEBUG_FLAG} to print it" if where else
              "The traceback is above")
-    print(f"error: `grpo {command}` stopped on an internal error, a bug in grpo-pipeline, not in your input "
-          f"({summary}). {place}. Please report it with that traceback.", file=sys.stderr)
+    say(f"error: `grpo {command}` stopped on an internal error, a bug in grpo-pipeline, not in your input "
+        f"({summary}). {place}. Please report it with that traceback.")
     return EXIT_BUG
+
+
+def _printable_streams() -> None:
+    """stdout and stderr write what their encoding cannot take as escapes (a non-UTF-8 file name's surrogate
+    escapes; any non-ASCII text under an ASCII or Latin-1 locale) instead of raising mid-line: every line a command
+    prints, whoever prints it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # not a text stream of io's (a notebook's), or closed
+            continue
 
 
 def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: list[str]) -> int:
     """Run `call(argv)` (a command's main) under the one handler; returns the exit status."""
     global _debug, _depth
+    _printable_streams()
+    remember_argv(argv)  # a secret option's value, masked in whatever this command prints or logs
     debug, outer = debugging(argv), _debug
     argv = without_debug_flag(argv)
     if _depth == 0:
@@ -113,20 +144,20 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
         return EXIT_INTERRUPTED
     except user_errors() as err:
         if debug:
-            traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+            say(_traceback_text(err))
         if isinstance(err, StorageError):  # a writer's: in the run folder, the setting to change is output_dir
             err = storage_failure(err, _run_folder)
         # Bounded whatever a message embeds (each quotes values through env.text.excerpt; this is the backstop).
-        print(f"error: {shorten(str(err), MAX_MESSAGE_CHARS)}", file=sys.stderr)
+        say(f"error: {shorten(printable(err), MAX_MESSAGE_CHARS)}")
         return EXIT_BAD_INPUT
     except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback
         # a full / read-only / forbidden place, wherever it was hit; or an install to fix, not a bug of ours
-        problem = storage_failure(err, _run_folder) or mismatched_torch_companion(err)
+        problem = _storage_failure(err) or mismatched_torch_companion(err)
         if problem is None:
             return report_bug(command, argv, err, debug)
         if debug:
-            traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
-        print(f"error: {problem}", file=sys.stderr)
+            say(_traceback_text(err))
+        say(f"error: {problem}")
         return EXIT_BAD_INPUT
     finally:
         _debug, _depth = outer, _depth - 1

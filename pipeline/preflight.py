@@ -21,8 +21,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from pathlib import Path
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from env.path_check import PathError, expand, nearest_existing
 from env.paths import absolute_path, shell_command
@@ -46,7 +47,8 @@ from pipeline.run.checkpoints import (
     complete_checkpoints,
     previous_run_entries,
 )
-from pipeline.run.resume import resume_mismatch
+from pipeline.run.checkpoint_contents import contents_problem
+from pipeline.run.resume import data_mismatch, resume_mismatch
 from pipeline.trainer.build import check_effective_config, check_grpo_config
 from rewards import get_reward_funcs
 from rewards.contract import RewardFailure, probe_rewards
@@ -125,6 +127,10 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
         config_paths(cfg, "dataset_name", "eval_dataset_name", "data_cache_dir")  # env.path_check's table, first
         done["tokenizer"] = _data_tokenizer(cfg)
         done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)
+        checkpoint = resume_target(cfg)
+        changed = data_mismatch(checkpoint, cfg, done["train"].dataset) if checkpoint is not None else None
+        if changed:
+            raise ConfigError("dataset_name", changed)
         report = done["train"].report
         return f"train: {accounting_line(report)}\n    prompts: {prompt_line(report)}"
 
@@ -182,7 +188,8 @@ def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
     wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did."""
     prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
     try:
-        lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs)), prompts, completions, kwargs)
+        lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs)), prompts, completions, kwargs,
+                              timeout=cfg.grpo.reward_timeout)
     except RewardFailure as err:
         raise ConfigError("reward_funcs", f"{err}. It was called before the model loads, as the trainer calls "
                           f"it, on {what}. The contract: docs/rewards.md.") from None
@@ -250,6 +257,20 @@ def check_lora_targets(cfg: PipelineConfig) -> str:
     return f"LoRA on {', '.join(map(str, lo.lora_target_modules))}{saved} (all found in the model)"
 
 
+def resume_target(cfg: PipelineConfig) -> Optional[Path]:
+    """The checkpoint a run would resume, as far as the check knows it (None: a fresh start, or a --resume that
+    check_resume refuses)."""
+    resume, output_dir = cfg.grpo.resume, absolute_path(cfg.grpo.output_dir)
+    if resume == "auto":
+        complete = complete_checkpoints(output_dir)
+        return complete[-1] if complete else None
+    try:
+        path = absolute_path(resume) if resume != "never" else None
+    except ValueError:  # an empty path or an unset $VAR: check_resume names it
+        return None
+    return path if path is not None and path.is_dir() else None
+
+
 def check_resume(cfg: PipelineConfig) -> str:
     """`auto`, `never`, or a complete checkpoint folder, and the checkpoint it picks holds weights of this config's
     shape (LoRA rank, alpha, targets, base model); anything else fails before the data and the model load."""
@@ -285,7 +306,8 @@ def check_resume(cfg: PipelineConfig) -> str:
             raise ConfigError("resume", f"{path} cannot be resumed from: {problem}. Pick another checkpoint, or "
                               "use --resume auto (it skips incomplete checkpoints).")
         said = f"resume from {path}"
-    mismatch = resume_mismatch(path, cfg)  # other LoRA shape or base model: a size-mismatch traceback later
+    # other LoRA shape or base model recorded, then what the files themselves hold: a size mismatch mid-load later
+    mismatch = resume_mismatch(path, cfg) or contents_problem(path, cfg)
     if mismatch:
         raise ConfigError("resume", mismatch)
     return said

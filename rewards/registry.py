@@ -8,11 +8,16 @@ returned here keep their notebook `__name__` and dashboards match the notebook's
 
 from __future__ import annotations
 
+import ast
 import functools
+import importlib.machinery
+import importlib.util
+import inspect
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from rewards.contract import SignalInterrupt, is_async_reward
 from rewards.correctness import CORRECT_REWARD, INTEGER_REWARD, correctness_reward_func, int_reward_func
@@ -23,7 +28,7 @@ from rewards.format import (
     xmlcount_reward_func,
 )
 from rewards.language import language_consistency_reward_func
-from rewards.user_code import import_user_module, search_dirs
+from rewards.user_code import import_user_module, search_dirs, user_module_file
 
 RewardFunc = Callable[..., list]
 
@@ -97,22 +102,98 @@ def resolve_reward(name: str | RewardFunc) -> RewardFunc:
                      "or 'package.module:function' (or package.module.function) for your own.")
 
 
-def reads_reference(names: Sequence[str | RewardFunc]) -> bool:
+def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
     """True when one of the rewards is the built-in correctness reward, by any name `resolve_reward` takes for it
     (registry name, function name, `rewards.correctness:correctness_reward_func`, the function itself): it scores
     each completion against the row's reference answer (`grpo_answer`: answer_field's column, cleaned). A name that
     does not resolve is validate()'s to name, not this question's.
 
+    Decided without importing any module (`grpo data` and `grpo plan` run no user code): a `module:function` is read
+    from the module's source (`is_correctness_in_source`); None when that cannot tell and nothing else says yes.
+
     >>> reads_reference(["strict_format", "correctness"]), reads_reference(["trl.rewards.accuracy_reward"])
     (True, False)
     """
-    def resolves_to_correctness(name: str | RewardFunc) -> bool:
-        try:
-            return resolve_reward(name) is correctness_reward_func
-        except ValueError:
-            return False
+    answers = [_is_correctness(name) for name in names]
+    return True if True in answers else (None if None in answers else False)
 
-    return any(resolves_to_correctness(name) for name in names)
+
+def _is_correctness(name: str | RewardFunc) -> Optional[bool]:
+    if callable(name):
+        return name is correctness_reward_func
+    key = name.strip() if isinstance(name, str) else ""
+    if key in REWARD_FUNCS or key in REWARD_ALIASES:
+        return resolve_reward(key) is correctness_reward_func
+    module, _, function = key.partition(":") if ":" in key else key.rpartition(".")
+    if not module or not function:
+        return False  # not a reward name at all: validate() names it
+    return is_correctness_in_source(module_source(module), function)
+
+
+def module_source(module_name: str) -> Optional[Path]:
+    """The .py file `import module_name` would run, found as import_user_module finds it (the recipe's folder, the
+    working folder, then the import path), without running any of it; None when there is none."""
+    top, *rest = module_name.split(".")
+    path = user_module_file(top)
+    if path is None:
+        spec = importlib.machinery.PathFinder.find_spec(top)  # a finder, not an import: no code runs
+        path = Path(spec.origin) if spec is not None and spec.origin else None
+    for part in rest:
+        if path is None or path.name != "__init__.py":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(part, [str(path.parent)])
+        path = Path(spec.origin) if spec is not None and spec.origin else None
+    return path if path is not None and path.suffix == ".py" else None
+
+
+def is_correctness_in_source(source: Optional[Path], function: str) -> Optional[bool]:
+    """Whether `function` in the module file `source` is the built-in correctness reward, read from its text:
+    True for ours (rewards/correctness.py) or an import of correctness_reward_func under that name, False for a
+    function or class of its own or another import, None when the text does not say (an assignment, a name made at
+    run time, no file)."""
+    if source is None:
+        return None
+    ours = Path(inspect.getsourcefile(correctness_reward_func)).resolve()
+    if source.resolve() == ours:
+        return function == correctness_reward_func.__name__
+    try:
+        tree = ast.parse(source.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    answer: Optional[bool] = None
+    for node in ast.walk(tree):  # an import under `if TYPE_CHECKING:` or `try:` counts too
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == function:
+            answer = False
+        elif isinstance(node, ast.ImportFrom):
+            from_ours = (node.module or "").split(".")[0] == "rewards" if node.level == 0 else \
+                source.resolve().parent == ours.parent
+            for alias in node.names:
+                if (alias.asname or alias.name) == function:
+                    answer = from_ours and alias.name == correctness_reward_func.__name__
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and function in {
+                getattr(t, "id", None) for t in getattr(node, "targets", [getattr(node, "target", None)])}:
+            answer = None
+    return answer
+
+
+def check_reward_names(names: Sequence[str | RewardFunc]) -> None:
+    """What get_reward_funcs refuses that can be seen without importing anything: not a list, an empty list, a
+    name listed twice, an unknown bare name, a module that is nowhere to be found. For the commands that call no
+    reward (`grpo plan`, `grpo data`); the commands that call them import them (get_reward_funcs)."""
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise ValueError(f"expected a list of names, got {names!r}; write e.g. [{names!r}].")
+    if not names:
+        raise ValueError(f"the list is empty; use e.g. {DEFAULT_REWARDS}.")
+    for name in names:
+        key = name.strip() if isinstance(name, str) else name
+        if callable(key) or key in REWARD_FUNCS or key in REWARD_ALIASES:
+            continue
+        if not isinstance(key, str) or not key or (":" not in key and "." not in key.strip(".")):
+            resolve_reward(name)  # raises its message
+        module = key.partition(":")[0] if ":" in key else key.rpartition(".")[0]
+        if module_source(module) is None and importlib.util.find_spec(module.split(".")[0]) is None:
+            raise ValueError(f"reward {key!r}: no module {module!r} in {', '.join(map(str, search_dirs()))} or on "
+                             "the import path; put its .py file beside the recipe.")
 
 
 def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import cache_root, publish_once
+from env.paths import cache_root, json_text, publish_once
 import pipeline.data  # the package's own code is the cache's identity (data_code_identity)
 from env.kept import code_hash, file_sha256, state_key, versions
 from pipeline.data.tokenizer import resolve_model_path
@@ -137,7 +137,6 @@ def save_cached(entry: Path, dataset: Any, report: dict[str, Any], seen=None) ->
     """
     def write(staging: Path) -> None:
         dataset.save_to_disk(str(staging / DATASET_IN_CACHE))
-        with open(staging / REPORT_IN_CACHE, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2, ensure_ascii=False)
+        (staging / REPORT_IN_CACHE).write_text(json_text(report), encoding="utf-8")  # any file name in it
 
     publish_once(entry, write, is_complete=entry_is_complete, option="data_cache_dir", seen=seen)

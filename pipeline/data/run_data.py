@@ -51,7 +51,11 @@ class RunData:
 # The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one.
 def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
     train = prepare.prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
-    if reads_reference(cfg.grpo.reward_funcs):
+    reads = reads_reference(cfg.grpo.reward_funcs)  # from the modules' text: `grpo data` imports no reward
+    if reads is None:
+        print("[grpo] note: whether a reward of your own reads the reference answers cannot be told without running "
+              "its module, which `grpo data` does not do; the answers were not required.", file=sys.stderr)
+    if reads:
         require_reference_answers(cfg, "train", train.dataset, "the correctness reward (reward_funcs)",
                                   "or leave correctness out of reward_funcs (a reward of your own gets every column, "
                                   "as TRL passes them)")

@@ -140,7 +140,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
 
     rows, max_tokens, tokenizer, generator = _prompts_and_generator(cfg, backend, n_prompts, after_warmup, output_dir)
     texts, chat_prompts, columns = _sample(cfg, rows, tokenizer, generator, max_tokens, log)
-    table = _score(funcs, weights, cfg.grpo.num_generations, texts, chat_prompts, columns)
+    table = _score(funcs, weights, cfg.grpo.num_generations, texts, chat_prompts, columns, cfg.grpo.reward_timeout)
     result = _result(cfg, backend_name, after_warmup, rows, texts, columns, table, max_tokens)
     result["verdicts"] = verdicts(table, cfg, result["clipped_share"], after_warmup)
     result["wall_time_s"] = round(time.time() - start, 1)
@@ -192,11 +192,12 @@ def _sample(cfg: PipelineConfig, rows, tokenizer, generator, max_tokens: int, lo
     return texts, chat_prompts, columns
 
 
-def _score(funcs, weights: list[float], n: int, texts, chat_prompts, columns) -> dict[str, dict[str, Any]]:
+def _score(funcs, weights: list[float], n: int, texts, chat_prompts, columns,
+           timeout: float = 0) -> dict[str, dict[str, Any]]:
     """The rewards on the completions, called as the trainer calls them, tabled (reward_table)."""
     completions = [completion_like(prompt, text) for prompt, text in zip(chat_prompts, texts, strict=True)]
     try:  # as the trainer calls them: guarded (plain floats back, numpy's too), async ones awaited
-        scores = [call_reward(func, chat_prompts, completions, columns) for func in funcs]
+        scores = [call_reward(func, chat_prompts, completions, columns, timeout=timeout) for func in funcs]
     except RewardFailure as err:
         raise ConfigError("reward_funcs", f"{err}. It was called on the model's own completions in this dry run, "
                           "as the trainer would call it; the contract: docs/rewards.md.") from None

@@ -39,6 +39,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--backend", default="auto", choices=field_choices("backend"))
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --out folder (kept until the new export is complete)")
+    session.add_remote_code_argument(parser)
     args = parser.parse_args(argv)
 
     # Bad input raises (PathError, AdapterError, ManifestError, ConfigError): pipeline.errors prints it, exit 2.
@@ -58,8 +59,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if mismatch:
         raise ConfigError("lora", mismatch)
     model_check.check_model(base_model, (manifest.get("config") or {}).get("model_source", "hf"))
-    cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model,
-                        "backend": args.backend})
+    cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model, "backend": args.backend,
+                        "trust_remote_code": session.remote_code(args.trust_remote_code, manifest, base_model)})
     choice = choose_backend(args.backend, fast_inference=False)  # merging needs Unsloth, never vLLM
     if args.to == "gguf" and choice.name != "unsloth":
         raise ConfigError("to", "GGUF export is Unsloth-only (save_pretrained_gguf builds llama.cpp). On this "

@@ -178,7 +178,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             rest = ["--config", str(DEFAULT_GPU_RECIPE), *rest]
         source = config_path(normalize_argv(rest))
         cfg = parse_config(rest)
-        validate(cfg, backend="unsloth" if cfg.model.backend != "plain" else "plain")
+        validate(cfg, backend="unsloth" if cfg.model.backend != "plain" else "plain", run_user_code=False)
         card = resolve_card(cfg, flags.get("gpu"))
         result = plan(cfg, card)
         if flags.get("json"):

@@ -20,7 +20,8 @@ from env.paths import absolute_path
 from pipeline.config import SECTIONS, resolve_optim, trl_training_args
 from pipeline.config.fields import field_rules
 from pipeline.config.trl_fields import trl_fields
-from env.kept import canonical, changed_inputs
+from env.kept import canonical, changed_inputs, state_key
+from env.text import excerpt
 
 SHAPE_NAME = "grpo_shape.json"
 
@@ -146,9 +147,58 @@ def resume_settings(cfg) -> dict[str, Any]:
     return canonical(settings)
 
 
-def checkpoint_record(cfg) -> dict[str, Any]:
-    """What grpo_shape.json holds: the weight shape, and under "settings" the resume_settings."""
-    return {**weight_shape(cfg), "settings": resume_settings(cfg)}
+def checkpoint_record(cfg, dataset: Any = None) -> dict[str, Any]:
+    """What grpo_shape.json holds: the weight shape, under "settings" the resume_settings, and under "data" what
+    it was trained on (data_record of the prepared training rows)."""
+    return {**weight_shape(cfg), "settings": resume_settings(cfg),
+            **({"data": data_record(cfg, dataset)} if dataset is not None else {})}
+
+
+def data_record(cfg, dataset: Any) -> dict[str, Any]:
+    """The training data a checkpoint's data position counts: dataset_name, its prepared rows' number, and their
+    fingerprint (the rows in order, every column, hashed: a file replaced, edited or cut to other rows differs)."""
+    return {"dataset_name": cfg.data.dataset_name, "rows": len(dataset), "fingerprint": state_key(dataset.to_dict())}
+
+
+def data_change(checkpoint: str | Path, cfg, dataset: Any) -> Optional[str]:
+    """What changed in the training data since `checkpoint` was saved (its recorded data_record against this run's
+    rows), or None: the same rows, or a checkpoint saved before the data was recorded."""
+    try:
+        saved = json.loads((Path(checkpoint) / SHAPE_NAME).read_text(encoding="utf-8")).get("data")
+    except (OSError, ValueError, AttributeError):
+        return None
+    now = data_record(cfg, dataset)
+    if not isinstance(saved, dict) or saved.get("fingerprint") == now["fingerprint"]:
+        return None
+    before = saved.get("dataset_name")
+    name = "" if before == now["dataset_name"] else f" (it was {excerpt(before)})"
+    rows = (f"{saved.get('rows')} rows then, {now['rows']} other rows now" if saved.get("rows") != now["rows"] else
+            f"{now['rows']} rows then and now, with other content")
+    return f"dataset_name {excerpt(now['dataset_name'])}{name} gives other training rows: {rows}"
+
+
+def data_mismatch(checkpoint: str | Path, cfg, dataset: Any) -> Optional[str]:
+    """Why resuming `checkpoint` on this data is refused (a ConfigError message for dataset_name, exit 2), or None:
+    the same data, or resume_other_data set (then `other_data_note` says what the position means)."""
+    change = data_change(checkpoint, cfg, dataset)
+    if change is None or cfg.grpo.resume_other_data:
+        return None
+    folder = Path(checkpoint)
+    return (f"{folder.name} in {folder.parent} was trained on other data: {change}. A resume restores the data "
+            "position (how many batches of the shuffled rows were used), which on other rows is no position at all. "
+            "Put the old data back, or start over (--resume never, or a new --output_dir), or pass "
+            "--resume_other_data true to go on training on the new data from the checkpoint's step.")
+
+
+def other_data_note(checkpoint: str | Path, cfg, dataset: Any) -> Optional[str]:
+    """The line a run resumed with resume_other_data prints when the data did change, else None."""
+    change = data_change(checkpoint, cfg, dataset)
+    if change is None:
+        return None
+    return (f"resuming on other data (resume_other_data): {change}. The weights, optimizer and schedule go on from "
+            f"{Path(checkpoint).name}; the data position skips as many batches of the new rows' shuffled order as "
+            "were trained, so the rows that come next are not where the old data stopped, and some new rows are "
+            "never seen in this epoch.")
 
 
 def recorded_shape(checkpoint: str | Path) -> dict[str, Any]:
