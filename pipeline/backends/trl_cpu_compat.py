@@ -64,11 +64,17 @@ class TorchChunkedLogProb:
 
 
 def ensure_trl_logprob_kernel() -> bool:
-    """Install the torch fallback if TRL has no log-prob kernel. Returns True when it was installed."""
-    # lazy: trl imports torch, and comes after the bootstrap's `import unsloth` (Unsloth patches it at import)
+    """Install the torch fallback if TRL has no log-prob kernel, or has one that cannot run here: Triton installed
+    (vLLM's CPU build brings it) on a machine without a GPU, where Triton finds no driver ("0 active drivers").
+    Returns True when it was installed."""
+    # lazy: trl and torch load after the bootstrap's `import unsloth` (Unsloth patches them at import)
+    import torch
     import trl.trainer.utils as trl_utils
 
-    if getattr(trl_utils, "_ChunkedLogProbFunction", object()) is None:
+    if not hasattr(trl_utils, "_ChunkedLogProbFunction"):  # another TRL: its own way
+        return False
+    kernel = trl_utils._ChunkedLogProbFunction
+    if kernel is None or (kernel is not TorchChunkedLogProb and not torch.cuda.is_available()):
         trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
         return True
     return False
