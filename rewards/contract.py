@@ -4,8 +4,9 @@ A reward function is called by TRL's `GRPOTrainer._calculate_rewards` (TRL 1.15)
 
     fn(prompts=..., completions=..., completion_ids=..., **kwargs) -> list[float | None]
 
-with one value per completion; kwargs carry the dataset's other columns (ours: `answer`, `id`,
-`prompt_tokens`, one entry per completion), `trainer_state`, `log_extra` and `log_metric` (docs/rewards.md).
+with one value per completion; kwargs carry the dataset's other columns (ours: `grpo_answer`, `grpo_id`, ...,
+one entry per completion), `trainer_state`, `log_extra` and `log_metric` (docs/rewards.md); which exactly is
+TRL's rule, read in one place (rewards/trl_source.py).
 
 `check_rewards` (the values one call returned) is the contract: a list (or tuple, or 1-D array) of exactly one
 int/float (numpy numbers included) or None per completion, every number finite. bools, strings, a scalar, a generator,
@@ -28,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from env.text import excerpt, shorten
+from rewards.trl_source import trl_rule
 
 
 class RewardFailure(RuntimeError):
@@ -166,8 +168,6 @@ class SignalInterrupt(KeyboardInterrupt):
 # other way out, a KeyboardInterrupt that user code raised itself, SystemExit from a sys.exit(),
 # asyncio.CancelledError and a library's own BaseException subclasses included, fails only that reward.
 _NOT_A_REWARD_FAILURE = (SignalInterrupt, GeneratorExit)
-# TRL's keywords that are the trainer's own objects, not the batch: passed as they are, never copied.
-_TRAINER_KEYWORDS = frozenset({"trainer_state", "log_metric", "log_extra"})
 
 
 def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
@@ -181,7 +181,8 @@ def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[A
     >>> mine[0][0]["content"] = "rewritten"; completions[0][0]["content"]
     '18'
     """
-    columns = {key: (value if key in _TRAINER_KEYWORDS else copy.deepcopy(value)) for key, value in kwargs.items()}
+    trainer_objects = trl_rule()["trainer"]  # TRL's keywords that are the trainer's own objects, not the batch
+    columns = {key: (value if key in trainer_objects else copy.deepcopy(value)) for key, value in kwargs.items()}
     return copy.deepcopy(prompts), copy.deepcopy(completions), columns
 
 

@@ -20,6 +20,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -27,6 +28,7 @@ from typing import Any, Iterator, Optional
 # always searched after it.
 _recipe_dirs: list[Path] = []
 ALIAS_PREFIX = "_user_"
+OUR_PACKAGES = ("rewards", "pipeline", "env")
 
 
 def set_recipe_dir(folder: Optional[Path]) -> None:
@@ -59,14 +61,19 @@ def isolated_argv(path: Path) -> Iterator[None]:
         sys.argv = saved
 
 
-def import_user_module(module_name: str) -> Any:
+def import_user_module(module_name: str, fresh: bool = False) -> Any:
     """The module `module_name` (`my_rewards`, `pkg.sub`): the user's file when a search dir has it (see the
-    module docstring), else the import path's. Raises what importing raises."""
+    module docstring), else the import path's. Raises what importing raises.
+
+    With `fresh`, a user's module (not an installed package's, nor ours) is a new, separate instance, executed
+    again from its file: the check's probe calls its rewards there, so a counter or a "print every 5th call" in the
+    run's instance stays as if never called."""
     top, _, rest = module_name.partition(".")
     found = user_module_file(top)
     if found is None:
         with isolated_argv(Path(module_name)):
-            return importlib.import_module(module_name)
+            module = importlib.import_module(module_name)
+        return _fresh_copy(module) if fresh and _is_users(module) else module
     folder = found.parent if found.name != "__init__.py" else found.parent.parent
     if str(folder) not in sys.path:
         sys.path.append(str(folder))  # its sibling imports; appended, so it never hides an installed package
@@ -83,10 +90,37 @@ def import_user_module(module_name: str) -> Any:
             del sys.modules[name]
             raise
     if not rest:
-        return sys.modules[name]
+        return _fresh_copy(sys.modules[name]) if fresh else sys.modules[name]
     sub = found.parent / (rest.replace(".", "/") + ".py")
     with isolated_argv(sub if sub.is_file() else found):
-        return importlib.import_module(f"{name}.{rest}")
+        module = importlib.import_module(f"{name}.{rest}")
+    return _fresh_copy(module) if fresh else module
+
+
+def _is_users(module: Any) -> bool:
+    """A module from a source file of the user's: not the standard library's, an installed package's, nor ours."""
+    origin = getattr(module, "__file__", None)
+    if not origin or not origin.endswith(".py") or module.__name__.partition(".")[0] in OUR_PACKAGES:
+        return False
+    installed = {sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")}
+    return not any(Path(origin).resolve().is_relative_to(Path(path).resolve()) for path in installed)
+
+
+def _fresh_copy(module: Any) -> Any:
+    """`module` executed again from its file as a separate module (`_grpo_probe_<name>`, its package the same, so
+    relative imports resolve as the original's). Raises what executing it raises."""
+    name = f"_grpo_probe_{module.__name__.replace('.', '_')}"
+    spec = importlib.util.spec_from_file_location(name, module.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    copy.__package__ = module.__package__
+    sys.modules[name] = copy  # dataclasses and pickle look a module up by name while it executes
+    try:
+        with isolated_argv(Path(module.__file__)):
+            spec.loader.exec_module(copy)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return copy
 
 
 def _module_name_for(top: str, found: Path) -> str:

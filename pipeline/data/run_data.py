@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from pipeline.config import ConfigError, PipelineConfig, given
 from pipeline.data import prepare  # prepare.prepare_dataset through the module: tests interrupt it there
-from pipeline.data.columns import ANSWER, OWN_COLUMNS, ROW_ID, SOLUTION
+from pipeline.data.columns import ANSWER, OWN_COLUMNS, ROW_ID, SOLUTION, removes_unused_columns
 from pipeline.data.prompts import completion_like, question_text
 from pipeline.data.data_files import local_layout, local_path
 from pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT, source_spec
@@ -51,6 +51,7 @@ class RunData:
 # The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one.
 def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
     train = prepare.prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
+    train.report["remove_unused_columns"] = removes_unused_columns(cfg)  # which columns the rewards get (report.py)
     if reads_reference(cfg.grpo.reward_funcs):
         require_reference_answers(cfg, "train", train.dataset, "the correctness reward (reward_funcs)",
                                   "or leave correctness out of reward_funcs (a reward of your own gets every column, "
