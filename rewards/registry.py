@@ -65,7 +65,7 @@ def _known_names(unknown: str = "") -> str:
     ours, trls = list(REWARD_FUNCS) + list(REWARD_ALIASES), trl_reward_names()
     nearest = difflib.get_close_matches(unknown, ours + trls, n=1) if unknown else []
     return ((f"did you mean {nearest[0]!r}? " if nearest else "") + f"known: ours {', '.join(ours)}; "
-            f"TRL's (trl grpo --reward_funcs) {', '.join(trls)}")
+            f"TRL's (trl/scripts/grpo.py) {', '.join(trls)}")
 
 
 def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
