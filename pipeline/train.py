@@ -192,7 +192,7 @@ def _model(run: Run) -> None:
         system_prompt=cfg.data.system_prompt, chat_template=getattr(run.tokenizer, "chat_template", None),
         max_prompt_length=prepared.max_prompt_length, max_completion_length=prepared.max_completion_length,
         data_fingerprint=prepared.fingerprint, adapter_dir=run.output_dir / "lora",
-        prompt_format="standard" if prepared.report["prompt_format"]["standard"] else "conversational",
+        formats=prepared.report["prompt_format"],  # the system message the rows carried is the one recorded
     )
 
 

@@ -72,6 +72,11 @@ def test_a_prompt_column_is_used_as_trl_uses_it_and_every_user_column_is_kept_as
     assert (formats["standard"], formats["conversational"]) == (len(rows) - chats, chats)
     assert formats["system_prompt"] == {"added": chats - own, "own_kept": own, "standard_as_written": len(rows) - chats}
     assert data.report["columns"] == sorted(TYPED_COLUMNS)
+    # the system message the rows carried, which the adapter records: theirs when all share it, ours when we added
+    # it, none (with a note naming --system_prompt) when they differ or text prompts carry none
+    expected = {"standard": "", "no_system": SYSTEM, "own_system": NOTEBOOK_SYSTEM, "mixed_system": ""}[kind]
+    assert formats["system_message"] == expected
+    assert ("--system_prompt" in formats["system_message_note"]) == (kind == "mixed_system")
 
 
 def test_a_prompt_column_needs_no_answer_column_and_a_named_one_must_exist(qwen_tokenizer, tmp_path):
@@ -175,8 +180,13 @@ def test_every_column_reaches_every_reward_through_trl_in_the_prompts_format(tmp
     assert answer["prompt"] == asked
     if kind == "standard":
         assert sent == [asked]
-    else:
-        assert sent[0].startswith("<|im_start|>system") and asked in sent[0]
+    else:  # the system message the training rows carried (the notebook's own), not our default
+        assert sent[0].startswith(f"<|im_start|>system\n{NOTEBOOK_SYSTEM}") and asked in sent[0]
+    recorded = json.loads((tmp_path / "run" / "lora" / "grpo_adapter.json").read_text())
+    assert recorded["system_prompt"] == ("" if kind == "standard" else NOTEBOOK_SYSTEM)
+    sent.clear()  # --system overrides the record
+    generate_answers([asked], lora=str(tmp_path / "run" / "lora"), backend="plain", system_prompt="Be terse.")
+    assert kind == "standard" or sent[0].startswith("<|im_start|>system\nBe terse.")
 
 
 def test_grpo_generate_input_takes_a_question_a_text_prompt_or_a_chat_and_names_a_bad_line(tmp_path):
