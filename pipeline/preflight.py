@@ -138,7 +138,7 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
         if not cfg.eval.uses_eval_set():
             return "no evaluation (eval_before and eval_after are false, eval_steps is 0)"
         data = RunData(needs("train"), prepare_eval(cfg, needs("tokenizer"), write_report=False))
-        return "; ".join(filter(None, [f"eval set: {len(data.eval_rows)} problems", data.overlap_warning()]))
+        return "; ".join(filter(None, [data.eval_rows.line(), data.overlap_warning()]))
 
     return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train"))),
             ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train")))]

@@ -120,14 +120,43 @@ def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, 
                                        write_report=write_report)
     require_reference_answers(eval_cfg, "eval", prepared.dataset, "the held-out evaluation (its accuracy)",
                               "or turn evaluation off (eval_before: false, eval_after: false, eval_steps: 0)")
-    return [{"prompt": row["prompt"], "answer": row[ANSWER], "id": row[ROW_ID]} for row in prepared.dataset]
+    # each row's other columns too: the run's rewards score the eval completions as TRL calls them (infer/scoring.py)
+    return EvalRows([{"prompt": row["prompt"], "answer": row[ANSWER], "id": row[ROW_ID],
+                      "columns": {key: value for key, value in row.items() if key != "prompt"}}
+                     for row in prepared.dataset], prepared.report)
+
+
+class EvalRows(list):
+    """The held-out rows, and the data report of the set they were prepared from (what was dropped, and why)."""
+
+    def __init__(self, rows: list[dict[str, Any]], report: Optional[dict[str, Any]] = None):
+        super().__init__(rows)
+        self.report = report or {}
+
+    def line(self) -> str:
+        """`eval set: N problems`, and when rows were dropped or left unused, how many of how many and why.
+
+        >>> EvalRows([{}, {}], {"rows_in": 3, "rows_kept": 2, "rows_rejected_total": 1, "rows_unused_max_samples": 0,
+        ...                     "rows_rejected": {"unscorable_answer": {"count": 1, "ids": ["test-2"]}}}).line()
+        'eval set: 2 problems (1 of 3 rows dropped: unscorable_answer 1 (test-2))'
+        """
+        said = f"eval set: {len(self)} problems"
+        dropped, unused = self.report.get("rows_rejected_total"), self.report.get("rows_unused_max_samples")
+        if dropped:
+            reasons = ", ".join(f"{reason} {info['count']} ({', '.join(info['ids'][:3])}"
+                                f"{', ...' if info['count'] > 3 else ''})"
+                                for reason, info in self.report["rows_rejected"].items())
+            said += f" ({dropped} of {self.report['rows_in']} rows dropped: {reasons})"
+        if unused:
+            said += f"; {unused} more rows unused (eval_limit / --limit)"
+        return said
 
 
 def prepare_eval(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
                  write_report: bool = True) -> list[dict[str, Any]]:
     """The held-out rows when the run evaluates (eval_before, eval_after or eval_steps), else []."""
     if not cfg.eval.uses_eval_set():
-        return []
+        return EvalRows([])
     return load_eval_rows(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
 
 
