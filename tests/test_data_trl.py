@@ -410,3 +410,41 @@ def test_grpo_train_check_refuses_trl_rows_without_a_reference_for_the_default_r
     report = json.loads(capsys.readouterr().out)
     data = next(c for c in report["checks"] if c["name"] == "data")
     assert code == 2 and not data["ok"] and "`answer_field`" in data["message"], data
+
+
+def _verl_rows(n=4):
+    """verl's GSM8K parquet rows as its preprocessing script writes them."""
+    return [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {i} + 5? Let's think "
+                                                        "step by step and output the final answer after \"####\"."}],
+             "ability": "math", "reward_model": {"style": "rule", "ground_truth": str(i + 5)},
+             "extra_info": {"split": "train", "index": i}} for i in range(n)]
+
+
+@pytest.mark.parametrize("option", ["answer_field", "eval_answer_field"])
+def test_a_dotted_answer_field_reads_a_nested_column_as_verl_writes_it(qwen_tokenizer, tmp_path, option):
+    from pipeline.data.run_data import load_eval_rows
+
+    path = write_jsonl(tmp_path / "verl.jsonl", _verl_rows())
+    cfg = make_cfg(tmp_path, dataset_name=str(path), eval_dataset_name=str(path),
+                   **{option: "reward_model.ground_truth"})
+    if option == "answer_field":
+        data = prepare_dataset(cfg, qwen_tokenizer)
+        assert data.dataset["grpo_answer"] == ["5", "6", "7", "8"]
+        assert data.dataset["reward_model"][0] == {"style": "rule", "ground_truth": "5"}  # the column itself kept
+    else:
+        assert [row["answer"] for row in load_eval_rows(cfg, qwen_tokenizer)] == ["5", "6", "7", "8"]
+    with pytest.raises(ConfigError, match=option) as err:
+        prepare_dataset(cfg.replace(**{option: "reward_model.answer"}), qwen_tokenizer,
+                        role="train" if option == "answer_field" else "eval")
+    assert "reward_model.ground_truth" in str(err.value)  # the nested fields there are, as dotted paths
+
+
+def test_an_eval_set_without_answers_suggests_the_field_that_holds_them_never_a_first_column(qwen_tokenizer,
+                                                                                             tmp_path):
+    from pipeline.data.run_data import load_eval_rows
+
+    path = write_jsonl(tmp_path / "verl.jsonl", _verl_rows())
+    with pytest.raises(ConfigError) as err:
+        load_eval_rows(make_cfg(tmp_path, dataset_name=str(path), eval_dataset_name=str(path)), qwen_tokenizer)
+    assert "eval_answer_field: reward_model.ground_truth" in str(err.value)
+    assert "data_source" not in str(err.value).split("(here:")[1]

@@ -17,12 +17,16 @@ from pipeline.data import prepare  # prepare.prepare_dataset through the module:
 from pipeline.data.columns import ANSWER, OWN_COLUMNS, ROW_ID, SOLUTION, removes_unused_columns
 from pipeline.data.prompts import completion_like, question_text
 from pipeline.data.data_files import local_layout, local_path
+from pipeline.data.sources import field_values, nested_paths
 from pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT, source_spec
 from pipeline.demo.registry import builtin_source
 from rewards import reads_reference, reference_is_scorable
+from rewards.normalize import parse_answer
 from rewards.format import format_completion
 
 MAX_WARMUP_EXAMPLES = 256
+# The other way out of an eval set without answers, for a training run (`grpo eval` says its own, of its --data).
+TRAINING_EVAL_OFF = "or turn evaluation off (eval_before: false, eval_after: false, eval_steps: 0)"
 
 
 @dataclass
@@ -68,17 +72,28 @@ def require_reference_answers(cfg: PipelineConfig, role: str, dataset: Any, scor
         return
     spec = source_spec(cfg, role)
     columns = [name for name in dataset.column_names if name not in OWN_COLUMNS and name != "prompt"]
-    if spec.answer_field in dataset.column_names:
+    if spec.answer_field in dataset.column_names or spec.answer_field.partition(".")[0] in dataset.column_names:
         why = (f"none of its {spec.answer_field!r} values is one final answer the correctness reward can read "
                "(keep_unscorable kept them)")
     else:
         why = (f"it has no column {spec.answer_field!r} (its columns besides prompt: "
                f"{', '.join(columns) if columns else 'none'})")
-    example = f" (e.g. --{spec.answer_option} {columns[0]})" if columns else ""
+    # a column (or a nested field, as a dotted path) whose first values are answers, never a mere first column
+    rows = dataset.select(range(min(len(dataset), 20)))
+    candidates = [*columns, *nested_paths(rows, columns)]
+    def readable(field: str) -> tuple[float, float]:  # the share of plain numbers first ("openai/gsm8k" is not)
+        values = field_values(rows, columns, field, spec.answer_option, "answer", spec.name)
+        parsed = [parse_answer(v) if reference_is_scorable(v) else None for v in values]
+        return (sum(p is not None and p.kind == "number" for p in parsed) / len(values),
+                sum(p is not None for p in parsed) / len(values))
+
+    ranked = sorted(((readable(c), c) for c in candidates if c != spec.answer_field), key=lambda x: x[0], reverse=True)
+    example = f" (here: {spec.answer_option}: {ranked[0][1]})" if ranked and ranked[0][0][1] > 0 else ""
     raise ConfigError(spec.answer_option, f"{scorer} scores each completion against its row's reference answer, "
                       f"read from {spec.answer_option} ({spec.answer_field!r}), and no row of {spec.name} has one: "
                       f"{why}. Every score would be None (cannot judge) and teach or measure nothing. Set "
-                      f"{spec.answer_option} to the column that holds the final answers{example}, {other_fix}.")
+                      f"{spec.answer_option} to the column (or dotted path) that holds the final answers{example}, "
+                      f"{other_fix}.")
 
 
 def without_a_held_out_set(cfg: PipelineConfig) -> tuple[PipelineConfig, str]:
@@ -111,15 +126,14 @@ def without_a_held_out_set(cfg: PipelineConfig) -> tuple[PipelineConfig, str]:
 
 
 def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, report_dir: Optional[Path] = None,
-                   write_report: bool = True) -> list[dict[str, Any]]:
+                   write_report: bool = True, other_fix: str = TRAINING_EVAL_OFF) -> list[dict[str, Any]]:
     """Held-out rows (prompt messages + answer), prepared by the same data code as training: the eval set
     (eval_dataset_name, else eval_split of dataset_name), its first `limit` (else eval_limit) usable rows;
     the report goes to data_report_eval.json."""
     eval_cfg = cfg.replace(max_samples=given(limit, cfg.eval.eval_limit), strict=False)
     prepared = prepare.prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir,
                                        write_report=write_report)
-    require_reference_answers(eval_cfg, "eval", prepared.dataset, "the held-out evaluation (its accuracy)",
-                              "or turn evaluation off (eval_before: false, eval_after: false, eval_steps: 0)")
+    require_reference_answers(eval_cfg, "eval", prepared.dataset, "the held-out evaluation (its accuracy)", other_fix)
     # each row's other columns too: the run's rewards score the eval completions as TRL calls them (infer/scoring.py)
     return EvalRows([{"prompt": row["prompt"], "answer": row[ANSWER], "id": row[ROW_ID],
                       "columns": {key: value for key, value in row.items() if key != "prompt"}}

@@ -193,7 +193,8 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
     # The data report goes beside the results (a folder the options name), never to the recipe's output_dir,
     # which a relative or default one would put under whatever folder the command was run from.
-    rows = load_eval_rows(cfg, setup.tokenizer, limit=limit, report_dir=out.parent)
+    rows = load_eval_rows(cfg, setup.tokenizer, limit=limit, report_dir=out.parent,
+                          other_fix="in the recipe you pass as --config (or --data), or evaluate other --data")
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, eval_scorer(cfg, setup.tokenizer),
                            setup.max_tokens, temperature=setup.temperature, top_p=setup.top_p)
     result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
