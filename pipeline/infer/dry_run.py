@@ -43,7 +43,7 @@ from pipeline.data.columns import ANSWER, ROW_ID
 from pipeline.data.prepare import DataError
 from pipeline.data.prompts import completion_like, render_prompts
 from pipeline.data.source_spec import DataFileError
-from pipeline.errors import note_run_folder
+from pipeline.errors import fit_to_command, note_command_options, note_run_folder
 from pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
 from pipeline.infer.evaluate import score_completions
 from pipeline.preflight import reward_kwargs_outside_training, run_checks
@@ -265,6 +265,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.print_help()
         return 0
     own, rest = parser.parse_known_args(argv)
+    note_command_options(parser, config_fields=True)  # its own options, and every field of grpo train
     if own.prompts < 1:
         print("error: --prompts must be at least 1", file=sys.stderr)
         return 2
@@ -279,7 +280,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                          log=(lambda msg: print(f"[grpo] {msg}", file=sys.stderr)) if own.json else
                          (lambda msg: print(f"[grpo] {msg}", flush=True)))
     except (ConfigError, FileNotFoundError, DataError, DataFileError, AdapterError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {fit_to_command(str(err))}", file=sys.stderr)
         return 2
     if own.json:
         print(json.dumps(result, indent=2, ensure_ascii=False))

@@ -23,7 +23,7 @@ from pipeline.data.cache import model_identity, tokenizer_identity
 from pipeline.data.prepare import answer_reader_version
 from pipeline.data.prompts import render_prompts
 from pipeline.data.run_data import load_eval_rows
-from pipeline.errors import guarded
+from pipeline.errors import guarded, note_command_options
 from pipeline.health import metrics
 from pipeline.health.metrics import is_garbled
 from pipeline.infer.scoring import Scorer, build_scorer, score_with
@@ -228,6 +228,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="where to write the results (default: eval.json in the adapter's run folder; "
                              "eval_base.json in --run's folder for --base)")
     args = parser.parse_args(argv)
+    note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
     check_command_paths("eval", vars(args))  # every path option, before anything is read or loaded
     result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args)
     title = f"eval: {'LoRA ' + result['adapter'] if result['adapter'] else 'base model ' + result['model']}"

@@ -22,7 +22,7 @@ from pipeline.backends import EXPORT_METHODS, choose_backend, load_backend
 from pipeline.config import ConfigError, field_choices, from_mapping
 from pipeline.data import model_check
 from pipeline.data.tokenizer import resolve_model_path
-from pipeline.errors import guarded
+from pipeline.errors import guarded, note_command_options
 
 # Through the module, looked up at the call: tests stand in for adapter_mismatch there (it may ask the hub).
 from pipeline.infer import session
@@ -43,6 +43,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="the chat template's default system message (default: the one the adapter records, "
                              "the system message its training rows carried)")
     args = parser.parse_args(argv)
+    note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
 
     # Bad input raises (PathError, AdapterError, ManifestError, ConfigError): pipeline.errors prints it, exit 2.
     check_command_paths("export", vars(args), only=["lora"])
