@@ -25,7 +25,7 @@ from rewards.format import (
 )
 from rewards.language import language_consistency_reward_func
 from rewards.trl_source import trl_reward, trl_reward_names
-from rewards.user_code import import_user_module, search_dirs
+from rewards.user_code import beside_the_recipe, import_user_module, search_dirs
 
 RewardFunc = Callable[..., list]
 
@@ -226,15 +226,15 @@ def _import_plugin(spec: str, fresh: bool = False) -> RewardFunc:
     module_name, _, attr_path = spec.partition(":")
     if not module_name or not attr_path:
         raise ValueError(f"{spec!r} must look like 'package.module:function'.")
-    # Beside the recipe, then the working folder, then the import path; a file of the user's named like one of
-    # our packages (rewards.py) loads as theirs without replacing ours (rewards/user_code.py).
+    # The working folder, then the import path; a file of the user's named like one of our packages (rewards.py)
+    # loads as theirs without replacing ours (rewards/user_code.py).
     try:
         obj: Any = import_user_module(module_name, fresh)
     except ImportError as exc:
         where = ", ".join(str(d) for d in search_dirs())
         raise ValueError(f"cannot import module {module_name!r} for reward {spec!r} "
-                         f"({exc}); check the name and that it is beside the recipe or in the working folder "
-                         f"({where}), or on PYTHONPATH.") from exc
+                         f"({exc}); check the name and that it is in the working folder ({where}), or on "
+                         f"PYTHONPATH.{beside_the_recipe(module_name.partition('.')[0])}") from exc
     except BaseException as exc:  # noqa: BLE001 - a syntax error, a raise or a sys.exit() at import time
         if isinstance(exc, SignalInterrupt):  # a real Ctrl-C / SIGTERM while importing: the run's to handle
             raise

@@ -1,8 +1,9 @@
 """Loading a user's reward module (`my_rewards:score`), and the boundary around it.
 
-Where it is looked for, in order: the recipe's folder (`--config path/recipe.yaml`: open-r1 keeps its
-`rewards.py` beside its recipes), the working folder, then the import path. A file found in the first two loads
-as the user's even when its name is one of ours (`rewards.py`, `env.py`, `pipeline.py`) or an installed
+Where it is looked for, in order: the working folder, then the import path, as TRL's `trl grpo` looks (it puts the
+working folder first on sys.path): the working folder is the one base of every relative path of a run (data, eval
+data, reward modules, output; env/path_check.py `relative_base`). A module that is not found there but sits beside
+the recipe is named in the error, with the fix. A file found in the working folder loads as the user's even when its name is one of ours (`rewards.py`, `env.py`, `pipeline.py`) or an installed
 package's: it is then imported under another module name (`_user_rewards_<sha1 of its path>`), so it never
 replaces ours, and ours never hides it. Its own folder is put at the end of sys.path, so its sibling imports
 work. While it imports, `sys.argv` is `[its path]`: a module that parses arguments at import (argparse at the
@@ -24,22 +25,32 @@ import sysconfig
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-# The recipe's folder, set when a recipe is read (pipeline/config/parse.py config_path); the working folder is
-# always searched after it.
+# The recipe's folder, set when a recipe is read (pipeline/config/parse.py config_path): not searched, only named
+# when a module is missing from the working folder but sits there.
 _recipe_dirs: list[Path] = []
 ALIAS_PREFIX = "_user_"
 OUR_PACKAGES = ("rewards", "pipeline", "env")
 
 
 def set_recipe_dir(folder: Optional[Path]) -> None:
-    """Search `folder` (the --config recipe's) first for reward modules; None: the working folder only."""
+    """The --config recipe's folder (None: no recipe), for `beside_the_recipe`'s hint."""
     _recipe_dirs[:] = [Path(folder).resolve()] if folder is not None else []
 
 
 def search_dirs() -> list[Path]:
-    """Where a user's module is looked for: the recipe's folder, then the working folder."""
-    return list(dict.fromkeys([*_recipe_dirs, Path(os.getcwd()).resolve()]))
+    """Where a user's module is looked for before the import path: the working folder."""
+    return [Path(os.getcwd()).resolve()]
 
+
+def beside_the_recipe(top: str) -> str:
+    """A hint when module `top` is not in the working folder but beside the recipe; "" otherwise."""
+    for folder in _recipe_dirs:
+        for candidate in (folder / f"{top}.py", folder / top / "__init__.py"):
+            if candidate.is_file() and folder not in search_dirs():
+                return (f" {candidate} is beside the recipe, but reward modules, like every relative path of a run, "
+                        f"are read against the working folder ({os.getcwd()}), as TRL reads them: run grpo from "
+                        f"{folder}, or add it to PYTHONPATH.")
+    return ""
 
 def user_module_file(top: str) -> Optional[Path]:
     """`top.py` or `top/__init__.py` in the first search dir that has one."""

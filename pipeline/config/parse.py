@@ -36,7 +36,7 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
     argv = normalize_argv(argv or [])
     named = check_option_names(argv)
     path = config_path(argv)
-    set_recipe_dir(Path(path).parent if path is not None else None)  # reward modules beside the recipe
+    set_recipe_dir(Path(path).parent if path is not None else None)  # named when a module sits only there
     recipe = read_recipe(path) if path is not None else {}  # syntax errors and unknown keys, with file and line
     named += list(recipe) + list(base or {})
     # TRL's own fields (trl_fields.py) join the parser only when one is named: deriving them imports torch.
