@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from pipeline.config import ConfigError
 from pipeline.data.prompts import completion_like
 from rewards import correctness_reward_func, get_reward_funcs
 from rewards.cleaning import _last_boxed_content
@@ -126,8 +127,6 @@ def score_with(scorer: Scorer, rows: list[dict[str, Any]], texts: list[str]) -> 
                                                                                        dict[str, Any]]:
     """Per completion {"extracted_answer", "correct", "score"}, and the rewards' means ({name: mean or None}).
     A scorer that fails is bad input (ConfigError, naming reward_funcs); another reward failing is left out, noted."""
-    from pipeline.config import ConfigError
-
     tags = [format_tags(_system_message(row["prompt"])) for row in rows]
     extracted = [read_answer(str(text), tag) for text, tag in zip(texts, tags)]
     scores, means = {}, {}
