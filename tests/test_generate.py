@@ -200,8 +200,12 @@ def test_eval_writes_eval_json_with_fields(trained_run, tmp_path, capsys):
         assert 0.0 <= result[key] <= 1.0
     assert result["mean_completion_length"] > 0 and result["max_tokens"] == 24
     assert len(result["samples"]) == 5 and {"completion", "correct", "format_valid"} <= set(result["samples"][0])
+    # scored with the run's own rewards (its manifest), not the recipe's defaults: its correctness, the rest beside
+    assert result["scorer"] == "correctness_reward_func"
+    assert set(result["rewards"]) == {"correctness_reward_func", "digit_share_reward"}
     table = capsys.readouterr().out
     assert "accuracy" in table and "format rate" in table and str(out) in table
+    assert "accuracy scored by      correctness_reward_func" in table and "eval set: 6 problems" in table
 
 
 def test_adapter_copied_away_from_its_run_generates_as_trained(trained_run, tmp_path, capsys):

@@ -190,6 +190,9 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
             data_path = Path(data)
         cfg = setup.config.replace(eval_dataset_name=str(data_path))
     eval_split = split or cfg.eval.eval_split
+    trained = (setup.manifest or {}).get("config") or {}
+    if trained.get("reward_funcs"):  # scored with the rewards the adapter trained with, not a recipe's defaults
+        cfg = cfg.replace(reward_funcs=trained["reward_funcs"], reward_weights=None)
     cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
     # The data report goes beside the results (a folder the options name), never to the recipe's output_dir,
     # which a relative or default one would put under whatever folder the command was run from.
