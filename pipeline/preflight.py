@@ -197,8 +197,8 @@ def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
         removed = (" remove_unused_columns: true, so TRL passes the rewards no column of the dataset (it keeps "
                    "only `prompt`); set remove_unused_columns: false (TRL's GRPO default) to pass them."
                    if removes_unused_columns(cfg) else "")
-        raise ConfigError("reward_funcs", f"{err}. It was called before the model loads, as the trainer calls "
-                          f"it, on {what}.{removed} The contract: docs/rewards.md.") from None
+        raise ConfigError("reward_funcs", f"{str(err).rstrip('.')}. It was called before the model loads, as the "
+                          f"trainer calls it, on {what}.{removed} The contract: docs/rewards.md.") from None
     except ValueError as err:  # a name that does not resolve (validate() names it first in a run)
         raise ConfigError("reward_funcs", str(err)) from None
     return f"called on {what}: " + "; ".join(lines)

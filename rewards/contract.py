@@ -244,9 +244,13 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
 
     def failure(err: BaseException, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> RewardFailure:
         if isinstance(err, TypeError) and not _accepts(func, kwargs):
+            withheld = [c for c in trl_rule()["not_columns"] if f"'{c}'" in str(err) and c not in kwargs]
+            why = (f" TRL never passes a dataset column named {', '.join(map(repr, withheld))} to a reward "
+                   "(GRPOTrainer._calculate_rewards leaves out prompt, completion and completion_ids): read "
+                   "`prompts` / `completions`, or rename the column." if withheld else "")
             return RewardFailure(name, f"cannot be called the way TRL calls it ({err}). Write it as "
                                  "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
-                                 f"{', '.join(sorted(kwargs))} (docs/rewards.md).")
+                                 f"{', '.join(sorted(kwargs))} (docs/rewards.md).{why}")
         index = _first_failing(func, prompts, completions, kwargs) if not is_async_reward(func) else None
         where = f" on {_sample(index, prompts, completions, kwargs)}" if index is not None else (
             f" on a batch of {len(completions)} completions (first: {_sample(0, prompts, completions, kwargs)})")

@@ -355,7 +355,7 @@ def test_the_correctness_reward_on_rows_without_a_reference_is_refused_naming_an
     assert err.value.field == "answer_field"
     message = str(err.value)
     assert "no column 'answer'" in message and "columns besides prompt: solution" in message
-    assert "--answer_field solution" in message and "leave correctness out of reward_funcs" in message
+    assert "(here: answer_field: solution)" in message and "leave correctness out of reward_funcs" in message
 
     # the fix it names works: the reference is the solution column, and the same file trains without it too
     named = prepare_train(make_cfg(tmp_path, dataset_name=str(path), answer_field="solution",
@@ -396,7 +396,7 @@ def test_an_eval_set_without_reference_answers_is_refused_naming_its_answer_opti
     with pytest.raises(ConfigError) as err:
         load_eval_rows(cfg.replace(answer_field="answer"), qwen_tokenizer)
     assert err.value.field == "eval_answer_field"
-    assert "--eval_answer_field solution" in str(err.value) and "turn evaluation off" in str(err.value)
+    assert "(here: eval_answer_field: solution)" in str(err.value) and "turn evaluation off" in str(err.value)
 
 
 def test_grpo_train_check_refuses_trl_rows_without_a_reference_for_the_default_rewards(tmp_path, capsys):

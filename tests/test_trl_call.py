@@ -103,8 +103,9 @@ def test_a_reward_reading_completion_is_refused_by_the_check_as_the_run_would_fa
     assert "reads_kwargs: [1" in _check(tmp_path, monkeypatch, TLDR_ROWS, ["my_rewards:reads_kwargs"])
     from pipeline.config import ConfigError
 
-    with pytest.raises(ConfigError, match="reads_completion.*completion"):
+    with pytest.raises(ConfigError, match="reads_completion.*completion") as err:
         _check(tmp_path, monkeypatch, TLDR_ROWS, ["my_rewards:reads_completion"])
+    assert "TRL never passes a dataset column named 'completion'" in str(err.value)
 
 
 def test_remove_unused_columns_leaves_trls_accuracy_reward_without_solution_and_the_check_says_so(tmp_path,
