@@ -279,3 +279,9 @@ def test_merged_export_behaves_as_trained_in_plain_transformers(trained_run, tmp
     assert "Be brief." in own and manifest["system_prompt"] not in own  # a given system message wins
     carried = json.loads((out / "grpo_adapter.json").read_text())
     assert carried["system_prompt"] == manifest["system_prompt"] and carried["base_model"] == manifest["base_model"]
+    # --system overrides the recorded one as the chat template's default
+    assert export.main(["--lora", str(trained_run / "lora"), "--to", "merged16", "--out", str(tmp_path / "m2"),
+                        "--system", "Answer in one word."]) == 0
+    other = AutoTokenizer.from_pretrained(str(tmp_path / "m2")).apply_chat_template(
+        [{"role": "user", "content": "3+4"}], tokenize=False, add_generation_prompt=True)
+    assert "Answer in one word." in other and manifest["system_prompt"] not in other
