@@ -119,18 +119,17 @@ def _is_users(module: Any) -> bool:
 
 def _fresh_copy(module: Any) -> Any:
     """`module` executed again from its file as a separate module (`_grpo_probe_<name>`, its package the same, so
-    relative imports resolve as the original's). Raises what executing it raises."""
+    relative imports resolve as the original's), not registered in sys.modules. Raises what executing it raises."""
     name = f"_grpo_probe_{module.__name__.replace('.', '_')}"
     spec = importlib.util.spec_from_file_location(name, module.__file__)
     copy = importlib.util.module_from_spec(spec)
     copy.__package__ = module.__package__
-    sys.modules[name] = copy  # dataclasses and pickle look a module up by name while it executes
+    sys.modules[name] = copy  # dataclasses look a module up by name while it executes
     try:
         with isolated_argv(Path(module.__file__)):
             spec.loader.exec_module(copy)
-    except BaseException:
+    finally:  # not kept: once the check's calls are done, nothing holds it (a model it loaded is freed)
         del sys.modules[name]
-        raise
     return copy
 
 

@@ -66,12 +66,25 @@ def test_the_one_rule_is_the_pinned_trainers_own(spy_trainer, shape, remove_unus
     assert spy_trainer(shape, remove_unused_columns) == reward_keywords(SHAPES[shape], remove_unused_columns)
 
 
+@pytest.fixture(autouse=True)
+def _own_import_path(monkeypatch):
+    """This module's reward files leave sys.path and sys.modules as they were (another test may use the name)."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for name in [m for m in sys.modules if m.startswith("trl_call_rewards")]:
+        monkeypatch.delitem(sys.modules, name)
+    yield
+    for name in [m for m in sys.modules if m.startswith("trl_call_rewards")]:
+        del sys.modules[name]
+
+
 def _write_rewards(folder, body: str) -> None:
-    (folder / "my_rewards.py").write_text(textwrap.dedent(body))
+    (folder / "trl_call_rewards.py").write_text(textwrap.dedent(body))
 
 
 def _check(tmp_path, monkeypatch, rows, rewards, **overrides):
-    """The rewards step of `grpo train --check` on a JSONL of `rows`, from a folder holding my_rewards.py."""
+    """The rewards step of `grpo train --check` on a JSONL of `rows`, from a folder holding trl_call_rewards.py."""
     import json
 
     from pipeline.data.run_data import prepare_train
@@ -100,11 +113,11 @@ def test_a_reward_reading_completion_is_refused_by_the_check_as_the_run_would_fa
             assert "completion" not in kwargs and "completion_ids" in kwargs
             return [1.0 for _ in completions]
         """)
-    assert "reads_kwargs: [1" in _check(tmp_path, monkeypatch, TLDR_ROWS, ["my_rewards:reads_kwargs"])
+    assert "reads_kwargs: [1" in _check(tmp_path, monkeypatch, TLDR_ROWS, ["trl_call_rewards:reads_kwargs"])
     from pipeline.config import ConfigError
 
     with pytest.raises(ConfigError, match="reads_completion.*completion") as err:
-        _check(tmp_path, monkeypatch, TLDR_ROWS, ["my_rewards:reads_completion"])
+        _check(tmp_path, monkeypatch, TLDR_ROWS, ["trl_call_rewards:reads_completion"])
     assert "TRL never passes a dataset column named 'completion'" in str(err.value)
 
 
@@ -132,12 +145,12 @@ def test_the_check_leaves_a_stateful_user_module_as_never_called(tmp_path, monke
             CALLS.append(len(completions))
             return [0.5 for _ in completions]
         """)
-    said = _check(tmp_path, monkeypatch, TLDR_ROWS, ["my_rewards:check_numbers"])
+    said = _check(tmp_path, monkeypatch, TLDR_ROWS, ["trl_call_rewards:check_numbers"])
     assert "check_numbers: [0.5" in said and capsys.readouterr().out.count("SAMPLE") == 1  # the probe's own copy
     from rewards import get_reward_funcs
     from rewards.user_code import import_user_module
 
-    (run_reward,) = get_reward_funcs(["my_rewards:check_numbers"])
-    assert import_user_module("my_rewards").CALLS == []
+    (run_reward,) = get_reward_funcs(["trl_call_rewards:check_numbers"])
+    assert import_user_module("trl_call_rewards").CALLS == []
     run_reward(prompts=["p"], completions=["c"])
-    assert import_user_module("my_rewards").CALLS == [1] and "SAMPLE c" in capsys.readouterr().out
+    assert import_user_module("trl_call_rewards").CALLS == [1] and "SAMPLE c" in capsys.readouterr().out
