@@ -54,7 +54,6 @@ def _cases(tmp_path):
         ["eval", "--base", "--model", "tiny-demo", "--data", str(recipe), "--output", str(tmp_path / "e.json")],
         ["eval", "--base", "--data", str(verl / "train.jsonl")],
         ["eval", "--lora", missing, "--data", str(verl / "train.jsonl")],
-        ["eval", "--base", "--model", "tiny-demo", "--data", str(verl), "--output", str(tmp_path / "e.json")],
         ["eval", "--base", "--model", "tiny-demo", "--data", str(verl / "train.jsonl"), "--output",
          str(tmp_path / "e.json")],
         ["generate", "--lora", missing, "--prompt", "1+1?"],

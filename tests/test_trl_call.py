@@ -1,8 +1,8 @@
 """What a reward receives is TRL's rule, read in one place (rewards/trl_source.py), and the check's probe uses it.
 
 The one place is held against the pinned TRL itself: the real GRPOTrainer trains one step with a spy reward over
-a table of dataset shapes (TRL's standard and conversational prompts, trl-lib/tldr's prompt + completion, verl's
-nested columns, a completion_ids column) x remove_unused_columns, and the spy's keyword set must be the one
+a table of dataset shapes (TRL's standard prompts, trl-lib/tldr's prompt + completion as text and as chats, verl's
+nested columns beside a chat prompt, a completion_ids column) x remove_unused_columns, and the spy's keyword set must be the one
 `reward_keywords` computes. The check calls rewards with those keywords (a reward reading `completion` is refused
 before the model loads, as the run would fail at step 1) and leaves a user's module as never called.
 """
@@ -18,7 +18,6 @@ from rewards.trl_source import reward_keywords
 CHAT = [{"role": "user", "content": "What is 2 + 2?"}]
 SHAPES = {
     "standard": {"prompt": ["2 + 2 =", "3 + 3 ="], "solution": ["4", "6"]},
-    "conversational": {"prompt": [CHAT, CHAT], "answer": ["4", "4"], "id": ["a", "b"]},
     "tldr": {"prompt": ["A long post. TL;DR:", "Another post. TL;DR:"], "completion": [" short", " shorter"]},
     "tldr_chat": {"prompt": [CHAT, CHAT], "completion": [[{"role": "assistant", "content": "4"}]] * 2},
     "verl": {"data_source": ["openai/gsm8k"] * 2, "prompt": [CHAT, CHAT], "ability": ["math"] * 2,
