@@ -158,6 +158,20 @@ def flag(option: str, command: str) -> str:
 # --- the checks -----------------------------------------------------------------------------------
 
 
+def relative_base(raw: Any) -> str:
+    """For a relative path that is missing: the one base every relative path is read against, said.
+
+    >>> relative_base("/abs/x"), relative_base("data/x.jsonl").startswith(" data/x.jsonl is relative")
+    ('', True)
+    """
+    text = os.fspath(raw) if raw is not None else ""
+    if not text or os.path.isabs(os.path.expanduser(os.path.expandvars(text))):
+        return ""
+    return (f" {text} is relative: every relative path (data, eval data, reward modules, output), in a recipe or "
+            f"on the command line, is read against the working folder ({os.getcwd()}), as TRL reads them. Run "
+            "from the folder it is relative to, or give an absolute path.")
+
+
 def expand(option: str, raw: Any) -> Path:
     """`raw` with `~` and `$VARS` expanded, made absolute; refuses empty values and unset or empty variables."""
     text = os.fspath(raw) if raw is not None else ""
@@ -283,7 +297,7 @@ def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Pat
     if kind.role == "input":
         if not exists:
             raise PathError(option, f"{path} does not exist (the nearest existing folder is {existing}). Check the "
-                            f"path: it should be {kind.describe()}.")
+                            f"path: it should be {kind.describe()}.{relative_base(raw)}")
         if kind.want == "file" and path.is_dir():
             raise PathError(option, f"{path} is a folder; it should be a file.")
         if kind.want == "dir" and not path.is_dir():

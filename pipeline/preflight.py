@@ -33,7 +33,7 @@ from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
 from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
-from pipeline.data.columns import ANSWER
+from pipeline.data.columns import ANSWER, removes_unused_columns
 from pipeline.data.prepare import DataError
 from pipeline.data.prompts import completion_like
 from pipeline.data.report import accounting_line, prompt_line
@@ -52,6 +52,7 @@ from pipeline.run.resume import data_mismatch, resume_mismatch
 from pipeline.trainer.build import check_effective_config, check_grpo_config
 from rewards import get_reward_funcs
 from rewards.contract import RewardFailure, probe_rewards
+from rewards.trl_source import reward_call_kwargs
 
 # report_to name -> the module transformers' integration imports, and how to install it.
 REPORTER_PACKAGES = {
@@ -143,7 +144,7 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
         if not cfg.eval.uses_eval_set():
             return "no evaluation (eval_before and eval_after are false, eval_steps is 0)"
         data = RunData(needs("train"), prepare_eval(cfg, needs("tokenizer"), write_report=False))
-        return "; ".join(filter(None, [f"eval set: {len(data.eval_rows)} problems", data.overlap_warning()]))
+        return "; ".join(filter(None, [data.eval_rows.line(), data.overlap_warning()]))
 
     return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train"))),
             ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train")))]
@@ -161,38 +162,50 @@ def _probe_completions(answer: str) -> list[str]:
 
 def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any, train: Any) -> tuple[list[Any], list[Any], dict[str, Any],
                                                                                str]:
-    """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them: the
-    first prepared prompts (completions in their format: strings for standard prompts,
-    `[{"role": "assistant", ...}]` for chats), the training set's other
-    columns, `completion_ids`, `trainer_state`, `log_extra` and `log_metric`."""
-    from transformers import TrainerState  # lazy: transformers imports torch
-
+    """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them
+    (rewards/trl_source.py, the one rule): the first prepared prompts (completions in their format: strings for
+    standard prompts, `[{"role": "assistant", ...}]` for chats), the columns the trainer passes (none with
+    remove_unused_columns), `completion_ids`, `trainer_state`, `log_extra` and `log_metric`."""
     dataset = train.dataset.select(range(min(PROBE_PROMPTS, len(train.dataset))))
     columns = {name: list(dataset[name]) for name in dataset.column_names}
     texts = [_probe_completions(str(answer or 0)) for answer in columns[ANSWER]]
     per_prompt = len(texts[0]) if texts else 0
     repeat = lambda values: [value for value in values for _ in range(per_prompt)]  # noqa: E731
-    prompts = repeat(columns.pop("prompt"))
+    prompts = repeat(columns["prompt"])
     flat = [text for group in texts for text in group]
     completions = [completion_like(prompt, text) for prompt, text in zip(prompts, flat, strict=True)]
-    kwargs: dict[str, Any] = {key: repeat(values) for key, values in columns.items()}
-    kwargs["completion_ids"] = [tokenizer.encode(text, add_special_tokens=False) for text in flat]
-    kwargs["trainer_state"] = TrainerState(max_steps=cfg.grpo.max_steps)
-    kwargs["log_extra"] = lambda column, values: None
-    kwargs["log_metric"] = lambda name, value: None
+    kwargs = reward_kwargs_outside_training(cfg, tokenizer, {key: repeat(values) for key, values in columns.items()},
+                                            flat)
     return prompts, completions, kwargs, f"{len(completions)} completions of {len(texts)} prepared prompts"
+
+
+def reward_kwargs_outside_training(cfg: PipelineConfig, tokenizer: Any, columns: dict[str, list[Any]],
+                                   texts: list[str]) -> dict[str, Any]:
+    """The keywords of a reward call made before (or without) a trainer, by TRL's rule (rewards/trl_source.py):
+    the columns it passes, `completion_ids` of `texts`, a fresh `trainer_state` and `log_extra`/`log_metric`
+    that keep nothing. The check's probe and `grpo rewards` call rewards with these."""
+    from transformers import TrainerState  # lazy: transformers imports torch
+
+    trainer_objects = {"trainer_state": TrainerState(max_steps=cfg.grpo.max_steps),
+                       "log_extra": lambda column, values: None, "log_metric": lambda name, value: None}
+    return reward_call_kwargs(columns, removes_unused_columns(cfg), trainer_objects,
+                              [tokenizer.encode(text, add_special_tokens=False) for text in texts])
 
 
 def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
     """Call every reward function as the trainer will, on completions of the run's prepared prompts: a raise, a
-    wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did."""
+    wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did.
+    A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called."""
     prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
     try:
-        lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs)), prompts, completions, kwargs,
+        lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs), fresh=True), prompts, completions, kwargs,
                               timeout=cfg.grpo.reward_timeout)
     except RewardFailure as err:
-        raise ConfigError("reward_funcs", f"{err}. It was called before the model loads, as the trainer calls "
-                          f"it, on {what}. The contract: docs/rewards.md.") from None
+        removed = (" remove_unused_columns: true, so TRL passes the rewards no column of the dataset (it keeps "
+                   "only `prompt`); set remove_unused_columns: false (TRL's GRPO default) to pass them."
+                   if removes_unused_columns(cfg) else "")
+        raise ConfigError("reward_funcs", f"{str(err).rstrip('.')}. It was called before the model loads, as the "
+                          f"trainer calls it, on {what}.{removed} The contract: docs/rewards.md.") from None
     except ValueError as err:  # a name that does not resolve (validate() names it first in a run)
         raise ConfigError("reward_funcs", str(err)) from None
     return f"called on {what}: " + "; ".join(lines)

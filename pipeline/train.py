@@ -88,8 +88,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     # config (for the resolved backend), output_dir, packages, GPU (a GPU recipe is never trained on CPU by
     # accident), model, memory, data, resume: all before anything loads
     for check in run_checks(cfg, choice=choice):
-        if check.name == "memory" and not check.message.startswith("not estimated"):
-            _print(f"memory: {check.message}")  # the estimate, or the warning that it may not fit
+        if check.message.startswith("eval set") or check.name == "memory" and check.message[:13] != "not estimated":
+            _print(check.message if check.name == "eval" else f"memory: {check.message}")  # rows dropped; the estimate
     if "tensorboard" in cfg.grpo.reporters():
         _print(tensorboard_hint(cfg.grpo.output_dir))
     backend = load_backend(choice.name)
@@ -189,7 +189,7 @@ def _model(run: Run) -> None:
         system_prompt=cfg.data.system_prompt, chat_template=getattr(run.tokenizer, "chat_template", None),
         max_prompt_length=prepared.max_prompt_length, max_completion_length=prepared.max_completion_length,
         data_fingerprint=prepared.fingerprint, adapter_dir=run.output_dir / "lora",
-        prompt_format="standard" if prepared.report["prompt_format"]["standard"] else "conversational",
+        formats=prepared.report["prompt_format"],  # the system message the rows carried is the one recorded
     )
 
 
@@ -205,8 +205,8 @@ def _warm_up(run: Run) -> None:
 def _evaluate(run: Run, model) -> dict[str, Any]:
     # Through its module, looked up at the call: tests stop or interrupt a run there.
     return pipeline.infer.evaluate.evaluate_rows(run.backend.training_generator(model, run.tokenizer, run.cfg),
-                                                 run.tokenizer, run.eval_rows, run.cfg.data.system_prompt,
-                                                 run.prepared.max_completion_length)
+                                                 run.tokenizer, run.eval_rows, pipeline.infer.evaluate.eval_scorer(
+                                                     run.cfg, run.tokenizer), run.prepared.max_completion_length)
 
 
 def _eval_before(run: Run) -> None:

@@ -4,8 +4,9 @@ A reward function is called by TRL's `GRPOTrainer._calculate_rewards` (TRL 1.15)
 
     fn(prompts=..., completions=..., completion_ids=..., **kwargs) -> list[float | None]
 
-with one value per completion; kwargs carry the dataset's other columns (ours: `answer`, `id`,
-`prompt_tokens`, one entry per completion), `trainer_state`, `log_extra` and `log_metric` (docs/rewards.md).
+with one value per completion; kwargs carry the dataset's other columns (ours: `grpo_answer`, `grpo_id`, ...,
+one entry per completion), `trainer_state`, `log_extra` and `log_metric` (docs/rewards.md); which exactly is
+TRL's rule, read in one place (rewards/trl_source.py).
 
 `check_rewards` (the values one call returned) is the contract: a list (or tuple, or 1-D array) of exactly one
 int/float (numpy numbers included) or None per completion, every number finite. bools, strings, a scalar, a generator,
@@ -30,6 +31,7 @@ from typing import Any, Optional
 
 from env.text import excerpt, printable, shorten
 from rewards.deadline import RewardTimeout, reward_deadline
+from rewards.trl_source import trl_rule
 
 
 class RewardFailure(RuntimeError):
@@ -196,8 +198,6 @@ class SignalInterrupt(KeyboardInterrupt):
 # other way out, a KeyboardInterrupt that user code raised itself, SystemExit from a sys.exit(),
 # asyncio.CancelledError and a library's own BaseException subclasses included, fails only that reward.
 _NOT_A_REWARD_FAILURE = (SignalInterrupt, GeneratorExit)
-# TRL's keywords that are the trainer's own objects, not the batch: passed as they are, never copied.
-_TRAINER_KEYWORDS = frozenset({"trainer_state", "log_metric", "log_extra"})
 
 
 def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
@@ -211,7 +211,8 @@ def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[A
     >>> mine[0][0]["content"] = "rewritten"; completions[0][0]["content"]
     '18'
     """
-    columns = {key: (value if key in _TRAINER_KEYWORDS else copy.deepcopy(value)) for key, value in kwargs.items()}
+    trainer_objects = trl_rule()["trainer"]  # TRL's keywords that are the trainer's own objects, not the batch
+    columns = {key: (value if key in trainer_objects else copy.deepcopy(value)) for key, value in kwargs.items()}
     return copy.deepcopy(prompts), copy.deepcopy(completions), columns
 
 
@@ -280,9 +281,13 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
 
     def failure(err: BaseException, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> RewardFailure:
         if isinstance(err, TypeError) and not _accepts(func, kwargs):
+            withheld = [c for c in trl_rule()["not_columns"] if f"'{c}'" in str(err) and c not in kwargs]
+            why = (f" TRL never passes a dataset column named {', '.join(map(repr, withheld))} to a reward "
+                   "(GRPOTrainer._calculate_rewards leaves out prompt, completion and completion_ids): read "
+                   "`prompts` / `completions`, or rename the column." if withheld else "")
             return RewardFailure(name, f"cannot be called the way TRL calls it ({err}). Write it as "
                                  "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
-                                 f"{', '.join(sorted(kwargs))} (docs/rewards.md).")
+                                 f"{', '.join(sorted(kwargs))} (docs/rewards.md).{why}")
         index = _first_failing(func, prompts, completions, kwargs) if not is_async_reward(func) else None
         where = f" on {_sample(index, prompts, completions, kwargs)}" if index is not None else (
             f" on a batch of {len(completions)} completions (first: {_sample(0, prompts, completions, kwargs)})")

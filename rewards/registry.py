@@ -9,6 +9,7 @@ returned here keep their notebook `__name__` and dashboards match the notebook's
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import importlib.machinery
 import importlib.util
@@ -28,7 +29,8 @@ from rewards.format import (
     xmlcount_reward_func,
 )
 from rewards.language import language_consistency_reward_func
-from rewards.user_code import import_user_module, search_dirs, user_module_file
+from rewards.trl_source import trl_reward, trl_reward_names
+from rewards.user_code import beside_the_recipe, import_user_module, search_dirs, user_module_file
 
 RewardFunc = Callable[..., list]
 
@@ -63,12 +65,19 @@ DEFAULT_REWARDS: list[str] = ["xmlcount", "soft_format", "strict_format", "int",
 DEFAULT_REWARD_WEIGHTS: list[float] = [1.0] * len(DEFAULT_REWARDS)
 
 
-def _known_names() -> str:
-    return ", ".join(list(REWARD_FUNCS) + list(REWARD_ALIASES))
+def _known_names(unknown: str = "") -> str:
+    """Ours and TRL's (trl/scripts/grpo.py's registry, read from the installed TRL), with the nearest to `unknown`."""
+    ours, trls = list(REWARD_FUNCS) + list(REWARD_ALIASES), trl_reward_names()
+    nearest = difflib.get_close_matches(unknown, ours + trls, n=1) if unknown else []
+    return ((f"did you mean {nearest[0]!r}? " if nearest else "") + f"known: ours {', '.join(ours)}; "
+            f"TRL's (trl/scripts/grpo.py) {', '.join(trls)}")
 
 
-def resolve_reward(name: str | RewardFunc) -> RewardFunc:
-    """The reward function for a registry name, a notebook alias, or "module:function".
+def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
+    """The reward function for a registry name, a notebook alias, a name of TRL's registry (`accuracy_reward`,
+    `get_soft_overlong_punishment`: what `trl grpo --reward_funcs` takes, built as TRL builds it), or
+    "module:function" (or a dotted path). With `fresh`, a user's module is a separate instance of it
+    (rewards/user_code.py `import_user_module`): what the check calls leaves the run's module as never called.
 
     A callable is returned unchanged. Raises a plain ValueError (its message says the fix and
     names no config field; the config layer adds that) for an unknown name, a module that
@@ -80,26 +89,27 @@ def resolve_reward(name: str | RewardFunc) -> RewardFunc:
     True
     >>> resolve_reward("rewards.format:soft_format_reward_func").__name__
     'soft_format_reward_func'
-    >>> resolve_reward("trl.rewards.accuracy_reward").__name__
-    'accuracy_reward'
+    >>> resolve_reward("trl.rewards.accuracy_reward") is resolve_reward("accuracy_reward")
+    True
     """
     if callable(name):
         return name
     if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"{name!r} is not a reward name; known: {_known_names()}, "
-                         "or 'package.module:function'.")
+        raise ValueError(f"{name!r} is not a reward name; {_known_names()}; or 'package.module:function'.")
     key = name.strip()
     if key in REWARD_FUNCS:
         return REWARD_FUNCS[key]
     if key in REWARD_ALIASES:
         return REWARD_FUNCS[REWARD_ALIASES[key]]
+    if key in trl_reward_names():
+        return trl_reward(key)
     if ":" in key:
-        return _import_plugin(key)
+        return _import_plugin(key, fresh)
     if "." in key.strip("."):  # a dotted path, as TRL's docs and open-r1 write one: trl.rewards.accuracy_reward
         module_name, _, function = key.rpartition(".")
-        return _import_plugin(f"{module_name}:{function}")
-    raise ValueError(f"unknown reward {key!r}; known: {_known_names()}, "
-                     "or 'package.module:function' (or package.module.function) for your own.")
+        return _import_plugin(f"{module_name}:{function}", fresh)
+    raise ValueError(f"unknown reward {key!r}; {_known_names(key)}; or 'package.module:function' (or "
+                     "package.module.function) for your own.")
 
 
 def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
@@ -196,7 +206,7 @@ def check_reward_names(names: Sequence[str | RewardFunc]) -> None:
                              "the import path; put its .py file beside the recipe.")
 
 
-def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
+def get_reward_funcs(names: Sequence[str | RewardFunc], fresh: bool = False) -> list[RewardFunc]:
     """Resolve a list of reward names (see `resolve_reward`), in order, each under the name TRL logs it by.
 
     TRL names a reward by its `__name__` (`rewards/<name>/mean`, and its completions table); so do the
@@ -207,7 +217,8 @@ def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
     each of their means would be the two mixed. The function returned carries that name (a thin wrapper where
     the callable's own `__name__` differs).
 
-    Raises ValueError for a bare string (write a list), an empty list, or a reward listed
+    `fresh`: see `resolve_reward` (the check's probe). Raises ValueError for a bare string (write a list), an
+    empty list, or a reward listed
     twice (TRL would log both under the same name and weights would be ambiguous).
 
     >>> [f.__name__ for f in get_reward_funcs(["int", "correctness"])]
@@ -218,7 +229,7 @@ def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
                          f"write e.g. [{names!r}].")
     if not names:
         raise ValueError(f"the list is empty; use e.g. {DEFAULT_REWARDS}.")
-    funcs = [resolve_reward(n) for n in names]
+    funcs = [resolve_reward(n, fresh) for n in names]
     first_listed: dict[int, Any] = {}
     for name, func in zip(names, funcs):
         if id(func) in first_listed:
@@ -292,19 +303,19 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
     return checked
 
 
-def _import_plugin(spec: str) -> RewardFunc:
+def _import_plugin(spec: str, fresh: bool = False) -> RewardFunc:
     module_name, _, attr_path = spec.partition(":")
     if not module_name or not attr_path:
         raise ValueError(f"{spec!r} must look like 'package.module:function'.")
-    # Beside the recipe, then the working folder, then the import path; a file of the user's named like one of
-    # our packages (rewards.py) loads as theirs without replacing ours (rewards/user_code.py).
+    # The working folder, then the import path; a file of the user's named like one of our packages (rewards.py)
+    # loads as theirs without replacing ours (rewards/user_code.py).
     try:
-        obj: Any = import_user_module(module_name)
+        obj: Any = import_user_module(module_name, fresh)
     except ImportError as exc:
         where = ", ".join(str(d) for d in search_dirs())
         raise ValueError(f"cannot import module {module_name!r} for reward {spec!r} "
-                         f"({exc}); check the name and that it is beside the recipe or in the working folder "
-                         f"({where}), or on PYTHONPATH.") from exc
+                         f"({exc}); check the name and that it is in the working folder ({where}), or on "
+                         f"PYTHONPATH.{beside_the_recipe(module_name.partition('.')[0])}") from exc
     except BaseException as exc:  # noqa: BLE001 - a syntax error, a raise or a sys.exit() at import time
         if isinstance(exc, SignalInterrupt):  # a real Ctrl-C / SIGTERM while importing: the run's to handle
             raise

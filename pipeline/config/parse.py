@@ -38,7 +38,7 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
     remember_argv(argv)  # a Python caller's too (the commands' run_command did it already), before any message
     named = check_option_names(argv)
     path = config_path(argv)
-    set_recipe_dir(Path(path).parent if path is not None else None)  # reward modules beside the recipe
+    set_recipe_dir(Path(path).parent if path is not None else None)  # named when a module sits only there
     recipe = read_recipe(path) if path is not None else {}  # syntax errors and unknown keys, with file and line
     remember({**recipe, **(recipe_env(path) if path is not None else {})})
     named += list(recipe) + list(base or {})

@@ -21,7 +21,7 @@ from env.kept import code_hash, file_sha256, state_key, versions
 from pipeline.data.tokenizer import resolve_model_path
 
 # Bump when the prepared columns or the cleaning rules change, so old caches are not reused.
-DATA_FORMAT_VERSION = 3
+DATA_FORMAT_VERSION = 4
 # Files up to this size are hashed for the fingerprint (GSM8K train as JSONL is ~4 MB).
 CONTENT_HASH_MAX_BYTES = 64 * 1024 * 1024
 REPORT_IN_CACHE = "report.json"

@@ -85,9 +85,10 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top_p", type=float, default=None, help="default: gen_top_p (1.0)")
     parser.add_argument("--max_lora_rank", type=int, default=None, help="vLLM LoRA rank limit (default: manifest)")
     add_remote_code_argument(parser)
-    parser.add_argument("--system_prompt", default=None,
-                        help="override the manifest's system prompt; required for an adapter that carries no "
-                             "grpo_adapter.json and has no manifest.json beside it")
+    parser.add_argument("--system_prompt", "--system", default=None,
+                        help="override the system prompt the adapter records (the one its training rows carried); "
+                             "required for an adapter that carries no grpo_adapter.json and has no manifest.json "
+                             "beside it")
 
 
 def add_remote_code_argument(parser: argparse.ArgumentParser) -> None:
@@ -175,6 +176,8 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     max_tokens = _max_tokens(args, gen, manifest)
     # The first one given, an empty string included: "" trains (and so generates) without a system message.
     system_prompt = given(args.system_prompt, (manifest or {}).get("system_prompt"), DEFAULT_SYSTEM_PROMPT)
+    if args.system_prompt is None and (manifest or {}).get("system_prompt_note"):
+        print(f"note: {manifest['system_prompt_note']}", file=sys.stderr)
 
     flat = dict((manifest or {}).get("config") or {})
     flat.update(model_name_or_path=base_model, backend=args.backend, max_lora_rank=_max_lora_rank(args, manifest),

@@ -26,7 +26,7 @@ from pipeline.demo.registry import builtin_model
 MANIFEST_NAME = "manifest.json"
 ADAPTER_METADATA_NAME = "grpo_adapter.json"
 # What generate/eval/export need from a run; copied into the adapter folder itself.
-ADAPTER_METADATA_KEYS = ("base_model", "backend", "system_prompt", "chat_template",
+ADAPTER_METADATA_KEYS = ("base_model", "backend", "system_prompt", "system_prompt_note", "chat_template",
                          "max_prompt_length", "max_completion_length", "max_seq_length", "max_lora_rank")
 RECORDED_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "unsloth_zoo",
                      "vllm", "bitsandbytes")
@@ -48,15 +48,20 @@ def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
 
 def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, system_prompt: str,
                    chat_template: Optional[str], max_prompt_length: int, max_completion_length: int,
-                   data_fingerprint: str, adapter_dir: Path, prompt_format: str = "conversational") -> dict[str, Any]:
+                   data_fingerprint: str, adapter_dir: Path, formats: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """`formats` is the data report's prompt_format (pipeline/data/columns.py prompt_formats): the system prompt
+    recorded is the one the training rows carried (`system_message`), not the configured `system_prompt`,
+    which only stands in for a report without one."""
+    formats = formats or {}
     return {
         # "standard" (TRL's text prompts, given to the model as written) or "conversational" (chats through the
         # chat template): `grpo generate` prompts the model as it was trained.
-        "prompt_format": prompt_format,
+        "prompt_format": "standard" if formats.get("standard") else "conversational",
         "base_model": recorded_base(base_model),
         "backend": backend,
         "adapter_dir": str(adapter_dir),
-        "system_prompt": system_prompt,
+        "system_prompt": formats.get("system_message", system_prompt),
+        "system_prompt_note": formats.get("system_message_note", ""),
         "chat_template": chat_template,
         "max_prompt_length": max_prompt_length,
         "max_completion_length": max_completion_length,
