@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import socket
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -105,8 +106,6 @@ def _value(recipe: Mapping[str, Any], name: str) -> str:
 
 def _store(environ: Mapping[str, str], timeout_s: float) -> Any:
     """A client of the launcher's TCPStore (torchrun's agent hosts it at MASTER_ADDR:MASTER_PORT)."""
-    from datetime import timedelta
-
     import torch.distributed as dist  # lazy: torch
 
     return dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False,
