@@ -90,6 +90,8 @@ if __name__ == "__main__":
     callbacks = [DumpTrainableWeights(out)] + ([WaitToBeKilled(out, 2)] if mode == "hang-after-checkpoint" else [])
     cfg = demo_config(out / "run", max_steps=3, save_steps=100 if failing else 2, num_generations=4,
                       per_device_train_batch_size=4, reward_funcs=rewards, learning_rate=1e-2,
-                      resume="auto" if mode == "resume" else "never")
+                      resume="auto" if mode == "resume" else "never",
+                      # the format warm-up too (every process trains it; one writes warmup/, a resume reuses it)
+                      sft_warmup_steps=0 if failing else 2)
     result = run_training(cfg, callbacks=callbacks)
     print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}: {result.status} after {result.steps} steps")
