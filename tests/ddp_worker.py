@@ -92,6 +92,8 @@ if __name__ == "__main__":
                       per_device_train_batch_size=4, reward_funcs=rewards, learning_rate=1e-2,
                       resume="auto" if mode == "resume" else "never",
                       # the format warm-up too (every process trains it; one writes warmup/, a resume reuses it)
-                      sft_warmup_steps=0 if failing else 2)
+                      sft_warmup_steps=0 if failing else 2,
+                      # and the evals before and after, on a few held-out problems (the main process measures them)
+                      eval_before=not failing, eval_after=not failing, eval_limit=4)
     result = run_training(cfg, callbacks=callbacks)
     print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}: {result.status} after {result.steps} steps")

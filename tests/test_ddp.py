@@ -89,13 +89,14 @@ def _seen(folder: Path) -> dict[int, list[str]]:
 
 def test_two_machines_train_are_killed_resume_and_agree(tmp_path, monkeypatch):
     """2 machines x 1 process (configs/accelerate/cpu_2machines.yaml: gloo, 127.0.0.1, machine_rank 0 and 1):
-    a 2-step format warm-up, checkpoint-2, SIGKILL, resume to step 3. The ranks end with identical adapters, only rank 0 wrote the run folder
+    a 2-step format warm-up, an eval before, checkpoint-2, SIGKILL, resume to step 3 (and an eval after). The ranks end with identical adapters, only rank 0 wrote the run folder
     (rank 1: its own RNG state in the checkpoint, as transformers saves it, and the check's writability probe), and the prompts of each step, over both
     ranks and both launches, are those of one process training the same global batch (8 completions)."""
     _two_machines(tmp_path, "hang-after-checkpoint", until="checkpoint-2 saved, waiting to be killed")
     assert (tmp_path / "run" / "checkpoint-2" / "trainer_state.json").is_file()
     assert not (tmp_path / "run" / "lora").exists()
     assert (tmp_path / "run" / "warmup" / "adapter_config.json").is_file()  # one writer: the run went on
+    assert (tmp_path / "run" / "eval_before.json").is_file()
     outputs = _two_machines(tmp_path, "resume")
     assert "rank 0 of 2: completed after 3 steps" in outputs[0], outputs[0][-4000:]
     assert "rank 1 of 2: completed after 3 steps" in outputs[1], outputs[1][-4000:]
