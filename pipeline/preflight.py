@@ -1,5 +1,5 @@
-"""Checks that run before anything heavy loads: config, output folder, packages, GPU, model, memory, resume,
-data, eval set, warm-up, rewards, LoRA targets.
+"""Checks that run before anything heavy loads: the nodes started alike, config, output folder, packages, GPU,
+model, memory, resume, data, eval set, warm-up, rewards, LoRA targets.
 
 `run_checks` is the contract of `grpo train --check`: the run calls the same function before the model loads
 (the first failure ends it with one message, exit 2), so when `--check` passes, the run does not fail for any
@@ -48,6 +48,7 @@ from pipeline.run.checkpoints import (
     previous_run_entries,
 )
 from pipeline.run.checkpoint_contents import contents_problem
+from pipeline.run.nodes import check_nodes
 from pipeline.run.resume import data_mismatch, resume_mismatch
 from pipeline.trainer.build import check_effective_config, check_grpo_config
 from rewards import get_reward_funcs
@@ -356,6 +357,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
     data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg)]
     steps: list[tuple[str, Callable[[], Any]]] = [
+        # first: a node started with another recipe or code is named on every node before any check can differ
+        ("nodes", lambda: check_nodes(cfg)),
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         ("trl", after_backend(lambda: check_grpo_config(cfg, (choice or choose_backend(
             cfg.model.backend, cfg.model.fast_inference)).name))),  # TRL's own validation of its config

@@ -211,7 +211,7 @@ def _evaluate(run: Run, model) -> dict[str, Any]:
 
 def _eval_before(run: Run) -> None:
     cfg, output_dir, prepared = run.cfg, run.output_dir, run.prepared
-    if not (cfg.eval.eval_before and run.eval_rows):
+    if not (cfg.eval.eval_before and run.eval_rows) or not _is_main_process():  # one measure, one writer
         return
     # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on, when
     # every input it was measured from is the same (env/kept.py; the eval rows' content included).

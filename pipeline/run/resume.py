@@ -10,6 +10,8 @@ the schedule changes a resume applies (max_steps), said and recorded in summary.
 
 from __future__ import annotations
 
+import contextlib
+
 import dataclasses
 import json
 import os
@@ -93,6 +95,23 @@ def load_every_adapter(trainer) -> None:
     trainer._load_from_checkpoint = load_with_top_level
 
 
+@contextlib.contextmanager
+def plain_cpu_device(args):
+    """`args.device` as `cpu` while a checkpoint's optimizer loads. Several CPU processes (gloo) train on
+    accelerate's `cpu:<local rank>`, which transformers 5.17 passes to torch.load as map_location for a world size
+    above 1, and torch 2.13 cannot restore a storage to `cpu:0` ("don't know how to restore data location"): every
+    resume of a multi-process CPU run failed there. A GPU's `cuda:N` is left alone."""
+    device = args.device
+    if device.type != "cpu" or device.index is None:
+        yield
+        return
+    args.__dict__["_setup_devices"] = type(device)("cpu")  # the cached_property behind args.device
+    try:
+        yield
+    finally:
+        args.__dict__["_setup_devices"] = device
+
+
 def follow_the_rebuilt_schedule(trainer) -> None:
     """Make a resume train its first step at the rate of the schedule the Trainer built for this run.
 
@@ -107,7 +126,8 @@ def follow_the_rebuilt_schedule(trainer) -> None:
     load = type(trainer)._load_optimizer_and_scheduler
 
     def load_then_follow(checkpoint):
-        load(trainer, checkpoint)
+        with plain_cpu_device(trainer.args):
+            load(trainer, checkpoint)
         scheduler = getattr(trainer, "lr_scheduler", None)
         lambdas = getattr(scheduler, "lr_lambdas", None)
         if checkpoint is None or not lambdas or trainer.optimizer is None:
