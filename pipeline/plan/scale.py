@@ -65,7 +65,7 @@ def scale_plan(cfg: PipelineConfig, card: Card, gpus: int, nodes: int) -> ScaleP
     processes = training_processes(cfg, gpus, nodes)
     server = cfg.model.vllm_mode == "server"
     plain = cfg.replace(backend="plain")
-    validate(plain, n_processes=processes, backend="plain", run_user_code=False)  # the batch arithmetic of `processes` processes
+    validate(plain, n_processes=processes, backend="plain", run_user_code=False)  # batch arithmetic for `processes`
     g = plain.grpo
     notes = []
     if cfg.model.backend != "plain" and gpus * nodes > 1:
