@@ -6,7 +6,7 @@ transformers: min_new_tokens = max_new_tokens), in the same dtype, in alternatin
 ...) so that a machine slowing down affects both. Printed: every round's tokens/s, the medians and their ratio.
 The engine's start (import, build) is timed apart and left out of the rates, as a training run pays it once.
 
-    python bench/vllm_cpu.py                                   # the built-in tiny-demo-vllm, 4 prompts x 8, 64 tokens
+    python bench/vllm_cpu.py                   # the built-in tiny-demo-vllm, 4 prompts x 8, 64 tokens
     python bench/vllm_cpu.py --model /path/to/Qwen2.5-0.5B-Instruct --tokens 128 --rounds 3
 """
 
