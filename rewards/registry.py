@@ -137,7 +137,10 @@ def _is_correctness(name: str | RewardFunc) -> Optional[bool]:
     module, _, function = key.partition(":") if ":" in key else key.rpartition(".")
     if not module or not function:
         return False  # not a reward name at all: validate() names it
-    return is_correctness_in_source(module_source(module), function)
+    source = module_source(module)
+    if source is None:
+        return False  # no such module: validate() names it (the docstring's rule)
+    return is_correctness_in_source(source, function)
 
 
 def module_source(module_name: str) -> Optional[Path]:

@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.config import SECTIONS, ConfigError, from_mapping, parse_config, validate
 from pipeline.config.pipeline_config import list_fields
-from pipeline.preflight import check_lora_targets, model_module_types
+from pipeline.data.lora_targets import check_lora_targets, model_module_types
 
 # A valid lone value for each list field (the item type decides).
 LONE = {str: "norm", float: 2.0}

@@ -1,0 +1,69 @@
+"""Do the LoRA settings name modules this model has? From the architecture alone: no weights are read.
+
+The check before load (pipeline/preflight.py) asks it, so a typo in `lora_target_modules` or `lora_modules_to_save`
+is exit 2 listing the names the model has, not peft's error after the model loaded.
+"""
+
+from __future__ import annotations
+
+from env.text import excerpt
+from pipeline.config import ConfigError, PipelineConfig
+from pipeline.data.tokenizer import resolve_model_path
+
+# The module classes peft's LoRA can adapt (peft.tuners.lora.model LoraModel._create_new_module dispatchers).
+LORA_MODULE_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1D")
+
+
+def model_module_types(name: str, trust_remote_code: bool = False) -> dict[str, str]:
+    """Every module path of the model -> its class name, from the architecture alone: the config read from the
+    built-in folder, a local folder or the HF cache (else downloaded: config.json only), the model built on the
+    meta device (accelerate's `init_empty_weights`), so no weights are read or allocated."""
+    # lazy: accelerate and transformers import torch (after the backend's prepare_environment)
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    def read_config(local_only: bool):
+        return AutoConfig.from_pretrained(resolve_model_path(name), trust_remote_code=trust_remote_code,
+                                          local_files_only=local_only)
+
+    try:
+        try:  # a local folder or the HF cache first: no network round-trip for a model already here
+            config = read_config(local_only=True)
+        except OSError:
+            config = read_config(local_only=False)  # config.json only
+        with init_empty_weights():
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as err:  # no config.json, an architecture transformers lacks
+        raise ConfigError("model_name_or_path", f"cannot read the architecture of {name} ({type(err).__name__}: "
+                          f"{err}). Point at a causal-LM model folder or hub id, e.g. unsloth/Qwen2.5-1.5B-Instruct."
+                          ) from None
+    return {path: type(module).__name__ for path, module in model.named_modules() if path}
+
+
+def _matches(target: str, path: str) -> bool:
+    """peft's suffix rule (peft.tuners.tuners_utils.check_target_module_exists): the name or a `.name` tail."""
+    return path == target or path.endswith("." + target)
+
+
+def check_lora_targets(cfg: PipelineConfig) -> str:
+    """Each `lora_target_modules` entry names LoRA-capable modules of this model, and each
+    `lora_modules_to_save` entry names a module it has; otherwise refused, listing the names it has."""
+    lo = cfg.lora
+    types = model_module_types(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+    adaptable = sorted({path.rsplit(".", 1)[-1] for path, kind in types.items() if kind in LORA_MODULE_TYPES})
+    for target in lo.lora_target_modules:
+        kinds = sorted({kind for path, kind in types.items() if _matches(str(target), path)})
+        if not kinds:
+            raise ConfigError("lora_target_modules", f"{cfg.model.model_name_or_path} has no module named "
+                              f"{excerpt(target)}. Its layers LoRA can adapt: {', '.join(adaptable)}.")
+        if not set(kinds) & set(LORA_MODULE_TYPES):
+            raise ConfigError("lora_target_modules", f"{excerpt(target)} names {', '.join(kinds)} modules, which LoRA "
+                              f"cannot adapt; name their layers instead: {', '.join(adaptable)}.")
+    names = sorted({path.rsplit(".", 1)[-1] for path in types})
+    for target in lo.lora_modules_to_save:
+        # peft's rule here (peft.utils.other._set_trainable) is a plain suffix: `layernorm` takes input_layernorm
+        if not any(path.endswith(str(target)) for path in types):
+            raise ConfigError("lora_modules_to_save", f"{cfg.model.model_name_or_path} has no module named "
+                              f"{excerpt(target)}. Its module names: {', '.join(names)}.")
+    saved = f"; trained in full: {', '.join(map(str, lo.lora_modules_to_save))}" if lo.lora_modules_to_save else ""
+    return f"LoRA on {', '.join(map(str, lo.lora_target_modules))}{saved} (all found in the model)"
