@@ -7,10 +7,11 @@ is a flat YAML mapping. Imports no torch, transformers or trl.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from env.text import shorten
+from pipeline.config.field_help import _help
 from rewards import DEFAULT_REWARDS as DEFAULT_REWARD_FUNCS  # the notebook's order (light import: no torch)
 from rewards.format import FORMAT_SYSTEM_PROMPT
 
@@ -48,36 +49,6 @@ MIN_SAMPLING_TEMPERATURE = 1e-5
 # Adam moves each weight by about learning_rate per step; at 1 a step is already larger than a LoRA weight itself
 # (A starts around 1/sqrt(r), B at 0), so the loss is NaN within a few steps. The upper bound of every rate.
 MAX_LEARNING_RATE = 1.0
-
-
-def _help(text: str, *, gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
-          le: Optional[float] = None, why: str = "", choices: tuple[str, ...] = (), trl: bool | str = False,
-          **kw) -> Any:
-    """A field with its help text and the rules `check_field_values` enforces: bounds for numbers (`why`: the
-    reason, said when a value is refused), `choices` for a choice field. `trl=True` forwards the field to
-    trl.GRPOConfig under its own name (`trl="name"`: under TRL's name), so a new TRL setting is one declaration
-    here."""
-    made = field(metadata={"help": text}, **kw)
-    rules: dict[str, Any] = {key: value for key, value in (("gt", gt), ("ge", ge), ("lt", lt), ("le", le))
-                             if value is not None}
-    if why:
-        rules["why"] = why
-    if choices:
-        rules["choices"] = tuple(choices)
-    if trl:
-        rules["trl"] = trl
-    # Beside the metadata, not in it: HfArgumentParser passes every metadata key to argparse, whose own
-    # `choices` check would refuse `--vllm_standby True` and print a usage dump instead of our one-line fix.
-    _FIELD_RULES[id(made)] = rules
-    return made
-
-
-_FIELD_RULES: dict[int, dict[str, Any]] = {}
-
-
-def field_rules(f: dataclasses.Field) -> dict[str, Any]:
-    """The rules `_help` declared for a dataclass field: gt/ge/lt/le, choices, trl."""
-    return _FIELD_RULES.get(id(f), {})
 
 
 @dataclass
@@ -262,6 +233,17 @@ class GRPOArguments:
                                     default_factory=lambda: list(DEFAULT_REWARD_FUNCS))
     reward_weights: Optional[list[float]] = _help("One weight per reward function; None = all 1.0.",
                                                   default=None)
+    # TRL's trainer arguments for agents (not GRPOConfig fields): user code, resolved by pipeline/trainer/agents.py
+    tools: list[str] = _help(
+        "TRL's tools: functions the model may call in its rollouts, as module:function or dotted paths (found as "
+        "reward modules are); each with type hints and a Google-style docstring. docs/agents.md.",
+        default_factory=list)
+    environment_factory: Optional[str] = _help(
+        "TRL's environment_factory: module:Class (reset, tool methods, optionally get_reward), or a mapping "
+        "name -> module:Class (YAML, or JSON on the command line) picked by each row's `environment` column.",
+        default=None)
+    rollout_func: Optional[str] = _help("TRL's rollout_func: module:function that generates the completions.",
+                                        default=None)
     resume: str = _help("auto | never | PATH: auto resumes from the newest complete checkpoint in output_dir.",
                         default="auto")
     vllm_sampling_params: Optional[str] = _help(
