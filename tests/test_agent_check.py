@@ -71,7 +71,8 @@ def test_what_passes_is_said(tokenizers, tmp_path):
                            environment_factory=COUNTER_AND_NOTES, rollout_func="agent_helpers:fixed_rollout")
     said = check_agents(cfg, tokenizers["qwen"], training_set(environment="notes"))
     assert said == ("tools: add, lookup; environment count: Counter (tools bump; its get_reward is a reward); "
-                    "environment notes: Notes (tools write); the chat template renders them; rollout_func fixed_rollout")
+                    "environment notes: Notes (tools write); the chat template renders them; "
+                    "rollout_func fixed_rollout")
     assert check_agents(tiny_qwen_config(tmp_path), tokenizers["qwen"], training_set()) == \
         "no tools, environment_factory or rollout_func"
 

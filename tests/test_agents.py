@@ -12,6 +12,7 @@ import pytest
 
 from agent_helpers import forced_text_bias, tool_call_text
 from pipeline.assets import load_qwen_tokenizer
+from pipeline.run.manifest import ADAPTER_METADATA_NAME
 from pipeline.train import run_training
 from train_helpers import tiny_qwen_config
 
@@ -51,7 +52,8 @@ def tools_run(tmp_path_factory, env_patch):
     forced = tool_call_text(("add", {"a": 2, "b": 3}), ("lookup", {"key": "k"}), ("bump", {"by": 2}))
     return train_with(tmp_path_factory, env_patch, "tools", forced,
                       tools=["agent_helpers:add", "agent_helpers.lookup"], environment_factory="agent_helpers:Counter",
-                      max_tool_calling_iterations=1, reward_funcs=["train_helpers:digit_share_reward"])
+                      max_tool_calling_iterations=1, reward_funcs=["train_helpers:digit_share_reward"],
+                      max_completion_length="192")  # room for the second turn's calls, which the cap leaves unrun
 
 
 def test_sync_and_async_tools_and_an_environment_with_get_reward_run_in_trls_tool_loop(tools_run):
@@ -65,6 +67,19 @@ def test_sync_and_async_tools_and_an_environment_with_get_reward_run_in_trls_too
     assert [c["count"] for c in seen if c.get("event") == "get_reward"] == [2, 2]
     assert step["rewards/Counter/mean"] == 2.0  # get_reward, logged under the class name, weight 1
     assert step["tools/call_frequency"] == 3.0 and step["tools/failure_frequency"] == 0.0
+    assert step["tools/max_iterations_share"] == 1.0  # the steered model asks again after its one allowed round
+
+
+def test_the_records_name_the_tools_and_environments(tools_run):
+    _, _, _, run_dir = tools_run
+    effective = json.loads((run_dir / "effective_config.json").read_text())
+    assert effective["agents"] == {"tools": ["agent_helpers:add", "agent_helpers.lookup"],
+                                   "environment_factory": "agent_helpers:Counter",
+                                   "tools_offered": ["add", "bump", "lookup"]}
+    assert effective["fields"]["max_tool_calling_iterations"]["value"] == 1
+    adapter = json.loads((run_dir / "lora" / ADAPTER_METADATA_NAME).read_text())
+    assert adapter["config"]["tools"] == ["agent_helpers:add", "agent_helpers.lookup"]
+    assert adapter["config"]["environment_factory"] == "agent_helpers:Counter"
 
 
 @pytest.fixture(scope="module")
