@@ -84,3 +84,23 @@ def test_grpo_train_check_refuses_a_bad_tool_with_exit_2_and_no_traceback(tmp_pa
     code, out = run_cli(["train", "--config", str(recipe), "--check"], capsys)
     assert code == 2 and "Traceback" not in out
     assert "untyped (agent_helpers:untyped)" in out and "type hint" in out
+
+
+def test_the_docs_examples_pass_the_check_and_work(tokenizers, tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "agents.md").read_text(encoding="utf-8")
+    tools_code, env_code = re.findall(r"^```python\n(.*?)^```", doc, flags=re.S | re.M)
+    (tmp_path / "calc_tools.py").write_text(tools_code)
+    (tmp_path / "counter_env.py").write_text(env_code)
+    monkeypatch.chdir(tmp_path)
+    cfg = tiny_qwen_config(tmp_path / "run", tools=["calc_tools:calculator"], environment_factory="counter_env:Counter")
+    said = check_agents(cfg, tokenizers["qwen"], training_set())
+    assert said.startswith("tools: calculator; environment Counter (tools bump; its get_reward is a reward)")
+    from calc_tools import calculator
+    from counter_env import Counter
+
+    env = Counter()
+    assert env.reset(answer="3") == " (reach 3 with the `bump` tool)" and env.bump(3) == 3 and env.get_reward() == 1.0
+    assert calculator(2, "*", 3) == 6
