@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_helpers import forced_text_bias, tool_call_text
+from agent_helpers import add, forced_text_bias, tool_call_text
 from pipeline.assets import load_qwen_tokenizer
 from pipeline.run.manifest import ADAPTER_METADATA_NAME
 from pipeline.train import run_training
@@ -119,3 +119,19 @@ def test_rollout_func_generates_the_completions_and_its_extra_fields_reach_the_r
     assert [c for c in seen if "rollout" in c][0] == {"rollout": "fixed_rollout", "prompts": 2, "completions": 2}
     assert {"reward": "saw_rollout_source", "rollout_source": ["fixed"]} in seen
     assert step["rewards/saw_rollout_source/mean"] == 1.0  # "<answer>k</answer>": one digit each
+
+
+def test_export_keeps_the_chat_templates_tool_support(tools_run, tmp_path, capsys):
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import supports_tool_calling
+
+    from cli_helpers import run_cli
+
+    _, _, _, run_dir = tools_run
+    code, out = run_cli(["export", "--lora", str(run_dir / "lora"), "--to", "merged16", "--out",
+                         str(tmp_path / "merged"), "--backend", "plain"], capsys)
+    assert code == 0, out
+    exported = AutoTokenizer.from_pretrained(str(tmp_path / "merged"))
+    assert supports_tool_calling(exported)
+    rendered = exported.apply_chat_template([{"role": "user", "content": "2+3?"}], tools=[add], tokenize=False)
+    assert '"name": "add"' in rendered and "<tools>" in rendered
