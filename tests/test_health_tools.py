@@ -1,6 +1,6 @@
 """Health sees a tool run's turns: the garbled and repetition measures score the model's own turns, not a tool's
 output; the share of rollouts that ended at max_tool_calling_iterations is logged; a rule warns when no rollout has
-called a tool after no_tool_call_steps logged steps."""
+called a tool after first_tool_call_steps logged steps."""
 
 from __future__ import annotations
 
@@ -46,17 +46,17 @@ def test_the_share_of_rollouts_ended_at_max_tool_calling_iterations_is_logged():
 
 
 def test_a_warning_when_no_rollout_has_called_a_tool_after_n_steps():
-    callback = HealthCallback(HealthArguments(no_tool_call_steps=3), beta=0.0)
+    callback = HealthCallback(HealthArguments(first_tool_call_steps=3), beta=0.0)
     for step in range(1, 6):
         control = callback.on_log(None, TrainerState(global_step=step), TrainerControl(),
                                   logs={"loss": 0.1, TOOL_CALL_FREQUENCY: 0.0})
         assert not control.should_training_stop
     assert len(callback.warnings) == 1 and callback.warnings[0].startswith("step 3: no rollout has called a tool")
     assert "sft_warmup_steps" in callback.warnings[0]
-    called = HealthCallback(HealthArguments(no_tool_call_steps=3), beta=0.0)
+    called = HealthCallback(HealthArguments(first_tool_call_steps=3), beta=0.0)
     for step, frequency in enumerate([0.0, 0.5, 0.0, 0.0], start=1):
         called.on_log(None, TrainerState(global_step=step), TrainerControl(),
                       logs={"loss": 0.1, TOOL_CALL_FREQUENCY: frequency})
-    untooled = HealthCallback(HealthArguments(no_tool_call_steps=1), beta=0.0)
+    untooled = HealthCallback(HealthArguments(first_tool_call_steps=1), beta=0.0)
     untooled.on_log(None, TrainerState(global_step=1), TrainerControl(), logs={"loss": 0.1})
     assert called.warnings == [] and untooled.warnings == []

@@ -322,7 +322,7 @@ class HealthArguments:
         choices=("stop", "rollback"))
     rollback_lr_factor: float = _help("Learning-rate factor applied at each rollback.", default=0.5, gt=0, lt=1)
     max_rollbacks: int = _help("Rollbacks allowed in one run; the next collapse stops it.", default=2, ge=1)
-    no_tool_call_steps: int = _help(
+    first_tool_call_steps: int = _help(
         "With tools or an environment: warn when no rollout has called a tool in this many logged steps (TRL's "
         "tools/call_frequency stays 0: the model may not know the call format); 0 = off.", default=10, ge=0)
     sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0, ge=0)

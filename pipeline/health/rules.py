@@ -23,7 +23,7 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
      sampling/sampling_logp_difference/mean or |log importance_sampling_ratio/mean| above STALE_LOGP_GAP on
      each of the last STALE_ROLLOUT_WINDOW logged steps, or the rollout probe finding the engine on an older
      step's weights: `stale_rollout_action` (warn by default; pipeline/health/stale.py), naming the likely causes;
-   - with tools: no rollout called one in `no_tool_call_steps` logged steps: a warning (pipeline/health/tools.py);
+   - with tools: no rollout called one in `first_tool_call_steps` logged steps: a warning (pipeline/health/tools.py);
    - `adaptive_beta`: after each logged kl, move the trainer's beta toward `kl_target`
      (x1.5 when kl > 1.5 x target, /1.5 when kl < target / 1.5, clipped to
      [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
@@ -169,7 +169,7 @@ class HealthCallback(TrainerCallback):
         self._detectors = [("flat_reward", s.flat_reward_action, lambda logs, step: self._flat.check(logs)),
                            ("hacking", s.hacking_action, self._hacking.check),
                            ("stale_rollout", s.stale_rollout_action, self._stale.check),
-                           ("no_tool_calls", "warn", NoToolCalls(s.no_tool_call_steps).check)]
+                           ("no_tool_calls", "warn", NoToolCalls(s.first_tool_call_steps).check)]
         self.rollout_probe: RolloutProbe | None = None  # set by pipeline/trainer/build.py when an engine is separate
 
     def attach(self, trainer: Any) -> HealthCallback:
