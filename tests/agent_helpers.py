@@ -11,6 +11,8 @@ import asyncio
 import json
 import os
 
+from bench.agent_tools import forced_text_bias, tool_call_text  # noqa: F401 (the tests' steering, shared)
+
 
 def _note(**record) -> None:
     path = os.environ.get("AGENT_CALLS")
@@ -150,18 +152,3 @@ def saw_rollout_source(completions, rollout_source=None, **kwargs) -> list[float
     _note(reward="saw_rollout_source", rollout_source=sorted(set(rollout_source or [])))
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
     return [float(sum(ch.isdigit() for ch in t)) for t in texts]
-
-
-def forced_text_bias(tokenizer, text: str, eos: bool = True) -> list:
-    """TRL's `generation_kwargs.sequence_bias` that makes any model write `text` (then end its turn): every
-    prefix of its token ids is biased, longer ones more, so the longest prefix written so far decides the next
-    token. A random model then calls tools the way a trained one would; generation itself is real."""
-    ids = tokenizer.encode(text, add_special_tokens=False) + ([tokenizer.convert_tokens_to_ids("<|im_end|>")]
-                                                              if eos else [])
-    return [[ids[:k], 1000.0 * k] for k in range(1, len(ids) + 1)]
-
-
-def tool_call_text(*calls: tuple[str, dict]) -> str:
-    """Qwen2.5's tool-call format for the given (name, arguments)."""
-    return "\n".join(f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
-                     for name, args in calls)
