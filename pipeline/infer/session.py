@@ -44,6 +44,7 @@ from pipeline.config.values import check_generation_temperature
 from pipeline.data import model_check
 from pipeline.data.tokenizer import resolve_model_path
 from pipeline.run.manifest import ADAPTER_METADATA_NAME, MANIFEST_NAME, find_manifest, other_base
+from pipeline.trainer.agents import agents_not_run
 
 DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
 
@@ -208,6 +209,8 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     flat.update(model_name_or_path=base_model, backend=args.backend, max_lora_rank=_max_lora_rank(args, manifest),
                 system_prompt=system_prompt)
     cfg = from_mapping(flat)
+    if agents_not_run(cfg, "grpo generate / grpo eval"):  # an adapter trained with tools
+        print(f"[grpo] {agents_not_run(cfg, 'grpo generate / grpo eval')}", file=sys.stderr)
     choice = choose_backend(args.backend, cfg.model.fast_inference)
     if choice.name == "unsloth" and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path

@@ -68,6 +68,23 @@ def agent_names(cfg: PipelineConfig) -> dict[str, Any]:
     return names
 
 
+def agents_not_run(cfg: PipelineConfig, command: str) -> Optional[str]:
+    """The line a command that does not run TRL's tool loop yet prints when the config (or the adapter's record)
+    names tools, environments or a rollout_func: said, never dropped in silence. None when none is named.
+
+    >>> agents_not_run(PipelineConfig().replace(tools=["calc:add"]), "grpo generate")[:65]
+    "note: grpo generate does not run the tool loop yet (tools: ['calc"
+    >>> agents_not_run(PipelineConfig(), "grpo generate") is None
+    True
+    """
+    names = agent_names(cfg)
+    if not names:
+        return None
+    said = "; ".join(f"{key}: {value}" for key, value in names.items())
+    return (f"note: {command} does not run the tool loop yet ({said}): the model answers in one turn, without "
+            "calling tools; docs/agents.md")
+
+
 @dataclass(frozen=True)
 class Agents:
     """The resolved objects: tools (functions), environments ({None: factory} for TRL's single form, {name: factory}
