@@ -104,3 +104,30 @@ def test_the_docs_examples_pass_the_check_and_work(tokenizers, tmp_path, monkeyp
     env = Counter()
     assert env.reset(answer="3") == " (reach 3 with the `bump` tool)" and env.bump(3) == 3 and env.get_reward() == 1.0
     assert calculator(2, "*", 3) == 6
+
+
+def test_the_options_are_read_from_yaml_and_the_command_line_with_trls_meaning(tmp_path):
+    from pipeline.config import parse_config
+    from pipeline.trainer.agents import agent_names, resolve_agents
+
+    recipe = tmp_path / "agent.yaml"
+    recipe.write_text("tools: [agent_helpers:add, agent_helpers.lookup]\n"
+                      "environment_factory: {count: agent_helpers:Counter, notes: agent_helpers:Notes}\n"
+                      "rollout_func: agent_helpers:fixed_rollout\nmax_tool_calling_iterations: 3\n")
+    from_yaml = parse_config(["--config", str(recipe)])
+    from_cli = parse_config(["--tools", "agent_helpers:add", "agent_helpers.lookup", "--environment_factory",
+                             '{"count": "agent_helpers:Counter", "notes": "agent_helpers:Notes"}',
+                             "--rollout_func", "agent_helpers:fixed_rollout", "--max_tool_calling_iterations", "3"])
+    for cfg in (from_yaml, from_cli):
+        assert agent_names(cfg) == {"tools": ["agent_helpers:add", "agent_helpers.lookup"],
+                                    "environment_factory": {"count": "agent_helpers:Counter",
+                                                            "notes": "agent_helpers:Notes"},
+                                    "rollout_func": "agent_helpers:fixed_rollout"}
+        assert int(cfg.trl["max_tool_calling_iterations"]) == 3
+        kwargs = resolve_agents(cfg).trainer_kwargs()  # what trl.GRPOTrainer is handed
+        assert [t.__name__ for t in kwargs["tools"]] == ["add", "lookup"]
+        assert {k: v.__name__ for k, v in kwargs["environment_factory"].items()} == {"count": "Counter",
+                                                                                   "notes": "Notes"}
+        assert kwargs["rollout_func"].__name__ == "fixed_rollout"
+    single = parse_config(["--environment_factory", "agent_helpers:Counter"])
+    assert resolve_agents(single).trainer_kwargs()["environment_factory"].__name__ == "Counter"  # TRL's one-class form
