@@ -130,4 +130,5 @@ def test_the_options_are_read_from_yaml_and_the_command_line_with_trls_meaning(t
                                                                                    "notes": "Notes"}
         assert kwargs["rollout_func"].__name__ == "fixed_rollout"
     single = parse_config(["--environment_factory", "agent_helpers:Counter"])
-    assert resolve_agents(single).trainer_kwargs()["environment_factory"].__name__ == "Counter"  # TRL's one-class form
+    # TRL's one-class form
+    assert resolve_agents(single).trainer_kwargs()["environment_factory"].__name__ == "Counter"
