@@ -95,7 +95,8 @@ def test_the_docs_examples_pass_the_check_and_work(tokenizers, tmp_path, monkeyp
     (tmp_path / "calc_tools.py").write_text(tools_code)
     (tmp_path / "counter_env.py").write_text(env_code)
     monkeypatch.chdir(tmp_path)
-    cfg = tiny_qwen_config(tmp_path / "run", tools=["calc_tools:calculator"], environment_factory="counter_env:Counter")
+    cfg = tiny_qwen_config(tmp_path / "run", tools=["calc_tools:calculator"],
+                           environment_factory="counter_env:Counter")
     said = check_agents(cfg, tokenizers["qwen"], training_set())
     assert said.startswith("tools: calculator; environment Counter (tools bump; its get_reward is a reward)")
     from calc_tools import calculator
