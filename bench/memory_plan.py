@@ -7,19 +7,26 @@ EasyR1's GRPO-LoRA hardware estimates.
 Each row: the published figure, its source, the settings behind it (and which of them we had to assume), the
 planner's estimate for the same settings, and the error. The rows marked `bounds` set the planner's printed
 uncertainty (pipeline/plan/estimate.py UNCERTAINTY must be at least their largest error; a test checks it).
-GPU check reports (docs/gpu-reports/*.json, scripts/gpu_check) add measured peaks beside the planner's
-estimate once a GPU has run them; bench/run_all.py shows those rows.
+Every GPU check report (docs/gpu-reports/*.json, scripts/gpu_check) adds its benchmark cases' measured peaks: the
+planner's estimate for the case's own config (scripts/gpu_check/benchmark.py bench_values, with the prompt limit
+the pipeline's data preparation measures for it) against the peak VRAM the case itself allocated. Those rows bound
+the uncertainty too, so a new report adds rows without edits.
 
 Published "GB" are read as 10^9 bytes and converted to GiB.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+import tempfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+GPU_REPORTS = ROOT / "docs" / "gpu-reports"
 
 from pipeline.config import PipelineConfig, from_mapping  # noqa: E402
 from pipeline.plan.cards import GIB, card_from_memory  # noqa: E402
@@ -29,6 +36,12 @@ from pipeline.plan.shape import count_parameters, load_shape, shape_from_config 
 GB = 1e9
 UNSLOTH_GRPO_BLOG = "unsloth.ai/blog/grpo (Feb 20 2025), 'GRPO VRAM Breakdown' table"
 UNSLOTH_R1_BLOG = "unsloth.ai/blog/r1-reasoning (Feb 6 2025) and its Feb 20 update"
+# The blog's loss figure is the Feb 2025 loss: fp32 logits of a quarter of each row at a time. unsloth_zoo 2026.10.9,
+# which the planner models, projects the flattened tokens in chunks sized to ~2 GiB at 8 bytes a logit
+# (fused_losses/chunked_logprob.py chunked_logprob_rows); the H200 reports measure that (0.43-0.45 GiB over the
+# weights at both Qwen2.5 shapes, where the per-row rule gives 0.04).
+OLD_UNSLOTH_LOSS = ("the Feb 2025 Unsloth loss; 2026.10.9 sizes its log-prob chunks by bytes, not by row, as the "
+                    "measured H200 peaks confirm")
 
 # Llama 3.1 8B's config.json (meta-llama/Llama-3.1-8B): built on the meta device like any other model.
 LLAMA_31_8B = {
@@ -112,6 +125,68 @@ def smallest_card_gib(values: dict[str, Any]) -> float:
     return high
 
 
+def _gpu_check():
+    """scripts/gpu_check's benchmark module (the kit imports its modules by their bare names)."""
+    sys.path.insert(0, str(ROOT / "scripts" / "gpu_check"))
+    import benchmark
+
+    return benchmark
+
+
+def case_values(backend: str, shape: str) -> dict[str, Any]:
+    """A GPU check benchmark case's config, as scripts/gpu_check/benchmark.py builds it on a GPU (4-bit)."""
+    kit = _gpu_check()
+    folder = Path(tempfile.gettempdir()) / "gpu-check-work"
+    return kit.bench_values(backend, str(folder / "models" / shape), kit.run_params(False), folder / "bench",
+                            cuda=True)
+
+
+@lru_cache(maxsize=None)
+def measured_prompt_limit(shape: str) -> int:
+    """The prompt limit `max_prompt_length: auto` resolves to for a benchmark case's data (the bundled sample, as
+    the case trains on it), for the reports that predate the case's own `prompt_limit`: the pipeline's own data
+    preparation with the bundled Qwen2.5 tokenizer."""
+    from pipeline.assets import load_qwen_tokenizer
+    from pipeline.data.prepare import prepare_dataset
+
+    with tempfile.TemporaryDirectory() as cache:
+        cfg = _cfg({**case_values("plain", shape), "data_cache_dir": cache})
+        return prepare_dataset(cfg, load_qwen_tokenizer(), write_report=False).max_prompt_length
+
+
+def measured_rows(folder: Path = GPU_REPORTS) -> list[dict[str, Any]]:
+    """One row per measured benchmark case of every GPU report in `folder`: the planner against the case's peak."""
+    rows = []
+    for report in sorted(folder.glob("*.json")):
+        data = json.loads(report.read_text(encoding="utf-8"))
+        if data.get("mode") != "gpu":
+            continue
+        for case in (data.get("bench") or {}).values():
+            if not case.get("peak_vram_gib") or case.get("precision") != "nf4":
+                continue
+            prompt = case.get("prompt_limit") or measured_prompt_limit(case["shape"])
+            values = {**case_values(case["backend"], case["shape"]), "max_prompt_length": str(prompt)}
+            planned = estimate(*_shape_and_counts(values), card_from_memory(80.0)).peak_gib
+            held = case.get("held_before_load_gib") or 0.0
+            rows.append({
+                "figure": f"measured peak VRAM, {case['backend']} {case['shape']} 4-bit GRPO, "
+                          f"{case['completions_per_step']} x {case['completion_length_target']} tokens "
+                          f"({data['gpu']['name']})",
+                "published_gib": _gpu_check().case_peak_gib(case), "estimate_gib": planned, "bounds": True,
+                "source": f"docs/gpu-reports/{report.name}" + (
+                    f" (peak {case['peak_vram_gib']:.3f} GiB, {held:.3f} of it held before the case: the cuBLAS "
+                    "workspace counts, the rest was an earlier case's)" if held else ""),
+                "label": "measured",
+            })
+    return rows
+
+
+def _shape_and_counts(values: dict[str, Any]):
+    cfg = _cfg(values)
+    shape = load_shape(cfg.model.model_name_or_path)
+    return cfg, shape, count_parameters(shape)
+
+
 def comparisons() -> list[dict[str, Any]]:
     shape, llama = _llama_estimate()
     one_sequence_kv = 20000 * shape.kv_bytes_per_token / GIB
@@ -126,14 +201,15 @@ def comparisons() -> list[dict[str, Any]]:
          },
         {"figure": "Unsloth GRPO loss memory, Llama 3.1 8B, 8 x 20K tokens",
          "published_gib": published_parts["logprobs"] * GB / GIB, "estimate_gib": llama.part("logprobs"),
-         "source": UNSLOTH_GRPO_BLOG, "bounds": True},
+         "source": UNSLOTH_GRPO_BLOG, "bounds": False, "why_not_bound": OLD_UNSLOTH_LOSS},
         {"figure": "vLLM KV cache for 20K context, Llama 3.1 8B (one sequence)",
          "published_gib": 2.5 * GB / GIB, "estimate_gib": one_sequence_kv,
          "source": UNSLOTH_GRPO_BLOG, "bounds": True},
         {"figure": "Unsloth GRPO total (training + loss + KV, weights not counted), Llama 3.1 8B, 20K",
          "published_gib": 54.3 * GB / GIB,
          "estimate_gib": llama.part("activations") + llama.part("logprobs") + one_sequence_kv,
-         "source": UNSLOTH_GRPO_BLOG, "bounds": True},
+         "source": UNSLOTH_GRPO_BLOG, "bounds": False, "why_not_bound": "it holds the loss row's figure: "
+                                                                       + OLD_UNSLOTH_LOSS},
         {"figure": "smallest GPU for Qwen2.5-1.5B GRPO (Unsloth notebook settings), vs 'just 5 GB VRAM'",
          "published_gib": 5.0 * GB / GIB, "estimate_gib": smallest_card_gib(QWEN_NOTEBOOK),
          "source": UNSLOTH_R1_BLOG, "bounds": True},
@@ -161,6 +237,7 @@ def comparisons() -> list[dict[str, Any]]:
                      "source": EASYR1_README + "; settings assumed (SIXTEEN_BIT_LORA)", "bounds": gpus == 1,
                      "why_not_bound": "" if gpus == 1 else f"{gpus} GPUs sharding the model (FSDP); the planner "
                                                            "plans one GPU holding all of it"})
+    rows += measured_rows()
     for row in rows:
         row.setdefault("published", row.get("published_gib"))
         row.setdefault("estimate", row.get("estimate_gib"))
@@ -193,15 +270,14 @@ def rows() -> list[dict[str, Any]]:
 def main() -> int:
     found = comparisons()
     for row in found:
-        print(f"{row['figure']}\n  published {_amount(row['published'], row['unit'])}, planner "
+        label = row.get("label", "published")
+        print(f"{row['figure']}\n  {label} {_amount(row['published'], row['unit'])}, planner "
               f"{_amount(row['estimate'], row['unit'])}, error {row['error']:+.0%}  [{row['source']}]")
         if not row["bounds"]:
             print(f"  (not used for the uncertainty: {row['why_not_bound']})")
     worst = largest_bounding_error(found)
     print(f"\nlargest error of the comparable rows: {worst:.0%}; the planner prints ±{UNCERTAINTY:.0%} "
           f"({'covers it' if UNCERTAINTY >= worst else 'TOO SMALL: raise UNCERTAINTY'})")
-    print("Not yet compared: a measured peak on a GPU (scripts/gpu_check records the planner's estimate beside each "
-          "benchmark case's peak VRAM; bench/run_all.py shows the ratio once a report exists).")
     return 0
 
 

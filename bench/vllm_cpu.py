@@ -6,7 +6,7 @@ transformers: min_new_tokens = max_new_tokens), in the same dtype, in alternatin
 ...) so that a machine slowing down affects both. Printed: every round's tokens/s, the medians and their ratio.
 The engine's start (import, build) is timed apart and left out of the rates, as a training run pays it once.
 
-    python bench/vllm_cpu.py                                   # the built-in tiny-demo-vllm, 4 prompts x 8, 64 tokens
+    python bench/vllm_cpu.py                   # the built-in tiny-demo-vllm, 4 prompts x 8, 64 tokens
     python bench/vllm_cpu.py --model /path/to/Qwen2.5-0.5B-Instruct --tokens 128 --rounds 3
 """
 
@@ -67,6 +67,38 @@ def transformers_side(model_path: str, dtype: str, ids: list[list[int]], generat
     return one_round
 
 
+def measure(model: str, dtype: str, generations: int, tokens: int, rounds: int) -> dict:
+    """Both engines on the same rollouts, in alternating rounds: {start, rates: {engine: [tokens/s, ...]}, ratio}."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
+
+    path = str(resolve_model_path(model))
+    tokenizer = load_tokenizer(model)
+    ids = chat_ids(tokenizer, PROMPTS)
+    start, vllm_round = vllm_side(path, dtype, ids, generations, tokens)
+    hf_round = transformers_side(path, dtype, ids, generations, tokens, tokenizer.pad_token_id)
+    rates: dict[str, list[float]] = {VLLM: [], HF: []}
+    for _ in range(rounds):
+        for name, run in ((VLLM, vllm_round), (HF, hf_round)):
+            began = time.perf_counter()
+            generated = run()
+            rates[name].append(generated / (time.perf_counter() - began))
+    return {"start": start, "rates": rates,
+            "ratio": statistics.median(rates[VLLM]) / statistics.median(rates[HF])}
+
+
+VLLM, HF = "vLLM (CPU build)", "transformers generate"
+
+
+def rows() -> list[dict]:
+    """bench/run_all.py's row: the ratio on the built-in tiny-demo-vllm (no target: at 0.36M parameters both
+    engines are bound by their per-step overhead, not by the model; a real model's ratio is the script's to run)."""
+    result = measure("tiny-demo-vllm", "bfloat16", generations=8, tokens=64, rounds=3)
+    samples = "; ".join(f"{name}: " + ", ".join(f"{r:.0f}" for r in rates) for name, rates in result["rates"].items())
+    return [{"figure": "vLLM CPU build / transformers generate, rollout tokens/s (tiny-demo-vllm, bf16)",
+             "value": round(result["ratio"], 2), "target": "-", "holds": None, "samples": samples}]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="tiny-demo-vllm", help="a built-in name or a local model folder")
@@ -75,28 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=64, help="every completion's length, forced")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-
-    from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
-
-    path = str(resolve_model_path(args.model))
-    tokenizer = load_tokenizer(args.model)
-    ids = chat_ids(tokenizer, PROMPTS)
-    start, vllm_round = vllm_side(path, args.dtype, ids, args.generations, args.tokens)
-    hf_round = transformers_side(path, args.dtype, ids, args.generations, args.tokens, tokenizer.pad_token_id)
-    rates: dict[str, list[float]] = {"vLLM (CPU build)": [], "transformers generate": []}
-    for _ in range(args.rounds):
-        for name, run in (("vLLM (CPU build)", vllm_round), ("transformers generate", hf_round)):
-            began = time.perf_counter()
-            generated = run()
-            rates[name].append(generated / (time.perf_counter() - began))
+    result = measure(args.model, args.dtype, args.generations, args.tokens, args.rounds)
     print(f"{args.model}, {args.dtype}: {len(PROMPTS)} prompts x {args.generations} completions x {args.tokens} "
-          f"tokens a round, {args.rounds} rounds each, alternating; vLLM engine start {start:.1f} s (not counted)")
-    for name, samples in rates.items():
+          f"tokens a round, {args.rounds} rounds each, alternating; vLLM engine start {result['start']:.1f} s "
+          "(not counted)")
+    for name, samples in result["rates"].items():
         print(f"{name:<24} tokens/s median {statistics.median(samples):8.1f}   samples "
               + ", ".join(f"{s:.1f}" for s in samples))
-    ratio = statistics.median(rates["vLLM (CPU build)"]) / statistics.median(rates["transformers generate"])
-    print(f"vLLM / transformers: {ratio:.2f}x")
+    print(f"vLLM / transformers: {result['ratio']:.2f}x")
     return 0
 
 

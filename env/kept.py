@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Optional
@@ -37,7 +38,8 @@ def state_key(inputs: Mapping[str, Any]) -> str:
     (False, 64)
     """
     blob = json.dumps(canonical(dict(inputs)), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    # surrogatepass: a non-UTF-8 file name (read through surrogate escapes) is keyed by its bytes, never refused
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def changed_inputs(recorded: Optional[Mapping[str, Any]], inputs: Mapping[str, Any]) -> list[str]:
@@ -113,5 +115,5 @@ def code_hash(*modules: Any) -> str:
     for module in modules:
         folder = Path(module.__file__).parent
         for path in sorted(folder.glob("*.py")):
-            digest.update(f"{folder.name}/{path.name}".encode() + b"\0" + path.read_bytes())
+            digest.update(os.fsencode(f"{folder.name}/{path.name}") + b"\0" + path.read_bytes())
     return digest.hexdigest()

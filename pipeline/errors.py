@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from env.adapters import AdapterError
 from env.disk import StorageError, storage_failure
@@ -31,8 +32,11 @@ from env.imports import mismatched_torch_companion
 from env.matrix import MatrixError
 from env.path_check import PathError
 from env.paths import PathChangedError, atomic_write_text, cache_root, shell_command
-from env.text import shorten
+from env.secret_fields import remember_argv
+from env.text import printable, say, shorten
 from pipeline.config import ConfigError
+from pipeline.config.fields import field_names
+from pipeline.config.trl_fields import trl_option_names
 from pipeline.data.prepare import DataError
 from pipeline.data.source_spec import DataFileError
 from pipeline.run.manifest import ManifestError
@@ -42,6 +46,11 @@ DEBUG_FLAG = "--debug"
 MAX_MESSAGE_CHARS = 4000  # the longest user-error message printed; the fix at its end is kept
 
 _run_folder: Optional[Path] = None
+# The --options of the command now running (note_command_options), and whether it takes the config's fields too.
+_options: Optional[tuple[frozenset[str], bool]] = None
+_OPTION = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*)(?: ([^\s,;)]+?))?(?=[.:]?(?:\s|$|[,;)]))")
+_PROSE = frozenset({"and", "or", "to", "the", "a", "is", "with", "instead", "for", "in", "on", "as", "if", "then",
+                    "when", "which", "that", "it", "yourself", "first", "again"})
 _debug = False  # set while a command given --debug runs, so the handler of a nested command main sees it
 _depth = 0  # handlers now running: the outermost one starts with no run folder known
 
@@ -50,6 +59,48 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Every exception that means "your input cannot work" (exit 2), in one place."""
     return (ConfigError, PathError, DataFileError, AdapterError, ManifestError, StorageError, MatrixError,
             PathChangedError, DataError)
+
+
+def note_command_options(parser: Any, config_fields: bool = False) -> None:
+    """The options of the command now running: its parser's, and with `config_fields` every config field (grpo
+    rewards). A message it prints suggests only these (`fit_to_command`)."""
+    global _options
+    _options = (frozenset(o for action in parser._actions for o in action.option_strings), config_fields)
+
+
+def fit_to_command(message: str, options: Optional[tuple[frozenset[str], bool]] = None) -> str:
+    """`message` with every `--name` the command does not take said as the recipe field it is (`name: value`, in
+    the YAML recipe): a message from a shared layer (the data, the config) must not send `grpo eval` users to an
+    option only `grpo train` has. Unchanged when no command noted its options (grpo train takes every field).
+
+    >>> fit_to_command("Set it (e.g. --eval_answer_field answer) or pass --limit 5.",
+    ...                (frozenset({"--limit", "--config"}), False))
+    'Set it (e.g. `eval_answer_field: answer`) or pass --limit 5. (This command takes the fields in `backquotes` \
+from the recipe you pass as --config.)'
+    """
+    options = options if options is not None else _options
+    if options is None:
+        return message
+    own, config_fields = options
+
+    def said(match: re.Match) -> str:
+        name, value = match[1], match[2]
+        if f"--{name}" in own or (config_fields and is_config_field(name)):
+            return match[0]
+        if value and value.lower() not in _PROSE:
+            return f"`{name}: {value}`"
+        return f"`{name}`" + (f" {value}" if value else "")
+
+    fitted = _OPTION.sub(said, message)
+    if fitted == message:
+        return message
+    where = "the recipe you pass as --config" if "--config" in own else "the training recipe"
+    return f"{fitted} (This command takes the fields in `backquotes` from {where}.)"
+
+
+def is_config_field(name: str) -> bool:
+    """A field of `grpo train`'s config: ours, or trl.GRPOConfig's (looked up only for a name that is not ours)."""
+    return name in field_names() or name in trl_option_names()
 
 
 def note_run_folder(folder: Optional[Path]) -> None:
@@ -68,40 +119,71 @@ def without_debug_flag(argv: list[str]) -> list[str]:
 
 
 def _crash_log(command: str, argv: list[str], err: BaseException) -> Optional[Path]:
-    """Write the traceback to a log file; None when no place takes it."""
+    """Write the traceback to a log file; None when no place takes it. Every value goes through env.text.printable
+    (secrets masked, any text a file takes), so the handler cannot fail on what it reports."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    text = (f"command: {shell_command('grpo', command, *argv)}\ncwd: {os.getcwd()}\ntime: {stamp}\n"
-            f"python: {sys.version.split()[0]}\n\n"
-            + "".join(traceback.format_exception(type(err), err, err.__traceback__)))
+    text = (f"command: {shell_command('grpo', command, *argv)}\ncwd: {printable(os.getcwd())}\ntime: {stamp}\n"
+            f"python: {sys.version.split()[0]}\n\n" + _traceback_text(err))
     for folder in ([_run_folder / "logs"] if _run_folder is not None else []) + [cache_root() / "logs"]:
         try:
             # atomically: a full disk leaves no half log; it goes to the next place
-            return atomic_write_text(folder / f"grpo-{command}-{stamp}-{os.getpid()}.log", text)
-        except (OSError, StorageError):
+            return atomic_write_text(folder / f"grpo-{command}-{stamp}-{os.getpid()}.log", printable(text))
+        except Exception:  # noqa: BLE001 - any place that does not take it (full, read-only, a file): the next one
             continue
     return None
 
 
+def _traceback_text(err: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    except Exception:  # noqa: BLE001 - an exception whose own rendering fails still gets its type named
+        return f"{type(err).__name__} (its traceback could not be rendered)\n"
+
+
+def _storage_failure(err: BaseException) -> Optional[StorageError]:
+    try:
+        return storage_failure(err, _run_folder)
+    except Exception:  # noqa: BLE001 - an exception the classifier cannot read is reported as a bug, not raised
+        return None
+
+
 def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -> int:
-    where = None if debug else _crash_log(command, argv, err)
+    try:
+        where = None if debug else _crash_log(command, argv, err)
+    except Exception:  # noqa: BLE001 - the handler itself never fails: the traceback is printed instead
+        where = None
     if where is None:
-        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
-    summary = shorten(f"{type(err).__name__}: {err}".splitlines()[0], 300)
+        say(_traceback_text(err))
+    summary = shorten(printable(f"{type(err).__name__}: {printable(err)}").splitlines()[0], 300)
     # The path as it is (str.capitalize() once lowercased it), quoted as a shell word so that it pastes back.
     place = (f"The traceback is in {shell_command(where)}; rerun with {DEBUG_FLAG} to print it" if where else
              "The traceback is above")
-    print(f"error: `grpo {command}` stopped on an internal error, a bug in grpo-pipeline, not in your input "
-          f"({summary}). {place}. Please report it with that traceback.", file=sys.stderr)
+    say(f"error: `grpo {command}` stopped on an internal error, a bug in grpo-pipeline, not in your input "
+        f"({summary}). {place}. Please report it with that traceback.")
     return EXIT_BUG
+
+
+def _printable_streams() -> None:
+    """stdout and stderr write what their encoding cannot take as escapes (a non-UTF-8 file name's surrogate
+    escapes; any non-ASCII text under an ASCII or Latin-1 locale) instead of raising mid-line: every line a command
+    prints, whoever prints it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):  # not a text stream of io's (a notebook's), or closed
+            continue
 
 
 def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: list[str]) -> int:
     """Run `call(argv)` (a command's main) under the one handler; returns the exit status."""
-    global _debug, _depth
+    global _debug, _depth, _options
+    _printable_streams()
+    remember_argv(argv)  # a secret option's value, masked in whatever this command prints or logs
     debug, outer = debugging(argv), _debug
     argv = without_debug_flag(argv)
     if _depth == 0:
         note_run_folder(None)  # a previous command's (in the same Python process) is not this one's
+        _options = None
     _debug, _depth = debug, _depth + 1
     try:
         return int(call(argv) or 0)
@@ -113,20 +195,20 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
         return EXIT_INTERRUPTED
     except user_errors() as err:
         if debug:
-            traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+            say(_traceback_text(err))
         if isinstance(err, StorageError):  # a writer's: in the run folder, the setting to change is output_dir
             err = storage_failure(err, _run_folder)
         # Bounded whatever a message embeds (each quotes values through env.text.excerpt; this is the backstop).
-        print(f"error: {shorten(str(err), MAX_MESSAGE_CHARS)}", file=sys.stderr)
+        say(f"error: {shorten(fit_to_command(printable(err)), MAX_MESSAGE_CHARS)}")
         return EXIT_BAD_INPUT
     except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback
         # a full / read-only / forbidden place, wherever it was hit; or an install to fix, not a bug of ours
-        problem = storage_failure(err, _run_folder) or mismatched_torch_companion(err)
+        problem = _storage_failure(err) or mismatched_torch_companion(err)
         if problem is None:
             return report_bug(command, argv, err, debug)
         if debug:
-            traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
-        print(f"error: {problem}", file=sys.stderr)
+            say(_traceback_text(err))
+        say(f"error: {problem}")
         return EXIT_BAD_INPUT
     finally:
         _debug, _depth = outer, _depth - 1

@@ -1,5 +1,5 @@
-"""Checks that run before anything heavy loads: config, output folder, packages, GPU, model, memory, resume,
-data, eval set, warm-up, rewards, LoRA targets.
+"""Checks that run before anything heavy loads: the nodes started alike, config, output folder, packages, GPU,
+model, memory, resume, data, eval set, warm-up, rewards, LoRA targets.
 
 `run_checks` is the contract of `grpo train --check`: the run calls the same function before the model loads
 (the first failure ends it with one message, exit 2), so when `--check` passes, the run does not fail for any
@@ -21,8 +21,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from pathlib import Path
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from env.path_check import PathError, expand, nearest_existing
 from env.paths import absolute_path, shell_command
@@ -32,7 +33,7 @@ from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
 from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
-from pipeline.data.columns import ANSWER
+from pipeline.data.columns import ANSWER, removes_unused_columns
 from pipeline.data.prepare import DataError
 from pipeline.data.prompts import completion_like
 from pipeline.data.report import accounting_line, prompt_line
@@ -46,11 +47,14 @@ from pipeline.run.checkpoints import (
     complete_checkpoints,
     previous_run_entries,
 )
-from pipeline.run.resume import resume_mismatch
+from pipeline.run.checkpoint_contents import contents_problem
+from pipeline.run.nodes import check_nodes
+from pipeline.run.resume import data_mismatch, resume_mismatch
 from pipeline.trainer.agent_check import check_agents
 from pipeline.trainer.build import check_effective_config, check_grpo_config
 from rewards import get_reward_funcs
 from rewards.contract import RewardFailure, probe_rewards
+from rewards.trl_source import reward_call_kwargs
 
 # report_to name -> the module transformers' integration imports, and how to install it.
 REPORTER_PACKAGES = {
@@ -126,6 +130,10 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
         config_paths(cfg, "dataset_name", "eval_dataset_name", "data_cache_dir")  # env.path_check's table, first
         done["tokenizer"] = _data_tokenizer(cfg)
         done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)
+        checkpoint = resume_target(cfg)
+        changed = data_mismatch(checkpoint, cfg, done["train"].dataset) if checkpoint is not None else None
+        if changed:
+            raise ConfigError("dataset_name", changed)
         report = done["train"].report
         return f"train: {accounting_line(report)}\n    prompts: {prompt_line(report)}"
 
@@ -138,7 +146,7 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
         if not cfg.eval.uses_eval_set():
             return "no evaluation (eval_before and eval_after are false, eval_steps is 0)"
         data = RunData(needs("train"), prepare_eval(cfg, needs("tokenizer"), write_report=False))
-        return "; ".join(filter(None, [f"eval set: {len(data.eval_rows)} problems", data.overlap_warning()]))
+        return "; ".join(filter(None, [data.eval_rows.line(), data.overlap_warning()]))
 
     return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train"))),
             ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train"))),
@@ -157,37 +165,50 @@ def _probe_completions(answer: str) -> list[str]:
 
 def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any, train: Any) -> tuple[list[Any], list[Any], dict[str, Any],
                                                                                str]:
-    """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them: the
-    first prepared prompts (completions in their format: strings for standard prompts,
-    `[{"role": "assistant", ...}]` for chats), the training set's other
-    columns, `completion_ids`, `trainer_state`, `log_extra` and `log_metric`."""
-    from transformers import TrainerState  # lazy: transformers imports torch
-
+    """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them
+    (rewards/trl_source.py, the one rule): the first prepared prompts (completions in their format: strings for
+    standard prompts, `[{"role": "assistant", ...}]` for chats), the columns the trainer passes (none with
+    remove_unused_columns), `completion_ids`, `trainer_state`, `log_extra` and `log_metric`."""
     dataset = train.dataset.select(range(min(PROBE_PROMPTS, len(train.dataset))))
     columns = {name: list(dataset[name]) for name in dataset.column_names}
     texts = [_probe_completions(str(answer or 0)) for answer in columns[ANSWER]]
     per_prompt = len(texts[0]) if texts else 0
     repeat = lambda values: [value for value in values for _ in range(per_prompt)]  # noqa: E731
-    prompts = repeat(columns.pop("prompt"))
+    prompts = repeat(columns["prompt"])
     flat = [text for group in texts for text in group]
     completions = [completion_like(prompt, text) for prompt, text in zip(prompts, flat, strict=True)]
-    kwargs: dict[str, Any] = {key: repeat(values) for key, values in columns.items()}
-    kwargs["completion_ids"] = [tokenizer.encode(text, add_special_tokens=False) for text in flat]
-    kwargs["trainer_state"] = TrainerState(max_steps=cfg.grpo.max_steps)
-    kwargs["log_extra"] = lambda column, values: None
-    kwargs["log_metric"] = lambda name, value: None
+    kwargs = reward_kwargs_outside_training(cfg, tokenizer, {key: repeat(values) for key, values in columns.items()},
+                                            flat)
     return prompts, completions, kwargs, f"{len(completions)} completions of {len(texts)} prepared prompts"
+
+
+def reward_kwargs_outside_training(cfg: PipelineConfig, tokenizer: Any, columns: dict[str, list[Any]],
+                                   texts: list[str]) -> dict[str, Any]:
+    """The keywords of a reward call made before (or without) a trainer, by TRL's rule (rewards/trl_source.py):
+    the columns it passes, `completion_ids` of `texts`, a fresh `trainer_state` and `log_extra`/`log_metric`
+    that keep nothing. The check's probe and `grpo rewards` call rewards with these."""
+    from transformers import TrainerState  # lazy: transformers imports torch
+
+    trainer_objects = {"trainer_state": TrainerState(max_steps=cfg.grpo.max_steps),
+                       "log_extra": lambda column, values: None, "log_metric": lambda name, value: None}
+    return reward_call_kwargs(columns, removes_unused_columns(cfg), trainer_objects,
+                              [tokenizer.encode(text, add_special_tokens=False) for text in texts])
 
 
 def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
     """Call every reward function as the trainer will, on completions of the run's prepared prompts: a raise, a
-    wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did."""
+    wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did.
+    A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called."""
     prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
     try:
-        lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs)), prompts, completions, kwargs)
+        lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs), fresh=True), prompts, completions, kwargs,
+                              timeout=cfg.grpo.reward_timeout)
     except RewardFailure as err:
-        raise ConfigError("reward_funcs", f"{err}. It was called before the model loads, as the trainer calls "
-                          f"it, on {what}. The contract: docs/rewards.md.") from None
+        removed = (" remove_unused_columns: true, so TRL passes the rewards no column of the dataset (it keeps "
+                   "only `prompt`); set remove_unused_columns: false (TRL's GRPO default) to pass them."
+                   if removes_unused_columns(cfg) else "")
+        raise ConfigError("reward_funcs", f"{str(err).rstrip('.')}. It was called before the model loads, as the "
+                          f"trainer calls it, on {what}.{removed} The contract: docs/rewards.md.") from None
     except ValueError as err:  # a name that does not resolve (validate() names it first in a run)
         raise ConfigError("reward_funcs", str(err)) from None
     return f"called on {what}: " + "; ".join(lines)
@@ -252,6 +273,20 @@ def check_lora_targets(cfg: PipelineConfig) -> str:
     return f"LoRA on {', '.join(map(str, lo.lora_target_modules))}{saved} (all found in the model)"
 
 
+def resume_target(cfg: PipelineConfig) -> Optional[Path]:
+    """The checkpoint a run would resume, as far as the check knows it (None: a fresh start, or a --resume that
+    check_resume refuses)."""
+    resume, output_dir = cfg.grpo.resume, absolute_path(cfg.grpo.output_dir)
+    if resume == "auto":
+        complete = complete_checkpoints(output_dir)
+        return complete[-1] if complete else None
+    try:
+        path = absolute_path(resume) if resume != "never" else None
+    except ValueError:  # an empty path or an unset $VAR: check_resume names it
+        return None
+    return path if path is not None and path.is_dir() else None
+
+
 def check_resume(cfg: PipelineConfig) -> str:
     """`auto`, `never`, or a complete checkpoint folder, and the checkpoint it picks holds weights of this config's
     shape (LoRA rank, alpha, targets, base model); anything else fails before the data and the model load."""
@@ -287,7 +322,8 @@ def check_resume(cfg: PipelineConfig) -> str:
             raise ConfigError("resume", f"{path} cannot be resumed from: {problem}. Pick another checkpoint, or "
                               "use --resume auto (it skips incomplete checkpoints).")
         said = f"resume from {path}"
-    mismatch = resume_mismatch(path, cfg)  # other LoRA shape or base model: a size-mismatch traceback later
+    # other LoRA shape or base model recorded, then what the files themselves hold: a size mismatch mid-load later
+    mismatch = resume_mismatch(path, cfg) or contents_problem(path, cfg)
     if mismatch:
         raise ConfigError("resume", mismatch)
     return said
@@ -323,6 +359,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
     data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg)]
     steps: list[tuple[str, Callable[[], Any]]] = [
+        # first: a node started with another recipe or code is named on every node before any check can differ
+        ("nodes", lambda: check_nodes(cfg)),
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         ("trl", after_backend(lambda: check_grpo_config(cfg, (choice or choose_backend(
             cfg.model.backend, cfg.model.fast_inference)).name))),  # TRL's own validation of its config

@@ -30,6 +30,7 @@ import pipeline.infer.evaluate
 import pipeline.run.lock
 import pipeline.run.manifest
 from env.paths import absolute_path, atomic_directory, previous_versions, shell_command, snapshot
+from env.text import say
 from pipeline.backends import BackendChoice, choose_backend, load_backend, on_cpu
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, resolve_optim
@@ -39,16 +40,10 @@ from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_e
 from pipeline.infer.session import verify_trained_dir
 from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
 from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
-from pipeline.run.checkpoints import (
-    checkpoint_step,
-    remove_staging_leftovers,
-    resolve_resume,
-    save_checkpoint_now,
-    set_aside_checkpoints_after,
-    set_aside_previous_run,
-    storage_errors_are_resumable,
-)
-from pipeline.run.resume import resume_changes
+from pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
+                                      set_aside_checkpoints_after, set_aside_previous_run,
+                                      storage_errors_are_resumable)
+from pipeline.run.resume import other_data_note, resume_changes
 from pipeline.run.stop import GracefulStop, interrupts_raise, resume_command
 from pipeline.run.finish import finished_run, print_where_everything_is
 from pipeline.train_help import print_help
@@ -59,7 +54,7 @@ from pipeline.train_state import EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUP
 from pipeline.run.summary import write_summary
 from pipeline.trainer.build import build_trainer, record_effective_config
 from pipeline.trainer.warmup import run_format_warmup, warmup_inputs
-from rewards.contract import RewardFailure
+from rewards.contract import RewardFailure, SignalInterrupt
 
 
 def _print(msg: str) -> None:
@@ -93,8 +88,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     # config (for the resolved backend), output_dir, packages, GPU (a GPU recipe is never trained on CPU by
     # accident), model, memory, data, resume: all before anything loads
     for check in run_checks(cfg, choice=choice):
-        if check.name == "memory" and not check.message.startswith("not estimated"):
-            _print(f"memory: {check.message}")  # the estimate, or the warning that it may not fit
+        if check.message.startswith("eval set") or check.name == "memory" and check.message[:13] != "not estimated":
+            _print(check.message if check.name == "eval" else f"memory: {check.message}")  # rows dropped; the estimate
     if "tensorboard" in cfg.grpo.reporters():
         _print(tensorboard_hint(cfg.grpo.output_dir))
     backend = load_backend(choice.name)
@@ -173,6 +168,8 @@ def _data(run: Run) -> None:
     # The run folder's files are rank 0's (as lora/, manifest.json, summary.json): one writer, no race.
     run_data = prepare_run_data(cfg, run.tokenizer, report_dir=run.output_dir, write_report=_is_main_process())
     prepared = run_data.train
+    if run.resume_from and cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
+        _print(other_data_note(run.resume_from, cfg, prepared.dataset) or "resume_other_data: the data is the same")
     run.prepared, run.eval_rows = prepared, run_data.eval_rows
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
            f"max_completion_length={prepared.max_completion_length}"
@@ -192,7 +189,7 @@ def _model(run: Run) -> None:
         system_prompt=cfg.data.system_prompt, chat_template=getattr(run.tokenizer, "chat_template", None),
         max_prompt_length=prepared.max_prompt_length, max_completion_length=prepared.max_completion_length,
         data_fingerprint=prepared.fingerprint, adapter_dir=run.output_dir / "lora",
-        prompt_format="standard" if prepared.report["prompt_format"]["standard"] else "conversational",
+        formats=prepared.report["prompt_format"],  # the system message the rows carried is the one recorded
     )
 
 
@@ -208,13 +205,13 @@ def _warm_up(run: Run) -> None:
 def _evaluate(run: Run, model) -> dict[str, Any]:
     # Through its module, looked up at the call: tests stop or interrupt a run there.
     return pipeline.infer.evaluate.evaluate_rows(run.backend.training_generator(model, run.tokenizer, run.cfg),
-                                                 run.tokenizer, run.eval_rows, run.cfg.data.system_prompt,
-                                                 run.prepared.max_completion_length)
+                                                 run.tokenizer, run.eval_rows, pipeline.infer.evaluate.eval_scorer(
+                                                     run.cfg, run.tokenizer), run.prepared.max_completion_length)
 
 
 def _eval_before(run: Run) -> None:
     cfg, output_dir, prepared = run.cfg, run.output_dir, run.prepared
-    if not (cfg.eval.eval_before and run.eval_rows):
+    if not (cfg.eval.eval_before and run.eval_rows) or not _is_main_process():  # one measure, one writer
         return
     # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on, when
     # every input it was measured from is the same (env/kept.py; the eval rows' content included).
@@ -281,6 +278,9 @@ def _train_once(run: Run) -> None:
             except RewardFailure as err:  # a reward raised or broke its contract: stop, keep a checkpoint
                 trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)  # the bar
                 run.reward_failure, run.kept = err, save_checkpoint_now(trainer, run.output_dir)
+            except SignalInterrupt as again:  # a second signal (a hung reward): stop now, summary still written
+                trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)
+                stopper.signal_name = f"{again} again (the step in progress was dropped; the newest checkpoint stays)"
     run.signal_name = stopper.signal_name
 
 
@@ -396,5 +396,5 @@ def check_main(argv: list[str]) -> int:
     except ConfigError as err:
         results = [Check("config", False, str(err))]
     report = as_json(results)
-    print(json.dumps(report, indent=2, ensure_ascii=False))
+    say(json.dumps(report, indent=2, ensure_ascii=False), sys.stdout)  # secrets masked (env/text.py printable)
     return EXIT_OK if report["ok"] else EXIT_BAD_INPUT

@@ -4,8 +4,9 @@ A reward function is called by TRL's `GRPOTrainer._calculate_rewards` (TRL 1.15)
 
     fn(prompts=..., completions=..., completion_ids=..., **kwargs) -> list[float | None]
 
-with one value per completion; kwargs carry the dataset's other columns (ours: `answer`, `id`,
-`prompt_tokens`, one entry per completion), `trainer_state`, `log_extra` and `log_metric` (docs/rewards.md).
+with one value per completion; kwargs carry the dataset's other columns (ours: `grpo_answer`, `grpo_id`, ...,
+one entry per completion), `trainer_state`, `log_extra` and `log_metric` (docs/rewards.md); which exactly is
+TRL's rule, read in one place (rewards/trl_source.py).
 
 `check_rewards` (the values one call returned) is the contract: a list (or tuple, or 1-D array) of exactly one
 int/float (numpy numbers included) or None per completion, every number finite. bools, strings, a scalar, a generator,
@@ -18,6 +19,7 @@ No torch here.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import inspect
@@ -27,7 +29,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from env.text import excerpt, shorten
+from env.text import excerpt, printable, shorten
+from rewards.deadline import RewardTimeout, reward_deadline
+from rewards.trl_source import trl_rule
 
 
 class RewardFailure(RuntimeError):
@@ -61,6 +65,23 @@ def check_rewards(name: str, output: Any, n: int) -> list[Optional[float]]:
     ...
     rewards.contract.RewardFailure: reward function `f` returned 1.0 (a float), not a list of one number (or None) ...
     """
+    try:
+        return _checked(name, output, n)
+    except RewardFailure:
+        raise
+    except Exception as err:  # noqa: BLE001 - a value that cannot even be read (a meta tensor, a broken __len__)
+        raise RewardFailure(name, f"returned {_kind(output)} that cannot be read as numbers ({type(err).__name__}: "
+                            f"{shorten(printable(err), 200)}); return a list of plain floats (or None), one per "
+                            "completion.") from None
+
+
+def _kind(value: Any) -> str:
+    """What a value is, for a message: its type, and a tensor's device."""
+    device = getattr(value, "device", None) if type(value).__module__.startswith("torch") else None
+    return f"a {type(value).__name__}" + (f" on device {printable(device)}" if device is not None else "")
+
+
+def _checked(name: str, output: Any, n: int) -> list[Optional[float]]:
     if getattr(output, "ndim", None) == 1 and hasattr(output, "tolist"):  # a 1-D numpy array or torch tensor
         output = output.tolist()
     if not isinstance(output, (list, tuple)):
@@ -74,14 +95,25 @@ def check_rewards(name: str, output: Any, n: int) -> list[Optional[float]]:
         if value is None:
             checked.append(None)
             continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise RewardFailure(name, f"returned {excerpt(value, 120)} (a {type(value).__name__}) for completion {i}; "
-                                "each value must be an int or float, or None when the sample cannot be judged.")
-        if not math.isfinite(float(value)):
-            raise RewardFailure(name, f"returned {excerpt(value)} for completion {i}; rewards must be finite "
-                                "(return None for a sample that cannot be judged).")
-        checked.append(float(value))
+        checked.append(_number(name, i, value))
     return checked
+
+
+def _number(name: str, i: int, value: Any) -> float:
+    """One returned value as a finite float: an int or float (numpy's and Fraction included, numbers.Real), never a
+    bool, a Decimal, a complex or a tensor; one too large for a float (10**400) or not finite is refused."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
+        raise RewardFailure(name, f"returned {excerpt(value, 120)} ({_kind(value)}) for completion {i}; each value "
+                            "must be an int or float, or None when the sample cannot be judged.")
+    try:
+        number = float(value)
+    except (OverflowError, ValueError, TypeError) as err:
+        raise RewardFailure(name, f"returned {excerpt(value, 60)} for completion {i}, which is no float "
+                            f"({type(err).__name__}: {err}); rewards must be finite floats.") from None
+    if not math.isfinite(number):
+        raise RewardFailure(name, f"returned {excerpt(value)} for completion {i}; rewards must be finite "
+                            "(return None for a sample that cannot be judged).")
+    return number
 
 
 def _sample(i: int, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> str:
@@ -166,8 +198,6 @@ class SignalInterrupt(KeyboardInterrupt):
 # other way out, a KeyboardInterrupt that user code raised itself, SystemExit from a sys.exit(),
 # asyncio.CancelledError and a library's own BaseException subclasses included, fails only that reward.
 _NOT_A_REWARD_FAILURE = (SignalInterrupt, GeneratorExit)
-# TRL's keywords that are the trainer's own objects, not the batch: passed as they are, never copied.
-_TRAINER_KEYWORDS = frozenset({"trainer_state", "log_metric", "log_extra"})
 
 
 def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
@@ -181,7 +211,8 @@ def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[A
     >>> mine[0][0]["content"] = "rewritten"; completions[0][0]["content"]
     '18'
     """
-    columns = {key: (value if key in _TRAINER_KEYWORDS else copy.deepcopy(value)) for key, value in kwargs.items()}
+    trainer_objects = trl_rule()["trainer"]  # TRL's keywords that are the trainer's own objects, not the batch
+    columns = {key: (value if key in trainer_objects else copy.deepcopy(value)) for key, value in kwargs.items()}
     return copy.deepcopy(prompts), copy.deepcopy(completions), columns
 
 
@@ -216,15 +247,22 @@ def raised_at(func: Any, err: BaseException) -> str:
     return f" (at {defined} line {line})"
 
 
+def _timed_out(name: str, seconds: Optional[float], n: int) -> RewardFailure:
+    return RewardFailure(name, f"did not return within reward_timeout ({seconds:g} s) on a batch of {n} completions; "
+                         "the run stopped there. Make it faster (a judge or a tool call needs its own timeout), or "
+                         "raise reward_timeout (0 = no limit).")
+
+
 def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
-                 hold: Optional[Callable[[RewardFailure], None]] = None) -> Callable:
+                 hold: Optional[Callable[[RewardFailure], None]] = None, timeout: Optional[float] = None) -> Callable:
     """`func` wrapped in the contract: same `__name__` (TRL's log key), each call's values checked by
     `check_rewards`, a raise turned into RewardFailure naming the sample, None's share logged and warned once.
     Every way out of a reward but the user's KeyboardInterrupt is a raise here (`sys.exit()` included), and each
     call gets its own copy of the batch (`own_batch`).
 
     With `hold`, a failure is handed to it and the call returns 0.0 for every completion instead of raising (values
-    never used: they only let TRL's loop finish without its all-None warning):
+    never used: they only let TRL's loop finish without its all-None warning).
+    With `timeout` (seconds; the run's reward_timeout), a call that does not return in time is a RewardFailure:
     the trainer then raises it after TRL's reward loop, on every process together
     (pipeline/trainer/reward_failures.py), since a raise on one process inside the loop would leave the others
     waiting forever in the loop's gather.
@@ -243,9 +281,13 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
 
     def failure(err: BaseException, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> RewardFailure:
         if isinstance(err, TypeError) and not _accepts(func, kwargs):
+            withheld = [c for c in trl_rule()["not_columns"] if f"'{c}'" in str(err) and c not in kwargs]
+            why = (f" TRL never passes a dataset column named {', '.join(map(repr, withheld))} to a reward "
+                   "(GRPOTrainer._calculate_rewards leaves out prompt, completion and completion_ids): read "
+                   "`prompts` / `completions`, or rename the column." if withheld else "")
             return RewardFailure(name, f"cannot be called the way TRL calls it ({err}). Write it as "
                                  "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
-                                 f"{', '.join(sorted(kwargs))} (docs/rewards.md).")
+                                 f"{', '.join(sorted(kwargs))} (docs/rewards.md).{why}")
         index = _first_failing(func, prompts, completions, kwargs) if not is_async_reward(func) else None
         where = f" on {_sample(index, prompts, completions, kwargs)}" if index is not None else (
             f" on a batch of {len(completions)} completions (first: {_sample(0, prompts, completions, kwargs)})")
@@ -257,9 +299,12 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
         async def guarded_async(prompts=None, completions=None, **kwargs):
             try:
                 mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
-                output = await func(prompts=mine_prompts, completions=mine_completions, **mine)
+                output = await asyncio.wait_for(func(prompts=mine_prompts, completions=mine_completions, **mine),
+                                                timeout or None)
             except _NOT_A_REWARD_FAILURE:
                 raise
+            except asyncio.TimeoutError:
+                raise _timed_out(name, timeout, len(completions)) from None
             except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
                 raise failure(err, prompts, completions, kwargs) from err
             return finish(output, prompts, completions, kwargs)
@@ -270,9 +315,12 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     def guarded(prompts=None, completions=None, **kwargs):
         try:
             mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
-            output = func(prompts=mine_prompts, completions=mine_completions, **mine)
+            with reward_deadline(timeout):
+                output = func(prompts=mine_prompts, completions=mine_completions, **mine)
         except _NOT_A_REWARD_FAILURE:
             raise
+        except RewardTimeout:  # never retried sample by sample: each would wait as long again
+            raise _timed_out(name, timeout, len(completions)) from None
         except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
             raise failure(err, prompts, completions, kwargs) from err
         return finish(output, prompts, completions, kwargs)
@@ -305,26 +353,25 @@ def _holding(guarded: Callable, hold: Callable[[RewardFailure], None]) -> Callab
 
 
 def call_reward(func: Callable, prompts: list[Any], completions: list[Any], kwargs: dict[str, Any],
-                warn: Callable[[str], None] = lambda message: None) -> list[Optional[float]]:
+                warn: Callable[[str], None] = lambda message: None,
+                timeout: Optional[float] = None) -> list[Optional[float]]:
     """One call of `func` outside training, as the trainer makes it: by keyword, guarded (plain floats or None back,
     a RewardFailure naming the function and the sample otherwise), an async reward awaited."""
-    output = guard_reward(func, warn=warn)(prompts=prompts, completions=completions, **kwargs)
+    output = guard_reward(func, warn=warn, timeout=timeout)(prompts=prompts, completions=completions, **kwargs)
     if inspect.isawaitable(output):
-        import asyncio
-
         output = asyncio.run(output)
     return output
 
 
 def probe_rewards(funcs: Sequence[Callable], prompts: list[Any], completions: list[Any],
-                  kwargs: dict[str, Any]) -> list[str]:
+                  kwargs: dict[str, Any], timeout: Optional[float] = None) -> list[str]:
     """Call each function once (`call_reward`) on a batch in the run's real form; one line per function.
 
     Raises the first RewardFailure (a wrong signature is a raise too: TRL passes everything by keyword).
     """
     lines = []
     for func in funcs:
-        output = call_reward(func, prompts, completions, kwargs)
+        output = call_reward(func, prompts, completions, kwargs, timeout=timeout)
         nones = sum(v is None for v in output)
         shown = ", ".join("None" if v is None else f"{v:g}" for v in output[:4])
         lines.append(f"{reward_name(func)}: [{shown}{', ...' if len(output) > 4 else ''}]"

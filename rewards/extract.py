@@ -37,18 +37,27 @@ def extract_xml_answer(text: Any) -> str:
     >>> extract_xml_answer("<answer>37</"), extract_xml_answer("<answer>\\n$4500\\n</answer")
     ('37', '$4500')
     """
+    return extract_tagged(text, ANSWER_OPEN, ANSWER_CLOSE)
+
+
+def extract_tagged(text: Any, open_tag: str, close_tag: str) -> str:
+    """`extract_xml_answer`'s reading for any pair of tags (a recipe's own, e.g. <SOLUTION></SOLUTION>).
+
+    >>> extract_tagged("<SOLUTION>9</SOLUTION>", "<SOLUTION>", "</SOLUTION>")
+    '9'
+    """
     if not isinstance(text, str):
         return ""
-    start = text.rfind(ANSWER_OPEN)
+    start = text.rfind(open_tag)
     if start == -1:
         return ""
-    start += len(ANSWER_OPEN)
-    end = text.find(ANSWER_CLOSE, start)
+    start += len(open_tag)
+    end = text.find(close_tag, start)
     if end != -1:
         return text[start:end].strip()
     content = text[start:].rstrip()
-    for cut in range(len(ANSWER_CLOSE) - 1, 1, -1):  # "</answer" down to "</"
-        if content.endswith(ANSWER_CLOSE[:cut]):
+    for cut in range(len(close_tag) - 1, 1, -1):  # "</answer" down to "</"
+        if content.endswith(close_tag[:cut]):
             return content[:-cut].strip()
     return content.strip()
 

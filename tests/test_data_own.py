@@ -267,6 +267,19 @@ def test_eval_problems_that_are_also_training_questions_are_named(qwen_tokenizer
     assert eval_check.ok and "2 of 4 eval problems" in eval_check.message
 
 
+def test_the_eval_set_line_says_how_many_rows_were_dropped_and_why(qwen_tokenizer, tmp_path):
+    from pipeline.data.run_data import prepare_run_data
+
+    train = write_jsonl(tmp_path / "train.jsonl", rows(6))
+    held = write_jsonl(tmp_path / "held.jsonl", [{"question": "2 + 2?", "answer": "4"},
+                                                 {"question": "Name a colour.", "answer": "blue"},
+                                                 {"question": "3 + 3?", "answer": "6"}])
+    cfg = make_cfg(tmp_path, dataset_name=str(train), eval_dataset_name=str(held), eval_after=True)
+    line = prepare_run_data(cfg, qwen_tokenizer).eval_rows.line()
+    assert line.startswith("eval set: 2 problems (1 of 3 rows dropped: unscorable_answer 1 (")
+    assert next(c for c in run_checks(cfg, stop_at_first=False) if c.name == "eval").message == line
+
+
 @pytest.mark.parametrize("eval_options", [[], ["--eval_after", "true", "--eval_steps", "5"]])
 def test_one_training_file_and_no_eval_set_checks_and_trains_without_eval_saying_how_to_add_one(
         tmp_path, capsys, eval_options):

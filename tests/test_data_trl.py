@@ -72,6 +72,11 @@ def test_a_prompt_column_is_used_as_trl_uses_it_and_every_user_column_is_kept_as
     assert (formats["standard"], formats["conversational"]) == (len(rows) - chats, chats)
     assert formats["system_prompt"] == {"added": chats - own, "own_kept": own, "standard_as_written": len(rows) - chats}
     assert data.report["columns"] == sorted(TYPED_COLUMNS)
+    # the system message the rows carried, which the adapter records: theirs when all share it, ours when we added
+    # it, none (with a note naming --system_prompt) when they differ or text prompts carry none
+    expected = {"standard": "", "no_system": SYSTEM, "own_system": NOTEBOOK_SYSTEM, "mixed_system": ""}[kind]
+    assert formats["system_message"] == expected
+    assert ("--system_prompt" in formats["system_message_note"]) == (kind == "mixed_system")
 
 
 def test_a_prompt_column_needs_no_answer_column_and_a_named_one_must_exist(qwen_tokenizer, tmp_path):
@@ -175,8 +180,13 @@ def test_every_column_reaches_every_reward_through_trl_in_the_prompts_format(tmp
     assert answer["prompt"] == asked
     if kind == "standard":
         assert sent == [asked]
-    else:
-        assert sent[0].startswith("<|im_start|>system") and asked in sent[0]
+    else:  # the system message the training rows carried (the notebook's own), not our default
+        assert sent[0].startswith(f"<|im_start|>system\n{NOTEBOOK_SYSTEM}") and asked in sent[0]
+    recorded = json.loads((tmp_path / "run" / "lora" / "grpo_adapter.json").read_text())
+    assert recorded["system_prompt"] == ("" if kind == "standard" else NOTEBOOK_SYSTEM)
+    sent.clear()  # --system overrides the record
+    generate_answers([asked], lora=str(tmp_path / "run" / "lora"), backend="plain", system_prompt="Be terse.")
+    assert kind == "standard" or sent[0].startswith("<|im_start|>system\nBe terse.")
 
 
 def test_grpo_generate_input_takes_a_question_a_text_prompt_or_a_chat_and_names_a_bad_line(tmp_path):
@@ -345,7 +355,7 @@ def test_the_correctness_reward_on_rows_without_a_reference_is_refused_naming_an
     assert err.value.field == "answer_field"
     message = str(err.value)
     assert "no column 'answer'" in message and "columns besides prompt: solution" in message
-    assert "--answer_field solution" in message and "leave correctness out of reward_funcs" in message
+    assert "(here: answer_field: solution)" in message and "leave correctness out of reward_funcs" in message
 
     # the fix it names works: the reference is the solution column, and the same file trains without it too
     named = prepare_train(make_cfg(tmp_path, dataset_name=str(path), answer_field="solution",
@@ -386,7 +396,7 @@ def test_an_eval_set_without_reference_answers_is_refused_naming_its_answer_opti
     with pytest.raises(ConfigError) as err:
         load_eval_rows(cfg.replace(answer_field="answer"), qwen_tokenizer)
     assert err.value.field == "eval_answer_field"
-    assert "--eval_answer_field solution" in str(err.value) and "turn evaluation off" in str(err.value)
+    assert "(here: eval_answer_field: solution)" in str(err.value) and "turn evaluation off" in str(err.value)
 
 
 def test_grpo_train_check_refuses_trl_rows_without_a_reference_for_the_default_rewards(tmp_path, capsys):
@@ -400,3 +410,41 @@ def test_grpo_train_check_refuses_trl_rows_without_a_reference_for_the_default_r
     report = json.loads(capsys.readouterr().out)
     data = next(c for c in report["checks"] if c["name"] == "data")
     assert code == 2 and not data["ok"] and "`answer_field`" in data["message"], data
+
+
+def _verl_rows(n=4):
+    """verl's GSM8K parquet rows as its preprocessing script writes them."""
+    return [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {i} + 5? Let's think "
+                                                        "step by step and output the final answer after \"####\"."}],
+             "ability": "math", "reward_model": {"style": "rule", "ground_truth": str(i + 5)},
+             "extra_info": {"split": "train", "index": i}} for i in range(n)]
+
+
+@pytest.mark.parametrize("option", ["answer_field", "eval_answer_field"])
+def test_a_dotted_answer_field_reads_a_nested_column_as_verl_writes_it(qwen_tokenizer, tmp_path, option):
+    from pipeline.data.run_data import load_eval_rows
+
+    path = write_jsonl(tmp_path / "verl.jsonl", _verl_rows())
+    cfg = make_cfg(tmp_path, dataset_name=str(path), eval_dataset_name=str(path),
+                   **{option: "reward_model.ground_truth"})
+    if option == "answer_field":
+        data = prepare_dataset(cfg, qwen_tokenizer)
+        assert data.dataset["grpo_answer"] == ["5", "6", "7", "8"]
+        assert data.dataset["reward_model"][0] == {"style": "rule", "ground_truth": "5"}  # the column itself kept
+    else:
+        assert [row["answer"] for row in load_eval_rows(cfg, qwen_tokenizer)] == ["5", "6", "7", "8"]
+    with pytest.raises(ConfigError, match=option) as err:
+        prepare_dataset(cfg.replace(**{option: "reward_model.answer"}), qwen_tokenizer,
+                        role="train" if option == "answer_field" else "eval")
+    assert "reward_model.ground_truth" in str(err.value)  # the nested fields there are, as dotted paths
+
+
+def test_an_eval_set_without_answers_suggests_the_field_that_holds_them_never_a_first_column(qwen_tokenizer,
+                                                                                             tmp_path):
+    from pipeline.data.run_data import load_eval_rows
+
+    path = write_jsonl(tmp_path / "verl.jsonl", _verl_rows())
+    with pytest.raises(ConfigError) as err:
+        load_eval_rows(make_cfg(tmp_path, dataset_name=str(path), eval_dataset_name=str(path)), qwen_tokenizer)
+    assert "eval_answer_field: reward_model.ground_truth" in str(err.value)
+    assert "data_source" not in str(err.value).split("(here:")[1]

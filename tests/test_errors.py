@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import user_errors
+from pipeline.errors import fit_to_command, user_errors
 from tests.cli_helpers import fault_table, own_cache_root, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,7 +124,8 @@ def test_every_user_error_is_exit_2_and_its_one_message(cls, command, adapter, p
     monkeypatch.setattr(COMMANDS[command][1], _raise(error))
     code, output = run_cli(_argv(command, adapter), capsys)
     assert code == 2 and "Traceback" not in output, output
-    assert output.strip().splitlines()[-1] == f"error: {error}"
+    # the message itself, its suggestions said as this command takes them (errors.fit_to_command)
+    assert output.strip().splitlines()[-1] == f"error: {fit_to_command(str(error))}"
 
 
 def test_a_crash_after_the_run_folder_is_known_logs_there(place, monkeypatch, capsys):

@@ -200,8 +200,12 @@ def test_eval_writes_eval_json_with_fields(trained_run, tmp_path, capsys):
         assert 0.0 <= result[key] <= 1.0
     assert result["mean_completion_length"] > 0 and result["max_tokens"] == 24
     assert len(result["samples"]) == 5 and {"completion", "correct", "format_valid"} <= set(result["samples"][0])
+    # scored with the run's own rewards (its manifest), not the recipe's defaults: its correctness, the rest beside
+    assert result["scorer"] == "correctness_reward_func"
+    assert set(result["rewards"]) == {"correctness_reward_func", "digit_share_reward"}
     table = capsys.readouterr().out
     assert "accuracy" in table and "format rate" in table and str(out) in table
+    assert "accuracy scored by      correctness_reward_func" in table and "eval set: 6 problems" in table
 
 
 def test_adapter_copied_away_from_its_run_generates_as_trained(trained_run, tmp_path, capsys):
@@ -275,3 +279,9 @@ def test_merged_export_behaves_as_trained_in_plain_transformers(trained_run, tmp
     assert "Be brief." in own and manifest["system_prompt"] not in own  # a given system message wins
     carried = json.loads((out / "grpo_adapter.json").read_text())
     assert carried["system_prompt"] == manifest["system_prompt"] and carried["base_model"] == manifest["base_model"]
+    # --system overrides the recorded one as the chat template's default
+    assert export.main(["--lora", str(trained_run / "lora"), "--to", "merged16", "--out", str(tmp_path / "m2"),
+                        "--system", "Answer in one word."]) == 0
+    other = AutoTokenizer.from_pretrained(str(tmp_path / "m2")).apply_chat_template(
+        [{"role": "user", "content": "3+4"}], tokenize=False, add_generation_prompt=True)
+    assert "Answer in one word." in other and manifest["system_prompt"] not in other

@@ -8,6 +8,7 @@ import torch
 from pipeline.backends.plain import PlainGenerator, generated_length
 from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 from pipeline.infer.evaluate import evaluate_rows
+from pipeline.infer.scoring import build_scorer
 
 
 def test_counts_are_the_generated_ids_up_to_eos():
@@ -25,5 +26,6 @@ def test_counts_are_the_generated_ids_up_to_eos():
                              eos_token_id=tokenizer.eos_token_id)[0, ids["input_ids"].shape[1]:].tolist()
         assert completion.tokens == generated_length(out, tokenizer.eos_token_id) <= max_tokens
     rows = [{"prompt": [{"role": "user", "content": q}], "answer": "3", "id": q} for q in ("1+2", "30+45", "7")]
-    result = evaluate_rows(PlainGenerator(model, tokenizer), tokenizer, rows, "", max_tokens)
+    scorer = build_scorer([], keywords=lambda columns, texts: {})  # no rewards: the built-in reading
+    result = evaluate_rows(PlainGenerator(model, tokenizer), tokenizer, rows, scorer, max_tokens)
     assert result["mean_completion_length"] == sum(c.tokens for c in completions) / 3

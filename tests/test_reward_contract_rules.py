@@ -368,11 +368,10 @@ def test_probe_one_line_per_function_and_raises_the_first_failure():
         probe_rewards([named, raises_key_error, returns_nan], ["p0"], ["c0"], {})
 
 
-def test_a_raising_plug_in_reward_is_named_with_its_file_and_line(tmp_path):
-    """A `module:function` reward beside the recipe (rewards/user_code.py loads it): its message names the
+def test_a_raising_plug_in_reward_is_named_with_its_file_and_line(tmp_path, monkeypatch):
+    """A `module:function` reward in the working folder (rewards/user_code.py loads it): its message names the
     function, its file and the line that raised."""
     from rewards import get_reward_funcs
-    from rewards.user_code import set_recipe_dir
 
     (tmp_path / "my_plugin_rewards.py").write_text(
         "def picky(prompts, completions, **kwargs):\n"
@@ -380,11 +379,8 @@ def test_a_raising_plug_in_reward_is_named_with_its_file_and_line(tmp_path):
         "    for c in completions:\n"
         "        scores.append(1.0 / (len(c) - 2))\n"
         "    return scores\n", encoding="utf-8")
-    set_recipe_dir(tmp_path)
-    try:
-        (func,) = get_reward_funcs(["my_plugin_rewards:picky"])
-        text = failure_of(func, prompts=["p0", "p1"], completions=["ab", "cd"])
-    finally:
-        set_recipe_dir(None)
+    monkeypatch.chdir(tmp_path)
+    (func,) = get_reward_funcs(["my_plugin_rewards:picky"])
+    text = failure_of(func, prompts=["p0", "p1"], completions=["ab", "cd"])
     assert text.startswith("reward function `picky` raised ZeroDivisionError: float division by zero")
     assert text.endswith(f"(at {tmp_path / 'my_plugin_rewards.py'} line 4)")

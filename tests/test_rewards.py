@@ -47,6 +47,9 @@ from tests.reward_helpers import as_chat, wrap
     ("\\frac{1}{2}", "0.5"), ("\\dfrac{3}{4}", "0.75"), ("\\tfrac{1}{4}", "0.25"), ("\\frac12", "0.5"),
     ("$\\boxed{\\dfrac{1}{2}}$", "1/2"), ("-\\frac{1}{2}", "-0.5"), ("\\text{18 apples}", "18"),
     ("90^\\circ", "90"), ("90°", "90"),
+    # temperatures: ℃ ℉ (°C °F after NFKC), glued or spaced, and the Chinese units
+    ("-5℃", "-5"), ("20°C", "20"), ("68°F", "68"), ("20℉", "20"), ("-5 ℃", "-5"), ("37.5 °C", "37.5"),
+    ("答案：-5℃", "-5"), ("It is 20°C today.", "20"), ("5摄氏度", "5"), ("20度", "20"),
     # garbage from a collapsing policy
     ("18\ufffd", "18"), ("1\u200b8", "18"), ("\ufeff18", "18"), ("18\x00\x07", "18"), ("\x1b[0m18", "18"),
     ("18\u202e", "18"),

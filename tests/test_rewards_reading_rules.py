@@ -39,9 +39,10 @@ from rewards.language import (
 )
 from rewards.sentences import after_last_marker, after_single_equals, conclusion_value
 
-KNOWN = ("xmlcount, soft_format, strict_format, int, correctness, language_consistency, xmlcount_reward_func, "
+KNOWN = ("ours xmlcount, soft_format, strict_format, int, correctness, language_consistency, xmlcount_reward_func, "
          "soft_format_reward_func, strict_format_reward_func, int_reward_func, correctness_reward_func, "
-         "language_consistency_reward_func")
+         "language_consistency_reward_func; TRL's (trl/scripts/grpo.py) accuracy_reward, reasoning_accuracy_reward, "
+         "think_format_reward, get_soft_overlong_punishment")
 
 
 # --- sentences: final-answer markers and a single "=" -----------------------------------------------
@@ -354,8 +355,8 @@ def test_language_reward_holds_a_prefilled_conversation_to_the_users_language():
 # --- registry ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, message", [
-    ("corectness", f"unknown reward 'corectness'; known: {KNOWN}, or 'package.module:function' (or package.module.function) for your own."),
-    ("  ", f"'  ' is not a reward name; known: {KNOWN}, or 'package.module:function'."),
+    ("corectness", f"unknown reward 'corectness'; did you mean 'correctness'? known: {KNOWN}; or 'package.module:function' (or package.module.function) for your own."),
+    ("  ", f"'  ' is not a reward name; known: {KNOWN}; or 'package.module:function'."),
     ("rewards.registry:REWARD_FUNCS", "'rewards.registry:REWARD_FUNCS' is a dict, not a function."),
     ("rewards.format:soft_format_reward_func:x",  # the module ends at the FIRST colon
      "module 'rewards.format' has no 'soft_format_reward_func:x' (reward 'rewards.format:soft_format_reward_func:x')."),

@@ -57,6 +57,37 @@ def test_resolve_reward_unknown_name_lists_known_ones():
             resolve_reward(bad)
 
 
+def test_every_name_of_trls_own_registry_is_accepted_as_itself():
+    """trl/scripts/grpo.py's reward_funcs_registry, read from the installed TRL (an AST walk here, as a second
+    reading): each name resolves to what the script builds (the function, or the factory's reward)."""
+    import ast
+    import importlib.util
+
+    import trl.rewards
+
+    script = Path(importlib.util.find_spec("trl.scripts.grpo").origin).read_text()
+    registry = next(node for node in ast.walk(ast.parse(script)) if isinstance(node, ast.Dict)
+                    and any(isinstance(k, ast.Constant) and k.value == "accuracy_reward" for k in node.keys))
+    names = [key.value for key in registry.keys]
+    assert len(names) >= 4
+    for name in names:
+        func = resolve_reward(name)
+        if hasattr(trl.rewards, name) and not name.startswith("get_"):
+            assert func is getattr(trl.rewards, name)
+        else:  # a factory: TRL's script registers what it returns
+            assert func.__name__ == getattr(trl.rewards, name)(max_completion_len=8, soft_punish_cache=2).__name__
+    funcs = rewards.get_reward_funcs(names)
+    assert [f.__name__ for f in funcs][:3] == names[:3]
+
+
+def test_an_unknown_name_lists_ours_and_trls_and_the_nearest():
+    with pytest.raises(ValueError) as err:
+        resolve_reward("acuracy_reward")
+    message = str(err.value)
+    assert "did you mean 'accuracy_reward'" in message
+    assert "correctness" in message and "think_format_reward" in message and "get_soft_overlong_punishment" in message
+
+
 def test_plugin_module_function(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     func = resolve_reward("test_rewards_plugin_helper:answer_length_reward")

@@ -34,13 +34,24 @@ def write_metrics(out: Path, steps) -> Path:
     return path
 
 
-def test_resume_step_drops_the_replaced_metrics_when_the_trainer_is_built(built, tmp_path):
+def test_resume_step_drops_the_replaced_metrics_when_training_begins(built, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     path = write_metrics(out, range(1, 6))
-    built(resume_step=3)
+
+    def begin(trainer, main=True):
+        trainer.state.is_world_process_zero = main
+        trainer.callback_handler.on_train_begin(trainer.args, trainer.state, trainer.control)
+
+    trainer, _ = built(resume_step=3)
+    assert len(path.read_text().splitlines()) == 5  # building trims nothing: the main process does, at train begin
+    begin(trainer, main=False)  # another rank of a multi-node resume never rewrites the main process's file
+    assert len(path.read_text().splitlines()) == 5
+    trainer, _ = built(resume_step=3)
+    begin(trainer)
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
-    built(resume_step=None)  # a fresh trainer keeps what is there (the run moves an earlier run aside first)
+    trainer, _ = built(resume_step=None)  # a fresh trainer keeps what is there (the run moves an earlier run aside)
+    begin(trainer)
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
 
 

@@ -1,4 +1,5 @@
-"""The boundary around a user's reward module: found beside the recipe or in the working folder, loaded as the
+"""The boundary around a user's reward module: found in the working folder (the one base of every relative path, as
+TRL reads it; one only beside the recipe is named with the fix), loaded as the
 user's whatever its name (ours, the standard library's, an installed package's), never hiding ours; its
 import sees none of grpo's arguments; a file that would hide one of our packages is exit 2 naming it."""
 
@@ -45,7 +46,7 @@ def _recipe(folder: Path, spec: str) -> Path:
 
 
 @pytest.mark.parametrize("package", [False, True])
-@pytest.mark.parametrize("where", ["beside the recipe", "working folder"])
+@pytest.mark.parametrize("where", ["working folder"])
 @pytest.mark.parametrize("name", NAMES)
 def test_a_users_module_loads_as_theirs_whatever_its_name_and_ours_stay_ours(tmp_path, monkeypatch, name, where,
                                                                              package):
@@ -83,7 +84,31 @@ def test_a_module_that_is_nowhere_is_named_with_where_it_was_looked_for(tmp_path
     cfg = parse_config(["--config", str(_recipe(tmp_path / "r", "nowhere_rewards:score"))])
     with pytest.raises(ValueError, match="nowhere_rewards") as err:
         get_reward_funcs(cfg.grpo.reward_funcs)
-    assert f"({(tmp_path / 'r').resolve()}, {tmp_path.resolve()})" in str(err.value)
+    assert f"({tmp_path.resolve()})" in str(err.value) and "beside the recipe" not in str(err.value)
+
+
+def test_one_base_for_every_relative_path_and_the_missing_path_error_says_which(tmp_path, monkeypatch):
+    """A recipe run from another folder: its reward module beside it and its relative data path are both read
+    against the working folder, and each error says so, with the fix."""
+    from pipeline.config import ConfigError
+    from pipeline.preflight import run_checks
+
+    recipe_dir, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    spec = _reward_file(recipe_dir, "beside_rewards", 1.0)
+    (recipe_dir / "train.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
+    recipe = recipe_dir / "a.yaml"
+    recipe.write_text(f"reward_funcs: ['{spec}']\nmodel_name_or_path: tiny-demo\ndataset_name: train.jsonl\n")
+    monkeypatch.chdir(elsewhere)
+    cfg = parse_config(["--config", str(recipe)])
+    with pytest.raises(ValueError) as err:
+        get_reward_funcs(cfg.grpo.reward_funcs)
+    assert "beside the recipe" in str(err.value) and f"working folder ({elsewhere.resolve()})" in str(err.value)
+    data = next(c for c in run_checks(cfg.replace(reward_funcs=["xmlcount"], output_dir=str(tmp_path / "o")),
+                                      stop_at_first=False) if c.name == "data")
+    assert not data.ok and f"read against the working folder ({elsewhere.resolve()})" in data.message
+    monkeypatch.chdir(recipe_dir)  # from the folder the paths are relative to, both are found
+    assert get_reward_funcs(cfg.grpo.reward_funcs)[0](completions=["a"]) == [1.0]
 
 
 @pytest.mark.parametrize("how", ["PYTHONPATH", "python -m from the folder"])
@@ -99,7 +124,7 @@ def test_a_file_that_would_hide_one_of_our_packages_is_exit_2_naming_it(tmp_path
     assert str(folder / f"{name}.py") in out.stderr and "Traceback" not in out.stderr
 
 
-def test_sibling_imports_work_from_a_module_and_from_a_package_beside_the_recipe(tmp_path, monkeypatch):
+def test_sibling_imports_work_from_a_module_and_from_a_package_in_the_working_folder(tmp_path, monkeypatch):
     """The user's folder joins the import path (at its end), so their reward module can import its helpers."""
     recipes = tmp_path / "recipes"
     (recipes / "deep_pkg").mkdir(parents=True)
@@ -113,7 +138,7 @@ def test_sibling_imports_work_from_a_module_and_from_a_package_beside_the_recipe
     (recipes / "deep_pkg" / "inner" / "scoring.py").write_text(
         "import sys\nimport helper_for_rewards\nSEEN_ARGV = list(sys.argv)\n\n"
         "def score(completions, **kw):\n    return [helper_for_rewards.VALUE + 0.125] * len(completions)\n")
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(recipes)
     monkeypatch.setattr(sys, "path", list(sys.path))
     parse_config(["--config", str(_recipe(recipes, "file_rewards:score"))])
     file_reward = resolve_reward("file_rewards:score")
@@ -147,18 +172,19 @@ def test_a_module_on_the_import_path_sees_only_its_name_as_argv_and_no_recipe_me
 
 
 def test_two_recipes_with_a_reward_module_of_one_name_each_get_their_own(tmp_path, monkeypatch):
-    """A notebook trying two recipes: the second folder's `same_name.py` is not the first one's."""
-    monkeypatch.chdir(tmp_path)
+    """A notebook trying two recipes, each from its own folder: the second folder's `same_name.py` is not the
+    first one's."""
     got = []
     for marker in (0.5, 0.25):
         folder = tmp_path / f"r{marker}"
         _reward_file(folder, "same_name_rewards", marker)
+        monkeypatch.chdir(folder)
         parse_config(["--config", str(_recipe(folder, "same_name_rewards:score"))])
         got.append(resolve_reward("same_name_rewards:score")(completions=["a"]))
     assert got == [[0.5], [0.25]]
 
 
-def test_a_package_alone_beside_the_recipe_can_import_its_siblings(tmp_path, monkeypatch):
+def test_a_package_alone_in_the_working_folder_can_import_its_siblings(tmp_path, monkeypatch):
     """The folder that holds the package (not the package's own folder) joins the import path."""
     recipes = tmp_path / "recipes"
     (recipes / "lone_pkg").mkdir(parents=True)
@@ -166,7 +192,7 @@ def test_a_package_alone_beside_the_recipe_can_import_its_siblings(tmp_path, mon
     (recipes / "lone_pkg" / "__init__.py").write_text("import lone_helper\n\n"
                                                       "def score(completions, **kw):\n"
                                                       "    return [lone_helper.VALUE] * len(completions)\n")
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(recipes)
     monkeypatch.setattr(sys, "path", list(sys.path))
     parse_config(["--config", str(_recipe(recipes, "lone_pkg:score"))])
     assert resolve_reward("lone_pkg:score")(completions=["a"]) == [0.625]

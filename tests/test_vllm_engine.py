@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,19 @@ def _vllm_config(output_dir: Path, **overrides):
                   reward_funcs=["train_helpers:recording_reward"])
     values.update(overrides)
     return demo_config(output_dir, **values)
+
+
+@contextmanager
+def environment_kept():
+    """os.environ as it was, after the block: TRL's colocated engine sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR
+    and MASTER_PORT in this process (VLLMGeneration._init_vllm), and a later test's `grpo` child process would
+    inherit them, believe it is one rank of a distributed run and fight over the port."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 def _metrics(output_dir: Path) -> list[dict]:
@@ -76,7 +91,8 @@ def colocated_run(tmp_path_factory):
         patch.setattr(vllm_engine, "reload_into_engine", recording_reload)
         patch.setattr(transformers.GenerationMixin, "generate", no_transformers_generate)
         cfg = _vllm_config(tmp_path_factory.mktemp("vllm") / "run")
-        result = run_training(cfg)
+        with environment_kept():
+            result = run_training(cfg)
     return cfg, result, engine_outputs, syncs, list(train_helpers.RECORDED_COMPLETION_IDS)
 
 
@@ -120,7 +136,8 @@ def test_an_engine_whose_sync_is_switched_off_fires_the_stale_rollout_rule(monke
 
     # The sync keeps only its cache reset: the engine keeps the weights it was built with.
     monkeypatch.setattr(vllm_engine, "reload_into_engine", lambda generation: generation.llm.reset_prefix_cache())
-    result = run_training(_vllm_config(tmp_path / "run", max_steps=6))
+    with environment_kept():
+        result = run_training(_vllm_config(tmp_path / "run", max_steps=6))
     assert result.status == "stopped" and result.exit_code == 3
     summary = json.loads((result.output_dir / "summary.json").read_text())
     assert summary["health"]["stop_rule"] == "stale_rollout" and summary["health"]["stop_step"] <= 2
@@ -163,3 +180,20 @@ def test_generate_and_eval_with_a_saved_lora_go_through_vllm_and_agree_with_tran
     assert evaluate.main(["--lora", str(lora), "--data", "demo-arithmetic", "--limit", "4", "--output", str(out)]) == 0
     assert len(vllm_engine._ENGINE) == engines_before == 1  # the engine is reused, not built again
     assert isinstance(vllm_engine._ENGINE[next(iter(vllm_engine._ENGINE))], LLM)
+
+
+def test_the_inference_engine_takes_a_free_share_of_ram_and_names_the_option_when_none_is(tmp_path, monkeypatch):
+    """On a CPU vLLM reads gpu_memory_utilization as a share of RAM and refuses to start when it is not free: `auto`
+    is TRL's colocated share (0.3), and a share that cannot be had is exit 2 naming gpu_memory_utilization."""
+    from pipeline.backends import vllm_engine
+    from pipeline.config import ConfigError
+    from pipeline.demo.registry import builtin_model
+
+    cfg = _vllm_config(tmp_path)
+    folder = str(builtin_model("tiny-demo-vllm").folder())
+    assert vllm_engine.engine_arguments(folder, cfg, "float32", with_lora=True)["gpu_memory_utilization"] == 0.3
+    greedy = vllm_engine.engine_arguments(folder, cfg.replace(gpu_memory_utilization="0.999"), "float32", True)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")  # the tests' fixed KV size; vLLM then sizes it from the share
+    with pytest.raises(ConfigError) as refused:
+        vllm_engine.shared_engine(greedy)
+    assert refused.value.field == "gpu_memory_utilization" and "0.999" in str(refused.value)

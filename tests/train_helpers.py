@@ -188,3 +188,19 @@ def recording_reward(completions, completion_ids, **kwargs) -> list[float]:
     """digit_share_reward, recording the completion token ids TRL hands every reward (its `completion_ids`)."""
     RECORDED_COMPLETION_IDS.extend(list(ids) for ids in completion_ids)
     return digit_share_reward(completions)
+
+
+def record_seen(prompts, completions, trainer_state, **kwargs) -> list[float]:
+    """digit_share_reward, writing the prompts this process scored at each training step as a JSON line
+    ({"step", "rank", "prompts"}) to $GRPO_SEEN_DIR/seen-rank<RANK>.jsonl. The check's reward probe (a bare
+    TrainerState, no train_batch_size yet) is not recorded."""
+    import json
+    import os
+
+    if trainer_state.train_batch_size is not None:
+        rank = os.environ.get("RANK", "0")
+        line = {"step": trainer_state.global_step, "rank": int(rank),
+                "prompts": [p if isinstance(p, str) else json.dumps(p, sort_keys=True) for p in prompts]}
+        with open(os.path.join(os.environ["GRPO_SEEN_DIR"], f"seen-rank{rank}.jsonl"), "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+    return digit_share_reward(completions)

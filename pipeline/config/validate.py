@@ -17,7 +17,7 @@ from env.text import excerpt
 from pipeline.config.fields import ConfigError
 from pipeline.config.pipeline_config import PipelineConfig
 from pipeline.config.values import check_field_values, check_generation_temperature
-from rewards import check_reward_weights, get_reward_funcs  # light: no torch
+from rewards import check_reward_names, check_reward_weights, get_reward_funcs  # light: no torch
 
 # What Unsloth trains in full rather than as LoRA (unsloth/models/_utils.py EMBEDDING_MODULES).
 EMBEDDING_MODULES = ("embed_tokens", "lm_head")
@@ -126,7 +126,8 @@ def resolve_optim(cfg: PipelineConfig) -> tuple[PipelineConfig, Optional[str]]:
     return cfg.replace(optim=OPTIM_WITHOUT_BITSANDBYTES), note
 
 
-def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str | None = None) -> list[str]:
+def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str | None = None,
+             run_user_code: bool = True) -> list[str]:
     """Check the config; raise ConfigError on the first fatal problem, return warnings.
 
     `backend` is the resolved backend ("unsloth" | "plain") when known; by default `cfg.model.backend`.
@@ -165,7 +166,7 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     _check_truncated_sampling(cfg, backend or m.backend)
     if m.vllm_mode == "server" and not m.vllm_server_base_url:
         notes.append("vllm_mode=server without vllm_server_base_url: TRL will use host 0.0.0.0:8000.")
-    _check_rewards(g)
+    _check_rewards(g, run_user_code)
     for note in notes:
         warnings.warn(note, stacklevel=2)
     return notes
@@ -266,10 +267,11 @@ def _check_adaptive_beta(cfg: PipelineConfig) -> None:
         raise ConfigError("beta_min", f"need 0 <= beta_min ({h.beta_min}) <= beta_max ({h.beta_max}).")
 
 
-def _check_rewards(g: Any) -> None:
-    """reward_funcs name known rewards, reward_weights match them."""
+def _check_rewards(g: Any, run_user_code: bool = True) -> None:
+    """reward_funcs name known rewards, reward_weights match them. A command that calls no reward (`grpo plan`,
+    `grpo data`: run_user_code false) checks the names without importing any module (docs/security.md)."""
     try:
-        get_reward_funcs(list(g.reward_funcs))
+        (get_reward_funcs if run_user_code else check_reward_names)(list(g.reward_funcs))
     except ValueError as err:
         raise ConfigError("reward_funcs", str(err)) from None
     try:

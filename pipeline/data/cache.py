@@ -15,13 +15,13 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import cache_root, publish_once
+from env.paths import cache_root, json_text, publish_once
 import pipeline.data  # the package's own code is the cache's identity (data_code_identity)
 from env.kept import code_hash, file_sha256, state_key, versions
 from pipeline.data.tokenizer import resolve_model_path
 
 # Bump when the prepared columns or the cleaning rules change, so old caches are not reused.
-DATA_FORMAT_VERSION = 3
+DATA_FORMAT_VERSION = 4
 # Files up to this size are hashed for the fingerprint (GSM8K train as JSONL is ~4 MB).
 CONTENT_HASH_MAX_BYTES = 64 * 1024 * 1024
 REPORT_IN_CACHE = "report.json"
@@ -137,7 +137,6 @@ def save_cached(entry: Path, dataset: Any, report: dict[str, Any], seen=None) ->
     """
     def write(staging: Path) -> None:
         dataset.save_to_disk(str(staging / DATASET_IN_CACHE))
-        with open(staging / REPORT_IN_CACHE, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2, ensure_ascii=False)
+        (staging / REPORT_IN_CACHE).write_text(json_text(report), encoding="utf-8")  # any file name in it
 
     publish_once(entry, write, is_complete=entry_is_complete, option="data_cache_dir", seen=seen)

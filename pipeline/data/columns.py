@@ -43,9 +43,16 @@ def training_columns(table: Any, prompts: list[Any], rows: list[Any], prompt_tok
     return dataset.flatten_indices()
 
 
+def removes_unused_columns(cfg: Any) -> bool:
+    """TRL's `remove_unused_columns` as the run sets it (GRPOConfig's default: False): True leaves the rewards no
+    dataset column (rewards/trl_source.py `reward_columns`)."""
+    return bool(cfg.trl.get("remove_unused_columns", False))
+
+
 def prompt_formats(source_format: str, prompts: list[Any], system_prompt: Optional[str]) -> dict[str, Any]:
     """What the report (and `--check`) says of the prompts: where they came from, how many are standard (text)
-    and conversational (messages), and whether system_prompt was added or the prompt's own system message kept.
+    and conversational (messages), whether system_prompt was added or the prompt's own system message kept, and
+    the system message the training rows carried (`trained_system_message`), which the adapter records.
 
     >>> prompt_formats("prompt", ["1+1=", [{"role": "system", "content": "Mine."}, {"role": "user", "content": "?"}],
     ...                           [{"role": "user", "content": "?"}]], "Be brief.")["system_prompt"]
@@ -54,9 +61,36 @@ def prompt_formats(source_format: str, prompts: list[Any], system_prompt: Option
     if source_format != "prompt":
         return {"source": "question_field", "standard": 0, "conversational": len(prompts),
                 "system_prompt": {"added": len(prompts) if system_prompt else 0, "own_kept": 0,
-                                  "standard_as_written": 0}}
+                                  "standard_as_written": 0},
+                **trained_system_message([[]] * len(prompts), system_prompt)}
     chats = [p for p in prompts if is_conversational(p)]
     own = sum(1 for p in chats if p and p[0].get("role") == "system")
     return {"source": "prompt", "standard": len(prompts) - len(chats), "conversational": len(chats),
             "system_prompt": {"added": (len(chats) - own) if system_prompt else 0, "own_kept": own,
-                              "standard_as_written": len(prompts) - len(chats)}}
+                              "standard_as_written": len(prompts) - len(chats)},
+            **trained_system_message(chats, system_prompt)}
+
+
+def trained_system_message(chats: list[Any], system_prompt: Optional[str]) -> dict[str, Any]:
+    """The system message the training chats carried, by one rule: the one they all share (their own, or
+    system_prompt where we added it to a chat without one); "" when none carried one (text prompts, an empty
+    system_prompt); "" and a note when they differ (no single one to generate with). `grpo generate`, `grpo eval`
+    and `grpo export` default to it (pipeline/run/manifest.py records it).
+
+    >>> trained_system_message([[{"role": "system", "content": "Mine."}, {"role": "user", "content": "?"}]] * 2, "X")
+    {'system_message': 'Mine.', 'system_message_note': ''}
+    >>> trained_system_message([[{"role": "user", "content": "?"}]], "Ours.")["system_message"]
+    'Ours.'
+    >>> differ = [[{"role": "system", "content": "A"}], [{"role": "user", "content": "?"}]]
+    >>> trained_system_message(differ, "B")["system_message_note"][:59]
+    'the training rows carried 2 different system messages (A, B'
+
+    """
+    carried = {chat[0]["content"] if chat and chat[0].get("role") == "system" else (system_prompt or "")
+               for chat in chats}
+    if len(carried) <= 1:
+        return {"system_message": next(iter(carried), ""), "system_message_note": ""}
+    shown = ", ".join(text[:40] for text in sorted(carried)[:3]) + (", ..." if len(carried) > 3 else "")
+    return {"system_message": "", "system_message_note": (
+        f"the training rows carried {len(carried)} different system messages ({shown}), so none is recorded as "
+        "the adapter's: generate/eval/export use none unless you pass --system_prompt TEXT")}

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import pyarrow.parquet as pq
 
-from env.path_check import local_data
+from env.path_check import local_data, relative_base
 from env.paths import shell_command
 from env.text import excerpt, shorten
 from pipeline.config import ConfigError
@@ -56,7 +56,7 @@ def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
     if not path.exists():
         raise ConfigError(option, f"{excerpt(str(path.resolve()))} does not exist. Give the path of a data file "
                           f"({'/'.join(sorted(LOCAL_FORMATS))}), a folder of them, a `save_to_disk` folder, a hub "
-                          "dataset id (openai/gsm8k), `sample` or `demo-arithmetic`.")
+                          f"dataset id (openai/gsm8k), `sample` or `demo-arithmetic`.{relative_base(path)}")
     if path.is_file():
         if path.suffix.lower() not in LOCAL_FORMATS:
             raise ConfigError(option, f"{path} has an unknown extension; use one of "

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from rewards.trl_source import reward_columns
 
 
 def accounting_line(report: dict[str, Any], ids_shown: int = 3) -> str:
@@ -33,10 +34,12 @@ def accounting_line(report: dict[str, Any], ids_shown: int = 3) -> str:
 
 
 def prompt_line(report: dict[str, Any]) -> str:
-    """Which prompt format the data is in and what happened to system_prompt (docs/own-data.md, "Prompts").
+    """Which prompt format the data is in and what happened to system_prompt (docs/own-data.md, "Prompts"), and
+    the columns TRL passes the rewards (rewards/trl_source.py: not `completion`, none with remove_unused_columns,
+    which prepare_train notes in the report).
 
     >>> prompt_line({"prompt_format": {"source": "prompt", "standard": 0, "conversational": 5,
-    ...              "system_prompt": {"added": 2, "own_kept": 3, "standard_as_written": 0}}, "columns": ["solution"]})
+    ...              "system_prompt": {"added": 2, "own_kept": 3, "standard_as_written": 0}}, "columns": ["completion", "solution"]})
     "TRL's prompt column, conversational: system_prompt added to 2, their own system message kept in 3; columns to the rewards: solution"
     """
     formats = report.get("prompt_format")
@@ -51,7 +54,9 @@ def prompt_line(report: dict[str, Any]) -> str:
     else:
         line = (f"TRL's prompt column, conversational: system_prompt added to {system['added']}, their own "
                 f"system message kept in {system['own_kept']}")
-    columns = report.get("columns")
+    columns = reward_columns(report.get("columns") or [], report.get("remove_unused_columns"))
+    if report.get("remove_unused_columns"):
+        return line + "; columns to the rewards: none (remove_unused_columns: true)"
     return line + (f"; columns to the rewards: {', '.join(columns)}" if columns else "")
 
 

@@ -14,15 +14,19 @@ from typing import Any, Optional
 
 from pipeline.config import ConfigError, PipelineConfig, given
 from pipeline.data import prepare  # prepare.prepare_dataset through the module: tests interrupt it there
-from pipeline.data.columns import ANSWER, OWN_COLUMNS, ROW_ID, SOLUTION
+from pipeline.data.columns import ANSWER, OWN_COLUMNS, ROW_ID, SOLUTION, removes_unused_columns
 from pipeline.data.prompts import completion_like, question_text
 from pipeline.data.data_files import local_layout, local_path
+from pipeline.data.sources import field_values, nested_paths
 from pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT, source_spec
 from pipeline.demo.registry import builtin_source
 from rewards import reads_reference, reference_is_scorable
+from rewards.normalize import parse_answer
 from rewards.format import format_completion
 
 MAX_WARMUP_EXAMPLES = 256
+# The other way out of an eval set without answers, for a training run (`grpo eval` says its own, of its --data).
+TRAINING_EVAL_OFF = "or turn evaluation off (eval_before: false, eval_after: false, eval_steps: 0)"
 
 
 @dataclass
@@ -51,7 +55,12 @@ class RunData:
 # The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one.
 def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
     train = prepare.prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
-    if reads_reference(cfg.grpo.reward_funcs):
+    train.report["remove_unused_columns"] = removes_unused_columns(cfg)  # which columns the rewards get (report.py)
+    reads = reads_reference(cfg.grpo.reward_funcs)  # from the modules' text: `grpo data` imports no reward
+    if reads is None:
+        print("[grpo] note: whether a reward of your own reads the reference answers cannot be told without running "
+              "its module, which `grpo data` does not do; the answers were not required.", file=sys.stderr)
+    if reads:
         require_reference_answers(cfg, "train", train.dataset, "the correctness reward (reward_funcs)",
                                   "or leave correctness out of reward_funcs (a reward of your own gets every column, "
                                   "as TRL passes them)")
@@ -67,17 +76,28 @@ def require_reference_answers(cfg: PipelineConfig, role: str, dataset: Any, scor
         return
     spec = source_spec(cfg, role)
     columns = [name for name in dataset.column_names if name not in OWN_COLUMNS and name != "prompt"]
-    if spec.answer_field in dataset.column_names:
+    if spec.answer_field in dataset.column_names or spec.answer_field.partition(".")[0] in dataset.column_names:
         why = (f"none of its {spec.answer_field!r} values is one final answer the correctness reward can read "
                "(keep_unscorable kept them)")
     else:
         why = (f"it has no column {spec.answer_field!r} (its columns besides prompt: "
                f"{', '.join(columns) if columns else 'none'})")
-    example = f" (e.g. --{spec.answer_option} {columns[0]})" if columns else ""
+    # a column (or a nested field, as a dotted path) whose first values are answers, never a mere first column
+    rows = dataset.select(range(min(len(dataset), 20)))
+    candidates = [*columns, *nested_paths(rows, columns)]
+    def readable(field: str) -> tuple[float, float]:  # the share of plain numbers first ("openai/gsm8k" is not)
+        values = field_values(rows, columns, field, spec.answer_option, "answer", spec.name)
+        parsed = [parse_answer(v) if reference_is_scorable(v) else None for v in values]
+        return (sum(p is not None and p.kind == "number" for p in parsed) / len(values),
+                sum(p is not None for p in parsed) / len(values))
+
+    ranked = sorted(((readable(c), c) for c in candidates if c != spec.answer_field), key=lambda x: x[0], reverse=True)
+    example = f" (here: {spec.answer_option}: {ranked[0][1]})" if ranked and ranked[0][0][1] > 0 else ""
     raise ConfigError(spec.answer_option, f"{scorer} scores each completion against its row's reference answer, "
                       f"read from {spec.answer_option} ({spec.answer_field!r}), and no row of {spec.name} has one: "
                       f"{why}. Every score would be None (cannot judge) and teach or measure nothing. Set "
-                      f"{spec.answer_option} to the column that holds the final answers{example}, {other_fix}.")
+                      f"{spec.answer_option} to the column (or dotted path) that holds the final answers{example}, "
+                      f"{other_fix}.")
 
 
 def without_a_held_out_set(cfg: PipelineConfig) -> tuple[PipelineConfig, str]:
@@ -110,23 +130,51 @@ def without_a_held_out_set(cfg: PipelineConfig) -> tuple[PipelineConfig, str]:
 
 
 def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, report_dir: Optional[Path] = None,
-                   write_report: bool = True) -> list[dict[str, Any]]:
+                   write_report: bool = True, other_fix: str = TRAINING_EVAL_OFF) -> list[dict[str, Any]]:
     """Held-out rows (prompt messages + answer), prepared by the same data code as training: the eval set
     (eval_dataset_name, else eval_split of dataset_name), its first `limit` (else eval_limit) usable rows;
     the report goes to data_report_eval.json."""
     eval_cfg = cfg.replace(max_samples=given(limit, cfg.eval.eval_limit), strict=False)
     prepared = prepare.prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir,
                                        write_report=write_report)
-    require_reference_answers(eval_cfg, "eval", prepared.dataset, "the held-out evaluation (its accuracy)",
-                              "or turn evaluation off (eval_before: false, eval_after: false, eval_steps: 0)")
-    return [{"prompt": row["prompt"], "answer": row[ANSWER], "id": row[ROW_ID]} for row in prepared.dataset]
+    require_reference_answers(eval_cfg, "eval", prepared.dataset, "the held-out evaluation (its accuracy)", other_fix)
+    # each row's other columns too: the run's rewards score the eval completions as TRL calls them (infer/scoring.py)
+    return EvalRows([{"prompt": row["prompt"], "answer": row[ANSWER], "id": row[ROW_ID],
+                      "columns": {key: value for key, value in row.items() if key != "prompt"}}
+                     for row in prepared.dataset], prepared.report)
+
+
+class EvalRows(list):
+    """The held-out rows, and the data report of the set they were prepared from (what was dropped, and why)."""
+
+    def __init__(self, rows: list[dict[str, Any]], report: Optional[dict[str, Any]] = None):
+        super().__init__(rows)
+        self.report = report or {}
+
+    def line(self) -> str:
+        """`eval set: N problems`, and when rows were dropped or left unused, how many of how many and why.
+
+        >>> EvalRows([{}, {}], {"rows_in": 3, "rows_kept": 2, "rows_rejected_total": 1, "rows_unused_max_samples": 0,
+        ...                     "rows_rejected": {"unscorable_answer": {"count": 1, "ids": ["test-2"]}}}).line()
+        'eval set: 2 problems (1 of 3 rows dropped: unscorable_answer 1 (test-2))'
+        """
+        said = f"eval set: {len(self)} problems"
+        dropped, unused = self.report.get("rows_rejected_total"), self.report.get("rows_unused_max_samples")
+        if dropped:
+            reasons = ", ".join(f"{reason} {info['count']} ({', '.join(info['ids'][:3])}"
+                                f"{', ...' if info['count'] > 3 else ''})"
+                                for reason, info in self.report["rows_rejected"].items())
+            said += f" ({dropped} of {self.report['rows_in']} rows dropped: {reasons})"
+        if unused:
+            said += f"; {unused} more rows unused (eval_limit / --limit)"
+        return said
 
 
 def prepare_eval(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
                  write_report: bool = True) -> list[dict[str, Any]]:
     """The held-out rows when the run evaluates (eval_before, eval_after or eval_steps), else []."""
     if not cfg.eval.uses_eval_set():
-        return []
+        return EvalRows([])
     return load_eval_rows(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
 
 

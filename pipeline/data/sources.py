@@ -100,17 +100,61 @@ def _rows(dataset: Any, spec: SourceSpec, split: str, where: str) -> RawRows:
         wanted.append(("answer", spec.answer_field, spec.answer_option))
     if spec.solution_field:
         wanted.append(("worked solution", spec.solution_field, "solution_field"))
-    for what, column, option in wanted:
-        if column not in names:
-            hint = (" A dataset in TRL's format has a `prompt` column instead (text, or a list of "
-                    "{role, content} messages)." if what == "question" else "")
-            raise ConfigError(option, f"column {excerpt(column)} is not in {where}; its columns are "
-                              f"{sorted(names)}. Set {option} to the column that holds the {what}s.{hint}")
-    questions = list(dataset[question])
-    answers = list(dataset[spec.answer_field]) if spec.answer_field in names else [None] * len(questions)
+    values = {column: field_values(dataset, names, column, option, what, where) for what, column, option in wanted}
+    questions = values[question]
+    answers = values.get(spec.answer_field, [None] * len(questions))
     return RawRows(questions=questions, answers=answers, ids=[f"{split}-{i}" for i in range(len(questions))],
-                   solutions=list(dataset[spec.solution_field]) if spec.solution_field else None,
+                   solutions=values[spec.solution_field] if spec.solution_field else None,
                    prompt_format=prompt_format, table=dataset)
+
+
+def field_values(dataset: Any, names: list[str], field: str, option: str, what: str, where: str) -> list[Any]:
+    """The values of `field`: a column, or a dotted path into a column of dicts (verl's `reward_model.ground_truth`);
+    a row without the nested key gets None. A ConfigError naming `option` when neither exists, listing the columns
+    and the nested paths there are."""
+    if field in names:
+        return list(dataset[field])
+    head, _, rest = field.partition(".")
+    if rest and head in names:
+        found = [nested(value, rest) for value in dataset[head]]
+        if any(value is not None for value in found):
+            return found
+    hint = (" A dataset in TRL's format has a `prompt` column instead (text, or a list of {role, content} messages)."
+            if what == "question" else "")
+    paths = nested_paths(dataset, names)
+    listed = f"; nested fields, as a dotted path: {', '.join(paths)}" if paths else ""
+    raise ConfigError(option, f"column {excerpt(field)} is not in {where}; its columns are {sorted(names)}{listed}. "
+                      f"Set {option} to the column (or dotted path) that holds the {what}s.{hint}")
+
+
+def nested(value: Any, path: str) -> Any:
+    """`value["a"]["b"]` for path "a.b"; None where a key is missing or a value is not a dict.
+
+    >>> nested({"style": "rule", "ground_truth": "72"}, "ground_truth"), nested({"x": 1}, "y.z")
+    ('72', None)
+    """
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def nested_paths(dataset: Any, names: list[str]) -> list[str]:
+    """The dotted paths to the scalar values inside the first row's dict columns (`reward_model.ground_truth`)."""
+    first = {name: dataset[name][0] for name in names} if names and len(dataset[names[0]]) else {}
+    paths: list[str] = []
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{prefix}.{key}", inner)
+        elif "." in prefix:
+            paths.append(prefix)
+
+    for name, value in first.items():
+        walk(name, value)
+    return paths
 
 
 def pick_split(spec: SourceSpec, available: list[str], where: str) -> str:

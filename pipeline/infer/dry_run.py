@@ -43,10 +43,10 @@ from pipeline.data.columns import ANSWER, ROW_ID
 from pipeline.data.prepare import DataError
 from pipeline.data.prompts import completion_like, render_prompts
 from pipeline.data.source_spec import DataFileError
-from pipeline.errors import note_run_folder
+from pipeline.errors import fit_to_command, note_command_options, note_run_folder
 from pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
 from pipeline.infer.evaluate import score_completions
-from pipeline.preflight import run_checks
+from pipeline.preflight import reward_kwargs_outside_training, run_checks
 from pipeline.trainer.agents import agents_not_run
 from pipeline.trainer.warmup import run_format_warmup
 from rewards import check_reward_weights, get_reward_funcs
@@ -143,7 +143,9 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
 
     rows, max_tokens, tokenizer, generator = _prompts_and_generator(cfg, backend, n_prompts, after_warmup, output_dir)
     texts, chat_prompts, columns = _sample(cfg, rows, tokenizer, generator, max_tokens, log)
-    table = _score(funcs, weights, cfg.grpo.num_generations, texts, chat_prompts, columns)
+    # As TRL calls rewards (rewards/trl_source.py): the columns it passes, completion_ids, the trainer's objects
+    kwargs = reward_kwargs_outside_training(cfg, tokenizer, columns, [str(text) for text in texts])
+    table = _score(funcs, weights, cfg.grpo.num_generations, texts, chat_prompts, kwargs, cfg.grpo.reward_timeout)
     result = _result(cfg, backend_name, after_warmup, rows, texts, columns, table, max_tokens)
     result["verdicts"] = verdicts(table, cfg, result["clipped_share"], after_warmup)
     result["wall_time_s"] = round(time.time() - start, 1)
@@ -189,17 +191,18 @@ def _sample(cfg: PipelineConfig, rows, tokenizer, generator, max_tokens: int, lo
     set_seed(g.seed)  # the same completions for the same recipe
     texts = generator.generate(prompts, max_tokens=max_tokens, temperature=g.temperature, top_p=g.top_p,
                                top_k=g.top_k, min_p=g.min_p)
-    # As TRL calls rewards: completions in the prompt's format, every dataset column repeated per completion.
-    columns = {key: [row[key] for row in rows for _ in range(n)] for key in rows.column_names if key != "prompt"}
+    # Completions in the prompt's format, every dataset column repeated per completion.
+    columns = {key: [row[key] for row in rows for _ in range(n)] for key in rows.column_names}
     chat_prompts = [row["prompt"] for row in rows for _ in range(n)]
     return texts, chat_prompts, columns
 
 
-def _score(funcs, weights: list[float], n: int, texts, chat_prompts, columns) -> dict[str, dict[str, Any]]:
+def _score(funcs, weights: list[float], n: int, texts, chat_prompts, kwargs,
+           timeout: float = 0) -> dict[str, dict[str, Any]]:
     """The rewards on the completions, called as the trainer calls them, tabled (reward_table)."""
     completions = [completion_like(prompt, text) for prompt, text in zip(chat_prompts, texts, strict=True)]
     try:  # as the trainer calls them: guarded (plain floats back, numpy's too), async ones awaited
-        scores = [call_reward(func, chat_prompts, completions, columns) for func in funcs]
+        scores = [call_reward(func, chat_prompts, completions, kwargs, timeout=timeout) for func in funcs]
     except RewardFailure as err:
         raise ConfigError("reward_funcs", f"{err}. It was called on the model's own completions in this dry run, "
                           "as the trainer would call it; the contract: docs/rewards.md.") from None
@@ -266,6 +269,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.print_help()
         return 0
     own, rest = parser.parse_known_args(argv)
+    note_command_options(parser, config_fields=True)  # its own options, and every field of grpo train
     if own.prompts < 1:
         print("error: --prompts must be at least 1", file=sys.stderr)
         return 2
@@ -280,7 +284,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                          log=(lambda msg: print(f"[grpo] {msg}", file=sys.stderr)) if own.json else
                          (lambda msg: print(f"[grpo] {msg}", flush=True)))
     except (ConfigError, FileNotFoundError, DataError, DataFileError, AdapterError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {fit_to_command(str(err))}", file=sys.stderr)
         return 2
     if own.json:
         print(json.dumps(result, indent=2, ensure_ascii=False))

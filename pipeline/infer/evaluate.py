@@ -23,10 +23,12 @@ from pipeline.data.cache import model_identity, tokenizer_identity
 from pipeline.data.prepare import answer_reader_version
 from pipeline.data.prompts import render_prompts
 from pipeline.data.run_data import load_eval_rows
-from pipeline.errors import guarded
+from pipeline.errors import guarded, note_command_options
 from pipeline.health import metrics
 from pipeline.health.metrics import is_garbled
+from pipeline.infer.scoring import Scorer, build_scorer, score_with
 from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
+from pipeline.preflight import reward_kwargs_outside_training
 from env.kept import file_sha256, record, reusable, state_key, versions
 from rewards import correctness_reward_func, extract_xml_answer, strict_format_reward_func
 
@@ -53,13 +55,22 @@ def score_completions(completions: list[Completion], answers: list[Optional[str]
     ]
 
 
-def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], system_prompt: str, max_tokens: int,
+def eval_scorer(cfg: PipelineConfig, tokenizer) -> Scorer:
+    """The correctness the run trained with, and its other rewards, called as TRL calls them (scoring.py)."""
+    return build_scorer(list(cfg.grpo.reward_funcs),
+                        lambda columns, texts: reward_kwargs_outside_training(cfg, tokenizer, columns, texts))
+
+
+def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scorer, max_tokens: int,
                   temperature: float = 0.0, top_p: float = 1.0) -> dict[str, Any]:  # as EVAL_SAMPLING
-    """Generate for every row and aggregate. Greedy (temperature 0) by default, so runs are comparable."""
-    del system_prompt  # already inside each row's prompt messages; kept in the signature for readers
+    """Generate for every row and aggregate. Greedy (temperature 0) by default, so runs are comparable. Accuracy is
+    the share the run's correctness scores as right (`eval_scorer`); the run's rewards' means are beside it."""
     prompts = render_prompts(tokenizer, [row["prompt"] for row in rows])
     completions = generator.generate(prompts, max_tokens=max_tokens, temperature=temperature, top_p=top_p)
     scored = score_completions(completions, [row["answer"] for row in rows])
+    verdicts, reward_means = score_with(scorer, rows, completions)
+    for one, verdict in zip(scored, verdicts, strict=True):
+        one.update(verdict)
     n = len(scored)
 
     def rate(key: str) -> float:
@@ -71,6 +82,8 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], system_promp
         "format_rate": rate("format_valid"),
         "mean_completion_length": sum(s["completion_tokens"] for s in scored) / n if n else 0.0,
         "garbled_rate": rate("garbled"),
+        "scorer": scorer.name,
+        "rewards": reward_means,
         "max_tokens": max_tokens,
         "temperature": temperature,
         "samples": [{"id": row["id"], **s} for row, s in zip(rows[:N_SAMPLES_KEPT], scored[:N_SAMPLES_KEPT])],
@@ -96,7 +109,8 @@ def eval_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[di
         "tokenizer": tokenizer_identity(tokenizer),
         "eval_rows": {"n": len(rows), "sha256": state_key({"rows": rows})},
         "generation": {"max_tokens": max_tokens, **EVAL_SAMPLING},
-        "scoring": {"rewards_code": answer_reader_version(), "metrics_code": file_sha256(Path(metrics.__file__)),
+        "scoring": {"reward_funcs": [str(name) for name in cfg.grpo.reward_funcs],
+                    "rewards_code": answer_reader_version(), "metrics_code": file_sha256(Path(metrics.__file__)),
                     "evaluate_code": file_sha256(Path(__file__))},
         "versions": versions("torch", "transformers", "peft", "trl", "vllm", "unsloth"),
     }
@@ -131,6 +145,12 @@ def format_table(result: dict[str, Any], title: str) -> str:
                             ("mean completion tokens", "mean_completion_length", "{:.1f}"),
                             ("garbled rate", "garbled_rate", "{:.1%}")):
         lines.append(f"{label:<24}{fmt.format(result[key])}")
+    if result.get("scorer"):
+        lines.append(f"{'accuracy scored by':<24}{result['scorer']} (the run's correctness)")
+    for name, mean in (result.get("rewards") or {}).items():
+        shown = ("-" if mean is None else f"not scored: {mean['error'][:80]}" if isinstance(mean, dict)
+                 else f"{mean:.3f}")
+        lines.append(f"{'mean ' + name:<24}{shown}")
     return "\n".join(lines)
 
 
@@ -170,14 +190,18 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
             data_path = Path(data)
         cfg = setup.config.replace(eval_dataset_name=str(data_path))
     eval_split = split or cfg.eval.eval_split
+    trained = (setup.manifest or {}).get("config") or {}
+    if trained.get("reward_funcs"):  # scored with the rewards the adapter trained with, not a recipe's defaults
+        cfg = cfg.replace(reward_funcs=trained["reward_funcs"], reward_weights=None)
     cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
     # The data report goes beside the results (a folder the options name), never to the recipe's output_dir,
     # which a relative or default one would put under whatever folder the command was run from.
-    rows = load_eval_rows(cfg, setup.tokenizer, limit=limit, report_dir=out.parent)
-    result = evaluate_rows(setup.generator, setup.tokenizer, rows, setup.system_prompt, setup.max_tokens,
-                           temperature=setup.temperature, top_p=setup.top_p)
+    rows = load_eval_rows(cfg, setup.tokenizer, limit=limit, report_dir=out.parent,
+                          other_fix="in the recipe you pass as --config (or --data), or evaluate other --data")
+    result = evaluate_rows(setup.generator, setup.tokenizer, rows, eval_scorer(cfg, setup.tokenizer),
+                           setup.max_tokens, temperature=setup.temperature, top_p=setup.top_p)
     result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
-                  data=str(data_path), split=eval_split, eval_json=str(out))
+                  data=str(data_path), split=eval_split, eval_json=str(out), eval_set=rows.line())
     atomic_write_json(out, result, seen=seen)
     return result
 
@@ -207,9 +231,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="where to write the results (default: eval.json in the adapter's run folder; "
                              "eval_base.json in --run's folder for --base)")
     args = parser.parse_args(argv)
+    note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
     check_command_paths("eval", vars(args))  # every path option, before anything is read or loaded
     result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args)
     title = f"eval: {'LoRA ' + result['adapter'] if result['adapter'] else 'base model ' + result['model']}"
+    print(result["eval_set"])
     print(format_table(result, title))
     print(f"wrote {shell_command(result['eval_json'])}")  # a path that pastes back as printed
     return 0

@@ -22,7 +22,7 @@ from pipeline.backends import EXPORT_METHODS, choose_backend, load_backend
 from pipeline.config import ConfigError, field_choices, from_mapping
 from pipeline.data import model_check
 from pipeline.data.tokenizer import resolve_model_path
-from pipeline.errors import guarded
+from pipeline.errors import guarded, note_command_options
 
 # Through the module, looked up at the call: tests stand in for adapter_mismatch there (it may ask the hub).
 from pipeline.infer import session
@@ -39,7 +39,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--backend", default="auto", choices=field_choices("backend"))
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --out folder (kept until the new export is complete)")
+    session.add_remote_code_argument(parser)
+    parser.add_argument("--system_prompt", "--system", default=None,
+                        help="the chat template's default system message (default: the one the adapter records, "
+                             "the system message its training rows carried)")
     args = parser.parse_args(argv)
+    note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
 
     # Bad input raises (PathError, AdapterError, ManifestError, ConfigError): pipeline.errors prints it, exit 2.
     check_command_paths("export", vars(args), only=["lora"])
@@ -58,8 +63,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if mismatch:
         raise ConfigError("lora", mismatch)
     model_check.check_model(base_model, (manifest.get("config") or {}).get("model_source", "hf"))
-    cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model,
-                        "backend": args.backend})
+    cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model, "backend": args.backend,
+                        "trust_remote_code": session.remote_code(args.trust_remote_code, manifest, base_model)})
     choice = choose_backend(args.backend, fast_inference=False)  # merging needs Unsloth, never vLLM
     if args.to == "gguf" and choice.name != "unsloth":
         raise ConfigError("to", "GGUF export is Unsloth-only (save_pretrained_gguf builds llama.cpp). On this "
@@ -71,7 +76,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     with storage_errors_named(out, "run the same export again.", option="--out"), \
             atomic_directory(out, seen=seen) as staging:
         # The trained system prompt goes into the chat template of every format (the .gguf's metadata too).
-        backend.export(adapter, base_model, args.to, staging, cfg, system_prompt=manifest.get("system_prompt"))
+        system_prompt = args.system_prompt if args.system_prompt is not None else manifest.get("system_prompt")
+        backend.export(adapter, base_model, args.to, staging, cfg, system_prompt=system_prompt)
         carry_training_defaults(staging, manifest)  # grpo_adapter.json travels
         atomic_write_json(staging / EXPORT_MARKER, {"adapter": str(adapter.path), "to": args.to,
                                                     "base_model": recorded_base(base_model)})

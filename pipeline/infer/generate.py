@@ -21,7 +21,7 @@ from env.paths import absolute_path, atomic_write_text, shell_command, snapshot
 from pipeline.data.clean import check_prompt
 from pipeline.data.prompts import as_chat, render_prompts
 from pipeline.data.source_spec import DataFileError
-from pipeline.errors import guarded
+from pipeline.errors import guarded, note_command_options
 from pipeline.infer.evaluate import score_completions
 from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
 
@@ -101,6 +101,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     source.add_argument("--input", help="JSONL file with a `prompt` (or `question`) field per line")
     parser.add_argument("--output", help="write JSONL here instead of printing")
     args = parser.parse_args(argv)
+    note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
     check_command_paths("generate", vars(args))  # every path option, before anything is read or loaded
     # What --output was now is all the write may replace (env.paths.publish): a file written there meanwhile is kept.
     seen = snapshot(absolute_path(args.output), option="--output",

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
-
-from huggingface_hub import try_to_load_from_cache
-from safetensors import safe_open
 
 from env.adapters import verify_adapter_dir
 from env.paths import absolute_path
@@ -43,6 +41,7 @@ from pipeline.config import (
 from pipeline.config.values import check_generation_temperature
 from pipeline.data import model_check
 from pipeline.data.tokenizer import resolve_model_path
+from pipeline.run.checkpoint_contents import adapter_mismatch
 from pipeline.run.manifest import ADAPTER_METADATA_NAME, MANIFEST_NAME, find_manifest, other_base
 from pipeline.trainer.agents import agents_not_run
 
@@ -86,9 +85,41 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
                         help="default: gen_temperature (0 = greedy, the built-in default)")
     parser.add_argument("--top_p", type=float, default=None, help="default: gen_top_p (1.0)")
     parser.add_argument("--max_lora_rank", type=int, default=None, help="vLLM LoRA rank limit (default: manifest)")
-    parser.add_argument("--system_prompt", default=None,
-                        help="override the manifest's system prompt; required for an adapter that carries no "
-                             "grpo_adapter.json and has no manifest.json beside it")
+    add_remote_code_argument(parser)
+    parser.add_argument("--system_prompt", "--system", default=None,
+                        help="override the system prompt the adapter records (the one its training rows carried); "
+                             "required for an adapter that carries no grpo_adapter.json and has no manifest.json "
+                             "beside it")
+
+
+def add_remote_code_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trust_remote_code", action="store_true",
+                        help="run the base model's own code (its modeling_*.py), if you trust it; never taken from "
+                             "an adapter's, export's or run's files (docs/security.md)")
+
+
+def remote_code(given: bool, manifest: Optional[dict[str, Any]], base_model: str) -> bool:
+    """trust_remote_code for a command that opens a trained adapter: the user's own --trust_remote_code, never the
+    adapter's metadata (pipeline/run/manifest.py NEVER_FROM_FILES). A base that needs its own code (a local
+    config.json with `auto_map`) is refused without the option, naming it; an adapter that only records it is
+    said."""
+    if given:
+        return True
+    recorded = bool(((manifest or {}).get("recorded") or {}).get("trust_remote_code"))
+    config = Path(resolve_model_path(base_model)) / "config.json"
+    try:
+        needs = "auto_map" in json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        needs = False  # not a local folder, or no readable config: transformers says so itself if it needs code
+    if needs:
+        also = ", and the adapter records trust_remote_code: true" if recorded else ""
+        raise ConfigError("trust_remote_code", f"the base model {excerpt(base_model)} runs its own code "
+                          f"(config.json's auto_map){also}. A file's setting is never applied: pass "
+                          "--trust_remote_code to run that code, if you trust where the model came from.")
+    if recorded:
+        print("note: the adapter records trust_remote_code: true; it is not applied from a file (pass "
+              "--trust_remote_code to run a base model's own code).", file=sys.stderr)
+    return False
 
 
 def inference_args(**options: Any) -> argparse.Namespace:
@@ -134,64 +165,6 @@ def verify_trained_dir(path) -> Any:
     return verify_adapter_dir(absolute_path(path))
 
 
-def _tensor_shapes(files: list) -> dict[str, tuple[tuple[int, ...], str]]:
-    """name -> (shape, dtype) from safetensors headers only (nothing is loaded)."""
-    shapes = {}
-    for path in files:
-        with safe_open(str(path), framework="numpy") as f:
-            for name in f.keys():
-                piece = f.get_slice(name)
-                shapes[name] = (tuple(piece.get_shape()), piece.get_dtype())
-    return shapes
-
-
-def _local_model_files(base_model: str) -> list:
-    """The base model's *.safetensors when they are on this machine (a folder or the HF cache), else []."""
-    folder = Path(resolve_model_path(base_model)).expanduser()
-    if not folder.is_dir():
-        try:
-            cached = try_to_load_from_cache(base_model, "config.json")
-        except Exception:  # not a valid repo id: nothing cached to compare with
-            return []
-        if not isinstance(cached, str):
-            return []
-        folder = Path(cached).parent
-    return sorted(folder.glob("*.safetensors"))
-
-
-def adapter_mismatch(adapter: Any, base_model: str) -> Optional[str]:
-    """Why `adapter` cannot load on `base_model`, or None. Compares adapter_config.json's rank and each LoRA
-    matrix's shape with the base's weight shapes, from the files' headers, before anything loads: otherwise
-    peft fails with a size-mismatch traceback after the model has loaded. Quantized (4-bit) base weights have
-    packed shapes and are not compared."""
-    if adapter.weights_file.suffix != ".safetensors":
-        return None
-    lora = _tensor_shapes([adapter.weights_file])
-    base = _tensor_shapes(_local_model_files(base_model))
-    rank_pattern = adapter.config.get("rank_pattern") or {}
-    trained_on = adapter.base_model_name_or_path
-    for name, (shape, _) in sorted(lora.items()):
-        if ".lora_A." not in name or len(shape) != 2:
-            continue
-        module = name.split(".lora_A.")[0]
-        rank = next((r for key, r in rank_pattern.items() if module.endswith(key)), adapter.r)
-        if shape[0] != rank:
-            return (f"adapter {adapter.path}: adapter_config.json says rank r={rank}, but {module} has rank "
-                    f"{shape[0]} in {adapter.weights_file.name}. The config and the weights come from different "
-                    "adapters: copy the adapter_config.json saved with these weights.")
-        b_shape = lora.get(name.replace(".lora_A.", ".lora_B."), ((None, None), ""))[0]
-        base_name = module.removeprefix("base_model.model.") + ".weight"
-        if base_name not in base or base[base_name][1] in ("U8", "I8"):
-            continue
-        out_features, in_features = base[base_name][0]
-        if (b_shape[0], shape[1]) != (out_features, in_features):
-            return (f"adapter {adapter.path} does not fit base model {excerpt(base_model)}: its {module} maps "
-                    f"{shape[1]} -> {b_shape[0]} features, the base's maps {in_features} -> {out_features}. "
-                    f"The adapter was trained on {excerpt(trained_on)}; pass that model (--model), or an adapter "
-                    f"trained on {excerpt(base_model)}.")
-    return None
-
-
 def open_inference(args: argparse.Namespace) -> InferenceSetup:
     """Verify paths and settings, then load the generator.
 
@@ -204,10 +177,13 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     max_tokens = _max_tokens(args, gen, manifest)
     # The first one given, an empty string included: "" trains (and so generates) without a system message.
     system_prompt = given(args.system_prompt, (manifest or {}).get("system_prompt"), DEFAULT_SYSTEM_PROMPT)
+    if args.system_prompt is None and (manifest or {}).get("system_prompt_note"):
+        print(f"note: {manifest['system_prompt_note']}", file=sys.stderr)
 
     flat = dict((manifest or {}).get("config") or {})
     flat.update(model_name_or_path=base_model, backend=args.backend, max_lora_rank=_max_lora_rank(args, manifest),
-                system_prompt=system_prompt)
+                system_prompt=system_prompt,
+                trust_remote_code=remote_code(getattr(args, "trust_remote_code", False), manifest, base_model))
     cfg = from_mapping(flat)
     if agents_not_run(cfg, "grpo generate / grpo eval"):  # an adapter trained with tools
         print(f"[grpo] {agents_not_run(cfg, 'grpo generate / grpo eval')}", file=sys.stderr)

@@ -4,8 +4,9 @@
 - CUDA reports about 2% less than `memory.total` as the device's total (torch.cuda.get_device_properties: 14.7 GiB
   on a 15360 MiB T4, the figure pipeline/backends/gpu_settings.py keys its tiers on), so `total_gib` is
   memory.total x 0.98. vLLM's `gpu_memory_utilization` is a share of this total.
-- The training process's own CUDA context, cuBLAS workspace and allocator slack: `CUDA_CONTEXT_GIB`, not usable
-  by tensors. `usable_gib` = total_gib - CUDA_CONTEXT_GIB (or, on a live GPU, memory.free x 0.98 - the context).
+- The training process's own CUDA context and allocator slack: `CUDA_CONTEXT_GIB`, not usable by tensors (the
+  cuBLAS workspace is a tensor allocation: estimate.py counts it). `usable_gib` = total_gib - CUDA_CONTEXT_GIB (or,
+  on a live GPU, memory.free x 0.98 - the context).
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""`grpo plan [--config X] [--gpu NAME | --gpu_memory_gb N] [--write FILE] [--json] [--table] [--key value ...]`.
+"""`grpo plan [--config X] [--gpu NAME | --gpu_memory_gb N] [--gpus N] [--nodes M] [--write FILE] [--json] [--table]
+[--key value ...]`.
 
 Prints the recipe's estimated peak GPU memory, part by part, whether it fits the card (named, given by its
 memory, or the visible one read with nvidia-smi), and, when it does not, the smallest change of each knob that
 makes it fit. `--write FILE` writes the fitted recipe as YAML for `grpo train --config FILE`. `--table` prints
-the configs/qwen2.5-*.yaml x cards table of docs/gpu.md. Exit: 0 fits (or table/write done), 1 does not fit,
-2 bad input.
+the configs/qwen2.5-*.yaml x cards table of docs/gpu.md. `--gpus N` (per machine) and `--nodes M` add the scale-out
+plan: which Accelerate config (DDP, ZeRO-2, ZeRO-3) and the memory each GPU needs under it (docs/scale-out.md).
+Exit: 0 fits (or table/write done), 1 does not fit (with --gpus/--nodes: under the plan), 2 bad input.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from pipeline.config.parse import config_path, normalize_argv
 from pipeline.plan.cards import KNOWN_CARDS, TABLE_CARDS, Card, card_by_name, card_from_memory, live_card
 from pipeline.plan.estimate import UNCERTAINTY, Estimate, token_lengths
 from pipeline.plan.fit import fitted_recipe, plan, suggestions
+from pipeline.plan.scale import render_scale, scale_dict, scale_plan
 from pipeline.plan.shape import count_parameters, load_shape
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent.parent / "configs"
-PLAN_FLAGS = {"--gpu": True, "--write": True, "--json": False, "--table": False}
+PLAN_FLAGS = {"--gpu": True, "--gpus": True, "--nodes": True, "--write": True, "--json": False, "--table": False}
 
 
 def split_plan_flags(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
@@ -44,8 +47,8 @@ def split_plan_flags(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
             if PLAN_FLAGS[name]:
                 value = inline if "=" in argv[i] else (argv[i + 1] if i + 1 < len(argv) else None)
                 if value is None or value.startswith("--"):
-                    raise ConfigError(name[2:], f"{name} needs a value, e.g. {name} "
-                                      f"{'T4' if name == '--gpu' else 'fitted.yaml'}")
+                    example = {"--gpu": "T4", "--gpus": "8", "--nodes": "2"}.get(name, "fitted.yaml")
+                    raise ConfigError(name[2:], f"{name} needs a value, e.g. {name} {example}")
                 flags[name[2:]] = value
                 i += 1 if "=" in argv[i] else 2
                 continue
@@ -74,7 +77,7 @@ def resolve_card(cfg: PipelineConfig, gpu: Optional[str]) -> Card:
 def uncertainty_note(result: Estimate) -> str:
     low, high = result.band_gib
     fixed = f"; the {result.reserved_gib:.1f} GiB vLLM reservation is exact" if result.reserved_gib else ""
-    return (f"±{UNCERTAINTY:.0%} on the estimated part (the error against published figures, "
+    return (f"±{UNCERTAINTY:.0%} on the estimated part (the error against published figures and measured peaks, "
             f"bench/memory_plan.py{fixed}): {low:.1f}-{high:.1f} GiB")
 
 
@@ -178,15 +181,23 @@ def main(argv: Optional[list[str]] = None) -> int:
             rest = ["--config", str(DEFAULT_GPU_RECIPE), *rest]
         source = config_path(normalize_argv(rest))
         cfg = parse_config(rest)
-        validate(cfg, backend="unsloth" if cfg.model.backend != "plain" else "plain")
+        counts = gpu_counts(flags)
+        if counts is None:
+            validate(cfg, backend="unsloth" if cfg.model.backend != "plain" else "plain", run_user_code=False)
         card = resolve_card(cfg, flags.get("gpu"))
         result = plan(cfg, card)
+        scale = scale_plan(cfg, card, *counts) if counts else None  # validates for its number of processes
         if flags.get("json"):
             out = as_dict(result)
             out["suggestions"] = [] if result.fits else [
                 {"changes": s.changes, "peak_gib": round(s.estimate.peak_gib, 2),
                  "margin_gib": round(s.estimate.margin_gib, 2)} for s in suggestions(cfg, card)]
+            if scale is not None:
+                out["scale"] = scale_dict(scale)
             print(json.dumps(out, indent=2))
+        elif scale is not None:
+            print(render(cfg, result, str(source)))
+            print(render_scale(scale, card))
         else:
             print(render(cfg, result, str(source)))
             if not result.fits:
@@ -204,4 +215,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     except ConfigError as err:
         print(f"grpo plan: {err}", file=sys.stderr)
         return 2
-    return 0 if result.fits else 1
+    return 0 if (scale.fits if scale is not None else result.fits) else 1
+
+
+def gpu_counts(flags: dict[str, Any]) -> Optional[tuple[int, int]]:
+    """(--gpus, --nodes) when either is given (each a whole number of at least 1; the other defaults to 1), else None.
+
+    >>> gpu_counts({"gpus": "8"}), gpu_counts({})
+    ((8, 1), None)
+    """
+    if "gpus" not in flags and "nodes" not in flags:
+        return None
+    counts = []
+    for name in ("gpus", "nodes"):
+        value = flags.get(name, "1")
+        if not str(value).isdigit() or int(value) < 1:
+            raise ConfigError(name, f"--{name} {value}: give a whole number of at least 1, e.g. --{name} 2.")
+        counts.append(int(value))
+    return counts[0], counts[1]

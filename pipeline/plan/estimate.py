@@ -4,18 +4,31 @@ Each part is one formula over the model's shape (shape.py) and the recipe, writt
 allocates it in the pinned wheels:
 - weights: bitsandbytes NF4 with double quantization (the plain backend's BitsAndBytesConfig, and Unsloth's
   pre-quantized bnb-4bit repos): 0.5 byte per weight of each decoder nn.Linear, plus an 8-bit absmax per 64-weight
-  block and an fp32 absmax per 256 such blocks. Embeddings, lm_head, norms and biases stay 16-bit.
+  block and an fp32 absmax per 256 such blocks. Embeddings, lm_head, norms and biases stay 16-bit with Unsloth; the
+  plain backend calls peft's prepare_model_for_kbit_training (peft/utils/other.py), which casts every 16-bit
+  parameter that is not a Params4bit to fp32, so there they take 4 bytes each.
+- the residual stream of that fp32-upcast model is fp32 too: the embedding lookup returns the fp32 table's dtype,
+  Qwen2RMSNorm returns its input's dtype times its (fp32) weight, and bitsandbytes' Linear4bit.forward casts its
+  output back to its input's dtype (`.to(inp_dtype)`), so the activations kept for the backward and the KV cache
+  of `generate` (no autocast there) are 4 bytes a value.
 - LoRA: r x (in + out) per adapted linear, stored in fp32 (PEFT's autocast_adapter_dtype), an fp32 gradient each,
   and Adam's two moments: 1 byte each with an 8-bit optimizer (bitsandbytes, blockwise), 4 bytes otherwise.
 - activations of one micro-batch (per_device_train_batch_size rows of prompt + completion tokens) under
   gradient checkpointing: the layer inputs kept for the backward (on the GPU with standard checkpointing; in
   CPU RAM with Unsloth's offloaded variant, which Unsloth uses from max_seq_length 512 up:
-  unsloth/models/_utils.py apply_unsloth_gradient_checkpointing) plus one layer recomputed.
+  unsloth/models/_utils.py apply_unsloth_gradient_checkpointing, for layer inputs over 2 MiB: unsloth_zoo
+  gradient_checkpointing.py MINIMUM_SIZE) plus one layer recomputed.
 - log-probabilities: TRL 1.15 never materialises [batch, tokens, vocab] logits (GRPOTrainer
   _get_per_token_logps_and_entropies calls the model with `fused_lm_head=True`: trl/kernels/chunked_logprob.py
   ChunkedLogProbFunction, 4096-token x 32768-vocab tiles, fp32 hidden-state gradient). Unsloth's loss
-  (unsloth_zoo/rl_replacements.py grpo_accumulated_loss) splits each row into max(4, tokens // 4096) chunks and
-  keeps two fp32 [chunk, vocab] tensors per chunk (autotune_batch_and_chunks counts the logits twice).
+  (unsloth_zoo 2026.10.9 rl_replacements.py grpo_accumulated_loss -> fused_losses/chunked_logprob.py
+  UnslothChunkedLogProbs) flattens the micro-batch's completion tokens into one [rows x tokens] list and projects
+  it onto the vocabulary `chunked_logprob_rows` tokens at a time: as many as keep one chunk near 2 GiB at 8 bytes a
+  logit, capped at max(512, tokens / 8). The backward holds a chunk's fp32 logits and their gradient in the compute
+  dtype, and the hidden states with their gradient.
+- the cuBLAS workspace: torch allocates it through its caching allocator on the first matmul of a stream, so it
+  counts in torch.cuda.max_memory_allocated: 32 MiB on Hopper (CUBLAS_WORKSPACE_CONFIG's default `:4096:8`),
+  8.125 MiB on older cards; we count the larger.
 - reference model (beta > 0): with LoRA it is the same base with the adapter disabled, so it costs nothing.
 - vLLM (Unsloth fast_inference): `gpu_memory_utilization` x the GPU's total, holding the shared weights, the
   LoRA slot and the KV cache. With standby its KV cache sleeps while the trainer computes, so the peak is the
@@ -35,10 +48,11 @@ from pipeline.config import PipelineConfig, parse_limit
 from pipeline.plan.cards import GIB, Card
 from pipeline.plan.shape import ModelShape, ParamCounts
 
-# bench/memory_plan.py compares the planner with every published figure we have (Unsloth's, verl's, EasyR1's); this
-# is the largest error of its comparable rows (-29.8%: Unsloth's activation figure for Llama 3.1 8B at 8 x 20K
-# tokens), rounded up to 5% (tests/test_plan.py holds the two equal). No GPU has measured a peak beside the planner
-# yet. The estimate is never printed with more precision than this.
+# bench/memory_plan.py compares the planner with every published figure we have (Unsloth's, verl's, EasyR1's) and
+# with every peak a GPU check report measured (docs/gpu-reports: the four H200 cases of 2026-12-04 are within 5%);
+# this is the largest error of its comparable rows (-29.8%: Unsloth's Feb 2025 activation figure for Llama 3.1 8B
+# at 8 x 20K tokens), rounded up to 5% (tests/test_plan.py holds the two equal). The estimate is never printed with
+# more precision than this.
 UNCERTAINTY = 0.30
 
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
@@ -49,7 +63,14 @@ EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "ada
 AUTO_PROMPT_TOKENS = 256
 TRL_TOKEN_TILE, TRL_VOCAB_TILE = 4096, 32768  # trl/kernels/chunked_logprob.py, trl/trainer/utils.py
 TRL_VLLM_COLOCATE_SHARE = 0.3  # trl GRPOConfig.vllm_gpu_memory_utilization default
+# unsloth_zoo/fused_losses/chunked_logprob.py: _CHUNK_GB, _BYTES_PER_LOGIT and _MIN_ROWS of chunked_logprob_rows
+UNSLOTH_LOGPROB_CHUNK_BYTES, UNSLOTH_BYTES_PER_LOGIT, UNSLOTH_MIN_CHUNK_ROWS = 2 * 2**30, 8, 512
+# unsloth_zoo/gradient_checkpointing.py MINIMUM_SIZE: a layer input of at most this many bytes stays on the GPU
+UNSLOTH_OFFLOAD_MIN_BYTES = 2 * 1024 * 1024
+CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 8  # torch's default cuBLAS(Lt) workspace on sm90 (:4096:8)
 VLLM_OVERHEAD_GIB = 0.5  # vLLM's CUDA graphs, sampler and profile-run buffers inside its share (not measured)
+HELD = "LoRA/optimizer/workspace"  # what the trainer holds through the whole step besides the weights
+TRAINING = "kept activations + max(log-probs, recomputed layer + grads)"
 
 
 @dataclass(frozen=True)
@@ -126,19 +147,28 @@ def lora_parameters(cfg: PipelineConfig, counts: ParamCounts, rank: Optional[int
     return adapted + sum(counts.by_module.get(name, 0) for name in cfg.lora.lora_modules_to_save)
 
 
+def kbit_upcast(cfg: PipelineConfig) -> bool:
+    """True when the plain backend loads in 4 bits: pipeline/backends/plain.py then calls peft's
+    prepare_model_for_kbit_training, which casts the 16-bit parameters (all but the Params4bit) to fp32."""
+    return cfg.model.backend == "plain" and cfg.model.load_in_4bit
+
+
 def weight_bytes(cfg: PipelineConfig, counts: ParamCounts) -> tuple[float, str]:
     if cfg.model.load_in_4bit:
-        return (counts.quantizable * NF4_BYTES_PER_WEIGHT + counts.sixteen_bit * 2,
+        rest = 4 if kbit_upcast(cfg) else 2
+        return (counts.quantizable * NF4_BYTES_PER_WEIGHT + counts.sixteen_bit * rest,
                 f"{counts.quantizable / 1e9:.2f}B linear weights in NF4 ({NF4_BYTES_PER_WEIGHT:.4f} B each with "
-                f"its quant state) + {counts.sixteen_bit / 1e9:.2f}B in 16-bit (embeddings"
-                f"{'' if counts.lm_head == 0 else ', lm_head'}, norms, biases)")
+                f"its quant state) + {counts.sixteen_bit / 1e9:.2f}B (embeddings"
+                f"{'' if counts.lm_head == 0 else ', lm_head'}, norms, biases) in "
+                + ("fp32 (peft's prepare_model_for_kbit_training upcasts them)" if rest == 4 else "16-bit"))
     width = 4 if cfg.model.dtype == "float32" else 2
     return counts.total * width, f"{counts.total / 1e9:.2f}B parameters x {width} B"
 
 
 def activation_bytes(cfg: PipelineConfig, shape: ModelShape, rows: int, tokens: int, unsloth: bool,
-                     width: int = 2) -> tuple[float, str]:
-    """One micro-batch's activations kept for the backward."""
+                     width: int = 2) -> tuple[float, float, str]:
+    """One micro-batch's activations for the backward: (kept through the whole backward, recomputed one layer at a
+    time during the layers' backward, how)."""
     h, i, layers = shape.hidden_size, shape.intermediate_size, shape.num_hidden_layers
     q = shape.num_attention_heads * shape.head_dim
     kv = shape.num_key_value_heads * shape.head_dim
@@ -148,26 +178,41 @@ def activation_bytes(cfg: PipelineConfig, shape: ModelShape, rows: int, tokens: 
     per_layer = n * (4 * h + 2 * q + 2 * kv + 4 * i) * width
     boundary = n * h * width  # one layer input
     if not cfg.lora.gradient_checkpointing:
-        return layers * per_layer, f"no checkpointing: {layers} layers x {rows} x {tokens} tokens"
-    if unsloth and cfg.model.max_seq_length >= 512:
-        return (2 * boundary + per_layer,
+        return layers * per_layer, 0.0, f"no checkpointing: {layers} layers x {rows} x {tokens} tokens"
+    if unsloth and cfg.model.max_seq_length >= 512 and boundary > UNSLOTH_OFFLOAD_MIN_BYTES:
+        return (2 * boundary, per_layer,
                 f"Unsloth offloaded checkpointing: layer inputs in CPU RAM, 2 on the GPU + 1 layer recomputed "
                 f"({rows} rows x {tokens} tokens)")
-    return (layers * boundary + per_layer,
+    return (layers * boundary, per_layer,
             f"checkpointing: {layers} layer inputs + 1 layer recomputed ({rows} rows x {tokens} tokens)")
 
 
-def logprob_bytes(shape: ModelShape, rows: int, completion: int, unsloth: bool, width: int = 2) -> tuple[float, str]:
+def unsloth_chunk_tokens(vocab: int, tokens: int) -> int:
+    """Tokens per chunk of Unsloth's log-prob projection (unsloth_zoo chunked_logprob_rows, on a card with more than
+    2 GiB free), never more than the tokens there are.
+
+    >>> unsloth_chunk_tokens(151936, 8 * 128), unsloth_chunk_tokens(128256, 8 * 19488)
+    (512, 2092)
+    >>> unsloth_chunk_tokens(151936, 100)
+    100
+    """
+    by_size = UNSLOTH_LOGPROB_CHUNK_BYTES // (vocab * UNSLOTH_BYTES_PER_LOGIT)
+    return max(2, min(tokens, by_size, max(UNSLOTH_MIN_CHUNK_ROWS, -(-tokens // 8))))
+
+
+def logprob_bytes(shape: ModelShape, rows: int, completion: int, unsloth: bool, width: int = 2,
+                  hidden_width: int = 2) -> tuple[float, str]:
+    """The loss's working set. `width` is the compute dtype's size, `hidden_width` the hidden states' (4 when the
+    plain backend's 4-bit model runs an fp32 residual stream)."""
     h, vocab = shape.hidden_size, shape.vocab_size
     n = rows * completion
     if unsloth:
-        chunks = max(4, completion // 4096)
-        chunk_tokens = -(-completion // chunks)
-        return (n * h * (width + 4) + 2 * chunk_tokens * vocab * 4,
-                f"Unsloth chunked loss: {rows} x {completion} hidden states (+ fp32 grad) and 2 fp32 "
-                f"[{chunk_tokens} x {vocab}] logit chunks")
+        chunk = unsloth_chunk_tokens(vocab, n)
+        return (n * h * 2 * width + chunk * vocab * (4 + width),
+                f"Unsloth chunked log-probs: {rows} x {completion} hidden states (+ grad) and one "
+                f"[{chunk} x {vocab}] chunk of fp32 logits with their gradient")
     tile = min(n, TRL_TOKEN_TILE) * TRL_VOCAB_TILE * width
-    return (n * h * (width + 4) + tile + n * 8 * 4,
+    return (n * h * (hidden_width + 4) + tile + n * 8 * 4,
             f"TRL fused LM head: {rows} x {completion} hidden states (+ fp32 grad) and one "
             f"[{min(n, TRL_TOKEN_TILE)} x {TRL_VOCAB_TILE}] logit tile")
 
@@ -183,6 +228,39 @@ def vllm_share(cfg: PipelineConfig, card: Card, standby: bool) -> tuple[float, s
     return explicit, "as set"
 
 
+def _vllm_peak(cfg: PipelineConfig, card: Card, counts: ParamCounts, weights: float, fixed: float, training: float,
+               need: tuple[int, int, float]) -> tuple[list[Part], float, float, str, list[str], Optional[str]]:
+    """Unsloth + vLLM: (parts, peak, reserved, how, notes, blocker), all in GiB; `fixed` is what the trainer holds
+    through the whole step besides the weights (LoRA, gradients, optimizer, workspace)."""
+    generation_rows, tokens, kv_per_token = need
+    kv_need = generation_rows * tokens * kv_per_token
+    standby = standby_enabled(cfg, has_cuda=True)
+    share, share_how = vllm_share(cfg, card, standby)
+    share_gib = share * card.total_gib
+    slot = lora_parameters(cfg, counts, cfg.model.max_lora_rank) * 2 / GIB
+    kv_room = share_gib - weights - slot - VLLM_OVERHEAD_GIB
+    parts = [Part("vllm", share_gib, f"gpu_memory_utilization {share:.3f} ({share_how}) x {card.total_gib:.1f} GiB: "
+                  f"the shared weights, the LoRA slot, {VLLM_OVERHEAD_GIB} GiB of graphs/buffers and "
+                  f"{max(kv_room, 0):.1f} GiB of KV cache"),
+             Part("kv_need", kv_need / GIB, f"{generation_rows} completions x {tokens} tokens x "
+                  f"{kv_per_token / 1024:.0f} KiB per token (inside the vLLM share)")]
+    notes, blocker = [], None
+    if kv_room * GIB < tokens * kv_per_token:
+        blocker = (f"vLLM's share leaves {kv_room:.2f} GiB of KV cache, less than one {tokens}-token sequence "
+                   f"needs ({tokens * kv_per_token / GIB:.2f} GiB): vLLM refuses to start")
+    elif kv_room * GIB < kv_need:
+        notes.append(f"the KV cache ({kv_room:.1f} GiB) holds {kv_room * GIB / (tokens * kv_per_token):.0f} of "
+                     f"the {generation_rows} sequences at full length: vLLM generates in waves (slower, no OOM)")
+    if not standby:
+        return (parts, share_gib + fixed + training, share_gib,
+                f"no standby: vLLM share + {HELD} + {TRAINING}", notes, blocker)
+    rollout, train_phase = share_gib + fixed, weights + slot + fixed + training
+    how = (f"standby: max(rollout = vLLM share + {HELD}, training = weights + {HELD} + {TRAINING}) "
+           f"= max({rollout:.1f}, {train_phase:.1f})")
+    return (parts, max(rollout, train_phase), share_gib if rollout >= train_phase else 0.0, how, notes,
+            blocker)
+
+
 def estimate(cfg: PipelineConfig, shape: ModelShape, counts: ParamCounts, card: Card) -> Estimate:
     path = backend_path(cfg)
     unsloth = path.startswith("unsloth")
@@ -192,72 +270,55 @@ def estimate(cfg: PipelineConfig, shape: ModelShape, counts: ParamCounts, card: 
     rows = g.per_device_train_batch_size
     generation_rows = rows * g.gradient_accumulation_steps  # TRL generates steps_per_generation micro-batches at once
     width = 4 if cfg.model.dtype == "float32" else 2
+    residual = 4 if kbit_upcast(cfg) else width  # the fp32 residual stream of prepare_model_for_kbit_training
     gib = lambda value: value / GIB  # noqa: E731
 
     weights, weights_how = weight_bytes(cfg, counts)
     lora = lora_parameters(cfg, counts)
     eight_bit = g.optim in EIGHT_BIT_OPTIMIZERS
     optimizer = lora * (2 + 8 / 2048 if eight_bit else 8)
-    activations, act_how = activation_bytes(cfg, shape, rows, tokens, unsloth, width)
-    logprobs, logprob_how = logprob_bytes(shape, rows, completion, unsloth, width)
+    kept, recomputed, act_how = activation_bytes(cfg, shape, rows, tokens, unsloth, residual)
+    logprobs, logprob_how = logprob_bytes(shape, rows, completion, unsloth, width, residual)
     kv_per_token = shape.kv_bytes_per_token * (0.5 if (cfg.model.float8_kv_cache and path == "unsloth+vllm") else 1)
-    kv_need = generation_rows * tokens * kv_per_token
 
     parts = [
         Part("weights", gib(weights), weights_how),
         Part("lora", gib(lora * 4), f"{lora / 1e6:.1f}M LoRA parameters (r={cfg.lora.lora_r}) in fp32"),
         Part("gradients", gib(lora * 4), "fp32, one per LoRA parameter"),
         Part("optimizer", gib(optimizer), f"{g.optim}: {'8-bit' if eight_bit else '32-bit'} Adam moments"),
-        Part("activations", gib(activations), act_how),
+        Part("workspace", gib(CUBLAS_WORKSPACE_BYTES), "cuBLAS workspace (torch's caching allocator; Hopper's size)"),
+        Part("activations", gib(kept + recomputed), act_how),
         Part("logprobs", gib(logprobs), logprob_how),
         Part("reference", 0.0, "beta > 0 with LoRA: the base with the adapter disabled (shared)" if g.beta > 0
              else "beta = 0: no reference model"),
     ]
     notes: list[str] = []
     blocker = None
-    trainable = gib(lora * 8 + optimizer)  # LoRA + gradients + optimizer
-    training = gib(activations + logprobs)
+    fixed = gib(lora * 4 + optimizer + CUBLAS_WORKSPACE_BYTES)  # LoRA + optimizer + workspace: held all step
+    # The backward runs the loss's backward first (the log-prob working set), then the layers' one at a time (the
+    # recomputed layer, and the LoRA gradients appearing; the Trainer's zero_grad frees them after each step). The
+    # checkpointed layer inputs are kept through both.
+    training = gib(kept + max(logprobs, recomputed + lora * 4))
     if path == "unsloth+vllm":
-        standby = standby_enabled(cfg, has_cuda=True)
-        share, share_how = vllm_share(cfg, card, standby)
-        share_gib = share * card.total_gib
-        slot = gib(lora_parameters(cfg, counts, cfg.model.max_lora_rank) * 2)
-        kv_room = share_gib - gib(weights) - slot - VLLM_OVERHEAD_GIB
-        parts.append(Part("vllm", share_gib, f"gpu_memory_utilization {share:.3f} ({share_how}) x "
-                          f"{card.total_gib:.1f} GiB: the shared weights, the LoRA slot, {VLLM_OVERHEAD_GIB} GiB "
-                          f"of graphs/buffers and {max(kv_room, 0):.1f} GiB of KV cache"))
-        parts.append(Part("kv_need", gib(kv_need), f"{generation_rows} completions x {tokens} tokens x "
-                          f"{kv_per_token / 1024:.0f} KiB per token (inside the vLLM share)"))
-        if kv_room * GIB < tokens * kv_per_token:
-            blocker = (f"vLLM's share leaves {kv_room:.2f} GiB of KV cache, less than one {tokens}-token sequence "
-                       f"needs ({gib(tokens * kv_per_token):.2f} GiB): vLLM refuses to start")
-        elif kv_room * GIB < kv_need:
-            notes.append(f"the KV cache ({kv_room:.1f} GiB) holds {kv_room * GIB / (tokens * kv_per_token):.0f} of "
-                         f"the {generation_rows} sequences at full length: vLLM generates in waves (slower, no OOM)")
-        if standby:
-            rollout = share_gib + trainable
-            train_phase = gib(weights) + slot + trainable + training
-            reserved = share_gib if rollout >= train_phase else 0.0
-            peak, peak_how = max(rollout, train_phase), (
-                "standby: max(rollout = vLLM share + LoRA/grads/optimizer, "
-                "training = weights + LoRA/grads/optimizer + activations + log-probs)")
-            peak_how += f" = max({rollout:.1f}, {train_phase:.1f})"
-        else:
-            peak, reserved = share_gib + trainable + training, share_gib
-            peak_how = "no standby: vLLM share + LoRA/grads/optimizer + activations + log-probs"
+        more, peak, reserved, peak_how, notes, blocker = _vllm_peak(
+            cfg, card, counts, gib(weights), fixed, training, (generation_rows, tokens, kv_per_token))
+        parts += more
     elif path == "plain+vllm colocate":
         share = parse_gpu_memory_utilization(cfg.model.gpu_memory_utilization) or TRL_VLLM_COLOCATE_SHARE
         share_gib = share * card.total_gib
         parts.append(Part("vllm", share_gib, f"TRL colocate vLLM: {share} x {card.total_gib:.1f} GiB, its own "
                           "16-bit copy of the weights and KV cache"))
-        peak, reserved = share_gib + gib(weights) + trainable + training, share_gib
-        peak_how = "colocate: vLLM share + weights + LoRA/grads/optimizer + activations + log-probs"
+        peak, reserved = share_gib + gib(weights) + fixed + training, share_gib
+        peak_how = f"colocate: vLLM share + weights + {HELD} + {TRAINING}"
     else:
-        generate = kv_need + generation_rows * shape.vocab_size * 4
+        # transformers generate: the KV cache in the residual stream's dtype (k/v projections return their input's
+        # dtype) and the fp32 next-token logits of the last position only (generate passes logits_to_keep=1)
+        kv_width = residual / 2
+        generate = generation_rows * tokens * kv_per_token * kv_width + generation_rows * shape.vocab_size * 4
         parts.append(Part("generation", gib(generate), f"transformers generate: KV cache of {generation_rows} x "
-                          f"{tokens} tokens + fp32 next-token logits"))
-        peak, reserved = gib(weights) + trainable + max(gib(generate), training), 0.0
-        peak_how = "weights + LoRA/grads/optimizer + max(generation, activations + log-probs)"
+                          f"{tokens} tokens{' (fp32)' if kv_width == 2 else ''} + fp32 next-token logits"))
+        peak, reserved = gib(weights) + fixed + max(gib(generate), training), 0.0
+        peak_how = f"weights + {HELD} + max(generation, {TRAINING})"
     return Estimate(card=card, backend=path, parts=parts, peak_gib=peak, peak_how=peak_how, prompt_tokens=prompt,
                     completion_tokens=completion, notes=notes, blocker=blocker,
                     reserved_gib=reserved)

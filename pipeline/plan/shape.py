@@ -83,7 +83,10 @@ def load_shape(model: str) -> ModelShape:
             raise ConfigError("model_name_or_path", f"{path.resolve()} has no config.json; point at the folder "
                               "that holds it.")
         return shape_from_config(_read_json(config_file), model, f"local folder {path.resolve()}")
-    cached = try_to_load_from_cache(model, "config.json")
+    try:
+        cached = try_to_load_from_cache(model, "config.json")
+    except ValueError:  # huggingface_hub's HFValidationError: not a repo id (e.g. a folder path that is not there)
+        cached = None
     if isinstance(cached, str):
         return shape_from_config(_read_json(Path(cached)), model, f"Hugging Face cache ({cached})")
     bundled = bundled_config_name(model)

@@ -256,7 +256,7 @@ def storage_errors_are_resumable(trainer, output_dir: Path):
                                 lambda: save_size_estimate(trainer.model))
 
 
-def stage_checkpoint_saves(trainer, cfg) -> None:
+def stage_checkpoint_saves(trainer, cfg, dataset: Any = None) -> None:
     """Make every checkpoint save of `trainer` atomic: written whole under a hidden name, then renamed.
 
     transformers' `Trainer._save_checkpoint` writes `checkpoint-N/` in place, file after file (README.md and
@@ -270,7 +270,7 @@ def stage_checkpoint_saves(trainer, cfg) -> None:
     from transformers.trainer_utils import rotate_checkpoints  # lazy: transformers imports torch
 
     save = type(trainer)._save_checkpoint
-    shape = checkpoint_record(cfg)
+    shape = checkpoint_record(cfg, dataset)  # and what the data position counts (resume.py data_record)
 
     def staged_save(model, trial):
         run_dir = Path(trainer._get_output_dir(trial=trial))

@@ -29,17 +29,24 @@ class MetricsJsonlCallback(TrainerCallback):
     """Appends `{"step": N, ...logs}` to output_dir/metrics.jsonl on the main process.
 
     On resume, lines for steps after the checkpoint are dropped first: they describe a
-    trajectory that the resumed run replaces. Event lines (`log_event`: a rollback) are kept.
+    trajectory that the resumed run replaces. Event lines (`log_event`: a rollback) are kept. Only the main
+    process does it, once, when training begins: another rank rewriting the file (a multi-node resume) could put
+    back a copy read before the main process appended its first new step.
     """
 
     def __init__(self, path: str | Path, resume_step: Optional[int] = None):
         self.path = Path(path)
-        if resume_step is not None and self.path.is_file():
-            rows = [(line, json.loads(line)) for line in self.path.read_text(encoding="utf-8").splitlines()
-                    if line.strip()]
-            kept = [line for line, row in rows if row.get("step", 0) <= resume_step or "event" in row]
-            # atomically: a full disk mid-write must not cut the kept history short
-            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+        self.resume_step = resume_step
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        resume_step, self.resume_step = self.resume_step, None
+        if resume_step is None or not state.is_world_process_zero or not self.path.is_file():
+            return
+        rows = [(line, json.loads(line)) for line in self.path.read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+        kept = [line for line, row in rows if row.get("step", 0) <= resume_step or "event" in row]
+        # atomically: a full disk mid-write must not cut the kept history short
+        atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.kept import versions
-from env.paths import absolute_path, atomic_write_json
+from env.paths import absolute_path, atomic_write_json, atomic_write_text
+from env.secret_fields import masked, unmasked
 from pipeline.demo.registry import builtin_model
 
 MANIFEST_NAME = "manifest.json"
 ADAPTER_METADATA_NAME = "grpo_adapter.json"
 # What generate/eval/export need from a run; copied into the adapter folder itself.
-ADAPTER_METADATA_KEYS = ("base_model", "backend", "system_prompt", "chat_template",
+ADAPTER_METADATA_KEYS = ("base_model", "backend", "system_prompt", "system_prompt_note", "chat_template",
                          "max_prompt_length", "max_completion_length", "max_seq_length", "max_lora_rank")
 RECORDED_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "unsloth_zoo",
                      "vllm", "bitsandbytes")
@@ -47,15 +48,20 @@ def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
 
 def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, system_prompt: str,
                    chat_template: Optional[str], max_prompt_length: int, max_completion_length: int,
-                   data_fingerprint: str, adapter_dir: Path, prompt_format: str = "conversational") -> dict[str, Any]:
+                   data_fingerprint: str, adapter_dir: Path, formats: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """`formats` is the data report's prompt_format (pipeline/data/columns.py prompt_formats): the system prompt
+    recorded is the one the training rows carried (`system_message`), not the configured `system_prompt`,
+    which only stands in for a report without one."""
+    formats = formats or {}
     return {
         # "standard" (TRL's text prompts, given to the model as written) or "conversational" (chats through the
         # chat template): `grpo generate` prompts the model as it was trained.
-        "prompt_format": prompt_format,
+        "prompt_format": "standard" if formats.get("standard") else "conversational",
         "base_model": recorded_base(base_model),
         "backend": backend,
         "adapter_dir": str(adapter_dir),
-        "system_prompt": system_prompt,
+        "system_prompt": formats.get("system_message", system_prompt),
+        "system_prompt_note": formats.get("system_message_note", ""),
         "chat_template": chat_template,
         "max_prompt_length": max_prompt_length,
         "max_completion_length": max_completion_length,
@@ -65,7 +71,7 @@ def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, s
         "git_commit": git_commit(),
         "versions": package_versions(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "config": cfg_dict,
+        "config": masked(cfg_dict),  # no secret in a file (env/secret_fields.py)
     }
 
 
@@ -105,13 +111,24 @@ def record_adapter_base(folder: Path, model: str) -> None:
     """Rewrite every adapter_config.json under `folder` (a top-level adapter and peft's named ones in subfolders)
     so its base_model_name_or_path is recorded_base(model, <what the saver wrote>). peft and Unsloth write the
     loaded model's own name_or_path there, which for a built-in model or a ModelScope snapshot is a folder of
-    this machine: an adapter copied elsewhere would then not find its base."""
+    this machine: an adapter copied elsewhere would then not find its base. peft's model card beside it (README.md,
+    `base_model:` in its header) names the same base: never a cache folder of this machine in a shared card."""
+    from huggingface_hub import ModelCard  # lazy: only where an adapter is saved
+
     for config_file in sorted(Path(folder).rglob("adapter_config.json")):
         config = json.loads(config_file.read_text(encoding="utf-8"))
         name = recorded_base(model, config.get("base_model_name_or_path"))
         if config.get("base_model_name_or_path") != name:
             config["base_model_name_or_path"] = name
             atomic_write_json(config_file, config)
+        card_file = config_file.with_name("README.md")
+        if card_file.is_file():
+            card = ModelCard.load(card_file)
+            tags = [f"base_model:adapter:{name}" if str(tag).startswith("base_model:adapter:") else tag
+                    for tag in card.data.get("tags") or []]
+            if card.data.get("base_model") not in (None, name) or tags != (card.data.get("tags") or []):
+                card.data.base_model, card.data.tags = name, tags or None
+                atomic_write_text(card_file, str(card))
 
 
 def _base_key(name: str) -> tuple[str, str]:
@@ -176,7 +193,7 @@ def write_adapter_metadata(adapter_dir: Path, manifest: dict[str, Any]) -> Path:
     """The generation settings of `manifest` (plus the run's config) inside the adapter folder, and the base it names
     in adapter_config.json too (record_adapter_base), where peft, Unsloth and vLLM read it."""
     metadata = {key: manifest.get(key) for key in ADAPTER_METADATA_KEYS}
-    metadata["config"] = manifest.get("config")
+    metadata["config"] = masked(manifest.get("config"))  # an older manifest's secrets stay out of copies
     if manifest.get("base_model"):
         metadata["base_model"] = recorded_base(manifest["base_model"])
         record_adapter_base(adapter_dir, manifest["base_model"])
@@ -205,5 +222,22 @@ def find_manifest(adapter_dir: Path) -> Optional[dict[str, Any]]:
             if not isinstance(manifest, dict):
                 raise ManifestError(f"{candidate} is corrupt: it holds a JSON {type(manifest).__name__}, not an "
                                     "object. Restore it or move it away and pass --model and --system_prompt.")
-            return _resolve_relative_model(manifest, candidate.parent)
+            return _resolve_relative_model(_as_shared_file(manifest), candidate.parent)
     return None
+
+
+# Settings a file may not make, whoever wrote it (an adapter, an export or a run folder can come from anyone):
+# trust_remote_code runs the base folder's modeling_*.py, so it comes only from the user's own option at the time
+# of the command (pipeline/infer/session.py remote_code). docs/security.md states the promise.
+NEVER_FROM_FILES = ("trust_remote_code",)
+
+
+def _as_shared_file(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A manifest's config without what a file may not set (NEVER_FROM_FILES; kept aside under `recorded`) and
+    without the placeholders that stand for secrets (env/secret_fields.py unmasked)."""
+    config = manifest.get("config")
+    if isinstance(config, dict):
+        config = unmasked(config)
+        manifest["recorded"] = {name: config.pop(name) for name in NEVER_FROM_FILES if name in config}
+        manifest["config"] = config
+    return manifest

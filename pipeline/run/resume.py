@@ -10,6 +10,8 @@ the schedule changes a resume applies (max_steps), said and recorded in summary.
 
 from __future__ import annotations
 
+import contextlib
+
 import dataclasses
 import json
 import os
@@ -20,7 +22,8 @@ from env.paths import absolute_path
 from pipeline.config import SECTIONS, resolve_optim, trl_training_args
 from pipeline.config.field_help import field_rules
 from pipeline.config.trl_fields import trl_fields
-from env.kept import canonical, changed_inputs
+from env.kept import canonical, changed_inputs, state_key
+from env.text import excerpt
 
 SHAPE_NAME = "grpo_shape.json"
 
@@ -92,6 +95,23 @@ def load_every_adapter(trainer) -> None:
     trainer._load_from_checkpoint = load_with_top_level
 
 
+@contextlib.contextmanager
+def plain_cpu_device(args):
+    """`args.device` as `cpu` while a checkpoint's optimizer loads. Several CPU processes (gloo) train on
+    accelerate's `cpu:<local rank>`, which transformers 5.17 passes to torch.load as map_location for a world size
+    above 1, and torch 2.13 cannot restore a storage to `cpu:0` ("don't know how to restore data location"): every
+    resume of a multi-process CPU run failed there. A GPU's `cuda:N` is left alone."""
+    device = args.device
+    if device.type != "cpu" or device.index is None:
+        yield
+        return
+    args.__dict__["_setup_devices"] = type(device)("cpu")  # the cached_property behind args.device
+    try:
+        yield
+    finally:
+        args.__dict__["_setup_devices"] = device
+
+
 def follow_the_rebuilt_schedule(trainer) -> None:
     """Make a resume train its first step at the rate of the schedule the Trainer built for this run.
 
@@ -106,7 +126,8 @@ def follow_the_rebuilt_schedule(trainer) -> None:
     load = type(trainer)._load_optimizer_and_scheduler
 
     def load_then_follow(checkpoint):
-        load(trainer, checkpoint)
+        with plain_cpu_device(trainer.args):
+            load(trainer, checkpoint)
         scheduler = getattr(trainer, "lr_scheduler", None)
         lambdas = getattr(scheduler, "lr_lambdas", None)
         if checkpoint is None or not lambdas or trainer.optimizer is None:
@@ -146,9 +167,58 @@ def resume_settings(cfg) -> dict[str, Any]:
     return canonical(settings)
 
 
-def checkpoint_record(cfg) -> dict[str, Any]:
-    """What grpo_shape.json holds: the weight shape, and under "settings" the resume_settings."""
-    return {**weight_shape(cfg), "settings": resume_settings(cfg)}
+def checkpoint_record(cfg, dataset: Any = None) -> dict[str, Any]:
+    """What grpo_shape.json holds: the weight shape, under "settings" the resume_settings, and under "data" what
+    it was trained on (data_record of the prepared training rows)."""
+    return {**weight_shape(cfg), "settings": resume_settings(cfg),
+            **({"data": data_record(cfg, dataset)} if dataset is not None else {})}
+
+
+def data_record(cfg, dataset: Any) -> dict[str, Any]:
+    """The training data a checkpoint's data position counts: dataset_name, its prepared rows' number, and their
+    fingerprint (the rows in order, every column, hashed: a file replaced, edited or cut to other rows differs)."""
+    return {"dataset_name": cfg.data.dataset_name, "rows": len(dataset), "fingerprint": state_key(dataset.to_dict())}
+
+
+def data_change(checkpoint: str | Path, cfg, dataset: Any) -> Optional[str]:
+    """What changed in the training data since `checkpoint` was saved (its recorded data_record against this run's
+    rows), or None: the same rows, or a checkpoint saved before the data was recorded."""
+    try:
+        saved = json.loads((Path(checkpoint) / SHAPE_NAME).read_text(encoding="utf-8")).get("data")
+    except (OSError, ValueError, AttributeError):
+        return None
+    now = data_record(cfg, dataset)
+    if not isinstance(saved, dict) or saved.get("fingerprint") == now["fingerprint"]:
+        return None
+    before = saved.get("dataset_name")
+    name = "" if before == now["dataset_name"] else f" (it was {excerpt(before)})"
+    rows = (f"{saved.get('rows')} rows then, {now['rows']} other rows now" if saved.get("rows") != now["rows"] else
+            f"{now['rows']} rows then and now, with other content")
+    return f"dataset_name {excerpt(now['dataset_name'])}{name} gives other training rows: {rows}"
+
+
+def data_mismatch(checkpoint: str | Path, cfg, dataset: Any) -> Optional[str]:
+    """Why resuming `checkpoint` on this data is refused (a ConfigError message for dataset_name, exit 2), or None:
+    the same data, or resume_other_data set (then `other_data_note` says what the position means)."""
+    change = data_change(checkpoint, cfg, dataset)
+    if change is None or cfg.grpo.resume_other_data:
+        return None
+    folder = Path(checkpoint)
+    return (f"{folder.name} in {folder.parent} was trained on other data: {change}. A resume restores the data "
+            "position (how many batches of the shuffled rows were used), which on other rows is no position at all. "
+            "Put the old data back, or start over (--resume never, or a new --output_dir), or pass "
+            "--resume_other_data true to go on training on the new data from the checkpoint's step.")
+
+
+def other_data_note(checkpoint: str | Path, cfg, dataset: Any) -> Optional[str]:
+    """The line a run resumed with resume_other_data prints when the data did change, else None."""
+    change = data_change(checkpoint, cfg, dataset)
+    if change is None:
+        return None
+    return (f"resuming on other data (resume_other_data): {change}. The weights, optimizer and schedule go on from "
+            f"{Path(checkpoint).name}; the data position skips as many batches of the new rows' shuffled order as "
+            "were trained, so the rows that come next are not where the old data stopped, and some new rows are "
+            "never seen in this epoch.")
 
 
 def recorded_shape(checkpoint: str | Path) -> dict[str, Any]:

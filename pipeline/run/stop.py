@@ -5,10 +5,11 @@ the command that continues the run (resume_command)."""
 from __future__ import annotations
 
 import contextlib
-import shlex
 import signal
 from typing import Any, Optional
 
+from env.paths import shell_command
+from env.secret_fields import placeholder, secret_options
 from rewards.contract import SignalInterrupt
 
 
@@ -88,9 +89,13 @@ def interrupts_raise():
 def resume_command(argv: list[str]) -> str:
     """The command that continues an interrupted `grpo train` run: the user's own options, shell-quoted, with
     `--resume auto` in place of any --resume (a --resume never or a fixed checkpoint would start over or go back).
+    A secret option given on the command line is shown as its placeholder (env/paths.py shell_command), and the
+    line says to pass it again.
 
     >>> resume_command(["--config", "my recipe.yaml", "--resume", "never"])
     "grpo train --config 'my recipe.yaml' --resume auto"
+    >>> resume_command(["--hub_token", "hf_x"])
+    "grpo train --hub_token '<HUB_TOKEN>' --resume auto (pass your hub_token again in place of <HUB_TOKEN>)"
     """
     kept: list[str] = []
     skip = False
@@ -101,4 +106,5 @@ def resume_command(argv: list[str]) -> str:
             skip = True
         elif not arg.startswith("--resume="):
             kept.append(arg)
-    return shlex.join(["grpo", "train", *kept, "--resume", "auto"])
+    again = "".join(f" (pass your {name} again in place of {placeholder(name)})" for name in secret_options(kept))
+    return shell_command("grpo", "train", *kept, "--resume", "auto") + again

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from env.secret_fields import masked, masked_pickle_class
 from env.text import excerpt
 from pipeline.backends import load_backend, on_cpu
 from pipeline.config import ConfigError, PipelineConfig, parse_limit, trl_training_args
@@ -58,7 +59,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     # RewardFailure naming the sample (the run stops cleanly, pipeline/train.py), None's share logged.
     # A failure is held and raised after TRL's reward gather, on every process together (reward_failures.py).
     latch = RewardFailureLatch()
-    reward_funcs = [guard_reward(func, hold=latch.hold) for func in reward_funcs]
+    reward_funcs = [guard_reward(func, hold=latch.hold, timeout=g.reward_timeout) for func in reward_funcs]
 
     args = grpo_training_args(cfg, backend, model, prepared, output_dir, weights)
     # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
@@ -90,7 +91,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     trainer.create_model_card = functools.partial(card.write, trainer)
     raise_reward_failures_after_the_gather(trainer, latch)
     allow_steps_without_gradient(trainer)
-    stage_checkpoint_saves(trainer, cfg)  # each checkpoint-N/ appears whole or not at all
+    stage_checkpoint_saves(trainer, cfg, prepared.dataset)  # each checkpoint-N/ appears whole, with its data
     load_every_adapter(trainer)  # a checkpoint with a ref/ adapter restores its trained one too
     follow_the_rebuilt_schedule(trainer)  # a resume with a larger max_steps trains at the new schedule's rate
     return trainer, health
@@ -199,7 +200,8 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
                               f"{BACKEND_DECIDED.get(name, 'the run')}; set that instead, or remove {name}.")
     kwargs = {**trl_training_args(cfg), **decided}
     try:
-        config = trl.GRPOConfig(**kwargs)
+        # pickled into every checkpoint (training_args.bin) with its secrets masked (env/secret_fields.py)
+        config = masked_pickle_class(trl.GRPOConfig)(**kwargs)
     except (ValueError, TypeError, NotImplementedError) as err:
         raise ConfigError(_named_field(str(err), cfg, kwargs), f"trl.GRPOConfig refused the config: {err}") from None
     for name, choices in trainer_choices().items():  # values only TRL's trainer would refuse, mid-step
@@ -223,7 +225,7 @@ def check_grpo_config(cfg: PipelineConfig, backend_name: str) -> str:
     loads. The backend's device settings need the loaded model on Unsloth, so there they are checked by the run."""
     with tempfile.TemporaryDirectory() as scratch:
         build_grpo_config(cfg, _model_free_decided(cfg, backend_name, Path(scratch)))
-    named = ", ".join(f"{k}={excerpt(v)}" for k, v in cfg.trl.items())
+    named = ", ".join(f"{k}={excerpt(v)}" for k, v in masked(cfg.trl).items())
     return f"trl.GRPOConfig accepts it{f' (TRL options: {named})' if named else ''}"
 
 

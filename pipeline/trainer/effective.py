@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from env.paths import atomic_write_json
+from env.secret_fields import masked
 from pipeline.backends import load_backend
 from pipeline.config import PipelineConfig, trl_training_args
 from pipeline.config.trl_fields import BACKEND_DECIDED, grpo_config_class
@@ -92,7 +93,8 @@ def effective_record(cfg: PipelineConfig, backend_name: str, args: Any, passed: 
     Each field: `value` (as the trainer ran it), `recipe` (when the recipe states it), `trl_default`,
     `other_backend` (only where the other backend would run another value), `differs_from` (which of recipe,
     trl_default, other_backend it differs from) and `changed_by` (a backend set it, and why)."""
-    defaults, recipe = trl_defaults(), trl_training_args(cfg)
+    # secrets as TrainingArguments.to_dict shows them (`<HUB_TOKEN>`), on every side (env/secret_fields.py)
+    defaults, recipe, passed = trl_defaults(), masked(trl_training_args(cfg)), masked(passed)
     changes = backend_changes(backend_name, passed, backend_kwargs, recipe, defaults)
     ours = predicted_values(backend_name, passed, defaults)
     other_name = OTHER_BACKEND[backend_name]

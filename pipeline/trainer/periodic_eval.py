@@ -117,7 +117,8 @@ def build_periodic_eval(cfg, backend, tokenizer, eval_rows: list[dict[str, Any]]
     """The callback for a run with `eval_steps`; `manifest` is what best_lora/ describes itself with."""
     def evaluate(model):
         return pipeline.infer.evaluate.evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer,
-                                                     eval_rows, cfg.data.system_prompt, max_tokens)
+                                                     eval_rows, pipeline.infer.evaluate.eval_scorer(cfg, tokenizer),
+                                                     max_tokens)
 
     def save(model, staging: Path) -> None:
         backend.save_adapter(model, tokenizer, staging)

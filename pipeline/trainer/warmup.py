@@ -133,9 +133,13 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
     trainer.remove_callback(PrinterCallback)  # it prints raw dicts of strings; one readable line instead
     trainer.train()
 
-    with storage_errors_named(output_dir, "run the same command again (the warm-up is trained again)."), \
-            atomic_directory(output_dir / WARMUP_DIR) as staging:
-        trainer.model.save_pretrained(staging)  # the adapter
-        atomic_write_json(staging / WARMUP_KEY_NAME, record(inputs))
+    # One writer: every process of a data-parallel run trained the same warm-up (DDP), and each one publishing
+    # warmup/ found the others' copy there and stopped the run (exit 2). The main process writes; all wait for it.
+    if trainer.is_world_process_zero():
+        with storage_errors_named(output_dir, "run the same command again (the warm-up is trained again)."), \
+                atomic_directory(output_dir / WARMUP_DIR) as staging:
+            trainer.model.save_pretrained(staging)  # the adapter
+            atomic_write_json(staging / WARMUP_KEY_NAME, record(inputs))
+    trainer.accelerator.wait_for_everyone()
     return trainer.model
 

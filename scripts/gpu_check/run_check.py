@@ -11,29 +11,40 @@ to it, so a slow benchmark can never cut the Unsloth chain):
 2. env      `grpo env --json` on the machine (versions, GPU, driver).
 3. models   random-weight models with the bundled Qwen2.5 tokenizer, built from Qwen2Config values
             written below as data (nothing is downloaded): the Qwen2.5-0.5B-Instruct and -1.5B shapes.
-4. chain    per backend (unsloth with fast_inference: false first, the product's path, then plain), per
+4. chain    with vLLM installed (the parts mode), first the Unsloth chain with fast_inference: true on the 0.5B
+            shape: train with vLLM rollouts (counted at vllm.LLM.generate) and the stale-rollout probe against
+            the engine at every step, resume, `grpo generate` with the base model and then through
+            `fast_generate` with the adapter's LoRARequest (load_lora), export; each sub-step in a process of
+            its own, since nothing releases a vLLM engine inside a process. Then
+            per backend (unsloth with fast_inference: false first, the product's path, then plain), per
             model (the tiny test model `tiny-qwen2.5` and the 0.5B shape), per precision (bf16 LoRA, 4-bit
             NF4 QLoRA through bitsandbytes), with gradient checkpointing and the real rewards:
             SFT warm-up + train 2 GRPO steps (a checkpoint each) -> resume from checkpoint-2 to step 3 -> lora/
             -> `grpo generate --lora` greedy, which must differ from `grpo generate --base` (the adapter is
             applied) -> `grpo export --to merged16`, whose merged model is loaded and generates.
-5. bench    plain vs unsloth, same config, 4-bit QLoRA, on the 0.5B and 1.5B shapes: median GRPO step
-            time, rollout tokens/s and peak VRAM, with completions forced to full length
-            (`min_new_tokens` = max_completion_length in TRL's generation config, so random weights
-            cannot stop early and both backends generate the same number of tokens), and the ratios.
+5. bench    plain vs unsloth (and, with vLLM installed, Unsloth + vLLM: fast_inference true), same config,
+            4-bit QLoRA, on the 0.5B and 1.5B shapes: median GRPO step time, rollout tokens/s and peak VRAM
+            (with vLLM also the card's memory in use and the gpu_memory_utilization given), with completions
+            forced to full length (`min_new_tokens` = max_completion_length in TRL's generation config, and
+            vLLM's `min_tokens` through vllm_sampling_params, so random weights cannot stop early and every
+            backend generates the same number of tokens), and the ratios.
 
 The anchor for the benchmark is Unsloth's published claim for GRPO: about 90% less VRAM than
 Hugging Face TRL with Flash Attention 2 (unsloth.ai/blog/grpo, 2025-02-20: Llama 3.1 8B, 20K context,
 8 generations: 54.3 GB vs 510.8 GB). That figure includes Unsloth's vLLM path and long contexts; this
-check has no vLLM and short completions, so it measures how much of the gap remains without them.
+check has short completions, and vLLM only in the parts mode.
 
-What a lent machine can and cannot prove. It proves, on a real GPU, what this kit runs without vLLM: Unsloth's
-LoRA and 4-bit QLoRA training with `fast_inference: false`, resuming, `grpo generate` with the trained adapter
-(its greedy output differs from the base model's), `grpo export` (the merged model loads and generates), the
-plain backend the same way, the benchmark, and that the image's packages lie inside the ranges the kit needs.
-It cannot prove `fast_inference: true` (vLLM rollouts, `model.fast_generate`, `model.load_lora`, standby):
-vLLM's 0.31.0 wheel is 320 MB and pins torch 2.13, while the machine carries 64 MiB and has torch 2.11, so
-vLLM can be neither carried there nor run on its torch. That path stays covered by the contract tests only
+What a lent machine can and cannot prove. In one call with the wheel set of .gpu-wheels it proves, on a real GPU,
+what this kit runs without vLLM: Unsloth's LoRA and 4-bit QLoRA training with `fast_inference: false`, resuming,
+`grpo generate` with the trained adapter (its greedy output differs from the base model's), `grpo export` (the
+merged model loads and generates), the plain backend the same way, the benchmark, and that the image's packages
+lie inside the ranges the kit needs. In the parts mode (the set with vLLM, carried in parts of at most 55 MiB) it
+also runs `fast_inference: true` on vLLM 0.26.0, the release that pins the machine's own torch 2.11 and links its
+CUDA 13: rollouts from the real engine, the stale-rollout probe against it, resume, `grpo generate` through
+`model.fast_generate` with `model.load_lora`, export, and the benchmark's Unsloth + vLLM row. That proves Unsloth's
+vLLM path and the pipeline's use of it on vLLM 0.26.0, not on the pinned 0.31.0: its 320 MB wheel pins torch 2.13,
+which the machine (64 MiB a call, torch 2.11) can neither carry nor run. Where 0.26.0 and 0.31.0 differ (docs/gpu.md,
+GPU check), and for standby (sleep/wake), the pinned path stays covered by the contract tests only
 (tests/test_unsloth_*.py: strict doubles bound to the pinned wheels' real signatures).
 
 Each backend runs in its own child process (Unsloth patches trl/transformers/peft at import, so a plain
@@ -50,7 +61,8 @@ carry [".gpu-wheels"], timeout_s 560 and this command:
 
 Then copy $OUT/gpu-report.json to docs/gpu-reports/<date>-<gpu>.json and commit it
 (docs/gpu-reports/README.md). A rerun of some steps or units only, sharing the whole budget: add e.g.
-`--only chain/unsloth/qwen2.5-0.5b/nf4,bench-unsloth`.
+`--only chain/unsloth/qwen2.5-0.5b/nf4,bench-unsloth`. The parts mode (vLLM) is a sequence of calls that
+`python scripts/gpu_check/parts.py split` prints (scripts/gpu_check/parts.py, docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -68,10 +80,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 # The cases run in the children live beside this driver (this folder is sys.path[0] when it runs as a script).
-from benchmark import child_bench
-from cases import (BENCH_SHAPES, CHAIN_MODELS, PRECISIONS, TINY_MODEL, Recorder, child_chain, child_models,
-                   has_cuda, run_params, skip_reason, tail, unit_steps)
-from wheels import check_image, image_requirements, installed_versions
+from benchmark import case_peak_gib, child_bench
+from cases import (BENCH_SHAPES, CHAIN_MODELS, PRECISIONS, TINY_MODEL, VLLM_CHAIN_CASES, VLLM_CHAIN_SUBSTEPS,
+                   VLLM_GPU_MEMORY_UTILIZATION, VLLM_LABEL, Recorder, child_chain, child_models, has_cuda, run_params,
+                   skip_reason, tail, unit_steps)
+from wheels import VLLM_VERSION, check_image, image_requirements, installed_versions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPORT_NAME = "gpu-report.json"
@@ -90,18 +103,25 @@ PROVES = " ".join(__doc__.split("What a lent machine can and cannot prove.", 1)[
 PROVES = "What a lent machine can and cannot prove. " + PROVES
 NOT_COVERED = ("vLLM is not run by this check: fast_inference: true, model.fast_generate and model.load_lora are "
                "covered by the contract tests only. " + PROVES)
+NOT_COVERED_WITH_VLLM = ("vLLM {version} ran, not the pinned 0.31.0: what differs between them is covered by the "
+                         "contract tests only. " + PROVES)
 
-# The product's own path first: the Unsloth chain right after the quick steps, then the plain chain, then the
-# benchmark, which is what the budget cuts if anything is cut.
-STEPS = ("image", "env", "models", "chain-unsloth", "chain-plain", "bench-plain", "bench-unsloth")
+# The product's own path first: the Unsloth chain (with vLLM where it is installed, then without) right after the
+# quick steps, then the plain chain, then the benchmark, which is what the budget cuts if anything is cut.
+STEPS = ("image", "env", "models", "chain-unsloth-vllm", "chain-unsloth", "chain-plain", "bench-plain",
+         "bench-unsloth", "bench-unsloth-vllm")
+VLLM_STEPS = ("chain-unsloth-vllm", "bench-unsloth-vllm")  # planned only where vllm is installed (the parts mode)
+PROCESS_PER_UNIT = ("chain-unsloth-vllm",)  # one vLLM engine per process: a child per unit (a sub-step)
 BUDGET_S = 480  # the device command's --budget-s
-# Each step's share of the budget (seconds, restarts of a crashed child included); they add up to BUDGET_S, so
-# a step that overruns its share only takes time from the steps after it, never from the ones before.
+# Each step's weight in the budget (seconds, restarts of a crashed child included): the steps planned share the
+# whole budget in these proportions, so a step that overruns its share only takes time from the steps after it,
+# never from the ones before. Without vllm the steps planned are all but VLLM_STEPS, whose weights add up to
+# BUDGET_S: those shares are the seconds written here.
 # Estimated for an H200; the first run there (2026-12-04, docs/gpu.md) measured about 170 s for one tiny-model
 # Unsloth unit alone (compile), so this plan reaches the tiny models only: use --only for the rest (the budget is
-# then shared among the steps chosen).
-STEP_CAPS = {"image": 5, "env": 20, "models": 25, "chain-unsloth": 190, "chain-plain": 110, "bench-plain": 60,
-             "bench-unsloth": 70}
+# then shared among the steps chosen). The vLLM chain's five processes each import Unsloth and start an engine.
+STEP_CAPS = {"image": 5, "env": 20, "models": 25, "chain-unsloth-vllm": 300, "chain-unsloth": 190, "chain-plain": 110,
+             "bench-plain": 60, "bench-unsloth": 70, "bench-unsloth-vllm": 80}
 DRY_RUN_CAP_S = 300  # per step on CPU (the tests' dry run), where the GPU estimates do not apply
 
 
@@ -126,6 +146,8 @@ class Driver:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.chosen = chosen_steps(args.only, args.dry_run)
+        # The steps that share the budget: a vLLM step is skipped at once where vllm is missing, so it takes no share.
+        self.planned = [step for step in self.chosen if step not in VLLM_STEPS or vllm_installed()]
         self.deadline = time.time() + args.budget_s
         self.records: list[dict[str, Any]] = []
         self.log_path = args.out / LOG_NAME
@@ -138,8 +160,14 @@ class Driver:
                     "UNSLOTH_DISABLE_STATISTICS": "1"}
 
     def _dry_run_skip(self, unit: str) -> bool:
-        """In a dry run, record a unit that needs CUDA as skipped here instead of starting a child for it."""
-        reason = skip_reason(unit, cuda=False, dry_run=True) if self.args.dry_run else None
+        """Record a unit that cannot run here as skipped instead of starting a child for it: in a dry run one that
+        needs CUDA, anywhere one that needs vllm where it is not installed."""
+        if self.args.dry_run:
+            reason = skip_reason(unit, cuda=False, dry_run=True)
+        elif unit.split("/")[1:2] == [VLLM_LABEL] and not vllm_installed():
+            reason = skip_reason(unit, cuda=True, dry_run=False, vllm=False)
+        else:
+            reason = None
         if reason is None:
             return False
         for step in unit_steps(unit):
@@ -158,19 +186,19 @@ class Driver:
         print(f"[gpu-check] {step}: skipped - {reason}", flush=True)
 
     def cap(self, step: str) -> float:
-        """The step's share of the budget: STEP_CAPS, or with --only the whole budget shared among the steps
-        chosen in the same proportions (a rerun of one step may take all of it)."""
+        """The step's share of the budget: the whole budget shared among the steps planned (chosen, and possible
+        here) in STEP_CAPS' proportions (a rerun of one step with --only may take all of it)."""
         if self.args.dry_run:
             return DRY_RUN_CAP_S
-        if not self.args.only:
-            return STEP_CAPS[step]
-        return self.args.budget_s * STEP_CAPS[step] / sum(STEP_CAPS[s] for s in self.chosen)
+        planned = self.planned if step in self.planned else [*self.planned, step]
+        return self.args.budget_s * STEP_CAPS[step] / sum(STEP_CAPS[s] for s in planned)
 
     def image_step(self) -> None:
         """The image's packages against the ranges the kit needs (wheels.py); in a dry run this machine is not
         the image, so what lies outside is recorded without failing the step."""
         start = time.time()
-        needs = image_requirements()
+        # With the parts mode's vLLM installed, its Requires-Dist on the image's packages count too (torch==2.11.0).
+        needs = image_requirements(vllm=installed_versions(["vllm"])["vllm"] == VLLM_VERSION)
         found = check_image(installed_versions(needs), needs)
         failed = bool(found["outside"]) and not self.args.dry_run
         record = {"step": "image", "status": "fail" if failed else "pass", "seconds": time.time() - start,
@@ -198,10 +226,15 @@ class Driver:
         print(f"[gpu-check] env: {record['status']} (grpo env exit {done.returncode})", flush=True)
 
     def child(self, step: str, extra: list[str], units: list[str]) -> None:
-        """Run a child until every unit has records, restarting it for the units a crash left undone."""
-        results = self.args.work / f"{step}.jsonl"
+        """Run a child until every unit has records, restarting it for the units a crash left undone; for a step in
+        PROCESS_PER_UNIT, a child per unit."""
         todo = [unit for unit in units if not self._dry_run_skip(unit)]
-        step_deadline = time.time() + self.cap(step)  # restarts share the step's one cap
+        step_deadline = time.time() + self.cap(step)  # restarts (and the children of one step) share its one cap
+        for batch in ([[unit] for unit in todo] if step in PROCESS_PER_UNIT else [todo]):
+            self._children(step, extra, batch, step_deadline)
+
+    def _children(self, step: str, extra: list[str], todo: list[str], step_deadline: float) -> None:
+        results = self.args.work / f"{step}.jsonl"
         while todo:
             timeout = min(step_deadline, self.deadline) - time.time()
             if timeout < 15:
@@ -253,7 +286,7 @@ class Driver:
             elif step == "models":
                 self.child("models", [], units)
             else:
-                self.child(step, ["--backend", step.split("-")[1]], units)
+                self.child(step, ["--backend", step.split("-", 1)[1]], units)
         finished = datetime.now(timezone.utc)
         return self.report(started, finished)
 
@@ -262,7 +295,11 @@ class Driver:
         bench = {r["detail"]["backend"] + "/" + r["detail"]["shape"]: r["detail"] for r in self.records
                  if r["step"].startswith("bench/") and r["status"] == "pass"}
         image = next((r["detail"] for r in self.records if r["step"] == "image" and "detail" in r), None)
-        wheel_manifest = REPO_ROOT / ".gpu-wheels" / "manifest.json"
+        # The set installed: the one-call set (.gpu-wheels), or the parts mode's, unpacked by parts.py assemble.
+        wheel_manifest = next((path for path in (REPO_ROOT / ".gpu-wheels" / "manifest.json",
+                                                 Path(tempfile.gettempdir()) / "gpu-wheels" / "manifest.json")
+                               if path.is_file()), REPO_ROOT / ".gpu-wheels" / "manifest.json")
+        versions = _versions()
         return {
             "schema": 1,
             "kind": "gpu-check",
@@ -272,24 +309,39 @@ class Driver:
             "finished_utc": finished.isoformat(timespec="seconds"),
             "wall_s": round((finished - started).total_seconds(), 1),
             "gpu": _gpu(),
-            "versions": _versions(),
+            "versions": versions,
             "wheel_set": json.loads(wheel_manifest.read_text()) if wheel_manifest.is_file() else None,
             "summary": counts,
             "steps": self.records,
             "bench": bench,
             "bench_rows": bench_rows(bench, counts, image.get("outside") if image else None),
             "anchor": ANCHOR,
-            "not_covered": NOT_COVERED,
+            "not_covered": NOT_COVERED_WITH_VLLM.format(version=versions["vllm"]) if versions.get("vllm") and any(
+                r["step"].split("/")[1:2] == [VLLM_LABEL] and r["status"] == "pass" for r in self.records)
+            else NOT_COVERED,
         }
 
 
+def vllm_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
 def step_units(step: str, dry_run: bool = False) -> list[str]:
-    """The units a step runs, in order ([] for the steps that start no child)."""
+    """The units a step runs, in order ([] for the steps that start no child); a unit of the vLLM chain is one
+    sub-step of a case (chain/unsloth-vllm/<model>/<precision>/<sub-step>).
+
+    >>> step_units("chain-unsloth-vllm")[:2]
+    ['chain/unsloth-vllm/qwen2.5-0.5b/nf4/train', 'chain/unsloth-vllm/qwen2.5-0.5b/nf4/resume']
+    """
     if step == "models":
         return ["models"]
     if step in ("image", "env"):
         return []
-    kind, backend = step.split("-")
+    kind, backend = step.split("-", 1)
+    if kind == "chain" and backend == VLLM_LABEL:
+        return [f"chain/{backend}/{m}/{p}/{sub}" for m, p in VLLM_CHAIN_CASES for sub in VLLM_CHAIN_SUBSTEPS]
     if kind == "chain":
         return [f"chain/{backend}/{m}/{p}" for m in CHAIN_MODELS for p in PRECISIONS]
     return [f"bench/{backend}/{s}" for s in ((TINY_MODEL,) if dry_run else BENCH_SHAPES)]
@@ -297,8 +349,10 @@ def step_units(step: str, dry_run: bool = False) -> list[str]:
 
 def chosen_steps(only: Optional[str], dry_run: bool = False) -> dict[str, list[str]]:
     """step -> the units to run, in STEPS order: every step, or what `--only` names, each entry a step
-    (`chain-unsloth`) or one unit of it (`chain/unsloth/qwen2.5-0.5b/nf4`, `bench/unsloth/qwen2.5-1.5b`), so a
-    rerun skips what an earlier run already proved. ValueError naming the unknown entries.
+    (`chain-unsloth`) or one unit of it (`chain/unsloth/qwen2.5-0.5b/nf4`, `bench/unsloth/qwen2.5-1.5b`), or a
+    case whose sub-steps are units (`chain/unsloth-vllm/qwen2.5-0.5b/nf4`), so a rerun skips what an earlier run
+    already proved; a dry run takes the GPU's names (a bench unit of a shape runs its tiny-model stand-in).
+    ValueError naming the unknown entries.
 
     >>> chosen = chosen_steps("chain/unsloth/qwen2.5-0.5b/nf4,bench-unsloth")
     >>> chosen["chain-unsloth"], list(chosen)
@@ -306,7 +360,13 @@ def chosen_steps(only: Optional[str], dry_run: bool = False) -> dict[str, list[s
     """
     entries = [entry.strip() for entry in only.split(",") if entry.strip()] if only else list(STEPS)
     every = {step: step_units(step, dry_run) for step in STEPS}
-    unknown = [e for e in entries if e not in every and not any(e in units for units in every.values())]
+    on_gpu = {step: step_units(step) for step in STEPS}  # a dry run takes the GPU's unit names too
+
+    def names(entry: str, unit: str) -> bool:
+        return unit == entry or unit.startswith(entry + "/")
+
+    unknown = [e for e in entries if e not in every and not any(
+        names(e, u) for units in (*every.values(), *on_gpu.values()) for u in units)]
     if unknown:
         raise ValueError(f"unknown step(s) {unknown}; choose from {', '.join(STEPS)}, or units such as "
                          f"{every['chain-unsloth'][-1]}")
@@ -314,8 +374,10 @@ def chosen_steps(only: Optional[str], dry_run: bool = False) -> dict[str, list[s
     for step in STEPS:
         if step in entries:
             chosen[step] = every[step]
-        elif any(unit in entries for unit in every[step]):
-            chosen[step] = [unit for unit in every[step] if unit in entries]
+        elif any(names(e, unit) for e in entries for unit in every[step]):
+            chosen[step] = [unit for unit in every[step] if any(names(e, unit) for e in entries)]
+        elif any(names(e, unit) for e in entries for unit in on_gpu[step]):
+            chosen[step] = every[step]  # a dry run's tiny model stands in for the shapes a GPU unit names
     return chosen
 
 
@@ -327,7 +389,7 @@ def bench_rows(bench: dict[str, dict[str, Any]], counts: dict[str, int],
     >>> rows[0]["value"], rows[0]["holds"], rows[1]["holds"], rows[-1]["value"], rows[-1]["holds"]
     ('3 passed, 1 failed, 0 skipped', False, None, '1 outside: fsspec', False)
     """
-    rows = [{"figure": "GPU check steps (plain + Unsloth without vLLM)",
+    rows = [{"figure": "GPU check steps",
              "value": f"{counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped",
              "target": "all pass", "holds": counts["fail"] == 0 and counts["skipped"] == 0}]
     for shape in BENCH_SHAPES:
@@ -358,6 +420,25 @@ def bench_rows(bench: dict[str, dict[str, Any]], counts: dict[str, int],
         rows.append({"figure": f"rollout tokens/s, Unsloth / plain ({where})",
                      **ratio("rollout_tokens_per_s", fast, plain, ".0f", "tokens/s", "> 1 (Unsloth faster)",
                              lambda v: v > 1.0)})
+        engine = bench.get(f"{VLLM_LABEL}/{shape}")
+        if engine is None:
+            continue  # no vLLM row: vllm was not installed (the one-call set), or its case failed
+        equal = bool(equal and engine["full_length"])
+        utilization = engine.get("gpu_memory_utilization", VLLM_GPU_MEMORY_UTILIZATION)
+        where = f"{shape} shape, 4-bit QLoRA GRPO, {length}-token completions"
+        rows.append({"figure": f"rollout tokens/s, Unsloth + vLLM / Unsloth without vLLM ({where})",
+                     **ratio("rollout_tokens_per_s", engine, fast, ".0f", "tokens/s", "> 1 (vLLM faster)",
+                             lambda v: v > 1.0)})
+        rows.append({"figure": f"rollout tokens/s, Unsloth + vLLM / plain ({where})",
+                     **ratio("rollout_tokens_per_s", engine, plain, ".0f", "tokens/s", "> 1 (vLLM faster)",
+                             lambda v: v > 1.0)})
+        rows.append({"figure": f"GRPO step time, Unsloth without vLLM / Unsloth + vLLM ({where})",
+                     **ratio("median_step_s", fast, engine, ".3f", "s median", "> 1 (vLLM faster)",
+                             lambda v: v > 1.0)})
+        rows.append({"figure": f"peak VRAM, Unsloth + vLLM at gpu_memory_utilization {utilization} ({where})",
+                     "value": f"{engine.get('peak_vram_gib')} GiB allocated by torch, "
+                              f"{engine.get('device_used_peak_gib')} GiB in use on the card",
+                     "target": "reported: vLLM reserves its share of the card up front", "holds": None})
     if image_outside is not None:
         rows.append({"figure": "packages taken from the machine's image, within the ranges the kit needs",
                      "value": f"{len(image_outside)} outside: {', '.join(image_outside)}" if image_outside else
@@ -366,7 +447,7 @@ def bench_rows(bench: dict[str, dict[str, Any]], counts: dict[str, int],
 
 
 def planned_vs_measured(case: dict[str, Any] | None) -> dict[str, Any]:
-    """The planner's estimate against the measured peak of one benchmark case.
+    """The planner's estimate against the peak one benchmark case allocated itself (benchmark.case_peak_gib).
 
     >>> planned_vs_measured({"planned_peak_gib": 2.2, "peak_vram_gib": 2.0})["value"]
     '1.10x (2.20 vs 2.00 GiB)'
@@ -374,9 +455,10 @@ def planned_vs_measured(case: dict[str, Any] | None) -> dict[str, Any]:
     from pipeline.plan.estimate import UNCERTAINTY
 
     target = f"within ±{UNCERTAINTY:.0%} (the uncertainty grpo plan prints)"
-    planned, measured = (case or {}).get("planned_peak_gib"), (case or {}).get("peak_vram_gib")
-    if planned is None or not measured:
+    planned = (case or {}).get("planned_peak_gib")
+    if planned is None or not (case or {}).get("peak_vram_gib"):
         return {"value": "not measured", "target": target, "holds": None}
+    measured = case_peak_gib(case)
     ratio = planned / measured
     return {"value": f"{ratio:.2f}x ({planned:.2f} vs {measured:.2f} GiB)", "target": target,
             "holds": abs(ratio - 1) <= UNCERTAINTY}
@@ -398,7 +480,7 @@ def child_main(args: argparse.Namespace) -> int:
     if args.child == "models":
         child_models(args, rec)
     elif args.child.startswith("chain-"):
-        args.cases = [tuple(unit.split("/")[2:4]) for unit in units]
+        args.cases = [tuple(unit.split("/")[2:]) for unit in units]  # (model, precision[, vLLM sub-step])
         child_chain(args, rec)
     else:
         args.shapes = [unit.split("/")[2] for unit in units]

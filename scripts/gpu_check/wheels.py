@@ -10,11 +10,20 @@ them there without an index:
     python scripts/gpu_check/wheels.py check      # here: the set on disk + the working tree fit the 64 MiB limit
     python3 scripts/gpu_check/wheels.py install --target /tmp/site   # on the GPU machine
 
+With `--vllm` the set also holds vLLM 0.26.0 and the packages of its closure that the image lacks (VLLM_VERSION,
+VLLM_DEPENDENCIES), in .gpu-wheels-vllm/; that set is far over 64 MiB even trimmed, so it travels in parts
+(scripts/gpu_check/parts.py: split, store, assemble):
+
+    python scripts/gpu_check/wheels.py build --vllm       # here: download + trim into .gpu-wheels-vllm/
+    python scripts/gpu_check/wheels.py resolve-vllm       # here, after a version change: pip's resolver -> the record
+
 Trimming (why the set fits at all):
 - bitsandbytes ships one native library per CUDA/ROCm/XPU version (43 MB); the GPU machine's torch is
   a CUDA 13.0 build, so only libbitsandbytes_cuda130.so (and the small CPU one) is kept.
 - unsloth's wheel is mostly its `studio/` web UI and the `unsloth_cli` commands; only the importable
   `unsloth` package and its metadata are kept.
+- vllm 0.26.0's wheel is 289 MiB; about 100 MiB is left without the parts a dense model on sm90 never loads
+  (VLLM_DROPPED, each with the reason read in the wheel's own code).
 Each trimmed wheel's RECORD is rewritten to list exactly the files it still holds.
 
 pip does the downloading and installing; what is hand-written is the trimming (no tool removes files
@@ -38,6 +47,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WHEEL_DIR = REPO_ROOT / ".gpu-wheels"  # git-ignored (.gitignore); named in the device command's carry
+VLLM_WHEEL_DIR = REPO_ROOT / ".gpu-wheels-vllm"  # git-ignored: the set with vLLM, split into parts (parts.py)
 MANIFEST_NAME = "manifest.json"
 CARRY_LIMIT_BYTES = 64 * 1024 * 1024  # the device's limit on the working tree plus carried paths
 PYTHON_VERSION = "3.12"  # the GPU machine's python3
@@ -83,6 +93,109 @@ LEFT_OUT = {
                  "studio UI, which is trimmed away)",
 }
 
+# vLLM for the parts mode. 0.26.0, not the pinned 0.31.0 (env/known_good.toml): 0.26.0 pins torch==2.11.0,
+# torchvision==0.26.0 and torchaudio==2.11.0, which is the lent machine's image, and its kernels link
+# libcudart.so.13 (the image's CUDA 13.0); 0.31.0 pins torch 2.13, which the image lacks and cannot carry.
+VLLM_VERSION = "0.26.0"
+# Its Requires-Dist as pip's resolver read them for CPython 3.12 on manylinux x86_64 (`wheels.py resolve-vllm`).
+VLLM_RECORD = Path(__file__).with_name(f"vllm-{VLLM_VERSION}-requires.json")
+
+# What the image lacks of vLLM's closure and the offline engine imports: the modules that `vllm.LLM`, the V1
+# engine core, the GPU worker and model runner, Qwen2, LoRA, bitsandbytes and the FLASH_ATTN backend load, read
+# for their module-level imports (an import inside a function or under `if`/`try: ... except ImportError` is
+# lazy or optional), plus those packages' own requirements; then checked by importing those modules on CPU from the
+# assembled set with Python 3.12 and torch 2.11 (docs/gpu.md), which found what reading missed: a class body that
+# annotates with a LazyLoader's attribute loads the module at import (llguidance, xgrammar). Versions: pip's
+# resolution for vllm==0.26.0 on 2026-12-04. pydantic, pydantic-core, msgspec, annotated-types and
+# typing-inspection are in DEPENDENCIES.
+VLLM_DEPENDENCIES = {
+    "cachetools": "8.0.2",  # vllm.utils.cache
+    "cbor2": "6.3.0",  # vllm.utils.hashing (prefix-cache block hashes)
+    "compressed-tensors": "0.17.0",  # get_quantization_config imports every config class, compressed-tensors' too
+    "loguru": "0.7.3",  # compressed-tensors
+    "fastapi": "0.136.3",  # vllm.entrypoints.serve.utils.api_utils, reached from vllm.entrypoints.llm
+    "starlette": "1.10.0",  # fastapi; vllm: starlette>=1.0.1
+    "openai": "3.63.0",  # vllm.entrypoints.chat_utils (imported by vllm.entrypoints.llm)
+    "httpx2": "2.17.0",  # openai 3.63
+    "httpcore2": "2.17.0",  # httpx2
+    "truststore": "0.10.5",  # httpx2, httpcore2
+    "jiter": "0.19.0",  # openai
+    "sniffio": "1.3.1",  # openai
+    "openai-harmony": "0.0.8",  # vllm.entrypoints.chat_utils
+    "partial-json-parser": "0.2.1.1.post7",  # vllm.tool_parsers.utils
+    "pybase64": "1.5.1",  # vllm.utils.serial_utils
+    "pyzmq": "27.3.0",  # vllm.utils.network_utils, vllm.v1.serial_utils (engine-core messages)
+    "blake3": "1.0.11",  # vllm.multimodal.hasher (lazy, but 0.4 MiB: cheaper to carry than to be wrong about)
+    # vllm.v1.structured_output imports backend_guidance and backend_xgrammar, whose dataclass fields are annotated
+    # `llguidance.LLMatcher` / `xgr.GrammarMatcher`: evaluated when the class is made, so the LazyLoader loads them.
+    "llguidance": "1.7.6",
+    "xgrammar": "0.2.7",
+    "apache-tvm-ffi": "0.1.10",  # xgrammar
+}
+
+# The modules of the offline engine's path that `probe-vllm` imports: the closure VLLM_DEPENDENCIES was read from.
+VLLM_ENGINE_MODULES = (
+    "vllm", "vllm.entrypoints.llm", "vllm.v1.engine.core", "vllm.v1.engine.llm_engine", "vllm.v1.engine.core_client",
+    "vllm.v1.worker.gpu_worker", "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner",
+    "vllm.model_executor.models.qwen2", "vllm.model_executor.model_loader.bitsandbytes_loader",
+    "vllm.model_executor.layers.quantization.bitsandbytes", "vllm.model_executor.layers.quantization.compressed_tensors"
+    ".compressed_tensors", "vllm.lora.request", "vllm.lora.worker_manager", "vllm.lora.lora_model",
+    "vllm.lora.model_manager", "vllm.lora.peft_helper", "vllm.v1.worker.lora_model_runner_mixin",
+    "vllm.v1.attention.backends.flash_attn", "vllm.v1.sample.sampler", "vllm.device_allocator.cumem",
+    "vllm.compilation.backends", "vllm.v1.structured_output", "vllm.utils.platform_utils",
+    "vllm.model_executor.warmup.kernel_warmup",
+)
+
+_SERVER = "the OpenAI-compatible server (`vllm serve`) and its tooling; the offline LLM engine imports none of it"
+_GRAMMAR = ("a structured-outputs backend (guided decoding) that vllm.v1.structured_output does not import: "
+            "loaded only for a request that asks for it, and GRPO rollouts ask for none")
+_MEDIA = "multimodal inputs (video/audio decoding, Mistral's tokenizer and images); Qwen2.5 is text-only"
+_KERNELS = ("kernels for other paths: vLLM imports them inside functions or behind importlib.util.find_spec / "
+            "`try: ... except ImportError`, and a dense Qwen2 on sm90 runs FLASH_ATTN (FA3) and vLLM's own "
+            "_C_stable_libtorch ops")
+# vLLM's requirements that the image lacks and the parts mode leaves behind, with the reason.
+VLLM_LEFT_OUT = {
+    "anthropic": _SERVER, "mcp": _SERVER, "model-hosting-container-standards": _SERVER,
+    "prometheus-fastapi-instrumentator": _SERVER, "watchfiles": _SERVER, "python-json-logger": _SERVER,
+    "ijson": _SERVER + " (the Mistral tool parser)",
+    "setproctitle": "names worker processes only, behind `try: import setproctitle except ImportError: return`",
+    "opentelemetry-sdk": _SERVER + " (tracing, behind `try`)", "opentelemetry-api": _SERVER + " (tracing)",
+    "opentelemetry-exporter-otlp": _SERVER + " (tracing)",
+    "opentelemetry-semantic-conventions-ai": _SERVER + " (tracing)",
+    "outlines-core": _GRAMMAR, "lark": _GRAMMAR,
+    "lm-format-enforcer": _GRAMMAR, "jsonschema": _GRAMMAR + " (vllm 0.26.0 imports jsonschema nowhere)",
+    "mistral-common": _MEDIA, "torchcodec": _MEDIA, "pynvvideocodec": _MEDIA,
+    "flashinfer-python": ("an optional attention/sampling backend: vllm.utils.flashinfer.has_flashinfer() finds it "
+                          "with importlib.util.find_spec and it needs nvcc or its cubins; Hopper's default for "
+                          "Qwen2 is FLASH_ATTN with FA3 (fa_utils.get_flash_attn_version)"),
+    "tilelang": _KERNELS + " (DeepSeek mHC)",
+    "nvidia-cudnn-frontend": _KERNELS + " (FA CuTe benchmarks)",
+    "nvidia-cutlass-dsl": _KERNELS + " (FA4, ll_bf16 router GEMM behind is_available())",
+    "quack-kernels": _KERNELS + " (CuTe DSL)", "tokenspeed-mla": _KERNELS + " (MLA attention)",
+    "humming-kernels": _KERNELS + " (humming quantization)", "nvtx": _KERNELS + " (profiling annotations)",
+    "fastsafetensors": _KERNELS + " (an optional weight loader, behind `try`)",
+    "depyf": "only with CompilationConfig's debug dump path (vllm.compilation.monitor)",
+}
+
+# What trimming removes from the vllm wheel (keep_file), and why a dense model on sm90 never needs it; read in the
+# wheel: vllm/vllm_flash_attn/flash_attn_interface.py imports _vllm_fa2_C and _vllm_fa3_C each in its own
+# `try: ... except ImportError` (FA2_AVAILABLE / FA3_AVAILABLE), v1/attention/backends/fa_utils.py picks FA3 on
+# compute capability 9.x when it is available (FA2 only for ALiBi, batch invariance or when FA3 is missing),
+# and flash_attn.py passes that version to every call; platforms/cuda.py import_kernels loads
+# _moe_C_stable_libtorch under contextlib.suppress(ImportError), and _custom_ops.py calls torch.ops._moe_C only
+# inside the MoE functions (moe_align_block_size, topk_softmax, grouped_topk, moe_wna16_*, shuffle_rows) and
+# registers its one fake op behind hasattr(torch.ops, "_moe_C"); unsloth's disable_broken_vllm skips a
+# ModuleNotFoundError for it.
+VLLM_DROPPED = {
+    "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so": "FlashAttention 2 (290 MiB unpacked): Hopper runs FA3",
+    "vllm/_moe_C_stable_libtorch.abi3.so": "the fused-MoE kernels: Qwen2.5 is dense",
+    "vllm/vllm-rs": "the Rust HTTP frontend, used only with VLLM_USE_RUST_FRONTEND=1 (envs.py)",
+}
+# C/C++/CUDA sources under vllm/third_party/ (DeepGEMM's and fmha_sm100's JIT headers: FP8 block GEMM and
+# Blackwell attention), and DeepGEMM's extension builds for the Pythons other than the machine's 3.12.
+VLLM_DROPPED_THIRD_PARTY_SUFFIXES = (".h", ".hpp", ".cuh", ".inl", ".cu")
+VLLM_THIRD_PARTY = "vllm/third_party/"
+
 # Packages the GPU machine's image already has (its `cuda` image, as read on 2026-11-17), by canonical
 # name. A requirement on one of these is satisfied there and is not carried.
 IMAGE_PACKAGES = frozenset("""
@@ -109,7 +222,7 @@ typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wra
 """.split())
 
 # The wheels that are trimmed (keep_file says what each keeps).
-TRIMMED = ("bitsandbytes", "unsloth")
+TRIMMED = ("bitsandbytes", "unsloth", "vllm")
 BNB_KEPT_LIBRARIES = ("libbitsandbytes_cuda130.so", "libbitsandbytes_cpu.so")  # of its 15 native libraries
 UNSLOTH_KEPT_PREFIXES = ("unsloth/", "unsloth-")  # the package and its .dist-info; not studio/, not unsloth_cli/
 
@@ -135,8 +248,9 @@ class Wanted:
         return f"{self.name}=={self.version}"
 
 
-def wanted_wheels(matrix=None) -> list[Wanted]:
-    """Every wheel of the set, pinned: the roots from known_good.toml's gpu set, then DEPENDENCIES."""
+def wanted_wheels(matrix=None, vllm: bool = False) -> list[Wanted]:
+    """Every wheel of the set, pinned: the roots from known_good.toml's gpu set, then DEPENDENCIES; with `vllm`
+    also vllm VLLM_VERSION and VLLM_DEPENDENCIES (source "vllm")."""
     from env.matrix import load_matrix
 
     pins = (matrix or load_matrix()).packages("gpu")
@@ -147,16 +261,20 @@ def wanted_wheels(matrix=None) -> list[Wanted]:
             raise WheelSetError(f"env/known_good.toml gives no concrete version for {name} (spec {pin.spec})")
         out.append(Wanted(name, pin.version, "known_good.toml"))
     out.extend(Wanted(name, version, "dependency") for name, version in DEPENDENCIES.items())
+    if vllm:
+        out.append(Wanted("vllm", VLLM_VERSION, "vllm"))
+        out.extend(Wanted(name, version, "vllm") for name, version in VLLM_DEPENDENCIES.items())
     return out
 
 
-def image_requirements(matrix=None) -> dict[str, dict]:
+def image_requirements(matrix=None, vllm: bool = False) -> dict[str, dict]:
     """What the kit needs of each package it takes from the GPU image instead of carrying it: canonical name ->
     {"needs": SpecifierSet, "from": [where each part comes from]}.
 
     The parts: env/known_good.toml's [plain] pin (the GPU image runs the plain backend too; [gpu] torch's
     ==2.13.0 is the vLLM build, not run there), and each Requires-Dist line of the carried roots' stored
-    METADATA (env/metadata/) that applies on Python 3.12 / linux x86_64, for a package in IMAGE_PACKAGES.
+    METADATA (env/metadata/) that applies on Python 3.12 / linux x86_64, for a package in IMAGE_PACKAGES;
+    with `vllm` also those of vllm VLLM_VERSION and the packages carried for it (VLLM_RECORD).
     """
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
@@ -167,8 +285,12 @@ def image_requirements(matrix=None) -> dict[str, dict]:
     matrix = matrix or load_matrix()
     image = {canonical(name) for name in IMAGE_PACKAGES}
     parts: dict[str, list[tuple[str, str]]] = {}
-    for wanted in wanted_wheels(matrix):
-        record = load_metadata(wanted.name, wanted.version) if wanted.source == "known_good.toml" else None
+    records = vllm_records() if vllm else {}
+    for wanted in wanted_wheels(matrix, vllm):
+        if wanted.source == "known_good.toml":
+            record = load_metadata(wanted.name, wanted.version)
+        else:
+            record = records.get(canonical(wanted.name)) if wanted.source == "vllm" else None
         for line in (record or {}).get("requires_dist", []):
             requirement = Requirement(line)
             key = canonical(requirement.name)
@@ -194,6 +316,86 @@ def _narrowest(specifier):
     if len(exact) == 1 and specifier.contains(exact[0], prereleases=True):
         return SpecifierSet(f"=={exact[0]}")
     return specifier
+
+
+def vllm_records(path: Path = VLLM_RECORD) -> dict[str, dict]:
+    """The stored Requires-Dist records of vllm VLLM_VERSION and the packages of its closure (resolve-vllm wrote
+    them), by canonical name."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {canonical(record["name"]): record for record in data["records"]}
+
+
+def resolve_vllm(pip: list[str] | None = None, record_path: Path = VLLM_RECORD) -> list[str]:
+    """Run pip's resolver for vllm==VLLM_VERSION on the GPU machine's platform (a dry run: it reads metadata, and
+    downloads a wheel only where the index serves no separate METADATA, torch's CUDA set included, several GB),
+    store the records of vllm and of each package the image lacks (VLLM_RECORD), and return one line for each
+    such package that is neither carried nor left out with a reason, or that is carried at another version."""
+    import tempfile
+
+    platform_args = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+    with tempfile.TemporaryDirectory() as scratch:
+        report_path = Path(scratch) / "report.json"
+        command = [*(pip or [sys.executable, "-m", "pip"]), "install", "--dry-run", "--ignore-installed",
+                   "--target", str(Path(scratch) / "never"), "--only-binary=:all:", "--python-version",
+                   PYTHON_VERSION, "--implementation", "cp", *platform_args, "--report", str(report_path),
+                   f"vllm=={VLLM_VERSION}"]
+        if subprocess.run(command).returncode != 0:
+            raise WheelSetError("pip's resolver failed for vllm (see its message above); it needs PyPI")
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+    return store_vllm_record(report, record_path)
+
+
+def store_vllm_record(report: dict, record_path: Path = VLLM_RECORD) -> list[str]:
+    """resolve_vllm's second half: the records from a `pip install --report` document, and the lines to act on."""
+    from packaging.requirements import Requirement
+
+    from env.compat import requirement_applies
+    from env.fetch_metadata import record_from_report
+
+    image = {canonical(name) for name in IMAGE_PACKAGES}
+    carried = {canonical(w.name): w.version for w in wanted_wheels(vllm=True)}
+    records = [r for r in record_from_report(report) if canonical(r["name"]) not in image]
+    records = [{**r, "requires_dist": sorted(r["requires_dist"])} for r in sorted(records, key=lambda r: r["name"])]
+    # Stored: vllm and what the kit carries of its closure (the test checks their requirements offline).
+    record_path.write_text(json.dumps({"python": PYTHON_VERSION, "platform": "manylinux x86_64", "records": [
+        r for r in records if canonical(r["name"]) in carried]}, indent=1) + "\n", encoding="utf-8")
+    left_out = {canonical(name) for name in {**LEFT_OUT, **VLLM_LEFT_OUT}}
+    problems = []
+    for record in records:
+        key = canonical(record["name"])
+        if key in carried and carried[key] != record["version"]:
+            problems.append(f"{key}: carried at {carried[key]}, pip resolved {record['version']}")
+    # Only vllm's own requirements must be decided one by one; the rest of the closure comes with them.
+    for line in next(r for r in records if canonical(r["name"]) == "vllm")["requires_dist"]:
+        requirement = Requirement(line)
+        key = canonical(requirement.name)
+        if requirement_applies(requirement, PYTHON_VERSION) and key not in image | set(carried) | left_out:
+            problems.append(f"{key}: vllm needs {line}; carry it (VLLM_DEPENDENCIES) or say why not (VLLM_LEFT_OUT)")
+    return problems
+
+
+def probe_imports(modules=VLLM_ENGINE_MODULES) -> tuple[dict[str, str], dict[str, str]]:
+    """Import each module; returns ({module: the third-party module it lacks}, {module: any other error}). Run
+    with the installed set on PYTHONPATH (`probe-vllm`): on CPU a missing package shows here, while what needs the
+    GPU machine (libcuda.so.1, the CUDA kernels) shows as another error.
+
+    >>> probe_imports(("json", "no_such_package_xyz.sub"))
+    ({'no_such_package_xyz.sub': 'no_such_package_xyz'}, {})
+    """
+    import importlib
+
+    missing, other = {}, {}
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if (err.name or "").split(".")[0] == module.split(".")[0] and module.split(".")[0] == "vllm":
+                other[module] = f"ModuleNotFoundError: {err.name}"
+            else:
+                missing[module] = err.name or str(err)
+        except Exception as err:  # noqa: BLE001 - each module's failure is reported, the probe goes on
+            other[module] = f"{type(err).__name__}: {str(err)[:200]}"
+    return missing, other
 
 
 def check_image(versions: dict[str, str | None], needs: dict[str, dict] | None = None) -> dict:
@@ -243,6 +445,12 @@ def keep_file(package: str, path: str) -> bool:
     True
     >>> keep_file("unsloth", "studio/backend/app.py"), keep_file("unsloth", "unsloth/models/llama.py")
     (False, True)
+    >>> [keep_file("vllm", p) for p in ("vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",
+    ...                                 "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so", "vllm/third_party/pynvml.py",
+    ...                                 "vllm/third_party/deep_gemm/include/cute/tensor.hpp",
+    ...                                 "vllm/third_party/deep_gemm/_C.cpython-311-x86_64-linux-gnu.so",
+    ...                                 "vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so")]
+    [False, True, True, False, False, True]
     """
     key = canonical(package)
     if key == "bitsandbytes":
@@ -250,6 +458,13 @@ def keep_file(package: str, path: str) -> bool:
         return not (base.startswith("libbitsandbytes_") and base not in BNB_KEPT_LIBRARIES)
     if key == "unsloth":
         return path.startswith(UNSLOTH_KEPT_PREFIXES)
+    if key == "vllm":
+        if path in VLLM_DROPPED:
+            return False
+        if path.startswith(VLLM_THIRD_PARTY):
+            base = path.rsplit("/", 1)[-1]
+            other_python = ".cpython-3" in base and f".cpython-{PYTHON_VERSION.replace('.', '')}-" not in base
+            return not (base.endswith(VLLM_DROPPED_THIRD_PARTY_SUFFIXES) or other_python)
     return True
 
 
@@ -318,9 +533,10 @@ def _wheel_name_version(path: Path) -> tuple[str, str]:
     return canonical(name), version
 
 
-def build(folder: Path = WHEEL_DIR, pip: list[str] | None = None) -> dict:
-    """Download the set into `folder`, trim it, write manifest.json, and check the size. Returns the manifest."""
-    wanted = wanted_wheels()
+def build(folder: Path = WHEEL_DIR, pip: list[str] | None = None, vllm: bool = False) -> dict:
+    """Download the set into `folder` (with `vllm`, the set with vLLM), trim it and write manifest.json. Returns
+    the manifest."""
+    wanted = wanted_wheels(vllm=vllm)
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob("*.whl"):  # one version of each package: two would stop the install
         stale.unlink()
@@ -343,7 +559,14 @@ def build(folder: Path = WHEEL_DIR, pip: list[str] | None = None) -> dict:
             trimmed = {"files_kept": kept, "files_dropped": dropped, "downloaded_bytes": downloaded}
         entries.append({"name": w.name, "version": w.version, "source": w.source, "file": path.name,
                         "bytes": path.stat().st_size, "trimmed": trimmed})
-    manifest = {"python": PYTHON_VERSION, "wheels": entries, "left_out": LEFT_OUT}
+    left_out = {**{k: v for k, v in LEFT_OUT.items() if k != "vllm"}, **VLLM_LEFT_OUT} if vllm else LEFT_OUT
+    manifest = {"python": PYTHON_VERSION, "wheels": entries, "left_out": left_out}
+    if vllm:
+        suffixes = ",".join(suffix.lstrip(".") for suffix in VLLM_DROPPED_THIRD_PARTY_SUFFIXES)
+        manifest["vllm_dropped"] = {
+            **VLLM_DROPPED,
+            f"{VLLM_THIRD_PARTY}**/*.{{{suffixes}}}": "JIT sources of DeepGEMM (FP8 block GEMM) and fmha_sm100 (sm100)",
+            f"{VLLM_THIRD_PARTY}**/*.cpython-3XX-*.so": f"builds for Pythons other than {PYTHON_VERSION}"}
     (folder / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
 
@@ -369,10 +592,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="wheels.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="print the pinned wheel list (no download)")
-    sub.add_parser("build", help="download and trim the set into .gpu-wheels/, then check its size")
+    build_parser = sub.add_parser("build", help="download and trim the set into .gpu-wheels/, then check its size")
+    build_parser.add_argument("--vllm", action="store_true", help=f"the set with vllm {VLLM_VERSION}, into "
+                              f"{VLLM_WHEEL_DIR.name}/ (it travels in parts: parts.py split)")
     sub.add_parser("check", help="check that the built set plus the working tree fit the carry limit")
+    sub.add_parser("resolve-vllm", help=f"pip's resolver for vllm=={VLLM_VERSION} -> {VLLM_RECORD.name}; names what "
+                   "the image lacks and the kit neither carries nor leaves out with a reason")
+    sub.add_parser("probe-vllm", help="import the offline vLLM engine's modules from PYTHONPATH (the installed set "
+                   "and the image's packages): names any package the set lacks; exit 1 then")
     install_parser = sub.add_parser("install", help="install the set into --target (on the GPU machine)")
     install_parser.add_argument("--target", required=True)
+    install_parser.add_argument("--folder", type=Path, default=WHEEL_DIR, help="the built set (default .gpu-wheels)")
     args = parser.parse_args(argv)
     try:
         if args.command == "list":
@@ -381,14 +611,35 @@ def main(argv: list[str] | None = None) -> int:
             for name, why in LEFT_OUT.items():
                 print(f"{name:40s} left out: {why}")
             return 0
+        if args.command == "probe-vllm":
+            missing, other = probe_imports()
+            import vllm
+
+            print(f"vllm {vllm.__version__} ({vllm.__file__}): {len(VLLM_ENGINE_MODULES) - len(missing) - len(other)} "
+                  f"of {len(VLLM_ENGINE_MODULES)} modules import here")
+            for module, name in missing.items():
+                print(f"  {module}: needs {name}, which the set lacks (carry it: VLLM_DEPENDENCIES)")
+            for module, error in other.items():
+                print(f"  {module}: {error} (not a missing package: needs the GPU machine, or look at it)")
+            return 1 if missing else 0
+        if args.command == "resolve-vllm":
+            problems = resolve_vllm()
+            print(f"wrote {VLLM_RECORD.relative_to(REPO_ROOT)}")
+            for line in problems:
+                print(f"  {line}")
+            return 1 if problems else 0
         if args.command == "build":
-            manifest = build()
+            manifest = build(VLLM_WHEEL_DIR if args.vllm else WHEEL_DIR, vllm=args.vllm)
             for entry in manifest["wheels"]:
                 trimmed = entry["trimmed"]
                 note = f" (trimmed from {trimmed['downloaded_bytes'] / 2**20:.1f} MiB)" if trimmed else ""
                 print(f"{entry['file']:75s} {entry['bytes'] / 2**20:6.2f} MiB{note}")
+            if args.vllm:
+                print(f"the set with vLLM: {set_bytes(VLLM_WHEEL_DIR) / 2**20:.1f} MiB in {VLLM_WHEEL_DIR.name}/; "
+                      "next: python scripts/gpu_check/parts.py split")
+                return 0
         if args.command == "install":
-            install(Path(args.target))
+            install(Path(args.target), args.folder)
             print(f"installed the wheel set into {args.target}")
             return 0
         print(check_size(set_bytes(), working_tree_bytes()))

@@ -1,0 +1,181 @@
+"""What a held-out completion is scored with: the correctness the run trained with.
+
+The run's rewards (the recipe's, or the config the adapter's manifest records) are called on the eval
+completions as TRL calls them (rewards/trl_source.py: the eval row's columns, completion_ids, trainer objects).
+One of them is the scorer, the first that is:
+
+1. the built-in correctness reward (by any name resolve_reward takes for it);
+2. marked as the correctness: a function attribute `correctness_reward = True`;
+3. named as one: its logged name has "correct" or "accura" in it (TRL's accuracy_reward and
+   reasoning_accuracy_reward, the notebook's correctness_reward_func copied, a user's `check_correctness`).
+
+A completion is correct when the scorer gives it its top score: the highest it gives to any completion here or to
+the reference answer stated in each answer style below (the built-in reward's own maximum for it), so a reward
+that pays 5.0 for an exact answer and 3.5 for a near one counts only the exact. The other rewards' means are
+reported beside. A run without a correctness reward is scored by the built-in reading: the answer in the tags the
+rows' system message asks for (the last tag pair it names, e.g. <SOLUTION></SOLUTION>), else in <answer>, else the
+last \\boxed{} (read through math-verify, as TRL's accuracy_reward), else the text after the last `####`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from pipeline.config import ConfigError
+from pipeline.data.prompts import completion_like
+from rewards import correctness_reward_func, get_reward_funcs
+from rewards.cleaning import _last_boxed_content
+from rewards.contract import RewardFailure, call_reward, reward_name
+from rewards.correctness import CORRECT_REWARD
+from rewards.extract import GSM8K_MARKER, extract_tagged
+from rewards.format import ANSWER_CLOSE, ANSWER_OPEN
+from rewards.matching import answers_match
+
+CORRECTNESS_MARK = "correctness_reward"
+CORRECTNESS_NAME = re.compile(r"correct|accura", re.IGNORECASE)
+_TAG = re.compile(r"<(/?)([A-Za-z_][\w-]*)>")
+
+
+@dataclass
+class Scorer:
+    """The run's rewards, which one scores correctness (None: the built-in reading), and what calling them needs."""
+
+    funcs: list[Callable]
+    correctness: Optional[int]
+    keywords: Callable[[dict[str, list[Any]], list[str]], dict[str, Any]]  # columns, texts -> a call's kwargs
+
+    @property
+    def name(self) -> str:
+        return reward_name(self.funcs[self.correctness]) if self.correctness is not None else "built-in reading"
+
+
+def correctness_index(funcs: list[Callable]) -> Optional[int]:
+    """Which of the run's rewards is its correctness (the module docstring's order), or None."""
+    for test in (lambda f: getattr(f, "__wrapped__", f) is correctness_reward_func or f is correctness_reward_func,
+                 lambda f: getattr(f, CORRECTNESS_MARK, False) is True,
+                 lambda f: bool(CORRECTNESS_NAME.search(reward_name(f)))):
+        found = next((i for i, func in enumerate(funcs) if test(func)), None)
+        if found is not None:
+            return found
+    return None
+
+
+def build_scorer(reward_funcs: list[Any], keywords: Callable) -> Scorer:
+    """The scorer of a run that trained with `reward_funcs` (names or callables). `keywords(columns, texts)`
+    gives a reward call's keyword arguments (pipeline/preflight.py reward_kwargs_outside_training)."""
+    funcs = get_reward_funcs(list(reward_funcs)) if reward_funcs else []
+    return Scorer(funcs, correctness_index(funcs), keywords)
+
+
+def format_tags(system_message: Any) -> tuple[str, str]:
+    """The answer tags a system message asks for: the last `<X>` it names that it also closes (`</X>`); else ours.
+
+    >>> format_tags("Put your working between <start_working_out> and <end_working_out>. Then the answer between "
+    ...             "<SOLUTION></SOLUTION>")
+    ('<SOLUTION>', '</SOLUTION>')
+    >>> format_tags(None)
+    ('<answer>', '</answer>')
+    """
+    found = _TAG.findall(system_message) if isinstance(system_message, str) else []
+    closed = {name for slash, name in found if slash}
+    paired = [name for slash, name in found if not slash and name in closed]
+    return (f"<{paired[-1]}>", f"</{paired[-1]}>") if paired else (ANSWER_OPEN, ANSWER_CLOSE)
+
+
+def read_answer(text: str, tags: tuple[str, str]) -> str:
+    """The built-in reading of a completion's final answer: in the recipe's tags, else in <answer>, else the last
+    \\boxed{}, else after the last `####`.
+
+    >>> [read_answer(t, ("<SOLUTION>", "</SOLUTION>")) for t in ("<SOLUTION>9</SOLUTION>", "So \\\\boxed{9}.",
+    ...                                                          "5+4 = 9\\n#### 9", "nine")]
+    ['9', '9', '9', '']
+    """
+    for pair in dict.fromkeys([tags, (ANSWER_OPEN, ANSWER_CLOSE)]):
+        tagged = extract_tagged(text, *pair)
+        if tagged:
+            return tagged
+    boxed = _last_boxed_content(text) if isinstance(text, str) else None
+    if boxed:
+        return boxed
+    marker = text.rfind(GSM8K_MARKER) if isinstance(text, str) else -1
+    return text[marker + len(GSM8K_MARKER):].strip() if marker != -1 else ""
+
+
+def _system_message(prompt: Any) -> Optional[str]:
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) and prompt[0].get("role") == "system":
+        return prompt[0].get("content")
+    return None
+
+
+def stated_answers(reference: Any, tags: tuple[str, str], system_message: Optional[str]) -> list[str]:
+    """The reference answer stated in every style the scorer may pay for: ours, \\boxed{}, `####`, bare, and the
+    recipe's format (each tag its system message names, in order, the answer inside its answer tags)."""
+    recipe, names = [], []
+    for slash, name in _TAG.findall(system_message or ""):
+        if not slash and name not in names:
+            names.append(name)
+    for name in names:
+        inside = reference if f"<{name}>" == tags[0] else "Working."
+        recipe.append(f"<{name}>{inside}</{name}>" if f"</{name}>" in (system_message or "") else f"<{name}>")
+    return [f"<reasoning>\nWorking.\n</reasoning>\n<answer>\n{reference}\n</answer>", f"\\boxed{{{reference}}}",
+            f"#### {reference}", str(reference), "".join(recipe)]
+
+
+def score_with(scorer: Scorer, rows: list[dict[str, Any]], texts: list[str]) -> tuple[list[dict[str, Any]],
+                                                                                       dict[str, Any]]:
+    """Per completion {"extracted_answer", "correct", "score"}, and the rewards' means ({name: mean or None}).
+    A scorer that fails is bad input (ConfigError, naming reward_funcs); another reward failing is left out, noted."""
+    tags = [format_tags(_system_message(row["prompt"])) for row in rows]
+    extracted = [read_answer(str(text), tag) for text, tag in zip(texts, tags)]
+    scores, means = {}, {}
+    for i, func in enumerate(scorer.funcs):
+        try:
+            scores[i] = _call(scorer, func, rows, [str(t) for t in texts])
+        except RewardFailure as err:
+            if i == scorer.correctness:
+                raise ConfigError("reward_funcs", f"{err}. It scores the evaluation (the run's correctness) and "
+                                  "was called on the eval completions as the trainer calls it.") from None
+            means[reward_name(func)] = {"error": str(err)}
+            continue
+        known = [v for v in scores[i] if v is not None]
+        means[reward_name(func)] = sum(known) / len(known) if known else None
+    if scorer.correctness is None:
+        correct = [bool(e) and answers_match(e, row["answer"]) for e, row in zip(extracted, rows)]
+        got = [None] * len(rows)
+    else:
+        got = scores[scorer.correctness]
+        top = _top_score(scorer, rows, tags, got)
+        correct = [value is not None and top is not None and value >= top - 1e-9 for value in got]
+    return ([{"extracted_answer": e, "correct": c, "score": s} for e, c, s in zip(extracted, correct, got)],
+            means)
+
+
+def _call(scorer: Scorer, func: Callable, rows: list[dict[str, Any]], texts: list[str]) -> list[Optional[float]]:
+    """`func` on one completion per row, as the trainer calls a reward."""
+    columns: dict[str, list[Any]] = {}
+    for row in rows:
+        for key, value in {**row.get("columns", {}), "prompt": row["prompt"]}.items():
+            columns.setdefault(key, []).append(value)
+    columns = {key: values for key, values in columns.items() if len(values) == len(rows)}
+    prompts = [row["prompt"] for row in rows]
+    completions = [completion_like(prompt, text) for prompt, text in zip(prompts, texts)]
+    return call_reward(func, prompts, completions, scorer.keywords(columns, texts))
+
+
+def _top_score(scorer: Scorer, rows: list[dict[str, Any]], tags: list[tuple[str, str]],
+               got: list[Optional[float]]) -> Optional[float]:
+    """The scorer's top score: the built-in reward's maximum, else the most it gives any completion here or the
+    reference stated in any style."""
+    func = scorer.funcs[scorer.correctness]
+    if getattr(func, "__wrapped__", func) is correctness_reward_func:
+        return CORRECT_REWARD
+    stated = [(row, text) for row, tag in zip(rows, tags)
+              for text in stated_answers(row["answer"], tag, _system_message(row["prompt"]))]
+    try:
+        probe = _call(scorer, func, [row for row, _ in stated], [text for _, text in stated]) if stated else []
+    except RewardFailure:
+        probe = []
+    values = [v for v in [*probe, *got] if v is not None]
+    return max(values) if values else None

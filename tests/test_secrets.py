@@ -1,0 +1,146 @@
+"""No secret is written or printed (issue 48, class 1): every secret-shaped field of TRL's GRPOConfig /
+TrainingArguments and ours (env/secret_fields.py is_secret) x every file a real run, its checkpoint, its export and
+a crash log write, and every line printed, scanned for the value."""
+
+import contextlib
+import copy
+import dataclasses
+import io
+import json
+import pickle
+import shlex
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cli_helpers import own_cache_root
+from env.paths import shell_command
+from env.secret_fields import is_secret, masked, masked_argv, placeholder, unmasked
+from pipeline.config.fields import field_names
+from pipeline.run.stop import resume_command
+
+
+def secret_fields() -> list[str]:
+    """Every field a recipe may set whose name makes it a secret: TRL's (GRPOConfig, with TrainingArguments') and
+    ours."""
+    import trl
+
+    names = {f.name for f in dataclasses.fields(trl.GRPOConfig)} | set(field_names())
+    return sorted(name for name in names if is_secret(name))
+
+
+SECRETS = secret_fields()
+
+
+def test_the_class_holds_trls_hub_token_and_no_ordinary_field():
+    assert "hub_token" in SECRETS
+    assert not {"max_completion_length", "pad_token_id", "include_num_input_tokens_seen"} & set(SECRETS)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(SECRETS), st.text(alphabet=st.characters(blacklist_categories=("Cs", "Zs", "Cc")), min_size=4))
+def test_every_printed_command_and_mapping_hides_every_secret_value(name, value):
+    shown = placeholder(name)
+    assert masked_argv(["train", f"--{name}", value, "--seed", "1"]) == ["train", f"--{name}", shown, "--seed", "1"]
+    assert masked_argv(["train", f"--{name}={value}"]) == ["train", f"--{name}={shown}"]
+    assert shlex.split(shell_command("grpo", "train", f"--{name}", value)) == ["grpo", "train", f"--{name}", shown]
+    written = masked({"config": {name: value, "seed": 1}})
+    assert written == {"config": {name: placeholder(name), "seed": 1}}
+    assert unmasked(written["config"]) == {"seed": 1}  # read back: the option is unset, never the placeholder
+
+
+@pytest.mark.parametrize("name", SECRETS)
+def test_the_resume_line_masks_the_secret_and_says_to_pass_it_again(name):
+    line = resume_command(["--config", "r.yaml", f"--{name}", "hf_resume_secret"])
+    assert "hf_resume_secret" not in line and f"pass your {name} again in place of {placeholder(name)}" in line
+
+
+VALUE = "hf_RecipeSecretValue"
+ARGV_VALUE = "hf_CommandLineSecret"
+ENV_VALUE, ENV_SECRETS = "hf_EnvironmentSecret", ("HF_TOKEN", "WANDB_API_KEY")
+
+
+@pytest.fixture(scope="module")
+def run_with_secrets(tmp_path_factory):
+    """A real 1-step run with every secret field set in the recipe and hub_token again on the command line, an
+    export, and a crash of `grpo generate`: (folder, cache root, [(exit status, printed)])."""
+    from cli_helpers import fault_table
+    from pipeline import cli
+
+    faults = fault_table()
+    with own_cache_root(tmp_path_factory) as cache, pytest.MonkeyPatch.context() as patch:
+        folder = tmp_path_factory.mktemp("secrets")
+        patch.chdir(folder)
+        for name in ENV_SECRETS:  # read by the libraries themselves; never copied into a file of ours
+            patch.setenv(name, ENV_VALUE)
+        text = "".join(f"{name}: {VALUE}\n" for name in SECRETS) + faults.SHORT_RUN
+        lora = str(folder / "run" / "lora")
+        outputs = []
+        # (--check with a secret: bench/faults.py's "--check with a hub_token prints its placeholder")
+        for argv in (faults.train(folder, text, "--hub_token", ARGV_VALUE),
+                     ["export", "--lora", lora, "--to", "merged16", "--out", str(folder / "merged"), "--backend",
+                      "plain"],
+                     ["generate", "--lora", lora, "--prompt", "1+1?", "--backend", "plain"]):
+            if argv[0] == "generate":
+                patch.setattr("pipeline.infer.generate.generate_answers", _crash)
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+                code = cli.main(argv)
+            outputs.append((code, printed.getvalue()))
+        yield folder, cache, outputs
+
+
+def _crash(*args, **kwargs):
+    raise RuntimeError(f"crashed holding {VALUE}")
+
+
+def test_no_file_of_the_run_its_checkpoint_its_export_or_a_crash_log_holds_a_secret(run_with_secrets):
+    folder, cache, outputs = run_with_secrets
+    assert [code for code, _ in outputs] == [0, 0, 1], outputs  # the crash: a bug, with its log
+    # every file we wrote (the recipe is the user's own)
+    files = [p for root in (folder / "run", folder / "merged", cache / "logs") for p in root.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".log" for p in files)
+    assert any(p.name == "training_args.bin" for p in files) and any(p.parent.name == "merged" for p in files)
+    for path in files:
+        data = path.read_bytes()
+        assert not [v for v in (VALUE, ARGV_VALUE, ENV_VALUE) if v.encode() in data], path
+
+
+def test_nothing_printed_holds_a_secret(run_with_secrets):
+    _, _, outputs = run_with_secrets
+    for _, printed in outputs:
+        assert not [v for v in (VALUE, ARGV_VALUE, ENV_VALUE) if v in printed], printed[-2000:]
+
+
+def test_each_file_shows_the_placeholder_as_trl_does_and_the_run_reads_it_back_as_unset(run_with_secrets):
+    import torch
+
+    from pipeline.run.manifest import find_manifest
+
+    folder, _, _ = run_with_secrets
+    manifest = json.loads((folder / "run" / "manifest.json").read_text(encoding="utf-8"))
+    assert all(manifest["config"][name] == placeholder(name) for name in SECRETS if name in manifest["config"])
+    assert json.loads((folder / "run" / "effective_config.json").read_text())["fields"]["hub_token"]["value"] == \
+        "<HUB_TOKEN>"
+    args = torch.load(folder / "run" / "checkpoint-1" / "training_args.bin", weights_only=False)
+    assert type(args).__name__ == "GRPOConfig" and args.hub_token == "<HUB_TOKEN>"
+    assert not set(SECRETS) & set(find_manifest(folder / "run" / "lora")["config"])
+
+
+def test_the_trainers_args_keep_the_value_in_memory_and_pickle_it_masked():
+    from env.secret_fields import masked_pickle_class
+    from trl import GRPOConfig
+
+    args = masked_pickle_class(GRPOConfig)(output_dir="unused", hub_token=VALUE, report_to="none", use_cpu=True,
+                                           bf16=False)
+    assert args.hub_token == VALUE  # a push to the hub still authenticates
+    assert copy.deepcopy(args).hub_token == VALUE and copy.copy(args).hub_token == VALUE
+    loaded = pickle.loads(pickle.dumps(args))
+    assert type(loaded) is GRPOConfig and loaded.hub_token == "<HUB_TOKEN>" and loaded.output_dir == "unused"
+
+
+def test_the_adapters_model_card_names_the_recorded_base_not_a_cache_folder(run_with_secrets):
+    folder, cache, _ = run_with_secrets
+    for card in (folder / "run").rglob("README.md"):
+        assert str(cache) not in card.read_text(encoding="utf-8"), card
