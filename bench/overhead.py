@@ -23,6 +23,7 @@ sample count, the ratios of medians, and the per-round ratios (the spread).
 
     python bench/overhead.py                 # 4 rounds x 20 steps each
     python bench/overhead.py --rounds 6 --steps 30
+    python bench/overhead.py --tools         # a tool run: TRL's tool loop on both sides
 """
 
 from __future__ import annotations
@@ -76,11 +77,22 @@ def step_timer():
     return StepTimer()
 
 
-def bench_config(steps: int, **overrides):
-    """The demo config without warm-up or eval, every health rule set to warn (the model is random)."""
+def bench_config(steps: int, tools: bool = False, **overrides):
+    """The demo config without warm-up or eval, every health rule set to warn (the model is random). `tools`: a
+    tool run instead, on the tiny Qwen2 with Qwen2.5's template, steered to call bench/agent_tools.py's `subtract` once
+    per rollout (TRL's tool loop runs on both sides)."""
     from pipeline.config import from_mapping
     from pipeline.demo.registry import cpu_demo_config
 
+    if tools:
+        from bench.agent_tools import forced_text_bias, tool_call_text
+        from pipeline.assets import load_qwen_tokenizer
+
+        bias = forced_text_bias(load_qwen_tokenizer(), tool_call_text(("subtract", {"minuend": 5, "subtrahend": 3})))
+        overrides = {"model_name_or_path": "tiny-qwen2.5", "dataset_name": "sample", "max_samples": 64,
+                     "max_completion_length": "48", "num_generations": 4,
+                     "per_device_train_batch_size": 4, "tools": ["bench.agent_tools:subtract"],
+                     "max_tool_calling_iterations": 1, "generation_kwargs": {"sequence_bias": bias}, **overrides}
     return from_mapping({**cpu_demo_config(), "max_steps": steps, "sft_warmup_steps": 0, "eval_before": False,
                          "eval_after": False, "eval_steps": 0, "garbled_action": "warn", "repetition_action": "warn",
                          "kl_action": "warn", "save_steps": 10_000, **overrides})
@@ -104,6 +116,7 @@ def run_bare(cfg, prepared, callbacks=()) -> SideRun:
     import trl
 
     from pipeline.backends import plain
+    from pipeline.trainer.agents import resolve_agents
     from pipeline.trainer.build import grpo_training_args
     from rewards import check_reward_weights, get_reward_funcs
 
@@ -116,7 +129,7 @@ def run_bare(cfg, prepared, callbacks=()) -> SideRun:
         trainer = trl.GRPOTrainer(
             model=model, reward_funcs=get_reward_funcs(list(g.reward_funcs)), args=args,
             train_dataset=prepared.dataset, processing_class=tokenizer, peft_config=plain.peft_config(cfg),
-            callbacks=[timer, *callbacks])
+            callbacks=[timer, *callbacks], **resolve_agents(cfg).trainer_kwargs())  # a tool run's tools, as TRL's
         trainer.train()
     return _finish(trainer, timer)
 
@@ -151,9 +164,10 @@ def check_equal_work(bare: SideRun, ours: SideRun, label: str) -> None:
                           f"vs {ours.mean_completion_length:.2f} (pipeline)")
 
 
-def measure(rounds: int, steps: int, log=print) -> dict:
+def measure(rounds: int, steps: int, log=print, tools: bool = False) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    cfg = bench_config(steps)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    cfg = bench_config(steps, tools=tools)
     prepared = prepare(cfg)
     bare: list[float] = []
     ours: list[float] = []
@@ -220,11 +234,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--tools", action="store_true", help="a tool run (TRL's tool loop, a steered tiny Qwen2)")
     args = parser.parse_args()
     if args.steps < 3 or args.rounds < 1:
         parser.error("--steps must be at least 3 and --rounds at least 1")
     try:
-        report(measure(args.rounds, args.steps, log=lambda line: print(line, flush=True)))
+        report(measure(args.rounds, args.steps, log=lambda line: print(line, flush=True), tools=args.tools))
     except UnequalWork as err:
         print(f"error: unequal work, the ratio would mean nothing: {err}", file=sys.stderr)
         return 1

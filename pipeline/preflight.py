@@ -50,6 +50,7 @@ from pipeline.data.lora_targets import check_lora_targets
 from pipeline.run.checkpoint_contents import contents_problem
 from pipeline.run.nodes import check_nodes
 from pipeline.run.resume import data_mismatch, resume_mismatch
+from pipeline.trainer.agent_check import check_agents
 from pipeline.trainer.build import check_effective_config, check_grpo_config
 from rewards import get_reward_funcs
 from rewards.contract import RewardFailure, probe_rewards
@@ -148,7 +149,8 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
         return "; ".join(filter(None, [data.eval_rows.line(), data.overlap_warning()]))
 
     return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train"))),
-            ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train")))]
+            ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train"))),
+            ("agents", lambda: check_agents(cfg, needs("tokenizer"), needs("train")))]  # tools, environments
 
 
 PROBE_PROMPTS = 2  # prompts from the data, each with the completions below (TRL repeats a prompt per completion)

@@ -307,29 +307,41 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
 
 
 def _import_plugin(spec: str, fresh: bool = False) -> RewardFunc:
+    obj = load_user_object(spec, "reward", fresh)
+    if not callable(obj):
+        raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a function.")
+    return obj
+
+
+def load_user_object(spec: str, kind: str, fresh: bool = False) -> Any:
+    """The object `package.module:attr` (or `package.module.attr`) names, from the user's module found as a reward
+    module is (rewards/user_code.py; `fresh`: a separate instance, for the check); `kind` ("reward", "tool", ...)
+    is what the messages call it. Raises a plain ValueError saying the fix."""
+    if ":" not in spec and "." in spec.strip("."):
+        module_name, _, attr = spec.rpartition(".")
+        spec = f"{module_name}:{attr}"
     module_name, _, attr_path = spec.partition(":")
     if not module_name or not attr_path:
-        raise ValueError(f"{spec!r} must look like 'package.module:function'.")
+        what = "Class" if kind == "environment" else "function"
+        raise ValueError(f"{spec!r} must look like 'package.module:{what}'.")
     # The working folder, then the import path; a file of the user's named like one of our packages (rewards.py)
     # loads as theirs without replacing ours (rewards/user_code.py).
     try:
         obj: Any = import_user_module(module_name, fresh)
     except ImportError as exc:
         where = ", ".join(str(d) for d in search_dirs())
-        raise ValueError(f"cannot import module {module_name!r} for reward {spec!r} "
+        raise ValueError(f"cannot import module {module_name!r} for {kind} {spec!r} "
                          f"({exc}); check the name and that it is in the working folder ({where}), or on "
                          f"PYTHONPATH.{beside_the_recipe(module_name.partition('.')[0])}") from exc
     except BaseException as exc:  # noqa: BLE001 - a syntax error, a raise or a sys.exit() at import time
         if isinstance(exc, SignalInterrupt):  # a real Ctrl-C / SIGTERM while importing: the run's to handle
             raise
-        raise ValueError(f"module {module_name!r} (reward {spec!r}) failed while importing: "
+        raise ValueError(f"module {module_name!r} ({kind} {spec!r}) failed while importing: "
                          f"{type(exc).__name__}: {exc}. Fix the module; `python -c 'import {module_name}'` "
                          "shows the full error.") from None
     for part in attr_path.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"module {module_name!r} has no {attr_path!r} "
-                             f"(reward {spec!r}).")
+                             f"({kind} {spec!r}).")
         obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a function.")
     return obj

@@ -393,3 +393,25 @@ def test_one_kl_reference_after_a_warm_up_on_both_backends(plain_reference_after
     assert set(init.kwargs["model"].peft_config) == {"default"} and init.kwargs["args"].beta == 0.04
     unsloth_reference = json.loads((result.output_dir / "effective_config.json").read_text())["kl_reference"]
     assert unsloth_reference == plain_reference_after_warmup == BASE_REFERENCE
+
+
+def test_tools_environments_and_rollout_func_reach_unsloths_trainer_as_trls_arguments(run_unsloth):
+    """Unsloth 2026.10.9 trains with them (its trainer is generated with TRL's __init__ arguments, rl.py
+    RLTrainer_arguments; it maps chat templates for tool calls, _trl_tool_templates.py, and masks tool tokens out
+    of its loss, unsloth_zoo align_completion_tool_mask), so the backend hands them on as the plain one does:
+    bound here against the real TRL GRPOTrainer.__init__ that Unsloth's copies."""
+    import inspect
+
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    result, fake = run_unsloth(model_name_or_path="tiny-qwen2.5", dataset_name="sample", max_steps=1,
+                               tools=["agent_helpers:add", "agent_helpers:lookup"],
+                               environment_factory="agent_helpers:Counter", rollout_func="agent_helpers:fixed_rollout",
+                               max_tool_calling_iterations=2)
+    assert result.status == "completed"
+    (init,) = fake.calls_named("GRPOTrainer.__init__")
+    inspect.signature(GRPOTrainer.__init__).bind(None, **init.kwargs)  # every argument is one TRL takes
+    assert [f.__name__ for f in init.kwargs["tools"]] == ["add", "lookup"]
+    assert init.kwargs["environment_factory"].__name__ == "Counter"
+    assert init.kwargs["rollout_func"].__name__ == "fixed_rollout"
+    assert init.kwargs["args"].kwargs["max_tool_calling_iterations"] == 2

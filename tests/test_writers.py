@@ -221,7 +221,8 @@ WRITERS: dict[str, Writer] = {
         earlier=folder_with("stray.txt"), theirs=a_built_model, shares=True,
         prepare=lambda d, lora, run: (d / "models").mkdir() or d),
     "the bundled tokenizer cache": Writer(
-        lambda d: d / "tok" / "qwen2.5-tokenizer-6588e6818d74", "pipeline.assets.shutil.copy2",
+        lambda d: d / "tok" / __import__("pipeline.assets", fromlist=["x"]).QWEN_TOKENIZER_CACHE_NAME,
+        "pipeline.assets.shutil.copy2",
         library(lambda d: __import__("pipeline.assets", fromlist=["x"]).qwen_tokenizer_dir()),
         earlier=folder_with("stray.txt"), theirs=folder_with("tokenizer.json"), shares=True,
         prepare=lambda d, lora, run: (d / "tok").mkdir() or d),

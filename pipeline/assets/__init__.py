@@ -1,4 +1,5 @@
-"""Files the project ships: the real Qwen2.5 tokenizer, used by tests, benchmarks and `grpo data` offline.
+"""Files the project ships: the real Qwen2.5 tokenizer (with Qwen2.5-Instruct's own chat template, tools included),
+used by tests, benchmarks and `grpo data` offline.
 
 tokenizer.json (11 MB) is committed xz-compressed (1.4 MB) and unpacked once into a cache
 directory, because a folder holding only vocab.json + merges.txt does not load through
@@ -18,6 +19,10 @@ ASSETS_DIR = Path(__file__).resolve().parent
 QWEN_TOKENIZER_SRC = ASSETS_DIR / "qwen2.5-tokenizer"
 # sha256 of the uncompressed tokenizer.json, checked after unpacking.
 QWEN_TOKENIZER_JSON_SHA256 = "6588e6818d742ba76d711e504638dcc1ce3873c0cce8943a9cd8a83e4f760f32"
+# The unpacked copy's folder in the cache, keyed by the chat template too: a copy unpacked before the template
+# changed would keep its old one otherwise.
+_TEMPLATE_SHA256 = hashlib.sha256((QWEN_TOKENIZER_SRC / "chat_template.jinja").read_bytes()).hexdigest()
+QWEN_TOKENIZER_CACHE_NAME = f"qwen2.5-tokenizer-{QWEN_TOKENIZER_JSON_SHA256[:12]}-{_TEMPLATE_SHA256[:8]}"
 
 
 def qwen_tokenizer_dir() -> Path:
@@ -26,7 +31,7 @@ def qwen_tokenizer_dir() -> Path:
     The first call unpacks tokenizer.json.xz into the cache (atomically, so two processes
     racing each other both end with a complete copy); later calls only check the hash file.
     """
-    target = cache_root() / f"qwen2.5-tokenizer-{QWEN_TOKENIZER_JSON_SHA256[:12]}"
+    target = cache_root() / QWEN_TOKENIZER_CACHE_NAME
     data = None if _is_unpacked(target) else lzma.decompress((QWEN_TOKENIZER_SRC / "tokenizer.json.xz").read_bytes())
     if data is not None and hashlib.sha256(data).hexdigest() != QWEN_TOKENIZER_JSON_SHA256:
         raise RuntimeError(f"bundled tokenizer.json.xz in {QWEN_TOKENIZER_SRC} is corrupt (sha256 mismatch)")

@@ -7,10 +7,11 @@ is a flat YAML mapping. Imports no torch, transformers or trl.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from env.text import shorten
+from pipeline.config.field_help import _help
 from rewards import DEFAULT_REWARDS as DEFAULT_REWARD_FUNCS  # the notebook's order (light import: no torch)
 from rewards.format import FORMAT_SYSTEM_PROMPT
 
@@ -48,36 +49,6 @@ MIN_SAMPLING_TEMPERATURE = 1e-5
 # Adam moves each weight by about learning_rate per step; at 1 a step is already larger than a LoRA weight itself
 # (A starts around 1/sqrt(r), B at 0), so the loss is NaN within a few steps. The upper bound of every rate.
 MAX_LEARNING_RATE = 1.0
-
-
-def _help(text: str, *, gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
-          le: Optional[float] = None, why: str = "", choices: tuple[str, ...] = (), trl: bool | str = False,
-          **kw) -> Any:
-    """A field with its help text and the rules `check_field_values` enforces: bounds for numbers (`why`: the
-    reason, said when a value is refused), `choices` for a choice field. `trl=True` forwards the field to
-    trl.GRPOConfig under its own name (`trl="name"`: under TRL's name), so a new TRL setting is one declaration
-    here."""
-    made = field(metadata={"help": text}, **kw)
-    rules: dict[str, Any] = {key: value for key, value in (("gt", gt), ("ge", ge), ("lt", lt), ("le", le))
-                             if value is not None}
-    if why:
-        rules["why"] = why
-    if choices:
-        rules["choices"] = tuple(choices)
-    if trl:
-        rules["trl"] = trl
-    # Beside the metadata, not in it: HfArgumentParser passes every metadata key to argparse, whose own
-    # `choices` check would refuse `--vllm_standby True` and print a usage dump instead of our one-line fix.
-    _FIELD_RULES[id(made)] = rules
-    return made
-
-
-_FIELD_RULES: dict[int, dict[str, Any]] = {}
-
-
-def field_rules(f: dataclasses.Field) -> dict[str, Any]:
-    """The rules `_help` declared for a dataclass field: gt/ge/lt/le, choices, trl."""
-    return _FIELD_RULES.get(id(f), {})
 
 
 @dataclass
@@ -263,6 +234,17 @@ class GRPOArguments:
     reward_weights: Optional[list[float]] = _help("One weight per reward function; None = all 1.0.", default=None)
     reward_timeout: float = _help("Seconds one reward call may run; past it the run stops with a checkpoint and a "
                                   "summary naming the reward. 0 = no limit.", default=600.0, ge=0)
+    # TRL's trainer arguments for agents (not GRPOConfig fields): user code, resolved by pipeline/trainer/agents.py
+    tools: list[str] = _help(
+        "TRL's tools: functions the model may call in its rollouts, as module:function or dotted paths (found as "
+        "reward modules are); each with type hints and a Google-style docstring. docs/agents.md.",
+        default_factory=list)
+    environment_factory: Optional[str] = _help(
+        "TRL's environment_factory: module:Class (reset, tool methods, optionally get_reward), or a mapping "
+        "name -> module:Class (YAML, or JSON on the command line) picked by each row's `environment` column.",
+        default=None)
+    rollout_func: Optional[str] = _help("TRL's rollout_func: module:function that generates the completions.",
+                                        default=None)
     resume: str = _help("auto | never | PATH: auto resumes from the newest complete checkpoint in output_dir.",
                         default="auto")
     resume_other_data: bool = _help("Resume although the training data changed since the checkpoint (refused "
@@ -343,6 +325,9 @@ class HealthArguments:
         choices=("stop", "rollback"))
     rollback_lr_factor: float = _help("Learning-rate factor applied at each rollback.", default=0.5, gt=0, lt=1)
     max_rollbacks: int = _help("Rollbacks allowed in one run; the next collapse stops it.", default=2, ge=1)
+    first_tool_call_steps: int = _help(
+        "With tools or an environment: warn when no rollout has called a tool in this many logged steps (TRL's "
+        "tools/call_frequency stays 0: the model may not know the call format); 0 = off.", default=10, ge=0)
     sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0, ge=0)
     sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4, gt=0, le=MAX_LEARNING_RATE)
 

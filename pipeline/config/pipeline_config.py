@@ -12,6 +12,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.config.field_help import field_rules
 from pipeline.config.fields import (
     SECTIONS,
     ConfigError,
@@ -23,7 +24,6 @@ from pipeline.config.fields import (
     LoraArguments,
     ModelArguments,
     field_names,
-    field_rules,
 )
 from pipeline.config.trl_fields import refused_reason, trl_option_names
 

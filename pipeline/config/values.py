@@ -10,7 +10,8 @@ import typing
 from typing import Any
 
 from env.text import excerpt
-from pipeline.config.fields import MIN_SAMPLING_TEMPERATURE, SECTIONS, ConfigError, field_rules
+from pipeline.config.field_help import field_rules
+from pipeline.config.fields import MIN_SAMPLING_TEMPERATURE, SECTIONS, ConfigError
 from pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig
 from pipeline.config.trl_fields import TRL_BOUNDS
 

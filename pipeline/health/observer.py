@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.health.metrics import BETA, OBSERVER_NAME, batch_health
+from pipeline.health.tools import has_tool_turns, own_text, tool_metrics
 from rewards.completions import completion_text
 
 
@@ -57,13 +58,16 @@ def make_observer(
     state: HealthState,
     incomplete_ids: frozenset[int],
     tokenizer: Any = None,
+    max_tool_iterations: int | None = None,
 ) -> Callable[..., list[float]]:
     """Build the observer reward function (named "health") that measures each generation batch.
 
     TRL calls it like any reward function: `prompts`, `completions`, `completion_ids`, the
     dataset columns, and `log_metric`. When `completion_ids` is missing, the completions are
     re-tokenized with `tokenizer` (without one that is an error, since lengths and repetition
-    are measured in tokens).
+    are measured in tokens). A multi-turn completion (tool results in it) is measured on the model's own
+    turns only, re-tokenized (pipeline/health/tools.py); `max_tool_iterations` (TRL's
+    max_tool_calling_iterations, when set) adds the share of rollouts that ended there.
 
     >>> state = HealthState()
     >>> observer = make_observer(state, frozenset({9}))
@@ -83,13 +87,16 @@ def make_observer(
         **_: Any,
     ) -> list[float]:
         completions = list(completions or [])
+        extra = tool_metrics(completions, max_tool_iterations)
+        if has_tool_turns(completions):  # the model's own turns, not the tools' output
+            completions, completion_ids = [own_text(c) for c in completions], None
         if completion_ids is None:
             if tokenizer is None:
                 raise ValueError("the health observer got no completion_ids and has no tokenizer to rebuild them; "
                                  "build it with build_health(cfg, tokenizer).")
             completion_ids = [tokenizer.encode(completion_text(c) or "", add_special_tokens=False)
                               for c in completions]
-        metrics = batch_health(completions, [list(ids) for ids in completion_ids], incomplete_ids)
+        metrics = {**batch_health(completions, [list(ids) for ids in completion_ids], incomplete_ids), **extra}
         if state.beta:  # only runs with a KL term (beta > 0) have a beta worth plotting
             metrics[BETA] = float(state.beta)
         state.record(metrics)

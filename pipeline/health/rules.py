@@ -23,6 +23,7 @@ Two pieces, built together by `build_health(cfg, tokenizer)`:
      sampling/sampling_logp_difference/mean or |log importance_sampling_ratio/mean| above STALE_LOGP_GAP on
      each of the last STALE_ROLLOUT_WINDOW logged steps, or the rollout probe finding the engine on an older
      step's weights: `stale_rollout_action` (warn by default; pipeline/health/stale.py), naming the likely causes;
+   - with tools: no rollout called one in `first_tool_call_steps` logged steps: a warning (pipeline/health/tools.py);
    - `adaptive_beta`: after each logged kl, move the trainer's beta toward `kl_target`
      (x1.5 when kl > 1.5 x target, /1.5 when kl < target / 1.5, clipped to
      [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
@@ -74,6 +75,7 @@ from pipeline.health.hacking import RewardHacking
 from pipeline.health.rollout import RolloutProbe
 from pipeline.health.signal import FLAT_GROUP_SHARE, FlatRewards
 from pipeline.health.stale import StaleRollouts
+from pipeline.health.tools import NoToolCalls
 
 logger = logging.getLogger(__name__)
 
@@ -163,6 +165,11 @@ class HealthCallback(TrainerCallback):
         self._args: Any = None
         self._last_warned: dict[str, int] = {}
         self._stale = StaleRollouts()
+        s = settings
+        self._detectors = [("flat_reward", s.flat_reward_action, lambda logs, step: self._flat.check(logs)),
+                           ("hacking", s.hacking_action, self._hacking.check),
+                           ("stale_rollout", s.stale_rollout_action, self._stale.check),
+                           ("no_tool_calls", "warn", NoToolCalls(s.first_tool_call_steps).check)]
         self.rollout_probe: RolloutProbe | None = None  # set by pipeline/trainer/build.py when an engine is separate
 
     def attach(self, trainer: Any) -> HealthCallback:
@@ -210,12 +217,7 @@ class HealthCallback(TrainerCallback):
             self._check_kl(logs, step, control)
         if self.stop_reason is None:
             self._check_repetition(logs, step, control)
-        if self.stop_reason is None:
-            self._check_flat_reward(logs, step, control)
-        if self.stop_reason is None:
-            self._check_hacking(logs, step, control)
-        if self.stop_reason is None:
-            self._check_stale_rollout(logs, step, control)
+        self._check_detectors(logs, step, control)
         if self.stop_reason is None and self.settings.adaptive_beta:
             self._adapt_beta(logs, step)
         if self.current_beta() > 0:
@@ -266,20 +268,13 @@ class HealthCallback(TrainerCallback):
                       f"{self.settings.repetition_threshold} (completions are looping over the same token "
                       "4-grams)")
 
-    def _check_flat_reward(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
-        detail = self._flat.check(logs)
-        if detail:
-            self._act("flat_reward", self.settings.flat_reward_action, step, control, detail)
-
-    def _check_hacking(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
-        detail = self._hacking.check(logs, step)
-        if detail:
-            self._act("hacking", self.settings.hacking_action, step, control, detail)
-
-    def _check_stale_rollout(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
-        detail = self._stale.check(logs, step)
-        if detail:
-            self._act("stale_rollout", self.settings.stale_rollout_action, step, control, detail)
+    def _check_detectors(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+        """The rules that keep their own memory (pipeline/health/signal.py, hacking.py, stale.py, tools.py), in
+        order, each acting on what its `check(logs, step)` finds until one stops the run."""
+        for rule, action, check in self._detectors:
+            detail = check(logs, step) if self.stop_reason is None else None
+            if detail:
+                self._act(rule, action, step, control, detail)
 
     def _adapt_beta(self, logs: dict[str, Any], step: int) -> None:
         kl = log_number(logs.get("kl"))
@@ -378,7 +373,8 @@ def build_health(cfg: PipelineConfig, tokenizer: Any,
     ('health', None)
     """
     state = HealthState()
-    observer = make_observer(state, incomplete_utf8_token_ids(tokenizer), tokenizer)
+    observer = make_observer(state, incomplete_utf8_token_ids(tokenizer), tokenizer,
+                             cfg.trl.get("max_tool_calling_iterations"))
     callback = HealthCallback(cfg.health, beta=cfg.grpo.beta, state=state, temperature=cfg.grpo.temperature,
                               num_generations=cfg.grpo.num_generations,
                               rollbacks_left=(cfg.health.max_rollbacks - rollbacks_done

@@ -47,6 +47,7 @@ from pipeline.errors import fit_to_command, note_command_options, note_run_folde
 from pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
 from pipeline.infer.evaluate import score_completions
 from pipeline.preflight import reward_kwargs_outside_training, run_checks
+from pipeline.trainer.agents import agents_not_run
 from pipeline.trainer.warmup import run_format_warmup
 from rewards import check_reward_weights, get_reward_funcs
 from rewards.contract import RewardFailure, call_reward
@@ -132,6 +133,8 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     seen = snapshot(absolute_path(cfg.grpo.output_dir) / DRY_RUN_NAME,
                     fix="Another run wrote it meanwhile; run the dry run again when it is done.")
     cfg, backend_name, backend = _checked_backend(cfg, log)
+    if agents_not_run(cfg, "the reward dry run"):
+        log(agents_not_run(cfg, "the reward dry run"))
     funcs = get_reward_funcs(list(cfg.grpo.reward_funcs))
     weights = check_reward_weights(list(cfg.grpo.reward_funcs), cfg.grpo.reward_weights)
     output_dir = absolute_path(cfg.grpo.output_dir)

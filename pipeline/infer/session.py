@@ -43,6 +43,7 @@ from pipeline.data import model_check
 from pipeline.data.tokenizer import resolve_model_path
 from pipeline.run.checkpoint_contents import adapter_mismatch
 from pipeline.run.manifest import ADAPTER_METADATA_NAME, MANIFEST_NAME, find_manifest, other_base
+from pipeline.trainer.agents import agents_not_run
 
 DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
 
@@ -184,6 +185,8 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
                 system_prompt=system_prompt,
                 trust_remote_code=remote_code(getattr(args, "trust_remote_code", False), manifest, base_model))
     cfg = from_mapping(flat)
+    if agents_not_run(cfg, "grpo generate / grpo eval"):  # an adapter trained with tools
+        print(f"[grpo] {agents_not_run(cfg, 'grpo generate / grpo eval')}", file=sys.stderr)
     choice = choose_backend(args.backend, cfg.model.fast_inference)
     if choice.name == "unsloth" and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from env.paths import absolute_path
 from pipeline.config import SECTIONS, resolve_optim, trl_training_args
-from pipeline.config.fields import field_rules
+from pipeline.config.field_help import field_rules
 from pipeline.config.trl_fields import trl_fields
 from env.kept import canonical, changed_inputs, state_key
 from env.text import excerpt

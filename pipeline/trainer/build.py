@@ -24,6 +24,7 @@ from pipeline.data.tokenizer import resolve_model_path
 from pipeline.health.rollout import build_probe
 from pipeline.run.checkpoints import file_mode_callback, stage_checkpoint_saves
 from pipeline.run.resume import follow_the_rebuilt_schedule, load_every_adapter
+from pipeline.trainer.agents import resolve_agents
 from pipeline.trainer.effective import predicted_changes, write_effective_config
 from pipeline.trainer.reward_failures import RewardFailureLatch, raise_reward_failures_after_the_gather
 from rewards import check_reward_weights, get_reward_funcs
@@ -70,6 +71,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
             train_dataset=prepared.dataset,
             processing_class=tokenizer,
             peft_config=peft_config,
+            **resolve_agents(cfg).trainer_kwargs(),  # TRL's tools / environment_factory / rollout_func, when set
             # periodic eval, then health: they put eval/* and health/* into a step's log before metrics.jsonl is
             # written, and the health rules read eval/accuracy
             callbacks=[*([periodic_eval] if periodic_eval else []), health,

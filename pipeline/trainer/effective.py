@@ -20,6 +20,7 @@ from env.secret_fields import masked
 from pipeline.backends import load_backend
 from pipeline.config import PipelineConfig, trl_training_args
 from pipeline.config.trl_fields import BACKEND_DECIDED, grpo_config_class
+from pipeline.trainer.agents import agent_names
 
 EFFECTIVE_CONFIG_NAME = "effective_config.json"
 OTHER_BACKEND = {"plain": "unsloth", "unsloth": "plain"}
@@ -130,6 +131,9 @@ def write_effective_config(output_dir: Path, cfg: PipelineConfig, backend, train
 
     record = effective_record(cfg, backend.NAME, trainer.args, passed, backend_kwargs)
     record["kl_reference"] = kl_reference(trainer)  # what kl (beta > 0) is measured against
+    agents = agent_names(cfg)
+    if agents:  # TRL's trainer arguments by name, and the tools the trainer offers (environments' methods too)
+        record["agents"] = {**agents, "tools_offered": sorted({t.__name__ for t in getattr(trainer, "tools", [])})}
     atomic_write_json(Path(output_dir) / EFFECTIVE_CONFIG_NAME, record)
     return record["changed"]
 

@@ -1,0 +1,39 @@
+"""A config field with its help text and its rules (bounds, choices, what goes to TRL): `_help` declares one,
+`field_rules` reads them back. Imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import field
+from typing import Any, Optional
+
+
+def _help(text: str, *, gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
+          le: Optional[float] = None, why: str = "", choices: tuple[str, ...] = (), trl: bool | str = False,
+          **kw) -> Any:
+    """A field with its help text and the rules `check_field_values` enforces: bounds for numbers (`why`: the
+    reason, said when a value is refused), `choices` for a choice field. `trl=True` forwards the field to
+    trl.GRPOConfig under its own name (`trl="name"`: under TRL's name), so a new TRL setting is one declaration
+    here."""
+    made = field(metadata={"help": text}, **kw)
+    rules: dict[str, Any] = {key: value for key, value in (("gt", gt), ("ge", ge), ("lt", lt), ("le", le))
+                             if value is not None}
+    if why:
+        rules["why"] = why
+    if choices:
+        rules["choices"] = tuple(choices)
+    if trl:
+        rules["trl"] = trl
+    # Beside the metadata, not in it: HfArgumentParser passes every metadata key to argparse, whose own
+    # `choices` check would refuse `--vllm_standby True` and print a usage dump instead of our one-line fix.
+    _FIELD_RULES[id(made)] = rules
+    return made
+
+
+_FIELD_RULES: dict[int, dict[str, Any]] = {}
+
+
+def field_rules(f: dataclasses.Field) -> dict[str, Any]:
+    """The rules `_help` declared for a dataclass field: gt/ge/lt/le, choices, trl."""
+    return _FIELD_RULES.get(id(f), {})

@@ -1,0 +1,151 @@
+"""TRL's agent arguments: `tools`, `environment_factory` and `rollout_func`, resolved from the config and handed to
+trl.GRPOTrainer as TRL documents them (they are trainer arguments, not GRPOConfig fields).
+
+Each is user code named by the user's own options, found as a reward module is (rewards/user_code.py: beside the
+recipe, the working folder, the import path). `environment_factory` is one `module:Class`, or a mapping of names to
+classes (TRL's multi-environment form: each row's `environment` column picks one); on the command line the mapping
+is a JSON object. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from env.text import excerpt
+from pipeline.config import ConfigError, PipelineConfig
+from rewards.registry import load_user_object
+
+# TRL's routing column in the multi-environment form (GRPOTrainer._generate_and_score_completions).
+ENVIRONMENT_COLUMN = "environment"
+
+
+def environment_specs(value: Any) -> dict[Optional[str], str]:
+    """`environment_factory` as {name: spec}: {} when unset, {None: spec} for one class (TRL's single form),
+    {name: spec, ...} for a mapping (YAML) or a JSON object (the command line).
+
+    >>> environment_specs(None), environment_specs("envs:Math")
+    ({}, {None: 'envs:Math'})
+    >>> environment_specs('{"math": "envs:Math", "game": "envs:Game"}')
+    {'math': 'envs:Math', 'game': 'envs:Game'}
+    """
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ConfigError("environment_factory", f"{excerpt(value)} is not a JSON object ({err}); write "
+                              '\'{"name": "module:Class", ...}\', or one module:Class.') from None
+    if isinstance(value, dict):
+        if not value or not all(isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in value.items()):
+            raise ConfigError("environment_factory", f"got {excerpt(value)}; a mapping of environment names to "
+                              "module:Class, e.g. {math: envs:MathEnv, game: envs:GameEnv}.")
+        return {name: spec.strip() for name, spec in value.items()}
+    if isinstance(value, str):
+        return {None: value.strip()}
+    raise ConfigError("environment_factory", f"got {excerpt(value)}; give module:Class, or a mapping of names to "
+                      "module:Class.")
+
+
+def agent_names(cfg: PipelineConfig) -> dict[str, Any]:
+    """The agent options as the records keep them (effective_config.json, the adapter's manifest): by name, only
+    those set.
+
+    >>> agent_names(PipelineConfig())
+    {}
+    """
+    g = cfg.grpo
+    envs = environment_specs(g.environment_factory)
+    names: dict[str, Any] = {}
+    if g.tools:
+        names["tools"] = [str(spec) for spec in g.tools]
+    if envs:
+        names["environment_factory"] = envs[None] if list(envs) == [None] else dict(envs)
+    if g.rollout_func:
+        names["rollout_func"] = g.rollout_func
+    return names
+
+
+def agents_not_run(cfg: PipelineConfig, command: str) -> Optional[str]:
+    """The line a command that does not run TRL's tool loop yet prints when the config (or the adapter's record)
+    names tools, environments or a rollout_func: said, never dropped in silence. None when none is named.
+
+    >>> agents_not_run(PipelineConfig().replace(tools=["calc:add"]), "grpo generate")[:65]
+    "note: grpo generate does not run the tool loop yet (tools: ['calc"
+    >>> agents_not_run(PipelineConfig(), "grpo generate") is None
+    True
+    """
+    names = agent_names(cfg)
+    if not names:
+        return None
+    said = "; ".join(f"{key}: {value}" for key, value in names.items())
+    return (f"note: {command} does not run the tool loop yet ({said}): the model answers in one turn, without "
+            "calling tools; docs/agents.md")
+
+
+@dataclass(frozen=True)
+class Agents:
+    """The resolved objects: tools (functions), environments ({None: factory} for TRL's single form, {name: factory}
+    for the multi-environment form), rollout_func; `specs` keeps each one's name as the config gave it."""
+
+    tools: tuple[Callable, ...] = ()
+    environments: dict[Optional[str], Callable] = field(default_factory=dict)
+    rollout_func: Optional[Callable] = None
+    specs: dict[Any, str] = field(default_factory=dict)
+
+    @property
+    def multi_environment(self) -> bool:
+        return bool(self.environments) and None not in self.environments
+
+    @property
+    def uses_tools(self) -> bool:
+        """Whether rollouts run TRL's tool loop (standalone tools, or an environment's methods)."""
+        return bool(self.tools or self.environments)
+
+    def trainer_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments for trl.GRPOTrainer, only those set (TRL's defaults otherwise)."""
+        kwargs: dict[str, Any] = {}
+        if self.tools:
+            kwargs["tools"] = list(self.tools)
+        if self.environments:
+            kwargs["environment_factory"] = (dict(self.environments) if self.multi_environment
+                                             else self.environments[None])
+        if self.rollout_func is not None:
+            kwargs["rollout_func"] = self.rollout_func
+        return kwargs
+
+
+def resolve_agents(cfg: PipelineConfig) -> Agents:
+    """Import every tool, environment class and rollout_func the config names; a name that does not resolve, or
+    resolves to something that cannot be called, is a ConfigError naming the option and the fix."""
+    g = cfg.grpo
+    specs: dict[Any, str] = {}
+    tools = []
+    for spec in g.tools:
+        tool = _load("tools", str(spec), "tool")
+        tools.append(tool)
+        specs[id(tool)] = str(spec)
+    names = [getattr(tool, "__name__", "") for tool in tools]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError("tools", f"two tools are named {name!r} ({', '.join(s for s in g.tools)}); the model "
+                              "calls a tool by its function name, so each needs its own.")
+    environments = {name: _load("environment_factory", spec, "environment")
+                    for name, spec in environment_specs(g.environment_factory).items()}
+    for name, spec in environment_specs(g.environment_factory).items():
+        specs[name] = spec
+    rollout = _load("rollout_func", g.rollout_func, "rollout_func") if g.rollout_func else None
+    return Agents(tuple(tools), environments, rollout, specs)
+
+
+def _load(option: str, spec: str, kind: str) -> Callable:
+    try:
+        obj = load_user_object(spec, kind)
+    except ValueError as err:
+        raise ConfigError(option, str(err)) from None
+    if not callable(obj):
+        raise ConfigError(option, f"{spec!r} is a {type(obj).__name__}, not a "
+                          f"{'class' if kind == 'environment' else 'function'}; name one with module:name.")
+    return obj
