@@ -22,7 +22,7 @@ from pipeline.config import (
     validate,
     validate_unsloth,
 )
-from pipeline.config.fields import field_rules
+from pipeline.config.field_help import field_rules
 from pipeline.config.pipeline_config import list_fields
 from pipeline.config.trl_fields import TRL_BOUNDS
 from pipeline.config.validate import world_size
