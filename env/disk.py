@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from env.text import exception_chain
+
 # errno -> what it means for a save; each needs a different fix.
 STORAGE_ERRNOS = {
     errno.ENOSPC: "the disk is full",
@@ -65,16 +67,14 @@ def storage_errno(err: Optional[BaseException]) -> Optional[int]:
     >>> storage_errno(Exception("Error while serializing: I/O error: No space left on device (os error 28)"))
     28
     """
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, StorageError):
-            return err.errno
-        if isinstance(err, OSError) and (err.errno in STORAGE_ERRNOS or
-                                         (err.errno in ACCESS_ERRNOS and err.filename is not None) or
-                                         (err.errno in PLACE_ERRNOS and cache_place(err.filename))):
-            return err.errno
-        text = str(err)
+    for cause in exception_chain(err):
+        if isinstance(cause, StorageError):
+            return cause.errno
+        if isinstance(cause, OSError) and (cause.errno in STORAGE_ERRNOS or
+                                           (cause.errno in ACCESS_ERRNOS and cause.filename is not None) or
+                                           (cause.errno in PLACE_ERRNOS and cache_place(cause.filename))):
+            return cause.errno
+        text = str(cause)
         for match in _ERRNO_IN_TEXT.finditer(text):
             number = int(match.group(1) or match.group(2))
             if number in STORAGE_ERRNOS:
@@ -82,7 +82,6 @@ def storage_errno(err: Optional[BaseException]) -> Optional[int]:
         for marker, number in _MESSAGE_MARKERS:
             if marker in text:
                 return number
-        err = err.__cause__ or err.__context__
     return None
 
 
@@ -225,14 +224,11 @@ def storage_failure(err: BaseException, run_folder: Optional[Path] = None) -> Op
     if number is None:
         return None
     path: Optional[Path] = None
-    seen: set[int] = set()
-    cause: Optional[BaseException] = err
-    while cause is not None and id(cause) not in seen and path is None:
-        seen.add(id(cause))
+    for cause in exception_chain(err):
         name = getattr(cause, "filename", None) if isinstance(cause, OSError) else None
         if isinstance(name, (str, bytes, os.PathLike)):
             path = Path(os.fsdecode(name))
-        cause = cause.__cause__ or cause.__context__
+            break
     where = path or run_folder or Path.cwd()
     return StorageError(where, number, None, AGAIN, "output_dir" if in_run(where) else None)
 

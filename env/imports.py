@@ -14,6 +14,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 
+from env.text import exception_chain
+
 # The modules unsloth patches, in the order unsloth itself lists them (unsloth/_gpu_init.py).
 PATCHED_BY_UNSLOTH = ("trl", "transformers", "peft")
 
@@ -80,11 +82,9 @@ def mismatched_torch_companion(err: BaseException) -> str | None:
     >>> mismatched_torch_companion(RuntimeError("CUDA out of memory")) is None
     True
     """
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
+    for cause in exception_chain(err):
         try:
-            text = str(err)
+            text = str(cause)
         except Exception:  # noqa: BLE001 - the crash handler asks: an exception that cannot say itself is not one
             text = ""
         for name in TORCH_COMPANIONS:
@@ -93,5 +93,4 @@ def mismatched_torch_companion(err: BaseException) -> str | None:
                         "and transformers imports it. No text model here needs it: remove it with "
                         f"`pip uninstall -y {' '.join(TORCH_COMPANIONS)}` (the README's CPU line does), or "
                         f"install the {name} build that matches your torch.")
-        err = err.__cause__ or err.__context__
     return None

@@ -8,7 +8,8 @@ value as `repr` does, cut to `limit` characters, and never builds the whole `rep
 from __future__ import annotations
 
 import reprlib
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Optional
 
 EXCERPT_LIMIT = 200
 
@@ -83,3 +84,23 @@ def say(text: Any, stream: Any = None) -> None:
         print(text, file=stream, flush=True)
     except UnicodeEncodeError:
         print(text.encode("ascii", "backslashreplace").decode("ascii"), file=stream, flush=True)
+
+
+def exception_chain(err: Optional[BaseException]) -> Iterator[BaseException]:
+    """`err`, then what it was raised from or during (`__cause__`, else `__context__`), each once (a loop ends).
+
+    >>> try:
+    ...     try:
+    ...         raise KeyError("inner")
+    ...     except KeyError as inner:
+    ...         raise ValueError("outer") from inner
+    ... except ValueError as outer:
+    ...     [type(e).__name__ for e in exception_chain(outer)]
+    ['ValueError', 'KeyError']
+    """
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
+
