@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Optional, Sequence
 
+from env.text import excerpt
 from pipeline.backends import Completion
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, PipelineConfig
 from pipeline.trainer.agent_check import environment_tools
 from pipeline.trainer.agents import ENVIRONMENT_COLUMN, Agents
 
@@ -50,6 +51,10 @@ class Rollout:
     calls: list[ToolCall] = field(default_factory=list)
     environment: Optional[str] = None
     env_reward: Optional[float] = None
+    instance: Any = field(default=None, repr=False)  # the environment itself (TRL's `environments` reward keyword)
+    # Why the last turn's calls have no result: "max_tool_calling_iterations" (the cap), or "length" (TRL drops
+    # results that would pass max_completion_length or the context); None when every call has its result.
+    unanswered: Optional[str] = None
 
     @property
     def turns(self) -> int:
@@ -58,7 +63,66 @@ class Rollout:
     def record(self) -> dict[str, Any]:
         """What the commands print and write for it."""
         return {"turns": self.turns, "tool_calls": [vars(call) for call in self.calls],
-                "environment": self.environment, "env_reward": self.env_reward}
+                "unanswered": self.unanswered, "environment": self.environment, "env_reward": self.env_reward}
+
+
+def run_for_config(cfg: PipelineConfig, generator: Any, tokenizer: Any, agents: Agents,
+                   prompts: Sequence[list[dict[str, Any]]], rows: Sequence[dict[str, Any]], max_tokens: int,
+                   **sampling: Any) -> list[Rollout]:
+    """`run_tool_loop` with the run's own settings: max_tool_calling_iterations and chat_template_kwargs (TRL's
+    fields, as trained) and max_seq_length (the context the loop may fill)."""
+    return run_tool_loop(generator, tokenizer, agents, prompts, rows, max_tokens,
+                         cfg.trl.get("max_tool_calling_iterations"), cfg.model.max_seq_length, sampling,
+                         cfg.trl.get("chat_template_kwargs"))
+
+
+def env_rewards(agents: Agents, rollouts: Sequence[Rollout]) -> dict[str, list[Optional[float]]]:
+    """TRL's extra reward columns: one per environment class with a get_reward (named after it, weight 1), a
+    rollout of another class None.
+
+    >>> env_rewards(Agents(), [])
+    {}
+    """
+    classes = [factory for factory in agents.environments.values() if callable(getattr(factory, "get_reward", None))]
+    names = list(dict.fromkeys(getattr(c, "__name__", type(c).__name__) for c in classes))
+    return {name: [r.env_reward if r.environment == name else None for r in rollouts] for name in names}
+
+
+def tool_stats(rollouts: Sequence[Rollout]) -> dict[str, float]:
+    """TRL's tool metrics over these rollouts: calls per rollout (tools/call_frequency) and failed calls per call
+    (tools/failure_frequency).
+
+    >>> tool_stats([])
+    {'calls_per_rollout': 0.0, 'failures_per_call': 0.0}
+    """
+    calls = [call for rollout in rollouts for call in rollout.calls  # run: answered, or answered then dropped
+             if call.result is not None or rollout.unanswered == "length"]
+    failed = sum(1 for call in calls if call.error is not None)
+    return {"calls_per_rollout": len(calls) / len(rollouts) if rollouts else 0.0,
+            "failures_per_call": failed / len(calls) if calls else 0.0}
+
+
+def describe(rollout: Rollout, width: int = 80) -> list[str]:
+    """The rollout as lines: each turn, each call with its arguments and its result (or error), the final answer."""
+    lines, calls = [], iter(rollout.calls)
+    turn = 0
+    for message in rollout.messages:
+        if message.get("role") != "assistant":
+            continue
+        turn += 1
+        content = message.get("content") if isinstance(message.get("content"), str) else ""
+        own = excerpt(content, width) if content.strip() else ""
+        lines.append(f"turn {turn}: {own}" if own else f"turn {turn}:")
+        for _ in message.get("tool_calls") or []:
+            call = next(calls)
+            args = ", ".join(f"{k}={v!r}" for k, v in call.arguments.items()) if isinstance(call.arguments, dict) \
+                else repr(call.arguments)
+            outcome = (f"error: {excerpt(call.error, width)}" if call.error is not None else
+                       excerpt(call.result, width) if call.result is not None else
+                       "not run (max_tool_calling_iterations)" if rollout.unanswered != "length" else
+                       "result dropped: it would pass max_completion_length or max_seq_length")
+            lines.append(f"  {call.name}({args}) -> {outcome}")
+    return lines
 
 
 def run_tool_loop(generator: Any, tokenizer: Any, agents: Agents, prompts: Sequence[list[dict[str, Any]]],
@@ -100,8 +164,13 @@ def run_tool_loop(generator: Any, tokenizer: Any, agents: Agents, prompts: Seque
         rewards = [_env_reward(env, host.async_loop) for env in environments]
     finally:
         host.close()
-    return [_rollout(messages, ids, env, reward) for messages, ids, env, reward in
+    done = [_rollout(messages, ids, env, reward) for messages, ids, env, reward in
             zip(completions, completion_ids, environments, rewards, strict=True)]
+    for rollout in done:
+        if any(call.result is None for call in rollout.calls):
+            capped = max_iterations is not None and rollout.turns - 1 >= max_iterations
+            rollout.unanswered = "max_tool_calling_iterations" if capped else "length"
+    return done
 
 
 def _with_response_parser(tokenizer: Any, add_response_schema: Any) -> None:
@@ -208,7 +277,7 @@ def _rollout(messages: list[dict[str, Any]], ids: list[int], env: Optional[Any],
                 call.result = str(message.get("content"))
                 call.error = _error(call.result)
     return Rollout(messages, Completion(text, len(ids), ids), calls, type(env).__name__ if env is not None else None,
-                   reward)
+                   reward, env)
 
 
 def _error(content: str) -> Optional[str]:
