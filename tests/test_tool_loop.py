@@ -197,3 +197,17 @@ def test_an_adapter_with_modules_trained_in_full_is_not_handed_to_vllm(tmp_path,
     assert "trains modules in full (lm_head)" in said and "transformers + peft, not vLLM" in said
     plain = tiny_adapter(tmp_path / "plain" / "lora")
     assert _servable(cfg, verify_trained_dir(plain)).model.vllm_mode == "colocate"
+
+
+def test_export_refuses_a_template_that_no_longer_renders_the_tools_it_trained_with(tmp_path):
+    """`grpo export` runs this on what it wrote (tests/test_agents.py exports a tool run and it passes)."""
+    from pipeline.config import from_mapping
+    from pipeline.infer.export import check_tool_support
+
+    broken = tmp_path / "broken"
+    tokenizer = load_qwen_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # drops the tools
+    tokenizer.save_pretrained(str(broken))
+    with pytest.raises(RuntimeError, match="no longer renders tools"):
+        check_tool_support(broken, from_mapping({"tools": ["agent_helpers:add"]}), "merged16")
+    check_tool_support(broken, from_mapping({}), "merged16")  # trained without tools: nothing to keep
