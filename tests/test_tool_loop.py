@@ -80,8 +80,8 @@ def test_sync_and_async_tools_an_environment_and_a_failing_call_run_in_trls_loop
 def test_the_cap_leaves_the_last_calls_unrun_and_an_environment_without_get_reward_scores_nothing():
     from pipeline.infer.tool_loop import describe, env_rewards
 
-    rollouts, _, _, agents = loop([tool_call_text(("write", {"text": "hi"})), tool_call_text(("write", {"text": "x"}))],
-                                  1, environment_factory="agent_helpers:Notes")
+    turns = [tool_call_text(("write", {"text": "hi"})), tool_call_text(("write", {"text": "x"}))]
+    rollouts, _, _, agents = loop(turns, 1, environment_factory="agent_helpers:Notes")
     (rollout,) = rollouts
     assert [(c.result, c.error) for c in rollout.calls] == [("ok", None), (None, None)]
     assert rollout.env_reward is None and env_rewards(agents, rollouts) == {}
@@ -93,8 +93,8 @@ def test_the_multi_environment_form_routes_each_row_and_refuses_a_row_without_on
 
     envs = {"count": "agent_helpers:Counter", "notes": "agent_helpers:Notes"}
     bump = tool_call_text(("bump", {"by": 1}))
-    rollouts, _, _, _ = loop([bump, bump, "done", "done"], 2, rows=[{"environment": "count"}, {"environment": "notes"}],
-                             environment_factory=envs)
+    rows = [{"environment": "count"}, {"environment": "notes"}]
+    rollouts, _, _, _ = loop([bump, bump, "done", "done"], 2, rows=rows, environment_factory=envs)
     assert [r.environment for r in rollouts] == ["Counter", "Notes"]
     assert [r.calls[0].error for r in rollouts] == [None, "Tool bump not found."]
     with pytest.raises(ConfigError, match="environment"):

@@ -34,7 +34,7 @@ class Completion(str):
 
     tokens: int
     # The generated token ids themselves (end-of-sequence included, padding not), special tokens and all: TRL's
-    # response parser (trl.chat_template_utils.parse_response) reads tool calls from them (pipeline/infer/tool_loop.py).
+    # response parser (trl.chat_template_utils.parse_response) reads tool calls from them (infer/tool_loop.py).
     ids: tuple[int, ...]
 
     def __new__(cls, text: str, tokens: int, ids: Sequence[int] = ()) -> "Completion":

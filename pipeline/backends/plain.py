@@ -241,7 +241,8 @@ class PlainGenerator:
                 chunk = prompts[start : start + self.batch_size]
                 batch = (tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
                          if isinstance(chunk[0], str) else  # token ids: only padded
-                         tok.pad({"input_ids": [list(ids) for ids in chunk]}, return_tensors="pt")).to(self.model.device)
+                         tok.pad({"input_ids": [list(ids) for ids in chunk]}, return_tensors="pt"))
+                batch = batch.to(self.model.device)
                 # top_k is always given: transformers would otherwise apply the model's default (often 50)
                 sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k,
                             **({"min_p": min_p} if min_p else {})} if temperature > 0 else {"do_sample": False}

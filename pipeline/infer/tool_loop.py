@@ -21,6 +21,7 @@ import ast
 import asyncio
 import copy
 import inspect
+import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Optional, Sequence
@@ -156,8 +157,8 @@ def run_tool_loop(generator: Any, tokenizer: Any, agents: Agents, prompts: Seque
     first = generator.generate(prompt_ids, max_tokens=max_tokens, **sampling)
     completion_ids = [list(c.ids) for c in first]
     completions = [[parse_response(tokenizer, ids, prefix=prompt_ids[i])] for i, ids in enumerate(completion_ids)]
-    host = _host(generator, tokenizer, offered, environments, chat_template, kwargs, max_tokens, max_iterations, max_model_len,
-                 sampling)
+    host = _host(generator, tokenizer, offered, environments, chat_template, kwargs, max_tokens,
+                 sys.maxsize if max_iterations is None else max_iterations, max_model_len, sampling)
     try:
         _, completions, completion_ids, *_ = host._tool_call_loop(prompts, prompt_ids, completion_ids, completions,
                                                                   None, None, {})
@@ -185,7 +186,8 @@ def _with_response_parser(tokenizer: Any, add_response_schema: Any) -> None:
 
 
 def _host(generator: Any, tokenizer: Any, offered: list[list[Any]], environments: list[Optional[Any]],
-          chat_template: Any, kwargs: dict[str, Any], max_tokens: int, max_iterations: Optional[int], max_model_len: int, sampling: dict[str, Any]) -> Any:
+          chat_template: Any, kwargs: dict[str, Any], max_tokens: int, max_iterations: int, max_model_len: int,
+          sampling: dict[str, Any]) -> Any:
     """What GRPOTrainer._tool_call_loop (and the `_get_tool_suffix_ids` it calls) read off `self`, with the backend's
     generator as its generation step. Not a trainer: nothing else of GRPOTrainer is reachable from it."""
     # lazy: trl imports torch
@@ -218,7 +220,7 @@ def _host(generator: Any, tokenizer: Any, offered: list[list[Any]], environments
         _async_tool_dicts=async_, async_loop=loop, _loop_thread=thread, use_vllm=False,
         model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=max_model_len)),
         max_completion_length=max_tokens,
-        max_tool_calling_iterations=max_iterations if max_iterations is not None else 2 ** 62)  # TRL: sys.maxsize
+        max_tool_calling_iterations=max_iterations)
 
 
 def _environment(agents: Agents, row: dict[str, Any]) -> Optional[Any]:
