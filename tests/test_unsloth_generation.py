@@ -80,6 +80,16 @@ def test_base_generator_passes_lora_request_none_explicitly(fake):
     assert call.kwargs["sampling_params"].given == {"temperature": 0.0, "top_p": 1.0, "max_tokens": 8}
 
 
+def test_token_id_prompts_go_to_vllm_as_tokens_prompts_and_the_generated_ids_come_back(fake):
+    """The tool loop (pipeline/infer/tool_loop.py) prompts with token ids and parses the ids it gets back."""
+    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", None, make_cfg())
+    (done,) = generator.generate([[5, 6, 7]], max_tokens=8)
+    (call,) = fake.calls_named("model.fast_generate")
+    assert call.args[0] == [{"prompt_token_ids": [5, 6, 7]}]
+    assert done.ids == (*fake.fake_completion({"prompt_token_ids": [5, 6, 7]}).encode(), 0) and done.tokens == len(
+        done.ids)
+
+
 def test_adapter_rank_above_max_lora_rank_is_refused_before_any_load(fake, tmp_path):
     adapter = train_and_save_adapter(fake, make_cfg(lora_r=64, max_lora_rank=64), tmp_path / "lora")
     fake.STATE.calls.clear()

@@ -164,6 +164,10 @@ def test_generate_and_eval_with_a_saved_lora_go_through_vllm_and_agree_with_tran
     assert isinstance(transformers_path, plain.PlainGenerator)
     assert list(through_vllm) == list(transformers_path.generate(prompts, max_tokens=24))
     assert [c.tokens for c in through_vllm] == [c.tokens for c in transformers_path.generate(prompts, 24)]
+    # Token-id prompts (the tool loop's, pipeline/infer/tool_loop.py): the same generated ids on both paths.
+    ids = [setup.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    assert [c.ids for c in setup.generator.generate(ids, max_tokens=24)] == [c.ids for c in through_vllm]
+    assert [c.ids for c in transformers_path.generate(ids, max_tokens=24)] == [c.ids for c in through_vllm]
     base = vllm_engine.VllmGenerator(setup.generator.llm, setup.tokenizer, None).generate(prompts, max_tokens=24)
     assert list(base) != list(through_vllm)  # the adapter changed the engine's answers: it was applied
 

@@ -15,7 +15,7 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Optional, Protocol, Sequence
 
 from env import probes  # through the module, looked up at each call: tests stand in for the GPU probe there
 from pipeline.config import ConfigError, PipelineConfig
@@ -33,14 +33,18 @@ class Completion(str):
     """
 
     tokens: int
+    # The generated token ids themselves (end-of-sequence included, padding not), special tokens and all: TRL's
+    # response parser (trl.chat_template_utils.parse_response) reads tool calls from them (infer/tool_loop.py).
+    ids: tuple[int, ...]
 
-    def __new__(cls, text: str, tokens: int) -> "Completion":
+    def __new__(cls, text: str, tokens: int, ids: Sequence[int] = ()) -> "Completion":
         made = super().__new__(cls, text)
         made.tokens = int(tokens)
+        made.ids = tuple(int(i) for i in ids)
         return made
 
     def __reduce__(self):  # copy.deepcopy (each reward scores its own copy of the batch) and pickle keep `tokens`
-        return (Completion, (str(self), self.tokens))
+        return (Completion, (str(self), self.tokens, self.ids))
 
 
 class Generator(Protocol):
@@ -48,10 +52,11 @@ class Generator(Protocol):
 
     tokenizer: Any
 
-    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
-        """One completion per chat-templated prompt; temperature 0 is greedy. top_k 0 and min_p None are off
-        (the rollout settings of a recipe: `grpo rewards` samples as the trainer will)."""
+    def generate(self, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
+        """One completion per chat-templated prompt (text, or its token ids as TRL's tool loop builds them: no
+        re-tokenising between turns); temperature 0 is greedy. top_k 0 and min_p None are off (the rollout settings
+        of a recipe: `grpo rewards` samples as the trainer will). Each Completion carries its generated ids."""
 
 
 class Backend(Protocol):

@@ -226,8 +226,8 @@ class PlainGenerator:
         self.tokenizer = tokenizer
         self.batch_size = batch_size
 
-    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
+    def generate(self, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
         # lazy: torch loads only once a model is needed
         import torch
 
@@ -238,8 +238,11 @@ class PlainGenerator:
         texts: list[Completion] = []
         try:
             for start in range(0, len(prompts), self.batch_size):
-                batch = tok(prompts[start : start + self.batch_size], return_tensors="pt", padding=True,
-                            add_special_tokens=False).to(self.model.device)
+                chunk = prompts[start : start + self.batch_size]
+                batch = (tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+                         if isinstance(chunk[0], str) else  # token ids: only padded
+                         tok.pad({"input_ids": [list(ids) for ids in chunk]}, return_tensors="pt"))
+                batch = batch.to(self.model.device)
                 # top_k is always given: transformers would otherwise apply the model's default (often 50)
                 sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k,
                             **({"min_p": min_p} if min_p else {})} if temperature > 0 else {"do_sample": False}
@@ -248,8 +251,9 @@ class PlainGenerator:
                                               eos_token_id=tok.eos_token_id, **sampling)
                 new_tokens = out[:, batch["input_ids"].shape[1]:]
                 decoded = tok.batch_decode(new_tokens, skip_special_tokens=True)
-                texts.extend(Completion(text, generated_length(ids.tolist(), tok.eos_token_id))
-                             for text, ids in zip(decoded, new_tokens))
+                for text, ids in zip(decoded, new_tokens):
+                    n = generated_length(ids.tolist(), tok.eos_token_id)
+                    texts.append(Completion(text, n, ids.tolist()[:n]))
         finally:
             self.model.train(was_training)
         return texts

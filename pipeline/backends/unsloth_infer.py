@@ -47,9 +47,10 @@ class UnslothGenerator:
         self.lora_request = lora_request
         self.wake_engine = wake_engine
 
-    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
-        """One completion per chat-templated prompt. temperature 0 is greedy in vLLM."""
+    def generate(self, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
+        """One completion per chat-templated prompt (text, or token ids: vLLM's TokensPrompt). temperature 0 is
+        greedy in vLLM."""
         if not prompts:
             return []
         from vllm import SamplingParams  # lazy: vllm imports torch (and needs a GPU)
@@ -61,12 +62,14 @@ class UnslothGenerator:
         try:
             # model.fast_generate is vLLM's LLM.generate (set in FastLlamaModel.from_pretrained); lora_request=None
             # is passed explicitly for the base model so nothing falls back to an adapter loaded earlier.
-            outputs = self.model.fast_generate(list(prompts), sampling_params=params,
+            outputs = self.model.fast_generate([p if isinstance(p, str) else {"prompt_token_ids": list(p)}
+                                                for p in prompts], sampling_params=params,
                                                lora_request=self.lora_request)
         finally:
             if slept:
                 self._sleep()
-        return [Completion(output.outputs[0].text, len(output.outputs[0].token_ids)) for output in outputs]
+        return [Completion(output.outputs[0].text, len(output.outputs[0].token_ids), output.outputs[0].token_ids)
+                for output in outputs]
 
     def _wake_if_sleeping(self) -> bool:
         """In standby the trainer puts vLLM to sleep after each rollout and wakes it before the next
@@ -126,8 +129,8 @@ class UnslothTransformersGenerator(PlainGenerator):
         super().__init__(model, tokenizer)
         self.back_to_training = back_to_training
 
-    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
+    def generate(self, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
         if not prompts:
             return []
         from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)

@@ -93,21 +93,21 @@ class VllmGenerator:
         self.tokenizer = tokenizer
         self.lora_request = lora_request(adapter)
 
-    def generate(self, prompts: list[str], max_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
-                 top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
+    def generate(self, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
         # lazy: vLLM is a heavy optional package
         from vllm import SamplingParams
 
         # top_k 0 and min_p 0.0 are vLLM's "off" (SamplingParams); temperature 0 is greedy there as here.
         params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k or 0,
                                 min_p=min_p or 0.0)
-        token_prompts = [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]}
-                         for p in prompts]
+        token_prompts = [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]
+                          if isinstance(p, str) else list(p)} for p in prompts]
         outputs = self.llm.generate(token_prompts, sampling_params=params, lora_request=self.lora_request,
                                     use_tqdm=False)
         # CompletionOutput.token_ids: the generated ids, the stop (end-of-sequence) token included
         ids = [list(o.outputs[0].token_ids) for o in outputs]
-        return [Completion(text, len(i)) for text, i in
+        return [Completion(text, len(i), i) for text, i in
                 zip(self.tokenizer.batch_decode(ids, skip_special_tokens=True), ids)]
 
 

@@ -47,7 +47,8 @@ from pipeline.errors import fit_to_command, note_command_options, note_run_folde
 from pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
 from pipeline.infer.evaluate import score_completions
 from pipeline.preflight import reward_kwargs_outside_training, run_checks
-from pipeline.trainer.agents import agents_not_run
+from pipeline.infer.tool_loop import describe, env_rewards, run_for_config, tool_stats
+from pipeline.trainer.agents import Agents, agent_names, resolve_agents
 from pipeline.trainer.warmup import run_format_warmup
 from rewards import check_reward_weights, get_reward_funcs
 from rewards.contract import RewardFailure, call_reward
@@ -133,8 +134,10 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     seen = snapshot(absolute_path(cfg.grpo.output_dir) / DRY_RUN_NAME,
                     fix="Another run wrote it meanwhile; run the dry run again when it is done.")
     cfg, backend_name, backend = _checked_backend(cfg, log)
-    if agents_not_run(cfg, "the reward dry run"):
-        log(agents_not_run(cfg, "the reward dry run"))
+    agents = resolve_agents(cfg) if agent_names(cfg) else Agents()
+    if agents.rollout_func is not None:
+        log(f"note: rollout_func {cfg.grpo.rollout_func} needs the trainer (its second argument); the dry run "
+            "samples with the backend's generator instead")
     funcs = get_reward_funcs(list(cfg.grpo.reward_funcs))
     weights = check_reward_weights(list(cfg.grpo.reward_funcs), cfg.grpo.reward_weights)
     output_dir = absolute_path(cfg.grpo.output_dir)
@@ -142,11 +145,19 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     output_dir.mkdir(parents=True, exist_ok=True)
 
     rows, max_tokens, tokenizer, generator = _prompts_and_generator(cfg, backend, n_prompts, after_warmup, output_dir)
-    texts, chat_prompts, columns = _sample(cfg, rows, tokenizer, generator, max_tokens, log)
+    texts, chat_prompts, columns, rollouts = _sample(cfg, rows, tokenizer, generator, max_tokens, log, agents)
     # As TRL calls rewards (rewards/trl_source.py): the columns it passes, completion_ids, the trainer's objects
     kwargs = reward_kwargs_outside_training(cfg, tokenizer, columns, [str(text) for text in texts])
-    table = _score(funcs, weights, cfg.grpo.num_generations, texts, chat_prompts, kwargs, cfg.grpo.reward_timeout)
+    if rollouts and agents.environments:  # TRL hands the rewards each rollout's environment
+        kwargs["environments"] = [r.instance for r in rollouts]
+    scores = _score(funcs, texts, chat_prompts, kwargs, cfg.grpo.reward_timeout, rollouts)
+    extra = env_rewards(agents, rollouts or [])  # an environment's get_reward: a reward of weight 1, as in TRL
+    names = [*(func.__name__ for func in funcs), *extra]
+    table = reward_table(names, [*scores, *extra.values()], [*weights, *[1.0] * len(extra)], cfg.grpo.num_generations)
     result = _result(cfg, backend_name, after_warmup, rows, texts, columns, table, max_tokens)
+    if rollouts is not None:
+        result["rollouts"] = _rollout_samples(rollouts, names, [*scores, *extra.values()], cfg.grpo.num_generations)
+        result["tools"] = tool_stats(rollouts)
     result["verdicts"] = verdicts(table, cfg, result["clipped_share"], after_warmup)
     result["wall_time_s"] = round(time.time() - start, 1)
     result["path"] = str(atomic_write_json(seen.path, result, seen=seen))
@@ -179,34 +190,45 @@ def _prompts_and_generator(cfg: PipelineConfig, backend, n_prompts: int, after_w
     return rows, prepared.max_completion_length, tokenizer, backend.training_generator(model, tokenizer, cfg)
 
 
-def _sample(cfg: PipelineConfig, rows, tokenizer, generator, max_tokens: int, log):
-    """num_generations completions per prompt with the rollout settings: (texts, chat prompts, dataset columns),
-    one entry per completion, as TRL hands them to the rewards."""
+def _sample(cfg: PipelineConfig, rows, tokenizer, generator, max_tokens: int, log, agents: Agents):
+    """num_generations completions per prompt with the rollout settings: (texts, chat prompts, dataset columns,
+    the tool loop's rollouts or None), one entry per completion, as TRL hands them to the rewards. With tools or
+    environments each completion is a rollout of the tool loop, the tools live (pipeline/infer/tool_loop.py)."""
     g, n = cfg.grpo, cfg.grpo.num_generations
-    prompts = [prompt for prompt in render_prompts(tokenizer, list(rows["prompt"])) for _ in range(n)]
     log(f"sampling {len(rows)} prompts x {n} completions (temperature {g.temperature:g}, top_p {g.top_p:g}, "
-        f"top_k {g.top_k}, min_p {g.min_p}, max_completion_length {max_tokens})")
+        f"top_k {g.top_k}, min_p {g.min_p}, max_completion_length {max_tokens})"
+        + (", the tools live" if agents.uses_tools else ""))
     from transformers import set_seed  # lazy: transformers imports torch
 
     set_seed(g.seed)  # the same completions for the same recipe
-    texts = generator.generate(prompts, max_tokens=max_tokens, temperature=g.temperature, top_p=g.top_p,
-                               top_k=g.top_k, min_p=g.min_p)
+    sampling = dict(temperature=g.temperature, top_p=g.top_p, top_k=g.top_k, min_p=g.min_p)
     # Completions in the prompt's format, every dataset column repeated per completion.
     columns = {key: [row[key] for row in rows for _ in range(n)] for key in rows.column_names}
     chat_prompts = [row["prompt"] for row in rows for _ in range(n)]
-    return texts, chat_prompts, columns
+    if agents.uses_tools:
+        rollouts = run_for_config(cfg, generator, tokenizer, agents, chat_prompts,
+                                  [dict(row) for row in rows for _ in range(n)], max_tokens, **sampling)
+        return [r.completion for r in rollouts], chat_prompts, columns, rollouts
+    prompts = [prompt for prompt in render_prompts(tokenizer, list(rows["prompt"])) for _ in range(n)]
+    return generator.generate(prompts, max_tokens=max_tokens, **sampling), chat_prompts, columns, None
 
 
-def _score(funcs, weights: list[float], n: int, texts, chat_prompts, kwargs,
-           timeout: float = 0) -> dict[str, dict[str, Any]]:
-    """The rewards on the completions, called as the trainer calls them, tabled (reward_table)."""
-    completions = [completion_like(prompt, text) for prompt, text in zip(chat_prompts, texts, strict=True)]
+def _score(funcs, texts, chat_prompts, kwargs, timeout: float = 0, rollouts=None) -> list[list[Optional[float]]]:
+    """The rewards on the completions, called as the trainer calls them (a tool run's completion: its messages)."""
+    completions = ([r.messages for r in rollouts] if rollouts is not None else
+                   [completion_like(prompt, text) for prompt, text in zip(chat_prompts, texts, strict=True)])
     try:  # as the trainer calls them: guarded (plain floats back, numpy's too), async ones awaited
-        scores = [call_reward(func, chat_prompts, completions, kwargs, timeout=timeout) for func in funcs]
+        return [call_reward(func, chat_prompts, completions, kwargs, timeout=timeout) for func in funcs]
     except RewardFailure as err:
         raise ConfigError("reward_funcs", f"{err}. It was called on the model's own completions in this dry run, "
                           "as the trainer would call it; the contract: docs/rewards.md.") from None
-    return reward_table([func.__name__ for func in funcs], scores, weights, n)
+
+
+def _rollout_samples(rollouts, names: list[str], scores: list[list[Optional[float]]], n: int) -> list[dict]:
+    """The first completion of the first prompts, as rollouts: turns, calls and results, each reward's value."""
+    return [{**rollouts[i].record(), "lines": describe(rollouts[i]),
+             "rewards": {name: values[i] for name, values in zip(names, scores)}}
+            for i in range(0, len(rollouts), n)][:N_SAMPLES_KEPT]
 
 
 def _result(cfg: PipelineConfig, backend_name: str, after_warmup: bool, rows, texts, columns, table,
@@ -242,7 +264,16 @@ def format_result(result: dict[str, Any]) -> Any:
         table.add_row(name, _fmt(row["mean"], "{:.3f}"), _fmt(row["std"], "{:.3f}"), _fmt(row["zero_share"]),
                       _fmt(row["none_share"]), _fmt(row["flat_group_share"]))
     sampling = result["sampling"]
-    lines = [
+    lines = []
+    for k, rollout in enumerate(result.get("rollouts") or [], start=1):
+        lines += [f"rollout {k}" + (f" ({rollout['environment']})" if rollout["environment"] else "") + ":",
+                  *(f"  {line}" for line in rollout["lines"]),
+                  "  rewards: " + ", ".join(f"{name} {_fmt(value, '{:.3f}')}" for name, value in
+                                            rollout["rewards"].items())]
+    if result.get("tools"):
+        lines.append(f"tool calls per rollout {result['tools']['calls_per_rollout']:.2f}, failed "
+                     f"{result['tools']['failures_per_call']:.0%} of them")
+    lines += [
         f"format hit rate (strict <reasoning>/<answer>) {result['format_hit_rate']:.0%}, <answer> found "
         f"{result['answer_found_rate']:.0%}",
         f"completion tokens: mean {_fmt(result['mean_completion_tokens'], '{:.1f}')}, "

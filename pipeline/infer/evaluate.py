@@ -28,7 +28,9 @@ from pipeline.health import metrics
 from pipeline.health.metrics import is_garbled
 from pipeline.infer.scoring import Scorer, build_scorer, score_with
 from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
+from pipeline.infer.tool_loop import env_rewards, run_for_config, tool_stats
 from pipeline.preflight import reward_kwargs_outside_training
+from pipeline.trainer.agents import Agents
 from env.kept import file_sha256, record, reusable, state_key, versions
 from rewards import correctness_reward_func, extract_xml_answer, strict_format_reward_func
 
@@ -62,13 +64,28 @@ def eval_scorer(cfg: PipelineConfig, tokenizer) -> Scorer:
 
 
 def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scorer, max_tokens: int,
-                  temperature: float = 0.0, top_p: float = 1.0) -> dict[str, Any]:  # as EVAL_SAMPLING
+                  temperature: float = 0.0, top_p: float = 1.0, agents: Optional[Agents] = None,
+                  cfg: Optional[PipelineConfig] = None) -> dict[str, Any]:  # as EVAL_SAMPLING
     """Generate for every row and aggregate. Greedy (temperature 0) by default, so runs are comparable. Accuracy is
-    the share the run's correctness scores as right (`eval_scorer`); the run's rewards' means are beside it."""
-    prompts = render_prompts(tokenizer, [row["prompt"] for row in rows])
-    completions = generator.generate(prompts, max_tokens=max_tokens, temperature=temperature, top_p=top_p)
+    the share the run's correctness scores as right (`eval_scorer`); the run's rewards' means are beside it. With
+    `agents` using tools (and the run's `cfg`), each row is answered through the tool loop (tool_loop.py) and its
+    final answer scored; an environment's get_reward is a reward beside the others, as in training."""
+    rollouts = None
+    if agents is not None and agents.uses_tools:
+        rollouts = run_for_config(cfg, generator, tokenizer, agents, [row["prompt"] for row in rows],
+                                  [{**row.get("columns", {}), "prompt": row["prompt"]} for row in rows], max_tokens,
+                                  temperature=temperature, top_p=top_p)
+        completions = [r.completion for r in rollouts]
+    else:
+        prompts = render_prompts(tokenizer, [row["prompt"] for row in rows])
+        completions = generator.generate(prompts, max_tokens=max_tokens, temperature=temperature, top_p=top_p)
     scored = score_completions(completions, [row["answer"] for row in rows])
     verdicts, reward_means = score_with(scorer, rows, completions)
+    for name, values in env_rewards(agents, rollouts).items() if rollouts else ():
+        known = [v for v in values if v is not None]
+        reward_means[name] = sum(known) / len(known) if known else None
+    for one, rollout in zip(scored, rollouts or []):
+        one.update(rollout.record())
     for one, verdict in zip(scored, verdicts, strict=True):
         one.update(verdict)
     n = len(scored)
@@ -87,6 +104,7 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scor
         "max_tokens": max_tokens,
         "temperature": temperature,
         "samples": [{"id": row["id"], **s} for row, s in zip(rows[:N_SAMPLES_KEPT], scored[:N_SAMPLES_KEPT])],
+        **({"tools": tool_stats(rollouts)} if rollouts is not None else {}),
     }
 
 
@@ -147,6 +165,9 @@ def format_table(result: dict[str, Any], title: str) -> str:
         lines.append(f"{label:<24}{fmt.format(result[key])}")
     if result.get("scorer"):
         lines.append(f"{'accuracy scored by':<24}{result['scorer']} (the run's correctness)")
+    if result.get("tools"):
+        lines.append(f"{'tool calls per prompt':<24}{result['tools']['calls_per_rollout']:.2f} (failed "
+                     f"{result['tools']['failures_per_call']:.0%})")
     for name, mean in (result.get("rewards") or {}).items():
         shown = ("-" if mean is None else f"not scored: {mean['error'][:80]}" if isinstance(mean, dict)
                  else f"{mean:.3f}")
@@ -199,7 +220,8 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     rows = load_eval_rows(cfg, setup.tokenizer, limit=limit, report_dir=out.parent,
                           other_fix="in the recipe you pass as --config (or --data), or evaluate other --data")
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, eval_scorer(cfg, setup.tokenizer),
-                           setup.max_tokens, temperature=setup.temperature, top_p=setup.top_p)
+                           setup.max_tokens, temperature=setup.temperature, top_p=setup.top_p, agents=setup.agents,
+                           cfg=setup.config)
     result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
                   data=str(data_path), split=eval_split, eval_json=str(out), eval_set=rows.line())
     atomic_write_json(out, result, seen=seen)

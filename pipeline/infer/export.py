@@ -21,13 +21,14 @@ from env.paths import atomic_directory, atomic_write_json, shell_command, snapsh
 from pipeline.backends import EXPORT_METHODS, choose_backend, load_backend
 from pipeline.config import ConfigError, field_choices, from_mapping
 from pipeline.data import model_check
-from pipeline.data.tokenizer import resolve_model_path
+from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 from pipeline.errors import guarded, note_command_options
 
 # Through the module, looked up at the call: tests stand in for adapter_mismatch there (it may ask the hub).
 from pipeline.infer import session
 from pipeline.infer.session import verify_trained_dir
 from pipeline.run.manifest import find_manifest, recorded_base, write_adapter_metadata
+from pipeline.trainer.agents import agent_names
 
 
 @guarded("export")
@@ -78,12 +79,32 @@ def main(argv: Optional[list[str]] = None) -> int:
         # The trained system prompt goes into the chat template of every format (the .gguf's metadata too).
         system_prompt = args.system_prompt if args.system_prompt is not None else manifest.get("system_prompt")
         backend.export(adapter, base_model, args.to, staging, cfg, system_prompt=system_prompt)
+        check_tool_support(staging, cfg, args.to)  # a model trained with tools still renders them
         carry_training_defaults(staging, manifest)  # grpo_adapter.json travels
         atomic_write_json(staging / EXPORT_MARKER, {"adapter": str(adapter.path), "to": args.to,
                                                     "base_model": recorded_base(base_model)})
     # the paths quoted as shell words, so they paste back as printed
     print(f"exported {shell_command(adapter.path)} ({args.to}, base {base_model}) to {shell_command(out)}")
     return 0
+
+
+def check_tool_support(folder: Path, cfg: Any, method: str) -> None:
+    """An export of an adapter trained with tools (or environments) keeps a chat template that renders a whole
+    tool exchange (TRL's supports_tool_calling) and the tools' schemas: else the export fails, nothing published
+    (a merged model that silently lost its tool format would answer without ever calling one)."""
+    names = agent_names(cfg)
+    if method == "gguf" or not (names.get("tools") or names.get("environment_factory")):
+        return  # a .gguf carries its template in its metadata, read by llama.cpp, not by transformers
+    # lazy: transformers and trl import torch
+    from trl.chat_template_utils import supports_tool_calling
+
+    tokenizer = load_tokenizer(str(folder), cfg.model.trust_remote_code, "hf")
+    probe = {"type": "function", "function": {"name": "probe_tool", "description": "A probe.",
+                                              "parameters": {"type": "object", "properties": {}}}}
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "?"}], tools=[probe], tokenize=False)
+    if not supports_tool_calling(tokenizer) or "probe_tool" not in rendered:
+        raise RuntimeError(f"the exported chat template in {folder} no longer renders tools ({names}); the export "
+                           "is not published. Report this with the adapter's grpo_adapter.json.")
 
 
 def carry_training_defaults(folder: Path, manifest: dict[str, Any]) -> None:

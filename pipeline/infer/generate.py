@@ -24,6 +24,7 @@ from pipeline.data.source_spec import DataFileError
 from pipeline.errors import guarded, note_command_options
 from pipeline.infer.evaluate import score_completions
 from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
+from pipeline.infer.tool_loop import run_for_config
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
@@ -83,13 +84,20 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
     # a chat, a question with the system prompt, a chat keeping its own system message (as_chat).
     messages = [p if setup.prompt_format == "standard" and isinstance(p, str) else as_chat(setup.system_prompt, p)
                 for p in prompts]
-    texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
-                                     temperature=setup.temperature, top_p=setup.top_p)
+    sampling = dict(temperature=setup.temperature, top_p=setup.top_p)
+    if setup.agents.uses_tools:  # the tools the adapter trained with (or --tools): TRL's tool loop, as in training
+        rollouts = run_for_config(setup.config, setup.generator, setup.tokenizer, setup.agents, messages,
+                                  [{"prompt": m} for m in messages], setup.max_tokens, **sampling)
+        texts, extra = [r.completion for r in rollouts], [r.record() for r in rollouts]
+    else:
+        texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
+                                         **sampling)
+        extra = [{} for _ in texts]
     scored = score_completions(texts, [None] * len(texts))
     return [{"prompt": p, "text": s["completion"], "answer": s["extracted_answer"],
-             "format_valid": s["format_valid"], "completion_tokens": s["completion_tokens"],
+             "format_valid": s["format_valid"], "completion_tokens": s["completion_tokens"], **more,
              "model": setup.base_model, "adapter": str(setup.adapter.path) if setup.adapter else None}
-            for p, s in zip(prompts, scored)]
+            for p, s, more in zip(prompts, scored, extra)]
 
 
 @guarded("generate")

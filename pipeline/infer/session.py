@@ -43,7 +43,7 @@ from pipeline.data import model_check
 from pipeline.data.tokenizer import resolve_model_path
 from pipeline.run.checkpoint_contents import adapter_mismatch
 from pipeline.run.manifest import ADAPTER_METADATA_NAME, MANIFEST_NAME, find_manifest, other_base
-from pipeline.trainer.agents import agents_not_run
+from pipeline.trainer.agents import Agents, agent_names, resolve_agents, rollout_func_note
 
 DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
 
@@ -61,6 +61,7 @@ class InferenceSetup:
     config: PipelineConfig
     manifest: Optional[dict]
     trained_dir: Optional[Path] = None  # the --lora folder
+    agents: Agents = dataclasses.field(default_factory=Agents)  # the tools the answers run with (tool_loop.py)
 
     @property
     def prompt_format(self) -> str:
@@ -86,6 +87,12 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top_p", type=float, default=None, help="default: gen_top_p (1.0)")
     parser.add_argument("--max_lora_rank", type=int, default=None, help="vLLM LoRA rank limit (default: manifest)")
     add_remote_code_argument(parser)
+    parser.add_argument("--tools", nargs="*", default=None, metavar="MODULE:FUNCTION",
+                        help="the tools the model may call (default: those the adapter was trained with; "
+                             "`--tools` alone: none)")
+    parser.add_argument("--environment_factory", default=None, metavar="MODULE:CLASS",
+                        help="TRL's environment_factory (module:Class, or a JSON object of name: module:Class; "
+                             "default: the adapter's; '' for none)")
     parser.add_argument("--system_prompt", "--system", default=None,
                         help="override the system prompt the adapter records (the one its training rows carried); "
                              "required for an adapter that carries no grpo_adapter.json and has no manifest.json "
@@ -184,9 +191,14 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     flat.update(model_name_or_path=base_model, backend=args.backend, max_lora_rank=_max_lora_rank(args, manifest),
                 system_prompt=system_prompt,
                 trust_remote_code=remote_code(getattr(args, "trust_remote_code", False), manifest, base_model))
+    flat.update({key: value for key, value in (("tools", getattr(args, "tools", None)),
+                                               ("environment_factory", getattr(args, "environment_factory", None)))
+                 if value is not None})  # --tools / --environment_factory override what the adapter records
     cfg = from_mapping(flat)
-    if agents_not_run(cfg, "grpo generate / grpo eval"):  # an adapter trained with tools
-        print(f"[grpo] {agents_not_run(cfg, 'grpo generate / grpo eval')}", file=sys.stderr)
+    agents = resolve_agents(cfg) if agent_names(cfg) else Agents()  # a name that does not import: before loading
+    if rollout_func_note(cfg, "grpo generate / grpo eval"):
+        print(f"[grpo] {rollout_func_note(cfg, 'grpo generate / grpo eval')}", file=sys.stderr)
+    cfg = _servable(cfg, adapter)
     choice = choose_backend(args.backend, cfg.model.fast_inference)
     if choice.name == "unsloth" and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
@@ -198,7 +210,34 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
         tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained
     return InferenceSetup(generator, tokenizer, base_model, adapter, system_prompt, int(max_tokens),
                           gen.gen_temperature, gen.gen_top_p, cfg, manifest,
-                          absolute_path(args.lora) if args.lora else None)
+                          absolute_path(args.lora) if args.lora else None, agents)
+
+
+def vllm_refusal(adapter: Any) -> Optional[str]:
+    """Why vLLM cannot serve this adapter as a LoRARequest, or None: vLLM applies LoRA matrices only, and an adapter
+    with `modules_to_save` (lora_modules_to_save: modules trained in full) carries whole modules besides them.
+
+    >>> from types import SimpleNamespace
+    >>> vllm_refusal(SimpleNamespace(modules_to_save=["lm_head"]))[:46]
+    'the adapter trains modules in full (lm_head); '
+    >>> vllm_refusal(SimpleNamespace(modules_to_save=None)) is None, vllm_refusal(None) is None
+    (True, True)
+    """
+    modules = getattr(adapter, "modules_to_save", None) if adapter is not None else None
+    if not modules:
+        return None
+    return (f"the adapter trains modules in full ({', '.join(modules)}); vLLM applies only LoRA matrices and would "
+            "drop them")
+
+
+def _servable(cfg: PipelineConfig, adapter: Any) -> PipelineConfig:
+    """The run's vllm_mode, unless vLLM cannot serve the adapter: then transformers + peft, said in a note."""
+    reason = vllm_refusal(adapter)
+    if reason is None or cfg.model.vllm_mode == "none":
+        return cfg
+    print(f"note: {reason}, so this generates with transformers + peft, not vLLM (the run's vllm_mode: "
+          f"{cfg.model.vllm_mode}).", file=sys.stderr)
+    return cfg.replace(vllm_mode="none")
 
 
 def _checked_generation_settings(args: argparse.Namespace) -> Any:

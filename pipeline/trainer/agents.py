@@ -68,21 +68,19 @@ def agent_names(cfg: PipelineConfig) -> dict[str, Any]:
     return names
 
 
-def agents_not_run(cfg: PipelineConfig, command: str) -> Optional[str]:
-    """The line a command that does not run TRL's tool loop yet prints when the config (or the adapter's record)
-    names tools, environments or a rollout_func: said, never dropped in silence. None when none is named.
+def rollout_func_note(cfg: PipelineConfig, command: str) -> Optional[str]:
+    """The line a command outside training prints when the config (or the adapter's record) names a rollout_func:
+    it takes the trainer as its second argument, so only training can call it. None when none is named.
 
-    >>> agents_not_run(PipelineConfig().replace(tools=["calc:add"]), "grpo generate")[:65]
-    "note: grpo generate does not run the tool loop yet (tools: ['calc"
-    >>> agents_not_run(PipelineConfig(), "grpo generate") is None
+    >>> rollout_func_note(PipelineConfig().replace(rollout_func="r:roll"), "grpo generate")[:60]
+    'note: grpo generate does not call rollout_func r:roll (it ta'
+    >>> rollout_func_note(PipelineConfig(), "grpo generate") is None
     True
     """
-    names = agent_names(cfg)
-    if not names:
+    if not cfg.grpo.rollout_func:
         return None
-    said = "; ".join(f"{key}: {value}" for key, value in names.items())
-    return (f"note: {command} does not run the tool loop yet ({said}): the model answers in one turn, without "
-            "calling tools; docs/agents.md")
+    return (f"note: {command} does not call rollout_func {cfg.grpo.rollout_func} (it takes the trainer); it "
+            "generates with the backend's generator (and the tool loop, when tools are named); docs/agents.md")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,216 @@
+"""The tool loop outside training (pipeline/infer/tool_loop.py): TRL's own _tool_call_loop driven by the backend's
+generator, in `grpo rewards`, `grpo generate` and `grpo eval`; and what `grpo generate` does with an adapter vLLM
+cannot serve.
+
+The loop's mechanics run against a scripted generator (the one stand-in, at the generator boundary: it writes the
+turns a trained model would); the commands run end to end on the tiny Qwen2 with the real Qwen2.5 tokenizer, steered
+to call the tools by transformers' own `sequence_bias` (tests/agent_helpers.py forced_text_bias), as the training
+tests steer TRL's rollouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent_helpers import forced_text_bias, tool_call_text
+from pipeline.assets import load_qwen_tokenizer
+from pipeline.backends import Completion
+from pipeline.trainer.agents import resolve_agents
+from train_helpers import tiny_qwen_config
+
+CALLS = tool_call_text(("add", {"a": 2, "b": 3}), ("lookup", {"key": "k"}), ("bump", {"by": 2}))
+
+
+@pytest.fixture(autouse=True)
+def _silence_trl(monkeypatch):
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+class Scripted:
+    """A generator writing the given turns in order (each ended by <|im_end|>), keeping the prompts it was given."""
+
+    def __init__(self, tokenizer, turns):
+        self.tokenizer, self.turns, self.prompts = tokenizer, list(turns), []
+
+    def generate(self, prompts, max_tokens, **sampling):
+        done = []
+        for prompt in prompts:
+            self.prompts.append(list(prompt))
+            ids = self.tokenizer.encode(self.turns.pop(0), add_special_tokens=False)
+            ids.append(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
+            done.append(Completion(self.tokenizer.decode(ids, skip_special_tokens=True), len(ids), ids))
+        return done
+
+
+def loop(turns, max_iterations, rows=None, **options):
+    from pipeline.infer.tool_loop import run_tool_loop
+
+    tokenizer = load_qwen_tokenizer()
+    generator = Scripted(tokenizer, turns)
+    rows = rows or [{"question": "2+3?", "answer": "5"}]
+    agents = resolve_agents(tiny_qwen_config(Path("unused"), **options))
+    rollouts = run_tool_loop(generator, tokenizer, agents, [[{"role": "user", "content": "2+3?"}]] * len(rows),
+                             rows, 400, max_iterations, 2048)
+    return rollouts, generator, tokenizer, agents
+
+
+def test_sync_and_async_tools_an_environment_and_a_failing_call_run_in_trls_loop():
+    from pipeline.infer.tool_loop import describe, env_rewards, tool_stats
+
+    rollouts, generator, tokenizer, agents = loop(
+        [CALLS + "\n" + tool_call_text(("nope", {})), "<answer>5</answer>"], 3,
+        tools=["agent_helpers:add", "agent_helpers.lookup"], environment_factory="agent_helpers:Counter")
+    (rollout,) = rollouts
+    assert [(c.name, c.arguments, c.result, c.error) for c in rollout.calls] == [
+        ("add", {"a": 2, "b": 3}, "5", None), ("lookup", {"key": "k"}, "value-of-k", None),
+        ("bump", {"by": 2}, "2", None), ("nope", {}, "{'error': 'Tool nope not found.'}", "Tool nope not found.")]
+    assert rollout.turns == 2 and rollout.completion == "<answer>5</answer>"
+    assert rollout.environment == "Counter" and rollout.env_reward == 2.0  # get_reward after the loop
+    assert env_rewards(agents, rollouts) == {"Counter": [2.0]}
+    assert tool_stats(rollouts) == {"calls_per_rollout": 4.0, "failures_per_call": 0.25}
+    first, second = (tokenizer.decode(ids) for ids in generator.prompts)
+    assert '"name": "add"' in first and '"name": "bump"' in first  # the schemas, environment methods included
+    assert first.endswith("(you may bump the counter)<|im_end|>\n<|im_start|>assistant\n")  # reset's observation
+    assert second.startswith(first) and "<tool_response>\n5\n</tool_response>" in second  # no re-tokenising
+    assert describe(rollout)[1] == "  add(a=2, b=3) -> '5'"
+
+
+def test_the_cap_leaves_the_last_calls_unrun_and_an_environment_without_get_reward_scores_nothing():
+    from pipeline.infer.tool_loop import describe, env_rewards
+
+    turns = [tool_call_text(("write", {"text": "hi"})), tool_call_text(("write", {"text": "x"}))]
+    rollouts, _, _, agents = loop(turns, 1, environment_factory="agent_helpers:Notes")
+    (rollout,) = rollouts
+    assert [(c.result, c.error) for c in rollout.calls] == [("ok", None), (None, None)]
+    assert rollout.env_reward is None and env_rewards(agents, rollouts) == {}
+    assert describe(rollout)[-1] == "  write(text='x') -> not run (max_tool_calling_iterations)"
+
+
+def test_the_multi_environment_form_routes_each_row_and_refuses_a_row_without_one():
+    from pipeline.config import ConfigError
+
+    envs = {"count": "agent_helpers:Counter", "notes": "agent_helpers:Notes"}
+    bump = tool_call_text(("bump", {"by": 1}))
+    rows = [{"environment": "count"}, {"environment": "notes"}]
+    rollouts, _, _, _ = loop([bump, bump, "done", "done"], 2, rows=rows, environment_factory=envs)
+    assert [r.environment for r in rollouts] == ["Counter", "Notes"]
+    assert [r.calls[0].error for r in rollouts] == [None, "Tool bump not found."]
+    with pytest.raises(ConfigError, match="environment"):
+        loop(["x"], 1, rows=[{"question": "q"}], environment_factory=envs)
+
+
+# ------------------------------------------------------------------ the commands, on the tiny Qwen2, steered
+
+
+@pytest.fixture
+def steered(monkeypatch):
+    """Every model the plain backend loads writes CALLS, then ends its turn (transformers' sequence_bias)."""
+    from pipeline.backends import plain
+
+    bias = forced_text_bias(load_qwen_tokenizer(), CALLS)
+    real = plain.load_model
+
+    def load_model(*args, **kwargs):
+        model = real(*args, **kwargs)
+        model.generation_config.sequence_bias = bias
+        return model
+
+    monkeypatch.setattr(plain, "load_model", load_model)
+
+
+@pytest.mark.slow
+def test_grpo_rewards_runs_rollouts_with_the_tools_live_and_shows_them(steered, tmp_path, capsys):
+    from pipeline.infer.dry_run import main
+
+    options = dict(model_name_or_path="tiny-qwen2.5", backend="plain", dataset_name="sample", max_seq_length=1024,
+                   num_generations=2, per_device_train_batch_size=2, lora_r=8, lora_alpha=16,
+                   max_completion_length=192, max_tool_calling_iterations=1, max_samples=4, output_dir=tmp_path / "r",
+                   reward_funcs="train_helpers:digit_share_reward", environment_factory="agent_helpers:Counter")
+    argv = [f"--{key}={value}" for key, value in options.items()]
+    argv += ["--lora_target_modules", "q_proj", "v_proj", "--tools", "agent_helpers:add", "agent_helpers.lookup",
+             "--prompts", "1"]
+    assert main(argv) == 0
+    shown = capsys.readouterr().out
+    result = json.loads((tmp_path / "r" / "reward_dry_run.json").read_text())
+    assert set(result["rewards"]) == {"digit_share_reward", "Counter", "total"}
+    assert result["rewards"]["Counter"]["mean"] == 2.0  # get_reward: bump(by=2) ran once in each rollout
+    (rollout,) = result["rollouts"]
+    assert [(c["name"], c["result"]) for c in rollout["tool_calls"]] == [
+        ("add", "5"), ("lookup", "value-of-k"), ("bump", "2"), ("add", None), ("lookup", None), ("bump", None)]
+    assert rollout["rewards"]["Counter"] == 2.0 and result["tools"]["calls_per_rollout"] == 3.0
+    assert "rollout 1 (Counter):" in shown and "add(a=2, b=3) -> '5'" in shown
+    assert "not run (max_tool_calling_iterations)" in shown and "Counter 2.000" in shown
+
+
+def tiny_adapter(folder: Path, modules_to_save=None, **recorded) -> Path:
+    """A LoRA on the tiny Qwen2, saved as a run saves it (adapter, tokenizer, grpo_adapter.json naming `recorded`)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.data.tokenizer import resolve_model_path
+    from pipeline.run.manifest import build_manifest, write_adapter_metadata
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path("tiny-qwen2.5"))
+    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                            modules_to_save=modules_to_save, task_type="CAUSAL_LM"))
+    peft.save_pretrained(str(folder))
+    tokenizer = load_qwen_tokenizer()
+    tokenizer.save_pretrained(str(folder))
+    cfg = tiny_qwen_config(folder.parent, **recorded)
+    write_adapter_metadata(folder, build_manifest(
+        cfg_dict=cfg.to_dict(), backend="plain", base_model="tiny-qwen2.5", system_prompt=cfg.data.system_prompt,
+        chat_template=tokenizer.chat_template, max_prompt_length=256, max_completion_length=192,
+        data_fingerprint="test", adapter_dir=folder))
+    return folder
+
+
+@pytest.mark.slow
+def test_generate_and_eval_run_the_recorded_tools_and_the_options_override_them(steered, tmp_path):
+    from pipeline.infer import generate
+    from pipeline.infer.evaluate import evaluate_saved
+    from pipeline.infer.generate import generate_answers
+
+    lora = tiny_adapter(tmp_path / "run" / "lora", tools=["agent_helpers:add", "agent_helpers.lookup"],
+                        environment_factory="agent_helpers:Counter", max_tool_calling_iterations=1,
+                        max_seq_length=1024)
+    (answer,) = generate_answers(["What is 2+3?"], lora=str(lora))
+    assert [(c["name"], c["result"]) for c in answer["tool_calls"][:3]] == [
+        ("add", "5"), ("lookup", "value-of-k"), ("bump", "2")]
+    assert answer["environment"] == "Counter" and answer["env_reward"] == 2.0
+    out = tmp_path / "answers.jsonl"  # overridden on the command line: only `add` is there
+    assert generate.main(["--lora", str(lora), "--prompt", "What is 2+3?", "--tools", "agent_helpers:add",
+                          "--environment_factory", "", "--output", str(out)]) == 0
+    answer = json.loads(out.read_text())
+    assert [c["error"] for c in answer["tool_calls"][:3]] == [None, "Tool lookup not found.", "Tool bump not found."]
+    assert answer["environment"] is None and answer["env_reward"] is None
+    result = evaluate_saved("sample", limit=2, output=str(tmp_path / "eval.json"), lora=str(lora))
+    assert result["tools"] == {"calls_per_rollout": 3.0, "failures_per_call": 0.0}
+    assert result["rewards"]["Counter"] == 2.0 and result["samples"][0]["turns"] == 2
+    assert json.loads((tmp_path / "eval.json").read_text())["tools"] == result["tools"]
+
+
+def test_an_adapter_with_modules_trained_in_full_is_not_handed_to_vllm(tmp_path, capsys):
+    from pipeline.infer.session import _servable, verify_trained_dir
+
+    lora = tiny_adapter(tmp_path / "run" / "lora", modules_to_save=["lm_head"])
+    cfg = tiny_qwen_config(tmp_path, vllm_mode="colocate")
+    assert _servable(cfg, verify_trained_dir(lora)).model.vllm_mode == "none"
+    said = capsys.readouterr().err
+    assert "trains modules in full (lm_head)" in said and "transformers + peft, not vLLM" in said
+    assert _servable(cfg, None).model.vllm_mode == "colocate"  # the base model, or LoRA matrices alone (doctest)
+
+
+def test_export_refuses_a_template_that_no_longer_renders_the_tools_it_trained_with(tmp_path):
+    """`grpo export` runs this on what it wrote (tests/test_agents.py exports a tool run and it passes)."""
+    from pipeline.config import from_mapping
+    from pipeline.infer.export import check_tool_support
+
+    broken = tmp_path / "broken"
+    tokenizer = load_qwen_tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # drops the tools
+    tokenizer.save_pretrained(str(broken))
+    with pytest.raises(RuntimeError, match="no longer renders tools"):
+        check_tool_support(broken, from_mapping({"tools": ["agent_helpers:add"]}), "merged16")
+    check_tool_support(broken, from_mapping({}), "merged16")  # trained without tools: nothing to keep
