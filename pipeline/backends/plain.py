@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import EXPORT_METHODS, Completion, score_with_vllm
+from pipeline.backends.base import BackendBase
 from pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
 from pipeline.backends.vllm_engine import (
     VllmGenerator,
@@ -25,11 +26,25 @@ from pipeline.backends.vllm_engine import (
     vllm_installed,
 )
 from pipeline.config import ConfigError, PipelineConfig
+from pipeline.config.validate import BACKEND_RULES
 from pipeline.data.prompts import carry_system_prompt
 from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 from pipeline.demo.registry import builtin_model
 
 NAME = "plain"
+
+
+class PlainBackend(BackendBase):
+    """transformers + peft + TRL: any machine, several GPUs, TRL's own vLLM (colocate | server) or generate."""
+
+    NAME = NAME
+    MODULE = __name__
+    COUNTERPART = "unsloth"
+    KBIT_UPCAST = True  # load_model: prepare_model_for_kbit_training on a 4-bit base
+    RECIPE_RULES = BACKEND_RULES[NAME]  # TRL's vLLM rollouts with a truncating sampler (validate.py)
+
+    def memory_path(self, vllm_mode: str, fast_inference: bool) -> str:
+        return "plain+vllm colocate" if vllm_mode == "colocate" else "plain"
 
 
 def prepare_environment(cfg: PipelineConfig) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from env.paths import absolute_path
 from pipeline.backends import EXPORT_METHODS, mixed_precision
+from pipeline.backends.base import BackendBase
 from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
     EVAL_SLEEP_LEVEL,
     choose_gpu_memory_utilization,
@@ -49,9 +50,30 @@ from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_upd
     sampling_params_mapping,
     validate_unsloth,
 )
+from pipeline.config.validate import BACKEND_RULES
 from pipeline.data.prompts import carry_system_prompt
 
 NAME = "unsloth"
+
+
+class UnslothBackend(BackendBase):
+    """Unsloth's FastLanguageModel + vLLM on one CUDA GPU; imported before trl/transformers/peft."""
+
+    NAME = NAME
+    MODULE = __name__
+    COUNTERPART = "plain"
+    GPU_ONLY = True
+    MULTI_GPU = False  # vLLM shares the card and the weights with the trainer
+    EXPORT_METHODS = EXPORT_METHODS  # gguf too: save_pretrained_gguf
+    KWARGS_NEED_MODEL = True  # bf16/fp16 and use_vllm follow the loaded model (grpo_config_kwargs)
+    MEMORY_SAVERS = True
+    RECIPE_RULES = BACKEND_RULES[NAME]  # what it refuses only after loading, refused up front (validate.py)
+
+    def memory_path(self, vllm_mode: str, fast_inference: bool) -> str:
+        return "unsloth+vllm" if fast_inference else "unsloth (no vLLM)"
+
+    def refuse_before_training(self, settings: PipelineConfig) -> None:
+        refuse_vllm_sleep_mode(standby_enabled(settings))  # the trainer's rollouts would sleep vLLM with it
 
 DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (unsloth_save_pretrained_gguf)
 # save_pretrained_gguf writes the merged 16-bit checkpoint into save_directory and the .gguf
