@@ -23,6 +23,8 @@ from typing import Any, Optional, Protocol
 
 from env import probes  # through the module, looked up at each call: tests stand in for the GPU probe there
 from pipeline.config import ConfigError, PipelineConfig
+from pipeline.config.pipeline_config import field_choices, set_field_choices
+from pipeline.config.validate import BACKEND_RULES
 from pipeline.demo.registry import builtin_model
 
 
@@ -285,9 +287,6 @@ def planned_backend(requested: str) -> Any:
 
 def register_backend(cls: type) -> None:
     """Add a backend: the registry, the `backend` field's choices and the recipe rules `validate` runs for it."""
-    from pipeline.config.pipeline_config import field_choices, set_field_choices
-    from pipeline.config.validate import BACKEND_RULES
-
     BACKENDS[cls.NAME] = cls
     BACKEND_RULES[cls.NAME] = tuple(cls.RECIPE_RULES)
     if cls.NAME not in field_choices("backend"):
@@ -296,9 +295,6 @@ def register_backend(cls: type) -> None:
 
 def unregister_backend(name: str) -> None:
     """Undo register_backend (a test's backend, once the test is done)."""
-    from pipeline.config.pipeline_config import field_choices, set_field_choices
-    from pipeline.config.validate import BACKEND_RULES
-
     BACKENDS.pop(name, None)
     BACKEND_RULES.pop(name, None)
     set_field_choices("backend", tuple(choice for choice in field_choices("backend") if choice != name))
