@@ -211,20 +211,20 @@ def choose_backend(requested: str, fast_inference: bool = True) -> BackendChoice
     return BackendChoice("unsloth", "auto: CUDA GPU, unsloth and vllm are all available")
 
 
-def gpu_sized(cfg) -> bool:
+def gpu_sized(model_name_or_path: str, requested: str) -> bool:
     """A GPU-sized recipe: any model but a tiny built-in one (`tiny-demo`), with backend auto or unsloth.
 
     Such a recipe (every configs/qwen2.5-*.yaml) takes hours per step on a CPU, so when CUDA is unusable
     `backend: auto` must not quietly fall back to training it there. `backend: plain` is the explicit way to
     train a small model on CPU; the tiny demo (and the test configs, which use it) always may.
     """
-    builtin = builtin_model(cfg.model.model_name_or_path)
-    return cfg.model.backend != "plain" and not (builtin is not None and builtin.cpu_sized)
+    builtin = builtin_model(model_name_or_path)
+    return requested != "plain" and not (builtin is not None and builtin.cpu_sized)
 
 
 def refuse_gpu_recipe_without_cuda(cfg, choice: BackendChoice) -> None:
     """ConfigError when a GPU-sized recipe would train on CPU because CUDA is unusable (the reason and the fix)."""
-    if choice.name != "plain" or not gpu_sized(cfg):
+    if choice.name != "plain" or not gpu_sized(cfg.model.model_name_or_path, cfg.model.backend):
         return
     status = probes.cuda_usability()
     if status.usable:

@@ -105,7 +105,7 @@ def load_for_training(cfg: PipelineConfig):
         target_modules=list(cfg.lora.lora_target_modules),
         lora_alpha=cfg.lora.lora_alpha,
         lora_dropout=cfg.lora.lora_dropout,  # 0 keeps the fused LoRA kernels on (llama._fused_lora_skip_reason)
-        use_gradient_checkpointing=gradient_checkpointing_mode(cfg),
+        use_gradient_checkpointing=gradient_checkpointing_mode(cfg.lora.gradient_checkpointing),
         random_state=cfg.grpo.seed,
         modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
     )
@@ -178,7 +178,7 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
     Other Unsloth-specific fields (unsloth_num_chunks=-1, unsloth_grpo_mini_batch=None,
     unsloth_logit_chunk_multiplier=None; rl.py) keep their defaults.
     """
-    use_vllm = serves_with_vllm(model, cfg)
+    use_vllm = serves_with_vllm(model, cfg.model.fast_inference)
     kwargs: dict[str, Any] = {"use_vllm": use_vllm, **mixed_precision(model)}
     if not use_vllm:
         if not cfg.model.fast_inference and sampling_params_mapping(cfg.grpo.vllm_sampling_params):
