@@ -72,3 +72,18 @@ def test_the_walk_sees_each_kind_of_comparison(tmp_path):
         'if mode == "plain" or "unsloth" in sys.modules: pass\n')  # an install set, a package: allowed
     (tmp_path / "pipeline" / "backends" / "b.py").write_text('if name == "plain": pass\n')  # inside: allowed
     assert backend_name_comparisons(tmp_path) == [f"pipeline/a.py:{n}" for n in (2, 3, 4, 5)]
+
+
+def test_each_registered_backend_answers_every_capability_and_brings_validates_rules():
+    from pipeline.backends import BACKENDS, load_backend
+    from pipeline.backends.base import BackendBase
+    from pipeline.config.validate import BACKEND_RULES
+
+    capabilities = [name for name in vars(BackendBase) if name.isupper()]
+    for name in list(BACKENDS):
+        backend = load_backend(name)
+        assert isinstance(backend, BackendBase) and backend.NAME == name and backend.MODULE
+        assert all(getattr(backend, capability) is not None for capability in capabilities)
+        assert backend.RECIPE_RULES == BACKEND_RULES[name]  # what `validate(cfg, backend=name)` runs
+        assert backend.COUNTERPART in BACKENDS and backend.COUNTERPART != name
+        assert isinstance(backend.memory_path("none", True), str)
