@@ -250,7 +250,7 @@ def _profile_section(profile: Profile, gpu: Mapping[str, Any]) -> dict[str, Any]
             mismatches.append(f"profile {profile.id} is for {profile.title}, but this GPU is {name}")
         if profile.bf16 and not devices[0]["bf16"]:
             mismatches.append(f"profile {profile.id} uses bfloat16, which {name} does not support: use float16")
-    elif gpu.get("probed") is False and profile.backend == "unsloth":
+    elif gpu.get("probed") is False and profile.install == "gpu":  # the Unsloth + vLLM set
         mismatches.append(
             f"profile {profile.id} needs an NVIDIA GPU; none was probed ({gpu.get('reason', 'unknown')})"
         )

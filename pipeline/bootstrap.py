@@ -20,7 +20,6 @@ from typing import Any, Optional
 
 from env.paths import absolute_path
 from pipeline.backends import BackendChoice, choose_backend, cuda_available, load_backend
-from pipeline.backends.gpu_settings import refuse_vllm_sleep_mode, standby_enabled
 from pipeline.config import ConfigError, from_mapping, peek_option
 from pipeline.demo.registry import builtin_model, cpu_demo_config
 from pipeline.run.manifest import ManifestError, find_manifest
@@ -48,10 +47,10 @@ def bootstrap(command: str, argv: list[str]) -> Optional[BackendChoice]:
         early = from_mapping(settings)
     except ConfigError:
         return None
-    if command in RECIPE_COMMANDS and choice.name == "unsloth":
-        # The trainer's rollouts would put vLLM to sleep with it: refused before anything loads.
-        refuse_vllm_sleep_mode(standby_enabled(early))
-    load_backend(choice.name).prepare_environment(early)
+    backend = load_backend(choice.name)
+    if command in RECIPE_COMMANDS:
+        backend.refuse_before_training(early)  # e.g. Unsloth: vLLM's sleep mode, which its rollouts would trip
+    backend.prepare_environment(early)
     return choice
 
 
@@ -59,7 +58,7 @@ def _early_settings(command: str, argv: list[str]) -> tuple[BackendChoice, dict[
     """The backend and the settings `import unsloth` depends on, as the command will resolve them later."""
     if command in RECIPE_COMMANDS:
         choice = backend_choice(argv)
-        if choice.name == "unsloth":
+        if load_backend(choice.name).GPU_ONLY:
             argv = defaults_for(argv, choice)[0]  # the recipe the run will read
         return choice, {"vllm_standby": peek_option(argv, "vllm_standby", "auto"),
                         "fast_inference": choice.fast_inference,
@@ -103,7 +102,7 @@ def defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Opt
     base: dict[str, Any] = {}
     note = ""
     if "--config" not in argv:
-        if choice.name == "unsloth" or cuda_available():
+        if load_backend(choice.name).GPU_ONLY or cuda_available():
             argv, note = ["--config", str(DEFAULT_GPU_RECIPE), *argv], f"no --config: using {DEFAULT_GPU_RECIPE}"
         else:
             base = cpu_demo_config()

@@ -78,7 +78,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
 
     # ---------------------------------------------------------------- config + env check
     choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
-    if choice.name == "unsloth" and cfg.model.fast_inference and not choice.fast_inference:
+    if cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # auto found no vLLM: Unsloth without it (the reason says so)
     cfg, optim_note = resolve_optim(cfg)  # an 8-bit optimizer without bitsandbytes: adamw_torch, said below
     cfg, eval_note = without_a_held_out_set(cfg)  # one training file: no eval, and a line saying how to add one

@@ -1,8 +1,12 @@
 """The backend boundary: everything that differs between Unsloth+vLLM and plain transformers+peft.
 
-A backend is a module (pipeline/backends/plain.py, pipeline/backends/unsloth.py) providing what the
-`Backend` protocol below lists; tests/test_backends.py checks both against it. All the rest of the
-pipeline (data, rewards, trainer, checkpoints, health, eval) is shared.
+A backend is an object, made once per run by `load_backend(name)` from the registry BACKENDS: a class
+(pipeline/backends/base.py BackendBase) answering what the backend can do (its memory path, export methods,
+whether it needs a GPU, trains on several, which recipe rules it brings, its counterpart), and reaching the
+operations the `Backend` protocol below lists in its module (pipeline/backends/plain.py, unsloth.py);
+tests/test_backends.py checks both. Code outside pipeline/backends/ asks the object and never compares a
+backend's name (tests/test_backend_boundary.py). All the rest of the pipeline (data, rewards, trainer,
+checkpoints, health, eval) is shared.
 
 `choose_backend` decides without importing torch, unsloth, vllm, trl, transformers or peft: the
 unsloth backend must be imported *before* the last three (Unsloth patches them at import time), and
@@ -19,6 +23,8 @@ from typing import Any, Optional, Protocol, Sequence
 
 from env import probes  # through the module, looked up at each call: tests stand in for the GPU probe there
 from pipeline.config import ConfigError, PipelineConfig
+from pipeline.config.pipeline_config import field_choices, set_field_choices
+from pipeline.config.validate import BACKEND_RULES
 from pipeline.demo.registry import builtin_model
 
 
@@ -60,8 +66,9 @@ class Generator(Protocol):
 
 
 class Backend(Protocol):
-    """What a backend module provides. Call sites never branch on NAME: a step one backend does not need
-    (the plain backend's prepare_environment) is a no-op there."""
+    """The operations a backend's module provides (reached through its object, pipeline/backends/base.py). Call
+    sites never branch on NAME: a step one backend does not need (the plain backend's prepare_environment) is
+    a no-op there."""
 
     NAME: str
 
@@ -173,8 +180,8 @@ def choose_backend(requested: str, fast_inference: bool = True) -> BackendChoice
     `fast_inference` is the config's: False means Unsloth is wanted without vLLM, so vLLM is not needed.
     """
     has = {name: importlib.util.find_spec(name) is not None for name in ("unsloth", "vllm")}
-    if requested == "plain":
-        return BackendChoice("plain", "backend: plain was requested")
+    if requested in BACKENDS and requested != "unsloth":  # plain, or a registered backend: as requested
+        return BackendChoice(requested, f"backend: {requested} was requested")
     if requested not in ("auto", "unsloth"):
         raise ConfigError("backend", f"got {requested!r}; choose auto, unsloth or plain.")
     has_cuda = cuda_available()
@@ -209,20 +216,20 @@ def choose_backend(requested: str, fast_inference: bool = True) -> BackendChoice
     return BackendChoice("unsloth", "auto: CUDA GPU, unsloth and vllm are all available")
 
 
-def gpu_sized(cfg) -> bool:
+def gpu_sized(model_name_or_path: str, requested: str) -> bool:
     """A GPU-sized recipe: any model but a tiny built-in one (`tiny-demo`), with backend auto or unsloth.
 
     Such a recipe (every configs/qwen2.5-*.yaml) takes hours per step on a CPU, so when CUDA is unusable
     `backend: auto` must not quietly fall back to training it there. `backend: plain` is the explicit way to
     train a small model on CPU; the tiny demo (and the test configs, which use it) always may.
     """
-    builtin = builtin_model(cfg.model.model_name_or_path)
-    return cfg.model.backend != "plain" and not (builtin is not None and builtin.cpu_sized)
+    builtin = builtin_model(model_name_or_path)
+    return requested != "plain" and not (builtin is not None and builtin.cpu_sized)
 
 
 def refuse_gpu_recipe_without_cuda(cfg, choice: BackendChoice) -> None:
     """ConfigError when a GPU-sized recipe would train on CPU because CUDA is unusable (the reason and the fix)."""
-    if choice.name != "plain" or not gpu_sized(cfg):
+    if choice.name != "plain" or not gpu_sized(cfg.model.model_name_or_path, cfg.model.backend):
         return
     status = probes.cuda_usability()
     if status.usable:
@@ -255,6 +262,44 @@ def refuse_gpu_recipe_without_cuda(cfg, choice: BackendChoice) -> None:
     )
 
 
-def load_backend(name: str) -> Backend:  # a module that satisfies Backend
-    """Import the backend module (the unsloth one imports nothing heavy until prepare_environment)."""
-    return importlib.import_module(f"pipeline.backends.{name}")
+# The registry: a backend's name -> its class ("module:Class", imported on first use: the unsloth module imports
+# nothing heavy until prepare_environment). register_backend adds one (tests/third_backend.py).
+BACKENDS: dict[str, Any] = {"plain": "pipeline.backends.plain:PlainBackend",
+                            "unsloth": "pipeline.backends.unsloth:UnslothBackend"}
+GPU_DEFAULT = "unsloth"  # what `backend: auto` runs on a CUDA machine with the [gpu] extras (`grpo plan`)
+
+
+def backend_class(name: str) -> type:
+    """The registered class of backend `name` (ConfigError naming the registered ones when there is none)."""
+    if name not in BACKENDS:
+        raise ConfigError("backend", f"got {name!r}; choose auto or one of {', '.join(BACKENDS)}.")
+    entry = BACKENDS[name]
+    if isinstance(entry, str):
+        module, _, cls = entry.partition(":")
+        entry = BACKENDS[name] = getattr(importlib.import_module(module), cls)
+    return entry
+
+
+def load_backend(name: str) -> Any:  # a BackendBase, whose module satisfies Backend
+    """The backend object of a run: built once from the resolved choice's name, then asked what it can do."""
+    return backend_class(name)()
+
+
+def planned_backend(requested: str) -> Any:
+    """The backend a recipe's `backend` runs on a CUDA machine with the [gpu] extras (auto: GPU_DEFAULT)."""
+    return load_backend(GPU_DEFAULT if requested == "auto" else requested)
+
+
+def register_backend(cls: type) -> None:
+    """Add a backend: the registry, the `backend` field's choices and the recipe rules `validate` runs for it."""
+    BACKENDS[cls.NAME] = cls
+    BACKEND_RULES[cls.NAME] = tuple(cls.RECIPE_RULES)
+    if cls.NAME not in field_choices("backend"):
+        set_field_choices("backend", (*field_choices("backend"), cls.NAME))
+
+
+def unregister_backend(name: str) -> None:
+    """Undo register_backend (a test's backend, once the test is done)."""
+    BACKENDS.pop(name, None)
+    BACKEND_RULES.pop(name, None)
+    set_field_choices("backend", tuple(choice for choice in field_choices("backend") if choice != name))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pipeline.backends import EXPORT_METHODS, Completion, score_with_vllm
+from pipeline.backends.base import BackendBase
 from pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
 from pipeline.backends.vllm_engine import (
     VllmGenerator,
@@ -24,7 +25,8 @@ from pipeline.backends.vllm_engine import (
     shared_engine,
     vllm_installed,
 )
-from pipeline.config import ConfigError, PipelineConfig
+from pipeline.config import ConfigError, ModelArguments, PipelineConfig
+from pipeline.config.validate import BACKEND_RULES
 from pipeline.data.prompts import carry_system_prompt
 from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 from pipeline.demo.registry import builtin_model
@@ -32,28 +34,41 @@ from pipeline.demo.registry import builtin_model
 NAME = "plain"
 
 
+class PlainBackend(BackendBase):
+    """transformers + peft + TRL: any machine, several GPUs, TRL's own vLLM (colocate | server) or generate."""
+
+    NAME = NAME
+    MODULE = __name__
+    COUNTERPART = "unsloth"
+    KBIT_UPCAST = True  # load_model: prepare_model_for_kbit_training on a 4-bit base
+    RECIPE_RULES = BACKEND_RULES[NAME]  # TRL's vLLM rollouts with a truncating sampler (validate.py)
+
+    def memory_path(self, vllm_mode: str, fast_inference: bool) -> str:
+        return "plain+vllm colocate" if vllm_mode == "colocate" else "plain"
+
+
 def prepare_environment(cfg: PipelineConfig) -> None:
     """Nothing to set up: transformers, peft and TRL need no import order or environment of their own."""
     return None
 
 
-def _torch_dtype(cfg: PipelineConfig):
+def _torch_dtype(dtype: str):
     # lazy: torch loads only once a model is needed
     import torch
 
-    if cfg.model.dtype != "auto":
-        return getattr(torch, cfg.model.dtype)
+    if dtype != "auto":
+        return getattr(torch, dtype)
     if not torch.cuda.is_available():
         return torch.float32  # CPU: fp32 is the only dtype every op supports at full speed
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
-def _use_4bit(cfg: PipelineConfig) -> bool:
+def _use_4bit(load_in_4bit: bool) -> bool:
     # lazy: torch loads only once a model is needed
     import torch
 
     return bool(
-        cfg.model.load_in_4bit
+        load_in_4bit
         and torch.cuda.is_available()
         and importlib.util.find_spec("bitsandbytes") is not None
     )
@@ -87,11 +102,11 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
         # The demo's matrices are 64 wide: splitting each matmul across threads costs more than it
         # saves, and on a busy machine OpenMP's spinning threads make every step ~5x slower.
         torch.set_num_threads(1)
-    kwargs: dict[str, Any] = {"dtype": _torch_dtype(cfg), "trust_remote_code": cfg.model.trust_remote_code}
+    kwargs: dict[str, Any] = {"dtype": _torch_dtype(cfg.model.dtype), "trust_remote_code": cfg.model.trust_remote_code}
     device_map = _device_map()
     if device_map is not None:
         kwargs["device_map"] = device_map
-    if _use_4bit(cfg):
+    if _use_4bit(cfg.model.load_in_4bit):
         # lazy: transformers imports torch
         from transformers import BitsAndBytesConfig
 
@@ -142,7 +157,7 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]
 
     kwargs: dict[str, Any] = {}
     if torch.cuda.is_available():
-        dtype = _torch_dtype(cfg)
+        dtype = _torch_dtype(cfg.model.dtype)
         kwargs.update(bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16)
     else:
         # TRL's config defaults bf16=True, which fails at config time on a CPU-only machine.
@@ -284,7 +299,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
     if cfg.model.vllm_mode != "none":
         if vllm_installed():
             kwargs = engine_arguments(str(resolve_model_path(base_model, cfg.model.model_source)), cfg,
-                                      _torch_dtype(cfg), with_lora=adapter is not None)
+                                      _torch_dtype(cfg.model.dtype), with_lora=adapter is not None)
             return VllmGenerator(shared_engine(kwargs), tokenizer, adapter)
         print(f"note: the run used vLLM (vllm_mode: {cfg.model.vllm_mode}) but vLLM is not installed here; "
               "generating with transformers.", file=sys.stderr)
@@ -297,7 +312,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
     return PlainGenerator(model, tokenizer)
 
 
-def _export_dtype(cfg: PipelineConfig, base_model: str, merged_dtype):
+def _export_dtype(model: ModelArguments, base_model: str, merged_dtype):
     """The 16-bit dtype of a merged16 export: the merge's own when it ran in 16-bit (a GPU), the run's `dtype`
     when that is 16-bit, else the base model's own 16-bit dtype (Qwen2.5: bfloat16), else bfloat16."""
     # lazy: torch and transformers load only once a model is needed
@@ -307,11 +322,11 @@ def _export_dtype(cfg: PipelineConfig, base_model: str, merged_dtype):
     sixteen = {"bfloat16": torch.bfloat16, "float16": torch.float16}
     if merged_dtype in sixteen.values():
         return merged_dtype
-    if cfg.model.dtype in sixteen:
-        return sixteen[cfg.model.dtype]
+    if model.dtype in sixteen:
+        return sixteen[model.dtype]
     try:
-        config = AutoConfig.from_pretrained(resolve_model_path(base_model, cfg.model.model_source),
-                                            trust_remote_code=cfg.model.trust_remote_code)
+        config = AutoConfig.from_pretrained(resolve_model_path(base_model, model.model_source),
+                                            trust_remote_code=model.trust_remote_code)
         native = str(getattr(config, "dtype", None) or "").replace("torch.", "")
     except (OSError, ValueError):
         native = ""
@@ -343,7 +358,7 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
     if method == "merged16":
         # 16-bit as the name says: on CPU the merge ran in float32 (see _torch_dtype), which would double
         # the files' size and differ from what a GPU export writes.
-        merged.to(_export_dtype(cfg, base_model, merged.dtype)).save_pretrained(str(out_dir))
+        merged.to(_export_dtype(cfg.model, base_model, merged.dtype)).save_pretrained(str(out_dir))
     else:
         # 4-bit (lazy: transformers imports torch): merge in full precision first, then let bitsandbytes quantize the merged weights on load
         # and serialize them (merging a LoRA into already-rounded 4-bit weights loses the fine-tune).

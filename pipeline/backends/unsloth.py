@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from env.paths import absolute_path
 from pipeline.backends import EXPORT_METHODS, mixed_precision
+from pipeline.backends.base import BackendBase
 from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
     EVAL_SLEEP_LEVEL,
     choose_gpu_memory_utilization,
@@ -49,9 +50,30 @@ from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_upd
     sampling_params_mapping,
     validate_unsloth,
 )
+from pipeline.config.validate import BACKEND_RULES
 from pipeline.data.prompts import carry_system_prompt
 
 NAME = "unsloth"
+
+
+class UnslothBackend(BackendBase):
+    """Unsloth's FastLanguageModel + vLLM on one CUDA GPU; imported before trl/transformers/peft."""
+
+    NAME = NAME
+    MODULE = __name__
+    COUNTERPART = "plain"
+    GPU_ONLY = True
+    MULTI_GPU = False  # vLLM shares the card and the weights with the trainer
+    EXPORT_METHODS = EXPORT_METHODS  # gguf too: save_pretrained_gguf
+    KWARGS_NEED_MODEL = True  # bf16/fp16 and use_vllm follow the loaded model (grpo_config_kwargs)
+    MEMORY_SAVERS = True
+    RECIPE_RULES = BACKEND_RULES[NAME]  # what it refuses only after loading, refused up front (validate.py)
+
+    def memory_path(self, vllm_mode: str, fast_inference: bool) -> str:
+        return "unsloth+vllm" if fast_inference else "unsloth (no vLLM)"
+
+    def refuse_before_training(self, settings: PipelineConfig) -> None:
+        refuse_vllm_sleep_mode(standby_enabled(settings))  # the trainer's rollouts would sleep vLLM with it
 
 DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (unsloth_save_pretrained_gguf)
 # save_pretrained_gguf writes the merged 16-bit checkpoint into save_directory and the .gguf
@@ -83,7 +105,7 @@ def load_for_training(cfg: PipelineConfig):
         target_modules=list(cfg.lora.lora_target_modules),
         lora_alpha=cfg.lora.lora_alpha,
         lora_dropout=cfg.lora.lora_dropout,  # 0 keeps the fused LoRA kernels on (llama._fused_lora_skip_reason)
-        use_gradient_checkpointing=gradient_checkpointing_mode(cfg),
+        use_gradient_checkpointing=gradient_checkpointing_mode(cfg.lora.gradient_checkpointing),
         random_state=cfg.grpo.seed,
         modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
     )
@@ -156,7 +178,7 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
     Other Unsloth-specific fields (unsloth_num_chunks=-1, unsloth_grpo_mini_batch=None,
     unsloth_logit_chunk_multiplier=None; rl.py) keep their defaults.
     """
-    use_vllm = serves_with_vllm(model, cfg)
+    use_vllm = serves_with_vllm(model, cfg.model.fast_inference)
     kwargs: dict[str, Any] = {"use_vllm": use_vllm, **mixed_precision(model)}
     if not use_vllm:
         if not cfg.model.fast_inference and sampling_params_mapping(cfg.grpo.vllm_sampling_params):

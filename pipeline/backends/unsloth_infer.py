@@ -28,11 +28,11 @@ from pipeline.backends.unsloth_setup import (
 from pipeline.config import PipelineConfig, check_adapter_rank
 
 
-def _check_adapter_rank(adapter: Any, cfg: PipelineConfig) -> None:
+def _check_adapter_rank(adapter: Any, max_lora_rank: int) -> None:
     """Refuse before loading anything: vLLM reserves LoRA slots of max_lora_rank at start-up, and
     unsloth_zoo would only refuse after the engine is built (unsloth_zoo.vllm_utils._check_lora_rank_fits)."""
     rank = int(adapter.r)
-    check_adapter_rank(rank, cfg.model.max_lora_rank, what=f"the adapter at {adapter.path}",
+    check_adapter_rank(rank, max_lora_rank, what=f"the adapter at {adapter.path}",
                        fix=f"Pass --max_lora_rank {rank} (or higher).")
 
 
@@ -111,7 +111,8 @@ class UnslothRolloutEngine(UnslothGenerator):
 
 def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optional[UnslothRolloutEngine]:
     """With a vLLM engine (serves_with_vllm) the rollouts come from it; without, from the trained model itself."""
-    if not serves_with_vllm(trainer.model, cfg) or getattr(trainer.model, "load_lora", None) is None:
+    if (not serves_with_vllm(trainer.model, cfg.model.fast_inference)
+            or getattr(trainer.model, "load_lora", None) is None):
         return None
     folder = absolute_path(cfg.grpo.output_dir) / LIVE_LORA_SUBDIR / "probe"
     return UnslothRolloutEngine(trainer.model, tokenizer, folder)
@@ -151,7 +152,7 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig):
     adapter_config.json into the folder it is given (unsloth_zoo.vllm_utils._live_lora_config), so that folder is a
     hidden one in output_dir. Call this again after training: each call snapshots the weights.
     """
-    if not serves_with_vllm(model, cfg):
+    if not serves_with_vllm(model, cfg.model.fast_inference):
         return UnslothTransformersGenerator(model, tokenizer, back_to_training=True)
     load_lora = getattr(model, "load_lora", None)
     if load_lora is None:
@@ -176,7 +177,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
     if not cfg.model.fast_inference:
         return _load_transformers_generator(base_model, adapter, cfg)
     if adapter is not None:
-        _check_adapter_rank(adapter, cfg)
+        _check_adapter_rank(adapter, cfg.model.max_lora_rank)
         warn_if_other_base(adapter, base_model)
     prepared = prepare_environment(cfg)
     from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)
@@ -184,7 +185,8 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
     model, tokenizer = FastLanguageModel.from_pretrained(
         **from_pretrained_kwargs(cfg, unsloth_model_name(base_model), fast_inference=True, standby=prepared.standby)
     )
-    if not serves_with_vllm(model, cfg):  # Unsloth turned vLLM off: its transformers path, from the adapter folder
+    if not serves_with_vllm(model, cfg.model.fast_inference):
+        # Unsloth turned vLLM off: its transformers path, from the adapter folder
         del model
         return _load_transformers_generator(base_model, adapter, cfg)
     lora_request = None

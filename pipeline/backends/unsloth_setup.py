@@ -99,7 +99,7 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
                       f"setting {STANDBY_ENV}=0 for this run.", stacklevel=2)
         os.environ[STANDBY_ENV] = "0"
 
-    _set_modelscope_env(cfg)
+    _set_modelscope_env(cfg.model.model_source)
     if "unsloth" not in sys.modules and not os.environ.get(COMPILE_LOCATION_ENV):
         # Under the project's cache root instead of the cwd; a location the user exported is kept.
         os.environ[COMPILE_LOCATION_ENV] = str(cache_root().resolve() / "unsloth_compiled_cache")
@@ -118,17 +118,17 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
     return _prepared
 
 
-def _set_modelscope_env(cfg: PipelineConfig) -> None:
+def _set_modelscope_env(model_source: str) -> None:
     """UNSLOTH_USE_MODELSCOPE=1 for `model_source: modelscope`, else 0: the config decides, as for standby.
 
     Unsloth reads it once, at import (and raises ImportError there when modelscope is missing), so a change
     after the import is refused rather than half-applied.
     """
-    wanted = "1" if cfg.model.model_source == "modelscope" else "0"
+    wanted = "1" if model_source == "modelscope" else "0"
     if os.environ.get(MODELSCOPE_ENV, "0") == wanted:
         return
     if "unsloth" in sys.modules:
-        raise RuntimeError(f"model_source is {cfg.model.model_source}, but unsloth was already imported with "
+        raise RuntimeError(f"model_source is {model_source}, but unsloth was already imported with "
                            f"{MODELSCOPE_ENV}={os.environ.get(MODELSCOPE_ENV, '0')}; Unsloth reads it at import. "
                            "Restart the process (in a notebook: restart the kernel).")
     if wanted == "1":
@@ -139,21 +139,21 @@ def _set_modelscope_env(cfg: PipelineConfig) -> None:
     os.environ[MODELSCOPE_ENV] = wanted
 
 
-def _torch_dtype(cfg: PipelineConfig):
+def _torch_dtype(dtype: str):
     """`auto` -> None (Unsloth picks bf16 where supported, else fp16: FastLlamaModel.from_pretrained)."""
-    if cfg.model.dtype == "auto":
+    if dtype == "auto":
         return None
     # lazy: torch loads only once a model is needed
     import torch
 
     # A torch dtype, not the string: FastLanguageModel.from_pretrained converts only "float16"/"bfloat16".
-    return getattr(torch, cfg.model.dtype)
+    return getattr(torch, dtype)
 
 
-def gradient_checkpointing_mode(cfg: PipelineConfig):
+def gradient_checkpointing_mode(gradient_checkpointing: bool):
     # "unsloth" = Unsloth's offloaded checkpointing (falls back to plain below 512 tokens:
     # apply_unsloth_gradient_checkpointing).
-    return "unsloth" if cfg.lora.gradient_checkpointing else False
+    return "unsloth" if gradient_checkpointing else False
 
 
 def from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
@@ -164,9 +164,9 @@ def from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inferen
         "max_seq_length": cfg.model.max_seq_length,
         "load_in_4bit": cfg.model.load_in_4bit if load_in_4bit is None else load_in_4bit,
         "fast_inference": fast_inference,
-        "dtype": _torch_dtype(cfg),
+        "dtype": _torch_dtype(cfg.model.dtype),
         "random_state": cfg.grpo.seed,
-        "use_gradient_checkpointing": gradient_checkpointing_mode(cfg),
+        "use_gradient_checkpointing": gradient_checkpointing_mode(cfg.lora.gradient_checkpointing),
         "trust_remote_code": cfg.model.trust_remote_code,
     }
     if fast_inference:
@@ -193,7 +193,7 @@ def from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inferen
 LIVE_LORA_SUBDIR = ".vllm_live_lora"
 
 
-def serves_with_vllm(model: Any, cfg: PipelineConfig) -> bool:
+def serves_with_vllm(model: Any, fast_inference: bool) -> bool:
     """Whether generation goes through vLLM: the model Unsloth returned carries a `vllm_engine`, not merely
     fast_inference: true in the config. Unsloth switches vLLM off by itself on a GPU below compute capability 7,
     on DGX Spark (FastLanguageModel.from_pretrained in unsloth/models/loader.py) and when vLLM does not import
@@ -201,7 +201,7 @@ def serves_with_vllm(model: Any, cfg: PipelineConfig) -> bool:
     `_init_vllm` build a second engine. Said once on the console (a warning) when it differs from the config.
     """
     engine = hasattr(model, "vllm_engine")
-    if cfg.model.fast_inference and not engine and not getattr(model, "_grpo_said_no_vllm", False):
+    if fast_inference and not engine and not getattr(model, "_grpo_said_no_vllm", False):
         warnings.warn("fast_inference: true, but Unsloth returned the model without a vLLM engine (it turns vLLM "
                       "off itself on GPUs below compute capability 7, on DGX Spark, or when vllm does not import; "
                       "its log above says which): rollouts and eval generate with transformers instead (slower). "

@@ -103,8 +103,17 @@ def field_choices(name: str) -> tuple[str, ...]:
     >>> field_choices("backend")
     ('auto', 'unsloth', 'plain')
     """
+    return _choice_rules(name)["choices"]
+
+
+def set_field_choices(name: str, choices: tuple[str, ...]) -> None:
+    """Replace a choice field's choices: pipeline.backends.register_backend adds a backend to `backend`'s."""
+    _choice_rules(name)["choices"] = tuple(choices)
+
+
+def _choice_rules(name: str) -> dict[str, Any]:
     owner = field_names()[name]
-    return field_rules(next(f for f in dataclasses.fields(owner) if f.name == name))["choices"]
+    return field_rules(next(f for f in dataclasses.fields(owner) if f.name == name))
 
 
 def trl_training_args(cfg: PipelineConfig) -> dict[str, Any]:

@@ -130,7 +130,8 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
              run_user_code: bool = True) -> list[str]:
     """Check the config; raise ConfigError on the first fatal problem, return warnings.
 
-    `backend` is the resolved backend ("unsloth" | "plain") when known; by default `cfg.model.backend`.
+    `backend` is the resolved backend's name when known; by default `cfg.model.backend`. The backend's own
+    rules (BACKEND_RULES) run for it.
 
     >>> validate(PipelineConfig())
     []
@@ -160,10 +161,8 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
             raise ConfigError("vllm_sampling_params", f"`{key}` is ignored there (Unsloth takes it from the "
                               f"trainer config); set `{where}` instead.")
 
-    if (backend or m.backend) == "unsloth":
-        validate_unsloth(cfg)
-
-    _check_truncated_sampling(cfg, backend or m.backend)
+    for rule in BACKEND_RULES.get(backend or m.backend, ()):  # auto: the backend is not known yet
+        rule(cfg)
     if m.vllm_mode == "server" and not m.vllm_server_base_url:
         notes.append("vllm_mode=server without vllm_server_base_url: TRL will use host 0.0.0.0:8000.")
     _check_rewards(g, run_user_code)
@@ -190,13 +189,13 @@ def truncating_samplers(g: Any) -> list[str]:
     return [f"{name} {value:g}" for name, value, cuts_it in cuts if cuts_it]
 
 
-def _check_truncated_sampling(cfg: PipelineConfig, backend: str) -> None:
+def check_truncated_sampling(cfg: PipelineConfig) -> None:
     """TRL's vLLM rollouts (the plain backend's vllm_mode colocate | server) with its importance-sampling correction
     and a sampler that truncates: the ratio collapses to ~0 and scales the loss with it, so the run learns
     nothing and says nothing (TRUNCATED_SAMPLING_MEASURED). Refused, naming both ways out."""
     g = cfg.grpo
     cuts = truncating_samplers(g)
-    if backend != "plain" or cfg.model.vllm_mode == "none" or not g.vllm_importance_sampling_correction or not cuts:
+    if cfg.model.vllm_mode == "none" or not g.vllm_importance_sampling_correction or not cuts:
         return
     field = cuts[0].split()[0]
     raise ConfigError(field, f"{', '.join(cuts)} with vLLM rollouts (vllm_mode: {cfg.model.vllm_mode}) and "
@@ -314,3 +313,8 @@ def validate_unsloth(cfg: PipelineConfig) -> None:
         if m.vllm_standby == "true":
             raise ConfigError("vllm_standby", "standby puts vLLM to sleep between rollouts, and fast_inference: "
                               "false runs without vLLM. Set vllm_standby: auto or false, or fast_inference: true.")
+
+
+# The recipe rules each backend brings, by the `backend` field's value: what its class declares
+# (pipeline/backends: Backend.RECIPE_RULES); pipeline.backends.register_backend adds a new backend's.
+BACKEND_RULES: dict[str, tuple[Any, ...]] = {"unsloth": (validate_unsloth,), "plain": (check_truncated_sampling,)}

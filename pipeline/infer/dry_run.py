@@ -167,7 +167,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
 def _checked_backend(cfg: PipelineConfig, log) -> tuple[PipelineConfig, str, Any]:
     """The backend as `grpo train` picks it, after the same pre-load checks; its environment prepared."""
     choice = choose_backend(cfg.model.backend, cfg.model.fast_inference)
-    if choice.name == "unsloth" and cfg.model.fast_inference and not choice.fast_inference:
+    if cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)
     run_checks(cfg, choice=choice)  # the same pre-load checks as `grpo train`
     backend = load_backend(choice.name)

@@ -67,10 +67,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model, "backend": args.backend,
                         "trust_remote_code": session.remote_code(args.trust_remote_code, manifest, base_model)})
     choice = choose_backend(args.backend, fast_inference=False)  # merging needs Unsloth, never vLLM
-    if args.to == "gguf" and choice.name != "unsloth":
+    backend = load_backend(choice.name)
+    if args.to not in backend.EXPORT_METHODS:
         raise ConfigError("to", "GGUF export is Unsloth-only (save_pretrained_gguf builds llama.cpp). On this "
                           "machine export --to merged16 and convert it with llama.cpp's convert_hf_to_gguf.py.")
-    backend = load_backend(choice.name)
     backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
     # The export is written beside --out and renamed into place; an old --out is set aside until then and put
     # back if anything fails (env.paths.atomic_directory). A full disk names the folder and how much is free.

@@ -200,7 +200,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
         print(f"[grpo] {rollout_func_note(cfg, 'grpo generate / grpo eval')}", file=sys.stderr)
     cfg = _servable(cfg, adapter)
     choice = choose_backend(args.backend, cfg.model.fast_inference)
-    if choice.name == "unsloth" and not choice.fast_inference:
+    if not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
     backend = load_backend(choice.name)
     backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent

@@ -19,6 +19,7 @@ from typing import Any, Optional
 import yaml
 
 from env.paths import atomic_write_text, shell_command, snapshot
+from pipeline.backends import planned_backend
 from pipeline.bootstrap import DEFAULT_GPU_RECIPE
 from pipeline.config import ConfigError, PipelineConfig, parse_config, read_recipe, validate
 from pipeline.config.parse import config_path, normalize_argv
@@ -183,7 +184,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         cfg = parse_config(rest)
         counts = gpu_counts(flags)
         if counts is None:
-            validate(cfg, backend="unsloth" if cfg.model.backend != "plain" else "plain", run_user_code=False)
+            validate(cfg, backend=planned_backend(cfg.model.backend).NAME, run_user_code=False)
         card = resolve_card(cfg, flags.get("gpu"))
         result = plan(cfg, card)
         scale = scale_plan(cfg, card, *counts) if counts else None  # validates for its number of processes

@@ -42,6 +42,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from pipeline.backends import planned_backend
 from pipeline.backends.gpu_settings import choose_gpu_memory_utilization, parse_gpu_memory_utilization, \
     standby_enabled
 from pipeline.config import PipelineConfig, parse_limit
@@ -135,9 +136,7 @@ def token_lengths(cfg: PipelineConfig) -> tuple[int, int]:
 
 def backend_path(cfg: PipelineConfig) -> str:
     """The GPU path the recipe takes on a CUDA machine with the [gpu] extras (backend auto -> Unsloth)."""
-    if cfg.model.backend == "plain":
-        return "plain+vllm colocate" if cfg.model.vllm_mode == "colocate" else "plain"
-    return "unsloth+vllm" if cfg.model.fast_inference else "unsloth (no vLLM)"
+    return planned_backend(cfg.model.backend).memory_path(cfg.model.vllm_mode, cfg.model.fast_inference)
 
 
 def lora_parameters(cfg: PipelineConfig, counts: ParamCounts, rank: Optional[int] = None) -> int:
@@ -150,7 +149,7 @@ def lora_parameters(cfg: PipelineConfig, counts: ParamCounts, rank: Optional[int
 def kbit_upcast(cfg: PipelineConfig) -> bool:
     """True when the plain backend loads in 4 bits: pipeline/backends/plain.py then calls peft's
     prepare_model_for_kbit_training, which casts the 16-bit parameters (all but the Params4bit) to fp32."""
-    return cfg.model.backend == "plain" and cfg.model.load_in_4bit
+    return planned_backend(cfg.model.backend).KBIT_UPCAST and cfg.model.load_in_4bit
 
 
 def weight_bytes(cfg: PipelineConfig, counts: ParamCounts) -> tuple[float, str]:
@@ -263,7 +262,7 @@ def _vllm_peak(cfg: PipelineConfig, card: Card, counts: ParamCounts, weights: fl
 
 def estimate(cfg: PipelineConfig, shape: ModelShape, counts: ParamCounts, card: Card) -> Estimate:
     path = backend_path(cfg)
-    unsloth = path.startswith("unsloth")
+    unsloth = planned_backend(cfg.model.backend).MEMORY_SAVERS  # Unsloth's chunked log-probs, offloaded checkpoints
     g = cfg.grpo
     prompt, completion = token_lengths(cfg)
     tokens = prompt + completion

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from pipeline.backends import planned_backend
 from pipeline.config import ConfigError, PipelineConfig, validate
 from pipeline.plan.cards import Card
 from pipeline.plan.estimate import Estimate
@@ -68,7 +69,7 @@ def scale_plan(cfg: PipelineConfig, card: Card, gpus: int, nodes: int) -> ScaleP
     validate(plain, n_processes=processes, backend="plain", run_user_code=False)  # batch arithmetic for `processes`
     g = plain.grpo
     notes = []
-    if cfg.model.backend != "plain" and gpus * nodes > 1:
+    if not planned_backend(cfg.model.backend).MULTI_GPU and gpus * nodes > 1:
         notes.append("the Unsloth backend trains on one GPU: several GPUs train with --backend plain")
     if server:
         notes.append(f"{SERVER_GPUS} GPU serves (CUDA_VISIBLE_DEVICES=0 trl vllm-serve ...); {processes} train "

@@ -256,6 +256,6 @@ class _ModelFreeSettings:
     name: str
 
     def grpo_config_kwargs(self, cfg, model):
-        if self.name == "plain":
+        if not self.backend.KWARGS_NEED_MODEL:
             return self.backend.grpo_config_kwargs(cfg, model)
         return {"use_cpu": True, "bf16": False, "fp16": False} if on_cpu() else {}

@@ -23,7 +23,6 @@ from pipeline.config.trl_fields import BACKEND_DECIDED, grpo_config_class
 from pipeline.trainer.agents import agent_names
 
 EFFECTIVE_CONFIG_NAME = "effective_config.json"
-OTHER_BACKEND = {"plain": "unsloth", "unsloth": "plain"}
 
 
 def trl_defaults() -> dict[str, Any]:
@@ -82,7 +81,7 @@ def other_backend_kwargs(cfg: PipelineConfig, backend_name: str, passed: dict[st
                          backend_kwargs: dict[str, Any]) -> dict[str, Any]:
     """What the other backend would pass for the same recipe: this run's kwargs without this backend's own, plus
     the other's as far as they are known without its model (its `predicted_config_kwargs`)."""
-    other = load_backend(OTHER_BACKEND[backend_name])
+    other = load_backend(load_backend(backend_name).COUNTERPART)  # the one each backend is compared with
     return {**{k: v for k, v in passed.items() if k not in backend_kwargs}, **other.predicted_config_kwargs(cfg)}
 
 
@@ -97,7 +96,7 @@ def effective_record(cfg: PipelineConfig, backend_name: str, args: Any, passed: 
     defaults, recipe, passed = trl_defaults(), masked(trl_training_args(cfg)), masked(passed)
     changes = backend_changes(backend_name, passed, backend_kwargs, recipe, defaults)
     ours = predicted_values(backend_name, passed, defaults)
-    other_name = OTHER_BACKEND[backend_name]
+    other_name = load_backend(backend_name).COUNTERPART
     other = predicted_values(other_name, other_backend_kwargs(cfg, backend_name, passed, backend_kwargs), defaults)
     fields: dict[str, Any] = {}
     for name, raw in sorted(args.to_dict().items()):

@@ -1,0 +1,47 @@
+"""The backend object: what a backend can do, asked instead of comparing its name.
+
+One class per backend (pipeline/backends/plain.py PlainBackend, pipeline/backends/unsloth.py UnslothBackend), made
+once per run by `pipeline.backends.load_backend(name)`. Its capabilities are class attributes and small methods
+that need no recipe; its operations (load, train settings, generate, export: the `Backend` protocol in
+pipeline/backends/__init__.py) are the functions of its module, reached through the object.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from pipeline.config import PipelineConfig
+
+
+class BackendBase:
+    """Defaults for every capability; a backend class sets NAME, MODULE and what differs."""
+
+    NAME: str = ""
+    MODULE: str = ""  # the module holding the backend's operations (imported on first use: nothing heavy)
+    COUNTERPART: str = ""  # the backend effective_config.json compares this one with ("other_backend")
+    GPU_ONLY: bool = False  # needs a CUDA GPU: a run without --config gets the GPU recipe
+    MULTI_GPU: bool = True  # trains on several GPUs (DDP / FSDP through Accelerate)
+    EXPORT_METHODS: tuple[str, ...] = ("merged16", "merged4")  # what its `export` can write
+    KWARGS_NEED_MODEL: bool = False  # its GRPOConfig device settings follow the loaded model (not the machine)
+    MEMORY_SAVERS: bool = False  # chunked log-prob projection and offloaded checkpointing (the memory plan)
+    KBIT_UPCAST: bool = False  # a 4-bit base gets its 16-bit parameters cast to fp32 (peft's kbit preparation)
+    # The recipe rules `validate` runs for this backend (functions of pipeline/config, each taking the recipe).
+    RECIPE_RULES: tuple[Callable[[PipelineConfig], None], ...] = ()
+
+    def memory_path(self, vllm_mode: str, fast_inference: bool) -> str:
+        """The path the memory plan names (`grpo plan`'s `path:`): the backend and where its rollouts come from."""
+        return self.NAME
+
+    def refuse_before_training(self, settings: PipelineConfig) -> None:
+        """What the backend refuses before a recipe's model loads (`grpo` at start-up, pipeline/bootstrap.py)."""
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        """The backend's operations: the functions of its module (`prepare_environment`, `load_for_training`...)."""
+        if name.startswith("__") or not self.MODULE:
+            raise AttributeError(name)
+        return getattr(importlib.import_module(self.MODULE), name)
+
+    def __repr__(self) -> str:
+        return f"<{self.NAME} backend>"
