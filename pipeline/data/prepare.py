@@ -50,7 +50,6 @@ from pipeline.data.clean import clean_rows
 from pipeline.data.columns import prompt_formats, training_columns
 from pipeline.data.prompts import (
     LengthBudget,
-    build_prompt,
     check_system_prompt_survives,
     count_prompt_tokens,
     with_system_prompt,
@@ -62,6 +61,7 @@ from pipeline.data.sources import resolve_source
 from env.kept import code_hash
 import rewards
 from rewards import extract_hash_answer, reference_is_scorable
+from rewards.completions import build_prompt
 
 REPORT_NAME = "data_report.json"
 EVAL_REPORT_NAME = "data_report_eval.json"
