@@ -234,7 +234,7 @@ def _train(run: Run) -> None:
     before it resumes from there with a lower learning rate (on_collapse: rollback)."""
     cfg = run.cfg
     if cfg.eval.eval_steps and run.eval_rows and _is_main_process():
-        from pipeline.trainer.periodic_eval import build_periodic_eval  # lazy: imports transformers (torch)
+        from pipeline.infer.periodic_eval import build_periodic_eval  # lazy: imports transformers (torch)
 
         run.periodic_eval = build_periodic_eval(cfg, run.backend, run.tokenizer, run.eval_rows,
                                                 run.prepared.max_completion_length, run.output_dir, run.manifest,

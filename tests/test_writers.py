@@ -170,7 +170,7 @@ def library(call: Callable[[Path], object]) -> Callable[[Path, Path], None]:
 
 
 def best_lora_offer(folder: Path) -> None:
-    from pipeline.trainer.periodic_eval import BestAdapter
+    from pipeline.infer.periodic_eval import BestAdapter
 
     def save(model, staging: Path) -> None:
         shutil.copytree(model, staging, dirs_exist_ok=True)
@@ -227,7 +227,7 @@ WRITERS: dict[str, Writer] = {
         earlier=folder_with("stray.txt"), theirs=folder_with("tokenizer.json"), shares=True,
         prepare=lambda d, lora, run: (d / "tok").mkdir() or d),
     "best_lora/": Writer(
-        lambda d: d / "run" / "best_lora", "pipeline.trainer.periodic_eval.atomic_write_json_in_staging",
+        lambda d: d / "run" / "best_lora", "pipeline.infer.periodic_eval.atomic_write_json_in_staging",
         library(best_lora_offer), earlier=best_of(0.1), theirs=best_of(0.5), prepare=prepare_best),
     "train: eval_before.json": Writer(
         lambda d: d / "run" / "eval_before.json", "pipeline.infer.evaluate.evaluate_rows",
@@ -289,7 +289,7 @@ def test_a_writer_never_replaces_what_appeared_or_changed_since_it_started(name,
 
 def _run_meanwhile(monkeypatch, dotted: str, meanwhile: Callable[[], None]) -> None:
     """Make the function at `dotted` call `meanwhile` first (once), then do its own work."""
-    if dotted == "pipeline.trainer.periodic_eval.atomic_write_json_in_staging":
+    if dotted == "pipeline.infer.periodic_eval.atomic_write_json_in_staging":
         import env.paths
 
         original = env.paths.atomic_write_json

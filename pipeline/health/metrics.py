@@ -43,7 +43,7 @@ BETA = "health/beta"
 # step whose weights the engine holds.
 ROLLOUT_LOGP_GAP = "health/rollout_logp_gap"
 ROLLOUT_WEIGHTS_STEP = "health/rollout_weights_step"
-# Held-out evaluation during training (eval_steps; pipeline/trainer/periodic_eval.py), read by the plots and
+# Held-out evaluation during training (eval_steps; pipeline/infer/periodic_eval.py), read by the plots and
 # the reward-hacking rule.
 EVAL_ACCURACY = "eval/accuracy"
 EVAL_FORMAT_RATE = "eval/format_rate"

@@ -79,7 +79,7 @@ def print_where_everything_is(output_dir: Path, status: str, reason: Optional[st
         _print(f"resume with: {resume_hint}")
     if status == "stopped":
         _print(f"a checkpoint was kept in {shell_command(output_dir)}; see summary.json for the reason")
-    best_dir = output_dir / "best_lora" if cfg.eval.eval_steps else None  # pipeline/trainer/periodic_eval.py
+    best_dir = output_dir / "best_lora" if cfg.eval.eval_steps else None  # pipeline/infer/periodic_eval.py
     for label, path in (("adapter", adapter_dir), ("best adapter", best_dir),
                         ("manifest", output_dir / "manifest.json"),
                         ("metrics", output_dir / "metrics.jsonl"), ("plots", output_dir / "plots"),

@@ -24,10 +24,8 @@ from transformers import TrainerCallback
 from env import paths
 from env.kept import read_record, record, reusable
 from pipeline.health.metrics import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
-# Runs up to infer/ (one of the three arrows up, counted by scripts/layout_metrics.py): the periodic eval scores as
-# `grpo eval` does (one evaluate_rows) and verifies best_lora/ as `grpo generate` loads it, while infer/dry_run.py
-# runs the format warm-up from trainer/. evaluate_rows through its module, looked up at each call, as train.py
-# does: tests stand in for the score there.
+# The periodic eval scores as `grpo eval` does (one evaluate_rows) and verifies best_lora/ as `grpo generate` loads
+# it. evaluate_rows through its module, looked up at each call, as train.py does: tests stand in for the score there.
 import pipeline.infer.evaluate
 from pipeline.infer.evaluate import eval_inputs
 from pipeline.infer.session import verify_trained_dir
