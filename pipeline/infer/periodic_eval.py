@@ -23,7 +23,7 @@ from transformers import TrainerCallback
 # env.paths through the module, looked up at each call: tests/test_writers.py acts between stage and publish there.
 from env import paths
 from env.kept import read_record, record, reusable
-from pipeline.health.metrics import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
+from pipeline.run.metric_names import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
 # The periodic eval scores as `grpo eval` does (one evaluate_rows) and verifies best_lora/ as `grpo generate` loads
 # it. evaluate_rows through its module, looked up at each call, as train.py does: tests stand in for the score there.
 import pipeline.infer.evaluate

@@ -387,7 +387,7 @@ def probe_gaps(out: Path, steps: list[int]) -> dict[str, Any]:
     weights the engine holds."""
     import math
 
-    from pipeline.health.metrics import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
+    from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
     from pipeline.health.stale import ROLLOUT_GAP_FLOOR
 
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
