@@ -92,15 +92,6 @@ def shell_word(word: str) -> str:
     return "$'" + "".join(chr(b) if 32 <= b < 127 and chr(b) not in "'\\" else f"\\x{b:02x}" for b in raw) + "'"
 
 
-def cache_root() -> Path:
-    """The project's one cache folder: $GRPO_CACHE_DIR, else $XDG_CACHE_HOME/grpo-pipeline, else
-    ~/.cache/grpo-pipeline. Prepared datasets, the unpacked tokenizer and the built-in models live under it."""
-    root = os.environ.get("GRPO_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "grpo-pipeline"
-    )
-    return Path(root)
-
-
 # --- atomic writes --------------------------------------------------------------------------------
 
 

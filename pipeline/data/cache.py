@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import cache_root, json_text, publish_once
+from env.paths import json_text, publish_once
+from env.locations import cache_root
 import pipeline.data  # the package's own code is the cache's identity (data_code_identity)
 from env.kept import code_hash, file_sha256, state_key, versions
 from pipeline.data.tokenizer import resolve_model_path

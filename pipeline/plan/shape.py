@@ -20,7 +20,8 @@ from typing import Optional
 from huggingface_hub import try_to_load_from_cache
 
 from env.disk import StorageError
-from env.paths import atomic_write_text, cache_root
+from env.paths import atomic_write_text
+from env.locations import cache_root
 from pipeline.config import ConfigError
 from pipeline.demo.registry import builtin_model
 from pipeline.plan.bundled import bundled_config_name
