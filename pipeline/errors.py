@@ -29,10 +29,10 @@ from typing import Any, Callable, Optional
 from env.adapters import AdapterError
 from env.disk import StorageError, storage_failure
 from env.imports import mismatched_torch_companion
+from env.locations import PathChangedError, cache_root
 from env.matrix import MatrixError
 from env.path_check import PathError
-from env.paths import PathChangedError, atomic_write_text, shell_command
-from env.locations import cache_root
+from env.paths import atomic_write_text, shell_command
 from env.secret_fields import remember_argv
 from env.text import printable, say, shorten
 from pipeline.config import ConfigError

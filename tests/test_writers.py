@@ -2,7 +2,7 @@
 
 The class: export --out, generate --output, eval --output, the reward dry-run file, data_report.json, the data
 cache, the built-in model and tokenizer caches, best_lora/, lora/ and eval_before.json. Each takes what it saw
-at its start (env.paths.snapshot) to the one publish step (env.paths.publish), which replaces only that. Three
+at its start (env.locations.snapshot) to the one publish step (env.paths.publish), which replaces only that. Three
 cases, each made to happen between the writer's start and its publish (inside the function it runs meanwhile):
 
 - appeared: nothing was there; the user made a folder or file there meanwhile;
@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from env.paths import PathChangedError
+from env.locations import PathChangedError
 from pipeline.data.cache import DATASET_IN_CACHE, REPORT_IN_CACHE
 from pipeline.demo.model import built_dir
 from tests.cli_helpers import fault_table, own_cache_root, run_cli
@@ -339,7 +339,7 @@ def test_two_exports_to_one_out_the_second_is_refused_without_overwrite(cache, l
 
 
 def test_what_is_seen_covers_a_file_deep_inside_a_folder(tmp_path):
-    from env.paths import snapshot
+    from env.locations import snapshot
 
     (tmp_path / "out" / "sub").mkdir(parents=True)
     (tmp_path / "out" / "sub" / "weights.bin").write_bytes(b"1")
@@ -353,7 +353,8 @@ def test_publish_replaces_only_what_was_seen(swap, tmp_path, monkeypatch):
     """With and without renameat2 (RENAME_EXCHANGE / NOREPLACE): the recorded version is replaced, anything else
     refused and kept."""
     import env.paths
-    from env.paths import atomic_write_text, snapshot
+    from env.locations import snapshot
+    from env.paths import atomic_write_text
 
     if not swap:
         monkeypatch.setattr(env.paths, "_renameat2", lambda src, dst, flags: False)

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from env.paths import absolute_path, atomic_write_json, snapshot
+from env.locations import absolute_path, snapshot
+from env.paths import atomic_write_json
 from pipeline.config import ConfigError, check_choices, parse_limit
 from pipeline.data.cache import (
     DATA_FORMAT_VERSION,

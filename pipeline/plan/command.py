@@ -18,7 +18,8 @@ from typing import Any, Optional
 
 import yaml
 
-from env.paths import atomic_write_text, shell_command, snapshot
+from env.locations import snapshot
+from env.paths import atomic_write_text, shell_command
 from pipeline.bootstrap import DEFAULT_GPU_RECIPE
 from pipeline.config import ConfigError, PipelineConfig, parse_config, read_recipe, validate
 from pipeline.config.parse import config_path, normalize_argv

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.adapters import AdapterError, verify_adapter_dir
-from env.paths import absolute_path, shell_command
+from env.locations import absolute_path
+from env.paths import shell_command
 from pipeline.config import PipelineConfig
 from pipeline.demo.registry import example_question as registry_example_question
 from pipeline.run.checkpoints import checkpoint_state
