@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from env.paths import absolute_path, previous_versions
+from env.locations import absolute_path
+from env.paths import previous_versions
 
 ADAPTER_CONFIG = "adapter_config.json"
 # The order is PEFT's: it writes safetensors unless told otherwise, and loads it first.

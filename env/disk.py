@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from env.locations import cache_root
 from env.text import exception_chain
 
 # errno -> what it means for a save; each needs a different fix.
@@ -147,8 +148,6 @@ def cache_place(path: Any) -> bool:
     failed there: a read-only or file HOME, a missing mount under GRPO_CACHE_DIR)."""
     if not isinstance(path, (str, bytes, os.PathLike)):
         return False
-    from env.paths import cache_root  # env.paths imports this module
-
     root, place = os.path.abspath(cache_root()), os.path.abspath(os.fsdecode(path))
     on_the_way = place != os.sep and root.startswith(place + os.sep)
     return place == root or place.startswith(root + os.sep) or on_the_way
@@ -159,8 +158,6 @@ def _setting_for(folder: Path, option: Optional[str]) -> str:
     (`cache_place`): never another option for it."""
     if option:
         return option
-    from env.paths import cache_root  # env.paths imports this module
-
     if cache_place(folder):
         return f"GRPO_CACHE_DIR (the cache root, now {os.path.abspath(cache_root())})"
     return "the option that names it"

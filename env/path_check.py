@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from env.paths import cache_root
+from env.locations import cache_root
 from env.text import excerpt, printable, shorten
 
 _VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|(\w+))")

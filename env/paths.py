@@ -1,12 +1,10 @@
-"""Where files go and how they are written: absolute paths, and writes a crash cannot leave half done.
+"""How files are written: writes a crash cannot leave half done, and the command lines printed to paste.
 
-Why: vLLM resolves a relative LoRA path against the *engine process's* working directory and, when it
-is not there, treats the string as a Hugging Face repo id (vllm#6231); Unsloth passes the path through
-unchanged. A path made absolute at the moment the user gives it removes that whole class of bugs.
-And a training run killed mid-save must never leave a half-written adapter under the final name, which
-the next `load_lora` would happily read: every folder and state file is written under a hidden sibling
-name and renamed into place. Checking that a folder holds a usable adapter is `env.adapters`; telling a
-full disk apart from other save failures is `env.disk`.
+A training run killed mid-save must never leave a half-written adapter under the final name, which the next
+`load_lora` would happily read: every folder and state file is written under a hidden sibling name and renamed into
+place, replacing only what the writer saw at its start (env/locations.py). Paths are made absolute where the user
+gives them (env/locations.py); checking that a folder holds a usable adapter is `env.adapters`; telling a full disk
+apart from other save failures is `env.disk`; fsync and file modes are env/file_modes.py.
 """
 
 from __future__ import annotations
@@ -15,51 +13,20 @@ import contextlib
 import ctypes
 import errno
 import functools
-import hashlib
 import json
 import os
 import re
 import secrets
 import shutil
-import stat
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from env.disk import storage_named
+from env.file_modes import fsync_path, normalize_file_modes
+from env.locations import PathChangedError, Seen, absolute_path, path_identity, snapshot
 from env.secret_fields import masked_argv
-
-_UNEXPANDED_VAR = re.compile(r"\$(\w+|\{[^}]*\})")
-
-
-def absolute_path(path: str | os.PathLike[str]) -> Path:
-    """Expand `~` and `$VARS`, then make the path absolute against the current directory *now*.
-
-    Symlinks are not resolved: the result names the path the user meant (a Colab Drive mount stays
-    /content/drive/...), and vLLM only needs it to be absolute. `..` is collapsed lexically, as
-    `os.path.abspath` does, so `link/..` means the folder holding `link`, not the target's parent.
-
-    Raises:
-        ValueError: the path is empty, or names an environment variable that is not set (a literal
-            `$HOME_DIR/x` folder is almost always a missing export, not a real folder name).
-
-    >>> import os; os.environ["GRPO_DOC_DIR"] = "/data"
-    >>> str(absolute_path("$GRPO_DOC_DIR/runs/../lora"))
-    '/data/lora'
-    """
-    raw = os.fspath(path)
-    if not raw:
-        raise ValueError("path is empty: pass a directory such as outputs/lora")
-    expanded = os.path.expandvars(os.path.expanduser(raw))
-    leftover = _UNEXPANDED_VAR.search(expanded)
-    if leftover:
-        raise ValueError(
-            f"path {raw!r} uses environment variable {leftover.group(0)} which is not set: export it or write the "
-            "path out"
-        )
-    return Path(os.path.abspath(expanded))
 
 
 def shell_command(*words: str | os.PathLike[str]) -> str:
@@ -92,61 +59,7 @@ def shell_word(word: str) -> str:
     return "$'" + "".join(chr(b) if 32 <= b < 127 and chr(b) not in "'\\" else f"\\x{b:02x}" for b in raw) + "'"
 
 
-def cache_root() -> Path:
-    """The project's one cache folder: $GRPO_CACHE_DIR, else $XDG_CACHE_HOME/grpo-pipeline, else
-    ~/.cache/grpo-pipeline. Prepared datasets, the unpacked tokenizer and the built-in models live under it."""
-    root = os.environ.get("GRPO_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "grpo-pipeline"
-    )
-    return Path(root)
-
-
 # --- atomic writes --------------------------------------------------------------------------------
-
-
-def _fsync_path(path: Path) -> None:
-    """fsync a file or directory; a no-op where directories cannot be opened (Windows)."""
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if path.is_dir() else os.O_RDONLY
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def current_umask() -> int:
-    """The process umask (read from /proc where possible: os.umask can only be read by setting it)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def normalize_file_modes(directory: str | os.PathLike[str]) -> None:
-    """Give every file under `directory` at least the usual permissions, 0o666 minus the umask.
-
-    safetensors writes its files 0600 (a private temp file renamed into place), so weights came out
-    unreadable to other users while every other file of a run was 0644. Bits are only added, never
-    removed, and the umask is respected (a umask of 077 keeps everything private).
-    """
-    wanted = 0o666 & ~current_umask()
-    for root, _dirs, files in os.walk(directory):
-        for name in files:
-            path = os.path.join(root, name)
-            with contextlib.suppress(OSError):
-                mode = os.lstat(path).st_mode
-                if stat.S_ISREG(mode) and (mode & wanted) != wanted:
-                    os.chmod(path, (mode & 0o7777) | wanted)
 
 
 def _sibling(final: Path, tag: str) -> Path:
@@ -159,82 +72,6 @@ def previous_versions(final_path: str | os.PathLike[str]) -> list[Path]:
     if not final.parent.is_dir():
         return []
     return sorted(final.parent.glob(f".{final.name}.old-*"))
-
-
-# --- what a writer saw at its start, re-checked when it publishes -----------------------------------------------
-
-_TREE_ENTRIES = 10_000  # a folder's identity covers this many entries below it (an export, a cache entry, an adapter)
-
-
-def path_identity(path: str | os.PathLike[str]) -> Optional[tuple]:
-    """What `path` is now: None when nothing is there, else (st_dev, st_ino, st_mtime_ns, st_size) of the entry
-    itself (lstat: a symlink is itself) and, for a folder, a digest of the same for every entry below it, so a file
-    edited deep inside changes it too."""
-    try:
-        top = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:  # a parent is a file: nothing can be there
-        return None
-    identity: tuple = (top.st_dev, top.st_ino, top.st_mtime_ns, top.st_size)
-    if stat.S_ISDIR(top.st_mode):
-        digest, count = hashlib.sha1(), 0
-        for root, dirs, files in os.walk(path):
-            dirs.sort()
-            for name in sorted(files) + dirs:
-                with contextlib.suppress(OSError):
-                    entry = os.lstat(os.path.join(root, name))
-                    digest.update(f"{os.path.relpath(os.path.join(root, name), path)}\0{entry.st_ino}\0"
-                                  f"{entry.st_mtime_ns}\0{entry.st_size}\n".encode("utf-8", "surrogateescape"))
-                count += 1
-            if count >= _TREE_ENTRIES:
-                dirs.clear()  # a huge folder: its first entries stand for it
-        identity += (digest.hexdigest(),)
-    return identity
-
-
-@dataclass(frozen=True)
-class Seen:
-    """What a writer saw at `path` when its command started (`snapshot`): publishing replaces only that.
-
-    `option` names the setting that gave the path ("--out"), `fix` says how to go on when the path changed."""
-
-    path: Path
-    identity: Optional[tuple]
-    option: str = ""
-    fix: str = ""
-
-    def label(self) -> str:
-        return f"{self.option} {self.path}" if self.option else str(self.path)
-
-
-def snapshot(path: str | os.PathLike[str], *, option: str = "", fix: str = "") -> Seen:
-    """Record what is at `path` now (see `Seen`), for a writer to hand to its publish step later.
-
-    >>> import tempfile, pathlib
-    >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.json"
-    >>> seen = snapshot(target, option="--output")
-    >>> seen.identity is None, seen.label().startswith("--output /")
-    (True, True)
-    """
-    return Seen(absolute_path(path), path_identity(absolute_path(path)), option, fix)
-
-
-class PathChangedError(Exception):
-    """The path a command is about to publish to appeared, changed or went away since the command saw it: nothing
-    there was replaced or deleted (exit 2 at the command line, pipeline/errors.py user_errors)."""
-
-    def __init__(self, seen: Seen, now: Optional[tuple]):
-        self.seen, self.now = seen, now
-        if seen.identity is None:
-            what = "appeared after this command started (nothing was there when it was checked)"
-        elif now is None:
-            what = "was moved or deleted after this command started"
-        else:
-            what = "changed after this command started (another program or run wrote it)"
-        fix = seen.fix or "Move it away or choose another path, then run the command again."
-        super().__init__(f"{seen.label()} {what}: it was left as it is, and what this command wrote was not kept. "
-                         f"{fix}")
 
 
 # renameat2(2) flags (Linux): publish without replacing, or swap two entries in one step.
@@ -343,7 +180,7 @@ def publish(temp: Path, final: Path, seen: Seen, *, keep_theirs: Optional[Callab
             _renameat2(temp, final, _RENAME_EXCHANGE)
             return conflict(path_identity(final))
         if durable:
-            _fsync_path(final.parent)
+            fsync_path(final.parent)
         _remove(temp)  # the replaced version
     else:
         old = _sibling(final, "old")
@@ -360,10 +197,10 @@ def publish(temp: Path, final: Path, seen: Seen, *, keep_theirs: Optional[Callab
             raise PathChangedError(Seen(final, None, seen.option, f"The previous version is at {old}. {seen.fix}"),
                                    path_identity(final))
         if durable:
-            _fsync_path(final.parent)
+            fsync_path(final.parent)
         _remove(old)
     if durable:
-        _fsync_path(final.parent)
+        fsync_path(final.parent)
     return True
 
 
@@ -431,8 +268,8 @@ def publish_directory(temp: Path, final: Path, *, durable: bool = True, seen: Op
             if durable:
                 for root, _dirs, files in os.walk(temp):
                     for name in files:
-                        _fsync_path(Path(root) / name)
-                    _fsync_path(Path(root))
+                        fsync_path(Path(root) / name)
+                    fsync_path(Path(root))
             return publish(temp, final, seen, durable=durable)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)

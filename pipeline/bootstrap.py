@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import absolute_path
+from env.locations import absolute_path
 from pipeline.backends import BackendChoice, choose_backend, cuda_available, load_backend
 from pipeline.config import ConfigError, from_mapping, peek_option
 from pipeline.demo.registry import builtin_model, cpu_demo_config

@@ -9,7 +9,7 @@
   step boundary and prints how to resume: pipeline.run.stop.GracefulStop).
 - Anything else is a bug: one line saying so (the command, the exception, where the traceback went) and exit 1.
   The traceback goes to `<run folder>/logs/` when a run folder is known (`note_run_folder`), else to
-  `<cache root>/logs/` (env.paths.cache_root); with `--debug` (or GRPO_DEBUG=1) it is printed instead.
+  `<cache root>/logs/` (env.locations.cache_root); with `--debug` (or GRPO_DEBUG=1) it is printed instead.
 
 pipeline/cli.py wraps each command in `run_command`; each command's `main` is also wrapped (`guarded`) so that
 calling it from Python behaves as `grpo COMMAND` does. Nested wrapping is harmless: the inner one answers.
@@ -29,9 +29,10 @@ from typing import Any, Callable, Optional
 from env.adapters import AdapterError
 from env.disk import StorageError, storage_failure
 from env.imports import mismatched_torch_companion
+from env.locations import PathChangedError, cache_root
 from env.matrix import MatrixError
 from env.path_check import PathError
-from env.paths import PathChangedError, atomic_write_text, cache_root, shell_command
+from env.paths import atomic_write_text, shell_command
 from env.secret_fields import remember_argv
 from env.text import printable, say, shorten
 from pipeline.config import ConfigError

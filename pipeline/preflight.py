@@ -25,8 +25,9 @@ from pathlib import Path
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
+from env.locations import absolute_path
 from env.path_check import PathError, expand, nearest_existing
-from env.paths import absolute_path, shell_command
+from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
 from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate

@@ -29,7 +29,8 @@ import pipeline.data.tokenizer
 import pipeline.infer.evaluate
 import pipeline.run.lock
 import pipeline.run.manifest
-from env.paths import absolute_path, atomic_directory, previous_versions, shell_command, snapshot
+from env.locations import absolute_path, snapshot
+from env.paths import atomic_directory, previous_versions, shell_command
 from env.text import say
 from pipeline.backends import BackendChoice, choose_backend, load_backend, on_cpu
 from pipeline.bootstrap import backend_choice, defaults_for
@@ -41,8 +42,7 @@ from pipeline.infer.session import verify_trained_dir
 from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
 from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
 from pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
-                                      set_aside_checkpoints_after, set_aside_previous_run,
-                                      storage_errors_are_resumable)
+                                      set_aside_checkpoints_after, set_aside_previous_run, storage_errors_are_resumable)
 from pipeline.run.resume import other_data_note, resume_changes
 from pipeline.run.stop import GracefulStop, interrupts_raise, resume_command
 from pipeline.run.finish import finished_run, print_where_everything_is
@@ -234,7 +234,7 @@ def _train(run: Run) -> None:
     before it resumes from there with a lower learning rate (on_collapse: rollback)."""
     cfg = run.cfg
     if cfg.eval.eval_steps and run.eval_rows and _is_main_process():
-        from pipeline.trainer.periodic_eval import build_periodic_eval  # lazy: imports transformers (torch)
+        from pipeline.infer.periodic_eval import build_periodic_eval  # lazy: imports transformers (torch)
 
         run.periodic_eval = build_periodic_eval(cfg, run.backend, run.tokenizer, run.eval_rows,
                                                 run.prepared.max_completion_length, run.output_dir, run.manifest,

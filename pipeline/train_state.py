@@ -39,7 +39,7 @@ class Run:
     resume_step: Optional[int] = None
     finish_only: bool = False  # trained to max_steps already, a final file missing: write them, train no step
     resume_changes: dict[str, Any] = field(default_factory=dict)
-    adapter_seen: Any = None  # what lora/ and eval_before.json were at the start (env.paths.snapshot)
+    adapter_seen: Any = None  # what lora/ and eval_before.json were at the start (env.locations.snapshot)
     eval_before_seen: Any = None
     # data, model
     tokenizer: Any = None

@@ -5,11 +5,14 @@ string for standard datasets and a list of chat messages for conversational ones
 (`[{"role": "assistant", "content": "..."}]`, more messages after a tool call). Anything
 else is an odd shape; we return None for it and the reward functions score it 0.0, so a
 malformed batch never crashes a training step.
+
+The other way round, `build_prompt` writes one question as chat messages: the prompts of the data path
+(pipeline/data/) and of the built-in demo's warm-up (pipeline/demo/task.py) come from it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 
 def completion_text(completion: Any, role: str = "assistant") -> str | None:
@@ -80,3 +83,18 @@ def _content_text(content: Any) -> str | None:
         parts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
         return "".join(parts) if parts else None
     return None
+
+
+def build_prompt(system_prompt: Optional[str], question: str) -> list[dict[str, str]]:
+    """Chat messages for one question; the chat template, not us, decides the text layout.
+
+    An empty system prompt sends the user message alone (the template may then add its
+    own default system message, as Qwen2.5's does).
+
+    >>> build_prompt("Answer briefly.", "What is 2 + 2?")
+    [{'role': 'system', 'content': 'Answer briefly.'}, {'role': 'user', 'content': 'What is 2 + 2?'}]
+    """
+    messages = [{"role": "user", "content": question}]
+    if system_prompt:
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return messages

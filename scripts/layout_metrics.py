@@ -1,6 +1,6 @@
 """How the house is laid out, measured from the code's own imports and definitions.
 
-    python scripts/layout_metrics.py           # the table: rooms, arrows, arrows running up, cycles, sizes
+    python scripts/layout_metrics.py           # rooms, arrows up, loops, sizes, issue 52's counts
     python scripts/layout_metrics.py --json    # the same as JSON (for tests and before/after notes)
     python scripts/layout_metrics.py --root DIR  # another checkout (e.g. `git worktree add DIR COMMIT`)
 
@@ -9,8 +9,17 @@ Words:
 - an *arrow* is "room A imports something from room B" (A != B), counted once per pair;
 - an arrow *runs up* when it points from a room lower in `FLOORS` to a higher one. `FLOORS` is the design,
   bottom to top (docs/layout.md): a room may import only from rooms below it;
-- a *cycle* is a set of modules that import one another, module-level and function-local imports alike (a
-  function-local import still ties the two modules together; it only delays the tie);
+- a *cycle* (a file loop) is a set of modules that import one another, module-level and function-local imports
+  alike (a function-local import still ties the two modules together; it only delays the tie). Measured over the
+  three trees `TREES` (pipeline/, env/, rewards/), across them too;
+- a *folder loop* is the same between folders: a room of any tree (`pipeline/demo`, `pipeline/train`; env/ and
+  rewards/ have no sub-folders, so each of their modules is a room) imports one that imports it back, through any
+  of their modules; a *tree loop* is one between the trees themselves (env/ importing pipeline/ and back);
+- sizes: no module over `MODULE_LIMIT` lines, no function over `FUNCTION_LIMIT`, in the trees and in scripts/ and
+  bench/ (`SIZED`);
+- *recipe takers* (issue 52): functions with a parameter named cfg, config, plan or run_plan, the whole recipe or a
+  whole-run holder, in the three trees; *backend-name comparisons*: `==`/`!=`/`in` against "unsloth" or "plain",
+  or of a `.NAME`/`.backend` against a string, outside pipeline/backends/ (the backend answers for itself);
 - a function-local import is *lazy for torch* when what it imports reaches torch, Unsloth or vLLM (directly, or
   through a module that imports one of them at its top); every other one could sit at the top, and is listed
   unless a comment at it says why it stays (`grpo`'s start-up order, matplotlib's backend): *lazy for another
@@ -33,7 +42,13 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = "pipeline"
+PACKAGE = "pipeline"  # the tree FLOORS places, whose rooms, arrows and lazy imports are measured
+TREES = ("pipeline", "env", "rewards")  # the code measured for loops (files, folders, trees) and issue 52's counts
+SIZED = TREES + ("scripts", "bench")  # where no module or function may pass the limits below
+RECIPE_PARAMETERS = {"cfg", "config", "plan", "run_plan"}  # the whole recipe, or a holder of the whole run
+BACKEND_NAMES = {"unsloth", "plain"}
+BACKEND_ATTRIBUTES = {"NAME", "backend"}
+BACKENDS_HOME = "pipeline/backends/"  # the one place that may compare a backend's name
 
 # The design, bottom to top: the data path config -> check -> data -> model -> trainer -> save -> generate/eval,
 # with the helpers everyone uses at the bottom and the commands that drive a run at the top. Rooms are placed by
@@ -45,9 +60,8 @@ PACKAGE = "pipeline"
 # - preflight (the run's contract) sits below infer: `grpo rewards` (infer/dry_run.py) runs the check, and the
 #   check imports no inference;
 # - train_state (what train.py's phases share) and train_help (`grpo train --help`) are train.py's own, below it.
-# Three arrows still run up, each a pair of rooms that import one another (their import lines say why):
-# demo -> data (demo/task.py: build_prompt), run -> health (run/plots.py: health/metrics.py's metric names),
-# trainer -> infer (trainer/periodic_eval.py: evaluate_rows).
+# No arrow runs up (issue 52 took the last three down: the one prompt builder is rewards/completions.py, the logged
+# measures' names are run/metric_names.py, the eval during training is infer/periodic_eval.py).
 FLOORS = ["assets", "config", "demo", "data", "run", "backends", "health", "bootstrap", "errors", "plan",
           "trainer", "preflight", "infer", "data_command", "train_state", "train_help", "train", "cli", "__main__",
           "__init__"]
@@ -172,31 +186,92 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def folder_of(module: str) -> str:
+    """The room a module sits in, named with its tree: `pipeline/demo`, `pipeline/train`, `env/paths`."""
+    parts = module.split(".")
+    return f"{parts[0]}/{parts[1] if len(parts) > 1 else '__init__'}"
+
+
+def _recipe_takers(tree: ast.Module) -> int:
+    return sum(1 for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and RECIPE_PARAMETERS & {a.arg for a in node.args.args + node.args.kwonlyargs + node.args.posonlyargs})
+
+
+def _names_a_backend(node: ast.expr) -> bool:
+    """A string constant naming a backend ("plain"), or a tuple/list/set holding one (`in ("unsloth", "plain")`)."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_backend(item) for item in node.elts)
+    return isinstance(node, ast.Constant) and node.value in BACKEND_NAMES
+
+
+def _backend_name_comparisons(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, source) of each comparison with a backend's name: against "unsloth"/"plain" (`choice.name == "plain"`,
+    `x in ("unsloth", ...)`), or of a `.NAME` or `.backend` attribute against any string. (`.name` against another
+    string is a file's or a check's name: `path.name == "__init__.py"`.)"""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        strings = any(isinstance(side, ast.Constant) and isinstance(side.value, str) for side in sides)
+        attribute = any(isinstance(side, ast.Attribute) and side.attr in BACKEND_ATTRIBUTES for side in sides)
+        if any(_names_a_backend(side) for side in sides) or (strings and attribute):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def _per_tree(names: dict[str, Path], cycles: list[list[str]], folder_cycles: list[list[str]],
+              over: dict[str, int], functions_over: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Each tree's count of loops (a loop across trees counts in each) and of modules and functions over the limits."""
+    def count(groups, tree):
+        return sum(1 for group in groups if any(member.split(".")[0].split("/")[0] == tree for member in group))
+    return {tree: {"modules": sum(1 for m in names if m.split(".")[0] == tree),
+                   "file_loops": count(cycles, tree), "folder_loops": count(folder_cycles, tree),
+                   "modules_over_limit": sum(1 for m in over if m.split(".")[0] == tree),
+                   "functions_over_limit": sum(1 for f in functions_over if f.split(".")[0] == tree)}
+            for tree in SIZED}
+
+
+def _sizes(root: Path) -> tuple[dict[str, int], list[tuple[str, int]]]:
+    """Every module's lines and every function's, in `SIZED`."""
+    lines: dict[str, int] = {}
+    functions: list[tuple[str, int]] = []
+    for path in [path for tree in SIZED for path in sorted((root / tree).rglob("*.py"))]:
+        text = path.read_text(encoding="utf-8")
+        lines[module_name(path, root)] = len(text.splitlines())
+        functions += _functions(ast.parse(text), module_name(path, root))
+    return lines, functions
+
+
 def measure(root: Path = ROOT) -> dict:
-    files = sorted((root / PACKAGE).rglob("*.py"))
+    files = [path for tree in TREES for path in sorted((root / tree).rglob("*.py"))]
     names = {module_name(path, root): path for path in files}
     known = set(names)
     graph: dict[str, set[str]] = defaultdict(set)
     top_level: dict[str, set[str]] = defaultdict(set)  # module -> what it imports at its top (any package)
     local: dict[str, list[tuple[str, int, bool]]] = defaultdict(list)  # module -> (target, line, commented)
-    functions: list[tuple[str, int]] = []
-    lines: dict[str, int] = {}
+    takers: dict[str, int] = {}
+    comparisons: list[str] = []
     for module, path in names.items():
         text = path.read_text(encoding="utf-8")
         source_lines = text.splitlines()
-        lines[module] = len(source_lines)
         tree = ast.parse(text)
-        functions += _functions(tree, module)
+        relative = path.relative_to(root).as_posix()
+        if _recipe_takers(tree):
+            takers[relative] = _recipe_takers(tree)
+        if not relative.startswith(BACKENDS_HOME):
+            comparisons += [f"{relative}:{n}: {source}" for n, source in _backend_name_comparisons(tree)]
         for target, at_top, lineno in _imports(tree, module, path.name == "__init__.py", known):
             inside = target if target in known else None
-            if inside is None and target.startswith(PACKAGE + "."):
+            if inside is None and target.split(".")[0] in TREES:
                 inside = next((k for k in sorted(known, key=len, reverse=True) if target.startswith(k + ".")), None)
             if inside and inside != module:
                 graph[module].add(inside)
             if at_top:
                 top_level[module].add(inside or target)
-            else:
+            elif module.split(".")[0] == PACKAGE:
                 local[module].append((inside or target, lineno, commented(source_lines, lineno)))
+    lines, functions = _sizes(root)
 
     def heavy(module: str, seen: set[str]) -> bool:
         if module.split(".")[0] in HEAVY or module in HEAVY:
@@ -206,25 +281,39 @@ def measure(root: Path = ROOT) -> dict:
         seen.add(module)
         return any(heavy(child, seen) for child in top_level.get(module, ()))
 
-    arrows = sorted({(room_of(a), room_of(b)) for a, targets in graph.items() for b in targets
-                     if room_of(a) != room_of(b)})
+    ours = [m for m in known if m.split(".")[0] == PACKAGE]
+    arrows = sorted({(room_of(a), room_of(b)) for a in ours for b in graph.get(a, ())
+                     if b.split(".")[0] == PACKAGE and room_of(a) != room_of(b)})
     floor = {room: i for i, room in enumerate(FLOORS)}
     up = [(a, b) for a, b in arrows if floor.get(a, len(FLOORS)) < floor.get(b, len(FLOORS))]
+    folders, trees = defaultdict(set), defaultdict(set)
+    for a, targets in graph.items():
+        folders[folder_of(a)] |= {folder_of(b) for b in targets} - {folder_of(a)}
+        trees[a.split(".")[0]] |= {b.split(".")[0] for b in targets} - {a.split(".")[0]}
     for_torch = sorted({(m, t, n) for m, targets in local.items() for t, n, _ in targets if heavy(t, set())})
     other = sorted({(m, t, n) for m, targets in local.items() for t, n, note in targets
                     if note and not heavy(t, set())})
     unjustified = sorted({(m, t) for m, targets in local.items() for t, _, note in targets
                           if not note and not heavy(t, set())})
     uncommented = sorted({(m, t, n) for m, targets in local.items() for t, n, note in targets if not note})
-    rooms = sorted({room_of(m) for m in known})
+    rooms = sorted({room_of(m) for m in ours})
+    over = {m: n for m, n in sorted(lines.items(), key=lambda kv: -kv[1]) if n > MODULE_LIMIT}
+    functions_over = {f: n for f, n in sorted(functions, key=lambda kv: -kv[1]) if n > FUNCTION_LIMIT}
+    cycles, folder_cycles = _cycles(graph), _cycles(folders)
     return {
         "rooms": rooms,
         "unplaced_rooms": [room for room in rooms if room not in floor],
         "arrows": len(arrows),
         "arrows_up": [f"{a} -> {b}" for a, b in up],
-        "cycles": _cycles(graph),
-        "modules_over_limit": {m: n for m, n in sorted(lines.items(), key=lambda kv: -kv[1]) if n > MODULE_LIMIT},
-        "functions_over_limit": {f: n for f, n in sorted(functions, key=lambda kv: -kv[1]) if n > FUNCTION_LIMIT},
+        "cycles": cycles,
+        "folder_cycles": folder_cycles,
+        "tree_cycles": _cycles(trees),
+        "per_tree": _per_tree(names | {m: Path() for m in lines}, cycles, folder_cycles, over, functions_over),
+        "modules_over_limit": over,
+        "functions_over_limit": functions_over,
+        "recipe_takers": sum(takers.values()),
+        "recipe_takers_per_file": dict(sorted(takers.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "backend_name_comparisons": comparisons,
         "local_imports_for_torch": len(for_torch),
         "local_imports_for_another_reason": [f"{m}:{n}: {t}" for m, t, n in other],
         "local_imports_without_reason": [f"{m}: {t}" for m, t in unjustified],
@@ -255,8 +344,15 @@ def _listed(title: str, items, label: str = "") -> None:
 
 def show(found: dict) -> None:
     _listed(f"rooms: {len(found['rooms'])}  arrows: {found['arrows']}  running up: {len(found['arrows_up'])}  "
-            f"cycles: {len(found['cycles'])}",
-            [f"up: {arrow}" for arrow in found["arrows_up"]] + [f"cycle: {' -> '.join(c)}" for c in found["cycles"]])
+            f"file loops: {len(found['cycles'])}  folder loops: {len(found['folder_cycles'])}  "
+            f"tree loops: {len(found['tree_cycles'])}",
+            [f"up: {arrow}" for arrow in found["arrows_up"]]
+            + [f"file loop: {' <-> '.join(c)}" for c in found["cycles"]]
+            + [f"folder loop: {' <-> '.join(c)}" for c in found["folder_cycles"]]
+            + [f"tree loop: {' <-> '.join(c)}" for c in found["tree_cycles"]])
+    _listed("per tree:", [f"{tree:9s} {n['modules']:4d} modules, {n['file_loops']} file loops, {n['folder_loops']} "
+                          f"folder loops, {n['modules_over_limit']} modules and {n['functions_over_limit']} functions "
+                          f"over the limits" for tree, n in found["per_tree"].items()])
     _listed(f"modules over {MODULE_LIMIT} lines: {len(found['modules_over_limit'])}",
             [f"{n:5d}  {module}" for module, n in found["modules_over_limit"].items()])
     _listed(f"functions over {FUNCTION_LIMIT} lines: {len(found['functions_over_limit'])}",
@@ -268,6 +364,10 @@ def show(found: dict) -> None:
             + [f"could sit at the top: {i}" for i in found["local_imports_without_reason"]])
     _listed(f"function-local imports without a comment saying why: {len(found['local_imports_uncommented'])}",
             found["local_imports_uncommented"], "uncommented: ")
+    _listed(f"functions taking the whole recipe or run (a parameter named {'/'.join(sorted(RECIPE_PARAMETERS))}): "
+            f"{found['recipe_takers']}", [f"{n:4d}  {path}" for path, n in found["recipe_takers_per_file"].items()])
+    _listed(f"comparisons with a backend's name outside {BACKENDS_HOME}: {len(found['backend_name_comparisons'])}",
+            found["backend_name_comparisons"], "compares: ")
     if found["unplaced_rooms"]:
         print(f"rooms missing from FLOORS: {', '.join(found['unplaced_rooms'])}")
 

@@ -5,26 +5,21 @@ Not a test module (pytest collects only test_*.py).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from bench import fault_kit
 from pipeline import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def fault_table():
-    """bench/faults.py as a module (its set-up helpers: recipe, train, adapter, ...), loaded once."""
-    if "bench_faults" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_faults", ROOT / "bench" / "faults.py")
-        sys.modules["bench_faults"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules["bench_faults"])
-    return sys.modules["bench_faults"]
+    """The fault table's set-up helpers (bench/fault_kit.py: recipe, train, adapter, trained_checkpoint, ...)."""
+    return fault_kit
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str]:

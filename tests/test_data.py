@@ -10,12 +10,12 @@ import pytest
 from pipeline.config import DEFAULT_SYSTEM_PROMPT, ConfigError
 from pipeline.data.prepare import DataError, prepare_dataset
 from pipeline.data.prompts import (
-    build_prompt,
     check_system_prompt_survives,
     count_prompt_tokens,
     round_up,
     system_prompt_tokens,
 )
+from rewards.completions import build_prompt
 from tests.data_helpers import assert_counts_add_up, make_cfg, sample_rows
 
 

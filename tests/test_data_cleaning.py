@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from pipeline.config import DEFAULT_SYSTEM_PROMPT, ConfigError, PipelineConfig
 from pipeline.data.prepare import DataError, prepare_dataset
 from pipeline.data.clean import REJECT_REASONS, clean_text
-from pipeline.data.prompts import build_prompt, round_up
+from pipeline.data.prompts import round_up
 from rewards import extract_hash_answer
+from rewards.completions import build_prompt
 from tests.data_helpers import assert_counts_add_up, make_cfg, sample_rows, write_jsonl
 
 

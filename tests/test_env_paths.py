@@ -13,14 +13,9 @@ import pytest
 from safetensors.numpy import save_file
 
 from env.adapters import AdapterError, verify_adapter_dir
-from env.paths import (
-    absolute_path,
-    atomic_directory,
-    atomic_write_json,
-    atomic_write_text,
-    current_umask,
-    publish_once,
-)
+from env.file_modes import current_umask
+from env.locations import absolute_path
+from env.paths import atomic_directory, atomic_write_json, atomic_write_text, publish_once
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {

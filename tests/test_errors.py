@@ -111,7 +111,7 @@ def _user_error(cls):
     if cls.__name__ == "DataError":
         return cls("the message", {})
     if cls.__name__ == "PathChangedError":
-        from env.paths import snapshot
+        from env.locations import snapshot
 
         return cls(snapshot("/tmp/out", option="--out"), None)
     return cls("the message")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from env.paths import current_umask
+from env.file_modes import current_umask
 from pipeline.infer import evaluate, export, generate
 from pipeline.infer.session import inference_args, open_inference
 from pipeline.train import run_training

@@ -29,8 +29,14 @@ sys.path.insert(0, str(ROOT / "scripts" / "gpu_check"))
 
 import benchmark  # noqa: E402
 import cases  # noqa: E402
+import chain_case  # noqa: E402
+import check_report  # noqa: E402
+import check_steps  # noqa: E402
+import gpu_image  # noqa: E402
 import parts  # noqa: E402
 import run_check  # noqa: E402
+import trim  # noqa: E402
+import vllm_set  # noqa: E402
 import wheels  # noqa: E402
 
 
@@ -39,6 +45,14 @@ import wheels  # noqa: E402
 def test_docstring_examples_run(module):
     result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize("module", [gpu_image, trim, vllm_set, check_report, check_steps, chain_case],
+                         ids=["gpu_image", "trim", "vllm_set", "check_report", "check_steps", "chain_case"])
+def test_the_kits_other_modules_docstring_examples_run(module):
+    """The modules wheels.py, run_check.py and cases.py were split into (issue 52) keep their examples running."""
+    result = doctest.testmod(module)
+    assert result.failed == 0
 
 
 def test_bad_options_are_one_clear_error_with_exit_code_2(tmp_path, capsys):
@@ -232,7 +246,7 @@ def test_the_main_path_runs_first_and_the_caps_add_up_to_the_budget():
 def test_the_image_packages_are_checked_against_the_ranges_the_kit_needs():
     """The ranges come from env/known_good.toml's plain pins and the carried wheels' Requires-Dist (env/metadata/);
     the versions are the machine's. A version outside its range, or a missing package, is named."""
-    needs = wheels.image_requirements()
+    needs = gpu_image.image_requirements()
     assert str(needs["peft"]["needs"]) == "==0.21.2" and "known_good.toml [plain]" in needs["peft"]["from"]
     assert needs["fsspec"]["from"] == ["datasets==4.8.5"] and Version("2026.2.0") in needs["fsspec"]["needs"]
     assert Version("2026.3.0") not in needs["fsspec"]["needs"]
@@ -240,7 +254,7 @@ def test_the_image_packages_are_checked_against_the_ranges_the_kit_needs():
     assert "vllm" not in needs and "trl" not in needs  # carried or left out, not taken from the image
     versions = {name: "0" for name in needs}
     versions.update(peft="0.21.2", fsspec="2026.3.0", pyarrow=None)
-    found = wheels.check_image(versions)
+    found = gpu_image.check_image(versions)
     assert found["packages"]["peft"]["ok"] and not found["packages"]["fsspec"]["ok"]
     assert {"fsspec", "pyarrow"} <= set(found["outside"]) and "peft" not in found["outside"]
     assert "needs <=2026.2.0" in found["outside"]["fsspec"] and "not installed" in found["outside"]["pyarrow"]
@@ -454,7 +468,7 @@ def test_the_vllm_set_covers_every_requirement_of_vllm_and_of_what_it_carries():
     """vllm 0.26.0's Requires-Dist and those of each package carried for it (VLLM_RECORD, from pip's resolution):
     each applying requirement is carried at a version that satisfies it, on the image, or left out with a reason;
     every reason is for a requirement vllm really has."""
-    records = wheels.vllm_records()
+    records = vllm_set.vllm_records()
     listed = {canonicalize_name(w.name): w.version for w in wheels.wanted_wheels(vllm=True)}
     image = {canonicalize_name(name) for name in wheels.IMAGE_PACKAGES}
     left_out = {canonicalize_name(name) for name in {**wheels.LEFT_OUT, **wheels.VLLM_LEFT_OUT}}
@@ -478,9 +492,9 @@ def test_the_vllm_set_covers_every_requirement_of_vllm_and_of_what_it_carries():
     needed = {canonicalize_name(Requirement(line).name) for line in records["vllm"]["requires_dist"]}
     assert {canonicalize_name(name) for name in wheels.VLLM_LEFT_OUT} <= needed
     # the torch vLLM 0.26.0 pins is the image's: the image step checks it there
-    needs = wheels.image_requirements(vllm=True)
+    needs = gpu_image.image_requirements(vllm=True)
     assert str(needs["torch"]["needs"]) == "==2.11.0" and f"vllm=={wheels.VLLM_VERSION}" in needs["torch"]["from"]
-    assert "vllm" not in wheels.image_requirements()["torch"]["from"][0]
+    assert "vllm" not in gpu_image.image_requirements()["torch"]["from"][0]
 
 
 def test_trimming_vllm_drops_what_a_dense_model_on_sm90_never_loads(tmp_path):
@@ -549,10 +563,10 @@ def test_the_bench_rows_compare_unsloth_with_vllm_to_the_other_two_rows():
 def test_the_vllm_chain_reads_the_stale_rollout_probe_at_every_step(tmp_path, lines, error):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     if error is None:
-        assert cases.probe_gaps(tmp_path, [1, 2])["rollout_logp_gap"] == {1: 0.01, 2: 0.0}
+        assert chain_case.probe_gaps(tmp_path, [1, 2])["rollout_logp_gap"] == {1: 0.01, 2: 0.0}
     else:
         with pytest.raises(RuntimeError, match=re.escape(error)):
-            cases.probe_gaps(tmp_path, [1, 2])
+            chain_case.probe_gaps(tmp_path, [1, 2])
 
 
 def test_vllm_calls_counts_the_engines_and_the_generate_calls_and_restores_the_class(monkeypatch):

@@ -12,8 +12,8 @@ from transformers import TrainerControl, TrainerState
 
 from pipeline.config import HealthArguments
 from pipeline.health.rules import HealthCallback
-from pipeline.health.metrics import GARBLED_RATE as GARBLED_RATE_KEY
-from pipeline.health.metrics import REPETITION_RATE as REPETITION_RATE_KEY
+from pipeline.run.metric_names import GARBLED_RATE as GARBLED_RATE_KEY
+from pipeline.run.metric_names import REPETITION_RATE as REPETITION_RATE_KEY
 from pipeline.health.signal import FLAT_GROUP_SHARE, flat_reward_causes, no_signal_causes
 from rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES
 
@@ -342,7 +342,7 @@ def test_a_collapse_rolls_back_to_the_newest_checkpoint_before_the_failing_log_w
 
 @pytest.mark.parametrize("case", ["on_collapse stop", "no rollbacks left", "no checkpoint before", "garbled rule"])
 def test_no_rollback_where_it_must_not_happen_the_rule_stops_as_before(tmp_path, case):
-    from pipeline.health.metrics import GARBLED_RATE
+    from pipeline.run.metric_names import GARBLED_RATE
 
     _checkpoint(tmp_path, 5)
     settings = HealthArguments(on_collapse="stop" if case == "on_collapse stop" else "rollback", garbled_window=1)

@@ -9,7 +9,7 @@ from transformers import TrainerControl, TrainerState
 
 from pipeline.config import HealthArguments
 from pipeline.health.rules import HEALTH_TRAINING_ARGS, HealthCallback, next_beta
-from pipeline.health.metrics import GARBLED_RATE, REPETITION_RATE
+from pipeline.run.metric_names import GARBLED_RATE, REPETITION_RATE
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from transformers import TrainerControl, TrainerState
 
 from pipeline.assets import load_qwen_tokenizer
 from pipeline.config import HealthArguments
-from pipeline.health.metrics import GARBLED_RATE, REPETITION_RATE
+from pipeline.run.metric_names import GARBLED_RATE, REPETITION_RATE
 from pipeline.health.observer import HealthState, make_observer
 from pipeline.health.rules import HealthCallback
 from pipeline.health.tools import MAX_ITERATIONS_SHARE, TOOL_CALL_FREQUENCY

@@ -30,7 +30,7 @@ from pipeline.run.resume import (
     resume_mismatch,
 )
 from env.kept import changed_inputs, code_hash, read_record, record, reusable, state_key
-from pipeline.trainer.periodic_eval import BEST_DIR, BEST_NAME, BestAdapter
+from pipeline.infer.periodic_eval import BEST_DIR, BEST_NAME, BestAdapter
 from pipeline.trainer.warmup import WARMUP_DIR, WARMUP_KEY_NAME, _saved_warmup, warmup_inputs
 from tests.data_helpers import make_cfg, write_jsonl
 from train_helpers import demo_config

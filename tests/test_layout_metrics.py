@@ -139,14 +139,51 @@ def test_the_real_tree_has_every_room_on_a_floor():
     assert layout_metrics.measure()["unplaced_rooms"] == []
 
 
+def test_loops_between_folders_and_trees_and_issue_52s_counts_are_found(tmp_path):
+    """A folder loop with no file loop (data/ and demo/ import each other through different modules), a file loop in
+    env/, a loop between two trees; the functions taking the recipe, and the backend-name comparisons outside
+    pipeline/backends/ (a file's `.name` is not one)."""
+    files = {
+        "pipeline/__init__.py": "", "pipeline/data/__init__.py": "", "pipeline/demo/__init__.py": "",
+        "pipeline/backends/__init__.py": "def pick(choice):\n    return choice.name == 'plain'\n",
+        "pipeline/data/sources.py": "from pipeline.demo import registry\n\ndef load(cfg, *, plan=None):\n    pass\n",
+        "pipeline/data/prompts.py": "def build(shape):\n    return shape.model.backend != 'plain'\n",
+        "pipeline/demo/registry.py": "",
+        "pipeline/demo/task.py": "from pipeline.data.prompts import build\nimport env.a\n\n"
+                                 "def f(run_plan, path):\n"
+                                 "    return path.name == '__init__.py' or x in ('unsloth', 'plain')\n",
+        "env/__init__.py": "", "env/a.py": "from env import b\n",
+        "env/b.py": "from env.a import x\nimport pipeline.demo.registry\n",
+        "rewards/__init__.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    found = layout_metrics.measure(tmp_path)
+    assert found["cycles"] == [["env.a", "env.b"]]
+    assert found["folder_cycles"] == [["env/a", "env/b", "pipeline/data", "pipeline/demo"]]
+    assert found["tree_cycles"] == [["env", "pipeline"]]
+    assert found["per_tree"]["env"]["file_loops"] == 1 and found["per_tree"]["rewards"]["folder_loops"] == 0
+    assert found["recipe_takers"] == 2
+    assert found["recipe_takers_per_file"] == {"pipeline/data/sources.py": 1, "pipeline/demo/task.py": 1}
+    assert found["backend_name_comparisons"] == [
+        "pipeline/data/prompts.py:2: shape.model.backend != 'plain'",
+        "pipeline/demo/task.py:5: x in ('unsloth', 'plain')"]
+
+
 def test_the_real_tree_keeps_the_house_rules():
-    """issue 39's numbers, held: no cycle, at most 3 arrows running up (each commented where it is imported),
-    no module over 400 lines and no function over 80."""
+    """issue 39's and issue 52's numbers, held: no loop between files, folders or trees (pipeline/, env/, rewards/),
+    no arrow running up, no module over 400 lines and no function over 80 (the trees, scripts/, bench/). The count
+    of functions taking the recipe and of backend-name comparisons is printed, not held yet."""
     found = layout_metrics.measure()
     assert found["cycles"] == []
-    assert len(found["arrows_up"]) <= 3, found["arrows_up"]
+    assert found["folder_cycles"] == []
+    assert found["tree_cycles"] == []
+    assert found["arrows_up"] == []
     assert found["modules_over_limit"] == {}
     assert found["functions_over_limit"] == {}
+    print(f"functions taking the recipe: {found['recipe_takers']}; "
+          f"backend-name comparisons outside pipeline/backends/: {len(found['backend_name_comparisons'])}")
 
 
 def test_the_real_tree_says_why_each_import_is_lazy_and_keeps_the_config_walk_short():

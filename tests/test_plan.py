@@ -429,12 +429,12 @@ def test_write_to_an_unwritable_place_is_one_message(tmp_path, capsys):
 
 def test_the_gpu_check_holds_the_estimate_against_the_measured_peak():
     sys.path.insert(0, str(ROOT / "scripts" / "gpu_check"))
-    import run_check
+    import check_report
 
-    near = run_check.planned_vs_measured({"planned_peak_gib": 2.5, "peak_vram_gib": 2.0})
-    far = run_check.planned_vs_measured({"planned_peak_gib": 3.0, "peak_vram_gib": 2.0})
+    near = check_report.planned_vs_measured({"planned_peak_gib": 2.5, "peak_vram_gib": 2.0})
+    far = check_report.planned_vs_measured({"planned_peak_gib": 3.0, "peak_vram_gib": 2.0})
     assert near["holds"] is True and far["holds"] is False
-    assert run_check.planned_vs_measured(None)["holds"] is None
+    assert check_report.planned_vs_measured(None)["holds"] is None
 
 
 def test_on_a_gpu_machine_the_visible_card_and_its_free_memory_are_read_with_nvidia_smi(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from transformers import TrainerControl, TrainerState
 
 from pipeline.config import HealthArguments
-from pipeline.health.metrics import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
+from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
 from pipeline.health.rollout import (
     IMPORTANCE_SAMPLING_RATIO,
     SAMPLING_LOGP_DIFFERENCE,

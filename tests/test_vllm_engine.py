@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.health.metrics import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
+from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
 from pipeline.health.stale import ROLLOUT_GAP_FLOOR
 from tests.vllm_helpers import REAL_VLLM
 

@@ -2,7 +2,7 @@
 
 The class: export --out, generate --output, eval --output, the reward dry-run file, data_report.json, the data
 cache, the built-in model and tokenizer caches, best_lora/, lora/ and eval_before.json. Each takes what it saw
-at its start (env.paths.snapshot) to the one publish step (env.paths.publish), which replaces only that. Three
+at its start (env.locations.snapshot) to the one publish step (env.paths.publish), which replaces only that. Three
 cases, each made to happen between the writer's start and its publish (inside the function it runs meanwhile):
 
 - appeared: nothing was there; the user made a folder or file there meanwhile;
@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from env.paths import PathChangedError
+from env.locations import PathChangedError
 from pipeline.data.cache import DATASET_IN_CACHE, REPORT_IN_CACHE
 from pipeline.demo.model import built_dir
 from tests.cli_helpers import fault_table, own_cache_root, run_cli
@@ -170,7 +170,7 @@ def library(call: Callable[[Path], object]) -> Callable[[Path, Path], None]:
 
 
 def best_lora_offer(folder: Path) -> None:
-    from pipeline.trainer.periodic_eval import BestAdapter
+    from pipeline.infer.periodic_eval import BestAdapter
 
     def save(model, staging: Path) -> None:
         shutil.copytree(model, staging, dirs_exist_ok=True)
@@ -227,7 +227,7 @@ WRITERS: dict[str, Writer] = {
         earlier=folder_with("stray.txt"), theirs=folder_with("tokenizer.json"), shares=True,
         prepare=lambda d, lora, run: (d / "tok").mkdir() or d),
     "best_lora/": Writer(
-        lambda d: d / "run" / "best_lora", "pipeline.trainer.periodic_eval.atomic_write_json_in_staging",
+        lambda d: d / "run" / "best_lora", "pipeline.infer.periodic_eval.atomic_write_json_in_staging",
         library(best_lora_offer), earlier=best_of(0.1), theirs=best_of(0.5), prepare=prepare_best),
     "train: eval_before.json": Writer(
         lambda d: d / "run" / "eval_before.json", "pipeline.infer.evaluate.evaluate_rows",
@@ -289,7 +289,7 @@ def test_a_writer_never_replaces_what_appeared_or_changed_since_it_started(name,
 
 def _run_meanwhile(monkeypatch, dotted: str, meanwhile: Callable[[], None]) -> None:
     """Make the function at `dotted` call `meanwhile` first (once), then do its own work."""
-    if dotted == "pipeline.trainer.periodic_eval.atomic_write_json_in_staging":
+    if dotted == "pipeline.infer.periodic_eval.atomic_write_json_in_staging":
         import env.paths
 
         original = env.paths.atomic_write_json
@@ -339,7 +339,7 @@ def test_two_exports_to_one_out_the_second_is_refused_without_overwrite(cache, l
 
 
 def test_what_is_seen_covers_a_file_deep_inside_a_folder(tmp_path):
-    from env.paths import snapshot
+    from env.locations import snapshot
 
     (tmp_path / "out" / "sub").mkdir(parents=True)
     (tmp_path / "out" / "sub" / "weights.bin").write_bytes(b"1")
@@ -353,7 +353,8 @@ def test_publish_replaces_only_what_was_seen(swap, tmp_path, monkeypatch):
     """With and without renameat2 (RENAME_EXCHANGE / NOREPLACE): the recorded version is replaced, anything else
     refused and kept."""
     import env.paths
-    from env.paths import atomic_write_text, snapshot
+    from env.locations import snapshot
+    from env.paths import atomic_write_text
 
     if not swap:
         monkeypatch.setattr(env.paths, "_renameat2", lambda src, dst, flags: False)

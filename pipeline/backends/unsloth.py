@@ -21,7 +21,7 @@ import functools
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import absolute_path
+from env.locations import absolute_path
 from pipeline.backends import EXPORT_METHODS, mixed_precision
 from pipeline.backends.base import BackendBase
 from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)

@@ -12,7 +12,7 @@ import functools
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import absolute_path
+from env.locations import absolute_path
 from pipeline.backends import Completion, score_with_vllm
 from pipeline.backends.gpu_settings import EVAL_SLEEP_LEVEL
 from pipeline.backends.plain import PlainGenerator

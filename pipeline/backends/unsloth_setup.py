@@ -21,7 +21,9 @@ from typing import Any, Iterator, Optional
 
 from env.hubs import HubSourceError, require_modelscope
 from env.imports import import_order_problems
-from env.paths import absolute_path, atomic_write_json, cache_root
+from env.locations import absolute_path
+from env.locations import cache_root
+from env.paths import atomic_write_json
 from pipeline.backends.gpu_settings import resolve_gpu_memory_utilization, standby_enabled
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.data.tokenizer import resolve_model_path

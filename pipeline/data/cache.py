@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import cache_root, json_text, publish_once
+from env.locations import cache_root
+from env.paths import json_text, publish_once
 import pipeline.data  # the package's own code is the cache's identity (data_code_identity)
 from env.kept import code_hash, file_sha256, state_key, versions
 from pipeline.data.tokenizer import resolve_model_path
@@ -133,7 +134,7 @@ def save_cached(entry: Path, dataset: Any, report: dict[str, Any], seen=None) ->
     A crash mid-write leaves only a staging folder, never an entry that looks complete. When two
     runs race, the first rename wins and the other's copy (identical by construction) is removed;
     a hand-damaged entry is replaced (see env.paths.publish_once). `seen`: what was at `entry` before the build
-    (env.paths.snapshot); anything else found there at the end is left alone.
+    (env.locations.snapshot); anything else found there at the end is left alone.
     """
     def write(staging: Path) -> None:
         dataset.save_to_disk(str(staging / DATASET_IN_CACHE))

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from env.paths import absolute_path, atomic_write_json, snapshot
+from env.locations import absolute_path, snapshot
+from env.paths import atomic_write_json
 from pipeline.config import ConfigError, check_choices, parse_limit
 from pipeline.data.cache import (
     DATA_FORMAT_VERSION,
@@ -50,7 +51,6 @@ from pipeline.data.clean import clean_rows
 from pipeline.data.columns import prompt_formats, training_columns
 from pipeline.data.prompts import (
     LengthBudget,
-    build_prompt,
     check_system_prompt_survives,
     count_prompt_tokens,
     with_system_prompt,
@@ -62,6 +62,7 @@ from pipeline.data.sources import resolve_source
 from env.kept import code_hash
 import rewards
 from rewards import extract_hash_answer, reference_is_scorable
+from rewards.completions import build_prompt
 
 REPORT_NAME = "data_report.json"
 EVAL_REPORT_NAME = "data_report_eval.json"

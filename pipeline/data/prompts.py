@@ -23,6 +23,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from env.text import excerpt
+from rewards.completions import build_prompt
 from pipeline.config import ConfigError
 
 # Rounding `max_prompt_length: auto` up to a multiple of 16 leaves the padded prompt block
@@ -30,21 +31,6 @@ from pipeline.config import ConfigError
 PROMPT_LENGTH_MULTIPLE = 16
 # The user message used to probe the template: short, plain and free of special characters.
 PROBE_QUESTION = "What is 1 + 1?"
-
-
-def build_prompt(system_prompt: Optional[str], question: str) -> list[dict[str, str]]:
-    """Chat messages for one question; the chat template, not us, decides the text layout.
-
-    An empty system prompt sends the user message alone (the template may then add its
-    own default system message, as Qwen2.5's does).
-
-    >>> build_prompt("Answer briefly.", "What is 2 + 2?")
-    [{'role': 'system', 'content': 'Answer briefly.'}, {'role': 'user', 'content': 'What is 2 + 2?'}]
-    """
-    messages = [{"role": "user", "content": question}]
-    if system_prompt:
-        messages.insert(0, {"role": "system", "content": system_prompt})
-    return messages
 
 
 def is_conversational(prompt: Any) -> bool:

@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import atomic_write_json, cache_root, publish_once
+from env.paths import atomic_write_json, publish_once
+from env.locations import cache_root
 from env.kept import file_sha256, read_record, record, state_key
 from pipeline.assets import QWEN_TOKENIZER_SRC, load_qwen_tokenizer  # QWEN_TOKENIZER_SRC: the files, as shipped
 

@@ -19,9 +19,7 @@ import random
 from collections import Counter
 from typing import Any
 
-# Runs up to data/ (an arrow layout_metrics counts): the built-in task's prompts come from the one prompt
-# builder, while data/ reads the built-in sources from demo/registry.py.
-from pipeline.data.prompts import build_prompt
+from rewards.completions import build_prompt
 from rewards.format import format_completion
 
 # The task: additions of two 2-digit numbers without carries ("What is 27+52?" -> "79"): each digit

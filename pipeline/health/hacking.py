@@ -8,7 +8,8 @@ import math
 from collections import deque
 from typing import Any
 
-from pipeline.health.metrics import EVAL_ACCURACY, EVAL_N, finite_mean, log_number
+from pipeline.health.metrics import finite_mean, log_number
+from pipeline.run.metric_names import EVAL_ACCURACY, EVAL_N
 
 
 def accuracy_noise(first: float, last: float, n_first: float | None, n_last: float | None) -> float:

@@ -25,29 +25,16 @@ from typing import Any
 
 from tokenizers import decoders, models  # light (a Rust extension, no torch): transformers' own dependency
 
+# The names the measures are logged under: run/metric_names.py, below health/ (run/plots.py reads them too).
+from pipeline.run.metric_names import (
+    COMPLETION_LENGTH,
+    GARBLED_RATE,
+    INCOMPLETE_UTF8_SHARE,
+    NO_ANSWER_RATE,
+    REPETITION_RATE,
+)
 from rewards.completions import completion_text
 from rewards.extract import extract_xml_answer
-
-# Name of the observer reward function; TRL logs it as rewards/health/mean (always 0.0).
-# Lives here so plots.py can skip that flat line without importing transformers.
-OBSERVER_NAME = "health"
-
-# Metric names, as they appear in TRL's logs, metrics.jsonl, tensorboard and wandb.
-GARBLED_RATE = "health/garbled_rate"
-INCOMPLETE_UTF8_SHARE = "health/incomplete_utf8_share"
-REPETITION_RATE = "health/repetition_rate"
-COMPLETION_LENGTH = "health/completion_length"
-NO_ANSWER_RATE = "health/no_answer_rate"
-BETA = "health/beta"
-# The rollout probe (pipeline/health/rollout.py): the engine-versus-trainer log-prob gap on a fixed text, and the
-# step whose weights the engine holds.
-ROLLOUT_LOGP_GAP = "health/rollout_logp_gap"
-ROLLOUT_WEIGHTS_STEP = "health/rollout_weights_step"
-# Held-out evaluation during training (eval_steps; pipeline/trainer/periodic_eval.py), read by the plots and
-# the reward-hacking rule.
-EVAL_ACCURACY = "eval/accuracy"
-EVAL_FORMAT_RATE = "eval/format_rate"
-EVAL_N = "eval/n"  # problems the accuracy is over: its sampling noise, for the reward-hacking rule
 
 # Token n-gram size for the repetition rate: 4-grams catch loops of short phrases
 # ("= 5 = 5 = 5") without flagging ordinary reuse of single words or number pairs.

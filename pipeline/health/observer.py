@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.health.metrics import BETA, OBSERVER_NAME, batch_health
+from pipeline.health.metrics import batch_health
+from pipeline.run.metric_names import BETA, OBSERVER_NAME
 from pipeline.health.tools import has_tool_turns, own_text, tool_metrics
 from rewards.completions import completion_text
 

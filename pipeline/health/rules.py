@@ -62,13 +62,8 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from pipeline.config import ConfigError, HealthArguments, PipelineConfig, check_choices
-from pipeline.health.metrics import (
-    BETA,
-    GARBLED_RATE,
-    REPETITION_RATE,
-    incomplete_utf8_token_ids,
-    log_number,
-)
+from pipeline.health.metrics import incomplete_utf8_token_ids, log_number
+from pipeline.run.metric_names import BETA, GARBLED_RATE, REPETITION_RATE
 from pipeline.health.observer import HealthState, make_observer
 from pipeline.health.rollback import COLLAPSE_RULES, healthy_checkpoint
 from pipeline.health.hacking import RewardHacking

@@ -25,7 +25,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from pipeline.health.metrics import OBSERVER_NAME, finite_mean, log_number
+from pipeline.health.metrics import finite_mean, log_number
+from pipeline.run.metric_names import OBSERVER_NAME
 from rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES
 
 # TRL's key for the share of groups whose total reward has zero spread (GRPOTrainer._generate_and_score_completions).

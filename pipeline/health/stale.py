@@ -8,7 +8,8 @@ import math
 from collections import deque
 from typing import Any
 
-from pipeline.health.metrics import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP, log_number
+from pipeline.health.metrics import log_number
+from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
 from pipeline.health.rollout import IMPORTANCE_SAMPLING_RATIO, SAMPLING_LOGP_DIFFERENCE
 
 # Stale rollouts, passive part: TRL's per-token |trainer - sampler| log-prob gap (sampling_logp_difference/mean; for

@@ -35,7 +35,8 @@ from rich.table import Table
 import pipeline.data.prepare
 import pipeline.data.tokenizer
 from env.adapters import AdapterError
-from env.paths import absolute_path, atomic_write_json, snapshot
+from env.locations import absolute_path, snapshot
+from env.paths import atomic_write_json
 from pipeline.backends import choose_backend, load_backend
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, parse_config

@@ -15,8 +15,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
+from env.locations import absolute_path, snapshot
 from env.path_check import check_command_paths
-from env.paths import absolute_path, atomic_write_json, shell_command, snapshot
+from env.paths import atomic_write_json, shell_command
 from pipeline.backends import Completion
 from pipeline.config import ConfigError, PipelineConfig, parse_config
 from pipeline.data.cache import model_identity, tokenizer_identity
@@ -151,7 +152,7 @@ def load_eval_before(output_dir: Path, inputs: dict[str, Any], log=print) -> Opt
 
 
 def save_eval_before(output_dir: Path, inputs: dict[str, Any], result: dict[str, Any], seen=None) -> None:
-    """`seen`: what the run saw at eval_before.json when it started (env.paths.snapshot); only that is replaced."""
+    """`seen`: what the run saw at eval_before.json when it started (env.locations.snapshot); only that is replaced."""
     atomic_write_json(output_dir / EVAL_BEFORE_NAME, record(inputs, result=result), seen=seen)
 
 

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.disk import storage_errors_named
+from env.locations import snapshot
 from env.path_check import EXPORT_MARKER, check_command_paths, local_model
-from env.paths import atomic_directory, atomic_write_json, shell_command, snapshot
+from env.paths import atomic_directory, atomic_write_json, shell_command
 from pipeline.backends import EXPORT_METHODS, choose_backend, load_backend
 from pipeline.config import ConfigError, field_choices, from_mapping
 from pipeline.data import model_check

@@ -16,8 +16,9 @@ import json
 import sys
 from typing import Optional
 
+from env.locations import absolute_path, snapshot
 from env.path_check import check_command_paths
-from env.paths import absolute_path, atomic_write_text, shell_command, snapshot
+from env.paths import atomic_write_text, shell_command
 from pipeline.data.clean import check_prompt
 from pipeline.data.prompts import as_chat, render_prompts
 from pipeline.data.source_spec import DataFileError

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.adapters import verify_adapter_dir
-from env.paths import absolute_path
+from env.locations import absolute_path
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend
 from pipeline.config import (

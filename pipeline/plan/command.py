@@ -18,13 +18,14 @@ from typing import Any, Optional
 
 import yaml
 
-from env.paths import atomic_write_text, shell_command, snapshot
+from env.locations import snapshot
+from env.paths import atomic_write_text, shell_command
 from pipeline.backends import planned_backend
 from pipeline.bootstrap import DEFAULT_GPU_RECIPE
-from pipeline.config import ConfigError, PipelineConfig, parse_config, read_recipe, validate
+from pipeline.config import ConfigError, parse_config, read_recipe, validate
 from pipeline.config.parse import config_path, normalize_argv
 from pipeline.plan.cards import KNOWN_CARDS, TABLE_CARDS, Card, card_by_name, card_from_memory, live_card
-from pipeline.plan.estimate import UNCERTAINTY, Estimate, token_lengths
+from pipeline.plan.estimate import UNCERTAINTY, Estimate, Workload, workload
 from pipeline.plan.fit import fitted_recipe, plan, suggestions
 from pipeline.plan.scale import render_scale, scale_dict, scale_plan
 from pipeline.plan.shape import count_parameters, load_shape
@@ -60,14 +61,14 @@ def split_plan_flags(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
     return flags, rest
 
 
-def resolve_card(cfg: PipelineConfig, gpu: Optional[str]) -> Card:
+def resolve_card(gpu_memory_gb: Optional[float], gpu: Optional[str]) -> Card:
     """--gpu NAME, else gpu_memory_gb, else the visible GPU; refused when none is given and none is here."""
-    if gpu is not None and cfg.model.gpu_memory_gb is not None:
+    if gpu is not None and gpu_memory_gb is not None:
         raise ConfigError("gpu", "give either --gpu NAME or --gpu_memory_gb N, not both.")
     if gpu is not None:
         return card_by_name(gpu)
-    if cfg.model.gpu_memory_gb is not None:
-        return card_from_memory(cfg.model.gpu_memory_gb)
+    if gpu_memory_gb is not None:
+        return card_from_memory(gpu_memory_gb)
     found = live_card()
     if found is None:
         raise ConfigError("gpu", "no GPU visible (nvidia-smi found none): name the card to plan for, e.g. --gpu T4, "
@@ -93,18 +94,17 @@ def verdict(result: Estimate) -> str:
     return text
 
 
-def render(cfg: PipelineConfig, result: Estimate, source: str) -> str:
-    shape = load_shape(cfg.model.model_name_or_path)
+def render(work: Workload, result: Estimate, source: str) -> str:
+    shape = load_shape(work.model)
     counts = count_parameters(shape)
-    prompt, completion = token_lengths(cfg)
-    assumed = (f" (max_prompt_length auto: {prompt} assumed; `grpo data` measures it)"
-               if str(cfg.data.max_prompt_length).strip().lower() == "auto" else "")
+    prompt, completion = work.prompt_tokens, work.completion_tokens
+    assumed = f" (max_prompt_length auto: {prompt} assumed; `grpo data` measures it)" if work.prompt_auto else ""
     lines = [
         f"grpo plan: {source} on {result.card.describe()}",
-        f"model: {cfg.model.model_name_or_path} ({shape.source}): {counts.total / 1e9:.2f}B parameters, "
+        f"model: {work.model} ({shape.source}): {counts.total / 1e9:.2f}B parameters, "
         f"{shape.num_hidden_layers} layers, hidden {shape.hidden_size}, vocab {shape.vocab_size}, "
         f"{'tied' if shape.tie_word_embeddings else 'untied'} embeddings",
-        f"path: {result.backend}; {cfg.grpo.per_device_train_batch_size} completions per micro-batch of {prompt} "
+        f"path: {result.backend}; {work.rows} completions per micro-batch of {prompt} "
         f"prompt + {completion} completion tokens{assumed}",
     ]
     for part in result.parts:
@@ -154,12 +154,12 @@ def write_recipe(path: str, recipe: dict[str, Any], how: str) -> Path:
                           "path, e.g. --write fitted.yaml") from None
 
 
-def base_mapping(rest: list[str], cfg: PipelineConfig) -> dict[str, Any]:
-    """The recipe's own keys plus the command line's overrides (as parsed), for --write."""
+def base_mapping(rest: list[str], flat: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's own keys plus the command line's overrides (as parsed: `flat`, the config's values), for
+    --write."""
     argv = normalize_argv(rest)
     path = config_path(argv)
     mapping = read_recipe(path) if path else {}
-    flat = cfg.to_dict()
     for arg in argv:
         if arg.startswith("--") and arg != "--config":
             name = arg[2:].split("=", 1)[0].replace("-", "_").removeprefix("no_")
@@ -185,7 +185,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         counts = gpu_counts(flags)
         if counts is None:
             validate(cfg, backend=planned_backend(cfg.model.backend).NAME, run_user_code=False)
-        card = resolve_card(cfg, flags.get("gpu"))
+        card = resolve_card(cfg.model.gpu_memory_gb, flags.get("gpu"))
         result = plan(cfg, card)
         scale = scale_plan(cfg, card, *counts) if counts else None  # validates for its number of processes
         if flags.get("json"):
@@ -197,10 +197,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                 out["scale"] = scale_dict(scale)
             print(json.dumps(out, indent=2))
         elif scale is not None:
-            print(render(cfg, result, str(source)))
+            print(render(workload(cfg), result, str(source)))
             print(render_scale(scale, card))
         else:
-            print(render(cfg, result, str(source)))
+            print(render(workload(cfg), result, str(source)))
             if not result.fits:
                 found = suggestions(cfg, card)
                 print("smallest changes that fit (each on its own):" if found else
@@ -208,7 +208,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 for s in found:
                     print(f"  {s.describe()}")
         if flags.get("write"):
-            recipe, how = fitted_recipe(base_mapping(rest, cfg), cfg, card)
+            recipe, how = fitted_recipe(base_mapping(rest, cfg.to_dict()), cfg, card)
             written = write_recipe(flags["write"], recipe, how)
             train_it = shell_command("grpo", "train", "--config", written)  # pastes back as printed
             print(f"wrote {shell_command(written)} ({how}); train it with: {train_it}", file=sys.stderr)

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from pipeline.config import ConfigError, PipelineConfig, parse_limit
+from pipeline.config import ConfigError, PipelineConfig
 from pipeline.demo.registry import builtin_model
 from pipeline.plan import cards  # cards.live_card looked up at call time (tests replace it there)
 from pipeline.plan.bundled import smaller_models
 from pipeline.plan.cards import Card, card_from_memory
-from pipeline.plan.estimate import UNCERTAINTY, Estimate, backend_path, estimate, token_lengths
+from pipeline.plan.estimate import UNCERTAINTY, Estimate, Workload, estimate, workload
 from pipeline.plan.shape import count_parameters, load_shape
 
 
@@ -34,16 +34,14 @@ def plan(cfg: PipelineConfig, card: Card) -> Estimate:
     return estimate(cfg, shape, count_parameters(shape), card)
 
 
-def _generations(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
-    g = cfg.grpo
-    questions = max(1, g.per_device_train_batch_size // g.num_generations)
-    for n in range(g.num_generations - 1, 1, -1):
+def _generations(work: Workload) -> Iterator[dict[str, Any]]:
+    questions = max(1, work.rows // work.num_generations)
+    for n in range(work.num_generations - 1, 1, -1):
         yield {"num_generations": n, "per_device_train_batch_size": n * questions}
 
 
-def _completion(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
-    prompt, completion = token_lengths(cfg)
-    fixed = parse_limit(cfg.data.max_completion_length, "max_completion_length") is not None
+def _completion(work: Workload) -> Iterator[dict[str, Any]]:
+    prompt, completion, fixed = work.prompt_tokens, work.completion_tokens, work.completion_fixed
     step = 64
     for length in range((completion - 1) // step * step, step - 1, -step):
         if fixed:
@@ -52,39 +50,39 @@ def _completion(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
             yield {"max_seq_length": prompt + length}
 
 
-def _batch(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
-    g = cfg.grpo
-    total = g.per_device_train_batch_size * g.gradient_accumulation_steps
-    for rows in range(g.per_device_train_batch_size - 1, 0, -1):
-        if g.per_device_train_batch_size % rows == 0:
+def _batch(work: Workload) -> Iterator[dict[str, Any]]:
+    total = work.rows * work.accumulation
+    for rows in range(work.rows - 1, 0, -1):
+        if work.rows % rows == 0:
             yield {"per_device_train_batch_size": rows, "gradient_accumulation_steps": total // rows}
 
 
-def _share(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
-    if backend_path(cfg) != "unsloth+vllm":
+def _share(work: Workload) -> Iterator[dict[str, Any]]:
+    if work.path != "unsloth+vllm":
         return
     # With standby Unsloth replaces the share with its own tier, so a smaller share means standby off.
-    standby_off = {} if cfg.model.vllm_standby == "false" else {"vllm_standby": "false"}
+    standby_off = {} if work.vllm_standby == "false" else {"vllm_standby": "false"}
     for hundredths in range(90, 14, -5):
         yield {**standby_off, "gpu_memory_utilization": f"{hundredths / 100:.2f}"}
 
 
-def _standby(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
-    if backend_path(cfg) == "unsloth+vllm" and cfg.model.vllm_standby == "false":
+def _standby(work: Workload) -> Iterator[dict[str, Any]]:
+    if work.path == "unsloth+vllm" and work.vllm_standby == "false":
         yield {"vllm_standby": "true"}
 
 
-def _four_bit(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
-    if not cfg.model.load_in_4bit:
+def _four_bit(work: Workload) -> Iterator[dict[str, Any]]:
+    if not work.load_in_4bit:
         yield {"load_in_4bit": True}
 
 
-def _model(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
-    for name in smaller_models(cfg.model.model_name_or_path):
+def _model(work: Workload) -> Iterator[dict[str, Any]]:
+    for name in smaller_models(work.model):
         yield {"model_name_or_path": name}
 
 
-KNOBS: tuple[Callable[[PipelineConfig], Iterator[dict[str, Any]]], ...] = (
+# Each knob reads the recipe's numbers (estimate.Workload) and yields its rungs, each a change to the recipe.
+KNOBS: tuple[Callable[[Workload], Iterator[dict[str, Any]]], ...] = (
     _standby, _generations, _completion, _batch, _share, _four_bit, _model,
 )
 
@@ -92,8 +90,9 @@ KNOBS: tuple[Callable[[PipelineConfig], Iterator[dict[str, Any]]], ...] = (
 def suggestions(cfg: PipelineConfig, card: Card) -> list[Suggestion]:
     """For each knob, its first rung that fits (a knob with none is left out), smallest peak first."""
     found = []
+    work = workload(cfg)
     for knob in KNOBS:
-        for changes in knob(cfg):
+        for changes in knob(work):
             try:
                 changed = cfg.replace(**changes)
                 result = plan(changed, card)

@@ -20,7 +20,8 @@ from typing import Optional
 from huggingface_hub import try_to_load_from_cache
 
 from env.disk import StorageError
-from env.paths import atomic_write_text, cache_root
+from env.paths import atomic_write_text
+from env.locations import cache_root
 from pipeline.config import ConfigError
 from pipeline.demo.registry import builtin_model
 from pipeline.plan.bundled import bundled_config_name
@@ -54,8 +55,8 @@ class ModelShape:
         return self.num_hidden_layers * self.num_key_value_heads * self.head_dim * 2 * 2
 
 
-def shape_from_config(config: dict, name: str, source: str) -> ModelShape:
-    text = config.get("text_config") or config
+def shape_from_config(model_config: dict, name: str, source: str) -> ModelShape:
+    text = model_config.get("text_config") or model_config
     try:
         heads = int(text["num_attention_heads"])
         hidden = int(text["hidden_size"])
@@ -64,9 +65,9 @@ def shape_from_config(config: dict, name: str, source: str) -> ModelShape:
             num_hidden_layers=int(text["num_hidden_layers"]), num_attention_heads=heads,
             num_key_value_heads=int(text.get("num_key_value_heads") or heads),
             head_dim=int(text.get("head_dim") or hidden // heads), vocab_size=int(text["vocab_size"]),
-            tie_word_embeddings=bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
+            tie_word_embeddings=bool(model_config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
             max_position_embeddings=int(text.get("max_position_embeddings") or 0),
-            torch_dtype=str(text.get("torch_dtype") or text.get("dtype") or "bfloat16"), config=dict(config),
+            torch_dtype=str(text.get("torch_dtype") or text.get("dtype") or "bfloat16"), config=dict(model_config),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError("model_name_or_path", f"{source}: config.json lacks or mangles {err}, which the memory "
@@ -162,13 +163,13 @@ def count_parameters(shape: ModelShape, cache_dir: Optional[Path] = None, use_se
     return counts
 
 
-def _count_on_meta(config: dict) -> ParamCounts:
+def _count_on_meta(model_config: dict) -> ParamCounts:
     # lazy: torch, accelerate and transformers, only to count a model's parameters
     import torch
     from accelerate import init_empty_weights
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    cfg = dict(config)
+    cfg = dict(model_config)
     model_type = cfg.pop("model_type", None)
     if model_type is None:
         raise ConfigError("model_name_or_path", "config.json has no model_type; the architecture cannot be built.")

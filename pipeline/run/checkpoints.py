@@ -29,7 +29,9 @@ from typing import Any, Optional
 
 from env.adapters import safetensors_problem
 from env.disk import storage_errors_named
-from env.paths import absolute_path, atomic_write_json, normalize_file_modes, publish_directory, staging_leftovers
+from env.file_modes import normalize_file_modes
+from env.locations import absolute_path
+from env.paths import atomic_write_json, publish_directory, staging_leftovers
 from pipeline.run.manifest import record_adapter_base
 from pipeline.run.resume import SHAPE_NAME, checkpoint_record
 
@@ -227,7 +229,7 @@ def file_mode_callback():
     """A TrainerCallback that gives each saved checkpoint's files the usual permissions.
 
     The Trainer writes checkpoints itself (not through env.paths.atomic_directory), and safetensors
-    writes its weights 0600; see env.paths.normalize_file_modes.
+    writes its weights 0600; see env.file_modes.normalize_file_modes.
     """
     from transformers import TrainerCallback  # lazy: transformers imports torch
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.adapters import AdapterError, verify_adapter_dir
-from env.paths import absolute_path, shell_command
+from env.locations import absolute_path
+from env.paths import shell_command
 from pipeline.config import PipelineConfig
 from pipeline.demo.registry import example_question as registry_example_question
 from pipeline.run.checkpoints import checkpoint_state
@@ -79,7 +80,7 @@ def print_where_everything_is(output_dir: Path, status: str, reason: Optional[st
         _print(f"resume with: {resume_hint}")
     if status == "stopped":
         _print(f"a checkpoint was kept in {shell_command(output_dir)}; see summary.json for the reason")
-    best_dir = output_dir / "best_lora" if cfg.eval.eval_steps else None  # pipeline/trainer/periodic_eval.py
+    best_dir = output_dir / "best_lora" if cfg.eval.eval_steps else None  # pipeline/infer/periodic_eval.py
     for label, path in (("adapter", adapter_dir), ("best adapter", best_dir),
                         ("manifest", output_dir / "manifest.json"),
                         ("metrics", output_dir / "metrics.jsonl"), ("plots", output_dir / "plots"),

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.kept import versions
-from env.paths import absolute_path, atomic_write_json, atomic_write_text
+from env.locations import absolute_path
+from env.paths import atomic_write_json, atomic_write_text
 from env.secret_fields import masked, unmasked
 from pipeline.demo.registry import builtin_model
 

@@ -27,9 +27,7 @@ from typing import Any
 
 from env.paths import atomic_write_bytes
 from pipeline.config import HealthArguments
-# Runs up to health/ (an arrow layout_metrics counts): the plots read the metric names where the measures are
-# defined, while health/rollback.py resumes through run/checkpoints.py.
-from pipeline.health.metrics import (
+from pipeline.run.metric_names import (
     BETA,
     EVAL_ACCURACY,
     EVAL_FORMAT_RATE,

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import absolute_path
+from env.locations import absolute_path
 from pipeline.config import SECTIONS, resolve_optim, trl_training_args
 from pipeline.config.field_help import field_rules
 from pipeline.config.trl_fields import trl_fields

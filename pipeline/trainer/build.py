@@ -37,7 +37,7 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
 
     `resume_step` is the step of the checkpoint the run resumes from (None: a fresh run); metrics.jsonl
     drops the lines after it, since the resumed run replaces that trajectory. `periodic_eval` is the
-    eval_steps callback (pipeline/trainer/periodic_eval.py), or None. `rollbacks_done` > 0 (on_collapse:
+    eval_steps callback (pipeline/infer/periodic_eval.py), or None. `rollbacks_done` > 0 (on_collapse:
     rollback): the trainer resumes a rolled-back run, its learning rate scaled by rollback_lr_factor ** that.
     """
     import trl  # lazy, after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes

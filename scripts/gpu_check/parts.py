@@ -29,9 +29,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-# wheels.py lives beside this file (this folder is sys.path[0] when it runs as a script).
-from wheels import (CARRY_LIMIT_BYTES, MANIFEST_NAME, REPO_ROOT, VLLM_WHEEL_DIR, WheelSetError, install,
-                    working_tree_bytes)
+# wheels.py and vllm_set.py live beside this file (this folder is sys.path[0] when it runs as a script).
+from vllm_set import WheelSetError
+from wheels import CARRY_LIMIT_BYTES, MANIFEST_NAME, REPO_ROOT, VLLM_WHEEL_DIR, install, working_tree_bytes
 
 PART_LIMIT_BYTES = 55 * 2**20  # each part plus the working tree must stay under the 64 MiB the device carries
 PARTS_DIR = REPO_ROOT / ".gpu-parts"  # git-ignored (.gitignore); each partNN/ is one call's carry

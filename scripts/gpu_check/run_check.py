@@ -51,7 +51,8 @@ Each backend runs in its own child process (Unsloth patches trl/transformers/pef
 measurement must never share a process with it); a child that dies is restarted for the cases it had
 not reached. `--dry-run` runs the same plumbing on CPU with the tiny model and one step (the tests do).
 This file is the driver (options, time budget, children, report); what a child runs is in cases.py
-(the models, the chain) and benchmark.py (the benchmark).
+(the models, the chain) and benchmark.py (the benchmark); the steps and their shares of the budget are
+check_steps.py, the report's rows and table check_report.py.
 
 On a lent GPU machine, from the repository root here: build the wheel set first
 (`python scripts/gpu_check/wheels.py build`), then call the device tool's `run` with
@@ -80,24 +81,18 @@ from pathlib import Path
 from typing import Any, Optional
 
 # The cases run in the children live beside this driver (this folder is sys.path[0] when it runs as a script).
-from benchmark import case_peak_gib, child_bench
-from cases import (BENCH_SHAPES, CHAIN_MODELS, PRECISIONS, TINY_MODEL, VLLM_CHAIN_CASES, VLLM_CHAIN_SUBSTEPS,
-                   VLLM_GPU_MEMORY_UTILIZATION, VLLM_LABEL, Recorder, child_chain, child_models, has_cuda, run_params,
-                   skip_reason, tail, unit_steps)
-from wheels import VLLM_VERSION, check_image, image_requirements, installed_versions
+from benchmark import child_bench
+from cases import VLLM_LABEL, Recorder, child_models, has_cuda, skip_reason, tail, unit_steps
+from chain_case import child_chain
+from check_report import ANCHOR, bench_rows, gpu_info, package_versions, print_table
+from check_steps import DRY_RUN_CAP_S, PROCESS_PER_UNIT, STEPS, STEP_CAPS, VLLM_STEPS, step_units, vllm_installed
+from gpu_image import check_image, image_requirements, installed_versions
+from vllm_set import VLLM_VERSION
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPORT_NAME = "gpu-report.json"
 LOG_NAME = "gpu-check.log"
 
-ANCHOR = {
-    "claim": "Unsloth GRPO uses about 90% less VRAM than Hugging Face TRL + Flash Attention 2",
-    "source": "unsloth.ai/blog/grpo (2025-02-20); the same numbers on docs.unsloth.ai/basics/reasoning-grpo-and-rl",
-    "their_setup": "Llama 3.1 8B, 20K context, 8 generations: 54.3 GB (Unsloth) vs 510.8 GB (TRL + FA2), with "
-                   "Unsloth's vLLM rollouts and memory-efficient GRPO loss",
-    "this_check": "no vLLM (fast_inference: false) on both sides, 4-bit QLoRA, short completions: the part of the "
-                  "gap left without vLLM and long context",
-}
 # The paragraph of the docstring above (and of docs/gpu.md) that says what a lent machine can and cannot prove.
 PROVES = " ".join(__doc__.split("What a lent machine can and cannot prove.", 1)[1].split("\n\n", 1)[0].split())
 PROVES = "What a lent machine can and cannot prove. " + PROVES
@@ -106,40 +101,7 @@ NOT_COVERED = ("vLLM is not run by this check: fast_inference: true, model.fast_
 NOT_COVERED_WITH_VLLM = ("vLLM {version} ran, not the pinned 0.31.0: what differs between them is covered by the "
                          "contract tests only. " + PROVES)
 
-# The product's own path first: the Unsloth chain (with vLLM where it is installed, then without) right after the
-# quick steps, then the plain chain, then the benchmark, which is what the budget cuts if anything is cut.
-STEPS = ("image", "env", "models", "chain-unsloth-vllm", "chain-unsloth", "chain-plain", "bench-plain",
-         "bench-unsloth", "bench-unsloth-vllm")
-VLLM_STEPS = ("chain-unsloth-vllm", "bench-unsloth-vllm")  # planned only where vllm is installed (the parts mode)
-PROCESS_PER_UNIT = ("chain-unsloth-vllm",)  # one vLLM engine per process: a child per unit (a sub-step)
 BUDGET_S = 480  # the device command's --budget-s
-# Each step's weight in the budget (seconds, restarts of a crashed child included): the steps planned share the
-# whole budget in these proportions, so a step that overruns its share only takes time from the steps after it,
-# never from the ones before. Without vllm the steps planned are all but VLLM_STEPS, whose weights add up to
-# BUDGET_S: those shares are the seconds written here.
-# Estimated for an H200; the first run there (2026-12-04, docs/gpu.md) measured about 170 s for one tiny-model
-# Unsloth unit alone (compile), so this plan reaches the tiny models only: use --only for the rest (the budget is
-# then shared among the steps chosen). The vLLM chain's five processes each import Unsloth and start an engine.
-STEP_CAPS = {"image": 5, "env": 20, "models": 25, "chain-unsloth-vllm": 300, "chain-unsloth": 190, "chain-plain": 110,
-             "bench-plain": 60, "bench-unsloth": 70, "bench-unsloth-vllm": 80}
-DRY_RUN_CAP_S = 300  # per step on CPU (the tests' dry run), where the GPU estimates do not apply
-
-
-def _versions() -> dict[str, Optional[str]]:
-    return installed_versions(("torch", "transformers", "trl", "peft", "accelerate", "datasets", "bitsandbytes",
-                               "unsloth", "unsloth_zoo", "triton", "math-verify", "vllm", "xformers"))
-
-
-def _gpu() -> dict[str, Any]:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return {"nvidia_smi": f"unavailable: {err}"}
-    if out.returncode != 0:
-        return {"nvidia_smi": f"exit {out.returncode}: {out.stderr.strip()[-300:]}"}
-    name, driver, memory = (part.strip() for part in out.stdout.strip().splitlines()[0].split(","))
-    return {"name": name, "driver": driver, "memory": memory}
 
 
 class Driver:
@@ -299,7 +261,7 @@ class Driver:
         wheel_manifest = next((path for path in (REPO_ROOT / ".gpu-wheels" / "manifest.json",
                                                  Path(tempfile.gettempdir()) / "gpu-wheels" / "manifest.json")
                                if path.is_file()), REPO_ROOT / ".gpu-wheels" / "manifest.json")
-        versions = _versions()
+        versions = package_versions()
         return {
             "schema": 1,
             "kind": "gpu-check",
@@ -308,7 +270,7 @@ class Driver:
             "started_utc": started.isoformat(timespec="seconds"),
             "finished_utc": finished.isoformat(timespec="seconds"),
             "wall_s": round((finished - started).total_seconds(), 1),
-            "gpu": _gpu(),
+            "gpu": gpu_info(),
             "versions": versions,
             "wheel_set": json.loads(wheel_manifest.read_text()) if wheel_manifest.is_file() else None,
             "summary": counts,
@@ -320,31 +282,6 @@ class Driver:
                 r["step"].split("/")[1:2] == [VLLM_LABEL] and r["status"] == "pass" for r in self.records)
             else NOT_COVERED,
         }
-
-
-def vllm_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
-def step_units(step: str, dry_run: bool = False) -> list[str]:
-    """The units a step runs, in order ([] for the steps that start no child); a unit of the vLLM chain is one
-    sub-step of a case (chain/unsloth-vllm/<model>/<precision>/<sub-step>).
-
-    >>> step_units("chain-unsloth-vllm")[:2]
-    ['chain/unsloth-vllm/qwen2.5-0.5b/nf4/train', 'chain/unsloth-vllm/qwen2.5-0.5b/nf4/resume']
-    """
-    if step == "models":
-        return ["models"]
-    if step in ("image", "env"):
-        return []
-    kind, backend = step.split("-", 1)
-    if kind == "chain" and backend == VLLM_LABEL:
-        return [f"chain/{backend}/{m}/{p}/{sub}" for m, p in VLLM_CHAIN_CASES for sub in VLLM_CHAIN_SUBSTEPS]
-    if kind == "chain":
-        return [f"chain/{backend}/{m}/{p}" for m in CHAIN_MODELS for p in PRECISIONS]
-    return [f"bench/{backend}/{s}" for s in ((TINY_MODEL,) if dry_run else BENCH_SHAPES)]
 
 
 def chosen_steps(only: Optional[str], dry_run: bool = False) -> dict[str, list[str]]:
@@ -379,99 +316,6 @@ def chosen_steps(only: Optional[str], dry_run: bool = False) -> dict[str, list[s
         elif any(names(e, unit) for e in entries for unit in on_gpu[step]):
             chosen[step] = every[step]  # a dry run's tiny model stands in for the shapes a GPU unit names
     return chosen
-
-
-def bench_rows(bench: dict[str, dict[str, Any]], counts: dict[str, int],
-               image_outside: Optional[dict[str, str]] = None) -> list[dict[str, Any]]:
-    """The figures bench/run_all.py reads: {figure, value, target, holds}; holds is None when not measured.
-
-    >>> rows = bench_rows({}, {"pass": 3, "fail": 1, "skipped": 0}, {"fsspec": "2026.3.0, needs <=2026.2.0"})
-    >>> rows[0]["value"], rows[0]["holds"], rows[1]["holds"], rows[-1]["value"], rows[-1]["holds"]
-    ('3 passed, 1 failed, 0 skipped', False, None, '1 outside: fsspec', False)
-    """
-    rows = [{"figure": "GPU check steps",
-             "value": f"{counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped",
-             "target": "all pass", "holds": counts["fail"] == 0 and counts["skipped"] == 0}]
-    for shape in BENCH_SHAPES:
-        plain, fast = bench.get(f"plain/{shape}"), bench.get(f"unsloth/{shape}")
-        equal = bool(plain and fast and plain["full_length"] and fast["full_length"])
-        length = (plain or fast or {}).get("completion_length_target", run_params(False)["bench_completion"])
-        where = f"{shape} shape, 4-bit QLoRA GRPO, no vLLM, {length}-token completions"
-
-        def ratio(key: str, numerator, denominator, fmt: str, unit: str, target: str, good) -> dict[str, Any]:
-            a = numerator.get(key) if numerator else None
-            b = denominator.get(key) if denominator else None
-            if a is None or b is None or not b:
-                return {"value": "not measured", "target": target, "holds": None}
-            value = a / b
-            return {"value": f"{value:.2f}x ({a:{fmt}} vs {b:{fmt}} {unit})" + ("" if equal else "; unequal lengths"),
-                    "target": target, "holds": bool(good(value)) if equal else None}
-
-        rows.append({"figure": f"peak VRAM, Unsloth / plain ({where})",
-                     **ratio("peak_vram_gib", fast, plain, ".2f", "GiB",
-                             "< 1 (Unsloth: ~90% less VRAM than TRL + FA2 for GRPO, with vLLM and long context; "
-                             "unsloth.ai/blog/grpo)", lambda v: v < 1.0)})
-        for name, case in (("plain", plain), ("unsloth", fast)):
-            rows.append({"figure": f"grpo plan's peak estimate / measured peak VRAM, {name} ({where})",
-                         **planned_vs_measured(case)})
-        rows.append({"figure": f"GRPO step time, plain / Unsloth ({where})",
-                     **ratio("median_step_s", plain, fast, ".3f", "s median", "> 1 (Unsloth faster)",
-                             lambda v: v > 1.0)})
-        rows.append({"figure": f"rollout tokens/s, Unsloth / plain ({where})",
-                     **ratio("rollout_tokens_per_s", fast, plain, ".0f", "tokens/s", "> 1 (Unsloth faster)",
-                             lambda v: v > 1.0)})
-        engine = bench.get(f"{VLLM_LABEL}/{shape}")
-        if engine is None:
-            continue  # no vLLM row: vllm was not installed (the one-call set), or its case failed
-        equal = bool(equal and engine["full_length"])
-        utilization = engine.get("gpu_memory_utilization", VLLM_GPU_MEMORY_UTILIZATION)
-        where = f"{shape} shape, 4-bit QLoRA GRPO, {length}-token completions"
-        rows.append({"figure": f"rollout tokens/s, Unsloth + vLLM / Unsloth without vLLM ({where})",
-                     **ratio("rollout_tokens_per_s", engine, fast, ".0f", "tokens/s", "> 1 (vLLM faster)",
-                             lambda v: v > 1.0)})
-        rows.append({"figure": f"rollout tokens/s, Unsloth + vLLM / plain ({where})",
-                     **ratio("rollout_tokens_per_s", engine, plain, ".0f", "tokens/s", "> 1 (vLLM faster)",
-                             lambda v: v > 1.0)})
-        rows.append({"figure": f"GRPO step time, Unsloth without vLLM / Unsloth + vLLM ({where})",
-                     **ratio("median_step_s", fast, engine, ".3f", "s median", "> 1 (vLLM faster)",
-                             lambda v: v > 1.0)})
-        rows.append({"figure": f"peak VRAM, Unsloth + vLLM at gpu_memory_utilization {utilization} ({where})",
-                     "value": f"{engine.get('peak_vram_gib')} GiB allocated by torch, "
-                              f"{engine.get('device_used_peak_gib')} GiB in use on the card",
-                     "target": "reported: vLLM reserves its share of the card up front", "holds": None})
-    if image_outside is not None:
-        rows.append({"figure": "packages taken from the machine's image, within the ranges the kit needs",
-                     "value": f"{len(image_outside)} outside: {', '.join(image_outside)}" if image_outside else
-                     "all within", "target": "all within", "holds": not image_outside})
-    return rows
-
-
-def planned_vs_measured(case: dict[str, Any] | None) -> dict[str, Any]:
-    """The planner's estimate against the peak one benchmark case allocated itself (benchmark.case_peak_gib).
-
-    >>> planned_vs_measured({"planned_peak_gib": 2.2, "peak_vram_gib": 2.0})["value"]
-    '1.10x (2.20 vs 2.00 GiB)'
-    """
-    from pipeline.plan.estimate import UNCERTAINTY
-
-    target = f"within ±{UNCERTAINTY:.0%} (the uncertainty grpo plan prints)"
-    planned = (case or {}).get("planned_peak_gib")
-    if planned is None or not (case or {}).get("peak_vram_gib"):
-        return {"value": "not measured", "target": target, "holds": None}
-    measured = case_peak_gib(case)
-    ratio = planned / measured
-    return {"value": f"{ratio:.2f}x ({planned:.2f} vs {measured:.2f} GiB)", "target": target,
-            "holds": abs(ratio - 1) <= UNCERTAINTY}
-
-
-def print_table(report: dict[str, Any]) -> None:
-    print("\n[gpu-check] step results", flush=True)
-    for record in report["steps"]:
-        print(f"  {record['status']:8s} {record['step']}")
-    print(f"[gpu-check] {report['summary']}")
-    for row in report["bench_rows"]:
-        print(f"  {row['figure']}: {row['value']} (target {row['target']}; holds: {row['holds']})")
-    print(f"[gpu-check] {report['not_covered']}")
 
 
 def child_main(args: argparse.Namespace) -> int:

@@ -33,24 +33,33 @@ from a wheel) and the size check against the device's carry limit.
 from __future__ import annotations
 
 import argparse
-import base64
-import csv
-import hashlib
-import io
 import json
-import os
 import subprocess
 import sys
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from trim import TRIMMED, trim_wheel
+from vllm_set import (
+    PYTHON_VERSION,
+    VLLM_DEPENDENCIES,
+    VLLM_DROPPED,
+    VLLM_DROPPED_THIRD_PARTY_SUFFIXES,
+    VLLM_ENGINE_MODULES,
+    VLLM_LEFT_OUT,
+    VLLM_RECORD,
+    VLLM_THIRD_PARTY,
+    VLLM_VERSION,
+    WheelSetError,
+    canonical,
+    probe_imports,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WHEEL_DIR = REPO_ROOT / ".gpu-wheels"  # git-ignored (.gitignore); named in the device command's carry
 VLLM_WHEEL_DIR = REPO_ROOT / ".gpu-wheels-vllm"  # git-ignored: the set with vLLM, split into parts (parts.py)
 MANIFEST_NAME = "manifest.json"
 CARRY_LIMIT_BYTES = 64 * 1024 * 1024  # the device's limit on the working tree plus carried paths
-PYTHON_VERSION = "3.12"  # the GPU machine's python3
 # pip matches manylinux tags exactly, so every glibc level a wheel might be tagged with is listed
 # (bitsandbytes 0.50.2 is manylinux_2_24, msgspec manylinux_2_28, hf_transfer manylinux_2_17).
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)] + ["manylinux2014_x86_64", "manylinux1_x86_64"]
@@ -93,108 +102,6 @@ LEFT_OUT = {
                  "studio UI, which is trimmed away)",
 }
 
-# vLLM for the parts mode. 0.26.0, not the pinned 0.31.0 (env/known_good.toml): 0.26.0 pins torch==2.11.0,
-# torchvision==0.26.0 and torchaudio==2.11.0, which is the lent machine's image, and its kernels link
-# libcudart.so.13 (the image's CUDA 13.0); 0.31.0 pins torch 2.13, which the image lacks and cannot carry.
-VLLM_VERSION = "0.26.0"
-# Its Requires-Dist as pip's resolver read them for CPython 3.12 on manylinux x86_64 (`wheels.py resolve-vllm`).
-VLLM_RECORD = Path(__file__).with_name(f"vllm-{VLLM_VERSION}-requires.json")
-
-# What the image lacks of vLLM's closure and the offline engine imports: the modules that `vllm.LLM`, the V1
-# engine core, the GPU worker and model runner, Qwen2, LoRA, bitsandbytes and the FLASH_ATTN backend load, read
-# for their module-level imports (an import inside a function or under `if`/`try: ... except ImportError` is
-# lazy or optional), plus those packages' own requirements; then checked by importing those modules on CPU from the
-# assembled set with Python 3.12 and torch 2.11 (docs/gpu.md), which found what reading missed: a class body that
-# annotates with a LazyLoader's attribute loads the module at import (llguidance, xgrammar). Versions: pip's
-# resolution for vllm==0.26.0 on 2026-12-04. pydantic, pydantic-core, msgspec, annotated-types and
-# typing-inspection are in DEPENDENCIES.
-VLLM_DEPENDENCIES = {
-    "cachetools": "8.0.2",  # vllm.utils.cache
-    "cbor2": "6.3.0",  # vllm.utils.hashing (prefix-cache block hashes)
-    "compressed-tensors": "0.17.0",  # get_quantization_config imports every config class, compressed-tensors' too
-    "loguru": "0.7.3",  # compressed-tensors
-    "fastapi": "0.136.3",  # vllm.entrypoints.serve.utils.api_utils, reached from vllm.entrypoints.llm
-    "starlette": "1.10.0",  # fastapi; vllm: starlette>=1.0.1
-    "openai": "3.63.0",  # vllm.entrypoints.chat_utils (imported by vllm.entrypoints.llm)
-    "httpx2": "2.17.0",  # openai 3.63
-    "httpcore2": "2.17.0",  # httpx2
-    "truststore": "0.10.5",  # httpx2, httpcore2
-    "jiter": "0.19.0",  # openai
-    "sniffio": "1.3.1",  # openai
-    "openai-harmony": "0.0.8",  # vllm.entrypoints.chat_utils
-    "partial-json-parser": "0.2.1.1.post7",  # vllm.tool_parsers.utils
-    "pybase64": "1.5.1",  # vllm.utils.serial_utils
-    "pyzmq": "27.3.0",  # vllm.utils.network_utils, vllm.v1.serial_utils (engine-core messages)
-    "blake3": "1.0.11",  # vllm.multimodal.hasher (lazy, but 0.4 MiB: cheaper to carry than to be wrong about)
-    # vllm.v1.structured_output imports backend_guidance and backend_xgrammar, whose dataclass fields are annotated
-    # `llguidance.LLMatcher` / `xgr.GrammarMatcher`: evaluated when the class is made, so the LazyLoader loads them.
-    "llguidance": "1.7.6",
-    "xgrammar": "0.2.7",
-    "apache-tvm-ffi": "0.1.10",  # xgrammar
-}
-
-# The modules of the offline engine's path that `probe-vllm` imports: the closure VLLM_DEPENDENCIES was read from.
-VLLM_ENGINE_MODULES = (
-    "vllm", "vllm.entrypoints.llm", "vllm.v1.engine.core", "vllm.v1.engine.llm_engine", "vllm.v1.engine.core_client",
-    "vllm.v1.worker.gpu_worker", "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner",
-    "vllm.model_executor.models.qwen2", "vllm.model_executor.model_loader.bitsandbytes_loader",
-    "vllm.model_executor.layers.quantization.bitsandbytes", "vllm.model_executor.layers.quantization.compressed_tensors"
-    ".compressed_tensors", "vllm.lora.request", "vllm.lora.worker_manager", "vllm.lora.lora_model",
-    "vllm.lora.model_manager", "vllm.lora.peft_helper", "vllm.v1.worker.lora_model_runner_mixin",
-    "vllm.v1.attention.backends.flash_attn", "vllm.v1.sample.sampler", "vllm.device_allocator.cumem",
-    "vllm.compilation.backends", "vllm.v1.structured_output", "vllm.utils.platform_utils",
-    "vllm.model_executor.warmup.kernel_warmup",
-)
-
-_SERVER = "the OpenAI-compatible server (`vllm serve`) and its tooling; the offline LLM engine imports none of it"
-_GRAMMAR = ("a structured-outputs backend (guided decoding) that vllm.v1.structured_output does not import: "
-            "loaded only for a request that asks for it, and GRPO rollouts ask for none")
-_MEDIA = "multimodal inputs (video/audio decoding, Mistral's tokenizer and images); Qwen2.5 is text-only"
-_KERNELS = ("kernels for other paths: vLLM imports them inside functions or behind importlib.util.find_spec / "
-            "`try: ... except ImportError`, and a dense Qwen2 on sm90 runs FLASH_ATTN (FA3) and vLLM's own "
-            "_C_stable_libtorch ops")
-# vLLM's requirements that the image lacks and the parts mode leaves behind, with the reason.
-VLLM_LEFT_OUT = {
-    "anthropic": _SERVER, "mcp": _SERVER, "model-hosting-container-standards": _SERVER,
-    "prometheus-fastapi-instrumentator": _SERVER, "watchfiles": _SERVER, "python-json-logger": _SERVER,
-    "ijson": _SERVER + " (the Mistral tool parser)",
-    "setproctitle": "names worker processes only, behind `try: import setproctitle except ImportError: return`",
-    "opentelemetry-sdk": _SERVER + " (tracing, behind `try`)", "opentelemetry-api": _SERVER + " (tracing)",
-    "opentelemetry-exporter-otlp": _SERVER + " (tracing)",
-    "opentelemetry-semantic-conventions-ai": _SERVER + " (tracing)",
-    "outlines-core": _GRAMMAR, "lark": _GRAMMAR,
-    "lm-format-enforcer": _GRAMMAR, "jsonschema": _GRAMMAR + " (vllm 0.26.0 imports jsonschema nowhere)",
-    "mistral-common": _MEDIA, "torchcodec": _MEDIA, "pynvvideocodec": _MEDIA,
-    "flashinfer-python": ("an optional attention/sampling backend: vllm.utils.flashinfer.has_flashinfer() finds it "
-                          "with importlib.util.find_spec and it needs nvcc or its cubins; Hopper's default for "
-                          "Qwen2 is FLASH_ATTN with FA3 (fa_utils.get_flash_attn_version)"),
-    "tilelang": _KERNELS + " (DeepSeek mHC)",
-    "nvidia-cudnn-frontend": _KERNELS + " (FA CuTe benchmarks)",
-    "nvidia-cutlass-dsl": _KERNELS + " (FA4, ll_bf16 router GEMM behind is_available())",
-    "quack-kernels": _KERNELS + " (CuTe DSL)", "tokenspeed-mla": _KERNELS + " (MLA attention)",
-    "humming-kernels": _KERNELS + " (humming quantization)", "nvtx": _KERNELS + " (profiling annotations)",
-    "fastsafetensors": _KERNELS + " (an optional weight loader, behind `try`)",
-    "depyf": "only with CompilationConfig's debug dump path (vllm.compilation.monitor)",
-}
-
-# What trimming removes from the vllm wheel (keep_file), and why a dense model on sm90 never needs it; read in the
-# wheel: vllm/vllm_flash_attn/flash_attn_interface.py imports _vllm_fa2_C and _vllm_fa3_C each in its own
-# `try: ... except ImportError` (FA2_AVAILABLE / FA3_AVAILABLE), v1/attention/backends/fa_utils.py picks FA3 on
-# compute capability 9.x when it is available (FA2 only for ALiBi, batch invariance or when FA3 is missing),
-# and flash_attn.py passes that version to every call; platforms/cuda.py import_kernels loads
-# _moe_C_stable_libtorch under contextlib.suppress(ImportError), and _custom_ops.py calls torch.ops._moe_C only
-# inside the MoE functions (moe_align_block_size, topk_softmax, grouped_topk, moe_wna16_*, shuffle_rows) and
-# registers its one fake op behind hasattr(torch.ops, "_moe_C"); unsloth's disable_broken_vllm skips a
-# ModuleNotFoundError for it.
-VLLM_DROPPED = {
-    "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so": "FlashAttention 2 (290 MiB unpacked): Hopper runs FA3",
-    "vllm/_moe_C_stable_libtorch.abi3.so": "the fused-MoE kernels: Qwen2.5 is dense",
-    "vllm/vllm-rs": "the Rust HTTP frontend, used only with VLLM_USE_RUST_FRONTEND=1 (envs.py)",
-}
-# C/C++/CUDA sources under vllm/third_party/ (DeepGEMM's and fmha_sm100's JIT headers: FP8 block GEMM and
-# Blackwell attention), and DeepGEMM's extension builds for the Pythons other than the machine's 3.12.
-VLLM_DROPPED_THIRD_PARTY_SUFFIXES = (".h", ".hpp", ".cuh", ".inl", ".cu")
-VLLM_THIRD_PARTY = "vllm/third_party/"
 
 # Packages the GPU machine's image already has (its `cuda` image, as read on 2026-11-17), by canonical
 # name. A requirement on one of these is satisfied there and is not carried.
@@ -220,21 +127,6 @@ tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokeniz
 torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope triton typer
 typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
 """.split())
-
-# The wheels that are trimmed (keep_file says what each keeps).
-TRIMMED = ("bitsandbytes", "unsloth", "vllm")
-BNB_KEPT_LIBRARIES = ("libbitsandbytes_cuda130.so", "libbitsandbytes_cpu.so")  # of its 15 native libraries
-UNSLOTH_KEPT_PREFIXES = ("unsloth/", "unsloth-")  # the package and its .dist-info; not studio/, not unsloth_cli/
-
-
-class WheelSetError(Exception):
-    """The wheel set cannot be built or used; the message says why and what to do."""
-
-
-def canonical(name: str) -> str:
-    from packaging.utils import canonicalize_name
-
-    return str(canonicalize_name(name))
 
 
 @dataclass(frozen=True)
@@ -265,64 +157,6 @@ def wanted_wheels(matrix=None, vllm: bool = False) -> list[Wanted]:
         out.append(Wanted("vllm", VLLM_VERSION, "vllm"))
         out.extend(Wanted(name, version, "vllm") for name, version in VLLM_DEPENDENCIES.items())
     return out
-
-
-def image_requirements(matrix=None, vllm: bool = False) -> dict[str, dict]:
-    """What the kit needs of each package it takes from the GPU image instead of carrying it: canonical name ->
-    {"needs": SpecifierSet, "from": [where each part comes from]}.
-
-    The parts: env/known_good.toml's [plain] pin (the GPU image runs the plain backend too; [gpu] torch's
-    ==2.13.0 is the vLLM build, not run there), and each Requires-Dist line of the carried roots' stored
-    METADATA (env/metadata/) that applies on Python 3.12 / linux x86_64, for a package in IMAGE_PACKAGES;
-    with `vllm` also those of vllm VLLM_VERSION and the packages carried for it (VLLM_RECORD).
-    """
-    from packaging.requirements import Requirement
-    from packaging.specifiers import SpecifierSet
-
-    from env.compat import load_metadata, requirement_applies
-    from env.matrix import load_matrix
-
-    matrix = matrix or load_matrix()
-    image = {canonical(name) for name in IMAGE_PACKAGES}
-    parts: dict[str, list[tuple[str, str]]] = {}
-    records = vllm_records() if vllm else {}
-    for wanted in wanted_wheels(matrix, vllm):
-        if wanted.source == "known_good.toml":
-            record = load_metadata(wanted.name, wanted.version)
-        else:
-            record = records.get(canonical(wanted.name)) if wanted.source == "vllm" else None
-        for line in (record or {}).get("requires_dist", []):
-            requirement = Requirement(line)
-            key = canonical(requirement.name)
-            if key in image and requirement_applies(requirement, PYTHON_VERSION):
-                parts.setdefault(key, []).append((wanted.requirement, str(requirement.specifier)))
-    for key, pin in matrix.packages("plain").items():
-        if key in image:
-            parts.setdefault(key, []).append(("known_good.toml [plain]", pin.spec))
-    return {key: {"needs": _narrowest(SpecifierSet(",".join(spec for _, spec in found if spec))),
-                  "from": sorted({source for source, _ in found})} for key, found in sorted(parts.items())}
-
-
-def _narrowest(specifier):
-    """An exact pin that satisfies every other part stands for the whole set.
-
-    >>> from packaging.specifiers import SpecifierSet
-    >>> str(_narrowest(SpecifierSet(">=0.18.0,==0.21.2,!=0.11.0"))), str(_narrowest(SpecifierSet(">=1,<2")))
-    ('==0.21.2', '<2,>=1')
-    """
-    from packaging.specifiers import SpecifierSet
-
-    exact = [spec.version for spec in specifier if spec.operator == "==" and "*" not in spec.version]
-    if len(exact) == 1 and specifier.contains(exact[0], prereleases=True):
-        return SpecifierSet(f"=={exact[0]}")
-    return specifier
-
-
-def vllm_records(path: Path = VLLM_RECORD) -> dict[str, dict]:
-    """The stored Requires-Dist records of vllm VLLM_VERSION and the packages of its closure (resolve-vllm wrote
-    them), by canonical name."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {canonical(record["name"]): record for record in data["records"]}
 
 
 def resolve_vllm(pip: list[str] | None = None, record_path: Path = VLLM_RECORD) -> list[str]:
@@ -372,135 +206,6 @@ def store_vllm_record(report: dict, record_path: Path = VLLM_RECORD) -> list[str
         if requirement_applies(requirement, PYTHON_VERSION) and key not in image | set(carried) | left_out:
             problems.append(f"{key}: vllm needs {line}; carry it (VLLM_DEPENDENCIES) or say why not (VLLM_LEFT_OUT)")
     return problems
-
-
-def probe_imports(modules=VLLM_ENGINE_MODULES) -> tuple[dict[str, str], dict[str, str]]:
-    """Import each module; returns ({module: the third-party module it lacks}, {module: any other error}). Run
-    with the installed set on PYTHONPATH (`probe-vllm`): on CPU a missing package shows here, while what needs the
-    GPU machine (libcuda.so.1, the CUDA kernels) shows as another error.
-
-    >>> probe_imports(("json", "no_such_package_xyz.sub"))
-    ({'no_such_package_xyz.sub': 'no_such_package_xyz'}, {})
-    """
-    import importlib
-
-    missing, other = {}, {}
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as err:
-            if (err.name or "").split(".")[0] == module.split(".")[0] and module.split(".")[0] == "vllm":
-                other[module] = f"ModuleNotFoundError: {err.name}"
-            else:
-                missing[module] = err.name or str(err)
-        except Exception as err:  # noqa: BLE001 - each module's failure is reported, the probe goes on
-            other[module] = f"{type(err).__name__}: {str(err)[:200]}"
-    return missing, other
-
-
-def check_image(versions: dict[str, str | None], needs: dict[str, dict] | None = None) -> dict:
-    """The image's version of each package in image_requirements against what the kit needs of it.
-
-    Returns {"packages": {name: {"version", "needs", "from", "ok"}}, "outside": {name: why}}: `outside` names
-    every package that is missing or whose version lies outside its range.
-    """
-    from packaging.version import InvalidVersion, Version
-
-    needs = image_requirements() if needs is None else needs
-    packages, outside = {}, {}
-    for name, need in needs.items():
-        version = versions.get(name)
-        try:
-            ok = version is not None and need["needs"].contains(Version(version), prereleases=True)
-        except InvalidVersion:
-            ok = False
-        packages[name] = {"version": version, "needs": str(need["needs"]), "from": need["from"], "ok": ok}
-        if not ok:
-            outside[name] = (f"not installed; needs {need['needs'] or 'any version'}" if version is None else
-                             f"{version}, needs {need['needs']}") + f" ({', '.join(need['from'])})"
-    return {"packages": packages, "outside": outside}
-
-
-def installed_versions(names) -> dict[str, str | None]:
-    """This machine's version of each distribution (None: not installed)."""
-    from importlib import metadata
-
-    found: dict[str, str | None] = {}
-    for name in names:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = None
-    return found
-
-
-def keep_file(package: str, path: str) -> bool:
-    """Whether a trimmed wheel keeps the file at `path` (always True for untrimmed packages).
-
-    >>> keep_file("bitsandbytes", "bitsandbytes/libbitsandbytes_cuda128.so")
-    False
-    >>> keep_file("bitsandbytes", "bitsandbytes/libbitsandbytes_cuda130.so")
-    True
-    >>> keep_file("bitsandbytes", "bitsandbytes/nn/modules.py")
-    True
-    >>> keep_file("unsloth", "studio/backend/app.py"), keep_file("unsloth", "unsloth/models/llama.py")
-    (False, True)
-    >>> [keep_file("vllm", p) for p in ("vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",
-    ...                                 "vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so", "vllm/third_party/pynvml.py",
-    ...                                 "vllm/third_party/deep_gemm/include/cute/tensor.hpp",
-    ...                                 "vllm/third_party/deep_gemm/_C.cpython-311-x86_64-linux-gnu.so",
-    ...                                 "vllm/third_party/deep_gemm/_C.cpython-312-x86_64-linux-gnu.so")]
-    [False, True, True, False, False, True]
-    """
-    key = canonical(package)
-    if key == "bitsandbytes":
-        base = path.rsplit("/", 1)[-1]
-        return not (base.startswith("libbitsandbytes_") and base not in BNB_KEPT_LIBRARIES)
-    if key == "unsloth":
-        return path.startswith(UNSLOTH_KEPT_PREFIXES)
-    if key == "vllm":
-        if path in VLLM_DROPPED:
-            return False
-        if path.startswith(VLLM_THIRD_PARTY):
-            base = path.rsplit("/", 1)[-1]
-            other_python = ".cpython-3" in base and f".cpython-{PYTHON_VERSION.replace('.', '')}-" not in base
-            return not (base.endswith(VLLM_DROPPED_THIRD_PARTY_SUFFIXES) or other_python)
-    return True
-
-
-def _record_hash(data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={digest}"
-
-
-def trim_wheel(path: Path, package: str) -> tuple[int, int]:
-    """Rewrite the wheel at `path` without the files `keep_file` drops; returns (files kept, files dropped).
-
-    The RECORD file is rewritten to list what is left, with fresh hashes, so pip installs a
-    consistent package. The new wheel replaces the old one only once it is complete.
-    """
-    kept = dropped = 0
-    tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
-        record_name = next((n for n in src.namelist() if n.endswith(".dist-info/RECORD")), None)
-        if record_name is None:
-            raise WheelSetError(f"{path.name} has no .dist-info/RECORD; is it a wheel?")
-        rows = []
-        for info in src.infolist():
-            if info.filename == record_name:
-                continue
-            if not keep_file(package, info.filename):
-                dropped += 1
-                continue
-            data = src.read(info)
-            dst.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
-            rows.append([info.filename, _record_hash(data), str(len(data))])
-            kept += 1
-        buffer = io.StringIO()
-        csv.writer(buffer, lineterminator="\n").writerows([*rows, [record_name, "", ""]])
-        dst.writestr(record_name, buffer.getvalue())
-    os.replace(tmp, path)
-    return kept, dropped
 
 
 def working_tree_bytes(root: Path = REPO_ROOT) -> int:

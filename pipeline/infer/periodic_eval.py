@@ -23,11 +23,10 @@ from transformers import TrainerCallback
 # env.paths through the module, looked up at each call: tests/test_writers.py acts between stage and publish there.
 from env import paths
 from env.kept import read_record, record, reusable
-from pipeline.health.metrics import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
-# Runs up to infer/ (one of the three arrows up, counted by scripts/layout_metrics.py): the periodic eval scores as
-# `grpo eval` does (one evaluate_rows) and verifies best_lora/ as `grpo generate` loads it, while infer/dry_run.py
-# runs the format warm-up from trainer/. evaluate_rows through its module, looked up at each call, as train.py
-# does: tests stand in for the score there.
+from env.locations import snapshot
+from pipeline.run.metric_names import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
+# The periodic eval scores as `grpo eval` does (one evaluate_rows) and verifies best_lora/ as `grpo generate` loads
+# it. evaluate_rows through its module, looked up at each call, as train.py does: tests stand in for the score there.
 import pipeline.infer.evaluate
 from pipeline.infer.evaluate import eval_inputs
 from pipeline.infer.session import verify_trained_dir
@@ -55,7 +54,7 @@ class BestAdapter:
             else:
                 set_aside_stale(self.path, output_dir, f"{BEST_DIR}/ was measured on other evaluation inputs", log)
         # What best_lora/ is now (and after each save, what we wrote) is all a save may replace (env.paths.publish).
-        self.seen = paths.snapshot(self.path, fix="Move it away (or copy it elsewhere), then resume the run.")
+        self.seen = snapshot(self.path, fix="Move it away (or copy it elsewhere), then resume the run.")
 
     def offer(self, model: Any, step: int, result: dict[str, Any]) -> bool:
         """Keep `model` when its accuracy beats the best so far (ties keep the earlier one); True when kept."""
@@ -66,7 +65,7 @@ class BestAdapter:
         with paths.atomic_directory(self.path, seen=self.seen) as staging:
             self.save_adapter(model, staging)
             paths.atomic_write_json(staging / BEST_NAME, record(self.inputs, **best))
-        self.seen = paths.snapshot(self.path, fix=self.seen.fix)
+        self.seen = snapshot(self.path, fix=self.seen.fix)
         verify_trained_dir(self.path)  # re-read what we wrote, as for lora/
         self.best = best
         return True
