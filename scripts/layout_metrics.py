@@ -47,7 +47,7 @@ TREES = ("pipeline", "env", "rewards")  # the code measured for loops (files, fo
 SIZED = TREES + ("scripts", "bench")  # where no module or function may pass the limits below
 RECIPE_PARAMETERS = {"cfg", "config", "plan", "run_plan"}  # the whole recipe, or a holder of the whole run
 BACKEND_NAMES = {"unsloth", "plain"}
-BACKEND_ATTRIBUTES = {"NAME", "backend"}
+BACKEND_ATTRIBUTES = {"NAME"}  # Backend.NAME
 BACKENDS_HOME = "pipeline/backends/"  # the one place that may compare a backend's name
 
 # The design, bottom to top: the data path config -> check -> data -> model -> trainer -> save -> generate/eval,
@@ -198,26 +198,36 @@ def _recipe_takers(tree: ast.Module) -> int:
 
 
 def _names_a_backend(node: ast.expr) -> bool:
-    """A string constant naming a backend ("plain"), or a tuple/list/set holding one (`in ("unsloth", "plain")`)."""
+    """A string constant naming a backend ("plain"), a tuple/list/set holding one (`in ("unsloth", ...)`), a backend's
+    NAME, or a backend choice's name (`choice.name`; a file's `.name` is not one: `path.name == "__init__.py"`)."""
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
         return any(_names_a_backend(item) for item in node.elts)
+    if isinstance(node, ast.Attribute):
+        return node.attr in BACKEND_ATTRIBUTES or (node.attr == "name" and isinstance(node.value, ast.Name)
+                                                   and node.value.id == "choice")
     return isinstance(node, ast.Constant) and node.value in BACKEND_NAMES
 
 
+def _install_set_or_package(node: ast.expr) -> bool:
+    """env/'s install sets are named "plain" and "gpu" (env/known_good.toml), and "unsloth" is also a package
+    (`"unsloth" in sys.modules`): those comparisons name an install set or a module, not a backend."""
+    if isinstance(node, ast.Name):
+        return node.id in {"mode", "set_name", "modules"}
+    if isinstance(node, ast.Attribute):
+        return node.attr in {"install", "modules"}
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "mode"
+    if isinstance(node, ast.IfExp):
+        return _install_set_or_package(node.body) or _install_set_or_package(node.orelse)
+    return False
+
+
 def _backend_name_comparisons(tree: ast.Module) -> list[tuple[int, str]]:
-    """(line, source) of each comparison with a backend's name: against "unsloth"/"plain" (`choice.name == "plain"`,
-    `x in ("unsloth", ...)`), or of a `.NAME` or `.backend` attribute against any string. (`.name` against another
-    string is a file's or a check's name: `path.name == "__init__.py"`.)"""
-    found = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Compare):
-            continue
-        sides = [node.left, *node.comparators]
-        strings = any(isinstance(side, ast.Constant) and isinstance(side.value, str) for side in sides)
-        attribute = any(isinstance(side, ast.Attribute) and side.attr in BACKEND_ATTRIBUTES for side in sides)
-        if any(_names_a_backend(side) for side in sides) or (strings and attribute):
-            found.append((node.lineno, ast.unparse(node)))
-    return found
+    """(line, source) of each comparison with a backend's name (`choice.name == "plain"`, `x in ("unsloth", ...)`,
+    `backend.NAME != other`), not counting install sets and packages (`_install_set_or_package`)."""
+    return [(node.lineno, ast.unparse(node)) for node in ast.walk(tree) if isinstance(node, ast.Compare)
+            and any(map(_names_a_backend, [node.left, *node.comparators]))
+            and not any(map(_install_set_or_package, [node.left, *node.comparators]))]
 
 
 def _per_tree(names: dict[str, Path], cycles: list[list[str]], folder_cycles: list[list[str]],

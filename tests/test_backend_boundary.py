@@ -4,55 +4,18 @@ rewards/ and names every comparison with "unsloth" / "plain" or with a backend's
 
 from __future__ import annotations
 
-import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BACKEND_NAMES = {"unsloth", "plain"}
-NAME_ATTRIBUTES = {"NAME"}  # Backend.NAME; a BackendChoice's `.name` is caught through `choice.name`
+sys.path.insert(0, str(ROOT / "scripts"))
 
-
-def _names_a_backend(node: ast.AST) -> bool:
-    if isinstance(node, ast.Constant) and node.value in BACKEND_NAMES:
-        return True
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        return any(_names_a_backend(item) for item in node.elts)
-    if isinstance(node, ast.Attribute):
-        return node.attr in NAME_ATTRIBUTES or (node.attr == "name" and isinstance(node.value, ast.Name)
-                                                and node.value.id == "choice")
-    return False
-
-
-def _install_set_or_package(node: ast.AST) -> bool:
-    """env/'s install sets are named "plain" and "gpu" (env/known_good.toml), and "unsloth" is also a package
-    (`"unsloth" in sys.modules`): those comparisons name an install set or a module, not a backend."""
-    if isinstance(node, ast.Name):
-        return node.id in {"mode", "set_name", "modules"}
-    if isinstance(node, ast.Attribute):
-        return node.attr in {"install", "modules"}
-    if isinstance(node, ast.Subscript):
-        return isinstance(node.slice, ast.Constant) and node.slice.value == "mode"
-    if isinstance(node, ast.IfExp):
-        return _install_set_or_package(node.body) or _install_set_or_package(node.orelse)
-    return False
-
-
-def _compares_a_backend_name(node: ast.Compare) -> bool:
-    sides = [node.left, *node.comparators]
-    return any(map(_names_a_backend, sides)) and not any(map(_install_set_or_package, sides))
+import layout_metrics  # noqa: E402  (the measure's one home; this test holds it at 0)
 
 
 def backend_name_comparisons(root: Path = ROOT) -> list[str]:
     """'path:line' of every comparison with a backend's name outside pipeline/backends/."""
-    found = []
-    for tree in ("pipeline", "env", "rewards"):
-        for path in sorted((root / tree).rglob("*.py")):
-            if (root / "pipeline" / "backends") in path.parents:
-                continue
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.Compare) and _compares_a_backend_name(node):
-                    found.append(f"{path.relative_to(root)}:{node.lineno}")
-    return found
+    return [":".join(site.split(":")[:2]) for site in layout_metrics.measure(root)["backend_name_comparisons"]]
 
 
 def test_no_code_outside_the_backends_compares_a_backend_name():
