@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from env.paths import absolute_path, atomic_write_json, snapshot
-from pipeline.config import ConfigError, check_choices, parse_limit
+from pipeline.config import ConfigError, check_choices, parse_limit, role_values
 from pipeline.data.cache import (
     DATA_FORMAT_VERSION,
     data_cache_root,
@@ -116,19 +116,12 @@ def report_file_name(split: Optional[str], role: str = "train") -> str:
 
 
 def data_fields(cfg: Any) -> dict[str, Any]:
-    """The config fields that change the prepared dataset (part of the cache fingerprint; the columns read
-    are in the source's identity)."""
-    d = cfg.data
-    return {
-        "system_prompt": d.system_prompt,
-        "keep_unscorable": d.keep_unscorable,
-        "answer_reader": answer_reader_version(),
-        "max_prompt_length": parse_limit(d.max_prompt_length, "max_prompt_length"),
-        "max_completion_length": parse_limit(d.max_completion_length, "max_completion_length"),
-        "overlong_policy": d.overlong_policy,
-        "max_samples": d.max_samples,
-        "max_seq_length": cfg.model.max_seq_length,
-    }
+    """The config fields that change the prepared dataset (role data_key, declared on the fields; part of the cache
+    fingerprint; the columns read are in the source's identity), the limits as numbers, and the answer reader."""
+    fields = role_values(cfg, "data_key")
+    for name in ("max_prompt_length", "max_completion_length"):  # `auto` and `AUTO` prepare the same rows
+        fields[name] = parse_limit(fields[name], name)
+    return {**fields, "answer_reader": answer_reader_version()}
 
 
 def answer_reader_version() -> str:

@@ -19,7 +19,7 @@ from env.secret_fields import masked, masked_pickle_class
 from env.text import excerpt
 from pipeline.backends import load_backend, on_cpu
 from pipeline.config import ConfigError, PipelineConfig, parse_limit, trl_training_args
-from pipeline.config.trl_fields import BACKEND_DECIDED, trainer_choices
+from pipeline.config.trl_fields import trainer_choices, trl_with
 from pipeline.data.tokenizer import resolve_model_path
 from pipeline.health.rollout import build_probe
 from pipeline.run.checkpoints import file_mode_callback, stage_checkpoint_saves
@@ -189,7 +189,7 @@ def run_decided_args(cfg: PipelineConfig, backend, model, max_completion_length:
 
 def build_grpo_config(cfg: PipelineConfig, decided: dict):
     """trl.GRPOConfig from our fields, the user's TRL options (`cfg.trl`) and what the run decided. A TRL option
-    that the backend decides otherwise (BACKEND_DECIDED: `use_vllm`, `bf16`, ...) is refused naming the option
+    that the backend decides otherwise (role backend_decided: `use_vllm`, `bf16`, ...) is refused naming the option
     that decides it, never dropped; a value TRL's own validation refuses is a ConfigError naming the field."""
     import trl  # lazy: imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
 
@@ -197,7 +197,7 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
         if name in decided and decided[name] != value:
             raise ConfigError(name, f"{name}: {excerpt(value)} does not fit this run: the backend, on this machine, "
                               f"needs {excerpt(decided[name])}. It is decided by "
-                              f"{BACKEND_DECIDED.get(name, 'the run')}; set that instead, or remove {name}.")
+                              f"{trl_with('backend_decided').get(name, 'the run')}; set that instead, or remove {name}.")
     kwargs = {**trl_training_args(cfg), **decided}
     try:
         # pickled into every checkpoint (training_args.bin) with its secrets masked (env/secret_fields.py)
