@@ -29,7 +29,7 @@ from env.path_check import PathError, expand, nearest_existing
 from env.paths import absolute_path, shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
-from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate
+from pipeline.config import ConfigError, PipelineConfig, resolve_optim, trl_training_args, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
 from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
@@ -48,6 +48,7 @@ from pipeline.run.checkpoints import (
 )
 from pipeline.data.lora_targets import check_lora_targets
 from pipeline.run.checkpoint_contents import contents_problem
+from pipeline.run.decisions import RunDecisions, reward_specs, run_decisions
 from pipeline.run.nodes import check_nodes
 from pipeline.run.resume import data_mismatch, resume_mismatch
 from pipeline.trainer.agent_check import check_agents
@@ -121,10 +122,10 @@ def _data_tokenizer(cfg: PipelineConfig) -> Any:
                           f"be loaded to check the data ({type(err).__name__}: {err}).") from None
 
 
-def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
+def data_checks(cfg: PipelineConfig, done: dict[str, Any]) -> list[tuple[str, Callable[[], Any]]]:
     """The check's data steps (data, eval, warmup): prepare_run_data's steps, each reported on its own and
-    writing nothing outside the cache. A step whose input failed says so and fails too."""
-    done: dict[str, Any] = {}
+    writing nothing outside the cache. A step whose input failed says so and fails too. What they work out is kept
+    in `done` (tokenizer, train, rewards) for the run's decisions."""
 
     def data() -> str:
         config_paths(cfg, "dataset_name", "eval_dataset_name", "data_cache_dir")  # env.path_check's table, first
@@ -149,7 +150,7 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
         return "; ".join(filter(None, [data.eval_rows.line(), data.overlap_warning()]))
 
     return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train"))),
-            ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train"))),
+            ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train"), kept=done)),
             ("agents", lambda: check_agents(cfg, needs("tokenizer"), needs("train")))]  # tools, environments
 
 
@@ -195,14 +196,17 @@ def reward_kwargs_outside_training(cfg: PipelineConfig, tokenizer: Any, columns:
                               [tokenizer.encode(text, add_special_tokens=False) for text in texts])
 
 
-def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
+def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any, kept: Optional[dict[str, Any]] = None) -> str:
     """Call every reward function as the trainer will, on completions of the run's prepared prompts: a raise, a
     wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did.
-    A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called."""
+    A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called. `kept`:
+    where the resolved rewards are kept (under "rewards") for the run's decisions."""
     prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
     try:
-        lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs), fresh=True), prompts, completions, kwargs,
-                              timeout=cfg.grpo.reward_timeout)
+        funcs = get_reward_funcs(list(cfg.grpo.reward_funcs), fresh=True)
+        if kept is not None:
+            kept["rewards"] = funcs
+        lines = probe_rewards(funcs, prompts, completions, kwargs, timeout=cfg.grpo.reward_timeout)
     except RewardFailure as err:
         removed = (" remove_unused_columns: true, so TRL passes the rewards no column of the dataset (it keeps "
                    "only `prompt`); set remove_unused_columns: false (TRL's GRPO default) to pass them."
@@ -281,13 +285,20 @@ def check_memory(cfg: PipelineConfig) -> str:
     return memory_check(cfg)
 
 
-def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> list[Check]:
+class CheckResults(list):
+    """The checks' results, in order; `decisions`: the run's decisions (pipeline/run/decisions.py) when every
+    check passed, else None."""
+    decisions: Optional[RunDecisions] = None
+
+
+def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> CheckResults:
     """Run every check in order. With `stop_at_first`, the first failure raises its error; a failing data step
     (data, eval, warmup, rewards) raises after the other data steps ran, with their failures appended
-    ("also: ...").
+    ("also: ..."). When all pass, the results carry the run's decisions, made here once (`.decisions`).
 
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
     cfg, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)
+    done: dict[str, Any] = {}
 
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
         # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
@@ -298,7 +309,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
         return step
 
-    data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg)]
+    data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg, done)]
     steps: list[tuple[str, Callable[[], Any]]] = [
         # first: a node started with another recipe or code is named on every node before any check can differ
         ("nodes", lambda: check_nodes(cfg)),
@@ -319,7 +330,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     # A check that reads the model says nothing new when the model could not be found.
     needs = {"lora": ("model",), "effective_config": ("trl",)}
     data_names = {name for name, _ in data_steps}
-    results: list[Check] = []
+    results = CheckResults()
     failures: list[Exception] = []
     for name, step in steps:
         failed = [c.name for c in results if not c.ok and c.name in needs.get(name, ())]
@@ -339,6 +350,10 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         if others:
             first.args = (str(first) + "".join(f"\nalso: {other}" for other in others),)
         raise first
+    if all(c.ok for c in results):
+        resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
+        results.decisions = run_decisions(resolved, load_backend(resolved.name), reward_specs(
+            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg))
     return results
 
 
