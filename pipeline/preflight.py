@@ -71,9 +71,10 @@ class Check:
     message: str
 
 
-def check_output_dir(cfg: PipelineConfig) -> str:
-    """output_dir (and data_cache_dir) take new files, and are not inside the model or data they read."""
-    path = config_paths(cfg, "output_dir", "data_cache_dir")["output_dir"]
+def check_output_dir(paths: dict[str, Any]) -> str:
+    """output_dir (and data_cache_dir) take new files, and are not inside the model or data they read (`paths`: the
+    config's path options, env.path_check's table)."""
+    path = config_paths(paths, "output_dir", "data_cache_dir")["output_dir"]
     existing = nearest_existing("output_dir", path)
     free_gib = shutil.disk_usage(existing).free / 2**30
     return (f"{path} is writable" + ("" if existing == path else f" (will be created in {existing})")
@@ -92,13 +93,12 @@ def check_report_to(names: list[str], output_dir: str) -> str:
     return "; ".join(notes) or ("report_to: " + (", ".join(names) or "none"))
 
 
-def check_packages(cfg: PipelineConfig) -> str:
+def check_packages(reporters: list[str], output_dir: str, model_source: str, optim_note: Optional[str]) -> str:
     """The packages the config's options need: report_to's loggers and model_source's modelscope (refused when
-    missing), and a bitsandbytes `optim` (replaced by adamw_torch when missing: pipeline.config.resolve_optim,
-    which `grpo train` applies)."""
-    _, optim_note = resolve_optim(cfg)
-    return "; ".join(filter(None, [check_report_to(cfg.grpo.reporters(), cfg.grpo.output_dir),
-                                   model_check.check_model_source(cfg.model.model_source), optim_note]))
+    missing), and a bitsandbytes `optim` (replaced by adamw_torch when missing: `optim_note`, from
+    pipeline.config.resolve_optim, which `grpo train` applies)."""
+    return "; ".join(filter(None, [check_report_to(reporters, output_dir),
+                                   model_check.check_model_source(model_source), optim_note]))
 
 
 def tensorboard_hint(output_dir: str | os.PathLike[str]) -> str:
@@ -111,14 +111,14 @@ class NotChecked(ConfigError):
     """A data step whose input (the tokenizer, the training data) failed its own check."""
 
 
-def _data_tokenizer(cfg: PipelineConfig) -> Any:
+def _data_tokenizer(m: Any) -> Any:
+    """The tokenizer of the model section `m` names, for the data check."""
     try:
-        m = cfg.model
         return tokenizers.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
     except ConfigError:
         raise
     except (OSError, ValueError) as err:
-        raise ConfigError("model_name_or_path", f"the tokenizer of {excerpt(cfg.model.model_name_or_path)} could not "
+        raise ConfigError("model_name_or_path", f"the tokenizer of {excerpt(m.model_name_or_path)} could not "
                           f"be loaded to check the data ({type(err).__name__}: {err}).") from None
 
 
@@ -129,10 +129,11 @@ def data_checks(cfg: PipelineConfig, done: dict[str, Any]) -> list[tuple[str, Ca
 
     def data() -> str:
         config_paths(cfg, "dataset_name", "eval_dataset_name", "data_cache_dir")  # env.path_check's table, first
-        done["tokenizer"] = _data_tokenizer(cfg)
+        done["tokenizer"] = _data_tokenizer(cfg.model)
         done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)
-        checkpoint = resume_target(cfg)
-        changed = data_mismatch(checkpoint, cfg, done["train"].dataset) if checkpoint is not None else None
+        checkpoint = resume_target(cfg.grpo.resume, cfg.grpo.output_dir)
+        changed = (data_mismatch(checkpoint, cfg.data.dataset_name, done["train"].dataset, cfg.grpo.resume_other_data)
+                   if checkpoint is not None else None)
         if changed:
             raise ConfigError("dataset_name", changed)
         report = done["train"].report
@@ -192,7 +193,7 @@ def reward_kwargs_outside_training(cfg: PipelineConfig, tokenizer: Any, columns:
 
     trainer_objects = {"trainer_state": TrainerState(max_steps=cfg.grpo.max_steps),
                        "log_extra": lambda column, values: None, "log_metric": lambda name, value: None}
-    return reward_call_kwargs(columns, removes_unused_columns(cfg), trainer_objects,
+    return reward_call_kwargs(columns, removes_unused_columns(cfg.trl), trainer_objects,
                               [tokenizer.encode(text, add_special_tokens=False) for text in texts])
 
 
@@ -210,7 +211,7 @@ def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any, kept: Optiona
     except RewardFailure as err:
         removed = (" remove_unused_columns: true, so TRL passes the rewards no column of the dataset (it keeps "
                    "only `prompt`); set remove_unused_columns: false (TRL's GRPO default) to pass them."
-                   if removes_unused_columns(cfg) else "")
+                   if removes_unused_columns(cfg.trl) else "")
         raise ConfigError("reward_funcs", f"{str(err).rstrip('.')}. It was called before the model loads, as the "
                           f"trainer calls it, on {what}.{removed} The contract: docs/rewards.md.") from None
     except ValueError as err:  # a name that does not resolve (validate() names it first in a run)
@@ -218,10 +219,10 @@ def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any, kept: Optiona
     return f"called on {what}: " + "; ".join(lines)
 
 
-def resume_target(cfg: PipelineConfig) -> Optional[Path]:
-    """The checkpoint a run would resume, as far as the check knows it (None: a fresh start, or a --resume that
-    check_resume refuses)."""
-    resume, output_dir = cfg.grpo.resume, absolute_path(cfg.grpo.output_dir)
+def resume_target(resume: str, output_dir: str) -> Optional[Path]:
+    """The checkpoint a run would resume (`resume`: the option) in `output_dir`, as far as the check knows it (None:
+    a fresh start, or a --resume that check_resume refuses)."""
+    output_dir = absolute_path(output_dir)
     if resume == "auto":
         complete = complete_checkpoints(output_dir)
         return complete[-1] if complete else None
@@ -280,11 +281,6 @@ def check_gpu(cfg: PipelineConfig, choice: Any = None) -> str:
     return f"backend {choice.name} ({choice.reason})"
 
 
-def check_memory(cfg: PipelineConfig) -> str:
-    """Estimated peak GPU memory against the GPU (pipeline/plan): a warning when over, a refusal when far over."""
-    return memory_check(cfg)
-
-
 class CheckResults(list):
     """The checks' results, in order; `decisions`: the run's decisions (pipeline/run/decisions.py) when every
     check passed, else None."""
@@ -318,11 +314,12 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
             cfg.model.backend, cfg.model.fast_inference)).name))),  # TRL's own validation of its config
         ("effective_config", after_backend(lambda: check_effective_config(cfg, (choice or choose_backend(
             cfg.model.backend, cfg.model.fast_inference)).name))),  # what the backend changes (effective_config.json)
-        ("output_dir", lambda: check_output_dir(cfg)),
-        ("packages", lambda: check_packages(cfg)),
+        ("output_dir", lambda: check_output_dir(cfg.to_dict())),
+        ("packages", lambda: check_packages(cfg.grpo.reporters(), cfg.grpo.output_dir, cfg.model.model_source,
+                                            resolve_optim(cfg)[1])),
         ("gpu", lambda: check_gpu(cfg, choice)),
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
-        ("memory", lambda: check_memory(cfg)),
+        ("memory", lambda: memory_check(cfg)),  # the peak GPU memory against the GPU (pipeline/plan)
         ("resume", lambda: check_resume(cfg)),
         *data_steps,  # then: the tokenizer, the prepared data, the rewards called on it
         ("lora", after_backend(lambda: check_lora_targets(cfg))),  # the architecture, no weights

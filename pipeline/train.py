@@ -160,16 +160,16 @@ def _resume(run: Run) -> Optional[RunResult]:
 
 def _data(run: Run) -> None:
     """Data, with the tokenizer only (the model loads next)."""
-    cfg = run.cfg
+    cfg, m = run.cfg, run.cfg.model
     # Through its module, looked up at the call: tests stand in for the tokenizer loader there.
-    run.tokenizer = pipeline.data.tokenizer.load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code,
-                                                           cfg.model.model_source)
+    run.tokenizer = pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
     # The same preparing as the data check's (train, eval set, warm-up needs); its cache makes this a load.
     # The run folder's files are rank 0's (as lora/, manifest.json, summary.json): one writer, no race.
     run_data = prepare_run_data(cfg, run.tokenizer, report_dir=run.output_dir, write_report=_is_main_process())
     prepared = run_data.train
     if run.resume_from and cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
-        _print(other_data_note(run.resume_from, cfg, prepared.dataset) or "resume_other_data: the data is the same")
+        _print(other_data_note(run.resume_from, cfg.data.dataset_name, prepared.dataset)
+               or "resume_other_data: the data is the same")
     run.prepared, run.eval_rows = prepared, run_data.eval_rows
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
            f"max_completion_length={prepared.max_completion_length}"

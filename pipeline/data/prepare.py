@@ -190,7 +190,7 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
     report_seen = (snapshot(absolute_path(report_dir if report_dir is not None else cfg.grpo.output_dir) / report_name)
                    if write_report else None)
 
-    dataset, report, error = _cached_or_built(cfg, tokenizer, source, budget, spec, key, entry, entry_seen)
+    dataset, report, error = _cached_or_built(d, tokenizer, source, budget, spec, key, entry, entry_seen)
     # First: when most answers are unreadable, the answer column is what to fix (even if no rows are left).
     unscorable = _unscorable_error(report, spec.answer_option)
     error = unscorable or error or _strict_error(report, d.strict)
@@ -214,16 +214,17 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
                         report_path=report_path)
 
 
-def _cached_or_built(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget, spec: Any, key: str,
+def _cached_or_built(d: Any, tokenizer: Any, source: DataSource, budget: LengthBudget, spec: Any, key: str,
                      entry: Path, entry_seen: Any) -> tuple[Any, dict[str, Any], Optional[str]]:
-    """The cache entry when there is one, else the split built (and cached when it can be used)."""
+    """The cache entry when there is one, else the split built (and cached when it can be used); `d`: the data
+    section."""
     with _quiet_datasets():
         cached = load_cached(entry)
         if cached is not None:
             dataset, report = cached
             report["cache_hit"] = True
             return dataset, report, None
-        dataset, report, error = _build(cfg, tokenizer, source, budget, spec.split, spec.name_option)
+        dataset, report, error = _build(d, tokenizer, source, budget, spec.split, spec.name_option)
         report.update(fingerprint=key, cache_hit=False, cache_entry=str(entry))
         if error is None:
             save_cached(entry, dataset, report, seen=entry_seen)
@@ -254,10 +255,9 @@ def _unscorable_error(report: dict[str, Any], answer_option: str) -> Optional[st
             "these answers, set keep_unscorable: true.")
 
 
-def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
+def _build(d: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
            split: str, source_option: str = "dataset_name") -> tuple[Any, dict[str, Any], Optional[str]]:
-    """Load, clean and measure; return (dataset or None, report, error message or None)."""
-    d = cfg.data
+    """Load, clean and measure (`d`: the data section); return (dataset or None, report, error message or None)."""
     started = time.perf_counter()
     # Fail before reading any rows when the limit cannot even hold the system prompt.
     floor = system_prompt_tokens(tokenizer, d.system_prompt)

@@ -55,7 +55,7 @@ class RunData:
 # The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one.
 def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
     train = prepare.prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
-    train.report["remove_unused_columns"] = removes_unused_columns(cfg)  # which columns the rewards get (report.py)
+    train.report["remove_unused_columns"] = removes_unused_columns(cfg.trl)  # which columns the rewards get (report.py)
     reads = reads_reference(cfg.grpo.reward_funcs)  # from the modules' text: `grpo data` imports no reward
     if reads is None:
         print("[grpo] note: whether a reward of your own reads the reference answers cannot be told without running "
