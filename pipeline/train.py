@@ -35,7 +35,7 @@ from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, resolve_optim
 from pipeline.data.report import accounting_line, prompt_line
 from pipeline.errors import guarded, note_run_folder
-from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_eval_before
+from pipeline.infer.evaluate import eval_before_inputs, eval_inputs, load_eval_before, save_eval_before
 from pipeline.infer.session import verify_trained_dir
 from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
 from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
@@ -144,7 +144,7 @@ def _resume(run: Run) -> Optional[RunResult]:
     run.adapter_seen = snapshot(output_dir / "lora", fix=keep_fix)
     run.eval_before_seen = snapshot(output_dir / "eval_before.json", fix=keep_fix)
     if run.resume_from:
-        finished = finished_run(cfg, output_dir, run.resume_from)
+        finished = finished_run(cfg.grpo.max_steps, output_dir, run.resume_from)
         if finished is not None and finished.complete:
             return RunResult(output_dir, "completed", EXIT_OK, finished.step, finished.adapter_dir, finished.summary)
         run.finish_only = finished is not None
@@ -168,8 +168,8 @@ def _data(run: Run) -> None:
     run_data = prepare_run_data(cfg, run.tokenizer, report_dir=run.output_dir, write_report=_is_main_process())
     prepared = run_data.train
     if run.resume_from and cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
-        _print(other_data_note(run.resume_from, cfg.data.dataset_name, prepared.dataset)
-               or "resume_other_data: the data is the same")
+        note = other_data_note(run.resume_from, cfg.data.dataset_name, prepared.dataset)
+        _print(note or "resume_other_data: the data is the same")
     run.prepared, run.eval_rows = prepared, run_data.eval_rows
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
            f"max_completion_length={prepared.max_completion_length}"
@@ -232,17 +232,18 @@ def _eval_before(run: Run) -> None:
 def _train(run: Run) -> None:
     """The trainer, then training (resumable), with the rollback loop: a collapse with a healthy checkpoint
     before it resumes from there with a lower learning rate (on_collapse: rollback)."""
-    cfg = run.cfg
+    cfg, limits = run.cfg, run.decisions.limits
     if cfg.eval.eval_steps and run.eval_rows and _is_main_process():
         from pipeline.trainer.periodic_eval import build_periodic_eval  # lazy: imports transformers (torch)
 
-        limit = run.decisions.limits.max_completion_length
-        run.periodic_eval = build_periodic_eval(cfg, run.backend, run.tokenizer, run.eval_rows, limit, run.output_dir,
-                                                run.manifest, resume=run.resume_from is not None,
-                                                backend_name=run.choice.name, log=_print)
+        inputs = eval_inputs(cfg, run.choice.name, run.tokenizer, run.eval_rows, limits.max_completion_length)
+        run.periodic_eval = build_periodic_eval(cfg.eval.eval_steps, lambda model: _evaluate(run, model), run.backend,
+                                                run.tokenizer, inputs, run.output_dir, run.manifest,
+                                                resume=run.resume_from is not None, log=_print)
     _build_trainer(run, run.peft_config)
     if _is_main_process():  # effective_config.json: every GRPOConfig field as the trainer runs it
-        for line in record_effective_config(run.trainer, cfg, run.backend, run.model, run.prepared, run.output_dir):
+        for line in record_effective_config(run.trainer, cfg, run.backend, run.model, limits.max_completion_length,
+                                            run.output_dir):
             _print(f"effective config: {line}")
     while True:
         _train_once(run)
@@ -338,8 +339,7 @@ def _save(run: Run) -> None:
 def _eval_after(run: Run) -> None:
     if run.cfg.eval.eval_after and run.eval_rows:
         run.eval_after = _evaluate(run, run.trainer.model)
-        _print(f"eval after GRPO: accuracy {run.eval_after['accuracy']:.1%}, "
-               f"format {run.eval_after['format_rate']:.1%}")
+        _print("eval after GRPO: accuracy {accuracy:.1%}, format {format_rate:.1%}".format(**run.eval_after))
 
 
 def _summary(run: Run) -> RunResult:

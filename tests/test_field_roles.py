@@ -35,7 +35,8 @@ MAIN_BACKEND_DECIDED = {"use_vllm", "bf16", "fp16", "vllm_gpu_memory_utilization
 # warmup_inputs: the fields it read (its keys: model, dtype, max_seq_length, steps, learning_rate, seed, system_prompt,
 # lora); eval_inputs: model, loading (dtype, max_seq_length, fast_inference, trust_remote_code), scoring
 # (reward_funcs); eval_before_inputs' start: the LoRA section and seed.
-LORA = {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save", "gradient_checkpointing"}
+LORA = {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save",
+        "gradient_checkpointing"}
 MAIN_WARMUP = {"model_name_or_path", "model_source", "dtype", "max_seq_length", "sft_warmup_steps",
                "sft_learning_rate", "seed", "system_prompt", *LORA}
 MAIN_EVAL = {"model_name_or_path", "model_source", "dtype", "max_seq_length", "fast_inference", "trust_remote_code",

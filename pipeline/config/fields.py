@@ -122,7 +122,8 @@ class ModelArguments:
 class LoraArguments:
     lora_r: int = _help("LoRA rank; the Unsloth GRPO notebooks use 32-64.", default=32, ge=1,
                         why="peft's LoraConfig needs a positive rank (16, 32 or 64 are usual)", roles=_SHAPING_LORA)
-    lora_alpha: int = _help("LoRA alpha; alpha = r keeps the update scale at 1.", default=32, gt=0, roles=_SHAPING_LORA)
+    lora_alpha: int = _help("LoRA alpha; alpha = r keeps the update scale at 1.", default=32, gt=0,
+                            roles=_SHAPING_LORA)
     lora_dropout: float = _help("Dropout on the LoRA input; 0 lets Unsloth use its fast LoRA kernels.", default=0.0,
                                 ge=0, lt=1, roles=_LORA)
     lora_target_modules: list[str] = _help("Modules that get LoRA adapters (all attention + MLP).",
@@ -243,7 +244,8 @@ class GRPOArguments:
     report_to: list[str] = _help("Integrations to log to, as TRL's report_to: none | tensorboard | wandb | ... (a "
                                  "list, one name, or comma-separated).", default_factory=lambda: ["none"])
     reward_funcs: list[str] = _help("Reward names from the registry, or module:function.",
-                                    default_factory=lambda: list(DEFAULT_REWARD_FUNCS), roles={"eval_input": "scoring"})
+                                    default_factory=lambda: list(DEFAULT_REWARD_FUNCS),
+                                    roles={"eval_input": "scoring"})
     reward_weights: Optional[list[float]] = _help("One weight per reward function; None = all 1.0.", default=None)
     reward_timeout: float = _help("Seconds one reward call may run; past it the run stops with a checkpoint and a "
                                   "summary naming the reward. 0 = no limit.", default=600.0, ge=0)

@@ -42,18 +42,19 @@ _ADAPTER_CONFIG_NAMES = {"r": "lora_r", "lora_alpha": "lora_alpha", "target_modu
 # The settings a checkpoint restores over the config on resume (role resume_restored, under TRL's names), so that a new
 # value would not take effect, or would make the resumed run neither the old one nor a new one. transformers 5.17
 # `Trainer._load_optimizer_and_scheduler` loads optimizer.pt (`Optimizer.load_state_dict` puts back each param group's
-# lr, weight_decay, betas and eps; another optim's state does not fit) and scheduler.pt (`LambdaLR.load_state_dict` puts
-# back base_lrs: the old learning_rate, under a lambda rebuilt for the new schedule: a mix of both); `Trainer.train`
-# skips the batches of the steps done, counted in the new batch shape, of a sampler seeded by the new seed, while
-# rng_state.pth puts back the old random state. A resume under other values is refused (resume_mismatch), each field
-# named with its old value (our warmup_ratio reaches TRL as warmup_steps, and is named as the user set it: option_name).
+# lr, weight_decay, betas and eps; another optim's state does not fit) and scheduler.pt (`LambdaLR.load_state_dict`
+# puts back base_lrs: the old learning_rate, under a lambda rebuilt for the new schedule: a mix of both);
+# `Trainer.train` skips the batches of the steps done, counted in the new batch shape, of a sampler seeded by the new
+# seed, while rng_state.pth puts back the old random state. A resume under other values is refused (resume_mismatch),
+# each field named with its old value (our warmup_ratio reaches TRL as warmup_steps, and is named as the user set it:
+# option_name).
 RESTORED_SETTINGS = trl_names("resume_restored")
 
 
 # The schedule settings a resume applies, and says it does (role resume_applied): the scheduler is rebuilt for the new
-# number of steps (LambdaLR's state_dict keeps no arguments of transformers' schedule partials, only their position) and
-# its rate at the restored step is the one trained with (follow_the_rebuilt_schedule), which is how a finished run is
-# trained longer; max_grad_norm is read at every step.
+# number of steps (LambdaLR's state_dict keeps no arguments of transformers' schedule partials, only their position)
+# and its rate at the restored step is the one trained with (follow_the_rebuilt_schedule), which is how a finished run
+# is trained longer; max_grad_norm is read at every step.
 APPLIED_SETTINGS = trl_names("resume_applied")
 # (The three lists as the declarations stand at import; the checks below ask the config's own sections at the call.)
 
@@ -272,7 +273,8 @@ def resume_changes(checkpoint: str | Path, cfg) -> dict[str, list[Any]]:
     """The settings declaring resume_applied that a resume of `checkpoint` under `cfg` changes, {name: [old, new]}:
     the run applies them, says so, and summary.json records them."""
     names = trl_names("resume_applied", config_sections(cfg))
-    return {name: [old, new] for name, (old, new) in _changed_settings(checkpoint, resume_settings(cfg), names).items()}
+    changed = _changed_settings(checkpoint, resume_settings(cfg), names)
+    return {name: [old, new] for name, (old, new) in changed.items()}
 
 
 def resume_mismatch(checkpoint: str | Path, cfg) -> Optional[str]:
