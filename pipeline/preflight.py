@@ -30,7 +30,7 @@ from env.path_check import PathError, expand, nearest_existing
 from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
-from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate
+from pipeline.config import ConfigError, PipelineConfig, resolve_optim, trl_training_args, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
 from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
@@ -49,6 +49,7 @@ from pipeline.run.checkpoints import (
 )
 from pipeline.data.lora_targets import check_lora_targets
 from pipeline.run.checkpoint_contents import contents_problem
+from pipeline.run.decisions import RunDecisions, reward_specs, run_decisions
 from pipeline.run.nodes import check_nodes
 from pipeline.run.resume import data_mismatch, resume_mismatch
 from pipeline.trainer.agent_check import check_agents
@@ -71,9 +72,10 @@ class Check:
     message: str
 
 
-def check_output_dir(cfg: PipelineConfig) -> str:
-    """output_dir (and data_cache_dir) take new files, and are not inside the model or data they read."""
-    path = config_paths(cfg, "output_dir", "data_cache_dir")["output_dir"]
+def check_output_dir(paths: dict[str, Any]) -> str:
+    """output_dir (and data_cache_dir) take new files, and are not inside the model or data they read (`paths`: the
+    config's path options, env.path_check's table)."""
+    path = config_paths(paths, "output_dir", "data_cache_dir")["output_dir"]
     existing = nearest_existing("output_dir", path)
     free_gib = shutil.disk_usage(existing).free / 2**30
     return (f"{path} is writable" + ("" if existing == path else f" (will be created in {existing})")
@@ -92,13 +94,12 @@ def check_report_to(names: list[str], output_dir: str) -> str:
     return "; ".join(notes) or ("report_to: " + (", ".join(names) or "none"))
 
 
-def check_packages(cfg: PipelineConfig) -> str:
+def check_packages(reporters: list[str], output_dir: str, model_source: str, optim_note: Optional[str]) -> str:
     """The packages the config's options need: report_to's loggers and model_source's modelscope (refused when
-    missing), and a bitsandbytes `optim` (replaced by adamw_torch when missing: pipeline.config.resolve_optim,
-    which `grpo train` applies)."""
-    _, optim_note = resolve_optim(cfg)
-    return "; ".join(filter(None, [check_report_to(cfg.grpo.reporters(), cfg.grpo.output_dir),
-                                   model_check.check_model_source(cfg.model.model_source), optim_note]))
+    missing), and a bitsandbytes `optim` (replaced by adamw_torch when missing: `optim_note`, from
+    pipeline.config.resolve_optim, which `grpo train` applies)."""
+    return "; ".join(filter(None, [check_report_to(reporters, output_dir),
+                                   model_check.check_model_source(model_source), optim_note]))
 
 
 def tensorboard_hint(output_dir: str | os.PathLike[str]) -> str:
@@ -111,28 +112,29 @@ class NotChecked(ConfigError):
     """A data step whose input (the tokenizer, the training data) failed its own check."""
 
 
-def _data_tokenizer(cfg: PipelineConfig) -> Any:
+def _data_tokenizer(m: Any) -> Any:
+    """The tokenizer of the model section `m` names, for the data check."""
     try:
-        m = cfg.model
         return tokenizers.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
     except ConfigError:
         raise
     except (OSError, ValueError) as err:
-        raise ConfigError("model_name_or_path", f"the tokenizer of {excerpt(cfg.model.model_name_or_path)} could not "
+        raise ConfigError("model_name_or_path", f"the tokenizer of {excerpt(m.model_name_or_path)} could not "
                           f"be loaded to check the data ({type(err).__name__}: {err}).") from None
 
 
-def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
+def data_checks(cfg: PipelineConfig, done: dict[str, Any]) -> list[tuple[str, Callable[[], Any]]]:
     """The check's data steps (data, eval, warmup): prepare_run_data's steps, each reported on its own and
-    writing nothing outside the cache. A step whose input failed says so and fails too."""
-    done: dict[str, Any] = {}
+    writing nothing outside the cache. A step whose input failed says so and fails too. What they work out is kept
+    in `done` (tokenizer, train, rewards) for the run's decisions."""
 
     def data() -> str:
         config_paths(cfg, "dataset_name", "eval_dataset_name", "data_cache_dir")  # env.path_check's table, first
-        done["tokenizer"] = _data_tokenizer(cfg)
+        done["tokenizer"] = _data_tokenizer(cfg.model)
         done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)
-        checkpoint = resume_target(cfg)
-        changed = data_mismatch(checkpoint, cfg, done["train"].dataset) if checkpoint is not None else None
+        checkpoint = resume_target(cfg.grpo.resume, cfg.grpo.output_dir)
+        changed = (data_mismatch(checkpoint, cfg.data.dataset_name, done["train"].dataset, cfg.grpo.resume_other_data)
+                   if checkpoint is not None else None)
         if changed:
             raise ConfigError("dataset_name", changed)
         report = done["train"].report
@@ -150,7 +152,7 @@ def data_checks(cfg: PipelineConfig) -> list[tuple[str, Callable[[], Any]]]:
         return "; ".join(filter(None, [data.eval_rows.line(), data.overlap_warning()]))
 
     return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train"))),
-            ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train"))),
+            ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train"), kept=done)),
             ("agents", lambda: check_agents(cfg, needs("tokenizer"), needs("train")))]  # tools, environments
 
 
@@ -192,22 +194,25 @@ def reward_kwargs_outside_training(cfg: PipelineConfig, tokenizer: Any, columns:
 
     trainer_objects = {"trainer_state": TrainerState(max_steps=cfg.grpo.max_steps),
                        "log_extra": lambda column, values: None, "log_metric": lambda name, value: None}
-    return reward_call_kwargs(columns, removes_unused_columns(cfg), trainer_objects,
+    return reward_call_kwargs(columns, removes_unused_columns(cfg.trl), trainer_objects,
                               [tokenizer.encode(text, add_special_tokens=False) for text in texts])
 
 
-def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
+def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any, kept: Optional[dict[str, Any]] = None) -> str:
     """Call every reward function as the trainer will, on completions of the run's prepared prompts: a raise, a
     wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did.
-    A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called."""
+    A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called. `kept`:
+    where the resolved rewards are kept (under "rewards") for the run's decisions."""
     prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
     try:
-        lines = probe_rewards(get_reward_funcs(list(cfg.grpo.reward_funcs), fresh=True), prompts, completions, kwargs,
-                              timeout=cfg.grpo.reward_timeout)
+        funcs = get_reward_funcs(list(cfg.grpo.reward_funcs), fresh=True)
+        if kept is not None:
+            kept["rewards"] = funcs
+        lines = probe_rewards(funcs, prompts, completions, kwargs, timeout=cfg.grpo.reward_timeout)
     except RewardFailure as err:
         removed = (" remove_unused_columns: true, so TRL passes the rewards no column of the dataset (it keeps "
                    "only `prompt`); set remove_unused_columns: false (TRL's GRPO default) to pass them."
-                   if removes_unused_columns(cfg) else "")
+                   if removes_unused_columns(cfg.trl) else "")
         raise ConfigError("reward_funcs", f"{str(err).rstrip('.')}. It was called before the model loads, as the "
                           f"trainer calls it, on {what}.{removed} The contract: docs/rewards.md.") from None
     except ValueError as err:  # a name that does not resolve (validate() names it first in a run)
@@ -215,10 +220,10 @@ def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
     return f"called on {what}: " + "; ".join(lines)
 
 
-def resume_target(cfg: PipelineConfig) -> Optional[Path]:
-    """The checkpoint a run would resume, as far as the check knows it (None: a fresh start, or a --resume that
-    check_resume refuses)."""
-    resume, output_dir = cfg.grpo.resume, absolute_path(cfg.grpo.output_dir)
+def resume_target(resume: str, output_dir: str) -> Optional[Path]:
+    """The checkpoint a run would resume (`resume`: the option) in `output_dir`, as far as the check knows it (None:
+    a fresh start, or a --resume that check_resume refuses)."""
+    output_dir = absolute_path(output_dir)
     if resume == "auto":
         complete = complete_checkpoints(output_dir)
         return complete[-1] if complete else None
@@ -277,18 +282,20 @@ def check_gpu(cfg: PipelineConfig, choice: Any = None) -> str:
     return f"backend {choice.name} ({choice.reason})"
 
 
-def check_memory(cfg: PipelineConfig) -> str:
-    """Estimated peak GPU memory against the GPU (pipeline/plan): a warning when over, a refusal when far over."""
-    return memory_check(cfg)
+class CheckResults(list):
+    """The checks' results, in order; `decisions`: the run's decisions (pipeline/run/decisions.py) when every
+    check passed, else None."""
+    decisions: Optional[RunDecisions] = None
 
 
-def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> list[Check]:
+def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> CheckResults:
     """Run every check in order. With `stop_at_first`, the first failure raises its error; a failing data step
     (data, eval, warmup, rewards) raises after the other data steps ran, with their failures appended
-    ("also: ...").
+    ("also: ..."). When all pass, the results carry the run's decisions, made here once (`.decisions`).
 
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
     cfg, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)
+    done: dict[str, Any] = {}
 
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
         # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
@@ -299,7 +306,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
         return step
 
-    data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg)]
+    data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg, done)]
     steps: list[tuple[str, Callable[[], Any]]] = [
         # first: a node started with another recipe or code is named on every node before any check can differ
         ("nodes", lambda: check_nodes(cfg)),
@@ -308,11 +315,12 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
             cfg.model.backend, cfg.model.fast_inference)).name))),  # TRL's own validation of its config
         ("effective_config", after_backend(lambda: check_effective_config(cfg, (choice or choose_backend(
             cfg.model.backend, cfg.model.fast_inference)).name))),  # what the backend changes (effective_config.json)
-        ("output_dir", lambda: check_output_dir(cfg)),
-        ("packages", lambda: check_packages(cfg)),
+        ("output_dir", lambda: check_output_dir(cfg.to_dict())),
+        ("packages", lambda: check_packages(cfg.grpo.reporters(), cfg.grpo.output_dir, cfg.model.model_source,
+                                            resolve_optim(cfg)[1])),
         ("gpu", lambda: check_gpu(cfg, choice)),
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
-        ("memory", lambda: check_memory(cfg)),
+        ("memory", lambda: memory_check(cfg)),  # the peak GPU memory against the GPU (pipeline/plan)
         ("resume", lambda: check_resume(cfg)),
         *data_steps,  # then: the tokenizer, the prepared data, the rewards called on it
         ("lora", after_backend(lambda: check_lora_targets(cfg))),  # the architecture, no weights
@@ -320,7 +328,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     # A check that reads the model says nothing new when the model could not be found.
     needs = {"lora": ("model",), "effective_config": ("trl",)}
     data_names = {name for name, _ in data_steps}
-    results: list[Check] = []
+    results = CheckResults()
     failures: list[Exception] = []
     for name, step in steps:
         failed = [c.name for c in results if not c.ok and c.name in needs.get(name, ())]
@@ -340,6 +348,10 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         if others:
             first.args = (str(first) + "".join(f"\nalso: {other}" for other in others),)
         raise first
+    if all(c.ok for c in results):
+        resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
+        results.decisions = run_decisions(resolved, load_backend(resolved.name), reward_specs(
+            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg))
     return results
 
 

@@ -5,12 +5,11 @@
     grpo train --config my.yaml --resume never   # auto (default) | never | PATH
     grpo train --config my.yaml --check          # JSON: config, data, paths, packages, GPU; loads nothing
 
-It reads top to bottom: config -> env check -> data -> model -> (format warm-up) -> eval before
--> trainer -> train -> save -> eval after -> plots + summary. Only model loading differs
-between the Unsloth and plain backends (pipeline/backends/); everything else is one code path.
+It reads top to bottom: config -> env check (the run's decisions) -> data -> model -> (format warm-up) -> eval before
+-> trainer -> train -> save -> eval after -> plots + summary. Only model loading differs between the Unsloth and
+plain backends (pipeline/backends/); everything else is one code path.
 
-Exit codes: 0 done, 2 bad config or input, 3 stopped (a health rule, a failing reward), 130 interrupted
-(resumable).
+Exit codes: 0 done, 2 bad config or input, 3 stopped (a health rule, a failing reward), 130 interrupted (resumable).
 """
 
 from __future__ import annotations
@@ -32,12 +31,12 @@ import pipeline.run.manifest
 from env.locations import absolute_path, snapshot
 from env.paths import atomic_directory, previous_versions, shell_command
 from env.text import say
-from pipeline.backends import BackendChoice, choose_backend, load_backend, on_cpu
+from pipeline.backends import BackendChoice, choose_backend, on_cpu
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, resolve_optim
 from pipeline.data.report import accounting_line, prompt_line
 from pipeline.errors import guarded, note_run_folder
-from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_eval_before
+from pipeline.infer.evaluate import eval_before_inputs, eval_inputs, load_eval_before, save_eval_before
 from pipeline.infer.session import verify_trained_dir
 from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
 from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
@@ -87,12 +86,13 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
 
     # config (for the resolved backend), output_dir, packages, GPU (a GPU recipe is never trained on CPU by
     # accident), model, memory, data, resume: all before anything loads
-    for check in run_checks(cfg, choice=choice):
+    checks = run_checks(cfg, choice=choice)  # and the run's decisions, made there once (pipeline/run/decisions.py)
+    for check in checks:
         if check.message.startswith("eval set") or check.name == "memory" and check.message[:13] != "not estimated":
             _print(check.message if check.name == "eval" else f"memory: {check.message}")  # rows dropped; the estimate
     if "tensorboard" in cfg.grpo.reporters():
         _print(tensorboard_hint(cfg.grpo.output_dir))
-    backend = load_backend(choice.name)
+    backend = checks.decisions.backend
     # `grpo train` did this at start-up (pipeline/bootstrap.py); a Python caller gets it here (idempotent).
     backend.prepare_environment(cfg)
     _print(f"backend: {choice.name} ({choice.reason})")
@@ -104,7 +104,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     output_dir = absolute_path(cfg.grpo.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     note_run_folder(output_dir)  # a crash from here on logs its traceback into output_dir/logs/
-    run = Run(cfg, choice, backend, output_dir, callbacks, start, resume_hint)
+    run = Run(cfg, choice, backend, output_dir, callbacks, start, resume_hint, checks.decisions)
     if not _is_main_process():  # DDP ranks share rank 0's run folder; rank 0 holds the lock for all
         return _run_locked(run)
     with pipeline.run.lock.run_lock(output_dir):  # a second run into this folder is refused, naming this one
@@ -144,7 +144,7 @@ def _resume(run: Run) -> Optional[RunResult]:
     run.adapter_seen = snapshot(output_dir / "lora", fix=keep_fix)
     run.eval_before_seen = snapshot(output_dir / "eval_before.json", fix=keep_fix)
     if run.resume_from:
-        finished = finished_run(cfg, output_dir, run.resume_from)
+        finished = finished_run(cfg.grpo.max_steps, output_dir, run.resume_from)
         if finished is not None and finished.complete:
             return RunResult(output_dir, "completed", EXIT_OK, finished.step, finished.adapter_dir, finished.summary)
         run.finish_only = finished is not None
@@ -160,16 +160,16 @@ def _resume(run: Run) -> Optional[RunResult]:
 
 def _data(run: Run) -> None:
     """Data, with the tokenizer only (the model loads next)."""
-    cfg = run.cfg
+    cfg, m = run.cfg, run.cfg.model
     # Through its module, looked up at the call: tests stand in for the tokenizer loader there.
-    run.tokenizer = pipeline.data.tokenizer.load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code,
-                                                           cfg.model.model_source)
+    run.tokenizer = pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
     # The same preparing as the data check's (train, eval set, warm-up needs); its cache makes this a load.
     # The run folder's files are rank 0's (as lora/, manifest.json, summary.json): one writer, no race.
     run_data = prepare_run_data(cfg, run.tokenizer, report_dir=run.output_dir, write_report=_is_main_process())
     prepared = run_data.train
     if run.resume_from and cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
-        _print(other_data_note(run.resume_from, cfg, prepared.dataset) or "resume_other_data: the data is the same")
+        note = other_data_note(run.resume_from, cfg.data.dataset_name, prepared.dataset)
+        _print(note or "resume_other_data: the data is the same")
     run.prepared, run.eval_rows = prepared, run_data.eval_rows
     _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
            f"max_completion_length={prepared.max_completion_length}"
@@ -180,16 +180,16 @@ def _data(run: Run) -> None:
 
 def _model(run: Run) -> None:
     """The model (the one step that differs between backends) and the manifest lora/ will carry."""
-    cfg, prepared = run.cfg, run.prepared
+    cfg, decided = run.cfg, run.decisions
     run.model, run.tokenizer = run.backend.load_for_training(cfg)
     run.peft_config = run.backend.peft_config(cfg)
     # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
     run.manifest = build_manifest(
         cfg_dict=cfg.to_dict(), backend=run.choice.name, base_model=cfg.model.model_name_or_path,
         system_prompt=cfg.data.system_prompt, chat_template=getattr(run.tokenizer, "chat_template", None),
-        max_prompt_length=prepared.max_prompt_length, max_completion_length=prepared.max_completion_length,
-        data_fingerprint=prepared.fingerprint, adapter_dir=run.output_dir / "lora",
-        formats=prepared.report["prompt_format"],  # the system message the rows carried is the one recorded
+        max_prompt_length=decided.limits.max_prompt_length, max_completion_length=decided.limits.max_completion_length,
+        data_fingerprint=decided.data_key, adapter_dir=run.output_dir / "lora",
+        formats=dict(decided.prompt_format),  # the system message the rows carried is the one recorded
     )
 
 
@@ -204,20 +204,20 @@ def _warm_up(run: Run) -> None:
 
 def _evaluate(run: Run, model) -> dict[str, Any]:
     # Through its module, looked up at the call: tests stop or interrupt a run there.
-    return pipeline.infer.evaluate.evaluate_rows(run.backend.training_generator(model, run.tokenizer, run.cfg),
-                                                 run.tokenizer, run.eval_rows, pipeline.infer.evaluate.eval_scorer(
-                                                     run.cfg, run.tokenizer), run.prepared.max_completion_length)
+    evaluate, limit = pipeline.infer.evaluate, run.decisions.limits.max_completion_length
+    return evaluate.evaluate_rows(run.backend.training_generator(model, run.tokenizer, run.cfg), run.tokenizer,
+                                  run.eval_rows, evaluate.eval_scorer(run.cfg, run.tokenizer), limit)
 
 
 def _eval_before(run: Run) -> None:
-    cfg, output_dir, prepared = run.cfg, run.output_dir, run.prepared
+    cfg, output_dir = run.cfg, run.output_dir
     if not (cfg.eval.eval_before and run.eval_rows) or not _is_main_process():  # one measure, one writer
         return
     # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on, when
     # every input it was measured from is the same (env/kept.py; the eval rows' content included).
-    warmup = state_key(warmup_inputs(cfg, prepared)) if cfg.health.sft_warmup_steps > 0 else None
-    inputs = eval_before_inputs(cfg, run.choice.name, run.tokenizer, run.eval_rows, prepared.max_completion_length,
-                                warmup)
+    warmup = state_key(warmup_inputs(cfg, run.prepared)) if cfg.health.sft_warmup_steps > 0 else None
+    inputs = eval_before_inputs(cfg, run.choice.name, run.tokenizer, run.eval_rows,
+                                run.decisions.limits.max_completion_length, warmup)
     run.eval_before = load_eval_before(output_dir, inputs, log=_print) if cfg.grpo.resume != "never" else None
     if run.eval_before is not None:
         _print(f"eval before GRPO: reusing {output_dir / 'eval_before.json'} (every input it was measured from "
@@ -232,17 +232,18 @@ def _eval_before(run: Run) -> None:
 def _train(run: Run) -> None:
     """The trainer, then training (resumable), with the rollback loop: a collapse with a healthy checkpoint
     before it resumes from there with a lower learning rate (on_collapse: rollback)."""
-    cfg = run.cfg
+    cfg, limits = run.cfg, run.decisions.limits
     if cfg.eval.eval_steps and run.eval_rows and _is_main_process():
         from pipeline.infer.periodic_eval import build_periodic_eval  # lazy: imports transformers (torch)
 
-        run.periodic_eval = build_periodic_eval(cfg, run.backend, run.tokenizer, run.eval_rows,
-                                                run.prepared.max_completion_length, run.output_dir, run.manifest,
-                                                resume=run.resume_from is not None, backend_name=run.choice.name,
-                                                log=_print)
+        inputs = eval_inputs(cfg, run.choice.name, run.tokenizer, run.eval_rows, limits.max_completion_length)
+        run.periodic_eval = build_periodic_eval(cfg.eval.eval_steps, lambda model: _evaluate(run, model), run.backend,
+                                                run.tokenizer, inputs, run.output_dir, run.manifest,
+                                                resume=run.resume_from is not None, log=_print)
     _build_trainer(run, run.peft_config)
     if _is_main_process():  # effective_config.json: every GRPOConfig field as the trainer runs it
-        for line in record_effective_config(run.trainer, cfg, run.backend, run.model, run.prepared, run.output_dir):
+        for line in record_effective_config(run.trainer, cfg, run.backend, run.model, limits.max_completion_length,
+                                            run.output_dir):
             _print(f"effective config: {line}")
     while True:
         _train_once(run)
@@ -338,8 +339,7 @@ def _save(run: Run) -> None:
 def _eval_after(run: Run) -> None:
     if run.cfg.eval.eval_after and run.eval_rows:
         run.eval_after = _evaluate(run, run.trainer.model)
-        _print(f"eval after GRPO: accuracy {run.eval_after['accuracy']:.1%}, "
-               f"format {run.eval_after['format_rate']:.1%}")
+        _print("eval after GRPO: accuracy {accuracy:.1%}, format {format_rate:.1%}".format(**run.eval_after))
 
 
 def _summary(run: Run) -> RunResult:

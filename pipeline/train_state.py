@@ -34,6 +34,7 @@ class Run:
     callbacks: Optional[list]
     start: float
     resume_hint: str
+    decisions: Any = None  # the check's RunDecisions (pipeline/run/decisions.py): backend, rewards, limits, ...
     # resume
     resume_from: Optional[str] = None
     resume_step: Optional[int] = None

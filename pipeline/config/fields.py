@@ -50,27 +50,36 @@ MIN_SAMPLING_TEMPERATURE = 1e-5
 # (A starts around 1/sqrt(r), B at 0), so the loss is NaN within a few steps. The upper bound of every rate.
 MAX_LEARNING_RATE = 1.0
 
+# Roles several fields share (pipeline/config/roles.py ROLES): the model's identity in the warm-up's and the eval's
+# keys, how the eval's model loads, and the LoRA the warm-up trains and eval before measures.
+_MODEL = {"warmup_input": "model", "eval_input": "model"}
+_LOADING = {"eval_input": "loading"}
+_WARMUP_LOADING = {"warmup_input": True, **_LOADING}
+_LORA = {"warmup_input": "lora", "eval_start": "lora"}
+_SHAPING_LORA = {**_LORA, "resume_shaping": True}
+
 
 @dataclass
 class ModelArguments:
     model_name_or_path: str = _help(
         "Base model: a hub id, a local folder, or a built-in tiny model (`tiny-demo`, `tiny-qwen2.5`).",
-        default="unsloth/Qwen2.5-1.5B-Instruct",
+        default="unsloth/Qwen2.5-1.5B-Instruct", roles={**_MODEL, "resume_shaping": True}
     )
     model_source: str = _help(
         "hf | modelscope: where hub ids (the model, a hub dataset) are downloaded from. modelscope (ModelScope, "
         "reachable in mainland China) needs pip install 'grpo-pipeline[modelscope]'.",
-        default="hf", choices=("hf", "modelscope"),
+        default="hf", choices=("hf", "modelscope"), roles=_MODEL
     )
     backend: str = _help(
         "auto | unsloth | plain. auto: unsloth when CUDA and unsloth are usable (without vLLM, fast_inference "
         "false, when vllm is missing), else plain; a GPU recipe is refused rather than trained on CPU.",
         default="auto", choices=("auto", "unsloth", "plain"),
     )
-    max_seq_length: int = _help("Prompt + completion token budget; sizes vLLM's KV cache.", default=1024, gt=0)
+    max_seq_length: int = _help("Prompt + completion token budget; sizes vLLM's KV cache.", default=1024, gt=0,
+                                roles={"data_key": True, **_WARMUP_LOADING})
     load_in_4bit: bool = _help("QLoRA: 4-bit base weights (bitsandbytes). Ignored on CPU.", default=True)
     dtype: str = _help("auto | bfloat16 | float16 | float32. auto: bf16 where the GPU supports it, else fp16.",
-                       default="auto", choices=("auto", "bfloat16", "float16", "float32"))
+                       default="auto", choices=("auto", "bfloat16", "float16", "float32"), roles=_WARMUP_LOADING)
     gpu_memory_utilization: str = _help(
         "Share of GPU memory vLLM may take, or `auto` (picked from GPU memory and standby: "
         "pipeline/backends/gpu_settings.py).",
@@ -79,7 +88,7 @@ class ModelArguments:
     fast_inference: bool = _help(
         "Unsloth backend: generate with vLLM (true, fast). false runs Unsloth without vLLM (Windows/WSL, older "
         "GPUs, images where vLLM will not install): rollouts then use transformers' generate, several times slower.",
-        default=True,
+        default=True, roles=_LOADING
     )
     max_lora_rank: int = _help("vLLM's LoRA rank limit; lora_r must not exceed it.", default=64, gt=0)
     float8_kv_cache: bool = _help("fp8 KV cache in vLLM: more context on Ada/Hopper.",
@@ -95,7 +104,8 @@ class ModelArguments:
     )
     vllm_server_base_url: Optional[str] = _help("Plain backend, vllm_mode=server: URL of `trl vllm-serve`.",
                                                 default=None)
-    trust_remote_code: bool = _help("Passed to from_pretrained. Qwen2.5 needs no remote code.", default=False)
+    trust_remote_code: bool = _help("Passed to from_pretrained. Qwen2.5 needs no remote code.", default=False,
+                                    roles=_LOADING)
     gpu_memory_gb: Optional[float] = _help(
         "GPU memory (GiB, nvidia-smi memory.total / 1024) that `grpo plan` and the `memory` check plan for; "
         "None = the visible GPU's (read with nvidia-smi).", default=None, gt=0,
@@ -111,18 +121,19 @@ class ModelArguments:
 @dataclass
 class LoraArguments:
     lora_r: int = _help("LoRA rank; the Unsloth GRPO notebooks use 32-64.", default=32, ge=1,
-                        why="peft's LoraConfig needs a positive rank (16, 32 or 64 are usual)")
-    lora_alpha: int = _help("LoRA alpha; alpha = r keeps the update scale at 1.", default=32, gt=0)
+                        why="peft's LoraConfig needs a positive rank (16, 32 or 64 are usual)", roles=_SHAPING_LORA)
+    lora_alpha: int = _help("LoRA alpha; alpha = r keeps the update scale at 1.", default=32, gt=0,
+                            roles=_SHAPING_LORA)
     lora_dropout: float = _help("Dropout on the LoRA input; 0 lets Unsloth use its fast LoRA kernels.", default=0.0,
-                                ge=0, lt=1)
+                                ge=0, lt=1, roles=_LORA)
     lora_target_modules: list[str] = _help("Modules that get LoRA adapters (all attention + MLP).",
-                                           default_factory=lambda: list(DEFAULT_TARGET_MODULES))
+                                           default_factory=lambda: list(DEFAULT_TARGET_MODULES), roles=_SHAPING_LORA)
     lora_modules_to_save: list[str] = _help(
         "Modules trained in full beside the adapter (e.g. a random model's `norm` and `embed_tokens`).",
-        default_factory=list,
+        default_factory=list, roles=_SHAPING_LORA
     )
     gradient_checkpointing: bool = _help("Trade compute for memory; Unsloth uses its own offloaded variant.",
-                                         default=True)
+                                         default=True, roles=_LORA)
 
 
 @dataclass
@@ -146,21 +157,21 @@ class DataArguments:
     keep_unscorable: bool = _help(
         "Keep rows whose answer the correctness reward cannot read as one final answer (they teach nothing "
         "with it); false rejects them as unscorable_answer. true for a reward of your own that reads them.",
-        default=False)
+        default=False, roles=("data_key",))
     system_prompt: str = _help("System message the model is trained (and exported) with; the built-in one asks for "
                                "the notebook's <reasoning>/<answer> format.",
-                               default=DEFAULT_SYSTEM_PROMPT)
+                               default=DEFAULT_SYSTEM_PROMPT, roles=("data_key", "warmup_input"))
     max_prompt_length: str = _help(
         "Token limit for prompts, or `auto` (longest kept prompt rounded up to 16). TRL no longer filters.",
-        default="auto",
+        default="auto", roles=("data_key",)
     )
     max_completion_length: str = _help("Token limit for completions, or `auto` (= max_seq_length - prompt).",
-                                       default="auto")
+                                       default="auto", roles=("data_key",))
     overlong_policy: str = _help("drop | error: what to do with prompts over max_prompt_length.", default="drop",
-                                 choices=("drop", "error"))
+                                 choices=("drop", "error"), roles=("data_key",))
     strict: bool = _help("Turn every rejected row into an error instead of a reported drop.", default=False)
     max_samples: Optional[int] = _help("Use only the first N rows (after cleaning); None = all.", default=None,
-                                       ge=1)
+                                       ge=1, roles=("data_key",))
     data_cache_dir: Optional[str] = _help("Where processed datasets are cached; None = <cache root>/data "
                                           "($GRPO_CACHE_DIR, else ~/.cache/grpo-pipeline).", default=None)
 
@@ -171,18 +182,21 @@ class GRPOArguments:
                             default="outputs/qwen2.5-gsm8k")
     learning_rate: float = _help(
         "The Unsloth notebooks use 5e-6: LoRA needs more than TRL's 1e-6 full-fine-tune default.", default=5e-6,
-        gt=0, le=MAX_LEARNING_RATE, trl=True,
+        gt=0, le=MAX_LEARNING_RATE, trl=True, roles=("resume_restored",)
     )
     num_generations: int = _help("Completions per prompt (the GRPO group). Must be >= 2.", default=8, trl=True, ge=2,
                                  why="GRPO compares completions within a group, so it needs at least 2 (8 is "
-                                     "typical)")
+                                     "typical)", roles=("resume_restored",))
     per_device_train_batch_size: int = _help(
-        "Completions (not prompts!) per device per step, as TRL counts them.", default=8, ge=1, trl=True
+        "Completions (not prompts!) per device per step, as TRL counts them.", default=8, ge=1, trl=True,
+        roles=("resume_restored",)
     )
-    gradient_accumulation_steps: int = _help("Steps accumulated before an optimizer step.", default=1, ge=1, trl=True)
+    gradient_accumulation_steps: int = _help("Steps accumulated before an optimizer step.", default=1, ge=1, trl=True,
+                                             roles=("resume_restored",))
     max_steps: int = _help("Optimizer steps; -1 = run num_train_epochs (0 is refused: it trains nothing).",
-                           default=250, ge=-1, trl=True)
-    num_train_epochs: float = _help("Used only when max_steps = -1.", default=1.0, gt=0, trl=True)
+                           default=250, ge=-1, trl=True, roles=("resume_applied",))
+    num_train_epochs: float = _help("Used only when max_steps = -1.", default=1.0, gt=0, trl=True,
+                                    roles=("resume_applied",))
     beta: float = _help(
         "KL coefficient. 0 (TRL default) loads no reference model; > 0 logs `kl`, measured against the base model as "
         "loaded (adapters disabled, as Unsloth's trainer does), also after a format warm-up (sft_warmup_steps): kl "
@@ -212,25 +226,26 @@ class GRPOArguments:
     # TRL (transformers 5) has no warmup_ratio: its warmup_steps takes a float in [0, 1) as a ratio of the total
     # steps. The recipes keep the name that says what the value is; the bounds keep it a ratio.
     warmup_ratio: float = _help("Share of steps spent warming up the learning rate.", default=0.1, ge=0, lt=1,
-                                trl="warmup_steps")
-    lr_scheduler_type: str = _help("As in the notebook.", default="cosine", trl=True)
+                                trl="warmup_steps", roles=("resume_restored",))
+    lr_scheduler_type: str = _help("As in the notebook.", default="cosine", trl=True, roles=("resume_restored",))
     optim: str = _help("adamw_8bit on GPU saves memory (bitsandbytes); adamw_torch works everywhere.",
-                       default="adamw_torch", trl=True)
-    weight_decay: float = _help("As in the notebook.", default=0.001, ge=0, trl=True)
-    adam_beta1: float = _help("As in the notebook.", default=0.9, ge=0, lt=1, trl=True)
+                       default="adamw_torch", trl=True, roles=("resume_restored",))
+    weight_decay: float = _help("As in the notebook.", default=0.001, ge=0, trl=True, roles=("resume_restored",))
+    adam_beta1: float = _help("As in the notebook.", default=0.9, ge=0, lt=1, trl=True, roles=("resume_restored",))
     adam_beta2: float = _help("The notebook uses 0.99: reacts faster than 0.999 to RL's moving target.",
-                              default=0.99, ge=0, lt=1, trl=True)
+                              default=0.99, ge=0, lt=1, trl=True, roles=("resume_restored",))
     max_grad_norm: float = _help("Gradient clipping; the notebook uses 0.1: RL gradients spike. 0 turns clipping "
-                                 "off.", default=0.1, ge=0, trl=True)
+                                 "off.", default=0.1, ge=0, trl=True, roles=("resume_applied",))
     logging_steps: int = _help("Log (and check health) every N steps.", default=1, ge=1, trl=True)
     save_steps: int = _help("Checkpoint every N steps (resume needs them).", default=50, ge=1, trl=True)
     save_total_limit: Optional[int] = _help("Keep the newest N checkpoints.", default=3, ge=1, trl=True)
     seed: int = _help("Seed for data order, LoRA init and sampling (numpy's range: 0 .. 2**32 - 1).", default=3407,
-                      ge=0, le=2**32 - 1, trl=True)
+                      ge=0, le=2**32 - 1, trl=True, roles=("resume_restored", "warmup_input", "eval_start"))
     report_to: list[str] = _help("Integrations to log to, as TRL's report_to: none | tensorboard | wandb | ... (a "
                                  "list, one name, or comma-separated).", default_factory=lambda: ["none"])
     reward_funcs: list[str] = _help("Reward names from the registry, or module:function.",
-                                    default_factory=lambda: list(DEFAULT_REWARD_FUNCS))
+                                    default_factory=lambda: list(DEFAULT_REWARD_FUNCS),
+                                    roles={"eval_input": "scoring"})
     reward_weights: Optional[list[float]] = _help("One weight per reward function; None = all 1.0.", default=None)
     reward_timeout: float = _help("Seconds one reward call may run; past it the run stops with a checkpoint and a "
                                   "summary naming the reward. 0 = no limit.", default=600.0, ge=0)
@@ -328,8 +343,10 @@ class HealthArguments:
     first_tool_call_steps: int = _help(
         "With tools or an environment: warn when no rollout has called a tool in this many logged steps (TRL's "
         "tools/call_frequency stays 0: the model may not know the call format); 0 = off.", default=10, ge=0)
-    sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0, ge=0)
-    sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4, gt=0, le=MAX_LEARNING_RATE)
+    sft_warmup_steps: int = _help("Steps of SFT format warm-up before GRPO; 0 = off.", default=0, ge=0,
+                                  roles={"warmup_input": "steps"})
+    sft_learning_rate: float = _help("Warm-up learning rate.", default=2e-4, gt=0, le=MAX_LEARNING_RATE,
+                                     roles={"warmup_input": "learning_rate"})
 
 
 @dataclass

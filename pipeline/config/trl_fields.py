@@ -6,9 +6,9 @@ section of ours owns is an option under TRL's name, with TRL's type, default and
 Nothing is copied: a TRL upgrade brings its new fields with no change here. The options a user sets are kept in
 `PipelineConfig.trl` and reach trl.GRPOConfig as given (pipeline/config/fields.py `trl_training_args`).
 
-A few fields are the run's own (RUN_OWNED: naming one is refused, with the reason and our option), and a few
-are decided by the backend and the machine (BACKEND_DECIDED: honoured when they agree with what the backend
-needs, refused when they don't; pipeline/trainer/build.py `grpo_training_args`). Importing trl.GRPOConfig
+A few fields are the run's own (role run_owned in TRL_ROLES: naming one is refused, with the reason and our option),
+and a few are decided by the backend and the machine (role backend_decided: honoured when they agree with what the
+backend needs, refused when they don't; pipeline/trainer/build.py `grpo_training_args`). Importing trl.GRPOConfig
 costs seconds (it imports torch), so nothing here runs until a name that is not ours is met, or
 --help / --check / the run need the fields.
 """
@@ -24,24 +24,48 @@ from typing import Any
 
 from pipeline.config.fields import field_names
 
-# GRPOConfig fields the run sets itself; naming one is refused with this reason.
-RUN_OWNED = {
-    "disable_tqdm": "the run replaces TRL's progress bar with its own line (reward, KL, completion length)",
-    "logging_nan_inf_filter": "the health rules must see a NaN/inf loss to stop or roll the run back",
-    "resume_from_checkpoint": "resuming is our `resume` option (auto | never | PATH), which also checks the "
-                              "checkpoint first",
-    "eval_strategy": "evaluation is ours: eval_steps / eval_before / eval_after score held-out problems (TRL is "
-                     "given no eval_dataset)",
-    "use_cpu": "the backend and the machine decide it: `backend: plain` trains on the CPU when there is no GPU",
+_RESTORED = {"resume_restored": True}
+# The roles of TRL's own fields (ours are declared on the fields, pipeline/config/fields.py): trl.GRPOConfig's
+# dataclass cannot carry our metadata, so they are kept here by TRL's name. pipeline/config/roles.py `fields_with`
+# reads both. run_owned: the run sets the field itself; naming one is refused with this reason. backend_decided:
+# the backend sets it from the machine and our options; a value of the user's is honoured when it is the backend's,
+# otherwise refused naming the option that decides it. resume_restored: a checkpoint restores it over the config
+# (pipeline/run/resume.py).
+TRL_ROLES: dict[str, dict[str, Any]] = {
+    "disable_tqdm": {"run_owned": "the run replaces TRL's progress bar with its own line (reward, KL, completion "
+                                  "length)"},
+    "logging_nan_inf_filter": {"run_owned": "the health rules must see a NaN/inf loss to stop or roll the run back"},
+    "resume_from_checkpoint": {"run_owned": "resuming is our `resume` option (auto | never | PATH), which also "
+                                            "checks the checkpoint first"},
+    "eval_strategy": {"run_owned": "evaluation is ours: eval_steps / eval_before / eval_after score held-out "
+                                   "problems (TRL is given no eval_dataset)"},
+    "use_cpu": {"run_owned": "the backend and the machine decide it: `backend: plain` trains on the CPU when there "
+                             "is no GPU"},
+    "use_vllm": {"backend_decided": "vllm_mode (plain backend: colocate | server) or fast_inference (unsloth "
+                                    "backend)"},
+    "bf16": {"backend_decided": "dtype (bfloat16 where the GPU supports it; never on a CPU)"},
+    "fp16": {"backend_decided": "dtype (float16; never on a CPU)"},
+    "vllm_gpu_memory_utilization": {"backend_decided": "gpu_memory_utilization"},
+    "lr_scheduler_kwargs": _RESTORED, "optim_args": _RESTORED, "adam_epsilon": _RESTORED,
+    "generation_batch_size": _RESTORED, "steps_per_generation": _RESTORED, "num_iterations": _RESTORED,
+    "data_seed": _RESTORED,
 }
-# GRPOConfig fields the backend sets from the machine and our options. A value of the user's is honoured when it is
-# the backend's; otherwise it is refused, naming the option that decides it.
-BACKEND_DECIDED = {
-    "use_vllm": "vllm_mode (plain backend: colocate | server) or fast_inference (unsloth backend)",
-    "bf16": "dtype (bfloat16 where the GPU supports it; never on a CPU)",
-    "fp16": "dtype (float16; never on a CPU)",
-    "vllm_gpu_memory_utilization": "gpu_memory_utilization",
-}
+
+
+def trl_with(role: str) -> dict[str, Any]:
+    """TRL's fields declaring `role` in TRL_ROLES, name -> the role's value (a reason, or True).
+
+    >>> sorted(trl_with("backend_decided"))
+    ['bf16', 'fp16', 'use_vllm', 'vllm_gpu_memory_utilization']
+    """
+    return {name: roles[role] for name, roles in TRL_ROLES.items() if role in roles}
+
+
+# Derived from TRL_ROLES, name -> reason, as the tests name them (the code asks trl_with at the call: a role added
+# to TRL_ROLES counts at once). Ours declare neither role: they are our options.
+RUN_OWNED = trl_with("run_owned")
+BACKEND_DECIDED = trl_with("backend_decided")
+
 GROUP_NAME = "TRL's GRPOConfig and TrainingArguments (TRL's names, types, defaults and meaning)"
 
 _PORT = {"ge": 1, "le": 65535, "why": "a TCP port"}
@@ -117,7 +141,7 @@ def grpo_config_class() -> type:
 
 @functools.lru_cache(maxsize=1)
 def trl_fields() -> dict[str, dataclasses.Field]:
-    """GRPOConfig's init fields that no section of ours owns, RUN_OWNED ones included (to refuse them by name)."""
+    """GRPOConfig's init fields that no section of ours owns, run_owned ones included (to refuse them by name)."""
     ours = set(field_names())
     return {f.name: f for f in dataclasses.fields(grpo_config_class())
             if f.init and f.name not in ours and not f.name.startswith("_")}
@@ -125,7 +149,8 @@ def trl_fields() -> dict[str, dataclasses.Field]:
 
 def trl_option_names() -> list[str]:
     """The names `grpo train` takes from TRL (sorted)."""
-    return sorted(name for name in trl_fields() if name not in RUN_OWNED)
+    owned = trl_with("run_owned")
+    return sorted(name for name in trl_fields() if name not in owned)
 
 
 @functools.lru_cache(maxsize=1)
@@ -179,5 +204,5 @@ def trl_type(name: str) -> Any:
 
 
 def refused_reason(name: str) -> str | None:
-    """Why a GRPOConfig field is not an option (RUN_OWNED), or None."""
-    return RUN_OWNED.get(name)
+    """Why a GRPOConfig field is not an option (its run_owned role), or None."""
+    return trl_with("run_owned").get(name)

@@ -146,7 +146,7 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     check_field_values(cfg)
 
     _check_batch(g, n_processes)
-    completion_limit = _check_lengths(cfg)
+    completion_limit = _check_lengths(cfg.data, m.max_seq_length)
     check_adapter_rank(lo.lora_r, m.max_lora_rank, what="the adapter this run trains (lora_r)",
                        fix=f"Raise max_lora_rank to {lo.lora_r} or lower lora_r.", field_name="lora_r")
     _check_generation(cfg.generation, completion_limit)
@@ -154,7 +154,7 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
         notes.append(f"learning_rate {g.learning_rate:g} is outside 1e-7..1e-3; GRPO with LoRA usually uses "
                      "1e-6..5e-5 (the notebooks: 5e-6).")
 
-    _check_adaptive_beta(cfg)
+    _check_adaptive_beta(cfg.health, g.beta)
     params = sampling_params_mapping(g.vllm_sampling_params)
     for key, where in UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS.items():
         if key in params:
@@ -224,22 +224,22 @@ def _check_batch(g: Any, n_processes: int) -> None:
         )
 
 
-def _check_lengths(cfg: PipelineConfig) -> Optional[int]:
-    """The prompt and completion limits fit in max_seq_length; returns the completion limit (None: auto)."""
-    m, d = cfg.model, cfg.data
+def _check_lengths(d: Any, max_seq_length: int) -> Optional[int]:
+    """The prompt and completion limits (`d`: the data section) fit in max_seq_length; returns the completion limit
+    (None: auto)."""
     prompt_limit = parse_limit(d.max_prompt_length, "max_prompt_length")
     completion_limit = parse_limit(d.max_completion_length, "max_completion_length")
     if prompt_limit is not None and completion_limit is not None \
-            and prompt_limit + completion_limit > m.max_seq_length:
+            and prompt_limit + completion_limit > max_seq_length:
         raise ConfigError(
             "max_completion_length",
             f"max_prompt_length ({prompt_limit}) + max_completion_length ({completion_limit}) = "
-            f"{prompt_limit + completion_limit} exceeds max_seq_length ({m.max_seq_length}). Lower one of them, "
+            f"{prompt_limit + completion_limit} exceeds max_seq_length ({max_seq_length}). Lower one of them, "
             "raise max_seq_length, or set max_completion_length: auto.",
         )
     for name, limit in (("max_prompt_length", prompt_limit), ("max_completion_length", completion_limit)):
-        if limit is not None and limit >= m.max_seq_length:
-            raise ConfigError(name, f"{limit} leaves no room in max_seq_length ({m.max_seq_length}).")
+        if limit is not None and limit >= max_seq_length:
+            raise ConfigError(name, f"{limit} leaves no room in max_seq_length ({max_seq_length}).")
     return completion_limit
 
 
@@ -256,10 +256,9 @@ def _check_generation(gen: Any, completion_limit: Optional[int]) -> None:
             )
 
 
-def _check_adaptive_beta(cfg: PipelineConfig) -> None:
-    """adaptive_beta needs a KL to steer and a sane range."""
-    g, h = cfg.grpo, cfg.health
-    if h.adaptive_beta and g.beta <= 0:
+def _check_adaptive_beta(h: Any, beta: float) -> None:
+    """adaptive_beta (`h`: the health section) needs a KL to steer (beta > 0) and a sane range."""
+    if h.adaptive_beta and beta <= 0:
         raise ConfigError("adaptive_beta", "needs beta > 0 at the start: with beta = 0 TRL loads no reference "
                           "model, so there is no KL to steer. Set beta: 0.04, or adaptive_beta: false.")
     if h.adaptive_beta and not (0 <= h.beta_min <= h.beta_max):

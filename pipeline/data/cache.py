@@ -80,14 +80,14 @@ def _tokenizer_files(folder: Path) -> list[dict[str, Any]]:
             if p.is_file() and p.suffix not in WEIGHT_SUFFIXES]
 
 
-def model_identity(model_name_or_path: str, source: str = "hf") -> dict[str, Any]:
+def model_identity(model_name_or_path: str, model_source: str = "hf") -> dict[str, Any]:
     """What names the weights a model name loads: a built-in model's folder (its name carries its build key,
     pipeline/demo/model.py) or a local folder, with its files as `local_tree_identity`; a hub id and its
     source (hf | modelscope) otherwise."""
     path = Path(resolve_model_path(model_name_or_path)).expanduser()
     if path.is_dir():
         return {"name": model_name_or_path, **local_tree_identity(path)}
-    return {"name": model_name_or_path, "source": source}
+    return {"name": model_name_or_path, "source": model_source}
 
 
 def data_code_identity() -> dict[str, Any]:

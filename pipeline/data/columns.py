@@ -43,10 +43,10 @@ def training_columns(table: Any, prompts: list[Any], rows: list[Any], prompt_tok
     return dataset.flatten_indices()
 
 
-def removes_unused_columns(cfg: Any) -> bool:
-    """TRL's `remove_unused_columns` as the run sets it (GRPOConfig's default: False): True leaves the rewards no
-    dataset column (rewards/trl_source.py `reward_columns`)."""
-    return bool(cfg.trl.get("remove_unused_columns", False))
+def removes_unused_columns(trl_options: Any) -> bool:
+    """TRL's `remove_unused_columns` as the run sets it (`trl_options`: the TRL options set; GRPOConfig's default:
+    False): True leaves the rewards no dataset column (rewards/trl_source.py `reward_columns`)."""
+    return bool(trl_options.get("remove_unused_columns", False))
 
 
 def prompt_formats(source_format: str, prompts: list[Any], system_prompt: Optional[str]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from pipeline.data.data_files import is_saved_copy
 from pipeline.data.source_spec import DataSourceError, SourceSpec
 
 
-def hub_saved_copy_dir(cache_root: Path, name: str, config: Optional[str], revision: Optional[str],
+def hub_saved_copy_dir(cache_root: Path, name: str, dataset_config: Optional[str], revision: Optional[str],
                        source: str = "hf") -> Path:
     """Where the hub dataset's `save_to_disk` copy lives (a DatasetDict with all splits), per `model_source`.
 
@@ -29,7 +29,7 @@ def hub_saved_copy_dir(cache_root: Path, name: str, config: Optional[str], revis
     >>> hub_saved_copy_dir(Path("/c"), "AI-ModelScope/gsm8k", "main", None, "modelscope").as_posix()
     '/c/modelscope/AI-ModelScope__gsm8k__main__default'
     """
-    slug = "__".join([name.replace("/", "__"), config or "default", revision or "default"])
+    slug = "__".join([name.replace("/", "__"), dataset_config or "default", revision or "default"])
     return cache_root / ("modelscope" if source == "modelscope" else "hub") / slug
 
 
@@ -82,20 +82,21 @@ def _download_and_save(spec: SourceSpec, saved: Path) -> None:
     print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
 
 
-def _download_from_modelscope_and_save(name: str, config: Optional[str], revision: Optional[str], saved: Path) -> None:
+def _download_from_modelscope_and_save(name: str, dataset_config: Optional[str], revision: Optional[str],
+                                       saved: Path) -> None:
     """`model_source: modelscope`: the dataset repository's files from ModelScope (env.hubs, the network
     boundary), read by `datasets` as a local folder (its data files and README configs), saved like a hub copy."""
     # lazy: datasets imports torch
     from datasets import load_dataset
 
-    print(f"[grpo data] downloading {name} ({config}) from ModelScope ({endpoint('modelscope')}); "
+    print(f"[grpo data] downloading {name} ({dataset_config}) from ModelScope ({endpoint('modelscope')}); "
           f"cache: {os.environ.get('MODELSCOPE_CACHE', '~/.cache/modelscope (default)')} (MODELSCOPE_CACHE)",
           file=sys.stderr)
     folder = download_dataset(name, revision)
     try:
-        splits = load_dataset(str(folder), config)
+        splits = load_dataset(str(folder), dataset_config)
     except Exception as err:
-        raise DataSourceError(f"could not read ModelScope dataset {excerpt(name)} (config {excerpt(config)}) "
+        raise DataSourceError(f"could not read ModelScope dataset {excerpt(name)} (config {excerpt(dataset_config)}) "
                               f"downloaded to {folder}: {type(err).__name__}: {err}\nCheck dataset_config (None for "
                               "a single one) and that the repository holds .jsonl/.csv/.parquet data files.") from err
     publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=is_saved_copy,

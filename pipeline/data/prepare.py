@@ -38,7 +38,7 @@ from typing import Any, Iterator, Optional
 
 from env.locations import absolute_path, snapshot
 from env.paths import atomic_write_json
-from pipeline.config import ConfigError, check_choices, parse_limit
+from pipeline.config import ConfigError, check_choices, parse_limit, role_values
 from pipeline.data.cache import (
     DATA_FORMAT_VERSION,
     data_cache_root,
@@ -117,19 +117,12 @@ def report_file_name(split: Optional[str], role: str = "train") -> str:
 
 
 def data_fields(cfg: Any) -> dict[str, Any]:
-    """The config fields that change the prepared dataset (part of the cache fingerprint; the columns read
-    are in the source's identity)."""
-    d = cfg.data
-    return {
-        "system_prompt": d.system_prompt,
-        "keep_unscorable": d.keep_unscorable,
-        "answer_reader": answer_reader_version(),
-        "max_prompt_length": parse_limit(d.max_prompt_length, "max_prompt_length"),
-        "max_completion_length": parse_limit(d.max_completion_length, "max_completion_length"),
-        "overlong_policy": d.overlong_policy,
-        "max_samples": d.max_samples,
-        "max_seq_length": cfg.model.max_seq_length,
-    }
+    """The config fields that change the prepared dataset (role data_key, declared on the fields; part of the cache
+    fingerprint; the columns read are in the source's identity), the limits as numbers, and the answer reader."""
+    fields = role_values(cfg, "data_key")
+    for name in ("max_prompt_length", "max_completion_length"):  # `auto` and `AUTO` prepare the same rows
+        fields[name] = parse_limit(fields[name], name)
+    return {**fields, "answer_reader": answer_reader_version()}
 
 
 def answer_reader_version() -> str:
@@ -198,7 +191,7 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
     report_seen = (snapshot(absolute_path(report_dir if report_dir is not None else cfg.grpo.output_dir) / report_name)
                    if write_report else None)
 
-    dataset, report, error = _cached_or_built(cfg, tokenizer, source, budget, spec, key, entry, entry_seen)
+    dataset, report, error = _cached_or_built(d, tokenizer, source, budget, spec, key, entry, entry_seen)
     # First: when most answers are unreadable, the answer column is what to fix (even if no rows are left).
     unscorable = _unscorable_error(report, spec.answer_option)
     error = unscorable or error or _strict_error(report, d.strict)
@@ -222,16 +215,17 @@ def prepare_dataset(cfg: Any, tokenizer: Any, split: Optional[str] = None,
                         report_path=report_path)
 
 
-def _cached_or_built(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget, spec: Any, key: str,
+def _cached_or_built(d: Any, tokenizer: Any, source: DataSource, budget: LengthBudget, spec: Any, key: str,
                      entry: Path, entry_seen: Any) -> tuple[Any, dict[str, Any], Optional[str]]:
-    """The cache entry when there is one, else the split built (and cached when it can be used)."""
+    """The cache entry when there is one, else the split built (and cached when it can be used); `d`: the data
+    section."""
     with _quiet_datasets():
         cached = load_cached(entry)
         if cached is not None:
             dataset, report = cached
             report["cache_hit"] = True
             return dataset, report, None
-        dataset, report, error = _build(cfg, tokenizer, source, budget, spec.split, spec.name_option)
+        dataset, report, error = _build(d, tokenizer, source, budget, spec.split, spec.name_option)
         report.update(fingerprint=key, cache_hit=False, cache_entry=str(entry))
         if error is None:
             save_cached(entry, dataset, report, seen=entry_seen)
@@ -262,10 +256,9 @@ def _unscorable_error(report: dict[str, Any], answer_option: str) -> Optional[st
             "these answers, set keep_unscorable: true.")
 
 
-def _build(cfg: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
+def _build(d: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
            split: str, source_option: str = "dataset_name") -> tuple[Any, dict[str, Any], Optional[str]]:
-    """Load, clean and measure; return (dataset or None, report, error message or None)."""
-    d = cfg.data
+    """Load, clean and measure (`d`: the data section); return (dataset or None, report, error message or None)."""
     started = time.perf_counter()
     # Fail before reading any rows when the limit cannot even hold the system prompt.
     floor = system_prompt_tokens(tokenizer, d.system_prompt)

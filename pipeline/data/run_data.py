@@ -55,26 +55,27 @@ class RunData:
 # The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one.
 def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
     train = prepare.prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
-    train.report["remove_unused_columns"] = removes_unused_columns(cfg)  # which columns the rewards get (report.py)
+    # which columns the rewards get (report.py)
+    train.report["remove_unused_columns"] = removes_unused_columns(cfg.trl)
     reads = reads_reference(cfg.grpo.reward_funcs)  # from the modules' text: `grpo data` imports no reward
     if reads is None:
         print("[grpo] note: whether a reward of your own reads the reference answers cannot be told without running "
               "its module, which `grpo data` does not do; the answers were not required.", file=sys.stderr)
     if reads:
-        require_reference_answers(cfg, "train", train.dataset, "the correctness reward (reward_funcs)",
+        require_reference_answers(source_spec(cfg, "train"), train.dataset, "the correctness reward (reward_funcs)",
                                   "or leave correctness out of reward_funcs (a reward of your own gets every column, "
                                   "as TRL passes them)")
     return train
 
 
-def require_reference_answers(cfg: PipelineConfig, role: str, dataset: Any, scorer: str, other_fix: str) -> None:
+def require_reference_answers(spec: Any, dataset: Any, scorer: str, other_fix: str) -> None:
     """What scores a completion against its row's reference answer (the correctness reward, the held-out eval's
     accuracy) needs rows that have one. TRL's prompt column needs no answer column, and rows without a readable
     answer may be kept (keep_unscorable); when no row at all has one, every score would be None (cannot judge) or
-    wrong, silently: refused, naming the answer option, the columns there are and the fix."""
+    wrong, silently: refused, naming the answer option (of `spec`, the source's SourceSpec), the columns there are
+    and the fix."""
     if len(dataset) == 0 or any(reference_is_scorable(answer) for answer in dataset[ANSWER]):
         return
-    spec = source_spec(cfg, role)
     columns = [name for name in dataset.column_names if name not in OWN_COLUMNS and name != "prompt"]
     if spec.answer_field in dataset.column_names or spec.answer_field.partition(".")[0] in dataset.column_names:
         why = (f"none of its {spec.answer_field!r} values is one final answer the correctness reward can read "
@@ -137,7 +138,8 @@ def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, 
     eval_cfg = cfg.replace(max_samples=given(limit, cfg.eval.eval_limit), strict=False)
     prepared = prepare.prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir,
                                        write_report=write_report)
-    require_reference_answers(eval_cfg, "eval", prepared.dataset, "the held-out evaluation (its accuracy)", other_fix)
+    require_reference_answers(source_spec(eval_cfg, "eval"), prepared.dataset,
+                              "the held-out evaluation (its accuracy)", other_fix)
     # each row's other columns too: the run's rewards score the eval completions as TRL calls them (infer/scoring.py)
     return EvalRows([{"prompt": row["prompt"], "answer": row[ANSWER], "id": row[ROW_ID],
                       "columns": {key: value for key, value in row.items() if key != "prompt"}}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 from collections import OrderedDict
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
 # TRL's keys (GRPOTrainer._generate_and_score_completions, trl 1.15): the per-token |trainer - sampler| log-prob
@@ -129,9 +129,10 @@ class RolloutProbe:
         return {ROLLOUT_LOGP_GAP: mean_gap(engine, now), ROLLOUT_WEIGHTS_STEP: float(nearest)}
 
 
-def build_probe(backend: Any, trainer: Any, tokenizer: Any, cfg: Any) -> RolloutProbe | None:
-    """The run's probe: on whenever the backend reports a separate rollout engine and rollout_probe_steps > 0."""
-    if cfg.health.rollout_probe_steps <= 0:
+def build_probe(steps: int, tokenizer: Any, rollout_engine: Callable[[], Any]) -> RolloutProbe | None:
+    """The run's probe, every `steps` (rollout_probe_steps) steps: on whenever `rollout_engine()` (the backend's)
+    reports a separate rollout engine and steps > 0."""
+    if steps <= 0:
         return None
-    engine = backend.rollout_engine(trainer, tokenizer, cfg)
-    return None if engine is None else RolloutProbe(engine, tokenizer, cfg.health.rollout_probe_steps)
+    engine = rollout_engine()
+    return None if engine is None else RolloutProbe(engine, tokenizer, steps)

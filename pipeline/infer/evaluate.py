@@ -11,7 +11,6 @@ function on a saved adapter (or the base model), so the two can be compared dire
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,7 +18,7 @@ from env.locations import absolute_path, snapshot
 from env.path_check import check_command_paths
 from env.paths import atomic_write_json, shell_command
 from pipeline.backends import Completion
-from pipeline.config import ConfigError, PipelineConfig, parse_config
+from pipeline.config import ConfigError, PipelineConfig, parse_config, role_values
 from pipeline.data.cache import model_identity, tokenizer_identity
 from pipeline.data.prepare import answer_reader_version
 from pipeline.data.prompts import render_prompts
@@ -116,31 +115,31 @@ EVAL_SAMPLING = {"temperature": 0.0, "top_p": 1.0}
 
 def eval_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[dict[str, Any]],
                 max_tokens: int) -> dict[str, Any]:
-    """What an evaluation's numbers depend on besides the weights measured (env/kept.py): the base
-    model's identity and how it is loaded and generates, the tokenizer, the eval rows' content (their ids,
-    prompt messages and answers: so the eval file's content, its columns, eval_limit and the system prompt),
-    the generation settings, the scoring code and the library versions."""
-    m = cfg.model
+    """What an evaluation's numbers depend on besides the weights measured (env/kept.py): the fields declaring
+    eval_input (the base model's identity, how it is loaded, the rewards it is scored with), the backend, the
+    tokenizer, the eval rows' content (their ids, prompt messages and answers: so the eval file's content, its
+    columns, eval_limit and the system prompt), the generation settings, the scoring code and the library versions."""
+    inputs = role_values(cfg, "eval_input")
     return {
-        "model": model_identity(m.model_name_or_path, m.model_source),
-        "loading": {"backend": backend_name, "dtype": m.dtype, "max_seq_length": m.max_seq_length,
-                    "fast_inference": m.fast_inference, "trust_remote_code": m.trust_remote_code},
+        **inputs,
+        "model": model_identity(**inputs["model"]),
+        "loading": {"backend": backend_name, **inputs["loading"]},
         "tokenizer": tokenizer_identity(tokenizer),
         "eval_rows": {"n": len(rows), "sha256": state_key({"rows": rows})},
         "generation": {"max_tokens": max_tokens, **EVAL_SAMPLING},
-        "scoring": {"reward_funcs": [str(name) for name in cfg.grpo.reward_funcs],
-                    "rewards_code": answer_reader_version(), "metrics_code": file_sha256(Path(metrics.__file__)),
-                    "evaluate_code": file_sha256(Path(__file__))},
+        "scoring": {**inputs["scoring"], "rewards_code": answer_reader_version(),
+                    "metrics_code": file_sha256(Path(metrics.__file__)), "evaluate_code": file_sha256(Path(__file__))},
         "versions": versions("torch", "transformers", "peft", "trl", "vllm", "unsloth"),
     }
 
 
 def eval_before_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[dict[str, Any]],
                        max_tokens: int, warmup: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """`eval_inputs` plus what the measured weights are: the fresh LoRA's settings and seed, and the format
-    warm-up's own key (`warmup`: pipeline/trainer/warmup.py warmup_inputs) when one ran first."""
+    """`eval_inputs` plus what the measured weights are: the fields declaring eval_start (the fresh LoRA's settings
+    and seed), and the format warm-up's own key (`warmup`: pipeline/trainer/warmup.py warmup_inputs) when one ran
+    first."""
     return {**eval_inputs(cfg, backend_name, tokenizer, rows, max_tokens),
-            "start": {"lora": dataclasses.asdict(cfg.lora), "seed": cfg.grpo.seed, "warmup": warmup}}
+            "start": {**role_values(cfg, "eval_start"), "warmup": warmup}}
 
 
 def load_eval_before(output_dir: Path, inputs: dict[str, Any], log=print) -> Optional[dict[str, Any]]:

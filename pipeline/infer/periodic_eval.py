@@ -25,10 +25,8 @@ from env import paths
 from env.kept import read_record, record, reusable
 from env.locations import snapshot
 from pipeline.run.metric_names import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
-# The periodic eval scores as `grpo eval` does (one evaluate_rows) and verifies best_lora/ as `grpo generate` loads
-# it. evaluate_rows through its module, looked up at each call, as train.py does: tests stand in for the score there.
-import pipeline.infer.evaluate
-from pipeline.infer.evaluate import eval_inputs
+# The periodic eval verifies best_lora/ as `grpo generate` loads it; it scores as `grpo eval` does through the
+# `evaluate` train.py hands it.
 from pipeline.infer.session import verify_trained_dir
 from pipeline.run.checkpoints import set_aside_stale
 from pipeline.run.manifest import write_adapter_metadata
@@ -110,19 +108,14 @@ class PeriodicEvalCallback(TrainerCallback):
         return control
 
 
-def build_periodic_eval(cfg, backend, tokenizer, eval_rows: list[dict[str, Any]], max_tokens: int,
-                        output_dir: Path, manifest: dict[str, Any], resume: bool, backend_name: str,
+def build_periodic_eval(eval_steps: int, evaluate: Callable[[Any], dict[str, Any]], backend, tokenizer,
+                        inputs: dict[str, Any], output_dir: Path, manifest: dict[str, Any], resume: bool,
                         log: Callable[[str], None] = print) -> PeriodicEvalCallback:
-    """The callback for a run with `eval_steps`; `manifest` is what best_lora/ describes itself with."""
-    def evaluate(model):
-        return pipeline.infer.evaluate.evaluate_rows(backend.training_generator(model, tokenizer, cfg), tokenizer,
-                                                     eval_rows, pipeline.infer.evaluate.eval_scorer(cfg, tokenizer),
-                                                     max_tokens)
-
+    """The callback for a run with `eval_steps`: `evaluate(model)` scores the held-out rows (as eval before/after
+    do), `inputs` is what they are measured from (pipeline/infer/evaluate.py eval_inputs), `manifest` what
+    best_lora/ describes itself with."""
     def save(model, staging: Path) -> None:
         backend.save_adapter(model, tokenizer, staging)
         write_adapter_metadata(staging, {**manifest, "adapter_dir": str(output_dir / BEST_DIR)})
 
-    inputs = eval_inputs(cfg, backend_name, tokenizer, eval_rows, max_tokens)
-    return PeriodicEvalCallback(cfg.eval.eval_steps, evaluate, BestAdapter(output_dir, save, resume, inputs, log),
-                                log=log)
+    return PeriodicEvalCallback(eval_steps, evaluate, BestAdapter(output_dir, save, resume, inputs, log), log=log)

@@ -107,7 +107,7 @@ def contents_problem(checkpoint: str | Path, cfg: Any) -> Optional[str]:
                 "schedule at the checkpoint's step without saying so. Put the file back (from "
                 f"where the checkpoint was copied), or: {_fix(folder)}")
     try:
-        trained = _adapter_problem(folder, cfg)
+        trained = _adapter_problem(folder, cfg.lora, cfg.model.model_name_or_path)
         if isinstance(trained, str):
             return trained
         return _optimizer_problem(folder, trained) or _rng_problem(folder)
@@ -122,8 +122,9 @@ class _Unreadable(Exception):
         self.path, self.why = path, why
 
 
-def _adapter_problem(folder: Path, cfg: Any) -> Any:
-    """The adapter's trained matrices' shapes (a Counter), or why they do not fit the LoRA settings."""
+def _adapter_problem(folder: Path, lora: Any, base_model: str) -> Any:
+    """The adapter's trained matrices' shapes (a Counter), or why they do not fit the LoRA settings (`lora`: the
+    LoRA section) and the base model."""
     try:
         adapter = verify_adapter_dir(folder)
     except AdapterError as err:
@@ -134,7 +135,6 @@ def _adapter_problem(folder: Path, cfg: Any) -> Any:
         shapes = tensor_shapes([adapter.weights_file])
     except Exception as err:  # noqa: BLE001 - safetensors' own error classes: the file is not one
         raise _Unreadable(adapter.weights_file, f"{type(err).__name__}: {printable(err)}") from None
-    lora = cfg.lora
     ranks = {shape[0] for name, (shape, _) in shapes.items() if ".lora_A." in name and len(shape) == 2}
     modules = {name.split(".lora_A.")[0].rsplit(".", 1)[-1] for name in shapes if ".lora_A." in name}
     wanted = set(lora.lora_target_modules or [])
@@ -145,7 +145,7 @@ def _adapter_problem(folder: Path, cfg: Any) -> Any:
     if modules and wanted and all(w.isidentifier() for w in wanted) and modules != wanted:
         return (f"{where} on {sorted(modules)}, and this run's lora_target_modules are {sorted(wanted)}: it is "
                 f"another run's adapter. {_fix(folder)}")
-    mismatch = adapter_mismatch(adapter, cfg.model.model_name_or_path)
+    mismatch = adapter_mismatch(adapter, base_model)
     if mismatch:
         return f"{mismatch} (in {folder}) {_fix(folder)}"
     return Counter(shape for _, (shape, _) in shapes.items())

@@ -31,12 +31,12 @@ class Finished:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def finished_run(cfg: PipelineConfig, output_dir: Path, checkpoint: str) -> Optional[Finished]:
-    """A run whose newest checkpoint reached max_steps: say so instead of training past it. None when there is
-    training left."""
+def finished_run(max_steps: int, output_dir: Path, checkpoint: str) -> Optional[Finished]:
+    """A run whose newest checkpoint reached `max_steps` (the option; -1: the checkpoint's own): say so instead of
+    training past it. None when there is training left."""
     state = checkpoint_state(checkpoint)
     step = int(state["global_step"])
-    target = cfg.grpo.max_steps if cfg.grpo.max_steps > 0 else int(state.get("max_steps") or 0)
+    target = max_steps if max_steps > 0 else int(state.get("max_steps") or 0)
     if target <= 0 or step < target:
         return None
     saved = output_dir / "lora"

@@ -19,20 +19,19 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.locations import absolute_path
-from pipeline.config import SECTIONS, resolve_optim, trl_training_args
+from pipeline.config import SECTIONS, fields_with, resolve_optim, trl_names, trl_training_args
 from pipeline.config.field_help import field_rules
-from pipeline.config.trl_fields import trl_fields
+from pipeline.config.roles import config_sections, trl_default
 from env.kept import canonical, changed_inputs, state_key
 from env.text import excerpt
 
 SHAPE_NAME = "grpo_shape.json"
 
 
-# The fields that decide the shape or meaning of a checkpoint's trained weights: resuming under other values
-# fails in peft's load_state_dict (size mismatch, after the model has loaded) or silently continues another
-# model. Each is compared before anything loads.
-WEIGHT_SHAPING_FIELDS = ("model_name_or_path", "lora_r", "lora_alpha", "lora_target_modules",
-                         "lora_modules_to_save")
+# The fields that decide the shape or meaning of a checkpoint's trained weights (role resume_shaping, declared on the
+# fields): resuming under other values fails in peft's load_state_dict (size mismatch, after the model has loaded) or
+# silently continues another model. Each is compared before anything loads.
+WEIGHT_SHAPING_FIELDS = tuple(fields_with("resume_shaping"))
 
 
 # The same fields as peft's adapter_config.json names them (checkpoints written before grpo_shape.json).
@@ -40,26 +39,24 @@ _ADAPTER_CONFIG_NAMES = {"r": "lora_r", "lora_alpha": "lora_alpha", "target_modu
                          "modules_to_save": "lora_modules_to_save"}
 
 
-# The settings a checkpoint restores over the config on resume (under TRL's names), so that a new value would not
-# take effect, or would make the resumed run neither the old one nor a new one. transformers 5.17
-# `Trainer._load_optimizer_and_scheduler` loads optimizer.pt (`Optimizer.load_state_dict` puts back each param
-# group's lr, weight_decay, betas and eps; another optim's state does not fit) and scheduler.pt
-# (`LambdaLR.load_state_dict` puts back base_lrs: the old learning_rate, under a lambda rebuilt for the new
-# schedule: a mix of both); `Trainer.train` skips the batches of the steps done, counted in the new batch shape,
-# of a sampler seeded by the new seed, while rng_state.pth puts back the old random state. A resume under other
-# values is refused (resume_mismatch), each field named with its old value (our warmup_ratio reaches TRL as
-# warmup_steps, and is named as the user set it: option_name).
-RESTORED_SETTINGS = ("learning_rate", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "optim",
-                     "optim_args", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
-                     "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
-                     "generation_batch_size", "steps_per_generation", "num_iterations", "seed", "data_seed")
+# The settings a checkpoint restores over the config on resume (role resume_restored, under TRL's names), so that a new
+# value would not take effect, or would make the resumed run neither the old one nor a new one. transformers 5.17
+# `Trainer._load_optimizer_and_scheduler` loads optimizer.pt (`Optimizer.load_state_dict` puts back each param group's
+# lr, weight_decay, betas and eps; another optim's state does not fit) and scheduler.pt (`LambdaLR.load_state_dict`
+# puts back base_lrs: the old learning_rate, under a lambda rebuilt for the new schedule: a mix of both);
+# `Trainer.train` skips the batches of the steps done, counted in the new batch shape, of a sampler seeded by the new
+# seed, while rng_state.pth puts back the old random state. A resume under other values is refused (resume_mismatch),
+# each field named with its old value (our warmup_ratio reaches TRL as warmup_steps, and is named as the user set it:
+# option_name).
+RESTORED_SETTINGS = trl_names("resume_restored")
 
 
-# The schedule settings a resume applies, and says it does: the scheduler is rebuilt for the new number of steps
-# (LambdaLR's state_dict keeps no arguments of transformers' schedule partials, only their position) and its rate
-# at the restored step is the one trained with (follow_the_rebuilt_schedule), which is how a finished run is
-# trained longer; max_grad_norm is read at every step.
-APPLIED_SETTINGS = ("max_steps", "num_train_epochs", "max_grad_norm")
+# The schedule settings a resume applies, and says it does (role resume_applied): the scheduler is rebuilt for the new
+# number of steps (LambdaLR's state_dict keeps no arguments of transformers' schedule partials, only their position)
+# and its rate at the restored step is the one trained with (follow_the_rebuilt_schedule), which is how a finished run
+# is trained longer; max_grad_norm is read at every step.
+APPLIED_SETTINGS = trl_names("resume_applied")
+# (The three lists as the declarations stand at import; the checks below ask the config's own sections at the call.)
 
 
 def load_every_adapter(trainer) -> None:
@@ -141,11 +138,11 @@ def follow_the_rebuilt_schedule(trainer) -> None:
 
 
 def weight_shape(cfg) -> dict[str, Any]:
-    """The WEIGHT_SHAPING_FIELDS of a config, normalised for comparison (module lists sorted, a local model
-    folder made absolute)."""
+    """The fields of a config declaring resume_shaping, normalised for comparison (lists sorted, None as an empty
+    list, a local model folder made absolute)."""
     flat = cfg.to_dict()
-    shape = {name: flat[name] for name in WEIGHT_SHAPING_FIELDS}
-    for name in ("lora_target_modules", "lora_modules_to_save"):
+    shape = {name: flat[name] for name in fields_with("resume_shaping", config_sections(cfg))}
+    for name in ("lora_target_modules", "lora_modules_to_save"):  # module lists: their order means nothing
         shape[name] = sorted(shape[name] or [])
     if os.path.exists(shape["model_name_or_path"]):
         shape["model_name_or_path"] = str(absolute_path(shape["model_name_or_path"]))
@@ -153,17 +150,15 @@ def weight_shape(cfg) -> dict[str, Any]:
 
 
 def resume_settings(cfg) -> dict[str, Any]:
-    """The RESTORED_SETTINGS and APPLIED_SETTINGS a run trains with, under TRL's names, as trl.GRPOConfig is
-    given them (pipeline/config trl_training_args, after resolve_optim), TRL's default for those not given."""
-    given = trl_training_args(resolve_optim(cfg)[0])
-    defaults = trl_fields()  # imports trl (and torch): the run and --check load it anyway
+    """The settings a run trains with that a checkpoint restores or a resume applies (roles resume_restored,
+    resume_applied), under TRL's names, as trl.GRPOConfig is given them (pipeline/config trl_training_args, after
+    resolve_optim), TRL's default for those not given; an option of ours TRL does not take, as set."""
+    given = {**cfg.to_dict(), **trl_training_args(resolve_optim(cfg)[0])}
     settings: dict[str, Any] = {}
-    for name in (*RESTORED_SETTINGS, *APPLIED_SETTINGS):
-        if name in given:
-            settings[name] = given[name]
-        elif name in defaults:
-            field = defaults[name]
-            settings[name] = field.default_factory() if callable(field.default_factory) else field.default
+    sections = config_sections(cfg)
+    for name in (*trl_names("resume_restored", sections), *trl_names("resume_applied", sections)):
+        # TRL's default imports trl (and torch): the run and --check load it anyway
+        settings[name] = given[name] if name in given else trl_default(name)
     return canonical(settings)
 
 
@@ -171,23 +166,23 @@ def checkpoint_record(cfg, dataset: Any = None) -> dict[str, Any]:
     """What grpo_shape.json holds: the weight shape, under "settings" the resume_settings, and under "data" what
     it was trained on (data_record of the prepared training rows)."""
     return {**weight_shape(cfg), "settings": resume_settings(cfg),
-            **({"data": data_record(cfg, dataset)} if dataset is not None else {})}
+            **({"data": data_record(cfg.data.dataset_name, dataset)} if dataset is not None else {})}
 
 
-def data_record(cfg, dataset: Any) -> dict[str, Any]:
+def data_record(dataset_name: str, dataset: Any) -> dict[str, Any]:
     """The training data a checkpoint's data position counts: dataset_name, its prepared rows' number, and their
     fingerprint (the rows in order, every column, hashed: a file replaced, edited or cut to other rows differs)."""
-    return {"dataset_name": cfg.data.dataset_name, "rows": len(dataset), "fingerprint": state_key(dataset.to_dict())}
+    return {"dataset_name": dataset_name, "rows": len(dataset), "fingerprint": state_key(dataset.to_dict())}
 
 
-def data_change(checkpoint: str | Path, cfg, dataset: Any) -> Optional[str]:
+def data_change(checkpoint: str | Path, dataset_name: str, dataset: Any) -> Optional[str]:
     """What changed in the training data since `checkpoint` was saved (its recorded data_record against this run's
     rows), or None: the same rows, or a checkpoint saved before the data was recorded."""
     try:
         saved = json.loads((Path(checkpoint) / SHAPE_NAME).read_text(encoding="utf-8")).get("data")
     except (OSError, ValueError, AttributeError):
         return None
-    now = data_record(cfg, dataset)
+    now = data_record(dataset_name, dataset)
     if not isinstance(saved, dict) or saved.get("fingerprint") == now["fingerprint"]:
         return None
     before = saved.get("dataset_name")
@@ -197,11 +192,11 @@ def data_change(checkpoint: str | Path, cfg, dataset: Any) -> Optional[str]:
     return f"dataset_name {excerpt(now['dataset_name'])}{name} gives other training rows: {rows}"
 
 
-def data_mismatch(checkpoint: str | Path, cfg, dataset: Any) -> Optional[str]:
+def data_mismatch(checkpoint: str | Path, dataset_name: str, dataset: Any, resume_other_data: bool) -> Optional[str]:
     """Why resuming `checkpoint` on this data is refused (a ConfigError message for dataset_name, exit 2), or None:
     the same data, or resume_other_data set (then `other_data_note` says what the position means)."""
-    change = data_change(checkpoint, cfg, dataset)
-    if change is None or cfg.grpo.resume_other_data:
+    change = data_change(checkpoint, dataset_name, dataset)
+    if change is None or resume_other_data:
         return None
     folder = Path(checkpoint)
     return (f"{folder.name} in {folder.parent} was trained on other data: {change}. A resume restores the data "
@@ -210,9 +205,9 @@ def data_mismatch(checkpoint: str | Path, cfg, dataset: Any) -> Optional[str]:
             "--resume_other_data true to go on training on the new data from the checkpoint's step.")
 
 
-def other_data_note(checkpoint: str | Path, cfg, dataset: Any) -> Optional[str]:
+def other_data_note(checkpoint: str | Path, dataset_name: str, dataset: Any) -> Optional[str]:
     """The line a run resumed with resume_other_data prints when the data did change, else None."""
-    change = data_change(checkpoint, cfg, dataset)
+    change = data_change(checkpoint, dataset_name, dataset)
     if change is None:
         return None
     return (f"resuming on other data (resume_other_data): {change}. The weights, optimizer and schedule go on from "
@@ -253,17 +248,19 @@ def recorded_settings(checkpoint: str | Path) -> dict[str, Any]:
     return settings if isinstance(settings, dict) else {}
 
 
-def _changed_settings(checkpoint: str | Path, cfg, names: tuple[str, ...]) -> dict[str, tuple[Any, Any]]:
-    """{name: (recorded, wanted)} for the `names` the checkpoint records and the config sets otherwise."""
-    saved, wanted = recorded_settings(checkpoint), resume_settings(cfg)
+def _changed_settings(checkpoint: str | Path, wanted: dict[str, Any], names: tuple[str, ...]
+                      ) -> dict[str, tuple[Any, Any]]:
+    """{name: (recorded, wanted)} for the `names` (the settings of one role) that the checkpoint records and
+    `wanted` (resume_settings) sets otherwise."""
+    saved = recorded_settings(checkpoint)
     known = {name: saved[name] for name in names if name in saved and name in wanted}
     return {name: (saved[name], wanted[name]) for name in changed_inputs(known, {n: wanted[n] for n in known})}
 
 
-def option_name(trl_name: str, cfg) -> str:
+def option_name(trl_name: str, trl_options: Any) -> str:
     """The option a user sets for a TRL field: ours when one of our fields forwards under that name (warmup_ratio
-    for warmup_steps) and the TRL option itself is not set, else the TRL name."""
-    if trl_name in cfg.trl:
+    for warmup_steps) and the TRL option itself is not set (`trl_options`: those set), else the TRL name."""
+    if trl_name in trl_options:
         return trl_name
     for section in SECTIONS:
         for f in dataclasses.fields(section):
@@ -273,28 +270,30 @@ def option_name(trl_name: str, cfg) -> str:
 
 
 def resume_changes(checkpoint: str | Path, cfg) -> dict[str, list[Any]]:
-    """The APPLIED_SETTINGS a resume of `checkpoint` under `cfg` changes, {name: [old, new]}: the run applies
-    them, says so, and summary.json records them."""
-    return {name: [old, new] for name, (old, new) in _changed_settings(checkpoint, cfg, APPLIED_SETTINGS).items()}
+    """The settings declaring resume_applied that a resume of `checkpoint` under `cfg` changes, {name: [old, new]}:
+    the run applies them, says so, and summary.json records them."""
+    names = trl_names("resume_applied", config_sections(cfg))
+    changed = _changed_settings(checkpoint, resume_settings(cfg), names)
+    return {name: [old, new] for name, (old, new) in changed.items()}
 
 
 def resume_mismatch(checkpoint: str | Path, cfg) -> Optional[str]:
     """Why resuming `checkpoint` under `cfg` would load weights of another shape or run on settings the checkpoint
-    restores over the new values (RESTORED_SETTINGS), or None: the differing fields (old -> new) and the ways on.
+    restores over the new values (role resume_restored), or None: the differing fields (old -> new) and the ways on.
     A ConfigError message for `resume` (exit 2)."""
     saved = recorded_shape(checkpoint)
     wanted = weight_shape(cfg)
     folder = Path(checkpoint)
-    changed = [f"{name} {saved[name]!r} -> {wanted[name]!r}" for name in WEIGHT_SHAPING_FIELDS
+    changed = [f"{name} {saved[name]!r} -> {wanted[name]!r}" for name in wanted
                if name in saved and saved[name] != wanted[name]]
     if changed:
         return (f"{folder.name} in {folder.parent} was trained with other weights: {'; '.join(changed)}. It cannot "
                 f"be resumed under the new values. Train into a new folder (--output_dir NEW_FOLDER), or start this "
                 f"one over with --resume never (its checkpoints are then replaced), or put the old values back.")
-    restored = _changed_settings(checkpoint, cfg, RESTORED_SETTINGS)
+    restored = _changed_settings(checkpoint, resume_settings(cfg), trl_names("resume_restored", config_sections(cfg)))
     if not restored:
         return None
-    named = {option_name(name, cfg): values for name, values in restored.items()}
+    named = {option_name(name, cfg.trl): values for name, values in restored.items()}
     listed = "; ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in named.items())
     back = ", ".join(f"{name}: {json.dumps(old)}" for name, (old, new) in named.items())
     return (f"{folder.name} in {folder.parent} was trained with other optimiser, schedule or batch settings: "

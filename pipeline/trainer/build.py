@@ -19,7 +19,7 @@ from env.secret_fields import masked, masked_pickle_class
 from env.text import excerpt
 from pipeline.backends import load_backend, on_cpu
 from pipeline.config import ConfigError, PipelineConfig, parse_limit, trl_training_args
-from pipeline.config.trl_fields import BACKEND_DECIDED, trainer_choices
+from pipeline.config.trl_fields import trainer_choices, trl_with
 from pipeline.data.tokenizer import resolve_model_path
 from pipeline.health.rollout import build_probe
 from pipeline.run.checkpoints import file_mode_callback, stage_checkpoint_saves
@@ -84,7 +84,8 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
         trainer.remove_callback(default_printer)
     health.attach(trainer)
     backend.prepare_trainer(trainer, cfg)
-    health.rollout_probe = build_probe(backend, trainer, tokenizer, cfg)  # None without a separate rollout engine
+    health.rollout_probe = build_probe(cfg.health.rollout_probe_steps, tokenizer,  # None without a separate engine
+                                       lambda: backend.rollout_engine(trainer, tokenizer, cfg))
     card = ModelCard(cfg.model.model_name_or_path, cfg.data.dataset_name)
     # An instance attribute, not a subclass: trl.GRPOTrainer is whatever class the backend left there
     # (Unsloth's patched one), known only now. TRL calls self.create_model_card at every checkpoint.
@@ -97,12 +98,13 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     return trainer, health
 
 
-def record_effective_config(trainer, cfg: PipelineConfig, backend, model, prepared, output_dir: Path) -> list[str]:
+def record_effective_config(trainer, cfg: PipelineConfig, backend, model, max_completion_length: int,
+                            output_dir: Path) -> list[str]:
     """effective_config.json from the built trainer's args (pipeline/trainer/effective.py); the changed-field lines.
     The kwargs are worked out again as grpo_training_args did (the same pure steps), so that the record says what
     was passed beside what ran."""
     weights = list(trainer.args.reward_weights or [])
-    decided = run_decided_args(cfg, backend, model, prepared.max_completion_length, output_dir, weights)
+    decided = run_decided_args(cfg, backend, model, max_completion_length, output_dir, weights)
     passed = {**trl_training_args(cfg), **decided}
     return write_effective_config(output_dir, cfg, backend, trainer, passed, backend.grpo_config_kwargs(cfg, model))
 
@@ -189,7 +191,7 @@ def run_decided_args(cfg: PipelineConfig, backend, model, max_completion_length:
 
 def build_grpo_config(cfg: PipelineConfig, decided: dict):
     """trl.GRPOConfig from our fields, the user's TRL options (`cfg.trl`) and what the run decided. A TRL option
-    that the backend decides otherwise (BACKEND_DECIDED: `use_vllm`, `bf16`, ...) is refused naming the option
+    that the backend decides otherwise (role backend_decided: `use_vllm`, `bf16`, ...) is refused naming the option
     that decides it, never dropped; a value TRL's own validation refuses is a ConfigError naming the field."""
     import trl  # lazy: imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
 
@@ -197,13 +199,15 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
         if name in decided and decided[name] != value:
             raise ConfigError(name, f"{name}: {excerpt(value)} does not fit this run: the backend, on this machine, "
                               f"needs {excerpt(decided[name])}. It is decided by "
-                              f"{BACKEND_DECIDED.get(name, 'the run')}; set that instead, or remove {name}.")
+                              f"{trl_with('backend_decided').get(name, 'the run')}; set that instead, or remove "
+                              f"{name}.")
     kwargs = {**trl_training_args(cfg), **decided}
     try:
         # pickled into every checkpoint (training_args.bin) with its secrets masked (env/secret_fields.py)
         config = masked_pickle_class(trl.GRPOConfig)(**kwargs)
     except (ValueError, TypeError, NotImplementedError) as err:
-        raise ConfigError(_named_field(str(err), cfg, kwargs), f"trl.GRPOConfig refused the config: {err}") from None
+        named = _named_field(str(err), cfg.trl, kwargs)
+        raise ConfigError(named, f"trl.GRPOConfig refused the config: {err}") from None
     for name, choices in trainer_choices().items():  # values only TRL's trainer would refuse, mid-step
         value = getattr(config, name, None)
         if isinstance(value, str) and value not in choices:
@@ -211,10 +215,11 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
     return config
 
 
-def _named_field(message: str, cfg: PipelineConfig, kwargs: dict) -> str:
-    """The field a TRL validation message is about: a TRL option the user set, else any field it names."""
+def _named_field(message: str, trl_options: dict, kwargs: dict) -> str:
+    """The field a TRL validation message is about: a TRL option the user set (`trl_options`), else any field it
+    names."""
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
-    for name in [*cfg.trl, *kwargs]:
+    for name in [*trl_options, *kwargs]:
         if name in words:
             return name
     return "trl"

@@ -19,7 +19,7 @@ from env.paths import atomic_write_json
 from env.secret_fields import masked
 from pipeline.backends import load_backend
 from pipeline.config import PipelineConfig, trl_training_args
-from pipeline.config.trl_fields import BACKEND_DECIDED, grpo_config_class
+from pipeline.config.trl_fields import grpo_config_class, trl_with
 from pipeline.trainer.agents import agent_names
 
 EFFECTIVE_CONFIG_NAME = "effective_config.json"
@@ -64,7 +64,8 @@ def backend_changes(backend_name: str, passed: dict[str, Any], backend_kwargs: d
     for name, value in backend_kwargs.items():
         before = recipe.get(name, defaults.get(name))
         if _plain(value) != _plain(before):
-            why = f"the {backend_name} backend, from " + BACKEND_DECIDED.get(name, "its device and vLLM settings")
+            why = f"the {backend_name} backend, from " + trl_with("backend_decided").get(
+                name, "its device and vLLM settings")
             changes[name] = Change(name, _plain(before), _plain(value), why)
     for name, (value, why) in load_backend(backend_name).config_rewrites(passed, defaults).items():
         changes[name] = Change(name, _plain(passed.get(name, defaults.get(name))), _plain(value), why)

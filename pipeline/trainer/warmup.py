@@ -17,7 +17,6 @@ start from, and compare against, the same model as the first attempt.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,7 +24,7 @@ from env.disk import storage_errors_named
 from env.kept import file_sha256, record, reusable, versions
 from env.paths import atomic_directory, atomic_write_json
 from pipeline.backends import mixed_precision, on_cpu
-from pipeline.config import PipelineConfig
+from pipeline.config import PipelineConfig, role_values
 from pipeline.data.cache import model_identity
 from pipeline.data.run_data import warmup_examples
 
@@ -35,14 +34,11 @@ WARMUP_KEY_NAME = "warmup.json"
 
 def warmup_inputs(cfg: PipelineConfig, prepared) -> dict[str, Any]:
     """Everything the warmed weights depend on (env/kept.py); saved weights are reused only when all of
-    it matches: the base model's identity, the training data (its cache key), the warm-up's settings and those
-    of this module's SFTConfig, the LoRA, the seed and the library versions."""
-    return {"model": model_identity(cfg.model.model_name_or_path, cfg.model.model_source),
-            "dtype": cfg.model.dtype, "max_seq_length": cfg.model.max_seq_length,
-            "steps": cfg.health.sft_warmup_steps, "learning_rate": cfg.health.sft_learning_rate,
-            "seed": cfg.grpo.seed, "data_fingerprint": prepared.fingerprint, "system_prompt": cfg.data.system_prompt,
-            "lora": dataclasses.asdict(cfg.lora), "code_sha256": file_sha256(Path(__file__)),
-            "versions": versions("torch", "transformers", "peft", "trl")}
+    it matches: the fields declaring warmup_input (the base model's identity, the warm-up's settings, the LoRA, the
+    seed, ...), the training data (its cache key), this module's code (its SFTConfig) and the library versions."""
+    inputs = role_values(cfg, "warmup_input")
+    return {**inputs, "model": model_identity(**inputs["model"]), "data_fingerprint": prepared.fingerprint,
+            "code_sha256": file_sha256(Path(__file__)), "versions": versions("torch", "transformers", "peft", "trl")}
 
 
 def _load_warmup(model, peft_config, folder: Path) -> Optional[Any]:

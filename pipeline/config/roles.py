@@ -1,0 +1,75 @@
+"""Each field's roles, read from where the field is declared: which of the run's kept keys and resume checks it is
+part of. Ours are declared on the fields (`_help(..., roles=...)`, pipeline/config/fields.py), TRL's own in
+pipeline/config/trl_fields.py TRL_ROLES; `fields_with(role)` reads both, so a new option is one declaration and the
+data cache key, the warm-up's and the eval's kept results and the resume checks follow it with no other edit.
+Imports no torch, transformers or trl (TRL's defaults are looked up only for a TRL field with the role).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable
+
+from pipeline.config.field_help import field_roles, field_rules
+from pipeline.config.fields import SECTIONS
+from pipeline.config.trl_fields import trl_fields, trl_with
+
+# role -> what a field with it is part of, and who reads it.
+ROLES = {
+    "data_key": "the prepared data's cache key (pipeline/data/prepare.py data_fields): a change prepares it again",
+    "warmup_input": "the kept format warm-up's key (pipeline/trainer/warmup.py warmup_inputs)",
+    "eval_input": "an evaluation's kept result's key (pipeline/infer/evaluate.py eval_inputs; best_lora/)",
+    "eval_start": "what eval before measures starts from (pipeline/infer/evaluate.py eval_before_inputs)",
+    "resume_shaping": "the shape of a checkpoint's weights: a resume under another value is refused",
+    "resume_restored": "restored by a checkpoint over the config: a resume under another value is refused",
+    "resume_applied": "applied by a resume from a checkpoint saved with another value, said and recorded",
+    "run_owned": "set by the run itself: naming it is refused with the reason (TRL's fields only)",
+    "backend_decided": "decided by the backend: a value of the user's is honoured only when it agrees (TRL's only)",
+}
+
+
+def fields_with(role: str, sections: Iterable[type] = SECTIONS) -> dict[str, Any]:
+    """The options declaring `role`, name -> the role's value (True, the group the value is kept under, or a
+    reason): ours in declaration order, then TRL's (TRL_ROLES). `sections`: a config's own section classes.
+
+    >>> list(fields_with("resume_applied"))
+    ['max_steps', 'num_train_epochs', 'max_grad_norm']
+    """
+    if role not in ROLES:
+        raise KeyError(f"unknown role {role!r}; the roles: {', '.join(ROLES)}")
+    ours = {f.name: field_roles(f)[role] for section in sections for f in dataclasses.fields(section)
+            if role in field_roles(f)}
+    return {**ours, **trl_with(role)}
+
+
+def config_sections(cfg: Any) -> list[type]:
+    """The section classes a config is made of (a caller's subclass of a section included)."""
+    return [type(value) for value in vars(cfg).values() if dataclasses.is_dataclass(value)]
+
+
+def trl_names(role: str, sections: Iterable[type] = SECTIONS) -> tuple[str, ...]:
+    """The options declaring `role` under the names trl.GRPOConfig takes them (our warmup_ratio is TRL's
+    warmup_steps); an option of ours that TRL does not take keeps its own name."""
+    renamed = {f.name: field_rules(f).get("trl") for section in sections for f in dataclasses.fields(section)}
+    return tuple(renamed[name] if isinstance(renamed.get(name), str) else name for name in fields_with(role, sections))
+
+
+def role_values(cfg: Any, role: str) -> dict[str, Any]:
+    """The values of `cfg`'s options declaring `role`, as that role keeps them: under the option's name (role value
+    True), or in its group ({group: {name: value}}). A TRL option: the value the user set, else TRL's default.
+    For the roles whose fields carry a value, not a reason (not run_owned / backend_decided)."""
+    flat = cfg.to_dict()
+    found: dict[str, Any] = {}
+    for name, group in fields_with(role, config_sections(cfg)).items():
+        value = flat[name] if name in flat else trl_default(name)  # (flat holds the TRL options set: cfg.trl)
+        if group is True or not isinstance(group, str):
+            found[name] = value
+        else:
+            found.setdefault(group, {})[name] = value
+    return found
+
+
+def trl_default(name: str) -> Any:
+    """TRL's default for one of its GRPOConfig fields (imports trl: the run and --check load it anyway)."""
+    field = trl_fields()[name]
+    return field.default_factory() if callable(field.default_factory) else field.default

@@ -1,0 +1,71 @@
+"""The run's decisions, made once by the check before anything loads (pipeline/preflight.py `run_checks`) and handed
+to the phases (pipeline/train.py): which backend, the rewards as resolved, the token limits, the prepared data's
+key, the trainer's arguments and the prompt format. Frozen: a phase reads them, none works them out again.
+Imports nothing that loads torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping, Optional, Sequence
+
+from rewards import reads_reference
+from rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES, check_reward_weights
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The token limits the run trains with: the data's (prompt, completion), measured when `auto`."""
+    max_seq_length: int
+    max_prompt_length: int
+    max_completion_length: int
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """One reward as the run resolved it: its name in the recipe, the name TRL logs it under, its weight, its range
+    (None: not known), its kind (format: judges only the <reasoning>/<answer> format; else answer) and whether it
+    scores against the row's reference answer (None: its source cannot tell)."""
+    name: str
+    logged_name: str
+    weight: float
+    range: Optional[tuple[float, float]]
+    kind: str
+    reads_reference: Optional[bool]
+
+
+@dataclass(frozen=True)
+class RunDecisions:
+    """What the check decided for the run. `backend` is `load_backend(backend_name)` as it returned it."""
+    backend_name: str
+    backend_reason: str
+    backend: Any
+    rewards: tuple[RewardSpec, ...]
+    limits: Limits
+    data_key: str
+    trainer_args: Mapping[str, Any]
+    prompt_format: Mapping[str, Any]
+
+
+def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
+                 funcs: Sequence[Any]) -> tuple[RewardSpec, ...]:
+    """The rewards of a recipe as the check resolved them (`funcs`: its fresh instances, named as the run's are)."""
+    return tuple(RewardSpec(name=str(name), logged_name=func.__name__, weight=weight,
+                            range=REWARD_RANGES.get(func.__name__),
+                            kind="format" if func.__name__ in FORMAT_REWARD_NAMES else "answer",
+                            reads_reference=reads_reference([name]))
+                 for name, func, weight in zip(names, funcs, check_reward_weights(names, weights), strict=True))
+
+
+def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], prepared: Any,
+                  trainer_args: Mapping[str, Any]) -> RunDecisions:
+    """The record from what the check worked out: the backend `choice` (a BackendChoice) and `backend` loaded for
+    it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), and trl.GRPOConfig's
+    keyword arguments from the recipe."""
+    report = prepared.report
+    return RunDecisions(
+        backend_name=choice.name, backend_reason=choice.reason, backend=backend, rewards=rewards,
+        limits=Limits(report["limits"]["max_seq_length"], prepared.max_prompt_length, prepared.max_completion_length),
+        data_key=prepared.fingerprint, trainer_args=MappingProxyType(dict(trainer_args)),
+        prompt_format=MappingProxyType(dict(report["prompt_format"])))

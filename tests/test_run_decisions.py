@@ -1,0 +1,44 @@
+"""The run's decisions (pipeline/run/decisions.py): made once by the check before anything loads, frozen, and what
+the phases read instead of working them out again."""
+
+import dataclasses
+
+import pytest
+
+from pipeline.data.run_data import prepare_train
+from pipeline.data.tokenizer import load_tokenizer
+from pipeline.preflight import run_checks
+from pipeline.run.decisions import RewardSpec, reward_specs
+from rewards import get_reward_funcs
+from train_helpers import demo_config
+
+
+def test_the_rewards_are_recorded_with_their_range_kind_and_whether_they_read_the_reference():
+    names = ["strict_format", "correctness"]
+    specs = reward_specs(names, [0.5, 2.0], get_reward_funcs(names))
+    assert specs == (RewardSpec("strict_format", "strict_format_reward_func", 0.5, (0.0, 0.5), "format", False),
+                     RewardSpec("correctness", "correctness_reward_func", 2.0, (0.0, 2.0), "answer", True))
+
+
+def test_the_check_hands_the_run_one_frozen_record_of_its_decisions(tmp_path):
+    cfg = demo_config(tmp_path / "run")
+    decisions = run_checks(cfg).decisions
+    m = cfg.model
+    train = prepare_train(cfg, load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source),
+                          write_report=False)
+    assert decisions.backend_name == "plain" and hasattr(decisions.backend, "load_for_training")
+    assert (decisions.limits.max_prompt_length, decisions.limits.max_completion_length) == (
+        train.max_prompt_length, train.max_completion_length) and decisions.data_key == train.fingerprint
+    assert decisions.limits.max_seq_length == cfg.model.max_seq_length
+    assert [r.name for r in decisions.rewards] == list(cfg.grpo.reward_funcs)
+    assert decisions.trainer_args["learning_rate"] == cfg.grpo.learning_rate
+    assert dict(decisions.prompt_format) == train.report["prompt_format"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decisions.data_key = "other"
+    with pytest.raises(TypeError):
+        decisions.trainer_args["learning_rate"] = 1.0
+
+
+def test_a_check_that_fails_hands_on_no_decisions(tmp_path):
+    checks = run_checks(demo_config(tmp_path / "run", reward_funcs=["no_such_reward"]), stop_at_first=False)
+    assert not all(c.ok for c in checks) and checks.decisions is None
