@@ -64,15 +64,16 @@ def tool_rollouts(model, tokenizer, rows, cfg, tools) -> dict:
     from rewards import correctness_reward_func
 
     by_name = {tool.__name__: tool for tool in tools}
+    rounds = int(cfg.trl.get("max_tool_calling_iterations") or 1)
     called = right = correct = 0
     for start in range(0, len(rows), BATCH):
         chunk = rows[start:start + BATCH]
         conversations = [build_prompt(cfg.data.system_prompt, r["question"]) for r in chunk]
         completions = [[] for _ in chunk]
         pending = list(range(len(chunk)))
-        for round_ in range(cfg.grpo.max_tool_calling_iterations + 1):
+        for round_ in range(rounds + 1):
             replies = _generate(model, tokenizer, [conversations[i] for i in pending], tools,
-                                int(cfg.grpo.max_completion_length))
+                                int(cfg.data.max_completion_length))
             still = []
             for i, reply in zip(pending, replies):
                 completions[i].append(reply)
@@ -80,7 +81,7 @@ def tool_rollouts(model, tokenizer, rows, cfg, tools) -> dict:
                 if round_ == 0 and calls:
                     called += 1
                     right += _call_is_right(calls[0], chunk[i]["question"])
-                if calls and round_ < cfg.grpo.max_tool_calling_iterations:
+                if calls and round_ < rounds:
                     conversations[i] = conversations[i] + [reply]
                     for call in calls:
                         function = call["function"]

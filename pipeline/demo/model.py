@@ -74,10 +74,22 @@ QWEN_VOCAB_SIZE = 151936  # Qwen2.5 checkpoints pad the 151,665-token vocabulary
 # Qwen2.5): 0.36M parameters with the demo vocabulary.
 VLLM_CPU_ARCH: dict[str, Any] = dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
                                      intermediate_size=256)
-# `tiny-demo-tools`: the demo model with Qwen2.5's own chat template (tools included, so TRL parses its tool calls)
-# and room for it: one token per byte, the template's tool instructions and the calculator's schema alone are
-# ~750 tokens of every prompt.
-TOOLS_POSITIONS = 2048
+# `tiny-demo-tools`: the demo model with Qwen2.5's own chat template (tools included, so TRL parses its tool calls).
+# One token per byte made that template's fixed tool text (its instructions around <tools>, the JSON schema's
+# keys) ~600 tokens of every prompt; as whole tokens, as BPE merges would have them, a prompt with the calculator
+# (pipeline/demo/calculator.py) is ~270 tokens and a training step ~3x cheaper. The text renders the same.
+TOOLS_POSITIONS = 1024
+TOOL_TEXT_TOKENS = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+    "function signatures within <tools></tools> XML tags:\n<tools>",
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
+    "</tool_call>",
+    '{"type": "function", "function": {"name": "', '", "description": "',
+    '", "parameters": {"type": "object", "properties": {"', '": {"type": "integer", "description": "',
+    '": {"type": "string", "description": "', '": {"type": "number", "description": "', '"}}, "required": ["',
+    '"]}, "return": {"type": "', '"}}}',
+)
 # Each variant of the demo model: its architecture overrides and the chat template its tokenizer gets (None: the
 # demo's short ChatML one).
 DEMO_VARIANTS: dict[str, dict[str, Any]] = {
@@ -134,6 +146,21 @@ def build_demo_tokenizer(chat_template: str = DEMO_CHAT_TEMPLATE, model_max_leng
         padding_side="left",  # GRPO generates from left-padded prompt batches
         model_max_length=model_max_length or TINY_QWEN2_ARCH["max_position_embeddings"],
     )
+
+
+def build_tools_tokenizer():
+    """`tiny-demo-tools`' tokenizer: the demo's, with Qwen2.5's chat template and its fixed tool text as whole
+    tokens (`TOOL_TEXT_TOKENS`).
+
+    >>> from pipeline.demo.calculator import calculator
+    >>> tok = build_tools_tokenizer()
+    >>> text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tools=[calculator], tokenize=False)
+    >>> len(text), len(tok.encode(text)), tok.decode(tok.encode(text)) == text
+    (926, 228, True)
+    """
+    tokenizer = build_demo_tokenizer(load_qwen_tokenizer().chat_template, TOOLS_POSITIONS)
+    tokenizer.add_tokens(list(TOOL_TEXT_TOKENS))
+    return tokenizer
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,8 +253,7 @@ def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None, name: str = "t
     overrides = DEMO_VARIANTS[name]
 
     def write(tmp: Path) -> None:
-        tokenizer = (build_demo_tokenizer(load_qwen_tokenizer().chat_template, TOOLS_POSITIONS)
-                     if name == "tiny-demo-tools" else build_demo_tokenizer())
+        tokenizer = build_tools_tokenizer() if name == "tiny-demo-tools" else build_demo_tokenizer()
         model = build_tiny_qwen2(
             len(tokenizer),
             seed=DEMO_SEED,
