@@ -4,7 +4,7 @@ configs/cpu-agent-demo.yaml trains the tiny demo model with Qwen2.5's chat templ
 pipeline/demo/model.py) to call `calculator` through TRL's tool loop. The pieces:
 
 - `calculator()`: the tool, a typed function with a Google docstring (the recipe's `tools:` names it).
-- `calculator_problems()`: "A jar holds 347 pens. How many pens are in 58 jars?" -> "20126": a 3-digit by
+- `calculator_problems()`: "A jar holds 347 pens. How many pens in 58 jars?" -> "20126": a 3-digit by
   2-digit product, which a 2-layer model cannot work out, but can copy into a tool call and back out of the
   tool's answer. Train and held-out split by a hash of the question.
 - `tool_sft_examples()`: the warm-up data, multi-turn conversations: the assistant calls the tool, the tool
@@ -31,7 +31,7 @@ TRAIN_SIZE, TEST_SIZE = 2000, 100
 SKIP_TOOL_RATE = 0.6
 POOL_SEED = 0  # the splits themselves never depend on the run's seed, only their order does
 
-# The word problems: "A jar holds 462 pens. How many pens are in 91 jars?". Every container and every item has the
+# The word problems: "A jar holds 462 pens. How many pens in 91 jars?". Every container and every item has the
 # same length, and every product has 5 digits, so each number sits at the same distance from the end of the prompt
 # (and the tool's result from the answer): a 2-layer model learns to copy them by position within a few hundred
 # warm-up steps. With wordings of different lengths it memorised the warm-up's answers instead of copying.
@@ -68,7 +68,7 @@ def _split_problems(split: str) -> list[dict[str, str]]:
     rng, seen, problems = random.Random(POOL_SEED), set(), []
     while len(problems) < size:
         a, b, container, item = rng.randint(100, 999), rng.randint(11, 99), rng.choice(CONTAINERS), rng.choice(ITEMS)
-        question = f"A {container} holds {a} {item}. How many {item} are in {b} {container}s?"
+        question = f"A {container} holds {a} {item}. How many {item} in {b} {container}s?"
         if a * b < 10_000 or question in seen or _is_test(question) != (split == "test"):
             continue
         seen.add(question)

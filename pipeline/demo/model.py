@@ -89,6 +89,8 @@ TOOL_TEXT_TOKENS = (
     '", "parameters": {"type": "object", "properties": {"', '": {"type": "integer", "description": "',
     '": {"type": "string", "description": "', '": {"type": "number", "description": "', '"}}, "required": ["',
     '"]}, "return": {"type": "', '"}}}',
+    # and the call's and the result's fixed text, so the numbers a call copies sit a few tokens from their source
+    '<tool_call>\n{"name": "', '", "arguments": {"', '}}\n</tool_call>', "<tool_response>\n", "\n</tool_response>",
 )
 # Each variant of the demo model: its architecture overrides and the chat template its tokenizer gets (None: the
 # demo's short ChatML one).

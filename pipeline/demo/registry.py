@@ -87,7 +87,7 @@ SOURCES: dict[str, BuiltinSource] = {s.name: s for s in (
                   code_file=Path(__file__).resolve().parent / "task.py"),
     BuiltinSource("demo-calculator", split_size=calculator_split_size, rows=calculator_problems,
                   warmup_examples=tool_sft_examples,
-                  example_question="A can holds 939 keys. How many keys are in 40 cans?",  # held out
+                  example_question="A cup holds 826 figs. How many figs in 22 cups?",  # held out
                   code_file=Path(__file__).resolve().parent / "calculator.py"),
 )}
 
