@@ -49,8 +49,8 @@ def warmup_inputs(cfg: PipelineConfig, prepared) -> dict[str, Any]:
             "dtype": cfg.model.dtype, "max_seq_length": cfg.model.max_seq_length,
             "steps": cfg.health.sft_warmup_steps, "learning_rate": cfg.health.sft_learning_rate,
             "seed": cfg.grpo.seed, "data_fingerprint": prepared.fingerprint, "system_prompt": cfg.data.system_prompt,
-            "lora": dataclasses.asdict(cfg.lora), "tools": list(cfg.grpo.tools), "code_sha256": file_sha256(Path(__file__)),
-            "versions": versions("torch", "transformers", "peft", "trl")}
+            "lora": dataclasses.asdict(cfg.lora), "tools": list(cfg.grpo.tools),
+            "code_sha256": file_sha256(Path(__file__)), "versions": versions("torch", "transformers", "peft", "trl")}
 
 
 def with_tools(cfg: PipelineConfig, examples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
