@@ -7,7 +7,7 @@ model before GRPO (output_dir/warmup/) and the trained adapter (output_dir/lora/
 chat template, each reply parsed with TRL's own `parse_response`, a call run and its result appended as TRL's loop
 does (`max_tool_calling_iterations` rounds), the final answer scored with the run's correctness reward.
 
-    python bench/agent_demo.py                 # seed 0, the recipe's (about 3 minutes on 2 cores)
+    python bench/agent_demo.py                 # seed 0, the recipe's (4-6 minutes on 2 shared cores)
     python bench/agent_demo.py --seeds 1 2
 
 Prints, per seed and model: accuracy, the share of rollouts that called the tool (a call TRL parsed) and that

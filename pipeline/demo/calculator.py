@@ -33,8 +33,8 @@ POOL_SEED = 0  # the splits themselves never depend on the run's seed, only thei
 
 # The word problems: "A jar holds 462 pens. How many pens in 91 jars?". Every container and every item has the
 # same length, and every product has 5 digits, so each number sits at the same distance from the end of the prompt
-# (and the tool's result from the answer): the 2-layer model learns to copy them by position in ~1,000 warm-up
-# steps (configs/cpu-agent-demo.yaml). With wordings of different lengths it had learnt no copy in 600.
+# (and the tool's result from the answer): the 2-layer model learns to copy them by position, suddenly, past ~600
+# warm-up steps (configs/cpu-agent-demo.yaml runs 2,500). With wordings of different lengths it learnt no copy.
 CONTAINERS = ("bag", "jar", "tin", "can", "cup", "pot")  # 3 letters each, plural with "s"
 ITEMS = ("pens", "nuts", "eggs", "keys", "pins", "buns", "toys", "figs")  # 4 letters each
 
