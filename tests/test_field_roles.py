@@ -33,12 +33,12 @@ MAIN_APPLIED = ("max_steps", "num_train_epochs", "max_grad_norm")
 MAIN_RUN_OWNED = {"disable_tqdm", "logging_nan_inf_filter", "resume_from_checkpoint", "eval_strategy", "use_cpu"}
 MAIN_BACKEND_DECIDED = {"use_vllm", "bf16", "fp16", "vllm_gpu_memory_utilization"}
 # warmup_inputs: the fields it read (its keys: model, dtype, max_seq_length, steps, learning_rate, seed, system_prompt,
-# lora); eval_inputs: model, loading (dtype, max_seq_length, fast_inference, trust_remote_code), scoring
+# lora) and, since the agent demo, the tools its examples are rendered with; eval_inputs: model, loading (dtype, max_seq_length, fast_inference, trust_remote_code), scoring
 # (reward_funcs); eval_before_inputs' start: the LoRA section and seed.
 LORA = {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save",
         "gradient_checkpointing"}
 MAIN_WARMUP = {"model_name_or_path", "model_source", "dtype", "max_seq_length", "sft_warmup_steps",
-               "sft_learning_rate", "seed", "system_prompt", *LORA}
+               "sft_learning_rate", "seed", "system_prompt", "tools", *LORA}
 MAIN_EVAL = {"model_name_or_path", "model_source", "dtype", "max_seq_length", "fast_inference", "trust_remote_code",
              "reward_funcs"}
 MAIN_EVAL_START = {*LORA, "seed"}

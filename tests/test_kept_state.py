@@ -222,6 +222,7 @@ WARMUP_CHANGES = {
     "sft_learning_rate": ({"sft_learning_rate": 1e-4}, "learning_rate"),
     "seed": ({"seed": 1}, "seed"),
     "system_prompt": ({"system_prompt": "Be brief."}, "system_prompt"),
+    "tools": ({"tools": ["pipeline.demo.calculator:calculator"]}, "tools"),
     "lora_r": ({"lora_r": 8}, "lora"),
     "lora_dropout": ({"lora_dropout": 0.1}, "lora"),
     "training data": ({}, "data_fingerprint"),

@@ -253,7 +253,7 @@ class GRPOArguments:
     tools: list[str] = _help(
         "TRL's tools: functions the model may call in its rollouts, as module:function or dotted paths (found as "
         "reward modules are); each with type hints and a Google-style docstring. docs/agents.md.",
-        default_factory=list)
+        default_factory=list, roles=("warmup_input",))  # the warm-up renders its examples with the tools' schemas
     environment_factory: Optional[str] = _help(
         "TRL's environment_factory: module:Class (reset, tool methods, optionally get_reward), or a mapping "
         "name -> module:Class (YAML, or JSON on the command line) picked by each row's `environment` column.",

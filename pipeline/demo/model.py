@@ -75,14 +75,42 @@ QWEN_VOCAB_SIZE = 151936  # Qwen2.5 checkpoints pad the 151,665-token vocabulary
 # Qwen2.5): 0.36M parameters with the demo vocabulary.
 VLLM_CPU_ARCH: dict[str, Any] = dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
                                      intermediate_size=256)
+# `tiny-demo-tools`: the demo model with Qwen2.5's own chat template (tools included, so TRL parses its tool calls).
+# One token per byte made that template's fixed tool text (its instructions around <tools>, the JSON schema's
+# keys) ~600 tokens of every prompt; as whole tokens, as BPE merges would have them, a prompt with the calculator
+# (pipeline/demo/calculator.py) is ~270 tokens and a training step ~3x cheaper. The text renders the same.
+TOOLS_POSITIONS = 1024
+TOOL_TEXT_TOKENS = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+    "function signatures within <tools></tools> XML tags:\n<tools>",
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
+    "</tool_call>",
+    '{"type": "function", "function": {"name": "', '", "description": "',
+    '", "parameters": {"type": "object", "properties": {"', '": {"type": "integer", "description": "',
+    '": {"type": "string", "description": "', '": {"type": "number", "description": "', '"}}, "required": ["',
+    '"]}, "return": {"type": "', '"}}}',
+    # and the call's and the result's fixed text, so the numbers a call copies sit a few tokens from their source
+    '<tool_call>\n{"name": "', '", "arguments": {"', '}}\n</tool_call>', "<tool_response>\n", "\n</tool_response>",
+)
+# Each variant of the demo model: its architecture overrides and the chat template its tokenizer gets (None: the
+# demo's short ChatML one).
+DEMO_VARIANTS: dict[str, dict[str, Any]] = {
+    "tiny-demo": {},
+    "tiny-demo-vllm": VLLM_CPU_ARCH,
+    "tiny-demo-tools": dict(max_position_embeddings=TOOLS_POSITIONS),
+}
 
 # ---------------------------------------------------------------------------------------------
 # Tokenizer
 # ---------------------------------------------------------------------------------------------
 
 
-def build_demo_tokenizer():
+def build_demo_tokenizer(chat_template: str = DEMO_CHAT_TEMPLATE, model_max_length: Optional[int] = None):
     """A character-level ChatML tokenizer: one token per byte (so per ASCII character), no merges.
+
+    `chat_template` is the demo's short ChatML one unless given (`tiny-demo-tools` gives Qwen2.5's own, tools
+    included); `model_max_length` is the tiny architecture's positions unless given.
 
     It is Qwen2.5's own tokenizer design (byte-level BPE, transformers' `Qwen2Tokenizer` on the
     `tokenizers` library) with the merges left out: 256 byte tokens, then `<|endoftext|>` (pad),
@@ -117,10 +145,25 @@ def build_demo_tokenizer():
         pad_token=PAD_TOKEN,
         unk_token=None,  # every byte has a token: nothing is unknown
         extra_special_tokens=[IM_START],
-        chat_template=DEMO_CHAT_TEMPLATE,
+        chat_template=chat_template,
         padding_side="left",  # GRPO generates from left-padded prompt batches
-        model_max_length=TINY_QWEN2_ARCH["max_position_embeddings"],
+        model_max_length=model_max_length or TINY_QWEN2_ARCH["max_position_embeddings"],
     )
+
+
+def build_tools_tokenizer():
+    """`tiny-demo-tools`' tokenizer: the demo's, with Qwen2.5's chat template and its fixed tool text as whole
+    tokens (`TOOL_TEXT_TOKENS`).
+
+    >>> from pipeline.demo.calculator import calculator
+    >>> tok = build_tools_tokenizer()
+    >>> text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tools=[calculator], tokenize=False)
+    >>> len(text), len(tok.encode(text)), tok.decode(tok.encode(text)) == text
+    (926, 228, True)
+    """
+    tokenizer = build_demo_tokenizer(load_qwen_tokenizer().chat_template, TOOLS_POSITIONS)
+    tokenizer.add_tokens(list(TOOL_TEXT_TOKENS))
+    return tokenizer
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,7 +201,7 @@ def build_inputs(name: str) -> dict[str, Any]:
     """Everything a built-in model's saved folder depends on. Not the torch/transformers versions: the folder is
     built once and its weights stay as saved, so an adapter trained on it keeps applying after an upgrade."""
     inputs: dict[str, Any] = {"name": name, "version": DEMO_VERSION, "code_sha256": file_sha256(Path(__file__))}
-    if name == "tiny-qwen2.5":
+    if name in ("tiny-qwen2.5", "tiny-demo-tools"):  # their chat template is the bundled tokenizer's
         inputs["tokenizer_files"] = {p.name: file_sha256(p) for p in sorted(QWEN_TOKENIZER_SRC.iterdir())
                                      if p.is_file()}
     return inputs
@@ -202,15 +245,18 @@ def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None, name: str = "t
     """The tiny demo model + its tokenizer, saved once (atomically) and loadable with `from_pretrained`.
 
     The folder is `<cache>/<name>-<DEMO_VERSION>-<key>` (`_build_once`); `cache_dir` defaults to `cache_root()`.
-    `name` "tiny-demo-vllm" is the same model with `VLLM_CPU_ARCH`'s wider heads, which vLLM's CPU build runs.
+    `name` "tiny-demo-vllm" is the same model with `VLLM_CPU_ARCH`'s wider heads, which vLLM's CPU build runs;
+    "tiny-demo-tools" has Qwen2.5's chat template with tools (`DEMO_VARIANTS`).
 
     >>> from transformers import AutoModelForCausalLM, AutoTokenizer
     >>> path = demo_model_dir()
     >>> AutoModelForCausalLM.from_pretrained(path).config.vocab_size == len(AutoTokenizer.from_pretrained(path))
     True
     """
+    overrides = DEMO_VARIANTS[name]
+
     def write(tmp: Path) -> None:
-        tokenizer = build_demo_tokenizer()
+        tokenizer = build_tools_tokenizer() if name == "tiny-demo-tools" else build_demo_tokenizer()
         model = build_tiny_qwen2(
             len(tokenizer),
             seed=DEMO_SEED,
@@ -218,7 +264,7 @@ def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None, name: str = "t
             eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.pad_token_id,
             bos_token_id=None,
-            **(VLLM_CPU_ARCH if name == "tiny-demo-vllm" else {}),
+            **overrides,
         )
         save_on_every_rank(model, tmp)
         tokenizer.save_pretrained(tmp)
@@ -229,6 +275,11 @@ def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None, name: str = "t
 def demo_vllm_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
     """`tiny-demo-vllm`: the demo model with heads vLLM's CPU build takes (`demo_model_dir`)."""
     return demo_model_dir(cache_dir, "tiny-demo-vllm")
+
+
+def demo_tools_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
+    """`tiny-demo-tools`: the demo model with Qwen2.5's chat template and tools (`demo_model_dir`)."""
+    return demo_model_dir(cache_dir, "tiny-demo-tools")
 
 
 def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:

@@ -1,9 +1,11 @@
 """The built-in names a recipe may use: models and data sources that need no download.
 
     model_name_or_path: tiny-demo         the CPU demo's model: a tiny Qwen2, one token per byte
+    model_name_or_path: tiny-demo-tools   the agent demo's model: tiny-demo with Qwen2.5's chat template (tools)
     model_name_or_path: tiny-qwen2.5      a tiny random Qwen2 with the real Qwen2.5 tokenizer (tests)
     model_name_or_path: bundled:qwen2.5   the real Qwen2.5 tokenizer only, no model (`grpo data`, benches)
     dataset_name: demo-arithmetic         the CPU demo's 2-digit additions
+    dataset_name: demo-calculator         the agent demo's word problems for the `calculator` tool
 
 The rest of the pipeline asks here what a name is (`builtin_model`, `builtin_source`) and what it
 provides, instead of comparing names: a new built-in is one entry in a table below.
@@ -20,7 +22,8 @@ from typing import Any, Callable, Optional
 
 from pipeline.assets import load_qwen_tokenizer
 from pipeline.config import read_recipe
-from pipeline.demo.model import demo_model_dir, demo_vllm_model_dir, tiny_qwen_model_dir
+from pipeline.demo.calculator import calculator_problems, calculator_split_size, tool_sft_examples
+from pipeline.demo.model import demo_model_dir, demo_tools_model_dir, demo_vllm_model_dir, tiny_qwen_model_dir
 from pipeline.demo.task import arithmetic_problems, arithmetic_split_size, sft_examples
 
 CPU_DEMO_RECIPE = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml"
@@ -72,6 +75,7 @@ TINY_QWEN_DEFAULTS: dict[str, Any] = {
 MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
     BuiltinModel("tiny-demo", folder=demo_model_dir, cpu_sized=True, one_cpu_thread=True),
     BuiltinModel("tiny-demo-vllm", folder=demo_vllm_model_dir, cpu_sized=True, one_cpu_thread=True),
+    BuiltinModel("tiny-demo-tools", folder=demo_tools_model_dir, cpu_sized=True, one_cpu_thread=True),
     BuiltinModel("tiny-qwen2.5", folder=tiny_qwen_model_dir, cpu_sized=True, defaults=TINY_QWEN_DEFAULTS),
     BuiltinModel("bundled:qwen2.5", tokenizer=load_qwen_tokenizer),
 )}
@@ -81,6 +85,10 @@ SOURCES: dict[str, BuiltinSource] = {s.name: s for s in (
                   warmup_examples=sft_examples,
                   example_question="What is 27+52?",  # in the held-out split (tests/test_demo_task.py)
                   code_file=Path(__file__).resolve().parent / "task.py"),
+    BuiltinSource("demo-calculator", split_size=calculator_split_size, rows=calculator_problems,
+                  warmup_examples=tool_sft_examples,
+                  example_question="A cup holds 826 figs. How many figs in 22 cups?",  # held out
+                  code_file=Path(__file__).resolve().parent / "calculator.py"),
 )}
 
 

@@ -13,10 +13,16 @@ column, or a GSM8K answer's text before `####`). Data with neither is refused by
 The warmed weights are kept in `output_dir/warmup/` (with `warmup.json`, the settings they came from),
 so a resumed or restarted run loads them instead of training the warm-up again: the GRPO steps then
 start from, and compare against, the same model as the first attempt.
+
+With `tools` in the recipe, every example carries the tools' schemas (TRL's `tools` column), so the chat template
+renders the warm-up prompts as GRPO's own; examples whose completion is a tool conversation (the assistant calls a
+tool, the tool answers, the assistant answers: pipeline/demo/calculator.py) teach the template's call format, the
+loss on the assistant's tokens only (TRL's `assistant_only_loss`: the tool's answer is not the model's to learn).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,6 +33,8 @@ from pipeline.backends import mixed_precision, on_cpu
 from pipeline.config import PipelineConfig, role_values
 from pipeline.data.cache import model_identity
 from pipeline.data.run_data import warmup_examples
+from pipeline.trainer.agent_check import tool_schema
+from pipeline.trainer.agents import resolve_agents
 
 WARMUP_DIR = "warmup"
 WARMUP_KEY_NAME = "warmup.json"
@@ -39,6 +47,18 @@ def warmup_inputs(cfg: PipelineConfig, prepared) -> dict[str, Any]:
     inputs = role_values(cfg, "warmup_input")
     return {**inputs, "model": model_identity(**inputs["model"]), "data_fingerprint": prepared.fingerprint,
             "code_sha256": file_sha256(Path(__file__)), "versions": versions("torch", "transformers", "peft", "trl")}
+
+
+def with_tools(cfg: PipelineConfig, examples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+    """The examples with the recipe's tools attached (their JSON schemas, TRL's `tools` column), and whether any is
+    a tool conversation (more than one message in its completion: then the loss is the assistant's tokens only).
+    Without tools, the examples as they are and False."""
+    tools = resolve_agents(cfg).tools
+    if not tools:
+        return examples, False
+    schemas = json.dumps([tool_schema(tool, "tools", getattr(tool, "__name__", "?")) for tool in tools])
+    conversations = any(isinstance(e["completion"], list) and len(e["completion"]) > 1 for e in examples)
+    return [{**example, "tools": schemas} for example in examples], conversations
 
 
 def _load_warmup(model, peft_config, folder: Path) -> Optional[Any]:
@@ -91,9 +111,9 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    examples = warmup_examples(cfg, prepared)
-    print(f"[grpo] format warm-up: {cfg.health.sft_warmup_steps} SFT steps on {len(examples)} formatted examples",
-          flush=True)
+    examples, conversations = with_tools(cfg, warmup_examples(cfg, prepared))
+    print(f"[grpo] format warm-up: {cfg.health.sft_warmup_steps} SFT steps on {len(examples)} formatted examples"
+          + (" (tool conversations)" if conversations else ""), flush=True)
 
     cpu = on_cpu()
     # From the model's dtype, not from what the GPU supports: Unsloth's SFTTrainer raises when they disagree
@@ -115,6 +135,7 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
         **precision,
         gradient_checkpointing=False,
         completion_only_loss=True,  # learn the answer format, not to parrot the prompt
+        assistant_only_loss=conversations,  # nor a tool's answers
         max_length=cfg.model.max_seq_length,
         disable_tqdm=True,
     )

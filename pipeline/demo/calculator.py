@@ -1,0 +1,135 @@
+"""The CPU agent demo's task: word problems a `calculator` tool answers, the tool, and the warm-up conversations.
+
+configs/cpu-agent-demo.yaml trains the tiny demo model with Qwen2.5's chat template (`tiny-demo-tools`,
+pipeline/demo/model.py) to call `calculator` through TRL's tool loop. The pieces:
+
+- `calculator()`: the tool, a typed function with a Google docstring (the recipe's `tools:` names it).
+- `calculator_problems()`: "A jar holds 347 pens. How many pens in 58 jars?" -> "20126": a 3-digit by
+  2-digit product, which a 2-layer model cannot work out, but can copy into a tool call and back out of the
+  tool's answer. Train and held-out split by a hash of the question.
+- `tool_sft_examples()`: the warm-up data, multi-turn conversations: the assistant calls the tool, the tool
+  answers, the assistant writes `<answer>N</answer>`. Its teacher is sloppy on purpose (`SKIP_TOOL_RATE`): it
+  often answers at once, without the tool, with the first operand; GRPO's correctness reward then visibly teaches
+  the model to call the tool (the CPU demo's trick, pipeline/demo/task.py).
+
+The name a recipe uses for the data (`demo-calculator`) is in pipeline/demo/registry.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any
+
+# Runs up to data/ as demo/task.py does (an arrow layout_metrics counts): the one prompt builder.
+from pipeline.data.prompts import build_prompt
+
+TOOL_NAME = "calculator"
+TRAIN_SIZE, TEST_SIZE = 2000, 100
+# Share of warm-up examples that answer at once (with the first operand) instead of calling the tool. Above 1/2:
+# greedy decoding then mostly skips the tool, while sampling still calls it often enough for GRPO to reward it.
+SKIP_TOOL_RATE = 0.6
+POOL_SEED = 0  # the splits themselves never depend on the run's seed, only their order does
+
+# The word problems: "A jar holds 462 pens. How many pens in 91 jars?". Every container and every item has the
+# same length, and every product has 5 digits, so each number sits at the same distance from the end of the prompt
+# (and the tool's result from the answer): the 2-layer model learns to copy them by position, suddenly, past ~600
+# warm-up steps (configs/cpu-agent-demo.yaml runs 2,500). With wordings of different lengths it learnt no copy.
+CONTAINERS = ("bag", "jar", "tin", "can", "cup", "pot")  # 3 letters each, plural with "s"
+ITEMS = ("pens", "nuts", "eggs", "keys", "pins", "buns", "toys", "figs")  # 4 letters each
+
+
+def calculator(a: int, op: str, b: int) -> int:
+    """Compute `a op b` exactly.
+
+    Args:
+        a: The left number.
+        op: One of +, -, *.
+        b: The right number.
+
+    Returns:
+        The result.
+    """
+    operations = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b}
+    if op not in operations:
+        raise ValueError(f"op must be one of + - *, got {op!r}")
+    return operations[op]()
+
+
+def _is_test(question: str) -> bool:
+    return int(hashlib.sha256(question.encode("utf-8")).hexdigest(), 16) % 20 == 0
+
+
+def _split_problems(split: str) -> list[dict[str, str]]:
+    """The problems of one split, in a fixed order: drawn from one fixed RNG, the held-out ones by question hash."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
+    size = TRAIN_SIZE if split == "train" else TEST_SIZE
+    rng, seen, problems = random.Random(POOL_SEED), set(), []
+    while len(problems) < size:
+        a, b, container, item = rng.randint(100, 999), rng.randint(11, 99), rng.choice(CONTAINERS), rng.choice(ITEMS)
+        question = f"A {container} holds {a} {item}. How many {item} in {b} {container}s?"
+        if a * b < 10_000 or question in seen or _is_test(question) != (split == "test"):
+            continue
+        seen.add(question)
+        problems.append({"question": question, "answer": str(a * b), "a": str(a), "b": str(b)})
+    return problems
+
+
+def calculator_split_size(split: str) -> int:
+    """How many distinct problems a split holds.
+
+    >>> calculator_split_size("train"), calculator_split_size("test")
+    (2000, 100)
+    """
+    return len(_split_problems(split))
+
+
+def calculator_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
+    """`n` distinct problems of a split, in an order fixed by `seed`: `{"question", "answer"}`.
+
+    >>> p = calculator_problems(1, seed=0, split="test")[0]
+    >>> sorted(p), p["answer"].isdigit()
+    (['answer', 'question'], True)
+    """
+    pool = _split_problems(split)
+    if not 0 <= n <= len(pool):
+        raise ValueError(f"demo-calculator has {len(pool)} distinct {split!r} problems, {n} were asked for; "
+                         f"set max_samples (train) or eval_limit (test) to at most {len(pool)}.")
+    random.Random(seed).shuffle(pool)
+    return [{"question": p["question"], "answer": p["answer"]} for p in pool[:n]]
+
+
+def tool_conversation(a: int, b: int) -> list[dict[str, Any]]:
+    """The completion of a problem solved with the tool: the call, the tool's answer, the final answer.
+
+    >>> [m["role"] for m in tool_conversation(347, 58)], tool_conversation(347, 58)[1]["content"]
+    (['assistant', 'tool', 'assistant'], '20126')
+    """
+    call = {"type": "function", "function": {"name": TOOL_NAME, "arguments": {"a": a, "op": "*", "b": b}}}
+    result = str(calculator(a, "*", b))
+    return [{"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": TOOL_NAME, "content": result},
+            {"role": "assistant", "content": f"<answer>{result}</answer>"}]
+
+
+def tool_sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
+    """`n` warm-up examples in TRL's conversational prompt-completion format, from the train split.
+
+    About `SKIP_TOOL_RATE` of them answer at once with the first operand (wrong); the rest call `calculator`
+    (`tool_conversation`). The warm-up (pipeline/trainer/warmup.py) renders them with the recipe's tools.
+
+    >>> ex = tool_sft_examples(20, "Use the calculator.", seed=0)
+    >>> sorted({len(e["completion"]) for e in ex})
+    [1, 3]
+    """
+    rng = random.Random(seed)
+    pool = _split_problems("train")
+    examples = []
+    for _ in range(n):
+        problem = rng.choice(pool)
+        a, b = int(problem["a"]), int(problem["b"])
+        completion = ([{"role": "assistant", "content": f"<answer>{a}</answer>"}]
+                      if rng.random() < SKIP_TOOL_RATE else tool_conversation(a, b))
+        examples.append({"prompt": build_prompt(system_prompt, problem["question"]), "completion": completion})
+    return examples
