@@ -22,7 +22,7 @@ import random
 from typing import Any
 
 # Runs up to data/ as demo/task.py does (an arrow layout_metrics counts): the one prompt builder.
-from pipeline.data.prompts import build_prompt
+from rewards.completions import build_prompt
 
 TOOL_NAME = "calculator"
 TRAIN_SIZE, TEST_SIZE = 2000, 100
