@@ -104,7 +104,9 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scor
         "max_tokens": max_tokens,
         "temperature": temperature,
         "samples": [{"id": row["id"], **s} for row, s in zip(rows[:N_SAMPLES_KEPT], scored[:N_SAMPLES_KEPT])],
-        **({"tools": tool_stats(rollouts)} if rollouts is not None else {}),
+        **({"tools": tool_stats(rollouts),  # and each row's calls (name, arguments), by row id
+            "tool_calls": {row["id"]: [{"name": c.name, "arguments": c.arguments} for c in rollout.calls]
+                           for row, rollout in zip(rows, rollouts)}} if rollouts is not None else {}),
     }
 
 
@@ -155,6 +157,20 @@ def save_eval_before(output_dir: Path, inputs: dict[str, Any], result: dict[str,
     atomic_write_json(output_dir / EVAL_BEFORE_NAME, record(inputs, result=result), seen=seen)
 
 
+def headline(result: dict[str, Any]) -> str:
+    """One line of an eval's numbers, as `grpo train` prints them (before, during, after); with tools, their use.
+
+    >>> headline({"accuracy": 0.5, "format_rate": 1.0, "tools": {"calls_per_rollout": 1.0, "failures_per_call": 0}})
+    'accuracy 50.0%, format 100.0%, tool calls per prompt 1.00 (failed 0%)'
+    """
+    line = f"accuracy {result['accuracy']:.1%}, format {result['format_rate']:.1%}"
+    return line + (f", tool calls per prompt {_tool_use(result['tools'])}" if result.get("tools") else "")
+
+
+def _tool_use(tools: dict[str, float]) -> str:
+    return f"{tools['calls_per_rollout']:.2f} (failed {tools['failures_per_call']:.0%})"
+
+
 def format_table(result: dict[str, Any], title: str) -> str:
     """A small human-readable table."""
     lines = [title, "-" * len(title)]
@@ -166,8 +182,7 @@ def format_table(result: dict[str, Any], title: str) -> str:
     if result.get("scorer"):
         lines.append(f"{'accuracy scored by':<24}{result['scorer']} (the run's correctness)")
     if result.get("tools"):
-        lines.append(f"{'tool calls per prompt':<24}{result['tools']['calls_per_rollout']:.2f} (failed "
-                     f"{result['tools']['failures_per_call']:.0%})")
+        lines.append(f"{'tool calls per prompt':<24}{_tool_use(result['tools'])}")
     for name, mean in (result.get("rewards") or {}).items():
         shown = ("-" if mean is None else f"not scored: {mean['error'][:80]}" if isinstance(mean, dict)
                  else f"{mean:.3f}")
