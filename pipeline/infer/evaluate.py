@@ -69,7 +69,8 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scor
     """Generate for every row and aggregate. Greedy (temperature 0) by default, so runs are comparable. Accuracy is
     the share the run's correctness scores as right (`eval_scorer`); the run's rewards' means are beside it. With
     `agents` using tools (and the run's `cfg`), each row is answered through the tool loop (tool_loop.py) and its
-    final answer scored; an environment's get_reward is a reward beside the others, as in training."""
+    final answer scored; an environment's get_reward is a reward beside the others, as in training; `tools` holds
+    TRL's tool metrics and `tool_calls` each row's calls by row id."""
     rollouts = None
     if agents is not None and agents.uses_tools:
         rollouts = run_for_config(cfg, generator, tokenizer, agents, [row["prompt"] for row in rows],
