@@ -36,7 +36,7 @@ from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, resolve_optim
 from pipeline.data.report import accounting_line, prompt_line
 from pipeline.errors import guarded, note_run_folder
-from pipeline.infer.evaluate import eval_before_inputs, eval_inputs, load_eval_before, save_eval_before
+from pipeline.infer.evaluate import eval_before_inputs, eval_inputs, headline, load_eval_before, save_eval_before
 from pipeline.infer.session import verify_trained_dir
 from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
 from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
@@ -51,6 +51,7 @@ from pipeline.run.manifest import build_manifest
 from pipeline.run.plots import plot_settings
 from pipeline.train_state import EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED, EXIT_OK, Run, RunResult
 from pipeline.run.summary import write_summary
+from pipeline.trainer.agents import resolve_agents
 from pipeline.trainer.build import build_trainer, record_effective_config
 from pipeline.trainer.warmup import run_format_warmup, warmup_inputs
 from rewards.contract import RewardFailure, SignalInterrupt
@@ -182,7 +183,7 @@ def _model(run: Run) -> None:
     """The model (the one step that differs between backends) and the manifest lora/ will carry."""
     cfg, decided = run.cfg, run.decisions
     run.model, run.tokenizer = run.backend.load_for_training(cfg)
-    run.peft_config = run.backend.peft_config(cfg)
+    run.peft_config, run.agents = run.backend.peft_config(cfg), resolve_agents(cfg)  # agents: every eval's tools
     # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
     run.manifest = build_manifest(
         cfg_dict=cfg.to_dict(), backend=run.choice.name, base_model=cfg.model.model_name_or_path,
@@ -206,7 +207,8 @@ def _evaluate(run: Run, model) -> dict[str, Any]:
     # Through its module, looked up at the call: tests stop or interrupt a run there.
     evaluate, limit = pipeline.infer.evaluate, run.decisions.limits.max_completion_length
     return evaluate.evaluate_rows(run.backend.training_generator(model, run.tokenizer, run.cfg), run.tokenizer,
-                                  run.eval_rows, evaluate.eval_scorer(run.cfg, run.tokenizer), limit)
+                                  run.eval_rows, evaluate.eval_scorer(run.cfg, run.tokenizer), limit,
+                                  agents=run.agents, cfg=run.cfg)
 
 
 def _eval_before(run: Run) -> None:
@@ -220,13 +222,11 @@ def _eval_before(run: Run) -> None:
                                 run.decisions.limits.max_completion_length, warmup)
     run.eval_before = load_eval_before(output_dir, inputs, log=_print) if cfg.grpo.resume != "never" else None
     if run.eval_before is not None:
-        _print(f"eval before GRPO: reusing {output_dir / 'eval_before.json'} (every input it was measured from "
-               "is the same: model, eval rows, limits, generation, scoring)")
+        _print(f"eval before GRPO: reusing {output_dir / 'eval_before.json'} (all its inputs are the same)")
     else:
         run.eval_before = _evaluate(run, run.model)
         save_eval_before(output_dir, inputs, run.eval_before, seen=run.eval_before_seen)
-    _print(f"eval before GRPO: accuracy {run.eval_before['accuracy']:.1%}, "
-           f"format {run.eval_before['format_rate']:.1%}")
+    _print(f"eval before GRPO: {headline(run.eval_before)}")
 
 
 def _train(run: Run) -> None:
@@ -339,7 +339,7 @@ def _save(run: Run) -> None:
 def _eval_after(run: Run) -> None:
     if run.cfg.eval.eval_after and run.eval_rows:
         run.eval_after = _evaluate(run, run.trainer.model)
-        _print("eval after GRPO: accuracy {accuracy:.1%}, format {format_rate:.1%}".format(**run.eval_after))
+        _print(f"eval after GRPO: {headline(run.eval_after)}")
 
 
 def _summary(run: Run) -> RunResult:

@@ -49,6 +49,7 @@ class Run:
     model: Any = None
     peft_config: Any = None
     manifest: dict[str, Any] = field(default_factory=dict)
+    agents: Any = None  # the run's tools / environments, resolved once (pipeline/trainer/agents.py Agents)
     # eval before, train
     eval_before: Optional[dict[str, Any]] = None
     periodic_eval: Any = None

@@ -40,7 +40,8 @@ LORA = {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_mod
 MAIN_WARMUP = {"model_name_or_path", "model_source", "dtype", "max_seq_length", "sft_warmup_steps",
                "sft_learning_rate", "seed", "system_prompt", "tools", *LORA}
 MAIN_EVAL = {"model_name_or_path", "model_source", "dtype", "max_seq_length", "fast_inference", "trust_remote_code",
-             "reward_funcs"}
+             "reward_funcs",
+             "tools", "environment_factory"}  # the eval answers through the tool loop with them (issue 50)
 MAIN_EVAL_START = {*LORA, "seed"}
 
 

@@ -138,6 +138,7 @@ EVAL_CHANGES = {
     "another system prompt": (_rows(_system), "eval_rows"),
     "fewer rows (eval_limit)": (_rows(lambda rows: rows[:2]), "eval_rows"),
     "max_tokens": (lambda s, tmp_path: {**s, "max_tokens": 32}, "generation"),
+    "a tool added (the eval calls it)": (_with_cfg(tools=["agent_helpers:add"]), "agents"),
     "a library upgrade": (_newer_torch, "versions"),
 }
 START_CHANGES = {

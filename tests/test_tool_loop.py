@@ -214,3 +214,27 @@ def test_export_refuses_a_template_that_no_longer_renders_the_tools_it_trained_w
     with pytest.raises(RuntimeError, match="no longer renders tools"):
         check_tool_support(broken, from_mapping({"tools": ["agent_helpers:add"]}), "merged16")
     check_tool_support(broken, from_mapping({}), "merged16")  # trained without tools: nothing to keep
+
+
+@pytest.mark.slow
+def test_grpo_trains_eval_before_and_after_answer_through_the_tool_loop(steered, tmp_path, capsys):
+    """`grpo train`'s own eval (before, after) runs the run's tools, as `grpo eval` does: stats and each row's calls
+    in eval_before.json and summary.json, and the calls per prompt in the printed lines."""
+    from pipeline.train import run_training
+
+    cfg = tiny_qwen_config(tmp_path / "run", tools=["agent_helpers:add", "agent_helpers.lookup"],
+                           environment_factory="agent_helpers:Counter", max_tool_calling_iterations=1,
+                           reward_funcs=["train_helpers:digit_share_reward"], max_completion_length="192",
+                           max_steps=1, save_steps=100, max_samples=4, num_generations=2,
+                           per_device_train_batch_size=2, eval_before=True, eval_after=True, eval_limit=2,
+                           eval_dataset_name="sample")
+    assert run_training(cfg).status == "completed"
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    before = json.loads((tmp_path / "run" / "eval_before.json").read_text())["result"]
+    for result in (before, summary["eval_before"], summary["eval_after"]):
+        assert result["tools"] == {"calls_per_rollout": 3.0, "failures_per_call": 0.0}
+        assert result["rewards"]["Counter"] == 2.0 and len(result["tool_calls"]) == 2
+        assert next(iter(result["tool_calls"].values()))[0] == {"name": "add", "arguments": {"a": 2, "b": 3}}
+    out = capsys.readouterr().out
+    assert "eval before GRPO: accuracy" in out and "eval after GRPO: accuracy" in out
+    assert out.count("tool calls per prompt 3.00 (failed 0%)") == 2

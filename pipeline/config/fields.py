@@ -253,11 +253,12 @@ class GRPOArguments:
     tools: list[str] = _help(
         "TRL's tools: functions the model may call in its rollouts, as module:function or dotted paths (found as "
         "reward modules are); each with type hints and a Google-style docstring. docs/agents.md.",
-        default_factory=list, roles=("warmup_input",))  # the warm-up renders its examples with the tools' schemas
+        default_factory=list,  # the warm-up renders them; the eval calls them
+        roles={"warmup_input": True, "eval_input": "agents"})
     environment_factory: Optional[str] = _help(
         "TRL's environment_factory: module:Class (reset, tool methods, optionally get_reward), or a mapping "
         "name -> module:Class (YAML, or JSON on the command line) picked by each row's `environment` column.",
-        default=None)
+        default=None, roles={"eval_input": "agents"})  # the eval answers through the tool loop with its methods
     rollout_func: Optional[str] = _help("TRL's rollout_func: module:function that generates the completions.",
                                         default=None)
     resume: str = _help("auto | never | PATH: auto resumes from the newest complete checkpoint in output_dir.",

@@ -69,7 +69,8 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scor
     """Generate for every row and aggregate. Greedy (temperature 0) by default, so runs are comparable. Accuracy is
     the share the run's correctness scores as right (`eval_scorer`); the run's rewards' means are beside it. With
     `agents` using tools (and the run's `cfg`), each row is answered through the tool loop (tool_loop.py) and its
-    final answer scored; an environment's get_reward is a reward beside the others, as in training."""
+    final answer scored; an environment's get_reward is a reward beside the others, as in training; `tools` holds
+    TRL's tool metrics and `tool_calls` each row's calls by row id."""
     rollouts = None
     if agents is not None and agents.uses_tools:
         rollouts = run_for_config(cfg, generator, tokenizer, agents, [row["prompt"] for row in rows],
@@ -104,7 +105,9 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scor
         "max_tokens": max_tokens,
         "temperature": temperature,
         "samples": [{"id": row["id"], **s} for row, s in zip(rows[:N_SAMPLES_KEPT], scored[:N_SAMPLES_KEPT])],
-        **({"tools": tool_stats(rollouts)} if rollouts is not None else {}),
+        **({"tools": tool_stats(rollouts),  # and each row's calls (name, arguments), by row id
+            "tool_calls": {row["id"]: [{"name": c.name, "arguments": c.arguments} for c in rollout.calls]
+                           for row, rollout in zip(rows, rollouts)}} if rollouts is not None else {}),
     }
 
 
@@ -155,6 +158,20 @@ def save_eval_before(output_dir: Path, inputs: dict[str, Any], result: dict[str,
     atomic_write_json(output_dir / EVAL_BEFORE_NAME, record(inputs, result=result), seen=seen)
 
 
+def headline(result: dict[str, Any]) -> str:
+    """One line of an eval's numbers, as `grpo train` prints them (before, during, after); with tools, their use.
+
+    >>> headline({"accuracy": 0.5, "format_rate": 1.0, "tools": {"calls_per_rollout": 1.0, "failures_per_call": 0}})
+    'accuracy 50.0%, format 100.0%, tool calls per prompt 1.00 (failed 0%)'
+    """
+    line = f"accuracy {result['accuracy']:.1%}, format {result['format_rate']:.1%}"
+    return line + (f", tool calls per prompt {_tool_use(result['tools'])}" if result.get("tools") else "")
+
+
+def _tool_use(tools: dict[str, float]) -> str:
+    return f"{tools['calls_per_rollout']:.2f} (failed {tools['failures_per_call']:.0%})"
+
+
 def format_table(result: dict[str, Any], title: str) -> str:
     """A small human-readable table."""
     lines = [title, "-" * len(title)]
@@ -166,8 +183,7 @@ def format_table(result: dict[str, Any], title: str) -> str:
     if result.get("scorer"):
         lines.append(f"{'accuracy scored by':<24}{result['scorer']} (the run's correctness)")
     if result.get("tools"):
-        lines.append(f"{'tool calls per prompt':<24}{result['tools']['calls_per_rollout']:.2f} (failed "
-                     f"{result['tools']['failures_per_call']:.0%})")
+        lines.append(f"{'tool calls per prompt':<24}{_tool_use(result['tools'])}")
     for name, mean in (result.get("rewards") or {}).items():
         shown = ("-" if mean is None else f"not scored: {mean['error'][:80]}" if isinstance(mean, dict)
                  else f"{mean:.3f}")

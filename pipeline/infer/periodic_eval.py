@@ -27,6 +27,7 @@ from env.locations import snapshot
 from pipeline.run.metric_names import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
 # The periodic eval verifies best_lora/ as `grpo generate` loads it; it scores as `grpo eval` does through the
 # `evaluate` train.py hands it.
+from pipeline.infer.evaluate import headline
 from pipeline.infer.session import verify_trained_dir
 from pipeline.run.checkpoints import set_aside_stale
 from pipeline.run.manifest import write_adapter_metadata
@@ -93,8 +94,8 @@ class PeriodicEvalCallback(TrainerCallback):
         self.pending = {EVAL_ACCURACY: result["accuracy"], EVAL_FORMAT_RATE: result["format_rate"],
                         EVAL_N: result["n"]}
         kept = self.best.offer(model, state.global_step, result)
-        self.log(f"eval at step {state.global_step}: accuracy {result['accuracy']:.1%}, format "
-                 f"{result['format_rate']:.1%}" + (f" (best so far: kept in {self.best.path})" if kept else ""))
+        self.log(f"eval at step {state.global_step}: {headline(result)}"
+                 + (f" (best so far: kept in {self.best.path})" if kept else ""))
         if args.world_size == 1:
             # Log this step even off the logging_steps grid. Not under DDP: every rank must log together
             # (the loss is gathered), and only this one evaluated; the next regular log carries the numbers.
