@@ -41,7 +41,7 @@ MAIN_WARMUP = {"model_name_or_path", "model_source", "dtype", "max_seq_length", 
                "sft_learning_rate", "seed", "system_prompt", "tools", *LORA}
 MAIN_EVAL = {"model_name_or_path", "model_source", "dtype", "max_seq_length", "fast_inference", "trust_remote_code",
              "reward_funcs",
-             "tools", "environment_factory"}  # the eval answers through the tool loop with them (issue 50)
+             "tools", "environment_factory", "max_tool_calling_iterations"}  # the eval's tool loop (issue 50)
 MAIN_EVAL_START = {*LORA, "seed"}
 
 

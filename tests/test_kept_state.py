@@ -139,6 +139,7 @@ EVAL_CHANGES = {
     "fewer rows (eval_limit)": (_rows(lambda rows: rows[:2]), "eval_rows"),
     "max_tokens": (lambda s, tmp_path: {**s, "max_tokens": 32}, "generation"),
     "a tool added (the eval calls it)": (_with_cfg(tools=["agent_helpers:add"]), "agents"),
+    "another cap on tool rounds": (_with_cfg(max_tool_calling_iterations=2), "agents"),
     "a library upgrade": (_newer_torch, "versions"),
 }
 START_CHANGES = {

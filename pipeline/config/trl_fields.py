@@ -49,6 +49,8 @@ TRL_ROLES: dict[str, dict[str, Any]] = {
     "lr_scheduler_kwargs": _RESTORED, "optim_args": _RESTORED, "adam_epsilon": _RESTORED,
     "generation_batch_size": _RESTORED, "steps_per_generation": _RESTORED, "num_iterations": _RESTORED,
     "data_seed": _RESTORED,
+    # the eval answers through the tool loop, with the recipe's cap on its rounds (pipeline/infer/tool_loop.py)
+    "max_tool_calling_iterations": {"eval_input": "agents"},
 }
 
 
