@@ -102,13 +102,17 @@ def _run(command: str, argv: list[str]) -> int:
     # lazy: the bootstrap imports Unsloth (on its backend) before any command module imports trl or transformers;
     # both come after the hidden-package check in `main`, as every import of env/ must
     from pipeline.bootstrap import bootstrap
+    from pipeline.run.nodes import leave_process_group
     from pipeline.run.stop import interrupts_raise
 
     bootstrap(command, argv)  # a ConfigError here (e.g. VLLM_SLEEP_MODE with standby) is bad input: exit 2
     module_name, _ = COMMANDS[command]
     with interrupts_raise():  # SIGTERM as Ctrl-C: exit 130, no traceback (`grpo train` adds its resume command)
         module = importlib.import_module(module_name)
-        return int(module.main(argv) or 0)
+        try:
+            return int(module.main(argv) or 0)
+        finally:
+            leave_process_group()  # a launched rank exits without aborting in gloo's threads
 
 
 if __name__ == "__main__":

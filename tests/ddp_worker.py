@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from transformers import TrainerCallback  # noqa: E402
 
+from pipeline.run.nodes import leave_process_group  # noqa: E402
 from pipeline.train import run_training  # noqa: E402
 from train_helpers import demo_config  # noqa: E402
 
@@ -97,3 +98,4 @@ if __name__ == "__main__":
                       eval_before=not failing, eval_after=not failing, eval_limit=4)
     result = run_training(cfg, callbacks=callbacks)
     print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}: {result.status} after {result.steps} steps")
+    leave_process_group()  # as `grpo` does when its command returns (pipeline/cli.py)

@@ -150,3 +150,16 @@ def check_nodes(cfg: PipelineConfig, environ: Mapping[str, str] = os.environ, st
     per_node = ", ".join(f"node {n}: {sum(r['node'] == n for r in records)}" for n in nodes)
     return (f"{len(nodes)} node(s), {len(records)} processes ({per_node}); every process: recipe "
             f"{records[0]['recipe_key'][:12]}, code {records[0]['code'][:12]}, same package versions")
+
+
+def leave_process_group() -> None:
+    """The end of a launched process (`grpo` under torchrun / `accelerate launch`): destroy the default process group,
+    as torch asks before a process exits. Left to the interpreter's exit, gloo's threads can be torn down still
+    joinable: a rank whose run completed aborts ("terminate called without an active exception", SIGABRT) and its
+    launcher reports the whole run failed. A single process has no group: nothing to do."""
+    if launcher_env() is None:
+        return
+    import torch.distributed as dist  # lazy: torch
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
