@@ -29,7 +29,7 @@ from typing import Any, Optional, Sequence
 from env.text import excerpt
 from pipeline.backends import Completion
 from pipeline.config import ConfigError, PipelineConfig
-from pipeline.trainer.agent_check import environment_tools
+from pipeline.trainer.agent_check import environment_methods
 from pipeline.trainer.agents import ENVIRONMENT_COLUMN, Agents
 
 
@@ -148,7 +148,7 @@ def run_tool_loop(generator: Any, tokenizer: Any, agents: Agents, prompts: Seque
     environments = [_environment(agents, row) for row in rows]
     prompts = [_reset(prompt, env, row, agents.multi_environment) for prompt, env, row in
                zip(prompts, environments, rows, strict=True)]
-    offered = [[*agents.tools, *_methods(env)] for env in environments]
+    offered = [[*agents.tools, *(environment_methods(env) if env is not None else [])] for env in environments]
     prompt_ids = [list(tokenizer.apply_chat_template(prompt, tools=tools or None, chat_template=chat_template,
                                                      add_generation_prompt=True, tokenize=True, return_dict=False,
                                                      **kwargs))
@@ -244,10 +244,6 @@ def _reset(prompt: list[dict[str, Any]], env: Optional[Any], row: dict[str, Any]
     if isinstance(observation, str):
         return [*prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + observation}]
     return prompt
-
-
-def _methods(env: Optional[Any]) -> list[Any]:
-    return [getattr(env, name) for name in environment_tools(type(env))] if env is not None else []
 
 
 def _env_reward(env: Optional[Any], loop: Any) -> Optional[float]:

@@ -28,6 +28,11 @@ def environment_tools(cls: type) -> list[str]:
             if name not in ENVIRONMENT_HOOKS and not name.startswith("_")]
 
 
+def environment_methods(instance: Any) -> list[Callable]:
+    """The tools an environment instance offers, bound to it, as TRL offers them."""
+    return [getattr(instance, name) for name in environment_tools(type(instance))]
+
+
 def tool_schema(tool: Callable, option: str, label: str) -> dict:
     """The tool's schema as the chat template receives it, or a ConfigError naming it and the fix."""
     # lazy: transformers' chat helpers, at check time only (the import is light; no torch)
@@ -54,7 +59,7 @@ def check_environment(factory: Callable, spec: str) -> tuple[type, list[Callable
         raise ConfigError("environment_factory", f"{cls.__name__} ({spec}) has no callable `reset`; add "
                           "`def reset(self, **kwargs)` returning None or a string appended to the prompt "
                           f"(TRL's contract; {DOCS}).")
-    methods = [getattr(instance, name) for name in environment_tools(cls)]
+    methods = environment_methods(instance)
     for method in methods:
         tool_schema(method, "environment_factory", f"{cls.__name__}.{method.__name__} ({spec})")
     return cls, methods, callable(getattr(instance, "get_reward", None))
