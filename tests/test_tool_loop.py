@@ -10,6 +10,7 @@ tests steer TRL's rollouts."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from agent_helpers import forced_text_bias, tool_call_text
 from pipeline.assets import load_qwen_tokenizer
 from pipeline.backends import Completion
+from pipeline.config import ConfigError
 from pipeline.trainer.agents import resolve_agents
 from train_helpers import tiny_qwen_config
 
@@ -167,7 +169,9 @@ def tiny_adapter(folder: Path, modules_to_save=None, **recorded) -> Path:
 
 
 @pytest.mark.slow
-def test_generate_and_eval_run_the_recorded_tools_and_the_options_override_them(steered, tmp_path):
+def test_generate_and_eval_run_the_tools_you_name_never_the_adapters_record_alone(steered, tmp_path, capsys):
+    """The adapter's record names its tools; they run only when the command names them (a shared adapter's record
+    does not decide what code runs): without the options, exit 2 naming the exact ones, and nothing imported."""
     from pipeline.infer import generate
     from pipeline.infer.evaluate import evaluate_saved
     from pipeline.infer.generate import generate_answers
@@ -175,7 +179,16 @@ def test_generate_and_eval_run_the_recorded_tools_and_the_options_override_them(
     lora = tiny_adapter(tmp_path / "run" / "lora", tools=["agent_helpers:add", "agent_helpers.lookup"],
                         environment_factory="agent_helpers:Counter", max_tool_calling_iterations=1,
                         max_seq_length=1024)
-    (answer,) = generate_answers(["What is 2+3?"], lora=str(lora))
+    sys.modules.pop("agent_helpers", None)
+    assert generate.main(["--lora", str(lora), "--prompt", "What is 2+3?"]) == 2
+    said = capsys.readouterr().err
+    assert "--tools agent_helpers:add agent_helpers.lookup --environment_factory agent_helpers:Counter" in said
+    assert "tools" in said and "Traceback" not in said and "agent_helpers" not in sys.modules
+    with pytest.raises(ConfigError, match="A file you did not write"):
+        evaluate_saved("sample", limit=2, output=str(tmp_path / "refused.json"), lora=str(lora))
+    assert not (tmp_path / "refused.json").exists()
+    recorded = {"tools": ["agent_helpers:add", "agent_helpers.lookup"], "environment_factory": "agent_helpers:Counter"}
+    (answer,) = generate_answers(["What is 2+3?"], lora=str(lora), **recorded)
     assert [(c["name"], c["result"]) for c in answer["tool_calls"][:3]] == [
         ("add", "5"), ("lookup", "value-of-k"), ("bump", "2")]
     assert answer["environment"] == "Counter" and answer["env_reward"] == 2.0
@@ -185,7 +198,7 @@ def test_generate_and_eval_run_the_recorded_tools_and_the_options_override_them(
     answer = json.loads(out.read_text())
     assert [c["error"] for c in answer["tool_calls"][:3]] == [None, "Tool lookup not found.", "Tool bump not found."]
     assert answer["environment"] is None and answer["env_reward"] is None
-    result = evaluate_saved("sample", limit=2, output=str(tmp_path / "eval.json"), lora=str(lora))
+    result = evaluate_saved("sample", limit=2, output=str(tmp_path / "eval.json"), lora=str(lora), **recorded)
     assert result["tools"] == {"calls_per_rollout": 3.0, "failures_per_call": 0.0}
     assert result["rewards"]["Counter"] == 2.0 and result["samples"][0]["turns"] == 2
     assert json.loads((tmp_path / "eval.json").read_text())["tools"] == result["tools"]
@@ -238,3 +251,5 @@ def test_grpo_trains_eval_before_and_after_answer_through_the_tool_loop(steered,
     out = capsys.readouterr().out
     assert "eval before GRPO: accuracy" in out and "eval after GRPO: accuracy" in out
     assert out.count("tool calls per prompt 3.00 (failed 0%)") == 2
+    # the run's last line names the tools: `grpo generate` runs an adapter's tools only when they are named
+    assert "--tools agent_helpers:add agent_helpers.lookup --environment_factory agent_helpers:Counter" in out

@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 from env.adapters import verify_adapter_dir
 from env.locations import absolute_path
+from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend
 from pipeline.config import (
@@ -42,8 +43,8 @@ from pipeline.config.values import check_generation_temperature
 from pipeline.data import model_check
 from pipeline.data.tokenizer import resolve_model_path
 from pipeline.run.checkpoint_contents import adapter_mismatch
-from pipeline.run.manifest import ADAPTER_METADATA_NAME, MANIFEST_NAME, find_manifest, other_base
-from pipeline.trainer.agents import Agents, agent_names, resolve_agents, rollout_func_note
+from pipeline.run.manifest import ADAPTER_METADATA_NAME, agent_options, MANIFEST_NAME, find_manifest, other_base
+from pipeline.trainer.agents import AGENT_OPTIONS, Agents, agent_names, resolve_agents, rollout_func_note
 
 DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
 
@@ -88,11 +89,11 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max_lora_rank", type=int, default=None, help="vLLM LoRA rank limit (default: manifest)")
     add_remote_code_argument(parser)
     parser.add_argument("--tools", nargs="*", default=None, metavar="MODULE:FUNCTION",
-                        help="the tools the model may call (default: those the adapter was trained with; "
-                             "`--tools` alone: none)")
+                        help="the tools the model may call (an adapter trained with tools needs them named: its "
+                             "record is not run on its word; `--tools` alone: none)")
     parser.add_argument("--environment_factory", default=None, metavar="MODULE:CLASS",
                         help="TRL's environment_factory (module:Class, or a JSON object of name: module:Class; "
-                             "default: the adapter's; '' for none)")
+                             "named as for --tools; '' for none)")
     parser.add_argument("--system_prompt", "--system", default=None,
                         help="override the system prompt the adapter records (the one its training rows carried); "
                              "required for an adapter that carries no grpo_adapter.json and has no manifest.json "
@@ -188,6 +189,9 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
         print(f"note: {manifest['system_prompt_note']}", file=sys.stderr)
 
     flat = dict((manifest or {}).get("config") or {})
+    # The code the adapter's record names (tools, environments, a rollout_func) is not imported on its word: a file
+    # you did not write does not decide what runs (docs/security.md); your --tools / --environment_factory do.
+    recorded = from_mapping({name: flat.pop(name) for name in AGENT_OPTIONS if flat.get(name)})
     flat.update(model_name_or_path=base_model, backend=args.backend, max_lora_rank=_max_lora_rank(args, manifest),
                 system_prompt=system_prompt,
                 trust_remote_code=remote_code(getattr(args, "trust_remote_code", False), manifest, base_model))
@@ -195,9 +199,10 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
                                                ("environment_factory", getattr(args, "environment_factory", None)))
                  if value is not None})  # --tools / --environment_factory override what the adapter records
     cfg = from_mapping(flat)
+    refuse_recorded_tools(recorded, args)
     agents = resolve_agents(cfg) if agent_names(cfg) else Agents()  # a name that does not import: before loading
-    if rollout_func_note(cfg, "grpo generate / grpo eval"):
-        print(f"[grpo] {rollout_func_note(cfg, 'grpo generate / grpo eval')}", file=sys.stderr)
+    if rollout_func_note(recorded, "grpo generate / grpo eval"):
+        print(f"[grpo] {rollout_func_note(recorded, 'grpo generate / grpo eval')}", file=sys.stderr)
     cfg = _servable(cfg, adapter)
     choice = choose_backend(args.backend, cfg.model.fast_inference)
     if not choice.fast_inference:
@@ -211,6 +216,24 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     return InferenceSetup(generator, tokenizer, base_model, adapter, system_prompt, int(max_tokens),
                           gen.gen_temperature, gen.gen_top_p, cfg, manifest,
                           absolute_path(args.lora) if args.lora else None, agents)
+
+
+def refuse_recorded_tools(recorded: PipelineConfig, args: argparse.Namespace) -> None:
+    """An adapter trained with tools or environments (`recorded`: what its record names) answers through them only
+    when you name them: without --tools / --environment_factory, exit 2 printing the options that run them.
+
+    >>> from argparse import Namespace
+    >>> mine = Namespace(tools=["calc:add"], environment_factory=None)
+    >>> refuse_recorded_tools(from_mapping({"tools": ["calc:add"]}), mine)  # named by you: nothing to say
+    >>> refuse_recorded_tools(from_mapping({}), Namespace(tools=None, environment_factory=None))  # no tools
+    """
+    words = agent_options(recorded.grpo.tools, recorded.grpo.environment_factory)
+    if not words or getattr(args, "tools", None) is not None or getattr(args, "environment_factory", None) is not None:
+        return
+    raise ConfigError("tools", f"the adapter was trained with tools or environments ({shell_command(*words)}, in "
+                      "its grpo_adapter.json). A file you did not write does not decide what code runs here: name "
+                      f"them yourself, `{shell_command(*words)}`, to answer through the tool loop as trained, or "
+                      "`--tools` alone to answer in one turn without them.")
 
 
 def vllm_refusal(adapter: Any) -> Optional[str]:

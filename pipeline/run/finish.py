@@ -14,7 +14,7 @@ from env.paths import shell_command
 from pipeline.config import PipelineConfig
 from pipeline.demo.registry import example_question as registry_example_question
 from pipeline.run.checkpoints import checkpoint_state
-from pipeline.run.manifest import MANIFEST_NAME
+from pipeline.run.manifest import MANIFEST_NAME, agent_options
 
 
 def _print(msg: str) -> None:
@@ -88,7 +88,8 @@ def print_where_everything_is(output_dir: Path, status: str, reason: Optional[st
         if path is not None and path.exists():
             _print(f"  {label:<12} {shell_command(path)}")  # quoted as a shell word: it pastes back as printed
     if adapter_dir is not None:
-        _print("next: " + shell_command("grpo", "generate", "--lora", adapter_dir, "--prompt", example_question(cfg)))
+        _print("next: " + shell_command("grpo", "generate", "--lora", adapter_dir, "--prompt", example_question(cfg),
+                                        *agent_options(cfg.grpo.tools, cfg.grpo.environment_factory)))
 
 
 def example_question(cfg: PipelineConfig) -> str:

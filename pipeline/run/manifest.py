@@ -242,3 +242,19 @@ def _as_shared_file(manifest: dict[str, Any]) -> dict[str, Any]:
         manifest["recorded"] = {name: config.pop(name) for name in NEVER_FROM_FILES if name in config}
         manifest["config"] = config
     return manifest
+
+
+def agent_options(tools: Any, environment_factory: Any) -> list[str]:
+    """The command-line words naming a run's tools and environments: `grpo generate` / `grpo eval` run them only
+    when they are named (an adapter's record of them is not run on its word).
+
+    >>> agent_options(["calc:add"], {"count": "env:Counter"})
+    ['--tools', 'calc:add', '--environment_factory', '{"count": "env:Counter"}']
+    >>> agent_options([], None)
+    []
+    """
+    words = ["--tools", *map(str, tools)] if tools else []
+    if environment_factory:
+        words += ["--environment_factory", environment_factory if isinstance(environment_factory, str)
+                  else json.dumps(dict(environment_factory))]
+    return words

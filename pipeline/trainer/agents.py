@@ -19,6 +19,8 @@ from rewards.registry import load_user_object
 
 # TRL's routing column in the multi-environment form (GRPOTrainer._generate_and_score_completions).
 ENVIRONMENT_COLUMN = "environment"
+# TRL's trainer arguments for agents, as options: each names user code (imported by resolve_agents)
+AGENT_OPTIONS = ("tools", "environment_factory", "rollout_func")
 
 
 def environment_specs(value: Any) -> dict[Optional[str], str]:
