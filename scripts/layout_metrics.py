@@ -18,7 +18,7 @@ Words:
 - sizes: no module over `MODULE_LIMIT` lines, no function over `FUNCTION_LIMIT`, in the trees and in scripts/ and
   bench/ (`SIZED`);
 - *recipe takers* (issue 52): functions with a parameter named cfg, config, plan or run_plan, the whole recipe or a
-  whole-run holder, in the three trees; *backend-name comparisons*: `==`/`!=`/`in` against "unsloth" or "plain",
+  whole-run holder, or annotated `PipelineConfig` under another name, in the three trees; *backend-name comparisons*: `==`/`!=`/`in` against "unsloth" or "plain",
   or of a `.NAME`/`.backend` against a string, outside pipeline/backends/ (the backend answers for itself);
 - a function-local import is *lazy for torch* when what it imports reaches torch, Unsloth or vLLM (directly, or
   through a module that imports one of them at its top); every other one could sit at the top, and is listed
@@ -46,6 +46,7 @@ PACKAGE = "pipeline"  # the tree FLOORS places, whose rooms, arrows and lazy imp
 TREES = ("pipeline", "env", "rewards")  # the code measured for loops (files, folders, trees) and issue 52's counts
 SIZED = TREES + ("scripts", "bench")  # where no module or function may pass the limits below
 RECIPE_PARAMETERS = {"cfg", "config", "plan", "run_plan"}  # the whole recipe, or a holder of the whole run
+RECIPE_CLASS = "PipelineConfig"  # a parameter annotated with it takes the whole recipe, whatever its name
 BACKEND_NAMES = {"unsloth", "plain"}
 BACKEND_ATTRIBUTES = {"NAME"}  # Backend.NAME
 BACKENDS_HOME = "pipeline/backends/"  # the one place that may compare a backend's name
@@ -192,9 +193,16 @@ def folder_of(module: str) -> str:
     return f"{parts[0]}/{parts[1] if len(parts) > 1 else '__init__'}"
 
 
+def _takes_the_recipe(argument: ast.arg) -> bool:
+    """Named cfg/config/plan/run_plan, or annotated with the recipe's class under any name (`settings:
+    PipelineConfig`): renaming the parameter does not make it narrower."""
+    return argument.arg in RECIPE_PARAMETERS or (
+        argument.annotation is not None and RECIPE_CLASS in ast.unparse(argument.annotation))
+
+
 def _recipe_takers(tree: ast.Module) -> int:
     return sum(1 for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-               and RECIPE_PARAMETERS & {a.arg for a in node.args.args + node.args.kwonlyargs + node.args.posonlyargs})
+               and any(_takes_the_recipe(a) for a in node.args.args + node.args.kwonlyargs + node.args.posonlyargs))
 
 
 def _names_a_backend(node: ast.expr) -> bool:

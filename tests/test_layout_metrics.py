@@ -171,6 +171,19 @@ def test_loops_between_folders_and_trees_and_issue_52s_counts_are_found(tmp_path
         "pipeline/demo/task.py:5: x in ('unsloth', 'plain')"]
 
 
+def test_a_renamed_recipe_parameter_is_still_counted(tmp_path):
+    """A parameter annotated with the recipe's class takes the whole recipe whatever its name; one of a section's
+    class (`model: ModelArguments`) or an unannotated other name does not."""
+    files = {"pipeline/__init__.py": "",
+             "pipeline/a.py": "def f(settings: 'PipelineConfig'):\n    pass\n\n"
+                              "def g(recipe: Optional[PipelineConfig] = None):\n    pass\n\n"
+                              "def h(model: ModelArguments, limits):\n    pass\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    assert layout_metrics.measure(tmp_path)["recipe_takers_per_file"] == {"pipeline/a.py": 2}
+
+
 def test_the_real_tree_keeps_the_house_rules():
     """issue 39's and issue 52's numbers, held: no loop between files, folders or trees (pipeline/, env/, rewards/),
     no arrow running up, no module over 400 lines and no function over 80 (the trees, scripts/, bench/). The count
