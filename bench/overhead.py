@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pipeline.backends.settings import backend_settings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -120,7 +121,7 @@ def run_bare(cfg, prepared, callbacks=()) -> SideRun:
     from pipeline.trainer.build import grpo_training_args
     from rewards import check_reward_weights, get_reward_funcs
 
-    model, tokenizer = plain.load_for_training(cfg)
+    model, tokenizer = plain.load_for_training(backend_settings(cfg))
     timer = step_timer()
     g = cfg.grpo
     with tempfile.TemporaryDirectory() as out:
@@ -128,7 +129,8 @@ def run_bare(cfg, prepared, callbacks=()) -> SideRun:
                                   check_reward_weights(list(g.reward_funcs), g.reward_weights))
         trainer = trl.GRPOTrainer(
             model=model, reward_funcs=get_reward_funcs(list(g.reward_funcs)), args=args,
-            train_dataset=prepared.dataset, processing_class=tokenizer, peft_config=plain.peft_config(cfg),
+            train_dataset=prepared.dataset, processing_class=tokenizer,
+            peft_config=plain.peft_config(backend_settings(cfg)),
             callbacks=[timer, *callbacks], **resolve_agents(cfg).trainer_kwargs())  # a tool run's tools, as TRL's
         trainer.train()
     return _finish(trainer, timer)
@@ -138,11 +140,11 @@ def run_pipeline(cfg, prepared, callbacks=()) -> SideRun:
     from pipeline.backends import plain
     from pipeline.trainer.build import build_trainer
 
-    model, tokenizer = plain.load_for_training(cfg)
+    model, tokenizer = plain.load_for_training(backend_settings(cfg))
     timer = step_timer()
     with tempfile.TemporaryDirectory() as out:
         trainer, _ = build_trainer(cfg.replace(output_dir=out), plain, model, tokenizer, prepared,
-                                   plain.peft_config(cfg), Path(out))
+                                   plain.peft_config(backend_settings(cfg)), Path(out))
         trainer.add_callback(timer)
         for callback in callbacks:
             trainer.add_callback(callback)

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from pipeline.backends.settings import backend_settings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -101,7 +102,7 @@ def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict
     cfg = bench_config(steps, num_generations=generations, per_device_train_batch_size=prompts * generations,
                        max_completion_length=str(length), max_seq_length=128 + length)
     prepared = prepare(cfg)
-    model, tokenizer = plain.load_for_training(cfg)
+    model, tokenizer = plain.load_for_training(backend_settings(cfg))
     original = train_module.grpo_training_args
 
     def full_length_args(*args, **kwargs):
@@ -115,7 +116,7 @@ def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict
     try:
         with tempfile.TemporaryDirectory() as out:
             trainer, _ = train_module.build_trainer(cfg.replace(output_dir=out), plain, model, tokenizer, prepared,
-                                                    plain.peft_config(cfg), Path(out))
+                                                    plain.peft_config(backend_settings(cfg)), Path(out))
             instrument(trainer, clock)
             trainer.train()
     finally:

@@ -30,6 +30,7 @@ from env.path_check import PathError, expand, nearest_existing
 from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
+from pipeline.backends.settings import BackendSettings, backend_settings
 from pipeline.config import ConfigError, PipelineConfig, resolve_optim, trl_training_args, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
@@ -276,9 +277,9 @@ def check_resume(cfg: PipelineConfig) -> str:
     return said
 
 
-def check_gpu(cfg: PipelineConfig, choice: Any = None) -> str:
-    choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
-    refuse_gpu_recipe_without_cuda(cfg, choice)  # a GPU recipe is never trained on CPU by accident
+def check_gpu(settings: BackendSettings, choice: Any = None) -> str:
+    choice = choice or choose_backend(settings.backend, settings.fast_inference)
+    refuse_gpu_recipe_without_cuda(settings, choice)  # a GPU recipe is never trained on CPU by accident
     return f"backend {choice.name} ({choice.reason})"
 
 
@@ -295,13 +296,14 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
     cfg, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)
+    settings = backend_settings(cfg)  # what the backend reads, for the run's decisions too
     done: dict[str, Any] = {}
 
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
         # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
         def step() -> str:
             resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
-            load_backend(resolved.name).prepare_environment(cfg)
+            load_backend(resolved.name).prepare_environment(settings)
             return check()
 
         return step
@@ -318,7 +320,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("output_dir", lambda: check_output_dir(cfg.to_dict())),
         ("packages", lambda: check_packages(cfg.grpo.reporters(), cfg.grpo.output_dir, cfg.model.model_source,
                                             resolve_optim(cfg)[1])),
-        ("gpu", lambda: check_gpu(cfg, choice)),
+        ("gpu", lambda: check_gpu(settings, choice)),
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: memory_check(cfg)),  # the peak GPU memory against the GPU (pipeline/plan)
         ("resume", lambda: check_resume(cfg)),
@@ -351,7 +353,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     if all(c.ok for c in results):
         resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
         results.decisions = run_decisions(resolved, load_backend(resolved.name), reward_specs(
-            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg))
+            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg),
+            settings)
     return results
 
 

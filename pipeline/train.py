@@ -95,7 +95,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
         _print(tensorboard_hint(cfg.grpo.output_dir))
     backend = checks.decisions.backend
     # `grpo train` did this at start-up (pipeline/bootstrap.py); a Python caller gets it here (idempotent).
-    backend.prepare_environment(cfg)
+    backend.prepare_environment(checks.decisions.backend_settings)
     _print(f"backend: {choice.name} ({choice.reason})")
     if optim_note:
         _print(optim_note)
@@ -182,8 +182,8 @@ def _data(run: Run) -> None:
 def _model(run: Run) -> None:
     """The model (the one step that differs between backends) and the manifest lora/ will carry."""
     cfg, decided = run.cfg, run.decisions
-    run.model, run.tokenizer = run.backend.load_for_training(cfg)
-    run.peft_config, run.agents = run.backend.peft_config(cfg), resolve_agents(cfg)  # agents: every eval's tools
+    run.model, run.tokenizer = run.backend.load_for_training(decided.backend_settings)
+    run.peft_config, run.agents = run.backend.peft_config(decided.backend_settings), resolve_agents(cfg)  # eval tools
     # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
     run.manifest = build_manifest(
         cfg_dict=cfg.to_dict(), backend=run.choice.name, base_model=cfg.model.model_name_or_path,
@@ -206,8 +206,8 @@ def _warm_up(run: Run) -> None:
 def _evaluate(run: Run, model) -> dict[str, Any]:
     # Through its module, looked up at the call: tests stop or interrupt a run there.
     evaluate, limit = pipeline.infer.evaluate, run.decisions.limits.max_completion_length
-    return evaluate.evaluate_rows(run.backend.training_generator(model, run.tokenizer, run.cfg), run.tokenizer,
-                                  run.eval_rows, evaluate.eval_scorer(run.cfg, run.tokenizer), limit,
+    return evaluate.evaluate_rows(run.backend.training_generator(model, run.tokenizer, run.decisions.backend_settings),
+                                  run.tokenizer, run.eval_rows, evaluate.eval_scorer(run.cfg, run.tokenizer), limit,
                                   agents=run.agents, cfg=run.cfg)
 
 

@@ -12,6 +12,7 @@ import itertools
 import pytest
 
 import tests.fake_unsloth as fake_unsloth
+from pipeline.backends.settings import backend_settings
 from pipeline.backends import plain
 from pipeline.backends.unsloth_config import UNSLOTH_GRPO_DEFAULTS, config_rewrites
 from pipeline.config import PipelineConfig
@@ -82,7 +83,7 @@ def test_check_reports_the_fields_the_backend_changes(tmp_path):
 
     cfg = PipelineConfig().replace(model_name_or_path="tiny-demo", backend="plain", output_dir=str(tmp_path),
                                    dataset_name="demo-arithmetic", max_completion_length="48")
-    lines = predicted_changes(cfg, "plain", plain.grpo_config_kwargs(cfg))
+    lines = predicted_changes(cfg, "plain", plain.grpo_config_kwargs(backend_settings(cfg)))
     assert any(line.startswith("use_cpu: False -> True") for line in lines)
     checks = {c.name: c for c in run_checks(cfg, stop_at_first=False)}
     assert checks["effective_config"].ok and all(line in checks["effective_config"].message for line in lines)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import tests.fake_unsloth as fake_unsloth
+from pipeline.backends.settings import backend_settings
 from pipeline.backends import BackendChoice, gpu_settings
 from pipeline.backends import unsloth_setup
 from pipeline.config import PipelineConfig
@@ -352,13 +353,14 @@ def plain_reference_after_warmup(tmp_path):
     cfg = demo_config(tmp_path / "plain", sft_warmup_steps=2, beta=0.04, sft_learning_rate=0.05)
     out = Path(cfg.grpo.output_dir)
     out.mkdir(parents=True)
-    model, tokenizer = plain.load_for_training(cfg)
+    model, tokenizer = plain.load_for_training(backend_settings(cfg))
     prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
-    model = run_format_warmup(model, tokenizer, cfg, prepared, plain.peft_config(cfg), out, reuse=False)
+    model = run_format_warmup(model, tokenizer, cfg, prepared, plain.peft_config(backend_settings(cfg)), out,
+                              reuse=False)
     trainer, _ = build_trainer(cfg, plain, model, tokenizer, prepared, None, out)
     rebuilt, _ = build_trainer(cfg, plain, trainer.model, tokenizer, prepared, None, out, rollbacks_done=1)
     ids = torch.tensor([tokenizer("What is 7 + 5?")["input_ids"]])
-    base = plain.load_model("tiny-demo", cfg, for_training=False)
+    base = plain.load_model("tiny-demo", backend_settings(cfg), for_training=False)
     with torch.no_grad():
         with use_adapter(rebuilt.model, adapter_name="ref" if "ref" in rebuilt.model.peft_config else None):
             reference = rebuilt.model(input_ids=ids).logits  # as GRPOTrainer._generate_and_score_completions

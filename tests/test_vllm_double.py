@@ -20,6 +20,7 @@ import pytest
 
 import tests.fake_vllm as fake
 from tests.fake_signatures import LORA_REQUEST_FIELDS
+from pipeline.backends.settings import backend_settings
 from tests.vllm_helpers import REAL_VLLM
 
 pytestmark = REAL_VLLM
@@ -142,7 +143,7 @@ def test_a_lora_request_naming_a_saved_adapter_changes_the_scores_on_both(engine
     from train_helpers import demo_config
 
     cfg = demo_config(tmp_path, model_name_or_path="tiny-demo-vllm")
-    model = get_peft_model(plain.load_model("tiny-demo-vllm", cfg, for_training=False),
+    model = get_peft_model(plain.load_model("tiny-demo-vllm", backend_settings(cfg), for_training=False),
                            LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                       init_lora_weights=False))
     with torch.no_grad():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
+from pipeline.backends.settings import BackendSettings
 from pipeline.config import PipelineConfig
 
 
@@ -33,7 +34,7 @@ class BackendBase:
         """The path the memory plan names (`grpo plan`'s `path:`): the backend and where its rollouts come from."""
         return self.NAME
 
-    def refuse_before_training(self, settings: PipelineConfig) -> None:
+    def refuse_before_training(self, settings: BackendSettings) -> None:
         """What the backend refuses before a recipe's model loads (`grpo` at start-up, pipeline/bootstrap.py)."""
         return None
 

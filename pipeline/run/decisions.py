@@ -46,6 +46,7 @@ class RunDecisions:
     data_key: str
     trainer_args: Mapping[str, Any]
     prompt_format: Mapping[str, Any]
+    backend_settings: Any  # pipeline/backends/settings.py BackendSettings: what the backend reads
 
 
 def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
@@ -59,7 +60,7 @@ def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
 
 
 def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], prepared: Any,
-                  trainer_args: Mapping[str, Any]) -> RunDecisions:
+                  trainer_args: Mapping[str, Any], backend_settings: Any) -> RunDecisions:
     """The record from what the check worked out: the backend `choice` (a BackendChoice) and `backend` loaded for
     it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), and trl.GRPOConfig's
     keyword arguments from the recipe."""
@@ -68,4 +69,4 @@ def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], pr
         backend_name=choice.name, backend_reason=choice.reason, backend=backend, rewards=rewards,
         limits=Limits(report["limits"]["max_seq_length"], prepared.max_prompt_length, prepared.max_completion_length),
         data_key=prepared.fingerprint, trainer_args=MappingProxyType(dict(trainer_args)),
-        prompt_format=MappingProxyType(dict(report["prompt_format"])))
+        prompt_format=MappingProxyType(dict(report["prompt_format"])), backend_settings=backend_settings)

@@ -18,6 +18,7 @@ from typing import Optional
 from env.secret_fields import masked, masked_pickle_class
 from env.text import excerpt
 from pipeline.backends import load_backend, on_cpu
+from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError, PipelineConfig, parse_limit, trl_training_args
 from pipeline.config.trl_fields import trainer_choices, trl_with
 from pipeline.data.tokenizer import resolve_model_path
@@ -83,9 +84,10 @@ def build_trainer(cfg: PipelineConfig, backend, model, tokenizer, prepared, peft
     for default_printer in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(default_printer)
     health.attach(trainer)
-    backend.prepare_trainer(trainer, cfg)
+    settings = backend_settings(cfg)
+    backend.prepare_trainer(trainer, settings)
     health.rollout_probe = build_probe(cfg.health.rollout_probe_steps, tokenizer,  # None without a separate engine
-                                       lambda: backend.rollout_engine(trainer, tokenizer, cfg))
+                                       lambda: backend.rollout_engine(trainer, tokenizer, settings))
     card = ModelCard(cfg.model.model_name_or_path, cfg.data.dataset_name)
     # An instance attribute, not a subclass: trl.GRPOTrainer is whatever class the backend left there
     # (Unsloth's patched one), known only now. TRL calls self.create_model_card at every checkpoint.
@@ -106,7 +108,8 @@ def record_effective_config(trainer, cfg: PipelineConfig, backend, model, max_co
     weights = list(trainer.args.reward_weights or [])
     decided = run_decided_args(cfg, backend, model, max_completion_length, output_dir, weights)
     passed = {**trl_training_args(cfg), **decided}
-    return write_effective_config(output_dir, cfg, backend, trainer, passed, backend.grpo_config_kwargs(cfg, model))
+    return write_effective_config(output_dir, cfg, backend, trainer, passed,
+                                  backend.grpo_config_kwargs(backend_settings(cfg), model))
 
 
 def allow_steps_without_gradient(trainer) -> None:
@@ -185,7 +188,7 @@ def run_decided_args(cfg: PipelineConfig, backend, model, max_completion_length:
         gradient_checkpointing=cfg.lora.gradient_checkpointing and not on_cpu(),
         disable_tqdm=True,  # our RewardProgressCallback shows reward / KL / length instead
         **HEALTH_TRAINING_ARGS,  # keep NaN losses visible to the health rules
-        **backend.grpo_config_kwargs(cfg, model),
+        **backend.grpo_config_kwargs(backend_settings(cfg), model),
     )
 
 
@@ -260,7 +263,7 @@ class _ModelFreeSettings:
     backend: object
     name: str
 
-    def grpo_config_kwargs(self, cfg, model):
+    def grpo_config_kwargs(self, settings, model):
         if not self.backend.KWARGS_NEED_MODEL:
-            return self.backend.grpo_config_kwargs(cfg, model)
+            return self.backend.grpo_config_kwargs(settings, model)
         return {"use_cpu": True, "bf16": False, "fp16": False} if on_cpu() else {}

@@ -18,6 +18,7 @@ from typing import Any
 from env.paths import atomic_write_json
 from env.secret_fields import masked
 from pipeline.backends import load_backend
+from pipeline.backends.settings import backend_settings
 from pipeline.config import PipelineConfig, trl_training_args
 from pipeline.config.trl_fields import grpo_config_class, trl_with
 from pipeline.trainer.agents import agent_names
@@ -83,7 +84,8 @@ def other_backend_kwargs(cfg: PipelineConfig, backend_name: str, passed: dict[st
     """What the other backend would pass for the same recipe: this run's kwargs without this backend's own, plus
     the other's as far as they are known without its model (its `predicted_config_kwargs`)."""
     other = load_backend(load_backend(backend_name).COUNTERPART)  # the one each backend is compared with
-    return {**{k: v for k, v in passed.items() if k not in backend_kwargs}, **other.predicted_config_kwargs(cfg)}
+    return {**{k: v for k, v in passed.items() if k not in backend_kwargs},
+            **other.predicted_config_kwargs(backend_settings(cfg))}
 
 
 def effective_record(cfg: PipelineConfig, backend_name: str, args: Any, passed: dict[str, Any],
@@ -142,7 +144,7 @@ def predicted_changes(cfg: PipelineConfig, backend_name: str, decided: dict[str,
     """`grpo train --check`: the lines `grpo train` will print, from the run's decided kwargs before any load
     (`decided` holds the backend's model-free kwargs, pipeline/trainer/build.py check_grpo_config)."""
     backend = load_backend(backend_name)
-    backend_kwargs = backend.predicted_config_kwargs(cfg)
+    backend_kwargs = backend.predicted_config_kwargs(backend_settings(cfg))
     passed = {**trl_training_args(cfg), **decided, **backend_kwargs}
     changes = backend_changes(backend_name, passed, backend_kwargs, trl_training_args(cfg), trl_defaults())
     return [changes[name].line() for name in sorted(changes)]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipeline.backends.settings import backend_settings
 from cases import (VLLM_GPU_MEMORY_UTILIZATION, VLLM_LABEL, Recorder, VllmCalls, base_mapping, free_memory, has_cuda,
                    make_config, model_path, peak_gib, run_params, skip_reason)
 
@@ -132,7 +133,8 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     cfg = make_config(values)
     validate(cfg)
     backend = load_backend(values["backend"])
-    backend.prepare_environment(cfg)  # `import unsloth` before anything imports trl/transformers/peft
+    # `import unsloth` before anything imports trl/transformers/peft
+    backend.prepare_environment(backend_settings(cfg))
     from pipeline.data.prepare import prepare_dataset
     from pipeline.data.tokenizer import load_tokenizer
     from pipeline.trainer.build import build_trainer
@@ -144,9 +146,10 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     # Memory still held from an earlier case would count in this one's peak: record it to see a leak.
     held_before = round(torch.cuda.memory_allocated() / 2**30, 3) if cuda else None
     with VllmCalls() if vllm else contextlib.nullcontext() as calls:  # the engine is built by load_for_training
-        model, tokenizer = backend.load_for_training(cfg)
+        model, tokenizer = backend.load_for_training(backend_settings(cfg))
         load_peak = peak_gib()
-        trainer, _ = build_trainer(cfg, backend, model, tokenizer, prepared, backend.peft_config(cfg), out)
+        trainer, _ = build_trainer(cfg, backend, model, tokenizer, prepared,
+                                   backend.peft_config(backend_settings(cfg)), out)
         forced = force_full_length(trainer, length) + (["vllm_sampling_params.min_tokens"] if vllm else [])
         timer = _step_timer()
         trainer.add_callback(timer)

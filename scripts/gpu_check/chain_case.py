@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from pipeline.backends.settings import backend_settings
 from cases import (
     CHAIN_SUBSTEPS,
     GENERATE_PROMPT,
@@ -245,7 +246,8 @@ def run_vllm_substep(model: str, precision: str, substep: str, args: argparse.Na
     if substep != "train" and not lora.is_dir():
         rec.skip(f"{case}/{substep}", f"train did not finish: {lora} is missing")
         return
-    load_backend("unsloth").prepare_environment(make_config(values))  # `import unsloth` before vllm is imported
+    # `import unsloth` before vllm is imported
+    load_backend("unsloth").prepare_environment(backend_settings(make_config(values)))
     rec.run(f"{case}/{substep}", actions[substep])
 
 
