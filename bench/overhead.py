@@ -35,7 +35,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from pipeline.backends.settings import backend_settings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -117,6 +116,7 @@ def run_bare(cfg, prepared, callbacks=()) -> SideRun:
     import trl
 
     from pipeline.backends import plain
+    from pipeline.backends.settings import backend_settings
     from pipeline.trainer.agents import resolve_agents
     from pipeline.trainer.build import grpo_training_args
     from rewards import check_reward_weights, get_reward_funcs
@@ -138,6 +138,7 @@ def run_bare(cfg, prepared, callbacks=()) -> SideRun:
 
 def run_pipeline(cfg, prepared, callbacks=()) -> SideRun:
     from pipeline.backends import plain
+    from pipeline.backends.settings import backend_settings
     from pipeline.trainer.build import build_trainer
 
     model, tokenizer = plain.load_for_training(backend_settings(cfg))

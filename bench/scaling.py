@@ -33,7 +33,6 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from pipeline.backends.settings import backend_settings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -98,6 +97,7 @@ def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict
     import pipeline.trainer.build as train_module
     from bench.overhead import bench_config, prepare
     from pipeline.backends import plain
+    from pipeline.backends.settings import backend_settings
 
     cfg = bench_config(steps, num_generations=generations, per_device_train_batch_size=prompts * generations,
                        max_completion_length=str(length), max_seq_length=128 + length)

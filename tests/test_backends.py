@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends.settings import backend_settings
 from pipeline.backends import Backend, Generator, plain
 from pipeline.backends import unsloth as unsloth_backend
 from pipeline.backends import unsloth_infer
+from pipeline.backends.settings import backend_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,8 +12,8 @@ import itertools
 import pytest
 
 import tests.fake_unsloth as fake_unsloth
-from pipeline.backends.settings import backend_settings
 from pipeline.backends import plain
+from pipeline.backends.settings import backend_settings
 from pipeline.backends.unsloth_config import UNSLOTH_GRPO_DEFAULTS, config_rewrites
 from pipeline.config import PipelineConfig
 from pipeline.trainer.effective import (

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends.settings import backend_settings
 from pipeline.backends import plain
+from pipeline.backends.settings import backend_settings
 from pipeline.data.prepare import prepare_dataset
 from pipeline.trainer.build import ModelCard, build_trainer, is_hub_id
 from tests.train_helpers import demo_config

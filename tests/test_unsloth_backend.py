@@ -16,8 +16,8 @@ import textwrap
 
 import pytest
 
-from pipeline.backends.settings import backend_settings
 from pipeline.backends import unsloth as backend
+from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError
 from tests.unsloth_helpers import IMPORT_ORDER_WARNINGS, ROOT, STANDBY, make_cfg, only_call
 from tests.unsloth_helpers import fake  # noqa: F401 (a fixture the tests take)

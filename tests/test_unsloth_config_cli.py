@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from env import probes
-from pipeline.backends.settings import backend_settings
 from pipeline import backends
 from pipeline.backends import BackendChoice, gpu_settings, refuse_gpu_recipe_without_cuda
+from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError, PipelineConfig, parse_config, validate
 
 ROOT = Path(__file__).resolve().parents[1]

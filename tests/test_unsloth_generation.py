@@ -11,8 +11,8 @@ import pytest
 import tests.fake_unsloth as fake_unsloth
 from env.adapters import verify_adapter_dir
 from env.paths import atomic_directory
-from pipeline.backends.settings import backend_settings
 from pipeline.backends import unsloth as backend
+from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError
 from tests.unsloth_helpers import IMPORT_ORDER_WARNINGS, STANDBY, make_cfg, only_call, train_and_save_adapter
 from tests.unsloth_helpers import fake  # noqa: F401 (a fixture the tests take)

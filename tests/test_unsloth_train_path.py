@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import tests.fake_unsloth as fake_unsloth
-from pipeline.backends.settings import backend_settings
 from pipeline.backends import BackendChoice, gpu_settings
 from pipeline.backends import unsloth_setup
+from pipeline.backends.settings import backend_settings
 from pipeline.config import PipelineConfig
 from pipeline.train import run_training
 

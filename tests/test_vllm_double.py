@@ -20,7 +20,6 @@ import pytest
 
 import tests.fake_vllm as fake
 from tests.fake_signatures import LORA_REQUEST_FIELDS
-from pipeline.backends.settings import backend_settings
 from tests.vllm_helpers import REAL_VLLM
 
 pytestmark = REAL_VLLM
@@ -140,6 +139,7 @@ def test_a_lora_request_naming_a_saved_adapter_changes_the_scores_on_both(engine
     from vllm.lora.request import LoRARequest
 
     from pipeline.backends import plain, score_with_vllm
+    from pipeline.backends.settings import backend_settings
     from train_helpers import demo_config
 
     cfg = demo_config(tmp_path, model_name_or_path="tiny-demo-vllm")

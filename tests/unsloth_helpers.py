@@ -10,10 +10,10 @@ import pytest
 import tests.fake_unsloth as fake_unsloth
 from env.adapters import verify_adapter_dir
 from env.paths import atomic_directory
-from pipeline.backends.settings import backend_settings
 from pipeline.backends import gpu_settings
 from pipeline.backends import unsloth as backend
 from pipeline.backends import unsloth_setup
+from pipeline.backends.settings import backend_settings
 from pipeline.config import PipelineConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.backends.settings import backend_settings
 from cases import (VLLM_GPU_MEMORY_UTILIZATION, VLLM_LABEL, Recorder, VllmCalls, base_mapping, free_memory, has_cuda,
                    make_config, model_path, peak_gib, run_params, skip_reason)
 
@@ -122,6 +121,7 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     import torch
 
     from pipeline.backends import load_backend
+    from pipeline.backends.settings import backend_settings
     from pipeline.config import validate
 
     params = run_params(args.dry_run)

@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.backends.settings import backend_settings
 from cases import (
     CHAIN_SUBSTEPS,
     GENERATE_PROMPT,
@@ -182,6 +181,7 @@ def run_vllm_substep(model: str, precision: str, substep: str, args: argparse.Na
     """One sub-step of the Unsloth chain with fast_inference: true (VLLM_CHAIN_SUBSTEPS), in a process of its own;
     each reads what the earlier ones left in the run folder."""
     from pipeline.backends import BackendChoice, load_backend
+    from pipeline.backends.settings import backend_settings
 
     params = run_params(args.dry_run)
     case = f"chain/{VLLM_LABEL}/{model}/{precision}"
