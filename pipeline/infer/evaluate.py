@@ -11,6 +11,7 @@ function on a saved adapter (or the base model), so the two can be compared dire
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -32,7 +33,8 @@ from pipeline.infer.tool_loop import env_rewards, run_for_config, tool_stats
 from pipeline.preflight import reward_kwargs_outside_training
 from pipeline.trainer.agents import Agents
 from env.kept import file_sha256, record, reusable, state_key, versions
-from rewards import correctness_reward_func, extract_xml_answer, strict_format_reward_func
+from rewards import check_reward_names, correctness_reward_func, extract_xml_answer, strict_format_reward_func
+from rewards.registry import is_builtin_reward
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
 
@@ -193,12 +195,13 @@ def format_table(result: dict[str, Any], title: str) -> str:
 
 def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, split: Optional[str] = None,
                    output: Optional[str] = None, args: Optional[argparse.Namespace] = None,
-                   **options: Any) -> dict[str, Any]:
+                   reward_funcs: Optional[list[str]] = None, **options: Any) -> dict[str, Any]:
     """Evaluate a saved LoRA (lora=DIR) or the base model (base=True, model=... or run=...) and write eval.json.
 
     `data` is a YAML recipe (its eval set: eval_dataset_name, else eval_split of dataset_name), or a data
     file, folder or dataset name (used as eval_dataset_name: a single file whole, else its eval_split); by
-    default the --config recipe. `limit` defaults to the recipe's eval_limit. Returns the result dict (with
+    default the --config recipe. `limit` defaults to the recipe's eval_limit. `reward_funcs`: --reward_funcs
+    (`eval_reward_names`). Returns the result dict (with
     `eval_json` = where it was written). Bad input raises (ConfigError naming the option, AdapterError, ...)
     before anything loads.
     """
@@ -213,6 +216,11 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     if args.base and not (output or args.run):  # refused before the model loads
         raise ConfigError("output", "--base without --run: pass --output FILE for the results (or --run RUN_DIR "
                           "to keep them in that run folder as eval_base.json)")
+    if reward_funcs is not None:
+        try:
+            check_reward_names(reward_funcs)
+        except ValueError as err:
+            raise ConfigError("reward_funcs", f"--reward_funcs: {err}") from None
     setup = open_inference(args)
     out = _eval_json_path(setup, output, args.run)
     # What is there before the evaluation runs is all its write may replace (env.paths.publish).
@@ -228,8 +236,10 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
         cfg = setup.config.replace(eval_dataset_name=str(data_path))
     eval_split = split or cfg.eval.eval_split
     trained = (setup.manifest or {}).get("config") or {}
-    if trained.get("reward_funcs"):  # scored with the rewards the adapter trained with, not a recipe's defaults
-        cfg = cfg.replace(reward_funcs=trained["reward_funcs"], reward_weights=None)
+    if reward_funcs or trained.get("reward_funcs"):  # the rewards it trained with, not a recipe's defaults
+        yours = [*(cfg.grpo.reward_funcs if is_recipe else ()), *_recipe_rewards(args.config, data_path)]
+        cfg = cfg.replace(reward_funcs=eval_reward_names(trained.get("reward_funcs") or [], yours, reward_funcs),
+                          reward_weights=None)
     cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
     # The data report goes beside the results (a folder the options name), never to the recipe's output_dir,
     # which a relative or default one would put under whatever folder the command was run from.
@@ -242,6 +252,37 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
                   data=str(data_path), split=eval_split, eval_json=str(out), eval_set=rows.line())
     atomic_write_json(out, result, seen=seen)
     return result
+
+
+def eval_reward_names(recorded: list[str], yours: list[str], given: Optional[list[str]]) -> list[str]:
+    """What `grpo eval` scores a trained adapter with: `given` (--reward_funcs) when given; else the rewards it
+    trained with (`recorded`, from its record), but a custom one (a `module:function`, not a built-in name) only
+    when your own recipe names it too (`yours`: --config's / --data's reward_funcs). A file you did not write does
+    not decide what code is imported (docs/security.md): what is left out is said, with the option that includes
+    it; with no reward left, the built-in correctness.
+
+    >>> eval_reward_names(["correctness", "mine:score"], ["mine:score"], None)
+    ['correctness', 'mine:score']
+    >>> eval_reward_names(["correctness"], [], ["correctness", "mine:score"])
+    ['correctness', 'mine:score']
+    """
+    if given is not None:
+        return list(given)
+    left_out = [name for name in recorded if not is_builtin_reward(name) and name not in yours]
+    kept = [name for name in recorded if name not in left_out] or ["correctness"]
+    if left_out:
+        print(f"note: the adapter's record names rewards that are someone's code ({', '.join(left_out)}); a file you "
+              f"did not write does not decide what code runs, so they are left out and eval scores with "
+              f"{', '.join(kept)}. To score with them, pass `{shell_command('--reward_funcs', *recorded)}`.",
+              file=sys.stderr)
+    return kept
+
+
+def _recipe_rewards(recipe_path: Optional[str], data_path: Path) -> list[str]:
+    """The reward names of --config's recipe (yours), unless it is --data's, read already."""
+    if not recipe_path or absolute_path(recipe_path) == data_path:
+        return []
+    return list(parse_config(["--config", str(recipe_path)]).grpo.reward_funcs)
 
 
 def _eval_json_path(setup, output: Optional[str], run: Optional[str]) -> Path:
@@ -268,10 +309,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--output", default=None,
                         help="where to write the results (default: eval.json in the adapter's run folder; "
                              "eval_base.json in --run's folder for --base)")
+    parser.add_argument("--reward_funcs", nargs="+", default=None, metavar="NAME",
+                        help="the rewards to score with: built-in names and your own module:function (default: "
+                             "those the adapter trained with; a module:function its record names is imported only "
+                             "when you name it here or in your --config / --data recipe)")
     args = parser.parse_args(argv)
     note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
     check_command_paths("eval", vars(args))  # every path option, before anything is read or loaded
-    result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args)
+    result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args,
+                            reward_funcs=args.reward_funcs)
     title = f"eval: {'LoRA ' + result['adapter'] if result['adapter'] else 'base model ' + result['model']}"
     print(result["eval_set"])
     print(format_table(result, title))
