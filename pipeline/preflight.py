@@ -30,7 +30,7 @@ from env.path_check import PathError, expand, nearest_existing
 from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
-from pipeline.config import ConfigError, PipelineConfig, resolve_optim, trl_training_args, validate
+from pipeline.config import ConfigError, PipelineConfig, resolve_optim, role_values, trl_training_args, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
 from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
@@ -50,7 +50,7 @@ from pipeline.run.checkpoints import (
 )
 from pipeline.data.lora_targets import check_lora_targets
 from pipeline.run.checkpoint_contents import contents_problem
-from pipeline.run.decisions import RunDecisions, reward_specs, run_decisions
+from pipeline.run.decisions import EvalKey, RunDecisions, reward_specs, run_decisions
 from pipeline.run.nodes import check_nodes
 from pipeline.run.resume import data_mismatch, resume_mismatch
 from pipeline.trainer.agent_check import check_agents
@@ -352,8 +352,14 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     if all(c.ok for c in results):
         resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
         results.decisions = run_decisions(resolved, load_backend(resolved.name), reward_specs(
-            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg))
+            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg),
+            eval_key(cfg))
     return results
+
+
+def eval_key(cfg: PipelineConfig) -> EvalKey:
+    """What an evaluation's kept result depends on in the recipe, by the fields' roles (run/decisions.py EvalKey)."""
+    return EvalKey(role_values(cfg, "eval_input"), role_values(cfg, "eval_start"))
 
 
 def as_json(results: list[Check]) -> dict[str, Any]:

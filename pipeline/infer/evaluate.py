@@ -19,7 +19,7 @@ from env.locations import absolute_path, snapshot
 from env.path_check import check_command_paths
 from env.paths import atomic_write_json, shell_command
 from pipeline.backends import Completion
-from pipeline.config import ConfigError, PipelineConfig, parse_config, role_values
+from pipeline.config import ConfigError, PipelineConfig, parse_config
 from pipeline.data.cache import model_identity, tokenizer_identity
 from pipeline.data.prepare import answer_reader_version
 from pipeline.data.prompts import render_prompts
@@ -29,8 +29,10 @@ from pipeline.health import metrics
 from pipeline.health.metrics import is_garbled
 from pipeline.infer.scoring import Scorer, build_scorer, score_with
 from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
-from pipeline.infer.tool_loop import env_rewards, run_for_config, tool_stats
+# loop_settings: also train.py's, called through this module as its evaluate_rows is (looked up at the call)
+from pipeline.infer.tool_loop import LoopSettings, env_rewards, loop_settings, run_as_trained, tool_stats  # noqa: F401
 from pipeline.preflight import reward_kwargs_outside_training
+from pipeline.run.decisions import EvalKey
 from pipeline.trainer.agents import Agents
 from env.kept import file_sha256, record, reusable, state_key, versions
 from rewards import check_reward_names, correctness_reward_func, extract_xml_answer, strict_format_reward_func
@@ -67,15 +69,15 @@ def eval_scorer(cfg: PipelineConfig, tokenizer) -> Scorer:
 
 def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scorer, max_tokens: int,
                   temperature: float = 0.0, top_p: float = 1.0, agents: Optional[Agents] = None,
-                  cfg: Optional[PipelineConfig] = None) -> dict[str, Any]:  # as EVAL_SAMPLING
+                  loop: Optional[LoopSettings] = None) -> dict[str, Any]:  # as EVAL_SAMPLING
     """Generate for every row and aggregate. Greedy (temperature 0) by default, so runs are comparable. Accuracy is
     the share the run's correctness scores as right (`eval_scorer`); the run's rewards' means are beside it. With
-    `agents` using tools (and the run's `cfg`), each row is answered through the tool loop (tool_loop.py) and its
-    final answer scored; an environment's get_reward is a reward beside the others, as in training; `tools` holds
-    TRL's tool metrics and `tool_calls` each row's calls by row id."""
+    `agents` using tools (and `loop`, the run's tool loop settings), each row is answered through the tool loop
+    (tool_loop.py) and its final answer scored; an environment's get_reward is a reward beside the others, as in
+    training; `tools` holds TRL's tool metrics and `tool_calls` each row's calls by row id."""
     rollouts = None
     if agents is not None and agents.uses_tools:
-        rollouts = run_for_config(cfg, generator, tokenizer, agents, [row["prompt"] for row in rows],
+        rollouts = run_as_trained(loop, generator, tokenizer, agents, [row["prompt"] for row in rows],
                                   [{**row.get("columns", {}), "prompt": row["prompt"]} for row in rows], max_tokens,
                                   temperature=temperature, top_p=top_p)
         completions = [r.completion for r in rollouts]
@@ -118,13 +120,14 @@ EVAL_BEFORE_NAME = "eval_before.json"
 EVAL_SAMPLING = {"temperature": 0.0, "top_p": 1.0}
 
 
-def eval_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[dict[str, Any]],
+def eval_inputs(key: EvalKey, backend_name: str, tokenizer, rows: list[dict[str, Any]],
                 max_tokens: int) -> dict[str, Any]:
     """What an evaluation's numbers depend on besides the weights measured (env/kept.py): the fields declaring
-    eval_input (the base model's identity, how it is loaded, the rewards it is scored with), the backend, the
-    tokenizer, the eval rows' content (their ids, prompt messages and answers: so the eval file's content, its
-    columns, eval_limit and the system prompt), the generation settings, the scoring code and the library versions."""
-    inputs = role_values(cfg, "eval_input")
+    eval_input (`key.inputs`: the base model's identity, how it is loaded, the rewards it is scored with), the
+    backend, the tokenizer, the eval rows' content (their ids, prompt messages and answers: so the eval file's
+    content, its columns, eval_limit and the system prompt), the generation settings, the scoring code and the
+    library versions."""
+    inputs = key.inputs
     return {
         **inputs,
         "model": model_identity(**inputs["model"]),
@@ -138,13 +141,12 @@ def eval_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[di
     }
 
 
-def eval_before_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[dict[str, Any]],
+def eval_before_inputs(key: EvalKey, backend_name: str, tokenizer, rows: list[dict[str, Any]],
                        max_tokens: int, warmup: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """`eval_inputs` plus what the measured weights are: the fields declaring eval_start (the fresh LoRA's settings
-    and seed), and the format warm-up's own key (`warmup`: pipeline/trainer/warmup.py warmup_inputs) when one ran
-    first."""
-    return {**eval_inputs(cfg, backend_name, tokenizer, rows, max_tokens),
-            "start": {**role_values(cfg, "eval_start"), "warmup": warmup}}
+    """`eval_inputs` plus what the measured weights are: the fields declaring eval_start (`key.start`: the fresh
+    LoRA's settings and seed), and the format warm-up's own key (`warmup`: pipeline/trainer/warmup.py warmup_inputs)
+    when one ran first."""
+    return {**eval_inputs(key, backend_name, tokenizer, rows, max_tokens), "start": {**key.start, "warmup": warmup}}
 
 
 def load_eval_before(output_dir: Path, inputs: dict[str, Any], log=print) -> Optional[dict[str, Any]]:
@@ -247,7 +249,7 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
                           other_fix="in the recipe you pass as --config (or --data), or evaluate other --data")
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, eval_scorer(cfg, setup.tokenizer),
                            setup.max_tokens, temperature=setup.temperature, top_p=setup.top_p, agents=setup.agents,
-                           cfg=setup.config)
+                           loop=setup.loop)
     result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
                   data=str(data_path), split=eval_split, eval_json=str(out), eval_set=rows.line())
     atomic_write_json(out, result, seen=seen)
