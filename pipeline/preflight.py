@@ -31,7 +31,7 @@ from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
 from pipeline.backends.settings import BackendSettings, backend_settings
-from pipeline.config import ConfigError, PipelineConfig, resolve_optim, trl_training_args, validate
+from pipeline.config import ConfigError, PipelineConfig, resolve_optim, role_values, trl_training_args, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
 from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
@@ -41,6 +41,7 @@ from pipeline.data.prompts import completion_like
 from pipeline.data.report import accounting_line, prompt_line
 from pipeline.data.run_data import RunData, check_warmup, prepare_eval, prepare_train, without_a_held_out_set
 from pipeline.data.source_spec import DataFileError
+from pipeline.plan.estimate import workload
 from pipeline.plan.fit import memory_check
 from pipeline.run.checkpoints import (
     PREVIOUS_DIR,
@@ -50,7 +51,7 @@ from pipeline.run.checkpoints import (
 )
 from pipeline.data.lora_targets import check_lora_targets
 from pipeline.run.checkpoint_contents import contents_problem
-from pipeline.run.decisions import RunDecisions, reward_specs, run_decisions
+from pipeline.run.decisions import EvalKey, RunDecisions, reward_specs, run_decisions
 from pipeline.run.nodes import check_nodes
 from pipeline.run.resume import data_mismatch, resume_mismatch
 from pipeline.trainer.agent_check import check_agents
@@ -322,7 +323,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
                                             resolve_optim(cfg)[1])),
         ("gpu", lambda: check_gpu(settings, choice)),
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
-        ("memory", lambda: memory_check(cfg)),  # the peak GPU memory against the GPU (pipeline/plan)
+        ("memory", lambda: memory_check(workload(cfg))),  # the peak GPU memory against the GPU (pipeline/plan)
         ("resume", lambda: check_resume(cfg)),
         *data_steps,  # then: the tokenizer, the prepared data, the rewards called on it
         ("lora", after_backend(lambda: check_lora_targets(cfg))),  # the architecture, no weights
@@ -354,8 +355,13 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
         results.decisions = run_decisions(resolved, load_backend(resolved.name), reward_specs(
             cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg),
-            settings)
+            settings, eval_key(cfg))
     return results
+
+
+def eval_key(cfg: PipelineConfig) -> EvalKey:
+    """What an evaluation's kept result depends on in the recipe, by the fields' roles (run/decisions.py EvalKey)."""
+    return EvalKey(role_values(cfg, "eval_input"), role_values(cfg, "eval_start"))
 
 
 def as_json(results: list[Check]) -> dict[str, Any]:

@@ -204,11 +204,11 @@ def _warm_up(run: Run) -> None:
 
 
 def _evaluate(run: Run, model) -> dict[str, Any]:
-    # Through its module, looked up at the call: tests stop or interrupt a run there.
-    evaluate, limit = pipeline.infer.evaluate, run.decisions.limits.max_completion_length
-    return evaluate.evaluate_rows(run.backend.training_generator(model, run.tokenizer, run.decisions.backend_settings),
-                                  run.tokenizer, run.eval_rows, evaluate.eval_scorer(run.cfg, run.tokenizer), limit,
-                                  agents=run.agents, cfg=run.cfg)
+    evaluate, limits = pipeline.infer.evaluate, run.decisions.limits  # looked up at the call: tests stop runs there
+    loop = evaluate.loop_settings(run.decisions.trainer_args, limits.max_seq_length)  # the tool loop, as trained
+    generator = run.backend.training_generator(model, run.tokenizer, run.decisions.backend_settings)
+    return evaluate.evaluate_rows(generator, run.tokenizer, run.eval_rows, evaluate.eval_scorer(run.cfg, run.tokenizer),
+                                  limits.max_completion_length, agents=run.agents, loop=loop)
 
 
 def _eval_before(run: Run) -> None:
@@ -218,7 +218,7 @@ def _eval_before(run: Run) -> None:
     # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on, when
     # every input it was measured from is the same (env/kept.py; the eval rows' content included).
     warmup = state_key(warmup_inputs(cfg, run.prepared)) if cfg.health.sft_warmup_steps > 0 else None
-    inputs = eval_before_inputs(cfg, run.choice.name, run.tokenizer, run.eval_rows,
+    inputs = eval_before_inputs(run.decisions.eval_key, run.choice.name, run.tokenizer, run.eval_rows,
                                 run.decisions.limits.max_completion_length, warmup)
     run.eval_before = load_eval_before(output_dir, inputs, log=_print) if cfg.grpo.resume != "never" else None
     if run.eval_before is not None:
@@ -232,11 +232,11 @@ def _eval_before(run: Run) -> None:
 def _train(run: Run) -> None:
     """The trainer, then training (resumable), with the rollback loop: a collapse with a healthy checkpoint
     before it resumes from there with a lower learning rate (on_collapse: rollback)."""
-    cfg, limits = run.cfg, run.decisions.limits
+    cfg, limits, key = run.cfg, run.decisions.limits, run.decisions.eval_key
     if cfg.eval.eval_steps and run.eval_rows and _is_main_process():
         from pipeline.infer.periodic_eval import build_periodic_eval  # lazy: imports transformers (torch)
 
-        inputs = eval_inputs(cfg, run.choice.name, run.tokenizer, run.eval_rows, limits.max_completion_length)
+        inputs = eval_inputs(key, run.choice.name, run.tokenizer, run.eval_rows, limits.max_completion_length)
         run.periodic_eval = build_periodic_eval(cfg.eval.eval_steps, lambda model: _evaluate(run, model), run.backend,
                                                 run.tokenizer, inputs, run.output_dir, run.manifest,
                                                 resume=run.resume_from is not None, log=_print)

@@ -112,6 +112,17 @@ def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
                      "package.module.function) for your own.")
 
 
+def is_builtin_reward(name: Any) -> bool:
+    """A name the registry answers without importing anyone's module: ours, the notebook's aliases, TRL's registry.
+    Anything else (`module:function`, a dotted path) names someone's code, which runs only when you name it.
+
+    >>> is_builtin_reward("correctness"), is_builtin_reward("accuracy_reward"), is_builtin_reward("my_rewards:score")
+    (True, True, False)
+    """
+    key = name.strip() if isinstance(name, str) else None
+    return key is not None and (key in REWARD_FUNCS or key in REWARD_ALIASES or key in trl_reward_names())
+
+
 def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
     """True when one of the rewards is the built-in correctness reward, by any name `resolve_reward` takes for it
     (registry name, function name, `rewards.correctness:correctness_reward_func`, the function itself): it scores

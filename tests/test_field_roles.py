@@ -16,6 +16,7 @@ from pipeline.config.field_help import _help
 from pipeline.config.trl_fields import BACKEND_DECIDED, RUN_OWNED, TRL_ROLES
 from pipeline.data.prepare import data_fields, prepare_dataset
 from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_eval_before
+from pipeline.preflight import eval_key
 from pipeline.run.resume import (APPLIED_SETTINGS, RESTORED_SETTINGS, SHAPE_NAME, WEIGHT_SHAPING_FIELDS,
                                  checkpoint_record, resume_changes, resume_mismatch)
 from pipeline.trainer.warmup import warmup_inputs
@@ -99,10 +100,11 @@ def test_a_made_up_eval_input_is_part_of_eval_befores_reuse_key(option, where, t
     cfg, tokenizer = made_up(make_cfg(tmp_path)), build_demo_tokenizer()
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    save_eval_before(run_dir, eval_before_inputs(cfg, "plain", tokenizer, [], 16), {"accuracy": 0.5})
+    save_eval_before(run_dir, eval_before_inputs(eval_key(cfg), "plain", tokenizer, [], 16), {"accuracy": 0.5})
     said = []
-    assert load_eval_before(run_dir, eval_before_inputs(cfg, "plain", tokenizer, [], 16), said.append) is not None
-    changed = eval_before_inputs(made_up(cfg, **{option: 1}), "plain", tokenizer, [], 16)
+    assert load_eval_before(run_dir, eval_before_inputs(eval_key(cfg), "plain", tokenizer, [], 16),
+                            said.append) is not None
+    changed = eval_before_inputs(eval_key(made_up(cfg, **{option: 1})), "plain", tokenizer, [], 16)
     assert load_eval_before(run_dir, changed, said.append) is None and f"({where} changed" in said[0]
 
 

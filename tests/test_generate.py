@@ -190,7 +190,8 @@ def test_export_refusals(trained_run, tmp_path, capsys):
 
 def test_eval_writes_eval_json_with_fields(trained_run, tmp_path, capsys):
     recipe = tmp_path / "eval.yaml"
-    recipe.write_text("model_name_or_path: tiny-demo\ndataset_name: demo-arithmetic\neval_split: test\n")
+    recipe.write_text("model_name_or_path: tiny-demo\ndataset_name: demo-arithmetic\neval_split: test\n"
+                      "reward_funcs: [correctness, train_helpers:digit_share_reward]\n")  # yours: it may run
     out = tmp_path / "eval.json"
     assert evaluate.main(["--lora", str(trained_run / "lora"), "--data", str(recipe), "--limit", "6",
                           "--output", str(out)]) == 0
@@ -206,6 +207,33 @@ def test_eval_writes_eval_json_with_fields(trained_run, tmp_path, capsys):
     table = capsys.readouterr().out
     assert "accuracy" in table and "format rate" in table and str(out) in table
     assert "accuracy scored by      correctness_reward_func" in table and "eval set: 6 problems" in table
+
+
+def test_eval_imports_a_reward_the_adapter_records_only_when_you_name_it(trained_run, tmp_path, monkeypatch, capsys):
+    """A shared adapter's record does not decide what code `grpo eval` imports: a custom reward it names runs only
+    when your --reward_funcs or your recipe names it; else the built-ins score, and a note says what to pass."""
+    import sys
+
+    shared = tmp_path / "shared" / "lora"
+    shutil.copytree(trained_run / "lora", shared)  # no manifest.json beside it: its grpo_adapter.json speaks
+    record = json.loads((shared / "grpo_adapter.json").read_text())
+    record["config"]["reward_funcs"] = ["correctness", "planted:score"]
+    (shared / "grpo_adapter.json").write_text(json.dumps(record))
+    marker = tmp_path / "imported"
+    (tmp_path / "planted.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+                                         "def score(completions, **kwargs):\n    return [0.5] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "eval.json"
+    command = ["--lora", str(shared), "--data", "demo-arithmetic", "--limit", "2", "--output", str(out)]
+    assert evaluate.main(command) == 0
+    said = capsys.readouterr().err
+    assert not marker.exists() and "planted" not in sys.modules
+    assert "(planted:score)" in said and "pass `--reward_funcs correctness planted:score`" in said
+    assert set(json.loads(out.read_text())["rewards"]) == {"correctness_reward_func"}
+    assert evaluate.main([*command, "--reward_funcs", "correctness", "planted:score"]) == 0
+    assert marker.read_text() == "ran" and "planted:score" not in capsys.readouterr().err
+    rewards = json.loads(out.read_text())["rewards"]
+    assert set(rewards) == {"correctness_reward_func", "score"} and rewards["score"] == 0.5
 
 
 def test_adapter_copied_away_from_its_run_generates_as_trained(trained_run, tmp_path, capsys):

@@ -20,6 +20,7 @@ from pipeline.data.source_spec import source_spec
 from pipeline.data.sources import resolve_source
 from pipeline.demo.model import BUILD_NAME, build_demo_tokenizer, build_inputs, demo_model_dir
 from pipeline.infer.evaluate import EVAL_BEFORE_NAME, eval_before_inputs, load_eval_before, save_eval_before
+from pipeline.preflight import eval_key
 from pipeline.run.checkpoints import PREVIOUS_DIR
 from pipeline.run.resume import (
     APPLIED_SETTINGS,
@@ -155,7 +156,8 @@ def _apply(change, setup, tmp_path, monkeypatch):
 
 
 def _eval_before_inputs(s):
-    return eval_before_inputs(s["cfg"], s["backend_name"], s["tokenizer"], s["rows"], s["max_tokens"], s["warmup"])
+    return eval_before_inputs(eval_key(s["cfg"]), s["backend_name"], s["tokenizer"], s["rows"], s["max_tokens"],
+                              s["warmup"])
 
 
 def test_every_eval_input_has_a_row_in_the_table(eval_setup):
@@ -192,7 +194,7 @@ def test_a_kept_best_adapter_is_compared_only_when_measured_the_same_way_else_se
     from pipeline.infer.evaluate import eval_inputs
 
     def inputs(s):
-        return eval_inputs(s["cfg"], s["backend_name"], s["tokenizer"], s["rows"], s["max_tokens"])
+        return eval_inputs(eval_key(s["cfg"]), s["backend_name"], s["tokenizer"], s["rows"], s["max_tokens"])
 
     run_dir = tmp_path / "run"
     best_dir = run_dir / BEST_DIR

@@ -39,6 +39,19 @@ def test_the_check_hands_the_run_one_frozen_record_of_its_decisions(tmp_path):
         decisions.trainer_args["learning_rate"] = 1.0
 
 
+def test_the_eval_key_holds_the_recipes_eval_inputs_and_start_by_role(tmp_path):
+    """What an evaluation's kept result depends on (run/decisions.py EvalKey, built once by the check: eval_key)."""
+    from pipeline.config import role_values
+    from pipeline.preflight import eval_key
+
+    cfg = demo_config(tmp_path / "run", lora_r=4)
+    key = eval_key(cfg)
+    assert key.inputs == role_values(cfg, "eval_input") and key.start == role_values(cfg, "eval_start")
+    other = eval_key(cfg.replace(lora_r=8))  # the fresh LoRA's rank: where eval before starts, not how it is scored
+    assert other.inputs == key.inputs and other.start != key.start
+    assert eval_key(cfg.replace(reward_funcs=["correctness"])).inputs != key.inputs
+
+
 def test_a_check_that_fails_hands_on_no_decisions(tmp_path):
     checks = run_checks(demo_config(tmp_path / "run", reward_funcs=["no_such_reward"]), stop_at_first=False)
     assert not all(c.ok for c in checks) and checks.decisions is None

@@ -204,29 +204,42 @@ def test_generate_and_eval_run_the_tools_you_name_never_the_adapters_record_alon
     assert json.loads((tmp_path / "eval.json").read_text())["tools"] == result["tools"]
 
 
+def test_the_tool_loop_settings_are_the_recipes_trl_options_and_its_context():
+    from pipeline.config import from_mapping
+    from pipeline.infer.tool_loop import LoopSettings, loop_settings
+
+    cfg = from_mapping({"max_seq_length": 1024, "max_tool_calling_iterations": 3,
+                        "chat_template_kwargs": {"enable_thinking": False}})
+    assert loop_settings(cfg.trl, cfg.model.max_seq_length) == LoopSettings(3, 1024, {"enable_thinking": False})
+    assert loop_settings(from_mapping({}).trl, 512) == LoopSettings(None, 512, None)
+
+
 def test_an_adapter_with_modules_trained_in_full_is_not_handed_to_vllm(tmp_path, capsys):
     from pipeline.infer.session import _servable, verify_trained_dir
 
     lora = tiny_adapter(tmp_path / "run" / "lora", modules_to_save=["lm_head"])
     cfg = tiny_qwen_config(tmp_path, vllm_mode="colocate")
-    assert _servable(cfg, verify_trained_dir(lora)).model.vllm_mode == "none"
+    assert cfg.replace(vllm_mode=_servable(cfg.model.vllm_mode,
+                                           verify_trained_dir(lora))).model.vllm_mode == "none"
     said = capsys.readouterr().err
     assert "trains modules in full (lm_head)" in said and "transformers + peft, not vLLM" in said
-    assert _servable(cfg, None).model.vllm_mode == "colocate"  # the base model, or LoRA matrices alone (doctest)
+    # the base model, or LoRA matrices alone (doctest)
+    assert cfg.replace(vllm_mode=_servable(cfg.model.vllm_mode, None)).model.vllm_mode == "colocate"
 
 
 def test_export_refuses_a_template_that_no_longer_renders_the_tools_it_trained_with(tmp_path):
     """`grpo export` runs this on what it wrote (tests/test_agents.py exports a tool run and it passes)."""
     from pipeline.config import from_mapping
     from pipeline.infer.export import check_tool_support
+    from pipeline.trainer.agents import agent_names
 
     broken = tmp_path / "broken"
     tokenizer = load_qwen_tokenizer()
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # drops the tools
     tokenizer.save_pretrained(str(broken))
     with pytest.raises(RuntimeError, match="no longer renders tools"):
-        check_tool_support(broken, from_mapping({"tools": ["agent_helpers:add"]}), "merged16")
-    check_tool_support(broken, from_mapping({}), "merged16")  # trained without tools: nothing to keep
+        check_tool_support(broken, agent_names(from_mapping({"tools": ["agent_helpers:add"]})), "merged16")
+    check_tool_support(broken, agent_names(from_mapping({})), "merged16")  # trained without tools: nothing to keep
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from rich.console import Console, Group
@@ -49,7 +50,7 @@ from pipeline.errors import fit_to_command, note_command_options, note_run_folde
 from pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
 from pipeline.infer.evaluate import score_completions
 from pipeline.preflight import reward_kwargs_outside_training, run_checks
-from pipeline.infer.tool_loop import describe, env_rewards, run_for_config, tool_stats
+from pipeline.infer.tool_loop import LoopSettings, describe, env_rewards, loop_settings, run_as_trained, tool_stats
 from pipeline.trainer.agents import Agents, agent_names, resolve_agents
 from pipeline.trainer.warmup import run_format_warmup
 from rewards import check_reward_weights, get_reward_funcs
@@ -92,10 +93,11 @@ def reward_table(names: list[str], scores: list[list[Optional[float]]], weights:
     return table
 
 
-def verdicts(table: dict[str, dict[str, Any]], cfg: PipelineConfig, clipped_share: float,
-             after_warmup: bool) -> list[str]:
-    """A line per reward that varies, the cause and fix for those that are flat, then the overall verdict."""
-    g, threshold = cfg.grpo, cfg.health.flat_reward_threshold
+def verdicts(table: dict[str, dict[str, Any]], sampling: Sampling, clipped_share: float, after_warmup: bool,
+             threshold: float, sft_warmup_steps: int) -> list[str]:
+    """A line per reward that varies, the cause and fix for those that are flat, then the overall verdict
+    (`threshold`: flat_reward_threshold; `sft_warmup_steps`: the format warm-up `grpo train` runs first)."""
+    g = sampling
     rewards = {name: row for name, row in table.items() if name != "total"}
     lines, flat = [], {}
     for name, row in rewards.items():
@@ -114,10 +116,10 @@ def verdicts(table: dict[str, dict[str, Any]], cfg: PipelineConfig, clipped_shar
                                   num_generations=g.num_generations, clipped_share=clipped_share)
     else:
         lines += flat_reward_causes(flat, temperature=g.temperature, clipped_share=clipped_share)
-    if (cfg.health.sft_warmup_steps > 0 and not after_warmup
+    if (sft_warmup_steps > 0 and not after_warmup
             and any(name in FORMAT_REWARD_NAMES and mean == 0 for name, mean in flat.items())):
         lines.append(f"note: this scored the model BEFORE the format warm-up (sft_warmup_steps: "
-                     f"{cfg.health.sft_warmup_steps}) that `grpo train` runs first, so a format reward of 0 is "
+                     f"{sft_warmup_steps}) that `grpo train` runs first, so a format reward of 0 is "
                      "expected here; rerun with --after-warmup to score the model GRPO starts from")
     if share >= threshold:
         lines.append(f"verdict: NO LEARNING SIGNAL: {share:.0%} of the groups have no spread in the total reward "
@@ -128,6 +130,23 @@ def verdicts(table: dict[str, dict[str, Any]], cfg: PipelineConfig, clipped_shar
     return lines
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """The rollout settings the dry run samples with and judges by, as the recipe sets them for TRL's rollouts."""
+
+    num_generations: int
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: Optional[float]
+    seed: int
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The generator's sampling keywords."""
+        return dict(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p)
+
+
 def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup: bool = False,
             log=print) -> dict[str, Any]:
     """Sample, score and judge (see the module docstring); returns what reward_dry_run.json holds."""
@@ -135,39 +154,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     # What the dry-run file was at the start is all its write may replace (env.paths.publish).
     seen = snapshot(absolute_path(cfg.grpo.output_dir) / DRY_RUN_NAME,
                     fix="Another run wrote it meanwhile; run the dry run again when it is done.")
-    cfg, backend_name, backend = _checked_backend(cfg, log)
-    agents = resolve_agents(cfg) if agent_names(cfg) else Agents()
-    if agents.rollout_func is not None:
-        log(f"note: rollout_func {cfg.grpo.rollout_func} needs the trainer (its second argument); the dry run "
-            "samples with the backend's generator instead")
-    funcs = get_reward_funcs(list(cfg.grpo.reward_funcs))
-    weights = check_reward_weights(list(cfg.grpo.reward_funcs), cfg.grpo.reward_weights)
-    output_dir = absolute_path(cfg.grpo.output_dir)
-    note_run_folder(output_dir)  # a crash logs into its logs/; a full disk there names output_dir
-    output_dir.mkdir(parents=True, exist_ok=True)
-
-    rows, max_tokens, tokenizer, generator = _prompts_and_generator(cfg, backend, n_prompts, after_warmup, output_dir)
-    texts, chat_prompts, columns, rollouts = _sample(cfg, rows, tokenizer, generator, max_tokens, log, agents)
-    # As TRL calls rewards (rewards/trl_source.py): the columns it passes, completion_ids, the trainer's objects
-    kwargs = reward_kwargs_outside_training(cfg, tokenizer, columns, [str(text) for text in texts])
-    if rollouts and agents.environments:  # TRL hands the rewards each rollout's environment
-        kwargs["environments"] = [r.instance for r in rollouts]
-    scores = _score(funcs, texts, chat_prompts, kwargs, cfg.grpo.reward_timeout, rollouts)
-    extra = env_rewards(agents, rollouts or [])  # an environment's get_reward: a reward of weight 1, as in TRL
-    names = [*(func.__name__ for func in funcs), *extra]
-    table = reward_table(names, [*scores, *extra.values()], [*weights, *[1.0] * len(extra)], cfg.grpo.num_generations)
-    result = _result(cfg, backend_name, after_warmup, rows, texts, columns, table, max_tokens)
-    if rollouts is not None:
-        result["rollouts"] = _rollout_samples(rollouts, names, [*scores, *extra.values()], cfg.grpo.num_generations)
-        result["tools"] = tool_stats(rollouts)
-    result["verdicts"] = verdicts(table, cfg, result["clipped_share"], after_warmup)
-    result["wall_time_s"] = round(time.time() - start, 1)
-    result["path"] = str(atomic_write_json(seen.path, result, seen=seen))
-    return result
-
-
-def _checked_backend(cfg: PipelineConfig, log) -> tuple[PipelineConfig, str, Any]:
-    """The backend as `grpo train` picks it, after the same pre-load checks; its environment prepared."""
+    # The backend as `grpo train` picks it, after the same pre-load checks; its environment prepared.
     choice = choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)
@@ -175,45 +162,72 @@ def _checked_backend(cfg: PipelineConfig, log) -> tuple[PipelineConfig, str, Any
     backend = load_backend(choice.name)
     backend.prepare_environment(backend_settings(cfg))
     log(f"backend: {choice.name} ({choice.reason})")
-    return cfg, choice.name, backend
+    agents = resolve_agents(cfg) if agent_names(cfg) else Agents()
+    if agents.rollout_func is not None:
+        log(f"note: rollout_func {cfg.grpo.rollout_func} needs the trainer (its second argument); the dry run "
+            "samples with the backend's generator instead")
+    g, h = cfg.grpo, cfg.health
+    funcs = get_reward_funcs(list(g.reward_funcs))
+    weights = check_reward_weights(list(g.reward_funcs), g.reward_weights)
+    output_dir = absolute_path(g.output_dir)
+    note_run_folder(output_dir)  # a crash logs into its logs/; a full disk there names output_dir
+    output_dir.mkdir(parents=True, exist_ok=True)
 
-
-def _prompts_and_generator(cfg: PipelineConfig, backend, n_prompts: int, after_warmup: bool, output_dir):
-    """(the sampled training rows, max_completion_length, the tokenizer, the training model's generator), loaded
-    as a run loads them."""
-    # Through their modules, looked up at the call: tests stand in for the tokenizer loader and data preparing there.
+    # The sampled training rows, the tokenizer and the training model's generator, loaded as a run loads them;
+    # through their modules, looked up at the call: tests stand in for the tokenizer loader and data preparing there.
     tokenizer = pipeline.data.tokenizer.load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code,
                                                        cfg.model.model_source)
     prepared = pipeline.data.prepare.prepare_dataset(cfg, tokenizer, report_dir=None)
-    rows = prepared.dataset.shuffle(seed=cfg.grpo.seed).select(range(min(n_prompts, len(prepared.dataset))))
+    rows = prepared.dataset.shuffle(seed=g.seed).select(range(min(n_prompts, len(prepared.dataset))))
     settings = backend_settings(cfg)
     model, tokenizer = backend.load_for_training(settings)
-    if after_warmup and cfg.health.sft_warmup_steps > 0:
+    if after_warmup and h.sft_warmup_steps > 0:
         model = run_format_warmup(model, tokenizer, cfg, prepared, backend.peft_config(settings), output_dir)
-    return rows, prepared.max_completion_length, tokenizer, backend.training_generator(model, tokenizer, settings)
+    generator, max_tokens = backend.training_generator(model, tokenizer, settings), prepared.max_completion_length
+    sampling = Sampling(g.num_generations, g.temperature, g.top_p, g.top_k, g.min_p, g.seed)
+    texts, chat_prompts, columns, rollouts = _sample(sampling, loop_settings(cfg.trl, cfg.model.max_seq_length),
+                                                     rows, tokenizer, generator, max_tokens, log, agents)
+    # As TRL calls rewards (rewards/trl_source.py): the columns it passes, completion_ids, the trainer's objects
+    kwargs = reward_kwargs_outside_training(cfg, tokenizer, columns, [str(text) for text in texts])
+    if rollouts and agents.environments:  # TRL hands the rewards each rollout's environment
+        kwargs["environments"] = [r.instance for r in rollouts]
+    scores = _score(funcs, texts, chat_prompts, kwargs, g.reward_timeout, rollouts)
+    extra = env_rewards(agents, rollouts or [])  # an environment's get_reward: a reward of weight 1, as in TRL
+    names = [*(func.__name__ for func in funcs), *extra]
+    table = reward_table(names, [*scores, *extra.values()], [*weights, *[1.0] * len(extra)], g.num_generations)
+    result = _result(cfg.model.model_name_or_path, choice.name, after_warmup, rows, texts, columns, table,
+                     max_tokens, sampling, h.flat_reward_threshold)
+    if rollouts is not None:
+        result["rollouts"] = _rollout_samples(rollouts, names, [*scores, *extra.values()], g.num_generations)
+        result["tools"] = tool_stats(rollouts)
+    result["verdicts"] = verdicts(table, sampling, result["clipped_share"], after_warmup, h.flat_reward_threshold,
+                                  h.sft_warmup_steps)
+    result["wall_time_s"] = round(time.time() - start, 1)
+    result["path"] = str(atomic_write_json(seen.path, result, seen=seen))
+    return result
 
 
-def _sample(cfg: PipelineConfig, rows, tokenizer, generator, max_tokens: int, log, agents: Agents):
+def _sample(sampling: Sampling, loop: LoopSettings, rows, tokenizer, generator, max_tokens: int, log,
+            agents: Agents):
     """num_generations completions per prompt with the rollout settings: (texts, chat prompts, dataset columns,
     the tool loop's rollouts or None), one entry per completion, as TRL hands them to the rewards. With tools or
     environments each completion is a rollout of the tool loop, the tools live (pipeline/infer/tool_loop.py)."""
-    g, n = cfg.grpo, cfg.grpo.num_generations
-    log(f"sampling {len(rows)} prompts x {n} completions (temperature {g.temperature:g}, top_p {g.top_p:g}, "
-        f"top_k {g.top_k}, min_p {g.min_p}, max_completion_length {max_tokens})"
+    s, n = sampling, sampling.num_generations
+    log(f"sampling {len(rows)} prompts x {n} completions (temperature {s.temperature:g}, top_p {s.top_p:g}, "
+        f"top_k {s.top_k}, min_p {s.min_p}, max_completion_length {max_tokens})"
         + (", the tools live" if agents.uses_tools else ""))
     from transformers import set_seed  # lazy: transformers imports torch
 
-    set_seed(g.seed)  # the same completions for the same recipe
-    sampling = dict(temperature=g.temperature, top_p=g.top_p, top_k=g.top_k, min_p=g.min_p)
+    set_seed(s.seed)  # the same completions for the same recipe
     # Completions in the prompt's format, every dataset column repeated per completion.
     columns = {key: [row[key] for row in rows for _ in range(n)] for key in rows.column_names}
     chat_prompts = [row["prompt"] for row in rows for _ in range(n)]
     if agents.uses_tools:
-        rollouts = run_for_config(cfg, generator, tokenizer, agents, chat_prompts,
-                                  [dict(row) for row in rows for _ in range(n)], max_tokens, **sampling)
+        rollouts = run_as_trained(loop, generator, tokenizer, agents, chat_prompts,
+                                  [dict(row) for row in rows for _ in range(n)], max_tokens, **s.kwargs)
         return [r.completion for r in rollouts], chat_prompts, columns, rollouts
     prompts = [prompt for prompt in render_prompts(tokenizer, list(rows["prompt"])) for _ in range(n)]
-    return generator.generate(prompts, max_tokens=max_tokens, **sampling), chat_prompts, columns, None
+    return generator.generate(prompts, max_tokens=max_tokens, **s.kwargs), chat_prompts, columns, None
 
 
 def _score(funcs, texts, chat_prompts, kwargs, timeout: float = 0, rollouts=None) -> list[list[Optional[float]]]:
@@ -234,14 +248,14 @@ def _rollout_samples(rollouts, names: list[str], scores: list[list[Optional[floa
             for i in range(0, len(rollouts), n)][:N_SAMPLES_KEPT]
 
 
-def _result(cfg: PipelineConfig, backend_name: str, after_warmup: bool, rows, texts, columns, table,
-            max_tokens: int) -> dict[str, Any]:
-    g, n = cfg.grpo, cfg.grpo.num_generations
+def _result(model_name: str, backend_name: str, after_warmup: bool, rows, texts, columns, table, max_tokens: int,
+            sampling: Sampling, flat_reward_threshold: float) -> dict[str, Any]:
+    g, n = sampling, sampling.num_generations
     scored = score_completions(texts, columns[ANSWER])
     lengths = [s["completion_tokens"] for s in scored]  # as the generator counted them (Completion.tokens)
     clipped = sum(1 for length in lengths if length >= max_tokens) / len(lengths) if lengths else 0.0
     return {
-        "model": cfg.model.model_name_or_path, "backend": backend_name, "after_warmup": after_warmup,
+        "model": model_name, "backend": backend_name, "after_warmup": after_warmup,
         "prompts": len(rows), "num_generations": n, "completions": len(texts),
         "sampling": {"temperature": g.temperature, "top_p": g.top_p, "top_k": g.top_k, "min_p": g.min_p,
                      "max_completion_length": max_tokens},
@@ -250,7 +264,7 @@ def _result(cfg: PipelineConfig, backend_name: str, after_warmup: bool, rows, te
         "answer_found_rate": sum(1 for s in scored if s["extracted_answer"]) / len(scored) if scored else 0.0,
         "mean_completion_tokens": _mean(lengths),
         "clipped_share": clipped,
-        "flat_reward_threshold": cfg.health.flat_reward_threshold,
+        "flat_reward_threshold": flat_reward_threshold,
         "samples": [{"id": row_id, "completion": text} for row_id, text in
                     zip(columns[ROW_ID][::n], texts[::n][:N_SAMPLES_KEPT])],
     }

@@ -11,6 +11,7 @@ function on a saved adapter (or the base model), so the two can be compared dire
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,7 +19,7 @@ from env.locations import absolute_path, snapshot
 from env.path_check import check_command_paths
 from env.paths import atomic_write_json, shell_command
 from pipeline.backends import Completion
-from pipeline.config import ConfigError, PipelineConfig, parse_config, role_values
+from pipeline.config import ConfigError, PipelineConfig, parse_config
 from pipeline.data.cache import model_identity, tokenizer_identity
 from pipeline.data.prepare import answer_reader_version
 from pipeline.data.prompts import render_prompts
@@ -28,11 +29,14 @@ from pipeline.health import metrics
 from pipeline.health.metrics import is_garbled
 from pipeline.infer.scoring import Scorer, build_scorer, score_with
 from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
-from pipeline.infer.tool_loop import env_rewards, run_for_config, tool_stats
+# loop_settings: also train.py's, called through this module as its evaluate_rows is (looked up at the call)
+from pipeline.infer.tool_loop import LoopSettings, env_rewards, loop_settings, run_as_trained, tool_stats  # noqa: F401
 from pipeline.preflight import reward_kwargs_outside_training
+from pipeline.run.decisions import EvalKey
 from pipeline.trainer.agents import Agents
 from env.kept import file_sha256, record, reusable, state_key, versions
-from rewards import correctness_reward_func, extract_xml_answer, strict_format_reward_func
+from rewards import check_reward_names, correctness_reward_func, extract_xml_answer, strict_format_reward_func
+from rewards.registry import is_builtin_reward
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
 
@@ -65,15 +69,15 @@ def eval_scorer(cfg: PipelineConfig, tokenizer) -> Scorer:
 
 def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scorer, max_tokens: int,
                   temperature: float = 0.0, top_p: float = 1.0, agents: Optional[Agents] = None,
-                  cfg: Optional[PipelineConfig] = None) -> dict[str, Any]:  # as EVAL_SAMPLING
+                  loop: Optional[LoopSettings] = None) -> dict[str, Any]:  # as EVAL_SAMPLING
     """Generate for every row and aggregate. Greedy (temperature 0) by default, so runs are comparable. Accuracy is
     the share the run's correctness scores as right (`eval_scorer`); the run's rewards' means are beside it. With
-    `agents` using tools (and the run's `cfg`), each row is answered through the tool loop (tool_loop.py) and its
-    final answer scored; an environment's get_reward is a reward beside the others, as in training; `tools` holds
-    TRL's tool metrics and `tool_calls` each row's calls by row id."""
+    `agents` using tools (and `loop`, the run's tool loop settings), each row is answered through the tool loop
+    (tool_loop.py) and its final answer scored; an environment's get_reward is a reward beside the others, as in
+    training; `tools` holds TRL's tool metrics and `tool_calls` each row's calls by row id."""
     rollouts = None
     if agents is not None and agents.uses_tools:
-        rollouts = run_for_config(cfg, generator, tokenizer, agents, [row["prompt"] for row in rows],
+        rollouts = run_as_trained(loop, generator, tokenizer, agents, [row["prompt"] for row in rows],
                                   [{**row.get("columns", {}), "prompt": row["prompt"]} for row in rows], max_tokens,
                                   temperature=temperature, top_p=top_p)
         completions = [r.completion for r in rollouts]
@@ -116,13 +120,14 @@ EVAL_BEFORE_NAME = "eval_before.json"
 EVAL_SAMPLING = {"temperature": 0.0, "top_p": 1.0}
 
 
-def eval_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[dict[str, Any]],
+def eval_inputs(key: EvalKey, backend_name: str, tokenizer, rows: list[dict[str, Any]],
                 max_tokens: int) -> dict[str, Any]:
     """What an evaluation's numbers depend on besides the weights measured (env/kept.py): the fields declaring
-    eval_input (the base model's identity, how it is loaded, the rewards it is scored with), the backend, the
-    tokenizer, the eval rows' content (their ids, prompt messages and answers: so the eval file's content, its
-    columns, eval_limit and the system prompt), the generation settings, the scoring code and the library versions."""
-    inputs = role_values(cfg, "eval_input")
+    eval_input (`key.inputs`: the base model's identity, how it is loaded, the rewards it is scored with), the
+    backend, the tokenizer, the eval rows' content (their ids, prompt messages and answers: so the eval file's
+    content, its columns, eval_limit and the system prompt), the generation settings, the scoring code and the
+    library versions."""
+    inputs = key.inputs
     return {
         **inputs,
         "model": model_identity(**inputs["model"]),
@@ -136,13 +141,12 @@ def eval_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[di
     }
 
 
-def eval_before_inputs(cfg: PipelineConfig, backend_name: str, tokenizer, rows: list[dict[str, Any]],
+def eval_before_inputs(key: EvalKey, backend_name: str, tokenizer, rows: list[dict[str, Any]],
                        max_tokens: int, warmup: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """`eval_inputs` plus what the measured weights are: the fields declaring eval_start (the fresh LoRA's settings
-    and seed), and the format warm-up's own key (`warmup`: pipeline/trainer/warmup.py warmup_inputs) when one ran
-    first."""
-    return {**eval_inputs(cfg, backend_name, tokenizer, rows, max_tokens),
-            "start": {**role_values(cfg, "eval_start"), "warmup": warmup}}
+    """`eval_inputs` plus what the measured weights are: the fields declaring eval_start (`key.start`: the fresh
+    LoRA's settings and seed), and the format warm-up's own key (`warmup`: pipeline/trainer/warmup.py warmup_inputs)
+    when one ran first."""
+    return {**eval_inputs(key, backend_name, tokenizer, rows, max_tokens), "start": {**key.start, "warmup": warmup}}
 
 
 def load_eval_before(output_dir: Path, inputs: dict[str, Any], log=print) -> Optional[dict[str, Any]]:
@@ -193,12 +197,13 @@ def format_table(result: dict[str, Any], title: str) -> str:
 
 def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, split: Optional[str] = None,
                    output: Optional[str] = None, args: Optional[argparse.Namespace] = None,
-                   **options: Any) -> dict[str, Any]:
+                   reward_funcs: Optional[list[str]] = None, **options: Any) -> dict[str, Any]:
     """Evaluate a saved LoRA (lora=DIR) or the base model (base=True, model=... or run=...) and write eval.json.
 
     `data` is a YAML recipe (its eval set: eval_dataset_name, else eval_split of dataset_name), or a data
     file, folder or dataset name (used as eval_dataset_name: a single file whole, else its eval_split); by
-    default the --config recipe. `limit` defaults to the recipe's eval_limit. Returns the result dict (with
+    default the --config recipe. `limit` defaults to the recipe's eval_limit. `reward_funcs`: --reward_funcs
+    (`eval_reward_names`). Returns the result dict (with
     `eval_json` = where it was written). Bad input raises (ConfigError naming the option, AdapterError, ...)
     before anything loads.
     """
@@ -213,6 +218,11 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     if args.base and not (output or args.run):  # refused before the model loads
         raise ConfigError("output", "--base without --run: pass --output FILE for the results (or --run RUN_DIR "
                           "to keep them in that run folder as eval_base.json)")
+    if reward_funcs is not None:
+        try:
+            check_reward_names(reward_funcs)
+        except ValueError as err:
+            raise ConfigError("reward_funcs", f"--reward_funcs: {err}") from None
     setup = open_inference(args)
     out = _eval_json_path(setup, output, args.run)
     # What is there before the evaluation runs is all its write may replace (env.paths.publish).
@@ -228,8 +238,10 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
         cfg = setup.config.replace(eval_dataset_name=str(data_path))
     eval_split = split or cfg.eval.eval_split
     trained = (setup.manifest or {}).get("config") or {}
-    if trained.get("reward_funcs"):  # scored with the rewards the adapter trained with, not a recipe's defaults
-        cfg = cfg.replace(reward_funcs=trained["reward_funcs"], reward_weights=None)
+    if reward_funcs or trained.get("reward_funcs"):  # the rewards it trained with, not a recipe's defaults
+        yours = [*(cfg.grpo.reward_funcs if is_recipe else ()), *_recipe_rewards(args.config, data_path)]
+        cfg = cfg.replace(reward_funcs=eval_reward_names(trained.get("reward_funcs") or [], yours, reward_funcs),
+                          reward_weights=None)
     cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
     # The data report goes beside the results (a folder the options name), never to the recipe's output_dir,
     # which a relative or default one would put under whatever folder the command was run from.
@@ -237,11 +249,42 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
                           other_fix="in the recipe you pass as --config (or --data), or evaluate other --data")
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, eval_scorer(cfg, setup.tokenizer),
                            setup.max_tokens, temperature=setup.temperature, top_p=setup.top_p, agents=setup.agents,
-                           cfg=setup.config)
+                           loop=setup.loop)
     result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
                   data=str(data_path), split=eval_split, eval_json=str(out), eval_set=rows.line())
     atomic_write_json(out, result, seen=seen)
     return result
+
+
+def eval_reward_names(recorded: list[str], yours: list[str], given: Optional[list[str]]) -> list[str]:
+    """What `grpo eval` scores a trained adapter with: `given` (--reward_funcs) when given; else the rewards it
+    trained with (`recorded`, from its record), but a custom one (a `module:function`, not a built-in name) only
+    when your own recipe names it too (`yours`: --config's / --data's reward_funcs). A file you did not write does
+    not decide what code is imported (docs/security.md): what is left out is said, with the option that includes
+    it; with no reward left, the built-in correctness.
+
+    >>> eval_reward_names(["correctness", "mine:score"], ["mine:score"], None)
+    ['correctness', 'mine:score']
+    >>> eval_reward_names(["correctness"], [], ["correctness", "mine:score"])
+    ['correctness', 'mine:score']
+    """
+    if given is not None:
+        return list(given)
+    left_out = [name for name in recorded if not is_builtin_reward(name) and name not in yours]
+    kept = [name for name in recorded if name not in left_out] or ["correctness"]
+    if left_out:
+        print(f"note: the adapter's record names rewards that are someone's code ({', '.join(left_out)}); a file you "
+              f"did not write does not decide what code runs, so they are left out and eval scores with "
+              f"{', '.join(kept)}. To score with them, pass `{shell_command('--reward_funcs', *recorded)}`.",
+              file=sys.stderr)
+    return kept
+
+
+def _recipe_rewards(recipe_path: Optional[str], data_path: Path) -> list[str]:
+    """The reward names of --config's recipe (yours), unless it is --data's, read already."""
+    if not recipe_path or absolute_path(recipe_path) == data_path:
+        return []
+    return list(parse_config(["--config", str(recipe_path)]).grpo.reward_funcs)
 
 
 def _eval_json_path(setup, output: Optional[str], run: Optional[str]) -> Path:
@@ -268,10 +311,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--output", default=None,
                         help="where to write the results (default: eval.json in the adapter's run folder; "
                              "eval_base.json in --run's folder for --base)")
+    parser.add_argument("--reward_funcs", nargs="+", default=None, metavar="NAME",
+                        help="the rewards to score with: built-in names and your own module:function (default: "
+                             "those the adapter trained with; a module:function its record names is imported only "
+                             "when you name it here or in your --config / --data recipe)")
     args = parser.parse_args(argv)
     note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
     check_command_paths("eval", vars(args))  # every path option, before anything is read or loaded
-    result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args)
+    result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args,
+                            reward_funcs=args.reward_funcs)
     title = f"eval: {'LoRA ' + result['adapter'] if result['adapter'] else 'base model ' + result['model']}"
     print(result["eval_set"])
     print(format_table(result, title))

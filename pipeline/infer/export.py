@@ -82,7 +82,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         # The trained system prompt goes into the chat template of every format (the .gguf's metadata too).
         system_prompt = args.system_prompt if args.system_prompt is not None else manifest.get("system_prompt")
         backend.export(adapter, base_model, args.to, staging, backend_settings(cfg), system_prompt=system_prompt)
-        check_tool_support(staging, cfg, args.to)  # a model trained with tools still renders them
+        # a model trained with tools still renders them
+        check_tool_support(staging, agent_names(cfg), args.to, trust_remote_code=cfg.model.trust_remote_code)
         carry_training_defaults(staging, manifest)  # grpo_adapter.json travels
         atomic_write_json(staging / EXPORT_MARKER, {"adapter": str(adapter.path), "to": args.to,
                                                     "base_model": recorded_base(base_model)})
@@ -91,17 +92,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-def check_tool_support(folder: Path, cfg: Any, method: str) -> None:
-    """An export of an adapter trained with tools (or environments) keeps a chat template that renders a whole
-    tool exchange (TRL's supports_tool_calling) and the tools' schemas: else the export fails, nothing published
-    (a merged model that silently lost its tool format would answer without ever calling one)."""
-    names = agent_names(cfg)
+def check_tool_support(folder: Path, names: dict[str, Any], method: str, trust_remote_code: bool = False) -> None:
+    """An export of an adapter trained with tools (or environments: `names`, trainer/agents.py agent_names) keeps a
+    chat template that renders a whole tool exchange (TRL's supports_tool_calling) and the tools' schemas: else the
+    export fails, nothing published (a merged model that silently lost its tool format would answer without ever
+    calling one)."""
     if method == "gguf" or not (names.get("tools") or names.get("environment_factory")):
         return  # a .gguf carries its template in its metadata, read by llama.cpp, not by transformers
     # lazy: transformers and trl import torch
     from trl.chat_template_utils import supports_tool_calling
 
-    tokenizer = load_tokenizer(str(folder), cfg.model.trust_remote_code, "hf")
+    tokenizer = load_tokenizer(str(folder), trust_remote_code, "hf")
     probe = {"type": "function", "function": {"name": "probe_tool", "description": "A probe.",
                                               "parameters": {"type": "object", "properties": {}}}}
     rendered = tokenizer.apply_chat_template([{"role": "user", "content": "?"}], tools=[probe], tokenize=False)

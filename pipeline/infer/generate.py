@@ -25,7 +25,7 @@ from pipeline.data.source_spec import DataFileError
 from pipeline.errors import guarded, note_command_options
 from pipeline.infer.evaluate import score_completions
 from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
-from pipeline.infer.tool_loop import run_for_config
+from pipeline.infer.tool_loop import run_as_trained
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
@@ -87,7 +87,7 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
                 for p in prompts]
     sampling = dict(temperature=setup.temperature, top_p=setup.top_p)
     if setup.agents.uses_tools:  # the tools the adapter trained with (or --tools): TRL's tool loop, as in training
-        rollouts = run_for_config(setup.config, setup.generator, setup.tokenizer, setup.agents, messages,
+        rollouts = run_as_trained(setup.loop, setup.generator, setup.tokenizer, setup.agents, messages,
                                   [{"prompt": m} for m in messages], setup.max_tokens, **sampling)
         texts, extra = [r.completion for r in rollouts], [r.record() for r in rollouts]
     else:

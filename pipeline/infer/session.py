@@ -43,6 +43,7 @@ from pipeline.config import (
 from pipeline.config.values import check_generation_temperature
 from pipeline.data import model_check
 from pipeline.data.tokenizer import resolve_model_path
+from pipeline.infer.tool_loop import LoopSettings, loop_settings
 from pipeline.run.checkpoint_contents import adapter_mismatch
 from pipeline.run.manifest import ADAPTER_METADATA_NAME, agent_options, MANIFEST_NAME, find_manifest, other_base
 from pipeline.trainer.agents import AGENT_OPTIONS, Agents, agent_names, resolve_agents, rollout_func_note
@@ -64,6 +65,7 @@ class InferenceSetup:
     manifest: Optional[dict]
     trained_dir: Optional[Path] = None  # the --lora folder
     agents: Agents = dataclasses.field(default_factory=Agents)  # the tools the answers run with (tool_loop.py)
+    loop: Optional[LoopSettings] = None  # the tool loop's settings, as trained
 
     @property
     def prompt_format(self) -> str:
@@ -200,11 +202,12 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
                                                ("environment_factory", getattr(args, "environment_factory", None)))
                  if value is not None})  # --tools / --environment_factory override what the adapter records
     cfg = from_mapping(flat)
-    refuse_recorded_tools(recorded, args)
+    refuse_recorded_tools(recorded.grpo.tools, recorded.grpo.environment_factory, args)
     agents = resolve_agents(cfg) if agent_names(cfg) else Agents()  # a name that does not import: before loading
     if rollout_func_note(recorded, "grpo generate / grpo eval"):
         print(f"[grpo] {rollout_func_note(recorded, 'grpo generate / grpo eval')}", file=sys.stderr)
-    cfg = _servable(cfg, adapter)
+    vllm_mode = _servable(cfg.model.vllm_mode, adapter)
+    cfg = cfg.replace(vllm_mode=vllm_mode) if vllm_mode != cfg.model.vllm_mode else cfg
     choice = choose_backend(args.backend, cfg.model.fast_inference)
     if not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
@@ -217,19 +220,21 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
         tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained
     return InferenceSetup(generator, tokenizer, base_model, adapter, system_prompt, int(max_tokens),
                           gen.gen_temperature, gen.gen_top_p, cfg, manifest,
-                          absolute_path(args.lora) if args.lora else None, agents)
+                          absolute_path(args.lora) if args.lora else None, agents,
+                          loop_settings(cfg.trl, cfg.model.max_seq_length))
 
 
-def refuse_recorded_tools(recorded: PipelineConfig, args: argparse.Namespace) -> None:
-    """An adapter trained with tools or environments (`recorded`: what its record names) answers through them only
-    when you name them: without --tools / --environment_factory, exit 2 printing the options that run them.
+def refuse_recorded_tools(tools: Any, environment_factory: Any, args: argparse.Namespace) -> None:
+    """An adapter trained with tools or environments (`tools`, `environment_factory`: what its record names)
+    answers through them only when you name them: without --tools / --environment_factory, exit 2 printing the
+    options that run them.
 
     >>> from argparse import Namespace
     >>> mine = Namespace(tools=["calc:add"], environment_factory=None)
-    >>> refuse_recorded_tools(from_mapping({"tools": ["calc:add"]}), mine)  # named by you: nothing to say
-    >>> refuse_recorded_tools(from_mapping({}), Namespace(tools=None, environment_factory=None))  # no tools
+    >>> refuse_recorded_tools(["calc:add"], None, mine)  # named by you: nothing to say
+    >>> refuse_recorded_tools(None, None, Namespace(tools=None, environment_factory=None))  # no tools
     """
-    words = agent_options(recorded.grpo.tools, recorded.grpo.environment_factory)
+    words = agent_options(tools, environment_factory)
     if not words or getattr(args, "tools", None) is not None or getattr(args, "environment_factory", None) is not None:
         return
     raise ConfigError("tools", f"the adapter was trained with tools or environments ({shell_command(*words)}, in "
@@ -255,14 +260,15 @@ def vllm_refusal(adapter: Any) -> Optional[str]:
             "drop them")
 
 
-def _servable(cfg: PipelineConfig, adapter: Any) -> PipelineConfig:
-    """The run's vllm_mode, unless vLLM cannot serve the adapter: then transformers + peft, said in a note."""
+def _servable(vllm_mode: str, adapter: Any) -> str:
+    """The run's vllm_mode, unless vLLM cannot serve the adapter: then "none" (transformers + peft), said in a
+    note."""
     reason = vllm_refusal(adapter)
-    if reason is None or cfg.model.vllm_mode == "none":
-        return cfg
+    if reason is None or vllm_mode == "none":
+        return vllm_mode
     print(f"note: {reason}, so this generates with transformers + peft, not vLLM (the run's vllm_mode: "
-          f"{cfg.model.vllm_mode}).", file=sys.stderr)
-    return cfg.replace(vllm_mode="none")
+          f"{vllm_mode}).", file=sys.stderr)
+    return "none"
 
 
 def _checked_generation_settings(args: argparse.Namespace) -> Any:

@@ -24,7 +24,7 @@ import inspect
 import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from env.text import excerpt
 from pipeline.backends import Completion
@@ -67,14 +67,33 @@ class Rollout:
                 "unanswered": self.unanswered, "environment": self.environment, "env_reward": self.env_reward}
 
 
-def run_for_config(cfg: PipelineConfig, generator: Any, tokenizer: Any, agents: Agents,
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the tool loop reads of the run's settings (`loop_settings`): max_tool_calling_iterations and
+    chat_template_kwargs (TRL's fields, as trained) and max_seq_length (the context the loop may fill)."""
+
+    max_iterations: Optional[int]
+    max_model_len: int
+    chat_template_kwargs: Optional[dict[str, Any]] = None
+
+
+def loop_settings(trl_args: Mapping[str, Any], max_seq_length: int) -> LoopSettings:
+    """The tool loop's settings from TRL's arguments (a recipe's `trl` options, or the run's decided trainer_args)
+    and max_seq_length.
+
+    >>> loop_settings({"max_tool_calling_iterations": 2}, 1024)
+    LoopSettings(max_iterations=2, max_model_len=1024, chat_template_kwargs=None)
+    """
+    return LoopSettings(trl_args.get("max_tool_calling_iterations"), max_seq_length,
+                        trl_args.get("chat_template_kwargs"))
+
+
+def run_as_trained(loop: LoopSettings, generator: Any, tokenizer: Any, agents: Agents,
                    prompts: Sequence[list[dict[str, Any]]], rows: Sequence[dict[str, Any]], max_tokens: int,
                    **sampling: Any) -> list[Rollout]:
-    """`run_tool_loop` with the run's own settings: max_tool_calling_iterations and chat_template_kwargs (TRL's
-    fields, as trained) and max_seq_length (the context the loop may fill)."""
-    return run_tool_loop(generator, tokenizer, agents, prompts, rows, max_tokens,
-                         cfg.trl.get("max_tool_calling_iterations"), cfg.model.max_seq_length, sampling,
-                         cfg.trl.get("chat_template_kwargs"))
+    """`run_tool_loop` with the run's own settings (`loop`)."""
+    return run_tool_loop(generator, tokenizer, agents, prompts, rows, max_tokens, loop.max_iterations,
+                         loop.max_model_len, sampling, loop.chat_template_kwargs)
 
 
 def env_rewards(agents: Agents, rollouts: Sequence[Rollout]) -> dict[str, list[Optional[float]]]:

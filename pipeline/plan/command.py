@@ -136,7 +136,7 @@ def recipe_table(cards: tuple[str, ...] = TABLE_CARDS) -> str:
         cfg = parse_config(["--config", str(recipe)])
         cells = []
         for name in cards:
-            result = plan(cfg, card_by_name(name))
+            result = plan(workload(cfg), card_by_name(name))
             word = ("fits?" if result.band_gib[1] > result.usable_gib else "fits") if result.fits else "no"
             cells.append(f"{word} ({result.margin_gib:+.1f} GiB)")
         lines.append(f"| `configs/{recipe.name}` | " + " | ".join(cells) + " |")
@@ -186,29 +186,30 @@ def main(argv: Optional[list[str]] = None) -> int:
         if counts is None:
             validate(cfg, backend=planned_backend(cfg.model.backend).NAME, run_user_code=False)
         card = resolve_card(cfg.model.gpu_memory_gb, flags.get("gpu"))
-        result = plan(cfg, card)
+        work = workload(cfg)
+        result = plan(work, card)
         scale = scale_plan(cfg, card, *counts) if counts else None  # validates for its number of processes
         if flags.get("json"):
             out = as_dict(result)
             out["suggestions"] = [] if result.fits else [
                 {"changes": s.changes, "peak_gib": round(s.estimate.peak_gib, 2),
-                 "margin_gib": round(s.estimate.margin_gib, 2)} for s in suggestions(cfg, card)]
+                 "margin_gib": round(s.estimate.margin_gib, 2)} for s in suggestions(work, card)]
             if scale is not None:
                 out["scale"] = scale_dict(scale)
             print(json.dumps(out, indent=2))
         elif scale is not None:
-            print(render(workload(cfg), result, str(source)))
+            print(render(work, result, str(source)))
             print(render_scale(scale, card))
         else:
-            print(render(workload(cfg), result, str(source)))
+            print(render(work, result, str(source)))
             if not result.fits:
-                found = suggestions(cfg, card)
+                found = suggestions(work, card)
                 print("smallest changes that fit (each on its own):" if found else
                       "no single change fits: plan a larger card or a smaller model.")
                 for s in found:
                     print(f"  {s.describe()}")
         if flags.get("write"):
-            recipe, how = fitted_recipe(base_mapping(rest, cfg.to_dict()), cfg, card)
+            recipe, how = fitted_recipe(base_mapping(rest, cfg.to_dict()), work, card)
             written = write_recipe(flags["write"], recipe, how)
             train_it = shell_command("grpo", "train", "--config", written)  # pastes back as printed
             print(f"wrote {shell_command(written)} ({how}); train it with: {train_it}", file=sys.stderr)

@@ -126,21 +126,21 @@ class Estimate:
 @dataclass(frozen=True)
 class Workload:
     """What the planner reads from a recipe, built once from it where a plan starts (`workload`): the formulas
-    below see these numbers, not the recipe."""
+    below, the knobs of fit.py and the `memory` check see these numbers, not the recipe. The lengths are kept as set
+    and read through `token_lengths` when asked (a limit that does not read as one is a ConfigError then)."""
 
     model: str  # model_name_or_path
-    path: str  # the GPU path (`backend_path`)
+    path: str  # the GPU path the recipe takes on a CUDA machine with the [gpu] extras (backend auto -> Unsloth)
+    gpu_memory_gb: Optional[float]  # the card the `memory` check plans for (else the visible GPU)
     max_seq_length: int
-    prompt_tokens: int  # per row, the longest the recipe allows (`token_lengths`)
-    completion_tokens: int
-    prompt_auto: bool  # max_prompt_length: auto (the prompt length is assumed)
-    completion_fixed: bool  # max_completion_length is set (else it is what max_seq_length leaves)
+    max_prompt_length: object  # as set: a number or auto
+    max_completion_length: object  # as set: a number, or unset (what max_seq_length leaves)
     rows: int  # per_device_train_batch_size
     accumulation: int  # gradient_accumulation_steps
     num_generations: int
     width: int  # bytes of the compute dtype: 4 for float32, else 2
     load_in_4bit: bool
-    kbit_upcast: bool  # see `kbit_upcast`
+    upcasts_kbit: bool  # the backend's KBIT_UPCAST (see `kbit_upcast`)
     memory_savers: bool  # the backend's MEMORY_SAVERS (Unsloth's chunked log-probs, offloaded checkpoints)
     gradient_checkpointing: bool
     lora_r: int
@@ -154,19 +154,43 @@ class Workload:
     vllm_standby: object  # as set: auto, true, false
     standby: bool  # vLLM's standby as the Unsloth backend turns it on with a CUDA GPU (unsloth+vllm only)
 
+    @property
+    def prompt_tokens(self) -> int:
+        """Per row, the longest prompt the recipe allows (`token_lengths`)."""
+        return token_lengths(self.max_seq_length, self.max_prompt_length, self.max_completion_length)[0]
+
+    @property
+    def completion_tokens(self) -> int:
+        return token_lengths(self.max_seq_length, self.max_prompt_length, self.max_completion_length)[1]
+
+    @property
+    def prompt_auto(self) -> bool:
+        """max_prompt_length: auto (the prompt length is assumed)."""
+        return str(self.max_prompt_length).strip().lower() == "auto"
+
+    @property
+    def completion_fixed(self) -> bool:
+        """max_completion_length is set (else it is what max_seq_length leaves)."""
+        return parse_limit(self.max_completion_length, "max_completion_length") is not None
+
+    @property
+    def kbit_upcast(self) -> bool:
+        """True when the plain backend loads in 4 bits: pipeline/backends/plain.py then calls peft's
+        prepare_model_for_kbit_training, which casts the 16-bit parameters (all but the Params4bit) to fp32."""
+        return self.upcasts_kbit and self.load_in_4bit
+
 
 def workload(cfg: PipelineConfig) -> Workload:
-    """The recipe's numbers for the planner; raises ConfigError for a limit that does not read as one."""
+    """The recipe's numbers for the planner, read from it once."""
     m, g, lora = cfg.model, cfg.grpo, cfg.lora
-    path = backend_path(cfg)
-    prompt, completion = token_lengths(m.max_seq_length, cfg.data.max_prompt_length, cfg.data.max_completion_length)
+    backend = planned_backend(m.backend)
+    path = backend.memory_path(m.vllm_mode, m.fast_inference)
     return Workload(
-        model=m.model_name_or_path, path=path, max_seq_length=m.max_seq_length, prompt_tokens=prompt,
-        completion_tokens=completion, prompt_auto=str(cfg.data.max_prompt_length).strip().lower() == "auto",
-        completion_fixed=parse_limit(cfg.data.max_completion_length, "max_completion_length") is not None,
+        model=m.model_name_or_path, path=path, gpu_memory_gb=m.gpu_memory_gb, max_seq_length=m.max_seq_length,
+        max_prompt_length=cfg.data.max_prompt_length, max_completion_length=cfg.data.max_completion_length,
         rows=g.per_device_train_batch_size, accumulation=g.gradient_accumulation_steps,
         num_generations=g.num_generations, width=4 if m.dtype == "float32" else 2, load_in_4bit=m.load_in_4bit,
-        kbit_upcast=kbit_upcast(cfg), memory_savers=planned_backend(m.backend).MEMORY_SAVERS,
+        upcasts_kbit=backend.KBIT_UPCAST, memory_savers=backend.MEMORY_SAVERS,
         gradient_checkpointing=lora.gradient_checkpointing, lora_r=lora.lora_r,
         max_lora_rank=m.max_lora_rank, lora_targets=tuple(lora.lora_target_modules),
         modules_to_save=tuple(lora.lora_modules_to_save), optim=g.optim, beta=g.beta,
@@ -186,27 +210,11 @@ def token_lengths(seq: int, max_prompt_length: object, max_completion_length: ob
     return prompt, completion
 
 
-def backend_path(cfg: PipelineConfig) -> str:
-    """The GPU path the recipe takes on a CUDA machine with the [gpu] extras (backend auto -> Unsloth)."""
-    return planned_backend(cfg.model.backend).memory_path(cfg.model.vllm_mode, cfg.model.fast_inference)
-
-
-def lora_parameters(cfg: PipelineConfig, counts: ParamCounts, rank: Optional[int] = None) -> int:
-    """The parameters a recipe's adapter trains on a model of `counts` (at `rank`, else lora_r)."""
-    return adapter_parameters(workload(cfg), counts, rank)
-
-
 def adapter_parameters(work: Workload, counts: ParamCounts, rank: Optional[int] = None) -> int:
     rank = work.lora_r if rank is None else rank
     adapted = sum(rank * (n_in + n_out) * how_many for name, (n_in, n_out, how_many) in counts.linears.items()
                   if name in work.lora_targets)
     return adapted + sum(counts.by_module.get(name, 0) for name in work.modules_to_save)
-
-
-def kbit_upcast(cfg: PipelineConfig) -> bool:
-    """True when the plain backend loads in 4 bits: pipeline/backends/plain.py then calls peft's
-    prepare_model_for_kbit_training, which casts the 16-bit parameters (all but the Params4bit) to fp32."""
-    return planned_backend(cfg.model.backend).KBIT_UPCAST and cfg.model.load_in_4bit
 
 
 def weight_bytes(work: Workload, counts: ParamCounts) -> tuple[float, str]:
@@ -317,7 +325,8 @@ def _vllm_peak(work: Workload, card: Card, counts: ParamCounts, weights: float, 
 
 
 def estimate(cfg: PipelineConfig, shape: ModelShape, counts: ParamCounts, card: Card) -> Estimate:
-    """The peak of `cfg` on `card` for a model of `shape` and `counts`."""
+    """The peak of `cfg` on `card` for a model of `shape` and `counts` (bench/memory_plan.py's and the tests' way
+    in; a plan made inside the pipeline starts from its `Workload`)."""
     return estimate_workload(workload(cfg), shape, counts, card)
 
 

@@ -6,15 +6,16 @@ num_generations with the batch that holds one question's group); the first rung 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from pipeline.config import ConfigError, PipelineConfig
+from pipeline.config import ConfigError
 from pipeline.demo.registry import builtin_model
 from pipeline.plan import cards  # cards.live_card looked up at call time (tests replace it there)
 from pipeline.plan.bundled import smaller_models
 from pipeline.plan.cards import Card, card_from_memory
-from pipeline.plan.estimate import UNCERTAINTY, Estimate, Workload, estimate, workload
+from pipeline.plan.estimate import UNCERTAINTY, Estimate, Workload, estimate_workload
 from pipeline.plan.shape import count_parameters, load_shape
 
 
@@ -29,9 +30,10 @@ class Suggestion:
         return f"{what}  -> {self.estimate.peak_gib:.1f} GiB (margin {self.estimate.margin_gib:+.1f} GiB{close})"
 
 
-def plan(cfg: PipelineConfig, card: Card) -> Estimate:
-    shape = load_shape(cfg.model.model_name_or_path)
-    return estimate(cfg, shape, count_parameters(shape), card)
+def plan(work: Workload, card: Card) -> Estimate:
+    """The estimate of the recipe `work` was read from (estimate.workload) on `card`."""
+    shape = load_shape(work.model)
+    return estimate_workload(work, shape, count_parameters(shape), card)
 
 
 def _generations(work: Workload) -> Iterator[dict[str, Any]]:
@@ -87,15 +89,34 @@ KNOBS: tuple[Callable[[Workload], Iterator[dict[str, Any]]], ...] = (
 )
 
 
-def suggestions(cfg: PipelineConfig, card: Card) -> list[Suggestion]:
+# A rung's recipe field and the Workload's, where their names differ.
+WORKLOAD_NAMES = {"per_device_train_batch_size": "rows", "gradient_accumulation_steps": "accumulation",
+                  "model_name_or_path": "model"}
+
+
+def changed(work: Workload, changes: dict[str, Any]) -> Workload:
+    """`work` as the recipe with a rung's `changes` reads. The knobs set vllm_standby only on the unsloth+vllm path,
+    where `true` and `false` are standby on and off (gpu_settings.standby_enabled).
+
+    >>> from pipeline.config import PipelineConfig
+    >>> from pipeline.plan.estimate import workload
+    >>> work = changed(workload(PipelineConfig()), {"per_device_train_batch_size": 4, "vllm_standby": "false"})
+    >>> work.rows, work.vllm_standby, work.standby
+    (4, 'false', False)
+    """
+    fields = {WORKLOAD_NAMES.get(name, name): value for name, value in changes.items()}
+    if "vllm_standby" in changes:
+        fields["standby"] = str(changes["vllm_standby"]) == "true"
+    return dataclasses.replace(work, **fields)
+
+
+def suggestions(work: Workload, card: Card) -> list[Suggestion]:
     """For each knob, its first rung that fits (a knob with none is left out), smallest peak first."""
     found = []
-    work = workload(cfg)
     for knob in KNOBS:
         for changes in knob(work):
             try:
-                changed = cfg.replace(**changes)
-                result = plan(changed, card)
+                result = plan(changed(work, changes), card)
             except ConfigError:
                 continue
             if result.fits:
@@ -104,13 +125,13 @@ def suggestions(cfg: PipelineConfig, card: Card) -> list[Suggestion]:
     return found
 
 
-def fitted_recipe(base: dict[str, Any], cfg: PipelineConfig, card: Card) -> tuple[dict[str, Any], str]:
+def fitted_recipe(base: dict[str, Any], work: Workload, card: Card) -> tuple[dict[str, Any], str]:
     """The recipe to write: `base` (the YAML's keys and the command line's overrides), plus the first suggestion
-    when the recipe does not fit. Raises ConfigError when nothing single fits."""
-    result = plan(cfg, card)
+    when the recipe (read as `work`) does not fit. Raises ConfigError when nothing single fits."""
+    result = plan(work, card)
     if result.fits:
         return dict(base), f"fits {card.name} as it is"
-    found = suggestions(cfg, card)
+    found = suggestions(work, card)
     if not found:
         raise ConfigError("gpu", f"no single change makes this recipe fit {card.describe()}; plan a larger card "
                           "or a smaller model.")
@@ -120,27 +141,27 @@ def fitted_recipe(base: dict[str, Any], cfg: PipelineConfig, card: Card) -> tupl
 REFUSE_RATIO = 1.5  # the `memory` check refuses only when the estimate is this far over: below, it warns
 
 
-def memory_check(cfg: PipelineConfig) -> str:
+def memory_check(work: Workload) -> str:
     """The `memory` check of `grpo train --check` (pipeline/preflight.py).
 
     Plans for gpu_memory_gb, else the visible GPU (nvidia-smi, no torch); with neither, or a model whose config
     cannot be read offline, it says so and passes. Estimated not to fit: a warning naming the smallest change
     that fits; estimated over REFUSE_RATIO x the usable memory (or vLLM unable to start): a ConfigError.
     """
-    if builtin_model(cfg.model.model_name_or_path) is not None:
+    if builtin_model(work.model) is not None:
         return "not estimated: a built-in CPU model"
-    card = card_from_memory(cfg.model.gpu_memory_gb) if cfg.model.gpu_memory_gb is not None else cards.live_card()
+    card = card_from_memory(work.gpu_memory_gb) if work.gpu_memory_gb is not None else cards.live_card()
     if card is None:
         return "not estimated: no GPU visible and no gpu_memory_gb (grpo plan --gpu NAME estimates for a card)"
     try:
-        result = plan(cfg, card)
+        result = plan(work, card)
     except ConfigError as err:
         return f"not estimated: {err}"
     summary = (f"estimated peak {result.peak_gib:.1f} GiB (±{UNCERTAINTY:.0%}) of {result.usable_gib:.1f} GiB usable "
                f"on {card.name}")
     if result.fits:
         return f"{summary}, margin {result.margin_gib:+.1f} GiB"
-    found = suggestions(cfg, card)
+    found = suggestions(work, card)
     fix = (f"smallest change that fits: {found[0].describe()} (all of them: grpo plan)" if found else
            "no single change fits: a larger GPU or a smaller model (grpo plan shows the parts)")
     if result.blocker or result.ratio > REFUSE_RATIO:

@@ -36,6 +36,15 @@ class RewardSpec:
 
 
 @dataclass(frozen=True)
+class EvalKey:
+    """What an evaluation's kept result depends on in the recipe (pipeline/infer/evaluate.py eval_inputs): the
+    fields declaring eval_input (`inputs`) and eval_start (`start`: what eval before's weights start from), by role
+    (pipeline/config/roles.py role_values)."""
+    inputs: Mapping[str, Any]
+    start: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class RunDecisions:
     """What the check decided for the run. `backend` is `load_backend(backend_name)` as it returned it."""
     backend_name: str
@@ -47,6 +56,7 @@ class RunDecisions:
     trainer_args: Mapping[str, Any]
     prompt_format: Mapping[str, Any]
     backend_settings: Any  # pipeline/backends/settings.py BackendSettings: what the backend reads
+    eval_key: Optional[EvalKey] = None
 
 
 def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
@@ -60,7 +70,8 @@ def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
 
 
 def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], prepared: Any,
-                  trainer_args: Mapping[str, Any], backend_settings: Any) -> RunDecisions:
+                  trainer_args: Mapping[str, Any], backend_settings: Any,
+                  eval_key: Optional[EvalKey] = None) -> RunDecisions:
     """The record from what the check worked out: the backend `choice` (a BackendChoice) and `backend` loaded for
     it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), and trl.GRPOConfig's
     keyword arguments from the recipe."""
@@ -69,4 +80,5 @@ def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], pr
         backend_name=choice.name, backend_reason=choice.reason, backend=backend, rewards=rewards,
         limits=Limits(report["limits"]["max_seq_length"], prepared.max_prompt_length, prepared.max_completion_length),
         data_key=prepared.fingerprint, trainer_args=MappingProxyType(dict(trainer_args)),
-        prompt_format=MappingProxyType(dict(report["prompt_format"])), backend_settings=backend_settings)
+        prompt_format=MappingProxyType(dict(report["prompt_format"])), backend_settings=backend_settings,
+        eval_key=eval_key)
