@@ -88,7 +88,9 @@ def load_for_training(cfg: PipelineConfig):
     The LoRA must be applied here, before the trainer is built: Unsloth's GRPOTrainer rewrites
     `if peft_config is not None:` to `if False:` (see `peft_config` below).
     """
-    validate_unsloth(cfg)  # e.g. lora_modules_to_save with vLLM: get_peft_model would refuse after loading
+    # e.g. lora_modules_to_save with vLLM: get_peft_model would refuse after loading
+    validate_unsloth(cfg.lora.lora_modules_to_save, cfg.lora.lora_target_modules, cfg.model.fast_inference,
+                     cfg.grpo.vllm_sampling_params, cfg.model.vllm_standby)
     refuse_vllm_sleep_mode(standby_enabled(cfg))  # the trainer's rollouts would sleep vLLM with it
     prepared = prepare_environment(cfg)
     from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)
