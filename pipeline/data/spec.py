@@ -73,6 +73,10 @@ class DataSpec:
         return dataclasses.replace(self, **changes, key_values=MappingProxyType(key))
 
 
+# DataSpec's fields read from the recipe by a rule, not as an option's value (remove_unused_columns is also TRL's option).
+READ_ONCE = ("evaluates", "remove_unused_columns", "key_values", "paths")
+
+
 def data_spec(cfg: PipelineConfig) -> DataSpec:
     """The data path's values of `cfg`, read once.
 
@@ -81,7 +85,7 @@ def data_spec(cfg: PipelineConfig) -> DataSpec:
     ('sample', True, 8, 3)
     """
     flat = cfg.to_dict()
-    read = {name: flat[name] for name in DataSpec.__dataclass_fields__ if name in flat}
+    read = {name: flat[name] for name in DataSpec.__dataclass_fields__ if name in flat and name not in READ_ONCE}
     return DataSpec(**{**read, "reward_funcs": tuple(flat["reward_funcs"])}, evaluates=cfg.eval.uses_eval_set(),
                     remove_unused_columns=removes_unused_columns(cfg.trl),
                     key_values=MappingProxyType(role_values(cfg, "data_key")),
