@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from pipeline.data.spec import data_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -56,7 +57,8 @@ def eval_questions(cfg) -> dict[str, str]:
     from pipeline.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
-    return {row["id"]: row["prompt"][-1]["content"] for row in load_eval_rows(cfg, tokenizer, write_report=False)}
+    return {row["id"]: row["prompt"][-1]["content"]
+            for row in load_eval_rows(data_spec(cfg), tokenizer, write_report=False)}
 
 
 def one_seed(seed: int, work: Path, overrides: dict) -> dict:

@@ -35,13 +35,14 @@ from pipeline.config import ConfigError, PipelineConfig, resolve_optim, role_val
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
 from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
-from pipeline.data.columns import ANSWER, removes_unused_columns
+from pipeline.data.columns import ANSWER
 from pipeline.data.prepare import DataError
 from pipeline.data.prompts import completion_like
 from pipeline.data.report import accounting_line, prompt_line
 from pipeline.data.run_data import RunData, check_warmup, prepare_eval, prepare_train, without_a_held_out_set
 from pipeline.data.source_spec import DataFileError
 from pipeline.plan.estimate import workload
+from pipeline.data.spec import DataSpec, data_spec
 from pipeline.plan.fit import memory_check
 from pipeline.run.checkpoints import (
     PREVIOUS_DIR,
@@ -114,28 +115,32 @@ class NotChecked(ConfigError):
     """A data step whose input (the tokenizer, the training data) failed its own check."""
 
 
-def _data_tokenizer(m: Any) -> Any:
-    """The tokenizer of the model section `m` names, for the data check."""
+def _data_tokenizer(data: DataSpec) -> Any:
+    """The tokenizer of the model `data` names, for the data check."""
     try:
-        return tokenizers.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
+        return tokenizers.load_tokenizer(data.model_name_or_path, data.trust_remote_code, data.model_source)
     except ConfigError:
         raise
     except (OSError, ValueError) as err:
-        raise ConfigError("model_name_or_path", f"the tokenizer of {excerpt(m.model_name_or_path)} could not "
+        raise ConfigError("model_name_or_path", f"the tokenizer of {excerpt(data.model_name_or_path)} could not "
                           f"be loaded to check the data ({type(err).__name__}: {err}).") from None
 
 
-def data_checks(cfg: PipelineConfig, done: dict[str, Any]) -> list[tuple[str, Callable[[], Any]]]:
-    """The check's data steps (data, eval, warmup): prepare_run_data's steps, each reported on its own and
-    writing nothing outside the cache. A step whose input failed says so and fails too. What they work out is kept
-    in `done` (tokenizer, train, rewards) for the run's decisions."""
+def data_checks(read_data: Callable[[], DataSpec], done: dict[str, Any],
+                agents: Callable[[Any, Any], str]) -> list[tuple[str, Callable[[], Any]]]:
+    """The check's data steps (data, eval, warmup, rewards, agents): prepare_run_data's steps, each reported on its
+    own and writing nothing outside the cache. A step whose input failed says so and fails too. What they work out
+    is kept in `done` (data, tokenizer, train, rewards) for the run's decisions. `read_data()`: the data path's values
+    of the recipe (a DataSpec), read by the first data step, after the config check normalised them (validate);
+    `agents(tokenizer, train)`: the agents step (pipeline/trainer/agent_check.py)."""
 
-    def data() -> str:
-        config_paths(cfg, "dataset_name", "eval_dataset_name", "data_cache_dir")  # env.path_check's table, first
-        done["tokenizer"] = _data_tokenizer(cfg.model)
-        done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)
-        checkpoint = resume_target(cfg.grpo.resume, cfg.grpo.output_dir)
-        changed = (data_mismatch(checkpoint, cfg.data.dataset_name, done["train"].dataset, cfg.grpo.resume_other_data)
+    def prepared() -> str:
+        data = done["data"] = read_data()
+        config_paths(data.paths, "dataset_name", "eval_dataset_name", "data_cache_dir")  # env.path_check's, first
+        done["tokenizer"] = _data_tokenizer(data)
+        done["train"] = prepare_train(data, done["tokenizer"], write_report=False)
+        checkpoint = resume_target(data.resume, data.output_dir)
+        changed = (data_mismatch(checkpoint, data.dataset_name, done["train"].dataset, data.resume_other_data)
                    if checkpoint is not None else None)
         if changed:
             raise ConfigError("dataset_name", changed)
@@ -148,14 +153,15 @@ def data_checks(cfg: PipelineConfig, done: dict[str, Any]) -> list[tuple[str, Ca
         return done[key]
 
     def evaluation() -> str:
-        if not cfg.eval.uses_eval_set():
+        data = needs("data")  # the data step reads it first, whatever becomes of that step
+        if not data.evaluates:
             return "no evaluation (eval_before and eval_after are false, eval_steps is 0)"
-        data = RunData(needs("train"), prepare_eval(cfg, needs("tokenizer"), write_report=False))
-        return "; ".join(filter(None, [data.eval_rows.line(), data.overlap_warning()]))
+        run_data = RunData(needs("train"), prepare_eval(data, needs("tokenizer"), write_report=False))
+        return "; ".join(filter(None, [run_data.eval_rows.line(), run_data.overlap_warning()]))
 
-    return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train"))),
-            ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train"), kept=done)),
-            ("agents", lambda: check_agents(cfg, needs("tokenizer"), needs("train")))]  # tools, environments
+    return [("data", prepared), ("eval", evaluation), ("warmup", lambda: check_warmup(needs("data"), needs("train"))),
+            ("rewards", lambda: check_rewards(needs("data"), needs("tokenizer"), needs("train"), kept=done)),
+            ("agents", lambda: agents(needs("tokenizer"), needs("train")))]  # tools, environments
 
 
 PROBE_PROMPTS = 2  # prompts from the data, each with the completions below (TRL repeats a prompt per completion)
@@ -168,8 +174,7 @@ def _probe_completions(answer: str) -> list[str]:
             f"The answer is {answer}.", ""]
 
 
-def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any, train: Any) -> tuple[list[Any], list[Any], dict[str, Any],
-                                                                               str]:
+def reward_probe_batch(data: DataSpec, tokenizer: Any, train: Any) -> tuple[list[Any], list[Any], dict[str, Any], str]:
     """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them
     (rewards/trl_source.py, the one rule): the first prepared prompts (completions in their format: strings for
     standard prompts, `[{"role": "assistant", ...}]` for chats), the columns the trainer passes (none with
@@ -182,39 +187,41 @@ def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any, train: Any) -> tuple
     prompts = repeat(columns["prompt"])
     flat = [text for group in texts for text in group]
     completions = [completion_like(prompt, text) for prompt, text in zip(prompts, flat, strict=True)]
-    kwargs = reward_kwargs_outside_training(cfg, tokenizer, {key: repeat(values) for key, values in columns.items()},
-                                            flat)
+    kwargs = reward_kwargs_outside_training(data.max_steps, data.remove_unused_columns, tokenizer,
+                                            {key: repeat(values) for key, values in columns.items()}, flat)
     return prompts, completions, kwargs, f"{len(completions)} completions of {len(texts)} prepared prompts"
 
 
-def reward_kwargs_outside_training(cfg: PipelineConfig, tokenizer: Any, columns: dict[str, list[Any]],
-                                   texts: list[str]) -> dict[str, Any]:
+def reward_kwargs_outside_training(max_steps: int, remove_unused_columns: bool, tokenizer: Any,
+                                   columns: dict[str, list[Any]], texts: list[str]) -> dict[str, Any]:
     """The keywords of a reward call made before (or without) a trainer, by TRL's rule (rewards/trl_source.py):
-    the columns it passes, `completion_ids` of `texts`, a fresh `trainer_state` and `log_extra`/`log_metric`
-    that keep nothing. The check's probe and `grpo rewards` call rewards with these."""
+    the columns it passes (none with `remove_unused_columns`: pipeline/data/columns.py removes_unused_columns),
+    `completion_ids` of `texts`, a fresh `trainer_state` (of `max_steps`) and `log_extra`/`log_metric` that keep
+    nothing. The check's probe and `grpo rewards` call rewards with these."""
     from transformers import TrainerState  # lazy: transformers imports torch
 
-    trainer_objects = {"trainer_state": TrainerState(max_steps=cfg.grpo.max_steps),
+    trainer_objects = {"trainer_state": TrainerState(max_steps=max_steps),
                        "log_extra": lambda column, values: None, "log_metric": lambda name, value: None}
-    return reward_call_kwargs(columns, removes_unused_columns(cfg.trl), trainer_objects,
+    return reward_call_kwargs(columns, remove_unused_columns, trainer_objects,
                               [tokenizer.encode(text, add_special_tokens=False) for text in texts])
 
 
-def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any, kept: Optional[dict[str, Any]] = None) -> str:
+def check_rewards(data: DataSpec, tokenizer: Any, train: Any, kept: Optional[dict[str, Any]] = None) -> str:
     """Call every reward function as the trainer will, on completions of the run's prepared prompts: a raise, a
     wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did.
     A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called. `kept`:
-    where the resolved rewards are kept (under "rewards") for the run's decisions."""
-    prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
+    where the resolved rewards are kept (under "rewards") for the run's decisions. `data`: the data path's values of
+    the recipe (its rewards, their deadline, the columns TRL passes them)."""
+    prompts, completions, kwargs, what = reward_probe_batch(data, tokenizer, train)
     try:
-        funcs = get_reward_funcs(list(cfg.grpo.reward_funcs), fresh=True)
+        funcs = get_reward_funcs(list(data.reward_funcs), fresh=True)
         if kept is not None:
             kept["rewards"] = funcs
-        lines = probe_rewards(funcs, prompts, completions, kwargs, timeout=cfg.grpo.reward_timeout)
+        lines = probe_rewards(funcs, prompts, completions, kwargs, timeout=data.reward_timeout)
     except RewardFailure as err:
         removed = (" remove_unused_columns: true, so TRL passes the rewards no column of the dataset (it keeps "
                    "only `prompt`); set remove_unused_columns: false (TRL's GRPO default) to pass them."
-                   if removes_unused_columns(cfg.trl) else "")
+                   if data.remove_unused_columns else "")
         raise ConfigError("reward_funcs", f"{str(err).rstrip('.')}. It was called before the model loads, as the "
                           f"trainer calls it, on {what}.{removed} The contract: docs/rewards.md.") from None
     except ValueError as err:  # a name that does not resolve (validate() names it first in a run)
@@ -236,10 +243,10 @@ def resume_target(resume: str, output_dir: str) -> Optional[Path]:
     return path if path is not None and path.is_dir() else None
 
 
-def check_resume(cfg: PipelineConfig) -> str:
-    """`auto`, `never`, or a complete checkpoint folder, and the checkpoint it picks holds weights of this config's
-    shape (LoRA rank, alpha, targets, base model); anything else fails before the data and the model load."""
-    resume, output_dir = cfg.grpo.resume, cfg.grpo.output_dir
+def check_resume(resume: str, output_dir: str, mismatch: Callable[[Path], Optional[str]]) -> str:
+    """`resume` is `auto`, `never`, or a complete checkpoint folder (of `output_dir`), and the checkpoint it picks
+    holds weights of this config's shape (LoRA rank, alpha, targets, base model: `mismatch(checkpoint)` says how it
+    differs, else None); anything else fails before the data and the model load."""
     # the newest complete one, as resolve_resume picks it (which also moves broken ones aside; not here)
     complete = complete_checkpoints(absolute_path(output_dir)) if resume == "auto" else []
     if resume == "never" or (resume == "auto" and not complete):
@@ -272,15 +279,15 @@ def check_resume(cfg: PipelineConfig) -> str:
                               "use --resume auto (it skips incomplete checkpoints).")
         said = f"resume from {path}"
     # other LoRA shape or base model recorded, then what the files themselves hold: a size mismatch mid-load later
-    mismatch = resume_mismatch(path, cfg) or contents_problem(path, cfg)
-    if mismatch:
-        raise ConfigError("resume", mismatch)
+    differs = mismatch(path)
+    if differs:
+        raise ConfigError("resume", differs)
     return said
 
 
-def check_gpu(settings: BackendSettings, choice: Any = None) -> str:
-    choice = choice or choose_backend(settings.backend, settings.fast_inference)
-    refuse_gpu_recipe_without_cuda(settings, choice)  # a GPU recipe is never trained on CPU by accident
+def check_gpu(choice: Any, refuse: Callable[[Any], None]) -> str:
+    """The backend `choice`, after `refuse(choice)`: a GPU recipe is never trained on CPU by accident."""
+    refuse(choice)
     return f"backend {choice.name} ({choice.reason})"
 
 
@@ -296,7 +303,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     ("also: ..."). When all pass, the results carry the run's decisions, made here once (`.decisions`).
 
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
-    cfg, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)
+    eval_off, _ = without_a_held_out_set(data_spec(cfg))  # as the run has it (its callers print the line)
+    cfg = cfg.replace(**eval_off) if eval_off else cfg
     settings = backend_settings(cfg)  # what the backend reads, for the run's decisions too
     done: dict[str, Any] = {}
 
@@ -309,10 +317,11 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
         return step
 
-    data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg, done)]
+    data_steps = [(name, after_backend(step)) for name, step in data_checks(
+        lambda: data_spec(cfg), done, lambda tokenizer, train: check_agents(cfg, tokenizer, train))]
     steps: list[tuple[str, Callable[[], Any]]] = [
         # first: a node started with another recipe or code is named on every node before any check can differ
-        ("nodes", lambda: check_nodes(cfg)),
+        ("nodes", lambda: check_nodes(cfg.to_dict())),
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         ("trl", after_backend(lambda: check_grpo_config(cfg, (choice or choose_backend(
             cfg.model.backend, cfg.model.fast_inference)).name))),  # TRL's own validation of its config
@@ -321,12 +330,16 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("output_dir", lambda: check_output_dir(cfg.to_dict())),
         ("packages", lambda: check_packages(cfg.grpo.reporters(), cfg.grpo.output_dir, cfg.model.model_source,
                                             resolve_optim(cfg)[1])),
-        ("gpu", lambda: check_gpu(settings, choice)),
+        ("gpu", lambda: check_gpu(choice or choose_backend(cfg.model.backend, cfg.model.fast_inference),
+                                  lambda chosen: refuse_gpu_recipe_without_cuda(settings, chosen))),
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: memory_check(workload(cfg))),  # the peak GPU memory against the GPU (pipeline/plan)
-        ("resume", lambda: check_resume(cfg)),
+        ("resume", lambda: check_resume(cfg.grpo.resume, cfg.grpo.output_dir,
+                                        lambda path: resume_mismatch(path, cfg) or contents_problem(path, cfg))),
         *data_steps,  # then: the tokenizer, the prepared data, the rewards called on it
-        ("lora", after_backend(lambda: check_lora_targets(cfg))),  # the architecture, no weights
+        ("lora", after_backend(lambda: check_lora_targets(  # the architecture, no weights
+            cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.lora.lora_target_modules,
+            cfg.lora.lora_modules_to_save))),
     ]
     # A check that reads the model says nothing new when the model could not be found.
     needs = {"lora": ("model",), "effective_config": ("trl",)}
@@ -355,7 +368,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
         results.decisions = run_decisions(resolved, load_backend(resolved.name), reward_specs(
             cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg),
-            settings, eval_key(cfg))
+            settings, done["data"], eval_key(cfg))
     return results
 
 

@@ -38,6 +38,7 @@ from pipeline.data.report import accounting_line, prompt_line
 from pipeline.errors import guarded, note_run_folder
 from pipeline.infer.evaluate import eval_before_inputs, eval_inputs, headline, load_eval_before, save_eval_before
 from pipeline.infer.session import verify_trained_dir
+from pipeline.data.spec import data_spec
 from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
 from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
 from pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
@@ -80,8 +81,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # auto found no vLLM: Unsloth without it (the reason says so)
-    cfg, optim_note = resolve_optim(cfg)  # an 8-bit optimizer without bitsandbytes: adamw_torch, said below
-    cfg, eval_note = without_a_held_out_set(cfg)  # one training file: no eval, and a line saying how to add one
+    eval_off, eval_note = without_a_held_out_set(data_spec(cfg))  # one training file: no eval; how to add one
+    cfg, optim_note = resolve_optim(cfg.replace(**eval_off) if eval_off else cfg)  # adamw_8bit, no bitsandbytes...
     if eval_note:
         _print(eval_note)
 
@@ -164,9 +165,8 @@ def _data(run: Run) -> None:
     cfg, m = run.cfg, run.cfg.model
     # Through its module, looked up at the call: tests stand in for the tokenizer loader there.
     run.tokenizer = pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
-    # The same preparing as the data check's (train, eval set, warm-up needs); its cache makes this a load.
-    # The run folder's files are rank 0's (as lora/, manifest.json, summary.json): one writer, no race.
-    run_data = prepare_run_data(cfg, run.tokenizer, report_dir=run.output_dir, write_report=_is_main_process())
+    # As the data check prepared it (train, eval set, warm-up needs: a cache load); rank 0 writes the run folder's
+    run_data = prepare_run_data(run.decisions.data, run.tokenizer, run.output_dir, _is_main_process())
     prepared = run_data.train
     if run.resume_from and cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
         note = other_data_note(run.resume_from, cfg.data.dataset_name, prepared.dataset)
@@ -389,8 +389,8 @@ def check_main(argv: list[str]) -> int:
     """
     try:
         argv, base, note = defaults_for(argv, backend_choice(argv))
-        cfg, eval_note = without_a_held_out_set(parse_config(argv, base=base))
-        for line in filter(None, (note, eval_note)):
+        cfg = parse_config(argv, base=base)  # (run_checks turns evaluation off itself where nothing is held out)
+        for line in filter(None, (note, without_a_held_out_set(data_spec(cfg))[1])):
             print(f"[grpo] {line}", file=sys.stderr)
         results = run_checks(cfg, stop_at_first=False)
     except ConfigError as err:

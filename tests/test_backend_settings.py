@@ -46,14 +46,8 @@ def test_settings_are_frozen_and_a_change_is_a_copy():
     assert merged.load_in_4bit and not settings.load_in_4bit and merged.lora_r == 24
 
 
-def test_as_recipe_gives_the_recipe_rules_the_same_values():
-    recipe = backend_settings(made_up_recipe()).as_recipe()
-    assert backend_settings(recipe) == backend_settings(made_up_recipe())
-    assert recipe.lora.lora_target_modules == ["q_proj"]  # lists again, as a recipe holds them
-
-
 def test_the_backends_read_only_what_the_settings_hold():
-    fields = {f.name for f in dataclasses.fields(BackendSettings)} | {"replace", "as_recipe"}
+    fields = {f.name for f in dataclasses.fields(BackendSettings)} | {"replace"}
     read = set()
     for path in (ROOT / "pipeline" / "backends").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -158,6 +158,8 @@ def test_a_fresh_start_in_a_used_folder_plots_and_resumes_only_its_own_steps(tra
     """The earlier run trained 4 steps (checkpoint-2, -4). A fresh 2-step run in its folder must not show the old
     steps in metrics.jsonl or plots, nor resume the old checkpoint-4 later; the old files are all kept aside."""
     from pipeline.preflight import check_resume
+    from pipeline.run.checkpoint_contents import contents_problem
+    from pipeline.run.resume import resume_mismatch
     from pipeline.train import run_training
     from train_helpers import demo_config
 
@@ -169,7 +171,9 @@ def test_a_fresh_start_in_a_used_folder_plots_and_resumes_only_its_own_steps(tra
             shutil.rmtree(checkpoint)
     resume = "never" if how == "--resume never" else "auto"
     cfg = demo_config(run_dir, max_steps=2, save_steps=1, resume=resume)
-    said = check_resume(cfg)  # --check says what the run will do with the earlier files
+    # --check says what the run will do with the earlier files
+    said = check_resume(cfg.grpo.resume, cfg.grpo.output_dir,
+                        lambda path: resume_mismatch(path, cfg) or contents_problem(path, cfg))
     assert "metrics.jsonl" in said and "lora" in said and str(run_dir / PREVIOUS_DIR) in said
     result = run_training(cfg)
     assert result.status == "completed" and result.steps == 2

@@ -67,7 +67,8 @@ def test_tiny_model_module_names_come_from_the_architecture_alone():
 def test_a_module_the_model_lacks_is_refused_listing_its_names(field, value, phrase):
     cfg = from_mapping({"model_name_or_path": "tiny-qwen2.5", "backend": "plain", field: value})
     with pytest.raises(ConfigError) as err:
-        check_lora_targets(cfg)
+        check_lora_targets(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.lora.lora_target_modules,
+                           cfg.lora.lora_modules_to_save)
     assert err.value.field == field and phrase in str(err.value)
     for name in ("q_proj", "down_proj", "embed_tokens") if field == "lora_target_modules" else ("norm", "lm_head"):
         assert name in str(err.value)
@@ -78,7 +79,8 @@ def test_a_module_the_model_lacks_is_refused_listing_its_names(field, value, phr
 def test_real_module_names_pass(targets, to_save):
     cfg = from_mapping({"model_name_or_path": "tiny-qwen2.5", "backend": "plain", "lora_target_modules": targets,
                         "lora_modules_to_save": to_save})
-    assert "all found in the model" in check_lora_targets(cfg)
+    assert "all found in the model" in check_lora_targets(cfg.model.model_name_or_path, cfg.model.trust_remote_code,
+                                                          cfg.lora.lora_target_modules, cfg.lora.lora_modules_to_save)
 
 
 
@@ -98,8 +100,10 @@ def test_module_names_of_a_model_in_the_hf_cache_offline(tmp_path, monkeypatch):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     assert model_module_types("acme/tiny")["model.layers.0.mlp.down_proj"] == "Linear"
+    cfg = from_mapping({"model_name_or_path": "acme/tiny", "lora_target_modules": ["qkv"]})
     with pytest.raises(ConfigError, match="has no module named 'qkv'"):
-        check_lora_targets(from_mapping({"model_name_or_path": "acme/tiny", "lora_target_modules": ["qkv"]}))
+        check_lora_targets(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.lora.lora_target_modules,
+                           cfg.lora.lora_modules_to_save)
 
 
 @pytest.mark.parametrize("name", sorted(n for n, item in LIST_FIELDS.items() if item is str and n != "reward_funcs"))

@@ -579,7 +579,9 @@ UNSLOTH_ACCEPTED = [
 @pytest.mark.parametrize("overrides, field, facts", [c[1:] for c in UNSLOTH_REFUSED],
                          ids=[c[0] for c in UNSLOTH_REFUSED])
 def test_validate_unsloth_refuses_what_unsloth_would_refuse_after_loading(overrides, field, facts):
-    assert_names(refusal(validate_unsloth, config(**overrides)), field, *facts)
+    cfg = config(**overrides)
+    assert_names(refusal(validate_unsloth, cfg.lora.lora_modules_to_save, cfg.lora.lora_target_modules,
+                         cfg.model.fast_inference, cfg.grpo.vllm_sampling_params, cfg.model.vllm_standby), field, *facts)
 
 
 @pytest.mark.parametrize("overrides, field, facts", [c[1:] for c in UNSLOTH_REFUSED],
@@ -603,7 +605,8 @@ def test_validate_skips_the_unsloth_rules_for_the_plain_backend(overrides, field
 @pytest.mark.parametrize("overrides", [c[1] for c in UNSLOTH_ACCEPTED], ids=[c[0] for c in UNSLOTH_ACCEPTED])
 def test_validate_unsloth_accepts_what_unsloth_trains(overrides):
     cfg = config(**overrides)
-    assert validate_unsloth(cfg) is None
+    assert validate_unsloth(cfg.lora.lora_modules_to_save, cfg.lora.lora_target_modules, cfg.model.fast_inference,
+                            cfg.grpo.vllm_sampling_params, cfg.model.vllm_standby) is None
     assert passes(cfg, backend="unsloth") == []
     assert passes(cfg.replace(backend="unsloth")) == []
 

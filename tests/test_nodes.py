@@ -26,7 +26,7 @@ def _two_nodes(tmp_path, cfgs, timeout_s: float = 30, code=None, monkeypatch=Non
     def node(rank: int) -> None:
         try:
             store = dist.TCPStore("127.0.0.1", host.port, is_master=False, timeout=timedelta(seconds=timeout_s))
-            results[rank] = nodes.check_nodes(cfgs[rank], _launched(rank, host.port), store, timeout_s)
+            results[rank] = nodes.check_nodes(cfgs[rank].to_dict(), _launched(rank, host.port), store, timeout_s)
         except ConfigError as err:
             results[rank] = err
 
@@ -76,14 +76,14 @@ def test_a_node_that_never_reports_is_named_after_the_timeout(tmp_path):
     host = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
     store = dist.TCPStore("127.0.0.1", host.port, is_master=False, timeout=timedelta(seconds=2))
     with pytest.raises(ConfigError, match=r"process 1 of 2 did not report within 2 s"):
-        nodes.check_nodes(demo_config(tmp_path / "run"), _launched(0, host.port), store, timeout_s=2)
+        nodes.check_nodes(demo_config(tmp_path / "run").to_dict(), _launched(0, host.port), store, timeout_s=2)
 
 
 def test_one_process_and_a_foreign_launcher_are_not_compared(tmp_path):
     cfg = demo_config(tmp_path / "run")
-    assert nodes.check_nodes(cfg, {}) == "one process"
+    assert nodes.check_nodes(cfg.to_dict(), {}) == "one process"
     foreign = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # srun, mpirun
-    assert "not compared across nodes" in nodes.check_nodes(cfg, foreign)
+    assert "not compared across nodes" in nodes.check_nodes(cfg.to_dict(), foreign)
 
 
 def test_the_code_version_covers_every_source_file_of_the_pipeline(tmp_path):

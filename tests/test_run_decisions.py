@@ -11,6 +11,7 @@ from pipeline.preflight import run_checks
 from pipeline.run.decisions import RewardSpec, reward_specs
 from rewards import get_reward_funcs
 from train_helpers import demo_config
+from pipeline.data.spec import data_spec
 
 
 def test_the_rewards_are_recorded_with_their_range_kind_and_whether_they_read_the_reference():
@@ -24,7 +25,7 @@ def test_the_check_hands_the_run_one_frozen_record_of_its_decisions(tmp_path):
     cfg = demo_config(tmp_path / "run")
     decisions = run_checks(cfg).decisions
     m = cfg.model
-    train = prepare_train(cfg, load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source),
+    train = prepare_train(data_spec(cfg), load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source),
                           write_report=False)
     assert decisions.backend_name == "plain" and hasattr(decisions.backend, "load_for_training")
     assert (decisions.limits.max_prompt_length, decisions.limits.max_completion_length) == (

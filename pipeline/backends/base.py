@@ -27,8 +27,9 @@ class BackendBase:
     KWARGS_NEED_MODEL: bool = False  # its GRPOConfig device settings follow the loaded model (not the machine)
     MEMORY_SAVERS: bool = False  # chunked log-prob projection and offloaded checkpointing (the memory plan)
     KBIT_UPCAST: bool = False  # a 4-bit base gets its 16-bit parameters cast to fp32 (peft's kbit preparation)
-    # The recipe rules `validate` runs for this backend (functions of pipeline/config, each taking the recipe).
-    RECIPE_RULES: tuple[Callable[[PipelineConfig], None], ...] = ()
+    # The recipe rules `validate` runs for this backend (functions of pipeline/config, each taking the options it
+    # reads as parameters of the same names).
+    RECIPE_RULES: tuple[Callable[..., None], ...] = ()
 
     def memory_path(self, vllm_mode: str, fast_inference: bool) -> str:
         """The path the memory plan names (`grpo plan`'s `path:`): the backend and where its rollouts come from."""

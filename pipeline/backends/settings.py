@@ -49,12 +49,6 @@ class BackendSettings:
         """A copy with `changes` (the plain backend's export merges into full-precision weights: load_in_4bit off)."""
         return dataclasses.replace(self, **changes)
 
-    def as_recipe(self) -> PipelineConfig:
-        """A recipe holding these settings (every other option at its default), for the recipe rules that take one
-        (pipeline/config/validate.py: the Unsloth backend refuses before loading what validate refuses)."""
-        return PipelineConfig().replace(**{name: list(value) if isinstance(value, tuple) else value
-                                           for name, value in dataclasses.asdict(self).items()})
-
 
 def backend_settings(cfg: PipelineConfig) -> BackendSettings:
     """The one builder: the recipe's options a backend reads.

@@ -88,8 +88,9 @@ def load_for_training(settings: BackendSettings):
     The LoRA must be applied here, before the trainer is built: Unsloth's GRPOTrainer rewrites
     `if peft_config is not None:` to `if False:` (see `peft_config` below).
     """
-    # validate's rule, e.g. lora_modules_to_save with vLLM: get_peft_model would refuse after loading
-    validate_unsloth(settings.as_recipe())
+    # e.g. lora_modules_to_save with vLLM: get_peft_model would refuse after loading
+    validate_unsloth(settings.lora_modules_to_save, settings.lora_target_modules, settings.fast_inference,
+                     settings.vllm_sampling_params, settings.vllm_standby)
     refuse_vllm_sleep_mode(standby_enabled(settings))  # the trainer's rollouts would sleep vLLM with it
     prepared = prepare_environment(settings)
     from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)

@@ -24,7 +24,7 @@ from pipeline.config.fields import (
 from pipeline.config.pipeline_config import PipelineConfig, field_choices, from_mapping, trl_training_args
 from pipeline.config.roles import ROLES, fields_with, role_values, trl_names
 from pipeline.config.parse import normalize_argv, parse_config, peek_option, read_recipe
-from pipeline.config.values import check_choices, check_field_values
+from pipeline.config.values import check_choice, check_choices, check_field_values
 from pipeline.config.validate import (
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     check_adapter_rank,
@@ -38,7 +38,8 @@ from pipeline.config.validate import (
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT", "ROLES", "SECTIONS", "UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS", "ConfigError", "DataArguments",
     "EvalArguments", "GRPOArguments", "GenerationArguments", "HealthArguments", "LoraArguments", "ModelArguments",
-    "PipelineConfig", "check_adapter_rank", "check_choices", "check_field_values", "field_choices", "field_names",
+    "PipelineConfig", "check_adapter_rank", "check_choice", "check_choices", "check_field_values", "field_choices",
+    "field_names",
     "fields_with",
     "from_mapping", "given", "normalize_argv", "parse_config", "parse_limit", "peek_option", "read_recipe",
     "resolve_optim", "role_values",

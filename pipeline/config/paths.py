@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from env.path_check import PathError, check_command_paths
 from pipeline.config.fields import ConfigError
-from pipeline.config.pipeline_config import PipelineConfig
 
 
-def config_paths(cfg: PipelineConfig | dict[str, Any], *fields: str) -> dict[str, Path]:
-    """Check the config's path `fields` (env.path_check's table: output_dir, data_cache_dir, a local dataset_name
-    or model folder, --resume PATH) before anything runs; each refusal is a ConfigError naming the field."""
+def config_paths(paths: Mapping[str, Any], *fields: str) -> dict[str, Path]:
+    """Check the path `fields` (env.path_check's table: output_dir, data_cache_dir, a local dataset_name or model
+    folder, --resume PATH) before anything runs; `paths`: the path options' values (pipeline/data/spec.py
+    DataSpec.paths: every one, so an output is checked against all the run reads). Each refusal is a ConfigError
+    naming the field."""
     try:
-        return check_command_paths("train", cfg.to_dict() if isinstance(cfg, PipelineConfig) else cfg, only=fields)
+        return check_command_paths("train", paths, only=fields)
     except PathError as err:
         raise ConfigError(err.option, err.detail) from None

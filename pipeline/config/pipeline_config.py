@@ -66,6 +66,10 @@ class PipelineConfig:
             flat.update(dataclasses.asdict(values) if dataclasses.is_dataclass(values) else values)
         return flat
 
+    def sections(self) -> list[type]:
+        """The section classes this config is made of (a caller's subclass of a section included)."""
+        return [type(value) for value in vars(self).values() if dataclasses.is_dataclass(value)]
+
     def replace(self, **flat_overrides: Any) -> "PipelineConfig":
         """Return a copy with flat field overrides applied (unknown keys raise ConfigError)."""
         return from_mapping({**self.to_dict(), **flat_overrides})

@@ -42,11 +42,6 @@ def fields_with(role: str, sections: Iterable[type] = SECTIONS) -> dict[str, Any
     return {**ours, **trl_with(role)}
 
 
-def config_sections(cfg: Any) -> list[type]:
-    """The section classes a config is made of (a caller's subclass of a section included)."""
-    return [type(value) for value in vars(cfg).values() if dataclasses.is_dataclass(value)]
-
-
 def trl_names(role: str, sections: Iterable[type] = SECTIONS) -> tuple[str, ...]:
     """The options declaring `role` under the names trl.GRPOConfig takes them (our warmup_ratio is TRL's
     warmup_steps); an option of ours that TRL does not take keeps its own name."""
@@ -60,7 +55,7 @@ def role_values(cfg: Any, role: str) -> dict[str, Any]:
     For the roles whose fields carry a value, not a reason (not run_owned / backend_decided)."""
     flat = cfg.to_dict()
     found: dict[str, Any] = {}
-    for name, group in fields_with(role, config_sections(cfg)).items():
+    for name, group in fields_with(role, cfg.sections()).items():
         value = flat[name] if name in flat else trl_default(name)  # (flat holds the TRL options set: cfg.trl)
         if group is True or not isinstance(group, str):
             found[name] = value

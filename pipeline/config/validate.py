@@ -8,6 +8,7 @@ is the generic part it runs first: every field's type, and the bounds and choice
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import warnings
@@ -161,8 +162,9 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
             raise ConfigError("vllm_sampling_params", f"`{key}` is ignored there (Unsloth takes it from the "
                               f"trainer config); set `{where}` instead.")
 
+    flat = cfg.to_dict()
     for rule in BACKEND_RULES.get(backend or m.backend, ()):  # auto: the backend is not known yet
-        rule(cfg)
+        rule(**{name: flat[name] for name in inspect.signature(rule).parameters})  # the options it names
     if m.vllm_mode == "server" and not m.vllm_server_base_url:
         notes.append("vllm_mode=server without vllm_server_base_url: TRL will use host 0.0.0.0:8000.")
     _check_rewards(g, run_user_code)
@@ -178,27 +180,27 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
 TRUNCATED_SAMPLING_MEASURED = {"none": 1.009, "min_p 0.1": 1.4e-6, "top_p 0.9": 0.068, "top_k 20": 2.1e-4}
 
 
-def truncating_samplers(g: Any) -> list[str]:
+def truncating_samplers(min_p: Optional[float], top_p: float, top_k: int) -> list[str]:
     """The rollout sampling settings that cut the distribution (min_p > 0, top_p < 1, top_k > 0), as 'name value'.
 
-    >>> from pipeline.config import GRPOArguments
-    >>> truncating_samplers(GRPOArguments(min_p=0.1, top_p=1.0, top_k=0)), truncating_samplers(GRPOArguments())
+    >>> truncating_samplers(min_p=0.1, top_p=1.0, top_k=0), truncating_samplers(min_p=None, top_p=1.0, top_k=0)
     (['min_p 0.1'], [])
     """
-    cuts = (("min_p", g.min_p, bool(g.min_p)), ("top_p", g.top_p, g.top_p < 1.0), ("top_k", g.top_k, g.top_k > 0))
+    cuts = (("min_p", min_p, bool(min_p)), ("top_p", top_p, top_p < 1.0), ("top_k", top_k, top_k > 0))
     return [f"{name} {value:g}" for name, value, cuts_it in cuts if cuts_it]
 
 
-def check_truncated_sampling(cfg: PipelineConfig) -> None:
+def check_truncated_sampling(min_p: Optional[float], top_p: float, top_k: int, vllm_mode: str,
+                             vllm_importance_sampling_correction: bool) -> None:
     """TRL's vLLM rollouts (the plain backend's vllm_mode colocate | server) with its importance-sampling correction
     and a sampler that truncates: the ratio collapses to ~0 and scales the loss with it, so the run learns
-    nothing and says nothing (TRUNCATED_SAMPLING_MEASURED). Refused, naming both ways out."""
-    g = cfg.grpo
-    cuts = truncating_samplers(g)
-    if cfg.model.vllm_mode == "none" or not g.vllm_importance_sampling_correction or not cuts:
+    nothing and says nothing (TRUNCATED_SAMPLING_MEASURED). Refused, naming both ways out. A recipe rule: it takes
+    the options it reads, by name (validate passes them)."""
+    cuts = truncating_samplers(min_p, top_p, top_k)
+    if vllm_mode == "none" or not vllm_importance_sampling_correction or not cuts:
         return
     field = cuts[0].split()[0]
-    raise ConfigError(field, f"{', '.join(cuts)} with vLLM rollouts (vllm_mode: {cfg.model.vllm_mode}) and "
+    raise ConfigError(field, f"{', '.join(cuts)} with vLLM rollouts (vllm_mode: {vllm_mode}) and "
                       "vllm_importance_sampling_correction: true: TRL scores vLLM's truncated sampling "
                       "log-probabilities against the trainer's full ones, and the importance ratio that scales the "
                       "loss collapses (measured on one step: 1.4e-06 with min_p 0.1, 0.068 with top_p 0.9, 2.1e-04 "
@@ -278,42 +280,43 @@ def _check_rewards(g: Any, run_user_code: bool = True) -> None:
         raise ConfigError("reward_weights", str(err)) from None
 
 
-def validate_unsloth(cfg: PipelineConfig) -> None:
-    """What the Unsloth backend refuses only after the model (and vLLM) have loaded, refused up front."""
-    m, lo, g = cfg.model, cfg.lora, cfg.grpo
+def validate_unsloth(lora_modules_to_save: list[Any], lora_target_modules: list[Any], fast_inference: bool,
+                     vllm_sampling_params: Any, vllm_standby: str) -> None:
+    """What the Unsloth backend refuses only after the model (and vLLM) have loaded, refused up front (a rule)."""
     # FastLlamaModel.get_peft_model accepts in modules_to_save only lm_head, embed_tokens and normalization
     # layers (TypeError "Module = ... is not allowed"), checked after the model has loaded.
-    others = [name for name in lo.lora_modules_to_save
+    others = [name for name in lora_modules_to_save
               if str(name).rsplit(".", 1)[-1] not in EMBEDDING_MODULES and "norm" not in str(name).rsplit(".", 1)[-1]]
     if others:
         raise ConfigError("lora_modules_to_save", f"got {others}; Unsloth trains in full only lm_head, embed_tokens "
                           "and normalization layers (e.g. norm, input_layernorm). Put other modules in "
                           "lora_target_modules, or use backend: plain.")
-    if m.fast_inference and lo.lora_modules_to_save:
+    if fast_inference and lora_modules_to_save:
         # FastLlamaModel.get_peft_model raises NotImplementedError ("fast inference does not work with
         # training embeddings or lm_head") when the model has a vLLM engine. The backend passes None, not [],
         # for an empty list: Unsloth refuses any modules_to_save that is not None there.
-        raise ConfigError("lora_modules_to_save", f"got {list(lo.lora_modules_to_save)}, but Unsloth cannot train "
+        raise ConfigError("lora_modules_to_save", f"got {list(lora_modules_to_save)}, but Unsloth cannot train "
                           "modules in full while vLLM serves the model (fast_inference: true). Remove "
                           "lora_modules_to_save, set fast_inference: false (slower generation), or use "
                           "backend: plain.")
-    embeddings = [name for name in lo.lora_target_modules if str(name).rsplit(".", 1)[-1] in EMBEDDING_MODULES]
-    if m.fast_inference and embeddings:
+    embeddings = [name for name in lora_target_modules if str(name).rsplit(".", 1)[-1] in EMBEDDING_MODULES]
+    if fast_inference and embeddings:
         # With a vLLM engine, get_peft_model moves embed_tokens from target_modules to modules_to_save and then
         # raises as above; it leaves lm_head as a LoRA target that never trains (_vllm_unmovable_embedding_modules,
         # _redirect_embedding_targets in unsloth/models/_utils.py), a silent no-op.
         raise ConfigError("lora_target_modules", f"contains {embeddings}: with vLLM (fast_inference: true) Unsloth "
                           "cannot train embeddings or lm_head (embed_tokens is refused, lm_head would stay "
                           "untrained). Remove them, or set fast_inference: false (they are then trained in full).")
-    if not m.fast_inference:
-        if sampling_params_mapping(g.vllm_sampling_params):
+    if not fast_inference:
+        if sampling_params_mapping(vllm_sampling_params):
             raise ConfigError("vllm_sampling_params", "is for vLLM, and fast_inference: false runs without it, so "
                               "it would be ignored. Remove it, or set fast_inference: true.")
-        if m.vllm_standby == "true":
+        if vllm_standby == "true":
             raise ConfigError("vllm_standby", "standby puts vLLM to sleep between rollouts, and fast_inference: "
                               "false runs without vLLM. Set vllm_standby: auto or false, or fast_inference: true.")
 
 
 # The recipe rules each backend brings, by the `backend` field's value: what its class declares
-# (pipeline/backends: Backend.RECIPE_RULES); pipeline.backends.register_backend adds a new backend's.
+# (pipeline/backends: Backend.RECIPE_RULES); pipeline.backends.register_backend adds a new backend's. A rule takes the
+# options it reads as its parameters, by their names; validate passes them.
 BACKEND_RULES: dict[str, tuple[Any, ...]] = {"unsloth": (validate_unsloth,), "plain": (check_truncated_sampling,)}

@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from typing import Any
+from typing import Any, Optional
 
 from env.text import excerpt
 from pipeline.config.field_help import field_rules
 from pipeline.config.fields import MIN_SAMPLING_TEMPERATURE, SECTIONS, ConfigError
-from pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig
+from pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig, field_choices
 from pipeline.config.trl_fields import TRL_BOUNDS
 
 
@@ -55,9 +55,21 @@ def check_choices(section: Any) -> None:
     """
     for f in dataclasses.fields(section):
         choices = field_rules(f).get("choices")
-        value = getattr(section, f.name)
-        if choices and value not in choices:
-            raise ConfigError(f.name, f"got {excerpt(value)}; choose one of {', '.join(choices)}.")
+        if choices:
+            check_choice(f.name, getattr(section, f.name), choices)
+
+
+def check_choice(name: str, value: Any, choices: Optional[tuple[str, ...]] = None) -> None:
+    """One choice field's value against its `choices` (by default the ones declared with it: fields.py).
+
+    >>> check_choice("overlong_policy", "cut")
+    Traceback (most recent call last):
+    ...
+    pipeline.config.fields.ConfigError: config error in `overlong_policy`: got 'cut'; choose one of drop, error.
+    """
+    choices = field_choices(name) if choices is None else choices
+    if value not in choices:
+        raise ConfigError(name, f"got {excerpt(value)}; choose one of {', '.join(choices)}.")
 
 
 def check_bounds(value: float, name: str, rules: dict[str, Any], default: Any) -> None:

@@ -6,8 +6,10 @@ is exit 2 listing the names the model has, not peft's error after the model load
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 from env.text import excerpt
-from pipeline.config import ConfigError, PipelineConfig
+from pipeline.config import ConfigError
 from pipeline.data.tokenizer import resolve_model_path
 
 # The module classes peft's LoRA can adapt (peft.tuners.lora.model LoraModel._create_new_module dispatchers).
@@ -45,25 +47,25 @@ def _matches(target: str, path: str) -> bool:
     return path == target or path.endswith("." + target)
 
 
-def check_lora_targets(cfg: PipelineConfig) -> str:
-    """Each `lora_target_modules` entry names LoRA-capable modules of this model, and each
+def check_lora_targets(model_name_or_path: str, trust_remote_code: bool, lora_target_modules: Sequence[Any],
+                       lora_modules_to_save: Sequence[Any]) -> str:
+    """Each `lora_target_modules` entry names LoRA-capable modules of the model `model_name_or_path`, and each
     `lora_modules_to_save` entry names a module it has; otherwise refused, listing the names it has."""
-    lo = cfg.lora
-    types = model_module_types(cfg.model.model_name_or_path, cfg.model.trust_remote_code)
+    types = model_module_types(model_name_or_path, trust_remote_code)
     adaptable = sorted({path.rsplit(".", 1)[-1] for path, kind in types.items() if kind in LORA_MODULE_TYPES})
-    for target in lo.lora_target_modules:
+    for target in lora_target_modules:
         kinds = sorted({kind for path, kind in types.items() if _matches(str(target), path)})
         if not kinds:
-            raise ConfigError("lora_target_modules", f"{cfg.model.model_name_or_path} has no module named "
+            raise ConfigError("lora_target_modules", f"{model_name_or_path} has no module named "
                               f"{excerpt(target)}. Its layers LoRA can adapt: {', '.join(adaptable)}.")
         if not set(kinds) & set(LORA_MODULE_TYPES):
             raise ConfigError("lora_target_modules", f"{excerpt(target)} names {', '.join(kinds)} modules, which LoRA "
                               f"cannot adapt; name their layers instead: {', '.join(adaptable)}.")
     names = sorted({path.rsplit(".", 1)[-1] for path in types})
-    for target in lo.lora_modules_to_save:
+    for target in lora_modules_to_save:
         # peft's rule here (peft.utils.other._set_trainable) is a plain suffix: `layernorm` takes input_layernorm
         if not any(path.endswith(str(target)) for path in types):
-            raise ConfigError("lora_modules_to_save", f"{cfg.model.model_name_or_path} has no module named "
+            raise ConfigError("lora_modules_to_save", f"{model_name_or_path} has no module named "
                               f"{excerpt(target)}. Its module names: {', '.join(names)}.")
-    saved = f"; trained in full: {', '.join(map(str, lo.lora_modules_to_save))}" if lo.lora_modules_to_save else ""
-    return f"LoRA on {', '.join(map(str, lo.lora_target_modules))}{saved} (all found in the model)"
+    saved = f"; trained in full: {', '.join(map(str, lora_modules_to_save))}" if lora_modules_to_save else ""
+    return f"LoRA on {', '.join(map(str, lora_target_modules))}{saved} (all found in the model)"

@@ -42,7 +42,7 @@ from pipeline.backends import choose_backend, load_backend
 from pipeline.backends.settings import backend_settings
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, parse_config
-from pipeline.data.columns import ANSWER, ROW_ID
+from pipeline.data.columns import ANSWER, ROW_ID, removes_unused_columns
 from pipeline.data.prepare import DataError
 from pipeline.data.prompts import completion_like, render_prompts
 from pipeline.data.source_spec import DataFileError
@@ -188,7 +188,8 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     texts, chat_prompts, columns, rollouts = _sample(sampling, loop_settings(cfg.trl, cfg.model.max_seq_length),
                                                      rows, tokenizer, generator, max_tokens, log, agents)
     # As TRL calls rewards (rewards/trl_source.py): the columns it passes, completion_ids, the trainer's objects
-    kwargs = reward_kwargs_outside_training(cfg, tokenizer, columns, [str(text) for text in texts])
+    kwargs = reward_kwargs_outside_training(g.max_steps, removes_unused_columns(cfg.trl), tokenizer, columns,
+                                            [str(text) for text in texts])
     if rollouts and agents.environments:  # TRL hands the rewards each rollout's environment
         kwargs["environments"] = [r.instance for r in rollouts]
     scores = _score(funcs, texts, chat_prompts, kwargs, g.reward_timeout, rollouts)

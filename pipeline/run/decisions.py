@@ -56,6 +56,7 @@ class RunDecisions:
     trainer_args: Mapping[str, Any]
     prompt_format: Mapping[str, Any]
     backend_settings: Any  # pipeline/backends/settings.py BackendSettings: what the backend reads
+    data: Any  # pipeline/data/spec.py DataSpec: what the data path reads of the recipe
     eval_key: Optional[EvalKey] = None
 
 
@@ -70,15 +71,15 @@ def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
 
 
 def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], prepared: Any,
-                  trainer_args: Mapping[str, Any], backend_settings: Any,
+                  trainer_args: Mapping[str, Any], backend_settings: Any, data: Any,
                   eval_key: Optional[EvalKey] = None) -> RunDecisions:
     """The record from what the check worked out: the backend `choice` (a BackendChoice) and `backend` loaded for
-    it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), and trl.GRPOConfig's
-    keyword arguments from the recipe."""
+    it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), trl.GRPOConfig's
+    keyword arguments from the recipe, and the data path's values of the recipe (`data`: a DataSpec)."""
     report = prepared.report
     return RunDecisions(
         backend_name=choice.name, backend_reason=choice.reason, backend=backend, rewards=rewards,
         limits=Limits(report["limits"]["max_seq_length"], prepared.max_prompt_length, prepared.max_completion_length),
         data_key=prepared.fingerprint, trainer_args=MappingProxyType(dict(trainer_args)),
         prompt_format=MappingProxyType(dict(report["prompt_format"])), backend_settings=backend_settings,
-        eval_key=eval_key)
+        data=data, eval_key=eval_key)

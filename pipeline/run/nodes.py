@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from env.kept import changed_inputs, state_key
-from pipeline.config import ConfigError, PipelineConfig
+from pipeline.config import ConfigError
 from pipeline.run.manifest import git_commit, package_versions
 
 NODES_TIMEOUT_S = 300
@@ -59,10 +59,11 @@ def launcher_env(environ: Mapping[str, str] = os.environ) -> Optional[dict[str, 
         return None
 
 
-def node_record(cfg: PipelineConfig, environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """What this process was started with, as the run records it."""
+def node_record(recipe: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """What this process was started with, as the run records it (`recipe`: the recipe's values, flat, as the manifest
+    keeps them: every one is compared)."""
     launched = launcher_env(environ) or {"rank": 0, "world_size": 1, "node": 0, "local_world_size": 1}
-    recipe = cfg.to_dict()
+    recipe = dict(recipe)
     return {**launched, "host": socket.gethostname(), "recipe_key": state_key(recipe), "recipe": recipe,
             "code": code_version(), "git_commit": git_commit(), "packages": package_versions()}
 
@@ -130,17 +131,17 @@ def exchange(record: dict[str, Any], environ: Mapping[str, str] = os.environ, st
     return records
 
 
-def check_nodes(cfg: PipelineConfig, environ: Mapping[str, str] = os.environ, store: Any = None,
+def check_nodes(recipe: Mapping[str, Any], environ: Mapping[str, str] = os.environ, store: Any = None,
                 timeout_s: float = NODES_TIMEOUT_S) -> str:
     """The check's `nodes` line: one process, or every process started alike (else a ConfigError naming what
-    differs, on every node)."""
+    differs, on every node). `recipe`: this process's recipe values, flat (PipelineConfig.to_dict)."""
     launched = launcher_env(environ)
     if launched is None:
         return "one process"
     if store is None and environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return (f"{launched['world_size']} processes, not compared across nodes (not started by accelerate launch "
                 "or torchrun, whose store the comparison uses)")
-    records = exchange(node_record(cfg, environ), environ, store, timeout_s)
+    records = exchange(node_record(recipe, environ), environ, store, timeout_s)
     found = differences(records)
     if found:
         raise ConfigError("nodes", "the processes of this run were not started alike: " + "; ".join(found)

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from env.locations import absolute_path
 from pipeline.config import SECTIONS, fields_with, resolve_optim, trl_names, trl_training_args
 from pipeline.config.field_help import field_rules
-from pipeline.config.roles import config_sections, trl_default
+from pipeline.config.roles import trl_default
 from env.kept import canonical, changed_inputs, state_key
 from env.text import excerpt
 
@@ -141,7 +141,7 @@ def weight_shape(cfg) -> dict[str, Any]:
     """The fields of a config declaring resume_shaping, normalised for comparison (lists sorted, None as an empty
     list, a local model folder made absolute)."""
     flat = cfg.to_dict()
-    shape = {name: flat[name] for name in fields_with("resume_shaping", config_sections(cfg))}
+    shape = {name: flat[name] for name in fields_with("resume_shaping", cfg.sections())}
     for name in ("lora_target_modules", "lora_modules_to_save"):  # module lists: their order means nothing
         shape[name] = sorted(shape[name] or [])
     if os.path.exists(shape["model_name_or_path"]):
@@ -155,7 +155,7 @@ def resume_settings(cfg) -> dict[str, Any]:
     resolve_optim), TRL's default for those not given; an option of ours TRL does not take, as set."""
     given = {**cfg.to_dict(), **trl_training_args(resolve_optim(cfg)[0])}
     settings: dict[str, Any] = {}
-    sections = config_sections(cfg)
+    sections = cfg.sections()
     for name in (*trl_names("resume_restored", sections), *trl_names("resume_applied", sections)):
         # TRL's default imports trl (and torch): the run and --check load it anyway
         settings[name] = given[name] if name in given else trl_default(name)
@@ -272,7 +272,7 @@ def option_name(trl_name: str, trl_options: Any) -> str:
 def resume_changes(checkpoint: str | Path, cfg) -> dict[str, list[Any]]:
     """The settings declaring resume_applied that a resume of `checkpoint` under `cfg` changes, {name: [old, new]}:
     the run applies them, says so, and summary.json records them."""
-    names = trl_names("resume_applied", config_sections(cfg))
+    names = trl_names("resume_applied", cfg.sections())
     changed = _changed_settings(checkpoint, resume_settings(cfg), names)
     return {name: [old, new] for name, (old, new) in changed.items()}
 
@@ -290,7 +290,7 @@ def resume_mismatch(checkpoint: str | Path, cfg) -> Optional[str]:
         return (f"{folder.name} in {folder.parent} was trained with other weights: {'; '.join(changed)}. It cannot "
                 f"be resumed under the new values. Train into a new folder (--output_dir NEW_FOLDER), or start this "
                 f"one over with --resume never (its checkpoints are then replaced), or put the old values back.")
-    restored = _changed_settings(checkpoint, resume_settings(cfg), trl_names("resume_restored", config_sections(cfg)))
+    restored = _changed_settings(checkpoint, resume_settings(cfg), trl_names("resume_restored", cfg.sections()))
     if not restored:
         return None
     named = {option_name(name, cfg.trl): values for name, values in restored.items()}

@@ -33,6 +33,7 @@ from pipeline.backends import mixed_precision, on_cpu
 from pipeline.config import PipelineConfig, role_values
 from pipeline.data.cache import model_identity
 from pipeline.data.run_data import warmup_examples
+from pipeline.data.spec import data_spec
 from pipeline.trainer.agent_check import tool_schema
 from pipeline.trainer.agents import resolve_agents
 
@@ -111,7 +112,7 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    examples, conversations = with_tools(cfg, warmup_examples(cfg, prepared))
+    examples, conversations = with_tools(cfg, warmup_examples(data_spec(cfg), prepared))
     print(f"[grpo] format warm-up: {cfg.health.sft_warmup_steps} SFT steps on {len(examples)} formatted examples"
           + (" (tool conversations)" if conversations else ""), flush=True)
 
