@@ -51,9 +51,11 @@ from pipeline.data.lora_targets import check_lora_targets
 from pipeline.run.checkpoint_contents import contents_problem
 from pipeline.run.decisions import RunDecisions, reward_specs, run_decisions
 from pipeline.run.nodes import check_nodes
-from pipeline.run.resume import data_mismatch, resume_mismatch
+from pipeline.run.resume import data_mismatch, resume_key, resume_mismatch
 from pipeline.trainer.agent_check import check_agents
+from pipeline.trainer.agents import resolve_agents
 from pipeline.trainer.build import check_effective_config, check_grpo_config
+from pipeline.trainer.spec import agent_settings, trainer_spec
 from rewards import get_reward_funcs
 from rewards.contract import RewardFailure, probe_rewards
 from rewards.trl_source import reward_call_kwargs
@@ -151,9 +153,14 @@ def data_checks(cfg: PipelineConfig, done: dict[str, Any]) -> list[tuple[str, Ca
         data = RunData(needs("train"), prepare_eval(cfg, needs("tokenizer"), write_report=False))
         return "; ".join(filter(None, [data.eval_rows.line(), data.overlap_warning()]))
 
+    def agents() -> str:  # resolved once, here, for the run too (after the data: a step whose input failed says so)
+        tokenizer, train = needs("tokenizer"), needs("train")
+        resolved = _once(done, "agents", lambda: resolve_agents(agent_settings(cfg)))
+        return check_agents(resolved, cfg.model.model_name_or_path, tokenizer, train)
+
     return [("data", data), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train"))),
             ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train"), kept=done)),
-            ("agents", lambda: check_agents(cfg, needs("tokenizer"), needs("train")))]  # tools, environments
+            ("agents", agents)]  # tools, environments
 
 
 PROBE_PROMPTS = 2  # prompts from the data, each with the completions below (TRL repeats a prompt per completion)
@@ -270,7 +277,8 @@ def check_resume(cfg: PipelineConfig) -> str:
                               "use --resume auto (it skips incomplete checkpoints).")
         said = f"resume from {path}"
     # other LoRA shape or base model recorded, then what the files themselves hold: a size mismatch mid-load later
-    mismatch = resume_mismatch(path, cfg) or contents_problem(path, cfg)
+    key = resume_key(cfg)
+    mismatch = resume_mismatch(path, key) or contents_problem(path, key)
     if mismatch:
         raise ConfigError("resume", mismatch)
     return said
@@ -306,15 +314,18 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
         return step
 
+    def trainer() -> Any:  # what the trainer reads of the recipe (pipeline/trainer/spec.py), read once
+        return _once(done, "trainer", lambda: trainer_spec(cfg))
+
     data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg, done)]
     steps: list[tuple[str, Callable[[], Any]]] = [
         # first: a node started with another recipe or code is named on every node before any check can differ
         ("nodes", lambda: check_nodes(cfg)),
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
-        ("trl", after_backend(lambda: check_grpo_config(cfg, (choice or choose_backend(
-            cfg.model.backend, cfg.model.fast_inference)).name))),  # TRL's own validation of its config
-        ("effective_config", after_backend(lambda: check_effective_config(cfg, (choice or choose_backend(
-            cfg.model.backend, cfg.model.fast_inference)).name))),  # what the backend changes (effective_config.json)
+        ("trl", after_backend(lambda: check_grpo_config(trainer(), (choice or choose_backend(
+            cfg.model.backend, cfg.model.fast_inference)).name, cfg))),  # TRL's own validation of its config
+        ("effective_config", after_backend(lambda: check_effective_config(trainer(), (choice or choose_backend(
+            cfg.model.backend, cfg.model.fast_inference)).name, cfg))),  # what the backend changes (effective_config)
         ("output_dir", lambda: check_output_dir(cfg.to_dict())),
         ("packages", lambda: check_packages(cfg.grpo.reporters(), cfg.grpo.output_dir, cfg.model.model_source,
                                             resolve_optim(cfg)[1])),
@@ -351,8 +362,16 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     if all(c.ok for c in results):
         resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
         results.decisions = run_decisions(resolved, load_backend(resolved.name), reward_specs(
-            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg))
+            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg),
+            trainer(), done["agents"])
     return results
+
+
+def _once(done: dict[str, Any], key: str, make: Callable[[], Any]) -> Any:
+    """`done[key]`, made by `make` the first time: a decision the check makes once and hands to the run."""
+    if key not in done:
+        done[key] = make()
+    return done[key]
 
 
 def as_json(results: list[Check]) -> dict[str, Any]:

@@ -392,7 +392,7 @@ def test_a_storage_failure_during_a_save_names_the_run_folder_the_size_and_how_t
 
 @pytest.mark.slow
 def test_staged_saves_record_the_weight_shape_and_keep_save_total_limit(tmp_path):
-    from pipeline.run.resume import SHAPE_NAME, checkpoint_record
+    from pipeline.run.resume import SHAPE_NAME, checkpoint_record, resume_key
     from pipeline.train import run_training
     from train_helpers import demo_config
 
@@ -404,7 +404,7 @@ def test_staged_saves_record_the_weight_shape_and_keep_save_total_limit(tmp_path
         recorded = json.loads((checkpoint / SHAPE_NAME).read_text())
         data = recorded.pop("data")  # what the data position counts (pipeline/run/resume.py data_record)
         assert data["dataset_name"] == cfg.data.dataset_name and data["rows"] > 0 and len(data["fingerprint"]) == 64
-        assert recorded == json.loads(json.dumps(checkpoint_record(cfg)))
+        assert recorded == json.loads(json.dumps(checkpoint_record(resume_key(cfg))))
         assert checkpoint_problem(checkpoint) is None
         assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == int(
             checkpoint.name.split("-")[1])

@@ -43,6 +43,7 @@ from pipeline.config import ConfigError, PipelineConfig, parse_config
 from pipeline.data.columns import ANSWER, ROW_ID
 from pipeline.data.prepare import DataError
 from pipeline.data.prompts import completion_like, render_prompts
+from pipeline.data.run_data import warmup_examples
 from pipeline.data.source_spec import DataFileError
 from pipeline.errors import fit_to_command, note_command_options, note_run_folder
 from pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
@@ -50,6 +51,7 @@ from pipeline.infer.evaluate import score_completions
 from pipeline.preflight import reward_kwargs_outside_training, run_checks
 from pipeline.infer.tool_loop import describe, env_rewards, run_for_config, tool_stats
 from pipeline.trainer.agents import Agents, agent_names, resolve_agents
+from pipeline.trainer.spec import agent_settings, trainer_spec
 from pipeline.trainer.warmup import run_format_warmup
 from rewards import check_reward_weights, get_reward_funcs
 from rewards.contract import RewardFailure, call_reward
@@ -135,7 +137,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     seen = snapshot(absolute_path(cfg.grpo.output_dir) / DRY_RUN_NAME,
                     fix="Another run wrote it meanwhile; run the dry run again when it is done.")
     cfg, backend_name, backend = _checked_backend(cfg, log)
-    agents = resolve_agents(cfg) if agent_names(cfg) else Agents()
+    agents = resolve_agents(agent_settings(cfg)) if agent_names(agent_settings(cfg)) else Agents()
     if agents.rollout_func is not None:
         log(f"note: rollout_func {cfg.grpo.rollout_func} needs the trainer (its second argument); the dry run "
             "samples with the backend's generator instead")
@@ -187,7 +189,9 @@ def _prompts_and_generator(cfg: PipelineConfig, backend, n_prompts: int, after_w
     rows = prepared.dataset.shuffle(seed=cfg.grpo.seed).select(range(min(n_prompts, len(prepared.dataset))))
     model, tokenizer = backend.load_for_training(cfg)
     if after_warmup and cfg.health.sft_warmup_steps > 0:
-        model = run_format_warmup(model, tokenizer, cfg, prepared, backend.peft_config(cfg), output_dir)
+        model = run_format_warmup(model, tokenizer, trainer_spec(cfg).warmup, prepared,
+                                  warmup_examples(cfg, prepared), resolve_agents(agent_settings(cfg)).tools,
+                                  backend.peft_config(cfg), output_dir)
     return rows, prepared.max_completion_length, tokenizer, backend.training_generator(model, tokenizer, cfg)
 
 

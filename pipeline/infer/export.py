@@ -30,6 +30,7 @@ from pipeline.infer import session
 from pipeline.infer.session import verify_trained_dir
 from pipeline.run.manifest import find_manifest, recorded_base, write_adapter_metadata
 from pipeline.trainer.agents import agent_names
+from pipeline.trainer.spec import agent_settings
 
 
 @guarded("export")
@@ -93,7 +94,7 @@ def check_tool_support(folder: Path, cfg: Any, method: str) -> None:
     """An export of an adapter trained with tools (or environments) keeps a chat template that renders a whole
     tool exchange (TRL's supports_tool_calling) and the tools' schemas: else the export fails, nothing published
     (a merged model that silently lost its tool format would answer without ever calling one)."""
-    names = agent_names(cfg)
+    names = agent_names(agent_settings(cfg))
     if method == "gguf" or not (names.get("tools") or names.get("environment_factory")):
         return  # a .gguf carries its template in its metadata, read by llama.cpp, not by transformers
     # lazy: transformers and trl import torch

@@ -46,6 +46,8 @@ class RunDecisions:
     data_key: str
     trainer_args: Mapping[str, Any]
     prompt_format: Mapping[str, Any]
+    trainer: Any = None  # what the trainer, the health rules, the warm-up read (pipeline/trainer/spec.py TrainerSpec)
+    agents: Any = None  # the tools, environments, rollout_func: resolved once by the check (trainer/agents.py Agents)
 
 
 def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
@@ -59,13 +61,14 @@ def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
 
 
 def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], prepared: Any,
-                  trainer_args: Mapping[str, Any]) -> RunDecisions:
+                  trainer_args: Mapping[str, Any], trainer: Any = None, agents: Any = None) -> RunDecisions:
     """The record from what the check worked out: the backend `choice` (a BackendChoice) and `backend` loaded for
-    it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), and trl.GRPOConfig's
-    keyword arguments from the recipe."""
+    it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), trl.GRPOConfig's
+    keyword arguments from the recipe, what the trainer reads of it (`trainer`, a TrainerSpec) and the agents
+    resolved (`agents`)."""
     report = prepared.report
     return RunDecisions(
         backend_name=choice.name, backend_reason=choice.reason, backend=backend, rewards=rewards,
         limits=Limits(report["limits"]["max_seq_length"], prepared.max_prompt_length, prepared.max_completion_length),
         data_key=prepared.fingerprint, trainer_args=MappingProxyType(dict(trainer_args)),
-        prompt_format=MappingProxyType(dict(report["prompt_format"])))
+        prompt_format=MappingProxyType(dict(report["prompt_format"])), trainer=trainer, agents=agents)
