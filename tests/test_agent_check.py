@@ -62,7 +62,9 @@ def test_each_failure_names_the_tool_class_or_row_and_the_fix(case, tokenizers, 
     options, tokenizer, columns, field, words = FAILURES[case]
     prompt = columns.pop("prompt", CHAT)
     with pytest.raises(ConfigError) as err:
-        check_agents(resolve_agents(agent_settings(tiny_qwen_config(tmp_path, **options))), tiny_qwen_config(tmp_path, **options).model.model_name_or_path, tokenizers[tokenizer], training_set(prompt, **columns))
+        check_agents(resolve_agents(agent_settings(tiny_qwen_config(tmp_path, **options))),
+                     tiny_qwen_config(tmp_path, **options).model.model_name_or_path, tokenizers[tokenizer],
+                     training_set(prompt, **columns))
     assert err.value.field == field
     for word in words:
         assert word in str(err.value)
@@ -71,11 +73,13 @@ def test_each_failure_names_the_tool_class_or_row_and_the_fix(case, tokenizers, 
 def test_what_passes_is_said(tokenizers, tmp_path):
     cfg = tiny_qwen_config(tmp_path, tools=["agent_helpers:add", "agent_helpers:lookup"],
                            environment_factory=COUNTER_AND_NOTES, rollout_func="agent_helpers:fixed_rollout")
-    said = check_agents(resolve_agents(agent_settings(cfg)), cfg.model.model_name_or_path, tokenizers["qwen"], training_set(environment="notes"))
+    said = check_agents(resolve_agents(agent_settings(cfg)), cfg.model.model_name_or_path, tokenizers["qwen"],
+                        training_set(environment="notes"))
     assert said == ("tools: add, lookup; environment count: Counter (tools bump; its get_reward is a reward); "
                     "environment notes: Notes (tools write); the chat template renders them; "
                     "rollout_func fixed_rollout")
-    assert check_agents(resolve_agents(agent_settings(tiny_qwen_config(tmp_path))), tiny_qwen_config(tmp_path).model.model_name_or_path, tokenizers["qwen"], training_set()) == \
+    assert check_agents(resolve_agents(agent_settings(tiny_qwen_config(tmp_path))),
+                        tiny_qwen_config(tmp_path).model.model_name_or_path, tokenizers["qwen"], training_set()) == \
         "no tools, environment_factory or rollout_func"
 
 
@@ -99,7 +103,8 @@ def test_the_docs_examples_pass_the_check_and_work(tokenizers, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     cfg = tiny_qwen_config(tmp_path / "run", tools=["calc_tools:calculator"],
                            environment_factory="counter_env:Counter")
-    said = check_agents(resolve_agents(agent_settings(cfg)), cfg.model.model_name_or_path, tokenizers["qwen"], training_set())
+    said = check_agents(resolve_agents(agent_settings(cfg)), cfg.model.model_name_or_path, tokenizers["qwen"],
+                        training_set())
     assert said.startswith("tools: calculator; environment Counter (tools bump; its get_reward is a reward)")
     from calc_tools import calculator
     from counter_env import Counter

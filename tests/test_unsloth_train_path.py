@@ -358,9 +358,12 @@ def plain_reference_after_warmup(tmp_path):
     out.mkdir(parents=True)
     model, tokenizer = plain.load_for_training(cfg)
     prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
-    model = run_format_warmup(model, tokenizer, trainer_spec(cfg).warmup, prepared, warmup_examples(cfg, prepared), resolve_agents(agent_settings(cfg)).tools, plain.peft_config(cfg), out, reuse=False)
-    trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain, cfg, model, tokenizer, prepared, None, out)
-    rebuilt, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain, cfg, trainer.model, tokenizer, prepared, None, out, rollbacks_done=1)
+    model = run_format_warmup(model, tokenizer, trainer_spec(cfg).warmup, prepared, warmup_examples(cfg, prepared),
+                              resolve_agents(agent_settings(cfg)).tools, plain.peft_config(cfg), out, reuse=False)
+    trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain, cfg, model, tokenizer,
+                               prepared, None, out)
+    rebuilt, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain, cfg, trainer.model,
+                               tokenizer, prepared, None, out, rollbacks_done=1)
     ids = torch.tensor([tokenizer("What is 7 + 5?")["input_ids"]])
     base = plain.load_model("tiny-demo", cfg, for_training=False)
     with torch.no_grad():
