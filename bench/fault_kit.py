@@ -217,7 +217,7 @@ def checkpoint_of_another_shape(folder: Path, shape: Optional[dict] = None, sett
     from safetensors.numpy import save_file
 
     from pipeline.config import from_mapping
-    from pipeline.run.resume import SHAPE_NAME, checkpoint_record
+    from pipeline.run.resume import SHAPE_NAME, checkpoint_record, resume_key
 
     argv = train(folder, text)
     import yaml
@@ -227,7 +227,7 @@ def checkpoint_of_another_shape(folder: Path, shape: Optional[dict] = None, sett
     ckpt.mkdir(parents=True)
     (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": 1, "max_steps": 5}), encoding="utf-8")
     save_file({"lora_A": np.zeros((2, 2), dtype=np.float32)}, str(ckpt / "adapter_model.safetensors"))
-    kept = checkpoint_record(cfg)
+    kept = checkpoint_record(resume_key(cfg))
     kept = {**kept, **(shape if shape is not None else {"lora_r": 99}),
             "settings": {**kept["settings"], **(settings or {})}}
     (ckpt / SHAPE_NAME).write_text(json.dumps(kept), encoding="utf-8")

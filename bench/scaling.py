@@ -98,6 +98,8 @@ def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict
     from bench.overhead import bench_config, prepare
     from pipeline.backends import plain
     from pipeline.backends.settings import backend_settings
+    from pipeline.trainer.agents import Agents
+    from pipeline.trainer.spec import trainer_spec
 
     cfg = bench_config(steps, num_generations=generations, per_device_train_batch_size=prompts * generations,
                        max_completion_length=str(length), max_seq_length=128 + length)
@@ -115,8 +117,9 @@ def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict
     train_module.grpo_training_args = full_length_args  # build_trainer reads it from the module
     try:
         with tempfile.TemporaryDirectory() as out:
-            trainer, _ = train_module.build_trainer(cfg.replace(output_dir=out), plain, model, tokenizer, prepared,
-                                                    plain.peft_config(backend_settings(cfg)), Path(out))
+            run_cfg = cfg.replace(output_dir=out)  # no tools: no agents
+            trainer, _ = train_module.build_trainer(trainer_spec(run_cfg), Agents(), plain, backend_settings(run_cfg), model, tokenizer,
+                                                    prepared, plain.peft_config(backend_settings(cfg)), Path(out))
             instrument(trainer, clock)
             trainer.train()
     finally:

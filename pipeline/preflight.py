@@ -30,7 +30,7 @@ from env.path_check import PathError, expand, nearest_existing
 from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
-from pipeline.backends.settings import BackendSettings, backend_settings
+from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError, PipelineConfig, resolve_optim, role_values, trl_training_args, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
@@ -56,7 +56,9 @@ from pipeline.run.decisions import EvalKey, RunDecisions, reward_specs, run_deci
 from pipeline.run.nodes import check_nodes
 from pipeline.run.resume import data_mismatch, resume_mismatch
 from pipeline.trainer.agent_check import check_agents
+from pipeline.trainer.agents import resolve_agents
 from pipeline.trainer.build import check_effective_config, check_grpo_config
+from pipeline.trainer.spec import agent_settings, trainer_spec
 from rewards import get_reward_funcs
 from rewards.contract import RewardFailure, probe_rewards
 from rewards.trl_source import reward_call_kwargs
@@ -317,16 +319,22 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
         return step
 
-    data_steps = [(name, after_backend(step)) for name, step in data_checks(
-        lambda: data_spec(cfg), done, lambda tokenizer, train: check_agents(cfg, tokenizer, train))]
+    def trainer() -> Any:  # what the trainer reads of the recipe (pipeline/trainer/spec.py), read once
+        return _once(done, "trainer", lambda: trainer_spec(cfg))
+
+    def agents(tokenizer: Any, train: Any) -> str:  # resolved once, here, for the run too
+        resolved = _once(done, "agents", lambda: resolve_agents(agent_settings(cfg)))
+        return check_agents(resolved, cfg.model.model_name_or_path, tokenizer, train)
+
+    data_steps = [(name, after_backend(step)) for name, step in data_checks(lambda: data_spec(cfg), done, agents)]
     steps: list[tuple[str, Callable[[], Any]]] = [
         # first: a node started with another recipe or code is named on every node before any check can differ
         ("nodes", lambda: check_nodes(cfg.to_dict())),
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
-        ("trl", after_backend(lambda: check_grpo_config(cfg, (choice or choose_backend(
-            cfg.model.backend, cfg.model.fast_inference)).name))),  # TRL's own validation of its config
-        ("effective_config", after_backend(lambda: check_effective_config(cfg, (choice or choose_backend(
-            cfg.model.backend, cfg.model.fast_inference)).name))),  # what the backend changes (effective_config.json)
+        ("trl", after_backend(lambda: check_grpo_config(trainer(), (choice or choose_backend(
+            cfg.model.backend, cfg.model.fast_inference)).name, cfg))),  # TRL's own validation of its config
+        ("effective_config", after_backend(lambda: check_effective_config(trainer(), (choice or choose_backend(
+            cfg.model.backend, cfg.model.fast_inference)).name, cfg))),  # what the backend changes (effective_config)
         ("output_dir", lambda: check_output_dir(cfg.to_dict())),
         ("packages", lambda: check_packages(cfg.grpo.reporters(), cfg.grpo.output_dir, cfg.model.model_source,
                                             resolve_optim(cfg)[1])),
@@ -335,7 +343,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: memory_check(workload(cfg))),  # the peak GPU memory against the GPU (pipeline/plan)
         ("resume", lambda: check_resume(cfg.grpo.resume, cfg.grpo.output_dir,
-                                        lambda path: resume_mismatch(path, cfg) or contents_problem(path, cfg))),
+                                        lambda path: resume_mismatch(path, trainer().checkpoint)
+                                        or contents_problem(path, trainer().checkpoint))),
         *data_steps,  # then: the tokenizer, the prepared data, the rewards called on it
         ("lora", after_backend(lambda: check_lora_targets(  # the architecture, no weights
             cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.lora.lora_target_modules,
@@ -368,13 +377,20 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
         results.decisions = run_decisions(resolved, load_backend(resolved.name), reward_specs(
             cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg),
-            settings, done["data"], eval_key(cfg))
+            settings, done["data"], eval_key(cfg), trainer(), done["agents"])
     return results
 
 
 def eval_key(cfg: PipelineConfig) -> EvalKey:
     """What an evaluation's kept result depends on in the recipe, by the fields' roles (run/decisions.py EvalKey)."""
     return EvalKey(role_values(cfg, "eval_input"), role_values(cfg, "eval_start"))
+
+
+def _once(done: dict[str, Any], key: str, make: Callable[[], Any]) -> Any:
+    """`done[key]`, made by `make` the first time: a decision the check makes once and hands to the run."""
+    if key not in done:
+        done[key] = make()
+    return done[key]
 
 
 def as_json(results: list[Check]) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from pipeline.errors import guarded, note_run_folder
 from pipeline.infer.evaluate import eval_before_inputs, eval_inputs, headline, load_eval_before, save_eval_before
 from pipeline.infer.session import verify_trained_dir
 from pipeline.data.spec import data_spec
-from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
+from pipeline.data.run_data import prepare_run_data, warmup_examples, without_a_held_out_set
 from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
 from pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
                                       set_aside_checkpoints_after, set_aside_previous_run, storage_errors_are_resumable)
@@ -52,7 +52,6 @@ from pipeline.run.manifest import build_manifest
 from pipeline.run.plots import plot_settings
 from pipeline.train_state import EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED, EXIT_OK, Run, RunResult
 from pipeline.run.summary import write_summary
-from pipeline.trainer.agents import resolve_agents
 from pipeline.trainer.build import build_trainer, record_effective_config
 from pipeline.trainer.warmup import run_format_warmup, warmup_inputs
 from rewards.contract import RewardFailure, SignalInterrupt
@@ -152,7 +151,7 @@ def _resume(run: Run) -> Optional[RunResult]:
         run.finish_only = finished is not None
     # (a changed setting the checkpoint restores was refused by the resume check; these it applies, said here)
     if run.resume_from and not run.finish_only:
-        run.resume_changes = resume_changes(run.resume_from, cfg)
+        run.resume_changes = resume_changes(run.resume_from, run.decisions.trainer.checkpoint)
     for name, (old, new) in run.resume_changes.items():
         rebuilt = "" if name == "max_grad_norm" else " (the learning-rate schedule is rebuilt for the new length)"
         _print(f"resuming with {name} {old!r} -> {new!r}: applied from step {run.resume_step} on{rebuilt}; "
@@ -183,7 +182,7 @@ def _model(run: Run) -> None:
     """The model (the one step that differs between backends) and the manifest lora/ will carry."""
     cfg, decided = run.cfg, run.decisions
     run.model, run.tokenizer = run.backend.load_for_training(decided.backend_settings)
-    run.peft_config, run.agents = run.backend.peft_config(decided.backend_settings), resolve_agents(cfg)  # eval tools
+    run.peft_config, run.agents = run.backend.peft_config(decided.backend_settings), decided.agents  # resolved by the check; every eval's
     # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
     run.manifest = build_manifest(
         cfg_dict=cfg.to_dict(), backend=run.choice.name, base_model=cfg.model.model_name_or_path,
@@ -196,10 +195,10 @@ def _model(run: Run) -> None:
 
 def _warm_up(run: Run) -> None:
     """The format warm-up (optional SFT, pipeline/trainer/warmup.py)."""
-    cfg = run.cfg
-    if cfg.health.sft_warmup_steps > 0:
-        run.model = run_format_warmup(run.model, run.tokenizer, cfg, run.prepared, run.peft_config, run.output_dir,
-                                      reuse=cfg.grpo.resume != "never")
+    cfg, spec, tools = run.cfg, run.decisions.trainer.warmup, run.agents.tools
+    if spec.steps > 0:
+        run.model = run_format_warmup(run.model, run.tokenizer, spec, run.prepared, warmup_examples(run.decisions.data, run.prepared),
+                                      tools, run.peft_config, run.output_dir, reuse=cfg.grpo.resume != "never")
         run.peft_config = None  # the warm-up already wrapped the model with this LoRA
 
 
@@ -212,12 +211,12 @@ def _evaluate(run: Run, model) -> dict[str, Any]:
 
 
 def _eval_before(run: Run) -> None:
-    cfg, output_dir = run.cfg, run.output_dir
+    cfg, output_dir, spec = run.cfg, run.output_dir, run.decisions.trainer.warmup
     if not (cfg.eval.eval_before and run.eval_rows) or not _is_main_process():  # one measure, one writer
         return
     # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on, when
     # every input it was measured from is the same (env/kept.py; the eval rows' content included).
-    warmup = state_key(warmup_inputs(cfg, run.prepared)) if cfg.health.sft_warmup_steps > 0 else None
+    warmup = state_key(warmup_inputs(spec, run.prepared)) if spec.steps > 0 else None
     inputs = eval_before_inputs(run.decisions.eval_key, run.choice.name, run.tokenizer, run.eval_rows,
                                 run.decisions.limits.max_completion_length, warmup)
     run.eval_before = load_eval_before(output_dir, inputs, log=_print) if cfg.grpo.resume != "never" else None
@@ -242,8 +241,8 @@ def _train(run: Run) -> None:
                                                 resume=run.resume_from is not None, log=_print)
     _build_trainer(run, run.peft_config)
     if _is_main_process():  # effective_config.json: every GRPOConfig field as the trainer runs it
-        for line in record_effective_config(run.trainer, cfg, run.backend, run.model, limits.max_completion_length,
-                                            run.output_dir):
+        for line in record_effective_config(run.trainer, run.decisions.trainer, run.backend, cfg, run.model,
+                                            limits.max_completion_length, run.output_dir):
             _print(f"effective config: {line}")
     while True:
         _train_once(run)
@@ -253,9 +252,9 @@ def _train(run: Run) -> None:
 
 
 def _build_trainer(run: Run, peft_config, rollbacks_done: int = 0) -> None:
-    run.trainer, run.health = build_trainer(run.cfg, run.backend, run.model, run.tokenizer, run.prepared,
-                                            peft_config, run.output_dir, run.resume_step, run.periodic_eval,
-                                            rollbacks_done=rollbacks_done)
+    run.trainer, run.health = build_trainer(run.decisions.trainer, run.agents, run.backend, run.cfg,
+                                            run.model, run.tokenizer, run.prepared, peft_config, run.output_dir,
+                                            run.resume_step, run.periodic_eval, rollbacks_done=rollbacks_done)
     for callback in run.callbacks or []:
         run.trainer.add_callback(callback)
 
@@ -346,15 +345,16 @@ def _summary(run: Run) -> RunResult:
     """Plots + summary.json (written last: a run is complete once it exists), and where everything is."""
     summary: dict[str, Any] = {}
     if _is_main_process():
-        health, periodic_eval = run.health, run.periodic_eval
+        health, periodic_eval, decided, cfg, g = run.health, run.periodic_eval, run.decisions, run.cfg, run.cfg.grpo
         summary = write_summary(run.output_dir, status=run.status, reason=run.reason, steps=run.steps,
                                 wall_time_s=time.time() - run.start, eval_before=run.eval_before,
                                 eval_after=run.eval_after, warnings=[*run.earlier_warnings, *health.warnings],
-                                health=health.summary(), plot_settings=plot_settings(run.cfg),
-                                resumed_from_step=run.resume_step,
+                                health=health.summary(), resumed_from_step=run.resume_step,
+                                plot_settings=plot_settings(decided.rewards, decided.trainer.health),
                                 best=periodic_eval.best.best if periodic_eval else None, rollbacks=run.rollbacks,
                                 resume_changes=run.resume_changes)
-        print_where_everything_is(run.output_dir, run.status, run.reason, run.adapter_dir, run.cfg, run.resume_hint)
+        print_where_everything_is(run.output_dir, run.status, run.reason, run.adapter_dir, run.resume_hint,
+                                  cfg.eval.eval_steps, cfg.data.dataset_name, g.tools, g.environment_factory)
     return RunResult(run.output_dir, run.status, run.exit_code, run.steps, run.adapter_dir, summary)
 
 

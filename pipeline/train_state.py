@@ -27,6 +27,9 @@ class RunResult:
 @dataclass
 class Run:
     """What the phases of one run share, filled in top to bottom: each phase reads what the ones above it set."""
+    # The recipe, whole only for manifest.json's copy of it (cfg_dict, what lora/ was trained with). The phases read
+    # single values of it and hand on the check's records (`decisions`); the calls that still take it are the
+    # backends', the data's and eval's, narrowed in their own folders.
     cfg: PipelineConfig
     choice: BackendChoice
     backend: Any

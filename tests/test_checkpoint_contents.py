@@ -10,6 +10,7 @@ import torch
 from cli_helpers import fault_table
 from pipeline.config import parse_config
 from pipeline.run.checkpoint_contents import RESTORED_FILES, contents_problem
+from pipeline.run.resume import resume_key
 
 TORCH_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth")
 
@@ -30,13 +31,13 @@ def checkpoint(real, tmp_path):
 
 
 def test_a_checkpoint_of_this_run_holds_nothing_to_refuse(real):
-    assert contents_problem(*real) is None
+    assert contents_problem(real[0], resume_key(real[1])) is None
 
 
 @pytest.mark.parametrize("name", RESTORED_FILES)
 def test_a_missing_file_a_resume_restores_is_refused_naming_it(checkpoint, real, name):
     (checkpoint / name).unlink()
-    assert f"{checkpoint / name} is missing" in contents_problem(checkpoint, real[1])
+    assert f"{checkpoint / name} is missing" in contents_problem(checkpoint, resume_key(real[1]))
 
 
 class _Payload:
@@ -49,7 +50,7 @@ class _Payload:
 def test_a_torch_file_that_is_not_what_it_should_be_is_not_readable_naming_it(checkpoint, real, name, content,
                                                                              capsys):
     torch.save(content, checkpoint / name)
-    problem = contents_problem(checkpoint, real[1])
+    problem = contents_problem(checkpoint, resume_key(real[1]))
     assert f"{checkpoint / name} is not a checkpoint this run can read" in problem and "--resume never" in problem
     assert "ran" not in capsys.readouterr().out  # weights_only: the payload never ran
 
@@ -58,10 +59,10 @@ def test_an_optimizer_of_another_model_and_a_scheduler_of_other_groups_are_named
     state = torch.load(checkpoint / "optimizer.pt", weights_only=True)
     scheduler = torch.load(checkpoint / "scheduler.pt", weights_only=True)
     torch.save({**scheduler, "base_lrs": scheduler["base_lrs"] * 3}, checkpoint / "scheduler.pt")
-    assert "schedules 6 parameter group(s)" in contents_problem(checkpoint, real[1])
+    assert "schedules 6 parameter group(s)" in contents_problem(checkpoint, resume_key(real[1]))
     state["param_groups"][0]["params"] = state["param_groups"][0]["params"][:-1]
     torch.save(state, checkpoint / "optimizer.pt")
-    assert "optimizer.pt is the optimizer of another model" in contents_problem(checkpoint, real[1])
+    assert "optimizer.pt is the optimizer of another model" in contents_problem(checkpoint, resume_key(real[1]))
 
 
 @pytest.mark.parametrize("change, says", [
@@ -70,4 +71,4 @@ def test_an_optimizer_of_another_model_and_a_scheduler_of_other_groups_are_named
 ])
 def test_an_adapter_for_other_lora_settings_is_named(real, change, says):
     checkpoint, cfg = real
-    assert says in contents_problem(checkpoint, cfg.replace(**change))
+    assert says in contents_problem(checkpoint, resume_key(cfg.replace(**change)))

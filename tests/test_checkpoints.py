@@ -159,7 +159,7 @@ def test_a_fresh_start_in_a_used_folder_plots_and_resumes_only_its_own_steps(tra
     steps in metrics.jsonl or plots, nor resume the old checkpoint-4 later; the old files are all kept aside."""
     from pipeline.preflight import check_resume
     from pipeline.run.checkpoint_contents import contents_problem
-    from pipeline.run.resume import resume_mismatch
+    from pipeline.run.resume import resume_key, resume_mismatch
     from pipeline.train import run_training
     from train_helpers import demo_config
 
@@ -173,7 +173,7 @@ def test_a_fresh_start_in_a_used_folder_plots_and_resumes_only_its_own_steps(tra
     cfg = demo_config(run_dir, max_steps=2, save_steps=1, resume=resume)
     # --check says what the run will do with the earlier files
     said = check_resume(cfg.grpo.resume, cfg.grpo.output_dir,
-                        lambda path: resume_mismatch(path, cfg) or contents_problem(path, cfg))
+                        lambda path: resume_mismatch(path, resume_key(cfg)) or contents_problem(path, resume_key(cfg)))
     assert "metrics.jsonl" in said and "lora" in said and str(run_dir / PREVIOUS_DIR) in said
     result = run_training(cfg)
     assert result.status == "completed" and result.steps == 2
@@ -396,7 +396,7 @@ def test_a_storage_failure_during_a_save_names_the_run_folder_the_size_and_how_t
 
 @pytest.mark.slow
 def test_staged_saves_record_the_weight_shape_and_keep_save_total_limit(tmp_path):
-    from pipeline.run.resume import SHAPE_NAME, checkpoint_record
+    from pipeline.run.resume import SHAPE_NAME, checkpoint_record, resume_key
     from pipeline.train import run_training
     from train_helpers import demo_config
 
@@ -408,7 +408,7 @@ def test_staged_saves_record_the_weight_shape_and_keep_save_total_limit(tmp_path
         recorded = json.loads((checkpoint / SHAPE_NAME).read_text())
         data = recorded.pop("data")  # what the data position counts (pipeline/run/resume.py data_record)
         assert data["dataset_name"] == cfg.data.dataset_name and data["rows"] > 0 and len(data["fingerprint"]) == 64
-        assert recorded == json.loads(json.dumps(checkpoint_record(cfg)))
+        assert recorded == json.loads(json.dumps(checkpoint_record(resume_key(cfg))))
         assert checkpoint_problem(checkpoint) is None
         assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == int(
             checkpoint.name.split("-")[1])

@@ -39,8 +39,8 @@ from pipeline.run.resume import (
     checkpoint_record,
     load_every_adapter,
     recorded_shape,
+    resume_key,
     resume_mismatch,
-    weight_shape,
 )
 from pipeline.run.stop import interrupts_raise
 from train_helpers import demo_config
@@ -85,7 +85,7 @@ def real_trainer(run_dir: Path, *, max_steps: int = 2, save_steps: int = 1, save
     trainer = Trainer(model=tiny_lora_model(**model_kwargs), args=args, train_dataset=rows,
                       callbacks=[file_mode_callback(), *callbacks])
     if wrapped:
-        stage_checkpoint_saves(trainer, demo_config(run_dir))
+        stage_checkpoint_saves(trainer, resume_key(demo_config(run_dir)))
         load_every_adapter(trainer)
     return trainer
 
@@ -126,7 +126,7 @@ def test_every_staged_save_is_published_whole_with_its_weight_shape_and_leaves_n
         assert checkpoint_problem(checkpoint) is None
         assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == step
         assert json.loads((checkpoint / SHAPE_NAME).read_text()) == json.loads(
-            json.dumps(checkpoint_record(demo_config(run_dir))))
+            json.dumps(checkpoint_record(resume_key(demo_config(run_dir)))))
         assert (checkpoint / "adapter_model.safetensors").stat().st_mode & 0o777 == 0o644  # safetensors wrote 0600
     assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
     assert same_weights(saved_weights(run_dir / "checkpoint-3"), adapter_weights(trainer.model))
@@ -655,10 +655,10 @@ def test_the_weight_shape_sorts_module_lists_reads_none_as_empty_and_makes_a_loc
     (tmp_path / "my-model").mkdir()
     cfg = demo_config(tmp_path, model_name_or_path="my-model", lora_r=8, lora_alpha=32,
                       lora_target_modules=["v_proj", "q_proj"], lora_modules_to_save=None)
-    assert weight_shape(cfg) == {"model_name_or_path": str(tmp_path / "my-model"), "lora_r": 8, "lora_alpha": 32,
+    assert dict(resume_key(cfg).shape) == {"model_name_or_path": str(tmp_path / "my-model"), "lora_r": 8, "lora_alpha": 32,
                                  "lora_target_modules": ["q_proj", "v_proj"], "lora_modules_to_save": []}
     hub = demo_config(tmp_path, model_name_or_path="Qwen/Qwen2.5-0.5B-Instruct", lora_modules_to_save=["lm_head"])
-    shape = weight_shape(hub)
+    shape = dict(resume_key(hub).shape)
     assert shape["model_name_or_path"] == "Qwen/Qwen2.5-0.5B-Instruct" and shape["lora_modules_to_save"] == ["lm_head"]
     assert list(shape) == list(WEIGHT_SHAPING_FIELDS)
 
@@ -684,12 +684,12 @@ def test_resume_mismatch_names_every_changed_field_old_to_new_and_only_fields_re
     checkpoint = tmp_path / "run" / "checkpoint-4"
     checkpoint.mkdir(parents=True)
     cfg = demo_config(tmp_path, lora_r=16, lora_alpha=16, lora_target_modules=["q_proj", "v_proj"])
-    (checkpoint / SHAPE_NAME).write_text(json.dumps({**weight_shape(cfg), "lora_r": 8, "lora_alpha": 32}))
-    assert resume_mismatch(checkpoint, cfg) == (
+    (checkpoint / SHAPE_NAME).write_text(json.dumps({**dict(resume_key(cfg).shape), "lora_r": 8, "lora_alpha": 32}))
+    assert resume_mismatch(checkpoint, resume_key(cfg)) == (
         f"checkpoint-4 in {tmp_path / 'run'} was trained with other weights: lora_r 8 -> 16; lora_alpha 32 -> 16. "
         "It cannot be resumed under the new values. Train into a new folder (--output_dir NEW_FOLDER), or start this "
         "one over with --resume never (its checkpoints are then replaced), or put the old values back.")
     (checkpoint / SHAPE_NAME).write_text(json.dumps({"lora_r": 16}))  # what is not recorded is not compared
-    assert resume_mismatch(checkpoint, cfg) is None
+    assert resume_mismatch(checkpoint, resume_key(cfg)) is None
     (checkpoint / SHAPE_NAME).unlink()
-    assert resume_mismatch(checkpoint, cfg) is None  # nothing recorded: nothing to refuse
+    assert resume_mismatch(checkpoint, resume_key(cfg)) is None  # nothing recorded: nothing to refuse

@@ -18,7 +18,8 @@ from pipeline.data.prepare import data_fields, prepare_dataset
 from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_eval_before
 from pipeline.preflight import eval_key
 from pipeline.run.resume import (APPLIED_SETTINGS, RESTORED_SETTINGS, SHAPE_NAME, WEIGHT_SHAPING_FIELDS,
-                                 checkpoint_record, resume_changes, resume_mismatch)
+                                 checkpoint_record, resume_changes, resume_key, resume_mismatch)
+from pipeline.trainer.spec import trainer_spec
 from pipeline.trainer.warmup import warmup_inputs
 from tests.data_helpers import make_cfg
 from pipeline.data.spec import data_spec
@@ -90,8 +91,8 @@ def test_a_made_up_data_key_field_moves_the_data_cache_key(tmp_path, qwen_tokeni
 def test_a_made_up_warmup_input_changes_the_warmups_key(tmp_path):
     prepared = type("Prepared", (), {"fingerprint": "data-1"})()
     cfg = made_up(make_cfg(tmp_path))
-    before = warmup_inputs(cfg, prepared)
-    assert warmup_inputs(made_up(cfg, made_up_warmup=1), prepared) == {**before, "made_up_warmup": 1}
+    before = warmup_inputs(trainer_spec(cfg).warmup, prepared)
+    assert warmup_inputs(trainer_spec(made_up(cfg, made_up_warmup=1)).warmup, prepared) == {**before, "made_up_warmup": 1}
 
 
 @pytest.mark.parametrize("option,where", [("made_up_eval", "loading"), ("made_up_start", "start")])
@@ -112,20 +113,20 @@ def test_a_made_up_eval_input_is_part_of_eval_befores_reuse_key(option, where, t
 def _checkpoint(tmp_path, cfg):
     folder = tmp_path / "run" / "checkpoint-2"
     folder.mkdir(parents=True)
-    (folder / SHAPE_NAME).write_text(json.dumps(checkpoint_record(cfg)))
+    (folder / SHAPE_NAME).write_text(json.dumps(checkpoint_record(resume_key(cfg))))
     return folder
 
 
 def test_resume_refuses_restores_and_applies_made_up_fields_as_their_roles_say(tmp_path):
     cfg = made_up(make_cfg(tmp_path))
     checkpoint = _checkpoint(tmp_path, cfg)
-    assert resume_mismatch(checkpoint, cfg) is None and resume_changes(checkpoint, cfg) == {}
-    shape = resume_mismatch(checkpoint, made_up(cfg, made_up_shape=4))
+    assert resume_mismatch(checkpoint, resume_key(cfg)) is None and resume_changes(checkpoint, resume_key(cfg)) == {}
+    shape = resume_mismatch(checkpoint, resume_key(made_up(cfg, made_up_shape=4)))
     assert "trained with other weights: made_up_shape 0 -> 4" in shape
-    restored = resume_mismatch(checkpoint, made_up(cfg, made_up_restored=4))
+    restored = resume_mismatch(checkpoint, resume_key(made_up(cfg, made_up_restored=4)))
     assert "made_up_restored 0 -> 4" in restored and "Set them back (made_up_restored: 0)" in restored
     applied = made_up(cfg, made_up_applied=4)
-    assert resume_mismatch(checkpoint, applied) is None and resume_changes(checkpoint, applied) == {
+    assert resume_mismatch(checkpoint, resume_key(applied)) is None and resume_changes(checkpoint, resume_key(applied)) == {
         "made_up_applied": [0, 4]}
 
 
@@ -138,4 +139,4 @@ def test_a_trl_field_given_a_role_in_the_table_is_refused_or_decided_as_it_says(
     monkeypatch.setitem(TRL_ROLES, "top_entropy_quantile", {"backend_decided": "made_up_option"})
     cfg = from_mapping({"top_entropy_quantile": 0.5})
     with pytest.raises(ConfigError, match="It is decided by made_up_option"):
-        build_grpo_config(cfg, {"top_entropy_quantile": 1.0})
+        build_grpo_config(trainer_spec(cfg), {"top_entropy_quantile": 1.0})

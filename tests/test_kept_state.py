@@ -28,10 +28,12 @@ from pipeline.run.resume import (
     SHAPE_NAME,
     checkpoint_record,
     resume_changes,
+    resume_key,
     resume_mismatch,
 )
 from env.kept import changed_inputs, code_hash, read_record, record, reusable, state_key
 from pipeline.infer.periodic_eval import BEST_DIR, BEST_NAME, BestAdapter
+from pipeline.trainer.spec import trainer_spec
 from pipeline.trainer.warmup import WARMUP_DIR, WARMUP_KEY_NAME, _saved_warmup, warmup_inputs
 from tests.data_helpers import make_cfg, write_jsonl
 from train_helpers import demo_config
@@ -236,7 +238,7 @@ WARMUP_CHANGES = {
 
 def test_every_warmup_input_has_a_row_in_the_table(tmp_path):
     named = {name for _, name in WARMUP_CHANGES.values()}
-    assert named == set(warmup_inputs(demo_config(tmp_path, sft_warmup_steps=2), _Prepared())) - {"code_sha256",
+    assert named == set(warmup_inputs(trainer_spec(demo_config(tmp_path, sft_warmup_steps=2)).warmup, _Prepared())) - {"code_sha256",
                                                                                                  "versions"}
 
 
@@ -245,11 +247,11 @@ def test_saved_warmup_weights_are_reused_only_for_the_same_inputs(case, tmp_path
     cfg = demo_config(tmp_path / "run", sft_warmup_steps=2)
     folder = tmp_path / "run" / WARMUP_DIR
     folder.mkdir(parents=True)
-    (folder / WARMUP_KEY_NAME).write_text(json.dumps(record(warmup_inputs(cfg, _Prepared()))))
-    assert _saved_warmup(tmp_path / "run", warmup_inputs(cfg, _Prepared())) == folder
+    (folder / WARMUP_KEY_NAME).write_text(json.dumps(record(warmup_inputs(trainer_spec(cfg).warmup, _Prepared()))))
+    assert _saved_warmup(tmp_path / "run", warmup_inputs(trainer_spec(cfg).warmup, _Prepared())) == folder
     changes, name = WARMUP_CHANGES[case]
     prepared = _Prepared() if changes else type("Other", (), {"fingerprint": "data-2"})()
-    assert _saved_warmup(tmp_path / "run", warmup_inputs(cfg.replace(**changes), prepared)) is None
+    assert _saved_warmup(tmp_path / "run", warmup_inputs(trainer_spec(cfg.replace(**changes)).warmup, prepared)) is None
     assert f"format warm-up: not reusing {folder / WARMUP_KEY_NAME} ({name} changed" in capsys.readouterr().out
 
 
@@ -371,7 +373,7 @@ def _checkpoint(tmp_path, cfg):
     folder.mkdir(parents=True)
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
     save_file({"lora_A": np.zeros((2, 2), dtype=np.float32)}, str(folder / "adapter_model.safetensors"))
-    (folder / SHAPE_NAME).write_text(json.dumps(checkpoint_record(cfg)))
+    (folder / SHAPE_NAME).write_text(json.dumps(checkpoint_record(resume_key(cfg))))
     return folder
 
 
@@ -383,13 +385,13 @@ def test_every_setting_a_checkpoint_restores_or_a_resume_applies_has_a_row():
 def test_a_resume_under_another_restored_setting_is_refused_naming_it_its_old_value_and_the_ways_on(name, tmp_path):
     cfg = demo_config(tmp_path / "run")
     checkpoint = _checkpoint(tmp_path, cfg)
-    assert resume_mismatch(checkpoint, cfg) is None and resume_changes(checkpoint, cfg) == {}
+    assert resume_mismatch(checkpoint, resume_key(cfg)) is None and resume_changes(checkpoint, resume_key(cfg)) == {}
     option, value = RESTORED_CHANGES[name]
-    old = checkpoint_record(cfg)["settings"][name]
+    old = checkpoint_record(resume_key(cfg))["settings"][name]
     new = demo_config(tmp_path / "run", **{option: value})
-    message = resume_mismatch(checkpoint, new)
+    message = resume_mismatch(checkpoint, resume_key(new))
     assert f"{option} {old!r} -> " in message and f"Set them back ({option}: {json.dumps(old)})" in message
-    assert "--resume never" in message and "--output_dir" in message and resume_changes(checkpoint, new) == {}
+    assert "--resume never" in message and "--output_dir" in message and resume_changes(checkpoint, resume_key(new)) == {}
 
 
 @pytest.mark.parametrize("name", list(APPLIED_CHANGES))
@@ -397,19 +399,19 @@ def test_a_resume_under_another_schedule_length_applies_it_and_names_it(name, tm
     cfg = demo_config(tmp_path / "run")
     checkpoint = _checkpoint(tmp_path, cfg)
     new = demo_config(tmp_path / "run", **{name: APPLIED_CHANGES[name]})
-    assert resume_mismatch(checkpoint, new) is None
-    assert resume_changes(checkpoint, new) == {name: [checkpoint_record(cfg)["settings"][name],
+    assert resume_mismatch(checkpoint, resume_key(new)) is None
+    assert resume_changes(checkpoint, resume_key(new)) == {name: [checkpoint_record(resume_key(cfg))["settings"][name],
                                                       APPLIED_CHANGES[name]]}
 
 
 def test_a_trl_default_given_explicitly_is_no_change_and_an_older_checkpoint_has_no_settings_to_compare(tmp_path):
     cfg = demo_config(tmp_path / "run")
     checkpoint = _checkpoint(tmp_path, cfg)
-    default = checkpoint_record(cfg)["settings"]["adam_epsilon"]
-    assert resume_mismatch(checkpoint, demo_config(tmp_path / "run", adam_epsilon=default)) is None
-    shape = {k: v for k, v in checkpoint_record(cfg).items() if k != "settings"}
+    default = checkpoint_record(resume_key(cfg))["settings"]["adam_epsilon"]
+    assert resume_mismatch(checkpoint, resume_key(demo_config(tmp_path / "run", adam_epsilon=default))) is None
+    shape = {k: v for k, v in checkpoint_record(resume_key(cfg)).items() if k != "settings"}
     (checkpoint / SHAPE_NAME).write_text(json.dumps(shape))  # saved before the settings were recorded
-    assert resume_mismatch(checkpoint, demo_config(tmp_path / "run", learning_rate=0.5)) is None
+    assert resume_mismatch(checkpoint, resume_key(demo_config(tmp_path / "run", learning_rate=0.5))) is None
 
 
 def test_the_upstream_restore_that_the_refusal_rests_on():

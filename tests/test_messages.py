@@ -58,12 +58,14 @@ def test_printed_next_and_resume_lines_paste_back(name, capsys):
         adapter = output_dir / "lora"
         adapter.mkdir(parents=True)
         cfg = _demo_cfg(output_dir)
-        _print_where_everything_is(output_dir, "completed", None, adapter, cfg, "")
-        _print_where_everything_is(output_dir, "interrupted", "SIGINT received", None, cfg,
-                                   resume_command(["--output_dir", str(output_dir)]))
+        _print_where_everything_is(output_dir, "completed", None, adapter, "", cfg.eval.eval_steps,
+                                   cfg.data.dataset_name, cfg.grpo.tools, cfg.grpo.environment_factory)
+        _print_where_everything_is(output_dir, "interrupted", "SIGINT received", None,
+                                   resume_command(["--output_dir", str(output_dir)]), cfg.eval.eval_steps,
+                                   cfg.data.dataset_name, cfg.grpo.tools, cfg.grpo.environment_factory)
     lines = capsys.readouterr().out
     nxt = lines.split("[grpo] next: ", 1)[1].split("\n[grpo] ", 1)[0].rstrip("\n")
-    assert shlex.split(nxt) == ["grpo", "generate", "--lora", str(adapter), "--prompt", _example_question(cfg)]
+    assert shlex.split(nxt) == ["grpo", "generate", "--lora", str(adapter), "--prompt", _example_question(cfg.data.dataset_name)]
     resume = lines.split("[grpo] resume with: ", 1)[1].split("\n[grpo] ")[0]
     assert shlex.split(resume.rstrip("\n")) == ["grpo", "train", "--output_dir", str(output_dir), "--resume", "auto"]
     # the listing's paths too: `[grpo]   adapter      PATH` gives back the adapter folder

@@ -155,9 +155,13 @@ def test_health_and_kl_plots_draw_the_warning_thresholds(tmp_path, monkeypatch):
 
 def test_a_runs_plot_settings_come_from_its_config():
     from pipeline.config import from_mapping
+    from pipeline.run.decisions import reward_specs
     from pipeline.run.plots import plot_settings
+    from rewards import get_reward_funcs
 
-    settings = plot_settings(from_mapping({"reward_funcs": ["correctness", "xmlcount"], "reward_weights": [1.0, 2.0],
-                                           "garbled_threshold": 0.2}))
+    cfg = from_mapping({"reward_funcs": ["correctness", "xmlcount"], "reward_weights": [1.0, 2.0],
+                        "garbled_threshold": 0.2})
+    settings = plot_settings(reward_specs(cfg.grpo.reward_funcs, cfg.grpo.reward_weights,
+                                          get_reward_funcs(list(cfg.grpo.reward_funcs))), cfg.health)
     assert settings["reward_weights"] == {"correctness_reward_func": 1.0, "xmlcount_reward_func": 2.0}
     assert settings["thresholds"]["health/garbled_rate"] == 0.2

@@ -344,7 +344,7 @@ def test_every_weight_shaping_field_is_in_the_table():
 @pytest.mark.slow
 @pytest.mark.parametrize("field_name", SHAPE_CHANGES)
 def test_resume_with_other_weight_shapes_is_refused_before_loading(field_name, finished_run, tmp_path, monkeypatch):
-    from pipeline.run.resume import weight_shape
+    from pipeline.run.resume import resume_key
     from pipeline.train import run_training
 
     run_dir = tmp_path / "run"
@@ -357,7 +357,7 @@ def test_resume_with_other_weight_shapes_is_refused_before_loading(field_name, f
         run_training(config(run_dir, **change))
     text = str(caught.value)
     assert caught.value.field == "resume" and loaded == []  # refused before the tokenizer (or model) loads
-    old, new = weight_shape(config(run_dir))[field_name], weight_shape(config(run_dir, **change))[field_name]
+    old, new = dict(resume_key(config(run_dir)).shape)[field_name], dict(resume_key(config(run_dir, **change)).shape)[field_name]
     assert old != new and f"{field_name} {old!r} -> {new!r}" in text
     assert "--output_dir" in text and "--resume never" in text
 
@@ -365,16 +365,16 @@ def test_resume_with_other_weight_shapes_is_refused_before_loading(field_name, f
 def test_resume_mismatch_reads_peft_adapter_config_of_older_checkpoints(tmp_path):
     from train_helpers import demo_config
 
-    from pipeline.run.resume import resume_mismatch
+    from pipeline.run.resume import resume_key, resume_mismatch
 
     ckpt = tmp_path / "checkpoint-3"
     ckpt.mkdir()
     (ckpt / "adapter_config.json").write_text(json.dumps({"r": 16, "lora_alpha": 16, "target_modules": [
         "v_proj", "q_proj"], "modules_to_save": None}), encoding="utf-8")
     same = demo_config(tmp_path, lora_r=16, lora_alpha=16, lora_target_modules=["q_proj", "v_proj"])
-    assert resume_mismatch(ckpt, same) is None
-    problem = resume_mismatch(ckpt, demo_config(tmp_path, lora_r=32, lora_alpha=16,
-                                                lora_target_modules=["q_proj", "v_proj"]))
+    assert resume_mismatch(ckpt, resume_key(same)) is None
+    problem = resume_mismatch(ckpt, resume_key(demo_config(tmp_path, lora_r=32, lora_alpha=16,
+                                                lora_target_modules=["q_proj", "v_proj"])))
     assert "lora_r 16 -> 32" in problem
 
 

@@ -20,6 +20,7 @@ from pipeline.assets import load_qwen_tokenizer
 from pipeline.backends import Completion
 from pipeline.config import ConfigError
 from pipeline.trainer.agents import resolve_agents
+from pipeline.trainer.spec import agent_settings
 from train_helpers import tiny_qwen_config
 
 CALLS = tool_call_text(("add", {"a": 2, "b": 3}), ("lookup", {"key": "k"}), ("bump", {"by": 2}))
@@ -52,7 +53,7 @@ def loop(turns, max_iterations, rows=None, **options):
     tokenizer = load_qwen_tokenizer()
     generator = Scripted(tokenizer, turns)
     rows = rows or [{"question": "2+3?", "answer": "5"}]
-    agents = resolve_agents(tiny_qwen_config(Path("unused"), **options))
+    agents = resolve_agents(agent_settings(tiny_qwen_config(Path("unused"), **options)))
     rollouts = run_tool_loop(generator, tokenizer, agents, [[{"role": "user", "content": "2+3?"}]] * len(rows),
                              rows, 400, max_iterations, 2048)
     return rollouts, generator, tokenizer, agents

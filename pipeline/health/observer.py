@@ -94,7 +94,7 @@ def make_observer(
         if completion_ids is None:
             if tokenizer is None:
                 raise ValueError("the health observer got no completion_ids and has no tokenizer to rebuild them; "
-                                 "build it with build_health(cfg, tokenizer).")
+                                 "build it with build_health(spec, tokenizer).")
             completion_ids = [tokenizer.encode(completion_text(c) or "", add_special_tokens=False)
                               for c in completions]
         metrics = {**batch_health(completions, [list(ids) for ids in completion_ids], incomplete_ids), **extra}

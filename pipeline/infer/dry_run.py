@@ -39,19 +39,19 @@ from env.adapters import AdapterError
 from env.locations import absolute_path, snapshot
 from env.paths import atomic_write_json
 from pipeline.backends import choose_backend, load_backend
-from pipeline.backends.settings import backend_settings
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, parse_config
 from pipeline.data.columns import ANSWER, ROW_ID, removes_unused_columns
 from pipeline.data.prepare import DataError
 from pipeline.data.prompts import completion_like, render_prompts
+from pipeline.data.run_data import warmup_examples
 from pipeline.data.source_spec import DataFileError
 from pipeline.errors import fit_to_command, note_command_options, note_run_folder
 from pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
 from pipeline.infer.evaluate import score_completions
 from pipeline.preflight import reward_kwargs_outside_training, run_checks
 from pipeline.infer.tool_loop import LoopSettings, describe, env_rewards, loop_settings, run_as_trained, tool_stats
-from pipeline.trainer.agents import Agents, agent_names, resolve_agents
+from pipeline.trainer.agents import Agents
 from pipeline.trainer.warmup import run_format_warmup
 from rewards import check_reward_weights, get_reward_funcs
 from rewards.contract import RewardFailure, call_reward
@@ -158,11 +158,10 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     choice = choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)
-    run_checks(cfg, choice=choice)  # the same pre-load checks as `grpo train`
-    backend = load_backend(choice.name)
-    backend.prepare_environment(backend_settings(cfg))
+    decided = run_checks(cfg, choice=choice).decisions  # the same pre-load checks as `grpo train`, its decisions
+    backend, settings, agents = load_backend(choice.name), decided.backend_settings, decided.agents
+    backend.prepare_environment(settings)
     log(f"backend: {choice.name} ({choice.reason})")
-    agents = resolve_agents(cfg) if agent_names(cfg) else Agents()
     if agents.rollout_func is not None:
         log(f"note: rollout_func {cfg.grpo.rollout_func} needs the trainer (its second argument); the dry run "
             "samples with the backend's generator instead")
@@ -179,10 +178,11 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
                                                        cfg.model.model_source)
     prepared = pipeline.data.prepare.prepare_dataset(cfg, tokenizer, report_dir=None)
     rows = prepared.dataset.shuffle(seed=g.seed).select(range(min(n_prompts, len(prepared.dataset))))
-    settings = backend_settings(cfg)
     model, tokenizer = backend.load_for_training(settings)
     if after_warmup and h.sft_warmup_steps > 0:
-        model = run_format_warmup(model, tokenizer, cfg, prepared, backend.peft_config(settings), output_dir)
+        model = run_format_warmup(model, tokenizer, decided.trainer.warmup, prepared,
+                                  warmup_examples(decided.data, prepared), agents.tools,
+                                  backend.peft_config(settings), output_dir)
     generator, max_tokens = backend.training_generator(model, tokenizer, settings), prepared.max_completion_length
     sampling = Sampling(g.num_generations, g.temperature, g.top_p, g.top_k, g.min_p, g.seed)
     texts, chat_prompts, columns, rollouts = _sample(sampling, loop_settings(cfg.trl, cfg.model.max_seq_length),

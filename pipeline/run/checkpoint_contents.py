@@ -30,6 +30,7 @@ from safetensors import safe_open
 from env.adapters import AdapterError, verify_adapter_dir
 from env.text import excerpt, printable, shorten
 from pipeline.data.tokenizer import resolve_model_path
+from pipeline.run.resume import ResumeKey
 
 RESTORED_FILES = ("optimizer.pt", "scheduler.pt")  # a resume without them starts a fresh optimizer and schedule
 MOMENTS = ("exp_avg", "momentum_buffer")  # a state entry shaped as its parameter (Adam's, SGD's)
@@ -98,8 +99,9 @@ def _fix(folder: Path) -> str:
             "(--resume never; the earlier run is moved to previous/) or in a new --output_dir.")
 
 
-def contents_problem(checkpoint: str | Path, cfg: Any) -> Optional[str]:
-    """Why the files of `checkpoint` do not fit the run `cfg` would resume, or None (module docstring)."""
+def contents_problem(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
+    """Why the files of `checkpoint` do not fit the run that would resume it (`key`: its LoRA shape and base model,
+    pipeline/run/resume.py), or None (module docstring)."""
     folder = Path(checkpoint)
     missing = [name for name in RESTORED_FILES if not (folder / name).is_file()]
     if missing:
@@ -107,7 +109,7 @@ def contents_problem(checkpoint: str | Path, cfg: Any) -> Optional[str]:
                 "schedule at the checkpoint's step without saying so. Put the file back (from "
                 f"where the checkpoint was copied), or: {_fix(folder)}")
     try:
-        trained = _adapter_problem(folder, cfg.lora, cfg.model.model_name_or_path)
+        trained = _adapter_problem(folder, key.shape["lora_r"], key.shape["lora_target_modules"], key.base_model)
         if isinstance(trained, str):
             return trained
         return _optimizer_problem(folder, trained) or _rng_problem(folder)
@@ -122,9 +124,9 @@ class _Unreadable(Exception):
         self.path, self.why = path, why
 
 
-def _adapter_problem(folder: Path, lora: Any, base_model: str) -> Any:
-    """The adapter's trained matrices' shapes (a Counter), or why they do not fit the LoRA settings (`lora`: the
-    LoRA section) and the base model."""
+def _adapter_problem(folder: Path, lora_r: int, target_modules: Any, base_model: str) -> Any:
+    """The adapter's trained matrices' shapes (a Counter), or why they do not fit the LoRA settings (rank, target
+    modules) and the base model."""
     try:
         adapter = verify_adapter_dir(folder)
     except AdapterError as err:
@@ -137,10 +139,10 @@ def _adapter_problem(folder: Path, lora: Any, base_model: str) -> Any:
         raise _Unreadable(adapter.weights_file, f"{type(err).__name__}: {printable(err)}") from None
     ranks = {shape[0] for name, (shape, _) in shapes.items() if ".lora_A." in name and len(shape) == 2}
     modules = {name.split(".lora_A.")[0].rsplit(".", 1)[-1] for name in shapes if ".lora_A." in name}
-    wanted = set(lora.lora_target_modules or [])
+    wanted = set(target_modules or [])
     where = f"{adapter.weights_file} holds a LoRA"
-    if ranks and ranks != {lora.lora_r}:
-        return (f"{where} of rank {sorted(ranks)}, and this run trains lora_r {lora.lora_r}: it is another run's "
+    if ranks and ranks != {lora_r}:
+        return (f"{where} of rank {sorted(ranks)}, and this run trains lora_r {lora_r}: it is another run's "
                 f"adapter. {_fix(folder)}")
     if modules and wanted and all(w.isidentifier() for w in wanted) and modules != wanted:
         return (f"{where} on {sorted(modules)}, and this run's lora_target_modules are {sorted(wanted)}: it is "

@@ -33,7 +33,7 @@ from env.file_modes import normalize_file_modes
 from env.locations import absolute_path
 from env.paths import atomic_write_json, publish_directory, staging_leftovers
 from pipeline.run.manifest import record_adapter_base
-from pipeline.run.resume import SHAPE_NAME, checkpoint_record
+from pipeline.run.resume import SHAPE_NAME, ResumeKey, checkpoint_record
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 # Where a checkpoint is written before it is renamed into place (ours), and the staging folder older
@@ -258,7 +258,7 @@ def storage_errors_are_resumable(trainer, output_dir: Path):
                                 lambda: save_size_estimate(trainer.model))
 
 
-def stage_checkpoint_saves(trainer, cfg, dataset: Any = None) -> None:
+def stage_checkpoint_saves(trainer, key: ResumeKey, dataset: Any = None) -> None:
     """Make every checkpoint save of `trainer` atomic: written whole under a hidden name, then renamed.
 
     transformers' `Trainer._save_checkpoint` writes `checkpoint-N/` in place, file after file (README.md and
@@ -267,12 +267,13 @@ def stage_checkpoint_saves(trainer, cfg, dataset: Any = None) -> None:
     through `_get_output_dir` for the call), `grpo_shape.json` is added, and the complete folder is published
     with env.paths.publish_directory; then the Trainer's rotation (save_total_limit) runs on the real folder.
     On any failure the staging folder is removed and the previous checkpoints are untouched. Set as an
-    instance attribute, like build.py's model card: the class is whatever the backend left in trl.
+    instance attribute, like build.py's model card: the class is whatever the backend left in trl. `key`: what
+    grpo_shape.json records (pipeline/run/resume.py ResumeKey), `dataset`: the training rows.
     """
     from transformers.trainer_utils import rotate_checkpoints  # lazy: transformers imports torch
 
     save = type(trainer)._save_checkpoint
-    shape = checkpoint_record(cfg, dataset)  # and what the data position counts (resume.py data_record)
+    shape = checkpoint_record(key, dataset)  # and what the data position counts (resume.py data_record)
 
     def staged_save(model, trial):
         run_dir = Path(trainer._get_output_dir(trial=trial))
@@ -288,7 +289,7 @@ def stage_checkpoint_saves(trainer, cfg, dataset: Any = None) -> None:
             trainer.accelerator.wait_for_everyone()
             if main:
                 atomic_write_json(staging / name / SHAPE_NAME, shape)
-                record_adapter_base(staging / name, cfg.model.model_name_or_path)  # not the loaded model's folder
+                record_adapter_base(staging / name, key.base_model)  # not the loaded model's folder
                 publish_directory(staging / name, run_dir / name)
                 rotate_checkpoints(str(run_dir), trainer.args.save_total_limit,
                                    trainer.state.best_model_checkpoint)

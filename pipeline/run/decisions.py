@@ -58,6 +58,8 @@ class RunDecisions:
     backend_settings: Any  # pipeline/backends/settings.py BackendSettings: what the backend reads
     data: Any  # pipeline/data/spec.py DataSpec: what the data path reads of the recipe
     eval_key: Optional[EvalKey] = None
+    trainer: Any = None  # what the trainer, the health rules, the warm-up read (pipeline/trainer/spec.py TrainerSpec)
+    agents: Any = None  # the tools, environments, rollout_func: resolved once by the check (trainer/agents.py Agents)
 
 
 def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
@@ -72,14 +74,16 @@ def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
 
 def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], prepared: Any,
                   trainer_args: Mapping[str, Any], backend_settings: Any, data: Any,
-                  eval_key: Optional[EvalKey] = None) -> RunDecisions:
+                  eval_key: Optional[EvalKey] = None, trainer: Any = None, agents: Any = None) -> RunDecisions:
     """The record from what the check worked out: the backend `choice` (a BackendChoice) and `backend` loaded for
     it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), trl.GRPOConfig's
-    keyword arguments from the recipe, and the data path's values of the recipe (`data`: a DataSpec)."""
+    keyword arguments from the recipe, what the backend reads of it (`backend_settings`), the data path's values
+    (`data`: a DataSpec), the eval's key, what the trainer reads of it (`trainer`, a TrainerSpec) and the agents
+    resolved (`agents`)."""
     report = prepared.report
     return RunDecisions(
         backend_name=choice.name, backend_reason=choice.reason, backend=backend, rewards=rewards,
         limits=Limits(report["limits"]["max_seq_length"], prepared.max_prompt_length, prepared.max_completion_length),
         data_key=prepared.fingerprint, trainer_args=MappingProxyType(dict(trainer_args)),
         prompt_format=MappingProxyType(dict(report["prompt_format"])), backend_settings=backend_settings,
-        data=data, eval_key=eval_key)
+        data=data, eval_key=eval_key, trainer=trainer, agents=agents)

@@ -11,8 +11,7 @@ from typing import Any, Optional
 from env.adapters import AdapterError, verify_adapter_dir
 from env.locations import absolute_path
 from env.paths import shell_command
-from pipeline.config import PipelineConfig
-from pipeline.demo.registry import example_question as registry_example_question
+from pipeline.demo.registry import example_question
 from pipeline.run.checkpoints import checkpoint_state
 from pipeline.run.manifest import MANIFEST_NAME, agent_options
 
@@ -74,13 +73,16 @@ def _final_files_problem(output_dir: Path, step: int) -> tuple[Optional[str], di
 
 
 def print_where_everything_is(output_dir: Path, status: str, reason: Optional[str], adapter_dir: Optional[Path],
-                              cfg: PipelineConfig, resume_hint: str) -> None:
+                              resume_hint: str, eval_steps: int, dataset_name: Any, tools: Any,
+                              environment_factory: Any) -> None:
+    """The closing lines; the next command asks a question of `dataset_name`'s kind with the run's `tools` and
+    `environment_factory` (as the recipe gave them); `eval_steps` > 0: best_lora/ is listed."""
     _print(f"run {status}" + (f": {reason}" if reason else ""))
     if status == "interrupted":
         _print(f"resume with: {resume_hint}")
     if status == "stopped":
         _print(f"a checkpoint was kept in {shell_command(output_dir)}; see summary.json for the reason")
-    best_dir = output_dir / "best_lora" if cfg.eval.eval_steps else None  # pipeline/infer/periodic_eval.py
+    best_dir = output_dir / "best_lora" if eval_steps else None  # pipeline/infer/periodic_eval.py
     for label, path in (("adapter", adapter_dir), ("best adapter", best_dir),
                         ("manifest", output_dir / "manifest.json"),
                         ("metrics", output_dir / "metrics.jsonl"), ("plots", output_dir / "plots"),
@@ -88,9 +90,5 @@ def print_where_everything_is(output_dir: Path, status: str, reason: Optional[st
         if path is not None and path.exists():
             _print(f"  {label:<12} {shell_command(path)}")  # quoted as a shell word: it pastes back as printed
     if adapter_dir is not None:
-        _print("next: " + shell_command("grpo", "generate", "--lora", adapter_dir, "--prompt", example_question(cfg),
-                                        *agent_options(cfg.grpo.tools, cfg.grpo.environment_factory)))
-
-
-def example_question(cfg: PipelineConfig) -> str:
-    return registry_example_question(cfg.data.dataset_name)
+        _print("next: " + shell_command("grpo", "generate", "--lora", adapter_dir, "--prompt",
+                                        example_question(dataset_name), *agent_options(tools, environment_factory)))

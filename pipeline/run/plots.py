@@ -23,7 +23,7 @@ import math
 import re
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from env.paths import atomic_write_bytes
 from pipeline.config import HealthArguments
@@ -37,7 +37,6 @@ from pipeline.run.metric_names import (
     OBSERVER_NAME,
     REPETITION_RATE,
 )
-from rewards import check_reward_weights, get_reward_funcs
 from rewards.registry import REWARD_RANGES
 
 METRICS_FILE = "metrics.jsonl"
@@ -154,12 +153,10 @@ def health_thresholds(health=None) -> dict[str, float]:
             "kl": health.kl_ceiling}
 
 
-def plot_settings(cfg) -> dict[str, Any]:
-    """`plot_run`'s keyword arguments for a run's config: its thresholds and reward weights."""
-    names = list(cfg.grpo.reward_funcs)
-    weights = check_reward_weights(names, cfg.grpo.reward_weights)
-    return {"thresholds": health_thresholds(cfg.health),
-            "reward_weights": {func.__name__: w for func, w in zip(get_reward_funcs(names), weights)}}
+def plot_settings(rewards: Sequence[Any], health: HealthArguments) -> dict[str, Any]:
+    """`plot_run`'s keyword arguments for a run: its health thresholds and its rewards' weights (`rewards`: the run's
+    RewardSpecs, pipeline/run/decisions.py, each logged under its `logged_name`)."""
+    return {"thresholds": health_thresholds(health), "reward_weights": {r.logged_name: r.weight for r in rewards}}
 
 
 def total_reward_range(weights: dict[str, float]) -> tuple[float, float] | None:

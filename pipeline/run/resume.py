@@ -15,8 +15,10 @@ import contextlib
 import dataclasses
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from types import MappingProxyType
+from typing import Any, Mapping, Optional
 
 from env.locations import absolute_path
 from pipeline.config import SECTIONS, fields_with, resolve_optim, trl_names, trl_training_args
@@ -137,36 +139,45 @@ def follow_the_rebuilt_schedule(trainer) -> None:
     trainer._load_optimizer_and_scheduler = load_then_follow
 
 
-def weight_shape(cfg) -> dict[str, Any]:
-    """The fields of a config declaring resume_shaping, normalised for comparison (lists sorted, None as an empty
-    list, a local model folder made absolute)."""
-    flat = cfg.to_dict()
-    shape = {name: flat[name] for name in fields_with("resume_shaping", cfg.sections())}
+@dataclass(frozen=True)
+class ResumeKey:
+    """What a checkpoint is compared by, read once from the recipe by `resume_key`: the weight shape (the fields
+    declaring resume_shaping, normalised for comparison), the settings a checkpoint restores or a resume applies
+    (`settings`, under TRL's names), the names of each of those two roles, the TRL options the user set (an option's
+    name in a message: option_name), the training data's name and the base model as given."""
+
+    shape: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    restored: tuple[str, ...]
+    applied: tuple[str, ...]
+    trl_options: tuple[str, ...]
+    dataset_name: Any
+    base_model: str
+
+
+def resume_key(cfg) -> ResumeKey:
+    """The recipe's ResumeKey. The shape: lists sorted, None as an empty list, a local model folder made absolute.
+    The settings: as trl.GRPOConfig is given them (pipeline/config trl_training_args, after resolve_optim), TRL's
+    default for those not given; an option of ours TRL does not take, as set."""
+    flat, sections = cfg.to_dict(), cfg.sections()
+    shape = {name: flat[name] for name in fields_with("resume_shaping", sections)}
     for name in ("lora_target_modules", "lora_modules_to_save"):  # module lists: their order means nothing
         shape[name] = sorted(shape[name] or [])
     if os.path.exists(shape["model_name_or_path"]):
         shape["model_name_or_path"] = str(absolute_path(shape["model_name_or_path"]))
-    return shape
+    given = {**flat, **trl_training_args(resolve_optim(cfg)[0])}
+    restored, applied = tuple(trl_names("resume_restored", sections)), tuple(trl_names("resume_applied", sections))
+    # TRL's default imports trl (and torch): the run and --check load it anyway
+    settings = canonical({name: given[name] if name in given else trl_default(name) for name in (*restored, *applied)})
+    return ResumeKey(MappingProxyType(shape), MappingProxyType(settings), restored, applied, tuple(cfg.trl),
+                     cfg.data.dataset_name, cfg.model.model_name_or_path)
 
 
-def resume_settings(cfg) -> dict[str, Any]:
-    """The settings a run trains with that a checkpoint restores or a resume applies (roles resume_restored,
-    resume_applied), under TRL's names, as trl.GRPOConfig is given them (pipeline/config trl_training_args, after
-    resolve_optim), TRL's default for those not given; an option of ours TRL does not take, as set."""
-    given = {**cfg.to_dict(), **trl_training_args(resolve_optim(cfg)[0])}
-    settings: dict[str, Any] = {}
-    sections = cfg.sections()
-    for name in (*trl_names("resume_restored", sections), *trl_names("resume_applied", sections)):
-        # TRL's default imports trl (and torch): the run and --check load it anyway
-        settings[name] = given[name] if name in given else trl_default(name)
-    return canonical(settings)
-
-
-def checkpoint_record(cfg, dataset: Any = None) -> dict[str, Any]:
-    """What grpo_shape.json holds: the weight shape, under "settings" the resume_settings, and under "data" what
+def checkpoint_record(key: ResumeKey, dataset: Any = None) -> dict[str, Any]:
+    """What grpo_shape.json holds: the weight shape, under "settings" the resume settings, and under "data" what
     it was trained on (data_record of the prepared training rows)."""
-    return {**weight_shape(cfg), "settings": resume_settings(cfg),
-            **({"data": data_record(cfg.data.dataset_name, dataset)} if dataset is not None else {})}
+    return {**key.shape, "settings": dict(key.settings),
+            **({"data": data_record(key.dataset_name, dataset)} if dataset is not None else {})}
 
 
 def data_record(dataset_name: str, dataset: Any) -> dict[str, Any]:
@@ -238,8 +249,8 @@ def recorded_shape(checkpoint: str | Path) -> dict[str, Any]:
 
 
 def recorded_settings(checkpoint: str | Path) -> dict[str, Any]:
-    """The resume_settings a checkpoint was trained with (its grpo_shape.json); {} for one saved before they were
-    recorded, whose settings are then not compared."""
+    """The resume settings (ResumeKey.settings) a checkpoint was trained with (its grpo_shape.json); {} for one saved
+    before they were recorded, whose settings are then not compared."""
     try:
         saved = json.loads((Path(checkpoint) / SHAPE_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -251,7 +262,7 @@ def recorded_settings(checkpoint: str | Path) -> dict[str, Any]:
 def _changed_settings(checkpoint: str | Path, wanted: dict[str, Any], names: tuple[str, ...]
                       ) -> dict[str, tuple[Any, Any]]:
     """{name: (recorded, wanted)} for the `names` (the settings of one role) that the checkpoint records and
-    `wanted` (resume_settings) sets otherwise."""
+    `wanted` (ResumeKey.settings) sets otherwise."""
     saved = recorded_settings(checkpoint)
     known = {name: saved[name] for name in names if name in saved and name in wanted}
     return {name: (saved[name], wanted[name]) for name in changed_inputs(known, {n: wanted[n] for n in known})}
@@ -269,20 +280,19 @@ def option_name(trl_name: str, trl_options: Any) -> str:
     return trl_name
 
 
-def resume_changes(checkpoint: str | Path, cfg) -> dict[str, list[Any]]:
-    """The settings declaring resume_applied that a resume of `checkpoint` under `cfg` changes, {name: [old, new]}:
-    the run applies them, says so, and summary.json records them."""
-    names = trl_names("resume_applied", cfg.sections())
-    changed = _changed_settings(checkpoint, resume_settings(cfg), names)
+def resume_changes(checkpoint: str | Path, key: ResumeKey) -> dict[str, list[Any]]:
+    """The settings declaring resume_applied that a resume of `checkpoint` under the run's `key` changes,
+    {name: [old, new]}: the run applies them, says so, and summary.json records them."""
+    changed = _changed_settings(checkpoint, dict(key.settings), key.applied)
     return {name: [old, new] for name, (old, new) in changed.items()}
 
 
-def resume_mismatch(checkpoint: str | Path, cfg) -> Optional[str]:
-    """Why resuming `checkpoint` under `cfg` would load weights of another shape or run on settings the checkpoint
-    restores over the new values (role resume_restored), or None: the differing fields (old -> new) and the ways on.
-    A ConfigError message for `resume` (exit 2)."""
+def resume_mismatch(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
+    """Why resuming `checkpoint` under the run's `key` would load weights of another shape or run on settings the
+    checkpoint restores over the new values (role resume_restored), or None: the differing fields (old -> new) and
+    the ways on. A ConfigError message for `resume` (exit 2)."""
     saved = recorded_shape(checkpoint)
-    wanted = weight_shape(cfg)
+    wanted = key.shape
     folder = Path(checkpoint)
     changed = [f"{name} {saved[name]!r} -> {wanted[name]!r}" for name in wanted
                if name in saved and saved[name] != wanted[name]]
@@ -290,10 +300,10 @@ def resume_mismatch(checkpoint: str | Path, cfg) -> Optional[str]:
         return (f"{folder.name} in {folder.parent} was trained with other weights: {'; '.join(changed)}. It cannot "
                 f"be resumed under the new values. Train into a new folder (--output_dir NEW_FOLDER), or start this "
                 f"one over with --resume never (its checkpoints are then replaced), or put the old values back.")
-    restored = _changed_settings(checkpoint, resume_settings(cfg), trl_names("resume_restored", cfg.sections()))
+    restored = _changed_settings(checkpoint, dict(key.settings), key.restored)
     if not restored:
         return None
-    named = {option_name(name, cfg.trl): values for name, values in restored.items()}
+    named = {option_name(name, key.trl_options): values for name, values in restored.items()}
     listed = "; ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in named.items())
     back = ", ".join(f"{name}: {json.dumps(old)}" for name, (old, new) in named.items())
     return (f"{folder.name} in {folder.parent} was trained with other optimiser, schedule or batch settings: "

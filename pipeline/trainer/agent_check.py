@@ -14,8 +14,8 @@ import inspect
 from typing import Any, Callable
 
 from env.text import excerpt
-from pipeline.config import ConfigError, PipelineConfig
-from pipeline.trainer.agents import ENVIRONMENT_COLUMN, Agents, resolve_agents
+from pipeline.config import ConfigError
+from pipeline.trainer.agents import ENVIRONMENT_COLUMN, Agents
 
 DOCS = "docs/agents.md"
 # GRPOTrainer reads these off an environment class and never offers them as tools.
@@ -98,9 +98,9 @@ def check_rows(dataset: Any, names: list[str]) -> None:
                               f"environment_factory's ({', '.join(names)}); fix the row or add it to the mapping.")
 
 
-def check_agents(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
-    """The `agents` check: what TRL's GRPOTrainer will be handed works with this model and data."""
-    agents: Agents = resolve_agents(cfg)
+def check_agents(agents: Agents, model_name: str, tokenizer: Any, train: Any) -> str:
+    """The `agents` check: what TRL's GRPOTrainer will be handed (`agents`, resolved once: agents.py resolve_agents)
+    works with this model (`model_name`, its tokenizer) and data."""
     if not (agents.uses_tools or agents.rollout_func):
         return "no tools, environment_factory or rollout_func"
     lines, offered = [], list(agents.tools)
@@ -118,13 +118,13 @@ def check_agents(cfg: PipelineConfig, tokenizer: Any, train: Any) -> str:
         check_rows(train.dataset, [str(n) for n in agents.environments])
     if offered:
         option = "tools" if agents.tools else "environment_factory"
-        check_template(tokenizer, train.dataset[0]["prompt"], offered, option, cfg.model.model_name_or_path)
+        check_template(tokenizer, train.dataset[0]["prompt"], offered, option, model_name)
         lines.append("the chat template renders them")
     if agents.rollout_func is not None:
         try:
             inspect.signature(agents.rollout_func).bind(["prompt"], object())
         except (TypeError, ValueError):
-            raise ConfigError("rollout_func", f"{cfg.grpo.rollout_func} must take (prompts, trainer), as TRL calls "
+            raise ConfigError("rollout_func", f"{agents.rollout_spec} must take (prompts, trainer), as TRL calls "
                               "it, and return prompt_ids, completion_ids and logprobs.") from None
         lines.append(f"rollout_func {agents.rollout_func.__name__}")
     return "; ".join(lines)

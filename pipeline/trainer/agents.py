@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from env.text import excerpt
-from pipeline.config import ConfigError, PipelineConfig
+from pipeline.config import ConfigError
 from rewards.registry import load_user_object
 
 # TRL's routing column in the multi-environment form (GRPOTrainer._generate_and_score_completions).
@@ -51,14 +51,23 @@ def environment_specs(value: Any) -> dict[Optional[str], str]:
                       "module:Class.")
 
 
-def agent_names(cfg: PipelineConfig) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AgentSettings:
+    """The recipe's three agent options as given (`tools`: its module:function names), read once by
+    `agent_settings` (pipeline/trainer/spec.py); what resolve_agents imports and the records name."""
+
+    tools: tuple[str, ...] = ()
+    environment_factory: Any = None
+    rollout_func: Optional[str] = None
+
+
+def agent_names(g: AgentSettings) -> dict[str, Any]:
     """The agent options as the records keep them (effective_config.json, the adapter's manifest): by name, only
     those set.
 
-    >>> agent_names(PipelineConfig())
+    >>> agent_names(AgentSettings())
     {}
     """
-    g = cfg.grpo
     envs = environment_specs(g.environment_factory)
     names: dict[str, Any] = {}
     if g.tools:
@@ -70,30 +79,33 @@ def agent_names(cfg: PipelineConfig) -> dict[str, Any]:
     return names
 
 
-def rollout_func_note(cfg: PipelineConfig, command: str) -> Optional[str]:
-    """The line a command outside training prints when the config (or the adapter's record) names a rollout_func:
-    it takes the trainer as its second argument, so only training can call it. None when none is named.
+def rollout_func_note(rollout_func: Optional[str], command: str) -> Optional[str]:
+    """The line a command outside training prints when the config (or the adapter's record) names a rollout_func
+    (`rollout_func`, the option's value): it takes the trainer as its second argument, so only training can call it.
+    None when none is named.
 
-    >>> rollout_func_note(PipelineConfig().replace(rollout_func="r:roll"), "grpo generate")[:60]
+    >>> rollout_func_note("r:roll", "grpo generate")[:60]
     'note: grpo generate does not call rollout_func r:roll (it ta'
-    >>> rollout_func_note(PipelineConfig(), "grpo generate") is None
+    >>> rollout_func_note(None, "grpo generate") is None
     True
     """
-    if not cfg.grpo.rollout_func:
+    if not rollout_func:
         return None
-    return (f"note: {command} does not call rollout_func {cfg.grpo.rollout_func} (it takes the trainer); it "
+    return (f"note: {command} does not call rollout_func {rollout_func} (it takes the trainer); it "
             "generates with the backend's generator (and the tool loop, when tools are named); docs/agents.md")
 
 
 @dataclass(frozen=True)
 class Agents:
     """The resolved objects: tools (functions), environments ({None: factory} for TRL's single form, {name: factory}
-    for the multi-environment form), rollout_func; `specs` keeps each one's name as the config gave it."""
+    for the multi-environment form), rollout_func; `specs` keeps each one's name as the config gave it (the
+    rollout_func's: `rollout_spec`)."""
 
     tools: tuple[Callable, ...] = ()
     environments: dict[Optional[str], Callable] = field(default_factory=dict)
     rollout_func: Optional[Callable] = None
     specs: dict[Any, str] = field(default_factory=dict)
+    rollout_spec: Optional[str] = None
 
     @property
     def multi_environment(self) -> bool:
@@ -117,10 +129,9 @@ class Agents:
         return kwargs
 
 
-def resolve_agents(cfg: PipelineConfig) -> Agents:
-    """Import every tool, environment class and rollout_func the config names; a name that does not resolve, or
+def resolve_agents(g: AgentSettings) -> Agents:
+    """Import every tool, environment class and rollout_func the options name; a name that does not resolve, or
     resolves to something that cannot be called, is a ConfigError naming the option and the fix."""
-    g = cfg.grpo
     specs: dict[Any, str] = {}
     tools = []
     for spec in g.tools:
@@ -137,7 +148,7 @@ def resolve_agents(cfg: PipelineConfig) -> Agents:
     for name, spec in environment_specs(g.environment_factory).items():
         specs[name] = spec
     rollout = _load("rollout_func", g.rollout_func, "rollout_func") if g.rollout_func else None
-    return Agents(tuple(tools), environments, rollout, specs)
+    return Agents(tuple(tools), environments, rollout, specs, g.rollout_func)
 
 
 def _load(option: str, spec: str, kind: str) -> Callable:

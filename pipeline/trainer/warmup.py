@@ -23,38 +23,46 @@ loss on the assistant's tokens only (TRL's `assistant_only_loss`: the tool's ans
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from env.disk import storage_errors_named
 from env.kept import file_sha256, record, reusable, versions
 from env.paths import atomic_directory, atomic_write_json
 from pipeline.backends import mixed_precision, on_cpu
-from pipeline.config import PipelineConfig, role_values
 from pipeline.data.cache import model_identity
-from pipeline.data.run_data import warmup_examples
-from pipeline.data.spec import data_spec
 from pipeline.trainer.agent_check import tool_schema
-from pipeline.trainer.agents import resolve_agents
 
 WARMUP_DIR = "warmup"
 WARMUP_KEY_NAME = "warmup.json"
 
 
-def warmup_inputs(cfg: PipelineConfig, prepared) -> dict[str, Any]:
+@dataclass(frozen=True)
+class WarmupSpec:
+    """What the warm-up reads of the recipe (read once, pipeline/trainer/spec.py): its steps and learning rate, the
+    seed, max_seq_length, and `inputs`, the values of the fields declaring warmup_input (pipeline/config roles)."""
+
+    steps: int
+    learning_rate: float
+    seed: int
+    max_seq_length: int
+    inputs: Mapping[str, Any]
+
+
+def warmup_inputs(spec: WarmupSpec, prepared) -> dict[str, Any]:
     """Everything the warmed weights depend on (env/kept.py); saved weights are reused only when all of
     it matches: the fields declaring warmup_input (the base model's identity, the warm-up's settings, the LoRA, the
     seed, ...), the training data (its cache key), this module's code (its SFTConfig) and the library versions."""
-    inputs = role_values(cfg, "warmup_input")
+    inputs = dict(spec.inputs)
     return {**inputs, "model": model_identity(**inputs["model"]), "data_fingerprint": prepared.fingerprint,
             "code_sha256": file_sha256(Path(__file__)), "versions": versions("torch", "transformers", "peft", "trl")}
 
 
-def with_tools(cfg: PipelineConfig, examples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
-    """The examples with the recipe's tools attached (their JSON schemas, TRL's `tools` column), and whether any is
-    a tool conversation (more than one message in its completion: then the loss is the assistant's tokens only).
-    Without tools, the examples as they are and False."""
-    tools = resolve_agents(cfg).tools
+def with_tools(tools: Sequence[Any], examples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+    """The examples with the run's `tools` (resolved: pipeline/trainer/agents.py) attached (their JSON schemas,
+    TRL's `tools` column), and whether any is a tool conversation (more than one message in its completion: then the
+    loss is the assistant's tokens only). Without tools, the examples as they are and False."""
     if not tools:
         return examples, False
     schemas = json.dumps([tool_schema(tool, "tools", getattr(tool, "__name__", "?")) for tool in tools])
@@ -93,13 +101,14 @@ def _saved_warmup(output_dir: Path, inputs: dict[str, Any]) -> Optional[Path]:
     return folder if saved is not None else None
 
 
-def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_config, output_dir: Path,
-                      reuse: bool = True):
-    """A short SFTTrainer pass; returns the (possibly LoRA-wrapped) model for GRPO to continue from.
+def run_format_warmup(model, tokenizer, spec: WarmupSpec, prepared, examples: list[dict[str, Any]],
+                      tools: Sequence[Any], peft_config, output_dir: Path, reuse: bool = True):
+    """A short SFTTrainer pass on `examples` (pipeline/data/run_data.py warmup_examples) with the run's `tools`;
+    returns the (possibly LoRA-wrapped) model for GRPO to continue from.
 
     With `reuse`, weights saved by an earlier attempt of this run (same settings) are loaded instead.
     """
-    inputs = warmup_inputs(cfg, prepared)
+    inputs = warmup_inputs(spec, prepared)
     saved = _saved_warmup(output_dir, inputs) if reuse else None
     if saved is not None:
         warmed = _load_warmup(model, peft_config, saved)
@@ -112,8 +121,8 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    examples, conversations = with_tools(cfg, warmup_examples(data_spec(cfg), prepared))
-    print(f"[grpo] format warm-up: {cfg.health.sft_warmup_steps} SFT steps on {len(examples)} formatted examples"
+    examples, conversations = with_tools(tools, examples)
+    print(f"[grpo] format warm-up: {spec.steps} SFT steps on {len(examples)} formatted examples"
           + (" (tool conversations)" if conversations else ""), flush=True)
 
     cpu = on_cpu()
@@ -122,22 +131,22 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
     precision = {"bf16": False, "fp16": False} if cpu else mixed_precision(model)
     args = SFTConfig(
         output_dir=str(output_dir / "sft_warmup"),
-        max_steps=cfg.health.sft_warmup_steps,
-        learning_rate=cfg.health.sft_learning_rate,
+        max_steps=spec.steps,
+        learning_rate=spec.learning_rate,
         per_device_train_batch_size=8,
         gradient_accumulation_steps=1,
         lr_scheduler_type="linear",
         warmup_steps=0,
-        logging_steps=max(1, cfg.health.sft_warmup_steps // 5),
+        logging_steps=max(1, spec.steps // 5),
         save_strategy="no",  # no mid-warm-up checkpoints; the result is saved to warmup/ at the end
         report_to="none",
-        seed=cfg.grpo.seed,
+        seed=spec.seed,
         use_cpu=cpu,
         **precision,
         gradient_checkpointing=False,
         completion_only_loss=True,  # learn the answer format, not to parrot the prompt
         assistant_only_loss=conversations,  # nor a tool's answers
-        max_length=cfg.model.max_seq_length,
+        max_length=spec.max_seq_length,
         disable_tqdm=True,
     )
     # lazy: transformers and run/log (its callbacks) import torch
@@ -147,7 +156,7 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, peft_conf
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
                          processing_class=tokenizer, peft_config=peft_config,
-                         callbacks=[WarmupLogCallback(cfg.health.sft_warmup_steps)])
+                         callbacks=[WarmupLogCallback(spec.steps)])
     trainer.remove_callback(PrinterCallback)  # it prints raw dicts of strings; one readable line instead
     trainer.train()
 

@@ -137,7 +137,9 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     backend.prepare_environment(backend_settings(cfg))
     from pipeline.data.prepare import prepare_dataset
     from pipeline.data.tokenizer import load_tokenizer
+    from pipeline.trainer.agents import resolve_agents
     from pipeline.trainer.build import build_trainer
+    from pipeline.trainer.spec import agent_settings, trainer_spec
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(cfg.model.model_name_or_path)
@@ -148,8 +150,8 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     with VllmCalls() if vllm else contextlib.nullcontext() as calls:  # the engine is built by load_for_training
         model, tokenizer = backend.load_for_training(backend_settings(cfg))
         load_peak = peak_gib()
-        trainer, _ = build_trainer(cfg, backend, model, tokenizer, prepared,
-                                   backend.peft_config(backend_settings(cfg)), out)
+        trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), backend, backend_settings(cfg), model,
+                                   tokenizer, prepared, backend.peft_config(backend_settings(cfg)), out)
         forced = force_full_length(trainer, length) + (["vllm_sampling_params.min_tokens"] if vllm else [])
         timer = _step_timer()
         trainer.add_callback(timer)
