@@ -310,11 +310,13 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     settings = backend_settings(cfg)  # what the backend reads, for the run's decisions too
     done: dict[str, Any] = {}
 
+    def chosen() -> Any:  # the backend, chosen once (when a step first needs it: choosing may refuse the recipe)
+        return _once(done, "choice", lambda: choice or choose_backend(cfg.model.backend, cfg.model.fast_inference))
+
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
         # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
         def step() -> str:
-            resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
-            load_backend(resolved.name).prepare_environment(settings)
+            load_backend(chosen().name).prepare_environment(settings)
             return check()
 
         return step
@@ -331,15 +333,13 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         # first: a node started with another recipe or code is named on every node before any check can differ
         ("nodes", lambda: check_nodes(cfg.to_dict())),
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
-        ("trl", after_backend(lambda: check_grpo_config(trainer(), (choice or choose_backend(
-            cfg.model.backend, cfg.model.fast_inference)).name, cfg))),  # TRL's own validation of its config
-        ("effective_config", after_backend(lambda: check_effective_config(trainer(), (choice or choose_backend(
-            cfg.model.backend, cfg.model.fast_inference)).name, cfg))),  # what the backend changes (effective_config)
+        # TRL's own validation of its config; what the backend changes (effective_config.json)
+        ("trl", after_backend(lambda: check_grpo_config(trainer(), chosen().name, settings))),
+        ("effective_config", after_backend(lambda: check_effective_config(trainer(), chosen().name, settings))),
         ("output_dir", lambda: check_output_dir(cfg.to_dict())),
         ("packages", lambda: check_packages(cfg.grpo.reporters(), cfg.grpo.output_dir, cfg.model.model_source,
                                             resolve_optim(cfg)[1])),
-        ("gpu", lambda: check_gpu(choice or choose_backend(cfg.model.backend, cfg.model.fast_inference),
-                                  lambda chosen: refuse_gpu_recipe_without_cuda(settings, chosen))),
+        ("gpu", lambda: check_gpu(chosen(), lambda backend: refuse_gpu_recipe_without_cuda(settings, backend))),
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: memory_check(workload(cfg))),  # the peak GPU memory against the GPU (pipeline/plan)
         ("resume", lambda: check_resume(cfg.grpo.resume, cfg.grpo.output_dir,
@@ -374,8 +374,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
             first.args = (str(first) + "".join(f"\nalso: {other}" for other in others),)
         raise first
     if all(c.ok for c in results):
-        resolved = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
-        results.decisions = run_decisions(resolved, load_backend(resolved.name), reward_specs(
+        results.decisions = run_decisions(chosen(), load_backend(chosen().name), reward_specs(
             cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg),
             settings, done["data"], eval_key(cfg), trainer(), done["agents"])
     return results

@@ -15,7 +15,6 @@ Exit codes: 0 done, 2 bad config or input, 3 stopped (a health rule, a failing r
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -50,19 +49,12 @@ from pipeline.train_help import print_help
 from env.kept import state_key
 from pipeline.run.manifest import build_manifest
 from pipeline.run.plots import plot_settings
-from pipeline.train_state import EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED, EXIT_OK, Run, RunResult
+from pipeline.train_state import (EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED, EXIT_OK, Run, RunResult,
+                                  is_main_process, tell)
 from pipeline.run.summary import write_summary
 from pipeline.trainer.build import build_trainer, record_effective_config
 from pipeline.trainer.warmup import run_format_warmup, warmup_inputs
 from rewards.contract import RewardFailure, SignalInterrupt
-
-
-def _print(msg: str) -> None:
-    print(f"[grpo] {msg}", flush=True)
-
-
-def _is_main_process() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
 
 
 def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
@@ -83,30 +75,30 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     eval_off, eval_note = without_a_held_out_set(data_spec(cfg))  # one training file: no eval; how to add one
     cfg, optim_note = resolve_optim(cfg.replace(**eval_off) if eval_off else cfg)  # adamw_8bit, no bitsandbytes...
     if eval_note:
-        _print(eval_note)
+        tell(eval_note)
 
     # config (for the resolved backend), output_dir, packages, GPU (a GPU recipe is never trained on CPU by
     # accident), model, memory, data, resume: all before anything loads
     checks = run_checks(cfg, choice=choice)  # and the run's decisions, made there once (pipeline/run/decisions.py)
     for check in checks:
         if check.message.startswith("eval set") or check.name == "memory" and check.message[:13] != "not estimated":
-            _print(check.message if check.name == "eval" else f"memory: {check.message}")  # rows dropped; the estimate
+            tell(check.message if check.name == "eval" else f"memory: {check.message}")  # rows dropped; the estimate
     if "tensorboard" in cfg.grpo.reporters():
-        _print(tensorboard_hint(cfg.grpo.output_dir))
+        tell(tensorboard_hint(cfg.grpo.output_dir))
     backend = checks.decisions.backend
     # `grpo train` did this at start-up (pipeline/bootstrap.py); a Python caller gets it here (idempotent).
     backend.prepare_environment(checks.decisions.backend_settings)
-    _print(f"backend: {choice.name} ({choice.reason})")
+    tell(f"backend: {choice.name} ({choice.reason})")
     if optim_note:
-        _print(optim_note)
+        tell(optim_note)
     if cfg.lora.gradient_checkpointing and on_cpu():  # as build.py run_decided_args does: said, not dropped
-        _print("gradient_checkpointing: off on the CPU (it trades compute for GPU memory; there is none to save here)")
+        tell("gradient_checkpointing: off on the CPU (it trades compute for GPU memory; there is none to save here)")
 
     output_dir = absolute_path(cfg.grpo.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     note_run_folder(output_dir)  # a crash from here on logs its traceback into output_dir/logs/
     run = Run(cfg, choice, backend, output_dir, callbacks, start, resume_hint, checks.decisions)
-    if not _is_main_process():  # DDP ranks share rank 0's run folder; rank 0 holds the lock for all
+    if not is_main_process():  # DDP ranks share rank 0's run folder; rank 0 holds the lock for all
         return _run_locked(run)
     with pipeline.run.lock.run_lock(output_dir):  # a second run into this folder is refused, naming this one
         return _run_locked(run)
@@ -123,7 +115,7 @@ def _run_locked(run: Run) -> RunResult:
     _eval_before(run)
     _train(run)
     _outcome(run)
-    if run.status == "completed" and _is_main_process():
+    if run.status == "completed" and is_main_process():
         _save(run)
         _eval_after(run)
     return _summary(run)
@@ -133,12 +125,12 @@ def _resume(run: Run) -> Optional[RunResult]:
     """Resume target, before anything loads; a run already complete returns its result here.
     (run_checks' resume check already refused a checkpoint of another weight shape: pipeline/preflight.py)"""
     cfg, output_dir = run.cfg, run.output_dir
-    if _is_main_process():
-        remove_staging_leftovers(output_dir, log=_print)  # a killed save's temporary folders; we hold the lock
-    run.resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=_print)
+    if is_main_process():
+        remove_staging_leftovers(output_dir, log=tell)  # a killed save's temporary folders; we hold the lock
+    run.resume_from = resolve_resume(cfg.grpo.resume, output_dir, log=tell)
     run.resume_step = checkpoint_step(run.resume_from) if run.resume_from else None
-    if run.resume_from is None and _is_main_process():
-        set_aside_previous_run(output_dir, log=_print)  # a fresh start: an earlier run's steps are not this one's
+    if run.resume_from is None and is_main_process():
+        set_aside_previous_run(output_dir, log=tell)  # a fresh start: an earlier run's steps are not this one's
     # What lora/ and eval_before.json are now is all their writes at the end may replace (env.paths.publish): a
     # folder or file put there while the run trains is kept, and the run says so (exit 2) instead of deleting it.
     keep_fix = "Move it away (or copy it elsewhere), then run the same command again."
@@ -154,7 +146,7 @@ def _resume(run: Run) -> Optional[RunResult]:
         run.resume_changes = resume_changes(run.resume_from, run.decisions.trainer.checkpoint)
     for name, (old, new) in run.resume_changes.items():
         rebuilt = "" if name == "max_grad_norm" else " (the learning-rate schedule is rebuilt for the new length)"
-        _print(f"resuming with {name} {old!r} -> {new!r}: applied from step {run.resume_step} on{rebuilt}; "
+        tell(f"resuming with {name} {old!r} -> {new!r}: applied from step {run.resume_step} on{rebuilt}; "
                "summary.json records it")
     return None
 
@@ -165,24 +157,25 @@ def _data(run: Run) -> None:
     # Through its module, looked up at the call: tests stand in for the tokenizer loader there.
     run.tokenizer = pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
     # As the data check prepared it (train, eval set, warm-up needs: a cache load); rank 0 writes the run folder's
-    run_data = prepare_run_data(run.decisions.data, run.tokenizer, run.output_dir, _is_main_process())
+    run_data = prepare_run_data(run.decisions.data, run.tokenizer, run.output_dir, is_main_process())
     prepared = run_data.train
     if run.resume_from and cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
         note = other_data_note(run.resume_from, cfg.data.dataset_name, prepared.dataset)
-        _print(note or "resume_other_data: the data is the same")
+        tell(note or "resume_other_data: the data is the same")
     run.prepared, run.eval_rows = prepared, run_data.eval_rows
-    _print(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
+    tell(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
            f"max_completion_length={prepared.max_completion_length}"
            + (f" (report: {shell_command(prepared.report_path)})" if prepared.report_path else ""))
-    _print(f"data: {accounting_line(prepared.report)}")
-    _print(f"prompts: {prompt_line(prepared.report)}")
+    tell(f"data: {accounting_line(prepared.report)}")
+    tell(f"prompts: {prompt_line(prepared.report)}")
 
 
 def _model(run: Run) -> None:
     """The model (the one step that differs between backends) and the manifest lora/ will carry."""
     cfg, decided = run.cfg, run.decisions
     run.model, run.tokenizer = run.backend.load_for_training(decided.backend_settings)
-    run.peft_config, run.agents = run.backend.peft_config(decided.backend_settings), decided.agents  # resolved by the check; every eval's
+    run.peft_config = run.backend.peft_config(decided.backend_settings)
+    run.agents = decided.agents  # resolved once by the check: every eval answers with the run's tools
     # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
     run.manifest = build_manifest(
         cfg_dict=cfg.to_dict(), backend=run.choice.name, base_model=cfg.model.model_name_or_path,
@@ -195,55 +188,58 @@ def _model(run: Run) -> None:
 
 def _warm_up(run: Run) -> None:
     """The format warm-up (optional SFT, pipeline/trainer/warmup.py)."""
-    cfg, spec, tools = run.cfg, run.decisions.trainer.warmup, run.agents.tools
+    spec = run.decisions.trainer.warmup
     if spec.steps > 0:
-        run.model = run_format_warmup(run.model, run.tokenizer, spec, run.prepared, warmup_examples(run.decisions.data, run.prepared),
-                                      tools, run.peft_config, run.output_dir, reuse=cfg.grpo.resume != "never")
+        examples = warmup_examples(run.decisions.data, run.prepared)
+        run.model = run_format_warmup(run.model, run.tokenizer, spec, run.prepared, examples, run.agents.tools,
+                                      run.peft_config, run.output_dir, reuse=run.cfg.grpo.resume != "never")
         run.peft_config = None  # the warm-up already wrapped the model with this LoRA
 
 
 def _evaluate(run: Run, model) -> dict[str, Any]:
-    evaluate, limits = pipeline.infer.evaluate, run.decisions.limits  # looked up at the call: tests stop runs there
-    loop = evaluate.loop_settings(run.decisions.trainer_args, limits.max_seq_length)  # the tool loop, as trained
-    generator = run.backend.training_generator(model, run.tokenizer, run.decisions.backend_settings)
-    return evaluate.evaluate_rows(generator, run.tokenizer, run.eval_rows, evaluate.eval_scorer(run.cfg, run.tokenizer),
-                                  limits.max_completion_length, agents=run.agents, loop=loop)
+    evaluate, decided = pipeline.infer.evaluate, run.decisions  # looked up at the call: tests stop runs there
+    loop = evaluate.loop_settings(decided.trainer_args, decided.limits.max_seq_length)  # the tool loop, as trained
+    generator = run.backend.training_generator(model, run.tokenizer, decided.backend_settings)
+    scorer = evaluate.eval_scorer(decided.data, run.tokenizer)  # the run's rewards, called as TRL calls them
+    return evaluate.evaluate_rows(generator, run.tokenizer, run.eval_rows, scorer,
+                                  decided.limits.max_completion_length, agents=run.agents, loop=loop)
 
 
 def _eval_before(run: Run) -> None:
     cfg, output_dir, spec = run.cfg, run.output_dir, run.decisions.trainer.warmup
-    if not (cfg.eval.eval_before and run.eval_rows) or not _is_main_process():  # one measure, one writer
+    if not (cfg.eval.eval_before and run.eval_rows) or not is_main_process():  # one measure, one writer
         return
     # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on, when
     # every input it was measured from is the same (env/kept.py; the eval rows' content included).
     warmup = state_key(warmup_inputs(spec, run.prepared)) if spec.steps > 0 else None
     inputs = eval_before_inputs(run.decisions.eval_key, run.choice.name, run.tokenizer, run.eval_rows,
                                 run.decisions.limits.max_completion_length, warmup)
-    run.eval_before = load_eval_before(output_dir, inputs, log=_print) if cfg.grpo.resume != "never" else None
+    run.eval_before = load_eval_before(output_dir, inputs, log=tell) if cfg.grpo.resume != "never" else None
     if run.eval_before is not None:
-        _print(f"eval before GRPO: reusing {output_dir / 'eval_before.json'} (all its inputs are the same)")
+        tell(f"eval before GRPO: reusing {output_dir / 'eval_before.json'} (all its inputs are the same)")
     else:
         run.eval_before = _evaluate(run, run.model)
         save_eval_before(output_dir, inputs, run.eval_before, seen=run.eval_before_seen)
-    _print(f"eval before GRPO: {headline(run.eval_before)}")
+    tell(f"eval before GRPO: {headline(run.eval_before)}")
 
 
 def _train(run: Run) -> None:
     """The trainer, then training (resumable), with the rollback loop: a collapse with a healthy checkpoint
     before it resumes from there with a lower learning rate (on_collapse: rollback)."""
-    cfg, limits, key = run.cfg, run.decisions.limits, run.decisions.eval_key
-    if cfg.eval.eval_steps and run.eval_rows and _is_main_process():
+    cfg, decided, limits = run.cfg, run.decisions, run.decisions.limits
+    if cfg.eval.eval_steps and run.eval_rows and is_main_process():
         from pipeline.infer.periodic_eval import build_periodic_eval  # lazy: imports transformers (torch)
 
-        inputs = eval_inputs(key, run.choice.name, run.tokenizer, run.eval_rows, limits.max_completion_length)
+        inputs = eval_inputs(decided.eval_key, run.choice.name, run.tokenizer, run.eval_rows,
+                             limits.max_completion_length)
         run.periodic_eval = build_periodic_eval(cfg.eval.eval_steps, lambda model: _evaluate(run, model), run.backend,
                                                 run.tokenizer, inputs, run.output_dir, run.manifest,
-                                                resume=run.resume_from is not None, log=_print)
+                                                resume=run.resume_from is not None, log=tell)
     _build_trainer(run, run.peft_config)
-    if _is_main_process():  # effective_config.json: every GRPOConfig field as the trainer runs it
-        for line in record_effective_config(run.trainer, run.decisions.trainer, run.backend, cfg, run.model,
-                                            limits.max_completion_length, run.output_dir):
-            _print(f"effective config: {line}")
+    if is_main_process():  # effective_config.json: every GRPOConfig field as the trainer runs it
+        for line in record_effective_config(run.trainer, decided.trainer, run.backend, decided.backend_settings,
+                                            run.model, limits.max_completion_length, run.output_dir):
+            tell(f"effective config: {line}")
     while True:
         _train_once(run)
         if run.finish_only or run.reward_failure or run.signal_name or run.health.rollback_to is None:
@@ -252,7 +248,8 @@ def _train(run: Run) -> None:
 
 
 def _build_trainer(run: Run, peft_config, rollbacks_done: int = 0) -> None:
-    run.trainer, run.health = build_trainer(run.decisions.trainer, run.agents, run.backend, run.cfg,
+    decided = run.decisions
+    run.trainer, run.health = build_trainer(decided.trainer, run.agents, run.backend, decided.backend_settings,
                                             run.model, run.tokenizer, run.prepared, peft_config, run.output_dir,
                                             run.resume_step, run.periodic_eval, rollbacks_done=rollbacks_done)
     for callback in run.callbacks or []:
@@ -263,7 +260,7 @@ def _train_once(run: Run) -> None:
     """Train from run.resume_from (or only load it, for a run that has trained every step already)."""
     trainer = run.trainer
     if run.resume_from and not run.finish_only:
-        _print(f"resuming from {run.resume_from} (step {run.resume_step})")
+        tell(f"resuming from {run.resume_from} (step {run.resume_step})")
     with GracefulStop() as stopper, storage_errors_are_resumable(trainer, run.output_dir):
         if run.finish_only:
             # Only the weights: Trainer.train(resume_from_checkpoint=) at max_steps would train one step more.
@@ -295,14 +292,14 @@ def _roll_back(run: Run) -> None:
     run.rollbacks.append(rollback_record(len(run.rollbacks) + 1, health.stop_rule, health.stop_step,
                                          health.rollback_to, run.resume_step, cfg.grpo.learning_rate * factor,
                                          health.stop_reason))
-    _print(f"{health.stop_reason} Learning rate x{factor:g}: {cfg.grpo.learning_rate * factor:.3g} (rollback "
+    tell(f"{health.stop_reason} Learning rate x{factor:g}: {cfg.grpo.learning_rate * factor:.3g} (rollback "
            f"{len(run.rollbacks)} of max_rollbacks={cfg.health.max_rollbacks})")
     run.earlier_warnings += health.warnings
-    if _is_main_process():
-        set_aside_checkpoints_after(run.output_dir, run.resume_step, log=_print)  # the collapsed steps' checkpoints
+    if is_main_process():
+        set_aside_checkpoints_after(run.output_dir, run.resume_step, log=tell)  # the collapsed steps' checkpoints
     run.model, run.trainer = run.trainer.model, None  # the LoRA model carries on; the checkpoint restores its weights
     _build_trainer(run, None, rollbacks_done=len(run.rollbacks))
-    if _is_main_process():
+    if is_main_process():
         log_event(run.output_dir / "metrics.jsonl", run.resume_step, ROLLBACK_EVENT, run.rollbacks[-1])
 
 
@@ -338,13 +335,13 @@ def _save(run: Run) -> None:
 def _eval_after(run: Run) -> None:
     if run.cfg.eval.eval_after and run.eval_rows:
         run.eval_after = _evaluate(run, run.trainer.model)
-        _print(f"eval after GRPO: {headline(run.eval_after)}")
+        tell(f"eval after GRPO: {headline(run.eval_after)}")
 
 
 def _summary(run: Run) -> RunResult:
     """Plots + summary.json (written last: a run is complete once it exists), and where everything is."""
     summary: dict[str, Any] = {}
-    if _is_main_process():
+    if is_main_process():
         health, periodic_eval, decided, cfg, g = run.health, run.periodic_eval, run.decisions, run.cfg, run.cfg.grpo
         summary = write_summary(run.output_dir, status=run.status, reason=run.reason, steps=run.steps,
                                 wall_time_s=time.time() - run.start, eval_before=run.eval_before,
@@ -373,7 +370,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             choice = backend_choice(argv)
             argv, base, note = defaults_for(argv, choice)
             if note:
-                _print(note)
+                tell(note)
             return run_training(parse_config(argv, base=base), choice, resume_hint=resume_hint).exit_code
     except KeyboardInterrupt as stop:
         print(f"\n[grpo] interrupted ({stop or 'SIGINT'}); what was saved is kept and nothing is half-written.\n"

@@ -3,6 +3,7 @@ returns."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -12,6 +13,16 @@ from pipeline.config import PipelineConfig
 from rewards.contract import RewardFailure
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED = 0, 2, 3, 130
+
+
+def tell(msg: str) -> None:
+    """A line of the run's output."""
+    print(f"[grpo] {msg}", flush=True)
+
+
+def is_main_process() -> bool:
+    """Rank 0 (or a single process): the one that writes the run folder's shared files."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 @dataclass

@@ -84,7 +84,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         system_prompt = args.system_prompt if args.system_prompt is not None else manifest.get("system_prompt")
         backend.export(adapter, base_model, args.to, staging, backend_settings(cfg), system_prompt=system_prompt)
         # a model trained with tools still renders them
-        check_tool_support(staging, agent_names(agent_settings(cfg)), args.to, trust_remote_code=cfg.model.trust_remote_code)
+        check_tool_support(staging, agent_names(agent_settings(cfg)), args.to,
+                           trust_remote_code=cfg.model.trust_remote_code)
         carry_training_defaults(staging, manifest)  # grpo_adapter.json travels
         atomic_write_json(staging / EXPORT_MARKER, {"adapter": str(adapter.path), "to": args.to,
                                                     "base_model": recorded_base(base_model)})

@@ -24,8 +24,8 @@ class TrainerSpec:
     trl_training_args) and the TRL options the user set (`trl_options`), the reporters, gradient checkpointing as
     asked, the completion limit as given (None: `auto`, from the data), the health rules' settings and the sampling
     values they read (`health`: the health section itself, HealthArguments, every field of which is a health rule's
-    setting; the rules keep that very object), the model card's names, the agent options, the format warm-up's settings, and what each
-    checkpoint records (`checkpoint`, pipeline/run/resume.py)."""
+    setting; the rules keep that very object), the model card's names, the agent options, the format warm-up's
+    settings, and what each checkpoint records (`checkpoint`, pipeline/run/resume.py)."""
 
     reward_names: tuple[Any, ...]
     reward_weights: Optional[tuple[float, ...]]
