@@ -148,8 +148,8 @@ def run_pipeline(cfg, prepared, callbacks=()) -> SideRun:
     timer = step_timer()
     with tempfile.TemporaryDirectory() as out:
         run_cfg = cfg.replace(output_dir=out)
-        trainer, _ = build_trainer(trainer_spec(run_cfg), resolve_agents(agent_settings(run_cfg)), plain, run_cfg,
-                                   model, tokenizer, prepared, plain.peft_config(backend_settings(cfg)), Path(out))
+        trainer, _ = build_trainer(trainer_spec(run_cfg), resolve_agents(agent_settings(run_cfg)), plain,
+                                   backend_settings(run_cfg), model, tokenizer, prepared, plain.peft_config(backend_settings(cfg)), Path(out))
         trainer.add_callback(timer)
         for callback in callbacks:
             trainer.add_callback(callback)

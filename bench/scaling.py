@@ -118,8 +118,8 @@ def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict
     try:
         with tempfile.TemporaryDirectory() as out:
             run_cfg = cfg.replace(output_dir=out)  # no tools: no agents
-            trainer, _ = train_module.build_trainer(trainer_spec(run_cfg), Agents(), plain, backend_settings(run_cfg), model, tokenizer,
-                                                    prepared, plain.peft_config(backend_settings(cfg)), Path(out))
+            trainer, _ = train_module.build_trainer(trainer_spec(run_cfg), Agents(), plain, backend_settings(run_cfg),
+                                                    model, tokenizer, prepared, plain.peft_config(backend_settings(cfg)), Path(out))
             instrument(trainer, clock)
             trainer.train()
     finally:

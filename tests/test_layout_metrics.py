@@ -211,6 +211,19 @@ def test_the_real_tree_says_why_each_import_is_lazy_and_keeps_the_config_walk_sh
     assert len(walk["check_entered_from"]) == 1, walk["check_entered_from"]
 
 
+def test_issue_52s_figures_are_held():
+    """issue 52, done: at most 40 functions take the whole recipe (the entry points and the one builder of each
+    record: the rest take the run's decisions or the values they read), no backend's name is compared outside
+    pipeline/backends/, and the config's walk from run_training enters at most 12 modules and climbs back up at most
+    5 times."""
+    found = layout_metrics.measure()
+    assert found["recipe_takers"] <= 40, found["recipe_takers_per_file"]
+    assert found["backend_name_comparisons"] == []
+    walk = config_walk.walk()
+    assert walk["modules_entered"] <= 12, walk["entries_per_module"]
+    assert len(walk["climbs"]) <= 5, walk["climbs"]
+
+
 def test_docs_layout_gives_every_module_a_line():
     """docs/layout.md has one line per folder and per module: a module added without its line fails here. An
     `__init__.py` of a few lines (a docstring) is covered by its folder's line."""

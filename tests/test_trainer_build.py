@@ -25,8 +25,8 @@ def built(tmp_path):
         out.mkdir(parents=True, exist_ok=True)
         model, tokenizer = plain.load_for_training(backend_settings(cfg))
         prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
-        trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain, backend_settings(cfg), model,
-                                   tokenizer, prepared, plain.peft_config(backend_settings(cfg)), out, resume_step)
+        trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain,
+                                   backend_settings(cfg), model, tokenizer, prepared, plain.peft_config(backend_settings(cfg)), out, resume_step)
         return trainer, out
 
     return build
@@ -91,7 +91,7 @@ def test_trls_trainer_logs_each_reward_under_the_name_the_pipeline_gave_it(tmp_p
     out.mkdir(parents=True)
     model, tokenizer = plain.load_for_training(backend_settings(cfg))
     prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
-    trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain, backend_settings(cfg), model, tokenizer,
-                               prepared, plain.peft_config(backend_settings(cfg)), out, None)
+    trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain, backend_settings(cfg),
+                               model, tokenizer, prepared, plain.peft_config(backend_settings(cfg)), out, None)
     assert trainer.reward_func_names[:4] == ["correctness_reward_func", "low", "high", "half"]  # then the health
     # monitor's zero-weight probe (pipeline/health)

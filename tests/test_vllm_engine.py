@@ -109,8 +109,8 @@ def test_the_rollouts_come_from_the_vllm_engine(colocated_run):
 
     record = json.loads((result.output_dir / "effective_config.json").read_text())
     assert record["fields"]["use_vllm"]["value"] is True and record["fields"]["vllm_mode"]["value"] == "colocate"
-    assert record["changed"] == predicted_changes(trainer_spec(cfg).recipe_args, "plain", cfg,
-                                                  plain.grpo_config_kwargs(cfg))
+    assert record["changed"] == predicted_changes(trainer_spec(cfg).recipe_args, "plain", backend_settings(cfg),
+                                                  plain.grpo_config_kwargs(backend_settings(cfg)))
     logged = [m for m in _metrics(result.output_dir) if "sampling/sampling_logp_difference/mean" in m]
     assert len(logged) == STEPS  # TRL logs the trainer-vs-sampler gap only for vLLM rollouts
     assert all(m["sampling/sampling_logp_difference/mean"] < HEALTHY_SAMPLING_GAP for m in logged)

@@ -150,8 +150,8 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     with VllmCalls() if vllm else contextlib.nullcontext() as calls:  # the engine is built by load_for_training
         model, tokenizer = backend.load_for_training(backend_settings(cfg))
         load_peak = peak_gib()
-        trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), backend, backend_settings(cfg), model,
-                                   tokenizer, prepared, backend.peft_config(backend_settings(cfg)), out)
+        trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), backend,
+                                   backend_settings(cfg), model, tokenizer, prepared, backend.peft_config(backend_settings(cfg)), out)
         forced = force_full_length(trainer, length) + (["vllm_sampling_params.min_tokens"] if vllm else [])
         timer = _step_timer()
         trainer.add_callback(timer)
