@@ -126,11 +126,12 @@ def run_bare(cfg, prepared, callbacks=()) -> SideRun:
     timer = step_timer()
     g = cfg.grpo
     with tempfile.TemporaryDirectory() as out:
-        args = grpo_training_args(trainer_spec(cfg), plain, cfg, model, prepared, Path(out),
+        args = grpo_training_args(trainer_spec(cfg), plain, backend_settings(cfg), model, prepared, Path(out),
                                   check_reward_weights(list(g.reward_funcs), g.reward_weights))
         trainer = trl.GRPOTrainer(
             model=model, reward_funcs=get_reward_funcs(list(g.reward_funcs)), args=args,
-            train_dataset=prepared.dataset, processing_class=tokenizer, peft_config=plain.peft_config(backend_settings(cfg)),
+            train_dataset=prepared.dataset, processing_class=tokenizer,
+            peft_config=plain.peft_config(backend_settings(cfg)),
             callbacks=[timer, *callbacks],
             **resolve_agents(agent_settings(cfg)).trainer_kwargs())  # a tool run's tools, as TRL's
         trainer.train()
@@ -149,7 +150,8 @@ def run_pipeline(cfg, prepared, callbacks=()) -> SideRun:
     with tempfile.TemporaryDirectory() as out:
         run_cfg = cfg.replace(output_dir=out)
         trainer, _ = build_trainer(trainer_spec(run_cfg), resolve_agents(agent_settings(run_cfg)), plain,
-                                   backend_settings(run_cfg), model, tokenizer, prepared, plain.peft_config(backend_settings(cfg)), Path(out))
+                                   backend_settings(run_cfg), model, tokenizer, prepared,
+                                   plain.peft_config(backend_settings(cfg)), Path(out))
         trainer.add_callback(timer)
         for callback in callbacks:
             trainer.add_callback(callback)

@@ -239,8 +239,10 @@ def test_export_refuses_a_template_that_no_longer_renders_the_tools_it_trained_w
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # drops the tools
     tokenizer.save_pretrained(str(broken))
     with pytest.raises(RuntimeError, match="no longer renders tools"):
-        check_tool_support(broken, agent_names(from_mapping({"tools": ["agent_helpers:add"]})), "merged16")
-    check_tool_support(broken, agent_names(from_mapping({})), "merged16")  # trained without tools: nothing to keep
+        check_tool_support(broken, agent_names(agent_settings(from_mapping({"tools": ["agent_helpers:add"]}))),
+                           "merged16")
+    # trained without tools: nothing to keep
+    check_tool_support(broken, agent_names(agent_settings(from_mapping({}))), "merged16")
 
 
 @pytest.mark.slow
