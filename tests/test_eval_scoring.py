@@ -99,3 +99,13 @@ def test_without_a_correctness_reward_the_builtin_reading_takes_every_answer_sty
     expected = [value == "9" for value in ("9", "8", "8.5") for _ in styles(value)]
     assert [v["correct"] for v in verdicts] == expected
     assert format_tags(QWEN3_SYSTEM) == ("<SOLUTION>", "</SOLUTION>")
+
+
+def test_the_eval_table_keeps_a_space_after_a_long_reward_name():
+    """Found trying eval as a new user: `mean correctness_reward_func0.250` ran the name into its mean."""
+    from pipeline.infer.evaluate import format_table
+
+    table = format_table({"n": 8, "accuracy": 0.125, "format_rate": 1.0, "mean_completion_length": 57.0,
+                          "garbled_rate": 0.0, "rewards": {"correctness_reward_func": 0.25, "brevity": 1.0}}, "eval")
+    assert "mean correctness_reward_func 0.250" in table.splitlines()
+    assert "mean brevity            1.000" in table.splitlines()  # short names keep the column

@@ -194,7 +194,7 @@ def format_table(result: dict[str, Any], title: str) -> str:
     for name, mean in (result.get("rewards") or {}).items():
         shown = ("-" if mean is None else f"not scored: {mean['error'][:80]}" if isinstance(mean, dict)
                  else f"{mean:.3f}")
-        lines.append(f"{'mean ' + name:<24}{shown}")
+        lines.append(f"{'mean ' + name:<23} {shown}")  # a long reward name still gets a space before its mean
     return "\n".join(lines)
 
 
