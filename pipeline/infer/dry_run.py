@@ -311,7 +311,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                                                          "as `grpo train`: the GPU recipe, or the CPU demo)")
     parser.add_argument("--prompts", type=int, default=DEFAULT_PROMPTS,
                         help=f"training prompts to sample (default {DEFAULT_PROMPTS}); each gets num_generations")
-    parser.add_argument("--after-warmup", action="store_true",
+    parser.add_argument("--after-warmup", "--after_warmup", action="store_true",  # the other options' spelling too
                         help="score after the recipe's SFT format warm-up (reuses output_dir/warmup/ when there)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     if any(a in ("-h", "--help") for a in argv):
