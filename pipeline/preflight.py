@@ -31,7 +31,7 @@ from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
 from pipeline.backends.settings import backend_settings
-from pipeline.config import ConfigError, PipelineConfig, resolve_optim, role_values, trl_training_args, validate
+from pipeline.config import ConfigError, PipelineConfig, resolve_optim, role_values, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
 from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
@@ -375,7 +375,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         raise first
     if all(c.ok for c in results):
         results.decisions = run_decisions(chosen(), load_backend(chosen().name), reward_specs(
-            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg),
+            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trainer().recipe_args,
             settings, done["data"], eval_key(cfg), trainer(), done["agents"])
     return results
 

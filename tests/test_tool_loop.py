@@ -205,6 +205,33 @@ def test_generate_and_eval_run_the_tools_you_name_never_the_adapters_record_alon
     assert json.loads((tmp_path / "eval.json").read_text())["tools"] == result["tools"]
 
 
+def test_generate_input_rows_reach_the_environments_as_training_rows_do(steered, tmp_path, monkeypatch):
+    """`grpo generate --input`: a row's other fields go to its environment's reset(**row) and an `environment`
+    field picks one in the multi-environment form, as a training row does; a row naming none is refused (exit 2)
+    before anything is generated."""
+    from pipeline.infer import generate
+
+    calls = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("AGENT_CALLS", str(calls))
+    lora = tiny_adapter(tmp_path / "run" / "lora", tools=["agent_helpers:add"], max_tool_calling_iterations=1,
+                        max_seq_length=1024)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"prompt": "What is 2+3?", "environment": "count", "level": 3}) + "\n"
+                    + json.dumps({"question": "What is 4+4?", "environment": "notes"}) + "\n")
+    out = tmp_path / "answers.jsonl"
+    options = ["--lora", str(lora), "--tools", "agent_helpers:add", "--environment_factory",
+               json.dumps({"count": "agent_helpers:Counter", "notes": "agent_helpers:Notes"})]
+    assert generate.main([*options, "--input", str(rows), "--output", str(out)]) == 0
+    answers = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [a["environment"] for a in answers] == ["Counter", "Notes"]
+    resets = [json.loads(line) for line in calls.read_text().splitlines() if '"reset"' in line]
+    assert resets[0] == {"env": "Counter", "event": "reset", "columns": ["level", "prompt"]}  # TRL keeps the name
+    assert resets[1]["env"] == "Notes"
+    rows.write_text(json.dumps({"prompt": "What is 2+3?"}) + "\n")  # the multi form needs a name per row
+    assert generate.main([*options, "--input", str(rows), "--output", str(tmp_path / "none.jsonl")]) == 2
+    assert not (tmp_path / "none.jsonl").exists()
+
+
 def test_the_tool_loop_settings_are_the_recipes_trl_options_and_its_context():
     from pipeline.config import from_mapping
     from pipeline.infer.tool_loop import LoopSettings, loop_settings

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 from env.locations import absolute_path, snapshot
 from env.path_check import check_command_paths
@@ -34,8 +34,15 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     A bad line is a DataFileError naming the file and the line, and nothing is generated for any row: a run
     that silently skipped a question would hand back fewer answers than questions, out of line with the file.
     """
+    return [row["prompt"] for row in read_rows(args)]
+
+
+def read_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """read_prompts' rows whole: each line's fields with its question under "prompt" (as a training row reaches
+    TRL), so that an environment's `reset(**row)` gets the row's columns and an `environment` field picks one in
+    the multi-environment form, as in training."""
     if args.prompt is not None:
-        return [args.prompt]
+        return [{"prompt": args.prompt}]
     path = absolute_path(args.input)
     prompts = []
     with open(path, "rb") as handle:
@@ -63,19 +70,21 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
             if reason:
                 raise bad(f"its `prompt` is a list but not of {{\"role\": ..., \"content\": \"...\"}} messages "
                           f"with some text ({reason})")
-            prompts.append(chat)
+            prompts.append({**record, "prompt": chat})
             continue
         if not isinstance(text, str) or not text.strip():
             raise bad("needs a non-empty field `prompt` or `question`: text, or a list of chat messages")
-        prompts.append(text.strip())
+        prompts.append({**record, "prompt": text.strip()})
     if not prompts:
         raise DataFileError(f"--input {path} holds no prompts (it is empty or blank). Give one "
                             '{"prompt": "..."} object per line.')
     return prompts
 
 
-def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = None, **options) -> list[dict]:
-    """Answer `prompts` with a saved LoRA (or --base); one record per prompt.
+def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = None,
+                     rows: Optional[list[dict[str, Any]]] = None, **options) -> list[dict]:
+    """Answer `prompts` with a saved LoRA (or --base); one record per prompt. `rows`: each prompt's other columns
+    (read_rows), for the environments' `reset(**row)` when the tool loop runs.
 
     From Python: `generate_answers(["What is 2+3?"], lora="outputs/run/lora")` or
     `generate_answers([...], base=True, run="outputs/run")`; options are `grpo generate`'s flags.
@@ -87,8 +96,9 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
                 for p in prompts]
     sampling = dict(temperature=setup.temperature, top_p=setup.top_p)
     if setup.agents.uses_tools:  # the tools the adapter trained with (or --tools): TRL's tool loop, as in training
-        rollouts = run_as_trained(setup.loop, setup.generator, setup.tokenizer, setup.agents, messages,
-                                  [{"prompt": m} for m in messages], setup.max_tokens, **sampling)
+        columns = [{**row, "prompt": m} for m, row in zip(messages, rows or [{}] * len(messages), strict=True)]
+        rollouts = run_as_trained(setup.loop, setup.generator, setup.tokenizer, setup.agents, messages, columns,
+                                  setup.max_tokens, **sampling)
         texts, extra = [r.completion for r in rollouts], [r.record() for r in rollouts]
     else:
         texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
@@ -107,7 +117,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     add_inference_arguments(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="one question")
-    source.add_argument("--input", help="JSONL file with a `prompt` (or `question`) field per line")
+    source.add_argument("--input", help="JSONL file with a `prompt` (or `question`) field per line; with tools, "
+                        "its other fields go to the environment's reset(**row), an `environment` field picks one")
     parser.add_argument("--output", help="write JSONL here instead of printing")
     args = parser.parse_args(argv)
     note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
@@ -116,7 +127,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     seen = snapshot(absolute_path(args.output), option="--output",
                     fix="Choose another --output, or run again to replace it.") if args.output else None
 
-    records = generate_answers(read_prompts(args), args)
+    rows = read_rows(args)
+    records = generate_answers([row["prompt"] for row in rows], args, rows=rows)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     if seen is not None:
         out = atomic_write_text(seen.path, lines, seen=seen)
