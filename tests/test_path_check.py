@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import importlib
 import json
 import os
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ import pytest
 from env.path_check import EXPORT_MARKER, INPUT_FILE, OUTPUT_FILE, PATH_OPTIONS, PathError, check_path
 
 from tests.cli_helpers import fault_table, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
 
 faults = fault_table()
 
@@ -46,7 +49,11 @@ def tree_digest(folder: Path) -> str:
 
 
 def tripwires(monkeypatch) -> None:
-    import pipeline.backends.plain  # noqa: F401 - imported now, so it binds the real load_tokenizer, not the wire
+    # Every module that binds load_tokenizer by name is imported now, so it keeps the real one, not the wire: a
+    # module first imported under the wire would keep it for the rest of the process (another test's export).
+    for path in (ROOT / "pipeline").rglob("*.py"):
+        if "from pipeline.data.tokenizer import" in path.read_text(encoding="utf-8"):
+            importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
 
     def started(*args, **kwargs):
         raise WorkStarted("work started before the path was refused")
