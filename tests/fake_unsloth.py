@@ -444,20 +444,23 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 class Handle:
-    def __init__(self, finder: _Finder):
+    def __init__(self, finder: _Finder, displaced: dict[str, Any]):
         self.finder = finder
+        self.displaced = displaced  # the real modules install() took out of sys.modules, put back by uninstall()
 
     def uninstall(self) -> None:
         if self.finder in sys.meta_path:
             sys.meta_path.remove(self.finder)
         for name in FAKE_MODULES:
             sys.modules.pop(name, None)
+        sys.modules.update(self.displaced)
 
 
 def install(bf16_supported: bool = True, vllm_installed: bool = True, vllm_usable: bool = True) -> Handle:
-    """Reset the log and put the fake modules first on sys.meta_path (nothing is imported yet)."""
-    for name in FAKE_MODULES:
-        sys.modules.pop(name, None)
+    """Reset the log and put the fake modules first on sys.meta_path (nothing is imported yet). A real vllm
+    already imported is put back whole on uninstall: a fresh `vllm` package beside its old submodules (still in
+    sys.modules) would lack their attributes (vllm.logging_utils, as the real engine's logging config reads it)."""
+    displaced = {name: sys.modules.pop(name) for name in FAKE_MODULES if name in sys.modules}
     STATE.calls.clear()
     STATE.import_state = None
     STATE.bf16_supported = bf16_supported
@@ -468,4 +471,4 @@ def install(bf16_supported: bool = True, vllm_installed: bool = True, vllm_usabl
     STATE.lora_request_id = 1
     finder = _Finder()
     sys.meta_path.insert(0, finder)
-    return Handle(finder)
+    return Handle(finder, displaced)
