@@ -67,6 +67,15 @@ def test_a_plugin_reward_flat_at_zero_is_named_without_guessing_its_range():
     assert cause.startswith("my_reward: 0 on every completion") and "Fix:" in cause
 
 
+def test_a_reward_flat_while_the_completions_differ_is_not_blamed_on_the_rollouts():
+    """Found trying `grpo rewards` as a new user: a reward of my own gave 1 to every completion while correctness
+    separated them, and the verdict said the rollouts were too alike (raise temperature)."""
+    cause = flat_reward_causes({"brevity": 1.0}, temperature=1.0, completions_differ=True)[0]
+    assert cause.startswith("brevity: 1 on every completion, although the completions differ")
+    assert "raise temperature" not in cause and "drop it from reward_funcs" in cause
+    assert "too alike" in flat_reward_causes({"brevity": 1.0}, temperature=1.0)[0]  # nothing says they differ
+
+
 def test_groups_flat_while_every_reward_varies_points_at_rollout_diversity():
     causes = no_signal_causes({CORRECT: 1.0}, {CORRECT: 0.9}, temperature=1.0, num_generations=4)
     assert len(causes) == 1 and "not within a group" in causes[0] and "num_generations (now 4)" in causes[0]

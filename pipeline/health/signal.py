@@ -54,9 +54,10 @@ def _at(value: float, target: float, scale: float) -> bool:
 
 
 def flat_reward_causes(flat: Mapping[str, float], *, temperature: float,
-                       clipped_share: Optional[float] = None) -> list[str]:
+                       clipped_share: Optional[float] = None, completions_differ: bool = False) -> list[str]:
     """Why the rewards in `flat` (name -> the one value every completion got) are flat, with the fix: one
-    sentence per cause, naming the rewards it covers.
+    sentence per cause, naming the rewards it covers. `completions_differ`: the total reward differs within the
+    groups, so the rollouts are not alike: a reward flat between its bounds then does not tell them apart.
 
     >>> lines = flat_reward_causes({"xmlcount_reward_func": 0.0, "strict_format_reward_func": 0.0,
     ...                             "correctness_reward_func": 2.0}, temperature=1.0, clipped_share=0.9)
@@ -80,6 +81,10 @@ def flat_reward_causes(flat: Mapping[str, float], *, temperature: float,
             text = (f"at its maximum {high:g} on every completion: nothing is left to learn from it (the task is too "
                     "easy for this model, or the run has converged). Fix: raise the difficulty (harder problems), "
                     "or stop here")
+        elif completions_differ:
+            text = (f"{mean:.3g} on every completion, although the completions differ (the total reward separates "
+                    "them): it adds no learning signal on these prompts. Fix: check its rule on a few completions "
+                    "(`grpo rewards --json` lists them), or drop it from reward_funcs")
         else:
             text = (f"{mean:.3g} on every completion: the rollouts are too alike. Fix: raise temperature (now "
                     f"{temperature:g}; about 1.0 is usual for GRPO)")

@@ -115,7 +115,8 @@ def verdicts(table: dict[str, dict[str, Any]], sampling: Sampling, clipped_share
                                   {n: r["std"] for n, r in rewards.items()}, temperature=g.temperature,
                                   num_generations=g.num_generations, clipped_share=clipped_share)
     else:
-        lines += flat_reward_causes(flat, temperature=g.temperature, clipped_share=clipped_share)
+        lines += flat_reward_causes(flat, temperature=g.temperature, clipped_share=clipped_share,
+                                    completions_differ=True)  # the total differs within the groups
     if (sft_warmup_steps > 0 and not after_warmup
             and any(name in FORMAT_REWARD_NAMES and mean == 0 for name, mean in flat.items())):
         lines.append(f"note: this scored the model BEFORE the format warm-up (sft_warmup_steps: "
