@@ -307,8 +307,12 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
     eval_off, _ = without_a_held_out_set(data_spec(cfg))  # as the run has it (its callers print the line)
     cfg = cfg.replace(**eval_off) if eval_off else cfg
-    settings = backend_settings(cfg)  # what the backend reads, for the run's decisions too
     done: dict[str, Any] = {}
+
+    # Each record is read from the recipe once, when a step after the config check first needs it: validate
+    # normalises values in place (a "16" from Python becomes 16); a record read before would keep the raw value.
+    def settings() -> Any:  # what the backend reads (pipeline/backends/settings.py)
+        return _once(done, "settings", lambda: backend_settings(cfg))
 
     def chosen() -> Any:  # the backend, chosen once (when a step first needs it: choosing may refuse the recipe)
         return _once(done, "choice", lambda: choice or choose_backend(cfg.model.backend, cfg.model.fast_inference))
@@ -316,7 +320,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
         # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
         def step() -> str:
-            load_backend(chosen().name).prepare_environment(settings)
+            load_backend(chosen().name).prepare_environment(settings())
             return check()
 
         return step
@@ -334,12 +338,12 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("nodes", lambda: check_nodes(cfg.to_dict())),
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         # TRL's own validation of its config; what the backend changes (effective_config.json)
-        ("trl", after_backend(lambda: check_grpo_config(trainer(), chosen().name, settings))),
-        ("effective_config", after_backend(lambda: check_effective_config(trainer(), chosen().name, settings))),
+        ("trl", after_backend(lambda: check_grpo_config(trainer(), chosen().name, settings()))),
+        ("effective_config", after_backend(lambda: check_effective_config(trainer(), chosen().name, settings()))),
         ("output_dir", lambda: check_output_dir(cfg.to_dict())),
         ("packages", lambda: check_packages(cfg.grpo.reporters(), cfg.grpo.output_dir, cfg.model.model_source,
                                             resolve_optim(cfg)[1])),
-        ("gpu", lambda: check_gpu(chosen(), lambda backend: refuse_gpu_recipe_without_cuda(settings, backend))),
+        ("gpu", lambda: check_gpu(chosen(), lambda backend: refuse_gpu_recipe_without_cuda(settings(), backend))),
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: memory_check(workload(cfg))),  # the peak GPU memory against the GPU (pipeline/plan)
         ("resume", lambda: check_resume(cfg.grpo.resume, cfg.grpo.output_dir,
@@ -376,7 +380,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     if all(c.ok for c in results):
         results.decisions = run_decisions(chosen(), load_backend(chosen().name), reward_specs(
             cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trainer().recipe_args,
-            settings, done["data"], eval_key(cfg), trainer(), done["agents"])
+            settings(), done["data"], eval_key(cfg), trainer(), done["agents"])
     return results
 
 

@@ -63,3 +63,20 @@ def test_the_check_hands_the_settings_on_in_the_run_decisions(tmp_path):
     cfg = demo_config(tmp_path / "run")
     decisions = run_checks(cfg).decisions
     assert decisions.backend_settings == backend_settings(cfg)
+
+
+def test_every_record_the_check_hands_on_holds_the_values_as_validated(tmp_path):
+    """validate normalises the recipe's values in place (numbers given as text from Python: "8" -> 8); every record
+    the check hands the run is read after it, never with the raw text (the backend's settings once were)."""
+    from pipeline.data.spec import data_spec
+    from pipeline.preflight import eval_key, run_checks  # lazy: only these tests need the check's imports
+    from pipeline.trainer.spec import trainer_spec
+    from train_helpers import demo_config
+
+    cfg = demo_config(tmp_path / "run").replace(lora_r="8", max_seq_length="192", max_steps="2", seed="7")
+    decisions = run_checks(cfg).decisions
+    assert (cfg.lora.lora_r, cfg.model.max_seq_length, cfg.grpo.max_steps) == (8, 192, 2)  # normalised in place
+    assert decisions.backend_settings == backend_settings(cfg) and decisions.backend_settings.lora_r == 8
+    assert decisions.data == data_spec(cfg) and decisions.data.max_steps == 2
+    assert decisions.trainer == trainer_spec(cfg) and decisions.trainer.warmup.seed == 7
+    assert decisions.eval_key == eval_key(cfg)
