@@ -31,7 +31,7 @@ from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
 from pipeline.backends.settings import backend_settings
-from pipeline.config import ConfigError, PipelineConfig, resolve_optim, role_values, validate
+from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
 from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
@@ -52,7 +52,7 @@ from pipeline.run.checkpoints import (
 )
 from pipeline.data.lora_targets import check_lora_targets
 from pipeline.run.checkpoint_contents import contents_problem
-from pipeline.run.decisions import EvalKey, RunDecisions, reward_specs, run_decisions
+from pipeline.run.decisions import RunDecisions, eval_key, reward_specs, run_decisions
 from pipeline.run.nodes import check_nodes
 from pipeline.run.resume import data_mismatch, resume_mismatch
 from pipeline.trainer.agent_check import check_agents
@@ -354,9 +354,18 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
             cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.lora.lora_target_modules,
             cfg.lora.lora_modules_to_save))),
     ]
+    results = _run_steps(steps, {name for name, _ in data_steps}, stop_at_first)
+    if all(c.ok for c in results):
+        results.decisions = run_decisions(chosen(), load_backend(chosen().name), reward_specs(
+            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trainer().recipe_args,
+            settings(), done["data"], eval_key(cfg), trainer(), done["agents"])
+    return results
+
+
+def _run_steps(steps: list[tuple[str, Callable[[], Any]]], data_names: set[str], stop_at_first: bool) -> CheckResults:
+    """run_checks' steps in order, as its docstring says (`data_names`: the data steps, all run before raising)."""
     # A check that reads the model says nothing new when the model could not be found.
     needs = {"lora": ("model",), "effective_config": ("trl",)}
-    data_names = {name for name, _ in data_steps}
     results = CheckResults()
     failures: list[Exception] = []
     for name, step in steps:
@@ -377,16 +386,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         if others:
             first.args = (str(first) + "".join(f"\nalso: {other}" for other in others),)
         raise first
-    if all(c.ok for c in results):
-        results.decisions = run_decisions(chosen(), load_backend(chosen().name), reward_specs(
-            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trainer().recipe_args,
-            settings(), done["data"], eval_key(cfg), trainer(), done["agents"])
     return results
-
-
-def eval_key(cfg: PipelineConfig) -> EvalKey:
-    """What an evaluation's kept result depends on in the recipe, by the fields' roles (run/decisions.py EvalKey)."""
-    return EvalKey(role_values(cfg, "eval_input"), role_values(cfg, "eval_start"))
 
 
 def _once(done: dict[str, Any], key: str, make: Callable[[], Any]) -> Any:

@@ -69,7 +69,8 @@ def test_every_record_the_check_hands_on_holds_the_values_as_validated(tmp_path)
     """validate normalises the recipe's values in place (numbers given as text from Python: "8" -> 8); every record
     the check hands the run is read after it, never with the raw text (the backend's settings once were)."""
     from pipeline.data.spec import data_spec
-    from pipeline.preflight import eval_key, run_checks  # lazy: only these tests need the check's imports
+    from pipeline.preflight import run_checks  # lazy: only these tests need the check's imports
+    from pipeline.run.decisions import eval_key
     from pipeline.trainer.spec import trainer_spec
     from train_helpers import demo_config
 

@@ -16,7 +16,7 @@ from pipeline.config.field_help import _help
 from pipeline.config.trl_fields import BACKEND_DECIDED, RUN_OWNED, TRL_ROLES
 from pipeline.data.prepare import data_fields, prepare_dataset
 from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_eval_before
-from pipeline.preflight import eval_key
+from pipeline.run.decisions import eval_key
 from pipeline.run.resume import (APPLIED_SETTINGS, RESTORED_SETTINGS, SHAPE_NAME, WEIGHT_SHAPING_FIELDS,
                                  checkpoint_record, resume_changes, resume_key, resume_mismatch)
 from pipeline.trainer.spec import trainer_spec

@@ -20,7 +20,7 @@ from pipeline.data.source_spec import source_spec
 from pipeline.data.sources import resolve_source
 from pipeline.demo.model import BUILD_NAME, build_demo_tokenizer, build_inputs, demo_model_dir
 from pipeline.infer.evaluate import EVAL_BEFORE_NAME, eval_before_inputs, load_eval_before, save_eval_before
-from pipeline.preflight import eval_key
+from pipeline.run.decisions import eval_key
 from pipeline.run.checkpoints import PREVIOUS_DIR
 from pipeline.run.resume import (
     APPLIED_SETTINGS,

@@ -43,7 +43,7 @@ def test_the_check_hands_the_run_one_frozen_record_of_its_decisions(tmp_path):
 def test_the_eval_key_holds_the_recipes_eval_inputs_and_start_by_role(tmp_path):
     """What an evaluation's kept result depends on (run/decisions.py EvalKey, built once by the check: eval_key)."""
     from pipeline.config import role_values
-    from pipeline.preflight import eval_key
+    from pipeline.run.decisions import eval_key
 
     cfg = demo_config(tmp_path / "run", lora_r=4)
     key = eval_key(cfg)

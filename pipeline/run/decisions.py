@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence
 
+from pipeline.config import PipelineConfig, role_values
 from rewards import reads_reference
 from rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES, check_reward_weights
 
@@ -42,6 +43,11 @@ class EvalKey:
     (pipeline/config/roles.py role_values)."""
     inputs: Mapping[str, Any]
     start: Mapping[str, Any]
+
+
+def eval_key(cfg: PipelineConfig) -> EvalKey:
+    """The recipe's EvalKey, by the fields' roles (the check builds it once for the run)."""
+    return EvalKey(role_values(cfg, "eval_input"), role_values(cfg, "eval_start"))
 
 
 @dataclass(frozen=True)
