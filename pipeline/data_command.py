@@ -18,6 +18,8 @@ from typing import Any, Optional
 
 from rich.console import Console
 
+from env.secret_fields import masked
+
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import parse_config, validate
 from pipeline.config.paths import config_paths
@@ -96,7 +98,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         report, error = err.report, err
 
     if as_json:
-        print(json.dumps(report, indent=2, ensure_ascii=False))
+        print(json.dumps(masked(report), indent=2, ensure_ascii=False))  # no secret printed (a URL's password)
     else:
         Console().print(format_report(report))
         print(f"[grpo] data: {accounting_line(report)}")

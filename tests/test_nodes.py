@@ -93,3 +93,26 @@ def test_the_code_version_covers_every_source_file_of_the_pipeline(tmp_path):
     before = nodes.code_version(tmp_path)
     (tmp_path / "pipeline" / "sub" / "a.py").write_text("x = 2\n")
     assert nodes.code_version(tmp_path) != before
+
+
+@pytest.mark.parametrize("field, secrets", [
+    ("hub_token", ("hf_node0_token", "hf_node1_token")),
+    ("model_init_kwargs", ({"token": "hf_nested0_tok"}, {"token": "hf_nested1_tok"})),
+    ("hub_model_id", ("https://me:node0pass@host/m", "https://me:node1pass@host/m")),
+])
+def test_no_node_prints_a_secret_of_its_own_or_of_another_node(tmp_path, field, secrets):
+    """A secret by name, nested in a mapping option, or in a URL's user-info: each node's record carries it masked
+    (env/secret_fields.py masked), so no node's refusal can show another node's value, which its own redact never
+    learned."""
+    from env.secret_fields import secrets_in
+
+    cfg = demo_config(tmp_path / "run")
+    errors = _two_nodes(tmp_path, [cfg.replace(**{field: secrets[0]}),
+                                   cfg.replace(**{field: secrets[1]}, learning_rate=5e-5)])
+    values = [value for secret in secrets for value, _ in secrets_in({field: secret})]
+    assert len(values) == 2
+    for err in errors:
+        assert isinstance(err, ConfigError) and "learning_rate differs" in str(err), err
+        assert not [value for value in values if value in str(err)], str(err)
+    record = nodes.node_record(cfg.replace(**{field: secrets[1]}).to_dict(), {})
+    assert values[1] not in str(record)

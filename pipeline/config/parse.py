@@ -17,7 +17,7 @@ from typing import Any, Optional
 import yaml
 
 from env.path_check import INPUT_FILE, PathError, check_path
-from env.secret_fields import remember, remember_argv
+from env.secret_fields import remember, remember_argv, unmasked
 from env.text import excerpt, shorten
 from pipeline.config.fields import SECTIONS, ConfigError, field_names
 from pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig, check_trl_names
@@ -204,7 +204,8 @@ def read_recipe(path: str) -> dict[str, Any]:
     field name. Its text is read once (recipe_text)."""
     loaded, lines = _load_recipe(path)
     # `env:` is TrlParser's own key (environment variables to set), as open-r1's recipes use it: recipe_env.
-    loaded = {key: value for key, value in loaded.items() if key != "env"}
+    # A placeholder that stands for a secret (a recipe `grpo plan --write` wrote) is unset, never the value to use.
+    loaded = unmasked({key: value for key, value in loaded.items() if key != "env"})
     not_ours = sorted(str(k) for k in set(loaded) - set(field_names()))
     if not_ours:
         try:

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from env.locations import cache_root
 from env.paths import json_text, publish_once
+from env.secret_fields import masked
 import pipeline.data  # the package's own code is the cache's identity (data_code_identity)
 from env.kept import code_hash, file_sha256, state_key, versions
 from pipeline.data.tokenizer import resolve_model_path
@@ -138,6 +139,6 @@ def save_cached(entry: Path, dataset: Any, report: dict[str, Any], seen=None) ->
     """
     def write(staging: Path) -> None:
         dataset.save_to_disk(str(staging / DATASET_IN_CACHE))
-        (staging / REPORT_IN_CACHE).write_text(json_text(report), encoding="utf-8")  # any file name in it
+        (staging / REPORT_IN_CACHE).write_text(json_text(masked(report)), encoding="utf-8")  # any file name in it
 
     publish_once(entry, write, is_complete=entry_is_complete, option="data_cache_dir", seen=seen)

@@ -38,6 +38,7 @@ from typing import Any, Iterator, Optional
 
 from env.locations import absolute_path, snapshot
 from env.paths import atomic_write_json
+from env.secret_fields import masked
 from pipeline.config import ConfigError, PipelineConfig, check_choice, parse_limit
 from pipeline.data.cache import (
     DATA_FORMAT_VERSION,
@@ -211,7 +212,7 @@ def prepare_split(data: DataSpec, tokenizer: Any, split: Optional[str] = None,
     report_path: Optional[Path] = None
     if write_report:
         report_path = report_seen.path
-        atomic_write_json(report_path, report, seen=report_seen)
+        atomic_write_json(report_path, masked(report), seen=report_seen)  # a dataset URL's password masked
         report["report_path"] = str(report_path)
     where = f"\n(data report: {report_path})" if report_path else ""
     if unscorable:

@@ -38,6 +38,7 @@ import pipeline.data.tokenizer
 from env.adapters import AdapterError
 from env.locations import absolute_path, snapshot
 from env.paths import atomic_write_json
+from env.secret_fields import masked
 from pipeline.backends import choose_backend, load_backend
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import ConfigError, PipelineConfig, parse_config
@@ -205,7 +206,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     result["verdicts"] = verdicts(table, sampling, result["clipped_share"], after_warmup, h.flat_reward_threshold,
                                   h.sft_warmup_steps)
     result["wall_time_s"] = round(time.time() - start, 1)
-    result["path"] = str(atomic_write_json(seen.path, result, seen=seen))
+    result["path"] = str(atomic_write_json(seen.path, masked(result), seen=seen))  # no secret in a file
     return result
 
 

@@ -18,6 +18,7 @@ from typing import Any, Optional
 from env.locations import absolute_path, snapshot
 from env.path_check import check_command_paths
 from env.paths import atomic_write_json, shell_command
+from env.secret_fields import masked
 from pipeline.backends import Completion
 from pipeline.config import ConfigError, PipelineConfig, parse_config
 from pipeline.data.cache import model_identity, tokenizer_identity
@@ -256,6 +257,7 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
                            loop=setup.loop)
     result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,
                   data=str(data_path), split=eval_split, eval_json=str(out), eval_set=rows.line())
+    result = masked(result)  # no secret in the file or on the screen (a --data URL's password)
     atomic_write_json(out, result, seen=seen)
     return result
 

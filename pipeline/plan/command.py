@@ -20,6 +20,7 @@ import yaml
 
 from env.locations import snapshot
 from env.paths import atomic_write_text, shell_command
+from env.secret_fields import masked, secrets_in
 from pipeline.backends import planned_backend
 from pipeline.bootstrap import DEFAULT_GPU_RECIPE
 from pipeline.config import ConfigError, parse_config, read_recipe, validate
@@ -144,14 +145,25 @@ def recipe_table(cards: tuple[str, ...] = TABLE_CARDS) -> str:
 
 
 def write_recipe(path: str, recipe: dict[str, Any], how: str) -> Path:
-    text = (f"# Written by `grpo plan --write`: {how}.\n"
-            + yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True))
+    """The fitted recipe, its secrets as placeholders (env/secret_fields.py masked): a written recipe is shared; a
+    placeholder read back is unset (pipeline/config/parse.py read_recipe), the secret given again or kept in the
+    environment."""
+    shown = masked(recipe)
+    again = (f"# Secrets are shown as placeholders ({', '.join(sorted(set(secret_shown(recipe))))}): pass them "
+             "again on the command line, or keep them in the environment (HF_TOKEN).\n" if shown != recipe else "")
+    text = (f"# Written by `grpo plan --write`: {how}.\n" + again
+            + yaml.safe_dump(shown, sort_keys=False, allow_unicode=True))
     try:
         # a full or read-only place is a StorageError naming --write (exit 2 at the command line); other failures:
         return atomic_write_text(path, text, seen=snapshot(path, option="--write"))
     except OSError as err:
         raise ConfigError("write", f"cannot write {Path(path).resolve()}: {err.strerror or err}. Choose a writable "
                           "path, e.g. --write fitted.yaml") from None
+
+
+def secret_shown(recipe: dict[str, Any]) -> list[str]:
+    """The placeholders a recipe's secrets are written as."""
+    return [shown for _, shown in secrets_in(recipe)]
 
 
 def base_mapping(rest: list[str], flat: dict[str, Any]) -> dict[str, Any]:

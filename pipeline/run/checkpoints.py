@@ -32,6 +32,7 @@ from env.disk import storage_errors_named
 from env.file_modes import normalize_file_modes
 from env.locations import absolute_path
 from env.paths import atomic_write_json, publish_directory, staging_leftovers
+from env.secret_fields import masked
 from pipeline.run.manifest import record_adapter_base
 from pipeline.run.resume import SHAPE_NAME, ResumeKey, checkpoint_record
 
@@ -273,7 +274,8 @@ def stage_checkpoint_saves(trainer, key: ResumeKey, dataset: Any = None) -> None
     from transformers.trainer_utils import rotate_checkpoints  # lazy: transformers imports torch
 
     save = type(trainer)._save_checkpoint
-    shape = checkpoint_record(key, dataset)  # and what the data position counts (resume.py data_record)
+    # and what the data position counts (resume.py data_record); its dataset_name's URL password masked (a file)
+    shape = masked(checkpoint_record(key, dataset))
 
     def staged_save(model, trial):
         run_dir = Path(trainer._get_output_dir(trial=trial))

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from env.kept import changed_inputs, state_key
+from env.secret_fields import masked
 from pipeline.config import ConfigError
 from pipeline.run.manifest import git_commit, package_versions
 
@@ -61,9 +62,10 @@ def launcher_env(environ: Mapping[str, str] = os.environ) -> Optional[dict[str, 
 
 def node_record(recipe: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """What this process was started with, as the run records it (`recipe`: the recipe's values, flat, as the manifest
-    keeps them: every one is compared)."""
+    keeps them: every one is compared, its secrets masked (env/secret_fields.py masked): a secret never leaves its
+    node, so no node can print another's)."""
     launched = launcher_env(environ) or {"rank": 0, "world_size": 1, "node": 0, "local_world_size": 1}
-    recipe = dict(recipe)
+    recipe = masked(dict(recipe))
     return {**launched, "host": socket.gethostname(), "recipe_key": state_key(recipe), "recipe": recipe,
             "code": code_version(), "git_commit": git_commit(), "packages": package_versions()}
 
@@ -102,7 +104,7 @@ def differences(records: list[dict[str, Any]]) -> list[str]:
 
 
 def _value(recipe: Mapping[str, Any], name: str) -> str:
-    return json.dumps(recipe.get(name, "(unset)"), default=str)[:60]
+    return json.dumps(masked(recipe.get(name, "(unset)"), name), default=str)[:60]  # a record from an older node
 
 
 def _store(environ: Mapping[str, str], timeout_s: float) -> Any:
