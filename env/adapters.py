@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import pickletools
 import struct
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from env.locations import absolute_path
 from env.paths import previous_versions
@@ -93,6 +95,7 @@ def verify_adapter_dir(path: str | os.PathLike[str]) -> AdapterInfo:
     config_path = directory / ADAPTER_CONFIG
     config = _read_config(config_path, fail)
     weights = _find_weights(directory, fail)
+    refuse_shipped_code(directory, weights)
     r = config["r"]
     return AdapterInfo(
         path=directory,
@@ -104,6 +107,87 @@ def verify_adapter_dir(path: str | os.PathLike[str]) -> AdapterInfo:
         weights_file=weights,
         config=config,
     )
+
+
+# What a torch-saved tensor file's pickle may name (torch.load(weights_only=True)'s own allow-list, as PEFT loads an
+# adapter_model.bin): anything else is code the file would run, and the file is not loaded.
+_WEIGHTS_GLOBALS = frozenset({
+    "collections.OrderedDict", "torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2",
+    "torch._utils._rebuild_parameter", "torch._utils._rebuild_parameter_with_state", "torch.serialization._get_layout",
+    "torch.device", "torch.Size", "builtins.set", "builtins.frozenset", "builtins.bytearray", "_codecs.encode",
+    "torch.storage.UntypedStorage", "torch._tensor._rebuild_from_type_v2", "torch._utils._rebuild_wrapper_subclass"})
+# The files of a tokenizer that runs its own code: tokenizer_config.json's `auto_map` names a class in a .py file
+# beside it, which AutoTokenizer imports under trust_remote_code.
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def refuse_shipped_code(directory: Path, weights: Optional[Path] = None) -> None:
+    """A shared folder (an adapter, an export's source) never runs code it carries, whatever --trust_remote_code
+    says (the option is for the base model's own code): a tokenizer that needs its own code (tokenizer_config.json's
+    `auto_map`) and a pickled weights file that names anything but tensors are refused (AdapterError, exit 2),
+    naming the file and the choice.
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "tokenizer_config.json").write_text('{"auto_map": {"AutoTokenizer": ["tok.MyTok", null]}}')
+    >>> refuse_shipped_code(folder)
+    Traceback (most recent call last):
+    ...
+    env.adapters.AdapterError: .../tokenizer_config.json names a tokenizer that runs its own code (auto_map: ...
+    """
+    config = directory / TOKENIZER_CONFIG
+    try:
+        tokenizer = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
+    except (OSError, ValueError):
+        tokenizer = {}  # an unreadable file is named when the tokenizer loads (pipeline/data/tokenizer.py)
+    auto_map = tokenizer.get("auto_map") if isinstance(tokenizer, dict) else None
+    if auto_map:
+        values = auto_map.values() if isinstance(auto_map, dict) else [auto_map]
+        classes = ", ".join(sorted({str(v) for value in values for v in (value if isinstance(value, list) else [value])
+                                    if v}))
+        raise AdapterError(directory, TOKENIZER_CONFIG, f"{config} names a tokenizer that runs its own code "
+                           f"(auto_map: {classes}). Code shipped inside an adapter folder never runs, --trust_remote_code or not "
+                           "(that option runs the base model's own code). Choose: use the base model's tokenizer by "
+                           f"removing the adapter's tokenizer files ({TOKENIZER_CONFIG}, tokenizer.json, "
+                           f"special_tokens_map.json and the .py files) from {directory}, or ask whoever shared the "
+                           "adapter for one saved with a standard tokenizer.")
+    if weights is not None and weights.suffix == ".bin":
+        named = pickled_code(weights)
+        if named:
+            raise AdapterError(directory, weights.name, f"{weights} is a pickle that names {named}: loading it "
+                               "would run that code, so it is not loaded (PEFT reads adapter weights as tensors only). "
+                               "Choose: an adapter saved as adapter_model.safetensors (peft's save_pretrained writes "
+                               "it), or a copy of this one from a source you trust converted to safetensors.")
+
+
+def pickled_code(path: Path) -> Optional[str]:
+    """The first thing other than tensors a torch-saved (or plain) pickle names (`module.name`), or None: read with
+    pickletools, nothing imported or run."""
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                name = next((n for n in archive.namelist() if n.endswith("data.pkl")), None)
+                data = archive.read(name) if name else b""
+        else:
+            data = path.read_bytes()
+    except (OSError, zipfile.BadZipFile, KeyError):
+        return None  # not readable as a pickle here: the loader says what is wrong
+    strings: list[str] = []
+    try:
+        for opcode, arg, _ in pickletools.genops(data):
+            if opcode.name in ("GLOBAL", "INST"):
+                found = str(arg).replace(" ", ".")
+            elif opcode.name == "STACK_GLOBAL":
+                found = ".".join(strings[-2:])
+            else:
+                if isinstance(arg, str):
+                    strings.append(arg)
+                continue
+            if found not in _WEIGHTS_GLOBALS and not (found.startswith("torch.") and found.endswith("Storage")):
+                return found
+    except Exception:  # noqa: BLE001 - a stream pickletools cannot follow: torch's own load names it
+        return None
+    return None
 
 
 def _read_config(config_path: Path, fail) -> dict[str, Any]:

@@ -167,8 +167,15 @@ def masked_argv(argv: Sequence[Any]) -> list[Any]:
         else:
             if text.startswith("--") and is_secret(text[2:]):
                 secret_next = text[2:]
-            out.append(masked(word) if isinstance(word, str) else word)  # a URL's password, a JSON mapping's token
+            out.append(_masked_word(word) if isinstance(word, str) else word)
     return out
+
+
+def _masked_word(word: str) -> str:
+    """A word of a command line with its secrets by place and source masked: a URL's password, a token in a JSON
+    mapping's text, alone or as `--name=VALUE`."""
+    name, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
+    return f"{name}{eq}{masked(value)}"
 
 
 def secret_options(argv: Sequence[Any]) -> list[str]:

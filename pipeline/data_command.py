@@ -19,7 +19,6 @@ from typing import Any, Optional
 from rich.console import Console
 
 from env.secret_fields import masked
-
 from pipeline.bootstrap import backend_choice, defaults_for
 from pipeline.config import parse_config, validate
 from pipeline.config.paths import config_paths

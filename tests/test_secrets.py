@@ -57,6 +57,7 @@ def test_the_resume_line_masks_the_secret_and_says_to_pass_it_again(name):
 
 
 VALUE = "hf_RecipeSecretValue"
+URL_PASSWORD = "UrlPasswordSecret"  # a secret by place: a URL's user-info password in a free-text option
 ARGV_VALUE = "hf_CommandLineSecret"
 ENV_VALUE, ENV_SECRETS = "hf_EnvironmentSecret", ("HF_TOKEN", "WANDB_API_KEY")
 
@@ -74,7 +75,8 @@ def run_with_secrets(tmp_path_factory):
         patch.chdir(folder)
         for name in ENV_SECRETS:  # read by the libraries themselves; never copied into a file of ours
             patch.setenv(name, ENV_VALUE)
-        text = "".join(f"{name}: {VALUE}\n" for name in SECRETS) + faults.SHORT_RUN
+        text = ("".join(f"{name}: {VALUE}\n" for name in SECRETS) + faults.SHORT_RUN
+                + f"hub_model_id: https://me:{URL_PASSWORD}@hub.example/me/model\n")
         lora = str(folder / "run" / "lora")
         outputs = []
         # (--check with a secret: bench/faults.py's "--check with a hub_token prints its placeholder")
@@ -104,13 +106,13 @@ def test_no_file_of_the_run_its_checkpoint_its_export_or_a_crash_log_holds_a_sec
     assert any(p.name == "training_args.bin" for p in files) and any(p.parent.name == "merged" for p in files)
     for path in files:
         data = path.read_bytes()
-        assert not [v for v in (VALUE, ARGV_VALUE, ENV_VALUE) if v.encode() in data], path
+        assert not [v for v in (VALUE, ARGV_VALUE, ENV_VALUE, URL_PASSWORD) if v.encode() in data], path
 
 
 def test_nothing_printed_holds_a_secret(run_with_secrets):
     _, _, outputs = run_with_secrets
     for _, printed in outputs:
-        assert not [v for v in (VALUE, ARGV_VALUE, ENV_VALUE) if v in printed], printed[-2000:]
+        assert not [v for v in (VALUE, ARGV_VALUE, ENV_VALUE, URL_PASSWORD) if v in printed], printed[-2000:]
 
 
 def test_each_file_shows_the_placeholder_as_trl_does_and_the_run_reads_it_back_as_unset(run_with_secrets):
@@ -144,3 +146,79 @@ def test_the_adapters_model_card_names_the_recorded_base_not_a_cache_folder(run_
     folder, cache, _ = run_with_secrets
     for card in (folder / "run").rglob("README.md"):
         assert str(cache) not in card.read_text(encoding="utf-8"), card
+
+
+# -- a secret by place and by source, in every writer (issue 59 item 7): positions x writers --------------------------
+
+POSITIONS = {  # where a secret sits in a recipe: (its values, the secret)
+    "by name": ({"hub_token": "hf_PosByName1"}, "hf_PosByName1"),
+    "nested mapping": ({"model_init_kwargs": {"token": "hf_PosNested2"}}, "hf_PosNested2"),
+    "mapping as JSON text": ({"model_init_kwargs": '{"token": "hf_PosJsonText3"}'}, "hf_PosJsonText3"),
+    "list under a secret name": ({"my_api_keys": ["k_PosListKey4"]}, "k_PosListKey4"),
+    "URL password": ({"dataset_name": "https://me:PosUrlPass5@host.example/d.jsonl"}, "PosUrlPass5"),
+    "URL password in a list": ({"report_to": ["https://u:PosUrlList6@h.example/x"]}, "PosUrlList6"),
+}
+
+
+def _write_manifest(folder, values):
+    from pipeline.run.manifest import build_manifest, write_adapter_metadata, write_manifest
+
+    manifest = build_manifest(cfg_dict=values, backend="plain", base_model="tiny-demo", system_prompt="s",
+                              chat_template=None, max_prompt_length=8, max_completion_length=8, data_fingerprint="f",
+                              adapter_dir=folder / "lora")
+    (folder / "lora").mkdir()
+    write_adapter_metadata(folder / "lora", manifest)
+    write_manifest(folder, manifest)
+    return "".join(p.read_text() for p in folder.rglob("*.json"))
+
+
+def _write_plan_recipe(folder, values):
+    from pipeline.plan.command import write_recipe
+
+    return write_recipe(str(folder / "fitted.yaml"), {"learning_rate": 1e-5, **values}, "a test").read_text()
+
+
+def _node_record(folder, values):
+    from pipeline.run.nodes import differences, node_record
+
+    record = node_record(values, {})
+    other = {**record, "rank": 1, "node": 1, "recipe_key": "another", "recipe": {}}
+    return json.dumps(record) + " ".join(differences([record, other]))
+
+
+def _printed_command(folder, values):
+    [(name, value)] = values.items()
+    words = [f"--{name}", *(value if isinstance(value, list) else
+                            [json.dumps(value) if isinstance(value, dict) else value])]
+    return shell_command("grpo", "train", *words) + " " + shell_command("grpo", "train", f"--{name}={words[1]}")
+
+
+def _log_line(folder, values):
+    """A crash log and an error message: text through env/text.py printable, once the recipe was read."""
+    from env.secret_fields import remember
+    from env.text import printable
+
+    remember(values)
+    return printable(f"crashed with {values!r} and {json.dumps(values)}")
+
+
+WRITERS = {"manifest.json and grpo_adapter.json": _write_manifest, "grpo plan --write": _write_plan_recipe,
+           "a node's record and its refusal": _node_record, "a printed command": _printed_command,
+           "a crash log or message": _log_line}
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_secret_in_any_position_reaches_no_writer(tmp_path, position, writer):
+    values, secret = POSITIONS[position]
+    written = WRITERS[writer](tmp_path, values)
+    assert secret not in written, written
+    assert "<" in written  # said by its placeholder, not dropped silently
+
+
+def test_a_recipe_plan_wrote_reads_its_placeholders_back_as_unset(tmp_path):
+    from pipeline.config.parse import read_recipe
+
+    text = _write_plan_recipe(tmp_path, {"hub_token": "hf_PlanWritten"})
+    assert "hub_token: <HUB_TOKEN>" in text and "pass them again" in text
+    assert read_recipe(str(tmp_path / "fitted.yaml")) == {"learning_rate": 1e-5}

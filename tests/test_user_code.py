@@ -197,3 +197,97 @@ def test_a_package_alone_in_the_working_folder_can_import_its_siblings(tmp_path,
     parse_config(["--config", str(_recipe(recipes, "lone_pkg:score"))])
     assert resolve_reward("lone_pkg:score")(completions=["a"]) == [0.625]
     assert str(recipes) in sys.path and str(recipes / "lone_pkg") not in sys.path
+
+
+# -- nothing shared runs code: a folder someone else wrote (issue 59 item 5 and "a shared file we refuse to load must
+# be named") -------------------------------------------------------------------------------------------------------
+
+def _adapter(folder: Path, weights: str = "adapter_model.safetensors") -> Path:
+    """A LoRA adapter folder as verify_adapter_dir reads it: its config and one valid weights file."""
+    import struct
+
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "base_model_name_or_path":
+                                                            "tiny-demo", "target_modules": ["q_proj"]}))
+    if weights.endswith(".safetensors"):
+        header = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+        (folder / weights).write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
+    return folder
+
+
+class _WritesMarker:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))  # unpickled: the file someone shipped runs code (it opens a file)
+
+
+def _plant_tokenizer_code(folder: Path, marker: Path) -> Path:
+    (folder / "tokenization_mine.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"auto_map": {"AutoTokenizer": ["tokenization_mine.MyTokenizer", None]}}))
+    return folder / "tokenizer_config.json"
+
+
+def _plant_pickle(folder: Path, marker: Path) -> Path:
+    import torch
+
+    (folder / "adapter_model.safetensors").unlink()
+    torch.save({"w": _WritesMarker(str(marker))}, folder / "adapter_model.bin")
+    return folder / "adapter_model.bin"
+
+
+SHARED_CODE = {"a tokenizer that needs its own code": _plant_tokenizer_code,
+               "a pickled weights file that names code": _plant_pickle}
+COMMANDS = {
+    "generate": lambda lora: ["generate", "--lora", lora, "--prompt", "1+1?", "--trust_remote_code",
+                              "--backend", "plain"],
+    "eval": lambda lora: ["eval", "--lora", lora, "--data", "demo-arithmetic", "--limit", "1", "--trust_remote_code",
+                          "--backend", "plain"],
+    "export": lambda lora: ["export", "--lora", lora, "--to", "merged16", "--out", lora + "-merged",
+                            "--trust_remote_code", "--backend", "plain"],
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("kind", SHARED_CODE)
+def test_code_shipped_in_an_adapter_folder_never_runs_and_is_named_exit_2(tmp_path, monkeypatch, capsys, kind,
+                                                                          command):
+    """--trust_remote_code runs the base model's own code only: a folder someone shared is refused before anything
+    loads (env/adapters.py refuse_shipped_code), exit 2 naming the file and the choice, never exit 1."""
+    from pipeline import cli
+
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "ran.txt"
+    lora = _adapter(tmp_path / "lora")
+    planted = SHARED_CODE[kind](lora, marker)
+    assert cli.main(COMMANDS[command](str(lora))) == 2
+    err = capsys.readouterr().err
+    assert str(planted) in err and "Choose" in err and "Traceback" not in err, err
+    assert not marker.exists()
+
+
+def test_a_torch_saved_adapter_bin_of_tensors_only_is_read_as_before(tmp_path):
+    import torch
+
+    from env.adapters import pickled_code, verify_adapter_dir
+
+    lora = _adapter(tmp_path / "lora", weights="adapter_model.bin")
+    torch.save({"base_model.model.q_proj.lora_A.weight": torch.zeros(4, 8)}, lora / "adapter_model.bin")
+    assert pickled_code(lora / "adapter_model.bin") is None
+    assert verify_adapter_dir(lora).weights_file.name == "adapter_model.bin"
+
+
+def test_the_adapter_folders_tokenizer_loads_without_remote_code_whatever_the_flag(tmp_path, monkeypatch):
+    """Behind the refusal too: the plain backend reads an adapter folder's tokenizer with trust_remote_code off."""
+    from types import SimpleNamespace
+
+    from pipeline.backends import plain
+
+    calls = []
+    monkeypatch.setattr(plain, "load_tokenizer", lambda source, trust, src: calls.append((source, trust)))
+    settings = SimpleNamespace(trust_remote_code=True, model_source="hf")
+    plain._run_tokenizer(SimpleNamespace(path=tmp_path), "base", settings)
+    plain._run_tokenizer(None, "base", settings)
+    assert calls == [(str(tmp_path), False), ("base", True)]

@@ -290,13 +290,21 @@ def training_generator(model: Any, tokenizer: Any, settings: BackendSettings) ->
     return PlainGenerator(model, tokenizer)
 
 
+def _run_tokenizer(adapter: Optional[Any], base_model: str, settings: BackendSettings) -> Any:
+    """The adapter folder's tokenizer (when it carries one) with trust_remote_code off, always: --trust_remote_code
+    runs the base model's own code, never code shipped in an adapter folder (env/adapters.py refuse_shipped_code
+    refused such a folder before anything loads); else the base model's, with the user's option."""
+    if adapter is not None:
+        return load_tokenizer(str(adapter.path), False, "hf")
+    return load_tokenizer(base_model, settings.trust_remote_code, settings.model_source)
+
+
 def load_generator(base_model: str, adapter: Optional[Any], settings: BackendSettings) -> Any:
     """Base model + (optionally) the verified adapter: through vLLM with a LoRARequest when the run's rollouts came
     from vLLM (vllm_mode colocate or server) and vLLM is installed here, else transformers with peft's
     PeftModel.from_pretrained."""
     has_tokenizer = adapter is not None and (adapter.path / "tokenizer_config.json").is_file()
-    tokenizer_source = str(adapter.path) if has_tokenizer else base_model
-    tokenizer = load_tokenizer(tokenizer_source, settings.trust_remote_code, settings.model_source)
+    tokenizer = _run_tokenizer(adapter if has_tokenizer else None, base_model, settings)
     if settings.vllm_mode != "none":
         if vllm_installed():
             kwargs = engine_arguments(str(resolve_model_path(base_model, settings.model_source)), settings,
@@ -355,8 +363,8 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, settings: 
     full_precision = settings.replace(load_in_4bit=False)
     model = PeftModel.from_pretrained(load_model(base_model, full_precision, for_training=False), str(adapter.path))
     merged = model.merge_and_unload()
-    tokenizer_source = str(adapter.path) if (adapter.path / "tokenizer_config.json").is_file() else base_model
-    tokenizer = load_tokenizer(tokenizer_source, settings.trust_remote_code, settings.model_source)
+    has_tokenizer = (adapter.path / "tokenizer_config.json").is_file()
+    tokenizer = _run_tokenizer(adapter if has_tokenizer else None, base_model, settings)
     if method == "merged16":
         # 16-bit as the name says: on CPU the merge ran in float32 (see _torch_dtype), which would double
         # the files' size and differ from what a GPU export writes.

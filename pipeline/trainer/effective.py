@@ -104,7 +104,7 @@ def effective_record(recipe_args: Mapping[str, Any], backend_name: str, backend_
                              defaults)
     fields: dict[str, Any] = {}
     for name, raw in sorted(args.to_dict().items()):
-        value = _plain(raw)
+        value = masked(_plain(raw), name)  # a nested mapping's token, a URL's password (to_dict masks *_token only)
         entry: dict[str, Any] = {"value": value, "differs_from": []}
         if name in recipe:
             entry["recipe"] = _plain(recipe[name])
@@ -115,7 +115,7 @@ def effective_record(recipe_args: Mapping[str, Any], backend_name: str, backend_
             if entry["trl_default"] != value:
                 entry["differs_from"].append("trl_default")
         if name in other and _plain(other[name]) != _plain(ours.get(name)):
-            entry["other_backend"] = _plain(other[name])
+            entry["other_backend"] = masked(_plain(other[name]), name)
             entry["differs_from"].append("other_backend")
         if name in changes:
             change = changes[name]
