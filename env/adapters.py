@@ -146,8 +146,8 @@ def refuse_shipped_code(directory: Path, weights: Optional[Path] = None) -> None
         classes = ", ".join(sorted({str(v) for value in values for v in (value if isinstance(value, list) else [value])
                                     if v}))
         raise AdapterError(directory, TOKENIZER_CONFIG, f"{config} names a tokenizer that runs its own code "
-                           f"(auto_map: {classes}). Code shipped inside an adapter folder never runs, --trust_remote_code or not "
-                           "(that option runs the base model's own code). Choose: use the base model's tokenizer by "
+                           f"(auto_map: {classes}). Code shipped inside an adapter folder never runs, "
+                           "--trust_remote_code or not (that option runs the base model's own code). Choose: use the base model's tokenizer by "
                            f"removing the adapter's tokenizer files ({TOKENIZER_CONFIG}, tokenizer.json, "
                            f"special_tokens_map.json and the .py files) from {directory}, or ask whoever shared the "
                            "adapter for one saved with a standard tokenizer.")
@@ -155,8 +155,8 @@ def refuse_shipped_code(directory: Path, weights: Optional[Path] = None) -> None
         named = pickled_code(weights)
         if named:
             raise AdapterError(directory, weights.name, f"{weights} is a pickle that names {named}: loading it "
-                               "would run that code, so it is not loaded (PEFT reads adapter weights as tensors only). "
-                               "Choose: an adapter saved as adapter_model.safetensors (peft's save_pretrained writes "
+                               "would run that code, so it is not loaded (PEFT reads adapter weights as tensors "
+                               "only). Choose: an adapter saved as adapter_model.safetensors (peft's save_pretrained writes "
                                "it), or a copy of this one from a source you trust converted to safetensors.")
 
 
