@@ -147,8 +147,8 @@ def refuse_shipped_code(directory: Path, weights: Optional[Path] = None) -> None
                                     if v}))
         raise AdapterError(directory, TOKENIZER_CONFIG, f"{config} names a tokenizer that runs its own code "
                            f"(auto_map: {classes}). Code shipped inside an adapter folder never runs, "
-                           "--trust_remote_code or not (that option runs the base model's own code). Choose: use the base model's tokenizer by "
-                           f"removing the adapter's tokenizer files ({TOKENIZER_CONFIG}, tokenizer.json, "
+                           "--trust_remote_code or not (that option runs the base model's own code). Choose: use "
+                           f"the base model's tokenizer by removing the adapter's tokenizer files ({TOKENIZER_CONFIG}, tokenizer.json, "
                            f"special_tokens_map.json and the .py files) from {directory}, or ask whoever shared the "
                            "adapter for one saved with a standard tokenizer.")
     if weights is not None and weights.suffix == ".bin":
@@ -156,8 +156,8 @@ def refuse_shipped_code(directory: Path, weights: Optional[Path] = None) -> None
         if named:
             raise AdapterError(directory, weights.name, f"{weights} is a pickle that names {named}: loading it "
                                "would run that code, so it is not loaded (PEFT reads adapter weights as tensors "
-                               "only). Choose: an adapter saved as adapter_model.safetensors (peft's save_pretrained writes "
-                               "it), or a copy of this one from a source you trust converted to safetensors.")
+                               "only). Choose: an adapter saved as adapter_model.safetensors (peft's save_pretrained "
+                               "writes it), or a copy of this one from a source you trust converted to safetensors.")
 
 
 def pickled_code(path: Path) -> Optional[str]:
