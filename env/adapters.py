@@ -148,9 +148,9 @@ def refuse_shipped_code(directory: Path, weights: Optional[Path] = None) -> None
         raise AdapterError(directory, TOKENIZER_CONFIG, f"{config} names a tokenizer that runs its own code "
                            f"(auto_map: {classes}). Code shipped inside an adapter folder never runs, "
                            "--trust_remote_code or not (that option runs the base model's own code). Choose: use "
-                           f"the base model's tokenizer by removing the adapter's tokenizer files ({TOKENIZER_CONFIG}, tokenizer.json, "
-                           f"special_tokens_map.json and the .py files) from {directory}, or ask whoever shared the "
-                           "adapter for one saved with a standard tokenizer.")
+                           f"the base model's tokenizer by removing the adapter's tokenizer files ({TOKENIZER_CONFIG}, "
+                           f"tokenizer.json, special_tokens_map.json and the .py files) from {directory}, or ask whoever "
+                           "shared the adapter for one saved with a standard tokenizer.")
     if weights is not None and weights.suffix == ".bin":
         named = pickled_code(weights)
         if named:
