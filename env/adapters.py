@@ -145,12 +145,12 @@ def refuse_shipped_code(directory: Path, weights: Optional[Path] = None) -> None
         values = auto_map.values() if isinstance(auto_map, dict) else [auto_map]
         classes = ", ".join(sorted({str(v) for value in values for v in (value if isinstance(value, list) else [value])
                                     if v}))
-        raise AdapterError(directory, TOKENIZER_CONFIG, f"{config} names a tokenizer that runs its own code "
-                           f"(auto_map: {classes}). Code shipped inside an adapter folder never runs, "
-                           "--trust_remote_code or not (that option runs the base model's own code). Choose: use "
-                           f"the base model's tokenizer by removing the adapter's tokenizer files ({TOKENIZER_CONFIG}, "
-                           f"tokenizer.json, special_tokens_map.json and the .py files) from {directory}, or ask whoever "
-                           "shared the adapter for one saved with a standard tokenizer.")
+        raise AdapterError(directory, TOKENIZER_CONFIG, (
+            f"{config} names a tokenizer that runs its own code (auto_map: {classes}). Code shipped inside an "
+            "adapter folder never runs, --trust_remote_code or not (that option runs the base model's own code). "
+            f"Choose: use the base model's tokenizer by removing the adapter's tokenizer files ({TOKENIZER_CONFIG}, "
+            f"tokenizer.json, special_tokens_map.json and the .py files) from {directory}, or ask whoever shared "
+            "the adapter for one saved with a standard tokenizer."))
     if weights is not None and weights.suffix == ".bin":
         named = pickled_code(weights)
         if named:
