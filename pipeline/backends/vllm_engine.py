@@ -174,6 +174,6 @@ def shared_engine(kwargs: dict[str, Any]) -> Any:
                 raise
             raise ConfigError("gpu_memory_utilization", f"vLLM could not start with "
                               f"gpu_memory_utilization {kwargs.get('gpu_memory_utilization', 'vLLM default')}: "
-                              f"{shorten(str(err), 300)} Set gpu_memory_utilization in the recipe (or --config) "
-                              "to a share that is free, or free memory.") from err
+                              f"{shorten(str(err), 300)} Pass --gpu_memory_utilization with a share that is free "
+                              "(or set it in the recipe), or free memory.") from err
     return _ENGINE[key]

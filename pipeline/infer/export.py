@@ -43,6 +43,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--backend", default="auto", choices=field_choices("backend"))
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing --out folder (kept until the new export is complete)")
+    session.add_config_argument(parser)
     session.add_remote_code_argument(parser)
     parser.add_argument("--system_prompt", "--system", default=None,
                         help="the chat template's default system message (default: the one the adapter records, "
@@ -66,8 +67,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     mismatch = session.adapter_mismatch(adapter, base_model)
     if mismatch:
         raise ConfigError("lora", mismatch)
-    model_check.check_model(base_model, (manifest.get("config") or {}).get("model_source", "hf"))
-    cfg = from_mapping({**(manifest.get("config") or {}), "model_name_or_path": base_model, "backend": args.backend,
+    # every recorded value by the one rule: the adapter's record < --config < this command's options
+    given_values = session.command_values(args, manifest)
+    model_check.check_model(base_model, given_values.get("model_source", "hf"))
+    cfg = from_mapping({**given_values.fields(), "model_name_or_path": base_model,
                         "trust_remote_code": session.remote_code(args.trust_remote_code, manifest, base_model)})
     choice = choose_backend(args.backend, fast_inference=False)  # merging needs Unsloth, never vLLM
     backend = load_backend(choice.name)
@@ -81,7 +84,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     with storage_errors_named(out, "run the same export again.", option="--out"), \
             atomic_directory(out, seen=seen) as staging:
         # The trained system prompt goes into the chat template of every format (the .gguf's metadata too).
-        system_prompt = args.system_prompt if args.system_prompt is not None else manifest.get("system_prompt")
+        system_prompt = given_values.values.get("system_prompt")  # --system_prompt, --config's, else the record's
         backend.export(adapter, base_model, args.to, staging, backend_settings(cfg), system_prompt=system_prompt)
         # a model trained with tools still renders them
         check_tool_support(staging, agent_names(agent_settings(cfg)), args.to,

@@ -40,6 +40,9 @@ from pipeline.config import (
     parse_config,
     validate,
 )
+from pipeline.config.fields import field_names
+from pipeline.config.parse import read_recipe
+from pipeline.config.trl_fields import trl_option_names
 from pipeline.config.values import check_generation_temperature
 from pipeline.data import model_check
 from pipeline.data.tokenizer import resolve_model_path
@@ -82,15 +85,16 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
                                       "model, system prompt and limits")
     parser.add_argument("--model", help="base model; must match the adapter's (default: from the manifest)")
     parser.add_argument("--backend", default="auto", choices=field_choices("backend"))
-    parser.add_argument("--config", help="a training recipe (YAML, as for grpo train): its gen_max_tokens, "
-                                         "gen_temperature, gen_top_p and allow_longer_generation are the defaults "
-                                         "here; the flags below override them")
+    add_config_argument(parser)
     parser.add_argument("--max_tokens", type=int, default=None,
                         help="default: gen_max_tokens, else the trained max_completion_length from the manifest")
     parser.add_argument("--temperature", type=float, default=None,
                         help="default: gen_temperature (0 = greedy, the built-in default)")
     parser.add_argument("--top_p", type=float, default=None, help="default: gen_top_p (1.0)")
     parser.add_argument("--max_lora_rank", type=int, default=None, help="vLLM LoRA rank limit (default: manifest)")
+    parser.add_argument("--gpu_memory_utilization", default=None, metavar="SHARE",
+                        help="vLLM's share of GPU memory (`auto` or a number in (0, 1]; default: --config's, else "
+                             "the adapter's record)")
     add_remote_code_argument(parser)
     parser.add_argument("--tools", nargs="*", default=None, metavar="MODULE:FUNCTION",
                         help="the tools the model may call (an adapter trained with tools needs them named: its "
@@ -102,6 +106,75 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override the system prompt the adapter records (the one its training rows carried); "
                              "required for an adapter that carries no grpo_adapter.json and has no manifest.json "
                              "beside it")
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="a recipe (YAML, as for grpo train): every field it sets overrides the "
+                                         "adapter's record (gpu_memory_utilization, max_seq_length, vllm_mode, ...; "
+                                         "its gen_max_tokens, gen_temperature, gen_top_p and allow_longer_generation "
+                                         "are the defaults here); this command's own options override both")
+
+
+# The record's fields a recipe passed as --config does not set here: the base model is the adapter's (--model, checked
+# against it), trust_remote_code only your --trust_remote_code, the agents' code only your --tools /
+# --environment_factory (docs/security.md).
+NOT_FROM_CONFIG = ("model_name_or_path", "trust_remote_code", *AGENT_OPTIONS)
+# This command's options that set a recorded field (option -> field); --trust_remote_code, --tools and
+# --environment_factory are read where their rules live (remote_code, open_inference).
+FIELD_OPTIONS = {"backend": "backend", "max_lora_rank": "max_lora_rank", "system_prompt": "system_prompt",
+                 "gpu_memory_utilization": "gpu_memory_utilization"}
+
+
+@dataclass
+class CommandValues:
+    """Every recorded value a command that opens an adapter uses, by one rule: the adapter's record (its
+    grpo_adapter.json or the run's manifest.json) < the recipe passed as --config (the fields it sets) < this
+    command's own options. `sources` says where each value came from, as a message names it."""
+
+    values: dict[str, Any]
+    sources: dict[str, str]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self.values.get(name)
+        return default if value is None else value
+
+    def source(self, name: str) -> str:
+        """Where `name`'s value came from: "--name", "--config FILE", "the adapter's record" or "the default".
+
+        >>> CommandValues({"lr": 1}, {"lr": "--lr"}).source("lr"), CommandValues({}, {}).source("x")
+        ('--lr', 'the default')
+        """
+        return self.sources.get(name, "the default")
+
+    def fields(self) -> dict[str, Any]:
+        """The values that are the config's fields (ours or TRL's), for from_mapping."""
+        return {name: value for name, value in self.values.items()
+                if name in field_names() or name in trl_option_names()}
+
+
+def command_values(args: argparse.Namespace, manifest: Optional[dict[str, Any]]) -> CommandValues:
+    """The one merge (record < --config < options) for generate, eval and export; `manifest`: the record found
+    (find_manifest), None without one. The recorded top-level values (system_prompt, max_lora_rank,
+    max_completion_length) stand below the config's own."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    def put(layer: dict[str, Any], said: Any) -> None:
+        for name, value in layer.items():
+            if value is not None:
+                values[name] = value
+                sources[name] = said(name) if callable(said) else said
+
+    record = {**{k: (manifest or {}).get(k) for k in ("max_lora_rank", "max_completion_length")},
+              **((manifest or {}).get("config") or {}), "system_prompt": (manifest or {}).get("system_prompt")}
+    put(record, "the adapter's record")
+    config = getattr(args, "config", None)
+    if config:  # the fields the recipe sets, as validated (generation_settings validated it as train would)
+        parsed = validate_recipe(str(config)).to_dict()
+        put({k: parsed.get(k, v) for k, v in read_recipe(str(config)).items() if k not in NOT_FROM_CONFIG},
+            f"--config {config}")
+    put({field: getattr(args, option, None) for option, field in FIELD_OPTIONS.items()}, lambda name: f"--{name}")
+    return CommandValues(values, sources)
 
 
 def add_remote_code_argument(parser: argparse.ArgumentParser) -> None:
@@ -163,12 +236,17 @@ def generation_settings(args: argparse.Namespace) -> Any:
     (0.7, 1.0, None)
     """
     gen = GenerationArguments()
-    if args.config:
-        cfg = parse_config(["--config", str(args.config)])
-        validate(cfg)
-        gen = cfg.generation
+    if getattr(args, "config", None):
+        gen = validate_recipe(str(args.config)).generation
     overrides = {"gen_max_tokens": args.max_tokens, "gen_temperature": args.temperature, "gen_top_p": args.top_p}
     return dataclasses.replace(gen, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def validate_recipe(path: str) -> PipelineConfig:
+    """--config's recipe, validated as train would (a bad value is a ConfigError naming the field)."""
+    cfg = parse_config(["--config", path])
+    validate(cfg)
+    return cfg
 
 
 def verify_trained_dir(path) -> Any:
@@ -185,18 +263,19 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     """
     gen = _checked_generation_settings(args)
     adapter, manifest = _trained_with(args)
-    base_model = _base_model(args, adapter, manifest)
+    given_values = command_values(args, manifest)
+    base_model = _base_model(args, adapter, manifest, given_values)
     max_tokens = _max_tokens(args, gen, manifest)
     # The first one given, an empty string included: "" trains (and so generates) without a system message.
-    system_prompt = given(args.system_prompt, (manifest or {}).get("system_prompt"), DEFAULT_SYSTEM_PROMPT)
-    if args.system_prompt is None and (manifest or {}).get("system_prompt_note"):
+    system_prompt = given(given_values.values.get("system_prompt"), DEFAULT_SYSTEM_PROMPT)
+    if given_values.source("system_prompt") == "the adapter's record" and (manifest or {}).get("system_prompt_note"):
         print(f"note: {manifest['system_prompt_note']}", file=sys.stderr)
 
-    flat = dict((manifest or {}).get("config") or {})
+    flat = given_values.fields()
     # The code the adapter's record names (tools, environments, a rollout_func) is not imported on its word: a file
     # you did not write does not decide what runs (docs/security.md); your --tools / --environment_factory do.
     recorded = from_mapping({name: flat.pop(name) for name in AGENT_OPTIONS if flat.get(name)})
-    flat.update(model_name_or_path=base_model, backend=args.backend, max_lora_rank=_max_lora_rank(args, manifest),
+    flat.update(model_name_or_path=base_model, max_lora_rank=given_values.get("max_lora_rank", 64),
                 system_prompt=system_prompt,
                 trust_remote_code=remote_code(getattr(args, "trust_remote_code", False), manifest, base_model))
     flat.update({key: value for key, value in (("tools", getattr(args, "tools", None)),
@@ -315,11 +394,8 @@ def _trained_with(args: argparse.Namespace) -> tuple[Any, Optional[dict[str, Any
     return adapter, manifest
 
 
-def _max_lora_rank(args: argparse.Namespace, manifest: Optional[dict[str, Any]]) -> int:
-    return given(args.max_lora_rank, (manifest or {}).get("max_lora_rank"), 64)
-
-
-def _base_model(args: argparse.Namespace, adapter: Any, manifest: Optional[dict[str, Any]]) -> str:
+def _base_model(args: argparse.Namespace, adapter: Any, manifest: Optional[dict[str, Any]],
+                given_values: CommandValues) -> str:
     """The base model to load (--model, else the trained one), checked against the adapter and found."""
     trained_base = (manifest or {}).get("base_model") or (adapter.base_model_name_or_path if adapter else None)
     base_model = args.model or trained_base
@@ -329,16 +405,17 @@ def _base_model(args: argparse.Namespace, adapter: Any, manifest: Optional[dict[
         raise ConfigError("model", f"{args.lora} was trained on {excerpt(trained_base)}, not {excerpt(args.model)}. "
                           "Drop --model (the manifest names the right base) or pass the adapter trained on that "
                           "model.")
-    max_lora_rank = _max_lora_rank(args, manifest)
-    uses_vllm = ((manifest or {}).get("config") or {}).get("fast_inference", True)  # false: Unsloth without vLLM
+    max_lora_rank = given_values.get("max_lora_rank", 64)
+    uses_vllm = given_values.get("fast_inference", True)  # false: Unsloth without vLLM
     if adapter is not None and uses_vllm:
         check_adapter_rank(adapter.r, max_lora_rank, what=f"adapter {adapter.path}",
-                           fix=f"Pass --max_lora_rank {adapter.r}.")
+                           fix=f"(max_lora_rank from {given_values.source('max_lora_rank')}.) Pass --max_lora_rank "
+                               f"{adapter.r}.")
     mismatch = adapter_mismatch(adapter, base_model) if adapter is not None else None
     if mismatch:
         raise ConfigError("lora", mismatch)
     # offline and not cached: say so now, not after a minute of hub retries
-    model_check.check_model(base_model, ((manifest or {}).get("config") or {}).get("model_source", "hf"))
+    model_check.check_model(base_model, given_values.get("model_source", "hf"))
     return base_model
 
 

@@ -248,8 +248,8 @@ def _environment(agents: Agents, row: dict[str, Any]) -> Optional[Any]:
         return None
     name = row.get(ENVIRONMENT_COLUMN) if agents.multi_environment else None
     if name not in agents.environments:
-        raise ConfigError("environment_factory", f"a prompt names environment {name!r}; the adapter's environments "
-                          f"are {sorted(agents.environments)}: give each prompt an `{ENVIRONMENT_COLUMN}` field "
+        raise ConfigError("environment_factory", f"a prompt names environment {name!r}; the environments "
+                          f"--environment_factory names are {sorted(agents.environments)}: give each prompt an `{ENVIRONMENT_COLUMN}` field "
                           "naming one (TRL's multi-environment form).")
     return agents.environments[name]()
 
