@@ -136,3 +136,32 @@ def test_following_the_memory_advice_of_generate_and_eval_starts_the_engine(reco
     recipe.write_text("gpu_memory_utilization: 0.45\n")
     assert cli.main([*argv, "--config", str(recipe)]) == 130  # or the same field in the recipe passed as --config
     assert started == [0.4, 0.45]
+
+
+BAD_ROWS = {  # a row of an input file that cannot be used: (its bytes, what the message says)
+    "not JSON": (b'{"prompt": "1+1?", "answer": "2"}\n{"prompt": "2+2?" "answer": "4"}\n', "line 2"),
+    "not UTF-8": (b'{"prompt": "1+1?", "answer": "2"}\n{"prompt": "caf\xe9", "answer": "4"}\n', "line 2"),
+}
+
+
+@pytest.mark.parametrize("command", ["generate", "eval"])
+@pytest.mark.parametrize("bad", BAD_ROWS)
+def test_a_bad_row_of_an_input_file_is_located_exit_2(recorded_adapter, tmp_path, monkeypatch, capsys, command,
+                                                      bad):
+    """generate --input and eval --data: the file, the line and what is wrong, exit 2; the record's vLLM mode is
+    overridden by --config (item 4) so that the CPU's transformers path answers."""
+    from pipeline import cli
+
+    monkeypatch.chdir(tmp_path)
+    data, where = BAD_ROWS[bad]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_bytes(data)
+    recipe = tmp_path / "cpu.yaml"
+    recipe.write_text("vllm_mode: none\n")
+    argv = [command, "--lora", str(recorded_adapter), "--backend", "plain", "--config", str(recipe),
+            *(["--input", str(rows)] if command == "generate" else ["--data", str(rows), "--output",
+                                                                    str(tmp_path / "e.json")])]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert str(rows) in err and where in err and "Traceback" not in err, err
+    assert "the adapter's" not in err.split("error:", 1)[1], err  # options given here are not "the adapter's"
