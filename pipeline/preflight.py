@@ -214,6 +214,10 @@ def check_rewards(data: DataSpec, tokenizer: Any, train: Any, kept: Optional[dic
     A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called. `kept`:
     where the resolved rewards are kept (under "rewards") for the run's decisions. `data`: the data path's values of
     the recipe (its rewards, their deadline, the columns TRL passes them)."""
+    if not data.reward_funcs:  # TRL's form where the environment's get_reward is the reward: the agents step
+        if kept is not None:
+            kept["rewards"] = []
+        return "no reward_funcs: the environment's get_reward is the reward (the agents step calls it)"
     prompts, completions, kwargs, what = reward_probe_batch(data, tokenizer, train)
     try:
         funcs = get_reward_funcs(list(data.reward_funcs), fresh=True)
@@ -330,7 +334,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
     def agents(tokenizer: Any, train: Any) -> str:  # resolved once, here, for the run too
         resolved = _once(done, "agents", lambda: resolve_agents(agent_settings(cfg)))
-        return check_agents(resolved, cfg.model.model_name_or_path, tokenizer, train)
+        return check_agents(resolved, cfg.model.model_name_or_path, tokenizer, train, cfg.grpo.reward_funcs)
 
     data_steps = [(name, after_backend(step)) for name, step in data_checks(lambda: data_spec(cfg), done, agents)]
     steps: list[tuple[str, Callable[[], Any]]] = [
