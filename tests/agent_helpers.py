@@ -184,3 +184,10 @@ class RewardWrongType:
 
     def get_reward(self):
         return "high"
+
+
+def rollout_without_logprobs(prompts, trainer):
+    """A rollout_func that forgets TRL's `logprobs` key."""
+    out = fixed_rollout(prompts, trainer)
+    del out["logprobs"]
+    return out
