@@ -176,7 +176,7 @@ class Parsed(BaseException):
         self.result = result
 
 
-def parse_only(monkeypatch, main, argv: list[str]):
+def parse_only(main, argv: list[str]):
     """`main(argv)` stopped right after its own argparse parser parsed `argv`: the namespace (and the rest, for a
     parse_known_args)."""
     real_known = argparse.ArgumentParser.parse_known_args
@@ -187,10 +187,9 @@ def parse_only(monkeypatch, main, argv: list[str]):
             raise Parsed(result)
         return result
 
-    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", known)
-    with pytest.raises(Parsed) as parsed:
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(Parsed) as parsed:
+        patch.setattr(argparse.ArgumentParser, "parse_known_args", known)
         main(argv)
-    monkeypatch.undo()
     return parsed.value.result
 
 
@@ -209,18 +208,18 @@ def test_every_grpo_command_runs_or_is_parsed_by_its_own_command(doc, line, argv
         assert code in (0, 1), f"{doc}: {line}\n{out}"
         assert "Traceback" not in out
     elif command == "train":
-        parse_config(options)  # the recipe parser: every option known, every value of its type
+        parse_config([o for o in options if o != "--check"])  # the recipe parser: every option known and typed
     elif command == "rewards":
         from pipeline.infer import dry_run
 
-        own, rest = parse_only(monkeypatch, dry_run.main, options)
+        own, rest = parse_only(dry_run.main, options)
         parse_config([*rest, *(["--config", own.config] if own.config else [])])
     elif command in ("generate", "eval", "export"):
         import importlib
 
         from pipeline.cli import COMMANDS as CLI
 
-        parse_only(monkeypatch, importlib.import_module(CLI[command][0]).main, options)
+        parse_only(importlib.import_module(CLI[command][0]).main, options)
     else:
         assert command == "env" and not options, f"{doc}: {line}: a command this test does not know yet"
 
@@ -230,8 +229,10 @@ SCRIPTS = sorted({(doc, line, tuple(program(words)[1])) for doc, line, words in 
 
 
 @functools.lru_cache(maxsize=None)
-def script_help(path: str) -> str:
-    done = subprocess.run([sys.executable, path, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+def script_help(path: str, sub: str = "") -> str:
+    """`python PATH [SUB] --help`: the script's usage (its sub-command's, for a script with sub-commands)."""
+    argv = [sys.executable, path, *([sub] if sub else []), "--help"]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (path, done.stderr[-2000:])
     return done.stdout
 
@@ -241,6 +242,8 @@ def test_every_script_a_doc_runs_exists_and_takes_its_options(doc, line, words):
     path, *args = words
     assert (ROOT / path).is_file(), f"{doc}: {line}: no {path}"
     usage = script_help(path)
+    if args and not args[0].startswith("-") and re.search(r"\{[\w,-]*\b" + re.escape(args[0]) + r"\b", usage):
+        usage = script_help(path, args[0])  # a sub-command: its own options
     for option in [a for a in args if a.startswith("--")]:
         assert option in usage, f"{doc}: {line}: {path} takes no {option}"
 
@@ -334,3 +337,24 @@ def test_a_line_the_code_no_longer_prints_is_seen():
     assert printed_by_code("run completed") and printed_by_code("data: 4 rows in, 4 kept, 0 dropped")
     assert not printed_by_code("data: 4 rows read, 4 kept, 0 dropped")
     assert not printed_by_code("the run finished without trouble")
+
+
+# --- every bench script starts as documented -------------------------------------------------------------------------
+
+BENCH_SCRIPTS = sorted(p.name for p in (ROOT / "bench").glob("*.py") if "__main__" in p.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", BENCH_SCRIPTS)
+def test_every_bench_script_prints_its_usage_for_help_and_runs_nothing(name, tmp_path):
+    """`python bench/X.py --help` from any folder: its usage, exit 0, nothing run (faults.py once ran its whole table;
+    agent_demo.py once failed on `bench/rewards.py` shadowing the rewards package)."""
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / name), "--help"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**__import__("os").environ, "PYTHONPATH": ""})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "usage" in done.stdout.lower() and "Traceback" not in done.stderr
+    assert not list(tmp_path.iterdir())  # nothing written: it printed its usage and stopped
+
+
+def test_no_bench_module_shadows_a_package_of_ours():
+    ours = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    assert not {p.stem for p in (ROOT / "bench").glob("*.py")} & ours
