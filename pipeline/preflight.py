@@ -214,13 +214,9 @@ def check_rewards(data: DataSpec, tokenizer: Any, train: Any, kept: Optional[dic
     A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called. `kept`:
     where the resolved rewards are kept (under "rewards") for the run's decisions. `data`: the data path's values of
     the recipe (its rewards, their deadline, the columns TRL passes them)."""
-    if not data.reward_funcs:  # TRL's form where the environment's get_reward is the reward: the agents step
-        if kept is not None:
-            kept["rewards"] = []
-        return "no reward_funcs: the environment's get_reward is the reward (the agents step calls it)"
     prompts, completions, kwargs, what = reward_probe_batch(data, tokenizer, train)
     try:
-        funcs = get_reward_funcs(list(data.reward_funcs), fresh=True)
+        funcs = get_reward_funcs(list(data.reward_funcs), fresh=True) if data.reward_funcs else []  # get_reward's
         if kept is not None:
             kept["rewards"] = funcs
         lines = probe_rewards(funcs, prompts, completions, kwargs, timeout=data.reward_timeout)
@@ -232,7 +228,7 @@ def check_rewards(data: DataSpec, tokenizer: Any, train: Any, kept: Optional[dic
                           f"trainer calls it, on {what}.{removed} The contract: docs/rewards.md.") from None
     except ValueError as err:  # a name that does not resolve (validate() names it first in a run)
         raise ConfigError("reward_funcs", str(err)) from None
-    return f"called on {what}: " + "; ".join(lines)
+    return f"called on {what}: " + ("; ".join(lines) or "none (an environment's get_reward is the reward)")
 
 
 def resume_target(resume: str, output_dir: str) -> Optional[Path]:

@@ -10,6 +10,7 @@ on every row in the multi-environment form, and a rollout_func taking (prompts, 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from typing import Any, Callable, Optional, Sequence
 
@@ -71,8 +72,6 @@ def check_environment(factory: Callable, spec: str, rows: list[dict[str, Any]]) 
 def _run(value: Any) -> Any:
     """A coroutine (an async reset or get_reward) run to its end, as TRL awaits it; anything else as it is."""
     if inspect.isawaitable(value):
-        import asyncio
-
         return asyncio.run(value)
     return value
 
