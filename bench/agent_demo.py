@@ -25,10 +25,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from pipeline.data.spec import data_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from pipeline.data.spec import data_spec  # noqa: E402 - this checkout's, not an installed copy
 
 RECIPE = ROOT / "configs" / "cpu-agent-demo.yaml"
 OPERANDS = re.compile(r"(\d{3})\D+(\d{2})\D")

@@ -14,11 +14,12 @@ fault at its boundary with pytest's monkeypatch, and the subprocess runner skips
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench.*` and `pipeline` when run as a script
 
@@ -248,7 +249,9 @@ CASES += PATH_CASES
 # The rest of the table, in its order: each part keeps its cases beside their set-ups.
 CASES += fault_inputs.CASES + fault_storage.CASES + fault_boundaries.CASES
 
-def main() -> int:
+def main(argv: Sequence[str] = ()) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="every case of the fault table through the real CLI, each in a subprocess; prints held/tried.",
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(list(argv))
     held, tried, skipped = 0, 0, []
     start = time.time()
     for case in CASES:
@@ -274,4 +277,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -17,12 +17,13 @@ Published "GB" are read as 10^9 bytes and converted to GiB.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -267,7 +268,9 @@ def rows() -> list[dict[str, Any]]:
     return out
 
 
-def main() -> int:
+def main(argv: Sequence[str] = ()) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="grpo plan's estimate against every published figure and measured peak, with sources.",
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(list(argv))
     found = comparisons()
     for row in found:
         label = row.get("label", "published")
@@ -282,4 +285,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-BENCHES = ("overhead", "rollout_probe", "scaling", "data", "rewards", "memory_plan", "vllm_cpu")
+BENCHES = ("overhead", "rollout_probe", "scaling", "data", "reward_cases", "memory_plan", "vllm_cpu")
 ROWS_MARKER = "@@bench-rows@@ "  # prefixes the one JSON line a child prints
 ROW_KEYS = ("figure", "value", "target", "holds", "samples")
 

@@ -41,6 +41,7 @@ from pipeline.config.trl_fields import trl_option_names
 from pipeline.data.prepare import DataError
 from pipeline.data.source_spec import DataFileError
 from pipeline.run.manifest import ManifestError
+from rewards.contract import RewardFailure
 
 EXIT_BAD_INPUT, EXIT_BUG, EXIT_INTERRUPTED = 2, 1, 130
 DEBUG_FLAG = "--debug"
@@ -59,7 +60,7 @@ _depth = 0  # handlers now running: the outermost one starts with no run folder 
 def user_errors() -> tuple[type[BaseException], ...]:
     """Every exception that means "your input cannot work" (exit 2), in one place."""
     return (ConfigError, PathError, DataFileError, AdapterError, ManifestError, StorageError, MatrixError,
-            PathChangedError, DataError)
+            PathChangedError, DataError, RewardFailure)  # a reward's or agent code's (trainer/agent_boundary.py)
 
 
 def note_command_options(parser: Any, config_fields: bool = False) -> None:

@@ -216,7 +216,7 @@ def check_rewards(data: DataSpec, tokenizer: Any, train: Any, kept: Optional[dic
     the recipe (its rewards, their deadline, the columns TRL passes them)."""
     prompts, completions, kwargs, what = reward_probe_batch(data, tokenizer, train)
     try:
-        funcs = get_reward_funcs(list(data.reward_funcs), fresh=True)
+        funcs = get_reward_funcs(list(data.reward_funcs), fresh=True) if data.reward_funcs else []  # get_reward's
         if kept is not None:
             kept["rewards"] = funcs
         lines = probe_rewards(funcs, prompts, completions, kwargs, timeout=data.reward_timeout)
@@ -228,7 +228,7 @@ def check_rewards(data: DataSpec, tokenizer: Any, train: Any, kept: Optional[dic
                           f"trainer calls it, on {what}.{removed} The contract: docs/rewards.md.") from None
     except ValueError as err:  # a name that does not resolve (validate() names it first in a run)
         raise ConfigError("reward_funcs", str(err)) from None
-    return f"called on {what}: " + "; ".join(lines)
+    return f"called on {what}: " + ("; ".join(lines) or "none (an environment's get_reward is the reward)")
 
 
 def resume_target(resume: str, output_dir: str) -> Optional[Path]:
@@ -330,7 +330,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
     def agents(tokenizer: Any, train: Any) -> str:  # resolved once, here, for the run too
         resolved = _once(done, "agents", lambda: resolve_agents(agent_settings(cfg)))
-        return check_agents(resolved, cfg.model.model_name_or_path, tokenizer, train)
+        return check_agents(resolved, cfg.model.model_name_or_path, tokenizer, train, cfg.grpo.reward_funcs)
 
     data_steps = [(name, after_backend(step)) for name, step in data_checks(lambda: data_spec(cfg), done, agents)]
     steps: list[tuple[str, Callable[[], Any]]] = [

@@ -211,7 +211,10 @@ def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[A
     >>> mine[0][0]["content"] = "rewritten"; completions[0][0]["content"]
     '18'
     """
-    trainer_objects = trl_rule()["trainer"]  # TRL's keywords that are the trainer's own objects, not the batch
+    # TRL's keywords that are the trainer's own objects, not the batch; and `environments`, the rollouts' live
+    # environment instances (set under an `if` in _calculate_rewards, so not in the rule): a copy would score
+    # another object than the one the rollout changed, and one holding a process or a socket cannot be copied
+    trainer_objects = (*trl_rule()["trainer"], "environments")
     columns = {key: (value if key in trainer_objects else copy.deepcopy(value)) for key, value in kwargs.items()}
     return copy.deepcopy(prompts), copy.deepcopy(completions), columns
 

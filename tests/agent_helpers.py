@@ -152,3 +152,42 @@ def saw_rollout_source(completions, rollout_source=None, **kwargs) -> list[float
     _note(reward="saw_rollout_source", rollout_source=sorted(set(rollout_source or [])))
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
     return [float(sum(ch.isdigit() for ch in t)) for t in texts]
+
+
+def bump(by: int) -> int:
+    """A standalone tool with the name of Counter's method.
+
+    Args:
+        by: How much.
+
+    Returns:
+        The amount.
+    """
+    return by
+
+
+class ResetRaises:
+    """An environment whose reset raises on the rows it is given."""
+
+    def reset(self, **kwargs) -> None:
+        raise KeyError("level")
+
+    def get_reward(self) -> float:
+        return 0.0
+
+
+class RewardWrongType:
+    """An environment whose get_reward returns a string."""
+
+    def reset(self, **kwargs) -> None:
+        return None
+
+    def get_reward(self):
+        return "high"
+
+
+def rollout_without_logprobs(prompts, trainer):
+    """A rollout_func that forgets TRL's `logprobs` key."""
+    out = fixed_rollout(prompts, trainer)
+    del out["logprobs"]
+    return out

@@ -52,6 +52,25 @@ FAILURES = {
                                            ["`environment` column", "count, notes"]),
     "a row naming an unknown environment": (dict(environment_factory=COUNTER_AND_NOTES), "qwen",
                                             {"environment": "game"}, "dataset_name", ["row 3", "game"]),
+    "an environment whose constructor raises": (dict(environment_factory="agent_boundary_cases:InitRaises"), "qwen",
+                                                {}, "environment_factory", ["`InitRaises()`", "raised OSError"]),
+    "an environment whose reset raises": (dict(environment_factory="agent_helpers:ResetRaises"), "qwen", {},
+                                          "environment_factory", ["`ResetRaises.reset`", "raised KeyError", "grpo_id"]),
+    "an environment whose reset returns a number": (dict(environment_factory="agent_boundary_cases:ResetNumber"),
+                                                    "qwen", {}, "environment_factory",
+                                                    ["`ResetNumber.reset`", "returned 7 (a int)"]),
+    "a get_reward of the wrong type": (dict(environment_factory="agent_helpers:RewardWrongType"), "qwen", {},
+                                       "environment_factory", ["`RewardWrongType.get_reward`", "'high' (a str)"]),
+    "a get_reward that returns NaN": (dict(environment_factory="agent_boundary_cases:RewardNaN"), "qwen", {},
+                                      "environment_factory", ["`RewardNaN.get_reward`", "returned nan", "finite"]),
+    "an async get_reward that raises": (dict(environment_factory="agent_boundary_cases:AsyncRewardRaises"), "qwen",
+                                        {}, "environment_factory", ["`AsyncRewardRaises.get_reward`",
+                                                                    "raised ZeroDivisionError"]),
+    "a tool and an environment method with one name": (dict(tools=["agent_helpers:bump"],
+                                                            environment_factory="agent_helpers:Counter"), "qwen", {},
+                                                       "tools", ["'bump'", "Counter.bump", "Rename one"]),
+    "no reward source": (dict(environment_factory="agent_helpers:Notes", reward_funcs=[]), "qwen", {},
+                         "reward_funcs", ["no environment has a get_reward"]),
     "a rollout_func of the wrong shape": (dict(rollout_func="agent_helpers:untyped"), "qwen", {}, "rollout_func",
                                          ["(prompts, trainer)"]),
 }
@@ -61,10 +80,10 @@ FAILURES = {
 def test_each_failure_names_the_tool_class_or_row_and_the_fix(case, tokenizers, tmp_path):
     options, tokenizer, columns, field, words = FAILURES[case]
     prompt = columns.pop("prompt", CHAT)
+    cfg = tiny_qwen_config(tmp_path, **options)
     with pytest.raises(ConfigError) as err:
-        check_agents(resolve_agents(agent_settings(tiny_qwen_config(tmp_path, **options))),
-                     tiny_qwen_config(tmp_path, **options).model.model_name_or_path, tokenizers[tokenizer],
-                     training_set(prompt, **columns))
+        check_agents(resolve_agents(agent_settings(cfg)), cfg.model.model_name_or_path, tokenizers[tokenizer],
+                     training_set(prompt, **columns), cfg.grpo.reward_funcs)
     assert err.value.field == field
     for word in words:
         assert word in str(err.value)
@@ -75,9 +94,9 @@ def test_what_passes_is_said(tokenizers, tmp_path):
                            environment_factory=COUNTER_AND_NOTES, rollout_func="agent_helpers:fixed_rollout")
     said = check_agents(resolve_agents(agent_settings(cfg)), cfg.model.model_name_or_path, tokenizers["qwen"],
                         training_set(environment="notes"))
-    assert said == ("tools: add, lookup; environment count: Counter (tools bump; its get_reward is a reward); "
-                    "environment notes: Notes (tools write); the chat template renders them; "
-                    "rollout_func fixed_rollout")
+    assert said == ("tools: add, lookup; environment count: Counter (tools bump; its get_reward is a reward; no "
+                    "prepared row names it); environment notes: Notes (tools write; reset called on "
+                    "prepared rows); the chat template renders them; rollout_func fixed_rollout")
     assert check_agents(resolve_agents(agent_settings(tiny_qwen_config(tmp_path))),
                         tiny_qwen_config(tmp_path).model.model_name_or_path, tokenizers["qwen"], training_set()) == \
         "no tools, environment_factory or rollout_func"
@@ -105,7 +124,8 @@ def test_the_docs_examples_pass_the_check_and_work(tokenizers, tmp_path, monkeyp
                            environment_factory="counter_env:Counter")
     said = check_agents(resolve_agents(agent_settings(cfg)), cfg.model.model_name_or_path, tokenizers["qwen"],
                         training_set())
-    assert said.startswith("tools: calculator; environment Counter (tools bump; its get_reward is a reward)")
+    assert said.startswith("tools: calculator; environment Counter (tools bump; its get_reward is a reward; reset and "
+                           "get_reward called on prepared rows)")
     from calc_tools import calculator
     from counter_env import Counter
 

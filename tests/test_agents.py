@@ -135,3 +135,27 @@ def test_export_keeps_the_chat_templates_tool_support(tools_run, tmp_path, capsy
     assert supports_tool_calling(exported)
     rendered = exported.apply_chat_template([{"role": "user", "content": "2+3?"}], tools=[add], tokenize=False)
     assert '"name": "add"' in rendered and "<tools>" in rendered
+
+
+def test_a_rollout_func_that_breaks_trls_contract_stops_the_run_naming_it(tmp_path, env_patch):
+    """Found while training, an agent's fault ends as a failing reward's does: stopped (exit 3), named, never an
+    internal error."""
+    cfg = tiny_qwen_config(tmp_path / "run", max_steps=1, save_steps=100, max_samples=4, num_generations=2,
+                           per_device_train_batch_size=2, rollout_func="agent_helpers:rollout_without_logprobs",
+                           reward_funcs=["agent_helpers:saw_rollout_source"])
+    result = run_training(cfg)
+    assert result.status == "stopped" and result.exit_code == 3
+    reason = result.summary["reason"] if "reason" in result.summary else json.dumps(result.summary)
+    assert "rollout_func `rollout_without_logprobs` (agent_helpers:rollout_without_logprobs)" in reason
+    assert "without 'logprobs'" in reason
+
+
+def test_an_environments_get_reward_may_be_the_only_reward(tmp_path, env_patch):
+    cfg = tiny_qwen_config(tmp_path / "run", max_steps=1, save_steps=100, max_samples=4, num_generations=2,
+                           per_device_train_batch_size=2, environment_factory="agent_helpers:Counter",
+                           reward_funcs=[], max_tool_calling_iterations=1)
+    result = run_training(cfg)
+    assert result.status == "completed"
+    step = next(json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+                if "loss" in json.loads(line))
+    assert "rewards/Counter/mean" in step  # TRL's own reward column for it, weight 1

@@ -1,7 +1,7 @@
 """The benches at tiny size: they measure equal work, force what they say they force, and feed run_all's table.
 
 These check the benches' logic (equal-work checks, forced lengths, the rows protocol, the GPU-report and
-bench/rewards.py adapters), not their timings.
+bench/reward_cases.py adapters), not their timings.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_affine_fit_recovers_a_known_line():
 
 
 def test_rewards_rows_follow_the_protocol_and_judge_cpu_time():
-    from bench import rewards as rewards_bench
+    from bench import reward_cases as rewards_bench
 
     (row,) = rewards_bench.rows(n=200, repeats=1)
     assert set(row) == set(run_all.ROW_KEYS)

@@ -104,7 +104,7 @@ def _user_error(cls):
 
     if cls is StorageError:
         return StorageError(Path("/tmp"), errno.ENOSPC, 10, "resume with --resume auto.")
-    if cls.__name__ in ("ConfigError", "PathError"):
+    if cls.__name__ in ("ConfigError", "PathError", "RewardFailure"):
         return cls("output_dir", "the message")
     if cls.__name__ == "AdapterError":
         return cls(Path("/x/lora"), "adapter_config.json", "the message")

@@ -2,9 +2,9 @@
 them (not ours; its correctness reward with the print it makes on every call): tests/test_data_trl.py trains on
 them unchanged. Not a test module; importable as a reward plug-in (`unsloth_notebook_rewards:...`)."""
 
-# The notebook's other four rewards and its answer reader, as bench/rewards.py keeps them (its `nb_` names, so that
+# The notebook's other four rewards and its answer reader, as bench/reward_cases.py keeps them (its `nb_` names, so that
 # the bench tells them from ours): one copy of the notebook's code.
-from bench.rewards import (  # noqa: F401 - re-exported as plug-ins
+from bench.reward_cases import (  # noqa: F401 - re-exported as plug-ins
     nb_extract_xml_answer as extract_xml_answer,
     nb_int_reward_func,
     nb_soft_format_reward_func,

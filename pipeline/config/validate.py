@@ -269,7 +269,14 @@ def _check_adaptive_beta(h: Any, beta: float) -> None:
 
 def _check_rewards(g: Any, run_user_code: bool = True) -> None:
     """reward_funcs name known rewards, reward_weights match them. A command that calls no reward (`grpo plan`,
-    `grpo data`: run_user_code false) checks the names without importing any module (docs/security.md)."""
+    `grpo data`: run_user_code false) checks the names without importing any module (docs/security.md).
+    An empty list with an environment_factory is TRL's form where the environment's get_reward is the reward
+    (GRPOTrainer: reward_funcs "may be omitted"); the check's agents step refuses it when no environment has one."""
+    if isinstance(g.reward_funcs, list) and not g.reward_funcs and g.environment_factory:
+        if g.reward_weights:
+            raise ConfigError("reward_weights", f"{len(g.reward_weights)} weights for no reward function; an "
+                              "environment's get_reward has weight 1, as in TRL. Drop reward_weights.")
+        return
     try:
         (get_reward_funcs if run_user_code else check_reward_names)(list(g.reward_funcs))
     except ValueError as err:

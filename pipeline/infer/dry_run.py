@@ -168,7 +168,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
         log(f"note: rollout_func {cfg.grpo.rollout_func} needs the trainer (its second argument); the dry run "
             "samples with the backend's generator instead")
     g, h = cfg.grpo, cfg.health
-    funcs = get_reward_funcs(list(g.reward_funcs))
+    funcs = get_reward_funcs(list(g.reward_funcs)) if g.reward_funcs else []  # none: get_reward is the reward
     weights = check_reward_weights(list(g.reward_funcs), g.reward_weights)
     output_dir = absolute_path(g.output_dir)
     note_run_folder(output_dir)  # a crash logs into its logs/; a full disk there names output_dir

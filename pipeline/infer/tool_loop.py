@@ -29,7 +29,7 @@ from typing import Any, Mapping, Optional, Sequence
 from env.text import excerpt
 from pipeline.backends import Completion
 from pipeline.config import ConfigError, PipelineConfig
-from pipeline.trainer.agent_check import environment_methods
+from pipeline.trainer.agent_check import environment_methods, offered_tools
 from pipeline.trainer.agents import ENVIRONMENT_COLUMN, Agents
 
 
@@ -167,7 +167,9 @@ def run_tool_loop(generator: Any, tokenizer: Any, agents: Agents, prompts: Seque
     environments = [_environment(agents, row) for row in rows]
     prompts = [_reset(prompt, env, row, agents.multi_environment) for prompt, env, row in
                zip(prompts, environments, rows, strict=True)]
-    offered = [[*agents.tools, *(environment_methods(env) if env is not None else [])] for env in environments]
+    tools = agents.guarded_tools()  # every tool and environment behind the user-code boundary (agent_boundary.py)
+    offered = [offered_tools(tools, environment_methods(env), type(env).__name__) if env is not None else tools
+               for env in environments]
     prompt_ids = [list(tokenizer.apply_chat_template(prompt, tools=tools or None, chat_template=chat_template,
                                                      add_generation_prompt=True, tokenize=True, return_dict=False,
                                                      **kwargs))
@@ -243,7 +245,8 @@ def _host(generator: Any, tokenizer: Any, offered: list[list[Any]], environments
 
 
 def _environment(agents: Agents, row: dict[str, Any]) -> Optional[Any]:
-    """A fresh instance of the row's environment (TRL pools them; one per rollout here), or None."""
+    """A fresh instance of the row's environment (TRL pools them; one per rollout here), its calls guarded, or
+    None."""
     if not agents.environments:
         return None
     name = row.get(ENVIRONMENT_COLUMN) if agents.multi_environment else None
@@ -251,7 +254,7 @@ def _environment(agents: Agents, row: dict[str, Any]) -> Optional[Any]:
         raise ConfigError("environment_factory", f"a prompt names environment {name!r}; the environments "
                           f"--environment_factory names are {sorted(agents.environments)}: give each prompt an `{ENVIRONMENT_COLUMN}` field "
                           "naming one (TRL's multi-environment form).")
-    return agents.environments[name]()
+    return agents.guarded_factory(name)()
 
 
 def _reset(prompt: list[dict[str, Any]], env: Optional[Any], row: dict[str, Any], multi: bool) -> list[dict[str, Any]]:

@@ -10,22 +10,16 @@ on every row in the multi-environment form, and a rollout_func taking (prompts, 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Optional, Sequence
 
 from env.text import excerpt
 from pipeline.config import ConfigError
+from pipeline.trainer.agent_boundary import AgentFailure, environment_tools, guard_factory
 from pipeline.trainer.agents import ENVIRONMENT_COLUMN, Agents
 
 DOCS = "docs/agents.md"
-# GRPOTrainer reads these off an environment class and never offers them as tools.
-ENVIRONMENT_HOOKS = ("reset", "get_reward")
-
-
-def environment_tools(cls: type) -> list[str]:
-    """The methods TRL offers as tools: the public functions of the class but reset and get_reward."""
-    return [name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
-            if name not in ENVIRONMENT_HOOKS and not name.startswith("_")]
 
 
 def environment_methods(instance: Any) -> list[Callable]:
@@ -46,23 +40,68 @@ def tool_schema(tool: Callable, option: str, label: str) -> dict:
                           f"per argument); {DOCS}.") from None
 
 
-def check_environment(factory: Callable, spec: str) -> tuple[type, list[Callable], bool]:
-    """One environment built as TRL builds it (`factory()`): its class, its tool methods (bound, as TRL offers
-    them), whether it has get_reward."""
+def check_environment(factory: Callable, spec: str, rows: list[dict[str, Any]]) -> tuple[type, list[Callable], bool]:
+    """One environment built as TRL builds it (`factory()`, behind the user-code boundary), then called as TRL calls
+    it before and after a rollout: `reset(**row)` and `get_reward()` on each of `rows` (prepared rows, as the trainer
+    hands them). Its class, its tool methods (bound, as TRL offers them), whether it has get_reward. A raise, or a
+    value TRL cannot take, is a ConfigError naming `Class.method`, the row and what came back."""
     try:
-        instance = factory()
-    except Exception as err:  # noqa: BLE001 - the user's constructor
-        raise ConfigError("environment_factory", f"{spec}() raised {type(err).__name__}: {excerpt(str(err))}; TRL "
-                          "builds each environment with no arguments (state comes from reset(**row)).") from None
+        instance = guard_factory(factory, spec)()
+    except AgentFailure as err:
+        raise ConfigError("environment_factory", str(err)) from None
     cls = type(instance)
-    if not callable(getattr(instance, "reset", None)):
+    if not callable(getattr(cls, "reset", None)):
         raise ConfigError("environment_factory", f"{cls.__name__} ({spec}) has no callable `reset`; add "
                           "`def reset(self, **kwargs)` returning None or a string appended to the prompt "
                           f"(TRL's contract; {DOCS}).")
     methods = environment_methods(instance)
     for method in methods:
         tool_schema(method, "environment_factory", f"{cls.__name__}.{method.__name__} ({spec})")
-    return cls, methods, callable(getattr(instance, "get_reward", None))
+    owns_reward = callable(getattr(cls, "get_reward", None))
+    for row in rows:
+        try:
+            _run(instance.reset(**row))
+            if owns_reward:
+                _run(instance.get_reward())
+        except AgentFailure as err:
+            raise ConfigError("environment_factory", f"{err} It was called before the model loads, as the trainer "
+                              f"calls it, on a prepared row ({spec}).") from None
+    return cls, methods, owns_reward
+
+
+def _run(value: Any) -> Any:
+    """A coroutine (an async reset or get_reward) run to its end, as TRL awaits it; anything else as it is."""
+    if inspect.isawaitable(value):
+        return asyncio.run(value)
+    return value
+
+
+def offered_tools(tools: list[Callable], methods: list[Callable], environment: str,
+                  spec: str = "") -> list[Callable]:
+    """The tools one rollout offers the model: the standalone ones, then its environment's methods. Two with one name
+    are refused: TRL renders both schemas into the prompt, under one name, and runs only the environment's (its tool
+    dict keeps the last; GRPOTrainer._generate_and_score_completions), so the model would read a tool that never
+    runs."""
+    names = {tool.__name__: tool for tool in tools}
+    for method in methods:
+        if method.__name__ in names:
+            raise ConfigError("tools", f"tool {method.__name__!r} and the environment method "
+                              f"{environment}.{method.__name__}{f' ({spec})' if spec else ''} have one name. The model calls a tool by its name; "
+                              "TRL would show it both and run only the environment's. Rename one of them.")
+    return [*tools, *methods]
+
+
+def rows_for(dataset: Any, name: Optional[str], multi: bool, count: int = 2) -> list[dict[str, Any]]:
+    """The first `count` prepared rows an environment is reset with, as TRL hands them to `reset(**row)` (the routing
+    column left out in the multi-environment form)."""
+    rows = []
+    for row in dataset:
+        if multi and row.get(ENVIRONMENT_COLUMN) != name:
+            continue
+        rows.append({k: v for k, v in row.items() if k != ENVIRONMENT_COLUMN} if multi else dict(row))
+        if len(rows) == count:
+            break
+    return rows
 
 
 def check_template(tokenizer: Any, prompt: Any, tools: list[Callable], option: str, model: str) -> None:
@@ -98,24 +137,34 @@ def check_rows(dataset: Any, names: list[str]) -> None:
                               f"environment_factory's ({', '.join(names)}); fix the row or add it to the mapping.")
 
 
-def check_agents(agents: Agents, model_name: str, tokenizer: Any, train: Any) -> str:
+def check_agents(agents: Agents, model_name: str, tokenizer: Any, train: Any,
+                 rewards: Sequence[Any] = ("_",)) -> str:
     """The `agents` check: what TRL's GRPOTrainer will be handed (`agents`, resolved once: agents.py resolve_agents)
-    works with this model (`model_name`, its tokenizer) and data."""
+    works with this model (`model_name`, its tokenizer) and data; `rewards`: the run's reward_funcs (empty: the
+    environments' get_reward must be the reward, as TRL allows)."""
     if not (agents.uses_tools or agents.rollout_func):
         return "no tools, environment_factory or rollout_func"
-    lines, offered = [], list(agents.tools)
+    lines, offered, owners = [], list(agents.tools), []
     for tool in agents.tools:
         tool_schema(tool, "tools", f"{tool.__name__} ({agents.specs.get(id(tool), tool.__name__)})")
     if agents.tools:
         lines.append(f"tools: {', '.join(tool.__name__ for tool in agents.tools)}")
-    for name, factory in agents.environments.items():
-        cls, methods, owns_reward = check_environment(factory, agents.specs[name])
-        offered += methods
-        lines.append(f"environment {name + ': ' if name else ''}{cls.__name__} (tools "
-                     f"{', '.join(m.__name__ for m in methods) or 'none'}"
-                     f"{'; its get_reward is a reward' if owns_reward else ''})")
     if agents.multi_environment:
         check_rows(train.dataset, [str(n) for n in agents.environments])
+    for name, factory in agents.environments.items():
+        rows = rows_for(train.dataset, name, agents.multi_environment)
+        cls, methods, owns_reward = check_environment(factory, agents.specs[name], rows)
+        offered += offered_tools(list(agents.tools), methods, cls.__name__, agents.specs[name])[len(agents.tools):]
+        owners += [cls.__name__] if owns_reward else []
+        called = ("no prepared row names it" if not rows else
+                  f"reset{' and get_reward' if owns_reward else ''} called on prepared rows")
+        lines.append(f"environment {name + ': ' if name else ''}{cls.__name__} (tools "
+                     f"{', '.join(m.__name__ for m in methods) or 'none'}"
+                     f"{'; its get_reward is a reward' if owns_reward else ''}; {called})")
+    if not rewards and not owners:
+        raise ConfigError("reward_funcs", "the list is empty and no environment has a get_reward, so nothing scores "
+                          "the rollouts (TRL needs one reward source). Name a reward, or give the environment a "
+                          f"`get_reward(self) -> float` ({DOCS}).")
     if offered:
         option = "tools" if agents.tools else "environment_factory"
         check_template(tokenizer, train.dataset[0]["prompt"], offered, option, model_name)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 from env.text import excerpt
 from pipeline.config import ConfigError
+from pipeline.trainer.agent_boundary import guard_factory, guard_rollout_func, guard_tool
 from rewards.registry import load_user_object
 
 # TRL's routing column in the multi-environment form (GRPOTrainer._generate_and_score_completions).
@@ -116,16 +117,26 @@ class Agents:
         """Whether rollouts run TRL's tool loop (standalone tools, or an environment's methods)."""
         return bool(self.tools or self.environments)
 
+    def guarded_tools(self) -> list[Callable]:
+        """The standalone tools at the user-code boundary (agent_boundary.py guard_tool)."""
+        return [guard_tool(tool, f"{tool.__name__} ({self.specs.get(id(tool), tool.__name__)})")
+                for tool in self.tools]
+
+    def guarded_factory(self, name: Optional[str]) -> Callable:
+        """Environment `name`'s factory at the user-code boundary: what it builds has every call guarded."""
+        return guard_factory(self.environments[name], self.specs.get(name, str(name)))
+
     def trainer_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments for trl.GRPOTrainer, only those set (TRL's defaults otherwise)."""
+        """The keyword arguments for trl.GRPOTrainer, only those set (TRL's defaults otherwise): every tool,
+        environment and rollout_func behind the user-code boundary (pipeline/trainer/agent_boundary.py)."""
         kwargs: dict[str, Any] = {}
         if self.tools:
-            kwargs["tools"] = list(self.tools)
+            kwargs["tools"] = self.guarded_tools()
         if self.environments:
-            kwargs["environment_factory"] = (dict(self.environments) if self.multi_environment
-                                             else self.environments[None])
+            factories = {name: self.guarded_factory(name) for name in self.environments}
+            kwargs["environment_factory"] = factories if self.multi_environment else factories[None]
         if self.rollout_func is not None:
-            kwargs["rollout_func"] = self.rollout_func
+            kwargs["rollout_func"] = guard_rollout_func(self.rollout_func, str(self.rollout_spec))
         return kwargs
 
 

@@ -24,6 +24,7 @@ from pipeline.data.tokenizer import resolve_model_path
 from pipeline.health.rollout import build_probe
 from pipeline.run.checkpoints import file_mode_callback, stage_checkpoint_saves
 from pipeline.run.resume import follow_the_rebuilt_schedule, load_every_adapter
+from pipeline.trainer.agent_boundary import hold_failures
 from pipeline.trainer.agents import Agents
 from pipeline.trainer.effective import predicted_changes, write_effective_config
 from pipeline.trainer.spec import TrainerSpec
@@ -55,7 +56,8 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     from pipeline.health.rules import build_health
     from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
 
-    reward_funcs = get_reward_funcs(list(spec.reward_names))
+    # none: the environments' get_reward is the reward (TRL's form; the check refused it without one)
+    reward_funcs = get_reward_funcs(list(spec.reward_names)) if spec.reward_names else []
     weights = check_reward_weights(list(spec.reward_names), _given(spec.reward_weights))
     observer, health = build_health(spec, tokenizer, rollbacks_done)
     reward_funcs.append(observer)
@@ -83,6 +85,10 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
                        MetricsJsonlCallback(output_dir / "metrics.jsonl", resume_step=resume_step),
                        RewardProgressCallback(), file_mode_callback()],
         )
+    # TRL appends one reward per environment class with a get_reward (named after it, weight 1): its failures
+    # (agent_boundary.py) are held and raised after the gather too
+    ours = len(reward_funcs)
+    trainer.reward_funcs[ours:] = [hold_failures(func, latch.hold) for func in trainer.reward_funcs[ours:]]
     if rollbacks_done:
         trainer.add_callback(LrScaleCallback(spec.health.rollback_lr_factor ** rollbacks_done))
     for default_printer in (PrinterCallback, ProgressCallback):

@@ -1,7 +1,7 @@
 """Time the five reward functions on 10k realistic completions, beside the notebook's originals,
 and score correctness on real GSM8K text.
 
-    python bench/rewards.py [--n 10000] [--batch 64] [--seed 0] [--gsm8k FILE_OR_FOLDER ...]
+    python bench/reward_cases.py [--n 10000] [--batch 64] [--seed 0] [--gsm8k FILE_OR_FOLDER ...]
 
 Completions are generated (seeded): well-formed XML with multi-line reasoning, missing or
 reordered newlines, currency/units/thousands in the answer, Chinese answers, LaTeX
@@ -221,10 +221,10 @@ def load_gsm8k(paths: list[Path]) -> list[tuple[str, str]]:
             builder = "parquet" if path.suffix == ".parquet" else "json"
             splits = [datasets.load_dataset(builder, data_files=str(path), split="train")]
         else:
-            fail(f"bench/rewards.py: --gsm8k {path}: no such file or folder.\n\n{GSM8K_HELP}")
+            fail(f"bench/reward_cases.py: --gsm8k {path}: no such file or folder.\n\n{GSM8K_HELP}")
         for split in splits:
             if "answer" not in split.column_names:
-                fail(f"bench/rewards.py: --gsm8k {path} has no `answer` column (columns: {split.column_names}).")
+                fail(f"bench/reward_cases.py: --gsm8k {path} has no `answer` column (columns: {split.column_names}).")
             for solution in split["answer"]:
                 if isinstance(solution, str) and "####" in solution:
                     body, final = solution.rsplit("####", 1)
