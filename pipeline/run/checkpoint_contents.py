@@ -132,9 +132,9 @@ def _restored_missing(folder: Path, launch: Launch) -> Optional[str]:
     missing = layout.missing(folder)
     held = [LAYOUTS[name] for name in held_layouts(folder)]
     if missing and held:
-        return (f"{folder} holds its optimizer as a run launched {held[0].launched} saves it ({held[0].holds}), "
-                f"and this run is launched {layout.launched}, which reads {layout.holds}: a resume would not "
-                f"restore the optimizer. Launch it as it was trained ({held[0].launch}), or: {_fix(folder)}")
+        return (f"{folder} holds its optimizer as {held[0].saved_by} saves it ({held[0].holds}), and this run is "
+                f"launched {layout.launched}, which reads {layout.holds}: a resume would not restore the optimizer. "
+                f"Launch it as it was trained ({held[0].launch}), or: {_fix(folder)}")
     if missing is None and launch.scheduler_file and not (folder / "scheduler.pt").is_file():
         missing = "scheduler.pt"
     if missing is None:

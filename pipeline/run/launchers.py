@@ -60,24 +60,27 @@ def _fsdp_optimizer(folder: Path) -> Optional[str]:
 
 @dataclass(frozen=True)
 class Layout:
-    """One launcher's checkpoint: how a message names the launch, what holds the optimizer (as a message says it),
-    `missing(folder)`: the file that holds no optimizer there (None: it is there), and how such a run is launched."""
+    """One launcher's checkpoint: how a message names a run launched so (`launched`) and a checkpoint saved so
+    (`saved_by`), what holds the optimizer (as a message says it), `missing(folder)`: the file that holds no
+    optimizer there (None: it is there), and how such a run is launched again (`launch`, a fix)."""
     launched: str
+    saved_by: str
     holds: str
     missing: Callable[[Path], Optional[str]]
     launch: str
 
 
+_TORCH_LAUNCH = ("grpo train without accelerate launch, or for several processes accelerate launch --config_file "
+                 "configs/accelerate/ddp.yaml -m pipeline train ...")
 LAYOUTS: dict[str, Layout] = {
-    "plain": Layout("as one process", "optimizer.pt", _torch_optimizer,
-                    "grpo train (or python -m pipeline train), without accelerate launch"),
-    "ddp": Layout("as several processes (DDP)", "optimizer.pt", _torch_optimizer,
-                  "accelerate launch --config_file configs/accelerate/ddp.yaml -m pipeline train ..."),
-    "deepspeed": Layout("under DeepSpeed ZeRO", "`latest` and the global_stepN/*optim_states.pt it names",
-                        _deepspeed_optimizer, "accelerate launch --config_file configs/accelerate/zero2.yaml (or "
-                                              "zero3.yaml) -m pipeline train ..."),
-    "fsdp": Layout("under FSDP", "optimizer.bin or optimizer_0/", _fsdp_optimizer,
-                   "accelerate launch with the FSDP config it was trained with (or the recipe's fsdp option)"),
+    "plain": Layout("as one process", "a plain or DDP run", "optimizer.pt", _torch_optimizer, _TORCH_LAUNCH),
+    "ddp": Layout("as several processes (DDP)", "a plain or DDP run", "optimizer.pt", _torch_optimizer,
+                  _TORCH_LAUNCH),
+    "deepspeed": Layout("under DeepSpeed ZeRO", "DeepSpeed ZeRO", "`latest` and the global_stepN/*optim_states.pt "
+                        "it names", _deepspeed_optimizer, "accelerate launch --config_file "
+                        "configs/accelerate/zero2.yaml (or zero3.yaml) -m pipeline train ..."),
+    "fsdp": Layout("under FSDP", "FSDP", "optimizer.bin or optimizer_0/", _fsdp_optimizer,
+                   "accelerate launch with the FSDP config it was trained with, or the recipe's fsdp option"),
 }
 
 
