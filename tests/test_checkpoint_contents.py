@@ -12,6 +12,7 @@ import torch
 from cli_helpers import fault_table
 from pipeline.config import parse_config
 from pipeline.run.checkpoint_contents import RESTORED_FILES, contents_problem
+from pipeline.run.checkpoints import checkpoint_problem
 from pipeline.run.launchers import LAYOUTS, this_launch
 from pipeline.run.resume import resume_key
 
@@ -158,3 +159,11 @@ def test_under_deepspeed_with_its_own_scheduler_no_scheduler_pt_is_looked_for(ch
     launch = this_launch({}, 2, environ)
     assert not launch.scheduler_file
     assert contents_problem(checkpoint, dataclasses.replace(resume_key(real[1]), launch=launch)) is None
+
+
+def test_a_truncated_deepspeed_partition_makes_the_checkpoint_incomplete(checkpoint):
+    _as_saved_by(checkpoint, "deepspeed")
+    assert checkpoint_problem(checkpoint) is None
+    partition = checkpoint / "global_step2" / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    partition.write_bytes(partition.read_bytes()[:100])  # a copy cut short
+    assert f"{partition.name} is truncated" in checkpoint_problem(checkpoint)

@@ -58,6 +58,12 @@ def _fsdp_optimizer(folder: Path) -> Optional[str]:
     return None if found else "optimizer.bin"
 
 
+# The torch.save files a launcher writes in a sub-folder (DeepSpeed's default TorchCheckpointEngine), which the
+# whole-checkpoint check (pipeline/run/checkpoints.py checkpoint_problem) reads as it reads the top-level ones.
+# torch.distributed.checkpoint's optimizer_0/*.distcp are not zip archives: not listed.
+NESTED_TORCH_FILES = ("global_step*/*.pt",)
+
+
 @dataclass(frozen=True)
 class Layout:
     """One launcher's checkpoint: how a message names a run launched so (`launched`) and a checkpoint saved so
