@@ -210,8 +210,9 @@ def rows_fingerprint(dataset: Any) -> str:
     Python list, JSON fields decoded as datasets 4.8's `to_dict` decodes them, so the values are `to_dict`'s. Not
     datasets' own `_fingerprint`: that hashes the transforms a dataset went through (random for one built in
     memory), not its rows."""
-    try:  # datasets >= 4.8 (its Json feature): to_dict decodes these fields
-        from datasets.utils.json import get_json_field_paths_from_feature, json_decode_field
+    try:  # datasets >= 4.8 has a Json feature, whose fields to_dict decodes
+        from datasets.utils.json import (  # lazy: only in datasets >= 4.8, which the pin allows but does not require
+            get_json_field_paths_from_feature, json_decode_field)
         json_paths = list(get_json_field_paths_from_feature(dataset.features))
     except ImportError:
         json_paths = []
