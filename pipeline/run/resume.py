@@ -206,10 +206,10 @@ def data_record(dataset_name: str, dataset: Any) -> dict[str, Any]:
 def rows_fingerprint(dataset: Any) -> str:
     """`state_key(dataset.to_dict())` (the key checkpoints record), read ROWS_PER_BATCH rows of one column at a
     time (env/kept.py columns_key): every process computes it, and the whole data as Python objects and its JSON
-    took 680 MiB more on each for 100 MB of text (200k rows; streamed: 94 MiB, the same key). Each batch is a slice of the Arrow table (no copy) as a
-    Python list, JSON fields decoded as datasets 4.8's `to_dict` decodes them, so the values are `to_dict`'s. Not
-    datasets' own `_fingerprint`: that hashes the transforms a dataset went through (random for one built in
-    memory), not its rows."""
+    took 680 MiB more on each for 100 MB of text (200k rows; streamed: 94 MiB, the same key). Each batch is a
+    slice of the Arrow table (no copy) as a Python list, JSON fields decoded as datasets 4.8's `to_dict` decodes
+    them, so the values are `to_dict`'s. Not datasets' own `_fingerprint`: that hashes the transforms a dataset
+    went through (random for one built in memory), not its rows."""
     try:  # datasets >= 4.8 has a Json feature, whose fields to_dict decodes
         from datasets.utils.json import (  # lazy: only in datasets >= 4.8, which the pin allows but does not require
             get_json_field_paths_from_feature, json_decode_field)
