@@ -208,8 +208,9 @@ def rows_fingerprint(dataset: Any) -> str:
     time (env/kept.py columns_key): every process computes it, and the whole data as Python objects and its JSON
     took 680 MiB more on each for 100 MB of text (200k rows; streamed: 94 MiB, the same key). Each batch is a
     slice of the Arrow table (no copy) as a Python list, JSON fields decoded as datasets 4.8's `to_dict` decodes
-    them, so the values are `to_dict`'s. Not datasets' own `_fingerprint`: that hashes the transforms a dataset
-    went through (random for one built in memory), not its rows."""
+    them, so the values are `to_dict`'s. Not datasets' own `_fingerprint`: for data read from its cache files it
+    hashes their modification times and the transforms applied (the same rows prepared again get another one; a
+    transform it cannot hash, a random one), and older checkpoints' keys would no longer match."""
     try:  # datasets >= 4.8 has a Json feature, whose fields to_dict decodes
         from datasets.utils.json import (  # lazy: only in datasets >= 4.8, which the pin allows but does not require
             get_json_field_paths_from_feature, json_decode_field)
