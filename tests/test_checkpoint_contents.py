@@ -145,8 +145,9 @@ def test_a_checkpoint_missing_its_optimizer_or_schedule_under_its_own_layout_is_
     _as_saved_by(checkpoint, saved)
     for path in checkpoint.glob(remove):
         path.unlink()
-    problem = contents_problem(checkpoint, _key(real[1], saved.split(" ")[0]))
-    assert " is missing: a resume would start a fresh optimizer" in problem and "--resume never" in problem
+    layout = saved.split(" ")[0]
+    problem = contents_problem(checkpoint, _key(real[1], layout))
+    assert f" is missing: a resume {LAYOUTS[layout].without}" in problem and "--resume never" in problem
     assert f"{checkpoint}/" in problem
 
 

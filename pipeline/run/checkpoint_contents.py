@@ -139,10 +139,9 @@ def _restored_missing(folder: Path, launch: Launch) -> Optional[str]:
         missing = "scheduler.pt"
     if missing is None:
         return None
-    return (f"{folder / missing} is missing: a resume would start a fresh optimizer and learning-rate schedule at "
-            f"the checkpoint's step without saying so (this run is launched {layout.launched}, which keeps the "
-            f"optimizer in {layout.holds}). Put the file back (from where the checkpoint was copied), or: "
-            f"{_fix(folder)}")
+    return (f"{folder / missing} is missing: a resume {layout.without} (this run is launched {layout.launched}, "
+            f"which keeps the optimizer in {layout.holds}). Put the file back (from where the checkpoint was "
+            f"copied), or: {_fix(folder)}")
 
 
 class _Unreadable(Exception):

@@ -68,24 +68,29 @@ NESTED_TORCH_FILES = ("global_step*/*.pt",)
 class Layout:
     """One launcher's checkpoint: how a message names a run launched so (`launched`) and a checkpoint saved so
     (`saved_by`), what holds the optimizer (as a message says it), `missing(folder)`: the file that holds no
-    optimizer there (None: it is there), and how such a run is launched again (`launch`, a fix)."""
+    optimizer there (None: it is there), what a resume does without it or scheduler.pt (`without`) and how such a
+    run is launched again (`launch`, a fix)."""
     launched: str
     saved_by: str
     holds: str
     missing: Callable[[Path], Optional[str]]
+    without: str
     launch: str
 
 
+# transformers loads optimizer.pt / FSDP's files only when scheduler.pt is there too, and skips both silently
+_FRESH = "would start a fresh optimizer and learning-rate schedule at the checkpoint's step without saying so"
 _TORCH_LAUNCH = ("grpo train without accelerate launch, or for several processes accelerate launch --config_file "
                  "configs/accelerate/ddp.yaml -m pipeline train ...")
 LAYOUTS: dict[str, Layout] = {
-    "plain": Layout("as one process", "a plain or DDP run", "optimizer.pt", _torch_optimizer, _TORCH_LAUNCH),
-    "ddp": Layout("as several processes (DDP)", "a plain or DDP run", "optimizer.pt", _torch_optimizer,
+    "plain": Layout("as one process", "a plain or DDP run", "optimizer.pt", _torch_optimizer, _FRESH, _TORCH_LAUNCH),
+    "ddp": Layout("as several processes (DDP)", "a plain or DDP run", "optimizer.pt", _torch_optimizer, _FRESH,
                   _TORCH_LAUNCH),
     "deepspeed": Layout("under DeepSpeed ZeRO", "DeepSpeed ZeRO", "`latest` and the global_stepN/*optim_states.pt "
-                        "it names", _deepspeed_optimizer, "accelerate launch --config_file "
+                        "it names", _deepspeed_optimizer, "would fail after the model has loaded (transformers' "
+                        "DeepSpeed resume finds nothing to load)", "accelerate launch --config_file "
                         "configs/accelerate/zero2.yaml (or zero3.yaml) -m pipeline train ..."),
-    "fsdp": Layout("under FSDP", "FSDP", "optimizer.bin or optimizer_0/", _fsdp_optimizer,
+    "fsdp": Layout("under FSDP", "FSDP", "optimizer.bin or optimizer_0/", _fsdp_optimizer, _FRESH,
                    "accelerate launch with the FSDP config it was trained with, or the recipe's fsdp option"),
 }
 
