@@ -178,6 +178,24 @@ def other_adapter(checkpoint: Path) -> None:
     (checkpoint / "adapter_config.json").write_text(json.dumps({**config, "r": 8}), encoding="utf-8")
 
 
+def saved_under_deepspeed(checkpoint: Path) -> None:
+    """The checkpoint as DeepSpeed ZeRO lays it out (pipeline/run/launchers.py LAYOUTS): the optimizer in
+    global_step1/, named by `latest`, and no optimizer.pt."""
+    (checkpoint / "global_step1").mkdir()
+    partition = checkpoint / "global_step1" / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    (checkpoint / "optimizer.pt").rename(partition)
+    (checkpoint / "latest").write_text("global_step1", encoding="utf-8")
+
+
+def saved_by_two_processes(checkpoint: Path) -> None:
+    """The checkpoint as two processes save it: grpo_shape.json's launch and one rng_state_<rank>.pth a process."""
+    shape = json.loads((checkpoint / "grpo_shape.json").read_text(encoding="utf-8"))
+    shape["launch"] = {**shape.get("launch", {}), "processes": 2}
+    (checkpoint / "grpo_shape.json").write_text(json.dumps(shape), encoding="utf-8")
+    (checkpoint / "rng_state.pth").rename(checkpoint / "rng_state_0.pth")
+    shutil.copy(checkpoint / "rng_state_0.pth", checkpoint / "rng_state_1.pth")
+
+
 class _Payload:
     """What a pickle runs when loaded without weights_only: here, a file made beside the checkpoint."""
 
@@ -204,6 +222,10 @@ CASES += [
     Fault("resume with another run's adapter", checkpoint_with(other_adapter), "holds a LoRA of rank [8]"),
     Fault("resume from a pickle payload", checkpoint_with(pickle_payload), "is not a checkpoint this run can read",
           after=nothing_at("run/PAYLOAD-RAN")),
+    Fault("resume a DeepSpeed ZeRO checkpoint in a plain launch", checkpoint_with(saved_under_deepspeed),
+          "holds its optimizer as DeepSpeed ZeRO saves it"),
+    Fault("resume a checkpoint of 2 processes with 1", checkpoint_with(saved_by_two_processes),
+          "was trained by 2 processes"),
     Fault("resume on a data file replaced by other rows",
           lambda d: trained_checkpoint(d, [{"question": f"What is {i} + 2?", "answer": str(i + 2)} for i in range(9)]),
           "was trained on other data: dataset_name"),

@@ -16,7 +16,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
@@ -40,6 +40,33 @@ def state_key(inputs: Mapping[str, Any]) -> str:
     blob = json.dumps(canonical(dict(inputs)), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     # surrogatepass: a non-UTF-8 file name (read through surrogate escapes) is keyed by its bytes, never refused
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def columns_key(names: Iterable[str], batches: Callable[[str], Iterable[list[Any]]]) -> str:
+    """`state_key({name: column, ...})` computed in a stream: `batches(name)` yields the column's values in lists
+    (its rows in order, a batch at a time), so only one batch is in memory, never the whole data or its JSON.
+    The key is the very one `state_key` gives the whole columns (the JSON of a list is its items' JSON joined by
+    commas, and each batch's items are made canonical as the whole would be).
+
+    >>> rows = {"b": [1, {"y": 2, "x": (3,)}, None], "a": ["é", "x"]}
+    >>> chunks = lambda name: (rows[name][i:i + 2] for i in range(0, len(rows[name]), 2))
+    >>> columns_key(rows, chunks) == state_key(rows), columns_key([], chunks) == state_key({})
+    (True, True)
+    """
+    digest = hashlib.sha256(b"{")
+    dump = lambda value: json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))  # noqa: E731
+    for i, name in enumerate(sorted(str(name) for name in names)):
+        digest.update(("," if i else "").encode() + dump(name).encode("utf-8", "surrogatepass") + b":[")
+        first = True
+        for batch in batches(name):
+            if not batch:
+                continue
+            items = dump(canonical(list(batch)))[1:-1]  # "[a,b]" -> "a,b"
+            digest.update(("" if first else ",").encode() + items.encode("utf-8", "surrogatepass"))
+            first = False
+        digest.update(b"]")
+    digest.update(b"}")
+    return digest.hexdigest()
 
 
 def changed_inputs(recorded: Optional[Mapping[str, Any]], inputs: Mapping[str, Any]) -> list[str]:

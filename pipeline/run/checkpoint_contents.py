@@ -13,8 +13,13 @@ and `_load_rng_state` read them (torch.load, weights_only), and compares:
 - optimizer.pt's parameter groups and each state's shape with the adapter's trained matrices;
 - scheduler.pt's rates with the optimizer's groups; rng_state.pth's parts.
 
-A missing optimizer.pt or scheduler.pt is refused. Each problem names the checkpoint file, what differs and the
-fix: a ConfigError for `resume` (exit 2).
+Where the optimizer is depends on how the run is launched (pipeline/run/launchers.py LAYOUTS: optimizer.pt for
+plain and DDP; DeepSpeed's `latest` and global_stepN/*optim_states.pt; FSDP's optimizer.bin or optimizer_0/), and
+the layout this run reads is the one looked for (ResumeKey.launch). One missing there, or the schedule's
+scheduler.pt where the launcher writes it, is refused; a checkpoint holding the optimizer as another launcher
+saves it is named with that launch. DeepSpeed's and FSDP's optimizer files are the engine's own format: their
+presence is checked, not their shapes. Each problem names the checkpoint file, what differs and the fix: a
+ConfigError for `resume` (exit 2).
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from safetensors import safe_open
 from env.adapters import AdapterError, verify_adapter_dir
 from env.text import excerpt, printable, shorten
 from pipeline.data.tokenizer import resolve_model_path
+from pipeline.run.launchers import LAYOUTS, Launch, held_layouts
 from pipeline.run.resume import ResumeKey
 
-RESTORED_FILES = ("optimizer.pt", "scheduler.pt")  # a resume without them starts a fresh optimizer and schedule
+RESTORED_FILES = ("optimizer.pt", "scheduler.pt")  # a plain or DDP resume without them starts afresh, silently
+TORCH_OPTIMIZER = ("plain", "ddp")  # the layouts whose optimizer.pt is read here (the others' are the engine's own)
 MOMENTS = ("exp_avg", "momentum_buffer")  # a state entry shaped as its parameter (Adam's, SGD's)
 
 
@@ -100,22 +107,41 @@ def _fix(folder: Path) -> str:
 
 
 def contents_problem(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
-    """Why the files of `checkpoint` do not fit the run that would resume it (`key`: its LoRA shape and base model,
-    pipeline/run/resume.py), or None (module docstring)."""
+    """Why the files of `checkpoint` do not fit the run that would resume it (`key`: its LoRA shape, base model and
+    launch, pipeline/run/resume.py), or None (module docstring)."""
     folder = Path(checkpoint)
-    missing = [name for name in RESTORED_FILES if not (folder / name).is_file()]
+    missing = _restored_missing(folder, key.launch)
     if missing:
-        return (f"{folder / missing[0]} is missing: a resume would start a fresh optimizer and learning-rate "
-                "schedule at the checkpoint's step without saying so. Put the file back (from "
-                f"where the checkpoint was copied), or: {_fix(folder)}")
+        return missing
     try:
         trained = _adapter_problem(folder, key.shape["lora_r"], key.shape["lora_target_modules"], key.base_model)
         if isinstance(trained, str):
             return trained
-        return _optimizer_problem(folder, trained) or _rng_problem(folder)
+        if key.launch.layout in TORCH_OPTIMIZER:  # optimizer.pt: its groups and shapes are read
+            return _optimizer_problem(folder, trained) or _rng_problem(folder)
+        return (_scheduler_problem(folder, None) if key.launch.scheduler_file else None) or _rng_problem(folder)
     except _Unreadable as err:
         return (f"{err.path} is not a checkpoint this run can read ({err.why}): a file of another program or "
                 f"version, or not a checkpoint at all; nothing in it was run. {_fix(folder)}")
+
+
+def _restored_missing(folder: Path, launch: Launch) -> Optional[str]:
+    """Why the optimizer or the schedule of `folder` would not be restored under this run's launch (its layout in
+    pipeline/run/launchers.py LAYOUTS), or None: each is where that launcher keeps it."""
+    layout = LAYOUTS[launch.layout]
+    missing = layout.missing(folder)
+    held = [LAYOUTS[name] for name in held_layouts(folder)]
+    if missing and held:
+        return (f"{folder} holds its optimizer as {held[0].saved_by} saves it ({held[0].holds}), and this run is "
+                f"launched {layout.launched}, which reads {layout.holds}: a resume would not restore the optimizer. "
+                f"Launch it as it was trained ({held[0].launch}), or: {_fix(folder)}")
+    if missing is None and launch.scheduler_file and not (folder / "scheduler.pt").is_file():
+        missing = "scheduler.pt"
+    if missing is None:
+        return None
+    return (f"{folder / missing} is missing: a resume {layout.without} (this run is launched {layout.launched}, "
+            f"which keeps the optimizer in {layout.holds}). Put the file back (from where the checkpoint was "
+            f"copied), or: {_fix(folder)}")
 
 
 class _Unreadable(Exception):
@@ -184,14 +210,19 @@ def _optimizer_problem(folder: Path, trained: Optional[Counter]) -> Optional[str
         return (f"{path} is the optimizer of another model: it holds {count} parameters"
                 + (f", of shapes such as {extra}," if extra else "")
                 + f" and this checkpoint's adapter trains {sum(trained.values())}. {_fix(folder)}")
+    return _scheduler_problem(folder, groups)
+
+
+def _scheduler_problem(folder: Path, groups: Optional[list]) -> Optional[str]:
+    """scheduler.pt is a scheduler's state; its rates against the optimizer's `groups` (when they were read)."""
     scheduler_path = folder / "scheduler.pt"
     scheduler = _load(scheduler_path)
     if not isinstance(scheduler, dict) or "last_epoch" not in scheduler:
         raise _Unreadable(scheduler_path, "no last_epoch: not a learning-rate scheduler's state_dict")
     rates = scheduler.get("base_lrs")
-    if isinstance(rates, list) and len(rates) != len(groups):
-        return (f"{scheduler_path} schedules {len(rates)} parameter group(s) and {path} holds {len(groups)}: the two "
-                f"come from different runs. {_fix(folder)}")
+    if groups is not None and isinstance(rates, list) and len(rates) != len(groups):
+        return (f"{scheduler_path} schedules {len(rates)} parameter group(s) and {folder / 'optimizer.pt'} holds "
+                f"{len(groups)}: the two come from different runs. {_fix(folder)}")
     return None
 
 

@@ -33,6 +33,7 @@ from env.file_modes import normalize_file_modes
 from env.locations import absolute_path
 from env.paths import atomic_write_json, publish_directory, staging_leftovers
 from env.secret_fields import masked
+from pipeline.run.launchers import NESTED_TORCH_FILES
 from pipeline.run.manifest import record_adapter_base
 from pipeline.run.resume import SHAPE_NAME, ResumeKey, checkpoint_record
 
@@ -66,7 +67,8 @@ def checkpoint_problem(path: Path) -> Optional[str]:
         problem = safetensors_problem(weights)
         if problem:
             return problem
-    for torch_file in sorted([*path.glob("*.pt"), *path.glob("*.pth"), *path.glob("*.bin")]):
+    nested = [found for pattern in NESTED_TORCH_FILES for found in path.glob(pattern)]  # DeepSpeed's global_stepN/
+    for torch_file in sorted([*path.glob("*.pt"), *path.glob("*.pth"), *path.glob("*.bin"), *nested]):
         problem = torch_zip_problem(torch_file)
         if problem:
             return problem

@@ -24,7 +24,9 @@ from env.locations import absolute_path
 from pipeline.config import SECTIONS, fields_with, resolve_optim, trl_names, trl_training_args
 from pipeline.config.field_help import field_rules
 from pipeline.config.roles import trl_default
-from env.kept import canonical, changed_inputs, state_key
+from pipeline.config.validate import world_size
+from pipeline.run.launchers import Launch, launch_mismatch, recorded_processes, this_launch
+from env.kept import canonical, changed_inputs, columns_key
 from env.text import excerpt
 
 SHAPE_NAME = "grpo_shape.json"
@@ -144,7 +146,8 @@ class ResumeKey:
     """What a checkpoint is compared by, read once from the recipe by `resume_key`: the weight shape (the fields
     declaring resume_shaping, normalised for comparison), the settings a checkpoint restores or a resume applies
     (`settings`, under TRL's names), the names of each of those two roles, the TRL options the user set (an option's
-    name in a message: option_name), the training data's name and the base model as given."""
+    name in a message: option_name), the training data's name, the base model as given, and how the run is launched
+    (`launch`: its processes and the checkpoint layout it reads, pipeline/run/launchers.py)."""
 
     shape: Mapping[str, Any]
     settings: Mapping[str, Any]
@@ -153,12 +156,21 @@ class ResumeKey:
     trl_options: tuple[str, ...]
     dataset_name: Any
     base_model: str
+    launch: Launch = Launch()
+
+    def batch(self, processes: int) -> tuple[int, int, int]:
+        """per_device_train_batch_size, gradient_accumulation_steps and the global batch of `processes`."""
+        per_device = self.settings.get("per_device_train_batch_size", 1)
+        accumulation = self.settings.get("gradient_accumulation_steps", 1)
+        return per_device, accumulation, per_device * accumulation * processes
 
 
 def resume_key(cfg) -> ResumeKey:
-    """The recipe's ResumeKey. The shape: lists sorted, None as an empty list, a local model folder made absolute.
-    The settings: as trl.GRPOConfig is given them (pipeline/config trl_training_args, after resolve_optim), TRL's
-    default for those not given; an option of ours TRL does not take, as set."""
+    """The recipe's ResumeKey, for a run launched as it is now (pipeline/run/launchers.py this_launch: its
+    processes as the batch arithmetic counts them, pipeline/config/validate.py world_size). The shape: lists
+    sorted, None as an empty list, a local model folder made absolute. The settings: as trl.GRPOConfig is given
+    them (pipeline/config trl_training_args, after resolve_optim), TRL's default for those not given; an option of
+    ours TRL does not take, as set."""
     flat, sections = cfg.to_dict(), cfg.sections()
     shape = {name: flat[name] for name in fields_with("resume_shaping", sections)}
     for name in ("lora_target_modules", "lora_modules_to_save"):  # module lists: their order means nothing
@@ -170,20 +182,52 @@ def resume_key(cfg) -> ResumeKey:
     # TRL's default imports trl (and torch): the run and --check load it anyway
     settings = canonical({name: given[name] if name in given else trl_default(name) for name in (*restored, *applied)})
     return ResumeKey(MappingProxyType(shape), MappingProxyType(settings), restored, applied, tuple(cfg.trl),
-                     cfg.data.dataset_name, cfg.model.model_name_or_path)
+                     cfg.data.dataset_name, cfg.model.model_name_or_path, this_launch(cfg.trl, world_size()))
 
 
 def checkpoint_record(key: ResumeKey, dataset: Any = None) -> dict[str, Any]:
-    """What grpo_shape.json holds: the weight shape, under "settings" the resume settings, and under "data" what
-    it was trained on (data_record of the prepared training rows)."""
-    return {**key.shape, "settings": dict(key.settings),
+    """What grpo_shape.json holds: the weight shape, under "settings" the resume settings, under "launch" the
+    process layout (ResumeKey.launch), and under "data" what it was trained on (data_record of the prepared
+    training rows)."""
+    launch = {"processes": key.launch.processes, "global_batch": key.batch(key.launch.processes)[2]}
+    return {**key.shape, "settings": dict(key.settings), "launch": launch,
             **({"data": data_record(key.dataset_name, dataset)} if dataset is not None else {})}
+
+
+ROWS_PER_BATCH = 1000  # rows read at a time for the data fingerprint
 
 
 def data_record(dataset_name: str, dataset: Any) -> dict[str, Any]:
     """The training data a checkpoint's data position counts: dataset_name, its prepared rows' number, and their
     fingerprint (the rows in order, every column, hashed: a file replaced, edited or cut to other rows differs)."""
-    return {"dataset_name": dataset_name, "rows": len(dataset), "fingerprint": state_key(dataset.to_dict())}
+    return {"dataset_name": dataset_name, "rows": len(dataset), "fingerprint": rows_fingerprint(dataset)}
+
+
+def rows_fingerprint(dataset: Any) -> str:
+    """`state_key(dataset.to_dict())` (the key checkpoints record), read ROWS_PER_BATCH rows of one column at a
+    time (env/kept.py columns_key): every process computes it, and the whole data as Python objects and its JSON
+    took 680 MiB more on each for 100 MB of text (200k rows; streamed: 94 MiB, the same key). Each batch is a
+    slice of the Arrow table (no copy) as a Python list, JSON fields decoded as datasets 4.8's `to_dict` decodes
+    them, so the values are `to_dict`'s. Not datasets' own `_fingerprint`: for data read from its cache files it
+    hashes their modification times and the transforms applied (the same rows prepared again get another one; a
+    transform it cannot hash, a random one), and older checkpoints' keys would no longer match."""
+    try:  # datasets >= 4.8 has a Json feature, whose fields to_dict decodes
+        from datasets.utils.json import (  # lazy: only in datasets >= 4.8, which the pin allows but does not require
+            get_json_field_paths_from_feature, json_decode_field)
+        json_paths = list(get_json_field_paths_from_feature(dataset.features))
+    except ImportError:
+        json_paths = []
+
+    def batches(name: str):
+        column = dataset.select_columns([name]).with_format("arrow")
+        decoded = [subpath for col, *subpath in json_paths if col == name]
+        for start in range(0, len(column), ROWS_PER_BATCH):
+            values = column[start:start + ROWS_PER_BATCH].column(0).to_pylist()
+            for subpath in decoded:
+                values = [json_decode_field(row, subpath) for row in values]
+            yield values
+
+    return columns_key(dataset.column_names, batches)
 
 
 def data_change(checkpoint: str | Path, dataset_name: str, dataset: Any) -> Optional[str]:
@@ -248,14 +292,19 @@ def recorded_shape(checkpoint: str | Path) -> dict[str, Any]:
     return {}
 
 
-def recorded_settings(checkpoint: str | Path) -> dict[str, Any]:
-    """The resume settings (ResumeKey.settings) a checkpoint was trained with (its grpo_shape.json); {} for one saved
-    before they were recorded, whose settings are then not compared."""
+def _record(checkpoint: str | Path) -> dict[str, Any]:
+    """A checkpoint's grpo_shape.json ({} when it has none, or none readable)."""
     try:
         saved = json.loads((Path(checkpoint) / SHAPE_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    settings = saved.get("settings") if isinstance(saved, dict) else None
+    return saved if isinstance(saved, dict) else {}
+
+
+def recorded_settings(checkpoint: str | Path) -> dict[str, Any]:
+    """The resume settings (ResumeKey.settings) a checkpoint was trained with (its grpo_shape.json); {} for one saved
+    before they were recorded, whose settings are then not compared."""
+    settings = _record(checkpoint).get("settings")
     return settings if isinstance(settings, dict) else {}
 
 
@@ -288,9 +337,10 @@ def resume_changes(checkpoint: str | Path, key: ResumeKey) -> dict[str, list[Any
 
 
 def resume_mismatch(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
-    """Why resuming `checkpoint` under the run's `key` would load weights of another shape or run on settings the
-    checkpoint restores over the new values (role resume_restored), or None: the differing fields (old -> new) and
-    the ways on. A ConfigError message for `resume` (exit 2)."""
+    """Why resuming `checkpoint` under the run's `key` would load weights of another shape, run on settings the
+    checkpoint restores over the new values (role resume_restored) or with another process count (another global
+    batch: pipeline/run/launchers.py launch_mismatch), or None: what differs (old -> new) and the ways on. A
+    ConfigError message for `resume` (exit 2)."""
     saved = recorded_shape(checkpoint)
     wanted = key.shape
     folder = Path(checkpoint)
@@ -302,7 +352,8 @@ def resume_mismatch(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
                 f"one over with --resume never (its checkpoints are then replaced), or put the old values back.")
     restored = _changed_settings(checkpoint, dict(key.settings), key.restored)
     if not restored:
-        return None
+        before = recorded_processes(folder, _record(folder).get("launch"))
+        return launch_mismatch(folder, before, key.launch.processes, *key.batch(1)[:2])
     named = {option_name(name, key.trl_options): values for name, values in restored.items()}
     listed = "; ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in named.items())
     back = ", ".join(f"{name}: {json.dumps(old)}" for name, (old, new) in named.items())
@@ -311,3 +362,4 @@ def resume_mismatch(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
             f"position, so the new values would not take effect (the learning rate, the optimiser's settings and "
             f"the step count stay the checkpoint's). Set them back ({back}), or start a fresh run: --resume never "
             f"(the earlier run is moved to previous/) or a new --output_dir. To train longer, change only max_steps.")
+

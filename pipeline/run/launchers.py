@@ -1,0 +1,183 @@
+"""How a run is launched, and how each launcher lays out a checkpoint's optimizer: the one table of layouts.
+
+transformers 5.17 `Trainer._save_optimizer_and_scheduler` saves the optimizer in one of three ways, and
+`Trainer._load_optimizer_and_scheduler` / `integrations.deepspeed.deepspeed_load_checkpoint` read it back only
+the same way:
+
+- plain (one process) and DDP (several, `configs/accelerate/ddp.yaml`): `torch.save` of the optimizer's state_dict
+  as `optimizer.pt`, by the main process. Without it transformers starts a fresh optimizer, silently.
+- DeepSpeed ZeRO-2/3 (`configs/accelerate/zero2.yaml`, `zero3.yaml`): `model_wrapped.save_checkpoint(output_dir)`,
+  DeepSpeed's own: a `latest` file naming the tag folder `global_stepN/`, which holds each process's partition
+  `*zero_pp_rank_<rank>_mp_rank_00_optim_states.pt` (and the module states). No optimizer.pt; without `latest` or
+  the folder transformers raises "Can't find a valid checkpoint" / "failed to resume".
+- FSDP (FSDP2 by default in transformers 5.17): accelerate 1.16's `utils/fsdp_utils.py save_fsdp_optimizer`:
+  `optimizer.bin` (state_dict_type FULL_STATE_DICT, the main process) or the folder `optimizer_0/` written by
+  torch.distributed.checkpoint (SHARDED_STATE_DICT; its `.metadata` file is written last).
+
+`scheduler.pt` is written beside each of them (by the main process), except under DeepSpeed when its config has an
+`optimizer` or `scheduler` section: the engine's scheduler then sits in its own files
+(`is_deepspeed_custom_scheduler`). Which layout a run reads follows from how it is launched (`this_launch`): the
+recipe's `deepspeed` / `fsdp` options (TrainingArguments) or what `accelerate launch` put in the environment
+(ACCELERATE_USE_DEEPSPEED, ACCELERATE_USE_FSDP, ACCELERATE_DEEPSPEED_CONFIG_FILE), as transformers and accelerate
+read them. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional
+
+_TRUE = ("y", "yes", "t", "true", "on", "1")  # transformers' strtobool, which reads ACCELERATE_USE_DEEPSPEED
+
+
+def _torch_optimizer(folder: Path) -> Optional[str]:
+    return None if (folder / "optimizer.pt").is_file() else "optimizer.pt"
+
+
+def deepspeed_tag(folder: Path) -> Optional[str]:
+    """The tag folder `latest` names (DeepSpeed's `load_checkpoint` reads it), when it is a folder there."""
+    try:
+        tag = (folder / "latest").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return tag if tag and Path(tag).name == tag and tag not in (".", "..") and (folder / tag).is_dir() else None
+
+
+def _deepspeed_optimizer(folder: Path) -> Optional[str]:
+    tag = deepspeed_tag(folder)
+    if tag is None:
+        return "latest"  # missing, or naming no folder here
+    return None if any((folder / tag).glob("*optim_states.pt")) else f"{tag}/*optim_states.pt"
+
+
+def _fsdp_optimizer(folder: Path) -> Optional[str]:
+    found = (folder / "optimizer.bin").is_file() or (folder / "optimizer_0" / ".metadata").is_file()
+    return None if found else "optimizer.bin"
+
+
+# The torch.save files a launcher writes in a sub-folder (DeepSpeed's default TorchCheckpointEngine), which the
+# whole-checkpoint check (pipeline/run/checkpoints.py checkpoint_problem) reads as it reads the top-level ones.
+# torch.distributed.checkpoint's optimizer_0/*.distcp are not zip archives: not listed.
+NESTED_TORCH_FILES = ("global_step*/*.pt",)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One launcher's checkpoint: how a message names a run launched so (`launched`) and a checkpoint saved so
+    (`saved_by`), what holds the optimizer (as a message says it), `missing(folder)`: the file that holds no
+    optimizer there (None: it is there), what a resume does without it or scheduler.pt (`without`) and how such a
+    run is launched again (`launch`, a fix)."""
+    launched: str
+    saved_by: str
+    holds: str
+    missing: Callable[[Path], Optional[str]]
+    without: str
+    launch: str
+
+
+# transformers loads optimizer.pt / FSDP's files only when scheduler.pt is there too, and skips both silently
+_FRESH = "would start a fresh optimizer and learning-rate schedule at the checkpoint's step without saying so"
+_TORCH_LAUNCH = ("grpo train without accelerate launch, or for several processes accelerate launch --config_file "
+                 "configs/accelerate/ddp.yaml -m pipeline train ...")
+LAYOUTS: dict[str, Layout] = {
+    "plain": Layout("as one process", "a plain or DDP run", "optimizer.pt", _torch_optimizer, _FRESH, _TORCH_LAUNCH),
+    "ddp": Layout("as several processes (DDP)", "a plain or DDP run", "optimizer.pt", _torch_optimizer, _FRESH,
+                  _TORCH_LAUNCH),
+    "deepspeed": Layout("under DeepSpeed ZeRO", "DeepSpeed ZeRO", "`latest` and the global_stepN/*optim_states.pt "
+                        "it names", _deepspeed_optimizer, "would fail after the model has loaded (transformers' "
+                        "DeepSpeed resume finds nothing to load)", "accelerate launch --config_file "
+                        "configs/accelerate/zero2.yaml (or zero3.yaml) -m pipeline train ..."),
+    "fsdp": Layout("under FSDP", "FSDP", "optimizer.bin or optimizer_0/", _fsdp_optimizer, _FRESH,
+                   "accelerate launch with the FSDP config it was trained with, or the recipe's fsdp option"),
+}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How this run is launched: its processes (WORLD_SIZE), the layout it reads (a key of LAYOUTS) and whether
+    a checkpoint holds scheduler.pt under it."""
+    processes: int = 1
+    layout: str = "plain"
+    scheduler_file: bool = True
+
+
+def _deepspeed_config(value: Any) -> dict:
+    """The DeepSpeed config a recipe's `deepspeed` option or accelerate's config file names ({} unreadable)."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    try:
+        loaded = json.loads(Path(str(value)).expanduser().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def this_launch(trl_options: Mapping[str, Any], processes: int, environ: Mapping[str, str] = os.environ) -> Launch:
+    """The Launch of a run whose recipe sets `trl_options` (TRL's options, as given) under `processes` processes:
+    DeepSpeed as transformers 5.17 TrainingArguments decides it (its `deepspeed` option, else
+    ACCELERATE_USE_DEEPSPEED), FSDP as accelerate's Accelerator does (the `fsdp` option, else ACCELERATE_USE_FSDP),
+    else DDP for several processes and plain for one.
+
+    >>> this_launch({}, 1), this_launch({}, 4).layout, this_launch({"fsdp": "full_shard"}, 4).layout
+    (Launch(processes=1, layout='plain', scheduler_file=True), 'ddp', 'fsdp')
+    >>> this_launch({}, 8, {"ACCELERATE_USE_DEEPSPEED": "true"}).layout
+    'deepspeed'
+    >>> this_launch({"deepspeed": {"scheduler": {"type": "WarmupLR"}}}, 8).scheduler_file
+    False
+    """
+    deepspeed = trl_options.get("deepspeed")
+    if deepspeed or str(environ.get("ACCELERATE_USE_DEEPSPEED", "false")).lower() in _TRUE:
+        config = _deepspeed_config(deepspeed or environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE") or {})
+        return Launch(processes, "deepspeed", not ({"optimizer", "scheduler"} & set(config)))
+    if trl_options.get("fsdp") or str(environ.get("ACCELERATE_USE_FSDP", "false")).lower() == "true":
+        return Launch(processes, "fsdp")
+    return Launch(processes, "ddp" if processes > 1 else "plain")
+
+
+def held_layouts(folder: Path) -> list[str]:
+    """The layouts (keys of LAYOUTS) whose optimizer `folder` holds, one a way of holding it."""
+    found: dict[str, str] = {}
+    for name, layout in LAYOUTS.items():
+        if layout.missing(folder) is None:
+            found.setdefault(layout.holds, name)
+    return list(found.values())
+
+
+def recorded_processes(folder: Path, launch: Any) -> Optional[int]:
+    """How many processes trained the checkpoint in `folder`: `launch` (grpo_shape.json's record), else (saved
+    before that was recorded) the random states transformers 5.17 `Trainer._save_rng_state` wrote: `rng_state.pth`
+    for one process, `rng_state_<rank>.pth` from each of several; None when neither tells."""
+    if isinstance(launch, dict) and isinstance(launch.get("processes"), int):
+        return launch["processes"]
+    ranks = [path for path in folder.glob("rng_state_*.pth") if path.stem.removeprefix("rng_state_").isdigit()]
+    return len(ranks) if ranks else 1 if (folder / "rng_state.pth").is_file() else None
+
+
+def _processes(count: int) -> str:
+    return f"{count} process" + ("" if count == 1 else "es")
+
+
+def launch_mismatch(folder: Path, before: Optional[int], processes: int, per_device: int,
+                    accumulation: int) -> Optional[str]:
+    """Why resuming the checkpoint in `folder`, trained by `before` processes, with `processes` is refused, or None:
+    the same count, or one the checkpoint does not tell. The global batch is per_device_train_batch_size x
+    gradient_accumulation_steps x processes, and a resume restores what was counted in it: transformers skips the
+    batches of the steps done (each process's share, in the new layout), puts back each process's random state by
+    rank (a rank without its rng_state_<rank>.pth starts afresh, silently), and DeepSpeed its optimizer partitions,
+    one a process. Another count is another batch shape: refused, with the launch that fits."""
+    if before is None or before == processes:
+        return None
+    again = ("run it without accelerate launch (or with accelerate launch --num_processes 1)" if before == 1 else
+             f"launch it with accelerate launch --num_processes {before} (the processes of all machines together), "
+             "as it was launched")
+    batch = lambda count: per_device * accumulation * count  # noqa: E731
+    return (f"{folder.name} in {folder.parent} was trained by {_processes(before)} (a global batch of "
+            f"{batch(before)} completions: per_device_train_batch_size {per_device} x gradient_accumulation_steps "
+            f"{accumulation} x {_processes(before)}), and this run has {_processes(processes)} (a global batch of "
+            f"{batch(processes)}). A resume restores the data position counted in the old global batch and each "
+            f"process's random state, so under another process count it would skip other rows and start some "
+            f"processes' random state afresh. To resume, {again}; or start a fresh run: --resume never (the "
+            f"earlier run is moved to previous/) or a new --output_dir.")
