@@ -98,3 +98,18 @@ def test_check_refuses_a_model_whose_heads_the_cpu_engine_cannot_take_before_it_
     with pytest.raises(ConfigError) as refused:
         run_checks(cfg)
     assert refused.value.field == "vllm_mode"
+
+
+def test_vllms_engine_process_dying_is_an_environments_fault_exit_2(capsys):
+    """vLLM's own EngineDeadError (its engine core process died: most often the out-of-memory killer): exit 2 with
+    what happened and the fix, never "a bug in grpo-pipeline"."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    from pipeline.errors import run_command
+
+    def dies(argv):
+        raise EngineDeadError()
+
+    assert run_command("generate", dies, []) == 2
+    output = capsys.readouterr().err
+    assert "vLLM's engine process died" in output and "gpu_memory_utilization" in output and "bug" not in output
