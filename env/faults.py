@@ -29,7 +29,8 @@ PEER_TEXTS = ("Connection closed by peer", "Connection reset by peer", "remote w
 MEMORY_TEXTS = ("on startup is less than desired", "No available memory for the cache blocks",
                 "larger than the available KV cache memory", "CUDA out of memory")
 
-RESUME = "then run the same command again (`grpo train` resumes from the newest checkpoint: --resume auto, its default)"
+RESUME = ("then run the same command again (`grpo train` resumes from the newest checkpoint: --resume auto, its "
+          "default)")
 
 
 def environment_fault(err: BaseException) -> Optional[str]:

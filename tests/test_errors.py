@@ -197,10 +197,11 @@ def _environment_faults() -> list[tuple[str, BaseException]]:
         ("vllm cpu start", ValueError("Available memory on node 0 (17.7/23.5 GiB) on startup is less than desired CPU "
                                       "memory utilization (0.999, 23.5 GiB). On the CPU backend, the "
                                       "`--gpu-memory-utilization` flag controls the fraction of CPU memory reserved")),
-        ("vllm kv none", ValueError("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-                                    "when initializing the engine")),
-        ("vllm kv short", ValueError("To serve at least one request with the model's max seq len (32768), (1.75 GiB KV "
-                                     "cache is needed, which is larger than the available KV cache memory (0.5 GiB).")),
+        ("vllm kv none", ValueError("No available memory for the cache blocks. Try increasing "
+                                    "`gpu_memory_utilization` when initializing the engine")),
+        ("vllm kv short", ValueError("To serve at least one request with the model's max seq len (32768), (1.75 GiB "
+                                     "KV cache is needed, which is larger than the available KV cache memory "
+                                     "(0.5 GiB).")),
         ("cuda oom", torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
                                             "capacity of 79.10 GiB of which 1.20 GiB is free.")),
         ("nccl aborted", dist.DistBackendError("NCCL communicator was aborted on rank 1.")),
