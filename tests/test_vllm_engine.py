@@ -3,7 +3,8 @@ colocated engine generating the rollouts, the weights reach the engine after eve
 it, and `grpo generate` / `grpo eval` with a saved LoRA go through it (a LoRARequest).
 
 All tests here share one xdist worker (`xdist_group`), so the suite pays vLLM's import once there; each test module
-run builds three engines (two colocated with a trainer, one for inference), ~10-25 s each on 2 cores.
+run builds four engines (three colocated with a trainer, one for inference, shared by the inference tests), ~10-25 s
+each on 2 cores.
 """
 
 from __future__ import annotations
@@ -185,25 +186,6 @@ def test_generate_and_eval_with_a_saved_lora_go_through_vllm_and_agree_with_tran
     assert isinstance(vllm_engine._ENGINE[next(iter(vllm_engine._ENGINE))], LLM)
 
 
-def test_the_inference_engine_takes_a_free_share_of_ram_and_names_the_option_when_none_is(tmp_path, monkeypatch):
-    """On a CPU vLLM reads gpu_memory_utilization as a share of RAM and refuses to start when it is not free: `auto`
-    is TRL's colocated share (0.3), and a share that cannot be had is exit 2 naming gpu_memory_utilization."""
-    from pipeline.backends import vllm_engine
-    from pipeline.config import ConfigError
-    from pipeline.demo.registry import builtin_model
-
-    cfg = _vllm_config(tmp_path)
-    folder = str(builtin_model("tiny-demo-vllm").folder())
-    assert vllm_engine.engine_arguments(folder, backend_settings(cfg), "float32",
-                                        with_lora=True)["gpu_memory_utilization"] == 0.3
-    greedy = vllm_engine.engine_arguments(folder, backend_settings(cfg.replace(gpu_memory_utilization="0.999")),
-                                          "float32", True)
-    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")  # the tests' fixed KV size; vLLM then sizes it from the share
-    with pytest.raises(ConfigError) as refused:
-        vllm_engine.shared_engine(greedy)
-    assert refused.value.field == "gpu_memory_utilization" and "0.999" in str(refused.value)
-
-
 def _random_adapter(folder: Path, seed: int, rank: int = 8) -> Path:
     """A LoRA on tiny-demo-vllm with random A and B (peft's init_lora_weights=False), saved as a run saves one."""
     import torch
@@ -230,7 +212,9 @@ def test_each_adapter_on_one_shared_engine_answers_with_its_own_weights(tmp_path
     from pipeline.backends import plain, vllm_engine
     from pipeline.demo.registry import builtin_model
 
-    cfg = _vllm_config(tmp_path / "run")  # the settings of the inference test above: its engine is reused
+    # the settings of the inference test above: its engine is reused (the test of a refused share, which drops it,
+    # runs last)
+    cfg = _vllm_config(tmp_path / "run")
     settings, plain_settings = backend_settings(cfg), backend_settings(cfg.replace(vllm_mode="none"))
     first, second = (_random_adapter(tmp_path / name, seed) for name, seed in (("lora", 1), ("best_lora", 2)))
     base = str(builtin_model("tiny-demo-vllm").folder())
@@ -292,3 +276,22 @@ def test_a_rollback_takes_over_the_colocated_engine_instead_of_building_a_second
             if "sampling/sampling_logp_difference/mean" in m]
     assert len(gaps) == 2 and all(gap < HEALTHY_SAMPLING_GAP for gap in gaps), gaps
     assert all(m[ROLLOUT_LOGP_GAP] < ROLLOUT_GAP_FLOOR for m in replayed if ROLLOUT_LOGP_GAP in m)
+
+
+def test_the_inference_engine_takes_a_free_share_of_ram_and_names_the_option_when_none_is(tmp_path, monkeypatch):
+    """On a CPU vLLM reads gpu_memory_utilization as a share of RAM and refuses to start when it is not free: `auto`
+    is TRL's colocated share (0.3), and a share that cannot be had is exit 2 naming gpu_memory_utilization."""
+    from pipeline.backends import vllm_engine
+    from pipeline.config import ConfigError
+    from pipeline.demo.registry import builtin_model
+
+    cfg = _vllm_config(tmp_path)
+    folder = str(builtin_model("tiny-demo-vllm").folder())
+    assert vllm_engine.engine_arguments(folder, backend_settings(cfg), "float32",
+                                        with_lora=True)["gpu_memory_utilization"] == 0.3
+    greedy = vllm_engine.engine_arguments(folder, backend_settings(cfg.replace(gpu_memory_utilization="0.999")),
+                                          "float32", True)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")  # the tests' fixed KV size; vLLM then sizes it from the share
+    with pytest.raises(ConfigError) as refused:
+        vllm_engine.shared_engine(greedy)
+    assert refused.value.field == "gpu_memory_utilization" and "0.999" in str(refused.value)
