@@ -216,11 +216,19 @@ def _environment_faults() -> list[tuple[str, BaseException]]:
     ]
 
 
-@pytest.mark.parametrize("index", range(11))
+ENVIRONMENT_FAULTS = ["vllm gpu start", "vllm cpu start", "vllm kv none", "vllm kv short", "cuda oom", "nccl aborted",
+                      "nccl watchdog", "store timeout", "network", "gloo peer", "wrapped"]
+
+
+def test_the_table_of_environment_faults_is_whole():
+    assert [name for name, _ in _environment_faults()] == ENVIRONMENT_FAULTS
+
+
+@pytest.mark.parametrize("name", ENVIRONMENT_FAULTS)
 @pytest.mark.parametrize("command", ["train", "generate", "eval"])
-def test_an_environments_fault_is_exit_2_with_what_happened_never_a_bug(index, command, adapter, place, monkeypatch,
+def test_an_environments_fault_is_exit_2_with_what_happened_never_a_bug(name, command, adapter, place, monkeypatch,
                                                                        capsys):
-    name, error = _environment_faults()[index]
+    error = dict(_environment_faults())[name]
     monkeypatch.setattr(COMMANDS[command][1], _raise(error))
     code, output = run_cli(_argv(command, adapter), capsys)
     assert code == 2 and "Traceback" not in output and "bug" not in output, (name, output)
