@@ -10,8 +10,9 @@ The classes, each read from the raising library's source (torch 2.13, vLLM 0.31)
 - vLLM's engine process died: vllm.v1.engine.exceptions.EngineDeadError ("EngineCore encountered an issue");
 - not enough memory: vLLM's start-up refusal, a ValueError "... on startup is less than desired GPU/CPU memory
   utilization" (vllm/v1/worker/utils.py request_memory, v1/worker/cpu_worker.py), its KV-cache refusals
-  ("No available memory for the cache blocks", "... larger than the available KV cache memory",
-  v1/core/kv_cache_utils.py), and torch's OutOfMemoryError ("CUDA out of memory").
+  ("... on kv cache allocation is less than requested memory for kv", v1/worker/cpu_worker.py; "No available
+  memory for the cache blocks", "... larger than the available KV cache memory", v1/core/kv_cache_utils.py), and
+  torch's OutOfMemoryError ("CUDA out of memory").
 Matched by class name and module (no import of torch or vLLM here) and by those texts.
 """
 
@@ -26,7 +27,8 @@ from env.text import exception_chain, printable, shorten
 DIST_ERRORS = {"DistError", "DistBackendError", "DistNetworkError", "DistStoreError"}
 PEER_TEXTS = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
               "communicator was aborted", "Watchdog caught collective operation timeout")
-MEMORY_TEXTS = ("on startup is less than desired", "No available memory for the cache blocks",
+MEMORY_TEXTS = ("on startup is less than desired", "is less than requested memory for kv",
+                "No available memory for the cache blocks",
                 "larger than the available KV cache memory", "CUDA out of memory")
 
 RESUME = ("then run the same command again (`grpo train` resumes from the newest checkpoint: --resume auto, its "
@@ -50,7 +52,8 @@ def environment_fault(err: BaseException) -> Optional[str]:
                     f"gpu_memory_utilization or free memory, {RESUME}.")
         if any(t in text for t in MEMORY_TEXTS) or kind.__name__ == "OutOfMemoryError":
             return (f"not enough free memory ({said}). Other processes hold it, or the run asks for more than the "
-                    "machine has: free memory, or lower gpu_memory_utilization (vLLM's share), "
+                    "machine has: free memory, or lower gpu_memory_utilization (vLLM's share; on its CPU build "
+                    "VLLM_CPU_KVCACHE_SPACE too, when set), "
                     "per_device_train_batch_size or max_completion_length (`grpo plan` sizes them), "
                     f"{RESUME}.")
         dist = kind.__name__ in DIST_ERRORS and kind.__module__.startswith("torch")

@@ -197,6 +197,9 @@ def _environment_faults() -> list[tuple[str, BaseException]]:
         ("vllm cpu start", ValueError("Available memory on node 0 (17.7/23.5 GiB) on startup is less than desired CPU "
                                       "memory utilization (0.999, 23.5 GiB). On the CPU backend, the "
                                       "`--gpu-memory-utilization` flag controls the fraction of CPU memory reserved")),
+        ("vllm cpu kv", ValueError("Available memory on node 0 (0.66/23.54 GiB) on kv cache allocation is less than "
+                                   "requested memory for kv (1.0 GiB). Decrease --kv-cache-memory-bytes, "
+                                   "VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by other processes.")),
         ("vllm kv none", ValueError("No available memory for the cache blocks. Try increasing "
                                     "`gpu_memory_utilization` when initializing the engine")),
         ("vllm kv short", ValueError("To serve at least one request with the model's max seq len (32768), (1.75 GiB "
@@ -216,8 +219,8 @@ def _environment_faults() -> list[tuple[str, BaseException]]:
     ]
 
 
-ENVIRONMENT_FAULTS = ["vllm gpu start", "vllm cpu start", "vllm kv none", "vllm kv short", "cuda oom", "nccl aborted",
-                      "nccl watchdog", "store timeout", "network", "gloo peer", "wrapped"]
+ENVIRONMENT_FAULTS = ["vllm gpu start", "vllm cpu start", "vllm cpu kv", "vllm kv none", "vllm kv short", "cuda oom",
+                      "nccl aborted", "nccl watchdog", "store timeout", "network", "gloo peer", "wrapped"]
 
 
 def test_the_table_of_environment_faults_is_whole():
