@@ -6,10 +6,11 @@ A case holds when the command exits with the expected code, its output contains 
 field or file and the fix) and no "Traceback". tests/test_faults.py runs the same table in-process.
 
 The table is data: append a `Fault` to CASES to add a case (here, or in one of its parts: fault_inputs.py,
-fault_storage.py, fault_boundaries.py; the set-ups they share are in fault_kit.py). `setup(folder)` writes whatever
-the case needs into an empty folder and returns the argv after `grpo`; `patch` (in-process only) simulates an OS
-fault at its boundary with pytest's monkeypatch, and the subprocess runner skips (does not count) such cases;
-`hide` names packages the case runs without (a subprocess in both runners, whether or not they are installed).
+fault_storage.py, fault_boundaries.py, fault_engine.py; the set-ups they share are in fault_kit.py).
+`setup(folder)` writes whatever the case needs into an empty folder and returns the argv after `grpo`; `patch`
+(in-process only) simulates an OS fault at its boundary with pytest's monkeypatch, and the subprocess runner skips
+(does not count) such cases; `hide` names packages the case runs without (a subprocess in both runners, whether or
+not they are installed).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Callable, Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench.*` and `pipeline` when run as a script
 
-from bench import fault_boundaries, fault_inputs, fault_storage  # noqa: E402
+from bench import fault_boundaries, fault_engine, fault_inputs, fault_storage  # noqa: E402
 from bench.fault_kit import (  # noqa: E402
     Fault,
     OFFLINE_ENV,
@@ -247,7 +248,7 @@ CASES += PATH_CASES
 
 
 # The rest of the table, in its order: each part keeps its cases beside their set-ups.
-CASES += fault_inputs.CASES + fault_storage.CASES + fault_boundaries.CASES
+CASES += fault_inputs.CASES + fault_storage.CASES + fault_boundaries.CASES + fault_engine.CASES
 
 def main(argv: Sequence[str] = ()) -> int:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="every case of the fault table through the real CLI, each in a subprocess; prints held/tried.",

@@ -7,6 +7,8 @@
   and the fix. env.paths' writers never leave a half-written file under its final name.
 - Ctrl-C outside training exits 130 with one line, never a traceback (training itself stops gracefully at a
   step boundary and prints how to resume: pipeline.run.stop.GracefulStop).
+- A fault of the environment (env.faults: not enough memory, another process of the run or vLLM's engine process
+  gone) is no bug either: exit 2 with what happened and the fix.
 - Anything else is a bug: one line saying so (the command, the exception, where the traceback went) and exit 1.
   The traceback goes to `<run folder>/logs/` when a run folder is known (`note_run_folder`), else to
   `<cache root>/logs/` (env.locations.cache_root); with `--debug` (or GRPO_DEBUG=1) it is printed instead.
@@ -28,6 +30,7 @@ from typing import Any, Callable, Optional
 
 from env.adapters import AdapterError
 from env.disk import StorageError, storage_failure
+from env.faults import environment_fault
 from env.imports import mismatched_torch_companion
 from env.locations import PathChangedError, cache_root
 from env.matrix import MatrixError
@@ -204,8 +207,9 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
         say(f"error: {shorten(fit_to_command(printable(err)), MAX_MESSAGE_CHARS)}")
         return EXIT_BAD_INPUT
     except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback
-        # a full / read-only / forbidden place, wherever it was hit; or an install to fix, not a bug of ours
-        problem = _storage_failure(err) or mismatched_torch_companion(err)
+        # a full / read-only / forbidden place, wherever it was hit; an install to fix; a fault of the machine or of
+        # another process (memory, a peer or vLLM's engine gone): none is a bug of ours
+        problem = _storage_failure(err) or mismatched_torch_companion(err) or environment_fault(err)
         if problem is None:
             return report_bug(command, argv, err, debug)
         if debug:

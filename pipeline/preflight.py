@@ -1,17 +1,15 @@
 """Checks that run before anything heavy loads: the nodes started alike, config, output folder, packages, GPU,
-model, memory, resume, data, eval set, warm-up, rewards, LoRA targets.
+model, memory, resume, data, eval set, warm-up, rewards, LoRA targets, what the vLLM engine will refuse.
 
 `run_checks` is the contract of `grpo train --check`: the run calls the same function before the model loads
 (the first failure ends it with one message, exit 2), so when `--check` passes, the run does not fail for any
 of these reasons. `grpo train --check` runs them all, prints one JSON object, and stops.
 
 The data steps prepare everything the run will read (`prepare_run_data`: the training split, the eval set when
-eval_before/eval_after is on, the format warm-up's examples) with the tokenizer only, and the run calls the same
-function afterwards, which then loads the prepared data from the cache. The rewards check calls every reward
-function on completions of the prepared prompts, with the training set's columns as TRL passes them; the LoRA
-check builds the model's architecture on the meta device (no weights) to learn its module names. These import
-torch, after the backend's `prepare_environment` (Unsloth must be imported first).
-
+eval_before/eval_after is on, the warm-up's examples) with the tokenizer only; the run loads them from the cache.
+The rewards check calls every reward on completions of the prepared prompts, with the columns TRL passes; the LoRA
+check builds the architecture on the meta device; the engine check reads vLLM's own limits (backends/vllm_limits.py).
+These import torch (and vLLM), after the backend's `prepare_environment` (Unsloth must be imported first).
 Everything else is cheap: no model weights, at most one short network probe (only when the model is neither a
 local folder nor in the Hugging Face cache).
 """
@@ -31,6 +29,7 @@ from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
 from pipeline.backends.settings import backend_settings
+from pipeline.backends.vllm_limits import check_run_engine
 from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
@@ -353,6 +352,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("lora", after_backend(lambda: check_lora_targets(  # the architecture, no weights
             cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.lora.lora_target_modules,
             cfg.lora.lora_modules_to_save))),
+        ("engine", after_backend(lambda: check_run_engine(chosen().name, settings(), trainer().recipe_args, done))),
     ]
     results = _run_steps(steps, {name for name, _ in data_steps}, stop_at_first)
     if all(c.ok for c in results):
@@ -365,7 +365,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 def _run_steps(steps: list[tuple[str, Callable[[], Any]]], data_names: set[str], stop_at_first: bool) -> CheckResults:
     """run_checks' steps in order, as its docstring says (`data_names`: the data steps, all run before raising)."""
     # A check that reads the model says nothing new when the model could not be found.
-    needs = {"lora": ("model",), "effective_config": ("trl",)}
+    needs = {"lora": ("model",), "effective_config": ("trl",), "engine": ("model", "lora")}
     results = CheckResults()
     failures: list[Exception] = []
     for name, step in steps:

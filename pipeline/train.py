@@ -247,11 +247,12 @@ def _train(run: Run) -> None:
         _roll_back(run)
 
 
-def _build_trainer(run: Run, peft_config, rollbacks_done: int = 0) -> None:
+def _build_trainer(run: Run, peft_config, rollbacks_done: int = 0, previous: Any = None) -> None:
     decided = run.decisions
     run.trainer, run.health = build_trainer(decided.trainer, run.agents, run.backend, decided.backend_settings,
                                             run.model, run.tokenizer, run.prepared, peft_config, run.output_dir,
-                                            run.resume_step, run.periodic_eval, rollbacks_done=rollbacks_done)
+                                            run.resume_step, run.periodic_eval, rollbacks_done=rollbacks_done,
+                                            previous=previous)
     for callback in run.callbacks or []:
         run.trainer.add_callback(callback)
 
@@ -297,8 +298,9 @@ def _roll_back(run: Run) -> None:
     run.earlier_warnings += health.warnings
     if is_main_process():
         set_aside_checkpoints_after(run.output_dir, run.resume_step, log=tell)  # the collapsed steps' checkpoints
-    run.model, run.trainer = run.trainer.model, None  # the LoRA model carries on; the checkpoint restores its weights
-    _build_trainer(run, None, rollbacks_done=len(run.rollbacks))
+    # The LoRA model carries on (the checkpoint restores its weights), and so does a colocated vLLM engine.
+    previous, run.model, run.trainer = run.trainer, run.trainer.model, None
+    _build_trainer(run, None, rollbacks_done=len(run.rollbacks), previous=previous)
     if is_main_process():
         log_event(run.output_dir / "metrics.jsonl", run.resume_step, ROLLBACK_EVENT, run.rollbacks[-1])
 

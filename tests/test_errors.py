@@ -172,3 +172,76 @@ def test_a_torch_companion_built_for_another_torch_is_exit_2_with_the_uninstall(
     assert code == 2 and "Traceback" not in output and "bug" not in output
     assert f"{companion} was built for another torch build" in output
     assert "pip uninstall -y torchvision torchaudio torchcodec" in output
+
+
+def _environment_faults() -> list[tuple[str, BaseException]]:
+    """The environment's faults as torch 2.13 and vLLM 0.31 raise them: their classes, their texts from the source
+    (vllm/v1/worker/utils.py request_memory, v1/worker/cpu_worker.py, v1/core/kv_cache_utils.py; ProcessGroupNCCL,
+    the TCPStore; gloo's text as a real 2-process gloo group printed it when its peer was killed)."""
+    import torch
+    import torch.distributed as dist
+
+    def chained(outer: BaseException, cause: BaseException) -> BaseException:
+        try:
+            try:
+                raise cause
+            except BaseException as inner:
+                raise outer from inner
+        except BaseException as raised:  # noqa: BLE001
+            return raised
+
+    return [
+        ("vllm gpu start", ValueError("Free memory on device cuda:0 (10.5/79.1 GiB) on startup is less than desired "
+                                      "GPU memory utilization (0.9, 71.2 GiB). Decrease GPU memory utilization or "
+                                      "reduce GPU memory used by other processes.")),
+        ("vllm cpu start", ValueError("Available memory on node 0 (17.7/23.5 GiB) on startup is less than desired CPU "
+                                      "memory utilization (0.999, 23.5 GiB). On the CPU backend, the "
+                                      "`--gpu-memory-utilization` flag controls the fraction of CPU memory reserved")),
+        ("vllm cpu kv", ValueError("Available memory on node 0 (0.66/23.54 GiB) on kv cache allocation is less than "
+                                   "requested memory for kv (1.0 GiB). Decrease --kv-cache-memory-bytes, "
+                                   "VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by other processes.")),
+        ("vllm kv none", ValueError("No available memory for the cache blocks. Try increasing "
+                                    "`gpu_memory_utilization` when initializing the engine")),
+        ("vllm kv short", ValueError("To serve at least one request with the model's max seq len (32768), (1.75 GiB "
+                                     "KV cache is needed, which is larger than the available KV cache memory "
+                                     "(0.5 GiB).")),
+        ("cuda oom", torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                                            "capacity of 79.10 GiB of which 1.20 GiB is free.")),
+        ("nccl aborted", dist.DistBackendError("NCCL communicator was aborted on rank 1.")),
+        ("nccl watchdog", dist.DistBackendError("[Rank 0] Watchdog caught collective operation timeout: "
+                                                "WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds")),
+        ("store timeout", dist.DistStoreError("Timed out after 901 seconds waiting for clients. 1/2 clients joined.")),
+        ("network", dist.DistNetworkError("Connection reset by peer")),
+        ("gloo peer", RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection "
+                                   "closed by peer [127.0.0.1]:1736. This is typically caused by a remote worker "
+                                   "crashing. Check the logs of the remote worker before reporting an error.")),
+        ("wrapped", chained(RuntimeError("accelerate: gather failed"), dist.DistBackendError("NCCL error"))),
+    ]
+
+
+ENVIRONMENT_FAULTS = ["vllm gpu start", "vllm cpu start", "vllm cpu kv", "vllm kv none", "vllm kv short", "cuda oom",
+                      "nccl aborted", "nccl watchdog", "store timeout", "network", "gloo peer", "wrapped"]
+
+
+def test_the_table_of_environment_faults_is_whole():
+    assert [name for name, _ in _environment_faults()] == ENVIRONMENT_FAULTS
+
+
+@pytest.mark.parametrize("name", ENVIRONMENT_FAULTS)
+@pytest.mark.parametrize("command", ["train", "generate", "eval"])
+def test_an_environments_fault_is_exit_2_with_what_happened_never_a_bug(name, command, adapter, place, monkeypatch,
+                                                                       capsys):
+    error = dict(_environment_faults())[name]
+    monkeypatch.setattr(COMMANDS[command][1], _raise(error))
+    code, output = run_cli(_argv(command, adapter), capsys)
+    assert code == 2 and "Traceback" not in output and "bug" not in output, (name, output)
+    [line] = [line for line in output.splitlines() if line.startswith("error:")]
+    assert ("memory" in line or "another process of this run" in line) and "run the same command again" in line
+
+
+@pytest.mark.parametrize("error", [RuntimeError("boom"), ValueError("no memory of that key"),
+                                   KeyError("Connection")], ids=repr)
+def test_a_fault_of_ours_stays_a_bug(error, adapter, place, monkeypatch, capsys):
+    monkeypatch.setattr(COMMANDS["train"][1], _raise(error))
+    code, output = run_cli(_argv("train", adapter), capsys)
+    assert code == 1 and "bug in grpo-pipeline" in output

@@ -57,7 +57,7 @@ def test_check_prints_every_check_as_json(tmp_path, monkeypatch, capsys):
     by_name = {c["name"]: c for c in report["checks"]}
     assert report["ok"] is False
     assert set(by_name) == {"nodes", "config", "trl", "effective_config", "output_dir", "packages", "gpu", "model", "memory",
-                            "resume", "data", "eval", "warmup", "rewards", "agents", "lora"}
+                            "resume", "data", "eval", "warmup", "rewards", "agents", "lora", "engine"}
     assert not by_name["rewards"]["ok"] and "the data check failed" in by_name["rewards"]["message"]
     assert not by_name["data"]["ok"] and "line 2" in by_name["data"]["message"]
     assert not by_name["resume"]["ok"] and by_name["config"]["ok"] and by_name["output_dir"]["ok"]

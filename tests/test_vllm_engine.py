@@ -3,7 +3,8 @@ colocated engine generating the rollouts, the weights reach the engine after eve
 it, and `grpo generate` / `grpo eval` with a saved LoRA go through it (a LoRARequest).
 
 All tests here share one xdist worker (`xdist_group`), so the suite pays vLLM's import once there; each test module
-run builds three engines (two colocated with a trainer, one for inference), ~10-25 s each on 2 cores.
+run builds four engines (three colocated with a trainer, one for inference, shared by the inference tests), ~10-25 s
+each on 2 cores.
 """
 
 from __future__ import annotations
@@ -183,6 +184,98 @@ def test_generate_and_eval_with_a_saved_lora_go_through_vllm_and_agree_with_tran
     assert evaluate.main(["--lora", str(lora), "--data", "demo-arithmetic", "--limit", "4", "--output", str(out)]) == 0
     assert len(vllm_engine._ENGINE) == engines_before == 1  # the engine is reused, not built again
     assert isinstance(vllm_engine._ENGINE[next(iter(vllm_engine._ENGINE))], LLM)
+
+
+def _random_adapter(folder: Path, seed: int, rank: int = 8) -> Path:
+    """A LoRA on tiny-demo-vllm with random A and B (peft's init_lora_weights=False), saved as a run saves one."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.demo.registry import builtin_model
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(str(builtin_model("tiny-demo-vllm").folder()), dtype=torch.float32)
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "v_proj", "down_proj"],
+                        init_lora_weights=False)
+    get_peft_model(model, config).save_pretrained(str(folder))
+    return folder
+
+
+def test_each_adapter_on_one_shared_engine_answers_with_its_own_weights(tmp_path):
+    """One engine per process (shared_engine), one id per adapter content: two adapters, then one folder rewritten in
+    place with the other's files (a resumed run's lora/; best_lora/ then lora/). Each answer through vLLM is the
+    adapter's own through transformers, token for token (greedy, float32 both sides)."""
+    import shutil
+
+    from env.adapters import verify_adapter_dir
+    from pipeline.backends import plain, vllm_engine
+    from pipeline.demo.registry import builtin_model
+
+    # the settings of the inference test above: its engine is reused (the test of a refused share, which drops it,
+    # runs last)
+    cfg = _vllm_config(tmp_path / "run")
+    settings, plain_settings = backend_settings(cfg), backend_settings(cfg.replace(vllm_mode="none"))
+    first, second = (_random_adapter(tmp_path / name, seed) for name, seed in (("lora", 1), ("best_lora", 2)))
+    base = str(builtin_model("tiny-demo-vllm").folder())
+
+    def answers(folder: Path, settings) -> tuple:
+        generator = plain.load_generator(base, verify_adapter_dir(folder), settings)
+        tokenizer = generator.tokenizer
+        prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                                 add_generation_prompt=True) for q in PROMPTS]
+        return generator, [c.ids for c in generator.generate(prompts, max_tokens=16)]
+
+    own = {folder: answers(folder, plain_settings)[1] for folder in (first, second)}
+    assert own[first] != own[second]  # the two adapters answer differently: the check below can tell them apart
+    engines = set()
+    for folder in (first, second, first):
+        generator, through_vllm = answers(folder, settings)
+        engines.add(id(generator.llm))
+        assert through_vllm == own[folder], folder.name
+    assert len(engines) == 1  # one engine served them all
+
+    # lora/ rewritten in place with best_lora/'s files (mtimes kept, as `cp -p` keeps them): the new content answers
+    held_before = answers(first, settings)[0].lora_request.lora_int_id
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        shutil.copy2(second / name, first / name)
+    generator, through_vllm = answers(first, settings)
+    assert through_vllm == own[second]
+    assert generator.lora_request.lora_int_id != held_before
+    assert held_before not in generator.llm.llm_engine.list_loras()  # the stale weights left the engine
+    assert len(vllm_engine._ENGINE) == 1
+
+
+def test_a_rollback_takes_over_the_colocated_engine_instead_of_building_a_second(tmp_path):
+    """on_collapse: rollback rebuilds the trainer; TRL would build a second colocated engine beside the first (on a
+    GPU its free-memory check fails). One engine is built, and after the rollback it generates from the checkpoint's
+    weights: the trainer-vs-sampler gap and the rollout probe stay near 0 on the replayed steps."""
+    from vllm import LLM
+
+    from pipeline.train import run_training
+    from train_helpers import poison_gradients
+
+    built = []
+    real_init = LLM.__init__
+
+    def counting_init(self, *args, **kwargs):
+        built.append(kwargs.get("model"))
+        real_init(self, *args, **kwargs)
+
+    cfg = _vllm_config(tmp_path / "run", max_steps=3, save_steps=1, on_collapse="rollback", max_rollbacks=1,
+                       lr_scheduler_type="constant")
+    with pytest.MonkeyPatch.context() as patch, environment_kept():
+        patch.setattr(LLM, "__init__", counting_init)
+        result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=1)])
+    assert result.status == "completed" and result.steps == 3, result.summary.get("stop_reason")
+    summary = json.loads((result.output_dir / "summary.json").read_text())
+    assert [(r["from_step"], r["to_step"]) for r in summary["rollbacks"]] == [(3, 1)]
+    assert len(built) == 1, built  # the rebuilt trainer took the first engine over
+    replayed = [m for m in _metrics(result.output_dir) if m.get("step", 0) >= 2]
+    gaps = [m["sampling/sampling_logp_difference/mean"] for m in replayed
+            if "sampling/sampling_logp_difference/mean" in m]
+    assert len(gaps) == 2 and all(gap < HEALTHY_SAMPLING_GAP for gap in gaps), gaps
+    assert all(m[ROLLOUT_LOGP_GAP] < ROLLOUT_GAP_FLOOR for m in replayed if ROLLOUT_LOGP_GAP in m)
 
 
 def test_the_inference_engine_takes_a_free_share_of_ram_and_names_the_option_when_none_is(tmp_path, monkeypatch):

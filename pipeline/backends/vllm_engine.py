@@ -17,12 +17,16 @@ the `gpu` extra on a GPU).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
+import hashlib
+import itertools
 import importlib.util
 import os
 import types
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from env.text import shorten
 from pipeline.backends import Completion
@@ -80,6 +84,45 @@ def reload_into_engine(generation: Any) -> None:
     generation.llm.reset_prefix_cache()
 
 
+# The attribute a colocated engine built through `colocated_engine` carries: the arguments TRL built it with.
+_BUILT_WITH = "_grpo_pipeline_arguments"
+
+
+@contextlib.contextmanager
+def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
+    """Around building a GRPOTrainer with vllm_mode colocate: TRL's engine (VLLMGeneration._init_vllm builds a
+    `vllm.LLM` in this process, trl/generation/vllm_generation.py) is the one of `previous_trainer` (the trainer a
+    rollback replaces) when TRL asks for one with the same arguments, instead of a second engine beside it (on a
+    GPU its free-memory check would fail: the first still holds its share). The kept engine holds the collapsed
+    weights until the new trainer's first step: TRL starts it with `_last_loaded_step = -1`, so it syncs the
+    checkpoint's weights in before it generates. With other arguments the previous engine is let go first."""
+    # lazy: TRL's module imports vLLM (and torch)
+    from trl.generation import vllm_generation
+
+    generation = getattr(previous_trainer, "vllm_generation", None)
+    kept = getattr(generation, "llm", None) if getattr(generation, "mode", None) == "colocate" else None
+    build = vllm_generation.LLM
+
+    def engine(**kwargs: Any) -> Any:
+        nonlocal kept
+        if kept is not None and getattr(kept, _BUILT_WITH, None) == kwargs:
+            if kwargs.get("enable_sleep_mode") and kept.llm_engine.is_sleeping():
+                kept.wake_up()  # TRL puts a new engine to sleep at once (level 2): it must be awake for that
+            return kept
+        if kept is not None:  # another engine is wanted: the old one's memory goes first
+            generation.llm, kept = None, None
+            gc.collect()
+        llm = build(**kwargs)
+        setattr(llm, _BUILT_WITH, dict(kwargs))
+        return llm
+
+    vllm_generation.LLM = engine
+    try:
+        yield
+    finally:
+        vllm_generation.LLM = build
+
+
 # --------------------------------------------------------------------------------- our engine for inference
 
 
@@ -92,7 +135,7 @@ class VllmGenerator:
     def __init__(self, llm: Any, tokenizer: Any, adapter: Optional[Any]):
         self.llm = llm
         self.tokenizer = tokenizer
-        self.lora_request = lora_request(adapter)
+        self.lora_request = lora_request(adapter, llm)
 
     def generate(self, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
@@ -112,15 +155,55 @@ class VllmGenerator:
                 zip(self.tokenizer.batch_decode(ids, skip_special_tokens=True), ids)]
 
 
-def lora_request(adapter: Optional[Any]) -> Optional[Any]:
-    """The `LoRARequest` for a verified adapter (env.adapters.AdapterInfo), by its absolute path; None: the base."""
+def lora_request(adapter: Optional[Any], llm: Any = None) -> Optional[Any]:
+    """The `LoRARequest` for a verified adapter (env.adapters.AdapterInfo), by its absolute path; None: the base.
+
+    Its `lora_int_id` names the adapter's CONTENT, not its place: vLLM loads an id once and answers every later
+    request with that id from the weights it holds ("lora_int_id must be globally unique for a given adapter",
+    vllm/lora/request.py), and one engine serves the whole process (`shared_engine`). So two adapters, or one
+    folder rewritten (a resumed run's lora/), each get their own id (`adapter_id`); the id a rewritten folder
+    held before is removed from `llm`, when given, so that the engine keeps no weights nothing can ask for."""
     if adapter is None:
         return None
     # lazy: vLLM is a heavy optional package
     from vllm.lora.request import LoRARequest
 
-    return LoRARequest(lora_name=Path(adapter.path).name or "adapter", lora_int_id=1,
-                       lora_path=str(Path(adapter.path).resolve()))
+    folder = Path(adapter.path).resolve()
+    number, replaced = adapter_id(folder)
+    if replaced is not None and llm is not None:
+        llm.llm_engine.remove_lora(replaced)  # False when the engine never loaded it: nothing to free
+    return LoRARequest(lora_name=f"{folder.name or 'adapter'}-{number}", lora_int_id=number, lora_path=str(folder))
+
+
+# The process's adapter ids: resolved folder -> (fingerprint of its content when last asked, its id). Ids come from
+# one counter: unique within the process, never handed out twice (an id removed from the engine is not reused).
+_ADAPTER_IDS: dict[str, tuple[str, int]] = {}
+_NEXT_ID = itertools.count(1)
+# vLLM reads these of an adapter folder (vllm/lora/lora_model.py, vllm/lora/peft_helper.py): its config and weights.
+ADAPTER_FILE_PREFIXES = ("adapter_", "new_embeddings")
+
+
+def adapter_fingerprint(folder: Path) -> str:
+    """A digest of what vLLM loads from `folder`: the names and bytes of its adapter_* files (not its mtimes: a
+    copy that keeps them, `cp -p`, is still new content)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.name.startswith(ADAPTER_FILE_PREFIXES):
+            digest.update(path.name.encode() + b"\0")
+            with path.open("rb") as handle:
+                digest.update(hashlib.file_digest(handle, "sha256").digest())
+    return digest.hexdigest()
+
+
+def adapter_id(folder: Path) -> tuple[int, Optional[int]]:
+    """The vLLM id of the adapter now in `folder` (resolved), and the id the folder held for other content before
+    (None: none). The same content in the same folder keeps its id: vLLM reuses what it loaded."""
+    fingerprint = adapter_fingerprint(folder)
+    known = _ADAPTER_IDS.get(str(folder))
+    if known is not None and known[0] == fingerprint:
+        return known[1], None
+    _ADAPTER_IDS[str(folder)] = (fingerprint, next(_NEXT_ID))
+    return _ADAPTER_IDS[str(folder)][1], None if known is None else known[1]
 
 
 # One engine per process, kept for the next call with the same arguments (the notebook's generate, then eval):

@@ -22,17 +22,10 @@ def model_module_types(name: str, trust_remote_code: bool = False) -> dict[str, 
     meta device (accelerate's `init_empty_weights`), so no weights are read or allocated."""
     # lazy: accelerate and transformers import torch (after the backend's prepare_environment)
     from accelerate import init_empty_weights
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    def read_config(local_only: bool):
-        return AutoConfig.from_pretrained(resolve_model_path(name), trust_remote_code=trust_remote_code,
-                                          local_files_only=local_only)
+    from transformers import AutoModelForCausalLM
 
     try:
-        try:  # a local folder or the HF cache first: no network round-trip for a model already here
-            config = read_config(local_only=True)
-        except OSError:
-            config = read_config(local_only=False)  # config.json only
+        config = model_config(name, trust_remote_code)
         with init_empty_weights():
             model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as err:  # no config.json, an architecture transformers lacks
@@ -40,6 +33,22 @@ def model_module_types(name: str, trust_remote_code: bool = False) -> dict[str, 
                           f"{err}). Point at a causal-LM model folder or hub id, e.g. unsloth/Qwen2.5-1.5B-Instruct."
                           ) from None
     return {path: type(module).__name__ for path, module in model.named_modules() if path}
+
+
+def model_config(name: str, trust_remote_code: bool = False) -> Any:
+    """The model's transformers config: from the built-in folder, a local folder or the HF cache, else downloaded
+    (config.json only). Raises what AutoConfig raises (OSError, ValueError, KeyError)."""
+    # lazy: transformers imports torch (after the backend's prepare_environment)
+    from transformers import AutoConfig
+
+    def read_config(local_only: bool):
+        return AutoConfig.from_pretrained(resolve_model_path(name), trust_remote_code=trust_remote_code,
+                                          local_files_only=local_only)
+
+    try:  # a local folder or the HF cache first: no network round-trip for a model already here
+        return read_config(local_only=True)
+    except OSError:
+        return read_config(local_only=False)
 
 
 def _matches(target: str, path: str) -> bool:

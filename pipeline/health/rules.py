@@ -202,10 +202,13 @@ class HealthCallback(TrainerCallback):
             return control
         step = int(state.global_step)
         self._args = args  # where checkpoints are (output_dir) and how many steps a log covers, for a rollback
-        if self.rollout_probe is not None and self.trainer is not None and self.rollout_probe.due(step):
-            logs.update(self.rollout_probe.measure(self.trainer.model, step))
-
         self._check_non_finite(logs, step, control)
+        # The probe sends the adapter to the engine as the rollouts do; TRL merges it into the base weights and out
+        # again (VLLMGeneration._iter_named_params), so a NaN adapter would leave NaN in the base weights for good,
+        # and a rollback would go on from a broken model. After a non-finite step, nothing is sent.
+        if (self.stop_reason is None and self.rollout_probe is not None and self.trainer is not None
+                and self.rollout_probe.due(step)):
+            logs.update(self.rollout_probe.measure(self.trainer.model, step))
         if self.stop_reason is None:
             self._check_garbled(logs, step, control)
         if self.stop_reason is None:

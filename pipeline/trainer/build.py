@@ -7,6 +7,7 @@ Import this only after the backend's `prepare_environment` ran: with Unsloth, `t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -35,7 +36,7 @@ from rewards.contract import guard_reward
 
 def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: Any, model, tokenizer, prepared,
                   peft_config, output_dir: Path, resume_step: Optional[int] = None, periodic_eval=None,
-                  rollbacks_done: int = 0):
+                  rollbacks_done: int = 0, previous: Any = None):
     """The wrapped TRL GRPOTrainer: our dataset, rewards (+ the zero-weight health observer) and callbacks.
 
     `spec`: what the trainer reads of the recipe (pipeline/trainer/spec.py); `agents`: the run's tools /
@@ -45,7 +46,8 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     `resume_step` is the step of the checkpoint the run resumes from (None: a fresh run); metrics.jsonl
     drops the lines after it, since the resumed run replaces that trajectory. `periodic_eval` is the
     eval_steps callback (pipeline/infer/periodic_eval.py), or None. `rollbacks_done` > 0 (on_collapse:
-    rollback): the trainer resumes a rolled-back run, its learning rate scaled by rollback_lr_factor ** that.
+    rollback): the trainer resumes a rolled-back run, its learning rate scaled by rollback_lr_factor ** that;
+    `previous` is the trainer it replaces, whose colocated vLLM engine it takes over (`colocated_engine`).
     """
     import trl  # lazy, after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
@@ -70,7 +72,7 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
 
     args = grpo_training_args(spec, backend, backend_settings, model, prepared, output_dir, weights)
     # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
-    with base_model_reference(model):
+    with base_model_reference(model), _engine_kept(args, previous):
         trainer = trl.GRPOTrainer(
             model=model,
             reward_funcs=reward_funcs,
@@ -107,6 +109,17 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     load_every_adapter(trainer)  # a checkpoint with a ref/ adapter restores its trained one too
     follow_the_rebuilt_schedule(trainer)  # a resume with a larger max_steps trains at the new schedule's rate
     return trainer, health
+
+
+def _engine_kept(args, previous: Any):
+    """Where TRL builds a colocated vLLM engine in this process: one engine for the process's trainers
+    (pipeline/backends/vllm_engine.py `colocated_engine`); nothing around any other build."""
+    if not (getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", None) == "colocate"):
+        return contextlib.nullcontext()
+    # lazy: vLLM is a heavy optional package
+    from pipeline.backends.vllm_engine import colocated_engine
+
+    return colocated_engine(previous)
 
 
 def record_effective_config(trainer, spec: TrainerSpec, backend, backend_settings: Any, model,
