@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 from env.text import excerpt, printable, shorten
 from rewards.deadline import RewardTimeout, reward_deadline
+from rewards.worker import RewardRaised, RewardWorker, Unsendable, WorkerEnded
 from rewards.trl_source import trl_rule
 
 
@@ -136,16 +137,18 @@ def _sample(i: int, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> s
         f", {', '.join(f'{k}={excerpt(v, 40)}' for k, v in columns.items())}" if columns else "")
 
 
-def _first_failing(func: Callable, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Optional[int]:
-    """The index of the first single completion on which `func` raises too (None: it only fails on the batch)."""
+def _first_failing(call: Callable, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Optional[int]:
+    """The index of the first single completion on which the reward raises too (None: it only fails on the batch,
+    or a single call ran past the deadline). `call(prompts, completions, kwargs)` makes one call."""
     for i in range(len(completions)):
         one = {k: ([v[i]] if isinstance(v, (list, tuple)) and len(v) == len(completions) else v)
                for k, v in kwargs.items()}
         try:
-            mine_prompts, mine_completions, mine = own_batch([prompts[i]], [completions[i]], one)
-            func(prompts=mine_prompts, completions=mine_completions, **mine)
+            call(*own_batch([prompts[i]], [completions[i]], one))
         except _NOT_A_REWARD_FAILURE:
             raise
+        except RewardTimeout:  # each further sample could wait as long again
+            return None
         except BaseException:  # noqa: BLE001 - we are looking for the sample that raises
             return i
     return None
@@ -247,6 +250,14 @@ def raised_at(func: Any, err: BaseException) -> str:
     return f" (at {defined} line {line})"
 
 
+class _Settled(RewardFailure):
+    """A RewardFailure the reward's worker settled (its output broke the contract, or the worker ended): passed on
+    as it is, where a RewardFailure the reward itself raised is reported as its raise."""
+
+
+_HERE = object()  # the call runs in this process (no worker, or arguments that cannot be sent to it)
+
+
 def _timed_out(name: str, seconds: Optional[float], n: int) -> RewardFailure:
     return RewardFailure(name, f"did not return within reward_timeout ({seconds:g} s) on a batch of {n} completions; "
                          "the run stopped there. Make it faster (a judge or a tool call needs its own timeout), or "
@@ -254,7 +265,8 @@ def _timed_out(name: str, seconds: Optional[float], n: int) -> RewardFailure:
 
 
 def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
-                 hold: Optional[Callable[[RewardFailure], None]] = None, timeout: Optional[float] = None) -> Callable:
+                 hold: Optional[Callable[[RewardFailure], None]] = None, timeout: Optional[float] = None,
+                 own_process: bool = True) -> Callable:
     """`func` wrapped in the contract: same `__name__` (TRL's log key), each call's values checked by
     `check_rewards`, a raise turned into RewardFailure naming the sample, None's share logged and warned once.
     Every way out of a reward but the user's KeyboardInterrupt is a raise here (`sys.exit()` included), and each
@@ -265,7 +277,11 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     With `timeout` (seconds; the run's reward_timeout), a call that does not return in time is a RewardFailure:
     the trainer then raises it after TRL's reward loop, on every process together
     (pipeline/trainer/reward_failures.py), since a raise on one process inside the loop would leave the others
-    waiting forever in the loop's gather.
+    waiting forever in the loop's gather. The deadline holds for every reward: each call runs in the reward's own
+    worker process (rewards/worker.py), killed at the deadline and forked again for the next call. `own_process`
+    False (our health observer, which the trainer's callbacks read) keeps the call in this process, under the
+    cooperative alarm of rewards/deadline.py; so does a call whose arguments cannot be pickled (warned once).
+    Without `timeout` (None or 0) every call runs here, without a limit.
 
     >>> guarded = guard_reward(lambda prompts, completions, **kw: [len(c) for c in completions])
     >>> guarded(prompts=["p", "p"], completions=["ab", "c"])
@@ -273,38 +289,79 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     """
     name = reward_name(func)
     nones = _NoneShare(name, warn)
+    worker = RewardWorker(func, name) if timeout and own_process else None
+    sent_here: list[str] = []  # the argument that could not be sent to the worker, once warned
 
     def finish(output: Any, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
         values = check_rewards(name, output, len(completions))
         nones.record(values, kwargs)
         return values
 
+    def in_worker(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Any:
+        """The call in the worker: its checked values, or _HERE when it must run in this process instead."""
+        try:
+            status, value = worker.call(prompts, completions, kwargs, timeout)
+        except Unsendable as err:
+            if not sent_here:
+                sent_here.append(err.key)
+                warn(f"reward `{name}` gets {err.key}, which cannot be sent to the reward's own process "
+                     f"({shorten(err.why, 160)}); it runs in the trainer's process instead, where reward_timeout "
+                     "holds only for a reward that lets an alarm through, in the main thread (docs/rewards.md). "
+                     "Make it picklable, or set reward_timeout 0 to run every reward there. (Warned once.)")
+            return _HERE
+        except WorkerEnded as err:
+            raise _Settled(name, f"ended its own process ({err}) on a batch of {len(completions)} completions "
+                                f"(first: {_sample(0, prompts, completions, kwargs)}); while reward_timeout is set a "
+                                "reward runs in a process of its own (docs/rewards.md): look for an os._exit(), a "
+                                "crash in a C library, or the out-of-memory killer.") from None
+        if status == "broke":
+            raise _Settled(name, value)
+        return value
+
+    def one_by_one(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Any:
+        """A call on one sample, for the search of the failing one: in the worker when the batch ran there."""
+        if worker is not None and not sent_here:
+            try:
+                return worker.call(prompts, completions, kwargs, timeout)
+            except WorkerEnded as err:
+                raise RewardRaised("WorkerEnded", str(err), "", False) from None
+        return func(prompts=prompts, completions=completions, **kwargs)
+
     def failure(err: BaseException, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> RewardFailure:
-        if isinstance(err, TypeError) and not _accepts(func, kwargs):
-            withheld = [c for c in trl_rule()["not_columns"] if f"'{c}'" in str(err) and c not in kwargs]
+        raised = err if isinstance(err, RewardRaised) else RewardRaised(type(err).__name__, str(err), "",
+                                                                        isinstance(err, TypeError))
+        if raised.type_error and not _accepts(func, kwargs):
+            withheld = [c for c in trl_rule()["not_columns"] if f"'{c}'" in raised.text and c not in kwargs]
             why = (f" TRL never passes a dataset column named {', '.join(map(repr, withheld))} to a reward "
                    "(GRPOTrainer._calculate_rewards leaves out prompt, completion and completion_ids): read "
                    "`prompts` / `completions`, or rename the column." if withheld else "")
-            return RewardFailure(name, f"cannot be called the way TRL calls it ({err}). Write it as "
+            return RewardFailure(name, f"cannot be called the way TRL calls it ({raised.text}). Write it as "
                                  "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
                                  f"{', '.join(sorted(kwargs))} (docs/rewards.md).{why}")
-        index = _first_failing(func, prompts, completions, kwargs) if not is_async_reward(func) else None
+        index = (_first_failing(one_by_one, prompts, completions, kwargs)
+                 if not is_async_reward(func) else None)
         where = f" on {_sample(index, prompts, completions, kwargs)}" if index is not None else (
             f" on a batch of {len(completions)} completions (first: {_sample(0, prompts, completions, kwargs)})")
-        return RewardFailure(name, f"raised {type(err).__name__}: {shorten(str(err), 300)}{where}"
-                                   f"{raised_at(func, err)}")
+        at = raised.at if isinstance(err, RewardRaised) else raised_at(func, err)
+        return RewardFailure(name, f"raised {raised.type_name}: {shorten(raised.text, 300)}{where}{at}")
 
     if is_async_reward(func):  # TRL runs async rewards concurrently; keep them async
         @functools.wraps(func)
         async def guarded_async(prompts=None, completions=None, **kwargs):
             try:
-                mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
-                output = await asyncio.wait_for(func(prompts=mine_prompts, completions=mine_completions, **mine),
-                                                timeout or None)
+                output = _HERE
+                if worker is not None:  # waited for in a thread: the loop stays free for the other rewards
+                    output = await asyncio.to_thread(in_worker, prompts, completions, kwargs)
+                if output is _HERE:
+                    mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
+                    output = await asyncio.wait_for(func(prompts=mine_prompts, completions=mine_completions,
+                                                         **mine), timeout or None)
             except _NOT_A_REWARD_FAILURE:
                 raise
-            except asyncio.TimeoutError:
+            except (asyncio.TimeoutError, RewardTimeout):
                 raise _timed_out(name, timeout, len(completions)) from None
+            except _Settled:
+                raise
             except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
                 raise failure(err, prompts, completions, kwargs) from err
             return finish(output, prompts, completions, kwargs)
@@ -314,13 +371,17 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     @functools.wraps(func)
     def guarded(prompts=None, completions=None, **kwargs):
         try:
-            mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
-            with reward_deadline(timeout):
-                output = func(prompts=mine_prompts, completions=mine_completions, **mine)
+            output = in_worker(prompts, completions, kwargs) if worker is not None else _HERE
+            if output is _HERE:
+                mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
+                with reward_deadline(timeout):
+                    output = func(prompts=mine_prompts, completions=mine_completions, **mine)
         except _NOT_A_REWARD_FAILURE:
             raise
         except RewardTimeout:  # never retried sample by sample: each would wait as long again
             raise _timed_out(name, timeout, len(completions)) from None
+        except _Settled:  # the worker's verdict on the output, or its end: already named
+            raise
         except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
             raise failure(err, prompts, completions, kwargs) from err
         return finish(output, prompts, completions, kwargs)

@@ -63,8 +63,11 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     # The one reward contract around every function (rewards/contract.py): checked values, a raise becomes a
     # RewardFailure naming the sample (the run stops cleanly, pipeline/train.py), None's share logged.
     # A failure is held and raised after TRL's reward gather, on every process together (reward_failures.py).
+    # With reward_timeout set, each of the recipe's rewards runs in a process of its own, killed at the deadline
+    # (rewards/worker.py); the observer stays here: the health callback reads what it saw.
     latch = RewardFailureLatch()
-    reward_funcs = [guard_reward(func, hold=latch.hold, timeout=spec.reward_timeout) for func in reward_funcs]
+    reward_funcs = [guard_reward(func, hold=latch.hold, timeout=spec.reward_timeout, own_process=func is not observer)
+                    for func in reward_funcs]
 
     args = grpo_training_args(spec, backend, backend_settings, model, prepared, output_dir, weights)
     # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
