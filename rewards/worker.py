@@ -42,6 +42,7 @@ import time
 from typing import Any, Callable, Optional
 
 from rewards.deadline import RewardTimeout
+from rewards.returned import RewardFailure, check_rewards, raised_at
 
 # The trainer's own objects among a reward's keywords whose calls are recorded in the worker and replayed here.
 _RECORDED = ("log_metric", "log_extra")
@@ -88,12 +89,12 @@ class _StateUpdate:
 class _Process:
     """One forked worker: the process and the parent's end of its pipe."""
 
-    def __init__(self, func: Callable, name: str):
+    def __init__(self, func: Callable, name: str, is_async: bool):
         ctx = multiprocessing.get_context("fork")
         self.conn, child_conn = ctx.Pipe(duplex=True)
         gc.freeze()  # the child's collector then leaves the parent's objects (and their memory pages) alone
         try:
-            self.proc = ctx.Process(target=_serve, args=(func, name, child_conn, self.conn, os.getpid()),
+            self.proc = ctx.Process(target=_serve, args=(func, name, is_async, child_conn, self.conn, os.getpid()),
                                     name=f"grpo-reward-{name}", daemon=False)  # a reward may start its own processes
             self.proc.start()
         finally:
@@ -137,8 +138,8 @@ class _Process:
 class RewardWorker:
     """The process a reward runs in while reward_timeout is set; see the module docstring. One call at a time."""
 
-    def __init__(self, func: Callable, name: str):
-        self.func, self.name = func, name
+    def __init__(self, func: Callable, name: str, is_async: bool):
+        self.func, self.name, self.is_async = func, name, is_async
         self.lock = threading.Lock()
         self.process: Optional[_Process] = None
         self.starts = 0  # workers forked so far (the first, then one after each timeout or crash)
@@ -184,7 +185,7 @@ class RewardWorker:
     def _start(self) -> None:
         if self.process is not None:
             self.process.stop()
-        self.process = self._holder[0] = _Process(self.func, self.name)
+        self.process = self._holder[0] = _Process(self.func, self.name, self.is_async)
         self.starts += 1
 
     def _stop(self) -> str:
@@ -227,10 +228,8 @@ def _unsendable(prompts: Any, completions: Any, kwargs: dict[str, Any], err: Bas
 
 # ---- in the worker process ----
 
-def _serve(func: Callable, name: str, conn: Any, parent_end: Any, parent_pid: int) -> None:
+def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any, parent_pid: int) -> None:
     """The worker's loop: one request, one reply, until the parent's end closes (or the parent is gone)."""
-    from rewards.contract import RewardFailure, check_rewards, is_async_reward, raised_at
-
     parent_end.close()
     for other in list(_live):  # the pipes of the workers forked before: theirs, not ours to hold open
         other.conn.close()
@@ -243,7 +242,7 @@ def _serve(func: Callable, name: str, conn: Any, parent_end: Any, parent_pid: in
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     threading.Thread(target=_follow_parent, args=(parent_pid,), daemon=True).start()
     asyncio.events._set_running_loop(None)  # forked from a thread that was running TRL's loop, maybe
-    loop = asyncio.new_event_loop() if is_async_reward(func) else None
+    loop = asyncio.new_event_loop() if is_async else None  # one loop for every call, as TRL keeps one
     state: Any = None
     while True:
         try:
@@ -264,7 +263,7 @@ def _serve(func: Callable, name: str, conn: Any, parent_end: Any, parent_pid: in
         except RewardFailure as failure:
             reply = ("broke", failure.detail)
         except BaseException as err:  # noqa: BLE001 - every way out of the reward is reported, none ends the worker
-            reply = _raised(func, err, raised_at)
+            reply = _raised(func, err)
         for stream in (sys.stdout, sys.stderr):  # what the reward printed, before a kill could lose it
             try:
                 stream.flush()
@@ -280,7 +279,7 @@ def _serve(func: Callable, name: str, conn: Any, parent_end: Any, parent_pid: in
             os._exit(0)
 
 
-def _raised(func: Callable, err: BaseException, raised_at: Callable) -> tuple:
+def _raised(func: Callable, err: BaseException) -> tuple:
     try:
         text = str(err)
     except Exception:  # noqa: BLE001 - a __str__ that raises
