@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import gc
+import io
 import multiprocessing
 import multiprocessing.util
 import os
@@ -177,7 +178,10 @@ class RewardWorker:
                     self._stop()
                 raise
         for key, args in logs:
-            recorded[key](*args)
+            if key in recorded:
+                recorded[key](*args)
+            elif key in ("stdout", "stderr"):  # what the reward printed to a stream this process replaced
+                getattr(sys, key).write(*args)
         if reply[0] == "raised":
             raise RewardRaised(*reply[1:])
         return reply
@@ -243,6 +247,12 @@ def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any
     threading.Thread(target=_follow_parent, args=(parent_pid,), daemon=True).start()
     asyncio.events._set_running_loop(None)  # forked from a thread that was running TRL's loop, maybe
     loop = asyncio.new_event_loop() if is_async else None  # one loop for every call, as TRL keeps one
+    # A print reaches the terminal straight from here; a stream the trainer's process replaced (a notebook's, a
+    # test's capture) lives in that process only: what the reward prints to it is sent back and written there.
+    relayed = {key: io.StringIO() for key in ("stdout", "stderr")
+               if getattr(sys, key) is not getattr(sys, f"__{key}__")}
+    for key, buffer in relayed.items():
+        setattr(sys, key, buffer)
     state: Any = None
     while True:
         try:
@@ -269,6 +279,11 @@ def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any
                 stream.flush()
             except Exception:  # noqa: BLE001
                 pass
+        for key, buffer in relayed.items():
+            if buffer.tell():
+                logs.append((key, (buffer.getvalue(),)))
+                buffer.seek(0)
+                buffer.truncate()
         try:
             data = pickle.dumps((reply, logs), protocol=_PROTOCOL)
         except Exception:  # noqa: BLE001 - a logged value that does not pickle: the reply without the logs
