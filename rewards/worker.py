@@ -50,6 +50,7 @@ _RECORDED = ("log_metric", "log_extra")
 _STATE = "trainer_state"
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _live: set["_Process"] = set()  # every worker of this process: a new worker closes the others' pipe ends
+_ended_cpu = 0.0  # CPU seconds of the workers stopped so far (workers_cpu_seconds)
 
 
 class RewardRaised(Exception):
@@ -114,6 +115,9 @@ class _Process:
 
     def stop(self) -> str:
         """Kill the worker and everything it started; how it ended, for a message."""
+        global _ended_cpu
+        if self in _live:
+            _ended_cpu += self.cpu_seconds()
         _live.discard(self)
         if self.proc.exitcode is None:
             for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
@@ -196,9 +200,6 @@ class RewardWorker:
         process, self.process, self._holder[0] = self.process, None, None
         return process.stop() if process is not None else "not started"
 
-    def pid(self) -> Optional[int]:
-        return self.process.proc.pid if self.process is not None else None
-
 
 def _stop_holder(holder: list) -> None:
     if holder and holder[0] is not None:
@@ -207,9 +208,9 @@ def _stop_holder(holder: list) -> None:
 
 
 def workers_cpu_seconds() -> float:
-    """CPU seconds the live reward workers of this process have used: bench/overhead.py adds them to the trainer's
-    own, so that work moved into a worker is still counted."""
-    return sum(process.cpu_seconds() for process in list(_live))
+    """CPU seconds the reward workers of this process have used, live and stopped: bench/overhead.py adds them to
+    the trainer's own, so that work moved into a worker is still counted."""
+    return _ended_cpu + sum(process.cpu_seconds() for process in list(_live))
 
 
 def _state_update(process: _Process, state: Any) -> _StateUpdate:
