@@ -8,11 +8,12 @@ with one value per completion; kwargs carry the dataset's other columns (ours: `
 one entry per completion), `trainer_state`, `log_extra` and `log_metric` (docs/rewards.md); which exactly is
 TRL's rule, read in one place (rewards/trl_source.py).
 
-`check_rewards` (the values one call returned) is the contract: a list (or tuple, or 1-D array) of exactly one
+`check_rewards` (the values one call returned, rewards/returned.py) is the contract: a list (or tuple, or 1-D array) of exactly one
 int/float (numpy numbers included) or None per completion, every number finite. bools, strings, a scalar, a generator,
 NaN and inf are refused. `guard_reward` wraps a function so that each call is checked by that contract, a
 raise becomes a `RewardFailure` naming the function and the sample, and the share of None is logged
-(`rewards/<name>/none_frac`) and warned about once. The same wrapper serves the pre-load probe
+(`rewards/<name>/none_frac`) and warned about once. With reward_timeout set, each call runs in the reward's own
+process, killed at the deadline (rewards/worker.py). The same wrapper serves the pre-load probe
 (pipeline/preflight.py) and the trainer (pipeline/trainer/build.py), so `--check` and the run agree.
 No torch here.
 """
@@ -29,8 +30,8 @@ from typing import Any, Optional
 from env.text import excerpt, shorten
 from rewards.deadline import RewardTimeout, reward_deadline
 from rewards.returned import RewardFailure, check_rewards, raised_at
-from rewards.worker import RewardRaised, RewardWorker, Unsendable, WorkerEnded
 from rewards.trl_source import trl_rule
+from rewards.worker import RewardRaised, RewardWorker, Unsendable, WorkerEnded, can_fork
 
 
 def reward_name(func: Any) -> str:
@@ -248,7 +249,7 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     """
     name = reward_name(func)
     nones = _NoneShare(name, warn)
-    worker = _Worker(func, name, timeout, warn) if timeout and own_process else None
+    worker = _Worker(func, name, timeout, warn) if timeout and own_process and can_fork() else None
 
     def finish(output: Any, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
         values = check_rewards(name, output, len(completions))

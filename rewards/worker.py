@@ -207,6 +207,12 @@ def _stop_holder(holder: list) -> None:
         holder[0] = None
 
 
+def can_fork() -> bool:
+    """Whether this platform forks (Linux, macOS): elsewhere (Windows) rewards stay in the trainer's process, under
+    the alarm of rewards/deadline.py where there is one."""
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
 def workers_cpu_seconds() -> float:
     """CPU seconds the reward workers of this process have used, live and stopped: bench/overhead.py adds them to
     the trainer's own, so that work moved into a worker is still counted."""
