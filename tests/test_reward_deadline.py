@@ -222,3 +222,20 @@ def test_the_worker_ends_with_the_guarded_reward():
     gc.collect()
     with pytest.raises(ProcessLookupError):  # killed and reaped
         os.kill(pid, 0)
+
+
+def test_the_health_observer_stays_in_the_trainers_process_and_the_recipes_rewards_get_their_own():
+    """pipeline/trainer/build.py: the observer's state is read by the health callback, in the trainer's process."""
+    from pipeline.trainer.build import guarded_rewards
+
+    def observer(prompts, completions, **kwargs):
+        return [float(os.getpid())] * len(completions)
+
+    def mine(prompts, completions, **kwargs):
+        return [float(os.getpid())] * len(completions)
+
+    held = []
+    guarded_mine, guarded_observer = guarded_rewards([mine, observer], observer, held.append, TIMEOUT)
+    assert guarded_observer(prompts=["p"], completions=["c"]) == [float(os.getpid())]
+    assert guarded_mine(prompts=["p"], completions=["c"]) != [float(os.getpid())]
+    assert held == []

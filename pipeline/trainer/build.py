@@ -63,11 +63,8 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     # The one reward contract around every function (rewards/contract.py): checked values, a raise becomes a
     # RewardFailure naming the sample (the run stops cleanly, pipeline/train.py), None's share logged.
     # A failure is held and raised after TRL's reward gather, on every process together (reward_failures.py).
-    # With reward_timeout set, each of the recipe's rewards runs in a process of its own, killed at the deadline
-    # (rewards/worker.py); the observer stays here: the health callback reads what it saw.
     latch = RewardFailureLatch()
-    reward_funcs = [guard_reward(func, hold=latch.hold, timeout=spec.reward_timeout, own_process=func is not observer)
-                    for func in reward_funcs]
+    reward_funcs = guarded_rewards(reward_funcs, observer, latch.hold, spec.reward_timeout)
 
     args = grpo_training_args(spec, backend, backend_settings, model, prepared, output_dir, weights)
     # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
@@ -104,6 +101,13 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     load_every_adapter(trainer)  # a checkpoint with a ref/ adapter restores its trained one too
     follow_the_rebuilt_schedule(trainer)  # a resume with a larger max_steps trains at the new schedule's rate
     return trainer, health
+
+
+def guarded_rewards(reward_funcs: list, observer, hold, timeout: Optional[float]) -> list:
+    """Every reward in the contract (rewards/contract.py guard_reward), failures handed to `hold`. With
+    reward_timeout set, each of the recipe's rewards runs in a process of its own, killed at the deadline
+    (rewards/worker.py); the health `observer` stays in this process: the health callback reads what it saw."""
+    return [guard_reward(func, hold=hold, timeout=timeout, own_process=func is not observer) for func in reward_funcs]
 
 
 def record_effective_config(trainer, spec: TrainerSpec, backend, backend_settings: Any, model,
