@@ -103,20 +103,42 @@ CASES += [
 ]
 
 
-# 5. the reward boundary: rewards/contract.py check_rewards (every value read inside the guard), reward_deadline
-#    (reward_timeout); pipeline/train.py _train_once (a second signal). tests/test_reward_boundary_values.py runs
+# 5. the reward boundary: rewards/contract.py check_rewards (every value read inside the guard), rewards/worker.py
+#    (reward_timeout: a reward's own process, killed at the deadline); pipeline/train.py _train_once (a second
+#    signal). tests/test_reward_boundary_values.py runs
 #    every kind of value.
 
 
-def plugin_reward(folder: Path, module: str, body: str, *extra: str, command: str = "train") -> list[str]:
-    """A run whose only reward is `module:bad`, a file beside the recipe with `body` as its function's body."""
-    (folder / f"{module}.py").write_text("import os, signal, time\n\n\ndef bad(prompts, completions, **kwargs):\n"
+def plugin_reward(folder: Path, module: str, body: str, *extra: str, command: str = "train",
+                  define: str = "def") -> list[str]:
+    """A run whose only reward is `module:bad`, a file beside the recipe with `body` as its function's body
+    (`define` "async def": an async reward)."""
+    (folder / f"{module}.py").write_text("import os, signal, time\n\n\n"
+                                         f"{define} bad(prompts, completions, **kwargs):\n"
                                          + "".join(f"    {line}\n" for line in body.splitlines()), encoding="utf-8")
     text = SHORT_RUN.replace("max_steps: 1", "max_steps: 2") + f"reward_funcs: [{module}:bad]\n"
     return [command, "--config", str(recipe(folder, text)), *extra]
 
 
 HANG_IN_TRAINING = "if kwargs.get('trainer_state') is not None and kwargs['trainer_state'].global_step >= 1:\n"
+# The trainer's process, from the reward: while reward_timeout is set the reward runs in a worker process of its own
+# (rewards/worker.py), whose parent is the trainer. Two signals, apart, as a user sends them.
+TWO_SIGNALS_TO_THE_TRAINER = ("    import multiprocessing\n"
+                              "    trainer = os.getppid() if multiprocessing.parent_process() else os.getpid()\n"
+                              "    os.kill(trainer, signal.SIGTERM)\n    time.sleep(0.5)\n"
+                              "    os.kill(trainer, signal.SIGTERM)\n    time.sleep(60)\n")
+# Reward shapes a cooperative alarm could not stop (issue 59): each hangs in --check's call, past reward_timeout 1.
+HANGS = {
+    "math_verify's own timeout, then a hang": ("v5_math_verify", "def", "import math_verify\n"
+                                               "math_verify.parse('$\\\\frac{1}{2}$')\ntime.sleep(60)"),
+    "an async reward blocking its loop": ("v5_async", "async def", "time.sleep(60)"),
+    "a ThreadPoolExecutor's hung thread": ("v5_pool", "def", "from concurrent.futures import ThreadPoolExecutor\n"
+                                           "with ThreadPoolExecutor(2) as pool:\n"
+                                           "    pool.submit(time.sleep, 60).result()"),
+    "a reward that ignores signals": ("v5_ignores", "def",
+                                      "for s in (signal.SIGALRM, signal.SIGINT, signal.SIGTERM):\n"
+                                      "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass"),
+}
 
 
 def summary_says(status: str) -> Callable[[Path], Optional[str]]:
@@ -139,10 +161,17 @@ CASES += [
                                   "--reward_timeout", "1"),
           "did not return within reward_timeout (1 s)", exit_code=3, after=summary_says("stopped")),
     Fault("a second signal during a hung reward ends the run, with a summary",
-          lambda d: plugin_reward(d, "v4_twice", HANG_IN_TRAINING + "    os.kill(os.getpid(), signal.SIGTERM)\n"
-                                  "    os.kill(os.getpid(), signal.SIGTERM)\n    time.sleep(60)\n"
-                                  "return [0.0] * len(completions)"),
+          lambda d: plugin_reward(d, "v4_twice", HANG_IN_TRAINING + TWO_SIGNALS_TO_THE_TRAINER
+                                  + "return [0.0] * len(completions)"),
           "resume with: grpo train", exit_code=130, after=summary_says("interrupted")),
+    *(Fault(f"reward_timeout holds for {shape}",
+            lambda d, module=module, define=define, body=body: plugin_reward(
+                d, module, body + "\nreturn [0.0] * len(completions)", "--check", "--reward_timeout", "1",
+                define=define),
+            "did not return within reward_timeout (1 s)") for shape, (module, define, body) in HANGS.items()),
+    Fault("a reward that ends its own process",
+          lambda d: plugin_reward(d, "v5_exit", "os._exit(3)", "--check", "--reward_timeout", "1"),
+          "`bad` ended its own process (exit code 3)"),
 ]
 
 

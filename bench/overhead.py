@@ -18,12 +18,15 @@ trainer does per step (generation, rewards, backward, callbacks, logging). Each 
 wall clock, and the process's CPU time (`time.process_time`). On a machine shared with other jobs the
 wall clock also counts waiting for a core, which swings a round's ratio by +-30%; CPU time counts only
 this process's work (the demo model runs on one thread, and nothing here waits on I/O), so the target
-is judged on it and the wall ratio is printed beside it. Printed: each side's median step time and
+is judged on it and the wall ratio is printed beside it. The pipeline's rewards run in worker processes of their
+own (reward_timeout is set by default: rewards/worker.py); their CPU time is added to the trainer's, so work moved
+into a worker is still counted. Printed: each side's median step time and
 sample count, the ratios of medians, and the per-round ratios (the spread).
 
     python bench/overhead.py                 # 4 rounds x 20 steps each
     python bench/overhead.py --rounds 6 --steps 30
     python bench/overhead.py --tools         # a tool run: TRL's tool loop on both sides
+    python bench/overhead.py --reward_timeout 0   # the pipeline's rewards in the trainer's process (no deadline)
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -61,6 +65,8 @@ class SideRun:
 def step_timer():
     from transformers import TrainerCallback
 
+    from rewards.worker import workers_cpu_seconds
+
     class StepTimer(TrainerCallback):
         def __init__(self):
             self.ends: list[float] = []
@@ -68,7 +74,7 @@ def step_timer():
 
         def on_step_end(self, args, state, control, **kwargs):
             self.ends.append(time.perf_counter())
-            self.cpu_ends.append(time.process_time())
+            self.cpu_ends.append(time.process_time() + workers_cpu_seconds())
 
         def intervals(self, cpu: bool = False) -> list[float]:
             ends = self.cpu_ends if cpu else self.ends
@@ -173,10 +179,10 @@ def check_equal_work(bare: SideRun, ours: SideRun, label: str) -> None:
                           f"vs {ours.mean_completion_length:.2f} (pipeline)")
 
 
-def measure(rounds: int, steps: int, log=print, tools: bool = False) -> dict:
+def measure(rounds: int, steps: int, log=print, tools: bool = False, reward_timeout: Optional[float] = None) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    cfg = bench_config(steps, tools=tools)
+    cfg = bench_config(steps, tools=tools, **({} if reward_timeout is None else {"reward_timeout": reward_timeout}))
     prepared = prepare(cfg)
     bare: list[float] = []
     ours: list[float] = []
@@ -244,11 +250,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--tools", action="store_true", help="a tool run (TRL's tool loop, a steered tiny Qwen2)")
+    parser.add_argument("--reward_timeout", type=float, default=None,
+                        help="the pipeline's reward_timeout (default: the recipe's, 600 s: each reward in a process "
+                             "of its own; 0: every reward in the trainer's process, without a limit)")
     args = parser.parse_args()
     if args.steps < 3 or args.rounds < 1:
         parser.error("--steps must be at least 3 and --rounds at least 1")
     try:
-        report(measure(args.rounds, args.steps, log=lambda line: print(line, flush=True), tools=args.tools))
+        report(measure(args.rounds, args.steps, log=lambda line: print(line, flush=True), tools=args.tools,
+                       reward_timeout=args.reward_timeout))
     except UnequalWork as err:
         print(f"error: unequal work, the ratio would mean nothing: {err}", file=sys.stderr)
         return 1

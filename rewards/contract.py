@@ -8,11 +8,12 @@ with one value per completion; kwargs carry the dataset's other columns (ours: `
 one entry per completion), `trainer_state`, `log_extra` and `log_metric` (docs/rewards.md); which exactly is
 TRL's rule, read in one place (rewards/trl_source.py).
 
-`check_rewards` (the values one call returned) is the contract: a list (or tuple, or 1-D array) of exactly one
+`check_rewards` (the values one call returned, rewards/returned.py) is the contract: a list (or tuple, or 1-D array) of exactly one
 int/float (numpy numbers included) or None per completion, every number finite. bools, strings, a scalar, a generator,
 NaN and inf are refused. `guard_reward` wraps a function so that each call is checked by that contract, a
 raise becomes a `RewardFailure` naming the function and the sample, and the share of None is logged
-(`rewards/<name>/none_frac`) and warned about once. The same wrapper serves the pre-load probe
+(`rewards/<name>/none_frac`) and warned about once. With reward_timeout set, each call runs in the reward's own
+process, killed at the deadline (rewards/worker.py). The same wrapper serves the pre-load probe
 (pipeline/preflight.py) and the trainer (pipeline/trainer/build.py), so `--check` and the run agree.
 No torch here.
 """
@@ -23,23 +24,14 @@ import asyncio
 import copy
 import functools
 import inspect
-import math
-import numbers
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from env.text import excerpt, printable, shorten
+from env.text import excerpt, shorten
 from rewards.deadline import RewardTimeout, reward_deadline
+from rewards.returned import RewardFailure, check_rewards, raised_at
 from rewards.trl_source import trl_rule
-
-
-class RewardFailure(RuntimeError):
-    """A reward function raised or broke the contract. `name` is the function, `message` says what and where."""
-
-    def __init__(self, name: str, message: str):
-        self.name, self.detail = name, message
-        super().__init__(f"reward function `{name}` {message}")
+from rewards.worker import RewardRaised, RewardWorker, Unsendable, WorkerEnded, can_fork
 
 
 def reward_name(func: Any) -> str:
@@ -53,67 +45,6 @@ def is_async_reward(func: Any) -> bool:
     while isinstance(func, functools.partial):
         func = func.func
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(func.__call__)
-
-
-def check_rewards(name: str, output: Any, n: int) -> list[Optional[float]]:
-    """`output` as a list of n floats or None, or a RewardFailure that says what came back instead.
-
-    >>> check_rewards("f", [1, 0.5, None], 3)
-    [1.0, 0.5, None]
-    >>> check_rewards("f", 1.0, 2)
-    Traceback (most recent call last):
-    ...
-    rewards.contract.RewardFailure: reward function `f` returned 1.0 (a float), not a list of one number (or None) ...
-    """
-    try:
-        return _checked(name, output, n)
-    except RewardFailure:
-        raise
-    except Exception as err:  # noqa: BLE001 - a value that cannot even be read (a meta tensor, a broken __len__)
-        raise RewardFailure(name, f"returned {_kind(output)} that cannot be read as numbers ({type(err).__name__}: "
-                            f"{shorten(printable(err), 200)}); return a list of plain floats (or None), one per "
-                            "completion.") from None
-
-
-def _kind(value: Any) -> str:
-    """What a value is, for a message: its type, and a tensor's device."""
-    device = getattr(value, "device", None) if type(value).__module__.startswith("torch") else None
-    return f"a {type(value).__name__}" + (f" on device {printable(device)}" if device is not None else "")
-
-
-def _checked(name: str, output: Any, n: int) -> list[Optional[float]]:
-    if getattr(output, "ndim", None) == 1 and hasattr(output, "tolist"):  # a 1-D numpy array or torch tensor
-        output = output.tolist()
-    if not isinstance(output, (list, tuple)):
-        raise RewardFailure(name, f"returned {excerpt(output, 120)} (a {type(output).__name__}), not a list of one "
-                            f"number (or None) per completion; return e.g. [1.0, 0.0, ...] with {n} values.")
-    if len(output) != n:
-        raise RewardFailure(name, f"returned {len(output)} values for {n} completions; return exactly one "
-                            "number (or None) per completion, in order.")
-    checked: list[Optional[float]] = []
-    for i, value in enumerate(output):
-        if value is None:
-            checked.append(None)
-            continue
-        checked.append(_number(name, i, value))
-    return checked
-
-
-def _number(name: str, i: int, value: Any) -> float:
-    """One returned value as a finite float: an int or float (numpy's and Fraction included, numbers.Real), never a
-    bool, a Decimal, a complex or a tensor; one too large for a float (10**400) or not finite is refused."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
-        raise RewardFailure(name, f"returned {excerpt(value, 120)} ({_kind(value)}) for completion {i}; each value "
-                            "must be an int or float, or None when the sample cannot be judged.")
-    try:
-        number = float(value)
-    except (OverflowError, ValueError, TypeError) as err:
-        raise RewardFailure(name, f"returned {excerpt(value, 60)} for completion {i}, which is no float "
-                            f"({type(err).__name__}: {err}); rewards must be finite floats.") from None
-    if not math.isfinite(number):
-        raise RewardFailure(name, f"returned {excerpt(value)} for completion {i}; rewards must be finite "
-                            "(return None for a sample that cannot be judged).")
-    return number
 
 
 def _sample(i: int, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> str:
@@ -136,16 +67,18 @@ def _sample(i: int, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> s
         f", {', '.join(f'{k}={excerpt(v, 40)}' for k, v in columns.items())}" if columns else "")
 
 
-def _first_failing(func: Callable, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Optional[int]:
-    """The index of the first single completion on which `func` raises too (None: it only fails on the batch)."""
+def _first_failing(call: Callable, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Optional[int]:
+    """The index of the first single completion on which the reward raises too (None: it only fails on the batch,
+    or a single call ran past the deadline). `call(prompts, completions, kwargs)` makes one call."""
     for i in range(len(completions)):
         one = {k: ([v[i]] if isinstance(v, (list, tuple)) and len(v) == len(completions) else v)
                for k, v in kwargs.items()}
         try:
-            mine_prompts, mine_completions, mine = own_batch([prompts[i]], [completions[i]], one)
-            func(prompts=mine_prompts, completions=mine_completions, **mine)
+            call(*own_batch([prompts[i]], [completions[i]], one))
         except _NOT_A_REWARD_FAILURE:
             raise
+        except RewardTimeout:  # each further sample could wait as long again
+            return None
         except BaseException:  # noqa: BLE001 - we are looking for the sample that raises
             return i
     return None
@@ -219,35 +152,12 @@ def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[A
     return copy.deepcopy(prompts), copy.deepcopy(completions), columns
 
 
-def _code_of(func: Any) -> Any:
-    """The function whose code a reward runs: through functools.partial and decorators (__wrapped__), and a
-    callable instance's __call__."""
-    while isinstance(func, functools.partial):
-        func = func.func
-    func = inspect.unwrap(func)
-    if not (inspect.isfunction(func) or inspect.ismethod(func)):
-        func = getattr(type(func), "__call__", func)
-    return func
+class _Settled(RewardFailure):
+    """A RewardFailure the reward's worker settled (its output broke the contract, or the worker ended): passed on
+    as it is, where a RewardFailure the reward itself raised is reported as its raise."""
 
 
-def raised_at(func: Any, err: BaseException) -> str:
-    """Where a reward's raise happened, for its message: " (at FILE line N)", the deepest line of the traceback in
-    the reward's own file (else where the reward is defined); "" when neither is known (a builtin)."""
-    code = _code_of(func)
-    try:
-        defined = inspect.getsourcefile(code)
-        first_line = inspect.getsourcelines(code)[1]
-    except (TypeError, OSError):
-        return ""
-    if defined is None:
-        return ""
-    line = first_line
-    frame = err.__traceback__
-    while frame is not None:
-        if os.path.abspath(frame.tb_frame.f_code.co_filename) == os.path.abspath(defined):
-            line = frame.tb_lineno
-        frame = frame.tb_next
-    return f" (at {defined} line {line})"
+_HERE = object()  # the call runs in this process (no worker, or arguments that cannot be sent to it)
 
 
 def _timed_out(name: str, seconds: Optional[float], n: int) -> RewardFailure:
@@ -256,8 +166,70 @@ def _timed_out(name: str, seconds: Optional[float], n: int) -> RewardFailure:
                          "raise reward_timeout (0 = no limit).")
 
 
+class _Worker:
+    """A reward's calls in its own process (rewards/worker.py), as the guard makes them."""
+
+    def __init__(self, func: Callable, name: str, timeout: float, warn: Callable[[str], None]):
+        self.func, self.name, self.timeout, self.warn = func, name, timeout, warn
+        self.worker = RewardWorker(func, name, is_async_reward(func))
+        self.unsendable: list[str] = []  # the argument that could not be sent, once warned
+
+    def batch(self, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Any:
+        """The call's checked values, or _HERE when it must run in this process instead (warned once)."""
+        try:
+            status, value = self.worker.call(prompts, completions, kwargs, self.timeout)
+        except Unsendable as err:
+            if not self.unsendable:
+                self.unsendable.append(err.key)
+                self.warn(f"reward `{self.name}` gets {err.key}, which cannot be sent to the reward's own process "
+                          f"({shorten(err.why, 160)}); it runs in the trainer's process instead, where "
+                          "reward_timeout holds only for a reward that lets an alarm through, in the main thread "
+                          "(docs/rewards.md). Make it picklable, or set reward_timeout 0 to run every reward "
+                          "there. (Warned once.)")
+            return _HERE
+        except WorkerEnded as err:
+            raise _Settled(self.name, f"ended its own process ({err}) on a batch of {len(completions)} completions "
+                           f"(first: {_sample(0, prompts, completions, kwargs)}); while reward_timeout is set a "
+                           "reward runs in a process of its own (docs/rewards.md): look for an os._exit(), a crash "
+                           "in a C library, or the out-of-memory killer.") from None
+        if status == "broke":
+            raise _Settled(self.name, value)
+        return value
+
+    def single(self, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Any:
+        """One call on one sample, for the search of the failing one (a raise is what it looks for)."""
+        if self.unsendable:
+            return self.func(prompts=prompts, completions=completions, **kwargs)
+        try:
+            return self.worker.call(prompts, completions, kwargs, self.timeout)
+        except WorkerEnded as err:
+            raise RewardRaised("WorkerEnded", str(err), "", False) from None
+
+
+def _failure(func: Callable, name: str, single: Callable, err: BaseException, prompts: Any, completions: Any,
+             kwargs: dict[str, Any]) -> RewardFailure:
+    """What `func` raised (here, or in its worker: a RewardRaised) as one RewardFailure naming the sample it raised
+    on (`single(prompts, completions, kwargs)` calls it on one sample), or how to write it when TRL's call does not
+    fit its signature."""
+    raised = err if isinstance(err, RewardRaised) else RewardRaised(type(err).__name__, str(err),
+                                                                    raised_at(func, err), isinstance(err, TypeError))
+    if raised.type_error and not _accepts(func, kwargs):
+        withheld = [c for c in trl_rule()["not_columns"] if f"'{c}'" in raised.text and c not in kwargs]
+        why = (f" TRL never passes a dataset column named {', '.join(map(repr, withheld))} to a reward "
+               "(GRPOTrainer._calculate_rewards leaves out prompt, completion and completion_ids): read "
+               "`prompts` / `completions`, or rename the column." if withheld else "")
+        return RewardFailure(name, f"cannot be called the way TRL calls it ({raised.text}). Write it as "
+                             "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
+                             f"{', '.join(sorted(kwargs))} (docs/rewards.md).{why}")
+    index = _first_failing(single, prompts, completions, kwargs) if not is_async_reward(func) else None
+    where = f" on {_sample(index, prompts, completions, kwargs)}" if index is not None else (
+        f" on a batch of {len(completions)} completions (first: {_sample(0, prompts, completions, kwargs)})")
+    return RewardFailure(name, f"raised {raised.type_name}: {shorten(raised.text, 300)}{where}{raised.at}")
+
+
 def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
-                 hold: Optional[Callable[[RewardFailure], None]] = None, timeout: Optional[float] = None) -> Callable:
+                 hold: Optional[Callable[[RewardFailure], None]] = None, timeout: Optional[float] = None,
+                 own_process: bool = True) -> Callable:
     """`func` wrapped in the contract: same `__name__` (TRL's log key), each call's values checked by
     `check_rewards`, a raise turned into RewardFailure naming the sample, None's share logged and warned once.
     Every way out of a reward but the user's KeyboardInterrupt is a raise here (`sys.exit()` included), and each
@@ -268,7 +240,11 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     With `timeout` (seconds; the run's reward_timeout), a call that does not return in time is a RewardFailure:
     the trainer then raises it after TRL's reward loop, on every process together
     (pipeline/trainer/reward_failures.py), since a raise on one process inside the loop would leave the others
-    waiting forever in the loop's gather.
+    waiting forever in the loop's gather. The deadline holds for every reward: each call runs in the reward's own
+    worker process (rewards/worker.py), killed at the deadline and forked again for the next call. `own_process`
+    False (our health observer, which the trainer's callbacks read) keeps the calls in this process, under the
+    cooperative alarm of rewards/deadline.py; so does a call whose arguments cannot be pickled (warned once).
+    Without `timeout` (None or 0) every call runs here, without a limit.
 
     >>> guarded = guard_reward(lambda prompts, completions, **kw: [len(c) for c in completions])
     >>> guarded(prompts=["p", "p"], completions=["ab", "c"])
@@ -276,6 +252,7 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     """
     name = reward_name(func)
     nones = _NoneShare(name, warn)
+    worker = _Worker(func, name, timeout, warn) if timeout and own_process and can_fork() else None
 
     def finish(output: Any, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
         values = check_rewards(name, output, len(completions))
@@ -283,31 +260,24 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
         return values
 
     def failure(err: BaseException, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> RewardFailure:
-        if isinstance(err, TypeError) and not _accepts(func, kwargs):
-            withheld = [c for c in trl_rule()["not_columns"] if f"'{c}'" in str(err) and c not in kwargs]
-            why = (f" TRL never passes a dataset column named {', '.join(map(repr, withheld))} to a reward "
-                   "(GRPOTrainer._calculate_rewards leaves out prompt, completion and completion_ids): read "
-                   "`prompts` / `completions`, or rename the column." if withheld else "")
-            return RewardFailure(name, f"cannot be called the way TRL calls it ({err}). Write it as "
-                                 "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
-                                 f"{', '.join(sorted(kwargs))} (docs/rewards.md).{why}")
-        index = _first_failing(func, prompts, completions, kwargs) if not is_async_reward(func) else None
-        where = f" on {_sample(index, prompts, completions, kwargs)}" if index is not None else (
-            f" on a batch of {len(completions)} completions (first: {_sample(0, prompts, completions, kwargs)})")
-        return RewardFailure(name, f"raised {type(err).__name__}: {shorten(str(err), 300)}{where}"
-                                   f"{raised_at(func, err)}")
+        single = worker.single if worker is not None else (lambda p, c, kw: func(prompts=p, completions=c, **kw))
+        return _failure(func, name, single, err, prompts, completions, kwargs)
 
     if is_async_reward(func):  # TRL runs async rewards concurrently; keep them async
         @functools.wraps(func)
         async def guarded_async(prompts=None, completions=None, **kwargs):
-            try:
-                mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
-                output = await asyncio.wait_for(func(prompts=mine_prompts, completions=mine_completions, **mine),
-                                                timeout or None)
+            try:  # the worker is waited for in a thread: the loop stays free for the other async rewards
+                output = await asyncio.to_thread(worker.batch, prompts, completions, kwargs) if worker else _HERE
+                if output is _HERE:
+                    mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
+                    output = await asyncio.wait_for(func(prompts=mine_prompts, completions=mine_completions,
+                                                         **mine), timeout or None)
             except _NOT_A_REWARD_FAILURE:
                 raise
-            except asyncio.TimeoutError:
+            except (asyncio.TimeoutError, RewardTimeout):
                 raise _timed_out(name, timeout, len(completions)) from None
+            except _Settled:
+                raise
             except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
                 raise failure(err, prompts, completions, kwargs) from err
             return finish(output, prompts, completions, kwargs)
@@ -317,13 +287,17 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     @functools.wraps(func)
     def guarded(prompts=None, completions=None, **kwargs):
         try:
-            mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
-            with reward_deadline(timeout):
-                output = func(prompts=mine_prompts, completions=mine_completions, **mine)
+            output = worker.batch(prompts, completions, kwargs) if worker is not None else _HERE
+            if output is _HERE:
+                mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
+                with reward_deadline(timeout):
+                    output = func(prompts=mine_prompts, completions=mine_completions, **mine)
         except _NOT_A_REWARD_FAILURE:
             raise
         except RewardTimeout:  # never retried sample by sample: each would wait as long again
             raise _timed_out(name, timeout, len(completions)) from None
+        except _Settled:  # the worker's verdict on the output, or its end: already named
+            raise
         except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
             raise failure(err, prompts, completions, kwargs) from err
         return finish(output, prompts, completions, kwargs)

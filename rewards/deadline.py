@@ -1,7 +1,11 @@
-"""A reward call's deadline (reward_timeout): SIGALRM around a synchronous call, in the main thread.
+"""A reward call's deadline in the trainer's own process: SIGALRM around a synchronous call, in the main thread.
 
-rewards/contract.py guard_reward runs each call inside `reward_deadline` and turns RewardTimeout into a RewardFailure
-naming the reward (an async reward is bounded by asyncio.wait_for there instead).
+Cooperative, so it does not hold for every reward (math_verify's own alarm cancels it, a blocked event loop or a
+hung thread is out of its reach, and off the main thread there is none): while reward_timeout is set, rewards run in
+a process of their own that is killed at the deadline (rewards/worker.py). This alarm is what is left for the calls
+that stay here: our health observer, and a call whose arguments cannot be pickled for the worker.
+rewards/contract.py guard_reward turns RewardTimeout, from either, into a RewardFailure naming the reward (an async
+reward that stays here is bounded by asyncio.wait_for instead).
 """
 
 from __future__ import annotations

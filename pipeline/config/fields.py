@@ -248,7 +248,9 @@ class GRPOArguments:
                                     roles={"eval_input": "scoring"})
     reward_weights: Optional[list[float]] = _help("One weight per reward function; None = all 1.0.", default=None)
     reward_timeout: float = _help("Seconds one reward call may run; past it the run stops with a checkpoint and a "
-                                  "summary naming the reward. 0 = no limit.", default=600.0, ge=0)
+                                  "summary naming the reward. While set, each reward runs in a process of its own, "
+                                  "killed at the deadline (docs/rewards.md). 0 = no limit, every reward in the "
+                                  "trainer's process.", default=600.0, ge=0)
     # TRL's trainer arguments for agents (not GRPOConfig fields): user code, resolved by pipeline/trainer/agents.py
     tools: list[str] = _help(
         "TRL's tools: functions the model may call in its rollouts, as module:function or dotted paths (found as "

@@ -68,7 +68,7 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     # RewardFailure naming the sample (the run stops cleanly, pipeline/train.py), None's share logged.
     # A failure is held and raised after TRL's reward gather, on every process together (reward_failures.py).
     latch = RewardFailureLatch()
-    reward_funcs = [guard_reward(func, hold=latch.hold, timeout=spec.reward_timeout) for func in reward_funcs]
+    reward_funcs = guarded_rewards(reward_funcs, observer, latch.hold, spec.reward_timeout)
 
     args = grpo_training_args(spec, backend, backend_settings, model, prepared, output_dir, weights)
     # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
@@ -120,6 +120,13 @@ def _engine_kept(args, previous: Any):
     from pipeline.backends.vllm_engine import colocated_engine
 
     return colocated_engine(previous)
+
+
+def guarded_rewards(reward_funcs: list, observer, hold, timeout: Optional[float]) -> list:
+    """Every reward in the contract (rewards/contract.py guard_reward), failures handed to `hold`. With
+    reward_timeout set, each of the recipe's rewards runs in a process of its own, killed at the deadline
+    (rewards/worker.py); the health `observer` stays in this process: the health callback reads what it saw."""
+    return [guard_reward(func, hold=hold, timeout=timeout, own_process=func is not observer) for func in reward_funcs]
 
 
 def record_effective_config(trainer, spec: TrainerSpec, backend, backend_settings: Any, model,

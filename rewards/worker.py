@@ -1,0 +1,356 @@
+"""A reward's own process: the deadline (reward_timeout) that holds for every reward a user can write.
+
+An alarm in the trainer's process is cooperative: math_verify's own timeout ends with `signal.alarm(0)` and cancels
+it, an `async def` reward that blocks its loop cannot be preempted, a ThreadPoolExecutor's exit waits for its hung
+thread, a C call holding the GIL never lets the handler run, and off the main thread there is no signal at all. A
+process can always be ended. So while reward_timeout is set, each reward runs in a worker process of its own
+(`RewardWorker`), forked from the trainer's process on its first call: the parent sends the batch through a pipe,
+waits at most reward_timeout for the answer, and past it kills the worker's whole process group (SIGKILL: nothing
+a reward does can hold it) and raises RewardTimeout. The next call forks a fresh worker.
+
+Fork, not spawn or forkserver: the worker inherits the reward itself, so every callable TRL takes works as it is
+(a lambda, a closure, a callable object, a functools.partial, a module loaded from the user's file), with the state
+it had in the trainer's process when the worker was forked. What changes (docs/rewards.md "Its own process"):
+
+- state a reward keeps (a counter, a cache, a judge's client) lives in the worker: it carries over from call to call
+  as before, but the trainer's process never sees it, and a worker forked again after a timeout (or a crash)
+  starts from the trainer's copy;
+- its arguments are copies (pickled): `trainer_state` is a copy (sent as what changed since the last call),
+  `log_metric` / `log_extra` are recorded there and replayed on the trainer's own after the call; an argument that
+  cannot be pickled (an environment holding a socket) makes that call run in the trainer's process, warned once;
+- a forked worker cannot start CUDA when the trainer already has: a reward that runs a model on the GPU itself
+  needs reward_timeout 0 (no worker, no limit).
+
+Each worker lives as long as the guarded reward that owns it (multiprocessing.util.Finalize: on garbage
+collection, and at exit before multiprocessing joins its children), and ends itself when the trainer's process is
+gone. The cost is one pipe round trip per reward call: bench/overhead.py measures it against bare TRL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import gc
+import io
+import multiprocessing
+import multiprocessing.util
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from rewards.deadline import RewardTimeout
+from rewards.returned import RewardFailure, check_rewards, raised_at
+
+# The trainer's own objects among a reward's keywords whose calls are recorded in the worker and replayed here.
+_RECORDED = ("log_metric", "log_extra")
+_STATE = "trainer_state"
+_PROTOCOL = pickle.HIGHEST_PROTOCOL
+_live: set["_Process"] = set()  # every worker of this process: a new worker closes the others' pipe ends
+_ended_cpu = 0.0  # CPU seconds of the workers stopped so far (workers_cpu_seconds)
+
+
+class RewardRaised(Exception):
+    """The reward raised in its worker: what it raised, as text (an exception object may not survive pickling)."""
+
+    def __init__(self, type_name: str, text: str, at: str, type_error: bool):
+        super().__init__(text)
+        self.type_name, self.text, self.at, self.type_error = type_name, text, at, type_error
+
+
+class WorkerEnded(Exception):
+    """The worker process ended during a call (os._exit, a crash in a C library, the out-of-memory killer)."""
+
+
+class Unsendable(Exception):
+    """An argument of the call cannot be pickled for the worker: `key` names it."""
+
+    def __init__(self, key: str, why: str):
+        super().__init__(f"{key}: {why}")
+        self.key, self.why = key, why
+
+
+class _Recorded:
+    """Stands for `log_metric` / `log_extra` in the request: the worker records the calls instead."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+
+class _StateUpdate:
+    """`trainer_state` as what changed since the last call: its fields but log_history, and the log entries added
+    (all of them after `fresh`: a new worker, another state object, or a log that shrank)."""
+
+    def __init__(self, cls: type, fields: dict[str, Any], new_entries: list[Any], fresh: bool):
+        self.cls, self.fields, self.new_entries, self.fresh = cls, fields, new_entries, fresh
+
+
+class _Process:
+    """One forked worker: the process and the parent's end of its pipe."""
+
+    def __init__(self, func: Callable, name: str, is_async: bool):
+        ctx = multiprocessing.get_context("fork")
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        gc.freeze()  # the child's collector then leaves the parent's objects (and their memory pages) alone
+        try:
+            self.proc = ctx.Process(target=_serve, args=(func, name, is_async, child_conn, self.conn, os.getpid()),
+                                    name=f"grpo-reward-{name}", daemon=False)  # a reward may start its own processes
+            self.proc.start()
+        finally:
+            gc.unfreeze()
+        child_conn.close()
+        try:
+            os.setpgid(self.proc.pid, self.proc.pid)  # its own group (the child sets it too: whoever runs first)
+        except OSError:
+            pass
+        self.state_key: Any = None
+        self.log_length = 0
+        _live.add(self)
+
+    def alive(self) -> bool:
+        return self.proc.is_alive()
+
+    def stop(self) -> str:
+        """Kill the worker and everything it started; how it ended, for a message."""
+        global _ended_cpu
+        if self in _live:
+            _ended_cpu += self.cpu_seconds()
+        _live.discard(self)
+        if self.proc.exitcode is None:
+            for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
+                try:
+                    kill()
+                except (OSError, ValueError):
+                    continue
+        self.proc.join(5)
+        self.conn.close()
+        code = self.proc.exitcode
+        return (f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds the live worker has used (Linux /proc; 0 elsewhere)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", encoding="ascii") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+
+class RewardWorker:
+    """The process a reward runs in while reward_timeout is set; see the module docstring. One call at a time."""
+
+    def __init__(self, func: Callable, name: str, is_async: bool):
+        self.func, self.name, self.is_async = func, name, is_async
+        self.lock = threading.Lock()
+        self.process: Optional[_Process] = None
+        self.starts = 0  # workers forked so far (the first, then one after each timeout or crash)
+        self._holder: list[Optional[_Process]] = [None]  # what the finalizer stops, without holding self
+        multiprocessing.util.Finalize(self, _stop_holder, args=(self._holder,), exitpriority=100)
+
+    def call(self, prompts: Any, completions: Any, kwargs: dict[str, Any], timeout: float) -> tuple[str, Any]:
+        """One call in the worker: ("ok", checked values) or ("broke", what the contract says of the output).
+        Raises RewardTimeout past `timeout` seconds (the worker is killed), RewardRaised, WorkerEnded, or
+        Unsendable before anything was sent. `log_metric` / `log_extra` calls are replayed on kwargs' own."""
+        recorded = {key: kwargs[key] for key in _RECORDED if callable(kwargs.get(key))}
+        with self.lock:
+            if self.process is None or not self.process.alive():
+                self._start()
+            process = self.process
+            sendable = {key: (_Recorded(key) if key in recorded else value) for key, value in kwargs.items()}
+            if _STATE in sendable and hasattr(sendable[_STATE], "log_history"):
+                sendable[_STATE] = _state_update(process, sendable[_STATE])
+            try:
+                payload = pickle.dumps((prompts, completions, sendable), protocol=_PROTOCOL)
+            except Exception as err:  # noqa: BLE001 - anything pickling raises: name the argument
+                process.state_key = None  # the update was not sent
+                raise _unsendable(prompts, completions, sendable, err) from None
+            try:
+                process.conn.send_bytes(payload)
+                if not process.conn.poll(timeout):
+                    self._stop()
+                    raise RewardTimeout()
+                reply, logs = pickle.loads(process.conn.recv_bytes())
+            except (EOFError, OSError) as err:
+                how = self._stop()
+                raise WorkerEnded(how) from err
+            except BaseException:  # a signal's raise (Ctrl-C) while waiting: the reply would come out of turn
+                if self.process is not None:
+                    self._stop()
+                raise
+        for key, args in logs:
+            if key in recorded:
+                recorded[key](*args)
+            elif key in ("stdout", "stderr"):  # what the reward printed to a stream this process replaced
+                getattr(sys, key).write(*args)
+        if reply[0] == "raised":
+            raise RewardRaised(*reply[1:])
+        return reply
+
+    def _start(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+        self.process = self._holder[0] = _Process(self.func, self.name, self.is_async)
+        self.starts += 1
+
+    def _stop(self) -> str:
+        process, self.process, self._holder[0] = self.process, None, None
+        return process.stop() if process is not None else "not started"
+
+
+def _stop_holder(holder: list) -> None:
+    if holder and holder[0] is not None:
+        holder[0].stop()
+        holder[0] = None
+
+
+def can_fork() -> bool:
+    """Whether this platform forks (Linux, macOS): elsewhere (Windows) rewards stay in the trainer's process, under
+    the alarm of rewards/deadline.py where there is one."""
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+def workers_cpu_seconds() -> float:
+    """CPU seconds the reward workers of this process have used, live and stopped: bench/overhead.py adds them to
+    the trainer's own, so that work moved into a worker is still counted."""
+    return _ended_cpu + sum(process.cpu_seconds() for process in list(_live))
+
+
+def _state_update(process: _Process, state: Any) -> _StateUpdate:
+    log = state.log_history
+    fresh = process.state_key != (id(state), id(log)) or len(log) < process.log_length
+    start = 0 if fresh else process.log_length
+    process.state_key, process.log_length = (id(state), id(log)), len(log)
+    fields = {key: value for key, value in vars(state).items() if key != "log_history"}
+    return _StateUpdate(type(state), fields, log[start:], fresh)
+
+
+def _unsendable(prompts: Any, completions: Any, kwargs: dict[str, Any], err: BaseException) -> Unsendable:
+    for key, value in (("prompts", prompts), ("completions", completions), *kwargs.items()):
+        try:
+            pickle.dumps(value, protocol=_PROTOCOL)
+        except Exception as own:  # noqa: BLE001
+            return Unsendable(key, f"{type(own).__name__}: {own}")
+    return Unsendable("the batch", f"{type(err).__name__}: {err}")
+
+
+# ---- in the worker process ----
+
+def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any, parent_pid: int) -> None:
+    """The worker's loop: one request, one reply, until the parent's end closes (or the parent is gone)."""
+    parent_end.close()
+    for other in list(_live):  # the pipes of the workers forked before: theirs, not ours to hold open
+        other.conn.close()
+    _live.clear()
+    try:
+        os.setpgid(0, 0)  # its own group: a kill at the deadline takes what the reward started too
+    except OSError:
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it ends the worker
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    threading.Thread(target=_follow_parent, args=(parent_pid,), daemon=True).start()
+    asyncio.events._set_running_loop(None)  # forked from a thread that was running TRL's loop, maybe
+    loop = asyncio.new_event_loop() if is_async else None  # one loop for every call, as TRL keeps one
+    # A print reaches the terminal straight from here; a stream the trainer's process replaced (a notebook's, a
+    # test's capture) lives in that process only: what the reward prints to it is sent back and written there.
+    relayed = {key: io.StringIO() for key in ("stdout", "stderr")
+               if getattr(sys, key) is not getattr(sys, f"__{key}__")}
+    for key, buffer in relayed.items():
+        setattr(sys, key, buffer)
+    state: Any = None
+    while True:
+        try:
+            prompts, completions, kwargs = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            os._exit(0)
+        logs: list[tuple[str, tuple]] = []
+        for key, value in list(kwargs.items()):
+            if isinstance(value, _Recorded):
+                kwargs[key] = _recorder(key, logs)
+            elif isinstance(value, _StateUpdate):
+                kwargs[key] = state = _apply(state, value)
+        try:
+            output = func(prompts=prompts, completions=completions, **kwargs)
+            if loop is not None:
+                output = loop.run_until_complete(output)
+            reply: tuple = ("ok", check_rewards(name, output, len(completions)))
+        except RewardFailure as failure:
+            reply = ("broke", failure.detail)
+        except BaseException as err:  # noqa: BLE001 - every way out of the reward is reported, none ends the worker
+            reply = _raised(func, err)
+        for stream in (sys.stdout, sys.stderr):  # what the reward printed, before a kill could lose it
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        for key, buffer in relayed.items():
+            if buffer.tell():
+                logs.append((key, (buffer.getvalue(),)))
+                buffer.seek(0)
+                buffer.truncate()
+        try:
+            data = pickle.dumps((reply, logs), protocol=_PROTOCOL)
+        except Exception:  # noqa: BLE001 - a logged value that does not pickle: the reply without the logs
+            data = pickle.dumps((reply, []), protocol=_PROTOCOL)
+        try:
+            conn.send_bytes(data)
+        except OSError:
+            os._exit(0)
+
+
+def _raised(func: Callable, err: BaseException) -> tuple:
+    try:
+        text = str(err)
+    except Exception:  # noqa: BLE001 - a __str__ that raises
+        text = f"<{type(err).__name__} that cannot be printed>"
+    if isinstance(err, RuntimeError) and "Cannot re-initialize CUDA in forked subprocess" in text:
+        text += (" (while reward_timeout is set a reward runs in a process of its own, forked from the trainer's, "
+                 "which cannot start CUDA again: set reward_timeout 0 to run it in the trainer's process)")
+    try:
+        at = raised_at(func, err)
+    except Exception:  # noqa: BLE001
+        at = ""
+    return ("raised", type(err).__name__, text, at, isinstance(err, TypeError))
+
+
+def _recorder(key: str, logs: list) -> Callable:
+    def record(*args: Any) -> None:
+        logs.append((key, args))
+
+    record.__name__ = key
+    return record
+
+
+def _apply(state: Any, update: _StateUpdate) -> Any:
+    if update.fresh or state is None or type(state) is not update.cls:
+        state = update.cls.__new__(update.cls)
+        state.__dict__.update(update.fields)
+        state.log_history = list(update.new_entries)
+        return state
+    state.__dict__.update(update.fields)
+    state.log_history.extend(update.new_entries)
+    return state
+
+
+def _follow_parent(parent_pid: int) -> None:
+    """End the worker (and what it started) once the trainer's process is gone, hung reward or not."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent_pid:
+            try:
+                if os.getpgid(0) == os.getpid():  # only its own group, never the one it was started in
+                    os.killpg(0, signal.SIGKILL)
+            finally:
+                os._exit(0)
+
+
+def _stop_all() -> None:
+    for process in list(_live):
+        process.stop()
+
+
+# Registered after multiprocessing's own exit hook (imported above), so it runs first: that hook joins the workers.
+atexit.register(_stop_all)
