@@ -1,7 +1,8 @@
 """Tools, environments and rollout functions handed to the real trl.GRPOTrainer, on the tiny Qwen2 with the real
 Qwen2.5 tokenizer and chat template (tools included). A random model never calls a tool by itself, so the tool runs
 steer generation with TRL's own `generation_kwargs.sequence_bias` (tests/agent_helpers.py forced_text_bias): the
-model writes Qwen2.5's tool-call format, TRL parses it and runs the tool loop, as it would for a trained model."""
+model writes Qwen2.5's tool-call format, TRL parses it and runs the tool loop, as it would for a trained model.
+The tests that need only reach TRL's first step (a fault, a reward source) use the byte-level demo models."""
 
 from __future__ import annotations
 
@@ -137,12 +138,22 @@ def test_export_keeps_the_chat_templates_tool_support(tools_run, tmp_path, capsy
     assert '"name": "add"' in rendered and "<tools>" in rendered
 
 
+def one_step_config(output_dir: Path, model: str, **overrides):
+    """The least run that reaches TRL's first training step: the byte-level demo model (`tiny-demo`, or
+    `tiny-demo-tools` with Qwen2.5's chat template and tools), one short arithmetic prompt, a group of 2 and 4-token
+    completions. What these tests prove (how an agent's fault or its reward reaches the run) does not depend on the
+    vocabulary, and the real tokenizer's 151k-token loads and head are the bulk of a tiny-qwen2.5 run."""
+    return tiny_qwen_config(output_dir, model_name_or_path=model, dataset_name="demo-arithmetic", max_seq_length=512,
+                            max_samples=2, num_generations=2, per_device_train_batch_size=2,
+                            max_completion_length="4", max_steps=1, save_steps=100,
+                            lora_target_modules=["q_proj"], **overrides)
+
+
 def test_a_rollout_func_that_breaks_trls_contract_stops_the_run_naming_it(tmp_path, env_patch):
     """Found while training, an agent's fault ends as a failing reward's does: stopped (exit 3), named, never an
     internal error."""
-    cfg = tiny_qwen_config(tmp_path / "run", max_steps=1, save_steps=100, max_samples=4, num_generations=2,
-                           per_device_train_batch_size=2, rollout_func="agent_helpers:rollout_without_logprobs",
-                           reward_funcs=["agent_helpers:saw_rollout_source"])
+    cfg = one_step_config(tmp_path / "run", "tiny-demo", rollout_func="agent_helpers:rollout_without_logprobs",
+                          reward_funcs=["agent_helpers:saw_rollout_source"])
     result = run_training(cfg)
     assert result.status == "stopped" and result.exit_code == 3
     reason = result.summary["reason"] if "reason" in result.summary else json.dumps(result.summary)
@@ -151,9 +162,8 @@ def test_a_rollout_func_that_breaks_trls_contract_stops_the_run_naming_it(tmp_pa
 
 
 def test_an_environments_get_reward_may_be_the_only_reward(tmp_path, env_patch):
-    cfg = tiny_qwen_config(tmp_path / "run", max_steps=1, save_steps=100, max_samples=4, num_generations=2,
-                           per_device_train_batch_size=2, environment_factory="agent_helpers:Counter",
-                           reward_funcs=[], max_tool_calling_iterations=1)
+    cfg = one_step_config(tmp_path / "run", "tiny-demo-tools", environment_factory="agent_helpers:Counter",
+                          reward_funcs=[], max_tool_calling_iterations=1)
     result = run_training(cfg)
     assert result.status == "completed"
     step = next(json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()

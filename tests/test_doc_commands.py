@@ -18,11 +18,14 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
+import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
@@ -135,9 +138,11 @@ def test_no_doc_line_has_text_that_bash_expands(doc, line):
     assert not bad_quoting(line), f"{doc}: {line}: single-quote it ('...'), as bash pastes \"$3\" as empty"
 
 
-def example_files() -> dict[str, str]:
+@functools.lru_cache(maxsize=1)
+def example_files() -> MappingProxyType:
     """The files the docs write out for their examples (`my.yaml`, `agent.yaml`, `calc_tools.py`, ...): a block
-    whose intro line names the file, or whose first line is `# name.yaml`."""
+    whose intro line names the file, or whose first line is `# name.yaml`. Read once (a quarter second a read, and
+    every grpo command's folder needs them); read-only, as it is shared."""
     files = {}
     fence = re.compile(r"(?P<intro>[^\n]*)\n\n```(?P<lang>\w*)\n(?P<body>.*?)```", re.S)
     for doc in DOCS:
@@ -149,7 +154,7 @@ def example_files() -> dict[str, str]:
             for match in (named, first):
                 if match and match["name"] not in files:
                     files[match["name"]] = block["body"]
-    return files
+    return MappingProxyType(files)
 
 
 @pytest.fixture
@@ -162,7 +167,20 @@ def doc_folder(tmp_path, monkeypatch):
     return tmp_path
 
 
-GRPO = [(doc, line, program(words)[1]) for doc, line, words in COMMANDS if program(words)[0] == "grpo"]
+def grpo_commands() -> list[tuple[str, list[str]]]:
+    """("doc: line" of every place that writes it, joined; argv) for each distinct grpo argv of the
+    docs: a command a twin (README.zh-CN.md, docs/*.zh-CN.md) or another page repeats word for word runs once, in
+    the same folder, so it answers the same; a failure names every place it is written."""
+    places: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+    for doc, line, words in COMMANDS:
+        kind, argv = program(words)
+        if kind == "grpo":
+            places.setdefault(tuple(argv), []).append((doc, line))
+    return [("; ".join(dict.fromkeys(f"{d}: {line}" for d, line in where)), list(argv))
+            for argv, where in places.items()]
+
+
+GRPO = grpo_commands()
 
 
 def test_the_example_files_are_found():
@@ -193,19 +211,25 @@ def parse_only(main, argv: list[str]):
     return parsed.value.result
 
 
-@pytest.mark.parametrize("doc,line,argv", GRPO, ids=[f"{d}:{' '.join(a)[:70]}" for d, _, a in GRPO])
-def test_every_grpo_command_runs_or_is_parsed_by_its_own_command(doc, line, argv, doc_folder, monkeypatch, capsys):
+def test_a_grpo_command_the_docs_repeat_is_run_once_naming_every_place():
+    assert len({(d, line) for d, line, words in COMMANDS if program(words)[0] == "grpo"}) > len(GRPO)
+    twins = [where for where, _ in GRPO if "README.zh-CN.md" in where and "README.md: " in where]
+    assert twins and all(where.count(": grpo") >= 2 for where in twins)
+
+
+@pytest.mark.parametrize("where,argv", GRPO, ids=[f"{w.split(':')[0]}:{' '.join(a)[:70]}" for w, a in GRPO])
+def test_every_grpo_command_runs_or_is_parsed_by_its_own_command(where, argv, doc_folder, monkeypatch, capsys):
     from pipeline.config import parse_config
 
     command, options = (argv[0], argv[1:]) if argv else ("train", [])
     if "--config" in options:
         recipe = options[options.index("--config") + 1]
-        assert (doc_folder / recipe).is_file(), f"{doc}: {line}: {recipe} is neither in the docs nor in the checkout"
+        assert (doc_folder / recipe).is_file(), f"{where}: {recipe} is neither in the docs nor in the checkout"
     if command == "plan":
         if "--gpu" not in options and "--gpu_memory_gb" not in options:
             options = [*options, "--gpu", "T4"]  # "on a GPU machine: the visible card": a CPU machine names one
         code, out = run_cli(["plan", *options], capsys)
-        assert code in (0, 1), f"{doc}: {line}\n{out}"
+        assert code in (0, 1), f"{where}\n{out}"
         assert "Traceback" not in out
     elif command == "train":
         parse_config([o for o in options if o != "--check"])  # the recipe parser: every option known and typed
@@ -221,22 +245,42 @@ def test_every_grpo_command_runs_or_is_parsed_by_its_own_command(doc, line, argv
 
         parse_only(importlib.import_module(CLI[command][0]).main, options)
     else:
-        assert command == "env" and not options, f"{doc}: {line}: a command this test does not know yet"
+        assert command == "env" and not options, f"{where}: a command this test does not know yet"
 
 
 SCRIPTS = sorted({(doc, line, tuple(program(words)[1])) for doc, line, words in COMMANDS
                   if program(words)[0] == "script"})
 
 
+# The script tests share one xdist worker, so each `--help` runs once per test run (a bench script's is read by both).
+SCRIPT_HELP = pytest.mark.xdist_group("doc-script-help")
+
+
+@functools.lru_cache(maxsize=None)
+def help_from_elsewhere(path: str) -> tuple[int, str, str, tuple[str, ...]]:
+    """`python ROOT/PATH --help` run from an empty folder of its own with PYTHONPATH unset, as a reader elsewhere
+    runs it: (exit code, stdout, stderr, the names it left in that folder)."""
+    with tempfile.TemporaryDirectory() as folder:
+        done = subprocess.run([sys.executable, str(ROOT / path), "--help"], cwd=folder, capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": ""})
+        return done.returncode, done.stdout, done.stderr, tuple(sorted(os.listdir(folder)))
+
+
 @functools.lru_cache(maxsize=None)
 def script_help(path: str, sub: str = "") -> str:
-    """`python PATH [SUB] --help`: the script's usage (its sub-command's, for a script with sub-commands)."""
+    """`python PATH [SUB] --help`: the script's usage (its sub-command's, for a script with sub-commands). A bench
+    script's own usage is the one it prints from any folder (`help_from_elsewhere`, which its test runs anyway)."""
+    if path.startswith("bench/") and not sub:
+        code, out, err, _ = help_from_elsewhere(path)
+        assert code == 0, (path, err[-2000:])
+        return out
     argv = [sys.executable, path, *([sub] if sub else []), "--help"]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (path, done.stderr[-2000:])
     return done.stdout
 
 
+@SCRIPT_HELP
 @pytest.mark.parametrize("doc,line,words", SCRIPTS, ids=[f"{d}:{w[0]}" for d, _, w in SCRIPTS])
 def test_every_script_a_doc_runs_exists_and_takes_its_options(doc, line, words):
     path, *args = words
@@ -344,15 +388,15 @@ def test_a_line_the_code_no_longer_prints_is_seen():
 BENCH_SCRIPTS = sorted(p.name for p in (ROOT / "bench").glob("*.py") if "__main__" in p.read_text(encoding="utf-8"))
 
 
+@SCRIPT_HELP
 @pytest.mark.parametrize("name", BENCH_SCRIPTS)
-def test_every_bench_script_prints_its_usage_for_help_and_runs_nothing(name, tmp_path):
+def test_every_bench_script_prints_its_usage_for_help_and_runs_nothing(name):
     """`python bench/X.py --help` from any folder: its usage, exit 0, nothing run (faults.py once ran its whole table;
     agent_demo.py once failed on `bench/rewards.py` shadowing the rewards package)."""
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / name), "--help"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, env={**__import__("os").environ, "PYTHONPATH": ""})
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "usage" in done.stdout.lower() and "Traceback" not in done.stderr
-    assert not list(tmp_path.iterdir())  # nothing written: it printed its usage and stopped
+    code, out, err, left = help_from_elsewhere(f"bench/{name}")
+    assert code == 0, err[-2000:]
+    assert "usage" in out.lower() and "Traceback" not in err
+    assert not left  # nothing written: it printed its usage and stopped
 
 
 def test_no_bench_module_shadows_a_package_of_ours():
