@@ -251,14 +251,17 @@ _PAD_TOKEN = re.compile(r"^\[PAD\d+\]$")
 def bundled_vocabulary_matches(tokens: tuple[str, ...]) -> bool:
     """Whether a GGUF's token list is the bundled Qwen2.5 tokenizer's, id for id (the GGUF's padding tokens beyond
     it aside)."""
-    bundled = load_qwen_tokenizer()
-    vocab = bundled.get_vocab()
-    if len(tokens) < len(vocab):
+    bundled = _bundled_tokens()
+    if len(tokens) < len(bundled) or tuple(tokens[:len(bundled)]) != bundled:
         return False
-    by_id = sorted(vocab.items(), key=lambda item: item[1])
-    if any(tokens[i] != token for token, i in by_id):
-        return False
-    return all(_PAD_TOKEN.match(extra) for extra in tokens[len(vocab):])
+    return all(_PAD_TOKEN.match(extra) for extra in tokens[len(bundled):])
+
+
+@functools.lru_cache(maxsize=1)
+def _bundled_tokens() -> tuple[str, ...]:
+    """The bundled Qwen2.5 tokenizer's tokens in id order (its ids run 0..n-1 without a gap)."""
+    vocab = load_qwen_tokenizer().get_vocab()
+    return tuple(token for token, _ in sorted(vocab.items(), key=lambda item: item[1]))
 
 
 def pick_tokenizer(gguf_file: Path, info: GGUFInfo):

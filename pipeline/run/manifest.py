@@ -28,8 +28,9 @@ from pipeline.demo.registry import builtin_model
 MANIFEST_NAME = "manifest.json"
 ADAPTER_METADATA_NAME = "grpo_adapter.json"
 # What generate/eval/export need from a run; copied into the adapter folder itself.
-ADAPTER_METADATA_KEYS = ("base_model", "base_weights", "backend", "system_prompt", "system_prompt_note", "chat_template",
-                         "max_prompt_length", "max_completion_length", "max_seq_length", "max_lora_rank")
+ADAPTER_METADATA_KEYS = ("base_model", "base_weights", "backend", "system_prompt", "system_prompt_note",
+                         "chat_template", "max_prompt_length", "max_completion_length", "max_seq_length",
+                         "max_lora_rank")
 RECORDED_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "unsloth_zoo",
                      "vllm", "bitsandbytes")
 
