@@ -24,7 +24,8 @@ from tests.vllm_helpers import REAL_VLLM
 
 pytestmark = REAL_VLLM
 
-ROWS = [json.loads(line) for line in (ROOT / "pipeline" / "assets" / "gsm8k_sample.jsonl").read_text().splitlines()[:2]]
+ROWS = [json.loads(line)
+        for line in (ROOT / "pipeline" / "assets" / "gsm8k_sample.jsonl").read_text().splitlines()[:2]]
 QUESTIONS = [row["question"] for row in ROWS]
 NEW_TOKENS = 16
 GPU_RECIPES = sorted(p.name for p in (ROOT / "configs").glob("qwen2.5-*.yaml"))

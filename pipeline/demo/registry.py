@@ -25,7 +25,8 @@ from typing import Any, Callable, Optional
 from pipeline.assets import load_qwen_tokenizer
 from pipeline.config import read_recipe
 from pipeline.demo.calculator import calculator_problems, calculator_split_size, tool_sft_examples
-from pipeline.demo.gguf_model import RegistryGGUF, WheelPart, registry_model_dir
+from pipeline.demo.gguf_model import registry_model_dir
+from pipeline.demo.gguf_parts import RegistryGGUF, WheelPart
 from pipeline.demo.model import demo_model_dir, demo_tools_model_dir, demo_vllm_model_dir, tiny_qwen_model_dir
 from pipeline.demo.task import arithmetic_problems, arithmetic_split_size, sft_examples
 
