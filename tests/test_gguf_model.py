@@ -234,11 +234,12 @@ def test_the_bundled_tokenizer_is_paired_only_with_a_gguf_of_its_own_vocabulary(
     assert not gguf_model.bundled_vocabulary_matches(padded[:-1] + ("extra",))
 
 
-def test_the_built_in_is_declared_once_and_planned_from_its_shipped_config():
-    from pipeline.plan.shape import load_shape
+def test_the_built_in_is_declared_once_and_planned_from_its_shipped_config(tmp_path):
+    from pipeline.plan.shape import count_parameters, load_shape
 
     model = builtin_model(REAL_QWEN_NAME)
     assert model.gguf is REAL_QWEN_GGUF and len(REAL_QWEN_GGUF.parts) == 6
     shape = load_shape(REAL_QWEN_NAME)
     assert (shape.hidden_size, shape.num_attention_heads, shape.num_key_value_heads, shape.tie_word_embeddings) == \
         (896, 14, 2, False)
+    assert count_parameters(shape, cache_dir=tmp_path).total == 630_167_424  # the 630M: lm_head untied
