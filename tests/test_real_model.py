@@ -77,8 +77,11 @@ def real_run(tmp_path_factory):
                            learning_rate=1e-3, vllm_mode="colocate", min_p=None, rollout_probe_steps=1,
                            stale_rollout_action="stop", reward_funcs=["xmlcount", "correctness"],
                            garbled_action="warn", gpu_memory_utilization="0.3")
+    import gc
+
     with environment_kept():
         result = run_training(cfg)
+    gc.collect()  # the trainer's model and its colocated engine go before the tests load the model again
     return cfg, result
 
 
