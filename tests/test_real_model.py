@@ -177,7 +177,8 @@ def test_the_gpu_recipes_check_with_the_real_model_and_fit_a_16_gb_card(recipe, 
     on a 16 GB card: each recipe fits with the 0.5B."""
     code, text = run_cli(["train", "--check", "--config", f"configs/{recipe}", "--model_name_or_path",
                           REAL_QWEN_NAME, "--dataset_name", "sample"], capsys)
-    checks = {c["name"]: c for c in json.loads(text[text.index("{"):])["checks"]}
+    report, _ = json.JSONDecoder().raw_decode(text[text.index("{"):])  # the check's JSON, then its closing lines
+    checks = {c["name"]: c for c in report["checks"]}
     assert [name for name, c in checks.items() if not c["ok"]] == ["gpu"], text
     assert "CUDA is not usable" in checks["gpu"]["message"] and code == 2
     code, text = run_cli(["plan", "--config", f"configs/{recipe}", "--model_name_or_path", REAL_QWEN_NAME,
