@@ -68,10 +68,11 @@ def load_tokenizer(model_name_or_path: str, trust_remote_code: bool = False, sou
     if builtin is not None and builtin.tokenizer is not None:
         tokenizer = builtin.tokenizer()
     else:
+        # The path first: a built-in real model's fetch that fails (offline) says so before transformers' import.
+        path = resolve_model_path(model_name_or_path, source)
         # lazy: transformers imports torch
         from transformers import AutoTokenizer
 
-        path = resolve_model_path(model_name_or_path, source)
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
         except Exception as err:  # noqa: BLE001 - a local folder's broken file is named; anything else re-raised
