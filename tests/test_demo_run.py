@@ -78,7 +78,8 @@ def _after_warmup(demo_run, tmp_path, monkeypatch, accuracies, **settings):
     run_dir = tmp_path / "run"
     shutil.copytree(demo_run[0] / "warmup", run_dir / "warmup")
     cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "max_steps": 8, "save_steps": 100,
-                        "num_generations": 4, "per_device_train_batch_size": 8, "eval_steps": 2, "eval_limit": 100, "eval_before": False, "eval_after": False,
+                        "num_generations": 4, "per_device_train_batch_size": 8, "eval_steps": 2, "eval_limit": 100,
+                        "eval_before": False, "eval_after": False,
                         "hacking_window": 3, "reward_funcs": ["train_helpers:step_rising_reward"],
                         "reward_weights": None, **settings})
     result = run_training(cfg)
