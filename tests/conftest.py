@@ -45,6 +45,45 @@ def real_qwen_dir():
     return registry_model_dir(REAL_QWEN_NAME, REAL_QWEN_GGUF, REAL_MODEL_CACHE)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """A module's tests that share a module-scoped fixture run on one xdist worker (`xdist_group` named after the
+    module, for pyproject's --dist loadgroup): loadgroup hands every other test out on its own, so a module split
+    over both workers built its shared training run, engine or data once on each (the shortened demo's 1000-step
+    warm-up and 40 GRPO steps twice). Tests already in a group keep theirs; runs without xdist ignore the mark."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        definitions = info.name2fixturedefs.values() if info is not None else ()
+        if any(d[-1].scope == "module" for d in definitions if d):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__.rpartition(".")[2]))
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """The built-in CPU demo with its own settings (its 1000-step format warm-up included) and DEMO_RUN_STEPS GRPO
+    steps instead of 200: (run folder, RunResult, what it printed). Trained once per test run and read by
+    tests/test_demo_run.py; its warmup/ (the warmed weights and the settings they came from) is what the
+    reward-hacking runs there and the notebook's smoke run (tests/test_notebook.py) start from, so those modules share
+    the xdist group "demo" (one worker builds it, once)."""
+    import contextlib
+    import io
+
+    from pipeline.config import from_mapping
+    from pipeline.demo.registry import cpu_demo_config
+    from pipeline.train import run_training
+    from train_helpers import DEMO_RUN_EVAL_STEPS, DEMO_RUN_STEPS
+
+    run_dir = tmp_path_factory.mktemp("demo") / "demo"
+    cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "max_steps": DEMO_RUN_STEPS,
+                        "eval_limit": 20, "save_steps": 100, "eval_steps": DEMO_RUN_EVAL_STEPS})
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = run_training(cfg)
+    return run_dir, result, printed.getvalue()
+
+
 @pytest.fixture(scope="session")
 def qwen_tokenizer():
     """The real Qwen2.5 tokenizer shipped in pipeline/assets (offline; ~3 s to load, so once per session).

@@ -4,8 +4,6 @@ Format warm-up -> eval before -> GRPO -> save -> eval after -> plots + summary, 
 settings and fewer steps.
 """
 
-import contextlib
-import io
 import json
 import shutil
 
@@ -14,50 +12,40 @@ import pytest
 from pipeline.config import from_mapping
 from pipeline.demo.registry import cpu_demo_config
 from pipeline.train import run_training
+from train_helpers import DEMO_RUN_EVAL_STEPS, DEMO_RUN_STEPS
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
-    """The demo's own settings (format warm-up included) with 40 GRPO steps instead of 200: about 2 minutes.
-    Its warmup/ (the warmed weights and the settings they came from) also serves the reward-hacking runs below."""
-    run_dir = tmp_path_factory.mktemp("demo") / "demo"
-    cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "max_steps": 40, "eval_limit": 20,
-                        "save_steps": 100, "eval_steps": 20})
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        result = run_training(cfg)
-    return run_dir, result, printed.getvalue()
+# demo_run (tests/conftest.py) is trained once per test run; the notebook's smoke run starts from its warm-up too.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
 
 
 def test_shortened_demo_runs_every_part_and_writes_plots_and_summary(demo_run):
     run_dir, result, printed = demo_run
-    assert result.status == "completed" and result.steps == 40
+    assert result.status == "completed" and result.steps == DEMO_RUN_STEPS
     # The warm-up reports in readable lines (5 of them), not in the raw dicts of transformers' printer.
     assert printed.count("[grpo] warm-up step ") == 5 and "[grpo] warm-up step 1000/1000: loss " in printed
     assert "{'loss'" not in printed
 
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["steps"] == 40 and summary["wall_time_s"] > 0
+    assert summary["status"] == "completed" and summary["steps"] == DEMO_RUN_STEPS and summary["wall_time_s"] > 0
     before, after = summary["eval_before"], summary["eval_after"]
     assert before["n"] == after["n"] == 20
     # The warm-up (supervised, on the teacher's worked solutions) taught the answer format that the random model
     # never produces: a wide margin, not a GRPO trajectory ...
     assert before["format_rate"] >= 0.9 and after["format_rate"] >= 0.9
-    # ... and GRPO ran all 40 steps, logging the correctness reward on each of them. Whether it rises, and by how
+    # ... and GRPO ran all its steps, logging the correctness reward on each of them. Whether it rises, and by how
     # much on held-out problems, is a trajectory: bench/learning.py measures it over seeds.
     records = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if "reward" in r]
     correctness = [r["rewards/correctness_reward_func/mean"] for r in records]
-    assert len(correctness) == 40 and all(0.0 <= c <= 2.0 for c in correctness)
+    assert len(correctness) == DEMO_RUN_STEPS and all(0.0 <= c <= 2.0 for c in correctness)
     assert summary["accuracy_gain_points"] == round(100 * (after["accuracy"] - before["accuracy"]), 1)
     for name in ("reward.png", "completion_length.png", "health.png", "reward_correctness_reward_func.png"):
         assert (run_dir / "plots" / name).stat().st_size > 5_000, name
     assert (run_dir / "lora" / "adapter_config.json").is_file() and (run_dir / "manifest.json").is_file()
-    # eval_steps (on in the demo): held-out accuracy at steps 20 and 40, the best adapter kept in best_lora/
+    # eval_steps (on in the demo): held-out accuracy at every DEMO_RUN_EVAL_STEPS, the best adapter in best_lora/
     rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
     evals = {r["step"]: r["eval/accuracy"] for r in rows if "eval/accuracy" in r}
-    assert sorted(evals) == [20, 40] and evals[40] == after["accuracy"]  # the same greedy eval as eval_after
+    assert sorted(evals) == [DEMO_RUN_EVAL_STEPS, DEMO_RUN_STEPS] and DEMO_RUN_STEPS == 2 * DEMO_RUN_EVAL_STEPS
+    assert evals[DEMO_RUN_STEPS] == after["accuracy"]  # the same greedy eval as eval_after
     best_step = min(step for step, accuracy in evals.items() if accuracy == max(evals.values()))
     assert summary["best"] == {"step": best_step, "accuracy": max(evals.values())}
     assert (run_dir / "best_lora" / "grpo_adapter.json").is_file() and (run_dir / "plots" / "eval.png").is_file()
@@ -76,8 +64,9 @@ def test_shortened_demo_runs_every_part_and_writes_plots_and_summary(demo_run):
 
 
 def _after_warmup(demo_run, tmp_path, monkeypatch, accuracies, **settings):
-    """20 GRPO steps from the demo's warmed-up model (its warmup/ copied in, so the warm-up is reused), an eval
-    every 5 steps over 100 held-out sums, whose accuracy is `accuracies[i]` at the i-th eval."""
+    """8 GRPO steps (2 prompts x 4 completions: the reward is the step's, whatever the completions) from the demo's
+    warmed-up model (its warmup/ copied in, so the warm-up is reused), an eval every 2 steps over 100 held-out sums,
+    whose accuracy is `accuracies[i]` at the i-th eval."""
     import pipeline.infer.evaluate as evaluate
 
     real, scripted = evaluate.evaluate_rows, iter(accuracies)
@@ -88,8 +77,9 @@ def _after_warmup(demo_run, tmp_path, monkeypatch, accuracies, **settings):
     monkeypatch.setattr(evaluate, "evaluate_rows", scored_by_the_test)
     run_dir = tmp_path / "run"
     shutil.copytree(demo_run[0] / "warmup", run_dir / "warmup")
-    cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "max_steps": 20, "save_steps": 100,
-                        "eval_steps": 5, "eval_limit": 100, "eval_before": False, "eval_after": False,
+    cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "max_steps": 8, "save_steps": 100,
+                        "num_generations": 4, "per_device_train_batch_size": 8, "eval_steps": 2, "eval_limit": 100,
+                        "eval_before": False, "eval_after": False,
                         "hacking_window": 3, "reward_funcs": ["train_helpers:step_rising_reward"],
                         "reward_weights": None, **settings})
     result = run_training(cfg)
@@ -101,19 +91,19 @@ def _after_warmup(demo_run, tmp_path, monkeypatch, accuracies, **settings):
 def test_a_rising_reward_while_held_out_accuracy_falls_stops_the_run_with_the_hacking_rule(
         demo_run, tmp_path, monkeypatch):
     """90% -> 60% -> 30% over 100 problems is far past two standard errors (about 13 points), while the reward
-    rises by construction: the rule stops the run at the third eval (step 15), with a checkpoint there, and
-    best_lora/ keeps the adapter of the best accuracy (step 5)."""
+    rises by construction: the rule stops the run at the third eval (step 6), with a checkpoint there, and
+    best_lora/ keeps the adapter of the best accuracy (step 2)."""
     run_dir, result, evals = _after_warmup(demo_run, tmp_path, monkeypatch, [0.9, 0.6, 0.3, 0.1],
                                            hacking_action="stop")
     assert result.status == "stopped" and result.exit_code == 3
-    assert evals == [(5, 0.9), (10, 0.6), (15, 0.3)]
+    assert evals == [(2, 0.9), (4, 0.6), (6, 0.3)]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["health"]["stop_rule"] == "hacking" and summary["health"]["stop_step"] == 15
+    assert summary["health"]["stop_rule"] == "hacking" and summary["health"]["stop_step"] == 6
     reason = summary["stop_reason"]
     assert "the training reward rose (" in reason and "held-out accuracy fell (90% -> 60% -> 30%)" in reason
-    assert (run_dir / "checkpoint-15" / "trainer_state.json").is_file()
+    assert (run_dir / "checkpoint-6" / "trainer_state.json").is_file()
     best = json.loads((run_dir / "best_lora" / "grpo_best.json").read_text())
-    assert best["accuracy"] == 0.9 and best["step"] == 5
+    assert best["accuracy"] == 0.9 and best["step"] == 2
 
 
 def test_a_plateau_that_wobbles_within_chance_is_not_reward_hacking(demo_run, tmp_path, monkeypatch):
@@ -121,7 +111,7 @@ def test_a_plateau_that_wobbles_within_chance_is_not_reward_hacking(demo_run, tm
     problems) while the reward still rises: no warning, and the run completes."""
     run_dir, result, evals = _after_warmup(demo_run, tmp_path, monkeypatch, [0.9, 0.89, 0.89, 0.88],
                                            hacking_action="stop")
-    assert result.status == "completed" and result.steps == 20
+    assert result.status == "completed" and result.steps == 8
     assert [a for _, a in evals] == [0.9, 0.89, 0.89, 0.88]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert not any("reward hacking" in warning for warning in summary["health_warnings"])

@@ -19,6 +19,10 @@ def digit_share_reward(completions, **kwargs) -> list[float]:
     return [sum(ch.isdigit() for ch in t) / max(1, len(t)) for t in texts]
 
 
+# The shortened CPU demo of tests/conftest.py's `demo_run`: its GRPO steps and its eval interval (evals at 5 and 10).
+DEMO_RUN_STEPS, DEMO_RUN_EVAL_STEPS = 10, 5
+
+
 def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
     """The built-in CPU demo, shortened for tests."""
     from pipeline.demo.registry import cpu_demo_config
