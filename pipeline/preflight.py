@@ -352,7 +352,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("lora", after_backend(lambda: check_lora_targets(  # the architecture, no weights
             cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.lora.lora_target_modules,
             cfg.lora.lora_modules_to_save))),
-        ("engine", after_backend(lambda: check_run_engine(chosen().name, settings(), trainer().recipe_args, done))),
+        ("engine", after_backend(lambda: check_run_engine(load_backend(chosen().name), settings(),
+                                                          trainer().recipe_args, done))),
     ]
     results = _run_steps(steps, {name for name, _ in data_steps}, stop_at_first)
     if all(c.ok for c in results):

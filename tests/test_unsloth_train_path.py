@@ -44,6 +44,7 @@ class RecordingGRPOTrainer:
         self.model = kwargs["model"]
         self.args = kwargs["args"]
         self.callbacks = list(kwargs.get("callbacks") or [])
+        self.reward_funcs = list(kwargs["reward_funcs"])  # TRL's attribute (it appends environments' get_reward)
         self.state = type("State", (), {"global_step": 0})()
         self.beta = self.args.beta
 

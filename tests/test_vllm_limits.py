@@ -53,6 +53,7 @@ CASES = [
                          ids=[c[0] for c in CASES])
 def test_the_check_refuses_what_the_engine_would_naming_the_option(monkeypatch, case, config, trl_args, overrides,
                                                                    longest, share, world, refused):
+    from pipeline.backends import load_backend
     from pipeline.backends.vllm_limits import check_engine
     from pipeline.config import ConfigError
 
@@ -60,10 +61,10 @@ def test_the_check_refuses_what_the_engine_would_naming_the_option(monkeypatch, 
     monkeypatch.setenv("WORLD_SIZE", world)
     settings = _settings(**overrides)
     if refused is None:
-        assert "takes the model" in check_engine("plain", settings, trl_args, config, longest, share)
+        assert "takes the model" in check_engine(load_backend("plain"), settings, trl_args, config, longest, share)
         return
     with pytest.raises(ConfigError) as error:
-        check_engine("plain", settings, trl_args, config, longest, share)
+        check_engine(load_backend("plain"), settings, trl_args, config, longest, share)
     assert error.value.field == refused, str(error.value)
 
 

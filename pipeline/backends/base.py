@@ -27,6 +27,9 @@ class BackendBase:
     KWARGS_NEED_MODEL: bool = False  # its GRPOConfig device settings follow the loaded model (not the machine)
     MEMORY_SAVERS: bool = False  # chunked log-prob projection and offloaded checkpointing (the memory plan)
     KBIT_UPCAST: bool = False  # a 4-bit base gets its 16-bit parameters cast to fp32 (peft's kbit preparation)
+    # Whose vLLM engine training starts in this process: "trl" (TRL's, with vllm_mode colocate; its memory share
+    # defaults to TRL's), "own" (the backend's own, with fast_inference: Unsloth's), "" (none)
+    VLLM_ENGINE: str = ""
     # The recipe rules `validate` runs for this backend (functions of pipeline/config, each taking the options it
     # reads as parameters of the same names).
     RECIPE_RULES: tuple[Callable[..., None], ...] = ()
@@ -34,6 +37,12 @@ class BackendBase:
     def memory_path(self, vllm_mode: str, fast_inference: bool) -> str:
         """The path the memory plan names (`grpo plan`'s `path:`): the backend and where its rollouts come from."""
         return self.NAME
+
+    def starts_vllm_engine(self, settings: BackendSettings) -> bool:
+        """Whether training starts a vLLM engine in this process (`VLLM_ENGINE`): the check reads its limits."""
+        if self.VLLM_ENGINE == "trl":
+            return settings.vllm_mode == "colocate"
+        return self.VLLM_ENGINE == "own" and bool(settings.fast_inference)
 
     def refuse_before_training(self, settings: BackendSettings) -> None:
         """What the backend refuses before a recipe's model loads (`grpo` at start-up, pipeline/bootstrap.py)."""

@@ -39,6 +39,7 @@ class PlainBackend(BackendBase):
     """transformers + peft + TRL: any machine, several GPUs, TRL's own vLLM (colocate | server) or generate."""
 
     NAME = NAME
+    VLLM_ENGINE = "trl"  # TRL's colocated engine (vllm_mode colocate)
     MODULE = __name__
     COUNTERPART = "unsloth"
     KBIT_UPCAST = True  # load_model: prepare_model_for_kbit_training on a 4-bit base

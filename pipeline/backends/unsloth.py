@@ -60,6 +60,7 @@ class UnslothBackend(BackendBase):
     """Unsloth's FastLanguageModel + vLLM on one CUDA GPU; imported before trl/transformers/peft."""
 
     NAME = NAME
+    VLLM_ENGINE = "own"  # Unsloth's fast_inference engine
     MODULE = __name__
     COUNTERPART = "plain"
     GPU_ONLY = True

@@ -32,13 +32,7 @@ from pipeline.config import ConfigError
 GIB = 1024 ** 3
 
 
-def starts_an_engine(backend: str, settings: BackendSettings) -> bool:
-    """Whether training starts a vLLM engine in this process: the plain backend's vllm_mode colocate (TRL's),
-    Unsloth's fast_inference (its own)."""
-    return settings.vllm_mode == "colocate" if backend == "plain" else bool(settings.fast_inference)
-
-
-def check_run_engine(backend: str, settings: BackendSettings, trl_args: Mapping[str, Any],
+def check_run_engine(backend: Any, settings: BackendSettings, trl_args: Mapping[str, Any],
                      done: Mapping[str, Any]) -> str:
     """`check_engine` for a run: the model's config as the run reads it, the longest prompt + completion of the
     prepared training data (`done["train"]`, run_checks' record: a PreparedData; absent when the data check failed),
@@ -53,18 +47,18 @@ def check_run_engine(backend: str, settings: BackendSettings, trl_args: Mapping[
                         engine_share(backend, settings))
 
 
-def check_engine(backend: str, settings: BackendSettings, trl_args: Mapping[str, Any], hf_config: Callable[[], Any],
+def check_engine(backend: Any, settings: BackendSettings, trl_args: Mapping[str, Any], hf_config: Callable[[], Any],
                  needed_length: Optional[int], share: Optional[float]) -> str:
     """Every rule above for a run that starts an engine here (else a line saying none is started). `hf_config`
     reads the model's transformers config; `needed_length`: the longest prompt + completion of the prepared data
     (None when the data check failed); `share`: the memory share the engine will be given (None: the backend
     decides it from the GPU, Unsloth's `auto`)."""
-    if not starts_an_engine(backend, settings):
+    if not backend.starts_vllm_engine(settings):
         return "no vLLM engine in this process"
     if not vllm_installed():
         return "not checked: vLLM is not installed (the trl check says how to install it)"
     # Unsloth runs vLLM's GPU build only. vLLM is imported from here on (the run imports it next anyway).
-    cpu = backend == "plain" and on_cpu_build()
+    cpu = backend.VLLM_ENGINE == "trl" and on_cpu_build()
     unread: list[str] = []  # rules whose vLLM module this vLLM lacks (another release's layout): said, not guessed
     limits = read_from_vllm(lambda: model_limits(hf_config(), trl_args.get("vllm_max_model_length")), unread)
     head_size, model_length = limits or (None, None)
@@ -91,13 +85,13 @@ def read_from_vllm(rule: Callable[[], Any], unread: list[str]) -> Any:
         return None
 
 
-def engine_share(backend: str, settings: BackendSettings) -> Optional[float]:
+def engine_share(backend: Any, settings: BackendSettings) -> Optional[float]:
     """The memory share the engine will be given: the recipe's gpu_memory_utilization, or on the plain backend TRL's
     vllm_gpu_memory_utilization default (vllm_engine.trl_default_share); None where Unsloth decides it from the GPU
     (pipeline/backends/gpu_settings.py)."""
     if settings.gpu_memory_utilization != "auto":
         return float(settings.gpu_memory_utilization)
-    if backend == "plain":
+    if backend.VLLM_ENGINE == "trl":
         return trl_default_share()
     return None
 
