@@ -32,7 +32,10 @@ def _vllm_config(output_dir: Path, **overrides):
 
     # The demo at test scale, on the built-in model whose heads vLLM's CPU attention takes; min_p off: TRL compares
     # vLLM's truncated sampling log-probabilities with the trainer's full ones (the check refuses that pair).
+    # reward_timeout 0: recording_reward runs in the trainer's process, where the test reads what it recorded (with a
+    # deadline each reward runs in a forked worker, rewards/worker.py, and its record stays there).
     values = dict(model_name_or_path="tiny-demo-vllm", vllm_mode="colocate", min_p=None, learning_rate=1e-2,
+                  reward_timeout=0,
                   rollout_probe_steps=1, stale_rollout_action="stop", max_steps=STEPS, save_steps=STEPS,
                   reward_funcs=["train_helpers:recording_reward"])
     values.update(overrides)
