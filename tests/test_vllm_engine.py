@@ -249,28 +249,6 @@ def test_each_adapter_on_one_shared_engine_answers_with_its_own_weights(tmp_path
     assert len(vllm_engine._ENGINE) == 1
 
 
-def test_an_engine_let_go_while_another_lives_leaves_that_one_working(tmp_path):
-    """vLLM's in-process engine tears down the process-wide parallel state when it is collected: a training run's
-    colocated engine collected after `grpo eval`'s was built broke the living one ("pipeline model parallel group is
-    not initialized"). The state stays while another engine lives (the first is the inference tests' engine)."""
-    import gc
-
-    from vllm import SamplingParams
-
-    from pipeline.backends import vllm_engine
-    from pipeline.demo.registry import builtin_model
-
-    settings, folder = backend_settings(_vllm_config(tmp_path)), str(builtin_model("tiny-demo-vllm").folder())
-    first = vllm_engine.shared_engine(vllm_engine.engine_arguments(folder, settings, "float32", with_lora=True))
-    second = vllm_engine.shared_engine(vllm_engine.engine_arguments(folder, settings, "bfloat16", with_lora=True))
-    assert first is not second
-    del first
-    gc.unfreeze()  # vLLM's start-up freezes the gc: the first is collected at the next unfreeze (any engine's end)
-    gc.collect()
-    (answer,) = second.generate(["What is 2+2?"], SamplingParams(max_tokens=3, temperature=0), use_tqdm=False)
-    assert len(answer.outputs[0].token_ids) == 3
-
-
 def test_a_rollback_takes_over_the_colocated_engine_instead_of_building_a_second(tmp_path):
     """on_collapse: rollback rebuilds the trainer; TRL would build a second colocated engine beside the first (on a
     GPU its free-memory check fails). One engine is built, and after the rollback it generates from the checkpoint's

@@ -25,7 +25,6 @@ import itertools
 import importlib.util
 import os
 import types
-import weakref
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -85,39 +84,6 @@ def reload_into_engine(generation: Any) -> None:
     generation.llm.reset_prefix_cache()
 
 
-# ----------------------------------------------------------------------- engines side by side in one process
-
-# The in-process engines built here (TRL's colocated ones and ours for inference) that are still alive.
-_LIVE_ENGINES: "weakref.WeakSet[Any]" = weakref.WeakSet()
-
-
-def keep_parallel_state_while_another_engine_lives(llm: Any) -> Any:
-    """Register `llm` and return it. An in-process vLLM engine (InprocClient) tears down vLLM's process-wide
-    parallel state when it is shut down or garbage-collected (vllm/v1/engine/core.py EngineCore.shutdown calls
-    `cleanup_dist_env_and_memory`), even while another engine in the process still uses that state: a training
-    run's colocated engine collected after `grpo eval`'s engine was built (or a rolled-back trainer's, or one
-    collected late: EngineCore freezes the gc at start-up) broke the living engine ("pipeline model parallel group
-    is not initialized"). So the teardown runs only for the last living engine; before, only the memory is freed."""
-    # lazy: vLLM is a heavy optional package
-    from vllm.v1.engine import core
-    from vllm.v1.engine.core_client import InprocClient
-
-    if isinstance(getattr(getattr(llm, "llm_engine", None), "engine_core", None), InprocClient):
-        _LIVE_ENGINES.add(llm.llm_engine.engine_core)
-    real = core.cleanup_dist_env_and_memory
-    if not getattr(real, "_keeps_state_for_living_engines", False):
-        def cleanup_dist_env_and_memory(*args: Any, **kwargs: Any) -> None:
-            if any(True for _ in _LIVE_ENGINES):  # the dying engine's reference is cleared: another one lives
-                gc.unfreeze()
-                gc.collect()
-                return
-            real(*args, **kwargs)
-
-        cleanup_dist_env_and_memory._keeps_state_for_living_engines = True  # type: ignore[attr-defined]
-        core.cleanup_dist_env_and_memory = cleanup_dist_env_and_memory
-    return llm
-
-
 # The attribute a colocated engine built through `colocated_engine` carries: the arguments TRL built it with.
 _BUILT_WITH = "_grpo_pipeline_arguments"
 
@@ -146,7 +112,7 @@ def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
         if kept is not None:  # another engine is wanted: the old one's memory goes first
             generation.llm, kept = None, None
             gc.collect()
-        llm = keep_parallel_state_while_another_engine_lives(build(**kwargs))
+        llm = build(**kwargs)
         setattr(llm, _BUILT_WITH, dict(kwargs))
         return llm
 
@@ -285,7 +251,7 @@ def shared_engine(kwargs: dict[str, Any]) -> Any:
         from vllm import LLM
 
         try:
-            _ENGINE[key] = keep_parallel_state_while_another_engine_lives(LLM(**kwargs))
+            _ENGINE[key] = LLM(**kwargs)
         except ValueError as err:  # vLLM's start-up check of the memory it was given (CPU: RAM; GPU: VRAM)
             if "memory" not in str(err).lower():
                 raise
