@@ -55,6 +55,7 @@ from pipeline.run.summary import write_summary
 from pipeline.trainer.build import build_trainer, record_effective_config
 from pipeline.trainer.warmup import run_format_warmup, warmup_inputs
 from rewards.contract import RewardFailure, SignalInterrupt
+from rewards.worker import stop_workers
 
 
 def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
@@ -240,11 +241,15 @@ def _train(run: Run) -> None:
         for line in record_effective_config(run.trainer, decided.trainer, run.backend, decided.backend_settings,
                                             run.model, limits.max_completion_length, run.output_dir):
             tell(f"effective config: {line}")
-    while True:
-        _train_once(run)
-        if run.finish_only or run.reward_failure or run.signal_name or run.health.rollback_to is None:
-            break
-        _roll_back(run)
+    try:
+        while True:
+            _train_once(run)
+            if run.finish_only or run.reward_failure or run.signal_name or run.health.rollback_to is None:
+                break
+            stop_workers()  # the collapsed trainer's reward workers; the rebuilt one forks its own
+            _roll_back(run)
+    finally:
+        stop_workers()  # training is over: no reward worker outlives it (rewards/worker.py)
 
 
 def _build_trainer(run: Run, peft_config, rollbacks_done: int = 0, previous: Any = None) -> None:

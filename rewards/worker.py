@@ -347,10 +347,14 @@ def _follow_parent(parent_pid: int) -> None:
                 os._exit(0)
 
 
-def _stop_all() -> None:
+def stop_workers() -> None:
+    """Stop every reward worker of this process. A run calls it when its training ends: a worker is a fork of the
+    trainer's process and holds what it held, its memory and every file and pipe it had open (a pipe's write end
+    kept open there keeps its reader from ever seeing the end: a notebook's or a test's subprocess); a trainer
+    let go is collected whenever the collector gets to it, its workers with it. The next reward call forks anew."""
     for process in list(_live):
         process.stop()
 
 
 # Registered after multiprocessing's own exit hook (imported above), so it runs first: that hook joins the workers.
-atexit.register(_stop_all)
+atexit.register(stop_workers)

@@ -87,7 +87,7 @@ def _fake_vllm(monkeypatch, free_share: float, started: list):
     from pipeline.backends import vllm_engine
 
     monkeypatch.setattr(vllm_engine, "on_cpu_build", lambda: False)  # the platform: a GPU
-    vllm_engine._ENGINE.clear()
+    vllm_engine.release_shared_engine()
 
 
 @pytest.fixture(scope="module")

@@ -189,7 +189,7 @@ def test_a_merged_export_of_the_real_lora_reloads_and_answers_the_same(real_run,
 
     from pipeline.backends import vllm_engine
 
-    vllm_engine._ENGINE.clear()  # the tests before are done with it
+    vllm_engine.release_shared_engine()  # the tests before are done with it
     lora, merged = real_run.output_dir / "lora", real_run.output_dir / "merged"
     code, text = run_cli(["export", "--lora", str(lora), "--to", "merged16", "--out", str(merged),
                           "--backend", "plain"], capsys)

@@ -49,7 +49,9 @@ def test_the_resume_key_holds_the_weight_shape_and_the_settings_a_checkpoint_res
     assert "learning_rate" in key.restored and "max_steps" in key.applied
     assert (key.trl_options, key.dataset_name, key.base_model) == (("top_entropy_quantile",), "my.jsonl",
                                                                    "org/made-up")
-    assert checkpoint_record(key) == {**key.shape, "settings": dict(key.settings)}
+    # the process layout too (one process here): another process count is another global batch
+    assert checkpoint_record(key) == {**key.shape, "settings": dict(key.settings),
+                                      "launch": {"processes": 1, "global_batch": key.batch(1)[2]}}
 
 
 def test_the_check_hands_the_run_the_trainer_spec_and_the_agents_it_resolved(tmp_path):

@@ -110,8 +110,8 @@ def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
                 kept.wake_up()  # TRL puts a new engine to sleep at once (level 2): it must be awake for that
             return kept
         if kept is not None:  # another engine is wanted: the old one's memory goes first
-            generation.llm, kept = None, None
-            gc.collect()
+            old, generation.llm, kept = kept, None, None
+            release_engine(old)
         llm = build(**kwargs)
         setattr(llm, _BUILT_WITH, dict(kwargs))
         return llm
@@ -238,12 +238,32 @@ def trl_default_share() -> float:
     return next(f.default for f in dataclasses.fields(GRPOConfig) if f.name == "vllm_gpu_memory_utilization")
 
 
+def release_engine(llm: Any) -> None:
+    """Shut an in-process vLLM engine down now, not when the collector gets to it. Its shutdown (the in-process
+    client's finalizer, vllm/v1/engine/core_client.py) tears down vLLM's process-wide distributed state
+    (vllm/v1/engine/core.py EngineCore.shutdown: cleanup_dist_env_and_memory); run late, after the next engine
+    was built, it takes that engine's state away ("pipeline model parallel group is not initialized")."""
+    engine = getattr(llm, "llm_engine", None)
+    client = getattr(engine, "engine_core", None)
+    if client is not None and hasattr(client, "shutdown"):
+        client.shutdown()  # detaches its finalizer: it runs once, here
+    gc.collect()
+
+
+def release_shared_engine() -> None:
+    """Let the process's kept inference engine go (`shared_engine`), shut down at once."""
+    for llm in list(_ENGINE.values()):
+        release_engine(llm)
+    _ENGINE.clear()
+    gc.collect()
+
+
 def shared_engine(kwargs: dict[str, Any]) -> Any:
     """The process's vLLM engine for `kwargs`, built in-process on first use (one kept: another set of arguments
     replaces it)."""
     key = repr(sorted(kwargs.items()))
     if key not in _ENGINE:
-        _ENGINE.clear()
+        release_shared_engine()
         # In-process: the engine is used from this process only, and a spawned engine core would re-import the
         # caller's __main__ (a notebook, pytest) ("bootstrapping phase" error).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
