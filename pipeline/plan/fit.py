@@ -148,7 +148,8 @@ def memory_check(work: Workload) -> str:
     cannot be read offline, it says so and passes. Estimated not to fit: a warning naming the smallest change
     that fits; estimated over REFUSE_RATIO x the usable memory (or vLLM unable to start): a ConfigError.
     """
-    if builtin_model(work.model) is not None:
+    builtin = builtin_model(work.model)
+    if builtin is not None and builtin.plan_config is None:
         return "not estimated: a built-in CPU model"
     card = card_from_memory(work.gpu_memory_gb) if work.gpu_memory_gb is not None else cards.live_card()
     if card is None:

@@ -94,7 +94,11 @@ def load_shape(model: str) -> ModelShape:
     if bundled:
         file = BUNDLED_CONFIGS / f"{bundled}.json"
         return shape_from_config(_read_json(file), model, f"bundled config pipeline/assets/model-configs/{file.name}")
-    if builtin_model(model) is not None:
+    builtin = builtin_model(model)
+    if builtin is not None and builtin.plan_config is not None:
+        file = builtin.plan_config
+        return shape_from_config(_read_json(file), model, f"bundled config pipeline/assets/model-configs/{file.name}")
+    if builtin is not None:
         raise ConfigError("model_name_or_path", f"{model!r} is a built-in CPU model; the memory plan is for GPU "
                           "recipes. Plan a Qwen2.5 recipe, e.g. --config configs/qwen2.5-1.5b-gsm8k.yaml.")
     raise ConfigError("model_name_or_path", f"no config.json for {model!r}: it is not a local folder, not in the "

@@ -22,13 +22,15 @@ from env.kept import versions
 from env.locations import absolute_path
 from env.paths import atomic_write_json, atomic_write_text
 from env.secret_fields import masked, unmasked
+from pipeline.demo.gguf_model import gguf_model_dir, is_gguf_file, provenance
 from pipeline.demo.registry import builtin_model
 
 MANIFEST_NAME = "manifest.json"
 ADAPTER_METADATA_NAME = "grpo_adapter.json"
 # What generate/eval/export need from a run; copied into the adapter folder itself.
-ADAPTER_METADATA_KEYS = ("base_model", "backend", "system_prompt", "system_prompt_note", "chat_template",
-                         "max_prompt_length", "max_completion_length", "max_seq_length", "max_lora_rank")
+ADAPTER_METADATA_KEYS = ("base_model", "base_weights", "backend", "system_prompt", "system_prompt_note",
+                         "chat_template", "max_prompt_length", "max_completion_length", "max_seq_length",
+                         "max_lora_rank")
 RECORDED_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "unsloth_zoo",
                      "vllm", "bitsandbytes")
 
@@ -59,6 +61,7 @@ def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, s
         # chat template): `grpo generate` prompts the model as it was trained.
         "prompt_format": "standard" if formats.get("standard") else "conversational",
         "base_model": recorded_base(base_model),
+        "base_weights": weights_provenance(base_model),
         "backend": backend,
         "adapter_dir": str(adapter_dir),
         "system_prompt": formats.get("system_message", system_prompt),
@@ -74,6 +77,18 @@ def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, s
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": masked(cfg_dict),  # no secret in a file (env/secret_fields.py)
     }
+
+
+def weights_provenance(model: str) -> Optional[dict[str, Any]]:
+    """Where the base weights came from, for weights converted from a GGUF (the built-in `qwen2.5-coder-0.5b`, a
+    user's .gguf): the GGUF's general.name and sha256, its source and the tokenizer paired with it, as the converted
+    folder records them (pipeline/demo/gguf_model.py). None for any other model (its name says it all)."""
+    builtin = builtin_model(model)
+    if builtin is not None and builtin.gguf is not None and builtin.folder is not None:
+        return provenance(builtin.folder())
+    if is_gguf_file(model) and os.path.isfile(os.path.expanduser(model)):
+        return provenance(gguf_model_dir(model))
+    return None
 
 
 def recorded_base(model: str, loaded: Optional[str] = None) -> str:
@@ -95,7 +110,7 @@ def recorded_base(model: str, loaded: Optional[str] = None) -> str:
     """
     if builtin_model(model) is not None:
         return model
-    if os.path.isdir(model):
+    if os.path.isdir(model) or (is_gguf_file(model) and os.path.isfile(os.path.expanduser(model))):
         return str(absolute_path(model))
     if isinstance(loaded, str) and loaded and not _local_path(loaded):
         return loaded
