@@ -47,10 +47,10 @@ MODEL = "qwen2.5-coder-0.5b"
 VLLM, HF = "vLLM (CPU build)", "transformers generate"
 
 
-def base_eval(model: str, limit: int, max_tokens: int, out: Path) -> dict:
-    """`grpo eval --base` on the bundled sample, run as the user runs it; the eval.json it wrote."""
+def base_eval(model: str, limit: int, max_tokens: int, out: Path, data: str = "sample", split: str = "train") -> dict:
+    """`grpo eval --base` (default: on the bundled sample), run as the user runs it; the eval.json it wrote."""
     command = [sys.executable, "-m", "pipeline", "eval", "--base", "--model", model, "--backend", "plain",
-               "--data", "sample", "--split", "train", "--limit", str(limit), "--max_tokens", str(max_tokens),
+               "--data", data, "--split", split, "--limit", str(limit), "--max_tokens", str(max_tokens),
                "--output", str(out)]
     began = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -207,14 +207,16 @@ def steps_split(model: str, steps: int, max_tokens: int, work: Path) -> dict:
 def learning_run(model: str, warmup_steps: int, steps: int, eval_limit: int, max_tokens: int, out: Path) -> dict:
     from pipeline.train import run_training
 
-    cfg = run_config(model, out, sft_warmup_steps=warmup_steps, sft_learning_rate=1e-4, max_steps=steps,
+    cfg = run_config(model, out, sft_warmup_steps=warmup_steps, sft_learning_rate=2e-4, max_steps=steps,
                      max_completion_length=str(max_tokens), eval_before=True, eval_after=True,
                      eval_limit=eval_limit, learning_rate=1e-5)
+    base = base_eval(model, eval_limit, max_tokens, out.parent / f"{out.name}_eval_base.json",
+                     data="demo-word-problems", split="test")
     began = time.perf_counter()
     result = run_training(cfg)
     summary = json.loads((out / "summary.json").read_text())
-    return {"status": result.status, "wall_s": time.perf_counter() - began, "before": summary["eval_before"],
-            "after": summary["eval_after"]}
+    return {"status": result.status, "wall_s": time.perf_counter() - began, "base": base,
+            "before": summary["eval_before"], "after": summary["eval_after"], "summary": summary}
 
 
 # ------------------------------------------------------------------------------------------------------ printing
@@ -244,10 +246,11 @@ def print_steps(r: dict) -> None:
 
 
 def print_learning(r: dict) -> None:
-    b, a = r["before"], r["after"]
-    print(f"learn: held-out demo-word-problems ({b['n']} questions): accuracy {b['accuracy']:.1%} -> "
-          f"{a['accuracy']:.1%}, strict format {b['format_rate']:.1%} -> {a['format_rate']:.1%}; "
-          f"{r['status']}, {r['wall_s'] / 60:.1f} min")
+    """The base model (grpo eval --base), after the warm-up (the run's eval_before) and after GRPO (eval_after)."""
+    print(f"learn: held-out demo-word-problems ({r['after']['n']} test questions, greedy); the run {r['status']} "
+          f"in {r['wall_s'] / 60:.1f} min (base eval {r['base']['wall_s'] / 60:.1f} min apart)")
+    for label, e in (("base model", r["base"]), ("after warm-up", r["before"]), ("after GRPO", r["after"])):
+        print(f"  {label:<14} accuracy {e['accuracy']:6.1%}   strict format {e['format_rate']:6.1%}")
 
 
 def main(argv: list[str] | None = None) -> int:
