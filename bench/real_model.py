@@ -137,13 +137,15 @@ def speed(model: str, dtype: str, batches: list[int], tokens: int, rounds: int, 
 # ------------------------------------------------------------------------------------------------ training runs
 
 
-def run_config(model: str, output_dir: Path, **fields):
+def run_config(model: str, output_dir: Path, dtype: str, **fields):
     """A CPU recipe for the real model on demo-word-problems: plain backend, LoRA r16 on every linear layer, one
-    question x 4 completions a step, the default (Unsloth notebook) system prompt and rewards."""
+    question x 4 completions a step, the default (Unsloth notebook) system prompt and rewards. bfloat16: in float32
+    the warm-up's batch of 8 (its logits over the 151,936-token vocabulary) peaked past 8.7 GB and was OOM-killed
+    on a shared 24 GB machine; peft keeps the LoRA weights in float32 either way."""
     from pipeline.config import from_mapping
 
     base = {"model_name_or_path": model, "backend": "plain", "dataset_name": "demo-word-problems",
-            "output_dir": str(output_dir), "max_seq_length": 512, "max_completion_length": "160",
+            "output_dir": str(output_dir), "dtype": dtype, "max_seq_length": 320, "max_completion_length": "160",
             "num_generations": 4, "per_device_train_batch_size": 4, "lora_r": 16, "lora_alpha": 32,
             "learning_rate": 2e-5, "optim": "adamw_torch", "save_steps": 10_000, "eval_split": "test",
             "eval_before": False, "eval_after": False, "sft_warmup_steps": 0, "seed": 0}
@@ -193,10 +195,10 @@ class Timings:
         return rows
 
 
-def steps_split(model: str, steps: int, max_tokens: int, work: Path) -> dict:
+def steps_split(model: str, dtype: str, steps: int, max_tokens: int, work: Path) -> dict:
     from pipeline.train import run_training
 
-    cfg = run_config(model, work / "steps", max_steps=steps, max_completion_length=str(max_tokens))
+    cfg = run_config(model, work / "steps", dtype, max_steps=steps, max_completion_length=str(max_tokens))
     with Timings().caught() as timings, contextlib.redirect_stdout(io.StringIO()):
         run_training(cfg)
     metrics = [json.loads(line) for line in (work / "steps" / "metrics.jsonl").read_text().splitlines()]
@@ -204,10 +206,11 @@ def steps_split(model: str, steps: int, max_tokens: int, work: Path) -> dict:
     return {"rows": timings.split(), "mean_completion_length": statistics.mean(lengths) if lengths else None}
 
 
-def learning_run(model: str, warmup_steps: int, steps: int, eval_limit: int, max_tokens: int, out: Path) -> dict:
+def learning_run(model: str, dtype: str, warmup_steps: int, steps: int, eval_limit: int, max_tokens: int,
+                 out: Path) -> dict:
     from pipeline.train import run_training
 
-    cfg = run_config(model, out, sft_warmup_steps=warmup_steps, sft_learning_rate=2e-4, max_steps=steps,
+    cfg = run_config(model, out, dtype, sft_warmup_steps=warmup_steps, sft_learning_rate=2e-4, max_steps=steps,
                      max_completion_length=str(max_tokens), eval_before=True, eval_after=True,
                      eval_limit=eval_limit, learning_rate=1e-5)
     base = base_eval(model, eval_limit, max_tokens, out.parent / f"{out.name}_eval_base.json",
@@ -262,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=50, help="eval: GSM8K sample questions (at most 50)")
     parser.add_argument("--max-tokens", type=int, default=None,
                         help="completion budget (default: eval 300, steps and learn 200)")
-    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"), help="speed")
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"),
+                        help="speed, steps, learn (grpo eval runs in its CPU default, float32)")
     parser.add_argument("--batches", type=int, nargs="+", default=[8, 64], help="speed: sequences a round")
     parser.add_argument("--tokens", type=int, default=64, help="speed: every completion's length, forced")
     parser.add_argument("--rounds", type=int, default=2, help="speed: rounds per engine and batch")
@@ -284,10 +288,10 @@ def main(argv: list[str] | None = None) -> int:
             print_speed(speed(args.model, args.dtype, args.batches, args.tokens, args.rounds, args.share),
                         args.dtype, args.tokens)
         if "steps" in parts:
-            print_steps(steps_split(args.model, args.steps or 3, args.max_tokens or 200, work))
+            print_steps(steps_split(args.model, args.dtype, args.steps or 3, args.max_tokens or 200, work))
         if "learn" in parts:
             out = Path(args.output) if args.output else work / "learn"
-            print_learning(learning_run(args.model, args.warmup_steps, args.steps or 40, args.eval_limit,
+            print_learning(learning_run(args.model, args.dtype, args.warmup_steps, args.steps or 40, args.eval_limit,
                                         args.max_tokens or 200, out))
     return 0
 
