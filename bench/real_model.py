@@ -79,7 +79,7 @@ def sample_prompt_ids(tokenizer, n: int) -> list[list[int]]:
 
 def vllm_engine(path: str, dtype: str, share: float):
     """The project's shared in-process engine (pipeline/backends/vllm_engine.py), on vLLM's CPU build."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache: 64 sequences of ~400 tokens fit
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: 12 KB a token here, 64 x 400 tokens fit
     from pipeline.backends.vllm_engine import shared_engine
 
     return shared_engine({"model": path, "dtype": dtype, "seed": 0, "enforce_eager": True,
@@ -210,7 +210,7 @@ def learning_run(model: str, dtype: str, warmup_steps: int, steps: int, eval_lim
                  out: Path) -> dict:
     from pipeline.train import run_training
 
-    cfg = run_config(model, out, dtype, sft_warmup_steps=warmup_steps, sft_learning_rate=2e-4, max_steps=steps,
+    cfg = run_config(model, out, dtype, sft_warmup_steps=warmup_steps, sft_learning_rate=3e-4, max_steps=steps,
                      max_completion_length=str(max_tokens), eval_before=True, eval_after=True,
                      eval_limit=eval_limit, learning_rate=1e-5)
     base = base_eval(model, eval_limit, max_tokens, out.parent / f"{out.name}_eval_base.json",
