@@ -126,3 +126,19 @@ def test_run_all_prints_one_table_with_each_figure_its_target_and_whether_it_hol
     # The data figure's yes/NO depends on this machine's load; the count must agree with the table.
     missed = sum(1 for line in (data_row, gpu_row) if " NO " in line)
     assert f"2 figures, {missed} targets missed, 0 benches failed" in done.stdout
+
+
+def test_real_model_bench_help_runs_nothing_and_its_step_split_adds_up():
+    """bench/real_model.py --help prints its parts and exits before any model loads; a step's split is TRL's
+    profiling blocks: generation and rewards inside _prepare_inputs, the loss and backward the rest of the step."""
+    from bench.real_model import Timings
+
+    done = subprocess.run([sys.executable, "bench/real_model.py", "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "eval,speed,steps,learn,all" in done.stdout and "load average" not in done.stdout
+    timings = Timings()
+    timings.by_step[0].update({"transformers.generate": 6.0, "_calculate_rewards": 0.5, "_prepare_inputs": 8.0,
+                               "training_step": 11.0})
+    (row,) = timings.split()
+    assert row == {"step": 1, "total": 11.0, "generation": 6.0, "rewards": 0.5, "other_prepare": 1.5,
+                   "loss_backward": 3.0}

@@ -6,7 +6,7 @@
                                                           `datasets` resolves them (train/test/validation)
     my_folder/  (written by save_to_disk)                 a Dataset (one split, `train`) or a DatasetDict
     openai/gsm8k                                          a hub dataset (dataset_config, dataset_revision)
-    sample | demo-arithmetic                              built in, offline
+    sample | demo-arithmetic | demo-word-problems         built in, offline
 
 A name that exists on disk, or looks like a path (starts with `/`, `.` or `~`, has a data file's extension,
 or more than one `/`), is local and never goes to the hub; `dataset_config` is a hub setting and local

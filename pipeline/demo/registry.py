@@ -8,6 +8,7 @@
     model_name_or_path: bundled:qwen2.5   the real Qwen2.5 tokenizer only, no model (`grpo data`, benches)
     dataset_name: demo-arithmetic         the CPU demo's 2-digit additions
     dataset_name: demo-calculator         the agent demo's word problems for the `calculator` tool
+    dataset_name: demo-word-problems      GSM8K-style multi-step word problems, English and Chinese (held out by hash)
 
 The rest of the pipeline asks here what a name is (`builtin_model`, `builtin_source`) and what it
 provides, instead of comparing names: a new built-in is one entry in a table below.
@@ -29,10 +30,14 @@ from pipeline.demo.gguf_model import registry_model_dir
 from pipeline.demo.gguf_parts import RegistryGGUF, WheelPart
 from pipeline.demo.model import demo_model_dir, demo_tools_model_dir, demo_vllm_model_dir, tiny_qwen_model_dir
 from pipeline.demo.task import arithmetic_problems, arithmetic_split_size, sft_examples
+from pipeline.demo.word_problems import word_problem_sft_examples, word_problem_split_size, word_problems
 
 CPU_DEMO_RECIPE = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml"
 
 # The "next: grpo generate --prompt ..." hint after a run whose data is not built in.
+# demo-word-problems' suggestion: a held-out question (tests/test_word_problems.py).
+WORD_PROBLEM_QUESTION = ("Lena works 6 hours and earns 21 dollars an hour. Lena then spends 75 dollars on a game. "
+                         "How many dollars does Lena have left?")
 GSM8K_STYLE_QUESTION = "Tom has 3 boxes of 12 pencils and gives away 5. How many pencils are left?"
 
 
@@ -134,6 +139,10 @@ SOURCES: dict[str, BuiltinSource] = {s.name: s for s in (
                   warmup_examples=tool_sft_examples,
                   example_question="A cup holds 826 figs. How many figs in 22 cups?",  # held out
                   code_file=Path(__file__).resolve().parent / "calculator.py"),
+    BuiltinSource("demo-word-problems", split_size=word_problem_split_size, rows=word_problems,
+                  warmup_examples=word_problem_sft_examples,
+                  example_question=WORD_PROBLEM_QUESTION,  # in the held-out split (tests/test_word_problems.py)
+                  code_file=Path(__file__).resolve().parent / "word_problems.py"),
 )}
 
 
