@@ -186,15 +186,15 @@ def test_a_renamed_recipe_parameter_is_still_counted(tmp_path):
 
 def test_the_real_tree_keeps_the_house_rules():
     """issue 39's and issue 52's numbers, held: no loop between files, folders or trees (pipeline/, env/, rewards/),
-    no arrow running up, no module over 400 lines and no function over 80 (the trees, scripts/, bench/). The count
-    of functions taking the recipe and of backend-name comparisons is printed, not held yet."""
+    no arrow running up. Module and function sizes are printed, not held: a module is split by concept, never to
+    meet a line count (issue 60 retires these counts for ruff's and import-linter's rules). The count of functions
+    taking the recipe and of backend-name comparisons is printed, not held yet."""
     found = layout_metrics.measure()
     assert found["cycles"] == []
     assert found["folder_cycles"] == []
     assert found["tree_cycles"] == []
     assert found["arrows_up"] == []
-    assert found["modules_over_limit"] == {}
-    assert found["functions_over_limit"] == {}
+    print(f"modules over 400 lines: {found['modules_over_limit']}; functions over 80: {found['functions_over_limit']}")
     print(f"functions taking the recipe: {found['recipe_takers']}; "
           f"backend-name comparisons outside pipeline/backends/: {len(found['backend_name_comparisons'])}")
 
