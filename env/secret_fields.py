@@ -87,18 +87,25 @@ def masked(value: Any, name: str = "") -> Any:
     return value
 
 
+def _json_mapping(text: str) -> "dict | None":
+    """The mapping a JSON object's text holds (a nested option given as JSON on the command line); None otherwise."""
+    stripped = text.strip()
+    if not (stripped.startswith("{") and stripped.endswith("}")):
+        return None
+    try:
+        loaded = json.loads(stripped)
+    except ValueError:
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
 def _masked_string(text: str) -> str:
     """A string with its secrets by place and by source masked; a JSON object's text masked as its mapping."""
-    stripped = text.strip()
-    if stripped.startswith("{") and stripped.endswith("}"):
-        try:
-            loaded = json.loads(stripped)
-        except ValueError:
-            loaded = None
-        if isinstance(loaded, dict):
-            walked = masked(loaded)
-            if walked != loaded:
-                return json.dumps(walked, ensure_ascii=False)
+    loaded = _json_mapping(text)
+    if loaded is not None:
+        walked = masked(loaded)
+        if walked != loaded:
+            return json.dumps(walked, ensure_ascii=False)
     return redact(text)
 
 
@@ -128,14 +135,8 @@ def secrets_in(value: Any, name: str = "") -> list[tuple[str, str]]:
     if is_secret(name):
         return [(value, placeholder(name))]
     found = [(match[2], URL_PASSWORD) for match in _URL_PASSWORD.finditer(value) if match[2] != URL_PASSWORD]
-    stripped = value.strip()
-    if stripped.startswith("{") and stripped.endswith("}"):
-        try:
-            loaded = json.loads(stripped)
-        except ValueError:
-            loaded = None
-        found += secrets_in(loaded) if isinstance(loaded, dict) else []
-    return found
+    loaded = _json_mapping(value)
+    return found + (secrets_in(loaded) if loaded is not None else [])
 
 
 def unmasked(values: Mapping[str, Any]) -> dict[str, Any]:
