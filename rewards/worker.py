@@ -94,13 +94,9 @@ class _Process:
     def __init__(self, func: Callable, name: str, is_async: bool):
         ctx = multiprocessing.get_context("fork")
         self.conn, child_conn = ctx.Pipe(duplex=True)
-        gc.freeze()  # the child's collector then leaves the parent's objects (and their memory pages) alone
-        try:
-            self.proc = ctx.Process(target=_serve, args=(func, name, is_async, child_conn, self.conn, os.getpid()),
-                                    name=f"grpo-reward-{name}", daemon=False)  # a reward may start its own processes
-            self.proc.start()
-        finally:
-            gc.unfreeze()
+        self.proc = ctx.Process(target=_serve, args=(func, name, is_async, child_conn, self.conn, os.getpid()),
+                                name=f"grpo-reward-{name}", daemon=False)  # a reward may start its own processes
+        self.proc.start()
         child_conn.close()
         try:
             os.setpgid(self.proc.pid, self.proc.pid)  # its own group (the child sets it too: whoever runs first)
@@ -241,6 +237,10 @@ def _unsendable(prompts: Any, completions: Any, kwargs: dict[str, Any], err: Bas
 
 def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any, parent_pid: int) -> None:
     """The worker's loop: one request, one reply, until the parent's end closes (or the parent is gone)."""
+    # First, the inherited objects go to the permanent generation: the child's collector then leaves them (and the
+    # parent's memory pages under them) alone. Frozen here, in the child, not around the fork in the parent, whose
+    # own gc.freeze() (a user's, or a server's before forking) a parent-side unfreeze would undo.
+    gc.freeze()
     parent_end.close()
     for other in list(_live):  # the pipes of the workers forked before: theirs, not ours to hold open
         other.conn.close()

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from rewards.contract import RewardFailure, guard_reward
+from rewards.worker import stop_workers
 
 TIMEOUT = 1.0
 SLACK = 3.0
@@ -239,3 +240,29 @@ def test_the_health_observer_stays_in_the_trainers_process_and_the_recipes_rewar
     assert guarded_observer(prompts=["p"], completions=["c"]) == [float(os.getpid())]
     assert guarded_mine(prompts=["p"], completions=["c"]) != [float(os.getpid())]
     assert held == []
+
+
+def _reports_its_freeze(prompts, completions, **kwargs):
+    """Scores with the worker's own count of frozen objects: > 0 once the child froze what it inherited."""
+    return [float(gc.get_freeze_count())] * len(completions)
+
+
+def test_forking_a_worker_leaves_the_trainers_gc_freeze_as_it_was_and_the_worker_freezes_its_own():
+    """A process that froze its objects (a user's gc.freeze, or a server's before it forks) keeps them frozen after
+    a worker is forked, and a process that froze nothing has nothing frozen after it: the worker freezes what it
+    inherited in its own process, never around the fork in the trainer's."""
+    gc.unfreeze()
+    try:
+        guarded = guard_reward(_reports_its_freeze, timeout=30)
+        assert guarded(prompts=["p"], completions=["c"])[0] > 0  # the worker froze its inherited objects
+        assert gc.get_freeze_count() == 0
+        stop_workers()
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        guarded = guard_reward(_reports_its_freeze, timeout=30)
+        assert guarded(prompts=["p"], completions=["c"])[0] > 0
+        assert gc.get_freeze_count() > frozen // 2  # still frozen (a frozen object freed since leaves the count)
+    finally:
+        stop_workers()
+        gc.unfreeze()
+        gc.freeze()  # as tests/conftest.py leaves each test process: its imported libraries frozen
