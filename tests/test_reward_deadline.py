@@ -265,4 +265,5 @@ def test_forking_a_worker_leaves_the_trainers_gc_freeze_as_it_was_and_the_worker
     finally:
         stop_workers()
         gc.unfreeze()
-        gc.freeze()  # as tests/conftest.py leaves each test process: its imported libraries frozen
+        gc.collect()
+        gc.freeze()  # as tests/conftest.py leaves each test process: what is alive frozen, nothing collectable
