@@ -101,6 +101,26 @@ def test_without_a_correctness_reward_the_builtin_reading_takes_every_answer_sty
     assert format_tags(QWEN3_SYSTEM) == ("<SOLUTION>", "</SOLUTION>")
 
 
+@pytest.mark.parametrize("system", [QWEN3_SYSTEM, None], ids=["recipe's own tags", "no system message"])
+def test_generate_and_rewards_read_each_answer_as_eval_does(system):
+    """`grpo generate` and `grpo rewards` show a completion's answer through score_completions; `grpo eval` reads it
+    in score_with. Over every answer style (our tags, the recipe's tags, \\boxed{}, ####), with and without the
+    system message that names the tags, the three commands read the same answer: `The answer is \\boxed{9}` is 9
+    everywhere, not '' in two of them."""
+    from pipeline.backends import Completion
+    from pipeline.infer.evaluate import score_completions
+
+    rows, texts = rows_and_texts()
+    for row in rows:
+        row["prompt"] = [m for m in row["prompt"] if system or m["role"] != "system"]
+    verdicts, _ = score_with(build_scorer(["xmlcount", "correctness"], keywords), rows, texts)
+    shown = score_completions([Completion(t, 5, [1] * 5) for t in texts], ["9"] * len(rows),
+                              [row["prompt"] for row in rows])
+    assert [s["extracted_answer"] for s in shown] == [v["extracted_answer"] for v in verdicts]
+    assert "9" in [s["extracted_answer"] for s, t in zip(shown, texts) if "boxed" in t]
+    assert all("correct" not in s for s in shown)  # right or wrong is the scorer's verdict, never a second reading
+
+
 def test_the_eval_table_keeps_a_space_after_a_long_reward_name():
     """Found trying eval as a new user: `mean correctness_reward_func0.250` ran the name into its mean."""
     from pipeline.infer.evaluate import format_table

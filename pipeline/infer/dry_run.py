@@ -198,8 +198,8 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     extra = env_rewards(agents, rollouts or [])  # an environment's get_reward: a reward of weight 1, as in TRL
     names = [*(func.__name__ for func in funcs), *extra]
     table = reward_table(names, [*scores, *extra.values()], [*weights, *[1.0] * len(extra)], g.num_generations)
-    result = _result(cfg.model.model_name_or_path, choice.name, after_warmup, rows, texts, columns, table,
-                     max_tokens, sampling, h.flat_reward_threshold)
+    result = _result(cfg.model.model_name_or_path, choice.name, after_warmup, rows, texts, chat_prompts, columns,
+                     table, max_tokens, sampling, h.flat_reward_threshold)
     if rollouts is not None:
         result["rollouts"] = _rollout_samples(rollouts, names, [*scores, *extra.values()], g.num_generations)
         result["tools"] = tool_stats(rollouts)
@@ -251,10 +251,11 @@ def _rollout_samples(rollouts, names: list[str], scores: list[list[Optional[floa
             for i in range(0, len(rollouts), n)][:N_SAMPLES_KEPT]
 
 
-def _result(model_name: str, backend_name: str, after_warmup: bool, rows, texts, columns, table, max_tokens: int,
+def _result(model_name: str, backend_name: str, after_warmup: bool, rows, texts, chat_prompts, columns, table,
+            max_tokens: int,
             sampling: Sampling, flat_reward_threshold: float) -> dict[str, Any]:
     g, n = sampling, sampling.num_generations
-    scored = score_completions(texts, columns[ANSWER])
+    scored = score_completions(texts, columns[ANSWER], chat_prompts)
     lengths = [s["completion_tokens"] for s in scored]  # as the generator counted them (Completion.tokens)
     clipped = sum(1 for length in lengths if length >= max_tokens) / len(lengths) if lengths else 0.0
     return {
@@ -294,7 +295,7 @@ def format_result(result: dict[str, Any]) -> Any:
         lines.append(f"tool calls per rollout {result['tools']['calls_per_rollout']:.2f}, failed "
                      f"{result['tools']['failures_per_call']:.0%} of them")
     lines += [
-        f"format hit rate (strict <reasoning>/<answer>) {result['format_hit_rate']:.0%}, <answer> found "
+        f"format hit rate (strict <reasoning>/<answer>) {result['format_hit_rate']:.0%}, an answer found "
         f"{result['answer_found_rate']:.0%}",
         f"completion tokens: mean {_fmt(result['mean_completion_tokens'], '{:.1f}')}, "
         f"{result['clipped_share']:.0%} hit max_completion_length ({sampling['max_completion_length']})",

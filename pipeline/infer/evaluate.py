@@ -30,7 +30,7 @@ from pipeline.data.spec import data_spec
 from pipeline.errors import guarded, note_command_options
 from pipeline.health import metrics
 from pipeline.health.metrics import is_garbled
-from pipeline.infer.scoring import Scorer, build_scorer, score_with
+from pipeline.infer.scoring import Scorer, answer_of, build_scorer, score_with
 from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
 # loop_settings: also train.py's, called through this module as its evaluate_rows is (looked up at the call)
 from pipeline.infer.tool_loop import LoopSettings, env_rewards, loop_settings, run_as_trained, tool_stats  # noqa: F401
@@ -38,29 +38,30 @@ from pipeline.preflight import reward_kwargs_outside_training
 from pipeline.run.decisions import EvalKey
 from pipeline.trainer.agents import Agents
 from env.kept import file_sha256, record, reusable, state_key, versions
-from rewards import check_reward_names, correctness_reward_func, extract_xml_answer, strict_format_reward_func
+from rewards import check_reward_names, strict_format_reward_func
 from rewards.registry import is_builtin_reward
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
 
 
-def score_completions(completions: list[Completion], answers: list[Optional[str]]) -> list[dict[str, Any]]:
-    """Per completion: extracted answer, correct, format_valid, generated tokens (as the generator counted
-    them, not the decoded text re-tokenised), garbled."""
-    correct = correctness_reward_func(prompts=None, completions=completions, answer=answers)
+def score_completions(completions: list[Completion], answers: list[Optional[str]],
+                      prompts: list[Any]) -> list[dict[str, Any]]:
+    """Per completion: its answer as the run's scorer reads it (scoring.py answer_of: the prompt's tags, <answer>,
+    \\boxed{}, ####), the reference, format_valid (our strict XML format), generated tokens (as the generator
+    counted them, not the decoded text re-tokenised), garbled. Whether it is right is the scorer's verdict alone
+    (evaluate_rows: score_with), never a second reading here."""
     strict = strict_format_reward_func(prompts=None, completions=completions)
-    lengths = [completion.tokens for completion in completions]
     return [
         {
             "completion": str(text),
-            "extracted_answer": extract_xml_answer(text),
+            "extracted_answer": answer_of(text, prompt),
             "answer": answer,
-            "correct": bool(c and c > 0),
             "format_valid": bool(s and s > 0),
-            "completion_tokens": n,
+            "completion_tokens": completion.tokens,
             "garbled": is_garbled(text),
         }
-        for text, answer, c, s, n in zip(completions, answers, correct, strict, lengths)
+        for completion, text, answer, prompt, s in zip(completions, completions, answers, prompts, strict,
+                                                       strict=True)
     ]
 
 
@@ -88,7 +89,7 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scor
     else:
         prompts = render_prompts(tokenizer, [row["prompt"] for row in rows])
         completions = generator.generate(prompts, max_tokens=max_tokens, temperature=temperature, top_p=top_p)
-    scored = score_completions(completions, [row["answer"] for row in rows])
+    scored = score_completions(completions, [row["answer"] for row in rows], [row["prompt"] for row in rows])
     verdicts, reward_means = score_with(scorer, rows, completions)
     for name, values in env_rewards(agents, rollouts).items() if rollouts else ():
         known = [v for v in values if v is not None]

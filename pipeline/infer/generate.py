@@ -104,7 +104,7 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
         texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
                                          **sampling)
         extra = [{} for _ in texts]
-    scored = score_completions(texts, [None] * len(texts))
+    scored = score_completions(texts, [None] * len(texts), messages)
     return [{"prompt": p, "text": s["completion"], "answer": s["extracted_answer"],
              "format_valid": s["format_valid"], "completion_tokens": s["completion_tokens"], **more,
              "model": setup.base_model, "adapter": str(setup.adapter.path) if setup.adapter else None}

@@ -103,6 +103,17 @@ def read_answer(text: str, tags: tuple[str, str]) -> str:
     return text[marker + len(GSM8K_MARKER):].strip() if marker != -1 else ""
 
 
+def answer_of(text: Any, prompt: Any) -> str:
+    """A completion's final answer, read as `grpo eval` reads it: in the tags the prompt's system message asks for,
+    else <answer>, else the last \\boxed{}, else after `####`. What `grpo generate` and `grpo rewards` show as the
+    answer, so the three commands read one completion alike.
+
+    >>> answer_of("5 + 4 = 9. The answer is \\\\boxed{9}.", [{"role": "user", "content": "5+4?"}])
+    '9'
+    """
+    return read_answer(str(text), format_tags(_system_message(prompt)))
+
+
 def _system_message(prompt: Any) -> Optional[str]:
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) and prompt[0].get("role") == "system":
         return prompt[0].get("content")
