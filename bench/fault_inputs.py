@@ -63,7 +63,6 @@ def cache_inside_data(folder: Path) -> list[str]:
 
 
 def broken_tokenizer_model(folder: Path) -> list[str]:
-    import shutil
 
     from pipeline.assets import qwen_tokenizer_dir
 

@@ -42,7 +42,6 @@ from bench.fault_kit import (  # noqa: E402
     export_onto,
     generate_with,
     judge,
-    mine,
     no_partial_checkpoint,
     other_base,
     quick,

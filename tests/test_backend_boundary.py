@@ -4,18 +4,51 @@ rewards/ and names every comparison with "unsloth" / "plain" or with a backend's
 
 from __future__ import annotations
 
-import sys
+import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+BACKEND_NAMES = {"unsloth", "plain"}
+BACKENDS_HOME = "pipeline/backends/"  # the one place that may compare a backend's name
 
-import layout_metrics  # noqa: E402  (the measure's one home; this test holds it at 0)
+
+def _names_a_backend(node: ast.expr) -> bool:
+    """A string constant naming a backend ("plain"), a tuple/list/set holding one (`in ("unsloth", ...)`), a backend's
+    NAME, or a backend choice's name (`choice.name`; a file's `.name` is not one: `path.name == "__init__.py"`)."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_backend(item) for item in node.elts)
+    if isinstance(node, ast.Attribute):
+        return node.attr == "NAME" or (node.attr == "name" and isinstance(node.value, ast.Name)
+                                       and node.value.id == "choice")
+    return isinstance(node, ast.Constant) and node.value in BACKEND_NAMES
+
+
+def _install_set_or_package(node: ast.expr) -> bool:
+    """env/'s install sets are named "plain" and "gpu" (env/known_good.toml), and "unsloth" is also a package
+    (`"unsloth" in sys.modules`): those comparisons name an install set or a module, not a backend."""
+    if isinstance(node, ast.Name):
+        return node.id in {"mode", "set_name", "modules"}
+    if isinstance(node, ast.Attribute):
+        return node.attr in {"install", "modules"}
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "mode"
+    if isinstance(node, ast.IfExp):
+        return _install_set_or_package(node.body) or _install_set_or_package(node.orelse)
+    return False
 
 
 def backend_name_comparisons(root: Path = ROOT) -> list[str]:
-    """'path:line' of every comparison with a backend's name outside pipeline/backends/."""
-    return [":".join(site.split(":")[:2]) for site in layout_metrics.measure(root)["backend_name_comparisons"]]
+    """'path:line' of every comparison with a backend's name outside pipeline/backends/ (`choice.name == "plain"`,
+    `x in ("unsloth", ...)`, `backend.NAME != other`), install sets and packages aside."""
+    found = []
+    for path in sorted(p for tree in ("pipeline", "env", "rewards") for p in (root / tree).rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(BACKENDS_HOME):
+            continue
+        found += [f"{relative}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                  if isinstance(node, ast.Compare) and any(map(_names_a_backend, [node.left, *node.comparators]))
+                  and not any(map(_install_set_or_package, [node.left, *node.comparators]))]
+    return found
 
 
 def test_no_code_outside_the_backends_compares_a_backend_name():

@@ -36,7 +36,8 @@ DOCS = [ROOT / "README.md", ROOT / "README.zh-CN.md", *sorted((ROOT / "docs").gl
 BLOCK = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 # Programs the docs run that are not ours: each one's command is shown as the tool's own documentation says
 OTHER_PROGRAMS = {"pip", "export", "source", "cd", "git", "trl", "srun", "set", "tee", "tail", "exit", "head",
-                  "scontrol", "/usr/bin/time", "mutmut", "VAR=value"}
+                  "scontrol", "/usr/bin/time", "mutmut", "VAR=value",
+                  "lint-imports", "ruff"}
 OTHER_MODULES = {"pytest", "verl.trainer.main_ppo"}  # `python -m X` of another project
 
 

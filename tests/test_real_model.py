@@ -137,7 +137,6 @@ def through_transformers(real_run):
     import gc
 
     from pipeline.backends import plain
-    from pipeline.backends.settings import backend_settings
     from pipeline.infer.session import inference_args, open_inference
 
     args = inference_args(lora=str(real_run.output_dir / "lora"), backend="plain")

@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-import rewards
 from rewards import (
     answers_match,
     correctness_reward_func,

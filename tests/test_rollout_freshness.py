@@ -7,7 +7,6 @@ The Unsloth engine (vLLM through load_lora + fast_generate) needs CUDA and is ch
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest

@@ -90,7 +90,6 @@ def test_a_module_that_is_nowhere_is_named_with_where_it_was_looked_for(tmp_path
 def test_one_base_for_every_relative_path_and_the_missing_path_error_says_which(tmp_path, monkeypatch):
     """A recipe run from another folder: its reward module beside it and its relative data path are both read
     against the working folder, and each error says so, with the fix."""
-    from pipeline.config import ConfigError
     from pipeline.preflight import run_checks
 
     recipe_dir, elsewhere = tmp_path / "work", tmp_path / "elsewhere"

@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 

@@ -12,7 +12,6 @@ import importlib
 from typing import Any, Callable
 
 from pipeline.backends.settings import BackendSettings
-from pipeline.config import PipelineConfig
 
 
 class BackendBase:

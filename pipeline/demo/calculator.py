@@ -21,7 +21,7 @@ import hashlib
 import random
 from typing import Any
 
-# Runs up to data/ as demo/task.py does (an arrow layout_metrics counts): the one prompt builder.
+# The one prompt builder (rewards/completions.py), as demo/task.py uses it.
 from rewards.completions import build_prompt
 
 TOOL_NAME = "calculator"

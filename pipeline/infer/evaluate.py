@@ -20,13 +20,12 @@ from env.path_check import check_command_paths
 from env.paths import atomic_write_json, shell_command
 from env.secret_fields import masked
 from pipeline.backends import Completion
-from pipeline.config import ConfigError, PipelineConfig, parse_config
+from pipeline.config import ConfigError, parse_config
 from pipeline.data.cache import model_identity, tokenizer_identity
-from pipeline.data.columns import removes_unused_columns
 from pipeline.data.prepare import answer_reader_version
 from pipeline.data.prompts import render_prompts
 from pipeline.data.run_data import load_eval_rows
-from pipeline.data.spec import data_spec
+from pipeline.data.spec import DataSpec, data_spec
 from pipeline.errors import guarded, note_command_options
 from pipeline.health import metrics
 from pipeline.health.metrics import is_garbled

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from env.text import excerpt
 from pipeline.backends import Completion
-from pipeline.config import ConfigError, PipelineConfig
+from pipeline.config import ConfigError
 from pipeline.trainer.agent_check import environment_methods, offered_tools
 from pipeline.trainer.agents import ENVIRONMENT_COLUMN, Agents
 
