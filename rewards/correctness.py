@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 from rewards.completions import completion_texts
+from rewards.declared import builtin_reward
 from rewards.extract import GSM8K_MARKER, extract_hash_answer, extract_xml_answer
 from rewards.matching import answers_match
 from rewards.normalize import parse_answer
@@ -27,6 +28,7 @@ REFERENCE_COLUMN = "grpo_answer"
 SYMBOLIC_BUDGET_S = 2.0
 
 
+@builtin_reward("correctness", range=(0.0, CORRECT_REWARD), kind="answer", reads_reference=True)
 def correctness_reward_func(prompts: Any = None, completions: Any = None, answer: Any = None,
                             **kwargs: Any) -> list[float | None]:
     """2.0 when the last <answer> block equals the reference answer, else 0.0.
@@ -82,6 +84,8 @@ def reference_is_scorable(reference: Any) -> bool:
             and any(ch.isdigit() for ch in parsed.cleaned))
 
 
+# "answer": 0 everywhere means no completion states an integer; at its maximum, that form is learned
+@builtin_reward("int", range=(0.0, INTEGER_REWARD), kind="answer", learned_at_max=True)
 def int_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
     """0.5 when the last <answer> block is an integer after normalisation, else 0.0.
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from rewards.completions import completion_texts
+from rewards.declared import builtin_reward
 
 REASONING_OPEN, REASONING_CLOSE = "<reasoning>", "</reasoning>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
@@ -46,6 +47,7 @@ TRAILING_PENALTY_PER_CHAR = 0.001
 TRAILING_PENALTY_CAP = 0.125
 
 
+@builtin_reward("strict_format", range=(0.0, FORMAT_REWARD), kind="format", learned_at_max=True)
 def strict_format_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
     """0.5 when the whole completion is exactly one reasoning block then one answer block.
 
@@ -69,6 +71,7 @@ def strict_format_reward_func(completions: Any = None, **kwargs: Any) -> list[fl
             for text in completion_texts(completions)]
 
 
+@builtin_reward("soft_format", range=(0.0, FORMAT_REWARD), kind="format", learned_at_max=True)
 def soft_format_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
     """0.5 when a complete reasoning block is followed, anywhere later, by a complete answer block.
 
@@ -86,6 +89,7 @@ def soft_format_reward_func(completions: Any = None, **kwargs: Any) -> list[floa
             for text in completion_texts(completions)]
 
 
+@builtin_reward("xmlcount", range=(0.0, FORMAT_REWARD), kind="format", learned_at_max=True)  # clamped to [0, 0.5]
 def xmlcount_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
     """Partial credit per tag, up to 0.5.
 

@@ -32,6 +32,7 @@ import re
 from typing import Any, Optional
 
 from rewards.completions import completion_text, completion_texts
+from rewards.declared import builtin_reward
 from rewards.extract import extract_xml_answer
 from rewards.format import REASONING_CLOSE, REASONING_OPEN
 
@@ -140,6 +141,8 @@ def language_consistency(completion: Optional[str], question: Optional[str]) -> 
     return round(LANGUAGE_REWARD * sum(scores) / len(scores), 6)
 
 
+# off by default (not in DEFAULT_REWARDS): for questions in one language, e.g. Chinese GSM8K
+@builtin_reward("language_consistency")
 def language_consistency_reward_func(prompts: Any = None, completions: Any = None, **kwargs: Any) -> list[float]:
     """Up to 0.5 per completion when its reasoning and answer are in the question's language.
 

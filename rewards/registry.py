@@ -21,53 +21,35 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rewards.contract import SignalInterrupt, is_async_reward
-from rewards.correctness import CORRECT_REWARD, INTEGER_REWARD, correctness_reward_func, int_reward_func
-from rewards.format import (
-    FORMAT_REWARD,
-    soft_format_reward_func,
-    strict_format_reward_func,
-    xmlcount_reward_func,
-)
-from rewards.language import language_consistency_reward_func
+from rewards import format as _format  # noqa: F401  (a reward module declares its built-in rewards on import:
+from rewards import language as _language  # noqa: F401  rewards/declared.py)
+from rewards.correctness import correctness_reward_func
+from rewards.declared import DECLARED, facts_of
 from rewards.trl_source import trl_reward, trl_reward_names
 from rewards.user_code import beside_the_recipe, import_user_module, search_dirs, user_module_file
 
 RewardFunc = Callable[..., list]
 
-REWARD_FUNCS: dict[str, RewardFunc] = {
-    "xmlcount": xmlcount_reward_func,
-    "soft_format": soft_format_reward_func,
-    "strict_format": strict_format_reward_func,
-    "int": int_reward_func,
-    "correctness": correctness_reward_func,
-    # Off by default (not in DEFAULT_REWARDS): for questions in one language, e.g. Chinese GSM8K.
-    "language_consistency": language_consistency_reward_func,
-}
-# The notebook's own function names, so configs copied from it work unchanged.
-REWARD_ALIASES: dict[str, str] = {func.__name__: name for name, func in REWARD_FUNCS.items()}
-
-# The range each built-in reward can take, by the name TRL logs it under (rewards/<name>/mean): the plots
-# clip their bands to it, and the learning-signal diagnosis (pipeline/health/signal.py) tells "all 0" from
-# "all at the maximum" with it.
-REWARD_RANGES: dict[str, tuple[float, float]] = {
-    "xmlcount_reward_func": (0.0, FORMAT_REWARD),  # clamped to [0, 0.5] (rewards/format.py)
-    "soft_format_reward_func": (0.0, FORMAT_REWARD),
-    "strict_format_reward_func": (0.0, FORMAT_REWARD),
-    "int_reward_func": (0.0, INTEGER_REWARD),
-    "correctness_reward_func": (0.0, CORRECT_REWARD),
-}
-# The rewards that only judge the <reasoning>/<answer> format (not the answer itself).
-FORMAT_REWARD_NAMES = frozenset(f.__name__ for f in (xmlcount_reward_func, soft_format_reward_func,
-                                                     strict_format_reward_func))
-
 # The notebook's trainer order.
 DEFAULT_REWARDS: list[str] = ["xmlcount", "soft_format", "strict_format", "int", "correctness"]
 DEFAULT_REWARD_WEIGHTS: list[float] = [1.0] * len(DEFAULT_REWARDS)
 
+# The built-in rewards by the short name each declares (rewards/declared.py `@builtin_reward`), the notebook's first.
+REWARD_FUNCS: dict[str, RewardFunc] = {
+    name: DECLARED[name].func for name in sorted(
+        DECLARED, key=lambda n: DEFAULT_REWARDS.index(n) if n in DEFAULT_REWARDS else len(DEFAULT_REWARDS))}
+# The notebook's own function names, so configs copied from it work unchanged.
+REWARD_ALIASES: dict[str, str] = {func.__name__: name for name, func in REWARD_FUNCS.items()}
+# Views of the declarations by the name TRL logs each under (rewards/<name>/mean): the range a built-in reward can
+# take, and the rewards that only judge the <reasoning>/<answer> format (not the answer itself).
+REWARD_RANGES: dict[str, tuple[float, float]] = {f.logged_name: f.range for f in DECLARED.values() if f.range}
+FORMAT_REWARD_NAMES = frozenset(f.logged_name for f in DECLARED.values() if f.kind == "format")
+
 
 def _known_names(unknown: str = "") -> str:
     """Ours and TRL's (trl/scripts/grpo.py's registry, read from the installed TRL), with the nearest to `unknown`."""
-    ours, trls = list(REWARD_FUNCS) + list(REWARD_ALIASES), trl_reward_names()
+    ours = [*DECLARED, *(facts.logged_name for facts in DECLARED.values())]
+    trls = trl_reward_names()
     nearest = difflib.get_close_matches(unknown, ours + trls, n=1) if unknown else []
     return ((f"did you mean {nearest[0]!r}? " if nearest else "") + f"known: ours {', '.join(ours)}; "
             f"TRL's (trl/scripts/grpo.py) {', '.join(trls)}")
@@ -97,10 +79,9 @@ def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"{name!r} is not a reward name; {_known_names()}; or 'package.module:function'.")
     key = name.strip()
-    if key in REWARD_FUNCS:
-        return REWARD_FUNCS[key]
-    if key in REWARD_ALIASES:
-        return REWARD_FUNCS[REWARD_ALIASES[key]]
+    builtin = facts_of(key)  # a short name, or the notebook's function name
+    if builtin is not None:
+        return builtin.func
     if key in trl_reward_names():
         return trl_reward(key)
     if ":" in key:
@@ -120,7 +101,7 @@ def is_builtin_reward(name: Any) -> bool:
     (True, True, False)
     """
     key = name.strip() if isinstance(name, str) else None
-    return key is not None and (key in REWARD_FUNCS or key in REWARD_ALIASES or key in trl_reward_names())
+    return key is not None and (facts_of(key) is not None or key in trl_reward_names())
 
 
 def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
@@ -141,10 +122,11 @@ def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
 
 def _is_correctness(name: str | RewardFunc) -> Optional[bool]:
     if callable(name):
-        return name is correctness_reward_func
+        facts = facts_of(name)
+        return facts is not None and facts.reads_reference
     key = name.strip() if isinstance(name, str) else ""
-    if key in REWARD_FUNCS or key in REWARD_ALIASES:
-        return resolve_reward(key) is correctness_reward_func
+    if facts_of(key) is not None:
+        return facts_of(key).reads_reference
     module, _, function = key.partition(":") if ":" in key else key.rpartition(".")
     if not module or not function:
         return False  # not a reward name at all: validate() names it
@@ -210,7 +192,7 @@ def check_reward_names(names: Sequence[str | RewardFunc]) -> None:
         raise ValueError(f"the list is empty; use e.g. {DEFAULT_REWARDS}.")
     for name in names:
         key = name.strip() if isinstance(name, str) else name
-        if callable(key) or key in REWARD_FUNCS or key in REWARD_ALIASES:
+        if callable(key) or facts_of(key) is not None:
             continue
         if not isinstance(key, str) or not key or (":" not in key and "." not in key.strip(".")):
             resolve_reward(name)  # raises its message

@@ -17,6 +17,7 @@ from rewards import (
     DEFAULT_REWARDS,
     REWARD_FUNCS,
     check_reward_weights,
+    reads_reference,
     get_reward_funcs,
     resolve_reward,
 )
@@ -362,3 +363,34 @@ def test_a_dotted_path_that_does_not_resolve_is_named(spec, message):
 def test_correctness_reads_the_pipelines_reference_else_the_answer_column(kwargs, expected):
     completions = [[{"role": "assistant", "content": "<answer>18</answer>"}]] * 2
     assert rewards.correctness_reward_func(prompts=None, completions=completions, **kwargs) == expected
+
+
+@pytest.fixture
+def declared_reward():
+    """A made-up built-in reward, declared as ours are (rewards/declared.py), and taken back after the test."""
+    from rewards.declared import DECLARED, builtin_reward
+
+    @builtin_reward("units", range=(0.0, 1.0), kind="format", learned_at_max=True, reads_reference=True)
+    def units_reward_func(completions, **kwargs):
+        return [1.0 if "km" in str(c) else 0.0 for c in completions]
+
+    yield units_reward_func
+    DECLARED.pop("units")
+
+
+def test_a_reward_declared_once_is_known_to_every_reader(declared_reward):
+    """One decorated function is the whole of a new built-in reward: the registry resolves it by both its names, the
+    data path knows it reads the reference, the plots band it by its range, the flat-reward diagnosis and `grpo
+    rewards` take its kind, with no table of ours naming it."""
+    from pipeline.health.signal import flat_reward_causes
+    from pipeline.infer.dry_run import _judges_format
+    from pipeline.run.plots import total_reward_range
+    from rewards.registry import is_builtin_reward
+
+    assert resolve_reward("units") is resolve_reward("units_reward_func") is declared_reward
+    assert is_builtin_reward("units") and reads_reference(["units"]) is True
+    assert total_reward_range({"units_reward_func": 2.0, "correctness_reward_func": 1.0}) == (0.0, 4.0)
+    (zero,) = flat_reward_causes({"units_reward_func": 0.0}, temperature=1.0)
+    (top,) = flat_reward_causes({"units_reward_func": 1.0}, temperature=1.0)
+    assert "sft_warmup_steps" in zero and "the form is learned" in top
+    assert _judges_format("units_reward_func") and not _judges_format("correctness_reward_func")

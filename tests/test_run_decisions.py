@@ -14,11 +14,11 @@ from train_helpers import demo_config
 from pipeline.data.spec import data_spec
 
 
-def test_the_rewards_are_recorded_with_their_range_kind_and_whether_they_read_the_reference():
+def test_the_rewards_are_recorded_with_their_weight_and_whether_they_read_the_reference():
     names = ["strict_format", "correctness"]
     specs = reward_specs(names, [0.5, 2.0], get_reward_funcs(names))
-    assert specs == (RewardSpec("strict_format", "strict_format_reward_func", 0.5, (0.0, 0.5), "format", False),
-                     RewardSpec("correctness", "correctness_reward_func", 2.0, (0.0, 2.0), "answer", True))
+    assert specs == (RewardSpec("strict_format", "strict_format_reward_func", 0.5, False),
+                     RewardSpec("correctness", "correctness_reward_func", 2.0, True))
 
 
 def test_the_check_hands_the_run_one_frozen_record_of_its_decisions(tmp_path):

@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from pipeline.health.metrics import finite_mean, log_number
 from pipeline.run.metric_names import OBSERVER_NAME
-from rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES
+from rewards.declared import logged_facts
 
 # TRL's key for the share of groups whose total reward has zero spread (GRPOTrainer._generate_and_score_completions).
 FLAT_GROUP_SHARE = "frac_reward_zero_std"
@@ -35,9 +35,12 @@ FLAT_GROUP_SHARE = "frac_reward_zero_std"
 LOW_TEMPERATURE = 0.5
 # A clipped share from which "completions are cut before </answer>" is named as a cause.
 CLIPPED_CAUSE = 0.5
-_ANSWER_REWARDS = ("correctness_reward_func", "int_reward_func")
-# Rewards for the form of a completion (the format; an integer answer): at their maximum they are learned.
-_FORM_REWARDS = FORMAT_REWARD_NAMES | {"int_reward_func"}
+
+
+def _range(name: str) -> tuple[float, Optional[float]]:
+    """A built-in reward's declared range (rewards/declared.py), by the name TRL logs it under; else from 0, open."""
+    facts = logged_facts(name)
+    return facts.range if facts is not None and facts.range else (0.0, None)
 
 
 def is_flat(std: Optional[float], scale: float = 1.0) -> bool:
@@ -69,12 +72,13 @@ def flat_reward_causes(flat: Mapping[str, float], *, temperature: float,
     """
     groups: dict[str, list[str]] = {}
     for name, mean in flat.items():
-        low, high = REWARD_RANGES.get(name, (0.0, None))
+        low, high = _range(name)
+        facts = logged_facts(name)
         scale = (high - low) if high is not None else 1.0
         if _at(mean, low, scale):
-            kind = "format" if name in FORMAT_REWARD_NAMES else "answer" if name in _ANSWER_REWARDS else "zero"
+            kind = facts.kind if facts is not None and facts.kind != "other" else "zero"
             text = f"{low:g} on every completion: " + _ZERO_CAUSES[kind]
-        elif high is not None and _at(mean, high, scale) and name in _FORM_REWARDS:
+        elif high is not None and _at(mean, high, scale) and facts is not None and facts.learned_at_max:
             text = (f"at its maximum {high:g} on every completion: the form is learned, so it no longer separates "
                     "completions. Fix: none needed while another reward does")
         elif high is not None and _at(mean, high, scale):
@@ -119,7 +123,7 @@ def no_signal_causes(means: Mapping[str, float], stds: Mapping[str, Optional[flo
     """
     flat = {}
     for name, mean in means.items():
-        low, high = REWARD_RANGES.get(name, (0.0, None))
+        low, high = _range(name)
         if is_flat(stds.get(name), (high - low) if high is not None else 1.0):
             flat[name] = mean
     causes = flat_reward_causes(flat, temperature=temperature, clipped_share=clipped_share)

@@ -56,7 +56,7 @@ from pipeline.trainer.agents import Agents
 from pipeline.trainer.warmup import run_format_warmup
 from rewards import check_reward_weights, get_reward_funcs
 from rewards.contract import RewardFailure, call_reward
-from rewards.registry import FORMAT_REWARD_NAMES
+from rewards.declared import logged_facts
 
 DRY_RUN_NAME = "reward_dry_run.json"
 DEFAULT_PROMPTS = 16
@@ -119,7 +119,7 @@ def verdicts(table: dict[str, dict[str, Any]], sampling: Sampling, clipped_share
         lines += flat_reward_causes(flat, temperature=g.temperature, clipped_share=clipped_share,
                                     completions_differ=True)  # the total differs within the groups
     if (sft_warmup_steps > 0 and not after_warmup
-            and any(name in FORMAT_REWARD_NAMES and mean == 0 for name, mean in flat.items())):
+            and any(_judges_format(name) and mean == 0 for name, mean in flat.items())):
         lines.append(f"note: this scored the model BEFORE the format warm-up (sft_warmup_steps: "
                      f"{sft_warmup_steps}) that `grpo train` runs first, so a format reward of 0 is "
                      "expected here; rerun with --after-warmup to score the model GRPO starts from")
@@ -242,6 +242,12 @@ def _score(funcs, texts, chat_prompts, kwargs, timeout: float = 0, rollouts=None
     except RewardFailure as err:
         raise ConfigError("reward_funcs", f"{err}. It was called on the model's own completions in this dry run, "
                           "as the trainer would call it; the contract: docs/rewards.md.") from None
+
+
+def _judges_format(name: str) -> bool:
+    """A built-in reward that only judges the <reasoning>/<answer> format (rewards/declared.py), by its logged name."""
+    facts = logged_facts(name)
+    return facts is not None and facts.kind == "format"
 
 
 def _rollout_samples(rollouts, names: list[str], scores: list[list[Optional[float]]], n: int) -> list[dict]:

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from pipeline.config import PipelineConfig, role_values
 from rewards import reads_reference
-from rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES, check_reward_weights
+from rewards.registry import check_reward_weights
 
 
 @dataclass(frozen=True)
@@ -25,14 +25,12 @@ class Limits:
 
 @dataclass(frozen=True)
 class RewardSpec:
-    """One reward as the run resolved it: its name in the recipe, the name TRL logs it under, its weight, its range
-    (None: not known), its kind (format: judges only the <reasoning>/<answer> format; else answer) and whether it
-    scores against the row's reference answer (None: its source cannot tell)."""
+    """One reward as the run resolved it: its name in the recipe, the name TRL logs it under, its weight and whether
+    it scores against the row's reference answer (None: its source cannot tell). A built-in reward's other facts
+    (range, kind) are its declaration's (rewards/declared.py `facts_of`)."""
     name: str
     logged_name: str
     weight: float
-    range: Optional[tuple[float, float]]
-    kind: str
     reads_reference: Optional[bool]
 
 
@@ -72,8 +70,6 @@ def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
                  funcs: Sequence[Any]) -> tuple[RewardSpec, ...]:
     """The rewards of a recipe as the check resolved them (`funcs`: its fresh instances, named as the run's are)."""
     return tuple(RewardSpec(name=str(name), logged_name=func.__name__, weight=weight,
-                            range=REWARD_RANGES.get(func.__name__),
-                            kind="format" if func.__name__ in FORMAT_REWARD_NAMES else "answer",
                             reads_reference=reads_reference([name]))
                  for name, func, weight in zip(names, funcs, check_reward_weights(names, weights), strict=True))
 

@@ -1,0 +1,66 @@
+"""Each built-in reward is declared once, where it is defined, with its facts: `@builtin_reward(...)` (verl's
+`@register_adv_est` is the model). A new built-in reward is one decorated function; every reader takes the facts
+from here: the registry (rewards/registry.py: names, the notebook's aliases), whether a recipe reads the reference
+answer (`reads_reference`), the health diagnosis of flat rewards (pipeline/health/signal.py), the plots' bands
+(pipeline/run/plots.py) and `grpo rewards` (pipeline/infer/dry_run.py).
+
+>>> from rewards import correctness_reward_func
+>>> facts = logged_facts("correctness_reward_func")
+>>> facts.name, facts.range, facts.kind, facts.reads_reference, facts.func is correctness_reward_func
+('correctness', (0.0, 2.0), 'answer', True, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+Kind = Literal["format", "answer", "other"]
+
+
+@dataclass(frozen=True)
+class RewardFacts:
+    """What the pipeline knows of a built-in reward without calling it."""
+
+    name: str  # the recipe's short name: `reward_funcs: [correctness]`
+    func: Callable[..., list]  # TRL logs it as rewards/<its __name__>/mean (`logged_name`)
+    range: Optional[tuple[float, float]]  # the least and the most it gives one completion; None: not bounded here
+    kind: Kind  # "format": judges the <reasoning>/<answer> form; "answer": the answer itself; "other"
+    learned_at_max: bool  # at its maximum on every completion, the form it rewards is learned (not a ceiling)
+    reads_reference: bool  # scores each completion against the row's reference answer (`grpo_answer`)
+
+    @property
+    def logged_name(self) -> str:
+        return self.func.__name__
+
+
+DECLARED: dict[str, RewardFacts] = {}  # by short name, in the order the reward modules define them
+
+
+def builtin_reward(name: str, *, range: Optional[tuple[float, float]] = None, kind: Kind = "other",
+                   learned_at_max: bool = False, reads_reference: bool = False) -> Callable:
+    """Declare the decorated function a built-in reward named `name`, with its facts; the function is unchanged."""
+
+    def declare(func: Callable[..., list]) -> Callable[..., list]:
+        if name in DECLARED and DECLARED[name].func is not func:
+            raise ValueError(f"two built-in rewards are named {name!r}")
+        DECLARED[name] = RewardFacts(name, func, range, kind, learned_at_max, reads_reference)
+        return func
+
+    return declare
+
+
+def facts_of(reward: str | Callable) -> Optional[RewardFacts]:
+    """The facts of a built-in reward by a name a recipe may give it (its short name, or the notebook's function
+    name) or by the function itself; None for anyone else's reward."""
+    for facts in DECLARED.values():
+        if reward is facts.func or reward in (facts.name, facts.logged_name):
+            return facts
+    return None
+
+
+def logged_facts(logged_name: str) -> Optional[RewardFacts]:
+    """The facts of the built-in reward TRL logs as rewards/<logged_name>/mean (its function's __name__); None for a
+    reward of anyone else, whatever its name (a user's reward logged as `correctness` is not ours)."""
+    return next((facts for facts in DECLARED.values() if facts.logged_name == logged_name), None)
