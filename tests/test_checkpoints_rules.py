@@ -85,8 +85,8 @@ def real_trainer(run_dir: Path, *, max_steps: int = 2, save_steps: int = 1, save
     trainer = Trainer(model=tiny_lora_model(**model_kwargs), args=args, train_dataset=rows,
                       callbacks=[file_mode_callback(), *callbacks])
     if wrapped:
-        stage_checkpoint_saves(trainer, resume_key(demo_config(run_dir)))
-        load_every_adapter(trainer)
+        trainer._save_checkpoint = stage_checkpoint_saves(trainer, resume_key(demo_config(run_dir)))
+        trainer._load_from_checkpoint = load_every_adapter(trainer)
     return trainer
 
 

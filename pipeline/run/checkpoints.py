@@ -25,7 +25,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from env.adapters import safetensors_problem
 from env.disk import storage_errors_named
@@ -261,7 +261,7 @@ def storage_errors_are_resumable(trainer, output_dir: Path):
                                 lambda: save_size_estimate(trainer.model))
 
 
-def stage_checkpoint_saves(trainer, key: ResumeKey, dataset: Any = None) -> None:
+def stage_checkpoint_saves(trainer, key: ResumeKey, dataset: Any = None) -> Callable:
     """Make every checkpoint save of `trainer` atomic: written whole under a hidden name, then renamed.
 
     transformers' `Trainer._save_checkpoint` writes `checkpoint-N/` in place, file after file (README.md and
@@ -269,8 +269,8 @@ def stage_checkpoint_saves(trainer, key: ResumeKey, dataset: Any = None) -> None
     of them. Here it writes into `.checkpoint-N.staging/checkpoint-N/` (its output folder is redirected
     through `_get_output_dir` for the call), `grpo_shape.json` is added, and the complete folder is published
     with env.paths.publish_directory; then the Trainer's rotation (save_total_limit) runs on the real folder.
-    On any failure the staging folder is removed and the previous checkpoints are untouched. Set as an
-    instance attribute, like build.py's model card: the class is whatever the backend left in trl. `key`: what
+    On any failure the staging folder is removed and the previous checkpoints are untouched. Returns the
+    replacement of `trainer._save_checkpoint` (pipeline/trainer/trl_internals.py installs it). `key`: what
     grpo_shape.json records (pipeline/run/resume.py ResumeKey), `dataset`: the training rows.
     """
     from transformers.trainer_utils import rotate_checkpoints  # lazy: transformers imports torch
@@ -302,7 +302,7 @@ def stage_checkpoint_saves(trainer, key: ResumeKey, dataset: Any = None) -> None
             if main:
                 shutil.rmtree(staging, ignore_errors=True)
 
-    trainer._save_checkpoint = staged_save
+    return staged_save
 
 
 def remove_staging_leftovers(output_dir: str | Path, log=print) -> list[Path]:

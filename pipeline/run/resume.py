@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from env.locations import absolute_path
 from pipeline.config import SECTIONS, fields_with, resolve_optim, trl_names, trl_training_args
@@ -63,7 +63,7 @@ APPLIED_SETTINGS = trl_names("resume_applied")
 # (The three lists as the declarations stand at import; the checks below ask the config's own sections at the call.)
 
 
-def load_every_adapter(trainer) -> None:
+def load_every_adapter(trainer) -> Callable:
     """Make a checkpoint load restore the trained adapter also when the checkpoint holds more than one.
 
     peft's save_pretrained writes the "default" adapter at the checkpoint's top level and any other in a
@@ -74,7 +74,8 @@ def load_every_adapter(trainer) -> None:
     `Trainer._load_from_checkpoint` then loads only the sub-folders' adapters: the trained "default" weights are
     never restored, and a resumed run, a rollback or the final save of a finished run silently carries on from
     the weights in memory (the warm-up's, in a new process). Here the top-level adapter is loaded into the active
-    one after that. Set as an instance attribute, as stage_checkpoint_saves does.
+    one after that. Returns the replacement of `trainer._load_from_checkpoint` (pipeline/trainer/trl_internals.py
+    installs it).
     """
     load = type(trainer)._load_from_checkpoint
 
@@ -93,7 +94,7 @@ def load_every_adapter(trainer) -> None:
         target.load_adapter(str(folder), active, is_trainable=True)
         target.set_adapter(active)
 
-    trainer._load_from_checkpoint = load_with_top_level
+    return load_with_top_level
 
 
 @contextlib.contextmanager
@@ -113,7 +114,7 @@ def plain_cpu_device(args):
         args.__dict__["_setup_devices"] = device
 
 
-def follow_the_rebuilt_schedule(trainer) -> None:
+def follow_the_rebuilt_schedule(trainer) -> Callable:
     """Make a resume train its first step at the rate of the schedule the Trainer built for this run.
 
     transformers 5.17 `Trainer._load_optimizer_and_scheduler` loads scheduler.pt into a LambdaLR rebuilt for the
@@ -121,8 +122,8 @@ def follow_the_rebuilt_schedule(trainer) -> None:
     puts back `_last_lr` and optimizer.pt's param-group `lr`: the rate the old schedule had for the next step.
     A run resumed with a larger max_steps (APPLIED_SETTINGS) then trained its first step at the old schedule's
     rate (0 at the end of a cosine) and only later followed the new one. Here, after the load, each group's rate
-    is set to the rebuilt schedule's at the restored position (the same rate when nothing changed). Set as an
-    instance attribute, as load_every_adapter does.
+    is set to the rebuilt schedule's at the restored position (the same rate when nothing changed). Returns the
+    replacement of `trainer._load_optimizer_and_scheduler` (pipeline/trainer/trl_internals.py installs it).
     """
     load = type(trainer)._load_optimizer_and_scheduler
 
@@ -138,7 +139,7 @@ def follow_the_rebuilt_schedule(trainer) -> None:
             group["lr"] = rate
         scheduler._last_lr = rates
 
-    trainer._load_optimizer_and_scheduler = load_then_follow
+    return load_then_follow
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ Import this only after the backend's `prepare_environment` ran: with Unsloth, `t
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import tempfile
@@ -23,13 +22,13 @@ from pipeline.config import ConfigError
 from pipeline.config.trl_fields import trainer_choices, trl_with
 from pipeline.data.tokenizer import resolve_model_path
 from pipeline.health.rollout import build_probe
-from pipeline.run.checkpoints import file_mode_callback, stage_checkpoint_saves
-from pipeline.run.resume import follow_the_rebuilt_schedule, load_every_adapter
+from pipeline.run.checkpoints import file_mode_callback
 from pipeline.trainer.agent_boundary import hold_failures
 from pipeline.trainer.agents import Agents
 from pipeline.trainer.effective import predicted_changes, write_effective_config
 from pipeline.trainer.spec import TrainerSpec
-from pipeline.trainer.reward_failures import RewardFailureLatch, raise_reward_failures_after_the_gather
+from pipeline.trainer.reward_failures import RewardFailureLatch
+from pipeline.trainer.trl_internals import replace_trl_internals
 from rewards import check_reward_weights, get_reward_funcs
 from rewards.contract import guard_reward
 
@@ -99,15 +98,8 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     backend.prepare_trainer(trainer, backend_settings)
     health.rollout_probe = build_probe(spec.health.rollout_probe_steps, tokenizer,  # None without a separate engine
                                        lambda: backend.rollout_engine(trainer, tokenizer, backend_settings))
-    card = ModelCard(spec.base_model, spec.dataset_name)
-    # An instance attribute, not a subclass: trl.GRPOTrainer is whatever class the backend left there
-    # (Unsloth's patched one), known only now. TRL calls self.create_model_card at every checkpoint.
-    trainer.create_model_card = functools.partial(card.write, trainer)
-    raise_reward_failures_after_the_gather(trainer, latch)
-    allow_steps_without_gradient(trainer)
-    stage_checkpoint_saves(trainer, spec.checkpoint, prepared.dataset)  # each checkpoint-N/ appears whole, with data
-    load_every_adapter(trainer)  # a checkpoint with a ref/ adapter restores its trained one too
-    follow_the_rebuilt_schedule(trainer)  # a resume with a larger max_steps trains at the new schedule's rate
+    replace_trl_internals(trainer, ModelCard(spec.base_model, spec.dataset_name), latch, spec.checkpoint,
+                          prepared.dataset)  # pipeline/trainer/trl_internals.py: each one and why
     return trainer, health
 
 
@@ -139,29 +131,6 @@ def record_effective_config(trainer, spec: TrainerSpec, backend, backend_setting
     passed = {**spec.recipe_args, **decided}
     return write_effective_config(output_dir, spec, backend_settings, backend, trainer, passed,
                                   backend.grpo_config_kwargs(backend_settings, model))
-
-
-def allow_steps_without_gradient(trainer) -> None:
-    """A batch that leaves no token to learn from is a step with no gradient, not a crash.
-
-    With `mask_truncated_completions: true`, TRL's GRPOTrainer._generate_and_score_completions zeroes the loss mask
-    of every completion cut at max_completion_length; when all of them are (common early in a run), the loss it
-    returns is a constant, and `loss.backward()` raises "element 0 of tensors does not require grad". Tied to
-    one trainable parameter by a zero factor, the loss backpropagates zeros: the step runs, logs, and changes
-    nothing but the optimizer's step count. An instance attribute, as create_model_card above: the class is
-    whatever the backend left in trl.GRPOTrainer.
-    """
-    compute_loss = trainer.compute_loss
-
-    def with_gradient(model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss = compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
-        if model.training and hasattr(loss, "requires_grad") and not loss.requires_grad:
-            anchor = next((p for p in model.parameters() if p.requires_grad), None)
-            if anchor is not None:
-                loss = loss + 0.0 * anchor.sum()
-        return loss
-
-    trainer.compute_loss = with_gradient
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ of them, with the failing process's message (broadcast from it). Single-process 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from rewards.contract import RewardFailure
 
@@ -47,9 +47,9 @@ class RewardFailureLatch:
             raise failure
 
 
-def raise_reward_failures_after_the_gather(trainer, latch: RewardFailureLatch) -> None:
-    """Wrap `trainer._calculate_rewards` so that the failures `latch` held are raised right after it returns.
-    Set as an instance attribute, like pipeline/run/checkpoints.py stage_checkpoint_saves."""
+def raise_reward_failures_after_the_gather(trainer, latch: RewardFailureLatch) -> Callable:
+    """`trainer._calculate_rewards`, raising the failures `latch` held right after it returns (installed by
+    pipeline/trainer/trl_internals.py)."""
     calculate = type(trainer)._calculate_rewards
 
     def calculate_then_raise(*args, **kwargs):
@@ -57,4 +57,4 @@ def raise_reward_failures_after_the_gather(trainer, latch: RewardFailureLatch) -
         latch.raise_agreed()
         return rewards
 
-    trainer._calculate_rewards = calculate_then_raise
+    return calculate_then_raise
