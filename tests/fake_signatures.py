@@ -1,4 +1,4 @@
-"""The fakes' shared ground: the pinned wheels' signatures (env/upstream_signatures.json), binding calls to
+"""The fakes' shared ground: the pinned wheels' signatures (tests/upstream_signatures.json), binding calls to
 them, and the ordered call log every fake boundary call is recorded in.
 
 Split from tests/fake_unsloth.py (which re-exports these names): see its docstring for the rules.
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAPSHOT_PATH = ROOT / "env" / "upstream_signatures.json"
+SNAPSHOT_PATH = ROOT / "tests" / "upstream_signatures.json"
 SNAPSHOT: dict = json.loads(SNAPSHOT_PATH.read_text())
 
 

@@ -5,7 +5,7 @@ with the results) on a machine with no GPU. It is not Unsloth: nothing here says
 
 No looser than the real packages:
 - Every call binds its arguments to the signature read from the pinned wheels' source
-  (env/upstream_signatures.json, written by env/upstream_signatures.py), so an unknown, misspelt or missing
+  (tests/upstream_signatures.json, written by tests/upstream_signatures.py), so an unknown, misspelt or missing
   argument raises TypeError here as it would there. Where the real function takes `**kwargs` and hands
   them on (FastLanguageModel.from_pretrained -> FastLlamaModel.from_pretrained -> transformers), the fake
   accepts only the named parameters along that path: a typo would otherwise be swallowed silently.

@@ -2,7 +2,7 @@
 
 The Unsloth prediction is a pure function; the strict double's UnslothGRPOConfig (tests/fake_unsloth.py) is a
 separate transcription of the lines the wheel generates, bound to the wheel's field list and replaced defaults
-(env/upstream_signatures.json). The two must agree on every field, over a table of recipes.
+(tests/upstream_signatures.json). The two must agree on every field, over a table of recipes.
 """
 
 from __future__ import annotations

@@ -327,13 +327,13 @@ def test_loader_names_the_bad_field(mutate, message):
         matrix_from_dict(data)
 
 
-# --- the upstream signature snapshot (env/upstream_signatures.py) ------------------------------------
+# --- the upstream signature snapshot (tests/upstream_signatures.py) ------------------------------------
 
 
 def test_signature_extraction_reads_parameters_defaults_and_fields_from_source():
     import ast
 
-    from env.upstream_signatures import _find, _module_constants, function_signature, struct_fields
+    from tests.upstream_signatures import _find, _module_constants, function_signature, struct_fields
 
     tree = ast.parse(
         "TARGETS = ['q_proj', 'v_proj']\n"
@@ -358,7 +358,7 @@ def test_signature_extraction_reads_parameters_defaults_and_fields_from_source()
 
 
 def test_committed_snapshot_names_where_each_callable_lives():
-    snapshot = json.loads((ROOT / "env" / "upstream_signatures.json").read_text())
+    snapshot = json.loads((ROOT / "tests" / "upstream_signatures.json").read_text())
     for name, entry in snapshot["callables"].items():
         assert entry["file"].startswith(entry["package"] + "/") and entry["qualname"] and entry["how"], name
         assert entry["parameters"], name

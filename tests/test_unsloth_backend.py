@@ -1,7 +1,7 @@
 """Contract tests for the GPU boundary: pipeline/backends/unsloth.py against a recording fake.
 
 The fake (tests/fake_unsloth.py) stands in for the pinned unsloth, unsloth_zoo and vLLM; every call binds
-to the signatures env/upstream_signatures.py read from those wheels (env/upstream_signatures.json), and it
+to the signatures tests/upstream_signatures.py read from those wheels (tests/upstream_signatures.json), and it
 raises where they raise. These tests check OUR side: the calls and arguments we make, their order, and what
 we do with the results. They do not show that Unsloth or vLLM work; that needs a GPU.
 """

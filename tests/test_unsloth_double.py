@@ -28,7 +28,7 @@ def test_signature_snapshot_was_made_from_the_pinned_versions():
     snapshot = fake_unsloth.SNAPSHOT["versions"]
     assert set(snapshot) == {"unsloth", "unsloth_zoo", "vllm", "trl", "transformers"}
     assert snapshot == {name: pins[name] for name in snapshot}, (
-        "env/upstream_signatures.json is stale: run `python env/upstream_signatures.py` after changing a pin")
+        "tests/upstream_signatures.json is stale: run `python tests/upstream_signatures.py` after changing a pin")
 
 
 def test_every_boundary_callable_is_in_the_snapshot():

@@ -8,7 +8,7 @@ those changes from the keyword arguments alone, so `grpo train --check` shows th
 the run folder's effective_config.json says which backend changed what (pipeline/trainer/effective.py).
 
 tests/test_effective_config.py checks UNSLOTH_GRPO_DEFAULTS against the defaults read from the pinned wheel
-(env/upstream_signatures.json) and the predictions against the strict double (tests/fake_unsloth.py).
+(tests/upstream_signatures.json) and the predictions against the strict double (tests/fake_unsloth.py).
 """
 
 from __future__ import annotations

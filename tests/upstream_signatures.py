@@ -1,13 +1,13 @@
 """Dev tool: snapshot the real signatures of every upstream call on the GPU boundary into
-`env/upstream_signatures.json`, read from the SOURCE of the pinned wheels (no import, no GPU).
+`tests/upstream_signatures.json`, read from the SOURCE of the pinned wheels (no import, no GPU).
 
 The test double (tests/fake_unsloth.py) binds every call the pipeline makes to these signatures, so a
 misspelt, unknown or missing keyword fails on a CPU machine the way it would on a GPU. Re-run after
 changing a pin in env/known_good.toml; tests/test_unsloth_double.py checks the snapshot's versions
 against the pins.
 
-    python env/upstream_signatures.py                  # pip download --no-deps the pinned wheels to a temp dir
-    python env/upstream_signatures.py --wheels /tmp/w  # reuse wheels already there (downloads what is missing)
+    python tests/upstream_signatures.py                  # pip download --no-deps the pinned wheels to a temp dir
+    python tests/upstream_signatures.py --wheels /tmp/w  # reuse wheels already there (downloads what is missing)
 
 Only the few source files named below are read out of each wheel (zipfile), so vLLM's ~340 MB wheel is
 not unpacked. Why `ast` and not `inspect`: importing unsloth or vllm needs a GPU build of torch.
@@ -304,7 +304,7 @@ def build(src: Sources, pins: dict[str, str]) -> dict:
         structs[name] = {"package": package, "file": path, "qualname": cls,
                          "fields": struct_fields(_find(src.tree(package, path), cls))}
     return {
-        "generated_by": "python env/upstream_signatures.py",
+        "generated_by": "python tests/upstream_signatures.py",
         "versions": {p: pins[p] for p in PACKAGES},
         "callables": callables,
         "structs": structs,
