@@ -8,7 +8,7 @@ of these reasons. `grpo train --check` runs them all, prints one JSON object, an
 The data steps prepare everything the run will read (`prepare_run_data`: the training split, the eval set when
 eval_before/eval_after is on, the warm-up's examples) with the tokenizer only; the run loads them from the cache.
 The rewards check calls every reward on completions of the prepared prompts, with the columns TRL passes; the LoRA
-check builds the architecture on the meta device; the engine check reads vLLM's own limits (backends/vllm_limits.py).
+check builds the architecture on the meta device; the engine check reads vLLM's own limits (backends/vllm_engine.py).
 These import torch (and vLLM), after the backend's `prepare_environment` (Unsloth must be imported first).
 Everything else is cheap: no model weights, at most one short network probe (only when the model is neither a
 local folder nor in the Hugging Face cache).
@@ -29,7 +29,7 @@ from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
 from pipeline.backends.settings import backend_settings
-from pipeline.backends.vllm_limits import check_run_engine
+from pipeline.backends.vllm_engine import check_run_engine
 from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check

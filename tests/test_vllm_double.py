@@ -117,7 +117,7 @@ def test_generate_answers_in_the_doubles_shape(engine):
     holding the token itself; the double's `score_with_vllm` reading works on both."""
     from vllm import SamplingParams
 
-    from pipeline.backends import score_with_vllm
+    from pipeline.backends.vllm_engine import score_with_vllm
 
     ids = [60, 97, 110, 115, 119, 101, 114, 62]
     params = dict(max_tokens=4, temperature=1.0, prompt_logprobs=1)
@@ -138,7 +138,8 @@ def test_a_lora_request_naming_a_saved_adapter_changes_the_scores_on_both(engine
     from peft import LoraConfig, get_peft_model
     from vllm.lora.request import LoRARequest
 
-    from pipeline.backends import plain, score_with_vllm
+    from pipeline.backends import plain
+    from pipeline.backends.vllm_engine import score_with_vllm
     from pipeline.backends.settings import backend_settings
     from train_helpers import demo_config
 

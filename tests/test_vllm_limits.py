@@ -1,5 +1,5 @@
 """`grpo train --check` refuses first what the vLLM engine a run starts will refuse, naming the option (exit 2):
-pipeline/backends/vllm_limits.py, its rules read from the installed vLLM. A table over the class: head size,
+pipeline/backends/vllm_engine.py, its rules read from the installed vLLM. A table over the class: head size,
 max_model_len (the model's and the data's), LoRA rank, memory share, tensor parallel size; and one --check end to end.
 """
 
@@ -54,7 +54,7 @@ CASES = [
 def test_the_check_refuses_what_the_engine_would_naming_the_option(monkeypatch, case, config, trl_args, overrides,
                                                                    longest, share, world, refused):
     from pipeline.backends import load_backend
-    from pipeline.backends.vllm_limits import check_engine
+    from pipeline.backends.vllm_engine import check_engine
     from pipeline.config import ConfigError
 
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)  # vLLM then checks the share against free RAM
@@ -72,7 +72,7 @@ def test_the_head_size_rule_is_vllms_own():
     """The sizes vLLM's CPU attention takes, read from it: every one passes, the sizes between them are refused."""
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-    from pipeline.backends.vllm_limits import check_head_size
+    from pipeline.backends.vllm_engine import check_head_size
     from pipeline.config import ConfigError
 
     taken = CPUAttentionBackend.get_supported_head_sizes()

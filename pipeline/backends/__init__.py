@@ -114,22 +114,6 @@ class Backend(Protocol):
         """Merge the adapter into its base (merged16 / merged4 / gguf) and write it into `out_dir`, the tokenizer's
         chat template defaulting to the trained `system_prompt` (pipeline/data/prompts.py carry_system_prompt)."""
 
-def score_with_vllm(generate: Any, prompt_ids: list[int], continuation_ids: list[int], **generate_kwargs: Any
-                    ) -> list[float]:
-    """Per-token log-probabilities of `continuation_ids` after `prompt_ids` from a vLLM `LLM.generate` (Unsloth's
-    model.fast_generate, TRL's colocated LLM.generate): the text goes in as a TokensPrompt and comes back scored
-    through `prompt_logprobs` (vllm.SamplingParams; RequestOutput.prompt_logprobs holds None for the first token,
-    then one {token id: Logprob} per prompt token, the token itself always among them: vllm/v1/engine/logprobs.py).
-    Raw log-probabilities of the model (temperature plays no part in prompt_logprobs)."""
-    from vllm import SamplingParams  # lazy: vLLM is a GPU package
-
-    ids = [*prompt_ids, *continuation_ids]
-    params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=1)
-    (output,) = generate([{"prompt_token_ids": ids}], sampling_params=params, use_tqdm=False, **generate_kwargs)
-    rows = output.prompt_logprobs[len(prompt_ids):]
-    return [float(row[token].logprob) for row, token in zip(rows, continuation_ids)]
-
-
 # What `grpo export --to` accepts; each backend's `export` refuses the ones it cannot do (plain: gguf).
 EXPORT_METHODS = ("merged16", "merged4", "gguf")
 

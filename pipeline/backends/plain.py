@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.backends import EXPORT_METHODS, Completion, score_with_vllm
+from pipeline.backends import EXPORT_METHODS, Completion
 from pipeline.backends.base import BackendBase
 from pipeline.backends.settings import BackendSettings
 from pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
@@ -23,6 +23,7 @@ from pipeline.backends.vllm_engine import (
     engine_arguments,
     follow_the_trainer,
     require_vllm,
+    score_with_vllm,
     shared_engine,
     vllm_installed,
 )
@@ -203,7 +204,7 @@ def predicted_config_kwargs(settings: BackendSettings) -> dict[str, Any]:
 
 class TrlVllmEngine:
     """TRL's colocated vLLM (vllm_mode: colocate), sent the weights as TRL sends them before a rollout
-    (VLLMGeneration.sync_weights), then scored (pipeline.backends.score_with_vllm)."""
+    (VLLMGeneration.sync_weights), then scored (pipeline/backends/vllm_engine.py score_with_vllm)."""
 
     def __init__(self, generation: Any):
         self.generation = generation

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from env.locations import absolute_path
-from pipeline.backends import Completion, score_with_vllm
+from pipeline.backends import Completion
 from pipeline.backends.gpu_settings import EVAL_SLEEP_LEVEL
 from pipeline.backends.plain import PlainGenerator
 from pipeline.backends.settings import BackendSettings
+from pipeline.backends.vllm_engine import generate_with_vllm, score_with_vllm
 from pipeline.backends.unsloth_setup import (
     LIVE_LORA_SUBDIR,
     from_pretrained_kwargs,
@@ -54,23 +55,15 @@ class UnslothGenerator:
         greedy in vLLM."""
         if not prompts:
             return []
-        from vllm import SamplingParams  # lazy: vllm imports torch (and needs a GPU)
-
-        # max_tokens must be set: vLLM's default is 16 tokens. top_k 0 / min_p 0 are vLLM's "off" too.
-        rollout = {key: value for key, value in (("top_k", top_k), ("min_p", min_p)) if value}
-        params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens, **rollout)
         slept = self._wake_if_sleeping()
         try:
             # model.fast_generate is vLLM's LLM.generate (set in FastLlamaModel.from_pretrained); lora_request=None
             # is passed explicitly for the base model so nothing falls back to an adapter loaded earlier.
-            outputs = self.model.fast_generate([p if isinstance(p, str) else {"prompt_token_ids": list(p)}
-                                                for p in prompts], sampling_params=params,
-                                               lora_request=self.lora_request)
+            return generate_with_vllm(self.model.fast_generate, prompts, max_tokens, temperature, top_p, top_k,
+                                      min_p, lora_request=self.lora_request)
         finally:
             if slept:
                 self._sleep()
-        return [Completion(output.outputs[0].text, len(output.outputs[0].token_ids), output.outputs[0].token_ids)
-                for output in outputs]
 
     def _wake_if_sleeping(self) -> bool:
         """In standby the trainer puts vLLM to sleep after each rollout and wakes it before the next
