@@ -287,10 +287,35 @@ def _adapter_tensors(path):
     return load_file(str(path / "adapter_model.safetensors"))
 
 
+def _adapter_settings(warmup_steps):
+    return dict(save_steps=2, beta=0.04, sft_warmup_steps=warmup_steps,
+                reward_funcs=["train_helpers:digit_share_reward"])
+
+
+@pytest.fixture(scope="module")
+def adapter_runs(tmp_path_factory):
+    """`trained(warmup_steps)` -> a completed 2-step run (beta 0.04, checkpoint-2, lora/) with that many warm-up
+    steps, trained once per warm-up setting in this module: each case copies it and loads from the copy."""
+    from pipeline.train import run_training
+    from train_helpers import demo_config
+
+    runs = {}
+
+    def trained(warmup_steps):
+        if warmup_steps not in runs:
+            run_dir = tmp_path_factory.mktemp(f"adapter-warmup-{warmup_steps}") / "run"
+            cfg = demo_config(run_dir, max_steps=2, **_adapter_settings(warmup_steps))
+            assert run_training(cfg).status == "completed"
+            runs[warmup_steps] = run_dir
+        return runs[warmup_steps]
+
+    return trained
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["resume", "finish the final save"])
 @pytest.mark.parametrize("warmup_steps", [0, 4], ids=["no warm-up", "after a warm-up"])
-def test_loading_a_checkpoint_restores_its_trained_adapter(tmp_path, how, warmup_steps):
+def test_loading_a_checkpoint_restores_its_trained_adapter(adapter_runs, tmp_path, how, warmup_steps):
     """With beta > 0 after a format warm-up, TRL adds a frozen "ref" adapter, which the pipeline removes (kl is
     measured against the base model: pipeline/health/rollback.py base_model_reference), so checkpoints hold the
     trained adapter alone. A resumed run and a finished run's lora/ must hold checkpoint-2's trained weights, not
@@ -301,9 +326,8 @@ def test_loading_a_checkpoint_restores_its_trained_adapter(tmp_path, how, warmup
     from train_helpers import demo_config
 
     run_dir = tmp_path / "run"
-    settings = dict(save_steps=2, beta=0.04, sft_warmup_steps=warmup_steps,
-                    reward_funcs=["train_helpers:digit_share_reward"])
-    assert run_training(demo_config(run_dir, max_steps=2, **settings)).status == "completed"
+    settings = _adapter_settings(warmup_steps)
+    shutil.copytree(adapter_runs(warmup_steps), run_dir)  # the 2-step run, trained once for both ways to load it
     assert not (run_dir / "checkpoint-2" / "ref").exists()  # one reference, the base model: no "ref" adapter
     saved = _adapter_tensors(run_dir / "checkpoint-2")
 

@@ -183,14 +183,25 @@ def test_export_storage_error_is_named(tmp_path, monkeypatch, capsys):
 
 # One process imports the training stack once (no computation, so no thread pools yet) and forks a child for
 # each kill: the child patches the named function to SIGKILL itself at its nth call and trains. Importing torch,
-# transformers and trl per kill would cost more than the kills themselves.
+# transformers and trl per kill would cost more than the kills themselves. That is everything a run imports, as
+# tests/conftest.py's pytest_configure imports it in the test processes: TRL's GRPOTrainer (which pipeline.train
+# imports only when a run builds it, and which imports vLLM's entry points, ~5 s) and matplotlib's pyplot (the
+# plots) included; then the survivors are frozen (gc.freeze), so a child's collections walk only what it made.
 FORK_SERVER = textwrap.dedent("""
-    import json, os, signal, sys
+    import gc, json, os, signal, sys
     sys.path[:0] = [{root!r}, {tests!r}]
     from test_saves import config
     from train_helpers import resolve_dotted
     from pipeline.train import run_training
     import transformers, peft  # noqa: F401 -- the classes a kill point names
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+    import datasets  # noqa: F401
+    from transformers import Qwen2ForCausalLM  # noqa: F401
+    from trl import GRPOConfig, GRPOTrainer, SFTTrainer  # noqa: F401
+    gc.collect()
+    gc.freeze()
 
     def killed_at(target, nth, when, run_dir, overrides):
         import env.paths
@@ -242,9 +253,12 @@ def kill_server(tmp_path_factory):
     script.write_text(FORK_SERVER.format(root=str(ROOT), tests=str(TESTS)), encoding="utf-8")
     server = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, env={**__import__("os").environ, "TOKENIZERS_PARALLELISM": "false"})
-    assert server.stdout.readline().strip() == "ready"
+    ready = []  # read at the first kill: the server imports while this process makes the other fixtures
 
     def kill(target, nth, when, run_dir, overrides) -> dict:
+        if not ready:
+            ready.append(server.stdout.readline().strip())
+            assert ready == ["ready"], ready
         server.stdin.write(json.dumps(dict(target=target, nth=nth, when=when, run_dir=str(run_dir),
                                            overrides=overrides)) + "\n")
         server.stdin.flush()
