@@ -83,7 +83,7 @@ def _saved_key(param_name: str, saved: dict) -> str:
 
 @pytest.fixture(scope="module")
 def one_step_run(tmp_path_factory):
-    """A finished 1-step demo run with checkpoint-1, trained once: (folder, RunResult). Tests that resume it copy it."""
+    """A finished 1-step demo run with checkpoint-1, trained once: (folder, RunResult); a test resumes a copy."""
     run_dir = tmp_path_factory.mktemp("one_step") / "run"
     result = run_training(demo_config(run_dir, max_steps=1, save_steps=1))
     assert result.steps == 1 and (run_dir / "checkpoint-1").is_dir()
