@@ -91,12 +91,12 @@ def multi_env_run(tmp_path_factory, env_patch):
     """TRL's multi-environment form: each row's `environment` column picks Counter (get_reward) or Notes (none)."""
     data = tmp_path_factory.mktemp("data") / "mixed.jsonl"
     data.write_text("".join(json.dumps({"question": f"What is {i}+1?", "answer": str(i + 1),
-                                        "environment": ("count", "notes")[i % 2]}) + "\n" for i in range(4)))
+                                        "environment": ("count", "notes")[i % 2]}) + "\n" for i in range(2)))
     forced = tool_call_text(("bump", {"by": 1}), ("write", {"text": "hi"}))
     return train_with(tmp_path_factory, env_patch, "multi", forced, dataset_name=str(data),
                       environment_factory={"count": "agent_helpers:Counter", "notes": "agent_helpers:Notes"},
                       max_tool_calling_iterations=1, reward_funcs=["train_helpers:digit_share_reward"],
-                      per_device_train_batch_size=8)
+                      per_device_train_batch_size=4)  # both rows (one per environment), 2 rollouts each
 
 
 def test_the_multi_environment_form_routes_each_row_to_its_environment(multi_env_run):
@@ -111,14 +111,18 @@ def test_the_multi_environment_form_routes_each_row_to_its_environment(multi_env
     assert step["rewards/Counter/mean"] == 1.0  # the Notes rollouts have no get_reward: None, left out of the mean
 
 
-@pytest.fixture(scope="module")
-def rollout_run(tmp_path_factory, env_patch):
-    return train_with(tmp_path_factory, env_patch, "rollout", None, rollout_func="agent_helpers:fixed_rollout",
-                      reward_funcs=["agent_helpers:saw_rollout_source"])
-
-
-def test_rollout_func_generates_the_completions_and_its_extra_fields_reach_the_rewards(rollout_run):
-    result, seen, step, _ = rollout_run
+def test_rollout_func_generates_the_completions_and_its_extra_fields_reach_the_rewards(tmp_path, env_patch,
+                                                                                       monkeypatch):
+    """On the byte-level demo model (one_step_config below): what reaches the rewards does not depend on the
+    vocabulary."""
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("AGENT_CALLS", str(log))
+    cfg = one_step_config(tmp_path / "run", "tiny-demo", rollout_func="agent_helpers:fixed_rollout",
+                          reward_funcs=["agent_helpers:saw_rollout_source"])
+    result = run_training(cfg)
+    seen = calls(log)
+    step = next(m for m in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+                if "loss" in m)
     assert result.status == "completed"
     assert [c for c in seen if "rollout" in c][0] == {"rollout": "fixed_rollout", "prompts": 2, "completions": 2}
     assert {"reward": "saw_rollout_source", "rollout_source": ["fixed"]} in seen
