@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from agent_helpers import add, forced_text_bias, tool_call_text
-from pipeline.assets import load_qwen_tokenizer
 from pipeline.run.manifest import ADAPTER_METADATA_NAME
 from pipeline.train import run_training
 from train_helpers import tiny_qwen_config
@@ -25,13 +24,15 @@ def calls(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def train_with(tmp_path_factory, monkeypatch_env, name: str, forced: str | None, **overrides):
+def train_with(tmp_path_factory, monkeypatch_env, name: str, forced: str | None, tokenizer=None, **overrides):
+    """One tiny-Qwen2 run, steered to write `forced` (biased with `tokenizer`, the session's Qwen2.5 one, read only):
+    (RunResult, the agents' recorded calls, the first training step's metrics, the run folder)."""
     root = tmp_path_factory.mktemp(name)
     log = root / "calls.jsonl"
     monkeypatch_env.setenv("AGENT_CALLS", str(log))
     extra = {}
     if forced is not None:
-        extra["generation_kwargs"] = {"sequence_bias": forced_text_bias(load_qwen_tokenizer(), forced)}
+        extra["generation_kwargs"] = {"sequence_bias": forced_text_bias(tokenizer, forced)}
     settings = dict(max_steps=1, save_steps=100, max_samples=4, num_generations=2, per_device_train_batch_size=2,
                     max_completion_length="96", **extra)
     cfg = tiny_qwen_config(root / "run", **{**settings, **overrides})
@@ -48,10 +49,10 @@ def env_patch():
 
 
 @pytest.fixture(scope="module")
-def tools_run(tmp_path_factory, env_patch):
+def tools_run(tmp_path_factory, env_patch, qwen_tokenizer):
     """Standalone tools (one sync, one async) beside an environment that owns its reward (get_reward)."""
     forced = tool_call_text(("add", {"a": 2, "b": 3}), ("lookup", {"key": "k"}), ("bump", {"by": 2}))
-    return train_with(tmp_path_factory, env_patch, "tools", forced,
+    return train_with(tmp_path_factory, env_patch, "tools", forced, qwen_tokenizer,
                       tools=["agent_helpers:add", "agent_helpers.lookup"], environment_factory="agent_helpers:Counter",
                       max_tool_calling_iterations=1, reward_funcs=["train_helpers:digit_share_reward"],
                       max_completion_length="192")  # room for the second turn's calls, which the cap leaves unrun
@@ -87,16 +88,16 @@ def test_the_records_name_the_tools_and_environments(tools_run):
 
 
 @pytest.fixture(scope="module")
-def multi_env_run(tmp_path_factory, env_patch):
+def multi_env_run(tmp_path_factory, env_patch, qwen_tokenizer):
     """TRL's multi-environment form: each row's `environment` column picks Counter (get_reward) or Notes (none)."""
     data = tmp_path_factory.mktemp("data") / "mixed.jsonl"
     data.write_text("".join(json.dumps({"question": f"What is {i}+1?", "answer": str(i + 1),
-                                        "environment": ("count", "notes")[i % 2]}) + "\n" for i in range(4)))
+                                        "environment": ("count", "notes")[i % 2]}) + "\n" for i in range(2)))
     forced = tool_call_text(("bump", {"by": 1}), ("write", {"text": "hi"}))
-    return train_with(tmp_path_factory, env_patch, "multi", forced, dataset_name=str(data),
+    return train_with(tmp_path_factory, env_patch, "multi", forced, qwen_tokenizer, dataset_name=str(data),
                       environment_factory={"count": "agent_helpers:Counter", "notes": "agent_helpers:Notes"},
                       max_tool_calling_iterations=1, reward_funcs=["train_helpers:digit_share_reward"],
-                      per_device_train_batch_size=8)
+                      per_device_train_batch_size=4)  # both rows (one per environment), 2 rollouts each
 
 
 def test_the_multi_environment_form_routes_each_row_to_its_environment(multi_env_run):
@@ -111,14 +112,18 @@ def test_the_multi_environment_form_routes_each_row_to_its_environment(multi_env
     assert step["rewards/Counter/mean"] == 1.0  # the Notes rollouts have no get_reward: None, left out of the mean
 
 
-@pytest.fixture(scope="module")
-def rollout_run(tmp_path_factory, env_patch):
-    return train_with(tmp_path_factory, env_patch, "rollout", None, rollout_func="agent_helpers:fixed_rollout",
-                      reward_funcs=["agent_helpers:saw_rollout_source"])
-
-
-def test_rollout_func_generates_the_completions_and_its_extra_fields_reach_the_rewards(rollout_run):
-    result, seen, step, _ = rollout_run
+def test_rollout_func_generates_the_completions_and_its_extra_fields_reach_the_rewards(tmp_path, env_patch,
+                                                                                       monkeypatch):
+    """On the byte-level demo model (one_step_config below): what reaches the rewards does not depend on the
+    vocabulary."""
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("AGENT_CALLS", str(log))
+    cfg = one_step_config(tmp_path / "run", "tiny-demo", rollout_func="agent_helpers:fixed_rollout",
+                          reward_funcs=["agent_helpers:saw_rollout_source"])
+    result = run_training(cfg)
+    seen = calls(log)
+    step = next(m for m in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+                if "loss" in m)
     assert result.status == "completed"
     assert [c for c in seen if "rollout" in c][0] == {"rollout": "fixed_rollout", "prompts": 2, "completions": 2}
     assert {"reward": "saw_rollout_source", "rollout_source": ["fixed"]} in seen

@@ -272,11 +272,11 @@ def test_eval_steps_logs_plots_keeps_the_best_and_resume_never_replaces_it_with_
 
     run_dir = tmp_path / "run"
     reward = ["train_helpers:digit_share_reward"]  # a random model's completions differ here: the run learns
-    result = run_training(demo_config(run_dir, max_steps=4, save_steps=2, eval_steps=2, eval_limit=4,
+    result = run_training(demo_config(run_dir, max_steps=2, save_steps=2, eval_steps=1, eval_limit=4,
                                       reward_funcs=reward))
     assert result.status == "completed"
     evals = _eval_rows(run_dir)
-    assert [step for step, _, _ in evals] == [2, 4] and all(0 <= a <= 1 and 0 <= f <= 1 for _, a, f in evals)
+    assert [step for step, _, _ in evals] == [1, 2] and all(0 <= a <= 1 and 0 <= f <= 1 for _, a, f in evals)
     best_dir = run_dir / "best_lora"
     verify_trained_dir(best_dir)
     best = json.loads((best_dir / "grpo_best.json").read_text())
@@ -295,14 +295,14 @@ def test_eval_steps_logs_plots_keeps_the_best_and_resume_never_replaces_it_with_
     # A better best recorded earlier survives a resume whose evals are worse (the weights stay untouched) ...
     (best_dir / "grpo_best.json").write_text(json.dumps({**best, "accuracy": 1.01}))
     weights = (best_dir / "adapter_model.safetensors").read_bytes()
-    resumed = run_training(demo_config(run_dir, max_steps=6, save_steps=2, eval_steps=2, eval_limit=4,
+    resumed = run_training(demo_config(run_dir, max_steps=3, save_steps=2, eval_steps=1, eval_limit=4,
                                        reward_funcs=reward))
-    assert resumed.status == "completed" and [s for s, _, _ in _eval_rows(run_dir)] == [2, 4, 6]
+    assert resumed.status == "completed" and [s for s, _, _ in _eval_rows(run_dir)] == [1, 2, 3]
     assert json.loads((best_dir / "grpo_best.json").read_text())["accuracy"] == 1.01
     assert (best_dir / "adapter_model.safetensors").read_bytes() == weights
     assert json.loads((run_dir / "summary.json").read_text())["best"]["accuracy"] == 1.01
     # ... while a fresh run in the same folder starts its own best.
-    run_training(demo_config(run_dir, max_steps=2, save_steps=2, eval_steps=2, eval_limit=4, reward_funcs=reward,
+    run_training(demo_config(run_dir, max_steps=1, save_steps=1, eval_steps=1, eval_limit=4, reward_funcs=reward,
                              resume="never"))
     assert json.loads((best_dir / "grpo_best.json").read_text())["accuracy"] <= 1.0
 
@@ -373,17 +373,41 @@ def test_healthy_logs_never_roll_back(tmp_path):
     assert callback.rollback_to is None and callback.stop_reason is None
 
 
-@pytest.mark.slow
-def test_a_real_nan_collapse_rolls_back_halves_the_learning_rate_and_the_run_completes(tmp_path):
+def _kl_log():
+    """A TrainerCallback keeping every logged (step, kl) in order, across the rebuilt trainers of a rollback."""
+    from transformers import TrainerCallback
+
+    class KlLog(TrainerCallback):
+        seen: list = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "kl" in logs:
+                self.seen.append((state.global_step, logs["kl"]))
+
+    return KlLog()
+
+
+@pytest.fixture(scope="module")
+def nan_rollback_run(tmp_path_factory):
+    """A real run whose step-3 gradients are NaN once, rolled back (to checkpoint-1, the learning rate halved) and
+    completed: (folder, RunResult, every logged (step, kl)). beta 0.04 with a ceiling it never reaches, so kl is
+    logged for the reference test below; read by two tests."""
     from pipeline.train import run_training
     from train_helpers import demo_config, poison_gradients
 
-    run_dir = tmp_path / "run"
-    cfg = demo_config(run_dir, max_steps=5, save_steps=1, on_collapse="rollback", rollback_lr_factor=0.5,
-                      max_rollbacks=1, lr_scheduler_type="constant",
+    run_dir = tmp_path_factory.mktemp("nan_rollback") / "run"
+    kl_log = _kl_log()
+    cfg = demo_config(run_dir, max_steps=4, save_steps=1, on_collapse="rollback", rollback_lr_factor=0.5,
+                      max_rollbacks=1, lr_scheduler_type="constant", beta=0.04, kl_ceiling=100.0,
                       reward_funcs=["train_helpers:digit_share_reward"])
-    result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=1)])
-    assert result.status == "completed" and result.exit_code == 0 and result.steps == 5
+    result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=1), kl_log])
+    return run_dir, result, kl_log.seen
+
+
+@pytest.mark.slow
+def test_a_real_nan_collapse_rolls_back_halves_the_learning_rate_and_the_run_completes(nan_rollback_run):
+    run_dir, result, _ = nan_rollback_run
+    assert result.status == "completed" and result.exit_code == 0 and result.steps == 4
     summary = json.loads((run_dir / "summary.json").read_text())
     [rollback] = summary["rollbacks"]
     # step 3's gradients were computed with checkpoint-2's weights: the rollback goes to checkpoint-1
@@ -392,8 +416,8 @@ def test_a_real_nan_collapse_rolls_back_halves_the_learning_rate_and_the_run_com
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r for r in rows if r.get("event") == "rollback"] == [{"step": 1, "event": "rollback", **rollback}]
     lrs = {r["step"]: r["learning_rate"] for r in rows if "loss" in r}
-    assert lrs[1] == pytest.approx(1e-3) and all(lrs[s] == pytest.approx(5e-4) for s in (2, 3, 4, 5)), lrs
-    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4, 5]  # the collapsed steps' lines are gone
+    assert lrs[1] == pytest.approx(1e-3) and all(lrs[s] == pytest.approx(5e-4) for s in (2, 3, 4)), lrs
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]  # the collapsed steps' lines are gone
     assert all(math.isfinite(r["grad_norm"]) for r in rows if "loss" in r)
     assert (run_dir / "lora" / "adapter_model.safetensors").is_file()
     # the collapsed trajectory's checkpoint-2 was set aside, not left for a later --resume auto, and the
@@ -428,38 +452,36 @@ def test_a_real_kl_above_the_ceiling_rolls_back_before_the_drift_and_the_lower_r
     assert summary["health"]["stop_rule"] is None and summary["status"] == "completed"
 
 
-def _kl_log():
-    """A TrainerCallback keeping every logged (step, kl) in order, across the rebuilt trainers of a rollback."""
-    from transformers import TrainerCallback
-
-    class KlLog(TrainerCallback):
-        seen: list = []
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "kl" in logs:
-                self.seen.append((state.global_step, logs["kl"]))
-
-    return KlLog()
+def _replays_the_first_passes_kl(seen, last_step: int) -> None:
+    """1-3, the collapse at 3, back to checkpoint-1, 2-last: the replayed step 2 logs the first pass's step-2 kl."""
+    assert [step for step, _ in seen] == [1, 2, 3, *range(2, last_step + 1)]
+    first, replayed = seen[1][1], seen[3][1]
+    assert replayed == pytest.approx(first, rel=1e-4, abs=1e-7), seen
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("warmup_steps", [0, 4], ids=["fresh LoRA: base model reference", "warm-up: warmed reference"])
-def test_after_a_rollback_kl_is_measured_against_the_first_trainers_reference(tmp_path, warmup_steps):
-    """Rebuilt on the live model, TRL's GRPOTrainer would copy the collapsed adapter as its "ref" (or, after a
-    warm-up, raise that "ref" exists): the replayed step 2 must log the kl of the first pass's step 2."""
+def test_after_a_rollback_kl_is_measured_against_the_first_trainers_reference(nan_rollback_run):
+    """Rebuilt on the live model, TRL's GRPOTrainer would copy the collapsed adapter as its "ref": the replayed
+    step 2 must log the kl of the first pass's step 2 (a fresh LoRA: the base model is the reference)."""
+    _, result, seen = nan_rollback_run
+    assert result.status == "completed" and result.steps == 4
+    _replays_the_first_passes_kl(seen, 4)
+
+
+@pytest.mark.slow
+def test_after_a_rollback_past_a_warm_up_kl_is_measured_against_the_warmed_reference(tmp_path):
+    """After a format warm-up the reference is the warmed model: rebuilt on the live model, TRL's GRPOTrainer would
+    raise that "ref" exists, or copy the collapsed adapter."""
     from pipeline.train import run_training
     from train_helpers import demo_config, poison_gradients
 
     kl_log = _kl_log()
-    cfg = demo_config(tmp_path / "run", max_steps=4, save_steps=1, beta=0.04, kl_ceiling=100.0,
-                      on_collapse="rollback", max_rollbacks=1, sft_warmup_steps=warmup_steps,
+    cfg = demo_config(tmp_path / "run", max_steps=3, save_steps=1, beta=0.04, kl_ceiling=100.0,
+                      on_collapse="rollback", max_rollbacks=1, sft_warmup_steps=4,
                       reward_funcs=["train_helpers:digit_share_reward"])
     result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=1), kl_log])
-    assert result.status == "completed" and result.steps == 4
-    steps = [step for step, _ in kl_log.seen]
-    assert steps == [1, 2, 3, 2, 3, 4]  # 1-3, the collapse at 3, back to checkpoint-1, 2-4
-    first, replayed = kl_log.seen[1][1], kl_log.seen[3][1]
-    assert replayed == pytest.approx(first, rel=1e-4, abs=1e-7), kl_log.seen
+    assert result.status == "completed" and result.steps == 3
+    _replays_the_first_passes_kl(kl_log.seen, 3)
 
 
 @pytest.mark.slow

@@ -47,10 +47,10 @@ class Scripted:
         return done
 
 
-def loop(turns, max_iterations, rows=None, **options):
+def loop(tokenizer, turns, max_iterations, rows=None, **options):
+    """`turns` through run_tool_loop with the session's Qwen2.5 tokenizer (read only: it encodes and renders)."""
     from pipeline.infer.tool_loop import run_tool_loop
 
-    tokenizer = load_qwen_tokenizer()
     generator = Scripted(tokenizer, turns)
     rows = rows or [{"question": "2+3?", "answer": "5"}]
     agents = resolve_agents(agent_settings(tiny_qwen_config(Path("unused"), **options)))
@@ -59,11 +59,11 @@ def loop(turns, max_iterations, rows=None, **options):
     return rollouts, generator, tokenizer, agents
 
 
-def test_sync_and_async_tools_an_environment_and_a_failing_call_run_in_trls_loop():
+def test_sync_and_async_tools_an_environment_and_a_failing_call_run_in_trls_loop(qwen_tokenizer):
     from pipeline.infer.tool_loop import describe, env_rewards, tool_stats
 
     rollouts, generator, tokenizer, agents = loop(
-        [CALLS + "\n" + tool_call_text(("nope", {})), "<answer>5</answer>"], 3,
+        qwen_tokenizer, [CALLS + "\n" + tool_call_text(("nope", {})), "<answer>5</answer>"], 3,
         tools=["agent_helpers:add", "agent_helpers.lookup"], environment_factory="agent_helpers:Counter")
     (rollout,) = rollouts
     assert [(c.name, c.arguments, c.result, c.error) for c in rollout.calls] == [
@@ -80,39 +80,39 @@ def test_sync_and_async_tools_an_environment_and_a_failing_call_run_in_trls_loop
     assert describe(rollout)[1] == "  add(a=2, b=3) -> '5'"
 
 
-def test_the_cap_leaves_the_last_calls_unrun_and_an_environment_without_get_reward_scores_nothing():
+def test_the_cap_leaves_the_last_calls_unrun_and_an_environment_without_get_reward_scores_nothing(qwen_tokenizer):
     from pipeline.infer.tool_loop import describe, env_rewards
 
     turns = [tool_call_text(("write", {"text": "hi"})), tool_call_text(("write", {"text": "x"}))]
-    rollouts, _, _, agents = loop(turns, 1, environment_factory="agent_helpers:Notes")
+    rollouts, _, _, agents = loop(qwen_tokenizer, turns, 1, environment_factory="agent_helpers:Notes")
     (rollout,) = rollouts
     assert [(c.result, c.error) for c in rollout.calls] == [("ok", None), (None, None)]
     assert rollout.env_reward is None and env_rewards(agents, rollouts) == {}
     assert describe(rollout)[-1] == "  write(text='x') -> not run (max_tool_calling_iterations)"
 
 
-def test_the_multi_environment_form_routes_each_row_and_refuses_a_row_without_one():
+def test_the_multi_environment_form_routes_each_row_and_refuses_a_row_without_one(qwen_tokenizer):
     from pipeline.config import ConfigError
 
     envs = {"count": "agent_helpers:Counter", "notes": "agent_helpers:Notes"}
     bump = tool_call_text(("bump", {"by": 1}))
     rows = [{"environment": "count"}, {"environment": "notes"}]
-    rollouts, _, _, _ = loop([bump, bump, "done", "done"], 2, rows=rows, environment_factory=envs)
+    rollouts, _, _, _ = loop(qwen_tokenizer, [bump, bump, "done", "done"], 2, rows=rows, environment_factory=envs)
     assert [r.environment for r in rollouts] == ["Counter", "Notes"]
     assert [r.calls[0].error for r in rollouts] == [None, "Tool bump not found."]
     with pytest.raises(ConfigError, match="environment"):
-        loop(["x"], 1, rows=[{"question": "q"}], environment_factory=envs)
+        loop(qwen_tokenizer, ["x"], 1, rows=[{"question": "q"}], environment_factory=envs)
 
 
 # ------------------------------------------------------------------ the commands, on the tiny Qwen2, steered
 
 
 @pytest.fixture
-def steered(monkeypatch):
+def steered(monkeypatch, qwen_tokenizer):
     """Every model the plain backend loads writes CALLS, then ends its turn (transformers' sequence_bias)."""
     from pipeline.backends import plain
 
-    bias = forced_text_bias(load_qwen_tokenizer(), CALLS)
+    bias = forced_text_bias(qwen_tokenizer, CALLS)
     real = plain.load_model
 
     def load_model(*args, **kwargs):
@@ -147,8 +147,9 @@ def test_grpo_rewards_runs_rollouts_with_the_tools_live_and_shows_them(steered, 
     assert "not run (max_tool_calling_iterations)" in shown and "Counter 2.000" in shown
 
 
-def tiny_adapter(folder: Path, modules_to_save=None, **recorded) -> Path:
-    """A LoRA on the tiny Qwen2, saved as a run saves it (adapter, tokenizer, grpo_adapter.json naming `recorded`)."""
+def tiny_adapter(folder: Path, tokenizer, modules_to_save=None, **recorded) -> Path:
+    """A LoRA on the tiny Qwen2, saved as a run saves it (adapter, `tokenizer` (the session's real Qwen2.5 one, only
+    saved), grpo_adapter.json naming `recorded`)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
@@ -159,7 +160,6 @@ def tiny_adapter(folder: Path, modules_to_save=None, **recorded) -> Path:
     peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                             modules_to_save=modules_to_save, task_type="CAUSAL_LM"))
     peft.save_pretrained(str(folder))
-    tokenizer = load_qwen_tokenizer()
     tokenizer.save_pretrained(str(folder))
     cfg = tiny_qwen_config(folder.parent, **recorded)
     write_adapter_metadata(folder, build_manifest(
@@ -170,14 +170,15 @@ def tiny_adapter(folder: Path, modules_to_save=None, **recorded) -> Path:
 
 
 @pytest.mark.slow
-def test_generate_and_eval_run_the_tools_you_name_never_the_adapters_record_alone(steered, tmp_path, capsys):
+def test_generate_and_eval_run_the_tools_you_name_never_the_adapters_record_alone(steered, qwen_tokenizer, tmp_path,
+                                                                                   capsys):
     """The adapter's record names its tools; they run only when the command names them (a shared adapter's record
     does not decide what code runs): without the options, exit 2 naming the exact ones, and nothing imported."""
     from pipeline.infer import generate
     from pipeline.infer.evaluate import evaluate_saved
     from pipeline.infer.generate import generate_answers
 
-    lora = tiny_adapter(tmp_path / "run" / "lora", tools=["agent_helpers:add", "agent_helpers.lookup"],
+    lora = tiny_adapter(tmp_path / "run" / "lora", qwen_tokenizer, tools=["agent_helpers:add", "agent_helpers.lookup"],
                         environment_factory="agent_helpers:Counter", max_tool_calling_iterations=1,
                         max_seq_length=1024)
     sys.modules.pop("agent_helpers", None)
@@ -205,7 +206,8 @@ def test_generate_and_eval_run_the_tools_you_name_never_the_adapters_record_alon
     assert json.loads((tmp_path / "eval.json").read_text())["tools"] == result["tools"]
 
 
-def test_generate_input_rows_reach_the_environments_as_training_rows_do(steered, tmp_path, monkeypatch):
+def test_generate_input_rows_reach_the_environments_as_training_rows_do(steered, qwen_tokenizer, tmp_path,
+                                                                        monkeypatch):
     """`grpo generate --input`: a row's other fields go to its environment's reset(**row) and an `environment`
     field picks one in the multi-environment form, as a training row does; a row naming none is refused (exit 2)
     before anything is generated."""
@@ -213,7 +215,8 @@ def test_generate_input_rows_reach_the_environments_as_training_rows_do(steered,
 
     calls = tmp_path / "calls.jsonl"
     monkeypatch.setenv("AGENT_CALLS", str(calls))
-    lora = tiny_adapter(tmp_path / "run" / "lora", tools=["agent_helpers:add"], max_tool_calling_iterations=1,
+    lora = tiny_adapter(tmp_path / "run" / "lora", qwen_tokenizer, tools=["agent_helpers:add"],
+                        max_tool_calling_iterations=1,
                         max_seq_length=1024)
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"prompt": "What is 2+3?", "environment": "count", "level": 3}) + "\n"
@@ -242,10 +245,10 @@ def test_the_tool_loop_settings_are_the_recipes_trl_options_and_its_context():
     assert loop_settings(from_mapping({}).trl, 512) == LoopSettings(None, 512, None)
 
 
-def test_an_adapter_with_modules_trained_in_full_is_not_handed_to_vllm(tmp_path, capsys):
+def test_an_adapter_with_modules_trained_in_full_is_not_handed_to_vllm(qwen_tokenizer, tmp_path, capsys):
     from pipeline.infer.session import _servable, verify_trained_dir
 
-    lora = tiny_adapter(tmp_path / "run" / "lora", modules_to_save=["lm_head"])
+    lora = tiny_adapter(tmp_path / "run" / "lora", qwen_tokenizer, modules_to_save=["lm_head"])
     cfg = tiny_qwen_config(tmp_path, vllm_mode="colocate")
     assert cfg.replace(vllm_mode=_servable(cfg.model.vllm_mode,
                                            verify_trained_dir(lora))).model.vllm_mode == "none"

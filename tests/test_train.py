@@ -81,36 +81,49 @@ def _saved_key(param_name: str, saved: dict) -> str:
     return key
 
 
-def test_resume_continues_from_checkpoint_step(tmp_path):
+@pytest.fixture(scope="module")
+def one_step_run(tmp_path_factory):
+    """A finished 1-step demo run with checkpoint-1, trained once: (folder, RunResult); a test resumes a copy."""
+    run_dir = tmp_path_factory.mktemp("one_step") / "run"
+    result = run_training(demo_config(run_dir, max_steps=1, save_steps=1))
+    assert result.steps == 1 and (run_dir / "checkpoint-1").is_dir()
+    return run_dir, result
+
+
+def test_resume_continues_from_checkpoint_step(one_step_run, tmp_path):
+    import shutil
+
     run_dir = tmp_path / "run"
-    first = run_training(demo_config(run_dir, max_steps=2, save_steps=2))
-    assert first.steps == 2 and (run_dir / "checkpoint-2").is_dir()
+    shutil.copytree(one_step_run[0], run_dir)
+    first = one_step_run[1]
     # A later, longer run of the same output_dir picks the checkpoint up (resume: auto is the default).
-    second = run_training(demo_config(run_dir, max_steps=4, save_steps=2))
-    assert second.status == "completed" and second.steps == 4
+    second = run_training(demo_config(run_dir, max_steps=2, save_steps=1))
+    assert second.status == "completed" and second.steps == 2
     steps = [r["step"] for r in step_records(run_dir)]
-    assert steps == [1, 2, 3, 4], steps  # 1-2 from the first run, 3-4 resumed, nothing repeated
+    assert steps == [1, 2], steps  # 1 from the first run, 2 resumed, nothing repeated
     # summary.json's wall time is the whole run's: both sessions
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert [s["steps"] for s in summary["sessions"]] == [2, 4]
+    assert [s["steps"] for s in summary["sessions"]] == [1, 2]
     assert summary["wall_time_s"] == round(first.summary["wall_time_s"] + summary["sessions"][1]["wall_time_s"], 1)
     assert summary["wall_time_s"] > summary["sessions"][1]["wall_time_s"] and "wall_time_note" not in summary
     # a session that left no summary (killed) is said, not silently dropped
     (run_dir / "summary.json").unlink()
-    third = run_training(demo_config(run_dir, max_steps=6, save_steps=2))
-    assert third.steps == 6 and "no readable summary.json" in third.summary["wall_time_note"]
+    third = run_training(demo_config(run_dir, max_steps=3, save_steps=1))
+    assert third.steps == 3 and "no readable summary.json" in third.summary["wall_time_note"]
 
 
-def test_corrupt_checkpoint_is_set_aside_and_run_resumes_from_the_good_one(tmp_path):
+def test_corrupt_checkpoint_is_set_aside_and_run_resumes_from_the_good_one(one_step_run, tmp_path):
+    import shutil
+
     run_dir = tmp_path / "run"
-    run_training(demo_config(run_dir, max_steps=2, save_steps=2))
-    broken = run_dir / "checkpoint-3"  # an interrupted save: weights but no trainer_state.json
+    shutil.copytree(one_step_run[0], run_dir)
+    broken = run_dir / "checkpoint-2"  # an interrupted save: weights but no trainer_state.json
     broken.mkdir()
     (broken / "adapter_model.safetensors").write_bytes(b"partial")
-    result = run_training(demo_config(run_dir, max_steps=3, save_steps=2))
-    assert result.steps == 3
+    result = run_training(demo_config(run_dir, max_steps=2, save_steps=1))
+    assert result.steps == 2 and [r["step"] for r in step_records(run_dir)] == [1, 2]  # resumed from checkpoint-1
     corrupt = list((run_dir / "corrupt").iterdir())
-    assert len(corrupt) == 1 and corrupt[0].name.startswith("checkpoint-3-")
+    assert len(corrupt) == 1 and corrupt[0].name.startswith("checkpoint-2-")
     assert (corrupt[0] / "adapter_model.safetensors").read_bytes() == b"partial"  # kept, not deleted
 
 
@@ -192,13 +205,6 @@ def test_adaptive_beta_moves_toward_kl_target(tmp_path, kl_target, direction):
         assert all(a < b for _, b, a in moves) and betas[-1] < 0.04, moves
 
 
-def _train_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`grpo train ...` as a user runs it, in a fresh process, from this checkout."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
-    return subprocess.run([sys.executable, "-m", "pipeline", "train", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=timeout)
-
-
 def _write_recipe(path: Path, cfg) -> Path:
     import yaml
 
@@ -207,47 +213,70 @@ def _write_recipe(path: Path, cfg) -> Path:
 
 
 def test_resume_reuses_warmup_and_eval_before_and_a_finished_run_is_not_extended(tmp_path, capsys):
+    from pipeline.cli import main as grpo
+
     run_dir = tmp_path / "run"
-    settings = dict(sft_warmup_steps=2, eval_before=True, eval_limit=4, save_steps=2)
-    first = run_training(demo_config(run_dir, max_steps=2, **settings))
+    settings = dict(sft_warmup_steps=2, eval_before=True, eval_limit=4, save_steps=1)
+    first = run_training(demo_config(run_dir, max_steps=1, **settings))
     out_first = capsys.readouterr().out
     assert first.status == "completed" and "format warm-up: 2 SFT steps" in out_first
     assert (run_dir / "warmup" / "warmup.json").is_file() and (run_dir / "eval_before.json").is_file()
 
-    second = run_training(demo_config(run_dir, max_steps=3, **settings))
+    second = run_training(demo_config(run_dir, max_steps=2, **settings))
     out_second = capsys.readouterr().out
-    assert second.status == "completed" and second.steps == 3
+    assert second.status == "completed" and second.steps == 2
     assert "format warm-up: 2 SFT steps" not in out_second and "format warm-up: reusing" in out_second
     assert "eval before GRPO: reusing" in out_second
     assert second.summary["eval_before"] == first.summary["eval_before"]
 
-    # The same command again: the run is complete, so it says so and trains nothing (no "step 4 of 3").
+    # The same command again (`grpo train --config`, through the CLI's own entry; tests/test_train.py's SIGINT test
+    # runs it as a fresh process): the run is complete, so it says so and trains nothing (no "step 3 of 2").
     # A leftover lock-holder file of a dead process (as a killed run leaves it) does not block it either.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (run_dir / ".grpo-run.lock.json").write_text(json.dumps({"pid": dead.pid, "host": "here", "started": "then"}))
     metrics_before = (run_dir / "metrics.jsonl").read_text()
-    recipe = _write_recipe(tmp_path / "recipe.yaml", demo_config(run_dir, max_steps=3, **settings))
-    again = _train_cli("--config", str(recipe))
-    assert again.returncode == 0, again.stderr
-    assert "run already complete" in again.stdout and "3 of max_steps=3" in again.stdout
-    assert "--max_steps" in again.stdout and "--resume never" in again.stdout
-    assert "Traceback" not in again.stderr and "step 4" not in again.stdout
+    recipe = _write_recipe(tmp_path / "recipe.yaml", demo_config(run_dir, max_steps=2, **settings))
+    code = grpo(["train", "--config", str(recipe)])
+    again = capsys.readouterr()
+    assert code == 0, again.err
+    assert "run already complete" in again.out and "2 of max_steps=2" in again.out
+    assert "--max_steps" in again.out and "--resume never" in again.out
+    assert "Traceback" not in again.err and "step 3" not in again.out
     assert (run_dir / "metrics.jsonl").read_text() == metrics_before
 
 
-def test_second_run_into_a_locked_output_dir_exits_2_naming_the_holder(tmp_path):
+# Holds the run lock on argv[1] in its own process, says so, and keeps it until its stdin closes.
+_HOLD_LOCK = """import sys
+from pathlib import Path
+from pipeline.run.lock import run_lock
+with run_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_second_run_into_a_locked_output_dir_exits_2_naming_the_holder(tmp_path, capsys):
     import socket
 
-    from pipeline.run.lock import run_lock
+    from pipeline.cli import main as grpo
 
     run_dir = tmp_path / "busy"
-    with run_lock(run_dir):  # this test process is "the other run"
-        refused = _train_cli("--output_dir", str(run_dir), "--max_steps", "1", timeout=120)
-    assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert str(run_dir) in refused.stderr and f"pid {os.getpid()}" in refused.stderr
-    assert socket.gethostname() in refused.stderr and "Traceback" not in refused.stderr
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(run_dir)], cwd=ROOT, env=env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # "the other run": another process
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code = grpo(["train", "--output_dir", str(run_dir), "--max_steps", "1"])
+        refused = capsys.readouterr()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert code == 2, refused.out + refused.err
+    assert str(run_dir) in refused.err and f"pid {holder.pid}" in refused.err
+    assert socket.gethostname() in refused.err and "Traceback" not in refused.err
     assert not (run_dir / "metrics.jsonl").exists()
+    assert holder.returncode == 0  # it held the lock to the end
 
 
 def test_a_gpu_recipe_optim_without_bitsandbytes_trains_with_adamw_torch_and_says_so(tmp_path, monkeypatch, capsys):
