@@ -164,26 +164,41 @@ def test_install_without_a_built_set_is_one_clear_error(tmp_path, capsys):
         wheels.install(tmp_path / "site", folder=tmp_path / "no-wheels")
 
 
-def test_the_qwen25_shape_is_built_from_config_data_with_the_bundled_tokenizer(tmp_path):
-    from transformers import AutoConfig, AutoTokenizer
-
-    info = cases.build_shape("qwen2.5-0.5b", tmp_path / "m", dry_run=True)
-    config = AutoConfig.from_pretrained(tmp_path / "m")
-    assert config.vocab_size == 151936 and config.tie_word_embeddings and config.eos_token_id == 151645
-    assert info["shape"]["num_hidden_layers"] == 1  # the dry-run stand-in; the GPU builds all 24 layers
-    assert cases.QWEN25_SHAPES["qwen2.5-0.5b"]["num_hidden_layers"] == 24
-    assert AutoTokenizer.from_pretrained(tmp_path / "m").eos_token == "<|im_end|>"
-
-
-def test_the_dry_run_as_the_docs_write_it_runs_every_step_on_cpu_and_writes_the_report(tmp_path):
-    out, work = tmp_path / "out", tmp_path / "work"
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """`run_check.py --dry-run` exactly as docs/gpu.md writes it (no --only, so every step runs), once for the tests
+    that read what it made: the finished process, its $OUT (report, log) and its TMPDIR (the models step's folders)."""
+    tmp = tmp_path_factory.mktemp("dry-run")
+    out, work = tmp / "out", tmp / "work"
     work.mkdir()  # tempfile.gettempdir() takes TMPDIR only when it exists
-    assert "`run_check.py --dry-run`" in (ROOT / "docs" / "gpu.md").read_text(encoding="utf-8")  # the GPU check
-    # Exactly that: no --only, so every step runs (the `models` step once crashed the driver, unseen).
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gpu_check" / "run_check.py"), "--dry-run"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "OUT": str(out), "TMPDIR": str(work)})
+    return done, out, work
+
+
+def test_the_qwen25_shape_is_built_from_config_data_with_the_bundled_tokenizer(dry_run):
+    """The folder the dry run's models step built (cases.build_shape in its child) and what the step recorded."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    done, out, work = dry_run
+    folder = work / "gpu-check-work" / "models" / "qwen2.5-0.5b"
+    assert folder.is_dir(), done.stdout[-3000:] + done.stderr[-3000:]
+    info = next(r for r in json.loads((out / "gpu-report.json").read_text())["steps"]
+                if r["step"] == "models/qwen2.5-0.5b")["detail"]
+    assert info["folder"] == str(folder)
+    config = AutoConfig.from_pretrained(folder)
+    assert config.vocab_size == 151936 and config.tie_word_embeddings and config.eos_token_id == 151645
+    assert config.num_hidden_layers == info["shape"]["num_hidden_layers"] == 1  # the dry-run stand-in
+    assert cases.QWEN25_SHAPES["qwen2.5-0.5b"]["num_hidden_layers"] == 24  # the GPU builds all 24 layers
+    assert AutoTokenizer.from_pretrained(folder).eos_token == "<|im_end|>"
+
+
+def test_the_dry_run_as_the_docs_write_it_runs_every_step_on_cpu_and_writes_the_report(dry_run):
+    assert "`run_check.py --dry-run`" in (ROOT / "docs" / "gpu.md").read_text(encoding="utf-8")  # the GPU check
+    # Exactly that: no --only, so every step runs (the `models` step once crashed the driver, unseen).
+    done, out, _ = dry_run
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((out / "gpu-report.json").read_text())
     assert (out / "gpu-check.log").is_file()

@@ -62,7 +62,7 @@ def run_params(dry_run: bool) -> dict[str, Any]:
     if dry_run:
         return dict(chain_steps=1, chain_generations=2, chain_batch=2, chain_completion=8, chain_samples=4,
                     bench_steps=2, bench_generations=2, bench_batch=2, bench_completion=8, bench_samples=4,
-                    gen_tokens=4, warmup_steps=2)
+                    gen_tokens=4, warmup_steps=1)
     return dict(chain_steps=2, chain_generations=4, chain_batch=4, chain_completion=32, chain_samples=16,
                 bench_steps=4, bench_generations=8, bench_batch=8, bench_completion=128, bench_samples=16,
                 gen_tokens=16, warmup_steps=4)
@@ -146,6 +146,26 @@ def has_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def freeze_dry_run_imports(child: str) -> None:
+    """A dry-run child of the models step or the plain backend (no Unsloth to import first): import the libraries it
+    reaches anyway, then move everything alive into the garbage collector's permanent generation (gc.freeze), as the
+    tests' own processes do (tests/conftest.py). A full collection walks every tracked object: with torch,
+    transformers and TRL loaded ~800k, about 0.5 s each, and a chain child ran 27 of them (accelerate's at each
+    Trainer.train, free_memory's per case, and Python's own, which parsing tokenizer.json's hundreds of thousands
+    of objects starts at each tokenizer load). Frozen module-level objects are never garbage; what the child makes
+    afterwards is collected as before. Never on a GPU: its children run exactly as they were measured there."""
+    import importlib
+
+    modules = ["transformers.models.qwen2.modeling_qwen2", "pipeline.assets"]
+    if child != "models":  # a chain or bench child: training, generate and export
+        modules += ["peft", "datasets", "trl.trainer.grpo_trainer", "trl.trainer.sft_trainer", "pipeline.train",
+                    "pipeline.cli", "pipeline.trainer.build"]
+    for module in modules:
+        importlib.import_module(module)
+    gc.collect()
+    gc.freeze()
 
 
 def peak_gib() -> Optional[float]:

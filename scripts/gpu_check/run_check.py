@@ -82,7 +82,8 @@ from typing import Any, Optional
 
 # The cases run in the children live beside this driver (this folder is sys.path[0] when it runs as a script).
 from benchmark import child_bench
-from cases import VLLM_LABEL, Recorder, child_models, has_cuda, skip_reason, tail, unit_steps
+from cases import (VLLM_LABEL, Recorder, child_models, freeze_dry_run_imports, has_cuda, skip_reason, tail,
+                   unit_steps)
 from chain_case import child_chain
 from check_report import ANCHOR, bench_rows, gpu_info, package_versions, print_table
 from check_steps import DRY_RUN_CAP_S, PROCESS_PER_UNIT, STEPS, STEP_CAPS, VLLM_STEPS, step_units, vllm_installed
@@ -347,6 +348,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--backend", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
+        if args.dry_run and args.backend in (None, "plain"):  # --dry-run as the driver passes it: never on a GPU
+            freeze_dry_run_imports(args.child)
         args.dry_run = args.dry_run or not has_cuda()
         return child_main(args)
     try:
