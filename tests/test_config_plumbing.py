@@ -3,6 +3,7 @@ message quotes a bounded excerpt of a value, and the crash-log path printed on a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -66,14 +67,18 @@ def test_a_changed_recipe_file_is_read_again(tmp_path):
 
 
 def test_process_substitution_works_through_the_command_line(tmp_path):
-    """`grpo data --config <(...)`, in a real shell."""
+    """`python -m pipeline data --config <(...) --json`, in a real shell: the recipe, a pipe read once by every reader,
+    is applied (max_samples, output_dir). Also tests/test_data_cli.py's one `grpo data` process: the real tokenizer
+    loader, offline, and stdout the JSON report alone (logs go to stderr)."""
     recipe = "dataset_name: sample\nmodel_name_or_path: bundled:qwen2.5\nmax_samples: 4\n" \
              f"output_dir: {tmp_path / 'run'}\ndata_cache_dir: {tmp_path / 'cache'}\n"
-    script = f"{shlex.quote(sys.executable)} -m pipeline data --config <(printf %s {shlex.quote(recipe)})"
+    script = f"{shlex.quote(sys.executable)} -m pipeline data --config <(printf %s {shlex.quote(recipe)}) --json"
     out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "4 kept" in out.stdout and (tmp_path / "run" / "data_report.json").is_file()
+    report = json.loads(out.stdout)  # stdout is the JSON alone
+    assert (report["rows_in"], report["rows_kept"], report["status"]) == (50, 4, "ok")
+    assert (tmp_path / "run" / "data_report.json").is_file()
 
 
 # ---------------------------------------------------------------- YAML alias bombs

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pipeline import cli
+from pipeline.data.tokenizer import load_tokenizer as REAL_LOAD_TOKENIZER
 from pipeline.data_command import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True)
 def tokenizer_requests(qwen_tokenizer, monkeypatch):
     """In-process calls get the session's tokenizer instead of loading it again (~3-10 s each);
-    the names `grpo data` asks for are recorded. The subprocess test runs the real loader."""
+    the names `grpo data` asks for are recorded. The demo test and the subprocess run the real loader."""
     requested = []
 
     def load_tokenizer(name, trust_remote_code=False, source="hf"):
@@ -81,15 +83,9 @@ def test_unreadable_data_exits_2_with_the_reason(tmp_path, capsys):
     assert "is empty" in capsys.readouterr().err
 
 
-def test_python_m_pipeline_data_json(tmp_path):
-    recipe = write_config(tmp_path)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-m", "pipeline", "data", "--config", str(recipe), "--json"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)  # stdout is the JSON alone; logs go to stderr
-    assert (report["rows_in"], report["rows_kept"], report["status"]) == (50, 50, "ok")
-    assert (tmp_path / "run" / "data_report.json").is_file()
+# `python -m pipeline data --config RECIPE --json` in a process of its own (the real loader; stdout is the JSON alone):
+# tests/test_config_plumbing.py test_process_substitution_works_through_the_command_line, with the recipe given as
+# `<(...)` in a real shell (one process for both).
 
 
 def run_cli(*args, cwd):
@@ -104,22 +100,45 @@ def test_data_help_is_its_own_and_documents_the_offline_names(tmp_path):
     assert "bundled:qwen2.5" in shown.stdout and "--learning_rate" not in shown.stdout
 
 
-def test_data_without_options_prepares_the_cpu_demo_offline(tmp_path):
-    done = run_cli("data", "--json", cwd=tmp_path)  # no GPU here: the demo's data, no hub
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["rows_kept"] > 0 and "Traceback" not in done.stderr
+def run_in_process(argv, capsys):
+    """`grpo ARGV` through pipeline.cli.main in this process: (exit status, stdout, stderr)."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as stop:  # argparse's own exits
+        code = stop.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def no_gpu_here(tmp_path, monkeypatch):
+    """As run_cli's subprocess: in tmp_path, no GPU visible, 80 columns (argparse's width without a terminal)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+def test_data_without_options_prepares_the_cpu_demo_offline(tmp_path, monkeypatch, capsys):
+    """In this process (the `grpo` process: test_data_help_is_its_own... and tests/test_config_plumbing.py), with the
+    real tokenizer loader, offline (tests/conftest.py)."""
+    no_gpu_here(tmp_path, monkeypatch)
+    monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", REAL_LOAD_TOKENIZER)
+    code, out, err = run_in_process(["data", "--json"], capsys)  # no GPU here: the demo's data, no hub
+    assert code == 0, err[-3000:]
+    assert json.loads(out)["rows_kept"] > 0 and "Traceback" not in err
     assert (tmp_path / "outputs" / "cpu-demo" / "data_report.json").is_file()
 
 
-def test_train_help_lists_config_and_the_defaults_that_apply_here(tmp_path):
-    shown = run_cli("train", "--help", cwd=tmp_path)
-    assert shown.returncode == 0 and "--config YAML" in shown.stdout
-    assert shown.stdout.startswith("defaults shown below: the built-in tiny CPU demo")
+def test_train_help_lists_config_and_the_defaults_that_apply_here(tmp_path, monkeypatch, capsys):
+    no_gpu_here(tmp_path, monkeypatch)
+    code, shown, _ = run_in_process(["train", "--help"], capsys)
+    assert code == 0 and "--config YAML" in shown
+    assert shown.startswith("defaults shown below: the built-in tiny CPU demo")
     from pipeline.demo.registry import cpu_demo_config
 
     import re
 
-    shown_default = re.search(r"\n  --max_steps MAX_STEPS, .*?\(default:\s+(\S+?)\)", shown.stdout, re.S).group(1)
+    shown_default = re.search(r"\n  --max_steps MAX_STEPS, .*?\(default:\s+(\S+?)\)", shown, re.S).group(1)
     assert shown_default == str(cpu_demo_config()["max_steps"])  # the demo's, not the field's class default
-    recipe = run_cli("train", "--config", str(ROOT / "configs" / "qwen2.5-3b-gsm8k.yaml"), "--help", cwd=tmp_path)
-    assert "defaults shown below: the recipe" in recipe.stdout and "Qwen2.5-3B" in recipe.stdout
+    code, recipe, _ = run_in_process(["train", "--config", str(ROOT / "configs" / "qwen2.5-3b-gsm8k.yaml"), "--help"],
+                                  capsys)
+    assert code == 0 and "defaults shown below: the recipe" in recipe and "Qwen2.5-3B" in recipe

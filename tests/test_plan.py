@@ -458,20 +458,22 @@ def test_the_gpu_check_holds_the_estimate_against_the_measured_peak():
     assert check_report.planned_vs_measured(None)["holds"] is None
 
 
-def test_on_a_gpu_machine_the_visible_card_and_its_free_memory_are_read_with_nvidia_smi(tmp_path):
-    """The GPU boundary stubbed: an `nvidia-smi` on PATH answering the query as the driver does."""
+def test_on_a_gpu_machine_the_visible_card_and_its_free_memory_are_read_with_nvidia_smi(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """The GPU boundary stubbed: an `nvidia-smi` on PATH answering the query as the driver does (in this process;
+    `python -m pipeline plan`'s own process: test_without_a_gpu_or_a_card_it_asks_for_one)."""
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\necho 'NVIDIA L4, 23034, 12000'\n")
     fake.chmod(0o755)
-    env = {**__import__("os").environ, "PATH": f"{tmp_path}:/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "pipeline", "plan", "--json"], cwd=ROOT, capture_output=True,
-                          text=True, env=env, timeout=300)
-    data = json.loads(done.stdout)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.chdir(ROOT)
+    code = main(["--json"])
+    data = json.loads(capsys.readouterr().out)
     assert data["card"] == "NVIDIA L4"
     assert data["total_gib"] == pytest.approx(23034 / 1024 * 0.98, abs=0.01)
     # 11.7 GiB free (another process holds the rest): what counts is the free memory, less the CUDA context
     assert data["usable_gib"] == pytest.approx(12000 / 1024 * 0.98 - CUDA_CONTEXT_GIB, abs=0.01)
-    assert done.returncode == (0 if data["fits"] else 1)
+    assert code == (0 if data["fits"] else 1)
 
 
 # ---------------------------------------------------------------------------- the estimate against GPU peaks

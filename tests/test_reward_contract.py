@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from pipeline import cli
 from pipeline.config import ConfigError
 from pipeline.data.tokenizer import load_tokenizer
 from pipeline.data.run_data import prepare_train
@@ -18,7 +16,6 @@ from rewards.contract import RewardFailure, guard_reward
 from train_helpers import demo_config
 from pipeline.data.spec import data_spec
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 CASES = "reward_contract_cases"
 
 # name -> None (accepted) or a phrase the refusal must contain (besides the function's name)
@@ -81,17 +78,18 @@ def test_run_checks_is_the_contract_and_stops_before_anything_loads(tmp_path):
     assert not checks["rewards"].ok and checks["lora"].ok and checks["data"].ok
 
 
-def test_grpo_train_check_exits_2_naming_the_reward(tmp_path):
-    env = {"PYTHONPATH": f"{REPO_ROOT}:{REPO_ROOT / 'tests'}", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
-           "HOME": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "train", "--check", "--output_dir", str(tmp_path / "r"),
-                           "--reward_funcs", "xmlcount", f"{CASES}:raises"],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
-    assert proc.returncode == 2, proc.stderr
-    report = json.loads(proc.stdout)
+def test_grpo_train_check_exits_2_naming_the_reward(tmp_path, monkeypatch, capsys):
+    """`grpo train --check` through the CLI's main, in this process (a process of its own imports torch before it
+    stops, ~10 s; `python -m pipeline`'s own exit status: tests/test_faults.py)."""
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["train", "--check", "--output_dir", str(tmp_path / "r"), "--reward_funcs", "xmlcount",
+                     f"{CASES}:raises"])
+    assert code == 2
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # stdout is the JSON alone
     rewards = next(c for c in report["checks"] if c["name"] == "rewards")
     assert not rewards["ok"] and "`raises` raised KeyError" in rewards["message"]
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in captured.err
 
 
 def test_guard_logs_none_share_and_warns_once():

@@ -4,7 +4,8 @@ Covers: lora_modules_to_save with vLLM, vllm_standby as a YAML/CLI boolean, VLLM
 choosing the backend without importing torch, and a GPU recipe on a machine where CUDA is unusable (no device, or a
 driver too old for the torch build), including the `nvidia-smi` driver fallback. Where a GPU or Unsloth
 would be needed, the subprocess installs tests/fake_unsloth.py and a "usable CUDA" probe: only the GPU
-boundary is replaced.
+boundary is replaced. The GPU-recipe refusals, which import torch before they stop, run the CLI's main in this
+process (the same boundary replaced with monkeypatch).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from env import probes
+from tests import cli_helpers
 from pipeline import backends
 from pipeline.backends import BackendChoice, gpu_settings, refuse_gpu_recipe_without_cuda
 from pipeline.backends.settings import backend_settings
@@ -34,10 +36,6 @@ CLI_WRAPPER = textwrap.dedent("""
         fake.install()
         import env.probes as probes
         probes.cuda_usability = lambda: probes.CudaUsability(True, "test: a usable GPU", "580.65.06", "13.0")
-    if os.environ.get("TEST_TORCH_CUDA"):
-        import env.probes as probes
-        build = probes.torch_build()
-        probes.torch_build = lambda: {**build, "cuda": os.environ["TEST_TORCH_CUDA"]}
     from pipeline.cli import main
     raise SystemExit(main(sys.argv[1:]))
 """)
@@ -255,23 +253,38 @@ def test_gpu_recipe_without_cuda_is_refused_with_reason_and_fix(monkeypatch):
     refuse_gpu_recipe_without_cuda(backend_settings(recipe.replace(backend="plain")), plain)
 
 
-def test_gpu_recipe_on_cpu_cli_exit_2(tmp_path):
+# These two stop in `grpo train`'s checks, after torch is imported (~10 s for a process of their own): they run
+# through the CLI's main in this process (tests/cli_helpers.py); the cases above show the `grpo` process's own exit 2.
+
+
+def run_cli_here(args, tmp_path, monkeypatch, capsys) -> tuple[int, str]:
+    """`grpo ARGS` in this process as run_cli runs it in a subprocess: in tmp_path, offline, no VLLM_SLEEP_MODE."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("VLLM_SLEEP_MODE", raising=False)
+    return cli_helpers.run_cli(args, capsys)
+
+
+def test_gpu_recipe_on_cpu_cli_exit_2(tmp_path, monkeypatch, capsys):
     recipe = ROOT / "configs" / "qwen2.5-0.5b-gsm8k.yaml"
-    result = run_cli(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "run")], tmp_path)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert "config error in `model_name_or_path`" in result.stderr and "CUDA is not usable" in result.stderr
-    assert "Fix:" in result.stderr and "Traceback" not in result.stderr
+    code, output = run_cli_here(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "run")], tmp_path,
+                                monkeypatch, capsys)
+    assert code == 2, output[-3000:]
+    assert "config error in `model_name_or_path`" in output and "CUDA is not usable" in output
+    assert "Fix:" in output and "Traceback" not in output
     assert not (tmp_path / "run" / "data_report.json").exists()
 
 
-def test_gpu_recipe_with_old_driver_cli_exit_2(tmp_path):
+def test_gpu_recipe_with_old_driver_cli_exit_2(tmp_path, monkeypatch, capsys):
     recipe = ROOT / "configs" / "qwen2.5-1.5b-gsm8k.yaml"
-    path = f"{fake_nvidia_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}"
-    result = run_cli(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "run")], tmp_path,
-                     wrapper=True, PATH=path, TEST_TORCH_CUDA="13.0")
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert "NVIDIA driver 535.104.05 is too old" in result.stderr and "CUDA 13.0" in result.stderr
-    assert "update the NVIDIA driver to >= 580.65.06" in result.stderr
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path)}{os.pathsep}{os.environ['PATH']}")
+    build = probes.torch_build()  # the GPU boundary: a torch built for CUDA 13.0
+    monkeypatch.setattr(probes, "torch_build", lambda: {**build, "cuda": "13.0"})
+    code, output = run_cli_here(["train", "--config", str(recipe), "--output_dir", str(tmp_path / "run")], tmp_path,
+                                monkeypatch, capsys)
+    assert code == 2, output[-3000:]
+    assert "NVIDIA driver 535.104.05 is too old" in output and "CUDA 13.0" in output
+    assert "update the NVIDIA driver to >= 580.65.06" in output and "Traceback" not in output
 
 
 def test_gpu_recipe_is_refused_when_torch_disagrees_with_the_probe(monkeypatch):
