@@ -48,8 +48,7 @@ FORMAT_REWARD_NAMES = frozenset(f.logged_name for f in DECLARED.values() if f.ki
 
 def _known_names(unknown: str = "") -> str:
     """Ours and TRL's (trl/scripts/grpo.py's registry, read from the installed TRL), with the nearest to `unknown`."""
-    ours = [*DECLARED, *(facts.logged_name for facts in DECLARED.values())]
-    trls = trl_reward_names()
+    ours, trls = list(REWARD_FUNCS) + list(REWARD_ALIASES), trl_reward_names()
     nearest = difflib.get_close_matches(unknown, ours + trls, n=1) if unknown else []
     return ((f"did you mean {nearest[0]!r}? " if nearest else "") + f"known: ours {', '.join(ours)}; "
             f"TRL's (trl/scripts/grpo.py) {', '.join(trls)}")
