@@ -64,3 +64,9 @@ def logged_facts(logged_name: str) -> Optional[RewardFacts]:
     """The facts of the built-in reward TRL logs as rewards/<logged_name>/mean (its function's __name__); None for a
     reward of anyone else, whatever its name (a user's reward logged as `correctness` is not ours)."""
     return next((facts for facts in DECLARED.values() if facts.logged_name == logged_name), None)
+
+
+def declared_range(logged_name: str) -> Optional[tuple[float, float]]:
+    """The range a built-in reward declares, by the name TRL logs it under; None for any other reward."""
+    facts = logged_facts(logged_name)
+    return facts.range if facts is not None else None

@@ -36,28 +36,14 @@ REAL_MODEL_CACHE = cache_root()
 
 
 def pytest_configure(config):
-    """In each process that runs tests (not xdist's controller): import the heavy libraries every worker reaches
-    anyway, then move everything alive into the garbage collector's permanent generation (gc.freeze). A full
-    collection walks every tracked object: with torch, transformers, TRL and matplotlib loaded that is ~800k
-    objects and ~0.45 s, and transformers' Trainer.train runs one at each start (accelerate's free_memory), on top
-    of Python's own full collections, over hundreds of training runs. Frozen module-level objects are never
-    garbage; what the tests make afterwards is collected as before."""
+    """In each process that runs tests (not xdist's controller): import the training stack every worker reaches
+    anyway and freeze it (train_helpers.freeze_the_training_stack), so the full collections at each Trainer.train
+    start, over hundreds of training runs, walk what the tests made, not every imported module."""
     if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
         return  # xdist's controller only hands out tests
-    import gc
+    from train_helpers import freeze_the_training_stack
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot  # noqa: F401
-    import datasets  # noqa: F401
-    import peft  # noqa: F401
-    from transformers import Qwen2ForCausalLM  # noqa: F401
-    from trl import GRPOConfig, GRPOTrainer, SFTTrainer  # noqa: F401
-
-    import pipeline.train  # noqa: F401
-
-    gc.collect()
-    gc.freeze()
+    freeze_the_training_stack()
 
 
 _module_running: list = [None]

@@ -183,25 +183,17 @@ def test_export_storage_error_is_named(tmp_path, monkeypatch, capsys):
 
 # One process imports the training stack once (no computation, so no thread pools yet) and forks a child for
 # each kill: the child patches the named function to SIGKILL itself at its nth call and trains. Importing torch,
-# transformers and trl per kill would cost more than the kills themselves. That is everything a run imports, as
-# tests/conftest.py's pytest_configure imports it in the test processes: TRL's GRPOTrainer (which pipeline.train
-# imports only when a run builds it, and which imports vLLM's entry points, ~5 s) and matplotlib's pyplot (the
-# plots) included; then the survivors are frozen (gc.freeze), so a child's collections walk only what it made.
+# transformers and trl per kill would cost more than the kills themselves. That is everything a run imports
+# (train_helpers.freeze_the_training_stack, as in the test processes), frozen, so a child's collections walk only
+# what it made.
 FORK_SERVER = textwrap.dedent("""
-    import gc, json, os, signal, sys
+    import json, os, signal, sys
     sys.path[:0] = [{root!r}, {tests!r}]
     from test_saves import config
-    from train_helpers import resolve_dotted
+    from train_helpers import freeze_the_training_stack, resolve_dotted
     from pipeline.train import run_training
     import transformers, peft  # noqa: F401 -- the classes a kill point names
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot  # noqa: F401
-    import datasets  # noqa: F401
-    from transformers import Qwen2ForCausalLM  # noqa: F401
-    from trl import GRPOConfig, GRPOTrainer, SFTTrainer  # noqa: F401
-    gc.collect()
-    gc.freeze()
+    freeze_the_training_stack()
 
     def killed_at(target, nth, when, run_dir, overrides):
         import env.paths

@@ -208,3 +208,26 @@ def record_seen(prompts, completions, trainer_state, **kwargs) -> list[float]:
         with open(os.path.join(os.environ["GRPO_SEEN_DIR"], f"seen-rank{rank}.jsonl"), "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
     return digit_share_reward(completions)
+
+
+def freeze_the_training_stack() -> None:
+    """Import what a training run imports (TRL's trainers, which import vLLM's entry points; transformers' Qwen2;
+    peft, datasets; matplotlib's pyplot on Agg; the pipeline) and move everything alive into the garbage collector's
+    permanent generation (gc.freeze). A full collection walks every tracked object: ~800k once these are loaded,
+    ~0.45 s each, and transformers' Trainer.train runs one at each start. Frozen module-level objects are never
+    garbage; what is made afterwards is collected as before. For tests/conftest.py's test processes and
+    tests/test_saves.py's fork server."""
+    import gc
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import datasets  # noqa: F401
+    import matplotlib.pyplot  # noqa: F401
+    import peft  # noqa: F401
+    from transformers import Qwen2ForCausalLM  # noqa: F401
+    from trl import GRPOConfig, GRPOTrainer, SFTTrainer  # noqa: F401
+
+    import pipeline.train  # noqa: F401
+
+    gc.collect()
+    gc.freeze()

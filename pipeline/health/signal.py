@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from pipeline.health.metrics import finite_mean, log_number
 from pipeline.run.metric_names import OBSERVER_NAME
-from rewards.declared import logged_facts
+from rewards.declared import declared_range, logged_facts
 
 # TRL's key for the share of groups whose total reward has zero spread (GRPOTrainer._generate_and_score_completions).
 FLAT_GROUP_SHARE = "frac_reward_zero_std"
@@ -35,12 +35,8 @@ FLAT_GROUP_SHARE = "frac_reward_zero_std"
 LOW_TEMPERATURE = 0.5
 # A clipped share from which "completions are cut before </answer>" is named as a cause.
 CLIPPED_CAUSE = 0.5
-
-
-def _range(name: str) -> tuple[float, Optional[float]]:
-    """A built-in reward's declared range (rewards/declared.py), by the name TRL logs it under; else from 0, open."""
-    facts = logged_facts(name)
-    return facts.range if facts is not None and facts.range else (0.0, None)
+# A reward of anyone else's: from 0, no known maximum.
+_UNBOUNDED = (0.0, None)
 
 
 def is_flat(std: Optional[float], scale: float = 1.0) -> bool:
@@ -72,8 +68,8 @@ def flat_reward_causes(flat: Mapping[str, float], *, temperature: float,
     """
     groups: dict[str, list[str]] = {}
     for name, mean in flat.items():
-        low, high = _range(name)
         facts = logged_facts(name)
+        low, high = declared_range(name) or _UNBOUNDED
         scale = (high - low) if high is not None else 1.0
         if _at(mean, low, scale):
             kind = facts.kind if facts is not None and facts.kind != "other" else "zero"
@@ -123,7 +119,7 @@ def no_signal_causes(means: Mapping[str, float], stds: Mapping[str, Optional[flo
     """
     flat = {}
     for name, mean in means.items():
-        low, high = _range(name)
+        low, high = declared_range(name) or _UNBOUNDED
         if is_flat(stds.get(name), (high - low) if high is not None else 1.0):
             flat[name] = mean
     causes = flat_reward_causes(flat, temperature=temperature, clipped_share=clipped_share)

@@ -258,8 +258,7 @@ def _rollout_samples(rollouts, names: list[str], scores: list[list[Optional[floa
 
 
 def _result(model_name: str, backend_name: str, after_warmup: bool, rows, texts, chat_prompts, columns, table,
-            max_tokens: int,
-            sampling: Sampling, flat_reward_threshold: float) -> dict[str, Any]:
+            max_tokens: int, sampling: Sampling, flat_reward_threshold: float) -> dict[str, Any]:
     g, n = sampling, sampling.num_generations
     scored = score_completions(texts, columns[ANSWER], chat_prompts)
     lengths = [s["completion_tokens"] for s in scored]  # as the generator counted them (Completion.tokens)

@@ -52,15 +52,14 @@ def score_completions(completions: list[Completion], answers: list[Optional[str]
     strict = strict_format_reward_func(prompts=None, completions=completions)
     return [
         {
-            "completion": str(text),
-            "extracted_answer": answer_of(text, prompt),
+            "completion": str(completion),
+            "extracted_answer": answer_of(completion, prompt),
             "answer": answer,
             "format_valid": bool(s and s > 0),
             "completion_tokens": completion.tokens,
-            "garbled": is_garbled(text),
+            "garbled": is_garbled(completion),
         }
-        for completion, text, answer, prompt, s in zip(completions, completions, answers, prompts, strict,
-                                                       strict=True)
+        for completion, answer, prompt, s in zip(completions, answers, prompts, strict, strict=True)
     ]
 
 

@@ -37,7 +37,7 @@ from pipeline.run.metric_names import (
     OBSERVER_NAME,
     REPETITION_RATE,
 )
-from rewards.declared import logged_facts
+from rewards.declared import declared_range
 
 METRICS_FILE = "metrics.jsonl"
 PLOTS_DIR = "plots"
@@ -159,19 +159,13 @@ def plot_settings(rewards: Sequence[Any], health: HealthArguments) -> dict[str, 
     return {"thresholds": health_thresholds(health), "reward_weights": {r.logged_name: r.weight for r in rewards}}
 
 
-def _declared_range(name: str) -> tuple[float, float] | None:
-    """A built-in reward's range as it declares it (rewards/declared.py), by its logged name; None for others."""
-    facts = logged_facts(name)
-    return facts.range if facts is not None else None
-
-
 def total_reward_range(weights: dict[str, float]) -> tuple[float, float] | None:
     """The weighted sum's range when every reward's range is known (TRL's total is sum(w * reward)).
 
     >>> total_reward_range({"correctness_reward_func": 1.0, "int_reward_func": 2.0})
     (0.0, 3.0)
     """
-    ranges = {name: _declared_range(name) for name in weights}
+    ranges = {name: declared_range(name) for name in weights}
     if not weights or None in ranges.values():
         return None
     ends = [sorted((w * ranges[n][0], w * ranges[n][1])) for n, w in weights.items()]
@@ -247,7 +241,7 @@ def _plot_rewards(figures: _Figures, rows, reward_weights: dict[str, float]) -> 
         if mean is None:
             continue
         fig, ax = figures.new()
-        _draw(ax, mean, "mean", "C0", band=series(rows, f"rewards/{name}/std"), clip=_declared_range(name))
+        _draw(ax, mean, "mean", "C0", band=series(rows, f"rewards/{name}/std"), clip=declared_range(name))
         _finish(ax, f"Reward function: {name}", "reward (mean over the batch)")
         figures.save(fig, f"reward_{_file_safe(name)}.png")
 
