@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from bench import fault_kit
+import fault_kit
+
 from pipeline import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def fault_table():
-    """The fault table's set-up helpers (bench/fault_kit.py: recipe, train, adapter, trained_checkpoint, ...)."""
+    """The fault table's set-up helpers (tests/fault_kit.py: recipe, train, adapter, trained_checkpoint, ...)."""
     return fault_kit
 
 

@@ -21,7 +21,7 @@ TORCH_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth")
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
-    """(checkpoint folder, the config that resumes it): bench/faults.py's one trained checkpoint."""
+    """(checkpoint folder, the config that resumes it): the fault table's one trained checkpoint (fault_kit)."""
     folder = tmp_path_factory.mktemp("contents")
     argv = fault_table().trained_checkpoint(folder)
     return folder / "run" / "checkpoint-1", parse_config(argv[1:])

@@ -100,9 +100,9 @@ def test_given_keeps_empty_and_zero_values():
     assert given("", "default") == "" and given(0, 5) == 0 and given(None, False) is False
 
 
-def test_an_empty_system_prompt_is_kept_from_recipe_to_generation(tmp_path, monkeypatch):
+def test_an_empty_system_prompt_is_kept_from_recipe_to_generation(tmp_path):
     """system_prompt: "" trains without a system message; generate/eval reading the manifest must too."""
-    from train_helpers import load_fault_bench
+    from fault_kit import adapter
 
     from pipeline.infer.session import inference_args, open_inference
 
@@ -110,7 +110,7 @@ def test_an_empty_system_prompt_is_kept_from_recipe_to_generation(tmp_path, monk
     recipe.write_text('system_prompt: ""\n', encoding="utf-8")
     assert parse_config(["--config", str(recipe)]).data.system_prompt == ""
 
-    lora = load_fault_bench(monkeypatch).adapter(tmp_path)
+    lora = adapter(tmp_path)
     manifest = tmp_path / "run" / "manifest.json"
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "system_prompt": ""}), encoding="utf-8")
     setup = open_inference(inference_args(lora=str(lora), backend="plain"))

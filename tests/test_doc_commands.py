@@ -392,7 +392,7 @@ BENCH_SCRIPTS = sorted(p.name for p in (ROOT / "bench").glob("*.py") if "__main_
 @SCRIPT_HELP
 @pytest.mark.parametrize("name", BENCH_SCRIPTS)
 def test_every_bench_script_prints_its_usage_for_help_and_runs_nothing(name):
-    """`python bench/X.py --help` from any folder: its usage, exit 0, nothing run (faults.py once ran its whole table;
+    """`python bench/X.py --help` from any folder: its usage, exit 0, nothing run (bench/faults.py once ran its whole table;
     agent_demo.py once failed on `bench/rewards.py` shadowing the rewards package)."""
     code, out, err, left = help_from_elsewhere(f"bench/{name}")
     assert code == 0, err[-2000:]

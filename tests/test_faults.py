@@ -1,32 +1,26 @@
-"""The fault table (bench/faults.py), each case through the real CLI entry point `pipeline.cli.main` (the cases
-that hide a package, and a few cases as a user runs them, through `python -m pipeline` in a fresh process that cannot
-see the hidden packages: one process for all of them, `ONE_PROCESS`).
+"""The fault table (tests/fault_table.py), one test per case (its id the case's name), each through the real CLI
+entry point `pipeline.cli.main` (the cases that hide a package, and a few cases as a user runs them, through
+`python -m pipeline` in a fresh process that cannot see the hidden packages: one process for all of them,
+`ONE_PROCESS`).
 
 Every case must end with the expected exit code, one message naming the field or file (the expected
-text) and no traceback. `python bench/faults.py` runs the same table in subprocesses and counts.
+text) and no traceback (fault_kit.judge), and leave its folder as the case says (nothing half-written).
 """
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
+import fault_kit
 import pytest
+from fault_table import CASES
 
-from bench import fault_kit
 from pipeline import cli
-
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("bench_faults", ROOT / "bench" / "faults.py")
-faults = importlib.util.module_from_spec(_spec)
-sys.modules["bench_faults"] = faults
-_spec.loader.exec_module(faults)
 
 
 def run_in_process(case, folder, monkeypatch, capsys):
-    for key, value in {**faults.OFFLINE_ENV, **case.env}.items():
+    for key, value in {**fault_kit.OFFLINE_ENV, **case.env}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(folder)
     argv = case.setup(folder)
@@ -46,7 +40,7 @@ def run_in_process(case, folder, monkeypatch, capsys):
 # torch, transformers and TRL, ~10 s): those that hide a package (only a process that never saw it can not see it),
 # and a few of the others as a user runs them (test_fault_through_python_m_pipeline).
 AS_A_USER = ("empty data file", "--resume unknown word")
-ONE_PROCESS = [c for c in faults.CASES if c.hide] + [c for c in faults.CASES if c.name in AS_A_USER]
+ONE_PROCESS = [c for c in CASES if c.hide] + [c for c in CASES if c.name in AS_A_USER]
 
 # In that process, each case as `python -m pipeline ARGV` in its own folder: the `pipeline` module run as __main__
 # (runpy, what `-m` does), its exit status, and all it wrote to the file descriptors 1 and 2 (what a subprocess's
@@ -83,7 +77,7 @@ print(json.dumps(results))
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     """{case name: (exit code, output, folder)} for ONE_PROCESS, run in one fresh process that cannot see any package
-    a case hides (bench/fault_kit.py hidden_env: the path finder skips them, installed or not)."""
+    a case hides (fault_kit.hidden_env: the path finder skips them, installed or not)."""
     root = tmp_path_factory.mktemp("one-process")
     folders = {case.name: root / f"case-{i}" for i, case in enumerate(ONE_PROCESS)}
     cases = []
@@ -92,7 +86,7 @@ def one_process(tmp_path_factory):
         assert not case.env and case.patch is None, case.name  # one environment for all; nothing patched
         cases.append([str(folders[case.name]), case.setup(folders[case.name])])
     hidden = tuple(sorted({name for case in ONE_PROCESS for name in case.hide}))
-    env = {**os.environ, **faults.OFFLINE_ENV, **fault_kit.hidden_env(hidden, root)}
+    env = {**os.environ, **fault_kit.OFFLINE_ENV, **fault_kit.hidden_env(hidden, root)}
     done = subprocess.run([sys.executable, "-c", _AS_PYTHON_M, json.dumps(cases)], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600, check=False)
     # the process itself ended cleanly (nothing at exit) after the cases, each of which it answered
@@ -102,14 +96,14 @@ def one_process(tmp_path_factory):
     return {case.name: (code, output, folders[case.name]) for case, (code, output) in zip(ONE_PROCESS, results)}
 
 
-@pytest.mark.parametrize("case", faults.CASES, ids=[c.name for c in faults.CASES])
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_fault_is_one_clear_message(case, tmp_path, monkeypatch, capsys, request):
     folder = tmp_path
     if case.hide:  # a package hidden whether installed or not: only a fresh process can not see it
         code, output, folder = request.getfixturevalue("one_process")[case.name]
     else:
         code, output = run_in_process(case, folder, monkeypatch, capsys)
-    problem = faults.judge(case, code, output, folder)
+    problem = fault_kit.judge(case, code, output, folder)
     assert problem is None, (problem, output[-3000:])
 
 
@@ -117,7 +111,7 @@ def test_check_prints_every_check_as_json(tmp_path, monkeypatch, capsys):
     import json
 
     monkeypatch.chdir(tmp_path)
-    argv = faults.data_file(tmp_path, b'{"question": "1+1?", "answer": "2"}\n{"question": "x\n')
+    argv = fault_kit.data_file(tmp_path, b'{"question": "1+1?", "answer": "2"}\n{"question": "x\n')
     assert cli.main([*argv, "--check", "--resume", "latest"]) == 2
     report = json.loads(capsys.readouterr().out)
     by_name = {c["name"]: c for c in report["checks"]}
@@ -135,7 +129,7 @@ def test_check_refuses_before_loading_any_model(tmp_path, monkeypatch, capsys):
     asked = []
     monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", lambda *a, **k: asked.append(a))
     monkeypatch.chdir(tmp_path)
-    assert cli.main(faults.train(tmp_path, "", "--resume", "latest")) == 2
+    assert cli.main(fault_kit.train(tmp_path, "", "--resume", "latest")) == 2
     assert asked == []
     assert "neither auto, never nor" in capsys.readouterr().err
 
@@ -143,15 +137,15 @@ def test_check_refuses_before_loading_any_model(tmp_path, monkeypatch, capsys):
 def test_fault_through_python_m_pipeline(tmp_path):
     """A case as a user runs it: `python -m pipeline` itself, a process of its own (the one that stops before torch
     loads): same exit code and message, no traceback."""
-    case = next(c for c in faults.CASES if c.name == "YAML syntax error")
-    code, output = faults.run_subprocess(case, tmp_path)
-    assert faults.judge(case, code, output, tmp_path) is None, output[-3000:]
+    case = next(c for c in CASES if c.name == "YAML syntax error")
+    code, output = fault_kit.run_subprocess(case, tmp_path)
+    assert fault_kit.judge(case, code, output, tmp_path) is None, output[-3000:]
 
 
 @pytest.mark.parametrize("name", AS_A_USER)
 def test_fault_through_the_python_m_pipeline_module(name, one_process):
     """Cases that load torch, transformers and TRL before they stop, as `python -m pipeline` runs them, outside the
     test process (ONE_PROCESS: the same module, in one fresh process): same exit code and message."""
-    case = next(c for c in faults.CASES if c.name == name)
+    case = next(c for c in CASES if c.name == name)
     code, output, folder = one_process[name]
-    assert faults.judge(case, code, output, folder) is None, output[-3000:]
+    assert fault_kit.judge(case, code, output, folder) is None, output[-3000:]

@@ -112,11 +112,11 @@ def test_resume_command_quotes_and_keeps_the_users_options():
 
 @pytest.mark.parametrize("command", ["generate", "export"])
 def test_an_interrupt_in_generate_or_export_exits_130_without_a_traceback(command, tmp_path, monkeypatch, capsys):
-    from train_helpers import load_fault_bench
+    from fault_kit import adapter
 
     from pipeline import cli
 
-    lora = load_fault_bench(monkeypatch).adapter(tmp_path)
+    lora = adapter(tmp_path)
     if command == "generate":
         _patch(monkeypatch, "pipeline.backends.plain.PlainGenerator.generate", send("SIGTERM"))
         argv = ["generate", "--lora", str(lora), "--prompt", "1+1?", "--backend", "plain"]

@@ -165,9 +165,9 @@ def test_storage_error_at_every_save_is_named_and_leaves_nothing_half_written(mo
 
 def test_export_storage_error_is_named(tmp_path, monkeypatch, capsys):
     """grpo export: the merged model's save fails on a read-only disk -> exit 2, nothing at --out."""
-    from train_helpers import load_fault_bench
+    from fault_kit import adapter
 
-    lora = load_fault_bench(monkeypatch).adapter(tmp_path)
+    lora = adapter(tmp_path)
     monkeypatch.setattr("pipeline.backends.plain.export", lambda *a, **k: (_ for _ in ()).throw(
         SafetensorError("Error while serializing: I/O error: Read-only file system (os error 30)")))
     from pipeline.infer.export import main

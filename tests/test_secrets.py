@@ -79,7 +79,7 @@ def run_with_secrets(tmp_path_factory):
                 + f"hub_model_id: https://me:{URL_PASSWORD}@hub.example/me/model\n")
         lora = str(folder / "run" / "lora")
         outputs = []
-        # (--check with a secret: bench/faults.py's "--check with a hub_token prints its placeholder")
+        # (--check with a secret: tests/fault_table.py's "--check with a hub_token prints its placeholder")
         for argv in (faults.train(folder, text, "--hub_token", ARGV_VALUE),
                      ["export", "--lora", lora, "--to", "merged16", "--out", str(folder / "merged"), "--backend",
                       "plain"],

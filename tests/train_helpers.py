@@ -94,19 +94,6 @@ def resolve_dotted(dotted: str) -> tuple[Any, str]:
         return getattr(importlib.import_module(module_name), cls), attr
 
 
-def load_fault_bench(monkeypatch) -> Any:
-    """bench/faults.py as a module (its set-up helpers: a saved adapter with its manifest, recipes...)."""
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("bench_faults_helpers", Path(__file__).resolve().parents[1]
-                                                  / "bench" / "faults.py")
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 def first_operand_reward(prompts, completions, **kwargs) -> list[float]:
     """A gameable reward for the CPU demo's additions: 2.0 when <answer> holds the FIRST OPERAND of "What is A+B?"
     (the sloppy teacher's habit, pipeline/demo/task.py), not the sum. Training on it raises the reward while

@@ -1,8 +1,9 @@
-"""The fault table's kit (bench/faults.py): what a case is (`Fault`), the set-ups every part of the table shares (a
-recipe, a training command, a data file, a trained adapter or checkpoint, an OS fault at its boundary, packages
-hidden), and the two ways a case is run and judged (in a subprocess here, in-process in tests/test_faults.py).
+"""The fault table's kit (tests/fault_table.py): what a case is (`Fault`), the set-ups every part of the table
+shares (a recipe, a training command, a data file, a trained adapter or checkpoint, an OS fault at its boundary,
+packages hidden), how a case is judged (`judge`), and a case run as a user runs it (`run_subprocess`:
+`python -m pipeline` in a process of its own; tests/test_faults.py runs the rest in-process).
 
-tests/cli_helpers.py `fault_table` hands these set-ups to the tests that build the same folders.
+tests/cli_helpers.py `fault_table` hands these set-ups to the tests that build the same folders. Not a test module.
 """
 
 from __future__ import annotations
@@ -237,7 +238,7 @@ def checkpoint_of_another_shape(folder: Path, shape: Optional[dict] = None, sett
 SHORT_RUN = "max_steps: 1\nsave_steps: 1\nsft_warmup_steps: 0\neval_before: false\neval_after: false\n"
 
 
-# A short run for the cases below (bench/faults.py and its parts use it too).
+# A short run for the cases below (fault_table.py and its parts use it too).
 QUICK = "sft_warmup_steps: 0\nmax_steps: 1\neval_before: false\neval_after: false\n"  # a case that fails costs seconds
 
 

@@ -1,31 +1,26 @@
-"""The fault table: bad inputs and faults a user meets, each driven through the real `grpo` CLI.
-
-    python bench/faults.py            # every case as `python -m pipeline ...` in a subprocess; prints held/tried
+"""The fault table: bad inputs and faults a user meets, each driven through the real `grpo` CLI by
+tests/test_faults.py (one parametrized test per case, its id the case's name).
 
 A case holds when the command exits with the expected code, its output contains the expected text (the
-field or file and the fix) and no "Traceback". tests/test_faults.py runs the same table in-process.
+field or file and the fix) and no "Traceback" (fault_kit.judge).
 
 The table is data: append a `Fault` to CASES to add a case (here, or in one of its parts: fault_inputs.py,
 fault_storage.py, fault_boundaries.py, fault_engine.py; the set-ups they share are in fault_kit.py).
 `setup(folder)` writes whatever the case needs into an empty folder and returns the argv after `grpo`; `patch`
-(in-process only) simulates an OS fault at its boundary with pytest's monkeypatch, and the subprocess runner skips
-(does not count) such cases; `hide` names packages the case runs without (a subprocess in both runners, whether or
-not they are installed).
+simulates an OS fault at its boundary with pytest's monkeypatch; `hide` names packages the case runs without (a
+fresh process that cannot see them, whether or not they are installed). Not a test module.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-import tempfile
-import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench.*` and `pipeline` when run as a script
-
-from bench import fault_boundaries, fault_engine, fault_inputs, fault_storage  # noqa: E402
-from bench.fault_kit import (  # noqa: E402
+import fault_boundaries
+import fault_engine
+import fault_inputs
+import fault_storage
+from fault_kit import (
     Fault,
     OFFLINE_ENV,
     QUICK,
@@ -41,7 +36,6 @@ from bench.fault_kit import (  # noqa: E402
     empty_folder,
     export_onto,
     generate_with,
-    judge,
     no_partial_checkpoint,
     other_base,
     quick,
@@ -49,7 +43,6 @@ from bench.fault_kit import (  # noqa: E402
     rank_mismatch,
     read_only,
     recipe,
-    run_subprocess,
     train,
 )
 
@@ -248,33 +241,3 @@ CASES += PATH_CASES
 
 # The rest of the table, in its order: each part keeps its cases beside their set-ups.
 CASES += fault_inputs.CASES + fault_storage.CASES + fault_boundaries.CASES + fault_engine.CASES
-
-def main(argv: Sequence[str] = ()) -> int:
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="every case of the fault table through the real CLI, each in a subprocess; prints held/tried.",
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(list(argv))
-    held, tried, skipped = 0, 0, []
-    start = time.time()
-    for case in CASES:
-        reason = None
-        if case.patch is not None:
-            reason = "simulates an OS fault in-process (tests/test_faults.py runs it)"
-        if reason:
-            skipped.append((case.name, reason))
-            continue
-        with tempfile.TemporaryDirectory() as tmp:
-            case_start = time.time()
-            code, output = run_subprocess(case, Path(tmp))
-        problem = judge(case, code, output)
-        tried += 1
-        held += problem is None
-        print(f"{'held' if problem is None else 'FAILED':<6} {time.time() - case_start:5.1f}s  {case.name}"
-              + (f": {problem}\n{output[-2000:]}" if problem else ""), flush=True)
-    for name, reason in skipped:
-        print(f"skip   {name}: {reason}")
-    print(f"\n{held} of {tried} faults held ({len(skipped)} skipped; {len(CASES)} in the table; "
-          f"{time.time() - start:.0f} s)")
-    return 0 if held == tried else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

@@ -1,10 +1,10 @@
-"""The fault table's cases (bench/faults.py) of faults v5 (issue 59) about the environment around the engine: a fault
+"""The fault table's cases (tests/fault_table.py) of faults v5 (issue 59) about the environment around the engine: a fault
 of the machine or of another process is exit 2 with what happened and the fix, never "a bug in grpo-pipeline".
 Each raises what torch or vLLM raise (their classes' texts, env/faults.py) where a run would meet it."""
 
 from __future__ import annotations
 
-from bench.fault_kit import Fault, quick, raise_in
+from fault_kit import Fault, quick, raise_in
 
 # gloo's text when the other process of a 2-process group was killed (printed by a real group; gloo/transport/tcp)
 GLOO_PEER_GONE = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "

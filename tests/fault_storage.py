@@ -1,4 +1,4 @@
-"""The fault table's cases (bench/faults.py) of faults v3: writers and storage (issue 36, points 1 and 2)."""
+"""The fault table's cases (tests/fault_table.py) of faults v3: writers and storage (issue 36, points 1 and 2)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from bench.fault_kit import Fault, adapter, export_onto, generate_with, mine, quick, recipe
+from fault_kit import Fault, adapter, export_onto, generate_with, mine, quick, recipe
 
 CASES: list[Fault] = []  # this part's cases, in the table's order
 

@@ -1,4 +1,4 @@
-"""The fault table's cases (bench/faults.py) of faults v4 (issue 48): secrets, code from shared files, checkpoints
+"""The fault table's cases (tests/fault_table.py) of faults v4 (issue 48): secrets, code from shared files, checkpoints
 checked for what they hold, resume knowing its data, the reward boundary, paths and locales, the cache root."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
-from bench.fault_kit import (
+from fault_kit import (
     Fault,
     ROOT,
     ROWS,
@@ -23,7 +23,7 @@ from bench.fault_kit import (
     train,
     trained_checkpoint,
 )
-from bench.fault_storage import nothing_at, os_fails
+from fault_storage import nothing_at, os_fails
 
 CASES: list[Fault] = []  # this part's cases, in the table's order
 

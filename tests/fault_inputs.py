@@ -1,4 +1,4 @@
-"""The fault table's cases (bench/faults.py) of faults v3: library errors, a recipe read once, bounded messages,
+"""The fault table's cases (tests/fault_table.py) of faults v3: library errors, a recipe read once, bounded messages,
 numeric bounds, outputs inside inputs, writes into the working directory; and kept state (issue 36)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from bench.fault_kit import (
+from fault_kit import (
     Fault,
     QUICK,
     ROOT,
