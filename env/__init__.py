@@ -2,8 +2,8 @@
 
 Modules (each has one job, and none imports torch, transformers, trl, peft, unsloth or vllm at import time):
 
-- `env.matrix`  loads `env/known_good.toml` (pins, known-bad combinations, platform profiles).
-- `env.compat`  checks a pinned set against the packages' declared METADATA (offline, from `env/metadata/`).
+- `env.matrix`  loads `env/known_good.toml` (pins, known-bad combinations, platform profiles) and the versions in
+                each install set's lock file (`env/pylock.plain.toml`, `env/pylock.gpu.toml`: PEP 751, made by uv).
 - `env.probes`  reads facts about this machine: Python, OS, installed versions, GPU.
 - `env.report`  assembles the `grpo env` report (packages vs the matrix, GPU, known-bad, training modes).
 - `env.doctor`  prints that report and sets the exit status (`grpo env`).

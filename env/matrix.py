@@ -1,6 +1,7 @@
-"""The known-good matrix (`env/known_good.toml`) as typed, read-only objects.
+"""The known-good matrix (`env/known_good.toml`) as typed, read-only objects, and the install sets' lock files.
 
-The TOML file is the single source of truth for versions; this module only parses and validates it.
+The TOML file says which versions and why; `env/pylock.<set>.toml` (PEP 751, written by uv's resolver from
+pyproject.toml) holds the whole resolved set. This module only parses and validates them.
 It imports nothing heavy (stdlib + `packaging`), so `grpo env` and `grpo --help` stay fast.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -22,6 +24,7 @@ MATRIX_PATH = Path(__file__).with_name("known_good.toml")
 
 # The two install sets: "plain" is the base install, "gpu" is base + the `gpu` extra.
 SET_NAMES = ("plain", "gpu")
+LOCK_PATHS = {name: Path(__file__).with_name(f"pylock.{name}.toml") for name in SET_NAMES}
 SEVERITIES = ("error", "warn")
 
 _EXACT = re.compile(r"^==\s*([0-9][^,*;\s]*)$")
@@ -41,9 +44,7 @@ class Pin:
     why: str
     disables: str
     module: str  # import name, e.g. "yaml" for pyyaml
-    tested: str | None = None  # for a range: the version CI runs and whose METADATA is checked
     core: bool = False  # the plain backend cannot run without it
-    extras: tuple[str, ...] = ()  # extras of this package whose requirements we rely on
     note: str = ""
     evidence: Mapping[str, str] = field(default_factory=dict)  # where the pin comes from, source by source
     risk: str = ""  # what this pin has NOT been shown to do, with the evidence (`grpo env` lists every one)
@@ -62,11 +63,6 @@ class Pin:
         """
         match = _EXACT.match(self.spec.strip())
         return match.group(1) if match else None
-
-    @property
-    def version(self) -> str | None:
-        """The one concrete version the matrix vouches for: the exact pin, else `tested`."""
-        return self.exact or self.tested
 
     @property
     def requirement(self) -> str:
@@ -128,7 +124,6 @@ class Matrix:
 
     schema: int
     python: str
-    checked_pythons: tuple[str, ...]
     plain: Mapping[str, Pin]  # keyed by canonical name
     gpu: Mapping[str, Pin]
     known_bad: tuple[KnownBad, ...]
@@ -209,6 +204,18 @@ def pip_install_command(target: str, matrix: Matrix | None = None, *, only: list
     return " ".join(["python", "-m", "pip", "install", *map(shlex.quote, extra_args), *requirements])
 
 
+@lru_cache(maxsize=2)
+def locked_versions(set_name: str) -> dict[str, str]:
+    """The version of every package in an install set's lock file (`env/pylock.<set>.toml`), by canonical name.
+
+    >>> locked_versions("gpu")["torch"], locked_versions("plain")["trl"]
+    ('2.13.0', '1.15.0')
+    """
+    if set_name not in LOCK_PATHS:
+        raise MatrixError(f"unknown install set {set_name!r}; expected one of {SET_NAMES}")
+    return {canonicalize_name(p["name"]): p["version"] for p in _read_toml(LOCK_PATHS[set_name])["packages"]}
+
+
 @lru_cache(maxsize=4)
 def _load_cached(path: str) -> Matrix:
     return matrix_from_dict(_read_toml(Path(path)))
@@ -225,12 +232,6 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        import tomllib  # stdlib since 3.11
-    except ModuleNotFoundError as err:  # pragma: no cover - only on Python < 3.11
-        raise MatrixError(
-            "reading env/known_good.toml needs Python >= 3.11 (tomllib); this project requires 3.11+"
-        ) from err
     with open(path, "rb") as handle:
         try:
             return tomllib.load(handle)
@@ -240,7 +241,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 # --- validation: hand-written because the schema is small and the errors must name the field -----------
 
-_PIN_FIELDS = {"spec", "tested", "module", "core", "extras", "why", "disables", "note", "evidence", "risk"}
+_PIN_FIELDS = {"spec", "module", "core", "why", "disables", "note", "evidence", "risk"}
 _BAD_FIELDS = {"id", "severity", "when", "unless", "missing", "why", "fix"}
 _PROFILE_FIELDS = {f.name for f in dataclasses.fields(Profile)} - {"id"}
 
@@ -282,15 +283,11 @@ def _parse_pins(tables: Mapping[str, Any], group: str) -> dict[str, Pin]:
             why=_require(table, "why", where, str),
             disables=_require(table, "disables", where, str),
             module=_require(table, "module", where, str),
-            tested=table.get("tested"),
             core=bool(table.get("core", False)),
-            extras=tuple(table.get("extras", ())),
             note=table.get("note", ""),
             evidence=dict(table.get("evidence", {})),
             risk=table.get("risk", ""),
         )
-        if pin.exact is None and pin.tested is None:
-            raise MatrixError(f"{where}: a range needs `tested` (the version CI runs and METADATA is checked for)")
         if pin.key in pins:
             raise MatrixError(f"{where}: duplicate package (same canonical name as {pins[pin.key].name!r})")
         pins[pin.key] = pin
@@ -379,7 +376,6 @@ def matrix_from_dict(data: Mapping[str, Any]) -> Matrix:
     return Matrix(
         schema=_require(data, "schema", "known_good.toml", int),
         python=_check_spec(_require(data, "python", "known_good.toml", str), "python"),
-        checked_pythons=tuple(_require(data, "checked_pythons", "known_good.toml", list)),
         plain=plain,
         gpu=gpu,
         known_bad=_parse_known_bad(data.get("known_bad", [])),

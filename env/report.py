@@ -16,9 +16,9 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from env import imports, probes
-from env.compat import version_satisfies
 from env.matrix import KnownBad, Matrix, MatrixError, Pin, Profile, load_matrix, pip_install_command
 
 # unsloth, unsloth_zoo or vllm installed means the user is setting up the GPU backend.
@@ -103,6 +103,20 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
     report["probe_errors"] = errors
     report["elapsed_s"] = round(time.perf_counter() - started, 3)
     return report
+
+
+def version_satisfies(version: str | None, specifier: str | SpecifierSet) -> bool | None:
+    """True/False, or None when `version` is missing or not PEP 440 (half-installed packages).
+
+    Local labels are ignored the PEP 440 way ("2.14.0+cu130" satisfies "==2.14.0").
+
+    >>> version_satisfies("2.14.0+cu130", "==2.14.0"), version_satisfies("garbage", ">=1"), version_satisfies("1.0", "")
+    (True, None, True)
+    """
+    try:
+        return SpecifierSet(str(specifier)).contains(Version(version), prereleases=True) if version else None
+    except InvalidVersion:
+        return None
 
 
 # --- sections -------------------------------------------------------------------------------------

@@ -16,13 +16,20 @@ from pathlib import Path
 import pytest
 
 from env import probes
-from env.compat import load_metadata
 from env.doctor import main, render_text
 from env.report import collect_report
-from env.matrix import load_matrix, pip_install_command
+from env.matrix import load_matrix, locked_versions, pip_install_command
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_ONLY = ["unsloth", "unsloth_zoo", "vllm", "vllm-bnb-plugin", "bitsandbytes", "xformers"]
+
+
+def declared_requirements() -> dict[str, list[str]]:
+    """Requires-Dist of the GPU packages: the real METADATA of those the GPU check kit carries (unsloth, unsloth_zoo,
+    bitsandbytes, ...: scripts/gpu_check/roots-requires.json), and vllm 0.31.0's two lines that bind our pins."""
+    records = json.loads((ROOT / "scripts" / "gpu_check" / "roots-requires.json").read_text(encoding="utf-8"))
+    declared = {record["name"].replace("_", "-"): record["requires_dist"] for record in records["records"]}
+    return {**declared, "vllm": ["torch==2.13.0", "transformers<5.18.0,>=5.10.4"]}
 
 
 def run_doctor(*args: str, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
@@ -155,9 +162,9 @@ def test_half_installed_packages_do_not_crash_it(tmp_path):
 
 def test_drifted_gpu_set_reports_conflicts_known_bad_and_the_full_fix(tmp_path):
     matrix = load_matrix()
+    declared = declared_requirements()
     for pin in matrix.gpu_only().values():
-        record = load_metadata(pin.name, pin.exact)
-        fake_dist(tmp_path, pin.name, pin.exact, module=pin.module, requires=record["requires_dist"])
+        fake_dist(tmp_path, pin.name, pin.exact, module=pin.module, requires=declared.get(pin.key, []))
     fake_dist(tmp_path, "trl", "1.16.0", module="trl")  # above unsloth's cap
     fake_dist(tmp_path, "torch", "2.12.0", module="torch")  # not the torch vllm's kernels were built for
     result = run_doctor("--json", pythonpath=tmp_path)
@@ -304,16 +311,16 @@ def test_training_modes_on_a_machine_without_gpu():
 
 @pytest.fixture
 def gpu_set_installed(monkeypatch):
-    """Every package of the GPU set installed at its pin, except those named in the returned set."""
+    """Every package of the GPU set installed at its version in the set's lock, except those named in the returned set."""
     from env import report as report_module
 
     absent: set[str] = set()
-    matrix = load_matrix()
+    locked = locked_versions("gpu")
 
     def installed(pin):
         if pin.key in absent:
             return probes.Installed(pin.name, "missing")
-        return probes.Installed(pin.name, "installed", matrix.packages("gpu")[pin.key].version)
+        return probes.Installed(pin.name, "installed", locked[pin.key])
 
     monkeypatch.setattr(report_module, "_safe_installed", installed)
     return absent
@@ -358,9 +365,7 @@ def test_the_unsloth_metadata_backs_the_torch_risk():
     newest CUDA extra names torch 2.12.1."""
     import re
 
-    matrix = load_matrix()
-    record = load_metadata("unsloth", matrix.gpu["unsloth"].exact)
-    requires = record["requires_dist"]
+    requires = declared_requirements()["unsloth"]
     assert any(re.fullmatch(r"torch\s*(<2\.15\.0,>=2\.4\.0|>=2\.4\.0,<2\.15\.0)", r.strip()) for r in requires), [
         r for r in requires if r.startswith("torch")]
     pinned = {m.group(1) for r in requires for m in [re.match(r"torch==(\d+\.\d+\.\d+)", r)] if m}

@@ -1,8 +1,8 @@
 """The GPU check kit (scripts/gpu_check/) cannot rot between lent GPU machines: its wheel list agrees
-with env/known_good.toml and the stored METADATA, its trimming and size check work, and its driver runs
+with env/known_good.toml and the carried roots' stored METADATA, its trimming and size check work, and its driver runs
 end to end on CPU (--dry-run: the tiny model, the steps that need CUDA recorded as skipped).
 
-Nothing here downloads: the wheel list is checked against env/metadata/, the trimming on a wheel
+Nothing here downloads: the wheel list is checked against scripts/gpu_check/roots-requires.json, the trimming on a wheel
 built in the test.
 """
 
@@ -21,8 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from env.compat import load_metadata, requirement_applies
-from env.matrix import load_matrix
+from env.matrix import load_matrix, locked_versions
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts" / "gpu_check"))
@@ -38,6 +37,7 @@ import run_check  # noqa: E402
 import trim  # noqa: E402
 import vllm_set  # noqa: E402
 import wheels  # noqa: E402
+from vllm_set import ROOTS_RECORD, requirement_applies, stored_records  # noqa: E402
 
 
 @pytest.mark.parametrize("module", [run_check, cases, benchmark, wheels, parts],
@@ -62,27 +62,29 @@ def test_bad_options_are_one_clear_error_with_exit_code_2(tmp_path, capsys):
 
 
 def test_the_wheel_list_carries_the_known_good_pins():
-    pins = load_matrix().packages("gpu")
+    pins, locked = load_matrix().packages("gpu"), locked_versions("gpu")
     listed = {canonicalize_name(w.name): w.version for w in wheels.wanted_wheels()}
     for root in wheels.PINNED_ROOTS:
-        assert listed[canonicalize_name(root)] == pins[canonicalize_name(root)].version
+        key = canonicalize_name(root)
+        assert listed[key] == locked[key] and listed[key] == (pins[key].exact or listed[key])
     assert listed["unsloth"] == "2026.10.9" and listed["trl"] == "1.15.0"
     # one version of each package: two stop the whole `pip install --no-deps`
     assert len(listed) == len(wheels.wanted_wheels())
 
 
 def test_every_requirement_of_the_carried_roots_is_carried_present_or_left_out_with_a_reason():
-    """For each root's METADATA (env/metadata/): each requirement that applies on Python 3.12 / linux
+    """For each root's METADATA (ROOTS_RECORD): each requirement that applies on Python 3.12 / linux
     x86_64 is in the set at a version that satisfies it, on the GPU image, or in LEFT_OUT."""
     listed = {canonicalize_name(w.name): w.version for w in wheels.wanted_wheels()}
     image = {canonicalize_name(name) for name in wheels.IMAGE_PACKAGES}
     left_out = {canonicalize_name(name) for name in wheels.LEFT_OUT}
     uncovered = []
+    records = stored_records(ROOTS_RECORD)
     for wanted in wheels.wanted_wheels():
         if wanted.source != "known_good.toml":
             continue
-        record = load_metadata(wanted.name, wanted.version)
-        assert record is not None, f"no stored METADATA for {wanted.requirement}"
+        record = records.get(canonicalize_name(wanted.name))
+        assert record is not None and record["version"] == wanted.version, f"no stored METADATA for {wanted.requirement}"
         for line in record["requires_dist"]:
             requirement = Requirement(line)
             if not requirement_applies(requirement, wheels.PYTHON_VERSION):
@@ -94,6 +96,7 @@ def test_every_requirement_of_the_carried_roots_is_carried_present_or_left_out_w
             elif key not in image and key not in left_out:
                 uncovered.append(f"{wanted.requirement}: {line}")
     assert uncovered == []
+    assert set(records) == {canonicalize_name(name) for name in wheels.PINNED_ROOTS}  # no stale record
 
 
 def test_the_declared_dependency_pins_satisfy_each_other():
@@ -259,7 +262,7 @@ def test_the_main_path_runs_first_and_the_caps_add_up_to_the_budget():
 
 
 def test_the_image_packages_are_checked_against_the_ranges_the_kit_needs():
-    """The ranges come from env/known_good.toml's plain pins and the carried wheels' Requires-Dist (env/metadata/);
+    """The ranges come from env/known_good.toml's plain pins and the carried wheels' Requires-Dist (ROOTS_RECORD);
     the versions are the machine's. A version outside its range, or a missing package, is named."""
     needs = gpu_image.image_requirements()
     assert str(needs["peft"]["needs"]) == "==0.21.2" and "known_good.toml [plain]" in needs["peft"]["from"]
@@ -483,7 +486,7 @@ def test_the_vllm_set_covers_every_requirement_of_vllm_and_of_what_it_carries():
     """vllm 0.26.0's Requires-Dist and those of each package carried for it (VLLM_RECORD, from pip's resolution):
     each applying requirement is carried at a version that satisfies it, on the image, or left out with a reason;
     every reason is for a requirement vllm really has."""
-    records = vllm_set.vllm_records()
+    records = vllm_set.stored_records()
     listed = {canonicalize_name(w.name): w.version for w in wheels.wanted_wheels(vllm=True)}
     image = {canonicalize_name(name) for name in wheels.IMAGE_PACKAGES}
     left_out = {canonicalize_name(name) for name in {**wheels.LEFT_OUT, **wheels.VLLM_LEFT_OUT}}
@@ -491,7 +494,7 @@ def test_the_vllm_set_covers_every_requirement_of_vllm_and_of_what_it_carries():
     uncovered = []
     for name, version in listed.items():
         if name not in records:
-            continue  # a root of the one-call set: checked against env/metadata above
+            continue  # a root of the one-call set: checked against ROOTS_RECORD above
         assert records[name]["version"] == version, name
         for line in records[name]["requires_dist"]:
             requirement = Requirement(line)

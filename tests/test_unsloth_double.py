@@ -23,7 +23,7 @@ def test_signature_snapshot_was_made_from_the_pinned_versions():
     from env.matrix import load_matrix
 
     matrix = load_matrix()
-    pins = {pin.name.replace("-", "_"): pin.version
+    pins = {pin.name.replace("-", "_"): pin.exact
             for set_name in ("plain", "gpu") for pin in matrix.packages(set_name).values()}
     snapshot = fake_unsloth.SNAPSHOT["versions"]
     assert set(snapshot) == {"unsloth", "unsloth_zoo", "vllm", "trl", "transformers"}

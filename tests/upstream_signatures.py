@@ -109,8 +109,8 @@ def _pins() -> dict[str, str]:
     pins = {}
     for set_name in ("plain", "gpu"):
         for pin in matrix.packages(set_name).values():
-            if pin.name.replace("-", "_") in PACKAGES and pin.version:
-                pins[pin.name.replace("-", "_")] = pin.version
+            if pin.name.replace("-", "_") in PACKAGES and pin.exact:
+                pins[pin.name.replace("-", "_")] = pin.exact
     return pins
 
 

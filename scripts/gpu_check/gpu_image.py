@@ -3,7 +3,7 @@ them (`image_requirements`), and whether an image meets that (`check_image`: run
 
 from __future__ import annotations
 
-from vllm_set import PYTHON_VERSION, canonical, vllm_records
+from vllm_set import PYTHON_VERSION, ROOTS_RECORD, canonical, requirement_applies, stored_records
 from wheels import IMAGE_PACKAGES, wanted_wheels
 
 
@@ -15,24 +15,20 @@ def image_requirements(matrix=None, vllm: bool = False) -> dict[str, dict]:
 
     The parts: env/known_good.toml's [plain] pin (the GPU image runs the plain backend too; [gpu] torch's
     ==2.13.0 is the vLLM build, not run there), and each Requires-Dist line of the carried roots' stored
-    METADATA (env/metadata/) that applies on Python 3.12 / linux x86_64, for a package in IMAGE_PACKAGES;
+    METADATA (ROOTS_RECORD) that applies on Python 3.12 / linux x86_64, for a package in IMAGE_PACKAGES;
     with `vllm` also those of vllm VLLM_VERSION and the packages carried for it (VLLM_RECORD).
     """
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 
-    from env.compat import load_metadata, requirement_applies
     from env.matrix import load_matrix
 
     matrix = matrix or load_matrix()
     image = {canonical(name) for name in IMAGE_PACKAGES}
     parts: dict[str, list[tuple[str, str]]] = {}
-    records = vllm_records() if vllm else {}
-    for wanted in wanted_wheels(matrix, vllm):
-        if wanted.source == "known_good.toml":
-            record = load_metadata(wanted.name, wanted.version)
-        else:
-            record = records.get(canonical(wanted.name)) if wanted.source == "vllm" else None
+    records = {"known_good.toml": stored_records(ROOTS_RECORD), "vllm": stored_records() if vllm else {}}
+    for wanted in wanted_wheels(vllm):
+        record = records.get(wanted.source, {}).get(canonical(wanted.name))
         for line in (record or {}).get("requires_dist", []):
             requirement = Requirement(line)
             key = canonical(requirement.name)

@@ -18,6 +18,9 @@ VLLM_VERSION = "0.26.0"
 
 # Its Requires-Dist as pip's resolver read them for CPython 3.12 on manylinux x86_64 (`wheels.py resolve-vllm`).
 VLLM_RECORD = Path(__file__).with_name(f"vllm-{VLLM_VERSION}-requires.json")
+# The same for the roots the one-call set carries at their env/known_good.toml pins (wheels.PINNED_ROOTS), as
+# `python -m pip install --dry-run --no-deps --ignore-installed --report - NAME==VERSION ...` read them.
+ROOTS_RECORD = Path(__file__).with_name("roots-requires.json")
 
 # What the image lacks of vLLM's closure and the offline engine imports: the modules that `vllm.LLM`, the V1
 # engine core, the GPU worker and model runner, Qwen2, LoRA, bitsandbytes and the FLASH_ATTN backend load, read
@@ -134,11 +137,26 @@ def canonical(name: str) -> str:
     return str(canonicalize_name(name))
 
 
-def vllm_records(path: Path = VLLM_RECORD) -> dict[str, dict]:
-    """The stored Requires-Dist records of vllm VLLM_VERSION and the packages of its closure (resolve-vllm wrote
-    them), by canonical name."""
+def stored_records(path: Path = VLLM_RECORD) -> dict[str, dict]:
+    """The stored Requires-Dist records, by canonical name: of vllm VLLM_VERSION and the packages of its closure
+    (resolve-vllm wrote them), or with ROOTS_RECORD of the carried roots."""
     data = json.loads(path.read_text(encoding="utf-8"))
     return {canonical(record["name"]): record for record in data["records"]}
+
+
+def requirement_applies(requirement, python: str = PYTHON_VERSION) -> bool:
+    """Whether a Requires-Dist line applies on CPython `python` on linux x86_64 with no extra requested.
+
+    >>> from packaging.requirements import Requirement
+    >>> requirement_applies(Requirement('torch; python_version < "3.12"')), requirement_applies(Requirement('x; extra == "a"'))
+    (False, False)
+    """
+    if requirement.marker is None:
+        return True
+    return requirement.marker.evaluate({"python_version": python, "python_full_version": f"{python}.0", "extra": "",
+                                        "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+                                        "os_name": "posix", "implementation_name": "cpython",
+                                        "platform_python_implementation": "CPython"})
 
 
 def probe_imports(modules=VLLM_ENGINE_MODULES) -> tuple[dict[str, str], dict[str, str]]:

@@ -2,7 +2,7 @@
 
 The lent GPU machine (Python 3.12, torch 2.11 + CUDA 13.0, transformers 5.17.0, peft, accelerate,
 triton; see scripts/gpu_check/run_check.py) lacks trl, datasets, bitsandbytes, unsloth, unsloth_zoo
-and math-verify. This script downloads those, at the versions env/known_good.toml pins, with the
+and math-verify. This script downloads those, at the versions of the GPU set's lock, with the
 dependencies of theirs that the machine's image lacks, trims the two large wheels, and installs
 them there without an index:
 
@@ -53,6 +53,7 @@ from vllm_set import (
     WheelSetError,
     canonical,
     probe_imports,
+    requirement_applies,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,7 @@ CARRY_LIMIT_BYTES = 64 * 1024 * 1024  # the device's limit on the working tree p
 # (bitsandbytes 0.50.2 is manylinux_2_24, msgspec manylinux_2_28, hf_transfer manylinux_2_17).
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)] + ["manylinux2014_x86_64", "manylinux1_x86_64"]
 
-# The packages the GPU machine lacks, by their known_good.toml names: their versions come from there.
+# The packages the GPU machine lacks, by their known_good.toml names: their versions come from the GPU set's lock.
 PINNED_ROOTS = ("trl", "datasets", "bitsandbytes", "unsloth", "unsloth_zoo", "math-verify")
 
 # Their dependencies (Requires-Dist, no extras, linux x86_64) that the GPU machine's image lacks, and
@@ -140,18 +141,13 @@ class Wanted:
         return f"{self.name}=={self.version}"
 
 
-def wanted_wheels(matrix=None, vllm: bool = False) -> list[Wanted]:
-    """Every wheel of the set, pinned: the roots from known_good.toml's gpu set, then DEPENDENCIES; with `vllm`
-    also vllm VLLM_VERSION and VLLM_DEPENDENCIES (source "vllm")."""
-    from env.matrix import load_matrix
+def wanted_wheels(vllm: bool = False) -> list[Wanted]:
+    """Every wheel of the set, pinned: the roots at their versions in the GPU set's lock (env/pylock.gpu.toml),
+    then DEPENDENCIES; with `vllm` also vllm VLLM_VERSION and VLLM_DEPENDENCIES (source "vllm")."""
+    from env.matrix import locked_versions
 
-    pins = (matrix or load_matrix()).packages("gpu")
-    out = []
-    for name in PINNED_ROOTS:
-        pin = pins[canonical(name)]
-        if pin.version is None:
-            raise WheelSetError(f"env/known_good.toml gives no concrete version for {name} (spec {pin.spec})")
-        out.append(Wanted(name, pin.version, "known_good.toml"))
+    locked = locked_versions("gpu")
+    out = [Wanted(name, locked[canonical(name)], "known_good.toml") for name in PINNED_ROOTS]
     out.extend(Wanted(name, version, "dependency") for name, version in DEPENDENCIES.items())
     if vllm:
         out.append(Wanted("vllm", VLLM_VERSION, "vllm"))
@@ -183,8 +179,6 @@ def store_vllm_record(report: dict, record_path: Path = VLLM_RECORD) -> list[str
     """resolve_vllm's second half: the records from a `pip install --report` document, and the lines to act on."""
     from packaging.requirements import Requirement
 
-    from env.compat import requirement_applies
-    from env.fetch_metadata import record_from_report
 
     image = {canonical(name) for name in IMAGE_PACKAGES}
     carried = {canonical(w.name): w.version for w in wanted_wheels(vllm=True)}
@@ -206,6 +200,17 @@ def store_vllm_record(report: dict, record_path: Path = VLLM_RECORD) -> list[str
         if requirement_applies(requirement, PYTHON_VERSION) and key not in image | set(carried) | left_out:
             problems.append(f"{key}: vllm needs {line}; carry it (VLLM_DEPENDENCIES) or say why not (VLLM_LEFT_OUT)")
     return problems
+
+
+def record_from_report(report: dict) -> list[dict]:
+    """The stored records (one per package pip would install) from a `pip install --report` JSON document."""
+    return [{"name": item["metadata"]["name"], "version": item["metadata"]["version"],
+             "requires_python": item["metadata"].get("requires_python"),
+             "requires_dist": item["metadata"].get("requires_dist", []),
+             "source": {"file": item.get("download_info", {}).get("url", "").rsplit("/", 1)[-1],
+                        "sha256": item.get("download_info", {}).get("archive_info", {}).get("hashes", {}).get("sha256"),
+                        "pip": report.get("pip_version")}}
+            for item in report.get("install", [])]
 
 
 def working_tree_bytes(root: Path = REPO_ROOT) -> int:
