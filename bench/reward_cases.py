@@ -16,7 +16,8 @@ Accuracy is scored on text nobody here wrote (--gsm8k, see GSM8K_HELP) and on pe
 public test cases (bench/rewards_peers.py).
 
 The notebook's functions (unslothai/notebooks nb/Qwen2.5_(3B)-GRPO.ipynb, see env/known_good.toml [notebook])
-are re-implemented below verbatim in logic. They crash on None/non-string content, so they
+are re-implemented verbatim in logic in tests/unsloth_notebook_rewards.py (the tests train on them; imported from
+there), its correctness reward below without the print it makes on every call. They crash on None/non-string content, so they
 get "" in place of those; ours get the raw batch. math_verify is imported and warmed up
 before timing (its one-off import cost is printed separately): a training run pays it once.
 """
@@ -36,61 +37,22 @@ import rewards  # noqa: E402
 from bench.rewards_peers import fail, share  # noqa: E402
 from rewards import matching, symbolic  # noqa: E402
 from rewards.normalize import _parse_text  # noqa: E402
+from tests.unsloth_notebook_rewards import (  # noqa: E402 - the notebook's rewards: the tests own the copy
+    nb_extract_xml_answer,
+    nb_int_reward_func,
+    nb_soft_format_reward_func,
+    nb_strict_format_reward_func,
+    nb_xmlcount_reward_func,
+)
 
 
 # --- the notebook's originals ---------------------------------------------------------------
-
-def nb_extract_xml_answer(text: str) -> str:
-    answer = text.split("<answer>")[-1]
-    answer = answer.split("</answer>")[0]
-    return answer.strip()
-
 
 def nb_correctness_reward_func(prompts, completions, answer, **kwargs) -> list[float]:
     responses = [completion[0]["content"] for completion in completions]
     extracted_responses = [nb_extract_xml_answer(r) for r in responses]
     # (the notebook also prints one sample per call; left out so printing is not timed)
     return [2.0 if r == a else 0.0 for r, a in zip(extracted_responses, answer)]
-
-
-def nb_int_reward_func(completions, **kwargs) -> list[float]:
-    responses = [completion[0]["content"] for completion in completions]
-    extracted_responses = [nb_extract_xml_answer(r) for r in responses]
-    return [0.5 if r.isdigit() else 0.0 for r in extracted_responses]
-
-
-def nb_strict_format_reward_func(completions, **kwargs) -> list[float]:
-    pattern = r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$"
-    responses = [completion[0]["content"] for completion in completions]
-    matches = [re.match(pattern, r) for r in responses]
-    return [0.5 if match else 0.0 for match in matches]
-
-
-def nb_soft_format_reward_func(completions, **kwargs) -> list[float]:
-    pattern = r"<reasoning>.*?</reasoning>\s*<answer>.*?</answer>"
-    responses = [completion[0]["content"] for completion in completions]
-    matches = [re.match(pattern, r) for r in responses]
-    return [0.5 if match else 0.0 for match in matches]
-
-
-def nb_count_xml(text) -> float:
-    count = 0.0
-    if text.count("<reasoning>\n") == 1:
-        count += 0.125
-    if text.count("\n</reasoning>\n") == 1:
-        count += 0.125
-    if text.count("\n<answer>\n") == 1:
-        count += 0.125
-        count -= len(text.split("\n</answer>\n")[-1]) * 0.001
-    if text.count("\n</answer>") == 1:
-        count += 0.125
-        count -= (len(text.split("\n</answer>")[-1]) - 1) * 0.001
-    return count
-
-
-def nb_xmlcount_reward_func(completions, **kwargs) -> list[float]:
-    contents = [completion[0]["content"] for completion in completions]
-    return [nb_count_xml(c) for c in contents]
 
 
 # --- realistic completions ------------------------------------------------------------------
