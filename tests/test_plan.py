@@ -386,31 +386,28 @@ def test_train_check_lists_the_memory_check():
 
 
 def test_the_printed_uncertainty_covers_the_published_comparisons():
-    from bench.memory_plan import comparisons, largest_bounding_error
+    from tests.memory_plan_figures import comparisons, largest_bounding_error
 
     rows = comparisons()
     assert all(row["source"] for row in rows)
     assert est.UNCERTAINTY >= largest_bounding_error(rows)
 
 
-def test_the_planner_is_held_against_every_published_figure_we_have(capsys):
+def test_the_planner_is_held_against_every_published_figure_we_have():
     """Unsloth's per-part table for Llama 3.1 8B at 20K and its 1.5B claims, verl's largest batch per Qwen2.5 size
     on one H100 (docs/perf/device_tuning.rst), EasyR1's GRPO-LoRA estimates: one row each, each with its error;
     the printed uncertainty is the largest error of the comparable rows, rounded up to 5%."""
     import math
 
-    from bench import memory_plan
+    from tests import memory_plan_figures as figures
 
-    rows = memory_plan.comparisons()
+    rows = figures.comparisons()
     sources = [row["source"] for row in rows]
     assert sum("unsloth.ai/blog/grpo" in s for s in sources) == 4 and sum("r1-reasoning" in s for s in sources) == 2
     assert sum("device_tuning.rst" in s for s in sources) == 4 and sum("EasyR1" in s for s in sources) == 3
     assert sum("docs/gpu-reports/" in s for s in sources) == len(measured_cases())
     assert all(isinstance(row["error"], float) and (row["bounds"] or row["why_not_bound"]) for row in rows)
-    assert math.isclose(est.UNCERTAINTY, math.ceil(memory_plan.largest_bounding_error(rows) / 0.05) * 0.05)
-    assert memory_plan.main() == 0
-    printed = capsys.readouterr().out
-    assert printed.count(", error ") == len(rows) and f"the planner prints ±{est.UNCERTAINTY:.0%}" in printed
+    assert math.isclose(est.UNCERTAINTY, math.ceil(figures.largest_bounding_error(rows) / 0.05) * 0.05)
 
 
 def test_the_workload_holds_the_recipes_numbers_and_a_rung_reads_as_the_changed_recipe():
@@ -496,10 +493,10 @@ MEASURED_TOLERANCE = 0.20
 def test_the_estimate_is_within_20_percent_of_every_measured_peak():
     """Each benchmark case of every committed GPU report (its backend, shape and config, as the GPU check built it):
     the planner's estimate against the peak the case allocated itself. A new report adds its cases here."""
-    from bench import memory_plan
+    from tests import memory_plan_figures as figures
 
     cases = measured_cases()
-    rows = memory_plan.measured_rows()
+    rows = figures.measured_rows()
     assert len(cases) >= 4 and len(rows) == len(cases)
     for (report, case), row in zip(cases, rows):
         assert row["source"].startswith(f"docs/gpu-reports/{report}") and case["backend"] in row["figure"]
@@ -509,27 +506,27 @@ def test_the_estimate_is_within_20_percent_of_every_measured_peak():
 
 
 def test_a_new_report_adds_its_cases_and_a_case_is_charged_only_its_own_memory(tmp_path):
-    from bench import memory_plan
+    from tests import memory_plan_figures as figures
 
     case = {"backend": "plain", "shape": "qwen2.5-0.5b", "precision": "nf4", "completions_per_step": 8,
             "completion_length_target": 128, "peak_vram_gib": 2.0, "held_before_load_gib": 0.53125}
     report = {"mode": "gpu", "gpu": {"name": "NVIDIA L4"}, "bench": {"plain/qwen2.5-0.5b": case}}
     (tmp_path / "2027-01-01-l4.json").write_text(json.dumps(report))
     (tmp_path / "dry.json").write_text(json.dumps({**report, "mode": "dry-run"}))  # a CPU dry run proves nothing
-    rows = memory_plan.measured_rows(tmp_path)
+    rows = figures.measured_rows(tmp_path)
     assert len(rows) == 1 and "NVIDIA L4" in rows[0]["figure"]
     # 0.53125 GiB was held before the model loaded: the 32 MiB cuBLAS workspace (the case uses it; the planner counts
     # it) and 0.5 GiB an earlier case left behind (not this case's)
     assert rows[0]["published_gib"] == pytest.approx(1.5)
-    values = {**memory_plan.case_values("plain", "qwen2.5-0.5b"),
-              "max_prompt_length": str(memory_plan.measured_prompt_limit("qwen2.5-0.5b"))}
-    assert rows[0]["estimate_gib"] == pytest.approx(plan(est.workload(memory_plan._cfg(values)),
+    values = {**figures.case_values("plain", "qwen2.5-0.5b"),
+              "max_prompt_length": str(figures.measured_prompt_limit("qwen2.5-0.5b"))}
+    assert rows[0]["estimate_gib"] == pytest.approx(plan(est.workload(figures._cfg(values)),
                                                          card_from_memory(80)).peak_gib)
-    assert memory_plan.measured_prompt_limit("qwen2.5-0.5b") % 16 == 0  # the auto limit, rounded up to 16
+    assert figures.measured_prompt_limit("qwen2.5-0.5b") % 16 == 0  # the auto limit, rounded up to 16
     # a report that records the prompt limit its data resolved to is planned with it
     (tmp_path / "2027-01-01-l4.json").write_text(json.dumps(
         {**report, "bench": {"plain/qwen2.5-0.5b": {**case, "prompt_limit": 256}}}))
-    longer = plan(est.workload(memory_plan._cfg({**values, "max_prompt_length": "256"})),
+    longer = plan(est.workload(figures._cfg({**values, "max_prompt_length": "256"})),
                   card_from_memory(80)).peak_gib
-    assert memory_plan.measured_rows(tmp_path)[0]["estimate_gib"] == pytest.approx(longer) != rows[0]["estimate_gib"]
+    assert figures.measured_rows(tmp_path)[0]["estimate_gib"] == pytest.approx(longer) != rows[0]["estimate_gib"]
 

@@ -50,11 +50,11 @@ from pipeline.config import PipelineConfig, parse_limit
 from pipeline.plan.cards import GIB, Card
 from pipeline.plan.shape import ModelShape, ParamCounts
 
-# bench/memory_plan.py compares the planner with every published figure we have (Unsloth's, verl's, EasyR1's) and
-# with every peak a GPU check report measured (docs/gpu-reports: the four H200 cases of 2026-12-04 are within 5%);
-# this is the largest error of its comparable rows (-29.8%: Unsloth's Feb 2025 activation figure for Llama 3.1 8B
-# at 8 x 20K tokens), rounded up to 5% (tests/test_plan.py holds the two equal). The estimate is never printed with
-# more precision than this.
+# tests/memory_plan_figures.py compares the planner with every published figure we have (Unsloth's, verl's,
+# EasyR1's) and with every peak a GPU check report measured (docs/gpu-reports: the four H200 cases of 2026-12-04 are
+# within 5%; bench/memory_plan.py prints the table); this is the largest error of its comparable rows (-29.8%:
+# Unsloth's Feb 2025 activation figure for Llama 3.1 8B at 8 x 20K tokens), rounded up to 5% (tests/test_plan.py holds
+# the two equal). The estimate is never printed with more precision than this.
 UNCERTAINTY = 0.30
 
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)

@@ -101,7 +101,7 @@ def _step_timer():
 
 
 def bench_values(backend_name: str, model: str, params: dict[str, Any], out: Path, *, cuda: bool) -> dict[str, Any]:
-    """The flat config of one benchmark case (bench/memory_plan.py plans the committed reports' cases with it)."""
+    """The flat config of one benchmark case (tests/memory_plan_figures.py plans the committed reports' cases with it)."""
     values = base_mapping(backend_name, model, "nf4" if cuda else "bf16", out, cuda=cuda)
     values.update(num_generations=params["bench_generations"], per_device_train_batch_size=params["bench_batch"],
                   max_completion_length=str(params["bench_completion"]), max_samples=params["bench_samples"],
