@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -189,9 +190,14 @@ class Timings:
             t = self.by_step[step]
             generation = t.get("transformers.generate", 0.0) + t.get("vLLM.generate", 0.0)
             rewards, prepare = t.get("_calculate_rewards", 0.0), t.get("_prepare_inputs", 0.0)
-            rows.append({"step": step + 1, "total": t.get("training_step", 0.0), "generation": generation,
-                         "rewards": rewards, "other_prepare": max(prepare - generation - rewards, 0.0),
-                         "loss_backward": max(t.get("training_step", 0.0) - prepare, 0.0)})
+            row = {"step": step + 1, "total": t.get("training_step", 0.0), "generation": generation,
+                   "rewards": rewards, "other_prepare": max(prepare - generation - rewards, 0.0),
+                   "loss_backward": max(t.get("training_step", 0.0) - prepare, 0.0)}
+            parts = row["generation"] + row["rewards"] + row["other_prepare"] + row["loss_backward"]
+            if not prepare or not math.isclose(parts, row["total"], rel_tol=1e-6):
+                raise RuntimeError(f"step {step + 1}: TRL's profiling blocks {dict(t)} do not split it (generation and "
+                                   "rewards inside _prepare_inputs, inside training_step): see Timings")
+            rows.append(row)
         return rows
 
 

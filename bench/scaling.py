@@ -13,10 +13,11 @@ Trains the tiny demo model (random, no warm-up; health rules set to warn) throug
 Sweeps num_generations (4, 8, 16) at max_completion_length 64, and max_completion_length
 (32, 64, 128) at num_generations 8, with a fixed number of prompts per step. Every completion is
 forced to full length (`min_new_tokens`, so EOS cannot end it early; checked from TRL's logged mean
-length), so the work per step is exactly prompts x generations x length tokens. The first step of
-each setting is a warm-up and is dropped; the rest are the samples (median per part, and the
-spread of the step time). Then it fits step time = a + b x completions per step (the generation
-sweep) and = a + b x completion tokens per step (the length sweep) by least squares.
+length: the bench stops if not, and if a part caught no time), so the work per step is exactly
+prompts x generations x length tokens. The first step of each setting is a warm-up and is dropped;
+the rest are the samples (median per part, and the spread of the step time). Then it fits step
+time = a + b x completions per step (the generation sweep) and = a + b x completion tokens per step
+(the length sweep) by least squares.
 
     python bench/scaling.py                  # 4 prompts per step, 5 steps per setting (~1-2 min on 2 cores)
     python bench/scaling.py --steps 8 --prompts 2
@@ -133,10 +134,14 @@ def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict
     if not measured:
         raise RuntimeError(f"--steps {steps} leaves no step after the warm-up one; use at least 2")
     step_times = [s["step"] for s in measured]
-    return {"generations": generations, "length": length, "completions": prompts * generations,
-            "samples": len(measured), "step": statistics.median(step_times),
-            "spread": (min(step_times), max(step_times)),
-            **{part: statistics.median(s.get(part, 0.0) for s in measured) for part in (*PARTS, "other")}}
+    result = {"generations": generations, "length": length, "completions": prompts * generations,
+              "samples": len(measured), "step": statistics.median(step_times),
+              "spread": (min(step_times), max(step_times)),
+              **{part: statistics.median(s.get(part, 0.0) for s in measured) for part in (*PARTS, "other")}}
+    untimed = [part for part in PARTS if result[part] <= 0]
+    if untimed:
+        raise RuntimeError(f"no time caught for {untimed}: the step no longer calls what `instrument` wraps")
+    return result
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
