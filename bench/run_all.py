@@ -34,7 +34,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BENCHES = ("overhead", "rollout_probe", "scaling", "data", "reward_cases", "memory_plan", "vllm_cpu")
 ROWS_MARKER = "@@bench-rows@@ "  # prefixes the one JSON line a child prints
-ROW_KEYS = ("figure", "value", "target", "holds", "samples")
 
 
 def child_rows(name: str) -> int:
