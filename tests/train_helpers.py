@@ -198,7 +198,7 @@ def record_seen(prompts, completions, trainer_state, **kwargs) -> list[float]:
 
 
 def freeze_the_training_stack() -> None:
-    """Import what a training run imports (TRL's trainers, which import vLLM's entry points; transformers' Qwen2;
+    """Import what a training run imports (TRL's trainers, as a run without vLLM does; transformers' Qwen2;
     peft, datasets; matplotlib's pyplot on Agg; the pipeline) and move everything alive into the garbage collector's
     permanent generation (gc.freeze). A full collection walks every tracked object: ~800k once these are loaded,
     ~0.45 s each, and transformers' Trainer.train runs one at each start. Frozen module-level objects are never
@@ -212,7 +212,10 @@ def freeze_the_training_stack() -> None:
     import matplotlib.pyplot  # noqa: F401
     import peft  # noqa: F401
     from transformers import Qwen2ForCausalLM  # noqa: F401
-    from trl import GRPOConfig, GRPOTrainer, SFTTrainer  # noqa: F401
+    from trl import GRPOConfig, SFTTrainer  # noqa: F401
+
+    from pipeline.backends.vllm_engine import import_grpo_trainer
+    import_grpo_trainer(uses_vllm=False)  # as a run without vLLM does; a vLLM test's run binds TRL's vLLM names
 
     import pipeline.train  # noqa: F401
 
