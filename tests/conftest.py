@@ -62,6 +62,18 @@ def pytest_runtest_setup(item):
         _module_running[0] = item.module
         gc.collect()
         gc.freeze()
+        _one_torch_thread()
+
+
+def _one_torch_thread() -> None:
+    """Torch back on one intra-op thread (OMP_NUM_THREADS above) if a module left it on more: a second thread per
+    test process on these 2 cores made every later test on that worker several times slower (a real vLLM engine
+    replaces torch.set_num_threads with a no-op, so a fixture's own restore can silently fail; torch._C's setter is
+    the one it leaves in place)."""
+    torch = sys.modules.get("torch")
+    wanted = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    if torch is not None and torch.get_num_threads() != wanted:
+        torch._C.set_num_threads(wanted)
 
 
 @pytest.fixture(scope="session")
