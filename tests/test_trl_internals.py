@@ -36,19 +36,19 @@ def test_a_built_trainer_carries_every_replacement_and_no_other(tmp_path, monkey
 
 
 def test_a_run_without_vllm_imports_trls_trainer_without_vllm_and_a_later_vllm_run_gets_trls_vllm_names():
-    """TRL's trainer module imports vLLM at its top when it is installed (pipeline/backends/vllm_engine.py
-    import_grpo_trainer): a run that does not generate with it skips that import; a later run in the same process
+    """TRL's trainer module imports vLLM at its top when it is installed (pipeline/config/trl_fields.py
+    grpo_trainer_module): a run that does not generate with it skips that import; a later run in the same process
     that does finds TRL's vLLM modules as an import with vLLM visible leaves them. A fresh process: this one's
     imports are the test harness's."""
     import subprocess
     import sys
 
     code = ("import sys\n"
-            "from pipeline.backends.vllm_engine import import_grpo_trainer\n"
-            "import_grpo_trainer(uses_vllm=False)\n"
+            "from pipeline.config.trl_fields import grpo_trainer_module\n"
+            "grpo_trainer_module(uses_vllm=False)\n"
             "import trl.generation.vllm_client as c, trl.generation.vllm_generation as g, trl.trainer.grpo_trainer\n"
             "print('vllm' in sys.modules, hasattr(g, 'LLM'), hasattr(c, 'get_ip'))\n"
-            "import_grpo_trainer(uses_vllm=True)\n"
+            "grpo_trainer_module(uses_vllm=True)\n"
             "print('vllm' in sys.modules, hasattr(g, 'LLM'), hasattr(c, 'get_ip'))\n"
             "print(trl.trainer.grpo_trainer.VLLMGeneration._init_vllm.__globals__['LLM'] is g.LLM)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

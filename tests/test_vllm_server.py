@@ -70,10 +70,10 @@ def _free_port() -> int:
 def server(tmp_path_factory):
     """`trl vllm-serve --model tiny-demo-vllm --host 127.0.0.1` as a module, on 5% of the RAM (the CPU build's
     --gpu-memory-utilization is a share of the machine's memory); its client once it answers."""
-    from pipeline.backends.vllm_engine import import_grpo_trainer
+    from pipeline.config.trl_fields import grpo_trainer_module
     from pipeline.demo.model import demo_vllm_model_dir
 
-    import_grpo_trainer(uses_vllm=True)  # TRL's client with its vLLM names, as a run with vllm_mode server has it
+    grpo_trainer_module(uses_vllm=True)  # TRL's client with its vLLM names, as a run with vllm_mode server has it
     from trl.generation.vllm_client import VLLMClient
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 

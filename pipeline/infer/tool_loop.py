@@ -212,9 +212,9 @@ def _host(generator: Any, tokenizer: Any, offered: list[list[Any]], environments
     """What GRPOTrainer._tool_call_loop (and the `_get_tool_suffix_ids` it calls) read off `self`, with the backend's
     generator as its generation step. Not a trainer: nothing else of GRPOTrainer is reachable from it."""
     # lazy: trl imports torch
-    from pipeline.backends.vllm_engine import import_grpo_trainer
+    from pipeline.config.trl_fields import grpo_trainer_module
 
-    import_grpo_trainer(uses_vllm=False)  # TRL's tool loop on our generator: TRL's vLLM is never asked
+    grpo_trainer_module()  # TRL's tool loop on our generator: TRL's vLLM is never asked
     from trl import GRPOTrainer
     from trl.trainer.utils import shutdown_event_loop_in_daemon, start_event_loop_in_daemon
 

@@ -18,9 +18,8 @@ from typing import Any, Optional
 from env.secret_fields import masked, masked_pickle_class
 from env.text import excerpt
 from pipeline.backends import load_backend, on_cpu
-from pipeline.backends.vllm_engine import import_grpo_trainer
 from pipeline.config import ConfigError
-from pipeline.config.trl_fields import trainer_choices, trl_with
+from pipeline.config.trl_fields import grpo_trainer_module, trainer_choices, trl_with
 from pipeline.data.tokenizer import resolve_model_path
 from pipeline.health.rollout import build_probe
 from pipeline.run.checkpoints import file_mode_callback
@@ -71,7 +70,7 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     reward_funcs = guarded_rewards(reward_funcs, observer, latch.hold, spec.reward_timeout)
 
     args = grpo_training_args(spec, backend, backend_settings, model, prepared, output_dir, weights)
-    import_grpo_trainer(uses_vllm=bool(getattr(args, "use_vllm", False)))  # before trl.GRPOTrainer is read
+    grpo_trainer_module(uses_vllm=bool(getattr(args, "use_vllm", False)))  # before trl.GRPOTrainer is read
     # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
     with base_model_reference(model), _engine_kept(args, previous):
         trainer = trl.GRPOTrainer(

@@ -13,8 +13,8 @@ here, installed once on each trainer build_trainer makes (pipeline/trainer/build
 Instance attributes, not a subclass: trl.GRPOTrainer is whatever class the backend left there (Unsloth's patched
 one), known only when the trainer is built. `REPLACED` is the list; tests/test_trl_internals.py holds it against
 the installed TRL (each is still a method of GRPOTrainer) and against a built trainer (each is installed). TRL's
-vLLM generation internals are pipeline/backends/vllm_engine.py's (`colocated_engine`, and `import_grpo_trainer`: a run
-without vLLM imports TRL's trainer with vLLM hidden).
+vLLM generation internals are pipeline/backends/vllm_engine.py's (`colocated_engine`); a run without vLLM imports TRL's
+trainer with vLLM hidden (pipeline/config/trl_fields.py `grpo_trainer_module`).
 """
 
 from __future__ import annotations
