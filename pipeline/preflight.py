@@ -28,7 +28,6 @@ from env.path_check import PathError, expand, nearest_existing
 from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
-from pipeline.backends.settings import backend_settings
 from pipeline.backends.vllm_engine import check_run_engine
 from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate
 from pipeline.config.paths import config_paths
@@ -310,16 +309,13 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
     # Each record is read from the recipe once, when a step after the config check first needs it: validate
     # normalises values in place (a "16" from Python becomes 16); a record read before would keep the raw value.
-    def settings() -> Any:  # what the backend reads (pipeline/backends/settings.py)
-        return _once(done, "settings", lambda: backend_settings(cfg))
-
     def chosen() -> Any:  # the backend, chosen once (when a step first needs it: choosing may refuse the recipe)
         return _once(done, "choice", lambda: choice or choose_backend(cfg.model.backend, cfg.model.fast_inference))
 
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
         # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
         def step() -> str:
-            load_backend(chosen().name).prepare_environment(settings())
+            load_backend(chosen().name).prepare_environment(cfg)
             return check()
 
         return step
@@ -337,12 +333,12 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("nodes", lambda: check_nodes(cfg.to_dict())),
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         # TRL's own validation of its config; what the backend changes (effective_config.json)
-        ("trl", after_backend(lambda: check_grpo_config(trainer(), chosen().name, settings()))),
-        ("effective_config", after_backend(lambda: check_effective_config(trainer(), chosen().name, settings()))),
+        ("trl", after_backend(lambda: check_grpo_config(trainer(), chosen().name, cfg))),
+        ("effective_config", after_backend(lambda: check_effective_config(trainer(), chosen().name, cfg))),
         ("output_dir", lambda: check_output_dir(cfg.to_dict())),
         ("packages", lambda: check_packages(cfg.grpo.reporters(), cfg.grpo.output_dir, cfg.model.model_source,
                                             resolve_optim(cfg)[1])),
-        ("gpu", lambda: check_gpu(chosen(), lambda backend: refuse_gpu_recipe_without_cuda(settings(), backend))),
+        ("gpu", lambda: check_gpu(chosen(), lambda backend: refuse_gpu_recipe_without_cuda(cfg, backend))),
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: memory_check(workload(cfg))),  # the peak GPU memory against the GPU (pipeline/plan)
         ("resume", lambda: check_resume(cfg.grpo.resume, cfg.grpo.output_dir,
@@ -352,14 +348,14 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("lora", after_backend(lambda: check_lora_targets(  # the architecture, no weights
             cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.lora.lora_target_modules,
             cfg.lora.lora_modules_to_save))),
-        ("engine", after_backend(lambda: check_run_engine(load_backend(chosen().name), settings(),
+        ("engine", after_backend(lambda: check_run_engine(load_backend(chosen().name), cfg,
                                                           trainer().recipe_args, done))),
     ]
     results = _run_steps(steps, {name for name, _ in data_steps}, stop_at_first)
     if all(c.ok for c in results):
         results.decisions = run_decisions(chosen(), load_backend(chosen().name), reward_specs(
             cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trainer().recipe_args,
-            settings(), done["data"], eval_key(cfg), trainer(), done["agents"])
+            cfg, done["data"], eval_key(cfg), trainer(), done["agents"])
     return results
 
 

@@ -88,7 +88,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
         tell(tensorboard_hint(cfg.grpo.output_dir))
     backend = checks.decisions.backend
     # `grpo train` did this at start-up (pipeline/bootstrap.py); a Python caller gets it here (idempotent).
-    backend.prepare_environment(checks.decisions.backend_settings)
+    backend.prepare_environment(checks.decisions.config)
     tell(f"backend: {choice.name} ({choice.reason})")
     if optim_note:
         tell(optim_note)
@@ -174,8 +174,8 @@ def _data(run: Run) -> None:
 def _model(run: Run) -> None:
     """The model (the one step that differs between backends) and the manifest lora/ will carry."""
     cfg, decided = run.cfg, run.decisions
-    run.model, run.tokenizer = run.backend.load_for_training(decided.backend_settings)
-    run.peft_config = run.backend.peft_config(decided.backend_settings)
+    run.model, run.tokenizer = run.backend.load_for_training(decided.config)
+    run.peft_config = run.backend.peft_config(decided.config)
     run.agents = decided.agents  # resolved once by the check: every eval answers with the run's tools
     # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
     run.manifest = build_manifest(
@@ -200,7 +200,7 @@ def _warm_up(run: Run) -> None:
 def _evaluate(run: Run, model) -> dict[str, Any]:
     evaluate, decided = pipeline.infer.evaluate, run.decisions  # looked up at the call: tests stop runs there
     loop = evaluate.loop_settings(decided.trainer_args, decided.limits.max_seq_length)  # the tool loop, as trained
-    generator = run.backend.training_generator(model, run.tokenizer, decided.backend_settings)
+    generator = run.backend.training_generator(model, run.tokenizer, decided.config)
     scorer = evaluate.eval_scorer(decided.data, run.tokenizer)  # the run's rewards, called as TRL calls them
     return evaluate.evaluate_rows(generator, run.tokenizer, run.eval_rows, scorer,
                                   decided.limits.max_completion_length, agents=run.agents, loop=loop)
@@ -238,7 +238,7 @@ def _train(run: Run) -> None:
                                                 resume=run.resume_from is not None, log=tell)
     _build_trainer(run, run.peft_config)
     if is_main_process():  # effective_config.json: every GRPOConfig field as the trainer runs it
-        for line in record_effective_config(run.trainer, decided.trainer, run.backend, decided.backend_settings,
+        for line in record_effective_config(run.trainer, decided.trainer, run.backend, decided.config,
                                             run.model, limits.max_completion_length, run.output_dir):
             tell(f"effective config: {line}")
     try:
@@ -254,7 +254,7 @@ def _train(run: Run) -> None:
 
 def _build_trainer(run: Run, peft_config, rollbacks_done: int = 0, previous: Any = None) -> None:
     decided = run.decisions
-    run.trainer, run.health = build_trainer(decided.trainer, run.agents, run.backend, decided.backend_settings,
+    run.trainer, run.health = build_trainer(decided.trainer, run.agents, run.backend, decided.config,
                                             run.model, run.tokenizer, run.prepared, peft_config, run.output_dir,
                                             run.resume_step, run.periodic_eval, rollbacks_done=rollbacks_done,
                                             previous=previous)

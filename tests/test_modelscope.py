@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 import modelscope
-from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.demo.registry import builtin_model
 from tests.unsloth_helpers import fake  # noqa: F401  (the fixture)
@@ -69,7 +68,7 @@ def test_the_model_and_tokenizer_come_from_modelscope_only_when_asked(modelscope
     tokenizer = load_tokenizer(name, source="modelscope")
     assert tokenizer.eos_token == "<|im_end|>"
     cfg = PipelineConfig().replace(model_name_or_path=name, model_source="modelscope", load_in_4bit=False)
-    model = plain.load_model(name, backend_settings(cfg), for_training=False)
+    model = plain.load_model(name, cfg, for_training=False)
     assert model.config.model_type == "qwen2"
     assert modelscope_hub == [("models", name, None)] * 2
     local = resolve_model_path(str(Path(model.name_or_path)), "modelscope")  # a local folder is never downloaded
@@ -133,7 +132,7 @@ def test_unsloth_reads_its_modelscope_switch_at_import(fake, monkeypatch):  # no
     from tests.unsloth_helpers import make_cfg
 
     monkeypatch.setenv("UNSLOTH_USE_MODELSCOPE", "0")  # restored after the test: prepare_environment sets it
-    unsloth_setup.prepare_environment(backend_settings(make_cfg(model_source="modelscope")))
+    unsloth_setup.prepare_environment(make_cfg(model_source="modelscope"))
     assert fake.STATE.modelscope_at_import == "1"
 
 
@@ -142,7 +141,7 @@ def test_unsloth_switch_is_off_for_hf_even_when_exported(fake, monkeypatch):  # 
     from tests.unsloth_helpers import make_cfg
 
     monkeypatch.setenv("UNSLOTH_USE_MODELSCOPE", "1")
-    unsloth_setup.prepare_environment(backend_settings(make_cfg()))
+    unsloth_setup.prepare_environment(make_cfg())
     assert fake.STATE.modelscope_at_import == "0"
 
 
@@ -252,8 +251,8 @@ def test_the_unsloth_backend_hands_unsloth_the_hub_id_for_modelscope(fake, monke
     adapter = train_and_save_adapter(fake, cfg, tmp_path / "lora")
     assert fake.STATE.modelscope_at_import == "1"
     assert adapter.base_model_name_or_path == MS_ID  # the repo id, not a folder of this machine
-    backend.load_generator(MS_ID, None, backend_settings(cfg))
-    backend.load_generator(MS_ID, adapter, backend_settings(cfg))
+    backend.load_generator(MS_ID, None, cfg)
+    backend.load_generator(MS_ID, adapter, cfg)
     names = _loaded_names(fake)
     assert names[:2] == [MS_ID, MS_ID] and all(not Path(name).is_dir() or name == str(adapter.path)
                                                for name in names), names

@@ -161,7 +161,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     if cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)
     decided = run_checks(cfg, choice=choice).decisions  # the same pre-load checks as `grpo train`, its decisions
-    backend, settings, agents = load_backend(choice.name), decided.backend_settings, decided.agents
+    backend, settings, agents = load_backend(choice.name), decided.config, decided.agents
     backend.prepare_environment(settings)
     log(f"backend: {choice.name} ({choice.reason})")
     if agents.rollout_func is not None:

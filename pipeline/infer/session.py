@@ -27,7 +27,6 @@ from env.locations import absolute_path
 from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend
-from pipeline.backends.settings import backend_settings
 from pipeline.config import (
     DEFAULT_SYSTEM_PROMPT,
     ConfigError,
@@ -293,9 +292,8 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     if not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
     backend = load_backend(choice.name)
-    settings = backend_settings(cfg)
-    backend.prepare_environment(settings)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
-    generator = backend.load_generator(base_model, adapter, settings)
+    backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
+    generator = backend.load_generator(base_model, adapter, cfg)
     tokenizer = generator.tokenizer
     if manifest and manifest.get("chat_template"):
         tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from pipeline.backends import planned_backend
-from pipeline.backends.settings import backend_settings
 from pipeline.backends.gpu_settings import choose_gpu_memory_utilization, parse_gpu_memory_utilization, \
     standby_enabled
 from pipeline.config import PipelineConfig, parse_limit
@@ -196,7 +195,7 @@ def workload(cfg: PipelineConfig) -> Workload:
         modules_to_save=tuple(lora.lora_modules_to_save), optim=g.optim, beta=g.beta,
         float8_kv_cache=m.float8_kv_cache, gpu_memory_utilization=m.gpu_memory_utilization,
         vllm_standby=m.vllm_standby,
-        standby=path == "unsloth+vllm" and standby_enabled(backend_settings(cfg), has_cuda=True))
+        standby=path == "unsloth+vllm" and standby_enabled(cfg, has_cuda=True))
 
 
 def token_lengths(seq: int, max_prompt_length: object, max_completion_length: object) -> tuple[int, int]:

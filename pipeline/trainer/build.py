@@ -33,13 +33,13 @@ from rewards import check_reward_weights, get_reward_funcs
 from rewards.contract import guard_reward
 
 
-def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: Any, model, tokenizer, prepared,
+def build_trainer(spec: TrainerSpec, agents: Agents, backend, cfg: Any, model, tokenizer, prepared,
                   peft_config, output_dir: Path, resume_step: Optional[int] = None, periodic_eval=None,
                   rollbacks_done: int = 0, previous: Any = None):
     """The wrapped TRL GRPOTrainer: our dataset, rewards (+ the zero-weight health observer) and callbacks.
 
     `spec`: what the trainer reads of the recipe (pipeline/trainer/spec.py); `agents`: the run's tools /
-    environment_factory / rollout_func, resolved once (agents.py); `backend_settings`: what the backend's
+    environment_factory / rollout_func, resolved once (agents.py); `cfg`: the recipe, which the backend's
     operations take (grpo_config_kwargs, prepare_trainer, rollout_engine).
 
     `resume_step` is the step of the checkpoint the run resumes from (None: a fresh run); metrics.jsonl
@@ -69,7 +69,7 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     latch = RewardFailureLatch()
     reward_funcs = guarded_rewards(reward_funcs, observer, latch.hold, spec.reward_timeout)
 
-    args = grpo_training_args(spec, backend, backend_settings, model, prepared, output_dir, weights)
+    args = grpo_training_args(spec, backend, cfg, model, prepared, output_dir, weights)
     # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
     with base_model_reference(model), _engine_kept(args, previous):
         trainer = trl.GRPOTrainer(
@@ -95,9 +95,9 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     for default_printer in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(default_printer)
     health.attach(trainer)
-    backend.prepare_trainer(trainer, backend_settings)
+    backend.prepare_trainer(trainer, cfg)
     health.rollout_probe = build_probe(spec.health.rollout_probe_steps, tokenizer,  # None without a separate engine
-                                       lambda: backend.rollout_engine(trainer, tokenizer, backend_settings))
+                                       lambda: backend.rollout_engine(trainer, tokenizer, cfg))
     replace_trl_internals(trainer, ModelCard(spec.base_model, spec.dataset_name), latch, spec.checkpoint,
                           prepared.dataset)  # pipeline/trainer/trl_internals.py: each one and why
     return trainer, health
@@ -121,16 +121,16 @@ def guarded_rewards(reward_funcs: list, observer, hold, timeout: Optional[float]
     return [guard_reward(func, hold=hold, timeout=timeout, own_process=func is not observer) for func in reward_funcs]
 
 
-def record_effective_config(trainer, spec: TrainerSpec, backend, backend_settings: Any, model,
+def record_effective_config(trainer, spec: TrainerSpec, backend, cfg: Any, model,
                             max_completion_length: int, output_dir: Path) -> list[str]:
     """effective_config.json from the built trainer's args (pipeline/trainer/effective.py); the changed-field lines.
     The kwargs are worked out again as grpo_training_args did (the same pure steps), so that the record says what
     was passed beside what ran."""
     weights = list(trainer.args.reward_weights or [])
-    decided = run_decided_args(spec, backend, backend_settings, model, max_completion_length, output_dir, weights)
+    decided = run_decided_args(spec, backend, cfg, model, max_completion_length, output_dir, weights)
     passed = {**spec.recipe_args, **decided}
-    return write_effective_config(output_dir, spec, backend_settings, backend, trainer, passed,
-                                  backend.grpo_config_kwargs(backend_settings, model))
+    return write_effective_config(output_dir, spec, cfg, backend, trainer, passed,
+                                  backend.grpo_config_kwargs(cfg, model))
 
 
 @dataclass(frozen=True)
@@ -166,15 +166,15 @@ def is_hub_id(name: Optional[str]) -> bool:
     return bool(name) and name.count("/") == 1 and not os.path.exists(name) and resolve_model_path(name) == name
 
 
-def grpo_training_args(spec: TrainerSpec, backend, backend_settings: Any, model, prepared, output_dir: Path,
+def grpo_training_args(spec: TrainerSpec, backend, cfg: Any, model, prepared, output_dir: Path,
                        reward_weights: list[float]):
     """The trl.GRPOConfig a run trains with (bench/overhead.py gives bare TRL this same one, to compare equal work)."""
-    decided = run_decided_args(spec, backend, backend_settings, model, prepared.max_completion_length, output_dir,
+    decided = run_decided_args(spec, backend, cfg, model, prepared.max_completion_length, output_dir,
                                reward_weights)
     return build_grpo_config(spec, decided)
 
 
-def run_decided_args(spec: TrainerSpec, backend, backend_settings: Any, model, max_completion_length: int,
+def run_decided_args(spec: TrainerSpec, backend, cfg: Any, model, max_completion_length: int,
                      output_dir: Path, reward_weights: list[float]) -> dict:
     """What the run works out for trl.GRPOConfig (not a config value as given)."""
     # lazy: health/rules imports transformers
@@ -188,7 +188,7 @@ def run_decided_args(spec: TrainerSpec, backend, backend_settings: Any, model, m
         gradient_checkpointing=spec.gradient_checkpointing and not on_cpu(),
         disable_tqdm=True,  # our RewardProgressCallback shows reward / KL / length instead
         **HEALTH_TRAINING_ARGS,  # keep NaN losses visible to the health rules
-        **backend.grpo_config_kwargs(backend_settings, model),
+        **backend.grpo_config_kwargs(cfg, model),
     )
 
 
@@ -229,30 +229,30 @@ def _named_field(message: str, trl_options: dict, kwargs: dict) -> str:
     return "trl"
 
 
-def check_grpo_config(spec: TrainerSpec, backend_name: str, backend_settings: Any) -> str:
+def check_grpo_config(spec: TrainerSpec, backend_name: str, cfg: Any) -> str:
     """`--check`'s `trl` step: the trl.GRPOConfig the run will build, with TRL's own validation, before anything
     loads. The backend's device settings need the loaded model on Unsloth, so there they are checked by the run."""
     with tempfile.TemporaryDirectory() as scratch:
-        build_grpo_config(spec, _model_free_decided(spec, backend_name, backend_settings, Path(scratch)))
+        build_grpo_config(spec, _model_free_decided(spec, backend_name, cfg, Path(scratch)))
     named = ", ".join(f"{k}={excerpt(v)}" for k, v in masked(dict(spec.trl_options)).items())
     return f"trl.GRPOConfig accepts it{f' (TRL options: {named})' if named else ''}"
 
 
-def check_effective_config(spec: TrainerSpec, backend_name: str, backend_settings: Any) -> str:
+def check_effective_config(spec: TrainerSpec, backend_name: str, cfg: Any) -> str:
     """`--check`'s `effective_config` step: the fields the backend will change, the lines `grpo train` prints when
     it writes effective_config.json (pipeline/trainer/effective.py predicted_changes), before anything loads."""
     with tempfile.TemporaryDirectory() as scratch:
-        decided = _model_free_decided(spec, backend_name, backend_settings, Path(scratch))
-        changes = predicted_changes(spec.recipe_args, backend_name, backend_settings, decided)
+        decided = _model_free_decided(spec, backend_name, cfg, Path(scratch))
+        changes = predicted_changes(spec.recipe_args, backend_name, cfg, decided)
     if not changes:
         return f"the {backend_name} backend changes no GRPOConfig field"
     return f"the {backend_name} backend changes {len(changes)} GRPOConfig field(s): " + "; ".join(changes)
 
 
-def _model_free_decided(spec: TrainerSpec, backend_name: str, backend_settings: Any, scratch: Path) -> dict:
+def _model_free_decided(spec: TrainerSpec, backend_name: str, cfg: Any, scratch: Path) -> dict:
     """run_decided_args as far as it is known before the model loads (the data's limit, the reward weights)."""
     weights = [*check_reward_weights(list(spec.reward_names), _given(spec.reward_weights)), 0.0]
-    return run_decided_args(spec, _ModelFreeSettings(load_backend(backend_name), backend_name), backend_settings,
+    return run_decided_args(spec, _ModelFreeSettings(load_backend(backend_name), backend_name), cfg,
                             None, spec.completion_limit or 256, scratch, weights)
 
 
@@ -269,7 +269,7 @@ class _ModelFreeSettings:
     backend: object
     name: str
 
-    def grpo_config_kwargs(self, backend_settings, model):
+    def grpo_config_kwargs(self, cfg, model):
         if not self.backend.KWARGS_NEED_MODEL:
-            return self.backend.grpo_config_kwargs(backend_settings, model)
+            return self.backend.grpo_config_kwargs(cfg, model)
         return {"use_cpu": True, "bf16": False, "fp16": False} if on_cpu() else {}

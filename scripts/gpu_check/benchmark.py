@@ -121,7 +121,6 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     import torch
 
     from pipeline.backends import load_backend
-    from pipeline.backends.settings import backend_settings
     from pipeline.config import validate
 
     params = run_params(args.dry_run)
@@ -134,7 +133,7 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     validate(cfg)
     backend = load_backend(values["backend"])
     # `import unsloth` before anything imports trl/transformers/peft
-    backend.prepare_environment(backend_settings(cfg))
+    backend.prepare_environment(cfg)
     from pipeline.data.prepare import prepare_dataset
     from pipeline.data.tokenizer import load_tokenizer
     from pipeline.trainer.agents import resolve_agents
@@ -148,10 +147,10 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     # Memory still held from an earlier case would count in this one's peak: record it to see a leak.
     held_before = round(torch.cuda.memory_allocated() / 2**30, 3) if cuda else None
     with VllmCalls() if vllm else contextlib.nullcontext() as calls:  # the engine is built by load_for_training
-        model, tokenizer = backend.load_for_training(backend_settings(cfg))
+        model, tokenizer = backend.load_for_training(cfg)
         load_peak = peak_gib()
         trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), backend,
-                                   backend_settings(cfg), model, tokenizer, prepared, backend.peft_config(backend_settings(cfg)), out)
+                                   cfg, model, tokenizer, prepared, backend.peft_config(cfg), out)
         forced = force_full_length(trainer, length) + (["vllm_sampling_params.min_tokens"] if vllm else [])
         timer = _step_timer()
         trainer.add_callback(timer)
