@@ -39,7 +39,6 @@ from pipeline.data.prompts import completion_like
 from pipeline.data.report import accounting_line, prompt_line
 from pipeline.data.run_data import RunData, check_warmup, prepare_eval, prepare_train, without_a_held_out_set
 from pipeline.data.source_spec import DataFileError
-from pipeline.plan.estimate import workload
 from pipeline.data.spec import DataSpec, data_spec
 from pipeline.plan.fit import memory_check
 from pipeline.run.checkpoints import (
@@ -340,7 +339,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
                                             resolve_optim(cfg)[1])),
         ("gpu", lambda: check_gpu(chosen(), lambda backend: refuse_gpu_recipe_without_cuda(cfg, backend))),
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
-        ("memory", lambda: memory_check(workload(cfg))),  # the peak GPU memory against the GPU (pipeline/plan)
+        ("memory", lambda: memory_check(cfg)),  # the peak GPU memory against the GPU (pipeline/plan)
         ("resume", lambda: check_resume(cfg.grpo.resume, cfg.grpo.output_dir,
                                         lambda path: resume_mismatch(path, trainer().checkpoint)
                                         or contents_problem(path, trainer().checkpoint))),

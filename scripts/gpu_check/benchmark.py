@@ -199,12 +199,11 @@ def planned_peak(cfg: Any) -> float | None:
 
     from pipeline.config import ConfigError
     from pipeline.plan.cards import card_from_memory
-    from pipeline.plan.estimate import workload
     from pipeline.plan.fit import plan
 
     memory = torch.cuda.get_device_properties(0).total_memory / 2**30 if torch.cuda.is_available() else 80.0
     try:
-        return round(plan(workload(cfg), card_from_memory(memory)).peak_gib, 3)
+        return round(plan(cfg, card_from_memory(memory)).peak_gib, 3)
     except ConfigError:
         return None
 
