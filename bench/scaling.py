@@ -98,7 +98,6 @@ def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict
     from bench.overhead import bench_config, prepare
     from pipeline.backends import plain
     from pipeline.trainer.agents import Agents
-    from pipeline.trainer.spec import trainer_spec
 
     cfg = bench_config(steps, num_generations=generations, per_device_train_batch_size=prompts * generations,
                        max_completion_length=str(length), max_seq_length=128 + length)
@@ -117,7 +116,7 @@ def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict
     try:
         with tempfile.TemporaryDirectory() as out:
             run_cfg = cfg.replace(output_dir=out)  # no tools: no agents
-            trainer, _ = train_module.build_trainer(trainer_spec(run_cfg), Agents(), plain, run_cfg,
+            trainer, _ = train_module.build_trainer(Agents(), plain, run_cfg,
                                                     model, tokenizer, prepared, plain.peft_config(cfg), Path(out))
             instrument(trainer, clock)
             trainer.train()

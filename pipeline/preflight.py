@@ -29,7 +29,7 @@ from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
 from pipeline.backends.vllm_engine import check_run_engine
-from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate
+from pipeline.config import ConfigError, PipelineConfig, resolve_optim, trl_training_args, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
 from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
@@ -51,11 +51,10 @@ from pipeline.data.lora_targets import check_lora_targets
 from pipeline.run.checkpoint_contents import contents_problem
 from pipeline.run.decisions import RunDecisions, eval_key, reward_specs, run_decisions
 from pipeline.run.nodes import check_nodes
-from pipeline.run.resume import data_mismatch, resume_mismatch
+from pipeline.run.resume import data_mismatch, resume_key, resume_mismatch
 from pipeline.trainer.agent_check import check_agents
 from pipeline.trainer.agents import resolve_agents
 from pipeline.trainer.build import check_effective_config, check_grpo_config
-from pipeline.trainer.spec import agent_settings, trainer_spec
 from rewards import get_reward_funcs
 from rewards.contract import RewardFailure, probe_rewards
 from rewards.trl_source import reward_call_kwargs
@@ -306,8 +305,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     cfg = cfg.replace(**eval_off) if eval_off else cfg
     done: dict[str, Any] = {}
 
-    # Each record is read from the recipe once, when a step after the config check first needs it: validate
-    # normalises values in place (a "16" from Python becomes 16); a record read before would keep the raw value.
+    # Every step reads `cfg` itself, after the config check: validate normalises values in place (a "16" from
+    # Python becomes 16).
     def chosen() -> Any:  # the backend, chosen once (when a step first needs it: choosing may refuse the recipe)
         return _once(done, "choice", lambda: choice or choose_backend(cfg.model.backend, cfg.model.fast_inference))
 
@@ -319,11 +318,9 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
         return step
 
-    def trainer() -> Any:  # what the trainer reads of the recipe (pipeline/trainer/spec.py), read once
-        return _once(done, "trainer", lambda: trainer_spec(cfg))
 
     def agents(tokenizer: Any, train: Any) -> str:  # resolved once, here, for the run too
-        resolved = _once(done, "agents", lambda: resolve_agents(agent_settings(cfg)))
+        resolved = _once(done, "agents", lambda: resolve_agents(cfg.grpo))
         return check_agents(resolved, cfg.model.model_name_or_path, tokenizer, train, cfg.grpo.reward_funcs)
 
     data_steps = [(name, after_backend(step)) for name, step in data_checks(lambda: data_spec(cfg), done, agents)]
@@ -332,8 +329,8 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("nodes", lambda: check_nodes(cfg.to_dict())),
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         # TRL's own validation of its config; what the backend changes (effective_config.json)
-        ("trl", after_backend(lambda: check_grpo_config(trainer(), chosen().name, cfg))),
-        ("effective_config", after_backend(lambda: check_effective_config(trainer(), chosen().name, cfg))),
+        ("trl", after_backend(lambda: check_grpo_config(chosen().name, cfg))),
+        ("effective_config", after_backend(lambda: check_effective_config(chosen().name, cfg))),
         ("output_dir", lambda: check_output_dir(cfg.to_dict())),
         ("packages", lambda: check_packages(cfg.grpo.reporters(), cfg.grpo.output_dir, cfg.model.model_source,
                                             resolve_optim(cfg)[1])),
@@ -341,20 +338,20 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: memory_check(cfg)),  # the peak GPU memory against the GPU (pipeline/plan)
         ("resume", lambda: check_resume(cfg.grpo.resume, cfg.grpo.output_dir,
-                                        lambda path: resume_mismatch(path, trainer().checkpoint)
-                                        or contents_problem(path, trainer().checkpoint))),
+                                        lambda path: resume_mismatch(path, resume_key(cfg))
+                                        or contents_problem(path, resume_key(cfg)))),
         *data_steps,  # then: the tokenizer, the prepared data, the rewards called on it
         ("lora", after_backend(lambda: check_lora_targets(  # the architecture, no weights
             cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.lora.lora_target_modules,
             cfg.lora.lora_modules_to_save))),
         ("engine", after_backend(lambda: check_run_engine(load_backend(chosen().name), cfg,
-                                                          trainer().recipe_args, done))),
+                                                          trl_training_args(cfg), done))),
     ]
     results = _run_steps(steps, {name for name, _ in data_steps}, stop_at_first)
     if all(c.ok for c in results):
         results.decisions = run_decisions(chosen(), load_backend(chosen().name), reward_specs(
-            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trainer().recipe_args,
-            cfg, done["data"], eval_key(cfg), trainer(), done["agents"])
+            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trl_training_args(cfg),
+            cfg, done["data"], eval_key(cfg), done["agents"])
     return results
 
 

@@ -42,7 +42,7 @@ from pipeline.data.run_data import prepare_run_data, warmup_examples, without_a_
 from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
 from pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
                                       set_aside_checkpoints_after, set_aside_previous_run, storage_errors_are_resumable)
-from pipeline.run.resume import other_data_note, resume_changes
+from pipeline.run.resume import other_data_note, resume_changes, resume_key
 from pipeline.run.stop import GracefulStop, interrupts_raise, resume_command
 from pipeline.run.finish import finished_run, print_where_everything_is
 from pipeline.train_help import print_help
@@ -144,7 +144,7 @@ def _resume(run: Run) -> Optional[RunResult]:
         run.finish_only = finished is not None
     # (a changed setting the checkpoint restores was refused by the resume check; these it applies, said here)
     if run.resume_from and not run.finish_only:
-        run.resume_changes = resume_changes(run.resume_from, run.decisions.trainer.checkpoint)
+        run.resume_changes = resume_changes(run.resume_from, resume_key(run.decisions.config))
     for name, (old, new) in run.resume_changes.items():
         rebuilt = "" if name == "max_grad_norm" else " (the learning-rate schedule is rebuilt for the new length)"
         tell(f"resuming with {name} {old!r} -> {new!r}: applied from step {run.resume_step} on{rebuilt}; "
@@ -189,10 +189,10 @@ def _model(run: Run) -> None:
 
 def _warm_up(run: Run) -> None:
     """The format warm-up (optional SFT, pipeline/trainer/warmup.py)."""
-    spec = run.decisions.trainer.warmup
-    if spec.steps > 0:
+    cfg = run.decisions.config
+    if cfg.health.sft_warmup_steps > 0:
         examples = warmup_examples(run.decisions.data, run.prepared)
-        run.model = run_format_warmup(run.model, run.tokenizer, spec, run.prepared, examples, run.agents.tools,
+        run.model = run_format_warmup(run.model, run.tokenizer, cfg, run.prepared, examples, run.agents.tools,
                                       run.peft_config, run.output_dir, reuse=run.cfg.grpo.resume != "never")
         run.peft_config = None  # the warm-up already wrapped the model with this LoRA
 
@@ -207,12 +207,12 @@ def _evaluate(run: Run, model) -> dict[str, Any]:
 
 
 def _eval_before(run: Run) -> None:
-    cfg, output_dir, spec = run.cfg, run.output_dir, run.decisions.trainer.warmup
+    cfg, output_dir = run.cfg, run.output_dir
     if not (cfg.eval.eval_before and run.eval_rows) or not is_main_process():  # one measure, one writer
         return
     # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on, when
     # every input it was measured from is the same (env/kept.py; the eval rows' content included).
-    warmup = state_key(warmup_inputs(spec, run.prepared)) if spec.steps > 0 else None
+    warmup = state_key(warmup_inputs(cfg, run.prepared)) if cfg.health.sft_warmup_steps > 0 else None
     inputs = eval_before_inputs(run.decisions.eval_key, run.choice.name, run.tokenizer, run.eval_rows,
                                 run.decisions.limits.max_completion_length, warmup)
     run.eval_before = load_eval_before(output_dir, inputs, log=tell) if cfg.grpo.resume != "never" else None
@@ -238,7 +238,7 @@ def _train(run: Run) -> None:
                                                 resume=run.resume_from is not None, log=tell)
     _build_trainer(run, run.peft_config)
     if is_main_process():  # effective_config.json: every GRPOConfig field as the trainer runs it
-        for line in record_effective_config(run.trainer, decided.trainer, run.backend, decided.config,
+        for line in record_effective_config(run.trainer, run.backend, decided.config,
                                             run.model, limits.max_completion_length, run.output_dir):
             tell(f"effective config: {line}")
     try:
@@ -254,7 +254,7 @@ def _train(run: Run) -> None:
 
 def _build_trainer(run: Run, peft_config, rollbacks_done: int = 0, previous: Any = None) -> None:
     decided = run.decisions
-    run.trainer, run.health = build_trainer(decided.trainer, run.agents, run.backend, decided.config,
+    run.trainer, run.health = build_trainer(run.agents, run.backend, decided.config,
                                             run.model, run.tokenizer, run.prepared, peft_config, run.output_dir,
                                             run.resume_step, run.periodic_eval, rollbacks_done=rollbacks_done,
                                             previous=previous)
@@ -354,7 +354,7 @@ def _summary(run: Run) -> RunResult:
                                 wall_time_s=time.time() - run.start, eval_before=run.eval_before,
                                 eval_after=run.eval_after, warnings=[*run.earlier_warnings, *health.warnings],
                                 health=health.summary(), resumed_from_step=run.resume_step,
-                                plot_settings=plot_settings(decided.rewards, decided.trainer.health),
+                                plot_settings=plot_settings(decided.rewards, decided.config.health),
                                 best=periodic_eval.best.best if periodic_eval else None, rollbacks=run.rollbacks,
                                 resume_changes=run.resume_changes)
         print_where_everything_is(run.output_dir, run.status, run.reason, run.adapter_dir, run.resume_hint,

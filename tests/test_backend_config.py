@@ -52,7 +52,6 @@ def test_the_check_hands_the_validated_config_on_in_the_run_decisions(tmp_path):
     from pipeline.data.spec import data_spec
     from pipeline.preflight import run_checks  # lazy: only these tests need the check's imports
     from pipeline.run.decisions import eval_key
-    from pipeline.trainer.spec import trainer_spec
     from train_helpers import demo_config
 
     cfg = demo_config(tmp_path / "run").replace(lora_r="8", max_seq_length="192", max_steps="2", seed="7")
@@ -60,5 +59,5 @@ def test_the_check_hands_the_validated_config_on_in_the_run_decisions(tmp_path):
     assert (cfg.lora.lora_r, cfg.model.max_seq_length, cfg.grpo.max_steps) == (8, 192, 2)  # normalised in place
     assert decisions.config is cfg and decisions.config.lora.lora_r == 8
     assert decisions.data == data_spec(cfg) and decisions.data.max_steps == 2
-    assert decisions.trainer == trainer_spec(cfg) and decisions.trainer.warmup.seed == 7
+    assert decisions.config.grpo.seed == 7 and decisions.trainer_args["seed"] == 7
     assert decisions.eval_key == eval_key(cfg)

@@ -19,7 +19,6 @@ from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_e
 from pipeline.run.decisions import eval_key
 from pipeline.run.resume import (APPLIED_SETTINGS, RESTORED_SETTINGS, SHAPE_NAME, WEIGHT_SHAPING_FIELDS,
                                  checkpoint_record, resume_changes, resume_key, resume_mismatch)
-from pipeline.trainer.spec import trainer_spec
 from pipeline.trainer.warmup import warmup_inputs
 from tests.data_helpers import make_cfg
 from pipeline.data.spec import data_spec
@@ -91,8 +90,8 @@ def test_a_made_up_data_key_field_moves_the_data_cache_key(tmp_path, qwen_tokeni
 def test_a_made_up_warmup_input_changes_the_warmups_key(tmp_path):
     prepared = type("Prepared", (), {"fingerprint": "data-1"})()
     cfg = made_up(make_cfg(tmp_path))
-    before = warmup_inputs(trainer_spec(cfg).warmup, prepared)
-    assert warmup_inputs(trainer_spec(made_up(cfg, made_up_warmup=1)).warmup, prepared) == {**before, "made_up_warmup": 1}
+    before = warmup_inputs(cfg, prepared)
+    assert warmup_inputs(made_up(cfg, made_up_warmup=1), prepared) == {**before, "made_up_warmup": 1}
 
 
 @pytest.mark.parametrize("option,where", [("made_up_eval", "loading"), ("made_up_start", "start")])
@@ -139,4 +138,4 @@ def test_a_trl_field_given_a_role_in_the_table_is_refused_or_decided_as_it_says(
     monkeypatch.setitem(TRL_ROLES, "top_entropy_quantile", {"backend_decided": "made_up_option"})
     cfg = from_mapping({"top_entropy_quantile": 0.5})
     with pytest.raises(ConfigError, match="It is decided by made_up_option"):
-        build_grpo_config(trainer_spec(cfg), {"top_entropy_quantile": 1.0})
+        build_grpo_config(cfg, {"top_entropy_quantile": 1.0})

@@ -12,7 +12,6 @@ from pipeline.backends import plain
 from pipeline.data.prepare import prepare_dataset
 from pipeline.trainer.agents import resolve_agents
 from pipeline.trainer.build import ModelCard, build_trainer, is_hub_id
-from pipeline.trainer.spec import agent_settings, trainer_spec
 from tests.train_helpers import demo_config
 
 
@@ -24,7 +23,7 @@ def built(tmp_path):
         out.mkdir(parents=True, exist_ok=True)
         model, tokenizer = plain.load_for_training(cfg)
         prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
-        trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain,
+        trainer, _ = build_trainer(resolve_agents(cfg.grpo), plain,
                                    cfg, model, tokenizer, prepared, plain.peft_config(cfg), out, resume_step)
         return trainer, out
 
@@ -90,7 +89,7 @@ def test_trls_trainer_logs_each_reward_under_the_name_the_pipeline_gave_it(tmp_p
     out.mkdir(parents=True)
     model, tokenizer = plain.load_for_training(cfg)
     prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
-    trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain, cfg,
+    trainer, _ = build_trainer(resolve_agents(cfg.grpo), plain, cfg,
                                model, tokenizer, prepared, plain.peft_config(cfg), out, None)
     assert trainer.reward_func_names[:4] == ["correctness_reward_func", "low", "high", "half"]  # then the health
     # monitor's zero-weight probe (pipeline/health)

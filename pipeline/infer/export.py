@@ -30,7 +30,6 @@ from pipeline.infer import session
 from pipeline.infer.session import verify_trained_dir
 from pipeline.run.manifest import find_manifest, recorded_base, write_adapter_metadata
 from pipeline.trainer.agents import agent_names
-from pipeline.trainer.spec import agent_settings
 
 
 @guarded("export")
@@ -86,7 +85,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         system_prompt = given_values.values.get("system_prompt")  # --system_prompt, --config's, else the record's
         backend.export(adapter, base_model, args.to, staging, cfg, system_prompt=system_prompt)
         # a model trained with tools still renders them
-        check_tool_support(staging, agent_names(agent_settings(cfg)), args.to,
+        check_tool_support(staging, agent_names(cfg.grpo), args.to,
                            trust_remote_code=cfg.model.trust_remote_code)
         carry_training_defaults(staging, manifest)  # grpo_adapter.json travels
         atomic_write_json(staging / EXPORT_MARKER, {"adapter": str(adapter.path), "to": args.to,

@@ -138,7 +138,6 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     from pipeline.data.tokenizer import load_tokenizer
     from pipeline.trainer.agents import resolve_agents
     from pipeline.trainer.build import build_trainer
-    from pipeline.trainer.spec import agent_settings, trainer_spec
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(cfg.model.model_name_or_path)
@@ -149,7 +148,7 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     with VllmCalls() if vllm else contextlib.nullcontext() as calls:  # the engine is built by load_for_training
         model, tokenizer = backend.load_for_training(cfg)
         load_peak = peak_gib()
-        trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), backend,
+        trainer, _ = build_trainer(resolve_agents(cfg.grpo), backend,
                                    cfg, model, tokenizer, prepared, backend.peft_config(cfg), out)
         forced = force_full_length(trainer, length) + (["vllm_sampling_params.min_tokens"] if vllm else [])
         timer = _step_timer()
