@@ -32,12 +32,18 @@ from env.paths import atomic_directory, previous_versions, shell_command
 from env.text import say
 from pipeline.backends import BackendChoice, choose_backend, on_cpu
 from pipeline.bootstrap import backend_choice, defaults_for
-from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, resolve_optim
+from pipeline.config import (
+    ConfigError,
+    PipelineConfig,
+    normalize_argv,
+    parse_config,
+    resolve_optim,
+    trl_training_args,
+)
 from pipeline.data.report import accounting_line, prompt_line
 from pipeline.errors import guarded, note_run_folder
 from pipeline.infer.evaluate import eval_before_inputs, eval_inputs, headline, load_eval_before, save_eval_before
 from pipeline.infer.session import verify_trained_dir
-from pipeline.data.spec import data_spec
 from pipeline.data.run_data import prepare_run_data, warmup_examples, without_a_held_out_set
 from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
 from pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
@@ -73,7 +79,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # auto found no vLLM: Unsloth without it (the reason says so)
-    eval_off, eval_note = without_a_held_out_set(data_spec(cfg))  # one training file: no eval; how to add one
+    eval_off, eval_note = without_a_held_out_set(cfg)  # one training file: no eval; how to add one
     cfg, optim_note = resolve_optim(cfg.replace(**eval_off) if eval_off else cfg)  # adamw_8bit, no bitsandbytes...
     if eval_note:
         tell(eval_note)
@@ -158,7 +164,7 @@ def _data(run: Run) -> None:
     # Through its module, looked up at the call: tests stand in for the tokenizer loader there.
     run.tokenizer = pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
     # As the data check prepared it (train, eval set, warm-up needs: a cache load); rank 0 writes the run folder's
-    run_data = prepare_run_data(run.decisions.data, run.tokenizer, run.output_dir, is_main_process())
+    run_data = prepare_run_data(run.decisions.config, run.tokenizer, run.output_dir, is_main_process())
     prepared = run_data.train
     if run.resume_from and cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
         note = other_data_note(run.resume_from, cfg.data.dataset_name, prepared.dataset)
@@ -191,7 +197,7 @@ def _warm_up(run: Run) -> None:
     """The format warm-up (optional SFT, pipeline/trainer/warmup.py)."""
     cfg = run.decisions.config
     if cfg.health.sft_warmup_steps > 0:
-        examples = warmup_examples(run.decisions.data, run.prepared)
+        examples = warmup_examples(cfg, run.prepared)
         run.model = run_format_warmup(run.model, run.tokenizer, cfg, run.prepared, examples, run.agents.tools,
                                       run.peft_config, run.output_dir, reuse=run.cfg.grpo.resume != "never")
         run.peft_config = None  # the warm-up already wrapped the model with this LoRA
@@ -199,9 +205,9 @@ def _warm_up(run: Run) -> None:
 
 def _evaluate(run: Run, model) -> dict[str, Any]:
     evaluate, decided = pipeline.infer.evaluate, run.decisions  # looked up at the call: tests stop runs there
-    loop = evaluate.loop_settings(decided.trainer_args, decided.limits.max_seq_length)  # the tool loop, as trained
+    loop = evaluate.loop_settings(trl_training_args(decided.config), decided.limits.max_seq_length)  # as trained
     generator = run.backend.training_generator(model, run.tokenizer, decided.config)
-    scorer = evaluate.eval_scorer(decided.data, run.tokenizer)  # the run's rewards, called as TRL calls them
+    scorer = evaluate.eval_scorer(decided.config, run.tokenizer)  # the run's rewards, called as TRL calls them
     return evaluate.evaluate_rows(generator, run.tokenizer, run.eval_rows, scorer,
                                   decided.limits.max_completion_length, agents=run.agents, loop=loop)
 
@@ -394,7 +400,7 @@ def check_main(argv: list[str]) -> int:
     try:
         argv, base, note = defaults_for(argv, backend_choice(argv))
         cfg = parse_config(argv, base=base)  # (run_checks turns evaluation off itself where nothing is held out)
-        for line in filter(None, (note, without_a_held_out_set(data_spec(cfg))[1])):
+        for line in filter(None, (note, without_a_held_out_set(cfg)[1])):
             print(f"[grpo] {line}", file=sys.stderr)
         results = run_checks(cfg, stop_at_first=False)
     except ConfigError as err:

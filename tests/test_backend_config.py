@@ -49,7 +49,7 @@ def test_the_backends_read_each_option_from_the_section_that_declares_it():
 def test_the_check_hands_the_validated_config_on_in_the_run_decisions(tmp_path):
     """validate normalises the recipe's values in place (numbers given as text from Python: "8" -> 8); what the
     check hands the run is read after it, never with the raw text (the backend's settings once were)."""
-    from pipeline.data.spec import data_spec
+    from pipeline.config import trl_training_args
     from pipeline.preflight import run_checks  # lazy: only these tests need the check's imports
     from pipeline.run.decisions import eval_key
     from train_helpers import demo_config
@@ -58,6 +58,6 @@ def test_the_check_hands_the_validated_config_on_in_the_run_decisions(tmp_path):
     decisions = run_checks(cfg).decisions
     assert (cfg.lora.lora_r, cfg.model.max_seq_length, cfg.grpo.max_steps) == (8, 192, 2)  # normalised in place
     assert decisions.config is cfg and decisions.config.lora.lora_r == 8
-    assert decisions.data == data_spec(cfg) and decisions.data.max_steps == 2
-    assert decisions.config.grpo.seed == 7 and decisions.trainer_args["seed"] == 7
+    assert decisions.config.grpo.max_steps == 2
+    assert decisions.config.grpo.seed == 7 and trl_training_args(decisions.config)["seed"] == 7
     assert decisions.eval_key == eval_key(cfg)

@@ -21,7 +21,6 @@ from pipeline.run.resume import (APPLIED_SETTINGS, RESTORED_SETTINGS, SHAPE_NAME
                                  checkpoint_record, resume_changes, resume_key, resume_mismatch)
 from pipeline.trainer.warmup import warmup_inputs
 from tests.data_helpers import make_cfg
-from pipeline.data.spec import data_spec
 
 # The hand-kept lists as they stood on main (f373f8c), before the declarations replaced them.
 MAIN_DATA_KEY = {"system_prompt", "keep_unscorable", "max_prompt_length", "max_completion_length", "overlong_policy",
@@ -84,7 +83,7 @@ def test_a_made_up_data_key_field_moves_the_data_cache_key(tmp_path, qwen_tokeni
     assert prepare_dataset(cfg, qwen_tokenizer, write_report=False).fingerprint == first.fingerprint
     changed = prepare_dataset(made_up(cfg, made_up_data=1), qwen_tokenizer, write_report=False)
     assert changed.fingerprint != first.fingerprint and changed.report["cache_hit"] is False
-    assert data_fields(data_spec(made_up(cfg, made_up_data=1)))["made_up_data"] == 1
+    assert data_fields(made_up(cfg, made_up_data=1))["made_up_data"] == 1
 
 
 def test_a_made_up_warmup_input_changes_the_warmups_key(tmp_path):

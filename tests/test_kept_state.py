@@ -36,7 +36,6 @@ from pipeline.infer.periodic_eval import BEST_DIR, BEST_NAME, BestAdapter
 from pipeline.trainer.warmup import WARMUP_DIR, WARMUP_KEY_NAME, _saved_warmup, warmup_inputs
 from tests.data_helpers import make_cfg, write_jsonl
 from train_helpers import demo_config
-from pipeline.data.spec import data_spec
 
 # --------------------------------------------------------------------------------------------- the one helper
 
@@ -258,9 +257,9 @@ def test_saved_warmup_weights_are_reused_only_for_the_same_inputs(case, tmp_path
 
 
 def _data_key(cfg, tokenizer):
-    spec = source_spec(data_spec(cfg), "train", None)
-    source = resolve_source(data_spec(cfg), spec, data_cache_root(cfg.data.data_cache_dir))
-    return fingerprint(source.identity, tokenizer_identity(tokenizer), data_fields(data_spec(cfg)))
+    spec = source_spec(cfg, "train", None)
+    source = resolve_source(cfg, spec, data_cache_root(cfg.data.data_cache_dir))
+    return fingerprint(source.identity, tokenizer_identity(tokenizer), data_fields(cfg))
 
 
 def _same_size_other_content(path):

@@ -16,7 +16,6 @@ import modelscope
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.demo.registry import builtin_model
 from tests.unsloth_helpers import fake  # noqa: F401  (the fixture)
-from pipeline.data.spec import data_spec
 
 ZH_ROWS = {
     "train": [{"question_zh-cn": "小明有 5 个苹果，又买了 3 个，一共有几个？", "answer_only": 8},
@@ -81,20 +80,20 @@ def test_a_hub_dataset_comes_from_modelscope_and_is_saved_for_offline_runs(model
 
     cfg = PipelineConfig().replace(model_source="modelscope", dataset_name="someone/gsm8k_zh", dataset_config=None,
                                    question_field="question_zh-cn", answer_field="answer_only")
-    source = resolve_source(data_spec(cfg), source_spec(data_spec(cfg), "train"), tmp_path / "cache")
+    source = resolve_source(cfg, source_spec(cfg, "train"), tmp_path / "cache")
     assert source.description["source"] == "modelscope" and "modelscope" in source.description["saved_copy"]
     rows = source.load()
     assert rows.questions == [r["question_zh-cn"] for r in ZH_ROWS["train"]] and rows.answers == [8, 12]
-    assert resolve_source(data_spec(cfg), source_spec(data_spec(cfg), "train", "test"),
+    assert resolve_source(cfg, source_spec(cfg, "train", "test"),
                           tmp_path / "cache").load().answers == [14]
     assert modelscope_hub == [("datasets", "someone/gsm8k_zh", None)]  # the second split: from the saved copy
-    hf = resolve_source(data_spec(cfg.replace(model_source="hf")), source_spec(data_spec(cfg), "train"),
+    hf = resolve_source(cfg.replace(model_source="hf"), source_spec(cfg, "train"),
                         tmp_path / "cache")
     assert hf.identity != source.identity  # the cache never mixes the two hubs' copies
 
     wrong = cfg.replace(question_field="question")
     with pytest.raises(ConfigError, match="question_field.*question_zh-cn"):
-        resolve_source(data_spec(wrong), source_spec(data_spec(wrong), "train"), tmp_path / "cache").load()
+        resolve_source(wrong, source_spec(wrong, "train"), tmp_path / "cache").load()
 
 
 def test_a_missing_dataset_names_the_id_and_the_fixes(modelscope_hub, tmp_path):
@@ -104,7 +103,7 @@ def test_a_missing_dataset_names_the_id_and_the_fixes(modelscope_hub, tmp_path):
     cfg = PipelineConfig().replace(model_source="modelscope", dataset_name="nobody/none", dataset_config=None)
     with pytest.raises(RuntimeError,
                        match=r"(?s)could not download dataset 'nobody/none' from ModelScope.*network_turbo"):
-        resolve_source(data_spec(cfg), source_spec(data_spec(cfg), "train"), tmp_path / "cache").load()
+        resolve_source(cfg, source_spec(cfg, "train"), tmp_path / "cache").load()
 
 
 def test_check_reports_a_missing_modelscope_package_with_the_install_command(monkeypatch, tmp_path):

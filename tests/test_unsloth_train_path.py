@@ -347,7 +347,6 @@ def plain_reference_after_warmup(tmp_path):
     from pipeline.data.prepare import prepare_dataset
     from pipeline.health.rollback import kl_reference
     from pipeline.data.run_data import warmup_examples
-    from pipeline.data.spec import data_spec
     from pipeline.trainer.agents import resolve_agents
     from pipeline.trainer.build import build_trainer
     from pipeline.trainer.warmup import run_format_warmup
@@ -358,7 +357,7 @@ def plain_reference_after_warmup(tmp_path):
     out.mkdir(parents=True)
     model, tokenizer = plain.load_for_training(cfg)
     prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
-    model = run_format_warmup(model, tokenizer, cfg, prepared, warmup_examples(data_spec(cfg), prepared),
+    model = run_format_warmup(model, tokenizer, cfg, prepared, warmup_examples(cfg, prepared),
                               resolve_agents(cfg.grpo).tools, plain.peft_config(cfg), out, reuse=False)
     trainer, _ = build_trainer(resolve_agents(cfg.grpo), plain, cfg,
                                model, tokenizer, prepared, None, out)

@@ -156,7 +156,6 @@ def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_p
     import trl
 
     from pipeline.data.run_data import warmup_examples
-    from pipeline.data.spec import data_spec
     from pipeline.trainer import warmup
     from pipeline.trainer.agents import resolve_agents
 
@@ -180,6 +179,6 @@ def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_p
     cfg = make_cfg(dtype=dtype, dataset_name="demo-arithmetic", sft_warmup_steps=2)
     model, tokenizer = backend.load_for_training(cfg)
     prepared = type("Prepared", (), {"dataset": datasets.Dataset.from_list([{"prompt": "p"}]), "fingerprint": "test"})()
-    assert warmup.run_format_warmup(model, tokenizer, cfg, prepared, warmup_examples(data_spec(cfg), prepared),
+    assert warmup.run_format_warmup(model, tokenizer, cfg, prepared, warmup_examples(cfg, prepared),
                                     resolve_agents(cfg.grpo).tools, None, tmp_path) is model
     assert (made["args"].bf16, made["args"].fp16) == expected

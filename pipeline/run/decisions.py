@@ -57,10 +57,8 @@ class RunDecisions:
     rewards: tuple[RewardSpec, ...]
     limits: Limits
     data_key: str
-    trainer_args: Mapping[str, Any]
     prompt_format: Mapping[str, Any]
-    config: PipelineConfig  # the recipe as the check validated it: what the backend's operations take
-    data: Any  # pipeline/data/spec.py DataSpec: what the data path reads of the recipe
+    config: PipelineConfig  # the recipe as the check validated it: what the backend's operations and the data take
     eval_key: Optional[EvalKey] = None
     agents: Any = None  # the tools, environments, rollout_func: resolved once by the check (trainer/agents.py Agents)
 
@@ -73,17 +71,15 @@ def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
                  for name, func, weight in zip(names, funcs, check_reward_weights(names, weights), strict=True))
 
 
-def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], prepared: Any,
-                  trainer_args: Mapping[str, Any], config: PipelineConfig, data: Any,
+def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], prepared: Any, config: PipelineConfig,
                   eval_key: Optional[EvalKey] = None, agents: Any = None) -> RunDecisions:
     """The record from what the check worked out: the backend `choice` (a BackendChoice) and `backend` loaded for
-    it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), trl.GRPOConfig's
-    keyword arguments from the recipe, the recipe as the check validated it (`config`), the data path's values
-    (`data`: a DataSpec), the eval's key and the agents resolved (`agents`)."""
+    it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), the recipe as the
+    check validated it (`config`: trl.GRPOConfig's arguments are trl_training_args(config)), the eval's key and the
+    agents resolved (`agents`)."""
     report = prepared.report
     return RunDecisions(
         backend_name=choice.name, backend_reason=choice.reason, backend=backend, rewards=rewards,
         limits=Limits(report["limits"]["max_seq_length"], prepared.max_prompt_length, prepared.max_completion_length),
-        data_key=prepared.fingerprint, trainer_args=MappingProxyType(dict(trainer_args)),
-        prompt_format=MappingProxyType(dict(report["prompt_format"])), config=config,
-        data=data, eval_key=eval_key, agents=agents)
+        data_key=prepared.fingerprint, prompt_format=MappingProxyType(dict(report["prompt_format"])), config=config,
+        eval_key=eval_key, agents=agents)
