@@ -29,7 +29,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.data.spec import data_spec  # noqa: E402 - this checkout's, not an installed copy
 
 RECIPE = ROOT / "configs" / "cpu-agent-demo.yaml"
 OPERANDS = re.compile(r"(\d{3})\D+(\d{2})\D")
@@ -59,7 +58,7 @@ def eval_questions(cfg) -> dict[str, str]:
 
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
     return {row["id"]: row["prompt"][-1]["content"]
-            for row in load_eval_rows(data_spec(cfg), tokenizer, write_report=False)}
+            for row in load_eval_rows(cfg, tokenizer, write_report=False)}
 
 
 def one_seed(seed: int, work: Path, overrides: dict) -> dict:

@@ -122,42 +122,38 @@ def run_bare(cfg, prepared, callbacks=()) -> SideRun:
     import trl
 
     from pipeline.backends import plain
-    from pipeline.backends.settings import backend_settings
     from pipeline.trainer.agents import resolve_agents
     from pipeline.trainer.build import grpo_training_args
-    from pipeline.trainer.spec import agent_settings, trainer_spec
     from rewards import check_reward_weights, get_reward_funcs
 
-    model, tokenizer = plain.load_for_training(backend_settings(cfg))
+    model, tokenizer = plain.load_for_training(cfg)
     timer = step_timer()
     g = cfg.grpo
     with tempfile.TemporaryDirectory() as out:
-        args = grpo_training_args(trainer_spec(cfg), plain, backend_settings(cfg), model, prepared, Path(out),
+        args = grpo_training_args(plain, cfg, model, prepared, Path(out),
                                   check_reward_weights(list(g.reward_funcs), g.reward_weights))
         trainer = trl.GRPOTrainer(
             model=model, reward_funcs=get_reward_funcs(list(g.reward_funcs)), args=args,
             train_dataset=prepared.dataset, processing_class=tokenizer,
-            peft_config=plain.peft_config(backend_settings(cfg)),
+            peft_config=plain.peft_config(cfg),
             callbacks=[timer, *callbacks],
-            **resolve_agents(agent_settings(cfg)).trainer_kwargs())  # a tool run's tools, as TRL's
+            **resolve_agents(cfg.grpo).trainer_kwargs())  # a tool run's tools, as TRL's
         trainer.train()
     return _finish(trainer, timer)
 
 
 def run_pipeline(cfg, prepared, callbacks=()) -> SideRun:
     from pipeline.backends import plain
-    from pipeline.backends.settings import backend_settings
     from pipeline.trainer.agents import resolve_agents
     from pipeline.trainer.build import build_trainer
-    from pipeline.trainer.spec import agent_settings, trainer_spec
 
-    model, tokenizer = plain.load_for_training(backend_settings(cfg))
+    model, tokenizer = plain.load_for_training(cfg)
     timer = step_timer()
     with tempfile.TemporaryDirectory() as out:
         run_cfg = cfg.replace(output_dir=out)
-        trainer, _ = build_trainer(trainer_spec(run_cfg), resolve_agents(agent_settings(run_cfg)), plain,
-                                   backend_settings(run_cfg), model, tokenizer, prepared,
-                                   plain.peft_config(backend_settings(cfg)), Path(out))
+        trainer, _ = build_trainer(resolve_agents(run_cfg.grpo), plain,
+                                   run_cfg, model, tokenizer, prepared,
+                                   plain.peft_config(cfg), Path(out))
         trainer.add_callback(timer)
         for callback in callbacks:
             trainer.add_callback(callback)

@@ -98,14 +98,12 @@ def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict
     import pipeline.trainer.build as train_module
     from bench.overhead import bench_config, prepare
     from pipeline.backends import plain
-    from pipeline.backends.settings import backend_settings
     from pipeline.trainer.agents import Agents
-    from pipeline.trainer.spec import trainer_spec
 
     cfg = bench_config(steps, num_generations=generations, per_device_train_batch_size=prompts * generations,
                        max_completion_length=str(length), max_seq_length=128 + length)
     prepared = prepare(cfg)
-    model, tokenizer = plain.load_for_training(backend_settings(cfg))
+    model, tokenizer = plain.load_for_training(cfg)
     original = train_module.grpo_training_args
 
     def full_length_args(*args, **kwargs):
@@ -119,8 +117,8 @@ def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict
     try:
         with tempfile.TemporaryDirectory() as out:
             run_cfg = cfg.replace(output_dir=out)  # no tools: no agents
-            trainer, _ = train_module.build_trainer(trainer_spec(run_cfg), Agents(), plain, backend_settings(run_cfg),
-                                                    model, tokenizer, prepared, plain.peft_config(backend_settings(cfg)), Path(out))
+            trainer, _ = train_module.build_trainer(Agents(), plain, run_cfg,
+                                                    model, tokenizer, prepared, plain.peft_config(cfg), Path(out))
             instrument(trainer, clock)
             trainer.train()
     finally:

@@ -20,7 +20,6 @@ from typing import Any, Optional
 
 from env.locations import absolute_path
 from pipeline.backends import BackendChoice, choose_backend, cuda_available, load_backend
-from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError, from_mapping, peek_option
 from pipeline.demo.registry import builtin_model, cpu_demo_config
 from pipeline.run.manifest import ManifestError, find_manifest
@@ -45,7 +44,7 @@ def bootstrap(command: str, argv: list[str]) -> Optional[BackendChoice]:
         return None
     try:
         choice, settings = _early_settings(command, argv)
-        early = backend_settings(from_mapping(settings))
+        early = from_mapping(settings)
     except ConfigError:
         return None
     backend = load_backend(choice.name)

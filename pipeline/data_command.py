@@ -27,7 +27,6 @@ from pipeline.data import tokenizer as tokenizers  # called through the module: 
 from pipeline.data.prepare import EVAL_REPORT_NAME, DataError
 from pipeline.data.report import accounting_line, format_report, prompt_line
 from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
-from pipeline.data.spec import data_spec
 from pipeline.errors import guarded
 
 DATA_HELP_EPILOG = """\
@@ -77,20 +76,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     eval_line: Optional[str] = None
     error: Optional[Exception] = None
     cfg = parse_config(argv, base=base)
-    eval_off, eval_note = without_a_held_out_set(data_spec(cfg))  # as `grpo train` does
+    eval_off, eval_note = without_a_held_out_set(cfg)  # as `grpo train` does
     cfg = cfg.replace(**eval_off) if eval_off else cfg
     if eval_note and not as_json:
         print(f"grpo data: {eval_note}", file=sys.stderr)
     validate(cfg, run_user_code=False)  # `grpo data` calls no reward: none is imported
     # env.path_check's table, before any work
-    data = data_spec(cfg)  # (after the eval-off above: the run's)
-    config_paths(data.paths, "output_dir", "data_cache_dir", "dataset_name", "eval_dataset_name")
+    config_paths(cfg.to_dict(), "output_dir", "data_cache_dir", "dataset_name", "eval_dataset_name")
     # only the tokenizer loads, from there
     model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)
     tokenizer = tokenizers.load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code,
                                           source=cfg.model.model_source)
     try:
-        run_data = prepare_run_data(data, tokenizer)  # what `grpo train` prepares: train, eval set, warm-up needs
+        run_data = prepare_run_data(cfg, tokenizer)  # what `grpo train` prepares: train, eval set, warm-up needs
         report = run_data.train.report
         eval_line = run_data.eval_rows.line() if cfg.eval.uses_eval_set() else None
     except DataError as err:  # the data cannot be used as configured: the report says why, exit 1

@@ -28,20 +28,17 @@ from env.path_check import PathError, expand, nearest_existing
 from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
-from pipeline.backends.settings import backend_settings
 from pipeline.backends.vllm_engine import check_run_engine
-from pipeline.config import ConfigError, PipelineConfig, resolve_optim, validate
+from pipeline.config import ConfigError, PipelineConfig, resolve_optim, trl_training_args, validate
 from pipeline.config.paths import config_paths
 from pipeline.data import model_check
 from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
-from pipeline.data.columns import ANSWER
+from pipeline.data.columns import ANSWER, removes_unused_columns
 from pipeline.data.prepare import DataError
 from pipeline.data.prompts import completion_like
 from pipeline.data.report import accounting_line, prompt_line
 from pipeline.data.run_data import RunData, check_warmup, prepare_eval, prepare_train, without_a_held_out_set
 from pipeline.data.source_spec import DataFileError
-from pipeline.plan.estimate import workload
-from pipeline.data.spec import DataSpec, data_spec
 from pipeline.plan.fit import memory_check
 from pipeline.run.checkpoints import (
     PREVIOUS_DIR,
@@ -53,11 +50,10 @@ from pipeline.data.lora_targets import check_lora_targets
 from pipeline.run.checkpoint_contents import contents_problem
 from pipeline.run.decisions import RunDecisions, eval_key, reward_specs, run_decisions
 from pipeline.run.nodes import check_nodes
-from pipeline.run.resume import data_mismatch, resume_mismatch
+from pipeline.run.resume import data_mismatch, resume_key, resume_mismatch
 from pipeline.trainer.agent_check import check_agents
 from pipeline.trainer.agents import resolve_agents
 from pipeline.trainer.build import check_effective_config, check_grpo_config
-from pipeline.trainer.spec import agent_settings, trainer_spec
 from rewards import get_reward_funcs
 from rewards.contract import RewardFailure, probe_rewards
 from rewards.trl_source import reward_call_kwargs
@@ -116,32 +112,34 @@ class NotChecked(ConfigError):
     """A data step whose input (the tokenizer, the training data) failed its own check."""
 
 
-def _data_tokenizer(data: DataSpec) -> Any:
-    """The tokenizer of the model `data` names, for the data check."""
+def _data_tokenizer(cfg: PipelineConfig) -> Any:
+    """The tokenizer of the model `cfg` names, for the data check."""
+    m = cfg.model
     try:
-        return tokenizers.load_tokenizer(data.model_name_or_path, data.trust_remote_code, data.model_source)
+        return tokenizers.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
     except ConfigError:
         raise
     except (OSError, ValueError) as err:
-        raise ConfigError("model_name_or_path", f"the tokenizer of {excerpt(data.model_name_or_path)} could not "
+        raise ConfigError("model_name_or_path", f"the tokenizer of {excerpt(m.model_name_or_path)} could not "
                           f"be loaded to check the data ({type(err).__name__}: {err}).") from None
 
 
-def data_checks(read_data: Callable[[], DataSpec], done: dict[str, Any],
+def data_checks(cfg: PipelineConfig, done: dict[str, Any],
                 agents: Callable[[Any, Any], str]) -> list[tuple[str, Callable[[], Any]]]:
     """The check's data steps (data, eval, warmup, rewards, agents): prepare_run_data's steps, each reported on its
     own and writing nothing outside the cache. A step whose input failed says so and fails too. What they work out
-    is kept in `done` (data, tokenizer, train, rewards) for the run's decisions. `read_data()`: the data path's values
-    of the recipe (a DataSpec), read by the first data step, after the config check normalised them (validate);
-    `agents(tokenizer, train)`: the agents step (pipeline/trainer/agent_check.py)."""
+    is kept in `done` (tokenizer, train, rewards) for the run's decisions. `cfg`: the recipe, read by each step when
+    it runs, after the config check normalised it in place (validate); `agents(tokenizer, train)`: the agents step
+    (pipeline/trainer/agent_check.py)."""
 
     def prepared() -> str:
-        data = done["data"] = read_data()
-        config_paths(data.paths, "dataset_name", "eval_dataset_name", "data_cache_dir")  # env.path_check's, first
-        done["tokenizer"] = _data_tokenizer(data)
-        done["train"] = prepare_train(data, done["tokenizer"], write_report=False)
-        checkpoint = resume_target(data.resume, data.output_dir)
-        changed = (data_mismatch(checkpoint, data.dataset_name, done["train"].dataset, data.resume_other_data)
+        # env.path_check's, first
+        config_paths(cfg.to_dict(), "dataset_name", "eval_dataset_name", "data_cache_dir")
+        done["tokenizer"] = _data_tokenizer(cfg)
+        done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)
+        g = cfg.grpo
+        checkpoint = resume_target(g.resume, g.output_dir)
+        changed = (data_mismatch(checkpoint, cfg.data.dataset_name, done["train"].dataset, g.resume_other_data)
                    if checkpoint is not None else None)
         if changed:
             raise ConfigError("dataset_name", changed)
@@ -154,14 +152,13 @@ def data_checks(read_data: Callable[[], DataSpec], done: dict[str, Any],
         return done[key]
 
     def evaluation() -> str:
-        data = needs("data")  # the data step reads it first, whatever becomes of that step
-        if not data.evaluates:
+        if not cfg.eval.uses_eval_set():
             return "no evaluation (eval_before and eval_after are false, eval_steps is 0)"
-        run_data = RunData(needs("train"), prepare_eval(data, needs("tokenizer"), write_report=False))
+        run_data = RunData(needs("train"), prepare_eval(cfg, needs("tokenizer"), write_report=False))
         return "; ".join(filter(None, [run_data.eval_rows.line(), run_data.overlap_warning()]))
 
-    return [("data", prepared), ("eval", evaluation), ("warmup", lambda: check_warmup(needs("data"), needs("train"))),
-            ("rewards", lambda: check_rewards(needs("data"), needs("tokenizer"), needs("train"), kept=done)),
+    return [("data", prepared), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train"))),
+            ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train"), kept=done)),
             ("agents", lambda: agents(needs("tokenizer"), needs("train")))]  # tools, environments
 
 
@@ -175,7 +172,8 @@ def _probe_completions(answer: str) -> list[str]:
             f"The answer is {answer}.", ""]
 
 
-def reward_probe_batch(data: DataSpec, tokenizer: Any, train: Any) -> tuple[list[Any], list[Any], dict[str, Any], str]:
+def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any,
+                       train: Any) -> tuple[list[Any], list[Any], dict[str, Any], str]:
     """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them
     (rewards/trl_source.py, the one rule): the first prepared prompts (completions in their format: strings for
     standard prompts, `[{"role": "assistant", ...}]` for chats), the columns the trainer passes (none with
@@ -188,7 +186,7 @@ def reward_probe_batch(data: DataSpec, tokenizer: Any, train: Any) -> tuple[list
     prompts = repeat(columns["prompt"])
     flat = [text for group in texts for text in group]
     completions = [completion_like(prompt, text) for prompt, text in zip(prompts, flat, strict=True)]
-    kwargs = reward_kwargs_outside_training(data.max_steps, data.remove_unused_columns, tokenizer,
+    kwargs = reward_kwargs_outside_training(cfg.grpo.max_steps, removes_unused_columns(cfg.trl), tokenizer,
                                             {key: repeat(values) for key, values in columns.items()}, flat)
     return prompts, completions, kwargs, f"{len(completions)} completions of {len(texts)} prepared prompts"
 
@@ -207,22 +205,23 @@ def reward_kwargs_outside_training(max_steps: int, remove_unused_columns: bool, 
                               [tokenizer.encode(text, add_special_tokens=False) for text in texts])
 
 
-def check_rewards(data: DataSpec, tokenizer: Any, train: Any, kept: Optional[dict[str, Any]] = None) -> str:
+def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any, kept: Optional[dict[str, Any]] = None) -> str:
     """Call every reward function as the trainer will, on completions of the run's prepared prompts: a raise, a
     wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did.
     A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called. `kept`:
-    where the resolved rewards are kept (under "rewards") for the run's decisions. `data`: the data path's values of
-    the recipe (its rewards, their deadline, the columns TRL passes them)."""
-    prompts, completions, kwargs, what = reward_probe_batch(data, tokenizer, train)
+    where the resolved rewards are kept (under "rewards") for the run's decisions. `cfg`: the recipe (its rewards,
+    their deadline, the columns TRL passes them)."""
+    prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
+    g = cfg.grpo
     try:
-        funcs = get_reward_funcs(list(data.reward_funcs), fresh=True) if data.reward_funcs else []  # get_reward's
+        funcs = get_reward_funcs(list(g.reward_funcs), fresh=True) if g.reward_funcs else []  # get_reward's
         if kept is not None:
             kept["rewards"] = funcs
-        lines = probe_rewards(funcs, prompts, completions, kwargs, timeout=data.reward_timeout)
+        lines = probe_rewards(funcs, prompts, completions, kwargs, timeout=g.reward_timeout)
     except RewardFailure as err:
         removed = (" remove_unused_columns: true, so TRL passes the rewards no column of the dataset (it keeps "
                    "only `prompt`); set remove_unused_columns: false (TRL's GRPO default) to pass them."
-                   if data.remove_unused_columns else "")
+                   if removes_unused_columns(cfg.trl) else "")
         raise ConfigError("reward_funcs", f"{str(err).rstrip('.')}. It was called before the model loads, as the "
                           f"trainer calls it, on {what}.{removed} The contract: docs/rewards.md.") from None
     except ValueError as err:  # a name that does not resolve (validate() names it first in a run)
@@ -304,62 +303,57 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     ("also: ..."). When all pass, the results carry the run's decisions, made here once (`.decisions`).
 
     `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
-    eval_off, _ = without_a_held_out_set(data_spec(cfg))  # as the run has it (its callers print the line)
+    eval_off, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)
     cfg = cfg.replace(**eval_off) if eval_off else cfg
     done: dict[str, Any] = {}
 
-    # Each record is read from the recipe once, when a step after the config check first needs it: validate
-    # normalises values in place (a "16" from Python becomes 16); a record read before would keep the raw value.
-    def settings() -> Any:  # what the backend reads (pipeline/backends/settings.py)
-        return _once(done, "settings", lambda: backend_settings(cfg))
-
+    # Every step reads `cfg` itself, after the config check: validate normalises values in place (a "16" from
+    # Python becomes 16).
     def chosen() -> Any:  # the backend, chosen once (when a step first needs it: choosing may refuse the recipe)
         return _once(done, "choice", lambda: choice or choose_backend(cfg.model.backend, cfg.model.fast_inference))
 
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
         # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
         def step() -> str:
-            load_backend(chosen().name).prepare_environment(settings())
+            load_backend(chosen().name).prepare_environment(cfg)
             return check()
 
         return step
 
-    def trainer() -> Any:  # what the trainer reads of the recipe (pipeline/trainer/spec.py), read once
-        return _once(done, "trainer", lambda: trainer_spec(cfg))
 
     def agents(tokenizer: Any, train: Any) -> str:  # resolved once, here, for the run too
-        resolved = _once(done, "agents", lambda: resolve_agents(agent_settings(cfg)))
+        resolved = _once(done, "agents", lambda: resolve_agents(cfg.grpo))
         return check_agents(resolved, cfg.model.model_name_or_path, tokenizer, train, cfg.grpo.reward_funcs)
 
-    data_steps = [(name, after_backend(step)) for name, step in data_checks(lambda: data_spec(cfg), done, agents)]
+    data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg, done, agents)]
     steps: list[tuple[str, Callable[[], Any]]] = [
         # first: a node started with another recipe or code is named on every node before any check can differ
         ("nodes", lambda: check_nodes(cfg.to_dict())),
         ("config", lambda: (validate(cfg, backend=choice.name if choice else None), "config values are valid")[1]),
         # TRL's own validation of its config; what the backend changes (effective_config.json)
-        ("trl", after_backend(lambda: check_grpo_config(trainer(), chosen().name, settings()))),
-        ("effective_config", after_backend(lambda: check_effective_config(trainer(), chosen().name, settings()))),
+        ("trl", after_backend(lambda: check_grpo_config(chosen().name, cfg))),
+        ("effective_config", after_backend(lambda: check_effective_config(chosen().name, cfg))),
         ("output_dir", lambda: check_output_dir(cfg.to_dict())),
         ("packages", lambda: check_packages(cfg.grpo.reporters(), cfg.grpo.output_dir, cfg.model.model_source,
                                             resolve_optim(cfg)[1])),
-        ("gpu", lambda: check_gpu(chosen(), lambda backend: refuse_gpu_recipe_without_cuda(settings(), backend))),
+        ("gpu", lambda: check_gpu(chosen(), lambda backend: refuse_gpu_recipe_without_cuda(cfg, backend))),
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
-        ("memory", lambda: memory_check(workload(cfg))),  # the peak GPU memory against the GPU (pipeline/plan)
+        ("memory", lambda: memory_check(cfg)),  # the peak GPU memory against the GPU (pipeline/plan)
         ("resume", lambda: check_resume(cfg.grpo.resume, cfg.grpo.output_dir,
-                                        lambda path: resume_mismatch(path, trainer().checkpoint)
-                                        or contents_problem(path, trainer().checkpoint))),
+                                        lambda path: resume_mismatch(path, resume_key(cfg))
+                                        or contents_problem(path, resume_key(cfg)))),
         *data_steps,  # then: the tokenizer, the prepared data, the rewards called on it
         ("lora", after_backend(lambda: check_lora_targets(  # the architecture, no weights
             cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.lora.lora_target_modules,
             cfg.lora.lora_modules_to_save))),
-        ("engine", after_backend(lambda: check_run_engine(load_backend(chosen().name), settings(),
-                                                          trainer().recipe_args, done))),
+        ("engine", after_backend(lambda: check_run_engine(load_backend(chosen().name), cfg,
+                                                          trl_training_args(cfg), done))),
     ]
     results = _run_steps(steps, {name for name, _ in data_steps}, stop_at_first)
     if all(c.ok for c in results):
         results.decisions = run_decisions(chosen(), load_backend(chosen().name), reward_specs(
-            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], trainer().recipe_args,
-            settings(), done["data"], eval_key(cfg), trainer(), done["agents"])
+            cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], cfg, eval_key(cfg),
+            done["agents"])
     return results
 
 

@@ -32,17 +32,23 @@ from env.paths import atomic_directory, previous_versions, shell_command
 from env.text import say
 from pipeline.backends import BackendChoice, choose_backend, on_cpu
 from pipeline.bootstrap import backend_choice, defaults_for
-from pipeline.config import ConfigError, PipelineConfig, normalize_argv, parse_config, resolve_optim
+from pipeline.config import (
+    ConfigError,
+    PipelineConfig,
+    normalize_argv,
+    parse_config,
+    resolve_optim,
+    trl_training_args,
+)
 from pipeline.data.report import accounting_line, prompt_line
 from pipeline.errors import guarded, note_run_folder
 from pipeline.infer.evaluate import eval_before_inputs, eval_inputs, headline, load_eval_before, save_eval_before
 from pipeline.infer.session import verify_trained_dir
-from pipeline.data.spec import data_spec
 from pipeline.data.run_data import prepare_run_data, warmup_examples, without_a_held_out_set
 from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
 from pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
                                       set_aside_checkpoints_after, set_aside_previous_run, storage_errors_are_resumable)
-from pipeline.run.resume import other_data_note, resume_changes
+from pipeline.run.resume import other_data_note, resume_changes, resume_key
 from pipeline.run.stop import GracefulStop, interrupts_raise, resume_command
 from pipeline.run.finish import finished_run, print_where_everything_is
 from pipeline.train_help import print_help
@@ -73,7 +79,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # auto found no vLLM: Unsloth without it (the reason says so)
-    eval_off, eval_note = without_a_held_out_set(data_spec(cfg))  # one training file: no eval; how to add one
+    eval_off, eval_note = without_a_held_out_set(cfg)  # one training file: no eval; how to add one
     cfg, optim_note = resolve_optim(cfg.replace(**eval_off) if eval_off else cfg)  # adamw_8bit, no bitsandbytes...
     if eval_note:
         tell(eval_note)
@@ -88,7 +94,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
         tell(tensorboard_hint(cfg.grpo.output_dir))
     backend = checks.decisions.backend
     # `grpo train` did this at start-up (pipeline/bootstrap.py); a Python caller gets it here (idempotent).
-    backend.prepare_environment(checks.decisions.backend_settings)
+    backend.prepare_environment(checks.decisions.config)
     tell(f"backend: {choice.name} ({choice.reason})")
     if optim_note:
         tell(optim_note)
@@ -144,7 +150,7 @@ def _resume(run: Run) -> Optional[RunResult]:
         run.finish_only = finished is not None
     # (a changed setting the checkpoint restores was refused by the resume check; these it applies, said here)
     if run.resume_from and not run.finish_only:
-        run.resume_changes = resume_changes(run.resume_from, run.decisions.trainer.checkpoint)
+        run.resume_changes = resume_changes(run.resume_from, resume_key(run.decisions.config))
     for name, (old, new) in run.resume_changes.items():
         rebuilt = "" if name == "max_grad_norm" else " (the learning-rate schedule is rebuilt for the new length)"
         tell(f"resuming with {name} {old!r} -> {new!r}: applied from step {run.resume_step} on{rebuilt}; "
@@ -158,7 +164,7 @@ def _data(run: Run) -> None:
     # Through its module, looked up at the call: tests stand in for the tokenizer loader there.
     run.tokenizer = pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
     # As the data check prepared it (train, eval set, warm-up needs: a cache load); rank 0 writes the run folder's
-    run_data = prepare_run_data(run.decisions.data, run.tokenizer, run.output_dir, is_main_process())
+    run_data = prepare_run_data(run.decisions.config, run.tokenizer, run.output_dir, is_main_process())
     prepared = run_data.train
     if run.resume_from and cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
         note = other_data_note(run.resume_from, cfg.data.dataset_name, prepared.dataset)
@@ -174,8 +180,8 @@ def _data(run: Run) -> None:
 def _model(run: Run) -> None:
     """The model (the one step that differs between backends) and the manifest lora/ will carry."""
     cfg, decided = run.cfg, run.decisions
-    run.model, run.tokenizer = run.backend.load_for_training(decided.backend_settings)
-    run.peft_config = run.backend.peft_config(decided.backend_settings)
+    run.model, run.tokenizer = run.backend.load_for_training(decided.config)
+    run.peft_config = run.backend.peft_config(decided.config)
     run.agents = decided.agents  # resolved once by the check: every eval answers with the run's tools
     # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
     run.manifest = build_manifest(
@@ -189,30 +195,30 @@ def _model(run: Run) -> None:
 
 def _warm_up(run: Run) -> None:
     """The format warm-up (optional SFT, pipeline/trainer/warmup.py)."""
-    spec = run.decisions.trainer.warmup
-    if spec.steps > 0:
-        examples = warmup_examples(run.decisions.data, run.prepared)
-        run.model = run_format_warmup(run.model, run.tokenizer, spec, run.prepared, examples, run.agents.tools,
+    cfg = run.decisions.config
+    if cfg.health.sft_warmup_steps > 0:
+        examples = warmup_examples(cfg, run.prepared)
+        run.model = run_format_warmup(run.model, run.tokenizer, cfg, run.prepared, examples, run.agents.tools,
                                       run.peft_config, run.output_dir, reuse=run.cfg.grpo.resume != "never")
         run.peft_config = None  # the warm-up already wrapped the model with this LoRA
 
 
 def _evaluate(run: Run, model) -> dict[str, Any]:
     evaluate, decided = pipeline.infer.evaluate, run.decisions  # looked up at the call: tests stop runs there
-    loop = evaluate.loop_settings(decided.trainer_args, decided.limits.max_seq_length)  # the tool loop, as trained
-    generator = run.backend.training_generator(model, run.tokenizer, decided.backend_settings)
-    scorer = evaluate.eval_scorer(decided.data, run.tokenizer)  # the run's rewards, called as TRL calls them
+    loop = evaluate.loop_settings(trl_training_args(decided.config), decided.limits.max_seq_length)  # as trained
+    generator = run.backend.training_generator(model, run.tokenizer, decided.config)
+    scorer = evaluate.eval_scorer(decided.config, run.tokenizer)  # the run's rewards, called as TRL calls them
     return evaluate.evaluate_rows(generator, run.tokenizer, run.eval_rows, scorer,
                                   decided.limits.max_completion_length, agents=run.agents, loop=loop)
 
 
 def _eval_before(run: Run) -> None:
-    cfg, output_dir, spec = run.cfg, run.output_dir, run.decisions.trainer.warmup
+    cfg, output_dir = run.cfg, run.output_dir
     if not (cfg.eval.eval_before and run.eval_rows) or not is_main_process():  # one measure, one writer
         return
     # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on, when
     # every input it was measured from is the same (env/kept.py; the eval rows' content included).
-    warmup = state_key(warmup_inputs(spec, run.prepared)) if spec.steps > 0 else None
+    warmup = state_key(warmup_inputs(cfg, run.prepared)) if cfg.health.sft_warmup_steps > 0 else None
     inputs = eval_before_inputs(run.decisions.eval_key, run.choice.name, run.tokenizer, run.eval_rows,
                                 run.decisions.limits.max_completion_length, warmup)
     run.eval_before = load_eval_before(output_dir, inputs, log=tell) if cfg.grpo.resume != "never" else None
@@ -238,7 +244,7 @@ def _train(run: Run) -> None:
                                                 resume=run.resume_from is not None, log=tell)
     _build_trainer(run, run.peft_config)
     if is_main_process():  # effective_config.json: every GRPOConfig field as the trainer runs it
-        for line in record_effective_config(run.trainer, decided.trainer, run.backend, decided.backend_settings,
+        for line in record_effective_config(run.trainer, run.backend, decided.config,
                                             run.model, limits.max_completion_length, run.output_dir):
             tell(f"effective config: {line}")
     try:
@@ -254,7 +260,7 @@ def _train(run: Run) -> None:
 
 def _build_trainer(run: Run, peft_config, rollbacks_done: int = 0, previous: Any = None) -> None:
     decided = run.decisions
-    run.trainer, run.health = build_trainer(decided.trainer, run.agents, run.backend, decided.backend_settings,
+    run.trainer, run.health = build_trainer(run.agents, run.backend, decided.config,
                                             run.model, run.tokenizer, run.prepared, peft_config, run.output_dir,
                                             run.resume_step, run.periodic_eval, rollbacks_done=rollbacks_done,
                                             previous=previous)
@@ -354,7 +360,7 @@ def _summary(run: Run) -> RunResult:
                                 wall_time_s=time.time() - run.start, eval_before=run.eval_before,
                                 eval_after=run.eval_after, warnings=[*run.earlier_warnings, *health.warnings],
                                 health=health.summary(), resumed_from_step=run.resume_step,
-                                plot_settings=plot_settings(decided.rewards, decided.trainer.health),
+                                plot_settings=plot_settings(decided.rewards, decided.config.health),
                                 best=periodic_eval.best.best if periodic_eval else None, rollbacks=run.rollbacks,
                                 resume_changes=run.resume_changes)
         print_where_everything_is(run.output_dir, run.status, run.reason, run.adapter_dir, run.resume_hint,
@@ -394,7 +400,7 @@ def check_main(argv: list[str]) -> int:
     try:
         argv, base, note = defaults_for(argv, backend_choice(argv))
         cfg = parse_config(argv, base=base)  # (run_checks turns evaluation off itself where nothing is held out)
-        for line in filter(None, (note, without_a_held_out_set(data_spec(cfg))[1])):
+        for line in filter(None, (note, without_a_held_out_set(cfg)[1])):
             print(f"[grpo] {line}", file=sys.stderr)
         results = run_checks(cfg, stop_at_first=False)
     except ConfigError as err:

@@ -13,7 +13,6 @@ from pipeline.config import ConfigError
 from pipeline.data.tokenizer import load_tokenizer
 from pipeline.trainer.agent_check import check_agents
 from pipeline.trainer.agents import resolve_agents
-from pipeline.trainer.spec import agent_settings
 from train_helpers import tiny_qwen_config
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+3?"}]
@@ -82,7 +81,7 @@ def test_each_failure_names_the_tool_class_or_row_and_the_fix(case, tokenizers, 
     prompt = columns.pop("prompt", CHAT)
     cfg = tiny_qwen_config(tmp_path, **options)
     with pytest.raises(ConfigError) as err:
-        check_agents(resolve_agents(agent_settings(cfg)), cfg.model.model_name_or_path, tokenizers[tokenizer],
+        check_agents(resolve_agents(cfg.grpo), cfg.model.model_name_or_path, tokenizers[tokenizer],
                      training_set(prompt, **columns), cfg.grpo.reward_funcs)
     assert err.value.field == field
     for word in words:
@@ -92,12 +91,12 @@ def test_each_failure_names_the_tool_class_or_row_and_the_fix(case, tokenizers, 
 def test_what_passes_is_said(tokenizers, tmp_path):
     cfg = tiny_qwen_config(tmp_path, tools=["agent_helpers:add", "agent_helpers:lookup"],
                            environment_factory=COUNTER_AND_NOTES, rollout_func="agent_helpers:fixed_rollout")
-    said = check_agents(resolve_agents(agent_settings(cfg)), cfg.model.model_name_or_path, tokenizers["qwen"],
+    said = check_agents(resolve_agents(cfg.grpo), cfg.model.model_name_or_path, tokenizers["qwen"],
                         training_set(environment="notes"))
     assert said == ("tools: add, lookup; environment count: Counter (tools bump; its get_reward is a reward; no "
                     "prepared row names it); environment notes: Notes (tools write; reset called on "
                     "prepared rows); the chat template renders them; rollout_func fixed_rollout")
-    assert check_agents(resolve_agents(agent_settings(tiny_qwen_config(tmp_path))),
+    assert check_agents(resolve_agents(tiny_qwen_config(tmp_path).grpo),
                         tiny_qwen_config(tmp_path).model.model_name_or_path, tokenizers["qwen"], training_set()) == \
         "no tools, environment_factory or rollout_func"
 
@@ -122,7 +121,7 @@ def test_the_docs_examples_pass_the_check_and_work(tokenizers, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     cfg = tiny_qwen_config(tmp_path / "run", tools=["calc_tools:calculator"],
                            environment_factory="counter_env:Counter")
-    said = check_agents(resolve_agents(agent_settings(cfg)), cfg.model.model_name_or_path, tokenizers["qwen"],
+    said = check_agents(resolve_agents(cfg.grpo), cfg.model.model_name_or_path, tokenizers["qwen"],
                         training_set())
     assert said.startswith("tools: calculator; environment Counter (tools bump; its get_reward is a reward; reset and "
                            "get_reward called on prepared rows)")
@@ -147,16 +146,16 @@ def test_the_options_are_read_from_yaml_and_the_command_line_with_trls_meaning(t
                              '{"count": "agent_helpers:Counter", "notes": "agent_helpers:Notes"}',
                              "--rollout_func", "agent_helpers:fixed_rollout", "--max_tool_calling_iterations", "3"])
     for cfg in (from_yaml, from_cli):
-        assert agent_names(agent_settings(cfg)) == {"tools": ["agent_helpers:add", "agent_helpers.lookup"],
+        assert agent_names(cfg.grpo) == {"tools": ["agent_helpers:add", "agent_helpers.lookup"],
                                     "environment_factory": {"count": "agent_helpers:Counter",
                                                             "notes": "agent_helpers:Notes"},
                                     "rollout_func": "agent_helpers:fixed_rollout"}
         assert int(cfg.trl["max_tool_calling_iterations"]) == 3
-        kwargs = resolve_agents(agent_settings(cfg)).trainer_kwargs()  # what trl.GRPOTrainer is handed
+        kwargs = resolve_agents(cfg.grpo).trainer_kwargs()  # what trl.GRPOTrainer is handed
         assert [t.__name__ for t in kwargs["tools"]] == ["add", "lookup"]
         assert {k: v.__name__ for k, v in kwargs["environment_factory"].items()} == {"count": "Counter",
                                                                                    "notes": "Notes"}
         assert kwargs["rollout_func"].__name__ == "fixed_rollout"
     single = parse_config(["--environment_factory", "agent_helpers:Counter"])
     # TRL's one-class form
-    assert resolve_agents(agent_settings(single)).trainer_kwargs()["environment_factory"].__name__ == "Counter"
+    assert resolve_agents(single.grpo).trainer_kwargs()["environment_factory"].__name__ == "Counter"

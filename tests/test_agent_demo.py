@@ -9,7 +9,6 @@ from pipeline.config import from_mapping, read_recipe
 from pipeline.data.tokenizer import load_tokenizer
 from pipeline.demo.calculator import calculator, calculator_problems, tool_sft_examples
 from pipeline.trainer.agents import resolve_agents
-from pipeline.trainer.spec import agent_settings
 from pipeline.trainer.warmup import with_tools
 
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "cpu-agent-demo.yaml"
@@ -26,7 +25,7 @@ def test_the_warmup_renders_tool_calls_through_the_chat_template_and_learns_only
     from trl.chat_template_utils import get_training_chat_template
 
     cfg = from_mapping({**read_recipe(str(RECIPE)), "output_dir": str(tmp_path)})
-    examples, conversations = with_tools(resolve_agents(agent_settings(cfg)).tools,
+    examples, conversations = with_tools(resolve_agents(cfg.grpo).tools,
                                          tool_sft_examples(20, cfg.data.system_prompt, seed=0))
     assert conversations
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, False, "hf")

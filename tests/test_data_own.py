@@ -17,7 +17,6 @@ from pipeline.data.run_data import load_eval_rows
 from pipeline.preflight import run_checks
 from rewards import correctness_reward_func, extract_hash_answer, reference_is_scorable
 from tests.data_helpers import make_cfg, write_jsonl
-from pipeline.data.spec import data_spec
 
 
 @pytest.fixture(autouse=True)
@@ -99,7 +98,7 @@ def test_eval_dataset_name_with_its_own_fields_is_used_whole(qwen_tokenizer, tmp
     held.write_text("problem,final\nWhat is 2 + 2?,4\nWhat is 3 + 3?,答案：6\n", encoding="utf-8")
     cfg = make_cfg(tmp_path, dataset_name=str(train), eval_dataset_name=str(held), eval_question_field="problem",
                    eval_answer_field="final", eval_before=True)  # eval_split stays `test`: a single file is used whole
-    eval_rows = load_eval_rows(data_spec(cfg), qwen_tokenizer)
+    eval_rows = load_eval_rows(cfg, qwen_tokenizer)
     assert [r["answer"] for r in eval_rows] == ["4", "答案：6"]
     assert eval_rows[0]["prompt"][-1]["content"] == "What is 2 + 2?"
     assert json.loads((tmp_path / "run" / "data_report_eval.json").read_text(encoding="utf-8"))["rows_in"] == 2
@@ -115,18 +114,18 @@ def test_warmup_examples_from_gsm8k_text_or_a_solution_column_else_refused(qwen_
 
     gsm = write_jsonl(tmp_path / "gsm.jsonl", rows(3, answer=lambda i: f"{i} + 2 = <<{i}+2={i + 2}>>{i + 2}\n#### {i + 2}"))
     cfg = make_cfg(tmp_path, dataset_name=str(gsm), sft_warmup_steps=5)
-    examples = warmup_examples(data_spec(cfg), prepare_dataset(cfg, qwen_tokenizer))
+    examples = warmup_examples(cfg, prepare_dataset(cfg, qwen_tokenizer))
     assert examples[1]["completion"][0]["content"] == "<reasoning>\n1 + 2 = 3\n</reasoning>\n<answer>\n3\n</answer>\n"
 
     own = write_jsonl(tmp_path / "own.jsonl", rows(3, work="Add two."))
     cfg = make_cfg(tmp_path, dataset_name=str(own), sft_warmup_steps=5, solution_field="work")
-    assert "Add two." in warmup_examples(data_spec(cfg),
+    assert "Add two." in warmup_examples(cfg,
                                          prepare_dataset(cfg, qwen_tokenizer))[0]["completion"][0]["content"]
 
     plain = write_jsonl(tmp_path / "plain.jsonl", rows(3))
     cfg = make_cfg(tmp_path, dataset_name=str(plain), sft_warmup_steps=5)
     with pytest.raises(ConfigError, match="solution_field") as err:
-        warmup_examples(data_spec(cfg), prepare_dataset(cfg, qwen_tokenizer))
+        warmup_examples(cfg, prepare_dataset(cfg, qwen_tokenizer))
     assert err.value.field == "sft_warmup_steps"
 
 
@@ -262,7 +261,7 @@ def test_eval_problems_that_are_also_training_questions_are_named(qwen_tokenizer
     train = write_jsonl(tmp_path / "train.jsonl", rows(6))
     held = write_jsonl(tmp_path / "held.jsonl", rows(8)[4:])  # rows 4, 5 are in train; 6, 7 are new
     cfg = make_cfg(tmp_path, dataset_name=str(train), eval_dataset_name=str(held), eval_after=True)
-    data = prepare_run_data(data_spec(cfg), qwen_tokenizer)
+    data = prepare_run_data(cfg, qwen_tokenizer)
     assert data.eval_overlap() == ["train-0", "train-1"]  # the held-out file's own row ids
     assert "2 of 4 eval problems are also training questions" in capsys.readouterr().err
     eval_check = next(c for c in run_checks(cfg, stop_at_first=False) if c.name == "eval")
@@ -277,7 +276,7 @@ def test_the_eval_set_line_says_how_many_rows_were_dropped_and_why(qwen_tokenize
                                                  {"question": "Name a colour.", "answer": "blue"},
                                                  {"question": "3 + 3?", "answer": "6"}])
     cfg = make_cfg(tmp_path, dataset_name=str(train), eval_dataset_name=str(held), eval_after=True)
-    line = prepare_run_data(data_spec(cfg), qwen_tokenizer).eval_rows.line()
+    line = prepare_run_data(cfg, qwen_tokenizer).eval_rows.line()
     assert line.startswith("eval set: 2 problems (1 of 3 rows dropped: unscorable_answer 1 (")
     assert next(c for c in run_checks(cfg, stop_at_first=False) if c.name == "eval").message == line
 

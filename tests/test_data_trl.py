@@ -15,7 +15,6 @@ from pipeline.data.prepare import prepare_dataset
 from pipeline.data.prompts import is_conversational
 from tests.data_helpers import make_cfg, write_jsonl
 from tests.train_helpers import tiny_qwen_config
-from pipeline.data.spec import data_spec
 
 SYSTEM = "Answer in <answer> tags."
 NOTEBOOK_SYSTEM = "\nRespond in the following format:\n<reasoning>\n...\n</reasoning>\n<answer>\n...\n</answer>\n"
@@ -351,19 +350,19 @@ def test_the_correctness_reward_on_rows_without_a_reference_is_refused_naming_an
 
     path = _solution_only(tmp_path)
     with pytest.raises(ConfigError) as err:
-        prepare_train(data_spec(make_cfg(tmp_path, dataset_name=str(path), reward_funcs=["strict_format", reward],
-                               reward_weights=None)), qwen_tokenizer, write_report=False)
+        prepare_train(make_cfg(tmp_path, dataset_name=str(path), reward_funcs=["strict_format", reward],
+                               reward_weights=None), qwen_tokenizer, write_report=False)
     assert err.value.field == "answer_field"
     message = str(err.value)
     assert "no column 'answer'" in message and "columns besides prompt: solution" in message
     assert "(here: answer_field: solution)" in message and "leave correctness out of reward_funcs" in message
 
     # the fix it names works: the reference is the solution column, and the same file trains without it too
-    named = prepare_train(data_spec(make_cfg(tmp_path, dataset_name=str(path), answer_field="solution",
-                                   reward_funcs=["strict_format", reward], reward_weights=None)), qwen_tokenizer)
+    named = prepare_train(make_cfg(tmp_path, dataset_name=str(path), answer_field="solution",
+                                   reward_funcs=["strict_format", reward], reward_weights=None), qwen_tokenizer)
     assert named.dataset["grpo_answer"] == ["1", "2", "3", "4"]
-    theirs = prepare_train(data_spec(make_cfg(tmp_path, dataset_name=str(path),
-                                              reward_funcs=["trl.rewards.accuracy_reward"], reward_weights=None)),
+    theirs = prepare_train(make_cfg(tmp_path, dataset_name=str(path),
+                                    reward_funcs=["trl.rewards.accuracy_reward"], reward_weights=None),
                            qwen_tokenizer)
     assert theirs.dataset["grpo_answer"] == [None] * 4
 
@@ -376,7 +375,7 @@ def test_kept_unscorable_answers_only_are_refused_for_the_correctness_reward(qwe
     path = write_jsonl(tmp_path / "qa.jsonl", [{"question": f"Name {i}?", "answer": "forty two"} for i in range(4)])
     cfg = make_cfg(tmp_path, dataset_name=str(path), keep_unscorable=True)
     with pytest.raises(ConfigError, match="none of its 'answer' values is one final answer") as err:
-        prepare_train(data_spec(cfg), qwen_tokenizer, write_report=False)
+        prepare_train(cfg, qwen_tokenizer, write_report=False)
     assert err.value.field == "answer_field"
 
 
@@ -392,11 +391,11 @@ def test_an_eval_set_without_reference_answers_is_refused_naming_its_answer_opti
                    eval_before=True)
     if own_answer_field:  # a column the file lacks is refused by name before any row is read
         with pytest.raises(ConfigError, match="'expected' is not in"):
-            load_eval_rows(data_spec(cfg.replace(eval_answer_field=own_answer_field)), qwen_tokenizer)
-    rows = load_eval_rows(data_spec(cfg), qwen_tokenizer)  # the training answer_field, borrowed: the eval file has it
+            load_eval_rows(cfg.replace(eval_answer_field=own_answer_field), qwen_tokenizer)
+    rows = load_eval_rows(cfg, qwen_tokenizer)  # the training answer_field, borrowed: the eval file has it
     assert [row["answer"] for row in rows] == ["1", "2", "3", "4"]
     with pytest.raises(ConfigError) as err:
-        load_eval_rows(data_spec(cfg.replace(answer_field="answer")), qwen_tokenizer)
+        load_eval_rows(cfg.replace(answer_field="answer"), qwen_tokenizer)
     assert err.value.field == "eval_answer_field"
     assert "(here: eval_answer_field: solution)" in str(err.value) and "turn evaluation off" in str(err.value)
 
@@ -434,7 +433,7 @@ def test_a_dotted_answer_field_reads_a_nested_column_as_verl_writes_it(qwen_toke
         assert data.dataset["grpo_answer"] == ["5", "6", "7", "8"]
         assert data.dataset["reward_model"][0] == {"style": "rule", "ground_truth": "5"}  # the column itself kept
     else:
-        assert [row["answer"] for row in load_eval_rows(data_spec(cfg), qwen_tokenizer)] == ["5", "6", "7", "8"]
+        assert [row["answer"] for row in load_eval_rows(cfg, qwen_tokenizer)] == ["5", "6", "7", "8"]
     with pytest.raises(ConfigError, match=option) as err:
         prepare_dataset(cfg.replace(**{option: "reward_model.answer"}), qwen_tokenizer,
                         role="train" if option == "answer_field" else "eval")
@@ -447,7 +446,7 @@ def test_an_eval_set_without_answers_suggests_the_field_that_holds_them_never_a_
 
     path = write_jsonl(tmp_path / "verl.jsonl", _verl_rows())
     with pytest.raises(ConfigError) as err:
-        load_eval_rows(data_spec(make_cfg(tmp_path, dataset_name=str(path), eval_dataset_name=str(path))),
+        load_eval_rows(make_cfg(tmp_path, dataset_name=str(path), eval_dataset_name=str(path)),
                        qwen_tokenizer)
     assert "eval_answer_field: reward_model.ground_truth" in str(err.value)
     assert "data_source" not in str(err.value).split("(here:")[1]

@@ -13,10 +13,8 @@ import pytest
 
 import tests.fake_unsloth as fake_unsloth
 from pipeline.backends import plain
-from pipeline.backends.settings import backend_settings
 from pipeline.backends.unsloth_config import UNSLOTH_GRPO_DEFAULTS, config_rewrites
 from pipeline.config import PipelineConfig
-from pipeline.trainer.spec import trainer_spec
 from pipeline.trainer.effective import (
     EFFECTIVE_CONFIG_NAME,
     effective_record,
@@ -67,7 +65,7 @@ def test_the_record_marks_each_field_against_recipe_trl_and_the_other_backend():
     cfg = PipelineConfig().replace(output_dir="out", top_k=0)
     passed = {"learning_rate": 1e-5, "top_k": 0, "use_vllm": True, "beta": 0.0, "loss_type": "dapo"}
     args = fake_unsloth.UnslothGRPOConfig(**passed)
-    record = effective_record(trainer_spec(cfg).recipe_args, "unsloth", backend_settings(cfg), args, passed,
+    record = effective_record("unsloth", cfg, args, passed,
                               {"use_vllm": True})
     top_k = record["fields"]["top_k"]
     assert top_k["value"] == -1 and top_k["recipe"] == 0 and top_k["trl_default"] == 0
@@ -85,8 +83,8 @@ def test_check_reports_the_fields_the_backend_changes(tmp_path):
 
     cfg = PipelineConfig().replace(model_name_or_path="tiny-demo", backend="plain", output_dir=str(tmp_path),
                                    dataset_name="demo-arithmetic", max_completion_length="48")
-    lines = predicted_changes(trainer_spec(cfg).recipe_args, "plain", backend_settings(cfg),
-                              plain.grpo_config_kwargs(backend_settings(cfg)))
+    lines = predicted_changes("plain", cfg,
+                              plain.grpo_config_kwargs(cfg))
     assert any(line.startswith("use_cpu: False -> True") for line in lines)
     checks = {c.name: c for c in run_checks(cfg, stop_at_first=False)}
     assert checks["effective_config"].ok and all(line in checks["effective_config"].message for line in lines)

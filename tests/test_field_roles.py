@@ -19,10 +19,8 @@ from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_e
 from pipeline.run.decisions import eval_key
 from pipeline.run.resume import (APPLIED_SETTINGS, RESTORED_SETTINGS, SHAPE_NAME, WEIGHT_SHAPING_FIELDS,
                                  checkpoint_record, resume_changes, resume_key, resume_mismatch)
-from pipeline.trainer.spec import trainer_spec
 from pipeline.trainer.warmup import warmup_inputs
 from tests.data_helpers import make_cfg
-from pipeline.data.spec import data_spec
 
 # The hand-kept lists as they stood on main (f373f8c), before the declarations replaced them.
 MAIN_DATA_KEY = {"system_prompt", "keep_unscorable", "max_prompt_length", "max_completion_length", "overlong_policy",
@@ -85,14 +83,14 @@ def test_a_made_up_data_key_field_moves_the_data_cache_key(tmp_path, qwen_tokeni
     assert prepare_dataset(cfg, qwen_tokenizer, write_report=False).fingerprint == first.fingerprint
     changed = prepare_dataset(made_up(cfg, made_up_data=1), qwen_tokenizer, write_report=False)
     assert changed.fingerprint != first.fingerprint and changed.report["cache_hit"] is False
-    assert data_fields(data_spec(made_up(cfg, made_up_data=1)))["made_up_data"] == 1
+    assert data_fields(made_up(cfg, made_up_data=1))["made_up_data"] == 1
 
 
 def test_a_made_up_warmup_input_changes_the_warmups_key(tmp_path):
     prepared = type("Prepared", (), {"fingerprint": "data-1"})()
     cfg = made_up(make_cfg(tmp_path))
-    before = warmup_inputs(trainer_spec(cfg).warmup, prepared)
-    assert warmup_inputs(trainer_spec(made_up(cfg, made_up_warmup=1)).warmup, prepared) == {**before, "made_up_warmup": 1}
+    before = warmup_inputs(cfg, prepared)
+    assert warmup_inputs(made_up(cfg, made_up_warmup=1), prepared) == {**before, "made_up_warmup": 1}
 
 
 @pytest.mark.parametrize("option,where", [("made_up_eval", "loading"), ("made_up_start", "start")])
@@ -139,4 +137,4 @@ def test_a_trl_field_given_a_role_in_the_table_is_refused_or_decided_as_it_says(
     monkeypatch.setitem(TRL_ROLES, "top_entropy_quantile", {"backend_decided": "made_up_option"})
     cfg = from_mapping({"top_entropy_quantile": 0.5})
     with pytest.raises(ConfigError, match="It is decided by made_up_option"):
-        build_grpo_config(trainer_spec(cfg), {"top_entropy_quantile": 1.0})
+        build_grpo_config(cfg, {"top_entropy_quantile": 1.0})

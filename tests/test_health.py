@@ -12,7 +12,6 @@ from transformers import TrainerControl, TrainerState
 from pipeline.config import HealthArguments, PipelineConfig
 from pipeline.health.observer import HealthState, make_observer
 from pipeline.health.rules import HealthCallback, build_health
-from pipeline.trainer.spec import trainer_spec
 from pipeline.health.metrics import (
     batch_health,
     byte_level_alphabet,
@@ -179,7 +178,7 @@ def _recorder():
 
 
 def test_observer_logs_metrics_for_both_completion_shapes(qwen):
-    observer, callback = build_health(trainer_spec(PipelineConfig()), qwen)
+    observer, callback = build_health(PipelineConfig(), qwen)
     assert observer.__name__ == "health"
     texts = ["<answer>7</answer>", "loop " * 30, "bad\u200b"]
     ids = [qwen.encode(t, add_special_tokens=False) for t in texts]

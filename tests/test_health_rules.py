@@ -10,7 +10,6 @@ from transformers import TrainerControl, TrainerState
 from pipeline.config import HealthArguments
 from pipeline.health.rules import HEALTH_TRAINING_ARGS, HealthCallback, next_beta
 from pipeline.run.metric_names import GARBLED_RATE, REPETITION_RATE
-from pipeline.trainer.spec import trainer_spec
 
 
 # --------------------------------------------------------------------------------------------
@@ -350,7 +349,7 @@ def test_the_run_builds_its_health_rules_from_the_config(qwen_tokenizer, on_coll
 
     cfg = PipelineConfig().replace(temperature=0.7, num_generations=6, beta=0.05, on_collapse=on_collapse,
                                    max_rollbacks=3)
-    observer, callback = build_health(trainer_spec(cfg), qwen_tokenizer, rollbacks_done=done)
+    observer, callback = build_health(cfg, qwen_tokenizer, rollbacks_done=done)
     assert observer.__name__ == "health" and callback.settings is cfg.health
     assert (callback.temperature, callback.num_generations, callback.beta) == (0.7, 6, 0.05)
     assert callback.rollbacks_left == left and callback.state.beta == 0.05
@@ -363,7 +362,7 @@ def test_a_run_that_has_not_rolled_back_yet_has_every_rollback_left(qwen_tokeniz
     from pipeline.health.rules import build_health
 
     cfg = PipelineConfig().replace(on_collapse="rollback", max_rollbacks=2)
-    assert build_health(trainer_spec(cfg), qwen_tokenizer)[1].rollbacks_left == 2
+    assert build_health(cfg, qwen_tokenizer)[1].rollbacks_left == 2
 
 
 def test_the_runs_observer_measures_completions_given_without_their_token_ids(qwen_tokenizer):
@@ -371,7 +370,7 @@ def test_the_runs_observer_measures_completions_given_without_their_token_ids(qw
     from pipeline.config import PipelineConfig
     from pipeline.health.rules import build_health
 
-    observer, callback = build_health(trainer_spec(PipelineConfig()), qwen_tokenizer)
+    observer, callback = build_health(PipelineConfig(), qwen_tokenizer)
     metrics = {}
     text = "<answer>4</answer> " * 3
     assert observer(completions=[text], log_metric=metrics.__setitem__) == [0.0]

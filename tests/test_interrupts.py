@@ -35,7 +35,7 @@ def send_twice(original):
 
 # phase -> (the function a signal lands in, how, the config that reaches that phase)
 PHASES = {
-    "data preparation (SIGTERM)": ("pipeline.data.prepare.prepare_split", send("SIGTERM"), {}),
+    "data preparation (SIGTERM)": ("pipeline.data.prepare.prepare_dataset", send("SIGTERM"), {}),
     "format warm-up": ("trl.SFTTrainer.train", send("SIGINT"), {"sft_warmup_steps": 2}),
     "eval before": ("pipeline.infer.evaluate.evaluate_rows", send("SIGTERM"), {"eval_before": True}),
     "training (graceful: finish the step, checkpoint)": ("trl.GRPOTrainer.compute_loss", send("SIGINT"), {}),

@@ -33,11 +33,9 @@ from pipeline.run.resume import (
 )
 from env.kept import changed_inputs, code_hash, read_record, record, reusable, state_key
 from pipeline.infer.periodic_eval import BEST_DIR, BEST_NAME, BestAdapter
-from pipeline.trainer.spec import trainer_spec
 from pipeline.trainer.warmup import WARMUP_DIR, WARMUP_KEY_NAME, _saved_warmup, warmup_inputs
 from tests.data_helpers import make_cfg, write_jsonl
 from train_helpers import demo_config
-from pipeline.data.spec import data_spec
 
 # --------------------------------------------------------------------------------------------- the one helper
 
@@ -238,7 +236,7 @@ WARMUP_CHANGES = {
 
 def test_every_warmup_input_has_a_row_in_the_table(tmp_path):
     named = {name for _, name in WARMUP_CHANGES.values()}
-    assert named == set(warmup_inputs(trainer_spec(demo_config(tmp_path, sft_warmup_steps=2)).warmup, _Prepared())) - {"code_sha256",
+    assert named == set(warmup_inputs(demo_config(tmp_path, sft_warmup_steps=2), _Prepared())) - {"code_sha256",
                                                                                                  "versions"}
 
 
@@ -247,11 +245,11 @@ def test_saved_warmup_weights_are_reused_only_for_the_same_inputs(case, tmp_path
     cfg = demo_config(tmp_path / "run", sft_warmup_steps=2)
     folder = tmp_path / "run" / WARMUP_DIR
     folder.mkdir(parents=True)
-    (folder / WARMUP_KEY_NAME).write_text(json.dumps(record(warmup_inputs(trainer_spec(cfg).warmup, _Prepared()))))
-    assert _saved_warmup(tmp_path / "run", warmup_inputs(trainer_spec(cfg).warmup, _Prepared())) == folder
+    (folder / WARMUP_KEY_NAME).write_text(json.dumps(record(warmup_inputs(cfg, _Prepared()))))
+    assert _saved_warmup(tmp_path / "run", warmup_inputs(cfg, _Prepared())) == folder
     changes, name = WARMUP_CHANGES[case]
     prepared = _Prepared() if changes else type("Other", (), {"fingerprint": "data-2"})()
-    assert _saved_warmup(tmp_path / "run", warmup_inputs(trainer_spec(cfg.replace(**changes)).warmup, prepared)) is None
+    assert _saved_warmup(tmp_path / "run", warmup_inputs(cfg.replace(**changes), prepared)) is None
     assert f"format warm-up: not reusing {folder / WARMUP_KEY_NAME} ({name} changed" in capsys.readouterr().out
 
 
@@ -259,9 +257,9 @@ def test_saved_warmup_weights_are_reused_only_for_the_same_inputs(case, tmp_path
 
 
 def _data_key(cfg, tokenizer):
-    spec = source_spec(data_spec(cfg), "train", None)
-    source = resolve_source(data_spec(cfg), spec, data_cache_root(cfg.data.data_cache_dir))
-    return fingerprint(source.identity, tokenizer_identity(tokenizer), data_fields(data_spec(cfg)))
+    spec = source_spec(cfg, "train", None)
+    source = resolve_source(cfg, spec, data_cache_root(cfg.data.data_cache_dir))
+    return fingerprint(source.identity, tokenizer_identity(tokenizer), data_fields(cfg))
 
 
 def _same_size_other_content(path):

@@ -13,11 +13,9 @@ from pathlib import Path
 import pytest
 
 import modelscope
-from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError, PipelineConfig
 from pipeline.demo.registry import builtin_model
 from tests.unsloth_helpers import fake  # noqa: F401  (the fixture)
-from pipeline.data.spec import data_spec
 
 ZH_ROWS = {
     "train": [{"question_zh-cn": "小明有 5 个苹果，又买了 3 个，一共有几个？", "answer_only": 8},
@@ -69,7 +67,7 @@ def test_the_model_and_tokenizer_come_from_modelscope_only_when_asked(modelscope
     tokenizer = load_tokenizer(name, source="modelscope")
     assert tokenizer.eos_token == "<|im_end|>"
     cfg = PipelineConfig().replace(model_name_or_path=name, model_source="modelscope", load_in_4bit=False)
-    model = plain.load_model(name, backend_settings(cfg), for_training=False)
+    model = plain.load_model(name, cfg, for_training=False)
     assert model.config.model_type == "qwen2"
     assert modelscope_hub == [("models", name, None)] * 2
     local = resolve_model_path(str(Path(model.name_or_path)), "modelscope")  # a local folder is never downloaded
@@ -82,20 +80,20 @@ def test_a_hub_dataset_comes_from_modelscope_and_is_saved_for_offline_runs(model
 
     cfg = PipelineConfig().replace(model_source="modelscope", dataset_name="someone/gsm8k_zh", dataset_config=None,
                                    question_field="question_zh-cn", answer_field="answer_only")
-    source = resolve_source(data_spec(cfg), source_spec(data_spec(cfg), "train"), tmp_path / "cache")
+    source = resolve_source(cfg, source_spec(cfg, "train"), tmp_path / "cache")
     assert source.description["source"] == "modelscope" and "modelscope" in source.description["saved_copy"]
     rows = source.load()
     assert rows.questions == [r["question_zh-cn"] for r in ZH_ROWS["train"]] and rows.answers == [8, 12]
-    assert resolve_source(data_spec(cfg), source_spec(data_spec(cfg), "train", "test"),
+    assert resolve_source(cfg, source_spec(cfg, "train", "test"),
                           tmp_path / "cache").load().answers == [14]
     assert modelscope_hub == [("datasets", "someone/gsm8k_zh", None)]  # the second split: from the saved copy
-    hf = resolve_source(data_spec(cfg.replace(model_source="hf")), source_spec(data_spec(cfg), "train"),
+    hf = resolve_source(cfg.replace(model_source="hf"), source_spec(cfg, "train"),
                         tmp_path / "cache")
     assert hf.identity != source.identity  # the cache never mixes the two hubs' copies
 
     wrong = cfg.replace(question_field="question")
     with pytest.raises(ConfigError, match="question_field.*question_zh-cn"):
-        resolve_source(data_spec(wrong), source_spec(data_spec(wrong), "train"), tmp_path / "cache").load()
+        resolve_source(wrong, source_spec(wrong, "train"), tmp_path / "cache").load()
 
 
 def test_a_missing_dataset_names_the_id_and_the_fixes(modelscope_hub, tmp_path):
@@ -105,7 +103,7 @@ def test_a_missing_dataset_names_the_id_and_the_fixes(modelscope_hub, tmp_path):
     cfg = PipelineConfig().replace(model_source="modelscope", dataset_name="nobody/none", dataset_config=None)
     with pytest.raises(RuntimeError,
                        match=r"(?s)could not download dataset 'nobody/none' from ModelScope.*network_turbo"):
-        resolve_source(data_spec(cfg), source_spec(data_spec(cfg), "train"), tmp_path / "cache").load()
+        resolve_source(cfg, source_spec(cfg, "train"), tmp_path / "cache").load()
 
 
 def test_check_reports_a_missing_modelscope_package_with_the_install_command(monkeypatch, tmp_path):
@@ -133,7 +131,7 @@ def test_unsloth_reads_its_modelscope_switch_at_import(fake, monkeypatch):  # no
     from tests.unsloth_helpers import make_cfg
 
     monkeypatch.setenv("UNSLOTH_USE_MODELSCOPE", "0")  # restored after the test: prepare_environment sets it
-    unsloth_setup.prepare_environment(backend_settings(make_cfg(model_source="modelscope")))
+    unsloth_setup.prepare_environment(make_cfg(model_source="modelscope"))
     assert fake.STATE.modelscope_at_import == "1"
 
 
@@ -142,7 +140,7 @@ def test_unsloth_switch_is_off_for_hf_even_when_exported(fake, monkeypatch):  # 
     from tests.unsloth_helpers import make_cfg
 
     monkeypatch.setenv("UNSLOTH_USE_MODELSCOPE", "1")
-    unsloth_setup.prepare_environment(backend_settings(make_cfg()))
+    unsloth_setup.prepare_environment(make_cfg())
     assert fake.STATE.modelscope_at_import == "0"
 
 
@@ -252,8 +250,8 @@ def test_the_unsloth_backend_hands_unsloth_the_hub_id_for_modelscope(fake, monke
     adapter = train_and_save_adapter(fake, cfg, tmp_path / "lora")
     assert fake.STATE.modelscope_at_import == "1"
     assert adapter.base_model_name_or_path == MS_ID  # the repo id, not a folder of this machine
-    backend.load_generator(MS_ID, None, backend_settings(cfg))
-    backend.load_generator(MS_ID, adapter, backend_settings(cfg))
+    backend.load_generator(MS_ID, None, cfg)
+    backend.load_generator(MS_ID, adapter, cfg)
     names = _loaded_names(fake)
     assert names[:2] == [MS_ID, MS_ID] and all(not Path(name).is_dir() or name == str(adapter.path)
                                                for name in names), names

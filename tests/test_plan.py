@@ -318,13 +318,13 @@ def test_a_recipe_that_does_not_fit_gets_changes_that_each_fit_and_write_writes_
     out = capsys.readouterr().out
     assert code == 1 and "DOES NOT FIT on T4" in out and "smallest changes that fit" in out
     cfg = parse_config(["--config", str(RECIPES_DIR / "qwen2.5-7b-gsm8k.yaml"), "--max_steps", "7", *LONGER])
-    found = suggestions(est.workload(cfg), card_by_name("T4"))
+    found = suggestions(cfg, card_by_name("T4"))
     assert found and all(s.estimate.fits for s in found)
     assert main(["--config", str(RECIPES_DIR / "qwen2.5-7b-gsm8k.yaml"), "--gpu", "T4", "--max_steps", "7", *LONGER,
                  "--write", str(target)]) == 0
     written = parse_config(["--config", str(target)])  # loadable by grpo train --config
     assert written.grpo.max_steps == 7  # the override is kept
-    assert plan(est.workload(written), card_by_name("T4")).fits
+    assert plan(written, card_by_name("T4")).fits
     assert written.to_dict() == cfg.replace(**found[0].changes).to_dict()
 
 
@@ -366,14 +366,14 @@ def test_the_committed_table_is_what_grpo_plan_table_prints(page):
 def test_memory_check_passes_warns_and_refuses(monkeypatch):
     monkeypatch.setattr("pipeline.plan.cards.live_card", lambda: None)
     recipe = parse_config(["--config", str(RECIPES_DIR / "qwen2.5-7b-gsm8k.yaml")])
-    assert memory_check(est.workload(recipe)).startswith("not estimated: no GPU")
-    assert "margin +" in memory_check(est.workload(recipe.replace(gpu_memory_gb=80)))
-    warned = memory_check(est.workload(recipe.replace(gpu_memory_gb=14)))  # 13.4 GiB against 13.2: a warning,
+    assert memory_check(recipe).startswith("not estimated: no GPU")
+    assert "margin +" in memory_check(recipe.replace(gpu_memory_gb=80))
+    warned = memory_check(recipe.replace(gpu_memory_gb=14))  # 13.4 GiB against 13.2: a warning,
     # not a refusal
     assert warned.startswith("warning:") and "smallest change that fits" in warned
     with pytest.raises(ConfigError, match="smallest change that fits"):
-        memory_check(est.workload(recipe.replace(gpu_memory_gb=8)))
-    far = plan(est.workload(recipe.replace(gpu_memory_gb=9, vllm_standby="true")), card_from_memory(9))
+        memory_check(recipe.replace(gpu_memory_gb=8))
+    far = plan(recipe.replace(gpu_memory_gb=9, vllm_standby="true"), card_from_memory(9))
     assert far.blocker or far.ratio > REFUSE_RATIO
 
 
@@ -410,24 +410,25 @@ def test_the_planner_is_held_against_every_published_figure_we_have():
     assert math.isclose(est.UNCERTAINTY, math.ceil(figures.largest_bounding_error(rows) / 0.05) * 0.05)
 
 
-def test_the_workload_holds_the_recipes_numbers_and_a_rung_reads_as_the_changed_recipe():
-    """The planner's record of a recipe (estimate.Workload, built once by `workload`): its numbers, the lengths as
-    set and read when asked; and every knob's rung applied to it (fit.changed) is the record of the changed recipe."""
-    from pipeline.plan.fit import KNOBS, changed
+def test_the_planner_reads_the_recipe_and_derives_its_path_widths_and_token_budget_a_rung_is_a_recipe_change():
+    """What the planner derives from a recipe (estimate.py memory_path, kbit_upcast, token_budget, ...), the lengths
+    as set and read when asked; and every knob's rung is a change of the recipe's own options."""
+    from pipeline.config.fields import field_names
+    from pipeline.plan.fit import KNOBS
 
     cfg = PipelineConfig().replace(backend="plain", load_in_4bit=True, max_seq_length=1000,
                                    max_completion_length="300", per_device_train_batch_size=8, num_generations=8,
                                    gradient_accumulation_steps=2, gpu_memory_gb=24)
-    work = est.workload(cfg)
-    assert (work.path, work.kbit_upcast, work.gpu_memory_gb, work.rows, work.accumulation) == ("plain", True, 24, 8, 2)
-    assert (work.prompt_auto, work.completion_fixed) == (True, True)
-    assert (work.prompt_tokens, work.completion_tokens) == (256, 300)
+    assert (est.memory_path(cfg), est.kbit_upcast(cfg), est.compute_width(cfg)) == ("plain", True, 2)
+    assert (est.prompt_auto(cfg), est.completion_fixed(cfg)) == (True, True)
+    assert est.token_budget(cfg) == (256, 300)
+    assert est.planned_standby(PipelineConfig()) and not est.planned_standby(PipelineConfig().replace(
+        vllm_standby="false")) and not est.planned_standby(cfg)
     for recipe in (cfg, PipelineConfig(), PipelineConfig().replace(vllm_standby="false", max_completion_length="512")):
-        work = est.workload(recipe)
-        rungs = [changes for knob in KNOBS for changes in list(knob(work))[:4]]
-        assert rungs and all(changed(work, changes) == est.workload(recipe.replace(**changes)) for changes in rungs)
+        rungs = [changes for knob in KNOBS for changes in list(knob(recipe))[:4]]
+        assert rungs and all(set(changes) <= set(field_names()) for changes in rungs)
     with pytest.raises(ConfigError, match="max_completion_length"):  # a limit that does not read as one: when read
-        est.workload(cfg.replace(max_completion_length="many")).completion_tokens
+        est.token_budget(cfg.replace(max_completion_length="many"))
 
 
 def test_lora_on_lm_head_counts_its_adapter(tmp_path):
@@ -435,7 +436,7 @@ def test_lora_on_lm_head_counts_its_adapter(tmp_path):
     counts = count_parameters(shape, cache_dir=tmp_path)
     assert counts.linears["lm_head"] == [896, 151936, 1]
     cfg = PipelineConfig().replace(backend="plain", lora_r=4, lora_target_modules=["lm_head"])
-    assert est.adapter_parameters(est.workload(cfg), counts) == 4 * (896 + 151936)
+    assert est.adapter_parameters(cfg, counts) == 4 * (896 + 151936)
 
 
 def test_write_to_an_unwritable_place_is_one_message(tmp_path, capsys):
@@ -520,13 +521,13 @@ def test_a_new_report_adds_its_cases_and_a_case_is_charged_only_its_own_memory(t
     assert rows[0]["published_gib"] == pytest.approx(1.5)
     values = {**figures.case_values("plain", "qwen2.5-0.5b"),
               "max_prompt_length": str(figures.measured_prompt_limit("qwen2.5-0.5b"))}
-    assert rows[0]["estimate_gib"] == pytest.approx(plan(est.workload(figures._cfg(values)),
+    assert rows[0]["estimate_gib"] == pytest.approx(plan(figures._cfg(values),
                                                          card_from_memory(80)).peak_gib)
     assert figures.measured_prompt_limit("qwen2.5-0.5b") % 16 == 0  # the auto limit, rounded up to 16
     # a report that records the prompt limit its data resolved to is planned with it
     (tmp_path / "2027-01-01-l4.json").write_text(json.dumps(
         {**report, "bench": {"plain/qwen2.5-0.5b": {**case, "prompt_limit": 256}}}))
-    longer = plan(est.workload(figures._cfg({**values, "max_prompt_length": "256"})),
+    longer = plan(figures._cfg({**values, "max_prompt_length": "256"}),
                   card_from_memory(80)).peak_gib
     assert figures.measured_rows(tmp_path)[0]["estimate_gib"] == pytest.approx(longer) != rows[0]["estimate_gib"]
 

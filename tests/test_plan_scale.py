@@ -11,7 +11,6 @@ import pytest
 from pipeline.config import ConfigError, parse_config
 from pipeline.plan.cards import card_by_name
 from pipeline.plan.command import main
-from pipeline.plan.estimate import workload
 from pipeline.plan.fit import plan
 from pipeline.plan.scale import scale_plan
 
@@ -28,7 +27,7 @@ def test_ddp_when_one_gpu_holds_the_run_and_its_per_gpu_memory_is_the_plain_one_
     one = scale_plan(cfg(), card, gpus=8, nodes=1)
     assert (one.engine, one.accelerate_config, one.processes, one.global_batch) == (
         "DDP", "configs/accelerate/ddp.yaml", 8, 64)
-    assert one.per_gpu_gib == pytest.approx(plan(workload(cfg().replace(backend="plain")), card).peak_gib)
+    assert one.per_gpu_gib == pytest.approx(plan(cfg().replace(backend="plain"), card).peak_gib)
     two = scale_plan(cfg(), card, gpus=8, nodes=2)
     assert two.accelerate_config == "configs/accelerate/multinode.yaml" and two.processes == 16
     assert two.per_gpu_gib == pytest.approx(one.per_gpu_gib)  # DDP: the same run on every GPU
@@ -37,11 +36,11 @@ def test_ddp_when_one_gpu_holds_the_run_and_its_per_gpu_memory_is_the_plain_one_
 def test_zero3_when_16_bit_weights_do_not_fit_one_gpu_sharding_them_over_every_process():
     card = card_by_name("T4")
     full = cfg("--load_in_4bit", "false")
-    assert not plan(workload(full.replace(backend="plain")), card).fits
+    assert not plan(full.replace(backend="plain"), card).fits
     result = scale_plan(full, card, gpus=4, nodes=2)
     assert result.engine == "ZeRO-3" and "zero3.yaml, with num_machines 2, num_processes 8" in result.accelerate_config
-    weights = plan(workload(full.replace(backend="plain")), card).part("weights")
-    assert result.per_gpu_gib < plan(workload(full.replace(backend="plain")), card).peak_gib - weights * 7 / 8 + 0.5
+    weights = plan(full.replace(backend="plain"), card).part("weights")
+    assert result.per_gpu_gib < plan(full.replace(backend="plain"), card).peak_gib - weights * 7 / 8 + 0.5
     assert result.per_gpu_gib <= result.usable_gib and any("FSDP2" in note for note in result.notes)
 
 

@@ -14,7 +14,6 @@ from pipeline.data.run_data import prepare_train
 from pipeline.preflight import check_rewards, run_checks
 from rewards.contract import RewardFailure, guard_reward
 from train_helpers import demo_config
-from pipeline.data.spec import data_spec
 
 CASES = "reward_contract_cases"
 
@@ -52,7 +51,7 @@ def probe_config(tmp_path, reward: str):
 def rewards_check(cfg) -> str:
     """The rewards step of the data check: the rewards called on the run's prepared prompts."""
     tokenizer = load_tokenizer(cfg.model.model_name_or_path)
-    return check_rewards(data_spec(cfg), tokenizer, prepare_train(data_spec(cfg), tokenizer, write_report=False))
+    return check_rewards(cfg, tokenizer, prepare_train(cfg, tokenizer, write_report=False))
 
 
 @pytest.mark.parametrize("reward", sorted(TABLE))

@@ -12,7 +12,6 @@ import math
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from pipeline.backends.settings import backend_settings
 from pipeline.config import HealthArguments
 from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
 from pipeline.health.rollout import (
@@ -100,7 +99,7 @@ def test_the_probe_names_the_step_whose_weights_the_engine_holds():
     from train_helpers import demo_config
 
     cfg = demo_config("unused")
-    model = plain.load_model("tiny-demo", backend_settings(cfg), for_training=False)
+    model = plain.load_model("tiny-demo", cfg, for_training=False)
     tokenizer = load_tokenizer("tiny-demo")
     trainer = type("Trainer", (), {"model": model})()
 
@@ -149,7 +148,7 @@ def unsloth_engine(monkeypatch, tmp_path):
         gpu_memory_utilization=0.5, unsloth_vllm_standby=True)
     model = fake_unsloth.FastLanguageModel.get_peft_model(model, r=16, lora_alpha=32)
     trainer = type("Trainer", (), {"model": model})()
-    yield unsloth_backend.rollout_engine(trainer, tokenizer, backend_settings(cfg)), model, fake_unsloth, cfg
+    yield unsloth_backend.rollout_engine(trainer, tokenizer, cfg), model, fake_unsloth, cfg
     handle.uninstall()
 
 
@@ -182,7 +181,7 @@ def test_without_a_vllm_engine_there_is_nothing_to_probe(monkeypatch, tmp_path):
             model_name="unsloth/Qwen2.5-1.5B-Instruct", fast_inference=False)
         trainer = type("Trainer", (), {"model": fake_unsloth.FastLanguageModel.get_peft_model(model, r=16)})()
         cfg = make_cfg(output_dir=str(tmp_path), fast_inference=False)
-        assert unsloth_backend.rollout_engine(trainer, tokenizer, backend_settings(cfg)) is None
+        assert unsloth_backend.rollout_engine(trainer, tokenizer, cfg) is None
     finally:
         handle.uninstall()
 

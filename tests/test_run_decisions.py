@@ -5,13 +5,13 @@ import dataclasses
 
 import pytest
 
+from pipeline.config import trl_training_args
 from pipeline.data.run_data import prepare_train
 from pipeline.data.tokenizer import load_tokenizer
 from pipeline.preflight import run_checks
 from pipeline.run.decisions import RewardSpec, reward_specs
 from rewards import get_reward_funcs
 from train_helpers import demo_config
-from pipeline.data.spec import data_spec
 
 
 def test_the_rewards_are_recorded_with_their_weight_and_whether_they_read_the_reference():
@@ -25,19 +25,19 @@ def test_the_check_hands_the_run_one_frozen_record_of_its_decisions(tmp_path):
     cfg = demo_config(tmp_path / "run")
     decisions = run_checks(cfg).decisions
     m = cfg.model
-    train = prepare_train(data_spec(cfg), load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source),
+    train = prepare_train(cfg, load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source),
                           write_report=False)
     assert decisions.backend_name == "plain" and hasattr(decisions.backend, "load_for_training")
     assert (decisions.limits.max_prompt_length, decisions.limits.max_completion_length) == (
         train.max_prompt_length, train.max_completion_length) and decisions.data_key == train.fingerprint
     assert decisions.limits.max_seq_length == cfg.model.max_seq_length
     assert [r.name for r in decisions.rewards] == list(cfg.grpo.reward_funcs)
-    assert decisions.trainer_args["learning_rate"] == cfg.grpo.learning_rate
+    assert decisions.config is cfg and trl_training_args(decisions.config)["learning_rate"] == cfg.grpo.learning_rate
     assert dict(decisions.prompt_format) == train.report["prompt_format"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         decisions.data_key = "other"
     with pytest.raises(TypeError):
-        decisions.trainer_args["learning_rate"] = 1.0
+        decisions.prompt_format["system_prompt"] = "other"
 
 
 def test_the_eval_key_holds_the_recipes_eval_inputs_and_start_by_role(tmp_path):

@@ -45,12 +45,12 @@ def test_registering_is_undone():
 
 def test_the_memory_plan_asks_the_backend_for_its_path(third):
     from pipeline.config import from_mapping
-    from pipeline.plan.estimate import workload
+    from pipeline.plan.estimate import kbit_upcast, memory_path
 
     cfg = from_mapping({"backend": "third", "load_in_4bit": True})
-    assert workload(cfg).path == "third" and not workload(cfg).kbit_upcast
-    assert workload(cfg.replace(backend="plain")).path == "plain" and \
-        workload(cfg.replace(backend="plain")).kbit_upcast
+    assert memory_path(cfg) == "third" and not kbit_upcast(cfg)
+    assert memory_path(cfg.replace(backend="plain")) == "plain" and \
+        kbit_upcast(cfg.replace(backend="plain"))
 
 
 def test_grpo_train_check_passes_with_the_third_backend(third, tmp_path, capsys):

@@ -20,7 +20,6 @@ from pipeline.assets import load_qwen_tokenizer
 from pipeline.backends import Completion
 from pipeline.config import ConfigError
 from pipeline.trainer.agents import resolve_agents
-from pipeline.trainer.spec import agent_settings
 from train_helpers import tiny_qwen_config
 
 CALLS = tool_call_text(("add", {"a": 2, "b": 3}), ("lookup", {"key": "k"}), ("bump", {"by": 2}))
@@ -53,7 +52,7 @@ def loop(tokenizer, turns, max_iterations, rows=None, **options):
 
     generator = Scripted(tokenizer, turns)
     rows = rows or [{"question": "2+3?", "answer": "5"}]
-    agents = resolve_agents(agent_settings(tiny_qwen_config(Path("unused"), **options)))
+    agents = resolve_agents(tiny_qwen_config(Path("unused"), **options).grpo)
     rollouts = run_tool_loop(generator, tokenizer, agents, [[{"role": "user", "content": "2+3?"}]] * len(rows),
                              rows, 400, max_iterations, 2048)
     return rollouts, generator, tokenizer, agents
@@ -269,10 +268,10 @@ def test_export_refuses_a_template_that_no_longer_renders_the_tools_it_trained_w
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # drops the tools
     tokenizer.save_pretrained(str(broken))
     with pytest.raises(RuntimeError, match="no longer renders tools"):
-        check_tool_support(broken, agent_names(agent_settings(from_mapping({"tools": ["agent_helpers:add"]}))),
+        check_tool_support(broken, agent_names(from_mapping({"tools": ["agent_helpers:add"]}).grpo),
                            "merged16")
     # trained without tools: nothing to keep
-    check_tool_support(broken, agent_names(agent_settings(from_mapping({}))), "merged16")
+    check_tool_support(broken, agent_names(from_mapping({}).grpo), "merged16")
 
 
 @pytest.mark.slow

@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.backends import plain
-from pipeline.backends.settings import backend_settings
 from pipeline.data.prepare import prepare_dataset
 from pipeline.trainer.agents import resolve_agents
 from pipeline.trainer.build import ModelCard, build_trainer, is_hub_id
-from pipeline.trainer.spec import agent_settings, trainer_spec
 from tests.train_helpers import demo_config
 
 
@@ -23,10 +21,10 @@ def built(tmp_path):
         cfg = demo_config(tmp_path / "run")
         out = Path(cfg.grpo.output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        model, tokenizer = plain.load_for_training(backend_settings(cfg))
+        model, tokenizer = plain.load_for_training(cfg)
         prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
-        trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain,
-                                   backend_settings(cfg), model, tokenizer, prepared, plain.peft_config(backend_settings(cfg)), out, resume_step)
+        trainer, _ = build_trainer(resolve_agents(cfg.grpo), plain,
+                                   cfg, model, tokenizer, prepared, plain.peft_config(cfg), out, resume_step)
         return trainer, out
 
     return build
@@ -89,9 +87,9 @@ def test_trls_trainer_logs_each_reward_under_the_name_the_pipeline_gave_it(tmp_p
                       reward_weights=[1.0, 1.0, 1.0, 1.0])
     out = Path(cfg.grpo.output_dir)
     out.mkdir(parents=True)
-    model, tokenizer = plain.load_for_training(backend_settings(cfg))
+    model, tokenizer = plain.load_for_training(cfg)
     prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
-    trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain, backend_settings(cfg),
-                               model, tokenizer, prepared, plain.peft_config(backend_settings(cfg)), out, None)
+    trainer, _ = build_trainer(resolve_agents(cfg.grpo), plain, cfg,
+                               model, tokenizer, prepared, plain.peft_config(cfg), out, None)
     assert trainer.reward_func_names[:4] == ["correctness_reward_func", "low", "high", "half"]  # then the health
     # monitor's zero-weight probe (pipeline/health)

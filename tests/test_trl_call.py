@@ -14,7 +14,6 @@ import textwrap
 import pytest
 
 from rewards.trl_source import reward_keywords
-from pipeline.data.spec import data_spec
 
 CHAT = [{"role": "user", "content": "What is 2 + 2?"}]
 SHAPES = {
@@ -98,7 +97,7 @@ def _check(tmp_path, monkeypatch, rows, rewards, **overrides):
     cfg = demo_config(tmp_path / "run", dataset_name=str(data), reward_funcs=rewards,
                       reward_weights=[1.0] * len(rewards), data_cache_dir=str(tmp_path / "cache"), **overrides)
     tokenizer = load_tokenizer(cfg.model.model_name_or_path)
-    return check_rewards(data_spec(cfg), tokenizer, prepare_train(data_spec(cfg), tokenizer, write_report=False))
+    return check_rewards(cfg, tokenizer, prepare_train(cfg, tokenizer, write_report=False))
 
 
 TLDR_ROWS = [{"prompt": f"Post {i}. TL;DR:", "completion": f" summary {i}"} for i in range(4)]

@@ -17,7 +17,6 @@ import textwrap
 import pytest
 
 from pipeline.backends import unsloth as backend
-from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError
 from tests.unsloth_helpers import IMPORT_ORDER_WARNINGS, ROOT, STANDBY, make_cfg, only_call
 from tests.unsloth_helpers import fake  # noqa: F401 (a fixture the tests take)
@@ -32,7 +31,7 @@ def test_load_for_training_builds_a_vllm_backed_lora_model_from_the_config(fake)
     import torch
 
     cfg = make_cfg(lora_target_modules=["q_proj", "v_proj"], lora_dropout=0.05)
-    model, tokenizer = backend.load_for_training(backend_settings(cfg))
+    model, tokenizer = backend.load_for_training(cfg)
 
     # What came back: a LoRA model with the configured adapter, served by an in-process vLLM engine sized from
     # the config (max_lora_rank) and the GPU (standby tier for 22.5 GiB), in bf16 on a bf16 GPU.
@@ -62,7 +61,7 @@ def test_load_for_training_builds_a_vllm_backed_lora_model_from_the_config(fake)
 def test_load_without_standby_dtype_and_checkpointing_options(fake):
     cfg = make_cfg(vllm_standby="false", dtype="float16", gradient_checkpointing=False, load_in_4bit=False,
                    float8_kv_cache=True)
-    backend.load_for_training(backend_settings(cfg))
+    backend.load_for_training(cfg)
     import torch
 
     kwargs = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
@@ -78,7 +77,7 @@ def test_load_without_standby_dtype_and_checkpointing_options(fake):
 def test_modules_to_save_with_vllm_is_refused_before_anything_loads(fake):
     # FastLlamaModel.get_peft_model raises NotImplementedError for this once the model and vLLM are loaded.
     with pytest.raises(ConfigError) as err:
-        backend.load_for_training(backend_settings(make_cfg(lora_modules_to_save=["lm_head"])))
+        backend.load_for_training(make_cfg(lora_modules_to_save=["lm_head"]))
     assert err.value.field == "lora_modules_to_save" and "fast_inference: false" in str(err.value)
     assert fake.record_calls() == []
 
@@ -90,26 +89,26 @@ def test_modules_to_save_with_vllm_is_refused_before_anything_loads(fake):
 ])
 def test_what_get_peft_model_refuses_or_ignores_is_refused_before_anything_loads(fake, overrides, field):
     with pytest.raises(ConfigError) as err:
-        backend.load_for_training(backend_settings(make_cfg(**overrides)))
+        backend.load_for_training(make_cfg(**overrides))
     assert err.value.field == field
     assert fake.record_calls() == []
 
 
 def test_embeddings_as_targets_without_vllm_reach_get_peft_model(fake):
-    model, _ = backend.load_for_training(backend_settings(make_cfg(lora_target_modules=["q_proj", "lm_head"],
-                                                                   fast_inference=False, vllm_standby="auto")))
+    model, _ = backend.load_for_training(make_cfg(lora_target_modules=["q_proj", "lm_head"],
+                                                  fast_inference=False, vllm_standby="auto"))
     assert model.peft_config["default"]["modules_to_save"] == ["lm_head"]  # Unsloth trains it in full
 
 
 def test_modules_to_save_without_vllm_reaches_get_peft_model(fake):
-    backend.load_for_training(backend_settings(make_cfg(lora_modules_to_save=["lm_head"], fast_inference=False,
-                                                        vllm_standby="auto")))
+    backend.load_for_training(make_cfg(lora_modules_to_save=["lm_head"], fast_inference=False,
+                                       vllm_standby="auto"))
     assert only_call(fake, "FastLanguageModel.get_peft_model").kwargs["modules_to_save"] == ["lm_head"]
 
 
 def test_peft_config_is_always_none():
-    assert backend.peft_config(backend_settings(make_cfg())) is None
-    assert backend.peft_config(backend_settings(make_cfg(lora_r=64, max_lora_rank=64))) is None
+    assert backend.peft_config(make_cfg()) is None
+    assert backend.peft_config(make_cfg(lora_r=64, max_lora_rank=64)) is None
 
 
 # ------------------------------------------------------------------------------------------ standby + import
@@ -121,7 +120,7 @@ def test_peft_config_is_always_none():
 )
 def test_standby_variable_is_set_before_import_unsloth(fake, monkeypatch, setting, has_cuda, expected):
     monkeypatch.setattr("pipeline.backends.cuda_available", lambda: has_cuda)
-    prepared = backend.prepare_environment(backend_settings(make_cfg(vllm_standby=setting)))
+    prepared = backend.prepare_environment(make_cfg(vllm_standby=setting))
     assert fake.import_state()["UNSLOTH_VLLM_STANDBY"] == expected
     assert prepared.standby is (expected == "1")
 
@@ -129,7 +128,7 @@ def test_standby_variable_is_set_before_import_unsloth(fake, monkeypatch, settin
 def test_standby_false_overrides_an_exported_variable(fake, monkeypatch):
     monkeypatch.setenv(STANDBY, "1")
     with pytest.warns(UserWarning, match="vllm_standby is false"):
-        backend.prepare_environment(backend_settings(make_cfg(vllm_standby="false")))
+        backend.prepare_environment(make_cfg(vllm_standby="false"))
     assert fake.import_state()["UNSLOTH_VLLM_STANDBY"] == "0"
 
 
@@ -137,15 +136,15 @@ def test_standby_requested_after_unsloth_was_imported_without_it_is_refused(fake
     import unsloth  # noqa: F401  (the user imported it first, without the variable)
 
     with pytest.raises(RuntimeError, match="before UNSLOTH_VLLM_STANDBY=1 was set"):
-        backend.prepare_environment(backend_settings(make_cfg(vllm_standby="true")))
+        backend.prepare_environment(make_cfg(vllm_standby="true"))
 
 
 def test_prepare_environment_is_idempotent_but_refuses_a_standby_change(fake):
-    backend.prepare_environment(backend_settings(make_cfg(vllm_standby="true")))
-    backend.prepare_environment(backend_settings(make_cfg(vllm_standby="true")))
+    backend.prepare_environment(make_cfg(vllm_standby="true"))
+    backend.prepare_environment(make_cfg(vllm_standby="true"))
     assert len(fake.calls_named("import unsloth")) == 1
     with pytest.raises(RuntimeError, match="fixed at import time"):
-        backend.prepare_environment(backend_settings(make_cfg(vllm_standby="false")))
+        backend.prepare_environment(make_cfg(vllm_standby="false"))
 
 
 SUBPROCESS_SCRIPT = textwrap.dedent(
@@ -157,11 +156,10 @@ SUBPROCESS_SCRIPT = textwrap.dedent(
     cheap = sorted(m for m in ("unsloth", "vllm", "torch", "trl", "transformers", "peft") if m in sys.modules)
     import tests.fake_unsloth as fake
     fake.install()
-    from pipeline.backends.settings import backend_settings
     from pipeline.config import PipelineConfig
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        backend.prepare_environment(backend_settings(PipelineConfig().replace(vllm_standby="true")))
+        backend.prepare_environment(PipelineConfig().replace(vllm_standby="true"))
     print(json.dumps({{"imported_by_backend_module": cheap, "at_import": fake.import_state(),
                        "warnings": [str(w.message) for w in caught]}}))
     """
@@ -197,9 +195,9 @@ def test_trl_imported_first_is_reported_with_the_module_and_the_fix():
 
 def test_eval_puts_a_standby_engine_back_to_sleep_with_an_int_level(fake, tmp_path):
     cfg = make_cfg(output_dir=str(tmp_path / "out"))
-    model, tokenizer = backend.load_for_training(backend_settings(cfg))
+    model, tokenizer = backend.load_for_training(cfg)
     model.vllm_engine.sleeping = True  # as the trainer leaves it between rollouts
-    generator = backend.training_generator(model, tokenizer, backend_settings(cfg))
+    generator = backend.training_generator(model, tokenizer, cfg)
     assert generator.generate(["q1"], max_tokens=5) == [fake.fake_completion("q1")]
     assert [c.args for c in fake.calls_named("vllm.LLM.sleep")] == [(1,)]  # the double raises for a str
     assert model.vllm_engine.sleeping
@@ -210,12 +208,12 @@ def test_vllm_sleep_mode_with_standby_is_refused_before_unsloth_is_imported(fake
     """Unsloth's trainer patch would hand the variable to vLLM's sleep() as a str; TRL 1.15 ignores it."""
     monkeypatch.setenv("VLLM_SLEEP_MODE", raw)
     with pytest.raises(ConfigError) as err:
-        backend.load_for_training(backend_settings(make_cfg()))
+        backend.load_for_training(make_cfg())
     assert err.value.field == "VLLM_SLEEP_MODE" and "unset VLLM_SLEEP_MODE" in str(err.value)
     assert fake.record_calls() == []
 
 
 def test_vllm_sleep_mode_without_standby_is_irrelevant(fake, monkeypatch):
     monkeypatch.setenv("VLLM_SLEEP_MODE", "2")
-    model, _ = backend.load_for_training(backend_settings(make_cfg(vllm_standby="false")))
+    model, _ = backend.load_for_training(make_cfg(vllm_standby="false"))
     assert not model.vllm_engine.standby

@@ -23,7 +23,6 @@ from env import probes
 from tests import cli_helpers
 from pipeline import backends
 from pipeline.backends import BackendChoice, gpu_settings, refuse_gpu_recipe_without_cuda
-from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError, PipelineConfig, parse_config, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,7 +113,7 @@ def test_vllm_standby_yaml_boolean(tmp_path, yaml_value):
 def test_vllm_standby_cli_any_case(given, expected):
     cfg = parse_config(["--vllm_standby", given])
     assert cfg.model.vllm_standby == expected
-    assert gpu_settings.standby_enabled(backend_settings(cfg), has_cuda=True) is (expected != "false")
+    assert gpu_settings.standby_enabled(cfg, has_cuda=True) is (expected != "false")
 
 
 def test_vllm_standby_nonsense_names_the_field():
@@ -244,13 +243,13 @@ def test_gpu_recipe_without_cuda_is_refused_with_reason_and_fix(monkeypatch):
     plain = BackendChoice("plain", "auto: no usable CUDA GPU")
     recipe = PipelineConfig()  # unsloth/Qwen2.5-1.5B-Instruct, backend auto
     with pytest.raises(ConfigError) as err:
-        refuse_gpu_recipe_without_cuda(backend_settings(recipe), plain)
+        refuse_gpu_recipe_without_cuda(recipe, plain)
     message = str(err.value)
     assert err.value.field == "model_name_or_path" and "535.104.05" in message
     assert "update the NVIDIA driver to >= 580.65.06" in message and "backend: plain" in message
     # Not GPU-sized: the tiny demo (CPU demo, tests), or backend: plain chosen on purpose.
-    refuse_gpu_recipe_without_cuda(backend_settings(recipe.replace(model_name_or_path="tiny-demo")), plain)
-    refuse_gpu_recipe_without_cuda(backend_settings(recipe.replace(backend="plain")), plain)
+    refuse_gpu_recipe_without_cuda(recipe.replace(model_name_or_path="tiny-demo"), plain)
+    refuse_gpu_recipe_without_cuda(recipe.replace(backend="plain"), plain)
 
 
 # These two stop in `grpo train`'s checks, after torch is imported (~10 s for a process of their own): they run
@@ -292,8 +291,8 @@ def test_gpu_recipe_is_refused_when_torch_disagrees_with_the_probe(monkeypatch):
         True, "NVIDIA driver 580.95.05, torch built for CUDA 13.0", "580.95.05", "13.0", "580.65.06"))
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     with pytest.raises(ConfigError) as err:
-        refuse_gpu_recipe_without_cuda(backend_settings(PipelineConfig()), BackendChoice("plain", "auto"))
+        refuse_gpu_recipe_without_cuda(PipelineConfig(), BackendChoice("plain", "auto"))
     assert "sees no CUDA device although NVIDIA driver 580.95.05" in str(err.value)
     assert "nvidia-smi" in str(err.value)
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
-    refuse_gpu_recipe_without_cuda(backend_settings(PipelineConfig()), BackendChoice("plain", "auto"))
+    refuse_gpu_recipe_without_cuda(PipelineConfig(), BackendChoice("plain", "auto"))

@@ -12,7 +12,6 @@ import tests.fake_unsloth as fake_unsloth
 from env.adapters import verify_adapter_dir
 from env.paths import atomic_directory
 from pipeline.backends import unsloth as backend
-from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError
 from tests.unsloth_helpers import IMPORT_ORDER_WARNINGS, STANDBY, make_cfg, only_call, train_and_save_adapter
 from tests.unsloth_helpers import fake  # noqa: F401 (a fixture the tests take)
@@ -26,7 +25,7 @@ pytestmark = IMPORT_ORDER_WARNINGS
 def test_save_adapter_writes_to_the_absolute_temp_sibling(fake, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = make_cfg()
-    model, tokenizer = backend.load_for_training(backend_settings(cfg))
+    model, tokenizer = backend.load_for_training(cfg)
     with atomic_directory("run/lora") as staging:  # relative, as a user would type it
         backend.save_adapter(model, tokenizer, staging)
     (save_call,) = fake.calls_named("model.save_lora")
@@ -50,7 +49,7 @@ def test_generator_loads_the_absolute_adapter_once_and_reuses_the_request(fake, 
     adapter = verify_adapter_dir("../run/lora")  # relative, from another working directory
     fake.STATE.calls.clear()
 
-    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, backend_settings(cfg))
+    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, cfg)
     batches = [["What is 1 + 1?"], ["a", "bb"], ["ccc"]]
     results = [generator.generate(p, max_tokens=200, temperature=0.7, top_p=0.9) for p in batches]
 
@@ -72,7 +71,7 @@ def test_generator_loads_the_absolute_adapter_once_and_reuses_the_request(fake, 
 
 
 def test_base_generator_passes_lora_request_none_explicitly(fake):
-    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", None, backend_settings(make_cfg()))
+    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", None, make_cfg())
     assert generator.generate(["x", "yy"], max_tokens=8, temperature=0.0, top_p=1.0) == [
         fake.fake_completion("x"), fake.fake_completion("yy")]
     (call,) = fake.calls_named("model.fast_generate")
@@ -83,7 +82,7 @@ def test_base_generator_passes_lora_request_none_explicitly(fake):
 
 def test_token_id_prompts_go_to_vllm_as_tokens_prompts_and_the_generated_ids_come_back(fake):
     """The tool loop (pipeline/infer/tool_loop.py) prompts with token ids and parses the ids it gets back."""
-    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", None, backend_settings(make_cfg()))
+    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", None, make_cfg())
     (done,) = generator.generate([[5, 6, 7]], max_tokens=8)
     (call,) = fake.calls_named("model.fast_generate")
     assert call.args[0] == [{"prompt_token_ids": [5, 6, 7]}]
@@ -95,7 +94,7 @@ def test_adapter_rank_above_max_lora_rank_is_refused_before_any_load(fake, tmp_p
     adapter = train_and_save_adapter(fake, make_cfg(lora_r=64, max_lora_rank=64), tmp_path / "lora")
     fake.STATE.calls.clear()
     with pytest.raises(ConfigError) as err:
-        backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, backend_settings(make_cfg(max_lora_rank=32)))
+        backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, make_cfg(max_lora_rank=32))
     assert err.value.field == "max_lora_rank"
     assert "r=64" in str(err.value) and "max_lora_rank=32" in str(err.value) and "--max_lora_rank 64" in str(err.value)
     assert fake.record_calls() == []
@@ -104,16 +103,16 @@ def test_adapter_rank_above_max_lora_rank_is_refused_before_any_load(fake, tmp_p
 def test_adapter_trained_on_another_base_warns(fake, tmp_path):
     adapter = train_and_save_adapter(fake, make_cfg(), tmp_path / "lora")
     # The 4-bit repo name Unsloth records is the same model; a different size is not.
-    backend.load_generator("unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit", adapter, backend_settings(make_cfg()))
+    backend.load_generator("unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit", adapter, make_cfg())
     with pytest.warns(UserWarning, match="was trained on 'unsloth/Qwen2.5-1.5B-Instruct'"):
-        backend.load_generator("Qwen/Qwen2.5-3B-Instruct", adapter, backend_settings(make_cfg()))
+        backend.load_generator("Qwen/Qwen2.5-3B-Instruct", adapter, make_cfg())
 
 
 def test_training_generator_uses_live_weights_and_restores_standby_sleep(fake, tmp_path):
     cfg = make_cfg(output_dir=str(tmp_path / "out"))
-    model, tokenizer = backend.load_for_training(backend_settings(cfg))
+    model, tokenizer = backend.load_for_training(cfg)
     model.vllm_engine.sleeping = True  # the trainer leaves the standby engine asleep between rollouts
-    generator = backend.training_generator(model, tokenizer, backend_settings(cfg))
+    generator = backend.training_generator(model, tokenizer, cfg)
     assert generator.generate(["q1"], max_tokens=5) == [fake.fake_completion("q1")]
     assert generator.generate(["q2"], max_tokens=5) == [fake.fake_completion("q2")]
 
@@ -138,7 +137,7 @@ def test_export_merged(fake, tmp_path, method, save_method, load_in_4bit):
     adapter = train_and_save_adapter(fake, cfg, tmp_path / "lora")
     fake.STATE.calls.clear()
     with atomic_directory(tmp_path / "export") as staging:
-        backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", method, staging, backend_settings(cfg))
+        backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", method, staging, cfg)
     load_kwargs = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
     assert load_kwargs["model_name"] == str(tmp_path / "lora")  # base + adapter via adapter_config.json
     assert load_kwargs["fast_inference"] is False and load_kwargs["load_in_4bit"] is load_in_4bit
@@ -153,7 +152,7 @@ def test_export_gguf_keeps_every_file_inside_out_dir(fake, tmp_path):
     cfg = make_cfg()
     adapter = train_and_save_adapter(fake, cfg, tmp_path / "lora")
     with atomic_directory(tmp_path / "export") as staging:
-        backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", "gguf", staging, backend_settings(cfg),
+        backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", "gguf", staging, cfg,
                        gguf_quantization="Q8_0")
     call = only_call(fake, "model.save_pretrained_gguf")
     assert call.args[0] == str(staging / backend.GGUF_MERGED_SUBDIR)
@@ -170,7 +169,7 @@ def test_every_export_format_saves_a_chat_template_defaulting_to_the_trained_sys
     adapter = train_and_save_adapter(fake, cfg, tmp_path / "lora")
     fake.STATE.calls.clear()
     with atomic_directory(tmp_path / "export") as staging:
-        backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", method, staging, backend_settings(cfg),
+        backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", method, staging, cfg,
                        system_prompt="Answer in <answer> tags.")
     name = "model.save_pretrained_gguf" if method == "gguf" else "model.save_pretrained_merged"
     template = only_call(fake, name).args[1].chat_template
@@ -181,7 +180,7 @@ def test_export_unknown_method_names_the_option(fake, tmp_path):
     adapter = train_and_save_adapter(fake, make_cfg(), tmp_path / "lora")
     with pytest.raises(ConfigError) as err:
         backend.export(adapter, "unsloth/Qwen2.5-1.5B-Instruct", "merged_4bit", tmp_path / "x",
-                       backend_settings(make_cfg()))
+                       make_cfg())
     assert err.value.field == "to" and "merged16" in str(err.value)
 
 # ------------------------------------------------------------------------------------------ fast_inference: false
@@ -215,21 +214,21 @@ def expected_texts(tokenizer, prompts, max_tokens, with_adapter):
 def test_no_vllm_loads_without_vllm_options_and_trains_without_vllm_fields(fake, monkeypatch):
     monkeypatch.setenv(STANDBY, "1")  # an exported standby must not leak into a run without vLLM
     with pytest.warns(UserWarning, match="fast_inference: false runs without vLLM"):
-        model, _ = backend.load_for_training(backend_settings(no_vllm_cfg()))
+        model, _ = backend.load_for_training(no_vllm_cfg())
     assert os.environ[STANDBY] == "0"
     kwargs = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
     assert kwargs["fast_inference"] is False
     assert not {"max_lora_rank", "gpu_memory_utilization", "float8_kv_cache", "unsloth_vllm_standby"} & set(kwargs)
     assert not hasattr(model, "vllm_engine") and not hasattr(model, "load_lora") and hasattr(model, "save_lora")
-    assert backend.grpo_config_kwargs(backend_settings(no_vllm_cfg()), model) == {"use_vllm": False, "bf16": True,
+    assert backend.grpo_config_kwargs(no_vllm_cfg(), model) == {"use_vllm": False, "bf16": True,
                                                                                  "fp16": False}
 
 
 def test_no_vllm_training_generator_uses_unsloths_inference_path(fake, real_tokenizer, tmp_path):
     cfg = no_vllm_cfg(output_dir=str(tmp_path / "out"))
-    model, tokenizer = backend.load_for_training(backend_settings(cfg))
+    model, tokenizer = backend.load_for_training(cfg)
     prompts = ["What is 1 + 1?", "a much longer question about apples and pears"]
-    texts = backend.training_generator(model, tokenizer, backend_settings(cfg)).generate(prompts, max_tokens=8)
+    texts = backend.training_generator(model, tokenizer, cfg).generate(prompts, max_tokens=8)
     assert texts == expected_texts(tokenizer, prompts, 8, with_adapter=True)
     names = [c.name for c in fake.record_calls()][-3:]
     assert names == ["FastLanguageModel.for_inference", "model.generate", "FastLanguageModel.for_training"]
@@ -243,7 +242,7 @@ def test_no_vllm_training_generator_uses_unsloths_inference_path(fake, real_toke
 def test_no_vllm_generate_with_the_saved_adapter(fake, real_tokenizer, tmp_path):
     adapter = train_and_save_adapter(fake, no_vllm_cfg(), tmp_path / "run" / "lora")
     fake.STATE.calls.clear()
-    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, backend_settings(no_vllm_cfg()))
+    generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, no_vllm_cfg())
     texts = generator.generate(["2 + 2?"], max_tokens=4, temperature=0.7, top_p=0.9)
     assert texts == expected_texts(real_tokenizer, ["2 + 2?"], 4, with_adapter=True)
     load = only_call(fake, "FastLanguageModel.from_pretrained").kwargs
@@ -253,7 +252,7 @@ def test_no_vllm_generate_with_the_saved_adapter(fake, real_tokenizer, tmp_path)
     assert gen["for_inference"] is True and (gen["do_sample"], gen["temperature"], gen["top_p"]) == (True, 0.7, 0.9)
     assert fake.calls_named("FastLanguageModel.for_training") == []
     # --base is the only way to get the base model, and it is visibly different.
-    base = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", None, backend_settings(no_vllm_cfg()))
+    base = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", None, no_vllm_cfg())
     assert base.generate(["2 + 2?"], max_tokens=4) == expected_texts(real_tokenizer, ["2 + 2?"], 4, False) != texts
 
 
@@ -267,7 +266,7 @@ def test_no_vllm_never_falls_back_to_the_base_model(fake, real_tokenizer, tmp_pa
 
     monkeypatch.setattr(fake.FastLanguageModel, "from_pretrained", staticmethod(loses_the_adapter))
     with pytest.raises(RuntimeError, match="without its LoRA adapter"):
-        backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, backend_settings(no_vllm_cfg()))
+        backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, no_vllm_cfg())
 
 
 # ------------------------------------------------------------------ Unsloth turned vLLM off by itself
@@ -279,13 +278,13 @@ def test_when_unsloth_returns_no_vllm_engine_the_model_decides_use_vllm_and_the_
     importable): everything follows the model it returned, never the config, and the console says so."""
     fake.STATE.vllm_usable = False
     cfg = make_cfg(output_dir=str(tmp_path / "run"))
-    model, tokenizer = backend.load_for_training(backend_settings(cfg))
+    model, tokenizer = backend.load_for_training(cfg)
     assert not hasattr(model, "vllm_engine")
     with pytest.warns(UserWarning, match="without a vLLM engine"):
-        kwargs = backend.grpo_config_kwargs(backend_settings(cfg), model)
+        kwargs = backend.grpo_config_kwargs(cfg, model)
     assert kwargs["use_vllm"] is False and not [key for key in kwargs if key.startswith("vllm")]
     prompts = ["What is 1 + 1?"]
-    assert backend.training_generator(model, tokenizer, backend_settings(cfg)).generate(prompts,
+    assert backend.training_generator(model, tokenizer, cfg).generate(prompts,
                                                                                       max_tokens=4) == expected_texts(
         tokenizer, prompts, 4, with_adapter=True)
     with atomic_directory(tmp_path / "run" / "lora") as staging:
@@ -293,7 +292,7 @@ def test_when_unsloth_returns_no_vllm_engine_the_model_decides_use_vllm_and_the_
     adapter = verify_adapter_dir(tmp_path / "run" / "lora")
     fake.STATE.calls.clear()
     with pytest.warns(UserWarning, match="without a vLLM engine"):
-        generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, backend_settings(cfg))
+        generator = backend.load_generator("unsloth/Qwen2.5-1.5B-Instruct", adapter, cfg)
     assert generator.generate(prompts, max_tokens=4) == expected_texts(real_tokenizer, prompts, 4, with_adapter=True)
     loads = [c.kwargs for c in fake.calls_named("FastLanguageModel.from_pretrained")]
     assert [(k["model_name"], k["fast_inference"]) for k in loads] == [

@@ -18,7 +18,6 @@ import pytest
 import tests.fake_unsloth as fake_unsloth
 from pipeline.backends import BackendChoice, gpu_settings
 from pipeline.backends import unsloth_setup
-from pipeline.backends.settings import backend_settings
 from pipeline.config import PipelineConfig
 from pipeline.train import run_training
 
@@ -315,7 +314,6 @@ def test_the_default_gpu_recipe_records_what_unsloth_changed_as_check_predicted(
 
     from pipeline.bootstrap import DEFAULT_GPU_RECIPE
     from pipeline.trainer.build import check_effective_config
-    from pipeline.trainer.spec import trainer_spec
 
     recipe = yaml.safe_load(DEFAULT_GPU_RECIPE.read_text())
     kept = {k: v for k, v in recipe.items() if k in PipelineConfig().grpo.__dataclass_fields__
@@ -330,7 +328,7 @@ def test_the_default_gpu_recipe_records_what_unsloth_changed_as_check_predicted(
     assert printed == record["changed"] and printed
     by_unsloth = [line for line in printed if "unsloth/models/" in line]  # the config class's, not the device's
     cfg = PipelineConfig().replace(**{**kept, "model_name_or_path": "tiny-demo", "max_completion_length": "64"})
-    message = check_effective_config(trainer_spec(cfg), "unsloth", backend_settings(cfg))
+    message = check_effective_config("unsloth", cfg)
     assert by_unsloth and all(line in message for line in by_unsloth)
     assert record["fields"]["top_k"]["value"] == -1 and record["fields"]["top_k"]["other_backend"] == 0
 
@@ -349,26 +347,24 @@ def plain_reference_after_warmup(tmp_path):
     from pipeline.data.prepare import prepare_dataset
     from pipeline.health.rollback import kl_reference
     from pipeline.data.run_data import warmup_examples
-    from pipeline.data.spec import data_spec
     from pipeline.trainer.agents import resolve_agents
     from pipeline.trainer.build import build_trainer
-    from pipeline.trainer.spec import agent_settings, trainer_spec
     from pipeline.trainer.warmup import run_format_warmup
     from tests.train_helpers import demo_config
 
     cfg = demo_config(tmp_path / "plain", sft_warmup_steps=2, beta=0.04, sft_learning_rate=0.05)
     out = Path(cfg.grpo.output_dir)
     out.mkdir(parents=True)
-    model, tokenizer = plain.load_for_training(backend_settings(cfg))
+    model, tokenizer = plain.load_for_training(cfg)
     prepared = prepare_dataset(cfg, tokenizer, report_dir=out)
-    model = run_format_warmup(model, tokenizer, trainer_spec(cfg).warmup, prepared, warmup_examples(data_spec(cfg), prepared),
-                              resolve_agents(agent_settings(cfg)).tools, plain.peft_config(backend_settings(cfg)), out, reuse=False)
-    trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain, backend_settings(cfg),
+    model = run_format_warmup(model, tokenizer, cfg, prepared, warmup_examples(cfg, prepared),
+                              resolve_agents(cfg.grpo).tools, plain.peft_config(cfg), out, reuse=False)
+    trainer, _ = build_trainer(resolve_agents(cfg.grpo), plain, cfg,
                                model, tokenizer, prepared, None, out)
-    rebuilt, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), plain, backend_settings(cfg),
+    rebuilt, _ = build_trainer(resolve_agents(cfg.grpo), plain, cfg,
                                trainer.model, tokenizer, prepared, None, out, rollbacks_done=1)
     ids = torch.tensor([tokenizer("What is 7 + 5?")["input_ids"]])
-    base = plain.load_model("tiny-demo", backend_settings(cfg), for_training=False)
+    base = plain.load_model("tiny-demo", cfg, for_training=False)
     with torch.no_grad():
         with use_adapter(rebuilt.model, adapter_name="ref" if "ref" in rebuilt.model.peft_config else None):
             reference = rebuilt.model(input_ids=ids).logits  # as GRPOTrainer._generate_and_score_completions

@@ -8,7 +8,6 @@ import json
 import pytest
 
 from pipeline.backends import unsloth as backend
-from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError, PipelineConfig
 from tests.unsloth_helpers import IMPORT_ORDER_WARNINGS, make_cfg, only_call
 from tests.unsloth_helpers import fake  # noqa: F401 (a fixture the tests take)
@@ -20,8 +19,8 @@ pytestmark = IMPORT_ORDER_WARNINGS
 
 
 def test_grpo_config_kwargs_bf16_gpu(fake):
-    model, _ = backend.load_for_training(backend_settings(make_cfg()))
-    assert backend.grpo_config_kwargs(backend_settings(make_cfg()), model) == {
+    model, _ = backend.load_for_training(make_cfg())
+    assert backend.grpo_config_kwargs(make_cfg(), model) == {
         "use_vllm": True, "bf16": True, "fp16": False, "vllm_importance_sampling_correction": True}
 
 
@@ -31,32 +30,32 @@ def test_importance_sampling_correction_is_passed_explicitly_by_both_backends(fa
     from pipeline.backends import plain
 
     cfg = make_cfg(vllm_importance_sampling_correction=value, vllm_mode="colocate")
-    model, _ = backend.load_for_training(backend_settings(cfg))
-    assert backend.grpo_config_kwargs(backend_settings(cfg), model)["vllm_importance_sampling_correction"] is value
+    model, _ = backend.load_for_training(cfg)
+    assert backend.grpo_config_kwargs(cfg, model)["vllm_importance_sampling_correction"] is value
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     monkeypatch.setattr("torch.cuda.is_bf16_supported", lambda *a, **k: True)
-    assert plain.grpo_config_kwargs(backend_settings(cfg))["vllm_importance_sampling_correction"] is value
+    assert plain.grpo_config_kwargs(cfg)["vllm_importance_sampling_correction"] is value
     assert PipelineConfig().grpo.vllm_importance_sampling_correction is True  # the one documented default
 
 
 def test_grpo_config_kwargs_gpu_without_bf16_uses_fp16(fake):
     fake.STATE.bf16_supported = False  # a T4: Unsloth loads dtype=None as float16
-    model, _ = backend.load_for_training(backend_settings(make_cfg()))
-    kwargs = backend.grpo_config_kwargs(backend_settings(make_cfg()), model)
+    model, _ = backend.load_for_training(make_cfg())
+    kwargs = backend.grpo_config_kwargs(make_cfg(), model)
     assert (kwargs["bf16"], kwargs["fp16"]) == (False, True)
 
 
 def test_grpo_config_kwargs_float32_model_leaves_precision_to_unsloth(fake):
-    model, _ = backend.load_for_training(backend_settings(make_cfg(dtype="float32")))
-    kwargs = backend.grpo_config_kwargs(backend_settings(make_cfg(dtype="float32")), model)
+    model, _ = backend.load_for_training(make_cfg(dtype="float32"))
+    kwargs = backend.grpo_config_kwargs(make_cfg(dtype="float32"), model)
     assert (kwargs["bf16"], kwargs["fp16"]) == (False, False)
 
 
 def test_vllm_sampling_params_mapping_reaches_rollouts_and_serialises(fake):
     mapping = {"min_p": 0.1, "top_k": -1, "stop": ["</answer>"], "include_stop_str_in_output": True}
     cfg = make_cfg(vllm_sampling_params=json.dumps(mapping))
-    model, _ = backend.load_for_training(backend_settings(cfg))
-    params = backend.grpo_config_kwargs(backend_settings(cfg), model)["vllm_sampling_params"]
+    model, _ = backend.load_for_training(cfg)
+    params = backend.grpo_config_kwargs(cfg, model)["vllm_sampling_params"]
     # Checked by vLLM's SamplingParams through Unsloth's own helper before training starts.
     assert only_call(fake, "unsloth.vLLMSamplingParams").kwargs == mapping
     # What Unsloth's trainer builds for a rollout (grpo_update_SamplingParams): GRPOConfig's fields, then ours,
@@ -80,8 +79,8 @@ def test_grpo_config_with_sampling_params_serialises_for_tensorboard(fake):
         vllm_sampling_params: Optional[Any] = dataclasses.field(default=None)
 
     cfg = make_cfg(vllm_sampling_params={"min_p": 0.1, "stop": ["</answer>"]})
-    model, _ = backend.load_for_training(backend_settings(cfg))
-    kwargs = backend.grpo_config_kwargs(backend_settings(cfg), model)
+    model, _ = backend.load_for_training(cfg)
+    kwargs = backend.grpo_config_kwargs(cfg, model)
     args = UnslothLikeGRPOConfig(output_dir="unused", use_cpu=True, bf16=False, fp16=False, report_to="none",
                                  vllm_sampling_params=kwargs["vllm_sampling_params"])
     written = json.loads(args.to_json_string())
@@ -95,18 +94,18 @@ def test_grpo_config_with_sampling_params_serialises_for_tensorboard(fake):
 ])
 def test_vllm_sampling_params_rejected_by_vllm_names_the_field(fake, mapping):
     cfg = make_cfg(vllm_sampling_params=json.dumps(mapping))
-    model, _ = backend.load_for_training(backend_settings(cfg))
+    model, _ = backend.load_for_training(cfg)
     with pytest.raises(ConfigError) as err:
-        backend.grpo_config_kwargs(backend_settings(cfg), model)
+        backend.grpo_config_kwargs(cfg, model)
     (bad,) = mapping
     assert err.value.field == "vllm_sampling_params" and bad in str(err.value)
 
 
 def test_vllm_sampling_params_fields_unsloth_overrides_are_refused(fake):
     cfg = make_cfg(vllm_sampling_params={"seed": 1, "min_p": 0.1})
-    model, _ = backend.load_for_training(backend_settings(make_cfg()))
+    model, _ = backend.load_for_training(make_cfg())
     with pytest.raises(ConfigError, match="seed"):
-        backend.grpo_config_kwargs(backend_settings(cfg), model)
+        backend.grpo_config_kwargs(cfg, model)
 
 # ------------------------------------------------------------------------------------------ gpu memory
 
@@ -123,14 +122,14 @@ def test_vllm_sampling_params_fields_unsloth_overrides_are_refused(fake):
 def test_auto_gpu_memory_utilization_table(total_gib, standby, expected):
     assert backend.choose_gpu_memory_utilization(total_gib, standby) == expected
     cfg = make_cfg(gpu_memory_utilization="auto")
-    assert backend.resolve_gpu_memory_utilization(backend_settings(cfg), total_gib=total_gib,
+    assert backend.resolve_gpu_memory_utilization(cfg, total_gib=total_gib,
                                                   standby=standby) == expected
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-0.2", "1.5", "nan", ""])
 def test_invalid_gpu_memory_utilization_names_the_field(value):
     with pytest.raises(ConfigError) as err:
-        backend.resolve_gpu_memory_utilization(backend_settings(make_cfg(gpu_memory_utilization=value)),
+        backend.resolve_gpu_memory_utilization(make_cfg(gpu_memory_utilization=value),
                                                total_gib=24.0, standby=False)
     assert err.value.field == "gpu_memory_utilization"
 
@@ -138,9 +137,9 @@ def test_invalid_gpu_memory_utilization_names_the_field(value):
 def test_explicit_gpu_memory_utilization(monkeypatch):
     monkeypatch.delenv("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", raising=False)
     cfg = make_cfg(gpu_memory_utilization="1")
-    assert backend.resolve_gpu_memory_utilization(backend_settings(cfg), total_gib=24.0, standby=False) == 1.0
+    assert backend.resolve_gpu_memory_utilization(cfg, total_gib=24.0, standby=False) == 1.0
     with pytest.warns(UserWarning, match="replaced by Unsloth's standby tier"):
-        assert backend.resolve_gpu_memory_utilization(backend_settings(make_cfg(gpu_memory_utilization="0.6")), 24.0,
+        assert backend.resolve_gpu_memory_utilization(make_cfg(gpu_memory_utilization="0.6"), 24.0,
                                                       True) == 0.6
 
 # ------------------------------------------------------------------------------------------ SFT warm-up precision
@@ -157,10 +156,8 @@ def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_p
     import trl
 
     from pipeline.data.run_data import warmup_examples
-    from pipeline.data.spec import data_spec
     from pipeline.trainer import warmup
     from pipeline.trainer.agents import resolve_agents
-    from pipeline.trainer.spec import agent_settings, trainer_spec
 
     made = {}
 
@@ -180,8 +177,8 @@ def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_p
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # an Ampere-or-newer GPU
     cfg = make_cfg(dtype=dtype, dataset_name="demo-arithmetic", sft_warmup_steps=2)
-    model, tokenizer = backend.load_for_training(backend_settings(cfg))
+    model, tokenizer = backend.load_for_training(cfg)
     prepared = type("Prepared", (), {"dataset": datasets.Dataset.from_list([{"prompt": "p"}]), "fingerprint": "test"})()
-    assert warmup.run_format_warmup(model, tokenizer, trainer_spec(cfg).warmup, prepared, warmup_examples(data_spec(cfg), prepared),
-                                    resolve_agents(agent_settings(cfg)).tools, None, tmp_path) is model
+    assert warmup.run_format_warmup(model, tokenizer, cfg, prepared, warmup_examples(cfg, prepared),
+                                    resolve_agents(cfg.grpo).tools, None, tmp_path) is model
     assert (made["args"].bf16, made["args"].fp16) == expected

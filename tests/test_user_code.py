@@ -283,10 +283,11 @@ def test_the_adapter_folders_tokenizer_loads_without_remote_code_whatever_the_fl
     from types import SimpleNamespace
 
     from pipeline.backends import plain
+    from pipeline.config import PipelineConfig
 
     calls = []
     monkeypatch.setattr(plain, "load_tokenizer", lambda source, trust, src: calls.append((source, trust)))
-    settings = SimpleNamespace(trust_remote_code=True, model_source="hf")
-    plain._run_tokenizer(SimpleNamespace(path=tmp_path), "base", settings)
-    plain._run_tokenizer(None, "base", settings)
+    cfg = PipelineConfig().replace(trust_remote_code=True, model_source="hf")
+    plain._run_tokenizer(SimpleNamespace(path=tmp_path), "base", cfg)
+    plain._run_tokenizer(None, "base", cfg)
     assert calls == [(str(tmp_path), False), ("base", True)]

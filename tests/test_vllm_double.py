@@ -140,11 +140,10 @@ def test_a_lora_request_naming_a_saved_adapter_changes_the_scores_on_both(engine
 
     from pipeline.backends import plain
     from pipeline.backends.vllm_engine import score_with_vllm
-    from pipeline.backends.settings import backend_settings
     from train_helpers import demo_config
 
     cfg = demo_config(tmp_path, model_name_or_path="tiny-demo-vllm")
-    model = get_peft_model(plain.load_model("tiny-demo-vllm", backend_settings(cfg), for_training=False),
+    model = get_peft_model(plain.load_model("tiny-demo-vllm", cfg, for_training=False),
                            LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
                                       init_lora_weights=False))
     with torch.no_grad():

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends.settings import backend_settings
 from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
 from pipeline.health.stale import ROLLOUT_GAP_FLOOR
 from tests.vllm_helpers import REAL_VLLM
@@ -109,12 +108,11 @@ def test_the_rollouts_come_from_the_vllm_engine(colocated_run):
     # effective_config.json records the vLLM rollouts as the trainer ran them, and --check predicted the same
     from pipeline.backends import plain
     from pipeline.trainer.effective import predicted_changes
-    from pipeline.trainer.spec import trainer_spec
 
     record = json.loads((result.output_dir / "effective_config.json").read_text())
     assert record["fields"]["use_vllm"]["value"] is True and record["fields"]["vllm_mode"]["value"] == "colocate"
-    assert record["changed"] == predicted_changes(trainer_spec(cfg).recipe_args, "plain", backend_settings(cfg),
-                                                  plain.grpo_config_kwargs(backend_settings(cfg)))
+    assert record["changed"] == predicted_changes("plain", cfg,
+                                                  plain.grpo_config_kwargs(cfg))
     logged = [m for m in _metrics(result.output_dir) if "sampling/sampling_logp_difference/mean" in m]
     assert len(logged) == STEPS  # TRL logs the trainer-vs-sampler gap only for vLLM rollouts
     assert all(m["sampling/sampling_logp_difference/mean"] < HEALTHY_SAMPLING_GAP for m in logged)
@@ -168,7 +166,7 @@ def test_generate_and_eval_with_a_saved_lora_go_through_vllm_and_agree_with_tran
                                                    add_generation_prompt=True) for q in PROMPTS]
     through_vllm = setup.generator.generate(prompts, max_tokens=24)
     transformers_path = plain.load_generator(setup.base_model, setup.adapter,
-                                             backend_settings(setup.config.replace(vllm_mode="none")))
+                                             setup.config.replace(vllm_mode="none"))
     assert isinstance(transformers_path, plain.PlainGenerator)
     assert list(through_vllm) == list(transformers_path.generate(prompts, max_tokens=24))
     assert [c.tokens for c in through_vllm] == [c.tokens for c in transformers_path.generate(prompts, 24)]
@@ -218,7 +216,7 @@ def test_each_adapter_on_one_shared_engine_answers_with_its_own_weights(tmp_path
     # the settings of the inference test above: its engine is reused (the test of a refused share, which drops it,
     # runs last)
     cfg = _vllm_config(tmp_path / "run")
-    settings, plain_settings = backend_settings(cfg), backend_settings(cfg.replace(vllm_mode="none"))
+    settings, plain_settings = cfg, cfg.replace(vllm_mode="none")
     first, second = (_random_adapter(tmp_path / name, seed) for name, seed in (("lora", 1), ("best_lora", 2)))
     base = str(builtin_model("tiny-demo-vllm").folder())
 
@@ -290,9 +288,9 @@ def test_the_inference_engine_takes_a_free_share_of_ram_and_names_the_option_whe
 
     cfg = _vllm_config(tmp_path)
     folder = str(builtin_model("tiny-demo-vllm").folder())
-    assert vllm_engine.engine_arguments(folder, backend_settings(cfg), "float32",
+    assert vllm_engine.engine_arguments(folder, cfg, "float32",
                                         with_lora=True)["gpu_memory_utilization"] == 0.3
-    greedy = vllm_engine.engine_arguments(folder, backend_settings(cfg.replace(gpu_memory_utilization="0.999")),
+    greedy = vllm_engine.engine_arguments(folder, cfg.replace(gpu_memory_utilization="0.999"),
                                           "float32", True)
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")  # the tests' fixed KV size; vLLM then sizes it from the share
     with pytest.raises(ConfigError) as refused:

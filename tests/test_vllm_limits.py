@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.backends.settings import backend_settings
 from tests.vllm_helpers import REAL_VLLM
 
 pytestmark = REAL_VLLM
@@ -27,8 +26,8 @@ def _config(name: str = "tiny-demo-vllm", **changes):
 def _settings(**overrides):
     from train_helpers import demo_config
 
-    return backend_settings(demo_config("/tmp/unused", model_name_or_path="tiny-demo-vllm", vllm_mode="colocate",
-                                        **overrides))
+    return demo_config("/tmp/unused", model_name_or_path="tiny-demo-vllm", vllm_mode="colocate",
+                                        **overrides)
 
 
 # (case, model config, recipe's TRL args, settings overrides, longest request, share, WORLD_SIZE, refused option)

@@ -18,7 +18,6 @@ import sys
 
 import pytest
 
-from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError
 from tests.vllm_helpers import needs_vllm
 
@@ -38,13 +37,13 @@ def test_server_mode_is_refused_before_anything_loads_on_a_machine_without_cuda(
     cfg = demo_config(tmp_path / "run", vllm_mode="server", vllm_server_base_url="http://127.0.0.1:8000")
     if importlib.util.find_spec("vllm") is None:
         with pytest.raises(ConfigError, match="vLLM is not installed"):
-            plain.grpo_config_kwargs(backend_settings(cfg))
+            plain.grpo_config_kwargs(cfg)
         return
     with pytest.raises(ConfigError, match=r"`vllm_mode`: server sends the trained weights .* over NCCL") as err:
-        plain.grpo_config_kwargs(backend_settings(cfg))
+        plain.grpo_config_kwargs(cfg)
     assert "vllm_mode: colocate" in str(err.value) and "docs/scale-out.md" in str(err.value)
     # runs here
-    assert plain.grpo_config_kwargs(backend_settings(cfg.replace(vllm_mode="colocate")))["vllm_mode"] == "colocate"
+    assert plain.grpo_config_kwargs(cfg.replace(vllm_mode="colocate"))["vllm_mode"] == "colocate"
 
 
 @needs_vllm

@@ -13,7 +13,6 @@ from env.paths import atomic_directory
 from pipeline.backends import gpu_settings
 from pipeline.backends import unsloth as backend
 from pipeline.backends import unsloth_setup
-from pipeline.backends.settings import backend_settings
 from pipeline.config import PipelineConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +56,7 @@ def only_call(fake, name):
 
 def train_and_save_adapter(fake, cfg, directory: Path):
     """load_for_training + save_adapter through atomic_directory, as pipeline/train.py does."""
-    model, tokenizer = backend.load_for_training(backend_settings(cfg))
+    model, tokenizer = backend.load_for_training(cfg)
     with atomic_directory(directory) as staging:
         backend.save_adapter(model, tokenizer, staging)
     return verify_adapter_dir(directory)

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
 
 from env import probes  # through the module, looked up at each call: tests stand in for the GPU probe there
-from pipeline.backends.settings import BackendSettings
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, PipelineConfig
 from pipeline.config.pipeline_config import field_choices, set_field_choices
 from pipeline.config.validate import BACKEND_RULES
 from pipeline.demo.registry import builtin_model
@@ -69,47 +68,48 @@ class Generator(Protocol):
 class Backend(Protocol):
     """The operations a backend's module provides (reached through its object, pipeline/backends/base.py). Call
     sites never branch on NAME: a step one backend does not need (the plain backend's prepare_environment) is
-    a no-op there. Each takes the backend's settings (pipeline/backends/settings.py), never the recipe."""
+    a no-op there. Each takes the validated config (pipeline/config PipelineConfig) and reads
+    the options it needs from their sections."""
 
     NAME: str
 
-    def prepare_environment(self, settings: BackendSettings) -> Any:
+    def prepare_environment(self, cfg: PipelineConfig) -> Any:
         """Process set-up before trl/transformers/peft are imported (pipeline/bootstrap.py calls it first)."""
 
-    def load_for_training(self, settings: BackendSettings) -> tuple[Any, Any]:
+    def load_for_training(self, cfg: PipelineConfig) -> tuple[Any, Any]:
         """(model, tokenizer) ready for the trainer."""
 
-    def peft_config(self, settings: BackendSettings) -> Any:
+    def peft_config(self, cfg: PipelineConfig) -> Any:
         """The peft LoraConfig for TRL to apply, or None when the model already carries its LoRA."""
 
-    def grpo_config_kwargs(self, settings: BackendSettings, model: Any) -> dict[str, Any]:
+    def grpo_config_kwargs(self, cfg: PipelineConfig, model: Any) -> dict[str, Any]:
         """Backend-specific trl.GRPOConfig keyword arguments (precision, vLLM)."""
 
     def config_rewrites(self, kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dict[str, tuple[Any, str]]:
         """{field: (value, why)}: what this backend's GRPOConfig class does to `kwargs` before TRL's own __init__
         (a pure function; pipeline/trainer/effective.py records and prints it)."""
 
-    def predicted_config_kwargs(self, settings: BackendSettings) -> dict[str, Any]:
+    def predicted_config_kwargs(self, cfg: PipelineConfig) -> dict[str, Any]:
         """grpo_config_kwargs as far as it is known before the model loads (`grpo train --check`)."""
 
-    def training_generator(self, model: Any, tokenizer: Any, settings: BackendSettings) -> Generator:
+    def training_generator(self, model: Any, tokenizer: Any, cfg: PipelineConfig) -> Generator:
         """Generate with the model being trained (eval before/after)."""
 
-    def prepare_trainer(self, trainer: Any, settings: BackendSettings) -> None:
+    def prepare_trainer(self, trainer: Any, cfg: PipelineConfig) -> None:
         """What the backend does to the built trainer before it trains (plain: TRL's colocated vLLM made to follow
         the trainer's weights on vLLM's CPU build; Unsloth: nothing, its patched trainer syncs its own engine)."""
 
-    def rollout_engine(self, trainer: Any, tokenizer: Any, settings: BackendSettings) -> Any:
+    def rollout_engine(self, trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Any:
         """The separate engine the rollouts come from, as a pipeline.health.rollout.RolloutEngine (scored by the
         rollout probe), or None when the trained model generates them itself."""
 
     def save_adapter(self, model: Any, tokenizer: Any, directory: Path) -> None:
         """Write the trained adapter and the tokenizer into `directory`."""
 
-    def load_generator(self, base_model: str, adapter: Optional[Any], settings: BackendSettings) -> Generator:
+    def load_generator(self, base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> Generator:
         """The base model plus a verified adapter (env.adapters.AdapterInfo; None: the base alone)."""
 
-    def export(self, adapter: Any, base_model: str, method: str, out_dir: Path, settings: BackendSettings,
+    def export(self, adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
                system_prompt: Optional[str] = None) -> None:
         """Merge the adapter into its base (merged16 / merged4 / gguf) and write it into `out_dir`, the tokenizer's
         chat template defaulting to the trained `system_prompt` (pipeline/data/prompts.py carry_system_prompt)."""
@@ -212,9 +212,9 @@ def gpu_sized(model_name_or_path: str, requested: str) -> bool:
     return requested != "plain" and not (builtin is not None and builtin.cpu_sized)
 
 
-def refuse_gpu_recipe_without_cuda(settings: BackendSettings, choice: BackendChoice) -> None:
+def refuse_gpu_recipe_without_cuda(cfg: PipelineConfig, choice: BackendChoice) -> None:
     """ConfigError when a GPU-sized recipe would train on CPU because CUDA is unusable (the reason and the fix)."""
-    if choice.name != "plain" or not gpu_sized(settings.model_name_or_path, settings.backend):
+    if choice.name != "plain" or not gpu_sized(cfg.model.model_name_or_path, cfg.model.backend):
         return
     status = probes.cuda_usability()
     if status.usable:
@@ -241,7 +241,7 @@ def refuse_gpu_recipe_without_cuda(settings: BackendSettings, choice: BackendCho
                "NVIDIA GPU")
     raise ConfigError(
         "model_name_or_path",
-        f"{settings.model_name_or_path!r} with backend: {settings.backend} is a GPU recipe, but CUDA is not usable "
+        f"{cfg.model.model_name_or_path!r} with backend: {cfg.model.backend} is a GPU recipe, but CUDA is not usable "
         f"here: {status.reason}. Fix: {fix}. To train it on CPU anyway (very slow), set backend: plain; for the "
         "built-in CPU demo run `grpo train` without --config.",
     )

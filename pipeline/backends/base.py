@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from pipeline.backends.settings import BackendSettings
+from pipeline.config import PipelineConfig
 
 
 class BackendBase:
@@ -37,13 +37,13 @@ class BackendBase:
         """The path the memory plan names (`grpo plan`'s `path:`): the backend and where its rollouts come from."""
         return self.NAME
 
-    def starts_vllm_engine(self, settings: BackendSettings) -> bool:
+    def starts_vllm_engine(self, cfg: PipelineConfig) -> bool:
         """Whether training starts a vLLM engine in this process (`VLLM_ENGINE`): the check reads its limits."""
         if self.VLLM_ENGINE == "trl":
-            return settings.vllm_mode == "colocate"
-        return self.VLLM_ENGINE == "own" and bool(settings.fast_inference)
+            return cfg.model.vllm_mode == "colocate"
+        return self.VLLM_ENGINE == "own" and bool(cfg.model.fast_inference)
 
-    def refuse_before_training(self, settings: BackendSettings) -> None:
+    def refuse_before_training(self, cfg: PipelineConfig) -> None:
         """What the backend refuses before a recipe's model loads (`grpo` at start-up, pipeline/bootstrap.py)."""
         return None
 

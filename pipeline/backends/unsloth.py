@@ -7,7 +7,7 @@ inside the training process on the same card and shares the model weights with i
 `fast_inference: false` runs Unsloth without vLLM: the same 4-bit LoRA model, but Unsloth's patched
 GRPOTrainer generates with transformers, and eval/generate use FastLanguageModel.for_inference + generate.
 
-Importing this module imports nothing heavy. `prepare_environment(settings)` (pipeline/backends/unsloth_setup.py,
+Importing this module imports nothing heavy. `prepare_environment(cfg)` (pipeline/backends/unsloth_setup.py,
 with the from_pretrained arguments every loader here shares) must run before trl, transformers or peft are
 imported; `grpo` calls it at start-up (pipeline/bootstrap.py) and every entry point below calls it again.
 
@@ -31,7 +31,6 @@ from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: caller
     resolve_gpu_memory_utilization,
     standby_enabled,
 )
-from pipeline.backends.settings import BackendSettings
 from pipeline.backends.unsloth_config import config_rewrites, predicted_config_kwargs  # noqa: F401 (Backend)
 from pipeline.backends.unsloth_infer import load_generator, rollout_engine, training_generator  # noqa: F401 (Backend)
 from pipeline.backends.unsloth_setup import (
@@ -47,6 +46,7 @@ from pipeline.backends.unsloth_setup import (
 from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_update_SamplingParams
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     ConfigError,
+    PipelineConfig,
     sampling_params_mapping,
     validate_unsloth,
 )
@@ -73,8 +73,8 @@ class UnslothBackend(BackendBase):
     def memory_path(self, vllm_mode: str, fast_inference: bool) -> str:
         return "unsloth+vllm" if fast_inference else "unsloth (no vLLM)"
 
-    def refuse_before_training(self, settings: BackendSettings) -> None:
-        refuse_vllm_sleep_mode(standby_enabled(settings))  # the trainer's rollouts would sleep vLLM with it
+    def refuse_before_training(self, cfg: PipelineConfig) -> None:
+        refuse_vllm_sleep_mode(standby_enabled(cfg))  # the trainer's rollouts would sleep vLLM with it
 
 DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (unsloth_save_pretrained_gguf)
 # save_pretrained_gguf writes the merged 16-bit checkpoint into save_directory and the .gguf
@@ -83,36 +83,36 @@ DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (unsloth
 GGUF_MERGED_SUBDIR = "merged"
 
 
-def load_for_training(settings: BackendSettings):
+def load_for_training(cfg: PipelineConfig):
     """from_pretrained(fast_inference as set) then get_peft_model: returns (LoRA model, tokenizer).
 
     The LoRA must be applied here, before the trainer is built: Unsloth's GRPOTrainer rewrites
     `if peft_config is not None:` to `if False:` (see `peft_config` below).
     """
     # e.g. lora_modules_to_save with vLLM: get_peft_model would refuse after loading
-    validate_unsloth(settings.lora_modules_to_save, settings.lora_target_modules, settings.fast_inference,
-                     settings.vllm_sampling_params, settings.vllm_standby)
-    refuse_vllm_sleep_mode(standby_enabled(settings))  # the trainer's rollouts would sleep vLLM with it
-    prepared = prepare_environment(settings)
+    validate_unsloth(cfg.lora.lora_modules_to_save, cfg.lora.lora_target_modules, cfg.model.fast_inference,
+                     cfg.grpo.vllm_sampling_params, cfg.model.vllm_standby)
+    refuse_vllm_sleep_mode(standby_enabled(cfg))  # the trainer's rollouts would sleep vLLM with it
+    prepared = prepare_environment(cfg)
     from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(settings, unsloth_model_name(settings.model_name_or_path),
-                                  fast_inference=settings.fast_inference, standby=prepared.standby)
+        **from_pretrained_kwargs(cfg, unsloth_model_name(cfg.model.model_name_or_path),
+                                  fast_inference=cfg.model.fast_inference, standby=prepared.standby)
     )
     # FastLlamaModel.get_peft_model. It ends with patch_peft_fast_inference (unsloth/models/_utils.py),
     # which attaches save_lora (always) and, with a vLLM engine, load_lora/fast_generate to the PeftModel.
     model = FastLanguageModel.get_peft_model(
         model,
-        r=settings.lora_r,
-        target_modules=list(settings.lora_target_modules),
-        lora_alpha=settings.lora_alpha,
-        lora_dropout=settings.lora_dropout,  # 0 keeps the fused LoRA kernels on (llama._fused_lora_skip_reason)
-        use_gradient_checkpointing=gradient_checkpointing_mode(settings.gradient_checkpointing),
-        random_state=settings.seed,
-        modules_to_save=list(settings.lora_modules_to_save) or None,
+        r=cfg.lora.lora_r,
+        target_modules=list(cfg.lora.lora_target_modules),
+        lora_alpha=cfg.lora.lora_alpha,
+        lora_dropout=cfg.lora.lora_dropout,  # 0 keeps the fused LoRA kernels on (llama._fused_lora_skip_reason)
+        use_gradient_checkpointing=gradient_checkpointing_mode(cfg.lora.gradient_checkpointing),
+        random_state=cfg.grpo.seed,
+        modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
     )
-    _anchor_live_lora(model, absolute_path(settings.output_dir) / LIVE_LORA_SUBDIR)
+    _anchor_live_lora(model, absolute_path(cfg.grpo.output_dir) / LIVE_LORA_SUBDIR)
     return model, tokenizer
 
 
@@ -137,14 +137,13 @@ def _anchor_live_lora(model: Any, folder: Path) -> None:
     model.load_lora = anchored
 
 
-def peft_config(settings: BackendSettings) -> None:
+def peft_config(cfg: PipelineConfig) -> None:
     """Always None: Unsloth's patched GRPOTrainer replaces `if peft_config is not None:` with
     `if False:`, so a LoraConfig passed there would be silently ignored. load_for_training
     already applied the LoRA with FastLanguageModel.get_peft_model.
 
-    >>> from pipeline.backends.settings import backend_settings
     >>> from pipeline.config import PipelineConfig
-    >>> peft_config(backend_settings(PipelineConfig())) is None
+    >>> peft_config(PipelineConfig()) is None
     True
     """
     return None
@@ -166,7 +165,7 @@ class SamplingOverrides(dict):
         return dict(self)
 
 
-def grpo_config_kwargs(settings: BackendSettings, model: Any) -> dict[str, Any]:
+def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
     """Backend-specific GRPOConfig (UnslothGRPOConfig) keyword arguments.
 
     - `use_vllm`: True exactly when the model carries a vLLM engine (serves_with_vllm): generation then goes
@@ -183,15 +182,15 @@ def grpo_config_kwargs(settings: BackendSettings, model: Any) -> dict[str, Any]:
     Other Unsloth-specific fields (unsloth_num_chunks=-1, unsloth_grpo_mini_batch=None,
     unsloth_logit_chunk_multiplier=None; rl.py) keep their defaults.
     """
-    use_vllm = serves_with_vllm(model, settings.fast_inference)
+    use_vllm = serves_with_vllm(model, cfg.model.fast_inference)
     kwargs: dict[str, Any] = {"use_vllm": use_vllm, **mixed_precision(model)}
     if not use_vllm:
-        if not settings.fast_inference and sampling_params_mapping(settings.vllm_sampling_params):
+        if not cfg.model.fast_inference and sampling_params_mapping(cfg.grpo.vllm_sampling_params):
             # validate() refuses this first
             raise ConfigError("vllm_sampling_params", "is for vLLM; fast_inference: false runs without it.")
         return kwargs
-    kwargs["vllm_importance_sampling_correction"] = settings.vllm_importance_sampling_correction
-    mapping = sampling_params_mapping(settings.vllm_sampling_params)
+    kwargs["vllm_importance_sampling_correction"] = cfg.grpo.vllm_importance_sampling_correction
+    mapping = sampling_params_mapping(cfg.grpo.vllm_sampling_params)
     if mapping:
         overridden = sorted(set(mapping) & set(UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS))
         if overridden:  # validate() refuses these first; kept for direct callers
@@ -212,7 +211,7 @@ def grpo_config_kwargs(settings: BackendSettings, model: Any) -> dict[str, Any]:
     return kwargs
 
 
-def prepare_trainer(trainer: Any, settings: BackendSettings) -> None:
+def prepare_trainer(trainer: Any, cfg: PipelineConfig) -> None:
     """Nothing: Unsloth's patched trainer sends the adapter to its own vLLM engine (load_lora) before each rollout."""
     return None
 
@@ -229,7 +228,7 @@ def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
     tokenizer.save_pretrained(str(directory))
 
 
-def export(adapter: Any, base_model: str, method: str, out_dir: Path, settings: BackendSettings,
+def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
            system_prompt: Optional[str] = None, gguf_quantization: str = DEFAULT_GGUF_QUANTIZATION) -> None:
     """Merge the adapter into its base and write it into `out_dir` (a temp folder the caller owns).
 
@@ -251,16 +250,16 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, settings: 
                           "q8_0 or f16.")
     warn_if_other_base(adapter, base_model)
     with unsloth_adapter_folder(adapter) as folder:  # the merge below reads the base from the loaded model
-        _export(folder, method, out_dir, settings, system_prompt, gguf_quantization)
+        _export(folder, method, out_dir, cfg, system_prompt, gguf_quantization)
 
 
-def _export(folder: str, method: str, out_dir: Path, settings: BackendSettings, system_prompt: Optional[str],
+def _export(folder: str, method: str, out_dir: Path, cfg: PipelineConfig, system_prompt: Optional[str],
             gguf_quantization: str) -> None:
-    prepared = prepare_environment(settings)
+    prepared = prepare_environment(cfg)
     from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(settings, folder, fast_inference=False,
+        **from_pretrained_kwargs(cfg, folder, fast_inference=False,
                                   standby=prepared.standby, load_in_4bit=True if method == "merged4" else None)
     )
     # Absolute: Unsloth moves *relative* save paths elsewhere on Kaggle (save.py _preflight_merge_disk).

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.backends.settings import BackendSettings
+from pipeline.config import PipelineConfig
+
 
 # TRL's defaults that UnslothGRPOConfig replaces (rl.py `_patch_trl_rl_trainers_impl`, both `replacements`
 # tables: the one for every RL config and the GRPO one). A field the caller passes keeps its value.
@@ -80,11 +81,11 @@ def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dic
     return {name: (values[name], why[name]) for name in why if values[name] != start.get(name)}
 
 
-def predicted_config_kwargs(settings: BackendSettings) -> dict[str, Any]:
+def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
     """The backend's own GRPOConfig keyword arguments as far as they are known before the model loads
     (pipeline/backends/unsloth.py grpo_config_kwargs): use_vllm follows fast_inference (Unsloth may still turn
     vLLM off itself, which the run records), bf16/fp16 follow the loaded model's dtype and are left out."""
-    if not settings.fast_inference:
+    if not cfg.model.fast_inference:
         return {"use_vllm": False}
     return {"use_vllm": True,
-            "vllm_importance_sampling_correction": settings.vllm_importance_sampling_correction}
+            "vllm_importance_sampling_correction": cfg.grpo.vllm_importance_sampling_correction}

@@ -16,7 +16,6 @@ from env.locations import absolute_path
 from pipeline.backends import Completion
 from pipeline.backends.gpu_settings import EVAL_SLEEP_LEVEL
 from pipeline.backends.plain import PlainGenerator
-from pipeline.backends.settings import BackendSettings
 from pipeline.backends.vllm_engine import generate_with_vllm, score_with_vllm
 from pipeline.backends.unsloth_setup import (
     LIVE_LORA_SUBDIR,
@@ -27,7 +26,7 @@ from pipeline.backends.unsloth_setup import (
     unsloth_model_name,
     warn_if_other_base,
 )
-from pipeline.config import check_adapter_rank
+from pipeline.config import PipelineConfig, check_adapter_rank
 
 
 def _check_adapter_rank(adapter: Any, max_lora_rank: int) -> None:
@@ -103,12 +102,12 @@ class UnslothRolloutEngine(UnslothGenerator):
                 self._sleep()
 
 
-def rollout_engine(trainer: Any, tokenizer: Any, settings: BackendSettings) -> Optional[UnslothRolloutEngine]:
+def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optional[UnslothRolloutEngine]:
     """With a vLLM engine (serves_with_vllm) the rollouts come from it; without, from the trained model itself."""
-    if (not serves_with_vllm(trainer.model, settings.fast_inference)
+    if (not serves_with_vllm(trainer.model, cfg.model.fast_inference)
             or getattr(trainer.model, "load_lora", None) is None):
         return None
-    folder = absolute_path(settings.output_dir) / LIVE_LORA_SUBDIR / "probe"
+    folder = absolute_path(cfg.grpo.output_dir) / LIVE_LORA_SUBDIR / "probe"
     return UnslothRolloutEngine(trainer.model, tokenizer, folder)
 
 
@@ -138,7 +137,7 @@ class UnslothTransformersGenerator(PlainGenerator):
                 FastLanguageModel.for_training(self.model)
 
 
-def training_generator(model: Any, tokenizer: Any, settings: BackendSettings):
+def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig):
     """Generate with the LoRA model being trained (eval before/after in `grpo train`).
 
     `model.load_lora(..., load_tensors=True)` sends the adapter's *current* in-memory tensors to
@@ -146,19 +145,19 @@ def training_generator(model: Any, tokenizer: Any, settings: BackendSettings):
     adapter_config.json into the folder it is given (unsloth_zoo.vllm_utils._live_lora_config), so that folder is a
     hidden one in output_dir. Call this again after training: each call snapshots the weights.
     """
-    if not serves_with_vllm(model, settings.fast_inference):
+    if not serves_with_vllm(model, cfg.model.fast_inference):
         return UnslothTransformersGenerator(model, tokenizer, back_to_training=True)
     load_lora = getattr(model, "load_lora", None)
     if load_lora is None:
         raise RuntimeError("this model has no load_lora: the unsloth backend generates through the LoRA model "
                            "from load_for_training (FastLanguageModel.get_peft_model with fast_inference=True).")
-    live_dir = absolute_path(settings.output_dir) / LIVE_LORA_SUBDIR
+    live_dir = absolute_path(cfg.grpo.output_dir) / LIVE_LORA_SUBDIR
     live_dir.mkdir(parents=True, exist_ok=True)
     lora_request = load_lora(str(live_dir), load_tensors=True)
     return UnslothGenerator(model, tokenizer, lora_request, wake_engine=True)
 
 
-def load_generator(base_model: str, adapter: Optional[Any], settings: BackendSettings):
+def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig):
     """Base model in vLLM plus the verified adapter (`adapter=None`: the base model alone).
 
     With fast_inference: false, see `_load_transformers_generator` (no vLLM).
@@ -168,22 +167,22 @@ def load_generator(base_model: str, adapter: Optional[Any], settings: BackendSet
     (vllm/lora/utils.py get_adapter_absolute_path). The tokenizer is the one from_pretrained
     returns, the same call training made.
     """
-    if not settings.fast_inference:
-        return _load_transformers_generator(base_model, adapter, settings)
+    if not cfg.model.fast_inference:
+        return _load_transformers_generator(base_model, adapter, cfg)
     if adapter is not None:
-        _check_adapter_rank(adapter, settings.max_lora_rank)
+        _check_adapter_rank(adapter, cfg.model.max_lora_rank)
         warn_if_other_base(adapter, base_model)
-    prepared = prepare_environment(settings)
+    prepared = prepare_environment(cfg)
     from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(settings, unsloth_model_name(base_model), fast_inference=True,
+        **from_pretrained_kwargs(cfg, unsloth_model_name(base_model), fast_inference=True,
                                   standby=prepared.standby)
     )
-    if not serves_with_vllm(model, settings.fast_inference):
+    if not serves_with_vllm(model, cfg.model.fast_inference):
         # Unsloth turned vLLM off: its transformers path, from the adapter folder
         del model
-        return _load_transformers_generator(base_model, adapter, settings)
+        return _load_transformers_generator(base_model, adapter, cfg)
     lora_request = None
     if adapter is not None:
         # `model.load_lora` exists only on a PeftModel (patch_peft_fast_inference in unsloth/models/_utils.py);
@@ -198,7 +197,7 @@ def load_generator(base_model: str, adapter: Optional[Any], settings: BackendSet
     return UnslothGenerator(model, tokenizer, lora_request)
 
 
-def _load_transformers_generator(base_model: str, adapter: Optional[Any], settings: BackendSettings):
+def _load_transformers_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig):
     """Unsloth without vLLM: `FastLanguageModel.from_pretrained(<adapter folder>)` + for_inference + generate.
 
     Given an adapter folder, from_pretrained reads adapter_config.json, loads the base it names and applies
@@ -208,13 +207,13 @@ def _load_transformers_generator(base_model: str, adapter: Optional[Any], settin
     """
     if adapter is not None:
         warn_if_other_base(adapter, base_model)
-    prepare_environment(settings)
+    prepare_environment(cfg)
     from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)
 
     with (unsloth_adapter_folder(adapter) if adapter is not None
           else contextlib.nullcontext(unsloth_model_name(base_model))) as source:
         model, tokenizer = FastLanguageModel.from_pretrained(
-            **from_pretrained_kwargs(settings, source, fast_inference=False, standby=False))
+            **from_pretrained_kwargs(cfg, source, fast_inference=False, standby=False))
     if adapter is not None and not getattr(model, "peft_config", None):
         raise RuntimeError(f"Unsloth loaded {adapter.path} without its LoRA adapter (the model has no peft_config); "
                            "refusing to generate with the base model in its place. Check adapter_config.json there.")

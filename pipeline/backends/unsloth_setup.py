@@ -1,7 +1,7 @@
 """Unsloth process set-up and loading arguments, shared by training, generation and export: the model name or
 adapter folder Unsloth is handed, whether a model serves through vLLM, the adapter's recorded base.
 
-`prepare_environment(settings)` sets UNSLOTH_VLLM_STANDBY and imports unsloth, which must happen before trl,
+`prepare_environment(cfg)` sets UNSLOTH_VLLM_STANDBY and imports unsloth, which must happen before trl,
 transformers or peft are imported (pipeline/bootstrap.py calls it first thing in `grpo`);
 `from_pretrained_kwargs` is the one place FastLanguageModel.from_pretrained's arguments are built.
 Importing this module imports nothing heavy.
@@ -25,8 +25,7 @@ from env.locations import absolute_path
 from env.locations import cache_root
 from env.paths import atomic_write_json
 from pipeline.backends.gpu_settings import resolve_gpu_memory_utilization, standby_enabled
-from pipeline.backends.settings import BackendSettings
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, PipelineConfig
 from pipeline.data.tokenizer import resolve_model_path
 from pipeline.run.manifest import other_base
 
@@ -56,7 +55,7 @@ def _import_order_problems() -> list[str]:
     return [str(problem) for problem in import_order_problems()]
 
 
-def prepare_environment(settings: BackendSettings) -> PreparedEnvironment:
+def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
     """Set UNSLOTH_VLLM_STANDBY and UNSLOTH_COMPILE_LOCATION, check the import order, then `import unsloth`.
     Idempotent.
 
@@ -69,7 +68,7 @@ def prepare_environment(settings: BackendSettings) -> PreparedEnvironment:
     raise: Unsloth itself only warns (unsloth/_gpu_init.py, at module level) and patches what it can.
     """
     global _prepared
-    standby = standby_enabled(settings)
+    standby = standby_enabled(cfg)
     if _prepared is not None and "unsloth" in sys.modules:
         if _prepared.standby != standby:
             raise RuntimeError(
@@ -97,12 +96,12 @@ def prepare_environment(settings: BackendSettings) -> PreparedEnvironment:
                 f"vllm_standby is false, but unsloth was already imported with {STANDBY_ENV}={current}. "
                 "Restart the process without that variable, or set vllm_standby: true."
             )
-        why = "vllm_standby is false" if settings.fast_inference else "fast_inference: false runs without vLLM"
+        why = "vllm_standby is false" if cfg.model.fast_inference else "fast_inference: false runs without vLLM"
         warnings.warn(f"{STANDBY_ENV}={current} is set in the environment but {why}; "
                       f"setting {STANDBY_ENV}=0 for this run.", stacklevel=2)
         os.environ[STANDBY_ENV] = "0"
 
-    _set_modelscope_env(settings.model_source)
+    _set_modelscope_env(cfg.model.model_source)
     if "unsloth" not in sys.modules and not os.environ.get(COMPILE_LOCATION_ENV):
         # Under the project's cache root instead of the cwd; a location the user exported is kept.
         os.environ[COMPILE_LOCATION_ENV] = str(cache_root().resolve() / "unsloth_compiled_cache")
@@ -111,7 +110,7 @@ def prepare_environment(settings: BackendSettings) -> PreparedEnvironment:
         warnings.warn(
             "Unsloth must be imported before " + ", ".join(problems) + ", which are already imported, so some of "
             "its patches (speed, memory) will not apply. Fix: call pipeline.backends.unsloth.prepare_environment("
-            "backend_settings(cfg)) (pipeline.backends.settings; or `import unsloth`) before anything imports "
+            "cfg) (cfg: the recipe's PipelineConfig; or `import unsloth`) before anything imports "
             "trl, transformers or peft; in a notebook, restart the kernel and run it in the first cell.",
             stacklevel=2,
         )
@@ -159,26 +158,26 @@ def gradient_checkpointing_mode(gradient_checkpointing: bool):
     return "unsloth" if gradient_checkpointing else False
 
 
-def from_pretrained_kwargs(settings: BackendSettings, model_name: str, *, fast_inference: bool,
+def from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
                             standby: bool, load_in_4bit: Optional[bool] = None) -> dict[str, Any]:
     """Keyword arguments for FastLanguageModel.from_pretrained (unsloth/models/loader.py)."""
     kwargs: dict[str, Any] = {
         "model_name": model_name,
-        "max_seq_length": settings.max_seq_length,
-        "load_in_4bit": settings.load_in_4bit if load_in_4bit is None else load_in_4bit,
+        "max_seq_length": cfg.model.max_seq_length,
+        "load_in_4bit": cfg.model.load_in_4bit if load_in_4bit is None else load_in_4bit,
         "fast_inference": fast_inference,
-        "dtype": _torch_dtype(settings.dtype),
-        "random_state": settings.seed,
-        "use_gradient_checkpointing": gradient_checkpointing_mode(settings.gradient_checkpointing),
-        "trust_remote_code": settings.trust_remote_code,
+        "dtype": _torch_dtype(cfg.model.dtype),
+        "random_state": cfg.grpo.seed,
+        "use_gradient_checkpointing": gradient_checkpointing_mode(cfg.lora.gradient_checkpointing),
+        "trust_remote_code": cfg.model.trust_remote_code,
     }
     if fast_inference:
         kwargs.update(
             # vLLM's LoRA slot size: every adapter it serves must have r <= this
             # (unsloth_zoo.vllm_utils._check_lora_rank_fits).
-            max_lora_rank=settings.max_lora_rank,
-            gpu_memory_utilization=resolve_gpu_memory_utilization(settings, standby=standby),
-            float8_kv_cache=settings.float8_kv_cache,
+            max_lora_rank=cfg.model.max_lora_rank,
+            gpu_memory_utilization=resolve_gpu_memory_utilization(cfg, standby=standby),
+            float8_kv_cache=cfg.model.float8_kv_cache,
         )
         if standby:
             # Not a FastLanguageModel.from_pretrained parameter: it travels in **kwargs to

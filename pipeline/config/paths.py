@@ -11,8 +11,8 @@ from pipeline.config.fields import ConfigError
 
 def config_paths(paths: Mapping[str, Any], *fields: str) -> dict[str, Path]:
     """Check the path `fields` (env.path_check's table: output_dir, data_cache_dir, a local dataset_name or model
-    folder, --resume PATH) before anything runs; `paths`: the path options' values (pipeline/data/spec.py
-    DataSpec.paths: every one, so an output is checked against all the run reads). Each refusal is a ConfigError
+    folder, --resume PATH) before anything runs; `paths`: the path options' values (a config's `to_dict()`: every
+    one, so an output is checked against all the run reads). Each refusal is a ConfigError
     naming the field."""
     try:
         return check_command_paths("train", paths, only=fields)

@@ -39,7 +39,7 @@ from typing import Any, Iterator, Optional
 from env.locations import absolute_path, snapshot
 from env.paths import atomic_write_json
 from env.secret_fields import masked
-from pipeline.config import ConfigError, PipelineConfig, check_choice, parse_limit
+from pipeline.config import ConfigError, PipelineConfig, check_choice, parse_limit, role_values
 from pipeline.data.cache import (
     DATA_FORMAT_VERSION,
     data_cache_root,
@@ -60,7 +60,6 @@ from pipeline.data.prompts import (
 )
 from pipeline.data.source_spec import DataSource, source_spec
 from pipeline.data.sources import resolve_source
-from pipeline.data.spec import DataSpec, data_spec
 from env.kept import code_hash
 import rewards
 from rewards import extract_hash_answer, reference_is_scorable
@@ -118,11 +117,11 @@ def report_file_name(split: Optional[str], role: str = "train") -> str:
     return REPORT_NAME if split is None else f"data_report_{split}.json"
 
 
-def data_fields(data: DataSpec) -> dict[str, Any]:
-    """The config fields that change the prepared dataset (role data_key, declared on the fields: `data.key_values`;
+def data_fields(cfg: PipelineConfig) -> dict[str, Any]:
+    """The config fields that change the prepared dataset (role data_key, declared on the fields: `role_values`;
     part of the cache fingerprint; the columns read are in the source's identity), the limits as numbers, and the
     answer reader."""
-    fields = dict(data.key_values)
+    fields = role_values(cfg, "data_key")
     for name in ("max_prompt_length", "max_completion_length"):  # `auto` and `AUTO` prepare the same rows
         fields[name] = parse_limit(fields[name], name)
     return {**fields, "answer_reader": answer_reader_version()}
@@ -173,19 +172,12 @@ def prepare_dataset(cfg: PipelineConfig, tokenizer: Any, split: Optional[str] = 
     >>> data.max_prompt_length + data.max_completion_length == cfg.model.max_seq_length
     True
     """
-    return prepare_split(data_spec(cfg), tokenizer, split, report_dir, role, write_report)
-
-
-def prepare_split(data: DataSpec, tokenizer: Any, split: Optional[str] = None,
-                  report_dir: Optional[str | Path] = None, role: str = "train",
-                  write_report: bool = True) -> PreparedData:
-    """prepare_dataset's work, on the data path's values of the recipe (`data`, pipeline/data/spec.py)."""
-    d = data
+    d = cfg.data
     report_name = report_file_name(split, role)
-    spec = source_spec(data, role, split)
+    spec = source_spec(cfg, role, split)
     check_choice("overlong_policy", d.overlong_policy)  # callers may come here without validate()
     budget = LengthBudget(
-        max_seq_length=d.max_seq_length,
+        max_seq_length=cfg.model.max_seq_length,
         fixed_prompt_limit=parse_limit(d.max_prompt_length, "max_prompt_length"),
         fixed_completion_limit=parse_limit(d.max_completion_length, "max_completion_length"),
     )
@@ -193,13 +185,13 @@ def prepare_split(data: DataSpec, tokenizer: Any, split: Optional[str] = None,
     check_system_prompt_survives(tokenizer, d.system_prompt)
 
     cache_root = data_cache_root(d.data_cache_dir)
-    source = resolve_source(data, spec, cache_root)
-    key = fingerprint(source.identity, tokenizer_identity(tokenizer), data_fields(data))
+    source = resolve_source(cfg, spec, cache_root)
+    key = fingerprint(source.identity, tokenizer_identity(tokenizer), data_fields(cfg))
     entry = cache_root / key
     # What the cache entry and the report were before the build is all their writes may replace (env.paths.publish).
     entry_seen = snapshot(entry, option="data_cache_dir")
-    report_seen = (snapshot(absolute_path(report_dir if report_dir is not None else d.output_dir) / report_name)
-                   if write_report else None)
+    report_folder = report_dir if report_dir is not None else cfg.grpo.output_dir
+    report_seen = snapshot(absolute_path(report_folder) / report_name) if write_report else None
 
     dataset, report, error = _cached_or_built(d, tokenizer, source, budget, spec, key, entry, entry_seen)
     # First: when most answers are unreadable, the answer column is what to fix (even if no rows are left).
@@ -227,8 +219,8 @@ def prepare_split(data: DataSpec, tokenizer: Any, split: Optional[str] = None,
 
 def _cached_or_built(d: Any, tokenizer: Any, source: DataSource, budget: LengthBudget, spec: Any, key: str,
                      entry: Path, entry_seen: Any) -> tuple[Any, dict[str, Any], Optional[str]]:
-    """The cache entry when there is one, else the split built (and cached when it can be used); `d`: the data
-    path's values."""
+    """The cache entry when there is one, else the split built (and cached when it can be used); `d`: the recipe's
+    data section."""
     with _quiet_datasets():
         cached = load_cached(entry)
         if cached is not None:
@@ -268,7 +260,7 @@ def _unscorable_error(report: dict[str, Any], answer_option: str) -> Optional[st
 
 def _build(d: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
            split: str, source_option: str = "dataset_name") -> tuple[Any, dict[str, Any], Optional[str]]:
-    """Load, clean and measure (`d`: the data path's values); return (dataset or None, report, error or None)."""
+    """Load, clean and measure (`d`: the recipe's data section); return (dataset or None, report, error or None)."""
     started = time.perf_counter()
     # Fail before reading any rows when the limit cannot even hold the system prompt.
     floor = system_prompt_tokens(tokenizer, d.system_prompt)

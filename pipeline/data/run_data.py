@@ -7,19 +7,19 @@ run call `prepare_run_data`; the prepared splits are cached, so the run's call a
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.config import ConfigError
-from pipeline.data import prepare  # prepare.prepare_split through the module: tests interrupt it there
-from pipeline.data.columns import ANSWER, OWN_COLUMNS, ROW_ID, SOLUTION
+from pipeline.config import ConfigError, PipelineConfig, given
+from pipeline.data import prepare  # prepare.prepare_dataset through the module: tests interrupt it there
+from pipeline.data.columns import ANSWER, OWN_COLUMNS, ROW_ID, SOLUTION, removes_unused_columns
 from pipeline.data.prompts import completion_like, question_text
 from pipeline.data.data_files import local_layout, local_path
 from pipeline.data.sources import field_values, nested_paths
 from pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT, source_spec
-from pipeline.data.spec import DataSpec
 from pipeline.demo.registry import builtin_source
 from rewards import reads_reference, reference_is_scorable
 from rewards.normalize import parse_answer
@@ -54,17 +54,17 @@ class RunData:
 
 
 # The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one. Each
-# takes `data`, the data path's values of the recipe (pipeline/data/spec.py DataSpec).
-def prepare_train(data: DataSpec, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
-    train = prepare.prepare_split(data, tokenizer, report_dir=report_dir, write_report=write_report)
+# takes `cfg`, the recipe as validated.
+def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
+    train = prepare.prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
     # which columns the rewards get (report.py)
-    train.report["remove_unused_columns"] = data.remove_unused_columns
-    reads = reads_reference(list(data.reward_funcs))  # from the modules' text: `grpo data` imports no reward
+    train.report["remove_unused_columns"] = removes_unused_columns(cfg.trl)
+    reads = reads_reference(list(cfg.grpo.reward_funcs))  # from the modules' text: `grpo data` imports no reward
     if reads is None:
         print("[grpo] note: whether a reward of your own reads the reference answers cannot be told without running "
               "its module, which `grpo data` does not do; the answers were not required.", file=sys.stderr)
     if reads:
-        require_reference_answers(source_spec(data, "train"), train.dataset, "the correctness reward (reward_funcs)",
+        require_reference_answers(source_spec(cfg, "train"), train.dataset, "the correctness reward (reward_funcs)",
                                   "or leave correctness out of reward_funcs (a reward of your own gets every column, "
                                   "as TRL passes them)")
     return train
@@ -107,23 +107,20 @@ def require_reference_answers(spec: Any, dataset: Any, scorer: str, other_fix: s
 EVAL_OFF = {"eval_before": False, "eval_after": False, "eval_steps": 0}
 
 
-def without_a_held_out_set(data: DataSpec) -> tuple[dict[str, Any], str]:
+def without_a_held_out_set(cfg: PipelineConfig) -> tuple[dict[str, Any], str]:
     """One training file (or any one-split local source) and no eval_dataset_name: there are no held-out
     problems, so the run trains without evaluation, as TRL, Unsloth and open-r1 do, and says in one line how to
     turn it on. Returns the options that turn evaluation off (EVAL_OFF) and that line; ({}, "") otherwise. The one
     answer for `grpo train`, its --check and `grpo data` (a recipe's eval_before: true on such data trains, and says
-    so). `data`: the data path's values of the recipe.
+    so).
 
-    >>> from pipeline.config import PipelineConfig
-    >>> from pipeline.data.spec import data_spec
-    >>> off, note = without_a_held_out_set(data_spec(PipelineConfig().replace(dataset_name="sample",
-    ...                                                                       eval_before=True)))
+    >>> off, note = without_a_held_out_set(PipelineConfig().replace(dataset_name="sample", eval_before=True))
     >>> off == EVAL_OFF, note.startswith("eval: off")
     (True, True)
     """
-    if not data.evaluates or data.eval_dataset_name:
+    if not cfg.eval.uses_eval_set() or cfg.eval.eval_dataset_name:
         return {}, ""
-    name = str(data.dataset_name).strip()
+    name = str(cfg.data.dataset_name).strip()
     path = SAMPLE_PATH if name == SAMPLE_NAME else local_path(name)
     if path is None:
         return {}, ""  # a hub dataset (its splits are known once loaded) or a built-in one with its own test split
@@ -131,7 +128,7 @@ def without_a_held_out_set(data: DataSpec) -> tuple[dict[str, Any], str]:
         splits = [SINGLE_FILE_SPLIT] if name == SAMPLE_NAME else sorted(local_layout(path, "dataset_name")[1])
     except (ConfigError, OSError, RuntimeError):  # RuntimeError: pathlib's symlink loop
         return {}, ""  # the data check names what is wrong with the path
-    if len(splits) != 1 or data.eval_split in splits:
+    if len(splits) != 1 or cfg.eval.eval_split in splits:
         return {}, ""
     note = (f"eval: off. {name} has one split ({splits[0]}: the training data) and no eval_dataset_name is set, so "
             "there are no held-out problems to score. To evaluate, set --eval_dataset_name test.jsonl (or make "
@@ -139,15 +136,29 @@ def without_a_held_out_set(data: DataSpec) -> tuple[dict[str, Any], str]:
     return dict(EVAL_OFF), note
 
 
-def load_eval_rows(data: DataSpec, tokenizer, limit: Optional[int] = None, report_dir: Optional[Path] = None,
+def eval_config(cfg: PipelineConfig, limit: Optional[int] = None) -> PipelineConfig:
+    """The eval set's preparing: its first `limit` (else eval_limit) usable rows, never strict (a dropped eval row is
+    reported, not refused); the cache key follows (max_samples declares the role data_key). `cfg` is left as it
+    was, and its sections keep their classes.
+
+    >>> cfg = PipelineConfig().replace(eval_limit=5, max_samples=40, strict=True)
+    >>> (eval_config(cfg).data.max_samples, eval_config(cfg).data.strict, eval_config(cfg, 2).data.max_samples,
+    ...  cfg.data.max_samples)
+    (5, False, 2, 40)
+    """
+    changes = {"max_samples": given(limit, cfg.eval.eval_limit), "strict": False}
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **changes))
+
+
+def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, report_dir: Optional[Path] = None,
                    write_report: bool = True, other_fix: str = TRAINING_EVAL_OFF) -> list[dict[str, Any]]:
     """Held-out rows (prompt messages + answer), prepared by the same data code as training: the eval set
     (eval_dataset_name, else eval_split of dataset_name), its first `limit` (else eval_limit) usable rows;
     the report goes to data_report_eval.json."""
-    eval_data = data.for_eval(limit)
-    prepared = prepare.prepare_split(eval_data, tokenizer, role="eval", report_dir=report_dir,
-                                     write_report=write_report)
-    require_reference_answers(source_spec(eval_data, "eval"), prepared.dataset,
+    eval_cfg = eval_config(cfg, limit)
+    prepared = prepare.prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir,
+                                       write_report=write_report)
+    require_reference_answers(source_spec(eval_cfg, "eval"), prepared.dataset,
                               "the held-out evaluation (its accuracy)", other_fix)
     # each row's other columns too: the run's rewards score the eval completions as TRL calls them (infer/scoring.py)
     return EvalRows([{"prompt": row["prompt"], "answer": row[ANSWER], "id": row[ROW_ID],
@@ -181,28 +192,28 @@ class EvalRows(list):
         return said
 
 
-def prepare_eval(data: DataSpec, tokenizer: Any, report_dir: Any = None,
+def prepare_eval(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
                  write_report: bool = True) -> list[dict[str, Any]]:
     """The held-out rows when the run evaluates (eval_before, eval_after or eval_steps), else []."""
-    if not data.evaluates:
+    if not cfg.eval.uses_eval_set():
         return EvalRows([])
-    return load_eval_rows(data, tokenizer, report_dir=report_dir, write_report=write_report)
+    return load_eval_rows(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
 
 
-def warmup_examples(data: DataSpec, prepared) -> list[dict[str, Any]]:
+def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
     """Prompt/completion pairs in TRL's prompt-completion format (the prompt's: standard or conversational): a
     built-in source's own, else
     up to MAX_WARMUP_EXAMPLES training rows with a worked solution. ConfigError (sft_warmup_steps) when there
     are none; check_warmup (below) calls this before any model loads."""
-    builtin = builtin_source(data.dataset_name)
+    builtin = builtin_source(cfg.data.dataset_name)
     if builtin is not None:
-        return builtin.warmup_examples(MAX_WARMUP_EXAMPLES, data.system_prompt, data.seed)
+        return builtin.warmup_examples(MAX_WARMUP_EXAMPLES, cfg.data.system_prompt, cfg.grpo.seed)
     dataset = prepared.dataset
     solved = [i for i, text in enumerate(dataset[SOLUTION]) if text][:MAX_WARMUP_EXAMPLES]
     if not solved:
         raise ConfigError(
             "sft_warmup_steps",
-            f"sft_warmup_steps is {data.sft_warmup_steps}, but none of the {len(dataset)} training rows has "
+            f"sft_warmup_steps is {cfg.health.sft_warmup_steps}, but none of the {len(dataset)} training rows has "
             "a worked solution to teach the <reasoning>/<answer> format from. Name the column of worked solutions "
             "with solution_field (e.g. --solution_field solution), use GSM8K-style answers (`worked text #### 18`, "
             "the text before `####` is the solution), or set sft_warmup_steps: 0 (a pretrained instruct model "
@@ -212,22 +223,22 @@ def warmup_examples(data: DataSpec, prepared) -> list[dict[str, Any]]:
             for r in dataset.select(solved)]
 
 
-def check_warmup(data: DataSpec, train: Any) -> str:
+def check_warmup(cfg: PipelineConfig, train: Any) -> str:
     """The format warm-up's examples exist (ConfigError naming sft_warmup_steps otherwise)."""
-    if data.sft_warmup_steps <= 0:
+    if cfg.health.sft_warmup_steps <= 0:
         return "no format warm-up (sft_warmup_steps: 0)"
-    return f"format warm-up: {len(warmup_examples(data, train))} examples"
+    return f"format warm-up: {len(warmup_examples(cfg, train))} examples"
 
 
-def prepare_run_data(data: DataSpec, tokenizer: Any, report_dir: Any = None,
+def prepare_run_data(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
                      write_report: bool = True) -> RunData:
     """Prepare every split the run uses and check the warm-up's needs: the same steps as the check's.
 
     Raises ConfigError (naming the option), DataError or DataFileError; the prepared splits are cached, so
     the run's call after the check loads them instead of preparing them again."""
-    train = prepare_train(data, tokenizer, report_dir, write_report)
-    eval_rows = prepare_eval(data, tokenizer, report_dir, write_report)
-    check_warmup(data, train)
+    train = prepare_train(cfg, tokenizer, report_dir, write_report)
+    eval_rows = prepare_eval(cfg, tokenizer, report_dir, write_report)
+    check_warmup(cfg, train)
     data = RunData(train, eval_rows)
     if write_report and data.overlap_warning():
         print(f"[grpo] {data.overlap_warning()}", file=sys.stderr, flush=True)

@@ -95,21 +95,19 @@ class SourceSpec:
         return [c for c in (self.question_field, self.answer_field, self.solution_field) if c]
 
 
-def source_spec(data: Any, role: str = "train", split: Optional[str] = None) -> SourceSpec:
+def source_spec(cfg: Any, role: str = "train", split: Optional[str] = None) -> SourceSpec:
     """The training source (dataset_name, dataset_split, ...) or the eval source (eval_dataset_name else
-    dataset_name, eval_split, eval_question_field else question_field, ...) of `data` (the data path's values of the
-    recipe: pipeline/data/spec.py DataSpec). `split` overrides the split.
+    dataset_name, eval_split, eval_question_field else question_field, ...) of `cfg` (the recipe: its data and eval
+    sections). `split` overrides the split.
 
     >>> from pipeline.config import PipelineConfig
-    >>> from pipeline.data.spec import data_spec
-    >>> spec = source_spec(data_spec(PipelineConfig().replace(eval_dataset_name="t.csv", eval_answer_field="y")),
-    ...                    "eval")
+    >>> spec = source_spec(PipelineConfig().replace(eval_dataset_name="t.csv", eval_answer_field="y"), "eval")
     >>> spec.name, spec.split_option, spec.answer_field, spec.answer_option, spec.question_option
     ('t.csv', 'eval_split', 'y', 'eval_answer_field', 'eval_question_field')
-    >>> source_spec(data_spec(PipelineConfig()), "eval").question_option  # no eval set of its own: dataset_name's
+    >>> source_spec(PipelineConfig(), "eval").question_option  # no eval set of its own: dataset_name's
     'question_field'
     """
-    d = e = data
+    d, e = cfg.data, cfg.eval
     if role == "train":
         return SourceSpec("train", str(d.dataset_name).strip(), "dataset_name", split or d.dataset_split,
                           "dataset_split", d.question_field, "question_field", d.answer_field, "answer_field",

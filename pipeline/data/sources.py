@@ -62,8 +62,7 @@ def prompt_format_of(columns: list[str], spec: SourceSpec) -> str:
 
     >>> from pipeline.config import PipelineConfig
     >>> from pipeline.data.source_spec import source_spec
-    >>> from pipeline.data.spec import data_spec
-    >>> spec = source_spec(data_spec(PipelineConfig()))
+    >>> spec = source_spec(PipelineConfig())
     >>> prompt_format_of(["prompt", "solution"], spec), prompt_format_of(["question", "answer"], spec)
     ('prompt', 'question')
     """
@@ -199,9 +198,9 @@ def _load_local_split(path: Path, kind: str, files: list[Path], spec: SourceSpec
     return _rows(dataset, spec, split, where)
 
 
-def resolve_source(data: Any, spec: SourceSpec, cache_root: Path) -> DataSource:
-    """Turn a SourceSpec into a DataSource; reads no rows yet (a hub split is checked once it is loaded). `data`: the
-    data path's values of the recipe (pipeline/data/spec.py DataSpec: max_samples, seed, model_source)."""
+def resolve_source(cfg: Any, spec: SourceSpec, cache_root: Path) -> DataSource:
+    """Turn a SourceSpec into a DataSource; reads no rows yet (a hub split is checked once it is loaded). `cfg`: the
+    recipe (its max_samples, seed and model_source)."""
     name, split = spec.name, spec.split
     if name == SAMPLE_NAME:
         split = pick_split(spec, [SINGLE_FILE_SPLIT], f"the bundled sample ({SAMPLE_PATH.name})")
@@ -223,8 +222,8 @@ def resolve_source(data: Any, spec: SourceSpec, cache_root: Path) -> DataSource:
             size = builtin.split_size(split)
         except ValueError as err:
             raise ConfigError(spec.split_option, f"{builtin.name}: {err}") from err
-        n = min(data.max_samples, size) if data.max_samples else size
-        seed = data.seed
+        n = min(cfg.data.max_samples, size) if cfg.data.max_samples else size
+        seed = cfg.grpo.seed
         return DataSource(
             kind="demo",
             description={"kind": "demo", "name": builtin.name, "split": split, "n": n, "seed": seed},
@@ -249,7 +248,7 @@ def resolve_source(data: Any, spec: SourceSpec, cache_root: Path) -> DataSource:
             load=lambda: _load_local_split(path, kind, files, spec, split, cache_root, where),
         )
 
-    source = data.model_source  # hf | modelscope: where the hub id is downloaded from
+    source = cfg.model.model_source  # hf | modelscope: where the hub id is downloaded from
     def load_hub() -> RawRows:
         splits = load_hub_splits(spec, cache_root, source)
         where = f"{name} ({spec.config}; {spec.name_option})"

@@ -1,6 +1,6 @@
 """Live training health: an observer that measures every generation batch, and rules that stop or adjust the run.
 
-Two pieces, built together by `build_health(spec, tokenizer)` (spec: pipeline/trainer/spec.py TrainerSpec):
+Two pieces, built together by `build_health(cfg, tokenizer)` (cfg: the recipe, pipeline/config PipelineConfig):
 
 1. The observer (pipeline/health/observer.py), one more reward function that measures every
    generation batch and shares what it saw through a `HealthState`.
@@ -61,7 +61,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from pipeline.config import ConfigError, HealthArguments, check_choices
+from pipeline.config import ConfigError, HealthArguments, PipelineConfig, check_choices
 from pipeline.health.metrics import incomplete_utf8_token_ids, log_number
 from pipeline.run.metric_names import BETA, GARBLED_RATE, REPETITION_RATE
 from pipeline.health.observer import HealthState, make_observer
@@ -356,29 +356,27 @@ class HealthCallback(TrainerCallback):
         logger.warning("health warning: %s (repeats silenced for %d steps)", message, self.warn_every_steps)
 
 
-def build_health(spec: Any, tokenizer: Any,
+def build_health(cfg: PipelineConfig, tokenizer: Any,
                  rollbacks_done: int = 0) -> tuple[Callable[..., list[float]], HealthCallback]:
     """The observer reward function and the callback for one run, sharing one HealthState.
 
-    `spec`: what the trainer read of the recipe (pipeline/trainer/spec.py TrainerSpec): the health settings
-    (`health`), the sampling values the rules read (beta, temperature, num_generations) and the TRL options
-    (max_tool_calling_iterations). `rollbacks_done`: rollbacks this run already made (on_collapse: rollback allows
+    `cfg`: the recipe (a PipelineConfig): its health section, the sampling values the rules read (beta,
+    temperature, num_generations) and the TRL options (max_tool_calling_iterations). `rollbacks_done`: rollbacks this run already made (on_collapse: rollback allows
     max_rollbacks).
 
     Derives the tokenizer's incomplete-UTF-8 token set once (about 0.7 s for Qwen2.5).
 
     >>> from pipeline.config import PipelineConfig
     >>> from pipeline.assets import load_qwen_tokenizer
-    >>> from pipeline.trainer.spec import trainer_spec
-    >>> observer, callback = build_health(trainer_spec(PipelineConfig()), load_qwen_tokenizer())
+    >>> observer, callback = build_health(PipelineConfig(), load_qwen_tokenizer())
     >>> observer.__name__, callback.stop_reason
     ('health', None)
     """
-    state, h = HealthState(), spec.health
+    state, h, g = HealthState(), cfg.health, cfg.grpo
     observer = make_observer(state, incomplete_utf8_token_ids(tokenizer), tokenizer,
-                             spec.trl_options.get("max_tool_calling_iterations"))
-    callback = HealthCallback(h, beta=spec.beta, state=state, temperature=spec.temperature,
-                              num_generations=spec.num_generations,
+                             cfg.trl.get("max_tool_calling_iterations"))
+    callback = HealthCallback(h, beta=g.beta, state=state, temperature=g.temperature,
+                              num_generations=g.num_generations,
                               rollbacks_left=(h.max_rollbacks - rollbacks_done if h.on_collapse == "rollback" else 0))
     return observer, callback
 

@@ -161,7 +161,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     if cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)
     decided = run_checks(cfg, choice=choice).decisions  # the same pre-load checks as `grpo train`, its decisions
-    backend, settings, agents = load_backend(choice.name), decided.backend_settings, decided.agents
+    backend, settings, agents = load_backend(choice.name), decided.config, decided.agents
     backend.prepare_environment(settings)
     log(f"backend: {choice.name} ({choice.reason})")
     if agents.rollout_func is not None:
@@ -182,7 +182,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     rows = prepared.dataset.shuffle(seed=g.seed).select(range(min(n_prompts, len(prepared.dataset))))
     model, tokenizer = backend.load_for_training(settings)
     if after_warmup and h.sft_warmup_steps > 0:
-        model = run_format_warmup(model, tokenizer, decided.trainer.warmup, prepared,
+        model = run_format_warmup(model, tokenizer, decided.config, prepared,
                                   warmup_examples(decided.data, prepared), agents.tools,
                                   backend.peft_config(settings), output_dir)
     generator, max_tokens = backend.training_generator(model, tokenizer, settings), prepared.max_completion_length

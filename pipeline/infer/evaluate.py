@@ -20,12 +20,12 @@ from env.path_check import check_command_paths
 from env.paths import atomic_write_json, shell_command
 from env.secret_fields import masked
 from pipeline.backends import Completion
-from pipeline.config import ConfigError, parse_config
+from pipeline.config import ConfigError, PipelineConfig, parse_config
 from pipeline.data.cache import model_identity, tokenizer_identity
+from pipeline.data.columns import removes_unused_columns
 from pipeline.data.prepare import answer_reader_version
 from pipeline.data.prompts import render_prompts
 from pipeline.data.run_data import load_eval_rows
-from pipeline.data.spec import DataSpec, data_spec
 from pipeline.errors import guarded, note_command_options
 from pipeline.health import metrics
 from pipeline.health.metrics import is_garbled
@@ -63,11 +63,11 @@ def score_completions(completions: list[Completion], answers: list[Optional[str]
     ]
 
 
-def eval_scorer(data: DataSpec, tokenizer) -> Scorer:
-    """The correctness the run trained with, and its other rewards, called as TRL calls them (scoring.py); `data`:
-    the recipe's DataSpec (its rewards, max_steps and remove_unused_columns as TRL runs them)."""
-    return build_scorer(list(data.reward_funcs), lambda columns, texts: reward_kwargs_outside_training(
-        data.max_steps, data.remove_unused_columns, tokenizer, columns, texts))
+def eval_scorer(cfg: PipelineConfig, tokenizer) -> Scorer:
+    """The correctness the run trained with, and its other rewards, called as TRL calls them (scoring.py); `cfg`:
+    the recipe (its rewards, max_steps and remove_unused_columns as TRL runs them)."""
+    return build_scorer(list(cfg.grpo.reward_funcs), lambda columns, texts: reward_kwargs_outside_training(
+        cfg.grpo.max_steps, removes_unused_columns(cfg.trl), tokenizer, columns, texts))
 
 
 def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scorer, max_tokens: int,
@@ -248,10 +248,9 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
     # The data report goes beside the results (a folder the options name), never to the recipe's output_dir,
     # which a relative or default one would put under whatever folder the command was run from.
-    data = data_spec(cfg)
-    rows = load_eval_rows(data, setup.tokenizer, limit=limit, report_dir=out.parent,
+    rows = load_eval_rows(cfg, setup.tokenizer, limit=limit, report_dir=out.parent,
                           other_fix="in the recipe you pass as --config (or --data), or evaluate other --data")
-    result = evaluate_rows(setup.generator, setup.tokenizer, rows, eval_scorer(data, setup.tokenizer),
+    result = evaluate_rows(setup.generator, setup.tokenizer, rows, eval_scorer(cfg, setup.tokenizer),
                            setup.max_tokens, temperature=setup.temperature, top_p=setup.top_p, agents=setup.agents,
                            loop=setup.loop)
     result.update(model=setup.base_model, adapter=str(setup.adapter.path) if setup.adapter else None,

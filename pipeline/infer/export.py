@@ -20,7 +20,6 @@ from env.locations import snapshot
 from env.path_check import EXPORT_MARKER, check_command_paths, local_model
 from env.paths import atomic_directory, atomic_write_json, shell_command
 from pipeline.backends import EXPORT_METHODS, choose_backend, load_backend
-from pipeline.backends.settings import backend_settings
 from pipeline.config import ConfigError, field_choices, from_mapping
 from pipeline.data import model_check
 from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
@@ -31,7 +30,6 @@ from pipeline.infer import session
 from pipeline.infer.session import verify_trained_dir
 from pipeline.run.manifest import find_manifest, recorded_base, write_adapter_metadata
 from pipeline.trainer.agents import agent_names
-from pipeline.trainer.spec import agent_settings
 
 
 @guarded("export")
@@ -78,16 +76,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         raise ConfigError("to", "GGUF export is Unsloth-only (save_pretrained_gguf builds llama.cpp). On this "
                           "machine export --to merged16 and convert it with llama.cpp's convert_hf_to_gguf.py.")
     # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
-    backend.prepare_environment(backend_settings(cfg))
+    backend.prepare_environment(cfg)
     # The export is written beside --out and renamed into place; an old --out is set aside until then and put
     # back if anything fails (env.paths.atomic_directory). A full disk names the folder and how much is free.
     with storage_errors_named(out, "run the same export again.", option="--out"), \
             atomic_directory(out, seen=seen) as staging:
         # The trained system prompt goes into the chat template of every format (the .gguf's metadata too).
         system_prompt = given_values.values.get("system_prompt")  # --system_prompt, --config's, else the record's
-        backend.export(adapter, base_model, args.to, staging, backend_settings(cfg), system_prompt=system_prompt)
+        backend.export(adapter, base_model, args.to, staging, cfg, system_prompt=system_prompt)
         # a model trained with tools still renders them
-        check_tool_support(staging, agent_names(agent_settings(cfg)), args.to,
+        check_tool_support(staging, agent_names(cfg.grpo), args.to,
                            trust_remote_code=cfg.model.trust_remote_code)
         carry_training_defaults(staging, manifest)  # grpo_adapter.json travels
         atomic_write_json(staging / EXPORT_MARKER, {"adapter": str(adapter.path), "to": args.to,

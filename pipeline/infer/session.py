@@ -27,7 +27,6 @@ from env.locations import absolute_path
 from env.paths import shell_command
 from env.text import excerpt
 from pipeline.backends import choose_backend, load_backend
-from pipeline.backends.settings import backend_settings
 from pipeline.config import (
     DEFAULT_SYSTEM_PROMPT,
     ConfigError,
@@ -50,7 +49,6 @@ from pipeline.infer.tool_loop import LoopSettings, loop_settings
 from pipeline.run.checkpoint_contents import adapter_mismatch
 from pipeline.run.manifest import ADAPTER_METADATA_NAME, agent_options, MANIFEST_NAME, find_manifest, other_base
 from pipeline.trainer.agents import AGENT_OPTIONS, Agents, agent_names, resolve_agents, rollout_func_note
-from pipeline.trainer.spec import agent_settings
 
 DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
 
@@ -283,8 +281,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
                  if value is not None})  # --tools / --environment_factory override what the adapter records
     cfg = from_mapping(flat)
     refuse_recorded_tools(recorded.grpo.tools, recorded.grpo.environment_factory, args)
-    options = agent_settings(cfg)
-    agents = resolve_agents(options) if agent_names(options) else Agents()  # a name that does not import: before loads
+    agents = resolve_agents(cfg.grpo) if agent_names(cfg.grpo) else Agents()  # a name that does not import: before loads
     if rollout_func_note(recorded.grpo.rollout_func, "grpo generate / grpo eval"):
         print(f"[grpo] {rollout_func_note(recorded.grpo.rollout_func, 'grpo generate / grpo eval')}", file=sys.stderr)
     vllm_mode = _servable(cfg.model.vllm_mode, adapter)
@@ -293,9 +290,8 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     if not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
     backend = load_backend(choice.name)
-    settings = backend_settings(cfg)
-    backend.prepare_environment(settings)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
-    generator = backend.load_generator(base_model, adapter, settings)
+    backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
+    generator = backend.load_generator(base_model, adapter, cfg)
     tokenizer = generator.tokenizer
     if manifest and manifest.get("chat_template"):
         tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained

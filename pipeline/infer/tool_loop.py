@@ -78,7 +78,7 @@ class LoopSettings:
 
 
 def loop_settings(trl_args: Mapping[str, Any], max_seq_length: int) -> LoopSettings:
-    """The tool loop's settings from TRL's arguments (a recipe's `trl` options, or the run's decided trainer_args)
+    """The tool loop's settings from TRL's arguments (a recipe's `trl` options, or the run's trl_training_args)
     and max_seq_length.
 
     >>> loop_settings({"max_tool_calling_iterations": 2}, 1024)

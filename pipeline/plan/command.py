@@ -23,10 +23,10 @@ from env.paths import atomic_write_text, shell_command
 from env.secret_fields import masked, secrets_in
 from pipeline.backends import planned_backend
 from pipeline.bootstrap import DEFAULT_GPU_RECIPE
-from pipeline.config import ConfigError, parse_config, read_recipe, validate
+from pipeline.config import ConfigError, PipelineConfig, parse_config, read_recipe, validate
 from pipeline.config.parse import config_path, normalize_argv
 from pipeline.plan.cards import KNOWN_CARDS, TABLE_CARDS, Card, card_by_name, card_from_memory, live_card
-from pipeline.plan.estimate import UNCERTAINTY, Estimate, Workload, workload
+from pipeline.plan.estimate import UNCERTAINTY, Estimate, prompt_auto, token_budget
 from pipeline.plan.fit import fitted_recipe, plan, suggestions
 from pipeline.plan.scale import render_scale, scale_dict, scale_plan
 from pipeline.plan.shape import count_parameters, load_shape
@@ -95,17 +95,17 @@ def verdict(result: Estimate) -> str:
     return text
 
 
-def render(work: Workload, result: Estimate, source: str) -> str:
-    shape = load_shape(work.model)
+def render(cfg: PipelineConfig, result: Estimate, source: str) -> str:
+    shape = load_shape(cfg.model.model_name_or_path)
     counts = count_parameters(shape)
-    prompt, completion = work.prompt_tokens, work.completion_tokens
-    assumed = f" (max_prompt_length auto: {prompt} assumed; `grpo data` measures it)" if work.prompt_auto else ""
+    prompt, completion = token_budget(cfg)
+    assumed = f" (max_prompt_length auto: {prompt} assumed; `grpo data` measures it)" if prompt_auto(cfg) else ""
     lines = [
         f"grpo plan: {source} on {result.card.describe()}",
-        f"model: {work.model} ({shape.source}): {counts.total / 1e9:.2f}B parameters, "
+        f"model: {cfg.model.model_name_or_path} ({shape.source}): {counts.total / 1e9:.2f}B parameters, "
         f"{shape.num_hidden_layers} layers, hidden {shape.hidden_size}, vocab {shape.vocab_size}, "
         f"{'tied' if shape.tie_word_embeddings else 'untied'} embeddings",
-        f"path: {result.backend}; {work.rows} completions per micro-batch of {prompt} "
+        f"path: {result.backend}; {cfg.grpo.per_device_train_batch_size} completions per micro-batch of {prompt} "
         f"prompt + {completion} completion tokens{assumed}",
     ]
     for part in result.parts:
@@ -137,7 +137,7 @@ def recipe_table(cards: tuple[str, ...] = TABLE_CARDS) -> str:
         cfg = parse_config(["--config", str(recipe)])
         cells = []
         for name in cards:
-            result = plan(workload(cfg), card_by_name(name))
+            result = plan(cfg, card_by_name(name))
             word = ("fits?" if result.band_gib[1] > result.usable_gib else "fits") if result.fits else "no"
             cells.append(f"{word} ({result.margin_gib:+.1f} GiB)")
         lines.append(f"| `configs/{recipe.name}` | " + " | ".join(cells) + " |")
@@ -198,30 +198,29 @@ def main(argv: Optional[list[str]] = None) -> int:
         if counts is None:
             validate(cfg, backend=planned_backend(cfg.model.backend).NAME, run_user_code=False)
         card = resolve_card(cfg.model.gpu_memory_gb, flags.get("gpu"))
-        work = workload(cfg)
-        result = plan(work, card)
+        result = plan(cfg, card)
         scale = scale_plan(cfg, card, *counts) if counts else None  # validates for its number of processes
         if flags.get("json"):
             out = as_dict(result)
             out["suggestions"] = [] if result.fits else [
                 {"changes": s.changes, "peak_gib": round(s.estimate.peak_gib, 2),
-                 "margin_gib": round(s.estimate.margin_gib, 2)} for s in suggestions(work, card)]
+                 "margin_gib": round(s.estimate.margin_gib, 2)} for s in suggestions(cfg, card)]
             if scale is not None:
                 out["scale"] = scale_dict(scale)
             print(json.dumps(out, indent=2))
         elif scale is not None:
-            print(render(work, result, str(source)))
+            print(render(cfg, result, str(source)))
             print(render_scale(scale, card))
         else:
-            print(render(work, result, str(source)))
+            print(render(cfg, result, str(source)))
             if not result.fits:
-                found = suggestions(work, card)
+                found = suggestions(cfg, card)
                 print("smallest changes that fit (each on its own):" if found else
                       "no single change fits: plan a larger card or a smaller model.")
                 for s in found:
                     print(f"  {s.describe()}")
         if flags.get("write"):
-            recipe, how = fitted_recipe(base_mapping(rest, cfg.to_dict()), work, card)
+            recipe, how = fitted_recipe(base_mapping(rest, cfg.to_dict()), cfg, card)
             written = write_recipe(flags["write"], recipe, how)
             train_it = shell_command("grpo", "train", "--config", written)  # pastes back as printed
             print(f"wrote {shell_command(written)} ({how}); train it with: {train_it}", file=sys.stderr)

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from pipeline.backends import planned_backend
-from pipeline.backends.settings import backend_settings
 from pipeline.backends.gpu_settings import choose_gpu_memory_utilization, parse_gpu_memory_utilization, \
     standby_enabled
 from pipeline.config import PipelineConfig, parse_limit
@@ -123,80 +122,43 @@ class Estimate:
         return next(p.gib for p in self.parts if p.name == name)
 
 
-@dataclass(frozen=True)
-class Workload:
-    """What the planner reads from a recipe, built once from it where a plan starts (`workload`): the formulas
-    below, the knobs of fit.py and the `memory` check see these numbers, not the recipe. The lengths are kept as set
-    and read through `token_lengths` when asked (a limit that does not read as one is a ConfigError then)."""
+# What the planner derives from a recipe (the formulas below read every other number from the config's sections).
 
-    model: str  # model_name_or_path
-    path: str  # the GPU path the recipe takes on a CUDA machine with the [gpu] extras (backend auto -> Unsloth)
-    gpu_memory_gb: Optional[float]  # the card the `memory` check plans for (else the visible GPU)
-    max_seq_length: int
-    max_prompt_length: object  # as set: a number or auto
-    max_completion_length: object  # as set: a number, or unset (what max_seq_length leaves)
-    rows: int  # per_device_train_batch_size
-    accumulation: int  # gradient_accumulation_steps
-    num_generations: int
-    width: int  # bytes of the compute dtype: 4 for float32, else 2
-    load_in_4bit: bool
-    upcasts_kbit: bool  # the backend's KBIT_UPCAST (see `kbit_upcast`)
-    memory_savers: bool  # the backend's MEMORY_SAVERS (Unsloth's chunked log-probs, offloaded checkpoints)
-    gradient_checkpointing: bool
-    lora_r: int
-    max_lora_rank: int
-    lora_targets: tuple[str, ...]
-    modules_to_save: tuple[str, ...]
-    optim: str
-    beta: float
-    float8_kv_cache: bool
-    gpu_memory_utilization: object  # as set: `auto` or a share (parsed where vLLM's share is worked out)
-    vllm_standby: object  # as set: auto, true, false
-    standby: bool  # vLLM's standby as the Unsloth backend turns it on with a CUDA GPU (unsloth+vllm only)
-
-    @property
-    def prompt_tokens(self) -> int:
-        """Per row, the longest prompt the recipe allows (`token_lengths`)."""
-        return token_lengths(self.max_seq_length, self.max_prompt_length, self.max_completion_length)[0]
-
-    @property
-    def completion_tokens(self) -> int:
-        return token_lengths(self.max_seq_length, self.max_prompt_length, self.max_completion_length)[1]
-
-    @property
-    def prompt_auto(self) -> bool:
-        """max_prompt_length: auto (the prompt length is assumed)."""
-        return str(self.max_prompt_length).strip().lower() == "auto"
-
-    @property
-    def completion_fixed(self) -> bool:
-        """max_completion_length is set (else it is what max_seq_length leaves)."""
-        return parse_limit(self.max_completion_length, "max_completion_length") is not None
-
-    @property
-    def kbit_upcast(self) -> bool:
-        """True when the plain backend loads in 4 bits: pipeline/backends/plain.py then calls peft's
-        prepare_model_for_kbit_training, which casts the 16-bit parameters (all but the Params4bit) to fp32."""
-        return self.upcasts_kbit and self.load_in_4bit
+def memory_path(cfg: PipelineConfig) -> str:
+    """The GPU path the recipe takes on a CUDA machine with the [gpu] extras (backend auto -> Unsloth)."""
+    return planned_backend(cfg.model.backend).memory_path(cfg.model.vllm_mode, cfg.model.fast_inference)
 
 
-def workload(cfg: PipelineConfig) -> Workload:
-    """The recipe's numbers for the planner, read from it once."""
-    m, g, lora = cfg.model, cfg.grpo, cfg.lora
-    backend = planned_backend(m.backend)
-    path = backend.memory_path(m.vllm_mode, m.fast_inference)
-    return Workload(
-        model=m.model_name_or_path, path=path, gpu_memory_gb=m.gpu_memory_gb, max_seq_length=m.max_seq_length,
-        max_prompt_length=cfg.data.max_prompt_length, max_completion_length=cfg.data.max_completion_length,
-        rows=g.per_device_train_batch_size, accumulation=g.gradient_accumulation_steps,
-        num_generations=g.num_generations, width=4 if m.dtype == "float32" else 2, load_in_4bit=m.load_in_4bit,
-        upcasts_kbit=backend.KBIT_UPCAST, memory_savers=backend.MEMORY_SAVERS,
-        gradient_checkpointing=lora.gradient_checkpointing, lora_r=lora.lora_r,
-        max_lora_rank=m.max_lora_rank, lora_targets=tuple(lora.lora_target_modules),
-        modules_to_save=tuple(lora.lora_modules_to_save), optim=g.optim, beta=g.beta,
-        float8_kv_cache=m.float8_kv_cache, gpu_memory_utilization=m.gpu_memory_utilization,
-        vllm_standby=m.vllm_standby,
-        standby=path == "unsloth+vllm" and standby_enabled(backend_settings(cfg), has_cuda=True))
+def compute_width(cfg: PipelineConfig) -> int:
+    """Bytes of the compute dtype: 4 for float32, else 2."""
+    return 4 if cfg.model.dtype == "float32" else 2
+
+
+def kbit_upcast(cfg: PipelineConfig) -> bool:
+    """True when the backend loads in 4 bits and upcasts (KBIT_UPCAST: the plain backend calls peft's
+    prepare_model_for_kbit_training, which casts the 16-bit parameters, all but the Params4bit, to fp32)."""
+    return planned_backend(cfg.model.backend).KBIT_UPCAST and cfg.model.load_in_4bit
+
+
+def planned_standby(cfg: PipelineConfig) -> bool:
+    """vLLM's standby as the Unsloth backend turns it on with a CUDA GPU (unsloth+vllm only)."""
+    return memory_path(cfg) == "unsloth+vllm" and standby_enabled(cfg, has_cuda=True)
+
+
+def token_budget(cfg: PipelineConfig) -> tuple[int, int]:
+    """(prompt, completion) tokens per row, the longest the recipe allows (`token_lengths`); a limit that does not
+    read as one is a ConfigError here."""
+    return token_lengths(cfg.model.max_seq_length, cfg.data.max_prompt_length, cfg.data.max_completion_length)
+
+
+def prompt_auto(cfg: PipelineConfig) -> bool:
+    """max_prompt_length: auto (the prompt length is assumed)."""
+    return str(cfg.data.max_prompt_length).strip().lower() == "auto"
+
+
+def completion_fixed(cfg: PipelineConfig) -> bool:
+    """max_completion_length is set (else it is what max_seq_length leaves)."""
+    return parse_limit(cfg.data.max_completion_length, "max_completion_length") is not None
 
 
 def token_lengths(seq: int, max_prompt_length: object, max_completion_length: object) -> tuple[int, int]:
@@ -210,25 +172,25 @@ def token_lengths(seq: int, max_prompt_length: object, max_completion_length: ob
     return prompt, completion
 
 
-def adapter_parameters(work: Workload, counts: ParamCounts, rank: Optional[int] = None) -> int:
-    rank = work.lora_r if rank is None else rank
+def adapter_parameters(cfg: PipelineConfig, counts: ParamCounts, rank: Optional[int] = None) -> int:
+    rank = cfg.lora.lora_r if rank is None else rank
     adapted = sum(rank * (n_in + n_out) * how_many for name, (n_in, n_out, how_many) in counts.linears.items()
-                  if name in work.lora_targets)
-    return adapted + sum(counts.by_module.get(name, 0) for name in work.modules_to_save)
+                  if name in cfg.lora.lora_target_modules)
+    return adapted + sum(counts.by_module.get(name, 0) for name in cfg.lora.lora_modules_to_save)
 
 
-def weight_bytes(work: Workload, counts: ParamCounts) -> tuple[float, str]:
-    if work.load_in_4bit:
-        rest = 4 if work.kbit_upcast else 2
+def weight_bytes(cfg: PipelineConfig, counts: ParamCounts) -> tuple[float, str]:
+    if cfg.model.load_in_4bit:
+        rest = 4 if kbit_upcast(cfg) else 2
         return (counts.quantizable * NF4_BYTES_PER_WEIGHT + counts.sixteen_bit * rest,
                 f"{counts.quantizable / 1e9:.2f}B linear weights in NF4 ({NF4_BYTES_PER_WEIGHT:.4f} B each with "
                 f"its quant state) + {counts.sixteen_bit / 1e9:.2f}B (embeddings"
                 f"{'' if counts.lm_head == 0 else ', lm_head'}, norms, biases) in "
                 + ("fp32 (peft's prepare_model_for_kbit_training upcasts them)" if rest == 4 else "16-bit"))
-    return counts.total * work.width, f"{counts.total / 1e9:.2f}B parameters x {work.width} B"
+    return counts.total * compute_width(cfg), f"{counts.total / 1e9:.2f}B parameters x {compute_width(cfg)} B"
 
 
-def activation_bytes(work: Workload, shape: ModelShape, rows: int, tokens: int, unsloth: bool,
+def activation_bytes(cfg: PipelineConfig, shape: ModelShape, rows: int, tokens: int, unsloth: bool,
                      width: int = 2) -> tuple[float, float, str]:
     """One micro-batch's activations for the backward: (kept through the whole backward, recomputed one layer at a
     time during the layers' backward, how)."""
@@ -240,9 +202,9 @@ def activation_bytes(work: Workload, shape: ModelShape, rows: int, tokens: int, 
     # output (2q), k and v (2kv), gate, up, silu(gate) and their product (4i).
     per_layer = n * (4 * h + 2 * q + 2 * kv + 4 * i) * width
     boundary = n * h * width  # one layer input
-    if not work.gradient_checkpointing:
+    if not cfg.lora.gradient_checkpointing:
         return layers * per_layer, 0.0, f"no checkpointing: {layers} layers x {rows} x {tokens} tokens"
-    if unsloth and work.max_seq_length >= 512 and boundary > UNSLOTH_OFFLOAD_MIN_BYTES:
+    if unsloth and cfg.model.max_seq_length >= 512 and boundary > UNSLOTH_OFFLOAD_MIN_BYTES:
         return (2 * boundary, per_layer,
                 f"Unsloth offloaded checkpointing: layer inputs in CPU RAM, 2 on the GPU + 1 layer recomputed "
                 f"({rows} rows x {tokens} tokens)")
@@ -280,9 +242,9 @@ def logprob_bytes(shape: ModelShape, rows: int, completion: int, unsloth: bool, 
             f"[{min(n, TRL_TOKEN_TILE)} x {TRL_VOCAB_TILE}] logit tile")
 
 
-def vllm_share(work: Workload, card: Card, standby: bool) -> tuple[float, str]:
+def vllm_share(cfg: PipelineConfig, card: Card, standby: bool) -> tuple[float, str]:
     """The share vLLM takes, as the Unsloth backend resolves it (gpu_settings.resolve_gpu_memory_utilization)."""
-    explicit = parse_gpu_memory_utilization(work.gpu_memory_utilization)
+    explicit = parse_gpu_memory_utilization(cfg.model.gpu_memory_utilization)
     tier = choose_gpu_memory_utilization(card.total_gib, standby)
     if explicit is None:
         return tier, f"auto for a {card.total_gib:.1f} GiB GPU{' with standby' if standby else ''}"
@@ -291,16 +253,16 @@ def vllm_share(work: Workload, card: Card, standby: bool) -> tuple[float, str]:
     return explicit, "as set"
 
 
-def _vllm_peak(work: Workload, card: Card, counts: ParamCounts, weights: float, fixed: float, training: float,
+def _vllm_peak(cfg: PipelineConfig, card: Card, counts: ParamCounts, weights: float, fixed: float, training: float,
                need: tuple[int, int, float]) -> tuple[list[Part], float, float, str, list[str], Optional[str]]:
     """Unsloth + vLLM: (parts, peak, reserved, how, notes, blocker), all in GiB; `fixed` is what the trainer holds
     through the whole step besides the weights (LoRA, gradients, optimizer, workspace)."""
     generation_rows, tokens, kv_per_token = need
     kv_need = generation_rows * tokens * kv_per_token
-    standby = work.standby
-    share, share_how = vllm_share(work, card, standby)
+    standby = planned_standby(cfg)
+    share, share_how = vllm_share(cfg, card, standby)
     share_gib = share * card.total_gib
-    slot = adapter_parameters(work, counts, work.max_lora_rank) * 2 / GIB
+    slot = adapter_parameters(cfg, counts, cfg.model.max_lora_rank) * 2 / GIB
     kv_room = share_gib - weights - slot - VLLM_OVERHEAD_GIB
     parts = [Part("vllm", share_gib, f"gpu_memory_utilization {share:.3f} ({share_how}) x {card.total_gib:.1f} GiB: "
                   f"the shared weights, the LoRA slot, {VLLM_OVERHEAD_GIB} GiB of graphs/buffers and "
@@ -325,39 +287,35 @@ def _vllm_peak(work: Workload, card: Card, counts: ParamCounts, weights: float, 
 
 
 def estimate(cfg: PipelineConfig, shape: ModelShape, counts: ParamCounts, card: Card) -> Estimate:
-    """The peak of `cfg` on `card` for a model of `shape` and `counts` (bench/memory_plan.py's and the tests' way
-    in; a plan made inside the pipeline starts from its `Workload`)."""
-    return estimate_workload(workload(cfg), shape, counts, card)
-
-
-def estimate_workload(work: Workload, shape: ModelShape, counts: ParamCounts, card: Card) -> Estimate:
-    path = work.path
-    unsloth = work.memory_savers  # the backend's chunked log-probs and offloaded checkpoints
-    prompt, completion = work.prompt_tokens, work.completion_tokens
+    """The peak of `cfg` on `card` for a model of `shape` and `counts`."""
+    path = memory_path(cfg)
+    unsloth = planned_backend(cfg.model.backend).MEMORY_SAVERS  # chunked log-probs and offloaded checkpoints
+    prompt, completion = token_budget(cfg)
     tokens = prompt + completion
-    rows = work.rows
-    generation_rows = rows * work.accumulation  # TRL generates steps_per_generation micro-batches at once
-    width = work.width
-    residual = 4 if work.kbit_upcast else width  # the fp32 residual stream of prepare_model_for_kbit_training
+    rows = cfg.grpo.per_device_train_batch_size
+    # TRL generates steps_per_generation micro-batches at once
+    generation_rows = rows * cfg.grpo.gradient_accumulation_steps
+    width = compute_width(cfg)
+    residual = 4 if kbit_upcast(cfg) else width  # the fp32 residual stream of prepare_model_for_kbit_training
     gib = lambda value: value / GIB  # noqa: E731
 
-    weights, weights_how = weight_bytes(work, counts)
-    lora = adapter_parameters(work, counts)
-    eight_bit = work.optim in EIGHT_BIT_OPTIMIZERS
+    weights, weights_how = weight_bytes(cfg, counts)
+    lora = adapter_parameters(cfg, counts)
+    eight_bit = cfg.grpo.optim in EIGHT_BIT_OPTIMIZERS
     optimizer = lora * (2 + 8 / 2048 if eight_bit else 8)
-    kept, recomputed, act_how = activation_bytes(work, shape, rows, tokens, unsloth, residual)
+    kept, recomputed, act_how = activation_bytes(cfg, shape, rows, tokens, unsloth, residual)
     logprobs, logprob_how = logprob_bytes(shape, rows, completion, unsloth, width, residual)
-    kv_per_token = shape.kv_bytes_per_token * (0.5 if (work.float8_kv_cache and path == "unsloth+vllm") else 1)
+    kv_per_token = shape.kv_bytes_per_token * (0.5 if (cfg.model.float8_kv_cache and path == "unsloth+vllm") else 1)
 
     parts = [
         Part("weights", gib(weights), weights_how),
-        Part("lora", gib(lora * 4), f"{lora / 1e6:.1f}M LoRA parameters (r={work.lora_r}) in fp32"),
+        Part("lora", gib(lora * 4), f"{lora / 1e6:.1f}M LoRA parameters (r={cfg.lora.lora_r}) in fp32"),
         Part("gradients", gib(lora * 4), "fp32, one per LoRA parameter"),
-        Part("optimizer", gib(optimizer), f"{work.optim}: {'8-bit' if eight_bit else '32-bit'} Adam moments"),
+        Part("optimizer", gib(optimizer), f"{cfg.grpo.optim}: {'8-bit' if eight_bit else '32-bit'} Adam moments"),
         Part("workspace", gib(CUBLAS_WORKSPACE_BYTES), "cuBLAS workspace (torch's caching allocator; Hopper's size)"),
         Part("activations", gib(kept + recomputed), act_how),
         Part("logprobs", gib(logprobs), logprob_how),
-        Part("reference", 0.0, "beta > 0 with LoRA: the base with the adapter disabled (shared)" if work.beta > 0
+        Part("reference", 0.0, "beta > 0 with LoRA: the base with the adapter disabled (shared)" if cfg.grpo.beta > 0
              else "beta = 0: no reference model"),
     ]
     notes: list[str] = []
@@ -369,10 +327,10 @@ def estimate_workload(work: Workload, shape: ModelShape, counts: ParamCounts, ca
     training = gib(kept + max(logprobs, recomputed + lora * 4))
     if path == "unsloth+vllm":
         more, peak, reserved, peak_how, notes, blocker = _vllm_peak(
-            work, card, counts, gib(weights), fixed, training, (generation_rows, tokens, kv_per_token))
+            cfg, card, counts, gib(weights), fixed, training, (generation_rows, tokens, kv_per_token))
         parts += more
     elif path == "plain+vllm colocate":
-        share = parse_gpu_memory_utilization(work.gpu_memory_utilization) or TRL_VLLM_COLOCATE_SHARE
+        share = parse_gpu_memory_utilization(cfg.model.gpu_memory_utilization) or TRL_VLLM_COLOCATE_SHARE
         share_gib = share * card.total_gib
         parts.append(Part("vllm", share_gib, f"TRL colocate vLLM: {share} x {card.total_gib:.1f} GiB, its own "
                           "16-bit copy of the weights and KV cache"))

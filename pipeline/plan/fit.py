@@ -6,16 +6,15 @@ num_generations with the batch that holds one question's group); the first rung 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, PipelineConfig
 from pipeline.demo.registry import builtin_model
 from pipeline.plan import cards  # cards.live_card looked up at call time (tests replace it there)
 from pipeline.plan.bundled import smaller_models
 from pipeline.plan.cards import Card, card_from_memory
-from pipeline.plan.estimate import UNCERTAINTY, Estimate, Workload, estimate_workload
+from pipeline.plan.estimate import UNCERTAINTY, Estimate, completion_fixed, estimate, memory_path, token_budget
 from pipeline.plan.shape import count_parameters, load_shape
 
 
@@ -30,20 +29,20 @@ class Suggestion:
         return f"{what}  -> {self.estimate.peak_gib:.1f} GiB (margin {self.estimate.margin_gib:+.1f} GiB{close})"
 
 
-def plan(work: Workload, card: Card) -> Estimate:
-    """The estimate of the recipe `work` was read from (estimate.workload) on `card`."""
-    shape = load_shape(work.model)
-    return estimate_workload(work, shape, count_parameters(shape), card)
+def plan(cfg: PipelineConfig, card: Card) -> Estimate:
+    """The estimate of the recipe `cfg` on `card`."""
+    shape = load_shape(cfg.model.model_name_or_path)
+    return estimate(cfg, shape, count_parameters(shape), card)
 
 
-def _generations(work: Workload) -> Iterator[dict[str, Any]]:
-    questions = max(1, work.rows // work.num_generations)
-    for n in range(work.num_generations - 1, 1, -1):
+def _generations(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    questions = max(1, cfg.grpo.per_device_train_batch_size // cfg.grpo.num_generations)
+    for n in range(cfg.grpo.num_generations - 1, 1, -1):
         yield {"num_generations": n, "per_device_train_batch_size": n * questions}
 
 
-def _completion(work: Workload) -> Iterator[dict[str, Any]]:
-    prompt, completion, fixed = work.prompt_tokens, work.completion_tokens, work.completion_fixed
+def _completion(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    (prompt, completion), fixed = token_budget(cfg), completion_fixed(cfg)
     step = 64
     for length in range((completion - 1) // step * step, step - 1, -step):
         if fixed:
@@ -52,71 +51,51 @@ def _completion(work: Workload) -> Iterator[dict[str, Any]]:
             yield {"max_seq_length": prompt + length}
 
 
-def _batch(work: Workload) -> Iterator[dict[str, Any]]:
-    total = work.rows * work.accumulation
-    for rows in range(work.rows - 1, 0, -1):
-        if work.rows % rows == 0:
+def _batch(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    g = cfg.grpo
+    total = g.per_device_train_batch_size * g.gradient_accumulation_steps
+    for rows in range(g.per_device_train_batch_size - 1, 0, -1):
+        if g.per_device_train_batch_size % rows == 0:
             yield {"per_device_train_batch_size": rows, "gradient_accumulation_steps": total // rows}
 
 
-def _share(work: Workload) -> Iterator[dict[str, Any]]:
-    if work.path != "unsloth+vllm":
+def _share(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    if memory_path(cfg) != "unsloth+vllm":
         return
     # With standby Unsloth replaces the share with its own tier, so a smaller share means standby off.
-    standby_off = {} if work.vllm_standby == "false" else {"vllm_standby": "false"}
+    standby_off = {} if cfg.model.vllm_standby == "false" else {"vllm_standby": "false"}
     for hundredths in range(90, 14, -5):
         yield {**standby_off, "gpu_memory_utilization": f"{hundredths / 100:.2f}"}
 
 
-def _standby(work: Workload) -> Iterator[dict[str, Any]]:
-    if work.path == "unsloth+vllm" and work.vllm_standby == "false":
+def _standby(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    if memory_path(cfg) == "unsloth+vllm" and cfg.model.vllm_standby == "false":
         yield {"vllm_standby": "true"}
 
 
-def _four_bit(work: Workload) -> Iterator[dict[str, Any]]:
-    if not work.load_in_4bit:
+def _four_bit(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    if not cfg.model.load_in_4bit:
         yield {"load_in_4bit": True}
 
 
-def _model(work: Workload) -> Iterator[dict[str, Any]]:
-    for name in smaller_models(work.model):
+def _model(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
+    for name in smaller_models(cfg.model.model_name_or_path):
         yield {"model_name_or_path": name}
 
 
-# Each knob reads the recipe's numbers (estimate.Workload) and yields its rungs, each a change to the recipe.
-KNOBS: tuple[Callable[[Workload], Iterator[dict[str, Any]]], ...] = (
+# Each knob reads the recipe and yields its rungs, each a change to the recipe (`cfg.replace(**changes)`).
+KNOBS: tuple[Callable[[PipelineConfig], Iterator[dict[str, Any]]], ...] = (
     _standby, _generations, _completion, _batch, _share, _four_bit, _model,
 )
 
 
-# A rung's recipe field and the Workload's, where their names differ.
-WORKLOAD_NAMES = {"per_device_train_batch_size": "rows", "gradient_accumulation_steps": "accumulation",
-                  "model_name_or_path": "model"}
-
-
-def changed(work: Workload, changes: dict[str, Any]) -> Workload:
-    """`work` as the recipe with a rung's `changes` reads. The knobs set vllm_standby only on the unsloth+vllm path,
-    where `true` and `false` are standby on and off (gpu_settings.standby_enabled).
-
-    >>> from pipeline.config import PipelineConfig
-    >>> from pipeline.plan.estimate import workload
-    >>> work = changed(workload(PipelineConfig()), {"per_device_train_batch_size": 4, "vllm_standby": "false"})
-    >>> work.rows, work.vllm_standby, work.standby
-    (4, 'false', False)
-    """
-    fields = {WORKLOAD_NAMES.get(name, name): value for name, value in changes.items()}
-    if "vllm_standby" in changes:
-        fields["standby"] = str(changes["vllm_standby"]) == "true"
-    return dataclasses.replace(work, **fields)
-
-
-def suggestions(work: Workload, card: Card) -> list[Suggestion]:
+def suggestions(cfg: PipelineConfig, card: Card) -> list[Suggestion]:
     """For each knob, its first rung that fits (a knob with none is left out), smallest peak first."""
     found = []
     for knob in KNOBS:
-        for changes in knob(work):
+        for changes in knob(cfg):
             try:
-                result = plan(changed(work, changes), card)
+                result = plan(cfg.replace(**changes), card)
             except ConfigError:
                 continue
             if result.fits:
@@ -125,13 +104,13 @@ def suggestions(work: Workload, card: Card) -> list[Suggestion]:
     return found
 
 
-def fitted_recipe(base: dict[str, Any], work: Workload, card: Card) -> tuple[dict[str, Any], str]:
+def fitted_recipe(base: dict[str, Any], cfg: PipelineConfig, card: Card) -> tuple[dict[str, Any], str]:
     """The recipe to write: `base` (the YAML's keys and the command line's overrides), plus the first suggestion
-    when the recipe (read as `work`) does not fit. Raises ConfigError when nothing single fits."""
-    result = plan(work, card)
+    when the recipe (`cfg`) does not fit. Raises ConfigError when nothing single fits."""
+    result = plan(cfg, card)
     if result.fits:
         return dict(base), f"fits {card.name} as it is"
-    found = suggestions(work, card)
+    found = suggestions(cfg, card)
     if not found:
         raise ConfigError("gpu", f"no single change makes this recipe fit {card.describe()}; plan a larger card "
                           "or a smaller model.")
@@ -141,28 +120,28 @@ def fitted_recipe(base: dict[str, Any], work: Workload, card: Card) -> tuple[dic
 REFUSE_RATIO = 1.5  # the `memory` check refuses only when the estimate is this far over: below, it warns
 
 
-def memory_check(work: Workload) -> str:
+def memory_check(cfg: PipelineConfig) -> str:
     """The `memory` check of `grpo train --check` (pipeline/preflight.py).
 
     Plans for gpu_memory_gb, else the visible GPU (nvidia-smi, no torch); with neither, or a model whose config
     cannot be read offline, it says so and passes. Estimated not to fit: a warning naming the smallest change
     that fits; estimated over REFUSE_RATIO x the usable memory (or vLLM unable to start): a ConfigError.
     """
-    builtin = builtin_model(work.model)
+    builtin = builtin_model(cfg.model.model_name_or_path)
     if builtin is not None and builtin.plan_config is None:
         return "not estimated: a built-in CPU model"
-    card = card_from_memory(work.gpu_memory_gb) if work.gpu_memory_gb is not None else cards.live_card()
+    card = card_from_memory(cfg.model.gpu_memory_gb) if cfg.model.gpu_memory_gb is not None else cards.live_card()
     if card is None:
         return "not estimated: no GPU visible and no gpu_memory_gb (grpo plan --gpu NAME estimates for a card)"
     try:
-        result = plan(work, card)
+        result = plan(cfg, card)
     except ConfigError as err:
         return f"not estimated: {err}"
     summary = (f"estimated peak {result.peak_gib:.1f} GiB (±{UNCERTAINTY:.0%}) of {result.usable_gib:.1f} GiB usable "
                f"on {card.name}")
     if result.fits:
         return f"{summary}, margin {result.margin_gib:+.1f} GiB"
-    found = suggestions(work, card)
+    found = suggestions(cfg, card)
     fix = (f"smallest change that fits: {found[0].describe()} (all of them: grpo plan)" if found else
            "no single change fits: a larger GPU or a smaller model (grpo plan shows the parts)")
     if result.blocker or result.ratio > REFUSE_RATIO:

@@ -20,7 +20,7 @@ from typing import Optional
 from pipeline.backends import planned_backend
 from pipeline.config import ConfigError, PipelineConfig, validate
 from pipeline.plan.cards import Card
-from pipeline.plan.estimate import Estimate, workload
+from pipeline.plan.estimate import Estimate
 from pipeline.plan.fit import plan
 
 SERVER_GPUS = 1  # GPUs `trl vllm-serve` takes in server mode (one engine; more for tensor parallel)
@@ -76,14 +76,14 @@ def scale_plan(cfg: PipelineConfig, card: Card, gpus: int, nodes: int) -> ScaleP
                      "(docs/scale-out.md)")
     ddp_config = "configs/accelerate/ddp.yaml" if nodes == 1 else "configs/accelerate/multinode.yaml"
     machines = "" if nodes == 1 else f", with num_machines {nodes}, num_processes {processes}"
-    ddp = plan(workload(plain), card)
+    ddp = plan(plain, card)
     choices: list[tuple[str, str, float, Estimate]] = [
         ("DDP", ddp_config, ddp.peak_gib, ddp),
         ("ZeRO-2", "configs/accelerate/zero2.yaml" + machines, _sharded(ddp, ("gradients", "optimizer"), processes),
          ddp),
     ]
     if processes > 1:
-        full = plan(workload(plain.replace(load_in_4bit=False)), card)  # ZeRO-3 shards 16-bit weights, not 4-bit ones
+        full = plan(plain.replace(load_in_4bit=False), card)  # ZeRO-3 shards 16-bit weights, not 4-bit ones
         choices.append(("ZeRO-3", "configs/accelerate/zero3.yaml" + machines + " and --load_in_4bit false",
                         _sharded(full, ("weights", "lora", "gradients", "optimizer"), processes), full))
     for engine, config, per_gpu, result in choices:

@@ -57,12 +57,9 @@ class RunDecisions:
     rewards: tuple[RewardSpec, ...]
     limits: Limits
     data_key: str
-    trainer_args: Mapping[str, Any]
     prompt_format: Mapping[str, Any]
-    backend_settings: Any  # pipeline/backends/settings.py BackendSettings: what the backend reads
-    data: Any  # pipeline/data/spec.py DataSpec: what the data path reads of the recipe
+    config: PipelineConfig  # the recipe as the check validated it: what the backend's operations and the data take
     eval_key: Optional[EvalKey] = None
-    trainer: Any = None  # what the trainer, the health rules, the warm-up read (pipeline/trainer/spec.py TrainerSpec)
     agents: Any = None  # the tools, environments, rollout_func: resolved once by the check (trainer/agents.py Agents)
 
 
@@ -74,18 +71,15 @@ def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
                  for name, func, weight in zip(names, funcs, check_reward_weights(names, weights), strict=True))
 
 
-def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], prepared: Any,
-                  trainer_args: Mapping[str, Any], backend_settings: Any, data: Any,
-                  eval_key: Optional[EvalKey] = None, trainer: Any = None, agents: Any = None) -> RunDecisions:
+def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], prepared: Any, config: PipelineConfig,
+                  eval_key: Optional[EvalKey] = None, agents: Any = None) -> RunDecisions:
     """The record from what the check worked out: the backend `choice` (a BackendChoice) and `backend` loaded for
-    it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), trl.GRPOConfig's
-    keyword arguments from the recipe, what the backend reads of it (`backend_settings`), the data path's values
-    (`data`: a DataSpec), the eval's key, what the trainer reads of it (`trainer`, a TrainerSpec) and the agents
-    resolved (`agents`)."""
+    it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), the recipe as the
+    check validated it (`config`: trl.GRPOConfig's arguments are trl_training_args(config)), the eval's key and the
+    agents resolved (`agents`)."""
     report = prepared.report
     return RunDecisions(
         backend_name=choice.name, backend_reason=choice.reason, backend=backend, rewards=rewards,
         limits=Limits(report["limits"]["max_seq_length"], prepared.max_prompt_length, prepared.max_completion_length),
-        data_key=prepared.fingerprint, trainer_args=MappingProxyType(dict(trainer_args)),
-        prompt_format=MappingProxyType(dict(report["prompt_format"])), backend_settings=backend_settings,
-        data=data, eval_key=eval_key, trainer=trainer, agents=agents)
+        data_key=prepared.fingerprint, prompt_format=MappingProxyType(dict(report["prompt_format"])), config=config,
+        eval_key=eval_key, agents=agents)

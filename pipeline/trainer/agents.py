@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from env.text import excerpt
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, GRPOArguments
 from pipeline.trainer.agent_boundary import guard_factory, guard_rollout_func, guard_tool
 from rewards.registry import load_user_object
 
@@ -52,21 +52,11 @@ def environment_specs(value: Any) -> dict[Optional[str], str]:
                       "module:Class.")
 
 
-@dataclass(frozen=True)
-class AgentSettings:
-    """The recipe's three agent options as given (`tools`: its module:function names), read once by
-    `agent_settings` (pipeline/trainer/spec.py); what resolve_agents imports and the records name."""
+def agent_names(g: GRPOArguments) -> dict[str, Any]:
+    """The agent options (`tools`, `environment_factory`, `rollout_func`, as the GRPO section gives them) as the
+    records keep them (effective_config.json, the adapter's manifest): by name, only those set.
 
-    tools: tuple[str, ...] = ()
-    environment_factory: Any = None
-    rollout_func: Optional[str] = None
-
-
-def agent_names(g: AgentSettings) -> dict[str, Any]:
-    """The agent options as the records keep them (effective_config.json, the adapter's manifest): by name, only
-    those set.
-
-    >>> agent_names(AgentSettings())
+    >>> agent_names(GRPOArguments())
     {}
     """
     envs = environment_specs(g.environment_factory)
@@ -140,12 +130,12 @@ class Agents:
         return kwargs
 
 
-def resolve_agents(g: AgentSettings) -> Agents:
-    """Import every tool, environment class and rollout_func the options name; a name that does not resolve, or
+def resolve_agents(g: GRPOArguments) -> Agents:
+    """Import every tool, environment class and rollout_func the options of `g` (the GRPO section) name; a name that does not resolve, or
     resolves to something that cannot be called, is a ConfigError naming the option and the fix."""
     specs: dict[Any, str] = {}
     tools = []
-    for spec in g.tools:
+    for spec in g.tools or ():
         tool = _load("tools", str(spec), "tool")
         tools.append(tool)
         specs[id(tool)] = str(spec)

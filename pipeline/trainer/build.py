@@ -18,29 +18,28 @@ from typing import Any, Optional
 from env.secret_fields import masked, masked_pickle_class
 from env.text import excerpt
 from pipeline.backends import load_backend, on_cpu
-from pipeline.config import ConfigError
+from pipeline.config import ConfigError, PipelineConfig, parse_limit, trl_training_args
 from pipeline.config.trl_fields import grpo_trainer_module, trainer_choices, trl_with
 from pipeline.data.tokenizer import resolve_model_path
 from pipeline.health.rollout import build_probe
 from pipeline.run.checkpoints import file_mode_callback
+from pipeline.run.resume import resume_key
 from pipeline.trainer.agent_boundary import hold_failures
 from pipeline.trainer.agents import Agents
 from pipeline.trainer.effective import predicted_changes, write_effective_config
-from pipeline.trainer.spec import TrainerSpec
 from pipeline.trainer.reward_failures import RewardFailureLatch
 from pipeline.trainer.trl_internals import replace_trl_internals
 from rewards import check_reward_weights, get_reward_funcs
 from rewards.contract import guard_reward
 
 
-def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: Any, model, tokenizer, prepared,
+def build_trainer(agents: Agents, backend, cfg: PipelineConfig, model, tokenizer, prepared,
                   peft_config, output_dir: Path, resume_step: Optional[int] = None, periodic_eval=None,
                   rollbacks_done: int = 0, previous: Any = None):
     """The wrapped TRL GRPOTrainer: our dataset, rewards (+ the zero-weight health observer) and callbacks.
 
-    `spec`: what the trainer reads of the recipe (pipeline/trainer/spec.py); `agents`: the run's tools /
-    environment_factory / rollout_func, resolved once (agents.py); `backend_settings`: what the backend's
-    operations take (grpo_config_kwargs, prepare_trainer, rollout_engine).
+    `cfg`: the recipe as validated; `agents`: the run's tools / environment_factory / rollout_func, resolved once
+    (agents.py).
 
     `resume_step` is the step of the checkpoint the run resumes from (None: a fresh run); metrics.jsonl
     drops the lines after it, since the resumed run replaces that trajectory. `periodic_eval` is the
@@ -58,18 +57,19 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
 
     # none: the environments' get_reward is the reward (TRL's form; the check refused it without one)
-    reward_funcs = get_reward_funcs(list(spec.reward_names)) if spec.reward_names else []
-    weights = check_reward_weights(list(spec.reward_names), _given(spec.reward_weights))
-    observer, health = build_health(spec, tokenizer, rollbacks_done)
+    g = cfg.grpo
+    reward_funcs = get_reward_funcs(list(g.reward_funcs)) if g.reward_funcs else []
+    weights = check_reward_weights(list(g.reward_funcs), g.reward_weights)
+    observer, health = build_health(cfg, tokenizer, rollbacks_done)
     reward_funcs.append(observer)
     weights.append(0.0)  # the observer only watches; it never changes the reward
     # The one reward contract around every function (rewards/contract.py): checked values, a raise becomes a
     # RewardFailure naming the sample (the run stops cleanly, pipeline/train.py), None's share logged.
     # A failure is held and raised after TRL's reward gather, on every process together (reward_failures.py).
     latch = RewardFailureLatch()
-    reward_funcs = guarded_rewards(reward_funcs, observer, latch.hold, spec.reward_timeout)
+    reward_funcs = guarded_rewards(reward_funcs, observer, latch.hold, g.reward_timeout)
 
-    args = grpo_training_args(spec, backend, backend_settings, model, prepared, output_dir, weights)
+    args = grpo_training_args(backend, cfg, model, prepared, output_dir, weights)
     grpo_trainer_module(uses_vllm=bool(getattr(args, "use_vllm", False)))  # before trl.GRPOTrainer is read
     # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
     with base_model_reference(model), _engine_kept(args, previous):
@@ -92,15 +92,15 @@ def build_trainer(spec: TrainerSpec, agents: Agents, backend, backend_settings: 
     ours = len(reward_funcs)
     trainer.reward_funcs[ours:] = [hold_failures(func, latch.hold) for func in trainer.reward_funcs[ours:]]
     if rollbacks_done:
-        trainer.add_callback(LrScaleCallback(spec.health.rollback_lr_factor ** rollbacks_done))
+        trainer.add_callback(LrScaleCallback(cfg.health.rollback_lr_factor ** rollbacks_done))
     for default_printer in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(default_printer)
     health.attach(trainer)
-    backend.prepare_trainer(trainer, backend_settings)
-    health.rollout_probe = build_probe(spec.health.rollout_probe_steps, tokenizer,  # None without a separate engine
-                                       lambda: backend.rollout_engine(trainer, tokenizer, backend_settings))
-    replace_trl_internals(trainer, ModelCard(spec.base_model, spec.dataset_name), latch, spec.checkpoint,
-                          prepared.dataset)  # pipeline/trainer/trl_internals.py: each one and why
+    backend.prepare_trainer(trainer, cfg)
+    health.rollout_probe = build_probe(cfg.health.rollout_probe_steps, tokenizer,  # None without a separate engine
+                                       lambda: backend.rollout_engine(trainer, tokenizer, cfg))
+    replace_trl_internals(trainer, ModelCard(cfg.model.model_name_or_path, cfg.data.dataset_name), latch,
+                          resume_key(cfg), prepared.dataset)  # pipeline/trainer/trl_internals.py: each one and why
     return trainer, health
 
 
@@ -122,16 +122,16 @@ def guarded_rewards(reward_funcs: list, observer, hold, timeout: Optional[float]
     return [guard_reward(func, hold=hold, timeout=timeout, own_process=func is not observer) for func in reward_funcs]
 
 
-def record_effective_config(trainer, spec: TrainerSpec, backend, backend_settings: Any, model,
+def record_effective_config(trainer, backend, cfg: PipelineConfig, model,
                             max_completion_length: int, output_dir: Path) -> list[str]:
     """effective_config.json from the built trainer's args (pipeline/trainer/effective.py); the changed-field lines.
     The kwargs are worked out again as grpo_training_args did (the same pure steps), so that the record says what
     was passed beside what ran."""
     weights = list(trainer.args.reward_weights or [])
-    decided = run_decided_args(spec, backend, backend_settings, model, max_completion_length, output_dir, weights)
-    passed = {**spec.recipe_args, **decided}
-    return write_effective_config(output_dir, spec, backend_settings, backend, trainer, passed,
-                                  backend.grpo_config_kwargs(backend_settings, model))
+    decided = run_decided_args(backend, cfg, model, max_completion_length, output_dir, weights)
+    passed = {**trl_training_args(cfg), **decided}
+    return write_effective_config(output_dir, cfg, backend, trainer, passed,
+                                  backend.grpo_config_kwargs(cfg, model))
 
 
 @dataclass(frozen=True)
@@ -167,15 +167,15 @@ def is_hub_id(name: Optional[str]) -> bool:
     return bool(name) and name.count("/") == 1 and not os.path.exists(name) and resolve_model_path(name) == name
 
 
-def grpo_training_args(spec: TrainerSpec, backend, backend_settings: Any, model, prepared, output_dir: Path,
+def grpo_training_args(backend, cfg: PipelineConfig, model, prepared, output_dir: Path,
                        reward_weights: list[float]):
     """The trl.GRPOConfig a run trains with (bench/overhead.py gives bare TRL this same one, to compare equal work)."""
-    decided = run_decided_args(spec, backend, backend_settings, model, prepared.max_completion_length, output_dir,
+    decided = run_decided_args(backend, cfg, model, prepared.max_completion_length, output_dir,
                                reward_weights)
-    return build_grpo_config(spec, decided)
+    return build_grpo_config(cfg, decided)
 
 
-def run_decided_args(spec: TrainerSpec, backend, backend_settings: Any, model, max_completion_length: int,
+def run_decided_args(backend, cfg: PipelineConfig, model, max_completion_length: int,
                      output_dir: Path, reward_weights: list[float]) -> dict:
     """What the run works out for trl.GRPOConfig (not a config value as given)."""
     # lazy: health/rules imports transformers
@@ -184,34 +184,33 @@ def run_decided_args(spec: TrainerSpec, backend, backend_settings: Any, model, m
     return dict(
         output_dir=str(output_dir),
         max_completion_length=max_completion_length,  # `auto` resolved from the data
-        report_to=list(spec.reporters) or "none",
+        report_to=cfg.grpo.reporters() or "none",
         reward_weights=reward_weights,  # + the health observer's 0
-        gradient_checkpointing=spec.gradient_checkpointing and not on_cpu(),
+        gradient_checkpointing=cfg.lora.gradient_checkpointing and not on_cpu(),
         disable_tqdm=True,  # our RewardProgressCallback shows reward / KL / length instead
         **HEALTH_TRAINING_ARGS,  # keep NaN losses visible to the health rules
-        **backend.grpo_config_kwargs(backend_settings, model),
+        **backend.grpo_config_kwargs(cfg, model),
     )
 
 
-def build_grpo_config(spec: TrainerSpec, decided: dict):
-    """trl.GRPOConfig from our fields (`spec.recipe_args`), the user's TRL options (`spec.trl_options`) and what the
-    run decided. A TRL option
-    that the backend decides otherwise (role backend_decided: `use_vllm`, `bf16`, ...) is refused naming the option
+def build_grpo_config(cfg: PipelineConfig, decided: dict):
+    """trl.GRPOConfig from our fields (pipeline/config trl_training_args), the user's TRL options (`cfg.trl`) and
+    what the run decided. A TRL option that the backend decides otherwise (role backend_decided: `use_vllm`, `bf16`, ...) is refused naming the option
     that decides it, never dropped; a value TRL's own validation refuses is a ConfigError naming the field."""
     import trl  # lazy: imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
 
-    for name, value in spec.trl_options.items():
+    for name, value in cfg.trl.items():
         if name in decided and decided[name] != value:
             raise ConfigError(name, f"{name}: {excerpt(value)} does not fit this run: the backend, on this machine, "
                               f"needs {excerpt(decided[name])}. It is decided by "
                               f"{trl_with('backend_decided').get(name, 'the run')}; set that instead, or remove "
                               f"{name}.")
-    kwargs = {**spec.recipe_args, **decided}
+    kwargs = {**trl_training_args(cfg), **decided}
     try:
         # pickled into every checkpoint (training_args.bin) with its secrets masked (env/secret_fields.py)
         config = masked_pickle_class(trl.GRPOConfig)(**kwargs)
     except (ValueError, TypeError, NotImplementedError) as err:
-        named = _named_field(str(err), dict(spec.trl_options), kwargs)
+        named = _named_field(str(err), dict(cfg.trl), kwargs)
         raise ConfigError(named, f"trl.GRPOConfig refused the config: {err}") from None
     for name, choices in trainer_choices().items():  # values only TRL's trainer would refuse, mid-step
         value = getattr(config, name, None)
@@ -230,36 +229,32 @@ def _named_field(message: str, trl_options: dict, kwargs: dict) -> str:
     return "trl"
 
 
-def check_grpo_config(spec: TrainerSpec, backend_name: str, backend_settings: Any) -> str:
+def check_grpo_config(backend_name: str, cfg: PipelineConfig) -> str:
     """`--check`'s `trl` step: the trl.GRPOConfig the run will build, with TRL's own validation, before anything
     loads. The backend's device settings need the loaded model on Unsloth, so there they are checked by the run."""
     with tempfile.TemporaryDirectory() as scratch:
-        build_grpo_config(spec, _model_free_decided(spec, backend_name, backend_settings, Path(scratch)))
-    named = ", ".join(f"{k}={excerpt(v)}" for k, v in masked(dict(spec.trl_options)).items())
+        build_grpo_config(cfg, _model_free_decided(backend_name, cfg, Path(scratch)))
+    named = ", ".join(f"{k}={excerpt(v)}" for k, v in masked(dict(cfg.trl)).items())
     return f"trl.GRPOConfig accepts it{f' (TRL options: {named})' if named else ''}"
 
 
-def check_effective_config(spec: TrainerSpec, backend_name: str, backend_settings: Any) -> str:
+def check_effective_config(backend_name: str, cfg: PipelineConfig) -> str:
     """`--check`'s `effective_config` step: the fields the backend will change, the lines `grpo train` prints when
     it writes effective_config.json (pipeline/trainer/effective.py predicted_changes), before anything loads."""
     with tempfile.TemporaryDirectory() as scratch:
-        decided = _model_free_decided(spec, backend_name, backend_settings, Path(scratch))
-        changes = predicted_changes(spec.recipe_args, backend_name, backend_settings, decided)
+        decided = _model_free_decided(backend_name, cfg, Path(scratch))
+        changes = predicted_changes(backend_name, cfg, decided)
     if not changes:
         return f"the {backend_name} backend changes no GRPOConfig field"
     return f"the {backend_name} backend changes {len(changes)} GRPOConfig field(s): " + "; ".join(changes)
 
 
-def _model_free_decided(spec: TrainerSpec, backend_name: str, backend_settings: Any, scratch: Path) -> dict:
+def _model_free_decided(backend_name: str, cfg: PipelineConfig, scratch: Path) -> dict:
     """run_decided_args as far as it is known before the model loads (the data's limit, the reward weights)."""
-    weights = [*check_reward_weights(list(spec.reward_names), _given(spec.reward_weights)), 0.0]
-    return run_decided_args(spec, _ModelFreeSettings(load_backend(backend_name), backend_name), backend_settings,
-                            None, spec.completion_limit or 256, scratch, weights)
-
-
-def _given(weights: Optional[tuple[float, ...]]) -> Optional[list[float]]:
-    """reward_weights as the recipe gave them (None: each 1.0), as check_reward_weights takes them."""
-    return None if weights is None else list(weights)
+    weights = [*check_reward_weights(list(cfg.grpo.reward_funcs), cfg.grpo.reward_weights), 0.0]
+    completion_limit = parse_limit(cfg.data.max_completion_length, "max_completion_length")  # None: auto
+    return run_decided_args(_ModelFreeSettings(load_backend(backend_name), backend_name), cfg,
+                            None, completion_limit or 256, scratch, weights)
 
 
 @dataclass(frozen=True)
@@ -270,7 +265,7 @@ class _ModelFreeSettings:
     backend: object
     name: str
 
-    def grpo_config_kwargs(self, backend_settings, model):
+    def grpo_config_kwargs(self, cfg, model):
         if not self.backend.KWARGS_NEED_MODEL:
-            return self.backend.grpo_config_kwargs(backend_settings, model)
+            return self.backend.grpo_config_kwargs(cfg, model)
         return {"use_cpu": True, "bf16": False, "fp16": False} if on_cpu() else {}

@@ -13,11 +13,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from env.paths import atomic_write_json
 from env.secret_fields import masked
 from pipeline.backends import load_backend
+from pipeline.config import PipelineConfig, trl_training_args
 from pipeline.config.trl_fields import grpo_config_class, trl_with
 from pipeline.trainer.agents import agent_names
 
@@ -77,30 +78,29 @@ def predicted_values(backend_name: str, passed: dict[str, Any], defaults: dict[s
     return {**defaults, **passed, **{name: value for name, (value, _) in rewrites.items()}}
 
 
-def other_backend_kwargs(backend_settings: Any, backend_name: str, passed: dict[str, Any],
+def other_backend_kwargs(cfg: PipelineConfig, backend_name: str, passed: dict[str, Any],
                          backend_kwargs: dict[str, Any]) -> dict[str, Any]:
     """What the other backend would pass for the same recipe: this run's kwargs without this backend's own, plus
-    the other's as far as they are known without its model (its `predicted_config_kwargs` of `backend_settings`,
-    what the backends' operations take)."""
+    the other's as far as they are known without its model (its `predicted_config_kwargs` of the recipe)."""
     other = load_backend(load_backend(backend_name).COUNTERPART)  # the one each backend is compared with
     return {**{k: v for k, v in passed.items() if k not in backend_kwargs},
-            **other.predicted_config_kwargs(backend_settings)}
+            **other.predicted_config_kwargs(cfg)}
 
 
-def effective_record(recipe_args: Mapping[str, Any], backend_name: str, backend_settings: Any, args: Any,
+def effective_record(backend_name: str, cfg: PipelineConfig, args: Any,
                      passed: dict[str, Any], backend_kwargs: dict[str, Any]) -> dict[str, Any]:
     """effective_config.json's content: `args` (the trainer's, read back after it was built) field by field, against
-    `recipe_args` (the GRPOConfig kwargs the recipe states: pipeline/config trl_training_args).
+    the GRPOConfig kwargs the recipe states (pipeline/config trl_training_args).
 
     Each field: `value` (as the trainer ran it), `recipe` (when the recipe states it), `trl_default`,
     `other_backend` (only where the other backend would run another value), `differs_from` (which of recipe,
     trl_default, other_backend it differs from) and `changed_by` (a backend set it, and why)."""
     # secrets as TrainingArguments.to_dict shows them (`<HUB_TOKEN>`), on every side (env/secret_fields.py)
-    defaults, recipe, passed = trl_defaults(), masked(dict(recipe_args)), masked(passed)
+    defaults, recipe, passed = trl_defaults(), masked(trl_training_args(cfg)), masked(passed)
     changes = backend_changes(backend_name, passed, backend_kwargs, recipe, defaults)
     ours = predicted_values(backend_name, passed, defaults)
     other_name = load_backend(backend_name).COUNTERPART
-    other = predicted_values(other_name, other_backend_kwargs(backend_settings, backend_name, passed, backend_kwargs),
+    other = predicted_values(other_name, other_backend_kwargs(cfg, backend_name, passed, backend_kwargs),
                              defaults)
     fields: dict[str, Any] = {}
     for name, raw in sorted(args.to_dict().items()):
@@ -127,28 +127,26 @@ def effective_record(recipe_args: Mapping[str, Any], backend_name: str, backend_
     return {"backend": backend_name, "other_backend": other_name, "changed": changed, "fields": fields}
 
 
-def write_effective_config(output_dir: Path, spec: Any, backend_settings: Any, backend, trainer,
+def write_effective_config(output_dir: Path, cfg: PipelineConfig, backend, trainer,
                            passed: dict[str, Any], backend_kwargs: dict[str, Any]) -> list[str]:
-    """Write output_dir/effective_config.json from the built trainer's args; returns the changed-field lines.
-    `spec`: what the trainer read of the recipe (pipeline/trainer/spec.py TrainerSpec: its recipe_args and agents)."""
+    """Write output_dir/effective_config.json from the built trainer's args; returns the changed-field lines."""
     from pipeline.health.rollback import kl_reference  # lazy: imports transformers
 
-    record = effective_record(spec.recipe_args, backend.NAME, backend_settings, trainer.args, passed, backend_kwargs)
+    record = effective_record(backend.NAME, cfg, trainer.args, passed, backend_kwargs)
     record["kl_reference"] = kl_reference(trainer)  # what kl (beta > 0) is measured against
-    agents = agent_names(spec.agents)
+    agents = agent_names(cfg.grpo)
     if agents:  # TRL's trainer arguments by name, and the tools the trainer offers (environments' methods too)
         record["agents"] = {**agents, "tools_offered": sorted({t.__name__ for t in getattr(trainer, "tools", [])})}
     atomic_write_json(Path(output_dir) / EFFECTIVE_CONFIG_NAME, record)
     return record["changed"]
 
 
-def predicted_changes(recipe_args: Mapping[str, Any], backend_name: str, backend_settings: Any,
-                      decided: dict[str, Any]) -> list[str]:
-    """`grpo train --check`: the lines `grpo train` will print, from the recipe's GRPOConfig kwargs (`recipe_args`)
-    and the run's decided kwargs before any load (`decided` holds the backend's model-free kwargs,
+def predicted_changes(backend_name: str, cfg: PipelineConfig, decided: dict[str, Any]) -> list[str]:
+    """`grpo train --check`: the lines `grpo train` will print, from the recipe's GRPOConfig kwargs (pipeline/config
+    trl_training_args) and the run's decided kwargs before any load (`decided` holds the backend's model-free kwargs,
     pipeline/trainer/build.py check_grpo_config)."""
     backend = load_backend(backend_name)
-    backend_kwargs = backend.predicted_config_kwargs(backend_settings)
+    backend_kwargs, recipe_args = backend.predicted_config_kwargs(cfg), trl_training_args(cfg)
     passed = {**recipe_args, **decided, **backend_kwargs}
-    changes = backend_changes(backend_name, passed, backend_kwargs, dict(recipe_args), trl_defaults())
+    changes = backend_changes(backend_name, passed, backend_kwargs, recipe_args, trl_defaults())
     return [changes[name].line() for name in sorted(changes)]

@@ -23,14 +23,14 @@ loss on the assistant's tokens only (TRL's `assistant_only_loss`: the tool's ans
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from env.disk import storage_errors_named
 from env.kept import file_sha256, record, reusable, versions
 from env.paths import atomic_directory, atomic_write_json
 from pipeline.backends import mixed_precision, on_cpu
+from pipeline.config import PipelineConfig, role_values
 from pipeline.data.cache import model_identity
 from pipeline.trainer.agent_check import tool_schema
 
@@ -38,23 +38,11 @@ WARMUP_DIR = "warmup"
 WARMUP_KEY_NAME = "warmup.json"
 
 
-@dataclass(frozen=True)
-class WarmupSpec:
-    """What the warm-up reads of the recipe (read once, pipeline/trainer/spec.py): its steps and learning rate, the
-    seed, max_seq_length, and `inputs`, the values of the fields declaring warmup_input (pipeline/config roles)."""
-
-    steps: int
-    learning_rate: float
-    seed: int
-    max_seq_length: int
-    inputs: Mapping[str, Any]
-
-
-def warmup_inputs(spec: WarmupSpec, prepared) -> dict[str, Any]:
+def warmup_inputs(cfg: PipelineConfig, prepared) -> dict[str, Any]:
     """Everything the warmed weights depend on (env/kept.py); saved weights are reused only when all of
     it matches: the fields declaring warmup_input (the base model's identity, the warm-up's settings, the LoRA, the
     seed, ...), the training data (its cache key), this module's code (its SFTConfig) and the library versions."""
-    inputs = dict(spec.inputs)
+    inputs = role_values(cfg, "warmup_input")
     return {**inputs, "model": model_identity(**inputs["model"]), "data_fingerprint": prepared.fingerprint,
             "code_sha256": file_sha256(Path(__file__)), "versions": versions("torch", "transformers", "peft", "trl")}
 
@@ -101,14 +89,14 @@ def _saved_warmup(output_dir: Path, inputs: dict[str, Any]) -> Optional[Path]:
     return folder if saved is not None else None
 
 
-def run_format_warmup(model, tokenizer, spec: WarmupSpec, prepared, examples: list[dict[str, Any]],
+def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, examples: list[dict[str, Any]],
                       tools: Sequence[Any], peft_config, output_dir: Path, reuse: bool = True):
     """A short SFTTrainer pass on `examples` (pipeline/data/run_data.py warmup_examples) with the run's `tools`;
     returns the (possibly LoRA-wrapped) model for GRPO to continue from.
 
     With `reuse`, weights saved by an earlier attempt of this run (same settings) are loaded instead.
     """
-    inputs = warmup_inputs(spec, prepared)
+    inputs = warmup_inputs(cfg, prepared)
     saved = _saved_warmup(output_dir, inputs) if reuse else None
     if saved is not None:
         warmed = _load_warmup(model, peft_config, saved)
@@ -122,7 +110,7 @@ def run_format_warmup(model, tokenizer, spec: WarmupSpec, prepared, examples: li
     from trl import SFTConfig, SFTTrainer
 
     examples, conversations = with_tools(tools, examples)
-    print(f"[grpo] format warm-up: {spec.steps} SFT steps on {len(examples)} formatted examples"
+    print(f"[grpo] format warm-up: {cfg.health.sft_warmup_steps} SFT steps on {len(examples)} formatted examples"
           + (" (tool conversations)" if conversations else ""), flush=True)
 
     cpu = on_cpu()
@@ -131,22 +119,22 @@ def run_format_warmup(model, tokenizer, spec: WarmupSpec, prepared, examples: li
     precision = {"bf16": False, "fp16": False} if cpu else mixed_precision(model)
     args = SFTConfig(
         output_dir=str(output_dir / "sft_warmup"),
-        max_steps=spec.steps,
-        learning_rate=spec.learning_rate,
+        max_steps=cfg.health.sft_warmup_steps,
+        learning_rate=cfg.health.sft_learning_rate,
         per_device_train_batch_size=8,
         gradient_accumulation_steps=1,
         lr_scheduler_type="linear",
         warmup_steps=0,
-        logging_steps=max(1, spec.steps // 5),
+        logging_steps=max(1, cfg.health.sft_warmup_steps // 5),
         save_strategy="no",  # no mid-warm-up checkpoints; the result is saved to warmup/ at the end
         report_to="none",
-        seed=spec.seed,
+        seed=cfg.grpo.seed,
         use_cpu=cpu,
         **precision,
         gradient_checkpointing=False,
         completion_only_loss=True,  # learn the answer format, not to parrot the prompt
         assistant_only_loss=conversations,  # nor a tool's answers
-        max_length=spec.max_seq_length,
+        max_length=cfg.model.max_seq_length,
         disable_tqdm=True,
     )
     # lazy: transformers and run/log (its callbacks) import torch
@@ -156,7 +144,7 @@ def run_format_warmup(model, tokenizer, spec: WarmupSpec, prepared, examples: li
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
                          processing_class=tokenizer, peft_config=peft_config,
-                         callbacks=[WarmupLogCallback(spec.steps)])
+                         callbacks=[WarmupLogCallback(cfg.health.sft_warmup_steps)])
     trainer.remove_callback(PrinterCallback)  # it prints raw dicts of strings; one readable line instead
     trainer.train()
 

@@ -121,7 +121,6 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     import torch
 
     from pipeline.backends import load_backend
-    from pipeline.backends.settings import backend_settings
     from pipeline.config import validate
 
     params = run_params(args.dry_run)
@@ -134,12 +133,11 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     validate(cfg)
     backend = load_backend(values["backend"])
     # `import unsloth` before anything imports trl/transformers/peft
-    backend.prepare_environment(backend_settings(cfg))
+    backend.prepare_environment(cfg)
     from pipeline.data.prepare import prepare_dataset
     from pipeline.data.tokenizer import load_tokenizer
     from pipeline.trainer.agents import resolve_agents
     from pipeline.trainer.build import build_trainer
-    from pipeline.trainer.spec import agent_settings, trainer_spec
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(cfg.model.model_name_or_path)
@@ -148,10 +146,10 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     # Memory still held from an earlier case would count in this one's peak: record it to see a leak.
     held_before = round(torch.cuda.memory_allocated() / 2**30, 3) if cuda else None
     with VllmCalls() if vllm else contextlib.nullcontext() as calls:  # the engine is built by load_for_training
-        model, tokenizer = backend.load_for_training(backend_settings(cfg))
+        model, tokenizer = backend.load_for_training(cfg)
         load_peak = peak_gib()
-        trainer, _ = build_trainer(trainer_spec(cfg), resolve_agents(agent_settings(cfg)), backend,
-                                   backend_settings(cfg), model, tokenizer, prepared, backend.peft_config(backend_settings(cfg)), out)
+        trainer, _ = build_trainer(resolve_agents(cfg.grpo), backend,
+                                   cfg, model, tokenizer, prepared, backend.peft_config(cfg), out)
         forced = force_full_length(trainer, length) + (["vllm_sampling_params.min_tokens"] if vllm else [])
         timer = _step_timer()
         trainer.add_callback(timer)
@@ -200,12 +198,11 @@ def planned_peak(cfg: Any) -> float | None:
 
     from pipeline.config import ConfigError
     from pipeline.plan.cards import card_from_memory
-    from pipeline.plan.estimate import workload
     from pipeline.plan.fit import plan
 
     memory = torch.cuda.get_device_properties(0).total_memory / 2**30 if torch.cuda.is_available() else 80.0
     try:
-        return round(plan(workload(cfg), card_from_memory(memory)).peak_gib, 3)
+        return round(plan(cfg, card_from_memory(memory)).peak_gib, 3)
     except ConfigError:
         return None
 

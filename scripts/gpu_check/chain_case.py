@@ -181,7 +181,6 @@ def run_vllm_substep(model: str, precision: str, substep: str, args: argparse.Na
     """One sub-step of the Unsloth chain with fast_inference: true (VLLM_CHAIN_SUBSTEPS), in a process of its own;
     each reads what the earlier ones left in the run folder."""
     from pipeline.backends import BackendChoice, load_backend
-    from pipeline.backends.settings import backend_settings
 
     params = run_params(args.dry_run)
     case = f"chain/{VLLM_LABEL}/{model}/{precision}"
@@ -247,7 +246,7 @@ def run_vllm_substep(model: str, precision: str, substep: str, args: argparse.Na
         rec.skip(f"{case}/{substep}", f"train did not finish: {lora} is missing")
         return
     # `import unsloth` before vllm is imported
-    load_backend("unsloth").prepare_environment(backend_settings(make_config(values)))
+    load_backend("unsloth").prepare_environment(make_config(values))
     rec.run(f"{case}/{substep}", actions[substep])
 
 

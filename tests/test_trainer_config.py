@@ -1,17 +1,15 @@
-"""The recipe read once for the trainer (pipeline/trainer/spec.py TrainerSpec, agent_settings) and for resume
-(pipeline/run/resume.py ResumeKey): what each record holds for a made-up recipe, and that the check hands them (and
-the agents it resolved) to the run. No model loads."""
+"""What the trainer reads of a recipe, read from the validated config itself (its sections, cfg.trl, and what
+pipeline/config trl_training_args derives), and the resume key (pipeline/run/resume.py ResumeKey, derived from it):
+what each gives for a made-up recipe, and that the check hands the run the config (and the agents it resolved).
+No model loads."""
 
-import dataclasses
 import os
 
-import pytest
-
-from pipeline.config import from_mapping, role_values
+from pipeline.config import GRPOArguments, from_mapping, trl_training_args
 from pipeline.preflight import run_checks
 from pipeline.run.resume import checkpoint_record, resume_key
-from pipeline.trainer.agents import Agents, AgentSettings, resolve_agents
-from pipeline.trainer.spec import TrainerSpec, agent_settings, trainer_spec
+from pipeline.trainer.agents import Agents, agent_names, resolve_agents
+from pipeline.trainer.build import _model_free_decided
 from train_helpers import demo_config
 
 RECIPE = {"reward_funcs": ["strict_format", "correctness"], "reward_weights": [0.5, 2.0], "reward_timeout": 7,
@@ -22,23 +20,14 @@ RECIPE = {"reward_funcs": ["strict_format", "correctness"], "reward_weights": [0
           "top_entropy_quantile": 0.5}
 
 
-def test_the_trainer_spec_holds_what_the_trainer_reads_of_a_recipe():
+def test_the_trainer_reads_a_recipe_from_its_config(tmp_path):
     cfg = from_mapping(RECIPE)
-    spec = trainer_spec(cfg)
-    assert (spec.reward_names, spec.reward_weights, spec.reward_timeout) == (("strict_format", "correctness"),
-                                                                             (0.5, 2.0), 7)
-    assert spec.recipe_args["learning_rate"] == 3e-5 and dict(spec.trl_options) == {"top_entropy_quantile": 0.5}
-    assert (spec.reporters, spec.gradient_checkpointing, spec.completion_limit) == (("tensorboard",), True, 96)
-    assert spec.health is cfg.health and spec.health.garbled_threshold == 0.2
-    assert (spec.beta, spec.temperature, spec.num_generations) == (0.02, 0.8, 6)
-    assert (spec.base_model, spec.dataset_name) == ("org/made-up", "my.jsonl")
-    assert spec.agents == AgentSettings(("agent_helpers:add",), None, None) == agent_settings(cfg)
-    assert (spec.warmup.steps, spec.warmup.learning_rate, spec.warmup.seed, spec.warmup.max_seq_length) == (
-        5, 1e-4, 11, 512)
-    assert dict(spec.warmup.inputs) == role_values(cfg, "warmup_input") and spec.checkpoint == resume_key(cfg)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        spec.beta = 1.0
-    assert trainer_spec(from_mapping({})).completion_limit is None  # auto: from the data
+    decided = _model_free_decided("plain", cfg, tmp_path)  # what the run passes GRPOConfig besides the recipe's
+    assert (decided["reward_weights"], decided["max_completion_length"], decided["report_to"]) == (
+        [0.5, 2.0, 0.0], 96, ["tensorboard"])  # the health observer's 0 last; the limit as set
+    assert _model_free_decided("plain", from_mapping({}), tmp_path)["max_completion_length"] == 256  # auto: data's
+    assert trl_training_args(cfg)["learning_rate"] == 3e-5 and cfg.trl == {"top_entropy_quantile": 0.5}
+    assert agent_names(cfg.grpo) == {"tools": ["agent_helpers:add"]}
 
 
 def test_the_resume_key_holds_the_weight_shape_and_the_settings_a_checkpoint_restores_or_a_resume_applies():
@@ -54,14 +43,14 @@ def test_the_resume_key_holds_the_weight_shape_and_the_settings_a_checkpoint_res
                                       "launch": {"processes": 1, "global_batch": key.batch(1)[2]}}
 
 
-def test_the_check_hands_the_run_the_trainer_spec_and_the_agents_it_resolved(tmp_path):
+def test_the_check_hands_the_run_the_config_and_the_agents_it_resolved(tmp_path):
     cfg = demo_config(tmp_path / "run")
     decisions = run_checks(cfg).decisions
-    assert isinstance(decisions.trainer, TrainerSpec) and decisions.trainer == trainer_spec(cfg)
+    assert decisions.config is cfg
     assert decisions.agents == Agents()
 
 
 def test_agents_resolve_from_their_settings(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(os.path.dirname(__file__))  # agent_helpers, beside the tests
-    agents = resolve_agents(AgentSettings(("agent_helpers:add",)))
+    agents = resolve_agents(GRPOArguments(tools=["agent_helpers:add"]))
     assert [tool.__name__ for tool in agents.tools] == ["add"] and agents.rollout_spec is None
