@@ -53,8 +53,8 @@ def tool_use(result: dict, questions: dict[str, str]) -> dict:
 
 def eval_questions(cfg) -> dict[str, str]:
     """The run's eval rows' questions by row id, prepared as the run prepared them (its cache: a load)."""
-    from pipeline.data.run_data import load_eval_rows
-    from pipeline.data.tokenizer import load_tokenizer
+    from grpo_pipeline.pipeline.data.run_data import load_eval_rows
+    from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
     return {row["id"]: row["prompt"][-1]["content"]
@@ -62,8 +62,8 @@ def eval_questions(cfg) -> dict[str, str]:
 
 
 def one_seed(seed: int, work: Path, overrides: dict) -> dict:
-    from pipeline.config import from_mapping, read_recipe
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.config import from_mapping, read_recipe
+    from grpo_pipeline.pipeline.train import run_training
 
     run_dir = work / f"seed-{seed}"
     cfg = from_mapping({**read_recipe(str(RECIPE)), "output_dir": str(run_dir), "seed": seed, **overrides})

@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig
-from pipeline.data.prompts import build_prompt, count_prompt_tokens, length_stats
+from grpo_pipeline.pipeline.config import DEFAULT_SYSTEM_PROMPT, PipelineConfig
+from grpo_pipeline.pipeline.data.prompts import build_prompt, count_prompt_tokens, length_stats
 
 TARGET_S = 3.0  # seconds for the length check on a GSM8K-sized train split
 
@@ -81,7 +81,7 @@ def measure_length_check(n: int, seed: int, repeats: int) -> dict:
     chats = [build_prompt(DEFAULT_SYSTEM_PROMPT, q) for q in questions]
 
     start = time.perf_counter()
-    from pipeline.assets import load_qwen_tokenizer
+    from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
 
     tokenizer = load_qwen_tokenizer()
     load_s = time.perf_counter() - start
@@ -144,7 +144,7 @@ def main() -> int:
             with open(path, "w", encoding="utf-8") as f:
                 for i, q in enumerate(questions):
                     f.write(json.dumps({"question": q, "answer": f"#### {i}"}, ensure_ascii=False) + "\n")
-            from pipeline.data.prepare import prepare_dataset
+            from grpo_pipeline.pipeline.data.prepare import prepare_dataset
 
             cfg = PipelineConfig().replace(dataset_name=str(path), data_cache_dir=str(Path(tmp) / "cache"),
                                            output_dir=str(Path(tmp) / "run"))

@@ -41,9 +41,9 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 
 def one_seed(seed: int, work: Path) -> dict:
-    from pipeline.config import from_mapping
-    from pipeline.demo.registry import cpu_demo_config
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.config import from_mapping
+    from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
+    from grpo_pipeline.pipeline.train import run_training
 
     honest_dir = work / f"honest-{seed}"
     cfg = from_mapping({**cpu_demo_config(), "output_dir": str(honest_dir), "max_steps": 40, "eval_limit": 20,

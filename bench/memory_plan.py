@@ -20,7 +20,7 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.plan.estimate import UNCERTAINTY  # noqa: E402
+from grpo_pipeline.pipeline.plan.estimate import UNCERTAINTY  # noqa: E402
 from tests.memory_plan_figures import comparisons, largest_bounding_error  # noqa: E402 - the tests own the figures
 
 

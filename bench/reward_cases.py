@@ -33,10 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import rewards  # noqa: E402
+import grpo_pipeline.rewards  # noqa: E402
 from bench.rewards_peers import fail, share  # noqa: E402
-from rewards import matching, symbolic  # noqa: E402
-from rewards.normalize import _parse_text  # noqa: E402
+from grpo_pipeline.rewards import matching, symbolic  # noqa: E402
+from grpo_pipeline.rewards.normalize import _parse_text  # noqa: E402
 from tests.unsloth_notebook_rewards import (  # noqa: E402 - the notebook's rewards: the tests own the copy
     nb_extract_xml_answer,
     nb_int_reward_func,
@@ -158,7 +158,7 @@ def notebook_safe(completions: list) -> list:
 
 GSM8K_HELP = """GSM8K file(s) to score correctness on: .jsonl/.json/.parquet with `question` and `answer`
 columns, or a folder written by `datasets.save_to_disk` (the folder the pipeline keeps under its
-data cache, hub/openai__gsm8k__main__default, after `python -m pipeline data` has run once with
+data cache, hub/openai__gsm8k__main__default, after `python -m grpo_pipeline.pipeline data` has run once with
 dataset_name openai/gsm8k). To write a file on a machine with hub access:
 python -c "from datasets import load_dataset as L; L('openai/gsm8k', 'main', split='test').to_json('gsm8k_test.jsonl')"
 (the original release, github.com/openai/grade-school-math, has the same rows in grade_school_math/data/).

@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rewards import correctness_reward_func, strict_format_reward_func, xmlcount_reward_func  # noqa: E402
-from rewards.extract import extract_xml_answer  # noqa: E402
+from grpo_pipeline.rewards import correctness_reward_func, strict_format_reward_func, xmlcount_reward_func  # noqa: E402
+from grpo_pipeline.rewards.extract import extract_xml_answer  # noqa: E402
 
 FORMAT_FUNCS = {"format_strict": strict_format_reward_func, "xmlcount": xmlcount_reward_func}
 

@@ -31,8 +31,8 @@ TARGET = 0.02
 
 def measure(steps: int) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from pipeline.config import HealthArguments
-    from pipeline.health.rollout import RolloutProbe
+    from grpo_pipeline.pipeline.config import HealthArguments
+    from grpo_pipeline.pipeline.health.rollout import RolloutProbe
 
     # min_p off: under TRL's vLLM rollouts a truncating sampler is refused (pipeline/config/validate.py)
     cfg = bench_config(steps, rollout_probe_steps=1, model_name_or_path="tiny-demo-vllm", vllm_mode="colocate",

@@ -95,10 +95,10 @@ def instrument(trainer, clock: PartClock) -> None:
 
 
 def run_setting(generations: int, length: int, prompts: int, steps: int) -> dict:
-    import pipeline.trainer.build as train_module
+    import grpo_pipeline.pipeline.trainer.build as train_module
     from bench.overhead import bench_config, prepare
-    from pipeline.backends import plain
-    from pipeline.trainer.agents import Agents
+    from grpo_pipeline.pipeline.backends import plain
+    from grpo_pipeline.pipeline.trainer.agents import Agents
 
     cfg = bench_config(steps, num_generations=generations, per_device_train_batch_size=prompts * generations,
                        max_completion_length=str(length), max_seq_length=128 + length)

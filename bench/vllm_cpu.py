@@ -70,7 +70,7 @@ def transformers_side(model_path: str, dtype: str, ids: list[list[int]], generat
 def measure(model: str, dtype: str, generations: int, tokens: int, rounds: int) -> dict:
     """Both engines on the same rollouts, in alternating rounds: {start, rates: {engine: [tokens/s, ...]}, ratio}."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
+    from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 
     path = str(resolve_model_path(model))
     tokenizer = load_tokenizer(model)

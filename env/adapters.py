@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from env.locations import absolute_path
-from env.paths import previous_versions
+from grpo_pipeline.env.locations import absolute_path
+from grpo_pipeline.env.paths import previous_versions
 
 ADAPTER_CONFIG = "adapter_config.json"
 # The order is PEFT's: it writes safetensors unless told otherwise, and loads it first.
@@ -77,7 +77,7 @@ def verify_adapter_dir(path: str | os.PathLike[str]) -> AdapterInfo:
     >>> verify_adapter_dir("/nonexistent/lora")
     Traceback (most recent call last):
     ...
-    env.adapters.AdapterError: LoRA adapter directory /nonexistent/lora does not exist
+    grpo_pipeline.env.adapters.AdapterError: LoRA adapter directory /nonexistent/lora does not exist
     """
     directory = absolute_path(path)
 
@@ -133,7 +133,7 @@ def refuse_shipped_code(directory: Path, weights: Optional[Path] = None) -> None
     >>> refuse_shipped_code(folder)
     Traceback (most recent call last):
     ...
-    env.adapters.AdapterError: .../tokenizer_config.json names a tokenizer that runs its own code (auto_map: ...
+    grpo_pipeline.env.adapters.AdapterError: .../tokenizer_config.json names a tokenizer that runs its own code (auto_map: ...
     """
     config = directory / TOKENIZER_CONFIG
     try:

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from env.locations import cache_root
-from env.text import exception_chain
+from grpo_pipeline.env.locations import cache_root
+from grpo_pipeline.env.text import exception_chain
 
 # errno -> what it means for a save; each needs a different fix.
 STORAGE_ERRNOS = {
@@ -169,7 +169,7 @@ def storage_errors_named(where: str | os.PathLike[str], resume_hint: str = AGAIN
                          option: Optional[str] = "output_dir") -> Iterator[None]:
     """Re-raise a storage failure inside the block, whatever its class, as one StorageError; others pass.
     `needed_bytes` may be a function, asked only when a failure is reported. A StorageError from a writer inside
-    (env.paths names the exact path) keeps its place and setting and gets this block's `resume_hint`."""
+    (grpo_pipeline.env.paths names the exact path) keeps its place and setting and gets this block's `resume_hint`."""
     try:
         yield
     except StorageError as err:
@@ -186,7 +186,7 @@ def storage_errors_named(where: str | os.PathLike[str], resume_hint: str = AGAIN
 
 @contextlib.contextmanager
 def storage_named(final: str | os.PathLike[str], option: str = "") -> Iterator[None]:
-    """What env.paths' writers wrap their work in: a storage failure names `final` and the setting that chose it
+    """What grpo_pipeline.env.paths' writers wrap their work in: a storage failure names `final` and the setting that chose it
     (`option`; else GRPO_CACHE_DIR inside the cache root, else the option that names it), not the hidden staging
     name beside it. A failure at a path of its own elsewhere (a model read, a library's cache) is named as it is."""
     final = Path(final)

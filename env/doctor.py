@@ -15,7 +15,7 @@ Exit status:
     2  the report itself could not be made (e.g. known_good.toml is unreadable).
 
 It never imports unsloth or vllm, imports torch only when a GPU is visible, and runs in well under a
-second on a machine without a GPU. The report itself is assembled by `env.report`; this module prints it.
+second on a machine without a GPU. The report itself is assembled by `grpo_pipeline.env.report`; this module prints it.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from env.matrix import load_matrix
-from env.report import collect_report
+from grpo_pipeline.env.matrix import load_matrix
+from grpo_pipeline.env.report import collect_report
 
 
 # --- output ---------------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ def _tail_lines(report: Mapping[str, Any]) -> list[str]:
     order = report["import_order"]
     if order["problems"]:
         lines.append(
-            f"Import order: {', '.join(order['problems'])} imported before unsloth in this process (see env.imports)"
+            f"Import order: {', '.join(order['problems'])} imported before unsloth in this process (see grpo_pipeline.env.imports)"
         )
     else:
         lines.append("Import order: ok in this process")
@@ -189,7 +189,7 @@ def build_parser(profile_ids: list[str] | None = None) -> argparse.ArgumentParse
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of `grpo env` (and `python -m env.doctor`). Returns the exit status."""
+    """Entry point of `grpo env` (and `python -m grpo_pipeline.env.doctor`). Returns the exit status."""
     try:
         profile_ids = sorted(load_matrix().profiles)
     except Exception as err:  # noqa: BLE001 - a probe must report, never crash

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from env.text import exception_chain, printable, shorten
+from grpo_pipeline.env.text import exception_chain, printable, shorten
 
 # (class name, module prefix) of torch.distributed's errors: torch._C._DistError and its subclasses, as
 # torch/distributed/__init__.py exports them.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 
-from env.text import exception_chain
+from grpo_pipeline.env.text import exception_chain
 
 # The modules unsloth patches, in the order unsloth itself lists them (unsloth/_gpu_init.py).
 PATCHED_BY_UNSLOTH = ("trl", "transformers", "peft")
@@ -60,7 +60,7 @@ def require_unsloth_first(modules: Mapping[str, object] | None = None) -> None:
         raise RuntimeError(
             f"{names} {'was' if len(problems) == 1 else 'were'} imported before unsloth in this process, so "
             f"Unsloth cannot patch {'it' if len(problems) == 1 else 'them'} (slower training, more memory, "
-            "GRPO patches missing). Fix: import pipeline.backends.unsloth (or `import unsloth`) before trl, "
+            "GRPO patches missing). Fix: import grpo_pipeline.pipeline.backends.unsloth (or `import unsloth`) before trl, "
             "transformers and peft, i.e. as the first import of your script or the first notebook cell, then "
             "restart the Python process or notebook runtime (an already imported module cannot be re-patched)."
         )

@@ -10,7 +10,7 @@ exists without --overwrite; and an output that is, contains or lies inside somet
 (`grpo export --out <the adapter> --overwrite` would replace the adapter with the merged model).
 
 Why here: the same class of mistake reached eight options in five commands as eight different tracebacks,
-each after work had started. `pipeline.preflight` runs `check_path` on the config's path fields (train, data);
+each after work had started. `grpo_pipeline.pipeline.preflight` runs `check_path` on the config's path fields (train, data);
 `check_command_paths` runs it on the options of generate, eval and export right after argparse.
 """
 
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from env.locations import cache_root
-from env.text import excerpt, printable, shorten
+from grpo_pipeline.env.locations import cache_root
+from grpo_pipeline.env.text import excerpt, printable, shorten
 
 _VARIABLE = re.compile(r"\$(?:\{([^}]*)\}|(\w+))")
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
@@ -78,13 +78,13 @@ def _path_like(value: str) -> bool:
 
 def local_model(value: str) -> bool:
     """A model given as a folder, not a hub id (`org/name`) or a built-in name (`tiny-demo`, `bundled:...`).
-    The same rule as pipeline.data.model_check.check_model."""
+    The same rule as grpo_pipeline.pipeline.data.model_check.check_model."""
     return os.path.lexists(os.path.expanduser(value)) or _path_like(value) or value.count("/") > 1
 
 
 def local_data(value: str) -> bool:
     """dataset_name / eval_dataset_name / --data naming a local file or folder, not a hub id (`org/name`) or a
-    built-in name (`sample`): the one reading, used by the path checks and by pipeline.data.data_files.local_path.
+    built-in name (`sample`): the one reading, used by the path checks and by grpo_pipeline.pipeline.data.data_files.local_path.
     Local: it exists, starts like a path (`/ . ~ $`), has more than one `/` or a backslash, or ends in a data or
     recipe suffix (`my.jsonl`, and `my.yaml`, refused later as data with its reason).
 
@@ -96,7 +96,7 @@ def local_data(value: str) -> bool:
 
 
 def resume_path(value: str) -> bool:
-    """--resume PATH (auto and never are words; a bare word is pipeline.preflight.check_resume's to explain)."""
+    """--resume PATH (auto and never are words; a bare word is grpo_pipeline.pipeline.preflight.check_resume's to explain)."""
     return value not in ("auto", "never") and ("/" in value or os.sep in value or os.path.lexists(value))
 
 

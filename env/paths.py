@@ -3,8 +3,8 @@
 A training run killed mid-save must never leave a half-written adapter under the final name, which the next
 `load_lora` would happily read: every folder and state file is written under a hidden sibling name and renamed into
 place, replacing only what the writer saw at its start (env/locations.py). Paths are made absolute where the user
-gives them (env/locations.py); checking that a folder holds a usable adapter is `env.adapters`; telling a full disk
-apart from other save failures is `env.disk`; fsync and file modes are env/file_modes.py.
+gives them (env/locations.py); checking that a folder holds a usable adapter is `grpo_pipeline.env.adapters`; telling a full disk
+apart from other save failures is `grpo_pipeline.env.disk`; fsync and file modes are env/file_modes.py.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
-from env.disk import storage_named
-from env.file_modes import fsync_path, normalize_file_modes
-from env.locations import PathChangedError, Seen, absolute_path, path_identity, snapshot
-from env.secret_fields import masked_argv
+from grpo_pipeline.env.disk import storage_named
+from grpo_pipeline.env.file_modes import fsync_path, normalize_file_modes
+from grpo_pipeline.env.locations import PathChangedError, Seen, absolute_path, path_identity, snapshot
+from grpo_pipeline.env.secret_fields import masked_argv
 
 
 def shell_command(*words: str | os.PathLike[str]) -> str:
@@ -221,7 +221,7 @@ def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True
     *no* directory under the final name, with the previous complete version at `.{name}.old-*`;
     `verify_adapter_dir` points at it. At no moment is a half-written directory under the final name. A killed
     process leaves its hidden `.tmp-*` sibling behind; it is safe to delete. A storage failure (full, read-only,
-    no permission) is one env.disk.StorageError naming `final_path`.
+    no permission) is one grpo_pipeline.env.disk.StorageError naming `final_path`.
 
     Args:
         final_path: where the directory must end up (made absolute now, see `absolute_path`).
@@ -305,7 +305,7 @@ def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], Non
     (`publish`): a racing process's complete copy that got there first is kept and ours dropped. An
     incomplete folder seen under the final name at the start (damaged by hand: ours are never half-published)
     is replaced; anything else that appeared or changed meanwhile is left alone (PathChangedError). A storage
-    failure is one env.disk.StorageError naming `final_path` (`option`: the setting that chose it). `seen`: what
+    failure is one grpo_pipeline.env.disk.StorageError naming `final_path` (`option`: the setting that chose it). `seen`: what
     the caller saw there when it started (before building what it writes), else what is there now.
     Returns the absolute final path.
 
@@ -343,7 +343,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, encoding: str 
 
     Readers see the old content or the new content, never a partial file. `seen` (what the command saw at `path`
     when it started, `snapshot`; by default what is there now) is all it replaces: a file that appeared or
-    changed since is left as it is (PathChangedError). A storage failure is one env.disk.StorageError naming
+    changed since is left as it is (PathChangedError). A storage failure is one grpo_pipeline.env.disk.StorageError naming
     `path`. Returns the absolute path.
 
     >>> import tempfile, pathlib

@@ -1,8 +1,8 @@
 """The `grpo env` report as data: installed packages against the known-good matrix, this machine's GPU,
 known-bad combinations, which training modes can run here, and the pip command that fixes what is off.
 
-`env.doctor` prints it and sets the exit status. Nothing here imports unsloth or vllm, and torch only
-when a GPU is visible (through env.probes).
+`grpo_pipeline.env.doctor` prints it and sets the exit status. Nothing here imports unsloth or vllm, and torch only
+when a GPU is visible (through grpo_pipeline.env.probes).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from env import imports, probes
-from env.matrix import KnownBad, Matrix, MatrixError, Pin, Profile, load_matrix, pip_install_command
+from grpo_pipeline.env import imports, probes
+from grpo_pipeline.env.matrix import KnownBad, Matrix, MatrixError, Pin, Profile, load_matrix, pip_install_command
 
 # unsloth, unsloth_zoo or vllm installed means the user is setting up the GPU backend.
 GPU_MARKERS = ("unsloth", "unsloth-zoo", "vllm")
@@ -79,7 +79,7 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
     report["import_order"] = {
         "problems": imports.import_order_problems(modules),
         "unsloth_imported": "unsloth" in (sys.modules if modules is None else modules),
-        "note": "checks this process only: call env.imports.require_unsloth_first() in your own script",
+        "note": "checks this process only: call grpo_pipeline.env.imports.require_unsloth_first() in your own script",
     }
     report["profile"] = _profile_section(chosen, report["gpu"]) if chosen else None
     report["suggested_profile"] = safe("suggested_profile", lambda: _suggest_profile(matrix, report), None)
@@ -376,7 +376,7 @@ def hubs_section(in_use: str) -> dict[str, Any]:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from env.hubs import MODELSCOPE_INSTALL, SOURCES, endpoint, modelscope_installed, reachable
+    from grpo_pipeline.env.hubs import MODELSCOPE_INSTALL, SOURCES, endpoint, modelscope_installed, reachable
 
     addresses = {source: endpoint(source) for source in SOURCES}
     with ThreadPoolExecutor(max_workers=len(SOURCES)) as pool:

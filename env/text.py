@@ -55,7 +55,7 @@ def printable(value: Any) -> str:
     >>> printable("caf\udce9"), printable(Bad())
     ('caf\\xe9', '<Bad object>')
     """
-    from env.secret_fields import redact
+    from grpo_pipeline.env.secret_fields import redact
 
     for render in (str, repr, lambda v: f"<{type(v).__name__} object>", lambda v: "<an unprintable object>"):
         try:

@@ -1,5 +1,5 @@
-"""`python -m pipeline` is the same as the `grpo` console script."""
+"""`python -m grpo_pipeline.pipeline` is the same as the `grpo` console script."""
 
-from pipeline.cli import main
+from grpo_pipeline.pipeline.cli import main
 
 raise SystemExit(main())

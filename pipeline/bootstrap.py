@@ -3,11 +3,11 @@
 This is the one home of the rule "import Unsloth before trl, transformers and peft": Unsloth patches
 them when it is imported, and reads UNSLOTH_VLLM_STANDBY while doing so, so both must happen before
 anything else imports them (TrlParser, the tokenizer, ...). The bootstrap decides the backend without
-importing torch (`choose_backend` asks env.probes) and calls that backend's `prepare_environment` with the
+importing torch (`choose_backend` asks grpo_pipeline.env.probes) and calls that backend's `prepare_environment` with the
 settings the import depends on, `vllm_standby`, `fast_inference` and `model_source`, read cheaply from the command
 line, the --config recipe, or the manifest of the run being loaded. The plain backend's is a no-op.
 
-Python callers (a notebook calling `pipeline.train.run_training`) get the same call from the pipeline when
+Python callers (a notebook calling `grpo_pipeline.pipeline.train.run_training`) get the same call from the pipeline when
 it loads the backend; only there it may come too late, which `prepare_environment` then warns about.
 
 `grpo --help`, `grpo env`, `grpo COMMAND --help` and `grpo train --check` load no backend: they stay fast.
@@ -18,11 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from env.locations import absolute_path
-from pipeline.backends import BackendChoice, choose_backend, cuda_available, load_backend
-from pipeline.config import ConfigError, from_mapping, peek_option
-from pipeline.demo.registry import builtin_model, cpu_demo_config
-from pipeline.run.manifest import ManifestError, find_manifest
+from grpo_pipeline.env.locations import absolute_path
+from grpo_pipeline.pipeline.backends import BackendChoice, choose_backend, cuda_available, load_backend
+from grpo_pipeline.pipeline.config import ConfigError, from_mapping, peek_option
+from grpo_pipeline.pipeline.demo.registry import builtin_model, cpu_demo_config
+from grpo_pipeline.pipeline.run.manifest import ManifestError, find_manifest
 
 # `grpo train` on a GPU without --config trains this recipe (defaults_for).
 DEFAULT_GPU_RECIPE = Path(__file__).resolve().parent.parent / "configs" / "qwen2.5-1.5b-gsm8k.yaml"
@@ -67,7 +67,7 @@ def _early_settings(command: str, argv: list[str]) -> tuple[BackendChoice, dict[
     trained = _trained_config(argv)  # generate / eval / export load a trained run with its own settings
     fast_inference = _truthy(trained.get("fast_inference", True))
     if command == "export":
-        # Merging needs Unsloth, never vLLM; standby follows the run's config as pipeline.infer.export's does.
+        # Merging needs Unsloth, never vLLM; standby follows the run's config as grpo_pipeline.pipeline.infer.export's does.
         return (choose_backend(requested, fast_inference=False),
                 {"vllm_standby": trained.get("vllm_standby", "auto"), "fast_inference": fast_inference,
                  "model_source": trained.get("model_source", "hf")})

@@ -26,15 +26,15 @@ from pathlib import Path
 
 # name -> (module, help). Every module exposes `main(argv: list[str]) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "env": ("env.doctor", "report Python/GPU/package versions vs the known-good matrix, and the pip fix"),
-    "data": ("pipeline.data_command", "prepare the dataset and print its report (loads only the tokenizer)"),
-    "plan": ("pipeline.plan.command", "estimate a recipe's peak GPU memory: fits this card? what to change?"),
-    "rewards": ("pipeline.infer.dry_run", "reward dry run: sample and score a few training prompts with the "
+    "env": ("grpo_pipeline.env.doctor", "report Python/GPU/package versions vs the known-good matrix, and the pip fix"),
+    "data": ("grpo_pipeline.pipeline.data_command", "prepare the dataset and print its report (loads only the tokenizer)"),
+    "plan": ("grpo_pipeline.pipeline.plan.command", "estimate a recipe's peak GPU memory: fits this card? what to change?"),
+    "rewards": ("grpo_pipeline.pipeline.infer.dry_run", "reward dry run: sample and score a few training prompts with the "
                                           "recipe's model and rewards, and say whether GRPO would have a signal"),
-    "train": ("pipeline.train", "run GRPO training (no GPU and no config: the built-in tiny CPU demo)"),
-    "generate": ("pipeline.infer.generate", "generate with a saved LoRA adapter (or --base for the base model)"),
-    "eval": ("pipeline.infer.evaluate", "evaluate a LoRA or the base model on held-out problems"),
-    "export": ("pipeline.infer.export", "export a LoRA as a merged 16-bit / 4-bit model or GGUF"),
+    "train": ("grpo_pipeline.pipeline.train", "run GRPO training (no GPU and no config: the built-in tiny CPU demo)"),
+    "generate": ("grpo_pipeline.pipeline.infer.generate", "generate with a saved LoRA adapter (or --base for the base model)"),
+    "eval": ("grpo_pipeline.pipeline.infer.evaluate", "evaluate a LoRA or the base model on held-out problems"),
+    "export": ("grpo_pipeline.pipeline.infer.export", "export a LoRA as a merged 16-bit / 4-bit model or GGUF"),
 }
 
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2  # bad input (pipeline/errors.py EXIT_BAD_INPUT, not importable before this check)
     # lazy: only after the hidden-package check above (the handler imports env/ and the pipeline's packages)
-    from pipeline.errors import DEBUG_FLAG, run_command
+    from grpo_pipeline.pipeline.errors import DEBUG_FLAG, run_command
 
     command_argv = [arg for arg in argv if arg != DEBUG_FLAG]
     parser = build_parser()
@@ -81,7 +81,7 @@ OUR_PACKAGES = ("rewards", "env")
 
 def hidden_package() -> str | None:
     """The message refusing a file of the user's that would hide one of our packages, or None: a `rewards.py` or
-    `env.py` first on the import path (PYTHONPATH, or the working folder under `python -m pipeline`) would be imported
+    `env.py` first on the import path (PYTHONPATH, or the working folder under `python -m grpo_pipeline.pipeline`) would be imported
     in place of ours and end the run in a traceback. Looked up without importing anything (importlib's
     find_spec). A reward module of that name in the working folder is fine under `grpo`:
     rewards/user_code.py loads it as the user's, apart from ours. A message, not an exception: the error handler
@@ -92,7 +92,7 @@ def hidden_package() -> str | None:
         origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
         if origin is not None and root not in origin.parents:
             return (f"{origin} hides grpo-pipeline's own `{name}` package: it comes first on the import path "
-                           "(PYTHONPATH, or the working folder with `python -m pipeline`). Rename that file (or "
+                           "(PYTHONPATH, or the working folder with `python -m grpo_pipeline.pipeline`). Rename that file (or "
                            f"take its folder off PYTHONPATH); a reward module named {name}.py in the working "
                     "folder works under `grpo`, which loads it as yours.")
     return None
@@ -101,9 +101,9 @@ def hidden_package() -> str | None:
 def _run(command: str, argv: list[str]) -> int:
     # lazy: the bootstrap imports Unsloth (on its backend) before any command module imports trl or transformers;
     # both come after the hidden-package check in `main`, as every import of env/ must
-    from pipeline.bootstrap import bootstrap
-    from pipeline.run.nodes import leave_process_group
-    from pipeline.run.stop import interrupts_raise
+    from grpo_pipeline.pipeline.bootstrap import bootstrap
+    from grpo_pipeline.pipeline.run.nodes import leave_process_group
+    from grpo_pipeline.pipeline.run.stop import interrupts_raise
 
     bootstrap(command, argv)  # a ConfigError here (e.g. VLLM_SLEEP_MODE with standby) is bad input: exit 2
     module_name, _ = COMMANDS[command]

@@ -18,16 +18,16 @@ from typing import Any, Optional
 
 from rich.console import Console
 
-from env.secret_fields import masked
-from pipeline.bootstrap import backend_choice, defaults_for
-from pipeline.config import parse_config, validate
-from pipeline.config.paths import config_paths
-from pipeline.data import model_check
-from pipeline.data import tokenizer as tokenizers  # called through the module: tests replace load_tokenizer
-from pipeline.data.prepare import EVAL_REPORT_NAME, DataError
-from pipeline.data.report import accounting_line, format_report, prompt_line
-from pipeline.data.run_data import prepare_run_data, without_a_held_out_set
-from pipeline.errors import guarded
+from grpo_pipeline.env.secret_fields import masked
+from grpo_pipeline.pipeline.bootstrap import backend_choice, defaults_for
+from grpo_pipeline.pipeline.config import parse_config, validate
+from grpo_pipeline.pipeline.config.paths import config_paths
+from grpo_pipeline.pipeline.data import model_check
+from grpo_pipeline.pipeline.data import tokenizer as tokenizers  # called through the module: tests replace load_tokenizer
+from grpo_pipeline.pipeline.data.prepare import EVAL_REPORT_NAME, DataError
+from grpo_pipeline.pipeline.data.report import accounting_line, format_report, prompt_line
+from grpo_pipeline.pipeline.data.run_data import prepare_run_data, without_a_held_out_set
+from grpo_pipeline.pipeline.errors import guarded
 
 DATA_HELP_EPILOG = """\
 Any field of `grpo train --help` works as --key value and overrides the recipe. Without --config,
@@ -68,7 +68,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     as_json = "--json" in argv
     argv = [arg for arg in argv if arg != "--json"]  # our flag, not a config field: TrlParser would reject it
     # The same defaults as `grpo train`: offline (the CPU demo) on a machine without a GPU. Bad input raises
-    # (ConfigError, PathError, DataFileError): pipeline.errors prints its one message, exit 2.
+    # (ConfigError, PathError, DataFileError): grpo_pipeline.pipeline.errors prints its one message, exit 2.
     argv, base, note = defaults_for(argv, backend_choice(argv))
     if note and not as_json:
         print(f"grpo data: {note.replace('running', 'preparing the data of')}", file=sys.stderr)
@@ -81,7 +81,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if eval_note and not as_json:
         print(f"grpo data: {eval_note}", file=sys.stderr)
     validate(cfg, run_user_code=False)  # `grpo data` calls no reward: none is imported
-    # env.path_check's table, before any work
+    # grpo_pipeline.env.path_check's table, before any work
     config_paths(cfg.to_dict(), "output_dir", "data_cache_dir", "dataset_name", "eval_dataset_name")
     # only the tokenizer loads, from there
     model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)

@@ -2,16 +2,16 @@
 
 - A user error (`user_errors()`: bad config, path, data file, adapter, manifest, a full disk, ...) prints its one
   message and exits 2.
-- A storage failure anywhere (disk full, quota, read-only, no permission: env.disk.storage_failure, the one
+- A storage failure anywhere (disk full, quota, read-only, no permission: grpo_pipeline.env.disk.storage_failure, the one
   classifier, by errno whatever the exception's class) is a user error too: exit 2, naming the path, the free space
-  and the fix. env.paths' writers never leave a half-written file under its final name.
+  and the fix. grpo_pipeline.env.paths' writers never leave a half-written file under its final name.
 - Ctrl-C outside training exits 130 with one line, never a traceback (training itself stops gracefully at a
-  step boundary and prints how to resume: pipeline.run.stop.GracefulStop).
-- A fault of the environment (env.faults: not enough memory, another process of the run or vLLM's engine process
+  step boundary and prints how to resume: grpo_pipeline.pipeline.run.stop.GracefulStop).
+- A fault of the environment (grpo_pipeline.env.faults: not enough memory, another process of the run or vLLM's engine process
   gone) is no bug either: exit 2 with what happened and the fix.
 - Anything else is a bug: one line saying so (the command, the exception, where the traceback went) and exit 1.
   The traceback goes to `<run folder>/logs/` when a run folder is known (`note_run_folder`), else to
-  `<cache root>/logs/` (env.locations.cache_root); with `--debug` (or GRPO_DEBUG=1) it is printed instead.
+  `<cache root>/logs/` (grpo_pipeline.env.locations.cache_root); with `--debug` (or GRPO_DEBUG=1) it is printed instead.
 
 pipeline/cli.py wraps each command in `run_command`; each command's `main` is also wrapped (`guarded`) so that
 calling it from Python behaves as `grpo COMMAND` does. Nested wrapping is harmless: the inner one answers.
@@ -28,23 +28,23 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from env.adapters import AdapterError
-from env.disk import StorageError, storage_failure
-from env.faults import environment_fault
-from env.imports import mismatched_torch_companion
-from env.locations import PathChangedError, cache_root
-from env.matrix import MatrixError
-from env.path_check import PathError
-from env.paths import atomic_write_text, shell_command
-from env.secret_fields import remember_argv
-from env.text import printable, say, shorten
-from pipeline.config import ConfigError
-from pipeline.config.fields import field_names
-from pipeline.config.trl_fields import trl_option_names
-from pipeline.data.prepare import DataError
-from pipeline.data.source_spec import DataFileError
-from pipeline.run.manifest import ManifestError
-from rewards.contract import RewardFailure
+from grpo_pipeline.env.adapters import AdapterError
+from grpo_pipeline.env.disk import StorageError, storage_failure
+from grpo_pipeline.env.faults import environment_fault
+from grpo_pipeline.env.imports import mismatched_torch_companion
+from grpo_pipeline.env.locations import PathChangedError, cache_root
+from grpo_pipeline.env.matrix import MatrixError
+from grpo_pipeline.env.path_check import PathError
+from grpo_pipeline.env.paths import atomic_write_text, shell_command
+from grpo_pipeline.env.secret_fields import remember_argv
+from grpo_pipeline.env.text import printable, say, shorten
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.config.fields import field_names
+from grpo_pipeline.pipeline.config.trl_fields import trl_option_names
+from grpo_pipeline.pipeline.data.prepare import DataError
+from grpo_pipeline.pipeline.data.source_spec import DataFileError
+from grpo_pipeline.pipeline.run.manifest import ManifestError
+from grpo_pipeline.rewards.contract import RewardFailure
 
 EXIT_BAD_INPUT, EXIT_BUG, EXIT_INTERRUPTED = 2, 1, 130
 DEBUG_FLAG = "--debug"
@@ -124,7 +124,7 @@ def without_debug_flag(argv: list[str]) -> list[str]:
 
 
 def _crash_log(command: str, argv: list[str], err: BaseException) -> Optional[Path]:
-    """Write the traceback to a log file; None when no place takes it. Every value goes through env.text.printable
+    """Write the traceback to a log file; None when no place takes it. Every value goes through grpo_pipeline.env.text.printable
     (secrets masked, any text a file takes), so the handler cannot fail on what it reports."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     text = (f"command: {shell_command('grpo', command, *argv)}\ncwd: {printable(os.getcwd())}\ntime: {stamp}\n"
@@ -194,7 +194,7 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
         return int(call(argv) or 0)
     except SystemExit:
         raise  # argparse's --help (0) and usage errors (2), already printed
-    except KeyboardInterrupt as stop:  # SIGTERM too (pipeline.run.stop.interrupts_raise)
+    except KeyboardInterrupt as stop:  # SIGTERM too (grpo_pipeline.pipeline.run.stop.interrupts_raise)
         print(f"\ninterrupted: `grpo {command}` stopped ({stop or 'SIGINT'}); nothing half-written was kept.",
               file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -203,7 +203,7 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
             say(_traceback_text(err))
         if isinstance(err, StorageError):  # a writer's: in the run folder, the setting to change is output_dir
             err = storage_failure(err, _run_folder)
-        # Bounded whatever a message embeds (each quotes values through env.text.excerpt; this is the backstop).
+        # Bounded whatever a message embeds (each quotes values through grpo_pipeline.env.text.excerpt; this is the backstop).
         say(f"error: {shorten(fit_to_command(printable(err)), MAX_MESSAGE_CHARS)}")
         return EXIT_BAD_INPUT
     except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback

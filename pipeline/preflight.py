@@ -23,40 +23,40 @@ from pathlib import Path
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
 
-from env.locations import absolute_path
-from env.path_check import PathError, expand, nearest_existing
-from env.paths import shell_command
-from env.text import excerpt
-from pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
-from pipeline.backends.vllm_engine import check_run_engine
-from pipeline.config import ConfigError, PipelineConfig, resolve_optim, trl_training_args, validate
-from pipeline.config.paths import config_paths
-from pipeline.data import model_check
-from pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
-from pipeline.data.columns import ANSWER, removes_unused_columns
-from pipeline.data.prepare import DataError
-from pipeline.data.prompts import completion_like
-from pipeline.data.report import accounting_line, prompt_line
-from pipeline.data.run_data import RunData, check_warmup, prepare_eval, prepare_train, without_a_held_out_set
-from pipeline.data.source_spec import DataFileError
-from pipeline.plan.fit import memory_check
-from pipeline.run.checkpoints import (
+from grpo_pipeline.env.locations import absolute_path
+from grpo_pipeline.env.path_check import PathError, expand, nearest_existing
+from grpo_pipeline.env.paths import shell_command
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.pipeline.backends import choose_backend, load_backend, refuse_gpu_recipe_without_cuda
+from grpo_pipeline.pipeline.backends.vllm_engine import check_run_engine
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, resolve_optim, trl_training_args, validate
+from grpo_pipeline.pipeline.config.paths import config_paths
+from grpo_pipeline.pipeline.data import model_check
+from grpo_pipeline.pipeline.data import tokenizer as tokenizers  # through the module: tests replace load_tokenizer
+from grpo_pipeline.pipeline.data.columns import ANSWER, removes_unused_columns
+from grpo_pipeline.pipeline.data.prepare import DataError
+from grpo_pipeline.pipeline.data.prompts import completion_like
+from grpo_pipeline.pipeline.data.report import accounting_line, prompt_line
+from grpo_pipeline.pipeline.data.run_data import RunData, check_warmup, prepare_eval, prepare_train, without_a_held_out_set
+from grpo_pipeline.pipeline.data.source_spec import DataFileError
+from grpo_pipeline.pipeline.plan.fit import memory_check
+from grpo_pipeline.pipeline.run.checkpoints import (
     PREVIOUS_DIR,
     checkpoint_problem,
     complete_checkpoints,
     previous_run_entries,
 )
-from pipeline.data.lora_targets import check_lora_targets
-from pipeline.run.checkpoint_contents import contents_problem
-from pipeline.run.decisions import RunDecisions, eval_key, reward_specs, run_decisions
-from pipeline.run.nodes import check_nodes
-from pipeline.run.resume import data_mismatch, resume_key, resume_mismatch
-from pipeline.trainer.agent_check import check_agents
-from pipeline.trainer.agents import resolve_agents
-from pipeline.trainer.build import check_effective_config, check_grpo_config
-from rewards import get_reward_funcs
-from rewards.contract import RewardFailure, probe_rewards
-from rewards.trl_source import reward_call_kwargs
+from grpo_pipeline.pipeline.data.lora_targets import check_lora_targets
+from grpo_pipeline.pipeline.run.checkpoint_contents import contents_problem
+from grpo_pipeline.pipeline.run.decisions import RunDecisions, eval_key, reward_specs, run_decisions
+from grpo_pipeline.pipeline.run.nodes import check_nodes
+from grpo_pipeline.pipeline.run.resume import data_mismatch, resume_key, resume_mismatch
+from grpo_pipeline.pipeline.trainer.agent_check import check_agents
+from grpo_pipeline.pipeline.trainer.agents import resolve_agents
+from grpo_pipeline.pipeline.trainer.build import check_effective_config, check_grpo_config
+from grpo_pipeline.rewards import get_reward_funcs
+from grpo_pipeline.rewards.contract import RewardFailure, probe_rewards
+from grpo_pipeline.rewards.trl_source import reward_call_kwargs
 
 # report_to name -> the module transformers' integration imports, and how to install it.
 REPORTER_PACKAGES = {
@@ -74,7 +74,7 @@ class Check:
 
 def check_output_dir(paths: dict[str, Any]) -> str:
     """output_dir (and data_cache_dir) take new files, and are not inside the model or data they read (`paths`: the
-    config's path options, env.path_check's table)."""
+    config's path options, grpo_pipeline.env.path_check's table)."""
     path = config_paths(paths, "output_dir", "data_cache_dir")["output_dir"]
     existing = nearest_existing("output_dir", path)
     free_gib = shutil.disk_usage(existing).free / 2**30
@@ -97,7 +97,7 @@ def check_report_to(names: list[str], output_dir: str) -> str:
 def check_packages(reporters: list[str], output_dir: str, model_source: str, optim_note: Optional[str]) -> str:
     """The packages the config's options need: report_to's loggers and model_source's modelscope (refused when
     missing), and a bitsandbytes `optim` (replaced by adamw_torch when missing: `optim_note`, from
-    pipeline.config.resolve_optim, which `grpo train` applies)."""
+    grpo_pipeline.pipeline.config.resolve_optim, which `grpo train` applies)."""
     return "; ".join(filter(None, [check_report_to(reporters, output_dir),
                                    model_check.check_model_source(model_source), optim_note]))
 
@@ -133,7 +133,7 @@ def data_checks(cfg: PipelineConfig, done: dict[str, Any],
     (pipeline/trainer/agent_check.py)."""
 
     def prepared() -> str:
-        # env.path_check's, first
+        # grpo_pipeline.env.path_check's, first
         config_paths(cfg.to_dict(), "dataset_name", "eval_dataset_name", "data_cache_dir")
         done["tokenizer"] = _data_tokenizer(cfg)
         done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)

@@ -23,16 +23,16 @@ from typing import Any, Optional
 
 # These four modules' functions are called through the module, looked up at each call: tests stand in for
 # load_tokenizer, evaluate_rows, run_lock and the manifest writers there, at named moments of a run.
-import pipeline.data.tokenizer
-import pipeline.infer.evaluate
-import pipeline.run.lock
-import pipeline.run.manifest
-from env.locations import absolute_path, snapshot
-from env.paths import atomic_directory, previous_versions, shell_command
-from env.text import say
-from pipeline.backends import BackendChoice, choose_backend, on_cpu
-from pipeline.bootstrap import backend_choice, defaults_for
-from pipeline.config import (
+import grpo_pipeline.pipeline.data.tokenizer
+import grpo_pipeline.pipeline.infer.evaluate
+import grpo_pipeline.pipeline.run.lock
+import grpo_pipeline.pipeline.run.manifest
+from grpo_pipeline.env.locations import absolute_path, snapshot
+from grpo_pipeline.env.paths import atomic_directory, previous_versions, shell_command
+from grpo_pipeline.env.text import say
+from grpo_pipeline.pipeline.backends import BackendChoice, choose_backend, on_cpu
+from grpo_pipeline.pipeline.bootstrap import backend_choice, defaults_for
+from grpo_pipeline.pipeline.config import (
     ConfigError,
     PipelineConfig,
     normalize_argv,
@@ -40,28 +40,28 @@ from pipeline.config import (
     resolve_optim,
     trl_training_args,
 )
-from pipeline.data.report import accounting_line, prompt_line
-from pipeline.errors import guarded, note_run_folder
-from pipeline.infer.evaluate import eval_before_inputs, eval_inputs, headline, load_eval_before, save_eval_before
-from pipeline.infer.session import verify_trained_dir
-from pipeline.data.run_data import prepare_run_data, warmup_examples, without_a_held_out_set
-from pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
-from pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
+from grpo_pipeline.pipeline.data.report import accounting_line, prompt_line
+from grpo_pipeline.pipeline.errors import guarded, note_run_folder
+from grpo_pipeline.pipeline.infer.evaluate import eval_before_inputs, eval_inputs, headline, load_eval_before, save_eval_before
+from grpo_pipeline.pipeline.infer.session import verify_trained_dir
+from grpo_pipeline.pipeline.data.run_data import prepare_run_data, warmup_examples, without_a_held_out_set
+from grpo_pipeline.pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
+from grpo_pipeline.pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
                                       set_aside_checkpoints_after, set_aside_previous_run, storage_errors_are_resumable)
-from pipeline.run.resume import other_data_note, resume_changes, resume_key
-from pipeline.run.stop import GracefulStop, interrupts_raise, resume_command
-from pipeline.run.finish import finished_run, print_where_everything_is
-from pipeline.train_help import print_help
-from env.kept import state_key
-from pipeline.run.manifest import build_manifest
-from pipeline.run.plots import plot_settings
-from pipeline.train_state import (EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED, EXIT_OK, Run, RunResult,
+from grpo_pipeline.pipeline.run.resume import other_data_note, resume_changes, resume_key
+from grpo_pipeline.pipeline.run.stop import GracefulStop, interrupts_raise, resume_command
+from grpo_pipeline.pipeline.run.finish import finished_run, print_where_everything_is
+from grpo_pipeline.pipeline.train_help import print_help
+from grpo_pipeline.env.kept import state_key
+from grpo_pipeline.pipeline.run.manifest import build_manifest
+from grpo_pipeline.pipeline.run.plots import plot_settings
+from grpo_pipeline.pipeline.train_state import (EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED, EXIT_OK, Run, RunResult,
                                   is_main_process, tell)
-from pipeline.run.summary import write_summary
-from pipeline.trainer.build import build_trainer, record_effective_config
-from pipeline.trainer.warmup import run_format_warmup, warmup_inputs
-from rewards.contract import RewardFailure, SignalInterrupt
-from rewards.worker import stop_workers
+from grpo_pipeline.pipeline.run.summary import write_summary
+from grpo_pipeline.pipeline.trainer.build import build_trainer, record_effective_config
+from grpo_pipeline.pipeline.trainer.warmup import run_format_warmup, warmup_inputs
+from grpo_pipeline.rewards.contract import RewardFailure, SignalInterrupt
+from grpo_pipeline.rewards.worker import stop_workers
 
 
 def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
@@ -107,7 +107,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     run = Run(cfg, choice, backend, output_dir, callbacks, start, resume_hint, checks.decisions)
     if not is_main_process():  # DDP ranks share rank 0's run folder; rank 0 holds the lock for all
         return _run_locked(run)
-    with pipeline.run.lock.run_lock(output_dir):  # a second run into this folder is refused, naming this one
+    with grpo_pipeline.pipeline.run.lock.run_lock(output_dir):  # a second run into this folder is refused, naming this one
         return _run_locked(run)
 
 
@@ -138,7 +138,7 @@ def _resume(run: Run) -> Optional[RunResult]:
     run.resume_step = checkpoint_step(run.resume_from) if run.resume_from else None
     if run.resume_from is None and is_main_process():
         set_aside_previous_run(output_dir, log=tell)  # a fresh start: an earlier run's steps are not this one's
-    # What lora/ and eval_before.json are now is all their writes at the end may replace (env.paths.publish): a
+    # What lora/ and eval_before.json are now is all their writes at the end may replace (grpo_pipeline.env.paths.publish): a
     # folder or file put there while the run trains is kept, and the run says so (exit 2) instead of deleting it.
     keep_fix = "Move it away (or copy it elsewhere), then run the same command again."
     run.adapter_seen = snapshot(output_dir / "lora", fix=keep_fix)
@@ -162,7 +162,7 @@ def _data(run: Run) -> None:
     """Data, with the tokenizer only (the model loads next)."""
     cfg, m = run.cfg, run.cfg.model
     # Through its module, looked up at the call: tests stand in for the tokenizer loader there.
-    run.tokenizer = pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
+    run.tokenizer = grpo_pipeline.pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
     # As the data check prepared it (train, eval set, warm-up needs: a cache load); rank 0 writes the run folder's
     run_data = prepare_run_data(run.decisions.config, run.tokenizer, run.output_dir, is_main_process())
     prepared = run_data.train
@@ -204,7 +204,7 @@ def _warm_up(run: Run) -> None:
 
 
 def _evaluate(run: Run, model) -> dict[str, Any]:
-    evaluate, decided = pipeline.infer.evaluate, run.decisions  # looked up at the call: tests stop runs there
+    evaluate, decided = grpo_pipeline.pipeline.infer.evaluate, run.decisions  # looked up at the call: tests stop runs there
     loop = evaluate.loop_settings(trl_training_args(decided.config), decided.limits.max_seq_length)  # as trained
     generator = run.backend.training_generator(model, run.tokenizer, decided.config)
     scorer = evaluate.eval_scorer(decided.config, run.tokenizer)  # the run's rewards, called as TRL calls them
@@ -235,7 +235,7 @@ def _train(run: Run) -> None:
     before it resumes from there with a lower learning rate (on_collapse: rollback)."""
     cfg, decided, limits = run.cfg, run.decisions, run.decisions.limits
     if cfg.eval.eval_steps and run.eval_rows and is_main_process():
-        from pipeline.infer.periodic_eval import build_periodic_eval  # lazy: imports transformers (torch)
+        from grpo_pipeline.pipeline.infer.periodic_eval import build_periodic_eval  # lazy: imports transformers (torch)
 
         inputs = eval_inputs(decided.eval_key, run.choice.name, run.tokenizer, run.eval_rows,
                              limits.max_completion_length)
@@ -295,8 +295,8 @@ def _train_once(run: Run) -> None:
 
 def _roll_back(run: Run) -> None:
     """A collapse with a healthy checkpoint before it: resume from there with a lower learning rate."""
-    from pipeline.health.rollback import ROLLBACK_EVENT, rollback_record  # lazy: imports transformers (torch)
-    from pipeline.run.log import log_event  # lazy: imports transformers (torch)
+    from grpo_pipeline.pipeline.health.rollback import ROLLBACK_EVENT, rollback_record  # lazy: imports transformers (torch)
+    from grpo_pipeline.pipeline.run.log import log_event  # lazy: imports transformers (torch)
 
     cfg, health = run.cfg, run.health
     factor = cfg.health.rollback_lr_factor ** (len(run.rollbacks) + 1)
@@ -338,11 +338,11 @@ def _save(run: Run) -> None:
         with atomic_directory(adapter_dir, seen=run.adapter_seen) as staging:
             run.backend.save_adapter(run.trainer.model, run.tokenizer, staging)
             # Through its module, looked up at the call: tests kill a run at these writes.
-            pipeline.run.manifest.write_adapter_metadata(staging, run.manifest)  # usable when copied away
+            grpo_pipeline.pipeline.run.manifest.write_adapter_metadata(staging, run.manifest)  # usable when copied away
         verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
         for stale in previous_versions(adapter_dir):  # a copy an interrupted replace left
             shutil.rmtree(stale, ignore_errors=True)
-        pipeline.run.manifest.write_manifest(run.output_dir, run.manifest)
+        grpo_pipeline.pipeline.run.manifest.write_manifest(run.output_dir, run.manifest)
 
 
 def _eval_after(run: Run) -> None:
@@ -377,7 +377,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return print_help(argv)
     resume_hint = resume_command(argv)  # the user's own options, before any defaults are added
     # `grpo` already prepared this backend before importing this module (pipeline/bootstrap.py). Bad input
-    # raises (ConfigError, DataFileError, ...): pipeline.errors prints its one message, exit 2.
+    # raises (ConfigError, DataFileError, ...): grpo_pipeline.pipeline.errors prints its one message, exit 2.
     try:
         with interrupts_raise():  # Ctrl-C or SIGTERM in any phase: exit 130 with the command that continues
             choice = backend_choice(argv)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.bootstrap import backend_choice, defaults_for
-from pipeline.config import SECTIONS, ConfigError
-from pipeline.config.trl_fields import trl_section
+from grpo_pipeline.pipeline.bootstrap import backend_choice, defaults_for
+from grpo_pipeline.pipeline.config import SECTIONS, ConfigError
+from grpo_pipeline.pipeline.config.trl_fields import trl_section
 
 DESCRIPTION = "`grpo train`: the one training script."  # pipeline/train.py's first line
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.backends import BackendChoice
-from pipeline.config import PipelineConfig
-from rewards.contract import RewardFailure
+from grpo_pipeline.pipeline.backends import BackendChoice
+from grpo_pipeline.pipeline.config import PipelineConfig
+from grpo_pipeline.rewards.contract import RewardFailure
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED = 0, 2, 3, 130
 
@@ -54,7 +54,7 @@ class Run:
     resume_step: Optional[int] = None
     finish_only: bool = False  # trained to max_steps already, a final file missing: write them, train no step
     resume_changes: dict[str, Any] = field(default_factory=dict)
-    adapter_seen: Any = None  # what lora/ and eval_before.json were at the start (env.locations.snapshot)
+    adapter_seen: Any = None  # what lora/ and eval_before.json were at the start (grpo_pipeline.env.locations.snapshot)
     eval_before_seen: Any = None
     # data, model
     tokenizer: Any = None

@@ -33,7 +33,7 @@ number_words.py, sentences.py and numbers.py), rewards/matching.py
 rewards/symbolic.py (math-verify, lazily imported, time-limited per check and per batch, verdicts cached).
 No torch and no math_verify at import time: `import rewards` is cheap.
 
->>> from rewards import correctness_reward_func, get_reward_funcs
+>>> from grpo_pipeline.rewards import correctness_reward_func, get_reward_funcs
 >>> correctness_reward_func(prompts=None, completions=["<reasoning>6*3</reasoning><answer>$18</answer>"],
 ...                         answer=["18"])
 [2.0]
@@ -41,14 +41,14 @@ No torch and no math_verify at import time: `import rewards` is cheap.
 ['xmlcount_reward_func', 'soft_format_reward_func']
 """
 
-from rewards.completions import completion_text, completion_texts
-from rewards.correctness import correctness_reward_func, int_reward_func, reference_is_scorable
-from rewards.extract import extract_hash_answer, extract_xml_answer
-from rewards.format import soft_format_reward_func, strict_format_reward_func, xmlcount_reward_func
-from rewards.language import language_consistency_reward_func
-from rewards.matching import answers_match, numbers_match
-from rewards.normalize import normalize_answer, parse_answer
-from rewards.registry import (
+from grpo_pipeline.rewards.completions import completion_text, completion_texts
+from grpo_pipeline.rewards.correctness import correctness_reward_func, int_reward_func, reference_is_scorable
+from grpo_pipeline.rewards.extract import extract_hash_answer, extract_xml_answer
+from grpo_pipeline.rewards.format import soft_format_reward_func, strict_format_reward_func, xmlcount_reward_func
+from grpo_pipeline.rewards.language import language_consistency_reward_func
+from grpo_pipeline.rewards.matching import answers_match, numbers_match
+from grpo_pipeline.rewards.normalize import normalize_answer, parse_answer
+from grpo_pipeline.rewards.registry import (
     DEFAULT_REWARD_WEIGHTS,
     DEFAULT_REWARDS,
     REWARD_ALIASES,

@@ -11,8 +11,8 @@ import re
 import unicodedata
 from fractions import Fraction
 
-from rewards.numbers import format_number
-from rewards.sentences import FINAL_MARKER
+from grpo_pipeline.rewards.numbers import format_number
+from grpo_pipeline.rewards.sentences import FINAL_MARKER
 
 
 # --- step 1: garbage characters -------------------------------------------------------------

@@ -27,11 +27,11 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from env.text import excerpt, shorten
-from rewards.deadline import RewardTimeout, reward_deadline
-from rewards.returned import RewardFailure, check_rewards, raised_at
-from rewards.trl_source import trl_rule
-from rewards.worker import RewardRaised, RewardWorker, Unsendable, WorkerEnded, can_fork
+from grpo_pipeline.env.text import excerpt, shorten
+from grpo_pipeline.rewards.deadline import RewardTimeout, reward_deadline
+from grpo_pipeline.rewards.returned import RewardFailure, check_rewards, raised_at
+from grpo_pipeline.rewards.trl_source import trl_rule
+from grpo_pipeline.rewards.worker import RewardRaised, RewardWorker, Unsendable, WorkerEnded, can_fork
 
 
 def reward_name(func: Any) -> str:

@@ -10,12 +10,12 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from rewards.completions import completion_texts
-from rewards.declared import builtin_reward
-from rewards.extract import GSM8K_MARKER, extract_hash_answer, extract_xml_answer
-from rewards.matching import answers_match
-from rewards.normalize import parse_answer
-from rewards.symbolic import time_budget
+from grpo_pipeline.rewards.completions import completion_texts
+from grpo_pipeline.rewards.declared import builtin_reward
+from grpo_pipeline.rewards.extract import GSM8K_MARKER, extract_hash_answer, extract_xml_answer
+from grpo_pipeline.rewards.matching import answers_match
+from grpo_pipeline.rewards.normalize import parse_answer
+from grpo_pipeline.rewards.symbolic import time_budget
 
 CORRECT_REWARD = 2.0
 INTEGER_REWARD = 0.5

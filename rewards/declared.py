@@ -4,7 +4,7 @@ from here: the registry (rewards/registry.py: names, the notebook's aliases), wh
 answer (`reads_reference`), the health diagnosis of flat rewards (pipeline/health/signal.py), the plots' bands
 (pipeline/run/plots.py) and `grpo rewards` (pipeline/infer/dry_run.py).
 
->>> from rewards import correctness_reward_func
+>>> from grpo_pipeline.rewards import correctness_reward_func
 >>> facts = logged_facts("correctness_reward_func")
 >>> facts.name, facts.range, facts.kind, facts.reads_reference, facts.func is correctness_reward_func
 ('correctness', (0.0, 2.0), 'answer', True, True)

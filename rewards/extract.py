@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewards.format import ANSWER_CLOSE, ANSWER_OPEN
-from rewards.normalize import normalize_answer
+from grpo_pipeline.rewards.format import ANSWER_CLOSE, ANSWER_OPEN
+from grpo_pipeline.rewards.normalize import normalize_answer
 
 GSM8K_MARKER = "####"
 

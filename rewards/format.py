@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewards.completions import completion_texts
-from rewards.declared import builtin_reward
+from grpo_pipeline.rewards.completions import completion_texts
+from grpo_pipeline.rewards.declared import builtin_reward
 
 REASONING_OPEN, REASONING_CLOSE = "<reasoning>", "</reasoning>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"

@@ -31,10 +31,10 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from rewards.completions import completion_text, completion_texts
-from rewards.declared import builtin_reward
-from rewards.extract import extract_xml_answer
-from rewards.format import REASONING_CLOSE, REASONING_OPEN
+from grpo_pipeline.rewards.completions import completion_text, completion_texts
+from grpo_pipeline.rewards.declared import builtin_reward
+from grpo_pipeline.rewards.extract import extract_xml_answer
+from grpo_pipeline.rewards.format import REASONING_CLOSE, REASONING_OPEN
 
 LANGUAGE_REWARD = 0.5
 LANGUAGE_THRESHOLD = 0.9

@@ -68,8 +68,8 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from rewards.normalize import ParsedAnswer, parse_answer
-from rewards.symbolic import symbolic_equal
+from grpo_pipeline.rewards.normalize import ParsedAnswer, parse_answer
+from grpo_pipeline.rewards.symbolic import symbolic_equal
 
 # Two integers must be equal: at GSM8K scale any relative slack would let 999999998 equal
 # 999999999. An integer against a non-integer gets only float-noise slack (a generated

@@ -74,10 +74,10 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Literal
 
-from rewards.cleaning import BOX_COMMANDS, clean_characters, simplify_latex, simplify_prose
-from rewards.number_words import number_words_to_digits
-from rewards.numbers import format_number, read_numbers, strip_lone_brackets
-from rewards.sentences import (FINAL_MARKER, PROSE_WORD, UNSURE, after_last_marker, after_single_equals,
+from grpo_pipeline.rewards.cleaning import BOX_COMMANDS, clean_characters, simplify_latex, simplify_prose
+from grpo_pipeline.rewards.number_words import number_words_to_digits
+from grpo_pipeline.rewards.numbers import format_number, read_numbers, strip_lone_brackets
+from grpo_pipeline.rewards.sentences import (FINAL_MARKER, PROSE_WORD, UNSURE, after_last_marker, after_single_equals,
                                conclusion_value)
 
 # A final answer is short. The cap keeps every regex below on a small input.

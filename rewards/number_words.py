@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from rewards.cleaning import SCALE
+from grpo_pipeline.rewards.cleaning import SCALE
 
 
 # --- step 2c (model side only): number words ---------------------------------------------------

@@ -20,13 +20,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from rewards.contract import SignalInterrupt, is_async_reward
-from rewards import format as _format  # noqa: F401  (a reward module declares its built-in rewards on import:
-from rewards import language as _language  # noqa: F401  rewards/declared.py)
-from rewards.correctness import correctness_reward_func
-from rewards.declared import DECLARED, facts_of
-from rewards.trl_source import trl_reward, trl_reward_names
-from rewards.user_code import beside_the_recipe, import_user_module, search_dirs, user_module_file
+from grpo_pipeline.rewards.contract import SignalInterrupt, is_async_reward
+from grpo_pipeline.rewards import format as _format  # noqa: F401  (a reward module declares its built-in rewards on import:
+from grpo_pipeline.rewards import language as _language  # noqa: F401  rewards/declared.py)
+from grpo_pipeline.rewards.correctness import correctness_reward_func
+from grpo_pipeline.rewards.declared import DECLARED, facts_of
+from grpo_pipeline.rewards.trl_source import trl_reward, trl_reward_names
+from grpo_pipeline.rewards.user_code import beside_the_recipe, import_user_module, search_dirs, user_module_file
 
 RewardFunc = Callable[..., list]
 
@@ -68,7 +68,7 @@ def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
     'correctness_reward_func'
     >>> resolve_reward("xmlcount_reward_func") is resolve_reward("xmlcount")
     True
-    >>> resolve_reward("rewards.format:soft_format_reward_func").__name__
+    >>> resolve_reward("grpo_pipeline.rewards.format:soft_format_reward_func").__name__
     'soft_format_reward_func'
     >>> resolve_reward("trl.rewards.accuracy_reward") is resolve_reward("accuracy_reward")
     True
@@ -105,7 +105,7 @@ def is_builtin_reward(name: Any) -> bool:
 
 def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
     """True when one of the rewards is the built-in correctness reward, by any name `resolve_reward` takes for it
-    (registry name, function name, `rewards.correctness:correctness_reward_func`, the function itself): it scores
+    (registry name, function name, `grpo_pipeline.rewards.correctness:correctness_reward_func`, the function itself): it scores
     each completion against the row's reference answer (`grpo_answer`: answer_field's column, cleaned). A name that
     does not resolve is validate()'s to name, not this question's.
 

@@ -13,7 +13,7 @@ import numbers
 import os
 from typing import Any, Optional
 
-from env.text import excerpt, printable, shorten
+from grpo_pipeline.env.text import excerpt, printable, shorten
 
 
 class RewardFailure(RuntimeError):
@@ -32,7 +32,7 @@ def check_rewards(name: str, output: Any, n: int) -> list[Optional[float]]:
     >>> check_rewards("f", 1.0, 2)
     Traceback (most recent call last):
     ...
-    rewards.returned.RewardFailure: reward function `f` returned 1.0 (a float), not a list of one number (or None) ...
+    grpo_pipeline.rewards.returned.RewardFailure: reward function `f` returned 1.0 (a float), not a list of one number (or None) ...
     """
     try:
         return _checked(name, output, n)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from rewards.numbers import MATH_CHARS, NUMBER, glued_single_letter, number_value, read_numbers
+from grpo_pipeline.rewards.numbers import MATH_CHARS, NUMBER, glued_single_letter, number_value, read_numbers
 
 
 # --- step 3: final-answer markers -----------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any, Optional
 if __package__ in (None, ""):  # loaded by path (verl's importlib spec_from_file_location): find our packages
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from rewards.registry import DEFAULT_REWARDS, check_reward_weights, get_reward_funcs  # noqa: E402
+from grpo_pipeline.rewards.registry import DEFAULT_REWARDS, check_reward_weights, get_reward_funcs  # noqa: E402
 
 
 def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Optional[dict] = None,

@@ -42,8 +42,8 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from rewards.deadline import RewardTimeout
-from rewards.returned import RewardFailure, check_rewards, raised_at
+from grpo_pipeline.rewards.deadline import RewardTimeout
+from grpo_pipeline.rewards.returned import RewardFailure, check_rewards, raised_at
 
 # The trainer's own objects among a reward's keywords whose calls are recorded in the worker and replayed here.
 _RECORDED = ("log_metric", "log_extra")

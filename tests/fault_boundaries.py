@@ -47,7 +47,7 @@ CASES += [
           "hub_token='<HUB_TOKEN>'", exit_code=0, absent=SECRET, after=no_secret_under),
     Fault("a crash of a run given --hub_token logs no token", lambda d: quick(d, "--hub_token", SECRET),
           "a bug in grpo-pipeline", exit_code=1, absent=SECRET, after=no_secret_under,
-          env={"GRPO_CACHE_DIR": "grpo-v4-cache"}, patch=raise_in("pipeline.train._data", RuntimeError(SECRET))),
+          env={"GRPO_CACHE_DIR": "grpo-v4-cache"}, patch=raise_in("grpo_pipeline.pipeline.train._data", RuntimeError(SECRET))),
     Fault("a recipe's hub_token refused by a check is not printed",
           lambda d: [*train(d, f"hub_token: {SECRET}\nmax_steps: 0\n"), "--check"], "max_steps", absent=SECRET),
 ]
@@ -73,7 +73,7 @@ def importing_writes_a_marker(folder: Path, module: str) -> str:
 def remote_code_adapter(folder: Path) -> list[str]:
     """A shared adapter whose grpo_adapter.json says trust_remote_code: true, on a base folder whose config.json
     names its own code (auto_map -> modeling_shared.py, which leaves a marker when it runs)."""
-    from pipeline.data.tokenizer import resolve_model_path
+    from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 
     base = folder / "shared-base"
     shutil.copytree(resolve_model_path("tiny-qwen2.5"), base)
@@ -298,7 +298,7 @@ CASES += [
     Fault("a bug whose message cannot be printed", lambda d: quick(d),
           "not in your input (Unprintable: Unprintable('path caf",
           exit_code=1, env={"GRPO_CACHE_DIR": "grpo-v4-cache"},
-          patch=raise_in("pipeline.train._data", unprintable_error())),
+          patch=raise_in("grpo_pipeline.pipeline.train._data", unprintable_error())),
 ]
 
 

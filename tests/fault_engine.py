@@ -17,9 +17,9 @@ VLLM_NO_MEMORY = ("Available memory on node 0 (17.7/23.5 GiB) on startup is less
 
 CASES: list[Fault] = [
     Fault("a DDP peer that died is exit 2 naming the other process", lambda d: quick(d),
-          "another process of this run stopped", patch=raise_in("pipeline.train._data", RuntimeError(GLOO_PEER_GONE)),
+          "another process of this run stopped", patch=raise_in("grpo_pipeline.pipeline.train._data", RuntimeError(GLOO_PEER_GONE)),
           absent="a bug in grpo-pipeline"),
     Fault("vLLM refusing its memory share at start-up is exit 2 naming the share", lambda d: quick(d),
-          "gpu_memory_utilization", patch=raise_in("pipeline.train._data", ValueError(VLLM_NO_MEMORY)),
+          "gpu_memory_utilization", patch=raise_in("grpo_pipeline.pipeline.train._data", ValueError(VLLM_NO_MEMORY)),
           absent="a bug in grpo-pipeline"),
 ]

@@ -64,7 +64,7 @@ def cache_inside_data(folder: Path) -> list[str]:
 
 def broken_tokenizer_model(folder: Path) -> list[str]:
 
-    from pipeline.assets import qwen_tokenizer_dir
+    from grpo_pipeline.pipeline.assets import qwen_tokenizer_dir
 
     model = folder / "my model"
     shutil.copytree(qwen_tokenizer_dir(), model)
@@ -123,7 +123,7 @@ V3_CASES: list[Fault] = [
           after=wrote_into_cwd),
     Fault("the crash-log path is printed as it is", lambda d: generate_with(d, "--prompt", "1+1?"),
           f"The traceback is in '{CRASH_CACHE}/logs/grpo-generate-", exit_code=1, env={"GRPO_CACHE_DIR": CRASH_CACHE},
-          patch=raise_in("pipeline.data.model_check.check_model", RuntimeError("injected"))),
+          patch=raise_in("grpo_pipeline.pipeline.data.model_check.check_model", RuntimeError("injected"))),
 ]
 
 
@@ -159,7 +159,7 @@ EVAL_ROWS = ('{"question": "What is 2 + 3?", "answer": "5"}\n{"question": "What 
 def eval_file_replaced_with_same_ids(folder: Path) -> list[str]:
     """A run measured eval_before.json on one eval file and kept a checkpoint; the eval file is then replaced by
     another with as many rows (so the same row ids: test-0, test-1). The resume must measure again."""
-    from pipeline.cli import main as grpo
+    from grpo_pipeline.pipeline.cli import main as grpo
 
     held_out = folder / "held-out.jsonl"
     held_out.write_text(EVAL_ROWS[0], encoding="utf-8")
@@ -173,7 +173,7 @@ def eval_file_replaced_with_same_ids(folder: Path) -> list[str]:
 
 def data_file_edited_in_place(folder: Path) -> list[str]:
     """`grpo data` once, then the data file edited to the same size and modification time."""
-    from pipeline.cli import main as grpo
+    from grpo_pipeline.pipeline.cli import main as grpo
 
     path = folder / "data.jsonl"
     path.write_text('{"question": "What is 1 + 2?", "answer": "3"}\n', encoding="utf-8")

@@ -1,7 +1,7 @@
 """The fault table's kit (tests/fault_table.py): what a case is (`Fault`), the set-ups every part of the table
 shares (a recipe, a training command, a data file, a trained adapter or checkpoint, an OS fault at its boundary,
 packages hidden), how a case is judged (`judge`), and a case run as a user runs it (`run_subprocess`:
-`python -m pipeline` in a process of its own; tests/test_faults.py runs the rest in-process).
+`python -m grpo_pipeline.pipeline` in a process of its own; tests/test_faults.py runs the rest in-process).
 
 tests/cli_helpers.py `fault_table` hands these set-ups to the tests that build the same folders. Not a test module.
 """
@@ -44,7 +44,7 @@ def recipe(folder: Path, text: str = "", name: str = "recipe.yaml") -> Path:
     """A tiny-demo recipe (CPU, plain backend, built-in data) plus `text`; loads nothing heavy until training."""
     import yaml
 
-    from pipeline.demo.registry import cpu_demo_config
+    from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
 
     base = {**cpu_demo_config(), "output_dir": str(folder / "run"), "data_cache_dir": str(folder / "cache"),
             "max_samples": 8, "per_device_train_batch_size": 4, "num_generations": 4}
@@ -73,7 +73,7 @@ def adapter(folder: Path, base: str = "tiny-qwen2.5") -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from pipeline.data.tokenizer import resolve_model_path
+    from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path(base))
     lora = get_peft_model(model, LoraConfig(r=4, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
@@ -109,7 +109,7 @@ def rank_mismatch(folder: Path) -> list[str]:
 
 def other_base(folder: Path, command: str) -> list[str]:
     """An adapter whose recorded base (a wider tiny Qwen2) is not the model its weights were trained on."""
-    from pipeline.demo.model import build_tiny_qwen2
+    from grpo_pipeline.pipeline.demo.model import build_tiny_qwen2
 
     wide = folder / "wide-base"
     build_tiny_qwen2(vocab_size=256, hidden_size=128, intermediate_size=256).save_pretrained(str(wide))
@@ -217,8 +217,8 @@ def checkpoint_of_another_shape(folder: Path, shape: Optional[dict] = None, sett
     import numpy as np
     from safetensors.numpy import save_file
 
-    from pipeline.config import from_mapping
-    from pipeline.run.resume import SHAPE_NAME, checkpoint_record, resume_key
+    from grpo_pipeline.pipeline.config import from_mapping
+    from grpo_pipeline.pipeline.run.resume import SHAPE_NAME, checkpoint_record, resume_key
 
     argv = train(folder, text)
     import yaml
@@ -285,7 +285,7 @@ def rows_file(path: Path, rows: list[dict]) -> Path:
 def trained_checkpoint(folder: Path, rows: list[dict] = ROWS, *extra: str) -> list[str]:
     """`grpo train` resuming a real checkpoint-1 (trained once a process on ROWS, then copied into `folder/run`),
     on a data file of `rows`, for max_steps 2."""
-    from pipeline.cli import main as grpo
+    from grpo_pipeline.pipeline.cli import main as grpo
 
     if "run" not in _TRAINED:
         first = Path(tempfile.mkdtemp(prefix="grpo-faults-v4-"))
@@ -319,6 +319,6 @@ def run_subprocess(case: Fault, folder: Path) -> tuple[int, str]:
     env = {**os.environ, **OFFLINE_ENV, **case.env, "PYTHONPATH": str(ROOT)}
     if case.hide:
         env.update(hidden_env(case.hide, folder))
-    done = subprocess.run([sys.executable, "-m", "pipeline", *argv], cwd=folder, env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "grpo_pipeline.pipeline", *argv], cwd=folder, env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     return done.returncode, done.stdout + done.stderr

@@ -60,7 +60,7 @@ def mine_kept(path: str) -> Callable[[Path], Optional[str]]:
 
 def another_export(folder: Path) -> None:
     """The same export, started after this one checked --out, finishing first."""
-    from pipeline import cli
+    from grpo_pipeline.pipeline import cli
 
     argv = ["export", "--lora", str(folder / "run" / "lora"), "--to", "merged16", "--out", str(folder / "merged"),
             "--backend", "plain"]
@@ -68,7 +68,7 @@ def another_export(folder: Path) -> None:
 
 
 def no_complete_cache_entry(folder: Path) -> Optional[str]:
-    from pipeline.data.cache import entry_is_complete
+    from grpo_pipeline.pipeline.data.cache import entry_is_complete
 
     cache = folder / "cache"
     entries = [p for p in cache.iterdir() if entry_is_complete(p) or ".tmp-" in p.name] if cache.is_dir() else []
@@ -93,15 +93,15 @@ def data_cache_full(monkeypatch, folder: Path) -> None:
 
 CASES += [
     Fault("export --out made by the user while exporting", lambda d: export_onto(d, "new"),
-          "appeared after this command started", patch=meanwhile("pipeline.infer.export.carry_training_defaults",
+          "appeared after this command started", patch=meanwhile("grpo_pipeline.pipeline.infer.export.carry_training_defaults",
                                                                  lambda d: mine(d / "merged")),
           after=mine_kept("merged")),
     Fault("two exports to one --out", lambda d: export_onto(d, "new"), "Pass --overwrite to replace it",
-          patch=meanwhile("pipeline.infer.export.carry_training_defaults", another_export)),
+          patch=meanwhile("grpo_pipeline.pipeline.infer.export.carry_training_defaults", another_export)),
     Fault("generate --output written by another program meanwhile",
           lambda d: generate_with(d, "--prompt", "1+1?", "--max_tokens", "4", "--output", str(d / "out" / "a.jsonl")),
           "appeared after this command started",
-          patch=meanwhile("pipeline.infer.generate.generate_answers", lambda d: mine(d / "out" / "a.jsonl"))),
+          patch=meanwhile("grpo_pipeline.pipeline.infer.generate.generate_answers", lambda d: mine(d / "out" / "a.jsonl"))),
     Fault("the data cache saved to a full disk", lambda d: ["data", "--config", str(recipe(d))],
           "the disk is full: could not save in", patch=data_cache_full, after=no_complete_cache_entry),
     Fault("generate --output on a full disk",

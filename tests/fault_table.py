@@ -157,7 +157,7 @@ def read_only_dir(folder: Path) -> str:
 
 
 def run_intact(folder: Path) -> Optional[str]:
-    from env.adapters import AdapterError, verify_adapter_dir
+    from grpo_pipeline.env.adapters import AdapterError, verify_adapter_dir
 
     try:
         verify_adapter_dir(folder / "run" / "lora")
@@ -232,9 +232,9 @@ PATH_CASES: list[Fault] = [
                      str(d / "run" / "lora" / "eval.json"), "--backend", "plain"], "is inside --lora"),
     Fault("a bug is one line and exit 1", lambda d: generate_with(d, "--prompt", "1+1?"),
           "stopped on an internal error, a bug", exit_code=1,
-          patch=raise_in("pipeline.data.model_check.check_model", RuntimeError("injected"))),
+          patch=raise_in("grpo_pipeline.pipeline.data.model_check.check_model", RuntimeError("injected"))),
     Fault("Ctrl-C before training is exit 130", lambda d: quick(d),
-          "interrupted", exit_code=130, patch=raise_in("pipeline.preflight.check_report_to", KeyboardInterrupt())),
+          "interrupted", exit_code=130, patch=raise_in("grpo_pipeline.pipeline.preflight.check_report_to", KeyboardInterrupt())),
 ]
 CASES += PATH_CASES
 

@@ -23,10 +23,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.config import PipelineConfig, from_mapping
-from pipeline.plan.cards import GIB, card_from_memory
-from pipeline.plan.estimate import estimate
-from pipeline.plan.shape import count_parameters, load_shape, shape_from_config
+from grpo_pipeline.pipeline.config import PipelineConfig, from_mapping
+from grpo_pipeline.pipeline.plan.cards import GIB, card_from_memory
+from grpo_pipeline.pipeline.plan.estimate import estimate
+from grpo_pipeline.pipeline.plan.shape import count_parameters, load_shape, shape_from_config
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_REPORTS = ROOT / "docs" / "gpu-reports"
@@ -144,8 +144,8 @@ def measured_prompt_limit(shape: str) -> int:
     """The prompt limit `max_prompt_length: auto` resolves to for a benchmark case's data (the bundled sample, as
     the case trains on it), for the reports that predate the case's own `prompt_limit`: the pipeline's own data
     preparation with the bundled Qwen2.5 tokenizer."""
-    from pipeline.assets import load_qwen_tokenizer
-    from pipeline.data.prepare import prepare_dataset
+    from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
+    from grpo_pipeline.pipeline.data.prepare import prepare_dataset
 
     with tempfile.TemporaryDirectory() as cache:
         cfg = _cfg({**case_values("plain", shape), "data_cache_dir": cache})

@@ -12,8 +12,8 @@ import inspect
 import pytest
 
 from cli_helpers import run_cli
-from pipeline.trainer.agent_boundary import AgentFailure, ToolCallError, guard_factory, guard_rollout_func, guard_tool
-from rewards.contract import RewardFailure, SignalInterrupt
+from grpo_pipeline.pipeline.trainer.agent_boundary import AgentFailure, ToolCallError, guard_factory, guard_rollout_func, guard_tool
+from grpo_pipeline.rewards.contract import RewardFailure, SignalInterrupt
 
 NAN = float("nan")
 

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from cli_helpers import run_cli
-from pipeline.assets import load_qwen_tokenizer
-from pipeline.config import ConfigError
-from pipeline.data.tokenizer import load_tokenizer
-from pipeline.trainer.agent_check import check_agents
-from pipeline.trainer.agents import resolve_agents
+from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
+from grpo_pipeline.pipeline.trainer.agent_check import check_agents
+from grpo_pipeline.pipeline.trainer.agents import resolve_agents
 from train_helpers import tiny_qwen_config
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+3?"}]
@@ -134,8 +134,8 @@ def test_the_docs_examples_pass_the_check_and_work(tokenizers, tmp_path, monkeyp
 
 
 def test_the_options_are_read_from_yaml_and_the_command_line_with_trls_meaning(tmp_path):
-    from pipeline.config import parse_config
-    from pipeline.trainer.agents import agent_names, resolve_agents
+    from grpo_pipeline.pipeline.config import parse_config
+    from grpo_pipeline.pipeline.trainer.agents import agent_names, resolve_agents
 
     recipe = tmp_path / "agent.yaml"
     recipe.write_text("tools: [agent_helpers:add, agent_helpers.lookup]\n"

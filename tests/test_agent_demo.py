@@ -5,11 +5,11 @@ import json
 from pathlib import Path
 
 from cli_helpers import run_cli
-from pipeline.config import from_mapping, read_recipe
-from pipeline.data.tokenizer import load_tokenizer
-from pipeline.demo.calculator import calculator, calculator_problems, tool_sft_examples
-from pipeline.trainer.agents import resolve_agents
-from pipeline.trainer.warmup import with_tools
+from grpo_pipeline.pipeline.config import from_mapping, read_recipe
+from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
+from grpo_pipeline.pipeline.demo.calculator import calculator, calculator_problems, tool_sft_examples
+from grpo_pipeline.pipeline.trainer.agents import resolve_agents
+from grpo_pipeline.pipeline.trainer.warmup import with_tools
 
 RECIPE = Path(__file__).resolve().parents[1] / "configs" / "cpu-agent-demo.yaml"
 

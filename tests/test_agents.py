@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agent_helpers import add, forced_text_bias, tool_call_text
-from pipeline.run.manifest import ADAPTER_METADATA_NAME
-from pipeline.train import run_training
+from grpo_pipeline.pipeline.run.manifest import ADAPTER_METADATA_NAME
+from grpo_pipeline.pipeline.train import run_training
 from train_helpers import tiny_qwen_config
 
 pytestmark = pytest.mark.slow

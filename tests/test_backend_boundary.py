@@ -71,9 +71,9 @@ def test_the_walk_sees_each_kind_of_comparison(tmp_path):
 
 
 def test_each_registered_backend_answers_every_capability_and_brings_validates_rules():
-    from pipeline.backends import BACKENDS, load_backend
-    from pipeline.backends.base import BackendBase
-    from pipeline.config.validate import BACKEND_RULES
+    from grpo_pipeline.pipeline.backends import BACKENDS, load_backend
+    from grpo_pipeline.pipeline.backends.base import BackendBase
+    from grpo_pipeline.pipeline.config.validate import BACKEND_RULES
 
     capabilities = [name for name in vars(BackendBase) if name.isupper()]
     for name in list(BACKENDS):

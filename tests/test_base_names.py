@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.demo.registry import builtin_model
-from pipeline.run.manifest import (ADAPTER_METADATA_NAME, build_manifest, other_base, recorded_base,
+from grpo_pipeline.pipeline.demo.registry import builtin_model
+from grpo_pipeline.pipeline.run.manifest import (ADAPTER_METADATA_NAME, build_manifest, other_base, recorded_base,
                                    write_adapter_metadata)
 from tests.fake_models import _write_tiny_safetensors
 from tests.unsloth_helpers import IMPORT_ORDER_WARNINGS
@@ -93,14 +93,14 @@ def test_a_local_model_folder_is_recorded_absolutely(tmp_path, monkeypatch):
 def test_an_export_records_the_hub_id_or_the_builtin_name(kind, tmp_path, monkeypatch):
     """`grpo export` (pipeline/infer/export.py) of an adapter as training saved it: its marker and the
     grpo_adapter.json it carries name the base; the merge goes through the Unsloth double (no download)."""
-    from env.path_check import EXPORT_MARKER
-    from pipeline.infer import export
+    from grpo_pipeline.env.path_check import EXPORT_MARKER
+    from grpo_pipeline.pipeline.infer import export
 
     configured, loaded = _loaded(kind, tmp_path)
     adapter = _saved_adapter(tmp_path / "run" / "lora", loaded)
     # the network boundary
-    monkeypatch.setattr("pipeline.data.model_check.check_model", lambda name, source="hf": name)
-    monkeypatch.setattr("pipeline.infer.session.adapter_mismatch", lambda adapter, base: None)
+    monkeypatch.setattr("grpo_pipeline.pipeline.data.model_check.check_model", lambda name, source="hf": name)
+    monkeypatch.setattr("grpo_pipeline.pipeline.infer.session.adapter_mismatch", lambda adapter, base: None)
     write_adapter_metadata(adapter, _manifest(configured, tmp_path))
     out = tmp_path / "merged"
     assert export.main(["--lora", str(adapter), "--to", "merged16", "--out", str(out), "--backend", "unsloth"]) == 0
@@ -113,7 +113,7 @@ def test_a_checkpoint_records_the_builtin_name(tmp_path):
     naming whatever the in-memory model calls itself."""
     from tests.test_checkpoints_rules import real_trainer
 
-    from pipeline.run.checkpoints import list_checkpoints
+    from grpo_pipeline.pipeline.run.checkpoints import list_checkpoints
 
     trainer = real_trainer(tmp_path / "run", max_steps=1)  # demo_config: model_name_or_path tiny-demo
     trainer.train()
@@ -149,8 +149,8 @@ def test_another_base_is_another_base(recorded, given):
 @IMPORT_ORDER_WARNINGS
 @pytest.mark.usefixtures("fake")
 def test_the_unsloth_backend_warns_for_another_base_only(tmp_path):
-    from env.adapters import verify_adapter_dir
-    from pipeline.backends import unsloth as backend
+    from grpo_pipeline.env.adapters import verify_adapter_dir
+    from grpo_pipeline.pipeline.backends import unsloth as backend
     from tests.unsloth_helpers import make_cfg
 
     adapter = _saved_adapter(tmp_path / "lora", "tiny-demo")

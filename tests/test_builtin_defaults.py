@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.backends import choose_backend
-from pipeline.bootstrap import defaults_for
-from pipeline.config import parse_config, validate
-from pipeline.demo.registry import TINY_QWEN_DEFAULTS
+from grpo_pipeline.pipeline.backends import choose_backend
+from grpo_pipeline.pipeline.bootstrap import defaults_for
+from grpo_pipeline.pipeline.config import parse_config, validate
+from grpo_pipeline.pipeline.demo.registry import TINY_QWEN_DEFAULTS
 
 
 def _parse(argv):

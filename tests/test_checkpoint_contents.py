@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from cli_helpers import fault_table
-from pipeline.config import parse_config
-from pipeline.run.checkpoint_contents import RESTORED_FILES, contents_problem
-from pipeline.run.checkpoints import checkpoint_problem
-from pipeline.run.launchers import LAYOUTS, this_launch
-from pipeline.run.resume import resume_key
+from grpo_pipeline.pipeline.config import parse_config
+from grpo_pipeline.pipeline.run.checkpoint_contents import RESTORED_FILES, contents_problem
+from grpo_pipeline.pipeline.run.checkpoints import checkpoint_problem
+from grpo_pipeline.pipeline.run.launchers import LAYOUTS, this_launch
+from grpo_pipeline.pipeline.run.resume import resume_key
 
 TORCH_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth")
 

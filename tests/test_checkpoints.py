@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from pipeline.run.checkpoints import (
+from grpo_pipeline.pipeline.run.checkpoints import (
     PREVIOUS_DIR,
     TRAJECTORY_FILES,
     checkpoint_problem,
@@ -157,10 +157,10 @@ def _metric_steps(run_dir):
 def test_a_fresh_start_in_a_used_folder_plots_and_resumes_only_its_own_steps(trained_run, tmp_path, capsys, how):
     """The earlier run trained 4 steps (checkpoint-2, -4). A fresh 2-step run in its folder must not show the old
     steps in metrics.jsonl or plots, nor resume the old checkpoint-4 later; the old files are all kept aside."""
-    from pipeline.preflight import check_resume
-    from pipeline.run.checkpoint_contents import contents_problem
-    from pipeline.run.resume import resume_key, resume_mismatch
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.preflight import check_resume
+    from grpo_pipeline.pipeline.run.checkpoint_contents import contents_problem
+    from grpo_pipeline.pipeline.run.resume import resume_key, resume_mismatch
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
     run_dir = tmp_path / "run"
@@ -197,7 +197,7 @@ def test_a_fresh_start_in_a_used_folder_plots_and_resumes_only_its_own_steps(tra
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     """A finished 4-step run with checkpoint-2 and checkpoint-4 (adapter, optimizer.pt, rng state...)."""
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
     run_dir = tmp_path_factory.mktemp("real") / "run"
@@ -224,7 +224,7 @@ def test_truncated_file_of_a_real_checkpoint_is_named(trained_run, tmp_path, nam
 
 @pytest.mark.slow
 def test_resume_auto_sets_truncated_newest_aside_and_resumes_from_the_previous(trained_run, tmp_path, capsys):
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
     run_dir = tmp_path / "run"
@@ -247,7 +247,7 @@ def test_resume_auto_sets_truncated_newest_aside_and_resumes_from_the_previous(t
 def test_a_signal_turns_the_next_step_end_into_save_and_stop_and_handlers_are_restored(signum):
     from transformers import TrainerControl
 
-    from pipeline.run.stop import GracefulStop
+    from grpo_pipeline.pipeline.run.stop import GracefulStop
 
     before = signal.getsignal(signum)
     with GracefulStop() as stopper:
@@ -296,7 +296,7 @@ def _adapter_settings(warmup_steps):
 def adapter_runs(tmp_path_factory):
     """`trained(warmup_steps)` -> a completed 2-step run (beta 0.04, checkpoint-2, lora/) with that many warm-up
     steps, trained once per warm-up setting in this module: each case copies it and loads from the copy."""
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
     runs = {}
@@ -322,7 +322,7 @@ def test_loading_a_checkpoint_restores_its_trained_adapter(adapter_runs, tmp_pat
     the warm-up's (tests/test_checkpoints_rules.py covers a checkpoint that does hold ref/)."""
     from transformers import TrainerCallback
 
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
     run_dir = tmp_path / "run"
@@ -366,13 +366,13 @@ def test_loading_a_checkpoint_restores_its_trained_adapter(adapter_runs, tmp_pat
     (["--resumes", "x"], "grpo train --resumes x --resume auto"),  # another option, kept
 ])
 def test_the_resume_command_keeps_the_users_options_and_resumes_auto(argv, expected):
-    from pipeline.run.stop import resume_command
+    from grpo_pipeline.pipeline.run.stop import resume_command
 
     assert resume_command(argv) == expected
 
 
 def test_a_rollback_sets_aside_only_the_checkpoints_after_its_target(tmp_path):
-    from pipeline.run.checkpoints import set_aside_checkpoints_after
+    from grpo_pipeline.pipeline.run.checkpoints import set_aside_checkpoints_after
 
     for step in (1, 2, 3, 10):
         make_checkpoint(tmp_path, step)
@@ -388,7 +388,7 @@ def test_a_rollback_sets_aside_only_the_checkpoints_after_its_target(tmp_path):
 def test_a_checkpoints_size_is_estimated_from_the_trained_parameters_only():
     import torch
 
-    from pipeline.run.checkpoints import save_size_estimate
+    from grpo_pipeline.pipeline.run.checkpoints import save_size_estimate
 
     model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 5))  # 110 + 55 parameters
     model[0].requires_grad_(False)
@@ -401,8 +401,8 @@ def test_a_storage_failure_during_a_save_names_the_run_folder_the_size_and_how_t
 
     import torch
 
-    from env.disk import StorageError
-    from pipeline.run.checkpoints import save_size_estimate, storage_errors_are_resumable
+    from grpo_pipeline.env.disk import StorageError
+    from grpo_pipeline.pipeline.run.checkpoints import save_size_estimate, storage_errors_are_resumable
 
     model = torch.nn.Linear(512, 512)
     trainer = SimpleNamespace(model=model)
@@ -420,8 +420,8 @@ def test_a_storage_failure_during_a_save_names_the_run_folder_the_size_and_how_t
 
 @pytest.mark.slow
 def test_staged_saves_record_the_weight_shape_and_keep_save_total_limit(tmp_path):
-    from pipeline.run.resume import SHAPE_NAME, checkpoint_record, resume_key
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.run.resume import SHAPE_NAME, checkpoint_record, resume_key
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
     run_dir = tmp_path / "run"

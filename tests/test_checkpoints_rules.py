@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from pipeline.run.checkpoints import (
+from grpo_pipeline.pipeline.run.checkpoints import (
     WEIGHT_FILES,
     checkpoint_problem,
     file_mode_callback,
@@ -33,7 +33,7 @@ from pipeline.run.checkpoints import (
     stage_checkpoint_saves,
     torch_zip_problem,
 )
-from pipeline.run.resume import (
+from grpo_pipeline.pipeline.run.resume import (
     SHAPE_NAME,
     WEIGHT_SHAPING_FIELDS,
     checkpoint_record,
@@ -42,7 +42,7 @@ from pipeline.run.resume import (
     resume_key,
     resume_mismatch,
 )
-from pipeline.run.stop import interrupts_raise
+from grpo_pipeline.pipeline.run.stop import interrupts_raise
 from train_helpers import demo_config
 
 # --- a real Trainer over a tiny LoRA model ---------------------------------------------------------------------
@@ -55,7 +55,7 @@ def tiny_lora_model(*, seed: int = 0, adapters: tuple[str, ...] = ("default",), 
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from pipeline.demo.model import build_tiny_qwen2
+    from grpo_pipeline.pipeline.demo.model import build_tiny_qwen2
 
     torch.manual_seed(seed)
     config = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
@@ -262,7 +262,7 @@ def test_a_checkpoint_of_a_model_without_adapters_loads_as_transformers_loads_it
     import torch
     from transformers import Trainer, TrainingArguments
 
-    from pipeline.demo.model import build_tiny_qwen2
+    from grpo_pipeline.pipeline.demo.model import build_tiny_qwen2
 
     rows = [{"input_ids": torch.tensor([1, 2, 3]), "labels": torch.tensor([1, 2, 3])}] * 4
 
@@ -418,7 +418,7 @@ def test_inside_interrupts_raise_either_signal_is_a_keyboard_interrupt_and_the_h
 
 
 def test_interrupts_raise_and_graceful_stop_are_no_ops_outside_the_main_thread():
-    from pipeline.run.stop import GracefulStop
+    from grpo_pipeline.pipeline.run.stop import GracefulStop
 
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     errors = []
@@ -437,7 +437,7 @@ def test_interrupts_raise_and_graceful_stop_are_no_ops_outside_the_main_thread()
 
 
 def test_the_first_signal_prints_what_happens_next_and_a_second_aborts_at_once(capsys):
-    from pipeline.run.stop import GracefulStop
+    from grpo_pipeline.pipeline.run.stop import GracefulStop
 
     before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (`&` jobs ignore SIGINT)
     try:

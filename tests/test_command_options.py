@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from pipeline.config.fields import field_names
-from pipeline.config.trl_fields import trl_option_names
+from grpo_pipeline.pipeline.config.fields import field_names
+from grpo_pipeline.pipeline.config.trl_fields import trl_option_names
 from tests.cli_helpers import run_cli
 
 OPTION = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*)")

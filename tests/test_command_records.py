@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.infer import session
+from grpo_pipeline.pipeline.infer import session
 
 RECORD = {"gpu_memory_utilization": "0.9", "max_seq_length": 512, "vllm_mode": "colocate", "max_lora_rank": 8,
           "system_prompt": "recorded", "load_in_4bit": False, "fast_inference": True, "dtype": "float32"}
@@ -59,7 +59,7 @@ def test_config_overrides_each_recorded_value_and_a_flag_overrides_both(tmp_path
 
 def test_every_inference_flag_that_names_a_recorded_field_is_read_by_the_rule():
     """A flag of generate/eval named as a config field is one the merge reads (or one whose own rule reads it)."""
-    from pipeline.config.fields import field_names
+    from grpo_pipeline.pipeline.config.fields import field_names
 
     flags = {a.dest for a in _parser("generate")._actions} & set(field_names())
     own_rules = {"trust_remote_code", "tools", "environment_factory",
@@ -84,7 +84,7 @@ def _fake_vllm(monkeypatch, free_share: float, started: list):
     fake = types.ModuleType("vllm")
     fake.__spec__, fake.LLM = importlib.machinery.ModuleSpec("vllm", None), LLM
     monkeypatch.setitem(sys.modules, "vllm", fake)
-    from pipeline.backends import vllm_engine
+    from grpo_pipeline.pipeline.backends import vllm_engine
 
     monkeypatch.setattr(vllm_engine, "on_cpu_build", lambda: False)  # the platform: a GPU
     vllm_engine.release_shared_engine()
@@ -96,8 +96,8 @@ def recorded_adapter(tmp_path_factory) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from pipeline.data.tokenizer import resolve_model_path
-    from pipeline.run.manifest import build_manifest, write_adapter_metadata
+    from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
+    from grpo_pipeline.pipeline.run.manifest import build_manifest, write_adapter_metadata
 
     folder = tmp_path_factory.mktemp("recorded") / "lora"
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path("tiny-demo"))
@@ -115,7 +115,7 @@ def test_following_the_memory_advice_of_generate_and_eval_starts_the_engine(reco
     """Seen: "vLLM could not start with gpu_memory_utilization 0.9 ... Set gpu_memory_utilization in the recipe (or
     --config)", which generate and eval never read. The advice now names an option the command takes; followed, the
     engine gets that share."""
-    from pipeline import cli
+    from grpo_pipeline.pipeline import cli
 
     started: list = []
     _fake_vllm(monkeypatch, 0.5, started)
@@ -150,7 +150,7 @@ def test_a_bad_row_of_an_input_file_is_located_exit_2(recorded_adapter, tmp_path
                                                       bad):
     """generate --input and eval --data: the file, the line and what is wrong, exit 2; the record's vLLM mode is
     overridden by --config (item 4) so that the CPU's transformers path answers."""
-    from pipeline import cli
+    from grpo_pipeline.pipeline import cli
 
     monkeypatch.chdir(tmp_path)
     data, where = BAD_ROWS[bad]

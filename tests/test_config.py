@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import (
+from grpo_pipeline.pipeline.config import (
     ConfigError,
     PipelineConfig,
     from_mapping,
@@ -129,7 +129,7 @@ def test_temperature_positive():
 def test_a_value_past_a_bound_exits_2_naming_the_field(tmp_path):
     """Through the command line: `temperature: 1e-40` (it once passed, then crashed at the first rollout) is one
     message and exit 2, before anything loads."""
-    out = subprocess.run([sys.executable, "-m", "pipeline", "train", "--temperature", "1e-40", "--output_dir",
+    out = subprocess.run([sys.executable, "-m", "grpo_pipeline.pipeline", "train", "--temperature", "1e-40", "--output_dir",
                           str(tmp_path / "run")], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2, out.stderr[-2000:]
@@ -184,7 +184,7 @@ def test_peek_option_reads_cli_then_yaml(tmp_path):
 
 
 def test_cli_help_does_not_import_torch():
-    code = ("import sys, pipeline.cli as c; assert 'torch' not in sys.modules; c.main(['--help']); "
+    code = ("import sys, grpo_pipeline.pipeline.cli as c; assert 'torch' not in sys.modules; c.main(['--help']); "
             "assert 'torch' not in sys.modules, 'torch imported by --help'; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -192,7 +192,7 @@ def test_cli_help_does_not_import_torch():
 
 
 def test_python_m_pipeline_help_lists_commands():
-    out = subprocess.run([sys.executable, "-m", "pipeline", "--help"], cwd=ROOT, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "grpo_pipeline.pipeline", "--help"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0
     for command in ("env", "data", "train", "generate", "eval", "export"):
@@ -204,7 +204,7 @@ def test_every_numeric_field_is_type_checked_by_one_mechanism():
     import dataclasses
     import typing
 
-    from pipeline.config import SECTIONS, PipelineConfig, check_field_values
+    from grpo_pipeline.pipeline.config import SECTIONS, PipelineConfig, check_field_values
 
     checked = 0
     for section in SECTIONS:
@@ -223,7 +223,7 @@ def test_every_numeric_field_is_type_checked_by_one_mechanism():
 
 
 def test_bounds_come_with_the_default_as_the_fix():
-    from pipeline.config import check_field_values
+    from grpo_pipeline.pipeline.config import check_field_values
 
     for name, value in (("learning_rate", -1e-5), ("top_p", 0), ("warmup_ratio", 1.0), ("save_steps", 0)):
         with pytest.raises(ConfigError, match=f"`{name}`.*must be.*the default is"):
@@ -257,7 +257,7 @@ def test_unknown_key_suggests_the_closest_field(tmp_path):
 def test_fields_marked_trl_reach_grpo_config_under_trls_names(tmp_path):
     import trl
 
-    from pipeline.config import trl_training_args
+    from grpo_pipeline.pipeline.config import trl_training_args
 
     cfg = PipelineConfig().replace(learning_rate=1e-5, warmup_ratio=0.2, top_k=5, adam_beta2=0.95, save_steps=7,
                                    log_completions=True, loss_type="grpo")
@@ -285,7 +285,7 @@ def test_choice_fields_are_refused_with_the_choices_from_yaml_and_cli(tmp_path):
 def test_the_bitsandbytes_optimizer_list_is_transformers_own():
     from transformers.trainer_optimizer import _BITSANDBYTES_OPTIMIZERS
 
-    from pipeline.config.validate import BITSANDBYTES_OPTIMIZERS
+    from grpo_pipeline.pipeline.config.validate import BITSANDBYTES_OPTIMIZERS
 
     assert BITSANDBYTES_OPTIMIZERS == {str(name.value) for name in _BITSANDBYTES_OPTIMIZERS}
 
@@ -301,8 +301,8 @@ def test_a_bitsandbytes_optim_without_bitsandbytes_becomes_adamw_torch_with_a_no
         optim, monkeypatch):
     import importlib.util
 
-    from pipeline.config import resolve_optim
-    from pipeline.config.validate import BITSANDBYTES_OPTIMIZERS
+    from grpo_pipeline.pipeline.config import resolve_optim
+    from grpo_pipeline.pipeline.config.validate import BITSANDBYTES_OPTIMIZERS
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
@@ -320,7 +320,7 @@ def test_a_bitsandbytes_optim_without_bitsandbytes_becomes_adamw_torch_with_a_no
 
 
 def test_every_gpu_recipe_optim_is_covered_by_the_fallback():
-    from pipeline.config.validate import BITSANDBYTES_OPTIMIZERS
+    from grpo_pipeline.pipeline.config.validate import BITSANDBYTES_OPTIMIZERS
 
     for recipe in sorted((ROOT / "configs").glob("qwen2.5-*.yaml")):
         optim = parse_config(["--config", str(recipe)]).grpo.optim

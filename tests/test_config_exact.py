@@ -9,8 +9,8 @@ import typing
 
 import pytest
 
-from pipeline.config import SECTIONS, ConfigError, PipelineConfig, given, parse_config, validate
-from pipeline.config.field_help import field_rules
+from grpo_pipeline.pipeline.config import SECTIONS, ConfigError, PipelineConfig, given, parse_config, validate
+from grpo_pipeline.pipeline.config.field_help import field_rules
 
 # Numeric fields without declared bounds, and why every value does exactly what it says (or which check in
 # validate() refuses the rest). A new numeric field must be bounded in fields.py or explained here.
@@ -89,7 +89,7 @@ def test_a_key_given_twice_inside_a_nested_mapping_is_refused(tmp_path):
 
 
 def test_merge_keys_still_override(tmp_path):
-    from pipeline.config import read_recipe
+    from grpo_pipeline.pipeline.config import read_recipe
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text("vllm_sampling_params:\n  <<: {min_p: 0.1}\n  min_p: 0.2\n", encoding="utf-8")
@@ -104,7 +104,7 @@ def test_an_empty_system_prompt_is_kept_from_recipe_to_generation(tmp_path):
     """system_prompt: "" trains without a system message; generate/eval reading the manifest must too."""
     from fault_kit import adapter
 
-    from pipeline.infer.session import inference_args, open_inference
+    from grpo_pipeline.pipeline.infer.session import inference_args, open_inference
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text('system_prompt: ""\n', encoding="utf-8")
@@ -120,7 +120,7 @@ def test_an_empty_system_prompt_is_kept_from_recipe_to_generation(tmp_path):
 
 
 def test_a_relative_base_model_in_a_manifest_resolves_against_its_folder(tmp_path, monkeypatch):
-    from pipeline.run.manifest import find_manifest
+    from grpo_pipeline.pipeline.run.manifest import find_manifest
 
     run = tmp_path / "run"
     (run / "models" / "base").mkdir(parents=True)
@@ -132,7 +132,7 @@ def test_a_relative_base_model_in_a_manifest_resolves_against_its_folder(tmp_pat
 
 
 def test_a_local_base_model_is_recorded_absolutely(tmp_path, monkeypatch):
-    from pipeline.run.manifest import recorded_base
+    from grpo_pipeline.pipeline.run.manifest import recorded_base
 
     (tmp_path / "my-model").mkdir()
     monkeypatch.chdir(tmp_path)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import SECTIONS, ConfigError, from_mapping, parse_config, validate
-from pipeline.config.pipeline_config import list_fields
-from pipeline.data.lora_targets import check_lora_targets, model_module_types
+from grpo_pipeline.pipeline.config import SECTIONS, ConfigError, from_mapping, parse_config, validate
+from grpo_pipeline.pipeline.config.pipeline_config import list_fields
+from grpo_pipeline.pipeline.data.lora_targets import check_lora_targets, model_module_types
 
 # A valid lone value for each list field (the item type decides).
 LONE = {str: "norm", float: 2.0}
@@ -88,7 +88,7 @@ def test_module_names_of_a_model_in_the_hf_cache_offline(tmp_path, monkeypatch):
     """A hub id already in the Hugging Face cache: its config.json is read there, no network, no weights."""
     import shutil
 
-    from pipeline.data.tokenizer import resolve_model_path
+    from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 
     snapshot = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / "abc123"
     snapshot.mkdir(parents=True)

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from env.path_check import OUTPUT_FILE, PathError, check_path
-from env.text import excerpt, shorten
-from pipeline.config import ConfigError, PipelineConfig, check_field_values, parse_config, peek_option
-from pipeline.config.parse import check_value_type, read_recipe
-from pipeline.config.validate import parse_limit, sampling_params_mapping
-from pipeline.config.values import check_choices, coerce
+from grpo_pipeline.env.path_check import OUTPUT_FILE, PathError, check_path
+from grpo_pipeline.env.text import excerpt, shorten
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, check_field_values, parse_config, peek_option
+from grpo_pipeline.pipeline.config.parse import check_value_type, read_recipe
+from grpo_pipeline.pipeline.config.validate import parse_limit, sampling_params_mapping
+from grpo_pipeline.pipeline.config.values import check_choices, coerce
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "max_steps: 7\nseed: 11\nenv:\n  GRPO_TEST_FROM_RECIPE: 'yes'\n"
@@ -67,12 +67,12 @@ def test_a_changed_recipe_file_is_read_again(tmp_path):
 
 
 def test_process_substitution_works_through_the_command_line(tmp_path):
-    """`python -m pipeline data --config <(...) --json`, in a real shell: the recipe, a pipe read once by every reader,
+    """`python -m grpo_pipeline.pipeline data --config <(...) --json`, in a real shell: the recipe, a pipe read once by every reader,
     is applied (max_samples, output_dir). Also tests/test_data_cli.py's one `grpo data` process: the real tokenizer
     loader, offline, and stdout the JSON report alone (logs go to stderr)."""
     recipe = "dataset_name: sample\nmodel_name_or_path: bundled:qwen2.5\nmax_samples: 4\n" \
              f"output_dir: {tmp_path / 'run'}\ndata_cache_dir: {tmp_path / 'cache'}\n"
-    script = f"{shlex.quote(sys.executable)} -m pipeline data --config <(printf %s {shlex.quote(recipe)}) --json"
+    script = f"{shlex.quote(sys.executable)} -m grpo_pipeline.pipeline data --config <(printf %s {shlex.quote(recipe)}) --json"
     out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr[-2000:]
@@ -134,7 +134,7 @@ SITES = {
     "coerce-int": _raises(coerce, HUGE_TEXT, int, "max_steps"),
     "coerce-bool": _raises(coerce, HUGE_LIST, bool, "eval_before"),
     "coerce-float-list": _raises(coerce, HUGE_LIST, float, "beta"),
-    "choices": _raises(check_choices, __import__("pipeline.config", fromlist=["HealthArguments"])
+    "choices": _raises(check_choices, __import__("grpo_pipeline.pipeline.config", fromlist=["HealthArguments"])
                        .HealthArguments(kl_action=HUGE_TEXT)),
     "list-entry": _raises(check_field_values, PipelineConfig().replace(lora_target_modules=[HUGE_LIST, ""])),
     "recipe-type-list": _raises(check_value_type, "max_steps", HUGE_LIST),
@@ -155,7 +155,7 @@ def test_a_message_about_a_huge_value_is_bounded(site):
 
 
 def test_a_reward_returning_a_huge_value_gives_a_bounded_message():
-    from rewards.contract import RewardFailure, check_rewards
+    from grpo_pipeline.rewards.contract import RewardFailure, check_rewards
 
     for output in (HUGE_TEXT, [HUGE_TEXT], [float("nan")] * 2):
         with pytest.raises(RewardFailure) as caught:
@@ -174,7 +174,7 @@ def test_a_duplicate_huge_key_is_named_by_an_excerpt(tmp_path):
 
 def test_the_handler_bounds_any_user_error_it_prints(capsys):
     """The backstop for a message built without excerpt: the start and the fix at the end are kept."""
-    from pipeline.errors import MAX_MESSAGE_CHARS, run_command
+    from grpo_pipeline.pipeline.errors import MAX_MESSAGE_CHARS, run_command
 
     def fail(argv):
         raise ConfigError("x", "start " + HUGE_TEXT + " the fix")
@@ -196,7 +196,7 @@ def test_excerpt_is_repr_for_small_values_and_cut_for_large_ones():
 
 def test_the_printed_crash_log_path_exists_as_printed(tmp_path, monkeypatch, capsys):
     """A cache root with capitals, spaces and non-ASCII: the path the bug line prints (a shell word) is the log."""
-    from pipeline.errors import run_command
+    from grpo_pipeline.pipeline.errors import run_command
 
     monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "My Cache ÄÖ"))
 

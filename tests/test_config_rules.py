@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from pipeline.config import (
+from grpo_pipeline.pipeline.config import (
     SECTIONS,
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     ConfigError,
@@ -22,11 +22,11 @@ from pipeline.config import (
     validate,
     validate_unsloth,
 )
-from pipeline.config.field_help import field_rules
-from pipeline.config.pipeline_config import list_fields
-from pipeline.config.trl_fields import TRL_BOUNDS
-from pipeline.config.validate import world_size
-from pipeline.config.values import coerce
+from grpo_pipeline.pipeline.config.field_help import field_rules
+from grpo_pipeline.pipeline.config.pipeline_config import list_fields
+from grpo_pipeline.pipeline.config.trl_fields import TRL_BOUNDS
+from grpo_pipeline.pipeline.config.validate import world_size
+from grpo_pipeline.pipeline.config.values import coerce
 
 
 def config(**overrides) -> PipelineConfig:
@@ -152,8 +152,8 @@ def test_every_numeric_field_of_ours_has_a_bound():
 
 
 def _section_of(name: str) -> str:
-    from pipeline.config.fields import field_names
-    from pipeline.config.pipeline_config import SECTION_ATTR
+    from grpo_pipeline.pipeline.config.fields import field_names
+    from grpo_pipeline.pipeline.config.pipeline_config import SECTION_ATTR
 
     return SECTION_ATTR[field_names()[name]]
 

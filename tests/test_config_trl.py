@@ -14,9 +14,9 @@ from typing import Any, Optional
 import pytest
 import yaml
 
-from pipeline.config import ConfigError, from_mapping, parse_config, trl_training_args
-from pipeline.config.fields import field_names
-from pipeline.config.trl_fields import (
+from grpo_pipeline.pipeline.config import ConfigError, from_mapping, parse_config, trl_training_args
+from grpo_pipeline.pipeline.config.fields import field_names
+from grpo_pipeline.pipeline.config.trl_fields import (
     BACKEND_DECIDED,
     RUN_OWNED,
     grpo_config_class,
@@ -126,7 +126,7 @@ def test_report_to_takes_a_list_or_a_scalar_as_in_trl(report_to):
 
 
 def _check(tmp_path, capsys, *options):
-    from pipeline.train import main
+    from grpo_pipeline.pipeline.train import main
 
     code = main(["--config", "configs/cpu-demo.yaml", "--output_dir", str(tmp_path / "run"), "--check", *options])
     printed = capsys.readouterr().out
@@ -166,7 +166,7 @@ def test_an_open_r1_style_recipe_with_trls_reward_trains_as_written_and_its_fiel
     clipped at 8 tokens with mask_truncated_completions: a step with no gradient, not a crash."""
     from transformers import TrainerCallback
 
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
     from tests.data_helpers import write_jsonl
 
     rows = [{"prompt": [{"role": "user", "content": f"What is {a} + {b}? Give \\boxed{{}}."}],
@@ -205,7 +205,7 @@ def test_an_open_r1_style_recipe_with_trls_reward_trains_as_written_and_its_fiel
 def test_every_numeric_trl_option_has_a_bound_with_its_reason():
     """A TRL upgrade that adds a numeric option fails here until TRL_BOUNDS gives it a bound (and a reason); a
     bound for an option TRL no longer has fails too."""
-    from pipeline.config.trl_fields import TRL_BOUNDS, trl_section
+    from grpo_pipeline.pipeline.config.trl_fields import TRL_BOUNDS, trl_section
 
     def scalar(hint):
         args = [a for a in typing.get_args(hint) if a is not type(None)]

@@ -7,7 +7,7 @@ import typing
 
 import pytest
 
-from pipeline.config import ConfigError, field_names, parse_config
+from grpo_pipeline.pipeline.config import ConfigError, field_names, parse_config
 
 FIELDS = field_names()
 

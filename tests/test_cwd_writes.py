@@ -56,7 +56,7 @@ PLACEHOLDERS = {"root": Path("/x"), "recipe": "r", "bare": "b", "adapter": "a"}
 
 
 def test_the_table_holds_every_command():
-    from pipeline.cli import COMMANDS
+    from grpo_pipeline.pipeline.cli import COMMANDS
 
     assert {name.split()[0] for name in commands(PLACEHOLDERS)} == set(COMMANDS)
 

@@ -1,4 +1,4 @@
-"""pipeline.data.prepare with the real Qwen2.5 tokenizer, offline: token counts, the system prompt, limits.
+"""grpo_pipeline.pipeline.data.prepare with the real Qwen2.5 tokenizer, offline: token counts, the system prompt, limits.
 
 Cleaning, rejections and the sample end to end are in tests/test_data_cleaning.py; the cache and hub copies in
 tests/test_data_cache.py."""
@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from pipeline.config import DEFAULT_SYSTEM_PROMPT, ConfigError
-from pipeline.data.prepare import DataError, prepare_dataset
-from pipeline.data.prompts import (
+from grpo_pipeline.pipeline.config import DEFAULT_SYSTEM_PROMPT, ConfigError
+from grpo_pipeline.pipeline.data.prepare import DataError, prepare_dataset
+from grpo_pipeline.pipeline.data.prompts import (
     check_system_prompt_survives,
     count_prompt_tokens,
     round_up,
     system_prompt_tokens,
 )
-from rewards.completions import build_prompt
+from grpo_pipeline.rewards.completions import build_prompt
 from tests.data_helpers import assert_counts_add_up, make_cfg, sample_rows
 
 

@@ -1,14 +1,14 @@
-"""pipeline.data.prepare with the real Qwen2.5 tokenizer, offline: the prepared-data cache and GSM8K from a saved
+"""grpo_pipeline.pipeline.data.prepare with the real Qwen2.5 tokenizer, offline: the prepared-data cache and GSM8K from a saved
 hub copy."""
 
 import json
 
 import pytest
 
-from pipeline.config import ConfigError
-from pipeline.data.prepare import prepare_dataset
-from pipeline.data.hub_data import hub_saved_copy_dir
-from rewards import extract_hash_answer
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.data.prepare import prepare_dataset
+from grpo_pipeline.pipeline.data.hub_data import hub_saved_copy_dir
+from grpo_pipeline.rewards import extract_hash_answer
 from tests.data_helpers import make_cfg, sample_rows, write_jsonl
 
 

@@ -1,4 +1,4 @@
-"""pipeline.data.prepare with the real Qwen2.5 tokenizer, offline: cleaning, rejections, the sample end to end,
+"""grpo_pipeline.pipeline.data.prepare with the real Qwen2.5 tokenizer, offline: cleaning, rejections, the sample end to end,
 the report."""
 
 import unicodedata
@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.config import DEFAULT_SYSTEM_PROMPT, ConfigError, PipelineConfig
-from pipeline.data.prepare import DataError, prepare_dataset
-from pipeline.data.clean import REJECT_REASONS, clean_text
-from pipeline.data.prompts import round_up
-from rewards import extract_hash_answer
-from rewards.completions import build_prompt
+from grpo_pipeline.pipeline.config import DEFAULT_SYSTEM_PROMPT, ConfigError, PipelineConfig
+from grpo_pipeline.pipeline.data.prepare import DataError, prepare_dataset
+from grpo_pipeline.pipeline.data.clean import REJECT_REASONS, clean_text
+from grpo_pipeline.pipeline.data.prompts import round_up
+from grpo_pipeline.rewards import extract_hash_answer
+from grpo_pipeline.rewards.completions import build_prompt
 from tests.data_helpers import assert_counts_add_up, make_cfg, sample_rows, write_jsonl
 
 
@@ -169,7 +169,7 @@ def test_max_samples_keeps_the_first_rows_and_counts_the_rest(qwen_tokenizer, tm
 
 
 def test_demo_arithmetic_rows(qwen_tokenizer, tmp_path):
-    from pipeline.demo.task import arithmetic_problems, arithmetic_split_size
+    from grpo_pipeline.pipeline.demo.task import arithmetic_problems, arithmetic_split_size
 
     seed = PipelineConfig().grpo.seed
     data = prepare_dataset(make_cfg(tmp_path, dataset_name="demo-arithmetic", max_samples=12), qwen_tokenizer)
@@ -191,7 +191,7 @@ def test_demo_arithmetic_rows(qwen_tokenizer, tmp_path):
 @pytest.mark.parametrize("answer", [True, False, [7], {"value": 7}, float("nan"), float("inf"), -float("inf")],
                          ids=["true", "false", "list", "mapping", "nan", "inf", "-inf"])
 def test_a_boolean_list_mapping_or_non_finite_answer_is_rejected_as_not_a_string_never_kept(answer):
-    from pipeline.data.clean import clean_rows
+    from grpo_pipeline.pipeline.data.clean import clean_rows
 
     rows, rejected = clean_rows(["What is 3 + 4?", "What is 1 + 1?"], [answer, 2], ["bad", "good"],
                                 extract_hash_answer)
@@ -211,21 +211,21 @@ def test_json_true_as_an_answer_is_reported_not_trained_on(qwen_tokenizer, tmp_p
                                               ("7", "7")])
 def test_a_number_answer_is_kept_as_its_plain_text_and_an_integral_float_without_point_zero(answer, text):
     """CSV readers turn 42 into 42.0 when a column has a gap; the reward compares text, so "42", never "42.0"."""
-    from pipeline.data.clean import clean_rows
+    from grpo_pipeline.pipeline.data.clean import clean_rows
 
     rows, rejected = clean_rows(["What is it?"], [answer], ["row"], extract_hash_answer)
     assert [row.answer for row in rows] == [text] and rejected.total == 0
 
 
 def test_columns_of_different_lengths_are_an_error_never_silently_cut():
-    from pipeline.data.clean import clean_rows
+    from grpo_pipeline.pipeline.data.clean import clean_rows
 
     with pytest.raises(ValueError):
         clean_rows(["Q1", "Q2"], ["1"], ["a", "b"], extract_hash_answer)
 
 
 def test_the_rejection_summary_counts_every_row_and_lists_the_first_20_ids():
-    from pipeline.data.clean import clean_rows
+    from grpo_pipeline.pipeline.data.clean import clean_rows
 
     ids = [f"row-{i}" for i in range(25)]
     _, rejected = clean_rows([" "] * 25, ["1"] * 25, ids, extract_hash_answer)
@@ -235,7 +235,7 @@ def test_the_rejection_summary_counts_every_row_and_lists_the_first_20_ids():
 
 @pytest.mark.parametrize("extracted", [None, "", "   "])
 def test_a_gsm8k_answer_whose_final_answer_reads_empty_is_unparseable_not_kept(extracted):
-    from pipeline.data.clean import clean_rows
+    from grpo_pipeline.pipeline.data.clean import clean_rows
 
     rows, rejected = clean_rows(["What is 3 + 4?"], ["3 + 4 = 7\n#### 7"], ["row"], lambda text: extracted)
     assert rows == [] and rejected.ids_by_reason == {"unparseable_answer": ["row"]}
@@ -255,7 +255,7 @@ _SEGMENT = st.lists(st.one_of(_PART, _NOTE), max_size=3).map("".join)
 def test_a_solution_field_value_that_is_not_text_gives_no_worked_solution_whatever_the_answer(value, segments):
     """A number, list or mapping in solution_field is not a worked solution: "" for an answer with or without
     `####`, never a slice of the answer."""
-    from pipeline.data.clean import worked_solution
+    from grpo_pipeline.pipeline.data.clean import worked_solution
 
     assert worked_solution(value, "####".join(segments)) == ""
 
@@ -264,7 +264,7 @@ def test_a_solution_field_value_that_is_not_text_gives_no_worked_solution_whatev
 def test_the_worked_solution_is_the_text_before_the_last_marker_where_the_final_answer_starts(segments):
     """The reference is read after the LAST `####` (extract_hash_answer), so the worked solution is everything
     before that one, earlier markers included, calculator notes removed."""
-    from pipeline.data.clean import CALCULATOR_NOTE, worked_solution
+    from grpo_pipeline.pipeline.data.clean import CALCULATOR_NOTE, worked_solution
 
     answer = "####".join(segments)
     expected = clean_text(CALCULATOR_NOTE.sub("", "####".join(segments[:-1])))
@@ -273,7 +273,7 @@ def test_the_worked_solution_is_the_text_before_the_last_marker_where_the_final_
 
 
 def test_an_answer_with_two_markers_trains_on_its_last_final_answer_and_the_solution_before_it():
-    from pipeline.data.clean import clean_rows
+    from grpo_pipeline.pipeline.data.clean import clean_rows
 
     answer = "First try: 3 + 4 = 8\n#### 8\nCorrected: 3 + 4 = <<3+4=7>>7\n#### 7"
     rows, _ = clean_rows(["What is 3 + 4?"], [answer], ["row"], extract_hash_answer)
@@ -285,7 +285,7 @@ def test_an_answer_with_two_markers_trains_on_its_last_final_answer_and_the_solu
                         min_size=1, max_size=6))
 def test_without_a_scorability_checker_every_kept_row_is_scorable_and_none_is_listed_as_kept_unscorable(answers):
     """keep_unscorable only lists rows a checker judged unscorable; with no checker, nothing was judged."""
-    from pipeline.data.clean import clean_rows
+    from grpo_pipeline.pipeline.data.clean import clean_rows
 
     ids = [f"r{i}" for i in range(len(answers))]
     rows, rejected = clean_rows([f"Q{i}?" for i in ids], answers, ids, lambda text: text.split("####")[-1].strip()

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import cli
-from pipeline.data.tokenizer import load_tokenizer as REAL_LOAD_TOKENIZER
-from pipeline.data_command import main
+from grpo_pipeline.pipeline import cli
+from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer as REAL_LOAD_TOKENIZER
+from grpo_pipeline.pipeline.data_command import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,7 @@ def tokenizer_requests(qwen_tokenizer, monkeypatch):
         requested.append(name)
         return qwen_tokenizer
 
-    monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", load_tokenizer)
+    monkeypatch.setattr("grpo_pipeline.pipeline.data.tokenizer.load_tokenizer", load_tokenizer)
     return requested
 
 
@@ -83,14 +83,14 @@ def test_unreadable_data_exits_2_with_the_reason(tmp_path, capsys):
     assert "is empty" in capsys.readouterr().err
 
 
-# `python -m pipeline data --config RECIPE --json` in a process of its own (the real loader; stdout is the JSON alone):
+# `python -m grpo_pipeline.pipeline data --config RECIPE --json` in a process of its own (the real loader; stdout is the JSON alone):
 # tests/test_config_plumbing.py test_process_substitution_works_through_the_command_line, with the recipe given as
 # `<(...)` in a real shell (one process for both).
 
 
 def run_cli(*args, cwd):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "grpo_pipeline.pipeline", *args], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=180)
 
 
@@ -101,7 +101,7 @@ def test_data_help_is_its_own_and_documents_the_offline_names(tmp_path):
 
 
 def run_in_process(argv, capsys):
-    """`grpo ARGV` through pipeline.cli.main in this process: (exit status, stdout, stderr)."""
+    """`grpo ARGV` through grpo_pipeline.pipeline.cli.main in this process: (exit status, stdout, stderr)."""
     try:
         code = cli.main(argv)
     except SystemExit as stop:  # argparse's own exits
@@ -121,7 +121,7 @@ def test_data_without_options_prepares_the_cpu_demo_offline(tmp_path, monkeypatc
     """In this process (the `grpo` process: test_data_help_is_its_own... and tests/test_config_plumbing.py), with the
     real tokenizer loader, offline (tests/conftest.py)."""
     no_gpu_here(tmp_path, monkeypatch)
-    monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", REAL_LOAD_TOKENIZER)
+    monkeypatch.setattr("grpo_pipeline.pipeline.data.tokenizer.load_tokenizer", REAL_LOAD_TOKENIZER)
     code, out, err = run_in_process(["data", "--json"], capsys)  # no GPU here: the demo's data, no hub
     assert code == 0, err[-3000:]
     assert json.loads(out)["rows_kept"] > 0 and "Traceback" not in err
@@ -133,7 +133,7 @@ def test_train_help_lists_config_and_the_defaults_that_apply_here(tmp_path, monk
     code, shown, _ = run_in_process(["train", "--help"], capsys)
     assert code == 0 and "--config YAML" in shown
     assert shown.startswith("defaults shown below: the built-in tiny CPU demo")
-    from pipeline.demo.registry import cpu_demo_config
+    from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
 
     import re
 

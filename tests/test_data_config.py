@@ -4,12 +4,12 @@ the columns TRL passes the rewards (removes_unused_columns), whether the run rea
 
 import dataclasses
 
-from pipeline.config import DataArguments, PipelineConfig, role_values
-from pipeline.config.field_help import _help
-from pipeline.data.columns import removes_unused_columns
-from pipeline.data.prepare import data_fields
-from pipeline.data.run_data import eval_config
-from pipeline.data.source_spec import source_spec
+from grpo_pipeline.pipeline.config import DataArguments, PipelineConfig, role_values
+from grpo_pipeline.pipeline.config.field_help import _help
+from grpo_pipeline.pipeline.data.columns import removes_unused_columns
+from grpo_pipeline.pipeline.data.prepare import data_fields
+from grpo_pipeline.pipeline.data.run_data import eval_config
+from grpo_pipeline.pipeline.data.source_spec import source_spec
 
 
 def test_what_the_data_path_works_out_from_the_recipe():

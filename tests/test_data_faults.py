@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.data.source_spec import DataFileError, source_spec
-from pipeline.data.sources import resolve_source
+from grpo_pipeline.pipeline.data.source_spec import DataFileError, source_spec
+from grpo_pipeline.pipeline.data.sources import resolve_source
 from tests.data_helpers import make_cfg
 
 UTF8_HINT = "Re-save the file as UTF-8"
@@ -72,7 +72,7 @@ def _load(tmp_path: Path, fmt: str, write) -> None:
 
 
 def test_the_table_covers_every_format_and_fault():
-    from pipeline.data.source_spec import LOCAL_FORMATS
+    from grpo_pipeline.pipeline.data.source_spec import LOCAL_FORMATS
 
     formats = {fmt for fmt, _ in CASES}
     assert {suffix.lstrip(".") for suffix in LOCAL_FORMATS} == formats
@@ -98,7 +98,7 @@ def test_a_faulty_file_is_one_message_naming_the_file_and_line_with_only_fitting
 @pytest.mark.parametrize("fmt", ["jsonl", "json", "parquet"])
 def test_a_cell_of_the_wrong_type_is_a_reported_rejection_not_a_crash(tmp_path, fmt, qwen_tokenizer):
     """A question that is an object or a number (pyarrow reads it) is rejected by cleaning as non_string_field."""
-    from pipeline.data.prepare import DataError, prepare_dataset
+    from grpo_pipeline.pipeline.data.prepare import DataError, prepare_dataset
 
     path = tmp_path / f"data.{fmt}"
     rows = [{"q": "What is 1+1?", "a": "2"}, {"q": {"x": 1} if fmt != "parquet" else "What is 2+2?", "a": "4"}]
@@ -132,9 +132,9 @@ TOKENIZER_FAULTS = {
 def test_a_broken_tokenizer_file_of_a_local_model_is_named(tmp_path, fault):
     import shutil
 
-    from pipeline.assets import qwen_tokenizer_dir
-    from pipeline.config import ConfigError
-    from pipeline.data.tokenizer import load_tokenizer
+    from grpo_pipeline.pipeline.assets import qwen_tokenizer_dir
+    from grpo_pipeline.pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
 
     folder = tmp_path / "model"
     shutil.copytree(qwen_tokenizer_dir(), folder)

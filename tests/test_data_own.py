@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.config import ConfigError
-from pipeline.data.clean import clean_rows
-from pipeline.data.prepare import DataError, prepare_dataset
-from pipeline.data.run_data import load_eval_rows
-from pipeline.preflight import run_checks
-from rewards import correctness_reward_func, extract_hash_answer, reference_is_scorable
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.data.clean import clean_rows
+from grpo_pipeline.pipeline.data.prepare import DataError, prepare_dataset
+from grpo_pipeline.pipeline.data.run_data import load_eval_rows
+from grpo_pipeline.pipeline.preflight import run_checks
+from grpo_pipeline.rewards import correctness_reward_func, extract_hash_answer, reference_is_scorable
 from tests.data_helpers import make_cfg, write_jsonl
 
 
@@ -23,8 +23,8 @@ from tests.data_helpers import make_cfg, write_jsonl
 def session_tokenizer(qwen_tokenizer, monkeypatch):
     """The check and the run load the tokenizer by name; give them the session's (loading takes seconds).
     The backend module is imported first, so its own `from ... import load_tokenizer` keeps the real one."""
-    import pipeline.backends.plain  # noqa: F401
-    monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", lambda name, trust_remote_code=False, source="hf": qwen_tokenizer)
+    import grpo_pipeline.pipeline.backends.plain  # noqa: F401
+    monkeypatch.setattr("grpo_pipeline.pipeline.data.tokenizer.load_tokenizer", lambda name, trust_remote_code=False, source="hf": qwen_tokenizer)
 
 
 def rows(n, answer=lambda i: str(i + 2), **extra):
@@ -110,7 +110,7 @@ def test_eval_dataset_name_with_its_own_fields_is_used_whole(qwen_tokenizer, tmp
 # ---------------------------------------------------------------------------------------------
 
 def test_warmup_examples_from_gsm8k_text_or_a_solution_column_else_refused(qwen_tokenizer, tmp_path):
-    from pipeline.data.run_data import warmup_examples
+    from grpo_pipeline.pipeline.data.run_data import warmup_examples
 
     gsm = write_jsonl(tmp_path / "gsm.jsonl", rows(3, answer=lambda i: f"{i} + 2 = <<{i}+2={i + 2}>>{i + 2}\n#### {i + 2}"))
     cfg = make_cfg(tmp_path, dataset_name=str(gsm), sft_warmup_steps=5)
@@ -185,13 +185,13 @@ def _field(message: str):
 
 
 def test_check_fails_exactly_when_the_run_would_naming_the_same_option(tmp_path, monkeypatch, capsys):
-    from pipeline.backends import choose_backend
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.backends import choose_backend
+    from grpo_pipeline.pipeline.train import run_training
 
     def stop_at_the_model(cfg):
         raise ModelWouldLoad
 
-    monkeypatch.setattr("pipeline.backends.plain.load_for_training", stop_at_the_model)
+    monkeypatch.setattr("grpo_pipeline.pipeline.backends.plain.load_for_training", stop_at_the_model)
     data = tmp_path / "data"
     data.mkdir()
     table = bad_configs(data)
@@ -223,7 +223,7 @@ def test_check_fails_exactly_when_the_run_would_naming_the_same_option(tmp_path,
 # ---------------------------------------------------------------------------------------------
 
 def test_grpo_data_prints_rows_in_kept_and_dropped_by_reason(tmp_path, capsys):
-    from pipeline.data_command import main
+    from grpo_pipeline.pipeline.data_command import main
 
     data = rows(4) + rows(1) + [{"question": "Half of eleven?", "answer": "five and a half"},
                                 {"question": "长" * 400 + "？", "answer": "3"}]
@@ -256,7 +256,7 @@ def test_a_hub_dataset_without_the_config_names_dataset_config(qwen_tokenizer, t
 
 
 def test_eval_problems_that_are_also_training_questions_are_named(qwen_tokenizer, tmp_path, capsys):
-    from pipeline.data.run_data import prepare_run_data
+    from grpo_pipeline.pipeline.data.run_data import prepare_run_data
 
     train = write_jsonl(tmp_path / "train.jsonl", rows(6))
     held = write_jsonl(tmp_path / "held.jsonl", rows(8)[4:])  # rows 4, 5 are in train; 6, 7 are new
@@ -269,7 +269,7 @@ def test_eval_problems_that_are_also_training_questions_are_named(qwen_tokenizer
 
 
 def test_the_eval_set_line_says_how_many_rows_were_dropped_and_why(qwen_tokenizer, tmp_path):
-    from pipeline.data.run_data import prepare_run_data
+    from grpo_pipeline.pipeline.data.run_data import prepare_run_data
 
     train = write_jsonl(tmp_path / "train.jsonl", rows(6))
     held = write_jsonl(tmp_path / "held.jsonl", [{"question": "2 + 2?", "answer": "4"},
@@ -286,7 +286,7 @@ def test_one_training_file_and_no_eval_set_checks_and_trains_without_eval_saying
         tmp_path, capsys, eval_options):
     """The first thing an own-data user meets: the recipes evaluate (cpu-demo.yaml: eval_before, eval_after,
     eval_steps), one file has no held-out split."""
-    from pipeline.train import main
+    from grpo_pipeline.pipeline.train import main
 
     data = tmp_path / "mine.jsonl"
     data.write_text("\n".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) for i in range(8)))

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from pipeline.data.source_spec import SAMPLE_PATH
-from rewards import extract_hash_answer
+from grpo_pipeline.pipeline.data.source_spec import SAMPLE_PATH
+from grpo_pipeline.rewards import extract_hash_answer
 
 # GSM8K's calculator annotations: <<48/2=24>>
 ANNOTATION = re.compile(r"<<([^<>=]+)=([^<>]+)>>")

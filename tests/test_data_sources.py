@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from pipeline.config import ConfigError
-from pipeline.data.prepare import prepare_dataset
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.data.prepare import prepare_dataset
 from tests.data_helpers import make_cfg
 
 TRAIN = [{"q": f"What is {i} + {i}?", "a": str(2 * i)} for i in range(1, 6)]
@@ -167,8 +167,8 @@ def test_a_folder_without_the_asked_split_names_the_split_option(qwen_tokenizer,
 ])
 def test_the_path_checks_and_the_data_loader_read_a_dataset_name_alike(name, local):
     """One reading of "dataset_name is a local path": what the path checks check is what the loader reads."""
-    from env.path_check import PATH_OPTIONS
-    from pipeline.data.data_files import local_path
+    from grpo_pipeline.env.path_check import PATH_OPTIONS
+    from grpo_pipeline.pipeline.data.data_files import local_path
 
     for option in ("dataset_name", "eval_dataset_name"):
         assert PATH_OPTIONS["train"][option].applies(name) is local, option

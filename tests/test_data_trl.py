@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from pipeline.config import ConfigError
-from pipeline.data.columns import OWN_COLUMNS
-from pipeline.data.prepare import prepare_dataset
-from pipeline.data.prompts import is_conversational
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.data.columns import OWN_COLUMNS
+from grpo_pipeline.pipeline.data.prepare import prepare_dataset
+from grpo_pipeline.pipeline.data.prompts import is_conversational
 from tests.data_helpers import make_cfg, write_jsonl
 from tests.train_helpers import tiny_qwen_config
 
@@ -131,7 +131,7 @@ def _records(path):
 def test_every_column_reaches_every_reward_through_trl_in_the_prompts_format(tmp_path, monkeypatch, kind):
     """A real tiny GRPO run on a TRL-format file: TRL calls the rewards; each gets the user's columns with
     their types, and completions as strings (standard prompts) or assistant messages (conversational)."""
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
 
     record = tmp_path / "calls.jsonl"
     monkeypatch.setenv("GRPO_TEST_RECORD", str(record))
@@ -164,8 +164,8 @@ def test_every_column_reaches_every_reward_through_trl_in_the_prompts_format(tmp
             assert name in kwargs, name
 
     # `grpo generate` prompts the adapter as it was trained: a standard prompt as written, a question as a chat
-    from pipeline.backends.plain import PlainGenerator
-    from pipeline.infer.generate import generate_answers
+    from grpo_pipeline.pipeline.backends.plain import PlainGenerator
+    from grpo_pipeline.pipeline.infer.generate import generate_answers
 
     sent = []
     real_generate = PlainGenerator.generate
@@ -192,9 +192,9 @@ def test_every_column_reaches_every_reward_through_trl_in_the_prompts_format(tmp
 def test_grpo_generate_input_takes_a_question_a_text_prompt_or_a_chat_and_names_a_bad_line(tmp_path):
     import argparse
 
-    from pipeline.data.prompts import as_chat
-    from pipeline.data.source_spec import DataFileError
-    from pipeline.infer.generate import read_prompts
+    from grpo_pipeline.pipeline.data.prompts import as_chat
+    from grpo_pipeline.pipeline.data.source_spec import DataFileError
+    from grpo_pipeline.pipeline.infer.generate import read_prompts
 
     chat = [{"role": "system", "content": "Mine."}, {"role": "user", "content": "3+3?"}]
     path = tmp_path / "in.jsonl"
@@ -227,7 +227,7 @@ def test_the_unsloth_notebooks_dataset_and_five_rewards_train_unchanged(tmp_path
     """get_gsm8k_questions()'s rows (its own system message, `answer` already extracted) and the notebook's five
     reward functions, as it writes them, on the tiny CPU model: the system message is the notebook's, every
     reward is called by TRL and logged, its `answer` is the notebook's column."""
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
     from tests import unsloth_notebook_rewards as notebook
     from tests.data_helpers import sample_rows
 
@@ -255,7 +255,7 @@ TRL_REWARDS = ["trl.rewards.accuracy_reward", "trl.rewards.think_format_reward",
 def test_trls_own_rewards_by_their_dotted_paths_get_the_solution_column(tmp_path, capsys):
     """What trl.rewards exports as reward functions (the get_* factories need arguments, in Python), called by
     --check as the trainer calls them, on a TRL-format dataset with a `solution` column."""
-    from pipeline.train import main
+    from grpo_pipeline.pipeline.train import main
 
     rows = [{"prompt": [{"role": "user", "content": f"What is {i} + 2? Answer in \\boxed{{}}."}],
              "solution": f"${i + 2}$"} for i in range(4)]
@@ -273,8 +273,8 @@ def test_trls_own_rewards_by_their_dotted_paths_get_the_solution_column(tmp_path
 def test_trl_prompts_are_deduplicated_on_the_whole_prompt_and_answer_and_keep_what_they_ask():
     """Two chats asking the same under different system messages are two problems; the same prompt and answer
     twice is a duplicate; a row's answer never rejects it (an unreadable GSM8K one just gives no reference)."""
-    from pipeline.data.clean import clean_rows
-    from rewards import extract_hash_answer
+    from grpo_pipeline.pipeline.data.clean import clean_rows
+    from grpo_pipeline.rewards import extract_hash_answer
 
     def chat(system, question):
         return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
@@ -308,7 +308,7 @@ def test_trl_prompts_are_deduplicated_on_the_whole_prompt_and_answer_and_keep_wh
     (({"role": "user", "content": "2+2?", "name": "me"},), ([{"role": "user", "content": "2+2?", "name": "me"}], None)),
 ])
 def test_check_prompt_takes_text_or_messages_and_names_everything_else(value, expected):
-    from pipeline.data.clean import check_prompt
+    from grpo_pipeline.pipeline.data.clean import check_prompt
 
     assert check_prompt(value) == expected
 
@@ -322,7 +322,7 @@ def test_check_prompt_takes_text_or_messages_and_names_everything_else(value, ex
 
 # Every name resolve_reward takes for the built-in correctness reward.
 CORRECTNESS_SPELLINGS = ["correctness", "correctness_reward_func", " correctness ",
-                         "rewards.correctness:correctness_reward_func", "rewards.correctness.correctness_reward_func",
+                         "grpo_pipeline.rewards.correctness:correctness_reward_func", "grpo_pipeline.rewards.correctness.correctness_reward_func",
                          "rewards:correctness_reward_func"]
 
 
@@ -333,7 +333,7 @@ CORRECTNESS_SPELLINGS = ["correctness", "correctness_reward_func", " correctness
     (["int", "correctness"], True),
 ])
 def test_reads_reference_knows_the_correctness_reward_by_every_name_it_has(names, reads):
-    from rewards import correctness_reward_func, reads_reference
+    from grpo_pipeline.rewards import correctness_reward_func, reads_reference
 
     assert reads_reference(names) is reads
     assert reads_reference([correctness_reward_func]) and not reads_reference([lambda completions, **kw: []])
@@ -346,7 +346,7 @@ def _solution_only(tmp_path, name="p.jsonl"):
 @pytest.mark.parametrize("reward", CORRECTNESS_SPELLINGS)
 def test_the_correctness_reward_on_rows_without_a_reference_is_refused_naming_answer_field(qwen_tokenizer,
                                                                                              tmp_path, reward):
-    from pipeline.data.run_data import prepare_train
+    from grpo_pipeline.pipeline.data.run_data import prepare_train
 
     path = _solution_only(tmp_path)
     with pytest.raises(ConfigError) as err:
@@ -370,7 +370,7 @@ def test_the_correctness_reward_on_rows_without_a_reference_is_refused_naming_an
 def test_kept_unscorable_answers_only_are_refused_for_the_correctness_reward(qwen_tokenizer, tmp_path):
     """keep_unscorable keeps rows whose answer no reader can judge; when that is every row, correctness can judge
     none of them: the same refusal, saying why."""
-    from pipeline.data.run_data import prepare_train
+    from grpo_pipeline.pipeline.data.run_data import prepare_train
 
     path = write_jsonl(tmp_path / "qa.jsonl", [{"question": f"Name {i}?", "answer": "forty two"} for i in range(4)])
     cfg = make_cfg(tmp_path, dataset_name=str(path), keep_unscorable=True)
@@ -384,7 +384,7 @@ def test_an_eval_set_without_reference_answers_is_refused_naming_its_answer_opti
                                                                                     own_answer_field):
     """The eval's accuracy compares with each row's reference: an eval file with none would read 0% whatever the
     model does. The option named is the one that fixes the eval set (eval_answer_field: it has its own file)."""
-    from pipeline.data.run_data import load_eval_rows
+    from grpo_pipeline.pipeline.data.run_data import load_eval_rows
 
     train, held_out = _solution_only(tmp_path), _solution_only(tmp_path, "test.jsonl")
     cfg = make_cfg(tmp_path, dataset_name=str(train), answer_field="solution", eval_dataset_name=str(held_out),
@@ -403,7 +403,7 @@ def test_an_eval_set_without_reference_answers_is_refused_naming_its_answer_opti
 def test_grpo_train_check_refuses_trl_rows_without_a_reference_for_the_default_rewards(tmp_path, capsys):
     """The default rewards include correctness: a TRL-format file with only a `solution` column is refused by
     --check (exit 2, the data check naming answer_field), before anything loads."""
-    from pipeline.train import main
+    from grpo_pipeline.pipeline.train import main
 
     path = _solution_only(tmp_path)
     code = main(["--config", "configs/cpu-demo.yaml", "--model_name_or_path", "tiny-qwen2.5", "--dataset_name",
@@ -423,7 +423,7 @@ def _verl_rows(n=4):
 
 @pytest.mark.parametrize("option", ["answer_field", "eval_answer_field"])
 def test_a_dotted_answer_field_reads_a_nested_column_as_verl_writes_it(qwen_tokenizer, tmp_path, option):
-    from pipeline.data.run_data import load_eval_rows
+    from grpo_pipeline.pipeline.data.run_data import load_eval_rows
 
     path = write_jsonl(tmp_path / "verl.jsonl", _verl_rows())
     cfg = make_cfg(tmp_path, dataset_name=str(path), eval_dataset_name=str(path),
@@ -442,7 +442,7 @@ def test_a_dotted_answer_field_reads_a_nested_column_as_verl_writes_it(qwen_toke
 
 def test_an_eval_set_without_answers_suggests_the_field_that_holds_them_never_a_first_column(qwen_tokenizer,
                                                                                              tmp_path):
-    from pipeline.data.run_data import load_eval_rows
+    from grpo_pipeline.pipeline.data.run_data import load_eval_rows
 
     path = write_jsonl(tmp_path / "verl.jsonl", _verl_rows())
     with pytest.raises(ConfigError) as err:

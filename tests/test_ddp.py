@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from pipeline.train import run_training
+from grpo_pipeline.pipeline.train import run_training
 from train_helpers import demo_config
 
 ROOT = Path(__file__).resolve().parents[1]

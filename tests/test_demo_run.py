@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from pipeline.config import from_mapping
-from pipeline.demo.registry import cpu_demo_config
-from pipeline.train import run_training
+from grpo_pipeline.pipeline.config import from_mapping
+from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
+from grpo_pipeline.pipeline.train import run_training
 from train_helpers import DEMO_RUN_EVAL_STEPS, DEMO_RUN_STEPS
 
 # demo_run (tests/conftest.py) is trained once per test run; the notebook's smoke run starts from its warm-up too.
@@ -67,7 +67,7 @@ def _after_warmup(demo_run, tmp_path, monkeypatch, accuracies, **settings):
     """8 GRPO steps (2 prompts x 4 completions: the reward is the step's, whatever the completions) from the demo's
     warmed-up model (its warmup/ copied in, so the warm-up is reused), an eval every 2 steps over 100 held-out sums,
     whose accuracy is `accuracies[i]` at the i-th eval."""
-    import pipeline.infer.evaluate as evaluate
+    import grpo_pipeline.pipeline.infer.evaluate as evaluate
 
     real, scripted = evaluate.evaluate_rows, iter(accuracies)
 

@@ -2,15 +2,15 @@
 
 import re
 
-from pipeline.demo.registry import builtin_source, cpu_demo_config
-from pipeline.demo.task import (
+from grpo_pipeline.pipeline.demo.registry import builtin_source, cpu_demo_config
+from grpo_pipeline.pipeline.demo.task import (
     SLOPPY_ANSWER_RATE,
     TEST_SIZE,
     arithmetic_problems,
     arithmetic_split_size,
     sft_examples,
 )
-from rewards import correctness_reward_func, strict_format_reward_func
+from grpo_pipeline.rewards import correctness_reward_func, strict_format_reward_func
 
 QUESTION = re.compile(r"What is (\d\d)\+(\d\d)\?")
 

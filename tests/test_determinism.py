@@ -21,7 +21,7 @@ def _logged(run_dir):
 
 
 def test_two_runs_with_one_seed_log_identical_metrics_and_a_third_seed_differs(tmp_path):
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
     logs = {}

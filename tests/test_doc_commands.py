@@ -4,7 +4,7 @@
   as "costs "), so a doc never writes one for `grpo`, and never a positional `$1`..`$9` anywhere.
 - `grpo plan` runs as written (in-process, ~1 s each, in a folder holding the docs' example files): it answers 0 (fits)
   or 1 (does not fit), never 2 (the doc's own example refused).
-- Every other `grpo` command (and `python -m pipeline` / `accelerate launch ... -m pipeline`) is parsed by its own
+- Every other `grpo` command (and `python -m grpo_pipeline.pipeline` / `accelerate launch ... -m grpo_pipeline.pipeline`) is parsed by its own
   command: `grpo train`'s options by the recipe parser (a recipe it names must exist), the other commands' by their
   argparse parsers, stopped right after parsing.
 - `python bench/X.py` / `python scripts/X.py`: the script exists and takes every option the doc gives it (its --help).
@@ -118,7 +118,7 @@ def program(words: list[str]) -> tuple[str, list[str]]:
 def test_the_docs_have_commands_and_the_splitting_reads_them_as_bash_does():
     assert len(COMMANDS) >= 60
     assert simple_commands("a 'x; y' && b \"z # w\" | c # note") == [["a", "x; y"], ["b", "z # w"], ["c"]]
-    assert program(["CUDA_VISIBLE_DEVICES=0", "accelerate", "launch", "--num_processes", "3", "-m", "pipeline",
+    assert program(["CUDA_VISIBLE_DEVICES=0", "accelerate", "launch", "--num_processes", "3", "-m", "grpo_pipeline.pipeline",
                     "train", "--backend", "plain"]) == ("grpo", ["train", "--backend", "plain"])
     assert bad_quoting('grpo generate --prompt "A pen costs $3."')  # what the README once had
     assert not bad_quoting("grpo generate --prompt 'A pen costs $3.'")
@@ -220,7 +220,7 @@ def test_a_grpo_command_the_docs_repeat_is_run_once_naming_every_place():
 
 @pytest.mark.parametrize("where,argv", GRPO, ids=[f"{w.split(':')[0]}:{' '.join(a)[:70]}" for w, a in GRPO])
 def test_every_grpo_command_runs_or_is_parsed_by_its_own_command(where, argv, doc_folder, monkeypatch, capsys):
-    from pipeline.config import parse_config
+    from grpo_pipeline.pipeline.config import parse_config
 
     command, options = (argv[0], argv[1:]) if argv else ("train", [])
     if "--config" in options:
@@ -235,14 +235,14 @@ def test_every_grpo_command_runs_or_is_parsed_by_its_own_command(where, argv, do
     elif command == "train":
         parse_config([o for o in options if o != "--check"])  # the recipe parser: every option known and typed
     elif command == "rewards":
-        from pipeline.infer import dry_run
+        from grpo_pipeline.pipeline.infer import dry_run
 
         own, rest = parse_only(dry_run.main, options)
         parse_config([*rest, *(["--config", own.config] if own.config else [])])
     elif command in ("generate", "eval", "export"):
         import importlib
 
-        from pipeline.cli import COMMANDS as CLI
+        from grpo_pipeline.pipeline.cli import COMMANDS as CLI
 
         parse_only(importlib.import_module(CLI[command][0]).main, options)
     else:

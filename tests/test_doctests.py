@@ -20,7 +20,7 @@ MODULES = sorted(
 
 
 def test_the_examples_are_found():
-    assert {"env.paths", "pipeline.demo.model", "pipeline.demo.registry", "pipeline.demo.task", "pipeline.run.log", "rewards", "rewards.normalize"} <= set(MODULES)
+    assert {"grpo_pipeline.env.paths", "grpo_pipeline.pipeline.demo.model", "grpo_pipeline.pipeline.demo.registry", "grpo_pipeline.pipeline.demo.task", "grpo_pipeline.pipeline.run.log", "rewards", "grpo_pipeline.rewards.normalize"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -12,10 +12,10 @@ import itertools
 import pytest
 
 import tests.fake_unsloth as fake_unsloth
-from pipeline.backends import plain
-from pipeline.backends.unsloth_config import UNSLOTH_GRPO_DEFAULTS, config_rewrites
-from pipeline.config import PipelineConfig
-from pipeline.trainer.effective import (
+from grpo_pipeline.pipeline.backends import plain
+from grpo_pipeline.pipeline.backends.unsloth_config import UNSLOTH_GRPO_DEFAULTS, config_rewrites
+from grpo_pipeline.pipeline.config import PipelineConfig
+from grpo_pipeline.pipeline.trainer.effective import (
     EFFECTIVE_CONFIG_NAME,
     effective_record,
     predicted_changes,
@@ -79,7 +79,7 @@ def test_the_record_marks_each_field_against_recipe_trl_and_the_other_backend():
 
 
 def test_check_reports_the_fields_the_backend_changes(tmp_path):
-    from pipeline.preflight import run_checks
+    from grpo_pipeline.pipeline.preflight import run_checks
 
     cfg = PipelineConfig().replace(model_name_or_path="tiny-demo", backend="plain", output_dir=str(tmp_path),
                                    dataset_name="demo-arithmetic", max_completion_length="48")

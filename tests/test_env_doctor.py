@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from env import probes
-from env.doctor import main, render_text
-from env.report import collect_report
-from env.matrix import load_matrix, locked_versions, pip_install_command
+from grpo_pipeline.env import probes
+from grpo_pipeline.env.doctor import main, render_text
+from grpo_pipeline.env.report import collect_report
+from grpo_pipeline.env.matrix import load_matrix, locked_versions, pip_install_command
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_ONLY = ["unsloth", "unsloth_zoo", "vllm", "vllm-bnb-plugin", "bitsandbytes", "xformers"]
@@ -35,7 +35,7 @@ def declared_requirements() -> dict[str, list[str]]:
 def run_doctor(*args: str, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(pythonpath or ""), str(ROOT)]))}
     return subprocess.run(
-        [sys.executable, "-m", "env.doctor", *args],
+        [sys.executable, "-m", "grpo_pipeline.env.doctor", *args],
         check=False,
         capture_output=True,
         text=True,
@@ -107,7 +107,7 @@ def test_subprocess_is_fast_and_imports_nothing_heavy():
     assert wall < 10.0  # ~1 s here; loose because CI machines are shared
     probe = subprocess.run(
         [sys.executable, "-c", (
-            "import sys, env.doctor, env.report; env.report.collect_report(); "
+            "import sys, grpo_pipeline.env.doctor, grpo_pipeline.env.report; grpo_pipeline.env.report.collect_report(); "
             "print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft', 'unsloth', 'vllm') if m in sys.modules))"
         )],
         check=False, capture_output=True, text=True, timeout=60, cwd=ROOT,
@@ -225,7 +225,7 @@ class FakeCuda:
 
 @pytest.fixture
 def fake_t4(monkeypatch):
-    from env import probes
+    from grpo_pipeline.env import probes
 
     cuda = FakeCuda()
     torch = types.ModuleType("torch")
@@ -265,7 +265,7 @@ def test_gpu_section_and_profile_checks_with_a_t4(fake_t4):
 
 
 def test_suggested_profile_follows_the_gpu_and_platform(fake_t4, monkeypatch):
-    from env import probes
+    from grpo_pipeline.env import probes
 
     monkeypatch.setattr(probes, "platform_hints", lambda: {"colab": True, "autodl": False, "wsl": False})
     report = collect_report()
@@ -280,7 +280,7 @@ def test_plain_text_renderer_has_every_part():
 
 
 def test_a_failing_probe_is_reported_not_raised(monkeypatch):
-    from env import probes
+    from grpo_pipeline.env import probes
 
     def broken():
         raise RuntimeError("boom")
@@ -312,7 +312,7 @@ def test_training_modes_on_a_machine_without_gpu():
 @pytest.fixture
 def gpu_set_installed(monkeypatch):
     """Every package of the GPU set installed at its version in the set's lock, except those named in the returned set."""
-    from env import report as report_module
+    from grpo_pipeline.env import report as report_module
 
     absent: set[str] = set()
     locked = locked_versions("gpu")

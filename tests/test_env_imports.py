@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from env.imports import PATCHED_BY_UNSLOTH, import_order_problems, require_unsloth_first
+from grpo_pipeline.env.imports import PATCHED_BY_UNSLOTH, import_order_problems, require_unsloth_first
 
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = """
 import json
-from env.imports import import_order_problems, require_unsloth_first
+from grpo_pipeline.env.imports import import_order_problems, require_unsloth_first
 problems = import_order_problems()
 try:
     require_unsloth_first()
@@ -47,7 +47,7 @@ def fake_unsloth(tmp_path):
 def test_trl_imported_without_unsloth_is_reported():
     outcome = run_fresh("import trl")
     assert "trl" in outcome["problems"]
-    assert "trl" in outcome["error"] and "import pipeline.backends.unsloth" in outcome["error"]
+    assert "trl" in outcome["error"] and "import grpo_pipeline.pipeline.backends.unsloth" in outcome["error"]
 
 
 def test_trl_imported_before_unsloth_is_reported(fake_unsloth):

@@ -19,8 +19,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from env.report import known_bad_applies
-from env.matrix import LOCK_PATHS, MATRIX_PATH, MatrixError, load_matrix, locked_versions, matrix_from_dict, pip_install_command
+from grpo_pipeline.env.report import known_bad_applies
+from grpo_pipeline.env.matrix import LOCK_PATHS, MATRIX_PATH, MatrixError, load_matrix, locked_versions, matrix_from_dict, pip_install_command
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from env.adapters import AdapterError, verify_adapter_dir
-from env.file_modes import current_umask
-from env.locations import absolute_path
-from env.paths import atomic_directory, atomic_write_json, atomic_write_text, publish_once
+from grpo_pipeline.env.adapters import AdapterError, verify_adapter_dir
+from grpo_pipeline.env.file_modes import current_umask
+from grpo_pipeline.env.locations import absolute_path
+from grpo_pipeline.env.paths import atomic_directory, atomic_write_json, atomic_write_text, publish_once
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {
@@ -264,7 +264,7 @@ def run_killed_save(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
         from pathlib import Path
-        from env.paths import atomic_directory
+        from grpo_pipeline.env.paths import atomic_directory
         final = Path({str(tmp_path / "lora")!r})
         """
     ) + textwrap.dedent(body)
@@ -296,8 +296,8 @@ def test_process_killed_between_the_two_renames(tmp_path):
     result = run_killed_save(
         tmp_path,
         """
-        import env.paths
-        env.paths._renameat2 = lambda src, dst, flags: False  # a kernel or file system without renameat2
+        import grpo_pipeline.env.paths
+        grpo_pipeline.env.paths._renameat2 = lambda src, dst, flags: False  # a kernel or file system without renameat2
         real_rename = os.rename
         def rename_then_die(src, dst):
             real_rename(src, dst)
@@ -380,7 +380,7 @@ def test_publish_once_never_publishes_a_copy_its_own_check_calls_incomplete(tmp_
     under torch.distributed) is refused before it is published: nothing appears under the final name."""
     import pytest
 
-    from env.paths import publish_once
+    from grpo_pipeline.env.paths import publish_once
 
     def has_weights(folder):
         return (folder / "weights.bin").is_file()

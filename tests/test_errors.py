@@ -1,4 +1,4 @@
-"""The one top-level handler (pipeline/errors.py), for every command through `pipeline.cli.main`:
+"""The one top-level handler (pipeline/errors.py), for every command through `grpo_pipeline.pipeline.cli.main`:
 
 - an unexpected exception is exit 1 with one line saying it is a bug, naming the command and the log file
   that holds the traceback (the run folder's logs/ when known, else <cache root>/logs/); --debug prints it;
@@ -15,23 +15,23 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import fit_to_command, user_errors
+from grpo_pipeline.pipeline.errors import fit_to_command, user_errors
 from tests.cli_helpers import fault_table, own_cache_root, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # command -> (argv after the command name, the function it calls early that the test makes fail)
 COMMANDS = {
-    "env": (["--json"], "env.doctor.json.dumps"),
+    "env": (["--json"], "grpo_pipeline.env.doctor.json.dumps"),
     "data": (["--dataset_name", "sample", "--model_name_or_path", "bundled:qwen2.5"],
-             "pipeline.data.tokenizer.load_tokenizer"),
-    "train": (["--max_steps", "1"], "pipeline.preflight.check_report_to"),
+             "grpo_pipeline.pipeline.data.tokenizer.load_tokenizer"),
+    "train": (["--max_steps", "1"], "grpo_pipeline.pipeline.preflight.check_report_to"),
     "generate": (["--base", "--model", "tiny-qwen2.5", "--prompt", "1+1?", "--backend", "plain"],
-                 "pipeline.data.model_check.check_model"),
+                 "grpo_pipeline.pipeline.data.model_check.check_model"),
     "eval": (["--base", "--model", "tiny-qwen2.5", "--data", "demo-arithmetic", "--output", "e.json",
-              "--backend", "plain"], "pipeline.data.model_check.check_model"),
+              "--backend", "plain"], "grpo_pipeline.pipeline.data.model_check.check_model"),
     "export": (["--lora", "{lora}", "--to", "merged16", "--out", "merged", "--backend", "plain"],
-               "pipeline.data.model_check.check_model"),
+               "grpo_pipeline.pipeline.data.model_check.check_model"),
 }
 
 
@@ -100,7 +100,7 @@ def _user_error(cls):
     """One instance of each user error class, built as the code builds it."""
     import errno
 
-    from env.disk import StorageError
+    from grpo_pipeline.env.disk import StorageError
 
     if cls is StorageError:
         return StorageError(Path("/tmp"), errno.ENOSPC, 10, "resume with --resume auto.")
@@ -111,7 +111,7 @@ def _user_error(cls):
     if cls.__name__ == "DataError":
         return cls("the message", {})
     if cls.__name__ == "PathChangedError":
-        from env.locations import snapshot
+        from grpo_pipeline.env.locations import snapshot
 
         return cls(snapshot("/tmp/out", option="--out"), None)
     return cls("the message")
@@ -131,7 +131,7 @@ def test_every_user_error_is_exit_2_and_its_one_message(cls, command, adapter, p
 def test_a_crash_after_the_run_folder_is_known_logs_there(place, monkeypatch, capsys):
     """Once `grpo train` has its output_dir, the traceback goes to output_dir/logs/."""
     run_dir = place / "run"
-    monkeypatch.setattr("pipeline.run.lock.run_lock", _raise(ValueError("lock bug")))  # just after output_dir
+    monkeypatch.setattr("grpo_pipeline.pipeline.run.lock.run_lock", _raise(ValueError("lock bug")))  # just after output_dir
     code, output = run_cli(["train", "--output_dir", str(run_dir), "--max_steps", "1"], capsys)
     assert code == 1, output
     logs = list((run_dir / "logs").glob("grpo-train-*.log"))
@@ -142,12 +142,12 @@ def test_a_crash_after_the_run_folder_is_known_logs_there(place, monkeypatch, ca
 def test_through_python_m_pipeline(tmp_path):
     """As a user runs it (a fresh process): a bug (injected by a sitecustomize) is one line, exit 1 and a log."""
     (tmp_path / "sitecustomize.py").write_text(
-        "import pipeline.data.model_check\n"
+        "import grpo_pipeline.pipeline.data.model_check\n"
         "def broken(*args, **kwargs):\n    raise ZeroDivisionError('injected bug')\n"
-        "pipeline.data.model_check.check_model = broken\n", encoding="utf-8")
+        "grpo_pipeline.pipeline.data.model_check.check_model = broken\n", encoding="utf-8")
     env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "GRPO_CACHE_DIR": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1",
            "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "pipeline", "generate", "--base", "--model", "tiny-qwen2.5",
+    done = subprocess.run([sys.executable, "-m", "grpo_pipeline.pipeline", "generate", "--base", "--model", "tiny-qwen2.5",
                            "--prompt", "1+1?", "--backend", "plain"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr

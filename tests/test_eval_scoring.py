@@ -10,10 +10,10 @@ import types
 
 import pytest
 
-from pipeline.infer.scoring import build_scorer, format_tags, score_with
-from rewards import correctness_reward_func
-from rewards.contract import call_reward
-from rewards.trl_source import trl_reward
+from grpo_pipeline.pipeline.infer.scoring import build_scorer, format_tags, score_with
+from grpo_pipeline.rewards import correctness_reward_func
+from grpo_pipeline.rewards.contract import call_reward
+from grpo_pipeline.rewards.trl_source import trl_reward
 
 QWEN3_SYSTEM = ("You are given a problem.\nThink about the problem and provide your working out.\nPlace it between "
                 "<start_working_out> and <end_working_out>.\nThen, provide your solution between <SOLUTION></SOLUTION>")
@@ -83,7 +83,7 @@ def test_the_eval_verdict_is_the_training_rewards_top_score_on_every_row(users_m
     rows, texts = rows_and_texts()
     scorer = build_scorer(rewards, keywords)
     verdicts, means = score_with(scorer, rows, texts)
-    from pipeline.data.prompts import completion_like
+    from grpo_pipeline.pipeline.data.prompts import completion_like
 
     trained = call_reward(reward, [r["prompt"] for r in rows],
                           [completion_like(r["prompt"], t) for r, t in zip(rows, texts)],
@@ -107,8 +107,8 @@ def test_generate_and_rewards_read_each_answer_as_eval_does(system):
     in score_with. Over every answer style (our tags, the recipe's tags, \\boxed{}, ####), with and without the
     system message that names the tags, the three commands read the same answer: `The answer is \\boxed{9}` is 9
     everywhere, not '' in two of them."""
-    from pipeline.backends import Completion
-    from pipeline.infer.evaluate import score_completions
+    from grpo_pipeline.pipeline.backends import Completion
+    from grpo_pipeline.pipeline.infer.evaluate import score_completions
 
     rows, texts = rows_and_texts()
     for row in rows:
@@ -123,7 +123,7 @@ def test_generate_and_rewards_read_each_answer_as_eval_does(system):
 
 def test_the_eval_table_keeps_a_space_after_a_long_reward_name():
     """Found trying eval as a new user: `mean correctness_reward_func0.250` ran the name into its mean."""
-    from pipeline.infer.evaluate import format_table
+    from grpo_pipeline.pipeline.infer.evaluate import format_table
 
     table = format_table({"n": 8, "accuracy": 0.125, "format_rate": 1.0, "mean_completion_length": 57.0,
                           "garbled_rate": 0.0, "rewards": {"correctness_reward_func": 0.25, "brevity": 1.0}}, "eval")

@@ -1,6 +1,6 @@
 """The fault table (tests/fault_table.py), one test per case (its id the case's name), each through the real CLI
-entry point `pipeline.cli.main` (the cases that hide a package, and a few cases as a user runs them, through
-`python -m pipeline` in a fresh process that cannot see the hidden packages: one process for all of them,
+entry point `grpo_pipeline.pipeline.cli.main` (the cases that hide a package, and a few cases as a user runs them, through
+`python -m grpo_pipeline.pipeline` in a fresh process that cannot see the hidden packages: one process for all of them,
 `ONE_PROCESS`).
 
 Every case must end with the expected exit code, one message naming the field or file (the expected
@@ -16,7 +16,7 @@ import fault_kit
 import pytest
 from fault_table import CASES
 
-from pipeline import cli
+from grpo_pipeline.pipeline import cli
 
 
 def run_in_process(case, folder, monkeypatch, capsys):
@@ -36,13 +36,13 @@ def run_in_process(case, folder, monkeypatch, capsys):
     return code, captured.out + captured.err
 
 
-# The cases run as `python -m pipeline` runs them, in one fresh process (each a fresh process would cost a start of
+# The cases run as `python -m grpo_pipeline.pipeline` runs them, in one fresh process (each a fresh process would cost a start of
 # torch, transformers and TRL, ~10 s): those that hide a package (only a process that never saw it can not see it),
 # and a few of the others as a user runs them (test_fault_through_python_m_pipeline).
 AS_A_USER = ("empty data file", "--resume unknown word")
 ONE_PROCESS = [c for c in CASES if c.hide] + [c for c in CASES if c.name in AS_A_USER]
 
-# In that process, each case as `python -m pipeline ARGV` in its own folder: the `pipeline` module run as __main__
+# In that process, each case as `python -m grpo_pipeline.pipeline ARGV` in its own folder: the `pipeline` module run as __main__
 # (runpy, what `-m` does), its exit status, and all it wrote to the file descriptors 1 and 2 (what a subprocess's
 # caller reads); an exception escaping it is printed into that output (a traceback, as Python prints it).
 _AS_PYTHON_M = """\
@@ -127,7 +127,7 @@ def test_check_prints_every_check_as_json(tmp_path, monkeypatch, capsys):
 def test_check_refuses_before_loading_any_model(tmp_path, monkeypatch, capsys):
     """A failing pre-load check stops `grpo train` before the tokenizer (and so the model) is asked for."""
     asked = []
-    monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", lambda *a, **k: asked.append(a))
+    monkeypatch.setattr("grpo_pipeline.pipeline.data.tokenizer.load_tokenizer", lambda *a, **k: asked.append(a))
     monkeypatch.chdir(tmp_path)
     assert cli.main(fault_kit.train(tmp_path, "", "--resume", "latest")) == 2
     assert asked == []
@@ -135,7 +135,7 @@ def test_check_refuses_before_loading_any_model(tmp_path, monkeypatch, capsys):
 
 
 def test_fault_through_python_m_pipeline(tmp_path):
-    """A case as a user runs it: `python -m pipeline` itself, a process of its own (the one that stops before torch
+    """A case as a user runs it: `python -m grpo_pipeline.pipeline` itself, a process of its own (the one that stops before torch
     loads): same exit code and message, no traceback."""
     case = next(c for c in CASES if c.name == "YAML syntax error")
     code, output = fault_kit.run_subprocess(case, tmp_path)
@@ -144,7 +144,7 @@ def test_fault_through_python_m_pipeline(tmp_path):
 
 @pytest.mark.parametrize("name", AS_A_USER)
 def test_fault_through_the_python_m_pipeline_module(name, one_process):
-    """Cases that load torch, transformers and TRL before they stop, as `python -m pipeline` runs them, outside the
+    """Cases that load torch, transformers and TRL before they stop, as `python -m grpo_pipeline.pipeline` runs them, outside the
     test process (ONE_PROCESS: the same module, in one fresh process): same exit code and message."""
     case = next(c for c in CASES if c.name == name)
     code, output, folder = one_process[name]

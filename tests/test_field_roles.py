@@ -11,15 +11,15 @@ import json
 
 import pytest
 
-from pipeline.config import ConfigError, DataArguments, PipelineConfig, fields_with, from_mapping
-from pipeline.config.field_help import _help
-from pipeline.config.trl_fields import BACKEND_DECIDED, RUN_OWNED, TRL_ROLES
-from pipeline.data.prepare import data_fields, prepare_dataset
-from pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_eval_before
-from pipeline.run.decisions import eval_key
-from pipeline.run.resume import (APPLIED_SETTINGS, RESTORED_SETTINGS, SHAPE_NAME, WEIGHT_SHAPING_FIELDS,
+from grpo_pipeline.pipeline.config import ConfigError, DataArguments, PipelineConfig, fields_with, from_mapping
+from grpo_pipeline.pipeline.config.field_help import _help
+from grpo_pipeline.pipeline.config.trl_fields import BACKEND_DECIDED, RUN_OWNED, TRL_ROLES
+from grpo_pipeline.pipeline.data.prepare import data_fields, prepare_dataset
+from grpo_pipeline.pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_eval_before
+from grpo_pipeline.pipeline.run.decisions import eval_key
+from grpo_pipeline.pipeline.run.resume import (APPLIED_SETTINGS, RESTORED_SETTINGS, SHAPE_NAME, WEIGHT_SHAPING_FIELDS,
                                  checkpoint_record, resume_changes, resume_key, resume_mismatch)
-from pipeline.trainer.warmup import warmup_inputs
+from grpo_pipeline.pipeline.trainer.warmup import warmup_inputs
 from tests.data_helpers import make_cfg
 
 # The hand-kept lists as they stood on main (f373f8c), before the declarations replaced them.
@@ -95,7 +95,7 @@ def test_a_made_up_warmup_input_changes_the_warmups_key(tmp_path):
 
 @pytest.mark.parametrize("option,where", [("made_up_eval", "loading"), ("made_up_start", "start")])
 def test_a_made_up_eval_input_is_part_of_eval_befores_reuse_key(option, where, tmp_path):
-    from pipeline.demo.model import build_demo_tokenizer
+    from grpo_pipeline.pipeline.demo.model import build_demo_tokenizer
 
     cfg, tokenizer = made_up(make_cfg(tmp_path)), build_demo_tokenizer()
     run_dir = tmp_path / "run"
@@ -129,7 +129,7 @@ def test_resume_refuses_restores_and_applies_made_up_fields_as_their_roles_say(t
 
 
 def test_a_trl_field_given_a_role_in_the_table_is_refused_or_decided_as_it_says(monkeypatch):
-    from pipeline.trainer.build import build_grpo_config
+    from grpo_pipeline.pipeline.trainer.build import build_grpo_config
 
     monkeypatch.setitem(TRL_ROLES, "top_entropy_quantile", {"run_owned": "made up: the run sets it"})
     with pytest.raises(ConfigError, match="the run sets it itself: made up: the run sets it"):

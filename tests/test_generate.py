@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from env.file_modes import current_umask
-from pipeline.infer import evaluate, export, generate
-from pipeline.infer.session import inference_args, open_inference
-from pipeline.train import run_training
+from grpo_pipeline.env.file_modes import current_umask
+from grpo_pipeline.pipeline.infer import evaluate, export, generate
+from grpo_pipeline.pipeline.infer.session import inference_args, open_inference
+from grpo_pipeline.pipeline.train import run_training
 from train_helpers import demo_config
 
 pytestmark = pytest.mark.slow
@@ -156,7 +156,7 @@ def test_merged_export_keeps_the_modules_trained_in_full(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from pipeline.data.tokenizer import resolve_model_path
+    from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 
     run_dir = tmp_path / "run"
     result = run_training(demo_config(run_dir, max_steps=2, learning_rate=2e-2, max_completion_length="24",

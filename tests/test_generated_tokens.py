@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.backends.plain import PlainGenerator, generated_length
-from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
-from pipeline.infer.evaluate import evaluate_rows
-from pipeline.infer.scoring import build_scorer
+from grpo_pipeline.pipeline.backends.plain import PlainGenerator, generated_length
+from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer, resolve_model_path
+from grpo_pipeline.pipeline.infer.evaluate import evaluate_rows
+from grpo_pipeline.pipeline.infer.scoring import build_scorer
 
 
 def test_counts_are_the_generated_ids_up_to_eos():

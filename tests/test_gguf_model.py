@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import ConfigError
-from pipeline.demo import gguf_model, gguf_parts
-from pipeline.demo.gguf_parts import FetchFailed, RegistryGGUF, WheelPart
-from pipeline.demo.registry import REAL_QWEN_GGUF, REAL_QWEN_NAME, builtin_model
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.demo import gguf_model, gguf_parts
+from grpo_pipeline.pipeline.demo.gguf_parts import FetchFailed, RegistryGGUF, WheelPart
+from grpo_pipeline.pipeline.demo.registry import REAL_QWEN_GGUF, REAL_QWEN_NAME, builtin_model
 from tests.cli_helpers import run_cli
 
 PIECES = (b"GGUF" + b"a" * 60, b"b" * 64, b"c" * 17)
@@ -218,7 +218,7 @@ def test_a_users_gguf_that_cannot_be_converted_is_refused_naming_the_file(tmp_pa
 
 
 def test_a_qwen2_gguf_passes_the_check_with_its_name_and_architecture(tmp_path):
-    from pipeline.data import model_check
+    from grpo_pipeline.pipeline.data import model_check
 
     path = _write_gguf(tmp_path / "mine.gguf", "qwen2")
     assert "made up, qwen2" in model_check.check_model(str(path))
@@ -235,7 +235,7 @@ def test_the_bundled_tokenizer_is_paired_only_with_a_gguf_of_its_own_vocabulary(
 
 
 def test_the_built_in_is_declared_once_and_planned_from_its_shipped_config(tmp_path):
-    from pipeline.plan.shape import count_parameters, load_shape
+    from grpo_pipeline.pipeline.plan.shape import count_parameters, load_shape
 
     model = builtin_model(REAL_QWEN_NAME)
     assert model.gguf is REAL_QWEN_GGUF and len(REAL_QWEN_GGUF.parts) == 6

@@ -10,12 +10,12 @@ import math
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from pipeline.config import HealthArguments
-from pipeline.health.rules import HealthCallback
-from pipeline.run.metric_names import GARBLED_RATE as GARBLED_RATE_KEY
-from pipeline.run.metric_names import REPETITION_RATE as REPETITION_RATE_KEY
-from pipeline.health.signal import FLAT_GROUP_SHARE, flat_reward_causes, no_signal_causes
-from rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES
+from grpo_pipeline.pipeline.config import HealthArguments
+from grpo_pipeline.pipeline.health.rules import HealthCallback
+from grpo_pipeline.pipeline.run.metric_names import GARBLED_RATE as GARBLED_RATE_KEY
+from grpo_pipeline.pipeline.run.metric_names import REPETITION_RATE as REPETITION_RATE_KEY
+from grpo_pipeline.pipeline.health.signal import FLAT_GROUP_SHARE, flat_reward_causes, no_signal_causes
+from grpo_pipeline.rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES
 
 FORMAT, CORRECT = "strict_format_reward_func", "correctness_reward_func"
 
@@ -132,7 +132,7 @@ def test_flat_reward_does_not_fire_while_enough_groups_have_signal(shares):
 
 
 def test_bad_flat_reward_action_is_a_config_error():
-    from pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.config import ConfigError
 
     with pytest.raises(ConfigError, match="flat_reward_action"):
         HealthCallback(HealthArguments(flat_reward_action="halt"), beta=0.0)
@@ -146,7 +146,7 @@ def test_bad_flat_reward_action_is_a_config_error():
 @pytest.mark.slow
 def test_a_real_run_whose_format_reward_is_never_hit_stops_with_exit_3_and_a_checkpoint(tmp_path):
     """The random tiny model never writes <answer>: strict_format is 0 on every completion, every group is flat."""
-    from pipeline.train import EXIT_HEALTH_STOP, run_training
+    from grpo_pipeline.pipeline.train import EXIT_HEALTH_STOP, run_training
     from train_helpers import demo_config
 
     run_dir = tmp_path / "run"
@@ -166,7 +166,7 @@ def test_a_real_run_whose_format_reward_is_never_hit_stops_with_exit_3_and_a_che
 
 
 def test_reward_table_counts_zeros_nones_and_flat_groups_per_reward_and_in_total():
-    from pipeline.infer.dry_run import reward_table
+    from grpo_pipeline.pipeline.infer.dry_run import reward_table
 
     # 3 groups of 2: reward a is flat in groups 1 and 3, b is None in group 2 (not judged) and flat in group 1.
     a = [0.0, 0.0, 1.0, 0.0, 2.0, 2.0]
@@ -182,7 +182,7 @@ def test_reward_table_counts_zeros_nones_and_flat_groups_per_reward_and_in_total
 
 
 def _dry_run(tmp_path, capsys, *options):
-    from pipeline.infer.dry_run import main
+    from grpo_pipeline.pipeline.infer.dry_run import main
 
     out = tmp_path / "dry"
     code = main(["--config", "configs/cpu-demo.yaml", "--output_dir", str(out), "--prompts", "2", "--json",
@@ -224,7 +224,7 @@ def test_dry_run_with_a_reward_that_varies_finds_the_signal(tmp_path, capsys, mo
 def test_dry_run_calls_every_reward_as_the_trainer_does(tmp_path, capsys, monkeypatch):
     """numpy values, a callable object and an async reward are scored and written (numpy's float32 once stopped the
     dry run writing its JSON); a reward that raises on the sampled batch only is exit 2 naming it, no traceback."""
-    from pipeline.infer.dry_run import main
+    from grpo_pipeline.pipeline.infer.dry_run import main
 
     monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[1])
     result = _dry_run(tmp_path, capsys, "--reward_funcs", "train_helpers:float32_digit_share",
@@ -243,7 +243,7 @@ def test_dry_run_calls_every_reward_as_the_trainer_does(tmp_path, capsys, monkey
 
 
 def test_dry_run_bad_input_is_one_message_and_exit_2(tmp_path, capsys):
-    from pipeline.infer.dry_run import main
+    from grpo_pipeline.pipeline.infer.dry_run import main
 
     assert main(["--config", "configs/cpu-demo.yaml", "--output_dir", str(tmp_path), "--prompts", "0"]) == 2
     assert "--prompts" in capsys.readouterr().err
@@ -265,9 +265,9 @@ def _eval_rows(run_dir):
 
 @pytest.mark.slow
 def test_eval_steps_logs_plots_keeps_the_best_and_resume_never_replaces_it_with_a_worse_one(tmp_path, capsys):
-    from pipeline.cli import main as grpo
-    from pipeline.infer.session import verify_trained_dir
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.cli import main as grpo
+    from grpo_pipeline.pipeline.infer.session import verify_trained_dir
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
     run_dir = tmp_path / "run"
@@ -351,7 +351,7 @@ def test_a_collapse_rolls_back_to_the_newest_checkpoint_before_the_failing_log_w
 
 @pytest.mark.parametrize("case", ["on_collapse stop", "no rollbacks left", "no checkpoint before", "garbled rule"])
 def test_no_rollback_where_it_must_not_happen_the_rule_stops_as_before(tmp_path, case):
-    from pipeline.run.metric_names import GARBLED_RATE
+    from grpo_pipeline.pipeline.run.metric_names import GARBLED_RATE
 
     _checkpoint(tmp_path, 5)
     settings = HealthArguments(on_collapse="stop" if case == "on_collapse stop" else "rollback", garbled_window=1)
@@ -392,7 +392,7 @@ def nan_rollback_run(tmp_path_factory):
     """A real run whose step-3 gradients are NaN once, rolled back (to checkpoint-1, the learning rate halved) and
     completed: (folder, RunResult, every logged (step, kl)). beta 0.04 with a ceiling it never reaches, so kl is
     logged for the reference test below; read by two tests."""
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config, poison_gradients
 
     run_dir = tmp_path_factory.mktemp("nan_rollback") / "run"
@@ -432,7 +432,7 @@ def test_a_real_kl_above_the_ceiling_rolls_back_before_the_drift_and_the_lower_r
     step 2), step 2 moves the weights far (kl 0.15-0.17 at step 3 over seeds, the kl of checkpoint-2's weights).
     A ceiling of 0.05 fires at step 3; going back to checkpoint-2 would restore the very weights that drifted, so
     the run goes to checkpoint-1 and trains on at x0.001, where kl stays far under the ceiling."""
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
     run_dir = tmp_path / "run"
@@ -472,7 +472,7 @@ def test_after_a_rollback_kl_is_measured_against_the_first_trainers_reference(na
 def test_after_a_rollback_past_a_warm_up_kl_is_measured_against_the_warmed_reference(tmp_path):
     """After a format warm-up the reference is the warmed model: rebuilt on the live model, TRL's GRPOTrainer would
     raise that "ref" exists, or copy the collapsed adapter."""
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config, poison_gradients
 
     kl_log = _kl_log()
@@ -486,7 +486,7 @@ def test_after_a_rollback_past_a_warm_up_kl_is_measured_against_the_warmed_refer
 
 @pytest.mark.slow
 def test_a_collapse_after_max_rollbacks_stops_with_exit_3_and_a_checkpoint(tmp_path):
-    from pipeline.train import EXIT_HEALTH_STOP, run_training
+    from grpo_pipeline.pipeline.train import EXIT_HEALTH_STOP, run_training
     from train_helpers import demo_config, poison_gradients
 
     run_dir = tmp_path / "run"
@@ -522,7 +522,7 @@ def _hacking_run(accuracies, rewards, n=None, **settings) -> HealthCallback:
 def test_a_fall_of_held_out_accuracy_counts_only_past_its_sampling_noise(n, start):
     """Two standard errors of the difference of two proportions over n problems: just under it is noise (no
     warning), just past it a fall (a warning), at every accuracy level and eval size."""
-    from pipeline.health.hacking import accuracy_noise
+    from grpo_pipeline.pipeline.health.hacking import accuracy_noise
 
     def fires(end: float) -> bool:
         middle = (start + end) / 2
@@ -640,7 +640,7 @@ def test_the_flat_reward_message_names_clipped_completions_as_a_cause():
 
 
 def test_flat_rewards_are_read_from_reward_keys_only():
-    from pipeline.health.signal import _reward_means_and_stds
+    from grpo_pipeline.pipeline.health.signal import _reward_means_and_stds
 
     window = [{"rewards/a/mean": 1.0, "rewards/a/std": 0.0},
               {"rewards/b/mean": 0.0, "rewards/b/std": 0.0, "rewards/a/mean": 3.0, "rewards/a/std": 0.2,
@@ -695,7 +695,7 @@ def test_the_hacking_pattern_edges(accuracies, rewards, fires):
 def test_the_hacking_noise_allowance_uses_the_first_and_the_last_evals_sizes():
     """A fall from 50% over 1,000 problems to 44% over 1,000 is past chance, but not if the middle eval's size,
     20, were used for either end."""
-    from pipeline.health.hacking import accuracy_noise
+    from grpo_pipeline.pipeline.health.hacking import accuracy_noise
 
     assert 0.06 > accuracy_noise(0.5, 0.44, 1000, 1000) and 0.06 < accuracy_noise(0.5, 0.44, 20, 1000)
     callback = HealthCallback(HealthArguments(hacking_window=3), beta=0.0)
@@ -705,7 +705,7 @@ def test_the_hacking_noise_allowance_uses_the_first_and_the_last_evals_sizes():
 
 
 def test_unknown_eval_sizes_allow_no_noise():
-    from pipeline.health.hacking import accuracy_noise
+    from grpo_pipeline.pipeline.health.hacking import accuracy_noise
 
     assert accuracy_noise(0.9, 0.5, None, 100) == 0.0 == accuracy_noise(0.9, 0.5, 100, None)
     assert accuracy_noise(0.9, 0.5, 0, 0) == 0.0

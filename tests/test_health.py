@@ -9,10 +9,10 @@ import random
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from pipeline.config import HealthArguments, PipelineConfig
-from pipeline.health.observer import HealthState, make_observer
-from pipeline.health.rules import HealthCallback, build_health
-from pipeline.health.metrics import (
+from grpo_pipeline.pipeline.config import HealthArguments, PipelineConfig
+from grpo_pipeline.pipeline.health.observer import HealthState, make_observer
+from grpo_pipeline.pipeline.health.rules import HealthCallback, build_health
+from grpo_pipeline.pipeline.health.metrics import (
     batch_health,
     byte_level_alphabet,
     garbled_rate,

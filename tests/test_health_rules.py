@@ -7,9 +7,9 @@ import math
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from pipeline.config import HealthArguments
-from pipeline.health.rules import HEALTH_TRAINING_ARGS, HealthCallback, next_beta
-from pipeline.run.metric_names import GARBLED_RATE, REPETITION_RATE
+from grpo_pipeline.pipeline.config import HealthArguments
+from grpo_pipeline.pipeline.health.rules import HEALTH_TRAINING_ARGS, HealthCallback, next_beta
+from grpo_pipeline.pipeline.run.metric_names import GARBLED_RATE, REPETITION_RATE
 
 
 # --------------------------------------------------------------------------------------------
@@ -156,7 +156,7 @@ def test_next_beta_direction():
 
 
 def test_bad_action_is_a_config_error():
-    from pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.config import ConfigError
 
     with pytest.raises(ConfigError, match="garbled_action"):
         _callback(garbled_action="halt")
@@ -214,7 +214,7 @@ def test_nan_in_a_real_trainer_stops_and_keeps_the_checkpoint(tmp_path):
 
 
 def test_adaptive_beta_leaves_beta_alone_on_both_edges_of_the_band_and_moves_just_outside():
-    from pipeline.health.rules import BETA_STEP
+    from grpo_pipeline.pipeline.health.rules import BETA_STEP
 
     target = 0.05
     for kl in (target * BETA_STEP, target / BETA_STEP, target):
@@ -291,7 +291,7 @@ def test_attaching_something_without_beta_is_refused_naming_it():
 
 
 def test_the_callback_uses_the_state_it_is_given_and_puts_the_observers_metrics_into_the_log():
-    from pipeline.health.observer import HealthState
+    from grpo_pipeline.pipeline.health.observer import HealthState
 
     state = HealthState()
     callback = HealthCallback(HealthArguments(), beta=0.04, state=state)
@@ -308,7 +308,7 @@ def test_the_callback_uses_the_state_it_is_given_and_puts_the_observers_metrics_
 def test_attaching_a_trainer_shares_its_beta_with_the_observer_state():
     from types import SimpleNamespace
 
-    from pipeline.health.observer import HealthState
+    from grpo_pipeline.pipeline.health.observer import HealthState
 
     state = HealthState()
     callback = HealthCallback(HealthArguments(), beta=0.04, state=state).attach(SimpleNamespace(beta=0.1))
@@ -317,7 +317,7 @@ def test_attaching_a_trainer_shares_its_beta_with_the_observer_state():
 
 @pytest.mark.parametrize("name", ["garbled_window", "flat_reward_window", "hacking_window"])
 def test_a_window_below_one_is_refused_naming_its_field(name):
-    from pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.config import ConfigError
 
     with pytest.raises(ConfigError) as err:
         HealthCallback(HealthArguments(**{name: 0}), beta=0.0)
@@ -344,8 +344,8 @@ def test_arguments_without_the_nan_filter_are_left_as_they_are():
 
 @pytest.mark.parametrize("on_collapse, done, left", [("rollback", 0, 3), ("rollback", 2, 1), ("stop", 0, 0)])
 def test_the_run_builds_its_health_rules_from_the_config(qwen_tokenizer, on_collapse, done, left):
-    from pipeline.config import PipelineConfig
-    from pipeline.health.rules import build_health
+    from grpo_pipeline.pipeline.config import PipelineConfig
+    from grpo_pipeline.pipeline.health.rules import build_health
 
     cfg = PipelineConfig().replace(temperature=0.7, num_generations=6, beta=0.05, on_collapse=on_collapse,
                                    max_rollbacks=3)
@@ -358,8 +358,8 @@ def test_the_run_builds_its_health_rules_from_the_config(qwen_tokenizer, on_coll
 
 
 def test_a_run_that_has_not_rolled_back_yet_has_every_rollback_left(qwen_tokenizer):
-    from pipeline.config import PipelineConfig
-    from pipeline.health.rules import build_health
+    from grpo_pipeline.pipeline.config import PipelineConfig
+    from grpo_pipeline.pipeline.health.rules import build_health
 
     cfg = PipelineConfig().replace(on_collapse="rollback", max_rollbacks=2)
     assert build_health(cfg, qwen_tokenizer)[1].rollbacks_left == 2
@@ -367,8 +367,8 @@ def test_a_run_that_has_not_rolled_back_yet_has_every_rollback_left(qwen_tokeniz
 
 def test_the_runs_observer_measures_completions_given_without_their_token_ids(qwen_tokenizer):
     """A caller that passes only the texts (no completion_ids) is measured in the run's own tokens."""
-    from pipeline.config import PipelineConfig
-    from pipeline.health.rules import build_health
+    from grpo_pipeline.pipeline.config import PipelineConfig
+    from grpo_pipeline.pipeline.health.rules import build_health
 
     observer, callback = build_health(PipelineConfig(), qwen_tokenizer)
     metrics = {}

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from transformers import TrainerControl, TrainerState
 
-from pipeline.assets import load_qwen_tokenizer
-from pipeline.config import HealthArguments
-from pipeline.run.metric_names import GARBLED_RATE, REPETITION_RATE
-from pipeline.health.observer import HealthState, make_observer
-from pipeline.health.rules import HealthCallback
-from pipeline.health.tools import MAX_ITERATIONS_SHARE, TOOL_CALL_FREQUENCY
+from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
+from grpo_pipeline.pipeline.config import HealthArguments
+from grpo_pipeline.pipeline.run.metric_names import GARBLED_RATE, REPETITION_RATE
+from grpo_pipeline.pipeline.health.observer import HealthState, make_observer
+from grpo_pipeline.pipeline.health.rules import HealthCallback
+from grpo_pipeline.pipeline.health.tools import MAX_ITERATIONS_SHARE, TOOL_CALL_FREQUENCY
 
 CALL = {"role": "assistant", "content": "I will look it up.", "tool_calls": [{"type": "function", "function": {
     "name": "lookup", "arguments": {"key": "k"}}}]}

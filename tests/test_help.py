@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from pipeline.backends import choose_backend
-from pipeline.bootstrap import defaults_for
-from pipeline.config import SECTIONS, parse_config
-from pipeline.train_help import print_help as _print_help
+from grpo_pipeline.pipeline.backends import choose_backend
+from grpo_pipeline.pipeline.bootstrap import defaults_for
+from grpo_pipeline.pipeline.config import SECTIONS, parse_config
+from grpo_pipeline.pipeline.train_help import print_help as _print_help
 
 OPTION = re.compile(r"^  (--\w+)")
 

@@ -35,14 +35,14 @@ def send_twice(original):
 
 # phase -> (the function a signal lands in, how, the config that reaches that phase)
 PHASES = {
-    "data preparation (SIGTERM)": ("pipeline.data.prepare.prepare_dataset", send("SIGTERM"), {}),
+    "data preparation (SIGTERM)": ("grpo_pipeline.pipeline.data.prepare.prepare_dataset", send("SIGTERM"), {}),
     "format warm-up": ("trl.SFTTrainer.train", send("SIGINT"), {"sft_warmup_steps": 2}),
-    "eval before": ("pipeline.infer.evaluate.evaluate_rows", send("SIGTERM"), {"eval_before": True}),
+    "eval before": ("grpo_pipeline.pipeline.infer.evaluate.evaluate_rows", send("SIGTERM"), {"eval_before": True}),
     "training (graceful: finish the step, checkpoint)": ("trl.GRPOTrainer.compute_loss", send("SIGINT"), {}),
     "training (second Ctrl-C: stop now)": ("trl.GRPOTrainer.compute_loss", send_twice, {}),
     "checkpoint save": ("transformers.Trainer._save_rng_state", send("SIGINT"), {}),
-    "final lora/ save": ("pipeline.backends.plain.save_adapter", send("SIGTERM"), {}),
-    "eval after": ("pipeline.infer.evaluate.evaluate_rows", send("SIGINT"), {"eval_after": True}),
+    "final lora/ save": ("grpo_pipeline.pipeline.backends.plain.save_adapter", send("SIGTERM"), {}),
+    "eval after": ("grpo_pipeline.pipeline.infer.evaluate.evaluate_rows", send("SIGINT"), {"eval_after": True}),
 }
 
 
@@ -68,8 +68,8 @@ def _recipe(folder: Path, **overrides) -> Path:
 @pytest.mark.parametrize("phase", PHASES)
 def test_an_interrupt_in_any_phase_exits_130_and_prints_the_command_that_completes(phase, tmp_path, monkeypatch,
                                                                                   capsys):
-    from pipeline.infer.session import verify_trained_dir
-    from pipeline.train import main
+    from grpo_pipeline.pipeline.infer.session import verify_trained_dir
+    from grpo_pipeline.pipeline.train import main
 
     monkeypatch.syspath_prepend(str(TESTS))
     target, how, overrides = PHASES[phase]
@@ -102,7 +102,7 @@ def test_an_interrupt_in_any_phase_exits_130_and_prints_the_command_that_complet
 
 
 def test_resume_command_quotes_and_keeps_the_users_options():
-    from pipeline.run.stop import resume_command
+    from grpo_pipeline.pipeline.run.stop import resume_command
 
     argv = ["--config", "runs/a b.yaml", "--learning_rate=1e-5", "--system_prompt", "it's $HOME", "--resume=latest"]
     command = resume_command(argv)
@@ -114,14 +114,14 @@ def test_resume_command_quotes_and_keeps_the_users_options():
 def test_an_interrupt_in_generate_or_export_exits_130_without_a_traceback(command, tmp_path, monkeypatch, capsys):
     from fault_kit import adapter
 
-    from pipeline import cli
+    from grpo_pipeline.pipeline import cli
 
     lora = adapter(tmp_path)
     if command == "generate":
-        _patch(monkeypatch, "pipeline.backends.plain.PlainGenerator.generate", send("SIGTERM"))
+        _patch(monkeypatch, "grpo_pipeline.pipeline.backends.plain.PlainGenerator.generate", send("SIGTERM"))
         argv = ["generate", "--lora", str(lora), "--prompt", "1+1?", "--backend", "plain"]
     else:
-        _patch(monkeypatch, "pipeline.backends.plain.export", send("SIGINT"))
+        _patch(monkeypatch, "grpo_pipeline.pipeline.backends.plain.export", send("SIGINT"))
         argv = ["export", "--lora", str(lora), "--to", "merged16", "--out", str(tmp_path / "merged"),
                 "--backend", "plain"]
     code = cli.main(argv)

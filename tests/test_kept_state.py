@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from pipeline.data.cache import data_cache_root, fingerprint, local_file_identity, tokenizer_identity
-from pipeline.data.prepare import data_fields, prepare_dataset
-from pipeline.data.source_spec import source_spec
-from pipeline.data.sources import resolve_source
-from pipeline.demo.model import BUILD_NAME, build_demo_tokenizer, build_inputs, demo_model_dir
-from pipeline.infer.evaluate import EVAL_BEFORE_NAME, eval_before_inputs, load_eval_before, save_eval_before
-from pipeline.run.decisions import eval_key
-from pipeline.run.checkpoints import PREVIOUS_DIR
-from pipeline.run.resume import (
+from grpo_pipeline.pipeline.data.cache import data_cache_root, fingerprint, local_file_identity, tokenizer_identity
+from grpo_pipeline.pipeline.data.prepare import data_fields, prepare_dataset
+from grpo_pipeline.pipeline.data.source_spec import source_spec
+from grpo_pipeline.pipeline.data.sources import resolve_source
+from grpo_pipeline.pipeline.demo.model import BUILD_NAME, build_demo_tokenizer, build_inputs, demo_model_dir
+from grpo_pipeline.pipeline.infer.evaluate import EVAL_BEFORE_NAME, eval_before_inputs, load_eval_before, save_eval_before
+from grpo_pipeline.pipeline.run.decisions import eval_key
+from grpo_pipeline.pipeline.run.checkpoints import PREVIOUS_DIR
+from grpo_pipeline.pipeline.run.resume import (
     APPLIED_SETTINGS,
     RESTORED_SETTINGS,
     SHAPE_NAME,
@@ -31,9 +31,9 @@ from pipeline.run.resume import (
     resume_key,
     resume_mismatch,
 )
-from env.kept import changed_inputs, code_hash, read_record, record, reusable, state_key
-from pipeline.infer.periodic_eval import BEST_DIR, BEST_NAME, BestAdapter
-from pipeline.trainer.warmup import WARMUP_DIR, WARMUP_KEY_NAME, _saved_warmup, warmup_inputs
+from grpo_pipeline.env.kept import changed_inputs, code_hash, read_record, record, reusable, state_key
+from grpo_pipeline.pipeline.infer.periodic_eval import BEST_DIR, BEST_NAME, BestAdapter
+from grpo_pipeline.pipeline.trainer.warmup import WARMUP_DIR, WARMUP_KEY_NAME, _saved_warmup, warmup_inputs
 from tests.data_helpers import make_cfg, write_jsonl
 from train_helpers import demo_config
 
@@ -167,8 +167,8 @@ def test_every_eval_input_has_a_row_in_the_table(eval_setup):
 
 
 def test_the_scoring_input_is_the_code_that_scores(eval_setup):
-    import rewards
-    from pipeline.data.prepare import answer_reader_version
+    from grpo_pipeline import rewards
+    from grpo_pipeline.pipeline.data.prepare import answer_reader_version
 
     assert answer_reader_version() == code_hash(rewards)
     assert _eval_before_inputs(eval_setup)["scoring"]["rewards_code"] == code_hash(rewards)
@@ -192,7 +192,7 @@ def test_eval_before_is_reused_only_for_the_same_inputs(case, eval_setup, tmp_pa
 @pytest.mark.parametrize("case", list(EVAL_CHANGES))
 def test_a_kept_best_adapter_is_compared_only_when_measured_the_same_way_else_set_aside(case, eval_setup, tmp_path,
                                                                                         monkeypatch):
-    from pipeline.infer.evaluate import eval_inputs
+    from grpo_pipeline.pipeline.infer.evaluate import eval_inputs
 
     def inputs(s):
         return eval_inputs(eval_key(s["cfg"]), s["backend_name"], s["tokenizer"], s["rows"], s["max_tokens"])
@@ -227,7 +227,7 @@ WARMUP_CHANGES = {
     "sft_learning_rate": ({"sft_learning_rate": 1e-4}, "learning_rate"),
     "seed": ({"seed": 1}, "seed"),
     "system_prompt": ({"system_prompt": "Be brief."}, "system_prompt"),
-    "tools": ({"tools": ["pipeline.demo.calculator:calculator"]}, "tools"),
+    "tools": ({"tools": ["grpo_pipeline.pipeline.demo.calculator:calculator"]}, "tools"),
     "lora_r": ({"lora_r": 8}, "lora"),
     "lora_dropout": ({"lora_dropout": 0.1}, "lora"),
     "training data": ({}, "data_fingerprint"),
@@ -327,7 +327,7 @@ def test_an_entry_is_prepared_again_for_a_file_edited_to_the_same_size_and_mtime
 
 
 def test_a_built_in_model_is_built_once_per_key_and_another_key_is_another_folder(tmp_path, monkeypatch):
-    import pipeline.demo.model as demo
+    import grpo_pipeline.pipeline.demo.model as demo
 
     folder = demo_model_dir(tmp_path)
     assert read_record(folder / BUILD_NAME)["key"] == state_key(build_inputs("tiny-demo"))
@@ -344,7 +344,7 @@ def test_a_built_in_model_is_built_once_per_key_and_another_key_is_another_folde
 
 
 def test_the_tiny_qwen_key_covers_the_bundled_tokenizer_files():
-    from pipeline.assets import QWEN_TOKENIZER_SRC
+    from grpo_pipeline.pipeline.assets import QWEN_TOKENIZER_SRC
 
     files = build_inputs("tiny-qwen2.5")["tokenizer_files"]
     assert set(files) == {p.name for p in QWEN_TOKENIZER_SRC.iterdir() if p.is_file()} and len(files) >= 3
@@ -446,9 +446,9 @@ def test_the_upstream_restore_that_the_refusal_rests_on():
 
 @pytest.mark.slow
 def test_a_real_resume_refuses_a_new_learning_rate_and_applies_a_new_max_steps_recording_it(tmp_path, capsys):
-    from pipeline.config import ConfigError
-    from pipeline.run.plots import read_metrics
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.run.plots import read_metrics
+    from grpo_pipeline.pipeline.train import run_training
 
     run_dir = tmp_path / "run"
     assert run_training(demo_config(run_dir, max_steps=2, save_steps=1)).status == "completed"

@@ -1,4 +1,4 @@
-"""Messages point at the place: every printed command pastes back as the same words (env.paths.shell_command),
+"""Messages point at the place: every printed command pastes back as the same words (grpo_pipeline.env.paths.shell_command),
 and a bad line in any JSONL the tool reads names the file and the line and says nothing was used."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from env.paths import shell_command
-from pipeline import cli
+from grpo_pipeline.env.paths import shell_command
+from grpo_pipeline.pipeline import cli
 from tests.cli_helpers import fault_table
 
 faults = fault_table()
@@ -33,7 +33,7 @@ def test_shell_command_round_trips_through_shlex_split(words):
 
 @given(st.lists(WORD.filter(lambda w: not w.startswith("--resume")), max_size=6))
 def test_resume_command_round_trips_through_shlex_split(words):
-    from pipeline.run.stop import resume_command
+    from grpo_pipeline.pipeline.run.stop import resume_command
 
     assert shlex.split(resume_command(words)) == ["grpo", "train", *words, "--resume", "auto"]
 
@@ -49,9 +49,9 @@ def _demo_cfg(output_dir: Path):
 def test_printed_next_and_resume_lines_paste_back(name, capsys):
     """pipeline/train.py's closing lines, for a run folder named anything: each printed command is the words
     it names, after the shell has parsed it."""
-    from pipeline.run.stop import resume_command
-    from pipeline.run.finish import example_question as _example_question
-    from pipeline.run.finish import print_where_everything_is as _print_where_everything_is
+    from grpo_pipeline.pipeline.run.stop import resume_command
+    from grpo_pipeline.pipeline.run.finish import example_question as _example_question
+    from grpo_pipeline.pipeline.run.finish import print_where_everything_is as _print_where_everything_is
 
     with tempfile.TemporaryDirectory() as tmp:
         output_dir = Path(tmp) / name / "run"
@@ -76,7 +76,7 @@ def test_printed_next_and_resume_lines_paste_back(name, capsys):
 @pytest.mark.slow
 def test_the_next_command_a_real_run_prints_runs(tmp_path, monkeypatch, capsys):
     """A tiny real run into a folder with spaces, quotes, a ~ and CJK: its `next:` line, pasted, generates.
-    (A `$NAME` in a path is read as an environment variable, on purpose: env.path_check.)"""
+    (A `$NAME` in a path is read as an environment variable, on purpose: grpo_pipeline.env.path_check.)"""
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "it's a \"run\" ~x 数据"
     recipe = faults.recipe(tmp_path, "sft_warmup_steps: 0\nmax_steps: 1\nsave_steps: 1\neval_before: false\n"
@@ -92,7 +92,7 @@ def test_the_next_command_a_real_run_prints_runs(tmp_path, monkeypatch, capsys):
 
 
 def test_tensorboard_hint_pastes_back(tmp_path):
-    from pipeline.preflight import tensorboard_hint
+    from grpo_pipeline.pipeline.preflight import tensorboard_hint
 
     folder = tmp_path / "it's a run"
     hint = tensorboard_hint(folder)
@@ -112,7 +112,7 @@ BAD_LINES = {
 
 
 def _no_generation(monkeypatch):
-    import pipeline.backends.plain as plain
+    import grpo_pipeline.pipeline.backends.plain as plain
 
     def started(*args, **kwargs):
         raise AssertionError("a generator was loaded for a file with a bad line")
@@ -151,7 +151,7 @@ def test_bad_data_file_line_is_named_before_training(before, kind, tmp_path, mon
         path.write_bytes(b"\n".join([good] * before + [BAD_LINES[kind], good]) + b"\n")
         monkeypatch.chdir(folder)
         with monkeypatch.context() as patch:
-            patch.setattr("pipeline.backends.plain.load_for_training", _raises_if_called)  # the data check reads it
+            patch.setattr("grpo_pipeline.pipeline.backends.plain.load_for_training", _raises_if_called)  # the data check reads it
             code = cli.main(faults.train(folder, f"dataset_name: '{path}'\n"))
         output = capsys.readouterr().err
         assert code == 2 and f"{path} line {before + 1} " in output, output

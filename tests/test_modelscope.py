@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import modelscope
-from pipeline.config import ConfigError, PipelineConfig
-from pipeline.demo.registry import builtin_model
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
+from grpo_pipeline.pipeline.demo.registry import builtin_model
 from tests.unsloth_helpers import fake  # noqa: F401  (the fixture)
 
 ZH_ROWS = {
@@ -59,8 +59,8 @@ def modelscope_hub(tmp_path, monkeypatch):
 
 
 def test_the_model_and_tokenizer_come_from_modelscope_only_when_asked(modelscope_hub):
-    from pipeline.backends import plain
-    from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
+    from grpo_pipeline.pipeline.backends import plain
+    from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer, resolve_model_path
 
     name = "Qwen/Qwen2.5-0.5B-Instruct"
     assert resolve_model_path(name) == name and modelscope_hub == []  # hf: the name goes to transformers as is
@@ -75,8 +75,8 @@ def test_the_model_and_tokenizer_come_from_modelscope_only_when_asked(modelscope
 
 
 def test_a_hub_dataset_comes_from_modelscope_and_is_saved_for_offline_runs(modelscope_hub, tmp_path):
-    from pipeline.data.source_spec import source_spec
-    from pipeline.data.sources import resolve_source
+    from grpo_pipeline.pipeline.data.source_spec import source_spec
+    from grpo_pipeline.pipeline.data.sources import resolve_source
 
     cfg = PipelineConfig().replace(model_source="modelscope", dataset_name="someone/gsm8k_zh", dataset_config=None,
                                    question_field="question_zh-cn", answer_field="answer_only")
@@ -97,8 +97,8 @@ def test_a_hub_dataset_comes_from_modelscope_and_is_saved_for_offline_runs(model
 
 
 def test_a_missing_dataset_names_the_id_and_the_fixes(modelscope_hub, tmp_path):
-    from pipeline.data.source_spec import source_spec
-    from pipeline.data.sources import resolve_source
+    from grpo_pipeline.pipeline.data.source_spec import source_spec
+    from grpo_pipeline.pipeline.data.sources import resolve_source
 
     cfg = PipelineConfig().replace(model_source="modelscope", dataset_name="nobody/none", dataset_config=None)
     with pytest.raises(RuntimeError,
@@ -107,7 +107,7 @@ def test_a_missing_dataset_names_the_id_and_the_fixes(modelscope_hub, tmp_path):
 
 
 def test_check_reports_a_missing_modelscope_package_with_the_install_command(monkeypatch, tmp_path):
-    from pipeline.preflight import run_checks
+    from grpo_pipeline.pipeline.preflight import run_checks
 
     monkeypatch.setitem(sys.modules, "modelscope", None)  # what find_spec sees when it is not installed
     cfg = PipelineConfig().replace(model_source="modelscope", model_name_or_path="tiny-qwen2.5",
@@ -120,14 +120,14 @@ def test_check_reports_a_missing_modelscope_package_with_the_install_command(mon
 
 
 def test_model_source_is_a_choice_field():
-    from pipeline.config import validate
+    from grpo_pipeline.pipeline.config import validate
 
     with pytest.raises(ConfigError, match="model_source"):
         validate(PipelineConfig().replace(model_source="huggingface"), n_processes=1)
 
 
 def test_unsloth_reads_its_modelscope_switch_at_import(fake, monkeypatch):  # noqa: F811 (the fixture)
-    from pipeline.backends import unsloth_setup
+    from grpo_pipeline.pipeline.backends import unsloth_setup
     from tests.unsloth_helpers import make_cfg
 
     monkeypatch.setenv("UNSLOTH_USE_MODELSCOPE", "0")  # restored after the test: prepare_environment sets it
@@ -136,7 +136,7 @@ def test_unsloth_reads_its_modelscope_switch_at_import(fake, monkeypatch):  # no
 
 
 def test_unsloth_switch_is_off_for_hf_even_when_exported(fake, monkeypatch):  # noqa: F811 (the fixture)
-    from pipeline.backends import unsloth_setup
+    from grpo_pipeline.pipeline.backends import unsloth_setup
     from tests.unsloth_helpers import make_cfg
 
     monkeypatch.setenv("UNSLOTH_USE_MODELSCOPE", "1")
@@ -145,7 +145,7 @@ def test_unsloth_switch_is_off_for_hf_even_when_exported(fake, monkeypatch):  # 
 
 
 def test_the_bootstrap_hands_model_source_to_prepare_environment():
-    from pipeline.bootstrap import _early_settings
+    from grpo_pipeline.pipeline.bootstrap import _early_settings
 
     _, settings = _early_settings("train", ["--backend", "plain", "--model_source", "modelscope"])
     assert settings["model_source"] == "modelscope"
@@ -154,23 +154,23 @@ def test_the_bootstrap_hands_model_source_to_prepare_environment():
 def test_grpo_env_says_which_hub_is_in_use_and_whether_each_answers(monkeypatch):
     import contextlib
 
-    import env.hubs
-    from env.doctor import render_text
-    from env.report import collect_report
+    import grpo_pipeline.env.hubs
+    from grpo_pipeline.env.doctor import render_text
+    from grpo_pipeline.env.report import collect_report
 
     def connect(address, timeout):  # the network boundary: only the Hugging Face mirror answers
         if address[0] != "hf-mirror.com":
             raise OSError("unreachable")
         return contextlib.nullcontext()
 
-    monkeypatch.setattr(env.hubs.socket, "create_connection", connect)
+    monkeypatch.setattr(grpo_pipeline.env.hubs.socket, "create_connection", connect)
     monkeypatch.setenv("HF_ENDPOINT", "https://hf-mirror.com")
     monkeypatch.setitem(sys.modules, "modelscope", None)
     report = collect_report(model_source="modelscope")
     rows = {row["source"]: row for row in report["hubs"]["sources"]}
     assert report["hubs"]["in_use"] == "modelscope"
     assert rows["hf"]["reachable"] and rows["hf"]["endpoint"] == "https://hf-mirror.com"
-    assert not rows["modelscope"]["reachable"] and rows["modelscope"]["install"] == env.hubs.MODELSCOPE_INSTALL
+    assert not rows["modelscope"]["reachable"] and rows["modelscope"]["install"] == grpo_pipeline.env.hubs.MODELSCOPE_INSTALL
     text = render_text(report)
     assert "*modelscope" in text and "NOT reachable; not installed: pip install 'grpo-pipeline[modelscope]'" in text
 
@@ -241,7 +241,7 @@ def test_the_unsloth_backend_hands_unsloth_the_hub_id_for_modelscope(fake, monke
                                                                      tmp_path, fast_inference):
     """Unsloth maps the name (mapper.py), downloads it and records the repo id only for a name that is not a
     local folder: the backend never resolves a ModelScope snapshot itself (the plain backend does)."""
-    from pipeline.backends import unsloth as backend
+    from grpo_pipeline.pipeline.backends import unsloth as backend
     from tests.unsloth_helpers import make_cfg, train_and_save_adapter
 
     monkeypatch.setenv("UNSLOTH_USE_MODELSCOPE", "0")  # restored after the test: prepare_environment sets it

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from pipeline.config import ConfigError
-from pipeline.run import nodes
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.run import nodes
 from train_helpers import demo_config
 
 
@@ -104,7 +104,7 @@ def test_no_node_prints_a_secret_of_its_own_or_of_another_node(tmp_path, field, 
     """A secret by name, nested in a mapping option, or in a URL's user-info: each node's record carries it masked
     (env/secret_fields.py masked), so no node's refusal can show another node's value, which its own redact never
     learned."""
-    from env.secret_fields import secrets_in
+    from grpo_pipeline.env.secret_fields import secrets_in
 
     cfg = demo_config(tmp_path / "run")
     errors = _two_nodes(tmp_path, [cfg.replace(**{field: secrets[0]}),

@@ -57,7 +57,7 @@ def test_first_code_cell_reads_the_smoke_switch():
 
 
 def test_install_cell_pins_match_known_good_gpu_set():
-    from env.matrix import load_matrix
+    from grpo_pipeline.env.matrix import load_matrix
 
     gpu_set = load_matrix().packages("gpu")
     expected = {key: pin.exact for key, pin in gpu_set.items() if pin.exact}
@@ -82,10 +82,10 @@ def test_install_cell_stops_when_no_driver_answers(monkeypatch):
     """No driver found is not "fine": the cell stops (no pip run) instead of installing the CUDA 13 set blind."""
     import subprocess
 
-    import env.probes
+    import grpo_pipeline.env.probes
 
     ran = []
-    monkeypatch.setattr(env.probes, "nvidia_driver_version", lambda: None)
+    monkeypatch.setattr(grpo_pipeline.env.probes, "nvidia_driver_version", lambda: None)
     monkeypatch.setattr(subprocess, "run", lambda args, **kw: ran.append(list(args)))
     namespace = {"SMOKE": False, "REPO_ROOT": ROOT, "REPO_URL": "unused", "sys": sys, "subprocess": subprocess}
     with pytest.raises(SystemExit) as stop:

@@ -1,4 +1,4 @@
-"""Every path option of every command x every bad kind of path, through the real CLI (`pipeline.cli.main`).
+"""Every path option of every command x every bad kind of path, through the real CLI (`grpo_pipeline.pipeline.cli.main`).
 
 Each case must end with exit 2, one message naming the option, no traceback, and before any work: the
 tokenizer and the backends are replaced by tripwires, so a path that slips through fails the test at once
@@ -20,7 +20,7 @@ from typing import Callable
 
 import pytest
 
-from env.path_check import EXPORT_MARKER, INPUT_FILE, OUTPUT_FILE, PATH_OPTIONS, PathError, check_path
+from grpo_pipeline.env.path_check import EXPORT_MARKER, INPUT_FILE, OUTPUT_FILE, PATH_OPTIONS, PathError, check_path
 
 from tests.cli_helpers import fault_table, run_cli
 
@@ -52,15 +52,15 @@ def tripwires(monkeypatch) -> None:
     # Every module that binds load_tokenizer by name is imported now, so it keeps the real one, not the wire: a
     # module first imported under the wire would keep it for the rest of the process (another test's export).
     for path in (ROOT / "pipeline").rglob("*.py"):
-        if "from pipeline.data.tokenizer import" in path.read_text(encoding="utf-8"):
+        if "from grpo_pipeline.pipeline.data.tokenizer import" in path.read_text(encoding="utf-8"):
             importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
 
     def started(*args, **kwargs):
         raise WorkStarted("work started before the path was refused")
 
-    monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", started)
+    monkeypatch.setattr("grpo_pipeline.pipeline.data.tokenizer.load_tokenizer", started)
     for name in ("load_model", "load_for_training", "load_generator", "export"):
-        monkeypatch.setattr(f"pipeline.backends.plain.{name}", started)
+        monkeypatch.setattr(f"grpo_pipeline.pipeline.backends.plain.{name}", started)
 
 
 def run(argv: list[str], monkeypatch, capsys) -> tuple[int, str]:
@@ -164,7 +164,7 @@ def _export(option: str) -> Option:
 
 
 def every_option() -> list[Option]:
-    """Built from env.path_check.PATH_OPTIONS, so a path option added there is tested here."""
+    """Built from grpo_pipeline.env.path_check.PATH_OPTIONS, so a path option added there is tested here."""
     def build(command: str, name: str) -> Option:
         if command in ("train", "data"):
             return _config_command(command, name)
@@ -298,7 +298,7 @@ def test_export_never_replaces_what_it_reads(name, overwrite, run_copy, tmp_path
 
 def test_export_out_is_the_local_base_model(adapter_dir, tmp_path, monkeypatch, capsys):
     """The adapter's base model, when it is a folder, is read by the export: never its --out."""
-    from pipeline.data.tokenizer import resolve_model_path
+    from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 
     base = Path(resolve_model_path("tiny-qwen2.5"))
     before = tree_digest(base)
@@ -321,7 +321,7 @@ def test_overwrite_replaces_only_a_previous_export_and_restores_it_on_failure(ad
         raise RuntimeError("export failed half-way")
 
     with monkeypatch.context() as patch:
-        patch.setattr("pipeline.backends.plain.export", fails)
+        patch.setattr("grpo_pipeline.pipeline.backends.plain.export", fails)
         code, output = run(_export_argv(adapter_dir, out, "--overwrite"), patch, capsys)
     assert code == 1 and "internal error" in output  # a bug, not the user's input
     assert tree_digest(out) == first  # the old export is back under its name
@@ -357,7 +357,7 @@ def test_output_file_never_replaces_an_input(command, run_copy, tmp_path, monkey
 
 
 def test_train_output_dir_is_not_the_model_folder(tmp_path, monkeypatch, capsys):
-    from pipeline.demo.model import build_tiny_qwen2
+    from grpo_pipeline.pipeline.demo.model import build_tiny_qwen2
 
     model = tmp_path / "my model"
     build_tiny_qwen2(vocab_size=256, hidden_size=32, intermediate_size=64).save_pretrained(str(model))
@@ -372,7 +372,7 @@ def test_train_output_dir_is_not_the_model_folder(tmp_path, monkeypatch, capsys)
 
 
 def _output_input_pairs():
-    from env.path_check import PATH_OPTIONS
+    from grpo_pipeline.env.path_check import PATH_OPTIONS
 
     for command, table in PATH_OPTIONS.items():
         for out, out_spec in table.items():
@@ -385,7 +385,7 @@ PAIRS = list(_output_input_pairs())
 
 
 def _values_with(command: str, src: str, folder: Path, out: str, target: Path) -> dict:
-    from env.path_check import PATH_OPTIONS
+    from grpo_pipeline.env.path_check import PATH_OPTIONS
 
     values = {src: str(folder), out: str(target)}
     if command == "export":
@@ -402,7 +402,7 @@ def test_the_pairs_cover_the_known_mistakes():
 
 @pytest.mark.parametrize(("command", "out", "src"), PAIRS, ids=[f"{c}-{o}-in-{s}" for c, o, s in PAIRS])
 def test_an_output_inside_an_input_folder_is_refused_naming_the_output(tmp_path, command, out, src):
-    from env.path_check import PATH_OPTIONS, check_command_paths
+    from grpo_pipeline.env.path_check import PATH_OPTIONS, check_command_paths
 
     folder = tmp_path / "input folder"
     folder.mkdir()
@@ -417,7 +417,7 @@ def test_an_output_inside_an_input_folder_is_refused_naming_the_output(tmp_path,
 
 
 def test_a_run_folder_may_hold_the_checkpoint_it_resumes(tmp_path):
-    from env.path_check import check_command_paths
+    from grpo_pipeline.env.path_check import check_command_paths
 
     checkpoint = tmp_path / "run" / "checkpoint-5"
     checkpoint.mkdir(parents=True)

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.config import ConfigError, PipelineConfig, parse_config
-from pipeline.plan import estimate as est
-from pipeline.plan.cards import CUDA_CONTEXT_GIB, GIB, KNOWN_CARDS, card_by_name, card_from_memory
-from pipeline.plan.command import RECIPES_DIR, main, recipe_table
-from pipeline.plan.fit import REFUSE_RATIO, memory_check, plan, suggestions
-from pipeline.plan.bundled import bundled_config_name
-from pipeline.plan.shape import ModelShape, ParamCounts, count_parameters, load_shape
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_config
+from grpo_pipeline.pipeline.plan import estimate as est
+from grpo_pipeline.pipeline.plan.cards import CUDA_CONTEXT_GIB, GIB, KNOWN_CARDS, card_by_name, card_from_memory
+from grpo_pipeline.pipeline.plan.command import RECIPES_DIR, main, recipe_table
+from grpo_pipeline.pipeline.plan.fit import REFUSE_RATIO, memory_check, plan, suggestions
+from grpo_pipeline.pipeline.plan.bundled import bundled_config_name
+from grpo_pipeline.pipeline.plan.shape import ModelShape, ParamCounts, count_parameters, load_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -295,7 +295,7 @@ def test_an_unknown_card_names_the_known_ones():
 
 
 def run_plan(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline", "plan", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "grpo_pipeline.pipeline", "plan", *args], cwd=ROOT, capture_output=True,
                           text=True, env={**__import__("os").environ, "PATH": "/usr/bin:/bin"}, timeout=300)
 
 
@@ -364,7 +364,7 @@ def test_the_committed_table_is_what_grpo_plan_table_prints(page):
 
 
 def test_memory_check_passes_warns_and_refuses(monkeypatch):
-    monkeypatch.setattr("pipeline.plan.cards.live_card", lambda: None)
+    monkeypatch.setattr("grpo_pipeline.pipeline.plan.cards.live_card", lambda: None)
     recipe = parse_config(["--config", str(RECIPES_DIR / "qwen2.5-7b-gsm8k.yaml")])
     assert memory_check(recipe).startswith("not estimated: no GPU")
     assert "margin +" in memory_check(recipe.replace(gpu_memory_gb=80))
@@ -378,7 +378,7 @@ def test_memory_check_passes_warns_and_refuses(monkeypatch):
 
 
 def test_train_check_lists_the_memory_check():
-    from pipeline.preflight import run_checks
+    from grpo_pipeline.pipeline.preflight import run_checks
 
     cfg = parse_config(["--config", str(RECIPES_DIR / "qwen2.5-1.5b-gsm8k.yaml"), "--gpu_memory_gb", "15"])
     names = [c.name for c in run_checks(cfg, stop_at_first=False)]
@@ -413,8 +413,8 @@ def test_the_planner_is_held_against_every_published_figure_we_have():
 def test_the_planner_reads_the_recipe_and_derives_its_path_widths_and_token_budget_a_rung_is_a_recipe_change():
     """What the planner derives from a recipe (estimate.py memory_path, kbit_upcast, token_budget, ...), the lengths
     as set and read when asked; and every knob's rung is a change of the recipe's own options."""
-    from pipeline.config.fields import field_names
-    from pipeline.plan.fit import KNOBS
+    from grpo_pipeline.pipeline.config.fields import field_names
+    from grpo_pipeline.pipeline.plan.fit import KNOBS
 
     cfg = PipelineConfig().replace(backend="plain", load_in_4bit=True, max_seq_length=1000,
                                    max_completion_length="300", per_device_train_batch_size=8, num_generations=8,
@@ -459,7 +459,7 @@ def test_the_gpu_check_holds_the_estimate_against_the_measured_peak():
 def test_on_a_gpu_machine_the_visible_card_and_its_free_memory_are_read_with_nvidia_smi(tmp_path, monkeypatch,
                                                                                         capsys):
     """The GPU boundary stubbed: an `nvidia-smi` on PATH answering the query as the driver does (in this process;
-    `python -m pipeline plan`'s own process: test_without_a_gpu_or_a_card_it_asks_for_one)."""
+    `python -m grpo_pipeline.pipeline plan`'s own process: test_without_a_gpu_or_a_card_it_asks_for_one)."""
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\necho 'NVIDIA L4, 23034, 12000'\n")
     fake.chmod(0o755)

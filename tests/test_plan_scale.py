@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from pipeline.config import ConfigError, parse_config
-from pipeline.plan.cards import card_by_name
-from pipeline.plan.command import main
-from pipeline.plan.fit import plan
-from pipeline.plan.scale import scale_plan
+from grpo_pipeline.pipeline.config import ConfigError, parse_config
+from grpo_pipeline.pipeline.plan.cards import card_by_name
+from grpo_pipeline.pipeline.plan.command import main
+from grpo_pipeline.pipeline.plan.fit import plan
+from grpo_pipeline.pipeline.plan.scale import scale_plan
 
 SEVEN_B = "configs/qwen2.5-7b-gsm8k.yaml"
 

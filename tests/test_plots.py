@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.run.plots import moving_average, plot_run, read_metrics, series
+from grpo_pipeline.pipeline.run.plots import moving_average, plot_run, read_metrics, series
 
 
 def _write_metrics(run: Path, rows: list[dict]) -> None:
@@ -36,7 +36,7 @@ def _full_rows(n: int = 40) -> list[dict]:
     if n > 13:  # a NaN/inf step must not break the plot (it shows as a gap and a red cross)
         rows[10]["grad_norm"] = math.nan
         rows[11]["loss"] = math.inf
-        rows[12]["loss"] = "nan"  # pipeline.run.log writes non-finite values as strings
+        rows[12]["loss"] = "nan"  # grpo_pipeline.pipeline.run.log writes non-finite values as strings
     return rows
 
 
@@ -154,10 +154,10 @@ def test_health_and_kl_plots_draw_the_warning_thresholds(tmp_path, monkeypatch):
 
 
 def test_a_runs_plot_settings_come_from_its_config():
-    from pipeline.config import from_mapping
-    from pipeline.run.decisions import reward_specs
-    from pipeline.run.plots import plot_settings
-    from rewards import get_reward_funcs
+    from grpo_pipeline.pipeline.config import from_mapping
+    from grpo_pipeline.pipeline.run.decisions import reward_specs
+    from grpo_pipeline.pipeline.run.plots import plot_settings
+    from grpo_pipeline.rewards import get_reward_funcs
 
     cfg = from_mapping({"reward_funcs": ["correctness", "xmlcount"], "reward_weights": [1.0, 2.0],
                         "garbled_threshold": 0.2})

@@ -50,7 +50,7 @@ def test_the_example_has_its_files_commands_and_output():
 
 def _grpo() -> list[str]:
     script = shutil.which("grpo")  # the installed console script, as a user runs it
-    return [script] if script else [sys.executable, "-m", "pipeline"]
+    return [script] if script else [sys.executable, "-m", "grpo_pipeline.pipeline"]
 
 
 @pytest.mark.slow

@@ -19,9 +19,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline.demo.registry import REAL_QWEN_GGUF, REAL_QWEN_NAME
-from pipeline.health.stale import ROLLOUT_GAP_FLOOR
-from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
+from grpo_pipeline.pipeline.demo.registry import REAL_QWEN_GGUF, REAL_QWEN_NAME
+from grpo_pipeline.pipeline.health.stale import ROLLOUT_GAP_FLOOR
+from grpo_pipeline.pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
 from tests.cli_helpers import ROOT, run_cli
 from tests.vllm_helpers import REAL_VLLM
 
@@ -60,7 +60,7 @@ def _real_cache(real_qwen_dir, tmp_path_factory):
 def test_the_converted_folder_carries_the_bundled_tokenizer_and_stops_at_im_end(real_qwen_dir, qwen_tokenizer):
     from transformers import AutoTokenizer, GenerationConfig
 
-    from pipeline.demo.gguf_model import provenance
+    from grpo_pipeline.pipeline.demo.gguf_model import provenance
 
     folder = AutoTokenizer.from_pretrained(str(real_qwen_dir))
     assert folder.get_vocab() == qwen_tokenizer.get_vocab()
@@ -80,7 +80,7 @@ def test_the_converted_folder_carries_the_bundled_tokenizer_and_stops_at_im_end(
 _STEP = """
 import json, sys
 from train_helpers import tiny_qwen_config
-from pipeline.train import run_training
+from grpo_pipeline.pipeline.train import run_training
 cfg = tiny_qwen_config(**json.loads(sys.argv[1]))
 result = run_training(cfg)
 print(json.dumps({"status": result.status, "steps": result.steps, "output_dir": str(result.output_dir)}))
@@ -140,8 +140,8 @@ def through_transformers(real_run):
     path with vllm_mode none), as (prompts, completions); the model is freed before the vLLM engine loads."""
     import gc
 
-    from pipeline.backends import plain
-    from pipeline.infer.session import inference_args, open_inference
+    from grpo_pipeline.pipeline.backends import plain
+    from grpo_pipeline.pipeline.infer.session import inference_args, open_inference
 
     args = inference_args(lora=str(real_run.output_dir / "lora"), backend="plain")
     with pytest.MonkeyPatch.context() as patch:  # the transformers path: vLLM out of sight for this one load
@@ -157,9 +157,9 @@ def through_transformers(real_run):
 
 def test_greedy_answers_agree_through_vllm_and_transformers_and_the_rewards_score_them(real_run,
                                                                                       through_transformers):
-    from pipeline.backends import vllm_engine
-    from pipeline.infer.session import inference_args, open_inference
-    from rewards import correctness_reward_func, extract_hash_answer, xmlcount_reward_func
+    from grpo_pipeline.pipeline.backends import vllm_engine
+    from grpo_pipeline.pipeline.infer.session import inference_args, open_inference
+    from grpo_pipeline.rewards import correctness_reward_func, extract_hash_answer, xmlcount_reward_func
 
     prompts, expected = through_transformers
     setup = open_inference(inference_args(lora=str(real_run.output_dir / "lora"), backend="plain"))
@@ -190,7 +190,7 @@ def test_a_merged_export_of_the_real_lora_reloads_and_answers_the_same(real_run,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pipeline.backends import vllm_engine
+    from grpo_pipeline.pipeline.backends import vllm_engine
 
     vllm_engine.release_shared_engine()  # the tests before are done with it
     lora, merged = real_run.output_dir / "lora", real_run.output_dir / "merged"

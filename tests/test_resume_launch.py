@@ -15,11 +15,11 @@ import torch
 from datasets import Dataset
 from safetensors.numpy import save_file
 
-from env.kept import state_key
-from pipeline.config import ConfigError
-from pipeline.preflight import check_resume
-from pipeline.run import resume
-from pipeline.run.resume import SHAPE_NAME, checkpoint_record, data_mismatch, resume_key, resume_mismatch
+from grpo_pipeline.env.kept import state_key
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.preflight import check_resume
+from grpo_pipeline.pipeline.run import resume
+from grpo_pipeline.pipeline.run.resume import SHAPE_NAME, checkpoint_record, data_mismatch, resume_key, resume_mismatch
 from train_helpers import demo_config
 
 

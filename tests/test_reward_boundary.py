@@ -10,7 +10,7 @@ import inspect
 
 import pytest
 
-from rewards.contract import RewardFailure, SignalInterrupt, guard_reward
+from grpo_pipeline.rewards.contract import RewardFailure, SignalInterrupt, guard_reward
 
 
 class LibraryAbort(BaseException):
@@ -148,7 +148,7 @@ def test_a_generated_completion_keeps_its_token_count_through_the_copy():
     import copy
     import pickle
 
-    from pipeline.backends import Completion
+    from grpo_pipeline.pipeline.backends import Completion
 
     done = Completion("<answer>4</answer>", tokens=7)
     for copied in (copy.deepcopy([done])[0], pickle.loads(pickle.dumps(done))):
@@ -159,7 +159,7 @@ def test_the_signal_handlers_raise_the_interrupt_the_boundary_lets_through():
     import os
     import signal
 
-    from pipeline.run.stop import interrupts_raise
+    from grpo_pipeline.pipeline.run.stop import interrupts_raise
 
     with pytest.raises(SignalInterrupt, match="SIGTERM"):
         with interrupts_raise():

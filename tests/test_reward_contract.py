@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from pipeline import cli
-from pipeline.config import ConfigError
-from pipeline.data.tokenizer import load_tokenizer
-from pipeline.data.run_data import prepare_train
-from pipeline.preflight import check_rewards, run_checks
-from rewards.contract import RewardFailure, guard_reward
+from grpo_pipeline.pipeline import cli
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
+from grpo_pipeline.pipeline.data.run_data import prepare_train
+from grpo_pipeline.pipeline.preflight import check_rewards, run_checks
+from grpo_pipeline.rewards.contract import RewardFailure, guard_reward
 from train_helpers import demo_config
 
 CASES = "reward_contract_cases"
@@ -79,7 +79,7 @@ def test_run_checks_is_the_contract_and_stops_before_anything_loads(tmp_path):
 
 def test_grpo_train_check_exits_2_naming_the_reward(tmp_path, monkeypatch, capsys):
     """`grpo train --check` through the CLI's main, in this process (a process of its own imports torch before it
-    stops, ~10 s; `python -m pipeline`'s own exit status: tests/test_faults.py)."""
+    stops, ~10 s; `python -m grpo_pipeline.pipeline`'s own exit status: tests/test_faults.py)."""
     monkeypatch.chdir(tmp_path)
     code = cli.main(["train", "--check", "--output_dir", str(tmp_path / "r"), "--reward_funcs", "xmlcount",
                      f"{CASES}:raises"])
@@ -103,7 +103,7 @@ def test_guard_logs_none_share_and_warns_once():
 
 
 def test_guard_keeps_the_name_trl_logs_under():
-    from rewards import get_reward_funcs
+    from grpo_pipeline.rewards import get_reward_funcs
 
     for func in get_reward_funcs(["xmlcount", "correctness"]):
         assert guard_reward(func).__name__ == func.__name__
@@ -125,7 +125,7 @@ def test_guard_names_the_failing_sample():
 def test_reward_raising_at_step_2_stops_cleanly_with_a_checkpoint(tmp_path, capsys, monkeypatch, way_out):
     """Every way out of a reward mid-run (an error, a sys.exit() in user code, a KeyboardInterrupt it raises itself)
     stops the run as one named failure: exit 2, a checkpoint, summary.json, no traceback."""
-    from pipeline.train import EXIT_HEALTH_STOP, run_training
+    from grpo_pipeline.pipeline.train import EXIT_HEALTH_STOP, run_training
 
     run_dir = tmp_path / "run"
     cfg = demo_config(run_dir, max_steps=5, save_steps=100, reward_funcs=["xmlcount", f"{CASES}:raises_at_step"],

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from rewards.contract import (RewardFailure, _accepts, _NoneShare, _sample, check_rewards, guard_reward,
+from grpo_pipeline.rewards.contract import (RewardFailure, _accepts, _NoneShare, _sample, check_rewards, guard_reward,
                               probe_rewards, reward_name)
 
 
@@ -27,7 +27,7 @@ def failure_of(func, **call) -> str:
 
 # ---------------------------------------------------------------- _sample
 
-CUT80 = f"'{'x' * 37}...{'x' * 38}'"  # 80 characters of a long text: both ends kept (env.text.excerpt)
+CUT80 = f"'{'x' * 37}...{'x' * 38}'"  # 80 characters of a long text: both ends kept (grpo_pipeline.env.text.excerpt)
 
 def chat(*contents):
     return [{"role": "system", "content": contents[0]}] + [{"role": "user", "content": c} for c in contents[1:]]
@@ -50,7 +50,7 @@ LONG = "x" * 100  # repr 102 chars
     (0, [[]], [[]], {}, "prompt [], completion []"),
     # out of range / not indexable: None
     (3, ["p"], None, {}, "prompt None, completion None"),
-    # 80 characters for prompt and completion (env.text.excerpt: both ends kept)
+    # 80 characters for prompt and completion (grpo_pipeline.env.text.excerpt: both ends kept)
     (0, [LONG], [LONG], {}, f"prompt {CUT80}, completion {CUT80}"),
     (0, [chat("s", LONG)], [[{"content": LONG}]], {}, f"prompt {CUT80}, completion {CUT80}"),
     # columns: list/tuple ones only, completion_ids left out, 40 characters each, joined by ", "
@@ -234,7 +234,7 @@ def test_failure_message(func, call, message):
 
 def without_place(text: str, func) -> str:
     """A raise's message without its place, after checking the place: " (at FILE line N)", this file and a line
-    of `func`'s own source (rewards.contract.raised_at). Messages of values returned have no place."""
+    of `func`'s own source (grpo_pipeline.rewards.contract.raised_at). Messages of values returned have no place."""
     if "raised" not in text:
         return text
     head, _, at = text.rpartition(f" (at {__file__} line ")
@@ -371,7 +371,7 @@ def test_probe_one_line_per_function_and_raises_the_first_failure():
 def test_a_raising_plug_in_reward_is_named_with_its_file_and_line(tmp_path, monkeypatch):
     """A `module:function` reward in the working folder (rewards/user_code.py loads it): its message names the
     function, its file and the line that raised."""
-    from rewards import get_reward_funcs
+    from grpo_pipeline.rewards import get_reward_funcs
 
     (tmp_path / "my_plugin_rewards.py").write_text(
         "def picky(prompts, completions, **kwargs):\n"

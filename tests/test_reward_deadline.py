@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rewards.contract import RewardFailure, guard_reward
-from rewards.worker import stop_workers
+from grpo_pipeline.rewards.contract import RewardFailure, guard_reward
+from grpo_pipeline.rewards.worker import stop_workers
 
 TIMEOUT = 1.0
 SLACK = 3.0
@@ -227,7 +227,7 @@ def test_the_worker_ends_with_the_guarded_reward():
 
 def test_the_health_observer_stays_in_the_trainers_process_and_the_recipes_rewards_get_their_own():
     """pipeline/trainer/build.py: the observer's state is read by the health callback, in the trainer's process."""
-    from pipeline.trainer.build import guarded_rewards
+    from grpo_pipeline.pipeline.trainer.build import guarded_rewards
 
     def observer(prompts, completions, **kwargs):
         return [float(os.getpid())] * len(completions)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewards.contract import RewardFailure, call_reward, guard_reward
+from grpo_pipeline.rewards.contract import RewardFailure, call_reward, guard_reward
 
 
 def returned(value):

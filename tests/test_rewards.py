@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rewards import (
+from grpo_pipeline.rewards import (
     answers_match,
     correctness_reward_func,
     extract_hash_answer,
@@ -121,10 +121,10 @@ def test_symbolic_answers_differ(pred, ref):
 
 def test_numeric_and_ambiguous_answers_never_reach_math_verify(monkeypatch):
     """The time budget depends on it: GSM8K-style answers must settle on the fast path."""
-    import rewards.matching
+    import grpo_pipeline.rewards.matching
 
     calls = []
-    monkeypatch.setattr(rewards.matching, "symbolic_equal", lambda p, r: calls.append((p, r)) or False)
+    monkeypatch.setattr(grpo_pipeline.rewards.matching, "symbolic_equal", lambda p, r: calls.append((p, r)) or False)
     for pred in ("$1,234", "1234.5", "答案：1234", "\\boxed{\\frac{1}{2}}", "5 or 18", "2x", "x+1", "eighteen", "", None):
         answers_match(pred, "1234")
     assert calls == []

@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewards import cleaning, normalize
-from rewards.cleaning import (_boxed_at, _build_garbage_table, _last_boxed_content, clean_characters,
+from grpo_pipeline.rewards import cleaning, normalize
+from grpo_pipeline.rewards.cleaning import (_boxed_at, _build_garbage_table, _last_boxed_content, clean_characters,
                               mixed_fraction, simplify_latex, simplify_prose)
-from rewards.completions import completion_text, completion_texts
-from rewards.extract import extract_xml_answer
-from rewards.normalize import normalize_answer, parse_answer
+from grpo_pipeline.rewards.completions import completion_text, completion_texts
+from grpo_pipeline.rewards.extract import extract_xml_answer
+from grpo_pipeline.rewards.normalize import normalize_answer, parse_answer
 
 
 @pytest.fixture(autouse=True)
@@ -199,7 +199,7 @@ _FRACTIONS = {"a half": Fraction(1, 2), "one half": Fraction(1, 2), "a third": F
 def test_a_whole_number_and_a_fraction_in_words_is_one_number_never_the_whole_alone(whole, words, form):
     """"2 and a half hours" is 2.5: read as 2 it was rewarded against a reference of 2. As a prediction and as a
     reference, whatever the case, the words around it and the language ("2个半" = 2.5, "2又1/2" = 5/2)."""
-    from rewards.matching import answers_match
+    from grpo_pipeline.rewards.matching import answers_match
 
     text = form.format(n=whole, w=words, W=words.upper())
     value = whole + (Fraction(1, 2) if "半" in form or "又" in form else _FRACTIONS[words])
@@ -371,7 +371,7 @@ def test_a_scale_word_in_capitals_is_never_dropped(text, value):
 
 @pytest.mark.parametrize("padding", [" " * 999, "\n" * 1500, " \t" * 2000])
 def test_trailing_whitespace_never_pushes_the_answer_out_of_the_window(padding):
-    from rewards.normalize import parse_answer
+    from grpo_pipeline.rewards.normalize import parse_answer
 
     parsed = parse_answer("The total is 18" + padding, prediction=True)
     assert parsed is not None and parsed.value == 18

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rewards import (
+from grpo_pipeline.rewards import (
     answers_match,
     correctness_reward_func,
     int_reward_func,

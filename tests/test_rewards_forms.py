@@ -11,9 +11,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from rewards import answers_match, correctness_reward_func, extract_xml_answer, int_reward_func
-from rewards import symbolic
-from rewards.sentences import conclusion_value
+from grpo_pipeline.rewards import answers_match, correctness_reward_func, extract_xml_answer, int_reward_func
+from grpo_pipeline.rewards import symbolic
+from grpo_pipeline.rewards.sentences import conclusion_value
 
 
 def score(answer_block: str, reference: str) -> float | None:
@@ -135,19 +135,19 @@ def test_int_reward_reads_the_same_forms():
 # --- the time budget and the verdict cache -----------------------------------------------------
 
 def test_symbolic_checks_stop_when_the_batch_budget_is_spent(monkeypatch):
-    monkeypatch.setattr("rewards.correctness.SYMBOLIC_BUDGET_S", 0.0)
+    monkeypatch.setattr("grpo_pipeline.rewards.correctness.SYMBOLIC_BUDGET_S", 0.0)
     symbolic._verdict.cache_clear()
     before = symbolic.skipped_over_budget
     assert score("\\sqrt{1369}", "37") == 0.0  # would be right, but no time was left to prove it
     assert symbolic.skipped_over_budget == before + 1
-    monkeypatch.setattr("rewards.correctness.SYMBOLIC_BUDGET_S", 2.0)
+    monkeypatch.setattr("grpo_pipeline.rewards.correctness.SYMBOLIC_BUDGET_S", 2.0)
     assert score("\\sqrt{1369}", "37") == 2.0  # the skip was not cached as a verdict
 
 
 def test_symbolic_verdicts_are_cached(monkeypatch):
     symbolic._verdict.cache_clear()
     assert score("\\sqrt{1444}", "38") == 2.0
-    monkeypatch.setattr("rewards.correctness.SYMBOLIC_BUDGET_S", 0.0)
+    monkeypatch.setattr("grpo_pipeline.rewards.correctness.SYMBOLIC_BUDGET_S", 0.0)
     assert score("\\sqrt{1444}", "38") == 2.0  # answered from the cache, no budget needed
 
 
@@ -206,7 +206,7 @@ def test_conclusion_rule_returns_nothing_or_the_asserted_number(a, b):
     assert not answers_match(f"So the shop sold a total of {a} boxes or {b}.", str(a)) or a == b
 
 
-# Every alternative of rewards.sentences._HEDGE, placed in a concluding sentence that also carries a context
+# Every alternative of grpo_pipeline.rewards.sentences._HEDGE, placed in a concluding sentence that also carries a context
 # number ("After 3 days"), so no single-number rule (UNSURE) or list rule can refuse it first.
 SENTENCE_HEDGES = ["the total is maybe {a}", "the total is probably {a}", "the total is {a} or so",
                    "the total is actually {a}", "the total is perhaps {a}", "the total is possibly {a}",

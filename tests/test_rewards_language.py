@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewards import get_reward_funcs, resolve_reward
-from rewards.format import format_completion
-from rewards.language import (
+from grpo_pipeline.rewards import get_reward_funcs, resolve_reward
+from grpo_pipeline.rewards.format import format_completion
+from grpo_pipeline.rewards.language import (
     LANGUAGE_REWARD,
     LANGUAGE_THRESHOLD,
     dominant_script,
@@ -74,7 +74,7 @@ def test_without_a_question_only_mixing_costs():
 
 
 def test_registered_by_name_and_off_by_default():
-    from pipeline.config import PipelineConfig
+    from grpo_pipeline.pipeline.config import PipelineConfig
 
     assert resolve_reward("language_consistency") is language_consistency_reward_func
     assert resolve_reward("language_consistency_reward_func") is language_consistency_reward_func

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewards.number_words import number_words_to_digits
-from rewards.numbers import NUMBER, format_number, glued_single_letter, number_value, read_numbers, strip_lone_brackets
+from grpo_pipeline.rewards.number_words import number_words_to_digits
+from grpo_pipeline.rewards.numbers import NUMBER, format_number, glued_single_letter, number_value, read_numbers, strip_lone_brackets
 
 
 # --- number words: English -----------------------------------------------------------------

@@ -4,7 +4,7 @@
 It holds no tests itself; it stands in for a module a user would put on PYTHONPATH.
 """
 
-from rewards import completion_texts, extract_xml_answer
+from grpo_pipeline.rewards import completion_texts, extract_xml_answer
 
 NOT_A_FUNCTION = 3
 

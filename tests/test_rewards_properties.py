@@ -7,7 +7,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rewards import (
+from grpo_pipeline.rewards import (
     answers_match,
     correctness_reward_func,
     extract_hash_answer,

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewards import (
+from grpo_pipeline.rewards import (
     answers_match,
     check_reward_weights,
     correctness_reward_func,
@@ -30,14 +30,14 @@ from rewards import (
     symbolic,
     xmlcount_reward_func,
 )
-from rewards.language import (
+from grpo_pipeline.rewards.language import (
     dominant_script,
     language_consistency,
     language_consistency_reward_func,
     question_text,
     script_counts,
 )
-from rewards.sentences import after_last_marker, after_single_equals, conclusion_value
+from grpo_pipeline.rewards.sentences import after_last_marker, after_single_equals, conclusion_value
 
 KNOWN = ("ours xmlcount, soft_format, strict_format, int, correctness, language_consistency, xmlcount_reward_func, "
          "soft_format_reward_func, strict_format_reward_func, int_reward_func, correctness_reward_func, "
@@ -170,7 +170,7 @@ class _Records(logging.Handler):
 @pytest.fixture
 def symbolic_warnings():
     handler = _Records()
-    log = logging.getLogger("rewards.symbolic")
+    log = logging.getLogger("grpo_pipeline.rewards.symbolic")
     log.addHandler(handler)
     try:
         yield handler.messages
@@ -357,9 +357,9 @@ def test_language_reward_holds_a_prefilled_conversation_to_the_users_language():
 @pytest.mark.parametrize("name, message", [
     ("corectness", f"unknown reward 'corectness'; did you mean 'correctness'? known: {KNOWN}; or 'package.module:function' (or package.module.function) for your own."),
     ("  ", f"'  ' is not a reward name; known: {KNOWN}; or 'package.module:function'."),
-    ("rewards.registry:REWARD_FUNCS", "'rewards.registry:REWARD_FUNCS' is a dict, not a function."),
-    ("rewards.format:soft_format_reward_func:x",  # the module ends at the FIRST colon
-     "module 'rewards.format' has no 'soft_format_reward_func:x' (reward 'rewards.format:soft_format_reward_func:x')."),
+    ("grpo_pipeline.rewards.registry:REWARD_FUNCS", "'grpo_pipeline.rewards.registry:REWARD_FUNCS' is a dict, not a function."),
+    ("grpo_pipeline.rewards.format:soft_format_reward_func:x",  # the module ends at the FIRST colon
+     "module 'grpo_pipeline.rewards.format' has no 'soft_format_reward_func:x' (reward 'grpo_pipeline.rewards.format:soft_format_reward_func:x')."),
 ])
 def test_resolve_reward_errors_say_the_fix(name, message):
     with pytest.raises(ValueError) as err:
@@ -369,7 +369,7 @@ def test_resolve_reward_errors_say_the_fix(name, message):
 
 def test_a_plugin_attribute_path_may_be_dotted():
     assert resolve_reward("rewards:format.soft_format_reward_func") is soft_format_reward_func
-    assert resolve_reward("rewards.registry:resolve_reward") is resolve_reward
+    assert resolve_reward("grpo_pipeline.rewards.registry:resolve_reward") is resolve_reward
 
 
 def test_a_plugin_beside_the_command_is_found_without_the_folder_on_sys_path(tmp_path, monkeypatch):

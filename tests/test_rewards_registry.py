@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import rewards
-from rewards import (
+from grpo_pipeline import rewards
+from grpo_pipeline.rewards import (
     DEFAULT_REWARD_WEIGHTS,
     DEFAULT_REWARDS,
     REWARD_FUNCS,
@@ -153,8 +153,8 @@ def test_public_names():
 
 
 def test_config_layer_names_the_field_the_rewards_do_not():
-    """rewards/ raises plain ValueErrors; pipeline.config wraps them once, naming the config field."""
-    from pipeline.config import ConfigError, PipelineConfig, validate
+    """rewards/ raises plain ValueErrors; grpo_pipeline.pipeline.config wraps them once, naming the config field."""
+    from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, validate
 
     with pytest.raises(ConfigError, match=r"^config error in `reward_funcs`: unknown reward 'corectness'") as err:
         validate(PipelineConfig().replace(reward_funcs=["corectness"]), n_processes=1)
@@ -278,7 +278,7 @@ def user_scores(tmp_path, monkeypatch):
 
 
 def _call(func, n=3):
-    from rewards.contract import guard_reward
+    from grpo_pipeline.rewards.contract import guard_reward
 
     completions = [[{"role": "assistant", "content": "x"}]] * n
     output = guard_reward(func, hold=lambda failure: pytest.fail(str(failure)))(
@@ -290,7 +290,7 @@ def test_every_kind_of_callable_is_logged_under_its_own_distinct_name_and_called
     """A function, an async one, a lambda, functools.partials, callable instances (sync and async) and a
     staticmethod, all in one list: each keeps a name of its own (TRL's rewards/<name>/mean), the guard keeps it,
     and each is called (and awaited) as what it is."""
-    from rewards.contract import guard_reward, is_async_reward
+    from grpo_pipeline.rewards.contract import guard_reward, is_async_reward
 
     specs = list(USER_KINDS)
     funcs = get_reward_funcs(specs)
@@ -306,7 +306,7 @@ def test_every_kind_of_callable_is_logged_under_its_own_distinct_name_and_called
 def test_a_nameless_reward_is_told_apart_as_uncallable_or_raising_by_its_own_signature(user_scores):
     """The name's wrapper keeps the reward's signature readable, so the contract tells a reward TRL cannot call
     (fix the signature) from one that raised inside (fix the body)."""
-    from rewards.contract import RewardFailure, guard_reward
+    from grpo_pipeline.rewards.contract import RewardFailure, guard_reward
 
     picky, narrow = get_reward_funcs(["user_scores:picky", "user_scores:narrow"])
     with pytest.raises(RewardFailure) as caught:
@@ -337,8 +337,8 @@ def test_the_same_reward_listed_twice_under_two_names_is_refused(user_scores):
 
 @pytest.mark.parametrize("spec, name", [
     ("trl.rewards.accuracy_reward", "accuracy_reward"),            # TRL's docs and open-r1 write dotted paths
-    ("rewards.format.soft_format_reward_func", "soft_format_reward_func"),
-    ("rewards.format:soft_format_reward_func", "soft_format_reward_func"),
+    ("grpo_pipeline.rewards.format.soft_format_reward_func", "soft_format_reward_func"),
+    ("grpo_pipeline.rewards.format:soft_format_reward_func", "soft_format_reward_func"),
 ])
 def test_a_reward_is_any_importable_dotted_path_or_module_function(spec, name):
     assert rewards.resolve_reward(spec).__name__ == name
@@ -347,7 +347,7 @@ def test_a_reward_is_any_importable_dotted_path_or_module_function(spec, name):
 @pytest.mark.parametrize("spec, message", [
     ("nowhere_pkg.module.score", "cannot import module 'nowhere_pkg.module'"),
     (".", "unknown reward '.'"), ("correctnes", "unknown reward 'correctnes'"),
-    ("rewards.format.no_such_reward", "has no 'no_such_reward'"),
+    ("grpo_pipeline.rewards.format.no_such_reward", "has no 'no_such_reward'"),
 ])
 def test_a_dotted_path_that_does_not_resolve_is_named(spec, message):
     with pytest.raises(ValueError, match=message.replace(".", r"\.").replace("(", r"\(")):
@@ -368,7 +368,7 @@ def test_correctness_reads_the_pipelines_reference_else_the_answer_column(kwargs
 @pytest.fixture
 def declared_reward():
     """A made-up built-in reward, declared as ours are (rewards/declared.py), and taken back after the test."""
-    from rewards.declared import DECLARED, builtin_reward
+    from grpo_pipeline.rewards.declared import DECLARED, builtin_reward
 
     @builtin_reward("units", range=(0.0, 1.0), kind="format", learned_at_max=True, reads_reference=True)
     def units_reward_func(completions, **kwargs):
@@ -382,10 +382,10 @@ def test_a_reward_declared_once_is_known_to_every_reader(declared_reward):
     """One decorated function is the whole of a new built-in reward: the registry resolves it by both its names, the
     data path knows it reads the reference, the plots band it by its range, the flat-reward diagnosis and `grpo
     rewards` take its kind, with no table of ours naming it."""
-    from pipeline.health.signal import flat_reward_causes
-    from pipeline.infer.dry_run import _judges_format
-    from pipeline.run.plots import total_reward_range
-    from rewards.registry import is_builtin_reward
+    from grpo_pipeline.pipeline.health.signal import flat_reward_causes
+    from grpo_pipeline.pipeline.infer.dry_run import _judges_format
+    from grpo_pipeline.pipeline.run.plots import total_reward_range
+    from grpo_pipeline.rewards.registry import is_builtin_reward
 
     assert resolve_reward("units") is resolve_reward("units_reward_func") is declared_reward
     assert is_builtin_reward("units") and reads_reference(["units"]) is True

@@ -12,16 +12,16 @@ import math
 import pytest
 from transformers import TrainerControl, TrainerState
 
-from pipeline.config import HealthArguments
-from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
-from pipeline.health.rollout import (
+from grpo_pipeline.pipeline.config import HealthArguments
+from grpo_pipeline.pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
+from grpo_pipeline.pipeline.health.rollout import (
     IMPORTANCE_SAMPLING_RATIO,
     SAMPLING_LOGP_DIFFERENCE,
     RolloutProbe,
     trainer_logprobs,
 )
-from pipeline.health.rules import HealthCallback
-from pipeline.health.stale import ROLLOUT_GAP_FLOOR, STALE_LOGP_GAP, STALE_ROLLOUT_WINDOW
+from grpo_pipeline.pipeline.health.rules import HealthCallback
+from grpo_pipeline.pipeline.health.stale import ROLLOUT_GAP_FLOOR, STALE_LOGP_GAP, STALE_ROLLOUT_WINDOW
 
 
 def _callback(action="stop"):
@@ -94,8 +94,8 @@ def test_the_probe_names_the_step_whose_weights_the_engine_holds():
     """Without training: the weights are moved by hand between probes."""
     import torch
 
-    from pipeline.backends import plain
-    from pipeline.data.tokenizer import load_tokenizer
+    from grpo_pipeline.pipeline.backends import plain
+    from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
     from train_helpers import demo_config
 
     cfg = demo_config("unused")
@@ -135,8 +135,8 @@ def test_the_probe_names_the_step_whose_weights_the_engine_holds():
 @pytest.fixture
 def unsloth_engine(monkeypatch, tmp_path):
     import tests.fake_unsloth as fake_unsloth
-    from pipeline.backends import unsloth as unsloth_backend
-    from pipeline.backends import unsloth_setup
+    from grpo_pipeline.pipeline.backends import unsloth as unsloth_backend
+    from grpo_pipeline.pipeline.backends import unsloth_setup
     from tests.unsloth_helpers import make_cfg
 
     monkeypatch.setenv("UNSLOTH_VLLM_STANDBY", "1")
@@ -172,7 +172,7 @@ def test_unsloths_engine_is_sent_the_live_adapter_and_scored_through_prompt_logp
 
 def test_without_a_vllm_engine_there_is_nothing_to_probe(monkeypatch, tmp_path):
     import tests.fake_unsloth as fake_unsloth
-    from pipeline.backends import unsloth as unsloth_backend
+    from grpo_pipeline.pipeline.backends import unsloth as unsloth_backend
     from tests.unsloth_helpers import make_cfg
 
     handle = fake_unsloth.install()

@@ -5,12 +5,12 @@ import dataclasses
 
 import pytest
 
-from pipeline.config import trl_training_args
-from pipeline.data.run_data import prepare_train
-from pipeline.data.tokenizer import load_tokenizer
-from pipeline.preflight import run_checks
-from pipeline.run.decisions import RewardSpec, reward_specs
-from rewards import get_reward_funcs
+from grpo_pipeline.pipeline.config import trl_training_args
+from grpo_pipeline.pipeline.data.run_data import prepare_train
+from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
+from grpo_pipeline.pipeline.preflight import run_checks
+from grpo_pipeline.pipeline.run.decisions import RewardSpec, reward_specs
+from grpo_pipeline.rewards import get_reward_funcs
 from train_helpers import demo_config
 
 
@@ -42,8 +42,8 @@ def test_the_check_hands_the_run_one_frozen_record_of_its_decisions(tmp_path):
 
 def test_the_eval_key_holds_the_recipes_eval_inputs_and_start_by_role(tmp_path):
     """What an evaluation's kept result depends on (run/decisions.py EvalKey, built once by the check: eval_key)."""
-    from pipeline.config import role_values
-    from pipeline.run.decisions import eval_key
+    from grpo_pipeline.pipeline.config import role_values
+    from grpo_pipeline.pipeline.run.decisions import eval_key
 
     cfg = demo_config(tmp_path / "run", lora_r=4)
     key = eval_key(cfg)

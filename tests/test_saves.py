@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from env.disk import StorageError, storage_errno, storage_errors_named, storage_problem
-from pipeline.config import ConfigError
+from grpo_pipeline.env.disk import StorageError, storage_errno, storage_errors_named, storage_problem
+from grpo_pipeline.pipeline.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -116,7 +116,7 @@ def test_storage_error_message_names_where_why_and_what_next(tmp_path):
 SAVE_MOMENTS = {
     # where in the run, and the function that writes there (the fault is raised at its first call)
     "checkpoint": ("transformers.Trainer._save_rng_state", True),
-    "lora": ("pipeline.backends.plain.save_adapter", False),
+    "lora": ("grpo_pipeline.pipeline.backends.plain.save_adapter", False),
     "warm-up": ("peft.PeftModel.save_pretrained", False),
 }
 
@@ -132,7 +132,7 @@ def _patch_target(monkeypatch, dotted: str, err: BaseException) -> None:
 
 def _leftovers(run_dir: Path) -> list[str]:
     """Hidden staging copies, tmp-checkpoint folders and checkpoints without trainer_state.json."""
-    from pipeline.run.checkpoints import checkpoint_problem, list_checkpoints
+    from grpo_pipeline.pipeline.run.checkpoints import checkpoint_problem, list_checkpoints
 
     hidden = [p.name for p in run_dir.iterdir() if p.name.startswith(".") and p.name != ".grpo-run.lock"]
     staged = [p.name for p in run_dir.glob("tmp-checkpoint-*")]
@@ -145,7 +145,7 @@ def _leftovers(run_dir: Path) -> list[str]:
 @pytest.mark.parametrize("shape", ["safetensors (os error 28)", "ENOSPC as __cause__"])
 def test_storage_error_at_every_save_is_named_and_leaves_nothing_half_written(moment, shape, tmp_path, monkeypatch,
                                                                              capsys):
-    from pipeline.train import main
+    from grpo_pipeline.pipeline.train import main
 
     monkeypatch.syspath_prepend(str(TESTS))
     target, _ = SAVE_MOMENTS[moment]
@@ -168,9 +168,9 @@ def test_export_storage_error_is_named(tmp_path, monkeypatch, capsys):
     from fault_kit import adapter
 
     lora = adapter(tmp_path)
-    monkeypatch.setattr("pipeline.backends.plain.export", lambda *a, **k: (_ for _ in ()).throw(
+    monkeypatch.setattr("grpo_pipeline.pipeline.backends.plain.export", lambda *a, **k: (_ for _ in ()).throw(
         SafetensorError("Error while serializing: I/O error: Read-only file system (os error 30)")))
-    from pipeline.infer.export import main
+    from grpo_pipeline.pipeline.infer.export import main
 
     out = tmp_path / "merged"
     code = main(["--lora", str(lora), "--to", "merged16", "--out", str(out), "--backend", "plain"])
@@ -191,22 +191,22 @@ FORK_SERVER = textwrap.dedent("""
     sys.path[:0] = [{root!r}, {tests!r}]
     from test_saves import config
     from train_helpers import freeze_the_training_stack, resolve_dotted
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
     import transformers, peft  # noqa: F401 -- the classes a kill point names
     freeze_the_training_stack()
 
     def killed_at(target, nth, when, run_dir, overrides):
-        import env.paths
+        import grpo_pipeline.env.paths
         if target == "os.rename":  # the two-rename replace, where renameat2 cannot swap
-            env.paths._renameat2 = lambda src, dst, flags: False
+            grpo_pipeline.env.paths._renameat2 = lambda src, dst, flags: False
         owner, attr = resolve_dotted(target)
         original, calls = getattr(owner, attr), []
 
         def counted(args):
             if target == "os.rename":
                 return ".lora.old-" in str(args[1])  # only the rename that moves lora/ aside counts
-            if target == "env.paths._renameat2":
-                return args[2] == env.paths._RENAME_EXCHANGE and os.path.basename(args[1]) == "lora"
+            if target == "grpo_pipeline.env.paths._renameat2":
+                return args[2] == grpo_pipeline.env.paths._RENAME_EXCHANGE and os.path.basename(args[1]) == "lora"
             return True
 
         def killed_here(*args, **kwargs):
@@ -264,16 +264,16 @@ def kill_server(tmp_path_factory):
 # name -> (function, nth call, kill before/after it, config overrides). Each a moment of a run's saves.
 KILL_POINTS = {
     "inside checkpoint-2's save (rng state)": ("transformers.Trainer._save_rng_state", 2, "before", {}),
-    "checkpoint-2 saved, before the lora/ save": ("pipeline.backends.plain.save_adapter", 1, "before", {}),
-    "lora/ staged with weights, before its metadata": ("pipeline.run.manifest.write_adapter_metadata", 1,
+    "checkpoint-2 saved, before the lora/ save": ("grpo_pipeline.pipeline.backends.plain.save_adapter", 1, "before", {}),
+    "lora/ staged with weights, before its metadata": ("grpo_pipeline.pipeline.run.manifest.write_adapter_metadata", 1,
                                                        "before", {}),
-    "lora/ published, before manifest.json": ("pipeline.run.manifest.write_manifest", 1, "before", {}),
-    "manifest.json written, before eval after": ("pipeline.infer.evaluate.evaluate_rows", 1, "before",
+    "lora/ published, before manifest.json": ("grpo_pipeline.pipeline.run.manifest.write_manifest", 1, "before", {}),
+    "manifest.json written, before eval after": ("grpo_pipeline.pipeline.infer.evaluate.evaluate_rows", 1, "before",
                                                  {"eval_after": True, "eval_limit": 2}),
     # the last moment before summary.json (the plots are written): the state any kill after the manifest leaves
-    "plots written, summary.json not yet": ("pipeline.run.summary.final_metrics", 1, "before", {}),
+    "plots written, summary.json not yet": ("grpo_pipeline.pipeline.run.summary.final_metrics", 1, "before", {}),
     "replacing lora/: old moved aside, new not yet in place": ("os.rename", 1, "after", {"max_steps": 3}),
-    "replacing lora/: swapped in one step, the old copy not yet deleted": ("env.paths._renameat2", 1, "after",
+    "replacing lora/: swapped in one step, the old copy not yet deleted": ("grpo_pipeline.env.paths._renameat2", 1, "after",
                                                                             {"max_steps": 3}),
 }
 
@@ -281,7 +281,7 @@ KILL_POINTS = {
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """A complete 2-step run (checkpoint-1, checkpoint-2, lora/, manifest, summary), trained once."""
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
 
     run_dir = tmp_path_factory.mktemp("base") / "run"
     sys.path.insert(0, str(TESTS))
@@ -299,8 +299,8 @@ def _adapter_weights(folder: Path) -> dict:
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_a_kill_at_any_moment_of_a_save_is_completed_by_the_same_command(point, kill_server, finished_run, tmp_path,
                                                                          capsys):
-    from pipeline.infer.session import verify_trained_dir
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.infer.session import verify_trained_dir
+    from grpo_pipeline.pipeline.train import run_training
 
     target, nth, when, overrides = KILL_POINTS[point]
     run_dir = tmp_path / "run"
@@ -342,7 +342,7 @@ SHAPE_CHANGES = {
 
 
 def test_every_weight_shaping_field_is_in_the_table():
-    from pipeline.run.resume import WEIGHT_SHAPING_FIELDS
+    from grpo_pipeline.pipeline.run.resume import WEIGHT_SHAPING_FIELDS
 
     assert set(SHAPE_CHANGES) == set(WEIGHT_SHAPING_FIELDS)
 
@@ -350,14 +350,14 @@ def test_every_weight_shaping_field_is_in_the_table():
 @pytest.mark.slow
 @pytest.mark.parametrize("field_name", SHAPE_CHANGES)
 def test_resume_with_other_weight_shapes_is_refused_before_loading(field_name, finished_run, tmp_path, monkeypatch):
-    from pipeline.run.resume import resume_key
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.run.resume import resume_key
+    from grpo_pipeline.pipeline.train import run_training
 
     run_dir = tmp_path / "run"
     shutil.copytree(finished_run, run_dir)
     shutil.rmtree(run_dir / "checkpoint-2")  # resume from checkpoint-1: there is training left
     loaded = []
-    monkeypatch.setattr("pipeline.data.tokenizer.load_tokenizer", lambda *a, **k: loaded.append(a))
+    monkeypatch.setattr("grpo_pipeline.pipeline.data.tokenizer.load_tokenizer", lambda *a, **k: loaded.append(a))
     change = SHAPE_CHANGES[field_name]
     with pytest.raises(ConfigError) as caught:
         run_training(config(run_dir, **change))
@@ -371,7 +371,7 @@ def test_resume_with_other_weight_shapes_is_refused_before_loading(field_name, f
 def test_resume_mismatch_reads_peft_adapter_config_of_older_checkpoints(tmp_path):
     from train_helpers import demo_config
 
-    from pipeline.run.resume import resume_key, resume_mismatch
+    from grpo_pipeline.pipeline.run.resume import resume_key, resume_mismatch
 
     ckpt = tmp_path / "checkpoint-3"
     ckpt.mkdir()
@@ -388,7 +388,7 @@ def test_resume_mismatch_reads_peft_adapter_config_of_older_checkpoints(tmp_path
 def test_resume_refusal_through_the_command_is_exit_2(finished_run, tmp_path, capsys):
     import yaml
 
-    from pipeline.train import main
+    from grpo_pipeline.pipeline.train import main
 
     run_dir = tmp_path / "run"
     shutil.copytree(finished_run, run_dir)

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import own_cache_root
-from env.paths import shell_command
-from env.secret_fields import is_secret, masked, masked_argv, placeholder, unmasked
-from pipeline.config.fields import field_names
-from pipeline.run.stop import resume_command
+from grpo_pipeline.env.paths import shell_command
+from grpo_pipeline.env.secret_fields import is_secret, masked, masked_argv, placeholder, unmasked
+from grpo_pipeline.pipeline.config.fields import field_names
+from grpo_pipeline.pipeline.run.stop import resume_command
 
 
 def secret_fields() -> list[str]:
@@ -67,7 +67,7 @@ def run_with_secrets(tmp_path_factory):
     """A real 1-step run with every secret field set in the recipe and hub_token again on the command line, an
     export, and a crash of `grpo generate`: (folder, cache root, [(exit status, printed)])."""
     from cli_helpers import fault_table
-    from pipeline import cli
+    from grpo_pipeline.pipeline import cli
 
     faults = fault_table()
     with own_cache_root(tmp_path_factory) as cache, pytest.MonkeyPatch.context() as patch:
@@ -85,7 +85,7 @@ def run_with_secrets(tmp_path_factory):
                       "plain"],
                      ["generate", "--lora", lora, "--prompt", "1+1?", "--backend", "plain"]):
             if argv[0] == "generate":
-                patch.setattr("pipeline.infer.generate.generate_answers", _crash)
+                patch.setattr("grpo_pipeline.pipeline.infer.generate.generate_answers", _crash)
             printed = io.StringIO()
             with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
                 code = cli.main(argv)
@@ -118,7 +118,7 @@ def test_nothing_printed_holds_a_secret(run_with_secrets):
 def test_each_file_shows_the_placeholder_as_trl_does_and_the_run_reads_it_back_as_unset(run_with_secrets):
     import torch
 
-    from pipeline.run.manifest import find_manifest
+    from grpo_pipeline.pipeline.run.manifest import find_manifest
 
     folder, _, _ = run_with_secrets
     manifest = json.loads((folder / "run" / "manifest.json").read_text(encoding="utf-8"))
@@ -131,7 +131,7 @@ def test_each_file_shows_the_placeholder_as_trl_does_and_the_run_reads_it_back_a
 
 
 def test_the_trainers_args_keep_the_value_in_memory_and_pickle_it_masked():
-    from env.secret_fields import masked_pickle_class
+    from grpo_pipeline.env.secret_fields import masked_pickle_class
     from trl import GRPOConfig
 
     args = masked_pickle_class(GRPOConfig)(output_dir="unused", hub_token=VALUE, report_to="none", use_cpu=True,
@@ -161,7 +161,7 @@ POSITIONS = {  # where a secret sits in a recipe: (its values, the secret)
 
 
 def _write_manifest(folder, values):
-    from pipeline.run.manifest import build_manifest, write_adapter_metadata, write_manifest
+    from grpo_pipeline.pipeline.run.manifest import build_manifest, write_adapter_metadata, write_manifest
 
     manifest = build_manifest(cfg_dict=values, backend="plain", base_model="tiny-demo", system_prompt="s",
                               chat_template=None, max_prompt_length=8, max_completion_length=8, data_fingerprint="f",
@@ -173,13 +173,13 @@ def _write_manifest(folder, values):
 
 
 def _write_plan_recipe(folder, values):
-    from pipeline.plan.command import write_recipe
+    from grpo_pipeline.pipeline.plan.command import write_recipe
 
     return write_recipe(str(folder / "fitted.yaml"), {"learning_rate": 1e-5, **values}, "a test").read_text()
 
 
 def _node_record(folder, values):
-    from pipeline.run.nodes import differences, node_record
+    from grpo_pipeline.pipeline.run.nodes import differences, node_record
 
     record = node_record(values, {})
     other = {**record, "rank": 1, "node": 1, "recipe_key": "another", "recipe": {}}
@@ -195,8 +195,8 @@ def _printed_command(folder, values):
 
 def _log_line(folder, values):
     """A crash log and an error message: text through env/text.py printable, once the recipe was read."""
-    from env.secret_fields import remember
-    from env.text import printable
+    from grpo_pipeline.env.secret_fields import remember
+    from grpo_pipeline.env.text import printable
 
     remember(values)
     return printable(f"crashed with {values!r} and {json.dumps(values)}")
@@ -217,7 +217,7 @@ def test_a_secret_in_any_position_reaches_no_writer(tmp_path, position, writer):
 
 
 def test_a_recipe_plan_wrote_reads_its_placeholders_back_as_unset(tmp_path):
-    from pipeline.config.parse import read_recipe
+    from grpo_pipeline.pipeline.config.parse import read_recipe
 
     text = _write_plan_recipe(tmp_path, {"hub_token": "hf_PlanWritten"})
     assert "hub_token: <HUB_TOKEN>" in text and "pass them again" in text

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from env.paths import atomic_write_text
-from pipeline.cli import COMMANDS
-from pipeline.run.log import MetricsJsonlCallback
+from grpo_pipeline.env.paths import atomic_write_text
+from grpo_pipeline.pipeline.cli import COMMANDS
+from grpo_pipeline.pipeline.run.log import MetricsJsonlCallback
 from tests.cli_helpers import fault_table, own_cache_root, run_cli
 
 QUICK = "sft_warmup_steps: 0\nmax_steps: 1\neval_before: false\neval_after: false\n"
@@ -147,7 +147,7 @@ def test_commands_that_only_cache_still_work_with_a_full_or_read_only_cache_root
 def test_the_boundary_turns_any_storage_oserror_into_exit_2_naming_its_path(number, tmp_path, monkeypatch, capsys):
     """Wherever it is raised (here: a log write the writers do not wrap), an OSError with a storage errno is exit 2
     naming e.filename and the free space, whatever wraps it."""
-    from pipeline.errors import run_command
+    from grpo_pipeline.pipeline.errors import run_command
 
     target = tmp_path / "logs" / "metrics.jsonl"
 
@@ -164,8 +164,8 @@ def test_the_boundary_turns_any_storage_oserror_into_exit_2_naming_its_path(numb
 
 def test_a_permission_error_without_a_path_is_not_a_storage_failure(capsys):
     """EACCES/EPERM count only with the path they concern (a signal to another user's process is no storage)."""
-    from env.disk import storage_errno
-    from pipeline.errors import run_command
+    from grpo_pipeline.env.disk import storage_errno
+    from grpo_pipeline.pipeline.errors import run_command
 
     assert storage_errno(PermissionError(errno.EPERM, "Operation not permitted")) is None
 
@@ -179,7 +179,7 @@ def test_a_permission_error_without_a_path_is_not_a_storage_failure(capsys):
 def test_a_storage_error_is_no_oserror_so_an_input_check_cannot_take_it_for_a_missing_file(tmp_path):
     """`except OSError` around a model read (pipeline/preflight.py lora_module_types) must not catch the cache
     root's failure and blame model_name_or_path."""
-    from env.disk import StorageError
+    from grpo_pipeline.env.disk import StorageError
 
     err = StorageError(tmp_path, errno.EROFS, None, "run it again.", option=None)
     assert not isinstance(err, OSError) and err.errno == errno.EROFS
@@ -196,7 +196,7 @@ REWRITES = {
 @pytest.mark.parametrize("name", list(REWRITES))
 def test_a_rewrite_on_a_full_disk_keeps_the_earlier_version_whole(name, small_tmpfs):
     """A full disk in the middle of a rewrite: the earlier version stays as it was, nothing hidden is left."""
-    from env.disk import StorageError
+    from grpo_pipeline.env.disk import StorageError
 
     disk = small_tmpfs("empty")
     target = disk / "metrics.jsonl"
@@ -211,8 +211,8 @@ def test_a_rewrite_on_a_full_disk_keeps_the_earlier_version_whole(name, small_tm
 
 @pytest.mark.parametrize("where", ["staging", "elsewhere"])
 def test_a_writer_names_its_final_path_not_its_staging_name_and_a_failure_elsewhere_as_it_is(where, tmp_path):
-    from env.disk import StorageError
-    from env.paths import atomic_directory
+    from grpo_pipeline.env.disk import StorageError
+    from grpo_pipeline.env.paths import atomic_directory
 
     other = tmp_path / "models" / "config.json"
     with pytest.raises(StorageError) as caught, atomic_directory(tmp_path / "out", seen=None) as staging:

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from pipeline.backends import Backend, BackendChoice, choose_backend, load_backend
-from pipeline.backends.base import BackendBase
-from pipeline.config import field_choices
+from grpo_pipeline.pipeline.backends import Backend, BackendChoice, choose_backend, load_backend
+from grpo_pipeline.pipeline.backends.base import BackendBase
+from grpo_pipeline.pipeline.config import field_choices
 from tests.cli_helpers import run_cli
 from tests.test_backends import call_compatible, protocol_members
 from tests.third_backend import third_backend_registered
@@ -44,8 +44,8 @@ def test_registering_is_undone():
 
 
 def test_the_memory_plan_asks_the_backend_for_its_path(third):
-    from pipeline.config import from_mapping
-    from pipeline.plan.estimate import kbit_upcast, memory_path
+    from grpo_pipeline.pipeline.config import from_mapping
+    from grpo_pipeline.pipeline.plan.estimate import kbit_upcast, memory_path
 
     cfg = from_mapping({"backend": "third", "load_in_4bit": True})
     assert memory_path(cfg) == "third" and not kbit_upcast(cfg)
@@ -63,7 +63,7 @@ def test_grpo_train_check_passes_with_the_third_backend(third, tmp_path, capsys)
 
 
 def test_a_tiny_run_trains_on_the_third_backend(third, tmp_path):
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
 
     result = run_training(demo_config(tmp_path / "run", backend="third", max_steps=1, save_steps=1))
     assert result.status == "completed" and result.steps == 1

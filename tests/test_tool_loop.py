@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from agent_helpers import forced_text_bias, tool_call_text
-from pipeline.assets import load_qwen_tokenizer
-from pipeline.backends import Completion
-from pipeline.config import ConfigError
-from pipeline.trainer.agents import resolve_agents
+from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
+from grpo_pipeline.pipeline.backends import Completion
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.trainer.agents import resolve_agents
 from train_helpers import tiny_qwen_config
 
 CALLS = tool_call_text(("add", {"a": 2, "b": 3}), ("lookup", {"key": "k"}), ("bump", {"by": 2}))
@@ -48,7 +48,7 @@ class Scripted:
 
 def loop(tokenizer, turns, max_iterations, rows=None, **options):
     """`turns` through run_tool_loop with the session's Qwen2.5 tokenizer (read only: it encodes and renders)."""
-    from pipeline.infer.tool_loop import run_tool_loop
+    from grpo_pipeline.pipeline.infer.tool_loop import run_tool_loop
 
     generator = Scripted(tokenizer, turns)
     rows = rows or [{"question": "2+3?", "answer": "5"}]
@@ -59,7 +59,7 @@ def loop(tokenizer, turns, max_iterations, rows=None, **options):
 
 
 def test_sync_and_async_tools_an_environment_and_a_failing_call_run_in_trls_loop(qwen_tokenizer):
-    from pipeline.infer.tool_loop import describe, env_rewards, tool_stats
+    from grpo_pipeline.pipeline.infer.tool_loop import describe, env_rewards, tool_stats
 
     rollouts, generator, tokenizer, agents = loop(
         qwen_tokenizer, [CALLS + "\n" + tool_call_text(("nope", {})), "<answer>5</answer>"], 3,
@@ -80,7 +80,7 @@ def test_sync_and_async_tools_an_environment_and_a_failing_call_run_in_trls_loop
 
 
 def test_the_cap_leaves_the_last_calls_unrun_and_an_environment_without_get_reward_scores_nothing(qwen_tokenizer):
-    from pipeline.infer.tool_loop import describe, env_rewards
+    from grpo_pipeline.pipeline.infer.tool_loop import describe, env_rewards
 
     turns = [tool_call_text(("write", {"text": "hi"})), tool_call_text(("write", {"text": "x"}))]
     rollouts, _, _, agents = loop(qwen_tokenizer, turns, 1, environment_factory="agent_helpers:Notes")
@@ -91,7 +91,7 @@ def test_the_cap_leaves_the_last_calls_unrun_and_an_environment_without_get_rewa
 
 
 def test_the_multi_environment_form_routes_each_row_and_refuses_a_row_without_one(qwen_tokenizer):
-    from pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.config import ConfigError
 
     envs = {"count": "agent_helpers:Counter", "notes": "agent_helpers:Notes"}
     bump = tool_call_text(("bump", {"by": 1}))
@@ -109,7 +109,7 @@ def test_the_multi_environment_form_routes_each_row_and_refuses_a_row_without_on
 @pytest.fixture
 def steered(monkeypatch, qwen_tokenizer):
     """Every model the plain backend loads writes CALLS, then ends its turn (transformers' sequence_bias)."""
-    from pipeline.backends import plain
+    from grpo_pipeline.pipeline.backends import plain
 
     bias = forced_text_bias(qwen_tokenizer, CALLS)
     real = plain.load_model
@@ -124,7 +124,7 @@ def steered(monkeypatch, qwen_tokenizer):
 
 @pytest.mark.slow
 def test_grpo_rewards_runs_rollouts_with_the_tools_live_and_shows_them(steered, tmp_path, capsys):
-    from pipeline.infer.dry_run import main
+    from grpo_pipeline.pipeline.infer.dry_run import main
 
     options = dict(model_name_or_path="tiny-qwen2.5", backend="plain", dataset_name="sample", max_seq_length=1024,
                    num_generations=2, per_device_train_batch_size=2, lora_r=8, lora_alpha=16,
@@ -152,8 +152,8 @@ def tiny_adapter(folder: Path, tokenizer, modules_to_save=None, **recorded) -> P
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from pipeline.data.tokenizer import resolve_model_path
-    from pipeline.run.manifest import build_manifest, write_adapter_metadata
+    from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
+    from grpo_pipeline.pipeline.run.manifest import build_manifest, write_adapter_metadata
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path("tiny-qwen2.5"))
     peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
@@ -173,9 +173,9 @@ def test_generate_and_eval_run_the_tools_you_name_never_the_adapters_record_alon
                                                                                    capsys):
     """The adapter's record names its tools; they run only when the command names them (a shared adapter's record
     does not decide what code runs): without the options, exit 2 naming the exact ones, and nothing imported."""
-    from pipeline.infer import generate
-    from pipeline.infer.evaluate import evaluate_saved
-    from pipeline.infer.generate import generate_answers
+    from grpo_pipeline.pipeline.infer import generate
+    from grpo_pipeline.pipeline.infer.evaluate import evaluate_saved
+    from grpo_pipeline.pipeline.infer.generate import generate_answers
 
     lora = tiny_adapter(tmp_path / "run" / "lora", qwen_tokenizer, tools=["agent_helpers:add", "agent_helpers.lookup"],
                         environment_factory="agent_helpers:Counter", max_tool_calling_iterations=1,
@@ -210,7 +210,7 @@ def test_generate_input_rows_reach_the_environments_as_training_rows_do(steered,
     """`grpo generate --input`: a row's other fields go to its environment's reset(**row) and an `environment`
     field picks one in the multi-environment form, as a training row does; a row naming none is refused (exit 2)
     before anything is generated."""
-    from pipeline.infer import generate
+    from grpo_pipeline.pipeline.infer import generate
 
     calls = tmp_path / "calls.jsonl"
     monkeypatch.setenv("AGENT_CALLS", str(calls))
@@ -235,8 +235,8 @@ def test_generate_input_rows_reach_the_environments_as_training_rows_do(steered,
 
 
 def test_the_tool_loop_settings_are_the_recipes_trl_options_and_its_context():
-    from pipeline.config import from_mapping
-    from pipeline.infer.tool_loop import LoopSettings, loop_settings
+    from grpo_pipeline.pipeline.config import from_mapping
+    from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, loop_settings
 
     cfg = from_mapping({"max_seq_length": 1024, "max_tool_calling_iterations": 3,
                         "chat_template_kwargs": {"enable_thinking": False}})
@@ -245,7 +245,7 @@ def test_the_tool_loop_settings_are_the_recipes_trl_options_and_its_context():
 
 
 def test_an_adapter_with_modules_trained_in_full_is_not_handed_to_vllm(qwen_tokenizer, tmp_path, capsys):
-    from pipeline.infer.session import _servable, verify_trained_dir
+    from grpo_pipeline.pipeline.infer.session import _servable, verify_trained_dir
 
     lora = tiny_adapter(tmp_path / "run" / "lora", qwen_tokenizer, modules_to_save=["lm_head"])
     cfg = tiny_qwen_config(tmp_path, vllm_mode="colocate")
@@ -259,9 +259,9 @@ def test_an_adapter_with_modules_trained_in_full_is_not_handed_to_vllm(qwen_toke
 
 def test_export_refuses_a_template_that_no_longer_renders_the_tools_it_trained_with(tmp_path):
     """`grpo export` runs this on what it wrote (tests/test_agents.py exports a tool run and it passes)."""
-    from pipeline.config import from_mapping
-    from pipeline.infer.export import check_tool_support
-    from pipeline.trainer.agents import agent_names
+    from grpo_pipeline.pipeline.config import from_mapping
+    from grpo_pipeline.pipeline.infer.export import check_tool_support
+    from grpo_pipeline.pipeline.trainer.agents import agent_names
 
     broken = tmp_path / "broken"
     tokenizer = load_qwen_tokenizer()
@@ -278,7 +278,7 @@ def test_export_refuses_a_template_that_no_longer_renders_the_tools_it_trained_w
 def test_grpo_trains_eval_before_and_after_answer_through_the_tool_loop(steered, tmp_path, capsys):
     """`grpo train`'s own eval (before, after) runs the run's tools, as `grpo eval` does: stats and each row's calls
     in eval_before.json and summary.json, and the calls per prompt in the printed lines."""
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
 
     cfg = tiny_qwen_config(tmp_path / "run", tools=["agent_helpers:add", "agent_helpers.lookup"],
                            environment_factory="agent_helpers:Counter", max_tool_calling_iterations=1,

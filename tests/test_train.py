@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from safetensors.numpy import load_file
 
-from env.adapters import verify_adapter_dir
-from pipeline.train import EXIT_HEALTH_STOP, EXIT_INTERRUPTED, run_training
+from grpo_pipeline.env.adapters import verify_adapter_dir
+from grpo_pipeline.pipeline.train import EXIT_HEALTH_STOP, EXIT_INTERRUPTED, run_training
 from train_helpers import demo_config, poison_gradients, tiny_qwen_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,7 +135,7 @@ def test_sigint_saves_a_resumable_checkpoint(tmp_path):
     # The same settings as the resumed run below (LoRA rank included), through the CLI's YAML path.
     recipe.write_text(yaml.safe_dump(demo_config(run_dir, max_steps=2000, save_steps=1000).to_dict()))
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", "train", "--config", str(recipe)],
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_pipeline.pipeline", "train", "--config", str(recipe)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 240
     while time.time() < deadline and not ((run_dir / "metrics.jsonl").is_file()
@@ -213,7 +213,7 @@ def _write_recipe(path: Path, cfg) -> Path:
 
 
 def test_resume_reuses_warmup_and_eval_before_and_a_finished_run_is_not_extended(tmp_path, capsys):
-    from pipeline.cli import main as grpo
+    from grpo_pipeline.pipeline.cli import main as grpo
 
     run_dir = tmp_path / "run"
     settings = dict(sft_warmup_steps=2, eval_before=True, eval_limit=4, save_steps=1)
@@ -249,7 +249,7 @@ def test_resume_reuses_warmup_and_eval_before_and_a_finished_run_is_not_extended
 # Holds the run lock on argv[1] in its own process, says so, and keeps it until its stdin closes.
 _HOLD_LOCK = """import sys
 from pathlib import Path
-from pipeline.run.lock import run_lock
+from grpo_pipeline.pipeline.run.lock import run_lock
 with run_lock(Path(sys.argv[1])):
     print("held", flush=True)
     sys.stdin.read()
@@ -259,7 +259,7 @@ with run_lock(Path(sys.argv[1])):
 def test_second_run_into_a_locked_output_dir_exits_2_naming_the_holder(tmp_path, capsys):
     import socket
 
-    from pipeline.cli import main as grpo
+    from grpo_pipeline.pipeline.cli import main as grpo
 
     run_dir = tmp_path / "busy"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.backends import plain
-from pipeline.data.prepare import prepare_dataset
-from pipeline.trainer.agents import resolve_agents
-from pipeline.trainer.build import ModelCard, build_trainer, is_hub_id
+from grpo_pipeline.pipeline.backends import plain
+from grpo_pipeline.pipeline.data.prepare import prepare_dataset
+from grpo_pipeline.pipeline.trainer.agents import resolve_agents
+from grpo_pipeline.pipeline.trainer.build import ModelCard, build_trainer, is_hub_id
 from tests.train_helpers import demo_config
 
 

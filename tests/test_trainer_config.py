@@ -5,11 +5,11 @@ No model loads."""
 
 import os
 
-from pipeline.config import GRPOArguments, from_mapping, trl_training_args
-from pipeline.preflight import run_checks
-from pipeline.run.resume import checkpoint_record, resume_key
-from pipeline.trainer.agents import Agents, agent_names, resolve_agents
-from pipeline.trainer.build import _model_free_decided
+from grpo_pipeline.pipeline.config import GRPOArguments, from_mapping, trl_training_args
+from grpo_pipeline.pipeline.preflight import run_checks
+from grpo_pipeline.pipeline.run.resume import checkpoint_record, resume_key
+from grpo_pipeline.pipeline.trainer.agents import Agents, agent_names, resolve_agents
+from grpo_pipeline.pipeline.trainer.build import _model_free_decided
 from train_helpers import demo_config
 
 RECIPE = {"reward_funcs": ["strict_format", "correctness"], "reward_weights": [0.5, 2.0], "reward_timeout": 7,

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from rewards.trl_source import reward_keywords
+from grpo_pipeline.rewards.trl_source import reward_keywords
 
 CHAT = [{"role": "user", "content": "What is 2 + 2?"}]
 SHAPES = {
@@ -33,8 +33,8 @@ def spy_trainer(tmp_path_factory):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
-    from pipeline.demo.model import demo_model_dir
+    from grpo_pipeline.pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
+    from grpo_pipeline.pipeline.demo.model import demo_model_dir
 
     ensure_trl_logprob_kernel()
     folder = demo_model_dir()
@@ -86,9 +86,9 @@ def _check(tmp_path, monkeypatch, rows, rewards, **overrides):
     """The rewards step of `grpo train --check` on a JSONL of `rows`, from a folder holding trl_call_rewards.py."""
     import json
 
-    from pipeline.data.run_data import prepare_train
-    from pipeline.data.tokenizer import load_tokenizer
-    from pipeline.preflight import check_rewards
+    from grpo_pipeline.pipeline.data.run_data import prepare_train
+    from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
+    from grpo_pipeline.pipeline.preflight import check_rewards
     from train_helpers import demo_config
 
     monkeypatch.chdir(tmp_path)
@@ -113,7 +113,7 @@ def test_a_reward_reading_completion_is_refused_by_the_check_as_the_run_would_fa
             return [1.0 for _ in completions]
         """)
     assert "reads_kwargs: [1" in _check(tmp_path, monkeypatch, TLDR_ROWS, ["trl_call_rewards:reads_kwargs"])
-    from pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.config import ConfigError
 
     with pytest.raises(ConfigError, match="reads_completion.*completion") as err:
         _check(tmp_path, monkeypatch, TLDR_ROWS, ["trl_call_rewards:reads_completion"])
@@ -122,7 +122,7 @@ def test_a_reward_reading_completion_is_refused_by_the_check_as_the_run_would_fa
 
 def test_remove_unused_columns_leaves_trls_accuracy_reward_without_solution_and_the_check_says_so(tmp_path,
                                                                                                  monkeypatch):
-    from pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.config import ConfigError
 
     rows = [{"prompt": [{"role": "user", "content": f"{i} + 1?"}], "solution": str(i + 1)} for i in range(4)]
     assert "accuracy_reward: [" in _check(tmp_path, monkeypatch, rows, ["accuracy_reward"])
@@ -146,8 +146,8 @@ def test_the_check_leaves_a_stateful_user_module_as_never_called(tmp_path, monke
         """)
     said = _check(tmp_path, monkeypatch, TLDR_ROWS, ["trl_call_rewards:check_numbers"])
     assert "check_numbers: [0.5" in said and capsys.readouterr().out.count("SAMPLE") == 1  # the probe's own copy
-    from rewards import get_reward_funcs
-    from rewards.user_code import import_user_module
+    from grpo_pipeline.rewards import get_reward_funcs
+    from grpo_pipeline.rewards.user_code import import_user_module
 
     (run_reward,) = get_reward_funcs(["trl_call_rewards:check_numbers"])
     assert import_user_module("trl_call_rewards").CALLS == []

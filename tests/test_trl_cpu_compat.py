@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pipeline.backends import trl_cpu_compat  # noqa: E402
-from pipeline.backends.trl_cpu_compat import OPTIONAL_OUTPUTS, TorchChunkedLogProb  # noqa: E402
+from grpo_pipeline.pipeline.backends import trl_cpu_compat  # noqa: E402
+from grpo_pipeline.pipeline.backends.trl_cpu_compat import OPTIONAL_OUTPUTS, TorchChunkedLogProb  # noqa: E402
 
 
 def full_chain(hidden, weight, bias, targets, temperature, softcap, logit_scale):

@@ -4,7 +4,7 @@ pipeline builds carries exactly those replacements."""
 
 import pytest
 
-from pipeline.trainer import trl_internals
+from grpo_pipeline.pipeline.trainer import trl_internals
 
 
 @pytest.mark.parametrize("name", trl_internals.REPLACED)
@@ -15,8 +15,8 @@ def test_each_replaced_method_is_one_the_installed_trl_has(name):
 
 
 def test_a_built_trainer_carries_every_replacement_and_no_other(tmp_path, monkeypatch):
-    import pipeline.trainer.build as build
-    from pipeline.train import run_training
+    import grpo_pipeline.pipeline.trainer.build as build
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
     built = []
@@ -44,7 +44,7 @@ def test_a_run_without_vllm_imports_trls_trainer_without_vllm_and_a_later_vllm_r
     import sys
 
     code = ("import sys\n"
-            "from pipeline.config.trl_fields import grpo_trainer_module\n"
+            "from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module\n"
             "grpo_trainer_module(uses_vllm=False)\n"
             "import trl.generation.vllm_client as c, trl.generation.vllm_generation as g, trl.trainer.grpo_trainer\n"
             "print('vllm' in sys.modules, hasattr(g, 'LLM'), hasattr(c, 'get_ip'))\n"

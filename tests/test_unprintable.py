@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pipeline import errors
+from grpo_pipeline.pipeline import errors
 
 NOT_UTF8 = os.fsdecode(b"caf\xe9")
 
@@ -78,7 +78,7 @@ def test_the_crash_handler_reports_every_unprintable_value_in_one_line_and_a_log
 
 
 def test_a_user_error_with_unprintable_text_is_one_line_exit_2(monkeypatch):
-    from pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.config import ConfigError
 
     stderr = io.TextIOWrapper(io.BytesIO(), encoding="ascii", errors="strict")
     monkeypatch.setattr(sys, "stderr", stderr)

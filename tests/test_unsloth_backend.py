@@ -16,8 +16,8 @@ import textwrap
 
 import pytest
 
-from pipeline.backends import unsloth as backend
-from pipeline.config import ConfigError
+from grpo_pipeline.pipeline.backends import unsloth as backend
+from grpo_pipeline.pipeline.config import ConfigError
 from tests.unsloth_helpers import IMPORT_ORDER_WARNINGS, ROOT, STANDBY, make_cfg, only_call
 from tests.unsloth_helpers import fake  # noqa: F401 (a fixture the tests take)
 
@@ -119,7 +119,7 @@ def test_peft_config_is_always_none():
     [("true", False, "1"), ("auto", True, "1"), ("false", True, None), ("auto", False, None)],
 )
 def test_standby_variable_is_set_before_import_unsloth(fake, monkeypatch, setting, has_cuda, expected):
-    monkeypatch.setattr("pipeline.backends.cuda_available", lambda: has_cuda)
+    monkeypatch.setattr("grpo_pipeline.pipeline.backends.cuda_available", lambda: has_cuda)
     prepared = backend.prepare_environment(make_cfg(vllm_standby=setting))
     assert fake.import_state()["UNSLOTH_VLLM_STANDBY"] == expected
     assert prepared.standby is (expected == "1")
@@ -152,11 +152,11 @@ SUBPROCESS_SCRIPT = textwrap.dedent(
     import json, sys, warnings
     sys.path[:0] = [{root!r}]
     {pre_import}
-    import pipeline.backends.unsloth as backend
+    import grpo_pipeline.pipeline.backends.unsloth as backend
     cheap = sorted(m for m in ("unsloth", "vllm", "torch", "trl", "transformers", "peft") if m in sys.modules)
     import tests.fake_unsloth as fake
     fake.install()
-    from pipeline.config import PipelineConfig
+    from grpo_pipeline.pipeline.config import PipelineConfig
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         backend.prepare_environment(PipelineConfig().replace(vllm_standby="true"))

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from env import probes
+from grpo_pipeline.env import probes
 from tests import cli_helpers
-from pipeline import backends
-from pipeline.backends import BackendChoice, gpu_settings, refuse_gpu_recipe_without_cuda
-from pipeline.config import ConfigError, PipelineConfig, parse_config, validate
+from grpo_pipeline.pipeline import backends
+from grpo_pipeline.pipeline.backends import BackendChoice, gpu_settings, refuse_gpu_recipe_without_cuda
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_config, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,9 +33,9 @@ CLI_WRAPPER = textwrap.dedent("""
     if os.environ.get("TEST_FAKE_GPU") == "1":
         import tests.fake_unsloth as fake
         fake.install()
-        import env.probes as probes
+        import grpo_pipeline.env.probes as probes
         probes.cuda_usability = lambda: probes.CudaUsability(True, "test: a usable GPU", "580.65.06", "13.0")
-    from pipeline.cli import main
+    from grpo_pipeline.pipeline.cli import main
     raise SystemExit(main(sys.argv[1:]))
 """)
 
@@ -44,7 +44,7 @@ def run_cli(args, tmp_path, wrapper=False, **env_extra):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     env.pop("VLLM_SLEEP_MODE", None)
     env.update(env_extra)
-    command = [sys.executable, "-c", CLI_WRAPPER] if wrapper else [sys.executable, "-m", "pipeline"]
+    command = [sys.executable, "-c", CLI_WRAPPER] if wrapper else [sys.executable, "-m", "grpo_pipeline.pipeline"]
     return subprocess.run([*command, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -187,7 +187,7 @@ def test_vllm_sleep_mode_with_standby_cli_exit_2(tmp_path):
 def test_choose_backend_imports_no_torch():
     code = textwrap.dedent("""
         import sys
-        from pipeline.backends import choose_backend
+        from grpo_pipeline.pipeline.backends import choose_backend
         for requested in ("auto", "plain"):
             choose_backend(requested)
         print(sorted(m for m in ("torch", "transformers", "trl", "peft") if m in sys.modules))

@@ -20,7 +20,7 @@ pytestmark = IMPORT_ORDER_WARNINGS
 
 
 def test_signature_snapshot_was_made_from_the_pinned_versions():
-    from env.matrix import load_matrix
+    from grpo_pipeline.env.matrix import load_matrix
 
     matrix = load_matrix()
     pins = {pin.name.replace("-", "_"): pin.exact

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 import tests.fake_unsloth as fake_unsloth
-from env.adapters import verify_adapter_dir
-from env.paths import atomic_directory
-from pipeline.backends import unsloth as backend
-from pipeline.config import ConfigError
+from grpo_pipeline.env.adapters import verify_adapter_dir
+from grpo_pipeline.env.paths import atomic_directory
+from grpo_pipeline.pipeline.backends import unsloth as backend
+from grpo_pipeline.pipeline.config import ConfigError
 from tests.unsloth_helpers import IMPORT_ORDER_WARNINGS, STANDBY, make_cfg, only_call, train_and_save_adapter
 from tests.unsloth_helpers import fake  # noqa: F401 (a fixture the tests take)
 
@@ -193,7 +193,7 @@ def no_vllm_cfg(**overrides):
 @pytest.fixture
 def real_tokenizer(fake, monkeypatch):
     """Unsloth returns the model's real tokenizer; the fake's is a stub, so hand back the tiny demo's."""
-    from pipeline.data.tokenizer import load_tokenizer
+    from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer("tiny-demo")
     original = fake.FastLanguageModel.from_pretrained

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 import tests.fake_unsloth as fake_unsloth
-from pipeline.backends import BackendChoice, gpu_settings
-from pipeline.backends import unsloth_setup
-from pipeline.config import PipelineConfig
-from pipeline.train import run_training
+from grpo_pipeline.pipeline.backends import BackendChoice, gpu_settings
+from grpo_pipeline.pipeline.backends import unsloth_setup
+from grpo_pipeline.pipeline.config import PipelineConfig
+from grpo_pipeline.pipeline.train import run_training
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*Unsloth should be imported before.*:UserWarning",
@@ -89,7 +89,7 @@ def install_recording_unsloth(monkeypatch, vllm_installed: bool = True):
     variable, and from_pretrained handing back the tiny demo's real tokenizer. Returns (handle, tokenizer)."""
     import trl
 
-    from pipeline.data.tokenizer import load_tokenizer
+    from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
 
     # Rebind trl's classes first: touching them with the fake vllm installed would import TRL's vLLM glue.
     # The config is the fake's UnslothGRPOConfig: only the fields of the class Unsloth generates.
@@ -113,7 +113,7 @@ def install_recording_unsloth(monkeypatch, vllm_installed: bool = True):
 @pytest.fixture
 def run_unsloth(monkeypatch, tmp_path):
     """run_training on the unsloth backend against the fake (a 22.5 GiB GPU); returns (RunResult, fake module)."""
-    monkeypatch.setattr("pipeline.backends.cuda_available", lambda: True)
+    monkeypatch.setattr("grpo_pipeline.pipeline.backends.cuda_available", lambda: True)
     monkeypatch.setattr(gpu_settings, "gpu_total_gib", lambda device=0: 22.5)
     handle, _ = install_recording_unsloth(monkeypatch)
 
@@ -231,7 +231,7 @@ def no_vllm_run(monkeypatch, tmp_path):
     """`grpo train` on Unsloth without vLLM, eval before and after, against the fake (no vllm installed)."""
     import importlib.util
 
-    from pipeline import backends
+    from grpo_pipeline.pipeline import backends
 
     monkeypatch.setattr(backends, "cuda_available", lambda: True)
     handle, real_tokenizer = install_recording_unsloth(monkeypatch, vllm_installed=False)
@@ -272,7 +272,7 @@ def test_no_vllm_trains_saves_and_evaluates_through_unsloth(no_vllm_run):
 
 
 def test_no_vllm_generate_and_export_use_the_saved_adapter(no_vllm_run, capsys, tmp_path, recwarn):
-    from pipeline.infer import export, generate
+    from grpo_pipeline.pipeline.infer import export, generate
 
     result, fake, tokenizer = no_vllm_run
     fake.STATE.calls.clear()
@@ -312,8 +312,8 @@ def test_the_default_gpu_recipe_records_what_unsloth_changed_as_check_predicted(
     the fields Unsloth's config class changed printed one per line, the same lines `--check` predicts."""
     import yaml
 
-    from pipeline.bootstrap import DEFAULT_GPU_RECIPE
-    from pipeline.trainer.build import check_effective_config
+    from grpo_pipeline.pipeline.bootstrap import DEFAULT_GPU_RECIPE
+    from grpo_pipeline.pipeline.trainer.build import check_effective_config
 
     recipe = yaml.safe_load(DEFAULT_GPU_RECIPE.read_text())
     kept = {k: v for k, v in recipe.items() if k in PipelineConfig().grpo.__dataclass_fields__
@@ -343,13 +343,13 @@ def plain_reference_after_warmup(tmp_path):
     import torch
     from trl.trainer.grpo_trainer import use_adapter
 
-    from pipeline.backends import plain
-    from pipeline.data.prepare import prepare_dataset
-    from pipeline.health.rollback import kl_reference
-    from pipeline.data.run_data import warmup_examples
-    from pipeline.trainer.agents import resolve_agents
-    from pipeline.trainer.build import build_trainer
-    from pipeline.trainer.warmup import run_format_warmup
+    from grpo_pipeline.pipeline.backends import plain
+    from grpo_pipeline.pipeline.data.prepare import prepare_dataset
+    from grpo_pipeline.pipeline.health.rollback import kl_reference
+    from grpo_pipeline.pipeline.data.run_data import warmup_examples
+    from grpo_pipeline.pipeline.trainer.agents import resolve_agents
+    from grpo_pipeline.pipeline.trainer.build import build_trainer
+    from grpo_pipeline.pipeline.trainer.warmup import run_format_warmup
     from tests.train_helpers import demo_config
 
     cfg = demo_config(tmp_path / "plain", sft_warmup_steps=2, beta=0.04, sft_learning_rate=0.05)

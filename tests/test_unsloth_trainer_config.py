@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from pipeline.backends import unsloth as backend
-from pipeline.config import ConfigError, PipelineConfig
+from grpo_pipeline.pipeline.backends import unsloth as backend
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
 from tests.unsloth_helpers import IMPORT_ORDER_WARNINGS, make_cfg, only_call
 from tests.unsloth_helpers import fake  # noqa: F401 (a fixture the tests take)
 
@@ -27,7 +27,7 @@ def test_grpo_config_kwargs_bf16_gpu(fake):
 @pytest.mark.parametrize("value", [True, False])
 def test_importance_sampling_correction_is_passed_explicitly_by_both_backends(fake, value, monkeypatch):
     # Unsloth's GRPOConfig defaults it to False and TRL's to True: neither default may decide silently.
-    from pipeline.backends import plain
+    from grpo_pipeline.pipeline.backends import plain
 
     cfg = make_cfg(vllm_importance_sampling_correction=value, vllm_mode="colocate")
     model, _ = backend.load_for_training(cfg)
@@ -155,9 +155,9 @@ def test_warmup_precision_follows_the_model_not_the_gpu(fake, monkeypatch, tmp_p
     import torch
     import trl
 
-    from pipeline.data.run_data import warmup_examples
-    from pipeline.trainer import warmup
-    from pipeline.trainer.agents import resolve_agents
+    from grpo_pipeline.pipeline.data.run_data import warmup_examples
+    from grpo_pipeline.pipeline.trainer import warmup
+    from grpo_pipeline.pipeline.trainer.agents import resolve_agents
 
     made = {}
 

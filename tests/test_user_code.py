@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import parse_config
-from rewards import correctness_reward_func, get_reward_funcs, resolve_reward
+from grpo_pipeline.pipeline.config import parse_config
+from grpo_pipeline.rewards import correctness_reward_func, get_reward_funcs, resolve_reward
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,12 +70,12 @@ def test_a_users_module_loads_as_theirs_whatever_its_name_and_ours_stay_ours(tmp
     assert module.SEEN_ARGV == [module.__file__]  # its import saw none of grpo's arguments
     assert sys.argv == argv_before
     # ours, the standard library's and the installed package are untouched
-    import env.paths
-    import rewards as ours
+    import grpo_pipeline.env.paths
+    import grpo_pipeline.rewards as ours
     import trl
 
     assert ours.correctness_reward_func is correctness_reward_func
-    assert Path(env.paths.__file__).is_relative_to(ROOT) and json.dumps([1]) == "[1]"
+    assert Path(grpo_pipeline.env.paths.__file__).is_relative_to(ROOT) and json.dumps([1]) == "[1]"
     assert hasattr(trl, "GRPOConfig")
 
 
@@ -90,7 +90,7 @@ def test_a_module_that_is_nowhere_is_named_with_where_it_was_looked_for(tmp_path
 def test_one_base_for_every_relative_path_and_the_missing_path_error_says_which(tmp_path, monkeypatch):
     """A recipe run from another folder: its reward module beside it and its relative data path are both read
     against the working folder, and each error says so, with the fix."""
-    from pipeline.preflight import run_checks
+    from grpo_pipeline.pipeline.preflight import run_checks
 
     recipe_dir, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -116,7 +116,7 @@ def test_a_file_that_would_hide_one_of_our_packages_is_exit_2_naming_it(tmp_path
     folder = tmp_path / "mine"
     _reward_file(folder, name, 1.0)
     env = {**os.environ, "PYTHONPATH": str(folder) if how == "PYTHONPATH" else str(ROOT)}
-    command = [sys.executable, "-m", "pipeline", "data", "--help"]
+    command = [sys.executable, "-m", "grpo_pipeline.pipeline", "data", "--help"]
     out = subprocess.run(command, cwd=folder if how != "PYTHONPATH" else tmp_path, env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2, (out.stdout, out.stderr)
@@ -152,7 +152,7 @@ def test_sibling_imports_work_from_a_module_and_from_a_package_in_the_working_fo
 
 def test_a_module_on_the_import_path_sees_only_its_name_as_argv_and_no_recipe_means_the_working_folder(
         tmp_path, monkeypatch):
-    from rewards.user_code import search_dirs
+    from grpo_pipeline.rewards.user_code import search_dirs
 
     elsewhere = tmp_path / "site"
     elsewhere.mkdir()
@@ -255,7 +255,7 @@ def test_code_shipped_in_an_adapter_folder_never_runs_and_is_named_exit_2(tmp_pa
                                                                           command):
     """--trust_remote_code runs the base model's own code only: a folder someone shared is refused before anything
     loads (env/adapters.py refuse_shipped_code), exit 2 naming the file and the choice, never exit 1."""
-    from pipeline import cli
+    from grpo_pipeline.pipeline import cli
 
     monkeypatch.chdir(tmp_path)
     marker = tmp_path / "ran.txt"
@@ -270,7 +270,7 @@ def test_code_shipped_in_an_adapter_folder_never_runs_and_is_named_exit_2(tmp_pa
 def test_a_torch_saved_adapter_bin_of_tensors_only_is_read_as_before(tmp_path):
     import torch
 
-    from env.adapters import pickled_code, verify_adapter_dir
+    from grpo_pipeline.env.adapters import pickled_code, verify_adapter_dir
 
     lora = _adapter(tmp_path / "lora", weights="adapter_model.bin")
     torch.save({"base_model.model.q_proj.lora_A.weight": torch.zeros(4, 8)}, lora / "adapter_model.bin")
@@ -282,8 +282,8 @@ def test_the_adapter_folders_tokenizer_loads_without_remote_code_whatever_the_fl
     """Behind the refusal too: the plain backend reads an adapter folder's tokenizer with trust_remote_code off."""
     from types import SimpleNamespace
 
-    from pipeline.backends import plain
-    from pipeline.config import PipelineConfig
+    from grpo_pipeline.pipeline.backends import plain
+    from grpo_pipeline.pipeline.config import PipelineConfig
 
     calls = []
     monkeypatch.setattr(plain, "load_tokenizer", lambda source, trust, src: calls.append((source, trust)))

@@ -49,7 +49,7 @@ def engine():
 
     from vllm import LLM
 
-    from pipeline.demo.registry import builtin_model
+    from grpo_pipeline.pipeline.demo.registry import builtin_model
 
     # In-process, as Unsloth's colocated engine (a spawned engine core would re-import pytest's __main__)
     with pytest.MonkeyPatch.context() as patch:
@@ -59,7 +59,7 @@ def engine():
 
 def test_the_loaders_engine_arguments_build_a_real_engine(engine):
     dropped = {"swap_space", "device"}  # unsloth_zoo prints "not supported in vLLM. Skipping." for these on 0.31
-    from pipeline.demo.registry import builtin_model
+    from grpo_pipeline.pipeline.demo.registry import builtin_model
 
     kept = unsloth_zoo_engine_args(str(builtin_model("tiny-demo-vllm").folder()))
     assert dropped.isdisjoint(kept) and {"enable_lora", "max_lora_rank", "logprobs_mode", "enable_sleep_mode"} <= set(kept)
@@ -117,7 +117,7 @@ def test_generate_answers_in_the_doubles_shape(engine):
     holding the token itself; the double's `score_with_vllm` reading works on both."""
     from vllm import SamplingParams
 
-    from pipeline.backends.vllm_engine import score_with_vllm
+    from grpo_pipeline.pipeline.backends.vllm_engine import score_with_vllm
 
     ids = [60, 97, 110, 115, 119, 101, 114, 62]
     params = dict(max_tokens=4, temperature=1.0, prompt_logprobs=1)
@@ -138,8 +138,8 @@ def test_a_lora_request_naming_a_saved_adapter_changes_the_scores_on_both(engine
     from peft import LoraConfig, get_peft_model
     from vllm.lora.request import LoRARequest
 
-    from pipeline.backends import plain
-    from pipeline.backends.vllm_engine import score_with_vllm
+    from grpo_pipeline.pipeline.backends import plain
+    from grpo_pipeline.pipeline.backends.vllm_engine import score_with_vllm
     from train_helpers import demo_config
 
     cfg = demo_config(tmp_path, model_name_or_path="tiny-demo-vllm")
@@ -161,7 +161,7 @@ def test_a_lora_request_naming_a_saved_adapter_changes_the_scores_on_both(engine
     assert double(tokens, sampling_params=params)[0].prompt_logprobs != double(
         tokens, sampling_params=params, lora_request=fake.LoRARequest("lora", 1, str(tmp_path / "lora")))[0].prompt_logprobs
     # the engine's adapter scores match the adapter's own transformers scores (bf16 engine, fp32 model)
-    from pipeline.health.rollout import mean_gap, trainer_logprobs
+    from grpo_pipeline.pipeline.health.rollout import mean_gap, trainer_logprobs
 
     assert mean_gap(adapted, trainer_logprobs(model, prompt, continuation)) < 0.05
 

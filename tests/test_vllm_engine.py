@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
-from pipeline.health.stale import ROLLOUT_GAP_FLOOR
+from grpo_pipeline.pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
+from grpo_pipeline.pipeline.health.stale import ROLLOUT_GAP_FLOOR
 from tests.vllm_helpers import REAL_VLLM
 
 pytestmark = REAL_VLLM
@@ -66,8 +66,8 @@ def colocated_run(tmp_path_factory):
     import transformers
     from vllm import LLM
 
-    from pipeline.backends import vllm_engine
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.backends import vllm_engine
+    from grpo_pipeline.pipeline.train import run_training
 
     engine_outputs, syncs = [], []
     real_generate, real_reload = LLM.generate, vllm_engine.reload_into_engine
@@ -106,8 +106,8 @@ def test_the_rollouts_come_from_the_vllm_engine(colocated_run):
     assert len(rollouts) == len(trained) == STEPS * cfg.grpo.per_device_train_batch_size
     assert sorted(map(tuple, trained)) == sorted(map(tuple, rollouts))
     # effective_config.json records the vLLM rollouts as the trainer ran them, and --check predicted the same
-    from pipeline.backends import plain
-    from pipeline.trainer.effective import predicted_changes
+    from grpo_pipeline.pipeline.backends import plain
+    from grpo_pipeline.pipeline.trainer.effective import predicted_changes
 
     record = json.loads((result.output_dir / "effective_config.json").read_text())
     assert record["fields"]["use_vllm"]["value"] is True and record["fields"]["vllm_mode"]["value"] == "colocate"
@@ -131,8 +131,8 @@ def test_the_weights_reach_the_engine_after_every_step(colocated_run):
 
 
 def test_an_engine_whose_sync_is_switched_off_fires_the_stale_rollout_rule(monkeypatch, tmp_path):
-    from pipeline.backends import vllm_engine
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.backends import vllm_engine
+    from grpo_pipeline.pipeline.train import run_training
 
     # The sync keeps only its cache reset: the engine keeps the weights it was built with.
     monkeypatch.setattr(vllm_engine, "reload_into_engine", lambda generation: generation.llm.reset_prefix_cache())
@@ -152,9 +152,9 @@ def test_generate_and_eval_with_a_saved_lora_go_through_vllm_and_agree_with_tran
     applied per request (a LoRARequest naming the saved folder), never merged into the engine."""
     from vllm import LLM
 
-    from pipeline.backends import plain, vllm_engine
-    from pipeline.infer import evaluate, generate
-    from pipeline.infer.session import inference_args, open_inference
+    from grpo_pipeline.pipeline.backends import plain, vllm_engine
+    from grpo_pipeline.pipeline.infer import evaluate, generate
+    from grpo_pipeline.pipeline.infer.session import inference_args, open_inference
 
     cfg, result, _, _, _ = colocated_run
     lora = result.output_dir / "lora"
@@ -193,7 +193,7 @@ def _random_adapter(folder: Path, seed: int, rank: int = 8) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from pipeline.demo.registry import builtin_model
+    from grpo_pipeline.pipeline.demo.registry import builtin_model
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(str(builtin_model("tiny-demo-vllm").folder()), dtype=torch.float32)
@@ -209,9 +209,9 @@ def test_each_adapter_on_one_shared_engine_answers_with_its_own_weights(tmp_path
     adapter's own through transformers, token for token (greedy, float32 both sides)."""
     import shutil
 
-    from env.adapters import verify_adapter_dir
-    from pipeline.backends import plain, vllm_engine
-    from pipeline.demo.registry import builtin_model
+    from grpo_pipeline.env.adapters import verify_adapter_dir
+    from grpo_pipeline.pipeline.backends import plain, vllm_engine
+    from grpo_pipeline.pipeline.demo.registry import builtin_model
 
     # the settings of the inference test above: its engine is reused (the test of a refused share, which drops it,
     # runs last)
@@ -253,7 +253,7 @@ def test_a_rollback_takes_over_the_colocated_engine_instead_of_building_a_second
     weights: the trainer-vs-sampler gap and the rollout probe stay near 0 on the replayed steps."""
     from vllm import LLM
 
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import poison_gradients
 
     built = []
@@ -282,9 +282,9 @@ def test_a_rollback_takes_over_the_colocated_engine_instead_of_building_a_second
 def test_the_inference_engine_takes_a_free_share_of_ram_and_names_the_option_when_none_is(tmp_path, monkeypatch):
     """On a CPU vLLM reads gpu_memory_utilization as a share of RAM and refuses to start when it is not free: `auto`
     is TRL's colocated share (0.3), and a share that cannot be had is exit 2 naming gpu_memory_utilization."""
-    from pipeline.backends import vllm_engine
-    from pipeline.config import ConfigError
-    from pipeline.demo.registry import builtin_model
+    from grpo_pipeline.pipeline.backends import vllm_engine
+    from grpo_pipeline.pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.demo.registry import builtin_model
 
     cfg = _vllm_config(tmp_path)
     folder = str(builtin_model("tiny-demo-vllm").folder())

@@ -15,7 +15,7 @@ pytestmark = REAL_VLLM
 def _config(name: str = "tiny-demo-vllm", **changes):
     from transformers import AutoConfig
 
-    from pipeline.demo.registry import builtin_model
+    from grpo_pipeline.pipeline.demo.registry import builtin_model
 
     config = AutoConfig.from_pretrained(str(builtin_model(name).folder()))
     for key, value in changes.items():
@@ -52,9 +52,9 @@ CASES = [
                          ids=[c[0] for c in CASES])
 def test_the_check_refuses_what_the_engine_would_naming_the_option(monkeypatch, case, config, trl_args, overrides,
                                                                    longest, share, world, refused):
-    from pipeline.backends import load_backend
-    from pipeline.backends.vllm_engine import check_engine
-    from pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.backends import load_backend
+    from grpo_pipeline.pipeline.backends.vllm_engine import check_engine
+    from grpo_pipeline.pipeline.config import ConfigError
 
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)  # vLLM then checks the share against free RAM
     monkeypatch.setenv("WORLD_SIZE", world)
@@ -71,8 +71,8 @@ def test_the_head_size_rule_is_vllms_own():
     """The sizes vLLM's CPU attention takes, read from it: every one passes, the sizes between them are refused."""
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-    from pipeline.backends.vllm_engine import check_head_size
-    from pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.backends.vllm_engine import check_head_size
+    from grpo_pipeline.pipeline.config import ConfigError
 
     taken = CPUAttentionBackend.get_supported_head_sizes()
     for size in range(16, max(taken) + 1, 16):
@@ -86,8 +86,8 @@ def test_the_head_size_rule_is_vllms_own():
 def test_check_refuses_a_model_whose_heads_the_cpu_engine_cannot_take_before_it_loads(tmp_path):
     """End to end: --check (run_checks) on the CPU demo with the 16-wide heads of tiny-demo and vllm_mode colocate
     names vllm_mode, with the fix, and leaves the other checks' results as they were."""
-    from pipeline.config import ConfigError
-    from pipeline.preflight import run_checks
+    from grpo_pipeline.pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.preflight import run_checks
     from train_helpers import demo_config
 
     cfg = demo_config(tmp_path / "run", model_name_or_path="tiny-demo", vllm_mode="colocate", min_p=None)
@@ -105,7 +105,7 @@ def test_vllms_engine_process_dying_is_an_environments_fault_exit_2(capsys):
     what happened and the fix, never "a bug in grpo-pipeline"."""
     from vllm.v1.engine.exceptions import EngineDeadError
 
-    from pipeline.errors import run_command
+    from grpo_pipeline.pipeline.errors import run_command
 
     def dies(argv):
         raise EngineDeadError()

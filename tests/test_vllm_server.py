@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from pipeline.config import ConfigError
+from grpo_pipeline.pipeline.config import ConfigError
 from tests.vllm_helpers import needs_vllm
 
 SERVER_START_S = 300
@@ -29,7 +29,7 @@ def test_server_mode_is_refused_before_anything_loads_on_a_machine_without_cuda(
     the plain backend's GRPOConfig settings, which the check builds, refuse it first, naming the ways out."""
     import torch
 
-    from pipeline.backends import plain
+    from grpo_pipeline.pipeline.backends import plain
     from train_helpers import demo_config
 
     if torch.cuda.is_available():
@@ -69,8 +69,8 @@ def _free_port() -> int:
 def server(tmp_path_factory):
     """`trl vllm-serve --model tiny-demo-vllm --host 127.0.0.1` as a module, on 5% of the RAM (the CPU build's
     --gpu-memory-utilization is a share of the machine's memory); its client once it answers."""
-    from pipeline.config.trl_fields import grpo_trainer_module
-    from pipeline.demo.model import demo_vllm_model_dir
+    from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module
+    from grpo_pipeline.pipeline.demo.model import demo_vllm_model_dir
 
     grpo_trainer_module(uses_vllm=True)  # TRL's client with its vLLM names, as a run with vllm_mode server has it
     from trl.generation.vllm_client import VLLMClient

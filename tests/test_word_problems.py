@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from pipeline.demo.registry import builtin_source
-from pipeline.demo.word_problems import (
+from grpo_pipeline.pipeline.demo.registry import builtin_source
+from grpo_pipeline.pipeline.demo.word_problems import (
     TEMPLATES,
     TEST_SIZE,
     TRAIN_SIZE,
@@ -15,7 +15,7 @@ from pipeline.demo.word_problems import (
     word_problem_sft_examples,
     word_problems,
 )
-from rewards import strict_format_reward_func
+from grpo_pipeline.rewards import strict_format_reward_func
 
 # Each template's answer from the question's numbers, read in order: a solver of our own, not the generator's.
 SOLVERS = {

@@ -2,7 +2,7 @@
 
 The class: export --out, generate --output, eval --output, the reward dry-run file, data_report.json, the data
 cache, the built-in model and tokenizer caches, best_lora/, lora/ and eval_before.json. Each takes what it saw
-at its start (env.locations.snapshot) to the one publish step (env.paths.publish), which replaces only that. Three
+at its start (grpo_pipeline.env.locations.snapshot) to the one publish step (grpo_pipeline.env.paths.publish), which replaces only that. Three
 cases, each made to happen between the writer's start and its publish (inside the function it runs meanwhile):
 
 - appeared: nothing was there; the user made a folder or file there meanwhile;
@@ -25,9 +25,9 @@ from typing import Callable, Optional
 
 import pytest
 
-from env.locations import PathChangedError
-from pipeline.data.cache import DATASET_IN_CACHE, REPORT_IN_CACHE
-from pipeline.demo.model import built_dir
+from grpo_pipeline.env.locations import PathChangedError
+from grpo_pipeline.pipeline.data.cache import DATASET_IN_CACHE, REPORT_IN_CACHE
+from grpo_pipeline.pipeline.demo.model import built_dir
 from tests.cli_helpers import fault_table, own_cache_root, run_cli
 
 QUICK = "sft_warmup_steps: 0\nmax_steps: 1\nsave_steps: 1\neval_before: false\neval_after: false\n"
@@ -55,7 +55,7 @@ def finished_run(cache, tmp_path_factory) -> Path:
 
 
 def run_cli_quiet(argv: list[str]) -> int:
-    from pipeline import cli
+    from grpo_pipeline.pipeline import cli
 
     return cli.main(argv)
 
@@ -104,7 +104,7 @@ def content(target: Path) -> object:
 
 
 def old_export(target: Path, lora: Path) -> None:
-    from env.path_check import EXPORT_MARKER
+    from grpo_pipeline.env.path_check import EXPORT_MARKER
 
     target.mkdir()
     (target / EXPORT_MARKER).write_text('{"to": "merged16"}', encoding="utf-8")
@@ -126,8 +126,8 @@ def folder_with(*names: str) -> Callable[[Path, Path], None]:
 
 def a_built_model(target: Path, lora: Path) -> None:
     """Another process's complete build of the built-in model (its config and its build record)."""
-    from pipeline.demo.model import BUILD_NAME, build_inputs
-    from env.kept import record
+    from grpo_pipeline.pipeline.demo.model import BUILD_NAME, build_inputs
+    from grpo_pipeline.env.kept import record
 
     folder_with("config.json")(target, lora)
     (target / BUILD_NAME).write_text(json.dumps(record(build_inputs("tiny-demo"))), encoding="utf-8")
@@ -139,7 +139,7 @@ def the_adapter(target: Path, lora: Path) -> None:
 
 def best_of(accuracy: float) -> Callable[[Path, Path], None]:
     def make(target: Path, lora: Path) -> None:
-        from env.kept import record
+        from grpo_pipeline.env.kept import record
 
         shutil.copytree(lora, target)  # a kept best measured from the same (here: no) evaluation inputs
         (target / "grpo_best.json").write_text(json.dumps(record({}, step=1, accuracy=accuracy)), encoding="utf-8")
@@ -170,7 +170,7 @@ def library(call: Callable[[Path], object]) -> Callable[[Path, Path], None]:
 
 
 def best_lora_offer(folder: Path) -> None:
-    from pipeline.infer.periodic_eval import BestAdapter
+    from grpo_pipeline.pipeline.infer.periodic_eval import BestAdapter
 
     def save(model, staging: Path) -> None:
         shutil.copytree(model, staging, dirs_exist_ok=True)
@@ -187,55 +187,55 @@ def prepare_best(folder: Path, lora: Path, run: Path) -> Path:
 
 WRITERS: dict[str, Writer] = {
     "export --out": Writer(
-        lambda d: d / "merged", "pipeline.infer.export.carry_training_defaults",
+        lambda d: d / "merged", "grpo_pipeline.pipeline.infer.export.carry_training_defaults",
         lambda d, lora: ["export", "--lora", str(lora), "--to", "merged16", "--out", str(d / "merged"), "--backend",
                          "plain", *(["--overwrite"] if (d / "merged").exists() else [])],
         earlier=old_export, theirs=old_export),
     "generate --output": Writer(
-        lambda d: d / "answers.jsonl", "pipeline.infer.generate.generate_answers",
+        lambda d: d / "answers.jsonl", "grpo_pipeline.pipeline.infer.generate.generate_answers",
         lambda d, lora: ["generate", "--lora", str(lora), "--prompt", "1+1?", "--max_tokens", "4", "--backend",
                          "plain", "--output", str(d / "answers.jsonl")],
         kind="file", earlier=text_file('{"text": "last run"}\n'), theirs=text_file('{"text": "theirs"}\n')),
     "eval --output": Writer(
-        lambda d: d / "eval.json", "pipeline.infer.evaluate.evaluate_rows",
+        lambda d: d / "eval.json", "grpo_pipeline.pipeline.infer.evaluate.evaluate_rows",
         lambda d, lora: ["eval", "--lora", str(lora), "--data", "demo-arithmetic", "--limit", "2", "--max_tokens", "4",
                          "--backend", "plain", "--output", str(d / "eval.json")],
         kind="file", earlier=text_file('{"n": 1}\n'), theirs=text_file('{"n": 2}\n')),
     "rewards: reward_dry_run.json": Writer(
-        lambda d: d / "run" / "reward_dry_run.json", "pipeline.infer.dry_run.verdicts",
+        lambda d: d / "run" / "reward_dry_run.json", "grpo_pipeline.pipeline.infer.dry_run.verdicts",
         lambda d, lora: ["rewards", "--config", recipe(d), "--prompts", "2"],
         kind="file", earlier=text_file("{}\n"), theirs=text_file('{"prompts": 2}\n'),
         prepare=lambda d, lora, run: (d / "run").mkdir() or d),
     "data: data_report.json": Writer(
-        lambda d: d / "run" / "data_report.json", "pipeline.data.prepare._build",
+        lambda d: d / "run" / "data_report.json", "grpo_pipeline.pipeline.data.prepare._build",
         lambda d, lora: ["data", "--config", recipe(d)],
         kind="file", earlier=text_file("{}\n"), theirs=text_file('{"status": "ok"}\n'),
         prepare=lambda d, lora, run: (d / "run").mkdir() or d),
     "data: the cache entry": Writer(
-        lambda d: data_entry(d), "pipeline.data.prepare._build",
+        lambda d: data_entry(d), "grpo_pipeline.pipeline.data.prepare._build",
         lambda d, lora: ["data", "--config", recipe(d)],
         earlier=folder_with("stray.txt"), theirs=folder_with(f"{DATASET_IN_CACHE}/", REPORT_IN_CACHE), shares=True),
     "the built-in model cache": Writer(
-        lambda d: built_dir("tiny-demo", d / "models"), "pipeline.demo.model.build_tiny_qwen2",
-        library(lambda d: __import__("pipeline.demo.model", fromlist=["x"]).demo_model_dir(d / "models")),
+        lambda d: built_dir("tiny-demo", d / "models"), "grpo_pipeline.pipeline.demo.model.build_tiny_qwen2",
+        library(lambda d: __import__("grpo_pipeline.pipeline.demo.model", fromlist=["x"]).demo_model_dir(d / "models")),
         earlier=folder_with("stray.txt"), theirs=a_built_model, shares=True,
         prepare=lambda d, lora, run: (d / "models").mkdir() or d),
     "the bundled tokenizer cache": Writer(
-        lambda d: d / "tok" / __import__("pipeline.assets", fromlist=["x"]).QWEN_TOKENIZER_CACHE_NAME,
-        "pipeline.assets.shutil.copy2",
-        library(lambda d: __import__("pipeline.assets", fromlist=["x"]).qwen_tokenizer_dir()),
+        lambda d: d / "tok" / __import__("grpo_pipeline.pipeline.assets", fromlist=["x"]).QWEN_TOKENIZER_CACHE_NAME,
+        "grpo_pipeline.pipeline.assets.shutil.copy2",
+        library(lambda d: __import__("grpo_pipeline.pipeline.assets", fromlist=["x"]).qwen_tokenizer_dir()),
         earlier=folder_with("stray.txt"), theirs=folder_with("tokenizer.json"), shares=True,
         prepare=lambda d, lora, run: (d / "tok").mkdir() or d),
     "best_lora/": Writer(
-        lambda d: d / "run" / "best_lora", "pipeline.infer.periodic_eval.atomic_write_json_in_staging",
+        lambda d: d / "run" / "best_lora", "grpo_pipeline.pipeline.infer.periodic_eval.atomic_write_json_in_staging",
         library(best_lora_offer), earlier=best_of(0.1), theirs=best_of(0.5), prepare=prepare_best),
     "train: eval_before.json": Writer(
-        lambda d: d / "run" / "eval_before.json", "pipeline.infer.evaluate.evaluate_rows",
+        lambda d: d / "run" / "eval_before.json", "grpo_pipeline.pipeline.infer.evaluate.evaluate_rows",
         lambda d, lora: ["train", "--config", recipe(d, "eval_before: true\neval_limit: 2\n")],
         kind="file", earlier=text_file('{"key": "another eval set"}\n'), theirs=text_file('{"key": "theirs"}\n'),
         prepare=lambda d, lora, run: (d / "run").mkdir() or d),
     "train: lora/": Writer(
-        lambda d: d / "run" / "lora", "pipeline.backends.plain.save_adapter",
+        lambda d: d / "run" / "lora", "grpo_pipeline.pipeline.backends.plain.save_adapter",
         lambda d, lora: ["train", "--config", recipe(d, "max_steps: 2\n"), "--resume", "auto"],
         earlier=the_adapter, theirs=the_adapter, prepare=resumed),
 }
@@ -289,17 +289,17 @@ def test_a_writer_never_replaces_what_appeared_or_changed_since_it_started(name,
 
 def _run_meanwhile(monkeypatch, dotted: str, meanwhile: Callable[[], None]) -> None:
     """Make the function at `dotted` call `meanwhile` first (once), then do its own work."""
-    if dotted == "pipeline.infer.periodic_eval.atomic_write_json_in_staging":
-        import env.paths
+    if dotted == "grpo_pipeline.pipeline.infer.periodic_eval.atomic_write_json_in_staging":
+        import grpo_pipeline.env.paths
 
-        original = env.paths.atomic_write_json
+        original = grpo_pipeline.env.paths.atomic_write_json
 
         def first(path, *args, **kwargs):
             if ".best_lora.tmp-" in str(path):
                 meanwhile()
             return original(path, *args, **kwargs)
 
-        monkeypatch.setattr(env.paths, "atomic_write_json", first)
+        monkeypatch.setattr(grpo_pipeline.env.paths, "atomic_write_json", first)
         return
     from tests.train_helpers import resolve_dotted
 
@@ -321,7 +321,7 @@ def test_two_exports_to_one_out_the_second_is_refused_without_overwrite(cache, l
     monkeypatch.chdir(tmp_path)
     argv = ["export", "--lora", str(lora), "--to", "merged16", "--out", str(tmp_path / "merged"), "--backend", "plain"]
     second: dict[str, object] = {}
-    import pipeline.infer.export as export
+    import grpo_pipeline.pipeline.infer.export as export
 
     original = export.carry_training_defaults
 
@@ -339,7 +339,7 @@ def test_two_exports_to_one_out_the_second_is_refused_without_overwrite(cache, l
 
 
 def test_what_is_seen_covers_a_file_deep_inside_a_folder(tmp_path):
-    from env.locations import snapshot
+    from grpo_pipeline.env.locations import snapshot
 
     (tmp_path / "out" / "sub").mkdir(parents=True)
     (tmp_path / "out" / "sub" / "weights.bin").write_bytes(b"1")
@@ -352,12 +352,12 @@ def test_what_is_seen_covers_a_file_deep_inside_a_folder(tmp_path):
 def test_publish_replaces_only_what_was_seen(swap, tmp_path, monkeypatch):
     """With and without renameat2 (RENAME_EXCHANGE / NOREPLACE): the recorded version is replaced, anything else
     refused and kept."""
-    import env.paths
-    from env.locations import snapshot
-    from env.paths import atomic_write_text
+    import grpo_pipeline.env.paths
+    from grpo_pipeline.env.locations import snapshot
+    from grpo_pipeline.env.paths import atomic_write_text
 
     if not swap:
-        monkeypatch.setattr(env.paths, "_renameat2", lambda src, dst, flags: False)
+        monkeypatch.setattr(grpo_pipeline.env.paths, "_renameat2", lambda src, dst, flags: False)
     target = tmp_path / "out.json"
     target.write_text("old")
     seen = snapshot(target)

@@ -1,5 +1,5 @@
 """A test-only third backend: the plain backend under another name, with its own memory path. It is added
-through the registry alone (pipeline.backends.register_backend), to show that a backend needs edits in
+through the registry alone (grpo_pipeline.pipeline.backends.register_backend), to show that a backend needs edits in
 pipeline/backends/ and nowhere else (tests/test_third_backend.py).
 
 Not a test module (pytest collects only test_*.py).
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pipeline.backends import register_backend, unregister_backend
-from pipeline.backends.plain import PlainBackend
+from grpo_pipeline.pipeline.backends import register_backend, unregister_backend
+from grpo_pipeline.pipeline.backends.plain import PlainBackend
 
 
 class ThirdBackend(PlainBackend):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import PipelineConfig, from_mapping
+from grpo_pipeline.pipeline.config import PipelineConfig, from_mapping
 
 
 def digit_share_reward(completions, **kwargs) -> list[float]:
@@ -25,7 +25,7 @@ DEMO_RUN_STEPS, DEMO_RUN_EVAL_STEPS = 10, 5
 
 def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
     """The built-in CPU demo, shortened for tests."""
-    from pipeline.demo.registry import cpu_demo_config
+    from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
 
     # Small, fast settings first; the demo's own values win where it sets them.
     values: dict[str, Any] = dict(max_seq_length=256, max_completion_length="48", num_generations=4,
@@ -214,10 +214,10 @@ def freeze_the_training_stack() -> None:
     from transformers import Qwen2ForCausalLM  # noqa: F401
     from trl import GRPOConfig, SFTTrainer  # noqa: F401
 
-    from pipeline.config.trl_fields import grpo_trainer_module
+    from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module
     grpo_trainer_module()  # as a run without vLLM does; a vLLM test's run binds TRL's vLLM names
 
-    import pipeline.train  # noqa: F401
+    import grpo_pipeline.pipeline.train  # noqa: F401
 
     gc.collect()
     gc.freeze()

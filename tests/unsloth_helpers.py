@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 import tests.fake_unsloth as fake_unsloth
-from env.adapters import verify_adapter_dir
-from env.paths import atomic_directory
-from pipeline.backends import gpu_settings
-from pipeline.backends import unsloth as backend
-from pipeline.backends import unsloth_setup
-from pipeline.config import PipelineConfig
+from grpo_pipeline.env.adapters import verify_adapter_dir
+from grpo_pipeline.env.paths import atomic_directory
+from grpo_pipeline.pipeline.backends import gpu_settings
+from grpo_pipeline.pipeline.backends import unsloth as backend
+from grpo_pipeline.pipeline.backends import unsloth_setup
+from grpo_pipeline.pipeline.config import PipelineConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ def fake(monkeypatch):
     monkeypatch.delenv(STANDBY, raising=False)
     monkeypatch.delenv("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", raising=False)
     monkeypatch.setattr(unsloth_setup, "_prepared", None)  # prepare_environment's memory
-    monkeypatch.setattr("pipeline.backends.cuda_available", lambda: True)
+    monkeypatch.setattr("grpo_pipeline.pipeline.backends.cuda_available", lambda: True)
     monkeypatch.setattr(gpu_settings, "gpu_total_gib", lambda device=0: GPU_GIB)
     handle = fake_unsloth.install()
     yield fake_unsloth

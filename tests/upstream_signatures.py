@@ -28,7 +28,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from env.matrix import load_matrix
+from grpo_pipeline.env.matrix import load_matrix
 
 SNAPSHOT = Path(__file__).with_name("upstream_signatures.json")
 PACKAGES = ("unsloth", "unsloth_zoo", "vllm", "trl", "transformers")

@@ -13,8 +13,8 @@ import lzma
 import shutil
 from pathlib import Path
 
-from env.paths import publish_once
-from env.locations import cache_root
+from grpo_pipeline.env.paths import publish_once
+from grpo_pipeline.env.locations import cache_root
 
 ASSETS_DIR = Path(__file__).resolve().parent
 QWEN_TOKENIZER_SRC = ASSETS_DIR / "qwen2.5-tokenizer"

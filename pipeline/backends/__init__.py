@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
 
-from env import probes  # through the module, looked up at each call: tests stand in for the GPU probe there
-from pipeline.config import ConfigError, PipelineConfig
-from pipeline.config.pipeline_config import field_choices, set_field_choices
-from pipeline.config.validate import BACKEND_RULES
-from pipeline.demo.registry import builtin_model
+from grpo_pipeline.env import probes  # through the module, looked up at each call: tests stand in for the GPU probe there
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
+from grpo_pipeline.pipeline.config.pipeline_config import field_choices, set_field_choices
+from grpo_pipeline.pipeline.config.validate import BACKEND_RULES
+from grpo_pipeline.pipeline.demo.registry import builtin_model
 
 
 class Completion(str):
@@ -100,14 +100,14 @@ class Backend(Protocol):
         the trainer's weights on vLLM's CPU build; Unsloth: nothing, its patched trainer syncs its own engine)."""
 
     def rollout_engine(self, trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Any:
-        """The separate engine the rollouts come from, as a pipeline.health.rollout.RolloutEngine (scored by the
+        """The separate engine the rollouts come from, as a grpo_pipeline.pipeline.health.rollout.RolloutEngine (scored by the
         rollout probe), or None when the trained model generates them itself."""
 
     def save_adapter(self, model: Any, tokenizer: Any, directory: Path) -> None:
         """Write the trained adapter and the tokenizer into `directory`."""
 
     def load_generator(self, base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> Generator:
-        """The base model plus a verified adapter (env.adapters.AdapterInfo; None: the base alone)."""
+        """The base model plus a verified adapter (grpo_pipeline.env.adapters.AdapterInfo; None: the base alone)."""
 
     def export(self, adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
                system_prompt: Optional[str] = None) -> None:
@@ -127,7 +127,7 @@ class BackendChoice:
 
 
 def cuda_available() -> bool:
-    """True when torch could use a CUDA GPU, decided without importing torch (env.probes.cuda_usability).
+    """True when torch could use a CUDA GPU, decided without importing torch (grpo_pipeline.env.probes.cuda_usability).
 
     Not `torch.cuda.is_available()`: this runs before `import unsloth`, and unsloth_zoo sets the CUDA
     allocator's PYTORCH_ALLOC_CONF at import, expecting torch not to be imported yet (unsloth_zoo/__init__.py).
@@ -249,8 +249,8 @@ def refuse_gpu_recipe_without_cuda(cfg: PipelineConfig, choice: BackendChoice) -
 
 # The registry: a backend's name -> its class ("module:Class", imported on first use: the unsloth module imports
 # nothing heavy until prepare_environment). register_backend adds one (tests/third_backend.py).
-BACKENDS: dict[str, Any] = {"plain": "pipeline.backends.plain:PlainBackend",
-                            "unsloth": "pipeline.backends.unsloth:UnslothBackend"}
+BACKENDS: dict[str, Any] = {"plain": "grpo_pipeline.pipeline.backends.plain:PlainBackend",
+                            "unsloth": "grpo_pipeline.pipeline.backends.unsloth:UnslothBackend"}
 GPU_DEFAULT = "unsloth"  # what `backend: auto` runs on a CUDA machine with the [gpu] extras (`grpo plan`)
 
 

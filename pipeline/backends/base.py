@@ -1,7 +1,7 @@
 """The backend object: what a backend can do, asked instead of comparing its name.
 
 One class per backend (pipeline/backends/plain.py PlainBackend, pipeline/backends/unsloth.py UnslothBackend), made
-once per run by `pipeline.backends.load_backend(name)`. Its capabilities are class attributes and small methods
+once per run by `grpo_pipeline.pipeline.backends.load_backend(name)`. Its capabilities are class attributes and small methods
 that need no recipe; its operations (load, train settings, generate, export: the `Backend` protocol in
 pipeline/backends/__init__.py) are the functions of its module, reached through the object.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from pipeline.config import PipelineConfig
+from grpo_pipeline.pipeline.config import PipelineConfig
 
 
 class BackendBase:

@@ -20,8 +20,8 @@ import os
 import warnings
 from typing import Optional
 
-from pipeline import backends
-from pipeline.config import ConfigError, PipelineConfig
+from grpo_pipeline.pipeline import backends
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
 
 # unsloth_zoo.vllm_utils.load_vllm (the vLLM >= 0.11 branch of its standby tiers; the pinned vLLM is 0.31.0).
 # Unsloth keys its tier on "10% of VRAM in GiB" (`ten_percent = total_memory / 1024**3 * 0.1`),
@@ -70,7 +70,7 @@ def standby_enabled(cfg: PipelineConfig, has_cuda: Optional[bool] = None) -> boo
     sets UNSLOTH_VLLM_STANDBY=1 unconditionally (T4 included), and Unsloth has a tier for every
     GPU size (STANDBY_TIERS); sharing memory helps small cards most.
 
-    >>> from pipeline.config import PipelineConfig
+    >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> standby_enabled(PipelineConfig().replace(vllm_standby="auto"), has_cuda=True)
     True
     >>> standby_enabled(PipelineConfig().replace(vllm_standby="false"), has_cuda=True)
@@ -167,7 +167,7 @@ def resolve_gpu_memory_utilization(cfg: PipelineConfig, total_gib: Optional[floa
 
     `total_gib` and `standby` default to the visible GPU and `standby_enabled(cfg)`.
 
-    >>> from pipeline.config import PipelineConfig
+    >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> resolve_gpu_memory_utilization(PipelineConfig().replace(gpu_memory_utilization="0.45"), 24.0, False)
     0.45
     >>> resolve_gpu_memory_utilization(PipelineConfig(), total_gib=15.0, standby=False)

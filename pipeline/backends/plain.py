@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.backends import EXPORT_METHODS, Completion
-from pipeline.backends.base import BackendBase
-from pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
-from pipeline.backends.vllm_engine import (
+from grpo_pipeline.pipeline.backends import EXPORT_METHODS, Completion
+from grpo_pipeline.pipeline.backends.base import BackendBase
+from grpo_pipeline.pipeline.backends.trl_cpu_compat import ensure_trl_logprob_kernel
+from grpo_pipeline.pipeline.backends.vllm_engine import (
     VllmGenerator,
     engine_arguments,
     follow_the_trainer,
@@ -27,11 +27,11 @@ from pipeline.backends.vllm_engine import (
     shared_engine,
     vllm_installed,
 )
-from pipeline.config import ConfigError, PipelineConfig
-from pipeline.config.validate import BACKEND_RULES
-from pipeline.data.prompts import carry_system_prompt
-from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
-from pipeline.demo.registry import builtin_model
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
+from grpo_pipeline.pipeline.config.validate import BACKEND_RULES
+from grpo_pipeline.pipeline.data.prompts import carry_system_prompt
+from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer, resolve_model_path
+from grpo_pipeline.pipeline.demo.registry import builtin_model
 
 NAME = "plain"
 

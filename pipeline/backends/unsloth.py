@@ -21,19 +21,19 @@ import functools
 from pathlib import Path
 from typing import Any, Optional
 
-from env.locations import absolute_path
-from pipeline.backends import EXPORT_METHODS, mixed_precision
-from pipeline.backends.base import BackendBase
-from pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
+from grpo_pipeline.env.locations import absolute_path
+from grpo_pipeline.pipeline.backends import EXPORT_METHODS, mixed_precision
+from grpo_pipeline.pipeline.backends.base import BackendBase
+from grpo_pipeline.pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
     EVAL_SLEEP_LEVEL,
     choose_gpu_memory_utilization,
     refuse_vllm_sleep_mode,
     resolve_gpu_memory_utilization,
     standby_enabled,
 )
-from pipeline.backends.unsloth_config import config_rewrites, predicted_config_kwargs  # noqa: F401 (Backend)
-from pipeline.backends.unsloth_infer import load_generator, rollout_engine, training_generator  # noqa: F401 (Backend)
-from pipeline.backends.unsloth_setup import (
+from grpo_pipeline.pipeline.backends.unsloth_config import config_rewrites, predicted_config_kwargs  # noqa: F401 (Backend)
+from grpo_pipeline.pipeline.backends.unsloth_infer import load_generator, rollout_engine, training_generator  # noqa: F401 (Backend)
+from grpo_pipeline.pipeline.backends.unsloth_setup import (
     LIVE_LORA_SUBDIR,
     from_pretrained_kwargs,
     gradient_checkpointing_mode,
@@ -43,15 +43,15 @@ from pipeline.backends.unsloth_setup import (
     unsloth_model_name,
     warn_if_other_base,
 )
-from pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_update_SamplingParams
+from grpo_pipeline.pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_update_SamplingParams
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     ConfigError,
     PipelineConfig,
     sampling_params_mapping,
     validate_unsloth,
 )
-from pipeline.config.validate import BACKEND_RULES
-from pipeline.data.prompts import carry_system_prompt
+from grpo_pipeline.pipeline.config.validate import BACKEND_RULES
+from grpo_pipeline.pipeline.data.prompts import carry_system_prompt
 
 NAME = "unsloth"
 
@@ -142,7 +142,7 @@ def peft_config(cfg: PipelineConfig) -> None:
     `if False:`, so a LoraConfig passed there would be silently ignored. load_for_training
     already applied the LoRA with FastLanguageModel.get_peft_model.
 
-    >>> from pipeline.config import PipelineConfig
+    >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> peft_config(PipelineConfig()) is None
     True
     """
@@ -171,7 +171,7 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
     - `use_vllm`: True exactly when the model carries a vLLM engine (serves_with_vllm): generation then goes
       through it (Unsloth's patched trainer reuses `model.vllm_engine`, vllm_mode='colocate'; no second LLM).
       Without one, Unsloth's patched trainer generates with transformers and no vLLM field is passed.
-    - `bf16`/`fp16` from the loaded model's dtype (pipeline.backends.mixed_precision): Unsloth raises
+    - `bf16`/`fp16` from the loaded model's dtype (grpo_pipeline.pipeline.backends.mixed_precision): Unsloth raises
       TypeError when they disagree with the model; with dtype auto the model is bf16 where the GPU supports
       it and fp16 elsewhere (T4, V100). A float32 model gets neither and Unsloth picks autocast itself.
     - `vllm_importance_sampling_correction` from the config: Unsloth would default it to False, TRL to True.
@@ -221,7 +221,7 @@ def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
 
     save_lora saves only the lora_A/lora_B tensors, cast to the embedding dtype
     (unsloth_zoo.vllm_utils.save_lora). The path is made absolute so nothing depends on the
-    working directory (the caller passes the temp folder of env.paths.atomic_directory).
+    working directory (the caller passes the temp folder of grpo_pipeline.env.paths.atomic_directory).
     """
     directory = absolute_path(directory)
     model.save_lora(str(directory))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.config import PipelineConfig
+from grpo_pipeline.pipeline.config import PipelineConfig
 
 
 # TRL's defaults that UnslothGRPOConfig replaces (rl.py `_patch_trl_rl_trainers_impl`, both `replacements`

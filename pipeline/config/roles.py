@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable
 
-from pipeline.config.field_help import field_roles, field_rules
-from pipeline.config.fields import SECTIONS
-from pipeline.config.trl_fields import trl_fields, trl_with
+from grpo_pipeline.pipeline.config.field_help import field_roles, field_rules
+from grpo_pipeline.pipeline.config.fields import SECTIONS
+from grpo_pipeline.pipeline.config.trl_fields import trl_fields, trl_with
 
 # role -> what a field with it is part of, and who reads it.
 ROLES = {

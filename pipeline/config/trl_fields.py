@@ -25,7 +25,7 @@ import sys
 import typing
 from typing import Any
 
-from pipeline.config.fields import field_names
+from grpo_pipeline.pipeline.config.fields import field_names
 
 _RESTORED = {"resume_restored": True}
 # The roles of TRL's own fields (ours are declared on the fields, pipeline/config/fields.py): trl.GRPOConfig's

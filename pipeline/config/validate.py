@@ -14,11 +14,11 @@ import os
 import warnings
 from typing import Any, Optional
 
-from env.text import excerpt
-from pipeline.config.fields import ConfigError
-from pipeline.config.pipeline_config import PipelineConfig
-from pipeline.config.values import check_field_values, check_generation_temperature
-from rewards import check_reward_names, check_reward_weights, get_reward_funcs  # light: no torch
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.pipeline.config.fields import ConfigError
+from grpo_pipeline.pipeline.config.pipeline_config import PipelineConfig
+from grpo_pipeline.pipeline.config.values import check_field_values, check_generation_temperature
+from grpo_pipeline.rewards import check_reward_names, check_reward_weights, get_reward_funcs  # light: no torch
 
 # What Unsloth trains in full rather than as LoRA (unsloth/models/_utils.py EMBEDDING_MODULES).
 EMBEDDING_MODULES = ("embed_tokens", "lm_head")
@@ -44,7 +44,7 @@ def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
     ...                    fix="Pass --max_lora_rank 64.")
     Traceback (most recent call last):
     ...
-    pipeline.config.fields.ConfigError: config error in `max_lora_rank`: the adapter at /runs/lora has rank r=64, ...
+    grpo_pipeline.pipeline.config.fields.ConfigError: config error in `max_lora_rank`: the adapter at /runs/lora has rank r=64, ...
     """
     if rank > max_lora_rank:
         raise ConfigError(field_name, f"{what} has rank r={rank}, above max_lora_rank={max_lora_rank}; vLLM cannot "
@@ -139,7 +139,7 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     >>> validate(PipelineConfig().replace(num_generations=1))
     Traceback (most recent call last):
     ...
-    pipeline.config.fields.ConfigError: config error in `num_generations`: got 1; it must be >= 2 ...
+    grpo_pipeline.pipeline.config.fields.ConfigError: config error in `num_generations`: got 1; it must be >= 2 ...
     """
     m, lo, g = cfg.model, cfg.lora, cfg.grpo
     notes: list[str] = []
@@ -324,6 +324,6 @@ def validate_unsloth(lora_modules_to_save: list[Any], lora_target_modules: list[
 
 
 # The recipe rules each backend brings, by the `backend` field's value: what its class declares
-# (pipeline/backends: Backend.RECIPE_RULES); pipeline.backends.register_backend adds a new backend's. A rule takes the
+# (pipeline/backends: Backend.RECIPE_RULES); grpo_pipeline.pipeline.backends.register_backend adds a new backend's. A rule takes the
 # options it reads as its parameters, by their names; validate passes them.
 BACKEND_RULES: dict[str, tuple[Any, ...]] = {"unsloth": (validate_unsloth,), "plain": (check_truncated_sampling,)}

@@ -9,11 +9,11 @@ import math
 import typing
 from typing import Any, Optional
 
-from env.text import excerpt
-from pipeline.config.field_help import field_rules
-from pipeline.config.fields import MIN_SAMPLING_TEMPERATURE, SECTIONS, ConfigError
-from pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig, field_choices
-from pipeline.config.trl_fields import TRL_BOUNDS
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.pipeline.config.field_help import field_rules
+from grpo_pipeline.pipeline.config.fields import MIN_SAMPLING_TEMPERATURE, SECTIONS, ConfigError
+from grpo_pipeline.pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig, field_choices
+from grpo_pipeline.pipeline.config.trl_fields import TRL_BOUNDS
 
 
 def coerce(value: Any, kind: type, name: str) -> Any:
@@ -47,11 +47,11 @@ def check_choices(section: Any) -> None:
     `choices` in fields.py. check_field_values runs it on every section; code that takes one section without
     validate() (data preparation, the health rules) runs it on its own.
 
-    >>> from pipeline.config import HealthArguments
+    >>> from grpo_pipeline.pipeline.config import HealthArguments
     >>> check_choices(HealthArguments(kl_action="halt"))
     Traceback (most recent call last):
     ...
-    pipeline.config.fields.ConfigError: config error in `kl_action`: got 'halt'; choose one of warn, stop.
+    grpo_pipeline.pipeline.config.fields.ConfigError: config error in `kl_action`: got 'halt'; choose one of warn, stop.
     """
     for f in dataclasses.fields(section):
         choices = field_rules(f).get("choices")
@@ -65,7 +65,7 @@ def check_choice(name: str, value: Any, choices: Optional[tuple[str, ...]] = Non
     >>> check_choice("overlong_policy", "cut")
     Traceback (most recent call last):
     ...
-    pipeline.config.fields.ConfigError: config error in `overlong_policy`: got 'cut'; choose one of drop, error.
+    grpo_pipeline.pipeline.config.fields.ConfigError: config error in `overlong_policy`: got 'cut'; choose one of drop, error.
     """
     choices = field_choices(name) if choices is None else choices
     if value not in choices:
@@ -111,11 +111,11 @@ def check_field_values(cfg: PipelineConfig) -> None:
     >>> check_field_values(PipelineConfig().replace(max_steps=1.5))
     Traceback (most recent call last):
     ...
-    pipeline.config.fields.ConfigError: config error in `max_steps`: got 1.5; use a whole number such as 1.
+    grpo_pipeline.pipeline.config.fields.ConfigError: config error in `max_steps`: got 1.5; use a whole number such as 1.
     >>> check_field_values(PipelineConfig().replace(learning_rate=0))
     Traceback (most recent call last):
     ...
-    pipeline.config.fields.ConfigError: config error in `learning_rate`: got 0; it must be > 0 and <= 1.0 (the ...
+    grpo_pipeline.pipeline.config.fields.ConfigError: config error in `learning_rate`: got 0; it must be > 0 and <= 1.0 (the ...
     """
     for section_cls in SECTIONS:
         section = getattr(cfg, SECTION_ATTR[section_cls])

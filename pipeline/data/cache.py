@@ -15,12 +15,12 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from env.locations import cache_root
-from env.paths import json_text, publish_once
-from env.secret_fields import masked
-import pipeline.data  # the package's own code is the cache's identity (data_code_identity)
-from env.kept import code_hash, file_sha256, state_key, versions
-from pipeline.data.tokenizer import resolve_model_path
+from grpo_pipeline.env.locations import cache_root
+from grpo_pipeline.env.paths import json_text, publish_once
+from grpo_pipeline.env.secret_fields import masked
+import grpo_pipeline.pipeline.data  # the package's own code is the cache's identity (data_code_identity)
+from grpo_pipeline.env.kept import code_hash, file_sha256, state_key, versions
+from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 
 # Bump when the prepared columns or the cleaning rules change, so old caches are not reused.
 DATA_FORMAT_VERSION = 4
@@ -94,7 +94,7 @@ def model_identity(model_name_or_path: str, model_source: str = "hf") -> dict[st
 def data_code_identity() -> dict[str, Any]:
     """The code and libraries that build a cache entry: pipeline/data/*.py and the versions that load, clean,
     tokenize and save the rows (an entry saved by another pyarrow or datasets may not load the same)."""
-    return {"code_sha256": code_hash(pipeline.data),
+    return {"code_sha256": code_hash(grpo_pipeline.pipeline.data),
             "versions": versions("datasets", "pyarrow", "transformers", "tokenizers", "jinja2")}
 
 
@@ -134,8 +134,8 @@ def save_cached(entry: Path, dataset: Any, report: dict[str, Any], seen=None) ->
 
     A crash mid-write leaves only a staging folder, never an entry that looks complete. When two
     runs race, the first rename wins and the other's copy (identical by construction) is removed;
-    a hand-damaged entry is replaced (see env.paths.publish_once). `seen`: what was at `entry` before the build
-    (env.locations.snapshot); anything else found there at the end is left alone.
+    a hand-damaged entry is replaced (see grpo_pipeline.env.paths.publish_once). `seen`: what was at `entry` before the build
+    (grpo_pipeline.env.locations.snapshot); anything else found there at the end is left alone.
     """
     def write(staging: Path) -> None:
         dataset.save_to_disk(str(staging / DATASET_IN_CACHE))

@@ -1,6 +1,6 @@
 """Clean raw question/answer rows and reject the unusable ones, each with a reason.
 
-Nothing is dropped without a reason code; `pipeline.data.prepare` puts the codes, counts and
+Nothing is dropped without a reason code; `grpo_pipeline.pipeline.data.prepare` puts the codes, counts and
 row ids into data_report.json. The reason codes:
 
     missing_question    question is null / absent
@@ -25,8 +25,8 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from pipeline.data.prompts import question_text
-from rewards.extract import GSM8K_MARKER
+from grpo_pipeline.pipeline.data.prompts import question_text
+from grpo_pipeline.rewards.extract import GSM8K_MARKER
 
 BOM = "\ufeff"
 # GSM8K's calculator annotations inside worked solutions: "48/2 = <<48/2=24>>24".

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pipeline.data.prompts import is_conversational
-from pipeline.data.source_spec import OWN_PREFIX
-from rewards.correctness import REFERENCE_COLUMN
+from grpo_pipeline.pipeline.data.prompts import is_conversational
+from grpo_pipeline.pipeline.data.source_spec import OWN_PREFIX
+from grpo_pipeline.rewards.correctness import REFERENCE_COLUMN
 
 
 # The pipeline's own per-row columns. TRL passes every column but `prompt` to each reward as a keyword, so ours

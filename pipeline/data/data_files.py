@@ -15,12 +15,12 @@ from typing import Any, Optional
 
 import pyarrow.parquet as pq
 
-from env.path_check import local_data, relative_base
-from env.paths import shell_command
-from env.text import excerpt, shorten
-from pipeline.config import ConfigError
-from pipeline.data.cache import local_file_identity
-from pipeline.data.source_spec import (
+from grpo_pipeline.env.path_check import local_data, relative_base
+from grpo_pipeline.env.paths import shell_command
+from grpo_pipeline.env.text import excerpt, shorten
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.data.cache import local_file_identity
+from grpo_pipeline.pipeline.data.source_spec import (
     LOCAL_FORMATS,
     PROMPT_COLUMN,
     SAVED_DATASET_FILES,
@@ -36,7 +36,7 @@ def is_saved_copy(folder: Path) -> bool:
 
 
 def local_path(name: str) -> Optional[Path]:
-    """The path `name` means when it is local (env.path_check.local_data, the path checks' own reading), with
+    """The path `name` means when it is local (grpo_pipeline.env.path_check.local_data, the path checks' own reading), with
     `~` and `$VARS` expanded as the checks expanded them; None for a hub id.
 
     >>> [local_path(n) is not None for n in ("openai/gsm8k", "gsm8k", "./data", "/x/y", "a/b/c", "my.jsonl")]

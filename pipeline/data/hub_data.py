@@ -12,12 +12,12 @@ from typing import Any, Optional
 
 from huggingface_hub import constants as hub_constants
 
-from env.hubs import download_dataset, endpoint
-from env.paths import publish_once
-from env.text import excerpt
-from pipeline.config import ConfigError
-from pipeline.data.data_files import is_saved_copy
-from pipeline.data.source_spec import DataSourceError, SourceSpec
+from grpo_pipeline.env.hubs import download_dataset, endpoint
+from grpo_pipeline.env.paths import publish_once
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.data.data_files import is_saved_copy
+from grpo_pipeline.pipeline.data.source_spec import DataSourceError, SourceSpec
 
 
 def hub_saved_copy_dir(cache_root: Path, name: str, dataset_config: Optional[str], revision: Optional[str],
@@ -84,7 +84,7 @@ def _download_and_save(spec: SourceSpec, saved: Path) -> None:
 
 def _download_from_modelscope_and_save(name: str, dataset_config: Optional[str], revision: Optional[str],
                                        saved: Path) -> None:
-    """`model_source: modelscope`: the dataset repository's files from ModelScope (env.hubs, the network
+    """`model_source: modelscope`: the dataset repository's files from ModelScope (grpo_pipeline.env.hubs, the network
     boundary), read by `datasets` as a local folder (its data files and README configs), saved like a hub copy."""
     # lazy: datasets imports torch
     from datasets import load_dataset

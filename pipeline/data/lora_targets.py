@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from env.text import excerpt
-from pipeline.config import ConfigError
-from pipeline.data.tokenizer import resolve_model_path
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 
 # The module classes peft's LoRA can adapt (peft.tuners.lora.model LoraModel._create_new_module dispatchers).
 LORA_MODULE_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1D")

@@ -13,14 +13,14 @@ from pathlib import Path
 
 from huggingface_hub import try_to_load_from_cache
 
-from env.hubs import HubSourceError, reachable, require_modelscope
-from env.hubs import endpoint as hub_endpoint
-from env.path_check import local_model
-from env.text import excerpt
-from pipeline.config import ConfigError
-from pipeline.config.paths import config_paths
-from pipeline.demo.gguf_model import check_gguf_file, is_gguf_file
-from pipeline.demo.registry import builtin_model
+from grpo_pipeline.env.hubs import HubSourceError, reachable, require_modelscope
+from grpo_pipeline.env.hubs import endpoint as hub_endpoint
+from grpo_pipeline.env.path_check import local_model
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.config.paths import config_paths
+from grpo_pipeline.pipeline.demo.gguf_model import check_gguf_file, is_gguf_file
+from grpo_pipeline.pipeline.demo.registry import builtin_model
 
 
 def check_model_source(source: str) -> str:

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from env.locations import absolute_path, snapshot
-from env.paths import atomic_write_json
-from env.secret_fields import masked
-from pipeline.config import ConfigError, PipelineConfig, check_choice, parse_limit, role_values
-from pipeline.data.cache import (
+from grpo_pipeline.env.locations import absolute_path, snapshot
+from grpo_pipeline.env.paths import atomic_write_json
+from grpo_pipeline.env.secret_fields import masked
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, check_choice, parse_limit, role_values
+from grpo_pipeline.pipeline.data.cache import (
     DATA_FORMAT_VERSION,
     data_cache_root,
     fingerprint,
@@ -48,9 +48,9 @@ from pipeline.data.cache import (
     save_cached,
     tokenizer_identity,
 )
-from pipeline.data.clean import clean_rows
-from pipeline.data.columns import prompt_formats, training_columns
-from pipeline.data.prompts import (
+from grpo_pipeline.pipeline.data.clean import clean_rows
+from grpo_pipeline.pipeline.data.columns import prompt_formats, training_columns
+from grpo_pipeline.pipeline.data.prompts import (
     LengthBudget,
     check_system_prompt_survives,
     count_prompt_tokens,
@@ -58,12 +58,12 @@ from pipeline.data.prompts import (
     length_stats,
     system_prompt_tokens,
 )
-from pipeline.data.source_spec import DataSource, source_spec
-from pipeline.data.sources import resolve_source
-from env.kept import code_hash
-import rewards
-from rewards import extract_hash_answer, reference_is_scorable
-from rewards.completions import build_prompt
+from grpo_pipeline.pipeline.data.source_spec import DataSource, source_spec
+from grpo_pipeline.pipeline.data.sources import resolve_source
+from grpo_pipeline.env.kept import code_hash
+from grpo_pipeline import rewards
+from grpo_pipeline.rewards import extract_hash_answer, reference_is_scorable
+from grpo_pipeline.rewards.completions import build_prompt
 
 REPORT_NAME = "data_report.json"
 EVAL_REPORT_NAME = "data_report_eval.json"
@@ -162,8 +162,8 @@ def prepare_dataset(cfg: PipelineConfig, tokenizer: Any, split: Optional[str] = 
     first either way. `prompt_tokens` in the report covers every cleaned row; `max_kept` only
     the rows kept.
 
-    >>> from pipeline.config import PipelineConfig
-    >>> from pipeline.assets import load_qwen_tokenizer
+    >>> from grpo_pipeline.pipeline.config import PipelineConfig
+    >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
     >>> import tempfile
     >>> cfg = PipelineConfig().replace(dataset_name="sample", data_cache_dir=tempfile.mkdtemp())
     >>> data = prepare_dataset(cfg, load_qwen_tokenizer(), report_dir=tempfile.mkdtemp())
@@ -188,7 +188,7 @@ def prepare_dataset(cfg: PipelineConfig, tokenizer: Any, split: Optional[str] = 
     source = resolve_source(cfg, spec, cache_root)
     key = fingerprint(source.identity, tokenizer_identity(tokenizer), data_fields(cfg))
     entry = cache_root / key
-    # What the cache entry and the report were before the build is all their writes may replace (env.paths.publish).
+    # What the cache entry and the report were before the build is all their writes may replace (grpo_pipeline.env.paths.publish).
     entry_seen = snapshot(entry, option="data_cache_dir")
     report_folder = report_dir if report_dir is not None else cfg.grpo.output_dir
     report_seen = snapshot(absolute_path(report_folder) / report_name) if write_report else None

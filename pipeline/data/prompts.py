@@ -22,9 +22,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from env.text import excerpt
-from rewards.completions import build_prompt
-from pipeline.config import ConfigError
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.rewards.completions import build_prompt
+from grpo_pipeline.pipeline.config import ConfigError
 
 # Rounding `max_prompt_length: auto` up to a multiple of 16 leaves the padded prompt block
 # aligned for the attention kernels and leaves a little slack for the longest prompt.
@@ -108,7 +108,7 @@ def check_system_prompt_survives(tokenizer: Any, system_prompt: Optional[str]) -
     literal backslash-n); the model would then never see the format instructions the rewards check for.
     Returns the rendered probe text.
 
-    >>> from pipeline.assets import load_qwen_tokenizer
+    >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
     >>> text = check_system_prompt_survives(load_qwen_tokenizer(), "Line one.\\nLine two.")
     >>> text.startswith("<|im_start|>system\\nLine one.\\nLine two.<|im_end|>")
     True
@@ -157,7 +157,7 @@ def count_prompt_tokens(tokenizer: Any, conversations: Sequence[Any]) -> PromptL
     of the fast (Rust) tokenizer instead of a Python loop of calls. The counts equal
     `len(apply_chat_template(chat, tokenize=True, add_generation_prompt=True)["input_ids"])`.
 
-    >>> from pipeline.assets import load_qwen_tokenizer
+    >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
     >>> chat = build_prompt("You are a helpful assistant.", "What is 2 plus 2?")
     >>> count_prompt_tokens(load_qwen_tokenizer(), [chat]).counts
     [27]
@@ -184,7 +184,7 @@ def count_prompt_tokens(tokenizer: Any, conversations: Sequence[Any]) -> PromptL
 def system_prompt_tokens(tokenizer: Any, system_prompt: Optional[str]) -> int:
     """Tokens of the system prompt with an empty user message and the generation prompt: every prompt's floor.
 
-    >>> from pipeline.assets import load_qwen_tokenizer
+    >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
     >>> system_prompt_tokens(load_qwen_tokenizer(), "You are a helpful assistant.")
     19
     """

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
-from rewards.trl_source import reward_columns
+from grpo_pipeline.rewards.trl_source import reward_columns
 
 
 def accounting_line(report: dict[str, Any], ids_shown: int = 3) -> str:

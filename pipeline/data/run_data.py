@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.config import ConfigError, PipelineConfig, given
-from pipeline.data import prepare  # prepare.prepare_dataset through the module: tests interrupt it there
-from pipeline.data.columns import ANSWER, OWN_COLUMNS, ROW_ID, SOLUTION, removes_unused_columns
-from pipeline.data.prompts import completion_like, question_text
-from pipeline.data.data_files import local_layout, local_path
-from pipeline.data.sources import field_values, nested_paths
-from pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT, source_spec
-from pipeline.demo.registry import builtin_source
-from rewards import reads_reference, reference_is_scorable
-from rewards.normalize import parse_answer
-from rewards.format import format_completion
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, given
+from grpo_pipeline.pipeline.data import prepare  # prepare.prepare_dataset through the module: tests interrupt it there
+from grpo_pipeline.pipeline.data.columns import ANSWER, OWN_COLUMNS, ROW_ID, SOLUTION, removes_unused_columns
+from grpo_pipeline.pipeline.data.prompts import completion_like, question_text
+from grpo_pipeline.pipeline.data.data_files import local_layout, local_path
+from grpo_pipeline.pipeline.data.sources import field_values, nested_paths
+from grpo_pipeline.pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT, source_spec
+from grpo_pipeline.pipeline.demo.registry import builtin_source
+from grpo_pipeline.rewards import reads_reference, reference_is_scorable
+from grpo_pipeline.rewards.normalize import parse_answer
+from grpo_pipeline.rewards.format import format_completion
 
 MAX_WARMUP_EXAMPLES = 256
 # The other way out of an eval set without answers, for a training run (`grpo eval` says its own, of its --data).
@@ -34,7 +34,7 @@ TRAINING_EVAL_OFF = "or turn evaluation off (eval_before: false, eval_after: fal
 class RunData:
     """What the run reads: the prepared training data and the held-out rows ([] when evaluation is off)."""
 
-    train: Any  # pipeline.data.prepare.PreparedData
+    train: Any  # grpo_pipeline.pipeline.data.prepare.PreparedData
     eval_rows: list[dict[str, Any]]
 
     def eval_overlap(self) -> list[str]:

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from env.path_check import DATA_SUFFIXES
+from grpo_pipeline.env.path_check import DATA_SUFFIXES
 
 SAMPLE_NAME = "sample"
 SAMPLE_PATH = Path(__file__).resolve().parents[1] / "assets" / "gsm8k_sample.jsonl"
 # File extension -> `datasets` packaged loader.
-# The `datasets` builder of each local data file suffix; the suffixes are env.path_check.DATA_SUFFIXES (the path
+# The `datasets` builder of each local data file suffix; the suffixes are grpo_pipeline.env.path_check.DATA_SUFFIXES (the path
 # checks' reading of "a local data file"), so both readings stay one.
 _BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
 LOCAL_FORMATS = {suffix: _BUILDERS[suffix] for suffix in DATA_SUFFIXES}
@@ -100,7 +100,7 @@ def source_spec(cfg: Any, role: str = "train", split: Optional[str] = None) -> S
     dataset_name, eval_split, eval_question_field else question_field, ...) of `cfg` (the recipe: its data and eval
     sections). `split` overrides the split.
 
-    >>> from pipeline.config import PipelineConfig
+    >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> spec = source_spec(PipelineConfig().replace(eval_dataset_name="t.csv", eval_answer_field="y"), "eval")
     >>> spec.name, spec.split_option, spec.answer_field, spec.answer_option, spec.question_option
     ('t.csv', 'eval_split', 'y', 'eval_answer_field', 'eval_question_field')

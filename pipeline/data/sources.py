@@ -30,15 +30,15 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from env.hubs import endpoint
-from env.text import excerpt
-from pipeline.config import ConfigError
-from pipeline.config.fields import DataArguments
-from pipeline.data.cache import file_sha256, local_file_identity, local_tree_identity
-from pipeline.data.clean import clean_column_name
-from pipeline.data.data_files import load_data_files, local_layout, local_path
-from pipeline.data.hub_data import hub_endpoint, hub_saved_copy_dir, load_hub_splits
-from pipeline.data.source_spec import (
+from grpo_pipeline.env.hubs import endpoint
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.config.fields import DataArguments
+from grpo_pipeline.pipeline.data.cache import file_sha256, local_file_identity, local_tree_identity
+from grpo_pipeline.pipeline.data.clean import clean_column_name
+from grpo_pipeline.pipeline.data.data_files import load_data_files, local_layout, local_path
+from grpo_pipeline.pipeline.data.hub_data import hub_endpoint, hub_saved_copy_dir, load_hub_splits
+from grpo_pipeline.pipeline.data.source_spec import (
     OWN_PREFIX,
     PROMPT_COLUMN,
     SAMPLE_NAME,
@@ -48,7 +48,7 @@ from pipeline.data.source_spec import (
     RawRows,
     SourceSpec,
 )
-from pipeline.demo.registry import BuiltinSource, builtin_source
+from grpo_pipeline.pipeline.demo.registry import BuiltinSource, builtin_source
 
 
 def _option_default(option: str) -> Any:
@@ -60,8 +60,8 @@ def prompt_format_of(columns: list[str], spec: SourceSpec) -> str:
     """"prompt" when the rows are TRL's (a `prompt` column, question_field left at its default or naming it),
     "question" for question/answer rows; a ConfigError when the data has both and question_field was set.
 
-    >>> from pipeline.config import PipelineConfig
-    >>> from pipeline.data.source_spec import source_spec
+    >>> from grpo_pipeline.pipeline.config import PipelineConfig
+    >>> from grpo_pipeline.pipeline.data.source_spec import source_spec
     >>> spec = source_spec(PipelineConfig())
     >>> prompt_format_of(["prompt", "solution"], spec), prompt_format_of(["question", "answer"], spec)
     ('prompt', 'question')

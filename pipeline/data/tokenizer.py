@@ -12,11 +12,11 @@ from typing import Optional
 
 from tokenizers import Tokenizer
 
-from env.hubs import download_model
-from env.text import shorten
-from pipeline.config import ConfigError
-from pipeline.demo.gguf_model import gguf_model_dir, is_gguf_file
-from pipeline.demo.registry import builtin_model
+from grpo_pipeline.env.hubs import download_model
+from grpo_pipeline.env.text import shorten
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.demo.gguf_model import gguf_model_dir, is_gguf_file
+from grpo_pipeline.pipeline.demo.registry import builtin_model
 
 
 def resolve_model_path(model_name_or_path: str, source: str = "hf") -> str:

@@ -22,7 +22,7 @@ import random
 from typing import Any
 
 # The one prompt builder (rewards/completions.py), as demo/task.py uses it.
-from rewards.completions import build_prompt
+from grpo_pipeline.rewards.completions import build_prompt
 
 TOOL_NAME = "calculator"
 TRAIN_SIZE, TEST_SIZE = 2000, 100

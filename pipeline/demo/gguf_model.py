@@ -35,12 +35,12 @@ from typing import Any, Optional
 
 from filelock import FileLock, Timeout
 
-from env.kept import read_record, record, state_key
-from env.locations import cache_root
-from env.paths import atomic_write_json, publish_once
-from env.text import shorten
-from pipeline.assets import QWEN_TOKENIZER_CACHE_NAME, load_qwen_tokenizer
-from pipeline.demo.gguf_parts import RegistryGGUF, _error, fetch_and_assemble, file_sha256
+from grpo_pipeline.env.kept import read_record, record, state_key
+from grpo_pipeline.env.locations import cache_root
+from grpo_pipeline.env.paths import atomic_write_json, publish_once
+from grpo_pipeline.env.text import shorten
+from grpo_pipeline.pipeline.assets import QWEN_TOKENIZER_CACHE_NAME, load_qwen_tokenizer
+from grpo_pipeline.pipeline.demo.gguf_parts import RegistryGGUF, _error, fetch_and_assemble, file_sha256
 
 # Bump to rebuild every converted folder (a change of what convert_gguf writes).
 CONVERT_VERSION = "1"

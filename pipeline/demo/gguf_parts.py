@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from env.paths import shell_command
-from env.text import shorten
-from pipeline.config import ConfigError
+from grpo_pipeline.env.paths import shell_command
+from grpo_pipeline.env.text import shorten
+from grpo_pipeline.pipeline.config import ConfigError
 
 CHUNK = 1 << 22
 

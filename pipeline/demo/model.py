@@ -18,10 +18,10 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import atomic_write_json, publish_once
-from env.locations import cache_root
-from env.kept import file_sha256, read_record, record, state_key
-from pipeline.assets import QWEN_TOKENIZER_SRC, load_qwen_tokenizer  # QWEN_TOKENIZER_SRC: the files, as shipped
+from grpo_pipeline.env.paths import atomic_write_json, publish_once
+from grpo_pipeline.env.locations import cache_root
+from grpo_pipeline.env.kept import file_sha256, read_record, record, state_key
+from grpo_pipeline.pipeline.assets import QWEN_TOKENIZER_SRC, load_qwen_tokenizer  # QWEN_TOKENIZER_SRC: the files, as shipped
 
 # The cached folders are keyed on what builds them (`build_inputs`: this version, this file's code, which holds
 # the tokenizer, the architecture and the seed, and the bundled tokenizer's files), so a stale model is never
@@ -155,7 +155,7 @@ def build_tools_tokenizer():
     """`tiny-demo-tools`' tokenizer: the demo's, with Qwen2.5's chat template and its fixed tool text as whole
     tokens (`TOOL_TEXT_TOKENS`).
 
-    >>> from pipeline.demo.calculator import calculator
+    >>> from grpo_pipeline.pipeline.demo.calculator import calculator
     >>> tok = build_tools_tokenizer()
     >>> text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tools=[calculator], tokenize=False)
     >>> len(text), len(tok.encode(text)), tok.decode(tok.encode(text)) == text

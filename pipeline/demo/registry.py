@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from pipeline.assets import load_qwen_tokenizer
-from pipeline.config import read_recipe
-from pipeline.demo.calculator import calculator_problems, calculator_split_size, tool_sft_examples
-from pipeline.demo.gguf_model import registry_model_dir
-from pipeline.demo.gguf_parts import RegistryGGUF, WheelPart
-from pipeline.demo.model import demo_model_dir, demo_tools_model_dir, demo_vllm_model_dir, tiny_qwen_model_dir
-from pipeline.demo.task import arithmetic_problems, arithmetic_split_size, sft_examples
-from pipeline.demo.word_problems import word_problem_sft_examples, word_problem_split_size, word_problems
+from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
+from grpo_pipeline.pipeline.config import read_recipe
+from grpo_pipeline.pipeline.demo.calculator import calculator_problems, calculator_split_size, tool_sft_examples
+from grpo_pipeline.pipeline.demo.gguf_model import registry_model_dir
+from grpo_pipeline.pipeline.demo.gguf_parts import RegistryGGUF, WheelPart
+from grpo_pipeline.pipeline.demo.model import demo_model_dir, demo_tools_model_dir, demo_vllm_model_dir, tiny_qwen_model_dir
+from grpo_pipeline.pipeline.demo.task import arithmetic_problems, arithmetic_split_size, sft_examples
+from grpo_pipeline.pipeline.demo.word_problems import word_problem_sft_examples, word_problem_split_size, word_problems
 
 CPU_DEMO_RECIPE = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml"
 

@@ -19,8 +19,8 @@ import random
 from collections import Counter
 from typing import Any
 
-from rewards.completions import build_prompt
-from rewards.format import format_completion
+from grpo_pipeline.rewards.completions import build_prompt
+from grpo_pipeline.rewards.format import format_completion
 
 # The task: additions of two 2-digit numbers without carries ("What is 27+52?" -> "79"): each digit
 # of the sum is the sum of the two digits above it. 36 tens pairs x 55 ones pairs = 1,980 problems,

@@ -21,8 +21,8 @@ import hashlib
 import random
 from typing import Any, Callable
 
-from rewards.completions import build_prompt
-from rewards.format import format_completion
+from grpo_pipeline.rewards.completions import build_prompt
+from grpo_pipeline.rewards.format import format_completion
 
 TRAIN_SIZE, TEST_SIZE = 3000, 300
 POOL_SEED = 0  # the splits never depend on the run's seed, only their order does

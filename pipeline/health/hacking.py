@@ -8,8 +8,8 @@ import math
 from collections import deque
 from typing import Any
 
-from pipeline.health.metrics import finite_mean, log_number
-from pipeline.run.metric_names import EVAL_ACCURACY, EVAL_N
+from grpo_pipeline.pipeline.health.metrics import finite_mean, log_number
+from grpo_pipeline.pipeline.run.metric_names import EVAL_ACCURACY, EVAL_N
 
 
 def accuracy_noise(first: float, last: float, n_first: float | None, n_last: float | None) -> float:

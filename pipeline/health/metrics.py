@@ -26,15 +26,15 @@ from typing import Any
 from tokenizers import decoders, models  # light (a Rust extension, no torch): transformers' own dependency
 
 # The names the measures are logged under: run/metric_names.py, below health/ (run/plots.py reads them too).
-from pipeline.run.metric_names import (
+from grpo_pipeline.pipeline.run.metric_names import (
     COMPLETION_LENGTH,
     GARBLED_RATE,
     INCOMPLETE_UTF8_SHARE,
     NO_ANSWER_RATE,
     REPETITION_RATE,
 )
-from rewards.completions import completion_text
-from rewards.extract import extract_xml_answer
+from grpo_pipeline.rewards.completions import completion_text
+from grpo_pipeline.rewards.extract import extract_xml_answer
 
 # Token n-gram size for the repetition rate: 4-grams catch loops of short phrases
 # ("= 5 = 5 = 5") without flagging ordinary reuse of single words or number pairs.
@@ -199,7 +199,7 @@ def incomplete_utf8_token_ids(tokenizer: Any) -> frozenset[int]:
       is decoded alone and counted when the text contains U+FFFD, which is how a decoder
       reports bytes it cannot complete.
 
-    >>> from pipeline.assets import load_qwen_tokenizer
+    >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
     >>> tok = load_qwen_tokenizer()
     >>> bad = incomplete_utf8_token_ids(tok)
     >>> [i in bad for i in tok.encode("龘")], [i in bad for i in tok.encode(" answer")]

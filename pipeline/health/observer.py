@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.health.metrics import batch_health
-from pipeline.run.metric_names import BETA, OBSERVER_NAME
-from pipeline.health.tools import has_tool_turns, own_text, tool_metrics
-from rewards.completions import completion_text
+from grpo_pipeline.pipeline.health.metrics import batch_health
+from grpo_pipeline.pipeline.run.metric_names import BETA, OBSERVER_NAME
+from grpo_pipeline.pipeline.health.tools import has_tool_turns, own_text, tool_metrics
+from grpo_pipeline.rewards.completions import completion_text
 
 
 @dataclass

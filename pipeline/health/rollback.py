@@ -25,7 +25,7 @@ from typing import Any, Iterator, Optional
 
 from transformers import TrainerCallback
 
-from pipeline.run.checkpoints import complete_checkpoints  # (run/ sits below health/: the one reading of a checkpoint)
+from grpo_pipeline.pipeline.run.checkpoints import complete_checkpoints  # (run/ sits below health/: the one reading of a checkpoint)
 
 # The rules whose stop becomes a rollback with on_collapse: rollback.
 COLLAPSE_RULES = ("non_finite", "kl")

@@ -23,7 +23,7 @@ import os
 from collections import OrderedDict
 from typing import Any, Callable, Protocol
 
-from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
+from grpo_pipeline.pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
 # TRL's keys (GRPOTrainer._generate_and_score_completions, trl 1.15): the per-token |trainer - sampler| log-prob
 # gap over completion tokens, and the importance-sampling ratio exp(trainer - sampler).
 SAMPLING_LOGP_DIFFERENCE = "sampling/sampling_logp_difference/mean"

@@ -61,16 +61,16 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from pipeline.config import ConfigError, HealthArguments, PipelineConfig, check_choices
-from pipeline.health.metrics import incomplete_utf8_token_ids, log_number
-from pipeline.run.metric_names import BETA, GARBLED_RATE, REPETITION_RATE
-from pipeline.health.observer import HealthState, make_observer
-from pipeline.health.rollback import COLLAPSE_RULES, healthy_checkpoint
-from pipeline.health.hacking import RewardHacking
-from pipeline.health.rollout import RolloutProbe
-from pipeline.health.signal import FLAT_GROUP_SHARE, FlatRewards
-from pipeline.health.stale import StaleRollouts
-from pipeline.health.tools import NoToolCalls
+from grpo_pipeline.pipeline.config import ConfigError, HealthArguments, PipelineConfig, check_choices
+from grpo_pipeline.pipeline.health.metrics import incomplete_utf8_token_ids, log_number
+from grpo_pipeline.pipeline.run.metric_names import BETA, GARBLED_RATE, REPETITION_RATE
+from grpo_pipeline.pipeline.health.observer import HealthState, make_observer
+from grpo_pipeline.pipeline.health.rollback import COLLAPSE_RULES, healthy_checkpoint
+from grpo_pipeline.pipeline.health.hacking import RewardHacking
+from grpo_pipeline.pipeline.health.rollout import RolloutProbe
+from grpo_pipeline.pipeline.health.signal import FLAT_GROUP_SHARE, FlatRewards
+from grpo_pipeline.pipeline.health.stale import StaleRollouts
+from grpo_pipeline.pipeline.health.tools import NoToolCalls
 
 logger = logging.getLogger(__name__)
 
@@ -366,8 +366,8 @@ def build_health(cfg: PipelineConfig, tokenizer: Any,
 
     Derives the tokenizer's incomplete-UTF-8 token set once (about 0.7 s for Qwen2.5).
 
-    >>> from pipeline.config import PipelineConfig
-    >>> from pipeline.assets import load_qwen_tokenizer
+    >>> from grpo_pipeline.pipeline.config import PipelineConfig
+    >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
     >>> observer, callback = build_health(PipelineConfig(), load_qwen_tokenizer())
     >>> observer.__name__, callback.stop_reason
     ('health', None)

@@ -25,9 +25,9 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from pipeline.health.metrics import finite_mean, log_number
-from pipeline.run.metric_names import OBSERVER_NAME
-from rewards.declared import declared_range, logged_facts
+from grpo_pipeline.pipeline.health.metrics import finite_mean, log_number
+from grpo_pipeline.pipeline.run.metric_names import OBSERVER_NAME
+from grpo_pipeline.rewards.declared import declared_range, logged_facts
 
 # TRL's key for the share of groups whose total reward has zero spread (GRPOTrainer._generate_and_score_completions).
 FLAT_GROUP_SHARE = "frac_reward_zero_std"

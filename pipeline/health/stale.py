@@ -8,9 +8,9 @@ import math
 from collections import deque
 from typing import Any
 
-from pipeline.health.metrics import log_number
-from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
-from pipeline.health.rollout import IMPORTANCE_SAMPLING_RATIO, SAMPLING_LOGP_DIFFERENCE
+from grpo_pipeline.pipeline.health.metrics import log_number
+from grpo_pipeline.pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
+from grpo_pipeline.pipeline.health.rollout import IMPORTANCE_SAMPLING_RATIO, SAMPLING_LOGP_DIFFERENCE
 
 # Stale rollouts, passive part: TRL's per-token |trainer - sampler| log-prob gap (sampling_logp_difference/mean; for
 # the importance-sampling ratio, |log ratio|). A healthy vLLM engine shows about 0.015 and one that woke from sleep

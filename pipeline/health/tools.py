@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from pipeline.health.metrics import log_number
+from grpo_pipeline.pipeline.health.metrics import log_number
 
 TOOL_CALL_FREQUENCY = "tools/call_frequency"  # TRL's: tool calls per rollout
 TOOL_FAILURE_FREQUENCY = "tools/failure_frequency"  # TRL's: failed calls per call

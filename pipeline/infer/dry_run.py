@@ -33,30 +33,30 @@ from rich.table import Table
 
 # These two modules' functions are called through the module, looked up at each call: tests stand in for
 # load_tokenizer and prepare_dataset there.
-import pipeline.data.prepare
-import pipeline.data.tokenizer
-from env.adapters import AdapterError
-from env.locations import absolute_path, snapshot
-from env.paths import atomic_write_json
-from env.secret_fields import masked
-from pipeline.backends import choose_backend, load_backend
-from pipeline.bootstrap import backend_choice, defaults_for
-from pipeline.config import ConfigError, PipelineConfig, parse_config
-from pipeline.data.columns import ANSWER, ROW_ID, removes_unused_columns
-from pipeline.data.prepare import DataError
-from pipeline.data.prompts import completion_like, render_prompts
-from pipeline.data.run_data import warmup_examples
-from pipeline.data.source_spec import DataFileError
-from pipeline.errors import fit_to_command, note_command_options, note_run_folder
-from pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
-from pipeline.infer.evaluate import score_completions
-from pipeline.preflight import reward_kwargs_outside_training, run_checks
-from pipeline.infer.tool_loop import LoopSettings, describe, env_rewards, loop_settings, run_as_trained, tool_stats
-from pipeline.trainer.agents import Agents
-from pipeline.trainer.warmup import run_format_warmup
-from rewards import check_reward_weights, get_reward_funcs
-from rewards.contract import RewardFailure, call_reward
-from rewards.declared import logged_facts
+import grpo_pipeline.pipeline.data.prepare
+import grpo_pipeline.pipeline.data.tokenizer
+from grpo_pipeline.env.adapters import AdapterError
+from grpo_pipeline.env.locations import absolute_path, snapshot
+from grpo_pipeline.env.paths import atomic_write_json
+from grpo_pipeline.env.secret_fields import masked
+from grpo_pipeline.pipeline.backends import choose_backend, load_backend
+from grpo_pipeline.pipeline.bootstrap import backend_choice, defaults_for
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_config
+from grpo_pipeline.pipeline.data.columns import ANSWER, ROW_ID, removes_unused_columns
+from grpo_pipeline.pipeline.data.prepare import DataError
+from grpo_pipeline.pipeline.data.prompts import completion_like, render_prompts
+from grpo_pipeline.pipeline.data.run_data import warmup_examples
+from grpo_pipeline.pipeline.data.source_spec import DataFileError
+from grpo_pipeline.pipeline.errors import fit_to_command, note_command_options, note_run_folder
+from grpo_pipeline.pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
+from grpo_pipeline.pipeline.infer.evaluate import score_completions
+from grpo_pipeline.pipeline.preflight import reward_kwargs_outside_training, run_checks
+from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, describe, env_rewards, loop_settings, run_as_trained, tool_stats
+from grpo_pipeline.pipeline.trainer.agents import Agents
+from grpo_pipeline.pipeline.trainer.warmup import run_format_warmup
+from grpo_pipeline.rewards import check_reward_weights, get_reward_funcs
+from grpo_pipeline.rewards.contract import RewardFailure, call_reward
+from grpo_pipeline.rewards.declared import logged_facts
 
 DRY_RUN_NAME = "reward_dry_run.json"
 DEFAULT_PROMPTS = 16
@@ -153,7 +153,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
             log=print) -> dict[str, Any]:
     """Sample, score and judge (see the module docstring); returns what reward_dry_run.json holds."""
     start = time.time()
-    # What the dry-run file was at the start is all its write may replace (env.paths.publish).
+    # What the dry-run file was at the start is all its write may replace (grpo_pipeline.env.paths.publish).
     seen = snapshot(absolute_path(cfg.grpo.output_dir) / DRY_RUN_NAME,
                     fix="Another run wrote it meanwhile; run the dry run again when it is done.")
     # The backend as `grpo train` picks it, after the same pre-load checks; its environment prepared.
@@ -176,9 +176,9 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
 
     # The sampled training rows, the tokenizer and the training model's generator, loaded as a run loads them;
     # through their modules, looked up at the call: tests stand in for the tokenizer loader and data preparing there.
-    tokenizer = pipeline.data.tokenizer.load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code,
+    tokenizer = grpo_pipeline.pipeline.data.tokenizer.load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code,
                                                        cfg.model.model_source)
-    prepared = pipeline.data.prepare.prepare_dataset(cfg, tokenizer, report_dir=None)
+    prepared = grpo_pipeline.pipeline.data.prepare.prepare_dataset(cfg, tokenizer, report_dir=None)
     rows = prepared.dataset.shuffle(seed=g.seed).select(range(min(n_prompts, len(prepared.dataset))))
     model, tokenizer = backend.load_for_training(settings)
     if after_warmup and h.sft_warmup_steps > 0:

@@ -15,30 +15,30 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from env.locations import absolute_path, snapshot
-from env.path_check import check_command_paths
-from env.paths import atomic_write_json, shell_command
-from env.secret_fields import masked
-from pipeline.backends import Completion
-from pipeline.config import ConfigError, PipelineConfig, parse_config
-from pipeline.data.cache import model_identity, tokenizer_identity
-from pipeline.data.columns import removes_unused_columns
-from pipeline.data.prepare import answer_reader_version
-from pipeline.data.prompts import render_prompts
-from pipeline.data.run_data import load_eval_rows
-from pipeline.errors import guarded, note_command_options
-from pipeline.health import metrics
-from pipeline.health.metrics import is_garbled
-from pipeline.infer.scoring import Scorer, answer_of, build_scorer, score_with
-from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
+from grpo_pipeline.env.locations import absolute_path, snapshot
+from grpo_pipeline.env.path_check import check_command_paths
+from grpo_pipeline.env.paths import atomic_write_json, shell_command
+from grpo_pipeline.env.secret_fields import masked
+from grpo_pipeline.pipeline.backends import Completion
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_config
+from grpo_pipeline.pipeline.data.cache import model_identity, tokenizer_identity
+from grpo_pipeline.pipeline.data.columns import removes_unused_columns
+from grpo_pipeline.pipeline.data.prepare import answer_reader_version
+from grpo_pipeline.pipeline.data.prompts import render_prompts
+from grpo_pipeline.pipeline.data.run_data import load_eval_rows
+from grpo_pipeline.pipeline.errors import guarded, note_command_options
+from grpo_pipeline.pipeline.health import metrics
+from grpo_pipeline.pipeline.health.metrics import is_garbled
+from grpo_pipeline.pipeline.infer.scoring import Scorer, answer_of, build_scorer, score_with
+from grpo_pipeline.pipeline.infer.session import add_inference_arguments, inference_args, open_inference
 # loop_settings: also train.py's, called through this module as its evaluate_rows is (looked up at the call)
-from pipeline.infer.tool_loop import LoopSettings, env_rewards, loop_settings, run_as_trained, tool_stats  # noqa: F401
-from pipeline.preflight import reward_kwargs_outside_training
-from pipeline.run.decisions import EvalKey
-from pipeline.trainer.agents import Agents
-from env.kept import file_sha256, record, reusable, state_key, versions
-from rewards import check_reward_names, strict_format_reward_func
-from rewards.registry import is_builtin_reward
+from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, env_rewards, loop_settings, run_as_trained, tool_stats  # noqa: F401
+from grpo_pipeline.pipeline.preflight import reward_kwargs_outside_training
+from grpo_pipeline.pipeline.run.decisions import EvalKey
+from grpo_pipeline.pipeline.trainer.agents import Agents
+from grpo_pipeline.env.kept import file_sha256, record, reusable, state_key, versions
+from grpo_pipeline.rewards import check_reward_names, strict_format_reward_func
+from grpo_pipeline.rewards.registry import is_builtin_reward
 
 N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
 
@@ -161,7 +161,7 @@ def load_eval_before(output_dir: Path, inputs: dict[str, Any], log=print) -> Opt
 
 
 def save_eval_before(output_dir: Path, inputs: dict[str, Any], result: dict[str, Any], seen=None) -> None:
-    """`seen`: what the run saw at eval_before.json when it started (env.locations.snapshot); only that is replaced."""
+    """`seen`: what the run saw at eval_before.json when it started (grpo_pipeline.env.locations.snapshot); only that is replaced."""
     atomic_write_json(output_dir / EVAL_BEFORE_NAME, record(inputs, result=result), seen=seen)
 
 
@@ -228,7 +228,7 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
             raise ConfigError("reward_funcs", f"--reward_funcs: {err}") from None
     setup = open_inference(args)
     out = _eval_json_path(setup, output, args.run)
-    # What is there before the evaluation runs is all its write may replace (env.paths.publish).
+    # What is there before the evaluation runs is all its write may replace (grpo_pipeline.env.paths.publish).
     seen = snapshot(out, option="--output" if output else "", fix="Choose another --output, or run again to "
                     "replace it.")
     data_path = absolute_path(data)

@@ -15,21 +15,21 @@ import argparse
 from pathlib import Path
 from typing import Any, Optional
 
-from env.disk import storage_errors_named
-from env.locations import snapshot
-from env.path_check import EXPORT_MARKER, check_command_paths, local_model
-from env.paths import atomic_directory, atomic_write_json, shell_command
-from pipeline.backends import EXPORT_METHODS, choose_backend, load_backend
-from pipeline.config import ConfigError, field_choices, from_mapping
-from pipeline.data import model_check
-from pipeline.data.tokenizer import load_tokenizer, resolve_model_path
-from pipeline.errors import guarded, note_command_options
+from grpo_pipeline.env.disk import storage_errors_named
+from grpo_pipeline.env.locations import snapshot
+from grpo_pipeline.env.path_check import EXPORT_MARKER, check_command_paths, local_model
+from grpo_pipeline.env.paths import atomic_directory, atomic_write_json, shell_command
+from grpo_pipeline.pipeline.backends import EXPORT_METHODS, choose_backend, load_backend
+from grpo_pipeline.pipeline.config import ConfigError, field_choices, from_mapping
+from grpo_pipeline.pipeline.data import model_check
+from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer, resolve_model_path
+from grpo_pipeline.pipeline.errors import guarded, note_command_options
 
 # Through the module, looked up at the call: tests stand in for adapter_mismatch there (it may ask the hub).
-from pipeline.infer import session
-from pipeline.infer.session import verify_trained_dir
-from pipeline.run.manifest import find_manifest, recorded_base, write_adapter_metadata
-from pipeline.trainer.agents import agent_names
+from grpo_pipeline.pipeline.infer import session
+from grpo_pipeline.pipeline.infer.session import verify_trained_dir
+from grpo_pipeline.pipeline.run.manifest import find_manifest, recorded_base, write_adapter_metadata
+from grpo_pipeline.pipeline.trainer.agents import agent_names
 
 
 @guarded("export")
@@ -49,7 +49,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
 
-    # Bad input raises (PathError, AdapterError, ManifestError, ConfigError): pipeline.errors prints it, exit 2.
+    # Bad input raises (PathError, AdapterError, ManifestError, ConfigError): grpo_pipeline.pipeline.errors prints it, exit 2.
     check_command_paths("export", vars(args), only=["lora"])
     adapter = verify_trained_dir(args.lora)
     manifest = find_manifest(adapter.path) or {}
@@ -60,7 +60,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     reads = {"the base model": base_folder} if local_model(base_folder) else {}
     out = check_command_paths("export", vars(args), overwrite=args.overwrite, extra_reads=reads)["out"]
     # What --out was when it was checked is all the publish step may replace: a folder made there meanwhile, or
-    # another export that finished first, is kept and this one refused (env.paths.publish, PathChangedError).
+    # another export that finished first, is kept and this one refused (grpo_pipeline.env.paths.publish, PathChangedError).
     seen = snapshot(out, option="--out", fix="Pass --overwrite to replace it, or choose another --out.")
     mismatch = session.adapter_mismatch(adapter, base_model)
     if mismatch:
@@ -78,7 +78,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
     backend.prepare_environment(cfg)
     # The export is written beside --out and renamed into place; an old --out is set aside until then and put
-    # back if anything fails (env.paths.atomic_directory). A full disk names the folder and how much is free.
+    # back if anything fails (grpo_pipeline.env.paths.atomic_directory). A full disk names the folder and how much is free.
     with storage_errors_named(out, "run the same export again.", option="--out"), \
             atomic_directory(out, seen=seen) as staging:
         # The trained system prompt goes into the chat template of every format (the .gguf's metadata too).

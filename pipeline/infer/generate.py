@@ -16,16 +16,16 @@ import json
 import sys
 from typing import Any, Optional
 
-from env.locations import absolute_path, snapshot
-from env.path_check import check_command_paths
-from env.paths import atomic_write_text, shell_command
-from pipeline.data.clean import check_prompt
-from pipeline.data.prompts import as_chat, render_prompts
-from pipeline.data.source_spec import DataFileError
-from pipeline.errors import guarded, note_command_options
-from pipeline.infer.evaluate import score_completions
-from pipeline.infer.session import add_inference_arguments, inference_args, open_inference
-from pipeline.infer.tool_loop import run_as_trained
+from grpo_pipeline.env.locations import absolute_path, snapshot
+from grpo_pipeline.env.path_check import check_command_paths
+from grpo_pipeline.env.paths import atomic_write_text, shell_command
+from grpo_pipeline.pipeline.data.clean import check_prompt
+from grpo_pipeline.pipeline.data.prompts import as_chat, render_prompts
+from grpo_pipeline.pipeline.data.source_spec import DataFileError
+from grpo_pipeline.pipeline.errors import guarded, note_command_options
+from grpo_pipeline.pipeline.infer.evaluate import score_completions
+from grpo_pipeline.pipeline.infer.session import add_inference_arguments, inference_args, open_inference
+from grpo_pipeline.pipeline.infer.tool_loop import run_as_trained
 
 
 def read_prompts(args: argparse.Namespace) -> list[str]:
@@ -123,7 +123,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
     check_command_paths("generate", vars(args))  # every path option, before anything is read or loaded
-    # What --output was now is all the write may replace (env.paths.publish): a file written there meanwhile is kept.
+    # What --output was now is all the write may replace (grpo_pipeline.env.paths.publish): a file written there meanwhile is kept.
     seen = snapshot(absolute_path(args.output), option="--output",
                     fix="Choose another --output, or run again to replace it.") if args.output else None
 

@@ -20,17 +20,17 @@ from typing import Any, Optional
 
 from transformers import TrainerCallback
 
-# env.paths through the module, looked up at each call: tests/test_writers.py acts between stage and publish there.
-from env import paths
-from env.kept import read_record, record, reusable
-from env.locations import snapshot
-from pipeline.run.metric_names import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
+# grpo_pipeline.env.paths through the module, looked up at each call: tests/test_writers.py acts between stage and publish there.
+from grpo_pipeline.env import paths
+from grpo_pipeline.env.kept import read_record, record, reusable
+from grpo_pipeline.env.locations import snapshot
+from grpo_pipeline.pipeline.run.metric_names import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
 # The periodic eval verifies best_lora/ as `grpo generate` loads it; it scores as `grpo eval` does through the
 # `evaluate` train.py hands it.
-from pipeline.infer.evaluate import headline
-from pipeline.infer.session import verify_trained_dir
-from pipeline.run.checkpoints import set_aside_stale
-from pipeline.run.manifest import write_adapter_metadata
+from grpo_pipeline.pipeline.infer.evaluate import headline
+from grpo_pipeline.pipeline.infer.session import verify_trained_dir
+from grpo_pipeline.pipeline.run.checkpoints import set_aside_stale
+from grpo_pipeline.pipeline.run.manifest import write_adapter_metadata
 
 BEST_DIR = "best_lora"
 BEST_NAME = "grpo_best.json"
@@ -52,7 +52,7 @@ class BestAdapter:
                 self.best = read_best(self.path)
             else:
                 set_aside_stale(self.path, output_dir, f"{BEST_DIR}/ was measured on other evaluation inputs", log)
-        # What best_lora/ is now (and after each save, what we wrote) is all a save may replace (env.paths.publish).
+        # What best_lora/ is now (and after each save, what we wrote) is all a save may replace (grpo_pipeline.env.paths.publish).
         self.seen = snapshot(self.path, fix="Move it away (or copy it elsewhere), then resume the run.")
 
     def offer(self, model: Any, step: int, result: dict[str, Any]) -> bool:

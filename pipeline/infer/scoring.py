@@ -23,15 +23,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from pipeline.config import ConfigError
-from pipeline.data.prompts import completion_like
-from rewards import correctness_reward_func, get_reward_funcs
-from rewards.cleaning import _last_boxed_content
-from rewards.contract import RewardFailure, call_reward, reward_name
-from rewards.correctness import CORRECT_REWARD
-from rewards.extract import GSM8K_MARKER, extract_tagged
-from rewards.format import ANSWER_CLOSE, ANSWER_OPEN
-from rewards.matching import answers_match
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.data.prompts import completion_like
+from grpo_pipeline.rewards import correctness_reward_func, get_reward_funcs
+from grpo_pipeline.rewards.cleaning import _last_boxed_content
+from grpo_pipeline.rewards.contract import RewardFailure, call_reward, reward_name
+from grpo_pipeline.rewards.correctness import CORRECT_REWARD
+from grpo_pipeline.rewards.extract import GSM8K_MARKER, extract_tagged
+from grpo_pipeline.rewards.format import ANSWER_CLOSE, ANSWER_OPEN
+from grpo_pipeline.rewards.matching import answers_match
 
 CORRECTNESS_MARK = "correctness_reward"
 CORRECTNESS_NAME = re.compile(r"correct|accura", re.IGNORECASE)

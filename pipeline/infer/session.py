@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from env.adapters import verify_adapter_dir
-from env.locations import absolute_path
-from env.paths import shell_command
-from env.text import excerpt
-from pipeline.backends import choose_backend, load_backend
-from pipeline.config import (
+from grpo_pipeline.env.adapters import verify_adapter_dir
+from grpo_pipeline.env.locations import absolute_path
+from grpo_pipeline.env.paths import shell_command
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.pipeline.backends import choose_backend, load_backend
+from grpo_pipeline.pipeline.config import (
     DEFAULT_SYSTEM_PROMPT,
     ConfigError,
     GenerationArguments,
@@ -39,16 +39,16 @@ from pipeline.config import (
     parse_config,
     validate,
 )
-from pipeline.config.fields import field_names
-from pipeline.config.parse import read_recipe
-from pipeline.config.trl_fields import trl_option_names
-from pipeline.config.values import check_generation_temperature
-from pipeline.data import model_check
-from pipeline.data.tokenizer import resolve_model_path
-from pipeline.infer.tool_loop import LoopSettings, loop_settings
-from pipeline.run.checkpoint_contents import adapter_mismatch
-from pipeline.run.manifest import ADAPTER_METADATA_NAME, agent_options, MANIFEST_NAME, find_manifest, other_base
-from pipeline.trainer.agents import AGENT_OPTIONS, Agents, agent_names, resolve_agents, rollout_func_note
+from grpo_pipeline.pipeline.config.fields import field_names
+from grpo_pipeline.pipeline.config.parse import read_recipe
+from grpo_pipeline.pipeline.config.trl_fields import trl_option_names
+from grpo_pipeline.pipeline.config.values import check_generation_temperature
+from grpo_pipeline.pipeline.data import model_check
+from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
+from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, loop_settings
+from grpo_pipeline.pipeline.run.checkpoint_contents import adapter_mismatch
+from grpo_pipeline.pipeline.run.manifest import ADAPTER_METADATA_NAME, agent_options, MANIFEST_NAME, find_manifest, other_base
+from grpo_pipeline.pipeline.trainer.agents import AGENT_OPTIONS, Agents, agent_names, resolve_agents, rollout_func_note
 
 DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST = 512  # TRL's default max_completion_length
 
@@ -58,7 +58,7 @@ class InferenceSetup:
     generator: Any
     tokenizer: Any
     base_model: str
-    adapter: Optional[Any]  # env.adapters.AdapterInfo
+    adapter: Optional[Any]  # grpo_pipeline.env.adapters.AdapterInfo
     system_prompt: str
     max_tokens: int
     temperature: float
@@ -225,7 +225,7 @@ def inference_args(**options: Any) -> argparse.Namespace:
 
 
 def generation_settings(args: argparse.Namespace) -> Any:
-    """The generation fields (pipeline.config.GenerationArguments) of --config's recipe, or the defaults,
+    """The generation fields (grpo_pipeline.pipeline.config.GenerationArguments) of --config's recipe, or the defaults,
     with this command's --max_tokens/--temperature/--top_p on top. The recipe is validated as train would
     (a bad value is a ConfigError naming the field).
 
@@ -248,8 +248,8 @@ def validate_recipe(path: str) -> PipelineConfig:
 
 
 def verify_trained_dir(path) -> Any:
-    """Verify a run's saved LoRA adapter (relative paths from the cwd) and return its env.adapters.AdapterInfo.
-    Raises env.adapters.AdapterError naming what is missing."""
+    """Verify a run's saved LoRA adapter (relative paths from the cwd) and return its grpo_pipeline.env.adapters.AdapterInfo.
+    Raises grpo_pipeline.env.adapters.AdapterError naming what is missing."""
     return verify_adapter_dir(absolute_path(path))
 
 

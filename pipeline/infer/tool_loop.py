@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Mapping, Optional, Sequence
 
-from env.text import excerpt
-from pipeline.backends import Completion
-from pipeline.config import ConfigError
-from pipeline.trainer.agent_check import environment_methods, offered_tools
-from pipeline.trainer.agents import ENVIRONMENT_COLUMN, Agents
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.pipeline.backends import Completion
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.trainer.agent_check import environment_methods, offered_tools
+from grpo_pipeline.pipeline.trainer.agents import ENVIRONMENT_COLUMN, Agents
 
 
 @dataclass
@@ -212,7 +212,7 @@ def _host(generator: Any, tokenizer: Any, offered: list[list[Any]], environments
     """What GRPOTrainer._tool_call_loop (and the `_get_tool_suffix_ids` it calls) read off `self`, with the backend's
     generator as its generation step. Not a trainer: nothing else of GRPOTrainer is reachable from it."""
     # lazy: trl imports torch
-    from pipeline.config.trl_fields import grpo_trainer_module
+    from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module
 
     grpo_trainer_module()  # TRL's tool loop on our generator: TRL's vLLM is never asked
     from trl import GRPOTrainer

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from env.probes import nvidia_smi_memory
-from pipeline.config import ConfigError
+from grpo_pipeline.env.probes import nvidia_smi_memory
+from grpo_pipeline.pipeline.config import ConfigError
 
 MIB = 2**20
 GIB = 2**30

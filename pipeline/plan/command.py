@@ -18,18 +18,18 @@ from typing import Any, Optional
 
 import yaml
 
-from env.locations import snapshot
-from env.paths import atomic_write_text, shell_command
-from env.secret_fields import masked, secrets_in
-from pipeline.backends import planned_backend
-from pipeline.bootstrap import DEFAULT_GPU_RECIPE
-from pipeline.config import ConfigError, PipelineConfig, parse_config, read_recipe, validate
-from pipeline.config.parse import config_path, normalize_argv
-from pipeline.plan.cards import KNOWN_CARDS, TABLE_CARDS, Card, card_by_name, card_from_memory, live_card
-from pipeline.plan.estimate import UNCERTAINTY, Estimate, prompt_auto, token_budget
-from pipeline.plan.fit import fitted_recipe, plan, suggestions
-from pipeline.plan.scale import render_scale, scale_dict, scale_plan
-from pipeline.plan.shape import count_parameters, load_shape
+from grpo_pipeline.env.locations import snapshot
+from grpo_pipeline.env.paths import atomic_write_text, shell_command
+from grpo_pipeline.env.secret_fields import masked, secrets_in
+from grpo_pipeline.pipeline.backends import planned_backend
+from grpo_pipeline.pipeline.bootstrap import DEFAULT_GPU_RECIPE
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_config, read_recipe, validate
+from grpo_pipeline.pipeline.config.parse import config_path, normalize_argv
+from grpo_pipeline.pipeline.plan.cards import KNOWN_CARDS, TABLE_CARDS, Card, card_by_name, card_from_memory, live_card
+from grpo_pipeline.pipeline.plan.estimate import UNCERTAINTY, Estimate, prompt_auto, token_budget
+from grpo_pipeline.pipeline.plan.fit import fitted_recipe, plan, suggestions
+from grpo_pipeline.pipeline.plan.scale import render_scale, scale_dict, scale_plan
+from grpo_pipeline.pipeline.plan.shape import count_parameters, load_shape
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent.parent / "configs"
 PLAN_FLAGS = {"--gpu": True, "--gpus": True, "--nodes": True, "--write": True, "--json": False, "--table": False}

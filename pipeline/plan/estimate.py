@@ -42,12 +42,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-from pipeline.backends import planned_backend
-from pipeline.backends.gpu_settings import choose_gpu_memory_utilization, parse_gpu_memory_utilization, \
+from grpo_pipeline.pipeline.backends import planned_backend
+from grpo_pipeline.pipeline.backends.gpu_settings import choose_gpu_memory_utilization, parse_gpu_memory_utilization, \
     standby_enabled
-from pipeline.config import PipelineConfig, parse_limit
-from pipeline.plan.cards import GIB, Card
-from pipeline.plan.shape import ModelShape, ParamCounts
+from grpo_pipeline.pipeline.config import PipelineConfig, parse_limit
+from grpo_pipeline.pipeline.plan.cards import GIB, Card
+from grpo_pipeline.pipeline.plan.shape import ModelShape, ParamCounts
 
 # tests/memory_plan_figures.py compares the planner with every published figure we have (Unsloth's, verl's,
 # EasyR1's) and with every peak a GPU check report measured (docs/gpu-reports: the four H200 cases of 2026-12-04 are

@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from pipeline.backends import planned_backend
-from pipeline.config import ConfigError, PipelineConfig, validate
-from pipeline.plan.cards import Card
-from pipeline.plan.estimate import Estimate
-from pipeline.plan.fit import plan
+from grpo_pipeline.pipeline.backends import planned_backend
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, validate
+from grpo_pipeline.pipeline.plan.cards import Card
+from grpo_pipeline.pipeline.plan.estimate import Estimate
+from grpo_pipeline.pipeline.plan.fit import plan
 
 SERVER_GPUS = 1  # GPUs `trl vllm-serve` takes in server mode (one engine; more for tensor parallel)
 

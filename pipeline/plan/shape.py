@@ -19,12 +19,12 @@ from typing import Optional
 
 from huggingface_hub import try_to_load_from_cache
 
-from env.disk import StorageError
-from env.paths import atomic_write_text
-from env.locations import cache_root
-from pipeline.config import ConfigError
-from pipeline.demo.registry import builtin_model
-from pipeline.plan.bundled import bundled_config_name
+from grpo_pipeline.env.disk import StorageError
+from grpo_pipeline.env.paths import atomic_write_text
+from grpo_pipeline.env.locations import cache_root
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.demo.registry import builtin_model
+from grpo_pipeline.pipeline.plan.bundled import bundled_config_name
 
 BUNDLED_CONFIGS = Path(__file__).resolve().parent.parent / "assets" / "model-configs"
 COUNT_CACHE_VERSION = 2

@@ -32,11 +32,11 @@ from typing import Any, Optional
 from huggingface_hub import try_to_load_from_cache
 from safetensors import safe_open
 
-from env.adapters import AdapterError, verify_adapter_dir
-from env.text import excerpt, printable, shorten
-from pipeline.data.tokenizer import resolve_model_path
-from pipeline.run.launchers import LAYOUTS, Launch, held_layouts
-from pipeline.run.resume import ResumeKey
+from grpo_pipeline.env.adapters import AdapterError, verify_adapter_dir
+from grpo_pipeline.env.text import excerpt, printable, shorten
+from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
+from grpo_pipeline.pipeline.run.launchers import LAYOUTS, Launch, held_layouts
+from grpo_pipeline.pipeline.run.resume import ResumeKey
 
 RESTORED_FILES = ("optimizer.pt", "scheduler.pt")  # a plain or DDP resume without them starts afresh, silently
 TORCH_OPTIMIZER = ("plain", "ddp")  # the layouts whose optimizer.pt is read here (the others' are the engine's own)

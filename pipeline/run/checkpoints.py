@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from env.adapters import safetensors_problem
-from env.disk import storage_errors_named
-from env.file_modes import normalize_file_modes
-from env.locations import absolute_path
-from env.paths import atomic_write_json, publish_directory, staging_leftovers
-from env.secret_fields import masked
-from pipeline.run.launchers import NESTED_TORCH_FILES
-from pipeline.run.manifest import record_adapter_base
-from pipeline.run.resume import SHAPE_NAME, ResumeKey, checkpoint_record
+from grpo_pipeline.env.adapters import safetensors_problem
+from grpo_pipeline.env.disk import storage_errors_named
+from grpo_pipeline.env.file_modes import normalize_file_modes
+from grpo_pipeline.env.locations import absolute_path
+from grpo_pipeline.env.paths import atomic_write_json, publish_directory, staging_leftovers
+from grpo_pipeline.env.secret_fields import masked
+from grpo_pipeline.pipeline.run.launchers import NESTED_TORCH_FILES
+from grpo_pipeline.pipeline.run.manifest import record_adapter_base
+from grpo_pipeline.pipeline.run.resume import SHAPE_NAME, ResumeKey, checkpoint_record
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 # Where a checkpoint is written before it is renamed into place (ours), and the staging folder older
@@ -231,8 +231,8 @@ def save_checkpoint_now(trainer, output_dir: Path) -> Optional[Path]:
 def file_mode_callback():
     """A TrainerCallback that gives each saved checkpoint's files the usual permissions.
 
-    The Trainer writes checkpoints itself (not through env.paths.atomic_directory), and safetensors
-    writes its weights 0600; see env.file_modes.normalize_file_modes.
+    The Trainer writes checkpoints itself (not through grpo_pipeline.env.paths.atomic_directory), and safetensors
+    writes its weights 0600; see grpo_pipeline.env.file_modes.normalize_file_modes.
     """
     from transformers import TrainerCallback  # lazy: transformers imports torch
 
@@ -254,8 +254,8 @@ def save_size_estimate(model) -> int:
 
 def storage_errors_are_resumable(trainer, output_dir: Path):
     """A storage failure (full disk, quota, read-only, I/O error) during any save in the block, whatever its
-    class, as one env.disk.StorageError that says how to resume. Nothing half-written is left: checkpoints
-    are staged (`stage_checkpoint_saves`), lora/ and warmup/ go through env.paths.atomic_directory."""
+    class, as one grpo_pipeline.env.disk.StorageError that says how to resume. Nothing half-written is left: checkpoints
+    are staged (`stage_checkpoint_saves`), lora/ and warmup/ go through grpo_pipeline.env.paths.atomic_directory."""
     return storage_errors_named(output_dir, f"resume with the same command (--resume auto continues from the "
                                             f"newest complete checkpoint in {output_dir}).",
                                 lambda: save_size_estimate(trainer.model))
@@ -268,7 +268,7 @@ def stage_checkpoint_saves(trainer, key: ResumeKey, dataset: Any = None) -> Call
     the adapter first, trainer_state.json last), so a full disk or a kill mid-save left a folder holding some
     of them. Here it writes into `.checkpoint-N.staging/checkpoint-N/` (its output folder is redirected
     through `_get_output_dir` for the call), `grpo_shape.json` is added, and the complete folder is published
-    with env.paths.publish_directory; then the Trainer's rotation (save_total_limit) runs on the real folder.
+    with grpo_pipeline.env.paths.publish_directory; then the Trainer's rotation (save_total_limit) runs on the real folder.
     On any failure the staging folder is removed and the previous checkpoints are untouched. Returns the
     replacement of `trainer._save_checkpoint` (pipeline/trainer/trl_internals.py installs it). `key`: what
     grpo_shape.json records (pipeline/run/resume.py ResumeKey), `dataset`: the training rows.

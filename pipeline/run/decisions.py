@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence
 
-from pipeline.config import PipelineConfig, role_values
-from rewards import reads_reference
-from rewards.registry import check_reward_weights
+from grpo_pipeline.pipeline.config import PipelineConfig, role_values
+from grpo_pipeline.rewards import reads_reference
+from grpo_pipeline.rewards.registry import check_reward_weights
 
 
 @dataclass(frozen=True)

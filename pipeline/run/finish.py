@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from env.adapters import AdapterError, verify_adapter_dir
-from env.locations import absolute_path
-from env.paths import shell_command
-from pipeline.demo.registry import example_question
-from pipeline.run.checkpoints import checkpoint_state
-from pipeline.run.manifest import MANIFEST_NAME, agent_options
+from grpo_pipeline.env.adapters import AdapterError, verify_adapter_dir
+from grpo_pipeline.env.locations import absolute_path
+from grpo_pipeline.env.paths import shell_command
+from grpo_pipeline.pipeline.demo.registry import example_question
+from grpo_pipeline.pipeline.run.checkpoints import checkpoint_state
+from grpo_pipeline.pipeline.run.manifest import MANIFEST_NAME, agent_options
 
 
 def _print(msg: str) -> None:

@@ -81,7 +81,7 @@ class Layout:
 # transformers loads optimizer.pt / FSDP's files only when scheduler.pt is there too, and skips both silently
 _FRESH = "would start a fresh optimizer and learning-rate schedule at the checkpoint's step without saying so"
 _TORCH_LAUNCH = ("grpo train without accelerate launch, or for several processes accelerate launch --config_file "
-                 "configs/accelerate/ddp.yaml -m pipeline train ...")
+                 "configs/accelerate/ddp.yaml -m grpo_pipeline.pipeline train ...")
 LAYOUTS: dict[str, Layout] = {
     "plain": Layout("as one process", "a plain or DDP run", "optimizer.pt", _torch_optimizer, _FRESH, _TORCH_LAUNCH),
     "ddp": Layout("as several processes (DDP)", "a plain or DDP run", "optimizer.pt", _torch_optimizer, _FRESH,
@@ -89,7 +89,7 @@ LAYOUTS: dict[str, Layout] = {
     "deepspeed": Layout("under DeepSpeed ZeRO", "DeepSpeed ZeRO", "`latest` and the global_stepN/*optim_states.pt "
                         "it names", _deepspeed_optimizer, "would fail after the model has loaded (transformers' "
                         "DeepSpeed resume finds nothing to load)", "accelerate launch --config_file "
-                        "configs/accelerate/zero2.yaml (or zero3.yaml) -m pipeline train ..."),
+                        "configs/accelerate/zero2.yaml (or zero3.yaml) -m grpo_pipeline.pipeline train ..."),
     "fsdp": Layout("under FSDP", "FSDP", "optimizer.bin or optimizer_0/", _fsdp_optimizer, _FRESH,
                    "accelerate launch with the FSDP config it was trained with, or the recipe's fsdp option"),
 }

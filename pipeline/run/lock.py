@@ -21,8 +21,8 @@ from typing import Iterator
 
 from filelock import FileLock, Timeout
 
-from env.paths import atomic_write_json
-from pipeline.config import ConfigError
+from grpo_pipeline.env.paths import atomic_write_json
+from grpo_pipeline.pipeline.config import ConfigError
 
 LOCK_NAME = ".grpo-run.lock"
 HOLDER_NAME = ".grpo-run.lock.json"

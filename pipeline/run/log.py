@@ -16,7 +16,7 @@ from typing import Any, Optional
 from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
-from env.paths import atomic_write_text
+from grpo_pipeline.env.paths import atomic_write_text
 
 
 def _jsonable(value: Any) -> Any:

@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from env.kept import versions
-from env.locations import absolute_path
-from env.paths import atomic_write_json, atomic_write_text
-from env.secret_fields import masked, unmasked
-from pipeline.demo.gguf_model import gguf_model_dir, is_gguf_file, provenance
-from pipeline.demo.registry import builtin_model
+from grpo_pipeline.env.kept import versions
+from grpo_pipeline.env.locations import absolute_path
+from grpo_pipeline.env.paths import atomic_write_json, atomic_write_text
+from grpo_pipeline.env.secret_fields import masked, unmasked
+from grpo_pipeline.pipeline.demo.gguf_model import gguf_model_dir, is_gguf_file, provenance
+from grpo_pipeline.pipeline.demo.registry import builtin_model
 
 MANIFEST_NAME = "manifest.json"
 ADAPTER_METADATA_NAME = "grpo_adapter.json"

@@ -23,10 +23,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from env.kept import changed_inputs, state_key
-from env.secret_fields import masked
-from pipeline.config import ConfigError
-from pipeline.run.manifest import git_commit, package_versions
+from grpo_pipeline.env.kept import changed_inputs, state_key
+from grpo_pipeline.env.secret_fields import masked
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.run.manifest import git_commit, package_versions
 
 NODES_TIMEOUT_S = 300
 KEY_PREFIX = "grpo-pipeline/nodes"

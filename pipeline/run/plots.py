@@ -4,7 +4,7 @@ metrics.jsonl holds one JSON object per logged step with TRL's keys (step, rewar
 reward_std, rewards/<name>/mean, kl, completions/mean_length, loss, grad_norm, health/*).
 A metric that a run did not log (kl with beta = 0, health/* without the observer) is skipped;
 a line that is not valid JSON (a run killed mid-write) is skipped with a warning naming it.
-NaN/inf, written as numbers (Python's json) or as the strings "nan"/"inf" (pipeline.run.log),
+NaN/inf, written as numbers (Python's json) or as the strings "nan"/"inf" (grpo_pipeline.pipeline.run.log),
 show as gaps, and as red crosses on the loss / grad_norm plot.
 
 The +-std band of a reward is clipped to the range the reward can take (a band below 0 or above
@@ -25,9 +25,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from env.paths import atomic_write_bytes
-from pipeline.config import HealthArguments
-from pipeline.run.metric_names import (
+from grpo_pipeline.env.paths import atomic_write_bytes
+from grpo_pipeline.pipeline.config import HealthArguments
+from grpo_pipeline.pipeline.run.metric_names import (
     BETA,
     EVAL_ACCURACY,
     EVAL_FORMAT_RATE,
@@ -37,7 +37,7 @@ from pipeline.run.metric_names import (
     OBSERVER_NAME,
     REPETITION_RATE,
 )
-from rewards.declared import declared_range
+from grpo_pipeline.rewards.declared import declared_range
 
 METRICS_FILE = "metrics.jsonl"
 PLOTS_DIR = "plots"

@@ -20,14 +20,14 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional
 
-from env.locations import absolute_path
-from pipeline.config import SECTIONS, fields_with, resolve_optim, trl_names, trl_training_args
-from pipeline.config.field_help import field_rules
-from pipeline.config.roles import trl_default
-from pipeline.config.validate import world_size
-from pipeline.run.launchers import Launch, launch_mismatch, recorded_processes, this_launch
-from env.kept import canonical, changed_inputs, columns_key
-from env.text import excerpt
+from grpo_pipeline.env.locations import absolute_path
+from grpo_pipeline.pipeline.config import SECTIONS, fields_with, resolve_optim, trl_names, trl_training_args
+from grpo_pipeline.pipeline.config.field_help import field_rules
+from grpo_pipeline.pipeline.config.roles import trl_default
+from grpo_pipeline.pipeline.config.validate import world_size
+from grpo_pipeline.pipeline.run.launchers import Launch, launch_mismatch, recorded_processes, this_launch
+from grpo_pipeline.env.kept import canonical, changed_inputs, columns_key
+from grpo_pipeline.env.text import excerpt
 
 SHAPE_NAME = "grpo_shape.json"
 

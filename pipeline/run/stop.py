@@ -8,9 +8,9 @@ import contextlib
 import signal
 from typing import Any, Optional
 
-from env.paths import shell_command
-from env.secret_fields import placeholder, secret_options
-from rewards.contract import SignalInterrupt
+from grpo_pipeline.env.paths import shell_command
+from grpo_pipeline.env.secret_fields import placeholder, secret_options
+from grpo_pipeline.rewards.contract import SignalInterrupt
 
 
 class GracefulStop:

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from env.paths import atomic_write_json
-from pipeline.run.plots import METRICS_FILE, plot_run, read_metrics
+from grpo_pipeline.env.paths import atomic_write_json
+from grpo_pipeline.pipeline.run.plots import METRICS_FILE, plot_run, read_metrics
 
 # Metrics worth a glance at the end of a run (TRL's names + ours).
 FINAL_METRIC_KEYS = ("reward", "reward_std", "kl", "loss", "grad_norm", "completions/mean_length",

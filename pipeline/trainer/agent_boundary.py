@@ -35,8 +35,8 @@ import math
 import numbers
 from typing import Any, Callable, Optional, Sequence
 
-from env.text import excerpt, printable, shorten
-from rewards.contract import RewardFailure, SignalInterrupt, raised_at
+from grpo_pipeline.env.text import excerpt, printable, shorten
+from grpo_pipeline.rewards.contract import RewardFailure, SignalInterrupt, raised_at
 
 DOCS = "docs/agents.md"
 # What passes through unchanged, as at the reward boundary: a real signal and Python's own generator close.
@@ -172,7 +172,7 @@ def reward_value(name: str, value: Any, spec: str = "") -> Optional[float]:
     >>> reward_value("Counter.get_reward", float("nan"))
     Traceback (most recent call last):
     ...
-    pipeline.trainer.agent_boundary.AgentFailure: environment `Counter.get_reward` returned nan; ...
+    grpo_pipeline.pipeline.trainer.agent_boundary.AgentFailure: environment `Counter.get_reward` returned nan; ...
     """
     if value is None:
         return None

@@ -14,10 +14,10 @@ import asyncio
 import inspect
 from typing import Any, Callable, Optional, Sequence
 
-from env.text import excerpt
-from pipeline.config import ConfigError
-from pipeline.trainer.agent_boundary import AgentFailure, environment_tools, guard_factory
-from pipeline.trainer.agents import ENVIRONMENT_COLUMN, Agents
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.trainer.agent_boundary import AgentFailure, environment_tools, guard_factory
+from grpo_pipeline.pipeline.trainer.agents import ENVIRONMENT_COLUMN, Agents
 
 DOCS = "docs/agents.md"
 

@@ -13,10 +13,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from env.text import excerpt
-from pipeline.config import ConfigError, GRPOArguments
-from pipeline.trainer.agent_boundary import guard_factory, guard_rollout_func, guard_tool
-from rewards.registry import load_user_object
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.pipeline.config import ConfigError, GRPOArguments
+from grpo_pipeline.pipeline.trainer.agent_boundary import guard_factory, guard_rollout_func, guard_tool
+from grpo_pipeline.rewards.registry import load_user_object
 
 # TRL's routing column in the multi-environment form (GRPOTrainer._generate_and_score_completions).
 ENVIRONMENT_COLUMN = "environment"

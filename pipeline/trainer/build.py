@@ -15,22 +15,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from env.secret_fields import masked, masked_pickle_class
-from env.text import excerpt
-from pipeline.backends import load_backend, on_cpu
-from pipeline.config import ConfigError, PipelineConfig, parse_limit, trl_training_args
-from pipeline.config.trl_fields import grpo_trainer_module, trainer_choices, trl_with
-from pipeline.data.tokenizer import resolve_model_path
-from pipeline.health.rollout import build_probe
-from pipeline.run.checkpoints import file_mode_callback
-from pipeline.run.resume import resume_key
-from pipeline.trainer.agent_boundary import hold_failures
-from pipeline.trainer.agents import Agents
-from pipeline.trainer.effective import predicted_changes, write_effective_config
-from pipeline.trainer.reward_failures import RewardFailureLatch
-from pipeline.trainer.trl_internals import replace_trl_internals
-from rewards import check_reward_weights, get_reward_funcs
-from rewards.contract import guard_reward
+from grpo_pipeline.env.secret_fields import masked, masked_pickle_class
+from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.pipeline.backends import load_backend, on_cpu
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_limit, trl_training_args
+from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module, trainer_choices, trl_with
+from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
+from grpo_pipeline.pipeline.health.rollout import build_probe
+from grpo_pipeline.pipeline.run.checkpoints import file_mode_callback
+from grpo_pipeline.pipeline.run.resume import resume_key
+from grpo_pipeline.pipeline.trainer.agent_boundary import hold_failures
+from grpo_pipeline.pipeline.trainer.agents import Agents
+from grpo_pipeline.pipeline.trainer.effective import predicted_changes, write_effective_config
+from grpo_pipeline.pipeline.trainer.reward_failures import RewardFailureLatch
+from grpo_pipeline.pipeline.trainer.trl_internals import replace_trl_internals
+from grpo_pipeline.rewards import check_reward_weights, get_reward_funcs
+from grpo_pipeline.rewards.contract import guard_reward
 
 
 def build_trainer(agents: Agents, backend, cfg: PipelineConfig, model, tokenizer, prepared,
@@ -50,11 +50,11 @@ def build_trainer(agents: Agents, backend, cfg: PipelineConfig, model, tokenizer
     import trl  # lazy, after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
 
-    # lazy: these three import transformers at their top, kept here so that --check and `import pipeline.train`
+    # lazy: these three import transformers at their top, kept here so that --check and `import grpo_pipeline.pipeline.train`
     # load no torch
-    from pipeline.health.rollback import LrScaleCallback, base_model_reference
-    from pipeline.health.rules import build_health
-    from pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
+    from grpo_pipeline.pipeline.health.rollback import LrScaleCallback, base_model_reference
+    from grpo_pipeline.pipeline.health.rules import build_health
+    from grpo_pipeline.pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
 
     # none: the environments' get_reward is the reward (TRL's form; the check refused it without one)
     g = cfg.grpo
@@ -110,7 +110,7 @@ def _engine_kept(args, previous: Any):
     if not (getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", None) == "colocate"):
         return contextlib.nullcontext()
     # lazy: vLLM is a heavy optional package
-    from pipeline.backends.vllm_engine import colocated_engine
+    from grpo_pipeline.pipeline.backends.vllm_engine import colocated_engine
 
     return colocated_engine(previous)
 
@@ -179,7 +179,7 @@ def run_decided_args(backend, cfg: PipelineConfig, model, max_completion_length:
                      output_dir: Path, reward_weights: list[float]) -> dict:
     """What the run works out for trl.GRPOConfig (not a config value as given)."""
     # lazy: health/rules imports transformers
-    from pipeline.health.rules import HEALTH_TRAINING_ARGS
+    from grpo_pipeline.pipeline.health.rules import HEALTH_TRAINING_ARGS
 
     return dict(
         output_dir=str(output_dir),

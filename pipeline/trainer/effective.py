@@ -15,12 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from env.paths import atomic_write_json
-from env.secret_fields import masked
-from pipeline.backends import load_backend
-from pipeline.config import PipelineConfig, trl_training_args
-from pipeline.config.trl_fields import grpo_config_class, trl_with
-from pipeline.trainer.agents import agent_names
+from grpo_pipeline.env.paths import atomic_write_json
+from grpo_pipeline.env.secret_fields import masked
+from grpo_pipeline.pipeline.backends import load_backend
+from grpo_pipeline.pipeline.config import PipelineConfig, trl_training_args
+from grpo_pipeline.pipeline.config.trl_fields import grpo_config_class, trl_with
+from grpo_pipeline.pipeline.trainer.agents import agent_names
 
 EFFECTIVE_CONFIG_NAME = "effective_config.json"
 
@@ -130,7 +130,7 @@ def effective_record(backend_name: str, cfg: PipelineConfig, args: Any,
 def write_effective_config(output_dir: Path, cfg: PipelineConfig, backend, trainer,
                            passed: dict[str, Any], backend_kwargs: dict[str, Any]) -> list[str]:
     """Write output_dir/effective_config.json from the built trainer's args; returns the changed-field lines."""
-    from pipeline.health.rollback import kl_reference  # lazy: imports transformers
+    from grpo_pipeline.pipeline.health.rollback import kl_reference  # lazy: imports transformers
 
     record = effective_record(backend.NAME, cfg, trainer.args, passed, backend_kwargs)
     record["kl_reference"] = kl_reference(trainer)  # what kl (beta > 0) is measured against

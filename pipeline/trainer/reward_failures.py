@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from rewards.contract import RewardFailure
+from grpo_pipeline.rewards.contract import RewardFailure
 
 
 class RewardFailureLatch:

@@ -22,9 +22,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from pipeline.run.checkpoints import stage_checkpoint_saves
-from pipeline.run.resume import follow_the_rebuilt_schedule, load_every_adapter
-from pipeline.trainer.reward_failures import raise_reward_failures_after_the_gather
+from grpo_pipeline.pipeline.run.checkpoints import stage_checkpoint_saves
+from grpo_pipeline.pipeline.run.resume import follow_the_rebuilt_schedule, load_every_adapter
+from grpo_pipeline.pipeline.trainer.reward_failures import raise_reward_failures_after_the_gather
 
 REPLACED = ("create_model_card", "compute_loss", "_calculate_rewards", "_save_checkpoint", "_load_from_checkpoint",
             "_load_optimizer_and_scheduler")

@@ -26,13 +26,13 @@ import json
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from env.disk import storage_errors_named
-from env.kept import file_sha256, record, reusable, versions
-from env.paths import atomic_directory, atomic_write_json
-from pipeline.backends import mixed_precision, on_cpu
-from pipeline.config import PipelineConfig, role_values
-from pipeline.data.cache import model_identity
-from pipeline.trainer.agent_check import tool_schema
+from grpo_pipeline.env.disk import storage_errors_named
+from grpo_pipeline.env.kept import file_sha256, record, reusable, versions
+from grpo_pipeline.env.paths import atomic_directory, atomic_write_json
+from grpo_pipeline.pipeline.backends import mixed_precision, on_cpu
+from grpo_pipeline.pipeline.config import PipelineConfig, role_values
+from grpo_pipeline.pipeline.data.cache import model_identity
+from grpo_pipeline.pipeline.trainer.agent_check import tool_schema
 
 WARMUP_DIR = "warmup"
 WARMUP_KEY_NAME = "warmup.json"
@@ -140,7 +140,7 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, examples:
     # lazy: transformers and run/log (its callbacks) import torch
     from transformers import PrinterCallback
 
-    from pipeline.run.log import WarmupLogCallback
+    from grpo_pipeline.pipeline.run.log import WarmupLogCallback
 
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(examples),
                          processing_class=tokenizer, peft_config=peft_config,

@@ -120,8 +120,8 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
 
     import torch
 
-    from pipeline.backends import load_backend
-    from pipeline.config import validate
+    from grpo_pipeline.pipeline.backends import load_backend
+    from grpo_pipeline.pipeline.config import validate
 
     params = run_params(args.dry_run)
     cuda = torch.cuda.is_available()
@@ -134,10 +134,10 @@ def bench_case(backend_name: str, shape: str, args: argparse.Namespace) -> dict[
     backend = load_backend(values["backend"])
     # `import unsloth` before anything imports trl/transformers/peft
     backend.prepare_environment(cfg)
-    from pipeline.data.prepare import prepare_dataset
-    from pipeline.data.tokenizer import load_tokenizer
-    from pipeline.trainer.agents import resolve_agents
-    from pipeline.trainer.build import build_trainer
+    from grpo_pipeline.pipeline.data.prepare import prepare_dataset
+    from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
+    from grpo_pipeline.pipeline.trainer.agents import resolve_agents
+    from grpo_pipeline.pipeline.trainer.build import build_trainer
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(cfg.model.model_name_or_path)
@@ -196,9 +196,9 @@ def planned_peak(cfg: Any) -> float | None:
     the estimate does not depend on the card's size; with it, vLLM's reservation is a share of this card."""
     import torch
 
-    from pipeline.config import ConfigError
-    from pipeline.plan.cards import card_from_memory
-    from pipeline.plan.fit import plan
+    from grpo_pipeline.pipeline.config import ConfigError
+    from grpo_pipeline.pipeline.plan.cards import card_from_memory
+    from grpo_pipeline.pipeline.plan.fit import plan
 
     memory = torch.cuda.get_device_properties(0).total_memory / 2**30 if torch.cuda.is_available() else 80.0
     try:
@@ -216,7 +216,7 @@ def case_peak_gib(case: dict[str, Any]) -> float:
     >>> case_peak_gib({"peak_vram_gib": 0.915, "held_before_load_gib": 0.031}), case_peak_gib({"peak_vram_gib": 1.0})
     (0.915, 1.0)
     """
-    from pipeline.plan.estimate import CUBLAS_WORKSPACE_BYTES
+    from grpo_pipeline.pipeline.plan.estimate import CUBLAS_WORKSPACE_BYTES
 
     held = max(0.0, (case.get("held_before_load_gib") or 0.0) - CUBLAS_WORKSPACE_BYTES / 2**30)
     return case["peak_vram_gib"] - held

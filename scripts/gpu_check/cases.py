@@ -158,10 +158,10 @@ def freeze_dry_run_imports(child: str) -> None:
     afterwards is collected as before. Never on a GPU: its children run exactly as they were measured there."""
     import importlib
 
-    modules = ["transformers.models.qwen2.modeling_qwen2", "pipeline.assets"]
+    modules = ["transformers.models.qwen2.modeling_qwen2", "grpo_pipeline.pipeline.assets"]
     if child != "models":  # a chain or bench child: training, generate and export
-        modules += ["peft", "datasets", "trl.trainer.grpo_trainer", "trl.trainer.sft_trainer", "pipeline.train",
-                    "pipeline.cli", "pipeline.trainer.build"]
+        modules += ["peft", "datasets", "trl.trainer.grpo_trainer", "trl.trainer.sft_trainer", "grpo_pipeline.pipeline.train",
+                    "grpo_pipeline.pipeline.cli", "grpo_pipeline.pipeline.trainer.build"]
     for module in modules:
         importlib.import_module(module)
     gc.collect()
@@ -228,7 +228,7 @@ class VllmCalls:
 
 def make_config(values: dict[str, Any]):
     """PipelineConfig from a flat mapping; refuses clearly when this tree lacks a field the check needs."""
-    from pipeline.config import field_names, from_mapping
+    from grpo_pipeline.pipeline.config import field_names, from_mapping
 
     missing = sorted(set(values) - set(field_names()))
     if missing:
@@ -245,7 +245,7 @@ def build_shape(name: str, folder: Path, *, dry_run: bool) -> dict[str, Any]:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from pipeline.assets import load_qwen_tokenizer
+    from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
 
     shape = {**QWEN25_SHAPES[name], **(DRY_RUN_SHAPE if dry_run else {})}
     config = Qwen2Config(**QWEN25_COMMON, **shape)

@@ -48,7 +48,7 @@ def chain_values(label: str, model: str, precision: str, out: Path, args: argpar
 def greedy(out: Path, args: argparse.Namespace, which: list[str], use_backend: str, name: str, **options: str) -> str:
     """`grpo generate` of GENERATE_PROMPT, greedy; its one completion's text. The answers go beside the run, never
     into it (generate refuses to write inside a run it reads)."""
-    from pipeline.cli import main as grpo
+    from grpo_pipeline.pipeline.cli import main as grpo
 
     answers = args.work / "answers" / f"{out.name}-{name}.jsonl"
     answers.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +65,7 @@ def greedy(out: Path, args: argparse.Namespace, which: list[str], use_backend: s
 
 def trained(values: dict[str, Any], choice: Any, steps: int, out: Path) -> Any:
     """run_training to `steps`, which must complete there and leave checkpoint-`steps`."""
-    from pipeline.train import run_training
+    from grpo_pipeline.pipeline.train import run_training
 
     free_memory()
     result = run_training(make_config({**values, "max_steps": steps}), choice)
@@ -90,7 +90,7 @@ def step_metrics(out: Path, target: int) -> list[dict[str, Any]]:
 def export_checked(out: Path, backend: str, lora: Path, args: argparse.Namespace, adapter_text: Optional[str],
                    base_text: Optional[str]) -> dict[str, Any]:
     """merged16, then the merged model loaded by plain transformers (the plain backend) and generating."""
-    from pipeline.cli import main as grpo
+    from grpo_pipeline.pipeline.cli import main as grpo
 
     merged = out / "merged16"
     rc = grpo(["export", "--lora", str(lora), "--to", "merged16", "--out", str(merged), "--backend", backend,
@@ -110,7 +110,7 @@ def export_checked(out: Path, backend: str, lora: Path, args: argparse.Namespace
 
 def run_chain_case(backend: str, model: str, precision: str, args: argparse.Namespace, rec: Recorder) -> None:
     """train -> resume -> generate -> export for one (backend, model, precision), in this process."""
-    from pipeline.backends import BackendChoice
+    from grpo_pipeline.pipeline.backends import BackendChoice
 
     params = run_params(args.dry_run)
     case = f"chain/{backend}/{model}/{precision}"
@@ -160,8 +160,8 @@ def probe_gaps(out: Path, steps: list[int]) -> dict[str, Any]:
     weights the engine holds."""
     import math
 
-    from pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
-    from pipeline.health.stale import ROLLOUT_GAP_FLOOR
+    from grpo_pipeline.pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
+    from grpo_pipeline.pipeline.health.stale import ROLLOUT_GAP_FLOOR
 
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     probed = {m.get("step"): m for m in logged if ROLLOUT_LOGP_GAP in m}
@@ -180,7 +180,7 @@ def probe_gaps(out: Path, steps: list[int]) -> dict[str, Any]:
 def run_vllm_substep(model: str, precision: str, substep: str, args: argparse.Namespace, rec: Recorder) -> None:
     """One sub-step of the Unsloth chain with fast_inference: true (VLLM_CHAIN_SUBSTEPS), in a process of its own;
     each reads what the earlier ones left in the run folder."""
-    from pipeline.backends import BackendChoice, load_backend
+    from grpo_pipeline.pipeline.backends import BackendChoice, load_backend
 
     params = run_params(args.dry_run)
     case = f"chain/{VLLM_LABEL}/{model}/{precision}"

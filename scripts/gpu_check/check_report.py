@@ -108,7 +108,7 @@ def planned_vs_measured(case: dict[str, Any] | None) -> dict[str, Any]:
     >>> planned_vs_measured({"planned_peak_gib": 2.2, "peak_vram_gib": 2.0})["value"]
     '1.10x (2.20 vs 2.00 GiB)'
     """
-    from pipeline.plan.estimate import UNCERTAINTY
+    from grpo_pipeline.pipeline.plan.estimate import UNCERTAINTY
 
     target = f"within ±{UNCERTAINTY:.0%} (the uncertainty grpo plan prints)"
     planned = (case or {}).get("planned_peak_gib")

@@ -21,7 +21,7 @@ def image_requirements(matrix=None, vllm: bool = False) -> dict[str, dict]:
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 
-    from env.matrix import load_matrix
+    from grpo_pipeline.env.matrix import load_matrix
 
     matrix = matrix or load_matrix()
     image = {canonical(name) for name in IMAGE_PACKAGES}

@@ -174,7 +174,7 @@ class Driver:
 
     def env_step(self) -> None:
         start = time.time()
-        done = subprocess.run([sys.executable, "-m", "pipeline", "env", "--json"], cwd=REPO_ROOT, env=self.env,
+        done = subprocess.run([sys.executable, "-m", "grpo_pipeline.pipeline", "env", "--json"], cwd=REPO_ROOT, env=self.env,
                               capture_output=True, text=True, timeout=max(5, min(self.cap("env"), self.left())))
         self.log(f"== grpo env --json (exit {done.returncode})\n{done.stdout}\n{done.stderr}")
         record: dict[str, Any] = {"step": "env", "seconds": time.time() - start, "exit_code": done.returncode}

@@ -144,7 +144,7 @@ class Wanted:
 def wanted_wheels(vllm: bool = False) -> list[Wanted]:
     """Every wheel of the set, pinned: the roots at their versions in the GPU set's lock (env/pylock.gpu.toml),
     then DEPENDENCIES; with `vllm` also vllm VLLM_VERSION and VLLM_DEPENDENCIES (source "vllm")."""
-    from env.matrix import locked_versions
+    from grpo_pipeline.env.matrix import locked_versions
 
     locked = locked_versions("gpu")
     out = [Wanted(name, locked[canonical(name)], "known_good.toml") for name in PINNED_ROOTS]
@@ -360,5 +360,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO_ROOT))  # `env.matrix` when run as a script
+    sys.path.insert(0, str(REPO_ROOT))  # `grpo_pipeline.env.matrix` when run as a script
     raise SystemExit(main())
