@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpo_pipeline.rewards  # noqa: E402
+from grpo_pipeline import rewards  # noqa: E402
 from bench.rewards_peers import fail, share  # noqa: E402
 from grpo_pipeline.rewards import matching, symbolic  # noqa: E402
 from grpo_pipeline.rewards.normalize import _parse_text  # noqa: E402

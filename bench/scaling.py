@@ -81,7 +81,7 @@ def instrument(trainer, clock: PartClock) -> None:
     trainer.compute_loss = clock.timed("loss forward", trainer.compute_loss)
     trainer.accelerator.backward = clock.timed("backward", trainer.accelerator.backward)
     for callback in trainer.callback_handler.callbacks:
-        if type(callback).__module__.startswith("pipeline."):
+        if type(callback).__module__.startswith("grpo_pipeline.pipeline."):
             for event in dir(TrainerCallback):
                 if event.startswith("on_"):
                     setattr(callback, event, clock.timed("pipeline callbacks", getattr(callback, event)))

@@ -9,8 +9,7 @@
     grpo eval       accuracy / format / length / garbled rate on held-out problems
     grpo export     merge the LoRA (16-bit / 4-bit) or write GGUF
 
-Start-up order, and why this module's own imports wait inside `main`: first a file of the user's that would hide
-one of our packages is refused (`hidden_package`, before any module of ours imports env/ or rewards/); then
+Start-up order, and why this module's own imports wait inside `main`: first
 pipeline/bootstrap.py prepares the backend the command will use (Unsloth must be imported before trl,
 transformers and peft); then the sub-command's module is imported, only when it runs, so `grpo --help` never
 imports torch.
@@ -20,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
-from pathlib import Path
 
 # name -> (module, help). Every module exposes `main(argv: list[str]) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -56,11 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     message for bad input, 1 and one line (traceback in a log) for a bug, 130 for Ctrl-C; `--debug` anywhere
     prints tracebacks instead."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    problem = hidden_package()
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2  # bad input (pipeline/errors.py EXIT_BAD_INPUT, not importable before this check)
-    # lazy: only after the hidden-package check above (the handler imports env/ and the pipeline's packages)
+    # lazy: `grpo --help` stays fast
     from grpo_pipeline.pipeline.errors import DEBUG_FLAG, run_command
 
     command_argv = [arg for arg in argv if arg != DEBUG_FLAG]
@@ -75,32 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(command, lambda args: _run(command, args), rest)
 
 
-# This distribution's top-level packages besides `pipeline` (pyproject.toml packages.find).
-OUR_PACKAGES = ("rewards", "env")
-
-
-def hidden_package() -> str | None:
-    """The message refusing a file of the user's that would hide one of our packages, or None: a `rewards.py` or
-    `env.py` first on the import path (PYTHONPATH, or the working folder under `python -m grpo_pipeline.pipeline`) would be imported
-    in place of ours and end the run in a traceback. Looked up without importing anything (importlib's
-    find_spec). A reward module of that name in the working folder is fine under `grpo`:
-    rewards/user_code.py loads it as the user's, apart from ours. A message, not an exception: the error handler
-    itself imports those packages."""
-    root = Path(__file__).resolve().parents[1]
-    for name in OUR_PACKAGES:
-        spec = importlib.util.find_spec(name)
-        origin = Path(spec.origin).resolve() if spec is not None and spec.origin else None
-        if origin is not None and root not in origin.parents:
-            return (f"{origin} hides grpo-pipeline's own `{name}` package: it comes first on the import path "
-                           "(PYTHONPATH, or the working folder with `python -m grpo_pipeline.pipeline`). Rename that file (or "
-                           f"take its folder off PYTHONPATH); a reward module named {name}.py in the working "
-                    "folder works under `grpo`, which loads it as yours.")
-    return None
-
-
 def _run(command: str, argv: list[str]) -> int:
     # lazy: the bootstrap imports Unsloth (on its backend) before any command module imports trl or transformers;
-    # both come after the hidden-package check in `main`, as every import of env/ must
     from grpo_pipeline.pipeline.bootstrap import bootstrap
     from grpo_pipeline.pipeline.run.nodes import leave_process_group
     from grpo_pipeline.pipeline.run.stop import interrupts_raise

@@ -170,7 +170,7 @@ def is_correctness_in_source(source: Optional[Path], function: str) -> Optional[
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == function:
             answer = False
         elif isinstance(node, ast.ImportFrom):
-            from_ours = (node.module or "").split(".")[0] == "rewards" if node.level == 0 else \
+            from_ours = f"{node.module}.".startswith(f"{__package__}.") if node.level == 0 else \
                 source.resolve().parent == ours.parent
             for alias in node.names:
                 if (alias.asname or alias.name) == function:
@@ -298,6 +298,19 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
     return checked
 
 
+def _moved(spec: str) -> str:
+    """A hint when `spec` names one of our modules by its folder (`pipeline.demo.calculator:calculator`, as recipes
+    did before our code moved under one import name), else ""."""
+    ours = f"{__package__.partition('.')[0]}.{spec}"
+    if spec.partition(".")[0] not in ("pipeline", "rewards", "env"):
+        return ""
+    try:
+        found = importlib.util.find_spec(ours.partition(":")[0]) is not None
+    except ImportError:
+        found = False
+    return f" Our own modules are under one import name now: write {ours!r}." if found else ""
+
+
 def _import_plugin(spec: str, fresh: bool = False) -> RewardFunc:
     obj = load_user_object(spec, "reward", fresh)
     if not callable(obj):
@@ -316,15 +329,14 @@ def load_user_object(spec: str, kind: str, fresh: bool = False) -> Any:
     if not module_name or not attr_path:
         what = "Class" if kind == "environment" else "function"
         raise ValueError(f"{spec!r} must look like 'package.module:{what}'.")
-    # The working folder, then the import path; a file of the user's named like one of our packages (rewards.py)
-    # loads as theirs without replacing ours (rewards/user_code.py).
+    # The working folder, then the import path (rewards/user_code.py).
     try:
         obj: Any = import_user_module(module_name, fresh)
     except ImportError as exc:
         where = ", ".join(str(d) for d in search_dirs())
         raise ValueError(f"cannot import module {module_name!r} for {kind} {spec!r} "
                          f"({exc}); check the name and that it is in the working folder ({where}), or on "
-                         f"PYTHONPATH.{beside_the_recipe(module_name.partition('.')[0])}") from exc
+                         f"PYTHONPATH.{beside_the_recipe(module_name.partition('.')[0])}{_moved(spec)}") from exc
     except BaseException as exc:  # noqa: BLE001 - a syntax error, a raise or a sys.exit() at import time
         if isinstance(exc, SignalInterrupt):  # a real Ctrl-C / SIGTERM while importing: the run's to handle
             raise

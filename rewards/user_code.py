@@ -3,9 +3,11 @@
 Where it is looked for, in order: the working folder, then the import path, as TRL's `trl grpo` looks (it puts the
 working folder first on sys.path): the working folder is the one base of every relative path of a run (data, eval
 data, reward modules, output; env/path_check.py `relative_base`). A module that is not found there but sits beside
-the recipe is named in the error, with the fix. A file found in the working folder loads as the user's even when its name is one of ours (`rewards.py`, `env.py`, `pipeline.py`) or an installed
-package's: it is then imported under another module name (`_user_rewards_<sha1 of its path>`), so it never
-replaces ours, and ours never hides it. Its own folder is put at the end of sys.path, so its sibling imports
+the recipe is named in the error, with the fix. A file found in the working folder loads as the user's even when its
+name is an installed package's (`json.py`, `trl.py`) or another folder's file already loaded: it is then imported under
+another module name (`_user_json_<sha1 of its path>`), so it never replaces theirs, and theirs never hides it. Our
+own modules live under one import name, `grpo_pipeline`, so a user's `rewards.py`, `env.py` or `pipeline.py` is
+simply theirs. Its own folder is put at the end of sys.path, so its sibling imports
 work. While it imports, `sys.argv` is `[its path]`: a module that parses arguments at import (argparse at the
 top level) sees none of grpo's and cannot print its usage as grpo's.
 
@@ -29,7 +31,8 @@ from typing import Any, Iterator, Optional
 # when a module is missing from the working folder but sits there.
 _recipe_dirs: list[Path] = []
 ALIAS_PREFIX = "_user_"
-OUR_PACKAGES = ("rewards", "pipeline", "env")
+OURS = __name__.partition(".")[0]  # grpo_pipeline: every module of ours is under it
+OUR_FOLDERS = Path(__file__).resolve().parents[1]  # what holds pipeline/, rewards/ and env/ (a checkout, or site-packages/grpo_pipeline)
 
 
 def set_recipe_dir(folder: Optional[Path]) -> None:
@@ -54,10 +57,11 @@ def beside_the_recipe(top: str) -> str:
 
 
 def user_module_file(top: str) -> Optional[Path]:
-    """`top.py` or `top/__init__.py` in the first search dir that has one."""
+    """`top.py` or `top/__init__.py` in the first search dir that has one; never one of our own folders (grpo run
+    from our checkout's root sees pipeline/, rewards/ and env/ there: they are ours, under grpo_pipeline)."""
     for folder in search_dirs():
         for candidate in (folder / f"{top}.py", folder / top / "__init__.py"):
-            if candidate.is_file():
+            if candidate.is_file() and candidate.resolve().parent.parent != OUR_FOLDERS:
                 return candidate
     return None
 
@@ -112,7 +116,7 @@ def import_user_module(module_name: str, fresh: bool = False) -> Any:
 def _is_users(module: Any) -> bool:
     """A module from a source file of the user's: not the standard library's, an installed package's, nor ours."""
     origin = getattr(module, "__file__", None)
-    if not origin or not origin.endswith(".py") or module.__name__.partition(".")[0] in OUR_PACKAGES:
+    if not origin or not origin.endswith(".py") or module.__name__.partition(".")[0] == OURS:
         return False
     installed = {sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")}
     return not any(Path(origin).resolve().is_relative_to(Path(path).resolve()) for path in installed)
@@ -135,12 +139,14 @@ def _fresh_copy(module: Any) -> Any:
 
 
 def _module_name_for(top: str, found: Path) -> str:
-    """`top` itself when nothing else answers to it, else `_user_<top>_<sha1 of its path>`: ours (`rewards`), the
+    """`top` itself when nothing else answers to it, else `_user_<top>_<sha1 of its path>`: the
     standard library's or an installed package (`json`, `itertools`, `trl`), or another folder's file of that name
     (a notebook trying two recipes) keeps its name. find_spec answers from sys.modules for a loaded module."""
     alias = f"{ALIAS_PREFIX}{top}_{hashlib.sha1(str(found.resolve()).encode()).hexdigest()}"
     try:
         spec = importlib.util.find_spec(top)
+    except ModuleNotFoundError:  # a finder that says "no such module" by raising: the name is free
+        return top
     except (ImportError, ValueError):  # a loaded module without a spec: something else owns the name
         return alias
     origin = getattr(spec, "origin", None)

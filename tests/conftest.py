@@ -7,7 +7,29 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT))  # bench/ and scripts/ (not installed) import from the checkout
+
+
+class _OurFoldersAreNotImportNames:
+    """Our code installs under one import name, `grpo_pipeline`; the checkout's folders pipeline/, rewards/ and env/
+    are not import names of their own, as in a user's environment. With the checkout on sys.path a stray
+    `import rewards` (or a "pipeline.x" string given to monkeypatch) would load a second copy of our modules: here
+    such a name is looked up as if the checkout were not on sys.path, so it finds only a user's own module."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if path is not None or name not in ("pipeline", "rewards", "env"):
+            return None
+        import importlib.machinery
+
+        elsewhere = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
+        spec = importlib.machinery.PathFinder.find_spec(name, elsewhere)
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return spec
+
+
+sys.meta_path.insert(0, _OurFoldersAreNotImportNames())
 
 # No test may touch a hub: fail fast instead of hanging on the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -104,11 +104,11 @@ def program(words: list[str]) -> tuple[str, list[str]]:
         return ("grpo", words[1:])
     if words[:2] == ["accelerate", "launch"]:
         at = words.index("-m")
-        assert words[at + 1] == "pipeline", words
+        assert words[at + 1] == "grpo_pipeline.pipeline", words
         return ("grpo", words[at + 2:])
     if words and re.fullmatch(r"python3?", words[0]):
         if words[1] == "-m":
-            return ("grpo", words[3:]) if words[2] == "pipeline" else ("module", [words[2]])
+            return ("grpo", words[3:]) if words[2] == "grpo_pipeline.pipeline" else ("module", [words[2]])
         if words[1] == "-c":
             return ("python -c", [words[2]])
         return ("script", words[1:])

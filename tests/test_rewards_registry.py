@@ -103,6 +103,9 @@ def test_plugin_module_function(monkeypatch):
     ("test_rewards_plugin_helper:missing", "has no 'missing'"),
     ("test_rewards_plugin_helper:NOT_A_FUNCTION", "not a function"),
     (":f", "package.module:function"), ("test_rewards_plugin_helper:", "package.module:function"),
+    # a recipe written before our modules moved under one import name: the message gives the new path
+    ("rewards.format:soft_format_reward_func", "write 'grpo_pipeline.rewards.format:soft_format_reward_func'"),
+    ("pipeline.demo.calculator.calculator", "write 'grpo_pipeline.pipeline.demo.calculator:calculator'"),
 ])
 def test_plugin_errors(monkeypatch, spec, fragment):
     monkeypatch.syspath_prepend(str(Path(__file__).parent))

@@ -32,6 +32,7 @@ from pathlib import Path
 # wheels.py and vllm_set.py live beside this file (this folder is sys.path[0] when it runs as a script).
 from vllm_set import WheelSetError
 from wheels import CARRY_LIMIT_BYTES, MANIFEST_NAME, REPO_ROOT, VLLM_WHEEL_DIR, install, working_tree_bytes
+from checkout import checkout_site  # beside this file: sys.path[0] as a script
 
 PART_LIMIT_BYTES = 55 * 2**20  # each part plus the working tree must stay under the 64 MiB the device carries
 PARTS_DIR = REPO_ROOT / ".gpu-parts"  # git-ignored (.gitignore); each partNN/ is one call's carry
@@ -276,5 +277,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO_ROOT))  # `env.*` for wheels.py when run as a script
+    checkout_site()  # grpo_pipeline from this checkout, installed or not
     raise SystemExit(main())

@@ -78,6 +78,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from checkout import checkout_site  # beside this file: sys.path[0] as a script
 from typing import Any, Optional
 
 # The cases run in the children live beside this driver (this folder is sys.path[0] when it runs as a script).
@@ -114,7 +115,7 @@ class Driver:
         self.deadline = time.time() + args.budget_s
         self.records: list[dict[str, Any]] = []
         self.log_path = args.out / LOG_NAME
-        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(checkout_site()), str(REPO_ROOT),
                                                                                 os.environ.get("PYTHONPATH")])),
                     "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
                     "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "WANDB_DISABLED": "true",
@@ -377,5 +378,5 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO_ROOT))
+    checkout_site()  # grpo_pipeline from this checkout, installed or not
     raise SystemExit(main())

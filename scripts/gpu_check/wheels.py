@@ -39,6 +39,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from checkout import checkout_site  # beside this file: sys.path[0] as a script
 from trim import TRIMMED, trim_wheel
 from vllm_set import (
     PYTHON_VERSION,
@@ -360,5 +361,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO_ROOT))  # `grpo_pipeline.env.matrix` when run as a script
+    checkout_site()  # grpo_pipeline from this checkout, installed or not
     raise SystemExit(main())
