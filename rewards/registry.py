@@ -26,7 +26,7 @@ from grpo_pipeline.rewards import language as _language  # noqa: F401  rewards/d
 from grpo_pipeline.rewards.correctness import correctness_reward_func
 from grpo_pipeline.rewards.declared import DECLARED, facts_of
 from grpo_pipeline.rewards.trl_source import trl_reward, trl_reward_names
-from grpo_pipeline.rewards.user_code import beside_the_recipe, import_user_module, search_dirs, user_module_file
+from grpo_pipeline.rewards.user_code import OURS, beside_the_recipe, import_user_module, search_dirs, user_module_file
 
 RewardFunc = Callable[..., list]
 
@@ -139,6 +139,12 @@ def module_source(module_name: str) -> Optional[Path]:
     """The .py file `import module_name` would run, found as import_user_module finds it (the recipe's folder, the
     working folder, then the import path), without running any of it; None when there is none."""
     top, *rest = module_name.split(".")
+    if top == OURS:  # our own modules (grpo_pipeline.rewards.correctness): finding them imports only our packages
+        try:
+            spec = importlib.util.find_spec(module_name)
+        except ImportError:
+            return None
+        return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
     path = user_module_file(top)
     if path is None:
         spec = importlib.machinery.PathFinder.find_spec(top)  # a finder, not an import: no code runs

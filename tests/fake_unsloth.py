@@ -460,11 +460,11 @@ def install(bf16_supported: bool = True, vllm_installed: bool = True, vllm_usabl
     """Reset the log and put the fake modules first on sys.meta_path (nothing is imported yet). A real vllm
     already imported is put back whole on uninstall: a fresh `vllm` package beside its old submodules (still in
     sys.modules) would lack their attributes (vllm.logging_utils, as the real engine's logging config reads it)."""
-    # TRL's own vLLM modules as the real Unsloth leaves them: it imports vLLM before anything imports TRL, so TRL's
-    # trainer binds vLLM's names (pipeline/config/trl_fields.py grpo_trainer_module), the real ones where installed
-    from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module
+    if "trl.trainer.grpo_trainer" in sys.modules:  # imported already, without vLLM (a test process): its vLLM
+        # names bound now, as the real Unsloth leaves them (it imports vLLM before anything imports TRL)
+        from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module
 
-    grpo_trainer_module(uses_vllm=True)
+        grpo_trainer_module(uses_vllm=True)
     displaced = {name: sys.modules.pop(name) for name in FAKE_MODULES if name in sys.modules}
     STATE.calls.clear()
     STATE.import_state = None

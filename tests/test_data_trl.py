@@ -322,8 +322,9 @@ def test_check_prompt_takes_text_or_messages_and_names_everything_else(value, ex
 
 # Every name resolve_reward takes for the built-in correctness reward.
 CORRECTNESS_SPELLINGS = ["correctness", "correctness_reward_func", " correctness ",
-                         "grpo_pipeline.rewards.correctness:correctness_reward_func", "grpo_pipeline.rewards.correctness.correctness_reward_func",
-                         "rewards:correctness_reward_func"]
+                         "grpo_pipeline.rewards.correctness:correctness_reward_func",
+                         "grpo_pipeline.rewards.correctness.correctness_reward_func",
+                         "grpo_pipeline.rewards:correctness_reward_func"]
 
 
 @pytest.mark.parametrize("names, reads", [

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = sorted(
-    ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    ".".join(("grpo_pipeline", *path.relative_to(ROOT).with_suffix("").parts)).removesuffix(".__init__")
     for package in ("env", "pipeline", "rewards")
     for path in (ROOT / package).rglob("*.py")
     if ">>>" in path.read_text(encoding="utf-8")
@@ -20,7 +20,9 @@ MODULES = sorted(
 
 
 def test_the_examples_are_found():
-    assert {"grpo_pipeline.env.paths", "grpo_pipeline.pipeline.demo.model", "grpo_pipeline.pipeline.demo.registry", "grpo_pipeline.pipeline.demo.task", "grpo_pipeline.pipeline.run.log", "rewards", "grpo_pipeline.rewards.normalize"} <= set(MODULES)
+    assert {"grpo_pipeline.env.paths", "grpo_pipeline.pipeline.demo.model", "grpo_pipeline.pipeline.demo.registry",
+            "grpo_pipeline.pipeline.demo.task", "grpo_pipeline.pipeline.run.log", "grpo_pipeline.rewards",
+            "grpo_pipeline.rewards.normalize"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -53,7 +53,7 @@ def tripwires(monkeypatch) -> None:
     # module first imported under the wire would keep it for the rest of the process (another test's export).
     for path in (ROOT / "pipeline").rglob("*.py"):
         if "from grpo_pipeline.pipeline.data.tokenizer import" in path.read_text(encoding="utf-8"):
-            importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
+            importlib.import_module(".".join(("grpo_pipeline", *path.relative_to(ROOT).with_suffix("").parts)))
 
     def started(*args, **kwargs):
         raise WorkStarted("work started before the path was refused")

@@ -368,7 +368,7 @@ def test_resolve_reward_errors_say_the_fix(name, message):
 
 
 def test_a_plugin_attribute_path_may_be_dotted():
-    assert resolve_reward("rewards:format.soft_format_reward_func") is soft_format_reward_func
+    assert resolve_reward("grpo_pipeline.rewards:format.soft_format_reward_func") is soft_format_reward_func
     assert resolve_reward("grpo_pipeline.rewards.registry:resolve_reward") is resolve_reward
 
 
