@@ -26,7 +26,8 @@ from grpo_pipeline.rewards import language as _language  # noqa: F401  rewards/d
 from grpo_pipeline.rewards.correctness import correctness_reward_func
 from grpo_pipeline.rewards.declared import DECLARED, facts_of
 from grpo_pipeline.rewards.trl_source import trl_reward, trl_reward_names
-from grpo_pipeline.rewards.user_code import OURS, beside_the_recipe, import_user_module, search_dirs, user_module_file
+from grpo_pipeline.rewards.user_code import (OURS, beside_the_recipe, import_user_module, search_dirs, spec_of_ours,
+                                             user_module_file)
 
 RewardFunc = Callable[..., list]
 
@@ -139,11 +140,8 @@ def module_source(module_name: str) -> Optional[Path]:
     """The .py file `import module_name` would run, found as import_user_module finds it (the recipe's folder, the
     working folder, then the import path), without running any of it; None when there is none."""
     top, *rest = module_name.split(".")
-    if top == OURS:  # our own modules (grpo_pipeline.rewards.correctness): finding them imports only our packages
-        try:
-            spec = importlib.util.find_spec(module_name)
-        except ImportError:
-            return None
+    if top == OURS:  # our own modules (grpo_pipeline.rewards.correctness)
+        spec = spec_of_ours(module_name)
         return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
     path = user_module_file(top)
     if path is None:
@@ -307,13 +305,8 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
 def _moved(spec: str) -> str:
     """A hint when `spec` names one of our modules by its folder (`pipeline.demo.calculator:calculator`, as recipes
     did before our code moved under one import name), else ""."""
-    ours = f"{__package__.partition('.')[0]}.{spec}"
-    if spec.partition(".")[0] not in ("pipeline", "rewards", "env"):
-        return ""
-    try:
-        found = importlib.util.find_spec(ours.partition(":")[0]) is not None
-    except ImportError:
-        found = False
+    ours = f"{OURS}.{spec}"
+    found = spec_of_ours(ours.partition(":")[0]) is not None
     return f" Our own modules are under one import name now: write {ours!r}." if found else ""
 
 

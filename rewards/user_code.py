@@ -32,7 +32,6 @@ from typing import Any, Iterator, Optional
 _recipe_dirs: list[Path] = []
 ALIAS_PREFIX = "_user_"
 OURS = __name__.partition(".")[0]  # grpo_pipeline: every module of ours is under it
-OUR_FOLDERS = Path(__file__).resolve().parents[1]  # what holds pipeline/, rewards/ and env/ (a checkout, or site-packages/grpo_pipeline)
 
 
 def set_recipe_dir(folder: Optional[Path]) -> None:
@@ -57,13 +56,24 @@ def beside_the_recipe(top: str) -> str:
 
 
 def user_module_file(top: str) -> Optional[Path]:
-    """`top.py` or `top/__init__.py` in the first search dir that has one; never one of our own folders (grpo run
-    from our checkout's root sees pipeline/, rewards/ and env/ there: they are ours, under grpo_pipeline)."""
+    """`top.py` or `top/__init__.py` in the first search dir that has one; never a file of ours (grpo run from our
+    checkout's root sees pipeline/, rewards/ and env/ there: they are ours, as grpo_pipeline.pipeline, ...)."""
+    ours = spec_of_ours(f"{OURS}.{top}")
+    our_file = Path(ours.origin).resolve() if ours is not None and ours.origin else None
     for folder in search_dirs():
         for candidate in (folder / f"{top}.py", folder / top / "__init__.py"):
-            if candidate.is_file() and candidate.resolve().parent.parent != OUR_FOLDERS:
+            if candidate.is_file() and candidate.resolve() != our_file:
                 return candidate
     return None
+
+
+def spec_of_ours(module_name: str) -> Any:
+    """The spec of our module `module_name` (grpo_pipeline.rewards.correctness), or None when there is none. Finding
+    it imports only our own packages above it, never user code."""
+    try:
+        return importlib.util.find_spec(module_name)
+    except ImportError:  # a parent that is not a package of ours
+        return None
 
 
 @contextlib.contextmanager
