@@ -1,8 +1,6 @@
-"""The known-good matrix (`env/known_good.toml`) as typed, read-only objects, and the install sets' lock files.
-
-The TOML file says which versions and why; `env/pylock.<set>.toml` (PEP 751, written by uv's resolver from
-pyproject.toml) holds the whole resolved set. This module only parses and validates them.
-It imports nothing heavy (stdlib + `packaging`), so `grpo env` and `grpo --help` stay fast.
+"""The known-good matrix (`env/known_good.toml`) as typed, read-only objects, and the install sets' lock files
+(`env/pylock.<set>.toml`, PEP 751, written by uv's resolver from pyproject.toml). Stdlib + `packaging` only, so
+`grpo env` and `grpo --help` stay fast.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ MATRIX_PATH = Path(__file__).with_name("known_good.toml")
 # The two install sets: "plain" is the base install, "gpu" is base + the `gpu` extra.
 SET_NAMES = ("plain", "gpu")
 LOCK_PATHS = {name: Path(__file__).with_name(f"pylock.{name}.toml") for name in SET_NAMES}
-SEVERITIES = ("error", "warn")
 
 _EXACT = re.compile(r"^==\s*([0-9][^,*;\s]*)$")
 
@@ -66,13 +63,12 @@ class Pin:
 
     @property
     def requirement(self) -> str:
-        """The pip requirement string, e.g. ``trl==1.15.0``."""
         return f"{self.name}{self.spec}"
 
 
 @dataclass(frozen=True)
 class KnownBad:
-    """A combination that breaks. See the comment above `[[known_bad]]` in the TOML for the semantics."""
+    """A combination that breaks; the comment above `[[known_bad]]` in the TOML has the semantics."""
 
     id: str
     severity: str  # "error" or "warn"
@@ -111,16 +107,11 @@ class Profile:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (tuples become lists)."""
-        out = dataclasses.asdict(self)
-        out["env"] = dict(self.env)
-        out["pins"] = dict(self.pins)
-        return out
+        return {**dataclasses.asdict(self), "env": dict(self.env), "pins": dict(self.pins)}
 
 
 @dataclass(frozen=True)
 class Matrix:
-    """The whole known-good matrix."""
 
     schema: int
     python: str
@@ -136,12 +127,8 @@ class Matrix:
         "plain" is the base install; "gpu" is plain plus the gpu extra, where a gpu pin replaces the plain
         entry of the same package for display and pip commands (both specifiers still apply: see `specifier`).
         """
-        if set_name == "plain":
-            return dict(self.plain)
-        if set_name == "gpu":
-            merged = dict(self.plain)
-            merged.update(self.gpu)
-            return merged
+        if set_name in SET_NAMES:
+            return {**self.plain, **(self.gpu if set_name == "gpu" else {})}
         raise MatrixError(f"unknown install set {set_name!r}; expected one of {SET_NAMES}")
 
     def specifier(self, set_name: str, name: str) -> SpecifierSet:
@@ -175,33 +162,24 @@ def pip_install_command(target: str, matrix: Matrix | None = None, *, only: list
     True
     """
     matrix = matrix or load_matrix()
-    extra_args: list[str] = []
-    if target in matrix.profiles:
-        profile = matrix.profiles[target]
-        set_name = profile.install
-        if profile.torch_index:
-            # An extra index, not --index-url: the rest still comes from PyPI, and pip prefers the
-            # index's "+cu126" local version over the plain PyPI release of the same number.
-            extra_args = ["--extra-index-url", profile.torch_index]
-    elif target in SET_NAMES:
-        set_name = target
-    else:
+    profile = matrix.profiles.get(target)
+    if profile is None and target not in SET_NAMES:
         raise MatrixError(
             f"unknown install target {target!r}; expected one of {SET_NAMES} or a profile: {sorted(matrix.profiles)}"
         )
-    pins = matrix.packages(set_name)
-    if target in matrix.profiles and matrix.profiles[target].pins:
-        overrides = matrix.profiles[target].pins  # e.g. autodl-cuda12's CUDA 12 torch build
-        pins = {key: dataclasses.replace(pin, spec=overrides.get(key, pin.spec)) for key, pin in pins.items()}
+    set_name = profile.install if profile else target
+    overrides = profile.pins if profile else {}  # e.g. autodl-cuda12's CUDA 12 torch build
+    pins = {key: f"{pin.name}{overrides.get(key, pin.spec)}" for key, pin in matrix.packages(set_name).items()}
     if only is not None:
         wanted = {canonicalize_name(name) for name in only}
-        unknown = wanted - set(pins)
-        if unknown:
-            raise MatrixError(f"{sorted(unknown)} are not in the {set_name!r} set")
+        if wanted - set(pins):
+            raise MatrixError(f"{sorted(wanted - set(pins))} are not in the {set_name!r} set")
         pins = {key: pin for key, pin in pins.items() if key in wanted}
+    # An extra index, not --index-url: the rest still comes from PyPI, and pip prefers the index's "+cu126" local
+    # version over the plain PyPI release of the same number.
+    extra_args = ["--extra-index-url", profile.torch_index] if profile and profile.torch_index else []
     # Double quotes, not shlex.quote: they work the same in bash, zsh, a Colab `!` cell and Windows cmd.
-    requirements = [f'"{pin.requirement}"' for pin in pins.values()]
-    return " ".join(["python", "-m", "pip", "install", *map(shlex.quote, extra_args), *requirements])
+    return " ".join(["python", "-m", "pip", "install", *map(shlex.quote, extra_args), *(f'"{r}"' for r in pins.values())])
 
 
 @lru_cache(maxsize=2)
@@ -217,18 +195,14 @@ def locked_versions(set_name: str) -> dict[str, str]:
 
 
 @lru_cache(maxsize=4)
-def _load_cached(path: str) -> Matrix:
-    return matrix_from_dict(_read_toml(Path(path)))
-
-
-def load_matrix(path: str | Path | None = None) -> Matrix:
+def load_matrix(path: str | Path = MATRIX_PATH) -> Matrix:
     """Load and validate `env/known_good.toml` (or `path`). Cached per path.
 
     >>> m = load_matrix()
     >>> m.plain["trl"].exact, m.gpu["vllm"].exact
     ('1.15.0', '0.31.0')
     """
-    return _load_cached(str(Path(path) if path is not None else MATRIX_PATH))
+    return matrix_from_dict(_read_toml(Path(path)))
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -240,10 +214,6 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 # --- validation: hand-written because the schema is small and the errors must name the field -----------
-
-_PIN_FIELDS = {"spec", "module", "core", "why", "disables", "note", "evidence", "risk"}
-_BAD_FIELDS = {"id", "severity", "when", "unless", "missing", "why", "fix"}
-_PROFILE_FIELDS = {f.name for f in dataclasses.fields(Profile)} - {"id"}
 
 
 def _require(table: Mapping[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
@@ -263,34 +233,28 @@ def _check_spec(spec: str, where: str) -> str:
     return spec
 
 
-def _unknown(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
+def _fields(table: Any, cls: type, where: str, strings: tuple[str, ...], given: tuple[str, ...] = ()) -> None:
+    """`table` is a table with only fields of `cls` (less those the caller `given`), and `strings` are strings."""
+    if not isinstance(table, Mapping):
+        raise MatrixError(f"{where}: expected a table")
+    allowed = {f.name for f in dataclasses.fields(cls)} - set(given)
     extra = set(table) - allowed
     if extra:
         raise MatrixError(f"{where}: unknown field(s) {sorted(extra)}; allowed: {sorted(allowed)}")
+    for key in strings:
+        _require(table, key, where, str)
 
 
 def _parse_pins(tables: Mapping[str, Any], group: str) -> dict[str, Pin]:
     pins: dict[str, Pin] = {}
     for name, table in tables.items():
         where = f"[{group}.{name}]"
-        if not isinstance(table, Mapping):
-            raise MatrixError(f"{where}: expected a table")
-        _unknown(table, _PIN_FIELDS, where)
-        pin = Pin(
-            name=name,
-            spec=_check_spec(_require(table, "spec", where, str), f"{where}.spec"),
-            group=group,
-            why=_require(table, "why", where, str),
-            disables=_require(table, "disables", where, str),
-            module=_require(table, "module", where, str),
-            core=bool(table.get("core", False)),
-            note=table.get("note", ""),
-            evidence=dict(table.get("evidence", {})),
-            risk=table.get("risk", ""),
-        )
-        if pin.key in pins:
-            raise MatrixError(f"{where}: duplicate package (same canonical name as {pins[pin.key].name!r})")
-        pins[pin.key] = pin
+        _fields(table, Pin, where, ("spec", "why", "disables", "module"), given=("name", "group"))
+        _check_spec(table["spec"], f"{where}.spec")
+        key = canonicalize_name(name)
+        if key in pins:
+            raise MatrixError(f"{where}: duplicate package (same canonical name as {pins[key].name!r})")
+        pins[key] = Pin(name=name, group=group, **table)
     return pins
 
 
@@ -298,29 +262,14 @@ def _parse_known_bad(entries: list[Any]) -> tuple[KnownBad, ...]:
     out = []
     for index, entry in enumerate(entries):
         where = f"[[known_bad]] #{index + 1}"
-        if not isinstance(entry, Mapping):
-            raise MatrixError(f"{where}: expected a table")
-        _unknown(entry, _BAD_FIELDS, where)
-        severity = _require(entry, "severity", where, str)
-        if severity not in SEVERITIES:
-            raise MatrixError(f"{where}.severity: {severity!r} is not one of {SEVERITIES}")
-        when = dict(entry.get("when", {}))
-        unless = dict(entry.get("unless", {}))
-        for part, conditions in (("when", when), ("unless", unless)):
-            for name, spec in conditions.items():
+        _fields(entry, KnownBad, where, ("severity", "id", "why", "fix"))
+        if entry["severity"] not in ("error", "warn"):
+            raise MatrixError(f"{where}.severity: {entry['severity']!r} is not one of ('error', 'warn')")
+        for part in ("when", "unless"):
+            for name, spec in entry.get(part, {}).items():
                 if spec:
                     _check_spec(spec, f"{where}.{part}.{name}")
-        out.append(
-            KnownBad(
-                id=_require(entry, "id", where, str),
-                severity=severity,
-                why=_require(entry, "why", where, str),
-                fix=_require(entry, "fix", where, str),
-                when=when,
-                unless=unless,
-                missing=tuple(entry.get("missing", ())),
-            )
-        )
+        out.append(KnownBad(**{**entry, "missing": tuple(entry.get("missing", ()))}))
     ids = [bad.id for bad in out]
     if len(ids) != len(set(ids)):
         raise MatrixError(f"[[known_bad]]: duplicate ids in {ids}")
@@ -331,26 +280,21 @@ def _parse_profiles(tables: Mapping[str, Any]) -> dict[str, Profile]:
     profiles = {}
     for profile_id, table in tables.items():
         where = f"[profiles.{profile_id}]"
-        _unknown(table, _PROFILE_FIELDS, where)
-        install = _require(table, "install", where, str)
-        if install not in SET_NAMES:
-            raise MatrixError(f"{where}.install: {install!r} is not one of {SET_NAMES}")
+        _fields(table, Profile, where, ("install",), given=("id",))
+        if table["install"] not in SET_NAMES:
+            raise MatrixError(f"{where}.install: {table['install']!r} is not one of {SET_NAMES}")
         utilization = table.get("gpu_memory_utilization")
         if utilization is not None and not 0.0 < float(utilization) < 1.0:
             raise MatrixError(f"{where}.gpu_memory_utilization: {utilization} must be in (0, 1)")
-        kwargs = {key: table[key] for key in _PROFILE_FIELDS if key in table}
-        for key in ("gpu_match", "notes"):
-            if key in kwargs:
-                kwargs[key] = tuple(kwargs[key])
+        tuples = {key: tuple(table[key]) for key in ("gpu_match", "notes") if key in table}
         try:
-            profiles[profile_id] = Profile(id=profile_id, **kwargs)
+            profiles[profile_id] = Profile(id=profile_id, **{**table, **tuples})
         except TypeError as err:  # a required field is missing
             raise MatrixError(f"{where}: {err}") from err
     return profiles
 
 
 def _check_profile_pins(profile: Profile, pins: Mapping[str, Pin]) -> None:
-    """A profile pin must be an exact pin of a package in its install set, inside that set's specifier."""
     for name, spec in profile.pins.items():
         where = f"[profiles.{profile.id}].pins.{name}"
         key = canonicalize_name(name)

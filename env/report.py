@@ -1,8 +1,6 @@
 """The `grpo env` report as data: installed packages against the known-good matrix, this machine's GPU,
 known-bad combinations, which training modes can run here, and the pip command that fixes what is off.
-
-`grpo_pipeline.env.doctor` prints it and sets the exit status. Nothing here imports unsloth or vllm, and torch only
-when a GPU is visible (through grpo_pipeline.env.probes).
+Nothing here imports unsloth or vllm, and torch only when a GPU is visible (through grpo_pipeline.env.probes).
 """
 
 from __future__ import annotations
@@ -27,19 +25,9 @@ GPU_MARKERS = ("unsloth", "unsloth-zoo", "vllm")
 
 def collect_report(profile: str | None = None, *, modules: Mapping[str, object] | None = None,
                    model_source: str = "hf") -> dict[str, Any]:
-    """Build the whole `grpo env` report as JSON-ready data.
-
-    Args:
-        profile: a profile id from known_good.toml (e.g. "colab-t4") to include and compare against.
-        modules: the module table for the import-order check (default: `sys.modules`).
-        model_source: the hub the user's runs download from (`hubs` says whether each one answers).
-
-    Returns:
-        A dict with the sections python, os, platform, gpu, mode, packages, constraint_conflicts,
-        known_bad, import_order, profile, suggested_profile, fix_command, gpu_install_command,
-        plain_backend_usable, plain_backend_problems, unsloth_modes, vllm_pin, strict_problems, probe_errors
-        and elapsed_s.
-    """
+    """The whole `grpo env` report as JSON-ready data: `profile` (e.g. "colab-t4") is compared with this machine,
+    `modules` is the module table of the import-order check (default: `sys.modules`), `model_source` the hub the
+    user's runs download from."""
     started = time.perf_counter()
     matrix = load_matrix()
     errors: list[str] = []  # probes that failed: reported, never raised, never silently dropped
@@ -63,11 +51,8 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
     chosen = matrix.profiles.get(profile) if profile else None
     if profile and chosen is None:
         raise MatrixError(f"unknown profile {profile!r}; choose one of {sorted(matrix.profiles)}")
-    if chosen is not None:
-        mode = chosen.install
-    else:
-        mode = "gpu" if any(found[key].state != "missing" for key in GPU_MARKERS if key in found) else "plain"
-    report["mode"] = mode
+    gpu_markers = any(found[key].state != "missing" for key in GPU_MARKERS if key in found)
+    mode = report["mode"] = chosen.install if chosen else "gpu" if gpu_markers else "plain"
 
     no_gpu = {"probed": False, "reason": "GPU probe failed (see probe_errors)", "devices": []}
     report["gpu"] = safe("gpu", lambda: probes.gpu_info(found["torch"].state), no_gpu)
@@ -90,10 +75,8 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
     report["fix_command"] = _fix_command(matrix, mode, rows, chosen)
     report["gpu_install_command"] = pip_install_command(chosen.id if chosen else "gpu", matrix)
     report["unsloth_modes"] = _unsloth_modes(matrix, found, report)
-    vllm_pin = matrix.gpu.get("vllm")
-    report["vllm_pin"] = (
-        {"pin": vllm_pin.requirement, "why": vllm_pin.why, "evidence": dict(vllm_pin.evidence)} if vllm_pin else None
-    )
+    vllm = matrix.gpu.get("vllm")
+    report["vllm_pin"] = {"pin": vllm.requirement, "why": vllm.why, "evidence": dict(vllm.evidence)} if vllm else None
     # What the GPU set has not been shown to do (known_good.toml `risk`), whatever is installed here.
     report["gpu_risks"] = [{"package": pin.name, "pin": pin.requirement, "risk": pin.risk}
                            for pin in matrix.packages("gpu").values() if pin.risk]
@@ -106,9 +89,8 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
 
 
 def version_satisfies(version: str | None, specifier: str | SpecifierSet) -> bool | None:
-    """True/False, or None when `version` is missing or not PEP 440 (half-installed packages).
-
-    Local labels are ignored the PEP 440 way ("2.14.0+cu130" satisfies "==2.14.0").
+    """True/False, or None when `version` is missing or not PEP 440 (half-installed packages). Local labels are
+    ignored the PEP 440 way ("2.14.0+cu130" satisfies "==2.14.0").
 
     >>> version_satisfies("2.14.0+cu130", "==2.14.0"), version_satisfies("garbage", ">=1"), version_satisfies("1.0", "")
     (True, None, True)
@@ -144,33 +126,24 @@ def _safe_installed(pin: Pin) -> probes.Installed:
 
 def _package_rows(matrix: Matrix, mode: str, found: Mapping[str, probes.Installed]) -> list[dict[str, Any]]:
     """One row per package of the mode's set; in plain mode the GPU-only packages are listed too."""
-    shown: dict[str, tuple[Pin, SpecifierSet]] = {}
-    for key, pin in matrix.packages(mode).items():
-        shown[key] = (pin, matrix.specifier(mode, key))
+    shown = {key: (pin, mode) for key, pin in matrix.packages(mode).items()}
     if mode == "plain":
-        for key, pin in matrix.gpu_only().items():
-            shown[key] = (pin, matrix.specifier("gpu", key))
+        shown.update({key: (pin, "gpu") for key, pin in matrix.gpu_only().items()})
     rows = []
-    for key, (pin, specifier) in shown.items():
+    for key, (pin, set_name) in shown.items():
         installed = found[key]
-        if installed.state == "missing":
-            status = "missing"
-        elif installed.state == "broken":
-            status = "broken"
-        else:
-            status = "ok" if version_satisfies(installed.version, specifier) else "drift"
-        rows.append(
-            {
-                "name": pin.name,
-                "set": pin.group,  # for torch in GPU mode: "gpu", whose exact pin is the one that binds
-                "pin": pin.spec,
-                "installed": installed.version,
-                "status": status,
-                "core": pin.core,
-                "detail": installed.detail,
-                "disables": pin.disables if status in ("missing", "broken") else "",
-            }
-        )
+        status = installed.state if installed.state in ("missing", "broken") else (
+            "ok" if version_satisfies(installed.version, matrix.specifier(set_name, key)) else "drift")
+        rows.append({
+            "name": pin.name,
+            "set": pin.group,  # for torch in GPU mode: "gpu", whose exact pin is the one that binds
+            "pin": pin.spec,
+            "installed": installed.version,
+            "status": status,
+            "core": pin.core,
+            "detail": installed.detail,
+            "disables": pin.disables if status in ("missing", "broken") else "",
+        })
     return rows
 
 
@@ -196,15 +169,10 @@ def _constraint_conflicts(found: Mapping[str, probes.Installed], pins: Mapping[s
             if other is None or other.state != "installed" or target == key:
                 continue
             if version_satisfies(other.version, requirement.specifier) is False:
-                conflicts.append(
-                    {
-                        "package": f"{pins[key].name} {installed.version}",
-                        "requires": f"{requirement.name}{requirement.specifier}",
-                        "installed": f"{pins[target].name} {other.version}",
-                        "message": f"{pins[key].name} {installed.version} requires {requirement.name}{requirement.specifier}, "
-                        f"but {pins[target].name} {other.version} is installed",
-                    }
-                )
+                package, wants, has = (f"{pins[key].name} {installed.version}", f"{requirement.name}"
+                                       f"{requirement.specifier}", f"{pins[target].name} {other.version}")
+                conflicts.append({"package": package, "requires": wants, "installed": has,
+                                  "message": f"{package} requires {wants}, but {has} is installed"})
     return conflicts
 
 
@@ -212,11 +180,8 @@ def _facts(found: Mapping[str, probes.Installed], report: Mapping[str, Any]) -> 
     """Versions the known-bad rules are evaluated on: installed packages plus @python/@torch-cuda/@nvidia-driver."""
     facts = {key: item.version for key, item in found.items() if item.state == "installed" and item.version}
     facts["@python"] = report["python"].get("version", "")
-    gpu = report["gpu"] if isinstance(report["gpu"], dict) else {}
-    if gpu.get("torch_cuda"):
-        facts["@torch-cuda"] = str(gpu["torch_cuda"])
-    if gpu.get("driver"):
-        facts["@nvidia-driver"] = str(gpu["driver"])
+    facts["@torch-cuda"] = str(report["gpu"].get("torch_cuda") or "")
+    facts["@nvidia-driver"] = str(report["gpu"].get("driver") or "")
     return {key: value for key, value in facts.items() if value}
 
 
@@ -257,7 +222,7 @@ def _profile_section(profile: Profile, gpu: Mapping[str, Any]) -> dict[str, Any]
     """The profile's settings plus mismatches between it and the GPU actually present."""
     section = profile.to_dict()
     mismatches = []
-    devices = gpu.get("devices", []) if isinstance(gpu, Mapping) else []
+    devices = gpu.get("devices", [])
     if devices and profile.gpu_match:
         name = devices[0]["name"]
         if not any(token.lower() in name.lower() for token in profile.gpu_match):
@@ -274,20 +239,17 @@ def _profile_section(profile: Profile, gpu: Mapping[str, Any]) -> dict[str, Any]
 
 def _suggest_profile(matrix: Matrix, report: Mapping[str, Any]) -> str | None:
     """The profile whose GPU name matches this machine's first GPU, preferring the detected platform."""
-    devices = report["gpu"].get("devices", []) if isinstance(report["gpu"], Mapping) else []
+    devices = report["gpu"].get("devices", [])
     if not devices:
         return None
     name = devices[0]["name"].lower()
     matches = [p for p in matrix.profiles.values() if any(token.lower() in name for token in p.gpu_match)]
-    platform = report["platform"] if isinstance(report["platform"], Mapping) else {}
-    for profile in matches:
-        if platform.get(profile.platform):
-            return profile.id
+    matches.sort(key=lambda profile: not report["platform"].get(profile.platform))  # stable: file order otherwise
     return matches[0].id if matches else None
 
 
 def _plain_usable_problems(matrix: Matrix, found: Mapping[str, probes.Installed]) -> list[str]:
-    """Why the plain backend is not usable; empty when it is (see the module docstring for the rule)."""
+    """Why the plain backend is not usable (a `core` package not installed or outside its pin); empty when it is."""
     problems = []
     for key, pin in matrix.plain.items():
         if not pin.core:
@@ -315,7 +277,7 @@ def _unsloth_modes(matrix: Matrix, found: Mapping[str, probes.Installed], report
         return [f"{matrix.packages('gpu')[key].name} is {found[key].state}" for key in keys
                 if key in found and found[key].state != "installed"]
 
-    gpu = report["gpu"] if isinstance(report["gpu"], Mapping) else {}
+    gpu = report["gpu"]
     devices = gpu.get("devices", [])
     no_gpu = [] if devices else [f"no usable NVIDIA GPU ({gpu.get('reason') or gpu.get('error') or 'not probed'})"]
     errors = [bad["id"] for bad in report["known_bad"] if bad["severity"] == "error"]
@@ -358,11 +320,8 @@ def _fix_command(matrix: Matrix, mode: str, rows: list[dict[str, Any]], profile:
 
 
 def _strict_problems(rows: list[dict[str, Any]], report: Mapping[str, Any]) -> list[str]:
-    problems = [
-        f"{row['name']}: {row['status']} (wants {row['pin']}, has {row['installed']})"
-        for row in rows
-        if row["status"] != "ok"
-    ]
+    problems = [f"{row['name']}: {row['status']} (wants {row['pin']}, has {row['installed']})"
+                for row in rows if row["status"] != "ok"]
     problems += [conflict["message"] for conflict in report["constraint_conflicts"]]
     problems += [f"known-bad {bad['id']}" for bad in report["known_bad"] if bad["severity"] == "error"]
     problems += report["plain_backend_problems"]
@@ -370,10 +329,8 @@ def _strict_problems(rows: list[dict[str, Any]], report: Mapping[str, Any]) -> l
 
 
 def hubs_section(in_use: str) -> dict[str, Any]:
-    """Each hub (`model_source`): its address, whether its client is installed, whether one TCP connect answers.
-
-    The probes run side by side with a 2 s timeout each, so an offline machine waits 2 s at most.
-    """
+    """Each hub (`model_source`): its address, whether its client is installed, whether one TCP connect answers
+    (side by side, 2 s timeout each: an offline machine waits 2 s at most)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from grpo_pipeline.env.hubs import MODELSCOPE_INSTALL, SOURCES, endpoint, modelscope_installed, reachable
