@@ -15,7 +15,7 @@ Exit status:
     2  the report itself could not be made (e.g. known_good.toml is unreadable).
 
 It never imports unsloth or vllm, imports torch only when a GPU is visible, and runs in well under a
-second on a machine without a GPU. The report itself is assembled by `grpo_pipeline.env.report`; this module prints it.
+second on a machine without a GPU. The report itself is assembled by `grpo_pipeline.env.report`.
 """
 
 from __future__ import annotations
@@ -31,19 +31,16 @@ from grpo_pipeline.env.matrix import load_matrix
 from grpo_pipeline.env.report import collect_report
 
 
-# --- output ---------------------------------------------------------------------------------------
+def _head_lines(report: Mapping[str, Any]) -> list[str]:
+    py, system = report["python"], report["os"]
+    return [f"grpo env  ({report['mode']} set, {report['elapsed_s']:.2f} s)",
+            f"Python  {py.get('version')} ({py.get('implementation')}) {py.get('executable')}",
+            f"OS      {system.get('platform')} {system.get('machine')}", "GPU     " + _gpu_summary(report["gpu"])]
 
 
 def render_text(report: Mapping[str, Any]) -> str:
     """The report as plain text (used when rich is missing, and for logs)."""
-    lines = []
-    py, system = report["python"], report["os"]
-    lines.append(f"grpo env  ({report['mode']} set, {report['elapsed_s']:.2f} s)")
-    lines.append(f"Python  {py.get('version')} ({py.get('implementation')}) {py.get('executable')}")
-    lines.append(f"OS      {system.get('platform')} {system.get('machine')}")
-    lines.append("GPU     " + _gpu_summary(report["gpu"]))
-    lines.append("")
-    lines.append(f"{'package':18} {'set':6} {'pin':44} {'installed':18} status")
+    lines = [*_head_lines(report), "", f"{'package':18} {'set':6} {'pin':44} {'installed':18} status"]
     for row in report["packages"]:
         lines.append(f"{row['name']:18} {row['set']:6} {row['pin']:44} {row['installed'] or '-'!s:18} {row['status']}")
     lines += _row_notes(report["packages"]) + _tail_lines(report)
@@ -64,18 +61,11 @@ def _row_notes(rows: list[dict[str, Any]]) -> list[str]:
 def _gpu_summary(gpu: Mapping[str, Any]) -> str:
     if not isinstance(gpu, Mapping) or "error" in gpu and not gpu.get("devices"):
         return f"probe failed: {gpu.get('error') if isinstance(gpu, Mapping) else gpu}"
-    parts = []
-    for device in gpu.get("devices", []):
-        parts.append(
-            f"[{device['index']}] {device['name']}, {device['memory_gib']} GiB, sm {device['compute_capability']}, "
-            f"bf16 {'yes' if device['bf16'] else 'no (use float16)'}"
-        )
-    if not parts:
-        parts.append(gpu.get("reason", "none"))
-    extra = [f"torch built for CUDA {gpu['torch_cuda']}" if gpu.get("torch_cuda") else None]
-    extra.append(f"driver {gpu['driver']}" if gpu.get("driver") else None)
-    extra.append(f"driver supports CUDA {gpu['driver_cuda']}" if gpu.get("driver_cuda") else None)
-    extra = [e for e in extra if e]
+    parts = [f"[{device['index']}] {device['name']}, {device['memory_gib']} GiB, sm {device['compute_capability']}, "
+             f"bf16 {'yes' if device['bf16'] else 'no (use float16)'}" for device in gpu.get("devices", [])]
+    parts = parts or [gpu.get("reason", "none")]
+    said = {"torch_cuda": "torch built for CUDA {}", "driver": "driver {}", "driver_cuda": "driver supports CUDA {}"}
+    extra = [text.format(gpu[key]) for key, text in said.items() if gpu.get(key)]
     return "; ".join(parts) + (f"  ({', '.join(extra)})" if extra else "")
 
 
@@ -93,12 +83,8 @@ def _tail_lines(report: Mapping[str, Any]) -> list[str]:
             lines.append(f"  - [{bad['severity']}] {bad['id']}: {bad['why']}")
             lines.append(f"    fix: {bad['fix']}")
     order = report["import_order"]
-    if order["problems"]:
-        lines.append(
-            f"Import order: {', '.join(order['problems'])} imported before unsloth in this process (see grpo_pipeline.env.imports)"
-        )
-    else:
-        lines.append("Import order: ok in this process")
+    lines.append(f"Import order: {', '.join(order['problems'])} imported before unsloth in this process (see "
+                 "grpo_pipeline.env.imports)" if order["problems"] else "Import order: ok in this process")
     if report["profile"]:
         profile = report["profile"]
         lines.append(f"Profile {profile['id']}: {profile['title']}")
@@ -109,9 +95,8 @@ def _tail_lines(report: Mapping[str, Any]) -> list[str]:
         lines += [f"  note: {note}" for note in profile["notes"]]
         lines += [f"  MISMATCH: {m}" for m in profile["mismatches"]]
     elif report["suggested_profile"]:
-        lines.append(
-            f"Suggested profile: {report['suggested_profile']}  (grpo env --profile {report['suggested_profile']})"
-        )
+        suggested = report["suggested_profile"]
+        lines.append(f"Suggested profile: {suggested}  (grpo env --profile {suggested})")
     hubs = report.get("hubs") or {}
     if hubs.get("sources"):
         lines.append(f"Hubs (model_source: {hubs['in_use']} in use; the other: set model_source in the recipe):")
@@ -133,14 +118,10 @@ def _tail_lines(report: Mapping[str, Any]) -> list[str]:
     for mode in report["unsloth_modes"]:
         lines.append(f"  [{'yes' if mode['can_run'] else 'no '}] {mode['title']}: {mode['reason']}")
     lines.append("")
-    if report["plain_backend_usable"]:
-        lines.append("Plain backend: usable")
-    else:
-        lines.append("Plain backend: NOT usable: " + "; ".join(report["plain_backend_problems"]))
-    if report["strict_problems"]:
-        lines.append(f"Strict check: {len(report['strict_problems'])} problem(s) (exit 1 under --strict)")
-    else:
-        lines.append("Strict check: everything matches the matrix")
+    lines.append("Plain backend: usable" if report["plain_backend_usable"] else
+                 "Plain backend: NOT usable: " + "; ".join(report["plain_backend_problems"]))
+    lines.append(f"Strict check: {len(report['strict_problems'])} problem(s) (exit 1 under --strict)"
+                 if report["strict_problems"] else "Strict check: everything matches the matrix")
     if report["fix_command"]:
         lines.append(f"Fix:         {report['fix_command']}")
     if report["mode"] == "plain":
@@ -154,11 +135,10 @@ def print_rich(report: Mapping[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
-    py, system = report["python"], report["os"]
-    console.print(f"[bold]grpo env[/bold]  ({report['mode']} set, {report['elapsed_s']:.2f} s)")
-    console.print(f"Python  {py.get('version')} ({py.get('implementation')}) {py.get('executable')}")
-    console.print(f"OS      {system.get('platform')} {system.get('machine')}")
-    console.print("GPU     " + _gpu_summary(report["gpu"]), markup=False)
+    title, *head = _head_lines(report)
+    console.print(f"[bold]{title[:8]}[/bold]{title[8:]}")
+    for line in head:
+        console.print(line, markup=False)
     table = Table(show_lines=False)
     for column in ("package", "set", "pin", "installed", "status"):
         table.add_column(column, overflow="fold")
@@ -177,14 +157,11 @@ def build_parser(profile_ids: list[str] | None = None) -> argparse.ArgumentParse
         description="Check the installed environment against the known-good matrix (env/known_good.toml).",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument(
-        "--strict", action="store_true", help="exit 1 on any drift, missing GPU package or known-bad error"
-    )
+    parser.add_argument("--strict", action="store_true", help="exit 1 on any drift, missing GPU package or known-bad error")
     parser.add_argument("--model_source", choices=("hf", "modelscope"), default="hf",
                         help="the hub your recipe's model_source names; its reachability is reported")
-    parser.add_argument(
-        "--profile", choices=profile_ids, metavar="NAME", help=f"platform profile: {', '.join(profile_ids or [])}"
-    )
+    parser.add_argument("--profile", choices=profile_ids, metavar="NAME",
+                        help=f"platform profile: {', '.join(profile_ids or [])}")
     return parser
 
 
@@ -212,11 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:  # `grpo env | head`: the reader left; not an error worth a traceback
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
-    if not report["plain_backend_usable"]:
-        return 1
-    if args.strict and report["strict_problems"]:
-        return 1
-    return 0
+    return 1 if not report["plain_backend_usable"] or args.strict and report["strict_problems"] else 0
 
 
 if __name__ == "__main__":

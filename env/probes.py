@@ -1,10 +1,8 @@
 """Facts about this machine for `grpo env`: Python, OS, platform hints, installed packages, GPU.
 
-Every probe returns plain data and never raises: a half-installed environment (METADATA without a
-module, an unparsable version, a torch that fails to import) is reported, not crashed on.
-
-Only `gpu_info()` may import torch, and only when an NVIDIA GPU is visible from the filesystem first:
-importing torch costs seconds, and on a machine without a GPU it would tell us nothing the files don't.
+Every probe returns plain data and never raises: a half-installed environment (METADATA without a module, an
+unparsable version, a torch that fails to import) is reported, not crashed on. Only `gpu_info()` may import torch,
+and only when an NVIDIA GPU is visible from the filesystem first: importing torch costs seconds.
 """
 
 from __future__ import annotations
@@ -28,7 +26,6 @@ _DRIVER_VERSION = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
 
 
 def python_info() -> dict[str, Any]:
-    """Interpreter version, implementation and path."""
     return {
         "version": platform.python_version(),
         "implementation": platform.python_implementation(),
@@ -37,7 +34,6 @@ def python_info() -> dict[str, Any]:
 
 
 def os_info() -> dict[str, Any]:
-    """OS name, release and machine, e.g. Linux / 6.8.0 / x86_64."""
     return {
         "system": platform.system(),
         "release": platform.release(),
@@ -47,10 +43,8 @@ def os_info() -> dict[str, Any]:
 
 
 def platform_hints() -> dict[str, bool]:
-    """Cheap guesses at the hosting platform, used only to suggest a profile.
-
-    Colab sets several COLAB_* environment variables; AutoDL mounts its data disk at /root/autodl-tmp.
-    """
+    """Cheap guesses at the hosting platform, to suggest a profile: Colab sets COLAB_* environment variables,
+    AutoDL mounts its data disk at /root/autodl-tmp."""
     return {
         "colab": any(key.startswith("COLAB_") for key in os.environ),
         "autodl": Path("/root/autodl-tmp").is_dir(),
@@ -69,17 +63,13 @@ class Installed:
     requires: tuple[str, ...] = ()  # its Requires-Dist lines, for the constraint check
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out.pop("requires")
-        return out
+        return {key: value for key, value in asdict(self).items() if key != "requires"}
 
 
 def installed_package(name: str, module: str) -> Installed:
     """Look `name` up through importlib.metadata (first match on sys.path, as import would) without importing it.
-
-    "broken" means METADATA exists but the version is absent/unparsable, or the import name `module`
-    cannot be found (a half-finished `pip uninstall`, a deleted site-packages folder).
-    """
+    "broken": METADATA exists but the version is absent/unparsable, or the import name `module` cannot be found
+    (a half-finished `pip uninstall`, a deleted site-packages folder)."""
     try:
         dist = importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:
@@ -94,28 +84,19 @@ def installed_package(name: str, module: str) -> Installed:
         requires = tuple(dist.requires or ())
     except Exception:  # noqa: BLE001 - a probe must report, never crash
         requires = ()
+    broken = lambda detail, version=version: Installed(name, "broken", version, detail, requires)  # noqa: E731
     if not version:
-        return Installed(name, "broken", detail="METADATA has no Version field", requires=requires)
+        return broken("METADATA has no Version field", None)
     try:
         Version(version)
     except InvalidVersion:
-        return Installed(
-            name, "broken", version=version, detail=f"version {version!r} is not PEP 440", requires=requires
-        )
+        return broken(f"version {version!r} is not PEP 440")
     try:
-        spec = importlib.util.find_spec(module)
+        spec, error = importlib.util.find_spec(module), "not found on sys.path"
     except Exception as err:  # noqa: BLE001 - a probe must report, never crash
         spec, error = None, f"{type(err).__name__}: {err}"
-    else:
-        error = "not found on sys.path"
     if spec is None:
-        return Installed(
-            name,
-            "broken",
-            version=version,
-            detail=f"METADATA says {version} but module {module!r} is {error} (half-installed? reinstall it)",
-            requires=requires,
-        )
+        return broken(f"METADATA says {version} but module {module!r} is {error} (half-installed? reinstall it)")
     return Installed(name, "installed", version=version, requires=requires)
 
 
@@ -159,39 +140,30 @@ def nvidia_driver_version() -> str | None:
     return match.group(1) if match else nvidia_smi_driver_version()
 
 
-def nvidia_smi_driver_version() -> str | None:
-    """`nvidia-smi --query-gpu=driver_version`: the driver of the first GPU, or None (no nvidia-smi, no GPU)."""
+def _nvidia_smi_first_line(*args: str) -> str | None:
+    """The first line `nvidia-smi ARGS` prints (the first GPU), or None (no nvidia-smi, no GPU, an error)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     try:
-        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
+        out = subprocess.run([exe, *args], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return None
     lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
-    if out.returncode != 0 or not lines or not re.fullmatch(r"\d+(?:\.\d+)+", lines[0]):
-        return None
-    return lines[0]
+    return lines[0] if out.returncode == 0 and lines else None
+
+
+def nvidia_smi_driver_version() -> str | None:
+    """`nvidia-smi --query-gpu=driver_version`: the driver of the first GPU, or None (no nvidia-smi, no GPU)."""
+    line = _nvidia_smi_first_line("--query-gpu=driver_version", "--format=csv,noheader")
+    return line if line and re.fullmatch(r"\d+(?:\.\d+)+", line) else None
 
 
 def nvidia_smi_memory() -> dict[str, Any] | None:
-    """`nvidia-smi --query-gpu=name,memory.total,memory.free` of the first GPU (MiB), or None; no torch.
-
-    Used by the memory planner (`grpo plan`, the `memory` check) to plan for the card that is really here.
-    """
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run([exe, "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
-    if out.returncode != 0 or not lines:
-        return None
-    fields = [part.strip() for part in lines[0].rsplit(",", 2)]
+    """`nvidia-smi --query-gpu=name,memory.total,memory.free` of the first GPU (MiB), or None; no torch. The memory
+    planner (`grpo plan`, the `memory` check) plans for the card that is really here."""
+    line = _nvidia_smi_first_line("--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits")
+    fields = [part.strip() for part in (line or "").rsplit(",", 2)]
     try:
         return {"name": fields[0], "total_mib": float(fields[1]), "free_mib": float(fields[2])}
     except (IndexError, ValueError):
