@@ -1,8 +1,6 @@
-"""Is this folder a usable LoRA adapter? Checked from the files alone, without importing torch or peft.
-
-A save killed midway, a path one folder off, or a truncated safetensors file otherwise surfaces as a
-confusing error deep inside PEFT or vLLM; here it is one message naming the folder, what is missing and,
-when one applies, where the adapter probably is.
+"""Is this folder a usable LoRA adapter? Checked from the files alone, without importing torch or peft: a save
+killed midway, a path one folder off or a truncated safetensors file is one message naming the folder, what is
+missing and, when one applies, where the adapter probably is (instead of an error deep inside PEFT or vLLM).
 """
 
 from __future__ import annotations
@@ -30,14 +28,8 @@ _MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 
 
 class AdapterError(FileNotFoundError, ValueError):
-    """A LoRA adapter directory is missing, incomplete or unreadable.
-
-    It is both a `FileNotFoundError` (the usual case: something is not there) and a `ValueError`
-    (a file is there but invalid), so callers can catch whichever reads naturally.
-
-    Attributes:
-        path: the absolute adapter directory that was checked.
-        missing: what is missing or broken, e.g. "adapter_config.json" or "adapter_config.json: r".
+    """A LoRA adapter directory is missing (FileNotFoundError), incomplete or unreadable (ValueError). `path`: the
+    absolute directory; `missing`: what is missing or broken, e.g. "adapter_config.json" or "adapter_config.json: r".
     """
 
     def __init__(self, path: Path, missing: str, message: str) -> None:
@@ -65,14 +57,9 @@ class AdapterInfo:
 
 
 def verify_adapter_dir(path: str | os.PathLike[str]) -> AdapterInfo:
-    """Check a saved LoRA adapter directory and return what it holds, without importing torch or peft.
-
-    Checks, in order: the directory exists; `adapter_config.json` is a readable JSON object with a
-    positive integer `r`; `adapter_model.safetensors` (or `.bin`) is a readable, non-empty file, and a
-    safetensors file has a valid header whose tensors fit in the file (a save killed midway fails here).
-
-    Raises:
-        AdapterError: naming the absolute path, the missing piece, and a hint when one applies.
+    """Check a saved LoRA adapter directory and return what it holds, or raise AdapterError (with a hint when one
+    applies): `adapter_config.json` is a JSON object with a positive integer `r`; `adapter_model.safetensors` (or
+    `.bin`) is a readable, non-empty file, a safetensors one with a valid header whose tensors fit in the file.
 
     >>> verify_adapter_dir("/nonexistent/lora")
     Traceback (most recent call last):
@@ -92,21 +79,11 @@ def verify_adapter_dir(path: str | os.PathLike[str]) -> AdapterInfo:
     if not directory.is_dir():
         raise fail("directory", f"LoRA adapter path {directory} is a file, not a directory")
 
-    config_path = directory / ADAPTER_CONFIG
-    config = _read_config(config_path, fail)
+    config = _read_config(directory / ADAPTER_CONFIG, fail)
     weights = _find_weights(directory, fail)
     refuse_shipped_code(directory, weights)
-    r = config["r"]
-    return AdapterInfo(
-        path=directory,
-        base_model_name_or_path=config.get("base_model_name_or_path"),
-        r=r,
-        lora_alpha=config.get("lora_alpha"),
-        target_modules=config.get("target_modules"),
-        modules_to_save=config.get("modules_to_save"),
-        weights_file=weights,
-        config=config,
-    )
+    return AdapterInfo(directory, config.get("base_model_name_or_path"), config["r"], config.get("lora_alpha"),
+                       config.get("target_modules"), config.get("modules_to_save"), weights, config)
 
 
 # What a torch-saved tensor file's pickle may name (torch.load(weights_only=True)'s own allow-list, as PEFT loads an
@@ -123,9 +100,8 @@ TOKENIZER_CONFIG = "tokenizer_config.json"
 
 def refuse_shipped_code(directory: Path, weights: Optional[Path] = None) -> None:
     """A shared folder (an adapter, an export's source) never runs code it carries, whatever --trust_remote_code
-    says (the option is for the base model's own code): a tokenizer that needs its own code (tokenizer_config.json's
-    `auto_map`) and a pickled weights file that names anything but tensors are refused (AdapterError, exit 2),
-    naming the file and the choice.
+    says (that is for the base model's own code): a tokenizer with its own code (tokenizer_config.json's `auto_map`)
+    and a pickled weights file that names anything but tensors are refused (AdapterError), naming the file.
 
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -162,7 +138,7 @@ def refuse_shipped_code(directory: Path, weights: Optional[Path] = None) -> None
 
 def pickled_code(path: Path) -> Optional[str]:
     """The first thing other than tensors a torch-saved (or plain) pickle names (`module.name`), or None: read with
-    pickletools, nothing imported or run."""
+    pickletools, nothing run."""
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as archive:
@@ -202,16 +178,13 @@ def _read_config(config_path: Path, fail) -> dict[str, Any]:
     try:
         config = json.loads(text)
     except json.JSONDecodeError as err:
-        raise fail(
-            ADAPTER_CONFIG, f"{config_path} is not valid JSON ({err}); the save was probably interrupted"
-        ) from err
+        raise fail(ADAPTER_CONFIG, f"{config_path} is not valid JSON ({err}); the save was probably interrupted") from err
     if not isinstance(config, dict):
         raise fail(ADAPTER_CONFIG, f"{config_path} must hold a JSON object, found {type(config).__name__}")
-    r = config.get("r")
-    # bool is an int subclass; `"r": true` is a corrupted file, not rank 1.
     if "r" not in config:
         raise fail(f"{ADAPTER_CONFIG}: r", f"{config_path} has no 'r' (LoRA rank); it is not a LoRA adapter config")
-    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+    r = config["r"]
+    if not isinstance(r, int) or isinstance(r, bool) or r < 1:  # `"r": true` is a corrupted file, not rank 1
         raise fail(f"{ADAPTER_CONFIG}: r", f"{config_path}: 'r' must be a positive integer, found {r!r}")
     return config
 
@@ -241,18 +214,14 @@ def _find_weights(directory: Path, fail) -> Path:
 
 
 def _check_safetensors(handle, head: bytes, size: int, weights: Path, fail) -> None:
-    """Validate the safetensors layout: u64 little-endian header length, JSON header, data that fits.
-
-    Hand-written (30 lines) instead of `safetensors.safe_open` so the check needs no torch/numpy and
-    reports *what* is wrong; the format is specified at github.com/huggingface/safetensors.
-    """
+    """The safetensors layout (github.com/huggingface/safetensors): u64 little-endian header length, JSON header,
+    data that fits. Not `safetensors.safe_open`, so it needs no torch/numpy and says *what* is wrong."""
     if len(head) < 8:
         raise fail(weights.name, f"{weights} is truncated ({size} bytes): no safetensors header")
     (header_length,) = struct.unpack("<Q", head)
     if header_length == 0 or header_length > _MAX_SAFETENSORS_HEADER or 8 + header_length > size:
-        raise fail(
-            weights.name, f"{weights} has an invalid safetensors header length {header_length} (file is {size} bytes)"
-        )
+        raise fail(weights.name, f"{weights} has an invalid safetensors header length {header_length} (file is "
+                   f"{size} bytes)")
     try:
         header = json.loads(handle.read(header_length))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -267,10 +236,8 @@ def _check_safetensors(handle, head: bytes, size: int, weights: Path, fail) -> N
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise fail(weights.name, f"{weights} has a corrupt safetensors header (bad data_offsets)") from err
     if 8 + header_length + data_end > size:
-        raise fail(
-            weights.name,
-            f"{weights} is truncated: its header describes {8 + header_length + data_end} bytes but the file has {size}",
-        )
+        raise fail(weights.name, f"{weights} is truncated: its header describes {8 + header_length + data_end} bytes "
+                   f"but the file has {size}")
 
 
 def safetensors_problem(path: str | os.PathLike[str]) -> str | None:
@@ -283,13 +250,12 @@ def safetensors_problem(path: str | os.PathLike[str]) -> str | None:
     '... is truncated (1 bytes): no safetensors header'
     """
     weights = absolute_path(path)
-    quiet_fail = lambda missing, problem: AdapterError(weights.parent, missing, problem)
     try:
         size = weights.stat().st_size
         if size == 0:
             return f"{weights} is empty"
         with open(weights, "rb") as handle:
-            _check_safetensors(handle, handle.read(8), size, weights, quiet_fail)
+            _check_safetensors(handle, handle.read(8), size, weights, _quiet_fail(weights.parent))
     except AdapterError as err:
         return str(err)
     except OSError as err:
@@ -297,14 +263,17 @@ def safetensors_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def _quiet_fail(directory: Path):
+    return lambda missing, problem: AdapterError(directory, missing, problem)
+
+
 def _is_complete_adapter(directory: Path) -> bool:
     """Whether `directory` holds a valid adapter (no hint search, which would recurse)."""
-    quiet_fail = lambda missing, problem: AdapterError(directory, missing, problem)
     try:
         if not directory.is_dir():
             return False
-        _read_config(directory / ADAPTER_CONFIG, quiet_fail)
-        _find_weights(directory, quiet_fail)
+        _read_config(directory / ADAPTER_CONFIG, _quiet_fail(directory))
+        _find_weights(directory, _quiet_fail(directory))
     except (AdapterError, OSError):
         return False
     return True

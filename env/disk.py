@@ -1,14 +1,9 @@
-"""A storage failure while saving: recognise it by what it is, however it surfaces, and say where, why and
-what next.
+"""A storage failure while saving: recognised by what it is, however it surfaces, and said where, why and what next.
 
-The same full disk reaches us in many shapes: `OSError(ENOSPC)` from a plain write, torch.save's
-`RuntimeError("[enforce fail at inline_container.cc:...] PytorchStreamWriter failed writing file ...")`,
-safetensors' own `SafetensorError("Error while serializing: I/O error: No space left on device (os error
-28)")` (an Exception, neither OSError nor RuntimeError), or any of them wrapped by a library as the
-`__cause__` / `__context__` of another exception. `storage_problem` is the one classifier: it walks the chain
-and reads errnos, then the errno numbers and texts that wrapping libraries put in their messages, whatever
-the exception class. `storage_errors_named` turns such a failure into one `StorageError` (exit 2 at the
-command line) and lets every other exception through unchanged.
+The same full disk reaches us as `OSError(ENOSPC)`, torch.save's `RuntimeError("[enforce fail at
+inline_container.cc:...] PytorchStreamWriter failed writing file ...")`, safetensors' `SafetensorError("... No space
+left on device (os error 28)")` (neither OSError nor RuntimeError), or any of them as the `__cause__` / `__context__`
+of another exception: `storage_errno` walks the chain and reads errnos, then the numbers and texts in messages.
 """
 
 from __future__ import annotations
@@ -61,8 +56,7 @@ _ERRNO_IN_TEXT = re.compile(r"\(os error (\d+)\)|\[Errno (\d+)\]")
 
 
 def storage_errno(err: Optional[BaseException]) -> Optional[int]:
-    """The storage errno behind `err` (one of STORAGE_ERRNOS), or None when `err` is no storage failure.
-
+    """The storage errno behind `err`, or None when `err` is no storage failure.
     >>> storage_errno(RuntimeError("wrapped")) is None
     True
     >>> storage_errno(Exception("Error while serializing: I/O error: No space left on device (os error 28)"))
@@ -105,12 +99,9 @@ _FIXES = {
 
 
 class StorageError(Exception):
-    """A write failed because of where it went (full, over quota, read-only, I/O error, no permission). The
-    message says where, why, the free space there (and roughly what one save needs), what to change and what next.
-
-    Not an OSError on purpose: an `except OSError` meant for a missing or unreadable input (a model folder's
-    config.json, say) must not catch it and blame that input.
-    """
+    """A write failed because of where it went; the message says where, why, the free space there (and roughly
+    what one save needs), what to change and what next. Not an OSError on purpose: an `except OSError` meant for a
+    missing or unreadable input must not catch it and blame that input."""
 
     def __init__(self, where: str | os.PathLike[str], err_number: int, needed_bytes: Optional[int] = None,
                  resume_hint: str = AGAIN, option: Optional[str] = "output_dir"):
@@ -130,9 +121,8 @@ class StorageError(Exception):
         if needed_bytes:
             space += f"; one save needs about {_size(needed_bytes)}"
         verb = "write or read" if err_number in ACCESS_ERRNOS else "save in"
-        problem = PROBLEMS[err_number]
-        self.message = (f"{problem}: could not {verb} {folder} ({space}). {fix[0].upper()}{fix[1:]}, then "
-                        f"{resume_hint}")
+        self.message = (f"{PROBLEMS[err_number]}: could not {verb} {folder} ({space}). {fix[0].upper()}{fix[1:]}, "
+                        f"then {resume_hint}")
         super().__init__(self.message)
 
     def __str__(self) -> str:
@@ -144,8 +134,7 @@ class StorageError(Exception):
 
 
 def cache_place(path: Any) -> bool:
-    """Whether `path` is the cache root, a folder inside it, or a folder on the way to it (making the root
-    failed there: a read-only or file HOME, a missing mount under GRPO_CACHE_DIR)."""
+    """Whether `path` is the cache root, inside it, or a folder on the way to it (a read-only or file HOME)."""
     if not isinstance(path, (str, bytes, os.PathLike)):
         return False
     root, place = os.path.abspath(cache_root()), os.path.abspath(os.fsdecode(path))
@@ -154,8 +143,6 @@ def cache_place(path: Any) -> bool:
 
 
 def _setting_for(folder: Path, option: Optional[str]) -> str:
-    """The setting to change: `option` when the writer knows it, GRPO_CACHE_DIR for a place of the cache root
-    (`cache_place`): never another option for it."""
     if option:
         return option
     if cache_place(folder):
@@ -167,9 +154,8 @@ def _setting_for(folder: Path, option: Optional[str]) -> str:
 def storage_errors_named(where: str | os.PathLike[str], resume_hint: str = AGAIN,
                          needed_bytes: Optional[int] | Callable[[], int] = None,
                          option: Optional[str] = "output_dir") -> Iterator[None]:
-    """Re-raise a storage failure inside the block, whatever its class, as one StorageError; others pass.
-    `needed_bytes` may be a function, asked only when a failure is reported. A StorageError from a writer inside
-    (grpo_pipeline.env.paths names the exact path) keeps its place and setting and gets this block's `resume_hint`."""
+    """Re-raise a storage failure inside the block as one StorageError; others pass. `needed_bytes` may be a
+    function, asked only on failure. A StorageError from a writer inside keeps its place and setting."""
     try:
         yield
     except StorageError as err:
@@ -186,9 +172,8 @@ def storage_errors_named(where: str | os.PathLike[str], resume_hint: str = AGAIN
 
 @contextlib.contextmanager
 def storage_named(final: str | os.PathLike[str], option: str = "") -> Iterator[None]:
-    """What grpo_pipeline.env.paths' writers wrap their work in: a storage failure names `final` and the setting that chose it
-    (`option`; else GRPO_CACHE_DIR inside the cache root, else the option that names it), not the hidden staging
-    name beside it. A failure at a path of its own elsewhere (a model read, a library's cache) is named as it is."""
+    """What env/paths.py's writers wrap their work in: a storage failure names `final` and the setting that chose it,
+    not the hidden staging name beside it; one at a path of its own elsewhere is named as it is."""
     final = Path(final)
     try:
         yield
@@ -206,10 +191,9 @@ def storage_named(final: str | os.PathLike[str], option: str = "") -> Iterator[N
 
 
 def storage_failure(err: BaseException, run_folder: Optional[Path] = None) -> Optional[StorageError]:
-    """The one classifier at the command boundary (pipeline/errors.py run_command): `err` as a StorageError naming
-    the failed path (the first OSError filename in its chain, else `run_folder`, else the working folder) and,
-    for a path in the command's `run_folder` that no writer named a setting for, output_dir; None when `err` is no
-    storage failure."""
+    """`err` as a StorageError (the classifier at the command boundary, pipeline/errors.py run_command) naming the
+    failed path (the first OSError filename in its chain, else `run_folder`, else the working folder) and, in the
+    `run_folder`, output_dir; None when `err` is no storage failure."""
     def in_run(path: Path) -> bool:
         return run_folder is not None and (path == run_folder or Path(run_folder) in path.parents)
 

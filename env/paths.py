@@ -2,9 +2,7 @@
 
 A training run killed mid-save must never leave a half-written adapter under the final name, which the next
 `load_lora` would happily read: every folder and state file is written under a hidden sibling name and renamed into
-place, replacing only what the writer saw at its start (env/locations.py). Paths are made absolute where the user
-gives them (env/locations.py); checking that a folder holds a usable adapter is `grpo_pipeline.env.adapters`; telling a full disk
-apart from other save failures is `grpo_pipeline.env.disk`; fsync and file modes are env/file_modes.py.
+place, replacing only what the writer saw at its start (env/locations.py).
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ from grpo_pipeline.env.secret_fields import masked_argv
 
 
 def shell_command(*words: str | os.PathLike[str]) -> str:
-    """A command line to print for the user to paste: each word shell-quoted (paths with spaces, quotes, `$`).
-    The one helper for every "next:", "resume with:" and "run this" line: a secret option's value is masked
-    (env/secret_fields.py masked_argv), a file name that is not UTF-8 is written byte for byte (shell_word).
+    """A command line to print for the user to paste (every "next:", "resume with:" and "run this" line): each word
+    shell-quoted (`shell_word`), a secret option's value masked (env/secret_fields.py masked_argv).
 
     >>> print(shell_command("grpo", "generate", "--lora", "/runs/my run/lora", "--prompt", "What is 2+2?"))
     grpo generate --lora '/runs/my run/lora' --prompt 'What is 2+2?'
@@ -41,9 +38,8 @@ def shell_command(*words: str | os.PathLike[str]) -> str:
 
 
 def shell_word(word: str) -> str:
-    r"""One word of a printed command, shell-quoted (shlex.quote: shlex.split reads it back). A file name whose bytes
-    are not UTF-8 (read through surrogate escapes, which no stream can print) is written in bash's $'...' form, each
-    such byte as \xNN: it prints under any locale and pastes back into bash as the same bytes.
+    r"""One word of a printed command, shlex.quote'd. A file name whose bytes are not UTF-8 (surrogate escapes, which
+    no stream can print) is written in bash's $'...' form, each such byte as \xNN: it pastes back as the same bytes.
 
     >>> print(shell_word("my run"), shell_word("caf\udce9.jsonl"))
     'my run' $'caf\xe9.jsonl'
@@ -150,15 +146,14 @@ def _remove(path: Path) -> None:
 
 def publish(temp: Path, final: Path, seen: Seen, *, keep_theirs: Optional[Callable[[Path], bool]] = None,
             durable: bool = True) -> bool:
-    """Put the complete `temp` (a file or folder beside `final`) at `final`, replacing only what `seen` recorded.
+    """Put the complete `temp` (a file or folder beside `final`) at `final`, replacing only what `seen` recorded:
+    the one publish step of every writer.
 
-    The one publish step of every writer (atomic_directory, publish_directory, publish_once, atomic_write_text).
-    `final` is re-checked now: when it is not what `seen` recorded (it appeared, changed or went away since), `temp`
-    is removed, `final` is left as it is and PathChangedError says so; with `keep_theirs`, a `final` it accepts
-    (another process published a complete copy first) is kept instead and False returned. Nothing recorded: a
-    rename that never replaces. Something recorded: one atomic swap (renameat2 RENAME_EXCHANGE), the swapped-out
-    entry checked to be the recorded one (else swapped back) and then deleted; where the swap is not available,
-    final -> `.{name}.old-*`, temp -> final (never replacing), then the old copy is deleted.
+    When `final` is not what `seen` recorded, `temp` is removed, `final` left as it is and PathChangedError raised;
+    with `keep_theirs`, a `final` it accepts (another process published a complete copy first) is kept and False
+    returned. Nothing recorded: a rename that never replaces. Something recorded: one atomic swap (renameat2
+    RENAME_EXCHANGE), the swapped-out entry checked to be the recorded one (else swapped back) and deleted; without
+    the swap, final -> `.{name}.old-*`, temp -> final (never replacing), then the old copy is deleted.
     """
     def conflict(now: Optional[tuple]) -> bool:
         _remove(temp)
@@ -207,27 +202,14 @@ def publish(temp: Path, final: Path, seen: Seen, *, keep_theirs: Optional[Callab
 @contextlib.contextmanager
 def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True,
                      seen: Optional[Seen] = None) -> Iterator[Path]:
-    """Write a directory under a temporary sibling name, then publish it under `final_path` in one step.
+    """Yield a fresh, empty directory `.{name}.tmp-<pid>-<rand>` beside `final_path`; on success it is published
+    there (`publish_directory`), on an exception removed, and `final_path` is untouched.
 
-    Yields a fresh, empty temp directory `.{name}.tmp-<pid>-<rand>` next to `final_path` (same
-    filesystem, so the rename is atomic). On success it becomes `final_path` (`publish`); on an exception it is
-    removed and the exception re-raised, and `final_path` is untouched.
-
-    `seen` is what the command saw at `final_path` when it started (`snapshot`, taken where it checked its
-    options); by default what is there when the block starts. Only that is replaced: a folder that appeared or
-    changed since is left as it is and PathChangedError raised. A replaced folder is swapped out in one step
-    (renameat2 RENAME_EXCHANGE); where that is not available it takes two renames: final ->
-    `.{name}.old-<pid>-<rand>`, then temp -> final, then the old copy is deleted. A crash between the two leaves
-    *no* directory under the final name, with the previous complete version at `.{name}.old-*`;
-    `verify_adapter_dir` points at it. At no moment is a half-written directory under the final name. A killed
-    process leaves its hidden `.tmp-*` sibling behind; it is safe to delete. A storage failure (full, read-only,
-    no permission) is one grpo_pipeline.env.disk.StorageError naming `final_path`.
-
-    Args:
-        final_path: where the directory must end up (made absolute now, see `absolute_path`).
-        durable: fsync every file and the directories before renaming, so a power loss cannot publish
-            a directory whose files are still empty on disk. Costs about one disk flush.
-        seen: what may be replaced (see above).
+    `seen` (default: what is there when the block starts) is all it replaces. A crash between the two renames of
+    a system without renameat2 leaves *no* directory under the final name and the previous complete version at
+    `.{name}.old-*` (`verify_adapter_dir` points at it); never a half-written one. A killed process leaves its
+    `.tmp-*` sibling, safe to delete. `durable`: fsync every file and folder first, so a power loss cannot publish
+    files still empty on disk (about one disk flush). A storage failure is one StorageError naming `final_path`.
 
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -254,13 +236,9 @@ def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True
 
 
 def publish_directory(temp: Path, final: Path, *, durable: bool = True, seen: Optional[Seen] = None) -> bool:
-    """Publish the complete folder `temp` as `final` (same file system), replacing only what `seen` recorded.
-
-    The second half of `atomic_directory`, for folders a library writes under a name of its own choosing
-    (the Trainer's checkpoints, see pipeline/run/checkpoints.py `stage_checkpoint_saves`). File modes are
-    normalised and, with `durable`, every file and folder is fsynced before the rename. On failure `temp` is
-    removed and `final` keeps its previous version. `seen` defaults to what is at `final` now.
-    """
+    """The second half of `atomic_directory`, also for folders a library writes under a name of its own choosing
+    (the Trainer's checkpoints, pipeline/run/checkpoints.py): file modes normalised, fsynced (`durable`), published.
+    On failure `temp` is removed and `final` keeps its previous version."""
     seen = seen or snapshot(final)
     try:
         with storage_named(final, seen.option):
@@ -296,18 +274,13 @@ _LEFTOVER = re.compile(r"^\.(.+)\.(tmp|old)-\d+-[0-9a-f]{8}$")
 
 def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], None],
                  is_complete: Callable[[Path], bool], *, option: str = "", seen: Optional[Seen] = None) -> Path:
-    """Build a directory once and publish it under `final_path`; the first complete copy wins.
+    """Build a directory once and publish it under `final_path`; the first complete copy wins. Returns it absolute.
 
-    For caches that many processes may fill at once (the demo model, a saved hub dataset, a prepared
-    dataset): unlike `atomic_directory`, which replaces what is there, a folder that `is_complete`
-    accepts is kept as it is and `write` is not called, so a process already reading it is never
-    disturbed. Otherwise `write(staging)` fills a fresh sibling folder that is published in one step
-    (`publish`): a racing process's complete copy that got there first is kept and ours dropped. An
-    incomplete folder seen under the final name at the start (damaged by hand: ours are never half-published)
-    is replaced; anything else that appeared or changed meanwhile is left alone (PathChangedError). A storage
-    failure is one grpo_pipeline.env.disk.StorageError naming `final_path` (`option`: the setting that chose it). `seen`: what
-    the caller saw there when it started (before building what it writes), else what is there now.
-    Returns the absolute final path.
+    For caches many processes may fill at once (the demo model, a saved hub dataset, a prepared dataset): a folder
+    that `is_complete` accepts is kept and `write` not called, so a process reading it is never disturbed.
+    Otherwise `write(staging)` fills a fresh sibling that is published in one step; a racing process's complete
+    copy that got there first is kept and ours dropped. An incomplete folder seen there at the start (damaged by
+    hand) is replaced. `option`: the setting that chose the path, for a StorageError's message.
 
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -339,12 +312,8 @@ def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], Non
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, encoding: str = "utf-8",
                       seen: Optional[Seen] = None) -> Path:
-    """Write a text file atomically: a temp file in the same directory, fsync, then `publish`.
-
-    Readers see the old content or the new content, never a partial file. `seen` (what the command saw at `path`
-    when it started, `snapshot`; by default what is there now) is all it replaces: a file that appeared or
-    changed since is left as it is (PathChangedError). A storage failure is one grpo_pipeline.env.disk.StorageError naming
-    `path`. Returns the absolute path.
+    """Write a text file atomically (a temp file beside it, fsync, `publish`): readers see the old content or the
+    new, never a partial file. `seen` (default: what is there now) is all it replaces. Returns the absolute path.
 
     >>> import tempfile, pathlib
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "state.json"

@@ -1,29 +1,13 @@
 """Secrets: the value of any option named as a token, a key or a password, kept out of every file and line we write.
 
-A secret is a value by its name, by its place or by its source:
-- by name (`is_secret`): the value of `hub_token` and any other `*_token`, `*api_key*`, `*password*` (and
-  `*secret*`), in TRL's set (GRPOConfig / TrainingArguments) or ours, at any depth of a mapping (a nested option's
-  `{"token": ...}`, as model_init_kwargs passes it), and each item of a list under such a name;
-- by place: the password of a URL's user-info (`https://user:PASSWORD@host/...`), in any string of any value (a
-  dataset URL, a JSON text of a mapping option, a word of a command line), shown as `<PASSWORD>`;
-- by source: every value this process was given as a secret (`remember`), found again in any text (`redact`).
-transformers' `TrainingArguments.to_dict` shows each `*_token` field as `<HUB_TOKEN>` (its upper-cased name);
-`placeholder` is that rule, for the wider set of names. The homes that apply it:
-
-- `masked`: THE structural walk: any value (a mapping, a list, a string) with every secret in it (by name, by place,
-  by source) replaced by its placeholder, for every file the project writes (manifest.json, lora/grpo_adapter.json,
-  effective_config.json, exports, checkpoints' grpo_shape.json, `grpo plan --write`'s recipe) and every record
-  another process reads (pipeline/run/nodes.py: a node's recipe never carries its secrets to another node);
-- `unmasked`: the same mapping read back, the placeholders dropped (a placeholder is never a value to use);
-- `masked_argv`: a command line with the value after `--hub_token` (or `--hub_token=...`) replaced, and each other
-  word `masked`; every printed command goes through env/paths.py `shell_command`, which calls it;
-- `remember` / `redact`: the secret values this process was given (by name and by place, at any depth), and any
-  text (an error message, a crash log, the `--check` report: env/text.py `printable`) with each of them, and any
-  URL's password, replaced by its placeholder;
-- `masked_pickle_class`: a TrainingArguments class whose pickle (a checkpoint's training_args.bin) holds the
-  placeholder, while the object in memory keeps the value for the run (a push to the hub still authenticates).
-
-Environment variables (HF_TOKEN, WANDB_API_KEY) are read by the libraries themselves and never copied into a file.
+A secret is a value by its name (`is_secret`: `hub_token` and any other `*_token`, `*api_key*`, `*password*`,
+`*secret*`, at any depth of a mapping, and each item of a list under such a name), by its place (a URL's user-info
+password, `https://user:PASSWORD@host/`, in any string) or by its source (a value this process was given as a
+secret, `remember`, found again in any text, `redact`). The placeholder is transformers' `TrainingArguments.to_dict`
+rule (`<HUB_TOKEN>`). `masked` is the walk for every file the project writes and every record another process
+reads (pipeline/run/nodes.py); every printed command goes through env/paths.py `shell_command` (`masked_argv`);
+`masked_pickle_class` keeps a checkpoint's training_args.bin free of them. Environment variables (HF_TOKEN,
+WANDB_API_KEY) are read by the libraries themselves and never copied into a file.
 """
 
 from __future__ import annotations
@@ -44,8 +28,7 @@ URL_PASSWORD = "<PASSWORD>"
 
 
 def is_secret(name: Any) -> bool:
-    """Whether a field of this name holds a secret.
-
+    """
     >>> [is_secret(n) for n in ("hub_token", "wandb_api_key", "db_password", "max_tokens", "pad_token_id")]
     [True, True, True, False, False]
     """
@@ -53,8 +36,7 @@ def is_secret(name: Any) -> bool:
 
 
 def placeholder(name: str) -> str:
-    """What stands in a file for the secret field `name`, as transformers' TrainingArguments.to_dict writes it.
-
+    """
     >>> placeholder("hub_token")
     '<HUB_TOKEN>'
     """
@@ -66,10 +48,8 @@ def _given(value: Any) -> bool:
 
 
 def masked(value: Any, name: str = "") -> Any:
-    """`value` with every secret inside it replaced by its placeholder: a mapping's secret-named keys at any depth
-    (and every item of a list under one), a URL's password in any string, any remembered secret in any string, and
-    a string that is a JSON object (a mapping option given as text) walked as that mapping. An unset secret (None,
-    "") stays as it is. The one walk every writer and printer of values calls.
+    """`value` with every secret inside it replaced by its placeholder; a string that is a JSON object (a mapping
+    option given as text) is walked as that mapping. An unset secret (None, "") stays as it is.
 
     >>> masked({"hub_token": "hf_abc", "config": {"my_api_key": "k"}, "lr": 1e-5, "push_token": None})
     {'hub_token': '<HUB_TOKEN>', 'config': {'my_api_key': '<MY_API_KEY>'}, 'lr': 1e-05, 'push_token': None}
@@ -110,8 +90,7 @@ def _masked_string(text: str) -> str:
 
 
 def masked_url(text: str) -> str:
-    """`text` with each URL's user-info password shown as <PASSWORD> (the user name is kept).
-
+    """
     >>> masked_url("pull https://me:ghp_abc@github.com/x.git and https://host/y")
     'pull https://me:<PASSWORD>@github.com/x.git and https://host/y'
     """
@@ -119,8 +98,7 @@ def masked_url(text: str) -> str:
 
 
 def secrets_in(value: Any, name: str = "") -> list[tuple[str, str]]:
-    """Every secret inside `value` as (the secret, its placeholder), found as `masked` finds them: by name at any
-    depth (a list under a secret name: each item), by place (a URL's password), in a JSON object's text.
+    """Every secret inside `value` as (the secret, its placeholder), found as `masked` finds them.
 
     >>> secrets_in({"kw": {"token": "hf_abc"}, "url": "https://u:pw12@h/x", "keys": {"api_key": ["k1234"]}})
     [('hf_abc', '<TOKEN>'), ('pw12', '<PASSWORD>'), ('k1234', '<API_KEY>')]
@@ -140,8 +118,8 @@ def secrets_in(value: Any, name: str = "") -> list[tuple[str, str]]:
 
 
 def unmasked(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A mapping read from a file we wrote, without the placeholders `masked` put there (the option is then unset,
-    and the run reads the secret from where the user keeps it: the command line or the environment).
+    """A mapping read from a file we wrote, without `masked`'s placeholders (the option is then unset, and the run
+    reads the secret from where the user keeps it).
 
     >>> unmasked({"hub_token": "<HUB_TOKEN>", "lr": 1})
     {'lr': 1}
@@ -150,8 +128,7 @@ def unmasked(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def masked_argv(argv: Sequence[Any]) -> list[Any]:
-    """A command line with each secret option's value replaced by its placeholder.
-
+    """
     >>> masked_argv(["train", "--hub_token", "hf_abc", "--wandb_api_key=k", "--lr", "1"])
     ['train', '--hub_token', '<HUB_TOKEN>', '--wandb_api_key=<WANDB_API_KEY>', '--lr', '1']
     """
@@ -173,15 +150,12 @@ def masked_argv(argv: Sequence[Any]) -> list[Any]:
 
 
 def _masked_word(word: str) -> str:
-    """A word of a command line with its secrets by place and source masked: a URL's password, a token in a JSON
-    mapping's text, alone or as `--name=VALUE`."""
     name, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
     return f"{name}{eq}{masked(value)}"
 
 
 def secret_options(argv: Sequence[Any]) -> list[str]:
-    """The secret options a command line gives (by name), for a line that says to pass them again.
-
+    """The secret options a command line gives, for a line that says to pass them again.
     >>> secret_options(["--config", "r.yaml", "--hub_token=x"])
     ['hub_token']
     """
@@ -190,8 +164,7 @@ def secret_options(argv: Sequence[Any]) -> list[str]:
 
 
 def remember_argv(argv: Sequence[Any]) -> None:
-    """Note the secret values a command line gives (`--hub_token X`, `--hub_token=X`, a URL's password, a token in
-    a JSON mapping's text), for `redact`."""
+    """Note the secret values a command line gives (`--hub_token X`, `--hub_token=X`, by place), for `redact`."""
     words = [w for w in argv if isinstance(w, str)]
     remember({"argv": words})
     for index, word in enumerate(words):
@@ -201,17 +174,14 @@ def remember_argv(argv: Sequence[Any]) -> None:
 
 
 def remember(values: Mapping[str, Any]) -> None:
-    """Note the secret values of a config (by name at any depth, in lists, by place: `secrets_in`), so that `redact`
-    finds them in any text."""
+    """Note the secret values of a config (`secrets_in`), so that `redact` finds them in any text."""
     for value, shown in secrets_in(values):
         if len(value) >= _SHORTEST and value != shown:
             _known[value] = shown
 
 
 def redact(text: str) -> str:
-    """`text` with every URL's password and every remembered secret value replaced by its placeholder (longest
-    first).
-
+    """`text` with every URL's password and remembered secret replaced by its placeholder (longest first).
     >>> remember({"hub_token": "hf_doctest_value"}); redact("bad token hf_doctest_value at https://u:pw@h/")
     'bad token <HUB_TOKEN> at https://u:<PASSWORD>@h/'
     """
@@ -223,10 +193,9 @@ def redact(text: str) -> str:
 
 
 def masked_pickle_class(cls: type) -> type:
-    """A subclass of the dataclass `cls` (TRL's GRPOConfig, or the class Unsloth left in its place) whose instances
-    pickle as `cls` itself with each secret field masked: transformers' Trainer writes `torch.save(self.args)` into
-    every checkpoint (training_args.bin), and a load finds the class it knows. A copy in memory (copy.copy,
-    copy.deepcopy) keeps the value."""
+    """A subclass of the dataclass `cls` (TRL's GRPOConfig, or Unsloth's in its place) whose instances pickle as `cls`
+    with each secret field masked: the Trainer `torch.save`s its args into every checkpoint (training_args.bin). A
+    copy in memory (copy.copy, copy.deepcopy) keeps the value."""
 
     def __reduce_ex__(self, protocol):
         state = {key: masked(value, key) for key, value in vars(self).items()}
