@@ -18,9 +18,8 @@ def fsync_path(path: Path) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -39,12 +38,8 @@ def current_umask() -> int:
 
 
 def normalize_file_modes(directory: str | os.PathLike[str]) -> None:
-    """Give every file under `directory` at least the usual permissions, 0o666 minus the umask.
-
-    safetensors writes its files 0600 (a private temp file renamed into place), so weights came out
-    unreadable to other users while every other file of a run was 0644. Bits are only added, never
-    removed, and the umask is respected (a umask of 077 keeps everything private).
-    """
+    """Give every file under `directory` at least 0o666 minus the umask (safetensors writes its files 0600). Bits are
+    only added, never removed (a umask of 077 keeps everything private)."""
     wanted = 0o666 & ~current_umask()
     for root, _dirs, files in os.walk(directory):
         for name in files:

@@ -1,12 +1,8 @@
 """Where hub ids are downloaded from: the Hugging Face Hub (`model_source: hf`) or ModelScope (`modelscope`).
 
-The one home of the ModelScope network boundary: `download_model` and `download_dataset` are the only calls
-into the `modelscope` package (its light hub client; `pip install 'grpo-pipeline[modelscope]'`). Both return
-a local folder that transformers / datasets then load like any other, so everything after the download is the
-same code as for a local model or data folder. `reachable` is the short probe `grpo env` and `--check` use.
-
-ModelScope honours MODELSCOPE_CACHE (where downloads go; on AutoDL put it on /root/autodl-tmp) and
-MODELSCOPE_DOMAIN (its address); the Hugging Face side honours HF_ENDPOINT and HF_HOME. We never override them.
+`download_model` and `download_dataset` are the only calls into the `modelscope` package; both return a local folder
+loaded like any other. ModelScope honours MODELSCOPE_CACHE (on AutoDL put it on /root/autodl-tmp) and
+MODELSCOPE_DOMAIN; the Hugging Face side HF_ENDPOINT and HF_HOME. We never override them.
 """
 
 from __future__ import annotations
@@ -57,7 +53,7 @@ def require_modelscope() -> None:
 
 
 def download_model(model_id: str, revision: Optional[str] = None) -> str:
-    """The local folder of a ModelScope model (downloaded once into MODELSCOPE_CACHE, then read from there)."""
+    """The local folder of a ModelScope model (downloaded once into MODELSCOPE_CACHE)."""
     return str(_download("snapshot_download", "model", model_id, revision))
 
 
@@ -67,7 +63,6 @@ def download_dataset(dataset_id: str, revision: Optional[str] = None) -> Path:
 
 
 def _download(function: str, what: str, repo_id: str, revision: Optional[str]) -> str:
-    """modelscope.<function>(repo_id, revision=...): the one call across the network boundary."""
     require_modelscope()
     import modelscope
 

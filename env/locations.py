@@ -1,12 +1,8 @@
-"""Where files are, and what is there: a path the user gave, made absolute the moment it is given; the project's one
-cache root; what a writer saw at a path when its command started (`snapshot`, a `Seen`), re-checked when it
-publishes (env/paths.py `publish`): a path that appeared, changed or went away meanwhile is left alone
-(`PathChangedError`).
+"""Where files are, and what is there: a path the user gave, made absolute the moment it is given; the one cache
+root; what a writer saw at a path when its command started (`snapshot`), re-checked when it publishes (env/paths.py).
 
 Why absolute at once: vLLM resolves a relative LoRA path against the *engine process's* working directory and, when
 it is not there, treats the string as a Hugging Face repo id (vllm#6231); Unsloth passes the path through unchanged.
-A path made absolute when the user gives it removes that whole class of bugs. Below env/paths.py (the writes) and
-env/disk.py (whose storage-failure message names GRPO_CACHE_DIR for a place inside the cache root).
 """
 
 from __future__ import annotations
@@ -24,15 +20,9 @@ _UNEXPANDED_VAR = re.compile(r"\$(\w+|\{[^}]*\})")
 
 
 def absolute_path(path: str | os.PathLike[str]) -> Path:
-    """Expand `~` and `$VARS`, then make the path absolute against the current directory *now*.
-
-    Symlinks are not resolved: the result names the path the user meant (a Colab Drive mount stays
-    /content/drive/...), and vLLM only needs it to be absolute. `..` is collapsed lexically, as
-    `os.path.abspath` does, so `link/..` means the folder holding `link`, not the target's parent.
-
-    Raises:
-        ValueError: the path is empty, or names an environment variable that is not set (a literal
-            `$HOME_DIR/x` folder is almost always a missing export, not a real folder name).
+    """Expand `~` and `$VARS`, then make the path absolute against the current directory *now*. Symlinks are not
+    resolved (a Colab Drive mount stays /content/drive/...), and `..` is collapsed lexically (`link/..` is the folder
+    holding `link`). ValueError for an empty path or an unset variable (`$HOME_DIR/x` is a missing export).
 
     >>> import os; os.environ["GRPO_DOC_DIR"] = "/data"
     >>> str(absolute_path("$GRPO_DOC_DIR/runs/../lora"))
@@ -67,13 +57,10 @@ _TREE_ENTRIES = 10_000  # a folder's identity covers this many entries below it 
 
 def path_identity(path: str | os.PathLike[str]) -> Optional[tuple]:
     """What `path` is now: None when nothing is there, else (st_dev, st_ino, st_mtime_ns, st_size) of the entry
-    itself (lstat: a symlink is itself) and, for a folder, a digest of the same for every entry below it, so a file
-    edited deep inside changes it too."""
+    itself (lstat) and, for a folder, a digest of the same for every entry below it (a file edited deep inside)."""
     try:
         top = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:  # a parent is a file: nothing can be there
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectoryError: a parent is a file
         return None
     identity: tuple = (top.st_dev, top.st_ino, top.st_mtime_ns, top.st_size)
     if stat.S_ISDIR(top.st_mode):
@@ -94,9 +81,8 @@ def path_identity(path: str | os.PathLike[str]) -> Optional[tuple]:
 
 @dataclass(frozen=True)
 class Seen:
-    """What a writer saw at `path` when its command started (`snapshot`): publishing replaces only that.
-
-    `option` names the setting that gave the path ("--out"), `fix` says how to go on when the path changed."""
+    """What a writer saw at `path` when its command started: publishing replaces only that. `option` names the
+    setting that gave the path ("--out"), `fix` says how to go on when the path changed."""
 
     path: Path
     identity: Optional[tuple]
@@ -108,8 +94,7 @@ class Seen:
 
 
 def snapshot(path: str | os.PathLike[str], *, option: str = "", fix: str = "") -> Seen:
-    """Record what is at `path` now (see `Seen`), for a writer to hand to its publish step later.
-
+    """Record what is at `path` now, for a writer to hand to its publish step later.
     >>> import tempfile, pathlib
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.json"
     >>> seen = snapshot(target, option="--output")
@@ -121,7 +106,7 @@ def snapshot(path: str | os.PathLike[str], *, option: str = "", fix: str = "") -
 
 class PathChangedError(Exception):
     """The path a command is about to publish to appeared, changed or went away since the command saw it: nothing
-    there was replaced or deleted (exit 2 at the command line, pipeline/errors.py user_errors)."""
+    there was replaced or deleted (exit 2)."""
 
     def __init__(self, seen: Seen, now: Optional[tuple]):
         self.seen, self.now = seen, now

@@ -1,17 +1,12 @@
-"""The one check of every path a user gives, run before any work: one table, one function.
+"""The one check of every path a user gives, run before any work: one table (`PATH_OPTIONS`), one function.
 
-Each path option of each command has a kind (`PATH_OPTIONS`): an input file or folder that must exist and be
-readable, or an output file or folder whose place must take new files. `check_path` refuses, with one message
-naming the option (`PathError`, exit 2): an empty value; a `$VAR`/`${VAR}` that is not set or is set to
-nothing (`$OUT/run` with OUT unset must not become `/run`); a `~user` that does not exist; a symlink loop or
-a dangling symlink on the way; a file where a folder is expected and the reverse; an input that is missing or
-unreadable; an output whose nearest existing folder is read-only or is a file; an output folder that already
-exists without --overwrite; and an output that is, contains or lies inside something the same command reads
-(`grpo export --out <the adapter> --overwrite` would replace the adapter with the merged model).
-
-Why here: the same class of mistake reached eight options in five commands as eight different tracebacks,
-each after work had started. `grpo_pipeline.pipeline.preflight` runs `check_path` on the config's path fields (train, data);
-`check_command_paths` runs it on the options of generate, eval and export right after argparse.
+`check_path` refuses, with one message naming the option (`PathError`, exit 2): an empty value; an unset or empty
+`$VAR` (`$OUT/run` with OUT unset must not become `/run`); an unknown `~user`; a symlink loop or dangling symlink on
+the way; a file where a folder is expected and the reverse; an input that is missing or unreadable; an output whose
+nearest existing folder is read-only or a file; an existing output folder without --overwrite; and an output that
+is, contains or lies inside something the same command reads (`grpo export --out <the adapter> --overwrite`).
+`grpo_pipeline.pipeline.preflight` runs it on the config's path fields (train, data); `check_command_paths` on the
+options of generate, eval and export right after argparse.
 """
 
 from __future__ import annotations
@@ -46,13 +41,10 @@ class PathError(ValueError):
 
 @dataclass(frozen=True)
 class PathKind:
-    """What a path option names. role: input (read) | output (written); want: file | dir | any.
-
-    may_exist (outputs): False = a new folder, refused when it exists unless --overwrite.
-    replaces (outputs): True = the command puts a whole new file/folder there, so it must neither be, contain
-    nor lie inside anything the command reads; False = a folder filled in place with new names (a run folder, a
-    cache), which must not be an input itself (it may hold one: a run folder holds the checkpoint it resumes).
-    """
+    """What a path option names. role: input | output; want: file | dir | any. Outputs: may_exist False = a new
+    folder, refused when it exists unless --overwrite; replaces True = a whole new file/folder put there, which must
+    neither be, contain nor lie inside anything the command reads; False = a folder filled in place (a run folder, a
+    cache), which must not be an input itself but may hold one (the checkpoint a run folder resumes)."""
 
     role: str
     want: str
@@ -84,9 +76,8 @@ def local_model(value: str) -> bool:
 
 def local_data(value: str) -> bool:
     """dataset_name / eval_dataset_name / --data naming a local file or folder, not a hub id (`org/name`) or a
-    built-in name (`sample`): the one reading, used by the path checks and by grpo_pipeline.pipeline.data.data_files.local_path.
-    Local: it exists, starts like a path (`/ . ~ $`), has more than one `/` or a backslash, or ends in a data or
-    recipe suffix (`my.jsonl`, and `my.yaml`, refused later as data with its reason).
+    built-in name (`sample`): it exists, starts like a path (`/ . ~ $`), has more than one `/` or a backslash, or
+    ends in a data or recipe suffix (`my.yaml` is refused later as data, with its reason).
 
     >>> [local_data(n) for n in ("openai/gsm8k", "gsm8k", "./data", "/x/y", "a/b/c", "my.jsonl", "$DATA/x", "C:\\d")]
     [False, False, True, True, True, True, True, True]
@@ -197,11 +188,9 @@ def expand(option: str, raw: Any) -> Path:
 
 
 def library_name_problem(path: Path) -> Optional[str]:
-    """Why the tokenizers and safetensors libraries (Rust: they take file names as UTF-8 text) would not find
-    `path` where Python does, or None: under a locale whose file-name encoding is not UTF-8, Python writes a
-    non-ASCII name in that encoding and they write it in UTF-8 (two folders; the first checkpoint fails with
-    "No such file or directory"); a name whose bytes are not UTF-8 (read through surrogate escapes) they cannot
-    take at all. Data files and recipes are read by Python alone and need no such check."""
+    """Why the tokenizers and safetensors libraries (Rust: file names as UTF-8 text) would not find `path` where
+    Python does, or None: under a non-UTF-8 locale Python writes a non-ASCII name in that encoding and they in UTF-8
+    (two folders); a name whose bytes are not UTF-8 they cannot take at all."""
     text = str(path)
     encoding = codecs.lookup(sys.getfilesystemencoding()).name
     if encoding != "utf-8" and not text.isascii():
@@ -282,11 +271,8 @@ def _relation(out: Path, source: Path) -> Optional[str]:
 
 def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Path] | None = None,
                overwrite: bool = False, replaceable: Optional[Callable[[Path], Optional[str]]] = None) -> Path:
-    """Check one path option and return it absolute. Raises PathError naming `option`.
-
-    `reads`: what the command reads (a label such as "the adapter folder --lora" -> its path), which an output
-    must not be, lie inside or (for a replaced output) contain.
-    """
+    """Check one path option and return it absolute, or raise PathError naming `option`. `reads`: what the command
+    reads (a label such as "the adapter folder --lora" -> its path)."""
     path = expand(option, raw)
     if kind.want == "dir":  # a folder the tokenizers / safetensors libraries read or write in as well as Python
         problem = library_name_problem(path)
@@ -372,10 +358,9 @@ def _inputs(command: str, values: Mapping[str, Any]) -> dict[str, Path]:
 
 def check_command_paths(command: str, values: Mapping[str, Any], *, only: Iterable[str] | None = None,
                         overwrite: bool = False, extra_reads: Mapping[str, Any] | None = None) -> dict[str, Path]:
-    """Check every path option of `command` that `values` (argparse's namespace as a dict, or a config's
-    fields) sets, inputs first; return option -> absolute path. The first bad one raises PathError.
-
-    `extra_reads`: what else the command reads that no option names (export: the adapter's base model folder)."""
+    """Check every path option of `command` that `values` (argparse's namespace as a dict, or a config's fields)
+    sets, inputs first; return option -> absolute path. `extra_reads`: what else the command reads (export: the
+    adapter's base model folder)."""
     problem = library_name_problem(cache_root())  # the built-in models and the tokenizer are read from there too
     if problem:
         raise PathError("GRPO_CACHE_DIR", f"the cache root {problem}")

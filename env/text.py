@@ -1,8 +1,5 @@
-"""Bounded excerpts of user values for messages: the one helper every message that quotes a value uses.
-
-A message once printed the `repr` of a whole value: a YAML alias bomb made an 11 MB error. `excerpt` quotes a
-value as `repr` does, cut to `limit` characters, and never builds the whole `repr` of a large container
-(reprlib cuts strings, lists and mappings while it walks them). `shorten` cuts a text, keeping both ends.
+"""Values as text for messages: bounded (a YAML alias bomb's whole `repr` once made an 11 MB error), printable on
+any stream, secrets masked.
 """
 
 from __future__ import annotations
@@ -28,7 +25,8 @@ def shorten(text: str, limit: int = EXCERPT_LIMIT) -> str:
 
 
 def excerpt(value: Any, limit: int = EXCERPT_LIMIT) -> str:
-    """`repr(value)`, at most about `limit` characters long, built without the whole repr of a large value.
+    """`repr(value)`, at most about `limit` characters long, built without the whole repr of a large value
+    (reprlib cuts strings, lists and mappings while it walks them).
 
     >>> excerpt("tpu"), excerpt([1, 2]), len(excerpt("x" * 10**7)) <= 200, len(excerpt([[0] * 10**6] * 10**3)) <= 200
     ("'tpu'", '[1, 2]', True, True)
@@ -44,10 +42,9 @@ def excerpt(value: Any, limit: int = EXCERPT_LIMIT) -> str:
 
 
 def printable(value: Any) -> str:
-    r"""Any value as text that every stream and file takes: `str(value)` (its repr, else its type, when that
-    raises), with each character that is not text (a surrogate escape of a non-UTF-8 file name) as \xNN and every
-    remembered secret masked (env/secret_fields.py). The crash handler's one way to turn a value into text, so it
-    cannot fail on what it reports.
+    r"""Any value as text that every stream and file takes, never raising (the crash handler's way): `str(value)`
+    (its repr, else its type, when that raises), a surrogate escape of a non-UTF-8 file name as \xNN, every
+    remembered secret masked (env/secret_fields.py).
 
     >>> class Bad:
     ...     def __str__(self): raise RuntimeError("no")
@@ -59,13 +56,10 @@ def printable(value: Any) -> str:
 
     for render in (str, repr, lambda v: f"<{type(v).__name__} object>", lambda v: "<an unprintable object>"):
         try:
-            text = render(value)
-            if isinstance(text, str):
-                break
+            text = render(value)  # str() and repr() return a str or raise
+            break
         except Exception:  # noqa: BLE001 - any failure of a user's __str__ falls through to the next form
             continue
-    else:
-        text = "<an unprintable object>"
     try:  # a non-UTF-8 name's bytes back, each shown as \xNN
         raw = text.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a lone surrogate of another kind: as \udcNN
