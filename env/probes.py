@@ -114,15 +114,11 @@ def torch_build() -> dict[str, Any]:
     except (OSError, SyntaxError, ValueError):
         return {}
     values: dict[str, Any] = {}
-    for node in tree.body:
-        # version.py is generated as plain assignments: `cuda: Optional[str] = '13.0'`
-        target, value = None, None
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            target, value = node.target.id, node.value
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            target, value = node.targets[0].id, node.value
-        if target in ("__version__", "cuda", "hip") and isinstance(value, ast.Constant):
-            values[target.strip("_")] = value.value
+    for node in tree.body:  # generated as plain assignments: `cuda: Optional[str] = '13.0'`
+        targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
+        name = targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
+        if name in ("__version__", "cuda", "hip") and isinstance(node.value, ast.Constant):
+            values[name.strip("_")] = node.value.value
     return values
 
 
@@ -239,26 +235,16 @@ def nvidia_evidence() -> list[str]:
 
 
 def gpu_info(torch_state: str) -> dict[str, Any]:
-    """GPU name, memory, compute capability and bf16 support via torch, or the reason it was not probed.
-
-    Args:
-        torch_state: the `Installed.state` of torch; torch is imported only when "installed" and a GPU is visible.
-    """
-    build = torch_build()
-    info: dict[str, Any] = {
-        "probed": False,
-        "evidence": nvidia_evidence(),
-        "driver": nvidia_driver_version(),
-        "torch_cuda": build.get("cuda"),
-        "devices": [],
-    }
+    """GPU name, memory, compute capability and bf16 support via torch, or the reason it was not probed; torch is
+    imported only when `torch_state` (its `Installed.state`) is "installed" and a GPU is visible."""
+    info: dict[str, Any] = {"probed": False, "evidence": nvidia_evidence(), "driver": nvidia_driver_version(),
+                            "torch_cuda": torch_build().get("cuda"), "devices": []}
     if torch_state != "installed":
         info["reason"] = f"torch is {torch_state}"
         return info
     if not info["evidence"]:
-        info["reason"] = (
-            "no NVIDIA GPU visible (no /proc/driver/nvidia, /dev/nvidia*, /dev/dxg or nvidia-smi); torch not imported"
-        )
+        info["reason"] = ("no NVIDIA GPU visible (no /proc/driver/nvidia, /dev/nvidia*, /dev/dxg or nvidia-smi); "
+                          "torch not imported")
         return info
     try:
         import torch  # the one heavy import in `grpo env`, only on machines that show a GPU
@@ -280,17 +266,10 @@ def gpu_info(torch_state: str) -> dict[str, Any]:
             return info
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
-            info["devices"].append(
-                {
-                    "index": index,
-                    "name": props.name,
-                    "memory_gib": round(props.total_memory / 2**30, 1),
-                    "compute_capability": f"{props.major}.{props.minor}",
-                    # Native bf16 needs Ampere (sm80)+. torch.cuda.is_bf16_supported() can say True on
-                    # older cards through emulation, but vLLM refuses bf16 below 8.0, so that is the test.
-                    "bf16": props.major >= 8,
-                }
-            )
+            # Native bf16 needs Ampere (sm80)+. torch.cuda.is_bf16_supported() can say True on older cards through
+            # emulation, but vLLM refuses bf16 below 8.0, so that is the test.
+            info["devices"].append({"index": index, "name": props.name, "memory_gib": round(props.total_memory / 2**30, 1),
+                                    "compute_capability": f"{props.major}.{props.minor}", "bf16": props.major >= 8})
     except Exception as err:  # noqa: BLE001 - a probe must report, never crash
         info["error"] = f"{type(err).__name__}: {err}"
     return info
