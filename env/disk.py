@@ -80,12 +80,6 @@ def storage_errno(err: Optional[BaseException]) -> Optional[int]:
     return None
 
 
-def storage_problem(err: Optional[BaseException]) -> Optional[str]:
-    """What went wrong with the storage behind `err` in words ("the disk is full"), or None."""
-    number = storage_errno(err)
-    return PROBLEMS[number] if number is not None else None
-
-
 PROBLEMS = {**STORAGE_ERRNOS, **ACCESS_ERRNOS, **PLACE_ERRNOS}
 AGAIN = "run the same command again."
 _FIXES = {
@@ -128,10 +122,6 @@ class StorageError(Exception):
     def __str__(self) -> str:
         return self.message
 
-    def rehinted(self, resume_hint: str, needed_bytes: Optional[int]) -> "StorageError":
-        """The same failure (same place, same setting) with an outer caller's way on."""
-        return StorageError(self.where, self.errno, needed_bytes or self.needed_bytes, resume_hint, self.option)
-
 
 def cache_place(path: Any) -> bool:
     """Whether `path` is the cache root, inside it, or a folder on the way to it (a read-only or file HOME)."""
@@ -161,7 +151,8 @@ def storage_errors_named(where: str | os.PathLike[str], resume_hint: str = AGAIN
     except StorageError as err:
         if resume_hint == AGAIN or resume_hint == err.resume_hint:
             raise
-        raise err.rehinted(resume_hint, needed_bytes() if callable(needed_bytes) else needed_bytes) from err
+        needed = (needed_bytes() if callable(needed_bytes) else needed_bytes) or err.needed_bytes
+        raise StorageError(err.where, err.errno, needed, resume_hint, err.option) from err
     except Exception as err:  # classified by what it is, not by its class
         number = storage_errno(err)
         if number is None:

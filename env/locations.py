@@ -44,13 +44,9 @@ def absolute_path(path: str | os.PathLike[str]) -> Path:
 def cache_root() -> Path:
     """The project's one cache folder: $GRPO_CACHE_DIR, else $XDG_CACHE_HOME/grpo-pipeline, else
     ~/.cache/grpo-pipeline. Prepared datasets, the unpacked tokenizer and the built-in models live under it."""
-    root = os.environ.get("GRPO_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "grpo-pipeline"
-    )
-    return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
+    return Path(os.environ.get("GRPO_CACHE_DIR") or os.path.join(xdg, "grpo-pipeline"))
 
-
-# --- what a writer saw at its start, re-checked when it publishes -----------------------------------------------
 
 _TREE_ENTRIES = 10_000  # a folder's identity covers this many entries below it (an export, a cache entry, an adapter)
 

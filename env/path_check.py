@@ -146,9 +146,6 @@ def flag(option: str, command: str) -> str:
     return option if command in ("train", "data") and option in CONFIG_PATHS else f"--{option}"
 
 
-# --- the checks -----------------------------------------------------------------------------------
-
-
 def relative_base(raw: Any) -> str:
     """For a relative path that is missing: the one base every relative path is read against, said.
 
@@ -332,9 +329,6 @@ def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Pat
     else:
         _writable(option, existing if not exists else path.parent, path.name)
     return path
-
-
-# --- per command ----------------------------------------------------------------------------------
 
 
 def _inputs(command: str, values: Mapping[str, Any]) -> dict[str, Path]:

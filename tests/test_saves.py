@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_pipeline.env.disk import StorageError, storage_errno, storage_errors_named, storage_problem
+from grpo_pipeline.env.disk import PROBLEMS, StorageError, storage_errno, storage_errors_named
 from grpo_pipeline.pipeline.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +91,7 @@ NOT_STORAGE = {
 def test_storage_failures_are_recognised_by_what_they_are(name):
     err, number = STORAGE_SHAPES[name]
     assert storage_errno(err) == number
-    assert storage_problem(err)
+    assert PROBLEMS[storage_errno(err)]
 
 
 @pytest.mark.parametrize("name", NOT_STORAGE)
