@@ -32,7 +32,6 @@ DEMO_SEED = 1234
 
 # Qwen2.5's ChatML specials, after the regular tokens as in Qwen2.5 (there they are 151643-151645).
 PAD_TOKEN, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
-SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
 
 # Qwen2.5's ChatML template without tool calls and without the "You are Qwen..." default system
 # message (the demo always sends its own; a tiny model has no use for the tool-call branches).
@@ -103,20 +102,10 @@ DEMO_VARIANTS: dict[str, dict[str, Any]] = {
                          tie_word_embeddings=True),
 }
 
-# ---------------------------------------------------------------------------------------------
-# Tokenizer
-# ---------------------------------------------------------------------------------------------
-
 
 def build_demo_tokenizer(chat_template: str = DEMO_CHAT_TEMPLATE, model_max_length: Optional[int] = None):
-    """A character-level ChatML tokenizer: one token per byte (so per ASCII character), no merges.
-
-    `chat_template` is the demo's short ChatML one unless given (`tiny-demo-tools` gives Qwen2.5's own, tools
-    included); `model_max_length` is the tiny architecture's positions unless given.
-
-    It is Qwen2.5's own tokenizer design (byte-level BPE, transformers' `Qwen2Tokenizer` on the
-    `tokenizers` library) with the merges left out: 256 byte tokens, then `<|endoftext|>` (pad),
-    `<|im_start|>` and `<|im_end|>` (eos), and a ChatML chat template.
+    """A character-level ChatML tokenizer: one token per byte (so per ASCII character), no merges: Qwen2.5's own
+    tokenizer design (byte-level BPE, transformers' `Qwen2Tokenizer`) with the merges left out.
 
     Why bytes and not a ~50-character WordLevel vocabulary: transformers 5 loads every folder whose
     config says `model_type: qwen2` as `Qwen2Tokenizer`, which rebuilds the byte-level pipeline from
@@ -138,7 +127,7 @@ def build_demo_tokenizer(chat_template: str = DEMO_CHAT_TEMPLATE, model_max_leng
 
     byte_symbols = bytes_to_unicode()  # byte value -> the printable character that stands for it
     vocab = {byte_symbols[b]: b for b in range(256)}
-    for token in SPECIAL_TOKENS:
+    for token in (PAD_TOKEN, IM_START, IM_END):
         vocab[token] = len(vocab)
     return Qwen2Tokenizer(
         vocab=vocab,
@@ -168,17 +157,9 @@ def build_tools_tokenizer():
     return tokenizer
 
 
-# ---------------------------------------------------------------------------------------------
-# Models
-# ---------------------------------------------------------------------------------------------
-
-
 def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 1.0, **overrides: Any):
-    """A randomly initialised tiny `Qwen2ForCausalLM`; the same `seed` gives the same weights.
-
-    `final_norm_weight` is the initial weight of the last RMSNorm (see `FINAL_NORM_WEIGHT`);
-    `overrides` replace fields of `TINY_QWEN2_ARCH` or set other `Qwen2Config` fields
-    (e.g. `eos_token_id`). The global torch RNG is left as it was.
+    """A randomly initialised tiny `Qwen2ForCausalLM`; the same `seed` gives the same weights. `overrides` replace
+    fields of `TINY_QWEN2_ARCH` or set other `Qwen2Config` fields. The global torch RNG is left as it was.
 
     >>> a, b = build_tiny_qwen2(60, seed=1), build_tiny_qwen2(60, seed=1)
     >>> all((a.state_dict()[k] == v).all() for k, v in b.state_dict().items())
@@ -186,8 +167,7 @@ def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 
     >>> build_tiny_qwen2(60, num_hidden_layers=1).config.num_hidden_layers
     1
     """
-    # lazy: torch and transformers load only once a model is needed
-    import torch
+    import torch  # lazy, as every torch import of this module
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(vocab_size=vocab_size, **{**TINY_QWEN2_ARCH, **overrides})

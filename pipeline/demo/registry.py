@@ -27,8 +27,7 @@ from typing import Any, Callable, Optional
 from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
 from grpo_pipeline.pipeline.config import read_recipe
 from grpo_pipeline.pipeline.demo.calculator import calculator_problems, calculator_split_size, tool_sft_examples
-from grpo_pipeline.pipeline.demo.gguf_model import registry_model_dir
-from grpo_pipeline.pipeline.demo.gguf_parts import RegistryGGUF, WheelPart
+from grpo_pipeline.pipeline.demo.gguf_model import RegistryGGUF, WheelPart, registry_model_dir
 from grpo_pipeline.pipeline.demo.model import demo_model_dir
 from grpo_pipeline.pipeline.demo.task import arithmetic_problems, arithmetic_split_size, sft_examples
 from grpo_pipeline.pipeline.demo.word_problems import word_problem_sft_examples, word_problem_split_size, word_problems
