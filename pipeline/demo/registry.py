@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
+from grpo_pipeline.pipeline.assets import ASSETS_DIR, load_qwen_tokenizer
 from grpo_pipeline.pipeline.config import read_recipe
 from grpo_pipeline.pipeline.demo.calculator import calculator_problems, calculator_split_size, tool_sft_examples
 from grpo_pipeline.pipeline.demo.gguf_model import RegistryGGUF, WheelPart, registry_model_dir
@@ -120,9 +120,8 @@ MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
     BuiltinModel("tiny-qwen2.5", folder=partial(demo_model_dir, name="tiny-qwen2.5"), cpu_sized=True,
                  defaults=TINY_QWEN_DEFAULTS),
     BuiltinModel("bundled:qwen2.5", tokenizer=load_qwen_tokenizer),
-    BuiltinModel(REAL_QWEN_NAME, folder=partial(registry_model_dir, REAL_QWEN_NAME, REAL_QWEN_GGUF), gguf=REAL_QWEN_GGUF,
-                 plan_config=Path(__file__).resolve().parents[1] / "assets" / "model-configs"
-                 / f"{REAL_QWEN_NAME}.json"),
+    BuiltinModel(REAL_QWEN_NAME, folder=partial(registry_model_dir, REAL_QWEN_NAME, REAL_QWEN_GGUF),
+                 gguf=REAL_QWEN_GGUF, plan_config=ASSETS_DIR / "model-configs" / f"{REAL_QWEN_NAME}.json"),
 )}
 
 SOURCES: dict[str, BuiltinSource] = {s.name: s for s in (
