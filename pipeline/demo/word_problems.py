@@ -33,20 +33,22 @@ THINGS = (("pencils", "铅笔", "支"), ("apples", "苹果", "个"), ("stickers"
 PACKS = (("boxes", "盒"), ("bags", "袋"), ("packs", "包"))
 
 
+def _step(a: int, op: str, b: int, before: str = "", after: str = "") -> str:
+    """One worked step in GSM8K's layout: `a op b = <<a op b=r>>r`."""
+    r = {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
+    return f"{before}{a} {op} {b} = <<{a}{op}{b}={r}>>{r}{after}"
+
+
 def _groups_minus(rng: random.Random, lang: str) -> dict[str, Any]:
     """a packs of b things, gives away c: a*b - c."""
     name, (thing, zh_thing, measure), (pack, zh_pack) = rng.choice(NAMES[lang]), rng.choice(THINGS), rng.choice(PACKS)
     a, b = rng.randint(2, 9), rng.randint(6, 24)
     c = rng.randint(1, a * b - 1)
-    total = a * b
-    if lang == "en":
-        q = (f"{name} has {a} {pack} of {b} {thing} each. {name} gives away {c} {thing}. "
-             f"How many {thing} does {name} have left?")
-    else:
-        q = (f"{name}有{a}{zh_pack}{zh_thing}，每{zh_pack}{b}{measure}。"
-             f"{name}送给别人{c}{measure}。{name}还剩多少{measure}{zh_thing}？")
-    steps = [f"{a} * {b} = <<{a}*{b}={total}>>{total}", f"{total} - {c} = <<{total}-{c}={total - c}>>{total - c}"]
-    return {"question": q, "steps": steps, "answer": total - c}
+    return {"question": f"{name} has {a} {pack} of {b} {thing} each. {name} gives away {c} {thing}. "
+                        f"How many {thing} does {name} have left?" if lang == "en" else
+                        f"{name}有{a}{zh_pack}{zh_thing}，每{zh_pack}{b}{measure}。"
+                        f"{name}送给别人{c}{measure}。{name}还剩多少{measure}{zh_thing}？",
+            "steps": [_step(a, "*", b), _step(a * b, "-", c)], "answer": a * b - c}
 
 
 def _buy_change(rng: random.Random, lang: str) -> dict[str, Any]:
@@ -55,15 +57,12 @@ def _buy_change(rng: random.Random, lang: str) -> dict[str, Any]:
     a, p, b, q = rng.randint(2, 6), rng.randint(2, 9), rng.randint(2, 6), rng.randint(3, 15)
     cost = a * p + b * q
     m = 10 * ((cost // 10) + rng.randint(1, 5))
-    if lang == "en":
-        text = (f"{name} buys {a} notebooks at {p} dollars each and {b} pens at {q} dollars each. "
-                f"{name} pays with {m} dollars. How much change does {name} get, in dollars?")
-    else:
-        text = f"{name}买了{a}本笔记本，每本{p}元，又买了{b}支钢笔，每支{q}元。{name}付了{m}元，应找回多少元？"
-    steps = [f"{a} * {p} = <<{a}*{p}={a * p}>>{a * p}", f"{b} * {q} = <<{b}*{q}={b * q}>>{b * q}",
-             f"{a * p} + {b * q} = <<{a * p}+{b * q}={cost}>>{cost}",
-             f"{m} - {cost} = <<{m}-{cost}={m - cost}>>{m - cost}"]
-    return {"question": text, "steps": steps, "answer": m - cost}
+    return {"question": f"{name} buys {a} notebooks at {p} dollars each and {b} pens at {q} dollars each. "
+                        f"{name} pays with {m} dollars. How much change does {name} get, in dollars?" if lang == "en"
+                        else f"{name}买了{a}本笔记本，每本{p}元，又买了{b}支钢笔，每支{q}元。"
+                             f"{name}付了{m}元，应找回多少元？",
+            "steps": [_step(a, "*", p), _step(b, "*", q), _step(a * p, "+", b * q), _step(m, "-", cost)],
+            "answer": m - cost}
 
 
 def _weeks_reading(rng: random.Random, lang: str) -> dict[str, Any]:
@@ -71,48 +70,37 @@ def _weeks_reading(rng: random.Random, lang: str) -> dict[str, Any]:
     name = rng.choice(NAMES[lang])
     p, w, e = rng.randint(5, 30), rng.randint(2, 5), rng.randint(3, 40)
     days = 7 * w
-    if lang == "en":
-        text = (f"{name} reads {p} pages every day for {w} weeks, then {e} more pages on the last evening. "
-                f"How many pages does {name} read in all?")
-    else:
-        text = f"{name}每天读{p}页书，连续读了{w}周，最后一晚又多读了{e}页。{name}一共读了多少页？"
-    steps = [f"{w} weeks are {w} * 7 = <<{w}*7={days}>>{days} days",
-             f"{p} * {days} = <<{p}*{days}={p * days}>>{p * days}",
-             f"{p * days} + {e} = <<{p * days}+{e}={p * days + e}>>{p * days + e}"]
-    return {"question": text, "steps": steps, "answer": p * days + e}
+    return {"question": f"{name} reads {p} pages every day for {w} weeks, then {e} more pages on the last evening. "
+                        f"How many pages does {name} read in all?" if lang == "en" else
+                        f"{name}每天读{p}页书，连续读了{w}周，最后一晚又多读了{e}页。"
+                        f"{name}一共读了多少页？",
+            "steps": [_step(w, "*", 7, f"{w} weeks are ", " days"), _step(p, "*", days), _step(p * days, "+", e)],
+            "answer": p * days + e}
 
 
 def _share_equally(rng: random.Random, lang: str) -> dict[str, Any]:
     """a things and b more, shared equally among k friends: (a+b)/k."""
     name, (thing, zh_thing, measure) = rng.choice(NAMES[lang]), rng.choice(THINGS)
     k, each = rng.randint(3, 8), rng.randint(4, 15)
-    total = k * each
-    a = rng.randint(1, total - 1)
-    b = total - a
-    if lang == "en":
-        text = (f"{name} has {a} {thing} and buys {b} more. {name} shares them equally among {k} friends. "
-                f"How many {thing} does each friend get?")
-    else:
-        text = (f"{name}有{a}{measure}{zh_thing}，又买了{b}{measure}。"
-                f"{name}把它们平均分给{k}个朋友。每个朋友分到多少{measure}？")
-    steps = [f"{a} + {b} = <<{a}+{b}={total}>>{total}", f"{total} / {k} = <<{total}/{k}={each}>>{each}"]
-    return {"question": text, "steps": steps, "answer": each}
+    a = rng.randint(1, k * each - 1)
+    b = k * each - a
+    return {"question": f"{name} has {a} {thing} and buys {b} more. {name} shares them equally among {k} friends. "
+                        f"How many {thing} does each friend get?" if lang == "en" else
+                        f"{name}有{a}{measure}{zh_thing}，又买了{b}{measure}。"
+                        f"{name}把它们平均分给{k}个朋友。每个朋友分到多少{measure}？",
+            "steps": [_step(a, "+", b), _step(k * each, "/", k)], "answer": each}
 
 
 def _earn_save(rng: random.Random, lang: str) -> dict[str, Any]:
     """h hours at r dollars an hour, spends s: h*r - s."""
     name = rng.choice(NAMES[lang])
     h, r = rng.randint(3, 12), rng.randint(8, 25)
-    earned = h * r
-    s = rng.randint(1, earned - 1)
-    if lang == "en":
-        text = (f"{name} works {h} hours and earns {r} dollars an hour. {name} then spends {s} dollars on a game. "
-                f"How many dollars does {name} have left?")
-    else:
-        text = f"{name}工作了{h}小时，每小时挣{r}元。然后{name}花{s}元买了一个游戏。{name}还剩多少元？"
-    steps = [f"{h} * {r} = <<{h}*{r}={earned}>>{earned}",
-             f"{earned} - {s} = <<{earned}-{s}={earned - s}>>{earned - s}"]
-    return {"question": text, "steps": steps, "answer": earned - s}
+    s = rng.randint(1, h * r - 1)
+    return {"question": f"{name} works {h} hours and earns {r} dollars an hour. {name} then spends {s} dollars on a "
+                        f"game. How many dollars does {name} have left?" if lang == "en" else
+                        f"{name}工作了{h}小时，每小时挣{r}元。然后{name}花{s}元买了一个游戏。"
+                        f"{name}还剩多少元？",
+            "steps": [_step(h, "*", r), _step(h * r, "-", s)], "answer": h * r - s}
 
 
 def _rows_of_seats(rng: random.Random, lang: str) -> dict[str, Any]:
@@ -121,14 +109,11 @@ def _rows_of_seats(rng: random.Random, lang: str) -> dict[str, Any]:
     seats = r * s
     t = rng.randint(1, seats - 2)
     g = rng.randint(1, seats - t - 1)
-    if lang == "en":
-        text = (f"A hall has {r} rows of {s} seats. {t} seats are taken, then {g} more guests arrive and sit down. "
-                f"How many seats are still empty?")
-    else:
-        text = f"礼堂里有{r}排座位，每排{s}个。已经坐了{t}人，后来又来了{g}位客人坐下。还有多少个空座位？"
-    steps = [f"{r} * {s} = <<{r}*{s}={seats}>>{seats}", f"{seats} - {t} = <<{seats}-{t}={seats - t}>>{seats - t}",
-             f"{seats - t} - {g} = <<{seats - t}-{g}={seats - t - g}>>{seats - t - g}"]
-    return {"question": text, "steps": steps, "answer": seats - t - g}
+    return {"question": f"A hall has {r} rows of {s} seats. {t} seats are taken, then {g} more guests arrive and "
+                        f"sit down. How many seats are still empty?" if lang == "en" else
+                        f"礼堂里有{r}排座位，每排{s}个。已经坐了{t}人，"
+                        f"后来又来了{g}位客人坐下。还有多少个空座位？",
+            "steps": [_step(r, "*", s), _step(seats, "-", t), _step(seats - t, "-", g)], "answer": seats - t - g}
 
 
 def _twice_as_many(rng: random.Random, lang: str) -> dict[str, Any]:
@@ -136,29 +121,23 @@ def _twice_as_many(rng: random.Random, lang: str) -> dict[str, Any]:
     first, second = rng.sample(NAMES[lang], 2)
     thing, zh_thing, measure = rng.choice(THINGS)
     a, k = rng.randint(3, 40), rng.randint(2, 5)
-    if lang == "en":
-        text = (f"{first} has {a} {thing}. {second} has {k} times as many {thing} as {first}. "
-                f"How many {thing} do they have together?")
-    else:
-        text = (f"{first}有{a}{measure}{zh_thing}。{second}的{zh_thing}是{first}的{k}倍。"
-                f"他们一共有多少{measure}{zh_thing}？")
-    steps = [f"{k} * {a} = <<{k}*{a}={k * a}>>{k * a}", f"{a} + {k * a} = <<{a}+{k * a}={a + k * a}>>{a + k * a}"]
-    return {"question": text, "steps": steps, "answer": a + k * a}
+    return {"question": f"{first} has {a} {thing}. {second} has {k} times as many {thing} as {first}. "
+                        f"How many {thing} do they have together?" if lang == "en" else
+                        f"{first}有{a}{measure}{zh_thing}。{second}的{zh_thing}是{first}的{k}倍。"
+                        f"他们一共有多少{measure}{zh_thing}？",
+            "steps": [_step(k, "*", a), _step(a, "+", k * a)], "answer": a + k * a}
 
 
 def _trips(rng: random.Random, lang: str) -> dict[str, Any]:
     """n people, a van carries c per trip (n a multiple of c), each trip d km there: n/c trips * 2d km."""
     c, trips, d = rng.randint(4, 9), rng.randint(2, 8), rng.randint(3, 25)
     n = c * trips
-    if lang == "en":
-        text = (f"A van carries {c} people a trip. {n} people must go to a camp {d} km away, and the van drives back "
-                f"empty after each trip. How many km does the van drive in all?")
-    else:
-        text = (f"一辆面包车每趟能载{c}人。有{n}人要去{d}千米外的营地，"
-                "每趟送完后车要空车开回来。这辆车一共要行驶多少千米？")
-    steps = [f"{n} / {c} = <<{n}/{c}={trips}>>{trips} trips", f"each trip is {d} * 2 = <<{d}*2={2 * d}>>{2 * d} km",
-             f"{trips} * {2 * d} = <<{trips}*{2 * d}={trips * 2 * d}>>{trips * 2 * d}"]
-    return {"question": text, "steps": steps, "answer": trips * 2 * d}
+    return {"question": f"A van carries {c} people a trip. {n} people must go to a camp {d} km away, and the van "
+                        f"drives back empty after each trip. How many km does the van drive in all?" if lang == "en"
+                        else f"一辆面包车每趟能载{c}人。有{n}人要去{d}千米外的营地，"
+                             "每趟送完后车要空车开回来。这辆车一共要行驶多少千米？",
+            "steps": [_step(n, "/", c, after=" trips"), _step(d, "*", 2, "each trip is ", " km"),
+                      _step(trips, "*", 2 * d)], "answer": trips * 2 * d}
 
 
 # The templates, by name (tests/test_word_problems.py solves each name's questions its own way).
