@@ -1,18 +1,11 @@
-"""The CPU agent demo's task: word problems a `calculator` tool answers, the tool, and the warm-up conversations.
+"""The CPU agent demo's task (`demo-calculator`): word problems a `calculator` tool answers, the tool (a typed
+function with a Google docstring, which the recipe's `tools:` names), and the warm-up conversations.
 
-configs/cpu-agent-demo.yaml trains the tiny demo model with Qwen2.5's chat template (`tiny-demo-tools`,
-pipeline/demo/model.py) to call `calculator` through TRL's tool loop. The pieces:
-
-- `calculator()`: the tool, a typed function with a Google docstring (the recipe's `tools:` names it).
-- `calculator_problems()`: "A jar holds 347 pens. How many pens in 58 jars?" -> "20126": a 3-digit by
-  2-digit product, which a 2-layer model cannot work out, but can copy into a tool call and back out of the
-  tool's answer. Train and held-out split by a hash of the question.
-- `tool_sft_examples()`: the warm-up data, multi-turn conversations: the assistant calls the tool, the tool
-  answers, the assistant writes `<answer>N</answer>`. Its teacher is sloppy on purpose (`SKIP_TOOL_RATE`): it
-  often answers at once, without the tool, with the first operand; GRPO's correctness reward then visibly teaches
-  the model to call the tool (the CPU demo's trick, pipeline/demo/task.py).
-
-The name a recipe uses for the data (`demo-calculator`) is in pipeline/demo/registry.py.
+configs/cpu-agent-demo.yaml trains the tiny demo model with Qwen2.5's chat template (`tiny-demo-tools`) to call
+`calculator` through TRL's tool loop. A problem is a 3-digit by 2-digit product, which a 2-layer model cannot work
+out, but can copy into a tool call and back out of the tool's answer. The warm-up's teacher is sloppy on purpose
+(`SKIP_TOOL_RATE`): GRPO's correctness reward then visibly teaches the model to call the tool (the CPU demo's trick,
+pipeline/demo/task.py).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""The built-in tiny models: a character-level ChatML tokenizer and tiny deterministic Qwen2s, saved once.
-
-- `build_demo_tokenizer()`: one token per byte (259 in all), Qwen2.5's ChatML specials and a
-  ChatML chat template, so every code path that renders prompts runs exactly as it does for Qwen2.5.
-- `demo_model_dir()`: a random 107k-parameter `Qwen2ForCausalLM`, built from a fixed seed and saved
-  once into the cache. Same weights every time, so an adapter trained on it applies again later, and
-  it is a real folder (TRL reloads the reference model from `config._name_or_path` when beta > 0).
-- `build_tiny_qwen2()` / `demo_model_dir(name="tiny-qwen2.5")`: the same tiny architecture with the real Qwen2.5
-  vocabulary, for tests that need the real tokenizer but no real model.
-
-The names a recipe uses for them (`tiny-demo`, `tiny-qwen2.5`) are in pipeline/demo/registry.py.
-torch/transformers are imported inside functions: importing this module stays cheap.
+"""The built-in tiny models (`tiny-demo`, `tiny-qwen2.5`, ...): a character-level ChatML tokenizer, with Qwen2.5's
+specials and chat template so every code path that renders prompts runs as it does for Qwen2.5, and tiny random
+Qwen2s built from a fixed seed and saved once into the cache (`demo_model_dir`). Same weights every time, so an
+adapter trained on one applies again later, and a real folder (TRL reloads the reference model from
+`config._name_or_path` when beta > 0). torch/transformers are imported inside functions.
 """
 
 from __future__ import annotations

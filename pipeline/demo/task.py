@@ -1,16 +1,9 @@
-"""The built-in CPU demo's task: 2-digit additions, and the sloppy teacher's warm-up examples; and what the demo
-tasks share (a split's problems, `pick`, `warmup_examples`).
+"""The built-in CPU demo's task (`demo-arithmetic`): 2-digit additions, and the sloppy teacher's warm-up examples;
+and what the demo tasks share (a split's problems, `pick`, `warmup_examples`).
 
 `grpo train` on a machine without a GPU runs the whole pipeline on this task and the tiny model of
 pipeline/demo/model.py in a few minutes (configs/cpu-demo.yaml): SFT format warm-up -> eval before ->
-GRPO -> eval after. Nothing is downloaded. The pieces:
-
-- `arithmetic_problems()`: 2-digit additions without carries ("What is 27+52?" -> "79"), split into
-  disjoint train/test sets by a hash of the question.
-- `sft_examples()`: the warm-up data. Its teacher is deliberately sloppy (see `SLOPPY_ANSWER_RATE`),
-  which leaves the warmed-up model with a habit GRPO's correctness reward can visibly fix.
-
-The name a recipe uses for it (`demo-arithmetic`) is in pipeline/demo/registry.py.
+GRPO -> eval after. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -122,11 +115,8 @@ def arithmetic_split_size(split: str) -> int:
 
 
 def arithmetic_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
-    """`n` distinct problems of a split, in an order fixed by `seed`.
-
-    Each is `{"question": "What is 27+52?", "answer": "79", "solution": "27+52=79"}`; `solution` is the
-    worked line that goes between the <reasoning> tags. Train and test never share a question.
-    Raises ValueError when `n` exceeds the split (see `arithmetic_split_size`).
+    """`n` distinct problems of a split, in an order fixed by `seed`; `solution` is the worked line that goes
+    between the <reasoning> tags.
 
     >>> arithmetic_problems(1, seed=0, split="test")
     [{'question': 'What is 27+52?', 'answer': '79', 'solution': '27+52=79'}]
@@ -139,13 +129,10 @@ def arithmetic_problems(n: int, seed: int = 0, split: str = "train") -> list[dic
 
 
 def sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` warm-up examples in TRL's conversational prompt-completion format, from the train split.
-
-    The reasoning line is always right; the <answer> repeats the first operand instead of the
-    result in about `SLOPPY_ANSWER_RATE` of them (a sloppy teacher). The warm-up thus teaches the
-    format, the addition table, and a bad habit that GRPO's correctness reward then removes.
-    Problems repeat when `n` exceeds the train split; each copy draws its own slip. `system_prompt` is
-    the run's (configs/cpu-demo.yaml sets a short one), so the warm-up prompts are the GRPO prompts.
+    """`n` warm-up examples from the train split, by a sloppy teacher (`SLOPPY_ANSWER_RATE`): the warm-up teaches
+    the format, the addition table, and a bad habit that GRPO's correctness reward then removes. Problems repeat
+    when `n` exceeds the train split; each copy draws its own slip. `system_prompt` is the run's, so the warm-up
+    prompts are the GRPO prompts.
 
     >>> ex = sft_examples(1, "Answer in tags.", seed=0)[0]
     >>> [m["role"] for m in ex["prompt"]], ex["completion"][0]["role"]

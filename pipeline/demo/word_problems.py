@@ -1,18 +1,10 @@
 """GSM8K-style multi-step word problems, generated: held-out questions for a real model's learning run.
 
 The bundled GSM8K sample has 50 questions: too few to train on some and hold out others. `demo-word-problems`
-(pipeline/demo/registry.py) generates 2- and 3-step word problems in English and Chinese from a fixed table of
-templates, with a worked solution in GSM8K's own layout (`... = <<a*b=c>>c ...` then `#### answer`):
-
-- `word_problems()`: "Tom has 4 boxes of 12 pencils. He gives away 7 pencils. How many pencils does he have
-  left?" -> "41". Every answer is a whole number, reached through whole-number steps.
-- The train and test splits are disjoint by a hash of the question (about 1 in 10 held out), drawn from one fixed
-  RNG: a split never depends on the run's seed, n or order; only its order does.
-- `word_problem_sft_examples()`: the format warm-up's examples, the worked solution in <reasoning> and the
-  answer in <answer> (rewards/format.py format_completion); the teacher is always right.
-
-Each template solves its problem step by step, and tests/test_word_problems.py checks every answer against
-its own reading of the question's numbers.
+generates 2- and 3-step word problems in English and Chinese from a fixed table of templates, with a worked
+solution in GSM8K's own layout (`... = <<a*b=c>>c ...` then `#### answer`); every answer is a whole number,
+reached through whole-number steps (tests/test_word_problems.py checks each against its own reading of the
+question's numbers). The warm-up's teacher is always right.
 """
 
 from __future__ import annotations
