@@ -87,12 +87,13 @@ def _earn_save(rng: random.Random, lang: str) -> dict[str, Any]:
     """h hours at r dollars an hour, spends s: h*r - s."""
     name = rng.choice(NAMES[lang])
     h, r = rng.randint(3, 12), rng.randint(8, 25)
-    s = rng.randint(1, h * r - 1)
+    earned = h * r
+    s = rng.randint(1, earned - 1)
     return {"question": f"{name} works {h} hours and earns {r} dollars an hour. {name} then spends {s} dollars on a "
                         f"game. How many dollars does {name} have left?" if lang == "en" else
                         f"{name}工作了{h}小时，每小时挣{r}元。然后{name}花{s}元买了一个游戏。"
                         f"{name}还剩多少元？",
-            "steps": [_step(h, "*", r), _step(h * r, "-", s)], "answer": h * r - s}
+            "steps": [_step(h, "*", r), _step(earned, "-", s)], "answer": earned - s}
 
 
 def _rows_of_seats(rng: random.Random, lang: str) -> dict[str, Any]:
