@@ -3,14 +3,11 @@
 This is the one home of the rule "import Unsloth before trl, transformers and peft": Unsloth patches
 them when it is imported, and reads UNSLOTH_VLLM_STANDBY while doing so, so both must happen before
 anything else imports them (TrlParser, the tokenizer, ...). The bootstrap decides the backend without
-importing torch (`choose_backend` asks grpo_pipeline.env.probes) and calls that backend's `prepare_environment` with the
-settings the import depends on, `vllm_standby`, `fast_inference` and `model_source`, read cheaply from the command
-line, the --config recipe, or the manifest of the run being loaded. The plain backend's is a no-op.
-
-Python callers (a notebook calling `grpo_pipeline.pipeline.train.run_training`) get the same call from the pipeline when
-it loads the backend; only there it may come too late, which `prepare_environment` then warns about.
-
-`grpo --help`, `grpo env`, `grpo COMMAND --help` and `grpo train --check` load no backend: they stay fast.
+importing torch and calls that backend's `prepare_environment` with the settings the import depends on
+(`vllm_standby`, `fast_inference`, `model_source`), read cheaply from the command line, the --config recipe, or
+the manifest of the run being loaded. Python callers (`run_training`) get the same call when the pipeline loads
+the backend, where it may come too late (`prepare_environment` then warns). `grpo --help`, `grpo env`,
+`grpo COMMAND --help` and `grpo train --check` load no backend: they stay fast.
 """
 
 from __future__ import annotations
@@ -63,16 +60,12 @@ def _early_settings(command: str, argv: list[str]) -> tuple[BackendChoice, dict[
         return choice, {"vllm_standby": peek_option(argv, "vllm_standby", "auto"),
                         "fast_inference": choice.fast_inference,
                         "model_source": peek_option(argv, "model_source", "hf")}
-    requested = str(peek_option(argv, "backend", "auto"))
     trained = _trained_config(argv)  # generate / eval / export load a trained run with its own settings
     fast_inference = _truthy(trained.get("fast_inference", True))
-    if command == "export":
-        # Merging needs Unsloth, never vLLM; standby follows the run's config as grpo_pipeline.pipeline.infer.export's does.
-        return (choose_backend(requested, fast_inference=False),
-                {"vllm_standby": trained.get("vllm_standby", "auto"), "fast_inference": fast_inference,
-                 "model_source": trained.get("model_source", "hf")})
-    choice = choose_backend(requested, fast_inference)
-    return choice, {"vllm_standby": trained.get("vllm_standby", "auto"), "fast_inference": choice.fast_inference,
+    # Merging (export) needs Unsloth, never vLLM; standby follows the run's config as infer/export.py's does.
+    choice = choose_backend(str(peek_option(argv, "backend", "auto")), fast_inference and command != "export")
+    return choice, {"vllm_standby": trained.get("vllm_standby", "auto"),
+                    "fast_inference": fast_inference if command == "export" else choice.fast_inference,
                     "model_source": trained.get("model_source", "hf")}
 
 
@@ -84,8 +77,7 @@ def _trained_config(argv: list[str]) -> dict[str, Any]:
         if lora:
             manifest = find_manifest(absolute_path(lora))
         elif run:
-            run_dir: Path = absolute_path(run)
-            manifest = find_manifest(run_dir) or find_manifest(run_dir / "lora")
+            manifest = find_manifest(absolute_path(run)) or find_manifest(absolute_path(run) / "lora")
         else:
             manifest = None
     except (ManifestError, OSError, ValueError):  # a bad path: the command's own path check names it
@@ -117,13 +109,9 @@ def backend_choice(argv: list[str]) -> BackendChoice:
     """The backend a training config's options ask for (`backend`, `fast_inference`, from the command line or
     the --config recipe), decided before TrlParser and without torch: `grpo train` (run, --help, --check),
     `grpo data` and the bootstrap all ask this."""
-    return choose_backend(str(peek_option(argv, "backend", "auto")), peek_fast_inference(argv))
-
-
-def peek_fast_inference(argv: list[str]) -> bool:
-    """`fast_inference` from the command line or the recipe, read before TrlParser (which imports trl)."""
-    return _truthy(peek_option(argv, "fast_inference", True)) and not (
+    fast_inference = _truthy(peek_option(argv, "fast_inference", True)) and not (
         {"--no_fast_inference", "--no-fast-inference"} & set(argv))
+    return choose_backend(str(peek_option(argv, "backend", "auto")), fast_inference)
 
 
 def _truthy(value: Any) -> bool:

@@ -1,13 +1,4 @@
-"""`grpo` command line: one sub-command per stage of the pipeline.
-
-    grpo env        check the installed versions against the known-good matrix
-    grpo data       prepare the dataset and print its length/rejection report (tokenizer only)
-    grpo plan       will the recipe fit this GPU (estimated peak memory, part by part), and what to change
-    grpo rewards    reward dry run: sample and score a few prompts, say whether GRPO would learn (no training)
-    grpo train      GRPO training (no GPU: the built-in tiny CPU demo)
-    grpo generate   generate with a saved LoRA (or --base)
-    grpo eval       accuracy / format / length / garbled rate on held-out problems
-    grpo export     merge the LoRA (16-bit / 4-bit) or write GGUF
+"""`grpo` command line: one sub-command per stage of the pipeline (`COMMANDS`).
 
 Start-up order, and why this module's own imports wait inside `main`: first
 pipeline/bootstrap.py prepares the backend the command will use (Unsloth must be imported before trl,
@@ -35,7 +26,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
+    """`grpo COMMAND ...`: the command under the one top-level handler (pipeline/errors.py); `--debug` anywhere
+    prints tracebacks."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # lazy: `grpo --help` stays fast
+    from grpo_pipeline.pipeline.errors import DEBUG_FLAG, run_command
+
+    command_argv = [arg for arg in argv if arg != DEBUG_FLAG]
     parser = argparse.ArgumentParser(
         prog="grpo",
         description="GRPO fine-tuning of Qwen2.5 on verifiable tasks (Unsloth + vLLM on GPU, plain TRL anywhere).",
@@ -45,19 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (_, help_text) in COMMANDS.items():
         # add_help=False: the command's own parser answers `grpo COMMAND --help`.
         sub.add_parser(name, help=help_text, add_help=False)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`grpo COMMAND ...`: the command under the one top-level handler (pipeline/errors.py): exit 2 and one
-    message for bad input, 1 and one line (traceback in a log) for a bug, 130 for Ctrl-C; `--debug` anywhere
-    prints tracebacks instead."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # lazy: `grpo --help` stays fast
-    from grpo_pipeline.pipeline.errors import DEBUG_FLAG, run_command
-
-    command_argv = [arg for arg in argv if arg != DEBUG_FLAG]
-    parser = build_parser()
     if not command_argv or command_argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0

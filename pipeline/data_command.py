@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from rich.console import Console
 
@@ -42,28 +42,19 @@ Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 co
 answers: docs/own-data.md."""
 
 
-def data_help_parser():
-    """`grpo data`'s own parser, for --help: its two options; config fields are parsed by TrlParser."""
-    parser = argparse.ArgumentParser(
-        prog="grpo data", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=DATA_HELP_EPILOG,
-        description="Prepare the training data and print its length/rejection report "
-                    "(loads the tokenizer only, never a model); writes data_report.json into output_dir.")
-    parser.add_argument("--config", metavar="YAML", help="a YAML recipe, as for `grpo train`")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    return parser
-
-
 @guarded("data")
 def main(argv: Optional[list[str]] = None) -> int:
-    """`grpo data [--config X] [--json] [--key value ...]`: prepare the dataset and print its report.
-
-    Loads only the tokenizer (never a model). Writes data_report.json into output_dir.
-    Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config error or an unreadable
-    data file (empty, not UTF-8, broken JSON).
-    """
+    """`grpo data [--config X] [--json] [--key value ...]`: prepare the dataset and print its report (exit status:
+    DATA_HELP_EPILOG's)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in argv):
-        data_help_parser().print_help()
+    if any(a in ("-h", "--help") for a in argv):  # its two options; config fields are parsed by TrlParser
+        parser = argparse.ArgumentParser(
+            prog="grpo data", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=DATA_HELP_EPILOG,
+            description="Prepare the training data and print its length/rejection report "
+                        "(loads the tokenizer only, never a model); writes data_report.json into output_dir.")
+        parser.add_argument("--config", metavar="YAML", help="a YAML recipe, as for `grpo train`")
+        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+        parser.print_help()
         return 0
     as_json = "--json" in argv
     argv = [arg for arg in argv if arg != "--json"]  # our flag, not a config field: TrlParser would reject it
@@ -72,9 +63,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv, base, note = defaults_for(argv, backend_choice(argv))
     if note and not as_json:
         print(f"grpo data: {note.replace('running', 'preparing the data of')}", file=sys.stderr)
-    report: Optional[dict[str, Any]] = None
     eval_line: Optional[str] = None
-    error: Optional[Exception] = None
+    error: Optional[DataError] = None
     cfg = parse_config(argv, base=base)
     eval_off, eval_note = without_a_held_out_set(cfg)  # as `grpo train` does
     cfg = cfg.replace(**eval_off) if eval_off else cfg

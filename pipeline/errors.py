@@ -1,17 +1,12 @@
 """The one top-level handler of every `grpo` command: what a user error, a bug and Ctrl-C look like.
 
-- A user error (`user_errors()`: bad config, path, data file, adapter, manifest, a full disk, ...) prints its one
-  message and exits 2.
-- A storage failure anywhere (disk full, quota, read-only, no permission: grpo_pipeline.env.disk.storage_failure, the one
-  classifier, by errno whatever the exception's class) is a user error too: exit 2, naming the path, the free space
-  and the fix. grpo_pipeline.env.paths' writers never leave a half-written file under its final name.
-- Ctrl-C outside training exits 130 with one line, never a traceback (training itself stops gracefully at a
-  step boundary and prints how to resume: grpo_pipeline.pipeline.run.stop.GracefulStop).
-- A fault of the environment (grpo_pipeline.env.faults: not enough memory, another process of the run or vLLM's engine process
-  gone) is no bug either: exit 2 with what happened and the fix.
-- Anything else is a bug: one line saying so (the command, the exception, where the traceback went) and exit 1.
-  The traceback goes to `<run folder>/logs/` when a run folder is known (`note_run_folder`), else to
-  `<cache root>/logs/` (grpo_pipeline.env.locations.cache_root); with `--debug` (or GRPO_DEBUG=1) it is printed instead.
+- A user error (`user_errors()`), a storage failure anywhere (grpo_pipeline.env.disk.storage_failure, by errno
+  whatever the exception's class) and a fault of the environment (grpo_pipeline.env.faults: memory, another process
+  of the run or vLLM's engine gone) print one message and exit 2.
+- Ctrl-C outside training exits 130 with one line, never a traceback (training itself stops at a step boundary:
+  grpo_pipeline.pipeline.run.stop.GracefulStop).
+- Anything else is a bug: one line saying so and exit 1. The traceback goes to `<run folder>/logs/` when a run
+  folder is known (`note_run_folder`), else to `<cache root>/logs/`; with `--debug` (or GRPO_DEBUG=1) it is printed.
 
 pipeline/cli.py wraps each command in `run_command`; each command's `main` is also wrapped (`guarded`) so that
 calling it from Python behaves as `grpo COMMAND` does. Nested wrapping is harmless: the inner one answers.
@@ -90,7 +85,8 @@ from the recipe you pass as --config.)'
 
     def said(match: re.Match) -> str:
         name, value = match[1], match[2]
-        if f"--{name}" in own or (config_fields and is_config_field(name)):
+        # a field of `grpo train`'s config: ours, or trl.GRPOConfig's (looked up only for a name that is not ours)
+        if f"--{name}" in own or (config_fields and (name in field_names() or name in trl_option_names())):
             return match[0]
         if value and value.lower() not in _PROSE:
             return f"`{name}: {value}`"
@@ -103,24 +99,10 @@ from the recipe you pass as --config.)'
     return f"{fitted} (This command takes the fields in `backquotes` from {where}.)"
 
 
-def is_config_field(name: str) -> bool:
-    """A field of `grpo train`'s config: ours, or trl.GRPOConfig's (looked up only for a name that is not ours)."""
-    return name in field_names() or name in trl_option_names()
-
-
 def note_run_folder(folder: Optional[Path]) -> None:
     """The run folder of the command now running: a crash log goes to its logs/."""
     global _run_folder
     _run_folder = Path(folder) if folder is not None else None
-
-
-def debugging(argv: list[str]) -> bool:
-    return _debug or DEBUG_FLAG in argv or os.environ.get("GRPO_DEBUG", "").strip().lower() in (
-        "1", "true", "yes", "on")
-
-
-def without_debug_flag(argv: list[str]) -> list[str]:
-    return [arg for arg in argv if arg != DEBUG_FLAG]
 
 
 def _crash_log(command: str, argv: list[str], err: BaseException) -> Optional[Path]:
@@ -160,7 +142,7 @@ def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -
     if where is None:
         say(_traceback_text(err))
     summary = shorten(printable(f"{type(err).__name__}: {printable(err)}").splitlines()[0], 300)
-    # The path as it is (str.capitalize() once lowercased it), quoted as a shell word so that it pastes back.
+    # The path as it is, quoted as a shell word so that it pastes back.
     place = (f"The traceback is in {shell_command(where)}; rerun with {DEBUG_FLAG} to print it" if where else
              "The traceback is above")
     say(f"error: `grpo {command}` stopped on an internal error, a bug in grpo-pipeline, not in your input "
@@ -168,24 +150,20 @@ def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -
     return EXIT_BUG
 
 
-def _printable_streams() -> None:
-    """stdout and stderr write what their encoding cannot take as escapes (a non-UTF-8 file name's surrogate
-    escapes; any non-ASCII text under an ASCII or Latin-1 locale) instead of raising mid-line: every line a command
-    prints, whoever prints it."""
+def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: list[str]) -> int:
+    """Run `call(argv)` (a command's main) under the one handler; returns the exit status."""
+    global _debug, _depth, _options
+    # stdout and stderr write what their encoding cannot take as escapes (a non-UTF-8 file name's surrogate escapes;
+    # any non-ASCII text under an ASCII or Latin-1 locale) instead of raising mid-line, whoever prints
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="backslashreplace")
         except (AttributeError, ValueError, OSError):  # not a text stream of io's (a notebook's), or closed
             continue
-
-
-def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: list[str]) -> int:
-    """Run `call(argv)` (a command's main) under the one handler; returns the exit status."""
-    global _debug, _depth, _options
-    _printable_streams()
     remember_argv(argv)  # a secret option's value, masked in whatever this command prints or logs
-    debug, outer = debugging(argv), _debug
-    argv = without_debug_flag(argv)
+    outer, debug = _debug, _debug or DEBUG_FLAG in argv or os.environ.get("GRPO_DEBUG", "").strip().lower() in (
+        "1", "true", "yes", "on")
+    argv = [arg for arg in argv if arg != DEBUG_FLAG]
     if _depth == 0:
         note_run_folder(None)  # a previous command's (in the same Python process) is not this one's
         _options = None

@@ -5,11 +5,9 @@ model, memory, resume, data, eval set, warm-up, rewards, LoRA targets, what the 
 (the first failure ends it with one message, exit 2), so when `--check` passes, the run does not fail for any
 of these reasons. `grpo train --check` runs them all, prints one JSON object, and stops.
 
-The data steps prepare everything the run will read (`prepare_run_data`: the training split, the eval set when
-eval_before/eval_after is on, the warm-up's examples) with the tokenizer only; the run loads them from the cache.
-The rewards check calls every reward on completions of the prepared prompts, with the columns TRL passes; the LoRA
-check builds the architecture on the meta device; the engine check reads vLLM's own limits (backends/vllm_engine.py).
-These import torch (and vLLM), after the backend's `prepare_environment` (Unsloth must be imported first).
+The data steps prepare everything the run will read (`prepare_run_data`) with the tokenizer only; the run loads
+it from the cache. The data, rewards, LoRA (the architecture on the meta device) and engine (vLLM's own limits)
+checks import torch (and vLLM), after the backend's `prepare_environment` (Unsloth must be imported first).
 Everything else is cheap: no model weights, at most one short network probe (only when the model is neither a
 local folder nor in the Hugging Face cache).
 """
@@ -94,14 +92,6 @@ def check_report_to(names: list[str], output_dir: str) -> str:
     return "; ".join(notes) or ("report_to: " + (", ".join(names) or "none"))
 
 
-def check_packages(reporters: list[str], output_dir: str, model_source: str, optim_note: Optional[str]) -> str:
-    """The packages the config's options need: report_to's loggers and model_source's modelscope (refused when
-    missing), and a bitsandbytes `optim` (replaced by adamw_torch when missing: `optim_note`, from
-    grpo_pipeline.pipeline.config.resolve_optim, which `grpo train` applies)."""
-    return "; ".join(filter(None, [check_report_to(reporters, output_dir),
-                                   model_check.check_model_source(model_source), optim_note]))
-
-
 def tensorboard_hint(output_dir: str | os.PathLike[str]) -> str:
     """Where transformers' TensorBoardCallback writes (TENSORBOARD_LOGGING_DIR, else output_dir/runs/<run>)."""
     logdir = os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(output_dir, "runs")
@@ -110,18 +100,6 @@ def tensorboard_hint(output_dir: str | os.PathLike[str]) -> str:
 
 class NotChecked(ConfigError):
     """A data step whose input (the tokenizer, the training data) failed its own check."""
-
-
-def _data_tokenizer(cfg: PipelineConfig) -> Any:
-    """The tokenizer of the model `cfg` names, for the data check."""
-    m = cfg.model
-    try:
-        return tokenizers.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
-    except ConfigError:
-        raise
-    except (OSError, ValueError) as err:
-        raise ConfigError("model_name_or_path", f"the tokenizer of {excerpt(m.model_name_or_path)} could not "
-                          f"be loaded to check the data ({type(err).__name__}: {err}).") from None
 
 
 def data_checks(cfg: PipelineConfig, done: dict[str, Any],
@@ -135,7 +113,14 @@ def data_checks(cfg: PipelineConfig, done: dict[str, Any],
     def prepared() -> str:
         # grpo_pipeline.env.path_check's, first
         config_paths(cfg.to_dict(), "dataset_name", "eval_dataset_name", "data_cache_dir")
-        done["tokenizer"] = _data_tokenizer(cfg)
+        m = cfg.model
+        try:
+            done["tokenizer"] = tokenizers.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
+        except ConfigError:
+            raise
+        except (OSError, ValueError) as err:
+            raise ConfigError("model_name_or_path", f"the tokenizer of {excerpt(m.model_name_or_path)} could not "
+                              f"be loaded to check the data ({type(err).__name__}: {err}).") from None
         done["train"] = prepare_train(cfg, done["tokenizer"], write_report=False)
         g = cfg.grpo
         checkpoint = resume_target(g.resume, g.output_dir)
@@ -162,25 +147,16 @@ def data_checks(cfg: PipelineConfig, done: dict[str, Any],
             ("agents", lambda: agents(needs("tokenizer"), needs("train")))]  # tools, environments
 
 
-PROBE_PROMPTS = 2  # prompts from the data, each with the completions below (TRL repeats a prompt per completion)
-
-
-def _probe_completions(answer: str) -> list[str]:
-    """Completions a reward will meet: right and wrong in the format, plain text, and empty."""
-    return [f"<reasoning>\nWorking it out.\n</reasoning>\n<answer>\n{answer}\n</answer>\n",
-            "<reasoning>\nA guess.\n</reasoning>\n<answer>\n0\n</answer>\n",
-            f"The answer is {answer}.", ""]
-
-
 def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any,
                        train: Any) -> tuple[list[Any], list[Any], dict[str, Any], str]:
-    """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them
-    (rewards/trl_source.py, the one rule): the first prepared prompts (completions in their format: strings for
-    standard prompts, `[{"role": "assistant", ...}]` for chats), the columns the trainer passes (none with
-    remove_unused_columns), `completion_ids`, `trainer_state`, `log_extra` and `log_metric`."""
-    dataset = train.dataset.select(range(min(PROBE_PROMPTS, len(train.dataset))))
+    """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them: the first
+    two prepared prompts, each with completions a reward will meet (right and wrong in the format, plain text,
+    empty) in the prompts' format (strings for standard prompts, `[{"role": "assistant", ...}]` for chats)."""
+    dataset = train.dataset.select(range(min(2, len(train.dataset))))
     columns = {name: list(dataset[name]) for name in dataset.column_names}
-    texts = [_probe_completions(str(answer or 0)) for answer in columns[ANSWER]]
+    texts = [[f"<reasoning>\nWorking it out.\n</reasoning>\n<answer>\n{answer or 0}\n</answer>\n",
+              "<reasoning>\nA guess.\n</reasoning>\n<answer>\n0\n</answer>\n", f"The answer is {answer or 0}.", ""]
+             for answer in columns[ANSWER]]
     per_prompt = len(texts[0]) if texts else 0
     repeat = lambda values: [value for value in values for _ in range(per_prompt)]  # noqa: E731
     prompts = repeat(columns["prompt"])
@@ -285,12 +261,6 @@ def check_resume(resume: str, output_dir: str, mismatch: Callable[[Path], Option
     return said
 
 
-def check_gpu(choice: Any, refuse: Callable[[Any], None]) -> str:
-    """The backend `choice`, after `refuse(choice)`: a GPU recipe is never trained on CPU by accident."""
-    refuse(choice)
-    return f"backend {choice.name} ({choice.reason})"
-
-
 class CheckResults(list):
     """The checks' results, in order; `decisions`: the run's decisions (pipeline/run/decisions.py) when every
     check passed, else None."""
@@ -310,7 +280,9 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     # Every step reads `cfg` itself, after the config check: validate normalises values in place (a "16" from
     # Python becomes 16).
     def chosen() -> Any:  # the backend, chosen once (when a step first needs it: choosing may refuse the recipe)
-        return _once(done, "choice", lambda: choice or choose_backend(cfg.model.backend, cfg.model.fast_inference))
+        if "choice" not in done:
+            done["choice"] = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
+        return done["choice"]
 
     def after_backend(check: Callable[[], str]) -> Callable[[], str]:
         # The data, rewards and LoRA checks import torch/transformers: the backend's set-up (Unsloth's import) first.
@@ -320,10 +292,10 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
         return step
 
-
     def agents(tokenizer: Any, train: Any) -> str:  # resolved once, here, for the run too
-        resolved = _once(done, "agents", lambda: resolve_agents(cfg.grpo))
-        return check_agents(resolved, cfg.model.model_name_or_path, tokenizer, train, cfg.grpo.reward_funcs)
+        if "agents" not in done:
+            done["agents"] = resolve_agents(cfg.grpo)
+        return check_agents(done["agents"], cfg.model.model_name_or_path, tokenizer, train, cfg.grpo.reward_funcs)
 
     data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg, done, agents)]
     steps: list[tuple[str, Callable[[], Any]]] = [
@@ -334,9 +306,14 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
         ("trl", after_backend(lambda: check_grpo_config(chosen().name, cfg))),
         ("effective_config", after_backend(lambda: check_effective_config(chosen().name, cfg))),
         ("output_dir", lambda: check_output_dir(cfg.to_dict())),
-        ("packages", lambda: check_packages(cfg.grpo.reporters(), cfg.grpo.output_dir, cfg.model.model_source,
-                                            resolve_optim(cfg)[1])),
-        ("gpu", lambda: check_gpu(chosen(), lambda backend: refuse_gpu_recipe_without_cuda(cfg, backend))),
+        # report_to's loggers and model_source's modelscope (refused when missing); a bitsandbytes `optim` is
+        # replaced by adamw_torch when missing (resolve_optim's note, which `grpo train` applies)
+        ("packages", lambda: "; ".join(filter(None, [check_report_to(cfg.grpo.reporters(), cfg.grpo.output_dir),
+                                                     model_check.check_model_source(cfg.model.model_source),
+                                                     resolve_optim(cfg)[1]]))),
+        # a GPU recipe is never trained on CPU by accident
+        ("gpu", lambda: (refuse_gpu_recipe_without_cuda(cfg, chosen()),
+                         f"backend {chosen().name} ({chosen().reason})")[1]),
         ("model", lambda: model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)),
         ("memory", lambda: memory_check(cfg)),  # the peak GPU memory against the GPU (pipeline/plan)
         ("resume", lambda: check_resume(cfg.grpo.resume, cfg.grpo.output_dir,
@@ -382,13 +359,6 @@ def _run_steps(steps: list[tuple[str, Callable[[], Any]]], data_names: set[str],
             first.args = (str(first) + "".join(f"\nalso: {other}" for other in others),)
         raise first
     return results
-
-
-def _once(done: dict[str, Any], key: str, make: Callable[[], Any]) -> Any:
-    """`done[key]`, made by `make` the first time: a decision the check makes once and hands to the run."""
-    if key not in done:
-        done[key] = make()
-    return done[key]
 
 
 def as_json(results: list[Check]) -> dict[str, Any]:

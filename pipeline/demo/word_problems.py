@@ -1,32 +1,21 @@
 """GSM8K-style multi-step word problems, generated: held-out questions for a real model's learning run.
 
 The bundled GSM8K sample has 50 questions: too few to train on some and hold out others. `demo-word-problems`
-(pipeline/demo/registry.py) generates 2- and 3-step word problems in English and Chinese from a fixed table of
-templates, with a worked solution in GSM8K's own layout (`... = <<a*b=c>>c ...` then `#### answer`):
-
-- `word_problems()`: "Tom has 4 boxes of 12 pencils. He gives away 7 pencils. How many pencils does he have
-  left?" -> "41". Every answer is a whole number, reached through whole-number steps.
-- The train and test splits are disjoint by a hash of the question (about 1 in 10 held out), drawn from one fixed
-  RNG: a split never depends on the run's seed, n or order; only its order does.
-- `word_problem_sft_examples()`: the format warm-up's examples, the worked solution in <reasoning> and the
-  answer in <answer> (rewards/format.py format_completion); the teacher is always right.
-
-Each template solves its problem step by step, and tests/test_word_problems.py checks every answer against
-its own reading of the question's numbers.
+generates 2- and 3-step word problems in English and Chinese from a fixed table of templates, with a worked
+solution in GSM8K's own layout (`... = <<a*b=c>>c ...` then `#### answer`); every answer is a whole number,
+reached through whole-number steps (tests/test_word_problems.py checks each against its own reading of the
+question's numbers). The warm-up's teacher is always right.
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
 from typing import Any, Callable
 
-from grpo_pipeline.rewards.completions import build_prompt
+from grpo_pipeline.pipeline.demo.task import drawn_split, pick, warmup_examples
 from grpo_pipeline.rewards.format import format_completion
 
 TRAIN_SIZE, TEST_SIZE = 3000, 300
-POOL_SEED = 0  # the splits never depend on the run's seed, only their order does
-HELD_OUT_ONE_IN = 10
 
 NAMES = {"en": ("Tom", "Maria", "Ali", "Lena", "Sam", "Priya", "Ken", "Rosa"),
          "zh": ("小明", "小红", "小刚", "小丽", "小华", "小芳", "小军", "小兰")}
@@ -36,136 +25,112 @@ THINGS = (("pencils", "铅笔", "支"), ("apples", "苹果", "个"), ("stickers"
 PACKS = (("boxes", "盒"), ("bags", "袋"), ("packs", "包"))
 
 
-def _n(rng: random.Random, low: int, high: int) -> int:
-    return rng.randint(low, high)
+def _step(a: int, op: str, b: int, before: str = "", after: str = "") -> str:
+    """One worked step in GSM8K's layout: `a op b = <<a op b=r>>r`."""
+    r = {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
+    return f"{before}{a} {op} {b} = <<{a}{op}{b}={r}>>{r}{after}"
 
 
 def _groups_minus(rng: random.Random, lang: str) -> dict[str, Any]:
     """a packs of b things, gives away c: a*b - c."""
     name, (thing, zh_thing, measure), (pack, zh_pack) = rng.choice(NAMES[lang]), rng.choice(THINGS), rng.choice(PACKS)
-    a, b = _n(rng, 2, 9), _n(rng, 6, 24)
-    c = _n(rng, 1, a * b - 1)
-    total = a * b
-    if lang == "en":
-        q = (f"{name} has {a} {pack} of {b} {thing} each. {name} gives away {c} {thing}. "
-             f"How many {thing} does {name} have left?")
-    else:
-        q = (f"{name}有{a}{zh_pack}{zh_thing}，每{zh_pack}{b}{measure}。"
-             f"{name}送给别人{c}{measure}。{name}还剩多少{measure}{zh_thing}？")
-    steps = [f"{a} * {b} = <<{a}*{b}={total}>>{total}", f"{total} - {c} = <<{total}-{c}={total - c}>>{total - c}"]
-    return {"question": q, "steps": steps, "answer": total - c}
+    a, b = rng.randint(2, 9), rng.randint(6, 24)
+    c = rng.randint(1, a * b - 1)
+    return {"question": f"{name} has {a} {pack} of {b} {thing} each. {name} gives away {c} {thing}. "
+                        f"How many {thing} does {name} have left?" if lang == "en" else
+                        f"{name}有{a}{zh_pack}{zh_thing}，每{zh_pack}{b}{measure}。"
+                        f"{name}送给别人{c}{measure}。{name}还剩多少{measure}{zh_thing}？",
+            "steps": [_step(a, "*", b), _step(a * b, "-", c)], "answer": a * b - c}
 
 
 def _buy_change(rng: random.Random, lang: str) -> dict[str, Any]:
     """a items at p dollars and b items at q dollars, pays with m: m - (a*p + b*q)."""
     name = rng.choice(NAMES[lang])
-    a, p, b, q = _n(rng, 2, 6), _n(rng, 2, 9), _n(rng, 2, 6), _n(rng, 3, 15)
+    a, p, b, q = rng.randint(2, 6), rng.randint(2, 9), rng.randint(2, 6), rng.randint(3, 15)
     cost = a * p + b * q
-    m = 10 * ((cost // 10) + _n(rng, 1, 5))
-    if lang == "en":
-        text = (f"{name} buys {a} notebooks at {p} dollars each and {b} pens at {q} dollars each. "
-                f"{name} pays with {m} dollars. How much change does {name} get, in dollars?")
-    else:
-        text = f"{name}买了{a}本笔记本，每本{p}元，又买了{b}支钢笔，每支{q}元。{name}付了{m}元，应找回多少元？"
-    steps = [f"{a} * {p} = <<{a}*{p}={a * p}>>{a * p}", f"{b} * {q} = <<{b}*{q}={b * q}>>{b * q}",
-             f"{a * p} + {b * q} = <<{a * p}+{b * q}={cost}>>{cost}",
-             f"{m} - {cost} = <<{m}-{cost}={m - cost}>>{m - cost}"]
-    return {"question": text, "steps": steps, "answer": m - cost}
+    m = 10 * ((cost // 10) + rng.randint(1, 5))
+    return {"question": f"{name} buys {a} notebooks at {p} dollars each and {b} pens at {q} dollars each. "
+                        f"{name} pays with {m} dollars. How much change does {name} get, in dollars?" if lang == "en"
+                        else f"{name}买了{a}本笔记本，每本{p}元，又买了{b}支钢笔，每支{q}元。"
+                             f"{name}付了{m}元，应找回多少元？",
+            "steps": [_step(a, "*", p), _step(b, "*", q), _step(a * p, "+", b * q), _step(m, "-", cost)],
+            "answer": m - cost}
 
 
 def _weeks_reading(rng: random.Random, lang: str) -> dict[str, Any]:
     """p pages a day for w weeks, plus e extra pages: p*7*w + e."""
     name = rng.choice(NAMES[lang])
-    p, w, e = _n(rng, 5, 30), _n(rng, 2, 5), _n(rng, 3, 40)
+    p, w, e = rng.randint(5, 30), rng.randint(2, 5), rng.randint(3, 40)
     days = 7 * w
-    if lang == "en":
-        text = (f"{name} reads {p} pages every day for {w} weeks, then {e} more pages on the last evening. "
-                f"How many pages does {name} read in all?")
-    else:
-        text = f"{name}每天读{p}页书，连续读了{w}周，最后一晚又多读了{e}页。{name}一共读了多少页？"
-    steps = [f"{w} weeks are {w} * 7 = <<{w}*7={days}>>{days} days",
-             f"{p} * {days} = <<{p}*{days}={p * days}>>{p * days}",
-             f"{p * days} + {e} = <<{p * days}+{e}={p * days + e}>>{p * days + e}"]
-    return {"question": text, "steps": steps, "answer": p * days + e}
+    return {"question": f"{name} reads {p} pages every day for {w} weeks, then {e} more pages on the last evening. "
+                        f"How many pages does {name} read in all?" if lang == "en" else
+                        f"{name}每天读{p}页书，连续读了{w}周，最后一晚又多读了{e}页。"
+                        f"{name}一共读了多少页？",
+            "steps": [_step(w, "*", 7, f"{w} weeks are ", " days"), _step(p, "*", days), _step(p * days, "+", e)],
+            "answer": p * days + e}
 
 
 def _share_equally(rng: random.Random, lang: str) -> dict[str, Any]:
     """a things and b more, shared equally among k friends: (a+b)/k."""
     name, (thing, zh_thing, measure) = rng.choice(NAMES[lang]), rng.choice(THINGS)
-    k, each = _n(rng, 3, 8), _n(rng, 4, 15)
-    total = k * each
-    a = _n(rng, 1, total - 1)
-    b = total - a
-    if lang == "en":
-        text = (f"{name} has {a} {thing} and buys {b} more. {name} shares them equally among {k} friends. "
-                f"How many {thing} does each friend get?")
-    else:
-        text = (f"{name}有{a}{measure}{zh_thing}，又买了{b}{measure}。"
-                f"{name}把它们平均分给{k}个朋友。每个朋友分到多少{measure}？")
-    steps = [f"{a} + {b} = <<{a}+{b}={total}>>{total}", f"{total} / {k} = <<{total}/{k}={each}>>{each}"]
-    return {"question": text, "steps": steps, "answer": each}
+    k, each = rng.randint(3, 8), rng.randint(4, 15)
+    a = rng.randint(1, k * each - 1)
+    b = k * each - a
+    return {"question": f"{name} has {a} {thing} and buys {b} more. {name} shares them equally among {k} friends. "
+                        f"How many {thing} does each friend get?" if lang == "en" else
+                        f"{name}有{a}{measure}{zh_thing}，又买了{b}{measure}。"
+                        f"{name}把它们平均分给{k}个朋友。每个朋友分到多少{measure}？",
+            "steps": [_step(a, "+", b), _step(k * each, "/", k)], "answer": each}
 
 
 def _earn_save(rng: random.Random, lang: str) -> dict[str, Any]:
     """h hours at r dollars an hour, spends s: h*r - s."""
     name = rng.choice(NAMES[lang])
-    h, r = _n(rng, 3, 12), _n(rng, 8, 25)
+    h, r = rng.randint(3, 12), rng.randint(8, 25)
     earned = h * r
-    s = _n(rng, 1, earned - 1)
-    if lang == "en":
-        text = (f"{name} works {h} hours and earns {r} dollars an hour. {name} then spends {s} dollars on a game. "
-                f"How many dollars does {name} have left?")
-    else:
-        text = f"{name}工作了{h}小时，每小时挣{r}元。然后{name}花{s}元买了一个游戏。{name}还剩多少元？"
-    steps = [f"{h} * {r} = <<{h}*{r}={earned}>>{earned}",
-             f"{earned} - {s} = <<{earned}-{s}={earned - s}>>{earned - s}"]
-    return {"question": text, "steps": steps, "answer": earned - s}
+    s = rng.randint(1, earned - 1)
+    return {"question": f"{name} works {h} hours and earns {r} dollars an hour. {name} then spends {s} dollars on a "
+                        f"game. How many dollars does {name} have left?" if lang == "en" else
+                        f"{name}工作了{h}小时，每小时挣{r}元。然后{name}花{s}元买了一个游戏。"
+                        f"{name}还剩多少元？",
+            "steps": [_step(h, "*", r), _step(earned, "-", s)], "answer": earned - s}
 
 
 def _rows_of_seats(rng: random.Random, lang: str) -> dict[str, Any]:
     """r rows of s seats, t taken, then g guests arrive and sit: r*s - t - g."""
-    r, s = _n(rng, 4, 15), _n(rng, 6, 20)
+    r, s = rng.randint(4, 15), rng.randint(6, 20)
     seats = r * s
-    t = _n(rng, 1, seats - 2)
-    g = _n(rng, 1, seats - t - 1)
-    if lang == "en":
-        text = (f"A hall has {r} rows of {s} seats. {t} seats are taken, then {g} more guests arrive and sit down. "
-                f"How many seats are still empty?")
-    else:
-        text = f"礼堂里有{r}排座位，每排{s}个。已经坐了{t}人，后来又来了{g}位客人坐下。还有多少个空座位？"
-    steps = [f"{r} * {s} = <<{r}*{s}={seats}>>{seats}", f"{seats} - {t} = <<{seats}-{t}={seats - t}>>{seats - t}",
-             f"{seats - t} - {g} = <<{seats - t}-{g}={seats - t - g}>>{seats - t - g}"]
-    return {"question": text, "steps": steps, "answer": seats - t - g}
+    t = rng.randint(1, seats - 2)
+    g = rng.randint(1, seats - t - 1)
+    return {"question": f"A hall has {r} rows of {s} seats. {t} seats are taken, then {g} more guests arrive and "
+                        f"sit down. How many seats are still empty?" if lang == "en" else
+                        f"礼堂里有{r}排座位，每排{s}个。已经坐了{t}人，"
+                        f"后来又来了{g}位客人坐下。还有多少个空座位？",
+            "steps": [_step(r, "*", s), _step(seats, "-", t), _step(seats - t, "-", g)], "answer": seats - t - g}
 
 
 def _twice_as_many(rng: random.Random, lang: str) -> dict[str, Any]:
     """A has a, B has k times as many, together: a + k*a."""
     first, second = rng.sample(NAMES[lang], 2)
     thing, zh_thing, measure = rng.choice(THINGS)
-    a, k = _n(rng, 3, 40), _n(rng, 2, 5)
-    if lang == "en":
-        text = (f"{first} has {a} {thing}. {second} has {k} times as many {thing} as {first}. "
-                f"How many {thing} do they have together?")
-    else:
-        text = (f"{first}有{a}{measure}{zh_thing}。{second}的{zh_thing}是{first}的{k}倍。"
-                f"他们一共有多少{measure}{zh_thing}？")
-    steps = [f"{k} * {a} = <<{k}*{a}={k * a}>>{k * a}", f"{a} + {k * a} = <<{a}+{k * a}={a + k * a}>>{a + k * a}"]
-    return {"question": text, "steps": steps, "answer": a + k * a}
+    a, k = rng.randint(3, 40), rng.randint(2, 5)
+    return {"question": f"{first} has {a} {thing}. {second} has {k} times as many {thing} as {first}. "
+                        f"How many {thing} do they have together?" if lang == "en" else
+                        f"{first}有{a}{measure}{zh_thing}。{second}的{zh_thing}是{first}的{k}倍。"
+                        f"他们一共有多少{measure}{zh_thing}？",
+            "steps": [_step(k, "*", a), _step(a, "+", k * a)], "answer": a + k * a}
 
 
 def _trips(rng: random.Random, lang: str) -> dict[str, Any]:
     """n people, a van carries c per trip (n a multiple of c), each trip d km there: n/c trips * 2d km."""
-    c, trips, d = _n(rng, 4, 9), _n(rng, 2, 8), _n(rng, 3, 25)
+    c, trips, d = rng.randint(4, 9), rng.randint(2, 8), rng.randint(3, 25)
     n = c * trips
-    if lang == "en":
-        text = (f"A van carries {c} people a trip. {n} people must go to a camp {d} km away, and the van drives back "
-                f"empty after each trip. How many km does the van drive in all?")
-    else:
-        text = (f"一辆面包车每趟能载{c}人。有{n}人要去{d}千米外的营地，"
-                "每趟送完后车要空车开回来。这辆车一共要行驶多少千米？")
-    steps = [f"{n} / {c} = <<{n}/{c}={trips}>>{trips} trips", f"each trip is {d} * 2 = <<{d}*2={2 * d}>>{2 * d} km",
-             f"{trips} * {2 * d} = <<{trips}*{2 * d}={trips * 2 * d}>>{trips * 2 * d}"]
-    return {"question": text, "steps": steps, "answer": trips * 2 * d}
+    return {"question": f"A van carries {c} people a trip. {n} people must go to a camp {d} km away, and the van "
+                        f"drives back empty after each trip. How many km does the van drive in all?" if lang == "en"
+                        else f"一辆面包车每趟能载{c}人。有{n}人要去{d}千米外的营地，"
+                             "每趟送完后车要空车开回来。这辆车一共要行驶多少千米？",
+            "steps": [_step(n, "/", c, after=" trips"), _step(d, "*", 2, "each trip is ", " km"),
+                      _step(trips, "*", 2 * d)], "answer": trips * 2 * d}
 
 
 # The templates, by name (tests/test_word_problems.py solves each name's questions its own way).
@@ -174,34 +139,20 @@ TEMPLATES: dict[str, Callable[[random.Random, str], dict[str, Any]]] = {
     "share_equally": _share_equally, "earn_save": _earn_save, "rows_of_seats": _rows_of_seats,
     "twice_as_many": _twice_as_many, "trips": _trips,
 }
-LANGUAGES = ("en", "zh")
 ZH_SHARE = 0.25  # a quarter of the problems in Chinese
 
 
-def is_held_out(question: str) -> bool:
-    """The split is a hash of the question text alone (about 1 in HELD_OUT_ONE_IN held out)."""
-    return int(hashlib.sha256(question.encode("utf-8")).hexdigest(), 16) % HELD_OUT_ONE_IN == 0
+def _draw(rng: random.Random) -> dict[str, Any]:
+    template = rng.choice(list(TEMPLATES))
+    lang = "zh" if rng.random() < ZH_SHARE else "en"
+    problem = TEMPLATES[template](rng, lang)
+    return {"question": problem["question"], "answer": str(problem["answer"]),
+            "solution": ".\n".join(problem["steps"]) + ".", "template": template, "language": lang}
 
 
 def _split_problems(split: str) -> list[dict[str, Any]]:
-    """The problems of one split, in a fixed order: drawn from one fixed RNG, kept by question hash."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}.")
-    size = TRAIN_SIZE if split == "train" else TEST_SIZE
-    rng, seen, problems = random.Random(POOL_SEED), set(), []
-    names = list(TEMPLATES)
-    while len(problems) < size:
-        template = rng.choice(names)
-        lang = "zh" if rng.random() < ZH_SHARE else "en"
-        problem = TEMPLATES[template](rng, lang)
-        question = problem["question"]
-        if question in seen or is_held_out(question) != (split == "test"):
-            continue
-        seen.add(question)
-        solution = ".\n".join(problem["steps"]) + "."
-        problems.append({"question": question, "answer": str(problem["answer"]), "solution": solution,
-                         "template": template, "language": lang})
-    return problems
+    """The problems of one split, in a fixed order: about 1 in 10 held out (test)."""
+    return drawn_split(split, TRAIN_SIZE if split == "train" else TEST_SIZE, _draw, one_in=10)
 
 
 def word_problem_split_size(split: str) -> int:
@@ -221,12 +172,8 @@ def word_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str,
     >>> sorted(p), p["answer"].split("#### ")[-1].isdigit()
     (['answer', 'question'], True)
     """
-    pool = _split_problems(split)
-    if not 0 <= n <= len(pool):
-        raise ValueError(f"demo-word-problems has {len(pool)} distinct {split!r} problems, {n} were asked for; "
-                         f"set max_samples (train) or eval_limit (test) to at most {len(pool)}.")
-    random.Random(seed).shuffle(pool)
-    return [{"question": p["question"], "answer": f"{p['solution']}\n#### {p['answer']}"} for p in pool[:n]]
+    return [{"question": p["question"], "answer": f"{p['solution']}\n#### {p['answer']}"}
+            for p in pick("demo-word-problems", split, _split_problems(split), n, seed)]
 
 
 def word_problem_sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
@@ -237,12 +184,5 @@ def word_problem_sft_examples(n: int, system_prompt: str, seed: int = 0) -> list
     >>> [m["role"] for m in ex[0]["prompt"]], ex[0]["completion"][0]["content"].startswith("<reasoning>\\n")
     (['system', 'user'], True)
     """
-    rng = random.Random(seed)
-    pool = _split_problems("train")
-    examples = []
-    for _ in range(n):
-        problem = rng.choice(pool)
-        examples.append({"prompt": build_prompt(system_prompt, problem["question"]),
-                         "completion": [{"role": "assistant",
-                                         "content": format_completion(problem["solution"], problem["answer"])}]})
-    return examples
+    return warmup_examples(n, system_prompt, seed, _split_problems("train"), lambda rng, problem: [
+        {"role": "assistant", "content": format_completion(problem["solution"], problem["answer"])}])
