@@ -56,14 +56,10 @@ def _known_names(unknown: str = "") -> str:
 
 
 def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
-    """The reward function for a registry name, a notebook alias, a name of TRL's registry (`accuracy_reward`,
-    `get_soft_overlong_punishment`: what `trl grpo --reward_funcs` takes, built as TRL builds it), or
-    "module:function" (or a dotted path). With `fresh`, a user's module is a separate instance of it
-    (rewards/user_code.py `import_user_module`): what the check calls leaves the run's module as never called.
-
-    A callable is returned unchanged. Raises a plain ValueError (its message says the fix and
-    names no config field; the config layer adds that) for an unknown name, a module that
-    cannot be imported, or an attribute that is missing or not callable.
+    """The reward function for a registry name, a notebook alias, a name of TRL's registry (what `trl grpo
+    --reward_funcs` takes, built as TRL builds it), or "module:function" (or a dotted path); a callable as it is.
+    `fresh`: a user's module is a separate instance (rewards/user_code.py `import_user_module`), for the check.
+    Raises a plain ValueError saying the fix (the config layer names the field).
 
     >>> resolve_reward("correctness").__name__
     'correctness_reward_func'
@@ -84,11 +80,8 @@ def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
         return builtin.func
     if key in trl_reward_names():
         return trl_reward(key)
-    if ":" in key:
-        return _import_plugin(key, fresh)
-    if "." in key.strip("."):  # a dotted path, as TRL's docs and open-r1 write one: trl.rewards.accuracy_reward
-        module_name, _, function = key.rpartition(".")
-        return _import_plugin(f"{module_name}:{function}", fresh)
+    if ":" in key or "." in key.strip("."):  # or a dotted path, as TRL's docs and open-r1 write one
+        return _import_plugin(key if ":" in key else ":".join(key.rsplit(".", 1)), fresh)
     raise ValueError(f"unknown reward {key!r}; {_known_names(key)}; or 'package.module:function' (or "
                      "package.module.function) for your own.")
 
@@ -105,13 +98,10 @@ def is_builtin_reward(name: Any) -> bool:
 
 
 def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
-    """True when one of the rewards is the built-in correctness reward, by any name `resolve_reward` takes for it
-    (registry name, function name, `grpo_pipeline.rewards.correctness:correctness_reward_func`, the function itself): it scores
-    each completion against the row's reference answer (`grpo_answer`: answer_field's column, cleaned). A name that
-    does not resolve is validate()'s to name, not this question's.
-
-    Decided without importing any module (`grpo data` and `grpo plan` run no user code): a `module:function` is read
-    from the module's source (`is_correctness_in_source`); None when that cannot tell and nothing else says yes.
+    """True when one of the rewards is the built-in correctness reward (which reads `grpo_answer`), by any name
+    `resolve_reward` takes for it; None when a module's source cannot tell and nothing else says yes. Decided
+    without importing any module (`grpo data` and `grpo plan` run no user code); a name that does not resolve is
+    validate()'s to name.
 
     >>> reads_reference(["strict_format", "correctness"]), reads_reference(["trl.rewards.accuracy_reward"])
     (True, False)
@@ -206,26 +196,17 @@ def check_reward_names(names: Sequence[str | RewardFunc]) -> None:
 
 
 def get_reward_funcs(names: Sequence[str | RewardFunc], fresh: bool = False) -> list[RewardFunc]:
-    """Resolve a list of reward names (see `resolve_reward`), in order, each under the name TRL logs it by.
-
-    TRL names a reward by its `__name__` (`rewards/<name>/mean`, and its completions table); so do the
-    contract's messages, the plots and the health rules. A callable without one of its own (an instance of a
-    class with `__call__`, a `functools.partial`, a lambda) is named after the attribute it was loaded as
-    (`scoring:length_penalty` -> `length_penalty`), and two different rewards with the same name (`a:score`,
-    `b:score`) after their whole spec (`a.score`, `b.score`): otherwise TRL would log them under one key, and
-    each of their means would be the two mixed. The function returned carries that name (a thin wrapper where
-    the callable's own `__name__` differs).
-
-    `fresh`: see `resolve_reward` (the check's probe). Raises ValueError for a bare string (write a list), an
-    empty list, or a reward listed
-    twice (TRL would log both under the same name and weights would be ambiguous).
+    """Resolve a list of reward names (see `resolve_reward`), in order, each under the name TRL logs it by
+    (`rewards/<__name__>/mean`). A callable without a name of its own (a lambda, a partial, an instance) is named
+    after the attribute it was loaded as (`scoring:length_penalty` -> `length_penalty`), and two rewards with one
+    name (`a:score`, `b:score`) after their whole spec (`a.score`), so TRL never mixes two means under one key.
+    Raises ValueError for a bare string, an empty list, or a reward listed twice.
 
     >>> [f.__name__ for f in get_reward_funcs(["int", "correctness"])]
     ['int_reward_func', 'correctness_reward_func']
     """
     if isinstance(names, str) or not isinstance(names, Sequence):
-        raise ValueError(f"expected a list of names, got {names!r}; "
-                         f"write e.g. [{names!r}].")
+        raise ValueError(f"expected a list of names, got {names!r}; write e.g. [{names!r}].")
     if not names:
         raise ValueError(f"the list is empty; use e.g. {DEFAULT_REWARDS}.")
     funcs = [resolve_reward(n, fresh) for n in names]
@@ -276,10 +257,7 @@ def _named(func: RewardFunc, name: str) -> RewardFunc:
 
 
 def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) -> list[float]:
-    """One finite float weight per reward function; None means all 1.0.
-
-    Raises a plain ValueError on a length mismatch, a non-number or a
-    non-finite weight. Negative weights are allowed (a penalty reward).
+    """One finite float weight per reward function (negative: a penalty); None means all 1.0.
 
     >>> check_reward_weights(["int", "correctness"], None)
     [1.0, 1.0]
@@ -296,8 +274,7 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
     checked = []
     for i, weight in enumerate(weights):
         if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
-            raise ValueError(f"weight {i} ({weight!r}, for {list(names)[i]!r}) "
-                             "must be a finite number.")
+            raise ValueError(f"weight {i} ({weight!r}, for {list(names)[i]!r}) must be a finite number.")
         checked.append(float(weight))
     return checked
 
@@ -344,7 +321,6 @@ def load_user_object(spec: str, kind: str, fresh: bool = False) -> Any:
                          "shows the full error.") from None
     for part in attr_path.split("."):
         if not hasattr(obj, part):
-            raise ValueError(f"module {module_name!r} has no {attr_path!r} "
-                             f"({kind} {spec!r}).")
+            raise ValueError(f"module {module_name!r} has no {attr_path!r} ({kind} {spec!r}).")
         obj = getattr(obj, part)
     return obj

@@ -1,18 +1,12 @@
 """Loading a user's reward module (`my_rewards:score`), and the boundary around it.
 
-Where it is looked for, in order: the working folder, then the import path, as TRL's `trl grpo` looks (it puts the
-working folder first on sys.path): the working folder is the one base of every relative path of a run (data, eval
-data, reward modules, output; env/path_check.py `relative_base`). A module that is not found there but sits beside
-the recipe is named in the error, with the fix. A file found in the working folder loads as the user's even when its
-name is an installed package's (`json.py`, `trl.py`) or another folder's file already loaded: it is then imported under
-another module name (`_user_json_<sha1 of its path>`), so it never replaces theirs, and theirs never hides it. Our
-own modules live under one import name, `grpo_pipeline`, so a user's `rewards.py`, `env.py` or `pipeline.py` is
-simply theirs. Its own folder is put at the end of sys.path, so its sibling imports
-work. While it imports, `sys.argv` is `[its path]`: a module that parses arguments at import (argparse at the
-top level) sees none of grpo's and cannot print its usage as grpo's.
-
-Hand-written: importlib has the pieces (spec_from_file_location) but no "load this file as the user's, beside a
-package of the same name" policy.
+It is looked for in the working folder (the one base of every relative path of a run), then on the import path,
+as TRL's `trl grpo` looks; one beside the recipe only is named in the error, with the fix. A file found in the
+working folder loads as the user's even when its name is an installed package's (`json.py`) or another folder's
+file already loaded: then under another module name (`_user_json_<sha1 of its path>`), so neither hides the
+other. Its folder is appended to sys.path (its sibling imports), and while it imports `sys.argv` is `[its path]`,
+so argparse at its top level sees none of grpo's arguments. importlib has the pieces (spec_from_file_location)
+but not this policy.
 """
 
 from __future__ import annotations
