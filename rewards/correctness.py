@@ -1,9 +1,4 @@
-"""Answer rewards: is the final answer right (2.0), is it an integer (0.5).
-
-Both judge the text of the LAST <answer> block (see `extract_xml_answer`), read by the same
-normaliser the reference goes through, so "$1,234", "1 234 dollars" and "答案：1234" are
-all the reference "1234".
-"""
+"""Answer rewards: is the final answer right (2.0), is it an integer (0.5); both read the LAST <answer> block."""
 
 from __future__ import annotations
 
@@ -39,14 +34,10 @@ def correctness_reward_func(prompts: Any = None, completions: Any = None, answer
     | wrong, several different numbers ("5 or 18"), no/empty <answer> block, odd completion | 0.0 |
     | reference not scorable (see `reference_is_scorable`): None, empty, unreadable (>1,000 chars), without a digit ("forty two"), or no one final answer ("18 or 20") | None |
 
-    None tells TRL "cannot be judged": the sample is left out of this function's mean
-    instead of teaching the model that a right answer was wrong. The reference is `grpo_answer` when the
-    pipeline passes it (answer_field's column, cleaned), else `answer`, the dataset column TRL passes, as the
-    Unsloth notebook's reward reads it; one per completion, a single value for every completion. A GSM8K
-    answer (`worked text #### 18`) is read as its final answer.
-
-    Raises ValueError (naming `answer`) when the column is missing or its length differs
-    from `completions`: that is a data set-up error, and guessing would misalign rewards.
+    None tells TRL "cannot be judged" (left out of the mean) instead of teaching that a right answer was wrong.
+    The reference is `grpo_answer` when the pipeline passes it, else `answer` (as the notebook's reward reads it):
+    one per completion, or one for all; a GSM8K answer (`... #### 18`) is read as its final answer. A missing
+    column, or one of another length, raises ValueError naming `answer`: guessing would misalign rewards.
 
     >>> correctness_reward_func(completions=["<answer>$1,234</answer>", "<answer>1234.5</answer>",
     ...                                      [{"role": "assistant", "content": "<answer>答案：1234</answer>"}]],
@@ -70,9 +61,8 @@ def correctness_reward_func(prompts: Any = None, completions: Any = None, answer
 
 
 def reference_is_scorable(reference: Any) -> bool:
-    """True when `reference` reads as ONE final answer that a completion can be judged against: a number, or an
-    expression with a digit that math-verify compares. The one reading of a reference answer, for this reward
-    and for data preparation (pipeline/data/clean.py rejects the rows it refuses as `unscorable_answer`).
+    """True when `reference` reads as ONE final answer, a number or an expression with a digit: the one reading of
+    a reference, for this reward and for data preparation (pipeline/data/clean.py's `unscorable_answer`).
 
     >>> [reference_is_scorable(r) for r in ("1,234", "$18", "3/4", "答案：18", "\\frac{1}{2}", "2x+1")]
     [True, True, True, True, True, True]
@@ -119,7 +109,6 @@ def _final_answer(reference: Any) -> Any:
 
 
 def _references(answer: Any, count: int) -> list[Any]:
-    """One reference per completion, checked."""
     if answer is None:
         raise ValueError("correctness_reward_func needs `answer` (the dataset column with the reference answer, "
                          "one per completion); add an 'answer' column to the training dataset.")

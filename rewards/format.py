@@ -1,16 +1,7 @@
-"""Format rewards for the <reasoning>...</reasoning><answer>...</answer> layout.
-
-Same names and scale as the Unsloth GRPO notebook (0.5 each, xmlcount up to 0.5), fixed
-where the notebook's versions mislead training:
-
-- The notebook's strict regex (`^<reasoning>\\n.*?\\n</reasoning>\\n<answer>\\n.*?\\n</answer>\\n$`
-  without DOTALL) cannot match multi-line reasoning, so it pays out almost never. Ours is
-  just as strict about structure but tolerant of whitespace around the tags.
-- The notebook's soft regex is anchored at the start and also stops at the first newline.
-- The notebook's xmlcount subtracts 0.001 per character after `</answer>` without bound,
-  which can outweigh all format credit; ours caps that penalty.
-
-All scanning is str.find/count: linear time, no backtracking on pathological input.
+"""Format rewards for the <reasoning>...</reasoning><answer>...</answer> layout: the Unsloth GRPO notebook's names
+and scale, fixed where its versions mislead training. Its strict regex (no DOTALL) cannot match multi-line
+reasoning and its soft one stops at the first newline, so both pay out almost never; its xmlcount's unbounded
+penalty after `</answer>` can outweigh all format credit (ours is capped). str.find/count only: linear time.
 """
 
 from __future__ import annotations
@@ -59,8 +50,6 @@ def strict_format_reward_func(completions: Any = None, **kwargs: Any) -> list[fl
     | a tag missing, repeated, or out of order                              | 0.0    |
     | empty reasoning or empty answer                                       | 0.0    |
     | None / not text                                                       | 0.0    |
-
-    Reasoning and answer may span lines. TRL's other keyword arguments are ignored.
 
     >>> strict_format_reward_func(["<reasoning>\\nstep 1\\nstep 2\\n</reasoning>\\n<answer>\\n18\\n</answer>\\n",
     ...                            "<reasoning>r</reasoning><answer>18</answer>",

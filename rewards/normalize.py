@@ -6,7 +6,8 @@ final-answer marker: never guessed), `expression` (maths the numeric reader must
 "\\sqrt{2}", "(1, 2)"; matching.py hands it to math-verify) or `text` ("Monday"). The rules, each a reason a
 notebook reward marked a right answer wrong:
 
-1. Garbage (U+FFFD, zero-width and bidi marks, control characters) is dropped; NFKC folds "１８", "："; U+2212 is "-".
+1. Garbage (U+FFFD, zero-width and bidi marks, control characters) is dropped; NFKC folds "１８" and "："; U+2212
+   is "-".
 2. LaTeX: the last `\\boxed{}`/`\\fbox{}` is the answer; delimiters dropped, `\\text{}` unwrapped, numeric
    `\\frac{a}{b}` / `\\frac12` become a/b.
 3. Only what follows the last final-answer marker ("answer is", "答案：", ...) is read, then only what follows a

@@ -1,8 +1,5 @@
-"""Reading an answer, rules 4-6 and 8 of rewards/normalize.py: the numbers in a cleaned answer, exactly.
-
-Thousands separators, decimal commas, a/b fractions and e-notation become `fractions.Fraction`; a
-letter glued to a number or an operator marks the text as mathematics. `format_number` writes a
-value back as canonical text.
+"""Reading an answer, rules 4-6 and 8 of rewards/normalize.py: the numbers in a cleaned answer, exactly
+(`fractions.Fraction`), and whether it is mathematics; `format_number` writes a value back as canonical text.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Reading an answer, rules 3 and 9 of rewards/normalize.py: which part of the text is the answer.
-
-Final-answer markers ("the answer is", "答案：") and a single "=" narrow the text to what follows them;
-in prose with several different numbers, `conclusion_value` reads the number the last sentence
-asserts, or nothing when it hedges.
+"""Reading an answer, rules 3 and 9 of rewards/normalize.py: which part of the text is the answer (what follows
+a final-answer marker or a single "=", or the number the conclusion sentence asserts).
 """
 
 from __future__ import annotations
@@ -98,23 +95,12 @@ PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}|[\u4e00-\u9fff]")
 
 
 def conclusion_value(text: str) -> Fraction | None:
-    """The number the last sentence with a digit asserts, or None.
-
-    The rule, in order (each step can only refuse, never guess):
-
-    1. Take the last sentence that contains a digit (sentences end at ". ", "!", "?", "。"; not at
-       ";", which joins equations: "p = 0; q = 1").
-    2. Refuse it if it hedges or takes something back (`_HEDGE`: "or", "maybe", "could",
-       "but", "actually", "between", ...).
-    3. Find its last assertion cue that a number follows (`_CUE`: "is", "are", "=", "total of", "makes", "it's",
-       "是", "共", ...). None: only a sentence that opens with "Therefore"/"So"/"Thus"/"所以"...
-       and holds one number, no mathematics, is read; anything else is refused.
-    4. A "=" cue that starts a second equation ("x = 5 and y = 3") is refused. After the cue,
-       a chain of equalities is read at its right-hand end ("is 37 + 95 = 132").
-    5. The first number after that is the answer if nothing mathematical stands between
-       the cue and it, no variable is glued to it, and every later different number stands
-       in a phrase opened by a preposition ("during the 60 days", "for 2 tubs and 4 packets")
-       with no operator in between.
+    """The number the last sentence with a digit asserts, or None. Each step can only refuse, never guess: a
+    sentence that hedges (`_HEDGE`) is refused; without an assertion cue (`_CUE`) that a number follows, only a
+    concluding sentence (`_CONCLUDING`) with one number is read; a "=" that starts a second equation is refused,
+    a chain of equalities is read at its right-hand end; the first number after the cue is the answer when no
+    maths stands before it and every later different number stands in a prepositional phrase ("during the 60
+    days"). Sentences end at ". ", "!", "?", "。", not at ";", which joins equations ("p = 0; q = 1").
 
     >>> conclusion_value("The bakery sold 37 + 95, which is 132 loaves in total.")
     Fraction(132, 1)
