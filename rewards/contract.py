@@ -193,10 +193,10 @@ class _Worker:
             raise RewardRaised("WorkerEnded", str(err), "", False) from None
 
 
-def _failure(func: Callable, name: str, single: Callable, err: BaseException, prompts: Any, completions: Any,
+def _failure(func: Callable, name: str, worker: Optional[_Worker], err: BaseException, prompts: Any, completions: Any,
              kwargs: dict[str, Any]) -> RewardFailure:
     """What `func` raised (here, or in its worker: a RewardRaised) as one RewardFailure naming the sample it raised
-    on (found with `single`), or how to write it when TRL's call does not fit its signature."""
+    on, or how to write it when TRL's call does not fit its signature."""
     raised = err if isinstance(err, RewardRaised) else RewardRaised(type(err).__name__, str(err),
                                                                     raised_at(func, err), isinstance(err, TypeError))
     if raised.type_error and not _accepts(func, kwargs):
@@ -207,6 +207,7 @@ def _failure(func: Callable, name: str, single: Callable, err: BaseException, pr
         return RewardFailure(name, f"cannot be called the way TRL calls it ({raised.text}). Write it as "
                              "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
                              f"{', '.join(sorted(kwargs))} (docs/rewards.md).{why}")
+    single = worker.single if worker is not None else (lambda p, c, kw: func(prompts=p, completions=c, **kw))
     index = _first_failing(single, prompts, completions, kwargs) if not is_async_reward(func) else None
     where = f" on {_sample(index, prompts, completions, kwargs)}" if index is not None else (
         f" on a batch of {len(completions)} completions (first: {_sample(0, prompts, completions, kwargs)})")
@@ -234,79 +235,64 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     nones = _NoneShare(name, warn)
     worker = _Worker(func, name, timeout, warn) if timeout and own_process and can_fork() else None
 
-    def finish(output: Any, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
+    def finish(output: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
         values = check_rewards(name, output, len(completions))
         nones.record(values, kwargs)
         return values
 
-    def failure(err: BaseException, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> RewardFailure:
-        single = worker.single if worker is not None else (lambda p, c, kw: func(prompts=p, completions=c, **kw))
-        return _failure(func, name, single, err, prompts, completions, kwargs)
+    def held(err: RewardFailure, completions: Any) -> list[float]:
+        """Without `hold`, `err` raised again; with it, handed over and 0.0 returned per completion."""
+        if hold is None:
+            raise err
+        hold(err)
+        return [0.0] * len(completions)
 
     if is_async_reward(func):  # TRL runs async rewards concurrently; keep them async
         @functools.wraps(func)
         async def guarded_async(prompts=None, completions=None, **kwargs):
-            try:  # the worker is waited for in a thread: the loop stays free for the other async rewards
-                output = await asyncio.to_thread(worker.batch, prompts, completions, kwargs) if worker else _HERE
-                if output is _HERE:
-                    mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
-                    output = await asyncio.wait_for(func(prompts=mine_prompts, completions=mine_completions,
-                                                         **mine), timeout or None)
-            except _NOT_A_REWARD_FAILURE:
-                raise
-            except (asyncio.TimeoutError, RewardTimeout):
-                raise _timed_out(name, timeout, len(completions)) from None
-            except _Settled:
-                raise
-            except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
-                raise failure(err, prompts, completions, kwargs) from err
-            return finish(output, prompts, completions, kwargs)
+            try:
+                try:  # the worker is waited for in a thread: the loop stays free for the other async rewards
+                    output = await asyncio.to_thread(worker.batch, prompts, completions, kwargs) if worker else _HERE
+                    if output is _HERE:
+                        mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
+                        output = await asyncio.wait_for(func(prompts=mine_prompts, completions=mine_completions,
+                                                             **mine), timeout or None)
+                except _NOT_A_REWARD_FAILURE:
+                    raise
+                except (asyncio.TimeoutError, RewardTimeout):
+                    raise _timed_out(name, timeout, len(completions)) from None
+                except _Settled:
+                    raise
+                except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
+                    raise _failure(func, name, worker, err, prompts, completions, kwargs) from err
+                return finish(output, completions, kwargs)
+            except RewardFailure as err:
+                return held(err, completions)
 
-        return guarded_async if hold is None else _holding(guarded_async, hold)
+        return guarded_async
 
     @functools.wraps(func)
     def guarded(prompts=None, completions=None, **kwargs):
         try:
-            output = worker.batch(prompts, completions, kwargs) if worker is not None else _HERE
-            if output is _HERE:
-                mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
-                with reward_deadline(timeout):
-                    output = func(prompts=mine_prompts, completions=mine_completions, **mine)
-        except _NOT_A_REWARD_FAILURE:
-            raise
-        except RewardTimeout:  # never retried sample by sample: each would wait as long again
-            raise _timed_out(name, timeout, len(completions)) from None
-        except _Settled:  # the worker's verdict on the output, or its end: already named
-            raise
-        except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
-            raise failure(err, prompts, completions, kwargs) from err
-        return finish(output, prompts, completions, kwargs)
-
-    return guarded if hold is None else _holding(guarded, hold)
-
-
-def _holding(guarded: Callable, hold: Callable[[RewardFailure], None]) -> Callable:
-    """`guarded` that hands a RewardFailure to `hold` and returns 0.0 per completion instead of raising."""
-    if inspect.iscoroutinefunction(guarded):
-        @functools.wraps(guarded)
-        async def held_async(prompts=None, completions=None, **kwargs):
             try:
-                return await guarded(prompts=prompts, completions=completions, **kwargs)
-            except RewardFailure as err:
-                hold(err)
-                return [0.0] * len(completions)
-
-        return held_async
-
-    @functools.wraps(guarded)
-    def held(prompts=None, completions=None, **kwargs):
-        try:
-            return guarded(prompts=prompts, completions=completions, **kwargs)
+                output = worker.batch(prompts, completions, kwargs) if worker is not None else _HERE
+                if output is _HERE:
+                    mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
+                    with reward_deadline(timeout):
+                        output = func(prompts=mine_prompts, completions=mine_completions, **mine)
+            except _NOT_A_REWARD_FAILURE:
+                raise
+            except RewardTimeout:  # never retried sample by sample: each would wait as long again
+                raise _timed_out(name, timeout, len(completions)) from None
+            except _Settled:  # the worker's verdict on the output, or its end: already named
+                raise
+            except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
+                raise _failure(func, name, worker, err, prompts, completions, kwargs) from err
+            return finish(output, completions, kwargs)
         except RewardFailure as err:
-            hold(err)
-            return [0.0] * len(completions)
+            return held(err, completions)
 
-    return held
+    return guarded
 
 
 def call_reward(func: Callable, prompts: list[Any], completions: list[Any], kwargs: dict[str, Any],
