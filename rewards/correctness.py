@@ -26,13 +26,8 @@ SYMBOLIC_BUDGET_S = 2.0
 @builtin_reward("correctness", range=(0.0, CORRECT_REWARD), kind="answer", reads_reference=True)
 def correctness_reward_func(prompts: Any = None, completions: Any = None, answer: Any = None,
                             **kwargs: Any) -> list[float | None]:
-    """2.0 when the last <answer> block equals the reference answer, else 0.0.
-
-    | case                                                              | reward |
-    |-------------------------------------------------------------------|--------|
-    | answer equals reference after normalisation (numeric, tolerance, or math-verify) | 2.0 |
-    | wrong, several different numbers ("5 or 18"), no/empty <answer> block, odd completion | 0.0 |
-    | reference not scorable (see `reference_is_scorable`): None, empty, unreadable (>1,000 chars), without a digit ("forty two"), or no one final answer ("18 or 20") | None |
+    """2.0 when the last <answer> block equals the reference answer (rewards/matching.py), else 0.0 (several
+    different numbers, no block, an odd completion); None when the reference is not `reference_is_scorable`.
 
     None tells TRL "cannot be judged" (left out of the mean) instead of teaching that a right answer was wrong.
     The reference is `grpo_answer` when the pipeline passes it, else `answer` (as the notebook's reward reads it):
@@ -77,14 +72,8 @@ def reference_is_scorable(reference: Any) -> bool:
 # "answer": 0 everywhere means no completion states an integer; at its maximum, that form is learned
 @builtin_reward("int", range=(0.0, INTEGER_REWARD), kind="answer", learned_at_max=True)
 def int_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
-    """0.5 when the last <answer> block is an integer after normalisation, else 0.0.
-
-    | answer block                                              | reward |
-    |-----------------------------------------------------------|--------|
-    | "18", "-3", "1,234", "$18", "18.00", "答案：18", "\\\\boxed{18}" | 0.5    |
-    | "18.5", "1/2", "x+1", "5 or 18", "" , no block, odd input | 0.0    |
-
-    The notebook used str.isdigit(), which rejects "-3" and "1,234" and accepts "²".
+    """0.5 when the last <answer> block reads as one integer ("-3", "1,234", "$18", "18.00"), else 0.0. The
+    notebook used str.isdigit(), which rejects "-3" and "1,234" and accepts "²".
 
     >>> int_reward_func(["<answer>1,234</answer>", "<answer>-3</answer>", "<answer>2.5</answer>", None])
     [0.5, 0.5, 0.0, 0.0]
@@ -92,13 +81,9 @@ def int_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
     rewards = []
     for text in completion_texts(completions):
         parsed = parse_answer(extract_xml_answer(text), prediction=True)
-        is_integer = parsed is not None and parsed.kind == "number" and _is_integral(parsed.value)
+        is_integer = parsed is not None and parsed.value is not None and parsed.value.denominator == 1
         rewards.append(INTEGER_REWARD if is_integer else 0.0)
     return rewards
-
-
-def _is_integral(value: Fraction | None) -> bool:
-    return value is not None and value.denominator == 1
 
 
 def _final_answer(reference: Any) -> Any:

@@ -40,16 +40,9 @@ TRAILING_PENALTY_CAP = 0.125
 
 @builtin_reward("strict_format", range=(0.0, FORMAT_REWARD), kind="format", learned_at_max=True)
 def strict_format_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
-    """0.5 when the whole completion is exactly one reasoning block then one answer block.
-
-    | completion                                                            | reward |
-    |-----------------------------------------------------------------------|--------|
-    | `<reasoning>R</reasoning><answer>A</answer>`; any whitespace (spaces, | 0.5    |
-    | newlines, \\r\\n) before, between and after the blocks                |        |
-    | other text before `<reasoning>`, after `</answer>` or between blocks  | 0.0    |
-    | a tag missing, repeated, or out of order                              | 0.0    |
-    | empty reasoning or empty answer                                       | 0.0    |
-    | None / not text                                                       | 0.0    |
+    """0.5 when the whole completion is exactly one non-empty reasoning block then one non-empty answer block,
+    with only whitespace before, between and after them; 0.0 for other text there, a tag missing, repeated or
+    out of order, and for no text at all.
 
     >>> strict_format_reward_func(["<reasoning>\\nstep 1\\nstep 2\\n</reasoning>\\n<answer>\\n18\\n</answer>\\n",
     ...                            "<reasoning>r</reasoning><answer>18</answer>",
@@ -62,13 +55,8 @@ def strict_format_reward_func(completions: Any = None, **kwargs: Any) -> list[fl
 
 @builtin_reward("soft_format", range=(0.0, FORMAT_REWARD), kind="format", learned_at_max=True)
 def soft_format_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
-    """0.5 when a complete reasoning block is followed, anywhere later, by a complete answer block.
-
-    | completion                                                      | reward |
-    |-----------------------------------------------------------------|--------|
-    | `...<reasoning>...</reasoning>...<answer>...</answer>...` (anything around/between, any content) | 0.5 |
-    | answer block before the reasoning block, or either block unclosed/missing | 0.0 |
-    | None / not text                                                 | 0.0    |
+    """0.5 when a complete reasoning block is followed, anywhere later, by a complete answer block (anything
+    around and between them); else 0.0.
 
     >>> soft_format_reward_func(["Sure!\\n<reasoning>\\nr\\n</reasoning> then <answer>18</answer> done",
     ...                          "<answer>18</answer><reasoning>r</reasoning>", "<reasoning>r</reasoning><answer>18"])
@@ -80,16 +68,8 @@ def soft_format_reward_func(completions: Any = None, **kwargs: Any) -> list[floa
 
 @builtin_reward("xmlcount", range=(0.0, FORMAT_REWARD), kind="format", learned_at_max=True)  # clamped to [0, 0.5]
 def xmlcount_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
-    """Partial credit per tag, up to 0.5.
-
-    | part                                                           | reward                    |
-    |----------------------------------------------------------------|---------------------------|
-    | each of `<reasoning>`, `</reasoning>`, `<answer>`, `</answer>` | +0.125                    |
-    | that appears exactly once (newlines around it optional)        |                           |
-    | non-whitespace characters after the last `</answer>`           | -0.001 each, at most      |
-    |                                                                | -0.125 in total           |
-    | total                                                          | clamped to [0, 0.5]       |
-    | None / not text                                                | 0.0                       |
+    """Partial credit per tag: +0.125 for each of the four tags that appears exactly once, -0.001 per
+    non-whitespace character after the last `</answer>` (at most -0.125), clamped to [0, 0.5]; 0.0 for no text.
 
     >>> xmlcount_reward_func(["<reasoning>\\nr\\n</reasoning>\\n<answer>\\n18\\n</answer>\\n",
     ...                       "<reasoning>r</reasoning><answer>18</answer>" + "x" * 10,

@@ -1,9 +1,6 @@
-"""Reward functions by name, for configs and the CLI.
-
-Names are the short ones the config uses ("correctness"); the notebook's function names
-("correctness_reward_func") are accepted as aliases, and "package.module:function" loads a
-user's own reward. TRL logs each function as `rewards/<__name__>/mean`, so the functions
-returned here keep their notebook `__name__` and dashboards match the notebook's.
+"""Reward functions by name, for configs and the CLI: our short names ("correctness"), the notebook's function
+names as aliases (TRL logs `rewards/<__name__>/mean`, so dashboards match the notebook's), TRL's registry, and
+"package.module:function" for a user's own.
 """
 
 from __future__ import annotations
@@ -81,14 +78,17 @@ def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
     if key in trl_reward_names():
         return trl_reward(key)
     if ":" in key or "." in key.strip("."):  # or a dotted path, as TRL's docs and open-r1 write one
-        return _import_plugin(key if ":" in key else ":".join(key.rsplit(".", 1)), fresh)
+        spec = key if ":" in key else ":".join(key.rsplit(".", 1))
+        obj = load_user_object(spec, "reward", fresh)
+        if not callable(obj):
+            raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a function.")
+        return obj
     raise ValueError(f"unknown reward {key!r}; {_known_names(key)}; or 'package.module:function' (or "
                      "package.module.function) for your own.")
 
 
 def is_builtin_reward(name: Any) -> bool:
     """A name the registry answers without importing anyone's module: ours, the notebook's aliases, TRL's registry.
-    Anything else (`module:function`, a dotted path) names someone's code, which runs only when you name it.
 
     >>> is_builtin_reward("correctness"), is_builtin_reward("accuracy_reward"), is_builtin_reward("my_rewards:score")
     (True, True, False)
@@ -122,13 +122,13 @@ def _is_correctness(name: str | RewardFunc) -> Optional[bool]:
         return False  # not a reward name at all: validate() names it
     source = module_source(module)
     if source is None:
-        return False  # no such module: validate() names it (the docstring's rule)
+        return False  # no such module: validate() names it
     return is_correctness_in_source(source, function)
 
 
 def module_source(module_name: str) -> Optional[Path]:
-    """The .py file `import module_name` would run, found as import_user_module finds it (the recipe's folder, the
-    working folder, then the import path), without running any of it; None when there is none."""
+    """The .py file `import module_name` would run, found as import_user_module finds it, without running any of
+    it; None when there is none."""
     top, *rest = module_name.split(".")
     if top == OURS:  # our own modules (grpo_pipeline.rewards.correctness)
         spec = spec_of_ours(module_name)
@@ -145,13 +145,10 @@ def module_source(module_name: str) -> Optional[Path]:
     return path if path is not None and path.suffix == ".py" else None
 
 
-def is_correctness_in_source(source: Optional[Path], function: str) -> Optional[bool]:
+def is_correctness_in_source(source: Path, function: str) -> Optional[bool]:
     """Whether `function` in the module file `source` is the built-in correctness reward, read from its text:
-    True for ours (rewards/correctness.py) or an import of correctness_reward_func under that name, False for a
-    function or class of its own or another import, None when the text does not say (an assignment, a name made at
-    run time, no file)."""
-    if source is None:
-        return None
+    True for ours or an import of it under that name, False for a function or class of its own or another import,
+    None when the text does not say (an assignment, a name made at run time)."""
     ours = Path(inspect.getsourcefile(correctness_reward_func)).resolve()
     if source.resolve() == ours:
         return function == correctness_reward_func.__name__
@@ -176,9 +173,8 @@ def is_correctness_in_source(source: Optional[Path], function: str) -> Optional[
 
 
 def check_reward_names(names: Sequence[str | RewardFunc]) -> None:
-    """What get_reward_funcs refuses that can be seen without importing anything: not a list, an empty list, a
-    name listed twice, an unknown bare name, a module that is nowhere to be found. For the commands that call no
-    reward (`grpo plan`, `grpo data`); the commands that call them import them (get_reward_funcs)."""
+    """What get_reward_funcs refuses that can be seen without importing anything (not a list, an empty list, an
+    unknown bare name, a module that is nowhere to be found), for the commands that call no reward."""
     if isinstance(names, str) or not isinstance(names, Sequence):
         raise ValueError(f"expected a list of names, got {names!r}; write e.g. [{names!r}].")
     if not names:
@@ -243,8 +239,7 @@ def _own_name(spec: Any, func: RewardFunc) -> str:
 
 
 def _named(func: RewardFunc, name: str) -> RewardFunc:
-    """`func` under `name`, async if it is (TRL runs async rewards concurrently). functools.update_wrapper sets
-    __wrapped__, so inspect.signature (the contract's check of TRL's call) still reads func's parameters."""
+    """`func` under `name`, async if it is; inspect.signature still reads func's parameters (__wrapped__)."""
     if is_async_reward(func):
         async def named(*args: Any, **kwargs: Any) -> Any:
             return await func(*args, **kwargs)
@@ -280,32 +275,22 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
 
 
 def _moved(spec: str) -> str:
-    """A hint when `spec` names one of our modules by its folder (`pipeline.demo.calculator:calculator`, as recipes
-    did before our code moved under one import name), else ""."""
+    """A hint when `spec` names one of our modules by its folder (`pipeline.demo.calculator:calculator`), else ""."""
     ours = f"{OURS}.{spec}"
     found = spec_of_ours(ours.partition(":")[0]) is not None
     return f" Our own modules are under one import name now: write {ours!r}." if found else ""
 
 
-def _import_plugin(spec: str, fresh: bool = False) -> RewardFunc:
-    obj = load_user_object(spec, "reward", fresh)
-    if not callable(obj):
-        raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a function.")
-    return obj
-
-
 def load_user_object(spec: str, kind: str, fresh: bool = False) -> Any:
-    """The object `package.module:attr` (or `package.module.attr`) names, from the user's module found as a reward
-    module is (rewards/user_code.py; `fresh`: a separate instance, for the check); `kind` ("reward", "tool", ...)
-    is what the messages call it. Raises a plain ValueError saying the fix."""
+    """The object `package.module:attr` (or `package.module.attr`) names, from the user's module
+    (rewards/user_code.py); `kind` ("reward", "tool", ...) is what the messages call it. Raises a plain ValueError
+    saying the fix."""
     if ":" not in spec and "." in spec.strip("."):
-        module_name, _, attr = spec.rpartition(".")
-        spec = f"{module_name}:{attr}"
+        spec = ":".join(spec.rsplit(".", 1))
     module_name, _, attr_path = spec.partition(":")
     if not module_name or not attr_path:
         what = "Class" if kind == "environment" else "function"
         raise ValueError(f"{spec!r} must look like 'package.module:{what}'.")
-    # The working folder, then the import path (rewards/user_code.py).
     try:
         obj: Any = import_user_module(module_name, fresh)
     except ImportError as exc:

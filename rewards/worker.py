@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import gc
 import io
 import multiprocessing
@@ -82,16 +83,11 @@ class _Process:
                                 name=f"grpo-reward-{name}", daemon=False)  # a reward may start its own processes
         self.proc.start()
         child_conn.close()
-        try:
-            os.setpgid(self.proc.pid, self.proc.pid)  # its own group (the child sets it too: whoever runs first)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):  # its own group (the child sets it too: whoever runs first)
+            os.setpgid(self.proc.pid, self.proc.pid)
         self.state_key: Any = None
         self.log_length = 0
         _live.add(self)
-
-    def alive(self) -> bool:
-        return self.proc.is_alive()
 
     def stop(self) -> str:
         """Kill the worker and everything it started; how it ended, for a message."""
@@ -101,10 +97,8 @@ class _Process:
         _live.discard(self)
         if self.proc.exitcode is None:
             for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
-                try:
+                with contextlib.suppress(OSError, ValueError):
                     kill()
-                except (OSError, ValueError):
-                    continue
         self.proc.join(5)
         self.conn.close()
         code = self.proc.exitcode
@@ -135,7 +129,7 @@ class RewardWorker:
         Raises RewardTimeout (the worker is killed), RewardRaised, WorkerEnded, or Unsendable (nothing sent)."""
         recorded = {key: kwargs[key] for key in _RECORDED if callable(kwargs.get(key))}
         with self.lock:
-            if self.process is None or not self.process.alive():
+            if self.process is None or not self.process.proc.is_alive():
                 self._start()
             process = self.process
             sendable = {key: (_Recorded(key) if key in recorded else value) for key, value in kwargs.items()}
@@ -226,10 +220,8 @@ def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any
     for other in list(_live):  # the pipes of the workers forked before: theirs, not ours to hold open
         other.conn.close()
     _live.clear()
-    try:
-        os.setpgid(0, 0)  # its own group: a kill at the deadline takes what the reward started too
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):  # its own group: a kill at the deadline takes what the reward started too
+        os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it ends the worker
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     threading.Thread(target=_follow_parent, args=(parent_pid,), daemon=True).start()
@@ -263,10 +255,8 @@ def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any
         except BaseException as err:  # noqa: BLE001 - every way out of the reward is reported, none ends the worker
             reply = _raised(func, err)
         for stream in (sys.stdout, sys.stderr):  # what the reward printed, before a kill could lose it
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
         for key, buffer in relayed.items():
             if buffer.tell():
                 logs.append((key, (buffer.getvalue(),)))
