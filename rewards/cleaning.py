@@ -12,8 +12,6 @@ from grpo_pipeline.rewards.numbers import format_number
 from grpo_pipeline.rewards.sentences import FINAL_MARKER
 
 
-# --- step 1: garbage characters -------------------------------------------------------------
-
 # Control characters, tabs, newlines and line/paragraph separators become a space; the replacement character,
 # soft hyphen, BOM, zero-width and bidi marks are dropped.
 _GARBAGE: dict[int, str | None] = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029], " ")
@@ -46,8 +44,6 @@ def clean_characters(text: str) -> str:
         text = unicodedata.normalize("NFKC", text.translate(_SUPERSCRIPTS)).translate(_AFTER_NFKC)
     return " ".join(text.split())
 
-
-# --- step 2: LaTeX --------------------------------------------------------------------------
 
 BOX_COMMANDS = ("\\boxed", "\\fbox")
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textnormal|textbf|textit|textrm|textsf|texttt|mathrm|mathbf|mathit|mathsf|"
@@ -134,8 +130,6 @@ def simplify_latex(text: str) -> str:
         text = text.replace(old, new)
     return " ".join(text.split())
 
-
-# --- step 2b: prose forms around a number ----------------------------------------------------
 
 _MARKDOWN_EMPHASIS = re.compile(r"\*\*|__")
 # "(approximately)", "(dollars)": words only, two letters at least, so "f(x)" keeps its "(x)".

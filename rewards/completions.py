@@ -42,8 +42,6 @@ def completion_texts(completions: Any) -> list[str | None]:
 
     >>> completion_texts(["a", [{"role": "assistant", "content": "b"}], None])
     ['a', 'b', None]
-    >>> completion_texts(None)
-    []
     """
     if completions is None:
         return []

@@ -13,8 +13,6 @@ import re
 from grpo_pipeline.rewards.cleaning import SCALE
 
 
-# --- step 2c (model side only): number words ---------------------------------------------------
-
 _SMALL_NUMBERS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
                   "fifteen sixteen seventeen eighteen nineteen").split()
 _TENS_WORDS = "twenty thirty forty fifty sixty seventy eighty ninety".split()

@@ -13,8 +13,6 @@ from fractions import Fraction
 MAX_EXPONENT = 300
 
 
-# --- step 4: numbers ------------------------------------------------------------------------
-
 NUMBER = re.compile(
     r"(?P<sign>[-+])?(?=\.?\d)"  # a number starts with a digit (or ".5"); never matches empty
     r"(?P<int>[1-9]\d{0,2}(?:,\d{3})+(?![\d,])|\d{1,3}(?: \d{3})+(?!\d)|\d+)?"

@@ -60,10 +60,6 @@ def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
 
     >>> resolve_reward("correctness").__name__
     'correctness_reward_func'
-    >>> resolve_reward("xmlcount_reward_func") is resolve_reward("xmlcount")
-    True
-    >>> resolve_reward("grpo_pipeline.rewards.format:soft_format_reward_func").__name__
-    'soft_format_reward_func'
     >>> resolve_reward("trl.rewards.accuracy_reward") is resolve_reward("accuracy_reward")
     True
     """

@@ -10,8 +10,6 @@ from fractions import Fraction
 from grpo_pipeline.rewards.numbers import MATH_CHARS, NUMBER, glued_single_letter, number_value, read_numbers
 
 
-# --- step 3: final-answer markers -----------------------------------------------------------
-
 FINAL_MARKER = re.compile(
     r"(?:final\s+)?answer\s*(?:is|:|=|would\s+be|will\s+be|(?=[-+(\[]?\d))|答案\s*(?:是|为|為|:)|答\s*:",
     re.IGNORECASE,
@@ -49,8 +47,6 @@ def after_single_equals(text: str) -> str:
         text = _value_after(text, equals[0].end()) or text
     return text
 
-
-# --- step 5: the conclusion sentence ---------------------------------------------------------
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
 # Anything that offers a second possibility or takes the statement back. One of these in the

@@ -208,8 +208,6 @@ def _unsendable(prompts: Any, completions: Any, kwargs: dict[str, Any], err: Bas
     return Unsendable("the batch", f"{type(err).__name__}: {err}")
 
 
-# ---- in the worker process ----
-
 def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any, parent_pid: int) -> None:
     """The worker's loop: one request, one reply, until the parent's end closes (or the parent is gone)."""
     # First, the inherited objects go to the permanent generation: the child's collector then leaves them (and the
