@@ -308,10 +308,8 @@ def call_reward(func: Callable, prompts: list[Any], completions: list[Any], kwar
 
 def probe_rewards(funcs: Sequence[Callable], prompts: list[Any], completions: list[Any],
                   kwargs: dict[str, Any], timeout: Optional[float] = None) -> list[str]:
-    """Call each function once (`call_reward`) on a batch in the run's real form; one line per function.
-
-    Raises the first RewardFailure (a wrong signature is a raise too: TRL passes everything by keyword).
-    """
+    """Call each function once (`call_reward`) on a batch in the run's real form; one line per function. Raises
+    the first RewardFailure."""
     lines = []
     for func in funcs:
         output = call_reward(func, prompts, completions, kwargs, timeout=timeout)

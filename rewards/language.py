@@ -36,8 +36,6 @@ def script_counts(text: str) -> dict[str, int]:
     """Units of each script in `text`: CJK ideographs and Latin words of 2+ letters, outside numbers, formulas,
     LaTeX and tags.
 
-    >>> script_counts("小明有 18 个苹果，吃了 3 个。")
-    {'cjk': 9, 'latin': 0}
     >>> script_counts("<reasoning>He has $\\\\frac{1}{2}$ of 18 apples, so 2x = 9</reasoning>")
     {'cjk': 0, 'latin': 5}
     """
@@ -91,8 +89,6 @@ def question_text(prompt: Any) -> Optional[str]:
     """The question a completion answers: the last user message of a conversation, the user turn of a
     ChatML-rendered prompt, or the prompt string itself.
 
-    >>> question_text([{"role": "system", "content": "Respond in English"}, {"role": "user", "content": "几个？"}])
-    '几个？'
     >>> question_text("<|im_start|>system\\nRespond...<|im_end|>\\n<|im_start|>user\\n几个？<|im_end|>\\n")
     '几个？'
     """

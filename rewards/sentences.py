@@ -38,10 +38,8 @@ def after_last_marker(text: str) -> str:
 
 
 def after_single_equals(text: str) -> str:
-    """The text after the "=" if exactly one is present.
-
-    Only ONE "=" splits: "x = 5, y = 3" is a system of equations, and reading it as 3 would
-    accept "x = 4, y = 3"; it stays whole for the symbolic path."""
+    """The text after the "=" if exactly one is present: "x = 5, y = 3" is a system of equations (reading it as 3
+    would accept "x = 4, y = 3"), and stays whole for the symbolic path."""
     equals = list(_EQUALS.finditer(text))
     if len(equals) == 1:
         text = _value_after(text, equals[0].end()) or text

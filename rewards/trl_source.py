@@ -100,9 +100,8 @@ def reward_keywords(column_names: Iterable[str], remove_unused_columns: Any = Fa
 
 def reward_call_kwargs(columns: dict[str, list[Any]], remove_unused_columns: Any, trainer_objects: dict[str, Any],
                        completion_ids: list[Any]) -> dict[str, Any]:
-    """The keyword arguments of a reward call but `prompts` and `completions`: the columns TRL passes (one value
-    per completion, as given), `completion_ids`, and the trainer's own objects (`trainer_objects`, by TRL's names;
-    a missing one is a bug of the caller)."""
+    """The keyword arguments of a reward call but `prompts` and `completions`: the columns TRL passes,
+    `completion_ids`, and the trainer's own objects (`trainer_objects`, by TRL's names)."""
     rule = trl_rule()
     kwargs = {name: columns[name] for name in reward_columns(columns, remove_unused_columns)}
     kwargs["completion_ids"] = completion_ids

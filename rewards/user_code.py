@@ -82,12 +82,9 @@ def isolated_argv(path: Path) -> Iterator[None]:
 
 
 def import_user_module(module_name: str, fresh: bool = False) -> Any:
-    """The module `module_name` (`my_rewards`, `pkg.sub`): the user's file when a search dir has it (see the
-    module docstring), else the import path's. Raises what importing raises.
-
-    With `fresh`, a user's module (not an installed package's, nor ours) is a new, separate instance, executed
-    again from its file: the check's probe calls its rewards there, so a counter or a "print every 5th call" in the
-    run's instance stays as if never called."""
+    """The module `module_name` (`my_rewards`, `pkg.sub`): the user's file when a search dir has it, else the
+    import path's. With `fresh`, a user's module is a separate instance executed again from its file, so the
+    check's probe leaves the run's instance (a counter in it) as if never called. Raises what importing raises."""
     top, _, rest = module_name.partition(".")
     found = user_module_file(top)
     if found is None:
@@ -143,9 +140,8 @@ def _fresh_copy(module: Any) -> Any:
 
 
 def _module_name_for(top: str, found: Path) -> str:
-    """`top` itself when nothing else answers to it, else `_user_<top>_<sha1 of its path>`: the
-    standard library's or an installed package (`json`, `itertools`, `trl`), or another folder's file of that name
-    (a notebook trying two recipes) keeps its name. find_spec answers from sys.modules for a loaded module."""
+    """`top` itself when nothing else answers to it, else `_user_<top>_<sha1 of its path>`, so a package (`json`,
+    `trl`) or another folder's file of that name keeps its name (find_spec also answers for a loaded module)."""
     alias = f"{ALIAS_PREFIX}{top}_{hashlib.sha1(str(found.resolve()).encode()).hexdigest()}"
     try:
         spec = importlib.util.find_spec(top)

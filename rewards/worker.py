@@ -163,8 +163,7 @@ class RewardWorker:
         return reply
 
     def _start(self) -> None:
-        if self.process is not None:
-            self.process.stop()
+        self._stop()
         self.process = self._holder[0] = _Process(self.func, self.name, self.is_async)
 
     def _stop(self) -> str:
