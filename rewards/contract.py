@@ -235,13 +235,32 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     nones = _NoneShare(name, warn)
     worker = _Worker(func, name, timeout, warn) if timeout and own_process and can_fork() else None
 
-    def finish(output: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
-        values = check_rewards(name, output, len(completions))
+    def checked(output: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
+        try:
+            values = check_rewards(name, output, len(completions))
+        except RewardFailure as err:
+            return held(err, completions)
         nones.record(values, kwargs)
         return values
 
+    def settled(err: BaseException, timeouts: tuple, prompts: Any, completions: Any,
+                kwargs: dict[str, Any]) -> list[float]:
+        """A raise out of the call: a real signal passes; past the deadline (never retried sample by sample: each
+        would wait as long again), the worker's verdict (already named) or any other raise is one RewardFailure."""
+        if isinstance(err, _NOT_A_REWARD_FAILURE):
+            raise err
+        if isinstance(err, timeouts):
+            failure = _timed_out(name, timeout, len(completions))
+            failure.__suppress_context__ = True
+        elif isinstance(err, _Settled):
+            failure = err
+        else:
+            failure = _failure(func, name, worker, err, prompts, completions, kwargs)
+            failure.__cause__ = err
+        return held(failure, completions)
+
     def held(err: RewardFailure, completions: Any) -> list[float]:
-        """Without `hold`, `err` raised again; with it, handed over and 0.0 returned per completion."""
+        """Without `hold`, `err` raised; with it, handed over and 0.0 returned per completion."""
         if hold is None:
             raise err
         hold(err)
@@ -250,47 +269,29 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     if is_async_reward(func):  # TRL runs async rewards concurrently; keep them async
         @functools.wraps(func)
         async def guarded_async(prompts=None, completions=None, **kwargs):
-            try:
-                try:  # the worker is waited for in a thread: the loop stays free for the other async rewards
-                    output = await asyncio.to_thread(worker.batch, prompts, completions, kwargs) if worker else _HERE
-                    if output is _HERE:
-                        mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
-                        output = await asyncio.wait_for(func(prompts=mine_prompts, completions=mine_completions,
-                                                             **mine), timeout or None)
-                except _NOT_A_REWARD_FAILURE:
-                    raise
-                except (asyncio.TimeoutError, RewardTimeout):
-                    raise _timed_out(name, timeout, len(completions)) from None
-                except _Settled:
-                    raise
-                except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
-                    raise _failure(func, name, worker, err, prompts, completions, kwargs) from err
-                return finish(output, completions, kwargs)
-            except RewardFailure as err:
-                return held(err, completions)
+            try:  # the worker is waited for in a thread: the loop stays free for the other async rewards
+                output = await asyncio.to_thread(worker.batch, prompts, completions, kwargs) if worker else _HERE
+                if output is _HERE:
+                    mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
+                    output = await asyncio.wait_for(func(prompts=mine_prompts, completions=mine_completions,
+                                                         **mine), timeout or None)
+            except BaseException as err:  # noqa: BLE001 - every way out is settled
+                return settled(err, (asyncio.TimeoutError, RewardTimeout), prompts, completions, kwargs)
+            return checked(output, completions, kwargs)
 
         return guarded_async
 
     @functools.wraps(func)
     def guarded(prompts=None, completions=None, **kwargs):
         try:
-            try:
-                output = worker.batch(prompts, completions, kwargs) if worker is not None else _HERE
-                if output is _HERE:
-                    mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
-                    with reward_deadline(timeout):
-                        output = func(prompts=mine_prompts, completions=mine_completions, **mine)
-            except _NOT_A_REWARD_FAILURE:
-                raise
-            except RewardTimeout:  # never retried sample by sample: each would wait as long again
-                raise _timed_out(name, timeout, len(completions)) from None
-            except _Settled:  # the worker's verdict on the output, or its end: already named
-                raise
-            except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
-                raise _failure(func, name, worker, err, prompts, completions, kwargs) from err
-            return finish(output, completions, kwargs)
-        except RewardFailure as err:
-            return held(err, completions)
+            output = worker.batch(prompts, completions, kwargs) if worker is not None else _HERE
+            if output is _HERE:
+                mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
+                with reward_deadline(timeout):
+                    output = func(prompts=mine_prompts, completions=mine_completions, **mine)
+        except BaseException as err:  # noqa: BLE001 - every way out is settled
+            return settled(err, (RewardTimeout,), prompts, completions, kwargs)
+        return checked(output, completions, kwargs)
 
     return guarded
 
