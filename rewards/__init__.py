@@ -1,37 +1,15 @@
-"""Reward functions for GRPO on GSM8K-style math, drop-in for the Unsloth notebook's.
+"""Reward functions for GRPO on GSM8K-style math, drop-in for the Unsloth notebook's: same names
+(`correctness_reward_func`, ..., `extract_hash_answer`) and scale (2.0 for a correct answer, 0.5 for each
+format reward, up to 0.5 for xmlcount).
 
-Public names match the notebook (`correctness_reward_func`, `int_reward_func`,
-`strict_format_reward_func`, `soft_format_reward_func`, `xmlcount_reward_func`,
-`extract_xml_answer`, `extract_hash_answer`) and so does the scale: 2.0 for a correct
-answer, 0.5 for each format reward, up to 0.5 for xmlcount.
+Called as TRL calls them, `f(prompts=..., completions=..., **kwargs)` (correctness also reads the reference,
+one per completion); completions may be strings or chat messages. Each returns one value per completion and
+never raises on an odd completion (None, broken tags, megabyte strings): 0.0, in time linear in the text. A
+missing or unreadable *model* answer is wrong (0.0: None would hide failures); only correctness returns None,
+for a *reference* that cannot be judged. A missing `answer` column is a set-up error (ValueError naming it).
 
-Calling convention (TRL GRPOTrainer): `f(prompts=..., completions=..., **kwargs)`;
-correctness also reads `answer=` (one reference per completion). Other keyword arguments
-TRL passes (`completion_ids`, `trainer_state`, `log_metric`, `log_extra`, dataset columns)
-are accepted and ignored. Completions may be strings or chat message lists. Every
-function returns one value per completion and never raises on odd completions: None,
-non-strings, empty text, broken or repeated tags, megabyte strings and control characters
-all score 0.0, in time linear in the text (no backtracking regex; of an answer over 1,000
-characters only a 1,000-character window at its final statement is read).
-
-None vs 0.0 (TRL treats a None reward as "cannot be judged" and leaves the sample out of
-that function's mean):
-
-- A missing, empty or unparseable *model* answer is a wrong answer: 0.0. The model is
-  responsible for producing a readable answer, and scoring it None would hide failures.
-- Only `correctness_reward_func` returns None, and only when the *reference* answer is
-  None, empty, unreadable or has no digit ("forty two"): the sample cannot be judged, and 0.0
-  would punish a right answer.
-- A missing `answer` column (or one whose length differs from the completions) is a set-up
-  error and raises ValueError naming `answer`, so a run never trains silently without a
-  correctness signal. Set-up errors are plain ValueErrors whose messages name no config field;
-  the config layer (pipeline/config/validate.py) says which field they came from.
-
-How answers are compared: rewards/normalize.py (fast numeric reader; its parts are cleaning.py,
-number_words.py, sentences.py and numbers.py), rewards/matching.py
-(decision table, tolerance, how each answer form is read and why that is safe),
-rewards/symbolic.py (math-verify, lazily imported, time-limited per check and per batch, verdicts cached).
-No torch and no math_verify at import time: `import rewards` is cheap.
+How answers are compared: rewards/normalize.py (the fast reader), rewards/matching.py (the decision table),
+rewards/symbolic.py (math-verify, lazily imported). No torch and no math_verify at import time.
 
 >>> from grpo_pipeline.rewards import correctness_reward_func, get_reward_funcs
 >>> correctness_reward_func(prompts=None, completions=["<reasoning>6*3</reasoning><answer>$18</answer>"],

@@ -1,8 +1,5 @@
-"""Reading an answer, rules 1, 2 and 7 of rewards/normalize.py: text a number reader can read.
-
-Garbage characters from a collapsing policy are dropped and the text NFKC-normalised; LaTeX is
-unwrapped (the last \\boxed{}, \\frac, \\text{}); prose forms around a number (markdown emphasis,
-units after a slash, mixed numbers, scale words) are simplified.
+"""Reading an answer, rules 1, 2 and 7 of rewards/normalize.py: garbage characters, LaTeX and the prose forms
+around a number, simplified into text a number reader can read.
 """
 
 from __future__ import annotations
@@ -15,20 +12,11 @@ from grpo_pipeline.rewards.numbers import format_number
 from grpo_pipeline.rewards.sentences import FINAL_MARKER
 
 
-# --- step 1: garbage characters -------------------------------------------------------------
-
-def _build_garbage_table() -> dict[int, str | None]:
-    table: dict[int, str | None] = {}
-    for cp in list(range(0x00, 0x20)) + list(range(0x7F, 0xA0)):
-        table[cp] = " "  # control characters, tabs and newlines -> plain space
-    invisible = [0xFFFD, 0x00AD, 0xFEFF, *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2070)]
-    for cp in invisible:
-        table[cp] = None  # replacement char, soft hyphen, BOM, zero-width, bidi marks
-    table[0x2028] = table[0x2029] = " "  # line/paragraph separators
-    return table
-
-
-_GARBAGE = _build_garbage_table()
+# Control characters, tabs, newlines and line/paragraph separators become a space; the replacement character,
+# soft hyphen, BOM, zero-width and bidi marks are dropped.
+_GARBAGE: dict[int, str | None] = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029], " ")
+_GARBAGE |= dict.fromkeys([0xFFFD, 0xAD, 0xFEFF, *range(0x200B, 0x2010), *range(0x202A, 0x202F),
+                           *range(0x2060, 0x2070)])
 # NFKC leaves these alone; all are "minus" or "fraction slash" in practice.
 _AFTER_NFKC = str.maketrans({"\u2212": "-", "\u2013": "-", "\u2044": "/", "\u2215": "/"})
 # NFKC would turn "3²" into "32"; keep the power visible instead.
@@ -57,8 +45,6 @@ def clean_characters(text: str) -> str:
     return " ".join(text.split())
 
 
-# --- step 2: LaTeX --------------------------------------------------------------------------
-
 BOX_COMMANDS = ("\\boxed", "\\fbox")
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textnormal|textbf|textit|textrm|textsf|texttt|mathrm|mathbf|mathit|mathsf|"
                            r"mbox|operatorname)\s*\{([^{}]*)\}")
@@ -80,11 +66,8 @@ _LATEX_REMOVALS = (
 
 
 def _last_boxed_content(text: str) -> str | None:
-    """Content of the last \\boxed{...} (brace-balanced), or None. Hand-written because a
-    regex cannot balance braces; the loop is linear in the text after the box.
-
-    Two boxes close together with different contents ("\\boxed{18} or \\boxed{20}") are a
-    list of alternatives: both are returned, joined by " or ", so the answer reads as ambiguous."""
+    """Content of the last \\boxed{...} (brace-balanced: no regex can), or None. Two boxes that list alternatives
+    ("\\boxed{18} or \\boxed{20}") are both returned, joined by " or ", so the answer reads as ambiguous."""
     last = _boxed_at(text, max(text.rfind(cmd) for cmd in BOX_COMMANDS))
     if last is None:
         return None
@@ -147,8 +130,6 @@ def simplify_latex(text: str) -> str:
         text = text.replace(old, new)
     return " ".join(text.split())
 
-
-# --- step 2b: prose forms around a number ----------------------------------------------------
 
 _MARKDOWN_EMPHASIS = re.compile(r"\*\*|__")
 # "(approximately)", "(dollars)": words only, two letters at least, so "f(x)" keeps its "(x)".

@@ -1,13 +1,7 @@
-"""Get the generated text out of whatever TRL (or a user) hands a reward function.
-
-TRL passes `completions` as a list with one entry per generation. The entry is a plain
-string for standard datasets and a list of chat messages for conversational ones
-(`[{"role": "assistant", "content": "..."}]`, more messages after a tool call). Anything
-else is an odd shape; we return None for it and the reward functions score it 0.0, so a
-malformed batch never crashes a training step.
-
-The other way round, `build_prompt` writes one question as chat messages: the prompts of the data path
-(pipeline/data/) and of the built-in demo's warm-up (pipeline/demo/task.py) come from it.
+"""Get the generated text out of whatever TRL (or a user) hands a reward function: a string for standard
+datasets, chat messages for conversational ones (more messages after a tool call); None for any other shape, which
+the rewards score 0.0, so a malformed batch never crashes a training step. The other way round, `build_prompt`
+writes one question as chat messages (the data path's and the demo's prompts).
 """
 
 from __future__ import annotations
@@ -16,24 +10,11 @@ from typing import Any, Optional
 
 
 def completion_text(completion: Any, role: str = "assistant") -> str | None:
-    """The text of one completion (or, with `role="user"`, of the prompt's last user turn), or None.
+    """The text of one completion (with `role="user"`, of the prompt's last user turn), or None: a string as it
+    is, a message's content, of a list of messages the last of `role` (none: the last with text); content given as
+    parts (`[{"type": "text", "text": ...}]`) is its text parts joined.
 
-    Accepted shapes:
-
-    - `str`: returned as is.
-    - a message dict with a `"content"` key.
-    - a list of messages: the last message of `role` (default `"assistant"`) wins (after tool calls the final
-      answer is in the last one); with no assistant role, the last message that has text.
-    - message content given as a list of parts (`[{"type": "text", "text": ...}]`): the text
-      parts joined.
-
-    Everything else (None, numbers, bytes, nested lists, dicts without text) gives None.
-
-    >>> completion_text("<answer>18</answer>")
-    '<answer>18</answer>'
     >>> completion_text([{"role": "assistant", "content": "hi"}])
-    'hi'
-    >>> completion_text({"content": "hi"})
     'hi'
     >>> completion_text([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}], role="user")
     'q'
@@ -57,16 +38,10 @@ def completion_text(completion: Any, role: str = "assistant") -> str | None:
 
 
 def completion_texts(completions: Any) -> list[str | None]:
-    """One entry per completion: its text, or None when it has none.
-
-    `completions` is normally a list or tuple. None means "no completions" (empty result);
-    any other single object is treated as one completion, so the output length always
-    equals the number of completions the caller meant.
+    """One entry per completion: its text, or None. None is no completions; a single other object is one.
 
     >>> completion_texts(["a", [{"role": "assistant", "content": "b"}], None])
     ['a', 'b', None]
-    >>> completion_texts(None)
-    []
     """
     if completions is None:
         return []
@@ -76,7 +51,6 @@ def completion_texts(completions: Any) -> list[str | None]:
 
 
 def _content_text(content: Any) -> str | None:
-    """A message's content as text: a string, or the text parts of a multimodal list."""
     if isinstance(content, str):
         return content
     if isinstance(content, (list, tuple)):
@@ -86,10 +60,8 @@ def _content_text(content: Any) -> str | None:
 
 
 def build_prompt(system_prompt: Optional[str], question: str) -> list[dict[str, str]]:
-    """Chat messages for one question; the chat template, not us, decides the text layout.
-
-    An empty system prompt sends the user message alone (the template may then add its
-    own default system message, as Qwen2.5's does).
+    """Chat messages for one question (an empty system prompt: the user message alone, and the chat template may
+    add its own default system message, as Qwen2.5's does).
 
     >>> build_prompt("Answer briefly.", "What is 2 + 2?")
     [{'role': 'system', 'content': 'Answer briefly.'}, {'role': 'user', 'content': 'What is 2 + 2?'}]

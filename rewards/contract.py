@@ -1,21 +1,10 @@
 """The one reward contract, checked before the model loads and enforced around every call while training.
 
-A reward function is called by TRL's `GRPOTrainer._calculate_rewards` (TRL 1.15) as
-
-    fn(prompts=..., completions=..., completion_ids=..., **kwargs) -> list[float | None]
-
-with one value per completion; kwargs carry the dataset's other columns (ours: `grpo_answer`, `grpo_id`, ...,
-one entry per completion), `trainer_state`, `log_extra` and `log_metric` (docs/rewards.md); which exactly is
-TRL's rule, read in one place (rewards/trl_source.py).
-
-`check_rewards` (the values one call returned, rewards/returned.py) is the contract: a list (or tuple, or 1-D array) of exactly one
-int/float (numpy numbers included) or None per completion, every number finite. bools, strings, a scalar, a generator,
-NaN and inf are refused. `guard_reward` wraps a function so that each call is checked by that contract, a
-raise becomes a `RewardFailure` naming the function and the sample, and the share of None is logged
-(`rewards/<name>/none_frac`) and warned about once. With reward_timeout set, each call runs in the reward's own
-process, killed at the deadline (rewards/worker.py). The same wrapper serves the pre-load probe
-(pipeline/preflight.py) and the trainer (pipeline/trainer/build.py), so `--check` and the run agree.
-No torch here.
+TRL's `GRPOTrainer._calculate_rewards` (TRL 1.15) calls `fn(prompts=..., completions=..., completion_ids=...,
+**kwargs) -> list[float | None]`, one value per completion; which keywords exactly is read from TRL's source
+(rewards/trl_source.py), what a user may return is `check_rewards` (rewards/returned.py), docs/rewards.md says
+both. `guard_reward` wraps a reward in that contract; the pre-load probe (pipeline/preflight.py) and the trainer
+(pipeline/trainer/build.py) use the same wrapper, so `--check` and the run agree. No torch here.
 """
 
 from __future__ import annotations
@@ -68,8 +57,8 @@ def _sample(i: int, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> s
 
 
 def _first_failing(call: Callable, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Optional[int]:
-    """The index of the first single completion on which the reward raises too (None: it only fails on the batch,
-    or a single call ran past the deadline). `call(prompts, completions, kwargs)` makes one call."""
+    """The index of the first single completion on which `call(prompts, completions, kwargs)` raises too (None:
+    it only fails on the batch, or a single call ran past the deadline)."""
     for i in range(len(completions)):
         one = {k: ([v[i]] if isinstance(v, (list, tuple)) and len(v) == len(completions) else v)
                for k, v in kwargs.items()}
@@ -134,10 +123,8 @@ _NOT_A_REWARD_FAILURE = (SignalInterrupt, GeneratorExit)
 
 
 def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
-    """A copy of the batch for one reward, so a reward that edits `completions` (or a column) in place cannot change
-    what the next reward, or the health observer, scores. TRL hands every reward the same lists
-    (GRPOTrainer._calculate_rewards). The trainer's own objects (`trainer_state`, `log_metric`, `log_extra`) are
-    passed as they are.
+    """A copy of the batch for one reward, so one that edits `completions` (or a column) in place cannot change what
+    the next reward scores (TRL hands every reward the same lists); the trainer's own objects are passed as they are.
 
     >>> completions = [[{"role": "assistant", "content": "18"}]]
     >>> _, mine, _ = own_batch(None, completions, {})
@@ -206,11 +193,10 @@ class _Worker:
             raise RewardRaised("WorkerEnded", str(err), "", False) from None
 
 
-def _failure(func: Callable, name: str, single: Callable, err: BaseException, prompts: Any, completions: Any,
+def _failure(func: Callable, name: str, worker: Optional[_Worker], err: BaseException, prompts: Any, completions: Any,
              kwargs: dict[str, Any]) -> RewardFailure:
     """What `func` raised (here, or in its worker: a RewardRaised) as one RewardFailure naming the sample it raised
-    on (`single(prompts, completions, kwargs)` calls it on one sample), or how to write it when TRL's call does not
-    fit its signature."""
+    on, or how to write it when TRL's call does not fit its signature."""
     raised = err if isinstance(err, RewardRaised) else RewardRaised(type(err).__name__, str(err),
                                                                     raised_at(func, err), isinstance(err, TypeError))
     if raised.type_error and not _accepts(func, kwargs):
@@ -221,6 +207,7 @@ def _failure(func: Callable, name: str, single: Callable, err: BaseException, pr
         return RewardFailure(name, f"cannot be called the way TRL calls it ({raised.text}). Write it as "
                              "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
                              f"{', '.join(sorted(kwargs))} (docs/rewards.md).{why}")
+    single = worker.single if worker is not None else (lambda p, c, kw: func(prompts=p, completions=c, **kw))
     index = _first_failing(single, prompts, completions, kwargs) if not is_async_reward(func) else None
     where = f" on {_sample(index, prompts, completions, kwargs)}" if index is not None else (
         f" on a batch of {len(completions)} completions (first: {_sample(0, prompts, completions, kwargs)})")
@@ -231,20 +218,14 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
                  hold: Optional[Callable[[RewardFailure], None]] = None, timeout: Optional[float] = None,
                  own_process: bool = True) -> Callable:
     """`func` wrapped in the contract: same `__name__` (TRL's log key), each call's values checked by
-    `check_rewards`, a raise turned into RewardFailure naming the sample, None's share logged and warned once.
-    Every way out of a reward but the user's KeyboardInterrupt is a raise here (`sys.exit()` included), and each
-    call gets its own copy of the batch (`own_batch`).
+    `check_rewards` on its own copy of the batch (`own_batch`), every way out but a real signal turned into a
+    RewardFailure naming the sample, None's share logged and warned once.
 
-    With `hold`, a failure is handed to it and the call returns 0.0 for every completion instead of raising (values
-    never used: they only let TRL's loop finish without its all-None warning).
-    With `timeout` (seconds; the run's reward_timeout), a call that does not return in time is a RewardFailure:
-    the trainer then raises it after TRL's reward loop, on every process together
-    (pipeline/trainer/reward_failures.py), since a raise on one process inside the loop would leave the others
-    waiting forever in the loop's gather. The deadline holds for every reward: each call runs in the reward's own
-    worker process (rewards/worker.py), killed at the deadline and forked again for the next call. `own_process`
-    False (our health observer, which the trainer's callbacks read) keeps the calls in this process, under the
-    cooperative alarm of rewards/deadline.py; so does a call whose arguments cannot be pickled (warned once).
-    Without `timeout` (None or 0) every call runs here, without a limit.
+    `hold`: a failure is handed to it and the call returns 0.0 per completion (values never used: they let TRL's
+    loop finish; pipeline/trainer/reward_failures.py raises it after the loop, on every process together).
+    `timeout` (reward_timeout; None or 0: no limit): each call runs in the reward's own worker process
+    (rewards/worker.py), killed at the deadline; with `own_process` False (our health observer, which the
+    trainer's callbacks read), or for arguments that cannot be pickled, under rewards/deadline.py's alarm here.
 
     >>> guarded = guard_reward(lambda prompts, completions, **kw: [len(c) for c in completions])
     >>> guarded(prompts=["p", "p"], completions=["ab", "c"])
@@ -254,14 +235,36 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     nones = _NoneShare(name, warn)
     worker = _Worker(func, name, timeout, warn) if timeout and own_process and can_fork() else None
 
-    def finish(output: Any, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
-        values = check_rewards(name, output, len(completions))
+    def checked(output: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
+        try:
+            values = check_rewards(name, output, len(completions))
+        except RewardFailure as err:
+            return held(err, completions)
         nones.record(values, kwargs)
         return values
 
-    def failure(err: BaseException, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> RewardFailure:
-        single = worker.single if worker is not None else (lambda p, c, kw: func(prompts=p, completions=c, **kw))
-        return _failure(func, name, single, err, prompts, completions, kwargs)
+    def settled(err: BaseException, timeouts: tuple, prompts: Any, completions: Any,
+                kwargs: dict[str, Any]) -> list[float]:
+        """A raise out of the call: a real signal passes; past the deadline (never retried sample by sample: each
+        would wait as long again), the worker's verdict (already named) or any other raise is one RewardFailure."""
+        if isinstance(err, _NOT_A_REWARD_FAILURE):
+            raise err
+        if isinstance(err, timeouts):
+            failure = _timed_out(name, timeout, len(completions))
+            failure.__suppress_context__ = True
+        elif isinstance(err, _Settled):
+            failure = err
+        else:
+            failure = _failure(func, name, worker, err, prompts, completions, kwargs)
+            failure.__cause__ = err
+        return held(failure, completions)
+
+    def held(err: RewardFailure, completions: Any) -> list[float]:
+        """Without `hold`, `err` raised; with it, handed over and 0.0 returned per completion."""
+        if hold is None:
+            raise err
+        hold(err)
+        return [0.0] * len(completions)
 
     if is_async_reward(func):  # TRL runs async rewards concurrently; keep them async
         @functools.wraps(func)
@@ -272,17 +275,11 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
                     mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
                     output = await asyncio.wait_for(func(prompts=mine_prompts, completions=mine_completions,
                                                          **mine), timeout or None)
-            except _NOT_A_REWARD_FAILURE:
-                raise
-            except (asyncio.TimeoutError, RewardTimeout):
-                raise _timed_out(name, timeout, len(completions)) from None
-            except _Settled:
-                raise
-            except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
-                raise failure(err, prompts, completions, kwargs) from err
-            return finish(output, prompts, completions, kwargs)
+            except BaseException as err:  # noqa: BLE001 - every way out is settled
+                return settled(err, (asyncio.TimeoutError, RewardTimeout), prompts, completions, kwargs)
+            return checked(output, completions, kwargs)
 
-        return guarded_async if hold is None else _holding(guarded_async, hold)
+        return guarded_async
 
     @functools.wraps(func)
     def guarded(prompts=None, completions=None, **kwargs):
@@ -292,41 +289,11 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
                 mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
                 with reward_deadline(timeout):
                     output = func(prompts=mine_prompts, completions=mine_completions, **mine)
-        except _NOT_A_REWARD_FAILURE:
-            raise
-        except RewardTimeout:  # never retried sample by sample: each would wait as long again
-            raise _timed_out(name, timeout, len(completions)) from None
-        except _Settled:  # the worker's verdict on the output, or its end: already named
-            raise
-        except BaseException as err:  # noqa: BLE001 - every failure becomes one named RewardFailure
-            raise failure(err, prompts, completions, kwargs) from err
-        return finish(output, prompts, completions, kwargs)
+        except BaseException as err:  # noqa: BLE001 - every way out is settled
+            return settled(err, (RewardTimeout,), prompts, completions, kwargs)
+        return checked(output, completions, kwargs)
 
-    return guarded if hold is None else _holding(guarded, hold)
-
-
-def _holding(guarded: Callable, hold: Callable[[RewardFailure], None]) -> Callable:
-    """`guarded` that hands a RewardFailure to `hold` and returns 0.0 per completion instead of raising."""
-    if inspect.iscoroutinefunction(guarded):
-        @functools.wraps(guarded)
-        async def held_async(prompts=None, completions=None, **kwargs):
-            try:
-                return await guarded(prompts=prompts, completions=completions, **kwargs)
-            except RewardFailure as err:
-                hold(err)
-                return [0.0] * len(completions)
-
-        return held_async
-
-    @functools.wraps(guarded)
-    def held(prompts=None, completions=None, **kwargs):
-        try:
-            return guarded(prompts=prompts, completions=completions, **kwargs)
-        except RewardFailure as err:
-            hold(err)
-            return [0.0] * len(completions)
-
-    return held
+    return guarded
 
 
 def call_reward(func: Callable, prompts: list[Any], completions: list[Any], kwargs: dict[str, Any],
@@ -342,10 +309,8 @@ def call_reward(func: Callable, prompts: list[Any], completions: list[Any], kwar
 
 def probe_rewards(funcs: Sequence[Callable], prompts: list[Any], completions: list[Any],
                   kwargs: dict[str, Any], timeout: Optional[float] = None) -> list[str]:
-    """Call each function once (`call_reward`) on a batch in the run's real form; one line per function.
-
-    Raises the first RewardFailure (a wrong signature is a raise too: TRL passes everything by keyword).
-    """
+    """Call each function once (`call_reward`) on a batch in the run's real form; one line per function. Raises
+    the first RewardFailure."""
     lines = []
     for func in funcs:
         output = call_reward(func, prompts, completions, kwargs, timeout=timeout)

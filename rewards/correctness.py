@@ -1,9 +1,4 @@
-"""Answer rewards: is the final answer right (2.0), is it an integer (0.5).
-
-Both judge the text of the LAST <answer> block (see `extract_xml_answer`), read by the same
-normaliser the reference goes through, so "$1,234", "1 234 dollars" and "答案：1234" are
-all the reference "1234".
-"""
+"""Answer rewards: is the final answer right (2.0), is it an integer (0.5); both read the LAST <answer> block."""
 
 from __future__ import annotations
 
@@ -31,22 +26,13 @@ SYMBOLIC_BUDGET_S = 2.0
 @builtin_reward("correctness", range=(0.0, CORRECT_REWARD), kind="answer", reads_reference=True)
 def correctness_reward_func(prompts: Any = None, completions: Any = None, answer: Any = None,
                             **kwargs: Any) -> list[float | None]:
-    """2.0 when the last <answer> block equals the reference answer, else 0.0.
+    """2.0 when the last <answer> block equals the reference answer (rewards/matching.py), else 0.0 (several
+    different numbers, no block, an odd completion); None when the reference is not `reference_is_scorable`.
 
-    | case                                                              | reward |
-    |-------------------------------------------------------------------|--------|
-    | answer equals reference after normalisation (numeric, tolerance, or math-verify) | 2.0 |
-    | wrong, several different numbers ("5 or 18"), no/empty <answer> block, odd completion | 0.0 |
-    | reference not scorable (see `reference_is_scorable`): None, empty, unreadable (>1,000 chars), without a digit ("forty two"), or no one final answer ("18 or 20") | None |
-
-    None tells TRL "cannot be judged": the sample is left out of this function's mean
-    instead of teaching the model that a right answer was wrong. The reference is `grpo_answer` when the
-    pipeline passes it (answer_field's column, cleaned), else `answer`, the dataset column TRL passes, as the
-    Unsloth notebook's reward reads it; one per completion, a single value for every completion. A GSM8K
-    answer (`worked text #### 18`) is read as its final answer.
-
-    Raises ValueError (naming `answer`) when the column is missing or its length differs
-    from `completions`: that is a data set-up error, and guessing would misalign rewards.
+    None tells TRL "cannot be judged" (left out of the mean) instead of teaching that a right answer was wrong.
+    The reference is `grpo_answer` when the pipeline passes it, else `answer` (as the notebook's reward reads it):
+    one per completion, or one for all; a GSM8K answer (`... #### 18`) is read as its final answer. A missing
+    column, or one of another length, raises ValueError naming `answer`: guessing would misalign rewards.
 
     >>> correctness_reward_func(completions=["<answer>$1,234</answer>", "<answer>1234.5</answer>",
     ...                                      [{"role": "assistant", "content": "<answer>答案：1234</answer>"}]],
@@ -70,9 +56,8 @@ def correctness_reward_func(prompts: Any = None, completions: Any = None, answer
 
 
 def reference_is_scorable(reference: Any) -> bool:
-    """True when `reference` reads as ONE final answer that a completion can be judged against: a number, or an
-    expression with a digit that math-verify compares. The one reading of a reference answer, for this reward
-    and for data preparation (pipeline/data/clean.py rejects the rows it refuses as `unscorable_answer`).
+    """True when `reference` reads as ONE final answer, a number or an expression with a digit: the one reading of
+    a reference, for this reward and for data preparation (pipeline/data/clean.py's `unscorable_answer`).
 
     >>> [reference_is_scorable(r) for r in ("1,234", "$18", "3/4", "答案：18", "\\frac{1}{2}", "2x+1")]
     [True, True, True, True, True, True]
@@ -87,14 +72,8 @@ def reference_is_scorable(reference: Any) -> bool:
 # "answer": 0 everywhere means no completion states an integer; at its maximum, that form is learned
 @builtin_reward("int", range=(0.0, INTEGER_REWARD), kind="answer", learned_at_max=True)
 def int_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
-    """0.5 when the last <answer> block is an integer after normalisation, else 0.0.
-
-    | answer block                                              | reward |
-    |-----------------------------------------------------------|--------|
-    | "18", "-3", "1,234", "$18", "18.00", "答案：18", "\\\\boxed{18}" | 0.5    |
-    | "18.5", "1/2", "x+1", "5 or 18", "" , no block, odd input | 0.0    |
-
-    The notebook used str.isdigit(), which rejects "-3" and "1,234" and accepts "²".
+    """0.5 when the last <answer> block reads as one integer ("-3", "1,234", "$18", "18.00"), else 0.0. The
+    notebook used str.isdigit(), which rejects "-3" and "1,234" and accepts "²".
 
     >>> int_reward_func(["<answer>1,234</answer>", "<answer>-3</answer>", "<answer>2.5</answer>", None])
     [0.5, 0.5, 0.0, 0.0]
@@ -102,13 +81,9 @@ def int_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
     rewards = []
     for text in completion_texts(completions):
         parsed = parse_answer(extract_xml_answer(text), prediction=True)
-        is_integer = parsed is not None and parsed.kind == "number" and _is_integral(parsed.value)
+        is_integer = parsed is not None and parsed.value is not None and parsed.value.denominator == 1
         rewards.append(INTEGER_REWARD if is_integer else 0.0)
     return rewards
-
-
-def _is_integral(value: Fraction | None) -> bool:
-    return value is not None and value.denominator == 1
 
 
 def _final_answer(reference: Any) -> Any:
@@ -119,7 +94,6 @@ def _final_answer(reference: Any) -> Any:
 
 
 def _references(answer: Any, count: int) -> list[Any]:
-    """One reference per completion, checked."""
     if answer is None:
         raise ValueError("correctness_reward_func needs `answer` (the dataset column with the reference answer, "
                          "one per completion); add an 'answer' column to the training dataset.")

@@ -1,11 +1,7 @@
 """A reward call's deadline in the trainer's own process: SIGALRM around a synchronous call, in the main thread.
 
-Cooperative, so it does not hold for every reward (math_verify's own alarm cancels it, a blocked event loop or a
-hung thread is out of its reach, and off the main thread there is none): while reward_timeout is set, rewards run in
-a process of their own that is killed at the deadline (rewards/worker.py). This alarm is what is left for the calls
-that stay here: our health observer, and a call whose arguments cannot be pickled for the worker.
-rewards/contract.py guard_reward turns RewardTimeout, from either, into a RewardFailure naming the reward (an async
-reward that stays here is bounded by asyncio.wait_for instead).
+Cooperative (see rewards/worker.py for why that does not hold for every reward): what is left for the calls that
+stay in the trainer's process, our health observer and a call whose arguments cannot be pickled for the worker.
 """
 
 from __future__ import annotations
@@ -24,10 +20,8 @@ class RewardTimeout(BaseException):
 
 @contextlib.contextmanager
 def reward_deadline(seconds: Optional[float]):
-    """Raise RewardTimeout inside the block after `seconds` (None or 0: no limit), through SIGALRM: a reward stuck
-    in Python code or in a blocking call (sleep, a socket read) is interrupted. Only the main thread can take a
-    signal: elsewhere (a notebook's worker thread) the block runs without a limit. An alarm someone else had set
-    (a test runner's timeout) is put back afterwards with the time it has left."""
+    """Raise RewardTimeout inside the block after `seconds` (None or 0: no limit); off the main thread, no limit.
+    An alarm someone else had set (a test runner's timeout) is put back afterwards with the time it has left."""
     if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,8 +1,6 @@
 """Each built-in reward is declared once, where it is defined, with its facts: `@builtin_reward(...)` (verl's
-`@register_adv_est` is the model). A new built-in reward is one decorated function; every reader takes the facts
-from here: the registry (rewards/registry.py: names, the notebook's aliases), whether a recipe reads the reference
-answer (`reads_reference`), the health diagnosis of flat rewards (pipeline/health/signal.py), the plots' bands
-(pipeline/run/plots.py) and `grpo rewards` (pipeline/infer/dry_run.py).
+`@register_adv_est` is the model). The registry, the health diagnosis of flat rewards, the plots' bands and
+`grpo rewards` all read the facts from here.
 
 >>> from grpo_pipeline.rewards import correctness_reward_func
 >>> facts = logged_facts("correctness_reward_func")

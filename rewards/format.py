@@ -1,16 +1,7 @@
-"""Format rewards for the <reasoning>...</reasoning><answer>...</answer> layout.
-
-Same names and scale as the Unsloth GRPO notebook (0.5 each, xmlcount up to 0.5), fixed
-where the notebook's versions mislead training:
-
-- The notebook's strict regex (`^<reasoning>\\n.*?\\n</reasoning>\\n<answer>\\n.*?\\n</answer>\\n$`
-  without DOTALL) cannot match multi-line reasoning, so it pays out almost never. Ours is
-  just as strict about structure but tolerant of whitespace around the tags.
-- The notebook's soft regex is anchored at the start and also stops at the first newline.
-- The notebook's xmlcount subtracts 0.001 per character after `</answer>` without bound,
-  which can outweigh all format credit; ours caps that penalty.
-
-All scanning is str.find/count: linear time, no backtracking on pathological input.
+"""Format rewards for the <reasoning>...</reasoning><answer>...</answer> layout: the Unsloth GRPO notebook's names
+and scale, fixed where its versions mislead training. Its strict regex (no DOTALL) cannot match multi-line
+reasoning and its soft one stops at the first newline, so both pay out almost never; its xmlcount's unbounded
+penalty after `</answer>` can outweigh all format credit (ours is capped). str.find/count only: linear time.
 """
 
 from __future__ import annotations
@@ -49,18 +40,9 @@ TRAILING_PENALTY_CAP = 0.125
 
 @builtin_reward("strict_format", range=(0.0, FORMAT_REWARD), kind="format", learned_at_max=True)
 def strict_format_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
-    """0.5 when the whole completion is exactly one reasoning block then one answer block.
-
-    | completion                                                            | reward |
-    |-----------------------------------------------------------------------|--------|
-    | `<reasoning>R</reasoning><answer>A</answer>`; any whitespace (spaces, | 0.5    |
-    | newlines, \\r\\n) before, between and after the blocks                |        |
-    | other text before `<reasoning>`, after `</answer>` or between blocks  | 0.0    |
-    | a tag missing, repeated, or out of order                              | 0.0    |
-    | empty reasoning or empty answer                                       | 0.0    |
-    | None / not text                                                       | 0.0    |
-
-    Reasoning and answer may span lines. TRL's other keyword arguments are ignored.
+    """0.5 when the whole completion is exactly one non-empty reasoning block then one non-empty answer block,
+    with only whitespace before, between and after them; 0.0 for other text there, a tag missing, repeated or
+    out of order, and for no text at all.
 
     >>> strict_format_reward_func(["<reasoning>\\nstep 1\\nstep 2\\n</reasoning>\\n<answer>\\n18\\n</answer>\\n",
     ...                            "<reasoning>r</reasoning><answer>18</answer>",
@@ -73,13 +55,8 @@ def strict_format_reward_func(completions: Any = None, **kwargs: Any) -> list[fl
 
 @builtin_reward("soft_format", range=(0.0, FORMAT_REWARD), kind="format", learned_at_max=True)
 def soft_format_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
-    """0.5 when a complete reasoning block is followed, anywhere later, by a complete answer block.
-
-    | completion                                                      | reward |
-    |-----------------------------------------------------------------|--------|
-    | `...<reasoning>...</reasoning>...<answer>...</answer>...` (anything around/between, any content) | 0.5 |
-    | answer block before the reasoning block, or either block unclosed/missing | 0.0 |
-    | None / not text                                                 | 0.0    |
+    """0.5 when a complete reasoning block is followed, anywhere later, by a complete answer block (anything
+    around and between them); else 0.0.
 
     >>> soft_format_reward_func(["Sure!\\n<reasoning>\\nr\\n</reasoning> then <answer>18</answer> done",
     ...                          "<answer>18</answer><reasoning>r</reasoning>", "<reasoning>r</reasoning><answer>18"])
@@ -91,16 +68,8 @@ def soft_format_reward_func(completions: Any = None, **kwargs: Any) -> list[floa
 
 @builtin_reward("xmlcount", range=(0.0, FORMAT_REWARD), kind="format", learned_at_max=True)  # clamped to [0, 0.5]
 def xmlcount_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
-    """Partial credit per tag, up to 0.5.
-
-    | part                                                           | reward                    |
-    |----------------------------------------------------------------|---------------------------|
-    | each of `<reasoning>`, `</reasoning>`, `<answer>`, `</answer>` | +0.125                    |
-    | that appears exactly once (newlines around it optional)        |                           |
-    | non-whitespace characters after the last `</answer>`           | -0.001 each, at most      |
-    |                                                                | -0.125 in total           |
-    | total                                                          | clamped to [0, 0.5]       |
-    | None / not text                                                | 0.0                       |
+    """Partial credit per tag: +0.125 for each of the four tags that appears exactly once, -0.001 per
+    non-whitespace character after the last `</answer>` (at most -0.125), clamped to [0, 0.5]; 0.0 for no text.
 
     >>> xmlcount_reward_func(["<reasoning>\\nr\\n</reasoning>\\n<answer>\\n18\\n</answer>\\n",
     ...                       "<reasoning>r</reasoning><answer>18</answer>" + "x" * 10,

@@ -1,29 +1,8 @@
 """Language consistency: is the reasoning and the answer written in the language of the question?
 
-Qwen models trained with GRPO on Chinese questions often drift into English or mixed-language
-reasoning: the correctness reward does not care, so nothing pushes back. This reward does. Off by
-default; add it to `reward_funcs` (configs/qwen2.5-1.5b-gsm8k-zh.yaml does) and give it a weight.
-
-How a text's language is read (`script_counts`): CJK ideographs count one each, Latin words of two or
-more letters count one each (a Chinese character and an English word carry about as much meaning).
-Ignored: numbers, punctuation, formulas (`3x+2=8`: single letters are variables), LaTeX (`$...$`,
-`\\(...\\)`, `\\[...\\]`, `\\frac` and other commands) and tags (`<reasoning>`, `<|im_end|>`). So
-`设 x=5，则 2x+1=11` is all Chinese and `\\frac{1}{2} of 18 is 9` all English.
-
-The score of a completion (`language_consistency_reward_func`):
-
-| case                                                       | reward                                    |
-|------------------------------------------------------------|-------------------------------------------|
-| the question's language: the script with more units in it  | (no letters in it: the completion's own)  |
-| each part (the `<reasoning>` block, the `<answer>` block;  | share = its units in that language / all  |
-| the whole completion when it has neither)                  | its units; part score min(1, share / 0.9) |
-| a part with no letters (an answer `18`)                    | part score 1                              |
-| total                                                      | 0.5 x the mean part score                 |
-| None / not text                                            | 0.0                                       |
-
-`LANGUAGE_THRESHOLD` (0.9) is the share that earns full marks: a Chinese reasoning with a stray `km` or
-`GSM8K` keeps them, one that switches to English half way loses about half. Its scale (0.5) is the format
-rewards'; raise its weight in `reward_weights` to make drift cost more than a format point.
+Qwen models trained with GRPO on Chinese questions often drift into English or mixed-language reasoning, and the
+correctness reward does not care. Off by default; add it to `reward_funcs` (configs/qwen2.5-1.5b-gsm8k-zh.yaml
+does). How a language is read and how a completion is scored: docs/rewards.md "Language consistency".
 """
 
 from __future__ import annotations
@@ -54,10 +33,9 @@ _CHATML_USER = re.compile(r"<\|im_start\|>user\n(.*?)(?:<\|im_end\|>|$)", re.S)
 
 
 def script_counts(text: str) -> dict[str, int]:
-    """Units of each script in `text`: CJK ideographs and Latin words, outside numbers, formulas, LaTeX, tags.
+    """Units of each script in `text`: CJK ideographs and Latin words of 2+ letters, outside numbers, formulas,
+    LaTeX and tags.
 
-    >>> script_counts("小明有 18 个苹果，吃了 3 个。")
-    {'cjk': 9, 'latin': 0}
     >>> script_counts("<reasoning>He has $\\\\frac{1}{2}$ of 18 apples, so 2x = 9</reasoning>")
     {'cjk': 0, 'latin': 5}
     """
@@ -111,8 +89,6 @@ def question_text(prompt: Any) -> Optional[str]:
     """The question a completion answers: the last user message of a conversation, the user turn of a
     ChatML-rendered prompt, or the prompt string itself.
 
-    >>> question_text([{"role": "system", "content": "Respond in English"}, {"role": "user", "content": "几个？"}])
-    '几个？'
     >>> question_text("<|im_start|>system\\nRespond...<|im_end|>\\n<|im_start|>user\\n几个？<|im_end|>\\n")
     '几个？'
     """
@@ -123,7 +99,8 @@ def question_text(prompt: Any) -> Optional[str]:
 
 
 def language_consistency(completion: Optional[str], question: Optional[str]) -> float:
-    """The score of one completion against its question (see the module's table).
+    """The score of one completion against its question: 0.5 x the mean over its parts (`_parts`) of
+    min(1, share in the question's language / LANGUAGE_THRESHOLD), a part without letters scoring 1.
 
     >>> question = "小明有几个苹果？"
     >>> language_consistency("<reasoning>小明有 3 个苹果</reasoning><answer>3</answer>", question)

@@ -1,67 +1,37 @@
 """Read a free-form final answer ("$1,234", "答案：18", "\\boxed{\\frac12}") into a comparable form.
 
-This is the fast path of answer checking: plain string work and a few linear regexes, no
-sympy. It classifies an answer as one of
+The fast path of answer checking (string work and linear regexes, no sympy). An answer is a `number`
+(exactly one value, possibly repeated, in prose or units), `ambiguous` (several different numbers and no
+final-answer marker: never guessed), `expression` (maths the numeric reader must not flatten: "2x",
+"\\sqrt{2}", "(1, 2)"; matching.py hands it to math-verify) or `text` ("Monday"). The rules, each a reason a
+notebook reward marked a right answer wrong:
 
-- `number`: exactly one numeric value (possibly repeated) in prose or units, e.g.
-  "The answer is 18.", "$18", "18 dollars", "18元", "１８", "1,234", "50%", "\\frac{1}{2}".
-- `ambiguous`: two or more *different* numbers and no final-answer marker to pick one,
-  e.g. "5 apples and 18 pears". Never accepted as a number (no guessing, no substring match).
-- `expression`: looks like mathematics that the numeric reader must not flatten
-  ("2x", "\\sqrt{2}", "x^2+1", "(1, 2)"); matching.py hands these to math-verify.
-- `text`: no digits and no math at all ("Monday", "A").
+1. Garbage (U+FFFD, zero-width and bidi marks, control characters) is dropped; NFKC folds "１８" and "："; U+2212
+   is "-".
+2. LaTeX: the last `\\boxed{}`/`\\fbox{}` is the answer; delimiters dropped, `\\text{}` unwrapped, numeric
+   `\\frac{a}{b}` / `\\frac12` become a/b.
+3. Only what follows the last final-answer marker ("answer is", "答案：", ...) is read, then only what follows a
+   single "=": "5 + 13 = 18" is 18. Without one, a sentence is a number only if all its numbers are equal.
+4. Thousands separators are "," or a space between groups of three; decimals, a/b and e-notation are read
+   exactly (`fractions.Fraction`); currency and unit words around a number are ignored.
+5. "50%" reads as 50 (GSM8K writes "#### 50"), never also 0.5: both readings would accept "0.2%" for 0.2.
+6. A single Latin/Greek letter glued to a number ("2x", "2π"), operators, brackets or a leftover backslash
+   make an expression; a word glued to it is a unit ("18km"), and so is one of the letters m g h s l ("5m").
+7. Accepted forms: "**18**", "18 (approximately)", units after a slash or squared ("$15/hour", "10 ft²"),
+   mixed numbers ("2 1/2" = 5/2, proper fractions only), scale words ("1.2 million"), "\\approx" as "=" unless
+   it follows an exact value, "11,\\! 111" as 11111.
+8. A comma is a thousands separator only in GSM8K's shape ("1,234", "12,000,023"); any other single comma
+   between digits is a decimal comma ("2,74"), so "18,20" reads as 18.2, which equals no integer answer.
+9. Prose with several different numbers: the number its last sentence asserts (`conclusion_value`), or nothing.
+   A hedge ("maybe 18", "at most 18", "\\boxed{18} or \\boxed{20}") is ambiguous even with one number.
 
-Rules, in order (each one is why a notebook reward marked a right answer wrong):
+The model's side (`parse_answer(..., prediction=True)`) also reads number words ("eighteen", "十八") in text
+without digits, cuts chat-template tokens and what follows them, and reads a long answer at its last
+\\boxed{} or final-answer marker, else its last MAX_ANSWER_CHARS characters. A reference gets none of these
+("forty two" is no GSM8K reference: correctness leaves it unjudged), and one over MAX_ANSWER_CHARS is not read.
 
-1. Garbage from a collapsing policy is dropped: U+FFFD, zero-width and bidi marks, control
-   characters (become spaces). Text is NFKC-normalised, so full-width digits and colons
-   ("１８", "：") become ASCII; U+2212 minus becomes "-".
-2. LaTeX: the content of the last `\\boxed{}`/`\\fbox{}` is the answer; `$`, `\\(`, `\\)`,
-   `\\[`, `\\]` are dropped; `\\text{..}`-style wrappers are unwrapped; `\\frac{a}{b}`,
-   `\\dfrac`, `\\tfrac`, `\\frac12` with numeric a, b become `a/b`; `\\%`, `\\$`, `{,}`, `\\,`
-   and degree signs are simplified.
-3. Final-answer markers: if the text contains "answer is", "answer:", "答案是", "答案为",
-   "答案：" or "答：", only what follows the *last* marker is read; then, if exactly one "="
-   is left, only what follows it. That is the "one final number" rule: "5 + 13 = 18" and
-   "He has 5, so the answer is 18" read as 18. Without a marker, a sentence is a number only
-   if all its numbers are equal; "5 apples and 18 pears" is ambiguous and never accepted.
-4. Numbers: thousands separators are "," or a space between groups of exactly three digits
-   ("1,234", "1 234"); decimals, a/b fractions and e-notation are read exactly as
-   `fractions.Fraction`. Currency and unit words around the number are ignored ("$18",
-   "18 dollars", "¥18", "18元").
-5. Percent: "%" is a unit like any other, so "50%" reads as 50 (GSM8K writes percentage
-   answers as "#### 50"). It does NOT also equal 0.5: accepting both readings would
-   accept "0.2%" for 0.2.
-6. A single Latin or Greek letter glued to a number ("2x", "3i", "x2", "2π"), operators
-   (+ * / ^ = < > and the like outside a number), brackets or leftover backslashes mark an
-   expression. A multi-letter word glued to a number is a unit ("18km", "5kg"), so "5m" is an
-   expression but "5 m" is a number.
-
-7. Forms a careful grader accepts: "**18**" (markdown), "18 (approximately)" (a parenthetical
-   of words), units after a slash or squared ("60 km/h", "$15/hour", "10 ft²", "10 m^2"), a unit
-   letter glued to the number ("5m", "3h"), mixed numbers ("2 1/2", "2\\frac{1}{2}" = 5/2),
-   scale words ("1.2 million"), "\\approx" read as "=", "11,\\! 111" as 11111.
-8. Decimal commas: a comma is a thousands separator only in GSM8K's own shape (1-3 digits, not
-   starting with 0, then groups of exactly three: "1,234", "12,000,023"). Any other single comma
-   between digits is a decimal comma ("1000,99", "2,74", "0,111"). Safe because the two readings
-   never overlap, and a hedge written without a space ("18,20") reads as 18.2, which equals no
-   integer answer.
-9. The conclusion sentence (see `conclusion_value`): when the text is prose with several
-   different numbers, the number the last sentence asserts is read, or nothing.
-
-The model's side (`parse_answer(..., prediction=True)`) also reads number words ("eighteen",
-"十八", "一百二十") when there are no digits at all, drops chat-template tokens and what
-follows them ("<|im_start|>user ..."), and reads a long answer's \\boxed{} or its last
-MAX_ANSWER_CHARS characters. A reference gets none of these: a reference in words ("forty
-two") is not a GSM8K reference, and the correctness reward leaves it unjudged.
-
-Answers longer than MAX_ANSWER_CHARS are otherwise not read at all (None): the cap bounds the
-time spent per completion.
-
-Where each rule lives: rules 1, 2 and 7 in rewards/cleaning.py (characters, LaTeX, prose forms),
-rules 3 and 9 in rewards/sentences.py (final-answer markers, the conclusion sentence), rules 4-6
-and 8 in rewards/numbers.py (reading the numbers), the model side's number words in
-rewards/number_words.py. This module holds the entry points that run them in order.
+Rules 1, 2, 7 live in rewards/cleaning.py, 3 and 9 in rewards/sentences.py, 4-6 and 8 in rewards/numbers.py,
+number words in rewards/number_words.py; this module runs them in order.
 """
 
 from __future__ import annotations
@@ -88,28 +58,17 @@ AnswerKind = Literal["number", "ambiguous", "expression", "text"]
 
 @dataclass(frozen=True)
 class ParsedAnswer:
-    """What the fast path made of an answer.
-
-    `value` is set only for kind "number". `cleaned` is the text after garbage removal,
-    LaTeX unwrapping and final-marker selection; the symbolic path and string comparison use it.
-    """
+    """What the fast path made of an answer. `value` is set only for kind "number"; `cleaned` (the text after
+    the rules, before reading numbers) is what the symbolic path and string comparison use."""
 
     kind: AnswerKind
     value: Fraction | None
     cleaned: str
 
 
-# --- public entry points --------------------------------------------------------------------
-
 def parse_answer(text: Any, *, prediction: bool = False) -> ParsedAnswer | None:
-    """Classify a final answer; None when there is nothing to read.
-
-    Ints, floats, Fractions, Decimals and numpy scalars are accepted (a dataset column may hold numbers). None,
-    other non-strings and empty text give None. Never raises.
-
-    `prediction=True` reads the model's side (see the module docstring): number words, chat
-    template tokens cut off, and a long answer read at its \\boxed{} or its tail. Otherwise
-    text over MAX_ANSWER_CHARS gives None.
+    """Classify a final answer (`prediction=True`: the model's side, see the module docstring); None when there
+    is nothing to read. Numbers (numpy's included) are read as text, other non-strings give None. Never raises.
 
     >>> parse_answer("The answer is $1,234.")
     ParsedAnswer(kind='number', value=Fraction(1234, 1), cleaned='1,234.')
@@ -139,10 +98,8 @@ _TEMPLATE_TOKEN = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|end_of_tex
 
 
 def _prediction_window(text: str) -> str:
-    """At most MAX_ANSWER_CHARS of a model's answer: up to the first chat-template token (the
-    model went on into a new turn), then from its last \\boxed{} or final-answer marker, or
-    else its tail, cut at a space so
-    no number is cut in half. Linear in the text."""
+    """At most MAX_ANSWER_CHARS of a model's answer (see the module docstring); a tail is cut at a space so no
+    number is cut in half. Linear in the text."""
     if "<|" in text or "hope" in text:
         token = _TEMPLATE_TOKEN.search(text)
         if token is not None:
@@ -152,9 +109,7 @@ def _prediction_window(text: str) -> str:
     text = text.rstrip()  # trailing padding carries nothing, and must not push the answer out of the window
     if len(text) <= MAX_ANSWER_CHARS:
         return text
-    last_marker = -1
-    for match in FINAL_MARKER.finditer(text):
-        last_marker = match.start()
+    last_marker = max((match.start() for match in FINAL_MARKER.finditer(text)), default=-1)
     start = max(last_marker, *(text.rfind(cmd) for cmd in BOX_COMMANDS))
     if start != -1:
         return text[start:start + MAX_ANSWER_CHARS]
@@ -198,19 +153,11 @@ def _parse_text(text: str, prediction: bool = False) -> ParsedAnswer | None:
 
 
 def normalize_answer(text: Any) -> str | None:
-    """A canonical string for an answer, or None when there is none.
-
-    A numeric answer becomes its canonical number (see `format_number`): "1,234" -> "1234",
-    "$18.00" -> "18", "答案：18元" -> "18", "\\frac{1}{2}" -> "0.5", "50%" -> "50". Anything
-    else comes back cleaned (garbage removed, whitespace collapsed, \\boxed and $ unwrapped,
-    text before the last final-answer marker dropped) but otherwise unchanged.
+    """A canonical string for an answer: a number's `format_number`, anything else its cleaned text; None when
+    there is none.
 
     >>> normalize_answer("1,234"), normalize_answer("$18.00"), normalize_answer("答案：１８元")
     ('1234', '18', '18')
-    >>> normalize_answer("The answer is \\\\boxed{\\\\frac{1}{2}}")
-    '0.5'
-    >>> normalize_answer("  ") is None, normalize_answer(None) is None
-    (True, True)
     """
     parsed = parse_answer(text)
     if parsed is None:

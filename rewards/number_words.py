@@ -13,8 +13,6 @@ import re
 from grpo_pipeline.rewards.cleaning import SCALE
 
 
-# --- step 2c (model side only): number words ---------------------------------------------------
-
 _SMALL_NUMBERS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
                   "fifteen sixteen seventeen eighteen nineteen").split()
 _TENS_WORDS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
@@ -67,10 +65,8 @@ def _chinese_value(match: re.Match[str]) -> str:
 
 
 def number_words_to_digits(text: str) -> str:
-    """Number words as digits ("eighteen" -> "18", "一百二十" -> "120").
-
-    Only for text without a single digit: in "一共120元" the 一 is part of a word, and in
-    "each one costs 5" "one" is not the answer. With digits present, words are left alone."""
+    """Number words as digits ("eighteen" -> "18", "一百二十" -> "120"), only in text without a digit: in "一共120元"
+    the 一 is part of a word, and in "each one costs 5" "one" is not the answer."""
     if any(ch.isdigit() for ch in text):
         return text
     if _UNREAD_WORDS.search(text) is None:

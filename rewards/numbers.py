@@ -1,8 +1,5 @@
-"""Reading an answer, rules 4-6 and 8 of rewards/normalize.py: the numbers in a cleaned answer, exactly.
-
-Thousands separators, decimal commas, a/b fractions and e-notation become `fractions.Fraction`; a
-letter glued to a number or an operator marks the text as mathematics. `format_number` writes a
-value back as canonical text.
+"""Reading an answer, rules 4-6 and 8 of rewards/normalize.py: the numbers in a cleaned answer, exactly
+(`fractions.Fraction`), and whether it is mathematics; `format_number` writes a value back as canonical text.
 """
 
 from __future__ import annotations
@@ -15,8 +12,6 @@ from fractions import Fraction
 # be slow and no grade-school answer needs it.
 MAX_EXPONENT = 300
 
-
-# --- step 4: numbers ------------------------------------------------------------------------
 
 NUMBER = re.compile(
     r"(?P<sign>[-+])?(?=\.?\d)"  # a number starts with a digit (or ".5"); never matches empty

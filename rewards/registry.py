@@ -1,9 +1,6 @@
-"""Reward functions by name, for configs and the CLI.
-
-Names are the short ones the config uses ("correctness"); the notebook's function names
-("correctness_reward_func") are accepted as aliases, and "package.module:function" loads a
-user's own reward. TRL logs each function as `rewards/<__name__>/mean`, so the functions
-returned here keep their notebook `__name__` and dashboards match the notebook's.
+"""Reward functions by name, for configs and the CLI: our short names ("correctness"), the notebook's function
+names as aliases (TRL logs `rewards/<__name__>/mean`, so dashboards match the notebook's), TRL's registry, and
+"package.module:function" for a user's own.
 """
 
 from __future__ import annotations
@@ -56,21 +53,13 @@ def _known_names(unknown: str = "") -> str:
 
 
 def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
-    """The reward function for a registry name, a notebook alias, a name of TRL's registry (`accuracy_reward`,
-    `get_soft_overlong_punishment`: what `trl grpo --reward_funcs` takes, built as TRL builds it), or
-    "module:function" (or a dotted path). With `fresh`, a user's module is a separate instance of it
-    (rewards/user_code.py `import_user_module`): what the check calls leaves the run's module as never called.
-
-    A callable is returned unchanged. Raises a plain ValueError (its message says the fix and
-    names no config field; the config layer adds that) for an unknown name, a module that
-    cannot be imported, or an attribute that is missing or not callable.
+    """The reward function for a registry name, a notebook alias, a name of TRL's registry (what `trl grpo
+    --reward_funcs` takes, built as TRL builds it), or "module:function" (or a dotted path); a callable as it is.
+    `fresh`: a user's module is a separate instance (rewards/user_code.py `import_user_module`), for the check.
+    Raises a plain ValueError saying the fix (the config layer names the field).
 
     >>> resolve_reward("correctness").__name__
     'correctness_reward_func'
-    >>> resolve_reward("xmlcount_reward_func") is resolve_reward("xmlcount")
-    True
-    >>> resolve_reward("grpo_pipeline.rewards.format:soft_format_reward_func").__name__
-    'soft_format_reward_func'
     >>> resolve_reward("trl.rewards.accuracy_reward") is resolve_reward("accuracy_reward")
     True
     """
@@ -84,18 +73,18 @@ def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
         return builtin.func
     if key in trl_reward_names():
         return trl_reward(key)
-    if ":" in key:
-        return _import_plugin(key, fresh)
-    if "." in key.strip("."):  # a dotted path, as TRL's docs and open-r1 write one: trl.rewards.accuracy_reward
-        module_name, _, function = key.rpartition(".")
-        return _import_plugin(f"{module_name}:{function}", fresh)
+    if ":" in key or "." in key.strip("."):  # or a dotted path, as TRL's docs and open-r1 write one
+        spec = key if ":" in key else ":".join(key.rsplit(".", 1))
+        obj = load_user_object(spec, "reward", fresh)
+        if not callable(obj):
+            raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a function.")
+        return obj
     raise ValueError(f"unknown reward {key!r}; {_known_names(key)}; or 'package.module:function' (or "
                      "package.module.function) for your own.")
 
 
 def is_builtin_reward(name: Any) -> bool:
     """A name the registry answers without importing anyone's module: ours, the notebook's aliases, TRL's registry.
-    Anything else (`module:function`, a dotted path) names someone's code, which runs only when you name it.
 
     >>> is_builtin_reward("correctness"), is_builtin_reward("accuracy_reward"), is_builtin_reward("my_rewards:score")
     (True, True, False)
@@ -105,13 +94,10 @@ def is_builtin_reward(name: Any) -> bool:
 
 
 def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
-    """True when one of the rewards is the built-in correctness reward, by any name `resolve_reward` takes for it
-    (registry name, function name, `grpo_pipeline.rewards.correctness:correctness_reward_func`, the function itself): it scores
-    each completion against the row's reference answer (`grpo_answer`: answer_field's column, cleaned). A name that
-    does not resolve is validate()'s to name, not this question's.
-
-    Decided without importing any module (`grpo data` and `grpo plan` run no user code): a `module:function` is read
-    from the module's source (`is_correctness_in_source`); None when that cannot tell and nothing else says yes.
+    """True when one of the rewards is the built-in correctness reward (which reads `grpo_answer`), by any name
+    `resolve_reward` takes for it; None when a module's source cannot tell and nothing else says yes. Decided
+    without importing any module (`grpo data` and `grpo plan` run no user code); a name that does not resolve is
+    validate()'s to name.
 
     >>> reads_reference(["strict_format", "correctness"]), reads_reference(["trl.rewards.accuracy_reward"])
     (True, False)
@@ -132,13 +118,13 @@ def _is_correctness(name: str | RewardFunc) -> Optional[bool]:
         return False  # not a reward name at all: validate() names it
     source = module_source(module)
     if source is None:
-        return False  # no such module: validate() names it (the docstring's rule)
+        return False  # no such module: validate() names it
     return is_correctness_in_source(source, function)
 
 
 def module_source(module_name: str) -> Optional[Path]:
-    """The .py file `import module_name` would run, found as import_user_module finds it (the recipe's folder, the
-    working folder, then the import path), without running any of it; None when there is none."""
+    """The .py file `import module_name` would run, found as import_user_module finds it, without running any of
+    it; None when there is none."""
     top, *rest = module_name.split(".")
     if top == OURS:  # our own modules (grpo_pipeline.rewards.correctness)
         spec = spec_of_ours(module_name)
@@ -155,13 +141,10 @@ def module_source(module_name: str) -> Optional[Path]:
     return path if path is not None and path.suffix == ".py" else None
 
 
-def is_correctness_in_source(source: Optional[Path], function: str) -> Optional[bool]:
+def is_correctness_in_source(source: Path, function: str) -> Optional[bool]:
     """Whether `function` in the module file `source` is the built-in correctness reward, read from its text:
-    True for ours (rewards/correctness.py) or an import of correctness_reward_func under that name, False for a
-    function or class of its own or another import, None when the text does not say (an assignment, a name made at
-    run time, no file)."""
-    if source is None:
-        return None
+    True for ours or an import of it under that name, False for a function or class of its own or another import,
+    None when the text does not say (an assignment, a name made at run time)."""
     ours = Path(inspect.getsourcefile(correctness_reward_func)).resolve()
     if source.resolve() == ours:
         return function == correctness_reward_func.__name__
@@ -186,9 +169,8 @@ def is_correctness_in_source(source: Optional[Path], function: str) -> Optional[
 
 
 def check_reward_names(names: Sequence[str | RewardFunc]) -> None:
-    """What get_reward_funcs refuses that can be seen without importing anything: not a list, an empty list, a
-    name listed twice, an unknown bare name, a module that is nowhere to be found. For the commands that call no
-    reward (`grpo plan`, `grpo data`); the commands that call them import them (get_reward_funcs)."""
+    """What get_reward_funcs refuses that can be seen without importing anything (not a list, an empty list, an
+    unknown bare name, a module that is nowhere to be found), for the commands that call no reward."""
     if isinstance(names, str) or not isinstance(names, Sequence):
         raise ValueError(f"expected a list of names, got {names!r}; write e.g. [{names!r}].")
     if not names:
@@ -206,26 +188,17 @@ def check_reward_names(names: Sequence[str | RewardFunc]) -> None:
 
 
 def get_reward_funcs(names: Sequence[str | RewardFunc], fresh: bool = False) -> list[RewardFunc]:
-    """Resolve a list of reward names (see `resolve_reward`), in order, each under the name TRL logs it by.
-
-    TRL names a reward by its `__name__` (`rewards/<name>/mean`, and its completions table); so do the
-    contract's messages, the plots and the health rules. A callable without one of its own (an instance of a
-    class with `__call__`, a `functools.partial`, a lambda) is named after the attribute it was loaded as
-    (`scoring:length_penalty` -> `length_penalty`), and two different rewards with the same name (`a:score`,
-    `b:score`) after their whole spec (`a.score`, `b.score`): otherwise TRL would log them under one key, and
-    each of their means would be the two mixed. The function returned carries that name (a thin wrapper where
-    the callable's own `__name__` differs).
-
-    `fresh`: see `resolve_reward` (the check's probe). Raises ValueError for a bare string (write a list), an
-    empty list, or a reward listed
-    twice (TRL would log both under the same name and weights would be ambiguous).
+    """Resolve a list of reward names (see `resolve_reward`), in order, each under the name TRL logs it by
+    (`rewards/<__name__>/mean`). A callable without a name of its own (a lambda, a partial, an instance) is named
+    after the attribute it was loaded as (`scoring:length_penalty` -> `length_penalty`), and two rewards with one
+    name (`a:score`, `b:score`) after their whole spec (`a.score`), so TRL never mixes two means under one key.
+    Raises ValueError for a bare string, an empty list, or a reward listed twice.
 
     >>> [f.__name__ for f in get_reward_funcs(["int", "correctness"])]
     ['int_reward_func', 'correctness_reward_func']
     """
     if isinstance(names, str) or not isinstance(names, Sequence):
-        raise ValueError(f"expected a list of names, got {names!r}; "
-                         f"write e.g. [{names!r}].")
+        raise ValueError(f"expected a list of names, got {names!r}; write e.g. [{names!r}].")
     if not names:
         raise ValueError(f"the list is empty; use e.g. {DEFAULT_REWARDS}.")
     funcs = [resolve_reward(n, fresh) for n in names]
@@ -262,8 +235,7 @@ def _own_name(spec: Any, func: RewardFunc) -> str:
 
 
 def _named(func: RewardFunc, name: str) -> RewardFunc:
-    """`func` under `name`, async if it is (TRL runs async rewards concurrently). functools.update_wrapper sets
-    __wrapped__, so inspect.signature (the contract's check of TRL's call) still reads func's parameters."""
+    """`func` under `name`, async if it is; inspect.signature still reads func's parameters (__wrapped__)."""
     if is_async_reward(func):
         async def named(*args: Any, **kwargs: Any) -> Any:
             return await func(*args, **kwargs)
@@ -276,10 +248,7 @@ def _named(func: RewardFunc, name: str) -> RewardFunc:
 
 
 def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) -> list[float]:
-    """One finite float weight per reward function; None means all 1.0.
-
-    Raises a plain ValueError on a length mismatch, a non-number or a
-    non-finite weight. Negative weights are allowed (a penalty reward).
+    """One finite float weight per reward function (negative: a penalty); None means all 1.0.
 
     >>> check_reward_weights(["int", "correctness"], None)
     [1.0, 1.0]
@@ -296,39 +265,28 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
     checked = []
     for i, weight in enumerate(weights):
         if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
-            raise ValueError(f"weight {i} ({weight!r}, for {list(names)[i]!r}) "
-                             "must be a finite number.")
+            raise ValueError(f"weight {i} ({weight!r}, for {list(names)[i]!r}) must be a finite number.")
         checked.append(float(weight))
     return checked
 
 
 def _moved(spec: str) -> str:
-    """A hint when `spec` names one of our modules by its folder (`pipeline.demo.calculator:calculator`, as recipes
-    did before our code moved under one import name), else ""."""
+    """A hint when `spec` names one of our modules by its folder (`pipeline.demo.calculator:calculator`), else ""."""
     ours = f"{OURS}.{spec}"
     found = spec_of_ours(ours.partition(":")[0]) is not None
     return f" Our own modules are under one import name now: write {ours!r}." if found else ""
 
 
-def _import_plugin(spec: str, fresh: bool = False) -> RewardFunc:
-    obj = load_user_object(spec, "reward", fresh)
-    if not callable(obj):
-        raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a function.")
-    return obj
-
-
 def load_user_object(spec: str, kind: str, fresh: bool = False) -> Any:
-    """The object `package.module:attr` (or `package.module.attr`) names, from the user's module found as a reward
-    module is (rewards/user_code.py; `fresh`: a separate instance, for the check); `kind` ("reward", "tool", ...)
-    is what the messages call it. Raises a plain ValueError saying the fix."""
+    """The object `package.module:attr` (or `package.module.attr`) names, from the user's module
+    (rewards/user_code.py); `kind` ("reward", "tool", ...) is what the messages call it. Raises a plain ValueError
+    saying the fix."""
     if ":" not in spec and "." in spec.strip("."):
-        module_name, _, attr = spec.rpartition(".")
-        spec = f"{module_name}:{attr}"
+        spec = ":".join(spec.rsplit(".", 1))
     module_name, _, attr_path = spec.partition(":")
     if not module_name or not attr_path:
         what = "Class" if kind == "environment" else "function"
         raise ValueError(f"{spec!r} must look like 'package.module:{what}'.")
-    # The working folder, then the import path (rewards/user_code.py).
     try:
         obj: Any = import_user_module(module_name, fresh)
     except ImportError as exc:
@@ -344,7 +302,6 @@ def load_user_object(spec: str, kind: str, fresh: bool = False) -> Any:
                          "shows the full error.") from None
     for part in attr_path.split("."):
         if not hasattr(obj, part):
-            raise ValueError(f"module {module_name!r} has no {attr_path!r} "
-                             f"({kind} {spec!r}).")
+            raise ValueError(f"module {module_name!r} has no {attr_path!r} ({kind} {spec!r}).")
         obj = getattr(obj, part)
     return obj

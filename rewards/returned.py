@@ -1,7 +1,5 @@
-"""What one reward call returned or raised, read for the contract (rewards/contract.py): `check_rewards` (its values:
-one int/float or None per completion, finite), `raised_at` (where its raise happened) and `RewardFailure`, the one
-error a reward's failure becomes. Apart from the guard, so that a reward's own process (rewards/worker.py) judges its
-call by the same rules. No torch here.
+"""What one reward call returned or raised, read for the contract (rewards/contract.py), apart from the guard so
+that a reward's own process (rewards/worker.py) judges its call by the same rules. No torch here.
 """
 
 from __future__ import annotations
@@ -11,6 +9,7 @@ import inspect
 import math
 import numbers
 import os
+import traceback
 from typing import Any, Optional
 
 from grpo_pipeline.env.text import excerpt, printable, shorten
@@ -59,18 +58,12 @@ def _checked(name: str, output: Any, n: int) -> list[Optional[float]]:
     if len(output) != n:
         raise RewardFailure(name, f"returned {len(output)} values for {n} completions; return exactly one "
                             "number (or None) per completion, in order.")
-    checked: list[Optional[float]] = []
-    for i, value in enumerate(output):
-        if value is None:
-            checked.append(None)
-            continue
-        checked.append(_number(name, i, value))
-    return checked
+    return [None if value is None else _number(name, i, value) for i, value in enumerate(output)]
 
 
 def _number(name: str, i: int, value: Any) -> float:
-    """One returned value as a finite float: an int or float (numpy's and Fraction included, numbers.Real), never a
-    bool, a Decimal, a complex or a tensor; one too large for a float (10**400) or not finite is refused."""
+    """One returned value as a finite float: a numbers.Real (numpy's included), never a bool, a Decimal, a complex
+    or a tensor, nor one too large for a float (10**400) or not finite."""
     if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real):
         raise RewardFailure(name, f"returned {excerpt(value, 120)} ({_kind(value)}) for completion {i}; each value "
                             "must be an int or float, or None when the sample cannot be judged.")
@@ -107,10 +100,6 @@ def raised_at(func: Any, err: BaseException) -> str:
         return ""
     if defined is None:
         return ""
-    line = first_line
-    frame = err.__traceback__
-    while frame is not None:
-        if os.path.abspath(frame.tb_frame.f_code.co_filename) == os.path.abspath(defined):
-            line = frame.tb_lineno
-        frame = frame.tb_next
-    return f" (at {defined} line {line})"
+    lines = [n for frame, n in traceback.walk_tb(err.__traceback__)
+             if os.path.abspath(frame.f_code.co_filename) == os.path.abspath(defined)]
+    return f" (at {defined} line {lines[-1] if lines else first_line})"

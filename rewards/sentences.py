@@ -1,8 +1,5 @@
-"""Reading an answer, rules 3 and 9 of rewards/normalize.py: which part of the text is the answer.
-
-Final-answer markers ("the answer is", "答案：") and a single "=" narrow the text to what follows them;
-in prose with several different numbers, `conclusion_value` reads the number the last sentence
-asserts, or nothing when it hedges.
+"""Reading an answer, rules 3 and 9 of rewards/normalize.py: which part of the text is the answer (what follows
+a final-answer marker or a single "=", or the number the conclusion sentence asserts).
 """
 
 from __future__ import annotations
@@ -12,8 +9,6 @@ from fractions import Fraction
 
 from grpo_pipeline.rewards.numbers import MATH_CHARS, NUMBER, glued_single_letter, number_value, read_numbers
 
-
-# --- step 3: final-answer markers -----------------------------------------------------------
 
 FINAL_MARKER = re.compile(
     r"(?:final\s+)?answer\s*(?:is|:|=|would\s+be|will\s+be|(?=[-+(\[]?\d))|答案\s*(?:是|为|為|:)|答\s*:",
@@ -43,17 +38,13 @@ def after_last_marker(text: str) -> str:
 
 
 def after_single_equals(text: str) -> str:
-    """The text after the "=" if exactly one is present.
-
-    Only ONE "=" splits: "x = 5, y = 3" is a system of equations, and reading it as 3 would
-    accept "x = 4, y = 3"; it stays whole for the symbolic path."""
+    """The text after the "=" if exactly one is present: "x = 5, y = 3" is a system of equations (reading it as 3
+    would accept "x = 4, y = 3"), and stays whole for the symbolic path."""
     equals = list(_EQUALS.finditer(text))
     if len(equals) == 1:
         text = _value_after(text, equals[0].end()) or text
     return text
 
-
-# --- step 5: the conclusion sentence ---------------------------------------------------------
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
 # Anything that offers a second possibility or takes the statement back. One of these in the
@@ -98,23 +89,12 @@ PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}|[\u4e00-\u9fff]")
 
 
 def conclusion_value(text: str) -> Fraction | None:
-    """The number the last sentence with a digit asserts, or None.
-
-    The rule, in order (each step can only refuse, never guess):
-
-    1. Take the last sentence that contains a digit (sentences end at ". ", "!", "?", "。"; not at
-       ";", which joins equations: "p = 0; q = 1").
-    2. Refuse it if it hedges or takes something back (`_HEDGE`: "or", "maybe", "could",
-       "but", "actually", "between", ...).
-    3. Find its last assertion cue that a number follows (`_CUE`: "is", "are", "=", "total of", "makes", "it's",
-       "是", "共", ...). None: only a sentence that opens with "Therefore"/"So"/"Thus"/"所以"...
-       and holds one number, no mathematics, is read; anything else is refused.
-    4. A "=" cue that starts a second equation ("x = 5 and y = 3") is refused. After the cue,
-       a chain of equalities is read at its right-hand end ("is 37 + 95 = 132").
-    5. The first number after that is the answer if nothing mathematical stands between
-       the cue and it, no variable is glued to it, and every later different number stands
-       in a phrase opened by a preposition ("during the 60 days", "for 2 tubs and 4 packets")
-       with no operator in between.
+    """The number the last sentence with a digit asserts, or None. Each step can only refuse, never guess: a
+    sentence that hedges (`_HEDGE`) is refused; without an assertion cue (`_CUE`) that a number follows, only a
+    concluding sentence (`_CONCLUDING`) with one number is read; a "=" that starts a second equation is refused,
+    a chain of equalities is read at its right-hand end; the first number after the cue is the answer when no
+    maths stands before it and every later different number stands in a prepositional phrase ("during the 60
+    days"). Sentences end at ". ", "!", "?", "。", not at ";", which joins equations ("p = 0; q = 1").
 
     >>> conclusion_value("The bakery sold 37 + 95, which is 132 loaves in total.")
     Fraction(132, 1)

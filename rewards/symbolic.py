@@ -1,29 +1,17 @@
-"""The slow path: symbolic equality of two LaTeX answers through math-verify.
+"""The slow path: symbolic equality of two LaTeX answers through math-verify (sympy underneath), for what the
+fast reader (normalize.py) cannot settle: "\\frac{\\sqrt{3}}{2}" vs "\\sqrt{3}/2", "(x+1)^2" vs "x^2+2x+1".
 
-Only answers the fast numeric reader (normalize.py) could not settle come here, e.g.
-"\\frac{\\sqrt{3}}{2}" vs "\\sqrt{3}/2" or "(x+1)^2" vs "x^2+2x+1". We do not hand-write a
-LaTeX parser; math-verify (sympy underneath) is the well-kept one.
+Safe inside a training step:
 
-Four things make it safe to call inside a training step:
+- Lazy import: math_verify pulls in sympy (~0.6 s); runs that never see a symbolic answer never pay for it.
+- Time limits: math-verify's own `parsing_timeout` / `timeout_seconds` (signal.alarm, whole seconds): about 2 s
+  per completion at worst. signal.alarm works only in the main thread, so off it the check is skipped (False,
+  warned once): sympy without a limit could hang ("10^{10^{10^{10}}}" is short). TRL calls rewards there.
+- A budget per batch (`time_budget`) and a verdict cache: once a batch's budget is spent, new pairs score False
+  (counted in `skipped_over_budget`, warned once) and are not cached, so a later batch still decides them.
 
-- Lazy import: math_verify pulls in sympy (~0.6 s), so `import rewards` stays fast and
-  runs that never see a symbolic answer never pay for it.
-- Time limits: math-verify's own `parsing_timeout` / `timeout_seconds` (signal.alarm, whole
-  seconds, so 1 s is the smallest limit). Worst case per completion is about 2 s: one
-  parse of the prediction and one sympy comparison (the reference's parse is cached).
-- Threads: signal.alarm works only in the main thread, and math-verify raises there
-  otherwise. Running sympy without a limit could hang a worker forever ("10^{10^{10^{10}}}"
-  is short), so off the main thread we skip the symbolic check: it returns False and logs
-  one warning. TRL calls reward functions from the main thread, so training is unaffected.
-- A budget per batch (`time_budget`) and a verdict cache: a policy that keeps inventing
-  exotic expressions would otherwise add up to ~2 s per completion per step. Once a batch's
-  budget is spent, new pairs score False (counted in `skipped_over_budget`, one warning per
-  process); pairs already decided are answered from the cache at no cost. A pair skipped
-  for time is not cached, so a later batch with budget left still decides it.
-
-Inputs are wrapped as "$...$" and parsed with LatexExtractionConfig only. Without the
-anchors math-verify's lenient extraction reads "2x" as 2 and "3\\sqrt{2}" as 3, which would
-turn wrong answers into right ones.
+Inputs are wrapped as "$...$" and parsed with LatexExtractionConfig only: without the anchors math-verify's
+lenient extraction reads "2x" as 2 and "3\\sqrt{2}" as 3, turning wrong answers into right ones.
 """
 
 from __future__ import annotations
@@ -55,10 +43,8 @@ class _OutOfTime(Exception):
 
 @contextlib.contextmanager
 def time_budget(seconds: float) -> Iterator[None]:
-    """Limit the symbolic checks started inside the block to about `seconds` in total.
-
-    The budget is checked before each new check; one check already running may overrun it by
-    its own limits (at most PARSE_TIMEOUT_S + VERIFY_TIMEOUT_S).
+    """Limit the symbolic checks started inside the block to about `seconds` in total (one already running may
+    overrun it by PARSE_TIMEOUT_S + VERIFY_TIMEOUT_S).
 
     >>> with time_budget(0.0):
     ...     symbolic_equal("\\sqrt{9}", "3")   # budget already spent: not checked
@@ -122,8 +108,7 @@ def _verdict(pred: str, ref: str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _parse(latex: str) -> tuple[Any, ...]:
-    """math-verify's parse of one answer, cached: the reference repeats for every generation
-    of a prompt, and a policy repeats its own answers."""
+    """math-verify's parse of one answer, cached: a reference repeats for every generation of a prompt."""
     from math_verify import LatexExtractionConfig, parse
     from math_verify.errors import TimeoutException
 

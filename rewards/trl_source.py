@@ -1,19 +1,13 @@
-"""TRL's own rules, read from the installed TRL's source, not copied: the keywords a reward receives, and the names
-TRL's `trl grpo` script accepts in `--reward_funcs`.
+"""TRL's own rules, read from the installed TRL's source with `ast` (found without importing trl, so no torch),
+not copied:
 
-1. What a reward receives (`reward_keywords`, `reward_columns`, `reward_call_kwargs`) is what
-   `GRPOTrainer._calculate_rewards` passes: `prompts=`, `completions=`, `completion_ids=` (the call's own keywords),
-   every dataset column the trainer saw but the ones it names ("prompt", "completion", "completion_ids" in TRL 1.15),
-   and the keywords it sets on `reward_kwargs` unconditionally (`trainer_state`, `log_extra`, `log_metric`). The
-   columns the trainer sees are the dataset's, or, with `remove_unused_columns: true`, only those
-   `GRPOTrainer._set_signature_columns_if_needed` keeps ("prompt", "image", "images"). The check's probe
-   (pipeline/preflight.py), `grpo rewards` (pipeline/infer/dry_run.py) and the data report's "columns to the
-   rewards" all ask here; tests/test_trl_call.py holds it against the real trainer's calls.
-2. TRL's reward registry (`trl_reward_names`, `trl_reward`): the dict `reward_funcs_registry` in `trl/scripts/grpo.py`, its
-   values built as the script builds them (a factory called with the script's own constant arguments).
-
-The source is parsed with `ast` from the installed package's files (found without importing trl, so no torch);
-nothing here imports trl until a registry name is resolved.
+1. What a reward receives (`reward_keywords`, `reward_columns`, `reward_call_kwargs`): what
+   `GRPOTrainer._calculate_rewards` passes, i.e. its own keywords, every dataset column the trainer saw but the
+   ones it names, and the keywords it sets on `reward_kwargs` unconditionally; with `remove_unused_columns`, the
+   columns are only those `GRPOTrainer._set_signature_columns_if_needed` keeps. tests/test_trl_call.py holds it
+   against the real trainer's calls.
+2. TRL's reward registry (`trl_reward_names`, `trl_reward`): `reward_funcs_registry` in `trl/scripts/grpo.py`,
+   built as the script builds it. Only resolving one of its names imports trl.
 """
 
 from __future__ import annotations
@@ -106,9 +100,8 @@ def reward_keywords(column_names: Iterable[str], remove_unused_columns: Any = Fa
 
 def reward_call_kwargs(columns: dict[str, list[Any]], remove_unused_columns: Any, trainer_objects: dict[str, Any],
                        completion_ids: list[Any]) -> dict[str, Any]:
-    """The keyword arguments of a reward call but `prompts` and `completions`: the columns TRL passes (one value
-    per completion, as given), `completion_ids`, and the trainer's own objects (`trainer_objects`, by TRL's names;
-    a missing one is a bug of the caller)."""
+    """The keyword arguments of a reward call but `prompts` and `completions`: the columns TRL passes,
+    `completion_ids`, and the trainer's own objects (`trainer_objects`, by TRL's names)."""
     rule = trl_rule()
     kwargs = {name: columns[name] for name in reward_columns(columns, remove_unused_columns)}
     kwargs["completion_ids"] = completion_ids

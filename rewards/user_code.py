@@ -1,18 +1,12 @@
 """Loading a user's reward module (`my_rewards:score`), and the boundary around it.
 
-Where it is looked for, in order: the working folder, then the import path, as TRL's `trl grpo` looks (it puts the
-working folder first on sys.path): the working folder is the one base of every relative path of a run (data, eval
-data, reward modules, output; env/path_check.py `relative_base`). A module that is not found there but sits beside
-the recipe is named in the error, with the fix. A file found in the working folder loads as the user's even when its
-name is an installed package's (`json.py`, `trl.py`) or another folder's file already loaded: it is then imported under
-another module name (`_user_json_<sha1 of its path>`), so it never replaces theirs, and theirs never hides it. Our
-own modules live under one import name, `grpo_pipeline`, so a user's `rewards.py`, `env.py` or `pipeline.py` is
-simply theirs. Its own folder is put at the end of sys.path, so its sibling imports
-work. While it imports, `sys.argv` is `[its path]`: a module that parses arguments at import (argparse at the
-top level) sees none of grpo's and cannot print its usage as grpo's.
-
-Hand-written: importlib has the pieces (spec_from_file_location) but no "load this file as the user's, beside a
-package of the same name" policy.
+It is looked for in the working folder (the one base of every relative path of a run), then on the import path,
+as TRL's `trl grpo` looks; one beside the recipe only is named in the error, with the fix. A file found in the
+working folder loads as the user's even when its name is an installed package's (`json.py`) or another folder's
+file already loaded: then under another module name (`_user_json_<sha1 of its path>`), so neither hides the
+other. Its folder is appended to sys.path (its sibling imports), and while it imports `sys.argv` is `[its path]`,
+so argparse at its top level sees none of grpo's arguments. importlib has the pieces (spec_from_file_location)
+but not this policy.
 """
 
 from __future__ import annotations
@@ -88,12 +82,9 @@ def isolated_argv(path: Path) -> Iterator[None]:
 
 
 def import_user_module(module_name: str, fresh: bool = False) -> Any:
-    """The module `module_name` (`my_rewards`, `pkg.sub`): the user's file when a search dir has it (see the
-    module docstring), else the import path's. Raises what importing raises.
-
-    With `fresh`, a user's module (not an installed package's, nor ours) is a new, separate instance, executed
-    again from its file: the check's probe calls its rewards there, so a counter or a "print every 5th call" in the
-    run's instance stays as if never called."""
+    """The module `module_name` (`my_rewards`, `pkg.sub`): the user's file when a search dir has it, else the
+    import path's. With `fresh`, a user's module is a separate instance executed again from its file, so the
+    check's probe leaves the run's instance (a counter in it) as if never called. Raises what importing raises."""
     top, _, rest = module_name.partition(".")
     found = user_module_file(top)
     if found is None:
@@ -149,9 +140,8 @@ def _fresh_copy(module: Any) -> Any:
 
 
 def _module_name_for(top: str, found: Path) -> str:
-    """`top` itself when nothing else answers to it, else `_user_<top>_<sha1 of its path>`: the
-    standard library's or an installed package (`json`, `itertools`, `trl`), or another folder's file of that name
-    (a notebook trying two recipes) keeps its name. find_spec answers from sys.modules for a loaded module."""
+    """`top` itself when nothing else answers to it, else `_user_<top>_<sha1 of its path>`, so a package (`json`,
+    `trl`) or another folder's file of that name keeps its name (find_spec also answers for a loaded module)."""
     alias = f"{ALIAS_PREFIX}{top}_{hashlib.sha1(str(found.resolve()).encode()).hexdigest()}"
     try:
         spec = importlib.util.find_spec(top)

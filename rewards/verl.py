@@ -1,15 +1,10 @@
 """Our rewards in verl's custom reward shape, for a run handed over to verl (docs/scale-out.md).
 
-verl calls `compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=...)` once per
-completion (its reward manager, `custom_reward_function.path=rewards/verl.py custom_reward_function.name=
-compute_score`) and takes the float it returns. Here that one completion is scored by our reward functions, as TRL
-would call them on a batch of one, and summed with their weights: by default the GSM8K set (DEFAULT_REWARDS, each
-weighted 1.0), so a right answer in the format scores 2.0 + 0.5 + 0.5 + 0.5 + 0.5 = 4.0 at most, as `rewards/*/mean`
-add up in our runs. Another set: `extra_info={"reward_funcs": [...], "reward_weights": [...]}` per row, or
-`reward_kwargs` in verl's config (passed as keyword arguments). A reward that cannot judge the completion (None:
-the reference has no number) counts 0.0 here; verl has no "left out of the mean".
-
-It imports no verl and no torch: verl loads this file by path, in its reward workers.
+verl's reward manager (`custom_reward_function.path=rewards/verl.py custom_reward_function.name=compute_score`)
+calls `compute_score` once per completion and takes the float it returns: here the weighted sum of our rewards
+on a batch of one, by default DEFAULT_REWARDS weighted 1.0 (4.0 at most), or `extra_info={"reward_funcs": [...],
+"reward_weights": [...]}` per row, or `reward_kwargs` in verl's config. A None (unjudgeable reference) counts 0.0:
+verl has no "left out of the mean". It imports no verl and no torch: verl loads this file by path.
 """
 
 from __future__ import annotations

@@ -1,35 +1,20 @@
 """A reward's own process: the deadline (reward_timeout) that holds for every reward a user can write.
 
-An alarm in the trainer's process is cooperative: math_verify's own timeout ends with `signal.alarm(0)` and cancels
-it, an `async def` reward that blocks its loop cannot be preempted, a ThreadPoolExecutor's exit waits for its hung
-thread, a C call holding the GIL never lets the handler run, and off the main thread there is no signal at all. A
-process can always be ended. So while reward_timeout is set, each reward runs in a worker process of its own
-(`RewardWorker`), forked from the trainer's process on its first call: the parent sends the batch through a pipe,
-waits at most reward_timeout for the answer, and past it kills the worker's whole process group (SIGKILL: nothing
-a reward does can hold it) and raises RewardTimeout. The next call forks a fresh worker.
-
-Fork, not spawn or forkserver: the worker inherits the reward itself, so every callable TRL takes works as it is
-(a lambda, a closure, a callable object, a functools.partial, a module loaded from the user's file), with the state
-it had in the trainer's process when the worker was forked. What changes (docs/rewards.md "Its own process"):
-
-- state a reward keeps (a counter, a cache, a judge's client) lives in the worker: it carries over from call to call
-  as before, but the trainer's process never sees it, and a worker forked again after a timeout (or a crash)
-  starts from the trainer's copy;
-- its arguments are copies (pickled): `trainer_state` is a copy (sent as what changed since the last call),
-  `log_metric` / `log_extra` are recorded there and replayed on the trainer's own after the call; an argument that
-  cannot be pickled (an environment holding a socket) makes that call run in the trainer's process, warned once;
-- a forked worker cannot start CUDA when the trainer already has: a reward that runs a model on the GPU itself
-  needs reward_timeout 0 (no worker, no limit).
-
-Each worker lives as long as the guarded reward that owns it (multiprocessing.util.Finalize: on garbage
-collection, and at exit before multiprocessing joins its children), and ends itself when the trainer's process is
-gone. The cost is one pipe round trip per reward call: bench/overhead.py measures it against bare TRL.
+An alarm in the trainer's process is cooperative (math_verify's own timeout cancels it, a blocked event loop or a
+C call holding the GIL never lets its handler run, off the main thread there is none); a process can always be
+killed. So while reward_timeout is set, each reward runs in a worker forked from the trainer's process on its first
+call (fork: every callable TRL takes works as it is, with its state at the fork): the batch goes through a pipe,
+and past the deadline the worker's process group is SIGKILLed and RewardTimeout raised; the next call forks anew.
+What that changes for a reward (state, `trainer_state`, `log_metric`, prints, CUDA): docs/rewards.md "Its own
+process". A worker lives as long as its guarded reward (multiprocessing.util.Finalize) and ends when the
+trainer's process is gone; bench/overhead.py measures its cost against bare TRL.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import gc
 import io
 import multiprocessing
@@ -98,16 +83,11 @@ class _Process:
                                 name=f"grpo-reward-{name}", daemon=False)  # a reward may start its own processes
         self.proc.start()
         child_conn.close()
-        try:
-            os.setpgid(self.proc.pid, self.proc.pid)  # its own group (the child sets it too: whoever runs first)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):  # its own group (the child sets it too: whoever runs first)
+            os.setpgid(self.proc.pid, self.proc.pid)
         self.state_key: Any = None
         self.log_length = 0
         _live.add(self)
-
-    def alive(self) -> bool:
-        return self.proc.is_alive()
 
     def stop(self) -> str:
         """Kill the worker and everything it started; how it ended, for a message."""
@@ -117,10 +97,8 @@ class _Process:
         _live.discard(self)
         if self.proc.exitcode is None:
             for kill in (lambda: os.killpg(self.proc.pid, signal.SIGKILL), self.proc.kill):
-                try:
+                with contextlib.suppress(OSError, ValueError):
                     kill()
-                except (OSError, ValueError):
-                    continue
         self.proc.join(5)
         self.conn.close()
         code = self.proc.exitcode
@@ -143,17 +121,15 @@ class RewardWorker:
         self.func, self.name, self.is_async = func, name, is_async
         self.lock = threading.Lock()
         self.process: Optional[_Process] = None
-        self.starts = 0  # workers forked so far (the first, then one after each timeout or crash)
         self._holder: list[Optional[_Process]] = [None]  # what the finalizer stops, without holding self
         multiprocessing.util.Finalize(self, _stop_holder, args=(self._holder,), exitpriority=100)
 
     def call(self, prompts: Any, completions: Any, kwargs: dict[str, Any], timeout: float) -> tuple[str, Any]:
         """One call in the worker: ("ok", checked values) or ("broke", what the contract says of the output).
-        Raises RewardTimeout past `timeout` seconds (the worker is killed), RewardRaised, WorkerEnded, or
-        Unsendable before anything was sent. `log_metric` / `log_extra` calls are replayed on kwargs' own."""
+        Raises RewardTimeout (the worker is killed), RewardRaised, WorkerEnded, or Unsendable (nothing sent)."""
         recorded = {key: kwargs[key] for key in _RECORDED if callable(kwargs.get(key))}
         with self.lock:
-            if self.process is None or not self.process.alive():
+            if self.process is None or not self.process.proc.is_alive():
                 self._start()
             process = self.process
             sendable = {key: (_Recorded(key) if key in recorded else value) for key, value in kwargs.items()}
@@ -187,10 +163,8 @@ class RewardWorker:
         return reply
 
     def _start(self) -> None:
-        if self.process is not None:
-            self.process.stop()
+        self._stop()
         self.process = self._holder[0] = _Process(self.func, self.name, self.is_async)
-        self.starts += 1
 
     def _stop(self) -> str:
         process, self.process, self._holder[0] = self.process, None, None
@@ -233,8 +207,6 @@ def _unsendable(prompts: Any, completions: Any, kwargs: dict[str, Any], err: Bas
     return Unsendable("the batch", f"{type(err).__name__}: {err}")
 
 
-# ---- in the worker process ----
-
 def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any, parent_pid: int) -> None:
     """The worker's loop: one request, one reply, until the parent's end closes (or the parent is gone)."""
     # First, the inherited objects go to the permanent generation: the child's collector then leaves them (and the
@@ -245,10 +217,8 @@ def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any
     for other in list(_live):  # the pipes of the workers forked before: theirs, not ours to hold open
         other.conn.close()
     _live.clear()
-    try:
-        os.setpgid(0, 0)  # its own group: a kill at the deadline takes what the reward started too
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):  # its own group: a kill at the deadline takes what the reward started too
+        os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it ends the worker
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     threading.Thread(target=_follow_parent, args=(parent_pid,), daemon=True).start()
@@ -282,10 +252,8 @@ def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any
         except BaseException as err:  # noqa: BLE001 - every way out of the reward is reported, none ends the worker
             reply = _raised(func, err)
         for stream in (sys.stdout, sys.stderr):  # what the reward printed, before a kill could lose it
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()
-            except Exception:  # noqa: BLE001
-                pass
         for key, buffer in relayed.items():
             if buffer.tell():
                 logs.append((key, (buffer.getvalue(),)))
@@ -348,10 +316,8 @@ def _follow_parent(parent_pid: int) -> None:
 
 
 def stop_workers() -> None:
-    """Stop every reward worker of this process. A run calls it when its training ends: a worker is a fork of the
-    trainer's process and holds what it held, its memory and every file and pipe it had open (a pipe's write end
-    kept open there keeps its reader from ever seeing the end: a notebook's or a test's subprocess); a trainer
-    let go is collected whenever the collector gets to it, its workers with it. The next reward call forks anew."""
+    """Stop every reward worker of this process; a run calls it when its training ends, since a worker holds the
+    trainer's memory and open files (a pipe's write end kept open keeps its reader from ever seeing the end)."""
     for process in list(_live):
         process.stop()
 

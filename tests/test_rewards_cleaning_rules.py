@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_pipeline.rewards import cleaning, normalize
-from grpo_pipeline.rewards.cleaning import (_boxed_at, _build_garbage_table, _last_boxed_content, clean_characters,
+from grpo_pipeline.rewards.cleaning import (_GARBAGE, _boxed_at, _last_boxed_content, clean_characters,
                               mixed_fraction, simplify_latex, simplify_prose)
 from grpo_pipeline.rewards.completions import completion_text, completion_texts
 from grpo_pipeline.rewards.extract import extract_xml_answer
@@ -39,21 +39,21 @@ KEPT = [0x20, 0x41, 0x7E, 0xA0, 0xAC, 0xAE, 0x2010, 0x2027, 0x202F, 0x205F, 0x20
 
 @pytest.mark.parametrize("cp", BLANKED, ids=hex)
 def test_control_characters_and_line_separators_become_a_space(cp):
-    assert f"1{chr(cp)}2".translate(_build_garbage_table()) == "1 2"
+    assert f"1{chr(cp)}2".translate(_GARBAGE) == "1 2"
 
 
 @pytest.mark.parametrize("cp", DROPPED, ids=hex)
 def test_invisible_characters_are_dropped(cp):
-    assert f"1{chr(cp)}2".translate(_build_garbage_table()) == "12"
+    assert f"1{chr(cp)}2".translate(_GARBAGE) == "12"
 
 
 @pytest.mark.parametrize("cp", KEPT, ids=hex)
 def test_characters_next_to_the_garbage_ranges_are_kept(cp):
-    assert f"1{chr(cp)}2".translate(_build_garbage_table()) == f"1{chr(cp)}2"
+    assert f"1{chr(cp)}2".translate(_GARBAGE) == f"1{chr(cp)}2"
 
 
 def test_the_garbage_table_holds_exactly_the_listed_ranges():
-    table = _build_garbage_table()
+    table = _GARBAGE
     blanked = {*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029}
     dropped = {0xFFFD, 0x00AD, 0xFEFF, *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2070)}
     assert set(table) == blanked | dropped
