@@ -51,11 +51,6 @@ def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
                                       f"load it. {fix}")
 
 
-# ---------------------------------------------------------------------------------------------
-# Validation: pure Python, before any model or tokenizer loads.
-# ---------------------------------------------------------------------------------------------
-
-
 def world_size() -> int:
     """Number of training processes (set by accelerate/torchrun); 1 for a plain run."""
     try:
@@ -173,30 +168,19 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     return notes
 
 
-# What one GRPO step under TRL's vLLM rollouts did to the importance-sampling ratio, by sampler (tiny model on vLLM's
-# CPU build, 8 completions of 32 tokens): TRL compares vLLM's log-probabilities, taken after the sampler truncated
-# and renormalised the distribution (LLM(logprobs_mode="processed_logprobs"), trl/generation/vllm_generation.py),
-# with the trainer's, taken from the whole distribution; the ratio exp(trainer - sampler) then multiplies the loss.
-TRUNCATED_SAMPLING_MEASURED = {"none": 1.009, "min_p 0.1": 1.4e-6, "top_p 0.9": 0.068, "top_k 20": 2.1e-4}
-
-
-def truncating_samplers(min_p: Optional[float], top_p: float, top_k: int) -> list[str]:
-    """The rollout sampling settings that cut the distribution (min_p > 0, top_p < 1, top_k > 0), as 'name value'.
-
-    >>> truncating_samplers(min_p=0.1, top_p=1.0, top_k=0), truncating_samplers(min_p=None, top_p=1.0, top_k=0)
-    (['min_p 0.1'], [])
-    """
-    cuts = (("min_p", min_p, bool(min_p)), ("top_p", top_p, top_p < 1.0), ("top_k", top_k, top_k > 0))
-    return [f"{name} {value:g}" for name, value, cuts_it in cuts if cuts_it]
-
-
 def check_truncated_sampling(min_p: Optional[float], top_p: float, top_k: int, vllm_mode: str,
                              vllm_importance_sampling_correction: bool) -> None:
     """TRL's vLLM rollouts (the plain backend's vllm_mode colocate | server) with its importance-sampling correction
-    and a sampler that truncates: the ratio collapses to ~0 and scales the loss with it, so the run learns
-    nothing and says nothing (TRUNCATED_SAMPLING_MEASURED). Refused, naming both ways out. A recipe rule: it takes
-    the options it reads, by name (validate passes them)."""
-    cuts = truncating_samplers(min_p, top_p, top_k)
+    and a sampler that truncates (min_p > 0, top_p < 1, top_k > 0): the ratio collapses to ~0 and scales the loss
+    with it, so the run learns nothing and says nothing. Refused, naming both ways out. A recipe rule: it takes the
+    options it reads, by name (validate passes them).
+
+    The ratios in the message were measured on one GRPO step (tiny model on vLLM's CPU build, 8 completions of 32
+    tokens): TRL compares vLLM's log-probabilities, taken after the sampler truncated and renormalised the
+    distribution (LLM(logprobs_mode="processed_logprobs"), trl/generation/vllm_generation.py), with the trainer's,
+    taken from the whole distribution; the ratio exp(trainer - sampler) then multiplies the loss."""
+    samplers = (("min_p", min_p, bool(min_p)), ("top_p", top_p, top_p < 1), ("top_k", top_k, top_k > 0))
+    cuts = [f"{name} {value:g}" for name, value, cuts_it in samplers if cuts_it]
     if vllm_mode == "none" or not vllm_importance_sampling_correction or not cuts:
         return
     field = cuts[0].split()[0]
@@ -215,7 +199,7 @@ def _check_batch(g: Any, n_processes: int) -> None:
         raise ConfigError("max_steps", "got 0, which trains nothing; give the number of optimizer steps (e.g. 250), "
                           "or -1 to train num_train_epochs.")
     global_batch = g.per_device_train_batch_size * g.gradient_accumulation_steps * n_processes
-    if g.per_device_train_batch_size < 1 or global_batch % g.num_generations != 0:
+    if global_batch % g.num_generations != 0:  # (each factor >= 1: check_field_values)
         raise ConfigError(
             "per_device_train_batch_size",
             f"per_device_train_batch_size ({g.per_device_train_batch_size}) x gradient_accumulation_steps "
@@ -263,7 +247,7 @@ def _check_adaptive_beta(h: Any, beta: float) -> None:
     if h.adaptive_beta and beta <= 0:
         raise ConfigError("adaptive_beta", "needs beta > 0 at the start: with beta = 0 TRL loads no reference "
                           "model, so there is no KL to steer. Set beta: 0.04, or adaptive_beta: false.")
-    if h.adaptive_beta and not (0 <= h.beta_min <= h.beta_max):
+    if h.adaptive_beta and h.beta_min > h.beta_max:  # (>= 0: check_field_values)
         raise ConfigError("beta_min", f"need 0 <= beta_min ({h.beta_min}) <= beta_max ({h.beta_max}).")
 
 
