@@ -17,6 +17,7 @@ from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, given
 from grpo_pipeline.pipeline.data import prepare  # prepare.prepare_dataset through the module: tests interrupt it there
 from grpo_pipeline.pipeline.data.columns import ANSWER, OWN_COLUMNS, ROW_ID, SOLUTION, removes_unused_columns
 from grpo_pipeline.pipeline.data.prompts import completion_like, question_text
+from grpo_pipeline.pipeline.data.report import dropped_reasons
 from grpo_pipeline.pipeline.data.data_files import local_layout, local_path
 from grpo_pipeline.pipeline.data.sources import field_values, nested_paths
 from grpo_pipeline.pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT, source_spec
@@ -183,10 +184,7 @@ class EvalRows(list):
         said = f"eval set: {len(self)} problems"
         dropped, unused = self.report.get("rows_rejected_total"), self.report.get("rows_unused_max_samples")
         if dropped:
-            reasons = ", ".join(f"{reason} {info['count']} ({', '.join(info['ids'][:3])}"
-                                f"{', ...' if info['count'] > 3 else ''})"
-                                for reason, info in self.report["rows_rejected"].items())
-            said += f" ({dropped} of {self.report['rows_in']} rows dropped: {reasons})"
+            said += f" ({dropped} of {self.report['rows_in']} rows dropped: {dropped_reasons(self.report)})"
         if unused:
             said += f"; {unused} more rows unused (eval_limit / --limit)"
         return said
