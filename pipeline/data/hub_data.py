@@ -41,8 +41,7 @@ def hub_endpoint() -> str:
 def load_hub_splits(spec: SourceSpec, cache_root: Path, source: str = "hf") -> Any:
     """All splits of a hub dataset (a DatasetDict): from our saved copy when there is one, else downloaded
     (from ModelScope when `model_source: modelscope`)."""
-    # lazy: datasets imports torch
-    from datasets import load_from_disk
+    from datasets import load_from_disk  # lazy: datasets imports torch
 
     saved = hub_saved_copy_dir(cache_root, spec.name, spec.config, spec.revision, source)
     if not is_saved_copy(saved):

@@ -59,10 +59,8 @@ MAX_UNSCORABLE_SHARE = 0.5
 
 
 class DataError(ValueError):
-    """The data cannot be used as configured (strict mode, overlong_policy=error, no rows left).
-
-    `report` is the data report (also written to data_report.json before this is raised).
-    """
+    """The data cannot be used as configured (strict mode, overlong_policy=error, no rows left); `report`: the data
+    report (written to data_report.json before this is raised)."""
 
     def __init__(self, message: str, report: Optional[dict[str, Any]] = None):
         super().__init__(message)
@@ -90,9 +88,8 @@ class PreparedData:
 
 
 def data_fields(cfg: PipelineConfig) -> dict[str, Any]:
-    """The config fields that change the prepared dataset (role data_key, declared on the fields: `role_values`;
-    part of the cache fingerprint; the columns read are in the source's identity), the limits as numbers, and the
-    answer reader."""
+    """What of the config shapes the prepared dataset, for the cache fingerprint: the fields of role data_key (the
+    limits as numbers) and the answer reader (the columns read are in the source's identity)."""
     fields = role_values(cfg, "data_key")
     for name in ("max_prompt_length", "max_completion_length"):  # `auto` and `AUTO` prepare the same rows
         fields[name] = parse_limit(fields[name], name)
@@ -124,15 +121,11 @@ def prepare_dataset(cfg: PipelineConfig, tokenizer: Any, split: Optional[str] = 
                     write_report: bool = True) -> PreparedData:
     """Load, clean, length-check and cache one split; write data_report.json; return the dataset and limits.
 
-    `role` "train" reads dataset_name, "eval" the eval set (eval_dataset_name, else dataset_name's
-    eval_split; see sources.source_spec). `split` overrides the role's split; `report_dir` defaults to
-    `output_dir`. The report is data_report.json, data_report_eval.json for the eval set, or
-    data_report_<split>.json for an explicit split (so the training report is never overwritten);
-    `write_report=False` (`grpo train --check`) writes nothing outside the cache.
-    Raises ConfigError for settings that cannot work (naming the field) and DataError when rows
-    must not be dropped (strict, overlong_policy=error) or none are left; the report is written
-    first either way. `prompt_tokens` in the report covers every cleaned row; `max_kept` only
-    the rows kept.
+    `role` "train" reads dataset_name, "eval" the eval set (source_spec); `split` overrides the role's split. The
+    report (in `report_dir`, else output_dir) is data_report.json, data_report_eval.json for the eval set, or
+    data_report_<split>.json for an explicit split; `write_report=False` (`--check`) writes nothing outside the
+    cache. Raises ConfigError for settings that cannot work and DataError when rows must not be dropped (strict,
+    overlong_policy=error) or none are left, the report written first either way.
 
     >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
@@ -177,9 +170,7 @@ def prepare_dataset(cfg: PipelineConfig, tokenizer: Any, split: Optional[str] = 
     # First: when most answers are unreadable, the answer column is what to fix (even if no rows are left).
     unscorable = _unscorable_error(report, spec.answer_option)
     error = unscorable or error or _strict_error(report, d.strict)
-    report["strict"] = bool(d.strict)
-    report["status"] = "error" if error else "ok"
-    report["error"] = error
+    report.update(strict=bool(d.strict), status="error" if error else "ok", error=error)
 
     report_path: Optional[Path] = None
     if write_report:
