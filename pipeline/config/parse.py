@@ -28,10 +28,8 @@ from grpo_pipeline.rewards.user_code import set_recipe_dir
 
 
 def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = None) -> PipelineConfig:
-    """Parse `[--config FILE] [--key value ...]` with TRL's TrlParser, like open-r1's scripts.
-
-    `base` supplies defaults below the YAML file (used for the built-in CPU demo).
-    """
+    """Parse `[--config FILE] [--key value ...]` with TRL's TrlParser, like open-r1's scripts; `base`: defaults
+    below the YAML file (the built-in CPU demo's)."""
     from trl import TrlParser  # lazy: trl comes after the bootstrap's `import unsloth` (TrlParser needs no torch)
 
     argv = normalize_argv(argv or [])
@@ -126,10 +124,9 @@ _RECIPE_TEXT: dict[tuple, str] = {}
 
 
 def recipe_text(path: str) -> str:
-    """The recipe's text, read once per file per process: every reader (parse_config, peek_option in the
-    bootstrap, `grpo plan`, the key lines of a message) shares it, so a pipe or process substitution
-    (`--config <(...)`), whose text can be read only once, works. A regular file is read again only when it has
-    changed (its size or mtime). Not UTF-8 or over MAX_RECIPE_BYTES is a ConfigError naming the file."""
+    """The recipe's text, read once per file per process and shared by every reader, so a pipe (`--config <(...)`),
+    readable only once, works; a regular file is read again when its size or mtime changed. Not UTF-8 or over
+    MAX_RECIPE_BYTES is a ConfigError naming the file."""
     info = os.stat(path)
     regular = stat_module.S_ISREG(info.st_mode)
     key = (os.path.abspath(path), info.st_dev, info.st_ino) + ((info.st_size, info.st_mtime_ns) if regular else ())
@@ -153,8 +150,8 @@ BOOL_WORDS = ("yes", "no", "true", "false", "t", "f", "y", "n", "1", "0")
 
 def check_option_names(argv: list[str]) -> list[str]:
     """Refuse an unknown `--name` (all of them in one message), a recipe given without --config, or a number
-    option whose value is not a number, before argparse does (its messages list no alternatives and bury the
-    fix under the usage text). Returns the option names given, `--no_X` read as X."""
+    option whose value is not a number, before argparse would bury the fix under its usage text. Returns the
+    option names given, `--no_X` read as X."""
     # argparse also accepts --max-steps; HfArgumentParser adds --no_X for bool fields that default to True.
     names = {i: arg[2:].partition("=")[0].replace("-", "_") for i, arg in enumerate(argv)
              if arg.startswith("--") and len(arg) > 2}
@@ -218,8 +215,8 @@ MAX_RECIPE_VALUES = 100_000
 
 
 def _load_recipe(path: str) -> tuple[dict[str, Any], dict[str, int]]:
-    """The recipe's top-level mapping and the line of each key, from its text (read once): composed into YAML
-    nodes first, so an alias bomb is refused by counting, before anything is expanded or printed."""
+    """The recipe's top-level mapping and the line of each key, composed into YAML nodes first, so an alias bomb
+    is refused by counting before anything is expanded or printed."""
     where = os.path.abspath(path)
     loader = UniqueKeyLoader(recipe_text(path))
     try:
@@ -278,9 +275,8 @@ def _check_expanded_size(root: Any, where: str) -> None:
 
 
 def check_value_type(name: str, value: Any) -> None:
-    """A recipe value that cannot be the field's type is a ConfigError naming the field, before TrlParser (which
-    would hand a string to argparse and print its usage dump). Numbers and booleans go through `coerce`, list
-    fields take a lone value or a list of such, text fields refuse a list. Bounds and choices are validate()'s."""
+    """A recipe value that cannot be the field's type is a ConfigError naming the field, before TrlParser would
+    print argparse's usage dump. List fields take a lone value or a list; bounds and choices are validate()'s."""
     kind = _kind(name)
     if type(None) in typing.get_args(kind):
         if value is None:
@@ -341,11 +337,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
 
 def peek_option(argv: list[str], name: str, default: Any = None) -> Any:
-    """Read one option from `--name value` / `--name=value` or the `--config` YAML, without TrlParser.
-
-    Used before the real parse, to set up Unsloth before trl/transformers/peft are imported
-    (TrlParser itself imports trl).
-    """
+    """Read one option from `--name value` / `--name=value` or the `--config` YAML, without TrlParser (which
+    imports trl): before the real parse, to set up Unsloth before trl/transformers/peft are imported."""
     flag = f"--{name}"
     argv = normalize_argv(argv)
     for i, arg in enumerate(argv):

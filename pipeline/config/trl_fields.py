@@ -178,15 +178,12 @@ TRL_VLLM_MODULES = ("trl.generation.vllm_client", "trl.generation.vllm_generatio
 
 
 def grpo_trainer_module(uses_vllm: bool = False) -> Any:
-    """TRL's GRPOTrainer module (trl.trainer.grpo_trainer), imported for a run that generates with TRL's vLLM
-    (`uses_vllm`) or without it (the check, which reads the module's source, too).
+    """TRL's GRPOTrainer module, imported for a run that generates with TRL's vLLM (`uses_vllm`) or without it.
 
-    trl/trainer/grpo_trainer.py imports trl/generation/, which imports vLLM's entry points at its top whenever vLLM
-    is installed: about half of the trainer's import time (4 s of CPU on 2 cores), spent by every run, even one
-    that never generates with vLLM. Such a run imports TRL's trainer with vLLM hidden (sys.modules["vllm"] = None,
-    which importlib reads as "not installed"), then shows it again. A later run in the same process that does
-    generate with TRL's vLLM (a notebook, a test process) has TRL's vLLM modules executed again (importlib.reload,
-    in place: the trainer's classes see the names they bind), as an import with vLLM visible would have left them."""
+    trl/generation/ imports vLLM at its top whenever vLLM is installed: about half of the trainer's import time (4 s
+    of CPU on 2 cores). A run without TRL's vLLM imports the trainer with vLLM hidden (sys.modules["vllm"] = None
+    reads as "not installed"); a later run in the same process that uses it has TRL's vLLM modules executed again
+    (importlib.reload, in place), as an import with vLLM visible would have left them."""
     if uses_vllm:
         if not hasattr(sys.modules.get("trl.generation.vllm_generation"), "LLM") and importlib.util.find_spec("vllm"):
             for name in TRL_VLLM_MODULES:

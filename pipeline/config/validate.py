@@ -101,11 +101,9 @@ OPTIM_WITHOUT_BITSANDBYTES = "adamw_torch"
 
 
 def resolve_optim(cfg: PipelineConfig) -> tuple[PipelineConfig, Optional[str]]:
-    """The config a run trains with, and why when it differs: a bitsandbytes optimizer (every GPU recipe's
-    adamw_8bit) without bitsandbytes installed becomes adamw_torch, with a note saying so and how to get the
-    8-bit one. The machines this happens on are the CUDA 12 profile (the plain set has no bitsandbytes) and a
-    CPU; the plain backend's 4-bit loading falls back the same way there (pipeline/backends/plain.py _use_4bit).
-    The returned config is the one the manifest records, so it says what really ran.
+    """The config a run trains with (the manifest records it), and why when it differs: a bitsandbytes optimizer
+    without bitsandbytes installed (the CUDA 12 profile, a CPU) becomes adamw_torch, with a note saying how to get
+    the 8-bit one (the plain backend's 4-bit loading falls back the same way: pipeline/backends/plain.py).
 
     >>> cfg, note = resolve_optim(PipelineConfig().replace(optim="adamw_torch"))
     >>> cfg.grpo.optim, note
@@ -124,10 +122,8 @@ def resolve_optim(cfg: PipelineConfig) -> tuple[PipelineConfig, Optional[str]]:
 
 def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str | None = None,
              run_user_code: bool = True) -> list[str]:
-    """Check the config; raise ConfigError on the first fatal problem, return warnings.
-
-    `backend` is the resolved backend's name when known; by default `cfg.model.backend`. The backend's own
-    rules (BACKEND_RULES) run for it.
+    """Check the config; raise ConfigError on the first fatal problem, return warnings. `backend`: the resolved
+    backend's name when known (else `cfg.model.backend`), whose own rules (BACKEND_RULES) run.
 
     >>> validate(PipelineConfig())
     []
@@ -150,7 +146,12 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
         notes.append(f"learning_rate {g.learning_rate:g} is outside 1e-7..1e-3; GRPO with LoRA usually uses "
                      "1e-6..5e-5 (the notebooks: 5e-6).")
 
-    _check_adaptive_beta(cfg.health, g.beta)
+    if cfg.health.adaptive_beta and g.beta <= 0:
+        raise ConfigError("adaptive_beta", "needs beta > 0 at the start: with beta = 0 TRL loads no reference "
+                          "model, so there is no KL to steer. Set beta: 0.04, or adaptive_beta: false.")
+    if cfg.health.adaptive_beta and cfg.health.beta_min > cfg.health.beta_max:  # (>= 0: check_field_values)
+        raise ConfigError("beta_min", f"need 0 <= beta_min ({cfg.health.beta_min}) <= beta_max "
+                          f"({cfg.health.beta_max}).")
     params = sampling_params_mapping(g.vllm_sampling_params)
     for key, where in UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS.items():
         if key in params:
@@ -240,15 +241,6 @@ def _check_generation(gen: Any, completion_limit: Optional[int]) -> None:
                 f"({completion_limit}); answers past the trained length are often cut before </answer>. "
                 "Lower it, or set allow_longer_generation: true.",
             )
-
-
-def _check_adaptive_beta(h: Any, beta: float) -> None:
-    """adaptive_beta (`h`: the health section) needs a KL to steer (beta > 0) and a sane range."""
-    if h.adaptive_beta and beta <= 0:
-        raise ConfigError("adaptive_beta", "needs beta > 0 at the start: with beta = 0 TRL loads no reference "
-                          "model, so there is no KL to steer. Set beta: 0.04, or adaptive_beta: false.")
-    if h.adaptive_beta and h.beta_min > h.beta_max:  # (>= 0: check_field_values)
-        raise ConfigError("beta_min", f"need 0 <= beta_min ({h.beta_min}) <= beta_max ({h.beta_max}).")
 
 
 def _check_rewards(g: Any, run_user_code: bool = True) -> None:

@@ -98,12 +98,8 @@ class Rejections:
 
 
 def _answer_text(value: Any) -> Optional[str]:
-    """The answer as text, or None when it is not text or a plain number.
-
-    Numbers are accepted because a JSONL file with `"answer": 42` is a normal way to write a
-    plain answer. Integral floats print without ".0" (CSV readers turn 42 into 42.0 when a
-    column has a gap). Booleans, lists and mappings are not answers.
-    """
+    """The answer as text (`"answer": 42` in JSONL is normal; an integral float prints without ".0": CSV readers
+    turn 42 into 42.0 in a column with a gap), or None when it is not text or a plain number."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool):

@@ -48,11 +48,8 @@ def local_path(name: str) -> Optional[Path]:
 
 
 def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
-    """(kind, {split: files}) of a local source: `file`, `saved` (save_to_disk; files empty) or `folder`.
-
-    A folder's data files are assigned to splits by `datasets`' own file-name patterns (train/test/validation,
-    dev, eval, ...); a folder whose names match none is one split, `train`.
-    """
+    """(kind, {split: files}) of a local source: `file`, `saved` (save_to_disk; files empty) or `folder`, whose
+    files are assigned to splits by `datasets`' own file-name patterns (none matching: one split, `train`)."""
     if not path.exists():
         raise ConfigError(option, f"{excerpt(str(path.resolve()))} does not exist. Give the path of a data file "
                           f"({'/'.join(sorted(LOCAL_FORMATS))}), a folder of them, a `save_to_disk` folder, a hub "
@@ -195,10 +192,7 @@ def _surrogate_error(path: Path, where: str, text: str, untouched: str) -> DataF
 def check_text_file(path: Path) -> Optional[str]:
     """Name the first line that is not UTF-8 (or, in a .jsonl file, not one JSON object); return the key of a
     .json file's list of records when it is wrapped in an object ({"data": [...]}), for `datasets`' `field`.
-
-    Hand-written because `datasets`' loaders report neither the line nor, for bad bytes, which
-    file; one pass over the lines costs far less than the tokenizing that follows.
-    """
+    (`datasets`' loaders report neither the line nor, for bad bytes, which file.)"""
     suffix = path.suffix.lower()
     untouched = " No row of the file was used: fix or delete that line and run again."
     lines: list[str] = []

@@ -140,11 +140,9 @@ def nested_paths(dataset: Any, names: list[str]) -> list[str]:
 
 
 def pick_split(spec: SourceSpec, available: list[str], where: str) -> str:
-    """The split of `where` that `spec` asks for, or a ConfigError naming the option to change.
-
-    A single file (one split, `train`) never stands in for a missing test split: that would evaluate on the
-    training data. Only an eval source of its own (eval_dataset_name) is used whole, whatever eval_split says.
-    """
+    """The split of `where` that `spec` asks for, or a ConfigError naming the option to change. A single file never
+    stands in for a missing test split (that would evaluate on the training data); only an eval source of its own
+    (eval_dataset_name) is used whole, whatever eval_split says."""
     if spec.split in available:
         return spec.split
     if spec.own_eval_source and len(available) == 1:
