@@ -1,10 +1,8 @@
 """One config for the whole pipeline: dataclasses parsed by TRL's `TrlParser` (YAML + CLI overrides).
 
-fields.py declares the sections and their fields (help, bounds, choices, what goes to TRL); parse.py reads
-`[--config RECIPE.yaml] [--key value ...]`; validate.py refuses, before any model or tokenizer loads, the
-values that would otherwise fail deep inside TRL or Unsloth (or be silently rewritten by them), with one
-error that names the field and the fix. Callers import from `grpo_pipeline.pipeline.config`. No torch, transformers or trl
-is imported here.
+fields.py declares the options, parse.py reads `[--config RECIPE.yaml] [--key value ...]`, validate.py refuses
+what would fail later inside TRL or Unsloth with one error naming the field and the fix. No torch, transformers or
+trl is imported here.
 """
 
 from grpo_pipeline.pipeline.config.fields import (
@@ -39,9 +37,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT", "ROLES", "SECTIONS", "UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS", "ConfigError", "DataArguments",
     "EvalArguments", "GRPOArguments", "GenerationArguments", "HealthArguments", "LoraArguments", "ModelArguments",
     "PipelineConfig", "check_adapter_rank", "check_choice", "check_choices", "check_field_values", "field_choices",
-    "field_names",
-    "fields_with",
-    "from_mapping", "given", "normalize_argv", "parse_config", "parse_limit", "peek_option", "read_recipe",
-    "resolve_optim", "role_values",
-    "sampling_params_mapping", "trl_names", "trl_training_args", "validate", "validate_unsloth",
+    "field_names", "fields_with", "from_mapping", "given", "normalize_argv", "parse_config", "parse_limit",
+    "peek_option", "read_recipe", "resolve_optim", "role_values", "sampling_params_mapping", "trl_names",
+    "trl_training_args", "validate", "validate_unsloth",
 ]

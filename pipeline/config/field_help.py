@@ -19,23 +19,14 @@ def _help(text: str, *, gt: Optional[float] = None, ge: Optional[float] = None, 
           roles: Roles = (), **kw) -> Any:
     """A field with its help text and the rules `check_field_values` enforces: bounds for numbers (`why`: the
     reason, said when a value is refused), `choices` for a choice field. `trl=True` forwards the field to
-    trl.GRPOConfig under its own name (`trl="name"`: under TRL's name), so a new TRL setting is one declaration
-    here. `roles`: what the field is part of (pipeline/config/roles.py ROLES), each role's name, or a mapping
-    role -> the group the field's value is kept under in that role's key (True: under its own name)."""
+    trl.GRPOConfig under its own name (`trl="name"`: under TRL's name). `roles`: what the field is part of
+    (pipeline/config/roles.py ROLES), role names or role -> the group its value is kept under (True: its name)."""
     made = field(metadata={"help": text}, **kw)
-    rules: dict[str, Any] = {key: value for key, value in (("gt", gt), ("ge", ge), ("lt", lt), ("le", le))
-                             if value is not None}
-    if why:
-        rules["why"] = why
-    if choices:
-        rules["choices"] = tuple(choices)
-    if trl:
-        rules["trl"] = trl
-    if roles:
-        rules["roles"] = dict(roles) if isinstance(roles, dict) else {role: True for role in roles}
+    rules = {"gt": gt, "ge": ge, "lt": lt, "le": le, "why": why or None, "choices": tuple(choices) or None,
+             "trl": trl or None, "roles": dict(roles) if isinstance(roles, dict) else dict.fromkeys(roles, True)}
     # Beside the metadata, not in it: HfArgumentParser passes every metadata key to argparse, whose own
     # `choices` check would refuse `--vllm_standby True` and print a usage dump instead of our one-line fix.
-    _FIELD_RULES[id(made)] = rules
+    _FIELD_RULES[id(made)] = {key: value for key, value in rules.items() if value not in (None, {})}
     return made
 
 
@@ -43,7 +34,7 @@ _FIELD_RULES: dict[int, dict[str, Any]] = {}
 
 
 def field_rules(f: dataclasses.Field) -> dict[str, Any]:
-    """The rules `_help` declared for a dataclass field: gt/ge/lt/le, choices, trl."""
+    """The rules `_help` declared for a dataclass field: gt/ge/lt/le, why, choices, trl, roles."""
     return _FIELD_RULES.get(id(f), {})
 
 

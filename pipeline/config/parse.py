@@ -22,17 +22,14 @@ from grpo_pipeline.env.secret_fields import remember, remember_argv, unmasked
 from grpo_pipeline.env.text import excerpt, shorten
 from grpo_pipeline.pipeline.config.fields import SECTIONS, ConfigError, field_names
 from grpo_pipeline.pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig, check_trl_names
-from grpo_pipeline.pipeline.config.trl_fields import trl_fields, trl_type
-from grpo_pipeline.pipeline.config.trl_fields import trl_section as derived_trl_section
+from grpo_pipeline.pipeline.config.trl_fields import trl_fields, trl_section
 from grpo_pipeline.pipeline.config.values import coerce
 from grpo_pipeline.rewards.user_code import set_recipe_dir
 
 
 def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = None) -> PipelineConfig:
-    """Parse `[--config FILE] [--key value ...]` with TRL's TrlParser, like open-r1's scripts.
-
-    `base` supplies defaults below the YAML file (used for the built-in CPU demo).
-    """
+    """Parse `[--config FILE] [--key value ...]` with TRL's TrlParser, like open-r1's scripts; `base`: defaults
+    below the YAML file (the built-in CPU demo's)."""
     from trl import TrlParser  # lazy: trl comes after the bootstrap's `import unsloth` (TrlParser needs no torch)
 
     argv = normalize_argv(argv or [])
@@ -41,7 +38,8 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
     path = config_path(argv)
     set_recipe_dir(Path(path).parent if path is not None else None)  # named when a module sits only there
     recipe = read_recipe(path) if path is not None else {}  # syntax errors and unknown keys, with file and line
-    remember({**recipe, **(recipe_env(path) if path is not None else {})})
+    env = recipe_env(path) if path is not None else {}
+    remember({**recipe, **env})
     named += list(recipe) + list(base or {})
     # TRL's own fields (trl_fields.py) join the parser only when one is named: deriving them imports torch.
     trl_names = sorted({name for name in named if name not in field_names()})
@@ -54,7 +52,7 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
     # The recipe as read once above, not by path: TrlParser.parse_args_and_config would open --config again, and
     # a pipe (`--config <(...)`) gives its text only once. What it does with the file is done here: `env:` sets
     # environment variables, the rest become defaults below the command line.
-    for key, value in (recipe_env(path) if path is not None else {}).items():
+    for key, value in env.items():
         os.environ[key] = str(value)
     parser.set_defaults_with_config(**recipe)
     parsed = parser.parse_args_into_dataclasses(args=without_config(argv))
@@ -64,34 +62,21 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
                           trl={name: getattr(trl_values, name) for name in trl_names})
 
 
-def trl_section() -> type:
-    return derived_trl_section()
-
-
 def _default(name: str) -> Any:
     """The default of an option of ours or of TRL's; None for a name that is neither (or has no plain default)."""
-    owners = field_names()
-    if name in owners:
-        fields = {f.name: f for f in dataclasses.fields(owners[name])}
-    else:
-        fields = trl_fields()
-    f = fields.get(name)
+    owner = field_names().get(name)
+    f = {f.name: f for f in dataclasses.fields(owner)}[name] if owner else trl_fields().get(name)
     return None if f is None else f.default
 
 
 def _kind(name: str) -> Any:
     """The type hint of an option of ours or of TRL's."""
-    owners = field_names()
-    if name in owners:
-        return _type_hints(owners[name])[name]
-    return trl_type(name)
+    return _type_hints(field_names().get(name) or trl_section())[name]
 
 
-@functools.lru_cache(maxsize=None)
-def _type_hints(section: type) -> dict[str, Any]:
-    """A config section's resolved type hints, once per section class: get_type_hints evaluates every annotation of
-    the class, and a recipe asks it once per value (~450 times for one `grpo train --config`)."""
-    return typing.get_type_hints(section)
+# Once per section class: get_type_hints evaluates every annotation of the class, and a recipe asks it once per
+# value (~450 times for one `grpo train --config`).
+_type_hints = functools.lru_cache(maxsize=None)(typing.get_type_hints)
 
 
 def normalize_argv(argv: list[str]) -> list[str]:
@@ -101,13 +86,8 @@ def normalize_argv(argv: list[str]) -> list[str]:
     >>> normalize_argv(["--config=r.yaml", "--max_steps=3"])
     ['--config', 'r.yaml', '--max_steps=3']
     """
-    out: list[str] = []
-    for arg in argv:
-        if arg.startswith("--config="):
-            out.extend(["--config", arg.split("=", 1)[1]])
-        else:
-            out.append(arg)
-    return out
+    return [part for arg in argv
+            for part in (["--config", arg.split("=", 1)[1]] if arg.startswith("--config=") else [arg])]
 
 
 def config_path(argv: list[str]) -> Optional[str]:
@@ -144,10 +124,9 @@ _RECIPE_TEXT: dict[tuple, str] = {}
 
 
 def recipe_text(path: str) -> str:
-    """The recipe's text, read once per file per process: every reader (parse_config, peek_option in the
-    bootstrap, `grpo plan`, the key lines of a message) shares it, so a pipe or process substitution
-    (`--config <(...)`), whose text can be read only once, works. A regular file is read again only when it has
-    changed (its size or mtime). Not UTF-8 or over MAX_RECIPE_BYTES is a ConfigError naming the file."""
+    """The recipe's text, read once per file per process and shared by every reader, so a pipe (`--config <(...)`),
+    readable only once, works; a regular file is read again when its size or mtime changed. Not UTF-8 or over
+    MAX_RECIPE_BYTES is a ConfigError naming the file."""
     info = os.stat(path)
     regular = stat_module.S_ISREG(info.st_mode)
     key = (os.path.abspath(path), info.st_dev, info.st_ino) + ((info.st_size, info.st_mtime_ns) if regular else ())
@@ -171,39 +150,31 @@ BOOL_WORDS = ("yes", "no", "true", "false", "t", "f", "y", "n", "1", "0")
 
 def check_option_names(argv: list[str]) -> list[str]:
     """Refuse an unknown `--name` (all of them in one message), a recipe given without --config, or a number
-    option whose value is not a number, before argparse does (its messages list no alternatives and bury the
-    fix under the usage text). Returns the option names given, `--no_X` read as X."""
-    owners = field_names()
-    given_names: list[str] = []
-    for arg in argv:
-        if arg.startswith("--") and len(arg) > 2:
-            name = arg[2:].partition("=")[0].replace("-", "_")
-            if name != "config":
-                # HfArgumentParser adds --no_X for bool fields that default to True.
-                given_names.append(name[3:] if name.startswith("no_") and _default(name[3:]) is True else name)
-    not_ours = [name for name in dict.fromkeys(given_names) if name not in owners]
+    option whose value is not a number, before argparse would bury the fix under its usage text. Returns the
+    option names given, `--no_X` read as X."""
+    # argparse also accepts --max-steps; HfArgumentParser adds --no_X for bool fields that default to True.
+    names = {i: arg[2:].partition("=")[0].replace("-", "_") for i, arg in enumerate(argv)
+             if arg.startswith("--") and len(arg) > 2}
+    negated = {name for name in names.values() if name.startswith("no_") and _default(name[3:]) is True}
+    given_names = [name[3:] if name in negated else name for name in names.values() if name != "config"]
+    not_ours = [name for name in dict.fromkeys(given_names) if name not in field_names()]
     if not_ours:
         check_trl_names(not_ours)
     for i, arg in enumerate(argv):
         if arg.endswith((".yaml", ".yml")) and (i == 0 or not argv[i - 1].startswith("--")):
             raise ConfigError("config", f"{excerpt(arg)} is not an option; to read a recipe write --config {arg}")
-        if not (arg.startswith("--") and len(arg) > 2):
+        name = names.get(i, "config")
+        value = arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
+        if name == "config" or name in negated or value is None:
             continue
-        name, _, inline = arg[2:].partition("=")
-        name = name.replace("-", "_")  # argparse also accepts --max-steps
-        if name == "config" or (name.startswith("no_") and _default(name[3:]) is True):
-            continue
-        value = inline if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
-        kind = _kind(name)
-        if type(None) in typing.get_args(kind) and len(typing.get_args(kind)) == 2:
-            kind = Optional[next(a for a in typing.get_args(kind) if a is not type(None))]
-        if kind in (bool, Optional[bool]) and value is not None and ("=" in arg or not value.startswith("--")) \
+        args = typing.get_args(_kind(name))
+        optional = type(None) in args and len(args) == 2
+        kind = next(a for a in args if a is not type(None)) if optional else _kind(name)
+        if kind is bool and ("=" in arg or not value.startswith("--")) \
                 and value.strip().lower() not in BOOL_WORDS:  # `--flag` alone (nargs="?") is true
             raise ConfigError(name, f"got {excerpt(value)}; use true or false.")
-        if kind in (int, float, Optional[int], Optional[float]) and value is not None:
-            optional = kind in (Optional[int], Optional[float])
-            if not (optional and value.lower() in ("none", "null")):
-                coerce(value, int if kind in (int, Optional[int]) else float, name)
+        if kind in (int, float) and not (optional and value.lower() in ("none", "null")):
+            coerce(value, kind, name)
     return given_names
 
 
@@ -244,10 +215,10 @@ MAX_RECIPE_VALUES = 100_000
 
 
 def _load_recipe(path: str) -> tuple[dict[str, Any], dict[str, int]]:
-    """The recipe's top-level mapping and the line of each key, from its text (read once): composed into YAML
-    nodes first, so an alias bomb is refused by counting, before anything is expanded or printed."""
+    """The recipe's top-level mapping and the line of each key, composed into YAML nodes first, so an alias bomb
+    is refused by counting before anything is expanded or printed."""
     where = os.path.abspath(path)
-    loader = unique_key_loader()(recipe_text(path))
+    loader = UniqueKeyLoader(recipe_text(path))
     try:
         node = loader.get_single_node()
         if node is not None:
@@ -304,9 +275,8 @@ def _check_expanded_size(root: Any, where: str) -> None:
 
 
 def check_value_type(name: str, value: Any) -> None:
-    """A recipe value that cannot be the field's type is a ConfigError naming the field, before TrlParser (which
-    would hand a string to argparse and print its usage dump). Numbers and booleans go through `coerce`, list
-    fields take a lone value or a list of such, text fields refuse a list. Bounds and choices are validate()'s."""
+    """A recipe value that cannot be the field's type is a ConfigError naming the field, before TrlParser would
+    print argparse's usage dump. List fields take a lone value or a list; bounds and choices are validate()'s."""
     kind = _kind(name)
     if type(None) in typing.get_args(kind):
         if value is None:
@@ -339,42 +309,36 @@ class DuplicateKeyError(Exception):
         self.key, self.line, self.first_line = key, line, first_line
 
 
-def unique_key_loader() -> type:
+class UniqueKeyLoader(yaml.SafeLoader):
     """yaml.SafeLoader that refuses a key given twice in a mapping (PyYAML keeps the last one silently).
     Merge keys (`<<: *base`) still override as YAML defines.
 
-    >>> import yaml
-    >>> yaml.load("a: 1\\nb: 2\\na: 3\\n", Loader=unique_key_loader())
+    >>> yaml.load("a: 1\\nb: 2\\na: 3\\n", Loader=UniqueKeyLoader)
     Traceback (most recent call last):
     ...
     grpo_pipeline.pipeline.config.parse.DuplicateKeyError: duplicate key 'a' on line 3 (first on line 1)
     """
-    class UniqueKeyLoader(yaml.SafeLoader):
-        def construct_mapping(self, node, deep=False):
-            if isinstance(node, yaml.MappingNode):
-                first: dict[Any, int] = {}
-                for key_node, _ in node.value:
-                    if key_node.tag == "tag:yaml.org,2002:merge":
-                        continue
-                    key = self.construct_object(key_node, deep=True)
-                    try:
-                        seen = key in first
-                    except TypeError:  # an unhashable key: SafeLoader's own error names it
-                        continue
-                    if seen:
-                        raise DuplicateKeyError(key, key_node.start_mark.line + 1, first[key] + 1)
-                    first[key] = key_node.start_mark.line
-            return super().construct_mapping(node, deep=deep)
 
-    return UniqueKeyLoader
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    seen = key in first
+                except TypeError:  # an unhashable key: SafeLoader's own error names it
+                    continue
+                if seen:
+                    raise DuplicateKeyError(key, key_node.start_mark.line + 1, first[key] + 1)
+                first[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 def peek_option(argv: list[str], name: str, default: Any = None) -> Any:
-    """Read one option from `--name value` / `--name=value` or the `--config` YAML, without TrlParser.
-
-    Used before the real parse, to set up Unsloth before trl/transformers/peft are imported
-    (TrlParser itself imports trl).
-    """
+    """Read one option from `--name value` / `--name=value` or the `--config` YAML, without TrlParser (which
+    imports trl): before the real parse, to set up Unsloth before trl/transformers/peft are imported."""
     flag = f"--{name}"
     argv = normalize_argv(argv)
     for i, arg in enumerate(argv):

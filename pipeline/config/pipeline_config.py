@@ -25,7 +25,7 @@ from grpo_pipeline.pipeline.config.fields import (
     ModelArguments,
     field_names,
 )
-from grpo_pipeline.pipeline.config.trl_fields import refused_reason, trl_option_names
+from grpo_pipeline.pipeline.config.trl_fields import trl_option_names, trl_with
 
 
 @dataclass
@@ -47,10 +47,7 @@ class PipelineConfig:
         # Every way a config is made (TrlParser, a recipe through from_mapping, replace) passes here, so this is
         # the one place a lone value becomes a list: YAML `lora_target_modules: q_proj` arrives as the string
         # "q_proj", which peft would otherwise read character by character.
-        for section in dataclasses.fields(self):
-            values = getattr(self, section.name)
-            if not dataclasses.is_dataclass(values):
-                continue
+        for values in self._sections():
             for name in list_fields(type(values)):
                 value = getattr(values, name)
                 if value is not None and not isinstance(value, list):
@@ -60,30 +57,22 @@ class PipelineConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Flat mapping, the same shape as a YAML recipe."""
-        flat: dict[str, Any] = {}
-        for section in dataclasses.fields(self):
-            values = getattr(self, section.name)
-            flat.update(dataclasses.asdict(values) if dataclasses.is_dataclass(values) else values)
-        return flat
+        flat = {key: value for values in self._sections() for key, value in dataclasses.asdict(values).items()}
+        return {**flat, **self.trl}
+
+    def _sections(self) -> list[Any]:
+        return [value for value in vars(self).values() if dataclasses.is_dataclass(value)]
 
     def sections(self) -> list[type]:
         """The section classes this config is made of (a caller's subclass of a section included)."""
-        return [type(value) for value in vars(self).values() if dataclasses.is_dataclass(value)]
+        return [type(value) for value in self._sections()]
 
     def replace(self, **flat_overrides: Any) -> "PipelineConfig":
         """Return a copy with flat field overrides applied (unknown keys raise ConfigError)."""
         return from_mapping({**self.to_dict(), **flat_overrides})
 
 
-SECTION_ATTR = {
-    ModelArguments: "model",
-    LoraArguments: "lora",
-    DataArguments: "data",
-    GRPOArguments: "grpo",
-    GenerationArguments: "generation",
-    HealthArguments: "health",
-    EvalArguments: "eval",
-}
+SECTION_ATTR = {kind: name for name, kind in typing.get_type_hints(PipelineConfig).items() if kind in SECTIONS}
 
 
 def list_fields(section_cls: type) -> dict[str, type]:
@@ -107,17 +96,16 @@ def field_choices(name: str) -> tuple[str, ...]:
     >>> field_choices("backend")
     ('auto', 'unsloth', 'plain')
     """
-    return _choice_rules(name)["choices"]
+    return _rules(name)["choices"]
 
 
 def set_field_choices(name: str, choices: tuple[str, ...]) -> None:
     """Replace a choice field's choices: grpo_pipeline.pipeline.backends.register_backend adds a backend to `backend`'s."""
-    _choice_rules(name)["choices"] = tuple(choices)
+    _rules(name)["choices"] = tuple(choices)
 
 
-def _choice_rules(name: str) -> dict[str, Any]:
-    owner = field_names()[name]
-    return field_rules(next(f for f in dataclasses.fields(owner) if f.name == name))
+def _rules(name: str) -> dict[str, Any]:
+    return field_rules(next(f for f in dataclasses.fields(field_names()[name]) if f.name == name))
 
 
 def trl_training_args(cfg: PipelineConfig) -> dict[str, Any]:
@@ -130,17 +118,9 @@ def trl_training_args(cfg: PipelineConfig) -> dict[str, Any]:
     >>> trl_training_args(PipelineConfig(trl={"warmup_steps": 10, "scale_rewards": "none"}))["warmup_steps"]
     10
     """
-    forwarded: dict[str, Any] = {}
-    for section in dataclasses.fields(cfg):
-        values = getattr(cfg, section.name)
-        if not dataclasses.is_dataclass(values):
-            continue
-        for f in dataclasses.fields(values):
-            trl_name = field_rules(f).get("trl")
-            if trl_name:
-                forwarded[f.name if trl_name is True else trl_name] = getattr(values, f.name)
-    forwarded.update(cfg.trl)
-    return forwarded
+    forwarded = {f.name if field_rules(f)["trl"] is True else field_rules(f)["trl"]: getattr(values, f.name)
+                 for values in cfg._sections() for f in dataclasses.fields(values) if "trl" in field_rules(f)}
+    return {**forwarded, **cfg.trl}
 
 
 def from_mapping(values: dict[str, Any]) -> PipelineConfig:
@@ -163,7 +143,7 @@ def check_trl_names(names: list[str]) -> None:
     option from both sets), and a TRL field the run owns (with the reason)."""
     known = set(trl_option_names())
     for name in names:
-        reason = refused_reason(name)
+        reason = trl_with("run_owned").get(name)
         if reason:
             raise ConfigError(name, f"`{name}` is TRL's, but the run sets it itself: {reason}.")
     unknown = [name for name in names if name not in known]
@@ -195,8 +175,3 @@ def unknown_options_error(names: list[str], known: list[str] | None = None) -> C
     head = f"unknown option `{names[0]}`; " if len(names) == 1 else f"{len(names)} unknown options: "
     body = lines[0].split(": ", 1)[1] if len(names) == 1 else "; ".join(lines)
     return ConfigError(names[0], f"{head}{body} All options: `grpo train --help` (ours, then TRL's GRPOConfig).")
-
-
-def unknown_option_error(name: str) -> ConfigError:
-    """One unknown option (see unknown_options_error)."""
-    return unknown_options_error([name])

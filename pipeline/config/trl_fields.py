@@ -1,16 +1,11 @@
 """trl.GRPOConfig's own fields as options of `grpo train`, derived from the dataclass at run time.
 
-Every init field of the installed trl.GRPOConfig, and of the transformers TrainingArguments it inherits, that no
-section of ours owns is an option under TRL's name, with TRL's type, default and help: `scale_rewards: none`,
-`importance_sampling_level: sequence`, `num_iterations: 2`, `warmup_steps: 10`, `generation_kwargs: {...}`.
-Nothing is copied: a TRL upgrade brings its new fields with no change here. The options a user sets are kept in
-`PipelineConfig.trl` and reach trl.GRPOConfig as given (pipeline/config/fields.py `trl_training_args`).
-
-A few fields are the run's own (role run_owned in TRL_ROLES: naming one is refused, with the reason and our option),
-and a few are decided by the backend and the machine (role backend_decided: honoured when they agree with what the
-backend needs, refused when they don't; pipeline/trainer/build.py `grpo_training_args`). Importing trl.GRPOConfig
-costs seconds (it imports torch), so nothing here runs until a name that is not ours is met, or
---help / --check / the run need the fields.
+Every init field of the installed trl.GRPOConfig (and the TrainingArguments it inherits) that no section of ours
+owns is an option under TRL's name, type, default and help, kept in `PipelineConfig.trl` and passed to
+trl.GRPOConfig as given: a TRL upgrade brings its new fields with no change here. TRL_ROLES names the few the run
+owns (refused) or the backend decides (pipeline/trainer/build.py `grpo_training_args`). Importing trl.GRPOConfig
+costs seconds (it imports torch), so nothing here runs until a name that is not ours is met, or --help / --check /
+the run need the fields.
 """
 
 from __future__ import annotations
@@ -66,8 +61,7 @@ def trl_with(role: str) -> dict[str, Any]:
     return {name: roles[role] for name, roles in TRL_ROLES.items() if role in roles}
 
 
-# Derived from TRL_ROLES, name -> reason, as the tests name them (the code asks trl_with at the call: a role added
-# to TRL_ROLES counts at once). Ours declare neither role: they are our options.
+# name -> reason, for the tests (the code asks trl_with at the call). Ours declare neither role.
 RUN_OWNED = trl_with("run_owned")
 BACKEND_DECIDED = trl_with("backend_decided")
 
@@ -79,7 +73,7 @@ _NONNEGATIVE = {"ge": 0, "why": "a coefficient, exponent or delay: a negative on
 _POSITIVE = {"gt": 0, "why": "a scale, threshold or cap: the code divides by it or compares ratios (> 0) with it"}
 _SHARE = {"ge": 0, "le": 1, "why": "a share or mix in [0, 1]"}
 # Bounds of TRL's numeric options (GRPOConfig and the TrainingArguments it inherits), each derived from what TRL,
-# transformers or torch do with the value; check_trl_bounds refuses one outside them before anything loads.
+# transformers or torch do with the value; check_field_values refuses one outside them before anything loads.
 # tests/test_config_bounds.py fails when an installed TRL has a numeric option missing here.
 TRL_BOUNDS: dict[str, dict[str, Any]] = {
     # torch.optim.AdamW refuses eps < 0; 0 divides by sqrt(v) = 0 for a weight with no gradient yet.
@@ -184,15 +178,12 @@ TRL_VLLM_MODULES = ("trl.generation.vllm_client", "trl.generation.vllm_generatio
 
 
 def grpo_trainer_module(uses_vllm: bool = False) -> Any:
-    """TRL's GRPOTrainer module (trl.trainer.grpo_trainer), imported for a run that generates with TRL's vLLM
-    (`uses_vllm`) or without it (the check, which reads the module's source, too).
+    """TRL's GRPOTrainer module, imported for a run that generates with TRL's vLLM (`uses_vllm`) or without it.
 
-    trl/trainer/grpo_trainer.py imports trl/generation/, which imports vLLM's entry points at its top whenever vLLM
-    is installed: about half of the trainer's import time (4 s of CPU on 2 cores), spent by every run, even one
-    that never generates with vLLM. Such a run imports TRL's trainer with vLLM hidden (sys.modules["vllm"] = None,
-    which importlib reads as "not installed"), then shows it again. A later run in the same process that does
-    generate with TRL's vLLM (a notebook, a test process) has TRL's vLLM modules executed again (importlib.reload,
-    in place: the trainer's classes see the names they bind), as an import with vLLM visible would have left them."""
+    trl/generation/ imports vLLM at its top whenever vLLM is installed: about half of the trainer's import time (4 s
+    of CPU on 2 cores). A run without TRL's vLLM imports the trainer with vLLM hidden (sys.modules["vllm"] = None
+    reads as "not installed"); a later run in the same process that uses it has TRL's vLLM modules executed again
+    (importlib.reload, in place), as an import with vLLM visible would have left them."""
     if uses_vllm:
         if not hasattr(sys.modules.get("trl.generation.vllm_generation"), "LLM") and importlib.util.find_spec("vllm"):
             for name in TRL_VLLM_MODULES:
@@ -232,13 +223,3 @@ def trainer_choices() -> dict[str, tuple[str, ...]]:
     fields = {f.name: f for f in dataclasses.fields(grpo_config_class())}
     return {name: tuple(sorted(values)) for name, values in sorted(found.items())
             if name in fields and len(values) >= 2 and fields[name].default in values}
-
-
-def trl_type(name: str) -> Any:
-    """TRL's type hint for one of its options."""
-    return typing.get_type_hints(trl_section())[name]
-
-
-def refused_reason(name: str) -> str | None:
-    """Why a GRPOConfig field is not an option (its run_owned role), or None."""
-    return trl_with("run_owned").get(name)

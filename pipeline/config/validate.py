@@ -51,11 +51,6 @@ def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
                                       f"load it. {fix}")
 
 
-# ---------------------------------------------------------------------------------------------
-# Validation: pure Python, before any model or tokenizer loads.
-# ---------------------------------------------------------------------------------------------
-
-
 def world_size() -> int:
     """Number of training processes (set by accelerate/torchrun); 1 for a plain run."""
     try:
@@ -106,11 +101,9 @@ OPTIM_WITHOUT_BITSANDBYTES = "adamw_torch"
 
 
 def resolve_optim(cfg: PipelineConfig) -> tuple[PipelineConfig, Optional[str]]:
-    """The config a run trains with, and why when it differs: a bitsandbytes optimizer (every GPU recipe's
-    adamw_8bit) without bitsandbytes installed becomes adamw_torch, with a note saying so and how to get the
-    8-bit one. The machines this happens on are the CUDA 12 profile (the plain set has no bitsandbytes) and a
-    CPU; the plain backend's 4-bit loading falls back the same way there (pipeline/backends/plain.py _use_4bit).
-    The returned config is the one the manifest records, so it says what really ran.
+    """The config a run trains with (the manifest records it), and why when it differs: a bitsandbytes optimizer
+    without bitsandbytes installed (the CUDA 12 profile, a CPU) becomes adamw_torch, with a note saying how to get
+    the 8-bit one (the plain backend's 4-bit loading falls back the same way: pipeline/backends/plain.py).
 
     >>> cfg, note = resolve_optim(PipelineConfig().replace(optim="adamw_torch"))
     >>> cfg.grpo.optim, note
@@ -129,10 +122,8 @@ def resolve_optim(cfg: PipelineConfig) -> tuple[PipelineConfig, Optional[str]]:
 
 def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str | None = None,
              run_user_code: bool = True) -> list[str]:
-    """Check the config; raise ConfigError on the first fatal problem, return warnings.
-
-    `backend` is the resolved backend's name when known; by default `cfg.model.backend`. The backend's own
-    rules (BACKEND_RULES) run for it.
+    """Check the config; raise ConfigError on the first fatal problem, return warnings. `backend`: the resolved
+    backend's name when known (else `cfg.model.backend`), whose own rules (BACKEND_RULES) run.
 
     >>> validate(PipelineConfig())
     []
@@ -155,7 +146,12 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
         notes.append(f"learning_rate {g.learning_rate:g} is outside 1e-7..1e-3; GRPO with LoRA usually uses "
                      "1e-6..5e-5 (the notebooks: 5e-6).")
 
-    _check_adaptive_beta(cfg.health, g.beta)
+    if cfg.health.adaptive_beta and g.beta <= 0:
+        raise ConfigError("adaptive_beta", "needs beta > 0 at the start: with beta = 0 TRL loads no reference "
+                          "model, so there is no KL to steer. Set beta: 0.04, or adaptive_beta: false.")
+    if cfg.health.adaptive_beta and cfg.health.beta_min > cfg.health.beta_max:  # (>= 0: check_field_values)
+        raise ConfigError("beta_min", f"need 0 <= beta_min ({cfg.health.beta_min}) <= beta_max "
+                          f"({cfg.health.beta_max}).")
     params = sampling_params_mapping(g.vllm_sampling_params)
     for key, where in UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS.items():
         if key in params:
@@ -173,30 +169,19 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     return notes
 
 
-# What one GRPO step under TRL's vLLM rollouts did to the importance-sampling ratio, by sampler (tiny model on vLLM's
-# CPU build, 8 completions of 32 tokens): TRL compares vLLM's log-probabilities, taken after the sampler truncated
-# and renormalised the distribution (LLM(logprobs_mode="processed_logprobs"), trl/generation/vllm_generation.py),
-# with the trainer's, taken from the whole distribution; the ratio exp(trainer - sampler) then multiplies the loss.
-TRUNCATED_SAMPLING_MEASURED = {"none": 1.009, "min_p 0.1": 1.4e-6, "top_p 0.9": 0.068, "top_k 20": 2.1e-4}
-
-
-def truncating_samplers(min_p: Optional[float], top_p: float, top_k: int) -> list[str]:
-    """The rollout sampling settings that cut the distribution (min_p > 0, top_p < 1, top_k > 0), as 'name value'.
-
-    >>> truncating_samplers(min_p=0.1, top_p=1.0, top_k=0), truncating_samplers(min_p=None, top_p=1.0, top_k=0)
-    (['min_p 0.1'], [])
-    """
-    cuts = (("min_p", min_p, bool(min_p)), ("top_p", top_p, top_p < 1.0), ("top_k", top_k, top_k > 0))
-    return [f"{name} {value:g}" for name, value, cuts_it in cuts if cuts_it]
-
-
 def check_truncated_sampling(min_p: Optional[float], top_p: float, top_k: int, vllm_mode: str,
                              vllm_importance_sampling_correction: bool) -> None:
     """TRL's vLLM rollouts (the plain backend's vllm_mode colocate | server) with its importance-sampling correction
-    and a sampler that truncates: the ratio collapses to ~0 and scales the loss with it, so the run learns
-    nothing and says nothing (TRUNCATED_SAMPLING_MEASURED). Refused, naming both ways out. A recipe rule: it takes
-    the options it reads, by name (validate passes them)."""
-    cuts = truncating_samplers(min_p, top_p, top_k)
+    and a sampler that truncates (min_p > 0, top_p < 1, top_k > 0): the ratio collapses to ~0 and scales the loss
+    with it, so the run learns nothing and says nothing. Refused, naming both ways out. A recipe rule: it takes the
+    options it reads, by name (validate passes them).
+
+    The ratios in the message were measured on one GRPO step (tiny model on vLLM's CPU build, 8 completions of 32
+    tokens): TRL compares vLLM's log-probabilities, taken after the sampler truncated and renormalised the
+    distribution (LLM(logprobs_mode="processed_logprobs"), trl/generation/vllm_generation.py), with the trainer's,
+    taken from the whole distribution; the ratio exp(trainer - sampler) then multiplies the loss."""
+    samplers = (("min_p", min_p, bool(min_p)), ("top_p", top_p, top_p < 1), ("top_k", top_k, top_k > 0))
+    cuts = [f"{name} {value:g}" for name, value, cuts_it in samplers if cuts_it]
     if vllm_mode == "none" or not vllm_importance_sampling_correction or not cuts:
         return
     field = cuts[0].split()[0]
@@ -215,7 +200,7 @@ def _check_batch(g: Any, n_processes: int) -> None:
         raise ConfigError("max_steps", "got 0, which trains nothing; give the number of optimizer steps (e.g. 250), "
                           "or -1 to train num_train_epochs.")
     global_batch = g.per_device_train_batch_size * g.gradient_accumulation_steps * n_processes
-    if g.per_device_train_batch_size < 1 or global_batch % g.num_generations != 0:
+    if global_batch % g.num_generations != 0:  # (each factor >= 1: check_field_values)
         raise ConfigError(
             "per_device_train_batch_size",
             f"per_device_train_batch_size ({g.per_device_train_batch_size}) x gradient_accumulation_steps "
@@ -256,15 +241,6 @@ def _check_generation(gen: Any, completion_limit: Optional[int]) -> None:
                 f"({completion_limit}); answers past the trained length are often cut before </answer>. "
                 "Lower it, or set allow_longer_generation: true.",
             )
-
-
-def _check_adaptive_beta(h: Any, beta: float) -> None:
-    """adaptive_beta (`h`: the health section) needs a KL to steer (beta > 0) and a sane range."""
-    if h.adaptive_beta and beta <= 0:
-        raise ConfigError("adaptive_beta", "needs beta > 0 at the start: with beta = 0 TRL loads no reference "
-                          "model, so there is no KL to steer. Set beta: 0.04, or adaptive_beta: false.")
-    if h.adaptive_beta and not (0 <= h.beta_min <= h.beta_max):
-        raise ConfigError("beta_min", f"need 0 <= beta_min ({h.beta_min}) <= beta_max ({h.beta_max}).")
 
 
 def _check_rewards(g: Any, run_user_code: bool = True) -> None:

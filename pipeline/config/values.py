@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 import typing
 from typing import Any, Optional
 
@@ -72,26 +73,17 @@ def check_choice(name: str, value: Any, choices: Optional[tuple[str, ...]] = Non
         raise ConfigError(name, f"got {excerpt(value)}; choose one of {', '.join(choices)}.")
 
 
+_BOUNDS = {"gt": (operator.gt, ">"), "ge": (operator.ge, ">="), "lt": (operator.lt, "<"), "le": (operator.le, "<=")}
+
+
 def check_bounds(value: float, name: str, rules: dict[str, Any], default: Any) -> None:
     """The one bounds check: `rules` as `_help` declares them (gt/ge/lt/le, and `why`, the reason)."""
-    bounds = {key: rules[key] for key in ("gt", "ge", "lt", "le") if key in rules}
-    tests = {"gt": (value > bounds.get("gt", -math.inf), "> {}"),
-             "ge": (value >= bounds.get("ge", -math.inf), ">= {}"),
-             "lt": (value < bounds.get("lt", math.inf), "< {}"), "le": (value <= bounds.get("le", math.inf), "<= {}")}
-    wanted = " and ".join(text.format(bounds[key]) for key, (_, text) in tests.items() if key in bounds)
-    if not all(ok for ok, _ in tests.values()):
+    bounds = {key: rules[key] for key in _BOUNDS if key in rules}
+    if not all(_BOUNDS[key][0](value, bound) for key, bound in bounds.items()):
+        wanted = " and ".join(f"{_BOUNDS[key][1]} {bound}" for key, bound in bounds.items())
         suggestion = f" (the default is {default})" if default is not None else ""
         why = f": {rules['why']}" if rules.get("why") else ""
         raise ConfigError(name, f"got {value:g}; it must be {wanted}{suggestion}{why}.")
-
-
-def check_trl_bounds(values: dict[str, Any]) -> None:
-    """TRL's numeric options as set (`PipelineConfig.trl`) against TRL_BOUNDS, before anything loads."""
-    for name, value in values.items():
-        rules = TRL_BOUNDS.get(name)
-        if rules is None or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        check_bounds(coerce(value, float, name), name, rules, None)
 
 
 def check_generation_temperature(value: float, name: str) -> None:
@@ -149,4 +141,6 @@ def check_field_values(cfg: PipelineConfig) -> None:
             if kind is not bool and rules:
                 check_bounds(value, f.name, rules, f.default if f.default is not dataclasses.MISSING else None)
         check_choices(section)
-    check_trl_bounds(cfg.trl)
+    for name, value in cfg.trl.items():  # TRL's numeric options as set, against TRL_BOUNDS
+        if name in TRL_BOUNDS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            check_bounds(coerce(value, float, name), name, TRL_BOUNDS[name], None)

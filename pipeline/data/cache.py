@@ -1,11 +1,6 @@
-"""Cache of prepared datasets, keyed by a fingerprint of everything that shapes them.
-
-The key covers the source (hub name/config/split/revision, or a local file's or folder's files: path,
-size, mtime and, for files up to 64 MiB, content hash), the tokenizer (name, vocab size, special
-tokens, chat template, and a local tokenizer folder's files), the data fields of the config, this code's
-format version and source (pipeline/data/*.py), and the versions of the libraries that build and save the
-Arrow files. A second run with the same key loads the saved Arrow files and tokenizes nothing. The key is
-env/kept.py's `state_key`, as for every kept file.
+"""Cache of prepared datasets, keyed (env/kept.py `state_key`) by everything that shapes them: the source, the
+tokenizer, the config's data fields, this code and its format version, and the library versions that build and
+save the Arrow files. A second run with the same key loads the saved Arrow files and tokenizes nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from typing import Any, Optional
 from grpo_pipeline.env.locations import cache_root
 from grpo_pipeline.env.paths import json_text, publish_once
 from grpo_pipeline.env.secret_fields import masked
-import grpo_pipeline.pipeline.data  # the package's own code is the cache's identity (data_code_identity)
+import grpo_pipeline.pipeline.data  # the package's own code is part of the cache's identity (fingerprint)
 from grpo_pipeline.env.kept import code_hash, file_sha256, state_key, versions
 from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 
@@ -32,9 +27,7 @@ DATASET_IN_CACHE = "dataset"
 
 def data_cache_root(data_cache_dir: Optional[str]) -> Path:
     """Where prepared datasets live: `data_cache_dir` from the config, else <cache root>/data."""
-    if data_cache_dir:
-        return Path(data_cache_dir).expanduser().resolve()
-    return cache_root() / "data"
+    return Path(data_cache_dir).expanduser().resolve() if data_cache_dir else cache_root() / "data"
 
 
 def local_file_identity(path: Path) -> dict[str, Any]:
@@ -63,22 +56,18 @@ def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
     if not isinstance(template, str):  # some tokenizers keep a dict of named templates
         template = json.dumps(template, sort_keys=True, default=str)
     name = str(getattr(tokenizer, "name_or_path", ""))
+    folder = Path(name) if name and Path(name).is_dir() else None  # its own files: a model's weights are not
     return {
         "name_or_path": name,
         "vocab_size": getattr(tokenizer, "vocab_size", None),
         "special_tokens": sorted(str(t) for t in getattr(tokenizer, "all_special_tokens", [])),
         "chat_template_sha256": hashlib.sha256(template.encode("utf-8")).hexdigest(),
-        "files": _tokenizer_files(Path(name)) if name and Path(name).is_dir() else None,
+        "files": folder and [{**local_file_identity(p), "path": p.name} for p in sorted(folder.iterdir())
+                             if p.is_file() and p.suffix not in WEIGHT_SUFFIXES],
     }
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack")
-
-
-def _tokenizer_files(folder: Path) -> list[dict[str, Any]]:
-    """A tokenizer folder's own files as `local_file_identity` (a model folder's weights are not the tokenizer's)."""
-    return [{**local_file_identity(p), "path": p.name} for p in sorted(folder.iterdir())
-            if p.is_file() and p.suffix not in WEIGHT_SUFFIXES]
 
 
 def model_identity(model_name_or_path: str, model_source: str = "hf") -> dict[str, Any]:
@@ -91,15 +80,10 @@ def model_identity(model_name_or_path: str, model_source: str = "hf") -> dict[st
     return {"name": model_name_or_path, "source": model_source}
 
 
-def data_code_identity() -> dict[str, Any]:
-    """The code and libraries that build a cache entry: pipeline/data/*.py and the versions that load, clean,
-    tokenize and save the rows (an entry saved by another pyarrow or datasets may not load the same)."""
-    return {"code_sha256": code_hash(grpo_pipeline.pipeline.data),
-            "versions": versions("datasets", "pyarrow", "transformers", "tokenizers", "jinja2")}
-
-
 def fingerprint(source: dict[str, Any], tokenizer: dict[str, Any], data_fields: dict[str, Any]) -> str:
-    """`state_key` of the three identities, the data code's identity and DATA_FORMAT_VERSION.
+    """`state_key` of the three identities, DATA_FORMAT_VERSION and the code and libraries that build an entry:
+    pipeline/data/*.py and the versions that load, clean, tokenize and save the rows (an entry saved by another
+    pyarrow or datasets may not load the same).
 
     >>> a = fingerprint({"kind": "sample"}, {"vocab_size": 10}, {"max_samples": None})
     >>> a == fingerprint({"kind": "sample"}, {"vocab_size": 10}, {"max_samples": 5})
@@ -107,8 +91,10 @@ def fingerprint(source: dict[str, Any], tokenizer: dict[str, Any], data_fields: 
     >>> len(a)
     64
     """
+    code = {"code_sha256": code_hash(grpo_pipeline.pipeline.data),
+            "versions": versions("datasets", "pyarrow", "transformers", "tokenizers", "jinja2")}
     return state_key({"version": DATA_FORMAT_VERSION, "source": source, "tokenizer": tokenizer, "data": data_fields,
-                      "code": data_code_identity()})
+                      "code": code})
 
 
 def entry_is_complete(entry: Path) -> bool:
@@ -120,23 +106,15 @@ def load_cached(entry: Path) -> Optional[tuple[Any, dict[str, Any]]]:
     """(dataset, report) from a complete cache entry, or None when there is none."""
     if not entry_is_complete(entry):
         return None
-    report_path = entry / REPORT_IN_CACHE
-    # lazy: datasets imports torch
-    from datasets import load_from_disk
+    from datasets import load_from_disk  # lazy: datasets imports torch
 
-    with open(report_path, encoding="utf-8") as f:
-        report = json.load(f)
-    return load_from_disk(str(entry / DATASET_IN_CACHE)), report
+    return load_from_disk(str(entry / DATASET_IN_CACHE)), json.loads((entry / REPORT_IN_CACHE).read_text("utf-8"))
 
 
 def save_cached(entry: Path, dataset: Any, report: dict[str, Any], seen=None) -> None:
-    """Write the dataset and its report into a staging folder, then rename it into place in one step.
-
-    A crash mid-write leaves only a staging folder, never an entry that looks complete. When two
-    runs race, the first rename wins and the other's copy (identical by construction) is removed;
-    a hand-damaged entry is replaced (see grpo_pipeline.env.paths.publish_once). `seen`: what was at `entry` before the build
-    (grpo_pipeline.env.locations.snapshot); anything else found there at the end is left alone.
-    """
+    """Write the dataset and its report into a staging folder, then rename it into place in one step
+    (grpo_pipeline.env.paths.publish_once: a crash leaves no entry that looks complete; of two racing runs the
+    first wins). `seen`: what was at `entry` before the build; anything else found there is left alone."""
     def write(staging: Path) -> None:
         dataset.save_to_disk(str(staging / DATASET_IN_CACHE))
         (staging / REPORT_IN_CACHE).write_text(json_text(masked(report)), encoding="utf-8")  # any file name in it

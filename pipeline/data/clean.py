@@ -1,20 +1,6 @@
-"""Clean raw question/answer rows and reject the unusable ones, each with a reason.
-
-Nothing is dropped without a reason code; `grpo_pipeline.pipeline.data.prepare` puts the codes, counts and
-row ids into data_report.json. The reason codes:
-
-    missing_question    question is null / absent
-    empty_question      question is empty after cleaning
-    non_string_field    question is not text, or answer is not text or a number
-    invalid_prompt      TRL's `prompt` is neither text nor a list of {"role": str, "content": str} messages
-    missing_answer      answer is null / absent / empty after cleaning
-    unparseable_answer  answer has a GSM8K `####` marker with nothing readable after it
-    unscorable_answer   the correctness reward cannot read the answer as one final answer ("five and a
-                        half", "18 or 20"): the prompt would give no learning signal (keep_unscorable keeps it)
-    duplicate           same cleaned question and answer as an earlier row (the first is kept)
-    prompt_too_long     (set later, by the length check) over max_prompt_length
-
-This module is pure Python (no tokenizer, no datasets).
+"""Clean raw question/answer rows and reject the unusable ones, each with a reason code (REJECT_REASONS), which
+`grpo_pipeline.pipeline.data.prepare` puts with counts and row ids into data_report.json. Pure Python (no
+tokenizer, no datasets).
 """
 
 from __future__ import annotations
@@ -32,17 +18,19 @@ BOM = "\ufeff"
 # GSM8K's calculator annotations inside worked solutions: "48/2 = <<48/2=24>>24".
 CALCULATOR_NOTE = re.compile(r"<<[^<>]*>>")
 
-REJECT_REASONS = (
-    "missing_question",
-    "empty_question",
-    "non_string_field",
-    "invalid_prompt",
-    "missing_answer",
-    "unparseable_answer",
-    "unscorable_answer",
-    "duplicate",
-    "prompt_too_long",
-)
+# Every reason code, in the report's order, and what it means.
+REJECT_REASONS = {
+    "missing_question": "question is null / absent",
+    "empty_question": "question is empty after cleaning",
+    "non_string_field": "question is not text, or answer is not text or a number",
+    "invalid_prompt": "TRL's `prompt` is neither text nor a list of {\"role\": str, \"content\": str} messages",
+    "missing_answer": "answer is null / absent / empty after cleaning",
+    "unparseable_answer": "answer has a GSM8K `####` marker with nothing readable after it",
+    "unscorable_answer": "the correctness reward cannot read the answer as one final answer (\"five and a half\", "
+                         "\"18 or 20\"): the prompt would give no learning signal (keep_unscorable keeps it)",
+    "duplicate": "same cleaned question and answer as an earlier row (the first is kept)",
+    "prompt_too_long": "(set later, by the length check) over max_prompt_length",
+}
 
 
 def clean_text(text: str) -> str:
@@ -110,12 +98,8 @@ class Rejections:
 
 
 def _answer_text(value: Any) -> Optional[str]:
-    """The answer as text, or None when it is not text or a plain number.
-
-    Numbers are accepted because a JSONL file with `"answer": 42` is a normal way to write a
-    plain answer. Integral floats print without ".0" (CSV readers turn 42 into 42.0 when a
-    column has a gap). Booleans, lists and mappings are not answers.
-    """
+    """The answer as text (`"answer": 42` in JSONL is normal; an integral float prints without ".0": CSV readers
+    turn 42 into 42.0 in a column with a gap), or None when it is not text or a plain number."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool):

@@ -1,7 +1,5 @@
-"""The training set's columns: the source's own (TRL passes every column but `prompt` to each reward as a
-keyword), `prompt` (what the model is given), and the pipeline's own OWN_COLUMNS (grpo_answer, grpo_id, ...);
-and what the report says of the prompts' format.
-"""
+"""The training set's columns: the source's own, `prompt` and the pipeline's OWN_COLUMNS; and what the report says
+of the prompts' format."""
 
 from __future__ import annotations
 
@@ -23,10 +21,8 @@ assert all(name.startswith(OWN_PREFIX) for name in OWN_COLUMNS)
 
 def training_columns(table: Any, prompts: list[Any], rows: list[Any], prompt_tokens: list[int]) -> Any:
     """The training set: the source's own columns for the kept rows, with their values and types (TRL passes
-    every column but `prompt` to each reward function as a keyword argument), `prompt` (the prompt the model
-    is given) and the pipeline's OWN_COLUMNS."""
-    # lazy: datasets imports torch
-    from datasets import Dataset
+    every column but `prompt` to each reward function as a keyword argument), `prompt` and OWN_COLUMNS."""
+    from datasets import Dataset  # lazy: datasets imports torch
 
     dataset = table if isinstance(table, Dataset) else Dataset.from_dict(table)
     dataset = dataset.select([row.index for row in rows])
@@ -50,9 +46,8 @@ def removes_unused_columns(trl_options: Any) -> bool:
 
 
 def prompt_formats(source_format: str, prompts: list[Any], system_prompt: Optional[str]) -> dict[str, Any]:
-    """What the report (and `--check`) says of the prompts: where they came from, how many are standard (text)
-    and conversational (messages), whether system_prompt was added or the prompt's own system message kept, and
-    the system message the training rows carried (`trained_system_message`), which the adapter records.
+    """What the report (and `--check`) says of the prompts: where they came from, how many are standard and
+    conversational, where system_prompt was added or their own kept, and `trained_system_message`.
 
     >>> prompt_formats("prompt", ["1+1=", [{"role": "system", "content": "Mine."}, {"role": "user", "content": "?"}],
     ...                           [{"role": "user", "content": "?"}]], "Be brief.")["system_prompt"]
@@ -72,10 +67,9 @@ def prompt_formats(source_format: str, prompts: list[Any], system_prompt: Option
 
 
 def trained_system_message(chats: list[Any], system_prompt: Optional[str]) -> dict[str, Any]:
-    """The system message the training chats carried, by one rule: the one they all share (their own, or
-    system_prompt where we added it to a chat without one); "" when none carried one (text prompts, an empty
-    system_prompt); "" and a note when they differ (no single one to generate with). `grpo generate`, `grpo eval`
-    and `grpo export` default to it (pipeline/run/manifest.py records it).
+    """The system message the training chats carried (their own, or system_prompt where we added it), which
+    generate/eval/export default to (pipeline/run/manifest.py records it): the one they all share; "" when none
+    carried one; "" and a note when they differ.
 
     >>> trained_system_message([[{"role": "system", "content": "Mine."}, {"role": "user", "content": "?"}]] * 2, "X")
     {'system_message': 'Mine.', 'system_message_note': ''}

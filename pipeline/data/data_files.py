@@ -48,11 +48,8 @@ def local_path(name: str) -> Optional[Path]:
 
 
 def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
-    """(kind, {split: files}) of a local source: `file`, `saved` (save_to_disk; files empty) or `folder`.
-
-    A folder's data files are assigned to splits by `datasets`' own file-name patterns (train/test/validation,
-    dev, eval, ...); a folder whose names match none is one split, `train`.
-    """
+    """(kind, {split: files}) of a local source: `file`, `saved` (save_to_disk; files empty) or `folder`, whose
+    files are assigned to splits by `datasets`' own file-name patterns (none matching: one split, `train`)."""
     if not path.exists():
         raise ConfigError(option, f"{excerpt(str(path.resolve()))} does not exist. Give the path of a data file "
                           f"({'/'.join(sorted(LOCAL_FORMATS))}), a folder of them, a `save_to_disk` folder, a hub "
@@ -67,8 +64,7 @@ def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
         return "saved", {str(split): [] for split in index.get("splits", [])}
     if all((path / name).is_file() for name in SAVED_DATASET_FILES):
         return "saved", {SINGLE_FILE_SPLIT: []}
-    # lazy: datasets imports torch
-    from datasets.data_files import DataFilesDict, get_data_patterns
+    from datasets.data_files import DataFilesDict, get_data_patterns  # lazy: datasets imports torch
 
     try:
         patterns = get_data_patterns(str(path))
@@ -94,8 +90,7 @@ EMPTY_FIX = {".jsonl": "Write one `{\"question\": ..., \"answer\": ...}` object 
 
 def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> Any:
     """One split's data files (one format) through the `datasets` packaged loaders, as one Dataset."""
-    # lazy: datasets imports torch
-    from datasets import load_dataset
+    from datasets import load_dataset  # lazy: datasets imports torch
 
     suffixes = {f.suffix.lower() for f in files}
     if len(suffixes) > 1:
@@ -139,23 +134,16 @@ def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> An
         library_logger.setLevel(level)
 
 
-def _root_cause(err: BaseException) -> BaseException:
-    """The library's own error under `datasets`' wrappers (DatasetGenerationError "An error occurred while
-    generating the dataset" carries the pyarrow / pandas one as its cause)."""
-    seen = {id(err)}
-    while True:
-        inner = err.__cause__ or err.__context__
-        if inner is None or id(inner) in seen:
-            return err
-        seen.add(id(inner))
-        err = inner
-
-
 def library_error(files: list[Path], builder: str, err: BaseException) -> DataFileError:
     """A `datasets` / pyarrow / pandas error while loading local files, as our message: the file, the line
     where the library knows it, and the library's own words; no hint that the error does not call for (the
     checks before loading, check_text_file and check_parquet_file, already name the common faults with theirs)."""
-    cause = _root_cause(err)
+    # The library's own error under `datasets`' wrappers (DatasetGenerationError "An error occurred while generating
+    # the dataset" carries the pyarrow / pandas one as its cause).
+    cause, seen = err, {id(err)}
+    while (inner := cause.__cause__ or cause.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        cause = inner
     text = " ".join(str(cause).split()) or type(cause).__name__
     where = str(files[0]) if len(files) == 1 else f"{files[0].parent} ({', '.join(f.name for f in files)})"
     found = re.search(r"\b(line|row) (\d+)", text)
@@ -204,13 +192,7 @@ def _surrogate_error(path: Path, where: str, text: str, untouched: str) -> DataF
 def check_text_file(path: Path) -> Optional[str]:
     """Name the first line that is not UTF-8 (or, in a .jsonl file, not one JSON object); return the key of a
     .json file's list of records when it is wrapped in an object ({"data": [...]}), for `datasets`' `field`.
-
-    Hand-written because `datasets`' loaders report neither the line nor, for bad bytes, which
-    file; one pass over the lines costs far less than the tokenizing that follows.
-    """
-    def iconv(path: Path) -> str:
-        return shell_command("iconv", "-f", "GBK", "-t", "UTF-8", "-o", path.with_name("fixed" + path.suffix), path)
-
+    (`datasets`' loaders report neither the line nor, for bad bytes, which file.)"""
     suffix = path.suffix.lower()
     untouched = " No row of the file was used: fix or delete that line and run again."
     lines: list[str] = []
@@ -219,11 +201,12 @@ def check_text_file(path: Path) -> Optional[str]:
             try:
                 lines.append(raw.decode("utf-8-sig" if number == 1 else "utf-8"))
             except UnicodeDecodeError as err:
+                iconv = shell_command("iconv", "-f", "GBK", "-t", "UTF-8", "-o", path.with_name("fixed" + path.suffix),
+                                      path)
                 raise DataFileError(
                     f"{path} line {number} is not UTF-8 text (byte {excerpt(raw[err.start:err.start + 1])} at column "
-                    f"{err.start + 1}). Re-save the file as UTF-8, e.g. "
-                    f"`{iconv(path)}`"
-                    f" (use the file's real encoding instead of GBK).{untouched}"
+                    f"{err.start + 1}). Re-save the file as UTF-8, e.g. `{iconv}` (use the file's real encoding "
+                    f"instead of GBK).{untouched}"
                 ) from None
     filled = [number for number, text in enumerate(lines, start=1) if text.strip()]
     if not filled:

@@ -41,21 +41,22 @@ def hub_endpoint() -> str:
 def load_hub_splits(spec: SourceSpec, cache_root: Path, source: str = "hf") -> Any:
     """All splits of a hub dataset (a DatasetDict): from our saved copy when there is one, else downloaded
     (from ModelScope when `model_source: modelscope`)."""
-    # lazy: datasets imports torch
-    from datasets import load_from_disk
+    from datasets import load_from_disk  # lazy: datasets imports torch
 
     saved = hub_saved_copy_dir(cache_root, spec.name, spec.config, spec.revision, source)
     if not is_saved_copy(saved):
         if source == "modelscope":
-            _download_from_modelscope_and_save(spec.name, spec.config, spec.revision, saved)
+            splits = _download_from_modelscope(spec.name, spec.config, spec.revision)
         else:
-            _download_and_save(spec, saved)
+            splits = _download(spec, saved)
+        publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=is_saved_copy,
+                     option="data_cache_dir")
+        print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
     return load_from_disk(str(saved))
 
 
-def _download_and_save(spec: SourceSpec, saved: Path) -> None:
-    # lazy: datasets imports torch
-    from datasets import load_dataset
+def _download(spec: SourceSpec, saved: Path) -> Any:
+    from datasets import load_dataset  # lazy: datasets imports torch
 
     name, config = spec.name, spec.config
     endpoint = hub_endpoint()
@@ -77,17 +78,13 @@ def _download_and_save(spec: SourceSpec, saved: Path) -> None:
             "Fixes: check the network; in mainland China set HF_ENDPOINT=https://hf-mirror.com; offline, copy a "
             f"`save_to_disk` folder of the dataset to that path, or give {spec.name_option} a local path."
         ) from err
-    publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=is_saved_copy,
-                 option="data_cache_dir")
-    print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
+    return splits
 
 
-def _download_from_modelscope_and_save(name: str, dataset_config: Optional[str], revision: Optional[str],
-                                       saved: Path) -> None:
+def _download_from_modelscope(name: str, dataset_config: Optional[str], revision: Optional[str]) -> Any:
     """`model_source: modelscope`: the dataset repository's files from ModelScope (grpo_pipeline.env.hubs, the network
     boundary), read by `datasets` as a local folder (its data files and README configs), saved like a hub copy."""
-    # lazy: datasets imports torch
-    from datasets import load_dataset
+    from datasets import load_dataset  # lazy: datasets imports torch
 
     print(f"[grpo data] downloading {name} ({dataset_config}) from ModelScope ({endpoint('modelscope')}); "
           f"cache: {os.environ.get('MODELSCOPE_CACHE', '~/.cache/modelscope (default)')} (MODELSCOPE_CACHE)",
@@ -99,6 +96,4 @@ def _download_from_modelscope_and_save(name: str, dataset_config: Optional[str],
         raise DataSourceError(f"could not read ModelScope dataset {excerpt(name)} (config {excerpt(dataset_config)}) "
                               f"downloaded to {folder}: {type(err).__name__}: {err}\nCheck dataset_config (None for "
                               "a single one) and that the repository holds .jsonl/.csv/.parquet data files.") from err
-    publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=is_saved_copy,
-                 option="data_cache_dir")
-    print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
+    return splits

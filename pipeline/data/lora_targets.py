@@ -1,7 +1,5 @@
-"""Do the LoRA settings name modules this model has? From the architecture alone: no weights are read.
-
-The check before load (pipeline/preflight.py) asks it, so a typo in `lora_target_modules` or `lora_modules_to_save`
-is exit 2 listing the names the model has, not peft's error after the model loaded.
+"""Do the LoRA settings name modules this model has? From the architecture alone (no weights are read), before the
+model loads, so a typo in `lora_target_modules` or `lora_modules_to_save` is exit 2 listing the names it has.
 """
 
 from __future__ import annotations
@@ -17,9 +15,8 @@ LORA_MODULE_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1
 
 
 def model_module_types(name: str, trust_remote_code: bool = False) -> dict[str, str]:
-    """Every module path of the model -> its class name, from the architecture alone: the config read from the
-    built-in folder, a local folder or the HF cache (else downloaded: config.json only), the model built on the
-    meta device (accelerate's `init_empty_weights`), so no weights are read or allocated."""
+    """Every module path of the model -> its class name, from `model_config` built on the meta device
+    (accelerate's `init_empty_weights`): no weights are read or allocated."""
     # lazy: accelerate and transformers import torch (after the backend's prepare_environment)
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
@@ -51,11 +48,6 @@ def model_config(name: str, trust_remote_code: bool = False) -> Any:
         return read_config(local_only=False)
 
 
-def _matches(target: str, path: str) -> bool:
-    """peft's suffix rule (peft.tuners.tuners_utils.check_target_module_exists): the name or a `.name` tail."""
-    return path == target or path.endswith("." + target)
-
-
 def check_lora_targets(model_name_or_path: str, trust_remote_code: bool, lora_target_modules: Sequence[Any],
                        lora_modules_to_save: Sequence[Any]) -> str:
     """Each `lora_target_modules` entry names LoRA-capable modules of the model `model_name_or_path`, and each
@@ -63,7 +55,8 @@ def check_lora_targets(model_name_or_path: str, trust_remote_code: bool, lora_ta
     types = model_module_types(model_name_or_path, trust_remote_code)
     adaptable = sorted({path.rsplit(".", 1)[-1] for path, kind in types.items() if kind in LORA_MODULE_TYPES})
     for target in lora_target_modules:
-        kinds = sorted({kind for path, kind in types.items() if _matches(str(target), path)})
+        # peft's suffix rule (peft.tuners.tuners_utils.check_target_module_exists): the name or a `.name` tail
+        kinds = sorted({kind for path, kind in types.items() if path == str(target) or path.endswith(f".{target}")})
         if not kinds:
             raise ConfigError("lora_target_modules", f"{model_name_or_path} has no module named "
                               f"{excerpt(target)}. Its layers LoRA can adapt: {', '.join(adaptable)}.")

@@ -1,8 +1,5 @@
 """Can the model named be found, before anything loads: a built-in name, a local model folder, a hub id in the
-local cache, or a hub id whose hub can be reached (`model_source`: Hugging Face Hub or ModelScope).
-
-Used by `grpo train --check` and the run (pipeline/preflight.py), `grpo data` (only the tokenizer loads, from
-there), and `grpo generate`/`eval`/`export` (pipeline/infer/). Callers call it through the module
+local cache, or a hub id whose hub can be reached (`model_source`). Callers call it through the module
 (`model_check.check_model`), so a test replaces the one network boundary in one place.
 """
 

@@ -2,30 +2,14 @@
 
     prepare_dataset(cfg, tokenizer) -> PreparedData(dataset, report, max_prompt_length, ...)
 
-`grpo data` (pipeline/data_command.py) runs it alone and prints the report.
-
-The steps, and the pitfall each one is there for:
-
-1. Load (sources.py): GSM8K from the hub via a saved copy that later runs read
-   offline; local JSONL/JSON/CSV/Parquet files, folders of them, `save_to_disk` folders; the bundled
-   sample; the CPU demo's arithmetic. The eval set (role "eval") goes through the same steps.
-2. Clean (clean.py): BOM, CRLF, NFC, trimming; rows that cannot be used are rejected
-   with a reason code. GSM8K `#### 72` (and `#### 答案：72`) answers are reduced to `72`, the text
-   before `####` kept as the worked solution (for the format warm-up). Every answer is read by the
-   correctness reward's own reader (rewards.reference_is_scorable): an answer it cannot read gives the
-   prompt no learning signal, so it is rejected (`unscorable_answer`), and a dataset that is mostly such
-   answers is refused, naming answer_field (keep_unscorable: true keeps them).
-3. Prompts are chat messages (system + user). The chat template must reproduce the system
-   prompt verbatim, newlines included, or we refuse to start (the format rewards depend on it).
-4. Length (prompts.py): every prompt is rendered with the chat template and counted
-   with the model's tokenizer. TRL no longer filters prompts, so over-long ones are dropped
-   (and listed) or refused here; `auto` limits come from the measured lengths.
-5. Report: data_report.json in the run folder says how many rows came in, how many were
-   kept, and which were rejected and why (rows_in = rows_kept + rows_rejected_total +
-   rows_unused_max_samples). `strict: true` turns any rejection into an error.
-6. Cache (cache.py): the finished dataset is saved under a fingerprint of source,
-   tokenizer and data settings; the next run loads it without tokenizing. The returned
-   dataset is fully materialised, so training never maps rows (or waits on I/O) per batch.
+Load (sources.py); clean (clean.py: every answer is read by the correctness reward's own reader, so one it cannot
+read, which gives the prompt no learning signal, is rejected, and a dataset of mostly such answers is refused
+naming answer_field); build chat prompts whose system prompt the chat template must reproduce verbatim (the format
+rewards depend on it); count every prompt with the model's tokenizer (prompts.py: TRL no longer filters prompts,
+so over-long ones are dropped or refused here, and `auto` limits come from the counts); report (data_report.json:
+rows_in = rows_kept + rows_rejected_total + rows_unused_max_samples; `strict: true` turns any rejection into an
+error); cache (cache.py) the fully materialised dataset, so training never maps rows per batch and the next run
+tokenizes nothing. `grpo data` (pipeline/data_command.py) runs it alone and prints the report.
 """
 
 from __future__ import annotations
@@ -39,7 +23,7 @@ from typing import Any, Iterator, Optional
 from grpo_pipeline.env.locations import absolute_path, snapshot
 from grpo_pipeline.env.paths import atomic_write_json
 from grpo_pipeline.env.secret_fields import masked
-from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, check_choice, parse_limit, role_values
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_limit, role_values
 from grpo_pipeline.pipeline.data.cache import (
     DATA_FORMAT_VERSION,
     data_cache_root,
@@ -75,10 +59,8 @@ MAX_UNSCORABLE_SHARE = 0.5
 
 
 class DataError(ValueError):
-    """The data cannot be used as configured (strict mode, overlong_policy=error, no rows left).
-
-    `report` is the data report (also written to data_report.json before this is raised).
-    """
+    """The data cannot be used as configured (strict mode, overlong_policy=error, no rows left); `report`: the data
+    report (written to data_report.json before this is raised)."""
 
     def __init__(self, message: str, report: Optional[dict[str, Any]] = None):
         super().__init__(message)
@@ -105,22 +87,9 @@ class PreparedData:
     report_path: Optional[Path] = None
 
 
-def report_file_name(split: Optional[str], role: str = "train") -> str:
-    """data_report.json for the run's own data (no explicit split); data_report_eval.json for the eval set;
-    data_report_<split>.json when a caller asks for a split, so the training report is never overwritten.
-
-    >>> report_file_name(None), report_file_name("test"), report_file_name(None, "eval")
-    ('data_report.json', 'data_report_test.json', 'data_report_eval.json')
-    """
-    if role == "eval":
-        return EVAL_REPORT_NAME
-    return REPORT_NAME if split is None else f"data_report_{split}.json"
-
-
 def data_fields(cfg: PipelineConfig) -> dict[str, Any]:
-    """The config fields that change the prepared dataset (role data_key, declared on the fields: `role_values`;
-    part of the cache fingerprint; the columns read are in the source's identity), the limits as numbers, and the
-    answer reader."""
+    """What of the config shapes the prepared dataset, for the cache fingerprint: the fields of role data_key (the
+    limits as numbers) and the answer reader (the columns read are in the source's identity)."""
     fields = role_values(cfg, "data_key")
     for name in ("max_prompt_length", "max_completion_length"):  # `auto` and `AUTO` prepare the same rows
         fields[name] = parse_limit(fields[name], name)
@@ -136,8 +105,7 @@ def answer_reader_version() -> str:
 @contextlib.contextmanager
 def _quiet_datasets() -> Iterator[None]:
     """No `datasets` progress bars while we work (they would bury the report); restored afterwards."""
-    # lazy: datasets imports torch
-    import datasets
+    import datasets  # lazy: datasets imports torch
 
     was_disabled = datasets.are_progress_bars_disabled()
     datasets.disable_progress_bars()
@@ -153,14 +121,11 @@ def prepare_dataset(cfg: PipelineConfig, tokenizer: Any, split: Optional[str] = 
                     write_report: bool = True) -> PreparedData:
     """Load, clean, length-check and cache one split; write data_report.json; return the dataset and limits.
 
-    `role` "train" reads dataset_name, "eval" the eval set (eval_dataset_name, else dataset_name's
-    eval_split; see sources.source_spec). `split` overrides the role's split; `report_dir` defaults to
-    `output_dir`. The report is data_report.json, data_report_eval.json or data_report_<split>.json (see
-    report_file_name); `write_report=False` (`grpo train --check`) writes nothing outside the cache.
-    Raises ConfigError for settings that cannot work (naming the field) and DataError when rows
-    must not be dropped (strict, overlong_policy=error) or none are left; the report is written
-    first either way. `prompt_tokens` in the report covers every cleaned row; `max_kept` only
-    the rows kept.
+    `role` "train" reads dataset_name, "eval" the eval set (source_spec); `split` overrides the role's split. The
+    report (in `report_dir`, else output_dir) is data_report.json, data_report_eval.json for the eval set, or
+    data_report_<split>.json for an explicit split; `write_report=False` (`--check`) writes nothing outside the
+    cache. Raises ConfigError for settings that cannot work and DataError when rows must not be dropped (strict,
+    overlong_policy=error) or none are left, the report written first either way.
 
     >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
@@ -173,9 +138,8 @@ def prepare_dataset(cfg: PipelineConfig, tokenizer: Any, split: Optional[str] = 
     True
     """
     d = cfg.data
-    report_name = report_file_name(split, role)
+    report_name = EVAL_REPORT_NAME if role == "eval" else REPORT_NAME if split is None else f"data_report_{split}.json"
     spec = source_spec(cfg, role, split)
-    check_choice("overlong_policy", d.overlong_policy)  # callers may come here without validate()
     budget = LengthBudget(
         max_seq_length=cfg.model.max_seq_length,
         fixed_prompt_limit=parse_limit(d.max_prompt_length, "max_prompt_length"),
@@ -193,13 +157,20 @@ def prepare_dataset(cfg: PipelineConfig, tokenizer: Any, split: Optional[str] = 
     report_folder = report_dir if report_dir is not None else cfg.grpo.output_dir
     report_seen = snapshot(absolute_path(report_folder) / report_name) if write_report else None
 
-    dataset, report, error = _cached_or_built(d, tokenizer, source, budget, spec, key, entry, entry_seen)
+    with _quiet_datasets():
+        cached = load_cached(entry)
+        if cached is not None:
+            (dataset, report), error = cached, None
+            report["cache_hit"] = True
+        else:
+            dataset, report, error = _build(d, tokenizer, source, budget, spec.split, spec.name_option)
+            report.update(fingerprint=key, cache_hit=False, cache_entry=str(entry))
+            if error is None:
+                save_cached(entry, dataset, report, seen=entry_seen)
     # First: when most answers are unreadable, the answer column is what to fix (even if no rows are left).
     unscorable = _unscorable_error(report, spec.answer_option)
     error = unscorable or error or _strict_error(report, d.strict)
-    report["strict"] = bool(d.strict)
-    report["status"] = "error" if error else "ok"
-    report["error"] = error
+    report.update(strict=bool(d.strict), status="error" if error else "ok", error=error)
 
     report_path: Optional[Path] = None
     if write_report:
@@ -215,23 +186,6 @@ def prepare_dataset(cfg: PipelineConfig, tokenizer: Any, split: Optional[str] = 
     return PreparedData(dataset=dataset, report=report, max_prompt_length=limits["max_prompt_length"],
                         max_completion_length=limits["max_completion_length"], fingerprint=key,
                         report_path=report_path)
-
-
-def _cached_or_built(d: Any, tokenizer: Any, source: DataSource, budget: LengthBudget, spec: Any, key: str,
-                     entry: Path, entry_seen: Any) -> tuple[Any, dict[str, Any], Optional[str]]:
-    """The cache entry when there is one, else the split built (and cached when it can be used); `d`: the recipe's
-    data section."""
-    with _quiet_datasets():
-        cached = load_cached(entry)
-        if cached is not None:
-            dataset, report = cached
-            report["cache_hit"] = True
-            return dataset, report, None
-        dataset, report, error = _build(d, tokenizer, source, budget, spec.split, spec.name_option)
-        report.update(fingerprint=key, cache_hit=False, cache_entry=str(entry))
-        if error is None:
-            save_cached(entry, dataset, report, seen=entry_seen)
-        return dataset, report, error
 
 
 def _strict_error(report: dict[str, Any], strict: bool) -> Optional[str]:
@@ -299,9 +253,18 @@ def _build(d: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
         "format_version": DATA_FORMAT_VERSION,
         "source": source.description,
         "split": split,
-        **_row_counts(len(raw.ids), rows, keep, rejected, unused),
+        "rows_in": len(raw.ids),
+        "rows_kept": len(keep),
+        "rows_rejected_total": rejected.total,
+        "rows_rejected": rejected.summary(MAX_IDS_PER_REASON),
+        "rows_unused_max_samples": unused,
+        # Unscorable share among the answers read (refused above MAX_UNSCORABLE_SHARE); kept ones are listed.
+        "answers_checked": rejected.answers_checked,
+        "unscorable_kept": {"count": len(rejected.unscorable_kept),
+                            "ids": rejected.unscorable_kept[:MAX_IDS_PER_REASON]},
+        "rows_with_solution": sum(1 for i in keep if rows[i].solution),
         "prompt_format": formats,
-        "columns": sorted(set(_column_names(raw.table)) - {"prompt"}),
+        "columns": sorted(set(getattr(raw.table, "column_names", raw.table)) - {"prompt"}),
         "prompt_tokens": {**length_stats(lengths.counts), "max_kept": max(kept_counts, default=None)},
         "system_prompt_tokens": floor,
         "limits": {
@@ -330,10 +293,6 @@ def _build(d: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
     return dataset, report, None
 
 
-def _column_names(table: Any) -> list[str]:
-    return list(table.column_names) if hasattr(table, "column_names") else list(table)
-
-
 def _build_error(overlong_policy: str, overlong: list[tuple[str, int]], keep: list[int], limit: int,
                  source: DataSource, source_option: str, rows_in: int, rejected: Any) -> Optional[str]:
     """Why the built split cannot be used (overlong_policy: error met an overlong prompt, or no row is left)."""
@@ -350,18 +309,3 @@ def _build_error(overlong_policy: str, overlong: list[tuple[str, int]], keep: li
                 f"({', '.join(f'{k}: {len(v)}' for k, v in rejected.ids_by_reason.items())}).{hint}")
     return None
 
-
-def _row_counts(rows_in: int, rows: list[Any], keep: list[int], rejected: Any, unused: int) -> dict[str, Any]:
-    """The report's accounting of the rows: in, kept, rejected by reason, unused by max_samples, unscorable."""
-    return {
-        "rows_in": rows_in,
-        "rows_kept": len(keep),
-        "rows_rejected_total": rejected.total,
-        "rows_rejected": rejected.summary(MAX_IDS_PER_REASON),
-        "rows_unused_max_samples": unused,
-        # Unscorable share among the answers read (refused above MAX_UNSCORABLE_SHARE); kept ones are listed.
-        "answers_checked": rejected.answers_checked,
-        "unscorable_kept": {"count": len(rejected.unscorable_kept),
-                            "ids": rejected.unscorable_kept[:MAX_IDS_PER_REASON]},
-        "rows_with_solution": sum(1 for i in keep if rows[i].solution),
-    }

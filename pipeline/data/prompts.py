@@ -1,16 +1,10 @@
 """Prompts in TRL's two formats, measured with the model's real tokenizer and chat template.
 
-TRL's formats (trl.data_utils.is_conversational): a *standard* prompt is a string the model continues as
-written (no chat template); a *conversational* prompt is a list of {"role", "content"} messages rendered by
-the chat template. Question/answer rows (question_field) become conversational prompts (system + user).
-Rewards get completions in the prompt's format (`completion_like`): strings for standard prompts,
-`[{"role": "assistant", "content": ...}]` for conversational ones.
-
-TRL's GRPOTrainer no longer has `max_prompt_length`, so nothing downstream trims or
-filters prompts: a prompt longer than the budget would either overflow vLLM's context or
-(with an old hand-rolled truncation) lose the start of its system prompt. Here every prompt
-is rendered by `tokenizer.apply_chat_template` and counted, and the limits are chosen from
-the real counts.
+TRL's formats (trl.data_utils.is_conversational): a *standard* prompt is a string the model continues as written
+(no chat template); a *conversational* prompt is a list of {"role", "content"} messages rendered by the chat
+template. Question/answer rows (question_field) become conversational prompts (system + user). TRL's GRPOTrainer
+no longer has `max_prompt_length`, so nothing downstream trims or filters prompts: here every prompt is rendered
+and counted, and the limits are chosen from the real counts.
 """
 
 from __future__ import annotations
@@ -24,7 +18,7 @@ import numpy as np
 
 from grpo_pipeline.env.text import excerpt
 from grpo_pipeline.rewards.completions import build_prompt
-from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.config import ConfigError, given
 
 # Rounding `max_prompt_length: auto` up to a multiple of 16 leaves the padded prompt block
 # aligned for the attention kernels and leaves a little slack for the longest prompt.
@@ -232,11 +226,7 @@ class LengthBudget:
     @property
     def filter_limit(self) -> int:
         """Prompts longer than this are over-long: the fixed limit, else what the completion leaves."""
-        if self.fixed_prompt_limit is not None:
-            return self.fixed_prompt_limit
-        if self.fixed_completion_limit is not None:
-            return self.max_seq_length - self.fixed_completion_limit
-        return self.max_seq_length
+        return given(self.fixed_prompt_limit, self.max_seq_length - (self.fixed_completion_limit or 0))
 
     def check_room_for_system_prompt(self, system_prompt_tokens: int) -> None:
         """Refuse a limit that the system prompt alone already exceeds: every row would be dropped."""
@@ -261,27 +251,15 @@ class LengthBudget:
 
     def final_limits(self, longest_kept_prompt: int) -> tuple[int, int]:
         """(max_prompt_length, max_completion_length) once the kept prompts are known."""
-        if self.fixed_prompt_limit is not None:
-            prompt_limit = self.fixed_prompt_limit
-        else:
-            # auto: the longest kept prompt rounded up, but never past what the completion leaves.
-            prompt_limit = min(round_up(longest_kept_prompt), self.filter_limit)
-        if self.fixed_completion_limit is not None:
-            completion_limit = self.fixed_completion_limit
-        else:
-            completion_limit = self.max_seq_length - prompt_limit
-        if completion_limit <= 0:
+        # auto: the longest kept prompt rounded up, but never past what the completion leaves.
+        prompt_limit = given(self.fixed_prompt_limit, min(round_up(longest_kept_prompt), self.filter_limit))
+        completion_limit = given(self.fixed_completion_limit, self.max_seq_length - prompt_limit)
+        if completion_limit <= 0:  # (both fixed and over max_seq_length: refused by validate)
             raise ConfigError(
                 "max_completion_length",
                 f"auto gives max_seq_length ({self.max_seq_length}) - max_prompt_length ({prompt_limit}) = "
                 f"{completion_limit}: no room left for completions. Raise max_seq_length, or set a smaller "
                 "max_prompt_length (longer prompts are then dropped or refused per overlong_policy).",
-            )
-        if prompt_limit + completion_limit > self.max_seq_length:
-            raise ConfigError(
-                "max_completion_length",
-                f"max_prompt_length ({prompt_limit}) + max_completion_length ({completion_limit}) exceeds "
-                f"max_seq_length ({self.max_seq_length}).",
             )
         return prompt_limit, completion_limit
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group
-from rich.table import Table
+from rich.table import Column, Table
 
 from grpo_pipeline.rewards.trl_source import reward_columns
 
@@ -21,16 +21,21 @@ def accounting_line(report: dict[str, Any], ids_shown: int = 3) -> str:
     '40 rows in, 29 kept, 11 dropped: prompt_too_long 10 (train-3, train-5, ...), unscorable_answer 1 (train-9)'
     """
     line = f"{report['rows_in']} rows in, {report['rows_kept']} kept, {report['rows_rejected_total']} dropped"
-    reasons = [f"{reason} {info['count']} ({', '.join(info['ids'][:ids_shown])}"
-               f"{', ...' if info['count'] > ids_shown else ''})" for reason, info in report["rows_rejected"].items()]
-    if reasons:
-        line += ": " + ", ".join(reasons)
+    if report["rows_rejected"]:
+        line += ": " + dropped_reasons(report, ids_shown)
     if report.get("rows_unused_max_samples"):
         line += f"; {report['rows_unused_max_samples']} unused (max_samples)"
     kept = (report.get("unscorable_kept") or {}).get("count")
     if kept:
         line += f"; {kept} unscorable answers kept (keep_unscorable)"
     return line
+
+
+def dropped_reasons(report: dict[str, Any], ids_shown: int = 3) -> str:
+    """Each reason rows were dropped for, with its count and first ids: `prompt_too_long 10 (train-3, ...)`."""
+    return ", ".join(f"{reason} {info['count']} ({', '.join(info['ids'][:ids_shown])}"
+                     f"{', ...' if info['count'] > ids_shown else ''})"
+                     for reason, info in report["rows_rejected"].items())
 
 
 def prompt_line(report: dict[str, Any]) -> str:
@@ -64,9 +69,7 @@ def format_report(report: dict[str, Any]) -> Any:
     """The report as a rich renderable (tables), for people; `--json` prints the dict itself."""
     source = report.get("source", {})
     where = source.get("path") or f"{source.get('name')} ({source.get('config')})"
-    rows = Table(title="Rows", show_header=False, title_justify="left")
-    rows.add_column("item")
-    rows.add_column("value", justify="right")
+    rows = Table("item", Column("value", justify="right"), title="Rows", show_header=False, title_justify="left")
     rows.add_row("source", f"{where} [{report.get('split')}]")
     if source.get("endpoint"):
         rows.add_row("hub endpoint (HF_ENDPOINT)", source["endpoint"])
@@ -85,15 +88,14 @@ def format_report(report: dict[str, Any]) -> Any:
         rows.add_row("unscorable kept (keep_unscorable)", f"{kept['count']}  ({', '.join(kept['ids'][:5])})")
 
     tokens = report["prompt_tokens"]
-    lengths = Table(title="Prompt tokens (chat template + generation prompt)", title_justify="left")
-    for name in ("count", "min", "p50", "p90", "p99", "max", "max_kept"):
-        lengths.add_column(name, justify="right")
-    lengths.add_row(*(str(tokens.get(name, "-")) for name in ("count", "min", "p50", "p90", "p99", "max", "max_kept")))
+    stats = ("count", "min", "p50", "p90", "p99", "max", "max_kept")
+    lengths = Table(*(Column(name, justify="right") for name in stats),
+                    title="Prompt tokens (chat template + generation prompt)", title_justify="left")
+    lengths.add_row(*(str(tokens.get(name, "-")) for name in stats))
 
     limits = report["limits"]
-    settings = Table(title="Limits and cache", show_header=False, title_justify="left")
-    settings.add_column("item")
-    settings.add_column("value", justify="right")
+    settings = Table("item", Column("value", justify="right"), title="Limits and cache", show_header=False,
+                     title_justify="left")
     settings.add_row("system prompt alone", f"{report['system_prompt_tokens']} tokens")
     for name in ("max_seq_length", "max_prompt_length", "max_completion_length"):
         setting = limits.get(f"{name}_setting")

@@ -1,8 +1,5 @@
-"""What a run reads, prepared before any model loads: the training split, the held-out rows when the run
-evaluates, and the format warm-up's examples (`prepare_run_data`).
-
-`grpo train --check` runs the same steps one by one (pipeline/preflight.py data_checks), `grpo data` and the
-run call `prepare_run_data`; the prepared splits are cached, so the run's call after the check loads them.
+"""What a run reads, prepared before any model loads (`prepare_run_data`, for `grpo data` and the run; `grpo train
+--check` runs its steps one by one): the training split, the held-out rows, the format warm-up's examples.
 """
 
 from __future__ import annotations
@@ -17,6 +14,7 @@ from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, given
 from grpo_pipeline.pipeline.data import prepare  # prepare.prepare_dataset through the module: tests interrupt it there
 from grpo_pipeline.pipeline.data.columns import ANSWER, OWN_COLUMNS, ROW_ID, SOLUTION, removes_unused_columns
 from grpo_pipeline.pipeline.data.prompts import completion_like, question_text
+from grpo_pipeline.pipeline.data.report import dropped_reasons
 from grpo_pipeline.pipeline.data.data_files import local_layout, local_path
 from grpo_pipeline.pipeline.data.sources import field_values, nested_paths
 from grpo_pipeline.pipeline.data.source_spec import SAMPLE_NAME, SAMPLE_PATH, SINGLE_FILE_SPLIT, source_spec
@@ -39,26 +37,22 @@ class RunData:
 
     def eval_overlap(self) -> list[str]:
         """Ids of eval rows whose question is also a training question: their numbers measure memory."""
-        if not self.eval_rows:
-            return []
-        trained = {question_text(prompt) for prompt in self.train.dataset["prompt"]}
+        trained = {question_text(prompt) for prompt in self.train.dataset["prompt"]} if self.eval_rows else set()
         return [row["id"] for row in self.eval_rows if question_text(row["prompt"]) in trained]
 
     def overlap_warning(self) -> str:
         ids = self.eval_overlap()
-        if not ids:
-            return ""
-        return (f"warning: {len(ids)} of {len(self.eval_rows)} eval problems are also training questions "
-                f"({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}); their before/after numbers measure "
-                "memory, not reasoning. Remove them from one of the two sources.")
+        return "" if not ids else (
+            f"warning: {len(ids)} of {len(self.eval_rows)} eval problems are also training questions "
+            f"({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}); their before/after numbers measure "
+            "memory, not reasoning. Remove them from one of the two sources.")
 
 
-# The three data steps, in the order the run needs them; prepare_run_data runs them all, the check one by one. Each
-# takes `cfg`, the recipe as validated.
+# The three data steps (prepare_train, prepare_eval, check_warmup), in the order the run needs them. Each takes
+# `cfg`, the recipe as validated.
 def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
     train = prepare.prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
-    # which columns the rewards get (report.py)
-    train.report["remove_unused_columns"] = removes_unused_columns(cfg.trl)
+    train.report["remove_unused_columns"] = removes_unused_columns(cfg.trl)  # which columns the rewards get
     reads = reads_reference(list(cfg.grpo.reward_funcs))  # from the modules' text: `grpo data` imports no reward
     if reads is None:
         print("[grpo] note: whether a reward of your own reads the reference answers cannot be told without running "
@@ -71,11 +65,10 @@ def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, w
 
 
 def require_reference_answers(spec: Any, dataset: Any, scorer: str, other_fix: str) -> None:
-    """What scores a completion against its row's reference answer (the correctness reward, the held-out eval's
-    accuracy) needs rows that have one. TRL's prompt column needs no answer column, and rows without a readable
-    answer may be kept (keep_unscorable); when no row at all has one, every score would be None (cannot judge) or
-    wrong, silently: refused, naming the answer option (of `spec`, the source's SourceSpec), the columns there are
-    and the fix."""
+    """What scores a completion against its row's reference answer (the correctness reward, the eval's accuracy)
+    needs rows that have one (TRL's prompt column needs no answer column; keep_unscorable keeps rows without a
+    readable one). When no row has one, refused naming the answer option of `spec`, the columns there are and the
+    fix."""
     if len(dataset) == 0 or any(reference_is_scorable(answer) for answer in dataset[ANSWER]):
         return
     columns = [name for name in dataset.column_names if name not in OWN_COLUMNS and name != "prompt"]
@@ -108,11 +101,9 @@ EVAL_OFF = {"eval_before": False, "eval_after": False, "eval_steps": 0}
 
 
 def without_a_held_out_set(cfg: PipelineConfig) -> tuple[dict[str, Any], str]:
-    """One training file (or any one-split local source) and no eval_dataset_name: there are no held-out
-    problems, so the run trains without evaluation, as TRL, Unsloth and open-r1 do, and says in one line how to
-    turn it on. Returns the options that turn evaluation off (EVAL_OFF) and that line; ({}, "") otherwise. The one
-    answer for `grpo train`, its --check and `grpo data` (a recipe's eval_before: true on such data trains, and says
-    so).
+    """A one-split local source and no eval_dataset_name: there are no held-out problems, so the run trains without
+    evaluation, as TRL, Unsloth and open-r1 do. Returns the options that turn evaluation off (EVAL_OFF) and the
+    line that says how to turn it on; ({}, "") otherwise. For `grpo train`, its --check and `grpo data`.
 
     >>> off, note = without_a_held_out_set(PipelineConfig().replace(dataset_name="sample", eval_before=True))
     >>> off == EVAL_OFF, note.startswith("eval: off")
@@ -137,9 +128,8 @@ def without_a_held_out_set(cfg: PipelineConfig) -> tuple[dict[str, Any], str]:
 
 
 def eval_config(cfg: PipelineConfig, limit: Optional[int] = None) -> PipelineConfig:
-    """The eval set's preparing: its first `limit` (else eval_limit) usable rows, never strict (a dropped eval row is
-    reported, not refused); the cache key follows (max_samples declares the role data_key). `cfg` is left as it
-    was, and its sections keep their classes.
+    """The config the eval set is prepared with: its first `limit` (else eval_limit) usable rows, never strict (a
+    dropped eval row is reported, not refused). `cfg` is left as it was; its sections keep their classes.
 
     >>> cfg = PipelineConfig().replace(eval_limit=5, max_samples=40, strict=True)
     >>> (eval_config(cfg).data.max_samples, eval_config(cfg).data.strict, eval_config(cfg, 2).data.max_samples,
@@ -152,9 +142,8 @@ def eval_config(cfg: PipelineConfig, limit: Optional[int] = None) -> PipelineCon
 
 def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, report_dir: Optional[Path] = None,
                    write_report: bool = True, other_fix: str = TRAINING_EVAL_OFF) -> list[dict[str, Any]]:
-    """Held-out rows (prompt messages + answer), prepared by the same data code as training: the eval set
-    (eval_dataset_name, else eval_split of dataset_name), its first `limit` (else eval_limit) usable rows;
-    the report goes to data_report_eval.json."""
+    """Held-out rows (prompt messages + answer) of the eval set (eval_config), prepared by the same data code as
+    training; the report goes to data_report_eval.json."""
     eval_cfg = eval_config(cfg, limit)
     prepared = prepare.prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir,
                                        write_report=write_report)
@@ -183,10 +172,7 @@ class EvalRows(list):
         said = f"eval set: {len(self)} problems"
         dropped, unused = self.report.get("rows_rejected_total"), self.report.get("rows_unused_max_samples")
         if dropped:
-            reasons = ", ".join(f"{reason} {info['count']} ({', '.join(info['ids'][:3])}"
-                                f"{', ...' if info['count'] > 3 else ''})"
-                                for reason, info in self.report["rows_rejected"].items())
-            said += f" ({dropped} of {self.report['rows_in']} rows dropped: {reasons})"
+            said += f" ({dropped} of {self.report['rows_in']} rows dropped: {dropped_reasons(self.report)})"
         if unused:
             said += f"; {unused} more rows unused (eval_limit / --limit)"
         return said
@@ -201,10 +187,8 @@ def prepare_eval(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
 
 
 def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
-    """Prompt/completion pairs in TRL's prompt-completion format (the prompt's: standard or conversational): a
-    built-in source's own, else
-    up to MAX_WARMUP_EXAMPLES training rows with a worked solution. ConfigError (sft_warmup_steps) when there
-    are none; check_warmup (below) calls this before any model loads."""
+    """Prompt/completion pairs in TRL's prompt-completion format: a built-in source's own, else up to
+    MAX_WARMUP_EXAMPLES training rows with a worked solution; ConfigError (sft_warmup_steps) when there are none."""
     builtin = builtin_source(cfg.data.dataset_name)
     if builtin is not None:
         return builtin.warmup_examples(MAX_WARMUP_EXAMPLES, cfg.data.system_prompt, cfg.grpo.seed)
@@ -232,10 +216,8 @@ def check_warmup(cfg: PipelineConfig, train: Any) -> str:
 
 def prepare_run_data(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
                      write_report: bool = True) -> RunData:
-    """Prepare every split the run uses and check the warm-up's needs: the same steps as the check's.
-
-    Raises ConfigError (naming the option), DataError or DataFileError; the prepared splits are cached, so
-    the run's call after the check loads them instead of preparing them again."""
+    """Prepare every split the run uses and check the warm-up's needs; raises ConfigError (naming the option),
+    DataError or DataFileError. The splits are cached, so the run's call after the check loads them."""
     train = prepare_train(cfg, tokenizer, report_dir, write_report)
     eval_rows = prepare_eval(cfg, tokenizer, report_dir, write_report)
     check_warmup(cfg, train)

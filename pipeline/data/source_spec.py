@@ -1,7 +1,6 @@
 """What a data source is, before any row is read: the built-in names, the local formats, the errors a source
-raises (DataFileError: a file that cannot be read, naming file and line), the raw rows a loader returns, and
-`SourceSpec`, the options of one role (the training data or the eval set) with the option names to say in a
-message. pipeline/data/sources.py resolves a spec to a source.
+raises, the raw rows a loader returns, and `SourceSpec`, the options of one role (the training data or the eval
+set) with the option names to say in a message. pipeline/data/sources.py resolves a spec to a source.
 """
 
 from __future__ import annotations
@@ -14,9 +13,8 @@ from grpo_pipeline.env.path_check import DATA_SUFFIXES
 
 SAMPLE_NAME = "sample"
 SAMPLE_PATH = Path(__file__).resolve().parents[1] / "assets" / "gsm8k_sample.jsonl"
-# File extension -> `datasets` packaged loader.
-# The `datasets` builder of each local data file suffix; the suffixes are grpo_pipeline.env.path_check.DATA_SUFFIXES (the path
-# checks' reading of "a local data file"), so both readings stay one.
+# The `datasets` packaged loader of each local data file suffix; the suffixes are grpo_pipeline.env.path_check's
+# DATA_SUFFIXES (the path checks' reading of "a local data file"), so both readings stay one.
 _BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
 LOCAL_FORMATS = {suffix: _BUILDERS[suffix] for suffix in DATA_SUFFIXES}
 SINGLE_FILE_SPLIT = "train"
@@ -43,13 +41,10 @@ OWN_PREFIX = "grpo_"
 
 @dataclass
 class RawRows:
-    """Raw column values, one entry per source row, before any cleaning.
-
-    `prompt_format` says what `questions` holds: "question", the question_field column (made into chat prompts
-    later); "prompt", TRL's prompt column (strings or message lists, used as written). `answers` is None per row
-    when a "prompt" source has no answer column. `table` holds every column as loaded (a datasets.Dataset, or a
-    dict of lists), so that each reaches the rewards with its own values and types.
-    """
+    """Raw column values, one entry per source row, before any cleaning. `prompt_format`: what `questions` holds,
+    "question" (the question_field column) or "prompt" (TRL's prompt column, used as written); `answers` is None
+    per row when a "prompt" source has none. `table`: every column as loaded (a datasets.Dataset, or a dict of
+    lists), so that each reaches the rewards with its own values and types."""
 
     questions: list[Any]
     answers: list[Any]
@@ -71,10 +66,8 @@ class DataSource:
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """Which options name one data source, for training (role "train") or evaluation (role "eval").
-
-    Each value comes with the option it was read from, so an error names the option the user set.
-    """
+    """Which options name one data source, for training (role "train") or evaluation (role "eval"), each value with
+    the option it was read from, so an error names the option the user set."""
 
     role: str  # train | eval
     name: str

@@ -1,27 +1,14 @@
 """Where raw question/answer rows come from: a local file or folder, the hub, the bundled sample, the demo.
 
-    dataset_name / eval_dataset_name      what it is (docs/own-data.md)
-    my.jsonl | my.json | my.csv | my.tsv | my.parquet      a single file: one split, `train`
-    my_folder/  (train.jsonl, test.csv, ...)              data files: splits from the file names, as
-                                                          `datasets` resolves them (train/test/validation)
-    my_folder/  (written by save_to_disk)                 a Dataset (one split, `train`) or a DatasetDict
-    openai/gsm8k                                          a hub dataset (dataset_config, dataset_revision)
-    sample | demo-arithmetic | demo-word-problems         built in, offline
-
-A name that exists on disk, or looks like a path (starts with `/`, `.` or `~`, has a data file's extension,
-or more than one `/`), is local and never goes to the hub; `dataset_config` is a hub setting and local
-sources ignore it. Each source has an identity for the cache fingerprint, computed without loading any rows
-(a local source's: every file's path, size, mtime and content hash, so an edit is never served stale), and a
-loader that returns the raw columns. Rows get ids `<split>-<0-based row index in the split>` (files of one
-split counted in name order), which data_report.json uses to point at rejected rows.
-
-The same code reads the training data (`SourceSpec` role "train": dataset_name, dataset_split, question_field,
-...) and the eval set (role "eval": eval_dataset_name or else dataset_name, eval_split, eval_question_field or
-else question_field, ...); every error names the option the user set.
-
-The hub loader keeps its own saved copy (`save_to_disk`) under the data cache and reads it
-first, so the second run needs no network. Downloads go through `datasets`, which honours
-HF_ENDPOINT (e.g. https://hf-mirror.com on AutoDL) and HF_HOME; we never override them.
+dataset_name (and eval_dataset_name) is a file (.jsonl .json .csv .tsv .parquet: one split, `train`), a folder of
+them (splits from the file names, as `datasets` resolves them), a `save_to_disk` folder, a hub id (openai/gsm8k;
+hub_data.py) or a built-in name (docs/own-data.md). A name that exists on disk or looks like a path is local and
+never goes to the hub; `dataset_config` is a hub setting that local sources ignore. Each source has an identity for
+the cache fingerprint, computed without loading any rows (a local source's: every file's path, size, mtime and
+content hash, so an edit is never served stale), and a loader of the raw columns. Rows get ids `<split>-<0-based
+row index in the split>` (a split's files in name order), which data_report.json uses to point at rejected rows.
+The training data and the eval set (`SourceSpec` roles) go through the same code; every error names the option
+the user set.
 """
 
 from __future__ import annotations
@@ -51,11 +38,6 @@ from grpo_pipeline.pipeline.data.source_spec import (
 from grpo_pipeline.pipeline.demo.registry import BuiltinSource, builtin_source
 
 
-def _option_default(option: str) -> Any:
-    """The default of a DataArguments field (question_field, answer_field): tells "set" from "left alone"."""
-    return {f.name: f.default for f in dataclasses.fields(DataArguments)}[option]
-
-
 def prompt_format_of(columns: list[str], spec: SourceSpec) -> str:
     """"prompt" when the rows are TRL's (a `prompt` column, question_field left at its default or naming it),
     "question" for question/answer rows; a ConfigError when the data has both and question_field was set.
@@ -67,7 +49,7 @@ def prompt_format_of(columns: list[str], spec: SourceSpec) -> str:
     ('prompt', 'question')
     """
     field = spec.question_field
-    if field == PROMPT_COLUMN or (PROMPT_COLUMN in columns and field == _option_default("question_field")):
+    if field == PROMPT_COLUMN or (PROMPT_COLUMN in columns and field == DataArguments.question_field):
         return "prompt"
     if PROMPT_COLUMN in columns and field in columns:
         raise ConfigError(spec.question_option, f"the data has TRL's `prompt` column and {spec.question_option} "
@@ -94,7 +76,7 @@ def _rows(dataset: Any, spec: SourceSpec, split: str, where: str) -> RawRows:
                           "Rename them.")
     prompt_format = prompt_format_of(names, spec)
     question = PROMPT_COLUMN if prompt_format == "prompt" else spec.question_field
-    answer_optional = prompt_format == "prompt" and spec.answer_field == _option_default("answer_field")
+    answer_optional = prompt_format == "prompt" and spec.answer_field == DataArguments.answer_field
     wanted = [("question", question, spec.question_option)]
     if not (answer_optional and spec.answer_field not in names):
         wanted.append(("answer", spec.answer_field, spec.answer_option))
@@ -158,11 +140,9 @@ def nested_paths(dataset: Any, names: list[str]) -> list[str]:
 
 
 def pick_split(spec: SourceSpec, available: list[str], where: str) -> str:
-    """The split of `where` that `spec` asks for, or a ConfigError naming the option to change.
-
-    A single file (one split, `train`) never stands in for a missing test split: that would evaluate on the
-    training data. Only an eval source of its own (eval_dataset_name) is used whole, whatever eval_split says.
-    """
+    """The split of `where` that `spec` asks for, or a ConfigError naming the option to change. A single file never
+    stands in for a missing test split (that would evaluate on the training data); only an eval source of its own
+    (eval_dataset_name) is used whole, whatever eval_split says."""
     if spec.split in available:
         return spec.split
     if spec.own_eval_source and len(available) == 1:

@@ -20,10 +20,9 @@ from grpo_pipeline.pipeline.demo.registry import builtin_model
 
 
 def resolve_model_path(model_name_or_path: str, source: str = "hf") -> str:
-    """Return what `from_pretrained` should load: a built-in model's folder; a `.gguf` file's converted folder
-    (pipeline/demo/gguf_model.py, once); with `source="modelscope"` a hub id's ModelScope download (a local folder,
-    so transformers never asks the Hugging Face Hub); else the name unchanged.
-    The one place a model name becomes something to load, for every backend, the tokenizer and the config."""
+    """What `from_pretrained` should load, for every backend, the tokenizer and the config: a built-in model's
+    folder; a `.gguf` file's converted folder (once); with `source="modelscope"` a hub id's ModelScope download (a
+    local folder, so transformers never asks the Hugging Face Hub); else the name unchanged."""
     builtin = builtin_model(model_name_or_path)
     if builtin is not None and builtin.folder is not None:
         return str(builtin.folder())
@@ -70,8 +69,7 @@ def load_tokenizer(model_name_or_path: str, trust_remote_code: bool = False, sou
     else:
         # The path first: a built-in real model's fetch that fails (offline) says so before transformers' import.
         path = resolve_model_path(model_name_or_path, source)
-        # lazy: transformers imports torch
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # lazy: transformers imports torch
 
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)

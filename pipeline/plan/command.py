@@ -77,13 +77,6 @@ def resolve_card(gpu_memory_gb: Optional[float], gpu: Optional[str]) -> Card:
     return found
 
 
-def uncertainty_note(result: Estimate) -> str:
-    low, high = result.band_gib
-    fixed = f"; the {result.reserved_gib:.1f} GiB vLLM reservation is exact" if result.reserved_gib else ""
-    return (f"±{UNCERTAINTY:.0%} on the estimated part (the error against published figures and measured peaks, "
-            f"bench/memory_plan.py{fixed}): {low:.1f}-{high:.1f} GiB")
-
-
 def verdict(result: Estimate) -> str:
     if result.blocker:
         return f"DOES NOT FIT on {result.card.name}: {result.blocker}"
@@ -110,7 +103,10 @@ def render(cfg: PipelineConfig, result: Estimate, source: str) -> str:
     ]
     for part in result.parts:
         lines.append(f"  {part.name:<12} {part.gib:7.2f} GiB  {part.how}")
-    lines.append(f"peak {result.peak_gib:.1f} GiB {uncertainty_note(result)}")
+    low, high = result.band_gib
+    fixed = f"; the {result.reserved_gib:.1f} GiB vLLM reservation is exact" if result.reserved_gib else ""
+    lines.append(f"peak {result.peak_gib:.1f} GiB ±{UNCERTAINTY:.0%} on the estimated part (the error against "
+                 f"published figures and measured peaks, bench/memory_plan.py{fixed}): {low:.1f}-{high:.1f} GiB")
     lines.append(f"  = {result.peak_how}")
     lines += [f"note: {note}" for note in result.notes]
     lines.append(verdict(result))
@@ -149,7 +145,8 @@ def write_recipe(path: str, recipe: dict[str, Any], how: str) -> Path:
     placeholder read back is unset (pipeline/config/parse.py read_recipe), the secret given again or kept in the
     environment."""
     shown = masked(recipe)
-    again = (f"# Secrets are shown as placeholders ({', '.join(sorted(set(secret_shown(recipe))))}): pass them "
+    placeholders = sorted({shown for _, shown in secrets_in(recipe)})
+    again = (f"# Secrets are shown as placeholders ({', '.join(placeholders)}): pass them "
              "again on the command line, or keep them in the environment (HF_TOKEN).\n" if shown != recipe else "")
     text = (f"# Written by `grpo plan --write`: {how}.\n" + again
             + yaml.safe_dump(shown, sort_keys=False, allow_unicode=True))
@@ -159,11 +156,6 @@ def write_recipe(path: str, recipe: dict[str, Any], how: str) -> Path:
     except OSError as err:
         raise ConfigError("write", f"cannot write {Path(path).resolve()}: {err.strerror or err}. Choose a writable "
                           "path, e.g. --write fitted.yaml") from None
-
-
-def secret_shown(recipe: dict[str, Any]) -> list[str]:
-    """The placeholders a recipe's secrets are written as."""
-    return [shown for _, shown in secrets_in(recipe)]
 
 
 def base_mapping(rest: list[str], flat: dict[str, Any]) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from typing import Optional
 from grpo_pipeline.pipeline.backends import planned_backend
 from grpo_pipeline.pipeline.backends.gpu_settings import choose_gpu_memory_utilization, parse_gpu_memory_utilization, \
     standby_enabled
-from grpo_pipeline.pipeline.config import PipelineConfig, parse_limit
+from grpo_pipeline.pipeline.config import PipelineConfig, given, parse_limit
 from grpo_pipeline.pipeline.plan.cards import GIB, Card
 from grpo_pipeline.pipeline.plan.shape import ModelShape, ParamCounts
 
@@ -146,9 +146,14 @@ def planned_standby(cfg: PipelineConfig) -> bool:
 
 
 def token_budget(cfg: PipelineConfig) -> tuple[int, int]:
-    """(prompt, completion) tokens per row, the longest the recipe allows (`token_lengths`); a limit that does not
-    read as one is a ConfigError here."""
-    return token_lengths(cfg.model.max_seq_length, cfg.data.max_prompt_length, cfg.data.max_completion_length)
+    """(prompt, completion) tokens per row, the longest the recipe allows (see prompts.LengthBudget); a limit that
+    does not read as one is a ConfigError here."""
+    seq = cfg.model.max_seq_length
+    prompt = parse_limit(cfg.data.max_prompt_length, "max_prompt_length")
+    completion = parse_limit(cfg.data.max_completion_length, "max_completion_length")
+    if prompt is None:  # the longest kept prompt, never past what the completion leaves
+        prompt = min(AUTO_PROMPT_TOKENS, seq // 2 if completion is None else max(1, seq - completion))
+    return prompt, given(completion, max(1, seq - prompt))
 
 
 def prompt_auto(cfg: PipelineConfig) -> bool:
@@ -159,17 +164,6 @@ def prompt_auto(cfg: PipelineConfig) -> bool:
 def completion_fixed(cfg: PipelineConfig) -> bool:
     """max_completion_length is set (else it is what max_seq_length leaves)."""
     return parse_limit(cfg.data.max_completion_length, "max_completion_length") is not None
-
-
-def token_lengths(seq: int, max_prompt_length: object, max_completion_length: object) -> tuple[int, int]:
-    """(prompt, completion) tokens per row, the longest the recipe allows (see prompts.LengthBudget)."""
-    prompt = parse_limit(max_prompt_length, "max_prompt_length")
-    completion = parse_limit(max_completion_length, "max_completion_length")
-    if prompt is None:  # the longest kept prompt, never past what the completion leaves
-        prompt = min(AUTO_PROMPT_TOKENS, seq // 2 if completion is None else max(1, seq - completion))
-    if completion is None:
-        completion = max(1, seq - prompt)
-    return prompt, completion
 
 
 def adapter_parameters(cfg: PipelineConfig, counts: ParamCounts, rank: Optional[int] = None) -> int:

@@ -121,12 +121,9 @@ REFUSE_RATIO = 1.5  # the `memory` check refuses only when the estimate is this 
 
 
 def memory_check(cfg: PipelineConfig) -> str:
-    """The `memory` check of `grpo train --check` (pipeline/preflight.py).
-
-    Plans for gpu_memory_gb, else the visible GPU (nvidia-smi, no torch); with neither, or a model whose config
-    cannot be read offline, it says so and passes. Estimated not to fit: a warning naming the smallest change
-    that fits; estimated over REFUSE_RATIO x the usable memory (or vLLM unable to start): a ConfigError.
-    """
+    """The `memory` check of `grpo train --check`: plans for gpu_memory_gb, else the visible GPU (no GPU or no
+    config readable offline: says so and passes). Not fitting: a warning naming the smallest change that fits;
+    over REFUSE_RATIO x the usable memory (or vLLM unable to start): a ConfigError."""
     builtin = builtin_model(cfg.model.model_name_or_path)
     if builtin is not None and builtin.plan_config is None:
         return "not estimated: a built-in CPU model"

@@ -1,15 +1,10 @@
 """`grpo plan --gpus N --nodes M`: which Accelerate config, and how much memory each GPU needs under it.
 
-Several GPUs train with the plain backend (Unsloth's is single-GPU) through one of configs/accelerate/:
-- DDP (ddp.yaml; multinode.yaml across machines): every GPU holds the whole run, so the per-GPU peak is the one-GPU
-  estimate of the plain backend (pipeline/plan/estimate.py, used as it is);
-- DeepSpeed ZeRO-2 (zero2.yaml) shards the gradients and optimizer states over the processes: with LoRA these are
-  small, so it helps only at the margin;
-- ZeRO-3 (zero3.yaml) shards the parameters too: the 16-bit base weights (ZeRO-3 takes no 4-bit weights) divided
-  over the processes. FSDP2 (TRL's other sharding engine) divides them the same way; no config for it ships yet.
-The first of these that fits is the one named. Server mode (vllm_mode: server) gives one GPU to `trl vllm-serve`,
-so one process fewer trains. The batch arithmetic is checked for that number of processes, as every node's check
-will (pipeline/config/validate.py).
+Several GPUs train with the plain backend (Unsloth's is single-GPU) through the first of configs/accelerate/ that
+fits: DDP (ddp.yaml; multinode.yaml across machines: every GPU holds the one-GPU plan), DeepSpeed ZeRO-2 (zero2.yaml:
+gradients and optimizer states sharded, small with LoRA) or ZeRO-3 (zero3.yaml: the 16-bit base weights sharded too;
+ZeRO-3 takes no 4-bit weights; FSDP2 divides them the same way, no config for it ships yet). Server mode gives one GPU
+to `trl vllm-serve`, so one process fewer trains; the batch arithmetic is checked for that number of processes.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""A model's shape for the memory planner: its config.json, and the parameter counts of its real architecture.
-
-The config comes from a local model folder, the Hugging Face hub cache, or the Qwen2.5 configs bundled in
-pipeline/assets/model-configs (so `grpo plan` works offline). Nothing is downloaded.
-
-The parameter counts come from the architecture itself: transformers builds the model from the config under
-accelerate's `init_empty_weights` (meta tensors, no memory), and we count what it holds. Importing torch and
-transformers takes seconds, so the counts are cached on disk by the config's content (<cache root>/plan), and
-the bundled configs' counts ship beside them (param-counts.json, rebuilt and compared by tests/test_plan.py).
+"""A model's shape for the memory planner: its config.json (a local folder, the Hugging Face hub cache, or the
+Qwen2.5 configs bundled in pipeline/assets/model-configs, so `grpo plan` works offline; nothing is downloaded), and
+the parameter counts of its real architecture, built on the meta device. Importing torch and transformers takes
+seconds, so the counts are cached by the config's content, and the bundled configs' ship beside them.
 """
 
 from __future__ import annotations
@@ -90,13 +85,9 @@ def load_shape(model: str) -> ModelShape:
         cached = None
     if isinstance(cached, str):
         return shape_from_config(_read_json(Path(cached)), model, f"Hugging Face cache ({cached})")
-    bundled = bundled_config_name(model)
-    if bundled:
-        file = BUNDLED_CONFIGS / f"{bundled}.json"
-        return shape_from_config(_read_json(file), model, f"bundled config pipeline/assets/model-configs/{file.name}")
-    builtin = builtin_model(model)
-    if builtin is not None and builtin.plan_config is not None:
-        file = builtin.plan_config
+    bundled, builtin = bundled_config_name(model), builtin_model(model)
+    file = BUNDLED_CONFIGS / f"{bundled}.json" if bundled else builtin and builtin.plan_config
+    if file:
         return shape_from_config(_read_json(file), model, f"bundled config pipeline/assets/model-configs/{file.name}")
     if builtin is not None:
         raise ConfigError("model_name_or_path", f"{model!r} is a built-in CPU model; the memory plan is for GPU "
@@ -143,8 +134,7 @@ def counts_key(shape: ModelShape) -> str:
 
 def count_parameters(shape: ModelShape, cache_dir: Optional[Path] = None, use_seeds: bool = True) -> ParamCounts:
     """The real architecture's counts: from the cache (<cache root>/plan), else the counts shipped for the bundled
-    configs (SEEDED_COUNTS, checked against a meta-device build by tests/test_plan.py), else built on the meta
-    device (seconds: torch and transformers import) and cached."""
+    configs (SEEDED_COUNTS, checked by tests/test_plan.py), else built on the meta device and cached."""
     key = counts_key(shape)
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "plan"
     file = folder / f"params-{key}.json"
