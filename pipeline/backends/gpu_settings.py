@@ -31,15 +31,11 @@ STANDBY_HEADROOM = 0.95  # unsloth_zoo.vllm_utils.load_vllm
 
 # Without standby training gets only the remainder, a roughly fixed amount for a model and batch (our estimate
 # for Qwen2.5-1.5B/3B with 8 x 1024-token completions: 6-8 GiB, not measured), so small cards leave a larger share:
-#   <= 16 GiB: 0.5  -> ~7.4 GiB left on a T4 (also Unsloth's FastLanguageModel.from_pretrained default)
-#   <= 24 GiB: 0.55 -> ~10 GiB left on an L4 / RTX 4090
-#   <= 48 GiB: 0.6  -> ~16-19 GiB left on an A100-40GB / A6000
-#   larger:    0.7  -> ~24 GiB left on an 80 GB card
 NO_STANDBY_TABLE: tuple[tuple[float, float], ...] = (
-    (16.0, 0.5),
-    (24.0, 0.55),
-    (48.0, 0.6),
-    (float("inf"), 0.7),
+    (16.0, 0.5),  # ~7.4 GiB left on a T4 (also Unsloth's FastLanguageModel.from_pretrained default)
+    (24.0, 0.55),  # ~10 GiB left on an L4 / RTX 4090
+    (48.0, 0.6),  # ~16-19 GiB left on an A100-40GB / A6000
+    (float("inf"), 0.7),  # ~24 GiB left on an 80 GB card
 )
 
 

@@ -259,9 +259,10 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> Plain
 
 
 def _run_tokenizer(adapter: Optional[Any], base_model: str, cfg: PipelineConfig) -> Any:
-    """The adapter folder's tokenizer with trust_remote_code off, always: --trust_remote_code runs the base model's
-    own code, never an adapter folder's (env/adapters.py refuse_shipped_code); else the base model's."""
-    if adapter is not None:
+    """The adapter folder's tokenizer (when it carries one) with trust_remote_code off, always: --trust_remote_code
+    runs the base model's own code, never an adapter folder's (env/adapters.py refuse_shipped_code); else the base
+    model's."""
+    if adapter is not None and (adapter.path / "tokenizer_config.json").is_file():
         return load_tokenizer(str(adapter.path), False, "hf")
     return load_tokenizer(base_model, cfg.model.trust_remote_code, cfg.model.model_source)
 
@@ -269,8 +270,7 @@ def _run_tokenizer(adapter: Optional[Any], base_model: str, cfg: PipelineConfig)
 def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> Any:
     """Base model + the verified adapter (or None): through vLLM with a LoRARequest when the run's rollouts came
     from vLLM and it is installed here, else transformers with peft's PeftModel."""
-    has_tokenizer = adapter is not None and (adapter.path / "tokenizer_config.json").is_file()
-    tokenizer = _run_tokenizer(adapter if has_tokenizer else None, base_model, cfg)
+    tokenizer = _run_tokenizer(adapter, base_model, cfg)
     if cfg.model.vllm_mode != "none":
         if vllm_installed():
             kwargs = engine_arguments(str(resolve_model_path(base_model, cfg.model.model_source)), cfg,
@@ -324,8 +324,7 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
     full_precision = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, load_in_4bit=False))
     model = PeftModel.from_pretrained(load_model(base_model, full_precision, for_training=False), str(adapter.path))
     merged = model.merge_and_unload()
-    has_tokenizer = (adapter.path / "tokenizer_config.json").is_file()
-    tokenizer = _run_tokenizer(adapter if has_tokenizer else None, base_model, cfg)
+    tokenizer = _run_tokenizer(adapter, base_model, cfg)
     if method == "merged16":
         # 16-bit as the name says: on CPU the merge ran in float32 (_torch_dtype), twice the size of a GPU export.
         merged.to(_export_dtype(cfg, base_model, merged.dtype)).save_pretrained(str(out_dir))

@@ -104,12 +104,9 @@ def load_for_training(cfg: PipelineConfig):
 
 
 def _anchor_live_lora(model: Any, folder: Path) -> None:
-    """Make `model.load_lora` put a RELATIVE folder under `folder` (the run's) instead of the working directory.
-
-    Unsloth's patched trainer calls `model.load_lora(<relative name>, load_tensors=True)` on every vLLM rollout
-    ("vllm_gen_lora[_<CUDA_VISIBLE_DEVICES>]": rl_replacements.py; "<trainer>_lora_model": rl.py), which writes the
-    live adapter_config.json there (unsloth_zoo _live_lora_config). Absolute paths pass through unchanged.
-    """
+    """Make `model.load_lora` put a RELATIVE folder under `folder` (the run's), not the working directory: Unsloth's
+    patched trainer calls it with one on every vLLM rollout (rl_replacements.py, rl.py), writing the live
+    adapter_config.json there (unsloth_zoo _live_lora_config)."""
     load_lora = getattr(model, "load_lora", None)
     if load_lora is None:  # no vLLM engine: no live LoRA either
         return
@@ -134,12 +131,9 @@ def peft_config(cfg: PipelineConfig) -> None:
 
 
 class SamplingOverrides(dict):
-    """`vllm_sampling_params` as Unsloth reads it AND as transformers can write it.
-
-    Unsloth reads only its `_set_kwargs` attribute (rl_replacements.py grpo_update_SamplingParams, rl.py). Its own
-    `unsloth.vLLMSamplingParams` (a vLLM SamplingParams) fails TrainingArguments.to_json_string, which the
-    TensorBoard and wandb callbacks call at train start; a dict with the same `_set_kwargs` serialises.
-    """
+    """`vllm_sampling_params` as Unsloth reads it (only its `_set_kwargs`: rl_replacements.py
+    grpo_update_SamplingParams) and as transformers can write it: Unsloth's own vLLMSamplingParams fails
+    TrainingArguments.to_json_string, which the TensorBoard and wandb callbacks call at train start."""
 
     @property
     def _set_kwargs(self) -> dict[str, Any]:
@@ -147,15 +141,9 @@ class SamplingOverrides(dict):
 
 
 def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
-    """UnslothGRPOConfig keyword arguments.
-
-    - `use_vllm`: True exactly when the model carries a vLLM engine (serves_with_vllm): Unsloth's patched trainer
-      then reuses `model.vllm_engine`; without one it generates with transformers and no vLLM field is passed.
-    - `bf16`/`fp16` from the loaded model's dtype (mixed_precision).
-    - `vllm_importance_sampling_correction` from the config: Unsloth would default it to False, TRL to True.
-    - `vllm_sampling_params` (SamplingOverrides): Unsloth copies its fields over TRL's generation kwargs, except
-      seed, n, temperature, max_tokens and logprobs, which come from GRPOConfig (grpo_update_SamplingParams).
-    """
+    """UnslothGRPOConfig keyword arguments: `use_vllm` exactly when the model carries a vLLM engine (Unsloth's
+    patched trainer then reuses it), bf16/fp16 from the model's dtype, vllm_importance_sampling_correction from the
+    config (Unsloth would default it to False, TRL to True), and `vllm_sampling_params` (SamplingOverrides)."""
     use_vllm = serves_with_vllm(model, cfg.model.fast_inference)
     kwargs: dict[str, Any] = {"use_vllm": use_vllm, **mixed_precision(model)}
     if not use_vllm:
@@ -199,16 +187,9 @@ def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
 
 def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
            system_prompt: Optional[str] = None, gguf_quantization: str = DEFAULT_GGUF_QUANTIZATION) -> None:
-    """Merge the adapter into its base and write it into `out_dir` (a temp folder the caller owns).
-
-    - merged16: `save_pretrained_merged(save_method="merged_16bit")`, merged into the original 16-bit checkpoint,
-      not the 4-bit weights in memory (merge_and_overwrite_lora, from save.unsloth_generic_save).
-    - merged4: "merged_4bit_forced" (plain "merged_4bit" raises asking for it); it merges into the loaded 4-bit
-      weights, so the model loads in 4-bit.
-    - gguf: `save_pretrained_gguf` (builds llama.cpp on first use): out_dir/merged and out_dir/merged_gguf.
-
-    The model is loaded from the adapter folder: Unsloth loads the base adapter_config.json names, then the adapter.
-    """
+    """Merge the adapter (loaded from its folder: Unsloth loads the base its adapter_config.json names) into its
+    base in `out_dir`. merged16 merges into the original 16-bit checkpoint (save.unsloth_generic_save); merged4 into
+    the loaded 4-bit weights ("merged_4bit" raises asking for "_forced"); gguf builds llama.cpp on first use."""
     if method not in EXPORT_METHODS:
         raise ConfigError("to", f"got {method!r}; choose one of {', '.join(EXPORT_METHODS)}.")
     if method == "gguf" and not (isinstance(gguf_quantization, str) and gguf_quantization.strip()):

@@ -39,30 +39,27 @@ class UnslothGenerator:
                  top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
         if not prompts:
             return []
-        slept = self._wake_if_sleeping()
-        try:
+        with self._awake():
             # model.fast_generate is vLLM's LLM.generate; lora_request=None is explicit for the base model, so
             # nothing falls back to an adapter loaded earlier.
             return generate_with_vllm(self.model.fast_generate, prompts, max_tokens, temperature, top_p, top_k,
                                       min_p, lora_request=self.lora_request)
+
+    @contextlib.contextmanager
+    def _awake(self):
+        """In standby the trainer sleeps vLLM after each rollout and wakes it before the next
+        (rl_replacements.grpo_trainer__generate_and_score_completions): eval does the same, and puts it back to
+        sleep after, as the trainer expects (its next sync_weights wakes the engine again)."""
+        engine = self.model.vllm_engine if self.wake_engine else None
+        # as unsloth's _keep_awake (unsloth/models/_async_grpo_vllm.py)
+        slept = engine is not None and engine.llm_engine.is_sleeping()
+        if slept:
+            engine.wake_up()
+        try:
+            yield
         finally:
             if slept:
-                self._sleep()
-
-    def _wake_if_sleeping(self) -> bool:
-        """In standby the trainer sleeps vLLM after each rollout and wakes it before the next
-        (rl_replacements.grpo_trainer__generate_and_score_completions): eval does the same."""
-        if not self.wake_engine:
-            return False
-        engine = self.model.vllm_engine
-        if engine.llm_engine.is_sleeping():  # as unsloth's _keep_awake (unsloth/models/_async_grpo_vllm.py)
-            engine.wake_up()
-            return True
-        return False
-
-    def _sleep(self) -> None:
-        # Back to sleep, as the trainer expects (its next sync_weights wakes the engine again).
-        self.model.vllm_engine.sleep(EVAL_SLEEP_LEVEL)
+                engine.sleep(EVAL_SLEEP_LEVEL)
 
 
 class UnslothRolloutEngine(UnslothGenerator):
@@ -77,12 +74,8 @@ class UnslothRolloutEngine(UnslothGenerator):
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
         self.folder.mkdir(parents=True, exist_ok=True)
         lora_request = self.model.load_lora(str(self.folder), load_tensors=True)
-        slept = self._wake_if_sleeping()
-        try:
+        with self._awake():
             return score_with_vllm(self.model.fast_generate, prompt_ids, continuation_ids, lora_request=lora_request)
-        finally:
-            if slept:
-                self._sleep()
 
 
 def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optional[UnslothRolloutEngine]:

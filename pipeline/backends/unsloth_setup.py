@@ -45,14 +45,9 @@ _prepared: Optional[PreparedEnvironment] = None
 
 
 def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
-    """Set UNSLOTH_VLLM_STANDBY and UNSLOTH_COMPILE_LOCATION, check the import order, then `import unsloth`.
-    Idempotent.
-
-    Standby must be set *before* `import unsloth`: unsloth_zoo reads it at import to keep `expandable_segments` off
-    (unsloth_zoo/__init__.py) and to install vLLM's sleep/wake patches (vllm_utils.patch_vllm), and
-    `from_pretrained(unsloth_vllm_standby=True)` raises if it is unset. trl/transformers/peft imported already is a
-    warning, as Unsloth's own (unsloth/_gpu_init.py): it patches what it can.
-    """
+    """Set Unsloth's environment, check the import order, then `import unsloth` (idempotent). Standby must be set
+    *before* it: unsloth_zoo reads it at import (unsloth_zoo/__init__.py, vllm_utils.patch_vllm). trl/transformers/
+    peft imported already is a warning, as Unsloth's own (unsloth/_gpu_init.py): it patches what it can."""
     global _prepared
     standby = standby_enabled(cfg)
     if _prepared is not None and "unsloth" in sys.modules:
@@ -184,12 +179,9 @@ def serves_with_vllm(model: Any, fast_inference: bool) -> bool:
 
 
 def unsloth_model_name(name: str) -> str:
-    """What FastLanguageModel.from_pretrained is given for a model name: a built-in model's folder, else the name.
-
-    A hub id stays one with `model_source: modelscope` too: with UNSLOTH_USE_MODELSCOPE=1 from_pretrained maps it to
-    its pre-quantised repo, downloads that and records the repo id, only `if USE_MODELSCOPE and not
-    os.path.exists(model_name)` (unsloth/models/loader.py): a snapshot folder would skip all three.
-    """
+    """What FastLanguageModel.from_pretrained is given for a model name: a built-in model's folder, else the name
+    (with modelscope too: unsloth/models/loader.py maps and downloads only `if USE_MODELSCOPE and not
+    os.path.exists(model_name)`)."""
     return resolve_model_path(name)  # source "hf": a built-in name becomes its folder, a hub id passes unchanged
 
 

@@ -53,9 +53,6 @@ def on_cpu_build() -> bool:
     return bool(current_platform.is_cpu())
 
 
-# --------------------------------------------------------------------------------- TRL's colocated engine
-
-
 def follow_the_trainer(trainer: Any) -> bool:
     """On vLLM's CPU build, TRL's colocated engine's `sync_weights` goes through `reload_into_engine`. True when it
     did; nothing changes without a colocated engine, or on a GPU build, where TRL's own sync works."""
@@ -114,9 +111,6 @@ def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
         vllm_generation.LLM = build
 
 
-# ------------------------------------------------------------------- every call of a vLLM engine's generate
-
-
 def generate_with_vllm(generate: Any, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float,
                        top_p: float, top_k: int = 0, min_p: Optional[float] = None, tokenizer: Any = None,
                        **generate_kwargs: Any) -> list[Completion]:
@@ -150,9 +144,6 @@ def score_with_vllm(generate: Any, prompt_ids: list[int], continuation_ids: list
     (output,) = generate([{"prompt_token_ids": ids}], sampling_params=params, use_tqdm=False, **generate_kwargs)
     rows = output.prompt_logprobs[len(prompt_ids):]
     return [float(row[token].logprob) for row, token in zip(rows, continuation_ids)]
-
-
-# --------------------------------------------------------------------------------- our engine for inference
 
 
 class VllmGenerator:
