@@ -78,8 +78,7 @@ class Backend(Protocol):
         """Backend-specific trl.GRPOConfig keyword arguments (precision, vLLM)."""
 
     def config_rewrites(self, kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dict[str, tuple[Any, str]]:
-        """{field: (value, why)}: what this backend's GRPOConfig class does to `kwargs` before TRL's own __init__
-        (pipeline/trainer/effective.py records it)."""
+        """{field: (value, why)}: what this backend's GRPOConfig class does to `kwargs` before TRL's own __init__."""
 
     def predicted_config_kwargs(self, cfg: PipelineConfig) -> dict[str, Any]:
         """grpo_config_kwargs as far as it is known before the model loads (`grpo train --check`)."""
@@ -91,8 +90,7 @@ class Backend(Protocol):
         """What the backend does to the built trainer before it trains."""
 
     def rollout_engine(self, trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Any:
-        """The separate engine the rollouts come from (a pipeline/health/rollout.py RolloutEngine), or None when
-        the trained model generates them itself."""
+        """The separate engine the rollouts come from (pipeline/health/rollout.py RolloutEngine), or None."""
 
     def save_adapter(self, model: Any, tokenizer: Any, directory: Path) -> None:
         """Write the trained adapter and the tokenizer into `directory`."""

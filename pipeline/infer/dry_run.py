@@ -148,7 +148,6 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     note_run_folder(output_dir)  # a crash logs into its logs/; a full disk there names output_dir
     output_dir.mkdir(parents=True, exist_ok=True)
 
-    # Loaded as a run loads them.
     tokenizer = grpo_pipeline.pipeline.data.tokenizer.load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code,
                                                        cfg.model.model_source)
     prepared = grpo_pipeline.pipeline.data.prepare.prepare_dataset(cfg, tokenizer, report_dir=None)
