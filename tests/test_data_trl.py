@@ -194,17 +194,17 @@ def test_grpo_generate_input_takes_a_question_a_text_prompt_or_a_chat_and_names_
 
     from grpo_pipeline.pipeline.data.prompts import as_chat
     from grpo_pipeline.pipeline.data.source_spec import DataFileError
-    from grpo_pipeline.pipeline.infer.generate import read_prompts
+    from grpo_pipeline.pipeline.infer.generate import read_rows
 
     chat = [{"role": "system", "content": "Mine."}, {"role": "user", "content": "3+3?"}]
     path = tmp_path / "in.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in [{"question": "1+1?"}, {"prompt": "2+2?"}, {"prompt": chat}]))
-    prompts = read_prompts(argparse.Namespace(prompt=None, input=str(path)))
+    prompts = [row["prompt"] for row in read_rows(argparse.Namespace(prompt=None, input=str(path)))]
     assert prompts == ["1+1?", "2+2?", chat]
     assert [as_chat(SYSTEM, p)[0]["content"] for p in prompts] == [SYSTEM, SYSTEM, "Mine."]
     path.write_text(json.dumps({"prompt": "ok"}) + "\n" + json.dumps({"prompt": [{"role": "user"}]}) + "\n")
     with pytest.raises(DataFileError, match="line 2"):
-        read_prompts(argparse.Namespace(prompt=None, input=str(path)))
+        read_rows(argparse.Namespace(prompt=None, input=str(path)))
 
 
 @pytest.mark.parametrize("has_answer_column", [False, True])

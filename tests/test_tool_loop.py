@@ -47,14 +47,14 @@ class Scripted:
 
 
 def loop(tokenizer, turns, max_iterations, rows=None, **options):
-    """`turns` through run_tool_loop with the session's Qwen2.5 tokenizer (read only: it encodes and renders)."""
-    from grpo_pipeline.pipeline.infer.tool_loop import run_tool_loop
+    """`turns` through run_as_trained with the session's Qwen2.5 tokenizer (read only: it encodes and renders)."""
+    from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, run_as_trained
 
     generator = Scripted(tokenizer, turns)
     rows = rows or [{"question": "2+3?", "answer": "5"}]
     agents = resolve_agents(tiny_qwen_config(Path("unused"), **options).grpo)
-    rollouts = run_tool_loop(generator, tokenizer, agents, [[{"role": "user", "content": "2+3?"}]] * len(rows),
-                             rows, 400, max_iterations, 2048)
+    rollouts = run_as_trained(LoopSettings(max_iterations, 2048), generator, tokenizer, agents,
+                              [[{"role": "user", "content": "2+3?"}]] * len(rows), rows, 400)
     return rollouts, generator, tokenizer, agents
 
 

@@ -291,6 +291,7 @@ def test_the_adapter_folders_tokenizer_loads_without_remote_code_whatever_the_fl
     calls = []
     monkeypatch.setattr(plain, "load_tokenizer", lambda source, trust, src: calls.append((source, trust)))
     cfg = PipelineConfig().replace(trust_remote_code=True, model_source="hf")
+    (tmp_path / "tokenizer_config.json").write_text("{}")  # the adapter folder carries a tokenizer
     plain._run_tokenizer(SimpleNamespace(path=tmp_path), "base", cfg)
     plain._run_tokenizer(None, "base", cfg)
     assert calls == [(str(tmp_path), False), ("base", True)]

@@ -1,16 +1,13 @@
 """The backend boundary: everything that differs between Unsloth+vLLM and plain transformers+peft.
 
-A backend is an object, made once per run by `load_backend(name)` from the registry BACKENDS: a class
-(pipeline/backends/base.py BackendBase) answering what the backend can do (its memory path, export methods,
-whether it needs a GPU, trains on several, which recipe rules it brings, its counterpart), and reaching the
-operations the `Backend` protocol below lists in its module (pipeline/backends/plain.py, unsloth.py);
-tests/test_backends.py checks both. Code outside pipeline/backends/ asks the object and never compares a
-backend's name (tests/test_backend_boundary.py). All the rest of the pipeline (data, rewards, trainer,
-checkpoints, health, eval) is shared.
+A backend is an object made once per run by `load_backend(name)` from the registry BACKENDS: a class
+(pipeline/backends/base.py BackendBase) answering what the backend can do, and reaching the operations the
+`Backend` protocol below lists in its module (pipeline/backends/plain.py, unsloth.py; tests/test_backends.py checks
+both). Code outside pipeline/backends/ asks the object and never compares a backend's name
+(tests/test_backend_boundary.py).
 
-`choose_backend` decides without importing torch, unsloth, vllm, trl, transformers or peft: the
-unsloth backend must be imported *before* the last three (Unsloth patches them at import time), and
-torch is better left to unsloth_zoo too (it sets the CUDA allocator's PYTORCH_ALLOC_CONF at import).
+`choose_backend` decides without importing torch, unsloth, vllm, trl, transformers or peft: Unsloth patches the last
+three at import, so it must come first, and unsloth_zoo sets the CUDA allocator's PYTORCH_ALLOC_CONF at import.
 """
 
 from __future__ import annotations
@@ -29,9 +26,9 @@ from grpo_pipeline.pipeline.demo.registry import builtin_model
 
 
 class Completion(str):
-    """A generated text that knows how many tokens the model generated for it (the end-of-sequence token
-    included, as vLLM's `CompletionOutput.token_ids` and TRL's completion lengths count it). Re-tokenising the
-    decoded text would count something else: special tokens are gone and merges can differ.
+    """A generated text that knows how many tokens the model generated for it (end-of-sequence included, as vLLM's
+    `CompletionOutput.token_ids` and TRL's completion lengths count it; re-tokenising the text would not), and their
+    ids, special tokens and all: TRL's parse_response reads tool calls from them (infer/tool_loop.py).
 
     >>> c = Completion("<answer>4</answer>", tokens=7)
     >>> c == "<answer>4</answer>", c.tokens
@@ -39,8 +36,6 @@ class Completion(str):
     """
 
     tokens: int
-    # The generated token ids themselves (end-of-sequence included, padding not), special tokens and all: TRL's
-    # response parser (trl.chat_template_utils.parse_response) reads tool calls from them (infer/tool_loop.py).
     ids: tuple[int, ...]
 
     def __new__(cls, text: str, tokens: int, ids: Sequence[int] = ()) -> "Completion":
@@ -60,16 +55,13 @@ class Generator(Protocol):
 
     def generate(self, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
-        """One completion per chat-templated prompt (text, or its token ids as TRL's tool loop builds them: no
-        re-tokenising between turns); temperature 0 is greedy. top_k 0 and min_p None are off (the rollout settings
-        of a recipe: `grpo rewards` samples as the trainer will). Each Completion carries its generated ids."""
+        """One completion per chat-templated prompt (text, or token ids as TRL's tool loop builds them); temperature
+        0 is greedy, top_k 0 and min_p None are off (`grpo rewards` samples with a recipe's rollout settings)."""
 
 
 class Backend(Protocol):
-    """The operations a backend's module provides (reached through its object, pipeline/backends/base.py). Call
-    sites never branch on NAME: a step one backend does not need (the plain backend's prepare_environment) is
-    a no-op there. Each takes the validated config (pipeline/config PipelineConfig) and reads
-    the options it needs from their sections."""
+    """The operations a backend's module provides, reached through its object. A step one backend does not need is
+    a no-op there; each takes the validated PipelineConfig."""
 
     NAME: str
 
@@ -86,8 +78,7 @@ class Backend(Protocol):
         """Backend-specific trl.GRPOConfig keyword arguments (precision, vLLM)."""
 
     def config_rewrites(self, kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dict[str, tuple[Any, str]]:
-        """{field: (value, why)}: what this backend's GRPOConfig class does to `kwargs` before TRL's own __init__
-        (a pure function; pipeline/trainer/effective.py records and prints it)."""
+        """{field: (value, why)}: what this backend's GRPOConfig class does to `kwargs` before TRL's own __init__."""
 
     def predicted_config_kwargs(self, cfg: PipelineConfig) -> dict[str, Any]:
         """grpo_config_kwargs as far as it is known before the model loads (`grpo train --check`)."""
@@ -96,12 +87,10 @@ class Backend(Protocol):
         """Generate with the model being trained (eval before/after)."""
 
     def prepare_trainer(self, trainer: Any, cfg: PipelineConfig) -> None:
-        """What the backend does to the built trainer before it trains (plain: TRL's colocated vLLM made to follow
-        the trainer's weights on vLLM's CPU build; Unsloth: nothing, its patched trainer syncs its own engine)."""
+        """What the backend does to the built trainer before it trains."""
 
     def rollout_engine(self, trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Any:
-        """The separate engine the rollouts come from, as a grpo_pipeline.pipeline.health.rollout.RolloutEngine (scored by the
-        rollout probe), or None when the trained model generates them itself."""
+        """The separate engine the rollouts come from (pipeline/health/rollout.py RolloutEngine), or None."""
 
     def save_adapter(self, model: Any, tokenizer: Any, directory: Path) -> None:
         """Write the trained adapter and the tokenizer into `directory`."""
@@ -111,8 +100,8 @@ class Backend(Protocol):
 
     def export(self, adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
                system_prompt: Optional[str] = None) -> None:
-        """Merge the adapter into its base (merged16 / merged4 / gguf) and write it into `out_dir`, the tokenizer's
-        chat template defaulting to the trained `system_prompt` (pipeline/data/prompts.py carry_system_prompt)."""
+        """Merge the adapter into its base (merged16 / merged4 / gguf) into `out_dir`, the chat template defaulting
+        to the trained `system_prompt` (pipeline/data/prompts.py carry_system_prompt)."""
 
 # What `grpo export --to` accepts; each backend's `export` refuses the ones it cannot do (plain: gguf).
 EXPORT_METHODS = ("merged16", "merged4", "gguf")
@@ -127,17 +116,13 @@ class BackendChoice:
 
 
 def cuda_available() -> bool:
-    """True when torch could use a CUDA GPU, decided without importing torch (grpo_pipeline.env.probes.cuda_usability).
-
-    Not `torch.cuda.is_available()`: this runs before `import unsloth`, and unsloth_zoo sets the CUDA
-    allocator's PYTORCH_ALLOC_CONF at import, expecting torch not to be imported yet (unsloth_zoo/__init__.py).
-    """
+    """True when torch could use a CUDA GPU, decided without importing torch (grpo_pipeline.env.probes): this runs
+    before `import unsloth`, and unsloth_zoo expects torch not to be imported yet (unsloth_zoo/__init__.py)."""
     return probes.cuda_usability().usable
 
 
 def on_cpu() -> bool:
-    """True when this process has no CUDA device for torch. It imports torch, so it is for code past the
-    backend choice (trainer arguments, the warm-up); choosing a backend asks `cuda_available` instead."""
+    """True when this process has no CUDA device for torch; it imports torch, so only past the backend choice."""
     # lazy: torch loads only once a model is needed
     import torch
 
@@ -145,12 +130,8 @@ def on_cpu() -> bool:
 
 
 def mixed_precision(model) -> dict[str, bool]:
-    """`bf16`/`fp16` for a trainer, from the loaded model's dtype (not from what the GPU supports).
-
-    Unsloth raises TypeError when these disagree with the model (UnslothGRPOTrainer/UnslothSFTTrainer:
-    "Model is in float16 precision but you want to use bfloat16"); a float32 model gets neither.
-    The lookup is the one Unsloth's trainers do (config.dtype, else the input embeddings' dtype).
-    """
+    """`bf16`/`fp16` for a trainer, from the loaded model's dtype (as Unsloth's trainers look it up: config.dtype,
+    else the input embeddings'), which Unsloth raises TypeError on a disagreement with; float32 gets neither."""
     config = getattr(model, "config", None)
     dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     if dtype is None:
@@ -160,10 +141,8 @@ def mixed_precision(model) -> dict[str, bool]:
 
 
 def choose_backend(requested: str, fast_inference: bool = True) -> BackendChoice:
-    """Resolve `backend: auto|unsloth|plain` into a concrete backend, with the reason in words.
-
-    `fast_inference` is the config's: False means Unsloth is wanted without vLLM, so vLLM is not needed.
-    """
+    """Resolve `backend: auto|unsloth|plain` into a concrete backend, with the reason in words (`fast_inference`:
+    the config's; False wants Unsloth without vLLM)."""
     has = {name: importlib.util.find_spec(name) is not None for name in ("unsloth", "vllm")}
     if requested in BACKENDS and requested != "unsloth":  # plain, or a registered backend: as requested
         return BackendChoice(requested, f"backend: {requested} was requested")
@@ -201,26 +180,16 @@ def choose_backend(requested: str, fast_inference: bool = True) -> BackendChoice
     return BackendChoice("unsloth", "auto: CUDA GPU, unsloth and vllm are all available")
 
 
-def gpu_sized(model_name_or_path: str, requested: str) -> bool:
-    """A GPU-sized recipe: any model but a tiny built-in one (`tiny-demo`), with backend auto or unsloth.
-
-    Such a recipe (every configs/qwen2.5-*.yaml) takes hours per step on a CPU, so when CUDA is unusable
-    `backend: auto` must not quietly fall back to training it there. `backend: plain` is the explicit way to
-    train a small model on CPU; the tiny demo (and the test configs, which use it) always may.
-    """
-    builtin = builtin_model(model_name_or_path)
-    return requested != "plain" and not (builtin is not None and builtin.cpu_sized)
-
-
 def refuse_gpu_recipe_without_cuda(cfg: PipelineConfig, choice: BackendChoice) -> None:
-    """ConfigError when a GPU-sized recipe would train on CPU because CUDA is unusable (the reason and the fix)."""
-    if choice.name != "plain" or not gpu_sized(cfg.model.model_name_or_path, cfg.model.backend):
+    """ConfigError when a GPU-sized recipe (hours per step on a CPU: any model but a tiny built-in one, with backend
+    auto or unsloth) would train on CPU because CUDA is unusable, with the reason and the fix."""
+    builtin = builtin_model(cfg.model.model_name_or_path)
+    if choice.name != "plain" or cfg.model.backend == "plain" or (builtin is not None and builtin.cpu_sized):
         return
     status = probes.cuda_usability()
     if status.usable:
-        # The probe found a driver new enough; ask torch too. The plain backend never imports unsloth, so
-        # importing torch first is harmless here, and it catches what files cannot show (a broken install).
-        # lazy: torch loads only once a model is needed
+        # The probe found a driver new enough; ask torch too (the plain backend never imports unsloth, so importing
+        # torch here is harmless), which catches what files cannot show (a broken install).
         import torch
 
         if torch.cuda.is_available():
@@ -247,27 +216,20 @@ def refuse_gpu_recipe_without_cuda(cfg: PipelineConfig, choice: BackendChoice) -
     )
 
 
-# The registry: a backend's name -> its class ("module:Class", imported on first use: the unsloth module imports
-# nothing heavy until prepare_environment). register_backend adds one (tests/third_backend.py).
+# The registry: a backend's name -> its class ("module:Class", imported on first use). register_backend adds one
+# (tests/third_backend.py).
 BACKENDS: dict[str, Any] = {"plain": "grpo_pipeline.pipeline.backends.plain:PlainBackend",
                             "unsloth": "grpo_pipeline.pipeline.backends.unsloth:UnslothBackend"}
 GPU_DEFAULT = "unsloth"  # what `backend: auto` runs on a CUDA machine with the [gpu] extras (`grpo plan`)
 
 
-def backend_class(name: str) -> type:
-    """The registered class of backend `name` (ConfigError naming the registered ones when there is none)."""
+def load_backend(name: str) -> Any:  # a BackendBase, whose module satisfies Backend
     if name not in BACKENDS:
         raise ConfigError("backend", f"got {name!r}; choose auto or one of {', '.join(BACKENDS)}.")
-    entry = BACKENDS[name]
-    if isinstance(entry, str):
-        module, _, cls = entry.partition(":")
-        entry = BACKENDS[name] = getattr(importlib.import_module(module), cls)
-    return entry
-
-
-def load_backend(name: str) -> Any:  # a BackendBase, whose module satisfies Backend
-    """The backend object of a run: built once from the resolved choice's name, then asked what it can do."""
-    return backend_class(name)()
+    if isinstance(BACKENDS[name], str):
+        module, _, cls = BACKENDS[name].partition(":")
+        BACKENDS[name] = getattr(importlib.import_module(module), cls)
+    return BACKENDS[name]()
 
 
 def planned_backend(requested: str) -> Any:
@@ -283,8 +245,7 @@ def register_backend(cls: type) -> None:
         set_field_choices("backend", (*field_choices("backend"), cls.NAME))
 
 
-def unregister_backend(name: str) -> None:
-    """Undo register_backend (a test's backend, once the test is done)."""
+def unregister_backend(name: str) -> None:  # a test's backend, once the test is done
     BACKENDS.pop(name, None)
     BACKEND_RULES.pop(name, None)
     set_field_choices("backend", tuple(choice for choice in field_choices("backend") if choice != name))

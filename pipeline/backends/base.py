@@ -1,8 +1,6 @@
 """The backend object: what a backend can do, asked instead of comparing its name.
 
-One class per backend (pipeline/backends/plain.py PlainBackend, pipeline/backends/unsloth.py UnslothBackend), made
-once per run by `grpo_pipeline.pipeline.backends.load_backend(name)`. Its capabilities are class attributes and small methods
-that need no recipe; its operations (load, train settings, generate, export: the `Backend` protocol in
+Its capabilities are class attributes and small methods; its operations (the `Backend` protocol in
 pipeline/backends/__init__.py) are the functions of its module, reached through the object.
 """
 
@@ -34,21 +32,20 @@ class BackendBase:
     RECIPE_RULES: tuple[Callable[..., None], ...] = ()
 
     def memory_path(self, vllm_mode: str, fast_inference: bool) -> str:
-        """The path the memory plan names (`grpo plan`'s `path:`): the backend and where its rollouts come from."""
+        """`grpo plan`'s `path:`: the backend and where its rollouts come from."""
         return self.NAME
 
     def starts_vllm_engine(self, cfg: PipelineConfig) -> bool:
-        """Whether training starts a vLLM engine in this process (`VLLM_ENGINE`): the check reads its limits."""
+        """Whether training starts a vLLM engine in this process (`VLLM_ENGINE`)."""
         if self.VLLM_ENGINE == "trl":
             return cfg.model.vllm_mode == "colocate"
         return self.VLLM_ENGINE == "own" and bool(cfg.model.fast_inference)
 
     def refuse_before_training(self, cfg: PipelineConfig) -> None:
-        """What the backend refuses before a recipe's model loads (`grpo` at start-up, pipeline/bootstrap.py)."""
+        """What the backend refuses before a recipe's model loads (pipeline/bootstrap.py)."""
         return None
 
     def __getattr__(self, name: str) -> Any:
-        """The backend's operations: the functions of its module (`prepare_environment`, `load_for_training`...)."""
         if name.startswith("__") or not self.MODULE:
             raise AttributeError(name)
         return getattr(importlib.import_module(self.MODULE), name)

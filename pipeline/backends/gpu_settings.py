@@ -1,17 +1,10 @@
 """GPU memory settings for the Unsloth backend: vLLM standby and `gpu_memory_utilization`.
 
-Unsloth runs vLLM *inside* the training process and shares the model weights with it
-(FastLlamaModel.from_pretrained in unsloth/models/llama.py, `llm.shared_weights = True`). `gpu_memory_utilization`
-is the share of the whole GPU that vLLM reserves for those weights plus its KV cache;
-training (activations, LoRA gradients, optimizer state, chunked logits) lives in the rest.
-
-Standby (`UNSLOTH_VLLM_STANDBY=1`) puts vLLM's KV cache to sleep while the trainer runs
-its forward/backward and wakes it for generation, so both sides can use most of the GPU.
-With standby on, unsloth_zoo *replaces* whatever `gpu_memory_utilization` we pass with its
-own tier (unsloth_zoo.vllm_utils.load_vllm, unless UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE=1),
-so the `auto` value below is exactly that tier: what we log is what vLLM gets.
-
-Nothing here imports torch at module import time.
+Unsloth runs vLLM inside the training process, sharing the model weights (unsloth/models/llama.py,
+`llm.shared_weights = True`): `gpu_memory_utilization` is the share of the whole GPU vLLM reserves for them plus
+its KV cache; training lives in the rest. Standby (`UNSLOTH_VLLM_STANDBY=1`) puts the KV cache to sleep during
+forward/backward, and unsloth_zoo then *replaces* the share we pass with its own tier (vllm_utils.load_vllm,
+unless UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE=1): the `auto` value below is exactly that tier.
 """
 
 from __future__ import annotations
@@ -23,11 +16,9 @@ from typing import Optional
 from grpo_pipeline.pipeline import backends
 from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
 
-# unsloth_zoo.vllm_utils.load_vllm (the vLLM >= 0.11 branch of its standby tiers; the pinned vLLM is 0.31.0).
-# Unsloth keys its tier on "10% of VRAM in GiB" (`ten_percent = total_memory / 1024**3 * 0.1`),
-# then multiplies by 0.95 because vLLM >= 0.11 needs more headroom. We compare and multiply the
-# same way so the float is bit-identical to Unsloth's and it prints no "Changing
-# gpu_memory_utilization" message. Rows: (minimum ten_percent, tier).
+# unsloth_zoo.vllm_utils.load_vllm's standby tiers (its vLLM >= 0.11 branch), keyed on
+# `ten_percent = total_memory / 1024**3 * 0.1`, times 0.95 headroom: computed the same way, so the float is
+# bit-identical and Unsloth prints no "Changing gpu_memory_utilization". Rows: (minimum ten_percent, tier).
 STANDBY_TIERS: tuple[tuple[float, float], ...] = (
     (4.0, 0.925),  # >= 40 GiB: A100/H100 40-80 GB, A6000 48 GB
     (2.5, 0.9),    # >= 25 GiB: V100 32 GB, RTX 5090
@@ -38,37 +29,25 @@ STANDBY_TIERS: tuple[tuple[float, float], ...] = (
 )
 STANDBY_HEADROOM = 0.95  # unsloth_zoo.vllm_utils.load_vllm
 
-# Without standby vLLM keeps its whole reservation for the entire run, so training only
-# gets the remainder. Training needs a roughly fixed amount for a given model and batch
-# (activations, chunked logits, LoRA gradients, 8-bit Adam state; our estimate for Qwen2.5-1.5B/3B
-# with 8 x 1024-token completions is 6-8 GiB, not measured here), so small cards must leave a
-# larger *share* to training:
-#   <= 16 GiB: 0.5  -> ~7.4 GiB left on a T4 (also Unsloth's FastLanguageModel.from_pretrained default)
-#   <= 24 GiB: 0.55 -> ~10 GiB left on an L4 / RTX 4090
-#   <= 48 GiB: 0.6  -> ~16-19 GiB left on an A100-40GB / A6000
-#   larger:    0.7  -> ~24 GiB left on an 80 GB card
+# Without standby training gets only the remainder, a roughly fixed amount for a model and batch (our estimate
+# for Qwen2.5-1.5B/3B with 8 x 1024-token completions: 6-8 GiB, not measured), so small cards leave a larger share:
 NO_STANDBY_TABLE: tuple[tuple[float, float], ...] = (
-    (16.0, 0.5),
-    (24.0, 0.55),
-    (48.0, 0.6),
-    (float("inf"), 0.7),
+    (16.0, 0.5),  # ~7.4 GiB left on a T4 (also Unsloth's FastLanguageModel.from_pretrained default)
+    (24.0, 0.55),  # ~10 GiB left on an L4 / RTX 4090
+    (48.0, 0.6),  # ~16-19 GiB left on an A100-40GB / A6000
+    (float("inf"), 0.7),  # ~24 GiB left on an 80 GB card
 )
 
 
 def gpu_total_gib(device: int = 0) -> float:
-    """Total memory of the GPU in GiB, the unit Unsloth's standby tiers use."""
-    # lazy: torch loads only once a model is needed
     import torch
 
     return torch.cuda.get_device_properties(device).total_memory / 1024**3
 
 
 def standby_enabled(cfg: PipelineConfig, has_cuda: Optional[bool] = None) -> bool:
-    """Resolve `vllm_standby: auto|true|false`.
-
-    `auto` turns standby on whenever a CUDA GPU is present: the official Qwen2.5 GRPO notebook
-    sets UNSLOTH_VLLM_STANDBY=1 unconditionally (T4 included), and Unsloth has a tier for every
-    GPU size (STANDBY_TIERS); sharing memory helps small cards most.
+    """Resolve `vllm_standby`: `auto` is on with a CUDA GPU, as the official Qwen2.5 GRPO notebook sets it (T4
+    included); sharing memory helps small cards most.
 
     >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> standby_enabled(PipelineConfig().replace(vllm_standby="auto"), has_cuda=True)
@@ -91,19 +70,14 @@ def standby_enabled(cfg: PipelineConfig, has_cuda: Optional[bool] = None) -> boo
 
 
 SLEEP_MODE_ENV = "VLLM_SLEEP_MODE"
-# The level our own eval puts a standby engine back to sleep with: the one Unsloth uses outside its trainer
-# (unsloth/models/rl.py _maybe_prepare_vllm_for_resume: llm.sleep(1)). An int: vLLM compares `level >= 1`.
+# Our eval's sleep level for a standby engine: Unsloth's outside its trainer (rl.py _maybe_prepare_vllm_for_resume).
 EVAL_SLEEP_LEVEL = 1
 
 
 def refuse_vllm_sleep_mode(standby: bool) -> None:
-    """Refuse an exported VLLM_SLEEP_MODE when training with vLLM standby, before anything loads.
-
-    Unsloth's GRPO patch (rl_replacements.py grpo_trainer__generate_and_score_completions) would put vLLM to
-    sleep with `self.llm.sleep(os.environ.get('VLLM_SLEEP_MODE', 1))`: a set variable arrives as a string, and
-    vLLM's sleep compares `level >= 1`, a TypeError at the first rollout. With the pinned TRL 1.15 that patch
-    finds no `self.llm.generate(` to wrap, and TRL's VLLMGeneration sleeps at level 2 itself, so the variable
-    would be silently ignored. Either way it cannot do what the user set it for.
+    """Refuse an exported VLLM_SLEEP_MODE with vLLM standby, before anything loads: Unsloth's patch
+    (rl_replacements.py) passes it to `self.llm.sleep` as a string (vLLM compares `level >= 1`), and with TRL 1.15
+    TRL sleeps at level 2 itself.
 
     >>> refuse_vllm_sleep_mode(standby=False)  # no standby: vLLM never sleeps, the variable is irrelevant
     """
@@ -118,7 +92,7 @@ def refuse_vllm_sleep_mode(standby: bool) -> None:
 
 
 def choose_gpu_memory_utilization(total_gib: float, standby: bool) -> float:
-    """The `auto` share of GPU memory for vLLM, from the GPU size and standby (see the tables above).
+    """The `auto` share of GPU memory for vLLM, from the GPU size and standby.
 
     >>> choose_gpu_memory_utilization(80.0, standby=True) == 0.925 * 0.95
     True
@@ -134,10 +108,7 @@ def choose_gpu_memory_utilization(total_gib: float, standby: bool) -> float:
         for min_ten_percent, tier in STANDBY_TIERS:
             if ten_percent >= min_ten_percent:
                 return tier * STANDBY_HEADROOM
-    for max_gib, share in NO_STANDBY_TABLE:
-        if total_gib <= max_gib:
-            return share
-    raise AssertionError("unreachable: the last row has no upper bound")
+    return next(share for max_gib, share in NO_STANDBY_TABLE if total_gib <= max_gib)
 
 
 def parse_gpu_memory_utilization(value: object) -> Optional[float]:
@@ -163,9 +134,8 @@ def parse_gpu_memory_utilization(value: object) -> Optional[float]:
 
 def resolve_gpu_memory_utilization(cfg: PipelineConfig, total_gib: Optional[float] = None,
                                    standby: Optional[bool] = None) -> float:
-    """The float to pass to `FastLanguageModel.from_pretrained(gpu_memory_utilization=...)`.
-
-    `total_gib` and `standby` default to the visible GPU and `standby_enabled(cfg)`.
+    """`FastLanguageModel.from_pretrained`'s gpu_memory_utilization (`total_gib`, `standby`: the visible GPU's and
+    `standby_enabled(cfg)` by default).
 
     >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> resolve_gpu_memory_utilization(PipelineConfig().replace(gpu_memory_utilization="0.45"), 24.0, False)

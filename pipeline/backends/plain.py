@@ -1,8 +1,8 @@
-"""Plain backend: transformers + peft + TRL. Runs on CPU (tests, CI, the demo) and on any GPU.
+"""Plain backend: transformers + peft + TRL, on CPU (tests, CI, the demo) and on any GPU.
 
-On CUDA with bitsandbytes installed it loads the base model in 4-bit (QLoRA), like the
-Unsloth backend; TRL applies the LoRA from `peft_config`. Generation during training is
-TRL's own (transformers `generate`, or TRL's vLLM in colocate/server mode when configured).
+On CUDA with bitsandbytes it loads the base model in 4-bit (QLoRA); TRL applies the LoRA from `peft_config` and
+generates the rollouts itself (transformers `generate`, or TRL's vLLM in colocate/server mode). torch,
+transformers and peft are imported inside the functions, once a model is needed.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ def prepare_environment(cfg: PipelineConfig) -> None:
 
 
 def _torch_dtype(dtype: str):
-    # lazy: torch loads only once a model is needed
     import torch
 
     if dtype != "auto":
@@ -67,25 +66,16 @@ def _torch_dtype(dtype: str):
 
 
 def _use_4bit(load_in_4bit: bool) -> bool:
-    # lazy: torch loads only once a model is needed
     import torch
 
-    return bool(
-        load_in_4bit
-        and torch.cuda.is_available()
-        and importlib.util.find_spec("bitsandbytes") is not None
-    )
+    return bool(load_in_4bit and torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes") is not None)
 
 
 def _device_map() -> Optional[dict[str, int]]:
-    """Where from_pretrained puts the weights: this process's GPU when CUDA is usable, else None (the CPU).
-
-    Without a device_map transformers loads onto the CPU, and only the bitsandbytes quantizer moves a model
-    to the GPU by itself; TRL's Trainer moves it at build time, but eval before, `grpo generate` and `grpo eval`
-    run before or without a Trainer. One GPU per process, as TRL's get_kbit_device_map ({"": local process
-    index}); under DeepSpeed ZeRO-3 DeepSpeed places the shards itself (transformers refuses a device_map there).
-    """
-    # lazy: torch loads only once a model is needed
+    """This process's GPU when CUDA is usable, else None (the CPU). Without one only the bitsandbytes quantizer
+    moves a model to the GPU, and eval before, `grpo generate` and `grpo eval` run before or without TRL's Trainer
+    (which moves it). One GPU per process, as TRL's get_kbit_device_map; under DeepSpeed ZeRO-3 DeepSpeed places
+    the shards itself (transformers refuses a device_map there)."""
     import torch
 
     if not torch.cuda.is_available() or os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
@@ -94,9 +84,7 @@ def _device_map() -> Optional[dict[str, int]]:
 
 
 def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool = True):
-    """Load the base model onto this process's GPU when there is one (4-bit when configured and bitsandbytes
-    is installed), else onto the CPU."""
-    # lazy: torch and transformers load only once a model is needed
+    """The base model on this process's GPU when there is one (4-bit when configured and possible), else the CPU."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -110,24 +98,17 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
     if device_map is not None:
         kwargs["device_map"] = device_map
     if _use_4bit(cfg.model.load_in_4bit):
-        # lazy: transformers imports torch
         from transformers import BitsAndBytesConfig
 
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
-            bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=kwargs["dtype"],
-        )
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                           bnb_4bit_use_double_quant=True,
+                                                           bnb_4bit_compute_dtype=kwargs["dtype"])
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_name_or_path, cfg.model.model_source),
                                                  **kwargs)
     if for_training and "quantization_config" in kwargs:
-        # lazy: peft imports torch
         from peft import prepare_model_for_kbit_training
 
-        model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=cfg.lora.gradient_checkpointing
-        )
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=cfg.lora.gradient_checkpointing)
     return model
 
 
@@ -140,22 +121,15 @@ def load_for_training(cfg: PipelineConfig):
 
 def peft_config(cfg: PipelineConfig):
     """The LoRA that TRL applies."""
-    # lazy: peft imports torch
     from peft import LoraConfig
 
-    return LoraConfig(
-        r=cfg.lora.lora_r,
-        lora_alpha=cfg.lora.lora_alpha,
-        lora_dropout=cfg.lora.lora_dropout,
-        target_modules=list(cfg.lora.lora_target_modules),
-        modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
-        task_type="CAUSAL_LM",
-    )
+    return LoraConfig(r=cfg.lora.lora_r, lora_alpha=cfg.lora.lora_alpha, lora_dropout=cfg.lora.lora_dropout,
+                      target_modules=list(cfg.lora.lora_target_modules),
+                      modules_to_save=list(cfg.lora.lora_modules_to_save) or None, task_type="CAUSAL_LM")
 
 
 def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]:
     """Device and vLLM settings for GRPOConfig."""
-    # lazy: torch loads only once a model is needed
     import torch
 
     kwargs: dict[str, Any] = {}
@@ -188,14 +162,12 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]
 
 
 def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dict[str, tuple[Any, str]]:
-    """None: the plain backend trains with TRL's own GRPOConfig, which keeps every keyword it is given
-    (pipeline/trainer/effective.py; Unsloth's is pipeline/backends/unsloth_config.py)."""
+    """None: TRL's own GRPOConfig keeps every keyword it is given."""
     return {}
 
 
 def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
-    """grpo_config_kwargs as far as it is known before a model loads: all of it (it reads the machine), or nothing
-    where this machine cannot run the plain backend's vLLM mode (vLLM is not installed)."""
+    """grpo_config_kwargs (it reads only the machine), or nothing where vLLM is not installed for its vllm_mode."""
     try:
         return grpo_config_kwargs(cfg)
     except ConfigError:
@@ -203,8 +175,7 @@ def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 class TrlVllmEngine:
-    """TRL's colocated vLLM (vllm_mode: colocate), sent the weights as TRL sends them before a rollout
-    (VLLMGeneration.sync_weights), then scored (pipeline/backends/vllm_engine.py score_with_vllm)."""
+    """TRL's colocated vLLM, sent the weights as TRL sends them before a rollout, then scored."""
 
     def __init__(self, generation: Any):
         self.generation = generation
@@ -215,15 +186,13 @@ class TrlVllmEngine:
 
 
 def prepare_trainer(trainer: Any, cfg: PipelineConfig) -> None:
-    """TRL's colocated vLLM on vLLM's CPU build takes the trainer's weights through vLLM's own reload path
-    (pipeline/backends/vllm_engine.py follow_the_trainer); elsewhere TRL's trainer runs as built."""
+    """TRL's colocated vLLM on vLLM's CPU build takes the trainer's weights through vLLM's own reload path."""
     follow_the_trainer(trainer)
 
 
 def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optional[Any]:
-    """The engine the rollouts come from when it is not the trained model: TRL's colocated vLLM, or None
-    (transformers generate with the model itself; vllm_mode: server, whose engine lives in another process, is
-    watched through TRL's logged sampling metrics only)."""
+    """TRL's colocated vLLM, or None (the model generates itself; vllm_mode: server's engine lives in another
+    process, watched through TRL's logged sampling metrics only)."""
     generation = getattr(trainer, "vllm_generation", None)
     if cfg.model.vllm_mode == "colocate" and getattr(generation, "llm", None) is not None:
         return TrlVllmEngine(generation)
@@ -231,7 +200,6 @@ def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optiona
 
 
 def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
-    """peft's save_pretrained (adapter_config.json + adapter_model.safetensors), plus the tokenizer."""
     model.save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
 
@@ -246,7 +214,6 @@ class PlainGenerator:
 
     def generate(self, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
-        # lazy: torch loads only once a model is needed
         import torch
 
         tok = self.tokenizer
@@ -288,25 +255,22 @@ def generated_length(ids: list[int], eos_token_id: Optional[int]) -> int:
 
 
 def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> PlainGenerator:
-    """Generate with the in-memory model being trained (eval before/after in `grpo train`)."""
     return PlainGenerator(model, tokenizer)
 
 
 def _run_tokenizer(adapter: Optional[Any], base_model: str, cfg: PipelineConfig) -> Any:
     """The adapter folder's tokenizer (when it carries one) with trust_remote_code off, always: --trust_remote_code
-    runs the base model's own code, never code shipped in an adapter folder (env/adapters.py refuse_shipped_code
-    refused such a folder before anything loads); else the base model's, with the user's option."""
-    if adapter is not None:
+    runs the base model's own code, never an adapter folder's (env/adapters.py refuse_shipped_code); else the base
+    model's."""
+    if adapter is not None and (adapter.path / "tokenizer_config.json").is_file():
         return load_tokenizer(str(adapter.path), False, "hf")
     return load_tokenizer(base_model, cfg.model.trust_remote_code, cfg.model.model_source)
 
 
 def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> Any:
-    """Base model + (optionally) the verified adapter: through vLLM with a LoRARequest when the run's rollouts came
-    from vLLM (vllm_mode colocate or server) and vLLM is installed here, else transformers with peft's
-    PeftModel.from_pretrained."""
-    has_tokenizer = adapter is not None and (adapter.path / "tokenizer_config.json").is_file()
-    tokenizer = _run_tokenizer(adapter if has_tokenizer else None, base_model, cfg)
+    """Base model + the verified adapter (or None): through vLLM with a LoRARequest when the run's rollouts came
+    from vLLM and it is installed here, else transformers with peft's PeftModel."""
+    tokenizer = _run_tokenizer(adapter, base_model, cfg)
     if cfg.model.vllm_mode != "none":
         if vllm_installed():
             kwargs = engine_arguments(str(resolve_model_path(base_model, cfg.model.model_source)), cfg,
@@ -316,7 +280,6 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
               "generating with transformers.", file=sys.stderr)
     model = load_model(base_model, cfg, for_training=False)
     if adapter is not None:
-        # lazy: peft imports torch
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(adapter.path))
@@ -326,7 +289,6 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
 def _export_dtype(cfg: PipelineConfig, base_model: str, merged_dtype):
     """The 16-bit dtype of a merged16 export: the merge's own when it ran in 16-bit (a GPU), the run's `dtype`
     when that is 16-bit, else the base model's own 16-bit dtype (Qwen2.5: bfloat16), else bfloat16."""
-    # lazy: torch and transformers load only once a model is needed
     import torch
     from transformers import AutoConfig
 
@@ -346,34 +308,29 @@ def _export_dtype(cfg: PipelineConfig, base_model: str, merged_dtype):
 
 def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
            system_prompt: Optional[str] = None) -> None:
-    """Merge the adapter into the base weights and save a plain transformers model into `out_dir`."""
     if method == "gguf":
         raise ConfigError("to", "GGUF export needs the unsloth backend (llama.cpp conversion via "
                           "save_pretrained_gguf). On the plain backend export merged16 and convert with llama.cpp.")
     if method == "merged4":
-        # lazy: torch loads only once a model is needed
         import torch
 
         if not (torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes")):
             raise ConfigError("to", "merged4 needs a CUDA GPU with bitsandbytes (4-bit weights). Use merged16 on CPU.")
     if method not in EXPORT_METHODS:
         raise ConfigError("to", f"got {method!r}; choose one of {', '.join(EXPORT_METHODS)}.")
-    # lazy: peft imports torch
     from peft import PeftModel
 
     # merge into full-precision weights, never into rounded 4-bit ones
     full_precision = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, load_in_4bit=False))
     model = PeftModel.from_pretrained(load_model(base_model, full_precision, for_training=False), str(adapter.path))
     merged = model.merge_and_unload()
-    has_tokenizer = (adapter.path / "tokenizer_config.json").is_file()
-    tokenizer = _run_tokenizer(adapter if has_tokenizer else None, base_model, cfg)
+    tokenizer = _run_tokenizer(adapter, base_model, cfg)
     if method == "merged16":
-        # 16-bit as the name says: on CPU the merge ran in float32 (see _torch_dtype), which would double
-        # the files' size and differ from what a GPU export writes.
+        # 16-bit as the name says: on CPU the merge ran in float32 (_torch_dtype), twice the size of a GPU export.
         merged.to(_export_dtype(cfg, base_model, merged.dtype)).save_pretrained(str(out_dir))
     else:
-        # 4-bit (lazy: transformers imports torch): merge in full precision first, then let bitsandbytes quantize the merged weights on load
-        # and serialize them (merging a LoRA into already-rounded 4-bit weights loses the fine-tune).
+        # 4-bit: bitsandbytes quantizes the merged full-precision weights on load (merging a LoRA into rounded
+        # 4-bit weights loses the fine-tune).
         from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
         with tempfile.TemporaryDirectory(dir=out_dir.parent) as staging:

@@ -1,16 +1,10 @@
 """Let TRL 1.15's GRPOTrainer run where torch has no Triton (CPU-only torch builds).
 
-Why this exists: TRL 1.15 computes per-token log-probabilities only through a Triton kernel
-(`trl.kernels.ChunkedLogProbFunction`). CPU wheels of torch ship no Triton, so `trl.trainer.utils`
-sets its module-level `_ChunkedLogProbFunction = None` when that import fails, and the first GRPO step
-dies in the patched forward that `add_fused_lm_head` installs ('NoneType' object has no attribute 'apply').
-TRL 1.16 added a pure-torch path for exactly this; we cannot pin 1.16 because unsloth 2026.10.9
-caps trl<=1.15.0, and the CPU tests must exercise the TRL that GPU users run. So we backport the
-fallback: same signature, same five outputs, plain torch ops (autograd does the backward).
-
-It is installed when TRL has no kernel, and also when Triton is importable but has no GPU to run on: the CPU
-build of vLLM (the tests' and CI's real engine) brings the triton package along, so TRL imports its kernel, and the
-first step then fails in Triton ("0 active drivers"). On a GPU TRL's own kernel runs untouched.
+TRL 1.15 computes per-token log-probabilities only through a Triton kernel (`trl.kernels.ChunkedLogProbFunction`);
+without Triton `trl.trainer.utils._ChunkedLogProbFunction` is None and the first GRPO step dies in the forward
+`add_fused_lm_head` installs. TRL 1.16's pure-torch path is backported here (unsloth 2026.10.9 caps trl<=1.15.0):
+same signature, same five outputs, plain torch ops. It is also installed when Triton is importable but has no GPU
+(vLLM's CPU build brings triton along: "0 active drivers"). On a GPU TRL's own kernel runs untouched.
 """
 
 from __future__ import annotations
@@ -25,7 +19,6 @@ class TorchChunkedLogProb:
     @staticmethod
     def apply(hidden, weight, bias, targets, temperature, chunk_size, final_logit_softcapping=None,
               logit_scale=1.0, outputs=OPTIONAL_OUTPUTS):
-        # lazy: torch loads only once a model is needed
         import torch
         import torch.nn.functional as F
 
@@ -36,9 +29,7 @@ class TorchChunkedLogProb:
             t = targets[start:start + TOKENS_PER_CHUNK]
             # Same transform order as TRL's kernel: scale, soft-cap, then temperature; in fp32.
             z = F.linear(h.float(), weight.float(), None if bias is None else bias.float())
-            # Each transform is a full [tokens, vocab] pass (151k wide on Qwen): skip the ones that are
-            # identities (scale and temperature 1.0, GRPO's usual case); x * 1.0 and x / 1.0 are exact in
-            # fp32, so the skipped path gives the same numbers.
+            # Each transform is a full [tokens, vocab] pass: identities (1.0, GRPO's usual case; exact in fp32) skipped.
             if logit_scale != 1.0:
                 z = z * logit_scale
             if final_logit_softcapping is not None:
@@ -66,7 +57,7 @@ class TorchChunkedLogProb:
 
 def ensure_trl_logprob_kernel() -> bool:
     """Install the torch fallback if TRL has no log-prob kernel. Returns True when it was installed."""
-    # lazy: trl imports torch, and comes after the bootstrap's `import unsloth` (Unsloth patches it at import)
+    # trl after the bootstrap's `import unsloth` (Unsloth patches it at import)
     import trl.trainer.utils as trl_utils
 
     kernel = getattr(trl_utils, "_ChunkedLogProbFunction", object())
@@ -78,7 +69,6 @@ def ensure_trl_logprob_kernel() -> bool:
 
 def _triton_has_a_device() -> bool:
     """Whether Triton's kernels can run here: they need a GPU (CUDA or ROCm through torch.cuda, or an XPU)."""
-    # lazy: torch loads only once a model is needed
     import torch
 
     xpu = getattr(torch, "xpu", None)

@@ -1,18 +1,12 @@
 """Unsloth backend: FastLanguageModel (4-bit LoRA) + vLLM (`fast_inference`) + TRL's GRPOTrainer.
 
-Written against unsloth 2026.10.9 / unsloth_zoo 2026.10.9 / vLLM 0.31.0 / trl 1.15.0; the
-file:line references below point into those released wheels. It is single-GPU: vLLM runs
-inside the training process on the same card and shares the model weights with it.
+Written against unsloth 2026.10.9 / unsloth_zoo 2026.10.9 / vLLM 0.31.0 / trl 1.15.0 (the references below point
+into those wheels). Single-GPU: vLLM runs inside the training process and shares the model weights with it.
+`fast_inference: false` runs Unsloth without vLLM: its patched GRPOTrainer generates with transformers.
 
-`fast_inference: false` runs Unsloth without vLLM: the same 4-bit LoRA model, but Unsloth's patched
-GRPOTrainer generates with transformers, and eval/generate use FastLanguageModel.for_inference + generate.
-
-Importing this module imports nothing heavy. `prepare_environment(cfg)` (pipeline/backends/unsloth_setup.py,
-with the from_pretrained arguments every loader here shares) must run before trl, transformers or peft are
-imported; `grpo` calls it at start-up (pipeline/bootstrap.py) and every entry point below calls it again.
-
-The contract tests (tests/test_unsloth_*.py) replace unsloth and vllm with a recording
-fake and check the exact calls made here; nothing in this file has been run on a GPU by them.
+Importing this module imports nothing heavy. `prepare_environment(cfg)` (pipeline/backends/unsloth_setup.py) must
+run before trl, transformers or peft are imported; `grpo` calls it at start-up and every entry point again.
+The contract tests (tests/test_unsloth_*.py) replace unsloth and vllm with a recording fake.
 """
 
 from __future__ import annotations
@@ -57,7 +51,6 @@ NAME = "unsloth"
 
 
 class UnslothBackend(BackendBase):
-    """Unsloth's FastLanguageModel + vLLM on one CUDA GPU; imported before trl/transformers/peft."""
 
     NAME = NAME
     VLLM_ENGINE = "own"  # Unsloth's fast_inference engine
@@ -77,31 +70,25 @@ class UnslothBackend(BackendBase):
         refuse_vllm_sleep_mode(standby_enabled(cfg))  # the trainer's rollouts would sleep vLLM with it
 
 DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (unsloth_save_pretrained_gguf)
-# save_pretrained_gguf writes the merged 16-bit checkpoint into save_directory and the .gguf
-# files into the SIBLING folder f"{save_directory}_gguf" (save._gguf_output_directory). We point
-# save_directory at a child of out_dir so both land inside the caller's atomic temp folder.
+# save_pretrained_gguf writes the .gguf files into the SIBLING folder f"{save_directory}_gguf"
+# (save._gguf_output_directory): a child of out_dir keeps both inside the caller's atomic temp folder.
 GGUF_MERGED_SUBDIR = "merged"
 
 
 def load_for_training(cfg: PipelineConfig):
-    """from_pretrained(fast_inference as set) then get_peft_model: returns (LoRA model, tokenizer).
-
-    The LoRA must be applied here, before the trainer is built: Unsloth's GRPOTrainer rewrites
-    `if peft_config is not None:` to `if False:` (see `peft_config` below).
-    """
+    """from_pretrained then get_peft_model: (LoRA model, tokenizer); the LoRA is applied here (see `peft_config`)."""
     # e.g. lora_modules_to_save with vLLM: get_peft_model would refuse after loading
     validate_unsloth(cfg.lora.lora_modules_to_save, cfg.lora.lora_target_modules, cfg.model.fast_inference,
                      cfg.grpo.vllm_sampling_params, cfg.model.vllm_standby)
     refuse_vllm_sleep_mode(standby_enabled(cfg))  # the trainer's rollouts would sleep vLLM with it
     prepared = prepare_environment(cfg)
-    from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)
+    from unsloth import FastLanguageModel  # after prepare_environment
 
     model, tokenizer = FastLanguageModel.from_pretrained(
         **from_pretrained_kwargs(cfg, unsloth_model_name(cfg.model.model_name_or_path),
                                   fast_inference=cfg.model.fast_inference, standby=prepared.standby)
     )
-    # FastLlamaModel.get_peft_model. It ends with patch_peft_fast_inference (unsloth/models/_utils.py),
-    # which attaches save_lora (always) and, with a vLLM engine, load_lora/fast_generate to the PeftModel.
+    # Its patch_peft_fast_inference (unsloth/models/_utils.py) attaches save_lora and, with vLLM, load_lora.
     model = FastLanguageModel.get_peft_model(
         model,
         r=cfg.lora.lora_r,
@@ -117,14 +104,9 @@ def load_for_training(cfg: PipelineConfig):
 
 
 def _anchor_live_lora(model: Any, folder: Path) -> None:
-    """Make `model.load_lora` put a RELATIVE folder under `folder` (the run's) instead of the working directory.
-
-    Unsloth's patched trainer calls `model.load_lora(<relative name>, load_tensors=True)` on every vLLM rollout:
-    "vllm_gen_lora[_<CUDA_VISIBLE_DEVICES>]" (rl_replacements.py, the VLLMGeneration.generate wrapper, which
-    takes model.load_lora at trainer init) or "<trainer>_lora_model" (rl.py, the self.llm.generate rewrite),
-    and unsloth_zoo's load_lora writes the live adapter_config.json into that folder (_live_lora_config).
-    Absolute paths (ours: training_generator, load_generator) pass through unchanged.
-    """
+    """Make `model.load_lora` put a RELATIVE folder under `folder` (the run's), not the working directory: Unsloth's
+    patched trainer calls it with one on every vLLM rollout (rl_replacements.py, rl.py), writing the live
+    adapter_config.json there (unsloth_zoo _live_lora_config)."""
     load_lora = getattr(model, "load_lora", None)
     if load_lora is None:  # no vLLM engine: no live LoRA either
         return
@@ -138,9 +120,8 @@ def _anchor_live_lora(model: Any, folder: Path) -> None:
 
 
 def peft_config(cfg: PipelineConfig) -> None:
-    """Always None: Unsloth's patched GRPOTrainer replaces `if peft_config is not None:` with
-    `if False:`, so a LoraConfig passed there would be silently ignored. load_for_training
-    already applied the LoRA with FastLanguageModel.get_peft_model.
+    """Always None: Unsloth's patched GRPOTrainer rewrites `if peft_config is not None:` to `if False:`, so a
+    LoraConfig would be silently ignored; load_for_training applied the LoRA with get_peft_model.
 
     >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> peft_config(PipelineConfig()) is None
@@ -150,15 +131,9 @@ def peft_config(cfg: PipelineConfig) -> None:
 
 
 class SamplingOverrides(dict):
-    """`vllm_sampling_params` as Unsloth reads it AND as transformers can write it.
-
-    Unsloth reads only the `_set_kwargs` attribute of this field (grpo_update_SamplingParams in
-    unsloth/models/rl_replacements.py, and the `vLLMSamplingParams()._set_kwargs` splice in rl.py), applying
-    exactly those keys. Its own `unsloth.vLLMSamplingParams` returns a vLLM SamplingParams with that attribute,
-    but UnslothGRPOConfig declares the field as a dataclass field, so TrainingArguments.to_json_string
-    (json.dumps(to_dict())), which the TensorBoard and wandb callbacks call at train start, fails on it. A dict
-    carrying the same `_set_kwargs` serialises as the mapping and is applied identically.
-    """
+    """`vllm_sampling_params` as Unsloth reads it (only its `_set_kwargs`: rl_replacements.py
+    grpo_update_SamplingParams) and as transformers can write it: Unsloth's own vLLMSamplingParams fails
+    TrainingArguments.to_json_string, which the TensorBoard and wandb callbacks call at train start."""
 
     @property
     def _set_kwargs(self) -> dict[str, Any]:
@@ -166,22 +141,9 @@ class SamplingOverrides(dict):
 
 
 def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
-    """Backend-specific GRPOConfig (UnslothGRPOConfig) keyword arguments.
-
-    - `use_vllm`: True exactly when the model carries a vLLM engine (serves_with_vllm): generation then goes
-      through it (Unsloth's patched trainer reuses `model.vllm_engine`, vllm_mode='colocate'; no second LLM).
-      Without one, Unsloth's patched trainer generates with transformers and no vLLM field is passed.
-    - `bf16`/`fp16` from the loaded model's dtype (grpo_pipeline.pipeline.backends.mixed_precision): Unsloth raises
-      TypeError when they disagree with the model; with dtype auto the model is bf16 where the GPU supports
-      it and fp16 elsewhere (T4, V100). A float32 model gets neither and Unsloth picks autocast itself.
-    - `vllm_importance_sampling_correction` from the config: Unsloth would default it to False, TRL to True.
-    - `vllm_sampling_params` from the config mapping (see SamplingOverrides). Unsloth copies its fields over
-      TRL's generation kwargs (top_p, top_k, min_p, repetition_penalty, ...), except seed, n, temperature,
-      max_tokens and logprobs, which come from GRPOConfig (grpo_update_SamplingParams).
-
-    Other Unsloth-specific fields (unsloth_num_chunks=-1, unsloth_grpo_mini_batch=None,
-    unsloth_logit_chunk_multiplier=None; rl.py) keep their defaults.
-    """
+    """UnslothGRPOConfig keyword arguments: `use_vllm` exactly when the model carries a vLLM engine (Unsloth's
+    patched trainer then reuses it), bf16/fp16 from the model's dtype, vllm_importance_sampling_correction from the
+    config (Unsloth would default it to False, TRL to True), and `vllm_sampling_params` (SamplingOverrides)."""
     use_vllm = serves_with_vllm(model, cfg.model.fast_inference)
     kwargs: dict[str, Any] = {"use_vllm": use_vllm, **mixed_precision(model)}
     if not use_vllm:
@@ -197,10 +159,9 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
             raise ConfigError("vllm_sampling_params", f"{overridden} are taken from the trainer config by Unsloth "
                               "and would be ignored here; set temperature / num_generations / "
                               "max_completion_length / seed instead.")
-        # Built once with Unsloth's own helper (vllm.SamplingParams(**mapping)) so vLLM rejects a bad field or
-        # value now, naming it, instead of at the first rollout.
-        from unsloth import vLLMSamplingParams  # lazy: unsloth imports torch
-        from vllm.exceptions import VLLMValidationError  # lazy: vllm only with fast_inference; not a ValueError
+        # Built once with Unsloth's own helper so vLLM rejects a bad field or value now, not at the first rollout.
+        from unsloth import vLLMSamplingParams
+        from vllm.exceptions import VLLMValidationError  # not a ValueError
 
         try:
             vLLMSamplingParams(**mapping)
@@ -217,12 +178,8 @@ def prepare_trainer(trainer: Any, cfg: PipelineConfig) -> None:
 
 
 def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
-    """`model.save_lora` (adapter_config.json + adapter_model.safetensors) plus the tokenizer.
-
-    save_lora saves only the lora_A/lora_B tensors, cast to the embedding dtype
-    (unsloth_zoo.vllm_utils.save_lora). The path is made absolute so nothing depends on the
-    working directory (the caller passes the temp folder of grpo_pipeline.env.paths.atomic_directory).
-    """
+    """`model.save_lora` (the lora_A/lora_B tensors, cast to the embedding dtype: unsloth_zoo.vllm_utils.save_lora)
+    plus the tokenizer, at an absolute path."""
     directory = absolute_path(directory)
     model.save_lora(str(directory))
     tokenizer.save_pretrained(str(directory))
@@ -230,19 +187,9 @@ def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
 
 def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
            system_prompt: Optional[str] = None, gguf_quantization: str = DEFAULT_GGUF_QUANTIZATION) -> None:
-    """Merge the adapter into its base and write it into `out_dir` (a temp folder the caller owns).
-
-    - merged16: `save_pretrained_merged(save_method="merged_16bit")`. Unsloth merges into the
-      original 16-bit checkpoint, not the 4-bit weights in memory (merge_and_overwrite_lora,
-      called from save.unsloth_generic_save).
-    - merged4: `save_method="merged_4bit_forced"`. Plain "merged_4bit" raises a RuntimeError asking
-      for "_forced" (save.unsloth_generic_save); it merges into the loaded 4-bit weights, so we load in 4-bit.
-    - gguf: `save_pretrained_gguf(quantization_method=gguf_quantization)` (save.unsloth_save_pretrained_gguf), which
-      builds llama.cpp on first use. Files: out_dir/merged (16-bit) and out_dir/merged_gguf (*.gguf).
-
-    The model is loaded from the adapter folder: Unsloth reads adapter_config.json, loads the base it
-    names and applies the adapter with PeftModel (FastLanguageModel.from_pretrained); vLLM is not needed.
-    """
+    """Merge the adapter (loaded from its folder: Unsloth loads the base its adapter_config.json names) into its
+    base in `out_dir`. merged16 merges into the original 16-bit checkpoint (save.unsloth_generic_save); merged4 into
+    the loaded 4-bit weights ("merged_4bit" raises asking for "_forced"); gguf builds llama.cpp on first use."""
     if method not in EXPORT_METHODS:
         raise ConfigError("to", f"got {method!r}; choose one of {', '.join(EXPORT_METHODS)}.")
     if method == "gguf" and not (isinstance(gguf_quantization, str) and gguf_quantization.strip()):
@@ -250,25 +197,19 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
                           "q8_0 or f16.")
     warn_if_other_base(adapter, base_model)
     with unsloth_adapter_folder(adapter) as folder:  # the merge below reads the base from the loaded model
-        _export(folder, method, out_dir, cfg, system_prompt, gguf_quantization)
+        prepared = prepare_environment(cfg)
+        from unsloth import FastLanguageModel  # after prepare_environment
 
-
-def _export(folder: str, method: str, out_dir: Path, cfg: PipelineConfig, system_prompt: Optional[str],
-            gguf_quantization: str) -> None:
-    prepared = prepare_environment(cfg)
-    from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)
-
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(cfg, folder, fast_inference=False,
-                                  standby=prepared.standby, load_in_4bit=True if method == "merged4" else None)
-    )
-    # Absolute: Unsloth moves *relative* save paths elsewhere on Kaggle (save.py _preflight_merge_disk).
-    out_dir = absolute_path(out_dir)
-    carry_system_prompt(tokenizer, system_prompt)  # before the save: the .gguf's metadata carries it too
-    if method == "merged16":
-        model.save_pretrained_merged(str(out_dir), tokenizer, save_method="merged_16bit")
-    elif method == "merged4":
-        model.save_pretrained_merged(str(out_dir), tokenizer, save_method="merged_4bit_forced")
-    else:
-        model.save_pretrained_gguf(str(out_dir / GGUF_MERGED_SUBDIR), tokenizer,
-                                   quantization_method=gguf_quantization.strip().lower())
+        model, tokenizer = FastLanguageModel.from_pretrained(
+            **from_pretrained_kwargs(cfg, folder, fast_inference=False, standby=prepared.standby,
+                                     load_in_4bit=True if method == "merged4" else None))
+        # Absolute: Unsloth moves *relative* save paths elsewhere on Kaggle (save.py _preflight_merge_disk).
+        out_dir = absolute_path(out_dir)
+        carry_system_prompt(tokenizer, system_prompt)  # before the save: the .gguf's metadata carries it too
+        if method == "merged16":
+            model.save_pretrained_merged(str(out_dir), tokenizer, save_method="merged_16bit")
+        elif method == "merged4":
+            model.save_pretrained_merged(str(out_dir), tokenizer, save_method="merged_4bit_forced")
+        else:
+            model.save_pretrained_gguf(str(out_dir / GGUF_MERGED_SUBDIR), tokenizer,
+                                       quantization_method=gguf_quantization.strip().lower())

@@ -1,14 +1,10 @@
 """What Unsloth's generated UnslothGRPOConfig does to the keyword arguments it is given, as a pure function.
 
-unsloth 2026.10.9 builds `UnslothGRPOConfig.__init__` from TRL's GRPOConfig source text
-(unsloth/models/rl.py `_patch_trl_rl_trainers_impl`): it replaces some of TRL's defaults (the
-`replacements` tables there) and runs a few lines of its own before TRL's `__init__` sees the values (its
-`extra_args`, plus rl_replacements.py `RL_CONFIG_CHANGES["grpo_trainer"]`). `config_rewrites` below predicts
-those changes from the keyword arguments alone, so `grpo train --check` shows them before anything loads and
-the run folder's effective_config.json says which backend changed what (pipeline/trainer/effective.py).
-
-tests/test_effective_config.py checks UNSLOTH_GRPO_DEFAULTS against the defaults read from the pinned wheel
-(tests/upstream_signatures.json) and the predictions against the strict double (tests/fake_unsloth.py).
+unsloth 2026.10.9 builds `UnslothGRPOConfig.__init__` from TRL's GRPOConfig source (unsloth/models/rl.py
+`_patch_trl_rl_trainers_impl`): it replaces some of TRL's defaults (its `replacements` tables) and runs lines of its
+own first (its `extra_args`, rl_replacements.py `RL_CONFIG_CHANGES["grpo_trainer"]`). `config_rewrites` predicts
+that from the keyword arguments alone, for `grpo train --check` and effective_config.json. tests/
+test_effective_config.py checks it against the pinned wheel's defaults and the strict double (tests/fake_unsloth.py).
 """
 
 from __future__ import annotations
@@ -82,9 +78,8 @@ def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dic
 
 
 def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
-    """The backend's own GRPOConfig keyword arguments as far as they are known before the model loads
-    (pipeline/backends/unsloth.py grpo_config_kwargs): use_vllm follows fast_inference (Unsloth may still turn
-    vLLM off itself, which the run records), bf16/fp16 follow the loaded model's dtype and are left out."""
+    """grpo_config_kwargs before the model loads: use_vllm follows fast_inference (Unsloth may still turn vLLM
+    off itself, which the run records), bf16/fp16 follow the loaded model's dtype and are left out."""
     if not cfg.model.fast_inference:
         return {"use_vllm": False}
     return {"use_vllm": True,

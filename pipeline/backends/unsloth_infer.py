@@ -1,14 +1,10 @@
 """Unsloth backend, generation: through the model's vLLM engine (fast_inference), or Unsloth's transformers path
-without it; the eval generator of the model being trained, the rollout engine the rollout probe scores, and the
-generator `grpo generate` / `grpo eval` load. pipeline/backends/unsloth.py hands these to the Backend protocol.
-
-Importing this module imports nothing heavy (unsloth and vllm are imported inside, after prepare_environment).
+without it. Importing this module imports nothing heavy (unsloth inside, after prepare_environment).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 from pathlib import Path
 from typing import Any, Optional
 
@@ -29,63 +25,47 @@ from grpo_pipeline.pipeline.backends.unsloth_setup import (
 from grpo_pipeline.pipeline.config import PipelineConfig, check_adapter_rank
 
 
-def _check_adapter_rank(adapter: Any, max_lora_rank: int) -> None:
-    """Refuse before loading anything: vLLM reserves LoRA slots of max_lora_rank at start-up, and
-    unsloth_zoo would only refuse after the engine is built (unsloth_zoo.vllm_utils._check_lora_rank_fits)."""
-    rank = int(adapter.r)
-    check_adapter_rank(rank, max_lora_rank, what=f"the adapter at {adapter.path}",
-                       fix=f"Pass --max_lora_rank {rank} (or higher).")
-
-
 class UnslothGenerator:
-    """Generation through the model's vLLM engine, with one LoRA request reused for every call."""
+    """Generation through the model's vLLM engine, with one LoRA request reused for every call (unsloth_zoo's
+    load_lora hands out a new adapter id, a new adapter for vLLM to load, on every call)."""
 
     def __init__(self, model: Any, tokenizer: Any, lora_request: Any, wake_engine: bool = False):
         self.model = model
         self.tokenizer = tokenizer
-        # Built once: unsloth_zoo's load_lora hands out a new adapter id on every call
-        # (unsloth_zoo.vllm_utils.load_lora, _build_lora_request), and each new id is a new adapter for vLLM to load.
         self.lora_request = lora_request
         self.wake_engine = wake_engine
 
     def generate(self, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
-        """One completion per chat-templated prompt (text, or token ids: vLLM's TokensPrompt). temperature 0 is
-        greedy in vLLM."""
         if not prompts:
             return []
-        slept = self._wake_if_sleeping()
-        try:
-            # model.fast_generate is vLLM's LLM.generate (set in FastLlamaModel.from_pretrained); lora_request=None
-            # is passed explicitly for the base model so nothing falls back to an adapter loaded earlier.
+        with self._awake():
+            # model.fast_generate is vLLM's LLM.generate; lora_request=None is explicit for the base model, so
+            # nothing falls back to an adapter loaded earlier.
             return generate_with_vllm(self.model.fast_generate, prompts, max_tokens, temperature, top_p, top_k,
                                       min_p, lora_request=self.lora_request)
+
+    @contextlib.contextmanager
+    def _awake(self):
+        """In standby the trainer sleeps vLLM after each rollout and wakes it before the next
+        (rl_replacements.grpo_trainer__generate_and_score_completions): eval does the same, and puts it back to
+        sleep after, as the trainer expects (its next sync_weights wakes the engine again)."""
+        engine = self.model.vllm_engine if self.wake_engine else None
+        # as unsloth's _keep_awake (unsloth/models/_async_grpo_vllm.py)
+        slept = engine is not None and engine.llm_engine.is_sleeping()
+        if slept:
+            engine.wake_up()
+        try:
+            yield
         finally:
             if slept:
-                self._sleep()
-
-    def _wake_if_sleeping(self) -> bool:
-        """In standby the trainer puts vLLM to sleep after each rollout and wakes it before the next
-        (rl_replacements.grpo_trainer__generate_and_score_completions); eval outside those rollouts must
-        do the same."""
-        if not self.wake_engine:
-            return False
-        engine = self.model.vllm_engine
-        if engine.llm_engine.is_sleeping():  # as unsloth's _keep_awake (unsloth/models/_async_grpo_vllm.py)
-            engine.wake_up()
-            return True
-        return False
-
-    def _sleep(self) -> None:
-        # Back to sleep, as the trainer expects (its next sync_weights wakes the engine again).
-        self.model.vllm_engine.sleep(EVAL_SLEEP_LEVEL)
+                engine.sleep(EVAL_SLEEP_LEVEL)
 
 
 class UnslothRolloutEngine(UnslothGenerator):
-    """The rollouts' vLLM engine as the rollout probe scores it (pipeline/health/rollout.py): each `score` first
-    sends the trainer's current adapter the way Unsloth's patched trainer does before every rollout
-    (`model.load_lora(<folder>, load_tensors=True)`, rl_replacements.vllm_generation_init_patch), waking the engine
-    in standby as eval does, then scores the probe through fast_generate's prompt_logprobs."""
+    """The rollouts' vLLM engine as the rollout probe scores it (pipeline/health/rollout.py): each `score` sends the
+    trainer's current adapter as Unsloth's patched trainer does before every rollout (`model.load_lora(<folder>,
+    load_tensors=True)`, rl_replacements.vllm_generation_init_patch), then scores through prompt_logprobs."""
 
     def __init__(self, model: Any, tokenizer: Any, folder: Path):
         super().__init__(model, tokenizer, lora_request=None, wake_engine=True)
@@ -94,16 +74,11 @@ class UnslothRolloutEngine(UnslothGenerator):
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
         self.folder.mkdir(parents=True, exist_ok=True)
         lora_request = self.model.load_lora(str(self.folder), load_tensors=True)
-        slept = self._wake_if_sleeping()
-        try:
+        with self._awake():
             return score_with_vllm(self.model.fast_generate, prompt_ids, continuation_ids, lora_request=lora_request)
-        finally:
-            if slept:
-                self._sleep()
 
 
 def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optional[UnslothRolloutEngine]:
-    """With a vLLM engine (serves_with_vllm) the rollouts come from it; without, from the trained model itself."""
     if (not serves_with_vllm(trainer.model, cfg.model.fast_inference)
             or getattr(trainer.model, "load_lora", None) is None):
         return None
@@ -112,12 +87,9 @@ def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optiona
 
 
 class UnslothTransformersGenerator(PlainGenerator):
-    """fast_inference: false: Unsloth's own inference path, `FastLanguageModel.for_inference` + `model.generate`.
-
-    for_inference turns off gradient checkpointing and switches Unsloth's fast decoding on; a model that is
-    still being trained is handed back with `for_training` afterwards. Batching, padding and decoding are
-    the plain backend's (one home for transformers generation).
-    """
+    """fast_inference: false: Unsloth's own inference path, `FastLanguageModel.for_inference` (gradient
+    checkpointing off, fast decoding on; `for_training` after, for a model still training) + the plain backend's
+    batched `generate`."""
 
     def __init__(self, model: Any, tokenizer: Any, back_to_training: bool):
         super().__init__(model, tokenizer)
@@ -127,7 +99,7 @@ class UnslothTransformersGenerator(PlainGenerator):
                  top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
         if not prompts:
             return []
-        from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)
+        from unsloth import FastLanguageModel  # after prepare_environment
 
         FastLanguageModel.for_inference(self.model)
         try:
@@ -138,13 +110,9 @@ class UnslothTransformersGenerator(PlainGenerator):
 
 
 def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig):
-    """Generate with the LoRA model being trained (eval before/after in `grpo train`).
-
-    `model.load_lora(..., load_tensors=True)` sends the adapter's *current* in-memory tensors to
-    vLLM, the way Unsloth's GRPO rollouts do (rl_replacements.vllm_generation_init_patch). It writes the live
-    adapter_config.json into the folder it is given (unsloth_zoo.vllm_utils._live_lora_config), so that folder is a
-    hidden one in output_dir. Call this again after training: each call snapshots the weights.
-    """
+    """Generate with the LoRA model being trained. `model.load_lora(..., load_tensors=True)` sends the adapter's
+    *current* tensors to vLLM, as Unsloth's rollouts do, writing the live adapter_config.json into a hidden folder
+    of output_dir (unsloth_zoo _live_lora_config). Each call snapshots the weights."""
     if not serves_with_vllm(model, cfg.model.fast_inference):
         return UnslothTransformersGenerator(model, tokenizer, back_to_training=True)
     load_lora = getattr(model, "load_lora", None)
@@ -158,22 +126,19 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig):
 
 
 def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig):
-    """Base model in vLLM plus the verified adapter (`adapter=None`: the base model alone).
-
-    With fast_inference: false, see `_load_transformers_generator` (no vLLM).
-
-    `adapter` is an grpo_pipeline.env.adapters.AdapterInfo from verify_adapter_dir, so `adapter.path` is absolute:
-    vLLM treats a relative path that does not exist from its working directory as a Hub repo id
-    (vllm/lora/utils.py get_adapter_absolute_path). The tokenizer is the one from_pretrained
-    returns, the same call training made.
-    """
+    """Base model in vLLM plus the verified adapter (None: the base alone), by its absolute path: vLLM takes a
+    relative one it cannot find for a Hub repo id (vllm/lora/utils.py get_adapter_absolute_path)."""
     if not cfg.model.fast_inference:
         return _load_transformers_generator(base_model, adapter, cfg)
     if adapter is not None:
-        _check_adapter_rank(adapter, cfg.model.max_lora_rank)
+        # Before loading: vLLM reserves LoRA slots of max_lora_rank at start-up, and unsloth_zoo would refuse only
+        # after the engine is built (_check_lora_rank_fits).
+        rank = int(adapter.r)
+        check_adapter_rank(rank, cfg.model.max_lora_rank, what=f"the adapter at {adapter.path}",
+                           fix=f"Pass --max_lora_rank {rank} (or higher).")
         warn_if_other_base(adapter, base_model)
     prepared = prepare_environment(cfg)
-    from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)
+    from unsloth import FastLanguageModel  # after prepare_environment
 
     model, tokenizer = FastLanguageModel.from_pretrained(
         **from_pretrained_kwargs(cfg, unsloth_model_name(base_model), fast_inference=True,
@@ -185,30 +150,21 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
         return _load_transformers_generator(base_model, adapter, cfg)
     lora_request = None
     if adapter is not None:
-        # `model.load_lora` exists only on a PeftModel (patch_peft_fast_inference in unsloth/models/_utils.py);
-        # a base model from from_pretrained has the vLLM engine but not the method. The path branch of
-        # unsloth_zoo's load_lora needs only model.vllm_engine (rank check, servability check) and
-        # returns LoRARequest(str(id), id, path) (unsloth_zoo.vllm_utils.load_lora), so we bind it ourselves,
-        # exactly as patch_peft_fast_inference does.
-        from unsloth_zoo.vllm_utils import load_lora  # lazy: unsloth_zoo imports torch and vllm
+        # `model.load_lora` exists only on a PeftModel (patch_peft_fast_inference), but the path branch of
+        # unsloth_zoo's load_lora needs only model.vllm_engine: bound here as patch_peft_fast_inference binds it.
+        from unsloth_zoo.vllm_utils import load_lora
 
-        load_lora_for_model = functools.partial(load_lora, model)
-        lora_request = load_lora_for_model(str(absolute_path(adapter.path)))
+        lora_request = load_lora(model, str(absolute_path(adapter.path)))
     return UnslothGenerator(model, tokenizer, lora_request)
 
 
 def _load_transformers_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig):
-    """Unsloth without vLLM: `FastLanguageModel.from_pretrained(<adapter folder>)` + for_inference + generate.
-
-    Given an adapter folder, from_pretrained reads adapter_config.json, loads the base it names and applies
-    the adapter with PeftModel.from_pretrained (unsloth/models/loader.py) -- Unsloth's documented way to
-    load a saved LoRA. We check that the result really is a PEFT model carrying an adapter: generating with
-    the bare base model while the user asked for their LoRA is the failure this pipeline never allows.
-    """
+    """Unsloth without vLLM: `FastLanguageModel.from_pretrained(<adapter folder>)` (Unsloth's documented way to
+    load a saved LoRA: the base adapter_config.json names, then the adapter), checked to carry the adapter."""
     if adapter is not None:
         warn_if_other_base(adapter, base_model)
     prepare_environment(cfg)
-    from unsloth import FastLanguageModel  # lazy: after prepare_environment (unsloth imports torch)
+    from unsloth import FastLanguageModel  # after prepare_environment
 
     with (unsloth_adapter_folder(adapter) if adapter is not None
           else contextlib.nullcontext(unsloth_model_name(base_model))) as source:

@@ -1,10 +1,8 @@
-"""Unsloth process set-up and loading arguments, shared by training, generation and export: the model name or
-adapter folder Unsloth is handed, whether a model serves through vLLM, the adapter's recorded base.
+"""Unsloth process set-up and loading arguments, shared by training, generation and export.
 
-`prepare_environment(cfg)` sets UNSLOTH_VLLM_STANDBY and imports unsloth, which must happen before trl,
-transformers or peft are imported (pipeline/bootstrap.py calls it first thing in `grpo`);
-`from_pretrained_kwargs` is the one place FastLanguageModel.from_pretrained's arguments are built.
-Importing this module imports nothing heavy.
+`prepare_environment(cfg)` sets Unsloth's environment and imports unsloth, before trl, transformers or peft are
+imported (pipeline/bootstrap.py calls it first thing in `grpo`); `from_pretrained_kwargs` is the one place
+FastLanguageModel.from_pretrained's arguments are built. Importing this module imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -30,9 +28,7 @@ from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 from grpo_pipeline.pipeline.run.manifest import other_base
 
 STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
-# Unsloth's own switch to ModelScope (unsloth/models/_utils.py reads it into USE_MODELSCOPE at import; loader.py
-# then fetches hub ids with modelscope.snapshot_download, save.py the merge's 16-bit base, and the usage
-# statistics ping to the Hugging Face Hub is skipped).
+# Unsloth's switch to ModelScope (unsloth/models/_utils.py reads it into USE_MODELSCOPE at import).
 MODELSCOPE_ENV = "UNSLOTH_USE_MODELSCOPE"
 # unsloth_zoo/compiler.py reads it once, at import, and writes its compiled modules there; its default,
 # "unsloth_compiled_cache", is relative to the working directory (a read-only or shared cwd then fails).
@@ -41,8 +37,6 @@ COMPILE_LOCATION_ENV = "UNSLOTH_COMPILE_LOCATION"
 
 @dataclass
 class PreparedEnvironment:
-    """What `prepare_environment` decided, for logs and the run manifest."""
-
     standby: bool
     import_order_problems: list[str] = field(default_factory=list)
 
@@ -50,23 +44,10 @@ class PreparedEnvironment:
 _prepared: Optional[PreparedEnvironment] = None
 
 
-def _import_order_problems() -> list[str]:
-    """Modules Unsloth must precede that are already imported (grpo_pipeline.env.imports owns the rule)."""
-    return [str(problem) for problem in import_order_problems()]
-
-
 def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
-    """Set UNSLOTH_VLLM_STANDBY and UNSLOTH_COMPILE_LOCATION, check the import order, then `import unsloth`.
-    Idempotent.
-
-    Standby must be in the environment *before* `import unsloth`: unsloth_zoo reads it at
-    import to keep `expandable_segments` off (unsloth_zoo/__init__.py, at module level) and to install
-    vLLM's sleep/wake patches (vllm_utils.patch_vllm), and `from_pretrained(unsloth_vllm_standby=True)`
-    raises if it is unset (FastLlamaModel.from_pretrained).
-
-    If trl/transformers/peft are already imported we warn (naming them and the fix) rather than
-    raise: Unsloth itself only warns (unsloth/_gpu_init.py, at module level) and patches what it can.
-    """
+    """Set Unsloth's environment, check the import order, then `import unsloth` (idempotent). Standby must be set
+    *before* it: unsloth_zoo reads it at import (unsloth_zoo/__init__.py, vllm_utils.patch_vllm). trl/transformers/
+    peft imported already is a warning, as Unsloth's own (unsloth/_gpu_init.py): it patches what it can."""
     global _prepared
     standby = standby_enabled(cfg)
     if _prepared is not None and "unsloth" in sys.modules:
@@ -80,8 +61,7 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
     current = os.environ.get(STANDBY_ENV, "0")
     if standby:
         if "unsloth" in sys.modules and current == "0":
-            # Too late: the import-time patches above were not installed. Setting the variable
-            # now would only get us past llama.py's check into a half-configured engine.
+            # Too late: setting it now would only get past llama.py's check into a half-configured engine.
             raise RuntimeError(
                 "vllm_standby is on, but unsloth was imported before UNSLOTH_VLLM_STANDBY=1 was set. "
                 "Restart the process (in a notebook: restart the kernel) and let the pipeline import unsloth, "
@@ -89,8 +69,7 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
             )
         os.environ[STANDBY_ENV] = "1"
     elif current != "0":
-        # The config is the source of truth; an exported variable would silently turn standby on
-        # (unsloth_zoo.vllm_utils.load_vllm ORs it in).
+        # The config decides; an exported variable would silently turn standby on (load_vllm ORs it in).
         if "unsloth" in sys.modules:
             raise RuntimeError(
                 f"vllm_standby is false, but unsloth was already imported with {STANDBY_ENV}={current}. "
@@ -105,7 +84,7 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
     if "unsloth" not in sys.modules and not os.environ.get(COMPILE_LOCATION_ENV):
         # Under the project's cache root instead of the cwd; a location the user exported is kept.
         os.environ[COMPILE_LOCATION_ENV] = str(cache_root().resolve() / "unsloth_compiled_cache")
-    problems = [] if "unsloth" in sys.modules else _import_order_problems()
+    problems = [] if "unsloth" in sys.modules else [str(problem) for problem in import_order_problems()]
     if problems:
         warnings.warn(
             "Unsloth must be imported before " + ", ".join(problems) + ", which are already imported, so some of "
@@ -121,11 +100,8 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
 
 
 def _set_modelscope_env(model_source: str) -> None:
-    """UNSLOTH_USE_MODELSCOPE=1 for `model_source: modelscope`, else 0: the config decides, as for standby.
-
-    Unsloth reads it once, at import (and raises ImportError there when modelscope is missing), so a change
-    after the import is refused rather than half-applied.
-    """
+    """UNSLOTH_USE_MODELSCOPE=1 for `model_source: modelscope`, else 0. Unsloth reads it once, at import (an
+    ImportError there without modelscope), so a change after the import is refused."""
     wanted = "1" if model_source == "modelscope" else "0"
     if os.environ.get(MODELSCOPE_ENV, "0") == wanted:
         return
@@ -145,7 +121,6 @@ def _torch_dtype(dtype: str):
     """`auto` -> None (Unsloth picks bf16 where supported, else fp16: FastLlamaModel.from_pretrained)."""
     if dtype == "auto":
         return None
-    # lazy: torch loads only once a model is needed
     import torch
 
     # A torch dtype, not the string: FastLanguageModel.from_pretrained converts only "float16"/"bfloat16".
@@ -172,36 +147,24 @@ def from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inferen
         "trust_remote_code": cfg.model.trust_remote_code,
     }
     if fast_inference:
-        kwargs.update(
-            # vLLM's LoRA slot size: every adapter it serves must have r <= this
-            # (unsloth_zoo.vllm_utils._check_lora_rank_fits).
-            max_lora_rank=cfg.model.max_lora_rank,
-            gpu_memory_utilization=resolve_gpu_memory_utilization(cfg, standby=standby),
-            float8_kv_cache=cfg.model.float8_kv_cache,
-        )
+        kwargs.update(max_lora_rank=cfg.model.max_lora_rank,  # every adapter vLLM serves must have r <= this
+                      gpu_memory_utilization=resolve_gpu_memory_utilization(cfg, standby=standby),
+                      float8_kv_cache=cfg.model.float8_kv_cache)
         if standby:
-            # Not a FastLanguageModel.from_pretrained parameter: it travels in **kwargs to
-            # FastQwen2Model.from_pretrained and on to FastLlamaModel.from_pretrained(unsloth_vllm_standby=...),
-            # which hands it to load_vllm. load_vllm would also read the environment variable; passing it
-            # makes the intent explicit.
+            # Travels in **kwargs to FastLlamaModel.from_pretrained and on to load_vllm (which would also read the
+            # environment variable): the intent explicit.
             kwargs["unsloth_vllm_standby"] = True
     return kwargs
 
 
-# -- what every loader here shares: vLLM or not, the name or folder Unsloth is given, the adapter's base --
-
-
-# Where training_generator's live LoRA config goes (inside output_dir; see training_generator).
+# Where the live LoRA config of our vLLM generation goes, inside output_dir (unsloth_infer.py training_generator).
 LIVE_LORA_SUBDIR = ".vllm_live_lora"
 
 
 def serves_with_vllm(model: Any, fast_inference: bool) -> bool:
-    """Whether generation goes through vLLM: the model Unsloth returned carries a `vllm_engine`, not merely
-    fast_inference: true in the config. Unsloth switches vLLM off by itself on a GPU below compute capability 7,
-    on DGX Spark (FastLanguageModel.from_pretrained in unsloth/models/loader.py) and when vLLM does not import
-    (fast_inference_setup in unsloth/models/_utils.py); use_vllm=True then would make Unsloth's patched
-    `_init_vllm` build a second engine. Said once on the console (a warning) when it differs from the config.
-    """
+    """Whether generation goes through vLLM: the model Unsloth returned carries a `vllm_engine` (Unsloth switches
+    vLLM off itself: unsloth/models/loader.py, _utils.py fast_inference_setup; use_vllm=True then would build a
+    second engine). Warned once when it differs from the config."""
     engine = hasattr(model, "vllm_engine")
     if fast_inference and not engine and not getattr(model, "_grpo_said_no_vllm", False):
         warnings.warn("fast_inference: true, but Unsloth returned the model without a vLLM engine (it turns vLLM "
@@ -216,27 +179,18 @@ def serves_with_vllm(model: Any, fast_inference: bool) -> bool:
 
 
 def unsloth_model_name(name: str) -> str:
-    """What FastLanguageModel.from_pretrained is given for a model name: a built-in model's folder, else the name.
-
-    A hub id stays a hub id with `model_source: modelscope` too: prepare_environment sets UNSLOTH_USE_MODELSCOPE=1
-    before `import unsloth` (unsloth/models/_utils.py reads it at import, into USE_MODELSCOPE), and then
-    from_pretrained maps the name to its pre-quantised repo (mapper.py, get_model_name), downloads that with
-    modelscope.snapshot_download and records the repo id as the model's name (_record_modelscope_repo_id), all
-    only `if USE_MODELSCOPE and not os.path.exists(model_name)` (unsloth/models/loader.py). A snapshot folder
-    handed in would skip all three. (The plain backend downloads the snapshot itself: env/hubs.py.)
-    """
+    """What FastLanguageModel.from_pretrained is given for a model name: a built-in model's folder, else the name
+    (with modelscope too: unsloth/models/loader.py maps and downloads only `if USE_MODELSCOPE and not
+    os.path.exists(model_name)`)."""
     return resolve_model_path(name)  # source "hf": a built-in name becomes its folder, a hub id passes unchanged
 
 
 @contextlib.contextmanager
 def unsloth_adapter_folder(adapter: Any) -> Iterator[str]:
     """The adapter folder to hand FastLanguageModel.from_pretrained, which loads the base its adapter_config.json
-    names (unsloth/models/loader.py: `model_name = peft_config.base_model_name_or_path`, then AutoConfig).
-
-    A built-in base is recorded by its name (pipeline/run/manifest.py recorded_base), which Unsloth cannot load:
-    then, while the caller uses it, a temporary view of the folder (its files linked, not copied) whose
-    adapter_config.json names the built-in model's folder instead. Any other base is handed over as recorded.
-    """
+    names (unsloth/models/loader.py). A built-in base is recorded by its name (pipeline/run/manifest.py
+    recorded_base), which Unsloth cannot load: then a temporary view of the folder (its files linked) whose
+    adapter_config.json names the built-in model's folder instead."""
     path = absolute_path(adapter.path)
     recorded = adapter.base_model_name_or_path
     loadable = unsloth_model_name(recorded) if recorded else recorded
@@ -257,9 +211,8 @@ def unsloth_adapter_folder(adapter: Any) -> Iterator[str]:
 
 
 def warn_if_other_base(adapter: Any, base_model: str) -> None:
-    """Warn when the adapter names another base than `base_model` (pipeline/run/manifest.py other_base compares
-    hub ids and built-in names, and Unsloth's 4-bit repo names as the model they quantise)."""
-    recorded = adapter.base_model_name_or_path  # from adapter_config.json (grpo_pipeline.env.adapters.AdapterInfo)
+    """Warn when the adapter names another base than `base_model` (pipeline/run/manifest.py other_base)."""
+    recorded = adapter.base_model_name_or_path
     if other_base(recorded, base_model):
         warnings.warn(
             f"The adapter at {adapter.path} was trained on {recorded!r} (adapter_config.json) but base model "

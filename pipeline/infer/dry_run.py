@@ -4,16 +4,12 @@
     grpo rewards --config configs/qwen2.5-1.5b-gsm8k.yaml --prompts 32
     grpo rewards --after-warmup                   # score the model after the recipe's SFT format warm-up
 
-It loads the recipe's model the way `grpo train` does (the backend's training model and generator: vLLM on
-Unsloth), samples `num_generations` completions for each of `--prompts` training prompts (default 16) with the
-rollout settings (temperature, top_p, top_k, min_p, max_completion_length), scores them with the recipe's
-rewards, and prints per reward: mean, std, share of 0 and of None, and the share of groups without spread
-(no learning signal); the format hit rate, the completion lengths and the share cut at
-max_completion_length; then a verdict per reward with the fix (pipeline/health/signal.py, the same reading
-as the flat-reward rule during training). It writes `output_dir/reward_dry_run.json`.
-
-The format warm-up (`sft_warmup_steps`) is not run unless `--after-warmup`: that reuses `output_dir/warmup/`
-when a run left one with the same settings, else trains it (and keeps it there, so `grpo train` reuses it).
+It loads the recipe's model as `grpo train` does, samples `num_generations` completions for each of `--prompts`
+training prompts with the rollout settings, scores them with the recipe's rewards, and prints per reward: mean,
+std, share of 0 and of None, and the share of groups without spread (no learning signal); the format hit rate and
+the share cut at max_completion_length; then a verdict per reward with the fix (pipeline/health/signal.py, as
+the flat-reward rule during training). It writes `output_dir/reward_dry_run.json`. `--after-warmup` runs the
+format warm-up (`sft_warmup_steps`) first, reusing `output_dir/warmup/` when a run left one with the same settings.
 
 Exit codes: 0 (whatever the verdict says), 2 bad config or input.
 """
@@ -25,7 +21,6 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from rich.console import Console, Group
@@ -65,11 +60,9 @@ N_SAMPLES_KEPT = 3
 
 def reward_table(names: list[str], scores: list[list[Optional[float]]], weights: list[float],
                  group_size: int) -> dict[str, dict[str, Any]]:
-    """Per reward (and the weighted `total`): mean, std, zero / None shares, share of flat groups.
-
-    `scores[i]` is reward i's value per completion, groups of `group_size` consecutive completions (one
-    prompt each). The total is TRL's: the weighted sum with None counted as 0, None where every reward is
-    None; a group is flat when its scored values have no spread.
+    """Per reward (and the weighted `total`): mean, std, zero / None shares, share of flat groups. `scores[i]` is
+    reward i's value per completion, in groups of `group_size`. The total is TRL's: the weighted sum with None
+    counted as 0, None where every reward is None.
 
     >>> table = reward_table(["a"], [[0.0, 0.0, 1.0, 0.0]], [1.0], group_size=2)
     >>> table["a"]["zero_share"], table["a"]["flat_group_share"], table["total"]["mean"]
@@ -94,11 +87,10 @@ def reward_table(names: list[str], scores: list[list[Optional[float]]], weights:
     return table
 
 
-def verdicts(table: dict[str, dict[str, Any]], sampling: Sampling, clipped_share: float, after_warmup: bool,
+def verdicts(table: dict[str, dict[str, Any]], g: Any, clipped_share: float, after_warmup: bool,
              threshold: float, sft_warmup_steps: int) -> list[str]:
-    """A line per reward that varies, the cause and fix for those that are flat, then the overall verdict
-    (`threshold`: flat_reward_threshold; `sft_warmup_steps`: the format warm-up `grpo train` runs first)."""
-    g = sampling
+    """A line per reward that varies, the cause and fix for those that are flat, then the overall verdict (`g`: the
+    recipe's rollout settings, cfg.grpo)."""
     rewards = {name: row for name, row in table.items() if name != "total"}
     lines, flat = [], {}
     for name, row in rewards.items():
@@ -132,31 +124,13 @@ def verdicts(table: dict[str, dict[str, Any]], sampling: Sampling, clipped_share
     return lines
 
 
-@dataclass(frozen=True)
-class Sampling:
-    """The rollout settings the dry run samples with and judges by, as the recipe sets them for TRL's rollouts."""
-
-    num_generations: int
-    temperature: float
-    top_p: float
-    top_k: int
-    min_p: Optional[float]
-    seed: int
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        """The generator's sampling keywords."""
-        return dict(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p)
-
-
 def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup: bool = False,
             log=print) -> dict[str, Any]:
-    """Sample, score and judge (see the module docstring); returns what reward_dry_run.json holds."""
+    """Sample, score and judge; returns what reward_dry_run.json holds."""
     start = time.time()
-    # What the dry-run file was at the start is all its write may replace (grpo_pipeline.env.paths.publish).
+    # What the dry-run file was at the start is all its write may replace.
     seen = snapshot(absolute_path(cfg.grpo.output_dir) / DRY_RUN_NAME,
                     fix="Another run wrote it meanwhile; run the dry run again when it is done.")
-    # The backend as `grpo train` picks it, after the same pre-load checks; its environment prepared.
     choice = choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)
@@ -174,8 +148,6 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     note_run_folder(output_dir)  # a crash logs into its logs/; a full disk there names output_dir
     output_dir.mkdir(parents=True, exist_ok=True)
 
-    # The sampled training rows, the tokenizer and the training model's generator, loaded as a run loads them;
-    # through their modules, looked up at the call: tests stand in for the tokenizer loader and data preparing there.
     tokenizer = grpo_pipeline.pipeline.data.tokenizer.load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code,
                                                        cfg.model.model_source)
     prepared = grpo_pipeline.pipeline.data.prepare.prepare_dataset(cfg, tokenizer, report_dir=None)
@@ -186,8 +158,7 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
                                   warmup_examples(decided.data, prepared), agents.tools,
                                   backend.peft_config(settings), output_dir)
     generator, max_tokens = backend.training_generator(model, tokenizer, settings), prepared.max_completion_length
-    sampling = Sampling(g.num_generations, g.temperature, g.top_p, g.top_k, g.min_p, g.seed)
-    texts, chat_prompts, columns, rollouts = _sample(sampling, loop_settings(cfg.trl, cfg.model.max_seq_length),
+    texts, chat_prompts, columns, rollouts = _sample(g, loop_settings(cfg.trl, cfg.model.max_seq_length),
                                                      rows, tokenizer, generator, max_tokens, log, agents)
     # As TRL calls rewards (rewards/trl_source.py): the columns it passes, completion_ids, the trainer's objects
     kwargs = reward_kwargs_outside_training(g.max_steps, removes_unused_columns(cfg.trl), tokenizer, columns,
@@ -199,45 +170,48 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     names = [*(func.__name__ for func in funcs), *extra]
     table = reward_table(names, [*scores, *extra.values()], [*weights, *[1.0] * len(extra)], g.num_generations)
     result = _result(cfg.model.model_name_or_path, choice.name, after_warmup, rows, texts, chat_prompts, columns,
-                     table, max_tokens, sampling, h.flat_reward_threshold)
+                     table, max_tokens, g, h.flat_reward_threshold)
     if rollouts is not None:
         result["rollouts"] = _rollout_samples(rollouts, names, [*scores, *extra.values()], g.num_generations)
         result["tools"] = tool_stats(rollouts)
-    result["verdicts"] = verdicts(table, sampling, result["clipped_share"], after_warmup, h.flat_reward_threshold,
+    result["verdicts"] = verdicts(table, g, result["clipped_share"], after_warmup, h.flat_reward_threshold,
                                   h.sft_warmup_steps)
     result["wall_time_s"] = round(time.time() - start, 1)
     result["path"] = str(atomic_write_json(seen.path, masked(result), seen=seen))  # no secret in a file
     return result
 
 
-def _sample(sampling: Sampling, loop: LoopSettings, rows, tokenizer, generator, max_tokens: int, log,
+def _sample(s: Any, loop: LoopSettings, rows, tokenizer, generator, max_tokens: int, log,
             agents: Agents):
-    """num_generations completions per prompt with the rollout settings: (texts, chat prompts, dataset columns,
-    the tool loop's rollouts or None), one entry per completion, as TRL hands them to the rewards. With tools or
-    environments each completion is a rollout of the tool loop, the tools live (pipeline/infer/tool_loop.py)."""
-    s, n = sampling, sampling.num_generations
+    """num_generations completions per prompt: (texts, chat prompts, dataset columns, the tool loop's rollouts or
+    None), one entry per completion, as TRL hands them to the rewards; with tools, rollouts of the tool loop."""
+    n, kwargs = s.num_generations, _sampling(s)
     log(f"sampling {len(rows)} prompts x {n} completions (temperature {s.temperature:g}, top_p {s.top_p:g}, "
         f"top_k {s.top_k}, min_p {s.min_p}, max_completion_length {max_tokens})"
         + (", the tools live" if agents.uses_tools else ""))
-    from transformers import set_seed  # lazy: transformers imports torch
+    from transformers import set_seed
 
     set_seed(s.seed)  # the same completions for the same recipe
-    # Completions in the prompt's format, every dataset column repeated per completion.
     columns = {key: [row[key] for row in rows for _ in range(n)] for key in rows.column_names}
     chat_prompts = [row["prompt"] for row in rows for _ in range(n)]
     if agents.uses_tools:
         rollouts = run_as_trained(loop, generator, tokenizer, agents, chat_prompts,
-                                  [dict(row) for row in rows for _ in range(n)], max_tokens, **s.kwargs)
+                                  [dict(row) for row in rows for _ in range(n)], max_tokens, **kwargs)
         return [r.completion for r in rollouts], chat_prompts, columns, rollouts
     prompts = [prompt for prompt in render_prompts(tokenizer, list(rows["prompt"])) for _ in range(n)]
-    return generator.generate(prompts, max_tokens=max_tokens, **s.kwargs), chat_prompts, columns, None
+    return generator.generate(prompts, max_tokens=max_tokens, **kwargs), chat_prompts, columns, None
+
+
+def _sampling(g: Any) -> dict[str, Any]:
+    """The generator's keywords for the recipe's rollout settings (cfg.grpo)."""
+    return dict(temperature=g.temperature, top_p=g.top_p, top_k=g.top_k, min_p=g.min_p)
 
 
 def _score(funcs, texts, chat_prompts, kwargs, timeout: float = 0, rollouts=None) -> list[list[Optional[float]]]:
-    """The rewards on the completions, called as the trainer calls them (a tool run's completion: its messages)."""
+    """The rewards on the completions, called as the trainer calls them (guarded, async ones awaited)."""
     completions = ([r.messages for r in rollouts] if rollouts is not None else
                    [completion_like(prompt, text) for prompt, text in zip(chat_prompts, texts, strict=True)])
-    try:  # as the trainer calls them: guarded (plain floats back, numpy's too), async ones awaited
+    try:
         return [call_reward(func, chat_prompts, completions, kwargs, timeout=timeout) for func in funcs]
     except RewardFailure as err:
         raise ConfigError("reward_funcs", f"{err}. It was called on the model's own completions in this dry run, "
@@ -251,23 +225,22 @@ def _judges_format(name: str) -> bool:
 
 
 def _rollout_samples(rollouts, names: list[str], scores: list[list[Optional[float]]], n: int) -> list[dict]:
-    """The first completion of the first prompts, as rollouts: turns, calls and results, each reward's value."""
+    """The first completion of the first prompts as rollouts, with each reward's value."""
     return [{**rollouts[i].record(), "lines": describe(rollouts[i]),
              "rewards": {name: values[i] for name, values in zip(names, scores)}}
             for i in range(0, len(rollouts), n)][:N_SAMPLES_KEPT]
 
 
 def _result(model_name: str, backend_name: str, after_warmup: bool, rows, texts, chat_prompts, columns, table,
-            max_tokens: int, sampling: Sampling, flat_reward_threshold: float) -> dict[str, Any]:
-    g, n = sampling, sampling.num_generations
+            max_tokens: int, g: Any, flat_reward_threshold: float) -> dict[str, Any]:
+    n = g.num_generations
     scored = score_completions(texts, columns[ANSWER], chat_prompts)
     lengths = [s["completion_tokens"] for s in scored]  # as the generator counted them (Completion.tokens)
     clipped = sum(1 for length in lengths if length >= max_tokens) / len(lengths) if lengths else 0.0
     return {
         "model": model_name, "backend": backend_name, "after_warmup": after_warmup,
         "prompts": len(rows), "num_generations": n, "completions": len(texts),
-        "sampling": {"temperature": g.temperature, "top_p": g.top_p, "top_k": g.top_k, "min_p": g.min_p,
-                     "max_completion_length": max_tokens},
+        "sampling": {**_sampling(g), "max_completion_length": max_tokens},
         "rewards": table,
         "format_hit_rate": sum(1 for s in scored if s["format_valid"]) / len(scored) if scored else 0.0,
         "answer_found_rate": sum(1 for s in scored if s["extracted_answer"]) / len(scored) if scored else 0.0,
@@ -280,7 +253,6 @@ def _result(model_name: str, backend_name: str, after_warmup: bool, rows, texts,
 
 
 def format_result(result: dict[str, Any]) -> Any:
-    """The table and the verdicts as a rich renderable."""
     table = Table(title=f"Rewards on {result['prompts']} prompts x {result['num_generations']} completions "
                         f"({result['model']}, {'after' if result['after_warmup'] else 'without'} the warm-up)",
                   title_justify="left")
@@ -326,7 +298,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.print_help()
         return 0
     own, rest = parser.parse_known_args(argv)
-    note_command_options(parser, config_fields=True)  # its own options, and every field of grpo train
+    note_command_options(parser, config_fields=True)
     if own.prompts < 1:
         print("error: --prompts must be at least 1", file=sys.stderr)
         return 2
@@ -356,10 +328,8 @@ def _mean(values: list[float]) -> Optional[float]:
 
 def _std(values: list[float]) -> Optional[float]:
     """Sample std (n - 1), as TRL's nanstd logs rewards/<name>/std; 0 for a single value."""
-    if not values:
-        return None
     if len(values) < 2:
-        return 0.0
+        return 0.0 if values else None
     mean = sum(values) / len(values)
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 

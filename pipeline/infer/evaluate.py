@@ -1,7 +1,5 @@
-"""Evaluation on held-out problems: accuracy, format rate, completion length, garbled rate.
-
-`grpo train` uses `evaluate_rows` for its before/after numbers and `grpo eval` uses the same
-function on a saved adapter (or the base model), so the two can be compared directly.
+"""Evaluation on held-out problems: accuracy, format rate, completion length, garbled rate; `grpo train`'s
+before/after numbers and `grpo eval` on a saved adapter (or the base model) are the same `evaluate_rows`.
 
     grpo eval --lora outputs/run/lora --data configs/qwen2.5-1.5b-gsm8k.yaml --limit 200
     grpo eval --base --model unsloth/Qwen2.5-1.5B-Instruct --data test.jsonl --limit 100 --output base.json
@@ -31,7 +29,7 @@ from grpo_pipeline.pipeline.health import metrics
 from grpo_pipeline.pipeline.health.metrics import is_garbled
 from grpo_pipeline.pipeline.infer.scoring import Scorer, answer_of, build_scorer, score_with
 from grpo_pipeline.pipeline.infer.session import add_inference_arguments, inference_args, open_inference
-# loop_settings: also train.py's, called through this module as its evaluate_rows is (looked up at the call)
+# loop_settings: train.py calls it through this module, as evaluate_rows (looked up at the call)
 from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, env_rewards, loop_settings, run_as_trained, tool_stats  # noqa: F401
 from grpo_pipeline.pipeline.preflight import reward_kwargs_outside_training
 from grpo_pipeline.pipeline.run.decisions import EvalKey
@@ -40,15 +38,13 @@ from grpo_pipeline.env.kept import file_sha256, record, reusable, state_key, ver
 from grpo_pipeline.rewards import check_reward_names, strict_format_reward_func
 from grpo_pipeline.rewards.registry import is_builtin_reward
 
-N_SAMPLES_KEPT = 5  # example completions stored in eval.json, to eyeball what the numbers mean
+N_SAMPLES_KEPT = 5  # example completions stored in eval.json
 
 
 def score_completions(completions: list[Completion], answers: list[Optional[str]],
                       prompts: list[Any]) -> list[dict[str, Any]]:
-    """Per completion: its answer as the run's scorer reads it (scoring.py answer_of: the prompt's tags, <answer>,
-    \\boxed{}, ####), the reference, format_valid (our strict XML format), generated tokens (as the generator
-    counted them, not the decoded text re-tokenised), garbled. Whether it is right is the scorer's verdict alone
-    (evaluate_rows: score_with), never a second reading here."""
+    """Per completion: its answer as scoring.py answer_of reads it, the reference, format_valid (our strict XML
+    format), generated tokens (Completion.tokens), garbled. Whether it is right is the scorer's verdict alone."""
     strict = strict_format_reward_func(prompts=None, completions=completions)
     return [
         {
@@ -64,8 +60,7 @@ def score_completions(completions: list[Completion], answers: list[Optional[str]
 
 
 def eval_scorer(cfg: PipelineConfig, tokenizer) -> Scorer:
-    """The correctness the run trained with, and its other rewards, called as TRL calls them (scoring.py); `cfg`:
-    the recipe (its rewards, max_steps and remove_unused_columns as TRL runs them)."""
+    """The run's rewards (its correctness among them), called as TRL calls them under `cfg` (scoring.py)."""
     return build_scorer(list(cfg.grpo.reward_funcs), lambda columns, texts: reward_kwargs_outside_training(
         cfg.grpo.max_steps, removes_unused_columns(cfg.trl), tokenizer, columns, texts))
 
@@ -73,11 +68,10 @@ def eval_scorer(cfg: PipelineConfig, tokenizer) -> Scorer:
 def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scorer, max_tokens: int,
                   temperature: float = 0.0, top_p: float = 1.0, agents: Optional[Agents] = None,
                   loop: Optional[LoopSettings] = None) -> dict[str, Any]:  # as EVAL_SAMPLING
-    """Generate for every row and aggregate. Greedy (temperature 0) by default, so runs are comparable. Accuracy is
-    the share the run's correctness scores as right (`eval_scorer`); the run's rewards' means are beside it. With
-    `agents` using tools (and `loop`, the run's tool loop settings), each row is answered through the tool loop
-    (tool_loop.py) and its final answer scored; an environment's get_reward is a reward beside the others, as in
-    training; `tools` holds TRL's tool metrics and `tool_calls` each row's calls by row id."""
+    """Generate for every row and aggregate; greedy by default, so runs are comparable. Accuracy is the share the
+    run's correctness scores as right, the rewards' means beside it. With `agents` using tools, each row is
+    answered through the tool loop (`loop`: its settings as trained), an environment's get_reward a reward beside
+    the others; `tools` holds TRL's tool metrics and `tool_calls` each row's calls by row id."""
     rollouts = None
     if agents is not None and agents.uses_tools:
         rollouts = run_as_trained(loop, generator, tokenizer, agents, [row["prompt"] for row in rows],
@@ -112,7 +106,7 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scor
         "max_tokens": max_tokens,
         "temperature": temperature,
         "samples": [{"id": row["id"], **s} for row, s in zip(rows[:N_SAMPLES_KEPT], scored[:N_SAMPLES_KEPT])],
-        **({"tools": tool_stats(rollouts),  # and each row's calls (name, arguments), by row id
+        **({"tools": tool_stats(rollouts),
             "tool_calls": {row["id"]: [{"name": c.name, "arguments": c.arguments} for c in rollout.calls]
                            for row, rollout in zip(rows, rollouts)}} if rollouts is not None else {}),
     }
@@ -126,10 +120,8 @@ EVAL_SAMPLING = {"temperature": 0.0, "top_p": 1.0}
 def eval_inputs(key: EvalKey, backend_name: str, tokenizer, rows: list[dict[str, Any]],
                 max_tokens: int) -> dict[str, Any]:
     """What an evaluation's numbers depend on besides the weights measured (env/kept.py): the fields declaring
-    eval_input (`key.inputs`: the base model's identity, how it is loaded, the rewards it is scored with), the
-    backend, the tokenizer, the eval rows' content (their ids, prompt messages and answers: so the eval file's
-    content, its columns, eval_limit and the system prompt), the generation settings, the scoring code and the
-    library versions."""
+    eval_input (`key.inputs`), the backend, the tokenizer, the eval rows' content, the generation settings, the
+    scoring code and the library versions."""
     inputs = key.inputs
     return {
         **inputs,
@@ -146,27 +138,25 @@ def eval_inputs(key: EvalKey, backend_name: str, tokenizer, rows: list[dict[str,
 
 def eval_before_inputs(key: EvalKey, backend_name: str, tokenizer, rows: list[dict[str, Any]],
                        max_tokens: int, warmup: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """`eval_inputs` plus what the measured weights are: the fields declaring eval_start (`key.start`: the fresh
-    LoRA's settings and seed), and the format warm-up's own key (`warmup`: pipeline/trainer/warmup.py warmup_inputs)
-    when one ran first."""
+    """`eval_inputs` plus what the measured weights are: the fields declaring eval_start (`key.start`), and the
+    format warm-up's own key when one ran first (pipeline/trainer/warmup.py warmup_inputs)."""
     return {**eval_inputs(key, backend_name, tokenizer, rows, max_tokens), "start": {**key.start, "warmup": warmup}}
 
 
 def load_eval_before(output_dir: Path, inputs: dict[str, Any], log=print) -> Optional[dict[str, Any]]:
-    """The run's saved eval-before result when it was measured from these `inputs`, else None (and a line
-    saying which changed)."""
+    """The run's saved eval-before result when it was measured from these `inputs`, else None (said why)."""
     saved = reusable(output_dir / EVAL_BEFORE_NAME, inputs, "eval before GRPO", log=log)
     result = saved.get("result") if saved else None
     return result if isinstance(result, dict) else None
 
 
 def save_eval_before(output_dir: Path, inputs: dict[str, Any], result: dict[str, Any], seen=None) -> None:
-    """`seen`: what the run saw at eval_before.json when it started (grpo_pipeline.env.locations.snapshot); only that is replaced."""
+    """`seen`: what the run saw at eval_before.json when it started; only that is replaced."""
     atomic_write_json(output_dir / EVAL_BEFORE_NAME, record(inputs, result=result), seen=seen)
 
 
 def headline(result: dict[str, Any]) -> str:
-    """One line of an eval's numbers, as `grpo train` prints them (before, during, after); with tools, their use.
+    """One line of an eval's numbers, as `grpo train` prints them; with tools, their use.
 
     >>> headline({"accuracy": 0.5, "format_rate": 1.0, "tools": {"calls_per_rollout": 1.0, "failures_per_call": 0}})
     'accuracy 50.0%, format 100.0%, tool calls per prompt 1.00 (failed 0%)'
@@ -180,7 +170,6 @@ def _tool_use(tools: dict[str, float]) -> str:
 
 
 def format_table(result: dict[str, Any], title: str) -> str:
-    """A small human-readable table."""
     lines = [title, "-" * len(title)]
     for label, key, fmt in (("problems", "n", "{:d}"), ("accuracy", "accuracy", "{:.1%}"),
                             ("format rate", "format_rate", "{:.1%}"),
@@ -201,15 +190,9 @@ def format_table(result: dict[str, Any], title: str) -> str:
 def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, split: Optional[str] = None,
                    output: Optional[str] = None, args: Optional[argparse.Namespace] = None,
                    reward_funcs: Optional[list[str]] = None, **options: Any) -> dict[str, Any]:
-    """Evaluate a saved LoRA (lora=DIR) or the base model (base=True, model=... or run=...) and write eval.json.
-
-    `data` is a YAML recipe (its eval set: eval_dataset_name, else eval_split of dataset_name), or a data
-    file, folder or dataset name (used as eval_dataset_name: a single file whole, else its eval_split); by
-    default the --config recipe. `limit` defaults to the recipe's eval_limit. `reward_funcs`: --reward_funcs
-    (`eval_reward_names`). Returns the result dict (with
-    `eval_json` = where it was written). Bad input raises (ConfigError naming the option, AdapterError, ...)
-    before anything loads.
-    """
+    """Evaluate a saved LoRA (lora=DIR) or the base model (base=True, model=... or run=...) and write eval.json;
+    the options are `grpo eval`'s. Returns the result (`eval_json`: where it was written). Bad input raises
+    before anything loads."""
     args = args if args is not None else inference_args(**options)
     if limit is not None and limit < 1:
         raise ConfigError("limit", f"--limit {limit}: use a positive number of problems (default: the recipe's "
@@ -228,7 +211,7 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
             raise ConfigError("reward_funcs", f"--reward_funcs: {err}") from None
     setup = open_inference(args)
     out = _eval_json_path(setup, output, args.run)
-    # What is there before the evaluation runs is all its write may replace (grpo_pipeline.env.paths.publish).
+    # What is there before the evaluation runs is all its write may replace.
     seen = snapshot(out, option="--output" if output else "", fix="Choose another --output, or run again to "
                     "replace it.")
     data_path = absolute_path(data)
@@ -246,8 +229,7 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
         cfg = cfg.replace(reward_funcs=eval_reward_names(trained.get("reward_funcs") or [], yours, reward_funcs),
                           reward_weights=None)
     cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
-    # The data report goes beside the results (a folder the options name), never to the recipe's output_dir,
-    # which a relative or default one would put under whatever folder the command was run from.
+    # The data report goes beside the results, never to the recipe's output_dir (relative to any cwd).
     rows = load_eval_rows(cfg, setup.tokenizer, limit=limit, report_dir=out.parent,
                           other_fix="in the recipe you pass as --config (or --data), or evaluate other --data")
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, eval_scorer(cfg, setup.tokenizer),
@@ -261,11 +243,9 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
 
 
 def eval_reward_names(recorded: list[str], yours: list[str], given: Optional[list[str]]) -> list[str]:
-    """What `grpo eval` scores a trained adapter with: `given` (--reward_funcs) when given; else the rewards it
-    trained with (`recorded`, from its record), but a custom one (a `module:function`, not a built-in name) only
-    when your own recipe names it too (`yours`: --config's / --data's reward_funcs). A file you did not write does
-    not decide what code is imported (docs/security.md): what is left out is said, with the option that includes
-    it; with no reward left, the built-in correctness.
+    """What `grpo eval` scores with: --reward_funcs (`given`); else the rewards it trained with (`recorded`), a
+    custom one only when your own recipe names it too (`yours`): a file you did not write does not decide what
+    code is imported (docs/security.md). What is left out is said; with no reward left, the built-in correctness.
 
     >>> eval_reward_names(["correctness", "mine:score"], ["mine:score"], None)
     ['correctness', 'mine:score']
@@ -285,7 +265,7 @@ def eval_reward_names(recorded: list[str], yours: list[str], given: Optional[lis
 
 
 def _recipe_rewards(recipe_path: Optional[str], data_path: Path) -> list[str]:
-    """The reward names of --config's recipe (yours), unless it is --data's, read already."""
+    """The reward names of --config's recipe, unless it is --data's, read already."""
     if not recipe_path or absolute_path(recipe_path) == data_path:
         return []
     return list(parse_config(["--config", str(recipe_path)]).grpo.reward_funcs)
@@ -320,12 +300,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                              "those the adapter trained with; a module:function its record names is imported only "
                              "when you name it here or in your --config / --data recipe)")
     args = parser.parse_args(argv)
-    note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
-    check_command_paths("eval", vars(args))  # every path option, before anything is read or loaded
+    note_command_options(parser)
+    check_command_paths("eval", vars(args))
     result = evaluate_saved(args.data, args.limit, args.split, args.output, args=args,
                             reward_funcs=args.reward_funcs)
     title = f"eval: {'LoRA ' + result['adapter'] if result['adapter'] else 'base model ' + result['model']}"
     print(result["eval_set"])
     print(format_table(result, title))
-    print(f"wrote {shell_command(result['eval_json'])}")  # a path that pastes back as printed
+    print(f"wrote {shell_command(result['eval_json'])}")
     return 0

@@ -3,10 +3,8 @@
     grpo export --lora outputs/run/lora --to merged16 --out exported/merged16
     grpo export --lora outputs/run/lora --to gguf --out exported/gguf      # unsloth backend
 
-The export is written into a temporary sibling folder and renamed into place, so a crash never
-leaves a half-written model under the final name. It behaves as trained for a plain transformers user: its
-chat template inserts the trained system prompt when a chat has no system message, and it carries the
-adapter's `grpo_adapter.json` (system prompt, lengths, config).
+The export is written into a temporary sibling folder and renamed into place. Its chat template inserts the
+trained system prompt when a chat has no system message, and it carries the adapter's `grpo_adapter.json`.
 """
 
 from __future__ import annotations
@@ -47,25 +45,21 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="the chat template's default system message (default: the one the adapter records, "
                              "the system message its training rows carried)")
     args = parser.parse_args(argv)
-    note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
+    note_command_options(parser)
 
-    # Bad input raises (PathError, AdapterError, ManifestError, ConfigError): grpo_pipeline.pipeline.errors prints it, exit 2.
     check_command_paths("export", vars(args), only=["lora"])
     adapter = verify_trained_dir(args.lora)
     manifest = find_manifest(adapter.path) or {}
     base_model = manifest.get("base_model") or adapter.base_model_name_or_path
     base_folder = resolve_model_path(base_model)
-    # --out must not be, hold or lie inside the adapter, its run (manifest, checkpoints) or a local base model:
-    # --overwrite replaces what is there.
+    # --out must not be, hold or lie inside the adapter, its run or a local base model.
     reads = {"the base model": base_folder} if local_model(base_folder) else {}
     out = check_command_paths("export", vars(args), overwrite=args.overwrite, extra_reads=reads)["out"]
-    # What --out was when it was checked is all the publish step may replace: a folder made there meanwhile, or
-    # another export that finished first, is kept and this one refused (grpo_pipeline.env.paths.publish, PathChangedError).
+    # What --out was when it was checked is all the publish step may replace.
     seen = snapshot(out, option="--out", fix="Pass --overwrite to replace it, or choose another --out.")
     mismatch = session.adapter_mismatch(adapter, base_model)
     if mismatch:
         raise ConfigError("lora", mismatch)
-    # every recorded value by the one rule: the adapter's record < --config < this command's options
     given_values = session.command_values(args, manifest)
     model_check.check_model(base_model, given_values.get("model_source", "hf"))
     cfg = from_mapping({**given_values.fields(), "model_name_or_path": base_model,
@@ -75,34 +69,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.to not in backend.EXPORT_METHODS:
         raise ConfigError("to", "GGUF export is Unsloth-only (save_pretrained_gguf builds llama.cpp). On this "
                           "machine export --to merged16 and convert it with llama.cpp's convert_hf_to_gguf.py.")
-    # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
-    backend.prepare_environment(cfg)
-    # The export is written beside --out and renamed into place; an old --out is set aside until then and put
-    # back if anything fails (grpo_pipeline.env.paths.atomic_directory). A full disk names the folder and how much is free.
+    backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
     with storage_errors_named(out, "run the same export again.", option="--out"), \
             atomic_directory(out, seen=seen) as staging:
-        # The trained system prompt goes into the chat template of every format (the .gguf's metadata too).
         system_prompt = given_values.values.get("system_prompt")  # --system_prompt, --config's, else the record's
         backend.export(adapter, base_model, args.to, staging, cfg, system_prompt=system_prompt)
-        # a model trained with tools still renders them
         check_tool_support(staging, agent_names(cfg.grpo), args.to,
                            trust_remote_code=cfg.model.trust_remote_code)
         carry_training_defaults(staging, manifest)  # grpo_adapter.json travels
         atomic_write_json(staging / EXPORT_MARKER, {"adapter": str(adapter.path), "to": args.to,
                                                     "base_model": recorded_base(base_model)})
-    # the paths quoted as shell words, so they paste back as printed
     print(f"exported {shell_command(adapter.path)} ({args.to}, base {base_model}) to {shell_command(out)}")
     return 0
 
 
 def check_tool_support(folder: Path, names: dict[str, Any], method: str, trust_remote_code: bool = False) -> None:
-    """An export of an adapter trained with tools (or environments: `names`, trainer/agents.py agent_names) keeps a
-    chat template that renders a whole tool exchange (TRL's supports_tool_calling) and the tools' schemas: else the
-    export fails, nothing published (a merged model that silently lost its tool format would answer without ever
-    calling one)."""
+    """An export of an adapter trained with tools (`names`: trainer/agents.py agent_names) keeps a chat template
+    that renders a whole tool exchange and the tools' schemas, else it fails unpublished."""
     if method == "gguf" or not (names.get("tools") or names.get("environment_factory")):
         return  # a .gguf carries its template in its metadata, read by llama.cpp, not by transformers
-    # lazy: transformers and trl import torch
     from trl.chat_template_utils import supports_tool_calling
 
     tokenizer = load_tokenizer(str(folder), trust_remote_code, "hf")
@@ -115,9 +100,7 @@ def check_tool_support(folder: Path, names: dict[str, Any], method: str, trust_r
 
 
 def carry_training_defaults(folder: Path, manifest: dict[str, Any]) -> None:
-    """`grpo_adapter.json` (what the trained model needs to behave as trained) written into an export; the trained
-    system prompt is already in its chat template (the backend put it on the tokenizer before saving,
-    pipeline/data/prompts.py carry_system_prompt). Nothing to carry for an adapter without metadata."""
+    """`grpo_adapter.json` written into an export (nothing for an adapter without metadata)."""
     if not manifest:
         return
     write_adapter_metadata(folder, manifest)

@@ -4,9 +4,7 @@
     grpo generate --lora outputs/qwen2.5-gsm8k/lora --input prompts.jsonl --output answers.jsonl
     grpo generate --base --run outputs/qwen2.5-gsm8k --prompt "What is 12 * 7?"
 
-On the Unsloth backend this is vLLM `fast_generate` with `lora_request=model.load_lora(<absolute
-verified path>)` on every call; on the plain backend, peft's PeftModel + `generate`. Each output
-line holds the text, the extracted answer and whether the format is valid.
+Each output line holds the text, the extracted answer and whether the format is valid.
 """
 
 from __future__ import annotations
@@ -28,19 +26,10 @@ from grpo_pipeline.pipeline.infer.session import add_inference_arguments, infere
 from grpo_pipeline.pipeline.infer.tool_loop import run_as_trained
 
 
-def read_prompts(args: argparse.Namespace) -> list[str]:
-    """Questions from --prompt or a JSONL file (one {"prompt"|"question": ...} per line; blank lines skipped).
-
-    A bad line is a DataFileError naming the file and the line, and nothing is generated for any row: a run
-    that silently skipped a question would hand back fewer answers than questions, out of line with the file.
-    """
-    return [row["prompt"] for row in read_rows(args)]
-
-
 def read_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """read_prompts' rows whole: each line's fields with its question under "prompt" (as a training row reaches
-    TRL), so that an environment's `reset(**row)` gets the row's columns and an `environment` field picks one in
-    the multi-environment form, as in training."""
+    """The rows of --prompt or a JSONL file (one {"prompt"|"question": ...} per line; blank lines skipped): each
+    line's fields with its question under "prompt", as a training row reaches TRL (an environment's `reset(**row)`
+    gets them). A bad line is a DataFileError naming it, and nothing is generated for any row."""
     if args.prompt is not None:
         return [{"prompt": args.prompt}]
     path = absolute_path(args.input)
@@ -84,18 +73,15 @@ def read_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = None,
                      rows: Optional[list[dict[str, Any]]] = None, **options) -> list[dict]:
     """Answer `prompts` with a saved LoRA (or --base); one record per prompt. `rows`: each prompt's other columns
-    (read_rows), for the environments' `reset(**row)` when the tool loop runs.
-
-    From Python: `generate_answers(["What is 2+3?"], lora="outputs/run/lora")` or
-    `generate_answers([...], base=True, run="outputs/run")`; options are `grpo generate`'s flags.
+    (read_rows), for the environments' `reset(**row)`. From Python: `generate_answers(["What is 2+3?"],
+    lora="outputs/run/lora")` or `generate_answers([...], base=True, run="outputs/run")`.
     """
-    setup = open_inference(args if args is not None else inference_args(**options))  # verifies before loading
-    # As a training row was given: to a model trained on TRL's standard (text) prompts, the text as written; else
-    # a chat, a question with the system prompt, a chat keeping its own system message (as_chat).
+    setup = open_inference(args if args is not None else inference_args(**options))
+    # As a training row was given: text prompts as written to a model trained on them, else chats (as_chat).
     messages = [p if setup.prompt_format == "standard" and isinstance(p, str) else as_chat(setup.system_prompt, p)
                 for p in prompts]
     sampling = dict(temperature=setup.temperature, top_p=setup.top_p)
-    if setup.agents.uses_tools:  # the tools the adapter trained with (or --tools): TRL's tool loop, as in training
+    if setup.agents.uses_tools:
         columns = [{**row, "prompt": m} for m, row in zip(messages, rows or [{}] * len(messages), strict=True)]
         rollouts = run_as_trained(setup.loop, setup.generator, setup.tokenizer, setup.agents, messages, columns,
                                   setup.max_tokens, **sampling)
@@ -121,9 +107,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                         "its other fields go to the environment's reset(**row), an `environment` field picks one")
     parser.add_argument("--output", help="write JSONL here instead of printing")
     args = parser.parse_args(argv)
-    note_command_options(parser)  # what its messages may suggest (pipeline/errors.py fit_to_command)
-    check_command_paths("generate", vars(args))  # every path option, before anything is read or loaded
-    # What --output was now is all the write may replace (grpo_pipeline.env.paths.publish): a file written there meanwhile is kept.
+    note_command_options(parser)
+    check_command_paths("generate", vars(args))
+    # What --output was now is all the write may replace: a file written there meanwhile is kept.
     seen = snapshot(absolute_path(args.output), option="--output",
                     fix="Choose another --output, or run again to replace it.") if args.output else None
 
@@ -132,7 +118,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     if seen is not None:
         out = atomic_write_text(seen.path, lines, seen=seen)
-        print(f"wrote {len(records)} generations to {shell_command(out)}")  # a path that pastes back as printed
+        print(f"wrote {len(records)} generations to {shell_command(out)}")
     else:
         sys.stdout.write(lines)
     return 0

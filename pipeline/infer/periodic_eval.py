@@ -1,15 +1,10 @@
 """Held-out evaluation during training (`eval_steps: N`) and the best adapter it keeps (`output_dir/best_lora/`).
 
-Every N steps `PeriodicEvalCallback` runs the same evaluation as the before/after numbers (evaluate_rows with
-the backend's training generator: vLLM on Unsloth, greedy) and puts `eval/accuracy` and `eval/format_rate`
-into that step's log, so they reach metrics.jsonl, the plots and the health rules (reward up while accuracy
-falls). When the accuracy beats the best so far, `BestAdapter` writes the adapter to `best_lora/` as `lora/`
-is written (atomically, with grpo_adapter.json, verified after), plus `grpo_best.json` (step, accuracy, and the
-kept-state key of the evaluation that measured it: env/kept.py), so
-`grpo generate/eval/export --lora OUT/best_lora` work. A resumed run reads the best back and replaces it only
-with a better one, when it was measured the same way (the same eval rows, generation, scoring: `eval_inputs`);
-one measured otherwise is not comparable, so it is moved to previous/ (not deleted) and the best starts anew.
-A fresh run starts without one.
+Every N steps `PeriodicEvalCallback` runs the before/after evaluation and puts `eval/accuracy` and
+`eval/format_rate` into that step's log (metrics.jsonl, the plots, the health rules). When the accuracy beats the
+best so far, `BestAdapter` writes the adapter to `best_lora/` as `lora/` is written, plus `grpo_best.json` (step,
+accuracy, the kept-state key of the evaluation: env/kept.py). A resumed run keeps a best measured the same way
+(`eval_inputs`); one measured otherwise is moved to previous/ and the best starts anew.
 """
 
 from __future__ import annotations
@@ -20,13 +15,11 @@ from typing import Any, Optional
 
 from transformers import TrainerCallback
 
-# grpo_pipeline.env.paths through the module, looked up at each call: tests/test_writers.py acts between stage and publish there.
+# paths through the module, looked up at each call: tests/test_writers.py acts between stage and publish there.
 from grpo_pipeline.env import paths
 from grpo_pipeline.env.kept import read_record, record, reusable
 from grpo_pipeline.env.locations import snapshot
 from grpo_pipeline.pipeline.run.metric_names import EVAL_ACCURACY, EVAL_FORMAT_RATE, EVAL_N
-# The periodic eval verifies best_lora/ as `grpo generate` loads it; it scores as `grpo eval` does through the
-# `evaluate` train.py hands it.
 from grpo_pipeline.pipeline.infer.evaluate import headline
 from grpo_pipeline.pipeline.infer.session import verify_trained_dir
 from grpo_pipeline.pipeline.run.checkpoints import set_aside_stale
@@ -41,8 +34,8 @@ class BestAdapter:
 
     def __init__(self, output_dir: Path, save: Callable[[Any, Path], None], resume: bool,
                  inputs: Optional[dict[str, Any]] = None, log: Callable[[str], None] = print):
-        """`save(model, staging_dir)` writes the adapter and its metadata; `resume` reads back a kept best when it
-        was measured from these `inputs` (the evaluation's kept-state inputs); one measured otherwise is set aside."""
+        """`save(model, staging_dir)` writes the adapter and its metadata; `resume` reads back a kept best measured
+        from these `inputs`."""
         self.path = Path(output_dir) / BEST_DIR
         self.save_adapter = save
         self.inputs = dict(inputs or {})
@@ -52,7 +45,7 @@ class BestAdapter:
                 self.best = read_best(self.path)
             else:
                 set_aside_stale(self.path, output_dir, f"{BEST_DIR}/ was measured on other evaluation inputs", log)
-        # What best_lora/ is now (and after each save, what we wrote) is all a save may replace (grpo_pipeline.env.paths.publish).
+        # What best_lora/ is now (after each save: what we wrote) is all a save may replace.
         self.seen = snapshot(self.path, fix="Move it away (or copy it elsewhere), then resume the run.")
 
     def offer(self, model: Any, step: int, result: dict[str, Any]) -> bool:
@@ -112,9 +105,8 @@ class PeriodicEvalCallback(TrainerCallback):
 def build_periodic_eval(eval_steps: int, evaluate: Callable[[Any], dict[str, Any]], backend, tokenizer,
                         inputs: dict[str, Any], output_dir: Path, manifest: dict[str, Any], resume: bool,
                         log: Callable[[str], None] = print) -> PeriodicEvalCallback:
-    """The callback for a run with `eval_steps`: `evaluate(model)` scores the held-out rows (as eval before/after
-    do), `inputs` is what they are measured from (pipeline/infer/evaluate.py eval_inputs), `manifest` what
-    best_lora/ describes itself with."""
+    """The callback for a run with `eval_steps`: `inputs` is what `evaluate(model)` measures from (evaluate.py
+    eval_inputs), `manifest` what best_lora/ describes itself with."""
     def save(model, staging: Path) -> None:
         backend.save_adapter(model, tokenizer, staging)
         write_adapter_metadata(staging, {**manifest, "adapter_dir": str(output_dir / BEST_DIR)})

@@ -1,20 +1,13 @@
 """What a held-out completion is scored with: the correctness the run trained with.
 
-The run's rewards (the recipe's, or the config the adapter's manifest records) are called on the eval
-completions as TRL calls them (rewards/trl_source.py: the eval row's columns, completion_ids, trainer objects).
-One of them is the scorer, the first that is:
+The run's rewards are called on the eval completions as TRL calls them. The scorer is the first that is the
+built-in correctness reward, marked `correctness_reward = True`, or named with "correct" or "accura" in it.
 
-1. the built-in correctness reward (by any name resolve_reward takes for it);
-2. marked as the correctness: a function attribute `correctness_reward = True`;
-3. named as one: its logged name has "correct" or "accura" in it (TRL's accuracy_reward and
-   reasoning_accuracy_reward, the notebook's correctness_reward_func copied, a user's `check_correctness`).
-
-A completion is correct when the scorer gives it its top score: the highest it gives to any completion here or to
-the reference answer stated in each answer style below (the built-in reward's own maximum for it), so a reward
-that pays 5.0 for an exact answer and 3.5 for a near one counts only the exact. The other rewards' means are
-reported beside. A run without a correctness reward is scored by the built-in reading: the answer in the tags the
-rows' system message asks for (the last tag pair it names, e.g. <SOLUTION></SOLUTION>), else in <answer>, else the
-last \\boxed{} (read through math-verify, as TRL's accuracy_reward), else the text after the last `####`.
+A completion is correct when the scorer gives it its top score: the highest it gives any completion here or the
+reference stated in each answer style (the built-in reward's own maximum), so a reward paying 5.0 for an exact
+answer and 3.5 for a near one counts only the exact. Without a correctness reward, the built-in reading: the answer
+in the tags the rows' system message asks for (e.g. <SOLUTION></SOLUTION>), else in <answer>, else the last
+\\boxed{} (through math-verify, as TRL's accuracy_reward), else after the last `####`.
 """
 
 from __future__ import annotations
@@ -40,7 +33,7 @@ _TAG = re.compile(r"<(/?)([A-Za-z_][\w-]*)>")
 
 @dataclass
 class Scorer:
-    """The run's rewards, which one scores correctness (None: the built-in reading), and what calling them needs."""
+    """The run's rewards, which one scores correctness (None: the built-in reading), and their call's keywords."""
 
     funcs: list[Callable]
     correctness: Optional[int]
@@ -52,7 +45,7 @@ class Scorer:
 
 
 def correctness_index(funcs: list[Callable]) -> Optional[int]:
-    """Which of the run's rewards is its correctness (the module docstring's order), or None."""
+    """Which of the run's rewards is its correctness, or None."""
     for test in (lambda f: getattr(f, "__wrapped__", f) is correctness_reward_func or f is correctness_reward_func,
                  lambda f: getattr(f, CORRECTNESS_MARK, False) is True,
                  lambda f: bool(CORRECTNESS_NAME.search(reward_name(f)))):
@@ -63,8 +56,7 @@ def correctness_index(funcs: list[Callable]) -> Optional[int]:
 
 
 def build_scorer(reward_funcs: list[Any], keywords: Callable) -> Scorer:
-    """The scorer of a run that trained with `reward_funcs` (names or callables). `keywords(columns, texts)`
-    gives a reward call's keyword arguments (pipeline/preflight.py reward_kwargs_outside_training)."""
+    """The scorer of a run that trained with `reward_funcs` (names or callables)."""
     funcs = get_reward_funcs(list(reward_funcs)) if reward_funcs else []
     return Scorer(funcs, correctness_index(funcs), keywords)
 
@@ -85,8 +77,7 @@ def format_tags(system_message: Any) -> tuple[str, str]:
 
 
 def read_answer(text: str, tags: tuple[str, str]) -> str:
-    """The built-in reading of a completion's final answer: in the recipe's tags, else in <answer>, else the last
-    \\boxed{}, else after the last `####`.
+    """The built-in reading of a completion's final answer.
 
     >>> [read_answer(t, ("<SOLUTION>", "</SOLUTION>")) for t in ("<SOLUTION>9</SOLUTION>", "So \\\\boxed{9}.",
     ...                                                          "5+4 = 9\\n#### 9", "nine")]
@@ -104,9 +95,7 @@ def read_answer(text: str, tags: tuple[str, str]) -> str:
 
 
 def answer_of(text: Any, prompt: Any) -> str:
-    """A completion's final answer, read as `grpo eval` reads it: in the tags the prompt's system message asks for,
-    else <answer>, else the last \\boxed{}, else after `####`. What `grpo generate` and `grpo rewards` show as the
-    answer, so the three commands read one completion alike.
+    """A completion's final answer as `grpo eval` reads it, what `grpo generate` and `grpo rewards` show too.
 
     >>> answer_of("5 + 4 = 9. The answer is \\\\boxed{9}.", [{"role": "user", "content": "5+4?"}])
     '9'
@@ -122,7 +111,7 @@ def _system_message(prompt: Any) -> Optional[str]:
 
 def stated_answers(reference: Any, tags: tuple[str, str], system_message: Optional[str]) -> list[str]:
     """The reference answer stated in every style the scorer may pay for: ours, \\boxed{}, `####`, bare, and the
-    recipe's format (each tag its system message names, in order, the answer inside its answer tags)."""
+    recipe's format (each tag its system message names, the answer inside its answer tags)."""
     recipe, names = [], []
     for slash, name in _TAG.findall(system_message or ""):
         if not slash and name not in names:
@@ -137,7 +126,7 @@ def stated_answers(reference: Any, tags: tuple[str, str], system_message: Option
 def score_with(scorer: Scorer, rows: list[dict[str, Any]], texts: list[str]) -> tuple[list[dict[str, Any]],
                                                                                        dict[str, Any]]:
     """Per completion {"extracted_answer", "correct", "score"}, and the rewards' means ({name: mean or None}).
-    A scorer that fails is bad input (ConfigError, naming reward_funcs); another reward failing is left out, noted."""
+    A scorer that fails is a ConfigError; another reward failing is noted in its mean."""
     tags = [format_tags(_system_message(row["prompt"])) for row in rows]
     extracted = [read_answer(str(text), tag) for text, tag in zip(texts, tags)]
     scores, means = {}, {}
@@ -164,7 +153,6 @@ def score_with(scorer: Scorer, rows: list[dict[str, Any]], texts: list[str]) -> 
 
 
 def _call(scorer: Scorer, func: Callable, rows: list[dict[str, Any]], texts: list[str]) -> list[Optional[float]]:
-    """`func` on one completion per row, as the trainer calls a reward."""
     columns: dict[str, list[Any]] = {}
     for row in rows:
         for key, value in {**row.get("columns", {}), "prompt": row["prompt"]}.items():
@@ -177,8 +165,6 @@ def _call(scorer: Scorer, func: Callable, rows: list[dict[str, Any]], texts: lis
 
 def _top_score(scorer: Scorer, rows: list[dict[str, Any]], tags: list[tuple[str, str]],
                got: list[Optional[float]]) -> Optional[float]:
-    """The scorer's top score: the built-in reward's maximum, else the most it gives any completion here or the
-    reference stated in any style."""
     func = scorer.funcs[scorer.correctness]
     if getattr(func, "__wrapped__", func) is correctness_reward_func:
         return CORRECT_REWARD

@@ -1,12 +1,9 @@
 """Open a trained adapter (or the base model) for generation, the way it was trained.
 
 Shared by `grpo generate` and `grpo eval`. The rules that stop "my LoRA has no effect":
-- the adapter path is made absolute and verified before anything loads (a missing or
-  incomplete folder is exit code 2 with the path and the missing piece, never base-model output);
-- the base model, system prompt, chat template and max lengths come from the run's manifest.json, or
-  from grpo_adapter.json inside the adapter folder (an adapter copied away from its run); an adapter
-  with neither is refused unless --system_prompt is given, because the defaults would silently
-  generate in a format it was not trained on;
+- the adapter is verified before anything loads (exit 2 naming the path and the missing piece);
+- the base model, system prompt, chat template and max lengths come from the run's manifest.json, or the
+  adapter's grpo_adapter.json; an adapter with neither is refused unless --system_prompt is given;
 - an adapter whose rank exceeds max_lora_rank, or whose base model differs from --model, is refused;
 - `--base` is the only way to generate without an adapter.
 """
@@ -71,7 +68,7 @@ class InferenceSetup:
 
     @property
     def prompt_format(self) -> str:
-        """How the model was trained: "standard" (TRL's text prompts, as written) or "conversational" (chats)."""
+        """"standard" (trained on TRL's text prompts) or "conversational" (chats)."""
         return (self.manifest or {}).get("prompt_format", "conversational")
 
 
@@ -113,21 +110,19 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
                                          "are the defaults here); this command's own options override both")
 
 
-# The record's fields a recipe passed as --config does not set here: the base model is the adapter's (--model, checked
-# against it), trust_remote_code only your --trust_remote_code, the agents' code only your --tools /
-# --environment_factory (docs/security.md).
+# The record's fields --config does not set here: the base model is the adapter's, trust_remote_code and the
+# agents' code only your own options (docs/security.md).
 NOT_FROM_CONFIG = ("model_name_or_path", "trust_remote_code", *AGENT_OPTIONS)
 # This command's options that set a recorded field (option -> field); --trust_remote_code, --tools and
-# --environment_factory are read where their rules live (remote_code, open_inference).
+# --environment_factory are read where their rules live.
 FIELD_OPTIONS = {"backend": "backend", "max_lora_rank": "max_lora_rank", "system_prompt": "system_prompt",
                  "gpu_memory_utilization": "gpu_memory_utilization"}
 
 
 @dataclass
 class CommandValues:
-    """Every recorded value a command that opens an adapter uses, by one rule: the adapter's record (its
-    grpo_adapter.json or the run's manifest.json) < the recipe passed as --config (the fields it sets) < this
-    command's own options. `sources` says where each value came from, as a message names it."""
+    """Every recorded value a command that opens an adapter uses, by one rule: the adapter's record < the fields
+    --config sets < this command's own options; `sources` says where each came from, as a message names it."""
 
     values: dict[str, Any]
     sources: dict[str, str]
@@ -137,23 +132,20 @@ class CommandValues:
         return default if value is None else value
 
     def source(self, name: str) -> str:
-        """Where `name`'s value came from: "--name", "--config FILE", "the adapter's record" or "the default".
-
+        """
         >>> CommandValues({"lr": 1}, {"lr": "--lr"}).source("lr"), CommandValues({}, {}).source("x")
         ('--lr', 'the default')
         """
         return self.sources.get(name, "the default")
 
     def fields(self) -> dict[str, Any]:
-        """The values that are the config's fields (ours or TRL's), for from_mapping."""
+        """The values that are config fields (ours or TRL's), for from_mapping."""
         return {name: value for name, value in self.values.items()
                 if name in field_names() or name in trl_option_names()}
 
 
 def command_values(args: argparse.Namespace, manifest: Optional[dict[str, Any]]) -> CommandValues:
-    """The one merge (record < --config < options) for generate, eval and export; `manifest`: the record found
-    (find_manifest), None without one. The recorded top-level values (system_prompt, max_lora_rank,
-    max_completion_length) stand below the config's own."""
+    """The one merge for generate, eval and export; `manifest`: the record found (find_manifest), or None."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
 
@@ -167,7 +159,7 @@ def command_values(args: argparse.Namespace, manifest: Optional[dict[str, Any]])
               **((manifest or {}).get("config") or {}), "system_prompt": (manifest or {}).get("system_prompt")}
     put(record, "the adapter's record")
     config = getattr(args, "config", None)
-    if config:  # the fields the recipe sets, as validated (generation_settings validated it as train would)
+    if config:  # the fields the recipe sets, as validated
         parsed = validate_recipe(str(config)).to_dict()
         put({k: parsed.get(k, v) for k, v in read_recipe(str(config)).items() if k not in NOT_FROM_CONFIG},
             f"--config {config}")
@@ -183,9 +175,7 @@ def add_remote_code_argument(parser: argparse.ArgumentParser) -> None:
 
 def remote_code(given: bool, manifest: Optional[dict[str, Any]], base_model: str) -> bool:
     """trust_remote_code for a command that opens a trained adapter: the user's own --trust_remote_code, never the
-    adapter's metadata (pipeline/run/manifest.py NEVER_FROM_FILES). A base that needs its own code (a local
-    config.json with `auto_map`) is refused without the option, naming it; an adapter that only records it is
-    said."""
+    adapter's metadata (pipeline/run/manifest.py NEVER_FROM_FILES); a local base with `auto_map` needs it."""
     if given:
         return True
     recorded = bool(((manifest or {}).get("recorded") or {}).get("trust_remote_code"))
@@ -193,7 +183,7 @@ def remote_code(given: bool, manifest: Optional[dict[str, Any]], base_model: str
     try:
         needs = "auto_map" in json.loads(config.read_text(encoding="utf-8"))
     except (OSError, ValueError, TypeError):
-        needs = False  # not a local folder, or no readable config: transformers says so itself if it needs code
+        needs = False  # not a local folder: transformers says so itself if it needs code
     if needs:
         also = ", and the adapter records trust_remote_code: true" if recorded else ""
         raise ConfigError("trust_remote_code", f"the base model {excerpt(base_model)} runs its own code "
@@ -206,7 +196,7 @@ def remote_code(given: bool, manifest: Optional[dict[str, Any]], base_model: str
 
 
 def inference_args(**options: Any) -> argparse.Namespace:
-    """The options `grpo generate`/`grpo eval` take, as a Namespace, for calling them from Python.
+    """`grpo generate`/`grpo eval`'s options as a Namespace, for calling them from Python.
 
     >>> inference_args(lora="outputs/run/lora").max_tokens is None
     True
@@ -225,9 +215,7 @@ def inference_args(**options: Any) -> argparse.Namespace:
 
 
 def generation_settings(args: argparse.Namespace) -> Any:
-    """The generation fields (grpo_pipeline.pipeline.config.GenerationArguments) of --config's recipe, or the defaults,
-    with this command's --max_tokens/--temperature/--top_p on top. The recipe is validated as train would
-    (a bad value is a ConfigError naming the field).
+    """--config's GenerationArguments (or the defaults), with --max_tokens/--temperature/--top_p on top.
 
     >>> gen = generation_settings(inference_args(base=True, temperature=0.7))
     >>> gen.gen_temperature, gen.gen_top_p, gen.gen_max_tokens
@@ -241,24 +229,20 @@ def generation_settings(args: argparse.Namespace) -> Any:
 
 
 def validate_recipe(path: str) -> PipelineConfig:
-    """--config's recipe, validated as train would (a bad value is a ConfigError naming the field)."""
+    """--config's recipe, validated as train would."""
     cfg = parse_config(["--config", path])
     validate(cfg)
     return cfg
 
 
 def verify_trained_dir(path) -> Any:
-    """Verify a run's saved LoRA adapter (relative paths from the cwd) and return its grpo_pipeline.env.adapters.AdapterInfo.
-    Raises grpo_pipeline.env.adapters.AdapterError naming what is missing."""
+    """The AdapterInfo of a saved LoRA adapter (relative paths from the cwd); AdapterError naming what is missing."""
     return verify_adapter_dir(absolute_path(path))
 
 
 def open_inference(args: argparse.Namespace) -> InferenceSetup:
-    """Verify paths and settings, then load the generator.
-
-    Bad input raises before anything loads: ConfigError (naming the option), AdapterError, ManifestError; the
-    command's one handler (pipeline/errors.py) prints it, exit 2.
-    """
+    """Verify paths and settings, then load the generator. Bad input raises before anything loads (ConfigError,
+    AdapterError, ManifestError: exit 2)."""
     gen = _checked_generation_settings(args)
     adapter, manifest = _trained_with(args)
     given_values = command_values(args, manifest)
@@ -270,8 +254,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
         print(f"note: {manifest['system_prompt_note']}", file=sys.stderr)
 
     flat = given_values.fields()
-    # The code the adapter's record names (tools, environments, a rollout_func) is not imported on its word: a file
-    # you did not write does not decide what runs (docs/security.md); your --tools / --environment_factory do.
+    # The code the adapter's record names is not imported on its word (docs/security.md): your own options decide.
     recorded = from_mapping({name: flat.pop(name) for name in AGENT_OPTIONS if flat.get(name)})
     flat.update(model_name_or_path=base_model, max_lora_rank=given_values.get("max_lora_rank", 64),
                 system_prompt=system_prompt,
@@ -282,8 +265,9 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     cfg = from_mapping(flat)
     refuse_recorded_tools(recorded.grpo.tools, recorded.grpo.environment_factory, args)
     agents = resolve_agents(cfg.grpo) if agent_names(cfg.grpo) else Agents()  # a name that does not import: before loads
-    if rollout_func_note(recorded.grpo.rollout_func, "grpo generate / grpo eval"):
-        print(f"[grpo] {rollout_func_note(recorded.grpo.rollout_func, 'grpo generate / grpo eval')}", file=sys.stderr)
+    note = rollout_func_note(recorded.grpo.rollout_func, "grpo generate / grpo eval")
+    if note:
+        print(f"[grpo] {note}", file=sys.stderr)
     vllm_mode = _servable(cfg.model.vllm_mode, adapter)
     cfg = cfg.replace(vllm_mode=vllm_mode) if vllm_mode != cfg.model.vllm_mode else cfg
     choice = choose_backend(args.backend, cfg.model.fast_inference)
@@ -302,9 +286,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
 
 
 def refuse_recorded_tools(tools: Any, environment_factory: Any, args: argparse.Namespace) -> None:
-    """An adapter trained with tools or environments (`tools`, `environment_factory`: what its record names)
-    answers through them only when you name them: without --tools / --environment_factory, exit 2 printing the
-    options that run them.
+    """An adapter whose record names tools or environments answers through them only when you name them.
 
     >>> from argparse import Namespace
     >>> mine = Namespace(tools=["calc:add"], environment_factory=None)
@@ -321,8 +303,7 @@ def refuse_recorded_tools(tools: Any, environment_factory: Any, args: argparse.N
 
 
 def vllm_refusal(adapter: Any) -> Optional[str]:
-    """Why vLLM cannot serve this adapter as a LoRARequest, or None: vLLM applies LoRA matrices only, and an adapter
-    with `modules_to_save` (lora_modules_to_save: modules trained in full) carries whole modules besides them.
+    """Why vLLM, which applies LoRA matrices only, cannot serve this adapter (modules trained in full), or None.
 
     >>> from types import SimpleNamespace
     >>> vllm_refusal(SimpleNamespace(modules_to_save=["lm_head"]))[:46]
@@ -338,8 +319,7 @@ def vllm_refusal(adapter: Any) -> Optional[str]:
 
 
 def _servable(vllm_mode: str, adapter: Any) -> str:
-    """The run's vllm_mode, unless vLLM cannot serve the adapter: then "none" (transformers + peft), said in a
-    note."""
+    """The run's vllm_mode, or "none" (said) where vLLM cannot serve the adapter."""
     reason = vllm_refusal(adapter)
     if reason is None or vllm_mode == "none":
         return vllm_mode
@@ -349,10 +329,9 @@ def _servable(vllm_mode: str, adapter: Any) -> str:
 
 
 def _checked_generation_settings(args: argparse.Namespace) -> Any:
-    """The generation settings, refused before loading when vLLM or transformers would refuse them later."""
+    """The generation settings, refused before loading where vLLM's SamplingParams (a traceback at the first
+    prompt) or transformers would refuse them later."""
     gen = generation_settings(args)
-    # vLLM's SamplingParams ranges (it raises VLLMValidationError, a traceback, at the first prompt); the plain
-    # backend's transformers sampling refuses a top_p outside (0, 1] too. One rule for both, before loading.
     if not 0.0 <= gen.gen_temperature <= 2.0:
         raise ConfigError("temperature", f"--temperature {gen.gen_temperature}: use a value in [0, 2] (0 = greedy).")
     check_generation_temperature(gen.gen_temperature, "temperature")
@@ -366,8 +345,7 @@ def _checked_generation_settings(args: argparse.Namespace) -> Any:
 
 def _trained_with(args: argparse.Namespace) -> tuple[Any, Optional[dict[str, Any]]]:
     """The verified adapter (--lora) and the manifest it was trained with (beside it, or --run's)."""
-    adapter = None
-    manifest = None
+    adapter = manifest = None
     if args.lora:
         adapter = verify_trained_dir(args.lora)
         manifest = find_manifest(adapter.path)
@@ -416,8 +394,8 @@ def _base_model(args: argparse.Namespace, adapter: Any, manifest: Optional[dict[
 
 
 def _max_tokens(args: argparse.Namespace, gen: Any, manifest: Optional[dict[str, Any]]) -> int:
-    """The answer budget: --max_tokens, else the trained max_completion_length; past the trained one refused
-    (the recipe's gen_max_tokens) or warned about (--max_tokens)."""
+    """--max_tokens, else the trained max_completion_length; past the trained one refused (the recipe's
+    gen_max_tokens) or warned about (--max_tokens)."""
     trained_limit = (manifest or {}).get("max_completion_length")
     max_tokens = given(gen.gen_max_tokens, trained_limit, DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST)
     if gen.gen_max_tokens and trained_limit and gen.gen_max_tokens > trained_limit and not gen.allow_longer_generation:

@@ -1,18 +1,12 @@
 """The tool loop of `grpo rewards`, `grpo generate` and `grpo eval`: TRL's own, run outside a trainer.
 
-A model trained with `tools` / `environment_factory` answers in turns: it writes a call in its chat template's format,
-the tool runs, the result comes back as a `tool` message and the model goes on, up to `max_tool_calling_iterations`
-rounds. Training runs that loop in trl.GRPOTrainer `_tool_call_loop`; these commands run that very method, bound to a
-small host object holding what it reads, whose one generation step (`_generate_single_turn`) is the backend's
-Generator given token ids. So the parsing (trl.chat_template_utils.parse_response, with the response schema TRL's
-`add_response_schema` sets), the calls (sync directly, async on a daemon event loop, an exception becoming
-`{"error": ...}`), the `tool` messages, their token suffix (`_get_tool_suffix_ids`), the length budget and the cap are
-TRL's code, not copies of it.
-
-Hand-written glue, because TRL keeps these inline in GRPOTrainer `_generate_and_score_completions` and `__init__`,
-not in a function one could call: one environment per rollout (`factory()`, `reset(**row)`, its observation appended
-to the last message), each rollout's tool dicts (the standalone tools plus its environment's methods), the prompt
-rendered with that rollout's tool schemas, and `get_reward()` read after the loop.
+A model trained with `tools` / `environment_factory` answers in turns, a tool's result coming back as a `tool`
+message, up to `max_tool_calling_iterations` rounds. These commands run trl.GRPOTrainer `_tool_call_loop` itself,
+bound to a small host object whose one generation step (`_generate_single_turn`) is the backend's Generator: the
+parsing, the calls (async ones on a daemon event loop, an exception becoming `{"error": ...}`), the `tool` messages,
+their token suffix, the length budget and the cap are TRL's code. Hand-written glue, because TRL keeps it inline in
+GRPOTrainer `_generate_and_score_completions` and `__init__`: one environment per rollout (`factory()`,
+`reset(**row)`), each rollout's tools and prompt rendered with their schemas, and `get_reward()` after the loop.
 """
 
 from __future__ import annotations
@@ -43,9 +37,8 @@ class ToolCall:
 
 @dataclass
 class Rollout:
-    """One prompt's answer after the loop: the messages TRL builds (assistant turns and `tool` messages), the final
-    turn as a Completion (its tokens: the whole completion, tool results included, as TRL counts it against
-    max_completion_length), each call, and the environment's get_reward() (None: no environment or no get_reward)."""
+    """One prompt's answer after the loop: the messages TRL builds, the final turn as a Completion (its tokens: the
+    whole completion, tool results included, as TRL counts it), each call, and the environment's get_reward()."""
 
     messages: list[dict[str, Any]]
     completion: Completion
@@ -62,15 +55,13 @@ class Rollout:
         return sum(1 for message in self.messages if message.get("role") == "assistant")
 
     def record(self) -> dict[str, Any]:
-        """What the commands print and write for it."""
         return {"turns": self.turns, "tool_calls": [vars(call) for call in self.calls],
                 "unanswered": self.unanswered, "environment": self.environment, "env_reward": self.env_reward}
 
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """What the tool loop reads of the run's settings (`loop_settings`): max_tool_calling_iterations and
-    chat_template_kwargs (TRL's fields, as trained) and max_seq_length (the context the loop may fill)."""
+    """What the tool loop reads of the run's settings: TRL's fields as trained and max_seq_length (its context)."""
 
     max_iterations: Optional[int]
     max_model_len: int
@@ -78,8 +69,7 @@ class LoopSettings:
 
 
 def loop_settings(trl_args: Mapping[str, Any], max_seq_length: int) -> LoopSettings:
-    """The tool loop's settings from TRL's arguments (a recipe's `trl` options, or the run's trl_training_args)
-    and max_seq_length.
+    """The tool loop's settings from TRL's arguments (a recipe's `trl` options, or the run's trl_training_args).
 
     >>> loop_settings({"max_tool_calling_iterations": 2}, 1024)
     LoopSettings(max_iterations=2, max_model_len=1024, chat_template_kwargs=None)
@@ -88,17 +78,9 @@ def loop_settings(trl_args: Mapping[str, Any], max_seq_length: int) -> LoopSetti
                         trl_args.get("chat_template_kwargs"))
 
 
-def run_as_trained(loop: LoopSettings, generator: Any, tokenizer: Any, agents: Agents,
-                   prompts: Sequence[list[dict[str, Any]]], rows: Sequence[dict[str, Any]], max_tokens: int,
-                   **sampling: Any) -> list[Rollout]:
-    """`run_tool_loop` with the run's own settings (`loop`)."""
-    return run_tool_loop(generator, tokenizer, agents, prompts, rows, max_tokens, loop.max_iterations,
-                         loop.max_model_len, sampling, loop.chat_template_kwargs)
-
-
 def env_rewards(agents: Agents, rollouts: Sequence[Rollout]) -> dict[str, list[Optional[float]]]:
-    """TRL's extra reward columns: one per environment class with a get_reward (named after it, weight 1), a
-    rollout of another class None.
+    """TRL's extra reward columns: one per environment class with a get_reward (named after it), another class's
+    rollout None.
 
     >>> env_rewards(Agents(), [])
     {}
@@ -109,8 +91,7 @@ def env_rewards(agents: Agents, rollouts: Sequence[Rollout]) -> dict[str, list[O
 
 
 def tool_stats(rollouts: Sequence[Rollout]) -> dict[str, float]:
-    """TRL's tool metrics over these rollouts: calls per rollout (tools/call_frequency) and failed calls per call
-    (tools/failure_frequency).
+    """TRL's tools/call_frequency and tools/failure_frequency over these rollouts.
 
     >>> tool_stats([])
     {'calls_per_rollout': 0.0, 'failures_per_call': 0.0}
@@ -123,7 +104,7 @@ def tool_stats(rollouts: Sequence[Rollout]) -> dict[str, float]:
 
 
 def describe(rollout: Rollout, width: int = 80) -> list[str]:
-    """The rollout as lines: each turn, each call with its arguments and its result (or error), the final answer."""
+    """The rollout as lines: each turn, each call with its arguments and its result (or error)."""
     lines, calls = [], iter(rollout.calls)
     turn = 0
     for message in rollout.messages:
@@ -145,13 +126,11 @@ def describe(rollout: Rollout, width: int = 80) -> list[str]:
     return lines
 
 
-def run_tool_loop(generator: Any, tokenizer: Any, agents: Agents, prompts: Sequence[list[dict[str, Any]]],
-                  rows: Sequence[dict[str, Any]], max_tokens: int, max_iterations: Optional[int],
-                  max_model_len: int, sampling: Optional[dict[str, Any]] = None,
-                  chat_template_kwargs: Optional[dict[str, Any]] = None) -> list[Rollout]:
-    """Answer each chat prompt as training's rollouts do, the tools live. `rows[i]` is prompt i's row (its columns
-    go to the environment's `reset`, an `environment` column picks one in the multi-environment form)."""
-    # lazy: trl imports torch
+def run_as_trained(loop: LoopSettings, generator: Any, tokenizer: Any, agents: Agents,
+                   prompts: Sequence[list[dict[str, Any]]], rows: Sequence[dict[str, Any]], max_tokens: int,
+                   **sampling: Any) -> list[Rollout]:
+    """Answer each chat prompt as training's rollouts do, the tools live, with the run's settings (`loop`).
+    `rows[i]` is prompt i's row (for the environment's `reset`; an `environment` column picks one)."""
     from trl.chat_template_utils import (
         add_response_schema,
         get_training_chat_template,
@@ -162,7 +141,7 @@ def run_tool_loop(generator: Any, tokenizer: Any, agents: Agents, prompts: Seque
     _with_response_parser(tokenizer, add_response_schema)
     # As GRPOTrainer.__init__: a template that is not prefix-preserving is swapped for TRL's training-safe one.
     chat_template = None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
-    kwargs = dict(chat_template_kwargs or {})
+    kwargs = dict(loop.chat_template_kwargs or {})
     prompts = [copy.deepcopy(list(prompt)) for prompt in prompts]  # the loop appends to them
     environments = [_environment(agents, row) for row in rows]
     prompts = [_reset(prompt, env, row, agents.multi_environment) for prompt, env, row in
@@ -174,12 +153,11 @@ def run_tool_loop(generator: Any, tokenizer: Any, agents: Agents, prompts: Seque
                                                      add_generation_prompt=True, tokenize=True, return_dict=False,
                                                      **kwargs))
                   for prompt, tools in zip(prompts, offered)]
-    sampling = dict(sampling or {})
     first = generator.generate(prompt_ids, max_tokens=max_tokens, **sampling)
     completion_ids = [list(c.ids) for c in first]
     completions = [[parse_response(tokenizer, ids, prefix=prompt_ids[i])] for i, ids in enumerate(completion_ids)]
     host = _host(generator, tokenizer, offered, environments, chat_template, kwargs, max_tokens,
-                 sys.maxsize if max_iterations is None else max_iterations, max_model_len, sampling)
+                 sys.maxsize if loop.max_iterations is None else loop.max_iterations, loop.max_model_len, sampling)
     try:
         _, completions, completion_ids, *_ = host._tool_call_loop(prompts, prompt_ids, completion_ids, completions,
                                                                   None, None, {})
@@ -190,7 +168,7 @@ def run_tool_loop(generator: Any, tokenizer: Any, agents: Agents, prompts: Seque
             zip(completions, completion_ids, environments, rewards, strict=True)]
     for rollout in done:
         if any(call.result is None for call in rollout.calls):
-            capped = max_iterations is not None and rollout.turns - 1 >= max_iterations
+            capped = loop.max_iterations is not None and rollout.turns - 1 >= loop.max_iterations
             rollout.unanswered = "max_tool_calling_iterations" if capped else "length"
     return done
 
@@ -209,9 +187,8 @@ def _with_response_parser(tokenizer: Any, add_response_schema: Any) -> None:
 def _host(generator: Any, tokenizer: Any, offered: list[list[Any]], environments: list[Optional[Any]],
           chat_template: Any, kwargs: dict[str, Any], max_tokens: int, max_iterations: int, max_model_len: int,
           sampling: dict[str, Any]) -> Any:
-    """What GRPOTrainer._tool_call_loop (and the `_get_tool_suffix_ids` it calls) read off `self`, with the backend's
-    generator as its generation step. Not a trainer: nothing else of GRPOTrainer is reachable from it."""
-    # lazy: trl imports torch
+    """What GRPOTrainer._tool_call_loop (and its `_get_tool_suffix_ids`) read off `self`, the backend's generator
+    its generation step. Nothing else of GRPOTrainer is reachable from it."""
     from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module
 
     grpo_trainer_module()  # TRL's tool loop on our generator: TRL's vLLM is never asked
@@ -230,10 +207,8 @@ def _host(generator: Any, tokenizer: Any, offered: list[list[Any]], environments
             if self.async_loop is not None:
                 shutdown_event_loop_in_daemon(self._loop_thread, self.async_loop)
 
-    sync, async_ = [], []
-    for tools in offered:
-        sync.append({t.__name__: t for t in tools if not inspect.iscoroutinefunction(t)})
-        async_.append({t.__name__: t for t in tools if inspect.iscoroutinefunction(t)})
+    sync = [{t.__name__: t for t in tools if not inspect.iscoroutinefunction(t)} for tools in offered]
+    async_ = [{t.__name__: t for t in tools if inspect.iscoroutinefunction(t)} for tools in offered]
     thread = loop = None
     if any(async_) or any(inspect.iscoroutinefunction(getattr(env, "get_reward", None)) for env in environments):
         thread, loop, ready = start_event_loop_in_daemon(name="grpo-tool-loop")
@@ -248,8 +223,7 @@ def _host(generator: Any, tokenizer: Any, offered: list[list[Any]], environments
 
 
 def _environment(agents: Agents, row: dict[str, Any]) -> Optional[Any]:
-    """A fresh instance of the row's environment (TRL pools them; one per rollout here), its calls guarded, or
-    None."""
+    """A fresh instance of the row's environment (TRL pools them), its calls guarded, or None."""
     if not agents.environments:
         return None
     name = row.get(ENVIRONMENT_COLUMN) if agents.multi_environment else None
