@@ -1,15 +1,9 @@
 """Every node of a multi-node run started alike: the same recipe, the same code, the launcher's world size.
 
-`accelerate launch` (torchrun underneath) starts each machine on its own; nothing stops node 1 from being started
-with an edited recipe or an older checkout. Such a run trains, but each rank follows its own rules: its batch
-arithmetic, its rewards, its learning rate. Before anything loads, every process puts what it was started with into
-the launcher's own store (torchrun's agent hosts a TCPStore at MASTER_ADDR:MASTER_PORT and tells its workers so
-with TORCHELASTIC_USE_AGENT_STORE) and reads everyone else's: no process group, no model, no GPU yet. What is
-compared is what the run already records: the recipe as the manifest keeps it (its env/kept.py state key, and on
-a difference the fields that differ), the code (a hash of the pipeline's source, with the git commit), the
-pinned packages' versions, and the world size each launcher announced.
-
-A process that never reports (its node failed before this check, or was started on another port) is waited for
+`accelerate launch` starts each machine on its own: node 1 started with an edited recipe or an older checkout trains,
+each rank by its own rules. Before anything loads, every process puts what it was started with (the recipe's state
+key, a hash of the code, the packages' versions, the world size) into the launcher's own store (torchrun's agent
+TCPStore, TORCHELASTIC_USE_AGENT_STORE) and reads everyone else's. A process that never reports is waited for
 NODES_TIMEOUT_S seconds, then named.
 """
 
@@ -30,8 +24,6 @@ from grpo_pipeline.pipeline.run.manifest import git_commit, package_versions
 
 NODES_TIMEOUT_S = 300
 KEY_PREFIX = "grpo-pipeline/nodes"
-# the compared parts of a process's record, in the order a refusal names them
-COMPARED = ("recipe", "code", "packages", "world_size")
 CODE_FOLDERS = ("pipeline", "rewards", "env")
 
 
@@ -61,9 +53,8 @@ def launcher_env(environ: Mapping[str, str] = os.environ) -> Optional[dict[str, 
 
 
 def node_record(recipe: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """What this process was started with, as the run records it (`recipe`: the recipe's values, flat, as the manifest
-    keeps them: every one is compared, its secrets masked (env/secret_fields.py masked): a secret never leaves its
-    node, so no node can print another's)."""
+    """What this process was started with (`recipe`: the recipe's values, flat, secrets masked: a secret never
+    leaves its node)."""
     launched = launcher_env(environ) or {"rank": 0, "world_size": 1, "node": 0, "local_world_size": 1}
     recipe = masked(dict(recipe))
     return {**launched, "host": socket.gethostname(), "recipe_key": state_key(recipe), "recipe": recipe,
@@ -156,10 +147,9 @@ def check_nodes(recipe: Mapping[str, Any], environ: Mapping[str, str] = os.envir
 
 
 def leave_process_group() -> None:
-    """The end of a launched process (`grpo` under torchrun / `accelerate launch`): destroy the default process group,
-    as torch asks before a process exits. Left to the interpreter's exit, gloo's threads can be torn down still
-    joinable: a rank whose run completed aborts ("terminate called without an active exception", SIGABRT) and its
-    launcher reports the whole run failed. A single process has no group: nothing to do."""
+    """Destroy a launched process's default process group before it exits, as torch asks: left to the interpreter's
+    exit, gloo's threads can be torn down still joinable, and a completed rank aborts ("terminate called without an
+    active exception") and its launcher reports the run failed."""
     if launcher_env() is None:
         return
     import torch.distributed as dist  # lazy: torch
