@@ -1,6 +1,5 @@
 """Reward hacking: the health rule that tells when the training reward rises while held-out accuracy falls by
-more than chance (with eval_steps). HealthCallback (pipeline/health/rules.py) applies `hacking_action` to what
-`RewardHacking.check` finds."""
+more than chance (with eval_steps)."""
 
 from __future__ import annotations
 
