@@ -97,11 +97,8 @@ def has_answer(text: str) -> bool:
     return extract_xml_answer(text) != ""
 
 
-def batch_health(
-    completions: Sequence[Any],
-    completion_ids: Sequence[Sequence[int]],
-    incomplete_ids: frozenset[int],
-) -> dict[str, float]:
+def batch_health(completions: Sequence[Any], completion_ids: Sequence[Sequence[int]],
+                 incomplete_ids: frozenset[int]) -> dict[str, float]:
     """All monitors for one generation batch, keyed by their logged metric names. `completions` are what TRL hands
     reward functions (strings or chat messages); one with no text counts as garbled and as having no answer.
 
@@ -126,22 +123,16 @@ def batch_health(
 
 @functools.lru_cache(maxsize=1)
 def byte_level_alphabet() -> dict[str, int]:
-    """GPT-2's byte-level BPE alphabet: the character that stands for each byte -> the byte. Printable Latin-1 bytes
-    stand for themselves, the other 68 for U+0100 onwards, in order (the library copies are private,
-    transformers' bytes_to_unicode, or without the bytes, tokenizers' ByteLevel.alphabet()).
+    """GPT-2's byte-level BPE alphabet: the character that stands for each byte -> the byte.
 
     >>> alphabet = byte_level_alphabet()
     >>> len(alphabet), alphabet["A"], alphabet["Ġ"], alphabet["Ċ"]  # Ġ is the space, Ċ the newline
     (256, 65, 32, 10)
     """
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    byte_to_char = {b: chr(b) for b in printable}
-    shifted = 0
-    for b in range(256):
-        if b not in byte_to_char:
-            byte_to_char[b] = chr(256 + shifted)
-            shifted += 1
-    return {char: b for b, char in byte_to_char.items()}
+    # lazy: transformers is slow to import; only a run's health rules (which import it anyway) derive the set
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {char: b for b, char in bytes_to_unicode().items()}
 
 
 def is_byte_level_bpe(tokenizer: Any) -> bool:

@@ -40,12 +40,8 @@ class HealthState:
         return means
 
 
-def make_observer(
-    state: HealthState,
-    incomplete_ids: frozenset[int],
-    tokenizer: Any = None,
-    max_tool_iterations: int | None = None,
-) -> Callable[..., list[float]]:
+def make_observer(state: HealthState, incomplete_ids: frozenset[int], tokenizer: Any = None,
+                  max_tool_iterations: int | None = None) -> Callable[..., list[float]]:
     """The observer reward function. Without `completion_ids` (and for a multi-turn completion, measured on the
     model's own turns only: pipeline/health/tools.py) the completions are tokenized with `tokenizer`;
     `max_tool_iterations` (TRL's max_tool_calling_iterations) adds the share of rollouts that ended there.
@@ -60,13 +56,9 @@ def make_observer(
     (0.5, 0.5, 1)
     """
 
-    def health(
-        prompts: Sequence[Any] | None = None,
-        completions: Sequence[Any] | None = None,
-        completion_ids: Sequence[Sequence[int]] | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        **_: Any,
-    ) -> list[float]:
+    def health(prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
+               completion_ids: Sequence[Sequence[int]] | None = None,
+               log_metric: Callable[[str, float], None] | None = None, **_: Any) -> list[float]:
         completions = list(completions or [])
         extra = tool_metrics(completions, max_tool_iterations)
         if has_tool_turns(completions):  # the model's own turns, not the tools' output

@@ -62,15 +62,11 @@ def rollback_record(number: int, rule: str, from_step: int, checkpoint: Path, to
 
 @contextlib.contextmanager
 def base_model_reference(model: Any) -> Iterator[None]:
-    """Around building the trainer (again after a rollback): kl is measured against the base model as loaded, before
-    any warm-up (adapters disabled), on both backends.
-
-    That is Unsloth's reference: it comments out TRL's ref-adapter block (unsloth/models/rl.py
-    `_patch_trl_rl_trainers_impl` and `patch_functions`, "use base model as reference, not SFT/LoRA model"). TRL's
-    own trainer, handed a PeftModel with beta != 0, adds a "ref" adapter copied from the current one (the warmed or
-    the collapsed one). So any "ref" adapter goes before TRL builds (it would raise "Adapter with name 'ref' already
-    exists") and the one TRL adds goes after; checkpoints hold no ref/ adapter.
-    """
+    """Around building the trainer: kl is measured against the base model before any warm-up (adapters disabled), on
+    both backends, as Unsloth does (unsloth/models/rl.py `patch_functions`: "use base model as reference, not
+    SFT/LoRA model"). TRL's own trainer, handed a PeftModel with beta != 0, adds a "ref" copy of the current (warmed
+    or collapsed) adapter: any "ref" goes before TRL builds (it would raise "Adapter with name 'ref' already
+    exists") and the one TRL adds goes after."""
     _drop_reference_adapter(model)
     yield
     _drop_reference_adapter(model)

@@ -1,16 +1,11 @@
 """Live training health: an observer that measures every generation batch, and rules that stop or adjust the run.
 
-`build_health(cfg, tokenizer)` builds both: the observer (pipeline/health/observer.py), one more reward function
-that measures each batch, and `HealthCallback`, which applies the rules in `on_log`, where the logs hold TRL's loss,
-grad_norm and kl next to the health metrics:
-
-- loss, grad_norm or kl NaN/inf: always stop;
-- the garbled rate averaged over `garbled_window` logged steps above `garbled_threshold`, kl above `kl_ceiling`
-  (beta > 0 only), the repetition rate above `repetition_threshold`: `<rule>_action` (warn | stop);
-- no learning signal (signal.py), reward hacking (hacking.py), stale rollouts (stale.py), no tool call (tools.py);
-- `adaptive_beta`: after each logged kl, beta moves toward `kl_target` (`next_beta`); GRPOTrainer reads `self.beta`
-  every step;
-- `on_collapse: rollback`: a NaN/inf or kl_ceiling stop becomes a rollback (rollback.py) while `rollbacks_left` > 0.
+`build_health(cfg, tokenizer)` builds both: the observer (observer.py) and `HealthCallback`, which applies the rules
+in `on_log`, where the logs hold TRL's loss, grad_norm and kl next to the health metrics: NaN/inf in loss, grad_norm
+or kl always stops; the garbled rate (averaged over `garbled_window` logged steps), kl (beta > 0 only) and the
+repetition rate above their thresholds, no learning signal (signal.py), reward hacking (hacking.py), stale rollouts
+(stale.py) and no tool call (tools.py) warn or stop (`<rule>_action`); `adaptive_beta` moves beta toward `kl_target`
+(GRPOTrainer reads `self.beta` every step); with `on_collapse: rollback`, a NaN/inf or kl stop is a rollback.
 
 A stop sets `control.should_save` and `should_training_stop`: transformers 5.17 runs on_log inside
 `Trainer._maybe_log_save_evaluate` before that method checks `should_save`, so the failing step's checkpoint is
@@ -89,16 +84,9 @@ class HealthCallback(TrainerCallback):
     the checkpoint of this step is kept for inspection).
     """
 
-    def __init__(
-        self,
-        settings: HealthArguments,
-        beta: float,
-        state: HealthState | None = None,
-        warn_every_steps: int = 20,
-        temperature: float = 1.0,
-        num_generations: int = 8,
-        rollbacks_left: int = 0,
-    ):
+    def __init__(self, settings: HealthArguments, beta: float, state: HealthState | None = None,
+                 warn_every_steps: int = 20, temperature: float = 1.0, num_generations: int = 8,
+                 rollbacks_left: int = 0):
         _check_settings(settings)
         self.settings = settings
         self.beta = float(beta)

@@ -193,12 +193,8 @@ def checkpoint_step(path: str | Path) -> int:
 
 
 def save_checkpoint_now(trainer, output_dir: Path) -> Optional[Path]:
-    """Write checkpoint-<global_step> outside the training loop (after a reward failure ended it mid-step).
-
-    The failing step had not stepped the optimizer (TRL scores a generation batch before any backward), so
-    the weights, optimizer and scheduler are those of the last completed step, and `--resume auto` continues
-    there. Returns the folder (None at step 0: nothing trained yet). An existing complete one is kept.
-    """
+    """Write checkpoint-<global_step> after a reward failure ended the loop mid-step (TRL scores a batch before any
+    backward: the state is the last completed step's); the folder, None at step 0. A complete one is kept."""
     step = trainer.state.global_step
     if step <= 0:
         return None

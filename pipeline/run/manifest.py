@@ -133,12 +133,9 @@ def record_adapter_base(folder: Path, model: str) -> None:
 
 
 def _base_key(name: str) -> tuple[str, str]:
-    """What a base name is, to compare two: ("builtin", name), ("path", resolved folder) or ("hub", model name).
-
-    A hub id compares by its model name without the organisation and Unsloth's 4-bit suffixes: Unsloth maps a
-    16-bit name to its pre-quantised repo when loading in 4-bit (FastLanguageModel.from_pretrained, mapper.py), so
-    the adapter records 'unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit' for 'Qwen/Qwen2.5-1.5B-Instruct'.
-    """
+    """What a base name is, to compare two: ("builtin", name), ("path", folder) or ("hub", model name without the
+    organisation and Unsloth's 4-bit suffixes: its mapper.py loads 'Qwen/Qwen2.5-1.5B-Instruct' in 4-bit as
+    'unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit')."""
     if builtin_model(name) is not None:
         return "builtin", name
     if _local_path(name):

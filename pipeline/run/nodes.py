@@ -98,18 +98,14 @@ def _value(recipe: Mapping[str, Any], name: str) -> str:
     return json.dumps(masked(recipe.get(name, "(unset)"), name), default=str)[:60]  # a record from an older node
 
 
-def _store(environ: Mapping[str, str], timeout_s: float) -> Any:
-    """A client of the launcher's TCPStore (torchrun's agent hosts it at MASTER_ADDR:MASTER_PORT)."""
-    import torch.distributed as dist  # lazy: torch
-
-    return dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False,
-                         timeout=timedelta(seconds=timeout_s))
-
-
 def exchange(record: dict[str, Any], environ: Mapping[str, str] = os.environ, store: Any = None,
              timeout_s: float = NODES_TIMEOUT_S) -> list[dict[str, Any]]:
     """Put this process's record in the launcher's store and read every process's, in rank order."""
-    store = store if store is not None else _store(environ, timeout_s)
+    if store is None:  # a client of the launcher's TCPStore (torchrun's agent hosts it at MASTER_ADDR:MASTER_PORT)
+        import torch.distributed as dist  # lazy: torch
+
+        store = dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False,
+                              timeout=timedelta(seconds=timeout_s))
     prefix = f"{KEY_PREFIX}/{environ.get('TORCHELASTIC_RUN_ID', 'none')}/{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     store.set(f"{prefix}/{record['rank']}", json.dumps(record, default=str))
     records = []

@@ -42,10 +42,8 @@ def earlier_sessions(output_dir: Path, resumed_from_step: Optional[int]) -> tupl
 
 def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps: int, wall_time_s: float,
                   eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str],
-                  health: Optional[dict[str, Any]] = None,
-                  plot_settings: Optional[dict[str, Any]] = None,
-                  resumed_from_step: Optional[int] = None,
-                  best: Optional[dict[str, Any]] = None,
+                  health: Optional[dict[str, Any]] = None, plot_settings: Optional[dict[str, Any]] = None,
+                  resumed_from_step: Optional[int] = None, best: Optional[dict[str, Any]] = None,
                   rollbacks: Optional[list[dict[str, Any]]] = None,
                   resume_changes: Optional[dict[str, list[Any]]] = None) -> dict[str, Any]:
     """summary.json. `wall_time_s` is the whole run's: this session's plus the earlier ones' of a resumed run

@@ -53,10 +53,12 @@ def _raised(err: BaseException, func: Any) -> str:
     return f"raised {type(err).__name__}: {shorten(printable(err), 300)}{raised_at(func, err)}"
 
 
-def _guarded(func: Callable, fail: Callable, check: Callable, passes: tuple = _PASSES) -> Callable:
+def _guarded(func: Callable, on_error: Callable, check: Callable = lambda value, args, kwargs: value,
+             passes: tuple = _PASSES, catches: type[BaseException] = BaseException) -> Callable:
     """`func`'s stand-in with its name, docstring, signature (__wrapped__) and sync/async kind, so that TRL and
-    transformers' get_json_schema read it as they read `func`: any way out of it but `passes` is raised as
-    `fail(err, args, kwargs)`, and it returns `check(value, args, kwargs)` of what `func` returned."""
+    transformers' get_json_schema read it as they read `func`: a `catches` but not `passes` out of it is handed to
+    `on_error(err, args, kwargs)` (which raises, or returns the result), and it returns `check(value, args,
+    kwargs)` of what `func` returned."""
     if inspect.iscoroutinefunction(func):
         @functools.wraps(func)
         async def guarded_async(*args, **kwargs):
@@ -64,8 +66,8 @@ def _guarded(func: Callable, fail: Callable, check: Callable, passes: tuple = _P
                 value = await func(*args, **kwargs)
             except passes:
                 raise
-            except BaseException as err:  # noqa: BLE001 - every way out of user code is named (asyncio.gather
-                raise fail(err, args, kwargs) from err  # would return a BaseException as a "result")
+            except catches as err:  # noqa: BLE001 - every way out of user code is named (asyncio.gather would
+                return on_error(err, args, kwargs)  # return a BaseException as a "result")
             return check(value, args, kwargs)
 
         return guarded_async
@@ -76,16 +78,19 @@ def _guarded(func: Callable, fail: Callable, check: Callable, passes: tuple = _P
             value = func(*args, **kwargs)
         except passes:
             raise
-        except BaseException as err:  # noqa: BLE001 - as guarded_async
-            raise fail(err, args, kwargs) from err
+        except catches as err:  # noqa: BLE001 - as guarded_async
+            return on_error(err, args, kwargs)
         return check(value, args, kwargs)
 
     return guarded
 
 
 def _failure(option: str, name: str, func: Callable, spec: str = "", where: Callable = lambda kwargs: "") -> Callable:
-    """`_guarded`'s `fail` for user code named `name`: an AgentFailure saying what `func` raised (and `where(kwargs)`)."""
-    return lambda err, args, kwargs: AgentFailure(option, name, f"{_raised(err, func)}{where(kwargs)}", spec)
+    """`_guarded`'s `on_error` for user code named `name`: an AgentFailure saying what `func` raised."""
+    def fail(err: BaseException, args: tuple, kwargs: dict) -> Any:
+        raise AgentFailure(option, name, f"{_raised(err, func)}{where(kwargs)}", spec) from err
+
+    return fail
 
 
 # --- tools -----------------------------------------------------------------------------------------------------------
@@ -105,8 +110,11 @@ def _tool_result(label: str, value: Any) -> Any:
 def guard_tool(tool: Callable, label: str) -> Callable:
     """A tool (function or bound environment method) at the boundary: an Exception is TRL's failed call as it is;
     any other way out, and a list result that is not content blocks, becomes one (ToolCallError naming `label`)."""
-    return _guarded(tool, lambda err, args, kwargs: ToolCallError(f"tool {label} {_raised(err, tool)}"),
-                    lambda value, args, kwargs: _tool_result(label, value), passes=(Exception, *_PASSES))
+    def failed_call(err: BaseException, args: tuple, kwargs: dict) -> Any:
+        raise ToolCallError(f"tool {label} {_raised(err, tool)}") from err
+
+    return _guarded(tool, failed_call, lambda value, args, kwargs: _tool_result(label, value),
+                    passes=(Exception, *_PASSES))
 
 
 # --- environments ----------------------------------------------------------------------------------------------------
@@ -276,23 +284,8 @@ def guard_rollout_func(func: Callable, spec: str) -> Callable:
 def hold_failures(func: Callable, hold: Callable[[RewardFailure], None]) -> Callable:
     """A reward function TRL made of an environment's get_reward, with its AgentFailure handed to `hold` (the
     run's RewardFailureLatch, raised after TRL's reward gather on every process together) and zeros returned."""
-    if inspect.iscoroutinefunction(func):
-        @functools.wraps(func)
-        async def held_async(*args, **kwargs):
-            try:
-                return await func(*args, **kwargs)
-            except RewardFailure as err:
-                hold(err)
-                return [0.0] * len(kwargs.get("completions") or kwargs.get("environments") or [])
+    def held(err: BaseException, args: tuple, kwargs: dict) -> list[float]:
+        hold(err)
+        return [0.0] * len(kwargs.get("completions") or kwargs.get("environments") or [])
 
-        return held_async
-
-    @functools.wraps(func)
-    def held(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except RewardFailure as err:
-            hold(err)
-            return [0.0] * len(kwargs.get("completions") or kwargs.get("environments") or [])
-
-    return held
+    return _guarded(func, held, catches=RewardFailure)

@@ -13,6 +13,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 from grpo_pipeline.env.secret_fields import masked, masked_pickle_class
@@ -237,19 +238,8 @@ def _model_free_decided(backend_name: str, cfg: PipelineConfig, scratch: Path) -
     """run_decided_args as far as it is known before the model loads (the data's limit, the reward weights)."""
     weights = [*check_reward_weights(list(cfg.grpo.reward_funcs), cfg.grpo.reward_weights), 0.0]
     completion_limit = parse_limit(cfg.data.max_completion_length, "max_completion_length")  # None: auto
-    return run_decided_args(_ModelFreeSettings(load_backend(backend_name), backend_name), cfg,
-                            None, completion_limit or 256, scratch, weights)
-
-
-@dataclass(frozen=True)
-class _ModelFreeSettings:
-    """The backend's GRPOConfig device settings as far as known before a model loads: the plain backend's all,
-    Unsloth's none (they follow the loaded model)."""
-
-    backend: object
-    name: str
-
-    def grpo_config_kwargs(self, cfg, model):
-        if not self.backend.KWARGS_NEED_MODEL:
-            return self.backend.grpo_config_kwargs(cfg, model)
-        return {"use_cpu": True, "bf16": False, "fp16": False} if on_cpu() else {}
+    backend = load_backend(backend_name)
+    if backend.KWARGS_NEED_MODEL:  # Unsloth's device settings follow the loaded model: none known before it loads
+        device = {"use_cpu": True, "bf16": False, "fp16": False} if on_cpu() else {}
+        backend = SimpleNamespace(grpo_config_kwargs=lambda cfg, model: device)
+    return run_decided_args(backend, cfg, None, completion_limit or 256, scratch, weights)
