@@ -1,10 +1,8 @@
 """Training-health monitors: cheap numbers computed from each batch of generated completions.
 
-A GRPO run that goes bad rarely crashes; it drifts into garbled text (U+FFFD, zero-width and control characters),
-loops of the same few tokens, or completions without an <answer> block. These put a number on each symptom, in
-pure Python (no torch), in milliseconds a batch. The incomplete-UTF-8 token set is derived from the tokenizer:
-a few hundred of Qwen2.5's byte-level BPE tokens are pieces of multi-byte characters (ids 151643+ are special
-tokens, not byte fallbacks), and a model emitting them out of order writes U+FFFD: an early signal of garbling.
+A run that goes bad drifts into garbled text, loops of the same tokens, or no <answer> block; these put a number on
+each, in pure Python. A few hundred of Qwen2.5's byte-level BPE tokens are pieces of multi-byte characters (ids
+151643+ are special tokens, not byte fallbacks): emitted out of order they make U+FFFD, an early sign of garbling.
 """
 
 from __future__ import annotations

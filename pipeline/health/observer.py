@@ -1,10 +1,7 @@
 """The health observer: a reward function (`__name__ == "health"`, weight 0.0) that measures every generation batch.
 
-A reward function is where TRL hands user code the decoded completions and their token ids. It reports the
-monitors (pipeline/health/metrics.py) through TRL's `log_metric` (as `health/*` in metrics.jsonl, tensorboard,
-wandb) and into a `HealthState` the callback reads when `log_metric` is missing (an older or patched trainer).
-It returns 0.0, not None: with None, TRL logs rewards/health/mean as NaN every step, and a user scanning for NaN
-(the first sign of a dead run) finds a false alarm in every line.
+It reports the monitors through TRL's `log_metric` and into a `HealthState` the callback reads when `log_metric` is
+missing. It returns 0.0, not None: with None, TRL logs rewards/health/mean as NaN every step, a false alarm.
 """
 
 from __future__ import annotations

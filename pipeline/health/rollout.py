@@ -1,11 +1,8 @@
 """Rollout freshness: is the separate engine that samples the rollouts (vLLM) sampling from the weights being trained?
 
-If the adapter sync before each rollout silently fails (the LoRA never reaches vLLM, a sleep/wake restores old
-weights), the loss still moves while the rollouts come from an older policy. Two measures, read by stale.py:
-TRL's own trainer-versus-sampler metrics (TRL 1.15 GRPOTrainer._generate_and_score_completions; Unsloth's
-rl_replacements.py grpo_trainer_compute_loss logs the same keys), and `RolloutProbe`, every `rollout_probe_steps`
-steps: a fixed text scored by the trainer's model and by the engine, logging `health/rollout_logp_gap` and
-`health/rollout_weights_step` (the step whose trainer scores the engine's match best).
+If the adapter sync silently fails, the loss moves while the rollouts come from an older policy. Two measures, read
+by stale.py: TRL's trainer-versus-sampler metrics (Unsloth's rl_replacements.py logs the same keys), and
+`RolloutProbe`: a fixed text scored by the trainer and by the engine every `rollout_probe_steps` steps.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """What a checkpoint's files hold, checked against the run that resumes it, before anything loads.
 
-checkpoints.py checks that a checkpoint is whole, resume.py what it records; neither what its files hold: another
-run's optimizer.pt ended in "size of tensor a (16) must match (64)" mid-resume, a checkpoint without optimizer.pt
-resumed with a fresh optimizer, silently. `contents_problem` reads every file a resume restores as transformers
-5.17's `_load_optimizer_and_scheduler` and `_load_rng_state` read them (torch.load, weights_only) and compares the
-adapter's headers with lora_r, lora_target_modules and the base model's weights; optimizer.pt's groups and state
-shapes with the adapter's matrices; scheduler.pt's rates with the optimizer's groups; rng_state.pth's parts. The
-optimizer is looked for where this run's launcher keeps it (launchers.py LAYOUTS; DeepSpeed's and FSDP's files:
-their presence only). Each problem names the file, what differs and the fix (a ConfigError for `resume`, exit 2).
+Another run's optimizer.pt ended in "size of tensor a (16) must match (64)" mid-resume; a checkpoint without one
+resumed with a fresh optimizer, silently. `contents_problem` reads every file a resume restores, as transformers
+5.17's `_load_optimizer_and_scheduler` and `_load_rng_state` do (torch.load, weights_only), and compares them with the
+LoRA settings, the base model and each other, where this run's launcher keeps them (launchers.py LAYOUTS).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Checkpoints: save them whole, find the newest complete one, set broken ones and earlier runs aside (never delete).
 
-A checkpoint is complete when it has trainer_state.json (transformers 5.17 `Trainer._save_checkpoint` writes it
-last), weights, and no truncated file: each safetensors header describes bytes the file has, each torch.save zip
-archive has an intact directory (a full disk or a cut copy leaves files that exist; `--resume auto` would crash on
-them every time). Both checks read a few KB. A broken checkpoint is moved to `output_dir/corrupt/`, never deleted.
-Our own saves are staged and renamed into place whole (`stage_checkpoint_saves`).
+A checkpoint is complete with trainer_state.json (transformers 5.17 writes it last), weights, and no truncated file
+(a full disk or a cut copy leaves files that exist, and `--resume auto` would crash on them every time).
 """
 
 from __future__ import annotations

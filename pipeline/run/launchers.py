@@ -1,17 +1,10 @@
 """How a run is launched, and how each launcher lays out a checkpoint's optimizer: the one table of layouts.
 
 transformers 5.17 `Trainer._save_optimizer_and_scheduler` saves the optimizer one of three ways and reads it back
-only the same way:
-
-- plain and DDP: `optimizer.pt` (torch.save); without it transformers starts a fresh optimizer, silently.
-- DeepSpeed ZeRO-2/3: a `latest` file naming the tag folder `global_stepN/`, which holds each process's
-  `*zero_pp_rank_<rank>_mp_rank_00_optim_states.pt`; without them transformers raises "Can't find a valid checkpoint".
-- FSDP (accelerate 1.16 `utils/fsdp_utils.py save_fsdp_optimizer`): `optimizer.bin` (FULL_STATE_DICT) or the folder
-  `optimizer_0/` (SHARDED_STATE_DICT; its `.metadata` is written last).
-
-`scheduler.pt` is written beside each, except under DeepSpeed when its config has an `optimizer` or `scheduler`
-section (`is_deepspeed_custom_scheduler`). The layout follows from the recipe's `deepspeed` / `fsdp` options or
-`accelerate launch`'s environment (`this_launch`). Nothing here imports torch.
+only the same way: `optimizer.pt` (plain, DDP); DeepSpeed's `latest` naming `global_stepN/` with each process's
+`*optim_states.pt`; FSDP's `optimizer.bin` or `optimizer_0/` (accelerate 1.16 `save_fsdp_optimizer`; `.metadata`
+written last). `scheduler.pt` is beside each, except under a DeepSpeed config with an `optimizer` or `scheduler`
+section (`is_deepspeed_custom_scheduler`). No torch here.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Every node of a multi-node run started alike: the same recipe, the same code, the launcher's world size.
 
-`accelerate launch` starts each machine on its own: node 1 started with an edited recipe or an older checkout trains,
-each rank by its own rules. Before anything loads, every process puts what it was started with (the recipe's state
-key, a hash of the code, the packages' versions, the world size) into the launcher's own store (torchrun's agent
-TCPStore, TORCHELASTIC_USE_AGENT_STORE) and reads everyone else's. A process that never reports is waited for
-NODES_TIMEOUT_S seconds, then named.
+Before anything loads, every process puts what it was started with (recipe, code hash, package versions, world
+size) into torchrun's agent store and reads everyone else's; one that never reports is named after NODES_TIMEOUT_S.
 """
 
 from __future__ import annotations

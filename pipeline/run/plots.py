@@ -1,10 +1,7 @@
 """Plots of a training run, drawn from output_dir/metrics.jsonl into output_dir/plots/*.png.
 
-A metric the run did not log (kl with beta = 0, health/* without the observer) gets no plot; a line that is not
-valid JSON (a run killed mid-write) is skipped with a warning. NaN/inf, as numbers or as the strings "nan"/"inf"
-(pipeline/run/log.py), show as gaps, and as red crosses on the loss / grad_norm plot. A reward's +-std band is
-clipped to the range the reward can take, and the health and KL plots draw the run's warning thresholds.
-matplotlib is imported inside `plot_run`, with the Agg backend (headless servers).
+NaN/inf show as gaps (and red crosses on the loss plot), a reward's +-std band is clipped to the range the reward can
+take, and the health and KL plots draw the run's warning thresholds.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The user-code boundary around every call into the user's agent code, as rewards/contract.py is around rewards.
 
-TRL 1.15's GRPOTrainer (trl/trainer/grpo_trainer.py) calls `factory()` in `__init__` and whenever a batch needs
-another instance, `reset(**row)` before each rollout, a tool inside `_tool_call_loop`, `get_reward()` after the
-rollout (through a reward function it appends, named after the class), and `rollout_func(prompts, self)` in
-`_generate`. Each goes through a wrapper made here, which checks TRL's own contract: a raise, or a value TRL cannot
-take (reset: None, a string or content blocks; get_reward: one finite int/float or None; rollout_func: a dict of
-prompt_ids, completion_ids and logprobs, one entry per prompt), is an AgentFailure naming the callable. NaN logprobs
-are TRL's meaning (neutralised in the importance-sampling ratio). A tool that raises is TRL's meaning too (the model
-reads `{"error": ...}`, a failed call): kept for every way out (a `sys.exit()` in a tool is a failed call, not the
-end of the process), and a list result that is not content blocks (TRL would crash on it) becomes a failed call.
-
-An AgentFailure is a RewardFailure: while training it stops the run as a failing reward does; before training it is
-bad input, exit 2 (pipeline/errors.py). A real signal (SignalInterrupt) and GeneratorExit pass through. No torch.
+TRL 1.15's GRPOTrainer (trl/trainer/grpo_trainer.py) calls `factory()`, `reset(**row)`, tools (`_tool_call_loop`),
+`get_reward()` and `rollout_func(prompts, self)`; each goes through a wrapper made here, and a raise, or a value TRL
+cannot take, is an AgentFailure naming the callable. A tool's raise is TRL's meaning (a failed call the model reads
+as `{"error": ...}`), kept for every way out (a `sys.exit()` in a tool too). An AgentFailure is a RewardFailure: it
+stops a training run as a failing reward does; before training it is exit 2. No torch.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The algorithm that ran: every trl.GRPOConfig field as the trainer ran it, in the run folder's effective_config.json.
 
-A recipe is not what trains: the backend adds its device and vLLM settings, and Unsloth's UnslothGRPOConfig
-replaces TRL's defaults (pipeline/backends/unsloth_config.py). `write_effective_config` reads every field back from
-`trainer.args`, marking where it differs from the recipe, TRL's default or the other backend; `predicted_changes`
-gives the changed-field lines before anything loads (`grpo train --check`).
+A recipe is not what trains: the backend adds its settings and Unsloth's UnslothGRPOConfig replaces TRL's defaults
+(pipeline/backends/unsloth_config.py); `predicted_changes` gives the changed-field lines before anything loads.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Optional SFT format warm-up before GRPO (`sft_warmup_steps > 0`), as the Qwen3 GRPO notebook does.
 
-If no completion ever contains `<answer>...</answer>`, every reward is 0 and GRPO has nothing to learn; a few
-supervised steps on formatted examples (pipeline/data/run_data.py warmup_examples) fix that cheaply. The warmed
-weights are kept in `output_dir/warmup/` with the settings they came from (`warmup.json`), so a resumed run starts
-from the same model. With `tools`, every example carries the tools' schemas (TRL's `tools` column) and a tool
-conversation is learned on the assistant's tokens only (TRL's `assistant_only_loss`).
+If no completion contains `<answer>...</answer>`, every reward is 0 and GRPO learns nothing; a few supervised steps
+fix that. The warmed weights are kept in `output_dir/warmup/` (with `warmup.json`), so a resumed run starts from the
+same model.
 """
 
 from __future__ import annotations
