@@ -198,7 +198,7 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
     for name in reward_names:
         mean = series(rows, f"rewards/{name}/mean")
         if name != OBSERVER_NAME and mean is not None:  # the health observer always scores 0.0: nothing to see
-            with figure(f"reward_{_file_safe(name)}.png", f"Reward function: {name}",
+            with figure(f"reward_{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.png", f"Reward function: {name}",
                         "reward (mean over the batch)") as ax:
                 _draw(ax, mean, "mean", "C0", band=series(rows, f"rewards/{name}/std"), clip=declared_range(name))
     if (total := series(rows, "reward")) is not None:
@@ -304,7 +304,3 @@ def _finish(ax, title: str | None, ylabel: str, xlabel: bool = True) -> None:
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize="small")
-
-
-def _file_safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
