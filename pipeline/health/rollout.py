@@ -31,9 +31,8 @@ class RolloutEngine(Protocol):
     """What a backend's `rollout_engine` returns: the separate engine the rollouts come from."""
 
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
-        """Per-token log-probabilities (temperature 1, no sampling settings) of `continuation_ids` after
-        `prompt_ids`, under the weights the engine holds once the trainer's current adapter has been sent to it
-        the way the rollouts send it."""
+        """Per-token log-probabilities (temperature 1) of `continuation_ids` after `prompt_ids`, once the current
+        adapter has been sent to the engine the way the rollouts send it."""
 
 
 def has_dropout(model: Any) -> bool:

@@ -22,11 +22,8 @@ def _append(path: Path, record: dict[str, Any]) -> None:
 
 
 class MetricsJsonlCallback(TrainerCallback):
-    """Appends `{"step": N, ...logs}` to output_dir/metrics.jsonl on the main process.
-
-    On resume, lines for steps after the checkpoint are dropped first (the resumed run replaces them; event lines
-    are kept), by the main process only, once: another rank could put back a copy read before its first new step.
-    """
+    """Appends `{"step": N, ...logs}` to metrics.jsonl on the main process; on resume it first drops the lines of later
+    steps (event lines kept), once: another rank could put back a copy read before the main process's first step."""
 
     def __init__(self, path: str | Path, resume_step: Optional[int] = None):
         self.path = Path(path)

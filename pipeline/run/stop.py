@@ -1,6 +1,5 @@
-"""Signals: a Ctrl-C or SIGTERM during training finishes the step, saves a checkpoint and stops (GracefulStop);
-anywhere else it raises KeyboardInterrupt through the atomic saves (interrupts_raise), and the command prints
-the command that continues the run (resume_command)."""
+"""Signals: a Ctrl-C or SIGTERM during training finishes the step, saves and stops (GracefulStop); anywhere else it
+raises KeyboardInterrupt through the atomic saves (interrupts_raise)."""
 
 from __future__ import annotations
 

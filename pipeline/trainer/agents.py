@@ -21,8 +21,7 @@ AGENT_OPTIONS = ("tools", "environment_factory", "rollout_func")
 
 
 def environment_specs(value: Any) -> dict[Optional[str], str]:
-    """`environment_factory` as {name: spec}: {} when unset, {None: spec} for one class (TRL's single form),
-    {name: spec, ...} for a mapping (YAML) or a JSON object (the command line).
+    """`environment_factory` as {name: spec}: {} when unset, {None: spec} for one class (TRL's single form).
 
     >>> environment_specs(None), environment_specs("envs:Math")
     ({}, {None: 'envs:Math'})

@@ -108,9 +108,8 @@ def _engine_kept(args, previous: Any):
 
 
 def guarded_rewards(reward_funcs: list, observer, hold, timeout: Optional[float]) -> list:
-    """Every reward in the contract (rewards/contract.py guard_reward), failures handed to `hold`. With
-    reward_timeout set, each of the recipe's rewards runs in a process of its own, killed at the deadline
-    (rewards/worker.py); the health `observer` stays in this process: the health callback reads what it saw."""
+    """Every reward in the contract (rewards/contract.py guard_reward), failures handed to `hold`; with `timeout`,
+    each but the health `observer` (whose state the callback reads) in a process of its own (rewards/worker.py)."""
     return [guard_reward(func, hold=hold, timeout=timeout, own_process=func is not observer) for func in reward_funcs]
 
 
