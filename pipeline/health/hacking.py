@@ -1,6 +1,5 @@
 """Reward hacking: the health rule that tells when the training reward rises while held-out accuracy falls by
-more than chance (with eval_steps). HealthCallback (pipeline/health/rules.py) applies `hacking_action` to what
-`RewardHacking.check` finds."""
+more than chance (with eval_steps)."""
 
 from __future__ import annotations
 
@@ -14,9 +13,7 @@ from grpo_pipeline.pipeline.run.metric_names import EVAL_ACCURACY, EVAL_N
 
 def accuracy_noise(first: float, last: float, n_first: float | None, n_last: float | None) -> float:
     """How far two held-out accuracies may differ by chance alone: two standard errors of the difference of two
-    proportions (pooled), so a fall counts only past it. On the CPU demo's 100 problems a plateau wobbles by a
-    point (90% -> 89%: noise, about 8.7 points allowed), while 14% -> 2% (about 7.7 allowed) is a fall.
-    Unknown sizes allow nothing (any fall counts).
+    pooled proportions; unknown sizes allow nothing.
 
     >>> round(accuracy_noise(0.90, 0.89, 100, 100), 3), round(accuracy_noise(0.14, 0.02, 100, 100), 3)
     (0.087, 0.077)

@@ -1,18 +1,8 @@
 """Training-health monitors: cheap numbers computed from each batch of generated completions.
 
-A GRPO run on Qwen2.5 rarely crashes when it goes bad; it drifts. The completions turn into
-garbled text (U+FFFD blocks, zero-width and control characters), into loops that repeat the
-same few tokens, or they stop containing an <answer> block so every reward sits at 0. These
-functions put a number on each symptom. They are pure Python on decoded text and token ids
-(no torch), so they run on every generation batch for a few milliseconds.
-
-Why the incomplete-UTF-8 set is derived from the tokenizer and not hand-listed: Qwen2.5 is a
-byte-level BPE (GPT-2 style). Every one of its 151,643 regular tokens is a byte string, and a
-few hundred of them are not valid UTF-8 on their own: single bytes and pieces of CJK or emoji
-characters that only decode when joined with their neighbours. Ids 151643+ are special
-tokens (<|endoftext|>, <|im_start|>, ...), not byte-fallback ids as some field reports claim.
-A model that emits these byte pieces out of order produces U+FFFD in its decoded text, so the
-share of such tokens in a batch is an early signal of garbling.
+A run that goes bad drifts into garbled text, loops of the same tokens, or no <answer> block; these put a number on
+each, in pure Python. A few hundred of Qwen2.5's byte-level BPE tokens are pieces of multi-byte characters (ids
+151643+ are special tokens, not byte fallbacks): emitted out of order they make U+FFFD, an early sign of garbling.
 """
 
 from __future__ import annotations
@@ -40,13 +30,8 @@ from grpo_pipeline.rewards.extract import extract_xml_answer
 # ("= 5 = 5 = 5") without flagging ordinary reuse of single words or number pairs.
 REPETITION_NGRAM = 4
 
-# Characters that never belong in a math answer and that the field reports saw in garbled
-# GRPO output:
-#   - U+FFFD, what a decoder writes for bytes that are not valid UTF-8;
-#   - C0 controls except \t, \n and \r, DEL, and the C1 controls (U+0080..U+009F). \r is allowed
-#     because "\r\n" is ordinary text and Qwen2.5's vocabulary has tokens for it;
-#   - zero-width space/joiners (U+200B..U+200D), word joiner (U+2060), BOM / ZWNBSP (U+FEFF).
-# One compiled character class: a single C-level scan per completion.
+# Characters seen in garbled GRPO output that never belong in an answer: U+FFFD; C0 controls but \t \n \r ("\r\n" is
+# ordinary text), DEL and C1 controls; zero-width space/joiners (U+200B..U+200D), word joiner, BOM (U+FEFF).
 GARBLED_CHARS = re.compile("[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200d\u2060\ufeff]")
 
 
@@ -71,11 +56,8 @@ def garbled_rate(texts: Sequence[str]) -> float:
 
 
 def repetition_rate(token_ids: Sequence[int], n: int = REPETITION_NGRAM) -> float:
-    """Share of a completion's token n-grams that repeat an earlier n-gram: 1 - unique/total.
-
-    Range [0, 1): 0.0 when every n-gram is new (and for completions shorter than n + 1 tokens,
-    which have at most one n-gram); a loop of one token repeated L times scores 1 - 1/(L-n+1),
-    so a long loop approaches 1.
+    """Share of a completion's token n-grams that repeat an earlier n-gram: 1 - unique/total, in [0, 1) (0.0 for
+    fewer than two n-grams); a loop of one token repeated L times scores 1 - 1/(L-n+1).
 
     >>> repetition_rate([1, 2, 3, 4, 5, 6, 7, 8])
     0.0
@@ -93,20 +75,13 @@ def repetition_rate(token_ids: Sequence[int], n: int = REPETITION_NGRAM) -> floa
 
 
 def incomplete_utf8_share(completion_ids: Iterable[Sequence[int]], incomplete_ids: frozenset[int]) -> float:
-    """Fraction of all completion tokens in the batch that are not valid UTF-8 on their own.
-
-    Token-weighted over the batch (a long garbled completion weighs more than a short one);
-    0.0 when the batch has no tokens.
+    """Fraction of all completion tokens in the batch (token-weighted) that are not valid UTF-8 on their own.
 
     >>> incomplete_utf8_share([[1, 2, 3], [4]], frozenset({2, 4}))
     0.5
     """
-    total = hits = 0
-    for ids in completion_ids:
-        for token_id in ids:
-            total += 1
-            hits += int(token_id) in incomplete_ids
-    return hits / total if total else 0.0
+    tokens = [int(token_id) for ids in completion_ids for token_id in ids]
+    return sum(token_id in incomplete_ids for token_id in tokens) / len(tokens) if tokens else 0.0
 
 
 def has_answer(text: str) -> bool:
@@ -120,16 +95,10 @@ def has_answer(text: str) -> bool:
     return extract_xml_answer(text) != ""
 
 
-def batch_health(
-    completions: Sequence[Any],
-    completion_ids: Sequence[Sequence[int]],
-    incomplete_ids: frozenset[int],
-) -> dict[str, float]:
-    """All monitors for one generation batch, keyed by their logged metric names.
-
-    `completions` are what TRL hands reward functions: strings, or lists of chat messages
-    (`[{"role": "assistant", "content": ...}]`). A completion with no text counts as garbled
-    (something upstream broke) and as having no answer.
+def batch_health(completions: Sequence[Any], completion_ids: Sequence[Sequence[int]],
+                 incomplete_ids: frozenset[int]) -> dict[str, float]:
+    """All monitors for one generation batch, keyed by their logged metric names. `completions` are what TRL hands
+    reward functions (strings or chat messages); one with no text counts as garbled and as having no answer.
 
     >>> m = batch_health(["<answer>4</answer>", "\\ufffd\\ufffd"], [[1, 2, 3], [9, 9]], frozenset({9}))
     >>> m["health/garbled_rate"], m["health/no_answer_rate"], m["health/incomplete_utf8_share"]
@@ -150,39 +119,23 @@ def batch_health(
     }
 
 
-# ---------------------------------------------------------------------------------------------
-# Which token ids are not valid UTF-8 on their own (computed once per tokenizer).
-# ---------------------------------------------------------------------------------------------
-
-
 @functools.lru_cache(maxsize=1)
 def byte_level_alphabet() -> dict[str, int]:
-    """GPT-2's byte-level BPE alphabet: the printable character that stands for each byte -> the byte.
-
-    Hand-written because the library copies are private helpers (transformers'
-    convert_slow_tokenizer.bytes_to_unicode) or unordered (tokenizers' ByteLevel.alphabet()
-    lists the 256 characters without their bytes). It is the published GPT-2 algorithm:
-    printable Latin-1 bytes map to themselves, the other 68 bytes to U+0100 onwards in order.
+    """GPT-2's byte-level BPE alphabet: the character that stands for each byte -> the byte.
 
     >>> alphabet = byte_level_alphabet()
     >>> len(alphabet), alphabet["A"], alphabet["Ġ"], alphabet["Ċ"]  # Ġ is the space, Ċ the newline
     (256, 65, 32, 10)
     """
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    byte_to_char = {b: chr(b) for b in printable}
-    shifted = 0
-    for b in range(256):
-        if b not in byte_to_char:
-            byte_to_char[b] = chr(256 + shifted)
-            shifted += 1
-    return {char: b for b, char in byte_to_char.items()}
+    # lazy: transformers is slow to import; only a run's health rules (which import it anyway) derive the set
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {char: b for b, char in bytes_to_unicode().items()}
 
 
 def is_byte_level_bpe(tokenizer: Any) -> bool:
-    """True for a fast tokenizer whose model is BPE and whose decoder is ByteLevel (GPT-2, Qwen2.5, Llama-3).
-
-    Checked on the live `tokenizers` objects, not by serialising tokenizer.json (2 s for Qwen2.5).
-    """
+    """True for a fast tokenizer whose model is BPE and whose decoder is ByteLevel (GPT-2, Qwen2.5, Llama-3), read
+    off the live `tokenizers` objects (serialising tokenizer.json takes 2 s for Qwen2.5)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return False
@@ -190,14 +143,9 @@ def is_byte_level_bpe(tokenizer: Any) -> bool:
 
 
 def incomplete_utf8_token_ids(tokenizer: Any) -> frozenset[int]:
-    """Ids of the tokens whose bytes are not valid UTF-8 on their own.
-
-    - Byte-level BPE (Qwen2.5): each regular token string is mapped back to its bytes through
-      the GPT-2 alphabet and decoded strictly. Special and added tokens are whole strings, so
-      they are never in the set. About 0.7 s for Qwen2.5's 151k tokens.
-    - Anything else (the char-level demo tokenizer, SentencePiece with byte fallback): each id
-      is decoded alone and counted when the text contains U+FFFD, which is how a decoder
-      reports bytes it cannot complete.
+    """Ids of the tokens whose bytes are not valid UTF-8 on their own: for a byte-level BPE, each regular token mapped
+    back to its bytes and decoded strictly (0.7 s for Qwen2.5); for any other tokenizer, each id decoded alone and
+    counted when the text holds U+FFFD.
 
     >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
     >>> tok = load_qwen_tokenizer()
@@ -241,9 +189,6 @@ def _decoded_incomplete_ids(tokenizer: Any, ids: Iterable[int] | None = None) ->
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
-
-
-# -- reading logged values (what the health rules read from TRL's logs) --------------------------------
 
 
 def log_number(value: Any) -> float | None:

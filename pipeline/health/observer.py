@@ -1,20 +1,7 @@
-"""The health observer: a reward function that measures every generation batch and reports it.
+"""The health observer: a reward function (`__name__ == "health"`, weight 0.0) that measures every generation batch.
 
-The observer (`__name__ == "health"`) is passed to GRPOTrainer as one more reward
-function, because that is where TRL hands user code the decoded completions and their
-token ids. It computes the monitors in pipeline/health/metrics.py and reports them twice:
-through TRL's `log_metric` (averaged per logging step, so they reach metrics.jsonl,
-tensorboard and wandb as `health/*`) and into a shared `HealthState` that the callback
-reads when `log_metric` is missing (an older or patched trainer).
-
-It returns 0.0 for every completion, not None. Either leaves the training reward
-unchanged (0.0 adds nothing to the weighted sum, whatever its weight; TRL's nansum skips
-None's NaN), but they log differently: with None, TRL's rewards/health/mean and /std are
-NaN every step (written as null by TRL's log averaging), the completions table shows NaN
-in a "health" column, and a user scanning for NaN - the first sign of a dead run - finds
-a false alarm in every line. With 0.0 the line is a flat, obviously inert zero. The
-training driver gives it weight 0.0 anyway, so the observer never moves an advantage
-even under a future aggregation that would treat a constant column differently.
+It reports the monitors through TRL's `log_metric` and into a `HealthState` the callback reads when `log_metric` is
+missing. It returns 0.0, not None: with None, TRL logs rewards/health/mean as NaN every step, a false alarm.
 """
 
 from __future__ import annotations
@@ -31,19 +18,14 @@ from grpo_pipeline.rewards.completions import completion_text
 
 @dataclass
 class HealthState:
-    """What the observer saw since the last log, shared with the callback.
-
-    `pending` holds the per-batch values not yet logged (averaged and cleared at each log),
-    `latest` the most recent batch, `beta` the trainer's current beta (the observer logs it).
-    """
+    """What the observer saw since the last log (`pending`: each metric's per-batch values), shared with the callback;
+    `beta`: the trainer's current beta (the observer logs it)."""
 
     pending: dict[str, list[float]] = field(default_factory=dict)
-    latest: dict[str, float] = field(default_factory=dict)
     batches: int = 0
     beta: float | None = None
 
     def record(self, metrics: dict[str, float]) -> None:
-        self.latest = dict(metrics)
         self.batches += 1
         for name, value in metrics.items():
             self.pending.setdefault(name, []).append(value)
@@ -55,20 +37,11 @@ class HealthState:
         return means
 
 
-def make_observer(
-    state: HealthState,
-    incomplete_ids: frozenset[int],
-    tokenizer: Any = None,
-    max_tool_iterations: int | None = None,
-) -> Callable[..., list[float]]:
-    """Build the observer reward function (named "health") that measures each generation batch.
-
-    TRL calls it like any reward function: `prompts`, `completions`, `completion_ids`, the
-    dataset columns, and `log_metric`. When `completion_ids` is missing, the completions are
-    re-tokenized with `tokenizer` (without one that is an error, since lengths and repetition
-    are measured in tokens). A multi-turn completion (tool results in it) is measured on the model's own
-    turns only, re-tokenized (pipeline/health/tools.py); `max_tool_iterations` (TRL's
-    max_tool_calling_iterations, when set) adds the share of rollouts that ended there.
+def make_observer(state: HealthState, incomplete_ids: frozenset[int], tokenizer: Any = None,
+                  max_tool_iterations: int | None = None) -> Callable[..., list[float]]:
+    """The observer reward function. Without `completion_ids` (and for a multi-turn completion, measured on the
+    model's own turns only: pipeline/health/tools.py) the completions are tokenized with `tokenizer`;
+    `max_tool_iterations` (TRL's max_tool_calling_iterations) adds the share of rollouts that ended there.
 
     >>> state = HealthState()
     >>> observer = make_observer(state, frozenset({9}))
@@ -80,13 +53,9 @@ def make_observer(
     (0.5, 0.5, 1)
     """
 
-    def health(
-        prompts: Sequence[Any] | None = None,
-        completions: Sequence[Any] | None = None,
-        completion_ids: Sequence[Sequence[int]] | None = None,
-        log_metric: Callable[[str, float], None] | None = None,
-        **_: Any,
-    ) -> list[float]:
+    def health(prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
+               completion_ids: Sequence[Sequence[int]] | None = None,
+               log_metric: Callable[[str, float], None] | None = None, **_: Any) -> list[float]:
         completions = list(completions or [])
         extra = tool_metrics(completions, max_tool_iterations)
         if has_tool_turns(completions):  # the model's own turns, not the tools' output

@@ -1,20 +1,9 @@
 """Rollback on collapse (`on_collapse: rollback`): instead of stopping on NaN/inf or a kl_ceiling stop, go back
 to the newest checkpoint saved before the failing log, lower the learning rate, and train on.
 
-The pieces, each small:
-
-- `healthy_checkpoint(output_dir, before_step)`: the newest complete checkpoint of a step before the first
-  weights the failing log measured (a step's loss, kl and gradients are computed before its update, so a log at
-  step s over L steps measured the weights of steps s-L .. s-1; HealthCallback._checkpoint_before); None when
-  there is none.
-- HealthCallback (pipeline/health/rules.py) asks for a rollback instead of a stop when `rollbacks_left` > 0
-  and such a checkpoint exists: it sets `rollback_to` and stops the loop WITHOUT saving the broken state.
-  Otherwise (no checkpoint yet, or `max_rollbacks` used up) the rule stops as before: exit 3, checkpoint kept.
-- pipeline/train.py rebuilds the trainer and resumes from `rollback_to`; `LrScaleCallback` multiplies the
-  restored optimizer's and scheduler's learning rate by `rollback_lr_factor ** rollbacks` (a checkpoint's
-  optimizer.pt and scheduler.pt carry the old rate, so the rebuilt config's rate alone would be overwritten).
-- `rollback_record(...)`: what metrics.jsonl (an `"event": "rollback"` line) and summary.json keep of each.
-- `base_model_reference(model)`: every trainer, the rebuilt one too, measures kl against the base model.
+HealthCallback (rules.py) sets `rollback_to` (`healthy_checkpoint`) and stops the loop without saving the broken
+state; with no such checkpoint, or `max_rollbacks` used up, it stops as before (exit 3). pipeline/train.py resumes
+from it, `LrScaleCallback` scaling the restored learning rate by `rollback_lr_factor ** rollbacks`.
 """
 
 from __future__ import annotations
@@ -42,11 +31,9 @@ def healthy_checkpoint(output_dir: str | Path, before_step: int) -> Optional[Pat
 
 
 class LrScaleCallback(TrainerCallback):
-    """Multiplies the learning rate of the optimizer and scheduler (as restored from a checkpoint) by `scale`.
-
-    transformers calls on_train_begin after `_load_optimizer_and_scheduler`, so the restored state is what
-    gets scaled; a LambdaLR schedule (cosine, linear) then continues its shape from the lowered base rate.
-    """
+    """Multiplies the learning rate of the optimizer and scheduler by `scale`: transformers calls on_train_begin
+    after `_load_optimizer_and_scheduler`, so the restored rate (which the rebuilt config's would not change) is
+    scaled, and a LambdaLR schedule continues its shape from the lowered base rate."""
 
     def __init__(self, scale: float):
         self.scale = float(scale)
@@ -75,20 +62,11 @@ def rollback_record(number: int, rule: str, from_step: int, checkpoint: Path, to
 
 @contextlib.contextmanager
 def base_model_reference(model: Any) -> Iterator[None]:
-    """Around building the trainer (the first time and again after a rollback): kl is measured against the base model
-    as loaded, before any format warm-up (adapters disabled), on both backends.
-
-    That is the reference Unsloth's patched trainer measures against: it comments out TRL's ref-adapter block
-    (unsloth/models/rl.py: `_patch_trl_rl_trainers_impl`, its TRL >= 1.4 branch, and `patch_functions`, "use base
-    model as reference, not SFT/LoRA model"), so TRL's GRPOTrainer._generate_and_score_completions falls back to
-    `use_adapter(model, adapter_name=None)`, the adapters disabled. TRL's own trainer, handed a PeftModel with
-    beta != 0 (the warm-up's, or the live model after a rollback), instead adds a "ref" adapter copied from the
-    current one in __init__ (`model.add_adapter("ref", default_config)`): the warmed or, after a rollback, the
-    collapsed adapter. So any "ref" adapter goes before TRL builds (TRL would raise "Adapter with name 'ref'
-    already exists") and the one TRL adds goes after: one reference, which neither a warm-up nor a rollback moves,
-    and checkpoints hold no ref/ adapter. Without a warm-up nothing changes: TRL gets a peft_config, adds no "ref",
-    and the fresh adapter starts at the base model. A no-op for a model without adapters (Unsloth's double).
-    """
+    """Around building the trainer: kl is measured against the base model before any warm-up (adapters disabled), on
+    both backends, as Unsloth does (unsloth/models/rl.py `patch_functions`: "use base model as reference, not
+    SFT/LoRA model"). TRL's own trainer, handed a PeftModel with beta != 0, adds a "ref" copy of the current (warmed
+    or collapsed) adapter: any "ref" goes before TRL builds (it would raise "Adapter with name 'ref' already
+    exists") and the one TRL adds goes after."""
     _drop_reference_adapter(model)
     yield
     _drop_reference_adapter(model)

@@ -1,19 +1,8 @@
-"""Rollout freshness: is the engine that samples the rollouts sampling from the weights being trained?
+"""Rollout freshness: is the separate engine that samples the rollouts (vLLM) sampling from the weights being trained?
 
-When rollouts come from a separate engine (Unsloth's vLLM with fast_inference, TRL's use_vllm), the adapter is sent
-to it again before each rollout (Unsloth: `model.load_lora(..., load_tensors=True)`). If that sync silently fails
-(the LoRA never reaches vLLM, a sleep/wake restores old weights, a race), the loss still moves while the rollouts
-come from an older policy, and nothing says so. Two measures, read by the `stale_rollout` rule in
-pipeline/health/stale.py:
-
-- passive: TRL's own trainer-versus-sampler metrics, when it logs them (`sampling/sampling_logp_difference/mean`,
-  `sampling/importance_sampling_ratio/mean`; TRL 1.15 GRPOTrainer._generate_and_score_completions logs them with
-  vllm_importance_sampling_correction; Unsloth's patched trainer logs the same keys, rl_replacements.py
-  grpo_trainer_compute_loss), checked at every logged step;
-- active: `RolloutProbe`, every `rollout_probe_steps` steps: a fixed prompt and continuation, scored with the
-  current adapter by the trainer's model and by the engine (the backend's `rollout_engine`, sent the adapter the
-  way the rollouts send it). It logs `health/rollout_logp_gap` (the mean per-token gap now) and
-  `health/rollout_weights_step` (the step whose trainer scores the engine's match best).
+If the adapter sync silently fails, the loss moves while the rollouts come from an older policy. Two measures, read
+by stale.py: TRL's trainer-versus-sampler metrics (Unsloth's rl_replacements.py logs the same keys), and
+`RolloutProbe`: a fixed text scored by the trainer and by the engine every `rollout_probe_steps` steps.
 """
 
 from __future__ import annotations
@@ -42,9 +31,8 @@ class RolloutEngine(Protocol):
     """What a backend's `rollout_engine` returns: the separate engine the rollouts come from."""
 
     def score(self, prompt_ids: list[int], continuation_ids: list[int]) -> list[float]:
-        """Per-token log-probabilities (temperature 1, no sampling settings) of `continuation_ids` after
-        `prompt_ids`, under the weights the engine holds once the trainer's current adapter has been sent to it
-        the way the rollouts send it."""
+        """Per-token log-probabilities (temperature 1) of `continuation_ids` after `prompt_ids`, once the current
+        adapter has been sent to the engine the way the rollouts send it."""
 
 
 def has_dropout(model: Any) -> bool:
@@ -93,8 +81,7 @@ def mean_gap(a: list[float], b: list[float]) -> float:
 
 
 class RolloutProbe:
-    """The active part: score the probe with the trainer's model and with the engine, and say which step the engine
-    holds. `measure(model, step)` returns the two health metrics for the step's log."""
+    """The active part: `measure(model, step)` returns the two health metrics for the step's log."""
 
     def __init__(self, engine: RolloutEngine, tokenizer: Any, every_steps: int):
         self.engine = engine

@@ -1,53 +1,16 @@
 """Live training health: an observer that measures every generation batch, and rules that stop or adjust the run.
 
-Two pieces, built together by `build_health(cfg, tokenizer)` (cfg: the recipe, pipeline/config PipelineConfig):
+`build_health(cfg, tokenizer)` builds both: the observer (observer.py) and `HealthCallback`, which applies the rules
+in `on_log`, where the logs hold TRL's loss, grad_norm and kl next to the health metrics: NaN/inf in loss, grad_norm
+or kl always stops; the garbled rate (averaged over `garbled_window` logged steps), kl (beta > 0 only) and the
+repetition rate above their thresholds, no learning signal (signal.py), reward hacking (hacking.py), stale rollouts
+(stale.py) and no tool call (tools.py) warn or stop (`<rule>_action`); `adaptive_beta` moves beta toward `kl_target`
+(GRPOTrainer reads `self.beta` every step); with `on_collapse: rollback`, a NaN/inf or kl stop is a rollback.
 
-1. The observer (pipeline/health/observer.py), one more reward function that measures every
-   generation batch and shares what it saw through a `HealthState`.
-
-2. `HealthCallback` (a transformers TrainerCallback) applies the rules in `on_log`, where
-   the logs hold TRL's loss, grad_norm and kl next to the health metrics:
-
-   - loss, grad_norm or kl NaN/inf: always stop;
-   - garbled rate above `garbled_threshold`, averaged over the last `garbled_window` logged
-     steps: `garbled_action` (warn | stop);
-   - kl above `kl_ceiling` (only when beta > 0; TRL logs kl only then): `kl_action`;
-   - repetition rate above `repetition_threshold`: `repetition_action` (warn by default);
-   - no learning signal: at least `flat_reward_threshold` of the groups without reward spread (TRL's
-     frac_reward_zero_std) on each of the last `flat_reward_window` logged steps: `flat_reward_action`
-     (warn by default), naming the flat rewards, the likely cause and the fix (pipeline/health/signal.py);
-   - reward hacking (with eval_steps): over the last `hacking_window` evals the training reward (its mean
-     between evals) rose while held-out accuracy fell by more than chance and never rose:
-     `hacking_action` (warn by default; pipeline/health/hacking.py);
-   - rollouts from stale weights (when a separate engine samples them; pipeline/health/rollout.py): TRL's
-     sampling/sampling_logp_difference/mean or |log importance_sampling_ratio/mean| above STALE_LOGP_GAP on
-     each of the last STALE_ROLLOUT_WINDOW logged steps, or the rollout probe finding the engine on an older
-     step's weights: `stale_rollout_action` (warn by default; pipeline/health/stale.py), naming the likely causes;
-   - with tools: no rollout called one in `first_tool_call_steps` logged steps: a warning (pipeline/health/tools.py);
-   - `adaptive_beta`: after each logged kl, move the trainer's beta toward `kl_target`
-     (x1.5 when kl > 1.5 x target, /1.5 when kl < target / 1.5, clipped to
-     [beta_min, beta_max]); GRPOTrainer (and Unsloth's) reads `self.beta` every step.
-
-   - `on_collapse: rollback`: a NaN/inf or kl_ceiling stop becomes a rollback while `rollbacks_left` > 0 and a
-     checkpoint older than every weight the failing log measured exists (pipeline/health/rollback.py):
-     `rollback_to` is set and the loop stops without saving the broken state; pipeline/train.py resumes from it
-     at a lower rate.
-
-   A stop sets `control.should_save` and `control.should_training_stop`. transformers 5.17
-   runs on_log inside `Trainer._maybe_log_save_evaluate` (its `self.log(logs, start_time)`)
-   before that same method checks `if self.control.should_save:`, so the checkpoint of the
-   failing step is written, then the loop breaks. The reason is kept
-   in `callback.stop_reason` for the driver's summary.json.
-
-Example (what pipeline/train.py does)::
-
-    observer, callback = build_health(spec, tokenizer)
-    trainer = GRPOTrainer(..., reward_funcs=[*reward_funcs, observer],
-                          args=GRPOConfig(..., reward_weights=[*weights, 0.0], **HEALTH_TRAINING_ARGS),
-                          callbacks=[callback])
-    callback.attach(trainer)          # needed for adaptive beta and to read the live beta
-    trainer.train()
-    if callback.stop_reason: ...      # write summary.json, exit non-zero
+A stop sets `control.should_save` and `should_training_stop`: transformers 5.17 runs on_log inside
+`Trainer._maybe_log_save_evaluate` before that method checks `should_save`, so the failing step's checkpoint is
+written, then the loop breaks. The reason is kept in `stop_reason` for summary.json. The driver (pipeline/trainer/
+build.py) gives the observer weight 0.0, passes HEALTH_TRAINING_ARGS to GRPOConfig and calls `callback.attach(trainer)`.
 """
 
 from __future__ import annotations
@@ -74,26 +37,22 @@ from grpo_pipeline.pipeline.health.tools import NoToolCalls
 
 logger = logging.getLogger(__name__)
 
-# GRPOConfig kwargs the health rules rely on. HF Trainer's default logging_nan_inf_filter=True
-# replaces a NaN/inf step loss by the running mean before logging it, which would hide exactly
-# the NaN the stop rule looks for.
+# GRPOConfig kwargs the rules rely on: HF Trainer's default logging_nan_inf_filter=True replaces a NaN/inf step loss by
+# the running mean before logging it, hiding the NaN the stop rule looks for.
 HEALTH_TRAINING_ARGS: dict[str, Any] = {"logging_nan_inf_filter": False}
 
-# Keys whose NaN/inf always stops the run. kl joins loss and grad_norm: a NaN kl means NaN
-# policy log-probabilities even when the clipped loss still looks finite.
+# Keys whose NaN/inf always stops the run: a NaN kl means NaN log-probabilities even when the clipped loss looks finite.
 NON_FINITE_KEYS = ("loss", "grad_norm", "kl")
 
-# Adaptive beta: multiplicative controller with a dead band, like the adaptive KL controller of
-# Ziegler et al. (2019) but step-wise; a factor of 1.5 moves beta 10x in about 6 logged steps.
+# Adaptive beta: a multiplicative controller with a dead band, like Ziegler et al.'s (2019) adaptive KL controller
+# but step-wise; a factor of 1.5 moves beta 10x in about 6 logged steps.
 BETA_STEP = 1.5
 
 
 def next_beta(beta: float, kl: float, target: float, beta_min: float, beta_max: float,
               step: float = BETA_STEP) -> float:
-    """One step of the adaptive-beta controller: push beta up when kl is well above target, down when well below.
-
-    Within [target / step, target * step] beta is left alone, so noise around the target does
-    not make it oscillate. The result is clipped to [beta_min, beta_max].
+    """One step of the adaptive-beta controller: beta x step when kl is above target x step, / step when below
+    target / step (noise around the target does not make it oscillate), clipped to [beta_min, beta_max].
 
     >>> next_beta(0.04, kl=1.0, target=0.05, beta_min=0.001, beta_max=0.5)
     0.06
@@ -112,11 +71,8 @@ def next_beta(beta: float, kl: float, target: float, beta_min: float, beta_max: 
 
 
 class HealthCallback(TrainerCallback):
-    """Stops or adjusts a GRPO run from its logged metrics (see the module docstring for the rules).
-
-    After training: `stop_reason` (a sentence, or None), `stop_rule` (non_finite | garbled |
-    kl | repetition | flat_reward | hacking | stale_rollout, or None), `stop_step`, `warnings` (every warning
-    printed), `beta` (the last beta set), and `summary()` for the driver's summary.json.
+    """Stops or adjusts a GRPO run from its logged metrics (the module docstring lists the rules). After training:
+    `stop_reason` (a sentence, or None), `stop_rule`, `stop_step`, `warnings`, and `summary()` for summary.json.
 
     >>> from transformers import TrainerControl, TrainerState
     >>> callback = HealthCallback(HealthArguments(), beta=0.0)
@@ -128,16 +84,9 @@ class HealthCallback(TrainerCallback):
     the checkpoint of this step is kept for inspection).
     """
 
-    def __init__(
-        self,
-        settings: HealthArguments,
-        beta: float,
-        state: HealthState | None = None,
-        warn_every_steps: int = 20,
-        temperature: float = 1.0,
-        num_generations: int = 8,
-        rollbacks_left: int = 0,
-    ):
+    def __init__(self, settings: HealthArguments, beta: float, state: HealthState | None = None,
+                 warn_every_steps: int = 20, temperature: float = 1.0, num_generations: int = 8,
+                 rollbacks_left: int = 0):
         _check_settings(settings)
         self.settings = settings
         self.beta = float(beta)
@@ -152,18 +101,18 @@ class HealthCallback(TrainerCallback):
         self.beta_history: list[tuple[int, float]] = []
         self._garbled_window: deque[float] = deque(maxlen=settings.garbled_window)
         self.temperature, self.num_generations = float(temperature), int(num_generations)
-        self._flat = FlatRewards(settings.flat_reward_window, settings.flat_reward_threshold, self.temperature,
-                                 self.num_generations)
-        self._hacking = RewardHacking(settings.hacking_window)
         self.rollbacks_left = int(rollbacks_left)
         self.rollback_to: Path | None = None
         self._args: Any = None
         self._last_warned: dict[str, int] = {}
-        self._stale = StaleRollouts()
         s = settings
-        self._detectors = [("flat_reward", s.flat_reward_action, lambda logs, step: self._flat.check(logs)),
-                           ("hacking", s.hacking_action, self._hacking.check),
-                           ("stale_rollout", s.stale_rollout_action, self._stale.check),
+        flat = FlatRewards(s.flat_reward_window, s.flat_reward_threshold, self.temperature, self.num_generations)
+        # each rule's check(logs, step) -> why it fires, or None; in order, until one stops the run
+        self._detectors = [("garbled", s.garbled_action, self._garbled), ("kl", s.kl_action, self._kl),
+                           ("repetition", s.repetition_action, self._repetition),
+                           ("flat_reward", s.flat_reward_action, lambda logs, step: flat.check(logs)),
+                           ("hacking", s.hacking_action, RewardHacking(s.hacking_window).check),
+                           ("stale_rollout", s.stale_rollout_action, StaleRollouts().check),
                            ("no_tool_calls", "warn", NoToolCalls(s.first_tool_call_steps).check)]
         self.rollout_probe: RolloutProbe | None = None  # set by pipeline/trainer/build.py when an engine is separate
 
@@ -176,16 +125,11 @@ class HealthCallback(TrainerCallback):
         self.state.beta = self.beta
         return self
 
-    # -- TrainerCallback events ------------------------------------------------------------------
-
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
         if self.settings.adaptive_beta and self.trainer is None:
             raise RuntimeError("adaptive_beta is on but the HealthCallback has no trainer: call "
                                "callback.attach(trainer) after building the GRPOTrainer.")
-        if getattr(args, "logging_nan_inf_filter", False):
-            # The filter swaps a NaN step loss for the running mean before it is logged, hiding
-            # the NaN this callback must see. Turned off here as well as in HEALTH_TRAINING_ARGS
-            # so a driver that forgot the kwarg still gets the NaN stop.
+        if getattr(args, "logging_nan_inf_filter", False):  # as HEALTH_TRAINING_ARGS, for a driver that forgot it
             args.logging_nan_inf_filter = False
             logger.info("health: set logging_nan_inf_filter=False so NaN/inf losses reach the NaN stop rule")
         if self.rollout_probe is not None and self.trainer is not None:  # the starting weights, to recognise later
@@ -209,20 +153,15 @@ class HealthCallback(TrainerCallback):
         if (self.stop_reason is None and self.rollout_probe is not None and self.trainer is not None
                 and self.rollout_probe.due(step)):
             logs.update(self.rollout_probe.measure(self.trainer.model, step))
-        if self.stop_reason is None:
-            self._check_garbled(logs, step, control)
-        if self.stop_reason is None:
-            self._check_kl(logs, step, control)
-        if self.stop_reason is None:
-            self._check_repetition(logs, step, control)
-        self._check_detectors(logs, step, control)
+        for rule, action, check in self._detectors:
+            detail = check(logs, step) if self.stop_reason is None else None
+            if detail:
+                self._act(rule, action, step, control, detail)
         if self.stop_reason is None and self.settings.adaptive_beta:
             self._adapt_beta(logs, step)
         if self.current_beta() > 0:
             logs.setdefault(BETA, self.current_beta())
         return control
-
-    # -- rules -----------------------------------------------------------------------------------
 
     def _check_non_finite(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
         for key in NON_FINITE_KEYS:
@@ -233,46 +172,33 @@ class HealthCallback(TrainerCallback):
                            "the checkpoint of this step is kept for inspection)")
                 return
 
-    def _check_garbled(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+    def _garbled(self, logs: dict[str, Any], step: int) -> str | None:
         rate = log_number(logs.get(GARBLED_RATE))
         if rate is None:
-            return
+            return None
         self._garbled_window.append(rate)
-        window = self.settings.garbled_window
-        if len(self._garbled_window) < window:
-            return
+        window, threshold = self.settings.garbled_window, self.settings.garbled_threshold
         mean = sum(self._garbled_window) / window
-        if mean > self.settings.garbled_threshold:
-            self._act("garbled", self.settings.garbled_action, step, control,
-                      f"garbled completions averaged {mean:.3f} over the last {window} logged steps, above "
-                      f"garbled_threshold {self.settings.garbled_threshold} (U+FFFD, control or zero-width "
-                      "characters in the output; lower learning_rate, or raise beta)")
+        if len(self._garbled_window) < window or not mean > threshold:
+            return None
+        return (f"garbled completions averaged {mean:.3f} over the last {window} logged steps, above "
+                f"garbled_threshold {threshold} (U+FFFD, control or zero-width characters in the output; lower "
+                "learning_rate, or raise beta)")
 
-    def _check_kl(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+    def _kl(self, logs: dict[str, Any], step: int) -> str | None:
         kl = log_number(logs.get("kl"))
-        if kl is None or self.current_beta() <= 0:
-            return
-        if kl > self.settings.kl_ceiling:
-            self._act("kl", self.settings.kl_action, step, control,
-                      f"kl {kl:.4g} is above kl_ceiling {self.settings.kl_ceiling} at beta "
-                      f"{self.current_beta():.4g} (the policy is running away from the reference model; "
-                      "raise beta, turn on adaptive_beta, or lower learning_rate)")
+        if kl is None or self.current_beta() <= 0 or not kl > self.settings.kl_ceiling:
+            return None
+        return (f"kl {kl:.4g} is above kl_ceiling {self.settings.kl_ceiling} at beta {self.current_beta():.4g} (the "
+                "policy is running away from the reference model; raise beta, turn on adaptive_beta, or lower "
+                "learning_rate)")
 
-    def _check_repetition(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
+    def _repetition(self, logs: dict[str, Any], step: int) -> str | None:
         rate = log_number(logs.get(REPETITION_RATE))
-        if rate is not None and rate > self.settings.repetition_threshold:
-            self._act("repetition", self.settings.repetition_action, step, control,
-                      f"repetition rate {rate:.3f} is above repetition_threshold "
-                      f"{self.settings.repetition_threshold} (completions are looping over the same token "
-                      "4-grams)")
-
-    def _check_detectors(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
-        """The rules that keep their own memory (pipeline/health/signal.py, hacking.py, stale.py, tools.py), in
-        order, each acting on what its `check(logs, step)` finds until one stops the run."""
-        for rule, action, check in self._detectors:
-            detail = check(logs, step) if self.stop_reason is None else None
-            if detail:
-                self._act(rule, action, step, control, detail)
+        if rate is None or not rate > self.settings.repetition_threshold:
+            return None
+        return (f"repetition rate {rate:.3f} is above repetition_threshold {self.settings.repetition_threshold} "
+                "(completions are looping over the same token 4-grams)")
 
     def _adapt_beta(self, logs: dict[str, Any], step: int) -> None:
         kl = log_number(logs.get("kl"))
@@ -284,8 +210,6 @@ class HealthCallback(TrainerCallback):
             self.set_beta(new)
             self.beta_history.append((step, new))
         logs[BETA] = new
-
-    # -- helpers ---------------------------------------------------------------------------------
 
     def current_beta(self) -> float:
         """The beta the trainer uses now (the attached trainer's, else the last one set)."""
@@ -299,14 +223,9 @@ class HealthCallback(TrainerCallback):
 
     def summary(self) -> dict[str, Any]:
         """What the training driver writes into summary.json."""
-        return {
-            "stop_reason": self.stop_reason,
-            "stop_rule": self.stop_rule,
-            "stop_step": self.stop_step,
-            "warnings": list(self.warnings),
-            "final_beta": self.current_beta(),
-            "beta_changes": [list(change) for change in self.beta_history],
-        }
+        return {"stop_reason": self.stop_reason, "stop_rule": self.stop_rule, "stop_step": self.stop_step,
+                "warnings": list(self.warnings), "final_beta": self.current_beta(),
+                "beta_changes": [list(change) for change in self.beta_history]}
 
     def _act(self, rule: str, action: str, step: int, control: TrainerControl, detail: str) -> None:
         if action == "stop":
@@ -334,13 +253,9 @@ class HealthCallback(TrainerCallback):
         logger.error("health: %s", self.stop_reason)
 
     def _checkpoint_before(self, step: int) -> Path | None:
-        """The newest healthy checkpoint whose weights the failing log did not measure.
-
-        A log at `step` covers the last `logging_steps` steps, and each step computes its loss, kl and gradients
-        with the weights BEFORE its update: a log at step s over L steps measured the weights after steps
-        s-L .. s-1. So checkpoint-(s-L) holds weights the failing log measured (a kl above the ceiling at step 3
-        is the kl of checkpoint-2's weights: restoring it would fail again), and the rollback goes to a step
-        below s-L."""
+        """The newest healthy checkpoint whose weights the failing log did not measure: a log at step s over
+        L = logging_steps steps measured the weights after steps s-L .. s-1 (each step's loss and kl use the weights
+        before its update), so checkpoint-(s-L) would fail again; the rollback goes below s-L."""
         if self._args is None or not getattr(self._args, "output_dir", None):
             return None
         first_measured = step - max(1, int(getattr(self._args, "logging_steps", 1) or 1))
@@ -358,13 +273,9 @@ class HealthCallback(TrainerCallback):
 
 def build_health(cfg: PipelineConfig, tokenizer: Any,
                  rollbacks_done: int = 0) -> tuple[Callable[..., list[float]], HealthCallback]:
-    """The observer reward function and the callback for one run, sharing one HealthState.
-
-    `cfg`: the recipe (a PipelineConfig): its health section, the sampling values the rules read (beta,
-    temperature, num_generations) and the TRL options (max_tool_calling_iterations). `rollbacks_done`: rollbacks this run already made (on_collapse: rollback allows
-    max_rollbacks).
-
-    Derives the tokenizer's incomplete-UTF-8 token set once (about 0.7 s for Qwen2.5).
+    """The observer reward function and the callback for one run of `cfg`, sharing one HealthState.
+    `rollbacks_done`: rollbacks this run already made (of max_rollbacks). Derives the tokenizer's incomplete-UTF-8
+    token set once (about 0.7 s for Qwen2.5).
 
     >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
@@ -389,6 +300,5 @@ def _check_settings(h: HealthArguments) -> None:
 
 
 def _is_training_log(logs: dict[str, Any]) -> bool:
-    # on_log also fires for evaluation (eval_* keys) and for the end-of-training summary
-    # (train_runtime, ...); only per-step training logs carry the metrics the rules read.
+    # on_log also fires for evaluation and the end-of-training summary, which carry none of the metrics read here
     return any(key in logs for key in ("loss", "grad_norm", "kl", GARBLED_RATE, REPETITION_RATE, FLAT_GROUP_SHARE))

@@ -1,22 +1,10 @@
 """Learning signal: whether a reward gives GRPO anything to learn from, and when not, why and the fix, in words.
 
-GRPO learns only from differences within a group (the `num_generations` completions of one prompt): a group
-whose completions all get the same total reward has zero advantage and trains on nothing. TRL logs the share
-of such groups as `frac_reward_zero_std`, and each reward's mean and spread over the batch as
-`rewards/<name>/mean` and `rewards/<name>/std`. A reward with no spread over the whole batch is *flat*; where it
-sits says why:
-
-- at 0 (its minimum): a format reward the model never earns (no warm-up, a system prompt the chat template
-  mangles, completions cut at max_completion_length before `</answer>`), or a correctness reward nobody earns;
-- at its maximum: nothing left to learn (the task is too easy, or the run has converged; for a reward of the
-  completion's form, format or integer answer: the form is learned);
-- anywhere else: every completion scores alike, the rollouts are too similar (temperature too low).
-
-Every reward varying over the batch while the groups are still flat means each prompt's completions are all
-right or all wrong: more diverse rollouts (temperature, num_generations) help.
-
-One home for this reading, used by the reward dry run (`grpo rewards`, pipeline/infer/dry_run.py) and the
-flat-reward rule (pipeline/health/rules.py), so both name the same cause and the same fix.
+GRPO learns only from differences within a group (the `num_generations` completions of one prompt): a group whose
+completions all get the same total reward trains on nothing (TRL logs their share as `frac_reward_zero_std`). A
+reward with no spread over the batch is *flat*, and where it sits says why: at its minimum, a reward nobody earns;
+at its maximum, nothing left to learn; elsewhere, rollouts too alike. Used by the reward dry run (`grpo rewards`)
+and the flat-reward rule, so both name the same cause and fix.
 """
 
 from __future__ import annotations
@@ -134,8 +122,7 @@ def no_signal_causes(means: Mapping[str, float], stds: Mapping[str, Optional[flo
 
 class FlatRewards:
     """The no-signal (flat_reward) rule: at least `threshold` of the groups without reward spread on each of the last
-    `size` logged steps. HealthCallback (pipeline/health/rules.py) applies `flat_reward_action` to what `check`
-    finds: the flat rewards, the likely cause and the fix."""
+    `size` logged steps."""
 
     def __init__(self, size: int, threshold: float, temperature: float, num_generations: int) -> None:
         self.size, self.threshold = size, threshold

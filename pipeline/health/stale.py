@@ -1,6 +1,5 @@
 """Stale rollouts: the health rule that tells when a separate rollout engine (vLLM) samples from older weights
-than the trainer's, from TRL's logged trainer-vs-sampler gap and the rollout probe (pipeline/health/rollout.py).
-HealthCallback (pipeline/health/rules.py) applies `stale_rollout_action` to what `StaleRollouts.check` finds."""
+than the trainer's, from TRL's logged trainer-vs-sampler gap and the rollout probe (pipeline/health/rollout.py)."""
 
 from __future__ import annotations
 

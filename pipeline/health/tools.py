@@ -1,11 +1,7 @@
-"""Tool use as the health rules see it: a multi-turn completion's own turns (the garbled and repetition rules score
-what the model wrote, not what a tool returned), the share of rollouts that ended at max_tool_calling_iterations,
-and the rule that warns when no rollout has called a tool after N logged steps.
-
-TRL hands a reward function (the health observer) each completion of a tool run as its messages: the model's
-assistant turns (a call is parsed into `tool_calls`), each followed by the `tool` messages with the results
-(GRPOTrainer._tool_call_loop). TRL itself logs tools/call_frequency (calls per rollout) and
-tools/failure_frequency (failed calls per call).
+"""Tool use as the health rules see it: a multi-turn completion's own turns (scored, not what a tool returned), the
+share of rollouts that ended at max_tool_calling_iterations, and the rule that warns when no rollout has called a
+tool after N logged steps. TRL hands a reward function each completion of a tool run as its messages
+(GRPOTrainer._tool_call_loop): assistant turns (`tool_calls`), each followed by the `tool` messages.
 """
 
 from __future__ import annotations
@@ -15,7 +11,6 @@ from typing import Any, Optional, Sequence
 from grpo_pipeline.pipeline.health.metrics import log_number
 
 TOOL_CALL_FREQUENCY = "tools/call_frequency"  # TRL's: tool calls per rollout
-TOOL_FAILURE_FREQUENCY = "tools/failure_frequency"  # TRL's: failed calls per call
 MAX_ITERATIONS_SHARE = "tools/max_iterations_share"  # ours: rollouts stopped at max_tool_calling_iterations
 
 

@@ -1,25 +1,9 @@
-"""What a checkpoint holds, checked against the run that resumes it, before anything loads.
+"""What a checkpoint's files hold, checked against the run that resumes it, before anything loads.
 
-pipeline/run/checkpoints.py checks that a checkpoint is whole (every file there and not truncated) and
-pipeline/run/resume.py what it records (grpo_shape.json). Neither says what its files hold: another run's
-optimizer.pt copied in ended in "size of tensor a (16) must match (64)" mid-resume, another run's adapter in
-"Error(s) in loading state_dict", a pickle that `weights_only` refuses in "a bug", and a checkpoint without
-optimizer.pt resumed with a fresh optimizer and schedule, silently (transformers skips what is missing).
-`contents_problem` reads every file a resume restores, as transformers 5.17's `Trainer._load_optimizer_and_scheduler`
-and `_load_rng_state` read them (torch.load, weights_only), and compares:
-
-- the adapter (adapter_model.safetensors, headers only) with the LoRA settings: rank lora_r, the modules
-  lora_target_modules names, and each matrix's size with the base model's weights (`adapter_mismatch`);
-- optimizer.pt's parameter groups and each state's shape with the adapter's trained matrices;
-- scheduler.pt's rates with the optimizer's groups; rng_state.pth's parts.
-
-Where the optimizer is depends on how the run is launched (pipeline/run/launchers.py LAYOUTS: optimizer.pt for
-plain and DDP; DeepSpeed's `latest` and global_stepN/*optim_states.pt; FSDP's optimizer.bin or optimizer_0/), and
-the layout this run reads is the one looked for (ResumeKey.launch). One missing there, or the schedule's
-scheduler.pt where the launcher writes it, is refused; a checkpoint holding the optimizer as another launcher
-saves it is named with that launch. DeepSpeed's and FSDP's optimizer files are the engine's own format: their
-presence is checked, not their shapes. Each problem names the checkpoint file, what differs and the fix: a
-ConfigError for `resume` (exit 2).
+Another run's optimizer.pt ended in "size of tensor a (16) must match (64)" mid-resume; a checkpoint without one
+resumed with a fresh optimizer, silently. `contents_problem` reads every file a resume restores, as transformers
+5.17's `_load_optimizer_and_scheduler` and `_load_rng_state` do (torch.load, weights_only), and compares them with the
+LoRA settings, the base model and each other, where this run's launcher keeps them (launchers.py LAYOUTS).
 """
 
 from __future__ import annotations
@@ -69,10 +53,9 @@ def local_model_files(base_model: str) -> list:
 
 
 def adapter_mismatch(adapter: Any, base_model: str) -> Optional[str]:
-    """Why `adapter` cannot load on `base_model`, or None. Compares adapter_config.json's rank and each LoRA
-    matrix's shape with the base's weight shapes, from the files' headers, before anything loads: otherwise
-    peft fails with a size-mismatch traceback after the model has loaded. Quantized (4-bit) base weights have
-    packed shapes and are not compared."""
+    """Why `adapter` cannot load on `base_model`, or None: adapter_config.json's rank and each LoRA matrix's shape
+    against the base's weights, from the headers (peft would fail after the model has loaded). Quantized (4-bit)
+    base weights have packed shapes and are not compared."""
     if adapter.weights_file.suffix != ".safetensors":
         return None
     lora = tensor_shapes([adapter.weights_file])
@@ -126,8 +109,7 @@ def contents_problem(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
 
 
 def _restored_missing(folder: Path, launch: Launch) -> Optional[str]:
-    """Why the optimizer or the schedule of `folder` would not be restored under this run's launch (its layout in
-    pipeline/run/launchers.py LAYOUTS), or None: each is where that launcher keeps it."""
+    """Why the optimizer or the schedule of `folder` would not be restored under this run's launch, or None."""
     layout = LAYOUTS[launch.layout]
     missing = layout.missing(folder)
     held = [LAYOUTS[name] for name in held_layouts(folder)]
@@ -151,8 +133,7 @@ class _Unreadable(Exception):
 
 
 def _adapter_problem(folder: Path, lora_r: int, target_modules: Any, base_model: str) -> Any:
-    """The adapter's trained matrices' shapes (a Counter), or why they do not fit the LoRA settings (rank, target
-    modules) and the base model."""
+    """The adapter's matrices' shapes (a Counter), or why they do not fit the LoRA settings and the base model."""
     try:
         adapter = verify_adapter_dir(folder)
     except AdapterError as err:
@@ -180,8 +161,7 @@ def _adapter_problem(folder: Path, lora_r: int, target_modules: Any, base_model:
 
 
 def _load(path: Path) -> Any:
-    """A torch-saved file as transformers loads it on resume (weights_only, numpy's arrays allowed as its
-    `safe_globals` allows them for rng_state.pth: no code runs)."""
+    """A torch-saved file as transformers loads it on resume (weights_only, with its `safe_globals`: no code runs)."""
     # lazy: transformers imports torch; the resume check is the first place a run reads a torch file
     import torch
     from transformers.trainer_pt_utils import safe_globals
@@ -195,8 +175,7 @@ def _load(path: Path) -> Any:
 
 
 def _optimizer_problem(folder: Path, trained: Optional[Counter]) -> Optional[str]:
-    """optimizer.pt's groups and state shapes against the adapter's matrices; scheduler.pt's rates against its
-    groups."""
+    """optimizer.pt's groups and state shapes against the adapter's matrices, then scheduler.pt's."""
     path = folder / "optimizer.pt"
     state = _load(path)
     if not isinstance(state, dict) or not isinstance(state.get("param_groups"), list):

@@ -1,19 +1,7 @@
 """Checkpoints: save them whole, find the newest complete one, set broken ones and earlier runs aside (never delete).
 
-HF Trainer writes a checkpoint's files one after another and `trainer_state.json` last
-(transformers 5.17 `Trainer._save_checkpoint`), so a checkpoint interrupted mid-save lacks it.
-Presence is not enough: a disk that filled up or a copy that was cut short leaves files that exist
-but are truncated, and `--resume auto` would crash on them every time. So each weights file's
-safetensors header must describe bytes the file really has, and each torch-saved file (optimizer.pt,
-scheduler.pt, rng_state*.pth, training_args.bin: torch.save writes a zip archive) must have an intact
-zip directory whose members fit in the file. Both checks read a few KB, not the gigabytes.
-A broken checkpoint is never deleted (it may hold the only copy of some state): we move it to
-`output_dir/corrupt/` and say so.
-
-Our own saves never leave one: `stage_checkpoint_saves` has the Trainer write each checkpoint into a hidden
-staging folder that is renamed into place once complete, with `grpo_shape.json` inside (what a resume checks:
-pipeline/run/resume.py). A storage failure during any save is named, with how to resume
-(`storage_errors_are_resumable`).
+A checkpoint is complete with trainer_state.json (transformers 5.17 writes it last), weights, and no truncated file
+(a full disk or a cut copy leaves files that exist, and `--resume auto` would crash on them every time).
 """
 
 from __future__ import annotations
@@ -76,12 +64,8 @@ def checkpoint_problem(path: Path) -> Optional[str]:
 
 
 def torch_zip_problem(path: Path) -> Optional[str]:
-    """Why a torch.save file cannot be loaded, or None: checked through its zip directory, without torch.
-
-    torch.save (since torch 1.6) writes a zip archive whose central directory sits at the end, so a
-    truncated file has none and a damaged one lists members that run past the end of the file. This
-    reads the directory only (a few KB), where `torch.load` would read the whole optimizer state.
-    """
+    """Why a torch.save file cannot be loaded, or None: torch.save (since 1.6) writes a zip archive whose directory
+    sits at the end, so a truncated file has none and a damaged one lists members past its end. Reads a few KB."""
     try:
         size = path.stat().st_size
         with zipfile.ZipFile(path) as archive:
@@ -105,18 +89,15 @@ def list_checkpoints(output_dir: str | Path) -> list[Path]:
 
 
 def complete_checkpoints(output_dir: str | Path, below_step: Optional[int] = None) -> list[Path]:
-    """The complete checkpoint-N folders of output_dir, oldest first; broken ones are skipped, not moved (that is
-    set_aside_corrupt's job). With `below_step`, only those of an earlier step. The one reading of "which
-    checkpoints could be resumed", for `--resume auto`, the resume check and a rollback."""
+    """The complete checkpoint-N folders of output_dir, oldest first (broken ones skipped, not moved); with
+    `below_step`, only those of an earlier step. For `--resume auto`, the resume check and a rollback."""
     return [path for path in list_checkpoints(output_dir)
             if checkpoint_problem(path) is None and (below_step is None or checkpoint_step(path) < below_step)]
 
 
-# What a run leaves in its folder that describes one trajectory (its steps, its result). A fresh start in a used
-# folder (--resume never, or no checkpoint to resume) moves these aside first: left in place, the earlier run's
-# metrics.jsonl lines would show in the new plots, its later checkpoint-N would be what `--resume auto` picks
-# after an interruption, and its lora/ and best_lora/ would sit beside a summary of another run. Keyed caches of
-# deterministic work stay (warmup/ with warmup.json, eval_before.json, the data report), and so do logs/.
+# What a run leaves in its folder that describes one trajectory. A fresh start in a used folder moves these aside
+# first: left in place, the old metrics would show in the new plots and `--resume auto` could pick an old
+# checkpoint-N. Keyed caches of deterministic work stay (warmup/, eval_before.json, the data report), and logs/.
 TRAJECTORY_FILES = ("metrics.jsonl", "summary.json", "manifest.json", "lora", "best_lora", "plots", "corrupt")
 PREVIOUS_DIR = "previous"
 
@@ -129,23 +110,21 @@ def previous_run_entries(output_dir: str | Path) -> list[Path]:
 
 
 def set_aside_previous_run(output_dir: str | Path, log=print) -> Optional[Path]:
-    """Move an earlier run's trajectory (previous_run_entries) to output_dir/previous/<time>/, kept whole and
-    said; None when there is none. Called under the run lock, before a fresh start writes anything."""
+    """Move an earlier run's trajectory to output_dir/previous/<time>/, and say so; None when there is none."""
     return _move_aside(previous_run_entries(output_dir), output_dir, "", log,
                        "a fresh start in a used folder: the earlier run's")
 
 
 def set_aside_checkpoints_after(output_dir: str | Path, step: int, log=print) -> Optional[Path]:
-    """A rollback to checkpoint-`step`: the checkpoints after it hold the collapsed trajectory, which a later
-    `--resume auto` (after a kill before the retrained steps are saved again) would otherwise resume. Moved to
-    output_dir/previous/<time>-rollback/; None when there are none."""
+    """A rollback to checkpoint-`step`: the later checkpoints (the collapsed trajectory, which a later `--resume
+    auto` would pick) go to output_dir/previous/<time>-rollback/; None when there are none."""
     later = [path for path in list_checkpoints(output_dir) if int(CHECKPOINT_RE.match(path.name).group(1)) > step]
     return _move_aside(later, output_dir, "-rollback", log, f"rolling back to checkpoint-{step}: the collapsed")
 
 
 def set_aside_stale(path: Path, output_dir: str | Path, why: str, log=print) -> Optional[Path]:
-    """Move one kept entry of a run folder that no longer fits the run (`why`) to output_dir/previous/<time>-stale/,
-    kept whole and said (a run's own output is never deleted); None when it is not there."""
+    """Move one kept entry that no longer fits the run (`why`) to output_dir/previous/<time>-stale/; None when it
+    is not there."""
     entries = [path] if path.exists() or path.is_symlink() else []
     return _move_aside(entries, output_dir, "-stale", log, f"{why}: the kept")
 
@@ -211,12 +190,8 @@ def checkpoint_step(path: str | Path) -> int:
 
 
 def save_checkpoint_now(trainer, output_dir: Path) -> Optional[Path]:
-    """Write checkpoint-<global_step> outside the training loop (after a reward failure ended it mid-step).
-
-    The failing step had not stepped the optimizer (TRL scores a generation batch before any backward), so
-    the weights, optimizer and scheduler are those of the last completed step, and `--resume auto` continues
-    there. Returns the folder (None at step 0: nothing trained yet). An existing complete one is kept.
-    """
+    """Write checkpoint-<global_step> after a reward failure ended the loop mid-step (TRL scores a batch before any
+    backward: the state is the last completed step's); the folder, None at step 0. A complete one is kept."""
     step = trainer.state.global_step
     if step <= 0:
         return None
@@ -229,11 +204,8 @@ def save_checkpoint_now(trainer, output_dir: Path) -> Optional[Path]:
 
 
 def file_mode_callback():
-    """A TrainerCallback that gives each saved checkpoint's files the usual permissions.
-
-    The Trainer writes checkpoints itself (not through grpo_pipeline.env.paths.atomic_directory), and safetensors
-    writes its weights 0600; see grpo_pipeline.env.file_modes.normalize_file_modes.
-    """
+    """A TrainerCallback that gives each saved checkpoint's files the usual permissions (safetensors writes its
+    weights 0600; env/file_modes.py normalize_file_modes)."""
     from transformers import TrainerCallback  # lazy: transformers imports torch
 
     class _CheckpointFileModes(TrainerCallback):
@@ -253,30 +225,24 @@ def save_size_estimate(model) -> int:
 
 
 def storage_errors_are_resumable(trainer, output_dir: Path):
-    """A storage failure (full disk, quota, read-only, I/O error) during any save in the block, whatever its
-    class, as one grpo_pipeline.env.disk.StorageError that says how to resume. Nothing half-written is left: checkpoints
-    are staged (`stage_checkpoint_saves`), lora/ and warmup/ go through grpo_pipeline.env.paths.atomic_directory."""
+    """A storage failure (full disk, quota, read-only, I/O error) during any save in the block as one
+    env/disk.py StorageError that says how to resume (every save is staged or atomic: nothing half-written)."""
     return storage_errors_named(output_dir, f"resume with the same command (--resume auto continues from the "
                                             f"newest complete checkpoint in {output_dir}).",
                                 lambda: save_size_estimate(trainer.model))
 
 
 def stage_checkpoint_saves(trainer, key: ResumeKey, dataset: Any = None) -> Callable:
-    """Make every checkpoint save of `trainer` atomic: written whole under a hidden name, then renamed.
-
-    transformers' `Trainer._save_checkpoint` writes `checkpoint-N/` in place, file after file (README.md and
-    the adapter first, trainer_state.json last), so a full disk or a kill mid-save left a folder holding some
-    of them. Here it writes into `.checkpoint-N.staging/checkpoint-N/` (its output folder is redirected
-    through `_get_output_dir` for the call), `grpo_shape.json` is added, and the complete folder is published
-    with grpo_pipeline.env.paths.publish_directory; then the Trainer's rotation (save_total_limit) runs on the real folder.
-    On any failure the staging folder is removed and the previous checkpoints are untouched. Returns the
-    replacement of `trainer._save_checkpoint` (pipeline/trainer/trl_internals.py installs it). `key`: what
-    grpo_shape.json records (pipeline/run/resume.py ResumeKey), `dataset`: the training rows.
-    """
+    """The replacement of `trainer._save_checkpoint`: each checkpoint is written whole under a hidden name, then
+    renamed. transformers writes `checkpoint-N/` in place, file after file, so a full disk or a kill mid-save left
+    part of one. Here it writes into `.checkpoint-N.staging/checkpoint-N/` (`_get_output_dir` redirected for the
+    call), grpo_shape.json (`key`, pipeline/run/resume.py; `dataset`: the training rows) is added, the folder is
+    published (env/paths.py publish_directory) and the Trainer's rotation (save_total_limit) runs. On any failure
+    the staging folder is removed; earlier checkpoints are untouched."""
     from transformers.trainer_utils import rotate_checkpoints  # lazy: transformers imports torch
 
     save = type(trainer)._save_checkpoint
-    # and what the data position counts (resume.py data_record); its dataset_name's URL password masked (a file)
+    # its dataset_name's URL password masked (a file)
     shape = masked(checkpoint_record(key, dataset))
 
     def staged_save(model, trial):

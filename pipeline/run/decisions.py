@@ -1,7 +1,5 @@
 """The run's decisions, made once by the check before anything loads (pipeline/preflight.py `run_checks`) and handed
-to the phases (pipeline/train.py): which backend, the rewards as resolved, the token limits, the prepared data's
-key, the trainer's arguments and the prompt format. Frozen: a phase reads them, none works them out again.
-Imports nothing that loads torch.
+to the phases (pipeline/train.py), frozen: a phase reads them, none works them out again. No torch.
 """
 
 from __future__ import annotations
@@ -37,8 +35,7 @@ class RewardSpec:
 @dataclass(frozen=True)
 class EvalKey:
     """What an evaluation's kept result depends on in the recipe (pipeline/infer/evaluate.py eval_inputs): the
-    fields declaring eval_input (`inputs`) and eval_start (`start`: what eval before's weights start from), by role
-    (pipeline/config/roles.py role_values)."""
+    fields declaring eval_input and eval_start (what eval before's weights start from)."""
     inputs: Mapping[str, Any]
     start: Mapping[str, Any]
 
@@ -74,9 +71,8 @@ def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
 def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], prepared: Any, config: PipelineConfig,
                   eval_key: Optional[EvalKey] = None, agents: Any = None) -> RunDecisions:
     """The record from what the check worked out: the backend `choice` (a BackendChoice) and `backend` loaded for
-    it, the rewards, the prepared training data (`prepared`: its limits, key and prompt format), the recipe as the
-    check validated it (`config`: trl.GRPOConfig's arguments are trl_training_args(config)), the eval's key and the
-    agents resolved (`agents`)."""
+    it, the rewards, the prepared data (its limits, key and prompt format), the recipe as validated, the eval's key
+    and the agents."""
     report = prepared.report
     return RunDecisions(
         backend_name=choice.name, backend_reason=choice.reason, backend=backend, rewards=rewards,

@@ -1,25 +1,10 @@
 """How a run is launched, and how each launcher lays out a checkpoint's optimizer: the one table of layouts.
 
-transformers 5.17 `Trainer._save_optimizer_and_scheduler` saves the optimizer in one of three ways, and
-`Trainer._load_optimizer_and_scheduler` / `integrations.deepspeed.deepspeed_load_checkpoint` read it back only
-the same way:
-
-- plain (one process) and DDP (several, `configs/accelerate/ddp.yaml`): `torch.save` of the optimizer's state_dict
-  as `optimizer.pt`, by the main process. Without it transformers starts a fresh optimizer, silently.
-- DeepSpeed ZeRO-2/3 (`configs/accelerate/zero2.yaml`, `zero3.yaml`): `model_wrapped.save_checkpoint(output_dir)`,
-  DeepSpeed's own: a `latest` file naming the tag folder `global_stepN/`, which holds each process's partition
-  `*zero_pp_rank_<rank>_mp_rank_00_optim_states.pt` (and the module states). No optimizer.pt; without `latest` or
-  the folder transformers raises "Can't find a valid checkpoint" / "failed to resume".
-- FSDP (FSDP2 by default in transformers 5.17): accelerate 1.16's `utils/fsdp_utils.py save_fsdp_optimizer`:
-  `optimizer.bin` (state_dict_type FULL_STATE_DICT, the main process) or the folder `optimizer_0/` written by
-  torch.distributed.checkpoint (SHARDED_STATE_DICT; its `.metadata` file is written last).
-
-`scheduler.pt` is written beside each of them (by the main process), except under DeepSpeed when its config has an
-`optimizer` or `scheduler` section: the engine's scheduler then sits in its own files
-(`is_deepspeed_custom_scheduler`). Which layout a run reads follows from how it is launched (`this_launch`): the
-recipe's `deepspeed` / `fsdp` options (TrainingArguments) or what `accelerate launch` put in the environment
-(ACCELERATE_USE_DEEPSPEED, ACCELERATE_USE_FSDP, ACCELERATE_DEEPSPEED_CONFIG_FILE), as transformers and accelerate
-read them. Nothing here imports torch.
+transformers 5.17 `Trainer._save_optimizer_and_scheduler` saves the optimizer one of three ways and reads it back
+only the same way: `optimizer.pt` (plain, DDP); DeepSpeed's `latest` naming `global_stepN/` with each process's
+`*optim_states.pt`; FSDP's `optimizer.bin` or `optimizer_0/` (accelerate 1.16 `save_fsdp_optimizer`; `.metadata`
+written last). `scheduler.pt` is beside each, except under a DeepSpeed config with an `optimizer` or `scheduler`
+section (`is_deepspeed_custom_scheduler`). No torch here.
 """
 
 from __future__ import annotations
@@ -66,10 +51,9 @@ NESTED_TORCH_FILES = ("global_step*/*.pt",)
 
 @dataclass(frozen=True)
 class Layout:
-    """One launcher's checkpoint: how a message names a run launched so (`launched`) and a checkpoint saved so
-    (`saved_by`), what holds the optimizer (as a message says it), `missing(folder)`: the file that holds no
-    optimizer there (None: it is there), what a resume does without it or scheduler.pt (`without`) and how such a
-    run is launched again (`launch`, a fix)."""
+    """One launcher's checkpoint, as messages name it: a run launched so, a checkpoint saved so, what holds the
+    optimizer, `missing(folder)` (the file missing there, or None), what a resume does without it (`without`) and
+    how such a run is launched again (`launch`)."""
     launched: str
     saved_by: str
     holds: str
@@ -97,8 +81,7 @@ LAYOUTS: dict[str, Layout] = {
 
 @dataclass(frozen=True)
 class Launch:
-    """How this run is launched: its processes (WORLD_SIZE), the layout it reads (a key of LAYOUTS) and whether
-    a checkpoint holds scheduler.pt under it."""
+    """How this run is launched: its processes, its layout (a key of LAYOUTS), whether scheduler.pt is written."""
     processes: int = 1
     layout: str = "plain"
     scheduler_file: bool = True
@@ -116,10 +99,8 @@ def _deepspeed_config(value: Any) -> dict:
 
 
 def this_launch(trl_options: Mapping[str, Any], processes: int, environ: Mapping[str, str] = os.environ) -> Launch:
-    """The Launch of a run whose recipe sets `trl_options` (TRL's options, as given) under `processes` processes:
-    DeepSpeed as transformers 5.17 TrainingArguments decides it (its `deepspeed` option, else
-    ACCELERATE_USE_DEEPSPEED), FSDP as accelerate's Accelerator does (the `fsdp` option, else ACCELERATE_USE_FSDP),
-    else DDP for several processes and plain for one.
+    """The Launch of a run with TRL options `trl_options` and `processes` processes: DeepSpeed as transformers 5.17
+    TrainingArguments decides it, FSDP as accelerate's Accelerator does, else DDP for several processes, plain for one.
 
     >>> this_launch({}, 1), this_launch({}, 4).layout, this_launch({"fsdp": "full_shard"}, 4).layout
     (Launch(processes=1, layout='plain', scheduler_file=True), 'ddp', 'fsdp')
@@ -147,9 +128,8 @@ def held_layouts(folder: Path) -> list[str]:
 
 
 def recorded_processes(folder: Path, launch: Any) -> Optional[int]:
-    """How many processes trained the checkpoint in `folder`: `launch` (grpo_shape.json's record), else (saved
-    before that was recorded) the random states transformers 5.17 `Trainer._save_rng_state` wrote: `rng_state.pth`
-    for one process, `rng_state_<rank>.pth` from each of several; None when neither tells."""
+    """How many processes trained the checkpoint in `folder`: `launch` (grpo_shape.json's record), else the random
+    states `Trainer._save_rng_state` wrote (`rng_state.pth`, or one `rng_state_<rank>.pth` a process); else None."""
     if isinstance(launch, dict) and isinstance(launch.get("processes"), int):
         return launch["processes"]
     ranks = [path for path in folder.glob("rng_state_*.pth") if path.stem.removeprefix("rng_state_").isdigit()]
@@ -162,12 +142,9 @@ def _processes(count: int) -> str:
 
 def launch_mismatch(folder: Path, before: Optional[int], processes: int, per_device: int,
                     accumulation: int) -> Optional[str]:
-    """Why resuming the checkpoint in `folder`, trained by `before` processes, with `processes` is refused, or None:
-    the same count, or one the checkpoint does not tell. The global batch is per_device_train_batch_size x
-    gradient_accumulation_steps x processes, and a resume restores what was counted in it: transformers skips the
-    batches of the steps done (each process's share, in the new layout), puts back each process's random state by
-    rank (a rank without its rng_state_<rank>.pth starts afresh, silently), and DeepSpeed its optimizer partitions,
-    one a process. Another count is another batch shape: refused, with the launch that fits."""
+    """Why resuming the checkpoint in `folder`, trained by `before` processes, with `processes` is refused, or None.
+    Another count is another global batch, and a resume restores what was counted in it: the data position, each
+    rank's random state (a rank without its rng_state_<rank>.pth starts afresh, silently), DeepSpeed's partitions."""
     if before is None or before == processes:
         return None
     again = ("run it without accelerate launch (or with accelerate launch --num_processes 1)" if before == 1 else

@@ -1,18 +1,13 @@
 """One `grpo train` per run folder: a lock on output_dir, and who holds it when a second run is refused.
 
-Two runs writing into one folder interleave `metrics.jsonl` and overwrite each other's checkpoints and
-adapter, and both report success. The lock is `filelock.FileLock` (a dependency of torch, transformers
-and huggingface_hub, so always installed): on Linux and macOS it is an `fcntl.flock` on
-`output_dir/.grpo-run.lock`, which the kernel drops when the holding process dies, however it dies. So a lock
-left by a crashed or killed run never blocks the next one, with no pid guessing. Who holds it (pid, host, start
-time) is written beside it in `.grpo-run.lock.json`, only to name the other run in the refusal; a leftover of
-that file from a dead run is simply overwritten.
+Two runs in one folder interleave metrics.jsonl and overwrite each other's checkpoints. The lock is filelock's
+`fcntl.flock` on `output_dir/.grpo-run.lock`, which the kernel drops when the holder dies, however it dies: a
+crashed run never blocks the next. Who holds it is written beside it (`.grpo-run.lock.json`) to name it in a refusal.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import time
@@ -21,6 +16,7 @@ from typing import Iterator
 
 from filelock import FileLock, Timeout
 
+from grpo_pipeline.env.kept import read_record
 from grpo_pipeline.env.paths import atomic_write_json
 from grpo_pipeline.pipeline.config import ConfigError
 
@@ -40,14 +36,6 @@ class RunLocked(ConfigError):
         self.holder = holder
 
 
-def read_holder(output_dir: Path) -> dict:
-    try:
-        holder = json.loads((output_dir / HOLDER_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return holder if isinstance(holder, dict) else {}
-
-
 @contextlib.contextmanager
 def run_lock(output_dir: Path) -> Iterator[None]:
     """Hold output_dir for this process; raise RunLocked at once (no waiting) when a live run holds it."""
@@ -57,7 +45,7 @@ def run_lock(output_dir: Path) -> Iterator[None]:
     try:
         lock.acquire()
     except Timeout:
-        raise RunLocked(output_dir, read_holder(output_dir)) from None
+        raise RunLocked(output_dir, read_record(output_dir / HOLDER_NAME) or {}) from None
     except NotImplementedError as err:  # older filelock on a file system without flock (some network mounts)
         print(f"[grpo] warning: cannot lock {output_dir} ({err}); make sure no other run writes into it", flush=True)
         yield

@@ -1,10 +1,5 @@
-"""What a run writes while it trains: metrics.jsonl (one line per logged step), a progress bar, and
-one line per log of the SFT format warm-up.
-
-TRL logs through the HF Trainer's `log()`, so a TrainerCallback's `on_log` sees every metric:
-TRL's own (`reward`, `rewards/<name>/mean`, `kl`, `completions/mean_length`, ...) and ours
-(`health/*`, logged by the health observer through TRL's `log_metric`).
-"""
+"""What a run writes while it trains: metrics.jsonl (one line per logged step: a TrainerCallback's `on_log` sees
+TRL's metrics and our health/*), a progress bar, and one line per log of the SFT format warm-up."""
 
 from __future__ import annotations
 
@@ -19,20 +14,16 @@ from transformers import TrainerCallback
 from grpo_pipeline.env.paths import atomic_write_text
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # "nan" / "inf": JSON has no such numbers, and a NaN must stay visible
-    return value
+def _append(path: Path, record: dict[str, Any]) -> None:
+    """One line of metrics.jsonl; NaN/inf as "nan"/"inf" (JSON has no such numbers, and a NaN must stay visible)."""
+    record = {k: str(v) if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
+    with path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 class MetricsJsonlCallback(TrainerCallback):
-    """Appends `{"step": N, ...logs}` to output_dir/metrics.jsonl on the main process.
-
-    On resume, lines for steps after the checkpoint are dropped first: they describe a
-    trajectory that the resumed run replaces. Event lines (`log_event`: a rollback) are kept. Only the main
-    process does it, once, when training begins: another rank rewriting the file (a multi-node resume) could put
-    back a copy read before the main process appended its first new step.
-    """
+    """Appends `{"step": N, ...logs}` to metrics.jsonl on the main process; on resume it first drops the lines of later
+    steps (event lines kept), once: another rank could put back a copy read before the main process's first step."""
 
     def __init__(self, path: str | Path, resume_step: Optional[int] = None):
         self.path = Path(path)
@@ -51,16 +42,12 @@ class MetricsJsonlCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        record = {"step": state.global_step, **{k: _jsonable(v) for k, v in logs.items()}}
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        _append(self.path, {"step": state.global_step, **logs})
 
 
 def log_event(path: str | Path, step: int, event: str, fields: dict[str, Any]) -> None:
     """One line for something that happened to the run, not a logged step: `{"step", "event", ...fields}`."""
-    record = {"step": step, "event": event, **{k: _jsonable(v) for k, v in fields.items()}}
-    with Path(path).open("a", encoding="utf-8") as f:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    _append(Path(path), {"step": step, "event": event, **fields})
 
 
 class RewardProgressCallback(TrainerCallback):

@@ -1,12 +1,6 @@
-"""manifest.json: everything needed to use a trained adapter the way it was trained.
-
-`grpo generate` / `grpo eval` read it so generation uses the same base model, system prompt,
-chat template and max lengths as training (mismatched sampling limits are a top cause of
-"extract_xml_answer fails after training").
-
-The adapter folder (lora/) also carries the part of it that generation needs, in `grpo_adapter.json`,
-written inside the folder before it is published (so atomically with the weights): an adapter copied
-away from its run still generates as trained.
+"""manifest.json: everything needed to use a trained adapter the way it was trained (base model, system prompt,
+chat template, max lengths), read by `grpo generate` / `grpo eval`. The adapter folder carries the part generation
+needs in `grpo_adapter.json`, written with the weights: an adapter copied away from its run generates as trained.
 """
 
 from __future__ import annotations
@@ -52,9 +46,8 @@ def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
 def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, system_prompt: str,
                    chat_template: Optional[str], max_prompt_length: int, max_completion_length: int,
                    data_fingerprint: str, adapter_dir: Path, formats: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """`formats` is the data report's prompt_format (pipeline/data/columns.py prompt_formats): the system prompt
-    recorded is the one the training rows carried (`system_message`), not the configured `system_prompt`,
-    which only stands in for a report without one."""
+    """`formats`: the data report's prompt_format (pipeline/data/columns.py): the system prompt recorded is the one
+    the training rows carried, `system_prompt` only stands in for a report without one."""
     formats = formats or {}
     return {
         # "standard" (TRL's text prompts, given to the model as written) or "conversational" (chats through the
@@ -80,9 +73,8 @@ def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, s
 
 
 def weights_provenance(model: str) -> Optional[dict[str, Any]]:
-    """Where the base weights came from, for weights converted from a GGUF (the built-in `qwen2.5-coder-0.5b`, a
-    user's .gguf): the GGUF's general.name and sha256, its source and the tokenizer paired with it, as the converted
-    folder records them (pipeline/demo/gguf_model.py). None for any other model (its name says it all)."""
+    """Where weights converted from a GGUF came from (the built-in `qwen2.5-coder-0.5b`, a user's .gguf), as the
+    converted folder records it (pipeline/demo/gguf_model.py); None for any other model."""
     builtin = builtin_model(model)
     if builtin is not None and builtin.gguf is not None and builtin.folder is not None:
         return provenance(builtin.folder())
@@ -92,16 +84,11 @@ def weights_provenance(model: str) -> Optional[dict[str, Any]]:
 
 
 def recorded_base(model: str, loaded: Optional[str] = None) -> str:
-    """The base-model name to record for a model the recipe names `model` and that, loaded, calls itself `loaded`
-    (what peft or Unsloth saved as adapter_config.json's base_model_name_or_path). The one rule for every writer
-    of a base name: manifest.json, the adapter folders (write_adapter_metadata), checkpoints, exports.
-
-    - a built-in name (tiny-demo): the name, never the cache folder it was built into;
-    - a local folder the user named: its absolute path (a relative one would be read against the cwd of whoever
-      runs generate later);
-    - a hub id: `loaded` when that is a hub id too (Unsloth's own name for the weights, e.g. its pre-quantised
-      4-bit repo, or the repo id it records for a ModelScope load), else the hub id: never the ModelScope
-      snapshot or hub cache folder that happened to hold it on this machine.
+    """The base-model name every writer records (manifest.json, adapter folders, checkpoints, exports) for a model
+    the recipe names `model` and that, loaded, calls itself `loaded` (adapter_config.json's
+    base_model_name_or_path as peft or Unsloth saved it): a built-in name as it is, never its cache folder; a local
+    folder as its absolute path; a hub id as `loaded` when that is a hub id too (Unsloth's pre-quantised repo),
+    else as given: never a ModelScope snapshot or hub cache folder of this machine.
 
     >>> recorded_base("unsloth/Qwen2.5-1.5B-Instruct", "/root/.cache/modelscope/models/unsloth/Qwen2___5-1___5B")
     'unsloth/Qwen2.5-1.5B-Instruct'
@@ -124,11 +111,9 @@ def _local_path(name: str) -> bool:
 
 
 def record_adapter_base(folder: Path, model: str) -> None:
-    """Rewrite every adapter_config.json under `folder` (a top-level adapter and peft's named ones in subfolders)
-    so its base_model_name_or_path is recorded_base(model, <what the saver wrote>). peft and Unsloth write the
-    loaded model's own name_or_path there, which for a built-in model or a ModelScope snapshot is a folder of
-    this machine: an adapter copied elsewhere would then not find its base. peft's model card beside it (README.md,
-    `base_model:` in its header) names the same base: never a cache folder of this machine in a shared card."""
+    """Rewrite every adapter_config.json under `folder` (and peft's model card beside it, README.md) to name
+    recorded_base(model, <what the saver wrote>): peft and Unsloth write the loaded model's folder, which for a
+    built-in model or a ModelScope snapshot is a folder of this machine."""
     from huggingface_hub import ModelCard  # lazy: only where an adapter is saved
 
     for config_file in sorted(Path(folder).rglob("adapter_config.json")):
@@ -148,12 +133,9 @@ def record_adapter_base(folder: Path, model: str) -> None:
 
 
 def _base_key(name: str) -> tuple[str, str]:
-    """What a base name is, to compare two: ("builtin", name), ("path", resolved folder) or ("hub", model name).
-
-    A hub id compares by its model name without the organisation and Unsloth's 4-bit suffixes: Unsloth maps a
-    16-bit name to its pre-quantised repo when loading in 4-bit (FastLanguageModel.from_pretrained, mapper.py), so
-    the adapter records 'unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit' for 'Qwen/Qwen2.5-1.5B-Instruct'.
-    """
+    """What a base name is, to compare two: ("builtin", name), ("path", folder) or ("hub", model name without the
+    organisation and Unsloth's 4-bit suffixes: its mapper.py loads 'Qwen/Qwen2.5-1.5B-Instruct' in 4-bit as
+    'unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit')."""
     if builtin_model(name) is not None:
         return "builtin", name
     if _local_path(name):
@@ -166,12 +148,9 @@ def _base_key(name: str) -> tuple[str, str]:
 
 
 def other_base(recorded: Optional[str], given: str) -> bool:
-    """Whether an adapter that records `recorded` as its base is known to be for another model than `given`.
-
-    Built-in names and hub ids are compared as names, local folders as folders. A folder against a name is not
-    known to differ: an adapter saved before base names were recorded names a cache or snapshot folder (its last
-    part, `Qwen2___5-1___5B-Instruct` or a snapshot revision, says nothing), and the LoRA's shapes are checked
-    against the base's anyway (pipeline/infer/session.py adapter_mismatch).
+    """Whether an adapter that records `recorded` as its base is known to be for another model than `given`. A folder
+    against a name is not known to differ (an older adapter names a cache or snapshot folder; the LoRA's shapes are
+    checked anyway: pipeline/infer/session.py adapter_mismatch).
 
     >>> other_base("unsloth/qwen2.5-1.5b-instruct-unsloth-bnb-4bit", "Qwen/Qwen2.5-1.5B-Instruct")
     False
@@ -184,15 +163,6 @@ def other_base(recorded: Optional[str], given: str) -> bool:
     if "path" in (kind, given_kind) and kind != given_kind:
         return False
     return (kind, key) != (given_kind, given_key)
-
-
-def _resolve_relative_model(manifest: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """A relative `base_model` that names a folder next to the manifest (a hand-written or older manifest)
-    made absolute against the manifest's own folder, never against the current directory."""
-    model = manifest.get("base_model")
-    if isinstance(model, str) and model and not os.path.isabs(model) and (folder / model).is_dir():
-        manifest["base_model"] = str(absolute_path(folder / model))
-    return manifest
 
 
 def write_manifest(output_dir: Path, manifest: dict[str, Any]) -> Path:
@@ -219,12 +189,9 @@ def write_adapter_metadata(adapter_dir: Path, manifest: dict[str, Any]) -> Path:
 
 
 def find_manifest(adapter_dir: Path) -> Optional[dict[str, Any]]:
-    """How an adapter was trained: the run's manifest (in the adapter folder or its parent, output_dir/lora),
-    else the metadata the adapter folder carries itself; None when there is neither.
-
-    A corrupt one is a ManifestError, never silently skipped: without it generation would fall back to the
-    default system prompt and template and give wrong answers with exit 0.
-    """
+    """How an adapter was trained: the run's manifest (in the adapter folder or its parent), else the adapter's own
+    metadata; None when there is neither. A corrupt one is a ManifestError, never skipped: generation would fall
+    back to the default system prompt and template and give wrong answers with exit 0."""
     for candidate in (adapter_dir / MANIFEST_NAME, adapter_dir.parent / MANIFEST_NAME,
                       adapter_dir / ADAPTER_METADATA_NAME):
         if candidate.is_file():
@@ -238,7 +205,11 @@ def find_manifest(adapter_dir: Path) -> Optional[dict[str, Any]]:
             if not isinstance(manifest, dict):
                 raise ManifestError(f"{candidate} is corrupt: it holds a JSON {type(manifest).__name__}, not an "
                                     "object. Restore it or move it away and pass --model and --system_prompt.")
-            return _resolve_relative_model(_as_shared_file(manifest), candidate.parent)
+            manifest = _as_shared_file(manifest)
+            model = manifest.get("base_model")  # a relative folder (hand-written manifest): against the manifest's
+            if isinstance(model, str) and model and not os.path.isabs(model) and (candidate.parent / model).is_dir():
+                manifest["base_model"] = str(absolute_path(candidate.parent / model))
+            return manifest
     return None
 
 
@@ -249,8 +220,8 @@ NEVER_FROM_FILES = ("trust_remote_code",)
 
 
 def _as_shared_file(manifest: dict[str, Any]) -> dict[str, Any]:
-    """A manifest's config without what a file may not set (NEVER_FROM_FILES; kept aside under `recorded`) and
-    without the placeholders that stand for secrets (env/secret_fields.py unmasked)."""
+    """A manifest's config without what a file may not set (kept aside under `recorded`) and without secrets'
+    placeholders (env/secret_fields.py unmasked)."""
     config = manifest.get("config")
     if isinstance(config, dict):
         config = unmasked(config)
@@ -260,8 +231,7 @@ def _as_shared_file(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def agent_options(tools: Any, environment_factory: Any) -> list[str]:
-    """The command-line words naming a run's tools and environments: `grpo generate` / `grpo eval` run them only
-    when they are named (an adapter's record of them is not run on its word).
+    """The command-line words naming a run's tools and environments (`grpo generate` runs them only when named).
 
     >>> agent_options(["calc:add"], {"count": "env:Counter"})
     ['--tools', 'calc:add', '--environment_factory', '{"count": "env:Counter"}']

@@ -1,16 +1,7 @@
 """Every node of a multi-node run started alike: the same recipe, the same code, the launcher's world size.
 
-`accelerate launch` (torchrun underneath) starts each machine on its own; nothing stops node 1 from being started
-with an edited recipe or an older checkout. Such a run trains, but each rank follows its own rules: its batch
-arithmetic, its rewards, its learning rate. Before anything loads, every process puts what it was started with into
-the launcher's own store (torchrun's agent hosts a TCPStore at MASTER_ADDR:MASTER_PORT and tells its workers so
-with TORCHELASTIC_USE_AGENT_STORE) and reads everyone else's: no process group, no model, no GPU yet. What is
-compared is what the run already records: the recipe as the manifest keeps it (its env/kept.py state key, and on
-a difference the fields that differ), the code (a hash of the pipeline's source, with the git commit), the
-pinned packages' versions, and the world size each launcher announced.
-
-A process that never reports (its node failed before this check, or was started on another port) is waited for
-NODES_TIMEOUT_S seconds, then named.
+Before anything loads, every process puts what it was started with (recipe, code hash, package versions, world
+size) into torchrun's agent store and reads everyone else's; one that never reports is named after NODES_TIMEOUT_S.
 """
 
 from __future__ import annotations
@@ -30,8 +21,6 @@ from grpo_pipeline.pipeline.run.manifest import git_commit, package_versions
 
 NODES_TIMEOUT_S = 300
 KEY_PREFIX = "grpo-pipeline/nodes"
-# the compared parts of a process's record, in the order a refusal names them
-COMPARED = ("recipe", "code", "packages", "world_size")
 CODE_FOLDERS = ("pipeline", "rewards", "env")
 
 
@@ -61,9 +50,8 @@ def launcher_env(environ: Mapping[str, str] = os.environ) -> Optional[dict[str, 
 
 
 def node_record(recipe: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
-    """What this process was started with, as the run records it (`recipe`: the recipe's values, flat, as the manifest
-    keeps them: every one is compared, its secrets masked (env/secret_fields.py masked): a secret never leaves its
-    node, so no node can print another's)."""
+    """What this process was started with (`recipe`: the recipe's values, flat, secrets masked: a secret never
+    leaves its node)."""
     launched = launcher_env(environ) or {"rank": 0, "world_size": 1, "node": 0, "local_world_size": 1}
     recipe = masked(dict(recipe))
     return {**launched, "host": socket.gethostname(), "recipe_key": state_key(recipe), "recipe": recipe,
@@ -107,18 +95,14 @@ def _value(recipe: Mapping[str, Any], name: str) -> str:
     return json.dumps(masked(recipe.get(name, "(unset)"), name), default=str)[:60]  # a record from an older node
 
 
-def _store(environ: Mapping[str, str], timeout_s: float) -> Any:
-    """A client of the launcher's TCPStore (torchrun's agent hosts it at MASTER_ADDR:MASTER_PORT)."""
-    import torch.distributed as dist  # lazy: torch
-
-    return dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False,
-                         timeout=timedelta(seconds=timeout_s))
-
-
 def exchange(record: dict[str, Any], environ: Mapping[str, str] = os.environ, store: Any = None,
              timeout_s: float = NODES_TIMEOUT_S) -> list[dict[str, Any]]:
     """Put this process's record in the launcher's store and read every process's, in rank order."""
-    store = store if store is not None else _store(environ, timeout_s)
+    if store is None:  # a client of the launcher's TCPStore (torchrun's agent hosts it at MASTER_ADDR:MASTER_PORT)
+        import torch.distributed as dist  # lazy: torch
+
+        store = dist.TCPStore(environ["MASTER_ADDR"], int(environ["MASTER_PORT"]), is_master=False,
+                              timeout=timedelta(seconds=timeout_s))
     prefix = f"{KEY_PREFIX}/{environ.get('TORCHELASTIC_RUN_ID', 'none')}/{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
     store.set(f"{prefix}/{record['rank']}", json.dumps(record, default=str))
     records = []
@@ -156,10 +140,9 @@ def check_nodes(recipe: Mapping[str, Any], environ: Mapping[str, str] = os.envir
 
 
 def leave_process_group() -> None:
-    """The end of a launched process (`grpo` under torchrun / `accelerate launch`): destroy the default process group,
-    as torch asks before a process exits. Left to the interpreter's exit, gloo's threads can be torn down still
-    joinable: a rank whose run completed aborts ("terminate called without an active exception", SIGABRT) and its
-    launcher reports the whole run failed. A single process has no group: nothing to do."""
+    """Destroy a launched process's default process group before it exits, as torch asks: left to the interpreter's
+    exit, gloo's threads can be torn down still joinable, and a completed rank aborts ("terminate called without an
+    active exception") and its launcher reports the run failed."""
     if launcher_env() is None:
         return
     import torch.distributed as dist  # lazy: torch

@@ -1,22 +1,12 @@
 """Plots of a training run, drawn from output_dir/metrics.jsonl into output_dir/plots/*.png.
 
-metrics.jsonl holds one JSON object per logged step with TRL's keys (step, reward,
-reward_std, rewards/<name>/mean, kl, completions/mean_length, loss, grad_norm, health/*).
-A metric that a run did not log (kl with beta = 0, health/* without the observer) is skipped;
-a line that is not valid JSON (a run killed mid-write) is skipped with a warning naming it.
-NaN/inf, written as numbers (Python's json) or as the strings "nan"/"inf" (grpo_pipeline.pipeline.run.log),
-show as gaps, and as red crosses on the loss / grad_norm plot.
-
-The +-std band of a reward is clipped to the range the reward can take (a band below 0 or above
-the maximum shows values that never happened), and the health and KL plots draw the run's warning
-thresholds, so a line approaching one is visible before the run acts on it.
-
-matplotlib is imported inside `plot_run` with the Agg backend, so the module imports fast and
-plotting works on a headless server.
+NaN/inf show as gaps (and red crosses on the loss plot), a reward's +-std band is clipped to the range the reward can
+take, and the health and KL plots draw the run's warning thresholds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -86,10 +76,8 @@ def read_metrics(path: str | Path) -> dict[int, dict[str, Any]]:
 
 
 def series(rows: dict[int, dict[str, Any]], key: str) -> Series | None:
-    """(steps, values) of one metric; non-finite values become NaN (a gap); None when never logged.
-
-    The run's metrics writer stores NaN/inf as the strings "nan"/"inf" (JSON has no such
-    numbers); those count as non-finite values, not as missing ones.
+    """(steps, values) of one metric; non-finite values (also the strings "nan"/"inf") become NaN, a gap; None
+    when never logged.
 
     >>> series({1: {"kl": 0.1}, 2: {"loss": 1.0}, 3: {"kl": float("inf")}, 4: {"kl": "nan"}}, "kl")
     ([1, 3, 4], [0.1, nan, nan])
@@ -97,10 +85,9 @@ def series(rows: dict[int, dict[str, Any]], key: str) -> Series | None:
     steps, values = [], []
     for step, row in rows.items():
         value = as_number(row.get(key))
-        if value is None:
-            continue
-        steps.append(step)
-        values.append(value if math.isfinite(value) else math.nan)
+        if value is not None:
+            steps.append(step)
+            values.append(value if math.isfinite(value) else math.nan)
     return (steps, values) if steps else None
 
 
@@ -110,9 +97,7 @@ def as_number(value: Any) -> float | None:
     >>> as_number(3), as_number("inf"), as_number("NaN") != as_number("NaN"), as_number("text"), as_number(True)
     (3.0, inf, True, None, None)
     """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, str) and value.strip().lower() in NON_FINITE_STRINGS:
         return float(value)
@@ -120,10 +105,8 @@ def as_number(value: Any) -> float | None:
 
 
 def moving_average(values: list[float], window: int) -> list[float]:
-    """Centred mean over `window` points (fewer at the ends), ignoring NaN; NaN where none is finite.
-
-    Centred rather than trailing so the smooth line does not lag behind the run (the plots
-    are drawn after the fact, so the future points are known).
+    """Centred mean over `window` points (fewer at the ends), ignoring NaN; NaN where none is finite. Centred, not
+    trailing, so the smooth line does not lag behind the run.
 
     >>> moving_average([1.0, 2.0, 3.0, float("nan"), 5.0], 3)
     [1.5, 2.0, 2.5, 4.0, 5.0]
@@ -174,15 +157,11 @@ def total_reward_range(weights: dict[str, float]) -> tuple[float, float] | None:
 
 def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
              reward_weights: dict[str, float] | None = None) -> list[Path]:
-    """Draw the run's plots into output_dir/plots/ and return the written PNG paths.
-
-    One figure per reward function (reward_<name>.png), the total reward (reward.png), kl
-    and beta (kl.png, beta.png; only when logged), completion length (completion_length.png),
-    the health rates (health.png), held-out accuracy and format rate during training (eval.png; with
-    eval_steps), and loss / grad_norm (loss.png). Each figure skips what
-    is missing; a metric never logged writes no file. `thresholds` (metric key -> value; default: the
-    config's defaults) are drawn as dashed lines; `reward_weights` (reward name -> weight) bound the
-    total reward's band.
+    """Draw the run's plots into output_dir/plots/ and return the written PNG paths, in this order:
+    reward_<name>.png per reward function, reward.png (the total), kl.png, beta.png, completion_length.png,
+    health.png, eval.png (with eval_steps), loss.png (loss / grad_norm); each only when its metrics were logged.
+    `thresholds` (metric key -> value; default: the config's defaults) are drawn as dashed lines;
+    `reward_weights` (reward name -> weight) bound the total reward's band.
 
     >>> import tempfile, json
     >>> run = Path(tempfile.mkdtemp())
@@ -201,132 +180,86 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
     output_dir = Path(output_dir)
     thresholds = {**health_thresholds(), **(thresholds or {})}
     rows = read_metrics(output_dir / METRICS_FILE)
-    figures = _Figures(plt, output_dir / PLOTS_DIR)
-    _plot_rewards(figures, rows, reward_weights or {})
-    _plot_kl_and_beta(figures, rows, thresholds)
-    _plot_length(figures, rows)
-    _plot_health(figures, rows, thresholds)
-    _plot_eval(figures, rows)
-    _plot_loss(figures, rows)
-    return figures.written
+    plots_dir = output_dir / PLOTS_DIR
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
 
+    @contextlib.contextmanager
+    def figure(name: str, title: str, ylabel: str, unit_range: bool = False):
+        """One figure of one axis: drawn in the block, then titled, saved whole into plots/ and listed."""
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        yield ax
+        if unit_range:
+            ax.set_ylim(-0.02, 1.02)
+        _finish(ax, title, ylabel)
+        _save(plt, fig, plots_dir / name, written)
 
-class _Figures:
-    """Where plot_run's figures go: made one by one, each saved whole into plots/ (`written`, in order)."""
-
-    def __init__(self, plt, plots_dir: Path) -> None:
-        self.plt, self.plots_dir, self.written = plt, plots_dir, []
-        plots_dir.mkdir(parents=True, exist_ok=True)
-
-    def new(self, *args, figsize=(8, 4.5), **kwargs):
-        return self.plt.subplots(*args, figsize=figsize, **kwargs)
-
-    def save(self, fig, name: str) -> None:
-        path = self.plots_dir / name
-        fig.tight_layout()
-        png = io.BytesIO()
-        fig.savefig(png, format="png", dpi=110)
-        self.plt.close(fig)
-        atomic_write_bytes(path, png.getvalue())  # a full disk leaves the previous plot, never half a PNG
-        self.written.append(path)
-
-
-def _plot_rewards(figures: _Figures, rows, reward_weights: dict[str, float]) -> None:
-    """reward_<name>.png for each reward function, then reward.png (the weighted total)."""
     reward_names = sorted({m["name"] for row in rows.values() for key in row if (m := REWARD_KEY.match(key))})
     for name in reward_names:
-        if name == OBSERVER_NAME:  # the health observer always scores 0.0; nothing to see
-            continue
         mean = series(rows, f"rewards/{name}/mean")
-        if mean is None:
-            continue
-        fig, ax = figures.new()
-        _draw(ax, mean, "mean", "C0", band=series(rows, f"rewards/{name}/std"), clip=declared_range(name))
-        _finish(ax, f"Reward function: {name}", "reward (mean over the batch)")
-        figures.save(fig, f"reward_{_file_safe(name)}.png")
-
-    total = series(rows, "reward")
-    if total is not None:
-        fig, ax = figures.new()
-        _draw(ax, total, "total reward", "C0", band=series(rows, "reward_std"),
-              clip=total_reward_range(reward_weights))
-        _finish(ax, "Total reward (weighted sum of the reward functions)", "reward (mean over the batch)")
-        figures.save(fig, "reward.png")
-
-
-def _plot_kl_and_beta(figures: _Figures, rows, thresholds: dict[str, float]) -> None:
-    kl = series(rows, "kl")
-    if kl is not None:
-        fig, ax = figures.new()
-        _draw(ax, kl, "kl", "C3")
-        _threshold(ax, thresholds.get("kl"), "kl_ceiling", "C3")
-        _finish(ax, "KL divergence to the reference model", "kl (per token)")
-        figures.save(fig, "kl.png")
-
-    beta = series(rows, BETA)
-    if beta is not None:
-        fig, ax = figures.new()
-        ax.plot(*beta, color="C4", marker=".", label="beta")
-        _finish(ax, "KL coefficient beta (adaptive beta moves it toward kl_target)", "beta")
-        figures.save(fig, "beta.png")
-
-
-def _plot_length(figures: _Figures, rows) -> None:
-    length = series(rows, "completions/mean_length") or series(rows, "health/completion_length")
-    if length is not None:
-        fig, ax = figures.new()
-        low, high = series(rows, "completions/min_length"), series(rows, "completions/max_length")
-        if low is not None and high is not None and low[0] == high[0]:
-            ax.fill_between(low[0], low[1], high[1], color="C2", alpha=0.15, label="min..max")
-        _draw(ax, length, "mean length", "C2")
-        _finish(ax, "Completion length", "tokens")
-        figures.save(fig, "completion_length.png")
-
-
-def _plot_health(figures: _Figures, rows, thresholds: dict[str, float]) -> None:
-    rates = {key: s for key in HEALTH_RATES if (s := series(rows, key)) is not None}
-    if rates:
-        fig, ax = figures.new()
-        for index, (key, data) in enumerate(rates.items()):
-            _draw(ax, data, HEALTH_RATES[key], f"C{index}", compact=True)
-            _threshold(ax, thresholds.get(key), f"{key.split('/')[-1].replace('_rate', '')}_threshold",
-                       f"C{index}")
-        ax.set_ylim(-0.02, 1.02)
+        if name != OBSERVER_NAME and mean is not None:  # the health observer always scores 0.0: nothing to see
+            with figure(f"reward_{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.png", f"Reward function: {name}",
+                        "reward (mean over the batch)") as ax:
+                _draw(ax, mean, "mean", "C0", band=series(rows, f"rewards/{name}/std"), clip=declared_range(name))
+    if (total := series(rows, "reward")) is not None:
+        with figure("reward.png", "Total reward (weighted sum of the reward functions)",
+                    "reward (mean over the batch)") as ax:
+            _draw(ax, total, "total reward", "C0", band=series(rows, "reward_std"),
+                  clip=total_reward_range(reward_weights or {}))
+    if (kl := series(rows, "kl")) is not None:
+        with figure("kl.png", "KL divergence to the reference model", "kl (per token)") as ax:
+            _draw(ax, kl, "kl", "C3")
+            _threshold(ax, thresholds.get("kl"), "kl_ceiling", "C3")
+    if (beta := series(rows, BETA)) is not None:
+        with figure("beta.png", "KL coefficient beta (adaptive beta moves it toward kl_target)", "beta") as ax:
+            ax.plot(*beta, color="C4", marker=".", label="beta")
+    if (length := series(rows, "completions/mean_length") or series(rows, "health/completion_length")) is not None:
+        with figure("completion_length.png", "Completion length", "tokens") as ax:
+            low, high = series(rows, "completions/min_length"), series(rows, "completions/max_length")
+            if low is not None and high is not None and low[0] == high[0]:
+                ax.fill_between(low[0], low[1], high[1], color="C2", alpha=0.15, label="min..max")
+            _draw(ax, length, "mean length", "C2")
+    if rates := {key: s for key in HEALTH_RATES if (s := series(rows, key)) is not None}:
         window = smoothing_window(max(len(data[0]) for data in rates.values()))
         subtitle = f"\nthin: per step, bold: {window}-step average" if window else ""
-        _finish(ax, f"Training health (share per batch){subtitle}", "share")
-        figures.save(fig, "health.png")
-
-
-def _plot_eval(figures: _Figures, rows) -> None:
-    accuracy = series(rows, EVAL_ACCURACY)
-    if accuracy is not None:
-        fig, ax = figures.new()
-        ax.plot(*accuracy, color="C0", marker="o", label="held-out accuracy")
-        format_rate = series(rows, EVAL_FORMAT_RATE)
-        if format_rate is not None:
-            ax.plot(*format_rate, color="C2", marker=".", linestyle="--", label="held-out format rate")
-        finite = [(v, s) for s, v in zip(*accuracy) if not math.isnan(v)]
-        if finite:
-            value, step = max(finite, key=lambda pair: (pair[0], -pair[1]))  # the first best, as best_lora/ keeps
-            ax.scatter([step], [value], marker="*", s=220, color="C3", zorder=5,
-                       label=f"best {value:.0%} at step {step} (best_lora/)")
-        ax.set_ylim(-0.02, 1.02)
-        _finish(ax, "Held-out evaluation during training (every eval_steps)", "share of held-out problems")
-        figures.save(fig, "eval.png")
-
-
-def _plot_loss(figures: _Figures, rows) -> None:
-    loss, grad_norm = series(rows, "loss"), series(rows, "grad_norm")
-    if loss is not None or grad_norm is not None:
-        panels = [(name, data) for name, data in (("loss", loss), ("grad_norm", grad_norm)) if data is not None]
-        fig, axes = figures.new(len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False)
+        with figure("health.png", f"Training health (share per batch){subtitle}", "share", unit_range=True) as ax:
+            for index, (key, data) in enumerate(rates.items()):
+                _draw(ax, data, HEALTH_RATES[key], f"C{index}", compact=True)
+                _threshold(ax, thresholds.get(key), f"{key.split('/')[-1].replace('_rate', '')}_threshold",
+                           f"C{index}")
+    if (accuracy := series(rows, EVAL_ACCURACY)) is not None:
+        with figure("eval.png", "Held-out evaluation during training (every eval_steps)",
+                    "share of held-out problems", unit_range=True) as ax:
+            _plot_eval(ax, accuracy, series(rows, EVAL_FORMAT_RATE))
+    panels = [(name, data) for name in ("loss", "grad_norm") if (data := series(rows, name)) is not None]
+    if panels:
+        fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False)
         for ax, (name, data) in zip(axes[:, 0], panels):
             _draw(ax, data, name, "C1" if name == "loss" else "C5")
             _mark_non_finite(ax, rows, name)
-            _finish(ax, "Loss and gradient norm" if ax is axes[0, 0] else None, name,
-                    xlabel=ax is axes[-1, 0])
-        figures.save(fig, "loss.png")
+            _finish(ax, "Loss and gradient norm" if ax is axes[0, 0] else None, name, xlabel=ax is axes[-1, 0])
+        _save(plt, fig, plots_dir / "loss.png", written)
+    return written
+
+
+def _save(plt, fig, path: Path, written: list[Path]) -> None:
+    fig.tight_layout()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())  # a full disk leaves the previous plot, never half a PNG
+    written.append(path)
+
+
+def _plot_eval(ax, accuracy: Series, format_rate: Series | None) -> None:
+    ax.plot(*accuracy, color="C0", marker="o", label="held-out accuracy")
+    if format_rate is not None:
+        ax.plot(*format_rate, color="C2", marker=".", linestyle="--", label="held-out format rate")
+    finite = [(v, s) for s, v in zip(*accuracy) if not math.isnan(v)]
+    if finite:
+        value, step = max(finite, key=lambda pair: (pair[0], -pair[1]))  # the first best, as best_lora/ keeps
+        ax.scatter([step], [value], marker="*", s=220, color="C3", zorder=5,
+                   label=f"best {value:.0%} at step {step} (best_lora/)")
 
 
 def _threshold(ax, value: float | None, label: str, color: str) -> None:
@@ -337,11 +270,8 @@ def _threshold(ax, value: float | None, label: str, color: str) -> None:
 
 def _draw(ax, data: Series, label: str, color: str, band: Series | None = None, compact: bool = False,
           clip: tuple[float, float] | None = None) -> None:
-    """Raw values as a thin line with dots, the moving average as a bold line, +-std as a band
-    (clipped to `clip`, the values the metric can take).
-
-    `compact` (several series on one axis) labels only the bold line, to keep the legend short.
-    """
+    """Raw values as a thin line with dots, the moving average as a bold line, +-std as a band clipped to `clip`
+    (the values the metric can take). `compact` (several series on one axis) labels only the bold line."""
     steps, values = data
     window = smoothing_window(len(values))
     raw_label = label if not window else (None if compact else f"{label} (per step)")
@@ -374,7 +304,3 @@ def _finish(ax, title: str | None, ylabel: str, xlabel: bool = True) -> None:
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="best", fontsize="small")
-
-
-def _file_safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)

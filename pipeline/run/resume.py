@@ -1,17 +1,12 @@
-"""Resuming: what a checkpoint was trained with, and whether a resume under the config may go on.
-
-Each checkpoint holds `grpo_shape.json` (written by pipeline/run/checkpoints.py stage_checkpoint_saves): the
-settings that shape the weights, and under "settings" those the checkpoint restores over the config or that shape
-its schedule (`checkpoint_record`). `resume_mismatch` compares them with the config before anything loads: a
-resume under another weight shape or another restored setting is refused, naming each field; `resume_changes` are
-the schedule changes a resume applies (max_steps), said and recorded in summary.json. `load_every_adapter` and
-`follow_the_rebuilt_schedule` make the Trainer's own checkpoint load restore what it would miss.
+"""Resuming: what a checkpoint was trained with (its `grpo_shape.json`, `checkpoint_record`), and whether a resume
+under the config may go on (`resume_mismatch`, before anything loads); `resume_changes` are the schedule changes a
+resume applies. `load_every_adapter` and `follow_the_rebuilt_schedule` make the Trainer's own checkpoint load
+restore what it would miss.
 """
 
 from __future__ import annotations
 
 import contextlib
-
 import dataclasses
 import json
 import os
@@ -26,15 +21,14 @@ from grpo_pipeline.pipeline.config.field_help import field_rules
 from grpo_pipeline.pipeline.config.roles import trl_default
 from grpo_pipeline.pipeline.config.validate import world_size
 from grpo_pipeline.pipeline.run.launchers import Launch, launch_mismatch, recorded_processes, this_launch
-from grpo_pipeline.env.kept import canonical, changed_inputs, columns_key
+from grpo_pipeline.env.kept import canonical, changed_inputs, columns_key, read_record
 from grpo_pipeline.env.text import excerpt
 
 SHAPE_NAME = "grpo_shape.json"
 
 
-# The fields that decide the shape or meaning of a checkpoint's trained weights (role resume_shaping, declared on the
-# fields): resuming under other values fails in peft's load_state_dict (size mismatch, after the model has loaded) or
-# silently continues another model. Each is compared before anything loads.
+# The fields that shape a checkpoint's trained weights (role resume_shaping): resuming under other values fails in
+# peft's load_state_dict (after the model has loaded) or silently continues another model.
 WEIGHT_SHAPING_FIELDS = tuple(fields_with("resume_shaping"))
 
 
@@ -43,40 +37,26 @@ _ADAPTER_CONFIG_NAMES = {"r": "lora_r", "lora_alpha": "lora_alpha", "target_modu
                          "modules_to_save": "lora_modules_to_save"}
 
 
-# The settings a checkpoint restores over the config on resume (role resume_restored, under TRL's names), so that a new
-# value would not take effect, or would make the resumed run neither the old one nor a new one. transformers 5.17
-# `Trainer._load_optimizer_and_scheduler` loads optimizer.pt (`Optimizer.load_state_dict` puts back each param group's
-# lr, weight_decay, betas and eps; another optim's state does not fit) and scheduler.pt (`LambdaLR.load_state_dict`
-# puts back base_lrs: the old learning_rate, under a lambda rebuilt for the new schedule: a mix of both);
-# `Trainer.train` skips the batches of the steps done, counted in the new batch shape, of a sampler seeded by the new
-# seed, while rng_state.pth puts back the old random state. A resume under other values is refused (resume_mismatch),
-# each field named with its old value (our warmup_ratio reaches TRL as warmup_steps, and is named as the user set it:
-# option_name).
+# The settings a checkpoint restores over the config (role resume_restored, TRL's names): a new value would not take
+# effect, or mix old and new. transformers 5.17 `Trainer._load_optimizer_and_scheduler` loads optimizer.pt (each param
+# group's lr, weight_decay, betas, eps) and scheduler.pt (LambdaLR's base_lrs: the old learning_rate under a lambda
+# rebuilt for the new schedule); `Trainer.train` skips the steps done counted in the new batch shape, of a sampler
+# seeded by the new seed, while rng_state.pth puts back the old random state.
 RESTORED_SETTINGS = trl_names("resume_restored")
 
 
 # The schedule settings a resume applies, and says it does (role resume_applied): the scheduler is rebuilt for the new
-# number of steps (LambdaLR's state_dict keeps no arguments of transformers' schedule partials, only their position)
-# and its rate at the restored step is the one trained with (follow_the_rebuilt_schedule), which is how a finished run
-# is trained longer; max_grad_norm is read at every step.
+# number of steps (LambdaLR's state_dict keeps only the position) and followed (follow_the_rebuilt_schedule);
+# max_grad_norm is read at every step. (The three lists as declared at import; the checks ask the config's sections.)
 APPLIED_SETTINGS = trl_names("resume_applied")
-# (The three lists as the declarations stand at import; the checks below ask the config's own sections at the call.)
 
 
 def load_every_adapter(trainer) -> Callable:
-    """Make a checkpoint load restore the trained adapter also when the checkpoint holds more than one.
-
-    peft's save_pretrained writes the "default" adapter at the checkpoint's top level and any other in a
-    sub-folder. TRL's GRPOTrainer adds a frozen "ref" adapter when handed a PeftModel with beta != 0 (after the
-    format warm-up); the pipeline removes it (pipeline/health/rollback.py base_model_reference: kl is measured
-    against the base model on both backends, and Unsloth's patched trainer never adds it), so only checkpoints of
-    runs from before that, or of a caller's own extra adapter, have a sub-folder such as `ref/`. transformers 5.17
-    `Trainer._load_from_checkpoint` then loads only the sub-folders' adapters: the trained "default" weights are
-    never restored, and a resumed run, a rollback or the final save of a finished run silently carries on from
-    the weights in memory (the warm-up's, in a new process). Here the top-level adapter is loaded into the active
-    one after that. Returns the replacement of `trainer._load_from_checkpoint` (pipeline/trainer/trl_internals.py
-    installs it).
-    """
+    """The replacement of `trainer._load_from_checkpoint`: also restores the trained adapter of a checkpoint holding
+    more than one. peft saves the "default" adapter at the top level and any other in a sub-folder (TRL's "ref",
+    in checkpoints from before pipeline/health/rollback.py base_model_reference, or a caller's own), and
+    transformers 5.17 `Trainer._load_from_checkpoint` then loads only the sub-folders': a resume silently went on
+    from the weights in memory. Here the top-level adapter is loaded into the active one after that."""
     load = type(trainer)._load_from_checkpoint
 
     def load_with_top_level(resume_from_checkpoint, model=None):
@@ -84,30 +64,25 @@ def load_every_adapter(trainer) -> Callable:
         target = model if model is not None else trainer.model
         folder = Path(resume_from_checkpoint)
         configs = getattr(target, "peft_config", None)
-        if not isinstance(configs, dict) or len(configs) < 2 or not hasattr(target, "load_adapter"):
-            return
-        if not any((folder / name).is_file() for name in ("adapter_model.safetensors", "adapter_model.bin")):
+        if (not isinstance(configs, dict) or len(configs) < 2 or not hasattr(target, "load_adapter")
+                or not any((folder / name).is_file() for name in ("adapter_model.safetensors", "adapter_model.bin"))):
             return
         active = target.active_adapters[0]
-        if (folder / active).is_dir():
-            return  # saved in a sub-folder of its own: transformers loaded it
-        target.load_adapter(str(folder), active, is_trainable=True)
-        target.set_adapter(active)
+        if not (folder / active).is_dir():  # a sub-folder of its own: transformers loaded it
+            target.load_adapter(str(folder), active, is_trainable=True)
+            target.set_adapter(active)
 
     return load_with_top_level
 
 
 @contextlib.contextmanager
 def plain_cpu_device(args):
-    """`args.device` as `cpu` while a checkpoint's optimizer loads. Several CPU processes (gloo) train on
-    accelerate's `cpu:<local rank>`, which transformers 5.17 passes to torch.load as map_location for a world size
-    above 1, and torch 2.13 cannot restore a storage to `cpu:0` ("don't know how to restore data location"): every
-    resume of a multi-process CPU run failed there. A GPU's `cuda:N` is left alone."""
+    """`args.device` as `cpu` while a checkpoint's optimizer loads: several CPU processes train on accelerate's
+    `cpu:<local rank>`, which transformers 5.17 passes to torch.load as map_location, and torch 2.13 cannot restore
+    a storage to `cpu:0` ("don't know how to restore data location"). A GPU's `cuda:N` is left alone."""
     device = args.device
-    if device.type != "cpu" or device.index is None:
-        yield
-        return
-    args.__dict__["_setup_devices"] = type(device)("cpu")  # the cached_property behind args.device
+    if device.type == "cpu" and device.index is not None:
+        args.__dict__["_setup_devices"] = type(device)("cpu")  # the cached_property behind args.device
     try:
         yield
     finally:
@@ -115,16 +90,10 @@ def plain_cpu_device(args):
 
 
 def follow_the_rebuilt_schedule(trainer) -> Callable:
-    """Make a resume train its first step at the rate of the schedule the Trainer built for this run.
-
-    transformers 5.17 `Trainer._load_optimizer_and_scheduler` loads scheduler.pt into a LambdaLR rebuilt for the
-    run's max_steps (its lambdas keep the new length: LambdaLR.state_dict saves no partial's arguments) but also
-    puts back `_last_lr` and optimizer.pt's param-group `lr`: the rate the old schedule had for the next step.
-    A run resumed with a larger max_steps (APPLIED_SETTINGS) then trained its first step at the old schedule's
-    rate (0 at the end of a cosine) and only later followed the new one. Here, after the load, each group's rate
-    is set to the rebuilt schedule's at the restored position (the same rate when nothing changed). Returns the
-    replacement of `trainer._load_optimizer_and_scheduler` (pipeline/trainer/trl_internals.py installs it).
-    """
+    """The replacement of `trainer._load_optimizer_and_scheduler`: a resume trains its first step at the rate of the
+    schedule rebuilt for this run. transformers 5.17 loads scheduler.pt into a LambdaLR rebuilt for the new
+    max_steps but also puts back `_last_lr` and each param group's `lr`: the old schedule's rate (0 at the end of a
+    cosine). Here each group's rate is set to the rebuilt schedule's at the restored position."""
     load = type(trainer)._load_optimizer_and_scheduler
 
     def load_then_follow(checkpoint):
@@ -144,11 +113,9 @@ def follow_the_rebuilt_schedule(trainer) -> Callable:
 
 @dataclass(frozen=True)
 class ResumeKey:
-    """What a checkpoint is compared by, read once from the recipe by `resume_key`: the weight shape (the fields
-    declaring resume_shaping, normalised for comparison), the settings a checkpoint restores or a resume applies
-    (`settings`, under TRL's names), the names of each of those two roles, the TRL options the user set (an option's
-    name in a message: option_name), the training data's name, the base model as given, and how the run is launched
-    (`launch`: its processes and the checkpoint layout it reads, pipeline/run/launchers.py)."""
+    """What a checkpoint is compared by (`resume_key`): the weight shape, the settings a checkpoint restores or a
+    resume applies (TRL's names) and each role's names, the TRL options the user set, the data's name, the base
+    model as given, and how the run is launched (pipeline/run/launchers.py)."""
 
     shape: Mapping[str, Any]
     settings: Mapping[str, Any]
@@ -167,11 +134,8 @@ class ResumeKey:
 
 
 def resume_key(cfg) -> ResumeKey:
-    """The recipe's ResumeKey, for a run launched as it is now (pipeline/run/launchers.py this_launch: its
-    processes as the batch arithmetic counts them, pipeline/config/validate.py world_size). The shape: lists
-    sorted, None as an empty list, a local model folder made absolute. The settings: as trl.GRPOConfig is given
-    them (pipeline/config trl_training_args, after resolve_optim), TRL's default for those not given; an option of
-    ours TRL does not take, as set."""
+    """The recipe's ResumeKey, for a run launched as it is now. The shape: module lists sorted, a local model folder
+    made absolute. The settings: as trl.GRPOConfig is given them (after resolve_optim), else TRL's default."""
     flat, sections = cfg.to_dict(), cfg.sections()
     shape = {name: flat[name] for name in fields_with("resume_shaping", sections)}
     for name in ("lora_target_modules", "lora_modules_to_save"):  # module lists: their order means nothing
@@ -187,9 +151,7 @@ def resume_key(cfg) -> ResumeKey:
 
 
 def checkpoint_record(key: ResumeKey, dataset: Any = None) -> dict[str, Any]:
-    """What grpo_shape.json holds: the weight shape, under "settings" the resume settings, under "launch" the
-    process layout (ResumeKey.launch), and under "data" what it was trained on (data_record of the prepared
-    training rows)."""
+    """What grpo_shape.json holds: the weight shape, and the "settings", "launch" and "data" (data_record)."""
     launch = {"processes": key.launch.processes, "global_batch": key.batch(key.launch.processes)[2]}
     return {**key.shape, "settings": dict(key.settings), "launch": launch,
             **({"data": data_record(key.dataset_name, dataset)} if dataset is not None else {})}
@@ -199,19 +161,15 @@ ROWS_PER_BATCH = 1000  # rows read at a time for the data fingerprint
 
 
 def data_record(dataset_name: str, dataset: Any) -> dict[str, Any]:
-    """The training data a checkpoint's data position counts: dataset_name, its prepared rows' number, and their
-    fingerprint (the rows in order, every column, hashed: a file replaced, edited or cut to other rows differs)."""
+    """The training data a checkpoint's data position counts: dataset_name, its rows' number and fingerprint."""
     return {"dataset_name": dataset_name, "rows": len(dataset), "fingerprint": rows_fingerprint(dataset)}
 
 
 def rows_fingerprint(dataset: Any) -> str:
-    """`state_key(dataset.to_dict())` (the key checkpoints record), read ROWS_PER_BATCH rows of one column at a
-    time (env/kept.py columns_key): every process computes it, and the whole data as Python objects and its JSON
-    took 680 MiB more on each for 100 MB of text (200k rows; streamed: 94 MiB, the same key). Each batch is a
-    slice of the Arrow table (no copy) as a Python list, JSON fields decoded as datasets 4.8's `to_dict` decodes
-    them, so the values are `to_dict`'s. Not datasets' own `_fingerprint`: for data read from its cache files it
-    hashes their modification times and the transforms applied (the same rows prepared again get another one; a
-    transform it cannot hash, a random one), and older checkpoints' keys would no longer match."""
+    """`state_key(dataset.to_dict())`, streamed ROWS_PER_BATCH rows of one column at a time (env/kept.py
+    columns_key): the whole data as Python objects took 680 MiB more on every process for 100 MB of text. JSON
+    fields are decoded as datasets 4.8's `to_dict` decodes them. Not datasets' `_fingerprint`: it hashes cache
+    files' modification times and the transforms applied, so the same rows prepared again would differ."""
     try:  # datasets >= 4.8 has a Json feature, whose fields to_dict decodes
         from datasets.utils.json import (  # lazy: only in datasets >= 4.8, which the pin allows but does not require
             get_json_field_paths_from_feature, json_decode_field)
@@ -234,10 +192,7 @@ def rows_fingerprint(dataset: Any) -> str:
 def data_change(checkpoint: str | Path, dataset_name: str, dataset: Any) -> Optional[str]:
     """What changed in the training data since `checkpoint` was saved (its recorded data_record against this run's
     rows), or None: the same rows, or a checkpoint saved before the data was recorded."""
-    try:
-        saved = json.loads((Path(checkpoint) / SHAPE_NAME).read_text(encoding="utf-8")).get("data")
-    except (OSError, ValueError, AttributeError):
-        return None
+    saved = _record(checkpoint).get("data")
     now = data_record(dataset_name, dataset)
     if not isinstance(saved, dict) or saved.get("fingerprint") == now["fingerprint"]:
         return None
@@ -275,47 +230,30 @@ def other_data_note(checkpoint: str | Path, dataset_name: str, dataset: Any) -> 
 def recorded_shape(checkpoint: str | Path) -> dict[str, Any]:
     """The weight-shaping settings a checkpoint was trained with: its grpo_shape.json, else (older
     checkpoints) what peft's adapter_config.json records of them; {} when neither can be read."""
-    folder = Path(checkpoint)
-    for name, rename in ((SHAPE_NAME, None), ("adapter_config.json", _ADAPTER_CONFIG_NAMES)):
-        try:
-            saved = json.loads((folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if not isinstance(saved, dict):
-            continue
-        if rename:
-            saved = {ours: saved[theirs] for theirs, ours in rename.items() if theirs in saved}
-        for key in ("lora_target_modules", "lora_modules_to_save"):
-            if key in saved:
-                value = saved[key]
-                saved[key] = sorted([value] if isinstance(value, str) else (value or []))
-        return saved
-    return {}
+    saved = read_record(Path(checkpoint) / SHAPE_NAME)
+    if saved is None:
+        config = read_record(Path(checkpoint) / "adapter_config.json") or {}
+        saved = {ours: config[theirs] for theirs, ours in _ADAPTER_CONFIG_NAMES.items() if theirs in config}
+    for key in ("lora_target_modules", "lora_modules_to_save"):
+        if key in saved:
+            value = saved[key]
+            saved[key] = sorted([value] if isinstance(value, str) else (value or []))
+    return saved
 
 
 def _record(checkpoint: str | Path) -> dict[str, Any]:
     """A checkpoint's grpo_shape.json ({} when it has none, or none readable)."""
-    try:
-        saved = json.loads((Path(checkpoint) / SHAPE_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return saved if isinstance(saved, dict) else {}
+    return read_record(Path(checkpoint) / SHAPE_NAME) or {}
 
 
-def recorded_settings(checkpoint: str | Path) -> dict[str, Any]:
-    """The resume settings (ResumeKey.settings) a checkpoint was trained with (its grpo_shape.json); {} for one saved
-    before they were recorded, whose settings are then not compared."""
-    settings = _record(checkpoint).get("settings")
-    return settings if isinstance(settings, dict) else {}
-
-
-def _changed_settings(checkpoint: str | Path, wanted: dict[str, Any], names: tuple[str, ...]
-                      ) -> dict[str, tuple[Any, Any]]:
-    """{name: (recorded, wanted)} for the `names` (the settings of one role) that the checkpoint records and
-    `wanted` (ResumeKey.settings) sets otherwise."""
-    saved = recorded_settings(checkpoint)
+def _changed_settings(checkpoint: str | Path, wanted: Mapping[str, Any], names: tuple[str, ...]
+                      ) -> dict[str, list[Any]]:
+    """{name: [recorded, wanted]} for the `names` (one role's settings) that the checkpoint's grpo_shape.json records
+    (one saved before settings were recorded: none) and `wanted` (ResumeKey.settings) sets otherwise."""
+    saved = _record(checkpoint).get("settings")
+    saved = saved if isinstance(saved, dict) else {}
     known = {name: saved[name] for name in names if name in saved and name in wanted}
-    return {name: (saved[name], wanted[name]) for name in changed_inputs(known, {n: wanted[n] for n in known})}
+    return {name: [saved[name], wanted[name]] for name in changed_inputs(known, {n: wanted[n] for n in known})}
 
 
 def option_name(trl_name: str, trl_options: Any) -> str:
@@ -333,15 +271,13 @@ def option_name(trl_name: str, trl_options: Any) -> str:
 def resume_changes(checkpoint: str | Path, key: ResumeKey) -> dict[str, list[Any]]:
     """The settings declaring resume_applied that a resume of `checkpoint` under the run's `key` changes,
     {name: [old, new]}: the run applies them, says so, and summary.json records them."""
-    changed = _changed_settings(checkpoint, dict(key.settings), key.applied)
-    return {name: [old, new] for name, (old, new) in changed.items()}
+    return _changed_settings(checkpoint, key.settings, key.applied)
 
 
 def resume_mismatch(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
-    """Why resuming `checkpoint` under the run's `key` would load weights of another shape, run on settings the
-    checkpoint restores over the new values (role resume_restored) or with another process count (another global
-    batch: pipeline/run/launchers.py launch_mismatch), or None: what differs (old -> new) and the ways on. A
-    ConfigError message for `resume` (exit 2)."""
+    """Why resuming `checkpoint` under the run's `key` is refused (a ConfigError message for `resume`, exit 2): weights
+    of another shape, settings the checkpoint restores over the new values, or another process count
+    (launchers.py launch_mismatch); None when it may go on."""
     saved = recorded_shape(checkpoint)
     wanted = key.shape
     folder = Path(checkpoint)
@@ -351,7 +287,7 @@ def resume_mismatch(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
         return (f"{folder.name} in {folder.parent} was trained with other weights: {'; '.join(changed)}. It cannot "
                 f"be resumed under the new values. Train into a new folder (--output_dir NEW_FOLDER), or start this "
                 f"one over with --resume never (its checkpoints are then replaced), or put the old values back.")
-    restored = _changed_settings(checkpoint, dict(key.settings), key.restored)
+    restored = _changed_settings(checkpoint, key.settings, key.restored)
     if not restored:
         before = recorded_processes(folder, _record(folder).get("launch"))
         return launch_mismatch(folder, before, key.launch.processes, *key.batch(1)[:2])

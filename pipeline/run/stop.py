@@ -1,6 +1,5 @@
-"""Signals: a Ctrl-C or SIGTERM during training finishes the step, saves a checkpoint and stops (GracefulStop);
-anywhere else it raises KeyboardInterrupt through the atomic saves (interrupts_raise), and the command prints
-the command that continues the run (resume_command)."""
+"""Signals: a Ctrl-C or SIGTERM during training finishes the step, saves and stops (GracefulStop); anywhere else it
+raises KeyboardInterrupt through the atomic saves (interrupts_raise)."""
 
 from __future__ import annotations
 
@@ -13,13 +12,27 @@ from grpo_pipeline.env.secret_fields import placeholder, secret_options
 from grpo_pipeline.rewards.contract import SignalInterrupt
 
 
-class GracefulStop:
-    """SIGINT/SIGTERM during training: the first signal asks the trainer to finish the step, save and stop.
+def _install(handler) -> dict[int, Any]:
+    """SIGINT and SIGTERM handled by `handler`; returns the handlers replaced (none outside the main thread, where
+    Python allows no handlers)."""
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread (e.g. inside a notebook worker)
+            pass
+    return previous
 
-    A second signal restores the handlers of `interrupts_raise` (an impatient Ctrl-C still stops at once,
-    as a KeyboardInterrupt). Use as a context manager around `trainer.train()`, with `callback()` registered
-    on the trainer; outside training (data, warm-up, eval, saves) `interrupts_raise` applies.
-    """
+
+def _restore(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+class GracefulStop:
+    """SIGINT/SIGTERM during training (a context manager around `trainer.train()`, with `callback()` registered):
+    the first signal asks the trainer to finish the step, save and stop; a second one raises at once, as
+    `interrupts_raise` (which applies outside training) does."""
 
     def __init__(self) -> None:
         self.signal_name: Optional[str] = None
@@ -29,21 +42,15 @@ class GracefulStop:
         self.signal_name = signal.Signals(signum).name
         print(f"\n[grpo] {self.signal_name} received: finishing this step, saving a checkpoint, then stopping. "
               "Send it again to abort without saving.", flush=True)
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        _restore(self._previous)
 
     def __enter__(self) -> "GracefulStop":
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread (e.g. inside a notebook worker): no handler
-                pass
+        self._previous = _install(self._handle)
         return self
 
     def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
+        _restore(self._previous)
+        self._previous = {}
 
     def callback(self):
         """A TrainerCallback that turns a received signal into save + stop at the end of the step."""
@@ -69,28 +76,19 @@ def _raise_interrupt(signum, frame) -> None:  # (the signal handler signature)
 
 @contextlib.contextmanager
 def interrupts_raise():
-    """SIGTERM as well as SIGINT raise KeyboardInterrupt inside the block (SIGTERM's default would end the
-    process on the spot, skipping every cleanup). Whatever phase it lands in, the exception unwinds through
-    the atomic saves (nothing half-written stays) to the command, which exits 130 with the resume command.
-    A no-op outside the main thread, where Python allows no handlers."""
-    previous = {}
-    for sig, handler in ((signal.SIGINT, _raise_interrupt), (signal.SIGTERM, _raise_interrupt)):
-        try:
-            previous[sig] = signal.signal(sig, handler)
-        except ValueError:
-            pass
+    """SIGTERM as well as SIGINT raise KeyboardInterrupt inside the block (SIGTERM's default would end the process
+    on the spot, skipping every cleanup): it unwinds through the atomic saves to the command, which exits 130 with
+    the resume command."""
+    previous = _install(_raise_interrupt)
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        _restore(previous)
 
 
 def resume_command(argv: list[str]) -> str:
     """The command that continues an interrupted `grpo train` run: the user's own options, shell-quoted, with
-    `--resume auto` in place of any --resume (a --resume never or a fixed checkpoint would start over or go back).
-    A secret option given on the command line is shown as its placeholder (env/paths.py shell_command), and the
-    line says to pass it again.
+    `--resume auto` in place of any --resume; a secret option shown as its placeholder, to pass again.
 
     >>> resume_command(["--config", "my recipe.yaml", "--resume", "never"])
     "grpo train --config 'my recipe.yaml' --resume auto"

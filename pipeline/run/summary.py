@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
+from grpo_pipeline.env.kept import read_record
 from grpo_pipeline.env.paths import atomic_write_json
 from grpo_pipeline.pipeline.run.plots import METRICS_FILE, plot_run, read_metrics
 
@@ -28,12 +28,8 @@ def earlier_sessions(output_dir: Path, resumed_from_step: Optional[int]) -> tupl
     note when a session that led here left no summary (killed before it could write one)."""
     if resumed_from_step is None:
         return [], None
-    path = output_dir / "summary.json"
-    try:
-        old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except (OSError, ValueError):
-        old = None
-    if not isinstance(old, dict):
+    old = read_record(output_dir / "summary.json")
+    if old is None:
         return [], (f"a session before step {resumed_from_step} left no readable summary.json (killed?); "
                     "wall_time_s counts only the sessions listed")
     sessions = old.get("sessions") or [{key: old.get(key) for key in ("status", "steps", "wall_time_s")}]
@@ -46,10 +42,8 @@ def earlier_sessions(output_dir: Path, resumed_from_step: Optional[int]) -> tupl
 
 def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps: int, wall_time_s: float,
                   eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str],
-                  health: Optional[dict[str, Any]] = None,
-                  plot_settings: Optional[dict[str, Any]] = None,
-                  resumed_from_step: Optional[int] = None,
-                  best: Optional[dict[str, Any]] = None,
+                  health: Optional[dict[str, Any]] = None, plot_settings: Optional[dict[str, Any]] = None,
+                  resumed_from_step: Optional[int] = None, best: Optional[dict[str, Any]] = None,
                   rollbacks: Optional[list[dict[str, Any]]] = None,
                   resume_changes: Optional[dict[str, list[Any]]] = None) -> dict[str, Any]:
     """summary.json. `wall_time_s` is the whole run's: this session's plus the earlier ones' of a resumed run

@@ -1,30 +1,10 @@
 """The user-code boundary around every call into the user's agent code, as rewards/contract.py is around rewards.
 
-TRL 1.15's GRPOTrainer calls the code that `tools`, `environment_factory` and `rollout_func` name at these points
-(trl/trainer/grpo_trainer.py): `factory()` in `__init__` and whenever a batch needs another instance, `reset(**row)`
-before each rollout, a tool (a function, or an environment's public method) inside `_tool_call_loop`, `get_reward()`
-after the rollout (through a reward function TRL appends, named after the class), and `rollout_func(prompts, self)`
-in `_generate`. Every one of them goes through a wrapper made here (`guard_tool`, `guard_factory` with the instance's
-`reset`, tool methods and `get_reward`, `guard_rollout_func`), and what the wrapper checks is TRL's own contract:
-
-- `factory()` raises: an AgentFailure naming the class and what it raised.
-- `reset` raises, or returns what TRL cannot append to the prompt (not None, a string, or a list of content blocks):
-  an AgentFailure naming `Class.reset`, the row's columns and what it returned.
-- `get_reward` raises, or returns what the reward contract refuses (a bool, a string, NaN, inf: one int/float or
-  None, as every reward's value): an AgentFailure naming `Class.get_reward`.
-- `rollout_func` raises, or returns what TRL cannot read (not a dict; a missing `prompt_ids`, `completion_ids` or
-  `logprobs`; a list that is not one entry per prompt; ids that are not lists of ints; logprobs that do not match
-  their completion's length): an AgentFailure naming the function. NaN logprobs are TRL's meaning (it neutralises
-  them in the importance-sampling ratio), so they pass.
-- A tool that raises is TRL's meaning: the model reads `{"error": ...}` as the tool's result and TRL counts a failed
-  call (tools/failure_frequency). The wrapper keeps that for every way out (a `sys.exit()` in a tool is a failed call
-  too, not the end of the process), and a returned list that is not content blocks (TRL reads a list as
-  `[{"type": "text", ...}, ...]` and would crash on it) becomes a failed call naming the tool and the fix.
-
-An AgentFailure is a RewardFailure: while training it stops the run as a failing reward does (pipeline/train.py: a
-checkpoint kept, the summary naming it); before training (the check, `grpo rewards`, `grpo generate`, `grpo eval`)
-it is bad input, exit 2 (pipeline/errors.py). A real signal (SignalInterrupt) and GeneratorExit pass through.
-No torch here.
+TRL 1.15's GRPOTrainer (trl/trainer/grpo_trainer.py) calls `factory()`, `reset(**row)`, tools (`_tool_call_loop`),
+`get_reward()` and `rollout_func(prompts, self)`; each goes through a wrapper made here, and a raise, or a value TRL
+cannot take, is an AgentFailure naming the callable. A tool's raise is TRL's meaning (a failed call the model reads
+as `{"error": ...}`), kept for every way out (a `sys.exit()` in a tool too). An AgentFailure is a RewardFailure: it
+stops a training run as a failing reward does; before training it is exit 2. No torch.
 """
 
 from __future__ import annotations
@@ -66,41 +46,44 @@ def _raised(err: BaseException, func: Any) -> str:
     return f"raised {type(err).__name__}: {shorten(printable(err), 300)}{raised_at(func, err)}"
 
 
-def _call(option: str, name: str, func: Callable, args: tuple, kwargs: dict[str, Any], where: str = "",
-          spec: str = "") -> Any:
-    try:
-        return func(*args, **kwargs)
-    except _PASSES:
-        raise
-    except BaseException as err:  # noqa: BLE001 - every way out of user code becomes one named AgentFailure
-        raise AgentFailure(option, name, f"{_raised(err, func)}{where}", spec) from err
-
-
-async def _await(option: str, name: str, func: Callable, args: tuple, kwargs: dict[str, Any], where: str = "",
-                 spec: str = "") -> Any:
-    try:
-        return await func(*args, **kwargs)
-    except _PASSES:
-        raise
-    except BaseException as err:  # noqa: BLE001 - as _call
-        raise AgentFailure(option, name, f"{_raised(err, func)}{where}", spec) from err
-
-
-def _wrap(func: Callable, run: Callable[[tuple, dict], Any], run_async: Callable[[tuple, dict], Any]) -> Callable:
+def _guarded(func: Callable, on_error: Callable, check: Callable = lambda value, args, kwargs: value,
+             passes: tuple = _PASSES, catches: type[BaseException] = BaseException) -> Callable:
     """`func`'s stand-in with its name, docstring, signature (__wrapped__) and sync/async kind, so that TRL and
-    transformers' get_json_schema read it as they read `func`."""
+    transformers' get_json_schema read it as they read `func`: a `catches` but not `passes` out of it is handed to
+    `on_error(err, args, kwargs)` (which raises, or returns the result), and it returns `check(value, args,
+    kwargs)` of what `func` returned."""
     if inspect.iscoroutinefunction(func):
         @functools.wraps(func)
         async def guarded_async(*args, **kwargs):
-            return await run_async(args, kwargs)
+            try:
+                value = await func(*args, **kwargs)
+            except passes:
+                raise
+            except catches as err:  # noqa: BLE001 - every way out of user code is named (asyncio.gather would
+                return on_error(err, args, kwargs)  # return a BaseException as a "result")
+            return check(value, args, kwargs)
 
         return guarded_async
 
     @functools.wraps(func)
     def guarded(*args, **kwargs):
-        return run(args, kwargs)
+        try:
+            value = func(*args, **kwargs)
+        except passes:
+            raise
+        except catches as err:  # noqa: BLE001 - as guarded_async
+            return on_error(err, args, kwargs)
+        return check(value, args, kwargs)
 
     return guarded
+
+
+def _failure(option: str, name: str, func: Callable, spec: str = "", where: Callable = lambda kwargs: "") -> Callable:
+    """`_guarded`'s `on_error` for user code named `name`: an AgentFailure saying what `func` raised."""
+    def fail(err: BaseException, args: tuple, kwargs: dict) -> Any:
+        raise AgentFailure(option, name, f"{_raised(err, func)}{where(kwargs)}", spec) from err
+
+    return fail
 
 
 # --- tools -----------------------------------------------------------------------------------------------------------
@@ -120,29 +103,11 @@ def _tool_result(label: str, value: Any) -> Any:
 def guard_tool(tool: Callable, label: str) -> Callable:
     """A tool (function or bound environment method) at the boundary: an Exception is TRL's failed call as it is;
     any other way out, and a list result that is not content blocks, becomes one (ToolCallError naming `label`)."""
+    def failed_call(err: BaseException, args: tuple, kwargs: dict) -> Any:
+        raise ToolCallError(f"tool {label} {_raised(err, tool)}") from err
 
-    def other(err: BaseException) -> ToolCallError:
-        return ToolCallError(f"tool {label} {_raised(err, tool)}")
-
-    def run(args: tuple, kwargs: dict) -> Any:
-        try:
-            value = tool(*args, **kwargs)
-        except (Exception, *_PASSES):
-            raise
-        except BaseException as err:  # noqa: BLE001 - sys.exit() and the like: a failed call, not the process's end
-            raise other(err) from err
-        return _tool_result(label, value)
-
-    async def run_async(args: tuple, kwargs: dict) -> Any:
-        try:
-            value = await tool(*args, **kwargs)
-        except (Exception, *_PASSES):
-            raise
-        except BaseException as err:  # noqa: BLE001 - as run (asyncio.gather would return it as a "result")
-            raise other(err) from err
-        return _tool_result(label, value)
-
-    return _wrap(tool, run, run_async)
+    return _guarded(tool, failed_call, lambda value, args, kwargs: _tool_result(label, value),
+                    passes=(Exception, *_PASSES))
 
 
 # --- environments ----------------------------------------------------------------------------------------------------
@@ -195,37 +160,20 @@ def guard_environment(instance: Any, spec: str) -> Any:
     """`instance` with its `reset`, `get_reward` and tool methods at the boundary: each set on the instance (an
     attribute shadows the class's function for every `getattr(instance, name)`, which is how TRL reaches them), the
     class left as it is (TRL matches rewards by `type(instance)` and reads tools off the class)."""
-    cls = type(instance)
-    label = f"{cls.__name__}"
-    for name in environment_tools(cls):
-        method = getattr(instance, name)
-        _set(instance, name, guard_tool(method, f"{label}.{name} ({spec})"))
+    label = type(instance).__name__
+    for name in environment_tools(type(instance)):
+        _set(instance, name, guard_tool(getattr(instance, name), f"{label}.{name} ({spec})"))
     reset = getattr(instance, "reset", None)
     if callable(reset):
         where = f"{label}.reset"
-
-        def run_reset(args: tuple, kwargs: dict) -> Any:
-            value = _call("environment_factory", where, reset, args, kwargs, _row(kwargs), spec)
-            return _reset_value(where, value, kwargs, spec)
-
-        async def run_reset_async(args: tuple, kwargs: dict) -> Any:  # TRL calls reset synchronously; kept as given
-            value = await _await("environment_factory", where, reset, args, kwargs, _row(kwargs), spec)
-            return _reset_value(where, value, kwargs, spec)
-
-        _set(instance, "reset", _wrap(reset, run_reset, run_reset_async))
+        _set(instance, "reset", _guarded(reset, _failure("environment_factory", where, reset, spec, _row),
+                                         lambda value, args, kwargs: _reset_value(where, value, kwargs, spec)))
     get_reward = getattr(instance, "get_reward", None)
     if callable(get_reward):
         scored = f"{label}.get_reward"
-        _set(instance, "get_reward", _wrap(
-            get_reward,
-            lambda args, kwargs: reward_value(scored, _call("environment_factory", scored, get_reward, args, kwargs,
-                                                            spec=spec), spec),
-            lambda args, kwargs: _scored_async(scored, get_reward, args, kwargs, spec)))
+        _set(instance, "get_reward", _guarded(get_reward, _failure("environment_factory", scored, get_reward, spec),
+                                              lambda value, args, kwargs: reward_value(scored, value, spec)))
     return instance
-
-
-async def _scored_async(name: str, get_reward: Callable, args: tuple, kwargs: dict, spec: str) -> Optional[float]:
-    return reward_value(name, await _await("environment_factory", name, get_reward, args, kwargs, spec=spec), spec)
 
 
 def _row(kwargs: dict[str, Any]) -> str:
@@ -246,8 +194,13 @@ def guard_factory(factory: Callable, spec: str) -> Callable:
     name = getattr(factory, "__name__", None) or type(factory).__name__
 
     def build() -> Any:
-        instance = _call("environment_factory", f"{name}()", factory, (), {},
-                         f" ({spec}; TRL builds each environment with no arguments: state comes from reset(**row))")
+        try:
+            instance = factory()
+        except _PASSES:
+            raise
+        except BaseException as err:  # noqa: BLE001 - every way out of user code becomes one named AgentFailure
+            raise AgentFailure("environment_factory", f"{name}()", f"{_raised(err, factory)} ({spec}; TRL builds "
+                               "each environment with no arguments: state comes from reset(**row))") from err
         return guard_environment(instance, spec)
 
     build.__name__ = build.__qualname__ = name
@@ -318,35 +271,14 @@ def guard_rollout_func(func: Callable, spec: str) -> Callable:
         except AgentFailure as err:
             raise AgentFailure("rollout_func", name, err.detail, spec) from None
 
-    def run(args: tuple, kwargs: dict) -> Any:
-        return checked(_call("rollout_func", name, func, args, kwargs, spec=spec), args, kwargs)
-
-    async def run_async(args: tuple, kwargs: dict) -> Any:  # TRL calls it synchronously; kept as given
-        return checked(await _await("rollout_func", name, func, args, kwargs, spec=spec), args, kwargs)
-
-    return _wrap(func, run, run_async)
+    return _guarded(func, _failure("rollout_func", name, func, spec), checked)
 
 
 def hold_failures(func: Callable, hold: Callable[[RewardFailure], None]) -> Callable:
     """A reward function TRL made of an environment's get_reward, with its AgentFailure handed to `hold` (the
     run's RewardFailureLatch, raised after TRL's reward gather on every process together) and zeros returned."""
-    if inspect.iscoroutinefunction(func):
-        @functools.wraps(func)
-        async def held_async(*args, **kwargs):
-            try:
-                return await func(*args, **kwargs)
-            except RewardFailure as err:
-                hold(err)
-                return [0.0] * len(kwargs.get("completions") or kwargs.get("environments") or [])
+    def held(err: BaseException, args: tuple, kwargs: dict) -> list[float]:
+        hold(err)
+        return [0.0] * len(kwargs.get("completions") or kwargs.get("environments") or [])
 
-        return held_async
-
-    @functools.wraps(func)
-    def held(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except RewardFailure as err:
-            hold(err)
-            return [0.0] * len(kwargs.get("completions") or kwargs.get("environments") or [])
-
-    return held
+    return _guarded(func, held, catches=RewardFailure)

@@ -1,11 +1,6 @@
 """`--check`'s `agents` step: the tools, environments and rollout_func TRL will be handed, checked before the model
-loads, each failure one ConfigError naming the tool, class or row and the fix.
-
-What TRL needs, from TRL and transformers themselves: a tool's JSON schema as the chat template receives it
-(transformers' `get_json_schema`: type hints and a Google-style docstring), a chat template that renders a whole
-tool-calling exchange (TRL's `supports_tool_calling`), an environment with a callable `reset` whose public methods
-are tools (TRL's GRPOTrainer reads them off the class, as here), an `environment` column naming a known environment
-on every row in the multi-environment form, and a rollout_func taking (prompts, trainer).
+loads with TRL's and transformers' own tests (`get_json_schema`, `supports_tool_calling`), each failure one
+ConfigError naming the tool, class or row and the fix.
 """
 
 from __future__ import annotations
@@ -41,10 +36,9 @@ def tool_schema(tool: Callable, option: str, label: str) -> dict:
 
 
 def check_environment(factory: Callable, spec: str, rows: list[dict[str, Any]]) -> tuple[type, list[Callable], bool]:
-    """One environment built as TRL builds it (`factory()`, behind the user-code boundary), then called as TRL calls
-    it before and after a rollout: `reset(**row)` and `get_reward()` on each of `rows` (prepared rows, as the trainer
-    hands them). Its class, its tool methods (bound, as TRL offers them), whether it has get_reward. A raise, or a
-    value TRL cannot take, is a ConfigError naming `Class.method`, the row and what came back."""
+    """One environment built and called as TRL does (`reset(**row)` and `get_reward()` on each prepared row of
+    `rows`, behind the user-code boundary): its class, its tool methods (bound), whether it has get_reward. A raise,
+    or a value TRL cannot take, is a ConfigError naming `Class.method`, the row and what came back."""
     try:
         instance = guard_factory(factory, spec)()
     except AgentFailure as err:
@@ -79,9 +73,8 @@ def _run(value: Any) -> Any:
 def offered_tools(tools: list[Callable], methods: list[Callable], environment: str,
                   spec: str = "") -> list[Callable]:
     """The tools one rollout offers the model: the standalone ones, then its environment's methods. Two with one name
-    are refused: TRL renders both schemas into the prompt, under one name, and runs only the environment's (its tool
-    dict keeps the last; GRPOTrainer._generate_and_score_completions), so the model would read a tool that never
-    runs."""
+    are refused: TRL renders both schemas and runs only the environment's (GRPOTrainer._generate_and_score_completions
+    keeps the last)."""
     names = {tool.__name__: tool for tool in tools}
     for method in methods:
         if method.__name__ in names:
@@ -92,8 +85,7 @@ def offered_tools(tools: list[Callable], methods: list[Callable], environment: s
 
 
 def rows_for(dataset: Any, name: Optional[str], multi: bool, count: int = 2) -> list[dict[str, Any]]:
-    """The first `count` prepared rows an environment is reset with, as TRL hands them to `reset(**row)` (the routing
-    column left out in the multi-environment form)."""
+    """The first `count` prepared rows environment `name` is reset with (without the routing column)."""
     rows = []
     for row in dataset:
         if multi and row.get(ENVIRONMENT_COLUMN) != name:
@@ -139,9 +131,8 @@ def check_rows(dataset: Any, names: list[str]) -> None:
 
 def check_agents(agents: Agents, model_name: str, tokenizer: Any, train: Any,
                  rewards: Sequence[Any] = ("_",)) -> str:
-    """The `agents` check: what TRL's GRPOTrainer will be handed (`agents`, resolved once: agents.py resolve_agents)
-    works with this model (`model_name`, its tokenizer) and data; `rewards`: the run's reward_funcs (empty: the
-    environments' get_reward must be the reward, as TRL allows)."""
+    """The `agents` check: what TRL's GRPOTrainer will be handed works with this model and data; `rewards`: the run's
+    reward_funcs (empty: an environment's get_reward must be the reward)."""
     if not (agents.uses_tools or agents.rollout_func):
         return "no tools, environment_factory or rollout_func"
     lines, offered, owners = [], list(agents.tools), []

@@ -1,10 +1,6 @@
-"""TRL's agent arguments: `tools`, `environment_factory` and `rollout_func`, resolved from the config and handed to
-trl.GRPOTrainer as TRL documents them (they are trainer arguments, not GRPOConfig fields).
-
-Each is user code named by the user's own options, found as a reward module is (rewards/user_code.py: beside the
-recipe, the working folder, the import path). `environment_factory` is one `module:Class`, or a mapping of names to
-classes (TRL's multi-environment form: each row's `environment` column picks one); on the command line the mapping
-is a JSON object. Nothing here imports torch.
+"""TRL's agent arguments: `tools`, `environment_factory` and `rollout_func` (trainer arguments, not GRPOConfig
+fields), user code found as a reward module is (rewards/user_code.py). `environment_factory` is one `module:Class`,
+or a mapping of names to classes (TRL's multi-environment form; a JSON object on the command line). No torch.
 """
 
 from __future__ import annotations
@@ -25,8 +21,7 @@ AGENT_OPTIONS = ("tools", "environment_factory", "rollout_func")
 
 
 def environment_specs(value: Any) -> dict[Optional[str], str]:
-    """`environment_factory` as {name: spec}: {} when unset, {None: spec} for one class (TRL's single form),
-    {name: spec, ...} for a mapping (YAML) or a JSON object (the command line).
+    """`environment_factory` as {name: spec}: {} when unset, {None: spec} for one class (TRL's single form).
 
     >>> environment_specs(None), environment_specs("envs:Math")
     ({}, {None: 'envs:Math'})
@@ -53,8 +48,7 @@ def environment_specs(value: Any) -> dict[Optional[str], str]:
 
 
 def agent_names(g: GRPOArguments) -> dict[str, Any]:
-    """The agent options (`tools`, `environment_factory`, `rollout_func`, as the GRPO section gives them) as the
-    records keep them (effective_config.json, the adapter's manifest): by name, only those set.
+    """The agent options set in the GRPO section, by name, as effective_config.json and the manifest keep them.
 
     >>> agent_names(GRPOArguments())
     {}
@@ -71,9 +65,8 @@ def agent_names(g: GRPOArguments) -> dict[str, Any]:
 
 
 def rollout_func_note(rollout_func: Optional[str], command: str) -> Optional[str]:
-    """The line a command outside training prints when the config (or the adapter's record) names a rollout_func
-    (`rollout_func`, the option's value): it takes the trainer as its second argument, so only training can call it.
-    None when none is named.
+    """The line a command outside training prints when a rollout_func is named (it takes the trainer, so only
+    training can call it); None when none is.
 
     >>> rollout_func_note("r:roll", "grpo generate")[:60]
     'note: grpo generate does not call rollout_func r:roll (it ta'
@@ -88,9 +81,8 @@ def rollout_func_note(rollout_func: Optional[str], command: str) -> Optional[str
 
 @dataclass(frozen=True)
 class Agents:
-    """The resolved objects: tools (functions), environments ({None: factory} for TRL's single form, {name: factory}
-    for the multi-environment form), rollout_func; `specs` keeps each one's name as the config gave it (the
-    rollout_func's: `rollout_spec`)."""
+    """The resolved objects: tools, environments ({None: factory} for TRL's single form), rollout_func; `specs` and
+    `rollout_spec`: each one's name as the config gave it."""
 
     tools: tuple[Callable, ...] = ()
     environments: dict[Optional[str], Callable] = field(default_factory=dict)
@@ -117,8 +109,7 @@ class Agents:
         return guard_factory(self.environments[name], self.specs.get(name, str(name)))
 
     def trainer_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments for trl.GRPOTrainer, only those set (TRL's defaults otherwise): every tool,
-        environment and rollout_func behind the user-code boundary (pipeline/trainer/agent_boundary.py)."""
+        """The keyword arguments for trl.GRPOTrainer, only those set, each behind the user-code boundary."""
         kwargs: dict[str, Any] = {}
         if self.tools:
             kwargs["tools"] = self.guarded_tools()
@@ -131,8 +122,8 @@ class Agents:
 
 
 def resolve_agents(g: GRPOArguments) -> Agents:
-    """Import every tool, environment class and rollout_func the options of `g` (the GRPO section) name; a name that does not resolve, or
-    resolves to something that cannot be called, is a ConfigError naming the option and the fix."""
+    """Import every tool, environment class and rollout_func the GRPO section `g` names; a name that does not resolve
+    to something callable is a ConfigError naming the option and the fix."""
     specs: dict[Any, str] = {}
     tools = []
     for spec in g.tools or ():
@@ -144,10 +135,9 @@ def resolve_agents(g: GRPOArguments) -> Agents:
         if names.count(name) > 1:
             raise ConfigError("tools", f"two tools are named {name!r} ({', '.join(s for s in g.tools)}); the model "
                               "calls a tool by its function name, so each needs its own.")
-    environments = {name: _load("environment_factory", spec, "environment")
-                    for name, spec in environment_specs(g.environment_factory).items()}
-    for name, spec in environment_specs(g.environment_factory).items():
-        specs[name] = spec
+    environment_names = environment_specs(g.environment_factory)
+    environments = {name: _load("environment_factory", spec, "environment") for name, spec in environment_names.items()}
+    specs.update(environment_names)
     rollout = _load("rollout_func", g.rollout_func, "rollout_func") if g.rollout_func else None
     return Agents(tuple(tools), environments, rollout, specs, g.rollout_func)
 

@@ -13,6 +13,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 from grpo_pipeline.env.secret_fields import masked, masked_pickle_class
@@ -36,22 +37,14 @@ from grpo_pipeline.rewards.contract import guard_reward
 def build_trainer(agents: Agents, backend, cfg: PipelineConfig, model, tokenizer, prepared,
                   peft_config, output_dir: Path, resume_step: Optional[int] = None, periodic_eval=None,
                   rollbacks_done: int = 0, previous: Any = None):
-    """The wrapped TRL GRPOTrainer: our dataset, rewards (+ the zero-weight health observer) and callbacks.
-
-    `cfg`: the recipe as validated; `agents`: the run's tools / environment_factory / rollout_func, resolved once
-    (agents.py).
-
-    `resume_step` is the step of the checkpoint the run resumes from (None: a fresh run); metrics.jsonl
-    drops the lines after it, since the resumed run replaces that trajectory. `periodic_eval` is the
-    eval_steps callback (pipeline/infer/periodic_eval.py), or None. `rollbacks_done` > 0 (on_collapse:
-    rollback): the trainer resumes a rolled-back run, its learning rate scaled by rollback_lr_factor ** that;
-    `previous` is the trainer it replaces, whose colocated vLLM engine it takes over (`colocated_engine`).
-    """
+    """The wrapped TRL GRPOTrainer and its HealthCallback. `resume_step`: the checkpoint's step (metrics.jsonl drops
+    the lines after it; None: a fresh run); `periodic_eval`: the eval_steps callback or None; `rollbacks_done` > 0:
+    a rolled-back run, its learning rate scaled by rollback_lr_factor ** that; `previous`: the trainer it replaces,
+    whose colocated vLLM engine it takes over."""
     import trl  # lazy, after the backend: with Unsloth, trl.GRPOTrainer/GRPOConfig are already its patched classes
     from transformers import PrinterCallback, ProgressCallback
 
-    # lazy: these three import transformers at their top, kept here so that --check and `import grpo_pipeline.pipeline.train`
-    # load no torch
+    # lazy: these import transformers (--check and `import grpo_pipeline.pipeline.train` load no torch)
     from grpo_pipeline.pipeline.health.rollback import LrScaleCallback, base_model_reference
     from grpo_pipeline.pipeline.health.rules import build_health
     from grpo_pipeline.pipeline.run.log import MetricsJsonlCallback, RewardProgressCallback
@@ -63,9 +56,8 @@ def build_trainer(agents: Agents, backend, cfg: PipelineConfig, model, tokenizer
     observer, health = build_health(cfg, tokenizer, rollbacks_done)
     reward_funcs.append(observer)
     weights.append(0.0)  # the observer only watches; it never changes the reward
-    # The one reward contract around every function (rewards/contract.py): checked values, a raise becomes a
-    # RewardFailure naming the sample (the run stops cleanly, pipeline/train.py), None's share logged.
-    # A failure is held and raised after TRL's reward gather, on every process together (reward_failures.py).
+    # The reward contract around every function (rewards/contract.py); a failure is held and raised after TRL's
+    # reward gather, on every process together (reward_failures.py).
     latch = RewardFailureLatch()
     reward_funcs = guarded_rewards(reward_funcs, observer, latch.hold, g.reward_timeout)
 
@@ -116,17 +108,15 @@ def _engine_kept(args, previous: Any):
 
 
 def guarded_rewards(reward_funcs: list, observer, hold, timeout: Optional[float]) -> list:
-    """Every reward in the contract (rewards/contract.py guard_reward), failures handed to `hold`. With
-    reward_timeout set, each of the recipe's rewards runs in a process of its own, killed at the deadline
-    (rewards/worker.py); the health `observer` stays in this process: the health callback reads what it saw."""
+    """Every reward in the contract (rewards/contract.py guard_reward), failures handed to `hold`; with `timeout`,
+    each but the health `observer` (whose state the callback reads) in a process of its own (rewards/worker.py)."""
     return [guard_reward(func, hold=hold, timeout=timeout, own_process=func is not observer) for func in reward_funcs]
 
 
 def record_effective_config(trainer, backend, cfg: PipelineConfig, model,
                             max_completion_length: int, output_dir: Path) -> list[str]:
-    """effective_config.json from the built trainer's args (pipeline/trainer/effective.py); the changed-field lines.
-    The kwargs are worked out again as grpo_training_args did (the same pure steps), so that the record says what
-    was passed beside what ran."""
+    """effective_config.json from the built trainer's args (effective.py), with the kwargs passed worked out again
+    as grpo_training_args did; the changed-field lines."""
     weights = list(trainer.args.reward_weights or [])
     decided = run_decided_args(backend, cfg, model, max_completion_length, output_dir, weights)
     passed = {**trl_training_args(cfg), **decided}
@@ -136,13 +126,9 @@ def record_effective_config(trainer, backend, cfg: PipelineConfig, model,
 
 @dataclass(frozen=True)
 class ModelCard:
-    """The names TRL's model card (output_dir/README.md) should give: the base model and dataset we trained on.
-
-    TRL reads the base model from config._name_or_path and leaves it out when that is a local folder
-    (our built-in models, a downloaded copy), giving "fine-tuned version of [None]"; with Unsloth it would
-    name the pre-quantized 4-bit repo instead of the model the user chose. A hub id is named; for anything
-    else no card is written, since its hub links would point nowhere.
-    """
+    """The base model and dataset TRL's model card (output_dir/README.md) should name. TRL reads config._name_or_path:
+    a local folder gives "fine-tuned version of [None]", Unsloth's the pre-quantized repo. A hub id is named; for
+    anything else no card is written (its hub links would point nowhere)."""
 
     base_model: Optional[str]
     dataset: Optional[str]
@@ -194,9 +180,9 @@ def run_decided_args(backend, cfg: PipelineConfig, model, max_completion_length:
 
 
 def build_grpo_config(cfg: PipelineConfig, decided: dict):
-    """trl.GRPOConfig from our fields (pipeline/config trl_training_args), the user's TRL options (`cfg.trl`) and
-    what the run decided. A TRL option that the backend decides otherwise (role backend_decided: `use_vllm`, `bf16`, ...) is refused naming the option
-    that decides it, never dropped; a value TRL's own validation refuses is a ConfigError naming the field."""
+    """trl.GRPOConfig from our fields, the user's TRL options (`cfg.trl`) and what the run decided. A TRL option the
+    backend decides otherwise (role backend_decided) is refused naming what decides it; a value TRL's own
+    validation refuses is a ConfigError naming the field."""
     import trl  # lazy: imported after the backend, as in build_trainer (Unsloth patches GRPOConfig)
 
     for name, value in cfg.trl.items():
@@ -220,8 +206,7 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
 
 
 def _named_field(message: str, trl_options: dict, kwargs: dict) -> str:
-    """The field a TRL validation message is about: a TRL option the user set (`trl_options`), else any field it
-    names."""
+    """The field a TRL validation message is about: a TRL option the user set, else any field it names."""
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
     for name in [*trl_options, *kwargs]:
         if name in words:
@@ -231,7 +216,7 @@ def _named_field(message: str, trl_options: dict, kwargs: dict) -> str:
 
 def check_grpo_config(backend_name: str, cfg: PipelineConfig) -> str:
     """`--check`'s `trl` step: the trl.GRPOConfig the run will build, with TRL's own validation, before anything
-    loads. The backend's device settings need the loaded model on Unsloth, so there they are checked by the run."""
+    loads (Unsloth's device settings need the model: the run checks those)."""
     with tempfile.TemporaryDirectory() as scratch:
         build_grpo_config(cfg, _model_free_decided(backend_name, cfg, Path(scratch)))
     named = ", ".join(f"{k}={excerpt(v)}" for k, v in masked(dict(cfg.trl)).items())
@@ -239,8 +224,7 @@ def check_grpo_config(backend_name: str, cfg: PipelineConfig) -> str:
 
 
 def check_effective_config(backend_name: str, cfg: PipelineConfig) -> str:
-    """`--check`'s `effective_config` step: the fields the backend will change, the lines `grpo train` prints when
-    it writes effective_config.json (pipeline/trainer/effective.py predicted_changes), before anything loads."""
+    """`--check`'s `effective_config` step: the fields the backend will change (effective.py predicted_changes)."""
     with tempfile.TemporaryDirectory() as scratch:
         decided = _model_free_decided(backend_name, cfg, Path(scratch))
         changes = predicted_changes(backend_name, cfg, decided)
@@ -253,19 +237,8 @@ def _model_free_decided(backend_name: str, cfg: PipelineConfig, scratch: Path) -
     """run_decided_args as far as it is known before the model loads (the data's limit, the reward weights)."""
     weights = [*check_reward_weights(list(cfg.grpo.reward_funcs), cfg.grpo.reward_weights), 0.0]
     completion_limit = parse_limit(cfg.data.max_completion_length, "max_completion_length")  # None: auto
-    return run_decided_args(_ModelFreeSettings(load_backend(backend_name), backend_name), cfg,
-                            None, completion_limit or 256, scratch, weights)
-
-
-@dataclass(frozen=True)
-class _ModelFreeSettings:
-    """The backend's GRPOConfig device settings as far as they are known before a model loads: the plain
-    backend's all (they read the machine), Unsloth's none (bf16/fp16 and use_vllm follow the loaded model)."""
-
-    backend: object
-    name: str
-
-    def grpo_config_kwargs(self, cfg, model):
-        if not self.backend.KWARGS_NEED_MODEL:
-            return self.backend.grpo_config_kwargs(cfg, model)
-        return {"use_cpu": True, "bf16": False, "fp16": False} if on_cpu() else {}
+    backend = load_backend(backend_name)
+    if backend.KWARGS_NEED_MODEL:  # Unsloth's device settings follow the loaded model: none known before it loads
+        device = {"use_cpu": True, "bf16": False, "fp16": False} if on_cpu() else {}
+        backend = SimpleNamespace(grpo_config_kwargs=lambda cfg, model: device)
+    return run_decided_args(backend, cfg, None, completion_limit or 256, scratch, weights)

@@ -1,11 +1,7 @@
 """The algorithm that ran: every trl.GRPOConfig field as the trainer ran it, in the run folder's effective_config.json.
 
-A recipe is not what trains. The backend adds its device and vLLM settings (`grpo_config_kwargs`), and Unsloth's
-generated UnslothGRPOConfig replaces TRL's defaults and resolves some fields itself
-(pipeline/backends/unsloth_config.py). After the trainer is built, `write_effective_config` reads every field back
-from `trainer.args` and marks each one where it differs from the recipe, from TRL's default, or from what the
-other backend would run; `grpo train` prints one line per field a backend changed. `predicted_changes` gives the
-same lines from pure functions, before anything loads (`grpo train --check`).
+A recipe is not what trains: the backend adds its settings and Unsloth's UnslothGRPOConfig replaces TRL's defaults
+(pipeline/backends/unsloth_config.py); `predicted_changes` gives the changed-field lines before anything loads.
 """
 
 from __future__ import annotations
@@ -29,13 +25,9 @@ def trl_defaults() -> dict[str, Any]:
     """TRL's own GRPOConfig defaults (the dataclass's, before its __post_init__), for every init field."""
     cls = next((c for c in grpo_config_class().__mro__  # TRL's class, also where Unsloth's subclass stands
                 if c.__name__ == "GRPOConfig" and c.__module__.startswith("trl.")), grpo_config_class())
-    defaults: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.init and f.default is not dataclasses.MISSING:
-            defaults[f.name] = f.default
-        elif f.init and f.default_factory is not dataclasses.MISSING:
-            defaults[f.name] = f.default_factory()
-    return defaults
+    return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            for f in dataclasses.fields(cls)
+            if f.init and (f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)}
 
 
 def _plain(value: Any) -> Any:
@@ -89,12 +81,9 @@ def other_backend_kwargs(cfg: PipelineConfig, backend_name: str, passed: dict[st
 
 def effective_record(backend_name: str, cfg: PipelineConfig, args: Any,
                      passed: dict[str, Any], backend_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """effective_config.json's content: `args` (the trainer's, read back after it was built) field by field, against
-    the GRPOConfig kwargs the recipe states (pipeline/config trl_training_args).
-
-    Each field: `value` (as the trainer ran it), `recipe` (when the recipe states it), `trl_default`,
-    `other_backend` (only where the other backend would run another value), `differs_from` (which of recipe,
-    trl_default, other_backend it differs from) and `changed_by` (a backend set it, and why)."""
+    """effective_config.json's content: each field of `args` (the built trainer's) with its `value`, `recipe`,
+    `trl_default`, `other_backend` (where that would run another value), `differs_from` (which of those three it
+    differs from) and `changed_by` (a backend set it, and why)."""
     # secrets as TrainingArguments.to_dict shows them (`<HUB_TOKEN>`), on every side (env/secret_fields.py)
     defaults, recipe, passed = trl_defaults(), masked(trl_training_args(cfg)), masked(passed)
     changes = backend_changes(backend_name, passed, backend_kwargs, recipe, defaults)
@@ -142,9 +131,8 @@ def write_effective_config(output_dir: Path, cfg: PipelineConfig, backend, train
 
 
 def predicted_changes(backend_name: str, cfg: PipelineConfig, decided: dict[str, Any]) -> list[str]:
-    """`grpo train --check`: the lines `grpo train` will print, from the recipe's GRPOConfig kwargs (pipeline/config
-    trl_training_args) and the run's decided kwargs before any load (`decided` holds the backend's model-free kwargs,
-    pipeline/trainer/build.py check_grpo_config)."""
+    """`grpo train --check`: the lines `grpo train` will print, from the recipe and the run's kwargs decided before
+    any load (`decided`, build.py check_effective_config)."""
     backend = load_backend(backend_name)
     backend_kwargs, recipe_args = backend.predicted_config_kwargs(cfg), trl_training_args(cfg)
     passed = {**recipe_args, **decided, **backend_kwargs}

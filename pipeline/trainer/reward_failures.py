@@ -1,12 +1,9 @@
 """A reward that fails on one process stops every process, with the failing one's message.
 
-TRL's `GRPOTrainer._calculate_rewards` (TRL 1.15) calls each reward on this process's completions, then
-`gather`s the rewards of all processes. A RewardFailure raised inside it on one process (a reward that raises,
-or breaks the contract, on that process's samples only) leaves the others blocked in that gather until the
-collective times out (NCCL: 30 minutes), and no process writes a summary. So the trainer's rewards are guarded
-with `hold` (rewards/contract.py `guard_reward`): a failure is kept here and the call returns 0.0, every process
-reaches the gather, and `raise_agreed` right after it agrees across processes (one all_reduce) and raises on all
-of them, with the failing process's message (broadcast from it). Single-process runs skip the collectives.
+TRL 1.15's `GRPOTrainer._calculate_rewards` calls each reward, then `gather`s all processes' rewards: a failure raised
+on one process left the others blocked in that gather (NCCL: 30 minutes). So a failure is held (rewards/contract.py
+`guard_reward(hold=...)`, the call returns 0.0), and `raise_agreed`, right after the gather, agrees across processes
+(one all_reduce) and raises on all of them with the failing process's message.
 """
 
 from __future__ import annotations

@@ -46,15 +46,9 @@ def replace_trl_internals(trainer, card: Any, latch: Any, checkpoint_key: Any, d
 
 
 def with_gradient(compute_loss: Callable) -> Callable:
-    """`compute_loss`, whose loss always has a gradient: a batch that leaves no token to learn from is a step with no
-    gradient, not a crash.
-
-    With `mask_truncated_completions: true`, TRL's GRPOTrainer._generate_and_score_completions zeroes the loss mask
-    of every completion cut at max_completion_length; when all of them are (common early in a run), the loss it
-    returns is a constant, and `loss.backward()` raises "element 0 of tensors does not require grad". Tied to
-    one trainable parameter by a zero factor, the loss backpropagates zeros: the step runs, logs, and changes
-    nothing but the optimizer's step count.
-    """
+    """`compute_loss`, whose loss always has a gradient: with `mask_truncated_completions: true` and every completion
+    cut (common early on), TRL's loss is a constant and `loss.backward()` raised "element 0 of tensors does not
+    require grad"; tied to a trainable parameter by a zero factor, it backpropagates zeros."""
 
     def loss_with_gradient(model, inputs, return_outputs=False, num_items_in_batch=None):
         loss = compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)

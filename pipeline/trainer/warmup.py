@@ -1,23 +1,8 @@
 """Optional SFT format warm-up before GRPO (`sft_warmup_steps > 0`), as the Qwen3 GRPO notebook does.
 
-GRPO learns only from differences within a group: if no completion ever contains
-`<answer>...</answer>`, every format and correctness reward is 0 and there is nothing to learn
-(a small model that never follows the format stays at reward 0). A few supervised steps on formatted
-examples fix that cheaply.
-
-Examples come from a built-in source's own examples (pipeline/demo/registry.py), else from the
-training rows' worked solutions (the `solution` column pipeline/data/clean.py fills: the solution_field
-column, or a GSM8K answer's text before `####`). Data with neither is refused by `grpo train --check`
-(and the run's own check) before any model loads, naming sft_warmup_steps and solution_field.
-
-The warmed weights are kept in `output_dir/warmup/` (with `warmup.json`, the settings they came from),
-so a resumed or restarted run loads them instead of training the warm-up again: the GRPO steps then
-start from, and compare against, the same model as the first attempt.
-
-With `tools` in the recipe, every example carries the tools' schemas (TRL's `tools` column), so the chat template
-renders the warm-up prompts as GRPO's own; examples whose completion is a tool conversation (the assistant calls a
-tool, the tool answers, the assistant answers: pipeline/demo/calculator.py) teach the template's call format, the
-loss on the assistant's tokens only (TRL's `assistant_only_loss`: the tool's answer is not the model's to learn).
+If no completion contains `<answer>...</answer>`, every reward is 0 and GRPO learns nothing; a few supervised steps
+fix that. The warmed weights are kept in `output_dir/warmup/` (with `warmup.json`), so a resumed run starts from the
+same model.
 """
 
 from __future__ import annotations
@@ -39,18 +24,16 @@ WARMUP_KEY_NAME = "warmup.json"
 
 
 def warmup_inputs(cfg: PipelineConfig, prepared) -> dict[str, Any]:
-    """Everything the warmed weights depend on (env/kept.py); saved weights are reused only when all of
-    it matches: the fields declaring warmup_input (the base model's identity, the warm-up's settings, the LoRA, the
-    seed, ...), the training data (its cache key), this module's code (its SFTConfig) and the library versions."""
+    """Everything the warmed weights depend on (env/kept.py): the fields declaring warmup_input, the training data's
+    key, this module's code (its SFTConfig) and the library versions."""
     inputs = role_values(cfg, "warmup_input")
     return {**inputs, "model": model_identity(**inputs["model"]), "data_fingerprint": prepared.fingerprint,
             "code_sha256": file_sha256(Path(__file__)), "versions": versions("torch", "transformers", "peft", "trl")}
 
 
 def with_tools(tools: Sequence[Any], examples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
-    """The examples with the run's `tools` (resolved: pipeline/trainer/agents.py) attached (their JSON schemas,
-    TRL's `tools` column), and whether any is a tool conversation (more than one message in its completion: then the
-    loss is the assistant's tokens only). Without tools, the examples as they are and False."""
+    """The examples with the run's `tools`' JSON schemas attached (TRL's `tools` column), and whether any is a tool
+    conversation (more than one message in its completion). Without tools, the examples as they are and False."""
     if not tools:
         return examples, False
     schemas = json.dumps([tool_schema(tool, "tools", getattr(tool, "__name__", "?")) for tool in tools])
@@ -91,11 +74,8 @@ def _saved_warmup(output_dir: Path, inputs: dict[str, Any]) -> Optional[Path]:
 
 def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, examples: list[dict[str, Any]],
                       tools: Sequence[Any], peft_config, output_dir: Path, reuse: bool = True):
-    """A short SFTTrainer pass on `examples` (pipeline/data/run_data.py warmup_examples) with the run's `tools`;
-    returns the (possibly LoRA-wrapped) model for GRPO to continue from.
-
-    With `reuse`, weights saved by an earlier attempt of this run (same settings) are loaded instead.
-    """
+    """A short SFTTrainer pass on `examples` with the run's `tools`; returns the (possibly LoRA-wrapped) model for
+    GRPO to continue from. With `reuse`, weights saved by an earlier attempt with the same settings are loaded."""
     inputs = warmup_inputs(cfg, prepared)
     saved = _saved_warmup(output_dir, inputs) if reuse else None
     if saved is not None:
@@ -148,8 +128,8 @@ def run_format_warmup(model, tokenizer, cfg: PipelineConfig, prepared, examples:
     trainer.remove_callback(PrinterCallback)  # it prints raw dicts of strings; one readable line instead
     trainer.train()
 
-    # One writer: every process of a data-parallel run trained the same warm-up (DDP), and each one publishing
-    # warmup/ found the others' copy there and stopped the run (exit 2). The main process writes; all wait for it.
+    # One writer: every DDP process trained the same warm-up, and each publishing warmup/ found the others' copy
+    # there (exit 2). The main process writes; all wait for it.
     # lazy: accelerate imports torch
     from accelerate import PartialState
 
