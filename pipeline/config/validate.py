@@ -1,7 +1,7 @@
 """Validation of a parsed config: pure Python, before any model or tokenizer loads.
 
 `validate()` turns the mistakes that otherwise surface deep inside TRL or Unsloth (or worse, are silently
-rewritten by them) into one ConfigError that names the field and the fix. `check_field_values()` (values.py)
+rewritten by them) into one ConfigError that names the field and the fix. `check_field_values()` (pipeline_config.py)
 is the generic part it runs first: every field's type, and the bounds and choices declared with it in fields.py.
 """
 
@@ -16,8 +16,7 @@ from typing import Any, Optional
 
 from grpo_pipeline.env.text import excerpt
 from grpo_pipeline.pipeline.config.fields import ConfigError
-from grpo_pipeline.pipeline.config.pipeline_config import PipelineConfig
-from grpo_pipeline.pipeline.config.values import check_field_values, check_generation_temperature
+from grpo_pipeline.pipeline.config.pipeline_config import PipelineConfig, check_field_values, check_generation_temperature
 from grpo_pipeline.rewards import check_reward_names, check_reward_weights, get_reward_funcs  # light: no torch
 
 # What Unsloth trains in full rather than as LoRA (unsloth/models/_utils.py EMBEDDING_MODULES).
