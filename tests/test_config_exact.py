@@ -10,7 +10,7 @@ import typing
 import pytest
 
 from grpo_pipeline.pipeline.config import SECTIONS, ConfigError, PipelineConfig, given, parse_config, validate
-from grpo_pipeline.pipeline.config.field_help import field_rules
+from grpo_pipeline.pipeline.config.fields import field_rules
 
 # Numeric fields without declared bounds, and why every value does exactly what it says (or which check in
 # validate() refuses the rest). A new numeric field must be bounded in fields.py or explained here.

@@ -18,9 +18,9 @@ import pytest
 from grpo_pipeline.env.path_check import OUTPUT_FILE, PathError, check_path
 from grpo_pipeline.env.text import excerpt, shorten
 from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, check_field_values, parse_config, peek_option
-from grpo_pipeline.pipeline.config.parse import check_value_type, read_recipe
+from grpo_pipeline.pipeline.config.parse import read_recipe
 from grpo_pipeline.pipeline.config.validate import parse_limit, sampling_params_mapping
-from grpo_pipeline.pipeline.config.values import check_choices, coerce
+from grpo_pipeline.pipeline.config.pipeline_config import check_choices, coerce, typed_value
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = "max_steps: 7\nseed: 11\nenv:\n  GRPO_TEST_FROM_RECIPE: 'yes'\n"
@@ -137,9 +137,9 @@ SITES = {
     "choices": _raises(check_choices, __import__("grpo_pipeline.pipeline.config", fromlist=["HealthArguments"])
                        .HealthArguments(kl_action=HUGE_TEXT)),
     "list-entry": _raises(check_field_values, PipelineConfig().replace(lora_target_modules=[HUGE_LIST, ""])),
-    "recipe-type-list": _raises(check_value_type, "max_steps", HUGE_LIST),
-    "recipe-type-text": _raises(check_value_type, "output_dir", HUGE_LIST),
-    "recipe-nested-list": _raises(check_value_type, "lora_target_modules", HUGE_LIST),
+    "recipe-type-list": _raises(typed_value, "max_steps", HUGE_LIST),
+    "recipe-type-text": _raises(typed_value, "output_dir", HUGE_LIST),
+    "recipe-nested-list": _raises(typed_value, "lora_target_modules", HUGE_LIST),
     "limit": _raises(parse_limit, HUGE_TEXT, "max_prompt_length"),
     "sampling-params": _raises(sampling_params_mapping, HUGE_TEXT),
     "path-unset-variable": _raises(check_path, "output_dir", "$GRPO_SURELY_UNSET/" + HUGE_TEXT[:3000], OUTPUT_FILE),

@@ -22,11 +22,11 @@ from grpo_pipeline.pipeline.config import (
     validate,
     validate_unsloth,
 )
-from grpo_pipeline.pipeline.config.field_help import field_rules
+from grpo_pipeline.pipeline.config.fields import field_rules
 from grpo_pipeline.pipeline.config.pipeline_config import list_fields
 from grpo_pipeline.pipeline.config.trl_fields import TRL_BOUNDS
 from grpo_pipeline.pipeline.config.validate import world_size
-from grpo_pipeline.pipeline.config.values import coerce
+from grpo_pipeline.pipeline.config.pipeline_config import coerce
 
 
 def config(**overrides) -> PipelineConfig:

@@ -17,14 +17,15 @@ import yaml
 from grpo_pipeline.pipeline.config import ConfigError, from_mapping, parse_config, trl_training_args
 from grpo_pipeline.pipeline.config.fields import field_names
 from grpo_pipeline.pipeline.config.trl_fields import (
-    BACKEND_DECIDED,
-    RUN_OWNED,
     grpo_config_class,
     trainer_choices,
     trl_fields,
     trl_option_names,
     trl_section,
+    trl_with,
 )
+
+RUN_OWNED, BACKEND_DECIDED = trl_with("run_owned"), trl_with("backend_decided")
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ import pytest
 
 from grpo_pipeline.pipeline.config import ConfigError
 from grpo_pipeline.pipeline.data.prepare import prepare_dataset
-from grpo_pipeline.pipeline.data.hub_data import hub_saved_copy_dir
+from grpo_pipeline.pipeline.data.sources import hub_saved_copy_dir
 from grpo_pipeline.rewards import extract_hash_answer
 from tests.data_helpers import make_cfg, sample_rows, write_jsonl
 

@@ -5,7 +5,7 @@ the columns TRL passes the rewards (removes_unused_columns), whether the run rea
 import dataclasses
 
 from grpo_pipeline.pipeline.config import DataArguments, PipelineConfig, role_values
-from grpo_pipeline.pipeline.config.field_help import _help
+from grpo_pipeline.pipeline.config.fields import _help
 from grpo_pipeline.pipeline.data.columns import removes_unused_columns
 from grpo_pipeline.pipeline.data.prepare import data_fields
 from grpo_pipeline.pipeline.data.run_data import eval_config

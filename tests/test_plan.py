@@ -17,7 +17,7 @@ from grpo_pipeline.pipeline.plan import estimate as est
 from grpo_pipeline.pipeline.plan.cards import CUDA_CONTEXT_GIB, GIB, KNOWN_CARDS, card_by_name, card_from_memory
 from grpo_pipeline.pipeline.plan.command import RECIPES_DIR, main, recipe_table
 from grpo_pipeline.pipeline.plan.fit import REFUSE_RATIO, memory_check, plan, suggestions
-from grpo_pipeline.pipeline.plan.bundled import bundled_config_name
+from grpo_pipeline.pipeline.plan.shape import bundled_config_name
 from grpo_pipeline.pipeline.plan.shape import ModelShape, ParamCounts, count_parameters, load_shape
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,10 +19,17 @@ from grpo_pipeline.pipeline.config.fields import (
     field_names,
     given,
 )
-from grpo_pipeline.pipeline.config.pipeline_config import PipelineConfig, field_choices, from_mapping, trl_training_args
+from grpo_pipeline.pipeline.config.pipeline_config import (
+    PipelineConfig,
+    check_choice,
+    check_choices,
+    check_field_values,
+    field_choices,
+    from_mapping,
+    trl_training_args,
+)
 from grpo_pipeline.pipeline.config.roles import ROLES, fields_with, role_values, trl_names
 from grpo_pipeline.pipeline.config.parse import normalize_argv, parse_config, peek_option, read_recipe
-from grpo_pipeline.pipeline.config.values import check_choice, check_choices, check_field_values
 from grpo_pipeline.pipeline.config.validate import (
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     check_adapter_rank,

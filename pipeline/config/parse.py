@@ -8,10 +8,8 @@ fix, before argparse (whose messages list no alternatives). Imports no torch; tr
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import stat as stat_module
-import typing
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,9 +19,16 @@ from grpo_pipeline.env.path_check import INPUT_FILE, PathError, check_path
 from grpo_pipeline.env.secret_fields import remember, remember_argv, unmasked
 from grpo_pipeline.env.text import excerpt, shorten
 from grpo_pipeline.pipeline.config.fields import SECTIONS, ConfigError, field_names
-from grpo_pipeline.pipeline.config.pipeline_config import SECTION_ATTR, PipelineConfig, check_trl_names
+from grpo_pipeline.pipeline.config.pipeline_config import (
+    SECTION_ATTR,
+    PipelineConfig,
+    check_trl_names,
+    coerce,
+    field_kind,
+    typed_value,
+    unwrap_optional,
+)
 from grpo_pipeline.pipeline.config.trl_fields import trl_fields, trl_section
-from grpo_pipeline.pipeline.config.values import coerce
 from grpo_pipeline.rewards.user_code import set_recipe_dir
 
 
@@ -38,7 +43,9 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
     path = config_path(argv)
     set_recipe_dir(Path(path).parent if path is not None else None)  # named when a module sits only there
     recipe = read_recipe(path) if path is not None else {}  # syntax errors and unknown keys, with file and line
-    env = recipe_env(path) if path is not None else {}
+    env = _load_recipe(path)[0].get("env") or {} if path is not None else {}  # TrlParser's `env:` mapping
+    if not isinstance(env, dict):
+        raise ConfigError("env", f"{os.path.abspath(path)}: `env` must be a mapping of NAME: value lines.")
     remember({**recipe, **env})
     named += list(recipe) + list(base or {})
     # TRL's own fields (trl_fields.py) join the parser only when one is named: deriving them imports torch.
@@ -55,7 +62,8 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
     for key, value in env.items():
         os.environ[key] = str(value)
     parser.set_defaults_with_config(**recipe)
-    parsed = parser.parse_args_into_dataclasses(args=without_config(argv))
+    at = argv.index("--config") if path is not None else len(argv)  # the command line without `--config FILE`
+    parsed = parser.parse_args_into_dataclasses(args=argv[:at] + argv[at + 2:])
     by_cls = {type(p): p for p in parsed}
     trl_values = by_cls[trl_section()] if trl_names else None
     return PipelineConfig(**{SECTION_ATTR[cls]: by_cls[cls] for cls in SECTIONS},
@@ -67,16 +75,6 @@ def _default(name: str) -> Any:
     owner = field_names().get(name)
     f = {f.name: f for f in dataclasses.fields(owner)}[name] if owner else trl_fields().get(name)
     return None if f is None else f.default
-
-
-def _kind(name: str) -> Any:
-    """The type hint of an option of ours or of TRL's."""
-    return _type_hints(field_names().get(name) or trl_section())[name]
-
-
-# Once per section class: get_type_hints evaluates every annotation of the class, and a recipe asks it once per
-# value (~450 times for one `grpo train --config`).
-_type_hints = functools.lru_cache(maxsize=None)(typing.get_type_hints)
 
 
 def normalize_argv(argv: list[str]) -> list[str]:
@@ -104,18 +102,6 @@ def config_path(argv: list[str]) -> Optional[str]:
         raise ConfigError("config", f"{err.detail} Pass a YAML recipe, e.g. --config "
                           "configs/qwen2.5-1.5b-gsm8k.yaml") from None
     return path
-
-
-def without_config(argv: list[str]) -> list[str]:
-    """A normalised argv without its `--config FILE`.
-
-    >>> without_config(["--max_steps", "3", "--config", "r.yaml", "--seed", "1"])
-    ['--max_steps', '3', '--seed', '1']
-    """
-    if "--config" not in argv:
-        return list(argv)
-    index = argv.index("--config")
-    return argv[:index] + argv[index + 2:]
 
 
 # A recipe is a few KiB; a larger one is refused before it is parsed (no YAML document of ours needs more).
@@ -167,9 +153,7 @@ def check_option_names(argv: list[str]) -> list[str]:
         value = arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else None)
         if name == "config" or name in negated or value is None:
             continue
-        args = typing.get_args(_kind(name))
-        optional = type(None) in args and len(args) == 2
-        kind = next(a for a in args if a is not type(None)) if optional else _kind(name)
+        kind, optional = unwrap_optional(field_kind(name))
         if kind is bool and ("=" in arg or not value.startswith("--")) \
                 and value.strip().lower() not in BOOL_WORDS:  # `--flag` alone (nargs="?") is true
             raise ConfigError(name, f"got {excerpt(value)}; use true or false.")
@@ -182,7 +166,7 @@ def read_recipe(path: str) -> dict[str, Any]:
     """The recipe as a flat mapping; a YAML syntax error names the file and line, an unknown key the closest
     field name. Its text is read once (recipe_text)."""
     loaded, lines = _load_recipe(path)
-    # `env:` is TrlParser's own key (environment variables to set), as open-r1's recipes use it: recipe_env.
+    # `env:` is TrlParser's own key (environment variables to set), as open-r1's recipes use it: parse_config.
     # A placeholder that stands for a secret (a recipe `grpo plan --write` wrote) is unset, never the value to use.
     loaded = unmasked({key: value for key, value in loaded.items() if key != "env"})
     not_ours = sorted(str(k) for k in set(loaded) - set(field_names()))
@@ -193,20 +177,12 @@ def read_recipe(path: str) -> dict[str, Any]:
             raise ConfigError(err.field, f"{os.path.abspath(path)}: {str(err).split(': ', 1)[1]}") from None
     for key, value in loaded.items():
         try:
-            check_value_type(key, value)
+            typed_value(key, value)
         except ConfigError as err:
             line = lines.get(key)
             where = f"{os.path.abspath(path)}" + (f" line {line}" if line else "")
             raise ConfigError(key, f"{where}: {str(err).split(': ', 1)[1]}") from None
     return loaded
-
-
-def recipe_env(path: str) -> dict[str, Any]:
-    """The recipe's `env:` mapping (environment variables TrlParser sets), {} without one."""
-    env = _load_recipe(path)[0].get("env") or {}
-    if not isinstance(env, dict):
-        raise ConfigError("env", f"{os.path.abspath(path)}: `env` must be a mapping of NAME: value lines.")
-    return env
 
 
 # How many values a recipe's YAML may expand to, aliases counted each time they are used: a recipe has a few
@@ -272,33 +248,6 @@ def _check_expanded_size(root: Any, where: str) -> None:
         return total
 
     size(root)
-
-
-def check_value_type(name: str, value: Any) -> None:
-    """A recipe value that cannot be the field's type is a ConfigError naming the field, before TrlParser would
-    print argparse's usage dump. List fields take a lone value or a list; bounds and choices are validate()'s."""
-    kind = _kind(name)
-    if type(None) in typing.get_args(kind):
-        if value is None:
-            return
-        others = [a for a in typing.get_args(kind) if a is not type(None)]
-        if len(others) > 1:  # TRL's `dict | str | None` and the like: TRL checks them when it builds its config
-            return
-        kind = others[0]
-    if value is None:
-        raise ConfigError(name, "is empty; give a value or remove the line to use the default.")
-    if typing.get_origin(kind) is list:
-        (item,) = typing.get_args(kind)
-        for entry in value if isinstance(value, (list, tuple)) else [value]:
-            if item in (int, float, bool):
-                coerce(entry, item, name)
-            elif isinstance(entry, (list, tuple, dict)):
-                raise ConfigError(name, f"got {excerpt(entry)} in {excerpt(value)}; write a list of names, e.g. "
-                                        "[q_proj, v_proj].")
-    elif kind in (int, float, bool):
-        coerce(value, kind, name)
-    elif isinstance(value, (list, tuple)):
-        raise ConfigError(name, f"got the list {excerpt(value)}; give one value.")
 
 
 class DuplicateKeyError(Exception):

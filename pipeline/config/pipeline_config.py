@@ -1,6 +1,8 @@
-"""The whole config: `PipelineConfig` (every section together, plus the TRL options a user set) and how it is
+"""The whole config: `PipelineConfig` (every section together, plus the TRL options a user set), how it is
 built from a flat mapping (a recipe, a manifest's config): our field names first, then TRL's GRPOConfig fields
-(pipeline/config/trl_fields.py), every unknown name refused in one error with its nearest options.
+(pipeline/config/trl_fields.py), every unknown name refused in one error with its nearest options; and each
+field's value alone, before the cross-field rules of validate.py: its type (`typed_value`, one pass for a recipe's
+values and the config's), the bounds and choices declared with it in fields.py, and TRL's own fields' bounds.
 Imports no torch, transformers or trl (TRL's fields are looked up only for a name that is not ours).
 """
 
@@ -8,12 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import math
+import operator
+import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
-from grpo_pipeline.pipeline.config.field_help import field_rules
+from grpo_pipeline.env.text import excerpt
 from grpo_pipeline.pipeline.config.fields import (
+    MIN_SAMPLING_TEMPERATURE,
     SECTIONS,
     ConfigError,
     DataArguments,
@@ -24,8 +31,9 @@ from grpo_pipeline.pipeline.config.fields import (
     LoraArguments,
     ModelArguments,
     field_names,
+    field_rules,
 )
-from grpo_pipeline.pipeline.config.trl_fields import trl_option_names, trl_with
+from grpo_pipeline.pipeline.config.trl_fields import TRL_BOUNDS, trl_option_names, trl_section, trl_with
 
 
 @dataclass
@@ -83,11 +91,32 @@ def list_fields(section_cls: type) -> dict[str, type]:
     """
     found = {}
     for name, kind in typing.get_type_hints(section_cls).items():
-        kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind) \
-            if type(None) in typing.get_args(kind) else kind
+        kind = unwrap_optional(kind)[0]
         if typing.get_origin(kind) is list:
             found[name] = typing.get_args(kind)[0]
     return found
+
+
+def unwrap_optional(kind: Any) -> tuple[Any, bool]:
+    """(X, True) for the type hint Optional[X], (kind, False) for one that takes no None. A union of several types
+    (TRL's `dict | str | None`) stays whole: TRL checks those when it builds its config.
+
+    >>> unwrap_optional(Optional[int]), unwrap_optional(list[str])
+    ((<class 'int'>, True), (list[str], False))
+    """
+    args = typing.get_args(kind)
+    others = [a for a in args if a is not type(None)]
+    return (others[0] if len(others) == 1 and len(args) == 2 else kind), type(None) in args
+
+
+# Once per section class: get_type_hints evaluates every annotation of the class, and a recipe asks it once per
+# value (~450 times for one `grpo train --config`).
+_type_hints = functools.lru_cache(maxsize=None)(typing.get_type_hints)
+
+
+def field_kind(name: str) -> Any:
+    """The type hint of an option of ours or of TRL's."""
+    return _type_hints(field_names().get(name) or trl_section())[name]
 
 
 def field_choices(name: str) -> tuple[str, ...]:
@@ -175,3 +204,142 @@ def unknown_options_error(names: list[str], known: list[str] | None = None) -> C
     head = f"unknown option `{names[0]}`; " if len(names) == 1 else f"{len(names)} unknown options: "
     body = lines[0].split(": ", 1)[1] if len(names) == 1 else "; ".join(lines)
     return ConfigError(names[0], f"{head}{body} All options: `grpo train --help` (ours, then TRL's GRPOConfig).")
+
+
+def coerce(value: Any, kind: type, name: str) -> Any:
+    """`value` as `kind` (int/float/bool), or a ConfigError. A float for an int field is refused unless whole:
+    1.5 steps would otherwise be truncated (or fail deep inside the trainer)."""
+    article = "an integer" if kind is int else "a number" if kind is float else "true or false"
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(name, f"got {excerpt(value)}; use true or false.")
+    if isinstance(value, bool):
+        raise ConfigError(name, f"got {excerpt(value)}; use {article}.")
+    if isinstance(value, str):
+        try:
+            value = float(value) if kind is float else int(value)
+        except ValueError:
+            raise ConfigError(name, f"got {excerpt(value)}; use {article}.") from None
+    if not isinstance(value, (int, float)):
+        raise ConfigError(name, f"got {excerpt(value)} ({type(value).__name__}); use {article}.")
+    if not math.isfinite(value):
+        raise ConfigError(name, f"got {excerpt(value)}; use a finite number.")
+    if kind is int:
+        if value != int(value):
+            raise ConfigError(name, f"got {excerpt(value)}; use a whole number such as {max(int(value), 1)}.")
+        return int(value)
+    return float(value)
+
+
+def typed_value(name: str, value: Any, kind: Any = None) -> Any:
+    """`value` as the field's type hint `kind` (by default the option's own, ours or TRL's) says, or a ConfigError
+    naming the field: numbers and bools by `coerce`, a list field from a list or a lone value (its items coerced,
+    or each a name), no list for a single value. The one type check of a recipe's values (before TrlParser would
+    print argparse's usage dump) and of the config's (check_field_values); bounds and choices are checked apart.
+
+    >>> typed_value("reward_weights", ["1", 2]), typed_value("max_steps", "3"), typed_value("min_p", None)
+    ([1.0, 2.0], 3, None)
+    """
+    kind, optional = unwrap_optional(field_kind(name) if kind is None else kind)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(name, "is empty; give a value or remove the line to use the default.")
+    if typing.get_origin(kind) is list:
+        (item,) = typing.get_args(kind)
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if item in (int, float, bool):
+            return [coerce(entry, item, name) for entry in values]
+        bad = [v for v in values if not isinstance(v, str) or not v.strip()] if item is str else []
+        if bad:
+            raise ConfigError(name, f"got {excerpt(bad[0])} in {excerpt(values)}; each entry is a name (text).")
+        return values
+    if kind in (int, float, bool):
+        return coerce(value, kind, name)
+    if isinstance(value, (list, tuple)) and typing.get_origin(kind) not in (typing.Union, types.UnionType):
+        raise ConfigError(name, f"got the list {excerpt(value)}; give one value.")
+    return value
+
+
+def check_choices(section: Any) -> None:
+    """The one check of choice fields: each field of `section` (one section's dataclass) that declares
+    `choices` in fields.py. check_field_values runs it on every section; code that takes one section without
+    validate() (data preparation, the health rules) runs it on its own.
+
+    >>> from grpo_pipeline.pipeline.config import HealthArguments
+    >>> check_choices(HealthArguments(kl_action="halt"))
+    Traceback (most recent call last):
+    ...
+    grpo_pipeline.pipeline.config.fields.ConfigError: config error in `kl_action`: got 'halt'; choose one of warn, stop.
+    """
+    for f in dataclasses.fields(section):
+        choices = field_rules(f).get("choices")
+        if choices:
+            check_choice(f.name, getattr(section, f.name), choices)
+
+
+def check_choice(name: str, value: Any, choices: Optional[tuple[str, ...]] = None) -> None:
+    """One choice field's value against its `choices` (by default the ones declared with it: fields.py).
+
+    >>> check_choice("overlong_policy", "cut")
+    Traceback (most recent call last):
+    ...
+    grpo_pipeline.pipeline.config.fields.ConfigError: config error in `overlong_policy`: got 'cut'; choose one of drop, error.
+    """
+    choices = field_choices(name) if choices is None else choices
+    if value not in choices:
+        raise ConfigError(name, f"got {excerpt(value)}; choose one of {', '.join(choices)}.")
+
+
+_BOUNDS = {"gt": (operator.gt, ">"), "ge": (operator.ge, ">="), "lt": (operator.lt, "<"), "le": (operator.le, "<=")}
+
+
+def check_bounds(value: float, name: str, rules: dict[str, Any], default: Any) -> None:
+    """The one bounds check: `rules` as `_help` declares them (gt/ge/lt/le, and `why`, the reason)."""
+    bounds = {key: rules[key] for key in _BOUNDS if key in rules}
+    if not all(_BOUNDS[key][0](value, bound) for key, bound in bounds.items()):
+        wanted = " and ".join(f"{_BOUNDS[key][1]} {bound}" for key, bound in bounds.items())
+        suggestion = f" (the default is {default})" if default is not None else ""
+        why = f": {rules['why']}" if rules.get("why") else ""
+        raise ConfigError(name, f"got {value:g}; it must be {wanted}{suggestion}{why}.")
+
+
+def check_generation_temperature(value: float, name: str) -> None:
+    """generate/eval's temperature: 0 is greedy, and sampling starts at MIN_SAMPLING_TEMPERATURE (below it the
+    plain backend's logits / temperature overflow float32, fields.py says why). [0, 2] is checked with the field."""
+    if 0 < value < MIN_SAMPLING_TEMPERATURE:
+        raise ConfigError(name, f"got {value:g}; use 0 for greedy decoding, or at least {MIN_SAMPLING_TEMPERATURE:g} "
+                          "to sample (below it logits / temperature overflow float32).")
+
+
+def check_field_values(cfg: PipelineConfig) -> None:
+    """Check (and normalise) every field against its declared type, bounds and choices.
+
+    YAML and the parser's defaults pass values through untyped, so `max_steps: 1.5` or `learning_rate: -1`
+    would otherwise reach the trainer after the model has loaded.
+
+    >>> check_field_values(PipelineConfig().replace(max_steps=1.5))
+    Traceback (most recent call last):
+    ...
+    grpo_pipeline.pipeline.config.fields.ConfigError: config error in `max_steps`: got 1.5; use a whole number such as 1.
+    >>> check_field_values(PipelineConfig().replace(learning_rate=0))
+    Traceback (most recent call last):
+    ...
+    grpo_pipeline.pipeline.config.fields.ConfigError: config error in `learning_rate`: got 0; it must be > 0 and <= 1.0 (the ...
+    """
+    for section_cls in SECTIONS:
+        section = getattr(cfg, SECTION_ATTR[section_cls])
+        hints = _type_hints(section_cls)
+        for f in dataclasses.fields(section_cls):
+            rules = field_rules(f)
+            if "choices" in rules:
+                continue  # check_choices below
+            value = typed_value(f.name, getattr(section, f.name), hints[f.name])
+            setattr(section, f.name, value)
+            if type(value) in (int, float) and rules:
+                check_bounds(value, f.name, rules, f.default if f.default is not dataclasses.MISSING else None)
+        check_choices(section)
+    for name, value in cfg.trl.items():  # TRL's numeric options as set, against TRL_BOUNDS
+        if name in TRL_BOUNDS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            check_bounds(coerce(value, float, name), name, TRL_BOUNDS[name], None)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable
 
-from grpo_pipeline.pipeline.config.field_help import field_roles, field_rules
-from grpo_pipeline.pipeline.config.fields import SECTIONS
+from grpo_pipeline.pipeline.config.fields import SECTIONS, field_rules
 from grpo_pipeline.pipeline.config.trl_fields import trl_fields, trl_with
 
 # role -> what a field with it is part of, and who reads it.
@@ -37,8 +36,8 @@ def fields_with(role: str, sections: Iterable[type] = SECTIONS) -> dict[str, Any
     """
     if role not in ROLES:
         raise KeyError(f"unknown role {role!r}; the roles: {', '.join(ROLES)}")
-    ours = {f.name: field_roles(f)[role] for section in sections for f in dataclasses.fields(section)
-            if role in field_roles(f)}
+    ours = {f.name: field_rules(f)["roles"][role] for section in sections for f in dataclasses.fields(section)
+            if role in field_rules(f).get("roles", {})}
     return {**ours, **trl_with(role)}
 
 

@@ -60,11 +60,6 @@ def trl_with(role: str) -> dict[str, Any]:
     """
     return {name: roles[role] for name, roles in TRL_ROLES.items() if role in roles}
 
-
-# name -> reason, for the tests (the code asks trl_with at the call). Ours declare neither role.
-RUN_OWNED = trl_with("run_owned")
-BACKEND_DECIDED = trl_with("backend_decided")
-
 GROUP_NAME = "TRL's GRPOConfig and TrainingArguments (TRL's names, types, defaults and meaning)"
 
 _PORT = {"ge": 1, "le": 65535, "why": "a TCP port"}

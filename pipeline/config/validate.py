@@ -1,7 +1,7 @@
 """Validation of a parsed config: pure Python, before any model or tokenizer loads.
 
 `validate()` turns the mistakes that otherwise surface deep inside TRL or Unsloth (or worse, are silently
-rewritten by them) into one ConfigError that names the field and the fix. `check_field_values()` (values.py)
+rewritten by them) into one ConfigError that names the field and the fix. `check_field_values()` (pipeline_config.py)
 is the generic part it runs first: every field's type, and the bounds and choices declared with it in fields.py.
 """
 
@@ -16,8 +16,7 @@ from typing import Any, Optional
 
 from grpo_pipeline.env.text import excerpt
 from grpo_pipeline.pipeline.config.fields import ConfigError
-from grpo_pipeline.pipeline.config.pipeline_config import PipelineConfig
-from grpo_pipeline.pipeline.config.values import check_field_values, check_generation_temperature
+from grpo_pipeline.pipeline.config.pipeline_config import PipelineConfig, check_field_values, check_generation_temperature
 from grpo_pipeline.rewards import check_reward_names, check_reward_weights, get_reward_funcs  # light: no torch
 
 # What Unsloth trains in full rather than as LoRA (unsloth/models/_utils.py EMBEDDING_MODULES).
@@ -137,11 +136,46 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
     n_processes = n_processes or world_size()
     check_field_values(cfg)
 
-    _check_batch(g, n_processes)
-    completion_limit = _check_lengths(cfg.data, m.max_seq_length)
+    if g.max_steps == 0:  # the Trainer would take one step and report success
+        raise ConfigError("max_steps", "got 0, which trains nothing; give the number of optimizer steps (e.g. 250), "
+                          "or -1 to train num_train_epochs.")
+    global_batch = g.per_device_train_batch_size * g.gradient_accumulation_steps * n_processes
+    if global_batch % g.num_generations != 0:  # (each factor >= 1: check_field_values)
+        raise ConfigError(
+            "per_device_train_batch_size",
+            f"per_device_train_batch_size ({g.per_device_train_batch_size}) x gradient_accumulation_steps "
+            f"({g.gradient_accumulation_steps}) x processes ({n_processes}) = {global_batch} is not divisible by "
+            f"num_generations ({g.num_generations}). TRL counts completions, not prompts, in this batch: set "
+            f"per_device_train_batch_size to a multiple of {g.num_generations} (e.g. {g.num_generations}). "
+            "(Unsloth would silently rewrite the batch size; we refuse instead so the run does what you wrote.)",
+        )
+    # The prompt and completion limits fit in max_seq_length (None: auto).
+    prompt_limit = parse_limit(cfg.data.max_prompt_length, "max_prompt_length")
+    completion_limit = parse_limit(cfg.data.max_completion_length, "max_completion_length")
+    if prompt_limit is not None and completion_limit is not None \
+            and prompt_limit + completion_limit > m.max_seq_length:
+        raise ConfigError(
+            "max_completion_length",
+            f"max_prompt_length ({prompt_limit}) + max_completion_length ({completion_limit}) = "
+            f"{prompt_limit + completion_limit} exceeds max_seq_length ({m.max_seq_length}). Lower one of them, "
+            "raise max_seq_length, or set max_completion_length: auto.",
+        )
+    for name, limit in (("max_prompt_length", prompt_limit), ("max_completion_length", completion_limit)):
+        if limit is not None and limit >= m.max_seq_length:
+            raise ConfigError(name, f"{limit} leaves no room in max_seq_length ({m.max_seq_length}).")
     check_adapter_rank(lo.lora_r, m.max_lora_rank, what="the adapter this run trains (lora_r)",
                        fix=f"Raise max_lora_rank to {lo.lora_r} or lower lora_r.", field_name="lora_r")
-    _check_generation(cfg.generation, completion_limit)
+    # The generation settings used after training: a sampling temperature, no answer past the trained length.
+    gen = cfg.generation
+    check_generation_temperature(gen.gen_temperature, "gen_temperature")
+    if gen.gen_max_tokens is not None and completion_limit is not None and gen.gen_max_tokens > completion_limit \
+            and not gen.allow_longer_generation:  # (gen_max_tokens >= 1: check_field_values)
+        raise ConfigError(
+            "gen_max_tokens",
+            f"gen_max_tokens ({gen.gen_max_tokens}) exceeds the trained max_completion_length "
+            f"({completion_limit}); answers past the trained length are often cut before </answer>. "
+            "Lower it, or set allow_longer_generation: true.",
+        )
     if not (1e-7 <= g.learning_rate <= 1e-3):  # <= 0 was refused by check_field_values
         notes.append(f"learning_rate {g.learning_rate:g} is outside 1e-7..1e-3; GRPO with LoRA usually uses "
                      "1e-6..5e-5 (the notebooks: 5e-6).")
@@ -192,55 +226,6 @@ def check_truncated_sampling(min_p: Optional[float], top_p: float, top_k: int, v
                       "with top_k 20, against 1.009 without), so nothing is learned. Either sample from the whole "
                       "distribution (min_p: null, top_p: 1.0, top_k: 0), or set "
                       "vllm_importance_sampling_correction: false.")
-
-
-def _check_batch(g: Any, n_processes: int) -> None:
-    """max_steps trains something; the global batch holds whole groups of num_generations."""
-    if g.max_steps == 0:  # the Trainer would take one step and report success
-        raise ConfigError("max_steps", "got 0, which trains nothing; give the number of optimizer steps (e.g. 250), "
-                          "or -1 to train num_train_epochs.")
-    global_batch = g.per_device_train_batch_size * g.gradient_accumulation_steps * n_processes
-    if global_batch % g.num_generations != 0:  # (each factor >= 1: check_field_values)
-        raise ConfigError(
-            "per_device_train_batch_size",
-            f"per_device_train_batch_size ({g.per_device_train_batch_size}) x gradient_accumulation_steps "
-            f"({g.gradient_accumulation_steps}) x processes ({n_processes}) = {global_batch} is not divisible by "
-            f"num_generations ({g.num_generations}). TRL counts completions, not prompts, in this batch: set "
-            f"per_device_train_batch_size to a multiple of {g.num_generations} (e.g. {g.num_generations}). "
-            "(Unsloth would silently rewrite the batch size; we refuse instead so the run does what you wrote.)",
-        )
-
-
-def _check_lengths(d: Any, max_seq_length: int) -> Optional[int]:
-    """The prompt and completion limits (`d`: the data section) fit in max_seq_length; returns the completion limit
-    (None: auto)."""
-    prompt_limit = parse_limit(d.max_prompt_length, "max_prompt_length")
-    completion_limit = parse_limit(d.max_completion_length, "max_completion_length")
-    if prompt_limit is not None and completion_limit is not None \
-            and prompt_limit + completion_limit > max_seq_length:
-        raise ConfigError(
-            "max_completion_length",
-            f"max_prompt_length ({prompt_limit}) + max_completion_length ({completion_limit}) = "
-            f"{prompt_limit + completion_limit} exceeds max_seq_length ({max_seq_length}). Lower one of them, "
-            "raise max_seq_length, or set max_completion_length: auto.",
-        )
-    for name, limit in (("max_prompt_length", prompt_limit), ("max_completion_length", completion_limit)):
-        if limit is not None and limit >= max_seq_length:
-            raise ConfigError(name, f"{limit} leaves no room in max_seq_length ({max_seq_length}).")
-    return completion_limit
-
-
-def _check_generation(gen: Any, completion_limit: Optional[int]) -> None:
-    """The generation settings used after training: a sampling temperature, no answer past the trained length."""
-    check_generation_temperature(gen.gen_temperature, "gen_temperature")
-    if gen.gen_max_tokens is not None:  # >= 1 was checked by check_field_values
-        if completion_limit is not None and gen.gen_max_tokens > completion_limit and not gen.allow_longer_generation:
-            raise ConfigError(
-                "gen_max_tokens",
-                f"gen_max_tokens ({gen.gen_max_tokens}) exceeds the trained max_completion_length "
-                f"({completion_limit}); answers past the trained length are often cut before </answer>. "
-                "Lower it, or set allow_longer_generation: true.",
-            )
 
 
 def _check_rewards(g: Any, run_user_code: bool = True) -> None:

@@ -53,14 +53,11 @@ def prompt_formats(source_format: str, prompts: list[Any], system_prompt: Option
     ...                           [{"role": "user", "content": "?"}]], "Be brief.")["system_prompt"]
     {'added': 1, 'own_kept': 1, 'standard_as_written': 1}
     """
-    if source_format != "prompt":
-        return {"source": "question_field", "standard": 0, "conversational": len(prompts),
-                "system_prompt": {"added": len(prompts) if system_prompt else 0, "own_kept": 0,
-                                  "standard_as_written": 0},
-                **trained_system_message([[]] * len(prompts), system_prompt)}
-    chats = [p for p in prompts if is_conversational(p)]
+    # question_field rows become chats with no system message of their own: system_prompt is added to each
+    chats = [p for p in prompts if is_conversational(p)] if source_format == "prompt" else [[]] * len(prompts)
     own = sum(1 for p in chats if p and p[0].get("role") == "system")
-    return {"source": "prompt", "standard": len(prompts) - len(chats), "conversational": len(chats),
+    return {"source": "prompt" if source_format == "prompt" else "question_field",
+            "standard": len(prompts) - len(chats), "conversational": len(chats),
             "system_prompt": {"added": (len(chats) - own) if system_prompt else 0, "own_kept": own,
                               "standard_as_written": len(prompts) - len(chats)},
             **trained_system_message(chats, system_prompt)}

@@ -1,30 +1,36 @@
 """Where raw question/answer rows come from: a local file or folder, the hub, the bundled sample, the demo.
 
 dataset_name (and eval_dataset_name) is a file (.jsonl .json .csv .tsv .parquet: one split, `train`), a folder of
-them (splits from the file names, as `datasets` resolves them), a `save_to_disk` folder, a hub id (openai/gsm8k;
-hub_data.py) or a built-in name (docs/own-data.md). A name that exists on disk or looks like a path is local and
-never goes to the hub; `dataset_config` is a hub setting that local sources ignore. Each source has an identity for
-the cache fingerprint, computed without loading any rows (a local source's: every file's path, size, mtime and
-content hash, so an edit is never served stale), and a loader of the raw columns. Rows get ids `<split>-<0-based
-row index in the split>` (a split's files in name order), which data_report.json uses to point at rejected rows.
-The training data and the eval set (`SourceSpec` roles) go through the same code; every error names the option
-the user set.
+them (splits from the file names, as `datasets` resolves them), a `save_to_disk` folder, a hub id (openai/gsm8k) or a
+built-in name (docs/own-data.md). A name that exists on disk or looks like a path is local and never goes to the hub;
+`dataset_config` is a hub setting that local sources ignore. A hub dataset is downloaded once through `datasets` (from
+the Hugging Face Hub or ModelScope, per `model_source`) and kept as a `save_to_disk` copy under the data cache, so the
+second run needs no network; downloads honour HF_ENDPOINT (e.g. https://hf-mirror.com on AutoDL) and HF_HOME, never
+overridden. Each source has an identity for the cache fingerprint, computed without loading any rows (a local
+source's: every file's path, size, mtime and content hash, so an edit is never served stale), and a loader of the raw
+columns. Rows get ids `<split>-<0-based row index in the split>` (a split's files in name order), which
+data_report.json uses to point at rejected rows. The training data and the eval set (`SourceSpec` roles) go through
+the same code; every error names the option the user set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from grpo_pipeline.env.hubs import endpoint
+from huggingface_hub import constants as hub_constants
+
+from grpo_pipeline.env.hubs import download_dataset, endpoint
+from grpo_pipeline.env.paths import publish_once
 from grpo_pipeline.env.text import excerpt
 from grpo_pipeline.pipeline.config import ConfigError
 from grpo_pipeline.pipeline.config.fields import DataArguments
 from grpo_pipeline.pipeline.data.cache import file_sha256, local_file_identity, local_tree_identity
 from grpo_pipeline.pipeline.data.clean import clean_column_name
-from grpo_pipeline.pipeline.data.data_files import load_data_files, local_layout, local_path
-from grpo_pipeline.pipeline.data.hub_data import hub_endpoint, hub_saved_copy_dir, load_hub_splits
+from grpo_pipeline.pipeline.data.data_files import is_saved_copy, load_data_files, local_layout, local_path
 from grpo_pipeline.pipeline.data.source_spec import (
     OWN_PREFIX,
     PROMPT_COLUMN,
@@ -32,6 +38,7 @@ from grpo_pipeline.pipeline.data.source_spec import (
     SAMPLE_PATH,
     SINGLE_FILE_SPLIT,
     DataSource,
+    DataSourceError,
     RawRows,
     SourceSpec,
 )
@@ -244,6 +251,78 @@ def resolve_source(cfg: Any, spec: SourceSpec, cache_root: Path) -> DataSource:
                   "fields": spec.columns(), **({"source": source} if source != "hf" else {})},
         load=load_hub,
     )
+
+
+def hub_saved_copy_dir(cache_root: Path, name: str, dataset_config: Optional[str], revision: Optional[str],
+                       source: str = "hf") -> Path:
+    """Where the hub dataset's `save_to_disk` copy lives (a DatasetDict with all splits), per `model_source`.
+
+    >>> hub_saved_copy_dir(Path("/c"), "openai/gsm8k", "main", None).as_posix()
+    '/c/hub/openai__gsm8k__main__default'
+    >>> hub_saved_copy_dir(Path("/c"), "AI-ModelScope/gsm8k", "main", None, "modelscope").as_posix()
+    '/c/modelscope/AI-ModelScope__gsm8k__main__default'
+    """
+    slug = "__".join([name.replace("/", "__"), dataset_config or "default", revision or "default"])
+    return cache_root / ("modelscope" if source == "modelscope" else "hub") / slug
+
+
+def hub_endpoint() -> str:
+    """The hub address `datasets` will use: $HF_ENDPOINT when set (mirrors), else huggingface.co."""
+    return hub_constants.ENDPOINT  # huggingface_hub reads $HF_ENDPOINT into it when it is first imported
+
+
+def load_hub_splits(spec: SourceSpec, cache_root: Path, source: str = "hf") -> Any:
+    """All splits of a hub dataset (a DatasetDict): from our saved copy when there is one, else downloaded
+    (from ModelScope when `model_source: modelscope`)."""
+    from datasets import load_from_disk  # lazy: datasets imports torch
+
+    saved = hub_saved_copy_dir(cache_root, spec.name, spec.config, spec.revision, source)
+    if not is_saved_copy(saved):
+        splits = _download(spec, saved, source)
+        publish_once(saved, lambda staging: splits.save_to_disk(str(staging)), is_complete=is_saved_copy,
+                     option="data_cache_dir")
+        print(f"[grpo data] saved a copy at {saved}; later runs read it offline", file=sys.stderr)
+    return load_from_disk(str(saved))
+
+
+def _download(spec: SourceSpec, saved: Path, source: str) -> Any:
+    """The dataset's splits from the hub, or for `model_source: modelscope` its repository's files from ModelScope
+    (grpo_pipeline.env.hubs, the network boundary) read by `datasets` as a local folder (its data files and README
+    configs)."""
+    from datasets import load_dataset  # lazy: datasets imports torch
+
+    name, config = spec.name, spec.config
+    if source == "modelscope":
+        print(f"[grpo data] downloading {name} ({config}) from ModelScope ({endpoint('modelscope')}); cache: "
+              f"{os.environ.get('MODELSCOPE_CACHE', '~/.cache/modelscope (default)')} (MODELSCOPE_CACHE)",
+              file=sys.stderr)
+        folder = download_dataset(name, spec.revision)
+        try:
+            return load_dataset(str(folder), config)
+        except Exception as err:
+            raise DataSourceError(f"could not read ModelScope dataset {excerpt(name)} (config {excerpt(config)}) "
+                                  f"downloaded to {folder}: {type(err).__name__}: {err}\nCheck dataset_config (None "
+                                  "for a single one) and that the repository holds .jsonl/.csv/.parquet data files."
+                                  ) from err
+    address = hub_endpoint()
+    hf_home = os.environ.get("HF_HOME", "~/.cache/huggingface (default)")
+    print(f"[grpo data] downloading {name} ({config}) from {address} (HF_ENDPOINT); HF cache: {hf_home}",
+          file=sys.stderr)
+    try:
+        return load_dataset(name, config, revision=spec.revision)
+    except Exception as err:
+        if "BuilderConfig" in str(err) or "config name" in str(err).lower():
+            raise ConfigError(spec.config_option, f"hub dataset {excerpt(name)} ({spec.name_option}) has no config "
+                              f"{excerpt(config)}: {err}. Set {spec.config_option} to one of its configs, or to null "
+                              "for a dataset with one.") from None
+        raise ConfigError(
+            spec.name_option,
+            f"could not load dataset {excerpt(name)} (config {excerpt(config)}) from {address}: "
+            f"{type(err).__name__}: {err}\nNo saved copy at {saved}, and no local file or folder {excerpt(name)} "
+            "either. "
+            "Fixes: check the network; in mainland China set HF_ENDPOINT=https://hf-mirror.com; offline, copy a "
+            f"`save_to_disk` folder of the dataset to that path, or give {spec.name_option} a local path."
+        ) from err
 
 
 def _builtin_rows(builtin: BuiltinSource, n: int, seed: int, split: str) -> RawRows:

@@ -39,7 +39,7 @@ from grpo_pipeline.pipeline.config import (
 from grpo_pipeline.pipeline.config.fields import field_names
 from grpo_pipeline.pipeline.config.parse import read_recipe
 from grpo_pipeline.pipeline.config.trl_fields import trl_option_names
-from grpo_pipeline.pipeline.config.values import check_generation_temperature
+from grpo_pipeline.pipeline.config.pipeline_config import check_generation_temperature
 from grpo_pipeline.pipeline.data import model_check
 from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, loop_settings

@@ -236,17 +236,6 @@ def logprob_bytes(shape: ModelShape, rows: int, completion: int, unsloth: bool, 
             f"[{min(n, TRL_TOKEN_TILE)} x {TRL_VOCAB_TILE}] logit tile")
 
 
-def vllm_share(cfg: PipelineConfig, card: Card, standby: bool) -> tuple[float, str]:
-    """The share vLLM takes, as the Unsloth backend resolves it (gpu_settings.resolve_gpu_memory_utilization)."""
-    explicit = parse_gpu_memory_utilization(cfg.model.gpu_memory_utilization)
-    tier = choose_gpu_memory_utilization(card.total_gib, standby)
-    if explicit is None:
-        return tier, f"auto for a {card.total_gib:.1f} GiB GPU{' with standby' if standby else ''}"
-    if standby and os.environ.get("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", "0") == "0":
-        return tier, f"standby replaces {explicit} with Unsloth's tier"
-    return explicit, "as set"
-
-
 def _vllm_peak(cfg: PipelineConfig, card: Card, counts: ParamCounts, weights: float, fixed: float, training: float,
                need: tuple[int, int, float]) -> tuple[list[Part], float, float, str, list[str], Optional[str]]:
     """Unsloth + vLLM: (parts, peak, reserved, how, notes, blocker), all in GiB; `fixed` is what the trainer holds
@@ -254,7 +243,15 @@ def _vllm_peak(cfg: PipelineConfig, card: Card, counts: ParamCounts, weights: fl
     generation_rows, tokens, kv_per_token = need
     kv_need = generation_rows * tokens * kv_per_token
     standby = planned_standby(cfg)
-    share, share_how = vllm_share(cfg, card, standby)
+    # the share as the Unsloth backend resolves it (gpu_settings.resolve_gpu_memory_utilization)
+    explicit = parse_gpu_memory_utilization(cfg.model.gpu_memory_utilization)
+    share, share_how = choose_gpu_memory_utilization(card.total_gib, standby), "as set"
+    if explicit is None:
+        share_how = f"auto for a {card.total_gib:.1f} GiB GPU{' with standby' if standby else ''}"
+    elif standby and os.environ.get("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", "0") == "0":
+        share_how = f"standby replaces {explicit} with Unsloth's tier"
+    else:
+        share = explicit
     share_gib = share * card.total_gib
     slot = adapter_parameters(cfg, counts, cfg.model.max_lora_rank) * 2 / GIB
     kv_room = share_gib - weights - slot - VLLM_OVERHEAD_GIB

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
 from grpo_pipeline.pipeline.demo.registry import builtin_model
 from grpo_pipeline.pipeline.plan import cards  # cards.live_card looked up at call time (tests replace it there)
-from grpo_pipeline.pipeline.plan.bundled import smaller_models
+from grpo_pipeline.pipeline.plan.shape import smaller_models
 from grpo_pipeline.pipeline.plan.cards import Card, card_from_memory
 from grpo_pipeline.pipeline.plan.estimate import UNCERTAINTY, Estimate, completion_fixed, estimate, memory_path, token_budget
 from grpo_pipeline.pipeline.plan.shape import count_parameters, load_shape

@@ -44,22 +44,15 @@ def _sharded(result: Estimate, parts: tuple[str, ...], processes: int) -> float:
     return result.peak_gib - held + held / processes
 
 
-def training_processes(vllm_mode: str, gpus: int, nodes: int) -> int:
-    """The training processes of `gpus` GPUs on each of `nodes` machines: all of them, less the server's GPU in
-    server mode."""
+def scale_plan(cfg: PipelineConfig, card: Card, gpus: int, nodes: int) -> ScalePlan:
+    """The Accelerate config and per-GPU memory for `gpus` GPUs on each of `nodes` machines."""
+    server = cfg.model.vllm_mode == "server"
     if gpus < 1 or nodes < 1:
         raise ConfigError("gpus", f"--gpus {gpus} --nodes {nodes}: give at least one GPU per machine and one machine.")
-    processes = gpus * nodes - (SERVER_GPUS if vllm_mode == "server" else 0)
+    processes = gpus * nodes - (SERVER_GPUS if server else 0)  # the server's GPU trains nothing
     if processes < 1:
         raise ConfigError("gpus", f"vllm_mode: server gives {SERVER_GPUS} GPU to `trl vllm-serve`, which leaves no "
                           "GPU to train: plan at least 2 GPUs, or use vllm_mode: colocate.")
-    return processes
-
-
-def scale_plan(cfg: PipelineConfig, card: Card, gpus: int, nodes: int) -> ScalePlan:
-    """The Accelerate config and per-GPU memory for `gpus` GPUs on each of `nodes` machines."""
-    processes = training_processes(cfg.model.vllm_mode, gpus, nodes)
-    server = cfg.model.vllm_mode == "server"
     plain = cfg.replace(backend="plain")
     validate(plain, n_processes=processes, backend="plain", run_user_code=False)  # batch arithmetic for `processes`
     g = plain.grpo

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -19,11 +20,43 @@ from grpo_pipeline.env.paths import atomic_write_text
 from grpo_pipeline.env.locations import cache_root
 from grpo_pipeline.pipeline.config import ConfigError
 from grpo_pipeline.pipeline.demo.registry import builtin_model
-from grpo_pipeline.pipeline.plan.bundled import bundled_config_name
 
 BUNDLED_CONFIGS = Path(__file__).resolve().parent.parent / "assets" / "model-configs"
 COUNT_CACHE_VERSION = 2
 SEEDED_COUNTS = BUNDLED_CONFIGS / "param-counts.json"  # config key -> ParamCounts of each bundled config
+
+
+# The Qwen2.5 sizes the planner knows offline, smallest first, for the "a smaller model" suggestion.
+QWEN25_SIZES = ("0.5B", "1.5B", "3B", "7B")
+# Qwen2.5 chat/base models of a bundled size (Qwen/..., unsloth/...-Instruct, ...-bnb-4bit); not Coder/Math/VL.
+QWEN25_NAME = re.compile(r"(?i)(qwen2\.5-)(0\.5|1\.5|3|7)b(?!-?(coder|math|vl))")
+
+
+def bundled_config_name(model: str) -> str | None:
+    """The bundled config (pipeline/assets/model-configs) for a Qwen2.5 name of any spelling.
+
+    >>> bundled_config_name("unsloth/Qwen2.5-1.5B-Instruct"), bundled_config_name("Qwen/Qwen2.5-7B")
+    ('qwen2.5-1.5b', 'qwen2.5-7b')
+    >>> bundled_config_name("Qwen/Qwen2.5-14B"), bundled_config_name("Qwen/Qwen2.5-Math-7B")
+    (None, None)
+    """
+    match = QWEN25_NAME.search(model)
+    return f"qwen2.5-{match.group(2)}b" if match else None
+
+
+def smaller_models(model: str) -> list[str]:
+    """The same Qwen2.5 name at each smaller size, nearest first.
+
+    >>> smaller_models("unsloth/Qwen2.5-3B-Instruct")
+    ['unsloth/Qwen2.5-1.5B-Instruct', 'unsloth/Qwen2.5-0.5B-Instruct']
+    >>> smaller_models("my/llama")
+    []
+    """
+    match = QWEN25_NAME.search(model)
+    if not match:
+        return []
+    index = [s.lower() for s in QWEN25_SIZES].index(match.group(2).lower() + "b")
+    return [model[:match.start(2)] + QWEN25_SIZES[i] + model[match.end():] for i in range(index - 1, -1, -1)]
 
 
 @dataclass(frozen=True)
@@ -126,16 +159,12 @@ class ParamCounts:
         return self.total - self.quantizable
 
 
-def counts_key(shape: ModelShape) -> str:
-    """The cache key of a config's counts: its content (and the counting code's version)."""
-    return hashlib.sha256(json.dumps({"v": COUNT_CACHE_VERSION, "config": shape.config}, sort_keys=True,
-                                     default=str).encode()).hexdigest()[:16]
-
-
 def count_parameters(shape: ModelShape, cache_dir: Optional[Path] = None, use_seeds: bool = True) -> ParamCounts:
     """The real architecture's counts: from the cache (<cache root>/plan), else the counts shipped for the bundled
     configs (SEEDED_COUNTS, checked by tests/test_plan.py), else built on the meta device and cached."""
-    key = counts_key(shape)
+    # keyed by the config's content (and the counting code's version)
+    key = hashlib.sha256(json.dumps({"v": COUNT_CACHE_VERSION, "config": shape.config}, sort_keys=True,
+                                    default=str).encode()).hexdigest()[:16]
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "plan"
     file = folder / f"params-{key}.json"
     for source in (file, SEEDED_COUNTS if use_seeds else None):

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from grpo_pipeline.env.locations import absolute_path
 from grpo_pipeline.pipeline.config import SECTIONS, fields_with, resolve_optim, trl_names, trl_training_args
-from grpo_pipeline.pipeline.config.field_help import field_rules
+from grpo_pipeline.pipeline.config.fields import field_rules
 from grpo_pipeline.pipeline.config.roles import trl_default
 from grpo_pipeline.pipeline.config.validate import world_size
 from grpo_pipeline.pipeline.run.launchers import Launch, launch_mismatch, recorded_processes, this_launch
