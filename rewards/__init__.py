@@ -29,7 +29,6 @@ from grpo_pipeline.rewards.normalize import normalize_answer, parse_answer
 from grpo_pipeline.rewards.registry import (
     DEFAULT_REWARD_WEIGHTS,
     DEFAULT_REWARDS,
-    REWARD_ALIASES,
     REWARD_FUNCS,
     check_reward_names,
     check_reward_weights,
@@ -41,7 +40,6 @@ from grpo_pipeline.rewards.registry import (
 __all__ = [
     "DEFAULT_REWARDS",
     "DEFAULT_REWARD_WEIGHTS",
-    "REWARD_ALIASES",
     "REWARD_FUNCS",
     "answers_match",
     "check_reward_names",
