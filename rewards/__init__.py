@@ -11,12 +11,10 @@ for a *reference* that cannot be judged. A missing `answer` column is a set-up e
 How answers are compared: rewards/normalize.py (the fast reader), rewards/matching.py (the decision table),
 rewards/symbolic.py (math-verify, lazily imported). No torch and no math_verify at import time.
 
->>> from grpo_pipeline.rewards import correctness_reward_func, get_reward_funcs
+>>> from grpo_pipeline.rewards import correctness_reward_func
 >>> correctness_reward_func(prompts=None, completions=["<reasoning>6*3</reasoning><answer>$18</answer>"],
 ...                         answer=["18"])
 [2.0]
->>> [f.__name__ for f in get_reward_funcs(DEFAULT_REWARDS)][:2]
-['xmlcount_reward_func', 'soft_format_reward_func']
 """
 
 from grpo_pipeline.rewards.completions import completion_text, completion_texts

@@ -21,8 +21,6 @@ def format_completion(reasoning: str, answer: str) -> str:
 
     >>> format_completion(" 6*3=18 ", "18")
     '<reasoning>\\n6*3=18\\n</reasoning>\\n<answer>\\n18\\n</answer>\\n'
-    >>> strict_format_reward_func([format_completion("r", "18")])
-    [0.5]
     """
     return f"{REASONING_OPEN}\n{reasoning.strip()}\n{REASONING_CLOSE}\n{ANSWER_OPEN}\n{answer.strip()}\n{ANSWER_CLOSE}\n"
 

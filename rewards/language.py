@@ -102,10 +102,7 @@ def language_consistency(completion: Optional[str], question: Optional[str]) -> 
     """The score of one completion against its question: 0.5 x the mean over its parts (`_parts`) of
     min(1, share in the question's language / LANGUAGE_THRESHOLD), a part without letters scoring 1.
 
-    >>> question = "小明有几个苹果？"
-    >>> language_consistency("<reasoning>小明有 3 个苹果</reasoning><answer>3</answer>", question)
-    0.5
-    >>> language_consistency("<reasoning>Xiao Ming has 3 apples</reasoning><answer>3</answer>", question)
+    >>> language_consistency("<reasoning>Xiao Ming has 3 apples</reasoning><answer>3</answer>", "小明有几个苹果？")
     0.25
     """
     if completion is None:

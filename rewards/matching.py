@@ -48,10 +48,8 @@ def numbers_match(a: Fraction, b: Fraction) -> bool:
     """Exact-or-within-tolerance equality of two exact numbers (the tolerances above), in exact fractions so the
     boundary does not wobble.
 
-    >>> numbers_match(Fraction(1, 2), Fraction("0.5")), numbers_match(Fraction(1, 3), Fraction("0.333333"))
-    (True, True)
-    >>> numbers_match(Fraction(999999998), Fraction(999999999)), numbers_match(Fraction("4.2"), Fraction(42))
-    (False, False)
+    >>> numbers_match(Fraction(1, 3), Fraction("0.333333")), numbers_match(Fraction(999999998), Fraction(999999999))
+    (True, False)
     """
     if a == b:
         return True
@@ -66,10 +64,8 @@ def answers_match(pred: Any, ref: Any) -> bool:
     """True when the predicted answer equals the reference (the table above); missing, empty or unreadable
     answers never match. Never raises.
 
-    >>> answers_match("$1,234", "1234"), answers_match("\\\\boxed{\\\\dfrac{1}{2}}", "0.5")
-    (True, True)
-    >>> answers_match("142", "42"), answers_match("5 or 18", "18"), answers_match(None, "18")
-    (False, False, False)
+    >>> answers_match("$1,234", "1234"), answers_match("142", "42"), answers_match("5 or 18", "18")
+    (True, False, False)
     """
     p, r = parse_answer(pred, prediction=True), parse_answer(ref)
     if p is None or r is None:

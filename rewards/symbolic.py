@@ -64,10 +64,8 @@ def time_budget(seconds: float) -> Iterator[None]:
 def symbolic_equal(pred: str, ref: str) -> bool:
     """True when math-verify proves `pred` equals `ref`; False on any doubt, error or timeout.
 
-    >>> symbolic_equal("\\\\frac{\\\\sqrt{3}}{2}", "\\\\sqrt{3}/2")
-    True
-    >>> symbolic_equal("2x", "2")
-    False
+    >>> symbolic_equal("\\\\frac{\\\\sqrt{3}}{2}", "\\\\sqrt{3}/2"), symbolic_equal("2x", "2")
+    (True, False)
     """
     global _warned_off_main_thread, _warned_over_budget, skipped_over_budget
     if not pred or not ref or len(pred) > MAX_SYMBOLIC_CHARS or len(ref) > MAX_SYMBOLIC_CHARS:
