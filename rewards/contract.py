@@ -119,12 +119,6 @@ def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[A
     return copy.deepcopy(prompts), copy.deepcopy(completions), columns
 
 
-def _timed_out(name: str, seconds: Optional[float], n: int) -> RewardFailure:
-    return RewardFailure(name, f"did not return within reward_timeout ({seconds:g} s) on a batch of {n} completions; "
-                         "the run stopped there. Make it faster (a judge or a tool call needs its own timeout), or "
-                         "raise reward_timeout (0 = no limit).")
-
-
 def _failure(func: Callable, name: str, worker: Optional[RewardWorker], err: BaseException, prompts: Any, completions: Any,
              kwargs: dict[str, Any]) -> RewardFailure:
     """What `func` raised (here, or in its worker: a RewardRaised) as one RewardFailure naming the sample it raised
@@ -183,7 +177,9 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
         if isinstance(err, _NOT_A_REWARD_FAILURE):
             raise err
         if isinstance(err, timeouts):
-            failure = _timed_out(name, timeout, len(completions))
+            failure = RewardFailure(name, f"did not return within reward_timeout ({timeout:g} s) on a batch of "
+                                    f"{len(completions)} completions; the run stopped there. Make it faster (a judge "
+                                    "or a tool call needs its own timeout), or raise reward_timeout (0 = no limit).")
             failure.__suppress_context__ = True
         elif isinstance(err, Settled):
             failure = err

@@ -74,17 +74,6 @@ def dominant_script(text: Optional[str]) -> Optional[str]:
     return CJK if counts[CJK] >= counts[LATIN] else LATIN
 
 
-def share_in(text: str, script: str) -> Optional[float]:
-    """The share of `text`'s units written in `script`; None when it has no letters at all.
-
-    >>> share_in("答案是 18 apples", "cjk")
-    0.75
-    """
-    counts = script_counts(text)
-    total = sum(counts.values())
-    return counts[script] / total if total else None
-
-
 def question_text(prompt: Any) -> Optional[str]:
     """The question a completion answers: the last user message of a conversation, the user turn of a
     ChatML-rendered prompt, or the prompt string itself.
@@ -110,8 +99,8 @@ def language_consistency(completion: Optional[str], question: Optional[str]) -> 
     target = dominant_script(question) or dominant_script(completion)
     if target is None:
         return LANGUAGE_REWARD
-    scores = [1.0 if share is None else min(1.0, share / LANGUAGE_THRESHOLD)
-              for share in (share_in(part, target) for part in _parts(completion))]
+    scores = [min(1.0, counts[target] / sum(counts.values()) / LANGUAGE_THRESHOLD) if any(counts.values()) else 1.0
+              for counts in map(script_counts, _parts(completion))]
     return round(LANGUAGE_REWARD * sum(scores) / len(scores), 6)
 
 
