@@ -119,25 +119,25 @@ def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[A
     return copy.deepcopy(prompts), copy.deepcopy(completions), columns
 
 
-def _failure(func: Callable, name: str, worker: Optional[RewardWorker], err: BaseException, prompts: Any, completions: Any,
-             kwargs: dict[str, Any]) -> RewardFailure:
+def _failure(func: Callable, name: str, worker: Optional[RewardWorker], err: BaseException, prompts: Any,
+             completions: Any, kwargs: dict[str, Any]) -> RewardFailure:
     """What `func` raised (here, or in its worker: a RewardRaised) as one RewardFailure naming the sample it raised
     on, or how to write it when TRL's call does not fit its signature."""
-    raised = err if isinstance(err, RewardRaised) else RewardRaised(type(err).__name__, str(err),
-                                                                    raised_at(func, err), isinstance(err, TypeError))
-    if raised.type_error and not _accepts(func, kwargs):
-        withheld = [c for c in trl_rule()["not_columns"] if f"'{c}'" in raised.text and c not in kwargs]
+    type_name, text, at, type_error = err.args if isinstance(err, RewardRaised) else (
+        type(err).__name__, str(err), raised_at(func, err), isinstance(err, TypeError))
+    if type_error and not _accepts(func, kwargs):
+        withheld = [c for c in trl_rule()["not_columns"] if f"'{c}'" in text and c not in kwargs]
         why = (f" TRL never passes a dataset column named {', '.join(map(repr, withheld))} to a reward "
                "(GRPOTrainer._calculate_rewards leaves out prompt, completion and completion_ids): read "
                "`prompts` / `completions`, or rename the column." if withheld else "")
-        return RewardFailure(name, f"cannot be called the way TRL calls it ({raised.text}). Write it as "
+        return RewardFailure(name, f"cannot be called the way TRL calls it ({text}). Write it as "
                              "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
                              f"{', '.join(sorted(kwargs))} (docs/rewards.md).{why}")
     single = worker.single if worker is not None else (lambda p, c, kw: func(prompts=p, completions=c, **kw))
     index = _first_failing(single, prompts, completions, kwargs) if not is_async_reward(func) else None
     where = f" on {sample(index, prompts, completions, kwargs)}" if index is not None else (
         f" on a batch of {len(completions)} completions (first: {sample(0, prompts, completions, kwargs)})")
-    return RewardFailure(name, f"raised {raised.type_name}: {shorten(raised.text, 300)}{where}{raised.at}")
+    return RewardFailure(name, f"raised {type_name}: {shorten(text, 300)}{where}{at}")
 
 
 def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,

@@ -40,11 +40,8 @@ _ended_cpu = 0.0  # CPU seconds of the workers stopped so far (workers_cpu_secon
 
 
 class RewardRaised(Exception):
-    """The reward raised in its worker: what it raised, as text (an exception object may not survive pickling)."""
-
-    def __init__(self, type_name: str, text: str, at: str, type_error: bool):
-        super().__init__(text)
-        self.type_name, self.text, self.at, self.type_error = type_name, text, at, type_error
+    """The reward raised in its worker: args are its type's name, its text, where (`raised_at`) and whether it is a
+    TypeError (an exception object may not survive pickling)."""
 
 
 class Settled(RewardFailure):
