@@ -80,17 +80,10 @@ def xmlcount_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
 
 def _is_strict_format(text: str) -> bool:
     body = text.strip()
-    if not (body.startswith(REASONING_OPEN) and body.endswith(ANSWER_CLOSE)):
+    if not (body.startswith(REASONING_OPEN) and body.endswith(ANSWER_CLOSE)) or any(body.count(t) != 1 for t in TAGS):
         return False
-    if any(body.count(tag) != 1 for tag in TAGS):
-        return False
-    reasoning_end = body.find(REASONING_CLOSE)
-    answer_start = body.find(ANSWER_OPEN)
-    if not reasoning_end < answer_start:
-        return False
-    reasoning = body[len(REASONING_OPEN):reasoning_end]
-    between = body[reasoning_end + len(REASONING_CLOSE):answer_start]
-    answer = body[answer_start + len(ANSWER_OPEN):-len(ANSWER_CLOSE)]
+    reasoning, _, rest = body[len(REASONING_OPEN):-len(ANSWER_CLOSE)].partition(REASONING_CLOSE)
+    between, _, answer = rest.partition(ANSWER_OPEN)  # an <answer> before </reasoning> leaves `between` non-empty
     return not between.strip() and bool(reasoning.strip()) and bool(answer.strip())
 
 

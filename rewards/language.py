@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from grpo_pipeline.rewards.cleaning import LATEX_COMMAND
 from grpo_pipeline.rewards.completions import completion_text, completion_texts
 from grpo_pipeline.rewards.declared import builtin_reward
 from grpo_pipeline.rewards.extract import extract_xml_answer
@@ -25,7 +26,6 @@ _CJK_CHAR = re.compile("[\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff]")
 # single letter (a variable) is not. Every pattern here matches in linear time (no nested or unbounded
 # backtracking; maths spans are found by _without_maths in one pass), so a megabyte of text costs milliseconds.
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
-_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")  # \boxed, \frac, \times outside maths
 _TAG = re.compile(r"<[^<>\s]{1,40}>")  # <reasoning>, </answer>, <|im_end|>; "x < 5 and y > 3" is no tag
 _MATH_DELIMITERS = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
 _MATH_OPEN = re.compile(r"\$\$|\$|\\\(|\\\[")
@@ -39,7 +39,7 @@ def script_counts(text: str) -> dict[str, int]:
     >>> script_counts("<reasoning>He has $\\\\frac{1}{2}$ of 18 apples, so 2x = 9</reasoning>")
     {'cjk': 0, 'latin': 5}
     """
-    kept = _TAG.sub(" ", _LATEX_COMMAND.sub(" ", _without_maths(text)))
+    kept = _TAG.sub(" ", LATEX_COMMAND.sub(" ", _without_maths(text)))
     words = sum(1 for token in _TOKEN.findall(kept) if len(token) > 1 and token.isalpha())
     return {CJK: len(_CJK_CHAR.findall(kept)), LATIN: words}
 

@@ -28,6 +28,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from grpo_pipeline.rewards.cleaning import LATEX_COMMAND
 from grpo_pipeline.rewards.normalize import parse_answer
 from grpo_pipeline.rewards.symbolic import symbolic_equal
 
@@ -40,7 +41,6 @@ _REL_TOL = Fraction(1, 10**6)
 _ABS_TOL = Fraction(1, 10**9)
 
 # LaTeX commands (\sqrt, \pi, \frac) are not variables; what is left and alphabetic is.
-_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
 _FREE_VARIABLE = re.compile(r"[A-Za-z]")
 
 
@@ -82,6 +82,6 @@ def answers_match(pred: Any, ref: Any) -> bool:
         return False
     if "number" in kinds:
         expression = p if p.kind == "expression" else r
-        if _FREE_VARIABLE.search(_LATEX_COMMAND.sub("", expression.cleaned)) is not None:
+        if _FREE_VARIABLE.search(LATEX_COMMAND.sub("", expression.cleaned)) is not None:
             return False
     return symbolic_equal(p.cleaned, r.cleaned)
