@@ -2,14 +2,10 @@
 (`correctness_reward_func`, ..., `extract_hash_answer`) and scale (2.0 for a correct answer, 0.5 for each
 format reward, up to 0.5 for xmlcount).
 
-Called as TRL calls them, `f(prompts=..., completions=..., **kwargs)` (correctness also reads the reference,
-one per completion); completions may be strings or chat messages. Each returns one value per completion and
-never raises on an odd completion (None, broken tags, megabyte strings): 0.0, in time linear in the text. A
-missing or unreadable *model* answer is wrong (0.0: None would hide failures); only correctness returns None,
-for a *reference* that cannot be judged. A missing `answer` column is a set-up error (ValueError naming it).
-
-How answers are compared: rewards/normalize.py (the fast reader), rewards/matching.py (the decision table),
-rewards/symbolic.py (math-verify, lazily imported). No torch and no math_verify at import time.
+Called as TRL calls them, `f(prompts=..., completions=..., **kwargs)`, completions strings or chat messages: one
+value per completion, never a raise on an odd completion (None, broken tags, megabyte strings): 0.0, in time
+linear in the text. A missing or unreadable *model* answer is wrong (0.0: None would hide failures); only
+correctness returns None, for a *reference* that cannot be judged. No torch and no math_verify at import time.
 
 >>> from grpo_pipeline.rewards import correctness_reward_func
 >>> correctness_reward_func(prompts=None, completions=["<reasoning>6*3</reasoning><answer>$18</answer>"],

@@ -145,13 +145,10 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
                  own_process: bool = True) -> Callable:
     """`func` wrapped in the contract: same `__name__` (TRL's log key), each call's values checked by
     `check_rewards` on its own copy of the batch (`own_batch`), every way out but a real signal turned into a
-    RewardFailure naming the sample, None's share logged and warned once.
-
-    `hold`: a failure is handed to it and the call returns 0.0 per completion (values never used: they let TRL's
-    loop finish; pipeline/trainer/reward_failures.py raises it after the loop, on every process together).
-    `timeout` (reward_timeout; None or 0: no limit): each call runs in the reward's own worker process
-    (rewards/worker.py), killed at the deadline; with `own_process` False (our health observer, which the
-    trainer's callbacks read), or for arguments that cannot be pickled, under rewards/deadline.py's alarm here.
+    RewardFailure naming the sample, None's share logged and warned once. `hold`: a failure is handed to it and
+    0.0 returned per completion (pipeline/trainer/reward_failures.py raises it after TRL's loop, on every process
+    together). `timeout` (reward_timeout): each call runs in its own worker process (rewards/worker.py), or with
+    `own_process` False (our health observer, which the trainer's callbacks read) under deadline.py's alarm.
 
     >>> guarded = guard_reward(lambda prompts, completions, **kw: [len(c) for c in completions])
     >>> guarded(prompts=["p", "p"], completions=["ab", "c"])

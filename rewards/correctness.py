@@ -26,13 +26,10 @@ SYMBOLIC_BUDGET_S = 2.0
 @builtin_reward("correctness", range=(0.0, CORRECT_REWARD), kind="answer", reads_reference=True)
 def correctness_reward_func(prompts: Any = None, completions: Any = None, answer: Any = None,
                             **kwargs: Any) -> list[float | None]:
-    """2.0 when the last <answer> block equals the reference answer (rewards/matching.py), else 0.0 (several
-    different numbers, no block, an odd completion); None when the reference is not `reference_is_scorable`.
-
-    None tells TRL "cannot be judged" (left out of the mean) instead of teaching that a right answer was wrong.
-    The reference is `grpo_answer` when the pipeline passes it, else `answer` (as the notebook's reward reads it):
-    one per completion, or one for all; a GSM8K answer (`... #### 18`) is read as its final answer. A missing
-    column, or one of another length, raises ValueError naming `answer`: guessing would misalign rewards.
+    """2.0 when the last <answer> block equals the reference answer (rewards/matching.py), else 0.0; None (TRL:
+    "cannot be judged", left out of the mean) when the reference is not `reference_is_scorable`. The reference is
+    `grpo_answer` when the pipeline passes it, else `answer` as the notebook's reward reads it (one per completion,
+    or one for all; GSM8K's `... #### 18` is 18); a missing column, or one of another length, raises ValueError.
 
     >>> correctness_reward_func(completions=["<answer>$1,234</answer>", "<answer>1234.5</answer>",
     ...                                      [{"role": "assistant", "content": "<answer>答案：1234</answer>"}]],

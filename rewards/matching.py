@@ -1,7 +1,5 @@
-"""Decide whether a predicted final answer equals the reference answer.
-
-Fast numeric path first (normalize.py), math-verify only for real mathematics
-(symbolic.py). The decision table, pred kind x ref kind:
+"""Whether a predicted final answer equals the reference: the fast reader first (normalize.py: the prediction with
+`prediction=True`), math-verify (symbolic.py) only for real mathematics. Pred kind x ref kind:
 
 | pred \\ ref   | number            | expression          | ambiguous           | text          |
 |--------------|-------------------|---------------------|---------------------|---------------|
@@ -10,16 +8,9 @@ Fast numeric path first (normalize.py), math-verify only for real mathematics
 | ambiguous    | False             | False               | same text, symbolic | False         |
 | text         | False             | same text           | False               | same text     |
 
-"same text" compares the cleaned answers (whitespace already collapsed) ignoring case.
-(*) An expression with a free variable ("2x", "x+1") cannot equal a plain number, so it is
-rejected without sympy.
-An ambiguous prediction ("5 or 18") is never accepted against a single value: matching it
-would reward listing several numbers. Substrings never match: "142" != "42", "4.2" != "42".
-
-The prediction is read with `parse_answer(pred, prediction=True)`, the reference without it (normalize.py's
-rules: how each form is read, and why no rule turns a wrong answer into a right one).
-
-math-verify's verdicts are cached, and each correctness call has a time budget (rewards/symbolic.py).
+"same text" compares the cleaned answers ignoring case. (*) An expression with a free variable ("2x", "x+1")
+cannot equal a plain number: rejected without sympy. An ambiguous prediction ("5 or 18") never matches a single
+value: that would reward listing several numbers. Substrings never match: "142" != "42", "4.2" != "42".
 """
 
 from __future__ import annotations

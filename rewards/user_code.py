@@ -1,12 +1,7 @@
-"""Loading a user's reward module (`my_rewards:score`), and the boundary around it.
-
-It is looked for in the working folder (the one base of every relative path of a run), then on the import path,
-as TRL's `trl grpo` looks; one beside the recipe only is named in the error, with the fix. A file found in the
-working folder loads as the user's even when its name is an installed package's (`json.py`) or another folder's
-file already loaded: then under another module name (`_user_json_<sha1 of its path>`), so neither hides the
-other. Its folder is appended to sys.path (its sibling imports), and while it imports `sys.argv` is `[its path]`,
-so argparse at its top level sees none of grpo's arguments. importlib has the pieces (spec_from_file_location)
-but not this policy.
+"""Loading a user's reward module (`my_rewards:score`): looked for in the working folder (the base of every
+relative path of a run), then on the import path, as `trl grpo` looks; one only beside the recipe is named in the
+error, with the fix. A working-folder file whose name is taken (`json.py`) loads under another name
+(`_user_json_<sha1 of its path>`), and argparse at its top level sees `sys.argv == [its path]`, none of grpo's.
 """
 
 from __future__ import annotations

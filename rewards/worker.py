@@ -2,12 +2,9 @@
 
 An alarm in the trainer's process is cooperative (math_verify's own timeout cancels it, a blocked event loop or a
 C call holding the GIL never lets its handler run, off the main thread there is none); a process can always be
-killed. So while reward_timeout is set, each reward runs in a worker forked from the trainer's process on its first
-call (fork: every callable TRL takes works as it is, with its state at the fork): the batch goes through a pipe,
-and past the deadline the worker's process group is SIGKILLed and RewardTimeout raised; the next call forks anew.
-What that changes for a reward (state, `trainer_state`, `log_metric`, prints, CUDA): docs/rewards.md "Its own
-process". A worker lives as long as its guarded reward (multiprocessing.util.Finalize) and ends when the
-trainer's process is gone; bench/overhead.py measures its cost against bare TRL.
+killed. So while reward_timeout is set, each reward runs in a worker forked on its first call (fork: every
+callable TRL takes works as it is); past the deadline its process group is SIGKILLed, and the next call forks anew.
+What that changes for a reward: docs/rewards.md "Its own process"; its cost: bench/overhead.py.
 """
 
 from __future__ import annotations
