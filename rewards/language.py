@@ -113,11 +113,8 @@ def language_consistency_reward_func(prompts: Any = None, completions: Any = Non
     held to its own dominant language, so only mixing costs. TRL's other keyword arguments are ignored.
 
     >>> zh = [{"role": "user", "content": "一支笔 3 元，4 支笔多少钱？"}]
-    >>> language_consistency_reward_func(prompts=[zh, zh, zh], completions=[
-    ...     "<reasoning>\\n4 × 3 = 12，所以是 12 元。\\n</reasoning>\\n<answer>\\n12\\n</answer>\\n",
-    ...     "<reasoning>\\nEach pen costs 3, so 4 pens cost 12.\\n</reasoning>\\n<answer>\\n12\\n</answer>\\n",
-    ...     None])
-    [0.5, 0.25, 0.0]
+    >>> language_consistency_reward_func(prompts=[zh, zh, zh], completions=["<answer>12 元</answer>", "12 yuan", None])
+    [0.5, 0.0, 0.0]
     """
     texts = completion_texts(completions)
     questions = list(prompts) if isinstance(prompts, (list, tuple)) else []

@@ -266,13 +266,6 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
     return checked
 
 
-def _moved(spec: str) -> str:
-    """A hint when `spec` names one of our modules by its folder (`pipeline.demo.calculator:calculator`), else ""."""
-    ours = f"{OURS}.{spec}"
-    found = spec_of_ours(ours.partition(":")[0]) is not None
-    return f" Our own modules are under one import name now: write {ours!r}." if found else ""
-
-
 def load_user_object(spec: str, kind: str, fresh: bool = False) -> Any:
     """The object `package.module:attr` (or `package.module.attr`) names, from the user's module
     (rewards/user_code.py); `kind` ("reward", "tool", ...) is what the messages call it. Raises a plain ValueError
@@ -287,9 +280,12 @@ def load_user_object(spec: str, kind: str, fresh: bool = False) -> Any:
         obj: Any = import_user_module(module_name, fresh)
     except ImportError as exc:
         where = ", ".join(str(d) for d in search_dirs())
+        ours = f"{OURS}.{spec}"  # one of our modules named by its folder (`pipeline.demo.calculator:calculator`)
+        moved = f" Our own modules are under one import name now: write {ours!r}." if spec_of_ours(
+            ours.partition(":")[0]) is not None else ""
         raise ValueError(f"cannot import module {module_name!r} for {kind} {spec!r} "
                          f"({exc}); check the name and that it is in the working folder ({where}), or on "
-                         f"PYTHONPATH.{beside_the_recipe(module_name.partition('.')[0])}{_moved(spec)}") from exc
+                         f"PYTHONPATH.{beside_the_recipe(module_name.partition('.')[0])}{moved}") from exc
     except BaseException as exc:  # noqa: BLE001 - a syntax error, a raise or a sys.exit() at import time
         if isinstance(exc, SignalInterrupt):  # a real Ctrl-C / SIGTERM while importing: the run's to handle
             raise
