@@ -2,21 +2,15 @@
 (`correctness_reward_func`, ..., `extract_hash_answer`) and scale (2.0 for a correct answer, 0.5 for each
 format reward, up to 0.5 for xmlcount).
 
-Called as TRL calls them, `f(prompts=..., completions=..., **kwargs)` (correctness also reads the reference,
-one per completion); completions may be strings or chat messages. Each returns one value per completion and
-never raises on an odd completion (None, broken tags, megabyte strings): 0.0, in time linear in the text. A
-missing or unreadable *model* answer is wrong (0.0: None would hide failures); only correctness returns None,
-for a *reference* that cannot be judged. A missing `answer` column is a set-up error (ValueError naming it).
+Called as TRL calls them, `f(prompts=..., completions=..., **kwargs)`, completions strings or chat messages: one
+value per completion, never a raise on an odd completion (None, broken tags, megabyte strings): 0.0, in time
+linear in the text. A missing or unreadable *model* answer is wrong (0.0: None would hide failures); only
+correctness returns None, for a *reference* that cannot be judged. No torch and no math_verify at import time.
 
-How answers are compared: rewards/normalize.py (the fast reader), rewards/matching.py (the decision table),
-rewards/symbolic.py (math-verify, lazily imported). No torch and no math_verify at import time.
-
->>> from grpo_pipeline.rewards import correctness_reward_func, get_reward_funcs
+>>> from grpo_pipeline.rewards import correctness_reward_func
 >>> correctness_reward_func(prompts=None, completions=["<reasoning>6*3</reasoning><answer>$18</answer>"],
 ...                         answer=["18"])
 [2.0]
->>> [f.__name__ for f in get_reward_funcs(DEFAULT_REWARDS)][:2]
-['xmlcount_reward_func', 'soft_format_reward_func']
 """
 
 from grpo_pipeline.rewards.completions import completion_text, completion_texts
@@ -29,7 +23,6 @@ from grpo_pipeline.rewards.normalize import normalize_answer, parse_answer
 from grpo_pipeline.rewards.registry import (
     DEFAULT_REWARD_WEIGHTS,
     DEFAULT_REWARDS,
-    REWARD_ALIASES,
     REWARD_FUNCS,
     check_reward_names,
     check_reward_weights,
@@ -41,7 +34,6 @@ from grpo_pipeline.rewards.registry import (
 __all__ = [
     "DEFAULT_REWARDS",
     "DEFAULT_REWARD_WEIGHTS",
-    "REWARD_ALIASES",
     "REWARD_FUNCS",
     "answers_match",
     "check_reward_names",

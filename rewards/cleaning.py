@@ -46,6 +46,7 @@ def clean_characters(text: str) -> str:
 
 
 BOX_COMMANDS = ("\\boxed", "\\fbox")
+LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")  # \boxed, \frac, \times, \sqrt, \pi
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textnormal|textbf|textit|textrm|textsf|texttt|mathrm|mathbf|mathit|mathsf|"
                            r"mbox|operatorname)\s*\{([^{}]*)\}")
 _FRAC_BRACED = re.compile(r"\\[dt]?frac\s*\{\s*([-+]?\d+(?:\.\d+)?)\s*\}\s*\{\s*([-+]?\d+(?:\.\d+)?)\s*\}")

@@ -16,11 +16,11 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from grpo_pipeline.env.text import excerpt, shorten
+from grpo_pipeline.env.text import shorten
 from grpo_pipeline.rewards.deadline import RewardTimeout, reward_deadline
-from grpo_pipeline.rewards.returned import RewardFailure, check_rewards, raised_at
+from grpo_pipeline.rewards.returned import RewardFailure, check_rewards, raised_at, sample
 from grpo_pipeline.rewards.trl_source import trl_rule
-from grpo_pipeline.rewards.worker import RewardRaised, RewardWorker, Unsendable, WorkerEnded, can_fork
+from grpo_pipeline.rewards.worker import RewardRaised, RewardWorker, Settled, can_fork
 
 
 def reward_name(func: Any) -> str:
@@ -34,26 +34,6 @@ def is_async_reward(func: Any) -> bool:
     while isinstance(func, functools.partial):
         func = func.func
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(func.__call__)
-
-
-def _sample(i: int, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> str:
-    """One completion with its prompt's last message and its dataset columns, for an error message."""
-    def item(values: Any) -> Any:
-        try:
-            return values[i]
-        except (TypeError, IndexError, KeyError):
-            return None
-
-    prompt = item(prompts)
-    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
-        prompt = prompt[-1].get("content")
-    completion = item(completions)
-    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
-        completion = completion[-1].get("content")
-    columns = {key: item(value) for key, value in kwargs.items()
-               if isinstance(value, (list, tuple)) and key != "completion_ids"}
-    return f"prompt {excerpt(prompt, 80)}, completion {excerpt(completion, 80)}" + (
-        f", {', '.join(f'{k}={excerpt(v, 40)}' for k, v in columns.items())}" if columns else "")
 
 
 def _first_failing(call: Callable, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Optional[int]:
@@ -139,79 +119,25 @@ def own_batch(prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[A
     return copy.deepcopy(prompts), copy.deepcopy(completions), columns
 
 
-class _Settled(RewardFailure):
-    """A RewardFailure the reward's worker settled (its output broke the contract, or the worker ended): passed on
-    as it is, where a RewardFailure the reward itself raised is reported as its raise."""
-
-
-_HERE = object()  # the call runs in this process (no worker, or arguments that cannot be sent to it)
-
-
-def _timed_out(name: str, seconds: Optional[float], n: int) -> RewardFailure:
-    return RewardFailure(name, f"did not return within reward_timeout ({seconds:g} s) on a batch of {n} completions; "
-                         "the run stopped there. Make it faster (a judge or a tool call needs its own timeout), or "
-                         "raise reward_timeout (0 = no limit).")
-
-
-class _Worker:
-    """A reward's calls in its own process (rewards/worker.py), as the guard makes them."""
-
-    def __init__(self, func: Callable, name: str, timeout: float, warn: Callable[[str], None]):
-        self.func, self.name, self.timeout, self.warn = func, name, timeout, warn
-        self.worker = RewardWorker(func, name, is_async_reward(func))
-        self.unsendable: list[str] = []  # the argument that could not be sent, once warned
-
-    def batch(self, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Any:
-        """The call's checked values, or _HERE when it must run in this process instead (warned once)."""
-        try:
-            status, value = self.worker.call(prompts, completions, kwargs, self.timeout)
-        except Unsendable as err:
-            if not self.unsendable:
-                self.unsendable.append(err.key)
-                self.warn(f"reward `{self.name}` gets {err.key}, which cannot be sent to the reward's own process "
-                          f"({shorten(err.why, 160)}); it runs in the trainer's process instead, where "
-                          "reward_timeout holds only for a reward that lets an alarm through, in the main thread "
-                          "(docs/rewards.md). Make it picklable, or set reward_timeout 0 to run every reward "
-                          "there. (Warned once.)")
-            return _HERE
-        except WorkerEnded as err:
-            raise _Settled(self.name, f"ended its own process ({err}) on a batch of {len(completions)} completions "
-                           f"(first: {_sample(0, prompts, completions, kwargs)}); while reward_timeout is set a "
-                           "reward runs in a process of its own (docs/rewards.md): look for an os._exit(), a crash "
-                           "in a C library, or the out-of-memory killer.") from None
-        if status == "broke":
-            raise _Settled(self.name, value)
-        return value
-
-    def single(self, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Any:
-        """One call on one sample, for the search of the failing one (a raise is what it looks for)."""
-        if self.unsendable:
-            return self.func(prompts=prompts, completions=completions, **kwargs)
-        try:
-            return self.worker.call(prompts, completions, kwargs, self.timeout)
-        except WorkerEnded as err:
-            raise RewardRaised("WorkerEnded", str(err), "", False) from None
-
-
-def _failure(func: Callable, name: str, worker: Optional[_Worker], err: BaseException, prompts: Any, completions: Any,
-             kwargs: dict[str, Any]) -> RewardFailure:
+def _failure(func: Callable, name: str, worker: Optional[RewardWorker], err: BaseException, prompts: Any,
+             completions: Any, kwargs: dict[str, Any]) -> RewardFailure:
     """What `func` raised (here, or in its worker: a RewardRaised) as one RewardFailure naming the sample it raised
     on, or how to write it when TRL's call does not fit its signature."""
-    raised = err if isinstance(err, RewardRaised) else RewardRaised(type(err).__name__, str(err),
-                                                                    raised_at(func, err), isinstance(err, TypeError))
-    if raised.type_error and not _accepts(func, kwargs):
-        withheld = [c for c in trl_rule()["not_columns"] if f"'{c}'" in raised.text and c not in kwargs]
+    type_name, text, at, type_error = err.args if isinstance(err, RewardRaised) else (
+        type(err).__name__, str(err), raised_at(func, err), isinstance(err, TypeError))
+    if type_error and not _accepts(func, kwargs):
+        withheld = [c for c in trl_rule()["not_columns"] if f"'{c}'" in text and c not in kwargs]
         why = (f" TRL never passes a dataset column named {', '.join(map(repr, withheld))} to a reward "
                "(GRPOTrainer._calculate_rewards leaves out prompt, completion and completion_ids): read "
                "`prompts` / `completions`, or rename the column." if withheld else "")
-        return RewardFailure(name, f"cannot be called the way TRL calls it ({raised.text}). Write it as "
+        return RewardFailure(name, f"cannot be called the way TRL calls it ({text}). Write it as "
                              "`def fn(prompts, completions, **kwargs) -> list[float | None]`; kwargs carry "
                              f"{', '.join(sorted(kwargs))} (docs/rewards.md).{why}")
     single = worker.single if worker is not None else (lambda p, c, kw: func(prompts=p, completions=c, **kw))
     index = _first_failing(single, prompts, completions, kwargs) if not is_async_reward(func) else None
-    where = f" on {_sample(index, prompts, completions, kwargs)}" if index is not None else (
-        f" on a batch of {len(completions)} completions (first: {_sample(0, prompts, completions, kwargs)})")
-    return RewardFailure(name, f"raised {raised.type_name}: {shorten(raised.text, 300)}{where}{raised.at}")
+    where = f" on {sample(index, prompts, completions, kwargs)}" if index is not None else (
+        f" on a batch of {len(completions)} completions (first: {sample(0, prompts, completions, kwargs)})")
+    return RewardFailure(name, f"raised {type_name}: {shorten(text, 300)}{where}{at}")
 
 
 def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
@@ -219,13 +145,10 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
                  own_process: bool = True) -> Callable:
     """`func` wrapped in the contract: same `__name__` (TRL's log key), each call's values checked by
     `check_rewards` on its own copy of the batch (`own_batch`), every way out but a real signal turned into a
-    RewardFailure naming the sample, None's share logged and warned once.
-
-    `hold`: a failure is handed to it and the call returns 0.0 per completion (values never used: they let TRL's
-    loop finish; pipeline/trainer/reward_failures.py raises it after the loop, on every process together).
-    `timeout` (reward_timeout; None or 0: no limit): each call runs in the reward's own worker process
-    (rewards/worker.py), killed at the deadline; with `own_process` False (our health observer, which the
-    trainer's callbacks read), or for arguments that cannot be pickled, under rewards/deadline.py's alarm here.
+    RewardFailure naming the sample, None's share logged and warned once. `hold`: a failure is handed to it and
+    0.0 returned per completion (pipeline/trainer/reward_failures.py raises it after TRL's loop, on every process
+    together). `timeout` (reward_timeout): each call runs in its own worker process (rewards/worker.py), or with
+    `own_process` False (our health observer, which the trainer's callbacks read) under deadline.py's alarm.
 
     >>> guarded = guard_reward(lambda prompts, completions, **kw: [len(c) for c in completions])
     >>> guarded(prompts=["p", "p"], completions=["ab", "c"])
@@ -233,7 +156,8 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     """
     name = reward_name(func)
     nones = _NoneShare(name, warn)
-    worker = _Worker(func, name, timeout, warn) if timeout and own_process and can_fork() else None
+    worker = RewardWorker(func, name, is_async_reward(func), timeout, warn) if timeout and own_process and can_fork() \
+        else None
 
     def checked(output: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
         try:
@@ -250,9 +174,11 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
         if isinstance(err, _NOT_A_REWARD_FAILURE):
             raise err
         if isinstance(err, timeouts):
-            failure = _timed_out(name, timeout, len(completions))
+            failure = RewardFailure(name, f"did not return within reward_timeout ({timeout:g} s) on a batch of "
+                                    f"{len(completions)} completions; the run stopped there. Make it faster (a judge "
+                                    "or a tool call needs its own timeout), or raise reward_timeout (0 = no limit).")
             failure.__suppress_context__ = True
-        elif isinstance(err, _Settled):
+        elif isinstance(err, Settled):
             failure = err
         else:
             failure = _failure(func, name, worker, err, prompts, completions, kwargs)
@@ -270,8 +196,8 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
         @functools.wraps(func)
         async def guarded_async(prompts=None, completions=None, **kwargs):
             try:  # the worker is waited for in a thread: the loop stays free for the other async rewards
-                output = await asyncio.to_thread(worker.batch, prompts, completions, kwargs) if worker else _HERE
-                if output is _HERE:
+                output = await asyncio.to_thread(worker.batch, prompts, completions, kwargs) if worker else None
+                if output is None:
                     mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
                     output = await asyncio.wait_for(func(prompts=mine_prompts, completions=mine_completions,
                                                          **mine), timeout or None)
@@ -284,8 +210,8 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     @functools.wraps(func)
     def guarded(prompts=None, completions=None, **kwargs):
         try:
-            output = worker.batch(prompts, completions, kwargs) if worker is not None else _HERE
-            if output is _HERE:
+            output = worker.batch(prompts, completions, kwargs) if worker is not None else None
+            if output is None:
                 mine_prompts, mine_completions, mine = own_batch(prompts, completions, kwargs)
                 with reward_deadline(timeout):
                     output = func(prompts=mine_prompts, completions=mine_completions, **mine)

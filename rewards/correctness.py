@@ -26,22 +26,15 @@ SYMBOLIC_BUDGET_S = 2.0
 @builtin_reward("correctness", range=(0.0, CORRECT_REWARD), kind="answer", reads_reference=True)
 def correctness_reward_func(prompts: Any = None, completions: Any = None, answer: Any = None,
                             **kwargs: Any) -> list[float | None]:
-    """2.0 when the last <answer> block equals the reference answer (rewards/matching.py), else 0.0 (several
-    different numbers, no block, an odd completion); None when the reference is not `reference_is_scorable`.
-
-    None tells TRL "cannot be judged" (left out of the mean) instead of teaching that a right answer was wrong.
-    The reference is `grpo_answer` when the pipeline passes it, else `answer` (as the notebook's reward reads it):
-    one per completion, or one for all; a GSM8K answer (`... #### 18`) is read as its final answer. A missing
-    column, or one of another length, raises ValueError naming `answer`: guessing would misalign rewards.
+    """2.0 when the last <answer> block equals the reference answer (rewards/matching.py), else 0.0; None (TRL:
+    "cannot be judged", left out of the mean) when the reference is not `reference_is_scorable`. The reference is
+    `grpo_answer` when the pipeline passes it, else `answer` as the notebook's reward reads it (one per completion,
+    or one for all; GSM8K's `... #### 18` is 18); a missing column, or one of another length, raises ValueError.
 
     >>> correctness_reward_func(completions=["<answer>$1,234</answer>", "<answer>1234.5</answer>",
     ...                                      [{"role": "assistant", "content": "<answer>答案：1234</answer>"}]],
     ...                         answer=["1234", "1234", "1234"])
     [2.0, 0.0, 2.0]
-    >>> correctness_reward_func(completions=["<answer>18</answer>"], answer=[None])
-    [None]
-    >>> correctness_reward_func(completions=["<answer>72</answer>"], answer=["48/2 = 24, 24+48 = 72\\n#### 72"])
-    [2.0]
     """
     texts = completion_texts(completions)
     references = [_final_answer(r) for r in _references(kwargs.get(REFERENCE_COLUMN, answer), len(texts))]
@@ -59,10 +52,8 @@ def reference_is_scorable(reference: Any) -> bool:
     """True when `reference` reads as ONE final answer, a number or an expression with a digit: the one reading of
     a reference, for this reward and for data preparation (pipeline/data/clean.py's `unscorable_answer`).
 
-    >>> [reference_is_scorable(r) for r in ("1,234", "$18", "3/4", "答案：18", "\\frac{1}{2}", "2x+1")]
-    [True, True, True, True, True, True]
-    >>> [reference_is_scorable(r) for r in ("five and a half", "18 or 20", "maybe 18", "", None, "n/a")]
-    [False, False, False, False, False, False]
+    >>> [reference_is_scorable(r) for r in ("1,234", "\\frac{1}{2}", "2x+1", "five and a half", "18 or 20", None)]
+    [True, True, True, False, False, False]
     """
     parsed = parse_answer(reference)
     return (parsed is not None and parsed.kind in ("number", "expression")

@@ -3,7 +3,7 @@
 `grpo rewards` all read the facts from here.
 
 >>> from grpo_pipeline.rewards import correctness_reward_func
->>> facts = logged_facts("correctness_reward_func")
+>>> facts = facts_of("correctness_reward_func", logged=True)
 >>> facts.name, facts.range, facts.kind, facts.reads_reference, facts.func is correctness_reward_func
 ('correctness', (0.0, 2.0), 'answer', True, True)
 """
@@ -49,22 +49,15 @@ def builtin_reward(name: str, *, range: Optional[tuple[float, float]] = None, ki
     return declare
 
 
-def facts_of(reward: str | Callable) -> Optional[RewardFacts]:
+def facts_of(reward: str | Callable, logged: bool = False) -> Optional[RewardFacts]:
     """The facts of a built-in reward by a name a recipe may give it (its short name, or the notebook's function
-    name) or by the function itself; None for anyone else's reward."""
-    for facts in DECLARED.values():
-        if reward is facts.func or reward in (facts.name, facts.logged_name):
-            return facts
-    return None
-
-
-def logged_facts(logged_name: str) -> Optional[RewardFacts]:
-    """The facts of the built-in reward TRL logs as rewards/<logged_name>/mean (its function's __name__); None for a
-    reward of anyone else, whatever its name (a user's reward logged as `correctness` is not ours)."""
-    return next((facts for facts in DECLARED.values() if facts.logged_name == logged_name), None)
+    name) or by the function itself; with `logged`, only by the name TRL logs it under (rewards/<name>/mean, its
+    function's __name__: a user's reward logged as `correctness` is not ours). None for anyone else's reward."""
+    return next((facts for facts in DECLARED.values()
+                 if reward == facts.logged_name or not logged and reward in (facts.func, facts.name)), None)
 
 
 def declared_range(logged_name: str) -> Optional[tuple[float, float]]:
     """The range a built-in reward declares, by the name TRL logs it under; None for any other reward."""
-    facts = logged_facts(logged_name)
+    facts = facts_of(logged_name, logged=True)
     return facts.range if facts is not None else None

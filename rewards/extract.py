@@ -20,8 +20,6 @@ def extract_xml_answer(text: Any) -> str:
 
     >>> extract_xml_answer("<reasoning>...</reasoning>\\n<answer>\\n18\\n</answer>")
     '18'
-    >>> extract_xml_answer("<answer>5</answer> wait <answer>7</answer>")
-    '7'
     """
     return extract_tagged(text, ANSWER_OPEN, ANSWER_CLOSE)
 

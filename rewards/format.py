@@ -21,8 +21,6 @@ def format_completion(reasoning: str, answer: str) -> str:
 
     >>> format_completion(" 6*3=18 ", "18")
     '<reasoning>\\n6*3=18\\n</reasoning>\\n<answer>\\n18\\n</answer>\\n'
-    >>> strict_format_reward_func([format_completion("r", "18")])
-    [0.5]
     """
     return f"{REASONING_OPEN}\n{reasoning.strip()}\n{REASONING_CLOSE}\n{ANSWER_OPEN}\n{answer.strip()}\n{ANSWER_CLOSE}\n"
 
@@ -82,17 +80,10 @@ def xmlcount_reward_func(completions: Any = None, **kwargs: Any) -> list[float]:
 
 def _is_strict_format(text: str) -> bool:
     body = text.strip()
-    if not (body.startswith(REASONING_OPEN) and body.endswith(ANSWER_CLOSE)):
+    if not (body.startswith(REASONING_OPEN) and body.endswith(ANSWER_CLOSE)) or any(body.count(t) != 1 for t in TAGS):
         return False
-    if any(body.count(tag) != 1 for tag in TAGS):
-        return False
-    reasoning_end = body.find(REASONING_CLOSE)
-    answer_start = body.find(ANSWER_OPEN)
-    if not reasoning_end < answer_start:
-        return False
-    reasoning = body[len(REASONING_OPEN):reasoning_end]
-    between = body[reasoning_end + len(REASONING_CLOSE):answer_start]
-    answer = body[answer_start + len(ANSWER_OPEN):-len(ANSWER_CLOSE)]
+    reasoning, _, rest = body[len(REASONING_OPEN):-len(ANSWER_CLOSE)].partition(REASONING_CLOSE)
+    between, _, answer = rest.partition(ANSWER_OPEN)  # an <answer> before </reasoning> leaves `between` non-empty
     return not between.strip() and bool(reasoning.strip()) and bool(answer.strip())
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
+from grpo_pipeline.rewards.cleaning import LATEX_COMMAND
 from grpo_pipeline.rewards.completions import completion_text, completion_texts
 from grpo_pipeline.rewards.declared import builtin_reward
 from grpo_pipeline.rewards.extract import extract_xml_answer
@@ -25,7 +26,6 @@ _CJK_CHAR = re.compile("[\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff]")
 # single letter (a variable) is not. Every pattern here matches in linear time (no nested or unbounded
 # backtracking; maths spans are found by _without_maths in one pass), so a megabyte of text costs milliseconds.
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
-_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")  # \boxed, \frac, \times outside maths
 _TAG = re.compile(r"<[^<>\s]{1,40}>")  # <reasoning>, </answer>, <|im_end|>; "x < 5 and y > 3" is no tag
 _MATH_DELIMITERS = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
 _MATH_OPEN = re.compile(r"\$\$|\$|\\\(|\\\[")
@@ -39,7 +39,7 @@ def script_counts(text: str) -> dict[str, int]:
     >>> script_counts("<reasoning>He has $\\\\frac{1}{2}$ of 18 apples, so 2x = 9</reasoning>")
     {'cjk': 0, 'latin': 5}
     """
-    kept = _TAG.sub(" ", _LATEX_COMMAND.sub(" ", _without_maths(text)))
+    kept = _TAG.sub(" ", LATEX_COMMAND.sub(" ", _without_maths(text)))
     words = sum(1 for token in _TOKEN.findall(kept) if len(token) > 1 and token.isalpha())
     return {CJK: len(_CJK_CHAR.findall(kept)), LATIN: words}
 
@@ -74,17 +74,6 @@ def dominant_script(text: Optional[str]) -> Optional[str]:
     return CJK if counts[CJK] >= counts[LATIN] else LATIN
 
 
-def share_in(text: str, script: str) -> Optional[float]:
-    """The share of `text`'s units written in `script`; None when it has no letters at all.
-
-    >>> share_in("答案是 18 apples", "cjk")
-    0.75
-    """
-    counts = script_counts(text)
-    total = sum(counts.values())
-    return counts[script] / total if total else None
-
-
 def question_text(prompt: Any) -> Optional[str]:
     """The question a completion answers: the last user message of a conversation, the user turn of a
     ChatML-rendered prompt, or the prompt string itself.
@@ -102,10 +91,7 @@ def language_consistency(completion: Optional[str], question: Optional[str]) -> 
     """The score of one completion against its question: 0.5 x the mean over its parts (`_parts`) of
     min(1, share in the question's language / LANGUAGE_THRESHOLD), a part without letters scoring 1.
 
-    >>> question = "小明有几个苹果？"
-    >>> language_consistency("<reasoning>小明有 3 个苹果</reasoning><answer>3</answer>", question)
-    0.5
-    >>> language_consistency("<reasoning>Xiao Ming has 3 apples</reasoning><answer>3</answer>", question)
+    >>> language_consistency("<reasoning>Xiao Ming has 3 apples</reasoning><answer>3</answer>", "小明有几个苹果？")
     0.25
     """
     if completion is None:
@@ -113,8 +99,8 @@ def language_consistency(completion: Optional[str], question: Optional[str]) -> 
     target = dominant_script(question) or dominant_script(completion)
     if target is None:
         return LANGUAGE_REWARD
-    scores = [1.0 if share is None else min(1.0, share / LANGUAGE_THRESHOLD)
-              for share in (share_in(part, target) for part in _parts(completion))]
+    scores = [min(1.0, counts[target] / sum(counts.values()) / LANGUAGE_THRESHOLD) if any(counts.values()) else 1.0
+              for counts in map(script_counts, _parts(completion))]
     return round(LANGUAGE_REWARD * sum(scores) / len(scores), 6)
 
 
@@ -127,11 +113,8 @@ def language_consistency_reward_func(prompts: Any = None, completions: Any = Non
     held to its own dominant language, so only mixing costs. TRL's other keyword arguments are ignored.
 
     >>> zh = [{"role": "user", "content": "一支笔 3 元，4 支笔多少钱？"}]
-    >>> language_consistency_reward_func(prompts=[zh, zh, zh], completions=[
-    ...     "<reasoning>\\n4 × 3 = 12，所以是 12 元。\\n</reasoning>\\n<answer>\\n12\\n</answer>\\n",
-    ...     "<reasoning>\\nEach pen costs 3, so 4 pens cost 12.\\n</reasoning>\\n<answer>\\n12\\n</answer>\\n",
-    ...     None])
-    [0.5, 0.25, 0.0]
+    >>> language_consistency_reward_func(prompts=[zh, zh, zh], completions=["<answer>12 元</answer>", "12 yuan", None])
+    [0.5, 0.0, 0.0]
     """
     texts = completion_texts(completions)
     questions = list(prompts) if isinstance(prompts, (list, tuple)) else []

@@ -72,18 +72,11 @@ def parse_answer(text: Any, *, prediction: bool = False) -> ParsedAnswer | None:
 
     >>> parse_answer("The answer is $1,234.")
     ParsedAnswer(kind='number', value=Fraction(1234, 1), cleaned='1,234.')
-    >>> parse_answer("5 apples and 18 pears").kind
-    'ambiguous'
-    >>> parse_answer("\\\\sqrt{2}").kind
-    'expression'
     """
     if type(text) is not str:  # exact type check first: the ABC checks below are slow
-        if isinstance(text, bool):
+        if isinstance(text, bool) or not isinstance(text, (str, numbers.Real, Decimal)):  # numpy scalars are Real
             return None
-        if isinstance(text, (numbers.Real, Decimal)):  # int, float, Fraction, numpy scalars
-            text = str(text)
-        elif not isinstance(text, str):
-            return None
+        text = str(text)
     if prediction:
         text = _prediction_window(text)
     elif len(text) > MAX_ANSWER_CHARS:

@@ -29,10 +29,6 @@ def _is_letter(ch: str) -> bool:
     return (ch.isascii() and ch.isalpha()) or "\u0370" <= ch <= "\u03ff"
 
 
-def _is_ascii_alnum(ch: str) -> bool:
-    return ch.isascii() and ch.isalnum()
-
-
 # One-letter units written glued after a number: "5m", "3h", "2L". Not "k" (5k is 5000) and
 # none of the letters algebra uses for unknowns.
 _UNIT_LETTERS = frozenset("mghsLl")
@@ -81,8 +77,7 @@ def read_numbers(text: str) -> tuple[list[Fraction], bool]:
         if any(ch in MATH_CHARS for ch in between):
             is_math = True
         before = start - 1
-        if match["sign"] is not None and before >= 0 and (_is_ascii_alnum(text[before]) or _is_letter(text[before])
-                                                          or text[before] in ")]}"):
+        if match["sign"] is not None and before >= 0 and (_is_letter(text[before]) or text[before] in "0123456789)]}"):
             is_math = True  # "5-3", "x-3": a binary operator, not a sign
         if glued_single_letter(text, before, -1) or glued_single_letter(text, end, +1):
             is_math = True  # "x2", "2x", "3i", "2π"

@@ -36,17 +36,11 @@ DEFAULT_REWARD_WEIGHTS: list[float] = [1.0] * len(DEFAULT_REWARDS)
 REWARD_FUNCS: dict[str, RewardFunc] = {
     name: DECLARED[name].func for name in sorted(
         DECLARED, key=lambda n: DEFAULT_REWARDS.index(n) if n in DEFAULT_REWARDS else len(DEFAULT_REWARDS))}
-# The notebook's own function names, so configs copied from it work unchanged.
-REWARD_ALIASES: dict[str, str] = {func.__name__: name for name, func in REWARD_FUNCS.items()}
-# Views of the declarations by the name TRL logs each under (rewards/<name>/mean): the range a built-in reward can
-# take, and the rewards that only judge the <reasoning>/<answer> format (not the answer itself).
-REWARD_RANGES: dict[str, tuple[float, float]] = {f.logged_name: f.range for f in DECLARED.values() if f.range}
-FORMAT_REWARD_NAMES = frozenset(f.logged_name for f in DECLARED.values() if f.kind == "format")
 
 
 def _known_names(unknown: str = "") -> str:
     """Ours and TRL's (trl/scripts/grpo.py's registry, read from the installed TRL), with the nearest to `unknown`."""
-    ours, trls = list(REWARD_FUNCS) + list(REWARD_ALIASES), trl_reward_names()
+    ours, trls = [*REWARD_FUNCS, *(func.__name__ for func in REWARD_FUNCS.values())], trl_reward_names()
     nearest = difflib.get_close_matches(unknown, ours + trls, n=1) if unknown else []
     return ((f"did you mean {nearest[0]!r}? " if nearest else "") + f"known: ours {', '.join(ours)}; "
             f"TRL's (trl/scripts/grpo.py) {', '.join(trls)}")
@@ -60,8 +54,6 @@ def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
 
     >>> resolve_reward("correctness").__name__
     'correctness_reward_func'
-    >>> resolve_reward("trl.rewards.accuracy_reward") is resolve_reward("accuracy_reward")
-    True
     """
     if callable(name):
         return name
@@ -73,8 +65,8 @@ def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
         return builtin.func
     if key in trl_reward_names():
         return trl_reward(key)
-    if ":" in key or "." in key.strip("."):  # or a dotted path, as TRL's docs and open-r1 write one
-        spec = key if ":" in key else ":".join(key.rsplit(".", 1))
+    if _is_spec(key):
+        spec = ":".join(_spec_parts(key))
         obj = load_user_object(spec, "reward", fresh)
         if not callable(obj):
             raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a function.")
@@ -107,13 +99,10 @@ def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
 
 
 def _is_correctness(name: str | RewardFunc) -> Optional[bool]:
-    if callable(name):
-        facts = facts_of(name)
+    facts = facts_of(name.strip() if isinstance(name, str) else name)
+    if facts is not None or callable(name):
         return facts is not None and facts.reads_reference
-    key = name.strip() if isinstance(name, str) else ""
-    if facts_of(key) is not None:
-        return facts_of(key).reads_reference
-    module, _, function = key.partition(":") if ":" in key else key.rpartition(".")
+    module, function = _spec_parts(name)
     if not module or not function:
         return False  # not a reward name at all: validate() names it
     source = module_source(module)
@@ -168,23 +157,35 @@ def is_correctness_in_source(source: Path, function: str) -> Optional[bool]:
     return answer
 
 
-def check_reward_names(names: Sequence[str | RewardFunc]) -> None:
-    """What get_reward_funcs refuses that can be seen without importing anything (not a list, an empty list, an
-    unknown bare name, a module that is nowhere to be found), for the commands that call no reward."""
+def _is_spec(key: str) -> bool:
+    """'package.module:function', or a dotted path as TRL's docs and open-r1 write one."""
+    return ":" in key or "." in key.strip(".")
+
+
+def _spec_parts(name: Any) -> tuple[str, str]:
+    """('package.module', 'function') of a spec `_is_spec` takes (one part may be empty)."""
+    key = name.strip() if isinstance(name, str) else ""
+    module, _, function = key.partition(":") if ":" in key else key.rpartition(".")
+    return module, function
+
+
+def check_reward_names(names: Sequence[str | RewardFunc], modules: bool = True) -> None:
+    """What get_reward_funcs refuses that can be seen without importing anything: not a list, an empty list, and
+    with `modules` an unknown bare name or a module that is nowhere to be found (for the commands that call no
+    reward)."""
     if isinstance(names, str) or not isinstance(names, Sequence):
         raise ValueError(f"expected a list of names, got {names!r}; write e.g. [{names!r}].")
     if not names:
         raise ValueError(f"the list is empty; use e.g. {DEFAULT_REWARDS}.")
-    for name in names:
-        key = name.strip() if isinstance(name, str) else name
-        if callable(key) or facts_of(key) is not None:
+    for name in names if modules else ():
+        if callable(name) or is_builtin_reward(name):
             continue
-        if not isinstance(key, str) or not key or (":" not in key and "." not in key.strip(".")):
+        if not isinstance(name, str) or not _is_spec(name.strip()):
             resolve_reward(name)  # raises its message
-        module = key.partition(":")[0] if ":" in key else key.rpartition(".")[0]
+        module = _spec_parts(name)[0]
         if module_source(module) is None and importlib.util.find_spec(module.split(".")[0]) is None:
-            raise ValueError(f"reward {key!r}: no module {module!r} in {', '.join(map(str, search_dirs()))} or on "
-                             "the import path; put its .py file beside the recipe.")
+            raise ValueError(f"reward {name.strip()!r}: no module {module!r} in {', '.join(map(str, search_dirs()))} "
+                             "or on the import path; put its .py file beside the recipe.")
 
 
 def get_reward_funcs(names: Sequence[str | RewardFunc], fresh: bool = False) -> list[RewardFunc]:
@@ -197,10 +198,7 @@ def get_reward_funcs(names: Sequence[str | RewardFunc], fresh: bool = False) -> 
     >>> [f.__name__ for f in get_reward_funcs(["int", "correctness"])]
     ['int_reward_func', 'correctness_reward_func']
     """
-    if isinstance(names, str) or not isinstance(names, Sequence):
-        raise ValueError(f"expected a list of names, got {names!r}; write e.g. [{names!r}].")
-    if not names:
-        raise ValueError(f"the list is empty; use e.g. {DEFAULT_REWARDS}.")
+    check_reward_names(names, modules=False)
     funcs = [resolve_reward(n, fresh) for n in names]
     first_listed: dict[int, Any] = {}
     for name, func in zip(names, funcs):
@@ -250,8 +248,6 @@ def _named(func: RewardFunc, name: str) -> RewardFunc:
 def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) -> list[float]:
     """One finite float weight per reward function (negative: a penalty); None means all 1.0.
 
-    >>> check_reward_weights(["int", "correctness"], None)
-    [1.0, 1.0]
     >>> check_reward_weights(["int", "correctness"], [0.5, 2])
     [0.5, 2.0]
     """
@@ -270,13 +266,6 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
     return checked
 
 
-def _moved(spec: str) -> str:
-    """A hint when `spec` names one of our modules by its folder (`pipeline.demo.calculator:calculator`), else ""."""
-    ours = f"{OURS}.{spec}"
-    found = spec_of_ours(ours.partition(":")[0]) is not None
-    return f" Our own modules are under one import name now: write {ours!r}." if found else ""
-
-
 def load_user_object(spec: str, kind: str, fresh: bool = False) -> Any:
     """The object `package.module:attr` (or `package.module.attr`) names, from the user's module
     (rewards/user_code.py); `kind` ("reward", "tool", ...) is what the messages call it. Raises a plain ValueError
@@ -291,9 +280,12 @@ def load_user_object(spec: str, kind: str, fresh: bool = False) -> Any:
         obj: Any = import_user_module(module_name, fresh)
     except ImportError as exc:
         where = ", ".join(str(d) for d in search_dirs())
+        ours = f"{OURS}.{spec}"  # one of our modules named by its folder (`pipeline.demo.calculator:calculator`)
+        moved = f" Our own modules are under one import name now: write {ours!r}." if spec_of_ours(
+            ours.partition(":")[0]) is not None else ""
         raise ValueError(f"cannot import module {module_name!r} for {kind} {spec!r} "
                          f"({exc}); check the name and that it is in the working folder ({where}), or on "
-                         f"PYTHONPATH.{beside_the_recipe(module_name.partition('.')[0])}{_moved(spec)}") from exc
+                         f"PYTHONPATH.{beside_the_recipe(module_name.partition('.')[0])}{moved}") from exc
     except BaseException as exc:  # noqa: BLE001 - a syntax error, a raise or a sys.exit() at import time
         if isinstance(exc, SignalInterrupt):  # a real Ctrl-C / SIGTERM while importing: the run's to handle
             raise

@@ -23,15 +23,31 @@ class RewardFailure(RuntimeError):
         super().__init__(f"reward function `{name}` {message}")
 
 
+def sample(i: int, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> str:
+    """One completion with its prompt's last message and its dataset columns, for an error message."""
+    def item(values: Any) -> Any:
+        try:
+            return values[i]
+        except (TypeError, IndexError, KeyError):
+            return None
+
+    prompt = item(prompts)
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        prompt = prompt[-1].get("content")
+    completion = item(completions)
+    if isinstance(completion, list) and completion and isinstance(completion[-1], dict):
+        completion = completion[-1].get("content")
+    columns = {key: item(value) for key, value in kwargs.items()
+               if isinstance(value, (list, tuple)) and key != "completion_ids"}
+    return f"prompt {excerpt(prompt, 80)}, completion {excerpt(completion, 80)}" + (
+        f", {', '.join(f'{k}={excerpt(v, 40)}' for k, v in columns.items())}" if columns else "")
+
+
 def check_rewards(name: str, output: Any, n: int) -> list[Optional[float]]:
     """`output` as a list of n floats or None, or a RewardFailure that says what came back instead.
 
     >>> check_rewards("f", [1, 0.5, None], 3)
     [1.0, 0.5, None]
-    >>> check_rewards("f", 1.0, 2)
-    Traceback (most recent call last):
-    ...
-    grpo_pipeline.rewards.returned.RewardFailure: reward function `f` returned 1.0 (a float), not a list of one number (or None) ...
     """
     try:
         return _checked(name, output, n)

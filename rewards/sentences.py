@@ -47,19 +47,16 @@ def after_single_equals(text: str) -> str:
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
-# Anything that offers a second possibility or takes the statement back. One of these in the
-# concluding sentence and nothing is read: a hedge is never rewarded.
-# "could"/"might" in a relative clause describe the quantity ("the most points that could be in
-# the domain is 19"), so they do not hedge there.
-_HEDGE = re.compile(r"\b(?:or|either|maybe|perhaps|possibly|probably|unsure|guess|between|but|however|"
-                    r"actually|wait|instead|rather|at\s+(?:most|least)|up\s+to)\b|(?<!that )(?<!which )(?<!who )"
-                    r"\b(?:could|might|may)\b|not\s+sure|或|还是|可能|也许|大概|但",
+# Doubt about a number. "could"/"might" in a relative clause describe the quantity ("the most points that could be
+# in the domain is 19"), so they do not hedge there.
+_DOUBT = (r"\b(?:maybe|perhaps|possibly|probably|unsure|guess|at\s+(?:most|least)|up\s+to)\b"
+          r"|(?<!that )(?<!which )(?<!who )\b(?:could|might|may)\b|not\s+sure|可能|也许|大概")
+# Anything that offers a second possibility or takes the statement back. One of these in the concluding sentence
+# and nothing is read: a hedge is never rewarded.
+_HEDGE = re.compile(rf"{_DOUBT}|\b(?:or|either|between|but|however|actually|wait|instead|rather)\b|或|还是|但",
                     re.IGNORECASE)
 # Uncertainty about a single number ("Maybe 18.", "It could be 18."): not rewarded either.
-UNSURE = re.compile(r"\b(?:maybe|perhaps|possibly|probably|unsure|guess|at\s+(?:most|least)|up\s+to|"
-                     r"i\s+think|i\s+believe|not\s+certain)\b|"
-                     r"(?<!that )(?<!which )(?<!who )"
-                     r"\b(?:could|might|may)\b|not\s+sure|可能|也许|大概", re.IGNORECASE)
+UNSURE = re.compile(rf"{_DOUBT}|\b(?:i\s+think|i\s+believe|not\s+certain)\b", re.IGNORECASE)
 # A sentence that opens with one of these concludes, so with one number and no cue it still
 # asserts it: "Therefore, the error increases by 100%."
 _CONCLUDING = re.compile(r"^\W*(?:therefore|thus|so|hence|in\s+total|altogether|finally|in\s+conclusion)\b"
@@ -98,10 +95,6 @@ def conclusion_value(text: str) -> Fraction | None:
 
     >>> conclusion_value("The bakery sold 37 + 95, which is 132 loaves in total.")
     Fraction(132, 1)
-    >>> conclusion_value("Ana swims a total of 840 laps during the 60 days.")
-    Fraction(840, 1)
-    >>> conclusion_value("So the answer is 18 or 20.") is None, conclusion_value("It is 35 + 2.") is None
-    (True, True)
     """
     sentences = [part for part in _SENTENCE_END.split(text) if any(ch.isdigit() for ch in part)]
     if not sentences:

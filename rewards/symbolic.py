@@ -1,14 +1,9 @@
-"""The slow path: symbolic equality of two LaTeX answers through math-verify (sympy underneath), for what the
-fast reader (normalize.py) cannot settle: "\\frac{\\sqrt{3}}{2}" vs "\\sqrt{3}/2", "(x+1)^2" vs "x^2+2x+1".
+"""The slow path: symbolic equality of two LaTeX answers through math-verify (sympy underneath, imported lazily:
+~0.6 s), for what the fast reader (normalize.py) cannot settle: "\\frac{\\sqrt{3}}{2}" vs "\\sqrt{3}/2".
 
-Safe inside a training step:
-
-- Lazy import: math_verify pulls in sympy (~0.6 s); runs that never see a symbolic answer never pay for it.
-- Time limits: math-verify's own `parsing_timeout` / `timeout_seconds` (signal.alarm, whole seconds): about 2 s
-  per completion at worst. signal.alarm works only in the main thread, so off it the check is skipped (False,
-  warned once): sympy without a limit could hang ("10^{10^{10^{10}}}" is short). TRL calls rewards there.
-- A budget per batch (`time_budget`) and a verdict cache: once a batch's budget is spent, new pairs score False
-  (counted in `skipped_over_budget`, warned once) and are not cached, so a later batch still decides them.
+Safe inside a training step: math-verify's own time limits (signal.alarm, so off the main thread the check is
+skipped, False, warned once: sympy could hang on "10^{10^{10^{10}}}"), and a budget per batch (`time_budget`):
+once spent, new pairs score False (counted in `skipped_over_budget`, warned once) and are not cached.
 
 Inputs are wrapped as "$...$" and parsed with LatexExtractionConfig only: without the anchors math-verify's
 lenient extraction reads "2x" as 2 and "3\\sqrt{2}" as 3, turning wrong answers into right ones.
@@ -64,10 +59,8 @@ def time_budget(seconds: float) -> Iterator[None]:
 def symbolic_equal(pred: str, ref: str) -> bool:
     """True when math-verify proves `pred` equals `ref`; False on any doubt, error or timeout.
 
-    >>> symbolic_equal("\\\\frac{\\\\sqrt{3}}{2}", "\\\\sqrt{3}/2")
-    True
-    >>> symbolic_equal("2x", "2")
-    False
+    >>> symbolic_equal("\\\\frac{\\\\sqrt{3}}{2}", "\\\\sqrt{3}/2"), symbolic_equal("2x", "2")
+    (True, False)
     """
     global _warned_off_main_thread, _warned_over_budget, skipped_over_budget
     if not pred or not ref or len(pred) > MAX_SYMBOLIC_CHARS or len(ref) > MAX_SYMBOLIC_CHARS:

@@ -1,13 +1,7 @@
-"""TRL's own rules, read from the installed TRL's source with `ast` (found without importing trl, so no torch),
-not copied:
-
-1. What a reward receives (`reward_keywords`, `reward_columns`, `reward_call_kwargs`): what
-   `GRPOTrainer._calculate_rewards` passes, i.e. its own keywords, every dataset column the trainer saw but the
-   ones it names, and the keywords it sets on `reward_kwargs` unconditionally; with `remove_unused_columns`, the
-   columns are only those `GRPOTrainer._set_signature_columns_if_needed` keeps. tests/test_trl_call.py holds it
-   against the real trainer's calls.
-2. TRL's reward registry (`trl_reward_names`, `trl_reward`): `reward_funcs_registry` in `trl/scripts/grpo.py`,
-   built as the script builds it. Only resolving one of its names imports trl.
+"""TRL's own rules, read from the installed TRL's source with `ast` (without importing trl, so no torch), not
+copied: what `GRPOTrainer._calculate_rewards` passes a reward (`trl_rule`; with `remove_unused_columns`, only the
+columns `_set_signature_columns_if_needed` keeps; tests/test_trl_call.py holds it against the real trainer's
+calls), and `reward_funcs_registry` in `trl/scripts/grpo.py` (only resolving one of its names imports trl).
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Callable
 
-# The reward_kwargs dict and the loop variable of TRL's _calculate_rewards; what the parse below looks for.
+# The reward_kwargs dict of TRL's _calculate_rewards; what the parse below looks for.
 _KWARGS_NAME = "reward_kwargs"
 
 

@@ -1,12 +1,7 @@
-"""Loading a user's reward module (`my_rewards:score`), and the boundary around it.
-
-It is looked for in the working folder (the one base of every relative path of a run), then on the import path,
-as TRL's `trl grpo` looks; one beside the recipe only is named in the error, with the fix. A file found in the
-working folder loads as the user's even when its name is an installed package's (`json.py`) or another folder's
-file already loaded: then under another module name (`_user_json_<sha1 of its path>`), so neither hides the
-other. Its folder is appended to sys.path (its sibling imports), and while it imports `sys.argv` is `[its path]`,
-so argparse at its top level sees none of grpo's arguments. importlib has the pieces (spec_from_file_location)
-but not this policy.
+"""Loading a user's reward module (`my_rewards:score`): looked for in the working folder (the base of every
+relative path of a run), then on the import path, as `trl grpo` looks; one only beside the recipe is named in the
+error, with the fix. A working-folder file whose name is taken (`json.py`) loads under another name
+(`_user_json_<sha1 of its path>`), and argparse at its top level sees `sys.argv == [its path]`, none of grpo's.
 """
 
 from __future__ import annotations
@@ -96,16 +91,7 @@ def import_user_module(module_name: str, fresh: bool = False) -> Any:
         sys.path.append(str(folder))  # its sibling imports; appended, so it never hides an installed package
     name = _module_name_for(top, found)
     if name not in sys.modules:
-        package_dir = [str(found.parent)] if found.name == "__init__.py" else None
-        spec = importlib.util.spec_from_file_location(name, found, submodule_search_locations=package_dir)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            with isolated_argv(found):
-                spec.loader.exec_module(module)
-        except BaseException:
-            del sys.modules[name]
-            raise
+        _run_file(name, found, package_dir=[str(found.parent)] if found.name == "__init__.py" else None)
     if not rest:
         return _fresh_copy(sys.modules[name]) if fresh else sys.modules[name]
     sub = found.parent / (rest.replace(".", "/") + ".py")
@@ -125,18 +111,31 @@ def _is_users(module: Any) -> bool:
 
 def _fresh_copy(module: Any) -> Any:
     """`module` executed again from its file as a separate module (`_grpo_probe_<name>`, its package the same, so
-    relative imports resolve as the original's), not registered in sys.modules. Raises what executing it raises."""
-    name = f"_grpo_probe_{module.__name__.replace('.', '_')}"
-    spec = importlib.util.spec_from_file_location(name, module.__file__)
-    copy = importlib.util.module_from_spec(spec)
-    copy.__package__ = module.__package__
-    sys.modules[name] = copy  # dataclasses look a module up by name while it executes
+    relative imports resolve as the original's), not kept in sys.modules: once the check's calls are done, nothing
+    holds it (a model it loaded is freed). Raises what executing it raises."""
+    return _run_file(f"_grpo_probe_{module.__name__.replace('.', '_')}", Path(module.__file__),
+                     package=module.__package__, keep=False)
+
+
+def _run_file(name: str, path: Path, package_dir: Optional[list[str]] = None, package: Optional[str] = None,
+              keep: bool = True) -> Any:
+    """The module `name` executed from `path` under `isolated_argv`, in sys.modules while it runs (dataclasses look a
+    module up by name) and after, when `keep` and it did not raise."""
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=package_dir)
+    module = importlib.util.module_from_spec(spec)
+    if package is not None:
+        module.__package__ = package
+    sys.modules[name] = module
     try:
-        with isolated_argv(Path(module.__file__)):
-            spec.loader.exec_module(copy)
-    finally:  # not kept: once the check's calls are done, nothing holds it (a model it loaded is freed)
-        del sys.modules[name]
-    return copy
+        with isolated_argv(path):
+            spec.loader.exec_module(module)
+    except BaseException:
+        keep = False
+        raise
+    finally:
+        if not keep:
+            del sys.modules[name]
+    return module
 
 
 def _module_name_for(top: str, found: Path) -> str:

@@ -27,8 +27,6 @@ def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_
 
     >>> compute_score("openai/gsm8k", "<reasoning>\\n6 x 7\\n</reasoning>\\n<answer>\\n42\\n</answer>\\n", "42")
     4.0
-    >>> compute_score("openai/gsm8k", "The answer is 41.", "42")
-    0.0
     """
     extra = extra_info if isinstance(extra_info, dict) else {}
     names = list(reward_funcs or extra.get("reward_funcs") or DEFAULT_REWARDS)

@@ -2,12 +2,9 @@
 
 An alarm in the trainer's process is cooperative (math_verify's own timeout cancels it, a blocked event loop or a
 C call holding the GIL never lets its handler run, off the main thread there is none); a process can always be
-killed. So while reward_timeout is set, each reward runs in a worker forked from the trainer's process on its first
-call (fork: every callable TRL takes works as it is, with its state at the fork): the batch goes through a pipe,
-and past the deadline the worker's process group is SIGKILLed and RewardTimeout raised; the next call forks anew.
-What that changes for a reward (state, `trainer_state`, `log_metric`, prints, CUDA): docs/rewards.md "Its own
-process". A worker lives as long as its guarded reward (multiprocessing.util.Finalize) and ends when the
-trainer's process is gone; bench/overhead.py measures its cost against bare TRL.
+killed. So while reward_timeout is set, each reward runs in a worker forked on its first call (fork: every
+callable TRL takes works as it is); past the deadline its process group is SIGKILLed, and the next call forks anew.
+What that changes for a reward: docs/rewards.md "Its own process"; its cost: bench/overhead.py.
 """
 
 from __future__ import annotations
@@ -27,8 +24,9 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from grpo_pipeline.env.text import shorten
 from grpo_pipeline.rewards.deadline import RewardTimeout
-from grpo_pipeline.rewards.returned import RewardFailure, check_rewards, raised_at
+from grpo_pipeline.rewards.returned import RewardFailure, check_rewards, raised_at, sample
 
 # The trainer's own objects among a reward's keywords whose calls are recorded in the worker and replayed here.
 _RECORDED = ("log_metric", "log_extra")
@@ -39,38 +37,13 @@ _ended_cpu = 0.0  # CPU seconds of the workers stopped so far (workers_cpu_secon
 
 
 class RewardRaised(Exception):
-    """The reward raised in its worker: what it raised, as text (an exception object may not survive pickling)."""
-
-    def __init__(self, type_name: str, text: str, at: str, type_error: bool):
-        super().__init__(text)
-        self.type_name, self.text, self.at, self.type_error = type_name, text, at, type_error
+    """The reward raised in its worker: args are its type's name, its text, where (`raised_at`) and whether it is a
+    TypeError (an exception object may not survive pickling)."""
 
 
-class WorkerEnded(Exception):
-    """The worker process ended during a call (os._exit, a crash in a C library, the out-of-memory killer)."""
-
-
-class Unsendable(Exception):
-    """An argument of the call cannot be pickled for the worker: `key` names it."""
-
-    def __init__(self, key: str, why: str):
-        super().__init__(f"{key}: {why}")
-        self.key, self.why = key, why
-
-
-class _Recorded:
-    """Stands for `log_metric` / `log_extra` in the request: the worker records the calls instead."""
-
-    def __init__(self, key: str):
-        self.key = key
-
-
-class _StateUpdate:
-    """`trainer_state` as what changed since the last call: its fields but log_history, and the log entries added
-    (all of them after `fresh`: a new worker, another state object, or a log that shrank)."""
-
-    def __init__(self, cls: type, fields: dict[str, Any], new_entries: list[Any], fresh: bool):
-        self.cls, self.fields, self.new_entries, self.fresh = cls, fields, new_entries, fresh
+class Settled(RewardFailure):
+    """A RewardFailure the reward's worker settled (its output broke the contract, or the worker ended): passed on
+    as it is, where a RewardFailure the reward itself raised is reported as its raise."""
 
 
 class _Process:
@@ -115,40 +88,75 @@ class _Process:
 
 
 class RewardWorker:
-    """The process a reward runs in while reward_timeout is set; see the module docstring. One call at a time."""
+    """The process a reward runs in while reward_timeout is set, as the guard (rewards/contract.py) calls it; see the
+    module docstring. One call at a time."""
 
-    def __init__(self, func: Callable, name: str, is_async: bool):
-        self.func, self.name, self.is_async = func, name, is_async
+    def __init__(self, func: Callable, name: str, is_async: bool, timeout: float, warn: Callable[[str], None]):
+        self.func, self.name, self.is_async, self.timeout, self.warn = func, name, is_async, timeout, warn
+        self.unsendable = False  # an argument could not be sent: warned once, the reward runs in the trainer's process
         self.lock = threading.Lock()
         self.process: Optional[_Process] = None
         self._holder: list[Optional[_Process]] = [None]  # what the finalizer stops, without holding self
         multiprocessing.util.Finalize(self, _stop_holder, args=(self._holder,), exitpriority=100)
 
-    def call(self, prompts: Any, completions: Any, kwargs: dict[str, Any], timeout: float) -> tuple[str, Any]:
-        """One call in the worker: ("ok", checked values) or ("broke", what the contract says of the output).
-        Raises RewardTimeout (the worker is killed), RewardRaised, WorkerEnded, or Unsendable (nothing sent)."""
+    def batch(self, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Optional[list]:
+        """The call's checked values, or None when it must run in the trainer's process instead. Raises
+        RewardTimeout (the worker is killed), RewardRaised, or Settled."""
+        status, value = self._call(prompts, completions, kwargs)
+        if status == "unsendable":
+            if not self.unsendable:
+                self.unsendable = True
+                self.warn(f"reward `{self.name}` gets {value[0]}, which cannot be sent to the reward's own process "
+                          f"({shorten(value[1], 160)}); it runs in the trainer's process instead, where "
+                          "reward_timeout holds only for a reward that lets an alarm through, in the main thread "
+                          "(docs/rewards.md). Make it picklable, or set reward_timeout 0 to run every reward "
+                          "there. (Warned once.)")
+            return None
+        if status == "ended":
+            raise Settled(self.name, f"ended its own process ({value}) on a batch of {len(completions)} completions "
+                          f"(first: {sample(0, prompts, completions, kwargs)}); while reward_timeout is set a reward "
+                          "runs in a process of its own (docs/rewards.md): look for an os._exit(), a crash in a C "
+                          "library, or the out-of-memory killer.")
+        if status == "broke":
+            raise Settled(self.name, value)
+        return value
+
+    def single(self, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> Any:
+        """One call on one sample, for the search of the failing one (a raise is what it looks for)."""
+        if self.unsendable:
+            return self.func(prompts=prompts, completions=completions, **kwargs)
+        status, value = self._call(prompts, completions, kwargs)
+        if status == "ended":
+            raise RewardRaised("WorkerEnded", value, "", False)
+        return value
+
+    def _call(self, prompts: Any, completions: Any, kwargs: dict[str, Any]) -> tuple[str, Any]:
+        """One call in the worker: ("ok", checked values), ("broke", what the contract says of the output),
+        ("ended", how the worker ended: os._exit, a crash in a C library, the out-of-memory killer) or
+        ("unsendable", (the argument that cannot be pickled, why); nothing sent). Raises RewardTimeout (the
+        worker is killed) or RewardRaised."""
         recorded = {key: kwargs[key] for key in _RECORDED if callable(kwargs.get(key))}
         with self.lock:
             if self.process is None or not self.process.proc.is_alive():
                 self._start()
             process = self.process
-            sendable = {key: (_Recorded(key) if key in recorded else value) for key, value in kwargs.items()}
-            if _STATE in sendable and hasattr(sendable[_STATE], "log_history"):
+            sendable = {key: value for key, value in kwargs.items() if key not in recorded}
+            with_state = hasattr(sendable.get(_STATE), "log_history")
+            if with_state:
                 sendable[_STATE] = _state_update(process, sendable[_STATE])
             try:
-                payload = pickle.dumps((prompts, completions, sendable), protocol=_PROTOCOL)
+                payload = pickle.dumps((prompts, completions, sendable, list(recorded), with_state), protocol=_PROTOCOL)
             except Exception as err:  # noqa: BLE001 - anything pickling raises: name the argument
                 process.state_key = None  # the update was not sent
-                raise _unsendable(prompts, completions, sendable, err) from None
+                return "unsendable", _unsendable(prompts, completions, sendable, err)
             try:
                 process.conn.send_bytes(payload)
-                if not process.conn.poll(timeout):
+                if not process.conn.poll(self.timeout):
                     self._stop()
                     raise RewardTimeout()
                 reply, logs = pickle.loads(process.conn.recv_bytes())
-            except (EOFError, OSError) as err:
-                how = self._stop()
-                raise WorkerEnded(how) from err
+            except (EOFError, OSError):
+                return "ended", self._stop()
             except BaseException:  # a signal's raise (Ctrl-C) while waiting: the reply would come out of turn
                 if self.process is not None:
                     self._stop()
@@ -189,22 +197,24 @@ def workers_cpu_seconds() -> float:
     return _ended_cpu + sum(process.cpu_seconds() for process in list(_live))
 
 
-def _state_update(process: _Process, state: Any) -> _StateUpdate:
+def _state_update(process: _Process, state: Any) -> tuple[type, dict[str, Any], list[Any], bool]:
+    """`trainer_state` as what changed since the last call: its type, its fields but log_history, the log entries
+    added, and whether they are all of them (a new worker, another state object, or a log that shrank)."""
     log = state.log_history
     fresh = process.state_key != (id(state), id(log)) or len(log) < process.log_length
     start = 0 if fresh else process.log_length
     process.state_key, process.log_length = (id(state), id(log)), len(log)
     fields = {key: value for key, value in vars(state).items() if key != "log_history"}
-    return _StateUpdate(type(state), fields, log[start:], fresh)
+    return type(state), fields, log[start:], fresh
 
 
-def _unsendable(prompts: Any, completions: Any, kwargs: dict[str, Any], err: BaseException) -> Unsendable:
+def _unsendable(prompts: Any, completions: Any, kwargs: dict[str, Any], err: BaseException) -> tuple[str, str]:
     for key, value in (("prompts", prompts), ("completions", completions), *kwargs.items()):
         try:
             pickle.dumps(value, protocol=_PROTOCOL)
         except Exception as own:  # noqa: BLE001
-            return Unsendable(key, f"{type(own).__name__}: {own}")
-    return Unsendable("the batch", f"{type(err).__name__}: {err}")
+            return key, f"{type(own).__name__}: {own}"
+    return "the batch", f"{type(err).__name__}: {err}"
 
 
 def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any, parent_pid: int) -> None:
@@ -233,15 +243,13 @@ def _serve(func: Callable, name: str, is_async: bool, conn: Any, parent_end: Any
     state: Any = None
     while True:
         try:
-            prompts, completions, kwargs = pickle.loads(conn.recv_bytes())
+            prompts, completions, kwargs, recorded, with_state = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             os._exit(0)
         logs: list[tuple[str, tuple]] = []
-        for key, value in list(kwargs.items()):
-            if isinstance(value, _Recorded):
-                kwargs[key] = _recorder(key, logs)
-            elif isinstance(value, _StateUpdate):
-                kwargs[key] = state = _apply(state, value)
+        kwargs.update({key: _recorder(key, logs) for key in recorded})
+        if with_state:
+            kwargs[_STATE] = state = _apply(state, *kwargs[_STATE])
         try:
             output = func(prompts=prompts, completions=completions, **kwargs)
             if loop is not None:
@@ -292,14 +300,14 @@ def _recorder(key: str, logs: list) -> Callable:
     return record
 
 
-def _apply(state: Any, update: _StateUpdate) -> Any:
-    if update.fresh or state is None or type(state) is not update.cls:
-        state = update.cls.__new__(update.cls)
-        state.__dict__.update(update.fields)
-        state.log_history = list(update.new_entries)
+def _apply(state: Any, cls: type, fields: dict[str, Any], new_entries: list[Any], fresh: bool) -> Any:
+    if fresh or state is None or type(state) is not cls:
+        state = cls.__new__(cls)
+        state.__dict__.update(fields)
+        state.log_history = list(new_entries)
         return state
-    state.__dict__.update(update.fields)
-    state.log_history.extend(update.new_entries)
+    state.__dict__.update(fields)
+    state.log_history.extend(new_entries)
     return state
 
 

@@ -15,7 +15,11 @@ from grpo_pipeline.pipeline.health.rules import HealthCallback
 from grpo_pipeline.pipeline.run.metric_names import GARBLED_RATE as GARBLED_RATE_KEY
 from grpo_pipeline.pipeline.run.metric_names import REPETITION_RATE as REPETITION_RATE_KEY
 from grpo_pipeline.pipeline.health.signal import FLAT_GROUP_SHARE, flat_reward_causes, no_signal_causes
-from grpo_pipeline.rewards.registry import FORMAT_REWARD_NAMES, REWARD_RANGES
+from grpo_pipeline.rewards.declared import DECLARED
+
+# Each built-in reward's range and kind, by the name TRL logs it under, from its declaration (rewards/declared.py).
+REWARD_RANGES = {facts.logged_name: facts.range for facts in DECLARED.values() if facts.range}
+FORMAT_REWARD_NAMES = {facts.logged_name for facts in DECLARED.values() if facts.kind == "format"}
 
 FORMAT, CORRECT = "strict_format_reward_func", "correctness_reward_func"
 

@@ -1,7 +1,7 @@
 """The exact text of the reward contract's messages (rewards/contract.py): what a user reads when a reward breaks.
 
-Pure Python, no model: `_sample`, `check_rewards`, `guard_reward` (signature errors, the failing sample,
-async rewards, `hold`), the None-share warning, `reward_name` and the `--check` probe line."""
+Pure Python, no model: `sample` (rewards/returned.py), `check_rewards`, `guard_reward` (signature errors, the
+failing sample, async rewards, `hold`), the None-share warning, `reward_name` and the `--check` probe line."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from grpo_pipeline.rewards.contract import (RewardFailure, _accepts, _NoneShare, _sample, check_rewards, guard_reward,
+from grpo_pipeline.rewards.contract import (RewardFailure, _accepts, _NoneShare, check_rewards, guard_reward,
                               probe_rewards, reward_name)
+from grpo_pipeline.rewards.returned import sample
 
 
 def failure_of(func, **call) -> str:
@@ -25,7 +26,7 @@ def failure_of(func, **call) -> str:
     return str(err.value)
 
 
-# ---------------------------------------------------------------- _sample
+# ---------------------------------------------------------------- sample
 
 CUT80 = f"'{'x' * 37}...{'x' * 38}'"  # 80 characters of a long text: both ends kept (grpo_pipeline.env.text.excerpt)
 
@@ -62,7 +63,7 @@ LONG = "x" * 100  # repr 102 chars
     (0, ["p0"], ["c0"], {"answer": []}, "prompt 'p0', completion 'c0', answer=None"),
 ])
 def test_sample(i, prompts, completions, kwargs, expected):
-    assert _sample(i, prompts, completions, kwargs) == expected
+    assert sample(i, prompts, completions, kwargs) == expected
 
 
 # ---------------------------------------------------------------- check_rewards

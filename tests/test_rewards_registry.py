@@ -38,6 +38,20 @@ def test_registry_names_defaults_and_stable_dunder_names():
                      "int_reward_func", "correctness_reward_func"]
 
 
+def test_checking_names_takes_what_resolving_takes_and_imports_nothing():
+    """check_reward_names (for the commands that call no reward) knows TRL's registry names as get_reward_funcs does,
+    without importing trl, and names a module that is nowhere."""
+    code = ("import sys; from grpo_pipeline.rewards import check_reward_names; "
+            "check_reward_names(['correctness', 'int_reward_func', 'accuracy_reward', 'trl.rewards.accuracy_reward']); "
+            "print('trl' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    with pytest.raises(ValueError, match="no module 'nowhere_xyz' in .* put its .py file beside the recipe"):
+        rewards.check_reward_names(["nowhere_xyz:score"])
+    with pytest.raises(ValueError, match="unknown reward 'corectness'"):
+        rewards.check_reward_names(["corectness"])
+
+
 def test_resolve_reward_aliases_and_callables():
     for short, func in REWARD_FUNCS.items():
         assert resolve_reward(short) is func

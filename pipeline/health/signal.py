@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from grpo_pipeline.pipeline.health.metrics import finite_mean, log_number
 from grpo_pipeline.pipeline.run.metric_names import OBSERVER_NAME
-from grpo_pipeline.rewards.declared import declared_range, logged_facts
+from grpo_pipeline.rewards.declared import declared_range, facts_of
 
 # TRL's key for the share of groups whose total reward has zero spread (GRPOTrainer._generate_and_score_completions).
 FLAT_GROUP_SHARE = "frac_reward_zero_std"
@@ -56,8 +56,8 @@ def flat_reward_causes(flat: Mapping[str, float], *, temperature: float,
     """
     groups: dict[str, list[str]] = {}
     for name, mean in flat.items():
-        facts = logged_facts(name)
-        low, high = declared_range(name) or _UNBOUNDED
+        facts = facts_of(name, logged=True)
+        low, high = (facts and facts.range) or _UNBOUNDED
         scale = (high - low) if high is not None else 1.0
         if _at(mean, low, scale):
             kind = facts.kind if facts is not None and facts.kind != "other" else "zero"

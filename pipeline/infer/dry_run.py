@@ -51,7 +51,7 @@ from grpo_pipeline.pipeline.trainer.agents import Agents
 from grpo_pipeline.pipeline.trainer.warmup import run_format_warmup
 from grpo_pipeline.rewards import check_reward_weights, get_reward_funcs
 from grpo_pipeline.rewards.contract import RewardFailure, call_reward
-from grpo_pipeline.rewards.declared import logged_facts
+from grpo_pipeline.rewards.declared import facts_of
 
 DRY_RUN_NAME = "reward_dry_run.json"
 DEFAULT_PROMPTS = 16
@@ -220,7 +220,7 @@ def _score(funcs, texts, chat_prompts, kwargs, timeout: float = 0, rollouts=None
 
 def _judges_format(name: str) -> bool:
     """A built-in reward that only judges the <reasoning>/<answer> format (rewards/declared.py), by its logged name."""
-    facts = logged_facts(name)
+    facts = facts_of(name, logged=True)
     return facts is not None and facts.kind == "format"
 
 
