@@ -228,7 +228,7 @@ def resolve_source(cfg: Any, spec: SourceSpec, cache_root: Path) -> DataSource:
             kind="demo",
             description={"kind": "demo", "name": builtin.name, "split": split, "n": n, "seed": seed},
             identity={"kind": "demo", "split": split, "n": n, "seed": seed,
-                      "code_sha256": file_sha256(builtin.code_file) if builtin.code_file.is_file() else None},
+                      "code_sha256": [file_sha256(f) if f.is_file() else None for f in builtin.code_files]},
             load=lambda: _builtin_rows(builtin, n, seed, split),
         )
 

@@ -33,6 +33,7 @@ from grpo_pipeline.pipeline.demo.task import arithmetic_problems, arithmetic_spl
 from grpo_pipeline.pipeline.demo.word_problems import word_problem_sft_examples, word_problem_split_size, word_problems
 
 CPU_DEMO_RECIPE = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml"
+_HERE = Path(__file__).resolve().parent
 
 # The "next: grpo generate --prompt ..." hint after a run whose data is not built in.
 # demo-word-problems' suggestion: a held-out question (tests/test_word_problems.py).
@@ -70,7 +71,8 @@ class BuiltinSource:
     # (n, system_prompt, seed) -> format warm-up examples in TRL's conversational prompt-completion format.
     warmup_examples: Callable[[int, str, int], list[dict[str, Any]]]
     example_question: str  # a held-out question, for the "next: grpo generate --prompt ..." hint
-    code_file: Path  # the generator's source: hashed into the data cache key, so an edit re-prepares the data
+    # The source files its rows depend on: hashed into the data cache key, so an edit re-prepares the data.
+    code_files: tuple[Path, ...]
 
 
 # tiny-qwen2.5 has random weights and never stops on its own: every completion runs to max_completion_length,
@@ -128,15 +130,15 @@ SOURCES: dict[str, BuiltinSource] = {s.name: s for s in (
     BuiltinSource("demo-arithmetic", split_size=arithmetic_split_size, rows=arithmetic_problems,
                   warmup_examples=sft_examples,
                   example_question="What is 27+52?",  # in the held-out split (tests/test_demo_task.py)
-                  code_file=Path(__file__).resolve().parent / "task.py"),
+                  code_files=(_HERE / "task.py",)),
     BuiltinSource("demo-calculator", split_size=calculator_split_size, rows=calculator_problems,
                   warmup_examples=tool_sft_examples,
                   example_question="A cup holds 826 figs. How many figs in 22 cups?",  # held out
-                  code_file=Path(__file__).resolve().parent / "calculator.py"),
+                  code_files=(_HERE / "calculator.py", _HERE / "task.py")),
     BuiltinSource("demo-word-problems", split_size=word_problem_split_size, rows=word_problems,
                   warmup_examples=word_problem_sft_examples,
                   example_question=WORD_PROBLEM_QUESTION,  # in the held-out split (tests/test_word_problems.py)
-                  code_file=Path(__file__).resolve().parent / "word_problems.py"),
+                  code_files=(_HERE / "word_problems.py", _HERE / "task.py")),
 )}
 
 
