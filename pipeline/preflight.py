@@ -1,15 +1,11 @@
 """Checks that run before anything heavy loads: the nodes started alike, config, output folder, packages, GPU,
 model, memory, resume, data, eval set, warm-up, rewards, LoRA targets, what the vLLM engine will refuse.
 
-`run_checks` is the contract of `grpo train --check`: the run calls the same function before the model loads
-(the first failure ends it with one message, exit 2), so when `--check` passes, the run does not fail for any
-of these reasons. `grpo train --check` runs them all, prints one JSON object, and stops.
-
-The data steps prepare everything the run will read (`prepare_run_data`) with the tokenizer only; the run loads
-it from the cache. The data, rewards, LoRA (the architecture on the meta device) and engine (vLLM's own limits)
-checks import torch (and vLLM), after the backend's `prepare_environment` (Unsloth must be imported first).
-Everything else is cheap: no model weights, at most one short network probe (only when the model is neither a
-local folder nor in the Hugging Face cache).
+`run_checks` is the contract of `grpo train --check` (all of them, as one JSON object) and of the run, which calls
+it before the model loads (the first failure: one message, exit 2): when `--check` passes, the run does not fail
+for any of these reasons. The data steps prepare what the run reads, with the tokenizer only, into the cache. The
+data, rewards, LoRA and engine checks import torch (and vLLM), after the backend's `prepare_environment`; the rest
+load no weights and probe the network at most once (a model neither local nor in the Hugging Face cache).
 """
 
 from __future__ import annotations
@@ -104,11 +100,10 @@ class NotChecked(ConfigError):
 
 def data_checks(cfg: PipelineConfig, done: dict[str, Any],
                 agents: Callable[[Any, Any], str]) -> list[tuple[str, Callable[[], Any]]]:
-    """The check's data steps (data, eval, warmup, rewards, agents): prepare_run_data's steps, each reported on its
-    own and writing nothing outside the cache. A step whose input failed says so and fails too. What they work out
-    is kept in `done` (tokenizer, train, rewards) for the run's decisions. `cfg`: the recipe, read by each step when
-    it runs, after the config check normalised it in place (validate); `agents(tokenizer, train)`: the agents step
-    (pipeline/trainer/agent_check.py)."""
+    """The check's data steps (data, eval, warmup, rewards, agents): prepare_run_data's, each reported on its own,
+    writing nothing outside the cache; one whose input failed fails too. What they work out is kept in `done`
+    (tokenizer, train, rewards) for the run's decisions. `cfg` is read when a step runs, after validate normalised
+    it in place; `agents(tokenizer, train)`: the agents step (pipeline/trainer/agent_check.py)."""
 
     def prepared() -> str:
         # grpo_pipeline.env.path_check's, first
@@ -184,9 +179,8 @@ def reward_kwargs_outside_training(max_steps: int, remove_unused_columns: bool, 
 def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any, kept: Optional[dict[str, Any]] = None) -> str:
     """Call every reward function as the trainer will, on completions of the run's prepared prompts: a raise, a
     wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did.
-    A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called. `kept`:
-    where the resolved rewards are kept (under "rewards") for the run's decisions. `cfg`: the recipe (its rewards,
-    their deadline, the columns TRL passes them)."""
+    A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called. `kept`
+    keeps the resolved rewards (under "rewards") for the run's decisions."""
     prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
     g = cfg.grpo
     try:
@@ -206,11 +200,11 @@ def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any, kept: Optiona
 
 
 def resume_target(resume: str, output_dir: str) -> Optional[Path]:
-    """The checkpoint a run would resume (`resume`: the option) in `output_dir`, as far as the check knows it (None:
-    a fresh start, or a --resume that check_resume refuses)."""
-    output_dir = absolute_path(output_dir)
+    """The checkpoint a run would resume (`resume`: the option) in `output_dir`: with auto the newest complete one,
+    as resolve_resume picks it (which also moves broken ones aside; not here). None: a fresh start, or a --resume
+    that check_resume refuses."""
     if resume == "auto":
-        complete = complete_checkpoints(output_dir)
+        complete = complete_checkpoints(absolute_path(output_dir))
         return complete[-1] if complete else None
     try:
         path = absolute_path(resume) if resume != "never" else None
@@ -223,26 +217,24 @@ def check_resume(resume: str, output_dir: str, mismatch: Callable[[Path], Option
     """`resume` is `auto`, `never`, or a complete checkpoint folder (of `output_dir`), and the checkpoint it picks
     holds weights of this config's shape (LoRA rank, alpha, targets, base model: `mismatch(checkpoint)` says how it
     differs, else None); anything else fails before the data and the model load."""
-    # the newest complete one, as resolve_resume picks it (which also moves broken ones aside; not here)
-    complete = complete_checkpoints(absolute_path(output_dir)) if resume == "auto" else []
-    if resume == "never" or (resume == "auto" and not complete):
+    path = resume_target(resume, output_dir)
+    if path is None and resume in ("auto", "never"):
         said = "resume: never" if resume == "never" else "resume: auto (no checkpoint yet: a fresh start)"
         earlier = previous_run_entries(absolute_path(output_dir))
         if earlier:  # what the run will do with them (set_aside_previous_run), said before it does
             said += (f"; the earlier run's {', '.join(e.name for e in earlier)} will be moved to "
                      f"{absolute_path(output_dir) / PREVIOUS_DIR}/ first (not deleted)")
         return said
-    if resume == "auto":
-        path, said = complete[-1], f"resume: auto, from {complete[-1]}"
-    else:
+    said = f"resume: auto, from {path}" if resume == "auto" else f"resume from {path}"
+    if resume != "auto":
         try:  # an unset $VAR, an empty value, a symlink loop or a file on the way; a missing folder: below
             wanted = expand("resume", resume)
             if nearest_existing("resume", wanted) == wanted:
                 config_paths({"resume": resume}, "resume")  # a file, not a folder; unreadable
         except PathError as err:
             raise ConfigError("resume", err.detail) from None
-        path = absolute_path(resume)
-        if not path.is_dir():
+        if path is None:
+            path = absolute_path(resume)
             if os.sep not in resume and "/" not in resume:
                 raise ConfigError("resume", f"got {excerpt(resume)}, which is neither auto, never nor a checkpoint "
                                   f"folder ({path} does not exist). Use --resume auto (newest complete checkpoint), "
@@ -253,7 +245,6 @@ def check_resume(resume: str, output_dir: str, mismatch: Callable[[Path], Option
         if problem:
             raise ConfigError("resume", f"{path} cannot be resumed from: {problem}. Pick another checkpoint, or "
                               "use --resume auto (it skips incomplete checkpoints).")
-        said = f"resume from {path}"
     # other LoRA shape or base model recorded, then what the files themselves hold: a size mismatch mid-load later
     differs = mismatch(path)
     if differs:
