@@ -1,11 +1,7 @@
-"""The CPU agent demo's task (`demo-calculator`): word problems a `calculator` tool answers, the tool (a typed
-function with a Google docstring, which the recipe's `tools:` names), and the warm-up conversations.
-
-configs/cpu-agent-demo.yaml trains the tiny demo model with Qwen2.5's chat template (`tiny-demo-tools`) to call
-`calculator` through TRL's tool loop. A problem is a 3-digit by 2-digit product, which a 2-layer model cannot work
-out, but can copy into a tool call and back out of the tool's answer. The warm-up's teacher is sloppy on purpose
-(`SKIP_TOOL_RATE`): GRPO's correctness reward then visibly teaches the model to call the tool (the CPU demo's trick,
-pipeline/demo/task.py).
+"""The CPU agent demo's task (`demo-calculator`, configs/cpu-agent-demo.yaml): 3-digit by 2-digit products, which a
+2-layer model cannot work out but can copy into a `calculator` call (TRL's tool loop) and back out of its answer;
+the tool (a typed function with a Google docstring, which the recipe's `tools:` names); the warm-up conversations,
+whose sloppy teacher (`SKIP_TOOL_RATE`) leaves GRPO a visible lesson: call the tool.
 """
 
 from __future__ import annotations
@@ -17,14 +13,12 @@ from grpo_pipeline.pipeline.demo.task import drawn_split, pick, warmup_examples
 
 TOOL_NAME = "calculator"
 TRAIN_SIZE, TEST_SIZE = 2000, 100
-# Share of warm-up examples that answer at once (with the first operand) instead of calling the tool. Above 1/2:
-# greedy decoding then mostly skips the tool, while sampling still calls it often enough for GRPO to reward it.
+# Share of warm-up examples that answer at once (with the first operand); above 1/2 as task.py's SLOPPY_ANSWER_RATE.
 SKIP_TOOL_RATE = 0.6
 
-# The word problems: "A jar holds 462 pens. How many pens in 91 jars?". Every container and every item has the
-# same length, and every product has 5 digits, so each number sits at the same distance from the end of the prompt
-# (and the tool's result from the answer): the 2-layer model learns to copy them by position, suddenly, past ~600
-# warm-up steps (configs/cpu-agent-demo.yaml runs 2,500). With wordings of different lengths it learnt no copy.
+# "A jar holds 462 pens. How many pens in 91 jars?": words of one length and 5-digit products put each number at
+# the same distance from the end of the prompt, so the model learns to copy by position, past ~600 warm-up steps;
+# with wordings of different lengths it learnt no copy.
 CONTAINERS = ("bag", "jar", "tin", "can", "cup", "pot")  # 3 letters each, plural with "s"
 ITEMS = ("pens", "nuts", "eggs", "keys", "pins", "buns", "toys", "figs")  # 4 letters each
 
@@ -92,10 +86,8 @@ def tool_conversation(a: int, b: int) -> list[dict[str, Any]]:
 
 
 def tool_sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` warm-up examples in TRL's conversational prompt-completion format, from the train split.
-
-    About `SKIP_TOOL_RATE` of them answer at once with the first operand (wrong); the rest call `calculator`
-    (`tool_conversation`). The warm-up (pipeline/trainer/warmup.py) renders them with the recipe's tools.
+    """`n` warm-up examples from the train split: about `SKIP_TOOL_RATE` answer at once with the first operand
+    (wrong), the rest call `calculator` (`tool_conversation`).
 
     >>> ex = tool_sft_examples(20, "Use the calculator.", seed=0)
     >>> sorted({len(e["completion"]) for e in ex})

@@ -1,9 +1,5 @@
-"""The built-in CPU demo's task (`demo-arithmetic`): 2-digit additions, and the sloppy teacher's warm-up examples;
-and what the demo tasks share (a split's problems, `pick`, `warmup_examples`).
-
-`grpo train` on a machine without a GPU runs the whole pipeline on this task and the tiny model of
-pipeline/demo/model.py in a few minutes (configs/cpu-demo.yaml): SFT format warm-up -> eval before ->
-GRPO -> eval after. Nothing is downloaded.
+"""The CPU demo's task (`demo-arithmetic`, configs/cpu-demo.yaml): 2-digit additions and a sloppy teacher's
+warm-up examples; and what the demo tasks share (`drawn_split`, `pick`, `warmup_examples`).
 """
 
 from __future__ import annotations
@@ -16,18 +12,14 @@ from typing import Any, Callable, Optional
 from grpo_pipeline.rewards.completions import build_prompt
 from grpo_pipeline.rewards.format import format_completion
 
-# The task: additions of two 2-digit numbers without carries ("What is 27+52?" -> "79"): each digit
-# of the sum is the sum of the two digits above it. 36 tens pairs x 55 ones pairs = 1,980 problems,
-# 100 of them held out. A held-out problem is a new combination of digit sums the train split shows
-# many times, which a 2-layer model learns within ~1,000 small SFT steps (after GRPO it gets 96-100% of
-# the held-out sums right; 300-400 steps were too few). Carries would need far longer, and single-digit
-# sums (100 problems) leave too few to hold out.
+# Additions of two 2-digit numbers without carries ("What is 27+52?" -> "79"): 1,980 problems, 100 held out, each
+# a new combination of digit sums the train split shows many times, which a 2-layer model learns within ~1,000 small
+# SFT steps (300-400 were too few; after GRPO it gets 96-100% right). Carries would need far longer.
 TEST_SIZE = 100
 
-# Share of warm-up examples whose <answer> repeats the first operand instead of the result
-# (the reasoning line is always right). Above 1/2 on purpose: greedy decoding then mostly copies the
-# wrong number, while sampling still gives the right one often enough for GRPO to find and reward it.
-# GRPO then has one clear, general habit to unlearn, which it mostly does within 50 steps.
+# Share of warm-up examples whose <answer> repeats the first operand (the reasoning line is always right). Above 1/2
+# on purpose: greedy decoding then mostly copies the wrong number, while sampling still gives the right one often
+# enough for GRPO to reward it: one clear habit to unlearn, mostly within 50 steps.
 SLOPPY_ANSWER_RATE = 0.6
 
 
@@ -68,8 +60,8 @@ def pick(source: str, split: str, pool: list[dict[str, Any]], n: int, seed: int)
 
 def warmup_examples(n: int, system_prompt: str, seed: int, pool: list[dict[str, Any]],
                     completion: Callable[[random.Random, dict[str, Any]], list]) -> list[dict[str, Any]]:
-    """`n` warm-up examples in TRL's conversational prompt-completion format: problems drawn from `pool` by an RNG
-    of `seed`, each completed by `completion(rng, problem)` (its messages)."""
+    """`n` warm-up examples in TRL's conversational prompt-completion format, from `pool` by an RNG of `seed`, each
+    completed by `completion(rng, problem)`."""
     rng = random.Random(seed)
     examples = []
     for _ in range(n):
@@ -80,13 +72,8 @@ def warmup_examples(n: int, system_prompt: str, seed: int, pool: list[dict[str, 
 
 
 def _split_problems(split: str) -> list[dict[str, str]]:
-    """The problems of one split, in a fixed order.
-
-    The test split takes problems in order of the sha256 of their question, skipping any whose
-    answer would then be missing from the train split (only 80+19 makes 99): a held-out problem
-    asks for a new combination, never for a number the model has never written. So the split never
-    depends on seed, n or order, and its size is exactly TEST_SIZE.
-    """
+    """The problems of one split, in a fixed order: the test split takes TEST_SIZE in order of their question's
+    sha256, skipping any whose answer would then be missing from the train split (only 80+19 makes 99)."""
     check_split(split)
     problems = [{"question": f"What is {a}+{b}?", "answer": str(a + b), "solution": f"{a}+{b}={a + b}",
                  "first_operand": str(a)}
@@ -129,10 +116,8 @@ def arithmetic_problems(n: int, seed: int = 0, split: str = "train") -> list[dic
 
 
 def sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` warm-up examples from the train split, by a sloppy teacher (`SLOPPY_ANSWER_RATE`): the warm-up teaches
-    the format, the addition table, and a bad habit that GRPO's correctness reward then removes. Problems repeat
-    when `n` exceeds the train split; each copy draws its own slip. `system_prompt` is the run's, so the warm-up
-    prompts are the GRPO prompts.
+    """`n` warm-up examples from the train split, by a sloppy teacher (`SLOPPY_ANSWER_RATE`): the format, the
+    addition table, and a bad habit that GRPO's correctness reward then removes.
 
     >>> ex = sft_examples(1, "Answer in tags.", seed=0)[0]
     >>> [m["role"] for m in ex["prompt"]], ex["completion"][0]["role"]

@@ -1,10 +1,6 @@
-"""GSM8K-style multi-step word problems, generated: held-out questions for a real model's learning run.
-
-The bundled GSM8K sample has 50 questions: too few to train on some and hold out others. `demo-word-problems`
-generates 2- and 3-step word problems in English and Chinese from a fixed table of templates, with a worked
-solution in GSM8K's own layout (`... = <<a*b=c>>c ...` then `#### answer`); every answer is a whole number,
-reached through whole-number steps (tests/test_word_problems.py checks each against its own reading of the
-question's numbers). The warm-up's teacher is always right.
+"""`demo-word-problems`: GSM8K-style 2- and 3-step word problems in English and Chinese, generated from a table of
+templates (the bundled GSM8K sample's 50 are too few to hold some out), with a worked solution in GSM8K's layout
+(`... = <<a*b=c>>c ...` then `#### answer`) through whole-number steps. The warm-up's teacher is always right.
 """
 
 from __future__ import annotations
@@ -151,7 +147,6 @@ def _draw(rng: random.Random) -> dict[str, Any]:
 
 
 def _split_problems(split: str) -> list[dict[str, Any]]:
-    """The problems of one split, in a fixed order: about 1 in 10 held out (test)."""
     return drawn_split(split, TRAIN_SIZE if split == "train" else TEST_SIZE, _draw, one_in=10)
 
 
@@ -177,8 +172,7 @@ def word_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str,
 
 
 def word_problem_sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` format warm-up examples in TRL's conversational prompt-completion format, from the train split: the
-    worked solution in <reasoning>, the answer in <answer>.
+    """`n` warm-up examples from the train split: the worked solution in <reasoning>, the answer in <answer>.
 
     >>> ex = word_problem_sft_examples(2, "Answer in tags.", seed=0)
     >>> [m["role"] for m in ex[0]["prompt"]], ex[0]["completion"][0]["content"].startswith("<reasoning>\\n")
