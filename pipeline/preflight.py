@@ -68,7 +68,7 @@ class Check:
 
 def check_output_dir(paths: dict[str, Any]) -> str:
     """output_dir (and data_cache_dir) take new files, and are not inside the model or data they read (`paths`: the
-    config's path options, grpo_pipeline.env.path_check's table)."""
+    config's path options)."""
     path = config_paths(paths, "output_dir", "data_cache_dir")["output_dir"]
     existing = nearest_existing("output_dir", path)
     free_gib = shutil.disk_usage(existing).free / 2**30
@@ -146,7 +146,7 @@ def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any,
                        train: Any) -> tuple[list[Any], list[Any], dict[str, Any], str]:
     """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them: the first
     two prepared prompts, each with completions a reward will meet (right and wrong in the format, plain text,
-    empty) in the prompts' format (strings for standard prompts, `[{"role": "assistant", ...}]` for chats)."""
+    empty) in the prompts' format."""
     dataset = train.dataset.select(range(min(2, len(train.dataset))))
     columns = {name: list(dataset[name]) for name in dataset.column_names}
     texts = [[f"<reasoning>\nWorking it out.\n</reasoning>\n<answer>\n{answer or 0}\n</answer>\n",
@@ -164,10 +164,9 @@ def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any,
 
 def reward_kwargs_outside_training(max_steps: int, remove_unused_columns: bool, tokenizer: Any,
                                    columns: dict[str, list[Any]], texts: list[str]) -> dict[str, Any]:
-    """The keywords of a reward call made before (or without) a trainer, by TRL's rule (rewards/trl_source.py):
-    the columns it passes (none with `remove_unused_columns`: pipeline/data/columns.py removes_unused_columns),
-    `completion_ids` of `texts`, a fresh `trainer_state` (of `max_steps`) and `log_extra`/`log_metric` that keep
-    nothing. The check's probe and `grpo rewards` call rewards with these."""
+    """The keywords of a reward call made before (or without) a trainer, by TRL's rule (rewards/trl_source.py): the
+    columns it passes, `completion_ids` of `texts`, a fresh `trainer_state` (of `max_steps`) and `log_extra` /
+    `log_metric` that keep nothing. The check's probe and `grpo rewards` call rewards with these."""
     from transformers import TrainerState  # lazy: transformers imports torch
 
     trainer_objects = {"trainer_state": TrainerState(max_steps=max_steps),
@@ -253,23 +252,19 @@ def check_resume(resume: str, output_dir: str, mismatch: Callable[[Path], Option
 
 
 class CheckResults(list):
-    """The checks' results, in order; `decisions`: the run's decisions (pipeline/run/decisions.py) when every
-    check passed, else None."""
+    """The checks' results, in order; `decisions`: the run's decisions when every check passed, else None."""
     decisions: Optional[RunDecisions] = None
 
 
 def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> CheckResults:
     """Run every check in order. With `stop_at_first`, the first failure raises its error; a failing data step
-    (data, eval, warmup, rewards) raises after the other data steps ran, with their failures appended
-    ("also: ..."). When all pass, the results carry the run's decisions, made here once (`.decisions`).
-
-    `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
+    raises after the other data steps ran, with their failures appended ("also: ..."). When all pass, the results
+    carry the run's decisions, made here once (`.decisions`). `choice`: a BackendChoice the caller made."""
     eval_off, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)
     cfg = cfg.replace(**eval_off) if eval_off else cfg
     done: dict[str, Any] = {}
 
-    # Every step reads `cfg` itself, after the config check: validate normalises values in place (a "16" from
-    # Python becomes 16).
+    # Every step reads `cfg` itself, after the config check: validate normalises values in place.
     def chosen() -> Any:  # the backend, chosen once (when a step first needs it: choosing may refuse the recipe)
         if "choice" not in done:
             done["choice"] = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)

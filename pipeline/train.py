@@ -128,13 +128,10 @@ class Run:
 
 def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
                  callbacks: Optional[list] = None, resume_hint: str = "run it again (--resume auto)") -> RunResult:
-    """Train with `cfg` and return where everything went. Raises ConfigError for bad config/input.
-
-    `callbacks` are extra transformers TrainerCallbacks (e.g. a notebook's live plot); `resume_hint` is what
-    an interrupted run prints to continue (`grpo train` passes the user's own command). A signal during
-    training stops at the end of the step with a checkpoint (status "interrupted"); anywhere else it raises
-    KeyboardInterrupt, which leaves nothing half-written, and the same call completes the run.
-    """
+    """Train with `cfg` and return where everything went; a ConfigError for bad config/input. `callbacks`: extra
+    TrainerCallbacks (a notebook's live plot); `resume_hint`: what an interrupted run prints to continue. A signal
+    during training stops at the end of the step with a checkpoint (status "interrupted"); anywhere else it raises
+    KeyboardInterrupt, which leaves nothing half-written, and the same call completes the run."""
     start = time.time()
     choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if cfg.model.fast_inference and not choice.fast_inference:
@@ -218,7 +215,7 @@ def _data(run: Run) -> None:
     """Data, with the tokenizer only."""
     cfg, m = run.cfg, run.cfg.model
     run.tokenizer = grpo_pipeline.pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
-    # As the data check prepared it (train, eval set, warm-up needs: a cache load); rank 0 writes the run folder's
+    # as the data check prepared it (a cache load); rank 0 writes the run folder's reports
     run_data = prepare_run_data(run.decisions.config, run.tokenizer, run.output_dir, is_main_process())
     prepared = run_data.train
     if run.resume_from and cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
@@ -270,8 +267,7 @@ def _eval_before(run: Run) -> None:
     cfg, output_dir = run.cfg, run.output_dir
     if not (cfg.eval.eval_before and run.eval_rows) or not is_main_process():  # one measure, one writer
         return
-    # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on, when
-    # every input it was measured from is the same (env/kept.py; the eval rows' content included).
+    # a resumed run reuses it, when every input it was measured from is the same (env/kept.py)
     warmup = state_key(warmup_inputs(cfg, run.prepared)) if cfg.health.sft_warmup_steps > 0 else None
     inputs = eval_before_inputs(run.decisions.eval_key, run.decisions.backend_name, run.tokenizer, run.eval_rows,
                                 run.decisions.limits.max_completion_length, warmup)
@@ -285,8 +281,7 @@ def _eval_before(run: Run) -> None:
 
 
 def _train(run: Run) -> None:
-    """The trainer, then training (resumable), with the rollback loop: a collapse with a healthy checkpoint
-    before it resumes from there with a lower learning rate (on_collapse: rollback)."""
+    """The trainer, then training (resumable), with the rollback loop (on_collapse: rollback, `_roll_back`)."""
     cfg, decided, limits = run.cfg, run.decisions, run.decisions.limits
     if cfg.eval.eval_steps and run.eval_rows and is_main_process():
         from grpo_pipeline.pipeline.infer.periodic_eval import build_periodic_eval  # lazy: imports transformers (torch)
@@ -443,11 +438,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def check_main(argv: list[str]) -> int:
-    """`grpo train --check [options]`: run every pre-load check, print them as JSON, load nothing.
-
-    stdout is one JSON object: {"ok": bool, "checks": [{"name", "ok", "message"}, ...]}. Exit 0 when all
-    pass, 2 otherwise. Without --config the same defaults as a real run apply (GPU recipe or CPU demo).
-    """
+    """`grpo train --check [options]`: every pre-load check as one JSON object on stdout, {"ok": bool, "checks":
+    [{"name", "ok", "message"}, ...]}; exit 0 when all pass, 2 otherwise. Loads nothing."""
     try:
         argv, base, note = defaults_for(argv, backend_choice(argv))
         cfg = parse_config(argv, base=base)  # (run_checks turns evaluation off itself where nothing is held out)
