@@ -48,7 +48,8 @@ from grpo_pipeline.pipeline.data.source_spec import (
     RawRows,
     SourceSpec,
 )
-from grpo_pipeline.pipeline.demo.registry import BuiltinSource, builtin_source
+from grpo_pipeline.pipeline.demo.registry import builtin_source
+from grpo_pipeline.pipeline.demo.task import DemoTask
 
 
 def _option_default(option: str) -> Any:
@@ -266,7 +267,7 @@ def resolve_source(cfg: Any, spec: SourceSpec, cache_root: Path) -> DataSource:
     )
 
 
-def _builtin_rows(builtin: BuiltinSource, n: int, seed: int, split: str) -> RawRows:
+def _builtin_rows(builtin: DemoTask, n: int, seed: int, split: str) -> RawRows:
     problems = builtin.rows(n, seed, split)
     questions, answers = [p.get("question") for p in problems], [p.get("answer") for p in problems]
     return RawRows(questions=questions, answers=answers, ids=[f"{split}-{i}" for i in range(len(problems))],

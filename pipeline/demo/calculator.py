@@ -7,9 +7,10 @@ whose sloppy teacher (`SKIP_TOOL_RATE`) leaves GRPO a visible lesson: call the t
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any, Optional
 
-from grpo_pipeline.pipeline.demo.task import drawn_split, pick, warmup_examples
+from grpo_pipeline.pipeline.demo.task import TASK_FILE, DemoTask, drawn_split
 
 TOOL_NAME = "calculator"
 TRAIN_SIZE, TEST_SIZE = 2000, 100
@@ -48,30 +49,6 @@ def _draw(rng: random.Random) -> Optional[dict[str, str]]:
             "answer": str(a * b), "a": str(a), "b": str(b)}
 
 
-def _split_problems(split: str) -> list[dict[str, str]]:
-    return drawn_split(split, TRAIN_SIZE if split == "train" else TEST_SIZE, _draw, one_in=20)
-
-
-def calculator_split_size(split: str) -> int:
-    """How many distinct problems a split holds.
-
-    >>> calculator_split_size("train"), calculator_split_size("test")
-    (2000, 100)
-    """
-    return len(_split_problems(split))
-
-
-def calculator_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
-    """`n` distinct problems of a split, in an order fixed by `seed`: `{"question", "answer"}`.
-
-    >>> p = calculator_problems(1, seed=0, split="test")[0]
-    >>> sorted(p), p["answer"].isdigit()
-    (['answer', 'question'], True)
-    """
-    return [{"question": p["question"], "answer": p["answer"]}
-            for p in pick("demo-calculator", split, _split_problems(split), n, seed)]
-
-
 def tool_conversation(a: int, b: int) -> list[dict[str, Any]]:
     """The completion of a problem solved with the tool: the call, the tool's answer, the final answer.
 
@@ -85,17 +62,20 @@ def tool_conversation(a: int, b: int) -> list[dict[str, Any]]:
             {"role": "assistant", "content": f"<answer>{result}</answer>"}]
 
 
-def tool_sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` warm-up examples from the train split: about `SKIP_TOOL_RATE` answer at once with the first operand
-    (wrong), the rest call `calculator` (`tool_conversation`).
+def _sloppy(rng: random.Random, problem: dict[str, str]) -> list[dict[str, Any]]:
+    """About `SKIP_TOOL_RATE` answer at once with the first operand (wrong), the rest call `calculator`.
 
-    >>> ex = tool_sft_examples(20, "Use the calculator.", seed=0)
-    >>> sorted({len(e["completion"]) for e in ex})
+    >>> sorted({len(e["completion"]) for e in CALCULATOR.warmup_examples(20, "Use the calculator.", seed=0)})
     [1, 3]
     """
-    def sloppy(rng: random.Random, problem: dict[str, str]) -> list[dict[str, Any]]:
-        a, b = int(problem["a"]), int(problem["b"])
-        return ([{"role": "assistant", "content": f"<answer>{a}</answer>"}]
-                if rng.random() < SKIP_TOOL_RATE else tool_conversation(a, b))
+    a, b = int(problem["a"]), int(problem["b"])
+    return ([{"role": "assistant", "content": f"<answer>{a}</answer>"}]
+            if rng.random() < SKIP_TOOL_RATE else tool_conversation(a, b))
 
-    return warmup_examples(n, system_prompt, seed, _split_problems("train"), sloppy)
+
+CALCULATOR = DemoTask("demo-calculator", lambda split: drawn_split(split, TRAIN_SIZE if split == "train" else TEST_SIZE,
+                                                                  _draw, one_in=20),
+                      lambda p: {"question": p["question"], "answer": p["answer"]}, _sloppy,
+                      example_question="A cup holds 826 figs. How many figs in 22 cups?",
+                      code_files=(Path(__file__).resolve(), TASK_FILE))
+calculator_problems, tool_sft_examples = CALCULATOR.rows, CALCULATOR.warmup_examples

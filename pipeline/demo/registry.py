@@ -22,19 +22,15 @@ from typing import Any, Callable, Optional
 
 from grpo_pipeline.pipeline.assets import ASSETS_DIR, load_qwen_tokenizer
 from grpo_pipeline.pipeline.config import read_recipe
-from grpo_pipeline.pipeline.demo.calculator import calculator_problems, calculator_split_size, tool_sft_examples
+from grpo_pipeline.pipeline.demo.calculator import CALCULATOR
 from grpo_pipeline.pipeline.demo.gguf_model import RegistryGGUF, WheelPart, registry_model_dir
 from grpo_pipeline.pipeline.demo.model import demo_model_dir
-from grpo_pipeline.pipeline.demo.task import arithmetic_problems, arithmetic_split_size, sft_examples
-from grpo_pipeline.pipeline.demo.word_problems import word_problem_sft_examples, word_problem_split_size, word_problems
+from grpo_pipeline.pipeline.demo.task import ARITHMETIC, DemoTask
+from grpo_pipeline.pipeline.demo.word_problems import WORD_PROBLEMS
 
 CPU_DEMO_RECIPE = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml"
-_HERE = Path(__file__).resolve().parent
 
 # The "next: grpo generate --prompt ..." hint after a run whose data is not built in.
-# demo-word-problems' suggestion: a held-out question (tests/test_word_problems.py).
-WORD_PROBLEM_QUESTION = ("Lena works 6 hours and earns 21 dollars an hour. Lena then spends 75 dollars on a game. "
-                         "How many dollars does Lena have left?")
 GSM8K_STYLE_QUESTION = "Tom has 3 boxes of 12 pencils and gives away 5. How many pencils are left?"
 
 
@@ -49,17 +45,6 @@ class BuiltinModel:
     # Its config.json as shipped (pipeline/assets/model-configs), for `grpo plan` without the weights.
     plan_config: Optional[Path] = None
     gguf: Optional[RegistryGGUF] = None  # where its weights come from, for the adapter's record
-
-
-@dataclass(frozen=True)
-class BuiltinSource:
-    name: str
-    split_size: Callable[[str], int]  # distinct rows in a split; ValueError for a split it lacks
-    rows: Callable[[int, int, str], list[dict[str, str]]]  # (n, seed, split) -> [{"question", "answer", ...}]
-    warmup_examples: Callable[[int, str, int], list[dict[str, Any]]]  # (n, system_prompt, seed) -> TRL's format
-    example_question: str  # a held-out question, for the "next: grpo generate --prompt ..." hint
-    # The source files its rows depend on: hashed into the data cache key, so an edit re-prepares the data.
-    code_files: tuple[Path, ...]
 
 
 # tiny-qwen2.5 never stops on its own (random weights, the real 151k vocabulary) and the field defaults are sized
@@ -111,20 +96,7 @@ MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
                  gguf=REAL_QWEN_GGUF, plan_config=ASSETS_DIR / "model-configs" / f"{REAL_QWEN_NAME}.json"),
 )}
 
-SOURCES: dict[str, BuiltinSource] = {s.name: s for s in (
-    BuiltinSource("demo-arithmetic", split_size=arithmetic_split_size, rows=arithmetic_problems,
-                  warmup_examples=sft_examples,
-                  example_question="What is 27+52?",  # in the held-out split (tests/test_demo_task.py)
-                  code_files=(_HERE / "task.py",)),
-    BuiltinSource("demo-calculator", split_size=calculator_split_size, rows=calculator_problems,
-                  warmup_examples=tool_sft_examples,
-                  example_question="A cup holds 826 figs. How many figs in 22 cups?",  # held out
-                  code_files=(_HERE / "calculator.py", _HERE / "task.py")),
-    BuiltinSource("demo-word-problems", split_size=word_problem_split_size, rows=word_problems,
-                  warmup_examples=word_problem_sft_examples,
-                  example_question=WORD_PROBLEM_QUESTION,  # in the held-out split (tests/test_word_problems.py)
-                  code_files=(_HERE / "word_problems.py", _HERE / "task.py")),
-)}
+SOURCES: dict[str, DemoTask] = {s.name: s for s in (ARITHMETIC, CALCULATOR, WORD_PROBLEMS)}
 
 
 def builtin_model(name: str) -> Optional[BuiltinModel]:
@@ -136,7 +108,7 @@ def builtin_model(name: str) -> Optional[BuiltinModel]:
     return MODELS.get(str(name))
 
 
-def builtin_source(name: str) -> Optional[BuiltinSource]:
+def builtin_source(name: str) -> Optional[DemoTask]:
     """The built-in data source of that name, or None for a hub id, a file or the bundled sample."""
     return SOURCES.get(str(name).strip())
 

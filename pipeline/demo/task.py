@@ -1,5 +1,5 @@
 """The CPU demo's task (`demo-arithmetic`, configs/cpu-demo.yaml): 2-digit additions and a sloppy teacher's
-warm-up examples; and what the demo tasks share (`drawn_split`, `pick`, `warmup_examples`).
+warm-up examples; and what the demo tasks share (`drawn_split`, `DemoTask`).
 """
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from grpo_pipeline.rewards.completions import build_prompt
@@ -58,17 +60,52 @@ def pick(source: str, split: str, pool: list[dict[str, Any]], n: int, seed: int)
     return pool[:n]
 
 
-def warmup_examples(n: int, system_prompt: str, seed: int, pool: list[dict[str, Any]],
-                    completion: Callable[[random.Random, dict[str, Any]], list]) -> list[dict[str, Any]]:
-    """`n` warm-up examples in TRL's conversational prompt-completion format, from `pool` by an RNG of `seed`, each
-    completed by `completion(rng, problem)`."""
-    rng = random.Random(seed)
-    examples = []
-    for _ in range(n):
-        problem = rng.choice(pool)
-        examples.append({"prompt": build_prompt(system_prompt, problem["question"]),
-                         "completion": completion(rng, problem)})
-    return examples
+@dataclass(frozen=True)
+class DemoTask:
+    """A built-in data source (pipeline/demo/registry.py) from its problems: `pool(split)` (a split's, in a fixed
+    order; a ValueError for a split it lacks), `row(problem)` (the row a run reads: question, answer, ...) and
+    `completion(rng, problem)` (a warm-up example's messages)."""
+
+    name: str
+    pool: Callable[[str], list[dict[str, Any]]]
+    row: Callable[[dict[str, Any]], dict[str, str]]
+    completion: Callable[[random.Random, dict[str, Any]], list[dict[str, Any]]]
+    example_question: str  # in the held-out split, for the "next: grpo generate --prompt ..." hint
+    # The source files its rows depend on: hashed into the data cache key, so an edit re-prepares the data.
+    code_files: tuple[Path, ...]
+
+    def split_size(self, split: str) -> int:
+        """How many distinct problems a split holds.
+
+        >>> ARITHMETIC.split_size("train"), ARITHMETIC.split_size("test")
+        (1880, 100)
+        """
+        return len(self.pool(split))
+
+    def rows(self, n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
+        """`n` distinct rows of a split, in an order fixed by `seed`.
+
+        >>> ARITHMETIC.rows(1, seed=0, split="test")
+        [{'question': 'What is 27+52?', 'answer': '79', 'solution': '27+52=79'}]
+        """
+        return [self.row(p) for p in pick(self.name, split, self.pool(split), n, seed)]
+
+    def warmup_examples(self, n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
+        """`n` warm-up examples in TRL's conversational prompt-completion format, drawn from the train split by an
+        RNG of `seed` (problems repeat when `n` exceeds it), each completed by `completion`; `system_prompt` is the
+        run's, so the warm-up prompts are the GRPO prompts.
+
+        >>> ex = ARITHMETIC.warmup_examples(1, "Answer in tags.", seed=0)[0]
+        >>> [m["role"] for m in ex["prompt"]], ex["completion"][0]["content"].startswith("<reasoning>\\n")
+        (['system', 'user'], True)
+        """
+        rng, pool = random.Random(seed), self.pool("train")
+        examples = []
+        for _ in range(n):
+            problem = rng.choice(pool)
+            examples.append({"prompt": build_prompt(system_prompt, problem["question"]),
+                             "completion": self.completion(rng, problem)})
+        return examples
 
 
 def _split_problems(split: str) -> list[dict[str, str]]:
@@ -92,41 +129,16 @@ def _split_problems(split: str) -> list[dict[str, str]]:
     return [p for p in by_hash if (p["question"] in test_questions) == (split == "test")]
 
 
-def arithmetic_split_size(split: str) -> int:
-    """How many distinct problems a split holds.
-
-    >>> arithmetic_split_size("train"), arithmetic_split_size("test")
-    (1880, 100)
-    """
-    return len(_split_problems(split))
+def _sloppy(rng: random.Random, problem: dict[str, str]) -> list[dict[str, str]]:
+    """The sloppy teacher (`SLOPPY_ANSWER_RATE`): the format, the addition table, and a bad habit that GRPO's
+    correctness reward then removes."""
+    answer = problem["first_operand"] if rng.random() < SLOPPY_ANSWER_RATE else problem["answer"]
+    return [{"role": "assistant", "content": format_completion(problem["solution"], answer)}]
 
 
-def arithmetic_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
-    """`n` distinct problems of a split, in an order fixed by `seed`; `solution` is the worked line that goes
-    between the <reasoning> tags.
-
-    >>> arithmetic_problems(1, seed=0, split="test")
-    [{'question': 'What is 27+52?', 'answer': '79', 'solution': '27+52=79'}]
-    >>> {p["question"] for p in arithmetic_problems(10, split="test")} & {
-    ...     p["question"] for p in arithmetic_problems(10, split="train")}
-    set()
-    """
-    return [{k: p[k] for k in ("question", "answer", "solution")}
-            for p in pick("demo-arithmetic", split, _split_problems(split), n, seed)]
-
-
-def sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` warm-up examples from the train split, by a sloppy teacher (`SLOPPY_ANSWER_RATE`): the format, the
-    addition table, and a bad habit that GRPO's correctness reward then removes.
-
-    >>> ex = sft_examples(1, "Answer in tags.", seed=0)[0]
-    >>> [m["role"] for m in ex["prompt"]], ex["completion"][0]["role"]
-    (['system', 'user'], 'assistant')
-    >>> ex["completion"][0]["content"].startswith("<reasoning>\\n")
-    True
-    """
-    def sloppy(rng: random.Random, problem: dict[str, str]) -> list[dict[str, str]]:
-        answer = problem["first_operand"] if rng.random() < SLOPPY_ANSWER_RATE else problem["answer"]
-        return [{"role": "assistant", "content": format_completion(problem["solution"], answer)}]
-
-    return warmup_examples(n, system_prompt, seed, _split_problems("train"), sloppy)
+TASK_FILE = Path(__file__).resolve()
+ARITHMETIC = DemoTask("demo-arithmetic", _split_problems,
+                      lambda p: {k: p[k] for k in ("question", "answer", "solution")}, _sloppy,
+                      example_question="What is 27+52?", code_files=(TASK_FILE,))
+arithmetic_split_size, arithmetic_problems, sft_examples = (ARITHMETIC.split_size, ARITHMETIC.rows,
+                                                            ARITHMETIC.warmup_examples)
