@@ -1,13 +1,8 @@
-"""Process start-up, run by `grpo` (pipeline/cli.py) before any sub-command module is imported.
-
-This is the one home of the rule "import Unsloth before trl, transformers and peft": Unsloth patches
-them when it is imported, and reads UNSLOTH_VLLM_STANDBY while doing so, so both must happen before
-anything else imports them (TrlParser, the tokenizer, ...). The bootstrap decides the backend without
-importing torch and calls that backend's `prepare_environment` with the settings the import depends on
-(`vllm_standby`, `fast_inference`, `model_source`), read cheaply from the command line, the --config recipe, or
-the manifest of the run being loaded. Python callers (`run_training`) get the same call when the pipeline loads
-the backend, where it may come too late (`prepare_environment` then warns). `grpo --help`, `grpo env`,
-`grpo COMMAND --help` and `grpo train --check` load no backend: they stay fast.
+"""Process start-up, run by `grpo` (pipeline/cli.py) before any sub-command module is imported: the one home of
+"import Unsloth before trl, transformers and peft" (it patches them, reading UNSLOTH_VLLM_STANDBY, on import).
+It decides the backend without torch and calls its `prepare_environment` with the settings the import depends on,
+read cheaply from the command line, the --config recipe or the loaded run's manifest (`run_training` makes the
+same call, maybe too late: it then warns). `--help`, `grpo env` and `grpo train --check` load no backend.
 """
 
 from __future__ import annotations
@@ -31,12 +26,9 @@ RECIPE_COMMANDS = ("train", "rewards")
 
 
 def bootstrap(command: str, argv: list[str]) -> Optional[BackendChoice]:
-    """Prepare the backend `command` will use (for Unsloth: set the environment, `import unsloth`).
-
-    Returns the choice, or None when the command loads no backend or its options do not resolve one: the
-    command itself then reports the bad option in its own words (exit 2). A ConfigError raised while
-    preparing (e.g. VLLM_SLEEP_MODE set with vLLM standby) propagates: the caller prints it, exit 2.
-    """
+    """Prepare the backend `command` will use (for Unsloth: set the environment, `import unsloth`); the choice, or
+    None when it loads none or its options resolve none (the command then names the bad option). A ConfigError
+    while preparing (e.g. VLLM_SLEEP_MODE with vLLM standby) propagates: exit 2."""
     if command not in MODEL_COMMANDS or {"-h", "--help"} & set(argv) or (command == "train" and "--check" in argv):
         return None
     try:
@@ -86,11 +78,8 @@ def _trained_config(argv: list[str]) -> dict[str, Any]:
 
 
 def defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Optional[dict[str, Any]], str]:
-    """Which defaults a run without --config gets: the GPU recipe on a GPU, the tiny CPU demo elsewhere.
-
-    Returns (argv, base defaults for parse_config, a line saying which); one answer for `grpo train` (a run,
-    --help, --check), `grpo data` and the bootstrap.
-    """
+    """Which defaults a run without --config gets: the GPU recipe on a GPU, the tiny CPU demo elsewhere, as
+    (argv, base defaults for parse_config, a line saying which), for `grpo train`, `grpo data` and the bootstrap."""
     base: dict[str, Any] = {}
     note = ""
     if "--config" not in argv:
@@ -107,8 +96,7 @@ def defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Opt
 
 def backend_choice(argv: list[str]) -> BackendChoice:
     """The backend a training config's options ask for (`backend`, `fast_inference`, from the command line or
-    the --config recipe), decided before TrlParser and without torch: `grpo train` (run, --help, --check),
-    `grpo data` and the bootstrap all ask this."""
+    the --config recipe), decided before TrlParser and without torch."""
     fast_inference = _truthy(peek_option(argv, "fast_inference", True)) and not (
         {"--no_fast_inference", "--no-fast-inference"} & set(argv))
     return choose_backend(str(peek_option(argv, "backend", "auto")), fast_inference)

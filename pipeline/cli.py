@@ -1,9 +1,6 @@
-"""`grpo` command line: one sub-command per stage of the pipeline (`COMMANDS`).
-
-Start-up order, and why this module's own imports wait inside `main`: first
-pipeline/bootstrap.py prepares the backend the command will use (Unsloth must be imported before trl,
-transformers and peft); then the sub-command's module is imported, only when it runs, so `grpo --help` never
-imports torch.
+"""`grpo` command line: one sub-command per stage of the pipeline (`COMMANDS`). Its imports wait inside `main`:
+pipeline/bootstrap.py prepares the backend first (Unsloth before trl, transformers and peft), then the
+sub-command's module is imported, so `grpo --help` never imports torch.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""`grpo data`: prepare the training data as `grpo train` would and print its length/rejection report.
-
-    grpo data [--config X] [--json] [--key value ...]   (loads the tokenizer only, never a model)
-
-The preparing is pipeline/data/run_data.py's (train split, eval set, warm-up needs) and the report's lines
-pipeline/data/report.py's; this module is the command around them: the same default config as `grpo train`,
-the exit codes, and the report as rich tables (or JSON). A command, so it sits above the data layer: the data
-layer imports neither the start-up defaults (pipeline/bootstrap.py) nor the handler (pipeline/errors.py).
+"""`grpo data [--config X] [--json] [--key value ...]`: prepare the training data as `grpo train` would (the
+tokenizer only, never a model: pipeline/data/run_data.py) and print its length/rejection report as rich tables or
+JSON, with `grpo train`'s default config and DATA_HELP_EPILOG's exit codes.
 """
 
 from __future__ import annotations
@@ -44,8 +39,6 @@ answers: docs/own-data.md."""
 
 @guarded("data")
 def main(argv: Optional[list[str]] = None) -> int:
-    """`grpo data [--config X] [--json] [--key value ...]`: prepare the dataset and print its report (exit status:
-    DATA_HELP_EPILOG's)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):  # its two options; config fields are parsed by TrlParser
         parser = argparse.ArgumentParser(
@@ -58,8 +51,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     as_json = "--json" in argv
     argv = [arg for arg in argv if arg != "--json"]  # our flag, not a config field: TrlParser would reject it
-    # The same defaults as `grpo train`: offline (the CPU demo) on a machine without a GPU. Bad input raises
-    # (ConfigError, PathError, DataFileError): grpo_pipeline.pipeline.errors prints its one message, exit 2.
     argv, base, note = defaults_for(argv, backend_choice(argv))
     if note and not as_json:
         print(f"grpo data: {note.replace('running', 'preparing the data of')}", file=sys.stderr)
@@ -71,9 +62,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if eval_note and not as_json:
         print(f"grpo data: {eval_note}", file=sys.stderr)
     validate(cfg, run_user_code=False)  # `grpo data` calls no reward: none is imported
-    # grpo_pipeline.env.path_check's table, before any work
     config_paths(cfg.to_dict(), "output_dir", "data_cache_dir", "dataset_name", "eval_dataset_name")
-    # only the tokenizer loads, from there
     model_check.check_model(cfg.model.model_name_or_path, cfg.model.model_source)
     tokenizer = tokenizers.load_tokenizer(cfg.model.model_name_or_path, trust_remote_code=cfg.model.trust_remote_code,
                                           source=cfg.model.model_source)

@@ -1,15 +1,8 @@
-"""The one top-level handler of every `grpo` command: what a user error, a bug and Ctrl-C look like.
-
-- A user error (`user_errors()`), a storage failure anywhere (grpo_pipeline.env.disk.storage_failure, by errno
-  whatever the exception's class) and a fault of the environment (grpo_pipeline.env.faults: memory, another process
-  of the run or vLLM's engine gone) print one message and exit 2.
-- Ctrl-C outside training exits 130 with one line, never a traceback (training itself stops at a step boundary:
-  grpo_pipeline.pipeline.run.stop.GracefulStop).
-- Anything else is a bug: one line saying so and exit 1. The traceback goes to `<run folder>/logs/` when a run
-  folder is known (`note_run_folder`), else to `<cache root>/logs/`; with `--debug` (or GRPO_DEBUG=1) it is printed.
-
-pipeline/cli.py wraps each command in `run_command`; each command's `main` is also wrapped (`guarded`) so that
-calling it from Python behaves as `grpo COMMAND` does. Nested wrapping is harmless: the inner one answers.
+"""The one top-level handler of every `grpo` command (`run_command`; `guarded` wraps each command's `main` too, so a
+Python call behaves as `grpo COMMAND`; the inner one answers). A user error (`user_errors()`), a storage failure
+anywhere (env/disk.py, by errno) and a fault of the environment (env/faults.py) print one message, exit 2; Ctrl-C
+outside training exits 130 with one line; anything else is a bug: one line, exit 1, its traceback in
+`<run folder>/logs/` (`note_run_folder`), else `<cache root>/logs/`, or printed with `--debug` (GRPO_DEBUG=1).
 """
 
 from __future__ import annotations
@@ -106,7 +99,7 @@ def note_run_folder(folder: Optional[Path]) -> None:
 
 
 def _crash_log(command: str, argv: list[str], err: BaseException) -> Optional[Path]:
-    """Write the traceback to a log file; None when no place takes it. Every value goes through grpo_pipeline.env.text.printable
+    """Write the traceback to a log file; None when no place takes it. Every value goes through env/text.py printable
     (secrets masked, any text a file takes), so the handler cannot fail on what it reports."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     text = (f"command: {shell_command('grpo', command, *argv)}\ncwd: {printable(os.getcwd())}\ntime: {stamp}\n"
@@ -125,13 +118,6 @@ def _traceback_text(err: BaseException) -> str:
         return "".join(traceback.format_exception(type(err), err, err.__traceback__))
     except Exception:  # noqa: BLE001 - an exception whose own rendering fails still gets its type named
         return f"{type(err).__name__} (its traceback could not be rendered)\n"
-
-
-def _storage_failure(err: BaseException) -> Optional[StorageError]:
-    try:
-        return storage_failure(err, _run_folder)
-    except Exception:  # noqa: BLE001 - an exception the classifier cannot read is reported as a bug, not raised
-        return None
 
 
 def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -> int:
@@ -181,13 +167,16 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
             say(_traceback_text(err))
         if isinstance(err, StorageError):  # a writer's: in the run folder, the setting to change is output_dir
             err = storage_failure(err, _run_folder)
-        # Bounded whatever a message embeds (each quotes values through grpo_pipeline.env.text.excerpt; this is the backstop).
+        # bounded whatever a message embeds (each quotes values through env/text.py excerpt; this is the backstop)
         say(f"error: {shorten(fit_to_command(printable(err)), MAX_MESSAGE_CHARS)}")
         return EXIT_BAD_INPUT
     except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback
         # a full / read-only / forbidden place, wherever it was hit; an install to fix; a fault of the machine or of
         # another process (memory, a peer or vLLM's engine gone): none is a bug of ours
-        problem = _storage_failure(err) or mismatched_torch_companion(err) or environment_fault(err)
+        try:
+            problem = storage_failure(err, _run_folder) or mismatched_torch_companion(err) or environment_fault(err)
+        except Exception:  # noqa: BLE001 - an exception the classifiers cannot read is reported as a bug, not raised
+            problem = None
         if problem is None:
             return report_bug(command, argv, err, debug)
         if debug:

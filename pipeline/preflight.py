@@ -1,15 +1,11 @@
 """Checks that run before anything heavy loads: the nodes started alike, config, output folder, packages, GPU,
 model, memory, resume, data, eval set, warm-up, rewards, LoRA targets, what the vLLM engine will refuse.
 
-`run_checks` is the contract of `grpo train --check`: the run calls the same function before the model loads
-(the first failure ends it with one message, exit 2), so when `--check` passes, the run does not fail for any
-of these reasons. `grpo train --check` runs them all, prints one JSON object, and stops.
-
-The data steps prepare everything the run will read (`prepare_run_data`) with the tokenizer only; the run loads
-it from the cache. The data, rewards, LoRA (the architecture on the meta device) and engine (vLLM's own limits)
-checks import torch (and vLLM), after the backend's `prepare_environment` (Unsloth must be imported first).
-Everything else is cheap: no model weights, at most one short network probe (only when the model is neither a
-local folder nor in the Hugging Face cache).
+`run_checks` is the contract of `grpo train --check` (all of them, as one JSON object) and of the run, which calls
+it before the model loads (the first failure: one message, exit 2): when `--check` passes, the run does not fail
+for any of these reasons. The data steps prepare what the run reads, with the tokenizer only, into the cache. The
+data, rewards, LoRA and engine checks import torch (and vLLM), after the backend's `prepare_environment`; the rest
+load no weights and probe the network at most once (a model neither local nor in the Hugging Face cache).
 """
 
 from __future__ import annotations
@@ -72,7 +68,7 @@ class Check:
 
 def check_output_dir(paths: dict[str, Any]) -> str:
     """output_dir (and data_cache_dir) take new files, and are not inside the model or data they read (`paths`: the
-    config's path options, grpo_pipeline.env.path_check's table)."""
+    config's path options)."""
     path = config_paths(paths, "output_dir", "data_cache_dir")["output_dir"]
     existing = nearest_existing("output_dir", path)
     free_gib = shutil.disk_usage(existing).free / 2**30
@@ -104,11 +100,10 @@ class NotChecked(ConfigError):
 
 def data_checks(cfg: PipelineConfig, done: dict[str, Any],
                 agents: Callable[[Any, Any], str]) -> list[tuple[str, Callable[[], Any]]]:
-    """The check's data steps (data, eval, warmup, rewards, agents): prepare_run_data's steps, each reported on its
-    own and writing nothing outside the cache. A step whose input failed says so and fails too. What they work out
-    is kept in `done` (tokenizer, train, rewards) for the run's decisions. `cfg`: the recipe, read by each step when
-    it runs, after the config check normalised it in place (validate); `agents(tokenizer, train)`: the agents step
-    (pipeline/trainer/agent_check.py)."""
+    """The check's data steps (data, eval, warmup, rewards, agents): prepare_run_data's, each reported on its own,
+    writing nothing outside the cache; one whose input failed fails too. What they work out is kept in `done`
+    (tokenizer, train, rewards) for the run's decisions. `cfg` is read when a step runs, after validate normalised
+    it in place; `agents(tokenizer, train)`: the agents step (pipeline/trainer/agent_check.py)."""
 
     def prepared() -> str:
         # grpo_pipeline.env.path_check's, first
@@ -151,7 +146,7 @@ def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any,
                        train: Any) -> tuple[list[Any], list[Any], dict[str, Any], str]:
     """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them: the first
     two prepared prompts, each with completions a reward will meet (right and wrong in the format, plain text,
-    empty) in the prompts' format (strings for standard prompts, `[{"role": "assistant", ...}]` for chats)."""
+    empty) in the prompts' format."""
     dataset = train.dataset.select(range(min(2, len(train.dataset))))
     columns = {name: list(dataset[name]) for name in dataset.column_names}
     texts = [[f"<reasoning>\nWorking it out.\n</reasoning>\n<answer>\n{answer or 0}\n</answer>\n",
@@ -169,10 +164,9 @@ def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any,
 
 def reward_kwargs_outside_training(max_steps: int, remove_unused_columns: bool, tokenizer: Any,
                                    columns: dict[str, list[Any]], texts: list[str]) -> dict[str, Any]:
-    """The keywords of a reward call made before (or without) a trainer, by TRL's rule (rewards/trl_source.py):
-    the columns it passes (none with `remove_unused_columns`: pipeline/data/columns.py removes_unused_columns),
-    `completion_ids` of `texts`, a fresh `trainer_state` (of `max_steps`) and `log_extra`/`log_metric` that keep
-    nothing. The check's probe and `grpo rewards` call rewards with these."""
+    """The keywords of a reward call made before (or without) a trainer, by TRL's rule (rewards/trl_source.py): the
+    columns it passes, `completion_ids` of `texts`, a fresh `trainer_state` (of `max_steps`) and `log_extra` /
+    `log_metric` that keep nothing. The check's probe and `grpo rewards` call rewards with these."""
     from transformers import TrainerState  # lazy: transformers imports torch
 
     trainer_objects = {"trainer_state": TrainerState(max_steps=max_steps),
@@ -184,9 +178,8 @@ def reward_kwargs_outside_training(max_steps: int, remove_unused_columns: bool, 
 def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any, kept: Optional[dict[str, Any]] = None) -> str:
     """Call every reward function as the trainer will, on completions of the run's prepared prompts: a raise, a
     wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did.
-    A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called. `kept`:
-    where the resolved rewards are kept (under "rewards") for the run's decisions. `cfg`: the recipe (its rewards,
-    their deadline, the columns TRL passes them)."""
+    A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called. `kept`
+    keeps the resolved rewards (under "rewards") for the run's decisions."""
     prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
     g = cfg.grpo
     try:
@@ -206,11 +199,11 @@ def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any, kept: Optiona
 
 
 def resume_target(resume: str, output_dir: str) -> Optional[Path]:
-    """The checkpoint a run would resume (`resume`: the option) in `output_dir`, as far as the check knows it (None:
-    a fresh start, or a --resume that check_resume refuses)."""
-    output_dir = absolute_path(output_dir)
+    """The checkpoint a run would resume (`resume`: the option) in `output_dir`: with auto the newest complete one,
+    as resolve_resume picks it (which also moves broken ones aside; not here). None: a fresh start, or a --resume
+    that check_resume refuses."""
     if resume == "auto":
-        complete = complete_checkpoints(output_dir)
+        complete = complete_checkpoints(absolute_path(output_dir))
         return complete[-1] if complete else None
     try:
         path = absolute_path(resume) if resume != "never" else None
@@ -223,26 +216,24 @@ def check_resume(resume: str, output_dir: str, mismatch: Callable[[Path], Option
     """`resume` is `auto`, `never`, or a complete checkpoint folder (of `output_dir`), and the checkpoint it picks
     holds weights of this config's shape (LoRA rank, alpha, targets, base model: `mismatch(checkpoint)` says how it
     differs, else None); anything else fails before the data and the model load."""
-    # the newest complete one, as resolve_resume picks it (which also moves broken ones aside; not here)
-    complete = complete_checkpoints(absolute_path(output_dir)) if resume == "auto" else []
-    if resume == "never" or (resume == "auto" and not complete):
+    path = resume_target(resume, output_dir)
+    if path is None and resume in ("auto", "never"):
         said = "resume: never" if resume == "never" else "resume: auto (no checkpoint yet: a fresh start)"
         earlier = previous_run_entries(absolute_path(output_dir))
         if earlier:  # what the run will do with them (set_aside_previous_run), said before it does
             said += (f"; the earlier run's {', '.join(e.name for e in earlier)} will be moved to "
                      f"{absolute_path(output_dir) / PREVIOUS_DIR}/ first (not deleted)")
         return said
-    if resume == "auto":
-        path, said = complete[-1], f"resume: auto, from {complete[-1]}"
-    else:
+    said = f"resume: auto, from {path}" if resume == "auto" else f"resume from {path}"
+    if resume != "auto":
         try:  # an unset $VAR, an empty value, a symlink loop or a file on the way; a missing folder: below
             wanted = expand("resume", resume)
             if nearest_existing("resume", wanted) == wanted:
                 config_paths({"resume": resume}, "resume")  # a file, not a folder; unreadable
         except PathError as err:
             raise ConfigError("resume", err.detail) from None
-        path = absolute_path(resume)
-        if not path.is_dir():
+        if path is None:
+            path = absolute_path(resume)
             if os.sep not in resume and "/" not in resume:
                 raise ConfigError("resume", f"got {excerpt(resume)}, which is neither auto, never nor a checkpoint "
                                   f"folder ({path} does not exist). Use --resume auto (newest complete checkpoint), "
@@ -253,7 +244,6 @@ def check_resume(resume: str, output_dir: str, mismatch: Callable[[Path], Option
         if problem:
             raise ConfigError("resume", f"{path} cannot be resumed from: {problem}. Pick another checkpoint, or "
                               "use --resume auto (it skips incomplete checkpoints).")
-        said = f"resume from {path}"
     # other LoRA shape or base model recorded, then what the files themselves hold: a size mismatch mid-load later
     differs = mismatch(path)
     if differs:
@@ -262,23 +252,19 @@ def check_resume(resume: str, output_dir: str, mismatch: Callable[[Path], Option
 
 
 class CheckResults(list):
-    """The checks' results, in order; `decisions`: the run's decisions (pipeline/run/decisions.py) when every
-    check passed, else None."""
+    """The checks' results, in order; `decisions`: the run's decisions when every check passed, else None."""
     decisions: Optional[RunDecisions] = None
 
 
 def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> CheckResults:
     """Run every check in order. With `stop_at_first`, the first failure raises its error; a failing data step
-    (data, eval, warmup, rewards) raises after the other data steps ran, with their failures appended
-    ("also: ..."). When all pass, the results carry the run's decisions, made here once (`.decisions`).
-
-    `choice` is a BackendChoice already made by the caller (the gpu check then reports it)."""
+    raises after the other data steps ran, with their failures appended ("also: ..."). When all pass, the results
+    carry the run's decisions, made here once (`.decisions`). `choice`: a BackendChoice the caller made."""
     eval_off, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)
     cfg = cfg.replace(**eval_off) if eval_off else cfg
     done: dict[str, Any] = {}
 
-    # Every step reads `cfg` itself, after the config check: validate normalises values in place (a "16" from
-    # Python becomes 16).
+    # Every step reads `cfg` itself, after the config check: validate normalises values in place.
     def chosen() -> Any:  # the backend, chosen once (when a step first needs it: choosing may refuse the recipe)
         if "choice" not in done:
             done["choice"] = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)

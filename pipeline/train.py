@@ -15,9 +15,11 @@ Exit codes: 0 done, 2 bad config or input, 3 stopped (a health rule, a failing r
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -41,7 +43,7 @@ from grpo_pipeline.pipeline.config import (
     trl_training_args,
 )
 from grpo_pipeline.pipeline.data.report import accounting_line, prompt_line
-from grpo_pipeline.pipeline.errors import guarded, note_run_folder
+from grpo_pipeline.pipeline.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, guarded, note_run_folder
 from grpo_pipeline.pipeline.infer.evaluate import eval_before_inputs, eval_inputs, headline, load_eval_before, save_eval_before
 from grpo_pipeline.pipeline.infer.session import verify_trained_dir
 from grpo_pipeline.pipeline.data.run_data import prepare_run_data, warmup_examples, without_a_held_out_set
@@ -55,24 +57,81 @@ from grpo_pipeline.pipeline.train_help import print_help
 from grpo_pipeline.env.kept import state_key
 from grpo_pipeline.pipeline.run.manifest import build_manifest
 from grpo_pipeline.pipeline.run.plots import plot_settings
-from grpo_pipeline.pipeline.train_state import (EXIT_BAD_INPUT, EXIT_HEALTH_STOP, EXIT_INTERRUPTED, EXIT_OK, Run, RunResult,
-                                  is_main_process, tell)
 from grpo_pipeline.pipeline.run.summary import write_summary
 from grpo_pipeline.pipeline.trainer.build import build_trainer, record_effective_config
 from grpo_pipeline.pipeline.trainer.warmup import run_format_warmup, warmup_inputs
 from grpo_pipeline.rewards.contract import RewardFailure, SignalInterrupt
 from grpo_pipeline.rewards.worker import stop_workers
 
+EXIT_OK, EXIT_HEALTH_STOP = 0, 3
+
+
+def tell(msg: str) -> None:
+    """A line of the run's output."""
+    print(f"[grpo] {msg}", flush=True)
+
+
+def is_main_process() -> bool:
+    """Rank 0 (or a single process): the one that writes the run folder's shared files."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+@dataclass
+class RunResult:
+    output_dir: Path
+    status: str  # completed | stopped | interrupted
+    exit_code: int
+    steps: int
+    adapter_dir: Optional[Path] = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Run:
+    """What the phases of one run share, filled in top to bottom: each phase reads what the ones above it set. The
+    phases read single values of the recipe (`cfg`, whole only for manifest.json's copy) and hand on the check's
+    records (`decisions`, pipeline/run/decisions.py RunDecisions: the backend, the agents, the limits, ...)."""
+    cfg: PipelineConfig
+    output_dir: Path
+    callbacks: Optional[list]
+    start: float
+    resume_hint: str
+    decisions: Any
+    resume_from: Optional[str] = None
+    resume_step: Optional[int] = None
+    finish_only: bool = False  # trained to max_steps already, a final file missing: write them, train no step
+    resume_changes: dict[str, Any] = field(default_factory=dict)
+    adapter_seen: Any = None  # what lora/ and eval_before.json were at the start (env/locations.py snapshot)
+    eval_before_seen: Any = None
+    tokenizer: Any = None
+    prepared: Any = None
+    eval_rows: Any = None
+    model: Any = None
+    peft_config: Any = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+    eval_before: Optional[dict[str, Any]] = None
+    periodic_eval: Any = None
+    trainer: Any = None
+    health: Any = None
+    rollbacks: list[dict[str, Any]] = field(default_factory=list)  # on_collapse: rollback (health/rollback.py)
+    earlier_warnings: list[str] = field(default_factory=list)
+    reward_failure: Optional[RewardFailure] = None
+    kept: Optional[Path] = None
+    signal_name: Optional[str] = None
+    steps: int = 0
+    status: str = "completed"  # completed | stopped | interrupted
+    exit_code: int = EXIT_OK
+    reason: Optional[str] = None
+    adapter_dir: Optional[Path] = None
+    eval_after: Optional[dict[str, Any]] = None
+
 
 def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
                  callbacks: Optional[list] = None, resume_hint: str = "run it again (--resume auto)") -> RunResult:
-    """Train with `cfg` and return where everything went. Raises ConfigError for bad config/input.
-
-    `callbacks` are extra transformers TrainerCallbacks (e.g. a notebook's live plot); `resume_hint` is what
-    an interrupted run prints to continue (`grpo train` passes the user's own command). A signal during
-    training stops at the end of the step with a checkpoint (status "interrupted"); anywhere else it raises
-    KeyboardInterrupt, which leaves nothing half-written, and the same call completes the run.
-    """
+    """Train with `cfg` and return where everything went; a ConfigError for bad config/input. `callbacks`: extra
+    TrainerCallbacks (a notebook's live plot); `resume_hint`: what an interrupted run prints to continue. A signal
+    during training stops at the end of the step with a checkpoint (status "interrupted"); anywhere else it raises
+    KeyboardInterrupt, which leaves nothing half-written, and the same call completes the run."""
     start = time.time()
     choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if cfg.model.fast_inference and not choice.fast_inference:
@@ -88,9 +147,8 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
             tell(check.message if check.name == "eval" else f"memory: {check.message}")  # rows dropped; the estimate
     if "tensorboard" in cfg.grpo.reporters():
         tell(tensorboard_hint(cfg.grpo.output_dir))
-    backend = checks.decisions.backend
     # `grpo train` did this at start-up (pipeline/bootstrap.py); a Python caller gets it here (idempotent).
-    backend.prepare_environment(checks.decisions.config)
+    checks.decisions.backend.prepare_environment(checks.decisions.config)
     tell(f"backend: {choice.name} ({choice.reason})")
     if optim_note:
         tell(optim_note)
@@ -100,7 +158,7 @@ def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
     output_dir = absolute_path(cfg.grpo.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     note_run_folder(output_dir)  # a crash from here on logs its traceback into output_dir/logs/
-    run = Run(cfg, choice, backend, output_dir, callbacks, start, resume_hint, checks.decisions)
+    run = Run(cfg, output_dir, callbacks, start, resume_hint, checks.decisions)
     if not is_main_process():  # DDP ranks share rank 0's run folder; rank 0 holds the lock for all
         return _run_locked(run)
     with grpo_pipeline.pipeline.run.lock.run_lock(output_dir):  # a second run into this folder is refused, naming this one
@@ -125,8 +183,7 @@ def _run_locked(run: Run) -> RunResult:
 
 
 def _resume(run: Run) -> Optional[RunResult]:
-    """Resume target, before anything loads; a run already complete returns its result here.
-    (run_checks' resume check already refused a checkpoint of another weight shape: pipeline/preflight.py)"""
+    """Resume target, before anything loads; a run already complete returns its result here."""
     cfg, output_dir = run.cfg, run.output_dir
     if is_main_process():
         remove_staging_leftovers(output_dir, log=tell)  # a killed save's temporary folders; we hold the lock
@@ -134,8 +191,8 @@ def _resume(run: Run) -> Optional[RunResult]:
     run.resume_step = checkpoint_step(run.resume_from) if run.resume_from else None
     if run.resume_from is None and is_main_process():
         set_aside_previous_run(output_dir, log=tell)  # a fresh start: an earlier run's steps are not this one's
-    # What lora/ and eval_before.json are now is all their writes at the end may replace (grpo_pipeline.env.paths.publish): a
-    # folder or file put there while the run trains is kept, and the run says so (exit 2) instead of deleting it.
+    # What lora/ and eval_before.json are now is all their writes at the end may replace (env/paths.py publish): one
+    # put there while the run trains is kept, and the run says so (exit 2).
     keep_fix = "Move it away (or copy it elsewhere), then run the same command again."
     run.adapter_seen = snapshot(output_dir / "lora", fix=keep_fix)
     run.eval_before_seen = snapshot(output_dir / "eval_before.json", fix=keep_fix)
@@ -155,10 +212,10 @@ def _resume(run: Run) -> Optional[RunResult]:
 
 
 def _data(run: Run) -> None:
-    """Data, with the tokenizer only (the model loads next)."""
+    """Data, with the tokenizer only."""
     cfg, m = run.cfg, run.cfg.model
     run.tokenizer = grpo_pipeline.pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
-    # As the data check prepared it (train, eval set, warm-up needs: a cache load); rank 0 writes the run folder's
+    # as the data check prepared it (a cache load); rank 0 writes the run folder's reports
     run_data = prepare_run_data(run.decisions.config, run.tokenizer, run.output_dir, is_main_process())
     prepared = run_data.train
     if run.resume_from and cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
@@ -175,12 +232,11 @@ def _data(run: Run) -> None:
 def _model(run: Run) -> None:
     """The model (the one step that differs between backends) and the manifest lora/ will carry."""
     cfg, decided = run.cfg, run.decisions
-    run.model, run.tokenizer = run.backend.load_for_training(decided.config)
-    run.peft_config = run.backend.peft_config(decided.config)
-    run.agents = decided.agents  # resolved once by the check: every eval answers with the run's tools
+    run.model, run.tokenizer = decided.backend.load_for_training(decided.config)
+    run.peft_config = decided.backend.peft_config(decided.config)
     # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
     run.manifest = build_manifest(
-        cfg_dict=cfg.to_dict(), backend=run.choice.name, base_model=cfg.model.model_name_or_path,
+        cfg_dict=cfg.to_dict(), backend=decided.backend_name, base_model=cfg.model.model_name_or_path,
         system_prompt=cfg.data.system_prompt, chat_template=getattr(run.tokenizer, "chat_template", None),
         max_prompt_length=decided.limits.max_prompt_length, max_completion_length=decided.limits.max_completion_length,
         data_fingerprint=decided.data_key, adapter_dir=run.output_dir / "lora",
@@ -193,7 +249,7 @@ def _warm_up(run: Run) -> None:
     cfg = run.decisions.config
     if cfg.health.sft_warmup_steps > 0:
         examples = warmup_examples(cfg, run.prepared)
-        run.model = run_format_warmup(run.model, run.tokenizer, cfg, run.prepared, examples, run.agents.tools,
+        run.model = run_format_warmup(run.model, run.tokenizer, cfg, run.prepared, examples, run.decisions.agents.tools,
                                       run.peft_config, run.output_dir, reuse=run.cfg.grpo.resume != "never")
         run.peft_config = None  # the warm-up already wrapped the model with this LoRA
 
@@ -201,20 +257,19 @@ def _warm_up(run: Run) -> None:
 def _evaluate(run: Run, model) -> dict[str, Any]:
     evaluate, decided = grpo_pipeline.pipeline.infer.evaluate, run.decisions  # looked up at the call: tests stop runs there
     loop = evaluate.loop_settings(trl_training_args(decided.config), decided.limits.max_seq_length)  # as trained
-    generator = run.backend.training_generator(model, run.tokenizer, decided.config)
+    generator = decided.backend.training_generator(model, run.tokenizer, decided.config)
     scorer = evaluate.eval_scorer(decided.config, run.tokenizer)  # the run's rewards, called as TRL calls them
     return evaluate.evaluate_rows(generator, run.tokenizer, run.eval_rows, scorer,
-                                  decided.limits.max_completion_length, agents=run.agents, loop=loop)
+                                  decided.limits.max_completion_length, agents=decided.agents, loop=loop)
 
 
 def _eval_before(run: Run) -> None:
     cfg, output_dir = run.cfg, run.output_dir
     if not (cfg.eval.eval_before and run.eval_rows) or not is_main_process():  # one measure, one writer
         return
-    # Kept in the run folder: a resumed run reuses it rather than re-measure a model that has moved on, when
-    # every input it was measured from is the same (env/kept.py; the eval rows' content included).
+    # a resumed run reuses it, when every input it was measured from is the same (env/kept.py)
     warmup = state_key(warmup_inputs(cfg, run.prepared)) if cfg.health.sft_warmup_steps > 0 else None
-    inputs = eval_before_inputs(run.decisions.eval_key, run.choice.name, run.tokenizer, run.eval_rows,
+    inputs = eval_before_inputs(run.decisions.eval_key, run.decisions.backend_name, run.tokenizer, run.eval_rows,
                                 run.decisions.limits.max_completion_length, warmup)
     run.eval_before = load_eval_before(output_dir, inputs, log=tell) if cfg.grpo.resume != "never" else None
     if run.eval_before is not None:
@@ -226,20 +281,19 @@ def _eval_before(run: Run) -> None:
 
 
 def _train(run: Run) -> None:
-    """The trainer, then training (resumable), with the rollback loop: a collapse with a healthy checkpoint
-    before it resumes from there with a lower learning rate (on_collapse: rollback)."""
+    """The trainer, then training (resumable), with the rollback loop (on_collapse: rollback, `_roll_back`)."""
     cfg, decided, limits = run.cfg, run.decisions, run.decisions.limits
     if cfg.eval.eval_steps and run.eval_rows and is_main_process():
         from grpo_pipeline.pipeline.infer.periodic_eval import build_periodic_eval  # lazy: imports transformers (torch)
 
-        inputs = eval_inputs(decided.eval_key, run.choice.name, run.tokenizer, run.eval_rows,
+        inputs = eval_inputs(decided.eval_key, decided.backend_name, run.tokenizer, run.eval_rows,
                              limits.max_completion_length)
-        run.periodic_eval = build_periodic_eval(cfg.eval.eval_steps, lambda model: _evaluate(run, model), run.backend,
+        run.periodic_eval = build_periodic_eval(cfg.eval.eval_steps, lambda model: _evaluate(run, model), decided.backend,
                                                 run.tokenizer, inputs, run.output_dir, run.manifest,
                                                 resume=run.resume_from is not None, log=tell)
     _build_trainer(run, run.peft_config)
     if is_main_process():  # effective_config.json: every GRPOConfig field as the trainer runs it
-        for line in record_effective_config(run.trainer, run.backend, decided.config,
+        for line in record_effective_config(run.trainer, decided.backend, decided.config,
                                             run.model, limits.max_completion_length, run.output_dir):
             tell(f"effective config: {line}")
     try:
@@ -255,7 +309,7 @@ def _train(run: Run) -> None:
 
 def _build_trainer(run: Run, peft_config, rollbacks_done: int = 0, previous: Any = None) -> None:
     decided = run.decisions
-    run.trainer, run.health = build_trainer(run.agents, run.backend, decided.config,
+    run.trainer, run.health = build_trainer(decided.agents, decided.backend, decided.config,
                                             run.model, run.tokenizer, run.prepared, peft_config, run.output_dir,
                                             run.resume_step, run.periodic_eval, rollbacks_done=rollbacks_done,
                                             previous=previous)
@@ -331,7 +385,7 @@ def _save(run: Run) -> None:
     # anywhere in between leaves a run that the same command finishes from its final checkpoint.
     with storage_errors_are_resumable(run.trainer, run.output_dir):
         with atomic_directory(adapter_dir, seen=run.adapter_seen) as staging:
-            run.backend.save_adapter(run.trainer.model, run.tokenizer, staging)
+            run.decisions.backend.save_adapter(run.trainer.model, run.tokenizer, staging)
             grpo_pipeline.pipeline.run.manifest.write_adapter_metadata(staging, run.manifest)  # usable when copied away
         verify_trained_dir(adapter_dir)  # re-read what we wrote: a bad save fails here, not at inference
         for stale in previous_versions(adapter_dir):  # a copy an interrupted replace left
@@ -384,11 +438,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def check_main(argv: list[str]) -> int:
-    """`grpo train --check [options]`: run every pre-load check, print them as JSON, load nothing.
-
-    stdout is one JSON object: {"ok": bool, "checks": [{"name", "ok", "message"}, ...]}. Exit 0 when all
-    pass, 2 otherwise. Without --config the same defaults as a real run apply (GPU recipe or CPU demo).
-    """
+    """`grpo train --check [options]`: every pre-load check as one JSON object on stdout, {"ok": bool, "checks":
+    [{"name", "ok", "message"}, ...]}; exit 0 when all pass, 2 otherwise. Loads nothing."""
     try:
         argv, base, note = defaults_for(argv, backend_choice(argv))
         cfg = parse_config(argv, base=base)  # (run_checks turns evaluation off itself where nothing is held out)

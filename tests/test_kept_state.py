@@ -299,6 +299,27 @@ def test_the_data_cache_key_covers_each_input(case, tmp_path, qwen_tokenizer, mo
     assert _data_key(cfg, tokenizer) != key
 
 
+@pytest.mark.parametrize("name", ["demo-arithmetic", "demo-calculator", "demo-word-problems"])
+def test_a_built_in_sources_key_covers_task_py_which_its_rows_use(name, tmp_path, qwen_tokenizer, monkeypatch):
+    import dataclasses
+    import shutil
+
+    from grpo_pipeline.pipeline.demo import registry
+
+    builtin = registry.SOURCES[name]
+    assert "task.py" in {f.name for f in builtin.code_files}
+    for f in builtin.code_files:
+        shutil.copy(f, tmp_path / f.name)
+    copies = tuple(tmp_path / f.name for f in builtin.code_files)
+    monkeypatch.setitem(registry.SOURCES, name, dataclasses.replace(builtin, code_files=copies))
+    cfg = make_cfg(tmp_path, dataset_name=name)
+    key = _data_key(cfg, qwen_tokenizer)
+    assert _data_key(cfg, qwen_tokenizer) == key
+    task = tmp_path / "task.py"
+    task.write_text(task.read_text(encoding="utf-8") + "\n# an edit\n", encoding="utf-8")
+    assert _data_key(cfg, qwen_tokenizer) != key
+
+
 def test_a_local_tokenizer_folders_files_are_part_of_its_identity(tmp_path, qwen_tokenizer, monkeypatch):
     folder = tmp_path / "tok"
     qwen_tokenizer.save_pretrained(str(folder))

@@ -42,7 +42,8 @@ from grpo_pipeline.pipeline.data.source_spec import (
     RawRows,
     SourceSpec,
 )
-from grpo_pipeline.pipeline.demo.registry import BuiltinSource, builtin_source
+from grpo_pipeline.pipeline.demo.registry import builtin_source
+from grpo_pipeline.pipeline.demo.task import DemoTask
 
 
 def prompt_format_of(columns: list[str], spec: SourceSpec) -> str:
@@ -215,7 +216,7 @@ def resolve_source(cfg: Any, spec: SourceSpec, cache_root: Path) -> DataSource:
             kind="demo",
             description={"kind": "demo", "name": builtin.name, "split": split, "n": n, "seed": seed},
             identity={"kind": "demo", "split": split, "n": n, "seed": seed,
-                      "code_sha256": file_sha256(builtin.code_file) if builtin.code_file.is_file() else None},
+                      "code_sha256": [file_sha256(f) if f.is_file() else None for f in builtin.code_files]},
             load=lambda: _builtin_rows(builtin, n, seed, split),
         )
 
@@ -325,7 +326,7 @@ def _download(spec: SourceSpec, saved: Path, source: str) -> Any:
         ) from err
 
 
-def _builtin_rows(builtin: BuiltinSource, n: int, seed: int, split: str) -> RawRows:
+def _builtin_rows(builtin: DemoTask, n: int, seed: int, split: str) -> RawRows:
     problems = builtin.rows(n, seed, split)
     questions, answers = [p.get("question") for p in problems], [p.get("answer") for p in problems]
     return RawRows(questions=questions, answers=answers, ids=[f"{split}-{i}" for i in range(len(problems))],

