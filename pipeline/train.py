@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-# These four modules' functions are called through the module, looked up at each call: tests stand in for
-# load_tokenizer, evaluate_rows, run_lock and the manifest writers there, at named moments of a run.
-import grpo_pipeline.pipeline.data.tokenizer
+# These three modules' functions are called through the module, looked up at each call: tests stand in for
+# evaluate_rows, run_lock and the manifest writers there, at named moments of a run.
 import grpo_pipeline.pipeline.infer.evaluate
 import grpo_pipeline.pipeline.run.lock
 import grpo_pipeline.pipeline.run.manifest
@@ -155,9 +154,9 @@ def _resume(run: Run) -> Optional[RunResult]:
 
 
 def _data(run: Run) -> None:
-    """Data, with the tokenizer only (the model loads next)."""
-    cfg, m = run.cfg, run.cfg.model
-    run.tokenizer = grpo_pipeline.pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
+    """Data, with the tokenizer only (the check's: loaded once a run; the model loads next)."""
+    cfg = run.cfg
+    run.tokenizer = run.decisions.tokenizer
     # As the data check prepared it (train, eval set, warm-up needs: a cache load); rank 0 writes the run folder's
     run_data = prepare_run_data(run.decisions.config, run.tokenizer, run.output_dir, is_main_process())
     prepared = run_data.train
@@ -175,7 +174,7 @@ def _data(run: Run) -> None:
 def _model(run: Run) -> None:
     """The model (the one step that differs between backends) and the manifest lora/ will carry."""
     cfg, decided = run.cfg, run.decisions
-    run.model, run.tokenizer = run.backend.load_for_training(decided.config)
+    run.model, run.tokenizer = run.backend.load_for_training(decided.config, run.tokenizer)
     run.peft_config = run.backend.peft_config(decided.config)
     run.agents = decided.agents  # resolved once by the check: every eval answers with the run's tools
     # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
