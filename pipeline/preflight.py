@@ -316,7 +316,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
     if all(c.ok for c in results):
         results.decisions = run_decisions(chosen(), load_backend(chosen().name), reward_specs(
             cfg.grpo.reward_funcs, cfg.grpo.reward_weights, done["rewards"]), done["train"], cfg, eval_key(cfg),
-            done["agents"])
+            done["agents"], done["tokenizer"])
     return results
 
 

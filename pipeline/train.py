@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-# These four modules' functions are called through the module, looked up at each call: tests stand in for
-# load_tokenizer, evaluate_rows, run_lock and the manifest writers there, at named moments of a run.
-import grpo_pipeline.pipeline.data.tokenizer
+# These three modules' functions are called through the module, looked up at each call: tests stand in for
+# evaluate_rows, run_lock and the manifest writers there, at named moments of a run.
 import grpo_pipeline.pipeline.infer.evaluate
 import grpo_pipeline.pipeline.run.lock
 import grpo_pipeline.pipeline.run.manifest
@@ -212,9 +211,9 @@ def _resume(run: Run) -> Optional[RunResult]:
 
 
 def _data(run: Run) -> None:
-    """Data, with the tokenizer only."""
-    cfg, m = run.cfg, run.cfg.model
-    run.tokenizer = grpo_pipeline.pipeline.data.tokenizer.load_tokenizer(m.model_name_or_path, m.trust_remote_code, m.model_source)
+    """Data, with the tokenizer only (the check's: loaded once a run)."""
+    cfg = run.cfg
+    run.tokenizer = run.decisions.tokenizer
     # as the data check prepared it (a cache load); rank 0 writes the run folder's reports
     run_data = prepare_run_data(run.decisions.config, run.tokenizer, run.output_dir, is_main_process())
     prepared = run_data.train
@@ -232,7 +231,7 @@ def _data(run: Run) -> None:
 def _model(run: Run) -> None:
     """The model (the one step that differs between backends) and the manifest lora/ will carry."""
     cfg, decided = run.cfg, run.decisions
-    run.model, run.tokenizer = decided.backend.load_for_training(decided.config)
+    run.model, run.tokenizer = decided.backend.load_for_training(decided.config, run.tokenizer)
     run.peft_config = decided.backend.peft_config(decided.config)
     # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
     run.manifest = build_manifest(

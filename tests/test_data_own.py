@@ -188,7 +188,7 @@ def test_check_fails_exactly_when_the_run_would_naming_the_same_option(tmp_path,
     from grpo_pipeline.pipeline.backends import choose_backend
     from grpo_pipeline.pipeline.train import run_training
 
-    def stop_at_the_model(cfg):
+    def stop_at_the_model(cfg, tokenizer=None):
         raise ModelWouldLoad
 
     monkeypatch.setattr("grpo_pipeline.pipeline.backends.plain.load_for_training", stop_at_the_model)

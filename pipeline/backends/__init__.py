@@ -68,8 +68,9 @@ class Backend(Protocol):
     def prepare_environment(self, cfg: PipelineConfig) -> Any:
         """Process set-up before trl/transformers/peft are imported (pipeline/bootstrap.py calls it first)."""
 
-    def load_for_training(self, cfg: PipelineConfig) -> tuple[Any, Any]:
-        """(model, tokenizer) ready for the trainer."""
+    def load_for_training(self, cfg: PipelineConfig, tokenizer: Any = None) -> tuple[Any, Any]:
+        """(model, tokenizer) ready for the trainer; `tokenizer`: the run's, loaded once by the check (a backend
+        whose loader returns its own tokenizer may leave it unused)."""
 
     def peft_config(self, cfg: PipelineConfig) -> Any:
         """The peft LoraConfig for TRL to apply, or None when the model already carries its LoRA."""

@@ -112,10 +112,12 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
     return model
 
 
-def load_for_training(cfg: PipelineConfig):
-    """Base model + tokenizer; TRL wraps the model with `peft_config(cfg)`."""
+def load_for_training(cfg: PipelineConfig, tokenizer: Any = None):
+    """Base model + tokenizer (`tokenizer`, the run's, when the caller has loaded it); TRL wraps the model with
+    `peft_config(cfg)`."""
     ensure_trl_logprob_kernel()  # CPU-only torch has no Triton: TRL 1.15 needs a torch log-prob path
-    tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
     return load_model(cfg.model.model_name_or_path, cfg), tokenizer
 
 

@@ -75,8 +75,9 @@ DEFAULT_GGUF_QUANTIZATION = "q4_k_m"  # Unsloth's "Recommended" k-quant (unsloth
 GGUF_MERGED_SUBDIR = "merged"
 
 
-def load_for_training(cfg: PipelineConfig):
-    """from_pretrained then get_peft_model: (LoRA model, tokenizer); the LoRA is applied here (see `peft_config`)."""
+def load_for_training(cfg: PipelineConfig, tokenizer: Any = None):
+    """from_pretrained then get_peft_model: (LoRA model, tokenizer); the LoRA is applied here (see `peft_config`).
+    The tokenizer is Unsloth's own, as from_pretrained returns it (`tokenizer` is not used)."""
     # e.g. lora_modules_to_save with vLLM: get_peft_model would refuse after loading
     validate_unsloth(cfg.lora.lora_modules_to_save, cfg.lora.lora_target_modules, cfg.model.fast_inference,
                      cfg.grpo.vllm_sampling_params, cfg.model.vllm_standby)

@@ -26,10 +26,8 @@ from typing import Any, Optional
 from rich.console import Console, Group
 from rich.table import Table
 
-# These two modules' functions are called through the module, looked up at each call: tests stand in for
-# load_tokenizer and prepare_dataset there.
+# prepare_dataset is called through its module, looked up at each call: tests stand in for it there.
 import grpo_pipeline.pipeline.data.prepare
-import grpo_pipeline.pipeline.data.tokenizer
 from grpo_pipeline.env.adapters import AdapterError
 from grpo_pipeline.env.locations import absolute_path, snapshot
 from grpo_pipeline.env.paths import atomic_write_json
@@ -148,11 +146,10 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     note_run_folder(output_dir)  # a crash logs into its logs/; a full disk there names output_dir
     output_dir.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = grpo_pipeline.pipeline.data.tokenizer.load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code,
-                                                       cfg.model.model_source)
+    tokenizer = decided.tokenizer  # the check's (loaded once)
     prepared = grpo_pipeline.pipeline.data.prepare.prepare_dataset(cfg, tokenizer, report_dir=None)
     rows = prepared.dataset.shuffle(seed=g.seed).select(range(min(n_prompts, len(prepared.dataset))))
-    model, tokenizer = backend.load_for_training(settings)
+    model, tokenizer = backend.load_for_training(settings, tokenizer)
     if after_warmup and h.sft_warmup_steps > 0:
         model = run_format_warmup(model, tokenizer, decided.config, prepared,
                                   warmup_examples(decided.data, prepared), agents.tools,

@@ -58,6 +58,7 @@ class RunDecisions:
     config: PipelineConfig  # the recipe as the check validated it: what the backend's operations and the data take
     eval_key: Optional[EvalKey] = None
     agents: Any = None  # the tools, environments, rollout_func: resolved once by the check (trainer/agents.py Agents)
+    tokenizer: Any = None  # the tokenizer the check loaded: the run's data and model use it (loaded once a run)
 
 
 def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
@@ -69,7 +70,7 @@ def reward_specs(names: Sequence[Any], weights: Optional[Sequence[float]],
 
 
 def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], prepared: Any, config: PipelineConfig,
-                  eval_key: Optional[EvalKey] = None, agents: Any = None) -> RunDecisions:
+                  eval_key: Optional[EvalKey] = None, agents: Any = None, tokenizer: Any = None) -> RunDecisions:
     """The record from what the check worked out: the backend `choice` (a BackendChoice) and `backend` loaded for
     it, the rewards, the prepared data (its limits, key and prompt format), the recipe as validated, the eval's key
     and the agents."""
@@ -78,4 +79,4 @@ def run_decisions(choice: Any, backend: Any, rewards: tuple[RewardSpec, ...], pr
         backend_name=choice.name, backend_reason=choice.reason, backend=backend, rewards=rewards,
         limits=Limits(report["limits"]["max_seq_length"], prepared.max_prompt_length, prepared.max_completion_length),
         data_key=prepared.fingerprint, prompt_format=MappingProxyType(dict(report["prompt_format"])), config=config,
-        eval_key=eval_key, agents=agents)
+        eval_key=eval_key, agents=agents, tokenizer=tokenizer)
