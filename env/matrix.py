@@ -106,9 +106,6 @@ class Profile:
     env: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "env": dict(self.env), "pins": dict(self.pins)}
-
 
 @dataclass(frozen=True)
 class Matrix:
@@ -119,7 +116,6 @@ class Matrix:
     gpu: Mapping[str, Pin]
     known_bad: tuple[KnownBad, ...]
     profiles: Mapping[str, Profile]
-    notebook: Mapping[str, Any]
 
     def packages(self, set_name: str) -> dict[str, Pin]:
         """The pins of an install set, keyed by canonical name, in file order.
@@ -324,5 +320,4 @@ def matrix_from_dict(data: Mapping[str, Any]) -> Matrix:
         gpu=gpu,
         known_bad=_parse_known_bad(data.get("known_bad", [])),
         profiles=profiles,
-        notebook=dict(data.get("notebook", {})),
     )

@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +61,6 @@ class Installed:
     version: str | None = None  # None when missing, or when METADATA has no Version
     detail: str = ""  # why it is broken
     requires: tuple[str, ...] = ()  # its Requires-Dist lines, for the constraint check
-
-    def to_dict(self) -> dict[str, Any]:
-        return {key: value for key, value in asdict(self).items() if key != "requires"}
 
 
 def installed_package(name: str, module: str) -> Installed:
