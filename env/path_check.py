@@ -288,12 +288,10 @@ def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Pat
         try:
             if path.is_dir():
                 os.listdir(path)
-            elif not path.is_file():  # a pipe or FIFO (`--config <(...)`): opening it would wait or spend its text
-                if not os.access(path, os.R_OK):
-                    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
-            else:
-                with open(path, "rb"):
-                    pass
+            elif path.is_file():
+                open(path, "rb").close()
+            elif not os.access(path, os.R_OK):  # a pipe or FIFO (`--config <(...)`): opening it would wait or spend it
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
         except OSError as err:
             raise PathError(option, f"{path} cannot be read ({err.strerror}). Fix its permissions or copy it "
                             "somewhere readable.") from None
