@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from grpo_pipeline.env.kept import read_record
 from grpo_pipeline.env.locations import absolute_path
 from grpo_pipeline.env.paths import previous_versions
 
@@ -111,11 +112,8 @@ def refuse_shipped_code(directory: Path, weights: Optional[Path] = None) -> None
     grpo_pipeline.env.adapters.AdapterError: .../tokenizer_config.json names a tokenizer that runs its own code (auto_map: ...
     """
     config = directory / TOKENIZER_CONFIG
-    try:
-        tokenizer = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
-    except (OSError, ValueError):
-        tokenizer = {}  # an unreadable file is named when the tokenizer loads (pipeline/data/tokenizer.py)
-    auto_map = tokenizer.get("auto_map") if isinstance(tokenizer, dict) else None
+    # an unreadable file is named when the tokenizer loads (pipeline/data/tokenizer.py)
+    auto_map = ((read_record(config) if config.is_file() else None) or {}).get("auto_map")
     if auto_map:
         values = auto_map.values() if isinstance(auto_map, dict) else [auto_map]
         classes = ", ".join(sorted({str(v) for value in values for v in (value if isinstance(value, list) else [value])
@@ -273,7 +271,6 @@ def _hint(directory: Path) -> str:
             for checkpoint in reversed(checkpoints):
                 if _is_complete_adapter(checkpoint):
                     return f"did you mean the newest checkpoint {checkpoint}?"
-        # An interrupted atomic save leaves the previous complete version under a hidden name.
         leftovers = previous_versions(directory)
         if leftovers:
             return f"an interrupted save left the previous version at {leftovers[-1]}; rename it to {directory.name}"

@@ -204,14 +204,6 @@ def library_name_problem(path: Path) -> Optional[str]:
     return None
 
 
-def _stat_errno(path: Path) -> int:
-    try:
-        os.stat(path)
-        return 0
-    except OSError as err:
-        return err.errno or -1
-
-
 def nearest_existing(option: str, path: Path) -> Path:
     """The nearest existing path at or above `path`; refuses a symlink loop, a dangling symlink, or a file in the
     middle of the path, and a place that cannot be looked into."""
@@ -222,8 +214,9 @@ def nearest_existing(option: str, path: Path) -> Path:
             return current
         except OSError as err:
             if err.errno == errno.ELOOP:
+                # the topmost link that does not resolve is the loop (a dangling one would have said ENOENT)
                 link = next((p for p in reversed([current, *current.parents]) if os.path.islink(p)
-                             and _stat_errno(p) == errno.ELOOP), current)
+                             and not os.path.exists(p)), current)
                 raise PathError(option, f"{link} is a symlink loop (following it comes back to it), so {path} "
                                 "cannot be reached. Remove or fix the link, or choose another path.") from None
             if err.errno == errno.ENOTDIR:

@@ -46,7 +46,6 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
     report["os"] = safe("os", probes.os_info, {})
     report["platform"] = safe("platform", probes.platform_hints, {})
 
-    # Installed state of every package either set names, looked up once.
     pins = {**matrix.plain, **matrix.gpu}
     found = {key: _safe_installed(pin) for key, pin in pins.items()}
 

@@ -12,6 +12,7 @@ WANDB_API_KEY) are read by the libraries themselves and never copied into a file
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import copyreg
 import json
@@ -68,13 +69,10 @@ def masked(value: Any, name: str = "") -> Any:
 def _json_mapping(text: str) -> "dict | None":
     """The mapping a JSON object's text holds (a nested option given as JSON on the command line); None otherwise."""
     stripped = text.strip()
-    if not (stripped.startswith("{") and stripped.endswith("}")):
-        return None
-    try:
-        loaded = json.loads(stripped)
-    except ValueError:
-        return None
-    return loaded if isinstance(loaded, dict) else None
+    if stripped.startswith("{") and stripped.endswith("}"):
+        with contextlib.suppress(ValueError):
+            return json.loads(stripped)  # "{...}" that parses is an object
+    return None
 
 
 def secrets_in(value: Any, name: str = "") -> list[tuple[str, str]]:
