@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from grpo_pipeline.env.kept import read_record
 from grpo_pipeline.env.locations import absolute_path
 from grpo_pipeline.env.paths import previous_versions
 
@@ -67,20 +68,19 @@ def verify_adapter_dir(path: str | os.PathLike[str]) -> AdapterInfo:
     grpo_pipeline.env.adapters.AdapterError: LoRA adapter directory /nonexistent/lora does not exist
     """
     directory = absolute_path(path)
-
-    def fail(missing: str, problem: str) -> AdapterError:
+    try:
+        if not directory.exists():
+            given_absolute = os.path.isabs(os.path.expandvars(os.path.expanduser(os.fspath(path))))
+            relative = "" if given_absolute else f" (relative path resolved against {Path.cwd()})"
+            raise AdapterError(directory, "directory", f"LoRA adapter directory {directory} does not exist{relative}")
+        if not directory.is_dir():
+            raise AdapterError(directory, "directory", f"LoRA adapter path {directory} is a file, not a directory")
+        config, weights = _read_config(directory), _find_weights(directory)
+    except AdapterError as err:
         hint = _hint(directory)
-        return AdapterError(directory, missing, problem + (f"; {hint}" if hint else ""))
-
-    if not directory.exists():
-        given_absolute = os.path.isabs(os.path.expandvars(os.path.expanduser(os.fspath(path))))
-        relative = "" if given_absolute else f" (relative path resolved against {Path.cwd()})"
-        raise fail("directory", f"LoRA adapter directory {directory} does not exist{relative}")
-    if not directory.is_dir():
-        raise fail("directory", f"LoRA adapter path {directory} is a file, not a directory")
-
-    config = _read_config(directory / ADAPTER_CONFIG, fail)
-    weights = _find_weights(directory, fail)
+        if hint:
+            err.args = (f"{err}; {hint}",)
+        raise
     refuse_shipped_code(directory, weights)
     return AdapterInfo(directory, config.get("base_model_name_or_path"), config["r"], config.get("lora_alpha"),
                        config.get("target_modules"), config.get("modules_to_save"), weights, config)
@@ -112,11 +112,8 @@ def refuse_shipped_code(directory: Path, weights: Optional[Path] = None) -> None
     grpo_pipeline.env.adapters.AdapterError: .../tokenizer_config.json names a tokenizer that runs its own code (auto_map: ...
     """
     config = directory / TOKENIZER_CONFIG
-    try:
-        tokenizer = json.loads(config.read_text(encoding="utf-8")) if config.is_file() else {}
-    except (OSError, ValueError):
-        tokenizer = {}  # an unreadable file is named when the tokenizer loads (pipeline/data/tokenizer.py)
-    auto_map = tokenizer.get("auto_map") if isinstance(tokenizer, dict) else None
+    # an unreadable file is named when the tokenizer loads (pipeline/data/tokenizer.py)
+    auto_map = ((read_record(config) if config.is_file() else None) or {}).get("auto_map")
     if auto_map:
         values = auto_map.values() if isinstance(auto_map, dict) else [auto_map]
         classes = ", ".join(sorted({str(v) for value in values for v in (value if isinstance(value, list) else [value])
@@ -166,78 +163,74 @@ def pickled_code(path: Path) -> Optional[str]:
     return None
 
 
-def _read_config(config_path: Path, fail) -> dict[str, Any]:
-    if not config_path.exists():
-        raise fail(ADAPTER_CONFIG, f"{ADAPTER_CONFIG} is missing in {config_path.parent}")
-    if not config_path.is_file():
-        raise fail(ADAPTER_CONFIG, f"{config_path} is not a regular file")
+def _read_config(directory: Path) -> dict[str, Any]:
+    path = directory / ADAPTER_CONFIG
+    if not path.is_file():
+        problem = f"{path} is not a regular file" if path.exists() else f"{ADAPTER_CONFIG} is missing in {directory}"
+        raise AdapterError(directory, ADAPTER_CONFIG, problem)
     try:
-        text = config_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise fail(ADAPTER_CONFIG, f"{config_path} cannot be read: {err}") from err
-    try:
-        config = json.loads(text)
+        config = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise fail(ADAPTER_CONFIG, f"{config_path} is not valid JSON ({err}); the save was probably interrupted") from err
+        raise AdapterError(directory, ADAPTER_CONFIG, f"{path} is not valid JSON ({err}); the save was probably "
+                           "interrupted") from err
+    except (OSError, UnicodeDecodeError) as err:
+        raise AdapterError(directory, ADAPTER_CONFIG, f"{path} cannot be read: {err}") from err
     if not isinstance(config, dict):
-        raise fail(ADAPTER_CONFIG, f"{config_path} must hold a JSON object, found {type(config).__name__}")
-    if "r" not in config:
-        raise fail(f"{ADAPTER_CONFIG}: r", f"{config_path} has no 'r' (LoRA rank); it is not a LoRA adapter config")
-    r = config["r"]
+        raise AdapterError(directory, ADAPTER_CONFIG, f"{path} must hold a JSON object, found {type(config).__name__}")
+    r = config.get("r")
     if not isinstance(r, int) or isinstance(r, bool) or r < 1:  # `"r": true` is a corrupted file, not rank 1
-        raise fail(f"{ADAPTER_CONFIG}: r", f"{config_path}: 'r' must be a positive integer, found {r!r}")
+        problem = (f"{path}: 'r' must be a positive integer, found {r!r}" if "r" in config else
+                   f"{path} has no 'r' (LoRA rank); it is not a LoRA adapter config")
+        raise AdapterError(directory, f"{ADAPTER_CONFIG}: r", problem)
     return config
 
 
-def _find_weights(directory: Path, fail) -> Path:
-    for name in ADAPTER_WEIGHTS:
-        weights = directory / name
-        if weights.exists():
-            break
-    else:
-        raise fail(ADAPTER_WEIGHTS[0], f"no adapter weights ({' or '.join(ADAPTER_WEIGHTS)}) in {directory}")
-    if not weights.is_file():
-        raise fail(weights.name, f"{weights} is not a regular file")
-    try:
-        size = weights.stat().st_size
-        if size == 0:
-            raise fail(weights.name, f"{weights} is empty; the save was probably interrupted")
-        with open(weights, "rb") as handle:
-            head = handle.read(8)  # reading proves the file is readable, whatever its format
-            if weights.suffix == ".safetensors":
-                _check_safetensors(handle, head, size, weights, fail)
-    except OSError as err:
-        if isinstance(err, AdapterError):
-            raise
-        raise fail(weights.name, f"{weights} cannot be read: {err}") from err
+def _find_weights(directory: Path) -> Path:
+    weights = next((directory / name for name in ADAPTER_WEIGHTS if (directory / name).exists()), None)
+    if weights is None:
+        raise AdapterError(directory, ADAPTER_WEIGHTS[0], f"no adapter weights ({' or '.join(ADAPTER_WEIGHTS)}) in "
+                           f"{directory}")
+    problem = "is not a regular file" if not weights.is_file() else _weights_problem(weights)
+    if problem:
+        interrupted = "; the save was probably interrupted" if problem == "is empty" else ""
+        raise AdapterError(directory, weights.name, f"{weights} {problem}{interrupted}")
     return weights
 
 
-def _check_safetensors(handle, head: bytes, size: int, weights: Path, fail) -> None:
-    """The safetensors layout (github.com/huggingface/safetensors): u64 little-endian header length, JSON header,
-    data that fits. Not `safetensors.safe_open`, so it needs no torch/numpy and says *what* is wrong."""
-    if len(head) < 8:
-        raise fail(weights.name, f"{weights} is truncated ({size} bytes): no safetensors header")
-    (header_length,) = struct.unpack("<Q", head)
-    if header_length == 0 or header_length > _MAX_SAFETENSORS_HEADER or 8 + header_length > size:
-        raise fail(weights.name, f"{weights} has an invalid safetensors header length {header_length} (file is "
-                   f"{size} bytes)")
+def _weights_problem(weights: Path) -> str | None:
+    """Why a weights file cannot be read (said after its name), or None. A .safetensors file is checked against its
+    layout (github.com/huggingface/safetensors): u64 little-endian header length, JSON header, data that fits. Not
+    `safetensors.safe_open`, so it needs no torch/numpy and says *what* is wrong."""
     try:
-        header = json.loads(handle.read(header_length))
+        size = weights.stat().st_size
+        if size == 0:
+            return "is empty"
+        with open(weights, "rb") as handle:
+            head = handle.read(8)  # reading proves the file is readable, whatever its format
+            if weights.suffix != ".safetensors":
+                return None
+            if len(head) < 8:
+                return f"is truncated ({size} bytes): no safetensors header"
+            (header_length,) = struct.unpack("<Q", head)
+            if header_length == 0 or header_length > _MAX_SAFETENSORS_HEADER or 8 + header_length > size:
+                return f"has an invalid safetensors header length {header_length} (file is {size} bytes)"
+            header = json.loads(handle.read(header_length))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise fail(weights.name, f"{weights} has a corrupt safetensors header: {err}") from err
+        return f"has a corrupt safetensors header: {err}"
+    except OSError as err:
+        return f"cannot be read: {err}"
     if not isinstance(header, dict):
-        raise fail(weights.name, f"{weights} has a corrupt safetensors header (not a JSON object)")
-    tensors = {name: info for name, info in header.items() if name != "__metadata__"}
+        return "has a corrupt safetensors header (not a JSON object)"
+    tensors = [info for name, info in header.items() if name != "__metadata__"]
     if not tensors:
-        raise fail(weights.name, f"{weights} contains no tensors")
+        return "contains no tensors"
     try:
-        data_end = max(int(info["data_offsets"][1]) for info in tensors.values())
-    except (KeyError, TypeError, ValueError, IndexError) as err:
-        raise fail(weights.name, f"{weights} has a corrupt safetensors header (bad data_offsets)") from err
+        data_end = max(int(info["data_offsets"][1]) for info in tensors)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return "has a corrupt safetensors header (bad data_offsets)"
     if 8 + header_length + data_end > size:
-        raise fail(weights.name, f"{weights} is truncated: its header describes {8 + header_length + data_end} bytes "
-                   f"but the file has {size}")
+        return f"is truncated: its header describes {8 + header_length + data_end} bytes but the file has {size}"
+    return None
 
 
 def safetensors_problem(path: str | os.PathLike[str]) -> str | None:
@@ -250,31 +243,16 @@ def safetensors_problem(path: str | os.PathLike[str]) -> str | None:
     '... is truncated (1 bytes): no safetensors header'
     """
     weights = absolute_path(path)
-    try:
-        size = weights.stat().st_size
-        if size == 0:
-            return f"{weights} is empty"
-        with open(weights, "rb") as handle:
-            _check_safetensors(handle, handle.read(8), size, weights, _quiet_fail(weights.parent))
-    except AdapterError as err:
-        return str(err)
-    except OSError as err:
-        return f"{weights} cannot be read: {err}"
-    return None
-
-
-def _quiet_fail(directory: Path):
-    return lambda missing, problem: AdapterError(directory, missing, problem)
+    problem = _weights_problem(weights)
+    return f"{weights} {problem}" if problem else None
 
 
 def _is_complete_adapter(directory: Path) -> bool:
     """Whether `directory` holds a valid adapter (no hint search, which would recurse)."""
     try:
-        if not directory.is_dir():
-            return False
-        _read_config(directory / ADAPTER_CONFIG, _quiet_fail(directory))
-        _find_weights(directory, _quiet_fail(directory))
-    except (AdapterError, OSError):
+        _read_config(directory)
+        _find_weights(directory)
+    except OSError:  # an AdapterError too
         return False
     return True
 
@@ -293,7 +271,6 @@ def _hint(directory: Path) -> str:
             for checkpoint in reversed(checkpoints):
                 if _is_complete_adapter(checkpoint):
                     return f"did you mean the newest checkpoint {checkpoint}?"
-        # An interrupted atomic save leaves the previous complete version under a hidden name.
         leftovers = previous_versions(directory)
         if leftovers:
             return f"an interrupted save left the previous version at {leftovers[-1]}; rename it to {directory.name}"

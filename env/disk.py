@@ -109,8 +109,9 @@ class StorageError(Exception):
             free = None
         self.errno, self.where, self.needed_bytes, self.free_bytes = err_number, folder, needed_bytes, free
         self.option, self.resume_hint = option, resume_hint
-        fix = _FIXES.get(err_number, "free space there or point {what} at a larger disk").format(
-            what=_setting_for(folder, option))
+        setting = option or (f"GRPO_CACHE_DIR (the cache root, now {os.path.abspath(cache_root())})"
+                             if cache_place(folder) else "the option that names it")
+        fix = _FIXES.get(err_number, "free space there or point {what} at a larger disk").format(what=setting)
         space = f"{_size(free)} free on that disk" if free is not None else "free space unknown"
         if needed_bytes:
             space += f"; one save needs about {_size(needed_bytes)}"
@@ -118,9 +119,6 @@ class StorageError(Exception):
         self.message = (f"{PROBLEMS[err_number]}: could not {verb} {folder} ({space}). {fix[0].upper()}{fix[1:]}, "
                         f"then {resume_hint}")
         super().__init__(self.message)
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def cache_place(path: Any) -> bool:
@@ -130,14 +128,6 @@ def cache_place(path: Any) -> bool:
     root, place = os.path.abspath(cache_root()), os.path.abspath(os.fsdecode(path))
     on_the_way = place != os.sep and root.startswith(place + os.sep)
     return place == root or place.startswith(root + os.sep) or on_the_way
-
-
-def _setting_for(folder: Path, option: Optional[str]) -> str:
-    if option:
-        return option
-    if cache_place(folder):
-        return f"GRPO_CACHE_DIR (the cache root, now {os.path.abspath(cache_root())})"
-    return "the option that names it"
 
 
 @contextlib.contextmanager

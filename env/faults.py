@@ -44,8 +44,8 @@ def environment_fault(err: BaseException) -> Optional[str]:
     True
     """
     for cause in exception_chain(err):
-        kind, text = type(cause), _text(cause)
-        said = shorten(printable(f"{kind.__name__}: {text}").splitlines()[0] if text else kind.__name__, 300)
+        kind, text = type(cause), printable(cause)
+        said = shorten(f"{kind.__name__}: {text}".splitlines()[0] if text else kind.__name__, 300)
         if kind.__name__ == "EngineDeadError" and kind.__module__.startswith("vllm"):
             return (f"vLLM's engine process died ({said}). Its cause is printed above this line, most often memory "
                     "(the machine's out-of-memory killer, or another process on the GPU). Lower "
@@ -62,10 +62,3 @@ def environment_fault(err: BaseException) -> Optional[str]:
                     "says why, most often memory or a kill; this process cannot go on without it. Fix that, "
                     f"{RESUME}.")
     return None
-
-
-def _text(err: BaseException) -> str:
-    try:
-        return str(err)
-    except Exception:  # noqa: BLE001 - an exception that cannot say itself is classified by its class alone
-        return ""

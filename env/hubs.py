@@ -69,11 +69,8 @@ def _download(function: str, what: str, repo_id: str, revision: Optional[str]) -
     try:
         return getattr(modelscope, function)(repo_id, revision=revision)
     except Exception as err:
-        raise RuntimeError(_download_failed(what, repo_id, err)) from err
-
-
-def _download_failed(what: str, name: str, err: Exception) -> str:
-    return (f"could not download {what} {name!r} from ModelScope ({endpoint('modelscope')}): "
-            f"{type(err).__name__}: {err}\nFixes: check the id on modelscope.cn (ModelScope ids can differ from "
-            "the Hugging Face ones), check the network (on AutoDL: `source /etc/network_turbo`), or set "
-            "model_source: hf (in mainland China with HF_ENDPOINT=https://hf-mirror.com).")
+        raise RuntimeError(
+            f"could not download {what} {repo_id!r} from ModelScope ({endpoint('modelscope')}): {type(err).__name__}: "
+            f"{err}\nFixes: check the id on modelscope.cn (ModelScope ids can differ from the Hugging Face ones), check "
+            "the network (on AutoDL: `source /etc/network_turbo`), or set model_source: hf (in mainland China with "
+            "HF_ENDPOINT=https://hf-mirror.com).") from err

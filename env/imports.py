@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 
-from grpo_pipeline.env.text import exception_chain
+from grpo_pipeline.env.text import exception_chain, printable
 
 # The modules unsloth patches, in the order unsloth itself lists them (unsloth/_gpu_init.py).
 PATCHED_BY_UNSLOTH = ("trl", "transformers", "peft")
@@ -68,10 +68,7 @@ def mismatched_torch_companion(err: BaseException) -> str | None:
     True
     """
     for cause in exception_chain(err):
-        try:
-            text = str(cause)
-        except Exception:  # noqa: BLE001 - the crash handler asks: an exception that cannot say itself is not one
-            text = ""
+        text = printable(cause)  # never raises: the crash handler asks
         for name in TORCH_COMPANIONS:
             if f"operator {name}::" in text and "does not exist" in text:
                 return (f"{name} was built for another torch build than the installed one ({text.strip()[:80]}), "

@@ -115,13 +115,9 @@ def versions(*packages: str) -> dict[str, Optional[str]]:
     return found
 
 
-def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
-    """sha256 of a file's bytes, read in chunks."""
-    digest = hashlib.sha256()
+def file_sha256(path: Path) -> str:
     with open(path, "rb") as f:
-        while chunk := f.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def code_hash(*modules: Any) -> str:

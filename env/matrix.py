@@ -106,9 +106,6 @@ class Profile:
     env: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "env": dict(self.env), "pins": dict(self.pins)}
-
 
 @dataclass(frozen=True)
 class Matrix:
@@ -119,27 +116,19 @@ class Matrix:
     gpu: Mapping[str, Pin]
     known_bad: tuple[KnownBad, ...]
     profiles: Mapping[str, Profile]
-    notebook: Mapping[str, Any]
 
     def packages(self, set_name: str) -> dict[str, Pin]:
-        """The pins of an install set, keyed by canonical name, in file order.
+        """The pins of an install set ("plain" or "gpu"), keyed by canonical name, in file order.
 
         "plain" is the base install; "gpu" is plain plus the gpu extra, where a gpu pin replaces the plain
         entry of the same package for display and pip commands (both specifiers still apply: see `specifier`).
         """
-        if set_name in SET_NAMES:
-            return {**self.plain, **(self.gpu if set_name == "gpu" else {})}
-        raise MatrixError(f"unknown install set {set_name!r}; expected one of {SET_NAMES}")
+        return {**self.plain, **(self.gpu if set_name == "gpu" else {})}
 
-    def specifier(self, set_name: str, name: str) -> SpecifierSet:
-        """Every specifier that applies to `name` in `set_name` (for torch in "gpu": plain range AND ==2.13.0)."""
-        key = canonicalize_name(name)
-        specs = [self.plain[key].spec] if key in self.plain else []
-        if set_name == "gpu" and key in self.gpu:
-            specs.append(self.gpu[key].spec)
-        if not specs:
-            raise MatrixError(f"{name!r} is not in the {set_name!r} set")
-        return SpecifierSet(",".join(specs))
+    def specifier(self, set_name: str, key: str) -> SpecifierSet:
+        """Every specifier that applies to the package `key` in `set_name` (torch in "gpu": plain range AND ==2.13.0)."""
+        pins = (self.plain.get(key), self.gpu.get(key) if set_name == "gpu" else None)
+        return SpecifierSet(",".join(pin.spec for pin in pins if pin))
 
     def gpu_only(self) -> dict[str, Pin]:
         """Packages that only the gpu extra installs (unsloth, vllm, ...): not torch, which both sets have."""
@@ -147,12 +136,8 @@ class Matrix:
 
 
 def pip_install_command(target: str, matrix: Matrix | None = None, *, only: list[str] | None = None) -> str:
-    """The exact pip command that installs an install set ("plain" / "gpu") or a profile's set.
-
-    Args:
-        target: "plain", "gpu", or a profile id such as "colab-t4".
-        matrix: defaults to `load_matrix()`.
-        only: restrict to these package names (e.g. just the drifted ones); default: the whole set.
+    """The exact pip command that installs an install set (`target` "plain" / "gpu") or a profile's set ("colab-t4"),
+    or `only` the packages named of it (the drifted ones, say).
 
     >>> pip_install_command("plain", only=["trl"])
     'python -m pip install "trl==1.15.0"'
@@ -324,5 +309,4 @@ def matrix_from_dict(data: Mapping[str, Any]) -> Matrix:
         gpu=gpu,
         known_bad=_parse_known_bad(data.get("known_bad", [])),
         profiles=profiles,
-        notebook=dict(data.get("notebook", {})),
     )

@@ -204,14 +204,6 @@ def library_name_problem(path: Path) -> Optional[str]:
     return None
 
 
-def _stat_errno(path: Path) -> int:
-    try:
-        os.stat(path)
-        return 0
-    except OSError as err:
-        return err.errno or -1
-
-
 def nearest_existing(option: str, path: Path) -> Path:
     """The nearest existing path at or above `path`; refuses a symlink loop, a dangling symlink, or a file in the
     middle of the path, and a place that cannot be looked into."""
@@ -222,8 +214,9 @@ def nearest_existing(option: str, path: Path) -> Path:
             return current
         except OSError as err:
             if err.errno == errno.ELOOP:
+                # the topmost link that does not resolve is the loop (a dangling one would have said ENOENT)
                 link = next((p for p in reversed([current, *current.parents]) if os.path.islink(p)
-                             and _stat_errno(p) == errno.ELOOP), current)
+                             and not os.path.exists(p)), current)
                 raise PathError(option, f"{link} is a symlink loop (following it comes back to it), so {path} "
                                 "cannot be reached. Remove or fix the link, or choose another path.") from None
             if err.errno == errno.ENOTDIR:
@@ -288,12 +281,10 @@ def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Pat
         try:
             if path.is_dir():
                 os.listdir(path)
-            elif not path.is_file():  # a pipe or FIFO (`--config <(...)`): opening it would wait or spend its text
-                if not os.access(path, os.R_OK):
-                    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
-            else:
-                with open(path, "rb"):
-                    pass
+            elif path.is_file():
+                open(path, "rb").close()
+            elif not os.access(path, os.R_OK):  # a pipe or FIFO (`--config <(...)`): opening it would wait or spend it
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
         except OSError as err:
             raise PathError(option, f"{path} cannot be read ({err.strerror}). Fix its permissions or copy it "
                             "somewhere readable.") from None

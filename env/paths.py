@@ -124,15 +124,6 @@ def _rename_noreplace(src: Path, dst: Path) -> bool:
     return True
 
 
-def _swap(temp: Path, final: Path) -> Optional[bool]:
-    """Exchange `temp` and `final` in one step: True done; False where renameat2 cannot (nothing moved); None when
-    `final` went away since it was checked."""
-    try:
-        return _renameat2(temp, final, _RENAME_EXCHANGE)
-    except FileNotFoundError:
-        return None
-
-
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
@@ -161,44 +152,39 @@ def publish(temp: Path, final: Path, seen: Seen, *, keep_theirs: Optional[Callab
     now = path_identity(final)
     if now != seen.identity:
         return conflict(now)
+    replaced: Optional[Path] = None
     if seen.identity is None:
         if not _rename_noreplace(temp, final):
             return conflict(path_identity(final))
-    elif (swapped_in := _swap(temp, final)) is None:
-        return conflict(None)
-    elif swapped_in:
-        swapped = path_identity(temp)
-        if swapped is None or swapped[:2] != seen.identity[:2]:  # another writer got in between: theirs goes back
-            _renameat2(temp, final, _RENAME_EXCHANGE)
-            return conflict(path_identity(final))
-        if durable:
-            fsync_path(final.parent)
-        _remove(temp)  # the replaced version
     else:
-        old = _sibling(final, "old")
         try:
-            os.rename(final, old)
+            swapped = _renameat2(temp, final, _RENAME_EXCHANGE)
+            replaced = temp if swapped else _sibling(final, "old")
+            if not swapped:
+                os.rename(final, replaced)
         except FileNotFoundError:  # gone since the check
             return conflict(None)
-        moved = path_identity(old)
-        if moved is None or moved[:2] != seen.identity[:2]:
-            _rename_noreplace(old, final)  # someone else's entry was moved: it goes back
+        moved = path_identity(replaced)
+        if moved is None or moved[:2] != seen.identity[:2]:  # another writer got in between: theirs goes back
+            if swapped:
+                _renameat2(temp, final, _RENAME_EXCHANGE)
+            else:
+                _rename_noreplace(replaced, final)
             return conflict(path_identity(final))
-        if not _rename_noreplace(temp, final):  # appeared between the two renames: ours goes, the old copy stays
+        if not swapped and not _rename_noreplace(temp, final):  # appeared between the two renames: the old copy stays
             _remove(temp)
-            raise PathChangedError(Seen(final, None, seen.option, f"The previous version is at {old}. {seen.fix}"),
+            raise PathChangedError(Seen(final, None, seen.option, f"The previous version is at {replaced}. {seen.fix}"),
                                    path_identity(final))
-        if durable:
-            fsync_path(final.parent)
-        _remove(old)
     if durable:
         fsync_path(final.parent)
+    if replaced is not None:
+        _remove(replaced)  # the replaced version
     return True
 
 
 @contextlib.contextmanager
-def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True,
-                     seen: Optional[Seen] = None) -> Iterator[Path]:
+def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True, seen: Optional[Seen] = None,
+                     keep_theirs: Optional[Callable[[Path], bool]] = None) -> Iterator[Path]:
     """Yield a fresh, empty directory `.{name}.tmp-<pid>-<rand>` beside `final_path`; on success it is published
     there (`publish_directory`), on an exception removed, and `final_path` is untouched.
 
@@ -207,6 +193,7 @@ def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True
     `.{name}.old-*` (`verify_adapter_dir` points at it); never a half-written one. A killed process leaves its
     `.tmp-*` sibling, safe to delete. `durable`: fsync every file and folder first, so a power loss cannot publish
     files still empty on disk (about one disk flush). A storage failure is one StorageError naming `final_path`.
+    `keep_theirs`: as `publish`'s.
 
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -220,19 +207,18 @@ def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True
     with storage_named(final, seen.option):
         final.parent.mkdir(parents=True, exist_ok=True)
         temp = _sibling(final, "tmp")
-        # os.mkdir (not tempfile.mkdtemp, which forces mode 0700) so the published folder gets the
-        # usual umask-derived permissions like any folder the user creates.
-        os.mkdir(temp)
+        os.mkdir(temp)  # not tempfile.mkdtemp (mode 0700): the published folder gets the usual permissions
     try:
         with storage_named(final, seen.option):
             yield temp
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
-    publish_directory(temp, final, durable=durable, seen=seen)
+    publish_directory(temp, final, durable=durable, seen=seen, keep_theirs=keep_theirs)
 
 
-def publish_directory(temp: Path, final: Path, *, durable: bool = True, seen: Optional[Seen] = None) -> bool:
+def publish_directory(temp: Path, final: Path, *, durable: bool = True, seen: Optional[Seen] = None,
+                      keep_theirs: Optional[Callable[[Path], bool]] = None) -> bool:
     """The second half of `atomic_directory`, also for folders a library writes under a name of its own choosing
     (the Trainer's checkpoints, pipeline/run/checkpoints.py): file modes normalised, fsynced (`durable`), published.
     On failure `temp` is removed and `final` keeps its previous version."""
@@ -245,7 +231,7 @@ def publish_directory(temp: Path, final: Path, *, durable: bool = True, seen: Op
                     for name in files:
                         fsync_path(Path(root) / name)
                     fsync_path(Path(root))
-            return publish(temp, final, seen, durable=durable)
+            return publish(temp, final, seen, keep_theirs=keep_theirs, durable=durable)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
@@ -277,7 +263,7 @@ def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], Non
     that `is_complete` accepts is kept and `write` not called, so a process reading it is never disturbed.
     Otherwise `write(staging)` fills a fresh sibling that is published in one step; a racing process's complete
     copy that got there first is kept and ours dropped. An incomplete folder seen there at the start (damaged by
-    hand) is replaced. `option`: the setting that chose the path, for a StorageError's message.
+    hand) is replaced. `option` (or `seen`'s): the setting that chose the path, for a StorageError's message.
 
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -290,20 +276,12 @@ def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], Non
     final = absolute_path(final_path)
     if is_complete(final):
         return final
-    seen = seen or snapshot(final, option=option)
-    option = option or seen.option
-    temp = _sibling(final, "tmp")
-    try:
-        with storage_named(final, option):
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.mkdir(temp)  # not tempfile.mkdtemp (mode 0700): the published folder gets the usual permissions
-            write(temp)
-            if not is_complete(temp):  # never publish a copy its own readers would take for damaged
-                raise RuntimeError(f"building {final} wrote an incomplete copy (nothing was published)")
-            normalize_file_modes(temp)
-            publish(temp, final, seen, keep_theirs=is_complete)
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
+    # a cache: its files are not fsynced one by one
+    with atomic_directory(final, durable=False, seen=seen or snapshot(final, option=option),
+                          keep_theirs=is_complete) as temp:
+        write(temp)
+        if not is_complete(temp):  # never publish a copy its own readers would take for damaged
+            raise RuntimeError(f"building {final} wrote an incomplete copy (nothing was published)")
     return final
 
 

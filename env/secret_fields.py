@@ -12,6 +12,7 @@ WANDB_API_KEY) are read by the libraries themselves and never copied into a file
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import copyreg
 import json
@@ -43,10 +44,6 @@ def placeholder(name: str) -> str:
     return f"<{name.lstrip('-').upper()}>"
 
 
-def _given(value: Any) -> bool:
-    return value is not None and value != "" and value is not False
-
-
 def masked(value: Any, name: str = "") -> Any:
     """`value` with every secret inside it replaced by its placeholder; a string that is a JSON object (a mapping
     option given as text) is walked as that mapping. An unset secret (None, "") stays as it is.
@@ -56,45 +53,26 @@ def masked(value: Any, name: str = "") -> Any:
     >>> masked({"dataset_name": "https://me:s3cret@host/d.jsonl", "model_init_kwargs": {"token": "hf_x"}})
     {'dataset_name': 'https://me:<PASSWORD>@host/d.jsonl', 'model_init_kwargs': {'token': '<TOKEN>'}}
     """
-    if is_secret(name) and _given(value):
+    if is_secret(name) and value is not None and value != "" and value is not False:
         return placeholder(name)
     if isinstance(value, Mapping):
         return {key: masked(item, key) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(masked(item) for item in value)
     if isinstance(value, str):
-        return _masked_string(value)
+        loaded = _json_mapping(value)
+        walked = masked(loaded) if loaded is not None else None
+        return json.dumps(walked, ensure_ascii=False) if walked != loaded else redact(value)
     return value
 
 
 def _json_mapping(text: str) -> "dict | None":
     """The mapping a JSON object's text holds (a nested option given as JSON on the command line); None otherwise."""
     stripped = text.strip()
-    if not (stripped.startswith("{") and stripped.endswith("}")):
-        return None
-    try:
-        loaded = json.loads(stripped)
-    except ValueError:
-        return None
-    return loaded if isinstance(loaded, dict) else None
-
-
-def _masked_string(text: str) -> str:
-    """A string with its secrets by place and by source masked; a JSON object's text masked as its mapping."""
-    loaded = _json_mapping(text)
-    if loaded is not None:
-        walked = masked(loaded)
-        if walked != loaded:
-            return json.dumps(walked, ensure_ascii=False)
-    return redact(text)
-
-
-def masked_url(text: str) -> str:
-    """
-    >>> masked_url("pull https://me:ghp_abc@github.com/x.git and https://host/y")
-    'pull https://me:<PASSWORD>@github.com/x.git and https://host/y'
-    """
-    return _URL_PASSWORD.sub(lambda match: f"{match[1]}:{URL_PASSWORD}@", text)
+    if stripped.startswith("{") and stripped.endswith("}"):
+        with contextlib.suppress(ValueError):
+            return json.loads(stripped)  # "{...}" that parses is an object
+    return None
 
 
 def secrets_in(value: Any, name: str = "") -> list[tuple[str, str]]:
@@ -127,31 +105,34 @@ def unmasked(values: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if not (is_secret(key) and value == placeholder(key))}
 
 
+def _argv_secrets(argv: Sequence[Any]) -> dict[int, tuple[str, bool]]:
+    """The words of a command line that hold a secret value: index -> (the option's name, whether the value is in the
+    option's own word, `--hub_token=X`, or is the next word, `--hub_token X`, which is then read as no option)."""
+    found: dict[int, tuple[str, bool]] = {}
+    for index, word in enumerate(argv):
+        if index not in found and isinstance(word, str) and word.startswith("--"):
+            name, eq, _ = word[2:].partition("=")
+            if is_secret(name):
+                found[index if eq else index + 1] = (name, bool(eq))
+    return found
+
+
 def masked_argv(argv: Sequence[Any]) -> list[Any]:
     """
     >>> masked_argv(["train", "--hub_token", "hf_abc", "--wandb_api_key=k", "--lr", "1"])
     ['train', '--hub_token', '<HUB_TOKEN>', '--wandb_api_key=<WANDB_API_KEY>', '--lr', '1']
     """
+    secret = _argv_secrets(argv)
     out: list[Any] = []
-    secret_next = ""
-    for word in argv:
-        text = word if isinstance(word, str) else ""
-        if secret_next:
-            out.append(placeholder(secret_next))
-            secret_next = ""
-        elif text.startswith("--") and "=" in text and is_secret(text[2:].partition("=")[0]):
-            name = text[2:].partition("=")[0]
-            out.append(f"--{name}={placeholder(name)}")
-        else:
-            if text.startswith("--") and is_secret(text[2:]):
-                secret_next = text[2:]
-            out.append(_masked_word(word) if isinstance(word, str) else word)
+    for index, word in enumerate(argv):
+        if index in secret:
+            name, inline = secret[index]
+            word = f"--{name}={placeholder(name)}" if inline else placeholder(name)
+        elif isinstance(word, str):
+            name, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
+            word = f"{name}{eq}{masked(value)}"
+        out.append(word)
     return out
-
-
-def _masked_word(word: str) -> str:
-    name, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
-    return f"{name}{eq}{masked(value)}"
 
 
 def secret_options(argv: Sequence[Any]) -> list[str]:
@@ -159,18 +140,15 @@ def secret_options(argv: Sequence[Any]) -> list[str]:
     >>> secret_options(["--config", "r.yaml", "--hub_token=x"])
     ['hub_token']
     """
-    names = [w[2:].partition("=")[0] for w in argv if isinstance(w, str) and w.startswith("--")]
-    return [name for name in names if is_secret(name)]
+    return [name for name, _ in _argv_secrets(argv).values()]
 
 
 def remember_argv(argv: Sequence[Any]) -> None:
     """Note the secret values a command line gives (`--hub_token X`, `--hub_token=X`, by place), for `redact`."""
     words = [w for w in argv if isinstance(w, str)]
     remember({"argv": words})
-    for index, word in enumerate(words):
-        name, eq, value = word[2:].partition("=") if word.startswith("--") else ("", "", "")
-        if is_secret(name):
-            remember({name: value if eq else (words[index + 1] if index + 1 < len(words) else "")})
+    for index, (name, inline) in _argv_secrets(words).items():
+        remember({name: words[index].partition("=")[2] if inline else words[index] if index < len(words) else ""})
 
 
 def remember(values: Mapping[str, Any]) -> None:
@@ -185,7 +163,7 @@ def redact(text: str) -> str:
     >>> remember({"hub_token": "hf_doctest_value"}); redact("bad token hf_doctest_value at https://u:pw@h/")
     'bad token <HUB_TOKEN> at https://u:<PASSWORD>@h/'
     """
-    text = masked_url(text)
+    text = _URL_PASSWORD.sub(lambda match: f"{match[1]}:{URL_PASSWORD}@", text)
     for value in sorted(_known, key=len, reverse=True):
         if value in text:
             text = text.replace(value, _known[value])
