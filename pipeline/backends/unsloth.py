@@ -29,9 +29,9 @@ from grpo_pipeline.pipeline.backends.unsloth_config import config_rewrites, pred
 from grpo_pipeline.pipeline.backends.unsloth_infer import load_generator, rollout_engine, training_generator  # noqa: F401 (Backend)
 from grpo_pipeline.pipeline.backends.unsloth_setup import (
     LIVE_LORA_SUBDIR,
-    from_pretrained_kwargs,
+    from_pretrained,
     gradient_checkpointing_mode,
-    prepare_environment,
+    prepare_environment,  # noqa: F401 (Backend)
     serves_with_vllm,
     unsloth_adapter_folder,
     unsloth_model_name,
@@ -81,13 +81,10 @@ def load_for_training(cfg: PipelineConfig):
     validate_unsloth(cfg.lora.lora_modules_to_save, cfg.lora.lora_target_modules, cfg.model.fast_inference,
                      cfg.grpo.vllm_sampling_params, cfg.model.vllm_standby)
     refuse_vllm_sleep_mode(standby_enabled(cfg))  # the trainer's rollouts would sleep vLLM with it
-    prepared = prepare_environment(cfg)
-    from unsloth import FastLanguageModel  # after prepare_environment
+    model, tokenizer = from_pretrained(cfg, unsloth_model_name(cfg.model.model_name_or_path),
+                                       fast_inference=cfg.model.fast_inference)
+    from unsloth import FastLanguageModel  # imported by from_pretrained, after prepare_environment
 
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(cfg, unsloth_model_name(cfg.model.model_name_or_path),
-                                  fast_inference=cfg.model.fast_inference, standby=prepared.standby)
-    )
     # Its patch_peft_fast_inference (unsloth/models/_utils.py) attaches save_lora and, with vLLM, load_lora.
     model = FastLanguageModel.get_peft_model(
         model,
@@ -197,12 +194,8 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
                           "q8_0 or f16.")
     warn_if_other_base(adapter, base_model)
     with unsloth_adapter_folder(adapter) as folder:  # the merge below reads the base from the loaded model
-        prepared = prepare_environment(cfg)
-        from unsloth import FastLanguageModel  # after prepare_environment
-
-        model, tokenizer = FastLanguageModel.from_pretrained(
-            **from_pretrained_kwargs(cfg, folder, fast_inference=False, standby=prepared.standby,
-                                     load_in_4bit=True if method == "merged4" else None))
+        model, tokenizer = from_pretrained(cfg, folder, fast_inference=False,
+                                           load_in_4bit=True if method == "merged4" else None)
         # Absolute: Unsloth moves *relative* save paths elsewhere on Kaggle (save.py _preflight_merge_disk).
         out_dir = absolute_path(out_dir)
         carry_system_prompt(tokenizer, system_prompt)  # before the save: the .gguf's metadata carries it too

@@ -1,8 +1,8 @@
 """Unsloth process set-up and loading arguments, shared by training, generation and export.
 
 `prepare_environment(cfg)` sets Unsloth's environment and imports unsloth, before trl, transformers or peft are
-imported (pipeline/bootstrap.py calls it first thing in `grpo`); `from_pretrained_kwargs` is the one place
-FastLanguageModel.from_pretrained's arguments are built. Importing this module imports nothing heavy.
+imported (pipeline/bootstrap.py calls it first thing in `grpo`); `from_pretrained` is the one place
+FastLanguageModel.from_pretrained is called. Importing this module imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -133,9 +133,13 @@ def gradient_checkpointing_mode(gradient_checkpointing: bool):
     return "unsloth" if gradient_checkpointing else False
 
 
-def from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
-                            standby: bool, load_in_4bit: Optional[bool] = None) -> dict[str, Any]:
-    """Keyword arguments for FastLanguageModel.from_pretrained (unsloth/models/loader.py)."""
+def from_pretrained(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
+                    load_in_4bit: Optional[bool] = None) -> tuple[Any, Any]:
+    """FastLanguageModel.from_pretrained (unsloth/models/loader.py) after `prepare_environment`: (model, tokenizer).
+    The one place its arguments are built."""
+    standby = prepare_environment(cfg).standby
+    from unsloth import FastLanguageModel  # after prepare_environment
+
     kwargs: dict[str, Any] = {
         "model_name": model_name,
         "max_seq_length": cfg.model.max_seq_length,
@@ -154,7 +158,7 @@ def from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inferen
             # Travels in **kwargs to FastLlamaModel.from_pretrained and on to load_vllm (which would also read the
             # environment variable): the intent explicit.
             kwargs["unsloth_vllm_standby"] = True
-    return kwargs
+    return FastLanguageModel.from_pretrained(**kwargs)
 
 
 # Where the live LoRA config of our vLLM generation goes, inside output_dir (unsloth_infer.py training_generator).
