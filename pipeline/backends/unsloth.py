@@ -96,24 +96,19 @@ def load_for_training(cfg: PipelineConfig):
         random_state=cfg.grpo.seed,
         modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
     )
-    _anchor_live_lora(model, absolute_path(cfg.grpo.output_dir) / LIVE_LORA_SUBDIR)
-    return model, tokenizer
-
-
-def _anchor_live_lora(model: Any, folder: Path) -> None:
-    """Make `model.load_lora` put a RELATIVE folder under `folder` (the run's), not the working directory: Unsloth's
-    patched trainer calls it with one on every vLLM rollout (rl_replacements.py, rl.py), writing the live
-    adapter_config.json there (unsloth_zoo _live_lora_config)."""
+    # Make `model.load_lora` put a RELATIVE folder under the run's, not the working directory: Unsloth's patched
+    # trainer calls it with one on every vLLM rollout (rl_replacements.py, rl.py), writing the live
+    # adapter_config.json there (unsloth_zoo _live_lora_config). No vLLM engine: no load_lora, no live LoRA.
     load_lora = getattr(model, "load_lora", None)
-    if load_lora is None:  # no vLLM engine: no live LoRA either
-        return
+    folder = absolute_path(cfg.grpo.output_dir) / LIVE_LORA_SUBDIR
+    if load_lora is not None:
+        @functools.wraps(load_lora)
+        def anchored(save_directory, *args, **kwargs):
+            path = Path(save_directory)
+            return load_lora(str(path if path.is_absolute() else folder / path), *args, **kwargs)
 
-    @functools.wraps(load_lora)
-    def anchored(save_directory, *args, **kwargs):
-        path = Path(save_directory)
-        return load_lora(str(path if path.is_absolute() else folder / path), *args, **kwargs)
-
-    model.load_lora = anchored
+        model.load_lora = anchored
+    return model, tokenizer
 
 
 def peft_config(cfg: PipelineConfig) -> None:

@@ -13,7 +13,7 @@ import os
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -38,7 +38,6 @@ COMPILE_LOCATION_ENV = "UNSLOTH_COMPILE_LOCATION"
 @dataclass
 class PreparedEnvironment:
     standby: bool
-    import_order_problems: list[str] = field(default_factory=list)
 
 
 _prepared: Optional[PreparedEnvironment] = None
@@ -95,7 +94,7 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
         )
     import unsloth  # noqa: F401  (lazy, here only: the import is the point, it patches trl/transformers/peft)
 
-    _prepared = PreparedEnvironment(standby=standby, import_order_problems=problems)
+    _prepared = PreparedEnvironment(standby=standby)
     return _prepared
 
 
@@ -117,16 +116,6 @@ def _set_modelscope_env(model_source: str) -> None:
     os.environ[MODELSCOPE_ENV] = wanted
 
 
-def _torch_dtype(dtype: str):
-    """`auto` -> None (Unsloth picks bf16 where supported, else fp16: FastLlamaModel.from_pretrained)."""
-    if dtype == "auto":
-        return None
-    import torch
-
-    # A torch dtype, not the string: FastLanguageModel.from_pretrained converts only "float16"/"bfloat16".
-    return getattr(torch, dtype)
-
-
 def gradient_checkpointing_mode(gradient_checkpointing: bool):
     # "unsloth" = Unsloth's offloaded checkpointing (falls back to plain below 512 tokens:
     # apply_unsloth_gradient_checkpointing).
@@ -138,6 +127,7 @@ def from_pretrained(cfg: PipelineConfig, model_name: str, *, fast_inference: boo
     """FastLanguageModel.from_pretrained (unsloth/models/loader.py) after `prepare_environment`: (model, tokenizer).
     The one place its arguments are built."""
     standby = prepare_environment(cfg).standby
+    import torch
     from unsloth import FastLanguageModel  # after prepare_environment
 
     kwargs: dict[str, Any] = {
@@ -145,7 +135,9 @@ def from_pretrained(cfg: PipelineConfig, model_name: str, *, fast_inference: boo
         "max_seq_length": cfg.model.max_seq_length,
         "load_in_4bit": cfg.model.load_in_4bit if load_in_4bit is None else load_in_4bit,
         "fast_inference": fast_inference,
-        "dtype": _torch_dtype(cfg.model.dtype),
+        # auto: None (Unsloth picks bf16 where supported, else fp16: FastLlamaModel.from_pretrained); else a torch
+        # dtype, not the string: FastLanguageModel.from_pretrained converts only "float16"/"bfloat16".
+        "dtype": None if cfg.model.dtype == "auto" else getattr(torch, cfg.model.dtype),
         "random_state": cfg.grpo.seed,
         "use_gradient_checkpointing": gradient_checkpointing_mode(cfg.lora.gradient_checkpointing),
         "trust_remote_code": cfg.model.trust_remote_code,
