@@ -34,7 +34,6 @@ from grpo_pipeline.pipeline.backends.unsloth_setup import (
     prepare_environment,  # noqa: F401 (Backend)
     serves_with_vllm,
     unsloth_adapter_folder,
-    unsloth_model_name,
     warn_if_other_base,
 )
 from grpo_pipeline.pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_update_SamplingParams
@@ -81,8 +80,7 @@ def load_for_training(cfg: PipelineConfig):
     validate_unsloth(cfg.lora.lora_modules_to_save, cfg.lora.lora_target_modules, cfg.model.fast_inference,
                      cfg.grpo.vllm_sampling_params, cfg.model.vllm_standby)
     refuse_vllm_sleep_mode(standby_enabled(cfg))  # the trainer's rollouts would sleep vLLM with it
-    model, tokenizer = from_pretrained(cfg, unsloth_model_name(cfg.model.model_name_or_path),
-                                       fast_inference=cfg.model.fast_inference)
+    model, tokenizer = from_pretrained(cfg, cfg.model.model_name_or_path, fast_inference=cfg.model.fast_inference)
     from unsloth import FastLanguageModel  # imported by from_pretrained, after prepare_environment
 
     # Its patch_peft_fast_inference (unsloth/models/_utils.py) attaches save_lora and, with vLLM, load_lora.

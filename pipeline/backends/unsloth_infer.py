@@ -18,7 +18,6 @@ from grpo_pipeline.pipeline.backends.unsloth_setup import (
     from_pretrained,
     serves_with_vllm,
     unsloth_adapter_folder,
-    unsloth_model_name,
     warn_if_other_base,
 )
 from grpo_pipeline.pipeline.config import PipelineConfig, check_adapter_rank
@@ -136,7 +135,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
         check_adapter_rank(rank, cfg.model.max_lora_rank, what=f"the adapter at {adapter.path}",
                            fix=f"Pass --max_lora_rank {rank} (or higher).")
         warn_if_other_base(adapter, base_model)
-    model, tokenizer = from_pretrained(cfg, unsloth_model_name(base_model), fast_inference=True)
+    model, tokenizer = from_pretrained(cfg, base_model, fast_inference=True)
     if not serves_with_vllm(model, cfg.model.fast_inference):
         # Unsloth turned vLLM off: its transformers path, from the adapter folder
         del model
@@ -157,7 +156,7 @@ def _load_transformers_generator(base_model: str, adapter: Optional[Any], cfg: P
     if adapter is not None:
         warn_if_other_base(adapter, base_model)
     with (unsloth_adapter_folder(adapter) if adapter is not None
-          else contextlib.nullcontext(unsloth_model_name(base_model))) as source:
+          else contextlib.nullcontext(base_model)) as source:
         model, tokenizer = from_pretrained(cfg, source, fast_inference=False)
     if adapter is not None and not getattr(model, "peft_config", None):
         raise RuntimeError(f"Unsloth loaded {adapter.path} without its LoRA adapter (the model has no peft_config); "

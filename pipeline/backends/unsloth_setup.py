@@ -125,13 +125,15 @@ def gradient_checkpointing_mode(gradient_checkpointing: bool):
 def from_pretrained(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
                     load_in_4bit: Optional[bool] = None) -> tuple[Any, Any]:
     """FastLanguageModel.from_pretrained (unsloth/models/loader.py) after `prepare_environment`: (model, tokenizer).
-    The one place its arguments are built."""
+    The one place its arguments are built; `model_name`: a model's name or a folder (an adapter's)."""
     standby = prepare_environment(cfg).standby
     import torch
     from unsloth import FastLanguageModel  # after prepare_environment
 
     kwargs: dict[str, Any] = {
-        "model_name": model_name,
+        # A built-in model's folder, else the name as given, with modelscope too (source "hf"): unsloth/models/
+        # loader.py maps and downloads only `if USE_MODELSCOPE and not os.path.exists(model_name)`.
+        "model_name": resolve_model_path(model_name),
         "max_seq_length": cfg.model.max_seq_length,
         "load_in_4bit": cfg.model.load_in_4bit if load_in_4bit is None else load_in_4bit,
         "fast_inference": fast_inference,
@@ -174,13 +176,6 @@ def serves_with_vllm(model: Any, fast_inference: bool) -> bool:
     return engine
 
 
-def unsloth_model_name(name: str) -> str:
-    """What FastLanguageModel.from_pretrained is given for a model name: a built-in model's folder, else the name
-    (with modelscope too: unsloth/models/loader.py maps and downloads only `if USE_MODELSCOPE and not
-    os.path.exists(model_name)`)."""
-    return resolve_model_path(name)  # source "hf": a built-in name becomes its folder, a hub id passes unchanged
-
-
 @contextlib.contextmanager
 def unsloth_adapter_folder(adapter: Any) -> Iterator[str]:
     """The adapter folder to hand FastLanguageModel.from_pretrained, which loads the base its adapter_config.json
@@ -189,7 +184,7 @@ def unsloth_adapter_folder(adapter: Any) -> Iterator[str]:
     adapter_config.json names the built-in model's folder instead."""
     path = absolute_path(adapter.path)
     recorded = adapter.base_model_name_or_path
-    loadable = unsloth_model_name(recorded) if recorded else recorded
+    loadable = resolve_model_path(recorded) if recorded else recorded
     if loadable == recorded:
         yield str(path)
         return
