@@ -65,24 +65,6 @@ def _torch_dtype(dtype: str):
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
-def _use_4bit(load_in_4bit: bool) -> bool:
-    import torch
-
-    return bool(load_in_4bit and torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes") is not None)
-
-
-def _device_map() -> Optional[dict[str, int]]:
-    """This process's GPU when CUDA is usable, else None (the CPU). Without one only the bitsandbytes quantizer
-    moves a model to the GPU, and eval before, `grpo generate` and `grpo eval` run before or without TRL's Trainer
-    (which moves it). One GPU per process, as TRL's get_kbit_device_map; under DeepSpeed ZeRO-3 DeepSpeed places
-    the shards itself (transformers refuses a device_map there)."""
-    import torch
-
-    if not torch.cuda.is_available() or os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
-        return None
-    return {"": int(os.environ.get("LOCAL_RANK", "0"))}
-
-
 def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool = True):
     """The base model on this process's GPU when there is one (4-bit when configured and possible), else the CPU."""
     import torch
@@ -94,10 +76,13 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
         # saves, and on a busy machine OpenMP's spinning threads make every step ~5x slower.
         torch.set_num_threads(1)
     kwargs: dict[str, Any] = {"dtype": _torch_dtype(cfg.model.dtype), "trust_remote_code": cfg.model.trust_remote_code}
-    device_map = _device_map()
-    if device_map is not None:
-        kwargs["device_map"] = device_map
-    if _use_4bit(cfg.model.load_in_4bit):
+    # This process's GPU when CUDA is usable, else the CPU. Without a device_map only the bitsandbytes quantizer
+    # moves a model to the GPU, and eval before, `grpo generate` and `grpo eval` run before or without TRL's Trainer
+    # (which moves it). One GPU per process, as TRL's get_kbit_device_map; under DeepSpeed ZeRO-3 DeepSpeed places
+    # the shards itself (transformers refuses a device_map there).
+    if torch.cuda.is_available() and os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") != "3":
+        kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
+    if cfg.model.load_in_4bit and torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes") is not None:
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",

@@ -29,12 +29,11 @@ from grpo_pipeline.pipeline.backends.unsloth_config import config_rewrites, pred
 from grpo_pipeline.pipeline.backends.unsloth_infer import load_generator, rollout_engine, training_generator  # noqa: F401 (Backend)
 from grpo_pipeline.pipeline.backends.unsloth_setup import (
     LIVE_LORA_SUBDIR,
-    from_pretrained_kwargs,
+    from_pretrained,
     gradient_checkpointing_mode,
-    prepare_environment,
+    prepare_environment,  # noqa: F401 (Backend)
     serves_with_vllm,
     unsloth_adapter_folder,
-    unsloth_model_name,
     warn_if_other_base,
 )
 from grpo_pipeline.pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_update_SamplingParams
@@ -82,13 +81,9 @@ def load_for_training(cfg: PipelineConfig, tokenizer: Any = None):
     validate_unsloth(cfg.lora.lora_modules_to_save, cfg.lora.lora_target_modules, cfg.model.fast_inference,
                      cfg.grpo.vllm_sampling_params, cfg.model.vllm_standby)
     refuse_vllm_sleep_mode(standby_enabled(cfg))  # the trainer's rollouts would sleep vLLM with it
-    prepared = prepare_environment(cfg)
-    from unsloth import FastLanguageModel  # after prepare_environment
+    model, tokenizer = from_pretrained(cfg, cfg.model.model_name_or_path, fast_inference=cfg.model.fast_inference)
+    from unsloth import FastLanguageModel  # imported by from_pretrained, after prepare_environment
 
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(cfg, unsloth_model_name(cfg.model.model_name_or_path),
-                                  fast_inference=cfg.model.fast_inference, standby=prepared.standby)
-    )
     # Its patch_peft_fast_inference (unsloth/models/_utils.py) attaches save_lora and, with vLLM, load_lora.
     model = FastLanguageModel.get_peft_model(
         model,
@@ -100,24 +95,19 @@ def load_for_training(cfg: PipelineConfig, tokenizer: Any = None):
         random_state=cfg.grpo.seed,
         modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
     )
-    _anchor_live_lora(model, absolute_path(cfg.grpo.output_dir) / LIVE_LORA_SUBDIR)
-    return model, tokenizer
-
-
-def _anchor_live_lora(model: Any, folder: Path) -> None:
-    """Make `model.load_lora` put a RELATIVE folder under `folder` (the run's), not the working directory: Unsloth's
-    patched trainer calls it with one on every vLLM rollout (rl_replacements.py, rl.py), writing the live
-    adapter_config.json there (unsloth_zoo _live_lora_config)."""
+    # Make `model.load_lora` put a RELATIVE folder under the run's, not the working directory: Unsloth's patched
+    # trainer calls it with one on every vLLM rollout (rl_replacements.py, rl.py), writing the live
+    # adapter_config.json there (unsloth_zoo _live_lora_config). No vLLM engine: no load_lora, no live LoRA.
     load_lora = getattr(model, "load_lora", None)
-    if load_lora is None:  # no vLLM engine: no live LoRA either
-        return
+    folder = absolute_path(cfg.grpo.output_dir) / LIVE_LORA_SUBDIR
+    if load_lora is not None:
+        @functools.wraps(load_lora)
+        def anchored(save_directory, *args, **kwargs):
+            path = Path(save_directory)
+            return load_lora(str(path if path.is_absolute() else folder / path), *args, **kwargs)
 
-    @functools.wraps(load_lora)
-    def anchored(save_directory, *args, **kwargs):
-        path = Path(save_directory)
-        return load_lora(str(path if path.is_absolute() else folder / path), *args, **kwargs)
-
-    model.load_lora = anchored
+        model.load_lora = anchored
+    return model, tokenizer
 
 
 def peft_config(cfg: PipelineConfig) -> None:
@@ -198,12 +188,8 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
                           "q8_0 or f16.")
     warn_if_other_base(adapter, base_model)
     with unsloth_adapter_folder(adapter) as folder:  # the merge below reads the base from the loaded model
-        prepared = prepare_environment(cfg)
-        from unsloth import FastLanguageModel  # after prepare_environment
-
-        model, tokenizer = FastLanguageModel.from_pretrained(
-            **from_pretrained_kwargs(cfg, folder, fast_inference=False, standby=prepared.standby,
-                                     load_in_4bit=True if method == "merged4" else None))
+        model, tokenizer = from_pretrained(cfg, folder, fast_inference=False,
+                                           load_in_4bit=True if method == "merged4" else None)
         # Absolute: Unsloth moves *relative* save paths elsewhere on Kaggle (save.py _preflight_merge_disk).
         out_dir = absolute_path(out_dir)
         carry_system_prompt(tokenizer, system_prompt)  # before the save: the .gguf's metadata carries it too

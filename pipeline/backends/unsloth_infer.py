@@ -15,11 +15,9 @@ from grpo_pipeline.pipeline.backends.plain import PlainGenerator
 from grpo_pipeline.pipeline.backends.vllm_engine import generate_with_vllm, score_with_vllm
 from grpo_pipeline.pipeline.backends.unsloth_setup import (
     LIVE_LORA_SUBDIR,
-    from_pretrained_kwargs,
-    prepare_environment,
+    from_pretrained,
     serves_with_vllm,
     unsloth_adapter_folder,
-    unsloth_model_name,
     warn_if_other_base,
 )
 from grpo_pipeline.pipeline.config import PipelineConfig, check_adapter_rank
@@ -137,13 +135,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
         check_adapter_rank(rank, cfg.model.max_lora_rank, what=f"the adapter at {adapter.path}",
                            fix=f"Pass --max_lora_rank {rank} (or higher).")
         warn_if_other_base(adapter, base_model)
-    prepared = prepare_environment(cfg)
-    from unsloth import FastLanguageModel  # after prepare_environment
-
-    model, tokenizer = FastLanguageModel.from_pretrained(
-        **from_pretrained_kwargs(cfg, unsloth_model_name(base_model), fast_inference=True,
-                                  standby=prepared.standby)
-    )
+    model, tokenizer = from_pretrained(cfg, base_model, fast_inference=True)
     if not serves_with_vllm(model, cfg.model.fast_inference):
         # Unsloth turned vLLM off: its transformers path, from the adapter folder
         del model
@@ -163,13 +155,9 @@ def _load_transformers_generator(base_model: str, adapter: Optional[Any], cfg: P
     load a saved LoRA: the base adapter_config.json names, then the adapter), checked to carry the adapter."""
     if adapter is not None:
         warn_if_other_base(adapter, base_model)
-    prepare_environment(cfg)
-    from unsloth import FastLanguageModel  # after prepare_environment
-
     with (unsloth_adapter_folder(adapter) if adapter is not None
-          else contextlib.nullcontext(unsloth_model_name(base_model))) as source:
-        model, tokenizer = FastLanguageModel.from_pretrained(
-            **from_pretrained_kwargs(cfg, source, fast_inference=False, standby=False))
+          else contextlib.nullcontext(base_model)) as source:
+        model, tokenizer = from_pretrained(cfg, source, fast_inference=False)
     if adapter is not None and not getattr(model, "peft_config", None):
         raise RuntimeError(f"Unsloth loaded {adapter.path} without its LoRA adapter (the model has no peft_config); "
                            "refusing to generate with the base model in its place. Check adapter_config.json there.")

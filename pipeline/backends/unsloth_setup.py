@@ -1,8 +1,8 @@
 """Unsloth process set-up and loading arguments, shared by training, generation and export.
 
 `prepare_environment(cfg)` sets Unsloth's environment and imports unsloth, before trl, transformers or peft are
-imported (pipeline/bootstrap.py calls it first thing in `grpo`); `from_pretrained_kwargs` is the one place
-FastLanguageModel.from_pretrained's arguments are built. Importing this module imports nothing heavy.
+imported (pipeline/bootstrap.py calls it first thing in `grpo`); `from_pretrained` is the one place
+FastLanguageModel.from_pretrained is called. Importing this module imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -38,7 +38,6 @@ COMPILE_LOCATION_ENV = "UNSLOTH_COMPILE_LOCATION"
 @dataclass
 class PreparedEnvironment:
     standby: bool
-    import_order_problems: list[str] = field(default_factory=list)
 
 
 _prepared: Optional[PreparedEnvironment] = None
@@ -95,7 +94,7 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
         )
     import unsloth  # noqa: F401  (lazy, here only: the import is the point, it patches trl/transformers/peft)
 
-    _prepared = PreparedEnvironment(standby=standby, import_order_problems=problems)
+    _prepared = PreparedEnvironment(standby=standby)
     return _prepared
 
 
@@ -117,31 +116,30 @@ def _set_modelscope_env(model_source: str) -> None:
     os.environ[MODELSCOPE_ENV] = wanted
 
 
-def _torch_dtype(dtype: str):
-    """`auto` -> None (Unsloth picks bf16 where supported, else fp16: FastLlamaModel.from_pretrained)."""
-    if dtype == "auto":
-        return None
-    import torch
-
-    # A torch dtype, not the string: FastLanguageModel.from_pretrained converts only "float16"/"bfloat16".
-    return getattr(torch, dtype)
-
-
 def gradient_checkpointing_mode(gradient_checkpointing: bool):
     # "unsloth" = Unsloth's offloaded checkpointing (falls back to plain below 512 tokens:
     # apply_unsloth_gradient_checkpointing).
     return "unsloth" if gradient_checkpointing else False
 
 
-def from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
-                            standby: bool, load_in_4bit: Optional[bool] = None) -> dict[str, Any]:
-    """Keyword arguments for FastLanguageModel.from_pretrained (unsloth/models/loader.py)."""
+def from_pretrained(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
+                    load_in_4bit: Optional[bool] = None) -> tuple[Any, Any]:
+    """FastLanguageModel.from_pretrained (unsloth/models/loader.py) after `prepare_environment`: (model, tokenizer).
+    The one place its arguments are built; `model_name`: a model's name or a folder (an adapter's)."""
+    standby = prepare_environment(cfg).standby
+    import torch
+    from unsloth import FastLanguageModel  # after prepare_environment
+
     kwargs: dict[str, Any] = {
-        "model_name": model_name,
+        # A built-in model's folder, else the name as given, with modelscope too (source "hf"): unsloth/models/
+        # loader.py maps and downloads only `if USE_MODELSCOPE and not os.path.exists(model_name)`.
+        "model_name": resolve_model_path(model_name),
         "max_seq_length": cfg.model.max_seq_length,
         "load_in_4bit": cfg.model.load_in_4bit if load_in_4bit is None else load_in_4bit,
         "fast_inference": fast_inference,
-        "dtype": _torch_dtype(cfg.model.dtype),
+        # auto: None (Unsloth picks bf16 where supported, else fp16: FastLlamaModel.from_pretrained); else a torch
+        # dtype, not the string: FastLanguageModel.from_pretrained converts only "float16"/"bfloat16".
+        "dtype": None if cfg.model.dtype == "auto" else getattr(torch, cfg.model.dtype),
         "random_state": cfg.grpo.seed,
         "use_gradient_checkpointing": gradient_checkpointing_mode(cfg.lora.gradient_checkpointing),
         "trust_remote_code": cfg.model.trust_remote_code,
@@ -154,7 +152,7 @@ def from_pretrained_kwargs(cfg: PipelineConfig, model_name: str, *, fast_inferen
             # Travels in **kwargs to FastLlamaModel.from_pretrained and on to load_vllm (which would also read the
             # environment variable): the intent explicit.
             kwargs["unsloth_vllm_standby"] = True
-    return kwargs
+    return FastLanguageModel.from_pretrained(**kwargs)
 
 
 # Where the live LoRA config of our vLLM generation goes, inside output_dir (unsloth_infer.py training_generator).
@@ -178,13 +176,6 @@ def serves_with_vllm(model: Any, fast_inference: bool) -> bool:
     return engine
 
 
-def unsloth_model_name(name: str) -> str:
-    """What FastLanguageModel.from_pretrained is given for a model name: a built-in model's folder, else the name
-    (with modelscope too: unsloth/models/loader.py maps and downloads only `if USE_MODELSCOPE and not
-    os.path.exists(model_name)`)."""
-    return resolve_model_path(name)  # source "hf": a built-in name becomes its folder, a hub id passes unchanged
-
-
 @contextlib.contextmanager
 def unsloth_adapter_folder(adapter: Any) -> Iterator[str]:
     """The adapter folder to hand FastLanguageModel.from_pretrained, which loads the base its adapter_config.json
@@ -193,7 +184,7 @@ def unsloth_adapter_folder(adapter: Any) -> Iterator[str]:
     adapter_config.json names the built-in model's folder instead."""
     path = absolute_path(adapter.path)
     recorded = adapter.base_model_name_or_path
-    loadable = unsloth_model_name(recorded) if recorded else recorded
+    loadable = resolve_model_path(recorded) if recorded else recorded
     if loadable == recorded:
         yield str(path)
         return

@@ -37,14 +37,14 @@ from grpo_pipeline.pipeline.bootstrap import backend_choice, defaults_for
 from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_config
 from grpo_pipeline.pipeline.data.columns import ANSWER, ROW_ID, removes_unused_columns
 from grpo_pipeline.pipeline.data.prepare import DataError
-from grpo_pipeline.pipeline.data.prompts import completion_like, render_prompts
+from grpo_pipeline.pipeline.data.prompts import completion_like
 from grpo_pipeline.pipeline.data.run_data import warmup_examples
 from grpo_pipeline.pipeline.data.source_spec import DataFileError
 from grpo_pipeline.pipeline.errors import fit_to_command, note_command_options, note_run_folder
 from grpo_pipeline.pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
 from grpo_pipeline.pipeline.infer.evaluate import score_completions
 from grpo_pipeline.pipeline.preflight import reward_kwargs_outside_training, run_checks
-from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, describe, env_rewards, loop_settings, run_as_trained, tool_stats
+from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, answer, describe, env_rewards, loop_settings, tool_stats
 from grpo_pipeline.pipeline.trainer.agents import Agents
 from grpo_pipeline.pipeline.trainer.warmup import run_format_warmup
 from grpo_pipeline.rewards import check_reward_weights, get_reward_funcs
@@ -191,12 +191,9 @@ def _sample(s: Any, loop: LoopSettings, rows, tokenizer, generator, max_tokens: 
     set_seed(s.seed)  # the same completions for the same recipe
     columns = {key: [row[key] for row in rows for _ in range(n)] for key in rows.column_names}
     chat_prompts = [row["prompt"] for row in rows for _ in range(n)]
-    if agents.uses_tools:
-        rollouts = run_as_trained(loop, generator, tokenizer, agents, chat_prompts,
-                                  [dict(row) for row in rows for _ in range(n)], max_tokens, **kwargs)
-        return [r.completion for r in rollouts], chat_prompts, columns, rollouts
-    prompts = [prompt for prompt in render_prompts(tokenizer, list(rows["prompt"])) for _ in range(n)]
-    return generator.generate(prompts, max_tokens=max_tokens, **kwargs), chat_prompts, columns, None
+    texts, rollouts = answer(generator, tokenizer, agents, loop, chat_prompts,
+                             [dict(row) for row in rows for _ in range(n)], max_tokens, **kwargs)
+    return texts, chat_prompts, columns, rollouts
 
 
 def _sampling(g: Any) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_con
 from grpo_pipeline.pipeline.data.cache import model_identity, tokenizer_identity
 from grpo_pipeline.pipeline.data.columns import removes_unused_columns
 from grpo_pipeline.pipeline.data.prepare import answer_reader_version
-from grpo_pipeline.pipeline.data.prompts import render_prompts
 from grpo_pipeline.pipeline.data.run_data import load_eval_rows
 from grpo_pipeline.pipeline.errors import guarded, note_command_options
 from grpo_pipeline.pipeline.health import metrics
@@ -30,7 +29,7 @@ from grpo_pipeline.pipeline.health.metrics import is_garbled
 from grpo_pipeline.pipeline.infer.scoring import Scorer, answer_of, build_scorer, score_with
 from grpo_pipeline.pipeline.infer.session import add_inference_arguments, inference_args, open_inference
 # loop_settings: train.py calls it through this module, as evaluate_rows (looked up at the call)
-from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, env_rewards, loop_settings, run_as_trained, tool_stats  # noqa: F401
+from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, answer, env_rewards, loop_settings, tool_stats  # noqa: F401
 from grpo_pipeline.pipeline.preflight import reward_kwargs_outside_training
 from grpo_pipeline.pipeline.run.decisions import EvalKey
 from grpo_pipeline.pipeline.trainer.agents import Agents
@@ -72,15 +71,9 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scor
     run's correctness scores as right, the rewards' means beside it. With `agents` using tools, each row is
     answered through the tool loop (`loop`: its settings as trained), an environment's get_reward a reward beside
     the others; `tools` holds TRL's tool metrics and `tool_calls` each row's calls by row id."""
-    rollouts = None
-    if agents is not None and agents.uses_tools:
-        rollouts = run_as_trained(loop, generator, tokenizer, agents, [row["prompt"] for row in rows],
-                                  [{**row.get("columns", {}), "prompt": row["prompt"]} for row in rows], max_tokens,
-                                  temperature=temperature, top_p=top_p)
-        completions = [r.completion for r in rollouts]
-    else:
-        prompts = render_prompts(tokenizer, [row["prompt"] for row in rows])
-        completions = generator.generate(prompts, max_tokens=max_tokens, temperature=temperature, top_p=top_p)
+    completions, rollouts = answer(generator, tokenizer, agents, loop, [row["prompt"] for row in rows],
+                                   [{**row.get("columns", {}), "prompt": row["prompt"]} for row in rows], max_tokens,
+                                   temperature=temperature, top_p=top_p)
     scored = score_completions(completions, [row["answer"] for row in rows], [row["prompt"] for row in rows])
     verdicts, reward_means = score_with(scorer, rows, completions)
     for name, values in env_rewards(agents, rollouts).items() if rollouts else ():

@@ -18,12 +18,12 @@ from grpo_pipeline.env.locations import absolute_path, snapshot
 from grpo_pipeline.env.path_check import check_command_paths
 from grpo_pipeline.env.paths import atomic_write_text, shell_command
 from grpo_pipeline.pipeline.data.clean import check_prompt
-from grpo_pipeline.pipeline.data.prompts import as_chat, render_prompts
+from grpo_pipeline.pipeline.data.prompts import as_chat
 from grpo_pipeline.pipeline.data.source_spec import DataFileError
 from grpo_pipeline.pipeline.errors import guarded, note_command_options
 from grpo_pipeline.pipeline.infer.evaluate import score_completions
 from grpo_pipeline.pipeline.infer.session import add_inference_arguments, inference_args, open_inference
-from grpo_pipeline.pipeline.infer.tool_loop import run_as_trained
+from grpo_pipeline.pipeline.infer.tool_loop import answer
 
 
 def read_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -80,16 +80,10 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
     # As a training row was given: text prompts as written to a model trained on them, else chats (as_chat).
     messages = [p if setup.prompt_format == "standard" and isinstance(p, str) else as_chat(setup.system_prompt, p)
                 for p in prompts]
-    sampling = dict(temperature=setup.temperature, top_p=setup.top_p)
-    if setup.agents.uses_tools:
-        columns = [{**row, "prompt": m} for m, row in zip(messages, rows or [{}] * len(messages), strict=True)]
-        rollouts = run_as_trained(setup.loop, setup.generator, setup.tokenizer, setup.agents, messages, columns,
-                                  setup.max_tokens, **sampling)
-        texts, extra = [r.completion for r in rollouts], [r.record() for r in rollouts]
-    else:
-        texts = setup.generator.generate(render_prompts(setup.tokenizer, messages), max_tokens=setup.max_tokens,
-                                         **sampling)
-        extra = [{} for _ in texts]
+    columns = [{**row, "prompt": m} for m, row in zip(messages, rows or [{}] * len(messages), strict=True)]
+    texts, rollouts = answer(setup.generator, setup.tokenizer, setup.agents, setup.loop, messages, columns,
+                             setup.max_tokens, temperature=setup.temperature, top_p=setup.top_p)
+    extra = [r.record() for r in rollouts] if rollouts is not None else [{} for _ in texts]
     scored = score_completions(texts, [None] * len(texts), messages)
     return [{"prompt": p, "text": s["completion"], "answer": s["extracted_answer"],
              "format_valid": s["format_valid"], "completion_tokens": s["completion_tokens"], **more,

@@ -44,21 +44,17 @@ class Scorer:
         return reward_name(self.funcs[self.correctness]) if self.correctness is not None else "built-in reading"
 
 
-def correctness_index(funcs: list[Callable]) -> Optional[int]:
-    """Which of the run's rewards is its correctness, or None."""
+def build_scorer(reward_funcs: list[Any], keywords: Callable) -> Scorer:
+    """The scorer of a run that trained with `reward_funcs` (names or callables); its correctness, the first found by
+    the tests in the order the module docstring gives them."""
+    funcs = get_reward_funcs(list(reward_funcs)) if reward_funcs else []
     for test in (lambda f: getattr(f, "__wrapped__", f) is correctness_reward_func or f is correctness_reward_func,
                  lambda f: getattr(f, CORRECTNESS_MARK, False) is True,
                  lambda f: bool(CORRECTNESS_NAME.search(reward_name(f)))):
         found = next((i for i, func in enumerate(funcs) if test(func)), None)
         if found is not None:
-            return found
-    return None
-
-
-def build_scorer(reward_funcs: list[Any], keywords: Callable) -> Scorer:
-    """The scorer of a run that trained with `reward_funcs` (names or callables)."""
-    funcs = get_reward_funcs(list(reward_funcs)) if reward_funcs else []
-    return Scorer(funcs, correctness_index(funcs), keywords)
+            return Scorer(funcs, found, keywords)
+    return Scorer(funcs, None, keywords)
 
 
 def format_tags(system_message: Any) -> tuple[str, str]:

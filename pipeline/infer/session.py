@@ -215,7 +215,7 @@ def inference_args(**options: Any) -> argparse.Namespace:
 
 
 def generation_settings(args: argparse.Namespace) -> Any:
-    """--config's GenerationArguments (or the defaults), with --max_tokens/--temperature/--top_p on top.
+    """--config's GenerationArguments (or the defaults), with --max_tokens/--temperature/--top_p on top, checked.
 
     >>> gen = generation_settings(inference_args(base=True, temperature=0.7))
     >>> gen.gen_temperature, gen.gen_top_p, gen.gen_max_tokens
@@ -225,7 +225,18 @@ def generation_settings(args: argparse.Namespace) -> Any:
     if getattr(args, "config", None):
         gen = validate_recipe(str(args.config)).generation
     overrides = {"gen_max_tokens": args.max_tokens, "gen_temperature": args.temperature, "gen_top_p": args.top_p}
-    return dataclasses.replace(gen, **{k: v for k, v in overrides.items() if v is not None})
+    gen = dataclasses.replace(gen, **{k: v for k, v in overrides.items() if v is not None})
+    # Refused before loading where vLLM's SamplingParams (a traceback at the first prompt) or transformers would
+    # refuse them later.
+    if not 0.0 <= gen.gen_temperature <= 2.0:
+        raise ConfigError("temperature", f"--temperature {gen.gen_temperature}: use a value in [0, 2] (0 = greedy).")
+    check_generation_temperature(gen.gen_temperature, "temperature")
+    if not 0.0 < gen.gen_top_p <= 1.0:
+        raise ConfigError("top_p", f"--top_p {gen.gen_top_p}: use a value in (0, 1] (1 = no nucleus cut).")
+    for flag, value in (("max_tokens", gen.gen_max_tokens), ("max_lora_rank", args.max_lora_rank)):
+        if value is not None and value < 1:  # 0 would otherwise read as "not given" somewhere downstream
+            raise ConfigError(flag, f"--{flag} {value}: use a positive number.")
+    return gen
 
 
 def validate_recipe(path: str) -> PipelineConfig:
@@ -243,7 +254,7 @@ def verify_trained_dir(path) -> Any:
 def open_inference(args: argparse.Namespace) -> InferenceSetup:
     """Verify paths and settings, then load the generator. Bad input raises before anything loads (ConfigError,
     AdapterError, ManifestError: exit 2)."""
-    gen = _checked_generation_settings(args)
+    gen = generation_settings(args)
     adapter, manifest = _trained_with(args)
     given_values = command_values(args, manifest)
     base_model = _base_model(args, adapter, manifest, given_values)
@@ -302,45 +313,21 @@ def refuse_recorded_tools(tools: Any, environment_factory: Any, args: argparse.N
                       "`--tools` alone to answer in one turn without them.")
 
 
-def vllm_refusal(adapter: Any) -> Optional[str]:
-    """Why vLLM, which applies LoRA matrices only, cannot serve this adapter (modules trained in full), or None.
+def _servable(vllm_mode: str, adapter: Any) -> str:
+    """The run's vllm_mode, or "none" (said) where vLLM, which applies LoRA matrices only, cannot serve the adapter
+    (modules trained in full).
 
     >>> from types import SimpleNamespace
-    >>> vllm_refusal(SimpleNamespace(modules_to_save=["lm_head"]))[:46]
-    'the adapter trains modules in full (lm_head); '
-    >>> vllm_refusal(SimpleNamespace(modules_to_save=None)) is None, vllm_refusal(None) is None
-    (True, True)
+    >>> _servable("colocate", SimpleNamespace(modules_to_save=None)), _servable("colocate", None)
+    ('colocate', 'colocate')
     """
     modules = getattr(adapter, "modules_to_save", None) if adapter is not None else None
-    if not modules:
-        return None
-    return (f"the adapter trains modules in full ({', '.join(modules)}); vLLM applies only LoRA matrices and would "
-            "drop them")
-
-
-def _servable(vllm_mode: str, adapter: Any) -> str:
-    """The run's vllm_mode, or "none" (said) where vLLM cannot serve the adapter."""
-    reason = vllm_refusal(adapter)
-    if reason is None or vllm_mode == "none":
+    if not modules or vllm_mode == "none":
         return vllm_mode
-    print(f"note: {reason}, so this generates with transformers + peft, not vLLM (the run's vllm_mode: "
+    print(f"note: the adapter trains modules in full ({', '.join(modules)}); vLLM applies only LoRA matrices and "
+          f"would drop them, so this generates with transformers + peft, not vLLM (the run's vllm_mode: "
           f"{vllm_mode}).", file=sys.stderr)
     return "none"
-
-
-def _checked_generation_settings(args: argparse.Namespace) -> Any:
-    """The generation settings, refused before loading where vLLM's SamplingParams (a traceback at the first
-    prompt) or transformers would refuse them later."""
-    gen = generation_settings(args)
-    if not 0.0 <= gen.gen_temperature <= 2.0:
-        raise ConfigError("temperature", f"--temperature {gen.gen_temperature}: use a value in [0, 2] (0 = greedy).")
-    check_generation_temperature(gen.gen_temperature, "temperature")
-    if not 0.0 < gen.gen_top_p <= 1.0:
-        raise ConfigError("top_p", f"--top_p {gen.gen_top_p}: use a value in (0, 1] (1 = no nucleus cut).")
-    for flag, value in (("max_tokens", gen.gen_max_tokens), ("max_lora_rank", args.max_lora_rank)):
-        if value is not None and value < 1:  # 0 would otherwise read as "not given" somewhere downstream
-            raise ConfigError(flag, f"--{flag} {value}: use a positive number.")
-    return gen
 
 
 def _trained_with(args: argparse.Namespace) -> tuple[Any, Optional[dict[str, Any]]]:

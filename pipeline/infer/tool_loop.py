@@ -23,6 +23,7 @@ from typing import Any, Mapping, Optional, Sequence
 from grpo_pipeline.env.text import excerpt
 from grpo_pipeline.pipeline.backends import Completion
 from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.data.prompts import render_prompts
 from grpo_pipeline.pipeline.trainer.agent_check import environment_methods, offered_tools
 from grpo_pipeline.pipeline.trainer.agents import ENVIRONMENT_COLUMN, Agents
 
@@ -124,6 +125,17 @@ def describe(rollout: Rollout, width: int = 80) -> list[str]:
                        "result dropped: it would pass max_completion_length or max_seq_length")
             lines.append(f"  {call.name}({args}) -> {outcome}")
     return lines
+
+
+def answer(generator: Any, tokenizer: Any, agents: Optional[Agents], loop: Optional[LoopSettings],
+           prompts: Sequence[Any], rows: Sequence[dict[str, Any]], max_tokens: int,
+           **sampling: Any) -> tuple[list[Completion], Optional[list[Rollout]]]:
+    """The one generation step of `grpo rewards`, `grpo generate` and `grpo eval`: each chat prompt answered through
+    the tool loop when `agents` use tools (its rollouts returned too), else in one turn (rollouts None)."""
+    if agents is not None and agents.uses_tools:
+        rollouts = run_as_trained(loop, generator, tokenizer, agents, prompts, rows, max_tokens, **sampling)
+        return [r.completion for r in rollouts], rollouts
+    return generator.generate(render_prompts(tokenizer, list(prompts)), max_tokens=max_tokens, **sampling), None
 
 
 def run_as_trained(loop: LoopSettings, generator: Any, tokenizer: Any, agents: Agents,
