@@ -64,27 +64,6 @@ def _accepts(func: Callable, kwargs: dict[str, Any]) -> bool:
     return True
 
 
-class _NoneShare:
-    """Logs each call's share of None as `rewards/<name>/none_frac`; warns once per function."""
-
-    def __init__(self, name: str, warn: Callable[[str], None]):
-        self.name, self.warn, self.warned = name, warn, False
-
-    def record(self, values: list[Optional[float]], kwargs: dict[str, Any]) -> None:
-        share = sum(v is None for v in values) / max(len(values), 1)
-        log_metric = kwargs.get("log_metric")
-        if callable(log_metric):
-            log_metric(f"rewards/{self.name}/none_frac", share)
-        if share > 0 and not self.warned:
-            self.warned = True
-            state = kwargs.get("trainer_state")
-            # global_step counts completed steps: the batch being scored belongs to the next one
-            step = f" at step {state.global_step + 1}" if getattr(state, "global_step", None) is not None else ""
-            self.warn(f"reward `{self.name}` returned None for {share:.0%} of the batch{step}. TRL leaves those "
-                      "samples out of that reward (its mean is over the rest, and they add 0 to the total); the share "
-                      f"is logged as rewards/{self.name}/none_frac in metrics.jsonl. (Warned once.)")
-
-
 def _print_warning(message: str) -> None:
     from tqdm import tqdm  # above the progress bar, not into its line
 
@@ -155,16 +134,27 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     [2.0, 1.0]
     """
     name = reward_name(func)
-    nones = _NoneShare(name, warn)
+    warned = False
     worker = RewardWorker(func, name, is_async_reward(func), timeout, warn) if timeout and own_process and can_fork() \
         else None
 
     def checked(output: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
+        nonlocal warned
         try:
             values = check_rewards(name, output, len(completions))
         except RewardFailure as err:
             return held(err, completions)
-        nones.record(values, kwargs)
+        share = sum(v is None for v in values) / max(len(values), 1)
+        if callable(kwargs.get("log_metric")):
+            kwargs["log_metric"](f"rewards/{name}/none_frac", share)
+        if share > 0 and not warned:
+            warned = True
+            state = kwargs.get("trainer_state")
+            # global_step counts completed steps: the batch being scored belongs to the next one
+            step = f" at step {state.global_step + 1}" if getattr(state, "global_step", None) is not None else ""
+            warn(f"reward `{name}` returned None for {share:.0%} of the batch{step}. TRL leaves those samples out of "
+                 "that reward (its mean is over the rest, and they add 0 to the total); the share is logged as "
+                 f"rewards/{name}/none_frac in metrics.jsonl. (Warned once.)")
         return values
 
     def settled(err: BaseException, timeouts: tuple, prompts: Any, completions: Any,

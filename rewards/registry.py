@@ -99,41 +99,16 @@ def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
 
 
 def _is_correctness(name: str | RewardFunc) -> Optional[bool]:
+    """Read from the module's text, without running it: True for ours or an import of it under that name; False for
+    a function or class of its own, another import, or no such module (validate() names it); None when the text does
+    not say (an assignment, a name made at run time)."""
     facts = facts_of(name.strip() if isinstance(name, str) else name)
     if facts is not None or callable(name):
         return facts is not None and facts.reads_reference
     module, function = _spec_parts(name)
-    if not module or not function:
-        return False  # not a reward name at all: validate() names it
-    source = module_source(module)
+    source = module_source(module) if module and function else None
     if source is None:
-        return False  # no such module: validate() names it
-    return is_correctness_in_source(source, function)
-
-
-def module_source(module_name: str) -> Optional[Path]:
-    """The .py file `import module_name` would run, found as import_user_module finds it, without running any of
-    it; None when there is none."""
-    top, *rest = module_name.split(".")
-    if top == OURS:  # our own modules (grpo_pipeline.rewards.correctness)
-        spec = spec_of_ours(module_name)
-        return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
-    path = user_module_file(top)
-    if path is None:
-        spec = importlib.machinery.PathFinder.find_spec(top)  # a finder, not an import: no code runs
-        path = Path(spec.origin) if spec is not None and spec.origin else None
-    for part in rest:
-        if path is None or path.name != "__init__.py":
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(part, [str(path.parent)])
-        path = Path(spec.origin) if spec is not None and spec.origin else None
-    return path if path is not None and path.suffix == ".py" else None
-
-
-def is_correctness_in_source(source: Path, function: str) -> Optional[bool]:
-    """Whether `function` in the module file `source` is the built-in correctness reward, read from its text:
-    True for ours or an import of it under that name, False for a function or class of its own or another import,
-    None when the text does not say (an assignment, a name made at run time)."""
+        return False
     ours = Path(inspect.getsourcefile(correctness_reward_func)).resolve()
     if source.resolve() == ours:
         return function == correctness_reward_func.__name__
@@ -155,6 +130,25 @@ def is_correctness_in_source(source: Path, function: str) -> Optional[bool]:
                 getattr(t, "id", None) for t in getattr(node, "targets", [getattr(node, "target", None)])}:
             answer = None
     return answer
+
+
+def module_source(module_name: str) -> Optional[Path]:
+    """The .py file `import module_name` would run, found as import_user_module finds it, without running any of
+    it; None when there is none."""
+    top, *rest = module_name.split(".")
+    if top == OURS:  # our own modules (grpo_pipeline.rewards.correctness)
+        spec = spec_of_ours(module_name)
+        return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
+    path = user_module_file(top)
+    if path is None:
+        spec = importlib.machinery.PathFinder.find_spec(top)  # a finder, not an import: no code runs
+        path = Path(spec.origin) if spec is not None and spec.origin else None
+    for part in rest:
+        if path is None or path.name != "__init__.py":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(part, [str(path.parent)])
+        path = Path(spec.origin) if spec is not None and spec.origin else None
+    return path if path is not None and path.suffix == ".py" else None
 
 
 def _is_spec(key: str) -> bool:
