@@ -122,12 +122,11 @@ def _failure(func: Callable, name: str, worker: Optional[RewardWorker], err: Bas
 def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
                  hold: Optional[Callable[[RewardFailure], None]] = None, timeout: Optional[float] = None,
                  own_process: bool = True) -> Callable:
-    """`func` wrapped in the contract: same `__name__` (TRL's log key), each call's values checked by
-    `check_rewards` on its own copy of the batch (`own_batch`), every way out but a real signal turned into a
-    RewardFailure naming the sample, None's share logged and warned once. `hold`: a failure is handed to it and
-    0.0 returned per completion (pipeline/trainer/reward_failures.py raises it after TRL's loop, on every process
-    together). `timeout` (reward_timeout): each call runs in its own worker process (rewards/worker.py), or with
-    `own_process` False (our health observer, which the trainer's callbacks read) under deadline.py's alarm.
+    """`func` under the contract, same `__name__`: values checked (`check_rewards`) on its own copy of the batch,
+    every way out but a real signal a RewardFailure naming the sample, None's share logged and warned once. `hold`
+    takes a failure and 0.0 is returned per completion (pipeline/trainer/reward_failures.py raises it after TRL's
+    loop). `timeout`: each call in a worker process (rewards/worker.py), or under deadline.py's alarm without
+    `own_process` (our health observer, which the trainer's callbacks read).
 
     >>> guarded = guard_reward(lambda prompts, completions, **kw: [len(c) for c in completions])
     >>> guarded(prompts=["p", "p"], completions=["ab", "c"])
@@ -159,8 +158,8 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
 
     def settled(err: BaseException, timeouts: tuple, prompts: Any, completions: Any,
                 kwargs: dict[str, Any]) -> list[float]:
-        """A raise out of the call: a real signal passes; past the deadline (never retried sample by sample: each
-        would wait as long again), the worker's verdict (already named) or any other raise is one RewardFailure."""
+        """A raise out of the call: a real signal passes; anything else is one RewardFailure (past the deadline, never
+        retried sample by sample: each would wait as long again)."""
         if isinstance(err, _NOT_A_REWARD_FAILURE):
             raise err
         if isinstance(err, timeouts):
