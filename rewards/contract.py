@@ -1,10 +1,7 @@
 """The one reward contract, checked before the model loads and enforced around every call while training.
-
 TRL's `GRPOTrainer._calculate_rewards` (TRL 1.15) calls `fn(prompts=..., completions=..., completion_ids=...,
-**kwargs) -> list[float | None]`, one value per completion; which keywords exactly is read from TRL's source
-(rewards/trl_source.py), what a user may return is `check_rewards` (rewards/returned.py), docs/rewards.md says
-both. `guard_reward` wraps a reward in that contract; the pre-load probe (pipeline/preflight.py) and the trainer
-(pipeline/trainer/build.py) use the same wrapper, so `--check` and the run agree. No torch here.
+**kwargs) -> list[float | None]`, one value per completion (its keywords: rewards/trl_source.py; what may come back:
+rewards/returned.py). `--check` (pipeline/preflight.py) and the trainer use the same `guard_reward`. No torch here.
 """
 
 from __future__ import annotations
