@@ -1,9 +1,6 @@
-"""A storage failure while saving: recognised by what it is, however it surfaces, and said where, why and what next.
-
-The same full disk reaches us as `OSError(ENOSPC)`, torch.save's `RuntimeError("[enforce fail at
-inline_container.cc:...] PytorchStreamWriter failed writing file ...")`, safetensors' `SafetensorError("... No space
-left on device (os error 28)")` (neither OSError nor RuntimeError), or any of them as the `__cause__` / `__context__`
-of another exception: `storage_errno` walks the chain and reads errnos, then the numbers and texts in messages.
+"""A storage failure while saving, recognised by what it is (`storage_errno`) and said where, why and what next.
+A full disk reaches us as `OSError(ENOSPC)`, torch.save's `RuntimeError("... PytorchStreamWriter failed writing
+file ...")`, safetensors' `SafetensorError("... (os error 28)")`, or any of them in another exception's chain.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
-"""`grpo env`: what is installed, what the known-good matrix wants, and the pip command that fixes it.
-
-    grpo env                     # readable report
-    grpo env --json              # the same report as JSON
-    grpo env --strict            # exit 1 unless every pinned package (GPU set included) is ok
-    grpo env --profile colab-t4  # also print that platform's settings and compare them with the GPU
-    grpo env --model_source modelscope  # say whether ModelScope (instead of the Hugging Face Hub) answers
-
-Exit status:
-    0  the plain backend is usable: torch, transformers, trl, peft, datasets and accelerate (the `core`
-       packages of known_good.toml) are installed, importable by name, and inside the plain set's
-       specifiers. With --strict, additionally every package of the GPU set is installed at its pin, no
-       installed package breaks another's declared requirement, and no "error" known-bad applies.
-    1  otherwise.
-    2  the report itself could not be made (e.g. known_good.toml is unreadable).
-
-It never imports unsloth or vllm, imports torch only when a GPU is visible, and runs in well under a
-second on a machine without a GPU. The report itself is assembled by `grpo_pipeline.env.report`.
+"""`grpo env`: what is installed, what the known-good matrix wants, and the pip command that fixes it (the report
+itself: env/report.py). Exit 0 when the plain backend is usable (known_good.toml's `core` packages installed,
+importable and inside the plain set's specifiers; with --strict also every GPU-set package at its pin, no declared
+requirement broken and no "error" known-bad), 1 otherwise, 2 when the report cannot be made. It never imports
+unsloth or vllm and imports torch only when a GPU is visible: well under a second without a GPU.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
-"""A fault of the environment, not of grpo-pipeline nor of the input: recognised at the command boundary
-(pipeline/errors.py run_command) by what the library that met it raises, so that it ends in exit 2 with what
-happened and the fix, never as "an internal error, a bug in grpo-pipeline".
-
-The classes, each read from the raising library's source (torch 2.13, vLLM 0.31), anywhere in the exception's chain:
-- another process of the run is gone: torch.distributed's DistError family (DistBackendError: NCCL's "communicator
-  was aborted", its watchdog's timeout; DistNetworkError; DistStoreError: the rendezvous store's timeout), and gloo's
-  plain RuntimeError "Connection closed by peer ... typically caused by a remote worker crashing" (gloo/transport/
-  tcp/pair.cc) or "Connection reset by peer";
-- vLLM's engine process died: vllm.v1.engine.exceptions.EngineDeadError ("EngineCore encountered an issue");
-- not enough memory: vLLM's start-up refusal, a ValueError "... on startup is less than desired GPU/CPU memory
-  utilization" (vllm/v1/worker/utils.py request_memory, v1/worker/cpu_worker.py), its KV-cache refusals
-  ("... on kv cache allocation is less than requested memory for kv", v1/worker/cpu_worker.py; "No available
-  memory for the cache blocks", "... larger than the available KV cache memory", v1/core/kv_cache_utils.py), and
-  torch's OutOfMemoryError ("CUDA out of memory").
-Matched by class name and module (no import of torch or vLLM here) and by those texts.
+"""A fault of the environment, not of grpo-pipeline nor of the input, recognised at the command boundary
+(pipeline/errors.py run_command) anywhere in an exception's chain, so it ends in exit 2 with the fix, never as "a bug
+in grpo-pipeline". Read from the raising library's source (torch 2.13, vLLM 0.31), matched by class name and module
+(no import of torch or vLLM) and by text:
+- another process of the run is gone: torch.distributed's DistError family (NCCL's "communicator was aborted", its
+  watchdog's timeout, the rendezvous store's), gloo's "Connection closed by peer" (gloo/transport/tcp/pair.cc);
+- vLLM's engine process died: vllm.v1.engine.exceptions.EngineDeadError;
+- not enough memory: vLLM's start-up and KV-cache refusals (vllm/v1/worker/utils.py request_memory,
+  v1/worker/cpu_worker.py, v1/core/kv_cache_utils.py) and torch's OutOfMemoryError.
 """
 
 from __future__ import annotations

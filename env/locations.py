@@ -1,8 +1,6 @@
-"""Where files are, and what is there: a path the user gave, made absolute the moment it is given; the one cache
-root; what a writer saw at a path when its command started (`snapshot`), re-checked when it publishes (env/paths.py).
-
-Why absolute at once: vLLM resolves a relative LoRA path against the *engine process's* working directory and, when
-it is not there, treats the string as a Hugging Face repo id (vllm#6231); Unsloth passes the path through unchanged.
+"""Where files are: a path the user gave, made absolute the moment it is given (vLLM resolves a relative LoRA path
+against the *engine process's* working directory, else takes it for a hub repo id: vllm#6231); the one cache root;
+what a writer saw at a path when its command started (`snapshot`), re-checked when it publishes (env/paths.py).
 """
 
 from __future__ import annotations

@@ -218,28 +218,34 @@ def _check_spec(spec: str, where: str) -> str:
     return spec
 
 
-def _fields(table: Any, cls: type, where: str, strings: tuple[str, ...], given: tuple[str, ...] = ()) -> None:
-    """`table` is a table with only fields of `cls` (less those the caller `given`), and `strings` are strings."""
+_TYPES = {"str": str, "bool": bool, "int": int}
+
+
+def _record(cls: type, table: Any, where: str, **given: Any) -> Any:
+    """`table` as a `cls` (with the fields the caller `given`): only its fields, every required one, each of the
+    type it declares; lists become tuples."""
     if not isinstance(table, Mapping):
         raise MatrixError(f"{where}: expected a table")
-    allowed = {f.name for f in dataclasses.fields(cls)} - set(given)
-    extra = set(table) - allowed
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in given}
+    extra = set(table) - set(fields)
     if extra:
-        raise MatrixError(f"{where}: unknown field(s) {sorted(extra)}; allowed: {sorted(allowed)}")
-    for key in strings:
-        _require(table, key, where, str)
+        raise MatrixError(f"{where}: unknown field(s) {sorted(extra)}; allowed: {sorted(fields)}")
+    for name, f in fields.items():
+        if name in table or f.default is f.default_factory is dataclasses.MISSING:
+            _require(table, name, where, _TYPES.get(str(f.type), object))
+    tuples = {name: tuple(value) for name, value in table.items() if str(fields[name].type).startswith("tuple")}
+    return cls(**given, **{**table, **tuples})
 
 
 def _parse_pins(tables: Mapping[str, Any], group: str) -> dict[str, Pin]:
     pins: dict[str, Pin] = {}
     for name, table in tables.items():
         where = f"[{group}.{name}]"
-        _fields(table, Pin, where, ("spec", "why", "disables", "module"), given=("name", "group"))
-        _check_spec(table["spec"], f"{where}.spec")
-        key = canonicalize_name(name)
-        if key in pins:
-            raise MatrixError(f"{where}: duplicate package (same canonical name as {pins[key].name!r})")
-        pins[key] = Pin(name=name, group=group, **table)
+        pin = _record(Pin, table, where, name=name, group=group)
+        _check_spec(pin.spec, f"{where}.spec")
+        if pin.key in pins:
+            raise MatrixError(f"{where}: duplicate package (same canonical name as {pins[pin.key].name!r})")
+        pins[pin.key] = pin
     return pins
 
 
@@ -247,14 +253,14 @@ def _parse_known_bad(entries: list[Any]) -> tuple[KnownBad, ...]:
     out = []
     for index, entry in enumerate(entries):
         where = f"[[known_bad]] #{index + 1}"
-        _fields(entry, KnownBad, where, ("severity", "id", "why", "fix"))
-        if entry["severity"] not in ("error", "warn"):
-            raise MatrixError(f"{where}.severity: {entry['severity']!r} is not one of ('error', 'warn')")
+        bad = _record(KnownBad, entry, where)
+        if bad.severity not in ("error", "warn"):
+            raise MatrixError(f"{where}.severity: {bad.severity!r} is not one of ('error', 'warn')")
         for part in ("when", "unless"):
-            for name, spec in entry.get(part, {}).items():
+            for name, spec in getattr(bad, part).items():
                 if spec:
                     _check_spec(spec, f"{where}.{part}.{name}")
-        out.append(KnownBad(**{**entry, "missing": tuple(entry.get("missing", ()))}))
+        out.append(bad)
     ids = [bad.id for bad in out]
     if len(ids) != len(set(ids)):
         raise MatrixError(f"[[known_bad]]: duplicate ids in {ids}")
@@ -265,17 +271,12 @@ def _parse_profiles(tables: Mapping[str, Any]) -> dict[str, Profile]:
     profiles = {}
     for profile_id, table in tables.items():
         where = f"[profiles.{profile_id}]"
-        _fields(table, Profile, where, ("install",), given=("id",))
-        if table["install"] not in SET_NAMES:
-            raise MatrixError(f"{where}.install: {table['install']!r} is not one of {SET_NAMES}")
-        utilization = table.get("gpu_memory_utilization")
+        profile = profiles[profile_id] = _record(Profile, table, where, id=profile_id)
+        if profile.install not in SET_NAMES:
+            raise MatrixError(f"{where}.install: {profile.install!r} is not one of {SET_NAMES}")
+        utilization = profile.gpu_memory_utilization
         if utilization is not None and not 0.0 < float(utilization) < 1.0:
             raise MatrixError(f"{where}.gpu_memory_utilization: {utilization} must be in (0, 1)")
-        tuples = {key: tuple(table[key]) for key in ("gpu_match", "notes") if key in table}
-        try:
-            profiles[profile_id] = Profile(id=profile_id, **{**table, **tuples})
-        except TypeError as err:  # a required field is missing
-            raise MatrixError(f"{where}: {err}") from err
     return profiles
 
 

@@ -1,12 +1,8 @@
-"""The one check of every path a user gives, run before any work: one table (`PATH_OPTIONS`), one function.
-
-`check_path` refuses, with one message naming the option (`PathError`, exit 2): an empty value; an unset or empty
-`$VAR` (`$OUT/run` with OUT unset must not become `/run`); an unknown `~user`; a symlink loop or dangling symlink on
-the way; a file where a folder is expected and the reverse; an input that is missing or unreadable; an output whose
-nearest existing folder is read-only or a file; an existing output folder without --overwrite; and an output that
-is, contains or lies inside something the same command reads (`grpo export --out <the adapter> --overwrite`).
-`grpo_pipeline.pipeline.preflight` runs it on the config's path fields (train, data); `check_command_paths` on the
-options of generate, eval and export right after argparse.
+"""The one check of every path a user gives, run before any work: one table (`PATH_OPTIONS`), one function
+(`check_path`: a PathError naming the option, exit 2). Refused: an empty value; an unset or empty `$VAR` (`$OUT/run`
+must not become `/run`); an unknown `~user`; a symlink loop or dangling link; a file where a folder is expected and
+the reverse; a missing or unreadable input; an unwritable output; an existing new folder without --overwrite; an
+output that is, contains or lies inside something the command reads (`grpo export --out <the adapter>`).
 """
 
 from __future__ import annotations
@@ -39,31 +35,6 @@ class PathError(ValueError):
         super().__init__(f"`{option}`: {message}")
 
 
-@dataclass(frozen=True)
-class PathKind:
-    """What a path option names. role: input | output; want: file | dir | any. Outputs: may_exist False = a new
-    folder, refused when it exists unless --overwrite; replaces True = a whole new file/folder put there, which must
-    neither be, contain nor lie inside anything the command reads; False = a folder filled in place (a run folder, a
-    cache), which must not be an input itself but may hold one (the checkpoint a run folder resumes)."""
-
-    role: str
-    want: str
-    may_exist: bool = True
-    replaces: bool = False
-
-    def describe(self) -> str:
-        noun = {"file": "file", "dir": "folder", "any": "file or folder"}[self.want]
-        return f"{'an input' if self.role == 'input' else 'an output'} {noun}"
-
-
-INPUT_FILE = PathKind("input", "file")
-INPUT_DIR = PathKind("input", "dir")
-INPUT_ANY = PathKind("input", "any")
-OUTPUT_FILE = PathKind("output", "file", replaces=True)
-NEW_OUTPUT_DIR = PathKind("output", "dir", may_exist=False, replaces=True)
-FILLED_OUTPUT_DIR = PathKind("output", "dir")
-
-
 def _path_like(value: str) -> bool:
     return value.startswith(("/", ".", "~", "$", os.sep))
 
@@ -91,10 +62,6 @@ def resume_path(value: str) -> bool:
     return value not in ("auto", "never") and ("/" in value or os.sep in value or os.path.lexists(value))
 
 
-def always(value: str) -> bool:
-    return True
-
-
 EXPORT_MARKER = "grpo_export.json"  # written into every `grpo export` folder: what --overwrite may replace
 
 
@@ -109,35 +76,55 @@ def previous_export(folder: Path) -> Optional[str]:
             f"one holds {shown}. Choose a new --out, or move that folder away yourself.")
 
 
+def always(value: str) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class PathOption:
-    kind: PathKind
+    """What a path option names. role: input | output; want: file | dir | any. Outputs: may_exist False = a new
+    folder, refused when it exists unless --overwrite; replaces True = a whole new file/folder put there, which must
+    neither be, contain nor lie inside anything the command reads; False = a folder filled in place (a run folder, a
+    cache), which must not be an input itself but may hold one (the checkpoint a run folder resumes)."""
+
+    role: str
+    want: str
+    may_exist: bool = True
+    replaces: bool = False
     applies: Callable[[str], bool] = always  # False: the value is a name, not a path (a hub id, `auto`)
     replaceable: Optional[Callable[[Path], Optional[str]]] = None  # with --overwrite: why not, or None
+
+    def describe(self) -> str:
+        noun = {"file": "file", "dir": "folder", "any": "file or folder"}[self.want]
+        return f"{'an input' if self.role == 'input' else 'an output'} {noun}"
+
+
+INPUT_FILE = PathOption("input", "file")
+INPUT_DIR = PathOption("input", "dir")
+OUTPUT_FILE = PathOption("output", "file", replaces=True)
+FILLED_OUTPUT_DIR = PathOption("output", "dir")
+LOCAL_DATA = PathOption("input", "any", applies=local_data)  # a file, a folder of files or a save_to_disk folder
+LOCAL_MODEL = PathOption("input", "dir", applies=local_model)
 
 
 # command -> option (config field name, or the argparse dest of `--option`) -> its kind. Config fields are
 # shared by `grpo train` and `grpo data` (both read the recipe); every other path option is listed per command.
 CONFIG_PATHS: dict[str, PathOption] = {
-    "output_dir": PathOption(FILLED_OUTPUT_DIR),
-    "data_cache_dir": PathOption(FILLED_OUTPUT_DIR),
-    "dataset_name": PathOption(INPUT_ANY, local_data),  # a file, a folder of files or a save_to_disk folder
-    "eval_dataset_name": PathOption(INPUT_ANY, local_data),
-    "model_name_or_path": PathOption(INPUT_DIR, local_model),
-    "resume": PathOption(INPUT_DIR, resume_path),
+    "output_dir": FILLED_OUTPUT_DIR,
+    "data_cache_dir": FILLED_OUTPUT_DIR,
+    "dataset_name": LOCAL_DATA,
+    "eval_dataset_name": LOCAL_DATA,
+    "model_name_or_path": LOCAL_MODEL,
+    "resume": PathOption("input", "dir", applies=resume_path),
 }
-_INFERENCE_PATHS: dict[str, PathOption] = {
-    "lora": PathOption(INPUT_DIR),
-    "run": PathOption(INPUT_DIR),
-    "config": PathOption(INPUT_FILE),
-    "model": PathOption(INPUT_DIR, local_model),
-}
+_INFERENCE_PATHS = {"lora": INPUT_DIR, "run": INPUT_DIR, "config": INPUT_FILE, "model": LOCAL_MODEL}
 PATH_OPTIONS: dict[str, dict[str, PathOption]] = {
-    "train": {"config": PathOption(INPUT_FILE), **CONFIG_PATHS},
-    "data": {"config": PathOption(INPUT_FILE), **{k: v for k, v in CONFIG_PATHS.items() if k != "resume"}},
-    "generate": {**_INFERENCE_PATHS, "input": PathOption(INPUT_FILE), "output": PathOption(OUTPUT_FILE)},
-    "eval": {**_INFERENCE_PATHS, "data": PathOption(INPUT_ANY, local_data), "output": PathOption(OUTPUT_FILE)},
-    "export": {"lora": PathOption(INPUT_DIR), "out": PathOption(NEW_OUTPUT_DIR, replaceable=previous_export)},
+    "train": {"config": INPUT_FILE, **CONFIG_PATHS},
+    "data": {"config": INPUT_FILE, **{k: v for k, v in CONFIG_PATHS.items() if k != "resume"}},
+    "generate": {**_INFERENCE_PATHS, "input": INPUT_FILE, "output": OUTPUT_FILE},
+    "eval": {**_INFERENCE_PATHS, "data": LOCAL_DATA, "output": OUTPUT_FILE},
+    "export": {"lora": INPUT_DIR, "out": PathOption("output", "dir", may_exist=False, replaces=True,
+                                                    replaceable=previous_export)},
 }
 
 
@@ -259,8 +246,8 @@ def _relation(out: Path, source: Path) -> Optional[str]:
     return None
 
 
-def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Path] | None = None,
-               overwrite: bool = False, replaceable: Optional[Callable[[Path], Optional[str]]] = None) -> Path:
+def check_path(option: str, raw: Any, kind: PathOption, *, reads: Mapping[str, Path] | None = None,
+               overwrite: bool = False) -> Path:
     """Check one path option and return it absolute, or raise PathError naming `option`. `reads`: what the command
     reads (a label such as "the adapter folder --lora" -> its path)."""
     path = expand(option, raw)
@@ -311,8 +298,8 @@ def check_path(option: str, raw: Any, kind: PathKind, *, reads: Mapping[str, Pat
                                                           else "change it: its new files would be read as part of it")
             raise PathError(option, f"{path} {relation} {label} ({source}), which this command reads; writing "
                             f"there would {harm}. Choose a place outside it.")
-    if exists and path.is_dir() and not kind.may_exist and replaceable is not None:
-        refusal = replaceable(path)
+    if exists and path.is_dir() and not kind.may_exist and kind.replaceable is not None:
+        refusal = kind.replaceable(path)
         if refusal:
             raise PathError(option, f"{path}: {refusal}")
     if exists and kind.want == "dir":
@@ -327,7 +314,7 @@ def _inputs(command: str, values: Mapping[str, Any]) -> dict[str, Path]:
     reads: dict[str, Path] = {}
     for option, spec in PATH_OPTIONS[command].items():
         value = values.get(option)
-        if spec.kind.role != "input" or not isinstance(value, (str, os.PathLike)) or not spec.applies(str(value)):
+        if spec.role != "input" or not isinstance(value, (str, os.PathLike)) or not spec.applies(str(value)):
             continue
         with contextlib.suppress(PathError):  # an input that does not expand: its own check reports it
             path = expand(flag(option, command), value)
@@ -358,10 +345,9 @@ def check_command_paths(command: str, values: Mapping[str, Any], *, only: Iterab
         for option in wanted:
             spec = table[option]
             value = values.get(option)
-            if spec.kind.role != role or value is None or (isinstance(value, str) and value.strip() and
+            if spec.role != role or value is None or (isinstance(value, str) and value.strip() and
                                                             not spec.applies(value)):
                 continue
             own = {label: p for label, p in reads.items() if label != flag(option, command)}
-            checked[option] = check_path(flag(option, command), value, spec.kind, reads=own, overwrite=overwrite,
-                                         replaceable=spec.replaceable)
+            checked[option] = check_path(flag(option, command), value, spec, reads=own, overwrite=overwrite)
     return checked

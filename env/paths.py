@@ -134,15 +134,10 @@ def _remove(path: Path) -> None:
 
 def publish(temp: Path, final: Path, seen: Seen, *, keep_theirs: Optional[Callable[[Path], bool]] = None,
             durable: bool = True) -> bool:
-    """Put the complete `temp` (a file or folder beside `final`) at `final`, replacing only what `seen` recorded:
-    the one publish step of every writer.
-
-    When `final` is not what `seen` recorded, `temp` is removed, `final` left as it is and PathChangedError raised;
-    with `keep_theirs`, a `final` it accepts (another process published a complete copy first) is kept and False
-    returned. Nothing recorded: a rename that never replaces. Something recorded: one atomic swap (renameat2
-    RENAME_EXCHANGE), the swapped-out entry checked to be the recorded one (else swapped back) and deleted; without
-    the swap, final -> `.{name}.old-*`, temp -> final (never replacing), then the old copy is deleted.
-    """
+    """Put the complete `temp` (beside `final`) at `final`, replacing only what `seen` recorded: every writer's
+    publish step. Otherwise `temp` is removed and PathChangedError raised, or, when `keep_theirs` accepts the `final`
+    another process published first, False returned. Without renameat2's atomic swap: final -> `.{name}.old-*`, temp
+    -> final (never replacing), the old copy deleted."""
     def conflict(now: Optional[tuple]) -> bool:
         _remove(temp)
         if keep_theirs is not None and now is not None and keep_theirs(final):
@@ -186,14 +181,10 @@ def publish(temp: Path, final: Path, seen: Seen, *, keep_theirs: Optional[Callab
 def atomic_directory(final_path: str | os.PathLike[str], *, durable: bool = True, seen: Optional[Seen] = None,
                      keep_theirs: Optional[Callable[[Path], bool]] = None) -> Iterator[Path]:
     """Yield a fresh, empty directory `.{name}.tmp-<pid>-<rand>` beside `final_path`; on success it is published
-    there (`publish_directory`), on an exception removed, and `final_path` is untouched.
-
-    `seen` (default: what is there when the block starts) is all it replaces. A crash between the two renames of
-    a system without renameat2 leaves *no* directory under the final name and the previous complete version at
-    `.{name}.old-*` (`verify_adapter_dir` points at it); never a half-written one. A killed process leaves its
-    `.tmp-*` sibling, safe to delete. `durable`: fsync every file and folder first, so a power loss cannot publish
-    files still empty on disk (about one disk flush). A storage failure is one StorageError naming `final_path`.
-    `keep_theirs`: as `publish`'s.
+    there (`publish_directory`), replacing only `seen` (default: what is there now); on an exception removed. A crash
+    between the two renames of a system without renameat2 leaves the previous version at `.{name}.old-*`
+    (`verify_adapter_dir` points at it), never a half-written one. `durable`: fsync first, so a power loss cannot
+    publish empty files. A storage failure is one StorageError naming `final_path`.
 
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -257,13 +248,10 @@ _LEFTOVER = re.compile(r"^\.(.+)\.(tmp|old)-\d+-[0-9a-f]{8}$")
 
 def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], None],
                  is_complete: Callable[[Path], bool], *, option: str = "", seen: Optional[Seen] = None) -> Path:
-    """Build a directory once and publish it under `final_path`; the first complete copy wins. Returns it absolute.
-
-    For caches many processes may fill at once (the demo model, a saved hub dataset, a prepared dataset): a folder
-    that `is_complete` accepts is kept and `write` not called, so a process reading it is never disturbed.
-    Otherwise `write(staging)` fills a fresh sibling that is published in one step; a racing process's complete
-    copy that got there first is kept and ours dropped. An incomplete folder seen there at the start (damaged by
-    hand) is replaced. `option` (or `seen`'s): the setting that chose the path, for a StorageError's message.
+    """Build a cache many processes may fill at once (the demo model, a prepared dataset) under `final_path`, once:
+    a folder `is_complete` accepts is kept (`write` not called), else `write(staging)` fills a sibling published in
+    one step, and a racing process's complete copy that got there first wins. Returns the path absolute. `option`:
+    the setting that chose the path, for a StorageError's message.
 
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -287,8 +275,8 @@ def publish_once(final_path: str | os.PathLike[str], write: Callable[[Path], Non
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, encoding: str = "utf-8",
                       seen: Optional[Seen] = None) -> Path:
-    """Write a text file atomically (a temp file beside it, fsync, `publish`): readers see the old content or the
-    new, never a partial file. `seen` (default: what is there now) is all it replaces. Returns the absolute path.
+    """Write a text file atomically (a temp file beside it, fsync, `publish` over `seen`, default what is there
+    now): readers see the old content or the new. Returns the absolute path.
 
     >>> import tempfile, pathlib
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "state.json"

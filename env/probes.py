@@ -120,11 +120,8 @@ def torch_build() -> dict[str, Any]:
 
 
 def nvidia_driver_version() -> str | None:
-    """The NVIDIA driver version (e.g. "580.65.06"), or None when no driver answers.
-
-    /proc first (cheap); then `nvidia-smi`, which is the only source on WSL2 and in containers that do
-    not mount /proc/driver/nvidia.
-    """
+    """The NVIDIA driver version (e.g. "580.65.06"), or None: /proc first, then `nvidia-smi` (the only source on
+    WSL2 and in containers that do not mount /proc/driver/nvidia)."""
     try:
         text = Path("/proc/driver/nvidia/version").read_text(errors="replace")
     except OSError:
@@ -180,11 +177,8 @@ class CudaUsability:
 
 
 def cuda_usability() -> CudaUsability:
-    """Can torch use CUDA here? From torch/version.py, the driver version and CUDA_VISIBLE_DEVICES only.
-
-    Importing torch to ask would be wrong before `import unsloth` (unsloth_zoo sets the CUDA allocator's
-    PYTORCH_ALLOC_CONF at its import and expects torch not to be imported yet), and costs seconds.
-    """
+    """Can torch use CUDA here? From torch/version.py, the driver version and CUDA_VISIBLE_DEVICES only: importing
+    torch costs seconds, and must not precede `import unsloth` (unsloth_zoo sets PYTORCH_ALLOC_CONF at its import)."""
     build = torch_build()
     if not build:
         return CudaUsability(False, "torch is not installed")

@@ -1,6 +1,5 @@
-"""The `grpo env` report as data: installed packages against the known-good matrix, this machine's GPU,
-known-bad combinations, which training modes can run here, and the pip command that fixes what is off.
-Nothing here imports unsloth or vllm, and torch only when a GPU is visible (through grpo_pipeline.env.probes).
+"""The `grpo env` report as data: installed packages against the known-good matrix, the GPU, known-bad
+combinations, which training modes can run here, and the pip command that fixes what is off.
 """
 
 from __future__ import annotations
@@ -27,9 +26,8 @@ GPU_MARKERS = ("unsloth", "unsloth-zoo", "vllm")
 
 def collect_report(profile: str | None = None, *, modules: Mapping[str, object] | None = None,
                    model_source: str = "hf") -> dict[str, Any]:
-    """The whole `grpo env` report as JSON-ready data: `profile` (e.g. "colab-t4") is compared with this machine,
-    `modules` is the module table of the import-order check (default: `sys.modules`), `model_source` the hub the
-    user's runs download from."""
+    """The whole `grpo env` report as JSON-ready data, `profile` ("colab-t4") compared with this machine; `modules`:
+    the import-order check's table (default `sys.modules`)."""
     started = time.perf_counter()
     matrix = load_matrix()
     errors: list[str] = []  # probes that failed: reported, never raised, never silently dropped
@@ -286,11 +284,8 @@ def _unsloth_modes(matrix: Matrix, found: Mapping[str, probes.Installed], report
 
 
 def _fix_command(matrix: Matrix, mode: str, rows: list[dict[str, Any]], profile: Profile | None) -> str | None:
-    """The pip command that brings the mode's set back to the matrix; None when nothing needs fixing.
-
-    Plain mode installs only the drifted/missing plain packages (the rest is fine as it is); GPU mode
-    reinstalls the whole GPU set, because its pins only hold together as a set.
-    """
+    """The pip command that brings the mode's set back to the matrix, or None: plain mode installs only the drifted
+    or missing packages; GPU mode the whole set, whose pins only hold together."""
     bad = [row["name"] for row in rows if row["status"] != "ok" and (mode == "gpu" or row["set"] == "plain")]
     if not bad:
         return None

@@ -1,13 +1,8 @@
-"""Secrets: the value of any option named as a token, a key or a password, kept out of every file and line we write.
-
-A secret is a value by its name (`is_secret`: `hub_token` and any other `*_token`, `*api_key*`, `*password*`,
-`*secret*`, at any depth of a mapping, and each item of a list under such a name), by its place (a URL's user-info
-password, `https://user:PASSWORD@host/`, in any string) or by its source (a value this process was given as a
-secret, `remember`, found again in any text, `redact`). The placeholder is transformers' `TrainingArguments.to_dict`
-rule (`<HUB_TOKEN>`). `masked` is the walk for every file the project writes and every record another process
-reads (pipeline/run/nodes.py); every printed command goes through env/paths.py `shell_command` (`masked_argv`);
-`masked_pickle_class` keeps a checkpoint's training_args.bin free of them. Environment variables (HF_TOKEN,
-WANDB_API_KEY) are read by the libraries themselves and never copied into a file.
+"""Secrets kept out of every file and line we write. A secret is a value by its name (`is_secret`: `*_token`,
+`*api_key*`, `*password*`, `*secret*`, at any depth), by its place (a URL's `https://user:PASSWORD@host/`) or by its
+source (a value given as a secret, `remember`, found again in any text, `redact`). The placeholder is transformers'
+`TrainingArguments.to_dict` rule (`<HUB_TOKEN>`). Environment variables (HF_TOKEN, WANDB_API_KEY) are read by the
+libraries themselves and never copied into a file.
 """
 
 from __future__ import annotations

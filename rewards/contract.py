@@ -1,10 +1,7 @@
 """The one reward contract, checked before the model loads and enforced around every call while training.
-
 TRL's `GRPOTrainer._calculate_rewards` (TRL 1.15) calls `fn(prompts=..., completions=..., completion_ids=...,
-**kwargs) -> list[float | None]`, one value per completion; which keywords exactly is read from TRL's source
-(rewards/trl_source.py), what a user may return is `check_rewards` (rewards/returned.py), docs/rewards.md says
-both. `guard_reward` wraps a reward in that contract; the pre-load probe (pipeline/preflight.py) and the trainer
-(pipeline/trainer/build.py) use the same wrapper, so `--check` and the run agree. No torch here.
+**kwargs) -> list[float | None]`, one value per completion (its keywords: rewards/trl_source.py; what may come back:
+rewards/returned.py). `--check` (pipeline/preflight.py) and the trainer use the same `guard_reward`. No torch here.
 """
 
 from __future__ import annotations
@@ -62,27 +59,6 @@ def _accepts(func: Callable, kwargs: dict[str, Any]) -> bool:
     except ValueError:  # no signature to read (some builtins): let the call decide
         return True
     return True
-
-
-class _NoneShare:
-    """Logs each call's share of None as `rewards/<name>/none_frac`; warns once per function."""
-
-    def __init__(self, name: str, warn: Callable[[str], None]):
-        self.name, self.warn, self.warned = name, warn, False
-
-    def record(self, values: list[Optional[float]], kwargs: dict[str, Any]) -> None:
-        share = sum(v is None for v in values) / max(len(values), 1)
-        log_metric = kwargs.get("log_metric")
-        if callable(log_metric):
-            log_metric(f"rewards/{self.name}/none_frac", share)
-        if share > 0 and not self.warned:
-            self.warned = True
-            state = kwargs.get("trainer_state")
-            # global_step counts completed steps: the batch being scored belongs to the next one
-            step = f" at step {state.global_step + 1}" if getattr(state, "global_step", None) is not None else ""
-            self.warn(f"reward `{self.name}` returned None for {share:.0%} of the batch{step}. TRL leaves those "
-                      "samples out of that reward (its mean is over the rest, and they add 0 to the total); the share "
-                      f"is logged as rewards/{self.name}/none_frac in metrics.jsonl. (Warned once.)")
 
 
 def _print_warning(message: str) -> None:
@@ -143,34 +119,44 @@ def _failure(func: Callable, name: str, worker: Optional[RewardWorker], err: Bas
 def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
                  hold: Optional[Callable[[RewardFailure], None]] = None, timeout: Optional[float] = None,
                  own_process: bool = True) -> Callable:
-    """`func` wrapped in the contract: same `__name__` (TRL's log key), each call's values checked by
-    `check_rewards` on its own copy of the batch (`own_batch`), every way out but a real signal turned into a
-    RewardFailure naming the sample, None's share logged and warned once. `hold`: a failure is handed to it and
-    0.0 returned per completion (pipeline/trainer/reward_failures.py raises it after TRL's loop, on every process
-    together). `timeout` (reward_timeout): each call runs in its own worker process (rewards/worker.py), or with
-    `own_process` False (our health observer, which the trainer's callbacks read) under deadline.py's alarm.
+    """`func` under the contract, same `__name__`: values checked (`check_rewards`) on its own copy of the batch,
+    every way out but a real signal a RewardFailure naming the sample, None's share logged and warned once. `hold`
+    takes a failure and 0.0 is returned per completion (pipeline/trainer/reward_failures.py raises it after TRL's
+    loop). `timeout`: each call in a worker process (rewards/worker.py), or under deadline.py's alarm without
+    `own_process` (our health observer, which the trainer's callbacks read).
 
     >>> guarded = guard_reward(lambda prompts, completions, **kw: [len(c) for c in completions])
     >>> guarded(prompts=["p", "p"], completions=["ab", "c"])
     [2.0, 1.0]
     """
     name = reward_name(func)
-    nones = _NoneShare(name, warn)
+    warned = False
     worker = RewardWorker(func, name, is_async_reward(func), timeout, warn) if timeout and own_process and can_fork() \
         else None
 
     def checked(output: Any, completions: Any, kwargs: dict[str, Any]) -> list[Optional[float]]:
+        nonlocal warned
         try:
             values = check_rewards(name, output, len(completions))
         except RewardFailure as err:
             return held(err, completions)
-        nones.record(values, kwargs)
+        share = sum(v is None for v in values) / max(len(values), 1)
+        if callable(kwargs.get("log_metric")):
+            kwargs["log_metric"](f"rewards/{name}/none_frac", share)
+        if share > 0 and not warned:
+            warned = True
+            state = kwargs.get("trainer_state")
+            # global_step counts completed steps: the batch being scored belongs to the next one
+            step = f" at step {state.global_step + 1}" if getattr(state, "global_step", None) is not None else ""
+            warn(f"reward `{name}` returned None for {share:.0%} of the batch{step}. TRL leaves those samples out of "
+                 "that reward (its mean is over the rest, and they add 0 to the total); the share is logged as "
+                 f"rewards/{name}/none_frac in metrics.jsonl. (Warned once.)")
         return values
 
     def settled(err: BaseException, timeouts: tuple, prompts: Any, completions: Any,
                 kwargs: dict[str, Any]) -> list[float]:
-        """A raise out of the call: a real signal passes; past the deadline (never retried sample by sample: each
-        would wait as long again), the worker's verdict (already named) or any other raise is one RewardFailure."""
+        """A raise out of the call: a real signal passes; anything else is one RewardFailure (past the deadline, never
+        retried sample by sample: each would wait as long again)."""
         if isinstance(err, _NOT_A_REWARD_FAILURE):
             raise err
         if isinstance(err, timeouts):

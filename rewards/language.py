@@ -107,10 +107,8 @@ def language_consistency(completion: Optional[str], question: Optional[str]) -> 
 # off by default (not in DEFAULT_REWARDS): for questions in one language, e.g. Chinese GSM8K
 @builtin_reward("language_consistency")
 def language_consistency_reward_func(prompts: Any = None, completions: Any = None, **kwargs: Any) -> list[float]:
-    """Up to 0.5 per completion when its reasoning and answer are in the question's language.
-
-    `prompts` are TRL's (one per completion: a conversation or a string); without them each completion is
-    held to its own dominant language, so only mixing costs. TRL's other keyword arguments are ignored.
+    """Up to 0.5 per completion when its reasoning and answer are in the language of its prompt's question; without
+    `prompts` each completion is held to its own dominant language, so only mixing costs.
 
     >>> zh = [{"role": "user", "content": "一支笔 3 元，4 支笔多少钱？"}]
     >>> language_consistency_reward_func(prompts=[zh, zh, zh], completions=["<answer>12 元</answer>", "12 yuan", None])

@@ -1,37 +1,28 @@
-"""Read a free-form final answer ("$1,234", "答案：18", "\\boxed{\\frac12}") into a comparable form.
-
-The fast path of answer checking (string work and linear regexes, no sympy). An answer is a `number`
-(exactly one value, possibly repeated, in prose or units), `ambiguous` (several different numbers and no
-final-answer marker: never guessed), `expression` (maths the numeric reader must not flatten: "2x",
-"\\sqrt{2}", "(1, 2)"; matching.py hands it to math-verify) or `text` ("Monday"). The rules, each a reason a
-notebook reward marked a right answer wrong:
+"""Read a free-form final answer ("$1,234", "答案：18", "\\boxed{\\frac12}") into a comparable form: the fast path
+of answer checking (string work and linear regexes, no sympy). An answer is a `number` (one value, possibly
+repeated), `ambiguous` (several different numbers and no final-answer marker, or a hedge: never guessed),
+`expression` (maths the numeric reader must not flatten: "2x", "\\sqrt{2}", "(1, 2)"; matching.py hands it to
+math-verify) or `text` ("Monday"). The rules, each a reason a notebook reward marked a right answer wrong:
 
 1. Garbage (U+FFFD, zero-width and bidi marks, control characters) is dropped; NFKC folds "１８" and "："; U+2212
    is "-".
-2. LaTeX: the last `\\boxed{}`/`\\fbox{}` is the answer; delimiters dropped, `\\text{}` unwrapped, numeric
-   `\\frac{a}{b}` / `\\frac12` become a/b.
+2. LaTeX: the last `\\boxed{}`/`\\fbox{}` is the answer; `\\text{}` unwrapped, numeric `\\frac{a}{b}` becomes a/b.
 3. Only what follows the last final-answer marker ("answer is", "答案：", ...) is read, then only what follows a
-   single "=": "5 + 13 = 18" is 18. Without one, a sentence is a number only if all its numbers are equal.
-4. Thousands separators are "," or a space between groups of three; decimals, a/b and e-notation are read
-   exactly (`fractions.Fraction`); currency and unit words around a number are ignored.
+   single "=": "5 + 13 = 18" is 18.
+4. "," or a space between groups of three separates thousands; decimals, a/b and e-notation are read exactly
+   (`fractions.Fraction`); currency and unit words around a number are ignored.
 5. "50%" reads as 50 (GSM8K writes "#### 50"), never also 0.5: both readings would accept "0.2%" for 0.2.
-6. A single Latin/Greek letter glued to a number ("2x", "2π"), operators, brackets or a leftover backslash
-   make an expression; a word glued to it is a unit ("18km"), and so is one of the letters m g h s l ("5m").
-7. Accepted forms: "**18**", "18 (approximately)", units after a slash or squared ("$15/hour", "10 ft²"),
-   mixed numbers ("2 1/2" = 5/2, proper fractions only), scale words ("1.2 million"), "\\approx" as "=" unless
-   it follows an exact value, "11,\\! 111" as 11111.
-8. A comma is a thousands separator only in GSM8K's shape ("1,234", "12,000,023"); any other single comma
-   between digits is a decimal comma ("2,74"), so "18,20" reads as 18.2, which equals no integer answer.
+6. A single Latin/Greek letter glued to a number ("2x", "2π"), operators or brackets make an expression; a word
+   glued to it is a unit ("18km"), and so is one of the letters m g h s l ("5m").
+7. Accepted forms: "**18**", "18 (approximately)", "$15/hour", "10 ft²", "2 1/2" (5/2), "1.2 million".
+8. A comma between digits outside GSM8K's thousands shape ("1,234") is a decimal comma: "18,20" is 18.2.
 9. Prose with several different numbers: the number its last sentence asserts (`conclusion_value`), or nothing.
-   A hedge ("maybe 18", "at most 18", "\\boxed{18} or \\boxed{20}") is ambiguous even with one number.
+   A hedge ("maybe 18", "\\boxed{18} or \\boxed{20}") is ambiguous even with one number.
 
-The model's side (`parse_answer(..., prediction=True)`) also reads number words ("eighteen", "十八") in text
-without digits, cuts chat-template tokens and what follows them, and reads a long answer at its last
-\\boxed{} or final-answer marker, else its last MAX_ANSWER_CHARS characters. A reference gets none of these
-("forty two" is no GSM8K reference: correctness leaves it unjudged), and one over MAX_ANSWER_CHARS is not read.
-
-Rules 1, 2, 7 live in rewards/cleaning.py, 3 and 9 in rewards/sentences.py, 4-6 and 8 in rewards/numbers.py,
-number words in rewards/number_words.py; this module runs them in order.
+The model's side (`prediction=True`) also reads number words ("eighteen", "十八"), cuts chat-template tokens and what
+follows them, and reads a long answer at its last \\boxed{} or marker, else its last MAX_ANSWER_CHARS characters. A
+reference gets none of these ("forty two" is no GSM8K reference), and one over MAX_ANSWER_CHARS is not read. Rules
+1, 2, 7 live in rewards/cleaning.py, 3 and 9 in sentences.py, 4-6 and 8 in numbers.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Reward functions by name, for configs and the CLI: our short names ("correctness"), the notebook's function
-names as aliases (TRL logs `rewards/<__name__>/mean`, so dashboards match the notebook's), TRL's registry, and
-"package.module:function" for a user's own.
+"""Reward functions by name: our short names ("correctness"), the notebook's function names (TRL logs
+`rewards/<__name__>/mean`, so dashboards match the notebook's), TRL's registry, and "package.module:function".
 """
 
 from __future__ import annotations
@@ -47,10 +46,9 @@ def _known_names(unknown: str = "") -> str:
 
 
 def resolve_reward(name: str | RewardFunc, fresh: bool = False) -> RewardFunc:
-    """The reward function for a registry name, a notebook alias, a name of TRL's registry (what `trl grpo
-    --reward_funcs` takes, built as TRL builds it), or "module:function" (or a dotted path); a callable as it is.
-    `fresh`: a user's module is a separate instance (rewards/user_code.py `import_user_module`), for the check.
-    Raises a plain ValueError saying the fix (the config layer names the field).
+    """The reward for our name, a notebook alias, a name of TRL's registry (`trl grpo --reward_funcs`), or
+    "module:function" (or a dotted path); a callable as it is. `fresh`: a user's module as a separate instance (for
+    the check). Raises a ValueError saying the fix.
 
     >>> resolve_reward("correctness").__name__
     'correctness_reward_func'
@@ -86,10 +84,8 @@ def is_builtin_reward(name: Any) -> bool:
 
 
 def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
-    """True when one of the rewards is the built-in correctness reward (which reads `grpo_answer`), by any name
-    `resolve_reward` takes for it; None when a module's source cannot tell and nothing else says yes. Decided
-    without importing any module (`grpo data` and `grpo plan` run no user code); a name that does not resolve is
-    validate()'s to name.
+    """True when one of the rewards is the built-in correctness reward (which reads `grpo_answer`), by any name;
+    None when a module's text cannot tell. Imports no module: `grpo data` and `grpo plan` run no user code.
 
     >>> reads_reference(["strict_format", "correctness"]), reads_reference(["trl.rewards.accuracy_reward"])
     (True, False)
@@ -99,41 +95,16 @@ def reads_reference(names: Sequence[str | RewardFunc]) -> Optional[bool]:
 
 
 def _is_correctness(name: str | RewardFunc) -> Optional[bool]:
+    """Read from the module's text, without running it: True for ours or an import of it under that name; False for
+    a function or class of its own, another import, or no such module (validate() names it); None when the text does
+    not say (an assignment, a name made at run time)."""
     facts = facts_of(name.strip() if isinstance(name, str) else name)
     if facts is not None or callable(name):
         return facts is not None and facts.reads_reference
     module, function = _spec_parts(name)
-    if not module or not function:
-        return False  # not a reward name at all: validate() names it
-    source = module_source(module)
+    source = module_source(module) if module and function else None
     if source is None:
-        return False  # no such module: validate() names it
-    return is_correctness_in_source(source, function)
-
-
-def module_source(module_name: str) -> Optional[Path]:
-    """The .py file `import module_name` would run, found as import_user_module finds it, without running any of
-    it; None when there is none."""
-    top, *rest = module_name.split(".")
-    if top == OURS:  # our own modules (grpo_pipeline.rewards.correctness)
-        spec = spec_of_ours(module_name)
-        return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
-    path = user_module_file(top)
-    if path is None:
-        spec = importlib.machinery.PathFinder.find_spec(top)  # a finder, not an import: no code runs
-        path = Path(spec.origin) if spec is not None and spec.origin else None
-    for part in rest:
-        if path is None or path.name != "__init__.py":
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(part, [str(path.parent)])
-        path = Path(spec.origin) if spec is not None and spec.origin else None
-    return path if path is not None and path.suffix == ".py" else None
-
-
-def is_correctness_in_source(source: Path, function: str) -> Optional[bool]:
-    """Whether `function` in the module file `source` is the built-in correctness reward, read from its text:
-    True for ours or an import of it under that name, False for a function or class of its own or another import,
-    None when the text does not say (an assignment, a name made at run time)."""
+        return False
     ours = Path(inspect.getsourcefile(correctness_reward_func)).resolve()
     if source.resolve() == ours:
         return function == correctness_reward_func.__name__
@@ -157,6 +128,25 @@ def is_correctness_in_source(source: Path, function: str) -> Optional[bool]:
     return answer
 
 
+def module_source(module_name: str) -> Optional[Path]:
+    """The .py file `import module_name` would run, found as import_user_module finds it, without running any of
+    it; None when there is none."""
+    top, *rest = module_name.split(".")
+    if top == OURS:  # our own modules (grpo_pipeline.rewards.correctness)
+        spec = spec_of_ours(module_name)
+        return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
+    path = user_module_file(top)
+    if path is None:
+        spec = importlib.machinery.PathFinder.find_spec(top)  # a finder, not an import: no code runs
+        path = Path(spec.origin) if spec is not None and spec.origin else None
+    for part in rest:
+        if path is None or path.name != "__init__.py":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(part, [str(path.parent)])
+        path = Path(spec.origin) if spec is not None and spec.origin else None
+    return path if path is not None and path.suffix == ".py" else None
+
+
 def _is_spec(key: str) -> bool:
     """'package.module:function', or a dotted path as TRL's docs and open-r1 write one."""
     return ":" in key or "." in key.strip(".")
@@ -170,9 +160,8 @@ def _spec_parts(name: Any) -> tuple[str, str]:
 
 
 def check_reward_names(names: Sequence[str | RewardFunc], modules: bool = True) -> None:
-    """What get_reward_funcs refuses that can be seen without importing anything: not a list, an empty list, and
-    with `modules` an unknown bare name or a module that is nowhere to be found (for the commands that call no
-    reward)."""
+    """What get_reward_funcs refuses, seen without importing anything: not a list, an empty list, and with
+    `modules` an unknown bare name or a module that is nowhere to be found."""
     if isinstance(names, str) or not isinstance(names, Sequence):
         raise ValueError(f"expected a list of names, got {names!r}; write e.g. [{names!r}].")
     if not names:
@@ -189,11 +178,9 @@ def check_reward_names(names: Sequence[str | RewardFunc], modules: bool = True) 
 
 
 def get_reward_funcs(names: Sequence[str | RewardFunc], fresh: bool = False) -> list[RewardFunc]:
-    """Resolve a list of reward names (see `resolve_reward`), in order, each under the name TRL logs it by
-    (`rewards/<__name__>/mean`). A callable without a name of its own (a lambda, a partial, an instance) is named
-    after the attribute it was loaded as (`scoring:length_penalty` -> `length_penalty`), and two rewards with one
-    name (`a:score`, `b:score`) after their whole spec (`a.score`), so TRL never mixes two means under one key.
-    Raises ValueError for a bare string, an empty list, or a reward listed twice.
+    """`resolve_reward` of each name, in order, under the name TRL logs it by (`rewards/<__name__>/mean`): a
+    callable without a name of its own is named after its attribute (`scoring:length_penalty`), two with one name
+    (`a:score`, `b:score`) after their spec (`a.score`). ValueError for a bare string, an empty list, a repeat.
 
     >>> [f.__name__ for f in get_reward_funcs(["int", "correctness"])]
     ['int_reward_func', 'correctness_reward_func']
@@ -267,9 +254,8 @@ def check_reward_weights(names: Sequence[Any], weights: Sequence[float] | None) 
 
 
 def load_user_object(spec: str, kind: str, fresh: bool = False) -> Any:
-    """The object `package.module:attr` (or `package.module.attr`) names, from the user's module
-    (rewards/user_code.py); `kind` ("reward", "tool", ...) is what the messages call it. Raises a plain ValueError
-    saying the fix."""
+    """The object `package.module:attr` (or `package.module.attr`) names; `kind` ("reward", "tool") is what the
+    messages call it. Raises a ValueError saying the fix."""
     if ":" not in spec and "." in spec.strip("."):
         spec = ":".join(spec.rsplit(".", 1))
     module_name, _, attr_path = spec.partition(":")

@@ -86,12 +86,9 @@ PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}|[\u4e00-\u9fff]")
 
 
 def conclusion_value(text: str) -> Fraction | None:
-    """The number the last sentence with a digit asserts, or None. Each step can only refuse, never guess: a
-    sentence that hedges (`_HEDGE`) is refused; without an assertion cue (`_CUE`) that a number follows, only a
-    concluding sentence (`_CONCLUDING`) with one number is read; a "=" that starts a second equation is refused,
-    a chain of equalities is read at its right-hand end; the first number after the cue is the answer when no
-    maths stands before it and every later different number stands in a prepositional phrase ("during the 60
-    days"). Sentences end at ". ", "!", "?", "。", not at ";", which joins equations ("p = 0; q = 1").
+    """The number the last sentence with a digit asserts, or None; each step can only refuse, never guess (a hedge,
+    no cue and more than one number, a second equation, a later different number outside a phrase like "during the
+    60 days"). Sentences end at ". ", "!", "?", "。", not at ";", which joins equations ("p = 0; q = 1").
 
     >>> conclusion_value("The bakery sold 37 + 95, which is 132 loaves in total.")
     Fraction(132, 1)

@@ -1,12 +1,8 @@
 """The slow path: symbolic equality of two LaTeX answers through math-verify (sympy underneath, imported lazily:
-~0.6 s), for what the fast reader (normalize.py) cannot settle: "\\frac{\\sqrt{3}}{2}" vs "\\sqrt{3}/2".
-
-Safe inside a training step: math-verify's own time limits (signal.alarm, so off the main thread the check is
-skipped, False, warned once: sympy could hang on "10^{10^{10^{10}}}"), and a budget per batch (`time_budget`):
-once spent, new pairs score False (counted in `skipped_over_budget`, warned once) and are not cached.
-
-Inputs are wrapped as "$...$" and parsed with LatexExtractionConfig only: without the anchors math-verify's
-lenient extraction reads "2x" as 2 and "3\\sqrt{2}" as 3, turning wrong answers into right ones.
+~0.6 s), for what normalize.py cannot settle: "\\frac{\\sqrt{3}}{2}" vs "\\sqrt{3}/2". Safe inside a training step:
+math-verify's own time limits (signal.alarm; off the main thread the check is skipped, False, warned once) and a
+budget per batch (`time_budget`). Inputs are wrapped as "$...$" and parsed with LatexExtractionConfig only: without
+the anchors math-verify's lenient extraction reads "2x" as 2, turning wrong answers into right ones.
 """
 
 from __future__ import annotations

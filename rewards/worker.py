@@ -1,10 +1,8 @@
-"""A reward's own process: the deadline (reward_timeout) that holds for every reward a user can write.
-
-An alarm in the trainer's process is cooperative (math_verify's own timeout cancels it, a blocked event loop or a
-C call holding the GIL never lets its handler run, off the main thread there is none); a process can always be
-killed. So while reward_timeout is set, each reward runs in a worker forked on its first call (fork: every
-callable TRL takes works as it is); past the deadline its process group is SIGKILLed, and the next call forks anew.
-What that changes for a reward: docs/rewards.md "Its own process"; its cost: bench/overhead.py.
+"""A reward's own process: the deadline (reward_timeout) that holds for every reward a user can write. An alarm in
+the trainer's process is cooperative (math_verify cancels it, a C call holding the GIL never lets its handler run, off
+the main thread there is none); a process can always be killed. So while reward_timeout is set, each reward runs in a
+worker forked on its first call, SIGKILLed with its process group past the deadline. What that changes for a reward:
+docs/rewards.md "Its own process"; its cost: bench/overhead.py.
 """
 
 from __future__ import annotations

@@ -174,7 +174,7 @@ def every_option() -> list[Option]:
 
 
 CASES = [(option, kind) for option in every_option()
-         for kind in [*BAD_KINDS, *(INPUT_ONLY if PATH_OPTIONS[option.command][option.name].kind.role == "input"
+         for kind in [*BAD_KINDS, *(INPUT_ONLY if PATH_OPTIONS[option.command][option.name].role == "input"
                                     else {})]]
 
 
@@ -187,7 +187,7 @@ def test_every_bad_path_is_refused_before_any_work(option, kind, adapter_dir, tm
     monkeypatch.setenv("GRPO_TEST_EMPTY_VAR", "")
     monkeypatch.chdir(tmp_path)
     make = {**BAD_KINDS, **INPUT_ONLY}[kind]
-    value = make(tmp_path, spec.kind.want, spec.kind.role)
+    value = make(tmp_path, spec.want, spec.role)
     argv = option.argv(tmp_path, adapter_dir, value)
     tripwires(monkeypatch)
     code, output = run(argv, monkeypatch, capsys)
@@ -210,7 +210,7 @@ def test_read_only_place_is_refused_for_every_output(adapter_dir, tmp_path, monk
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "new").mkdir()
-    outputs = [o for o in every_option() if PATH_OPTIONS[o.command][o.name].kind.role == "output"]
+    outputs = [o for o in every_option() if PATH_OPTIONS[o.command][o.name].role == "output"]
     assert {(o.command, o.name) for o in outputs} >= {("train", "output_dir"), ("train", "data_cache_dir"),
                                                       ("generate", "output"), ("eval", "output"), ("export", "out")}
     for option in outputs:
@@ -377,7 +377,7 @@ def _output_input_pairs():
     for command, table in PATH_OPTIONS.items():
         for out, out_spec in table.items():
             for src, src_spec in table.items():
-                if out_spec.kind.role == "output" and src_spec.kind.role == "input" and src_spec.kind.want != "file":
+                if out_spec.role == "output" and src_spec.role == "input" and src_spec.want != "file":
                     yield command, out, src
 
 
@@ -407,12 +407,12 @@ def test_an_output_inside_an_input_folder_is_refused_naming_the_output(tmp_path,
     folder = tmp_path / "input folder"
     folder.mkdir()
     (folder / "train.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n', encoding="utf-8")
-    inside = folder / ("out.jsonl" if PATH_OPTIONS[command][out].kind.want == "file" else "sub")
+    inside = folder / ("out.jsonl" if PATH_OPTIONS[command][out].want == "file" else "sub")
     with pytest.raises(PathError) as caught:
         check_command_paths(command, _values_with(command, src, folder, out, inside))
     assert caught.value.option.lstrip("-") == out and "which this command reads" in str(caught.value)
     # beside the input folder it is fine
-    beside = tmp_path / ("out.jsonl" if PATH_OPTIONS[command][out].kind.want == "file" else "beside")
+    beside = tmp_path / ("out.jsonl" if PATH_OPTIONS[command][out].want == "file" else "beside")
     check_command_paths(command, _values_with(command, src, folder, out, beside))
 
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from grpo_pipeline.rewards.contract import (RewardFailure, _accepts, _NoneShare, check_rewards, guard_reward,
+from grpo_pipeline.rewards.contract import (RewardFailure, _accepts, check_rewards, guard_reward,
                               probe_rewards, reward_name)
 from grpo_pipeline.rewards.returned import sample
 
@@ -307,13 +307,17 @@ def warning(name, share, step=""):
     ([[]], None, [0.0], []),
 ])
 def test_none_share_logged_and_warned_once(batches, state, logged, warned):
-    log, warnings = [], []
-    share = _NoneShare("f", warnings.append)
+    log, warnings, returned = [], [], iter(batches)
+
+    def f(prompts, completions, **kwargs):
+        return next(returned)
+
+    guarded = guard_reward(f, warn=warnings.append)
     for values in batches:
         kwargs = {"log_metric": lambda k, v: log.append((k, v))}
         if state is not None:
             kwargs["trainer_state"] = state
-        share.record(values, kwargs)
+        guarded(prompts=["p"] * len(values), completions=["c"] * len(values), **kwargs)
     assert log == [("rewards/f/none_frac", v) for v in logged]
     assert warnings == warned
 
