@@ -46,15 +46,6 @@ def is_garbled(text: str) -> bool:
     return GARBLED_CHARS.search(text) is not None
 
 
-def garbled_rate(texts: Sequence[str]) -> float:
-    """Share of completions that are garbled (see `is_garbled`); 0.0 for an empty batch.
-
-    >>> garbled_rate(["fine", "bad\\ufffd", "fine", "\\u2060"])
-    0.5
-    """
-    return _mean([1.0 if is_garbled(t) else 0.0 for t in texts])
-
-
 def repetition_rate(token_ids: Sequence[int], n: int = REPETITION_NGRAM) -> float:
     """Share of a completion's token n-grams that repeat an earlier n-gram: 1 - unique/total, in [0, 1) (0.0 for
     fewer than two n-grams); a loop of one token repeated L times scores 1 - 1/(L-n+1).
@@ -189,16 +180,6 @@ def _decoded_incomplete_ids(tokenizer: Any, ids: Iterable[int] | None = None) ->
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
-
-
-def log_number(value: Any) -> float | None:
-    """A logged value as a float; None for None, a bool or anything that is not a number."""
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def finite_mean(values: list[float | None]) -> float | None:

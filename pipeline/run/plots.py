@@ -42,7 +42,6 @@ HEALTH_RATES = {
 }
 
 Series = tuple[list[int], list[float]]
-NON_FINITE_STRINGS = {"nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity"}
 
 
 def read_metrics(path: str | Path) -> dict[int, dict[str, Any]]:
@@ -92,16 +91,18 @@ def series(rows: dict[int, dict[str, Any]], key: str) -> Series | None:
 
 
 def as_number(value: Any) -> float | None:
-    """A logged value as a float: numbers, and the strings "nan"/"inf"/"-inf"; None for anything else.
+    """A logged value as a float: a number, or a string that spells one (metrics.jsonl holds NaN/inf as "nan"/"inf");
+    None for None, a bool or anything else. The one reading of a logged value: the health rules' too.
 
     >>> as_number(3), as_number("inf"), as_number("NaN") != as_number("NaN"), as_number("text"), as_number(True)
     (3.0, inf, True, None, None)
     """
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
         return float(value)
-    if isinstance(value, str) and value.strip().lower() in NON_FINITE_STRINGS:
-        return float(value)
-    return None
+    except (TypeError, ValueError):
+        return None
 
 
 def moving_average(values: list[float], window: int) -> list[float]:
