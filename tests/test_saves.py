@@ -342,9 +342,9 @@ SHAPE_CHANGES = {
 
 
 def test_every_weight_shaping_field_is_in_the_table():
-    from grpo_pipeline.pipeline.run.resume import WEIGHT_SHAPING_FIELDS
+    from grpo_pipeline.pipeline.config import fields_with
 
-    assert set(SHAPE_CHANGES) == set(WEIGHT_SHAPING_FIELDS)
+    assert set(SHAPE_CHANGES) == set(fields_with("resume_shaping"))
 
 
 @pytest.mark.slow

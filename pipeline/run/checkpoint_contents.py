@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from huggingface_hub import try_to_load_from_cache
 from safetensors import safe_open
@@ -52,13 +52,13 @@ def local_model_files(base_model: str) -> list:
     return sorted(folder.glob("*.safetensors"))
 
 
-def adapter_mismatch(adapter: Any, base_model: str) -> Optional[str]:
+def adapter_mismatch(adapter: Any, base_model: str, lora: Optional[dict] = None) -> Optional[str]:
     """Why `adapter` cannot load on `base_model`, or None: adapter_config.json's rank and each LoRA matrix's shape
-    against the base's weights, from the headers (peft would fail after the model has loaded). Quantized (4-bit)
-    base weights have packed shapes and are not compared."""
+    (`lora`: tensor_shapes of its weights, when read already) against the base's weights, from the headers (peft
+    would fail after the model has loaded). Quantized (4-bit) base weights have packed shapes and are not compared."""
     if adapter.weights_file.suffix != ".safetensors":
         return None
-    lora = tensor_shapes([adapter.weights_file])
+    lora = lora or tensor_shapes([adapter.weights_file])
     base = tensor_shapes(local_model_files(base_model))
     rank_pattern = adapter.config.get("rank_pattern") or {}
     trained_on = adapter.base_model_name_or_path
@@ -128,7 +128,6 @@ def _restored_missing(folder: Path, launch: Launch) -> Optional[str]:
 
 class _Unreadable(Exception):
     def __init__(self, path: Path, why: str):
-        super().__init__(why)
         self.path, self.why = path, why
 
 
@@ -154,32 +153,35 @@ def _adapter_problem(folder: Path, lora_r: int, target_modules: Any, base_model:
     if modules and wanted and all(w.isidentifier() for w in wanted) and modules != wanted:
         return (f"{where} on {sorted(modules)}, and this run's lora_target_modules are {sorted(wanted)}: it is "
                 f"another run's adapter. {_fix(folder)}")
-    mismatch = adapter_mismatch(adapter, base_model)
+    mismatch = adapter_mismatch(adapter, base_model, shapes)
     if mismatch:
         return f"{mismatch} (in {folder}) {_fix(folder)}"
     return Counter(shape for _, (shape, _) in shapes.items())
 
 
-def _load(path: Path) -> Any:
-    """A torch-saved file as transformers loads it on resume (weights_only, with its `safe_globals`: no code runs)."""
+def _load(path: Path, fits: Callable[[Any], bool], unfit: str) -> Any:
+    """A torch-saved file as transformers loads it on resume (weights_only, with its `safe_globals`: no code runs);
+    _Unreadable(`unfit`) when it is not what `fits` expects there."""
     # lazy: transformers imports torch; the resume check is the first place a run reads a torch file
     import torch
     from transformers.trainer_pt_utils import safe_globals
 
     try:
         with safe_globals():
-            return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)  # reads what it needs
+            loaded = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)  # reads what it needs
     except Exception as err:  # noqa: BLE001 - an UnpicklingError, a zip error: the file is not ours to read
         first = re.sub(r"\x1b\[[0-9;]*m", "", printable(err)).splitlines()[0] if str(err) else ""
         raise _Unreadable(path, shorten(f"{type(err).__name__}: {first}", 200)) from None
+    if not fits(loaded):
+        raise _Unreadable(path, unfit)
+    return loaded
 
 
 def _optimizer_problem(folder: Path, trained: Optional[Counter]) -> Optional[str]:
     """optimizer.pt's groups and state shapes against the adapter's matrices, then scheduler.pt's."""
     path = folder / "optimizer.pt"
-    state = _load(path)
-    if not isinstance(state, dict) or not isinstance(state.get("param_groups"), list):
-        raise _Unreadable(path, "no param_groups: not an optimizer's state_dict")
+    state = _load(path, lambda s: isinstance(s, dict) and isinstance(s.get("param_groups"), list),
+                  "no param_groups: not an optimizer's state_dict")
     groups = state["param_groups"]
     count = sum(len(group.get("params", [])) for group in groups if isinstance(group, dict))
     shapes = Counter(tuple(value.shape) for entry in (state.get("state") or {}).values() if isinstance(entry, dict)
@@ -195,9 +197,8 @@ def _optimizer_problem(folder: Path, trained: Optional[Counter]) -> Optional[str
 def _scheduler_problem(folder: Path, groups: Optional[list]) -> Optional[str]:
     """scheduler.pt is a scheduler's state; its rates against the optimizer's `groups` (when they were read)."""
     scheduler_path = folder / "scheduler.pt"
-    scheduler = _load(scheduler_path)
-    if not isinstance(scheduler, dict) or "last_epoch" not in scheduler:
-        raise _Unreadable(scheduler_path, "no last_epoch: not a learning-rate scheduler's state_dict")
+    scheduler = _load(scheduler_path, lambda s: isinstance(s, dict) and "last_epoch" in s,
+                      "no last_epoch: not a learning-rate scheduler's state_dict")
     rates = scheduler.get("base_lrs")
     if groups is not None and isinstance(rates, list) and len(rates) != len(groups):
         return (f"{scheduler_path} schedules {len(rates)} parameter group(s) and {folder / 'optimizer.pt'} holds "
@@ -208,7 +209,6 @@ def _scheduler_problem(folder: Path, groups: Optional[list]) -> Optional[str]:
 def _rng_problem(folder: Path) -> Optional[str]:
     """Each rng_state*.pth (one a process) holds the parts transformers puts back."""
     for path in sorted(folder.glob("rng_state*.pth")):
-        rng = _load(path)
-        if not isinstance(rng, dict) or not {"python", "numpy", "cpu"} <= set(rng):
-            raise _Unreadable(path, "not a random-number state (python, numpy, cpu)")
+        _load(path, lambda rng: isinstance(rng, dict) and {"python", "numpy", "cpu"} <= set(rng),
+              "not a random-number state (python, numpy, cpu)")
     return None

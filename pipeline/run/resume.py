@@ -27,28 +27,9 @@ from grpo_pipeline.env.text import excerpt
 SHAPE_NAME = "grpo_shape.json"
 
 
-# The fields that shape a checkpoint's trained weights (role resume_shaping): resuming under other values fails in
-# peft's load_state_dict (after the model has loaded) or silently continues another model.
-WEIGHT_SHAPING_FIELDS = tuple(fields_with("resume_shaping"))
-
-
 # The same fields as peft's adapter_config.json names them (checkpoints written before grpo_shape.json).
 _ADAPTER_CONFIG_NAMES = {"r": "lora_r", "lora_alpha": "lora_alpha", "target_modules": "lora_target_modules",
                          "modules_to_save": "lora_modules_to_save"}
-
-
-# The settings a checkpoint restores over the config (role resume_restored, TRL's names): a new value would not take
-# effect, or mix old and new. transformers 5.17 `Trainer._load_optimizer_and_scheduler` loads optimizer.pt (each param
-# group's lr, weight_decay, betas, eps) and scheduler.pt (LambdaLR's base_lrs: the old learning_rate under a lambda
-# rebuilt for the new schedule); `Trainer.train` skips the steps done counted in the new batch shape, of a sampler
-# seeded by the new seed, while rng_state.pth puts back the old random state.
-RESTORED_SETTINGS = trl_names("resume_restored")
-
-
-# The schedule settings a resume applies, and says it does (role resume_applied): the scheduler is rebuilt for the new
-# number of steps (LambdaLR's state_dict keeps only the position) and followed (follow_the_rebuilt_schedule);
-# max_grad_norm is read at every step. (The three lists as declared at import; the checks ask the config's sections.)
-APPLIED_SETTINGS = trl_names("resume_applied")
 
 
 def load_every_adapter(trainer) -> Callable:
@@ -134,8 +115,16 @@ class ResumeKey:
 
 
 def resume_key(cfg) -> ResumeKey:
-    """The recipe's ResumeKey, for a run launched as it is now. The shape: module lists sorted, a local model folder
-    made absolute. The settings: as trl.GRPOConfig is given them (after resolve_optim), else TRL's default."""
+    """The recipe's ResumeKey, for a run launched as it is now. The shape (role resume_shaping): the fields that shape
+    the trained weights (under other values, peft's load_state_dict fails after the model has loaded, or another model
+    goes on silently), module lists sorted, a local model folder made absolute. The settings, as trl.GRPOConfig is
+    given them (after resolve_optim), else TRL's default: those a checkpoint restores over the config (role
+    resume_restored: transformers 5.17 `Trainer._load_optimizer_and_scheduler` loads optimizer.pt, each group's lr,
+    weight_decay, betas, eps, and scheduler.pt, LambdaLR's base_lrs under a lambda rebuilt for the new schedule;
+    `Trainer.train` skips the steps done counted in the new batch shape, of a sampler seeded by the new seed, while
+    rng_state.pth puts back the old random state), and the schedule settings a resume applies and says it does (role
+    resume_applied: the scheduler is rebuilt for the new number of steps, LambdaLR keeping only the position, and
+    followed, follow_the_rebuilt_schedule; max_grad_norm is read at every step)."""
     flat, sections = cfg.to_dict(), cfg.sections()
     shape = {name: flat[name] for name in fields_with("resume_shaping", sections)}
     for name in ("lora_target_modules", "lora_modules_to_save"):  # module lists: their order means nothing

@@ -63,8 +63,14 @@ def build_trainer(agents: Agents, backend, cfg: PipelineConfig, model, tokenizer
 
     args = grpo_training_args(backend, cfg, model, prepared, output_dir, weights)
     grpo_trainer_module(uses_vllm=bool(getattr(args, "use_vllm", False)))  # before trl.GRPOTrainer is read
+    engine = contextlib.nullcontext()
+    if getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", None) == "colocate":
+        # lazy: vLLM is a heavy optional package. One engine for the process's trainers (vllm_engine.py)
+        from grpo_pipeline.pipeline.backends.vllm_engine import colocated_engine
+
+        engine = colocated_engine(previous)
     # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
-    with base_model_reference(model), _engine_kept(args, previous):
+    with base_model_reference(model), engine:
         trainer = trl.GRPOTrainer(
             model=model,
             reward_funcs=reward_funcs,
@@ -94,17 +100,6 @@ def build_trainer(agents: Agents, backend, cfg: PipelineConfig, model, tokenizer
     replace_trl_internals(trainer, ModelCard(cfg.model.model_name_or_path, cfg.data.dataset_name), latch,
                           resume_key(cfg), prepared.dataset)  # pipeline/trainer/trl_internals.py: each one and why
     return trainer, health
-
-
-def _engine_kept(args, previous: Any):
-    """Where TRL builds a colocated vLLM engine in this process: one engine for the process's trainers
-    (pipeline/backends/vllm_engine.py `colocated_engine`); nothing around any other build."""
-    if not (getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", None) == "colocate"):
-        return contextlib.nullcontext()
-    # lazy: vLLM is a heavy optional package
-    from grpo_pipeline.pipeline.backends.vllm_engine import colocated_engine
-
-    return colocated_engine(previous)
 
 
 def guarded_rewards(reward_funcs: list, observer, hold, timeout: Optional[float]) -> list:
