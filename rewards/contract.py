@@ -222,7 +222,7 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
     RewardFailure naming the sample, None's share logged and warned once.
 
     `hold`: a failure is handed to it and the call returns 0.0 per completion (values never used: they let TRL's
-    loop finish; pipeline/trainer/reward_failures.py raises it after the loop, on every process together).
+    loop finish; pipeline/trainer/trl_internals.py raises it after the loop, on every process together).
     `timeout` (reward_timeout; None or 0: no limit): each call runs in the reward's own worker process
     (rewards/worker.py), killed at the deadline; with `own_process` False (our health observer, which the
     trainer's callbacks read), or for arguments that cannot be pickled, under rewards/deadline.py's alarm here.

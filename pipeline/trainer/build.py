@@ -28,8 +28,7 @@ from grpo_pipeline.pipeline.run.resume import resume_key
 from grpo_pipeline.pipeline.trainer.agent_boundary import hold_failures
 from grpo_pipeline.pipeline.trainer.agents import Agents
 from grpo_pipeline.pipeline.trainer.effective import predicted_changes, write_effective_config
-from grpo_pipeline.pipeline.trainer.reward_failures import RewardFailureLatch
-from grpo_pipeline.pipeline.trainer.trl_internals import replace_trl_internals
+from grpo_pipeline.pipeline.trainer.trl_internals import RewardFailureLatch, replace_trl_internals
 from grpo_pipeline.rewards import check_reward_weights, get_reward_funcs
 from grpo_pipeline.rewards.contract import guard_reward
 
@@ -57,7 +56,7 @@ def build_trainer(agents: Agents, backend, cfg: PipelineConfig, model, tokenizer
     reward_funcs.append(observer)
     weights.append(0.0)  # the observer only watches; it never changes the reward
     # The reward contract around every function (rewards/contract.py); a failure is held and raised after TRL's
-    # reward gather, on every process together (reward_failures.py).
+    # reward gather, on every process together (trl_internals.py).
     latch = RewardFailureLatch()
     reward_funcs = guarded_rewards(reward_funcs, observer, latch.hold, g.reward_timeout)
 
