@@ -144,12 +144,8 @@ def incomplete_utf8_token_ids(tokenizer: Any) -> frozenset[int]:
     >>> [i in bad for i in tok.encode("龘")], [i in bad for i in tok.encode(" answer")]
     ([True, True], [False])
     """
-    if is_byte_level_bpe(tokenizer):
-        return _byte_level_incomplete_ids(tokenizer)
-    return _decoded_incomplete_ids(tokenizer)
-
-
-def _byte_level_incomplete_ids(tokenizer: Any) -> frozenset[int]:
+    if not is_byte_level_bpe(tokenizer):
+        return _decoded_incomplete_ids(tokenizer)
     alphabet = byte_level_alphabet()
     special = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
     incomplete: set[int] = set()
@@ -166,9 +162,7 @@ def _byte_level_incomplete_ids(tokenizer: Any) -> frozenset[int]:
             raw.decode("utf-8")
         except UnicodeDecodeError:
             incomplete.add(token_id)
-    if odd:
-        incomplete |= _decoded_incomplete_ids(tokenizer, odd)
-    return frozenset(incomplete)
+    return frozenset(incomplete | _decoded_incomplete_ids(tokenizer, odd))
 
 
 def _decoded_incomplete_ids(tokenizer: Any, ids: Iterable[int] | None = None) -> frozenset[int]:

@@ -36,13 +36,6 @@ class RolloutEngine(Protocol):
         adapter has been sent to the engine the way the rollouts send it."""
 
 
-def has_dropout(model: Any) -> bool:
-    """Whether any module of `model` drops out in training mode (LoRA's lora_dropout, a model's own dropout)."""
-    config = getattr(model, "config", None)
-    return (getattr(config, "attention_dropout", 0) or 0) > 0 or any(
-        type(m).__name__.startswith("Dropout") and getattr(m, "p", 0) > 0 for m in model.modules())
-
-
 def trainer_logprobs(model: Any, prompt_ids: list[int], continuation_ids: list[int], dropout: bool = True
                      ) -> list[float]:
     """The same log-probabilities from the trainer's model (its current adapter), without dropout: in eval mode
@@ -97,8 +90,10 @@ class RolloutProbe:
 
     def remember(self, model: Any, step: int) -> list[float]:
         """The trainer's scores at `step` (the weights after that many updates), kept to recognise them later."""
-        if self._dropout is None:
-            self._dropout = has_dropout(model)
+        if self._dropout is None:  # any module that drops out in training mode (LoRA's lora_dropout, the model's own)
+            config = getattr(model, "config", None)
+            self._dropout = (getattr(config, "attention_dropout", 0) or 0) > 0 or any(
+                type(m).__name__.startswith("Dropout") and getattr(m, "p", 0) > 0 for m in model.modules())
         scores = trainer_logprobs(model, self.prompt_ids, self.continuation_ids, dropout=self._dropout)
         self.history[step] = scores
         while len(self.history) > PROBE_HISTORY:  # the oldest but the first (initial weights) goes

@@ -191,7 +191,9 @@ class HealthCallback(TrainerCallback):
         # Health metrics TRL did not log (no log_metric in this trainer) come from the shared state.
         for name, value in self.state.flush().items():
             logs.setdefault(name, value)
-        if self.stop_reason is not None or not _is_training_log(logs):
+        # on_log also fires for evaluation and the end-of-training summary, which carry none of the metrics read here
+        training = ("loss", "grad_norm", "kl", GARBLED_RATE, REPETITION_RATE, FLAT_GROUP_SHARE)
+        if self.stop_reason is not None or not any(key in logs for key in training):
             return control
         step = int(state.global_step)
         self._args = args  # where checkpoints are (output_dir) and how many steps a log covers, for a rollback
@@ -347,8 +349,3 @@ def _check_settings(h: HealthArguments) -> None:
     for name in ("garbled_window", "flat_reward_window", "hacking_window"):
         if getattr(h, name) < 1:
             raise ConfigError(name, f"got {getattr(h, name)}; use a positive number of logged steps.")
-
-
-def _is_training_log(logs: dict[str, Any]) -> bool:
-    # on_log also fires for evaluation and the end-of-training summary, which carry none of the metrics read here
-    return any(key in logs for key in ("loss", "grad_norm", "kl", GARBLED_RATE, REPETITION_RATE, FLAT_GROUP_SHARE))

@@ -237,7 +237,11 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
         fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False)
         for ax, (name, data) in zip(axes[:, 0], panels):
             _draw(ax, data, name, "C1" if name == "loss" else "C5")
-            _mark_non_finite(ax, rows, name)
+            # red crosses on the x axis where it was NaN/inf (a gap alone is easy to miss)
+            if bad := [step for step, row in rows.items()
+                       if (value := as_number(row.get(name))) is not None and not math.isfinite(value)]:
+                ax.scatter(bad, [0] * len(bad), marker="x", color="red", s=60, zorder=5,
+                           transform=ax.get_xaxis_transform(), clip_on=False, label=f"{name} NaN/inf")
             _finish(ax, "Loss and gradient norm" if ax is axes[0, 0] else None, name, xlabel=ax is axes[-1, 0])
         _save(plt, fig, plots_dir / "loss.png", written)
     return written
@@ -256,8 +260,7 @@ def _plot_eval(ax, accuracy: Series, format_rate: Series | None) -> None:
     ax.plot(*accuracy, color="C0", marker="o", label="held-out accuracy")
     if format_rate is not None:
         ax.plot(*format_rate, color="C2", marker=".", linestyle="--", label="held-out format rate")
-    finite = [(v, s) for s, v in zip(*accuracy) if not math.isnan(v)]
-    if finite:
+    if finite := [(v, s) for s, v in zip(*accuracy) if not math.isnan(v)]:
         value, step = max(finite, key=lambda pair: (pair[0], -pair[1]))  # the first best, as best_lora/ keeps
         ax.scatter([step], [value], marker="*", s=220, color="C3", zorder=5,
                    label=f"best {value:.0%} at step {step} (best_lora/)")
@@ -286,15 +289,6 @@ def _draw(ax, data: Series, label: str, color: str, band: Series | None = None, 
         low = [max(lowest, v - s) for v, s in zip(values, band[1])]
         high = [min(highest, v + s) for v, s in zip(values, band[1])]
         ax.fill_between(steps, low, high, color=color, alpha=0.12, label="+-1 std")
-
-
-def _mark_non_finite(ax, rows: dict[int, dict[str, Any]], key: str) -> None:
-    """Red crosses on the x axis where the metric was NaN/inf (a gap alone is easy to miss)."""
-    bad = [step for step, row in rows.items()
-           if (value := as_number(row.get(key))) is not None and not math.isfinite(value)]
-    if bad:
-        ax.scatter(bad, [0] * len(bad), marker="x", color="red", s=60, zorder=5,
-                   transform=ax.get_xaxis_transform(), clip_on=False, label=f"{key} NaN/inf")
 
 
 def _finish(ax, title: str | None, ylabel: str, xlabel: bool = True) -> None:

@@ -259,18 +259,6 @@ def _changed_settings(checkpoint: str | Path, wanted: Mapping[str, Any], names: 
     return {name: [saved[name], wanted[name]] for name in changed_inputs(known, {n: wanted[n] for n in known})}
 
 
-def option_name(trl_name: str, trl_options: Any) -> str:
-    """The option a user sets for a TRL field: ours when one of our fields forwards under that name (warmup_ratio
-    for warmup_steps) and the TRL option itself is not set (`trl_options`: those set), else the TRL name."""
-    if trl_name in trl_options:
-        return trl_name
-    for section in SECTIONS:
-        for f in dataclasses.fields(section):
-            if field_rules(f).get("trl") == trl_name:
-                return f.name
-    return trl_name
-
-
 def resume_changes(checkpoint: str | Path, key: ResumeKey) -> dict[str, list[Any]]:
     """The settings declaring resume_applied that a resume of `checkpoint` under the run's `key` changes,
     {name: [old, new]}: the run applies them, says so, and summary.json records them."""
@@ -294,7 +282,10 @@ def resume_mismatch(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
     if not restored:
         before = recorded_processes(folder, _record(folder).get("launch"))
         return launch_mismatch(folder, before, key.launch.processes, *key.batch(1)[:2])
-    named = {option_name(name, key.trl_options): values for name, values in restored.items()}
+    # each by the option a user sets: ours where one of our fields forwards under its name (warmup_ratio for
+    # warmup_steps) and the TRL option itself is not set, else the TRL name
+    ours = {field_rules(f).get("trl"): f.name for section in SECTIONS for f in dataclasses.fields(section)}
+    named = {name if name in key.trl_options else ours.get(name, name): values for name, values in restored.items()}
     listed = "; ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in named.items())
     back = ", ".join(f"{name}: {json.dumps(old)}" for name, (old, new) in named.items())
     return (f"{folder.name} in {folder.parent} was trained with other optimiser, schedule or batch settings: "

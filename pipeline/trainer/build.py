@@ -190,22 +190,14 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
         # pickled into every checkpoint (training_args.bin) with its secrets masked (env/secret_fields.py)
         config = masked_pickle_class(trl.GRPOConfig)(**kwargs)
     except (ValueError, TypeError, NotImplementedError) as err:
-        named = _named_field(str(err), dict(cfg.trl), kwargs)
+        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", str(err)))  # a TRL option the user set, else any field
+        named = next((name for name in [*cfg.trl, *kwargs] if name in words), "trl")
         raise ConfigError(named, f"trl.GRPOConfig refused the config: {err}") from None
     for name, choices in trainer_choices().items():  # values only TRL's trainer would refuse, mid-step
         value = getattr(config, name, None)
         if isinstance(value, str) and value not in choices:
             raise ConfigError(name, f"got {excerpt(value)}; TRL's GRPOTrainer takes {', '.join(choices)}.")
     return config
-
-
-def _named_field(message: str, trl_options: dict, kwargs: dict) -> str:
-    """The field a TRL validation message is about: a TRL option the user set, else any field it names."""
-    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
-    for name in [*trl_options, *kwargs]:
-        if name in words:
-            return name
-    return "trl"
 
 
 def check_grpo_config(backend_name: str, cfg: PipelineConfig) -> str:
