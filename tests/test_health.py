@@ -10,7 +10,7 @@ import pytest
 from transformers import TrainerControl, TrainerState
 
 from grpo_pipeline.pipeline.config import HealthArguments, PipelineConfig
-from grpo_pipeline.pipeline.health.observer import HealthState, make_observer
+from grpo_pipeline.pipeline.health.metrics import HealthState, make_observer
 from grpo_pipeline.pipeline.health.rules import HealthCallback, build_health
 from grpo_pipeline.pipeline.health.metrics import (
     batch_health,

@@ -1,6 +1,6 @@
 """Live training health: an observer that measures every generation batch, and rules that stop or adjust the run.
 
-`build_health(cfg, tokenizer)` builds both: the observer (observer.py) and `HealthCallback`, which applies the rules
+`build_health(cfg, tokenizer)` builds both: the observer (metrics.py) and `HealthCallback`, which applies the rules
 in `on_log`, where the logs hold TRL's loss, grad_norm and kl next to the health metrics: NaN/inf in loss, grad_norm
 or kl always stops; the garbled rate (averaged over `garbled_window` logged steps), kl (beta > 0 only) and the
 repetition rate above their thresholds, no learning signal (signal.py), reward hacking (training reward up while
@@ -30,7 +30,7 @@ from grpo_pipeline.pipeline.health.metrics import finite_mean, incomplete_utf8_t
 from grpo_pipeline.pipeline.run.plots import as_number
 from grpo_pipeline.pipeline.run.checkpoints import complete_checkpoints
 from grpo_pipeline.pipeline.run.metric_names import BETA, EVAL_ACCURACY, EVAL_N, GARBLED_RATE, REPETITION_RATE
-from grpo_pipeline.pipeline.health.observer import HealthState, make_observer
+from grpo_pipeline.pipeline.health.metrics import HealthState, make_observer
 from grpo_pipeline.pipeline.health.rollback import COLLAPSE_RULES
 from grpo_pipeline.pipeline.health.rollout import RolloutProbe, StaleRollouts
 from grpo_pipeline.pipeline.health.signal import FLAT_GROUP_SHARE, FlatRewards
