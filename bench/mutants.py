@@ -163,7 +163,7 @@ TARGETS = (
     # The rules split out of rules.py (their edges are pinned by the same tests and tests/test_rollout_freshness.py)
     *(Target(name, "pipeline", f"pipeline/health/{name}.py", ("tests/test_health_rules.py", "tests/test_guardrails.py",
                                                               "tests/test_rollout_freshness.py"),
-             pytest_args=("-m", "not slow")) for name in ("stale", "hacking", "signal")),
+             pytest_args=("-m", "not slow")) for name in ("rollout", "signal")),
     # clean_rows' scorable-answer and worked-solution rules are tested with the user-data cases of test_data_own.py,
     # TRL prompts' (check_prompt) in test_data_trl.py
     Target("clean", "pipeline", "pipeline/data/clean.py", ("tests/test_data_cleaning.py", "tests/test_data_own.py",

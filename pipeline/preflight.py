@@ -41,10 +41,9 @@ from grpo_pipeline.pipeline.run.checkpoints import (
     previous_run_entries,
 )
 from grpo_pipeline.pipeline.data.lora_targets import check_lora_targets
-from grpo_pipeline.pipeline.run.checkpoint_contents import contents_problem
 from grpo_pipeline.pipeline.run.decisions import RunDecisions, eval_key, reward_specs, run_decisions
 from grpo_pipeline.pipeline.run.nodes import check_nodes
-from grpo_pipeline.pipeline.run.resume import data_mismatch, resume_key, resume_mismatch
+from grpo_pipeline.pipeline.run.resume import contents_problem, data_mismatch, resume_key, resume_mismatch
 from grpo_pipeline.pipeline.trainer.agent_check import check_agents
 from grpo_pipeline.pipeline.trainer.agents import resolve_agents
 from grpo_pipeline.pipeline.trainer.build import check_effective_config, check_grpo_config

@@ -51,12 +51,11 @@ from grpo_pipeline.pipeline.run.checkpoints import (checkpoint_step, remove_stag
                                       set_aside_checkpoints_after, set_aside_previous_run, storage_errors_are_resumable)
 from grpo_pipeline.pipeline.run.resume import other_data_note, resume_changes, resume_key
 from grpo_pipeline.pipeline.run.stop import GracefulStop, interrupts_raise, resume_command
-from grpo_pipeline.pipeline.run.finish import finished_run, print_where_everything_is
+from grpo_pipeline.pipeline.run.finish import finished_run, print_where_everything_is, write_summary
 from grpo_pipeline.pipeline.train_help import print_help
 from grpo_pipeline.env.kept import state_key
 from grpo_pipeline.pipeline.run.manifest import build_manifest
 from grpo_pipeline.pipeline.run.plots import plot_settings
-from grpo_pipeline.pipeline.run.summary import write_summary
 from grpo_pipeline.pipeline.trainer.build import build_trainer, record_effective_config
 from grpo_pipeline.pipeline.trainer.warmup import run_format_warmup, warmup_inputs
 from grpo_pipeline.rewards.contract import RewardFailure, SignalInterrupt

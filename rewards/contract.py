@@ -121,7 +121,7 @@ def guard_reward(func: Callable, warn: Callable[[str], None] = _print_warning,
                  own_process: bool = True) -> Callable:
     """`func` under the contract, same `__name__`: values checked (`check_rewards`) on its own copy of the batch,
     every way out but a real signal a RewardFailure naming the sample, None's share logged and warned once. `hold`
-    takes a failure and 0.0 is returned per completion (pipeline/trainer/reward_failures.py raises it after TRL's
+    takes a failure and 0.0 is returned per completion (pipeline/trainer/trl_internals.py raises it after TRL's
     loop). `timeout`: each call in a worker process (rewards/worker.py), or under deadline.py's alarm without
     `own_process` (our health observer, which the trainer's callbacks read).
 

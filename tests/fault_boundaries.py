@@ -175,7 +175,7 @@ CASES += [
 ]
 
 
-# 3. checkpoints checked for what they hold: pipeline/run/checkpoint_contents.py contents_problem (from the resume
+# 3. checkpoints checked for what they hold: pipeline/run/resume.py contents_problem (from the resume
 #    check, pipeline/preflight.py check_resume). 4. resume knows its data: pipeline/run/resume.py data_mismatch (from
 #    the data check). tests/test_checkpoint_contents.py runs every file of a real checkpoint.
 

@@ -1,5 +1,5 @@
 """A checkpoint is checked for what it holds before anything loads (issue 48, class 3): every file a resume
-restores (pipeline/run/checkpoint_contents.py) against the run that resumes it, on a real checkpoint of the plain
+restores (pipeline/run/resume.py) against the run that resumes it, on a real checkpoint of the plain
 backend with one file at a time replaced; each mismatch names the file, what differs and the fix."""
 
 import dataclasses
@@ -11,7 +11,7 @@ import torch
 
 from cli_helpers import fault_table
 from grpo_pipeline.pipeline.config import parse_config
-from grpo_pipeline.pipeline.run.checkpoint_contents import RESTORED_FILES, contents_problem
+from grpo_pipeline.pipeline.run.resume import RESTORED_FILES, contents_problem
 from grpo_pipeline.pipeline.run.checkpoints import checkpoint_problem
 from grpo_pipeline.pipeline.run.launchers import LAYOUTS, this_launch
 from grpo_pipeline.pipeline.run.resume import resume_key

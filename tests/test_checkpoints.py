@@ -158,7 +158,7 @@ def test_a_fresh_start_in_a_used_folder_plots_and_resumes_only_its_own_steps(tra
     """The earlier run trained 4 steps (checkpoint-2, -4). A fresh 2-step run in its folder must not show the old
     steps in metrics.jsonl or plots, nor resume the old checkpoint-4 later; the old files are all kept aside."""
     from grpo_pipeline.pipeline.preflight import check_resume
-    from grpo_pipeline.pipeline.run.checkpoint_contents import contents_problem
+    from grpo_pipeline.pipeline.run.resume import contents_problem
     from grpo_pipeline.pipeline.run.resume import resume_key, resume_mismatch
     from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from grpo_pipeline.pipeline.config import fields_with
 from grpo_pipeline.pipeline.run.checkpoints import (
     WEIGHT_FILES,
     checkpoint_problem,
@@ -35,7 +36,6 @@ from grpo_pipeline.pipeline.run.checkpoints import (
 )
 from grpo_pipeline.pipeline.run.resume import (
     SHAPE_NAME,
-    WEIGHT_SHAPING_FIELDS,
     checkpoint_record,
     load_every_adapter,
     recorded_shape,
@@ -660,7 +660,7 @@ def test_the_weight_shape_sorts_module_lists_reads_none_as_empty_and_makes_a_loc
     hub = demo_config(tmp_path, model_name_or_path="Qwen/Qwen2.5-0.5B-Instruct", lora_modules_to_save=["lm_head"])
     shape = dict(resume_key(hub).shape)
     assert shape["model_name_or_path"] == "Qwen/Qwen2.5-0.5B-Instruct" and shape["lora_modules_to_save"] == ["lm_head"]
-    assert list(shape) == list(WEIGHT_SHAPING_FIELDS)
+    assert list(shape) == list(fields_with("resume_shaping"))
 
 
 @pytest.mark.parametrize("files, expected", [

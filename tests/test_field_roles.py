@@ -11,14 +11,13 @@ import json
 
 import pytest
 
-from grpo_pipeline.pipeline.config import ConfigError, DataArguments, PipelineConfig, fields_with, from_mapping
+from grpo_pipeline.pipeline.config import ConfigError, DataArguments, PipelineConfig, fields_with, from_mapping, trl_names
 from grpo_pipeline.pipeline.config.fields import _help
 from grpo_pipeline.pipeline.config.trl_fields import TRL_ROLES, trl_with
 from grpo_pipeline.pipeline.data.prepare import data_fields, prepare_dataset
 from grpo_pipeline.pipeline.infer.evaluate import eval_before_inputs, load_eval_before, save_eval_before
 from grpo_pipeline.pipeline.run.decisions import eval_key
-from grpo_pipeline.pipeline.run.resume import (APPLIED_SETTINGS, RESTORED_SETTINGS, SHAPE_NAME, WEIGHT_SHAPING_FIELDS,
-                                 checkpoint_record, resume_changes, resume_key, resume_mismatch)
+from grpo_pipeline.pipeline.run.resume import (SHAPE_NAME, checkpoint_record, resume_changes, resume_key, resume_mismatch)
 from grpo_pipeline.pipeline.trainer.warmup import warmup_inputs
 from tests.data_helpers import make_cfg
 
@@ -48,8 +47,8 @@ MAIN_EVAL_START = {*LORA, "seed"}
 
 def test_the_derived_lists_are_the_hand_kept_ones_they_replaced():
     assert set(fields_with("data_key")) == MAIN_DATA_KEY
-    assert WEIGHT_SHAPING_FIELDS == MAIN_WEIGHT_SHAPING
-    assert set(RESTORED_SETTINGS) == MAIN_RESTORED and APPLIED_SETTINGS == MAIN_APPLIED
+    assert tuple(fields_with("resume_shaping")) == MAIN_WEIGHT_SHAPING
+    assert set(trl_names("resume_restored")) == MAIN_RESTORED and trl_names("resume_applied") == MAIN_APPLIED
     assert set(trl_with("run_owned")) == set(fields_with("run_owned")) == MAIN_RUN_OWNED
     assert set(trl_with("backend_decided")) == set(fields_with("backend_decided")) == MAIN_BACKEND_DECIDED
     assert set(fields_with("warmup_input")) == MAIN_WARMUP and set(fields_with("eval_input")) == MAIN_EVAL

@@ -526,7 +526,7 @@ def _hacking_run(accuracies, rewards, n=None, **settings) -> HealthCallback:
 def test_a_fall_of_held_out_accuracy_counts_only_past_its_sampling_noise(n, start):
     """Two standard errors of the difference of two proportions over n problems: just under it is noise (no
     warning), just past it a fall (a warning), at every accuracy level and eval size."""
-    from grpo_pipeline.pipeline.health.hacking import accuracy_noise
+    from grpo_pipeline.pipeline.health.rules import accuracy_noise
 
     def fires(end: float) -> bool:
         middle = (start + end) / 2
@@ -699,7 +699,7 @@ def test_the_hacking_pattern_edges(accuracies, rewards, fires):
 def test_the_hacking_noise_allowance_uses_the_first_and_the_last_evals_sizes():
     """A fall from 50% over 1,000 problems to 44% over 1,000 is past chance, but not if the middle eval's size,
     20, were used for either end."""
-    from grpo_pipeline.pipeline.health.hacking import accuracy_noise
+    from grpo_pipeline.pipeline.health.rules import accuracy_noise
 
     assert 0.06 > accuracy_noise(0.5, 0.44, 1000, 1000) and 0.06 < accuracy_noise(0.5, 0.44, 20, 1000)
     callback = HealthCallback(HealthArguments(hacking_window=3), beta=0.0)
@@ -709,7 +709,7 @@ def test_the_hacking_noise_allowance_uses_the_first_and_the_last_evals_sizes():
 
 
 def test_unknown_eval_sizes_allow_no_noise():
-    from grpo_pipeline.pipeline.health.hacking import accuracy_noise
+    from grpo_pipeline.pipeline.health.rules import accuracy_noise
 
     assert accuracy_noise(0.9, 0.5, None, 100) == 0.0 == accuracy_noise(0.9, 0.5, 100, None)
     assert accuracy_noise(0.9, 0.5, 0, 0) == 0.0

@@ -10,12 +10,11 @@ import pytest
 from transformers import TrainerControl, TrainerState
 
 from grpo_pipeline.pipeline.config import HealthArguments, PipelineConfig
-from grpo_pipeline.pipeline.health.observer import HealthState, make_observer
+from grpo_pipeline.pipeline.health.metrics import HealthState, make_observer
 from grpo_pipeline.pipeline.health.rules import HealthCallback, build_health
 from grpo_pipeline.pipeline.health.metrics import (
     batch_health,
     byte_level_alphabet,
-    garbled_rate,
     incomplete_utf8_share,
     incomplete_utf8_token_ids,
     is_byte_level_bpe,
@@ -118,8 +117,9 @@ def test_garbled_characters():
     garbled = ["4\ufffd", "a\u200bb", "a\u200cb", "a\u200db", "a\u2060b", "\ufeffBOM", "nul\x00", "esc\x1b[0m",
                "del\x7f", "c1\x85", "c1\x9f"]
     assert all(is_garbled(t) for t in garbled)
-    assert garbled_rate(clean + garbled[:3]) == pytest.approx(3 / 6)
-    assert garbled_rate([]) == 0.0
+    texts = clean + garbled[:3]
+    assert batch_health(texts, [[]] * len(texts), frozenset())["health/garbled_rate"] == pytest.approx(3 / 6)
+    assert batch_health([], [], frozenset())["health/garbled_rate"] == 0.0
 
 
 def test_misordered_byte_pieces_decode_to_garbled_text(qwen, split_char):

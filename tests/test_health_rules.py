@@ -291,7 +291,7 @@ def test_attaching_something_without_beta_is_refused_naming_it():
 
 
 def test_the_callback_uses_the_state_it_is_given_and_puts_the_observers_metrics_into_the_log():
-    from grpo_pipeline.pipeline.health.observer import HealthState
+    from grpo_pipeline.pipeline.health.metrics import HealthState
 
     state = HealthState()
     callback = HealthCallback(HealthArguments(), beta=0.04, state=state)
@@ -308,7 +308,7 @@ def test_the_callback_uses_the_state_it_is_given_and_puts_the_observers_metrics_
 def test_attaching_a_trainer_shares_its_beta_with_the_observer_state():
     from types import SimpleNamespace
 
-    from grpo_pipeline.pipeline.health.observer import HealthState
+    from grpo_pipeline.pipeline.health.metrics import HealthState
 
     state = HealthState()
     callback = HealthCallback(HealthArguments(), beta=0.04, state=state).attach(SimpleNamespace(beta=0.1))

@@ -9,7 +9,7 @@ from transformers import TrainerControl, TrainerState
 from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
 from grpo_pipeline.pipeline.config import HealthArguments
 from grpo_pipeline.pipeline.run.metric_names import GARBLED_RATE, REPETITION_RATE
-from grpo_pipeline.pipeline.health.observer import HealthState, make_observer
+from grpo_pipeline.pipeline.health.metrics import HealthState, make_observer
 from grpo_pipeline.pipeline.health.rules import HealthCallback
 from grpo_pipeline.pipeline.health.tools import MAX_ITERATIONS_SHARE, TOOL_CALL_FREQUENCY
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from grpo_pipeline.pipeline.config import trl_names
 from grpo_pipeline.pipeline.data.cache import data_cache_root, fingerprint, local_file_identity, tokenizer_identity
 from grpo_pipeline.pipeline.data.prepare import data_fields, prepare_dataset
 from grpo_pipeline.pipeline.data.source_spec import source_spec
@@ -23,8 +24,6 @@ from grpo_pipeline.pipeline.infer.evaluate import EVAL_BEFORE_NAME, eval_before_
 from grpo_pipeline.pipeline.run.decisions import eval_key
 from grpo_pipeline.pipeline.run.checkpoints import PREVIOUS_DIR
 from grpo_pipeline.pipeline.run.resume import (
-    APPLIED_SETTINGS,
-    RESTORED_SETTINGS,
     SHAPE_NAME,
     checkpoint_record,
     resume_changes,
@@ -397,7 +396,7 @@ def _checkpoint(tmp_path, cfg):
 
 
 def test_every_setting_a_checkpoint_restores_or_a_resume_applies_has_a_row():
-    assert set(RESTORED_CHANGES) == set(RESTORED_SETTINGS) and set(APPLIED_CHANGES) == set(APPLIED_SETTINGS)
+    assert set(RESTORED_CHANGES) == set(trl_names("resume_restored")) and set(APPLIED_CHANGES) == set(trl_names("resume_applied"))
 
 
 @pytest.mark.parametrize("name", list(RESTORED_CHANGES))
@@ -435,7 +434,7 @@ def test_a_trl_default_given_explicitly_is_no_change_and_an_older_checkpoint_has
 
 def test_the_upstream_restore_that_the_refusal_rests_on():
     """transformers' cosine schedule rebuilt for a new length, then loaded from the old scheduler.pt and
-    optimizer.pt: the old learning rate and weight decay win (why RESTORED_SETTINGS are refused); the new length
+    optimizer.pt: the old learning rate and weight decay win (why the resume_restored settings are refused); the new length
     is kept by the lambda, but the rate of the first step is the old schedule's (why
     checkpoints.follow_the_rebuilt_schedule sets it after the load)."""
     import math

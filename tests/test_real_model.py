@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 
 from grpo_pipeline.pipeline.demo.registry import REAL_QWEN_GGUF, REAL_QWEN_NAME
-from grpo_pipeline.pipeline.health.stale import ROLLOUT_GAP_FLOOR
+from grpo_pipeline.pipeline.health.rollout import ROLLOUT_GAP_FLOOR
 from grpo_pipeline.pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
 from tests.cli_helpers import ROOT, run_cli
 from tests.vllm_helpers import REAL_VLLM

@@ -21,7 +21,7 @@ from grpo_pipeline.pipeline.health.rollout import (
     trainer_logprobs,
 )
 from grpo_pipeline.pipeline.health.rules import HealthCallback
-from grpo_pipeline.pipeline.health.stale import ROLLOUT_GAP_FLOOR, STALE_LOGP_GAP, STALE_ROLLOUT_WINDOW
+from grpo_pipeline.pipeline.health.rollout import ROLLOUT_GAP_FLOOR, STALE_LOGP_GAP, STALE_ROLLOUT_WINDOW
 
 
 def _callback(action="stop"):

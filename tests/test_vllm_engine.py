@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from grpo_pipeline.pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
-from grpo_pipeline.pipeline.health.stale import ROLLOUT_GAP_FLOOR
+from grpo_pipeline.pipeline.health.rollout import ROLLOUT_GAP_FLOOR
 from tests.vllm_helpers import REAL_VLLM
 
 pytestmark = REAL_VLLM

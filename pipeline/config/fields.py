@@ -359,7 +359,7 @@ class HealthArguments:
         "warn | stop. When rollouts come from a separate engine (vLLM), act when they look sampled from older "
         "weights than the trainer's: TRL's sampling/sampling_logp_difference or importance_sampling_ratio stays "
         "off for several logged steps, or the rollout probe finds the engine on an older step's weights "
-        "(pipeline/health/rollout.py; thresholds and their reasons in pipeline/health/stale.py). Not stop: "
+        "(pipeline/health/rollout.py; the stale-rollout thresholds and their reasons there too). Not stop: "
         "the thresholds are not yet measured on a GPU run.", default="warn", choices=("warn", "stop"))
     rollout_probe_steps: int = _help(
         "Every N steps score a fixed prompt + continuation with the trainer's model and with the rollout engine "

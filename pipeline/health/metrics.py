@@ -3,6 +3,10 @@
 A run that goes bad drifts into garbled text, loops of the same tokens, or no <answer> block; these put a number on
 each, in pure Python. A few hundred of Qwen2.5's byte-level BPE tokens are pieces of multi-byte characters (ids
 151643+ are special tokens, not byte fallbacks): emitted out of order they make U+FFFD, an early sign of garbling.
+
+The health observer (`make_observer`): a reward function (`__name__ == "health"`, weight 0.0) that measures every
+generation batch, reporting through TRL's `log_metric` and into a `HealthState` the callback reads when `log_metric`
+is missing. It returns 0.0, not None: with None, TRL logs rewards/health/mean as NaN every step, a false alarm.
 """
 
 from __future__ import annotations
@@ -10,17 +14,21 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from tokenizers import decoders, models  # light (a Rust extension, no torch): transformers' own dependency
 
 # The names the measures are logged under: run/metric_names.py, below health/ (run/plots.py reads them too).
+from grpo_pipeline.pipeline.health.tools import has_tool_turns, own_text, tool_metrics
 from grpo_pipeline.pipeline.run.metric_names import (
+    BETA,
     COMPLETION_LENGTH,
     GARBLED_RATE,
     INCOMPLETE_UTF8_SHARE,
     NO_ANSWER_RATE,
+    OBSERVER_NAME,
     REPETITION_RATE,
 )
 from grpo_pipeline.rewards.completions import completion_text
@@ -44,15 +52,6 @@ def is_garbled(text: str) -> bool:
     (True, True, True, True)
     """
     return GARBLED_CHARS.search(text) is not None
-
-
-def garbled_rate(texts: Sequence[str]) -> float:
-    """Share of completions that are garbled (see `is_garbled`); 0.0 for an empty batch.
-
-    >>> garbled_rate(["fine", "bad\\ufffd", "fine", "\\u2060"])
-    0.5
-    """
-    return _mean([1.0 if is_garbled(t) else 0.0 for t in texts])
 
 
 def repetition_rate(token_ids: Sequence[int], n: int = REPETITION_NGRAM) -> float:
@@ -153,12 +152,8 @@ def incomplete_utf8_token_ids(tokenizer: Any) -> frozenset[int]:
     >>> [i in bad for i in tok.encode("龘")], [i in bad for i in tok.encode(" answer")]
     ([True, True], [False])
     """
-    if is_byte_level_bpe(tokenizer):
-        return _byte_level_incomplete_ids(tokenizer)
-    return _decoded_incomplete_ids(tokenizer)
-
-
-def _byte_level_incomplete_ids(tokenizer: Any) -> frozenset[int]:
+    if not is_byte_level_bpe(tokenizer):
+        return _decoded_incomplete_ids(tokenizer)
     alphabet = byte_level_alphabet()
     special = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
     incomplete: set[int] = set()
@@ -175,9 +170,7 @@ def _byte_level_incomplete_ids(tokenizer: Any) -> frozenset[int]:
             raw.decode("utf-8")
         except UnicodeDecodeError:
             incomplete.add(token_id)
-    if odd:
-        incomplete |= _decoded_incomplete_ids(tokenizer, odd)
-    return frozenset(incomplete)
+    return frozenset(incomplete | _decoded_incomplete_ids(tokenizer, odd))
 
 
 def _decoded_incomplete_ids(tokenizer: Any, ids: Iterable[int] | None = None) -> frozenset[int]:
@@ -191,17 +184,71 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def log_number(value: Any) -> float | None:
-    """A logged value as a float; None for None, a bool or anything that is not a number."""
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
 def finite_mean(values: list[float | None]) -> float | None:
     """The mean of the finite values; None when there are none."""
     finite = [v for v in values if v is not None and math.isfinite(v)]
     return sum(finite) / len(finite) if finite else None
+
+
+@dataclass
+class HealthState:
+    """What the observer saw since the last log (`pending`: each metric's per-batch values), shared with the callback;
+    `beta`: the trainer's current beta (the observer logs it)."""
+
+    pending: dict[str, list[float]] = field(default_factory=dict)
+    batches: int = 0
+    beta: float | None = None
+
+    def record(self, metrics: dict[str, float]) -> None:
+        self.batches += 1
+        for name, value in metrics.items():
+            self.pending.setdefault(name, []).append(value)
+
+    def flush(self) -> dict[str, float]:
+        """Mean of each metric since the last flush (the same averaging TRL's log_metric does)."""
+        means = {name: sum(v) / len(v) for name, v in self.pending.items() if v}
+        self.pending = {}
+        return means
+
+
+def make_observer(state: HealthState, incomplete_ids: frozenset[int], tokenizer: Any = None,
+                  max_tool_iterations: int | None = None) -> Callable[..., list[float]]:
+    """The observer reward function. Without `completion_ids` (and for a multi-turn completion, measured on the
+    model's own turns only: pipeline/health/tools.py) the completions are tokenized with `tokenizer`;
+    `max_tool_iterations` (TRL's max_tool_calling_iterations) adds the share of rollouts that ended there.
+
+    >>> state = HealthState()
+    >>> observer = make_observer(state, frozenset({9}))
+    >>> logged = {}
+    >>> observer(completions=["<answer>4</answer>", "\\ufffd"], completion_ids=[[1, 2], [9]],
+    ...          log_metric=lambda name, value: logged.__setitem__(name, value))
+    [0.0, 0.0]
+    >>> logged["health/garbled_rate"], logged["health/no_answer_rate"], state.batches
+    (0.5, 0.5, 1)
+    """
+
+    def health(prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
+               completion_ids: Sequence[Sequence[int]] | None = None,
+               log_metric: Callable[[str, float], None] | None = None, **_: Any) -> list[float]:
+        completions = list(completions or [])
+        extra = tool_metrics(completions, max_tool_iterations)
+        if has_tool_turns(completions):  # the model's own turns, not the tools' output
+            completions, completion_ids = [own_text(c) for c in completions], None
+        if completion_ids is None:
+            if tokenizer is None:
+                raise ValueError("the health observer got no completion_ids and has no tokenizer to rebuild them; "
+                                 "build it with build_health(spec, tokenizer).")
+            completion_ids = [tokenizer.encode(completion_text(c) or "", add_special_tokens=False)
+                              for c in completions]
+        metrics = {**batch_health(completions, [list(ids) for ids in completion_ids], incomplete_ids), **extra}
+        if state.beta:  # only runs with a KL term (beta > 0) have a beta worth plotting
+            metrics[BETA] = float(state.beta)
+        state.record(metrics)
+        if log_metric is not None:
+            for name, value in metrics.items():
+                log_metric(name, value)
+        return [0.0] * len(completions)
+
+    health.__name__ = OBSERVER_NAME
+    health.__qualname__ = OBSERVER_NAME
+    return health

@@ -1,8 +1,7 @@
 """Rollback on collapse (`on_collapse: rollback`): instead of stopping on NaN/inf or a kl_ceiling stop, go back
 to the newest checkpoint saved before the failing log, lower the learning rate, and train on.
 
-HealthCallback (rules.py) sets `rollback_to` (`healthy_checkpoint`) and stops the loop without saving the broken
-state; with no such checkpoint, or `max_rollbacks` used up, it stops as before (exit 3). pipeline/train.py resumes
+HealthCallback (rules.py) sets `rollback_to` and stops the loop without saving the broken state; with no such checkpoint, or `max_rollbacks` used up, it stops as before (exit 3). pipeline/train.py resumes
 from it, `LrScaleCallback` scaling the restored learning rate by `rollback_lr_factor ** rollbacks`.
 """
 
@@ -10,11 +9,9 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 from transformers import TrainerCallback
-
-from grpo_pipeline.pipeline.run.checkpoints import complete_checkpoints  # (run/ sits below health/: the one reading of a checkpoint)
 
 # The rules whose stop becomes a rollback with on_collapse: rollback.
 COLLAPSE_RULES = ("non_finite", "kl")
@@ -22,12 +19,6 @@ ROLLBACK_EVENT = "rollback"
 # The adapter name trl.GRPOTrainer.__init__ gives the frozen copy it measures kl against when it is handed a
 # PeftModel with beta != 0 (its `model.add_adapter("ref", default_config)` branch).
 REFERENCE_ADAPTER = "ref"
-
-
-def healthy_checkpoint(output_dir: str | Path, before_step: int) -> Optional[Path]:
-    """The newest complete checkpoint in `output_dir` whose step is below `before_step`, or None."""
-    candidates = complete_checkpoints(output_dir, below_step=before_step)  # oldest first
-    return candidates[-1] if candidates else None
 
 
 class LrScaleCallback(TrainerCallback):

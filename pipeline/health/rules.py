@@ -1,11 +1,12 @@
 """Live training health: an observer that measures every generation batch, and rules that stop or adjust the run.
 
-`build_health(cfg, tokenizer)` builds both: the observer (observer.py) and `HealthCallback`, which applies the rules
+`build_health(cfg, tokenizer)` builds both: the observer (metrics.py) and `HealthCallback`, which applies the rules
 in `on_log`, where the logs hold TRL's loss, grad_norm and kl next to the health metrics: NaN/inf in loss, grad_norm
 or kl always stops; the garbled rate (averaged over `garbled_window` logged steps), kl (beta > 0 only) and the
-repetition rate above their thresholds, no learning signal (signal.py), reward hacking (hacking.py), stale rollouts
-(stale.py) and no tool call (tools.py) warn or stop (`<rule>_action`); `adaptive_beta` moves beta toward `kl_target`
-(GRPOTrainer reads `self.beta` every step); with `on_collapse: rollback`, a NaN/inf or kl stop is a rollback.
+repetition rate above their thresholds, no learning signal (signal.py), reward hacking (training reward up while
+held-out accuracy falls by more than chance, with eval_steps), stale rollouts (rollout.py) and no tool call
+(tools.py) warn or stop (`<rule>_action`); `adaptive_beta` moves beta toward `kl_target` (GRPOTrainer reads
+`self.beta` every step); with `on_collapse: rollback`, a NaN/inf or kl stop is a rollback.
 
 A stop sets `control.should_save` and `should_training_stop`: transformers 5.17 runs on_log inside
 `Trainer._maybe_log_save_evaluate` before that method checks `should_save`, so the failing step's checkpoint is
@@ -25,14 +26,14 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from grpo_pipeline.pipeline.config import ConfigError, HealthArguments, PipelineConfig, check_choices
-from grpo_pipeline.pipeline.health.metrics import incomplete_utf8_token_ids, log_number
-from grpo_pipeline.pipeline.run.metric_names import BETA, GARBLED_RATE, REPETITION_RATE
-from grpo_pipeline.pipeline.health.observer import HealthState, make_observer
-from grpo_pipeline.pipeline.health.rollback import COLLAPSE_RULES, healthy_checkpoint
-from grpo_pipeline.pipeline.health.hacking import RewardHacking
-from grpo_pipeline.pipeline.health.rollout import RolloutProbe
+from grpo_pipeline.pipeline.health.metrics import finite_mean, incomplete_utf8_token_ids
+from grpo_pipeline.pipeline.run.plots import as_number
+from grpo_pipeline.pipeline.run.checkpoints import complete_checkpoints
+from grpo_pipeline.pipeline.run.metric_names import BETA, EVAL_ACCURACY, EVAL_N, GARBLED_RATE, REPETITION_RATE
+from grpo_pipeline.pipeline.health.metrics import HealthState, make_observer
+from grpo_pipeline.pipeline.health.rollback import COLLAPSE_RULES
+from grpo_pipeline.pipeline.health.rollout import RolloutProbe, StaleRollouts
 from grpo_pipeline.pipeline.health.signal import FLAT_GROUP_SHARE, FlatRewards
-from grpo_pipeline.pipeline.health.stale import StaleRollouts
 from grpo_pipeline.pipeline.health.tools import NoToolCalls
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,54 @@ def next_beta(beta: float, kl: float, target: float, beta_min: float, beta_max: 
     elif kl < target / step:
         beta = beta / step
     return min(max(beta, beta_min), beta_max)
+
+
+def accuracy_noise(first: float, last: float, n_first: float | None, n_last: float | None) -> float:
+    """How far two held-out accuracies may differ by chance alone: two standard errors of the difference of two
+    pooled proportions; unknown sizes allow nothing.
+
+    >>> round(accuracy_noise(0.90, 0.89, 100, 100), 3), round(accuracy_noise(0.14, 0.02, 100, 100), 3)
+    (0.087, 0.077)
+    >>> accuracy_noise(0.9, 0.5, None, 100)
+    0.0
+    """
+    if not n_first or not n_last:
+        return 0.0
+    pooled = (first * n_first + last * n_last) / (n_first + n_last)
+    return 2.0 * math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_first + 1.0 / n_last))
+
+
+class RewardHacking:
+    """The rule's memory: the training rewards logged since the last eval, and the last `window` evals."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self._rewards_since_eval: list[float] = []
+        self._evals: deque[tuple[int, float, float | None, float | None]] = deque(maxlen=window)
+
+    def check(self, logs: dict[str, Any], step: int) -> str | None:
+        """Why the policy may be gaming the rewards (the rule's warning or stop), or None."""
+        reward = as_number(logs.get("reward"))
+        if reward is not None and math.isfinite(reward):
+            self._rewards_since_eval.append(reward)
+        accuracy = as_number(logs.get(EVAL_ACCURACY))
+        if accuracy is None:
+            return None
+        self._evals.append((step, accuracy, finite_mean(self._rewards_since_eval), as_number(logs.get(EVAL_N))))
+        self._rewards_since_eval = []
+        window = self.window
+        if len(self._evals) < window or any(r is None for _, _, r, _ in self._evals):
+            return None
+        steps, accuracies, rewards, sizes = zip(*self._evals)
+        falling = (accuracies[0] - accuracies[-1] > accuracy_noise(accuracies[0], accuracies[-1], sizes[0], sizes[-1])
+                   and all(b <= a for a, b in zip(accuracies, accuracies[1:])))
+        if rewards[-1] > rewards[0] and falling:
+            return (f"the training reward rose ({' -> '.join(f'{r:.3g}' for r in rewards)}) while held-out "
+                    f"accuracy fell ({' -> '.join(f'{a:.0%}' for a in accuracies)}) over the last {window} evals "
+                    f"(steps {', '.join(map(str, steps))}): the policy may be gaming the rewards (reward "
+                    "hacking). Look at its completions (log_completions: true) and tighten the rewards; "
+                    "best_lora/ keeps the adapter of the best held-out accuracy")
+        return None
 
 
 class HealthCallback(TrainerCallback):
@@ -142,7 +191,9 @@ class HealthCallback(TrainerCallback):
         # Health metrics TRL did not log (no log_metric in this trainer) come from the shared state.
         for name, value in self.state.flush().items():
             logs.setdefault(name, value)
-        if self.stop_reason is not None or not _is_training_log(logs):
+        # on_log also fires for evaluation and the end-of-training summary, which carry none of the metrics read here
+        training = ("loss", "grad_norm", "kl", GARBLED_RATE, REPETITION_RATE, FLAT_GROUP_SHARE)
+        if self.stop_reason is not None or not any(key in logs for key in training):
             return control
         step = int(state.global_step)
         self._args = args  # where checkpoints are (output_dir) and how many steps a log covers, for a rollback
@@ -165,7 +216,7 @@ class HealthCallback(TrainerCallback):
 
     def _check_non_finite(self, logs: dict[str, Any], step: int, control: TrainerControl) -> None:
         for key in NON_FINITE_KEYS:
-            value = log_number(logs.get(key))
+            value = as_number(logs.get(key))
             if value is not None and not math.isfinite(value):
                 self._stop("non_finite", step, control,
                            f"{key} is {value} (NaN/inf in loss, grad_norm or kl always stops the run; "
@@ -173,7 +224,7 @@ class HealthCallback(TrainerCallback):
                 return
 
     def _garbled(self, logs: dict[str, Any], step: int) -> str | None:
-        rate = log_number(logs.get(GARBLED_RATE))
+        rate = as_number(logs.get(GARBLED_RATE))
         if rate is None:
             return None
         self._garbled_window.append(rate)
@@ -186,7 +237,7 @@ class HealthCallback(TrainerCallback):
                 "learning_rate, or raise beta)")
 
     def _kl(self, logs: dict[str, Any], step: int) -> str | None:
-        kl = log_number(logs.get("kl"))
+        kl = as_number(logs.get("kl"))
         if kl is None or self.current_beta() <= 0 or not kl > self.settings.kl_ceiling:
             return None
         return (f"kl {kl:.4g} is above kl_ceiling {self.settings.kl_ceiling} at beta {self.current_beta():.4g} (the "
@@ -194,14 +245,14 @@ class HealthCallback(TrainerCallback):
                 "learning_rate)")
 
     def _repetition(self, logs: dict[str, Any], step: int) -> str | None:
-        rate = log_number(logs.get(REPETITION_RATE))
+        rate = as_number(logs.get(REPETITION_RATE))
         if rate is None or not rate > self.settings.repetition_threshold:
             return None
         return (f"repetition rate {rate:.3f} is above repetition_threshold {self.settings.repetition_threshold} "
                 "(completions are looping over the same token 4-grams)")
 
     def _adapt_beta(self, logs: dict[str, Any], step: int) -> None:
-        kl = log_number(logs.get("kl"))
+        kl = as_number(logs.get("kl"))
         if kl is None or not math.isfinite(kl):
             return
         h = self.settings
@@ -259,7 +310,8 @@ class HealthCallback(TrainerCallback):
         if self._args is None or not getattr(self._args, "output_dir", None):
             return None
         first_measured = step - max(1, int(getattr(self._args, "logging_steps", 1) or 1))
-        return healthy_checkpoint(self._args.output_dir, before_step=first_measured)
+        candidates = complete_checkpoints(self._args.output_dir, below_step=first_measured)  # oldest first
+        return candidates[-1] if candidates else None
 
     def _warn(self, rule: str, step: int, detail: str) -> None:
         last = self._last_warned.get(rule)
@@ -297,8 +349,3 @@ def _check_settings(h: HealthArguments) -> None:
     for name in ("garbled_window", "flat_reward_window", "hacking_window"):
         if getattr(h, name) < 1:
             raise ConfigError(name, f"got {getattr(h, name)}; use a positive number of logged steps.")
-
-
-def _is_training_log(logs: dict[str, Any]) -> bool:
-    # on_log also fires for evaluation and the end-of-training summary, which carry none of the metrics read here
-    return any(key in logs for key in ("loss", "grad_norm", "kl", GARBLED_RATE, REPETITION_RATE, FLAT_GROUP_SHARE))

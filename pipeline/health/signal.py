@@ -13,7 +13,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from grpo_pipeline.pipeline.health.metrics import finite_mean, log_number
+from grpo_pipeline.pipeline.health.metrics import finite_mean
+from grpo_pipeline.pipeline.run.plots import as_number
 from grpo_pipeline.pipeline.run.metric_names import OBSERVER_NAME
 from grpo_pipeline.rewards.declared import declared_range, facts_of
 
@@ -131,18 +132,18 @@ class FlatRewards:
 
     def check(self, logs: dict[str, Any]) -> str | None:
         """Why the run has no learning signal (the rule's warning or stop), or None."""
-        share = log_number(logs.get(FLAT_GROUP_SHARE))
+        share = as_number(logs.get(FLAT_GROUP_SHARE))
         if share is None:
             return None
         self._window.append(dict(logs))
         window = list(self._window)
-        if len(window) < self.size or any(log_number(w[FLAT_GROUP_SHARE]) < self.threshold for w in window):
+        if len(window) < self.size or any(as_number(w[FLAT_GROUP_SHARE]) < self.threshold for w in window):
             return None
         means, stds = _reward_means_and_stds(window)
-        clipped = finite_mean([log_number(w.get("completions/clipped_ratio")) for w in window])
+        clipped = finite_mean([as_number(w.get("completions/clipped_ratio")) for w in window])
         causes = no_signal_causes(means, stds, temperature=self.temperature, num_generations=self.num_generations,
                                   clipped_share=clipped)
-        shares = [log_number(w[FLAT_GROUP_SHARE]) for w in window]
+        shares = [as_number(w[FLAT_GROUP_SHARE]) for w in window]
         return (f"no learning signal: {min(shares):.0%}-{max(shares):.0%} of the groups had no reward spread "
                 f"(frac_reward_zero_std) on each of the last {len(window)} logged steps, at or above "
                 f"flat_reward_threshold {self.threshold:g}, so those groups train on nothing: "
@@ -155,7 +156,7 @@ def _reward_means_and_stds(window: list[dict[str, Any]]) -> tuple[dict[str, floa
     names = [key[len("rewards/"):-len("/mean")] for key in window[-1]
              if key.startswith("rewards/") and key.endswith("/mean")]
     names = [name for name in names if name != OBSERVER_NAME]
-    means = {name: finite_mean([log_number(w.get(f"rewards/{name}/mean")) for w in window]) for name in names}
-    stds = {name: finite_mean([log_number(w.get(f"rewards/{name}/std")) for w in window]) for name in names}
+    means = {name: finite_mean([as_number(w.get(f"rewards/{name}/mean")) for w in window]) for name in names}
+    stds = {name: finite_mean([as_number(w.get(f"rewards/{name}/std")) for w in window]) for name in names}
     return ({name: m for name, m in means.items() if m is not None},
             {name: s for name, s in stds.items() if s is not None})

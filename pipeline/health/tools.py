@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from grpo_pipeline.pipeline.health.metrics import log_number
+from grpo_pipeline.pipeline.run.plots import as_number
 
 TOOL_CALL_FREQUENCY = "tools/call_frequency"  # TRL's: tool calls per rollout
 MAX_ITERATIONS_SHARE = "tools/max_iterations_share"  # ours: rollouts stopped at max_tool_calling_iterations
@@ -65,7 +65,7 @@ class NoToolCalls:
         self.steps, self.seen, self.called, self.warned = int(steps), 0, False, False
 
     def check(self, logs: dict[str, Any], step: int) -> Optional[str]:
-        frequency = log_number(logs.get(TOOL_CALL_FREQUENCY))
+        frequency = as_number(logs.get(TOOL_CALL_FREQUENCY))
         if not self.steps or frequency is None or self.warned:
             return None
         self.seen += 1

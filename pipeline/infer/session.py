@@ -43,7 +43,7 @@ from grpo_pipeline.pipeline.config.pipeline_config import check_generation_tempe
 from grpo_pipeline.pipeline.data import model_check
 from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, loop_settings
-from grpo_pipeline.pipeline.run.checkpoint_contents import adapter_mismatch
+from grpo_pipeline.pipeline.run.resume import adapter_mismatch
 from grpo_pipeline.pipeline.run.manifest import ADAPTER_METADATA_NAME, agent_options, MANIFEST_NAME, find_manifest, other_base
 from grpo_pipeline.pipeline.trainer.agents import AGENT_OPTIONS, Agents, agent_names, resolve_agents, rollout_func_note
 

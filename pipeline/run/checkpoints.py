@@ -41,12 +41,10 @@ class CheckpointProblem:
 
 def checkpoint_problem(path: Path) -> Optional[str]:
     """Why a checkpoint folder cannot be resumed from, or None when it is complete."""
-    state_file = path / "trainer_state.json"
-    if not state_file.is_file():
+    if not (path / "trainer_state.json").is_file():
         return "trainer_state.json is missing (the save was interrupted)"
     try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
-        int(state["global_step"])
+        checkpoint_step(path)
     except (OSError, ValueError, KeyError, TypeError) as err:
         return f"trainer_state.json is unreadable ({type(err).__name__}: {err})"
     if not any((path / name).is_file() and (path / name).stat().st_size > 0 for name in WEIGHT_FILES):
@@ -118,7 +116,7 @@ def set_aside_previous_run(output_dir: str | Path, log=print) -> Optional[Path]:
 def set_aside_checkpoints_after(output_dir: str | Path, step: int, log=print) -> Optional[Path]:
     """A rollback to checkpoint-`step`: the later checkpoints (the collapsed trajectory, which a later `--resume
     auto` would pick) go to output_dir/previous/<time>-rollback/; None when there are none."""
-    later = [path for path in list_checkpoints(output_dir) if int(CHECKPOINT_RE.match(path.name).group(1)) > step]
+    later = [path for path in list_checkpoints(output_dir) if int(path.name.removeprefix("checkpoint-")) > step]
     return _move_aside(later, output_dir, "-rollback", log, f"rolling back to checkpoint-{step}: the collapsed")
 
 
@@ -152,9 +150,8 @@ def set_aside_corrupt(output_dir: str | Path, log=print) -> list[CheckpointProbl
         problem = checkpoint_problem(path)
         if problem is None:
             continue
-        corrupt_dir = Path(output_dir) / "corrupt"
-        corrupt_dir.mkdir(exist_ok=True)
-        target = corrupt_dir / f"{path.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        target = Path(output_dir) / "corrupt" / f"{path.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        target.parent.mkdir(exist_ok=True)
         shutil.move(str(path), str(target))
         log(f"[checkpoints] {path.name} is incomplete: {problem}. Moved to {target} (not deleted).")
         moved.append(CheckpointProblem(target, problem))
@@ -166,8 +163,8 @@ def resolve_resume(resume: str, output_dir: str | Path, log=print) -> Optional[s
     if resume == "never":
         return None
     if resume == "auto":
-        set_aside_corrupt(output_dir, log=log)
-        complete = complete_checkpoints(output_dir)
+        set_aside_corrupt(output_dir, log=log)  # what is left is complete
+        complete = list_checkpoints(output_dir)
         return str(complete[-1].resolve()) if complete else None
     path = absolute_path(resume)
     if not path.is_dir():
@@ -180,12 +177,11 @@ def resolve_resume(resume: str, output_dir: str | Path, log=print) -> Optional[s
 
 
 def checkpoint_state(path: str | Path) -> dict[str, Any]:
-    """A checkpoint's trainer_state.json (global_step, max_steps, log history...)."""
+    """A checkpoint's trainer_state.json (global_step, max_steps, log history...): its one reader."""
     return json.loads((Path(path) / "trainer_state.json").read_text(encoding="utf-8"))
 
 
 def checkpoint_step(path: str | Path) -> int:
-    """global_step recorded in a checkpoint."""
     return int(checkpoint_state(path)["global_step"])
 
 

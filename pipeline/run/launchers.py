@@ -22,19 +22,13 @@ def _torch_optimizer(folder: Path) -> Optional[str]:
     return None if (folder / "optimizer.pt").is_file() else "optimizer.pt"
 
 
-def deepspeed_tag(folder: Path) -> Optional[str]:
-    """The tag folder `latest` names (DeepSpeed's `load_checkpoint` reads it), when it is a folder there."""
-    try:
+def _deepspeed_optimizer(folder: Path) -> Optional[str]:
+    try:  # the tag folder `latest` names (DeepSpeed's `load_checkpoint` reads it)
         tag = (folder / "latest").read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
-        return None
-    return tag if tag and Path(tag).name == tag and tag not in (".", "..") and (folder / tag).is_dir() else None
-
-
-def _deepspeed_optimizer(folder: Path) -> Optional[str]:
-    tag = deepspeed_tag(folder)
-    if tag is None:
-        return "latest"  # missing, or naming no folder here
+        return "latest"
+    if not (tag and Path(tag).name == tag and tag not in (".", "..") and (folder / tag).is_dir()):
+        return "latest"  # naming no folder here
     return None if any((folder / tag).glob("*optim_states.pt")) else f"{tag}/*optim_states.pt"
 
 

@@ -29,10 +29,6 @@ RECORDED_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "data
                      "vllm", "bitsandbytes")
 
 
-def package_versions() -> dict[str, Optional[str]]:
-    return versions(*RECORDED_PACKAGES)
-
-
 def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
     """The project's git commit when run from a checkout, else None."""
     try:
@@ -66,7 +62,7 @@ def build_manifest(*, cfg_dict: dict[str, Any], backend: str, base_model: str, s
         "max_lora_rank": cfg_dict.get("max_lora_rank"),
         "data_fingerprint": data_fingerprint,
         "git_commit": git_commit(),
-        "versions": package_versions(),
+        "versions": versions(*RECORDED_PACKAGES),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": masked(cfg_dict),  # no secret in a file (env/secret_fields.py)
     }

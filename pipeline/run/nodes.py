@@ -14,10 +14,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from grpo_pipeline.env.kept import changed_inputs, state_key
+from grpo_pipeline.env.kept import changed_inputs, state_key, versions
 from grpo_pipeline.env.secret_fields import masked
 from grpo_pipeline.pipeline.config import ConfigError
-from grpo_pipeline.pipeline.run.manifest import git_commit, package_versions
+from grpo_pipeline.pipeline.run.manifest import RECORDED_PACKAGES, git_commit
 
 NODES_TIMEOUT_S = 300
 KEY_PREFIX = "grpo-pipeline/nodes"
@@ -55,7 +55,7 @@ def node_record(recipe: Mapping[str, Any], environ: Mapping[str, str] = os.envir
     launched = launcher_env(environ) or {"rank": 0, "world_size": 1, "node": 0, "local_world_size": 1}
     recipe = masked(dict(recipe))
     return {**launched, "host": socket.gethostname(), "recipe_key": state_key(recipe), "recipe": recipe,
-            "code": code_version(), "git_commit": git_commit(), "packages": package_versions()}
+            "code": code_version(), "git_commit": git_commit(), "packages": versions(*RECORDED_PACKAGES)}
 
 
 def differences(records: list[dict[str, Any]]) -> list[str]:

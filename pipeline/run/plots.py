@@ -42,7 +42,6 @@ HEALTH_RATES = {
 }
 
 Series = tuple[list[int], list[float]]
-NON_FINITE_STRINGS = {"nan", "inf", "-inf", "+inf", "infinity", "-infinity", "+infinity"}
 
 
 def read_metrics(path: str | Path) -> dict[int, dict[str, Any]]:
@@ -92,16 +91,18 @@ def series(rows: dict[int, dict[str, Any]], key: str) -> Series | None:
 
 
 def as_number(value: Any) -> float | None:
-    """A logged value as a float: numbers, and the strings "nan"/"inf"/"-inf"; None for anything else.
+    """A logged value as a float: a number, or a string that spells one (metrics.jsonl holds NaN/inf as "nan"/"inf");
+    None for None, a bool or anything else. The one reading of a logged value: the health rules' too.
 
     >>> as_number(3), as_number("inf"), as_number("NaN") != as_number("NaN"), as_number("text"), as_number(True)
     (3.0, inf, True, None, None)
     """
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
         return float(value)
-    if isinstance(value, str) and value.strip().lower() in NON_FINITE_STRINGS:
-        return float(value)
-    return None
+    except (TypeError, ValueError):
+        return None
 
 
 def moving_average(values: list[float], window: int) -> list[float]:
@@ -236,7 +237,11 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
         fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False)
         for ax, (name, data) in zip(axes[:, 0], panels):
             _draw(ax, data, name, "C1" if name == "loss" else "C5")
-            _mark_non_finite(ax, rows, name)
+            # red crosses on the x axis where it was NaN/inf (a gap alone is easy to miss)
+            if bad := [step for step, row in rows.items()
+                       if (value := as_number(row.get(name))) is not None and not math.isfinite(value)]:
+                ax.scatter(bad, [0] * len(bad), marker="x", color="red", s=60, zorder=5,
+                           transform=ax.get_xaxis_transform(), clip_on=False, label=f"{name} NaN/inf")
             _finish(ax, "Loss and gradient norm" if ax is axes[0, 0] else None, name, xlabel=ax is axes[-1, 0])
         _save(plt, fig, plots_dir / "loss.png", written)
     return written
@@ -255,8 +260,7 @@ def _plot_eval(ax, accuracy: Series, format_rate: Series | None) -> None:
     ax.plot(*accuracy, color="C0", marker="o", label="held-out accuracy")
     if format_rate is not None:
         ax.plot(*format_rate, color="C2", marker=".", linestyle="--", label="held-out format rate")
-    finite = [(v, s) for s, v in zip(*accuracy) if not math.isnan(v)]
-    if finite:
+    if finite := [(v, s) for s, v in zip(*accuracy) if not math.isnan(v)]:
         value, step = max(finite, key=lambda pair: (pair[0], -pair[1]))  # the first best, as best_lora/ keeps
         ax.scatter([step], [value], marker="*", s=220, color="C3", zorder=5,
                    label=f"best {value:.0%} at step {step} (best_lora/)")
@@ -285,15 +289,6 @@ def _draw(ax, data: Series, label: str, color: str, band: Series | None = None, 
         low = [max(lowest, v - s) for v, s in zip(values, band[1])]
         high = [min(highest, v + s) for v, s in zip(values, band[1])]
         ax.fill_between(steps, low, high, color=color, alpha=0.12, label="+-1 std")
-
-
-def _mark_non_finite(ax, rows: dict[int, dict[str, Any]], key: str) -> None:
-    """Red crosses on the x axis where the metric was NaN/inf (a gap alone is easy to miss)."""
-    bad = [step for step, row in rows.items()
-           if (value := as_number(row.get(key))) is not None and not math.isfinite(value)]
-    if bad:
-        ax.scatter(bad, [0] * len(bad), marker="x", color="red", s=60, zorder=5,
-                   transform=ax.get_xaxis_transform(), clip_on=False, label=f"{key} NaN/inf")
 
 
 def _finish(ax, title: str | None, ylabel: str, xlabel: bool = True) -> None:

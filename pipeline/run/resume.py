@@ -2,6 +2,12 @@
 under the config may go on (`resume_mismatch`, before anything loads); `resume_changes` are the schedule changes a
 resume applies. `load_every_adapter` and `follow_the_rebuilt_schedule` make the Trainer's own checkpoint load
 restore what it would miss.
+
+`contents_problem`: what the checkpoint's files hold, checked before anything loads. Another run's optimizer.pt ended
+in "size of tensor a (16) must match (64)" mid-resume; a checkpoint without one resumed with a fresh optimizer,
+silently. It reads every file a resume restores, as transformers 5.17's `_load_optimizer_and_scheduler` and
+`_load_rng_state` do (torch.load, weights_only), and compares them with the LoRA settings, the base model and each
+other, where this run's launcher keeps them (launchers.py LAYOUTS).
 """
 
 from __future__ import annotations
@@ -10,45 +16,34 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional
 
+from huggingface_hub import try_to_load_from_cache
+from safetensors import safe_open
+
+from grpo_pipeline.env.adapters import AdapterError, verify_adapter_dir
 from grpo_pipeline.env.locations import absolute_path
 from grpo_pipeline.pipeline.config import SECTIONS, fields_with, resolve_optim, trl_names, trl_training_args
 from grpo_pipeline.pipeline.config.fields import field_rules
 from grpo_pipeline.pipeline.config.roles import trl_default
 from grpo_pipeline.pipeline.config.validate import world_size
-from grpo_pipeline.pipeline.run.launchers import Launch, launch_mismatch, recorded_processes, this_launch
+from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
+from grpo_pipeline.pipeline.run.launchers import (LAYOUTS, Launch, held_layouts, launch_mismatch, recorded_processes,
+                                                  this_launch)
 from grpo_pipeline.env.kept import canonical, changed_inputs, columns_key, read_record
-from grpo_pipeline.env.text import excerpt
+from grpo_pipeline.env.text import excerpt, printable, shorten
 
 SHAPE_NAME = "grpo_shape.json"
-
-
-# The fields that shape a checkpoint's trained weights (role resume_shaping): resuming under other values fails in
-# peft's load_state_dict (after the model has loaded) or silently continues another model.
-WEIGHT_SHAPING_FIELDS = tuple(fields_with("resume_shaping"))
 
 
 # The same fields as peft's adapter_config.json names them (checkpoints written before grpo_shape.json).
 _ADAPTER_CONFIG_NAMES = {"r": "lora_r", "lora_alpha": "lora_alpha", "target_modules": "lora_target_modules",
                          "modules_to_save": "lora_modules_to_save"}
-
-
-# The settings a checkpoint restores over the config (role resume_restored, TRL's names): a new value would not take
-# effect, or mix old and new. transformers 5.17 `Trainer._load_optimizer_and_scheduler` loads optimizer.pt (each param
-# group's lr, weight_decay, betas, eps) and scheduler.pt (LambdaLR's base_lrs: the old learning_rate under a lambda
-# rebuilt for the new schedule); `Trainer.train` skips the steps done counted in the new batch shape, of a sampler
-# seeded by the new seed, while rng_state.pth puts back the old random state.
-RESTORED_SETTINGS = trl_names("resume_restored")
-
-
-# The schedule settings a resume applies, and says it does (role resume_applied): the scheduler is rebuilt for the new
-# number of steps (LambdaLR's state_dict keeps only the position) and followed (follow_the_rebuilt_schedule);
-# max_grad_norm is read at every step. (The three lists as declared at import; the checks ask the config's sections.)
-APPLIED_SETTINGS = trl_names("resume_applied")
 
 
 def load_every_adapter(trainer) -> Callable:
@@ -134,8 +129,16 @@ class ResumeKey:
 
 
 def resume_key(cfg) -> ResumeKey:
-    """The recipe's ResumeKey, for a run launched as it is now. The shape: module lists sorted, a local model folder
-    made absolute. The settings: as trl.GRPOConfig is given them (after resolve_optim), else TRL's default."""
+    """The recipe's ResumeKey, for a run launched as it is now. The shape (role resume_shaping): the fields that shape
+    the trained weights (under other values, peft's load_state_dict fails after the model has loaded, or another model
+    goes on silently), module lists sorted, a local model folder made absolute. The settings, as trl.GRPOConfig is
+    given them (after resolve_optim), else TRL's default: those a checkpoint restores over the config (role
+    resume_restored: transformers 5.17 `Trainer._load_optimizer_and_scheduler` loads optimizer.pt, each group's lr,
+    weight_decay, betas, eps, and scheduler.pt, LambdaLR's base_lrs under a lambda rebuilt for the new schedule;
+    `Trainer.train` skips the steps done counted in the new batch shape, of a sampler seeded by the new seed, while
+    rng_state.pth puts back the old random state), and the schedule settings a resume applies and says it does (role
+    resume_applied: the scheduler is rebuilt for the new number of steps, LambdaLR keeping only the position, and
+    followed, follow_the_rebuilt_schedule; max_grad_norm is read at every step)."""
     flat, sections = cfg.to_dict(), cfg.sections()
     shape = {name: flat[name] for name in fields_with("resume_shaping", sections)}
     for name in ("lora_target_modules", "lora_modules_to_save"):  # module lists: their order means nothing
@@ -256,18 +259,6 @@ def _changed_settings(checkpoint: str | Path, wanted: Mapping[str, Any], names: 
     return {name: [saved[name], wanted[name]] for name in changed_inputs(known, {n: wanted[n] for n in known})}
 
 
-def option_name(trl_name: str, trl_options: Any) -> str:
-    """The option a user sets for a TRL field: ours when one of our fields forwards under that name (warmup_ratio
-    for warmup_steps) and the TRL option itself is not set (`trl_options`: those set), else the TRL name."""
-    if trl_name in trl_options:
-        return trl_name
-    for section in SECTIONS:
-        for f in dataclasses.fields(section):
-            if field_rules(f).get("trl") == trl_name:
-                return f.name
-    return trl_name
-
-
 def resume_changes(checkpoint: str | Path, key: ResumeKey) -> dict[str, list[Any]]:
     """The settings declaring resume_applied that a resume of `checkpoint` under the run's `key` changes,
     {name: [old, new]}: the run applies them, says so, and summary.json records them."""
@@ -291,7 +282,10 @@ def resume_mismatch(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
     if not restored:
         before = recorded_processes(folder, _record(folder).get("launch"))
         return launch_mismatch(folder, before, key.launch.processes, *key.batch(1)[:2])
-    named = {option_name(name, key.trl_options): values for name, values in restored.items()}
+    # each by the option a user sets: ours where one of our fields forwards under its name (warmup_ratio for
+    # warmup_steps) and the TRL option itself is not set, else the TRL name
+    ours = {field_rules(f).get("trl"): f.name for section in SECTIONS for f in dataclasses.fields(section)}
+    named = {name if name in key.trl_options else ours.get(name, name): values for name, values in restored.items()}
     listed = "; ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in named.items())
     back = ", ".join(f"{name}: {json.dumps(old)}" for name, (old, new) in named.items())
     return (f"{folder.name} in {folder.parent} was trained with other optimiser, schedule or batch settings: "
@@ -300,3 +294,194 @@ def resume_mismatch(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
             f"the step count stay the checkpoint's). Set them back ({back}), or start a fresh run: --resume never "
             f"(the earlier run is moved to previous/) or a new --output_dir. To train longer, change only max_steps.")
 
+
+RESTORED_FILES = ("optimizer.pt", "scheduler.pt")  # a plain or DDP resume without them starts afresh, silently
+TORCH_OPTIMIZER = ("plain", "ddp")  # the layouts whose optimizer.pt is read here (the others' are the engine's own)
+MOMENTS = ("exp_avg", "momentum_buffer")  # a state entry shaped as its parameter (Adam's, SGD's)
+
+
+def tensor_shapes(files: list) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name -> (shape, dtype) from safetensors headers only (nothing is loaded)."""
+    shapes = {}
+    for path in files:
+        with safe_open(str(path), framework="numpy") as f:
+            for name in f.keys():
+                piece = f.get_slice(name)
+                shapes[name] = (tuple(piece.get_shape()), piece.get_dtype())
+    return shapes
+
+
+def local_model_files(base_model: str) -> list:
+    """The base model's *.safetensors when they are on this machine (a folder or the HF cache), else []."""
+    folder = Path(resolve_model_path(base_model)).expanduser()
+    if not folder.is_dir():
+        try:
+            cached = try_to_load_from_cache(base_model, "config.json")
+        except Exception:  # not a valid repo id: nothing cached to compare with
+            return []
+        if not isinstance(cached, str):
+            return []
+        folder = Path(cached).parent
+    return sorted(folder.glob("*.safetensors"))
+
+
+def adapter_mismatch(adapter: Any, base_model: str, lora: Optional[dict] = None) -> Optional[str]:
+    """Why `adapter` cannot load on `base_model`, or None: adapter_config.json's rank and each LoRA matrix's shape
+    (`lora`: tensor_shapes of its weights, when read already) against the base's weights, from the headers (peft
+    would fail after the model has loaded). Quantized (4-bit) base weights have packed shapes and are not compared."""
+    if adapter.weights_file.suffix != ".safetensors":
+        return None
+    lora = lora or tensor_shapes([adapter.weights_file])
+    base = tensor_shapes(local_model_files(base_model))
+    rank_pattern = adapter.config.get("rank_pattern") or {}
+    trained_on = adapter.base_model_name_or_path
+    for name, (shape, _) in sorted(lora.items()):
+        if ".lora_A." not in name or len(shape) != 2:
+            continue
+        module = name.split(".lora_A.")[0]
+        rank = next((r for key, r in rank_pattern.items() if module.endswith(key)), adapter.r)
+        if shape[0] != rank:
+            return (f"adapter {adapter.path}: adapter_config.json says rank r={rank}, but {module} has rank "
+                    f"{shape[0]} in {adapter.weights_file.name}. The config and the weights come from different "
+                    "adapters: copy the adapter_config.json saved with these weights.")
+        b_shape = lora.get(name.replace(".lora_A.", ".lora_B."), ((None, None), ""))[0]
+        base_name = module.removeprefix("base_model.model.") + ".weight"
+        if base_name not in base or base[base_name][1] in ("U8", "I8"):
+            continue
+        out_features, in_features = base[base_name][0]
+        if (b_shape[0], shape[1]) != (out_features, in_features):
+            return (f"adapter {adapter.path} does not fit base model {excerpt(base_model)}: its {module} maps "
+                    f"{shape[1]} -> {b_shape[0]} features, the base's maps {in_features} -> {out_features}. "
+                    f"The adapter was trained on {excerpt(trained_on)}; pass that model (--model), or an adapter "
+                    f"trained on {excerpt(base_model)}.")
+    return None
+
+
+def _fix(folder: Path) -> str:
+    return (f"Resume another checkpoint (--resume {folder.parent}/checkpoint-N), or start over in this folder "
+            "(--resume never; the earlier run is moved to previous/) or in a new --output_dir.")
+
+
+def contents_problem(checkpoint: str | Path, key: ResumeKey) -> Optional[str]:
+    """Why the files of `checkpoint` do not fit the run that would resume it (`key`: its LoRA shape, base model and
+    launch, pipeline/run/resume.py), or None (module docstring)."""
+    folder = Path(checkpoint)
+    missing = _restored_missing(folder, key.launch)
+    if missing:
+        return missing
+    try:
+        trained = _adapter_problem(folder, key.shape["lora_r"], key.shape["lora_target_modules"], key.base_model)
+        if isinstance(trained, str):
+            return trained
+        if key.launch.layout in TORCH_OPTIMIZER:  # optimizer.pt: its groups and shapes are read
+            return _optimizer_problem(folder, trained) or _rng_problem(folder)
+        return (_scheduler_problem(folder, None) if key.launch.scheduler_file else None) or _rng_problem(folder)
+    except _Unreadable as err:
+        return (f"{err.path} is not a checkpoint this run can read ({err.why}): a file of another program or "
+                f"version, or not a checkpoint at all; nothing in it was run. {_fix(folder)}")
+
+
+def _restored_missing(folder: Path, launch: Launch) -> Optional[str]:
+    """Why the optimizer or the schedule of `folder` would not be restored under this run's launch, or None."""
+    layout = LAYOUTS[launch.layout]
+    missing = layout.missing(folder)
+    held = [LAYOUTS[name] for name in held_layouts(folder)]
+    if missing and held:
+        return (f"{folder} holds its optimizer as {held[0].saved_by} saves it ({held[0].holds}), and this run is "
+                f"launched {layout.launched}, which reads {layout.holds}: a resume would not restore the optimizer. "
+                f"Launch it as it was trained ({held[0].launch}), or: {_fix(folder)}")
+    if missing is None and launch.scheduler_file and not (folder / "scheduler.pt").is_file():
+        missing = "scheduler.pt"
+    if missing is None:
+        return None
+    return (f"{folder / missing} is missing: a resume {layout.without} (this run is launched {layout.launched}, "
+            f"which keeps the optimizer in {layout.holds}). Put the file back (from where the checkpoint was "
+            f"copied), or: {_fix(folder)}")
+
+
+class _Unreadable(Exception):
+    def __init__(self, path: Path, why: str):
+        self.path, self.why = path, why
+
+
+def _adapter_problem(folder: Path, lora_r: int, target_modules: Any, base_model: str) -> Any:
+    """The adapter's matrices' shapes (a Counter), or why they do not fit the LoRA settings and the base model."""
+    try:
+        adapter = verify_adapter_dir(folder)
+    except AdapterError as err:
+        raise _Unreadable(folder / "adapter_model.safetensors", printable(err)) from None
+    if adapter.weights_file.suffix != ".safetensors":
+        return None  # an old .bin adapter: its shapes are read by peft only
+    try:
+        shapes = tensor_shapes([adapter.weights_file])
+    except Exception as err:  # noqa: BLE001 - safetensors' own error classes: the file is not one
+        raise _Unreadable(adapter.weights_file, f"{type(err).__name__}: {printable(err)}") from None
+    ranks = {shape[0] for name, (shape, _) in shapes.items() if ".lora_A." in name and len(shape) == 2}
+    modules = {name.split(".lora_A.")[0].rsplit(".", 1)[-1] for name in shapes if ".lora_A." in name}
+    wanted = set(target_modules or [])
+    where = f"{adapter.weights_file} holds a LoRA"
+    if ranks and ranks != {lora_r}:
+        return (f"{where} of rank {sorted(ranks)}, and this run trains lora_r {lora_r}: it is another run's "
+                f"adapter. {_fix(folder)}")
+    if modules and wanted and all(w.isidentifier() for w in wanted) and modules != wanted:
+        return (f"{where} on {sorted(modules)}, and this run's lora_target_modules are {sorted(wanted)}: it is "
+                f"another run's adapter. {_fix(folder)}")
+    mismatch = adapter_mismatch(adapter, base_model, shapes)
+    if mismatch:
+        return f"{mismatch} (in {folder}) {_fix(folder)}"
+    return Counter(shape for _, (shape, _) in shapes.items())
+
+
+def _load(path: Path, fits: Callable[[Any], bool], unfit: str) -> Any:
+    """A torch-saved file as transformers loads it on resume (weights_only, with its `safe_globals`: no code runs);
+    _Unreadable(`unfit`) when it is not what `fits` expects there."""
+    # lazy: transformers imports torch; the resume check is the first place a run reads a torch file
+    import torch
+    from transformers.trainer_pt_utils import safe_globals
+
+    try:
+        with safe_globals():
+            loaded = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)  # reads what it needs
+    except Exception as err:  # noqa: BLE001 - an UnpicklingError, a zip error: the file is not ours to read
+        first = re.sub(r"\x1b\[[0-9;]*m", "", printable(err)).splitlines()[0] if str(err) else ""
+        raise _Unreadable(path, shorten(f"{type(err).__name__}: {first}", 200)) from None
+    if not fits(loaded):
+        raise _Unreadable(path, unfit)
+    return loaded
+
+
+def _optimizer_problem(folder: Path, trained: Optional[Counter]) -> Optional[str]:
+    """optimizer.pt's groups and state shapes against the adapter's matrices, then scheduler.pt's."""
+    path = folder / "optimizer.pt"
+    state = _load(path, lambda s: isinstance(s, dict) and isinstance(s.get("param_groups"), list),
+                  "no param_groups: not an optimizer's state_dict")
+    groups = state["param_groups"]
+    count = sum(len(group.get("params", [])) for group in groups if isinstance(group, dict))
+    shapes = Counter(tuple(value.shape) for entry in (state.get("state") or {}).values() if isinstance(entry, dict)
+                     for key, value in entry.items() if key in MOMENTS and hasattr(value, "shape"))
+    if trained is not None and (count != sum(trained.values()) or shapes - trained):
+        extra = sorted(shapes - trained)[:3]
+        return (f"{path} is the optimizer of another model: it holds {count} parameters"
+                + (f", of shapes such as {extra}," if extra else "")
+                + f" and this checkpoint's adapter trains {sum(trained.values())}. {_fix(folder)}")
+    return _scheduler_problem(folder, groups)
+
+
+def _scheduler_problem(folder: Path, groups: Optional[list]) -> Optional[str]:
+    """scheduler.pt is a scheduler's state; its rates against the optimizer's `groups` (when they were read)."""
+    scheduler_path = folder / "scheduler.pt"
+    scheduler = _load(scheduler_path, lambda s: isinstance(s, dict) and "last_epoch" in s,
+                      "no last_epoch: not a learning-rate scheduler's state_dict")
+    rates = scheduler.get("base_lrs")
+    if groups is not None and isinstance(rates, list) and len(rates) != len(groups):
+        return (f"{scheduler_path} schedules {len(rates)} parameter group(s) and {folder / 'optimizer.pt'} holds "
+                f"{len(groups)}: the two come from different runs. {_fix(folder)}")
+    return None
+
+
+def _rng_problem(folder: Path) -> Optional[str]:
+    """Each rng_state*.pth (one a process) holds the parts transformers puts back."""
+    for path in sorted(folder.glob("rng_state*.pth")):
+        _load(path, lambda rng: isinstance(rng, dict) and {"python", "numpy", "cpu"} <= set(rng),
+              "not a random-number state (python, numpy, cpu)")
+    return None

@@ -28,8 +28,7 @@ from grpo_pipeline.pipeline.run.resume import resume_key
 from grpo_pipeline.pipeline.trainer.agent_boundary import hold_failures
 from grpo_pipeline.pipeline.trainer.agents import Agents
 from grpo_pipeline.pipeline.trainer.effective import predicted_changes, write_effective_config
-from grpo_pipeline.pipeline.trainer.reward_failures import RewardFailureLatch
-from grpo_pipeline.pipeline.trainer.trl_internals import replace_trl_internals
+from grpo_pipeline.pipeline.trainer.trl_internals import RewardFailureLatch, replace_trl_internals
 from grpo_pipeline.rewards import check_reward_weights, get_reward_funcs
 from grpo_pipeline.rewards.contract import guard_reward
 
@@ -57,14 +56,20 @@ def build_trainer(agents: Agents, backend, cfg: PipelineConfig, model, tokenizer
     reward_funcs.append(observer)
     weights.append(0.0)  # the observer only watches; it never changes the reward
     # The reward contract around every function (rewards/contract.py); a failure is held and raised after TRL's
-    # reward gather, on every process together (reward_failures.py).
+    # reward gather, on every process together (trl_internals.py).
     latch = RewardFailureLatch()
     reward_funcs = guarded_rewards(reward_funcs, observer, latch.hold, g.reward_timeout)
 
     args = grpo_training_args(backend, cfg, model, prepared, output_dir, weights)
     grpo_trainer_module(uses_vllm=bool(getattr(args, "use_vllm", False)))  # before trl.GRPOTrainer is read
+    engine = contextlib.nullcontext()
+    if getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", None) == "colocate":
+        # lazy: vLLM is a heavy optional package. One engine for the process's trainers (vllm_engine.py)
+        from grpo_pipeline.pipeline.backends.vllm_engine import colocated_engine
+
+        engine = colocated_engine(previous)
     # One kl reference on both backends, after a warm-up and after a rollback too: the base model (rollback.py).
-    with base_model_reference(model), _engine_kept(args, previous):
+    with base_model_reference(model), engine:
         trainer = trl.GRPOTrainer(
             model=model,
             reward_funcs=reward_funcs,
@@ -94,17 +99,6 @@ def build_trainer(agents: Agents, backend, cfg: PipelineConfig, model, tokenizer
     replace_trl_internals(trainer, ModelCard(cfg.model.model_name_or_path, cfg.data.dataset_name), latch,
                           resume_key(cfg), prepared.dataset)  # pipeline/trainer/trl_internals.py: each one and why
     return trainer, health
-
-
-def _engine_kept(args, previous: Any):
-    """Where TRL builds a colocated vLLM engine in this process: one engine for the process's trainers
-    (pipeline/backends/vllm_engine.py `colocated_engine`); nothing around any other build."""
-    if not (getattr(args, "use_vllm", False) and getattr(args, "vllm_mode", None) == "colocate"):
-        return contextlib.nullcontext()
-    # lazy: vLLM is a heavy optional package
-    from grpo_pipeline.pipeline.backends.vllm_engine import colocated_engine
-
-    return colocated_engine(previous)
 
 
 def guarded_rewards(reward_funcs: list, observer, hold, timeout: Optional[float]) -> list:
@@ -196,22 +190,14 @@ def build_grpo_config(cfg: PipelineConfig, decided: dict):
         # pickled into every checkpoint (training_args.bin) with its secrets masked (env/secret_fields.py)
         config = masked_pickle_class(trl.GRPOConfig)(**kwargs)
     except (ValueError, TypeError, NotImplementedError) as err:
-        named = _named_field(str(err), dict(cfg.trl), kwargs)
+        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", str(err)))  # a TRL option the user set, else any field
+        named = next((name for name in [*cfg.trl, *kwargs] if name in words), "trl")
         raise ConfigError(named, f"trl.GRPOConfig refused the config: {err}") from None
     for name, choices in trainer_choices().items():  # values only TRL's trainer would refuse, mid-step
         value = getattr(config, name, None)
         if isinstance(value, str) and value not in choices:
             raise ConfigError(name, f"got {excerpt(value)}; TRL's GRPOTrainer takes {', '.join(choices)}.")
     return config
-
-
-def _named_field(message: str, trl_options: dict, kwargs: dict) -> str:
-    """The field a TRL validation message is about: a TRL option the user set, else any field it names."""
-    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
-    for name in [*trl_options, *kwargs]:
-        if name in words:
-            return name
-    return "trl"
 
 
 def check_grpo_config(backend_name: str, cfg: PipelineConfig) -> str:

@@ -70,15 +70,6 @@ def predicted_values(backend_name: str, passed: dict[str, Any], defaults: dict[s
     return {**defaults, **passed, **{name: value for name, (value, _) in rewrites.items()}}
 
 
-def other_backend_kwargs(cfg: PipelineConfig, backend_name: str, passed: dict[str, Any],
-                         backend_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """What the other backend would pass for the same recipe: this run's kwargs without this backend's own, plus
-    the other's as far as they are known without its model (its `predicted_config_kwargs` of the recipe)."""
-    other = load_backend(load_backend(backend_name).COUNTERPART)  # the one each backend is compared with
-    return {**{k: v for k, v in passed.items() if k not in backend_kwargs},
-            **other.predicted_config_kwargs(cfg)}
-
-
 def effective_record(backend_name: str, cfg: PipelineConfig, args: Any,
                      passed: dict[str, Any], backend_kwargs: dict[str, Any]) -> dict[str, Any]:
     """effective_config.json's content: each field of `args` (the built trainer's) with its `value`, `recipe`,
@@ -88,21 +79,21 @@ def effective_record(backend_name: str, cfg: PipelineConfig, args: Any,
     defaults, recipe, passed = trl_defaults(), masked(trl_training_args(cfg)), masked(passed)
     changes = backend_changes(backend_name, passed, backend_kwargs, recipe, defaults)
     ours = predicted_values(backend_name, passed, defaults)
-    other_name = load_backend(backend_name).COUNTERPART
-    other = predicted_values(other_name, other_backend_kwargs(cfg, backend_name, passed, backend_kwargs),
-                             defaults)
+    other_name = load_backend(backend_name).COUNTERPART  # the one each backend is compared with
+    # what it would pass for the same recipe: these kwargs without this backend's own, plus its own as far as they
+    # are known without its model (its `predicted_config_kwargs`)
+    other_passed = {**{k: v for k, v in passed.items() if k not in backend_kwargs},
+                    **load_backend(other_name).predicted_config_kwargs(cfg)}
+    other = predicted_values(other_name, other_passed, defaults)
     fields: dict[str, Any] = {}
     for name, raw in sorted(args.to_dict().items()):
         value = masked(_plain(raw), name)  # a nested mapping's token, a URL's password (to_dict masks *_token only)
         entry: dict[str, Any] = {"value": value, "differs_from": []}
-        if name in recipe:
-            entry["recipe"] = _plain(recipe[name])
-            if entry["recipe"] != value:
-                entry["differs_from"].append("recipe")
-        if name in defaults:
-            entry["trl_default"] = _plain(defaults[name])
-            if entry["trl_default"] != value:
-                entry["differs_from"].append("trl_default")
+        for side, values in (("recipe", recipe), ("trl_default", defaults)):
+            if name in values:
+                entry[side] = _plain(values[name])
+                if entry[side] != value:
+                    entry["differs_from"].append(side)
         if name in other and _plain(other[name]) != _plain(ours.get(name)):
             entry["other_backend"] = masked(_plain(other[name]), name)
             entry["differs_from"].append("other_backend")

@@ -161,7 +161,7 @@ def probe_gaps(out: Path, steps: list[int]) -> dict[str, Any]:
     import math
 
     from grpo_pipeline.pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
-    from grpo_pipeline.pipeline.health.stale import ROLLOUT_GAP_FLOOR
+    from grpo_pipeline.pipeline.health.rollout import ROLLOUT_GAP_FLOOR
 
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     probed = {m.get("step"): m for m in logged if ROLLOUT_LOGP_GAP in m}
