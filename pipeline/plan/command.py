@@ -141,9 +141,7 @@ def recipe_table(cards: tuple[str, ...] = TABLE_CARDS) -> str:
 
 
 def write_recipe(path: str, recipe: dict[str, Any], how: str) -> Path:
-    """The fitted recipe, its secrets as placeholders (env/secret_fields.py masked): a written recipe is shared; a
-    placeholder read back is unset (pipeline/config/parse.py read_recipe), the secret given again or kept in the
-    environment."""
+    """Write the fitted recipe with its secrets as placeholders (a placeholder read back is unset: read_recipe)."""
     shown = masked(recipe)
     placeholders = sorted({shown for _, shown in secrets_in(recipe)})
     again = (f"# Secrets are shown as placeholders ({', '.join(placeholders)}): pass them "
@@ -159,8 +157,7 @@ def write_recipe(path: str, recipe: dict[str, Any], how: str) -> Path:
 
 
 def base_mapping(rest: list[str], flat: dict[str, Any]) -> dict[str, Any]:
-    """The recipe's own keys plus the command line's overrides (as parsed: `flat`, the config's values), for
-    --write."""
+    """The recipe's own keys plus the command line's overrides (their parsed values from `flat`), for --write."""
     argv = normalize_argv(rest)
     path = config_path(argv)
     mapping = read_recipe(path) if path else {}
@@ -224,7 +221,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def gpu_counts(flags: dict[str, Any]) -> Optional[tuple[int, int]]:
-    """(--gpus, --nodes) when either is given (each a whole number of at least 1; the other defaults to 1), else None.
+    """(--gpus, --nodes) when either is given (the other defaults to 1), else None.
 
     >>> gpu_counts({"gpus": "8"}), gpu_counts({})
     ((8, 1), None)

@@ -1,10 +1,7 @@
-"""`grpo plan --gpus N --nodes M`: which Accelerate config, and how much memory each GPU needs under it.
-
-Several GPUs train with the plain backend (Unsloth's is single-GPU) through the first of configs/accelerate/ that
-fits: DDP (ddp.yaml; multinode.yaml across machines: every GPU holds the one-GPU plan), DeepSpeed ZeRO-2 (zero2.yaml:
-gradients and optimizer states sharded, small with LoRA) or ZeRO-3 (zero3.yaml: the 16-bit base weights sharded too;
-ZeRO-3 takes no 4-bit weights; FSDP2 divides them the same way, no config for it ships yet). Server mode gives one GPU
-to `trl vllm-serve`, so one process fewer trains; the batch arithmetic is checked for that number of processes.
+"""`grpo plan --gpus N --nodes M`: the first of configs/accelerate/ that fits, with the plain backend (Unsloth's is
+single-GPU), and the memory each GPU needs: DDP (every GPU holds the one-GPU plan), ZeRO-2 (gradients and optimizer
+states sharded) or ZeRO-3 (the 16-bit base weights too; it takes no 4-bit weights). Server mode gives one GPU to
+`trl vllm-serve`.
 """
 
 from __future__ import annotations
