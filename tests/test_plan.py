@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # A hand-sized model: hidden 64, intermediate 128, 2 layers, 4 heads of 16 (q 64), 2 kv heads (kv 32), vocab 1000.
 TINY = ModelShape(name="tiny", source="test", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=1000,
-                  tie_word_embeddings=True, max_position_embeddings=4096, torch_dtype="bfloat16", config={})
+                  tie_word_embeddings=True, config={})
 # Its counts as an architecture would report them: per layer q 64x64, k/v 64x32, o 64x64, gate/up 64x128, down
 # 128x64 -> 4096 + 2*2048 + 4096 + 2*8192 + 8192 = 36864 linear weights a layer, 73728 in all.
 TINY_COUNTS = ParamCounts(
@@ -238,9 +238,10 @@ def test_bundled_configs_match_the_real_qwen25_and_its_published_size(name, tmp_
         assert bundled_config_name(spelling) == name
     shape = load_shape(f"unsloth/Qwen2.5-{size}-Instruct")
     assert (shape.hidden_size, shape.intermediate_size, shape.num_hidden_layers, shape.num_attention_heads,
-            shape.num_key_value_heads, shape.vocab_size, shape.tie_word_embeddings, shape.max_position_embeddings,
-            shape.torch_dtype) == (real["hidden"], real["inter"], real["layers"], real["heads"], real["kv"],
-                                   real["vocab"], real["tied"], 32768, "bfloat16")
+            shape.num_key_value_heads, shape.vocab_size, shape.tie_word_embeddings,
+            shape.config["max_position_embeddings"], shape.config["torch_dtype"]) == (
+        real["hidden"], real["inter"], real["layers"], real["heads"], real["kv"], real["vocab"], real["tied"], 32768,
+        "bfloat16")
     counts = count_parameters(shape, cache_dir=tmp_path / "a", use_seeds=False)  # built on the meta device
     assert round(counts.total / 1e9, 2) == real["params"]
     assert (counts.lm_head == 0) == real["tied"]

@@ -158,8 +158,7 @@ def check_option_names(argv: list[str]) -> list[str]:
 def read_recipe(path: str) -> dict[str, Any]:
     """The recipe as a flat mapping; an error names the file and line, an unknown key the closest field name."""
     loaded, lines = _load_recipe(path)
-    # `env:` is TrlParser's own key (environment variables to set), as open-r1's recipes use it: parse_config.
-    # A placeholder that stands for a secret (a recipe `grpo plan --write` wrote) is unset, never the value to use.
+    # `env:` is TrlParser's own key (parse_config sets it); a secret's placeholder (`grpo plan --write`) is unset.
     loaded = unmasked({key: value for key, value in loaded.items() if key != "env"})
     not_ours = sorted(str(k) for k in set(loaded) - set(field_names()))
     if not_ours:

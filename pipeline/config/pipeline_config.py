@@ -84,12 +84,8 @@ def list_fields(section_cls: type) -> dict[str, type]:
     >>> list_fields(LoraArguments)
     {'lora_target_modules': <class 'str'>, 'lora_modules_to_save': <class 'str'>}
     """
-    found = {}
-    for name, kind in typing.get_type_hints(section_cls).items():
-        kind = unwrap_optional(kind)[0]
-        if typing.get_origin(kind) is list:
-            found[name] = typing.get_args(kind)[0]
-    return found
+    hints = {name: unwrap_optional(kind)[0] for name, kind in _type_hints(section_cls).items()}
+    return {name: typing.get_args(kind)[0] for name, kind in hints.items() if typing.get_origin(kind) is list}
 
 
 def unwrap_optional(kind: Any) -> tuple[Any, bool]:

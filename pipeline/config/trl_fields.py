@@ -146,12 +146,8 @@ def trl_section() -> type:
     made = []
     for name in trl_option_names():
         f = trl_fields()[name]
-        kw: dict[str, Any] = {"metadata": dict(f.metadata)}
-        if f.default is not dataclasses.MISSING:
-            kw["default"] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            kw["default_factory"] = f.default_factory
-        made.append((name, hints[name], dataclasses.field(**kw)))
+        made.append((name, hints[name], dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                          metadata=dict(f.metadata))))
     section = dataclasses.make_dataclass("TrlArguments", made)
     section._argument_group_name = GROUP_NAME  # HfArgumentParser's group title in --help
     return section

@@ -83,10 +83,9 @@ def sampling_params_mapping(value: Any) -> dict[str, Any]:
     return parsed
 
 
-# Every `optim` transformers builds from bitsandbytes (transformers.trainer_optimizer._BITSANDBYTES_OPTIMIZERS,
-# which raises ImportError in _get_bitsandbytes_optimizer at train start, after the model has loaded and eval
-# before has run, when the package is missing). Written out so this check never imports transformers before
-# Unsloth; tests/test_config.py keeps it equal to transformers' list.
+# Every `optim` transformers builds from bitsandbytes (transformers.trainer_optimizer._BITSANDBYTES_OPTIMIZERS: an
+# ImportError at train start without the package), written out so that this check never imports transformers before
+# Unsloth; tests/test_config.py keeps the two equal.
 BITSANDBYTES_OPTIMIZERS = frozenset({
     "adamw_bnb_8bit", "adamw_8bit", "paged_adamw_32bit", "paged_adamw_8bit", "ademamix", "ademamix_8bit",
     "paged_ademamix_32bit", "paged_ademamix_8bit", "lion_32bit", "lion_8bit", "paged_lion_32bit",
@@ -248,9 +247,8 @@ def validate_unsloth(lora_modules_to_save: list[Any], lora_target_modules: list[
                           "and normalization layers (e.g. norm, input_layernorm). Put other modules in "
                           "lora_target_modules, or use backend: plain.")
     if fast_inference and lora_modules_to_save:
-        # FastLlamaModel.get_peft_model raises NotImplementedError ("fast inference does not work with
-        # training embeddings or lm_head") when the model has a vLLM engine. The backend passes None, not [],
-        # for an empty list: Unsloth refuses any modules_to_save that is not None there.
+        # FastLlamaModel.get_peft_model raises NotImplementedError ("fast inference does not work with training
+        # embeddings or lm_head") with a vLLM engine, for any modules_to_save but None (the backend passes None).
         raise ConfigError("lora_modules_to_save", f"got {list(lora_modules_to_save)}, but Unsloth cannot train "
                           "modules in full while vLLM serves the model (fast_inference: true). Remove "
                           "lora_modules_to_save, set fast_inference: false (slower generation), or use "

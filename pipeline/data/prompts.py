@@ -140,9 +140,8 @@ def count_prompt_tokens(tokenizer: Any, conversations: Sequence[Any]) -> PromptL
     texts = render_prompts(tokenizer, conversations)
     rendered = time.perf_counter()
     counts = [0] * len(texts)
-    # A chat: add_special_tokens=False, the template already wrote every special token (a tokenizer that adds a
-    # BOS would otherwise count, and in training get, it twice). A standard prompt: the tokenizer's own special
-    # tokens, as TRL's GRPOTrainer._tokenize_prompts calls `processing_class(text=prompts)`.
+    # A chat: no special tokens added, the template wrote them (a BOS would be counted, and trained, twice). A
+    # standard prompt: the tokenizer's own, as TRL's GRPOTrainer._tokenize_prompts calls `processing_class(text=...)`.
     # No attention masks: they would only double the Python lists built from the Rust output.
     for chat in (True, False):
         where = [i for i, prompt in enumerate(conversations) if is_conversational(prompt) == chat]

@@ -197,12 +197,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             if scale is not None:
                 out["scale"] = scale_dict(scale)
             print(json.dumps(out, indent=2))
-        elif scale is not None:
-            print(render(cfg, result, str(source)))
-            print(render_scale(scale, card))
         else:
             print(render(cfg, result, str(source)))
-            if not result.fits:
+            if scale is not None:
+                print(render_scale(scale, card))
+            elif not result.fits:
                 found = suggestions(cfg, card)
                 print("smallest changes that fit (each on its own):" if found else
                       "no single change fits: plan a larger card or a smaller model.")

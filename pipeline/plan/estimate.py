@@ -285,9 +285,8 @@ def estimate(cfg: PipelineConfig, shape: ModelShape, counts: ParamCounts, card: 
     notes: list[str] = []
     blocker = None
     fixed = gib(lora * 4 + optimizer + CUBLAS_WORKSPACE_BYTES)  # LoRA + optimizer + workspace: held all step
-    # The backward runs the loss's backward first (the log-prob working set), then the layers' one at a time (the
-    # recomputed layer, and the LoRA gradients appearing; the Trainer's zero_grad frees them after each step). The
-    # checkpointed layer inputs are kept through both.
+    # The backward runs the loss's first (the log-prob working set), then the layers' one at a time (the recomputed
+    # layer, and the LoRA gradients appearing); the checkpointed layer inputs are kept through both.
     training = gib(kept + max(logprobs, recomputed + lora * 4))
     if path == "unsloth+vllm":
         more, peak, reserved, peak_how, notes, blocker = _vllm_peak(

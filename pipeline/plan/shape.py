@@ -68,8 +68,6 @@ class ModelShape:
     head_dim: int
     vocab_size: int
     tie_word_embeddings: bool
-    max_position_embeddings: int
-    torch_dtype: str
     config: dict  # the whole config.json, for building the architecture
 
     @property
@@ -89,8 +87,7 @@ def shape_from_config(model_config: dict, name: str, source: str) -> ModelShape:
             num_key_value_heads=int(text.get("num_key_value_heads") or heads),
             head_dim=int(text.get("head_dim") or hidden // heads), vocab_size=int(text["vocab_size"]),
             tie_word_embeddings=bool(model_config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
-            max_position_embeddings=int(text.get("max_position_embeddings") or 0),
-            torch_dtype=str(text.get("torch_dtype") or text.get("dtype") or "bfloat16"), config=dict(model_config),
+            config=dict(model_config),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError("model_name_or_path", f"{source}: config.json lacks or mangles {err}, which the memory "
@@ -164,12 +161,8 @@ def count_parameters(shape: ModelShape, cache_dir: Optional[Path] = None, use_se
     for source in (file, SEEDED_COUNTS if use_seeds else None):
         try:
             loaded = json.loads(source.read_text()) if source else None
-        except (OSError, ValueError):
-            continue
-        entry = loaded.get(key) if source == SEEDED_COUNTS and isinstance(loaded, dict) else loaded
-        try:
-            return ParamCounts(**entry)
-        except TypeError:
+            return ParamCounts(**(loaded.get(key) if source == SEEDED_COUNTS and isinstance(loaded, dict) else loaded))
+        except (OSError, ValueError, TypeError):
             continue
     counts = _count_on_meta(shape.config)
     try:
