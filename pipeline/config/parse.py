@@ -105,8 +105,7 @@ _RECIPE_TEXT: dict[tuple, str] = {}
 
 
 def recipe_text(path: str) -> str:
-    """The recipe's text, read once per file per process so that a pipe (`--config <(...)`) works; a regular file
-    again when its size or mtime changed. Not UTF-8 or over MAX_RECIPE_BYTES: a ConfigError."""
+    """The recipe's text, read once per file per process (a pipe, `--config <(...)`, gives it only once)."""
     info = os.stat(path)
     regular = stat_module.S_ISREG(info.st_mode)
     key = (os.path.abspath(path), info.st_dev, info.st_ino) + ((info.st_size, info.st_mtime_ns) if regular else ())
@@ -129,8 +128,8 @@ BOOL_WORDS = ("yes", "no", "true", "false", "t", "f", "y", "n", "1", "0")
 
 
 def check_option_names(argv: list[str]) -> list[str]:
-    """Refuse unknown `--name`s (in one message), a recipe without --config, or a non-number for a number option,
-    before argparse buries the fix under its usage text. Returns the option names given (`--no_X` as X)."""
+    """The option names given (`--no_X` as X); unknown `--name`s, a recipe without --config or a non-number are
+    refused before argparse buries the fix under its usage dump."""
     # argparse also accepts --max-steps; HfArgumentParser adds --no_X for bool fields that default to True.
     names = {i: arg[2:].partition("=")[0].replace("-", "_") for i, arg in enumerate(argv)
              if arg.startswith("--") and len(arg) > 2}
@@ -182,8 +181,7 @@ MAX_RECIPE_VALUES = 100_000
 
 
 def _load_recipe(path: str) -> tuple[dict[str, Any], dict[str, int]]:
-    """The recipe's top-level mapping and each key's line; composed into nodes first, so an alias bomb is refused
-    before anything is expanded."""
+    """The recipe's mapping and each key's line; an alias bomb is refused before anything is expanded."""
     where = os.path.abspath(path)
     loader = UniqueKeyLoader(recipe_text(path))
     try:
@@ -276,8 +274,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
 
 def peek_option(argv: list[str], name: str, default: Any = None) -> Any:
-    """One option from the command line or the `--config` YAML, without trl: to set up Unsloth before trl,
-    transformers and peft are imported."""
+    """One option from argv or the recipe without importing trl (Unsloth is set up before trl loads)."""
     flag = f"--{name}"
     argv = normalize_argv(argv)
     for i, arg in enumerate(argv):

@@ -155,8 +155,7 @@ def from_mapping(values: dict[str, Any]) -> PipelineConfig:
 
 
 def check_trl_names(names: list[str]) -> None:
-    """Refuse a TRL field the run owns (with the reason), and in one error every name that is neither ours nor
-    TRL's."""
+    """Refuse a TRL field the run owns, and in one error every name neither ours nor TRL's."""
     known = set(trl_option_names())
     for name in names:
         reason = trl_with("run_owned").get(name)
@@ -193,8 +192,7 @@ def unknown_options_error(names: list[str], known: list[str] | None = None) -> C
 
 
 def coerce(value: Any, kind: type, name: str) -> Any:
-    """`value` as `kind` (int/float/bool), or a ConfigError; a float for an int unless whole (1.5 steps would be
-    truncated)."""
+    """`value` as int/float/bool, or a ConfigError (a float for an int only when whole: 1.5 steps would truncate)."""
     article = "an integer" if kind is int else "a number" if kind is float else "true or false"
     if kind is bool:
         if isinstance(value, bool):

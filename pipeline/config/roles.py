@@ -44,8 +44,7 @@ def trl_names(role: str, sections: Iterable[type] = SECTIONS) -> tuple[str, ...]
 
 
 def role_values(cfg: Any, role: str) -> dict[str, Any]:
-    """`cfg`'s values of the options declaring `role`: by name, or {group: {name: value}}; a TRL option's default
-    when unset."""
+    """`cfg`'s values of the options with `role`, by name or {group: {name: value}} (TRL's default when unset)."""
     flat = cfg.to_dict()
     found: dict[str, Any] = {}
     for name, group in fields_with(role, cfg.sections()).items():

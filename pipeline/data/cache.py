@@ -48,8 +48,7 @@ def local_tree_identity(folder: Path) -> dict[str, Any]:
 
 
 def tokenizer_identity(tokenizer: Any) -> dict[str, Any]:
-    """What about a tokenizer changes token counts, including a local folder's files (an edited tokenizer.json
-    keeps its name and size)."""
+    """What about a tokenizer changes token counts (a local folder's files too: an edit keeps name and size)."""
     template = getattr(tokenizer, "chat_template", None)
     if not isinstance(template, str):  # some tokenizers keep a dict of named templates
         template = json.dumps(template, sort_keys=True, default=str)
@@ -69,8 +68,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgp
 
 
 def model_identity(model_name_or_path: str, model_source: str = "hf") -> dict[str, Any]:
-    """What names the weights a model name loads: a local (or built-in: pipeline/demo/model.py) folder with its
-    files, else the hub id and its source."""
+    """The identity of a model's weights: a local or built-in folder with its files, else the hub id and source."""
     path = Path(resolve_model_path(model_name_or_path)).expanduser()
     if path.is_dir():
         return {"name": model_name_or_path, **local_tree_identity(path)}

@@ -92,8 +92,7 @@ class Rejections:
 
 
 def _answer_text(value: Any) -> Optional[str]:
-    """The answer as text, an integral float without ".0" (CSV readers turn 42 into 42.0 in a column with a gap);
-    None when it is not text or a plain number."""
+    """The answer as text, a whole float without ".0" (CSV makes 42 42.0 in a column with a gap); else None."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool):

@@ -19,8 +19,7 @@ assert all(name.startswith(OWN_PREFIX) for name in OWN_COLUMNS)
 
 
 def training_columns(table: Any, prompts: list[Any], rows: list[Any], prompt_tokens: list[int]) -> Any:
-    """The training set: the kept rows' own columns with their values and types (each goes to the rewards),
-    `prompt` and OWN_COLUMNS."""
+    """The kept rows' own columns (each goes to the rewards as it is), `prompt` and OWN_COLUMNS."""
     from datasets import Dataset  # lazy: datasets imports torch
 
     dataset = table if isinstance(table, Dataset) else Dataset.from_dict(table)
@@ -38,8 +37,7 @@ def training_columns(table: Any, prompts: list[Any], rows: list[Any], prompt_tok
 
 
 def removes_unused_columns(trl_options: Any) -> bool:
-    """TRL's `remove_unused_columns` as the run sets it (GRPOConfig's default: False); True leaves the rewards no
-    dataset column."""
+    """TRL's `remove_unused_columns` as the run sets it (default False): True gives the rewards no column."""
     return bool(trl_options.get("remove_unused_columns", False))
 
 

@@ -47,8 +47,7 @@ def local_path(name: str) -> Optional[Path]:
 
 
 def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
-    """(kind, {split: files}) of a local source: `file`, `saved` (save_to_disk; no files) or `folder`, split by
-    `datasets`' own file-name patterns."""
+    """(kind, {split: files}): a `file`, a `saved` (save_to_disk) folder, or a `folder` split as `datasets` does."""
     if not path.exists():
         raise ConfigError(option, f"{excerpt(str(path.resolve()))} does not exist. Give the path of a data file "
                           f"({'/'.join(sorted(LOCAL_FORMATS))}), a folder of them, a `save_to_disk` folder, a hub "
@@ -151,8 +150,7 @@ def library_error(files: list[Path], builder: str, err: BaseException) -> DataFi
 
 
 def check_parquet_file(path: Path) -> None:
-    """Refuse a Parquet file pyarrow cannot open, or with no rows, before `datasets` says "BatchSize must be
-    greater than 0"."""
+    """Refuse a Parquet file pyarrow cannot open or without rows (`datasets` would say "BatchSize must be > 0")."""
     try:
         metadata = pq.ParquetFile(path).metadata
     except Exception as err:  # noqa: BLE001 - pyarrow's ArrowInvalid / OSError: not a Parquet file

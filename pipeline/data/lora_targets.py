@@ -36,14 +36,11 @@ def model_config(name: str, trust_remote_code: bool = False) -> Any:
     # lazy: transformers imports torch (after the backend's prepare_environment)
     from transformers import AutoConfig
 
-    def read_config(local_only: bool):
-        return AutoConfig.from_pretrained(resolve_model_path(name), trust_remote_code=trust_remote_code,
-                                          local_files_only=local_only)
-
+    path = resolve_model_path(name)
     try:  # a local folder or the HF cache first: no network round-trip for a model already here
-        return read_config(local_only=True)
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
     except OSError:
-        return read_config(local_only=False)
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
 
 
 def check_lora_targets(model_name_or_path: str, trust_remote_code: bool, lora_target_modules: Sequence[Any],

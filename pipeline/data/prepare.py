@@ -54,8 +54,7 @@ MAX_UNSCORABLE_SHARE = 0.5
 
 
 class DataError(ValueError):
-    """The data cannot be used as configured (strict, overlong_policy=error, no rows left); `report`: the data
-    report, written before this is raised."""
+    """The data cannot be used as configured; `report`: the data report, written before this is raised."""
 
     def __init__(self, message: str, report: Optional[dict[str, Any]] = None):
         super().__init__(message)

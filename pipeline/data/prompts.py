@@ -174,15 +174,8 @@ def length_stats(counts: Sequence[int]) -> dict[str, float | int]:
         return {"count": 0}
     values = np.asarray(counts)
     p50, p90, p99 = (round(float(p), 2) for p in np.percentile(values, [50, 90, 99]))
-    return {
-        "count": int(values.size),
-        "min": int(values.min()),
-        "max": int(values.max()),
-        "mean": round(float(values.mean()), 2),
-        "p50": p50,
-        "p90": p90,
-        "p99": p99,
-    }
+    return {"count": int(values.size), "min": int(values.min()), "max": int(values.max()),
+            "mean": round(float(values.mean()), 2), "p50": p50, "p90": p90, "p99": p99}
 
 
 def round_up(value: int, multiple: int = PROMPT_LENGTH_MULTIPLE) -> int:

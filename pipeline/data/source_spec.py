@@ -60,8 +60,7 @@ class DataSource:
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """The options naming one data source (role train | eval), each with the option it was read from, so an error
-    names the option the user set."""
+    """The options naming one data source (train | eval), each with its option's name for the messages."""
 
     role: str  # train | eval
     name: str

@@ -273,8 +273,7 @@ def load_hub_splits(spec: SourceSpec, cache_root: Path, source: str = "hf") -> A
 
 
 def _download(spec: SourceSpec, saved: Path, source: str) -> Any:
-    """The dataset's splits from the hub; from ModelScope, its repository's files (grpo_pipeline.env.hubs) read by
-    `datasets` as a local folder."""
+    """The dataset's splits from the hub, or ModelScope's repository files (env.hubs) read as a local folder."""
     from datasets import load_dataset  # lazy: datasets imports torch
 
     name, config = spec.name, spec.config

@@ -152,8 +152,7 @@ class ParamCounts:
 
 
 def count_parameters(shape: ModelShape, cache_dir: Optional[Path] = None, use_seeds: bool = True) -> ParamCounts:
-    """The real architecture's counts: cached (<cache root>/plan), else shipped (SEEDED_COUNTS), else built on the
-    meta device and cached by the config's content."""
+    """The counts: cached (<cache root>/plan), shipped (SEEDED_COUNTS), else built on the meta device and cached."""
     key = hashlib.sha256(json.dumps({"v": COUNT_CACHE_VERSION, "config": shape.config}, sort_keys=True,
                                     default=str).encode()).hexdigest()[:16]
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "plan"
