@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_config
 from grpo_pipeline.pipeline.plan import estimate as est
 from grpo_pipeline.pipeline.plan.cards import CUDA_CONTEXT_GIB, GIB, KNOWN_CARDS, card_by_name, card_from_memory
-from grpo_pipeline.pipeline.plan.command import RECIPES_DIR, main, recipe_table
+from grpo_pipeline.pipeline.plan.command import RECIPES_DIR, main, recipe_table, render
 from grpo_pipeline.pipeline.plan.fit import REFUSE_RATIO, memory_check, plan, suggestions
 from grpo_pipeline.pipeline.plan.shape import bundled_config_name
 from grpo_pipeline.pipeline.plan.shape import ModelShape, ParamCounts, count_parameters, load_shape
@@ -415,13 +415,14 @@ def test_the_planner_reads_the_recipe_and_derives_its_path_widths_and_token_budg
     """What the planner derives from a recipe (estimate.py memory_path, kbit_upcast, token_budget, ...), the lengths
     as set and read when asked; and every knob's rung is a change of the recipe's own options."""
     from grpo_pipeline.pipeline.config.fields import field_names
-    from grpo_pipeline.pipeline.plan.fit import KNOBS
+    from grpo_pipeline.pipeline.plan.fit import KNOBS, _completion
 
     cfg = PipelineConfig().replace(backend="plain", load_in_4bit=True, max_seq_length=1000,
                                    max_completion_length="300", per_device_train_batch_size=8, num_generations=8,
                                    gradient_accumulation_steps=2, gpu_memory_gb=24)
     assert (est.memory_path(cfg), est.kbit_upcast(cfg), est.compute_width(cfg)) == ("plain", True, 2)
-    assert (est.prompt_auto(cfg), est.completion_fixed(cfg)) == (True, True)
+    assert "max_prompt_length auto: 256 assumed" in render(cfg, plan(cfg, card_by_name("L4")), "recipe")
+    assert next(_completion(cfg)) == {"max_completion_length": "256"}  # set: the knob lowers it, not the budget
     assert est.token_budget(cfg) == (256, 300)
     assert est.planned_standby(PipelineConfig()) and not est.planned_standby(PipelineConfig().replace(
         vllm_standby="false")) and not est.planned_standby(cfg)

@@ -23,10 +23,10 @@ from grpo_pipeline.env.paths import atomic_write_text, shell_command
 from grpo_pipeline.env.secret_fields import masked, secrets_in
 from grpo_pipeline.pipeline.backends import planned_backend
 from grpo_pipeline.pipeline.bootstrap import DEFAULT_GPU_RECIPE
-from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_config, read_recipe, validate
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_config, parse_limit, read_recipe, validate
 from grpo_pipeline.pipeline.config.parse import config_path, normalize_argv
 from grpo_pipeline.pipeline.plan.cards import KNOWN_CARDS, TABLE_CARDS, Card, card_by_name, card_from_memory, live_card
-from grpo_pipeline.pipeline.plan.estimate import UNCERTAINTY, Estimate, prompt_auto, token_budget
+from grpo_pipeline.pipeline.plan.estimate import UNCERTAINTY, Estimate, token_budget
 from grpo_pipeline.pipeline.plan.fit import fitted_recipe, plan, suggestions
 from grpo_pipeline.pipeline.plan.scale import render_scale, scale_dict, scale_plan
 from grpo_pipeline.pipeline.plan.shape import count_parameters, load_shape
@@ -92,7 +92,8 @@ def render(cfg: PipelineConfig, result: Estimate, source: str) -> str:
     shape = load_shape(cfg.model.model_name_or_path)
     counts = count_parameters(shape)
     prompt, completion = token_budget(cfg)
-    assumed = f" (max_prompt_length auto: {prompt} assumed; `grpo data` measures it)" if prompt_auto(cfg) else ""
+    auto = parse_limit(cfg.data.max_prompt_length, "max_prompt_length") is None
+    assumed = f" (max_prompt_length auto: {prompt} assumed; `grpo data` measures it)" if auto else ""
     lines = [
         f"grpo plan: {source} on {result.card.describe()}",
         f"model: {cfg.model.model_name_or_path} ({shape.source}): {counts.total / 1e9:.2f}B parameters, "

@@ -134,16 +134,6 @@ def token_budget(cfg: PipelineConfig) -> tuple[int, int]:
     return prompt, given(completion, max(1, seq - prompt))
 
 
-def prompt_auto(cfg: PipelineConfig) -> bool:
-    """max_prompt_length: auto (the prompt length is assumed)."""
-    return str(cfg.data.max_prompt_length).strip().lower() == "auto"
-
-
-def completion_fixed(cfg: PipelineConfig) -> bool:
-    """max_completion_length is set (else it is what max_seq_length leaves)."""
-    return parse_limit(cfg.data.max_completion_length, "max_completion_length") is not None
-
-
 def adapter_parameters(cfg: PipelineConfig, counts: ParamCounts, rank: Optional[int] = None) -> int:
     rank = cfg.lora.lora_r if rank is None else rank
     adapted = sum(rank * (n_in + n_out) * how_many for name, (n_in, n_out, how_many) in counts.linears.items()

@@ -7,13 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_limit
 from grpo_pipeline.pipeline.demo.registry import builtin_model
 from grpo_pipeline.pipeline.plan import cards  # cards.live_card looked up at call time (tests replace it there)
-from grpo_pipeline.pipeline.plan.shape import smaller_models
 from grpo_pipeline.pipeline.plan.cards import Card, card_from_memory
-from grpo_pipeline.pipeline.plan.estimate import UNCERTAINTY, Estimate, completion_fixed, estimate, memory_path, token_budget
-from grpo_pipeline.pipeline.plan.shape import count_parameters, load_shape
+from grpo_pipeline.pipeline.plan.estimate import UNCERTAINTY, Estimate, estimate, memory_path, token_budget
+from grpo_pipeline.pipeline.plan.shape import count_parameters, load_shape, smaller_models
 
 
 @dataclass
@@ -40,7 +39,8 @@ def _generations(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
 
 
 def _completion(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
-    (prompt, completion), fixed = token_budget(cfg), completion_fixed(cfg)
+    prompt, completion = token_budget(cfg)
+    fixed = parse_limit(cfg.data.max_completion_length, "max_completion_length") is not None
     step = 64
     for length in range((completion - 1) // step * step, step - 1, -step):
         if fixed:
