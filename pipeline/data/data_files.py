@@ -41,9 +41,7 @@ def local_path(name: str) -> Optional[Path]:
     >>> [local_path(n) is not None for n in ("openai/gsm8k", "gsm8k", "./data", "/x/y", "a/b/c", "my.jsonl")]
     [False, False, True, True, True, True]
     """
-    if not local_data(name):
-        return None
-    return Path(os.path.expanduser(os.path.expandvars(name)))
+    return Path(os.path.expanduser(os.path.expandvars(name))) if local_data(name) else None
 
 
 def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
