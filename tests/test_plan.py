@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_config
 from grpo_pipeline.pipeline.plan import estimate as est
 from grpo_pipeline.pipeline.plan.cards import CUDA_CONTEXT_GIB, GIB, KNOWN_CARDS, card_by_name, card_from_memory
-from grpo_pipeline.pipeline.plan.command import RECIPES_DIR, main, recipe_table
+from grpo_pipeline.pipeline.plan.command import RECIPES_DIR, main, recipe_table, render
 from grpo_pipeline.pipeline.plan.fit import REFUSE_RATIO, memory_check, plan, suggestions
 from grpo_pipeline.pipeline.plan.shape import bundled_config_name
 from grpo_pipeline.pipeline.plan.shape import ModelShape, ParamCounts, count_parameters, load_shape
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # A hand-sized model: hidden 64, intermediate 128, 2 layers, 4 heads of 16 (q 64), 2 kv heads (kv 32), vocab 1000.
 TINY = ModelShape(name="tiny", source="test", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=1000,
-                  tie_word_embeddings=True, max_position_embeddings=4096, torch_dtype="bfloat16", config={})
+                  tie_word_embeddings=True, config={})
 # Its counts as an architecture would report them: per layer q 64x64, k/v 64x32, o 64x64, gate/up 64x128, down
 # 128x64 -> 4096 + 2*2048 + 4096 + 2*8192 + 8192 = 36864 linear weights a layer, 73728 in all.
 TINY_COUNTS = ParamCounts(
@@ -238,9 +238,10 @@ def test_bundled_configs_match_the_real_qwen25_and_its_published_size(name, tmp_
         assert bundled_config_name(spelling) == name
     shape = load_shape(f"unsloth/Qwen2.5-{size}-Instruct")
     assert (shape.hidden_size, shape.intermediate_size, shape.num_hidden_layers, shape.num_attention_heads,
-            shape.num_key_value_heads, shape.vocab_size, shape.tie_word_embeddings, shape.max_position_embeddings,
-            shape.torch_dtype) == (real["hidden"], real["inter"], real["layers"], real["heads"], real["kv"],
-                                   real["vocab"], real["tied"], 32768, "bfloat16")
+            shape.num_key_value_heads, shape.vocab_size, shape.tie_word_embeddings,
+            shape.config["max_position_embeddings"], shape.config["torch_dtype"]) == (
+        real["hidden"], real["inter"], real["layers"], real["heads"], real["kv"], real["vocab"], real["tied"], 32768,
+        "bfloat16")
     counts = count_parameters(shape, cache_dir=tmp_path / "a", use_seeds=False)  # built on the meta device
     assert round(counts.total / 1e9, 2) == real["params"]
     assert (counts.lm_head == 0) == real["tied"]
@@ -414,13 +415,14 @@ def test_the_planner_reads_the_recipe_and_derives_its_path_widths_and_token_budg
     """What the planner derives from a recipe (estimate.py memory_path, kbit_upcast, token_budget, ...), the lengths
     as set and read when asked; and every knob's rung is a change of the recipe's own options."""
     from grpo_pipeline.pipeline.config.fields import field_names
-    from grpo_pipeline.pipeline.plan.fit import KNOBS
+    from grpo_pipeline.pipeline.plan.fit import KNOBS, _completion
 
     cfg = PipelineConfig().replace(backend="plain", load_in_4bit=True, max_seq_length=1000,
                                    max_completion_length="300", per_device_train_batch_size=8, num_generations=8,
                                    gradient_accumulation_steps=2, gpu_memory_gb=24)
     assert (est.memory_path(cfg), est.kbit_upcast(cfg), est.compute_width(cfg)) == ("plain", True, 2)
-    assert (est.prompt_auto(cfg), est.completion_fixed(cfg)) == (True, True)
+    assert "max_prompt_length auto: 256 assumed" in render(cfg, plan(cfg, card_by_name("L4")), "recipe")
+    assert next(_completion(cfg)) == {"max_completion_length": "256"}  # set: the knob lowers it, not the budget
     assert est.token_budget(cfg) == (256, 300)
     assert est.planned_standby(PipelineConfig()) and not est.planned_standby(PipelineConfig().replace(
         vllm_standby="false")) and not est.planned_standby(cfg)

@@ -1,8 +1,5 @@
-"""One config for the whole pipeline: dataclasses parsed by TRL's `TrlParser` (YAML + CLI overrides).
-
-fields.py declares the options, parse.py reads `[--config RECIPE.yaml] [--key value ...]`, validate.py refuses
-what would fail later inside TRL or Unsloth with one error naming the field and the fix. No torch, transformers or
-trl is imported here.
+"""One config for the whole pipeline: fields.py declares the options, parse.py reads them with TRL's `TrlParser`,
+validate.py refuses what would fail later inside TRL or Unsloth. Imports no torch, transformers or trl.
 """
 
 from grpo_pipeline.pipeline.config.fields import (

@@ -1,7 +1,5 @@
-"""The config's fields: one dataclass per section, each field declared with `_help`: its help text, its rules
-(bounds, choices, what goes to TRL) and its roles (which of the run's kept keys and resume checks it is part of),
-read back with `field_rules`. The sections (model, LoRA, data, GRPO, generation, health, eval) share one flat
-namespace, so a recipe is a flat YAML mapping. Imports no torch, transformers or trl.
+"""The config's fields: one dataclass per section, each field declared with `_help` (help text, rules, roles). The
+sections share one flat namespace, so a recipe is a flat YAML mapping. Imports no torch, transformers or trl.
 """
 
 from __future__ import annotations
@@ -21,10 +19,8 @@ Roles = tuple[str, ...] | dict[str, Any]
 def _help(text: str, *, gt: Optional[float] = None, ge: Optional[float] = None, lt: Optional[float] = None,
           le: Optional[float] = None, why: str = "", choices: tuple[str, ...] = (), trl: bool | str = False,
           roles: Roles = (), **kw) -> Any:
-    """A field with its help text and the rules `check_field_values` enforces: bounds for numbers (`why`: the
-    reason, said when a value is refused), `choices` for a choice field. `trl=True` forwards the field to
-    trl.GRPOConfig under its own name (`trl="name"`: under TRL's name). `roles`: what the field is part of
-    (pipeline/config/roles.py ROLES), role names or role -> the group its value is kept under (True: its name)."""
+    """A field with its help text and the rules `check_field_values` enforces (`why`: the reason a value is
+    refused). `trl`: forwarded to trl.GRPOConfig (a str: under that name). `roles`: pipeline/config/roles.py ROLES."""
     made = field(metadata={"help": text}, **kw)
     rules = {"gt": gt, "ge": ge, "lt": lt, "le": le, "why": why or None, "choices": tuple(choices) or None,
              "trl": trl or None, "roles": dict(roles) if isinstance(roles, dict) else dict.fromkeys(roles, True)}
@@ -58,9 +54,7 @@ class ConfigError(ValueError):
 
 
 def given(*values: Any) -> Any:
-    """The first value that was given (is not None). Not `a or b`: an empty string, 0 or false that a user
-    chose would read as "not given" and be replaced by a default (`system_prompt: ""` trained without a
-    system message, then generated with the default one).
+    """The first value that is not None. Not `a or b`: a user's "", 0 or false would be replaced by a default.
 
     >>> given("", "default"), given(None, 0, 5), given(None, None)
     ('', 0, None)
@@ -400,8 +394,7 @@ class EvalArguments:
         "eval/format_rate, and keeps the best adapter by accuracy in output_dir/best_lora/.", default=0, ge=0)
 
     def uses_eval_set(self) -> bool:
-        """Whether the run reads the held-out set (before, after or during training): one answer for the data
-        check, the run and `grpo data`.
+        """Whether the run reads the held-out set (before, after or during training).
 
         >>> EvalArguments().uses_eval_set(), EvalArguments(eval_steps=50).uses_eval_set()
         (False, True)

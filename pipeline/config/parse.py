@@ -1,8 +1,6 @@
-"""Parsing a config: `[--config RECIPE.yaml] [--key value ...]` with TRL's `TrlParser`, as open-r1 does.
-
-A YAML recipe sets defaults, `--key value` on the command line overrides them. Unknown names, a recipe
-given without --config and YAML syntax errors are refused here with the closest field name and the
-fix, before argparse (whose messages list no alternatives). Imports no torch; trl only when parsing.
+"""Parsing `[--config RECIPE.yaml] [--key value ...]` with TRL's `TrlParser`, as open-r1 does. Unknown names,
+a recipe without --config and YAML errors are refused first with the closest name and the fix (argparse's messages
+list no alternatives). Imports no torch; trl only when parsing.
 """
 
 from __future__ import annotations
@@ -33,8 +31,7 @@ from grpo_pipeline.rewards.user_code import set_recipe_dir
 
 
 def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = None) -> PipelineConfig:
-    """Parse `[--config FILE] [--key value ...]` with TRL's TrlParser, like open-r1's scripts; `base`: defaults
-    below the YAML file (the built-in CPU demo's)."""
+    """Parse `[--config FILE] [--key value ...]`; `base`: defaults below the YAML file (the built-in CPU demo's)."""
     from trl import TrlParser  # lazy: trl comes after the bootstrap's `import unsloth` (TrlParser needs no torch)
 
     argv = normalize_argv(argv or [])
@@ -56,9 +53,8 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
         unknown = parser.set_defaults_with_config(**base)
         if unknown:
             raise ConfigError(str(unknown[0]), f"unknown option(s) in built-in defaults: {unknown}")
-    # The recipe as read once above, not by path: TrlParser.parse_args_and_config would open --config again, and
-    # a pipe (`--config <(...)`) gives its text only once. What it does with the file is done here: `env:` sets
-    # environment variables, the rest become defaults below the command line.
+    # The recipe as read once above: TrlParser.parse_args_and_config would open it again, and a pipe
+    # (`--config <(...)`) gives its text only once. What it does with the file is done here.
     for key, value in env.items():
         os.environ[key] = str(value)
     parser.set_defaults_with_config(**recipe)
@@ -71,15 +67,14 @@ def parse_config(argv: list[str] | None = None, base: dict[str, Any] | None = No
 
 
 def _default(name: str) -> Any:
-    """The default of an option of ours or of TRL's; None for a name that is neither (or has no plain default)."""
+    """The default of an option of ours or of TRL's; None for a name that is neither."""
     owner = field_names().get(name)
     f = {f.name: f for f in dataclasses.fields(owner)}[name] if owner else trl_fields().get(name)
     return None if f is None else f.default
 
 
 def normalize_argv(argv: list[str]) -> list[str]:
-    """`--config=FILE` -> `--config FILE`: TrlParser (and our own look-ups) only see the spaced form, so with
-    `=` the recipe was silently ignored and the run started with the defaults.
+    """`--config=FILE` -> `--config FILE`: TrlParser only sees the spaced form (it would ignore the recipe).
 
     >>> normalize_argv(["--config=r.yaml", "--max_steps=3"])
     ['--config', 'r.yaml', '--max_steps=3']
@@ -110,9 +105,7 @@ _RECIPE_TEXT: dict[tuple, str] = {}
 
 
 def recipe_text(path: str) -> str:
-    """The recipe's text, read once per file per process and shared by every reader, so a pipe (`--config <(...)`),
-    readable only once, works; a regular file is read again when its size or mtime changed. Not UTF-8 or over
-    MAX_RECIPE_BYTES is a ConfigError naming the file."""
+    """The recipe's text, read once per file per process (a pipe, `--config <(...)`, gives it only once)."""
     info = os.stat(path)
     regular = stat_module.S_ISREG(info.st_mode)
     key = (os.path.abspath(path), info.st_dev, info.st_ino) + ((info.st_size, info.st_mtime_ns) if regular else ())
@@ -135,9 +128,8 @@ BOOL_WORDS = ("yes", "no", "true", "false", "t", "f", "y", "n", "1", "0")
 
 
 def check_option_names(argv: list[str]) -> list[str]:
-    """Refuse an unknown `--name` (all of them in one message), a recipe given without --config, or a number
-    option whose value is not a number, before argparse would bury the fix under its usage text. Returns the
-    option names given, `--no_X` read as X."""
+    """The option names given (`--no_X` as X); unknown `--name`s, a recipe without --config or a non-number are
+    refused before argparse buries the fix under its usage dump."""
     # argparse also accepts --max-steps; HfArgumentParser adds --no_X for bool fields that default to True.
     names = {i: arg[2:].partition("=")[0].replace("-", "_") for i, arg in enumerate(argv)
              if arg.startswith("--") and len(arg) > 2}
@@ -163,11 +155,9 @@ def check_option_names(argv: list[str]) -> list[str]:
 
 
 def read_recipe(path: str) -> dict[str, Any]:
-    """The recipe as a flat mapping; a YAML syntax error names the file and line, an unknown key the closest
-    field name. Its text is read once (recipe_text)."""
+    """The recipe as a flat mapping; an error names the file and line, an unknown key the closest field name."""
     loaded, lines = _load_recipe(path)
-    # `env:` is TrlParser's own key (environment variables to set), as open-r1's recipes use it: parse_config.
-    # A placeholder that stands for a secret (a recipe `grpo plan --write` wrote) is unset, never the value to use.
+    # `env:` is TrlParser's own key (parse_config sets it); a secret's placeholder (`grpo plan --write`) is unset.
     loaded = unmasked({key: value for key, value in loaded.items() if key != "env"})
     not_ours = sorted(str(k) for k in set(loaded) - set(field_names()))
     if not_ours:
@@ -191,8 +181,7 @@ MAX_RECIPE_VALUES = 100_000
 
 
 def _load_recipe(path: str) -> tuple[dict[str, Any], dict[str, int]]:
-    """The recipe's top-level mapping and the line of each key, composed into YAML nodes first, so an alias bomb
-    is refused by counting before anything is expanded or printed."""
+    """The recipe's mapping and each key's line; an alias bomb is refused before anything is expanded."""
     where = os.path.abspath(path)
     loader = UniqueKeyLoader(recipe_text(path))
     try:
@@ -259,8 +248,7 @@ class DuplicateKeyError(Exception):
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a key given twice in a mapping (PyYAML keeps the last one silently).
-    Merge keys (`<<: *base`) still override as YAML defines.
+    """yaml.SafeLoader refusing a key given twice in a mapping (PyYAML keeps the last); merge keys still override.
 
     >>> yaml.load("a: 1\\nb: 2\\na: 3\\n", Loader=UniqueKeyLoader)
     Traceback (most recent call last):
@@ -286,8 +274,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
 
 def peek_option(argv: list[str], name: str, default: Any = None) -> Any:
-    """Read one option from `--name value` / `--name=value` or the `--config` YAML, without TrlParser (which
-    imports trl): before the real parse, to set up Unsloth before trl/transformers/peft are imported."""
+    """One option from argv or the recipe without importing trl (Unsloth is set up before trl loads)."""
     flag = f"--{name}"
     argv = normalize_argv(argv)
     for i, arg in enumerate(argv):

@@ -10,10 +10,8 @@ from grpo_pipeline.pipeline.config.fields import ConfigError
 
 
 def config_paths(paths: Mapping[str, Any], *fields: str) -> dict[str, Path]:
-    """Check the path `fields` (grpo_pipeline.env.path_check's table: output_dir, data_cache_dir, a local dataset_name or model
-    folder, --resume PATH) before anything runs; `paths`: the path options' values (a config's `to_dict()`: every
-    one, so an output is checked against all the run reads). Each refusal is a ConfigError
-    naming the field."""
+    """Check the path `fields` before anything runs, each refusal a ConfigError naming the field; `paths`: every path
+    option's value (a config's `to_dict()`), so an output is checked against all the run reads."""
     try:
         return check_command_paths("train", paths, only=fields)
     except PathError as err:

@@ -1,9 +1,6 @@
-"""The whole config: `PipelineConfig` (every section together, plus the TRL options a user set), how it is
-built from a flat mapping (a recipe, a manifest's config): our field names first, then TRL's GRPOConfig fields
-(pipeline/config/trl_fields.py), every unknown name refused in one error with its nearest options; and each
-field's value alone, before the cross-field rules of validate.py: its type (`typed_value`, one pass for a recipe's
-values and the config's), the bounds and choices declared with it in fields.py, and TRL's own fields' bounds.
-Imports no torch, transformers or trl (TRL's fields are looked up only for a name that is not ours).
+"""The whole config: `PipelineConfig` (every section, plus the TRL options a user set), built from a flat mapping
+with every unknown name refused in one error; and each field's value alone (type, bounds, choices), before the
+cross-field rules of validate.py. Imports no torch, transformers or trl.
 """
 
 from __future__ import annotations
@@ -47,14 +44,12 @@ class PipelineConfig:
     generation: GenerationArguments = field(default_factory=GenerationArguments)
     health: HealthArguments = field(default_factory=HealthArguments)
     eval: EvalArguments = field(default_factory=EvalArguments)
-    # The options set from TRL's own GRPOConfig / TrainingArguments fields (pipeline/config/trl_fields.py), by
-    # TRL's names, as given; passed to trl.GRPOConfig as they are.
+    # The TRL options set (pipeline/config/trl_fields.py), by TRL's names; passed to trl.GRPOConfig as they are.
     trl: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # Every way a config is made (TrlParser, a recipe through from_mapping, replace) passes here, so this is
-        # the one place a lone value becomes a list: YAML `lora_target_modules: q_proj` arrives as the string
-        # "q_proj", which peft would otherwise read character by character.
+        # Every way a config is made passes here: a lone value becomes a list (YAML `lora_target_modules: q_proj`
+        # arrives as "q_proj", which peft would read character by character).
         for values in self._sections():
             for name in list_fields(type(values)):
                 value = getattr(values, name)
@@ -89,17 +84,13 @@ def list_fields(section_cls: type) -> dict[str, type]:
     >>> list_fields(LoraArguments)
     {'lora_target_modules': <class 'str'>, 'lora_modules_to_save': <class 'str'>}
     """
-    found = {}
-    for name, kind in typing.get_type_hints(section_cls).items():
-        kind = unwrap_optional(kind)[0]
-        if typing.get_origin(kind) is list:
-            found[name] = typing.get_args(kind)[0]
-    return found
+    hints = {name: unwrap_optional(kind)[0] for name, kind in _type_hints(section_cls).items()}
+    return {name: typing.get_args(kind)[0] for name, kind in hints.items() if typing.get_origin(kind) is list}
 
 
 def unwrap_optional(kind: Any) -> tuple[Any, bool]:
-    """(X, True) for the type hint Optional[X], (kind, False) for one that takes no None. A union of several types
-    (TRL's `dict | str | None`) stays whole: TRL checks those when it builds its config.
+    """(X, True) for Optional[X], (kind, False) for a hint that takes no None; a wider union (TRL's `dict | str |
+    None`) stays whole: TRL checks those itself.
 
     >>> unwrap_optional(Optional[int]), unwrap_optional(list[str])
     ((<class 'int'>, True), (list[str], False))
@@ -109,8 +100,7 @@ def unwrap_optional(kind: Any) -> tuple[Any, bool]:
     return (others[0] if len(others) == 1 and len(args) == 2 else kind), type(None) in args
 
 
-# Once per section class: get_type_hints evaluates every annotation of the class, and a recipe asks it once per
-# value (~450 times for one `grpo train --config`).
+# Once per section class: a recipe asks for the hints once per value (~450 times for one `grpo train --config`).
 _type_hints = functools.lru_cache(maxsize=None)(typing.get_type_hints)
 
 
@@ -120,7 +110,7 @@ def field_kind(name: str) -> Any:
 
 
 def field_choices(name: str) -> tuple[str, ...]:
-    """A choice field's declared choices, e.g. for a command's flag of the same name.
+    """A choice field's declared choices.
 
     >>> field_choices("backend")
     ('auto', 'unsloth', 'plain')
@@ -138,14 +128,12 @@ def _rules(name: str) -> dict[str, Any]:
 
 
 def trl_training_args(cfg: PipelineConfig) -> dict[str, Any]:
-    """trl.GRPOConfig keyword arguments: the fields declared with `trl=`, under TRL's names, then the TRL options
-    the user set (`cfg.trl`), which win: `warmup_steps: 10` replaces the warmup_ratio default.
+    """trl.GRPOConfig keyword arguments: the fields declared with `trl=`, under TRL's names, then `cfg.trl`, which
+    wins (`warmup_steps: 10` replaces the warmup_ratio default).
 
     >>> args = trl_training_args(PipelineConfig())
     >>> args["learning_rate"], args["warmup_steps"], "warmup_ratio" in args
     (5e-06, 0.1, False)
-    >>> trl_training_args(PipelineConfig(trl={"warmup_steps": 10, "scale_rewards": "none"}))["warmup_steps"]
-    10
     """
     forwarded = {f.name if field_rules(f)["trl"] is True else field_rules(f)["trl"]: getattr(values, f.name)
                  for values in cfg._sections() for f in dataclasses.fields(values) if "trl" in field_rules(f)}
@@ -153,8 +141,7 @@ def trl_training_args(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 def from_mapping(values: dict[str, Any]) -> PipelineConfig:
-    """Build a config from a flat mapping (e.g. a parsed YAML recipe): our fields, then TRL's GRPOConfig fields
-    (only looked up when a key is not ours: trl imports torch); every unknown key is named in one error."""
+    """A config from a flat mapping (a recipe): our fields, then TRL's (looked up only for a key not ours)."""
     owners = field_names()
     rest = [key for key in values if key not in owners]
     if rest:
@@ -168,8 +155,7 @@ def from_mapping(values: dict[str, Any]) -> PipelineConfig:
 
 
 def check_trl_names(names: list[str]) -> None:
-    """Refuse, in one error, every name that is neither ours nor one of TRL's options (each with its nearest
-    option from both sets), and a TRL field the run owns (with the reason)."""
+    """Refuse a TRL field the run owns, and in one error every name neither ours nor TRL's."""
     known = set(trl_option_names())
     for name in names:
         reason = trl_with("run_owned").get(name)
@@ -192,8 +178,7 @@ ALIASES = {
 
 
 def unknown_options_error(names: list[str], known: list[str] | None = None) -> ConfigError:
-    """Every unknown option in one message, each with its closest names (difflib over ours and TRL's, and
-    ALIASES) as the likely fix. The error's field is the first unknown name."""
+    """Every unknown option in one message, each with its closest names (difflib, and ALIASES)."""
     known = list(field_names()) if known is None else known
     lines = []
     for name in names:
@@ -207,8 +192,7 @@ def unknown_options_error(names: list[str], known: list[str] | None = None) -> C
 
 
 def coerce(value: Any, kind: type, name: str) -> Any:
-    """`value` as `kind` (int/float/bool), or a ConfigError. A float for an int field is refused unless whole:
-    1.5 steps would otherwise be truncated (or fail deep inside the trainer)."""
+    """`value` as int/float/bool, or a ConfigError (a float for an int only when whole: 1.5 steps would truncate)."""
     article = "an integer" if kind is int else "a number" if kind is float else "true or false"
     if kind is bool:
         if isinstance(value, bool):
@@ -233,10 +217,8 @@ def coerce(value: Any, kind: type, name: str) -> Any:
 
 
 def typed_value(name: str, value: Any, kind: Any = None) -> Any:
-    """`value` as the field's type hint `kind` (by default the option's own, ours or TRL's) says, or a ConfigError
-    naming the field: numbers and bools by `coerce`, a list field from a list or a lone value (its items coerced,
-    or each a name), no list for a single value. The one type check of a recipe's values (before TrlParser would
-    print argparse's usage dump) and of the config's (check_field_values); bounds and choices are checked apart.
+    """`value` as the type hint `kind` (by default the option's own) says, or a ConfigError naming the field: the one
+    type check of a recipe's values and of the config's. A list field takes a lone value; a single one no list.
 
     >>> typed_value("reward_weights", ["1", 2]), typed_value("max_steps", "3"), typed_value("min_p", None)
     ([1.0, 2.0], 3, None)
@@ -263,9 +245,7 @@ def typed_value(name: str, value: Any, kind: Any = None) -> Any:
 
 
 def check_choices(section: Any) -> None:
-    """The one check of choice fields: each field of `section` (one section's dataclass) that declares
-    `choices` in fields.py. check_field_values runs it on every section; code that takes one section without
-    validate() (data preparation, the health rules) runs it on its own.
+    """The one check of choice fields, for one section (code that takes a section without validate() runs it).
 
     >>> from grpo_pipeline.pipeline.config import HealthArguments
     >>> check_choices(HealthArguments(kl_action="halt"))
@@ -280,7 +260,7 @@ def check_choices(section: Any) -> None:
 
 
 def check_choice(name: str, value: Any, choices: Optional[tuple[str, ...]] = None) -> None:
-    """One choice field's value against its `choices` (by default the ones declared with it: fields.py).
+    """One choice field's value against its `choices` (by default its declared ones).
 
     >>> check_choice("overlong_policy", "cut")
     Traceback (most recent call last):
@@ -296,7 +276,7 @@ _BOUNDS = {"gt": (operator.gt, ">"), "ge": (operator.ge, ">="), "lt": (operator.
 
 
 def check_bounds(value: float, name: str, rules: dict[str, Any], default: Any) -> None:
-    """The one bounds check: `rules` as `_help` declares them (gt/ge/lt/le, and `why`, the reason)."""
+    """The one bounds check: `rules` as `_help` declares them."""
     bounds = {key: rules[key] for key in _BOUNDS if key in rules}
     if not all(_BOUNDS[key][0](value, bound) for key, bound in bounds.items()):
         wanted = " and ".join(f"{_BOUNDS[key][1]} {bound}" for key, bound in bounds.items())
@@ -306,23 +286,16 @@ def check_bounds(value: float, name: str, rules: dict[str, Any], default: Any) -
 
 
 def check_generation_temperature(value: float, name: str) -> None:
-    """generate/eval's temperature: 0 is greedy, and sampling starts at MIN_SAMPLING_TEMPERATURE (below it the
-    plain backend's logits / temperature overflow float32, fields.py says why). [0, 2] is checked with the field."""
+    """generate/eval's temperature: 0 is greedy, sampling starts at MIN_SAMPLING_TEMPERATURE (fields.py says why)."""
     if 0 < value < MIN_SAMPLING_TEMPERATURE:
         raise ConfigError(name, f"got {value:g}; use 0 for greedy decoding, or at least {MIN_SAMPLING_TEMPERATURE:g} "
                           "to sample (below it logits / temperature overflow float32).")
 
 
 def check_field_values(cfg: PipelineConfig) -> None:
-    """Check (and normalise) every field against its declared type, bounds and choices.
+    """Check (and normalise) every field against its declared type, bounds and choices: YAML and the parser's
+    defaults pass values through untyped, to reach the trainer after the model has loaded.
 
-    YAML and the parser's defaults pass values through untyped, so `max_steps: 1.5` or `learning_rate: -1`
-    would otherwise reach the trainer after the model has loaded.
-
-    >>> check_field_values(PipelineConfig().replace(max_steps=1.5))
-    Traceback (most recent call last):
-    ...
-    grpo_pipeline.pipeline.config.fields.ConfigError: config error in `max_steps`: got 1.5; use a whole number such as 1.
     >>> check_field_values(PipelineConfig().replace(learning_rate=0))
     Traceback (most recent call last):
     ...

@@ -1,8 +1,5 @@
-"""Each field's roles, read from where the field is declared: which of the run's kept keys and resume checks it is
-part of. Ours are declared on the fields (`_help(..., roles=...)`, pipeline/config/fields.py), TRL's own in
-pipeline/config/trl_fields.py TRL_ROLES; `fields_with(role)` reads both, so a new option is one declaration and the
-data cache key, the warm-up's and the eval's kept results and the resume checks follow it with no other edit.
-Imports no torch, transformers or trl (TRL's defaults are looked up only for a TRL field with the role).
+"""Each field's roles: which of the run's kept keys and resume checks it is part of, declared with the field
+(fields.py; TRL's in trl_fields.py TRL_ROLES), so a new option is one declaration and every key follows it.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ ROLES = {
 
 
 def fields_with(role: str, sections: Iterable[type] = SECTIONS) -> dict[str, Any]:
-    """The options declaring `role`, name -> the role's value (True, the group the value is kept under, or a
-    reason): ours in declaration order, then TRL's (TRL_ROLES). `sections`: a config's own section classes.
+    """The options declaring `role`, name -> the role's value (True, a group, or a reason): ours, then TRL's.
 
     >>> list(fields_with("resume_applied"))
     ['max_steps', 'num_train_epochs', 'max_grad_norm']
@@ -42,16 +38,13 @@ def fields_with(role: str, sections: Iterable[type] = SECTIONS) -> dict[str, Any
 
 
 def trl_names(role: str, sections: Iterable[type] = SECTIONS) -> tuple[str, ...]:
-    """The options declaring `role` under the names trl.GRPOConfig takes them (our warmup_ratio is TRL's
-    warmup_steps); an option of ours that TRL does not take keeps its own name."""
+    """The options declaring `role` under trl.GRPOConfig's names (our warmup_ratio is TRL's warmup_steps)."""
     renamed = {f.name: field_rules(f).get("trl") for section in sections for f in dataclasses.fields(section)}
     return tuple(renamed[name] if isinstance(renamed.get(name), str) else name for name in fields_with(role, sections))
 
 
 def role_values(cfg: Any, role: str) -> dict[str, Any]:
-    """The values of `cfg`'s options declaring `role`, as that role keeps them: under the option's name (role value
-    True), or in its group ({group: {name: value}}). A TRL option: the value the user set, else TRL's default.
-    For the roles whose fields carry a value, not a reason (not run_owned / backend_decided)."""
+    """`cfg`'s values of the options with `role`, by name or {group: {name: value}} (TRL's default when unset)."""
     flat = cfg.to_dict()
     found: dict[str, Any] = {}
     for name, group in fields_with(role, cfg.sections()).items():
@@ -64,6 +57,6 @@ def role_values(cfg: Any, role: str) -> dict[str, Any]:
 
 
 def trl_default(name: str) -> Any:
-    """TRL's default for one of its GRPOConfig fields (imports trl: the run and --check load it anyway)."""
+    """TRL's default for one of its GRPOConfig fields (imports trl)."""
     field = trl_fields()[name]
     return field.default_factory() if callable(field.default_factory) else field.default

@@ -1,11 +1,7 @@
-"""trl.GRPOConfig's own fields as options of `grpo train`, derived from the dataclass at run time.
-
-Every init field of the installed trl.GRPOConfig (and the TrainingArguments it inherits) that no section of ours
-owns is an option under TRL's name, type, default and help, kept in `PipelineConfig.trl` and passed to
-trl.GRPOConfig as given: a TRL upgrade brings its new fields with no change here. TRL_ROLES names the few the run
-owns (refused) or the backend decides (pipeline/trainer/build.py `grpo_training_args`). Importing trl.GRPOConfig
-costs seconds (it imports torch), so nothing here runs until a name that is not ours is met, or --help / --check /
-the run need the fields.
+"""trl.GRPOConfig's own fields as options of `grpo train`, derived from the installed dataclass: every init field
+no section of ours owns, under TRL's name, type, default and help, passed to trl.GRPOConfig as given (a TRL upgrade
+brings its new fields with no change here). Importing trl.GRPOConfig imports torch, so nothing here runs until a name
+that is not ours is met, or --help / --check / the run need the fields.
 """
 
 from __future__ import annotations
@@ -23,12 +19,8 @@ from typing import Any
 from grpo_pipeline.pipeline.config.fields import field_names
 
 _RESTORED = {"resume_restored": True}
-# The roles of TRL's own fields (ours are declared on the fields, pipeline/config/fields.py): trl.GRPOConfig's
-# dataclass cannot carry our metadata, so they are kept here by TRL's name. pipeline/config/roles.py `fields_with`
-# reads both. run_owned: the run sets the field itself; naming one is refused with this reason. backend_decided:
-# the backend sets it from the machine and our options; a value of the user's is honoured when it is the backend's,
-# otherwise refused naming the option that decides it. resume_restored: a checkpoint restores it over the config
-# (pipeline/run/resume.py).
+# The roles (pipeline/config/roles.py ROLES) of TRL's own fields, whose dataclass cannot carry our metadata:
+# run_owned with the reason naming one is refused, backend_decided with the option that decides it.
 TRL_ROLES: dict[str, dict[str, Any]] = {
     "disable_tqdm": {"run_owned": "the run replaces TRL's progress bar with its own line (reward, KL, completion "
                                   "length)"},
@@ -53,7 +45,7 @@ TRL_ROLES: dict[str, dict[str, Any]] = {
 
 
 def trl_with(role: str) -> dict[str, Any]:
-    """TRL's fields declaring `role` in TRL_ROLES, name -> the role's value (a reason, or True).
+    """TRL's fields declaring `role` in TRL_ROLES, name -> the role's value.
 
     >>> sorted(trl_with("backend_decided"))
     ['bf16', 'fp16', 'use_vllm', 'vllm_gpu_memory_utilization']
@@ -67,9 +59,8 @@ _COUNT = {"ge": 1, "why": "a count of steps, batches or items; 0 divides by zero
 _NONNEGATIVE = {"ge": 0, "why": "a coefficient, exponent or delay: a negative one reverses what it does"}
 _POSITIVE = {"gt": 0, "why": "a scale, threshold or cap: the code divides by it or compares ratios (> 0) with it"}
 _SHARE = {"ge": 0, "le": 1, "why": "a share or mix in [0, 1]"}
-# Bounds of TRL's numeric options (GRPOConfig and the TrainingArguments it inherits), each derived from what TRL,
-# transformers or torch do with the value; check_field_values refuses one outside them before anything loads.
-# tests/test_config_bounds.py fails when an installed TRL has a numeric option missing here.
+# Bounds of TRL's numeric options, each from what TRL, transformers or torch do with the value (check_field_values
+# refuses one outside them; tests/test_config_bounds.py fails when a numeric option is missing here).
 TRL_BOUNDS: dict[str, dict[str, Any]] = {
     # torch.optim.AdamW refuses eps < 0; 0 divides by sqrt(v) = 0 for a weight with no gradient yet.
     "adam_epsilon": {"gt": 0, "why": "Adam divides by sqrt(v) + epsilon"},
@@ -127,7 +118,7 @@ TRL_BOUNDS: dict[str, dict[str, Any]] = {
 @functools.lru_cache(maxsize=1)
 def grpo_config_class() -> type:
     """The installed trl.GRPOConfig (from its module: Unsloth's patched copy adds its own fields only at run time)."""
-    # lazy: trl imports torch, and comes after the bootstrap's `import unsloth` (Unsloth patches it at import)
+    # lazy: trl imports torch, and comes after the bootstrap's `import unsloth`
     from trl.trainer.grpo_config import GRPOConfig
 
     return GRPOConfig
@@ -149,19 +140,14 @@ def trl_option_names() -> list[str]:
 
 @functools.lru_cache(maxsize=1)
 def trl_section() -> type:
-    """The TRL options as one dataclass, for TrlParser (the CLI and the recipe) and --help, grouped apart from
-    ours. Types, defaults and help are GRPOConfig's own; no __post_init__ (TRL validates when the run, or
-    --check, builds the real GRPOConfig)."""
+    """The TRL options as one dataclass for TrlParser and --help, with GRPOConfig's types, defaults and help; no
+    __post_init__ (TRL validates when the run or --check builds the real GRPOConfig)."""
     hints = typing.get_type_hints(grpo_config_class())
     made = []
     for name in trl_option_names():
         f = trl_fields()[name]
-        kw: dict[str, Any] = {"metadata": dict(f.metadata)}
-        if f.default is not dataclasses.MISSING:
-            kw["default"] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            kw["default_factory"] = f.default_factory
-        made.append((name, hints[name], dataclasses.field(**kw)))
+        made.append((name, hints[name], dataclasses.field(default=f.default, default_factory=f.default_factory,
+                                                          metadata=dict(f.metadata))))
     section = dataclasses.make_dataclass("TrlArguments", made)
     section._argument_group_name = GROUP_NAME  # HfArgumentParser's group title in --help
     return section
@@ -173,12 +159,9 @@ TRL_VLLM_MODULES = ("trl.generation.vllm_client", "trl.generation.vllm_generatio
 
 
 def grpo_trainer_module(uses_vllm: bool = False) -> Any:
-    """TRL's GRPOTrainer module, imported for a run that generates with TRL's vLLM (`uses_vllm`) or without it.
-
-    trl/generation/ imports vLLM at its top whenever vLLM is installed: about half of the trainer's import time (4 s
-    of CPU on 2 cores). A run without TRL's vLLM imports the trainer with vLLM hidden (sys.modules["vllm"] = None
-    reads as "not installed"); a later run in the same process that uses it has TRL's vLLM modules executed again
-    (importlib.reload, in place), as an import with vLLM visible would have left them."""
+    """TRL's GRPOTrainer module, imported with vLLM hidden unless `uses_vllm`: trl/generation/ imports vLLM at its
+    top whenever it is installed, about half the trainer's import time (4 s of CPU on 2 cores). A later run that
+    uses it reloads TRL's vLLM modules in place, as an import with vLLM visible would have left them."""
     if uses_vllm:
         if not hasattr(sys.modules.get("trl.generation.vllm_generation"), "LLM") and importlib.util.find_spec("vllm"):
             for name in TRL_VLLM_MODULES:
@@ -197,19 +180,14 @@ def grpo_trainer_module(uses_vllm: bool = False) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def trainer_choices() -> dict[str, tuple[str, ...]]:
-    """The values TRL's GRPOTrainer dispatches on for its text fields, read from its own source: every
-    `self.loss_type == "dapo"` / `args.scale_rewards in ["group", "none"]` comparison. TRL declares these
-    fields as plain `str` and refuses an unknown value only deep in a training step ("Unknown loss type"), so this
-    is how `--check` refuses `loss_type: gpro` first. Only fields compared with two values or more, whose own
-    default is among them, count as a dispatch.
+    """The values GRPOTrainer dispatches on for its text fields, read from its source (`self.loss_type == "dapo"`,
+    `args.scale_rewards in [...]`): TRL declares them as plain `str` and refuses an unknown value only deep in a
+    training step. A dispatch: two values or more, the field's default among them.
 
     >>> trainer_choices()["loss_type"][:3], "none" in trainer_choices()["scale_rewards"]
     (('bnpo', 'cispo', 'dapo'), True)
     """
-    # lazy: trl imports torch, and comes after the bootstrap's `import unsloth` (Unsloth patches it at import)
-    trainer = grpo_trainer_module()
-
-    source = inspect.getsource(trainer)
+    source = inspect.getsource(grpo_trainer_module())
     found: dict[str, set[str]] = {}
     for name, value in re.findall(r"(?:self|args)\.(\w+)\s*[!=]=\s*[\"'](\w+)[\"']", source):
         found.setdefault(name, set()).add(value)

@@ -1,8 +1,6 @@
-"""Validation of a parsed config: pure Python, before any model or tokenizer loads.
-
-`validate()` turns the mistakes that otherwise surface deep inside TRL or Unsloth (or worse, are silently
-rewritten by them) into one ConfigError that names the field and the fix. `check_field_values()` (pipeline_config.py)
-is the generic part it runs first: every field's type, and the bounds and choices declared with it in fields.py.
+"""Validation of a parsed config, before any model loads: what would surface deep inside TRL or Unsloth (or be
+silently rewritten by them) becomes one ConfigError naming the field and the fix. The per-field checks
+(check_field_values, pipeline_config.py) run first.
 """
 
 from __future__ import annotations
@@ -22,8 +20,8 @@ from grpo_pipeline.rewards import check_reward_names, check_reward_weights, get_
 # What Unsloth trains in full rather than as LoRA (unsloth/models/_utils.py EMBEDDING_MODULES).
 EMBEDDING_MODULES = ("embed_tokens", "lm_head")
 
-# Fields that Unsloth takes from GRPOConfig and ignores in `vllm_sampling_params`
-# (unsloth/models/rl_replacements.py grpo_update_SamplingParams). Setting them there is a silent no-op.
+# Fields Unsloth takes from GRPOConfig, silently ignoring them in `vllm_sampling_params`
+# (unsloth/models/rl_replacements.py grpo_update_SamplingParams).
 UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS = {
     "seed": "seed",
     "n": "num_generations",
@@ -35,9 +33,7 @@ UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS = {
 
 def check_adapter_rank(rank: int, max_lora_rank: int, *, what: str, fix: str,
                        field_name: str = "max_lora_rank") -> None:
-    """Refuse an adapter rank above max_lora_rank: vLLM sizes its LoRA slots by max_lora_rank when the
-    engine starts and cannot load a larger adapter. The one rank check for training, generate/eval and
-    the Unsloth backend.
+    """Refuse an adapter rank above max_lora_rank: vLLM sizes its LoRA slots by it when the engine starts.
 
     >>> check_adapter_rank(64, 32, what="the adapter at /runs/lora",  # doctest: +ELLIPSIS
     ...                    fix="Pass --max_lora_rank 64.")
@@ -87,10 +83,9 @@ def sampling_params_mapping(value: Any) -> dict[str, Any]:
     return parsed
 
 
-# Every `optim` transformers builds from bitsandbytes (transformers.trainer_optimizer._BITSANDBYTES_OPTIMIZERS,
-# which raises ImportError in _get_bitsandbytes_optimizer at train start, after the model has loaded and eval
-# before has run, when the package is missing). Written out so this check never imports transformers before
-# Unsloth; tests/test_config.py keeps it equal to transformers' list.
+# Every `optim` transformers builds from bitsandbytes (transformers.trainer_optimizer._BITSANDBYTES_OPTIMIZERS: an
+# ImportError at train start without the package), written out so that this check never imports transformers before
+# Unsloth; tests/test_config.py keeps the two equal.
 BITSANDBYTES_OPTIMIZERS = frozenset({
     "adamw_bnb_8bit", "adamw_8bit", "paged_adamw_32bit", "paged_adamw_8bit", "ademamix", "ademamix_8bit",
     "paged_ademamix_32bit", "paged_ademamix_8bit", "lion_32bit", "lion_8bit", "paged_lion_32bit",
@@ -100,9 +95,8 @@ OPTIM_WITHOUT_BITSANDBYTES = "adamw_torch"
 
 
 def resolve_optim(cfg: PipelineConfig) -> tuple[PipelineConfig, Optional[str]]:
-    """The config a run trains with (the manifest records it), and why when it differs: a bitsandbytes optimizer
-    without bitsandbytes installed (the CUDA 12 profile, a CPU) becomes adamw_torch, with a note saying how to get
-    the 8-bit one (the plain backend's 4-bit loading falls back the same way: pipeline/backends/plain.py).
+    """The config a run trains with, and why when it differs: a bitsandbytes optimizer without bitsandbytes
+    installed becomes adamw_torch, with a note (as the plain backend's 4-bit loading falls back).
 
     >>> cfg, note = resolve_optim(PipelineConfig().replace(optim="adamw_torch"))
     >>> cfg.grpo.optim, note
@@ -122,10 +116,8 @@ def resolve_optim(cfg: PipelineConfig) -> tuple[PipelineConfig, Optional[str]]:
 def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str | None = None,
              run_user_code: bool = True) -> list[str]:
     """Check the config; raise ConfigError on the first fatal problem, return warnings. `backend`: the resolved
-    backend's name when known (else `cfg.model.backend`), whose own rules (BACKEND_RULES) run.
+    backend's name when known, whose BACKEND_RULES run.
 
-    >>> validate(PipelineConfig())
-    []
     >>> validate(PipelineConfig().replace(num_generations=1))
     Traceback (most recent call last):
     ...
@@ -205,15 +197,12 @@ def validate(cfg: PipelineConfig, n_processes: int | None = None, backend: str |
 
 def check_truncated_sampling(min_p: Optional[float], top_p: float, top_k: int, vllm_mode: str,
                              vllm_importance_sampling_correction: bool) -> None:
-    """TRL's vLLM rollouts (the plain backend's vllm_mode colocate | server) with its importance-sampling correction
-    and a sampler that truncates (min_p > 0, top_p < 1, top_k > 0): the ratio collapses to ~0 and scales the loss
-    with it, so the run learns nothing and says nothing. Refused, naming both ways out. A recipe rule: it takes the
-    options it reads, by name (validate passes them).
+    """Refuse TRL's vLLM rollouts with its importance-sampling correction and a truncating sampler: the ratio
+    collapses to ~0 and scales the loss with it, so the run learns nothing and says nothing (a recipe rule).
 
-    The ratios in the message were measured on one GRPO step (tiny model on vLLM's CPU build, 8 completions of 32
-    tokens): TRL compares vLLM's log-probabilities, taken after the sampler truncated and renormalised the
-    distribution (LLM(logprobs_mode="processed_logprobs"), trl/generation/vllm_generation.py), with the trainer's,
-    taken from the whole distribution; the ratio exp(trainer - sampler) then multiplies the loss."""
+    TRL compares vLLM's log-probabilities, taken after the sampler truncated and renormalised the distribution
+    (LLM(logprobs_mode="processed_logprobs"), trl/generation/vllm_generation.py), with the trainer's, from the whole
+    distribution. The message's ratios: one GRPO step, tiny model on vLLM's CPU build, 8 x 32-token completions."""
     samplers = (("min_p", min_p, bool(min_p)), ("top_p", top_p, top_p < 1), ("top_k", top_k, top_k > 0))
     cuts = [f"{name} {value:g}" for name, value, cuts_it in samplers if cuts_it]
     if vllm_mode == "none" or not vllm_importance_sampling_correction or not cuts:
@@ -229,10 +218,8 @@ def check_truncated_sampling(min_p: Optional[float], top_p: float, top_k: int, v
 
 
 def _check_rewards(g: Any, run_user_code: bool = True) -> None:
-    """reward_funcs name known rewards, reward_weights match them. A command that calls no reward (`grpo plan`,
-    `grpo data`: run_user_code false) checks the names without importing any module (docs/security.md).
-    An empty list with an environment_factory is TRL's form where the environment's get_reward is the reward
-    (GRPOTrainer: reward_funcs "may be omitted"); the check's agents step refuses it when no environment has one."""
+    """reward_funcs name known rewards and reward_weights match them; without `run_user_code` no module is imported
+    (docs/security.md). No reward_funcs with an environment_factory is TRL's form: the environment's get_reward."""
     if isinstance(g.reward_funcs, list) and not g.reward_funcs and g.environment_factory:
         if g.reward_weights:
             raise ConfigError("reward_weights", f"{len(g.reward_weights)} weights for no reward function; an "
@@ -250,7 +237,7 @@ def _check_rewards(g: Any, run_user_code: bool = True) -> None:
 
 def validate_unsloth(lora_modules_to_save: list[Any], lora_target_modules: list[Any], fast_inference: bool,
                      vllm_sampling_params: Any, vllm_standby: str) -> None:
-    """What the Unsloth backend refuses only after the model (and vLLM) have loaded, refused up front (a rule)."""
+    """What the Unsloth backend refuses only after the model (and vLLM) have loaded, refused up front."""
     # FastLlamaModel.get_peft_model accepts in modules_to_save only lm_head, embed_tokens and normalization
     # layers (TypeError "Module = ... is not allowed"), checked after the model has loaded.
     others = [name for name in lora_modules_to_save
@@ -260,9 +247,8 @@ def validate_unsloth(lora_modules_to_save: list[Any], lora_target_modules: list[
                           "and normalization layers (e.g. norm, input_layernorm). Put other modules in "
                           "lora_target_modules, or use backend: plain.")
     if fast_inference and lora_modules_to_save:
-        # FastLlamaModel.get_peft_model raises NotImplementedError ("fast inference does not work with
-        # training embeddings or lm_head") when the model has a vLLM engine. The backend passes None, not [],
-        # for an empty list: Unsloth refuses any modules_to_save that is not None there.
+        # FastLlamaModel.get_peft_model raises NotImplementedError ("fast inference does not work with training
+        # embeddings or lm_head") with a vLLM engine, for any modules_to_save but None (the backend passes None).
         raise ConfigError("lora_modules_to_save", f"got {list(lora_modules_to_save)}, but Unsloth cannot train "
                           "modules in full while vLLM serves the model (fast_inference: true). Remove "
                           "lora_modules_to_save, set fast_inference: false (slower generation), or use "
@@ -284,7 +270,6 @@ def validate_unsloth(lora_modules_to_save: list[Any], lora_target_modules: list[
                               "false runs without vLLM. Set vllm_standby: auto or false, or fast_inference: true.")
 
 
-# The recipe rules each backend brings, by the `backend` field's value: what its class declares
-# (pipeline/backends: Backend.RECIPE_RULES); grpo_pipeline.pipeline.backends.register_backend adds a new backend's. A rule takes the
-# options it reads as its parameters, by their names; validate passes them.
+# The recipe rules of each backend (Backend.RECIPE_RULES; register_backend adds a new one's). A rule's parameters
+# are the options it reads, by name.
 BACKEND_RULES: dict[str, tuple[Any, ...]] = {"unsloth": (validate_unsloth,), "plain": (check_truncated_sampling,)}

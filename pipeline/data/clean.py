@@ -1,6 +1,5 @@
-"""Clean raw question/answer rows and reject the unusable ones, each with a reason code (REJECT_REASONS), which
-`grpo_pipeline.pipeline.data.prepare` puts with counts and row ids into data_report.json. Pure Python (no
-tokenizer, no datasets).
+"""Clean raw rows and reject the unusable ones, each with a reason code (REJECT_REASONS) for data_report.json.
+Pure Python (no tokenizer, no datasets).
 """
 
 from __future__ import annotations
@@ -34,16 +33,11 @@ REJECT_REASONS = {
 
 
 def clean_text(text: str) -> str:
-    """Strip BOMs, turn CRLF and lone CR into LF, normalise to Unicode NFC, trim the ends.
-
-    NFC matters because the same visible character can arrive as one code point or as a
-    letter plus a combining mark (copy-paste from PDFs, macOS file names); the tokenizer
-    splits those differently, so two "equal" questions would get different tokens.
+    """Strip BOMs, turn CRLF and lone CR into LF, normalise to NFC (a letter + combining mark, from PDFs or macOS
+    file names, would otherwise tokenize differently from the one code point), trim the ends.
 
     >>> clean_text("\\ufeffWhat is 1+1?\\r\\nThink.\\r")
     'What is 1+1?\\nThink.'
-    >>> clean_text("cafe\\u0301") == "caf\\u00e9"
-    True
     """
     text = text.replace(BOM, "")  # U+FEFF mid-text is an invisible zero-width no-break space: junk too
     text = text.replace("\r\n", "\n").replace("\r", "\n")
@@ -51,7 +45,7 @@ def clean_text(text: str) -> str:
 
 
 def clean_column_name(name: str) -> str:
-    """A column name without a leading BOM or surrounding blanks (`\\ufeffquestion` -> `question`).
+    """A column name without a BOM or surrounding blanks.
 
     >>> clean_column_name("\\ufeffquestion ")
     'question'
@@ -98,8 +92,7 @@ class Rejections:
 
 
 def _answer_text(value: Any) -> Optional[str]:
-    """The answer as text (`"answer": 42` in JSONL is normal; an integral float prints without ".0": CSV readers
-    turn 42 into 42.0 in a column with a gap), or None when it is not text or a plain number."""
+    """The answer as text, a whole float without ".0" (CSV makes 42 42.0 in a column with a gap); else None."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -112,12 +105,9 @@ def _answer_text(value: Any) -> Optional[str]:
 
 
 def check_prompt(value: Any) -> tuple[Any, Optional[str]]:
-    """A TRL prompt as written and None, or None and the reason code it is rejected with. A standard prompt is
-    a string; a conversational one a list of {"role": str, "content": str} messages (TRL's is_conversational)
-    with some text outside the system message. Neither is cleaned: TRL gives the model the prompt as written.
+    """(TRL prompt as written, None), or (None, the reason code it is rejected with): a string, or {"role": str,
+    "content": str} messages with some text outside the system message. Not cleaned: TRL uses it as written.
 
-    >>> check_prompt("2+2="), check_prompt([{"role": "user", "content": "2+2?"}])
-    (('2+2=', None), ([{'role': 'user', 'content': '2+2?'}], None))
     >>> check_prompt(None), check_prompt("  "), check_prompt({"text": "2+2"}), check_prompt([{"role": "user"}])
     ((None, 'missing_question'), (None, 'empty_question'), (None, 'invalid_prompt'), (None, 'invalid_prompt'))
     """
@@ -135,13 +125,11 @@ def check_prompt(value: Any) -> tuple[Any, Optional[str]]:
 
 
 def worked_solution(value: Any, answer_text: str) -> str:
-    """The worked solution of a row: its solution_field value, else a GSM8K answer's text before `####`
-    (calculator notes `<<48/2=24>>` removed); "" when there is none.
+    """A row's worked solution: its solution_field value, else a GSM8K answer's text before `####` (calculator
+    notes removed); "" when there is none.
 
     >>> worked_solution(None, "She sold 48/2 = <<48/2=24>>24 clips.\\n#### 24")
     'She sold 48/2 = 24 clips.'
-    >>> worked_solution("6*3=18", "18"), worked_solution(None, "18")
-    ('6*3=18', '')
     """
     if isinstance(value, str):
         return clean_text(value)
@@ -151,7 +139,7 @@ def worked_solution(value: Any, answer_text: str) -> str:
 
 
 def _question_and_answer(raw_question: Any, answer: Any) -> tuple[str, str] | str:
-    """A question/answer row's cleaned question and answer text, or the reason code (a str) it is rejected with."""
+    """A question/answer row's cleaned (question, answer), or the reason code it is rejected with."""
     if raw_question is None:
         return "missing_question"
     if not isinstance(raw_question, str):
@@ -178,25 +166,15 @@ def clean_rows(
     keep_unscorable: bool = False,
     trl_prompts: bool = False,
 ) -> tuple[list[CleanRow], Rejections]:
-    """Clean every row; return the usable rows (source order) and the rejected ids by reason.
-
-    Answers holding the GSM8K `####` marker are reduced to the final answer by
-    `extract_hash_answer`; plain answers are kept as written (cleaned). `is_scorable` (the correctness
-    reward's reader, rewards.reference_is_scorable) rejects answers it cannot read as `unscorable_answer`,
-    or, with `keep_unscorable`, keeps them and lists them in `Rejections.unscorable_kept`.
-
-    With `trl_prompts` (the rows' TRL `prompt` column) `questions` are prompts, checked by `check_prompt` and
-    kept as written. Their answer column is the user's, read by the rewards they chose, so no row is rejected
-    for its answer: one that is missing or unreadable only gives the built-in correctness reward no reference.
+    """The usable rows (source order) and the rejected ids by reason. A GSM8K `####` answer is reduced by
+    `extract_hash_answer`; one `is_scorable` (rewards.reference_is_scorable) cannot read is rejected, or kept and
+    listed with `keep_unscorable`. With `trl_prompts`, `questions` are TRL prompts kept as written, and no row is
+    rejected for its answer: the user's rewards read that column.
 
     >>> rows, rejected = clean_rows(["Q1", " ", None, "Q1"], ["#### 7", "1", "2", "#### 7"], ["a", "b", "c", "d"],
     ...                             lambda t: t.split("####")[1].strip() or None)
     >>> [(r.id, r.answer) for r in rows], rejected.ids_by_reason
     ([('a', '7')], {'empty_question': ['b'], 'missing_question': ['c'], 'duplicate': ['d']})
-    >>> rows, rejected = clean_rows(["1+1=", 7, "2+2="], [None, None, "x"], ["a", "b", "c"], lambda t: None,
-    ...                             trl_prompts=True)
-    >>> [(r.id, r.prompt, r.answer) for r in rows], rejected.ids_by_reason
-    ([('a', '1+1=', ''), ('c', '2+2=', 'x')], {'invalid_prompt': ['b']})
     """
     kept: list[CleanRow] = []
     rejected = Rejections()
@@ -229,8 +207,7 @@ def clean_rows(
             if not scorable and not keep_unscorable and not trl_prompts:
                 rejected.add("unscorable_answer", row_id)
                 continue
-        # Exact repeats (same prompt, same answer) only spend rollouts twice on one problem;
-        # the first copy is kept and the rest are reported.
+        # Exact repeats only spend rollouts twice on one problem: the first is kept.
         key = (question if prompt is None else repr(prompt), answer_text)
         if key in seen:
             rejected.add("duplicate", row_id)

@@ -11,17 +11,15 @@ from grpo_pipeline.rewards.correctness import REFERENCE_COLUMN
 
 
 # The pipeline's own per-row columns. TRL passes every column but `prompt` to each reward as a keyword, so ours
-# carry a prefix no user column may have (pipeline/data/sources.py refuses one): a user's `answer`, `solution`
-# or `id` reaches their rewards as they wrote it. grpo_answer is answer_field's value, cleaned and reduced
-# (GSM8K `#### 18` -> 18): the reference the built-in correctness reward reads.
+# carry a prefix no user column may have: a user's `answer` or `id` reaches their rewards as they wrote it.
+# grpo_answer is answer_field's value, cleaned and reduced (`#### 18` -> 18): what the correctness reward reads.
 ANSWER, ROW_ID, PROMPT_TOKENS, SOLUTION = REFERENCE_COLUMN, "grpo_id", "grpo_prompt_tokens", "grpo_solution"
 OWN_COLUMNS = (ANSWER, ROW_ID, PROMPT_TOKENS, SOLUTION)
 assert all(name.startswith(OWN_PREFIX) for name in OWN_COLUMNS)
 
 
 def training_columns(table: Any, prompts: list[Any], rows: list[Any], prompt_tokens: list[int]) -> Any:
-    """The training set: the source's own columns for the kept rows, with their values and types (TRL passes
-    every column but `prompt` to each reward function as a keyword argument), `prompt` and OWN_COLUMNS."""
+    """The kept rows' own columns (each goes to the rewards as it is), `prompt` and OWN_COLUMNS."""
     from datasets import Dataset  # lazy: datasets imports torch
 
     dataset = table if isinstance(table, Dataset) else Dataset.from_dict(table)
@@ -31,8 +29,7 @@ def training_columns(table: Any, prompts: list[Any], rows: list[Any], prompt_tok
     own = {"prompt": prompts, ANSWER: [row.answer or None for row in rows], ROW_ID: [row.id for row in rows],
            PROMPT_TOKENS: list(prompt_tokens), SOLUTION: [row.solution for row in rows]}
     if "answer" not in dataset.column_names and any(row.answer for row in rows):
-        # answer_field names another column and none is called `answer`: the reference also arrives as `answer`,
-        # as the pipeline always passed it (and the notebooks' rewards read it); no user column is hidden.
+        # the reference also arrives as `answer`, which the notebooks' rewards read; no user column is hidden
         own["answer"] = own[ANSWER]
     for name, values in own.items():
         dataset = dataset.add_column(name, values)
@@ -40,14 +37,13 @@ def training_columns(table: Any, prompts: list[Any], rows: list[Any], prompt_tok
 
 
 def removes_unused_columns(trl_options: Any) -> bool:
-    """TRL's `remove_unused_columns` as the run sets it (`trl_options`: the TRL options set; GRPOConfig's default:
-    False): True leaves the rewards no dataset column (rewards/trl_source.py `reward_columns`)."""
+    """TRL's `remove_unused_columns` as the run sets it (default False): True gives the rewards no column."""
     return bool(trl_options.get("remove_unused_columns", False))
 
 
 def prompt_formats(source_format: str, prompts: list[Any], system_prompt: Optional[str]) -> dict[str, Any]:
-    """What the report (and `--check`) says of the prompts: where they came from, how many are standard and
-    conversational, where system_prompt was added or their own kept, and `trained_system_message`.
+    """The report's account of the prompts: their source, how many of each format, where system_prompt was added,
+    and `trained_system_message`.
 
     >>> prompt_formats("prompt", ["1+1=", [{"role": "system", "content": "Mine."}, {"role": "user", "content": "?"}],
     ...                           [{"role": "user", "content": "?"}]], "Be brief.")["system_prompt"]
@@ -64,18 +60,11 @@ def prompt_formats(source_format: str, prompts: list[Any], system_prompt: Option
 
 
 def trained_system_message(chats: list[Any], system_prompt: Optional[str]) -> dict[str, Any]:
-    """The system message the training chats carried (their own, or system_prompt where we added it), which
-    generate/eval/export default to (pipeline/run/manifest.py records it): the one they all share; "" when none
-    carried one; "" and a note when they differ.
+    """The system message all training chats carried (their own, or system_prompt), which generate/eval/export
+    default to; "" when none did, "" and a note when they differ.
 
     >>> trained_system_message([[{"role": "system", "content": "Mine."}, {"role": "user", "content": "?"}]] * 2, "X")
     {'system_message': 'Mine.', 'system_message_note': ''}
-    >>> trained_system_message([[{"role": "user", "content": "?"}]], "Ours.")["system_message"]
-    'Ours.'
-    >>> differ = [[{"role": "system", "content": "A"}], [{"role": "user", "content": "?"}]]
-    >>> trained_system_message(differ, "B")["system_message_note"][:59]
-    'the training rows carried 2 different system messages (A, B'
-
     """
     carried = {chat[0]["content"] if chat and chat[0].get("role") == "system" else (system_prompt or "")
                for chat in chats}

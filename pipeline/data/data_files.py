@@ -1,6 +1,5 @@
 """Local data files and folders: which names are local, a folder's splits, and reading the files with the
-`datasets` loaders, each unreadable file refused first with one DataFileError naming the file and line (empty,
-not UTF-8, a lone surrogate, broken JSON, a JSON document without a records field, a broken parquet).
+`datasets` loaders, an unreadable file refused first with one DataFileError naming the file and line.
 """
 
 from __future__ import annotations
@@ -36,20 +35,17 @@ def is_saved_copy(folder: Path) -> bool:
 
 
 def local_path(name: str) -> Optional[Path]:
-    """The path `name` means when it is local (grpo_pipeline.env.path_check.local_data, the path checks' own reading), with
-    `~` and `$VARS` expanded as the checks expanded them; None for a hub id.
+    """The path `name` means when it is local (as grpo_pipeline.env.path_check.local_data reads it, `~` and `$VARS`
+    expanded); None for a hub id.
 
     >>> [local_path(n) is not None for n in ("openai/gsm8k", "gsm8k", "./data", "/x/y", "a/b/c", "my.jsonl")]
     [False, False, True, True, True, True]
     """
-    if not local_data(name):
-        return None
-    return Path(os.path.expanduser(os.path.expandvars(name)))
+    return Path(os.path.expanduser(os.path.expandvars(name))) if local_data(name) else None
 
 
 def local_layout(path: Path, option: str) -> tuple[str, dict[str, list[Path]]]:
-    """(kind, {split: files}) of a local source: `file`, `saved` (save_to_disk; files empty) or `folder`, whose
-    files are assigned to splits by `datasets`' own file-name patterns (none matching: one split, `train`)."""
+    """(kind, {split: files}): a `file`, a `saved` (save_to_disk) folder, or a `folder` split as `datasets` does."""
     if not path.exists():
         raise ConfigError(option, f"{excerpt(str(path.resolve()))} does not exist. Give the path of a data file "
                           f"({'/'.join(sorted(LOCAL_FORMATS))}), a folder of them, a `save_to_disk` folder, a hub "
@@ -109,17 +105,15 @@ def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> An
             if json_field:
                 kwargs["field"] = json_field
     if builder == "csv":
-        # Keep every question/answer cell as the text written in the file: by default pandas
-        # turns "NA" into a missing value and a numeric column with one gap into floats (42.0).
+        # Every cell as written: pandas would turn "NA" into a missing value and a column with a gap into floats.
         kwargs["converters"] = {name: str for col in [*spec.columns(), PROMPT_COLUMN]
                                 for name in (col, "\ufeff" + col)}
         kwargs["keep_default_na"] = False
         kwargs["encoding"] = "utf-8-sig"  # a BOM must not end up in the first column's name
         if suffix == ".tsv":
             kwargs["sep"] = "\t"
-    # `datasets` keys its own cache of a local file on path and mtime only: an edit that keeps both (a copy
-    # with `cp -p`, a restored backup, a second edit within the clock's tick) would be served stale. A cache
-    # folder per content identity closes that.
+    # `datasets` keys its cache of a local file on path and mtime only (`cp -p`, a restored backup would be served
+    # stale): a cache folder per content identity.
     content = hashlib.sha256(json.dumps([local_file_identity(f) for f in files], sort_keys=True).encode()).hexdigest()
     # `datasets` logs its own "Failed to read file ..." line before raising: the message below says it once.
     library_logger = logging.getLogger("datasets")
@@ -135,11 +129,8 @@ def load_data_files(files: list[Path], spec: SourceSpec, cache_root: Path) -> An
 
 
 def library_error(files: list[Path], builder: str, err: BaseException) -> DataFileError:
-    """A `datasets` / pyarrow / pandas error while loading local files, as our message: the file, the line
-    where the library knows it, and the library's own words; no hint that the error does not call for (the
-    checks before loading, check_text_file and check_parquet_file, already name the common faults with theirs)."""
-    # The library's own error under `datasets`' wrappers (DatasetGenerationError "An error occurred while generating
-    # the dataset" carries the pyarrow / pandas one as its cause).
+    """A `datasets` / pyarrow / pandas loading error as our message: the file, the line where the library knows
+    it, and the library's own words (the innermost cause: DatasetGenerationError wraps pyarrow's or pandas')."""
     cause, seen = err, {id(err)}
     while (inner := cause.__cause__ or cause.__context__) is not None and id(inner) not in seen:
         seen.add(id(inner))
@@ -157,8 +148,7 @@ def library_error(files: list[Path], builder: str, err: BaseException) -> DataFi
 
 
 def check_parquet_file(path: Path) -> None:
-    """A Parquet file that pyarrow cannot open, or that has columns but no rows, named before `datasets` reads
-    it (it would say "BatchSize must be greater than 0" or "corresponds to no data")."""
+    """Refuse a Parquet file pyarrow cannot open or without rows (`datasets` would say "BatchSize must be > 0")."""
     try:
         metadata = pq.ParquetFile(path).metadata
     except Exception as err:  # noqa: BLE001 - pyarrow's ArrowInvalid / OSError: not a Parquet file
@@ -172,8 +162,8 @@ def check_parquet_file(path: Path) -> None:
 
 
 def _lone_surrogate(value: Any) -> Optional[str]:
-    """The first text inside a parsed JSON value that holds a lone surrogate (JSON's "\\ud800" escape is valid
-    JSON, but no UTF-8 text: pyarrow refuses the file without saying where), or None."""
+    """The first text in a parsed JSON value holding a lone surrogate (the "\\ud800" escape is valid JSON but no
+    UTF-8: pyarrow refuses the file without saying where), or None."""
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -190,9 +180,8 @@ def _surrogate_error(path: Path, where: str, text: str, untouched: str) -> DataF
 
 
 def check_text_file(path: Path) -> Optional[str]:
-    """Name the first line that is not UTF-8 (or, in a .jsonl file, not one JSON object); return the key of a
-    .json file's list of records when it is wrapped in an object ({"data": [...]}), for `datasets`' `field`.
-    (`datasets`' loaders report neither the line nor, for bad bytes, which file.)"""
+    """Refuse, naming the line (`datasets` names neither it nor, for bad bytes, the file), a text file that is not
+    UTF-8 or not JSON records; return the key of a .json file's wrapped records ({"data": [...]}) for `field`."""
     suffix = path.suffix.lower()
     untouched = " No row of the file was used: fix or delete that line and run again."
     lines: list[str] = []
@@ -251,7 +240,7 @@ def check_text_file(path: Path) -> Optional[str]:
 
 
 def _json_strings(line: str) -> list[str]:
-    """The JSON string literals of one line of a .json file, decoded (a line need not be JSON by itself)."""
+    """The decoded JSON string literals of one line of a .json file."""
     found = []
     for literal in re.findall(r'"(?:[^"\\]|\\.)*"', line):
         try:

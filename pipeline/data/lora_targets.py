@@ -1,5 +1,5 @@
-"""Do the LoRA settings name modules this model has? From the architecture alone (no weights are read), before the
-model loads, so a typo in `lora_target_modules` or `lora_modules_to_save` is exit 2 listing the names it has.
+"""Do the LoRA settings name modules this model has? Read from the architecture on the meta device, before the
+model loads, so a typo is exit 2 listing the names it has.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ LORA_MODULE_TYPES = ("Linear", "Embedding", "Conv1d", "Conv2d", "Conv3d", "Conv1
 
 
 def model_module_types(name: str, trust_remote_code: bool = False) -> dict[str, str]:
-    """Every module path of the model -> its class name, from `model_config` built on the meta device
-    (accelerate's `init_empty_weights`): no weights are read or allocated."""
+    """Every module path of the model -> its class name, built on the meta device (no weights read)."""
     # lazy: accelerate and transformers import torch (after the backend's prepare_environment)
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
@@ -33,25 +32,21 @@ def model_module_types(name: str, trust_remote_code: bool = False) -> dict[str, 
 
 
 def model_config(name: str, trust_remote_code: bool = False) -> Any:
-    """The model's transformers config: from the built-in folder, a local folder or the HF cache, else downloaded
-    (config.json only). Raises what AutoConfig raises (OSError, ValueError, KeyError)."""
+    """The model's transformers config: local or cached first, else downloaded (config.json only)."""
     # lazy: transformers imports torch (after the backend's prepare_environment)
     from transformers import AutoConfig
 
-    def read_config(local_only: bool):
-        return AutoConfig.from_pretrained(resolve_model_path(name), trust_remote_code=trust_remote_code,
-                                          local_files_only=local_only)
-
+    path = resolve_model_path(name)
     try:  # a local folder or the HF cache first: no network round-trip for a model already here
-        return read_config(local_only=True)
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
     except OSError:
-        return read_config(local_only=False)
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
 
 
 def check_lora_targets(model_name_or_path: str, trust_remote_code: bool, lora_target_modules: Sequence[Any],
                        lora_modules_to_save: Sequence[Any]) -> str:
-    """Each `lora_target_modules` entry names LoRA-capable modules of the model `model_name_or_path`, and each
-    `lora_modules_to_save` entry names a module it has; otherwise refused, listing the names it has."""
+    """Refuse, listing the names the model has, a `lora_target_modules` entry naming no LoRA-capable module or a
+    `lora_modules_to_save` entry naming no module."""
     types = model_module_types(model_name_or_path, trust_remote_code)
     adaptable = sorted({path.rsplit(".", 1)[-1] for path, kind in types.items() if kind in LORA_MODULE_TYPES})
     for target in lora_target_modules:

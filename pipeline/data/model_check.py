@@ -1,6 +1,5 @@
-"""Can the model named be found, before anything loads: a built-in name, a local model folder, a hub id in the
-local cache, or a hub id whose hub can be reached (`model_source`). Callers call it through the module
-(`model_check.check_model`), so a test replaces the one network boundary in one place.
+"""Can the model named be found before anything loads? Callers call `model_check.check_model` through the module,
+so a test replaces the one network boundary in one place.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from grpo_pipeline.pipeline.demo.registry import builtin_model
 
 
 def check_model_source(source: str) -> str:
-    """`model_source: modelscope` needs the modelscope package: refused here, with the install command."""
+    """`model_source: modelscope` without the modelscope package is refused, with the install command."""
     if source == "modelscope":
         try:
             require_modelscope()

@@ -1,15 +1,10 @@
 """Training data: rows -> cleaned -> chat prompts -> length-checked with the real tokenizer -> cached.
 
-    prepare_dataset(cfg, tokenizer) -> PreparedData(dataset, report, max_prompt_length, ...)
-
-Load (sources.py); clean (clean.py: every answer is read by the correctness reward's own reader, so one it cannot
-read, which gives the prompt no learning signal, is rejected, and a dataset of mostly such answers is refused
-naming answer_field); build chat prompts whose system prompt the chat template must reproduce verbatim (the format
-rewards depend on it); count every prompt with the model's tokenizer (prompts.py: TRL no longer filters prompts,
-so over-long ones are dropped or refused here, and `auto` limits come from the counts); report (data_report.json:
-rows_in = rows_kept + rows_rejected_total + rows_unused_max_samples; `strict: true` turns any rejection into an
-error); cache (cache.py) the fully materialised dataset, so training never maps rows per batch and the next run
-tokenizes nothing. `grpo data` (pipeline/data_command.py) runs it alone and prints the report.
+Every answer is read by the correctness reward's own reader (clean.py): an unreadable one gives its prompt no
+learning signal and is rejected, and a dataset of mostly such answers is refused naming answer_field. TRL no longer
+filters prompts, so over-long ones are dropped or refused here (prompts.py). The report (data_report.json) holds
+rows_in = rows_kept + rows_rejected_total + rows_unused_max_samples; the cache (cache.py) holds the materialised
+dataset, so the next run tokenizes nothing.
 """
 
 from __future__ import annotations
@@ -59,8 +54,7 @@ MAX_UNSCORABLE_SHARE = 0.5
 
 
 class DataError(ValueError):
-    """The data cannot be used as configured (strict mode, overlong_policy=error, no rows left); `report`: the data
-    report (written to data_report.json before this is raised)."""
+    """The data cannot be used as configured; `report`: the data report, written before this is raised."""
 
     def __init__(self, message: str, report: Optional[dict[str, Any]] = None):
         super().__init__(message)
@@ -88,8 +82,7 @@ class PreparedData:
 
 
 def data_fields(cfg: PipelineConfig) -> dict[str, Any]:
-    """What of the config shapes the prepared dataset, for the cache fingerprint: the fields of role data_key (the
-    limits as numbers) and the answer reader (the columns read are in the source's identity)."""
+    """The config's part of the cache fingerprint: the data_key fields (limits as numbers) and the answer reader."""
     fields = role_values(cfg, "data_key")
     for name in ("max_prompt_length", "max_completion_length"):  # `auto` and `AUTO` prepare the same rows
         fields[name] = parse_limit(fields[name], name)
@@ -97,14 +90,13 @@ def data_fields(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 def answer_reader_version() -> str:
-    """sha256 of the rewards package's code: which answers are scorable (and how GSM8K answers are reduced)
-    is its decision, so a change to it re-prepares the data instead of serving old decisions from the cache."""
+    """sha256 of the rewards package's code: it decides which answers are scorable, so a change re-prepares."""
     return code_hash(rewards)
 
 
 @contextlib.contextmanager
 def _quiet_datasets() -> Iterator[None]:
-    """No `datasets` progress bars while we work (they would bury the report); restored afterwards."""
+    """No `datasets` progress bars while we work (they would bury the report)."""
     import datasets  # lazy: datasets imports torch
 
     was_disabled = datasets.are_progress_bars_disabled()
@@ -119,13 +111,9 @@ def _quiet_datasets() -> Iterator[None]:
 def prepare_dataset(cfg: PipelineConfig, tokenizer: Any, split: Optional[str] = None,
                     report_dir: Optional[str | Path] = None, role: str = "train",
                     write_report: bool = True) -> PreparedData:
-    """Load, clean, length-check and cache one split; write data_report.json; return the dataset and limits.
-
-    `role` "train" reads dataset_name, "eval" the eval set (source_spec); `split` overrides the role's split. The
-    report (in `report_dir`, else output_dir) is data_report.json, data_report_eval.json for the eval set, or
-    data_report_<split>.json for an explicit split; `write_report=False` (`--check`) writes nothing outside the
-    cache. Raises ConfigError for settings that cannot work and DataError when rows must not be dropped (strict,
-    overlong_policy=error) or none are left, the report written first either way.
+    """Load, clean, length-check and cache one split of `role` (train | eval); write its report (in `report_dir`,
+    else output_dir) unless `write_report` is false. Raises ConfigError, or DataError (strict, overlong_policy=error,
+    no rows left) after writing the report.
 
     >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
@@ -152,7 +140,7 @@ def prepare_dataset(cfg: PipelineConfig, tokenizer: Any, split: Optional[str] = 
     source = resolve_source(cfg, spec, cache_root)
     key = fingerprint(source.identity, tokenizer_identity(tokenizer), data_fields(cfg))
     entry = cache_root / key
-    # What the cache entry and the report were before the build is all their writes may replace (grpo_pipeline.env.paths.publish).
+    # What was there before the build is all the writes may replace (grpo_pipeline.env.paths.publish).
     entry_seen = snapshot(entry, option="data_cache_dir")
     report_folder = report_dir if report_dir is not None else cfg.grpo.output_dir
     report_seen = snapshot(absolute_path(report_folder) / report_name) if write_report else None
@@ -214,7 +202,7 @@ def _unscorable_error(report: dict[str, Any], answer_option: str) -> Optional[st
 
 def _build(d: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,
            split: str, source_option: str = "dataset_name") -> tuple[Any, dict[str, Any], Optional[str]]:
-    """Load, clean and measure (`d`: the recipe's data section); return (dataset or None, report, error or None)."""
+    """Load, clean and measure; return (dataset or None, report, error or None)."""
     started = time.perf_counter()
     # Fail before reading any rows when the limit cannot even hold the system prompt.
     floor = system_prompt_tokens(tokenizer, d.system_prompt)

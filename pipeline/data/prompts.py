@@ -1,10 +1,7 @@
-"""Prompts in TRL's two formats, measured with the model's real tokenizer and chat template.
-
-TRL's formats (trl.data_utils.is_conversational): a *standard* prompt is a string the model continues as written
-(no chat template); a *conversational* prompt is a list of {"role", "content"} messages rendered by the chat
-template. Question/answer rows (question_field) become conversational prompts (system + user). TRL's GRPOTrainer
-no longer has `max_prompt_length`, so nothing downstream trims or filters prompts: here every prompt is rendered
-and counted, and the limits are chosen from the real counts.
+"""Prompts in TRL's two formats (trl.data_utils.is_conversational: a standard prompt is a string continued as
+written, a conversational one a list of {"role", "content"} messages rendered by the chat template), measured with
+the model's tokenizer. TRL's GRPOTrainer no longer has `max_prompt_length`, so the limits are chosen here from the
+real counts.
 """
 
 from __future__ import annotations
@@ -20,8 +17,7 @@ from grpo_pipeline.env.text import excerpt
 from grpo_pipeline.rewards.completions import build_prompt
 from grpo_pipeline.pipeline.config import ConfigError, given
 
-# Rounding `max_prompt_length: auto` up to a multiple of 16 leaves the padded prompt block
-# aligned for the attention kernels and leaves a little slack for the longest prompt.
+# `max_prompt_length: auto` rounds up to a multiple of 16: the padded prompt block stays aligned for the kernels.
 PROMPT_LENGTH_MULTIPLE = 16
 # The user message used to probe the template: short, plain and free of special characters.
 PROBE_QUESTION = "What is 1 + 1?"
@@ -37,16 +33,11 @@ def is_conversational(prompt: Any) -> bool:
 
 
 def with_system_prompt(system_prompt: Optional[str], prompt: Any) -> Any:
-    """A conversational prompt with `system_prompt` first when it has no system message of its own; a prompt
-    with one, an empty system_prompt, or a standard (string) prompt is returned as it is: a string has no place
-    for a system message, and TRL gives it to the model as written.
+    """A conversational prompt with `system_prompt` first when it has no system message of its own; anything else
+    (a standard prompt: TRL gives it to the model as written) unchanged.
 
     >>> with_system_prompt("Be brief.", [{"role": "user", "content": "1+1?"}])[0]
     {'role': 'system', 'content': 'Be brief.'}
-    >>> with_system_prompt("Be brief.", [{"role": "system", "content": "Mine."}, {"role": "user", "content": "1+1?"}])
-    [{'role': 'system', 'content': 'Mine.'}, {'role': 'user', 'content': '1+1?'}]
-    >>> with_system_prompt("Be brief.", "1+1=")
-    '1+1='
     """
     if not system_prompt or not is_conversational(prompt) or (prompt and prompt[0].get("role") == "system"):
         return prompt
@@ -54,8 +45,7 @@ def with_system_prompt(system_prompt: Optional[str], prompt: Any) -> Any:
 
 
 def as_chat(system_prompt: Optional[str], prompt: Any) -> list[dict[str, str]]:
-    """The chat `grpo generate` sends: a question (text) as a training row's (system_prompt + question), a chat
-    with system_prompt only where it has no system message of its own.
+    """The chat `grpo generate` sends: a question (text) as a training row's, a chat as `with_system_prompt`.
 
     >>> as_chat("S", "2+2?"), as_chat("S", [{"role": "system", "content": "Mine"}, {"role": "user", "content": "?"}])[0]
     ([{'role': 'system', 'content': 'S'}, {'role': 'user', 'content': '2+2?'}], {'role': 'system', 'content': 'Mine'})
@@ -64,8 +54,7 @@ def as_chat(system_prompt: Optional[str], prompt: Any) -> list[dict[str, str]]:
 
 
 def completion_like(prompt: Any, text: str) -> Any:
-    """`text` as TRL hands a completion of `prompt` to the rewards: the string itself for a standard prompt, one
-    assistant message for a conversational one (TRL's GRPOTrainer._generate_and_score_completions).
+    """`text` as TRL hands a completion of `prompt` to the rewards (GRPOTrainer._generate_and_score_completions).
 
     >>> completion_like("1+1=", "2"), completion_like([{"role": "user", "content": "1+1?"}], "2")
     ('2', [{'role': 'assistant', 'content': '2'}])
@@ -74,8 +63,7 @@ def completion_like(prompt: Any, text: str) -> Any:
 
 
 def question_text(prompt: Any) -> str:
-    """What a prompt asks: a standard prompt's text, a chat's last message (two prompts asking the same are one
-    problem, whatever system message each has).
+    """What a prompt asks: its text, or a chat's last message (whatever system message it has).
 
     >>> question_text("2+2="), question_text([{"role": "system", "content": "S"}, {"role": "user", "content": "2+2?"}])
     ('2+2=', '2+2?')
@@ -84,8 +72,7 @@ def question_text(prompt: Any) -> str:
 
 
 def render_prompts(tokenizer: Any, prompts: Sequence[Any]) -> list[str]:
-    """The exact text the model sees for each prompt: a conversational one through the chat template with the
-    generation prompt (TRL's maybe_apply_chat_template), a standard one as written."""
+    """The text the model sees for each prompt, as TRL's maybe_apply_chat_template renders it."""
     chats = [list(prompt) for prompt in prompts if is_conversational(prompt)]
     rendered: list[str] = []
     if chats:
@@ -96,11 +83,8 @@ def render_prompts(tokenizer: Any, prompts: Sequence[Any]) -> list[str]:
 
 
 def check_system_prompt_survives(tokenizer: Any, system_prompt: Optional[str]) -> str:
-    """Render one probe prompt and make sure the system prompt appears in it verbatim.
-
-    Some templates drop the system role, rewrite it, or escape newlines (a `\\n` turning into a
-    literal backslash-n); the model would then never see the format instructions the rewards check for.
-    Returns the rendered probe text.
+    """The rendered probe prompt, refused unless the system prompt appears in it verbatim: some templates drop the
+    system role, rewrite it or escape newlines, and the model would never see the format the rewards check for.
 
     >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
     >>> text = check_system_prompt_survives(load_qwen_tokenizer(), "Line one.\\nLine two.")
@@ -144,12 +128,8 @@ class PromptLengths:
 
 
 def count_prompt_tokens(tokenizer: Any, conversations: Sequence[Any]) -> PromptLengths:
-    """Count each prompt's tokens as the model sees them: chat template + generation prompt (a standard prompt:
-    its text alone).
-
-    All chats are rendered to text first (jinja, per row), then tokenized in ONE batched call
-    of the fast (Rust) tokenizer instead of a Python loop of calls. The counts equal
-    `len(apply_chat_template(chat, tokenize=True, add_generation_prompt=True)["input_ids"])`.
+    """Each prompt's tokens as the model sees them, rendered first and then tokenized in one batched call of the
+    fast tokenizer; equal to `len(apply_chat_template(chat, tokenize=True, add_generation_prompt=True)["input_ids"])`.
 
     >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
     >>> chat = build_prompt("You are a helpful assistant.", "What is 2 plus 2?")
@@ -160,9 +140,8 @@ def count_prompt_tokens(tokenizer: Any, conversations: Sequence[Any]) -> PromptL
     texts = render_prompts(tokenizer, conversations)
     rendered = time.perf_counter()
     counts = [0] * len(texts)
-    # A chat: add_special_tokens=False, the template already wrote every special token (a tokenizer that adds a
-    # BOS would otherwise count, and in training get, it twice). A standard prompt: the tokenizer's own special
-    # tokens, as TRL's GRPOTrainer._tokenize_prompts calls `processing_class(text=prompts)`.
+    # A chat: no special tokens added, the template wrote them (a BOS would be counted, and trained, twice). A
+    # standard prompt: the tokenizer's own, as TRL's GRPOTrainer._tokenize_prompts calls `processing_class(text=...)`.
     # No attention masks: they would only double the Python lists built from the Rust output.
     for chat in (True, False):
         where = [i for i, prompt in enumerate(conversations) if is_conversational(prompt) == chat]
@@ -186,7 +165,7 @@ def system_prompt_tokens(tokenizer: Any, system_prompt: Optional[str]) -> int:
 
 
 def length_stats(counts: Sequence[int]) -> dict[str, float | int]:
-    """max / mean / p50 / p90 / p99 of the prompt lengths (numpy's linear percentiles).
+    """Summary of the prompt lengths (numpy's linear percentiles).
 
     >>> length_stats([10, 20, 30, 40])
     {'count': 4, 'min': 10, 'max': 40, 'mean': 25.0, 'p50': 25.0, 'p90': 37.0, 'p99': 39.7}
@@ -195,15 +174,8 @@ def length_stats(counts: Sequence[int]) -> dict[str, float | int]:
         return {"count": 0}
     values = np.asarray(counts)
     p50, p90, p99 = (round(float(p), 2) for p in np.percentile(values, [50, 90, 99]))
-    return {
-        "count": int(values.size),
-        "min": int(values.min()),
-        "max": int(values.max()),
-        "mean": round(float(values.mean()), 2),
-        "p50": p50,
-        "p90": p90,
-        "p99": p99,
-    }
+    return {"count": int(values.size), "min": int(values.min()), "max": int(values.max()),
+            "mean": round(float(values.mean()), 2), "p50": p50, "p90": p90, "p99": p99}
 
 
 def round_up(value: int, multiple: int = PROMPT_LENGTH_MULTIPLE) -> int:
@@ -217,7 +189,7 @@ def round_up(value: int, multiple: int = PROMPT_LENGTH_MULTIPLE) -> int:
 
 @dataclass
 class LengthBudget:
-    """The prompt limit used to filter, before the data is seen, and where each number came from."""
+    """The prompt limit used to filter before the data is seen, and where each number came from."""
 
     max_seq_length: int
     fixed_prompt_limit: Optional[int]  # max_prompt_length from the config, None = auto
@@ -281,9 +253,8 @@ def with_default_system_prompt(template: str, system_prompt: str) -> str:
 
 
 def carry_system_prompt(tokenizer: Any, system_prompt: Optional[str]) -> None:
-    """Give `tokenizer`'s chat template the trained system prompt as its default (with_default_system_prompt),
-    before an export saves it: merged folders get it in tokenizer_config.json, a GGUF in its metadata (llama.cpp's
-    converter reads the template of the folder save_pretrained_gguf writes). No prompt or no template: unchanged."""
+    """Make the trained system prompt the chat template's default before an export saves it (into
+    tokenizer_config.json; a GGUF's metadata, as llama.cpp's converter reads the saved folder's template)."""
     template = getattr(tokenizer, "chat_template", None)
     if system_prompt and isinstance(template, str) and template:
         tokenizer.chat_template = with_default_system_prompt(template, system_prompt)

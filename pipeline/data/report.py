@@ -1,6 +1,4 @@
-"""The data report read by people: one accounting line (rows in, kept, dropped by reason), one prompt line,
-and the rich tables `grpo data` prints (pipeline/data_command.py). `grpo train` and its --check print the lines.
-"""
+"""The data report for people: the accounting and prompt lines `grpo train` prints, and `grpo data`'s tables."""
 
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ from grpo_pipeline.rewards.trl_source import reward_columns
 
 
 def accounting_line(report: dict[str, Any], ids_shown: int = 3) -> str:
-    """Rows in, kept, dropped by reason (with the first ids), for the console of `grpo train` and `grpo data`.
+    """Rows in, kept, dropped by reason (with the first ids).
 
     >>> accounting_line({"rows_in": 40, "rows_kept": 29, "rows_rejected_total": 11, "rows_unused_max_samples": 0,
     ...                  "rows_rejected": {"prompt_too_long": {"count": 10, "ids": ["train-3", "train-5"]},
@@ -32,16 +30,15 @@ def accounting_line(report: dict[str, Any], ids_shown: int = 3) -> str:
 
 
 def dropped_reasons(report: dict[str, Any], ids_shown: int = 3) -> str:
-    """Each reason rows were dropped for, with its count and first ids: `prompt_too_long 10 (train-3, ...)`."""
+    """Each reason rows were dropped for, with its count and first ids."""
     return ", ".join(f"{reason} {info['count']} ({', '.join(info['ids'][:ids_shown])}"
                      f"{', ...' if info['count'] > ids_shown else ''})"
                      for reason, info in report["rows_rejected"].items())
 
 
 def prompt_line(report: dict[str, Any]) -> str:
-    """Which prompt format the data is in and what happened to system_prompt (docs/own-data.md, "Prompts"), and
-    the columns TRL passes the rewards (rewards/trl_source.py: not `completion`, none with remove_unused_columns,
-    which prepare_train notes in the report).
+    """The prompts' format, what happened to system_prompt (docs/own-data.md, "Prompts") and the columns TRL passes
+    the rewards (rewards/trl_source.py).
 
     >>> prompt_line({"prompt_format": {"source": "prompt", "standard": 0, "conversational": 5,
     ...              "system_prompt": {"added": 2, "own_kept": 3, "standard_as_written": 0}}, "columns": ["completion", "solution"]})

@@ -1,5 +1,5 @@
-"""What a run reads, prepared before any model loads (`prepare_run_data`, for `grpo data` and the run; `grpo train
---check` runs its steps one by one): the training split, the held-out rows, the format warm-up's examples.
+"""What a run reads, prepared before any model loads: the training split, the held-out rows, the format warm-up's
+examples (`prepare_run_data`; `grpo train --check` runs its steps one by one).
 """
 
 from __future__ import annotations
@@ -48,8 +48,7 @@ class RunData:
             "memory, not reasoning. Remove them from one of the two sources.")
 
 
-# The three data steps (prepare_train, prepare_eval, check_warmup), in the order the run needs them. Each takes
-# `cfg`, the recipe as validated.
+# The three data steps, in the order the run needs them: prepare_train, prepare_eval, check_warmup.
 def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, write_report: bool = True) -> Any:
     train = prepare.prepare_dataset(cfg, tokenizer, report_dir=report_dir, write_report=write_report)
     train.report["remove_unused_columns"] = removes_unused_columns(cfg.trl)  # which columns the rewards get
@@ -65,10 +64,8 @@ def prepare_train(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None, w
 
 
 def require_reference_answers(spec: Any, dataset: Any, scorer: str, other_fix: str) -> None:
-    """What scores a completion against its row's reference answer (the correctness reward, the eval's accuracy)
-    needs rows that have one (TRL's prompt column needs no answer column; keep_unscorable keeps rows without a
-    readable one). When no row has one, refused naming the answer option of `spec`, the columns there are and the
-    fix."""
+    """Refuse, naming `spec`'s answer option and the columns there are, a dataset where no row has a reference
+    answer that `scorer` (the correctness reward, the eval's accuracy) can read."""
     if len(dataset) == 0 or any(reference_is_scorable(answer) for answer in dataset[ANSWER]):
         return
     columns = [name for name in dataset.column_names if name not in OWN_COLUMNS and name != "prompt"]
@@ -101,9 +98,8 @@ EVAL_OFF = {"eval_before": False, "eval_after": False, "eval_steps": 0}
 
 
 def without_a_held_out_set(cfg: PipelineConfig) -> tuple[dict[str, Any], str]:
-    """A one-split local source and no eval_dataset_name: there are no held-out problems, so the run trains without
-    evaluation, as TRL, Unsloth and open-r1 do. Returns the options that turn evaluation off (EVAL_OFF) and the
-    line that says how to turn it on; ({}, "") otherwise. For `grpo train`, its --check and `grpo data`.
+    """(EVAL_OFF, the note saying how to evaluate) for a one-split local source and no eval_dataset_name: no
+    held-out problems, so the run trains without evaluation, as TRL, Unsloth and open-r1 do; ({}, "") otherwise.
 
     >>> off, note = without_a_held_out_set(PipelineConfig().replace(dataset_name="sample", eval_before=True))
     >>> off == EVAL_OFF, note.startswith("eval: off")
@@ -129,7 +125,7 @@ def without_a_held_out_set(cfg: PipelineConfig) -> tuple[dict[str, Any], str]:
 
 def eval_config(cfg: PipelineConfig, limit: Optional[int] = None) -> PipelineConfig:
     """The config the eval set is prepared with: its first `limit` (else eval_limit) usable rows, never strict (a
-    dropped eval row is reported, not refused). `cfg` is left as it was; its sections keep their classes.
+    dropped eval row is reported, not refused).
 
     >>> cfg = PipelineConfig().replace(eval_limit=5, max_samples=40, strict=True)
     >>> (eval_config(cfg).data.max_samples, eval_config(cfg).data.strict, eval_config(cfg, 2).data.max_samples,
@@ -142,8 +138,7 @@ def eval_config(cfg: PipelineConfig, limit: Optional[int] = None) -> PipelineCon
 
 def load_eval_rows(cfg: PipelineConfig, tokenizer, limit: Optional[int] = None, report_dir: Optional[Path] = None,
                    write_report: bool = True, other_fix: str = TRAINING_EVAL_OFF) -> list[dict[str, Any]]:
-    """Held-out rows (prompt messages + answer) of the eval set (eval_config), prepared by the same data code as
-    training; the report goes to data_report_eval.json."""
+    """The eval set's rows (prompt, answer, id, columns), prepared as the training data is (eval_config)."""
     eval_cfg = eval_config(cfg, limit)
     prepared = prepare.prepare_dataset(eval_cfg, tokenizer, role="eval", report_dir=report_dir,
                                        write_report=write_report)
@@ -163,7 +158,7 @@ class EvalRows(list):
         self.report = report or {}
 
     def line(self) -> str:
-        """`eval set: N problems`, and when rows were dropped or left unused, how many of how many and why.
+        """`eval set: N problems`, with the rows dropped or left unused and why.
 
         >>> EvalRows([{}, {}], {"rows_in": 3, "rows_kept": 2, "rows_rejected_total": 1, "rows_unused_max_samples": 0,
         ...                     "rows_rejected": {"unscorable_answer": {"count": 1, "ids": ["test-2"]}}}).line()
@@ -187,8 +182,8 @@ def prepare_eval(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
 
 
 def warmup_examples(cfg: PipelineConfig, prepared) -> list[dict[str, Any]]:
-    """Prompt/completion pairs in TRL's prompt-completion format: a built-in source's own, else up to
-    MAX_WARMUP_EXAMPLES training rows with a worked solution; ConfigError (sft_warmup_steps) when there are none."""
+    """TRL prompt-completion pairs: a built-in source's own, else up to MAX_WARMUP_EXAMPLES training rows with a
+    worked solution; ConfigError (sft_warmup_steps) when there are none."""
     builtin = builtin_source(cfg.data.dataset_name)
     if builtin is not None:
         return builtin.warmup_examples(MAX_WARMUP_EXAMPLES, cfg.data.system_prompt, cfg.grpo.seed)
@@ -216,8 +211,7 @@ def check_warmup(cfg: PipelineConfig, train: Any) -> str:
 
 def prepare_run_data(cfg: PipelineConfig, tokenizer: Any, report_dir: Any = None,
                      write_report: bool = True) -> RunData:
-    """Prepare every split the run uses and check the warm-up's needs; raises ConfigError (naming the option),
-    DataError or DataFileError. The splits are cached, so the run's call after the check loads them."""
+    """Prepare every split the run uses and check the warm-up's needs (ConfigError, DataError or DataFileError)."""
     train = prepare_train(cfg, tokenizer, report_dir, write_report)
     eval_rows = prepare_eval(cfg, tokenizer, report_dir, write_report)
     check_warmup(cfg, train)

@@ -1,6 +1,5 @@
-"""What a data source is, before any row is read: the built-in names, the local formats, the errors a source
-raises, the raw rows a loader returns, and `SourceSpec`, the options of one role (the training data or the eval
-set) with the option names to say in a message. pipeline/data/sources.py resolves a spec to a source.
+"""What a data source is before any row is read: names, formats, errors, the raw rows a loader returns, and
+`SourceSpec`, the options of one role (training data or eval set). pipeline/data/sources.py resolves it.
 """
 
 from __future__ import annotations
@@ -13,8 +12,7 @@ from grpo_pipeline.env.path_check import DATA_SUFFIXES
 
 SAMPLE_NAME = "sample"
 SAMPLE_PATH = Path(__file__).resolve().parents[1] / "assets" / "gsm8k_sample.jsonl"
-# The `datasets` packaged loader of each local data file suffix; the suffixes are grpo_pipeline.env.path_check's
-# DATA_SUFFIXES (the path checks' reading of "a local data file"), so both readings stay one.
+# The `datasets` packaged loader of each local data file suffix (the path checks' DATA_SUFFIXES).
 _BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}
 LOCAL_FORMATS = {suffix: _BUILDERS[suffix] for suffix in DATA_SUFFIXES}
 SINGLE_FILE_SPLIT = "train"
@@ -24,8 +22,7 @@ SAVED_DATASET_FILES = ("state.json", "dataset_info.json")
 
 
 class DataFileError(ValueError):
-    """A local data source that cannot be read (empty, not UTF-8, broken JSON, no data files); the message names
-    the file and line. `grpo data` and `grpo train` both report it as bad input (exit 2)."""
+    """A local data source that cannot be read; the message names the file and line. Bad input (exit 2)."""
 
 
 class DataSourceError(DataFileError, RuntimeError):
@@ -34,17 +31,14 @@ class DataSourceError(DataFileError, RuntimeError):
 
 # TRL's prompt column (trl.GRPOTrainer trains on it; every other column goes to the rewards).
 PROMPT_COLUMN = "prompt"
-# The pipeline's own per-row columns begin with this (pipeline/data/prepare.py OWN_COLUMNS); a user's column
-# never may, so that ours can never hide one of theirs from a reward.
+# The pipeline's own per-row columns begin with this (columns.py OWN_COLUMNS); a user's column never may.
 OWN_PREFIX = "grpo_"
 
 
 @dataclass
 class RawRows:
-    """Raw column values, one entry per source row, before any cleaning. `prompt_format`: what `questions` holds,
-    "question" (the question_field column) or "prompt" (TRL's prompt column, used as written); `answers` is None
-    per row when a "prompt" source has none. `table`: every column as loaded (a datasets.Dataset, or a dict of
-    lists), so that each reaches the rewards with its own values and types."""
+    """Raw column values, one entry per source row. `prompt_format`: "question" (question_field) or "prompt" (TRL's
+    column). `table`: every column as loaded (a Dataset or a dict of lists), for the rewards."""
 
     questions: list[Any]
     answers: list[Any]
@@ -66,8 +60,7 @@ class DataSource:
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """Which options name one data source, for training (role "train") or evaluation (role "eval"), each value with
-    the option it was read from, so an error names the option the user set."""
+    """The options naming one data source (train | eval), each with its option's name for the messages."""
 
     role: str  # train | eval
     name: str
@@ -89,9 +82,7 @@ class SourceSpec:
 
 
 def source_spec(cfg: Any, role: str = "train", split: Optional[str] = None) -> SourceSpec:
-    """The training source (dataset_name, dataset_split, ...) or the eval source (eval_dataset_name else
-    dataset_name, eval_split, eval_question_field else question_field, ...) of `cfg` (the recipe: its data and eval
-    sections). `split` overrides the split.
+    """`cfg`'s training source, or its eval source (each eval_* option, else the training one); `split` overrides.
 
     >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> spec = source_spec(PipelineConfig().replace(eval_dataset_name="t.csv", eval_answer_field="y"), "eval")

@@ -1,16 +1,8 @@
-"""Where raw question/answer rows come from: a local file or folder, the hub, the bundled sample, the demo.
-
-dataset_name (and eval_dataset_name) is a file (.jsonl .json .csv .tsv .parquet: one split, `train`), a folder of
-them (splits from the file names, as `datasets` resolves them), a `save_to_disk` folder, a hub id (openai/gsm8k) or a
-built-in name (docs/own-data.md). A name that exists on disk or looks like a path is local and never goes to the hub;
-`dataset_config` is a hub setting that local sources ignore. A hub dataset is downloaded once through `datasets` (from
-the Hugging Face Hub or ModelScope, per `model_source`) and kept as a `save_to_disk` copy under the data cache, so the
-second run needs no network; downloads honour HF_ENDPOINT (e.g. https://hf-mirror.com on AutoDL) and HF_HOME, never
-overridden. Each source has an identity for the cache fingerprint, computed without loading any rows (a local
-source's: every file's path, size, mtime and content hash, so an edit is never served stale), and a loader of the raw
-columns. Rows get ids `<split>-<0-based row index in the split>` (a split's files in name order), which
-data_report.json uses to point at rejected rows. The training data and the eval set (`SourceSpec` roles) go through
-the same code; every error names the option the user set.
+"""Where raw rows come from: a local file or folder, a `save_to_disk` folder, the hub, the bundled sample, the demo
+(docs/own-data.md). A name that exists on disk or looks like a path never goes to the hub. A hub dataset is
+downloaded once (Hugging Face or ModelScope, per `model_source`; HF_ENDPOINT and HF_HOME honoured) and kept as a
+`save_to_disk` copy under the data cache. Each source has a cache identity computed without loading any rows, and a
+loader. Rows get ids `<split>-<0-based row index>`, which data_report.json uses to point at rejected rows.
 """
 
 from __future__ import annotations
@@ -47,8 +39,8 @@ from grpo_pipeline.pipeline.demo.task import DemoTask
 
 
 def prompt_format_of(columns: list[str], spec: SourceSpec) -> str:
-    """"prompt" when the rows are TRL's (a `prompt` column, question_field left at its default or naming it),
-    "question" for question/answer rows; a ConfigError when the data has both and question_field was set.
+    """"prompt" for TRL's rows (a `prompt` column, question_field unset or naming it), else "question"; refused when
+    the data has both and question_field was set.
 
     >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> from grpo_pipeline.pipeline.data.source_spec import source_spec
@@ -68,8 +60,7 @@ def prompt_format_of(columns: list[str], spec: SourceSpec) -> str:
 
 
 def _rows(dataset: Any, spec: SourceSpec, split: str, where: str) -> RawRows:
-    """The prompt (question_field, or TRL's `prompt`), answer and solution columns, matching names after
-    BOM/blank stripping, with every column kept in `table` for the rewards."""
+    """The prompt, answer and solution columns (names matched after BOM/blank stripping), every column in `table`."""
     renames = {name: clean_column_name(name) for name in dataset.column_names if clean_column_name(name) != name}
     if renames and hasattr(dataset, "rename_columns"):
         dataset = dataset.rename_columns(renames)
@@ -80,8 +71,7 @@ def _rows(dataset: Any, spec: SourceSpec, split: str, where: str) -> RawRows:
     if own:
         raise ConfigError(spec.name_option, f"{where} has column(s) {', '.join(map(repr, own))}; names beginning "
                           f"with {excerpt(OWN_PREFIX)} are the pipeline's own per-row fields (grpo_answer, grpo_id, "
-                          "...). "
-                          "Rename them.")
+                          "...). Rename them.")
     prompt_format = prompt_format_of(names, spec)
     question = PROMPT_COLUMN if prompt_format == "prompt" else spec.question_field
     answer_optional = prompt_format == "prompt" and spec.answer_field == DataArguments.answer_field
@@ -100,8 +90,7 @@ def _rows(dataset: Any, spec: SourceSpec, split: str, where: str) -> RawRows:
 
 def field_values(dataset: Any, names: list[str], field: str, option: str, what: str, where: str) -> list[Any]:
     """The values of `field`: a column, or a dotted path into a column of dicts (verl's `reward_model.ground_truth`);
-    a row without the nested key gets None. A ConfigError naming `option` when neither exists, listing the columns
-    and the nested paths there are."""
+    refused naming `option` and listing the columns and nested paths when neither exists."""
     if field in names:
         return list(dataset[field])
     head, _, rest = field.partition(".")
@@ -148,9 +137,8 @@ def nested_paths(dataset: Any, names: list[str]) -> list[str]:
 
 
 def pick_split(spec: SourceSpec, available: list[str], where: str) -> str:
-    """The split of `where` that `spec` asks for, or a ConfigError naming the option to change. A single file never
-    stands in for a missing test split (that would evaluate on the training data); only an eval source of its own
-    (eval_dataset_name) is used whole, whatever eval_split says."""
+    """The split `spec` asks for, or a ConfigError naming the option. A single file never stands in for a missing
+    test split (it would evaluate on the training data), unless it is eval_dataset_name's."""
     if spec.split in available:
         return spec.split
     if spec.own_eval_source and len(available) == 1:
@@ -187,8 +175,7 @@ def _load_local_split(path: Path, kind: str, files: list[Path], spec: SourceSpec
 
 
 def resolve_source(cfg: Any, spec: SourceSpec, cache_root: Path) -> DataSource:
-    """Turn a SourceSpec into a DataSource; reads no rows yet (a hub split is checked once it is loaded). `cfg`: the
-    recipe (its max_samples, seed and model_source)."""
+    """`spec` as a DataSource; reads no rows yet (a hub split is checked once it is loaded)."""
     name, split = spec.name, spec.split
     if name == SAMPLE_NAME:
         split = pick_split(spec, [SINGLE_FILE_SPLIT], f"the bundled sample ({SAMPLE_PATH.name})")
@@ -256,7 +243,7 @@ def resolve_source(cfg: Any, spec: SourceSpec, cache_root: Path) -> DataSource:
 
 def hub_saved_copy_dir(cache_root: Path, name: str, dataset_config: Optional[str], revision: Optional[str],
                        source: str = "hf") -> Path:
-    """Where the hub dataset's `save_to_disk` copy lives (a DatasetDict with all splits), per `model_source`.
+    """Where a hub dataset's `save_to_disk` copy (all splits) lives.
 
     >>> hub_saved_copy_dir(Path("/c"), "openai/gsm8k", "main", None).as_posix()
     '/c/hub/openai__gsm8k__main__default'
@@ -273,8 +260,7 @@ def hub_endpoint() -> str:
 
 
 def load_hub_splits(spec: SourceSpec, cache_root: Path, source: str = "hf") -> Any:
-    """All splits of a hub dataset (a DatasetDict): from our saved copy when there is one, else downloaded
-    (from ModelScope when `model_source: modelscope`)."""
+    """All splits of a hub dataset: our saved copy, made by downloading when there is none."""
     from datasets import load_from_disk  # lazy: datasets imports torch
 
     saved = hub_saved_copy_dir(cache_root, spec.name, spec.config, spec.revision, source)
@@ -287,9 +273,7 @@ def load_hub_splits(spec: SourceSpec, cache_root: Path, source: str = "hf") -> A
 
 
 def _download(spec: SourceSpec, saved: Path, source: str) -> Any:
-    """The dataset's splits from the hub, or for `model_source: modelscope` its repository's files from ModelScope
-    (grpo_pipeline.env.hubs, the network boundary) read by `datasets` as a local folder (its data files and README
-    configs)."""
+    """The dataset's splits from the hub, or ModelScope's repository files (env.hubs) read as a local folder."""
     from datasets import load_dataset  # lazy: datasets imports torch
 
     name, config = spec.name, spec.config
@@ -320,9 +304,8 @@ def _download(spec: SourceSpec, saved: Path, source: str) -> Any:
             spec.name_option,
             f"could not load dataset {excerpt(name)} (config {excerpt(config)}) from {address}: "
             f"{type(err).__name__}: {err}\nNo saved copy at {saved}, and no local file or folder {excerpt(name)} "
-            "either. "
-            "Fixes: check the network; in mainland China set HF_ENDPOINT=https://hf-mirror.com; offline, copy a "
-            f"`save_to_disk` folder of the dataset to that path, or give {spec.name_option} a local path."
+            "either. Fixes: check the network; in mainland China set HF_ENDPOINT=https://hf-mirror.com; offline, "
+            f"copy a `save_to_disk` folder of the dataset to that path, or give {spec.name_option} a local path."
         ) from err
 
 

@@ -1,7 +1,5 @@
-"""Resolve model names to folders and load tokenizers, without loading any model.
-
-Built-in names (`tiny-demo`, `tiny-qwen2.5`, `bundled:qwen2.5`) let tests, demos and benchmarks run
-offline; pipeline/demo/registry.py lists them and says how each is built.
+"""Resolve model names to folders and load tokenizers, without loading any model (built-in names:
+pipeline/demo/registry.py).
 """
 
 from __future__ import annotations
@@ -20,9 +18,8 @@ from grpo_pipeline.pipeline.demo.registry import builtin_model
 
 
 def resolve_model_path(model_name_or_path: str, source: str = "hf") -> str:
-    """What `from_pretrained` should load, for every backend, the tokenizer and the config: a built-in model's
-    folder; a `.gguf` file's converted folder (once); with `source="modelscope"` a hub id's ModelScope download (a
-    local folder, so transformers never asks the Hugging Face Hub); else the name unchanged."""
+    """What `from_pretrained` should load: a built-in model's folder, a `.gguf` file's converted folder, a hub id's
+    ModelScope download (`source="modelscope"`: transformers never asks the Hugging Face Hub), else the name."""
     builtin = builtin_model(model_name_or_path)
     if builtin is not None and builtin.folder is not None:
         return str(builtin.folder())
@@ -39,9 +36,8 @@ TOKENIZER_JSON_FILES = ("tokenizer_config.json", "tokenizer.json", "special_toke
 
 
 def broken_tokenizer_file(folder: Path) -> Optional[str]:
-    """What is wrong with a model folder's tokenizer files, naming the file and the line, or None when each
-    reads. transformers parses them with json (a JSONDecodeError names no file) and tokenizers'
-    Tokenizer.from_file raises a bare Exception ("missing field `model`")."""
+    """What is wrong with a model folder's tokenizer files, naming the file and line (transformers' JSONDecodeError
+    and tokenizers' bare Exception name neither), or None."""
     for name in TOKENIZER_JSON_FILES:
         path = folder / name
         if not path.is_file():

@@ -1,12 +1,7 @@
-"""GPUs known by name, and the memory the planner assumes each really offers.
-
-`memory.total` is what `nvidia-smi --query-gpu=memory.total` prints for the card (MiB). Two things come off it:
-- CUDA reports about 2% less than `memory.total` as the device's total (torch.cuda.get_device_properties: 14.7 GiB
-  on a 15360 MiB T4, the figure pipeline/backends/gpu_settings.py keys its tiers on), so `total_gib` is
-  memory.total x 0.98. vLLM's `gpu_memory_utilization` is a share of this total.
-- The training process's own CUDA context and allocator slack: `CUDA_CONTEXT_GIB`, not usable by tensors (the
-  cuBLAS workspace is a tensor allocation: estimate.py counts it). `usable_gib` = total_gib - CUDA_CONTEXT_GIB (or,
-  on a live GPU, memory.free x 0.98 - the context).
+"""GPUs known by name (`memory.total`: nvidia-smi's, MiB), and the memory the planner assumes each really offers:
+CUDA reports about 2% less as the device's total (torch.cuda.get_device_properties: 14.7 GiB on a 15360 MiB T4, the
+figure gpu_settings.py keys its tiers on, and vLLM's gpu_memory_utilization is a share of), and the process's own
+CUDA context and allocator slack (CUDA_CONTEXT_GIB) is not usable by tensors.
 """
 
 from __future__ import annotations
@@ -85,7 +80,7 @@ def card_by_name(name: str) -> Card:
 
 
 def card_from_memory(total_gib: float) -> Card:
-    """A card given only by its memory (`gpu_memory_gb`), taken as nvidia-smi's memory.total in GiB."""
+    """A card given only by its memory (`gpu_memory_gb`: nvidia-smi's memory.total in GiB)."""
     return Card(f"{total_gib:g} GiB GPU", total_gib, total_gib * 1024)
 
 

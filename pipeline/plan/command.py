@@ -23,10 +23,10 @@ from grpo_pipeline.env.paths import atomic_write_text, shell_command
 from grpo_pipeline.env.secret_fields import masked, secrets_in
 from grpo_pipeline.pipeline.backends import planned_backend
 from grpo_pipeline.pipeline.bootstrap import DEFAULT_GPU_RECIPE
-from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_config, read_recipe, validate
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_config, parse_limit, read_recipe, validate
 from grpo_pipeline.pipeline.config.parse import config_path, normalize_argv
 from grpo_pipeline.pipeline.plan.cards import KNOWN_CARDS, TABLE_CARDS, Card, card_by_name, card_from_memory, live_card
-from grpo_pipeline.pipeline.plan.estimate import UNCERTAINTY, Estimate, prompt_auto, token_budget
+from grpo_pipeline.pipeline.plan.estimate import UNCERTAINTY, Estimate, token_budget
 from grpo_pipeline.pipeline.plan.fit import fitted_recipe, plan, suggestions
 from grpo_pipeline.pipeline.plan.scale import render_scale, scale_dict, scale_plan
 from grpo_pipeline.pipeline.plan.shape import count_parameters, load_shape
@@ -92,7 +92,8 @@ def render(cfg: PipelineConfig, result: Estimate, source: str) -> str:
     shape = load_shape(cfg.model.model_name_or_path)
     counts = count_parameters(shape)
     prompt, completion = token_budget(cfg)
-    assumed = f" (max_prompt_length auto: {prompt} assumed; `grpo data` measures it)" if prompt_auto(cfg) else ""
+    auto = parse_limit(cfg.data.max_prompt_length, "max_prompt_length") is None
+    assumed = f" (max_prompt_length auto: {prompt} assumed; `grpo data` measures it)" if auto else ""
     lines = [
         f"grpo plan: {source} on {result.card.describe()}",
         f"model: {cfg.model.model_name_or_path} ({shape.source}): {counts.total / 1e9:.2f}B parameters, "
@@ -141,9 +142,7 @@ def recipe_table(cards: tuple[str, ...] = TABLE_CARDS) -> str:
 
 
 def write_recipe(path: str, recipe: dict[str, Any], how: str) -> Path:
-    """The fitted recipe, its secrets as placeholders (env/secret_fields.py masked): a written recipe is shared; a
-    placeholder read back is unset (pipeline/config/parse.py read_recipe), the secret given again or kept in the
-    environment."""
+    """Write the fitted recipe with its secrets as placeholders (a placeholder read back is unset: read_recipe)."""
     shown = masked(recipe)
     placeholders = sorted({shown for _, shown in secrets_in(recipe)})
     again = (f"# Secrets are shown as placeholders ({', '.join(placeholders)}): pass them "
@@ -159,8 +158,7 @@ def write_recipe(path: str, recipe: dict[str, Any], how: str) -> Path:
 
 
 def base_mapping(rest: list[str], flat: dict[str, Any]) -> dict[str, Any]:
-    """The recipe's own keys plus the command line's overrides (as parsed: `flat`, the config's values), for
-    --write."""
+    """The recipe's own keys plus the command line's overrides (their parsed values from `flat`), for --write."""
     argv = normalize_argv(rest)
     path = config_path(argv)
     mapping = read_recipe(path) if path else {}
@@ -200,12 +198,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             if scale is not None:
                 out["scale"] = scale_dict(scale)
             print(json.dumps(out, indent=2))
-        elif scale is not None:
-            print(render(cfg, result, str(source)))
-            print(render_scale(scale, card))
         else:
             print(render(cfg, result, str(source)))
-            if not result.fits:
+            if scale is not None:
+                print(render_scale(scale, card))
+            elif not result.fits:
                 found = suggestions(cfg, card)
                 print("smallest changes that fit (each on its own):" if found else
                       "no single change fits: plan a larger card or a smaller model.")
@@ -224,7 +221,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def gpu_counts(flags: dict[str, Any]) -> Optional[tuple[int, int]]:
-    """(--gpus, --nodes) when either is given (each a whole number of at least 1; the other defaults to 1), else None.
+    """(--gpus, --nodes) when either is given (the other defaults to 1), else None.
 
     >>> gpu_counts({"gpus": "8"}), gpu_counts({})
     ((8, 1), None)

@@ -1,39 +1,24 @@
-"""The estimated peak GPU memory of a recipe, part by part, and whether it fits a card.
-
-Each part is one formula over the model's shape (shape.py) and the recipe, written after the code that
-allocates it in the pinned wheels:
-- weights: bitsandbytes NF4 with double quantization (the plain backend's BitsAndBytesConfig, and Unsloth's
-  pre-quantized bnb-4bit repos): 0.5 byte per weight of each decoder nn.Linear, plus an 8-bit absmax per 64-weight
-  block and an fp32 absmax per 256 such blocks. Embeddings, lm_head, norms and biases stay 16-bit with Unsloth; the
-  plain backend calls peft's prepare_model_for_kbit_training (peft/utils/other.py), which casts every 16-bit
-  parameter that is not a Params4bit to fp32, so there they take 4 bytes each.
-- the residual stream of that fp32-upcast model is fp32 too: the embedding lookup returns the fp32 table's dtype,
-  Qwen2RMSNorm returns its input's dtype times its (fp32) weight, and bitsandbytes' Linear4bit.forward casts its
-  output back to its input's dtype (`.to(inp_dtype)`), so the activations kept for the backward and the KV cache
-  of `generate` (no autocast there) are 4 bytes a value.
-- LoRA: r x (in + out) per adapted linear, stored in fp32 (PEFT's autocast_adapter_dtype), an fp32 gradient each,
-  and Adam's two moments: 1 byte each with an 8-bit optimizer (bitsandbytes, blockwise), 4 bytes otherwise.
-- activations of one micro-batch (per_device_train_batch_size rows of prompt + completion tokens) under
-  gradient checkpointing: the layer inputs kept for the backward (on the GPU with standard checkpointing; in
-  CPU RAM with Unsloth's offloaded variant, which Unsloth uses from max_seq_length 512 up:
-  unsloth/models/_utils.py apply_unsloth_gradient_checkpointing, for layer inputs over 2 MiB: unsloth_zoo
-  gradient_checkpointing.py MINIMUM_SIZE) plus one layer recomputed.
-- log-probabilities: TRL 1.15 never materialises [batch, tokens, vocab] logits (GRPOTrainer
-  _get_per_token_logps_and_entropies calls the model with `fused_lm_head=True`: trl/kernels/chunked_logprob.py
-  ChunkedLogProbFunction, 4096-token x 32768-vocab tiles, fp32 hidden-state gradient). Unsloth's loss
-  (unsloth_zoo 2026.10.9 rl_replacements.py grpo_accumulated_loss -> fused_losses/chunked_logprob.py
-  UnslothChunkedLogProbs) flattens the micro-batch's completion tokens into one [rows x tokens] list and projects
-  it onto the vocabulary `chunked_logprob_rows` tokens at a time: as many as keep one chunk near 2 GiB at 8 bytes a
-  logit, capped at max(512, tokens / 8). The backward holds a chunk's fp32 logits and their gradient in the compute
-  dtype, and the hidden states with their gradient.
-- the cuBLAS workspace: torch allocates it through its caching allocator on the first matmul of a stream, so it
-  counts in torch.cuda.max_memory_allocated: 32 MiB on Hopper (CUBLAS_WORKSPACE_CONFIG's default `:4096:8`),
-  8.125 MiB on older cards; we count the larger.
-- reference model (beta > 0): with LoRA it is the same base with the adapter disabled, so it costs nothing.
-- vLLM (Unsloth fast_inference): `gpu_memory_utilization` x the GPU's total, holding the shared weights, the
-  LoRA slot and the KV cache. With standby its KV cache sleeps while the trainer computes, so the peak is the
-  larger of the rollout phase and the training phase; without standby both add up.
-Nothing here imports torch (count_parameters does, once per model, then reads its cache).
+"""The estimated peak GPU memory of a recipe, part by part, each a formula after the code that allocates it in the
+pinned wheels. Nothing here imports torch (count_parameters does, once per model).
+- weights: bitsandbytes NF4 with double quantization: 0.5 byte per decoder nn.Linear weight, plus an 8-bit absmax
+  per 64-weight block and an fp32 absmax per 256 blocks. The rest stays 16-bit with Unsloth; the plain backend's
+  peft prepare_model_for_kbit_training (peft/utils/other.py) casts it to fp32, and then the residual stream is fp32
+  too (Qwen2RMSNorm multiplies by its fp32 weight; Linear4bit.forward returns its input's dtype), so the kept
+  activations and `generate`'s KV cache take 4 bytes a value.
+- LoRA: r x (in + out) per adapted linear in fp32 (PEFT's autocast_adapter_dtype), an fp32 gradient, and Adam's two
+  moments (1 byte each with a bitsandbytes 8-bit optimizer, else 4).
+- activations of one micro-batch under gradient checkpointing: the layer inputs (in CPU RAM with Unsloth's offloaded
+  variant, from max_seq_length 512 and layer inputs over 2 MiB: unsloth/models/_utils.py
+  apply_unsloth_gradient_checkpointing, unsloth_zoo gradient_checkpointing.py MINIMUM_SIZE) plus one recomputed layer.
+- log-probabilities: TRL 1.15 never materialises the logits (GRPOTrainer _get_per_token_logps_and_entropies with
+  `fused_lm_head=True`: trl/kernels/chunked_logprob.py, 4096-token x 32768-vocab tiles). Unsloth (unsloth_zoo
+  2026.10.9 rl_replacements.py grpo_accumulated_loss -> fused_losses/chunked_logprob.py) projects the micro-batch's
+  completion tokens `chunked_logprob_rows` at a time (a chunk near 2 GiB at 8 bytes a logit, capped at
+  max(512, tokens / 8)); the backward holds a chunk's fp32 logits and their gradient, and the hidden states.
+- the cuBLAS workspace, through torch's caching allocator: 32 MiB on Hopper (`:4096:8`), the larger of the cards'.
+- reference model (beta > 0): the base with the LoRA adapter disabled, so nothing.
+- vLLM (Unsloth fast_inference): `gpu_memory_utilization` x the GPU's total. With standby its KV cache sleeps while
+  the trainer computes, so the peak is the larger of the two phases; without standby both add up.
 """
 
 from __future__ import annotations
@@ -49,18 +34,15 @@ from grpo_pipeline.pipeline.config import PipelineConfig, given, parse_limit
 from grpo_pipeline.pipeline.plan.cards import GIB, Card
 from grpo_pipeline.pipeline.plan.shape import ModelShape, ParamCounts
 
-# tests/memory_plan_figures.py compares the planner with every published figure we have (Unsloth's, verl's,
-# EasyR1's) and with every peak a GPU check report measured (docs/gpu-reports: the four H200 cases of 2026-12-04 are
-# within 5%; bench/memory_plan.py prints the table); this is the largest error of its comparable rows (-29.8%:
-# Unsloth's Feb 2025 activation figure for Llama 3.1 8B at 8 x 20K tokens), rounded up to 5% (tests/test_plan.py holds
-# the two equal). The estimate is never printed with more precision than this.
+# The largest error of tests/memory_plan_figures.py's comparable rows (published figures and measured peaks,
+# docs/gpu-reports; bench/memory_plan.py prints them: -29.8%, Unsloth's Llama 3.1 8B activations at 8 x 20K tokens),
+# rounded up to 5% (tests/test_plan.py holds the two equal). The estimate is never printed more precisely.
 UNCERTAINTY = 0.30
 
 NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
 EIGHT_BIT_OPTIMIZERS = ("adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "adam8bit", "paged_adam8bit",
                         "lion_8bit", "paged_lion_8bit")
-# `max_prompt_length: auto` is the longest kept prompt, unknown before the data is read. GSM8K prompts with the
-# default system prompt are ~150-250 tokens; `grpo data` prints the real number, `--max_prompt_length N` plans it.
+# `max_prompt_length: auto` is unknown before the data is read; GSM8K prompts are ~150-250 tokens.
 AUTO_PROMPT_TOKENS = 256
 TRL_TOKEN_TILE, TRL_VOCAB_TILE = 4096, 32768  # trl/kernels/chunked_logprob.py, trl/trainer/utils.py
 TRL_VLLM_COLOCATE_SHARE = 0.3  # trl GRPOConfig.vllm_gpu_memory_utilization default
@@ -122,10 +104,8 @@ class Estimate:
         return next(p.gib for p in self.parts if p.name == name)
 
 
-# What the planner derives from a recipe (the formulas below read every other number from the config's sections).
-
 def memory_path(cfg: PipelineConfig) -> str:
-    """The GPU path the recipe takes on a CUDA machine with the [gpu] extras (backend auto -> Unsloth)."""
+    """The GPU path the recipe takes on a CUDA machine with the [gpu] extras."""
     return planned_backend(cfg.model.backend).memory_path(cfg.model.vllm_mode, cfg.model.fast_inference)
 
 
@@ -135,8 +115,7 @@ def compute_width(cfg: PipelineConfig) -> int:
 
 
 def kbit_upcast(cfg: PipelineConfig) -> bool:
-    """True when the backend loads in 4 bits and upcasts (KBIT_UPCAST: the plain backend calls peft's
-    prepare_model_for_kbit_training, which casts the 16-bit parameters, all but the Params4bit, to fp32)."""
+    """True when the backend loads in 4 bits and upcasts the rest to fp32 (KBIT_UPCAST)."""
     return planned_backend(cfg.model.backend).KBIT_UPCAST and cfg.model.load_in_4bit
 
 
@@ -146,24 +125,13 @@ def planned_standby(cfg: PipelineConfig) -> bool:
 
 
 def token_budget(cfg: PipelineConfig) -> tuple[int, int]:
-    """(prompt, completion) tokens per row, the longest the recipe allows (see prompts.LengthBudget); a limit that
-    does not read as one is a ConfigError here."""
+    """(prompt, completion) tokens per row, the longest the recipe allows (as prompts.LengthBudget)."""
     seq = cfg.model.max_seq_length
     prompt = parse_limit(cfg.data.max_prompt_length, "max_prompt_length")
     completion = parse_limit(cfg.data.max_completion_length, "max_completion_length")
     if prompt is None:  # the longest kept prompt, never past what the completion leaves
         prompt = min(AUTO_PROMPT_TOKENS, seq // 2 if completion is None else max(1, seq - completion))
     return prompt, given(completion, max(1, seq - prompt))
-
-
-def prompt_auto(cfg: PipelineConfig) -> bool:
-    """max_prompt_length: auto (the prompt length is assumed)."""
-    return str(cfg.data.max_prompt_length).strip().lower() == "auto"
-
-
-def completion_fixed(cfg: PipelineConfig) -> bool:
-    """max_completion_length is set (else it is what max_seq_length leaves)."""
-    return parse_limit(cfg.data.max_completion_length, "max_completion_length") is not None
 
 
 def adapter_parameters(cfg: PipelineConfig, counts: ParamCounts, rank: Optional[int] = None) -> int:
@@ -186,8 +154,7 @@ def weight_bytes(cfg: PipelineConfig, counts: ParamCounts) -> tuple[float, str]:
 
 def activation_bytes(cfg: PipelineConfig, shape: ModelShape, rows: int, tokens: int, unsloth: bool,
                      width: int = 2) -> tuple[float, float, str]:
-    """One micro-batch's activations for the backward: (kept through the whole backward, recomputed one layer at a
-    time during the layers' backward, how)."""
+    """One micro-batch's activations: (kept through the backward, recomputed one layer at a time, how)."""
     h, i, layers = shape.hidden_size, shape.intermediate_size, shape.num_hidden_layers
     q = shape.num_attention_heads * shape.head_dim
     kv = shape.num_key_value_heads * shape.head_dim
@@ -207,13 +174,10 @@ def activation_bytes(cfg: PipelineConfig, shape: ModelShape, rows: int, tokens: 
 
 
 def unsloth_chunk_tokens(vocab: int, tokens: int) -> int:
-    """Tokens per chunk of Unsloth's log-prob projection (unsloth_zoo chunked_logprob_rows, on a card with more than
-    2 GiB free), never more than the tokens there are.
+    """Tokens per chunk of Unsloth's log-prob projection (unsloth_zoo chunked_logprob_rows, more than 2 GiB free).
 
     >>> unsloth_chunk_tokens(151936, 8 * 128), unsloth_chunk_tokens(128256, 8 * 19488)
     (512, 2092)
-    >>> unsloth_chunk_tokens(151936, 100)
-    100
     """
     by_size = UNSLOTH_LOGPROB_CHUNK_BYTES // (vocab * UNSLOTH_BYTES_PER_LOGIT)
     return max(2, min(tokens, by_size, max(UNSLOTH_MIN_CHUNK_ROWS, -(-tokens // 8))))
@@ -221,8 +185,7 @@ def unsloth_chunk_tokens(vocab: int, tokens: int) -> int:
 
 def logprob_bytes(shape: ModelShape, rows: int, completion: int, unsloth: bool, width: int = 2,
                   hidden_width: int = 2) -> tuple[float, str]:
-    """The loss's working set. `width` is the compute dtype's size, `hidden_width` the hidden states' (4 when the
-    plain backend's 4-bit model runs an fp32 residual stream)."""
+    """The loss's working set; `hidden_width`: 4 with the plain backend's fp32 residual stream."""
     h, vocab = shape.hidden_size, shape.vocab_size
     n = rows * completion
     if unsloth:
@@ -238,8 +201,8 @@ def logprob_bytes(shape: ModelShape, rows: int, completion: int, unsloth: bool, 
 
 def _vllm_peak(cfg: PipelineConfig, card: Card, counts: ParamCounts, weights: float, fixed: float, training: float,
                need: tuple[int, int, float]) -> tuple[list[Part], float, float, str, list[str], Optional[str]]:
-    """Unsloth + vLLM: (parts, peak, reserved, how, notes, blocker), all in GiB; `fixed` is what the trainer holds
-    through the whole step besides the weights (LoRA, gradients, optimizer, workspace)."""
+    """Unsloth + vLLM: (parts, peak, reserved, how, notes, blocker) in GiB; `fixed`: what the trainer holds through
+    the step besides the weights."""
     generation_rows, tokens, kv_per_token = need
     kv_need = generation_rows * tokens * kv_per_token
     standby = planned_standby(cfg)
@@ -312,9 +275,8 @@ def estimate(cfg: PipelineConfig, shape: ModelShape, counts: ParamCounts, card: 
     notes: list[str] = []
     blocker = None
     fixed = gib(lora * 4 + optimizer + CUBLAS_WORKSPACE_BYTES)  # LoRA + optimizer + workspace: held all step
-    # The backward runs the loss's backward first (the log-prob working set), then the layers' one at a time (the
-    # recomputed layer, and the LoRA gradients appearing; the Trainer's zero_grad frees them after each step). The
-    # checkpointed layer inputs are kept through both.
+    # The backward runs the loss's first (the log-prob working set), then the layers' one at a time (the recomputed
+    # layer, and the LoRA gradients appearing); the checkpointed layer inputs are kept through both.
     training = gib(kept + max(logprobs, recomputed + lora * 4))
     if path == "unsloth+vllm":
         more, peak, reserved, peak_how, notes, blocker = _vllm_peak(

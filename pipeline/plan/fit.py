@@ -1,7 +1,5 @@
-"""What to change when a recipe does not fit: the smallest change of each knob that makes it fit.
-
-Each knob is a ladder of ever-cheaper values of one setting (or of a pair that must move together, such as
-num_generations with the batch that holds one question's group); the first rung that fits is its suggestion.
+"""What to change when a recipe does not fit: each knob is a ladder of ever-cheaper values of one setting (or a
+pair that moves together), and its first rung that fits is its suggestion.
 """
 
 from __future__ import annotations
@@ -9,13 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_limit
 from grpo_pipeline.pipeline.demo.registry import builtin_model
 from grpo_pipeline.pipeline.plan import cards  # cards.live_card looked up at call time (tests replace it there)
-from grpo_pipeline.pipeline.plan.shape import smaller_models
 from grpo_pipeline.pipeline.plan.cards import Card, card_from_memory
-from grpo_pipeline.pipeline.plan.estimate import UNCERTAINTY, Estimate, completion_fixed, estimate, memory_path, token_budget
-from grpo_pipeline.pipeline.plan.shape import count_parameters, load_shape
+from grpo_pipeline.pipeline.plan.estimate import UNCERTAINTY, Estimate, estimate, memory_path, token_budget
+from grpo_pipeline.pipeline.plan.shape import count_parameters, load_shape, smaller_models
 
 
 @dataclass
@@ -42,7 +39,8 @@ def _generations(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
 
 
 def _completion(cfg: PipelineConfig) -> Iterator[dict[str, Any]]:
-    (prompt, completion), fixed = token_budget(cfg), completion_fixed(cfg)
+    prompt, completion = token_budget(cfg)
+    fixed = parse_limit(cfg.data.max_completion_length, "max_completion_length") is not None
     step = 64
     for length in range((completion - 1) // step * step, step - 1, -step):
         if fixed:
@@ -105,8 +103,7 @@ def suggestions(cfg: PipelineConfig, card: Card) -> list[Suggestion]:
 
 
 def fitted_recipe(base: dict[str, Any], cfg: PipelineConfig, card: Card) -> tuple[dict[str, Any], str]:
-    """The recipe to write: `base` (the YAML's keys and the command line's overrides), plus the first suggestion
-    when the recipe (`cfg`) does not fit. Raises ConfigError when nothing single fits."""
+    """The recipe to write: `base`, plus the first suggestion when `cfg` does not fit (ConfigError when none)."""
     result = plan(cfg, card)
     if result.fits:
         return dict(base), f"fits {card.name} as it is"
@@ -121,9 +118,8 @@ REFUSE_RATIO = 1.5  # the `memory` check refuses only when the estimate is this 
 
 
 def memory_check(cfg: PipelineConfig) -> str:
-    """The `memory` check of `grpo train --check`: plans for gpu_memory_gb, else the visible GPU (no GPU or no
-    config readable offline: says so and passes). Not fitting: a warning naming the smallest change that fits;
-    over REFUSE_RATIO x the usable memory (or vLLM unable to start): a ConfigError."""
+    """The `memory` check of `grpo train --check` for gpu_memory_gb, else the visible GPU: not fitting is a warning
+    naming the smallest change that fits; over REFUSE_RATIO (or vLLM unable to start) a ConfigError."""
     builtin = builtin_model(cfg.model.model_name_or_path)
     if builtin is not None and builtin.plan_config is None:
         return "not estimated: a built-in CPU model"

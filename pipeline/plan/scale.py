@@ -1,10 +1,7 @@
-"""`grpo plan --gpus N --nodes M`: which Accelerate config, and how much memory each GPU needs under it.
-
-Several GPUs train with the plain backend (Unsloth's is single-GPU) through the first of configs/accelerate/ that
-fits: DDP (ddp.yaml; multinode.yaml across machines: every GPU holds the one-GPU plan), DeepSpeed ZeRO-2 (zero2.yaml:
-gradients and optimizer states sharded, small with LoRA) or ZeRO-3 (zero3.yaml: the 16-bit base weights sharded too;
-ZeRO-3 takes no 4-bit weights; FSDP2 divides them the same way, no config for it ships yet). Server mode gives one GPU
-to `trl vllm-serve`, so one process fewer trains; the batch arithmetic is checked for that number of processes.
+"""`grpo plan --gpus N --nodes M`: the first of configs/accelerate/ that fits, with the plain backend (Unsloth's is
+single-GPU), and the memory each GPU needs: DDP (every GPU holds the one-GPU plan), ZeRO-2 (gradients and optimizer
+states sharded) or ZeRO-3 (the 16-bit base weights too; it takes no 4-bit weights). Server mode gives one GPU to
+`trl vllm-serve`.
 """
 
 from __future__ import annotations
@@ -45,17 +42,15 @@ def _sharded(result: Estimate, parts: tuple[str, ...], processes: int) -> float:
 
 
 def scale_plan(cfg: PipelineConfig, card: Card, gpus: int, nodes: int) -> ScalePlan:
-    """The Accelerate config and per-GPU memory for `gpus` GPUs on each of `nodes` machines."""
+    """The Accelerate config and per-GPU memory for `gpus` GPUs on each of `nodes` machines (each >= 1: gpu_counts)."""
     server = cfg.model.vllm_mode == "server"
-    if gpus < 1 or nodes < 1:
-        raise ConfigError("gpus", f"--gpus {gpus} --nodes {nodes}: give at least one GPU per machine and one machine.")
     processes = gpus * nodes - (SERVER_GPUS if server else 0)  # the server's GPU trains nothing
     if processes < 1:
         raise ConfigError("gpus", f"vllm_mode: server gives {SERVER_GPUS} GPU to `trl vllm-serve`, which leaves no "
                           "GPU to train: plan at least 2 GPUs, or use vllm_mode: colocate.")
     plain = cfg.replace(backend="plain")
     validate(plain, n_processes=processes, backend="plain", run_user_code=False)  # batch arithmetic for `processes`
-    g = plain.grpo
+    global_batch = plain.grpo.per_device_train_batch_size * plain.grpo.gradient_accumulation_steps * processes
     notes = []
     if not planned_backend(cfg.model.backend).MULTI_GPU and gpus * nodes > 1:
         notes.append("the Unsloth backend trains on one GPU: several GPUs train with --backend plain")
@@ -78,14 +73,12 @@ def scale_plan(cfg: PipelineConfig, card: Card, gpus: int, nodes: int) -> ScaleP
         if result.blocker is None and per_gpu <= result.usable_gib:
             if engine == "ZeRO-3":
                 notes.append("FSDP2 shards the weights the same way (no config ships for it yet)")
-            return ScalePlan(gpus, nodes, processes, g.per_device_train_batch_size * g.gradient_accumulation_steps
-                             * processes, engine, config, per_gpu, result.usable_gib, notes)
+            return ScalePlan(gpus, nodes, processes, global_batch, engine, config, per_gpu, result.usable_gib, notes)
     smallest = min(per_gpu for _, _, per_gpu, _ in choices)
     blocker = next((r.blocker for *_, r in choices if r.blocker), None)
     notes.append(blocker or f"even sharded over {processes} processes, {smallest:.1f} GiB per GPU exceeds the "
                  f"{ddp.usable_gib:.1f} GiB usable: more GPUs, a larger card, or a smaller model/batch")
-    return ScalePlan(gpus, nodes, processes, g.per_device_train_batch_size * g.gradient_accumulation_steps * processes,
-                     None, None, smallest, ddp.usable_gib, notes)
+    return ScalePlan(gpus, nodes, processes, global_batch, None, None, smallest, ddp.usable_gib, notes)
 
 
 def render_scale(result: ScalePlan, card: Card) -> str:

@@ -1,7 +1,6 @@
-"""A model's shape for the memory planner: its config.json (a local folder, the Hugging Face hub cache, or the
-Qwen2.5 configs bundled in pipeline/assets/model-configs, so `grpo plan` works offline; nothing is downloaded), and
-the parameter counts of its real architecture, built on the meta device. Importing torch and transformers takes
-seconds, so the counts are cached by the config's content, and the bundled configs' ship beside them.
+"""A model's shape for the memory planner: its config.json (a local folder, the hub cache, or the bundled Qwen2.5
+configs, so `grpo plan` works offline), and its real architecture's parameter counts, built on the meta device and
+cached by the config's content (the bundled configs' ship beside them).
 """
 
 from __future__ import annotations
@@ -35,10 +34,8 @@ QWEN25_NAME = re.compile(r"(?i)(qwen2\.5-)(0\.5|1\.5|3|7)b(?!-?(coder|math|vl))"
 def bundled_config_name(model: str) -> str | None:
     """The bundled config (pipeline/assets/model-configs) for a Qwen2.5 name of any spelling.
 
-    >>> bundled_config_name("unsloth/Qwen2.5-1.5B-Instruct"), bundled_config_name("Qwen/Qwen2.5-7B")
-    ('qwen2.5-1.5b', 'qwen2.5-7b')
-    >>> bundled_config_name("Qwen/Qwen2.5-14B"), bundled_config_name("Qwen/Qwen2.5-Math-7B")
-    (None, None)
+    >>> bundled_config_name("unsloth/Qwen2.5-1.5B-Instruct"), bundled_config_name("Qwen/Qwen2.5-Math-7B")
+    ('qwen2.5-1.5b', None)
     """
     match = QWEN25_NAME.search(model)
     return f"qwen2.5-{match.group(2)}b" if match else None
@@ -49,8 +46,6 @@ def smaller_models(model: str) -> list[str]:
 
     >>> smaller_models("unsloth/Qwen2.5-3B-Instruct")
     ['unsloth/Qwen2.5-1.5B-Instruct', 'unsloth/Qwen2.5-0.5B-Instruct']
-    >>> smaller_models("my/llama")
-    []
     """
     match = QWEN25_NAME.search(model)
     if not match:
@@ -73,8 +68,6 @@ class ModelShape:
     head_dim: int
     vocab_size: int
     tie_word_embeddings: bool
-    max_position_embeddings: int
-    torch_dtype: str
     config: dict  # the whole config.json, for building the architecture
 
     @property
@@ -94,8 +87,7 @@ def shape_from_config(model_config: dict, name: str, source: str) -> ModelShape:
             num_key_value_heads=int(text.get("num_key_value_heads") or heads),
             head_dim=int(text.get("head_dim") or hidden // heads), vocab_size=int(text["vocab_size"]),
             tie_word_embeddings=bool(model_config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))),
-            max_position_embeddings=int(text.get("max_position_embeddings") or 0),
-            torch_dtype=str(text.get("torch_dtype") or text.get("dtype") or "bfloat16"), config=dict(model_config),
+            config=dict(model_config),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError("model_name_or_path", f"{source}: config.json lacks or mangles {err}, which the memory "
@@ -160,9 +152,7 @@ class ParamCounts:
 
 
 def count_parameters(shape: ModelShape, cache_dir: Optional[Path] = None, use_seeds: bool = True) -> ParamCounts:
-    """The real architecture's counts: from the cache (<cache root>/plan), else the counts shipped for the bundled
-    configs (SEEDED_COUNTS, checked by tests/test_plan.py), else built on the meta device and cached."""
-    # keyed by the config's content (and the counting code's version)
+    """The counts: cached (<cache root>/plan), shipped (SEEDED_COUNTS), else built on the meta device and cached."""
     key = hashlib.sha256(json.dumps({"v": COUNT_CACHE_VERSION, "config": shape.config}, sort_keys=True,
                                     default=str).encode()).hexdigest()[:16]
     folder = Path(cache_dir) if cache_dir is not None else cache_root() / "plan"
@@ -170,12 +160,8 @@ def count_parameters(shape: ModelShape, cache_dir: Optional[Path] = None, use_se
     for source in (file, SEEDED_COUNTS if use_seeds else None):
         try:
             loaded = json.loads(source.read_text()) if source else None
-        except (OSError, ValueError):
-            continue
-        entry = loaded.get(key) if source == SEEDED_COUNTS and isinstance(loaded, dict) else loaded
-        try:
-            return ParamCounts(**entry)
-        except TypeError:
+            return ParamCounts(**(loaded.get(key) if source == SEEDED_COUNTS and isinstance(loaded, dict) else loaded))
+        except (OSError, ValueError, TypeError):
             continue
     counts = _count_on_meta(shape.config)
     try:
