@@ -78,4 +78,3 @@ CALCULATOR = DemoTask("demo-calculator", lambda split: drawn_split(split, TRAIN_
                       lambda p: {"question": p["question"], "answer": p["answer"]}, _sloppy,
                       example_question="A cup holds 826 figs. How many figs in 22 cups?",
                       code_files=(Path(__file__).resolve(), TASK_FILE))
-calculator_problems, tool_sft_examples = CALCULATOR.rows, CALCULATOR.warmup_examples

@@ -140,5 +140,3 @@ TASK_FILE = Path(__file__).resolve()
 ARITHMETIC = DemoTask("demo-arithmetic", _split_problems,
                       lambda p: {k: p[k] for k in ("question", "answer", "solution")}, _sloppy,
                       example_question="What is 27+52?", code_files=(TASK_FILE,))
-arithmetic_split_size, arithmetic_problems, sft_examples = (ARITHMETIC.split_size, ARITHMETIC.rows,
-                                                            ARITHMETIC.warmup_examples)

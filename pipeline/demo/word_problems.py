@@ -159,4 +159,3 @@ WORD_PROBLEMS = DemoTask(
     example_question=("Lena works 6 hours and earns 21 dollars an hour. Lena then spends 75 dollars on a game. "
                       "How many dollars does Lena have left?"),
     code_files=(Path(__file__).resolve(), TASK_FILE))
-word_problems, word_problem_sft_examples = WORD_PROBLEMS.rows, WORD_PROBLEMS.warmup_examples
