@@ -126,7 +126,6 @@ def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -
     if where is None:
         say(_traceback_text(err))
     summary = shorten(printable(f"{type(err).__name__}: {printable(err)}").splitlines()[0], 300)
-    # The path as it is, quoted as a shell word so that it pastes back.
     place = (f"The traceback is in {shell_command(where)}; rerun with {DEBUG_FLAG} to print it" if where else
              "The traceback is above")
     say(f"error: `grpo {command}` stopped on an internal error, a bug in grpo-pipeline, not in your input "

@@ -11,7 +11,7 @@ import importlib.util
 import os
 import shutil
 from pathlib import Path
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from grpo_pipeline.env.locations import absolute_path
@@ -331,7 +331,3 @@ def _run_steps(steps: list[tuple[str, Callable[[], Any]]], data_names: set[str],
             first.args = (str(first) + "".join(f"\nalso: {other}" for other in others),)
         raise first
     return results
-
-
-def as_json(results: list[Check]) -> dict[str, Any]:
-    return {"ok": all(c.ok for c in results), "checks": [asdict(c) for c in results]}

@@ -19,7 +19,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -48,7 +48,7 @@ from grpo_pipeline.pipeline.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, guar
 from grpo_pipeline.pipeline.infer.evaluate import eval_before_inputs, eval_inputs, headline, load_eval_before, save_eval_before
 from grpo_pipeline.pipeline.infer.session import verify_trained_dir
 from grpo_pipeline.pipeline.data.run_data import prepare_run_data, warmup_examples, without_a_held_out_set
-from grpo_pipeline.pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
+from grpo_pipeline.pipeline.preflight import Check, run_checks, tensorboard_hint
 from grpo_pipeline.pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
                                       set_aside_checkpoints_after, set_aside_previous_run, storage_errors_are_resumable)
 from grpo_pipeline.pipeline.run.resume import other_data_note, resume_changes, resume_key
@@ -480,6 +480,6 @@ def check_main(argv: list[str]) -> int:
         results = run_checks(cfg, stop_at_first=False)
     except ConfigError as err:
         results = [Check("config", False, str(err))]
-    report = as_json(results)
+    report = {"ok": all(c.ok for c in results), "checks": [asdict(c) for c in results]}
     say(json.dumps(report, indent=2, ensure_ascii=False), sys.stdout)  # secrets masked (env/text.py printable)
     return EXIT_OK if report["ok"] else EXIT_BAD_INPUT

@@ -45,7 +45,6 @@ def load_qwen_tokenizer():
     >>> tok.encode("你好, world")
     [108386, 11, 1879]
     """
-    # lazy: transformers imports torch
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: imports torch
 
     return AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))

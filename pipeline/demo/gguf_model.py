@@ -34,7 +34,6 @@ CONVERT_VERSION = "1"
 WEIGHTS_NAME = "model.safetensors"
 # transformers reads these GGUF architectures; the pipeline (LoRA targets, chat template, vLLM) is tested on qwen2.
 SUPPORTED_ARCHITECTURES = ("qwen2",)
-GGUF_MAGIC = b"GGUF"
 
 
 @dataclass(frozen=True)
@@ -168,11 +167,10 @@ class GGUFInfo:
 def gguf_info(path: Path) -> GGUFInfo:
     """The metadata of a GGUF file; a ConfigError naming the file when it is not one."""
     with open(path, "rb") as handle:
-        if handle.read(4) != GGUF_MAGIC:
+        if handle.read(4) != b"GGUF":
             raise _error(f"{path} is not a GGUF file (it does not start with 'GGUF'). Give a .gguf model file or "
                          "a transformers model folder.")
-    # lazy: gguf imports numpy; only a GGUF being read needs it
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # lazy: imports numpy; only a GGUF being read needs it
 
     try:
         reader = GGUFReader(str(path))
@@ -212,8 +210,7 @@ def pick_tokenizer(gguf_file: Path, info: GGUFInfo):
     turns at <|endoftext|>); else the GGUF's own, its eos set to the GGUF's eos id where transformers read another."""
     if bundled_vocabulary_matches(info.tokens):
         return load_qwen_tokenizer(), "the bundled Qwen2.5 tokenizer (the GGUF's vocabulary is Qwen2.5's)"
-    # lazy: transformers imports torch
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: imports torch
 
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name)
     note = "the GGUF's own tokenizer"
@@ -345,6 +342,5 @@ def gguf_model_dir(name: str, cache_dir: Optional[os.PathLike | str] = None) -> 
 
 def provenance(folder: Path) -> Optional[dict[str, Any]]:
     """The weights' provenance a converted folder records (GGUF name, sha256, source, tokenizer), else None."""
-    saved = read_record(Path(folder) / BUILD_NAME)
-    found = saved.get("provenance") if isinstance(saved, dict) else None
+    found = (read_record(Path(folder) / BUILD_NAME) or {}).get("provenance")
     return found if isinstance(found, dict) else None

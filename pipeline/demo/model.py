@@ -95,8 +95,7 @@ def build_demo_tokenizer(chat_template: str = DEMO_CHAT_TEMPLATE, model_max_leng
     >>> tok.eos_token, tok.pad_token, tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     ('<|im_end|>', '<|endoftext|>', [256, 257, 258])
     """
-    # lazy: transformers imports torch
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # lazy: transformers imports torch
     from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
     byte_symbols = bytes_to_unicode()  # byte value -> the printable character that stands for it
