@@ -1,5 +1,5 @@
 """A tool for the tool-run bench (bench/overhead.py --tools), `subtract`; the run steers the random tiny model to call
-it with pipeline/demo/steering.py (TRL's own `generation_kwargs.sequence_bias`)."""
+it with tests/agent_helpers.py forced_text_bias (TRL's own `generation_kwargs.sequence_bias`)."""
 
 from __future__ import annotations
 

@@ -85,14 +85,14 @@ def step_timer():
 
 def bench_config(steps: int, tools: bool = False, **overrides):
     """The demo config without warm-up or eval, every health rule set to warn (the model is random). `tools`: a
-    tool run instead, on the tiny Qwen2 with Qwen2.5's template, steered (pipeline/demo/steering.py) to call
+    tool run instead, on the tiny Qwen2 with Qwen2.5's template, steered (tests/agent_helpers.py) to call
     bench/agent_tools.py's `subtract` once per rollout (TRL's tool loop runs on both sides)."""
     from grpo_pipeline.pipeline.config import from_mapping
     from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
 
     if tools:
         from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
-        from grpo_pipeline.pipeline.demo.steering import forced_text_bias, tool_call_text
+        from tests.agent_helpers import forced_text_bias, tool_call_text
 
         bias = forced_text_bias(load_qwen_tokenizer(), tool_call_text(("subtract", {"minuend": 5, "subtrahend": 3})))
         overrides = {"model_name_or_path": "tiny-qwen2.5", "dataset_name": "sample", "max_samples": 64,

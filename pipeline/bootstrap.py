@@ -1,8 +1,7 @@
 """Process start-up, run by `grpo` (pipeline/cli.py) before any sub-command module is imported: the one home of
-"import Unsloth before trl, transformers and peft" (it patches them, reading UNSLOTH_VLLM_STANDBY, on import).
-It decides the backend without torch and calls its `prepare_environment` with the settings the import depends on,
-read cheaply from the command line, the --config recipe or the loaded run's manifest (`run_training` makes the
-same call, maybe too late: it then warns). `--help`, `grpo env` and `grpo train --check` load no backend.
+"import Unsloth before trl, transformers and peft" (it patches them, reading UNSLOTH_VLLM_STANDBY, on import). It
+decides the backend without torch and calls its `prepare_environment` with the settings read cheaply from the
+command line, the --config recipe or the run's manifest. `--help`, `grpo env` and `grpo train --check` load none.
 """
 
 from __future__ import annotations
@@ -26,9 +25,8 @@ RECIPE_COMMANDS = ("train", "rewards")
 
 
 def bootstrap(command: str, argv: list[str]) -> Optional[BackendChoice]:
-    """Prepare the backend `command` will use (for Unsloth: set the environment, `import unsloth`); the choice, or
-    None when it loads none or its options resolve none (the command then names the bad option). A ConfigError
-    while preparing (e.g. VLLM_SLEEP_MODE with vLLM standby) propagates: exit 2."""
+    """Prepare the backend `command` will use (Unsloth: set the environment, `import unsloth`); the choice, or None
+    when it loads none or its options resolve none (the command names the bad option then)."""
     if command not in MODEL_COMMANDS or {"-h", "--help"} & set(argv) or (command == "train" and "--check" in argv):
         return None
     try:
@@ -62,8 +60,7 @@ def _early_settings(command: str, argv: list[str]) -> tuple[BackendChoice, dict[
 
 
 def _trained_config(argv: list[str]) -> dict[str, Any]:
-    """The `config` of the manifest that `--lora` / `--run` point at; {} when there is none or it is unreadable
-    (the command reports that itself, before anything loads)."""
+    """The `config` of the manifest `--lora` / `--run` point at; {} when none is readable (the command says so)."""
     lora, run = peek_option(argv, "lora"), peek_option(argv, "run")
     try:
         if lora:
@@ -78,8 +75,8 @@ def _trained_config(argv: list[str]) -> dict[str, Any]:
 
 
 def defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Optional[dict[str, Any]], str]:
-    """Which defaults a run without --config gets: the GPU recipe on a GPU, the tiny CPU demo elsewhere, as
-    (argv, base defaults for parse_config, a line saying which), for `grpo train`, `grpo data` and the bootstrap."""
+    """The defaults of a run without --config, the GPU recipe on a GPU, the tiny CPU demo elsewhere, as (argv,
+    base defaults for parse_config, a line saying which)."""
     base: dict[str, Any] = {}
     note = ""
     if "--config" not in argv:
@@ -95,8 +92,7 @@ def defaults_for(argv: list[str], choice: BackendChoice) -> tuple[list[str], Opt
 
 
 def backend_choice(argv: list[str]) -> BackendChoice:
-    """The backend a training config's options ask for (`backend`, `fast_inference`, from the command line or
-    the --config recipe), decided before TrlParser and without torch."""
+    """The backend a training config's options (command line, --config recipe) ask for, without TrlParser or torch."""
     fast_inference = _truthy(peek_option(argv, "fast_inference", True)) and not (
         {"--no_fast_inference", "--no-fast-inference"} & set(argv))
     return choose_backend(str(peek_option(argv, "backend", "auto")), fast_inference)

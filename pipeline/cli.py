@@ -24,11 +24,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`grpo COMMAND ...`: the command under the one top-level handler (pipeline/errors.py); `--debug` anywhere
-    prints tracebacks."""
+    """`grpo COMMAND ...` under the one top-level handler (pipeline/errors.py); `--debug` prints tracebacks."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    # lazy: `grpo --help` stays fast
-    from grpo_pipeline.pipeline.errors import DEBUG_FLAG, run_command
+    from grpo_pipeline.pipeline.errors import DEBUG_FLAG, run_command  # lazy: `grpo --help` stays fast
 
     command_argv = [arg for arg in argv if arg != DEBUG_FLAG]
     parser = argparse.ArgumentParser(

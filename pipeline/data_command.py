@@ -54,8 +54,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv, base, note = defaults_for(argv, backend_choice(argv))
     if note and not as_json:
         print(f"grpo data: {note.replace('running', 'preparing the data of')}", file=sys.stderr)
-    eval_line: Optional[str] = None
-    error: Optional[DataError] = None
     cfg = parse_config(argv, base=base)
     eval_off, eval_note = without_a_held_out_set(cfg)  # as `grpo train` does
     cfg = cfg.replace(**eval_off) if eval_off else cfg
@@ -68,10 +66,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                                           source=cfg.model.model_source)
     try:
         run_data = prepare_run_data(cfg, tokenizer)  # what `grpo train` prepares: train, eval set, warm-up needs
-        report = run_data.train.report
+        report, error = run_data.train.report, None
         eval_line = run_data.eval_rows.line() if cfg.eval.uses_eval_set() else None
     except DataError as err:  # the data cannot be used as configured: the report says why, exit 1
-        report, error = err.report, err
+        report, error, eval_line = err.report, err, None
 
     if as_json:
         print(json.dumps(masked(report), indent=2, ensure_ascii=False))  # no secret printed (a URL's password)

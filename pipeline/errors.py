@@ -55,16 +55,15 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 def note_command_options(parser: Any, config_fields: bool = False) -> None:
-    """The options of the command now running: its parser's, and with `config_fields` every config field (grpo
-    rewards). A message it prints suggests only these (`fit_to_command`)."""
+    """The options of the command now running (and with `config_fields` every config field), which the messages it
+    prints suggest (`fit_to_command`)."""
     global _options
     _options = (frozenset(o for action in parser._actions for o in action.option_strings), config_fields)
 
 
 def fit_to_command(message: str, options: Optional[tuple[frozenset[str], bool]] = None) -> str:
-    """`message` with every `--name` the command does not take said as the recipe field it is (`name: value`, in
-    the YAML recipe): a message from a shared layer (the data, the config) must not send `grpo eval` users to an
-    option only `grpo train` has. Unchanged when no command noted its options (grpo train takes every field).
+    """`message` with every `--name` the command does not take said as the recipe field (`name: value`): a shared
+    layer's message must not send `grpo eval` users to an option only `grpo train` has.
 
     >>> fit_to_command("Set it (e.g. --eval_answer_field answer) or pass --limit 5.",
     ...                (frozenset({"--limit", "--config"}), False))
@@ -99,8 +98,7 @@ def note_run_folder(folder: Optional[Path]) -> None:
 
 
 def _crash_log(command: str, argv: list[str], err: BaseException) -> Optional[Path]:
-    """Write the traceback to a log file; None when no place takes it. Every value goes through env/text.py printable
-    (secrets masked, any text a file takes), so the handler cannot fail on what it reports."""
+    """Write the traceback to a log file, secrets masked (env/text.py printable); None when no place takes it."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     text = (f"command: {shell_command('grpo', command, *argv)}\ncwd: {printable(os.getcwd())}\ntime: {stamp}\n"
             f"python: {sys.version.split()[0]}\n\n" + _traceback_text(err))
@@ -128,7 +126,6 @@ def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -
     if where is None:
         say(_traceback_text(err))
     summary = shorten(printable(f"{type(err).__name__}: {printable(err)}").splitlines()[0], 300)
-    # The path as it is, quoted as a shell word so that it pastes back.
     place = (f"The traceback is in {shell_command(where)}; rerun with {DEBUG_FLAG} to print it" if where else
              "The traceback is above")
     say(f"error: `grpo {command}` stopped on an internal error, a bug in grpo-pipeline, not in your input "
@@ -139,8 +136,7 @@ def report_bug(command: str, argv: list[str], err: BaseException, debug: bool) -
 def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: list[str]) -> int:
     """Run `call(argv)` (a command's main) under the one handler; returns the exit status."""
     global _debug, _depth, _options
-    # stdout and stderr write what their encoding cannot take as escapes (a non-UTF-8 file name's surrogate escapes;
-    # any non-ASCII text under an ASCII or Latin-1 locale) instead of raising mid-line, whoever prints
+    # what the streams' encoding cannot take (a non-UTF-8 file name, text under an ASCII locale) as escapes, not raising
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="backslashreplace")
@@ -171,8 +167,7 @@ def run_command(command: str, call: Callable[[list[str]], Optional[int]], argv: 
         say(f"error: {shorten(fit_to_command(printable(err)), MAX_MESSAGE_CHARS)}")
         return EXIT_BAD_INPUT
     except Exception as err:  # noqa: BLE001 - the last guard: a bug gets one line and a log, not a traceback
-        # a full / read-only / forbidden place, wherever it was hit; an install to fix; a fault of the machine or of
-        # another process (memory, a peer or vLLM's engine gone): none is a bug of ours
+        # a full / read-only place, an install to fix, a fault of the machine or another process: not a bug of ours
         try:
             problem = storage_failure(err, _run_folder) or mismatched_torch_companion(err) or environment_fault(err)
         except Exception:  # noqa: BLE001 - an exception the classifiers cannot read is reported as a bug, not raised

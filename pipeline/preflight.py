@@ -1,11 +1,8 @@
-"""Checks that run before anything heavy loads: the nodes started alike, config, output folder, packages, GPU,
-model, memory, resume, data, eval set, warm-up, rewards, LoRA targets, what the vLLM engine will refuse.
-
-`run_checks` is the contract of `grpo train --check` (all of them, as one JSON object) and of the run, which calls
-it before the model loads (the first failure: one message, exit 2): when `--check` passes, the run does not fail
-for any of these reasons. The data steps prepare what the run reads, with the tokenizer only, into the cache. The
-data, rewards, LoRA and engine checks import torch (and vLLM), after the backend's `prepare_environment`; the rest
-load no weights and probe the network at most once (a model neither local nor in the Hugging Face cache).
+"""The checks before anything heavy loads (`run_checks`): the contract of `grpo train --check` (all, as one JSON
+object) and of the run, which calls them before the model loads (the first failure: one message, exit 2). When
+`--check` passes, the run does not fail for any of these reasons. The data steps prepare what the run reads into the
+cache, with the tokenizer only; the data, rewards, LoRA and engine checks import torch (and vLLM) after the backend's
+`prepare_environment`; the rest load no weights and probe the network at most once.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ import importlib.util
 import os
 import shutil
 from pathlib import Path
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from grpo_pipeline.env.locations import absolute_path
@@ -66,8 +63,7 @@ class Check:
 
 
 def check_output_dir(paths: dict[str, Any]) -> str:
-    """output_dir (and data_cache_dir) take new files, and are not inside the model or data they read (`paths`: the
-    config's path options)."""
+    """output_dir (and data_cache_dir) take new files and are not inside the model or data they read."""
     path = config_paths(paths, "output_dir", "data_cache_dir")["output_dir"]
     existing = nearest_existing("output_dir", path)
     free_gib = shutil.disk_usage(existing).free / 2**30
@@ -97,12 +93,9 @@ class NotChecked(ConfigError):
     """A data step whose input (the tokenizer, the training data) failed its own check."""
 
 
-def data_checks(cfg: PipelineConfig, done: dict[str, Any],
-                agents: Callable[[Any, Any], str]) -> list[tuple[str, Callable[[], Any]]]:
-    """The check's data steps (data, eval, warmup, rewards, agents): prepare_run_data's, each reported on its own,
-    writing nothing outside the cache; one whose input failed fails too. What they work out is kept in `done`
-    (tokenizer, train, rewards) for the run's decisions. `cfg` is read when a step runs, after validate normalised
-    it in place; `agents(tokenizer, train)`: the agents step (pipeline/trainer/agent_check.py)."""
+def data_checks(cfg: PipelineConfig, done: dict[str, Any]) -> list[tuple[str, Callable[[], Any]]]:
+    """The data steps (prepare_run_data's, each reported on its own, writing only the cache); one whose input failed
+    fails too. What they work out is kept in `done` (tokenizer, train, rewards, agents) for the run's decisions."""
 
     def prepared() -> str:
         # grpo_pipeline.env.path_check's, first
@@ -136,16 +129,20 @@ def data_checks(cfg: PipelineConfig, done: dict[str, Any],
         run_data = RunData(needs("train"), prepare_eval(cfg, needs("tokenizer"), write_report=False))
         return "; ".join(filter(None, [run_data.eval_rows.line(), run_data.overlap_warning()]))
 
+    def agents() -> str:  # tools, environments: resolved once, here, for the run too
+        tokenizer, train = needs("tokenizer"), needs("train")
+        done["agents"] = resolve_agents(cfg.grpo)
+        return check_agents(done["agents"], cfg.model.model_name_or_path, tokenizer, train, cfg.grpo.reward_funcs)
+
     return [("data", prepared), ("eval", evaluation), ("warmup", lambda: check_warmup(cfg, needs("train"))),
             ("rewards", lambda: check_rewards(cfg, needs("tokenizer"), needs("train"), kept=done)),
-            ("agents", lambda: agents(needs("tokenizer"), needs("train")))]  # tools, environments
+            ("agents", agents)]
 
 
 def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any,
                        train: Any) -> tuple[list[Any], list[Any], dict[str, Any], str]:
-    """prompts, completions and keyword arguments as TRL's `GRPOTrainer._calculate_rewards` passes them: the first
-    two prepared prompts, each with completions a reward will meet (right and wrong in the format, plain text,
-    empty) in the prompts' format."""
+    """prompts, completions and keywords as TRL's `GRPOTrainer._calculate_rewards` passes them: two prepared prompts
+    with completions a reward will meet (right, wrong, plain text, empty)."""
     dataset = train.dataset.select(range(min(2, len(train.dataset))))
     columns = {name: list(dataset[name]) for name in dataset.column_names}
     texts = [[f"<reasoning>\nWorking it out.\n</reasoning>\n<answer>\n{answer or 0}\n</answer>\n",
@@ -163,9 +160,8 @@ def reward_probe_batch(cfg: PipelineConfig, tokenizer: Any,
 
 def reward_kwargs_outside_training(max_steps: int, remove_unused_columns: bool, tokenizer: Any,
                                    columns: dict[str, list[Any]], texts: list[str]) -> dict[str, Any]:
-    """The keywords of a reward call made before (or without) a trainer, by TRL's rule (rewards/trl_source.py): the
-    columns it passes, `completion_ids` of `texts`, a fresh `trainer_state` (of `max_steps`) and `log_extra` /
-    `log_metric` that keep nothing. The check's probe and `grpo rewards` call rewards with these."""
+    """The keywords of a reward call made without a trainer, by TRL's rule (rewards/trl_source.py): the columns,
+    `completion_ids` of `texts`, a fresh `trainer_state` and `log_extra` / `log_metric` that keep nothing."""
     from transformers import TrainerState  # lazy: transformers imports torch
 
     trainer_objects = {"trainer_state": TrainerState(max_steps=max_steps),
@@ -175,10 +171,9 @@ def reward_kwargs_outside_training(max_steps: int, remove_unused_columns: bool, 
 
 
 def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any, kept: Optional[dict[str, Any]] = None) -> str:
-    """Call every reward function as the trainer will, on completions of the run's prepared prompts: a raise, a
-    wrong signature, a wrong length, a non-number or NaN/inf is refused here, naming the function and what it did.
-    A user's module is probed in a separate instance of it (`fresh`), so the run's is left as never called. `kept`
-    keeps the resolved rewards (under "rewards") for the run's decisions."""
+    """Call every reward as the trainer will, on the run's prepared prompts: a raise, a wrong signature or length, a
+    non-number or NaN/inf is refused, naming the function. A user's module is probed in a fresh instance, so the
+    run's is never called; `kept["rewards"]`: the resolved rewards, for the run's decisions."""
     prompts, completions, kwargs, what = reward_probe_batch(cfg, tokenizer, train)
     g = cfg.grpo
     try:
@@ -198,9 +193,8 @@ def check_rewards(cfg: PipelineConfig, tokenizer: Any, train: Any, kept: Optiona
 
 
 def resume_target(resume: str, output_dir: str) -> Optional[Path]:
-    """The checkpoint a run would resume (`resume`: the option) in `output_dir`: with auto the newest complete one,
-    as resolve_resume picks it (which also moves broken ones aside; not here). None: a fresh start, or a --resume
-    that check_resume refuses."""
+    """The checkpoint a run would resume: with auto the newest complete one, as resolve_resume picks it (without
+    moving broken ones aside). None: a fresh start, or a --resume that check_resume refuses."""
     if resume == "auto":
         complete = complete_checkpoints(absolute_path(output_dir))
         return complete[-1] if complete else None
@@ -212,9 +206,8 @@ def resume_target(resume: str, output_dir: str) -> Optional[Path]:
 
 
 def check_resume(resume: str, output_dir: str, mismatch: Callable[[Path], Optional[str]]) -> str:
-    """`resume` is `auto`, `never`, or a complete checkpoint folder (of `output_dir`), and the checkpoint it picks
-    holds weights of this config's shape (LoRA rank, alpha, targets, base model: `mismatch(checkpoint)` says how it
-    differs, else None); anything else fails before the data and the model load."""
+    """`resume` is `auto`, `never`, or a complete checkpoint folder, whose weights are of this config's shape
+    (`mismatch(checkpoint)` says how they differ, else None); anything else fails before the data and model load."""
     path = resume_target(resume, output_dir)
     if path is None and resume in ("auto", "never"):
         said = "resume: never" if resume == "never" else "resume: auto (no checkpoint yet: a fresh start)"
@@ -256,9 +249,8 @@ class CheckResults(list):
 
 
 def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = None) -> CheckResults:
-    """Run every check in order. With `stop_at_first`, the first failure raises its error; a failing data step
-    raises after the other data steps ran, with their failures appended ("also: ..."). When all pass, the results
-    carry the run's decisions, made here once (`.decisions`). `choice`: a BackendChoice the caller made."""
+    """Run every check in order. With `stop_at_first`, the first failure raises; a failing data step raises after
+    the other data steps ran, their failures appended ("also: ..."). All passed: `.decisions` holds the run's."""
     eval_off, _ = without_a_held_out_set(cfg)  # as the run has it (its callers print the line)
     cfg = cfg.replace(**eval_off) if eval_off else cfg
     done: dict[str, Any] = {}
@@ -277,12 +269,7 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
         return step
 
-    def agents(tokenizer: Any, train: Any) -> str:  # resolved once, here, for the run too
-        if "agents" not in done:
-            done["agents"] = resolve_agents(cfg.grpo)
-        return check_agents(done["agents"], cfg.model.model_name_or_path, tokenizer, train, cfg.grpo.reward_funcs)
-
-    data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg, done, agents)]
+    data_steps = [(name, after_backend(step)) for name, step in data_checks(cfg, done)]
     steps: list[tuple[str, Callable[[], Any]]] = [
         # first: a node started with another recipe or code is named on every node before any check can differ
         ("nodes", lambda: check_nodes(cfg.to_dict())),
@@ -320,7 +307,6 @@ def run_checks(cfg: PipelineConfig, stop_at_first: bool = True, choice: Any = No
 
 
 def _run_steps(steps: list[tuple[str, Callable[[], Any]]], data_names: set[str], stop_at_first: bool) -> CheckResults:
-    """run_checks' steps in order, as its docstring says (`data_names`: the data steps, all run before raising)."""
     # A check that reads the model says nothing new when the model could not be found.
     needs = {"lora": ("model",), "effective_config": ("trl",), "engine": ("model", "lora")}
     results = CheckResults()
@@ -344,7 +330,3 @@ def _run_steps(steps: list[tuple[str, Callable[[], Any]]], data_names: set[str],
             first.args = (str(first) + "".join(f"\nalso: {other}" for other in others),)
         raise first
     return results
-
-
-def as_json(results: list[Check]) -> dict[str, Any]:
-    return {"ok": all(c.ok for c in results), "checks": [asdict(c) for c in results]}

@@ -5,26 +5,27 @@
     grpo train --config my.yaml --resume never   # auto (default) | never | PATH
     grpo train --config my.yaml --check          # JSON: config, data, paths, packages, GPU; loads nothing
 
-It reads top to bottom: config -> env check (the run's decisions) -> data -> model -> (format warm-up) -> eval before
--> trainer -> train -> save -> eval after -> plots + summary. Only model loading differs between the Unsloth and
-plain backends (pipeline/backends/); everything else is one code path.
+Top to bottom: config -> check (the run's decisions) -> data -> model -> (format warm-up) -> eval before -> train ->
+save -> eval after -> plots + summary. Only model loading differs between the backends (pipeline/backends/).
 
 Exit codes: 0 done, 2 bad config or input, 3 stopped (a health rule, a failing reward), 130 interrupted (resumable).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-# These three modules' functions are called through the module, looked up at each call: tests stand in for
-# evaluate_rows, run_lock and the manifest writers there, at named moments of a run.
+import yaml
+
+# Called through the module, looked up at each call: tests stand in for evaluate_rows, run_lock and manifest writers.
 import grpo_pipeline.pipeline.infer.evaluate
 import grpo_pipeline.pipeline.run.lock
 import grpo_pipeline.pipeline.run.manifest
@@ -34,6 +35,7 @@ from grpo_pipeline.env.text import say
 from grpo_pipeline.pipeline.backends import BackendChoice, choose_backend, on_cpu
 from grpo_pipeline.pipeline.bootstrap import backend_choice, defaults_for
 from grpo_pipeline.pipeline.config import (
+    SECTIONS,
     ConfigError,
     PipelineConfig,
     normalize_argv,
@@ -46,16 +48,16 @@ from grpo_pipeline.pipeline.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, guar
 from grpo_pipeline.pipeline.infer.evaluate import eval_before_inputs, eval_inputs, headline, load_eval_before, save_eval_before
 from grpo_pipeline.pipeline.infer.session import verify_trained_dir
 from grpo_pipeline.pipeline.data.run_data import prepare_run_data, warmup_examples, without_a_held_out_set
-from grpo_pipeline.pipeline.preflight import Check, as_json, run_checks, tensorboard_hint
+from grpo_pipeline.pipeline.preflight import Check, run_checks, tensorboard_hint
 from grpo_pipeline.pipeline.run.checkpoints import (checkpoint_step, remove_staging_leftovers, resolve_resume, save_checkpoint_now,
                                       set_aside_checkpoints_after, set_aside_previous_run, storage_errors_are_resumable)
 from grpo_pipeline.pipeline.run.resume import other_data_note, resume_changes, resume_key
 from grpo_pipeline.pipeline.run.stop import GracefulStop, interrupts_raise, resume_command
 from grpo_pipeline.pipeline.run.finish import finished_run, print_where_everything_is, write_summary
-from grpo_pipeline.pipeline.train_help import print_help
 from grpo_pipeline.env.kept import state_key
 from grpo_pipeline.pipeline.run.manifest import build_manifest
 from grpo_pipeline.pipeline.run.plots import plot_settings
+from grpo_pipeline.pipeline.config.trl_fields import trl_section
 from grpo_pipeline.pipeline.trainer.build import build_trainer, record_effective_config
 from grpo_pipeline.pipeline.trainer.warmup import run_format_warmup, warmup_inputs
 from grpo_pipeline.rewards.contract import RewardFailure, SignalInterrupt
@@ -65,7 +67,6 @@ EXIT_OK, EXIT_HEALTH_STOP = 0, 3
 
 
 def tell(msg: str) -> None:
-    """A line of the run's output."""
     print(f"[grpo] {msg}", flush=True)
 
 
@@ -86,9 +87,8 @@ class RunResult:
 
 @dataclass
 class Run:
-    """What the phases of one run share, filled in top to bottom: each phase reads what the ones above it set. The
-    phases read single values of the recipe (`cfg`, whole only for manifest.json's copy) and hand on the check's
-    records (`decisions`, pipeline/run/decisions.py RunDecisions: the backend, the agents, the limits, ...)."""
+    """What the phases of one run share, filled in top to bottom; `decisions`: the check's RunDecisions
+    (pipeline/run/decisions.py)."""
     cfg: PipelineConfig
     output_dir: Path
     callbacks: Optional[list]
@@ -126,10 +126,9 @@ class Run:
 
 def run_training(cfg: PipelineConfig, choice: Optional[BackendChoice] = None,
                  callbacks: Optional[list] = None, resume_hint: str = "run it again (--resume auto)") -> RunResult:
-    """Train with `cfg` and return where everything went; a ConfigError for bad config/input. `callbacks`: extra
-    TrainerCallbacks (a notebook's live plot); `resume_hint`: what an interrupted run prints to continue. A signal
-    during training stops at the end of the step with a checkpoint (status "interrupted"); anywhere else it raises
-    KeyboardInterrupt, which leaves nothing half-written, and the same call completes the run."""
+    """Train with `cfg`; a ConfigError for bad config/input. `callbacks`: extra TrainerCallbacks; `resume_hint`: what
+    an interrupted run prints. A signal while training stops after the step with a checkpoint ("interrupted");
+    elsewhere it raises KeyboardInterrupt, nothing half-written, and the same call completes the run."""
     start = time.time()
     choice = choice or choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if cfg.model.fast_inference and not choice.fast_inference:
@@ -189,8 +188,7 @@ def _resume(run: Run) -> Optional[RunResult]:
     run.resume_step = checkpoint_step(run.resume_from) if run.resume_from else None
     if run.resume_from is None and is_main_process():
         set_aside_previous_run(output_dir, log=tell)  # a fresh start: an earlier run's steps are not this one's
-    # What lora/ and eval_before.json are now is all their writes at the end may replace (env/paths.py publish): one
-    # put there while the run trains is kept, and the run says so (exit 2).
+    # What their writes at the end may replace (env/paths.py publish): one put there meanwhile is kept (exit 2).
     keep_fix = "Move it away (or copy it elsewhere), then run the same command again."
     run.adapter_seen = snapshot(output_dir / "lora", fix=keep_fix)
     run.eval_before_seen = snapshot(output_dir / "eval_before.json", fix=keep_fix)
@@ -199,9 +197,8 @@ def _resume(run: Run) -> Optional[RunResult]:
         if finished is not None and finished.complete:
             return RunResult(output_dir, "completed", EXIT_OK, finished.step, finished.adapter_dir, finished.summary)
         run.finish_only = finished is not None
-    # (a changed setting the checkpoint restores was refused by the resume check; these it applies, said here)
-    if run.resume_from and not run.finish_only:
-        run.resume_changes = resume_changes(run.resume_from, resume_key(run.decisions.config))
+        if not run.finish_only:  # (a setting the checkpoint restores was refused by the check; these it applies)
+            run.resume_changes = resume_changes(run.resume_from, resume_key(run.decisions.config))
     for name, (old, new) in run.resume_changes.items():
         rebuilt = "" if name == "max_grad_norm" else " (the learning-rate schedule is rebuilt for the new length)"
         tell(f"resuming with {name} {old!r} -> {new!r}: applied from step {run.resume_step} on{rebuilt}; "
@@ -211,13 +208,12 @@ def _resume(run: Run) -> Optional[RunResult]:
 
 def _data(run: Run) -> None:
     """Data, with the tokenizer only (the check's: loaded once a run)."""
-    cfg = run.cfg
     run.tokenizer = run.decisions.tokenizer
     # as the data check prepared it (a cache load); rank 0 writes the run folder's reports
     run_data = prepare_run_data(run.decisions.config, run.tokenizer, run.output_dir, is_main_process())
     prepared = run_data.train
-    if run.resume_from and cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
-        note = other_data_note(run.resume_from, cfg.data.dataset_name, prepared.dataset)
+    if run.resume_from and run.cfg.grpo.resume_other_data:  # (without it, the data check refused other data)
+        note = other_data_note(run.resume_from, run.cfg.data.dataset_name, prepared.dataset)
         tell(note or "resume_other_data: the data is the same")
     run.prepared, run.eval_rows = prepared, run_data.eval_rows
     tell(f"data: {len(prepared.dataset)} prompts, max_prompt_length={prepared.max_prompt_length}, "
@@ -232,7 +228,6 @@ def _model(run: Run) -> None:
     cfg, decided = run.cfg, run.decisions
     run.model, run.tokenizer = decided.backend.load_for_training(decided.config, run.tokenizer)
     run.peft_config = decided.backend.peft_config(decided.config)
-    # What lora/ (and best_lora/) describe themselves with, so generate/eval/export use them as trained.
     run.manifest = build_manifest(
         cfg_dict=cfg.to_dict(), backend=decided.backend_name, base_model=cfg.model.model_name_or_path,
         system_prompt=cfg.data.system_prompt, chat_template=getattr(run.tokenizer, "chat_template", None),
@@ -379,8 +374,7 @@ def _outcome(run: Run) -> None:
 def _save(run: Run) -> None:
     """lora/ and manifest.json (only a completed run gets them)."""
     run.adapter_dir = adapter_dir = run.output_dir / "lora"
-    # A run is complete only once lora/, manifest.json and summary.json (written last) all exist: a kill
-    # anywhere in between leaves a run that the same command finishes from its final checkpoint.
+    # Complete only once summary.json (written last) exists too: after a kill, the same command finishes the run.
     with storage_errors_are_resumable(run.trainer, run.output_dir):
         with atomic_directory(adapter_dir, seen=run.adapter_seen) as staging:
             run.decisions.backend.save_adapter(run.trainer.model, run.tokenizer, staging)
@@ -435,6 +429,45 @@ def main(argv: Optional[list[str]] = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def print_help(argv: list[str]) -> int:
+    """`grpo train --help`, with --config listed and the defaults that apply on this machine shown."""
+    from trl import TrlParser  # lazy: trl imports torch; the help lists the installed trl's own fields
+
+    try:
+        choice = backend_choice(argv)
+        argv, base, _ = defaults_for([a for a in argv if a not in ("-h", "--help")], choice)
+    except ConfigError:
+        base, argv = None, []
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        recipe = Path(argv[argv.index("--config") + 1])
+        source = f"the recipe {recipe}"
+        try:  # the recipe over the defaults the run puts below it (a built-in model's own)
+            base = {**(base or {}), **(yaml.safe_load(recipe.read_text(encoding="utf-8")) or {})}
+        except (OSError, yaml.YAMLError):
+            base, source = None, "the built-in field defaults (the recipe could not be read)"
+    else:
+        source = "the built-in tiny CPU demo (no GPU here and no --config)"
+    # Ours by section, then the installed trl's fields no section of ours owns (pipeline/config/trl_fields.py).
+    parser = TrlParser((*SECTIONS, trl_section()), prog="grpo train",
+                       description="`grpo train`: the one training script.",
+                       epilog=f"Defaults shown: {source}. Each option overrides the recipe's value.")
+    parser.add_argument("--config", metavar="YAML",
+                        help="a YAML recipe whose keys are the options below (e.g. configs/qwen2.5-3b-gsm8k.yaml); "
+                             "without it: configs/qwen2.5-1.5b-gsm8k.yaml on a GPU, the tiny CPU demo elsewhere")
+    parser.add_argument("--check", action="store_true",
+                        help="run every check a run makes before loading the model (config, trl, output_dir, "
+                             "packages, gpu, model, data, resume, rewards, lora), print them as JSON and stop: exit 0 "
+                             "when all pass, 2 otherwise")
+    for action in parser._actions:  # HfArgumentParser's --no_X flags would show their own store_false default
+        if any(option.startswith("--no_") for option in action.option_strings):
+            action.help, action.default = f"set {action.dest} to false", argparse.SUPPRESS
+    if isinstance(base, dict):
+        parser.set_defaults_with_config(**base)
+    print(f"defaults shown below: {source}\n")
+    parser.print_help()
+    return 0
+
+
 def check_main(argv: list[str]) -> int:
     """`grpo train --check [options]`: every pre-load check as one JSON object on stdout, {"ok": bool, "checks":
     [{"name", "ok", "message"}, ...]}; exit 0 when all pass, 2 otherwise. Loads nothing."""
@@ -446,6 +479,6 @@ def check_main(argv: list[str]) -> int:
         results = run_checks(cfg, stop_at_first=False)
     except ConfigError as err:
         results = [Check("config", False, str(err))]
-    report = as_json(results)
+    report = {"ok": all(c.ok for c in results), "checks": [asdict(c) for c in results]}
     say(json.dumps(report, indent=2, ensure_ascii=False), sys.stdout)  # secrets masked (env/text.py printable)
     return EXIT_OK if report["ok"] else EXIT_BAD_INPUT

@@ -11,7 +11,21 @@ import asyncio
 import json
 import os
 
-from grpo_pipeline.pipeline.demo.steering import forced_text_bias, tool_call_text  # noqa: F401 (the tests' steering, shared)
+
+def forced_text_bias(tokenizer, text: str, eos: bool = True) -> list:
+    """TRL's `generation_kwargs.sequence_bias` that makes any model write `text` (then end its turn): every
+    prefix of its token ids is biased, longer ones more, so the longest prefix written so far decides the next
+    token. How a random tiny model with Qwen2.5's chat template is made to call tools, so that generation stays
+    real while the rollouts take TRL's tool loop as a trained model's would (bench/overhead.py --tools too)."""
+    ids = tokenizer.encode(text, add_special_tokens=False) + ([tokenizer.convert_tokens_to_ids("<|im_end|>")]
+                                                              if eos else [])
+    return [[ids[:k], 1000.0 * k] for k in range(1, len(ids) + 1)]
+
+
+def tool_call_text(*calls: tuple[str, dict]) -> str:
+    """Qwen2.5's tool-call format for the given (name, arguments)."""
+    return "\n".join(f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+                     for name, args in calls)
 
 
 def _note(**record) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from cli_helpers import run_cli
 from grpo_pipeline.pipeline.config import from_mapping, read_recipe
 from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
-from grpo_pipeline.pipeline.demo.calculator import calculator, calculator_problems, tool_sft_examples
+from grpo_pipeline.pipeline.demo.calculator import CALCULATOR, calculator
 from grpo_pipeline.pipeline.trainer.agents import resolve_agents
 from grpo_pipeline.pipeline.trainer.warmup import with_tools
 
@@ -26,7 +26,7 @@ def test_the_warmup_renders_tool_calls_through_the_chat_template_and_learns_only
 
     cfg = from_mapping({**read_recipe(str(RECIPE)), "output_dir": str(tmp_path)})
     examples, conversations = with_tools(resolve_agents(cfg.grpo).tools,
-                                         tool_sft_examples(20, cfg.data.system_prompt, seed=0))
+                                         CALCULATOR.warmup_examples(20, cfg.data.system_prompt, seed=0))
     assert conversations
     tokenizer = load_tokenizer(cfg.model.model_name_or_path, False, "hf")
     example = next(e for e in examples if len(e["completion"]) == 3)
@@ -47,6 +47,6 @@ def test_the_warmup_renders_tool_calls_through_the_chat_template_and_learns_only
 
 
 def test_held_out_problems_are_new_and_need_the_tool():
-    test = calculator_problems(100, split="test")
-    assert not {p["question"] for p in test} & {p["question"] for p in calculator_problems(2000, split="train")}
+    test = CALCULATOR.rows(100, split="test")
+    assert not {p["question"] for p in test} & {p["question"] for p in CALCULATOR.rows(2000, split="train")}
     assert all(len(p["answer"]) >= 4 for p in test)

@@ -169,17 +169,17 @@ def test_max_samples_keeps_the_first_rows_and_counts_the_rest(qwen_tokenizer, tm
 
 
 def test_demo_arithmetic_rows(qwen_tokenizer, tmp_path):
-    from grpo_pipeline.pipeline.demo.task import arithmetic_problems, arithmetic_split_size
+    from grpo_pipeline.pipeline.demo.task import ARITHMETIC
 
     seed = PipelineConfig().grpo.seed
     data = prepare_dataset(make_cfg(tmp_path, dataset_name="demo-arithmetic", max_samples=12), qwen_tokenizer)
-    expected = arithmetic_problems(12, seed=seed, split="train")
+    expected = ARITHMETIC.rows(12, seed=seed, split="train")
     assert [p[-1]["content"] for p in data.dataset["prompt"]] == [e["question"] for e in expected]
     assert data.dataset["grpo_answer"] == [e["answer"] for e in expected]
     assert data.report["source"]["kind"] == "demo" and data.report["rows_in"] == 12
 
     # max_samples is an upper bound: asking for more than the split holds gives the whole split.
-    size = arithmetic_split_size("test")
+    size = ARITHMETIC.split_size("test")
     test = prepare_dataset(make_cfg(tmp_path, dataset_name="demo-arithmetic", max_samples=10_000), qwen_tokenizer,
                            split="test")
     assert test.report["rows_in"] == size and test.dataset["grpo_id"][0] == "test-0"

@@ -3,13 +3,7 @@
 import re
 
 from grpo_pipeline.pipeline.demo.registry import builtin_source, cpu_demo_config
-from grpo_pipeline.pipeline.demo.task import (
-    SLOPPY_ANSWER_RATE,
-    TEST_SIZE,
-    arithmetic_problems,
-    arithmetic_split_size,
-    sft_examples,
-)
+from grpo_pipeline.pipeline.demo.task import ARITHMETIC, SLOPPY_ANSWER_RATE, TEST_SIZE
 from grpo_pipeline.rewards import correctness_reward_func, strict_format_reward_func
 
 QUESTION = re.compile(r"What is (\d\d)\+(\d\d)\?")
@@ -22,15 +16,15 @@ def _operands(question: str) -> tuple[int, int]:
 
 def test_every_problem_is_a_two_digit_sum_without_carries():
     for split in ("train", "test"):
-        for problem in arithmetic_problems(arithmetic_split_size(split), split=split):
+        for problem in ARITHMETIC.rows(ARITHMETIC.split_size(split), split=split):
             a, b = _operands(problem["question"])
             assert problem["answer"] == str(a + b) and problem["solution"] == f"{a}+{b}={a + b}"
             assert a % 10 + b % 10 < 10 and a // 10 + b // 10 < 10, problem  # digit by digit, no carry
 
 
 def test_held_out_problems_are_new_but_their_answers_are_not():
-    train = arithmetic_problems(arithmetic_split_size("train"), split="train")
-    test = arithmetic_problems(TEST_SIZE, split="test")
+    train = ARITHMETIC.rows(ARITHMETIC.split_size("train"), split="train")
+    test = ARITHMETIC.rows(TEST_SIZE, split="test")
     assert len(test) == TEST_SIZE and len(train) == 1880
     assert not {p["question"] for p in train} & {p["question"] for p in test}
     # Every held-out answer is a number the model wrote during training, in another sum.
@@ -41,7 +35,7 @@ def test_held_out_problems_are_new_but_their_answers_are_not():
 
 def test_warmup_teacher_reasons_right_and_answers_sloppily_at_the_set_rate():
     system_prompt = cpu_demo_config()["system_prompt"]
-    examples = sft_examples(2000, system_prompt, seed=7)
+    examples = ARITHMETIC.warmup_examples(2000, system_prompt, seed=7)
     assert all(e["prompt"][0] == {"role": "system", "content": system_prompt} for e in examples)
     sloppy = 0
     for example in examples:

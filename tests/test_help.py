@@ -11,7 +11,7 @@ import pytest
 from grpo_pipeline.pipeline.backends import choose_backend
 from grpo_pipeline.pipeline.bootstrap import defaults_for
 from grpo_pipeline.pipeline.config import SECTIONS, parse_config
-from grpo_pipeline.pipeline.train_help import print_help as _print_help
+from grpo_pipeline.pipeline.train import print_help as _print_help
 
 OPTION = re.compile(r"^  (--\w+)")
 

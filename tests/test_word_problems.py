@@ -11,9 +11,8 @@ from grpo_pipeline.pipeline.demo.word_problems import (
     TEMPLATES,
     TEST_SIZE,
     TRAIN_SIZE,
+    WORD_PROBLEMS,
     _split_problems,
-    word_problem_sft_examples,
-    word_problems,
 )
 from grpo_pipeline.rewards import strict_format_reward_func
 
@@ -38,9 +37,9 @@ def test_the_splits_are_disjoint_sized_and_the_same_every_time():
     assert not train_q & test_q
     assert _split_problems("test") == test  # deterministic: no run state enters the pool
     # The run's seed orders a split, never changes it.
-    assert {p["question"] for p in word_problems(TEST_SIZE, seed=1, split="test")} == test_q
-    assert word_problems(5, seed=3, split="test") == word_problems(5, seed=3, split="test")
-    assert word_problems(5, seed=3, split="test") != word_problems(5, seed=4, split="test")
+    assert {p["question"] for p in WORD_PROBLEMS.rows(TEST_SIZE, seed=1, split="test")} == test_q
+    assert WORD_PROBLEMS.rows(5, seed=3, split="test") == WORD_PROBLEMS.rows(5, seed=3, split="test")
+    assert WORD_PROBLEMS.rows(5, seed=3, split="test") != WORD_PROBLEMS.rows(5, seed=4, split="test")
     assert {lang for p in test for lang in [p["language"]]} == {"en", "zh"}
     assert {p["template"] for p in test} == set(TEMPLATES)
 
@@ -64,8 +63,8 @@ def test_the_source_reads_as_gsm8k_and_its_warmup_teaches_the_strict_format():
     assert source.example_question in {p["question"] for p in _split_problems("test")}
     row = source.rows(1, 0, "test")[0]
     assert row["answer"].rsplit("#### ", 1)[1].isdigit()
-    examples = word_problem_sft_examples(4, "Answer in tags.", seed=0)
+    examples = WORD_PROBLEMS.warmup_examples(4, "Answer in tags.", seed=0)
     assert strict_format_reward_func([e["completion"] for e in examples]) == [0.5] * 4
     assert {e["prompt"][1]["content"] for e in examples} <= {p["question"] for p in _split_problems("train")}
     with pytest.raises(ValueError, match="eval_limit"):
-        word_problems(TEST_SIZE + 1, split="test")
+        WORD_PROBLEMS.rows(TEST_SIZE + 1, split="test")

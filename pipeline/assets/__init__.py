@@ -1,9 +1,6 @@
-"""Files the project ships: the real Qwen2.5 tokenizer (with Qwen2.5-Instruct's own chat template, tools included),
-used by tests, benchmarks and `grpo data` offline.
-
-tokenizer.json (11 MB) is committed xz-compressed (1.4 MB) and unpacked once into a cache
-directory, because a folder holding only vocab.json + merges.txt does not load through
-AutoTokenizer and we want the checkout small.
+"""Files the project ships: the real Qwen2.5 tokenizer (with Qwen2.5-Instruct's chat template, tools included), for
+tests, benchmarks and `grpo data` offline. Its tokenizer.json (11 MB) is committed xz-compressed (1.4 MB) and unpacked
+once into the cache: a folder of only vocab.json + merges.txt does not load through AutoTokenizer.
 """
 
 from __future__ import annotations
@@ -20,15 +17,13 @@ ASSETS_DIR = Path(__file__).resolve().parent
 QWEN_TOKENIZER_SRC = ASSETS_DIR / "qwen2.5-tokenizer"
 # sha256 of the uncompressed tokenizer.json, checked after unpacking.
 QWEN_TOKENIZER_JSON_SHA256 = "6588e6818d742ba76d711e504638dcc1ce3873c0cce8943a9cd8a83e4f760f32"
-# The unpacked copy's folder in the cache, keyed by the chat template too: a copy unpacked before the template
-# changed would keep its old one otherwise.
+# The unpacked copy's folder, keyed by the chat template too: a copy unpacked before it changed would keep the old one.
 _TEMPLATE_SHA256 = hashlib.sha256((QWEN_TOKENIZER_SRC / "chat_template.jinja").read_bytes()).hexdigest()
 QWEN_TOKENIZER_CACHE_NAME = f"qwen2.5-tokenizer-{QWEN_TOKENIZER_JSON_SHA256[:12]}-{_TEMPLATE_SHA256[:8]}"
 
 
 def qwen_tokenizer_dir() -> Path:
-    """A directory that `AutoTokenizer.from_pretrained` loads as the real Qwen2.5 tokenizer: the first call unpacks
-    tokenizer.json.xz into the cache (atomically, so two processes racing each other both end with a complete copy)."""
+    """A folder `AutoTokenizer.from_pretrained` loads as the real Qwen2.5 tokenizer, unpacked into the cache once."""
     target = cache_root() / QWEN_TOKENIZER_CACHE_NAME
     is_unpacked = lambda folder: (folder / "tokenizer.json").is_file()  # noqa: E731 - written before publishing
     data = None if is_unpacked(target) else lzma.decompress((QWEN_TOKENIZER_SRC / "tokenizer.json.xz").read_bytes())
@@ -40,7 +35,6 @@ def qwen_tokenizer_dir() -> Path:
         for name in ("tokenizer_config.json", "chat_template.jinja"):
             shutil.copy2(QWEN_TOKENIZER_SRC / name, tmp / name)
 
-    # the cache's one publish step: a racing process's complete copy wins, a full or read-only cache is named
     return publish_once(target, unpack, is_complete=is_unpacked)
 
 
@@ -51,7 +45,6 @@ def load_qwen_tokenizer():
     >>> tok.encode("你好, world")
     [108386, 11, 1879]
     """
-    # lazy: transformers imports torch
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: imports torch
 
     return AutoTokenizer.from_pretrained(str(qwen_tokenizer_dir()))

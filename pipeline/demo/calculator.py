@@ -1,7 +1,6 @@
 """The CPU agent demo's task (`demo-calculator`, configs/cpu-agent-demo.yaml): 3-digit by 2-digit products, which a
 2-layer model cannot work out but can copy into a `calculator` call (TRL's tool loop) and back out of its answer;
-the tool (a typed function with a Google docstring, which the recipe's `tools:` names); the warm-up conversations,
-whose sloppy teacher (`SKIP_TOOL_RATE`) leaves GRPO a visible lesson: call the tool.
+the tool; the warm-up conversations, whose sloppy teacher (`SKIP_TOOL_RATE`) leaves GRPO a lesson: call the tool.
 """
 
 from __future__ import annotations
@@ -17,9 +16,8 @@ TRAIN_SIZE, TEST_SIZE = 2000, 100
 # Share of warm-up examples that answer at once (with the first operand); above 1/2 as task.py's SLOPPY_ANSWER_RATE.
 SKIP_TOOL_RATE = 0.6
 
-# "A jar holds 462 pens. How many pens in 91 jars?": words of one length and 5-digit products put each number at
-# the same distance from the end of the prompt, so the model learns to copy by position, past ~600 warm-up steps;
-# with wordings of different lengths it learnt no copy.
+# "A jar holds 462 pens. How many pens in 91 jars?": words of one length put each number at the same distance from
+# the end of the prompt, so the model learns to copy by position (~600 warm-up steps); with other lengths it did not.
 CONTAINERS = ("bag", "jar", "tin", "can", "cup", "pot")  # 3 letters each, plural with "s"
 ITEMS = ("pens", "nuts", "eggs", "keys", "pins", "buns", "toys", "figs")  # 4 letters each
 
@@ -50,7 +48,7 @@ def _draw(rng: random.Random) -> Optional[dict[str, str]]:
 
 
 def tool_conversation(a: int, b: int) -> list[dict[str, Any]]:
-    """The completion of a problem solved with the tool: the call, the tool's answer, the final answer.
+    """A problem's completion with the tool: the call, the tool's answer, the final answer.
 
     >>> [m["role"] for m in tool_conversation(347, 58)], tool_conversation(347, 58)[1]["content"]
     (['assistant', 'tool', 'assistant'], '20126')
@@ -78,4 +76,3 @@ CALCULATOR = DemoTask("demo-calculator", lambda split: drawn_split(split, TRAIN_
                       lambda p: {"question": p["question"], "answer": p["answer"]}, _sloppy,
                       example_question="A cup holds 826 figs. How many figs in 22 cups?",
                       code_files=(Path(__file__).resolve(), TASK_FILE))
-calculator_problems, tool_sft_examples = CALCULATOR.rows, CALCULATOR.warmup_examples

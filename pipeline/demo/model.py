@@ -1,7 +1,6 @@
-"""The built-in tiny models (`tiny-demo`, `tiny-qwen2.5`, ...): tiny random Qwen2s from a fixed seed with a
-byte-level ChatML tokenizer (Qwen2.5's specials and chat template), saved once into the cache (`demo_model_dir`):
-the same weights every time, so an adapter trained on one applies again later, in a real folder (TRL reloads the
-reference model from `config._name_or_path` when beta > 0).
+"""The built-in tiny models (`tiny-demo`, `tiny-qwen2.5`, ...): random Qwen2s from a fixed seed with a byte-level
+ChatML tokenizer, saved once into the cache (`demo_model_dir`): the same weights every time, so an adapter trained on
+one applies again later, in a real folder (TRL reloads the reference model from `config._name_or_path`).
 """
 
 from __future__ import annotations
@@ -44,9 +43,8 @@ TINY_QWEN2_ARCH: dict[str, Any] = dict(
     num_key_value_heads=2,
     intermediate_size=128,
     max_position_embeddings=512,
-    # Untied, unlike Qwen2.5 up to 3B: the demo's LoRA trains the (random, useless) input embeddings in
-    # full (`lora_modules_to_save`), and with a tied head that copy would silently part from the frozen
-    # lm_head, so a merged export (which re-ties on load) would not be the model that was trained.
+    # Untied, unlike Qwen2.5 up to 3B: the demo's LoRA trains the input embeddings in full (`lora_modules_to_save`),
+    # a copy that would part from a tied frozen lm_head, so a merged export (re-tied on load) would be another model.
     tie_word_embeddings=False,
 )
 # Initial weight of the final RMSNorm (Qwen2 starts it at 1). At 1 no logit can exceed ~1.3 (a hidden state of
@@ -58,9 +56,8 @@ QWEN_VOCAB_SIZE = 151936  # Qwen2.5 checkpoints pad the 151,665-token vocabulary
 # (vllm/v1/attention/backends/cpu_attn.py get_supported_head_sizes).
 VLLM_CPU_ARCH: dict[str, Any] = dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
                                      intermediate_size=256)
-# `tiny-demo-tools`: the demo model with Qwen2.5's own chat template (tools included, so TRL parses its tool calls),
-# its fixed tool text as whole tokens: one token per byte made it ~600 tokens of every prompt; so ~270, a step ~3x
-# cheaper.
+# `tiny-demo-tools`: the demo model with Qwen2.5's own chat template (so TRL parses its tool calls), its fixed tool
+# text as whole tokens: one token per byte made it ~600 tokens of every prompt; so ~270, a step ~3x cheaper.
 TOOLS_POSITIONS = 1024
 TOOL_TEXT_TOKENS = (
     "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
@@ -87,11 +84,8 @@ DEMO_VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def build_demo_tokenizer(chat_template: str = DEMO_CHAT_TEMPLATE, model_max_length: Optional[int] = None):
-    """A ChatML tokenizer of one token per byte: Qwen2.5's `Qwen2Tokenizer` (byte-level BPE) without merges.
-
-    Not a small WordLevel vocabulary: transformers 5 loads a `model_type: qwen2` folder's tokenizer as
-    `Qwen2Tokenizer`, and a WordLevel one came back dropping every space and newline. This one reloads as itself,
-    and any text round-trips.
+    """A ChatML tokenizer of one token per byte: Qwen2.5's `Qwen2Tokenizer` (byte-level BPE) without merges. Not a
+    WordLevel vocabulary: transformers 5 reloads a `model_type: qwen2` folder's as `Qwen2Tokenizer`, dropping spaces.
 
     >>> tok = build_demo_tokenizer()
     >>> tok.convert_ids_to_tokens(tok.encode("3+4 =\\n7"))  # Ġ is a space and Ċ a newline, as in Qwen2.5
@@ -101,8 +95,7 @@ def build_demo_tokenizer(chat_template: str = DEMO_CHAT_TEMPLATE, model_max_leng
     >>> tok.eos_token, tok.pad_token, tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     ('<|im_end|>', '<|endoftext|>', [256, 257, 258])
     """
-    # lazy: transformers imports torch
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    from transformers.convert_slow_tokenizer import bytes_to_unicode  # lazy: transformers imports torch
     from transformers.models.qwen2.tokenization_qwen2 import Qwen2Tokenizer
 
     byte_symbols = bytes_to_unicode()  # byte value -> the printable character that stands for it
@@ -123,8 +116,7 @@ def build_demo_tokenizer(chat_template: str = DEMO_CHAT_TEMPLATE, model_max_leng
 
 
 def build_tools_tokenizer():
-    """`tiny-demo-tools`' tokenizer: the demo's, with Qwen2.5's chat template and its fixed tool text as whole
-    tokens (`TOOL_TEXT_TOKENS`).
+    """`tiny-demo-tools`' tokenizer: the demo's, with Qwen2.5's chat template and `TOOL_TEXT_TOKENS`.
 
     >>> from grpo_pipeline.pipeline.demo.calculator import calculator
     >>> tok = build_tools_tokenizer()
@@ -138,14 +130,12 @@ def build_tools_tokenizer():
 
 
 def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 1.0, **overrides: Any):
-    """A randomly initialised tiny `Qwen2ForCausalLM`; the same `seed` gives the same weights. `overrides` replace
-    fields of `TINY_QWEN2_ARCH` or set other `Qwen2Config` fields. The global torch RNG is left as it was.
+    """A random tiny `Qwen2ForCausalLM`, the same for the same `seed` (the global torch RNG left as it was);
+    `overrides`: `Qwen2Config` fields over `TINY_QWEN2_ARCH`.
 
     >>> a, b = build_tiny_qwen2(60, seed=1), build_tiny_qwen2(60, seed=1)
     >>> all((a.state_dict()[k] == v).all() for k, v in b.state_dict().items())
     True
-    >>> build_tiny_qwen2(60, num_hidden_layers=1).config.num_hidden_layers
-    1
     """
     import torch  # lazy, as every torch import of this module
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -160,24 +150,13 @@ def build_tiny_qwen2(vocab_size: int, seed: int = 0, final_norm_weight: float = 
 
 
 def build_inputs(name: str) -> dict[str, Any]:
-    """Everything a built-in model's saved folder depends on. Not the torch/transformers versions: the folder is
-    built once and its weights stay as saved, so an adapter trained on it keeps applying after an upgrade."""
+    """What a built-in model's folder depends on; not the torch/transformers versions, so an adapter trained on it
+    keeps applying after an upgrade."""
     inputs: dict[str, Any] = {"name": name, "version": DEMO_VERSION, "code_sha256": file_sha256(Path(__file__))}
     if name in ("tiny-qwen2.5", "tiny-demo-tools"):  # their chat template is the bundled tokenizer's
         inputs["tokenizer_files"] = {p.name: file_sha256(p) for p in sorted(QWEN_TOKENIZER_SRC.iterdir())
                                      if p.is_file()}
     return inputs
-
-
-def save_on_every_rank(model, folder: Path) -> None:
-    """What `model.save_pretrained(folder)` writes, on any rank: under torch.distributed transformers saves only on
-    rank 0 (PreTrainedModel.should_save_on_this_rank), and another rank's build would be a folder without weights."""
-    from safetensors.torch import save_model  # torch: lazy, as every torch import of this module
-
-    model.config.save_pretrained(folder)
-    if getattr(model, "generation_config", None) is not None:
-        model.generation_config.save_pretrained(folder)
-    save_model(model, str(Path(folder) / "model.safetensors"), metadata={"format": "pt"})
 
 
 def built_dir(name: str, cache_dir: Optional[os.PathLike | str] = None) -> Path:
@@ -194,8 +173,7 @@ def is_built(folder: Path, inputs: dict[str, Any], needs: tuple[str, ...] = ("co
 
 def build_once(final: Path, inputs: dict[str, Any], build: Callable[[Path], Optional[dict[str, Any]]],
                needs: tuple[str, ...] = ("config.json",)) -> Path:
-    """`final`, built by `build(staging)` once (atomically: env/paths.py publish_once) and reused while it
-    `is_built` from `inputs`. `build` returns what the build record adds, if anything (gguf_model.py: provenance)."""
+    """`final`, built once by `build(staging)` (returning what the build record adds) and reused while `is_built`."""
 
     def write(tmp: Path) -> None:
         atomic_write_json(tmp / BUILD_NAME, record(inputs, **(build(tmp) or {})))
@@ -204,9 +182,7 @@ def build_once(final: Path, inputs: dict[str, Any], build: Callable[[Path], Opti
 
 
 def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None, name: str = "tiny-demo") -> Path:
-    """The built-in tiny model `name` (`DEMO_VARIANTS`) + its tokenizer in `built_dir(name, cache_dir)`, saved once
-    and loadable with `from_pretrained`. "tiny-qwen2.5" has the real Qwen2.5 vocabulary and tokenizer, for tests of
-    code that must see them (about 2 s per GRPO step on CPU; it learns nothing useful).
+    """The built-in tiny model `name` (`DEMO_VARIANTS`) and its tokenizer, saved once into `built_dir`.
 
     >>> from transformers import AutoModelForCausalLM, AutoTokenizer
     >>> path = demo_model_dir()
@@ -215,13 +191,18 @@ def demo_model_dir(cache_dir: Optional[os.PathLike | str] = None, name: str = "t
     """
 
     def write(tmp: Path) -> None:
+        from safetensors.torch import save_model  # lazy: imports torch
+
         tokenizer = {"tiny-demo-tools": build_tools_tokenizer, "tiny-qwen2.5": load_qwen_tokenizer}.get(
             name, build_demo_tokenizer)()
         model = build_tiny_qwen2(**{"vocab_size": len(tokenizer), "seed": DEMO_SEED,
                                     "final_norm_weight": FINAL_NORM_WEIGHT, "eos_token_id": tokenizer.eos_token_id,
                                     "pad_token_id": tokenizer.pad_token_id, "bos_token_id": None,
                                     **DEMO_VARIANTS[name]})
-        save_on_every_rank(model, tmp)
+        # not save_pretrained: under torch.distributed it saves only on rank 0 (should_save_on_this_rank)
+        model.config.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+        save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         tokenizer.save_pretrained(tmp)
 
     return build_once(built_dir(name, cache_dir), build_inputs(name), write)

@@ -9,8 +9,6 @@
     dataset_name: demo-arithmetic         the CPU demo's 2-digit additions
     dataset_name: demo-calculator         the agent demo's word problems for the `calculator` tool
     dataset_name: demo-word-problems      GSM8K-style multi-step word problems, English and Chinese (held out by hash)
-
-The pipeline asks here what a name provides (`builtin_model`, `builtin_source`) instead of comparing names.
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ from grpo_pipeline.pipeline.demo.word_problems import WORD_PROBLEMS
 
 CPU_DEMO_RECIPE = Path(__file__).resolve().parents[2] / "configs" / "cpu-demo.yaml"
 
-# The "next: grpo generate --prompt ..." hint after a run whose data is not built in.
 GSM8K_STYLE_QUESTION = "Tom has 3 boxes of 12 pencils and gives away 5. How many pencils are left?"
 
 
@@ -124,6 +121,5 @@ def example_question(dataset_name: str) -> str:
 
 
 def cpu_demo_config() -> dict[str, Any]:
-    """configs/cpu-demo.yaml as a flat mapping of config fields: the defaults of `grpo train` without a GPU
-    and without --config, and the base of the notebook's smoke mode, the tests' demo runs and the benches."""
+    """configs/cpu-demo.yaml as a flat mapping of config fields: `grpo train`'s defaults without a GPU or --config."""
     return read_recipe(str(CPU_DEMO_RECIPE))

@@ -1,6 +1,5 @@
 """The CPU demo's task (`demo-arithmetic`, configs/cpu-demo.yaml): 2-digit additions and a sloppy teacher's
-warm-up examples; and what the demo tasks share (`drawn_split`, `DemoTask`).
-"""
+warm-up examples; and what the demo tasks share (`drawn_split`, `DemoTask`)."""
 
 from __future__ import annotations
 
@@ -36,9 +35,8 @@ def check_split(split: str) -> None:
 
 def drawn_split(split: str, size: int, draw: Callable[[random.Random], Optional[dict[str, Any]]],
                 one_in: int) -> list[dict[str, Any]]:
-    """The `size` problems of one split, in a fixed order: drawn by `draw` (None: a draw to skip) from one fixed
-    RNG, each question once, about 1 in `one_in` held out (test) by its hash. A split never depends on the run's
-    seed, n or order; only its order does."""
+    """The `size` problems of one split, drawn by `draw` (None: skip) from one fixed RNG, each question once, about
+    1 in `one_in` held out (test) by its hash: never dependent on the run's seed or n."""
     check_split(split)
     rng, seen, problems = random.Random(0), set(), []
     while len(problems) < size:
@@ -51,20 +49,11 @@ def drawn_split(split: str, size: int, draw: Callable[[random.Random], Optional[
     return problems
 
 
-def pick(source: str, split: str, pool: list[dict[str, Any]], n: int, seed: int) -> list[dict[str, Any]]:
-    """`n` problems of a split's `pool`, in an order fixed by `seed`; a ValueError when `n` exceeds it."""
-    if not 0 <= n <= len(pool):
-        raise ValueError(f"{source} has {len(pool)} distinct {split!r} problems, {n} were asked for; "
-                         f"set max_samples (train) or eval_limit (test) to at most {len(pool)}.")
-    random.Random(seed).shuffle(pool)
-    return pool[:n]
-
-
 @dataclass(frozen=True)
 class DemoTask:
-    """A built-in data source (pipeline/demo/registry.py) from its problems: `pool(split)` (a split's, in a fixed
-    order; a ValueError for a split it lacks), `row(problem)` (the row a run reads: question, answer, ...) and
-    `completion(rng, problem)` (a warm-up example's messages)."""
+    """A built-in data source (pipeline/demo/registry.py): `pool(split)` (a split's problems in a fixed order; a
+    ValueError for a split it lacks), `row(problem)` (the row a run reads) and `completion(rng, problem)` (a warm-up
+    example's messages)."""
 
     name: str
     pool: Callable[[str], list[dict[str, Any]]]
@@ -83,17 +72,21 @@ class DemoTask:
         return len(self.pool(split))
 
     def rows(self, n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
-        """`n` distinct rows of a split, in an order fixed by `seed`.
+        """`n` distinct rows of a split, in an order fixed by `seed`; a ValueError when `n` exceeds it.
 
         >>> ARITHMETIC.rows(1, seed=0, split="test")
         [{'question': 'What is 27+52?', 'answer': '79', 'solution': '27+52=79'}]
         """
-        return [self.row(p) for p in pick(self.name, split, self.pool(split), n, seed)]
+        pool = self.pool(split)
+        if not 0 <= n <= len(pool):
+            raise ValueError(f"{self.name} has {len(pool)} distinct {split!r} problems, {n} were asked for; "
+                             f"set max_samples (train) or eval_limit (test) to at most {len(pool)}.")
+        random.Random(seed).shuffle(pool)
+        return [self.row(p) for p in pool[:n]]
 
     def warmup_examples(self, n: int, system_prompt: str, seed: int = 0) -> list[dict[str, Any]]:
-        """`n` warm-up examples in TRL's conversational prompt-completion format, drawn from the train split by an
-        RNG of `seed` (problems repeat when `n` exceeds it), each completed by `completion`; `system_prompt` is the
-        run's, so the warm-up prompts are the GRPO prompts.
+        """`n` warm-up examples (TRL's conversational prompt-completion format) of train problems drawn by an RNG
+        of `seed`, under the run's `system_prompt`, so the warm-up prompts are the GRPO prompts.
 
         >>> ex = ARITHMETIC.warmup_examples(1, "Answer in tags.", seed=0)[0]
         >>> [m["role"] for m in ex["prompt"]], ex["completion"][0]["content"].startswith("<reasoning>\\n")
@@ -109,8 +102,8 @@ class DemoTask:
 
 
 def _split_problems(split: str) -> list[dict[str, str]]:
-    """The problems of one split, in a fixed order: the test split takes TEST_SIZE in order of their question's
-    sha256, skipping any whose answer would then be missing from the train split (only 80+19 makes 99)."""
+    """The problems of one split: the test split takes TEST_SIZE by their question's sha256, skipping any whose
+    answer would then be missing from the train split (only 80+19 makes 99)."""
     check_split(split)
     problems = [{"question": f"What is {a}+{b}?", "answer": str(a + b), "solution": f"{a}+{b}={a + b}",
                  "first_operand": str(a)}
@@ -140,5 +133,3 @@ TASK_FILE = Path(__file__).resolve()
 ARITHMETIC = DemoTask("demo-arithmetic", _split_problems,
                       lambda p: {k: p[k] for k in ("question", "answer", "solution")}, _sloppy,
                       example_question="What is 27+52?", code_files=(TASK_FILE,))
-arithmetic_split_size, arithmetic_problems, sft_examples = (ARITHMETIC.split_size, ARITHMETIC.rows,
-                                                            ARITHMETIC.warmup_examples)

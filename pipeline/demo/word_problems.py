@@ -131,11 +131,8 @@ def _trips(rng: random.Random, lang: str) -> dict[str, Any]:
 
 
 # The templates, by name (tests/test_word_problems.py solves each name's questions its own way).
-TEMPLATES: dict[str, Callable[[random.Random, str], dict[str, Any]]] = {
-    "groups_minus": _groups_minus, "buy_change": _buy_change, "weeks_reading": _weeks_reading,
-    "share_equally": _share_equally, "earn_save": _earn_save, "rows_of_seats": _rows_of_seats,
-    "twice_as_many": _twice_as_many, "trips": _trips,
-}
+TEMPLATES: dict[str, Callable[[random.Random, str], dict[str, Any]]] = {t.__name__[1:]: t for t in (
+    _groups_minus, _buy_change, _weeks_reading, _share_equally, _earn_save, _rows_of_seats, _twice_as_many, _trips)}
 ZH_SHARE = 0.25  # a quarter of the problems in Chinese
 
 
@@ -159,4 +156,3 @@ WORD_PROBLEMS = DemoTask(
     example_question=("Lena works 6 hours and earns 21 dollars an hour. Lena then spends 75 dollars on a game. "
                       "How many dollars does Lena have left?"),
     code_files=(Path(__file__).resolve(), TASK_FILE))
-word_problems, word_problem_sft_examples = WORD_PROBLEMS.rows, WORD_PROBLEMS.warmup_examples
