@@ -31,7 +31,7 @@ def _install_set_or_package(node: ast.expr) -> bool:
     if isinstance(node, ast.Attribute):
         return node.attr in {"install", "modules"}
     if isinstance(node, ast.Subscript):
-        return isinstance(node.slice, ast.Constant) and node.slice.value == "mode"
+        return isinstance(node.slice, ast.Constant) and node.slice.value in ("mode", "set")  # row["set"]: an install set
     if isinstance(node, ast.IfExp):
         return _install_set_or_package(node.body) or _install_set_or_package(node.orelse)
     return False
