@@ -50,8 +50,7 @@ class Generator(Protocol):
 
     def generate(self, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
-        """One completion per chat-templated prompt (text or token ids); temperature 0 is greedy, top_k 0 and
-        min_p None are off."""
+        """One completion per chat-templated prompt (text or ids); temperature 0: greedy; top_k 0, min_p None: off."""
 
 
 class Backend(Protocol):
@@ -94,8 +93,7 @@ class Backend(Protocol):
 
     def export(self, adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
                system_prompt: Optional[str] = None) -> None:
-        """Merge the adapter into its base (merged16 / merged4 / gguf) into `out_dir`, the chat template defaulting
-        to the trained `system_prompt`."""
+        """Merge the adapter into its base in `out_dir`, the chat template defaulting to `system_prompt`."""
 
 # What `grpo export --to` accepts; each backend's `export` refuses the ones it cannot do (plain: gguf).
 EXPORT_METHODS = ("merged16", "merged4", "gguf")
@@ -110,8 +108,7 @@ class BackendChoice:
 
 
 def cuda_available() -> bool:
-    """True when torch could use a CUDA GPU, without importing torch: unsloth_zoo expects torch not imported yet
-    (unsloth_zoo/__init__.py)."""
+    """Whether torch could use a CUDA GPU, without importing it (unsloth_zoo/__init__.py expects it unimported)."""
     return probes.cuda_usability().usable
 
 
@@ -123,8 +120,7 @@ def on_cpu() -> bool:
 
 
 def mixed_precision(model) -> dict[str, bool]:
-    """`bf16`/`fp16` from the model's dtype as Unsloth's trainers look it up (config.dtype, else the input
-    embeddings'; Unsloth raises TypeError on a disagreement); float32 gets neither."""
+    """`bf16`/`fp16` as Unsloth's trainers read the dtype (config.dtype, else the embeddings'; mismatch: TypeError)."""
     config = getattr(model, "config", None)
     dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     if dtype is None:
@@ -134,8 +130,7 @@ def mixed_precision(model) -> dict[str, bool]:
 
 
 def choose_backend(requested: str, fast_inference: bool = True) -> BackendChoice:
-    """`backend: auto|unsloth|plain` as a concrete backend and the reason in words; ConfigError when unsloth cannot
-    run here."""
+    """`backend: auto|unsloth|plain` as a concrete backend and the reason; ConfigError when unsloth cannot run."""
     has = {name: importlib.util.find_spec(name) is not None for name in ("unsloth", "vllm")}
     if requested in BACKENDS and requested != "unsloth":  # plain, or a registered backend: as requested
         return BackendChoice(requested, f"backend: {requested} was requested")
@@ -174,8 +169,7 @@ def choose_backend(requested: str, fast_inference: bool = True) -> BackendChoice
 
 
 def refuse_gpu_recipe_without_cuda(cfg: PipelineConfig, choice: BackendChoice) -> None:
-    """ConfigError when a GPU-sized recipe (any model but a tiny built-in one, backend auto or unsloth) would train
-    on CPU because CUDA is unusable."""
+    """ConfigError when a GPU-sized recipe (backend auto/unsloth, no tiny built-in model) would train on CPU."""
     builtin = builtin_model(cfg.model.model_name_or_path)
     if choice.name != "plain" or cfg.model.backend == "plain" or (builtin is not None and builtin.cpu_sized):
         return

@@ -54,10 +54,8 @@ def standby_enabled(cfg: PipelineConfig, has_cuda: Optional[bool] = None) -> boo
     value = str(cfg.model.vllm_standby).strip().lower()  # a YAML `true` arrives as a bool
     if not cfg.model.fast_inference:
         return False  # standby is vLLM's sleep mode
-    if value == "true":
-        return True
-    if value == "false":
-        return False
+    if value in ("true", "false"):
+        return value == "true"
     if value == "auto":
         return backends.cuda_available() if has_cuda is None else bool(has_cuda)
     raise ConfigError("vllm_standby", f"got {cfg.model.vllm_standby!r}; choose auto, true or false.")
@@ -137,9 +135,8 @@ def resolve_gpu_memory_utilization(cfg: PipelineConfig, total_gib: Optional[floa
     explicit = parse_gpu_memory_utilization(cfg.model.gpu_memory_utilization)
     if standby is None:
         standby = standby_enabled(cfg)
-    if explicit is None or standby:
-        if total_gib is None:
-            total_gib = gpu_total_gib()
+    if total_gib is None and (explicit is None or standby):
+        total_gib = gpu_total_gib()
     if explicit is None:
         return choose_gpu_memory_utilization(total_gib, standby)
     if standby_replaces_share(standby):

@@ -232,8 +232,7 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> Plain
 
 
 def _run_tokenizer(adapter: Optional[Any], base_model: str, cfg: PipelineConfig) -> Any:
-    """The adapter folder's tokenizer, with trust_remote_code off (never an adapter folder's code), else the base
-    model's."""
+    """The adapter folder's tokenizer with trust_remote_code off (never a folder's code), else the base model's."""
     if adapter is not None and (adapter.path / "tokenizer_config.json").is_file():
         return load_tokenizer(str(adapter.path), False, "hf")
     return load_tokenizer(base_model, cfg.model.trust_remote_code, cfg.model.model_source)
@@ -258,8 +257,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
 
 
 def _export_dtype(cfg: PipelineConfig, base_model: str, merged_dtype):
-    """A merged16 export's dtype: the merge's when 16-bit, else the run's `dtype` when 16-bit, else the base
-    model's own 16-bit dtype, else bfloat16."""
+    """merged16's dtype: the merge's, the run's `dtype` or the base model's, the first that is 16-bit; else bf16."""
     import torch
     from transformers import AutoConfig
 

@@ -55,18 +55,13 @@ class TorchChunkedLogProb:
 
 def ensure_trl_logprob_kernel() -> bool:
     """Install the torch fallback if TRL has no usable log-prob kernel; True when it was installed."""
+    import torch
     import trl.trainer.utils as trl_utils
 
     kernel = getattr(trl_utils, "_ChunkedLogProbFunction", object())
-    if kernel is None or (kernel is not TorchChunkedLogProb and not _triton_has_a_device()):
+    xpu = getattr(torch, "xpu", None)  # Triton's kernels need a GPU: CUDA or ROCm through torch.cuda, or an XPU
+    if kernel is None or (kernel is not TorchChunkedLogProb
+                          and not (torch.cuda.is_available() or bool(xpu is not None and xpu.is_available()))):
         trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
         return True
     return False
-
-
-def _triton_has_a_device() -> bool:
-    """Whether Triton's kernels can run here: they need a GPU (CUDA or ROCm through torch.cuda, or an XPU)."""
-    import torch
-
-    xpu = getattr(torch, "xpu", None)
-    return torch.cuda.is_available() or bool(xpu is not None and xpu.is_available())

@@ -131,11 +131,9 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
     use_vllm = serves_with_vllm(model, cfg.model.fast_inference)
     kwargs: dict[str, Any] = {"use_vllm": use_vllm, **mixed_precision(model)}
     if not use_vllm:
-        if not cfg.model.fast_inference and sampling_params_mapping(cfg.grpo.vllm_sampling_params):
-            raise ConfigError("vllm_sampling_params", "is for vLLM; fast_inference: false runs without it.")
         return kwargs
     kwargs["vllm_importance_sampling_correction"] = cfg.grpo.vllm_importance_sampling_correction
-    mapping = sampling_params_mapping(cfg.grpo.vllm_sampling_params)
+    mapping = sampling_params_mapping(cfg.grpo.vllm_sampling_params)  # validate() refused it without vLLM
     if mapping:
         overridden = sorted(set(mapping) & set(UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS))
         if overridden:  # rl_replacements.grpo_update_SamplingParams; validate() refuses these first

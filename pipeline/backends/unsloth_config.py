@@ -36,8 +36,6 @@ def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dic
     ...                            {"top_k": 0, "vllm_importance_sampling_correction": True})
     >>> rewrites["top_k"][0], rewrites["vllm_importance_sampling_correction"][0]
     (-1, False)
-    >>> config_rewrites({"loss_type": "grpo"}, {"loss_type": "dapo", "beta": 0.0})["beta"][0]  # TRL: beta 0
-    0.001
     """
     values = {**trl_defaults, **{k: v for k, v in UNSLOTH_GRPO_DEFAULTS.items() if k not in kwargs}, **kwargs}
     why = {k: f"{WHERE}: Unsloth's default for an unset field" for k in UNSLOTH_GRPO_DEFAULTS if k not in kwargs}
@@ -74,8 +72,7 @@ def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dic
 
 
 def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
-    """grpo_config_kwargs before the model loads: bf16/fp16 left out, use_vllm from fast_inference (Unsloth may
-    still turn vLLM off)."""
+    """grpo_config_kwargs before the model loads (no bf16/fp16; use_vllm as configured: Unsloth may turn it off)."""
     if not cfg.model.fast_inference:
         return {"use_vllm": False}
     return {"use_vllm": True,

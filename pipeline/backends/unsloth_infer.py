@@ -22,8 +22,7 @@ from grpo_pipeline.pipeline.config import PipelineConfig, check_adapter_rank
 
 
 class UnslothGenerator:
-    """Generation through the model's vLLM engine, one LoRA request reused for every call (unsloth_zoo's load_lora
-    hands out a new adapter id, for vLLM to load anew, on every call)."""
+    """Generation through the model's vLLM engine, one LoRA request for every call (load_lora makes a new id each)."""
 
     def __init__(self, model: Any, tokenizer: Any, lora_request: Any, wake_engine: bool = False):
         self.model = model
@@ -42,9 +41,8 @@ class UnslothGenerator:
 
     @contextlib.contextmanager
     def _awake(self):
-        """Wake a standby engine, and sleep it again after, as the trainer does around each rollout
-        (rl_replacements.grpo_trainer__generate_and_score_completions; unsloth/models/_async_grpo_vllm.py
-        _keep_awake)."""
+        """Wake a standby engine and sleep it after, as around each rollout (unsloth/models/_async_grpo_vllm.py
+        _keep_awake; rl_replacements.grpo_trainer__generate_and_score_completions)."""
         engine = self.model.vllm_engine if self.wake_engine else None
         slept = engine is not None and engine.llm_engine.is_sleeping()
         if slept:
@@ -57,9 +55,8 @@ class UnslothGenerator:
 
 
 class UnslothRolloutEngine(UnslothGenerator):
-    """The rollouts' vLLM engine for the rollout probe: each `score` sends the current adapter as Unsloth's trainer
-    does before a rollout (`model.load_lora(<folder>, load_tensors=True)`:
-    rl_replacements.vllm_generation_init_patch)."""
+    """The rollouts' engine for the rollout probe: each `score` first sends the current adapter as Unsloth's trainer
+    does (`model.load_lora(<folder>, load_tensors=True)`: rl_replacements.vllm_generation_init_patch)."""
 
     def __init__(self, model: Any, tokenizer: Any, folder: Path):
         super().__init__(model, tokenizer, lora_request=None, wake_engine=True)
@@ -81,8 +78,7 @@ def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optiona
 
 
 class UnslothTransformersGenerator(PlainGenerator):
-    """fast_inference: false: `FastLanguageModel.for_inference` (`for_training` after, for a model still training)
-    around the plain backend's batched `generate`."""
+    """fast_inference: false: the plain `generate` between `for_inference` and (still training) `for_training`."""
 
     def __init__(self, model: Any, tokenizer: Any, back_to_training: bool):
         super().__init__(model, tokenizer)
@@ -103,8 +99,7 @@ class UnslothTransformersGenerator(PlainGenerator):
 
 
 def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig):
-    """Generate with the LoRA model being trained: its *current* tensors, sent to vLLM as Unsloth's rollouts do
-    (`model.load_lora(..., load_tensors=True)`), a snapshot per call."""
+    """Generate with the LoRA being trained: its *current* tensors sent to vLLM per call, as Unsloth's rollouts do."""
     if not serves_with_vllm(model, cfg.model.fast_inference):
         return UnslothTransformersGenerator(model, tokenizer, back_to_training=True)
     load_lora = getattr(model, "load_lora", None)
@@ -143,8 +138,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
 
 
 def _load_transformers_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig):
-    """Unsloth without vLLM: `FastLanguageModel.from_pretrained(<adapter folder>)` (Unsloth's documented way to
-    load a saved LoRA), checked to carry the adapter."""
+    """Unsloth without vLLM, from the adapter folder (Unsloth's documented way), checked to carry the adapter."""
     if adapter is not None:
         warn_if_other_base(adapter, base_model)
     with (unsloth_adapter_folder(adapter) if adapter is not None

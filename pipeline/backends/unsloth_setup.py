@@ -85,8 +85,7 @@ def prepare_environment(cfg: PipelineConfig) -> SimpleNamespace:
 
 
 def _set_modelscope_env(model_source: str) -> None:
-    """UNSLOTH_USE_MODELSCOPE=1 for `model_source: modelscope`, else 0; Unsloth reads it at import
-    (unsloth/models/_utils.py), so a change after it is refused."""
+    """UNSLOTH_USE_MODELSCOPE per `model_source`; Unsloth reads it at import (_utils.py): a later change is refused."""
     wanted = "1" if model_source == "modelscope" else "0"
     if os.environ.get(MODELSCOPE_ENV, "0") == wanted:
         return
@@ -109,8 +108,7 @@ def gradient_checkpointing_mode(gradient_checkpointing: bool):
 
 def from_pretrained(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
                     load_in_4bit: Optional[bool] = None) -> tuple[Any, Any]:
-    """(model, tokenizer) from FastLanguageModel.from_pretrained (unsloth/models/loader.py) after
-    `prepare_environment`; `model_name`: a model's name or a folder (an adapter's)."""
+    """(model, tokenizer) from FastLanguageModel.from_pretrained (unsloth/models/loader.py) of a name or folder."""
     standby = prepare_environment(cfg).standby
     import torch
     from unsloth import FastLanguageModel
@@ -149,10 +147,8 @@ def serves_with_vllm(model: Any, fast_inference: bool) -> bool:
                       "off itself on GPUs below compute capability 7, on DGX Spark, or when vllm does not import; "
                       "its log above says which): rollouts and eval generate with transformers instead (slower). "
                       "Set fast_inference: false to say so in the config.", stacklevel=2)
-        try:
+        with contextlib.suppress(AttributeError):
             model._grpo_said_no_vllm = True
-        except AttributeError:
-            pass
     return engine
 
 

@@ -1,6 +1,5 @@
-"""Every call into vLLM (as TRL keeps its own in trl/generation/vllm_generation.py): TRL's colocated engine kept on
-the trainer's weights on vLLM's CPU build, our engine for `grpo generate` / `grpo eval`, completions and prompt
-log-probabilities from any engine, and what an engine started here would refuse (`grpo train --check`).
+"""Every call into vLLM (as TRL keeps its own in trl/generation/vllm_generation.py): TRL's colocated engine synced on
+vLLM's CPU build, our engine for `grpo generate` / `grpo eval`, and what an engine would refuse (`grpo train --check`).
 
 Why the sync needs a hand: TRL 1.15 sends the weights with one `load_weights` call per parameter into the live model
 (`VLLMGeneration.sync_weights`), but vLLM's CPU build packs every linear layer's weight for oneDNN after loading and
@@ -50,9 +49,8 @@ def on_cpu_build() -> bool:
 def follow_the_trainer(trainer: Any) -> bool:
     """On vLLM's CPU build, TRL's colocated engine syncs through `reload_into_engine`; True when it does."""
     generation = getattr(trainer, "vllm_generation", None)
-    if getattr(generation, "mode", None) != "colocate" or getattr(generation, "llm", None) is None:
-        return False
-    if not on_cpu_build():
+    if (getattr(generation, "mode", None) != "colocate" or getattr(generation, "llm", None) is None
+            or not on_cpu_build()):
         return False
     generation.sync_weights = types.MethodType(reload_into_engine, generation)
     return True
@@ -284,8 +282,7 @@ def check_run_engine(backend: Any, cfg: PipelineConfig, trl_args: Mapping[str, A
 
 def check_engine(backend: Any, cfg: PipelineConfig, trl_args: Mapping[str, Any], hf_config: Callable[[], Any],
                  needed_length: Optional[int], share: Optional[float]) -> str:
-    """Every rule above for a run that starts an engine here; a summary line. `hf_config` reads the model's
-    transformers config."""
+    """Every rule above for a run that starts an engine here; returns a summary line."""
     if not backend.starts_vllm_engine(cfg):
         return "no vLLM engine in this process"
     if not vllm_installed():
