@@ -42,8 +42,7 @@ N_SAMPLES_KEPT = 5  # example completions stored in eval.json
 
 def score_completions(completions: list[Completion], answers: list[Optional[str]],
                       prompts: list[Any]) -> list[dict[str, Any]]:
-    """Per completion: its answer (scoring.answer_of), the reference, format_valid (our strict XML format), generated
-    tokens, garbled; whether it is right is the scorer's alone."""
+    """Per completion: answer (answer_of), reference, format_valid (strict XML), tokens, garbled; not correctness."""
     strict = strict_format_reward_func(prompts=None, completions=completions)
     return [
         {
@@ -210,7 +209,9 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     eval_split = split or cfg.eval.eval_split
     trained = (setup.manifest or {}).get("config") or {}
     if reward_funcs or trained.get("reward_funcs"):  # the rewards it trained with, not a recipe's defaults
-        yours = [*(cfg.grpo.reward_funcs if is_recipe else ()), *_recipe_rewards(args.config, data_path)]
+        other = args.config and absolute_path(args.config) != data_path  # --config's recipe, unless it is --data's
+        yours = [*(cfg.grpo.reward_funcs if is_recipe else ()),
+                 *(parse_config(["--config", str(args.config)]).grpo.reward_funcs if other else ())]
         cfg = cfg.replace(reward_funcs=eval_reward_names(trained.get("reward_funcs") or [], yours, reward_funcs),
                           reward_weights=None)
     cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
@@ -246,13 +247,6 @@ def eval_reward_names(recorded: list[str], yours: list[str], given: Optional[lis
               f"{', '.join(kept)}. To score with them, pass `{shell_command('--reward_funcs', *recorded)}`.",
               file=sys.stderr)
     return kept
-
-
-def _recipe_rewards(recipe_path: Optional[str], data_path: Path) -> list[str]:
-    """The reward names of --config's recipe, unless it is --data's, read already."""
-    if not recipe_path or absolute_path(recipe_path) == data_path:
-        return []
-    return list(parse_config(["--config", str(recipe_path)]).grpo.reward_funcs)
 
 
 def _eval_json_path(setup, output: Optional[str], run: Optional[str]) -> Path:

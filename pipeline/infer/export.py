@@ -82,8 +82,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def check_tool_support(folder: Path, names: dict[str, Any], method: str, trust_remote_code: bool = False) -> None:
-    """RuntimeError (the export unpublished) when an adapter trained with tools lost a chat template that renders
-    the tools."""
+    """RuntimeError (unpublished) when an export of a tools-trained adapter lost a template that renders tools."""
     if method == "gguf" or not (names.get("tools") or names.get("environment_factory")):
         return  # a .gguf carries its template in its metadata, read by llama.cpp, not by transformers
     from trl.chat_template_utils import supports_tool_calling
@@ -98,6 +97,5 @@ def check_tool_support(folder: Path, names: dict[str, Any], method: str, trust_r
 
 
 def carry_training_defaults(folder: Path, manifest: dict[str, Any]) -> None:
-    if not manifest:
-        return
-    write_adapter_metadata(folder, manifest)
+    if manifest:  # an adapter without metadata has nothing to carry
+        write_adapter_metadata(folder, manifest)

@@ -74,9 +74,9 @@ def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = No
     """One record per prompt, answered with a saved LoRA (or --base); `rows`: each prompt's other columns. From
     Python: `generate_answers(["What is 2+3?"], lora="outputs/run/lora")`."""
     setup = open_inference(args if args is not None else inference_args(**options))
-    # as a training row was given: text prompts to a model trained on them, else chats
-    messages = [p if setup.prompt_format == "standard" and isinstance(p, str) else as_chat(setup.system_prompt, p)
-                for p in prompts]
+    # as a training row was given: text prompts to a model trained on them ("standard"), else chats
+    standard = (setup.manifest or {}).get("prompt_format") == "standard"
+    messages = [p if standard and isinstance(p, str) else as_chat(setup.system_prompt, p) for p in prompts]
     columns = [{**row, "prompt": m} for m, row in zip(messages, rows or [{}] * len(messages), strict=True)]
     texts, rollouts = answer(setup.generator, setup.tokenizer, setup.agents, setup.loop, messages, columns,
                              setup.max_tokens, temperature=setup.temperature, top_p=setup.top_p)

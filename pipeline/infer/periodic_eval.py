@@ -37,9 +37,10 @@ class BestAdapter:
         self.save_adapter = save
         self.inputs = dict(inputs or {})
         self.best: Optional[dict[str, Any]] = None
-        if resume and read_best(self.path) is not None:
+        kept = read_record(self.path / BEST_NAME) if resume else None
+        if kept is not None and isinstance(kept.get("accuracy"), (int, float)):  # a readable best_lora/
             if reusable(self.path / BEST_NAME, self.inputs, "best adapter", log=log) is not None:
-                self.best = read_best(self.path)
+                self.best = kept
             else:
                 set_aside_stale(self.path, output_dir, f"{BEST_DIR}/ was measured on other evaluation inputs", log)
         self.seen = snapshot(self.path, fix="Move it away (or copy it elsewhere), then resume the run.")
@@ -57,12 +58,6 @@ class BestAdapter:
         verify_trained_dir(self.path)
         self.best = best
         return True
-
-
-def read_best(path: Path) -> Optional[dict[str, Any]]:
-    """What a kept best_lora/ records; None when there is none (or it is unreadable)."""
-    best = read_record(Path(path) / BEST_NAME)
-    return best if best is not None and isinstance(best.get("accuracy"), (int, float)) else None
 
 
 class PeriodicEvalCallback(TrainerCallback):

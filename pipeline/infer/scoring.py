@@ -41,7 +41,6 @@ class Scorer:
 
 
 def build_scorer(reward_funcs: list[Any], keywords: Callable) -> Scorer:
-    """The scorer of a run that trained with `reward_funcs` (names or callables)."""
     funcs = get_reward_funcs(list(reward_funcs)) if reward_funcs else []
     for test in (lambda f: getattr(f, "__wrapped__", f) is correctness_reward_func or f is correctness_reward_func,
                  lambda f: getattr(f, CORRECTNESS_MARK, False) is True,
@@ -99,8 +98,7 @@ def _system_message(prompt: Any) -> Optional[str]:
 
 
 def stated_answers(reference: Any, tags: tuple[str, str], system_message: Optional[str]) -> list[str]:
-    """The reference answer stated in every style the scorer may pay for: ours, \\boxed{}, `####`, bare, and the
-    recipe's format."""
+    """The reference in every style the scorer may pay for: ours, \\boxed{}, `####`, bare, the recipe's format."""
     recipe, names = [], []
     for slash, name in _TAG.findall(system_message or ""):
         if not slash and name not in names:

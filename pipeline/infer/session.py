@@ -61,11 +61,6 @@ class InferenceSetup:
     agents: Agents = dataclasses.field(default_factory=Agents)
     loop: Optional[LoopSettings] = None  # as trained
 
-    @property
-    def prompt_format(self) -> str:
-        """"standard" (trained on TRL's text prompts) or "conversational" (chats)."""
-        return (self.manifest or {}).get("prompt_format", "conversational")
-
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
@@ -108,9 +103,8 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
 # The record's fields --config does not set here: the base model is the adapter's, trust_remote_code and the
 # agents' code only your own options (docs/security.md).
 NOT_FROM_CONFIG = ("model_name_or_path", "trust_remote_code", *AGENT_OPTIONS)
-# This command's options that set a recorded field (option -> field).
-FIELD_OPTIONS = {"backend": "backend", "max_lora_rank": "max_lora_rank", "system_prompt": "system_prompt",
-                 "gpu_memory_utilization": "gpu_memory_utilization"}
+# This command's options that set the recorded field of the same name.
+FIELD_OPTIONS = ("backend", "max_lora_rank", "system_prompt", "gpu_memory_utilization")
 
 
 @dataclass
@@ -157,7 +151,7 @@ def command_values(args: argparse.Namespace, manifest: Optional[dict[str, Any]])
         parsed = validate_recipe(str(config)).to_dict()
         put({k: parsed.get(k, v) for k, v in read_recipe(str(config)).items() if k not in NOT_FROM_CONFIG},
             f"--config {config}")
-    put({field: getattr(args, option, None) for option, field in FIELD_OPTIONS.items()}, lambda name: f"--{name}")
+    put({name: getattr(args, name, None) for name in FIELD_OPTIONS}, lambda name: f"--{name}")
     return CommandValues(values, sources)
 
 
@@ -168,8 +162,7 @@ def add_remote_code_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def remote_code(given: bool, manifest: Optional[dict[str, Any]], base_model: str) -> bool:
-    """The user's own --trust_remote_code, never the adapter's metadata; ConfigError for a local base with `auto_map`
-    without it."""
+    """The user's own --trust_remote_code, never the adapter's; ConfigError for a local base with `auto_map`."""
     if given:
         return True
     recorded = bool(((manifest or {}).get("recorded") or {}).get("trust_remote_code"))
@@ -215,9 +208,7 @@ def generation_settings(args: argparse.Namespace) -> Any:
     >>> gen.gen_temperature, gen.gen_top_p, gen.gen_max_tokens
     (0.7, 1.0, None)
     """
-    gen = GenerationArguments()
-    if getattr(args, "config", None):
-        gen = validate_recipe(str(args.config)).generation
+    gen = validate_recipe(str(args.config)).generation if getattr(args, "config", None) else GenerationArguments()
     overrides = {"gen_max_tokens": args.max_tokens, "gen_temperature": args.temperature, "gen_top_p": args.top_p}
     gen = dataclasses.replace(gen, **{k: v for k, v in overrides.items() if v is not None})
     # refused before loading, not by vLLM's SamplingParams or transformers later
@@ -233,7 +224,6 @@ def generation_settings(args: argparse.Namespace) -> Any:
 
 
 def validate_recipe(path: str) -> PipelineConfig:
-    """--config's recipe, validated as train would."""
     cfg = parse_config(["--config", path])
     validate(cfg)
     return cfg
@@ -262,9 +252,8 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     flat.update(model_name_or_path=base_model, max_lora_rank=given_values.get("max_lora_rank", 64),
                 system_prompt=system_prompt,
                 trust_remote_code=remote_code(getattr(args, "trust_remote_code", False), manifest, base_model))
-    flat.update({key: value for key, value in (("tools", getattr(args, "tools", None)),
-                                               ("environment_factory", getattr(args, "environment_factory", None)))
-                 if value is not None})  # --tools / --environment_factory override what the adapter records
+    flat.update({key: getattr(args, key) for key in ("tools", "environment_factory")
+                 if getattr(args, key, None) is not None})  # --tools / --environment_factory override the record
     cfg = from_mapping(flat)
     refuse_recorded_tools(recorded.grpo.tools, recorded.grpo.environment_factory, args)
     agents = resolve_agents(cfg.grpo) if agent_names(cfg.grpo) else Agents()  # a name that does not import: before loads
@@ -370,8 +359,7 @@ def _base_model(args: argparse.Namespace, adapter: Any, manifest: Optional[dict[
 
 
 def _max_tokens(args: argparse.Namespace, gen: Any, manifest: Optional[dict[str, Any]]) -> int:
-    """--max_tokens, else the trained max_completion_length; a recipe's gen_max_tokens past it refused, --max_tokens
-    warned about."""
+    """--max_tokens, else the trained max_completion_length; more refused (gen_max_tokens) or warned (--max_tokens)."""
     trained_limit = (manifest or {}).get("max_completion_length")
     max_tokens = given(gen.gen_max_tokens, trained_limit, DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST)
     if gen.gen_max_tokens and trained_limit and gen.gen_max_tokens > trained_limit and not gen.allow_longer_generation:

@@ -126,8 +126,7 @@ def describe(rollout: Rollout, width: int = 80) -> list[str]:
 def answer(generator: Any, tokenizer: Any, agents: Optional[Agents], loop: Optional[LoopSettings],
            prompts: Sequence[Any], rows: Sequence[dict[str, Any]], max_tokens: int,
            **sampling: Any) -> tuple[list[Completion], Optional[list[Rollout]]]:
-    """Each prompt answered through the tool loop when `agents` use tools (rollouts returned too), else in one turn
-    (rollouts None)."""
+    """Each prompt answered through the tool loop when `agents` use tools (with its rollouts), else in one turn."""
     if agents is not None and agents.uses_tools:
         rollouts = run_as_trained(loop, generator, tokenizer, agents, prompts, rows, max_tokens, **sampling)
         return [r.completion for r in rollouts], rollouts
@@ -145,14 +144,20 @@ def run_as_trained(loop: LoopSettings, generator: Any, tokenizer: Any, agents: A
         parse_response,
     )
 
-    _with_response_parser(tokenizer, add_response_schema)
-    # As GRPOTrainer.__init__: a template that is not prefix-preserving is swapped for TRL's training-safe one.
+    # As GRPOTrainer.__init__: TRL's response template (or legacy schema) for a known chat template, and a template
+    # that is not prefix-preserving swapped for TRL's training-safe one.
+    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+        try:
+            add_response_schema(tokenizer)
+        except ValueError as err:
+            raise ConfigError("tools", f"the tokenizer's chat template has no response parser TRL knows ({err}); "
+                              "the tool loop cannot read the model's calls. Use the model's own template (Qwen2.5's "
+                              "works), as training did.") from None
     chat_template = None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
     kwargs = dict(loop.chat_template_kwargs or {})
-    prompts = [copy.deepcopy(list(prompt)) for prompt in prompts]  # the loop appends to them
     environments = [_environment(agents, row) for row in rows]
-    prompts = [_reset(prompt, env, row, agents.multi_environment) for prompt, env, row in
-               zip(prompts, environments, rows, strict=True)]
+    prompts = [_reset(copy.deepcopy(list(prompt)), env, row, agents.multi_environment)  # the loop appends to them
+               for prompt, env, row in zip(prompts, environments, rows, strict=True)]
     tools = agents.guarded_tools()  # behind the user-code boundary
     offered = [offered_tools(tools, environment_methods(env), type(env).__name__) if env is not None else tools
                for env in environments]
@@ -180,22 +185,10 @@ def run_as_trained(loop: LoopSettings, generator: Any, tokenizer: Any, agents: A
     return done
 
 
-def _with_response_parser(tokenizer: Any, add_response_schema: Any) -> None:
-    """As GRPOTrainer.__init__: TRL's response template (or legacy schema) for a known chat template."""
-    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
-        try:
-            add_response_schema(tokenizer)
-        except ValueError as err:
-            raise ConfigError("tools", f"the tokenizer's chat template has no response parser TRL knows ({err}); "
-                              "the tool loop cannot read the model's calls. Use the model's own template (Qwen2.5's "
-                              "works), as training did.") from None
-
-
 def _host(generator: Any, tokenizer: Any, offered: list[list[Any]], environments: list[Optional[Any]],
           chat_template: Any, kwargs: dict[str, Any], max_tokens: int, max_iterations: int, max_model_len: int,
           sampling: dict[str, Any]) -> Any:
-    """What GRPOTrainer._tool_call_loop (and `_get_tool_suffix_ids`) read off `self`, the backend's generator its
-    generation step."""
+    """What GRPOTrainer._tool_call_loop reads off `self`, the backend's generator its generation step."""
     from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module
 
     grpo_trainer_module()  # TRL's tool loop on our generator: TRL's vLLM is never asked
@@ -225,8 +218,7 @@ def _host(generator: Any, tokenizer: Any, offered: list[list[Any]], environments
         chat_template_kwargs=kwargs, tools=[t for tools in offered for t in tools], _sync_tool_dicts=sync,
         _async_tool_dicts=async_, async_loop=loop, _loop_thread=thread, use_vllm=False,
         model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=max_model_len)),
-        max_completion_length=max_tokens,
-        max_tool_calling_iterations=max_iterations)
+        max_completion_length=max_tokens, max_tool_calling_iterations=max_iterations)
 
 
 def _environment(agents: Agents, row: dict[str, Any]) -> Optional[Any]:
@@ -236,14 +228,13 @@ def _environment(agents: Agents, row: dict[str, Any]) -> Optional[Any]:
     name = row.get(ENVIRONMENT_COLUMN) if agents.multi_environment else None
     if name not in agents.environments:
         raise ConfigError("environment_factory", f"a prompt names environment {name!r}; the environments "
-                          f"--environment_factory names are {sorted(agents.environments)}: give each prompt an `{ENVIRONMENT_COLUMN}` field "
-                          "naming one (TRL's multi-environment form).")
+                          f"--environment_factory names are {sorted(agents.environments)}: give each prompt an "
+                          f"`{ENVIRONMENT_COLUMN}` field naming one (TRL's multi-environment form).")
     return agents.guarded_factory(name)()
 
 
 def _reset(prompt: list[dict[str, Any]], env: Optional[Any], row: dict[str, Any], multi: bool) -> list[dict[str, Any]]:
-    """As GRPOTrainer._generate_and_score_completions: `reset(**row)`, a string it returns appended to the last
-    message."""
+    """As GRPOTrainer._generate_and_score_completions: `reset(**row)`; a returned string extends the last message."""
     if env is None:
         return prompt
     observation = env.reset(**({k: v for k, v in row.items() if k != ENVIRONMENT_COLUMN} if multi else row))
