@@ -22,7 +22,7 @@ from grpo_pipeline.pipeline.config import PipelineConfig, check_adapter_rank
 
 
 class UnslothGenerator:
-    """Generation through the model's vLLM engine, one LoRA request for every call (load_lora makes a new id each)."""
+    """Generation through the model's vLLM engine, one LoRA request for all calls (unsloth_zoo load_lora: new ids)."""
 
     def __init__(self, model: Any, tokenizer: Any, lora_request: Any, wake_engine: bool = False):
         self.model = model

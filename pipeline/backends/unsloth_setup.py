@@ -85,7 +85,7 @@ def prepare_environment(cfg: PipelineConfig) -> SimpleNamespace:
 
 
 def _set_modelscope_env(model_source: str) -> None:
-    """UNSLOTH_USE_MODELSCOPE per `model_source`; Unsloth reads it at import (_utils.py): a later change is refused."""
+    """UNSLOTH_USE_MODELSCOPE per `model_source`, read at import (unsloth/models/_utils.py): a later change refused."""
     wanted = "1" if model_source == "modelscope" else "0"
     if os.environ.get(MODELSCOPE_ENV, "0") == wanted:
         return
