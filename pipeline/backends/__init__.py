@@ -1,13 +1,9 @@
 """The backend boundary: everything that differs between Unsloth+vLLM and plain transformers+peft.
 
-A backend is an object made once per run by `load_backend(name)` from the registry BACKENDS: a class
-(pipeline/backends/base.py BackendBase) answering what the backend can do, and reaching the operations the
-`Backend` protocol below lists in its module (pipeline/backends/plain.py, unsloth.py; tests/test_backends.py checks
-both). Code outside pipeline/backends/ asks the object and never compares a backend's name
-(tests/test_backend_boundary.py).
-
-`choose_backend` decides without importing torch, unsloth, vllm, trl, transformers or peft: Unsloth patches the last
-three at import, so it must come first, and unsloth_zoo sets the CUDA allocator's PYTORCH_ALLOC_CONF at import.
+`load_backend(name)` makes the backend object (base.py BackendBase) from the registry BACKENDS; code outside
+pipeline/backends/ asks it and never compares a backend's name. `choose_backend` decides without importing torch,
+unsloth, vllm, trl, transformers or peft: Unsloth patches the last three at import, so it must come first, and
+unsloth_zoo sets the CUDA allocator's PYTORCH_ALLOC_CONF at import.
 """
 
 from __future__ import annotations
@@ -26,9 +22,8 @@ from grpo_pipeline.pipeline.demo.registry import builtin_model
 
 
 class Completion(str):
-    """A generated text that knows how many tokens the model generated for it (end-of-sequence included, as vLLM's
-    `CompletionOutput.token_ids` and TRL's completion lengths count it; re-tokenising the text would not), and their
-    ids, special tokens and all: TRL's parse_response reads tool calls from them (infer/tool_loop.py).
+    """A generated text with its generated token count (end-of-sequence included, as vLLM's
+    `CompletionOutput.token_ids` and TRL count it; re-tokenising would not) and ids (TRL's parse_response reads them).
 
     >>> c = Completion("<answer>4</answer>", tokens=7)
     >>> c == "<answer>4</answer>", c.tokens
@@ -44,7 +39,7 @@ class Completion(str):
         made.ids = tuple(int(i) for i in ids)
         return made
 
-    def __reduce__(self):  # copy.deepcopy (each reward scores its own copy of the batch) and pickle keep `tokens`
+    def __reduce__(self):  # deepcopy and pickle keep `tokens`
         return (Completion, (str(self), self.tokens, self.ids))
 
 
@@ -55,13 +50,11 @@ class Generator(Protocol):
 
     def generate(self, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
-        """One completion per chat-templated prompt (text, or token ids as TRL's tool loop builds them); temperature
-        0 is greedy, top_k 0 and min_p None are off (`grpo rewards` samples with a recipe's rollout settings)."""
+        """One completion per chat-templated prompt (text or ids); temperature 0: greedy; top_k 0, min_p None: off."""
 
 
 class Backend(Protocol):
-    """The operations a backend's module provides, reached through its object. A step one backend does not need is
-    a no-op there; each takes the validated PipelineConfig."""
+    """The operations a backend's module provides, reached through its object; a step it does not need is a no-op."""
 
     NAME: str
 
@@ -69,8 +62,7 @@ class Backend(Protocol):
         """Process set-up before trl/transformers/peft are imported (pipeline/bootstrap.py calls it first)."""
 
     def load_for_training(self, cfg: PipelineConfig, tokenizer: Any = None) -> tuple[Any, Any]:
-        """(model, tokenizer) ready for the trainer; `tokenizer`: the run's, loaded once by the check (a backend
-        whose loader returns its own tokenizer may leave it unused)."""
+        """(model, tokenizer) ready for the trainer; `tokenizer`: the run's, which a backend may leave unused."""
 
     def peft_config(self, cfg: PipelineConfig) -> Any:
         """The peft LoraConfig for TRL to apply, or None when the model already carries its LoRA."""
@@ -101,8 +93,7 @@ class Backend(Protocol):
 
     def export(self, adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
                system_prompt: Optional[str] = None) -> None:
-        """Merge the adapter into its base (merged16 / merged4 / gguf) into `out_dir`, the chat template defaulting
-        to the trained `system_prompt` (pipeline/data/prompts.py carry_system_prompt)."""
+        """Merge the adapter into its base in `out_dir`, the chat template defaulting to `system_prompt`."""
 
 # What `grpo export --to` accepts; each backend's `export` refuses the ones it cannot do (plain: gguf).
 EXPORT_METHODS = ("merged16", "merged4", "gguf")
@@ -117,22 +108,19 @@ class BackendChoice:
 
 
 def cuda_available() -> bool:
-    """True when torch could use a CUDA GPU, decided without importing torch (grpo_pipeline.env.probes): this runs
-    before `import unsloth`, and unsloth_zoo expects torch not to be imported yet (unsloth_zoo/__init__.py)."""
+    """Whether torch could use a CUDA GPU, without importing it (unsloth_zoo/__init__.py expects it unimported)."""
     return probes.cuda_usability().usable
 
 
 def on_cpu() -> bool:
     """True when this process has no CUDA device for torch; it imports torch, so only past the backend choice."""
-    # lazy: torch loads only once a model is needed
     import torch
 
     return not torch.cuda.is_available()
 
 
 def mixed_precision(model) -> dict[str, bool]:
-    """`bf16`/`fp16` for a trainer, from the loaded model's dtype (as Unsloth's trainers look it up: config.dtype,
-    else the input embeddings'), which Unsloth raises TypeError on a disagreement with; float32 gets neither."""
+    """`bf16`/`fp16` as Unsloth's trainers read the dtype (config.dtype, else the embeddings'; mismatch: TypeError)."""
     config = getattr(model, "config", None)
     dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     if dtype is None:
@@ -142,8 +130,7 @@ def mixed_precision(model) -> dict[str, bool]:
 
 
 def choose_backend(requested: str, fast_inference: bool = True) -> BackendChoice:
-    """Resolve `backend: auto|unsloth|plain` into a concrete backend, with the reason in words (`fast_inference`:
-    the config's; False wants Unsloth without vLLM)."""
+    """`backend: auto|unsloth|plain` as a concrete backend and the reason; ConfigError when unsloth cannot run."""
     has = {name: importlib.util.find_spec(name) is not None for name in ("unsloth", "vllm")}
     if requested in BACKENDS and requested != "unsloth":  # plain, or a registered backend: as requested
         return BackendChoice(requested, f"backend: {requested} was requested")
@@ -182,15 +169,13 @@ def choose_backend(requested: str, fast_inference: bool = True) -> BackendChoice
 
 
 def refuse_gpu_recipe_without_cuda(cfg: PipelineConfig, choice: BackendChoice) -> None:
-    """ConfigError when a GPU-sized recipe (hours per step on a CPU: any model but a tiny built-in one, with backend
-    auto or unsloth) would train on CPU because CUDA is unusable, with the reason and the fix."""
+    """ConfigError when a GPU-sized recipe (backend auto/unsloth, no tiny built-in model) would train on CPU."""
     builtin = builtin_model(cfg.model.model_name_or_path)
     if choice.name != "plain" or cfg.model.backend == "plain" or (builtin is not None and builtin.cpu_sized):
         return
     status = probes.cuda_usability()
     if status.usable:
-        # The probe found a driver new enough; ask torch too (the plain backend never imports unsloth, so importing
-        # torch here is harmless), which catches what files cannot show (a broken install).
+        # torch too (harmless: plain never imports unsloth) catches what files cannot show (a broken install).
         import torch
 
         if torch.cuda.is_available():
@@ -217,8 +202,7 @@ def refuse_gpu_recipe_without_cuda(cfg: PipelineConfig, choice: BackendChoice) -
     )
 
 
-# The registry: a backend's name -> its class ("module:Class", imported on first use). register_backend adds one
-# (tests/third_backend.py).
+# A backend's name -> its class ("module:Class", imported on first use).
 BACKENDS: dict[str, Any] = {"plain": "grpo_pipeline.pipeline.backends.plain:PlainBackend",
                             "unsloth": "grpo_pipeline.pipeline.backends.unsloth:UnslothBackend"}
 GPU_DEFAULT = "unsloth"  # what `backend: auto` runs on a CUDA machine with the [gpu] extras (`grpo plan`)

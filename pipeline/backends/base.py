@@ -1,8 +1,5 @@
-"""The backend object: what a backend can do, asked instead of comparing its name.
-
-Its capabilities are class attributes and small methods; its operations (the `Backend` protocol in
-pipeline/backends/__init__.py) are the functions of its module, reached through the object.
-"""
+"""The backend object: its capabilities as class attributes and small methods, its operations (the `Backend`
+protocol) the functions of its module, reached through the object."""
 
 from __future__ import annotations
 
@@ -24,11 +21,10 @@ class BackendBase:
     KWARGS_NEED_MODEL: bool = False  # its GRPOConfig device settings follow the loaded model (not the machine)
     MEMORY_SAVERS: bool = False  # chunked log-prob projection and offloaded checkpointing (the memory plan)
     KBIT_UPCAST: bool = False  # a 4-bit base gets its 16-bit parameters cast to fp32 (peft's kbit preparation)
-    # Whose vLLM engine training starts in this process: "trl" (TRL's, with vllm_mode colocate; its memory share
-    # defaults to TRL's), "own" (the backend's own, with fast_inference: Unsloth's), "" (none)
+    # Whose vLLM engine training starts in this process: "trl" (TRL's, vllm_mode colocate), "own" (the backend's,
+    # with fast_inference), "" (none)
     VLLM_ENGINE: str = ""
-    # The recipe rules `validate` runs for this backend (functions of pipeline/config, each taking the options it
-    # reads as parameters of the same names).
+    # The recipe rules `validate` runs for this backend (each takes the options it reads as same-named parameters).
     RECIPE_RULES: tuple[Callable[..., None], ...] = ()
 
     def memory_path(self, vllm_mode: str, fast_inference: bool) -> str:
@@ -36,13 +32,12 @@ class BackendBase:
         return self.NAME
 
     def starts_vllm_engine(self, cfg: PipelineConfig) -> bool:
-        """Whether training starts a vLLM engine in this process (`VLLM_ENGINE`)."""
         if self.VLLM_ENGINE == "trl":
             return cfg.model.vllm_mode == "colocate"
         return self.VLLM_ENGINE == "own" and bool(cfg.model.fast_inference)
 
     def refuse_before_training(self, cfg: PipelineConfig) -> None:
-        """What the backend refuses before a recipe's model loads (pipeline/bootstrap.py)."""
+        """What the backend refuses before a recipe's model loads."""
         return None
 
     def __getattr__(self, name: str) -> Any:

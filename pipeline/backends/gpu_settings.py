@@ -1,10 +1,9 @@
 """GPU memory settings for the Unsloth backend: vLLM standby and `gpu_memory_utilization`.
 
-Unsloth runs vLLM inside the training process, sharing the model weights (unsloth/models/llama.py,
-`llm.shared_weights = True`): `gpu_memory_utilization` is the share of the whole GPU vLLM reserves for them plus
-its KV cache; training lives in the rest. Standby (`UNSLOTH_VLLM_STANDBY=1`) puts the KV cache to sleep during
-forward/backward, and unsloth_zoo then *replaces* the share we pass with its own tier (vllm_utils.load_vllm,
-unless UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE=1): the `auto` value below is exactly that tier.
+Unsloth's vLLM shares the model weights with training (unsloth/models/llama.py `llm.shared_weights = True`):
+`gpu_memory_utilization` is the GPU share for them plus the KV cache. Standby (`UNSLOTH_VLLM_STANDBY=1`) sleeps the
+KV cache during forward/backward, and unsloth_zoo then *replaces* our share with its own tier (vllm_utils.load_vllm,
+unless UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE=1): `auto` is exactly that tier.
 """
 
 from __future__ import annotations
@@ -46,24 +45,17 @@ def gpu_total_gib(device: int = 0) -> float:
 
 
 def standby_enabled(cfg: PipelineConfig, has_cuda: Optional[bool] = None) -> bool:
-    """Resolve `vllm_standby`: `auto` is on with a CUDA GPU, as the official Qwen2.5 GRPO notebook sets it (T4
-    included); sharing memory helps small cards most.
+    """Resolve `vllm_standby`: `auto` is on with a CUDA GPU, as the official Qwen2.5 GRPO notebook sets it.
 
     >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> standby_enabled(PipelineConfig().replace(vllm_standby="auto"), has_cuda=True)
     True
-    >>> standby_enabled(PipelineConfig().replace(vllm_standby="false"), has_cuda=True)
-    False
-    >>> standby_enabled(PipelineConfig().replace(fast_inference=False), has_cuda=True)
-    False
     """
     value = str(cfg.model.vllm_standby).strip().lower()  # a YAML `true` arrives as a bool
     if not cfg.model.fast_inference:
-        return False  # standby is vLLM's sleep mode: without vLLM there is nothing to put to sleep
-    if value == "true":
-        return True
-    if value == "false":
-        return False
+        return False  # standby is vLLM's sleep mode
+    if value in ("true", "false"):
+        return value == "true"
     if value == "auto":
         return backends.cuda_available() if has_cuda is None else bool(has_cuda)
     raise ConfigError("vllm_standby", f"got {cfg.model.vllm_standby!r}; choose auto, true or false.")
@@ -75,11 +67,10 @@ EVAL_SLEEP_LEVEL = 1
 
 
 def refuse_vllm_sleep_mode(standby: bool) -> None:
-    """Refuse an exported VLLM_SLEEP_MODE with vLLM standby, before anything loads: Unsloth's patch
-    (rl_replacements.py) passes it to `self.llm.sleep` as a string (vLLM compares `level >= 1`), and with TRL 1.15
-    TRL sleeps at level 2 itself.
+    """Refuse an exported VLLM_SLEEP_MODE with vLLM standby: Unsloth's patch (rl_replacements.py) passes it to
+    `self.llm.sleep` as a string (vLLM compares `level >= 1`), and TRL 1.15 sleeps at level 2 itself.
 
-    >>> refuse_vllm_sleep_mode(standby=False)  # no standby: vLLM never sleeps, the variable is irrelevant
+    >>> refuse_vllm_sleep_mode(standby=False)  # no standby: vLLM never sleeps
     """
     raw = os.environ.get(SLEEP_MODE_ENV)
     if not standby or raw is None:
@@ -96,8 +87,6 @@ def choose_gpu_memory_utilization(total_gib: float, standby: bool) -> float:
 
     >>> choose_gpu_memory_utilization(80.0, standby=True) == 0.925 * 0.95
     True
-    >>> choose_gpu_memory_utilization(14.7, standby=False)
-    0.5
     >>> choose_gpu_memory_utilization(22.0, standby=False)
     0.55
     """
@@ -114,10 +103,8 @@ def choose_gpu_memory_utilization(total_gib: float, standby: bool) -> float:
 def parse_gpu_memory_utilization(value: object) -> Optional[float]:
     """`auto` -> None; a number in (0, 1] -> float; anything else is a ConfigError.
 
-    >>> parse_gpu_memory_utilization("0.6")
-    0.6
-    >>> parse_gpu_memory_utilization("auto") is None
-    True
+    >>> parse_gpu_memory_utilization("0.6"), parse_gpu_memory_utilization("auto")
+    (0.6, None)
     """
     if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
         return None
@@ -132,26 +119,27 @@ def parse_gpu_memory_utilization(value: object) -> Optional[float]:
     return share
 
 
+def standby_replaces_share(standby: bool) -> bool:
+    """Whether unsloth_zoo's load_vllm replaces an explicit share with its standby tier."""
+    return standby and os.environ.get("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", "0") == "0"
+
+
 def resolve_gpu_memory_utilization(cfg: PipelineConfig, total_gib: Optional[float] = None,
                                    standby: Optional[bool] = None) -> float:
-    """`FastLanguageModel.from_pretrained`'s gpu_memory_utilization (`total_gib`, `standby`: the visible GPU's and
-    `standby_enabled(cfg)` by default).
+    """`FastLanguageModel.from_pretrained`'s gpu_memory_utilization; warns when standby will replace an explicit one.
 
     >>> from grpo_pipeline.pipeline.config import PipelineConfig
-    >>> resolve_gpu_memory_utilization(PipelineConfig().replace(gpu_memory_utilization="0.45"), 24.0, False)
-    0.45
     >>> resolve_gpu_memory_utilization(PipelineConfig(), total_gib=15.0, standby=False)
     0.5
     """
     explicit = parse_gpu_memory_utilization(cfg.model.gpu_memory_utilization)
     if standby is None:
         standby = standby_enabled(cfg)
-    if explicit is None or standby:
-        if total_gib is None:
-            total_gib = gpu_total_gib()
+    if total_gib is None and (explicit is None or standby):
+        total_gib = gpu_total_gib()
     if explicit is None:
         return choose_gpu_memory_utilization(total_gib, standby)
-    if standby and os.environ.get("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", "0") == "0":
+    if standby_replaces_share(standby):
         tier = choose_gpu_memory_utilization(total_gib, standby=True)
         if abs(tier - explicit) > 1e-9:
             warnings.warn(

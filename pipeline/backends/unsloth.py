@@ -1,12 +1,8 @@
 """Unsloth backend: FastLanguageModel (4-bit LoRA) + vLLM (`fast_inference`) + TRL's GRPOTrainer.
 
 Written against unsloth 2026.10.9 / unsloth_zoo 2026.10.9 / vLLM 0.31.0 / trl 1.15.0 (the references below point
-into those wheels). Single-GPU: vLLM runs inside the training process and shares the model weights with it.
-`fast_inference: false` runs Unsloth without vLLM: its patched GRPOTrainer generates with transformers.
-
-Importing this module imports nothing heavy. `prepare_environment(cfg)` (pipeline/backends/unsloth_setup.py) must
-run before trl, transformers or peft are imported; `grpo` calls it at start-up and every entry point again.
-The contract tests (tests/test_unsloth_*.py) replace unsloth and vllm with a recording fake.
+into those wheels). Single-GPU: vLLM runs in the training process, sharing the weights; `fast_inference: false`
+generates with transformers. `prepare_environment(cfg)` must run before trl, transformers or peft are imported.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from typing import Any, Optional
 from grpo_pipeline.env.locations import absolute_path
 from grpo_pipeline.pipeline.backends import EXPORT_METHODS, mixed_precision
 from grpo_pipeline.pipeline.backends.base import BackendBase
-from grpo_pipeline.pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: callers and the README use them from here)
+from grpo_pipeline.pipeline.backends.gpu_settings import (  # noqa: F401  (re-exported: the README uses them here)
     EVAL_SLEEP_LEVEL,
     choose_gpu_memory_utilization,
     refuse_vllm_sleep_mode,
@@ -36,7 +32,7 @@ from grpo_pipeline.pipeline.backends.unsloth_setup import (
     unsloth_adapter_folder,
     warn_if_other_base,
 )
-from grpo_pipeline.pipeline.config import (  # UNSLOTH_OVERRIDDEN...: rl_replacements.grpo_update_SamplingParams
+from grpo_pipeline.pipeline.config import (
     UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS,
     ConfigError,
     PipelineConfig,
@@ -52,15 +48,15 @@ NAME = "unsloth"
 class UnslothBackend(BackendBase):
 
     NAME = NAME
-    VLLM_ENGINE = "own"  # Unsloth's fast_inference engine
+    VLLM_ENGINE = "own"
     MODULE = __name__
     COUNTERPART = "plain"
     GPU_ONLY = True
     MULTI_GPU = False  # vLLM shares the card and the weights with the trainer
     EXPORT_METHODS = EXPORT_METHODS  # gguf too: save_pretrained_gguf
-    KWARGS_NEED_MODEL = True  # bf16/fp16 and use_vllm follow the loaded model (grpo_config_kwargs)
+    KWARGS_NEED_MODEL = True
     MEMORY_SAVERS = True
-    RECIPE_RULES = BACKEND_RULES[NAME]  # what it refuses only after loading, refused up front (validate.py)
+    RECIPE_RULES = BACKEND_RULES[NAME]
 
     def memory_path(self, vllm_mode: str, fast_inference: bool) -> str:
         return "unsloth+vllm" if fast_inference else "unsloth (no vLLM)"
@@ -75,12 +71,10 @@ GGUF_MERGED_SUBDIR = "merged"
 
 
 def load_for_training(cfg: PipelineConfig, tokenizer: Any = None):
-    """from_pretrained then get_peft_model: (LoRA model, tokenizer); the LoRA is applied here (see `peft_config`).
-    The tokenizer is Unsloth's own, as from_pretrained returns it (`tokenizer` is not used)."""
-    # e.g. lora_modules_to_save with vLLM: get_peft_model would refuse after loading
+    """(LoRA model, Unsloth's own tokenizer): from_pretrained then get_peft_model (`tokenizer` is not used)."""
     validate_unsloth(cfg.lora.lora_modules_to_save, cfg.lora.lora_target_modules, cfg.model.fast_inference,
                      cfg.grpo.vllm_sampling_params, cfg.model.vllm_standby)
-    refuse_vllm_sleep_mode(standby_enabled(cfg))  # the trainer's rollouts would sleep vLLM with it
+    refuse_vllm_sleep_mode(standby_enabled(cfg))
     model, tokenizer = from_pretrained(cfg, cfg.model.model_name_or_path, fast_inference=cfg.model.fast_inference)
     from unsloth import FastLanguageModel  # imported by from_pretrained, after prepare_environment
 
@@ -95,9 +89,9 @@ def load_for_training(cfg: PipelineConfig, tokenizer: Any = None):
         random_state=cfg.grpo.seed,
         modules_to_save=list(cfg.lora.lora_modules_to_save) or None,
     )
-    # Make `model.load_lora` put a RELATIVE folder under the run's, not the working directory: Unsloth's patched
-    # trainer calls it with one on every vLLM rollout (rl_replacements.py, rl.py), writing the live
-    # adapter_config.json there (unsloth_zoo _live_lora_config). No vLLM engine: no load_lora, no live LoRA.
+    # `model.load_lora` puts a RELATIVE folder under the run's, not the cwd: Unsloth's patched trainer calls it with
+    # one on every vLLM rollout (rl_replacements.py, rl.py), writing the live adapter_config.json there
+    # (unsloth_zoo _live_lora_config). No vLLM engine: no load_lora.
     load_lora = getattr(model, "load_lora", None)
     folder = absolute_path(cfg.grpo.output_dir) / LIVE_LORA_SUBDIR
     if load_lora is not None:
@@ -111,8 +105,8 @@ def load_for_training(cfg: PipelineConfig, tokenizer: Any = None):
 
 
 def peft_config(cfg: PipelineConfig) -> None:
-    """Always None: Unsloth's patched GRPOTrainer rewrites `if peft_config is not None:` to `if False:`, so a
-    LoraConfig would be silently ignored; load_for_training applied the LoRA with get_peft_model.
+    """Always None: Unsloth's patched GRPOTrainer rewrites `if peft_config is not None:` to `if False:` (a LoraConfig
+    would be silently ignored); load_for_training applied the LoRA.
 
     >>> from grpo_pipeline.pipeline.config import PipelineConfig
     >>> peft_config(PipelineConfig()) is None
@@ -122,9 +116,9 @@ def peft_config(cfg: PipelineConfig) -> None:
 
 
 class SamplingOverrides(dict):
-    """`vllm_sampling_params` as Unsloth reads it (only its `_set_kwargs`: rl_replacements.py
-    grpo_update_SamplingParams) and as transformers can write it: Unsloth's own vLLMSamplingParams fails
-    TrainingArguments.to_json_string, which the TensorBoard and wandb callbacks call at train start."""
+    """`vllm_sampling_params` as Unsloth reads it (only `_set_kwargs`: rl_replacements.py grpo_update_SamplingParams)
+    and transformers can write it: Unsloth's vLLMSamplingParams fails TrainingArguments.to_json_string (the
+    TensorBoard and wandb callbacks call it)."""
 
     @property
     def _set_kwargs(self) -> dict[str, Any]:
@@ -132,25 +126,21 @@ class SamplingOverrides(dict):
 
 
 def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
-    """UnslothGRPOConfig keyword arguments: `use_vllm` exactly when the model carries a vLLM engine (Unsloth's
-    patched trainer then reuses it), bf16/fp16 from the model's dtype, vllm_importance_sampling_correction from the
-    config (Unsloth would default it to False, TRL to True), and `vllm_sampling_params` (SamplingOverrides)."""
+    """UnslothGRPOConfig keyword arguments: `use_vllm` exactly when the model carries a vLLM engine, bf16/fp16 from
+    its dtype, vllm_importance_sampling_correction always (Unsloth defaults it to False, TRL to True)."""
     use_vllm = serves_with_vllm(model, cfg.model.fast_inference)
     kwargs: dict[str, Any] = {"use_vllm": use_vllm, **mixed_precision(model)}
     if not use_vllm:
-        if not cfg.model.fast_inference and sampling_params_mapping(cfg.grpo.vllm_sampling_params):
-            # validate() refuses this first
-            raise ConfigError("vllm_sampling_params", "is for vLLM; fast_inference: false runs without it.")
         return kwargs
     kwargs["vllm_importance_sampling_correction"] = cfg.grpo.vllm_importance_sampling_correction
-    mapping = sampling_params_mapping(cfg.grpo.vllm_sampling_params)
+    mapping = sampling_params_mapping(cfg.grpo.vllm_sampling_params)  # validate() refused it without vLLM
     if mapping:
         overridden = sorted(set(mapping) & set(UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS))
-        if overridden:  # validate() refuses these first; kept for direct callers
+        if overridden:  # rl_replacements.grpo_update_SamplingParams; validate() refuses these first
             raise ConfigError("vllm_sampling_params", f"{overridden} are taken from the trainer config by Unsloth "
                               "and would be ignored here; set temperature / num_generations / "
                               "max_completion_length / seed instead.")
-        # Built once with Unsloth's own helper so vLLM rejects a bad field or value now, not at the first rollout.
+        # Built once now, so vLLM rejects a bad field or value before the first rollout.
         from unsloth import vLLMSamplingParams
         from vllm.exceptions import VLLMValidationError  # not a ValueError
 
@@ -164,13 +154,11 @@ def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
 
 
 def prepare_trainer(trainer: Any, cfg: PipelineConfig) -> None:
-    """Nothing: Unsloth's patched trainer sends the adapter to its own vLLM engine (load_lora) before each rollout."""
-    return None
+    return None  # Unsloth's patched trainer sends the adapter to its vLLM (load_lora) before each rollout
 
 
 def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
-    """`model.save_lora` (the lora_A/lora_B tensors, cast to the embedding dtype: unsloth_zoo.vllm_utils.save_lora)
-    plus the tokenizer, at an absolute path."""
+    """`model.save_lora` (unsloth_zoo.vllm_utils.save_lora) plus the tokenizer, at an absolute path."""
     directory = absolute_path(directory)
     model.save_lora(str(directory))
     tokenizer.save_pretrained(str(directory))
@@ -178,16 +166,15 @@ def save_adapter(model: Any, tokenizer: Any, directory: Path) -> None:
 
 def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: PipelineConfig,
            system_prompt: Optional[str] = None, gguf_quantization: str = DEFAULT_GGUF_QUANTIZATION) -> None:
-    """Merge the adapter (loaded from its folder: Unsloth loads the base its adapter_config.json names) into its
-    base in `out_dir`. merged16 merges into the original 16-bit checkpoint (save.unsloth_generic_save); merged4 into
-    the loaded 4-bit weights ("merged_4bit" raises asking for "_forced"); gguf builds llama.cpp on first use."""
+    """merged16 merges into the original 16-bit checkpoint (save.unsloth_generic_save); merged4 into the loaded
+    4-bit weights ("merged_4bit" raises asking for "_forced"); gguf builds llama.cpp on first use."""
     if method not in EXPORT_METHODS:
         raise ConfigError("to", f"got {method!r}; choose one of {', '.join(EXPORT_METHODS)}.")
     if method == "gguf" and not (isinstance(gguf_quantization, str) and gguf_quantization.strip()):
         raise ConfigError("gguf_quantization", f"got {gguf_quantization!r}; use a llama.cpp type such as q4_k_m, "
                           "q8_0 or f16.")
     warn_if_other_base(adapter, base_model)
-    with unsloth_adapter_folder(adapter) as folder:  # the merge below reads the base from the loaded model
+    with unsloth_adapter_folder(adapter) as folder:
         model, tokenizer = from_pretrained(cfg, folder, fast_inference=False,
                                            load_in_4bit=True if method == "merged4" else None)
         # Absolute: Unsloth moves *relative* save paths elsewhere on Kaggle (save.py _preflight_merge_disk).

@@ -2,9 +2,7 @@
 
 unsloth 2026.10.9 builds `UnslothGRPOConfig.__init__` from TRL's GRPOConfig source (unsloth/models/rl.py
 `_patch_trl_rl_trainers_impl`): it replaces some of TRL's defaults (its `replacements` tables) and runs lines of its
-own first (its `extra_args`, rl_replacements.py `RL_CONFIG_CHANGES["grpo_trainer"]`). `config_rewrites` predicts
-that from the keyword arguments alone, for `grpo train --check` and effective_config.json. tests/
-test_effective_config.py checks it against the pinned wheel's defaults and the strict double (tests/fake_unsloth.py).
+own first (its `extra_args`, rl_replacements.py `RL_CONFIG_CHANGES["grpo_trainer"]`).
 """
 
 from __future__ import annotations
@@ -14,8 +12,7 @@ from typing import Any
 from grpo_pipeline.pipeline.config import PipelineConfig
 
 
-# TRL's defaults that UnslothGRPOConfig replaces (rl.py `_patch_trl_rl_trainers_impl`, both `replacements`
-# tables: the one for every RL config and the GRPO one). A field the caller passes keeps its value.
+# TRL's defaults that UnslothGRPOConfig replaces (both `replacements` tables: every RL config's and GRPO's).
 UNSLOTH_GRPO_DEFAULTS: dict[str, Any] = {
     "output_dir": None, "logging_nan_inf_filter": False, "per_device_train_batch_size": 4,
     "gradient_accumulation_steps": 2, "weight_decay": 0.001, "seed": 3407, "optim": "adamw_8bit",
@@ -32,16 +29,13 @@ WHERE = "unsloth/models/rl.py _patch_trl_rl_trainers_impl"
 
 
 def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dict[str, tuple[Any, str]]:
-    """{field: (value, why)} for every field UnslothGRPOConfig(**kwargs) sets to something other than what TRL's
-    GRPOConfig(**kwargs) would start from (`trl_defaults` overlaid with `kwargs`). Checks that raise for real
-    (temperature <= 0 or >= 10) are left to the run.
+    """{field: (value, why)} for every field UnslothGRPOConfig(**kwargs) sets otherwise than TRL's
+    GRPOConfig(**kwargs) would; its checks that raise (temperature <= 0 or >= 10) are left to the run.
 
     >>> rewrites = config_rewrites({"use_vllm": True, "top_k": 0, "beta": 0.0, "loss_type": "dapo"},
     ...                            {"top_k": 0, "vllm_importance_sampling_correction": True})
     >>> rewrites["top_k"][0], rewrites["vllm_importance_sampling_correction"][0]
     (-1, False)
-    >>> config_rewrites({"loss_type": "grpo"}, {"loss_type": "dapo", "beta": 0.0})["beta"][0]  # TRL: beta 0
-    0.001
     """
     values = {**trl_defaults, **{k: v for k, v in UNSLOTH_GRPO_DEFAULTS.items() if k not in kwargs}, **kwargs}
     why = {k: f"{WHERE}: Unsloth's default for an unset field" for k in UNSLOTH_GRPO_DEFAULTS if k not in kwargs}
@@ -78,8 +72,7 @@ def config_rewrites(kwargs: dict[str, Any], trl_defaults: dict[str, Any]) -> dic
 
 
 def predicted_config_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
-    """grpo_config_kwargs before the model loads: use_vllm follows fast_inference (Unsloth may still turn vLLM
-    off itself, which the run records), bf16/fp16 follow the loaded model's dtype and are left out."""
+    """grpo_config_kwargs before the model loads (no bf16/fp16; use_vllm as configured: Unsloth may turn it off)."""
     if not cfg.model.fast_inference:
         return {"use_vllm": False}
     return {"use_vllm": True,

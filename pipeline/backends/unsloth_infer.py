@@ -1,6 +1,4 @@
-"""Unsloth backend, generation: through the model's vLLM engine (fast_inference), or Unsloth's transformers path
-without it. Importing this module imports nothing heavy (unsloth inside, after prepare_environment).
-"""
+"""Unsloth backend, generation: through the model's vLLM engine (fast_inference), or Unsloth's transformers path."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ from grpo_pipeline.pipeline.config import PipelineConfig, check_adapter_rank
 
 
 class UnslothGenerator:
-    """Generation through the model's vLLM engine, with one LoRA request reused for every call (unsloth_zoo's
-    load_lora hands out a new adapter id, a new adapter for vLLM to load, on every call)."""
+    """Generation through the model's vLLM engine, one LoRA request for all calls (unsloth_zoo load_lora: new ids)."""
 
     def __init__(self, model: Any, tokenizer: Any, lora_request: Any, wake_engine: bool = False):
         self.model = model
@@ -38,18 +35,15 @@ class UnslothGenerator:
         if not prompts:
             return []
         with self._awake():
-            # model.fast_generate is vLLM's LLM.generate; lora_request=None is explicit for the base model, so
-            # nothing falls back to an adapter loaded earlier.
+            # lora_request=None is explicit: the base model, never an adapter loaded earlier
             return generate_with_vllm(self.model.fast_generate, prompts, max_tokens, temperature, top_p, top_k,
                                       min_p, lora_request=self.lora_request)
 
     @contextlib.contextmanager
     def _awake(self):
-        """In standby the trainer sleeps vLLM after each rollout and wakes it before the next
-        (rl_replacements.grpo_trainer__generate_and_score_completions): eval does the same, and puts it back to
-        sleep after, as the trainer expects (its next sync_weights wakes the engine again)."""
+        """Wake a standby engine and sleep it after, as around each rollout (unsloth/models/_async_grpo_vllm.py
+        _keep_awake; rl_replacements.grpo_trainer__generate_and_score_completions)."""
         engine = self.model.vllm_engine if self.wake_engine else None
-        # as unsloth's _keep_awake (unsloth/models/_async_grpo_vllm.py)
         slept = engine is not None and engine.llm_engine.is_sleeping()
         if slept:
             engine.wake_up()
@@ -61,9 +55,8 @@ class UnslothGenerator:
 
 
 class UnslothRolloutEngine(UnslothGenerator):
-    """The rollouts' vLLM engine as the rollout probe scores it (pipeline/health/rollout.py): each `score` sends the
-    trainer's current adapter as Unsloth's patched trainer does before every rollout (`model.load_lora(<folder>,
-    load_tensors=True)`, rl_replacements.vllm_generation_init_patch), then scores through prompt_logprobs."""
+    """The rollouts' engine for the rollout probe: each `score` first sends the current adapter as Unsloth's trainer
+    does (`model.load_lora(<folder>, load_tensors=True)`: rl_replacements.vllm_generation_init_patch)."""
 
     def __init__(self, model: Any, tokenizer: Any, folder: Path):
         super().__init__(model, tokenizer, lora_request=None, wake_engine=True)
@@ -85,9 +78,7 @@ def rollout_engine(trainer: Any, tokenizer: Any, cfg: PipelineConfig) -> Optiona
 
 
 class UnslothTransformersGenerator(PlainGenerator):
-    """fast_inference: false: Unsloth's own inference path, `FastLanguageModel.for_inference` (gradient
-    checkpointing off, fast decoding on; `for_training` after, for a model still training) + the plain backend's
-    batched `generate`."""
+    """fast_inference: false: the plain `generate` between `for_inference` and (still training) `for_training`."""
 
     def __init__(self, model: Any, tokenizer: Any, back_to_training: bool):
         super().__init__(model, tokenizer)
@@ -97,7 +88,7 @@ class UnslothTransformersGenerator(PlainGenerator):
                  top_p: float = 1.0, top_k: int = 0, min_p: Optional[float] = None) -> list[Completion]:
         if not prompts:
             return []
-        from unsloth import FastLanguageModel  # after prepare_environment
+        from unsloth import FastLanguageModel
 
         FastLanguageModel.for_inference(self.model)
         try:
@@ -108,9 +99,7 @@ class UnslothTransformersGenerator(PlainGenerator):
 
 
 def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig):
-    """Generate with the LoRA model being trained. `model.load_lora(..., load_tensors=True)` sends the adapter's
-    *current* tensors to vLLM, as Unsloth's rollouts do, writing the live adapter_config.json into a hidden folder
-    of output_dir (unsloth_zoo _live_lora_config). Each call snapshots the weights."""
+    """Generate with the LoRA being trained: its *current* tensors sent to vLLM per call, as Unsloth's rollouts do."""
     if not serves_with_vllm(model, cfg.model.fast_inference):
         return UnslothTransformersGenerator(model, tokenizer, back_to_training=True)
     load_lora = getattr(model, "load_lora", None)
@@ -124,26 +113,24 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig):
 
 
 def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig):
-    """Base model in vLLM plus the verified adapter (None: the base alone), by its absolute path: vLLM takes a
-    relative one it cannot find for a Hub repo id (vllm/lora/utils.py get_adapter_absolute_path)."""
+    """Base model in vLLM plus the adapter by its absolute path (vllm/lora/utils.py get_adapter_absolute_path takes a
+    relative one it cannot find for a Hub repo id)."""
     if not cfg.model.fast_inference:
         return _load_transformers_generator(base_model, adapter, cfg)
     if adapter is not None:
-        # Before loading: vLLM reserves LoRA slots of max_lora_rank at start-up, and unsloth_zoo would refuse only
-        # after the engine is built (_check_lora_rank_fits).
+        # Before loading: unsloth_zoo refuses only after the engine is built (_check_lora_rank_fits).
         rank = int(adapter.r)
         check_adapter_rank(rank, cfg.model.max_lora_rank, what=f"the adapter at {adapter.path}",
                            fix=f"Pass --max_lora_rank {rank} (or higher).")
         warn_if_other_base(adapter, base_model)
     model, tokenizer = from_pretrained(cfg, base_model, fast_inference=True)
     if not serves_with_vllm(model, cfg.model.fast_inference):
-        # Unsloth turned vLLM off: its transformers path, from the adapter folder
-        del model
+        del model  # Unsloth turned vLLM off
         return _load_transformers_generator(base_model, adapter, cfg)
     lora_request = None
     if adapter is not None:
-        # `model.load_lora` exists only on a PeftModel (patch_peft_fast_inference), but the path branch of
-        # unsloth_zoo's load_lora needs only model.vllm_engine: bound here as patch_peft_fast_inference binds it.
+        # `model.load_lora` exists only on a PeftModel, but the path branch of unsloth_zoo's load_lora needs only
+        # model.vllm_engine: bound here as patch_peft_fast_inference binds it.
         from unsloth_zoo.vllm_utils import load_lora
 
         lora_request = load_lora(model, str(absolute_path(adapter.path)))
@@ -151,8 +138,7 @@ def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig)
 
 
 def _load_transformers_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig):
-    """Unsloth without vLLM: `FastLanguageModel.from_pretrained(<adapter folder>)` (Unsloth's documented way to
-    load a saved LoRA: the base adapter_config.json names, then the adapter), checked to carry the adapter."""
+    """Unsloth without vLLM, from the adapter folder (Unsloth's documented way), checked to carry the adapter."""
     if adapter is not None:
         warn_if_other_base(adapter, base_model)
     with (unsloth_adapter_folder(adapter) if adapter is not None

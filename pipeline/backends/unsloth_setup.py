@@ -1,9 +1,5 @@
-"""Unsloth process set-up and loading arguments, shared by training, generation and export.
-
-`prepare_environment(cfg)` sets Unsloth's environment and imports unsloth, before trl, transformers or peft are
-imported (pipeline/bootstrap.py calls it first thing in `grpo`); `from_pretrained` is the one place
-FastLanguageModel.from_pretrained is called. Importing this module imports nothing heavy.
-"""
+"""Unsloth process set-up (`prepare_environment`, before trl, transformers or peft are imported) and the one
+FastLanguageModel.from_pretrained call, shared by training, generation and export."""
 
 from __future__ import annotations
 
@@ -13,14 +9,13 @@ import os
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterator, Optional
 
 from grpo_pipeline.env.hubs import HubSourceError, require_modelscope
 from grpo_pipeline.env.imports import import_order_problems
-from grpo_pipeline.env.locations import absolute_path
-from grpo_pipeline.env.locations import cache_root
+from grpo_pipeline.env.locations import absolute_path, cache_root
 from grpo_pipeline.env.paths import atomic_write_json
 from grpo_pipeline.pipeline.backends.gpu_settings import resolve_gpu_memory_utilization, standby_enabled
 from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
@@ -28,25 +23,17 @@ from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 from grpo_pipeline.pipeline.run.manifest import other_base
 
 STANDBY_ENV = "UNSLOTH_VLLM_STANDBY"
-# Unsloth's switch to ModelScope (unsloth/models/_utils.py reads it into USE_MODELSCOPE at import).
 MODELSCOPE_ENV = "UNSLOTH_USE_MODELSCOPE"
-# unsloth_zoo/compiler.py reads it once, at import, and writes its compiled modules there; its default,
-# "unsloth_compiled_cache", is relative to the working directory (a read-only or shared cwd then fails).
+# unsloth_zoo/compiler.py reads it at import; its default, "unsloth_compiled_cache", is relative to the cwd.
 COMPILE_LOCATION_ENV = "UNSLOTH_COMPILE_LOCATION"
 
 
-@dataclass
-class PreparedEnvironment:
-    standby: bool
+_prepared: Optional[SimpleNamespace] = None  # .standby, as unsloth was imported with it
 
 
-_prepared: Optional[PreparedEnvironment] = None
-
-
-def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
-    """Set Unsloth's environment, check the import order, then `import unsloth` (idempotent). Standby must be set
-    *before* it: unsloth_zoo reads it at import (unsloth_zoo/__init__.py, vllm_utils.patch_vllm). trl/transformers/
-    peft imported already is a warning, as Unsloth's own (unsloth/_gpu_init.py): it patches what it can."""
+def prepare_environment(cfg: PipelineConfig) -> SimpleNamespace:
+    """Set Unsloth's environment, then `import unsloth` (idempotent); standby is read at import (unsloth_zoo/
+    __init__.py, vllm_utils.patch_vllm). trl/transformers/peft imported first is a warning, as Unsloth's own."""
     global _prepared
     standby = standby_enabled(cfg)
     if _prepared is not None and "unsloth" in sys.modules:
@@ -60,7 +47,7 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
     current = os.environ.get(STANDBY_ENV, "0")
     if standby:
         if "unsloth" in sys.modules and current == "0":
-            # Too late: setting it now would only get past llama.py's check into a half-configured engine.
+            # Setting it now would only get past llama.py's check into a half-configured engine.
             raise RuntimeError(
                 "vllm_standby is on, but unsloth was imported before UNSLOTH_VLLM_STANDBY=1 was set. "
                 "Restart the process (in a notebook: restart the kernel) and let the pipeline import unsloth, "
@@ -68,7 +55,7 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
             )
         os.environ[STANDBY_ENV] = "1"
     elif current != "0":
-        # The config decides; an exported variable would silently turn standby on (load_vllm ORs it in).
+        # An exported variable would silently turn standby on (load_vllm ORs it in).
         if "unsloth" in sys.modules:
             raise RuntimeError(
                 f"vllm_standby is false, but unsloth was already imported with {STANDBY_ENV}={current}. "
@@ -81,7 +68,6 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
 
     _set_modelscope_env(cfg.model.model_source)
     if "unsloth" not in sys.modules and not os.environ.get(COMPILE_LOCATION_ENV):
-        # Under the project's cache root instead of the cwd; a location the user exported is kept.
         os.environ[COMPILE_LOCATION_ENV] = str(cache_root().resolve() / "unsloth_compiled_cache")
     problems = [] if "unsloth" in sys.modules else [str(problem) for problem in import_order_problems()]
     if problems:
@@ -92,15 +78,14 @@ def prepare_environment(cfg: PipelineConfig) -> PreparedEnvironment:
             "trl, transformers or peft; in a notebook, restart the kernel and run it in the first cell.",
             stacklevel=2,
         )
-    import unsloth  # noqa: F401  (lazy, here only: the import is the point, it patches trl/transformers/peft)
+    import unsloth  # noqa: F401  (the import is the point: it patches trl/transformers/peft)
 
-    _prepared = PreparedEnvironment(standby=standby)
+    _prepared = SimpleNamespace(standby=standby)
     return _prepared
 
 
 def _set_modelscope_env(model_source: str) -> None:
-    """UNSLOTH_USE_MODELSCOPE=1 for `model_source: modelscope`, else 0. Unsloth reads it once, at import (an
-    ImportError there without modelscope), so a change after the import is refused."""
+    """UNSLOTH_USE_MODELSCOPE per `model_source`, read at import (unsloth/models/_utils.py): a later change refused."""
     wanted = "1" if model_source == "modelscope" else "0"
     if os.environ.get(MODELSCOPE_ENV, "0") == wanted:
         return
@@ -117,18 +102,16 @@ def _set_modelscope_env(model_source: str) -> None:
 
 
 def gradient_checkpointing_mode(gradient_checkpointing: bool):
-    # "unsloth" = Unsloth's offloaded checkpointing (falls back to plain below 512 tokens:
-    # apply_unsloth_gradient_checkpointing).
+    # "unsloth": offloaded checkpointing (plain below 512 tokens: apply_unsloth_gradient_checkpointing)
     return "unsloth" if gradient_checkpointing else False
 
 
 def from_pretrained(cfg: PipelineConfig, model_name: str, *, fast_inference: bool,
                     load_in_4bit: Optional[bool] = None) -> tuple[Any, Any]:
-    """FastLanguageModel.from_pretrained (unsloth/models/loader.py) after `prepare_environment`: (model, tokenizer).
-    The one place its arguments are built; `model_name`: a model's name or a folder (an adapter's)."""
+    """(model, tokenizer) from FastLanguageModel.from_pretrained (unsloth/models/loader.py) of a name or folder."""
     standby = prepare_environment(cfg).standby
     import torch
-    from unsloth import FastLanguageModel  # after prepare_environment
+    from unsloth import FastLanguageModel
 
     kwargs: dict[str, Any] = {
         # A built-in model's folder, else the name as given, with modelscope too (source "hf"): unsloth/models/
@@ -137,51 +120,42 @@ def from_pretrained(cfg: PipelineConfig, model_name: str, *, fast_inference: boo
         "max_seq_length": cfg.model.max_seq_length,
         "load_in_4bit": cfg.model.load_in_4bit if load_in_4bit is None else load_in_4bit,
         "fast_inference": fast_inference,
-        # auto: None (Unsloth picks bf16 where supported, else fp16: FastLlamaModel.from_pretrained); else a torch
-        # dtype, not the string: FastLanguageModel.from_pretrained converts only "float16"/"bfloat16".
+        # auto: None (Unsloth picks); a torch dtype, not the string: from_pretrained converts only float16/bfloat16
         "dtype": None if cfg.model.dtype == "auto" else getattr(torch, cfg.model.dtype),
         "random_state": cfg.grpo.seed,
         "use_gradient_checkpointing": gradient_checkpointing_mode(cfg.lora.gradient_checkpointing),
         "trust_remote_code": cfg.model.trust_remote_code,
     }
     if fast_inference:
-        kwargs.update(max_lora_rank=cfg.model.max_lora_rank,  # every adapter vLLM serves must have r <= this
+        kwargs.update(max_lora_rank=cfg.model.max_lora_rank,
                       gpu_memory_utilization=resolve_gpu_memory_utilization(cfg, standby=standby),
                       float8_kv_cache=cfg.model.float8_kv_cache)
-        if standby:
-            # Travels in **kwargs to FastLlamaModel.from_pretrained and on to load_vllm (which would also read the
-            # environment variable): the intent explicit.
+        if standby:  # on to load_vllm in **kwargs (which also reads the environment variable): explicit
             kwargs["unsloth_vllm_standby"] = True
     return FastLanguageModel.from_pretrained(**kwargs)
 
 
-# Where the live LoRA config of our vLLM generation goes, inside output_dir (unsloth_infer.py training_generator).
 LIVE_LORA_SUBDIR = ".vllm_live_lora"
 
 
 def serves_with_vllm(model: Any, fast_inference: bool) -> bool:
-    """Whether generation goes through vLLM: the model Unsloth returned carries a `vllm_engine` (Unsloth switches
-    vLLM off itself: unsloth/models/loader.py, _utils.py fast_inference_setup; use_vllm=True then would build a
-    second engine). Warned once when it differs from the config."""
+    """Whether the model carries a `vllm_engine` (Unsloth switches vLLM off itself: unsloth/models/loader.py,
+    _utils.py fast_inference_setup); warned once when it differs from the config."""
     engine = hasattr(model, "vllm_engine")
     if fast_inference and not engine and not getattr(model, "_grpo_said_no_vllm", False):
         warnings.warn("fast_inference: true, but Unsloth returned the model without a vLLM engine (it turns vLLM "
                       "off itself on GPUs below compute capability 7, on DGX Spark, or when vllm does not import; "
                       "its log above says which): rollouts and eval generate with transformers instead (slower). "
                       "Set fast_inference: false to say so in the config.", stacklevel=2)
-        try:
+        with contextlib.suppress(AttributeError):
             model._grpo_said_no_vllm = True
-        except AttributeError:
-            pass
     return engine
 
 
 @contextlib.contextmanager
 def unsloth_adapter_folder(adapter: Any) -> Iterator[str]:
-    """The adapter folder to hand FastLanguageModel.from_pretrained, which loads the base its adapter_config.json
-    names (unsloth/models/loader.py). A built-in base is recorded by its name (pipeline/run/manifest.py
-    recorded_base), which Unsloth cannot load: then a temporary view of the folder (its files linked) whose
-    adapter_config.json names the built-in model's folder instead."""
+    """The adapter folder for FastLanguageModel.from_pretrained, which loads the base its adapter_config.json names;
+    for a built-in base (recorded by name) a temporary view of the folder naming the built-in model's folder."""
     path = absolute_path(adapter.path)
     recorded = adapter.base_model_name_or_path
     loadable = resolve_model_path(recorded) if recorded else recorded
@@ -202,7 +176,6 @@ def unsloth_adapter_folder(adapter: Any) -> Iterator[str]:
 
 
 def warn_if_other_base(adapter: Any, base_model: str) -> None:
-    """Warn when the adapter names another base than `base_model` (pipeline/run/manifest.py other_base)."""
     recorded = adapter.base_model_name_or_path
     if other_base(recorded, base_model):
         warnings.warn(

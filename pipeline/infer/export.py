@@ -3,8 +3,8 @@
     grpo export --lora outputs/run/lora --to merged16 --out exported/merged16
     grpo export --lora outputs/run/lora --to gguf --out exported/gguf      # unsloth backend
 
-The export is written into a temporary sibling folder and renamed into place. Its chat template inserts the
-trained system prompt when a chat has no system message, and it carries the adapter's `grpo_adapter.json`.
+Written into a temporary sibling folder and renamed into place; its chat template defaults to the trained system
+prompt, and it carries the adapter's `grpo_adapter.json`.
 """
 
 from __future__ import annotations
@@ -52,10 +52,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     manifest = find_manifest(adapter.path) or {}
     base_model = manifest.get("base_model") or adapter.base_model_name_or_path
     base_folder = resolve_model_path(base_model)
-    # --out must not be, hold or lie inside the adapter, its run or a local base model.
     reads = {"the base model": base_folder} if local_model(base_folder) else {}
     out = check_command_paths("export", vars(args), overwrite=args.overwrite, extra_reads=reads)["out"]
-    # What --out was when it was checked is all the publish step may replace.
     seen = snapshot(out, option="--out", fix="Pass --overwrite to replace it, or choose another --out.")
     mismatch = session.adapter_mismatch(adapter, base_model)
     if mismatch:
@@ -69,14 +67,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.to not in backend.EXPORT_METHODS:
         raise ConfigError("to", "GGUF export is Unsloth-only (save_pretrained_gguf builds llama.cpp). On this "
                           "machine export --to merged16 and convert it with llama.cpp's convert_hf_to_gguf.py.")
-    backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
+    backend.prepare_environment(cfg)  # idempotent
     with storage_errors_named(out, "run the same export again.", option="--out"), \
             atomic_directory(out, seen=seen) as staging:
         system_prompt = given_values.values.get("system_prompt")  # --system_prompt, --config's, else the record's
         backend.export(adapter, base_model, args.to, staging, cfg, system_prompt=system_prompt)
         check_tool_support(staging, agent_names(cfg.grpo), args.to,
                            trust_remote_code=cfg.model.trust_remote_code)
-        carry_training_defaults(staging, manifest)  # grpo_adapter.json travels
+        carry_training_defaults(staging, manifest)
         atomic_write_json(staging / EXPORT_MARKER, {"adapter": str(adapter.path), "to": args.to,
                                                     "base_model": recorded_base(base_model)})
     print(f"exported {shell_command(adapter.path)} ({args.to}, base {base_model}) to {shell_command(out)}")
@@ -84,8 +82,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def check_tool_support(folder: Path, names: dict[str, Any], method: str, trust_remote_code: bool = False) -> None:
-    """An export of an adapter trained with tools (`names`: trainer/agents.py agent_names) keeps a chat template
-    that renders a whole tool exchange and the tools' schemas, else it fails unpublished."""
+    """RuntimeError (unpublished) when an export of a tools-trained adapter lost a template that renders tools."""
     if method == "gguf" or not (names.get("tools") or names.get("environment_factory")):
         return  # a .gguf carries its template in its metadata, read by llama.cpp, not by transformers
     from trl.chat_template_utils import supports_tool_calling
@@ -100,7 +97,5 @@ def check_tool_support(folder: Path, names: dict[str, Any], method: str, trust_r
 
 
 def carry_training_defaults(folder: Path, manifest: dict[str, Any]) -> None:
-    """`grpo_adapter.json` written into an export (nothing for an adapter without metadata)."""
-    if not manifest:
-        return
-    write_adapter_metadata(folder, manifest)
+    if manifest:  # an adapter without metadata has nothing to carry
+        write_adapter_metadata(folder, manifest)

@@ -27,9 +27,8 @@ from grpo_pipeline.pipeline.infer.tool_loop import answer
 
 
 def read_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The rows of --prompt or a JSONL file (one {"prompt"|"question": ...} per line; blank lines skipped): each
-    line's fields with its question under "prompt", as a training row reaches TRL (an environment's `reset(**row)`
-    gets them). A bad line is a DataFileError naming it, and nothing is generated for any row."""
+    """The rows of --prompt or a JSONL file (one {"prompt"|"question": ...} per line), the question under "prompt"
+    as a training row reaches TRL; a bad line is a DataFileError naming it."""
     if args.prompt is not None:
         return [{"prompt": args.prompt}]
     path = absolute_path(args.input)
@@ -72,14 +71,12 @@ def read_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def generate_answers(prompts: list[str], args: Optional[argparse.Namespace] = None,
                      rows: Optional[list[dict[str, Any]]] = None, **options) -> list[dict]:
-    """Answer `prompts` with a saved LoRA (or --base); one record per prompt. `rows`: each prompt's other columns
-    (read_rows), for the environments' `reset(**row)`. From Python: `generate_answers(["What is 2+3?"],
-    lora="outputs/run/lora")` or `generate_answers([...], base=True, run="outputs/run")`.
-    """
+    """One record per prompt, answered with a saved LoRA (or --base); `rows`: each prompt's other columns. From
+    Python: `generate_answers(["What is 2+3?"], lora="outputs/run/lora")`."""
     setup = open_inference(args if args is not None else inference_args(**options))
-    # As a training row was given: text prompts as written to a model trained on them, else chats (as_chat).
-    messages = [p if setup.prompt_format == "standard" and isinstance(p, str) else as_chat(setup.system_prompt, p)
-                for p in prompts]
+    # as a training row was given: text prompts to a model trained on them ("standard"), else chats
+    standard = (setup.manifest or {}).get("prompt_format") == "standard"
+    messages = [p if standard and isinstance(p, str) else as_chat(setup.system_prompt, p) for p in prompts]
     columns = [{**row, "prompt": m} for m, row in zip(messages, rows or [{}] * len(messages), strict=True)]
     texts, rollouts = answer(setup.generator, setup.tokenizer, setup.agents, setup.loop, messages, columns,
                              setup.max_tokens, temperature=setup.temperature, top_p=setup.top_p)
@@ -103,7 +100,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     note_command_options(parser)
     check_command_paths("generate", vars(args))
-    # What --output was now is all the write may replace: a file written there meanwhile is kept.
     seen = snapshot(absolute_path(args.output), option="--output",
                     fix="Choose another --output, or run again to replace it.") if args.output else None
 

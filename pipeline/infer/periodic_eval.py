@@ -1,10 +1,8 @@
 """Held-out evaluation during training (`eval_steps: N`) and the best adapter it keeps (`output_dir/best_lora/`).
 
-Every N steps `PeriodicEvalCallback` runs the before/after evaluation and puts `eval/accuracy` and
-`eval/format_rate` into that step's log (metrics.jsonl, the plots, the health rules). When the accuracy beats the
-best so far, `BestAdapter` writes the adapter to `best_lora/` as `lora/` is written, plus `grpo_best.json` (step,
-accuracy, the kept-state key of the evaluation: env/kept.py). A resumed run keeps a best measured the same way
-(`eval_inputs`); one measured otherwise is moved to previous/ and the best starts anew.
+Every N steps the before/after evaluation puts `eval/accuracy` and `eval/format_rate` into that step's log; a new
+best accuracy writes the adapter to `best_lora/` with `grpo_best.json`. A resumed run keeps a best measured from
+the same inputs; one measured otherwise is moved to previous/.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from typing import Any, Optional
 
 from transformers import TrainerCallback
 
-# paths through the module, looked up at each call: tests/test_writers.py acts between stage and publish there.
+# paths through the module, looked up at each call: tests/test_writers.py stands in there.
 from grpo_pipeline.env import paths
 from grpo_pipeline.env.kept import read_record, record, reusable
 from grpo_pipeline.env.locations import snapshot
@@ -30,22 +28,21 @@ BEST_NAME = "grpo_best.json"
 
 
 class BestAdapter:
-    """The best adapter so far by held-out accuracy: `best` ({"step", "accuracy", ...}) and its folder."""
+    """The best adapter so far by held-out accuracy (`best`: {"step", "accuracy", ...}); `save(model, staging_dir)`
+    writes the adapter and its metadata."""
 
     def __init__(self, output_dir: Path, save: Callable[[Any, Path], None], resume: bool,
                  inputs: Optional[dict[str, Any]] = None, log: Callable[[str], None] = print):
-        """`save(model, staging_dir)` writes the adapter and its metadata; `resume` reads back a kept best measured
-        from these `inputs`."""
         self.path = Path(output_dir) / BEST_DIR
         self.save_adapter = save
         self.inputs = dict(inputs or {})
         self.best: Optional[dict[str, Any]] = None
-        if resume and read_best(self.path) is not None:
+        kept = read_record(self.path / BEST_NAME) if resume else None
+        if kept is not None and isinstance(kept.get("accuracy"), (int, float)):  # a readable best_lora/
             if reusable(self.path / BEST_NAME, self.inputs, "best adapter", log=log) is not None:
-                self.best = read_best(self.path)
+                self.best = kept
             else:
                 set_aside_stale(self.path, output_dir, f"{BEST_DIR}/ was measured on other evaluation inputs", log)
-        # What best_lora/ is now (after each save: what we wrote) is all a save may replace.
         self.seen = snapshot(self.path, fix="Move it away (or copy it elsewhere), then resume the run.")
 
     def offer(self, model: Any, step: int, result: dict[str, Any]) -> bool:
@@ -58,19 +55,13 @@ class BestAdapter:
             self.save_adapter(model, staging)
             paths.atomic_write_json(staging / BEST_NAME, record(self.inputs, **best))
         self.seen = snapshot(self.path, fix=self.seen.fix)
-        verify_trained_dir(self.path)  # re-read what we wrote, as for lora/
+        verify_trained_dir(self.path)
         self.best = best
         return True
 
 
-def read_best(path: Path) -> Optional[dict[str, Any]]:
-    """The step and accuracy a kept best_lora/ records; None when there is none (or it is unreadable)."""
-    best = read_record(Path(path) / BEST_NAME)
-    return best if best is not None and isinstance(best.get("accuracy"), (int, float)) else None
-
-
 class PeriodicEvalCallback(TrainerCallback):
-    """Every `every` steps: evaluate (`evaluate(model) -> evaluate_rows result`), log, offer to `best`."""
+    """Every `every` steps: evaluate, log, offer to `best`."""
 
     def __init__(self, every: int, evaluate: Callable[[Any], dict[str, Any]], best: BestAdapter,
                  log: Callable[[str], None] = print):
@@ -90,8 +81,7 @@ class PeriodicEvalCallback(TrainerCallback):
         self.log(f"eval at step {state.global_step}: {headline(result)}"
                  + (f" (best so far: kept in {self.best.path})" if kept else ""))
         if args.world_size == 1:
-            # Log this step even off the logging_steps grid. Not under DDP: every rank must log together
-            # (the loss is gathered), and only this one evaluated; the next regular log carries the numbers.
+            # Log this step off the logging_steps grid too; not under DDP, where every rank must log together.
             control.should_log = True
         return control
 
@@ -105,8 +95,7 @@ class PeriodicEvalCallback(TrainerCallback):
 def build_periodic_eval(eval_steps: int, evaluate: Callable[[Any], dict[str, Any]], backend, tokenizer,
                         inputs: dict[str, Any], output_dir: Path, manifest: dict[str, Any], resume: bool,
                         log: Callable[[str], None] = print) -> PeriodicEvalCallback:
-    """The callback for a run with `eval_steps`: `inputs` is what `evaluate(model)` measures from (evaluate.py
-    eval_inputs), `manifest` what best_lora/ describes itself with."""
+    """The callback for a run with `eval_steps`: `inputs` is what `evaluate(model)` measures from (eval_inputs)."""
     def save(model, staging: Path) -> None:
         backend.save_adapter(model, tokenizer, staging)
         write_adapter_metadata(staging, {**manifest, "adapter_dir": str(output_dir / BEST_DIR)})

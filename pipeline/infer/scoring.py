@@ -1,13 +1,9 @@
-"""What a held-out completion is scored with: the correctness the run trained with.
+"""What a held-out completion is scored with: the correctness the run trained with, called as TRL calls it.
 
-The run's rewards are called on the eval completions as TRL calls them. The scorer is the first that is the
-built-in correctness reward, marked `correctness_reward = True`, or named with "correct" or "accura" in it.
-
-A completion is correct when the scorer gives it its top score: the highest it gives any completion here or the
-reference stated in each answer style (the built-in reward's own maximum), so a reward paying 5.0 for an exact
-answer and 3.5 for a near one counts only the exact. Without a correctness reward, the built-in reading: the answer
-in the tags the rows' system message asks for (e.g. <SOLUTION></SOLUTION>), else in <answer>, else the last
-\\boxed{} (through math-verify, as TRL's accuracy_reward), else after the last `####`.
+The scorer is the first reward that is the built-in correctness, marked `correctness_reward = True`, or named with
+"correct" or "accura". A completion is correct when it gets the scorer's top score (the highest it gives any
+completion here or the reference stated in each answer style), so a near answer paid 3.5 of 5.0 is not. Without a
+correctness reward, the built-in reading (`read_answer`) matched against the reference.
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ _TAG = re.compile(r"<(/?)([A-Za-z_][\w-]*)>")
 
 @dataclass
 class Scorer:
-    """The run's rewards, which one scores correctness (None: the built-in reading), and their call's keywords."""
+    """The run's rewards and which one scores correctness (None: the built-in reading)."""
 
     funcs: list[Callable]
     correctness: Optional[int]
@@ -45,8 +41,6 @@ class Scorer:
 
 
 def build_scorer(reward_funcs: list[Any], keywords: Callable) -> Scorer:
-    """The scorer of a run that trained with `reward_funcs` (names or callables); its correctness, the first found by
-    the tests in the order the module docstring gives them."""
     funcs = get_reward_funcs(list(reward_funcs)) if reward_funcs else []
     for test in (lambda f: getattr(f, "__wrapped__", f) is correctness_reward_func or f is correctness_reward_func,
                  lambda f: getattr(f, CORRECTNESS_MARK, False) is True,
@@ -63,8 +57,6 @@ def format_tags(system_message: Any) -> tuple[str, str]:
     >>> format_tags("Put your working between <start_working_out> and <end_working_out>. Then the answer between "
     ...             "<SOLUTION></SOLUTION>")
     ('<SOLUTION>', '</SOLUTION>')
-    >>> format_tags(None)
-    ('<answer>', '</answer>')
     """
     found = _TAG.findall(system_message) if isinstance(system_message, str) else []
     closed = {name for slash, name in found if slash}
@@ -73,7 +65,7 @@ def format_tags(system_message: Any) -> tuple[str, str]:
 
 
 def read_answer(text: str, tags: tuple[str, str]) -> str:
-    """The built-in reading of a completion's final answer.
+    """A completion's final answer: in `tags`, else in <answer>, else the last \\boxed{}, else after the last `####`.
 
     >>> [read_answer(t, ("<SOLUTION>", "</SOLUTION>")) for t in ("<SOLUTION>9</SOLUTION>", "So \\\\boxed{9}.",
     ...                                                          "5+4 = 9\\n#### 9", "nine")]
@@ -91,7 +83,7 @@ def read_answer(text: str, tags: tuple[str, str]) -> str:
 
 
 def answer_of(text: Any, prompt: Any) -> str:
-    """A completion's final answer as `grpo eval` reads it, what `grpo generate` and `grpo rewards` show too.
+    """A completion's final answer as `grpo eval`, `grpo generate` and `grpo rewards` read it.
 
     >>> answer_of("5 + 4 = 9. The answer is \\\\boxed{9}.", [{"role": "user", "content": "5+4?"}])
     '9'
@@ -106,8 +98,7 @@ def _system_message(prompt: Any) -> Optional[str]:
 
 
 def stated_answers(reference: Any, tags: tuple[str, str], system_message: Optional[str]) -> list[str]:
-    """The reference answer stated in every style the scorer may pay for: ours, \\boxed{}, `####`, bare, and the
-    recipe's format (each tag its system message names, the answer inside its answer tags)."""
+    """The reference in every style the scorer may pay for: ours, \\boxed{}, `####`, bare, the recipe's format."""
     recipe, names = [], []
     for slash, name in _TAG.findall(system_message or ""):
         if not slash and name not in names:
@@ -121,8 +112,8 @@ def stated_answers(reference: Any, tags: tuple[str, str], system_message: Option
 
 def score_with(scorer: Scorer, rows: list[dict[str, Any]], texts: list[str]) -> tuple[list[dict[str, Any]],
                                                                                        dict[str, Any]]:
-    """Per completion {"extracted_answer", "correct", "score"}, and the rewards' means ({name: mean or None}).
-    A scorer that fails is a ConfigError; another reward failing is noted in its mean."""
+    """Per completion {"extracted_answer", "correct", "score"}, and the rewards' means; a scorer that fails is a
+    ConfigError, another reward's failure is noted in its mean."""
     tags = [format_tags(_system_message(row["prompt"])) for row in rows]
     extracted = [read_answer(str(text), tag) for text, tag in zip(texts, tags)]
     scores, means = {}, {}

@@ -1,11 +1,6 @@
-"""Open a trained adapter (or the base model) for generation, the way it was trained.
-
-Shared by `grpo generate` and `grpo eval`. The rules that stop "my LoRA has no effect":
-- the adapter is verified before anything loads (exit 2 naming the path and the missing piece);
-- the base model, system prompt, chat template and max lengths come from the run's manifest.json, or the
-  adapter's grpo_adapter.json; an adapter with neither is refused unless --system_prompt is given;
-- an adapter whose rank exceeds max_lora_rank, or whose base model differs from --model, is refused;
-- `--base` is the only way to generate without an adapter.
+"""Open a trained adapter (or, with `--base` only, the base model) for `grpo generate` and `grpo eval`, the way it
+was trained: verified before anything loads; the base model, system prompt, chat template and max lengths from the
+run's manifest.json or the adapter's grpo_adapter.json (neither: refused unless --system_prompt is given).
 """
 
 from __future__ import annotations
@@ -55,7 +50,7 @@ class InferenceSetup:
     generator: Any
     tokenizer: Any
     base_model: str
-    adapter: Optional[Any]  # grpo_pipeline.env.adapters.AdapterInfo
+    adapter: Optional[Any]  # env/adapters.py AdapterInfo
     system_prompt: str
     max_tokens: int
     temperature: float
@@ -63,13 +58,8 @@ class InferenceSetup:
     config: PipelineConfig
     manifest: Optional[dict]
     trained_dir: Optional[Path] = None  # the --lora folder
-    agents: Agents = dataclasses.field(default_factory=Agents)  # the tools the answers run with (tool_loop.py)
-    loop: Optional[LoopSettings] = None  # the tool loop's settings, as trained
-
-    @property
-    def prompt_format(self) -> str:
-        """"standard" (trained on TRL's text prompts) or "conversational" (chats)."""
-        return (self.manifest or {}).get("prompt_format", "conversational")
+    agents: Agents = dataclasses.field(default_factory=Agents)
+    loop: Optional[LoopSettings] = None  # as trained
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,16 +103,14 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
 # The record's fields --config does not set here: the base model is the adapter's, trust_remote_code and the
 # agents' code only your own options (docs/security.md).
 NOT_FROM_CONFIG = ("model_name_or_path", "trust_remote_code", *AGENT_OPTIONS)
-# This command's options that set a recorded field (option -> field); --trust_remote_code, --tools and
-# --environment_factory are read where their rules live.
-FIELD_OPTIONS = {"backend": "backend", "max_lora_rank": "max_lora_rank", "system_prompt": "system_prompt",
-                 "gpu_memory_utilization": "gpu_memory_utilization"}
+# This command's options that set the recorded field of the same name.
+FIELD_OPTIONS = ("backend", "max_lora_rank", "system_prompt", "gpu_memory_utilization")
 
 
 @dataclass
 class CommandValues:
-    """Every recorded value a command that opens an adapter uses, by one rule: the adapter's record < the fields
-    --config sets < this command's own options; `sources` says where each came from, as a message names it."""
+    """Every recorded value a command that opens an adapter uses: the adapter's record < the fields --config sets <
+    this command's own options; `sources` says where each came from."""
 
     values: dict[str, Any]
     sources: dict[str, str]
@@ -145,7 +133,7 @@ class CommandValues:
 
 
 def command_values(args: argparse.Namespace, manifest: Optional[dict[str, Any]]) -> CommandValues:
-    """The one merge for generate, eval and export; `manifest`: the record found (find_manifest), or None."""
+    """The one merge for generate, eval and export; `manifest`: the record found, or None."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
 
@@ -163,7 +151,7 @@ def command_values(args: argparse.Namespace, manifest: Optional[dict[str, Any]])
         parsed = validate_recipe(str(config)).to_dict()
         put({k: parsed.get(k, v) for k, v in read_recipe(str(config)).items() if k not in NOT_FROM_CONFIG},
             f"--config {config}")
-    put({field: getattr(args, option, None) for option, field in FIELD_OPTIONS.items()}, lambda name: f"--{name}")
+    put({name: getattr(args, name, None) for name in FIELD_OPTIONS}, lambda name: f"--{name}")
     return CommandValues(values, sources)
 
 
@@ -174,8 +162,7 @@ def add_remote_code_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def remote_code(given: bool, manifest: Optional[dict[str, Any]], base_model: str) -> bool:
-    """trust_remote_code for a command that opens a trained adapter: the user's own --trust_remote_code, never the
-    adapter's metadata (pipeline/run/manifest.py NEVER_FROM_FILES); a local base with `auto_map` needs it."""
+    """The user's own --trust_remote_code, never the adapter's; ConfigError for a local base with `auto_map`."""
     if given:
         return True
     recorded = bool(((manifest or {}).get("recorded") or {}).get("trust_remote_code"))
@@ -221,58 +208,52 @@ def generation_settings(args: argparse.Namespace) -> Any:
     >>> gen.gen_temperature, gen.gen_top_p, gen.gen_max_tokens
     (0.7, 1.0, None)
     """
-    gen = GenerationArguments()
-    if getattr(args, "config", None):
-        gen = validate_recipe(str(args.config)).generation
+    gen = validate_recipe(str(args.config)).generation if getattr(args, "config", None) else GenerationArguments()
     overrides = {"gen_max_tokens": args.max_tokens, "gen_temperature": args.temperature, "gen_top_p": args.top_p}
     gen = dataclasses.replace(gen, **{k: v for k, v in overrides.items() if v is not None})
-    # Refused before loading where vLLM's SamplingParams (a traceback at the first prompt) or transformers would
-    # refuse them later.
+    # refused before loading, not by vLLM's SamplingParams or transformers later
     if not 0.0 <= gen.gen_temperature <= 2.0:
         raise ConfigError("temperature", f"--temperature {gen.gen_temperature}: use a value in [0, 2] (0 = greedy).")
     check_generation_temperature(gen.gen_temperature, "temperature")
     if not 0.0 < gen.gen_top_p <= 1.0:
         raise ConfigError("top_p", f"--top_p {gen.gen_top_p}: use a value in (0, 1] (1 = no nucleus cut).")
     for flag, value in (("max_tokens", gen.gen_max_tokens), ("max_lora_rank", args.max_lora_rank)):
-        if value is not None and value < 1:  # 0 would otherwise read as "not given" somewhere downstream
+        if value is not None and value < 1:  # 0 would read as "not given" downstream
             raise ConfigError(flag, f"--{flag} {value}: use a positive number.")
     return gen
 
 
 def validate_recipe(path: str) -> PipelineConfig:
-    """--config's recipe, validated as train would."""
     cfg = parse_config(["--config", path])
     validate(cfg)
     return cfg
 
 
 def verify_trained_dir(path) -> Any:
-    """The AdapterInfo of a saved LoRA adapter (relative paths from the cwd); AdapterError naming what is missing."""
+    """The AdapterInfo of a saved LoRA adapter; AdapterError naming what is missing."""
     return verify_adapter_dir(absolute_path(path))
 
 
 def open_inference(args: argparse.Namespace) -> InferenceSetup:
-    """Verify paths and settings, then load the generator. Bad input raises before anything loads (ConfigError,
-    AdapterError, ManifestError: exit 2)."""
+    """Verify paths and settings, then load the generator; bad input raises before anything loads."""
     gen = generation_settings(args)
     adapter, manifest = _trained_with(args)
     given_values = command_values(args, manifest)
     base_model = _base_model(args, adapter, manifest, given_values)
     max_tokens = _max_tokens(args, gen, manifest)
-    # The first one given, an empty string included: "" trains (and so generates) without a system message.
+    # "" included: it trains (and so generates) without a system message
     system_prompt = given(given_values.values.get("system_prompt"), DEFAULT_SYSTEM_PROMPT)
     if given_values.source("system_prompt") == "the adapter's record" and (manifest or {}).get("system_prompt_note"):
         print(f"note: {manifest['system_prompt_note']}", file=sys.stderr)
 
     flat = given_values.fields()
-    # The code the adapter's record names is not imported on its word (docs/security.md): your own options decide.
+    # the code the adapter's record names is not imported on its word (docs/security.md)
     recorded = from_mapping({name: flat.pop(name) for name in AGENT_OPTIONS if flat.get(name)})
     flat.update(model_name_or_path=base_model, max_lora_rank=given_values.get("max_lora_rank", 64),
                 system_prompt=system_prompt,
                 trust_remote_code=remote_code(getattr(args, "trust_remote_code", False), manifest, base_model))
-    flat.update({key: value for key, value in (("tools", getattr(args, "tools", None)),
-                                               ("environment_factory", getattr(args, "environment_factory", None)))
-                 if value is not None})  # --tools / --environment_factory override what the adapter records
+    flat.update({key: getattr(args, key) for key in ("tools", "environment_factory")
+                 if getattr(args, key, None) is not None})  # --tools / --environment_factory override the record
     cfg = from_mapping(flat)
     refuse_recorded_tools(recorded.grpo.tools, recorded.grpo.environment_factory, args)
     agents = resolve_agents(cfg.grpo) if agent_names(cfg.grpo) else Agents()  # a name that does not import: before loads
@@ -285,7 +266,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     if not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
     backend = load_backend(choice.name)
-    backend.prepare_environment(cfg)  # done at start-up by `grpo` (pipeline/bootstrap.py); idempotent
+    backend.prepare_environment(cfg)  # idempotent
     generator = backend.load_generator(base_model, adapter, cfg)
     tokenizer = generator.tokenizer
     if manifest and manifest.get("chat_template"):
@@ -300,9 +281,7 @@ def refuse_recorded_tools(tools: Any, environment_factory: Any, args: argparse.N
     """An adapter whose record names tools or environments answers through them only when you name them.
 
     >>> from argparse import Namespace
-    >>> mine = Namespace(tools=["calc:add"], environment_factory=None)
-    >>> refuse_recorded_tools(["calc:add"], None, mine)  # named by you: nothing to say
-    >>> refuse_recorded_tools(None, None, Namespace(tools=None, environment_factory=None))  # no tools
+    >>> refuse_recorded_tools(["calc:add"], None, Namespace(tools=["calc:add"], environment_factory=None))
     """
     words = agent_options(tools, environment_factory)
     if not words or getattr(args, "tools", None) is not None or getattr(args, "environment_factory", None) is not None:
@@ -314,8 +293,7 @@ def refuse_recorded_tools(tools: Any, environment_factory: Any, args: argparse.N
 
 
 def _servable(vllm_mode: str, adapter: Any) -> str:
-    """The run's vllm_mode, or "none" (said) where vLLM, which applies LoRA matrices only, cannot serve the adapter
-    (modules trained in full).
+    """The run's vllm_mode, or "none" (said) for an adapter with modules trained in full (vLLM applies only LoRA).
 
     >>> from types import SimpleNamespace
     >>> _servable("colocate", SimpleNamespace(modules_to_save=None)), _servable("colocate", None)
@@ -381,12 +359,11 @@ def _base_model(args: argparse.Namespace, adapter: Any, manifest: Optional[dict[
 
 
 def _max_tokens(args: argparse.Namespace, gen: Any, manifest: Optional[dict[str, Any]]) -> int:
-    """--max_tokens, else the trained max_completion_length; past the trained one refused (the recipe's
-    gen_max_tokens) or warned about (--max_tokens)."""
+    """--max_tokens, else the trained max_completion_length; more refused (gen_max_tokens) or warned (--max_tokens)."""
     trained_limit = (manifest or {}).get("max_completion_length")
     max_tokens = given(gen.gen_max_tokens, trained_limit, DEFAULT_MAX_TOKENS_WITHOUT_MANIFEST)
     if gen.gen_max_tokens and trained_limit and gen.gen_max_tokens > trained_limit and not gen.allow_longer_generation:
-        if args.max_tokens is None:  # the recipe's gen_max_tokens: refused as validate() refuses it at train time
+        if args.max_tokens is None:  # as validate() refuses it at train time
             raise ConfigError("gen_max_tokens", f"{gen.gen_max_tokens} exceeds the trained max_completion_length "
                               f"({trained_limit}); answers past the trained length are often cut before </answer>. "
                               "Lower it, or set allow_longer_generation: true.")

@@ -1,12 +1,9 @@
 """The tool loop of `grpo rewards`, `grpo generate` and `grpo eval`: TRL's own, run outside a trainer.
 
-A model trained with `tools` / `environment_factory` answers in turns, a tool's result coming back as a `tool`
-message, up to `max_tool_calling_iterations` rounds. These commands run trl.GRPOTrainer `_tool_call_loop` itself,
-bound to a small host object whose one generation step (`_generate_single_turn`) is the backend's Generator: the
-parsing, the calls (async ones on a daemon event loop, an exception becoming `{"error": ...}`), the `tool` messages,
-their token suffix, the length budget and the cap are TRL's code. Hand-written glue, because TRL keeps it inline in
-GRPOTrainer `_generate_and_score_completions` and `__init__`: one environment per rollout (`factory()`,
-`reset(**row)`), each rollout's tools and prompt rendered with their schemas, and `get_reward()` after the loop.
+trl.GRPOTrainer `_tool_call_loop` runs bound to a small host whose generation step (`_generate_single_turn`) is the
+backend's Generator: parsing, calls, `tool` messages, length budget and cap are TRL's code. Hand-written here, as
+TRL keeps it inline in GRPOTrainer `_generate_and_score_completions` and `__init__`: one environment per rollout
+(`factory()`, `reset(**row)`), each rollout's tools and prompt rendered, and `get_reward()` after the loop.
 """
 
 from __future__ import annotations
@@ -38,15 +35,15 @@ class ToolCall:
 
 @dataclass
 class Rollout:
-    """One prompt's answer after the loop: the messages TRL builds, the final turn as a Completion (its tokens: the
-    whole completion, tool results included, as TRL counts it), each call, and the environment's get_reward()."""
+    """One prompt's answer after the loop: TRL's messages, the final turn as a Completion (its tokens: the whole
+    completion, tool results included, as TRL counts it), each call, and the environment's get_reward()."""
 
     messages: list[dict[str, Any]]
     completion: Completion
     calls: list[ToolCall] = field(default_factory=list)
     environment: Optional[str] = None
     env_reward: Optional[float] = None
-    instance: Any = field(default=None, repr=False)  # the environment itself (TRL's `environments` reward keyword)
+    instance: Any = field(default=None, repr=False)  # TRL's `environments` reward keyword
     # Why the last turn's calls have no result: "max_tool_calling_iterations" (the cap), or "length" (TRL drops
     # results that would pass max_completion_length or the context); None when every call has its result.
     unanswered: Optional[str] = None
@@ -62,7 +59,7 @@ class Rollout:
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """What the tool loop reads of the run's settings: TRL's fields as trained and max_seq_length (its context)."""
+    """What the tool loop reads of the run's settings: TRL's fields as trained and max_seq_length."""
 
     max_iterations: Optional[int]
     max_model_len: int
@@ -70,7 +67,7 @@ class LoopSettings:
 
 
 def loop_settings(trl_args: Mapping[str, Any], max_seq_length: int) -> LoopSettings:
-    """The tool loop's settings from TRL's arguments (a recipe's `trl` options, or the run's trl_training_args).
+    """The tool loop's settings from TRL's arguments.
 
     >>> loop_settings({"max_tool_calling_iterations": 2}, 1024)
     LoopSettings(max_iterations=2, max_model_len=1024, chat_template_kwargs=None)
@@ -80,8 +77,7 @@ def loop_settings(trl_args: Mapping[str, Any], max_seq_length: int) -> LoopSetti
 
 
 def env_rewards(agents: Agents, rollouts: Sequence[Rollout]) -> dict[str, list[Optional[float]]]:
-    """TRL's extra reward columns: one per environment class with a get_reward (named after it), another class's
-    rollout None.
+    """TRL's extra reward columns: one per environment class with a get_reward, another class's rollout None.
 
     >>> env_rewards(Agents(), [])
     {}
@@ -130,8 +126,7 @@ def describe(rollout: Rollout, width: int = 80) -> list[str]:
 def answer(generator: Any, tokenizer: Any, agents: Optional[Agents], loop: Optional[LoopSettings],
            prompts: Sequence[Any], rows: Sequence[dict[str, Any]], max_tokens: int,
            **sampling: Any) -> tuple[list[Completion], Optional[list[Rollout]]]:
-    """The one generation step of `grpo rewards`, `grpo generate` and `grpo eval`: each chat prompt answered through
-    the tool loop when `agents` use tools (its rollouts returned too), else in one turn (rollouts None)."""
+    """Each prompt answered through the tool loop when `agents` use tools (with its rollouts), else in one turn."""
     if agents is not None and agents.uses_tools:
         rollouts = run_as_trained(loop, generator, tokenizer, agents, prompts, rows, max_tokens, **sampling)
         return [r.completion for r in rollouts], rollouts
@@ -141,8 +136,7 @@ def answer(generator: Any, tokenizer: Any, agents: Optional[Agents], loop: Optio
 def run_as_trained(loop: LoopSettings, generator: Any, tokenizer: Any, agents: Agents,
                    prompts: Sequence[list[dict[str, Any]]], rows: Sequence[dict[str, Any]], max_tokens: int,
                    **sampling: Any) -> list[Rollout]:
-    """Answer each chat prompt as training's rollouts do, the tools live, with the run's settings (`loop`).
-    `rows[i]` is prompt i's row (for the environment's `reset`; an `environment` column picks one)."""
+    """Answer each chat prompt as training's rollouts do, the tools live; `rows[i]`: prompt i's row (for `reset`)."""
     from trl.chat_template_utils import (
         add_response_schema,
         get_training_chat_template,
@@ -150,15 +144,21 @@ def run_as_trained(loop: LoopSettings, generator: Any, tokenizer: Any, agents: A
         parse_response,
     )
 
-    _with_response_parser(tokenizer, add_response_schema)
-    # As GRPOTrainer.__init__: a template that is not prefix-preserving is swapped for TRL's training-safe one.
+    # As GRPOTrainer.__init__: TRL's response template (or legacy schema) for a known chat template, and a template
+    # that is not prefix-preserving swapped for TRL's training-safe one.
+    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+        try:
+            add_response_schema(tokenizer)
+        except ValueError as err:
+            raise ConfigError("tools", f"the tokenizer's chat template has no response parser TRL knows ({err}); "
+                              "the tool loop cannot read the model's calls. Use the model's own template (Qwen2.5's "
+                              "works), as training did.") from None
     chat_template = None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)
     kwargs = dict(loop.chat_template_kwargs or {})
-    prompts = [copy.deepcopy(list(prompt)) for prompt in prompts]  # the loop appends to them
     environments = [_environment(agents, row) for row in rows]
-    prompts = [_reset(prompt, env, row, agents.multi_environment) for prompt, env, row in
-               zip(prompts, environments, rows, strict=True)]
-    tools = agents.guarded_tools()  # every tool and environment behind the user-code boundary (agent_boundary.py)
+    prompts = [_reset(copy.deepcopy(list(prompt)), env, row, agents.multi_environment)  # the loop appends to them
+               for prompt, env, row in zip(prompts, environments, rows, strict=True)]
+    tools = agents.guarded_tools()  # behind the user-code boundary
     offered = [offered_tools(tools, environment_methods(env), type(env).__name__) if env is not None else tools
                for env in environments]
     prompt_ids = [list(tokenizer.apply_chat_template(prompt, tools=tools or None, chat_template=chat_template,
@@ -185,22 +185,10 @@ def run_as_trained(loop: LoopSettings, generator: Any, tokenizer: Any, agents: A
     return done
 
 
-def _with_response_parser(tokenizer: Any, add_response_schema: Any) -> None:
-    """As GRPOTrainer.__init__: TRL's response template (or legacy schema) for a known chat template."""
-    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
-        try:
-            add_response_schema(tokenizer)
-        except ValueError as err:
-            raise ConfigError("tools", f"the tokenizer's chat template has no response parser TRL knows ({err}); "
-                              "the tool loop cannot read the model's calls. Use the model's own template (Qwen2.5's "
-                              "works), as training did.") from None
-
-
 def _host(generator: Any, tokenizer: Any, offered: list[list[Any]], environments: list[Optional[Any]],
           chat_template: Any, kwargs: dict[str, Any], max_tokens: int, max_iterations: int, max_model_len: int,
           sampling: dict[str, Any]) -> Any:
-    """What GRPOTrainer._tool_call_loop (and its `_get_tool_suffix_ids`) read off `self`, the backend's generator
-    its generation step. Nothing else of GRPOTrainer is reachable from it."""
+    """What GRPOTrainer._tool_call_loop reads off `self`, the backend's generator its generation step."""
     from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module
 
     grpo_trainer_module()  # TRL's tool loop on our generator: TRL's vLLM is never asked
@@ -230,25 +218,23 @@ def _host(generator: Any, tokenizer: Any, offered: list[list[Any]], environments
         chat_template_kwargs=kwargs, tools=[t for tools in offered for t in tools], _sync_tool_dicts=sync,
         _async_tool_dicts=async_, async_loop=loop, _loop_thread=thread, use_vllm=False,
         model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=max_model_len)),
-        max_completion_length=max_tokens,
-        max_tool_calling_iterations=max_iterations)
+        max_completion_length=max_tokens, max_tool_calling_iterations=max_iterations)
 
 
 def _environment(agents: Agents, row: dict[str, Any]) -> Optional[Any]:
-    """A fresh instance of the row's environment (TRL pools them), its calls guarded, or None."""
+    """A fresh, guarded instance of the row's environment (TRL pools them), or None."""
     if not agents.environments:
         return None
     name = row.get(ENVIRONMENT_COLUMN) if agents.multi_environment else None
     if name not in agents.environments:
         raise ConfigError("environment_factory", f"a prompt names environment {name!r}; the environments "
-                          f"--environment_factory names are {sorted(agents.environments)}: give each prompt an `{ENVIRONMENT_COLUMN}` field "
-                          "naming one (TRL's multi-environment form).")
+                          f"--environment_factory names are {sorted(agents.environments)}: give each prompt an "
+                          f"`{ENVIRONMENT_COLUMN}` field naming one (TRL's multi-environment form).")
     return agents.guarded_factory(name)()
 
 
 def _reset(prompt: list[dict[str, Any]], env: Optional[Any], row: dict[str, Any], multi: bool) -> list[dict[str, Any]]:
-    """As GRPOTrainer._generate_and_score_completions: `reset(**row)` (without the routing column in the
-    multi-environment form); a string it returns is appended to the last message."""
+    """As GRPOTrainer._generate_and_score_completions: `reset(**row)`; a returned string extends the last message."""
     if env is None:
         return prompt
     observation = env.reset(**({k: v for k, v in row.items() if k != ENVIRONMENT_COLUMN} if multi else row))

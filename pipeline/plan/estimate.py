@@ -23,13 +23,12 @@ pinned wheels. Nothing here imports torch (count_parameters does, once per model
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Optional
 
 from grpo_pipeline.pipeline.backends import planned_backend
 from grpo_pipeline.pipeline.backends.gpu_settings import choose_gpu_memory_utilization, parse_gpu_memory_utilization, \
-    standby_enabled
+    standby_enabled, standby_replaces_share
 from grpo_pipeline.pipeline.config import PipelineConfig, given, parse_limit
 from grpo_pipeline.pipeline.plan.cards import GIB, Card
 from grpo_pipeline.pipeline.plan.shape import ModelShape, ParamCounts
@@ -211,7 +210,7 @@ def _vllm_peak(cfg: PipelineConfig, card: Card, counts: ParamCounts, weights: fl
     share, share_how = choose_gpu_memory_utilization(card.total_gib, standby), "as set"
     if explicit is None:
         share_how = f"auto for a {card.total_gib:.1f} GiB GPU{' with standby' if standby else ''}"
-    elif standby and os.environ.get("UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE", "0") == "0":
+    elif standby_replaces_share(standby):
         share_how = f"standby replaces {explicit} with Unsloth's tier"
     else:
         share = explicit
