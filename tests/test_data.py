@@ -162,3 +162,11 @@ def test_completion_limit_leaving_no_room_for_the_system_prompt_is_refused(qwen_
     with pytest.raises(ConfigError, match=f"{floor} tokens") as err:
         prepare_dataset(cfg, qwen_tokenizer)
     assert err.value.field == "max_completion_length"
+
+
+def test_an_unknown_overlong_policy_is_refused_by_prepare_itself_not_taken_for_drop(qwen_tokenizer, tmp_path):
+    """A Python caller may prepare data without validate(): a policy that is neither drop nor error is refused there,
+    naming the option, rather than dropping the rows as `drop` would."""
+    with pytest.raises(ConfigError) as caught:
+        prepare_dataset(make_cfg(tmp_path, overlong_policy="cut"), qwen_tokenizer)
+    assert caught.value.field == "overlong_policy" and "drop, error" in str(caught.value)

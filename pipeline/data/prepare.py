@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 from grpo_pipeline.env.locations import absolute_path, snapshot
 from grpo_pipeline.env.paths import atomic_write_json
 from grpo_pipeline.env.secret_fields import masked
-from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, parse_limit, role_values
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig, check_choice, parse_limit, role_values
 from grpo_pipeline.pipeline.data.cache import (
     DATA_FORMAT_VERSION,
     data_cache_root,
@@ -128,6 +128,7 @@ def prepare_dataset(cfg: PipelineConfig, tokenizer: Any, split: Optional[str] = 
     d = cfg.data
     report_name = EVAL_REPORT_NAME if role == "eval" else REPORT_NAME if split is None else f"data_report_{split}.json"
     spec = source_spec(cfg, role, split)
+    check_choice("overlong_policy", d.overlong_policy)  # callers may come here without validate()
     budget = LengthBudget(
         max_seq_length=cfg.model.max_seq_length,
         fixed_prompt_limit=parse_limit(d.max_prompt_length, "max_prompt_length"),
