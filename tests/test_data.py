@@ -164,9 +164,14 @@ def test_completion_limit_leaving_no_room_for_the_system_prompt_is_refused(qwen_
     assert err.value.field == "max_completion_length"
 
 
-def test_an_unknown_overlong_policy_is_refused_by_prepare_itself_not_taken_for_drop(qwen_tokenizer, tmp_path):
-    """A Python caller may prepare data without validate(): a policy that is neither drop nor error is refused there,
-    naming the option, rather than dropping the rows as `drop` would."""
+@pytest.mark.parametrize("settings, field, words", [
+    ({"overlong_policy": "cut"}, "overlong_policy", "drop, error"),  # not taken for drop
+    ({"max_seq_length": 512, "max_prompt_length": "400", "max_completion_length": "200"}, "max_completion_length",
+     "exceeds max_seq_length (512)"),
+])
+def test_settings_that_cannot_work_are_refused_by_prepare_itself(qwen_tokenizer, tmp_path, settings, field, words):
+    """A Python caller may prepare data without validate(): what validate() would refuse is refused there too,
+    naming the option, rather than prepared with a silently different meaning."""
     with pytest.raises(ConfigError) as caught:
-        prepare_dataset(make_cfg(tmp_path, overlong_policy="cut"), qwen_tokenizer)
-    assert caught.value.field == "overlong_policy" and "drop, error" in str(caught.value)
+        prepare_dataset(make_cfg(tmp_path, **settings), qwen_tokenizer)
+    assert caught.value.field == field and words in str(caught.value)

@@ -226,13 +226,16 @@ class LengthBudget:
         # auto: the longest kept prompt rounded up, but never past what the completion leaves.
         prompt_limit = given(self.fixed_prompt_limit, min(round_up(longest_kept_prompt), self.filter_limit))
         completion_limit = given(self.fixed_completion_limit, self.max_seq_length - prompt_limit)
-        if completion_limit <= 0:  # (both fixed and over max_seq_length: refused by validate)
+        if completion_limit <= 0:
             raise ConfigError(
                 "max_completion_length",
                 f"auto gives max_seq_length ({self.max_seq_length}) - max_prompt_length ({prompt_limit}) = "
                 f"{completion_limit}: no room left for completions. Raise max_seq_length, or set a smaller "
                 "max_prompt_length (longer prompts are then dropped or refused per overlong_policy).",
             )
+        if prompt_limit + completion_limit > self.max_seq_length:  # both fixed (a caller without validate())
+            raise ConfigError("max_completion_length", f"max_prompt_length ({prompt_limit}) + max_completion_length "
+                              f"({completion_limit}) exceeds max_seq_length ({self.max_seq_length}).")
         return prompt_limit, completion_limit
 
 
