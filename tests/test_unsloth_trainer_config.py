@@ -107,6 +107,15 @@ def test_vllm_sampling_params_fields_unsloth_overrides_are_refused(fake):
     with pytest.raises(ConfigError, match="seed"):
         backend.grpo_config_kwargs(cfg, model)
 
+
+def test_vllm_sampling_params_without_vllm_are_refused_not_dropped(fake):
+    """A direct caller (no validate()) with fast_inference false: the sampling params would reach no engine."""
+    cfg = make_cfg(fast_inference=False, vllm_standby="false", vllm_sampling_params={"min_p": 0.1})
+    model, _ = backend.load_for_training(make_cfg(fast_inference=False, vllm_standby="false"))
+    with pytest.raises(ConfigError, match="fast_inference: false") as err:
+        backend.grpo_config_kwargs(cfg, model)
+    assert err.value.field == "vllm_sampling_params"
+
 # ------------------------------------------------------------------------------------------ gpu memory
 
 

@@ -126,23 +126,41 @@ class SamplingOverrides(dict):
 
 
 def grpo_config_kwargs(cfg: PipelineConfig, model: Any) -> dict[str, Any]:
-    """UnslothGRPOConfig keyword arguments: `use_vllm` exactly when the model carries a vLLM engine, bf16/fp16 from
-    its dtype, vllm_importance_sampling_correction always (Unsloth defaults it to False, TRL to True)."""
+    """Backend-specific GRPOConfig (UnslothGRPOConfig) keyword arguments.
+
+    - `use_vllm`: True exactly when the model carries a vLLM engine (serves_with_vllm): generation then goes
+      through it (Unsloth's patched trainer reuses `model.vllm_engine`, vllm_mode='colocate'; no second LLM).
+      Without one, Unsloth's patched trainer generates with transformers and no vLLM field is passed.
+    - `bf16`/`fp16` from the loaded model's dtype (grpo_pipeline.pipeline.backends.mixed_precision): Unsloth raises
+      TypeError when they disagree with the model; with dtype auto the model is bf16 where the GPU supports
+      it and fp16 elsewhere (T4, V100). A float32 model gets neither and Unsloth picks autocast itself.
+    - `vllm_importance_sampling_correction` from the config: Unsloth would default it to False, TRL to True.
+    - `vllm_sampling_params` from the config mapping (see SamplingOverrides). Unsloth copies its fields over
+      TRL's generation kwargs (top_p, top_k, min_p, repetition_penalty, ...), except seed, n, temperature,
+      max_tokens and logprobs, which come from GRPOConfig (grpo_update_SamplingParams).
+
+    Other Unsloth-specific fields (unsloth_num_chunks=-1, unsloth_grpo_mini_batch=None,
+    unsloth_logit_chunk_multiplier=None; rl.py) keep their defaults.
+    """
     use_vllm = serves_with_vllm(model, cfg.model.fast_inference)
     kwargs: dict[str, Any] = {"use_vllm": use_vllm, **mixed_precision(model)}
     if not use_vllm:
+        if not cfg.model.fast_inference and sampling_params_mapping(cfg.grpo.vllm_sampling_params):
+            # validate() refuses this first
+            raise ConfigError("vllm_sampling_params", "is for vLLM; fast_inference: false runs without it.")
         return kwargs
     kwargs["vllm_importance_sampling_correction"] = cfg.grpo.vllm_importance_sampling_correction
-    mapping = sampling_params_mapping(cfg.grpo.vllm_sampling_params)  # validate() refused it without vLLM
+    mapping = sampling_params_mapping(cfg.grpo.vllm_sampling_params)
     if mapping:
         overridden = sorted(set(mapping) & set(UNSLOTH_OVERRIDDEN_SAMPLING_FIELDS))
-        if overridden:  # rl_replacements.grpo_update_SamplingParams; validate() refuses these first
+        if overridden:  # validate() refuses these first; kept for direct callers
             raise ConfigError("vllm_sampling_params", f"{overridden} are taken from the trainer config by Unsloth "
                               "and would be ignored here; set temperature / num_generations / "
                               "max_completion_length / seed instead.")
-        # Built once now, so vLLM rejects a bad field or value before the first rollout.
-        from unsloth import vLLMSamplingParams
-        from vllm.exceptions import VLLMValidationError  # not a ValueError
+        # Built once with Unsloth's own helper (vllm.SamplingParams(**mapping)) so vLLM rejects a bad field or
+        # value now, naming it, instead of at the first rollout.
+        from unsloth import vLLMSamplingParams  # lazy: unsloth imports torch
+        from vllm.exceptions import VLLMValidationError  # lazy: vllm only with fast_inference; not a ValueError
 
         try:
             vLLMSamplingParams(**mapping)
