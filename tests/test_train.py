@@ -32,10 +32,16 @@ def step_records(run_dir: Path) -> list[dict]:
     return [r for r in read_metrics(run_dir) if "loss" in r]
 
 
-def test_tiny_qwen_lora_params_change_and_artifacts_verify(tmp_path):
-    """Tiny Qwen2 + the real Qwen2.5 tokenizer + LoRA, 2 real steps."""
+def test_tiny_qwen_lora_params_change_and_artifacts_verify(tmp_path, monkeypatch):
+    """Tiny Qwen2 + the real Qwen2.5 tokenizer + LoRA, 2 real steps; the tokenizer is loaded once in the run (the
+    check's, which the data and the plain backend's model take)."""
     import torch
-    from transformers import TrainerCallback
+    from transformers import AutoTokenizer, TrainerCallback
+
+    loads = []
+    load = AutoTokenizer.from_pretrained.__func__
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained",
+                        classmethod(lambda cls, *args, **kwargs: loads.append(args[:1]) or load(cls, *args, **kwargs)))
 
     initial = {}
 
@@ -49,6 +55,7 @@ def test_tiny_qwen_lora_params_change_and_artifacts_verify(tmp_path):
     result = run_training(tiny_qwen_config(run_dir), callbacks=[RememberInitialLora()])
 
     assert result.status == "completed" and result.exit_code == 0 and result.steps == 2
+    assert len(loads) == 1, loads
     info = verify_adapter_dir(run_dir / "lora")
     assert info.r == 8 and set(info.target_modules) == {"q_proj", "v_proj"}
     saved = load_file(str(run_dir / "lora" / "adapter_model.safetensors"))
