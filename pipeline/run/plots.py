@@ -248,7 +248,13 @@ def plot_run(output_dir: str | Path, thresholds: dict[str, float] | None = None,
 
 
 def _save(plt, fig, path: Path, written: list[Path]) -> None:
-    fig.tight_layout()
+    """Margins fixed in inches (room for the y tick labels and label, the x label, and the title's lines), not
+    fig.tight_layout(): that measures every text on the figure before the draw measures it again, a third of a
+    run's plotting time."""
+    width, height = fig.get_size_inches()
+    title_lines = max((ax.get_title().count("\n") + 1 for ax in fig.axes if ax.get_title()), default=0)
+    fig.subplots_adjust(left=0.9 / width, right=1 - 0.2 / width, bottom=0.6 / height,
+                        top=1 - (0.15 + 0.25 * title_lines) / height, hspace=0.12)
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
