@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -65,15 +66,35 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _wait_until_up(proc: subprocess.Popen, base_url: str, log) -> None:
+    """Polls the server's /health every 0.2 s (TRL's client waits 2 s between tries) until it answers, failing at
+    once with its log when the process exits first, or after SERVER_START_S."""
+    import requests
+
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the server exited ({proc.returncode}) before it answered:\n"
+                                 f"{log.read_text()[-4000:]}")
+        try:
+            if requests.get(f"{base_url}/health", timeout=2).status_code == 200:
+                return
+        except requests.exceptions.RequestException:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"the server did not answer within {SERVER_START_S} s:\n{log.read_text()[-4000:]}")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """`trl vllm-serve --model tiny-demo-vllm --host 127.0.0.1` as a module, on 5% of the RAM (the CPU build's
-    --gpu-memory-utilization is a share of the machine's memory); its client once it answers."""
+    --gpu-memory-utilization is a share of the machine's memory); its client once it answers.
+
+    VLLM_ENABLE_V1_MULTIPROCESSING=0, as the pipeline's own engines run: the model worker runs in the engine core's
+    process (vLLM's uniprocess executor) instead of a third spawned process, each of which imports vLLM again; the
+    HTTP server and its engine core stay the two processes `vllm serve` starts."""
     from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module
     from grpo_pipeline.pipeline.demo.model import demo_model_dir
-
-    grpo_trainer_module(uses_vllm=True)  # TRL's client with its vLLM names, as a run with vllm_mode server has it
-    from trl.generation.vllm_client import VLLMClient
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
     port = _free_port()
@@ -84,13 +105,17 @@ def server(tmp_path_factory):
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *command[at + 1:]]
     assert '{"backend": "nccl"}' in command and "processed_logprobs" in command  # TRL's settings, kept
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    proc = subprocess.Popen(command, env={**os.environ, "VLLM_SERVER_DEV_MODE": "1"}, stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(command, env={**os.environ, "VLLM_SERVER_DEV_MODE": "1",
+                                          "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        client = VLLMClient(base_url=f"http://127.0.0.1:{port}", connection_timeout=SERVER_START_S)
-        yield client
-    except Exception:
-        raise AssertionError(f"the server did not come up:\n{log.read_text()[-4000:]}") from None
+        # While the server starts: TRL's client with its vLLM names, as a run with vllm_mode server has it
+        grpo_trainer_module(uses_vllm=True)
+        from trl.generation.vllm_client import VLLMClient
+
+        base_url = f"http://127.0.0.1:{port}"
+        _wait_until_up(proc, base_url, log)
+        yield VLLMClient(base_url=base_url, connection_timeout=SERVER_START_S)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
