@@ -27,8 +27,8 @@ def test_two_runs_with_one_seed_log_identical_metrics_and_a_third_seed_differs(t
     logs = {}
     for name, seed in (("a", 11), ("b", 11), ("c", 12)):
         run_dir = tmp_path / name
-        result = run_training(demo_config(run_dir, max_steps=2, save_steps=10, seed=seed,
-                                          reward_funcs=["train_helpers:digit_share_reward"]))
+        result = run_training(demo_config(run_dir, max_steps=2, save_steps=10, seed=seed, max_completion_length="16",
+                                          reward_funcs=["train_helpers:digit_share_reward"]))  # 16 sampled tokens
         assert result.status == "completed"
         logs[name] = _logged(run_dir)
     assert len(logs["a"]) >= 2 and logs["a"] == logs["b"]

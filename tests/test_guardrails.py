@@ -475,13 +475,14 @@ def test_after_a_rollback_kl_is_measured_against_the_first_trainers_reference(na
 @pytest.mark.slow
 def test_after_a_rollback_past_a_warm_up_kl_is_measured_against_the_warmed_reference(tmp_path):
     """After a format warm-up the reference is the warmed model: rebuilt on the live model, TRL's GRPOTrainer would
-    raise that "ref" exists, or copy the collapsed adapter."""
+    raise that "ref" exists, or copy the collapsed adapter. One warm-up step makes the warmed model as well as
+    four."""
     from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config, poison_gradients
 
     kl_log = _kl_log()
     cfg = demo_config(tmp_path / "run", max_steps=3, save_steps=1, beta=0.04, kl_ceiling=100.0,
-                      on_collapse="rollback", max_rollbacks=1, sft_warmup_steps=4,
+                      on_collapse="rollback", max_rollbacks=1, sft_warmup_steps=1,
                       reward_funcs=["train_helpers:digit_share_reward"])
     result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=1), kl_log])
     assert result.status == "completed" and result.steps == 3

@@ -4,9 +4,9 @@ called a tool after first_tool_call_steps logged steps."""
 
 from __future__ import annotations
 
+import pytest
 from transformers import TrainerControl, TrainerState
 
-from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
 from grpo_pipeline.pipeline.config import HealthArguments
 from grpo_pipeline.pipeline.run.metric_names import GARBLED_RATE, REPETITION_RATE
 from grpo_pipeline.pipeline.health.metrics import HealthState, make_observer
@@ -19,8 +19,14 @@ NOISY_TOOL = {"role": "tool", "name": "lookup", "content": "\ufffd\ufffd " + "ro
 ANSWER = {"role": "assistant", "content": "<reasoning>It says 5.</reasoning>\n<answer>5</answer>"}
 
 
-def observe(completions, max_iterations=None):
-    tokenizer = load_qwen_tokenizer()
+@pytest.fixture
+def observe(qwen_tokenizer):
+    """observe(completions, max_iterations=None) -> what the health observer logs for them, with the session's real
+    Qwen2.5 tokenizer (read only: it encodes)."""
+    return lambda completions, max_iterations=None: _observe(qwen_tokenizer, completions, max_iterations)
+
+
+def _observe(tokenizer, completions, max_iterations):
     logged = {}
     observer = make_observer(HealthState(), frozenset(), tokenizer, max_iterations)
     everything = ["".join(str(m["content"]) for m in c) if isinstance(c, list) else c for c in completions]
@@ -29,7 +35,7 @@ def observe(completions, max_iterations=None):
     return logged
 
 
-def test_garbled_and_repetition_score_the_models_own_turns_not_the_tools_output():
+def test_garbled_and_repetition_score_the_models_own_turns_not_the_tools_output(observe):
     logged = observe([[CALL, NOISY_TOOL, ANSWER]] * 2)
     assert logged[GARBLED_RATE] == 0.0 and logged[REPETITION_RATE] < 0.1
     # the same text written by the model itself is caught
@@ -38,7 +44,7 @@ def test_garbled_and_repetition_score_the_models_own_turns_not_the_tools_output(
     assert logged[GARBLED_RATE] == 1.0 and logged[REPETITION_RATE] > 0.5
 
 
-def test_the_share_of_rollouts_ended_at_max_tool_calling_iterations_is_logged():
+def test_the_share_of_rollouts_ended_at_max_tool_calling_iterations_is_logged(observe):
     ended, answered = [CALL, NOISY_TOOL, CALL], [CALL, NOISY_TOOL, ANSWER]
     assert observe([ended, answered, ended, answered], max_iterations=1)[MAX_ITERATIONS_SHARE] == 0.5
     assert observe([ended, answered], max_iterations=2)[MAX_ITERATIONS_SHARE] == 0.0

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from agent_helpers import forced_text_bias, tool_call_text
-from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
 from grpo_pipeline.pipeline.backends import Completion
 from grpo_pipeline.pipeline.config import ConfigError
 from grpo_pipeline.pipeline.trainer.agents import resolve_agents
@@ -257,16 +256,17 @@ def test_an_adapter_with_modules_trained_in_full_is_not_handed_to_vllm(qwen_toke
     assert cfg.replace(vllm_mode=_servable(cfg.model.vllm_mode, None)).model.vllm_mode == "colocate"
 
 
-def test_export_refuses_a_template_that_no_longer_renders_the_tools_it_trained_with(tmp_path):
+def test_export_refuses_a_template_that_no_longer_renders_the_tools_it_trained_with(qwen_tokenizer, tmp_path,
+                                                                                     monkeypatch):
     """`grpo export` runs this on what it wrote (tests/test_agents.py exports a tool run and it passes)."""
     from grpo_pipeline.pipeline.config import from_mapping
     from grpo_pipeline.pipeline.infer.export import check_tool_support
     from grpo_pipeline.pipeline.trainer.agents import agent_names
 
     broken = tmp_path / "broken"
-    tokenizer = load_qwen_tokenizer()
-    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # drops the tools
-    tokenizer.save_pretrained(str(broken))
+    # the session's tokenizer, its template swapped for this test only: one that drops the tools
+    monkeypatch.setattr(qwen_tokenizer, "chat_template", "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    qwen_tokenizer.save_pretrained(str(broken))
     with pytest.raises(RuntimeError, match="no longer renders tools"):
         check_tool_support(broken, agent_names(from_mapping({"tools": ["agent_helpers:add"]}).grpo),
                            "merged16")

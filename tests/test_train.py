@@ -88,34 +88,72 @@ def _saved_key(param_name: str, saved: dict) -> str:
     return key
 
 
+# The settings of every run into one_step_run's folder: a 2-step format warm-up and eval before, so that its resumes
+# show what a resumed run reuses.
+ONE_STEP_SETTINGS = dict(sft_warmup_steps=2, eval_before=True, eval_limit=4, save_steps=1)
+
+
 @pytest.fixture(scope="module")
 def one_step_run(tmp_path_factory):
-    """A finished 1-step demo run with checkpoint-1, trained once: (folder, RunResult); a test resumes a copy."""
+    """A finished 1-step demo run (ONE_STEP_SETTINGS) with checkpoint-1, trained once: (folder, RunResult, what it
+    printed); a test resumes a copy."""
+    import contextlib
+    import io
+
     run_dir = tmp_path_factory.mktemp("one_step") / "run"
-    result = run_training(demo_config(run_dir, max_steps=1, save_steps=1))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        result = run_training(demo_config(run_dir, max_steps=1, **ONE_STEP_SETTINGS))
     assert result.steps == 1 and (run_dir / "checkpoint-1").is_dir()
-    return run_dir, result
+    return run_dir, result, printed.getvalue()
 
 
-def test_resume_continues_from_checkpoint_step(one_step_run, tmp_path):
+def test_resume_continues_from_checkpoint_step_reuses_warmup_and_eval_before_and_a_finished_run_is_not_extended(
+        one_step_run, tmp_path, capsys):
     import shutil
+
+    from grpo_pipeline.pipeline.cli import main as grpo
 
     run_dir = tmp_path / "run"
     shutil.copytree(one_step_run[0], run_dir)
-    first = one_step_run[1]
+    first, out_first = one_step_run[1], one_step_run[2]
+    assert first.status == "completed" and "format warm-up: 2 SFT steps" in out_first
+    assert (run_dir / "warmup" / "warmup.json").is_file() and (run_dir / "eval_before.json").is_file()
     # A later, longer run of the same output_dir picks the checkpoint up (resume: auto is the default).
-    second = run_training(demo_config(run_dir, max_steps=2, save_steps=1))
+    second = run_training(demo_config(run_dir, max_steps=2, **ONE_STEP_SETTINGS))
+    out_second = capsys.readouterr().out
     assert second.status == "completed" and second.steps == 2
     steps = [r["step"] for r in step_records(run_dir)]
     assert steps == [1, 2], steps  # 1 from the first run, 2 resumed, nothing repeated
+    # the resumed session reuses the warm-up and the eval before of the first
+    assert "format warm-up: 2 SFT steps" not in out_second and "format warm-up: reusing" in out_second
+    assert "eval before GRPO: reusing" in out_second
+    assert second.summary["eval_before"] == first.summary["eval_before"]
     # summary.json's wall time is the whole run's: both sessions
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [s["steps"] for s in summary["sessions"]] == [1, 2]
     assert summary["wall_time_s"] == round(first.summary["wall_time_s"] + summary["sessions"][1]["wall_time_s"], 1)
     assert summary["wall_time_s"] > summary["sessions"][1]["wall_time_s"] and "wall_time_note" not in summary
+
+    # The same command again (`grpo train --config`, through the CLI's own entry; the SIGINT test below runs it as
+    # a fresh process): the run is complete, so it says so and trains nothing (no "step 3 of 2").
+    # A leftover lock-holder file of a dead process (as a killed run leaves it) does not block it either.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run_dir / ".grpo-run.lock.json").write_text(json.dumps({"pid": dead.pid, "host": "here", "started": "then"}))
+    metrics_before = (run_dir / "metrics.jsonl").read_text()
+    recipe = _write_recipe(tmp_path / "recipe.yaml", demo_config(run_dir, max_steps=2, **ONE_STEP_SETTINGS))
+    code = grpo(["train", "--config", str(recipe)])
+    again = capsys.readouterr()
+    assert code == 0, again.err
+    assert "run already complete" in again.out and "2 of max_steps=2" in again.out
+    assert "--max_steps" in again.out and "--resume never" in again.out
+    assert "Traceback" not in again.err and "step 3" not in again.out
+    assert (run_dir / "metrics.jsonl").read_text() == metrics_before
+
     # a session that left no summary (killed) is said, not silently dropped
     (run_dir / "summary.json").unlink()
-    third = run_training(demo_config(run_dir, max_steps=3, save_steps=1))
+    third = run_training(demo_config(run_dir, max_steps=3, **ONE_STEP_SETTINGS))
     assert third.steps == 3 and "no readable summary.json" in third.summary["wall_time_note"]
 
 
@@ -127,7 +165,7 @@ def test_corrupt_checkpoint_is_set_aside_and_run_resumes_from_the_good_one(one_s
     broken = run_dir / "checkpoint-2"  # an interrupted save: weights but no trainer_state.json
     broken.mkdir()
     (broken / "adapter_model.safetensors").write_bytes(b"partial")
-    result = run_training(demo_config(run_dir, max_steps=2, save_steps=1))
+    result = run_training(demo_config(run_dir, max_steps=2, **ONE_STEP_SETTINGS))
     assert result.steps == 2 and [r["step"] for r in step_records(run_dir)] == [1, 2]  # resumed from checkpoint-1
     corrupt = list((run_dir / "corrupt").iterdir())
     assert len(corrupt) == 1 and corrupt[0].name.startswith("checkpoint-2-")
@@ -139,8 +177,10 @@ def test_sigint_saves_a_resumable_checkpoint(tmp_path):
     recipe = tmp_path / "demo.yaml"
     import yaml
 
-    # The same settings as the resumed run below (LoRA rank included), through the CLI's YAML path.
-    recipe.write_text(yaml.safe_dump(demo_config(run_dir, max_steps=2000, save_steps=1000).to_dict()))
+    # The same settings as the resumed run below (LoRA rank included), through the CLI's YAML path; 16-token
+    # completions, as the steps before the signal are only what it interrupts.
+    short = dict(max_completion_length="16")
+    recipe.write_text(yaml.safe_dump(demo_config(run_dir, max_steps=2000, save_steps=1000, **short).to_dict()))
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
     proc = subprocess.Popen([sys.executable, "-m", "grpo_pipeline.pipeline", "train", "--config", str(recipe)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -148,7 +188,7 @@ def test_sigint_saves_a_resumable_checkpoint(tmp_path):
     while time.time() < deadline and not ((run_dir / "metrics.jsonl").is_file()
                                           and (run_dir / "metrics.jsonl").read_text().count("\n") >= 3):
         assert proc.poll() is None, proc.stdout.read()
-        time.sleep(0.5)
+        time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=240)
     assert proc.returncode == EXIT_INTERRUPTED, out
@@ -160,7 +200,7 @@ def test_sigint_saves_a_resumable_checkpoint(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["steps"] == stopped_at
     assert not (run_dir / "lora").exists()  # an interrupted run is a checkpoint, not a finished adapter
-    resumed = run_training(demo_config(run_dir, max_steps=stopped_at + 1))
+    resumed = run_training(demo_config(run_dir, max_steps=stopped_at + 1, **short))
     assert resumed.steps == stopped_at + 1
 
 
@@ -194,7 +234,7 @@ def test_garbled_output_stops_the_run(tmp_path):
 def test_adaptive_beta_moves_toward_kl_target(tmp_path, kl_target, direction):
     run_dir = tmp_path / "run"
     # digit_share_reward gives a random model's group some variance, so the policy moves and KL > 0.
-    cfg = demo_config(run_dir, max_steps=4, save_steps=100, beta=0.04, adaptive_beta=True, kl_target=kl_target,
+    cfg = demo_config(run_dir, max_steps=2, save_steps=100, beta=0.04, adaptive_beta=True, kl_target=kl_target,
                       beta_min=0.001, beta_max=1.0, learning_rate=1e-2, kl_action="warn",  # the controller
                       reward_funcs=["correctness", "train_helpers:digit_share_reward"])  # alone, no ceiling stop
     result = run_training(cfg)
@@ -217,40 +257,6 @@ def _write_recipe(path: Path, cfg) -> Path:
 
     path.write_text(yaml.safe_dump(cfg.to_dict()), encoding="utf-8")
     return path
-
-
-def test_resume_reuses_warmup_and_eval_before_and_a_finished_run_is_not_extended(tmp_path, capsys):
-    from grpo_pipeline.pipeline.cli import main as grpo
-
-    run_dir = tmp_path / "run"
-    settings = dict(sft_warmup_steps=2, eval_before=True, eval_limit=4, save_steps=1)
-    first = run_training(demo_config(run_dir, max_steps=1, **settings))
-    out_first = capsys.readouterr().out
-    assert first.status == "completed" and "format warm-up: 2 SFT steps" in out_first
-    assert (run_dir / "warmup" / "warmup.json").is_file() and (run_dir / "eval_before.json").is_file()
-
-    second = run_training(demo_config(run_dir, max_steps=2, **settings))
-    out_second = capsys.readouterr().out
-    assert second.status == "completed" and second.steps == 2
-    assert "format warm-up: 2 SFT steps" not in out_second and "format warm-up: reusing" in out_second
-    assert "eval before GRPO: reusing" in out_second
-    assert second.summary["eval_before"] == first.summary["eval_before"]
-
-    # The same command again (`grpo train --config`, through the CLI's own entry; tests/test_train.py's SIGINT test
-    # runs it as a fresh process): the run is complete, so it says so and trains nothing (no "step 3 of 2").
-    # A leftover lock-holder file of a dead process (as a killed run leaves it) does not block it either.
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    (run_dir / ".grpo-run.lock.json").write_text(json.dumps({"pid": dead.pid, "host": "here", "started": "then"}))
-    metrics_before = (run_dir / "metrics.jsonl").read_text()
-    recipe = _write_recipe(tmp_path / "recipe.yaml", demo_config(run_dir, max_steps=2, **settings))
-    code = grpo(["train", "--config", str(recipe)])
-    again = capsys.readouterr()
-    assert code == 0, again.err
-    assert "run already complete" in again.out and "2 of max_steps=2" in again.out
-    assert "--max_steps" in again.out and "--resume never" in again.out
-    assert "Traceback" not in again.err and "step 3" not in again.out
-    assert (run_dir / "metrics.jsonl").read_text() == metrics_before
 
 
 # Holds the run lock on argv[1] in its own process, says so, and keeps it until its stdin closes.
