@@ -13,6 +13,7 @@ from fault_kit import (
     Fault,
     QUICK,
     ROOT,
+    RUNNABLE_BASE,
     adapter,
     checkpoint_of_another_shape,
     data_file,
@@ -86,7 +87,7 @@ def eval_from_elsewhere(folder: Path) -> list[str]:
     bare = folder / "bare.yaml"
     bare.write_text("".join(line for line in recipe(folder).read_text(encoding="utf-8").splitlines(keepends=True)
                             if not line.startswith("output_dir:")), encoding="utf-8")
-    return ["eval", "--lora", str(adapter(folder)), "--config", str(bare), "--limit", "2", "--max_tokens", "4",
+    return ["eval", "--lora", str(adapter(folder, RUNNABLE_BASE)), "--config", str(bare), "--limit", "2", "--max_tokens", "4",
             "--backend", "plain", "--output", str(folder / "results" / "eval.json")]
 
 

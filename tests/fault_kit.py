@@ -68,23 +68,32 @@ def data_file(folder: Path, content: bytes) -> list[str]:
     return train(folder, f"dataset_name: {path}\n")
 
 
+_ADAPTERS: dict[str, Path] = {}  # base -> the run folder of the one adapter saved on it in this process
+
+
 def adapter(folder: Path, base: str = "tiny-qwen2.5") -> Path:
-    """A real (untrained) LoRA saved by peft on the tiny Qwen2, with a manifest beside it as `grpo train` writes."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    """A real (untrained) LoRA saved by peft on the tiny Qwen2 (or `base`), with a manifest beside it as `grpo train`
+    writes: saved once a process for each base, then copied into `folder/run` (a case may damage its copy)."""
+    if base not in _ADAPTERS:
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM
 
-    from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
+        from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(base))
-    lora = get_peft_model(model, LoraConfig(r=4, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+        first = Path(tempfile.mkdtemp(prefix="grpo-faults-adapter-")) / "run"
+        atexit.register(shutil.rmtree, first.parent, True)
+        model = AutoModelForCausalLM.from_pretrained(resolve_model_path(base))
+        lora = get_peft_model(model, LoraConfig(r=4, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+        lora.save_pretrained(str(first / "lora"))
+        config_path = first / "lora" / "adapter_config.json"
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config["base_model_name_or_path"] = base
+        config_path.write_text(json.dumps(config), encoding="utf-8")
+        (first / "manifest.json").write_text(json.dumps({"base_model": base, "max_lora_rank": 64}), encoding="utf-8")
+        _ADAPTERS[base] = first
     out = folder / "run" / "lora"
-    lora.save_pretrained(str(out))
-    config_path = out / "adapter_config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    config["base_model_name_or_path"] = base
-    config_path.write_text(json.dumps(config), encoding="utf-8")
-    (folder / "run" / "manifest.json").write_text(json.dumps({"base_model": base, "max_lora_rank": 64}),
-                                                  encoding="utf-8")
+    shutil.copytree(_ADAPTERS[base] / "lora", out)
+    shutil.copy(_ADAPTERS[base] / "manifest.json", folder / "run" / "manifest.json")
     return out
 
 
@@ -246,15 +255,20 @@ def quick(folder: Path, *extra: str) -> list[str]:
     return train(folder, QUICK, *extra)
 
 
+# The base of the adapters that cases export, generate or evaluate with: the CPU demo's model (one token a byte), whose
+# tokenizer loads in milliseconds where the tiny Qwen2's real Qwen2.5 tokenizer takes about a second each time.
+RUNNABLE_BASE = "tiny-demo"
+
+
 def export_onto(folder: Path, target: str, *extra: str) -> list[str]:
     """`grpo export` of a fresh adapter with --out set to a place relative to the run (`lora`, `.`, ...)."""
-    lora = adapter(folder)
+    lora = adapter(folder, RUNNABLE_BASE)
     out = (folder / "run" / target).resolve() if target != "new" else folder / "merged"
     return ["export", "--lora", str(lora), "--to", "merged16", "--out", str(out), "--backend", "plain", *extra]
 
 
 def generate_with(folder: Path, *args: str) -> list[str]:
-    return ["generate", "--lora", str(adapter(folder)), *args, "--backend", "plain"]
+    return ["generate", "--lora", str(adapter(folder, RUNNABLE_BASE)), *args, "--backend", "plain"]
 
 
 def raise_in(target: str, error: BaseException) -> Callable:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Callable, Optional
 
-from fault_kit import Fault, adapter, export_onto, generate_with, mine, quick, recipe
+from fault_kit import RUNNABLE_BASE, Fault, adapter, export_onto, generate_with, mine, quick, recipe
 
 CASES: list[Fault] = []  # this part's cases, in the table's order
 
@@ -108,7 +108,7 @@ CASES += [
           lambda d: generate_with(d, "--prompt", "1+1?", "--max_tokens", "4", "--output", str(d / "a.jsonl")),
           "point --output at a larger disk", patch=os_fails("open", 28, under="a.jsonl"), after=nothing_at("a.jsonl")),
     Fault("eval --output on a full disk",
-          lambda d: ["eval", "--lora", str(adapter(d)), "--data", "demo-arithmetic", "--limit", "2", "--max_tokens",
+          lambda d: ["eval", "--lora", str(adapter(d, RUNNABLE_BASE)), "--data", "demo-arithmetic", "--limit", "2", "--max_tokens",
                      "4", "--output", str(d / "e.json"), "--backend", "plain"],
           "point --output at a larger disk", patch=os_fails("open", 28, under="e.json"), after=nothing_at("e.json")),
     Fault("the built-in model built into a read-only cache root", lambda d: quick(d),

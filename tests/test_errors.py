@@ -132,7 +132,7 @@ def test_a_crash_after_the_run_folder_is_known_logs_there(place, monkeypatch, ca
     """Once `grpo train` has its output_dir, the traceback goes to output_dir/logs/."""
     run_dir = place / "run"
     monkeypatch.setattr("grpo_pipeline.pipeline.run.lock.run_lock", _raise(ValueError("lock bug")))  # just after output_dir
-    code, output = run_cli(["train", "--output_dir", str(run_dir), "--max_steps", "1"], capsys)
+    code, output = run_cli(["train", "--output_dir", str(run_dir), "--max_steps", "1", "--max_samples", "8"], capsys)
     assert code == 1, output
     logs = list((run_dir / "logs").glob("grpo-train-*.log"))
     assert len(logs) == 1 and "ValueError: lock bug" in logs[0].read_text(encoding="utf-8")

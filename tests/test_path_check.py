@@ -10,6 +10,7 @@ previous export, set aside until the new one is complete.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import importlib
 import json
@@ -48,12 +49,18 @@ def tree_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
+@functools.cache
+def _modules_binding_load_tokenizer() -> tuple[str, ...]:
+    return tuple(".".join(("grpo_pipeline", *path.relative_to(ROOT).with_suffix("").parts))
+                 for path in (ROOT / "pipeline").rglob("*.py")
+                 if "from grpo_pipeline.pipeline.data.tokenizer import" in path.read_text(encoding="utf-8"))
+
+
 def tripwires(monkeypatch) -> None:
     # Every module that binds load_tokenizer by name is imported now, so it keeps the real one, not the wire: a
     # module first imported under the wire would keep it for the rest of the process (another test's export).
-    for path in (ROOT / "pipeline").rglob("*.py"):
-        if "from grpo_pipeline.pipeline.data.tokenizer import" in path.read_text(encoding="utf-8"):
-            importlib.import_module(".".join(("grpo_pipeline", *path.relative_to(ROOT).with_suffix("").parts)))
+    for name in _modules_binding_load_tokenizer():  # the checkout's files read once
+        importlib.import_module(name)
 
     def started(*args, **kwargs):
         raise WorkStarted("work started before the path was refused")
@@ -308,8 +315,8 @@ def test_export_out_is_the_local_base_model(adapter_dir, tmp_path, monkeypatch, 
     assert tree_digest(base) == before
 
 
-def test_overwrite_replaces_only_a_previous_export_and_restores_it_on_failure(adapter_dir, tmp_path, monkeypatch,
-                                                                               capsys):
+def test_overwrite_replaces_only_a_previous_export_and_restores_it_on_failure(tmp_path, monkeypatch, capsys):
+    adapter_dir = faults.adapter(tmp_path / "adapter", faults.RUNNABLE_BASE)  # real exports: the demo's small model
     out = tmp_path / "merged"
     monkeypatch.chdir(tmp_path)
     code, output = run(_export_argv(adapter_dir, out), monkeypatch, capsys)

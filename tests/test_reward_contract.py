@@ -48,22 +48,31 @@ def probe_config(tmp_path, reward: str):
     return demo_config(tmp_path / "run", reward_funcs=["xmlcount", f"{CASES}:{reward}"], data_cache_dir=str(tmp_path / "c"))
 
 
-def rewards_check(cfg) -> str:
-    """The rewards step of the data check: the rewards called on the run's prepared prompts."""
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """(tokenizer, the prepared training data) of the table's runs: prepared once (the rows and prompts do not depend
+    on reward_funcs, only the rewards step does)."""
+    cfg = probe_config(tmp_path_factory.mktemp("prepared"), "good")
     tokenizer = load_tokenizer(cfg.model.model_name_or_path)
-    return check_rewards(cfg, tokenizer, prepare_train(cfg, tokenizer, write_report=False))
+    return tokenizer, prepare_train(cfg, tokenizer, write_report=False)
+
+
+def rewards_check(cfg, prepared) -> str:
+    """The rewards step of the data check: the rewards called on the run's prepared prompts."""
+    tokenizer, train = prepared
+    return check_rewards(cfg, tokenizer, train)
 
 
 @pytest.mark.parametrize("reward", sorted(TABLE))
-def test_each_reward_behaviour_is_accepted_or_refused_naming_it(tmp_path, reward):
+def test_each_reward_behaviour_is_accepted_or_refused_naming_it(tmp_path, reward, prepared):
     expected = TABLE[reward]
     cfg = probe_config(tmp_path, reward)
     if expected is None:
-        message = rewards_check(cfg)
+        message = rewards_check(cfg, prepared)
         assert f"{reward}: [" in message and "8 completions of 2 prepared prompts" in message
         return
     with pytest.raises(ConfigError) as err:
-        rewards_check(cfg)
+        rewards_check(cfg, prepared)
     assert err.value.field == "reward_funcs"
     assert f"reward function `{reward}`" in str(err.value) and expected in str(err.value)
 
@@ -128,8 +137,9 @@ def test_reward_raising_at_step_2_stops_cleanly_with_a_checkpoint(tmp_path, caps
     from grpo_pipeline.pipeline.train import EXIT_HEALTH_STOP, run_training
 
     run_dir = tmp_path / "run"
+    # 2 prompts x 4 completions of 16 tokens a step: the way out at step 2 needs a step before it, not a large one
     cfg = demo_config(run_dir, max_steps=5, save_steps=100, reward_funcs=["xmlcount", f"{CASES}:raises_at_step"],
-                      data_cache_dir=str(tmp_path / "c"))
+                      data_cache_dir=str(tmp_path / "c"), per_device_train_batch_size=8, max_completion_length="16")
     import reward_contract_cases
 
     monkeypatch.setattr(reward_contract_cases, "RAISE", way_out)
