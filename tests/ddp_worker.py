@@ -23,7 +23,7 @@ from transformers import TrainerCallback  # noqa: E402
 
 from grpo_pipeline.pipeline.run.nodes import leave_process_group  # noqa: E402
 from grpo_pipeline.pipeline.train import run_training  # noqa: E402
-from train_helpers import demo_config  # noqa: E402
+from train_helpers import PRODUCT_REWARD_TIMEOUT, demo_config  # noqa: E402
 
 WRITES: list[str] = []
 MODE = sys.argv[2] if len(sys.argv) > 2 else "run"
@@ -91,6 +91,7 @@ if __name__ == "__main__":
     callbacks = [DumpTrainableWeights(out)] + ([WaitToBeKilled(out, 2)] if mode == "hang-after-checkpoint" else [])
     cfg = demo_config(out / "run", max_steps=3, save_steps=100 if failing else 2, num_generations=4,
                       per_device_train_batch_size=4, reward_funcs=rewards, learning_rate=1e-2,
+                      reward_timeout=PRODUCT_REWARD_TIMEOUT,  # each rank forks its rewards' processes, as users' do
                       resume="auto" if mode == "resume" else "never",
                       # the format warm-up too (every process trains it; one writes warmup/, a resume reuses it)
                       sft_warmup_steps=0 if failing else 2,

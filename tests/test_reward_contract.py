@@ -13,7 +13,7 @@ from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer
 from grpo_pipeline.pipeline.data.run_data import prepare_train
 from grpo_pipeline.pipeline.preflight import check_rewards, run_checks
 from grpo_pipeline.rewards.contract import RewardFailure, guard_reward
-from train_helpers import demo_config
+from train_helpers import PRODUCT_REWARD_TIMEOUT, demo_config
 
 CASES = "reward_contract_cases"
 
@@ -45,7 +45,8 @@ TABLE = {
 
 
 def probe_config(tmp_path, reward: str):
-    return demo_config(tmp_path / "run", reward_funcs=["xmlcount", f"{CASES}:{reward}"], data_cache_dir=str(tmp_path / "c"))
+    return demo_config(tmp_path / "run", reward_funcs=["xmlcount", f"{CASES}:{reward}"], data_cache_dir=str(tmp_path / "c"),
+                       reward_timeout=PRODUCT_REWARD_TIMEOUT)  # each reward in its own process, as users run it
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +140,7 @@ def test_reward_raising_at_step_2_stops_cleanly_with_a_checkpoint(tmp_path, caps
     run_dir = tmp_path / "run"
     # 2 prompts x 4 completions of 16 tokens a step: the way out at step 2 needs a step before it, not a large one
     cfg = demo_config(run_dir, max_steps=5, save_steps=100, reward_funcs=["xmlcount", f"{CASES}:raises_at_step"],
+                      reward_timeout=PRODUCT_REWARD_TIMEOUT,  # each reward in its own process, as users run it
                       data_cache_dir=str(tmp_path / "c"), per_device_train_batch_size=8, max_completion_length="16")
     import reward_contract_cases
 

@@ -23,6 +23,16 @@ def digit_share_reward(completions, **kwargs) -> list[float]:
 DEMO_RUN_STEPS, DEMO_RUN_EVAL_STEPS = 10, 5
 
 
+# reward_timeout 0 in these test configs: each reward runs in the trainer's process. With a deadline each reward
+# runs in a worker forked from the trainer's process (rewards/worker.py), and a fork's cost grows with the forking
+# process's memory: ~0.5 s each from a 3 GB test process on these machines, two forks per reward and run (the
+# check's probe, then training), hundreds of runs a suite. The reward's own process and its deadline are the
+# subject of tests/test_reward_deadline.py, tests/test_reward_contract.py and the fault table's reward cases,
+# which set reward_timeout themselves or run the CLI with the product's default.
+REWARDS_IN_PROCESS = 0
+PRODUCT_REWARD_TIMEOUT = PipelineConfig().grpo.reward_timeout  # for the tests whose runs keep the reward's process
+
+
 def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
     """The built-in CPU demo, shortened for tests."""
     from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
@@ -40,7 +50,7 @@ def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
                   per_device_train_batch_size=16, learning_rate=1e-3,
                   # Before any warm-up the random model's bytes are garbled by nature; tests of the garbled
                   # stop set their own thresholds, the others must not trip it by chance.
-                  garbled_action="warn")
+                  garbled_action="warn", reward_timeout=REWARDS_IN_PROCESS)
     values.update(overrides)
     return from_mapping(values)
 
@@ -53,6 +63,7 @@ def tiny_qwen_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
         save_steps=2, lora_r=8, lora_alpha=16, lora_target_modules=["q_proj", "v_proj"],
         output_dir=str(output_dir), learning_rate=5e-3, warmup_ratio=0.0, optim="adamw_torch",
         reward_funcs=["xmlcount", "correctness", "train_helpers:digit_share_reward"], max_samples=16,
+        reward_timeout=REWARDS_IN_PROCESS,
     )
     values.update(overrides)
     return from_mapping(values)
