@@ -65,8 +65,9 @@ def test_shortened_demo_runs_every_part_and_writes_plots_and_summary(demo_run):
 
 def _after_warmup(demo_run, tmp_path, monkeypatch, accuracies, **settings):
     """8 GRPO steps (2 prompts x 4 completions: the reward is the step's, whatever the completions) from the demo's
-    warmed-up model (its warmup/ copied in, so the warm-up is reused), an eval every 2 steps over 100 held-out sums,
-    whose accuracy is `accuracies[i]` at the i-th eval."""
+    warmed-up model (its warmup/ copied in, so the warm-up is reused), an eval every 2 steps over 20 held-out sums
+    (the rule's noise allowance takes its n from the real eval), whose accuracy is `accuracies[i]` at the i-th eval:
+    each a whole number of problems out of 20."""
     import grpo_pipeline.pipeline.infer.evaluate as evaluate
 
     real, scripted = evaluate.evaluate_rows, iter(accuracies)
@@ -78,19 +79,20 @@ def _after_warmup(demo_run, tmp_path, monkeypatch, accuracies, **settings):
     run_dir = tmp_path / "run"
     shutil.copytree(demo_run[0] / "warmup", run_dir / "warmup")
     cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "max_steps": 8, "save_steps": 100,
-                        "num_generations": 4, "per_device_train_batch_size": 8, "eval_steps": 2, "eval_limit": 100,
+                        "num_generations": 4, "per_device_train_batch_size": 8, "eval_steps": 2, "eval_limit": 20,
                         "eval_before": False, "eval_after": False,
                         "hacking_window": 3, "reward_funcs": ["train_helpers:step_rising_reward"],
                         "reward_weights": None, **settings})
     result = run_training(cfg)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
+    assert {r["eval/n"] for r in rows if "eval/accuracy" in r} == {20}  # the n the rule's allowance is computed for
     return run_dir, result, evals
 
 
 def test_a_rising_reward_while_held_out_accuracy_falls_stops_the_run_with_the_hacking_rule(
         demo_run, tmp_path, monkeypatch):
-    """90% -> 60% -> 30% over 100 problems is far past two standard errors (about 13 points), while the reward
+    """90% -> 60% -> 30% over 20 problems is far past two standard errors (about 31 points), while the reward
     rises by construction: the rule stops the run at the third eval (step 6), with a checkpoint there, and
     best_lora/ keeps the adapter of the best accuracy (step 2)."""
     run_dir, result, evals = _after_warmup(demo_run, tmp_path, monkeypatch, [0.9, 0.6, 0.3, 0.1],
@@ -107,11 +109,12 @@ def test_a_rising_reward_while_held_out_accuracy_falls_stops_the_run_with_the_ha
 
 
 def test_a_plateau_that_wobbles_within_chance_is_not_reward_hacking(demo_run, tmp_path, monkeypatch):
-    """90% -> 89% -> 89% (a point of wobble, inside the about 8.7 points two standard errors allow on 100
-    problems) while the reward still rises: no warning, and the run completes."""
-    run_dir, result, evals = _after_warmup(demo_run, tmp_path, monkeypatch, [0.9, 0.89, 0.89, 0.88],
+    """90% -> 85% -> 85% (one problem of wobble, inside the about 21 points two standard errors allow on 20
+    problems; without that allowance any steady fall warns) while the reward still rises: no warning, and the run
+    completes."""
+    run_dir, result, evals = _after_warmup(demo_run, tmp_path, monkeypatch, [0.9, 0.85, 0.85, 0.8],
                                            hacking_action="stop")
     assert result.status == "completed" and result.steps == 8
-    assert [a for _, a in evals] == [0.9, 0.89, 0.89, 0.88]
+    assert [a for _, a in evals] == [0.9, 0.85, 0.85, 0.8]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert not any("reward hacking" in warning for warning in summary["health_warnings"])
