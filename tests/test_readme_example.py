@@ -48,26 +48,86 @@ def test_the_example_has_its_files_commands_and_output():
     assert len(example_text().splitlines()) <= 70  # compact, as promised
 
 
-def _grpo() -> list[str]:
-    script = shutil.which("grpo")  # the installed console script, as a user runs it
-    return [script] if script else [sys.executable, "-m", "grpo_pipeline.pipeline"]
+# The docs' commands, each as `grpo ARGV` typed in its example's folder: the installed console script (its own file,
+# run as __main__, as the shell runs it), or `python -m grpo_pipeline.pipeline` where none is installed. All of them
+# in ONE fresh process, one after the other (a process per command cost a start of torch, transformers, peft and TRL,
+# ~9 s each, four times); each command's exit status and what it wrote to the file descriptors 1 and 2, apart (what
+# a shell's user sees on stdout and stderr). A training run in a process of its own is tests/test_train.py's
+# test_sigint_saves_a_resumable_checkpoint (`python -m grpo_pipeline.pipeline train`).
+_TYPED_IN_A_SHELL = """\
+import json, os, runpy, sys, tempfile, traceback
+
+script, commands = json.loads(sys.argv[1])
+answers = []
+for folder, argv in commands:
+    os.chdir(folder)
+    streams = [tempfile.TemporaryFile("w+", encoding="utf-8") for _ in (1, 2)]
+    saved = [os.dup(1), os.dup(2)]
+    for fd, stream in zip((1, 2), streams):
+        os.dup2(stream.fileno(), fd)
+    sys.argv = [script or "grpo", *argv]
+    try:
+        if script:
+            runpy.run_path(script, run_name="__main__")
+        else:
+            runpy.run_module("grpo_pipeline.pipeline", run_name="__main__", alter_sys=True)
+        status = 0
+    except SystemExit as done:
+        status = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    sys.stdout.flush(); sys.stderr.flush()
+    for fd, kept in zip((1, 2), saved):
+        os.dup2(kept, fd)
+        os.close(kept)
+    texts = []
+    for stream in streams:
+        stream.seek(0)
+        texts.append(stream.read())
+        stream.close()
+    answers.append([status, *texts])
+print(json.dumps(answers))
+"""
+
+
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory):
+    """{example: [(exit status, stdout, stderr) per command], "folders": {example: its folder}} for the README's
+    example and docs/coming-from-trl.md's "Try it": each one's files written into a fresh folder as the docs name
+    them, then every command of each as written, in the docs' order."""
+    readme_files, readme_commands, _ = example_parts()
+    trl_files, trl_commands, _ = _trl_doc_example("docs/coming-from-trl.md")
+    examples = {"readme": (readme_files, readme_commands), "trl": (trl_files, trl_commands)}
+    root = tmp_path_factory.mktemp("typed")
+    folders, commands = {}, []
+    for example, (files, lines) in examples.items():
+        folders[example] = root / example
+        folders[example].mkdir()
+        for name, body in files.items():
+            (folders[example] / name).write_text(body, encoding="utf-8")
+        for line in lines:
+            argv = shlex.split(line, comments=True)
+            assert argv[0] == "grpo", line
+            commands.append([str(folders[example]), argv[1:]])
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", _TYPED_IN_A_SHELL, json.dumps([shutil.which("grpo"), commands])],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    answers = iter(json.loads(done.stdout))
+    results = {example: [next(answers) for _ in lines] for example, (_, lines) in examples.items()}
+    return {**results, "folders": folders}
 
 
 @pytest.mark.slow
-def test_the_readme_example_runs_as_written(tmp_path):
-    files, commands, printed = example_parts()
-    for name, body in files.items():
-        (tmp_path / name).write_text(body, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"}
+def test_the_readme_example_runs_as_written(typed):
+    _, commands, printed = example_parts()
+    tmp_path = typed["folders"]["readme"]
     outputs = []
-    for command in commands:
-        argv = shlex.split(command, comments=True)
-        assert argv[0] == "grpo"
-        proc = subprocess.run(_grpo() + argv[1:], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=900)
-        assert proc.returncode == 0, (command, proc.stdout[-3000:], proc.stderr[-3000:])
-        assert "Traceback" not in proc.stderr
-        outputs.append(proc.stdout)
+    for command, (code, stdout, stderr) in zip(commands, typed["readme"], strict=True):
+        assert code == 0, (command, stdout[-3000:], stderr[-3000:])
+        assert "Traceback" not in stderr
+        outputs.append(stdout)
     report = json.loads(outputs[0])
     assert report["ok"] and {"rewards", "lora"} <= {c["name"] for c in report["checks"]}
     rewards = next(c for c in report["checks"] if c["name"] == "rewards")["message"]
@@ -114,20 +174,16 @@ def test_the_chinese_trl_example_is_the_english_one_as_data():
 
 
 @pytest.mark.slow
-def test_the_trl_format_example_checks_and_trains_as_written(tmp_path):
+def test_the_trl_format_example_checks_and_trains_as_written(typed):
     """docs/coming-from-trl.md's "Try it" (README links it from "Train on your own data"; the Chinese page holds
     the same example, above): its two files and its two commands, as written; what --check says it prints, it
     prints."""
-    files, commands, section = _trl_doc_example("docs/coming-from-trl.md")
-    for name, body in files.items():
-        (tmp_path / name).write_text(body, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"}
+    _, commands, section = _trl_doc_example("docs/coming-from-trl.md")
+    tmp_path = typed["folders"]["trl"]
     outputs = []
-    for command in commands:
-        argv = shlex.split(command)
-        proc = subprocess.run(_grpo() + argv[1:], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, (command, proc.stdout[-3000:], proc.stderr[-3000:])
-        outputs.append(proc.stdout)
+    for command, (code, stdout, stderr) in zip(commands, typed["trl"], strict=True):
+        assert code == 0, (command, stdout[-3000:], stderr[-3000:])
+        outputs.append(stdout)
     said = _said(section)
     checks = {c["name"]: c["message"] for c in json.loads(outputs[0])["checks"]}
     assert len(said) == 2 and said[0].split(": ", 1)[1] in checks["data"].replace("\n", " ")
