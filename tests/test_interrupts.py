@@ -123,7 +123,7 @@ def test_an_interrupt_in_generate_or_export_exits_130_without_a_traceback(comman
 
     from grpo_pipeline.pipeline import cli
 
-    lora = adapter(tmp_path)
+    lora = adapter(tmp_path, base="tiny-demo")  # the built-in model: no 151k-row vocabulary to load or merge
     if command == "generate":
         _patch(monkeypatch, "grpo_pipeline.pipeline.backends.plain.PlainGenerator.generate", send("SIGTERM"))
         argv = ["generate", "--lora", str(lora), "--prompt", "1+1?", "--backend", "plain"]

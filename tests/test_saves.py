@@ -167,7 +167,7 @@ def test_export_storage_error_is_named(tmp_path, monkeypatch, capsys):
     """grpo export: the merged model's save fails on a read-only disk -> exit 2, nothing at --out."""
     from fault_kit import adapter
 
-    lora = adapter(tmp_path)
+    lora = adapter(tmp_path, base="tiny-demo")  # the built-in model: no 151k-row vocabulary to load or merge
     monkeypatch.setattr("grpo_pipeline.pipeline.backends.plain.export", lambda *a, **k: (_ for _ in ()).throw(
         SafetensorError("Error while serializing: I/O error: Read-only file system (os error 30)")))
     from grpo_pipeline.pipeline.infer.export import main
