@@ -155,8 +155,8 @@ def _metric_steps(run_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["--resume never", "auto, its checkpoints deleted"])
 def test_a_fresh_start_in_a_used_folder_plots_and_resumes_only_its_own_steps(trained_run, tmp_path, capsys, how):
-    """The earlier run trained 4 steps (checkpoint-2, -4). A fresh 2-step run in its folder must not show the old
-    steps in metrics.jsonl or plots, nor resume the old checkpoint-4 later; the old files are all kept aside."""
+    """The earlier run trained 4 steps (checkpoint-3, -4 kept). A fresh 1-step run in its folder must not show the
+    old steps in metrics.jsonl or plots, nor resume the old checkpoint-4 later; the old files are all kept aside."""
     from grpo_pipeline.pipeline.preflight import check_resume
     from grpo_pipeline.pipeline.run.resume import contents_problem
     from grpo_pipeline.pipeline.run.resume import resume_key, resume_mismatch
@@ -170,15 +170,15 @@ def test_a_fresh_start_in_a_used_folder_plots_and_resumes_only_its_own_steps(tra
         for checkpoint in list_checkpoints(run_dir):
             shutil.rmtree(checkpoint)
     resume = "never" if how == "--resume never" else "auto"
-    cfg = demo_config(run_dir, max_steps=2, save_steps=1, resume=resume)
+    cfg = demo_config(run_dir, max_steps=1, save_steps=1, resume=resume)
     # --check says what the run will do with the earlier files
     said = check_resume(cfg.grpo.resume, cfg.grpo.output_dir,
                         lambda path: resume_mismatch(path, resume_key(cfg)) or contents_problem(path, resume_key(cfg)))
     assert "metrics.jsonl" in said and "lora" in said and str(run_dir / PREVIOUS_DIR) in said
     result = run_training(cfg)
-    assert result.status == "completed" and result.steps == 2
-    assert _metric_steps(run_dir) == [1, 2]
-    assert [p.name for p in list_checkpoints(run_dir)] == ["checkpoint-1", "checkpoint-2"]
+    assert result.status == "completed" and result.steps == 1
+    assert _metric_steps(run_dir) == [1]
+    assert [p.name for p in list_checkpoints(run_dir)] == ["checkpoint-1"]
     [previous] = (run_dir / PREVIOUS_DIR).iterdir()
     assert (previous / "metrics.jsonl").read_text() == old_metrics  # nothing lost
     assert (previous / "lora" / "adapter_model.safetensors").is_file() and (previous / "summary.json").is_file()
@@ -186,8 +186,8 @@ def test_a_fresh_start_in_a_used_folder_plots_and_resumes_only_its_own_steps(tra
         assert (previous / "checkpoint-4" / "trainer_state.json").is_file()
     assert "moved to " + str(previous) in capsys.readouterr().out
     # The same command again (--resume auto, as the printed resume command says) continues THIS run.
-    again = run_training(demo_config(run_dir, max_steps=3, save_steps=1))
-    assert again.status == "completed" and again.steps == 3 and _metric_steps(run_dir) == [1, 2, 3]
+    again = run_training(demo_config(run_dir, max_steps=2, save_steps=1))
+    assert again.status == "completed" and again.steps == 2 and _metric_steps(run_dir) == [1, 2]
     assert len(list((run_dir / PREVIOUS_DIR).iterdir())) == 1  # a resume moves nothing
 
 
@@ -195,14 +195,11 @@ def test_a_fresh_start_in_a_used_folder_plots_and_resumes_only_its_own_steps(tra
 
 
 @pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
-    """A finished 4-step run with checkpoint-2 and checkpoint-4 (adapter, optimizer.pt, rng state...)."""
-    from grpo_pipeline.pipeline.train import run_training
-    from train_helpers import demo_config
-
-    run_dir = tmp_path_factory.mktemp("real") / "run"
-    result = run_training(demo_config(run_dir, max_steps=4, save_steps=2))
-    assert result.steps == 4 and (run_dir / "checkpoint-4" / "optimizer.pt").is_file()
+def trained_run(adapter_runs):
+    """A finished 4-step run saved at every step, save_total_limit 2: checkpoint-3 and checkpoint-4 (adapter,
+    optimizer.pt, rng state...); trained once, read or copied by each test (adapter_runs(0) below)."""
+    run_dir, settings = adapter_runs(0)
+    assert settings["max_steps"] == 4 and (run_dir / "checkpoint-4" / "optimizer.pt").is_file()
     return run_dir
 
 
@@ -232,15 +229,15 @@ def test_resume_auto_sets_truncated_newest_aside_and_resumes_from_the_previous(t
     shutil.rmtree(run_dir / "lora")  # as if the run had died after saving checkpoint-4
     truncate(run_dir / "checkpoint-4" / "adapter_model.safetensors")
     truncate(run_dir / "checkpoint-4" / "optimizer.pt", keep=0.9)
-    result = run_training(demo_config(run_dir, max_steps=4, save_steps=2))
+    result = run_training(demo_config(run_dir, **_adapter_settings(0)))
     out = capsys.readouterr().out
     assert result.exit_code == 0 and result.status == "completed" and result.steps == 4
     assert "checkpoint-4 is incomplete: " in out and "adapter_model.safetensors" in out and "not deleted" in out
-    assert "resuming from " + str(run_dir / "checkpoint-2") in out
+    assert "resuming from " + str(run_dir / "checkpoint-3") in out
     kept = list((run_dir / "corrupt").iterdir())
     assert len(kept) == 1 and kept[0].name.startswith("checkpoint-4-")
     assert (kept[0] / "optimizer.pt").stat().st_size > 0  # the broken files are kept for inspection
-    assert (run_dir / "checkpoint-4").is_dir()  # re-trained 3-4 and saved again
+    assert (run_dir / "checkpoint-4").is_dir()  # re-trained 4 and saved again
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -288,14 +285,19 @@ def _adapter_tensors(path):
 
 
 def _adapter_settings(warmup_steps):
-    return dict(save_steps=2, beta=0.04, sft_warmup_steps=warmup_steps,
-                reward_funcs=["train_helpers:digit_share_reward"])
+    """The runs adapter_runs trains. Without a warm-up: the module's shared 4-step run (trained_run), saved at every
+    step and rotated to the newest 2; after a warm-up: one GRPO step. beta 0.04 (a reference model) and a reward
+    with variance on a random model, so every step moves the weights."""
+    shape = dict(max_steps=4, save_steps=1, save_total_limit=2) if not warmup_steps else dict(max_steps=1,
+                                                                                                save_steps=1)
+    return dict(shape, beta=0.04, sft_warmup_steps=warmup_steps, reward_funcs=["train_helpers:digit_share_reward"])
 
 
 @pytest.fixture(scope="module")
 def adapter_runs(tmp_path_factory):
-    """`trained(warmup_steps)` -> a completed 2-step run (beta 0.04, checkpoint-2, lora/) with that many warm-up
-    steps, trained once per warm-up setting in this module: each case copies it and loads from the copy."""
+    """`trained(warmup_steps)` -> (run folder, its settings): a completed run (_adapter_settings: beta 0.04, a
+    checkpoint at its last step, lora/) with that many warm-up steps, trained once per warm-up setting in this
+    module: each case copies it (or only reads it) and loads from the copy."""
     from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
@@ -304,9 +306,10 @@ def adapter_runs(tmp_path_factory):
     def trained(warmup_steps):
         if warmup_steps not in runs:
             run_dir = tmp_path_factory.mktemp(f"adapter-warmup-{warmup_steps}") / "run"
-            cfg = demo_config(run_dir, max_steps=2, **_adapter_settings(warmup_steps))
-            assert run_training(cfg).status == "completed"
-            runs[warmup_steps] = run_dir
+            settings = _adapter_settings(warmup_steps)
+            result = run_training(demo_config(run_dir, **settings))
+            assert result.status == "completed" and result.steps == settings["max_steps"]
+            runs[warmup_steps] = run_dir, settings
         return runs[warmup_steps]
 
     return trained
@@ -318,18 +321,20 @@ def adapter_runs(tmp_path_factory):
 def test_loading_a_checkpoint_restores_its_trained_adapter(adapter_runs, tmp_path, how, warmup_steps):
     """With beta > 0 after a format warm-up, TRL adds a frozen "ref" adapter, which the pipeline removes (kl is
     measured against the base model: pipeline/health/rollback.py base_model_reference), so checkpoints hold the
-    trained adapter alone. A resumed run and a finished run's lora/ must hold checkpoint-2's trained weights, not
-    the warm-up's (tests/test_checkpoints_rules.py covers a checkpoint that does hold ref/)."""
+    trained adapter alone. A resumed run and a finished run's lora/ must hold the last checkpoint's trained weights,
+    not the warm-up's (tests/test_checkpoints_rules.py covers a checkpoint that does hold ref/)."""
     from transformers import TrainerCallback
 
     from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
     run_dir = tmp_path / "run"
-    settings = _adapter_settings(warmup_steps)
-    shutil.copytree(adapter_runs(warmup_steps), run_dir)  # the 2-step run, trained once for both ways to load it
-    assert not (run_dir / "checkpoint-2" / "ref").exists()  # one reference, the base model: no "ref" adapter
-    saved = _adapter_tensors(run_dir / "checkpoint-2")
+    trained, settings = adapter_runs(warmup_steps)
+    shutil.copytree(trained, run_dir)  # the run, trained once for both ways to load it
+    steps = settings["max_steps"]
+    last = run_dir / f"checkpoint-{steps}"
+    assert not (last / "ref").exists()  # one reference, the base model: no "ref" adapter
+    saved = _adapter_tensors(last)
 
     class Loaded(TrainerCallback):
         weights = None
@@ -343,11 +348,12 @@ def test_loading_a_checkpoint_restores_its_trained_adapter(adapter_runs, tmp_pat
 
     if how == "resume":
         loaded = Loaded()
-        assert run_training(demo_config(run_dir, max_steps=3, **settings), callbacks=[loaded]).steps == 3
+        resumed = {**settings, "max_steps": steps + 1}
+        assert run_training(demo_config(run_dir, **resumed), callbacks=[loaded]).steps == steps + 1
         got = loaded.weights
     else:
         shutil.rmtree(run_dir / "lora")  # as if killed during the final save
-        assert run_training(demo_config(run_dir, max_steps=2, **settings)).status == "completed"
+        assert run_training(demo_config(run_dir, **settings)).status == "completed"
         got = _adapter_tensors(run_dir / "lora")
     assert set(got) == set(saved)
     assert all(np.array_equal(got[name], saved[name]) for name in saved)
@@ -419,15 +425,14 @@ def test_a_storage_failure_during_a_save_names_the_run_folder_the_size_and_how_t
 
 
 @pytest.mark.slow
-def test_staged_saves_record_the_weight_shape_and_keep_save_total_limit(tmp_path):
+def test_staged_saves_record_the_weight_shape_and_keep_save_total_limit(adapter_runs):
     from grpo_pipeline.pipeline.run.resume import SHAPE_NAME, checkpoint_record, resume_key
-    from grpo_pipeline.pipeline.train import run_training
     from train_helpers import demo_config
 
-    run_dir = tmp_path / "run"
-    cfg = demo_config(run_dir, max_steps=3, save_steps=1, save_total_limit=2)
-    assert run_training(cfg).status == "completed"
-    assert [p.name for p in list_checkpoints(run_dir)] == ["checkpoint-2", "checkpoint-3"]  # the oldest rotated out
+    run_dir, settings = adapter_runs(0)  # the shared run, only read: saved at steps 1-4, save_total_limit 2
+    cfg = demo_config(run_dir, **settings)
+    assert (settings["max_steps"], settings["save_steps"], settings["save_total_limit"]) == (4, 1, 2)
+    assert [p.name for p in list_checkpoints(run_dir)] == ["checkpoint-3", "checkpoint-4"]  # the oldest rotated out
     for checkpoint in list_checkpoints(run_dir):
         recorded = json.loads((checkpoint / SHAPE_NAME).read_text())
         data = recorded.pop("data")  # what the data position counts (pipeline/run/resume.py data_record)

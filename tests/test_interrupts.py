@@ -33,16 +33,23 @@ def send_twice(original):
     return interrupted
 
 
+# One GRPO step where the signal lands outside training: before it (the run then completes one step) or after it.
+# The training and checkpoint phases keep 2 steps, so the signal lands in step 1 with a step still to train.
+ONE_STEP = {"max_steps": 1}
+
 # phase -> (the function a signal lands in, how, the config that reaches that phase)
 PHASES = {
-    "data preparation (SIGTERM)": ("grpo_pipeline.pipeline.data.prepare.prepare_dataset", send("SIGTERM"), {}),
-    "format warm-up": ("trl.SFTTrainer.train", send("SIGINT"), {"sft_warmup_steps": 2}),
-    "eval before": ("grpo_pipeline.pipeline.infer.evaluate.evaluate_rows", send("SIGTERM"), {"eval_before": True}),
+    "data preparation (SIGTERM)": ("grpo_pipeline.pipeline.data.prepare.prepare_dataset", send("SIGTERM"),
+                                   ONE_STEP),
+    "format warm-up": ("trl.SFTTrainer.train", send("SIGINT"), {"sft_warmup_steps": 2, **ONE_STEP}),
+    "eval before": ("grpo_pipeline.pipeline.infer.evaluate.evaluate_rows", send("SIGTERM"),
+                    {"eval_before": True, **ONE_STEP}),
     "training (graceful: finish the step, checkpoint)": ("trl.GRPOTrainer.compute_loss", send("SIGINT"), {}),
     "training (second Ctrl-C: stop now)": ("trl.GRPOTrainer.compute_loss", send_twice, {}),
     "checkpoint save": ("transformers.Trainer._save_rng_state", send("SIGINT"), {}),
-    "final lora/ save": ("grpo_pipeline.pipeline.backends.plain.save_adapter", send("SIGTERM"), {}),
-    "eval after": ("grpo_pipeline.pipeline.infer.evaluate.evaluate_rows", send("SIGINT"), {"eval_after": True}),
+    "final lora/ save": ("grpo_pipeline.pipeline.backends.plain.save_adapter", send("SIGTERM"), ONE_STEP),
+    "eval after": ("grpo_pipeline.pipeline.infer.evaluate.evaluate_rows", send("SIGINT"),
+                   {"eval_after": True, **ONE_STEP}),
 }
 
 
@@ -116,7 +123,7 @@ def test_an_interrupt_in_generate_or_export_exits_130_without_a_traceback(comman
 
     from grpo_pipeline.pipeline import cli
 
-    lora = adapter(tmp_path)
+    lora = adapter(tmp_path, base="tiny-demo")  # the built-in model: no 151k-row vocabulary to load or merge
     if command == "generate":
         _patch(monkeypatch, "grpo_pipeline.pipeline.backends.plain.PlainGenerator.generate", send("SIGTERM"))
         argv = ["generate", "--lora", str(lora), "--prompt", "1+1?", "--backend", "plain"]

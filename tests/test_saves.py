@@ -28,8 +28,10 @@ def config(run_dir, **overrides):
     from train_helpers import demo_config
 
     # digit_share_reward has variance on a random model, so every step moves the weights: a final lora/ that
-    # came from the wrong step (or from no checkpoint at all) would differ from the checkpoint's weights.
-    values = dict(max_steps=2, save_steps=1, max_samples=16, reward_funcs=["train_helpers:digit_share_reward"])
+    # came from the wrong step (or from no checkpoint at all) would differ from the checkpoint's weights. 16
+    # completion tokens are enough for that variance; the saves do not depend on the completions' length.
+    values = dict(max_steps=2, save_steps=1, max_samples=16, max_completion_length="16",
+                  reward_funcs=["train_helpers:digit_share_reward"])
     values.update(overrides)
     return demo_config(run_dir, **values)
 
@@ -151,7 +153,7 @@ def test_storage_error_at_every_save_is_named_and_leaves_nothing_half_written(mo
     target, _ = SAVE_MOMENTS[moment]
     _patch_target(monkeypatch, target, STORAGE_SHAPES[shape][0])
     recipe = tmp_path / "recipe.yaml"
-    cfg = config(tmp_path / "run", max_steps=1, sft_warmup_steps=2 if moment == "warm-up" else 0)
+    cfg = config(tmp_path / "run", max_steps=1, sft_warmup_steps=1 if moment == "warm-up" else 0)
     import yaml
 
     recipe.write_text(yaml.safe_dump(cfg.to_dict()), encoding="utf-8")
@@ -167,7 +169,7 @@ def test_export_storage_error_is_named(tmp_path, monkeypatch, capsys):
     """grpo export: the merged model's save fails on a read-only disk -> exit 2, nothing at --out."""
     from fault_kit import adapter
 
-    lora = adapter(tmp_path)
+    lora = adapter(tmp_path, base="tiny-demo")  # the built-in model: no 151k-row vocabulary to load or merge
     monkeypatch.setattr("grpo_pipeline.pipeline.backends.plain.export", lambda *a, **k: (_ for _ in ()).throw(
         SafetensorError("Error while serializing: I/O error: Read-only file system (os error 30)")))
     from grpo_pipeline.pipeline.infer.export import main
