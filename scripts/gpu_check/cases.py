@@ -160,7 +160,13 @@ def freeze_dry_run_imports(child: str) -> None:
 
     modules = ["transformers.models.qwen2.modeling_qwen2", "grpo_pipeline.pipeline.assets"]
     if child != "models":  # a chain or bench child: training, generate and export
-        modules += ["peft", "datasets", "trl.trainer.grpo_trainer", "trl.trainer.sft_trainer", "grpo_pipeline.pipeline.train",
+        # TRL's GRPOTrainer first, as the plain backend's run imports it (no vllm_mode): with vLLM hidden. A plain
+        # import would load vLLM too wherever it is installed (trl/generation/ imports it at its top), about 5 s of
+        # CPU that no dry-run child uses: every unit that needs vLLM needs CUDA too, so a dry run skips it.
+        from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module
+
+        grpo_trainer_module()
+        modules += ["peft", "datasets", "trl.trainer.sft_trainer", "grpo_pipeline.pipeline.train",
                     "grpo_pipeline.pipeline.cli", "grpo_pipeline.pipeline.trainer.build"]
     for module in modules:
         importlib.import_module(module)
