@@ -72,7 +72,10 @@ def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
     """Around building a GRPOTrainer with vllm_mode colocate: the `vllm.LLM` TRL builds (VLLMGeneration._init_vllm)
     reuses `previous_trainer`'s (a rollback's) when asked for with the same arguments, not a second one beside it
     (on a GPU its free-memory check would fail); the new trainer syncs its weights in first (`_last_loaded_step =
-    -1`). With other arguments the old engine goes first."""
+    -1`). With other arguments the old engine goes first. On vLLM's CPU build it runs eager, as ours does: TRL asks
+    for vLLM's default there, which compiles the model at the first rollout (inductor: minutes of C++ builds on a
+    small machine; under VLLM_CPU_CI_ENV dynamo still traces it with the eager backend, tens of seconds for a 0.5B:
+    vllm/platforms/cpu.py), for rollouts that are the same."""
     from trl.generation import vllm_generation
 
     generation = getattr(previous_trainer, "vllm_generation", None)
@@ -81,6 +84,8 @@ def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
 
     def engine(**kwargs: Any) -> Any:
         nonlocal kept
+        if on_cpu_build():  # eager, as engine_arguments builds ours
+            kwargs.setdefault("enforce_eager", True)
         if kept is not None and getattr(kept, _BUILT_WITH, None) == kwargs:
             if kwargs.get("enable_sleep_mode") and kept.llm_engine.is_sleeping():
                 kept.wake_up()  # TRL puts a new engine to sleep at once (level 2): it must be awake for that
