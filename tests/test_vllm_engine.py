@@ -3,11 +3,9 @@ colocated engine generating the rollouts, the weights reach the engine after eve
 it, and `grpo generate` / `grpo eval` with a saved LoRA go through it (a LoRARequest).
 
 All tests here share one xdist worker (`xdist_group`), so the suite pays vLLM's import once there; each test module
-run builds four engines (three colocated with a trainer, one for inference, shared by the inference tests). TRL
-builds its colocated engine with torch.compile, which on vLLM's CPU build takes most of an engine's start-up even
-from vLLM's compile cache; the module's main run (colocated_run) keeps TRL's arguments as they are, the two runs
-whose assertions are not about the compiled model (the stale-rollout rule, the rollback's takeover) build theirs
-eager (`eager_colocated_engine`), as `grpo generate`'s engine is on the CPU build.
+run builds four engines (three colocated with a trainer, one for inference, shared by the inference tests). On
+vLLM's CPU build every one runs eager (pipeline/backends/vllm_engine.py: TRL's colocated engine too, whose compile
+was most of each start here).
 """
 
 from __future__ import annotations
@@ -55,21 +53,6 @@ def environment_kept():
     finally:
         os.environ.clear()
         os.environ.update(before)
-
-
-@contextmanager
-def eager_colocated_engine():
-    """TRL's colocated `vllm.LLM` built with enforce_eager=True added to TRL's own arguments (the engine is real,
-    only its torch.compile is skipped); the pipeline's `colocated_engine` wraps this builder as it wraps vLLM's."""
-    from grpo_pipeline.pipeline.config.trl_fields import grpo_trainer_module
-
-    grpo_trainer_module(uses_vllm=True)  # trl.generation.vllm_generation with vLLM's LLM, as a colocated run has it
-    from trl.generation import vllm_generation
-
-    build = vllm_generation.LLM
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(vllm_generation, "LLM", lambda **kwargs: build(**kwargs, enforce_eager=True))
-        yield
 
 
 def _metrics(output_dir: Path) -> list[dict]:
@@ -154,7 +137,7 @@ def test_an_engine_whose_sync_is_switched_off_fires_the_stale_rollout_rule(monke
 
     # The sync keeps only its cache reset: the engine keeps the weights it was built with.
     monkeypatch.setattr(vllm_engine, "reload_into_engine", lambda generation: generation.llm.reset_prefix_cache())
-    with environment_kept(), eager_colocated_engine():
+    with environment_kept():
         result = run_training(_vllm_config(tmp_path / "run", max_steps=6))
     assert result.status == "stopped" and result.exit_code == 3
     summary = json.loads((result.output_dir / "summary.json").read_text())
@@ -268,7 +251,8 @@ def test_each_adapter_on_one_shared_engine_answers_with_its_own_weights(tmp_path
 def test_a_rollback_takes_over_the_colocated_engine_instead_of_building_a_second(tmp_path):
     """on_collapse: rollback rebuilds the trainer; TRL would build a second colocated engine beside the first (on a
     GPU its free-memory check fails). One engine is built, and after the rollback it generates from the checkpoint's
-    weights: the trainer-vs-sampler gap and the rollout probe stay near 0 on the replayed steps."""
+    weights: the trainer-vs-sampler gap and the rollout probe stay near 0 on the replayed steps. The engine TRL
+    builds runs eager on vLLM's CPU build."""
     from vllm import LLM
 
     from grpo_pipeline.pipeline.train import run_training
@@ -278,18 +262,19 @@ def test_a_rollback_takes_over_the_colocated_engine_instead_of_building_a_second
     real_init = LLM.__init__
 
     def counting_init(self, *args, **kwargs):
-        built.append(kwargs.get("model"))
+        built.append((kwargs.get("model"), kwargs.get("enforce_eager")))
         real_init(self, *args, **kwargs)
 
     cfg = _vllm_config(tmp_path / "run", max_steps=3, save_steps=1, on_collapse="rollback", max_rollbacks=1,
                        lr_scheduler_type="constant")
-    with pytest.MonkeyPatch.context() as patch, environment_kept(), eager_colocated_engine():
+    with pytest.MonkeyPatch.context() as patch, environment_kept():
         patch.setattr(LLM, "__init__", counting_init)
         result = run_training(cfg, callbacks=[poison_gradients(at_step=3, times=1)])
     assert result.status == "completed" and result.steps == 3, result.summary.get("stop_reason")
     summary = json.loads((result.output_dir / "summary.json").read_text())
     assert [(r["from_step"], r["to_step"]) for r in summary["rollbacks"]] == [(3, 1)]
     assert len(built) == 1, built  # the rebuilt trainer took the first engine over
+    assert built[0][1] is True  # eager on the CPU build (vllm_engine.colocated_engine), as TRL asked for a compile
     replayed = [m for m in _metrics(result.output_dir) if m.get("step", 0) >= 2]
     gaps = [m["sampling/sampling_logp_difference/mean"] for m in replayed
             if "sampling/sampling_logp_difference/mean" in m]
