@@ -17,6 +17,7 @@ from grpo_pipeline.pipeline.data.run_data import load_eval_rows
 from grpo_pipeline.pipeline.preflight import run_checks
 from grpo_pipeline.rewards import correctness_reward_func, extract_hash_answer, reference_is_scorable
 from tests.data_helpers import make_cfg, write_jsonl
+from train_helpers import REWARDS_IN_PROCESS
 
 
 @pytest.fixture(autouse=True)
@@ -196,10 +197,9 @@ def test_check_fails_exactly_when_the_run_would_naming_the_same_option(tmp_path,
     data.mkdir()
     table = bad_configs(data)
     for i, (name, (overrides, expected)) in enumerate(table.items()):
-        # The default rewards, called by the check and by the run as ever, in this process (reward_timeout 0): a
-        # worker forked per reward per check (five, twice an entry) cost most of this table's time, and a reward's
-        # own process has no part in what the data options decide (tests/test_reward_deadline.py is its test).
-        cfg = make_cfg(tmp_path, model_name_or_path="tiny-qwen2.5", backend="plain", reward_timeout=0,
+        # The rewards in this process, as train_helpers' configs run them (REWARDS_IN_PROCESS says why): a reward's
+        # own process has no part in what the data options decide.
+        cfg = make_cfg(tmp_path, model_name_or_path="tiny-qwen2.5", backend="plain", reward_timeout=REWARDS_IN_PROCESS,
                        output_dir=str(tmp_path / f"run{i}"), **overrides)
         checks = run_checks(cfg, stop_at_first=False)
         failed = [c for c in checks if not c.ok]

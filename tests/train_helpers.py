@@ -26,9 +26,8 @@ DEMO_RUN_STEPS, DEMO_RUN_EVAL_STEPS = 10, 5
 # reward_timeout 0 in these test configs: each reward runs in the trainer's process. With a deadline each reward
 # runs in a worker forked from the trainer's process (rewards/worker.py), and a fork's cost grows with the forking
 # process's memory: ~0.5 s each from a 3 GB test process on these machines, two forks per reward and run (the
-# check's probe, then training), hundreds of runs a suite. The reward's own process and its deadline are the
-# subject of tests/test_reward_deadline.py, tests/test_reward_contract.py and the fault table's reward cases,
-# which set reward_timeout themselves or run the CLI with the product's default.
+# check's probe, then training), hundreds of runs a suite. A test whose run must keep each reward in its own
+# process (the product's default) passes PRODUCT_REWARD_TIMEOUT; recipes and CLI runs keep the default anyway.
 REWARDS_IN_PROCESS = 0
 PRODUCT_REWARD_TIMEOUT = PipelineConfig().grpo.reward_timeout  # for the tests whose runs keep the reward's process
 
