@@ -127,6 +127,31 @@ def _record(monkeypatch, method: str) -> list:
     return calls
 
 
+def test_every_text_of_every_plot_lies_inside_its_figure(tmp_path, monkeypatch):
+    """The margins (pipeline/run/plots.py _save) leave room for each title (one line or two: health.png), axis label,
+    tick label and offset text, on one axis and on the two-panel loss plot, with large, tiny and negative values."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    import grpo_pipeline.pipeline.run.plots as plots
+
+    rows = _full_rows()
+    for row in rows:
+        row["loss"] = -1234567.0 * row["step"]  # an offset text ("1e7") and long tick labels
+        row["kl"] = 1e-6 * row["step"]
+    rows.append({"step": 40, "eval/accuracy": 0.5, "eval/format_rate": 0.9})
+    _write_metrics(tmp_path, rows)
+    saved, save = [], plots._save
+    monkeypatch.setattr(plots, "_save", lambda plt, fig, path, written: (save(plt, fig, path, written),
+                                                                        saved.append((path.name, fig))))
+    plot_run(tmp_path)
+    assert {name for name, _ in saved} >= {"health.png", "loss.png", "eval.png", "kl.png"}
+    for name, fig in saved:
+        renderer = FigureCanvasAgg(fig).get_renderer()  # pyplot's close took the figure's canvas away
+        drawn = fig.get_tightbbox(renderer)  # every drawn artist, texts included, in inches (what tight_layout reads)
+        width, height = fig.get_size_inches()
+        assert drawn.x0 >= 0 and drawn.y0 >= 0 and drawn.x1 <= width and drawn.y1 <= height, (name, drawn)
+
+
 def test_std_bands_stay_inside_each_rewards_possible_range(tmp_path, monkeypatch):
     rows = _full_rows()
     for row in rows:  # names as TRL logs the built-in rewards; a wide std pushes the band past both ends
