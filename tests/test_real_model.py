@@ -24,7 +24,6 @@ from grpo_pipeline.pipeline.health.rollout import ROLLOUT_GAP_FLOOR
 from grpo_pipeline.pipeline.run.metric_names import ROLLOUT_LOGP_GAP, ROLLOUT_WEIGHTS_STEP
 from tests.cli_helpers import ROOT, run_cli
 from tests.vllm_helpers import REAL_VLLM
-from train_helpers import PRODUCT_REWARD_TIMEOUT
 
 pytestmark = REAL_VLLM
 
@@ -100,8 +99,7 @@ def real_run(tmp_path_factory):
                     dtype="bfloat16", max_completion_length=str(NEW_TOKENS), max_steps=1,
                     save_steps=1, max_samples=4, learning_rate=1e-3, vllm_mode="colocate", min_p=None,
                     rollout_probe_steps=1, stale_rollout_action="stop", reward_funcs=["xmlcount", "correctness"],
-                    garbled_action="warn", gpu_memory_utilization="0.3",
-                    reward_timeout=PRODUCT_REWARD_TIMEOUT)  # each reward in its own process, as users run it
+                    garbled_action="warn", gpu_memory_utilization="0.3")
     env = dict(os.environ,
                PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", _STEP, json.dumps(settings)], cwd=ROOT, env=env,
