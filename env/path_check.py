@@ -125,6 +125,7 @@ PATH_OPTIONS: dict[str, dict[str, PathOption]] = {
     "eval": {**_INFERENCE_PATHS, "data": LOCAL_DATA, "output": OUTPUT_FILE},
     "export": {"lora": INPUT_DIR, "out": PathOption("output", "dir", may_exist=False, replaces=True,
                                                     replaceable=previous_export)},
+    "plot": {"run": INPUT_DIR},  # writes only its plots/, as the run does
 }
 
 

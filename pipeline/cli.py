@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("grpo_pipeline.pipeline.infer.generate", "generate with a saved LoRA adapter (or --base for the base model)"),
     "eval": ("grpo_pipeline.pipeline.infer.evaluate", "evaluate a LoRA or the base model on held-out problems"),
     "export": ("grpo_pipeline.pipeline.infer.export", "export a LoRA as a merged 16-bit / 4-bit model or GGUF"),
+    "plot": ("grpo_pipeline.pipeline.plot_command", "draw a run's plots from its metrics.jsonl (plots: false, or a run "
+                                                   "still training)"),
 }
 
 

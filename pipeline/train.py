@@ -401,6 +401,7 @@ def _summary(run: Run) -> RunResult:
                                 eval_after=run.eval_after, warnings=[*run.earlier_warnings, *health.warnings],
                                 health=health.summary(), resumed_from_step=run.resume_step,
                                 plot_settings=plot_settings(decided.rewards, decided.config.health),
+                                draw_plots=g.plots,
                                 best=periodic_eval.best.best if periodic_eval else None, rollbacks=run.rollbacks,
                                 resume_changes=run.resume_changes)
         print_where_everything_is(run.output_dir, run.status, run.reason, run.adapter_dir, run.resume_hint,

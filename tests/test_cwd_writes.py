@@ -27,6 +27,9 @@ def places(tmp_path_factory):
         bare = root / "no-output-dir.yaml"
         bare.write_text("".join(line for line in recipe.read_text(encoding="utf-8").splitlines(keepends=True)
                                 if not line.startswith("output_dir:")), encoding="utf-8")
+        logged = root / "logged-run"  # what `grpo plot` reads: a run folder's metrics.jsonl
+        logged.mkdir()
+        (logged / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5, "loss": 0.1}\n')
         yield {"root": root, "recipe": str(recipe), "bare": str(bare),
                "adapter": str(faults.adapter(root / "adapter-home"))}
 
@@ -49,6 +52,7 @@ def commands(p: dict) -> dict[str, list[str]]:
                                              str(out / "eval2.json")],
         "export": ["export", "--lora", p["adapter"], "--to", "merged16", "--out", str(out / "merged"), "--backend",
                    "plain"],
+        "plot": ["plot", "--run", str(out / "logged-run")],
     }
 
 

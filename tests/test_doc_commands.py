@@ -239,7 +239,7 @@ def test_every_grpo_command_runs_or_is_parsed_by_its_own_command(where, argv, do
 
         own, rest = parse_only(dry_run.main, options)
         parse_config([*rest, *(["--config", own.config] if own.config else [])])
-    elif command in ("generate", "eval", "export"):
+    elif command in ("generate", "eval", "export", "plot"):
         import importlib
 
         from grpo_pipeline.pipeline.cli import COMMANDS as CLI

@@ -277,7 +277,7 @@ def test_eval_steps_logs_plots_keeps_the_best_and_resume_never_replaces_it_with_
     run_dir = tmp_path / "run"
     reward = ["train_helpers:digit_share_reward"]  # a random model's completions differ here: the run learns
     result = run_training(demo_config(run_dir, max_steps=2, save_steps=2, eval_steps=1, eval_limit=4,
-                                      reward_funcs=reward))
+                                      reward_funcs=reward, plots=True))
     assert result.status == "completed"
     evals = _eval_rows(run_dir)
     assert [step for step, _, _ in evals] == [1, 2] and all(0 <= a <= 1 and 0 <= f <= 1 for _, a, f in evals)

@@ -190,3 +190,49 @@ def test_a_runs_plot_settings_come_from_its_config():
                                           get_reward_funcs(list(cfg.grpo.reward_funcs))), cfg.health)
     assert settings["reward_weights"] == {"correctness_reward_func": 1.0, "xmlcount_reward_func": 2.0}
     assert settings["thresholds"]["health/garbled_rate"] == 0.2
+
+
+# --- plots: false, then `grpo plot --run` ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_with_plots_off_draws_none_and_grpo_plot_draws_them_later_with_the_runs_thresholds(tmp_path, capsys):
+    import shutil
+
+    from grpo_pipeline.pipeline.train import run_training
+    from tests.cli_helpers import run_cli
+    from train_helpers import demo_config
+
+    run_dir = tmp_path / "run"
+    result = run_training(demo_config(run_dir, max_steps=2, plots=False, garbled_threshold=0.25))
+    assert result.status == "completed" and not (run_dir / "plots").exists()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["plots"] == [] and summary["plot_settings"]["thresholds"]["health/garbled_rate"] == 0.25
+    assert "  plots " not in capsys.readouterr().out  # the closing lines list no plots folder
+
+    defaults = tmp_path / "defaults"  # the same metrics drawn with the default thresholds
+    shutil.copytree(run_dir, defaults)
+    (defaults / "summary.json").unlink()  # as a run still training has none: the defaults, and a note saying so
+    code, out = run_cli(["plot", "--run", str(defaults)], capsys)
+    assert code == 0 and "the default health thresholds are drawn" in out, out
+    code, out = run_cli(["plot", "--run", str(run_dir)], capsys)
+    assert code == 0 and "default" not in out and str(run_dir / "plots") in out, out
+    drawn = sorted(p.name for p in (run_dir / "plots").iterdir())
+    assert drawn == sorted(p.name for p in (defaults / "plots").iterdir()) and {"reward.png", "health.png"} <= set(drawn)
+    # the run's garbled_threshold (0.25, not the default 0.3) is the dashed line of its health plot
+    assert (run_dir / "plots" / "health.png").read_bytes() != (defaults / "plots" / "health.png").read_bytes()
+    assert (run_dir / "plots" / "reward.png").read_bytes() == (defaults / "plots" / "reward.png").read_bytes()
+
+
+@pytest.mark.parametrize("what", ["missing", "no metrics.jsonl", "a file"])
+def test_grpo_plot_of_what_is_not_a_run_folder_is_exit_2_naming_run(what, tmp_path, capsys):
+    from tests.cli_helpers import run_cli
+
+    folder = tmp_path / "run"
+    if what == "no metrics.jsonl":
+        folder.mkdir()
+    elif what == "a file":
+        folder.write_text("x")
+    code, out = run_cli(["plot", "--run", str(folder)], capsys)
+    assert code == 2 and "--run" in out and str(folder) in out and "Traceback" not in out, out
+    assert len(out.strip().splitlines()) == 1, out

@@ -273,7 +273,8 @@ KILL_POINTS = {
     "manifest.json written, before eval after": ("grpo_pipeline.pipeline.infer.evaluate.evaluate_rows", 1, "before",
                                                  {"eval_after": True, "eval_limit": 2}),
     # the last moment before summary.json (the plots are written): the state any kill after the manifest leaves
-    "plots written, summary.json not yet": ("grpo_pipeline.pipeline.run.finish.final_metrics", 1, "before", {}),
+    "plots written, summary.json not yet": ("grpo_pipeline.pipeline.run.finish.final_metrics", 1, "before",
+                                            {"plots": True}),
     "replacing lora/: old moved aside, new not yet in place": ("os.rename", 1, "after", {"max_steps": 3}),
     "replacing lora/: swapped in one step, the old copy not yet deleted": ("grpo_pipeline.env.paths._renameat2", 1, "after",
                                                                             {"max_steps": 3}),

@@ -52,7 +52,7 @@ def test_tiny_qwen_lora_params_change_and_artifacts_verify(tmp_path, monkeypatch
                     initial[name] = param.detach().clone()
 
     run_dir = tmp_path / "run"
-    result = run_training(tiny_qwen_config(run_dir), callbacks=[RememberInitialLora()])
+    result = run_training(tiny_qwen_config(run_dir, plots=True), callbacks=[RememberInitialLora()])
 
     assert result.status == "completed" and result.exit_code == 0 and result.steps == 2
     assert len(loads) == 1, loads

@@ -31,6 +31,11 @@ DEMO_RUN_STEPS, DEMO_RUN_EVAL_STEPS = 10, 5
 REWARDS_IN_PROCESS = 0
 PRODUCT_REWARD_TIMEOUT = PipelineConfig().grpo.reward_timeout  # for the tests whose runs keep the reward's process
 
+# plots off in these test configs (`plots: false`, a user's option too): matplotlib takes about a second of CPU a run
+# for nine PNGs, over a hundred runs a suite, and most tests read metrics.jsonl, not the pictures. A test of the
+# plots passes plots=True; the demo, the notebook, the recipes and CLI runs keep the default (on).
+PLOTS_IN_TEST_RUNS = False
+
 
 def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
     """The built-in CPU demo, shortened for tests."""
@@ -49,7 +54,7 @@ def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
                   per_device_train_batch_size=16, learning_rate=1e-3,
                   # Before any warm-up the random model's bytes are garbled by nature; tests of the garbled
                   # stop set their own thresholds, the others must not trip it by chance.
-                  garbled_action="warn", reward_timeout=REWARDS_IN_PROCESS)
+                  garbled_action="warn", reward_timeout=REWARDS_IN_PROCESS, plots=PLOTS_IN_TEST_RUNS)
     values.update(overrides)
     return from_mapping(values)
 
@@ -62,7 +67,7 @@ def tiny_qwen_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
         save_steps=2, lora_r=8, lora_alpha=16, lora_target_modules=["q_proj", "v_proj"],
         output_dir=str(output_dir), learning_rate=5e-3, warmup_ratio=0.0, optim="adamw_torch",
         reward_funcs=["xmlcount", "correctness", "train_helpers:digit_share_reward"], max_samples=16,
-        reward_timeout=REWARDS_IN_PROCESS,
+        reward_timeout=REWARDS_IN_PROCESS, plots=PLOTS_IN_TEST_RUNS,
     )
     values.update(overrides)
     return from_mapping(values)

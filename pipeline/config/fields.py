@@ -202,6 +202,10 @@ class DataArguments:
 class GRPOArguments:
     output_dir: str = _help("Run folder: checkpoints, lora/, manifest.json, metrics.jsonl, plots/.",
                             default="outputs/qwen2.5-gsm8k")
+    plots: bool = _help(
+        "Draw output_dir/plots/*.png from metrics.jsonl when the run ends (matplotlib, about a second of CPU a "
+        "run). false: none are drawn and summary.json lists none, for sweeps and scripted runs that read "
+        "metrics.jsonl; `grpo plot OUTPUT_DIR` draws them later, with the run's thresholds.", default=True)
     learning_rate: float = _help(
         "The Unsloth notebooks use 5e-6: LoRA needs more than TRL's 1e-6 full-fine-tune default.", default=5e-6,
         gt=0, le=MAX_LEARNING_RATE, trl=True, roles=("resume_restored",)

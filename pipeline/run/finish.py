@@ -131,6 +131,7 @@ def earlier_sessions(output_dir: Path, resumed_from_step: Optional[int]) -> tupl
 def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps: int, wall_time_s: float,
                   eval_before: Optional[dict], eval_after: Optional[dict], warnings: list[str],
                   health: Optional[dict[str, Any]] = None, plot_settings: Optional[dict[str, Any]] = None,
+                  draw_plots: bool = True,
                   resumed_from_step: Optional[int] = None, best: Optional[dict[str, Any]] = None,
                   rollbacks: Optional[list[dict[str, Any]]] = None,
                   resume_changes: Optional[dict[str, list[Any]]] = None) -> dict[str, Any]:
@@ -145,7 +146,7 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
     # one reader for metrics.jsonl: rows merged per step, a torn last line skipped with a warning
     metrics_path = output_dir / METRICS_FILE
     records = list(read_metrics(metrics_path).values()) if metrics_path.is_file() else []
-    plots = [str(p) for p in plot_run(output_dir, **(plot_settings or {}))] if records else []
+    plots = [str(p) for p in plot_run(output_dir, **(plot_settings or {}))] if records and draw_plots else []
     summary = {
         "status": status,
         "stop_reason": reason if reason else ("completed" if status == "completed" else None),
@@ -164,6 +165,7 @@ def write_summary(output_dir: Path, *, status: str, reason: Optional[str], steps
         "rollbacks": rollbacks or [],  # on_collapse: rollback: each restore (rule, steps, checkpoint, learning rate)
         "health": health or {},
         "plots": plots,
+        "plot_settings": plot_settings or {},  # what `grpo plot` draws this run's plots with, later
     }
     atomic_write_json(output_dir / "summary.json", summary)
     return summary
