@@ -387,6 +387,11 @@ def _save(run: Run) -> None:
 
 def _eval_after(run: Run) -> None:
     if run.cfg.eval.eval_after and run.eval_rows:
+        last = run.periodic_eval.last if run.periodic_eval else None
+        if last is not None and last[0] == run.steps:  # eval_steps scored these final weights already, the same way
+            run.eval_after = last[1]
+            tell(f"eval after GRPO: {headline(run.eval_after)} (the eval at step {run.steps}: the same weights)")
+            return
         run.eval_after = _evaluate(run, run.trainer.model)
         tell(f"eval after GRPO: {headline(run.eval_after)}")
 

@@ -277,8 +277,10 @@ def test_eval_steps_logs_plots_keeps_the_best_and_resume_never_replaces_it_with_
     run_dir = tmp_path / "run"
     reward = ["train_helpers:digit_share_reward"]  # a random model's completions differ here: the run learns
     result = run_training(demo_config(run_dir, max_steps=2, save_steps=2, eval_steps=1, eval_limit=4,
-                                      reward_funcs=reward, plots=True))
+                                      reward_funcs=reward, plots=True, eval_after=True))
     assert result.status == "completed"
+    # eval after training is the eval at the final step (the same weights, scored the same way), not a second one
+    assert "(the eval at step 2: the same weights)" in capsys.readouterr().out
     evals = _eval_rows(run_dir)
     assert [step for step, _, _ in evals] == [1, 2] and all(0 <= a <= 1 and 0 <= f <= 1 for _, a, f in evals)
     best_dir = run_dir / "best_lora"
@@ -289,6 +291,7 @@ def test_eval_steps_logs_plots_keeps_the_best_and_resume_never_replaces_it_with_
     assert best["step"] == min(s for s, a in accuracies.items() if a == max(accuracies.values()))
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["best"] == {"step": best["step"], "accuracy": best["accuracy"]}
+    assert summary["eval_after"]["accuracy"] == accuracies[2] and summary["eval_after"]["n"] == 4
     assert (run_dir / "plots" / "eval.png").stat().st_size > 5_000
     # neither rule may fire here: the groups differ, and held-out accuracy (0 on a random model) never falls
     assert not any("no learning signal" in w or "reward hacking" in w for w in summary["health_warnings"])
@@ -305,10 +308,14 @@ def test_eval_steps_logs_plots_keeps_the_best_and_resume_never_replaces_it_with_
     assert json.loads((best_dir / "grpo_best.json").read_text())["accuracy"] == 1.01
     assert (best_dir / "adapter_model.safetensors").read_bytes() == weights
     assert json.loads((run_dir / "summary.json").read_text())["best"]["accuracy"] == 1.01
-    # ... while a fresh run in the same folder starts its own best.
-    run_training(demo_config(run_dir, max_steps=1, save_steps=1, eval_steps=1, eval_limit=4, reward_funcs=reward,
-                             resume="never"))
+    # ... while a fresh run in the same folder starts its own best. Its last eval (step 2) is not its final step
+    # (3): eval after training scores the final weights itself.
+    capsys.readouterr()
+    run_training(demo_config(run_dir, max_steps=3, save_steps=3, eval_steps=2, eval_limit=4, reward_funcs=reward,
+                             resume="never", eval_after=True))
     assert json.loads((best_dir / "grpo_best.json").read_text())["accuracy"] <= 1.0
+    out = capsys.readouterr().out
+    assert "eval after GRPO: accuracy" in out and "(the eval at step" not in out
 
 
 # --------------------------------------------------------------------------------------------

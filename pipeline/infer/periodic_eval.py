@@ -61,7 +61,8 @@ class BestAdapter:
 
 
 class PeriodicEvalCallback(TrainerCallback):
-    """Every `every` steps: evaluate, log, offer to `best`."""
+    """Every `every` steps: evaluate, log, offer to `best`. `last`: (step, result) of the latest eval, which eval
+    after training reads instead of scoring the same weights again when it was the final step's."""
 
     def __init__(self, every: int, evaluate: Callable[[Any], dict[str, Any]], best: BestAdapter,
                  log: Callable[[str], None] = print):
@@ -70,11 +71,13 @@ class PeriodicEvalCallback(TrainerCallback):
         self.best = best
         self.log = log
         self.pending: dict[str, float] = {}
+        self.last: Optional[tuple[int, dict[str, Any]]] = None
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.every or not state.is_world_process_zero:
             return control
         result = self.evaluate(model)
+        self.last = (state.global_step, result)
         self.pending = {EVAL_ACCURACY: result["accuracy"], EVAL_FORMAT_RATE: result["format_rate"],
                         EVAL_N: result["n"]}
         kept = self.best.offer(model, state.global_step, result)
