@@ -46,8 +46,9 @@ def recipe(folder: Path, text: str = "", name: str = "recipe.yaml") -> Path:
 
     from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
 
+    # plots off, as train_helpers' configs (PLOTS_IN_TEST_RUNS: a second of CPU a run); no case here is about them
     base = {**cpu_demo_config(), "output_dir": str(folder / "run"), "data_cache_dir": str(folder / "cache"),
-            "max_samples": 8, "per_device_train_batch_size": 4, "num_generations": 4}
+            "max_samples": 8, "per_device_train_batch_size": 4, "num_generations": 4, "plots": False}
     # the keys `text` sets replace the base's (a key given twice is refused); `text` stays raw (syntax errors)
     overridden = {line.split(":", 1)[0].strip() for line in text.splitlines() if ":" in line and line[:1].isalpha()}
     base = {key: value for key, value in base.items() if key not in overridden}

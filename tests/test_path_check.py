@@ -175,6 +175,8 @@ def every_option() -> list[Option]:
     def build(command: str, name: str) -> Option:
         if command in ("train", "data"):
             return _config_command(command, name)
+        if command == "plot":
+            return Option(command, name, lambda folder, adapter, value: ["plot", f"--{name}", value], f"`--{name}`")
         return _export(name) if command == "export" else _inference(command, name)
 
     return [build(command, name) for command, table in PATH_OPTIONS.items() for name in table]

@@ -76,8 +76,14 @@ NOTHING_TO_STOP = {
 }
 
 
+# Commands that write inside the run folder they read (`grpo plot`: its plots/): the run is written onto the small
+# file system first, then it is filled or made read-only.
+IN_THE_RUN_FOLDER = {"plot": lambda run: ["--run", str(run)]}
+
+
 def test_every_command_is_in_the_tables():
-    assert {command for command, _ in OUTPUTS.values()} | set(BUILTIN_MODEL) | set(NOTHING_TO_STOP) == set(COMMANDS)
+    assert ({command for command, _ in OUTPUTS.values()} | set(BUILTIN_MODEL) | set(NOTHING_TO_STOP)
+            | set(IN_THE_RUN_FOLDER)) == set(COMMANDS)
 
 
 def leftovers(disk: Path) -> list[str]:
@@ -113,6 +119,26 @@ def test_a_full_or_read_only_output_is_exit_2_naming_it(case, kind, small_tmpfs,
     code, output = run_cli([command, *argv(disk, tmp_path, lora)], capsys)
     assert_named_storage_failure(code, output, disk)
     assert leftovers(disk) == []
+
+
+@pytest.mark.parametrize("kind", ["full", "ro"])
+@pytest.mark.parametrize("command", list(IN_THE_RUN_FOLDER))
+def test_a_run_folder_on_a_full_or_read_only_disk_is_exit_2_naming_it(command, kind, small_tmpfs, tmp_path,
+                                                                     monkeypatch, capsys):
+    import subprocess
+
+    disk = small_tmpfs("empty")
+    run = disk / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5, "loss": 0.1}\n')
+    if kind == "full":
+        small_tmpfs.fill(disk)
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, check=True)
+    monkeypatch.chdir(tmp_path)
+    code, output = run_cli([command, *IN_THE_RUN_FOLDER[command](run)], capsys)
+    assert_named_storage_failure(code, output, disk)
+    assert leftovers(disk) == ["run/metrics.jsonl"]
 
 
 @pytest.mark.parametrize("kind", ["full", "ro"])
