@@ -55,6 +55,18 @@ def environment_kept():
         os.environ.update(before)
 
 
+def sampler_compiles() -> int:
+    """The graphs dynamo compiled in this process for vLLM's sampler (each compile adds a cache entry to its function's
+    code): vllm/v1/sample/ops/topk_topp_sampler.py `compiled_random_sample`, vllm/v1/sample/ops/logprobs.py
+    `batched_count_greater_than`."""
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+    from vllm.v1.sample.ops.logprobs import batched_count_greater_than
+    from vllm.v1.sample.ops.topk_topp_sampler import compiled_random_sample
+
+    return sum(len(_debug_get_cache_entry_list(compiled._torchdynamo_orig_callable.__code__))
+               for compiled in (compiled_random_sample, batched_count_greater_than))
+
+
 def _metrics(output_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -62,7 +74,8 @@ def _metrics(output_dir: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def colocated_run(tmp_path_factory):
     """One plain-backend run with TRL's colocated vLLM, every engine call and weight sync recorded (spies that
-    call through), and transformers' generate made to fail: the rollouts can come from nowhere else."""
+    call through), and transformers' generate made to fail: the rollouts can come from nowhere else; and how many
+    graphs dynamo compiled for vLLM's sampler meanwhile."""
     import train_helpers
     import transformers
     from vllm import LLM
@@ -91,14 +104,19 @@ def colocated_run(tmp_path_factory):
         patch.setattr(vllm_engine, "reload_into_engine", recording_reload)
         patch.setattr(transformers.GenerationMixin, "generate", no_transformers_generate)
         cfg = _vllm_config(tmp_path_factory.mktemp("vllm") / "run")
+        compiled = sampler_compiles()
         with environment_kept():
             result = run_training(cfg)
-    return cfg, result, engine_outputs, syncs, list(train_helpers.RECORDED_COMPLETION_IDS)
+    return (cfg, result, engine_outputs, syncs, list(train_helpers.RECORDED_COMPLETION_IDS),
+            sampler_compiles() - compiled)
 
 
 def test_the_rollouts_come_from_the_vllm_engine(colocated_run):
-    cfg, result, engine_outputs, _, rewarded = colocated_run
+    cfg, result, engine_outputs, _, rewarded, compiled = colocated_run
     assert result.status == "completed" and result.steps == STEPS
+    # TRL's rollouts (temperature 1, with log-probabilities) and the probe's scoring sample eager on vLLM's CPU build:
+    # no inductor compile of vLLM's sampler at the first rollout (vllm_engine.eager_sampling)
+    assert compiled == 0
     # Every completion the rewards scored in training (the last ones: the check's probe calls the reward on made-up
     # completions before) is one the engine generated, token for token; the rollout probe's engine calls score a
     # fixed text and generate one token each, and are never rewarded.
@@ -120,7 +138,7 @@ def test_the_rollouts_come_from_the_vllm_engine(colocated_run):
 
 
 def test_the_weights_reach_the_engine_after_every_step(colocated_run):
-    cfg, result, _, syncs, _ = colocated_run
+    cfg, result, _, syncs, _, _ = colocated_run
     assert len(syncs) >= STEPS and len(set(map(id, syncs))) == 1  # one colocated engine, synced at every rollout
     probes = [(m["step"], m[ROLLOUT_LOGP_GAP], m[ROLLOUT_WEIGHTS_STEP]) for m in _metrics(result.output_dir)
               if ROLLOUT_LOGP_GAP in m]
@@ -157,7 +175,7 @@ def test_generate_and_eval_with_a_saved_lora_go_through_vllm_and_agree_with_tran
     from grpo_pipeline.pipeline.infer import evaluate, generate
     from grpo_pipeline.pipeline.infer.session import inference_args, open_inference
 
-    cfg, result, _, _, _ = colocated_run
+    cfg, result, _, _, _, _ = colocated_run
     lora = result.output_dir / "lora"
     setup = open_inference(inference_args(lora=str(lora)))
     assert isinstance(setup.generator, vllm_engine.VllmGenerator)
@@ -177,6 +195,12 @@ def test_generate_and_eval_with_a_saved_lora_go_through_vllm_and_agree_with_tran
     assert [c.ids for c in transformers_path.generate(ids, max_tokens=24)] == [c.ids for c in through_vllm]
     base = vllm_engine.VllmGenerator(setup.generator.llm, setup.tokenizer, None).generate(prompts, max_tokens=24)
     assert list(base) != list(through_vllm)  # the adapter changed the engine's answers: it was applied
+    # Sampled (temperature 1) and scored through our engine: vLLM's sampler runs eager, no graph compiled for it.
+    compiled = sampler_compiles()
+    assert len(setup.generator.generate(prompts[:2], max_tokens=4, temperature=1.0)) == 2
+    assert len(vllm_engine.score_with_vllm(setup.generator.llm.generate, ids[0], through_vllm[0].ids)) == len(
+        through_vllm[0].ids)
+    assert sampler_compiles() == compiled
 
     # The CLI end to end: `grpo generate` prints the engine's answer, `grpo eval` scores through the same engine.
     engines_before = len(vllm_engine._ENGINE)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import hashlib
 import itertools
@@ -75,7 +76,7 @@ def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
     -1`). With other arguments the old engine goes first. On vLLM's CPU build it runs eager, as ours does: TRL asks
     for vLLM's default there, which compiles the model at the first rollout (inductor: minutes of C++ builds on a
     small machine; under VLLM_CPU_CI_ENV dynamo still traces it with the eager backend, tens of seconds for a 0.5B:
-    vllm/platforms/cpu.py), for rollouts that are the same."""
+    vllm/platforms/cpu.py), for rollouts that are the same; its sampling runs eager too (`eager_sampling`)."""
     from trl.generation import vllm_generation
 
     generation = getattr(previous_trainer, "vllm_generation", None)
@@ -95,13 +96,37 @@ def colocated_engine(previous_trainer: Any = None) -> Iterator[None]:
             release_engine(old)
         llm = build(**kwargs)
         setattr(llm, _BUILT_WITH, dict(kwargs))
-        return llm
+        return eager_sampling(llm)
 
     vllm_generation.LLM = engine
     try:
         yield
     finally:
         vllm_generation.LLM = build
+
+
+SAMPLING_CALLS = ("generate", "chat")  # the `vllm.LLM` methods that sample (TRL's rollouts call generate)
+
+
+def eager_sampling(llm: Any) -> Any:
+    """`llm`, whose sampling runs eager on vLLM's CPU build: `enforce_eager` leaves vLLM's sampler compiled
+    (vllm/v1/sample/ops/topk_topp_sampler.py `compiled_random_sample`, vllm/v1/sample/ops/logprobs.py
+    `batched_count_greater_than`: inductor on a CPU), seconds of compiling at each process's first rollout for
+    samples that are the same. Only these calls: a trainer's own compile (TRL's `torch_compile`) is left alone."""
+    if not on_cpu_build():
+        return llm
+    import torch
+
+    def eager(call: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(call)
+        def uncompiled(*args: Any, **kwargs: Any) -> Any:
+            with torch.compiler.set_stance("force_eager"):
+                return call(*args, **kwargs)
+        return uncompiled
+
+    for name in SAMPLING_CALLS:
+        setattr(llm, name, eager(getattr(llm, name)))
+    return llm
 
 
 def generate_with_vllm(generate: Any, prompts: list[str] | list[list[int]], max_tokens: int, temperature: float,
@@ -195,7 +220,9 @@ _ENGINE: dict[str, Any] = {}
 
 
 def engine_arguments(model_path: str, cfg: PipelineConfig, dtype: Any, with_lora: bool) -> dict[str, Any]:
-    """`vllm.LLM` keyword arguments: the run's dtype (greedy output agrees with transformers'), LoRA rank and seed."""
+    """`vllm.LLM` keyword arguments: the run's dtype (greedy output agrees with transformers'), LoRA rank and seed.
+    On vLLM's CPU build the engine runs eager (compiling on a CPU costs more than it saves), and shared_engine makes
+    its sampling eager too (`eager_sampling`: vLLM compiles its sampler even then)."""
     kwargs: dict[str, Any] = {"model": model_path, "dtype": str(dtype).replace("torch.", ""), "seed": cfg.grpo.seed,
                               "trust_remote_code": cfg.model.trust_remote_code}
     if with_lora:
@@ -244,7 +271,7 @@ def shared_engine(kwargs: dict[str, Any]) -> Any:
         from vllm import LLM
 
         try:
-            _ENGINE[key] = LLM(**kwargs)
+            _ENGINE[key] = eager_sampling(LLM(**kwargs))
         except ValueError as err:  # vLLM's start-up memory check
             if "memory" not in str(err).lower():
                 raise
