@@ -125,9 +125,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory):
-    """The built-in CPU demo with its own settings (its 1000-step format warm-up included) and DEMO_RUN_STEPS GRPO
-    steps instead of 200: (run folder, RunResult, what it printed). Trained once per test run and read by
-    tests/test_demo_run.py; its warmup/ (the warmed weights and the settings they came from) is what the
+    """The built-in CPU demo with its own settings, shortened as the notebook's smoke mode shortens it: a
+    DEMO_RUN_WARMUP_STEPS-step format warm-up instead of 1000 (the number the notebook's configure cell sets) and
+    DEMO_RUN_STEPS GRPO steps instead of 200: (run folder, RunResult, what it printed). The full demo, its 1000-step
+    warm-up and 200 GRPO steps, runs in CI as .ci/run's main job (`grpo train`). Trained once per test run and read
+    by tests/test_demo_run.py; its warmup/ (the warmed weights and the settings they came from) is what the
     reward-hacking runs there and the notebook's smoke run (tests/test_notebook.py) start from, so those modules share
     the xdist group "demo" (one worker builds it, once)."""
     import contextlib
@@ -136,10 +138,11 @@ def demo_run(tmp_path_factory):
     from grpo_pipeline.pipeline.config import from_mapping
     from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
     from grpo_pipeline.pipeline.train import run_training
-    from train_helpers import DEMO_RUN_EVAL_STEPS, DEMO_RUN_STEPS
+    from train_helpers import DEMO_RUN_EVAL_STEPS, DEMO_RUN_STEPS, DEMO_RUN_WARMUP_STEPS
 
     run_dir = tmp_path_factory.mktemp("demo") / "demo"
     cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "max_steps": DEMO_RUN_STEPS,
+                        "sft_warmup_steps": DEMO_RUN_WARMUP_STEPS,
                         "eval_limit": 20, "save_steps": 100, "eval_steps": DEMO_RUN_EVAL_STEPS})
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

@@ -1,7 +1,8 @@
 """The built-in CPU demo (`grpo train` with no GPU and no config), shortened: the whole loop runs and shows it.
 
 Format warm-up -> eval before -> GRPO -> save -> eval after -> plots + summary, with the demo's own
-settings and fewer steps.
+settings and fewer steps: the notebook's smoke warm-up (DEMO_RUN_WARMUP_STEPS, 700 of the demo's 1000) and
+DEMO_RUN_STEPS of its 200 GRPO steps. The whole demo runs in CI as .ci/run's main job (`grpo train`).
 """
 
 import json
@@ -12,7 +13,7 @@ import pytest
 from grpo_pipeline.pipeline.config import from_mapping
 from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
 from grpo_pipeline.pipeline.train import run_training
-from train_helpers import DEMO_RUN_EVAL_STEPS, DEMO_RUN_STEPS
+from train_helpers import DEMO_RUN_EVAL_STEPS, DEMO_RUN_STEPS, DEMO_RUN_WARMUP_STEPS
 
 # demo_run (tests/conftest.py) is trained once per test run; the notebook's smoke run starts from its warm-up too.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
@@ -22,7 +23,8 @@ def test_shortened_demo_runs_every_part_and_writes_plots_and_summary(demo_run):
     run_dir, result, printed = demo_run
     assert result.status == "completed" and result.steps == DEMO_RUN_STEPS
     # The warm-up reports in readable lines (5 of them), not in the raw dicts of transformers' printer.
-    assert printed.count("[grpo] warm-up step ") == 5 and "[grpo] warm-up step 1000/1000: loss " in printed
+    last = f"[grpo] warm-up step {DEMO_RUN_WARMUP_STEPS}/{DEMO_RUN_WARMUP_STEPS}: loss "
+    assert printed.count("[grpo] warm-up step ") == 5 and last in printed
     assert "{'loss'" not in printed
 
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -63,7 +65,7 @@ def test_shortened_demo_runs_every_part_and_writes_plots_and_summary(demo_run):
 # is measured over seeds by bench/learning.py.
 
 
-def _after_warmup(demo_run, tmp_path, monkeypatch, accuracies, **settings):
+def _after_warmup(demo_run, tmp_path, monkeypatch, capsys, accuracies, **settings):
     """8 GRPO steps (2 prompts x 4 completions: the reward is the step's, whatever the completions) from the demo's
     warmed-up model (its warmup/ copied in, so the warm-up is reused), an eval every 2 steps over 20 held-out sums
     (the rule's noise allowance takes its n from the real eval), whose accuracy is `accuracies[i]` at the i-th eval:
@@ -78,12 +80,14 @@ def _after_warmup(demo_run, tmp_path, monkeypatch, accuracies, **settings):
     monkeypatch.setattr(evaluate, "evaluate_rows", scored_by_the_test)
     run_dir = tmp_path / "run"
     shutil.copytree(demo_run[0] / "warmup", run_dir / "warmup")
-    cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "max_steps": 8, "save_steps": 100,
+    cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "sft_warmup_steps": DEMO_RUN_WARMUP_STEPS,
+                        "max_steps": 8, "save_steps": 100,
                         "num_generations": 4, "per_device_train_batch_size": 8, "eval_steps": 2, "eval_limit": 20,
                         "eval_before": False, "eval_after": False,
                         "hacking_window": 3, "reward_funcs": ["train_helpers:step_rising_reward"],
                         "reward_weights": None, **settings})
     result = run_training(cfg)
+    assert "[grpo] format warm-up: reusing " in capsys.readouterr().out  # demo_run's, with its settings
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     evals = [(r["step"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
     assert {r["eval/n"] for r in rows if "eval/accuracy" in r} == {20}  # the n the rule's allowance is computed for
@@ -91,11 +95,11 @@ def _after_warmup(demo_run, tmp_path, monkeypatch, accuracies, **settings):
 
 
 def test_a_rising_reward_while_held_out_accuracy_falls_stops_the_run_with_the_hacking_rule(
-        demo_run, tmp_path, monkeypatch):
+        demo_run, tmp_path, monkeypatch, capsys):
     """90% -> 60% -> 30% over 20 problems is far past two standard errors (about 31 points), while the reward
     rises by construction: the rule stops the run at the third eval (step 6), with a checkpoint there, and
     best_lora/ keeps the adapter of the best accuracy (step 2)."""
-    run_dir, result, evals = _after_warmup(demo_run, tmp_path, monkeypatch, [0.9, 0.6, 0.3, 0.1],
+    run_dir, result, evals = _after_warmup(demo_run, tmp_path, monkeypatch, capsys, [0.9, 0.6, 0.3, 0.1],
                                            hacking_action="stop")
     assert result.status == "stopped" and result.exit_code == 3
     assert evals == [(2, 0.9), (4, 0.6), (6, 0.3)]
@@ -108,11 +112,11 @@ def test_a_rising_reward_while_held_out_accuracy_falls_stops_the_run_with_the_ha
     assert best["accuracy"] == 0.9 and best["step"] == 2
 
 
-def test_a_plateau_that_wobbles_within_chance_is_not_reward_hacking(demo_run, tmp_path, monkeypatch):
+def test_a_plateau_that_wobbles_within_chance_is_not_reward_hacking(demo_run, tmp_path, monkeypatch, capsys):
     """90% -> 85% -> 85% (one problem of wobble, inside the about 21 points two standard errors allow on 20
     problems; without that allowance any steady fall warns) while the reward still rises: no warning, and the run
     completes."""
-    run_dir, result, evals = _after_warmup(demo_run, tmp_path, monkeypatch, [0.9, 0.85, 0.85, 0.8],
+    run_dir, result, evals = _after_warmup(demo_run, tmp_path, monkeypatch, capsys, [0.9, 0.85, 0.85, 0.8],
                                            hacking_action="stop")
     assert result.status == "completed" and result.steps == 8
     assert [a for _, a in evals] == [0.9, 0.85, 0.85, 0.8]

@@ -20,8 +20,9 @@ import nbformat
 import pytest
 from packaging.utils import canonicalize_name
 
+from train_helpers import DEMO_RUN_WARMUP_STEPS, NOTEBOOK
+
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "notebooks" / "grpo_qwen2.5_gsm8k.ipynb"
 SMOKE_BUDGET_S = 300  # a cell that runs longer has hung (nbclient stops it); the time is printed, not asserted
 SKIP_LINE = "skipped in smoke mode: needs a GPU"
 SMOKE_STEPS = 10  # the smoke run's GRPO steps (the configure cell's max_steps), as the cell prints them
@@ -163,7 +164,8 @@ def test_notebook_runs_in_smoke_mode(tmp_path, monkeypatch, python3_kernel, demo
     assert "[grpo] format warm-up: reusing " in text[6], text[6][-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == SMOKE_STEPS
-    assert f"with {SMOKE_STEPS} GRPO steps." in text[5], text[5]  # what the configure cell says is what ran
+    # what the configure cell says is what ran: the warm-up demo_run trained (reused above) and SMOKE_STEPS of GRPO
+    assert f"with {DEMO_RUN_WARMUP_STEPS} format warm-up steps and {SMOKE_STEPS} GRPO steps" in text[5], text[5]
     assert summary["eval_before"]["n"] == summary["eval_after"]["n"] == 20
     assert (run_dir / "lora" / "adapter_config.json").is_file()
     assert (run_dir / "merged16" / "config.json").is_file()

@@ -21,6 +21,22 @@ def digit_share_reward(completions, **kwargs) -> list[float]:
 
 # The shortened CPU demo of tests/conftest.py's `demo_run`: its GRPO steps and its eval interval (evals at 5 and 10).
 DEMO_RUN_STEPS, DEMO_RUN_EVAL_STEPS = 10, 5
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "grpo_qwen2.5_gsm8k.ipynb"
+
+
+def smoke_warmup_steps(notebook: Path = NOTEBOOK) -> int:
+    """The format warm-up steps of the notebook's smoke mode: the `sft_warmup_steps=N` its configure cell sets."""
+    import json
+    import re
+
+    code = ["".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"] if cell["cell_type"] == "code"]
+    found = {int(n) for source in code for n in re.findall(r"\bsft_warmup_steps=(\d+)", source)}
+    assert len(found) == 1, f"{notebook.name}: one sft_warmup_steps=N (smoke mode's warm-up) expected, found {found}"
+    return found.pop()
+
+
+# demo_run's format warm-up is the notebook's smoke warm-up (declared there), so the notebook's smoke run reuses it.
+DEMO_RUN_WARMUP_STEPS = smoke_warmup_steps()
 
 
 # reward_timeout 0 in these test configs: each reward runs in the trainer's process. With a deadline each reward
