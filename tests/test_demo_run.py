@@ -13,7 +13,7 @@ import pytest
 from grpo_pipeline.pipeline.config import from_mapping
 from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
 from grpo_pipeline.pipeline.train import run_training
-from train_helpers import DEMO_RUN_EVAL_STEPS, DEMO_RUN_STEPS, DEMO_RUN_WARMUP_STEPS
+from train_helpers import DEMO_RUN_EVAL_STEPS, DEMO_RUN_STEPS, DEMO_RUN_WARMUP_STEPS, PLOTS_IN_TEST_RUNS
 
 # demo_run (tests/conftest.py) is trained once per test run; the notebook's smoke run starts from its warm-up too.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
@@ -83,7 +83,7 @@ def _after_warmup(demo_run, tmp_path, monkeypatch, capsys, accuracies, **setting
     cfg = from_mapping({**cpu_demo_config(), "output_dir": str(run_dir), "sft_warmup_steps": DEMO_RUN_WARMUP_STEPS,
                         "max_steps": 8, "save_steps": 100,
                         "num_generations": 4, "per_device_train_batch_size": 8, "eval_steps": 2, "eval_limit": 20,
-                        "eval_before": False, "eval_after": False,
+                        "eval_before": False, "eval_after": False, "plots": PLOTS_IN_TEST_RUNS,
                         "hacking_window": 3, "reward_funcs": ["train_helpers:step_rising_reward"],
                         "reward_weights": None, **settings})
     result = run_training(cfg)
