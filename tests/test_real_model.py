@@ -87,6 +87,14 @@ print(json.dumps({"status": result.status, "steps": result.steps, "output_dir": 
 """
 
 
+# The LoRA's rank (train_helpers' lora_r) as the run's max_lora_rank, recorded in its manifest: the engine of the
+# agreement and `grpo eval` sizes its LoRA slots by it. vLLM's CPU LoRA ops gather the slot's whole matrices once per
+# token (vllm/lora/ops/torch_ops/lora_ops.py bgmv_shrink / bgmv_expand_slice), so the default 64 made them ~8x the
+# work of the adapter's 8 (measured: ~9-25 s of CPU for 4 tokens of two prompts against ~1.6-2.6 s), for the same
+# answers: the slot's rows past the adapter's rank are zeros.
+LORA_RANK = 8
+
+
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
     """One GRPO step with LoRA on the real model, plain backend, in bf16 (the converted folder's own dtype; fp32
@@ -96,7 +104,7 @@ def real_run(tmp_path_factory):
     import sys
 
     settings = dict(output_dir=str(tmp_path_factory.mktemp("real") / "run"), model_name_or_path=REAL_QWEN_NAME,
-                    dtype="bfloat16", max_completion_length=str(NEW_TOKENS), max_steps=1,
+                    dtype="bfloat16", max_completion_length=str(NEW_TOKENS), max_steps=1, max_lora_rank=LORA_RANK,
                     save_steps=1, max_samples=4, learning_rate=1e-3, vllm_mode="colocate", min_p=None,
                     rollout_probe_steps=1, stale_rollout_action="stop", reward_funcs=["xmlcount", "correctness"],
                     garbled_action="warn", gpu_memory_utilization="0.3")
@@ -120,6 +128,7 @@ def test_one_grpo_step_on_the_real_model_moves_the_adapter_and_the_engine_keeps_
     metrics = [json.loads(line) for line in (result.output_dir / "metrics.jsonl").read_text().splitlines()]
     probes = [(m["step"], m[ROLLOUT_LOGP_GAP], m[ROLLOUT_WEIGHTS_STEP]) for m in metrics if ROLLOUT_LOGP_GAP in m]
     assert probes and all(gap < ROLLOUT_GAP_FLOOR and held == step for step, gap, held in probes), probes
+    assert json.loads((result.output_dir / "manifest.json").read_text())["max_lora_rank"] == LORA_RANK
     record = json.loads((result.output_dir / "lora" / "grpo_adapter.json").read_text())
     assert record["base_model"] == REAL_QWEN_NAME
     assert record["base_weights"]["gguf_name"] == REAL_QWEN_GGUF.general_name
@@ -162,7 +171,7 @@ def test_greedy_answers_agree_through_vllm_and_transformers_and_the_rewards_scor
     prompts, expected = through_transformers
     setup = open_inference(inference_args(lora=str(real_run.output_dir / "lora"), backend="plain"))
     assert isinstance(setup.generator, vllm_engine.VllmGenerator)  # the engine `grpo eval` below reuses
-    assert setup.generator.lora_request is not None
+    assert setup.generator.lora_request is not None and setup.config.model.max_lora_rank == LORA_RANK  # the record's
     through_vllm = setup.generator.generate(prompts, max_tokens=SAME_TOKENS)
     assert [c.ids for c in through_vllm] == [c.ids for c in expected]
     assert all(c.strip() for c in through_vllm)
