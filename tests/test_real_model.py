@@ -41,20 +41,12 @@ GPU_RECIPES = sorted(p.name for p in (ROOT / "configs").glob("qwen2.5-*.yaml"))
 @pytest.fixture(scope="module", autouse=True)
 def _real_cache(real_qwen_dir, tmp_path_factory):
     """The name resolves to the session's converted folder: GRPO_CACHE_DIR is the cache it was built in (a module
-    before may have pointed it elsewhere). Every core for torch: the suite's one thread suits the tiny models, and a
-    896-wide model runs about twice as fast on two. Set and restored through torch._C: the colocated vLLM engine
-    below replaces torch.set_num_threads with a no-op in this process (vllm/v1/worker/cpu_worker.py init_device), so
-    a restore through it kept two threads for every later test on this worker (the 151k-vocabulary tiny-Qwen runs
-    3-4x slower on the busy 2-core machine)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch._C.set_num_threads(max(1, os.cpu_count() or 1))
+    before may have pointed it elsewhere). Torch stays on the suite's one thread: the other test process keeps the
+    second core busy, and a second thread here made vLLM's small CPU LoRA ops wait on it (the module took 96 s
+    against 87 s on one thread beside a busy core)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GRPO_CACHE_DIR", str(real_qwen_dir.parent))
         yield
-    torch._C.set_num_threads(threads)
-    assert torch.get_num_threads() == threads
 
 
 def test_the_converted_folder_carries_the_bundled_tokenizer_and_stops_at_im_end(real_qwen_dir, qwen_tokenizer):
