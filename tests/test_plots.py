@@ -208,7 +208,8 @@ def test_a_run_with_plots_off_draws_none_and_grpo_plot_draws_them_later_with_the
     assert result.status == "completed" and not (run_dir / "plots").exists()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["plots"] == [] and summary["plot_settings"]["thresholds"]["health/garbled_rate"] == 0.25
-    assert "  plots " not in capsys.readouterr().out  # the closing lines list no plots folder
+    # the closing lines say how to draw them
+    assert f"  plots        none drawn (plots: false): grpo plot --run {run_dir}\n" in capsys.readouterr().out
 
     defaults = tmp_path / "defaults"  # the same metrics drawn with the default thresholds
     shutil.copytree(run_dir, defaults)

@@ -92,6 +92,8 @@ def print_where_everything_is(output_dir: Path, status: str, reason: Optional[st
                         ("summary", output_dir / "summary.json"), ("data report", output_dir / "data_report.json")):
         if path is not None and path.exists():
             _print(f"  {label:<12} {shell_command(path)}")  # quoted as a shell word: it pastes back as printed
+        elif label == "plots" and (output_dir / "metrics.jsonl").is_file():  # plots: false
+            _print(f"  {label:<12} none drawn (plots: false): {shell_command('grpo', 'plot', '--run', output_dir)}")
     if adapter_dir is not None:
         _print("next: " + shell_command("grpo", "generate", "--lora", adapter_dir, "--prompt",
                                         example_question(dataset_name), *agent_options(tools, environment_factory)))
