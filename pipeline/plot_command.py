@@ -14,7 +14,7 @@ from grpo_pipeline.env.kept import read_record
 from grpo_pipeline.env.path_check import PathError, check_command_paths
 from grpo_pipeline.env.paths import shell_command
 from grpo_pipeline.pipeline.errors import guarded, note_command_options
-from grpo_pipeline.pipeline.run.plots import METRICS_FILE, PLOTS_DIR, plot_run
+from grpo_pipeline.pipeline.run.plots import METRICS_FILE, PLOTS_DIR, plot_run, recorded_plot_settings
 
 
 @guarded("plot")
@@ -30,16 +30,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not (run / METRICS_FILE).is_file():
         raise PathError("--run", f"{run} holds no {METRICS_FILE}: it is not a run folder, or its run has not logged a "
                                "step yet. Give the output_dir of a `grpo train` run.")
-    summary = read_record(run / "summary.json") or {}
-    recorded = summary.get("plot_settings")
-    # plain numbers by name only: a copied folder's summary.json is data, never arguments to pass on as they are
-    settings = {key: {name: value for name, value in values.items() if isinstance(value, (int, float))}
-                for key, values in (recorded or {}).items()
-                if key in ("thresholds", "reward_weights") and isinstance(values, dict)} \
-        if isinstance(recorded, dict) else {}
+    settings = recorded_plot_settings((read_record(run / "summary.json") or {}).get("plot_settings"))
     if not settings:
-        print("[grpo] plot: no summary.json with the run's plot settings (the run has not ended yet): the default "
-              "health thresholds are drawn", file=sys.stderr)
+        print("[grpo] plot: no plot settings in summary.json (a run still training, or one from an older version): "
+              "the default health thresholds are drawn", file=sys.stderr)
     written = plot_run(run, **settings)
     print(f"[grpo] plot: {len(written)} plots in {shell_command(run / PLOTS_DIR)}" if written else
           f"[grpo] plot: nothing to draw: {run / METRICS_FILE} logs none of the plotted metrics yet")

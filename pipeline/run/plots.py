@@ -143,6 +143,20 @@ def plot_settings(rewards: Sequence[Any], health: HealthArguments) -> dict[str, 
     return {"thresholds": health_thresholds(health), "reward_weights": {r.logged_name: r.weight for r in rewards}}
 
 
+def recorded_plot_settings(recorded: Any) -> dict[str, Any]:
+    """`plot_settings` as a run's summary.json recorded them, read as data: its two mappings, each value a number
+    (`as_number`); {} when none is recorded.
+
+    >>> recorded_plot_settings({"thresholds": {"kl": 1, "x": "os.system"}, "reward_weights": 3, "other": {}})
+    {'thresholds': {'kl': 1.0}}
+    """
+    if not isinstance(recorded, dict):
+        return {}
+    return {key: {name: as_number(value) for name, value in values.items() if as_number(value) is not None}
+            for key, values in recorded.items()
+            if key in plot_settings((), HealthArguments()) and isinstance(values, dict)}
+
+
 def total_reward_range(weights: dict[str, float]) -> tuple[float, float] | None:
     """The weighted sum's range when every reward's range is known (TRL's total is sum(w * reward)).
 
