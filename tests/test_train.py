@@ -36,12 +36,13 @@ def test_tiny_qwen_lora_params_change_and_artifacts_verify(tmp_path, monkeypatch
     """Tiny Qwen2 + the real Qwen2.5 tokenizer + LoRA, 2 real steps; the tokenizer is loaded once in the run (the
     check's, which the data and the plain backend's model take)."""
     import torch
-    from transformers import AutoTokenizer, TrainerCallback
+    from transformers import TrainerCallback
+
+    from grpo_pipeline.pipeline.data import tokenizer as tokenizers
 
     loads = []
-    load = AutoTokenizer.from_pretrained.__func__
-    monkeypatch.setattr(AutoTokenizer, "from_pretrained",
-                        classmethod(lambda cls, *args, **kwargs: loads.append(args[:1]) or load(cls, *args, **kwargs)))
+    read = tokenizers.read_tokenizer
+    monkeypatch.setattr(tokenizers, "read_tokenizer", lambda *args, **kwargs: loads.append(args[:1]) or read(*args, **kwargs))
 
     initial = {}
 

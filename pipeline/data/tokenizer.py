@@ -12,6 +12,7 @@ from tokenizers import Tokenizer
 
 from grpo_pipeline.env.hubs import download_model
 from grpo_pipeline.env.text import shorten
+from grpo_pipeline.pipeline.assets import read_tokenizer
 from grpo_pipeline.pipeline.config import ConfigError
 from grpo_pipeline.pipeline.demo.gguf_model import gguf_model_dir, is_gguf_file
 from grpo_pipeline.pipeline.demo.registry import builtin_model
@@ -65,10 +66,8 @@ def load_tokenizer(model_name_or_path: str, trust_remote_code: bool = False, sou
     else:
         # The path first: a built-in real model's fetch that fails (offline) says so before transformers' import.
         path = resolve_model_path(model_name_or_path, source)
-        from transformers import AutoTokenizer  # lazy: transformers imports torch
-
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+            tokenizer = read_tokenizer(path, trust_remote_code=trust_remote_code)
         except Exception as err:  # noqa: BLE001 - a local folder's broken file is named; anything else re-raised
             broken = broken_tokenizer_file(Path(path).expanduser()) if Path(path).expanduser().is_dir() else None
             if broken is None:
