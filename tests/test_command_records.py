@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from grpo_pipeline.pipeline.infer import session
+from tests.vllm_helpers import needs_vllm
 
 RECORD = {"gpu_memory_utilization": "0.9", "max_seq_length": 512, "vllm_mode": "colocate", "max_lora_rank": 8,
           "system_prompt": "recorded", "load_in_4bit": False, "fast_inference": True, "dtype": "float32"}
@@ -55,6 +56,35 @@ def test_config_overrides_each_recorded_value_and_a_flag_overrides_both(tmp_path
     if option in _parser(command)._option_string_actions:
         flagged = session.command_values(_args(command, "--config", str(recipe), option, str(FLAGS[field])), MANIFEST)
         assert str(flagged.get(field)) == str(FLAGS[field]) and flagged.source(field) == option
+
+
+@pytest.mark.parametrize("command", ["generate", "eval"])
+def test_the_engine_serving_one_adapter_gets_its_rank_below_a_recipe_and_the_flag(tmp_path, command):
+    """max_lora_rank: the adapter's own r over the record's (the training engine's limit), as the record's value was;
+    a recipe passed as --config and --max_lora_rank still win."""
+    given = session.command_values(_args(command), {**MANIFEST, "max_lora_rank": 64}, adapter_rank=4)
+    assert given.get("max_lora_rank") == 4 and "adapter's rank" in given.source("max_lora_rank")
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("max_lora_rank: 32\n")
+    assert session.command_values(_args(command, "--config", str(recipe)), MANIFEST, adapter_rank=4).get(
+        "max_lora_rank") == 32
+    assert session.command_values(_args(command, "--config", str(recipe), "--max_lora_rank", "16"), MANIFEST,
+                                  adapter_rank=4).get("max_lora_rank") == 16
+
+
+@pytest.mark.xdist_group("vllm")  # on the worker that imports vLLM anyway
+@needs_vllm
+@pytest.mark.parametrize("rank", [1, 2, 4, 8, 12, 16, 17, 64, 100, 320, 512])
+def test_an_adapters_rank_becomes_the_smallest_lora_rank_vllm_takes_that_holds_it(rank):
+    import typing
+
+    from vllm.config.lora import MaxLoRARanks
+
+    from grpo_pipeline.pipeline.backends.vllm_engine import check_lora_rank, slot_rank
+
+    slots = slot_rank(rank)
+    check_lora_rank(slots)  # one vLLM takes
+    assert slots >= rank and not [r for r in typing.get_args(MaxLoRARanks) if rank <= r < slots]
 
 
 def test_every_inference_flag_that_names_a_recorded_field_is_read_by_the_rule():

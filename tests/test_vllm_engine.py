@@ -180,6 +180,10 @@ def test_generate_and_eval_with_a_saved_lora_go_through_vllm_and_agree_with_tran
     setup = open_inference(inference_args(lora=str(lora)))
     assert isinstance(setup.generator, vllm_engine.VllmGenerator)
     assert Path(setup.generator.lora_request.lora_path) == lora.resolve()
+    # The engine's LoRA slots are the adapter's rank, not the training engine's limit (the run's max_lora_rank).
+    trained_limit = json.loads((result.output_dir / "manifest.json").read_text())["max_lora_rank"]
+    slots = setup.generator.llm.llm_engine.vllm_config.lora_config.max_lora_rank
+    assert slots == vllm_engine.slot_rank(setup.adapter.r) == setup.adapter.r < trained_limit, (slots, trained_limit)
     prompts = [setup.tokenizer.apply_chat_template([{"role": "system", "content": setup.system_prompt},
                                                     {"role": "user", "content": q}], tokenize=False,
                                                    add_generation_prompt=True) for q in PROMPTS]

@@ -18,6 +18,7 @@ from grpo_pipeline.env.imports import import_order_problems
 from grpo_pipeline.env.locations import absolute_path, cache_root
 from grpo_pipeline.env.paths import atomic_write_json
 from grpo_pipeline.pipeline.backends.gpu_settings import resolve_gpu_memory_utilization, standby_enabled
+from grpo_pipeline.pipeline.backends.vllm_engine import slot_rank
 from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
 from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
 from grpo_pipeline.pipeline.run.manifest import other_base
@@ -127,7 +128,7 @@ def from_pretrained(cfg: PipelineConfig, model_name: str, *, fast_inference: boo
         "trust_remote_code": cfg.model.trust_remote_code,
     }
     if fast_inference:
-        kwargs.update(max_lora_rank=cfg.model.max_lora_rank,
+        kwargs.update(max_lora_rank=slot_rank(cfg.model.max_lora_rank),
                       gpu_memory_utilization=resolve_gpu_memory_utilization(cfg, standby=standby),
                       float8_kv_cache=cfg.model.float8_kv_cache)
         if standby:  # on to load_vllm in **kwargs (which also reads the environment variable): explicit

@@ -226,7 +226,7 @@ def engine_arguments(model_path: str, cfg: PipelineConfig, dtype: Any, with_lora
     kwargs: dict[str, Any] = {"model": model_path, "dtype": str(dtype).replace("torch.", ""), "seed": cfg.grpo.seed,
                               "trust_remote_code": cfg.model.trust_remote_code}
     if with_lora:
-        kwargs.update(enable_lora=True, max_lora_rank=cfg.model.max_lora_rank)
+        kwargs.update(enable_lora=True, max_lora_rank=slot_rank(cfg.model.max_lora_rank))
     if cfg.model.gpu_memory_utilization != "auto":
         kwargs["gpu_memory_utilization"] = float(cfg.model.gpu_memory_utilization)
     if on_cpu_build():
@@ -380,6 +380,17 @@ def check_head_size(head_size: int, model: str) -> None:
                           f"wide, and vLLM's CPU attention takes head sizes {sizes}. Set vllm_mode: none "
                           "(transformers generates the rollouts), or choose a model whose heads vLLM takes "
                           "(e.g. model_name_or_path: tiny-demo-vllm).")
+
+
+def slot_rank(rank: int) -> int:
+    """The smallest LoRA rank vLLM takes (vllm/config/lora.py `MaxLoRARanks`) that holds an adapter of rank `rank`:
+    grpo generate/eval size their engine by the adapter's own rank (r=4 gets 8), not by the training engine's limit.
+    `rank` itself where this vLLM has no such list (its engine then says what it takes)."""
+    try:
+        from vllm.config.lora import MaxLoRARanks
+    except ImportError:
+        return rank
+    return next((r for r in sorted(typing.get_args(MaxLoRARanks)) if r >= rank), rank)
 
 
 def check_lora_rank(rank: int) -> None:

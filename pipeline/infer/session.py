@@ -132,8 +132,12 @@ class CommandValues:
                 if name in field_names() or name in trl_option_names()}
 
 
-def command_values(args: argparse.Namespace, manifest: Optional[dict[str, Any]]) -> CommandValues:
-    """The one merge for generate, eval and export; `manifest`: the record found, or None."""
+def command_values(args: argparse.Namespace, manifest: Optional[dict[str, Any]],
+                   adapter_rank: Optional[int] = None) -> CommandValues:
+    """The one merge for generate, eval and export; `manifest`: the record found, or None. `adapter_rank`: the rank r
+    of the adapter the command serves, its engine's max_lora_rank below --config and the flags (the record's is the
+    training engine's limit, 64 by default: vLLM sizes its LoRA slots by it, memory and, on its CPU build, the work
+    of every token, and one adapter of rank r needs no more than r)."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
 
@@ -146,6 +150,8 @@ def command_values(args: argparse.Namespace, manifest: Optional[dict[str, Any]])
     record = {**{k: (manifest or {}).get(k) for k in ("max_lora_rank", "max_completion_length")},
               **((manifest or {}).get("config") or {}), "system_prompt": (manifest or {}).get("system_prompt")}
     put(record, "the adapter's record")
+    if adapter_rank is not None:
+        put({"max_lora_rank": int(adapter_rank)}, "the adapter's rank (adapter_config.json r)")
     config = getattr(args, "config", None)
     if config:  # the fields the recipe sets, as validated
         parsed = validate_recipe(str(config)).to_dict()
@@ -238,7 +244,7 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     """Verify paths and settings, then load the generator; bad input raises before anything loads."""
     gen = generation_settings(args)
     adapter, manifest = _trained_with(args)
-    given_values = command_values(args, manifest)
+    given_values = command_values(args, manifest, adapter.r if adapter is not None else None)
     base_model = _base_model(args, adapter, manifest, given_values)
     max_tokens = _max_tokens(args, gen, manifest)
     # "" included: it trains (and so generates) without a system message
