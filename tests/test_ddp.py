@@ -77,6 +77,17 @@ def _two_machines(tmp_path, mode: str, until: str | None = None, timeout: int = 
             proc.wait(timeout=60)
 
 
+# torch's elastic agent logs, traceback and all, an exit barrier that failed because the other machine's agent (the
+# store's host) had already gone: after both runs completed (torch/distributed/elastic/agent/server/api.py
+# _exit_barrier, logger.exception; seen once, on a loaded machine). torch's output about its own race, not the product's.
+_EXIT_BARRIER_LOG = re.compile(r"^[EWI]\d{4} [^\n]*torch/distributed/elastic/agent/server/api\.py:\d+\][^\n]*\n?", re.M)
+
+
+def _ours(output: str) -> str:
+    """What the launch printed, less torch's log of a failed exit barrier (when that is what it logged)."""
+    return _EXIT_BARRIER_LOG.sub("", output) if "Error waiting on exit barrier" in output else output
+
+
 def _seen(folder: Path) -> dict[int, list[str]]:
     """step -> the prompts scored at that step, by every rank (and launch) whose record is in `folder`."""
     steps: dict[int, list[str]] = {}
@@ -100,7 +111,7 @@ def test_two_machines_train_are_killed_resume_and_agree(tmp_path, monkeypatch):
     outputs = _two_machines(tmp_path, "resume")
     assert "rank 0 of 2: completed after 3 steps" in outputs[0], outputs[0][-4000:]
     assert "rank 1 of 2: completed after 3 steps" in outputs[1], outputs[1][-4000:]
-    assert "checkpoint-2" in outputs[0] and "Traceback" not in "".join(outputs)
+    assert "checkpoint-2" in outputs[0] and "Traceback" not in _ours("".join(outputs))
 
     rank0 = load_file(str(tmp_path / "rank0.safetensors"))
     rank1 = load_file(str(tmp_path / "rank1.safetensors"))
@@ -143,4 +154,4 @@ def test_a_reward_failing_on_one_process_stops_every_process_with_its_message(tm
     assert "`fails_on_process_1` raised ValueError: no answer column on this shard" in summary["stop_reason"]
     assert "(on process 1 of 2)" in summary["stop_reason"]
     assert (tmp_path / "run" / "checkpoint-1" / "trainer_state.json").is_file()
-    assert "Traceback" not in output
+    assert "Traceback" not in _ours(output)
