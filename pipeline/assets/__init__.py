@@ -52,7 +52,8 @@ def load_qwen_tokenizer():
     return read_tokenizer(qwen_tokenizer_dir())
 
 
-# Tokenizers read in this process, by folder and its files' (name, size, mtime): the one read from disk, kept unchanged.
+# Tokenizers read in this process, by folder and its files' (name, size, mtime): None after the first read (returned as
+# read), then the second read, kept unchanged and copied for every later call.
 _READ: dict[tuple, Any] = {}
 # transformers 5's tables of a fast tokenizer (str -> int, and (str, str) pairs): immutable entries, so a copy of the
 # table is a deep copy of it (copy.deepcopy walks 150k entries one by one: 0.3 s of a 0.6 s copy).
@@ -60,16 +61,18 @@ _FLAT_TABLES = ("_vocab", "_merges")
 
 
 def read_tokenizer(folder: str | os.PathLike[str], trust_remote_code: bool = False) -> Any:
-    """`AutoTokenizer.from_pretrained(folder)`, read from disk once per process while the folder's files stay the same
-    (names, sizes and mtimes): each call returns its own copy, which the caller may change. Reading Qwen2.5's 151k-token
-    tokenizer takes ~1.2 s (transformers parses tokenizer.json five times); a copy ~0.5 s, most of it the tokenizers
-    library rebuilding its own copy of the BPE model. A hub id (not a folder) and a folder's own tokenizer code
+    """`AutoTokenizer.from_pretrained(folder)`, read from disk at most twice per process while the folder's files stay
+    the same (names, sizes and mtimes): the first call gets that read (a command reads its tokenizer once, and pays no
+    more), the second reads again and keeps that read unchanged, and it and every later call get their own copy of it,
+    which they may change. Reading Qwen2.5's 151k-token tokenizer takes ~1.2 s (transformers parses tokenizer.json
+    three times); a copy ~0.6 s, most of it the tokenizers library rebuilding its own BPE model. A notebook or a test
+    process that reads it again and again pays the copy. A hub id (not a folder) and a folder's own tokenizer code
     (trust_remote_code) are read every time.
 
-    >>> a, b = load_qwen_tokenizer(), load_qwen_tokenizer()
+    >>> a, b, c = load_qwen_tokenizer(), load_qwen_tokenizer(), load_qwen_tokenizer()
     >>> b.padding_side = "left"; _ = b.add_special_tokens({"additional_special_tokens": ["<mine>"]})
-    >>> (len(a), len(b), a.padding_side, load_qwen_tokenizer().padding_side)
-    (151665, 151666, 'right', 'right')
+    >>> (len(a), len(b), len(c), c.padding_side, load_qwen_tokenizer().padding_side)
+    (151665, 151666, 151665, 'right', 'right')
     """
     from transformers import AutoTokenizer  # lazy: imports torch
 
@@ -79,6 +82,9 @@ def read_tokenizer(folder: str | os.PathLike[str], trust_remote_code: bool = Fal
     key = (str(path.resolve()), tuple(sorted((entry.name, entry.stat().st_size, entry.stat().st_mtime_ns)
                                              for entry in os.scandir(path) if entry.is_file())))
     if key not in _READ:
+        _READ[key] = None
+        return AutoTokenizer.from_pretrained(str(folder))
+    if _READ[key] is None:
         _READ[key] = AutoTokenizer.from_pretrained(str(folder))
     original = _READ[key]
     tables = (getattr(original, "__dict__", {}).get(name) for name in _FLAT_TABLES)
