@@ -1,7 +1,7 @@
 """Files the project ships: the real Qwen2.5 tokenizer (with Qwen2.5-Instruct's chat template, tools included), for
 tests, benchmarks and `grpo data` offline. Its tokenizer.json (11 MB) is committed xz-compressed (1.4 MB) and unpacked
 once into the cache: a folder of only vocab.json + merges.txt does not load through AutoTokenizer. Every tokenizer
-folder is read through `read_tokenizer`, once per process while its files stay the same.
+folder is read through `read_tokenizer`: at most twice per process while its files stay the same.
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def read_tokenizer(folder: str | os.PathLike[str], trust_remote_code: bool = Fal
     path = Path(folder).expanduser()
     if trust_remote_code or not path.is_dir():
         return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
-    key = (str(path.resolve()), tuple(sorted((entry.name, entry.stat().st_size, entry.stat().st_mtime_ns)
-                                             for entry in os.scandir(path) if entry.is_file())))
+    files = [(entry.name, entry.stat()) for entry in os.scandir(path) if entry.is_file()]
+    key = (str(path.resolve()), tuple(sorted((name, stat.st_size, stat.st_mtime_ns) for name, stat in files)))
     if key not in _READ:
         _READ[key] = None
         return AutoTokenizer.from_pretrained(str(folder))

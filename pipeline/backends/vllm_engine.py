@@ -387,20 +387,24 @@ def slot_rank(rank: int) -> int:
     grpo generate/eval size their engine by the adapter's own rank (r=4 gets 8), not by the training engine's limit.
     `rank` itself where this vLLM has no such list (its engine then says what it takes)."""
     try:
-        from vllm.config.lora import MaxLoRARanks
+        ranks = lora_ranks()
     except ImportError:
         return rank
-    return next((r for r in sorted(typing.get_args(MaxLoRARanks)) if r >= rank), rank)
+    return next((r for r in ranks if r >= rank), rank)
+
+
+def lora_ranks() -> list[int]:
+    """The max_lora_rank values vLLM takes, ascending (vllm/config/lora.py `MaxLoRARanks`)."""
+    from vllm.config.lora import MaxLoRARanks
+
+    return sorted(typing.get_args(MaxLoRARanks))
 
 
 def check_lora_rank(rank: int) -> None:
-    from vllm.config.lora import MaxLoRARanks
-
-    ranks = typing.get_args(MaxLoRARanks)
+    ranks = lora_ranks()
     if rank not in ranks:
-        above = [r for r in ranks if r >= rank]
         raise ConfigError("max_lora_rank", f"vLLM takes a max_lora_rank of {', '.join(map(str, ranks))} only, not "
-                          f"{rank}. Set max_lora_rank: {above[0] if above else ranks[-1]}.")
+                          f"{rank}. Set max_lora_rank: {min(slot_rank(rank), ranks[-1])}.")
 
 
 def check_model_length(max_model_len: Optional[int], model_length: int, needed: Optional[int]) -> None:
