@@ -286,6 +286,40 @@ def test_eval_reads_the_recipes_own_eval_set_and_a_data_file_whole(trained_run, 
     assert "eval_question_field" in capsys.readouterr().err  # the run's fields are question/answer
 
 
+# grpo eval's own data, refused before any weights load (as grpo train prepares its data first): each case is a file
+# of held-out problems, the field its message names, and what the message says.
+BAD_EVAL_DATA = [
+    ("no answer column", "problem,final\n3+4?,7\n", "eval_question_field", "pass it as --config"),
+    ("answers under another name", "question,final\n3+4?,7\n", "eval_answer_field", "pass it as --config"),
+    ("no answer a reward can read", "question,answer\n3+4?,seven-ish\n5+1?,n/a\n", "eval_answer_field",
+     "cannot be read by the correctness reward"),
+    ("an empty file", "", "", "empty"),
+    ("a blank header only", "question,answer\n", "", "no rows"),
+]
+
+
+@pytest.mark.parametrize("name,text,field,says", BAD_EVAL_DATA, ids=[case[0] for case in BAD_EVAL_DATA])
+def test_eval_refuses_bad_data_before_the_weights_load(trained_run, tmp_path, monkeypatch, capsys, name, text, field,
+                                                       says):
+    """Exit 2 naming the field and the fix, and no model loaded: the backend's load_generator (watched, not replaced)
+    is never reached; the same command on good data reaches it once."""
+    from grpo_pipeline.pipeline.backends import plain
+
+    loads = []
+    real = plain.load_generator
+    monkeypatch.setattr(plain, "load_generator", lambda *args, **kwargs: loads.append(args) or real(*args, **kwargs))
+    held = tmp_path / "held.csv"
+    held.write_text(text, encoding="utf-8")
+    argv = ["--lora", str(trained_run / "lora"), "--data", str(held), "--limit", "1", "--max_tokens", "4",
+            "--output", str(tmp_path / "eval.json")]
+    assert evaluate.main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and f"config error in `{field}`" in err if field else says in err, err
+    assert "Traceback" not in err and loads == [] and not (tmp_path / "eval.json").exists()
+    held.write_text("question,answer\n3+4?,7\n", encoding="utf-8")
+    assert evaluate.main(argv) == 0 and len(loads) == 1
+
+
 def test_merged_export_behaves_as_trained_in_plain_transformers(trained_run, tmp_path):
     """A plain transformers user who sends only a user message gets the trained system prompt."""
     from transformers import AutoTokenizer

@@ -282,16 +282,17 @@ def test_a_torch_saved_adapter_bin_of_tensors_only_is_read_as_before(tmp_path):
 
 
 def test_the_adapter_folders_tokenizer_loads_without_remote_code_whatever_the_flag(tmp_path, monkeypatch):
-    """Behind the refusal too: the plain backend reads an adapter folder's tokenizer with trust_remote_code off."""
+    """Behind the refusal too: an adapter folder's tokenizer is read with trust_remote_code off (run_tokenizer: the
+    plain backend's generator, and grpo eval's data check before the weights load)."""
     from types import SimpleNamespace
 
-    from grpo_pipeline.pipeline.backends import plain
     from grpo_pipeline.pipeline.config import PipelineConfig
+    from grpo_pipeline.pipeline.data import tokenizer
 
     calls = []
-    monkeypatch.setattr(plain, "load_tokenizer", lambda source, trust, src: calls.append((source, trust)))
+    monkeypatch.setattr(tokenizer, "load_tokenizer", lambda source, trust, src: calls.append((source, trust)))
     cfg = PipelineConfig().replace(trust_remote_code=True, model_source="hf")
     (tmp_path / "tokenizer_config.json").write_text("{}")  # the adapter folder carries a tokenizer
-    plain._run_tokenizer(SimpleNamespace(path=tmp_path), "base", cfg)
-    plain._run_tokenizer(None, "base", cfg)
+    tokenizer.run_tokenizer(SimpleNamespace(path=tmp_path), "base", cfg)
+    tokenizer.run_tokenizer(None, "base", cfg)
     assert calls == [(str(tmp_path), False), ("base", True)]

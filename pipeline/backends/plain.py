@@ -28,7 +28,7 @@ from grpo_pipeline.pipeline.backends.vllm_engine import (
 from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
 from grpo_pipeline.pipeline.config.validate import BACKEND_RULES
 from grpo_pipeline.pipeline.data.prompts import carry_system_prompt
-from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer, resolve_model_path
+from grpo_pipeline.pipeline.data.tokenizer import load_tokenizer, resolve_model_path, run_tokenizer
 from grpo_pipeline.pipeline.demo.registry import builtin_model
 
 NAME = "plain"
@@ -231,16 +231,9 @@ def training_generator(model: Any, tokenizer: Any, cfg: PipelineConfig) -> Plain
     return PlainGenerator(model, tokenizer)
 
 
-def _run_tokenizer(adapter: Optional[Any], base_model: str, cfg: PipelineConfig) -> Any:
-    """The adapter folder's tokenizer with trust_remote_code off (never a folder's code), else the base model's."""
-    if adapter is not None and (adapter.path / "tokenizer_config.json").is_file():
-        return load_tokenizer(str(adapter.path), False, "hf")
-    return load_tokenizer(base_model, cfg.model.trust_remote_code, cfg.model.model_source)
-
-
 def load_generator(base_model: str, adapter: Optional[Any], cfg: PipelineConfig) -> Any:
     """Through vLLM with a LoRARequest when the run's rollouts came from vLLM and it is installed, else peft."""
-    tokenizer = _run_tokenizer(adapter, base_model, cfg)
+    tokenizer = run_tokenizer(adapter, base_model, cfg)
     if cfg.model.vllm_mode != "none":
         if vllm_installed():
             kwargs = engine_arguments(str(resolve_model_path(base_model, cfg.model.model_source)), cfg,
@@ -293,7 +286,7 @@ def export(adapter: Any, base_model: str, method: str, out_dir: Path, cfg: Pipel
     full_precision = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, load_in_4bit=False))
     model = PeftModel.from_pretrained(load_model(base_model, full_precision, for_training=False), str(adapter.path))
     merged = model.merge_and_unload()
-    tokenizer = _run_tokenizer(adapter, base_model, cfg)
+    tokenizer = run_tokenizer(adapter, base_model, cfg)
     if method == "merged16":
         # on CPU the merge ran in float32
         merged.to(_export_dtype(cfg, base_model, merged.dtype)).save_pretrained(str(out_dir))

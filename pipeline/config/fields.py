@@ -49,7 +49,7 @@ class ConfigError(ValueError):
     """A config value that cannot work. `field` names it; the message says the fix."""
 
     def __init__(self, field_name: str, message: str):
-        self.field = field_name
+        self.field, self.message = field_name, message
         super().__init__(f"config error in `{shorten(field_name, 80)}`: {message}")
 
 

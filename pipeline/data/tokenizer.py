@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from tokenizers import Tokenizer
 
 from grpo_pipeline.env.hubs import download_model
 from grpo_pipeline.env.text import shorten
 from grpo_pipeline.pipeline.assets import read_tokenizer
-from grpo_pipeline.pipeline.config import ConfigError
+from grpo_pipeline.pipeline.config import ConfigError, PipelineConfig
 from grpo_pipeline.pipeline.demo.gguf_model import gguf_model_dir, is_gguf_file
 from grpo_pipeline.pipeline.demo.registry import builtin_model
 
@@ -78,3 +78,11 @@ def load_tokenizer(model_name_or_path: str, trust_remote_code: bool = False, sou
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def run_tokenizer(adapter: Optional[Any], base_model: str, cfg: PipelineConfig) -> Any:
+    """The tokenizer a saved adapter generates with: its folder's, with trust_remote_code off (never a folder's code),
+    else the base model's."""
+    if adapter is not None and (adapter.path / "tokenizer_config.json").is_file():
+        return load_tokenizer(str(adapter.path), False, "hf")
+    return load_tokenizer(base_model, cfg.model.trust_remote_code, cfg.model.model_source)

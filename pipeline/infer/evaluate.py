@@ -27,7 +27,13 @@ from grpo_pipeline.pipeline.errors import guarded, note_command_options
 from grpo_pipeline.pipeline.health import metrics
 from grpo_pipeline.pipeline.health.metrics import is_garbled
 from grpo_pipeline.pipeline.infer.scoring import Scorer, answer_of, build_scorer, score_with
-from grpo_pipeline.pipeline.infer.session import add_inference_arguments, inference_args, open_inference
+from grpo_pipeline.pipeline.infer.session import (
+    add_inference_arguments,
+    data_tokenizer,
+    inference_args,
+    load_weights,
+    resolve_inference,
+)
 # loop_settings: train.py calls it through this module
 from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, answer, env_rewards, loop_settings, tool_stats  # noqa: F401
 from grpo_pipeline.pipeline.preflight import reward_kwargs_outside_training
@@ -194,7 +200,7 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
             check_reward_names(reward_funcs)
         except ValueError as err:
             raise ConfigError("reward_funcs", f"--reward_funcs: {err}") from None
-    setup = open_inference(args)
+    setup = resolve_inference(args)  # no weights yet: the eval set is checked first, as `grpo train` does
     out = _eval_json_path(setup, output, args.run)
     seen = snapshot(out, option="--output" if output else "", fix="Choose another --output, or run again to "
                     "replace it.")
@@ -216,8 +222,16 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
                           reward_weights=None)
     cfg = cfg.replace(system_prompt=setup.system_prompt, model_name_or_path=setup.base_model, eval_split=eval_split)
     # the data report goes beside the results, never to the recipe's output_dir
-    rows = load_eval_rows(cfg, setup.tokenizer, limit=limit, report_dir=out.parent,
-                          other_fix="in the recipe you pass as --config (or --data), or evaluate other --data")
+    try:
+        rows = load_eval_rows(cfg, data_tokenizer(setup), limit=limit, report_dir=out.parent,
+                              other_fix="in the recipe you pass as --config (or --data), or evaluate other --data")
+    except ConfigError as err:
+        if err.field in DATA_OPTIONS or is_recipe or args.config:
+            raise
+        # a field of the data (eval_answer_field, eval_question_field, ...): grpo eval has no flag of that name
+        raise ConfigError(err.field, f"{err.message} For grpo eval, put `{err.field}: ...` in a recipe (YAML) and "
+                          "pass it as --config.") from None
+    setup = load_weights(setup)
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, eval_scorer(cfg, setup.tokenizer),
                            setup.max_tokens, temperature=setup.temperature, top_p=setup.top_p, agents=setup.agents,
                            loop=setup.loop)
@@ -226,6 +240,10 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     result = masked(result)  # no secret in the file or on the screen (a --data URL's password)
     atomic_write_json(out, result, seen=seen)
     return result
+
+
+# The eval set's options that grpo eval's own flags set: --data names the data; the rest only a recipe sets.
+DATA_OPTIONS = ("eval_dataset_name", "dataset_name")
 
 
 def eval_reward_names(recorded: list[str], yours: list[str], given: Optional[list[str]]) -> list[str]:

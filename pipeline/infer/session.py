@@ -36,7 +36,7 @@ from grpo_pipeline.pipeline.config.parse import read_recipe
 from grpo_pipeline.pipeline.config.trl_fields import trl_option_names
 from grpo_pipeline.pipeline.config.pipeline_config import check_generation_temperature
 from grpo_pipeline.pipeline.data import model_check
-from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path
+from grpo_pipeline.pipeline.data.tokenizer import resolve_model_path, run_tokenizer
 from grpo_pipeline.pipeline.infer.tool_loop import LoopSettings, loop_settings
 from grpo_pipeline.pipeline.run.resume import adapter_mismatch
 from grpo_pipeline.pipeline.run.manifest import ADAPTER_METADATA_NAME, agent_options, MANIFEST_NAME, find_manifest, other_base
@@ -60,6 +60,7 @@ class InferenceSetup:
     trained_dir: Optional[Path] = None  # the --lora folder
     agents: Agents = dataclasses.field(default_factory=Agents)
     loop: Optional[LoopSettings] = None  # as trained
+    backend: str = "plain"  # the backend chosen (choose_backend), which loads the weights
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
@@ -242,6 +243,13 @@ def verify_trained_dir(path) -> Any:
 
 def open_inference(args: argparse.Namespace) -> InferenceSetup:
     """Verify paths and settings, then load the generator; bad input raises before anything loads."""
+    return load_weights(resolve_inference(args))
+
+
+def resolve_inference(args: argparse.Namespace) -> InferenceSetup:
+    """Everything but the weights: the verified adapter, its record merged with --config and the flags, the backend
+    chosen; `generator` and `tokenizer` are None until `load_weights`. A command that reads data of its own checks it
+    between the two (`grpo eval`, with `data_tokenizer`), so bad data is refused before the model loads."""
     gen = generation_settings(args)
     adapter, manifest = _trained_with(args)
     given_values = command_values(args, manifest, adapter.r if adapter is not None else None)
@@ -271,16 +279,30 @@ def open_inference(args: argparse.Namespace) -> InferenceSetup:
     choice = choose_backend(args.backend, cfg.model.fast_inference)
     if not choice.fast_inference:
         cfg = cfg.replace(fast_inference=False)  # no vLLM here: Unsloth's transformers inference path
-    backend = load_backend(choice.name)
-    backend.prepare_environment(cfg)  # idempotent
-    generator = backend.load_generator(base_model, adapter, cfg)
-    tokenizer = generator.tokenizer
-    if manifest and manifest.get("chat_template"):
-        tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained
-    return InferenceSetup(generator, tokenizer, base_model, adapter, system_prompt, int(max_tokens),
+    return InferenceSetup(None, None, base_model, adapter, system_prompt, int(max_tokens),
                           gen.gen_temperature, gen.gen_top_p, cfg, manifest,
                           absolute_path(args.lora) if args.lora else None, agents,
-                          loop_settings(cfg.trl, cfg.model.max_seq_length))
+                          loop_settings(cfg.trl, cfg.model.max_seq_length), choice.name)
+
+
+def load_weights(setup: InferenceSetup) -> InferenceSetup:
+    """`setup` with its generator: the base model (and the adapter) loaded by the chosen backend."""
+    backend = load_backend(setup.backend)
+    backend.prepare_environment(setup.config)  # idempotent
+    generator = backend.load_generator(setup.base_model, setup.adapter, setup.config)
+    return dataclasses.replace(setup, generator=generator, tokenizer=_as_trained(generator.tokenizer, setup.manifest))
+
+
+def data_tokenizer(setup: InferenceSetup) -> Any:
+    """The tokenizer the generator will use (the adapter folder's, else the base model's; the run's chat template),
+    read alone: for checking a command's data before the weights load, as `grpo train` prepares its data."""
+    return _as_trained(run_tokenizer(setup.adapter, setup.base_model, setup.config), setup.manifest)
+
+
+def _as_trained(tokenizer: Any, manifest: Optional[dict[str, Any]]) -> Any:
+    if manifest and manifest.get("chat_template"):
+        tokenizer.chat_template = manifest["chat_template"]  # generate exactly as trained
+    return tokenizer
 
 
 def refuse_recorded_tools(tools: Any, environment_factory: Any, args: argparse.Namespace) -> None:
