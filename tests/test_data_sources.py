@@ -182,3 +182,40 @@ def test_a_dataset_path_through_an_environment_variable_is_read_from_where_it_po
     data = prepare_dataset(cfg_for(tmp_path, "$GRPO_TEST_DATA/mine.jsonl"), qwen_tokenizer)
     assert data.report["source"]["path"] == str(tmp_path / "mine.jsonl")
     assert data.dataset["grpo_answer"] == [r["a"] for r in TRAIN]
+
+
+# A chat dataset's own column of {role, content} lists (`messages`, `conversation`), in each format that holds lists:
+# never taken as question text row by row (every row rejected as non_string_field), never as prompts on its own (it
+# may end with the assistant's reply), but refused once, naming the option and the column, with TRL's `prompt` as the fix.
+CHAT_ROWS = [{"messages": [{"role": "user", "content": f"What is {i} + {i}?"}], "a": str(2 * i)} for i in range(1, 4)]
+LIST_FORMATS = {"jsonl": lambda p, rows: _write_json_lines(p, rows),
+                "json-list": lambda p, rows: p.write_text(json.dumps(rows), encoding="utf-8"),
+                "parquet": lambda p, rows: __import__("pandas").DataFrame(rows).to_parquet(p)}
+
+
+@pytest.mark.parametrize("fmt", sorted(LIST_FORMATS))
+@pytest.mark.parametrize("split,option", [("train", "question_field"), ("eval", "eval_question_field")])
+@pytest.mark.parametrize("named", [True, False], ids=["named", "unnamed"])
+def test_a_column_of_chat_messages_under_another_name_is_refused_naming_prompt(qwen_tokenizer, tmp_path, fmt, split,
+                                                                             option, named):
+    path = tmp_path / f"chats.{'parquet' if fmt == 'parquet' else 'jsonl' if fmt == 'jsonl' else 'json'}"
+    LIST_FORMATS[fmt](path, CHAT_ROWS)
+    fields = {"answer_field": "a", **({"question_field": "messages"} if named else {})}
+    if split == "train":
+        cfg = make_cfg(tmp_path, dataset_name=str(path), **fields)
+    else:
+        cfg = make_cfg(tmp_path, eval_dataset_name=str(path), eval_before=True,
+                       **{f"eval_{key}": value for key, value in fields.items()})
+    with pytest.raises(ConfigError) as refused:
+        prepare_dataset(cfg, qwen_tokenizer, role=split)
+    said = str(refused.value)
+    assert refused.value.field == option and "'messages'" in said and "chat messages" in said
+    assert "column named `prompt`" in said and f"leave {option} unset" in said
+    # the fix, followed: the same rows with the column renamed are TRL's conversational prompts
+    LIST_FORMATS[fmt](path, [{"prompt": row["messages"], "a": row["a"]} for row in CHAT_ROWS])
+    renamed = {key: value for key, value in fields.items() if key != "question_field"}
+    cfg = (make_cfg(tmp_path, dataset_name=str(path), **renamed) if split == "train" else
+           make_cfg(tmp_path, eval_dataset_name=str(path), eval_before=True,
+                    **{f"eval_{key}": value for key, value in renamed.items()}))
+    prepared = prepare_dataset(cfg, qwen_tokenizer, role=split)
+    assert len(prepared.dataset) == len(CHAT_ROWS)

@@ -21,7 +21,7 @@ from grpo_pipeline.env.text import excerpt
 from grpo_pipeline.pipeline.config import ConfigError
 from grpo_pipeline.pipeline.config.fields import DataArguments
 from grpo_pipeline.pipeline.data.cache import file_sha256, local_file_identity, local_tree_identity
-from grpo_pipeline.pipeline.data.clean import clean_column_name
+from grpo_pipeline.pipeline.data.clean import check_prompt, clean_column_name
 from grpo_pipeline.pipeline.data.data_files import is_saved_copy, load_data_files, local_layout, local_path
 from grpo_pipeline.pipeline.data.source_spec import (
     OWN_PREFIX,
@@ -36,6 +36,28 @@ from grpo_pipeline.pipeline.data.source_spec import (
 )
 from grpo_pipeline.pipeline.demo.registry import builtin_source
 from grpo_pipeline.pipeline.demo.task import DemoTask
+
+
+# A column of {role, content} message lists under a name other than `prompt` (a chat dataset's `messages`): the rows
+# looked at, and the fix. Not taken as prompts on its own: such a column often ends with the assistant's reply, which
+# in a prompt would show the model its answer.
+CHAT_PROBE_ROWS = 20
+
+
+def holds_chats(values: Any) -> bool:
+    """True when one of the first CHAT_PROBE_ROWS values is a list of {role, content} messages.
+
+    >>> holds_chats(["2+2?", [{"role": "user", "content": "3+3?"}]]), holds_chats(["2+2?", None, ["a", "b"]])
+    (True, False)
+    """
+    return any(not isinstance(value, str) and check_prompt(value)[1] is None
+               for value in (values[i] for i in range(min(CHAT_PROBE_ROWS, len(values)))))
+
+
+def chat_column_fix(option: str) -> str:
+    return ("TRL's conversational format takes them in a column named `prompt`, the messages before the assistant's "
+            "reply (an assistant message left in a prompt shows the model its answer): rename that column to prompt "
+            f"and leave {option} unset.")
 
 
 def prompt_format_of(columns: list[str], spec: SourceSpec) -> str:
@@ -82,6 +104,9 @@ def _rows(dataset: Any, spec: SourceSpec, split: str, where: str) -> RawRows:
         wanted.append(("worked solution", spec.solution_field, "solution_field"))
     values = {column: field_values(dataset, names, column, option, what, where) for what, column, option in wanted}
     questions = values[question]
+    if prompt_format == "question" and holds_chats(questions):
+        raise ConfigError(spec.question_option, f"{spec.question_option} names {excerpt(question)} in {where}, whose "
+                          f"values are chat messages, not question text. {chat_column_fix(spec.question_option)}")
     answers = values.get(spec.answer_field, [None] * len(questions))
     return RawRows(questions=questions, answers=answers, ids=[f"{split}-{i}" for i in range(len(questions))],
                    solutions=values[spec.solution_field] if spec.solution_field else None,
@@ -100,6 +125,9 @@ def field_values(dataset: Any, names: list[str], field: str, option: str, what: 
             return found
     hint = (" A dataset in TRL's format has a `prompt` column instead (text, or a list of {role, content} messages)."
             if what == "question" else "")
+    chats = [name for name in names if what == "question" and holds_chats(dataset[name])]
+    if chats:
+        hint = f" If your prompts are the chat messages in its column {excerpt(chats[0])}: {chat_column_fix(option)}"
     paths = nested_paths(dataset, names)
     listed = f"; nested fields, as a dotted path: {', '.join(paths)}" if paths else ""
     raise ConfigError(option, f"column {excerpt(field)} is not in {where}; its columns are {sorted(names)}{listed}. "
