@@ -92,6 +92,32 @@ def test_set_agrees_with_decoding_each_token_alone(qwen, incomplete):
     assert 500 < len(incomplete) < 5000  # single bytes + pieces of multi-byte characters
 
 
+def test_every_kind_of_byte_level_token_is_judged_as_decoding_it_alone_would():
+    """Over a byte-level BPE vocabulary built here: whole characters, lone pieces of multi-byte ones, and tokens with
+    characters outside the byte alphabet, below 256 (a plain space, a tab, NUL) and above it (CJK written as such):
+    the set is exactly the tokens whose own decoding shows U+FFFD."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = {b: char for char, b in byte_level_alphabet().items()}
+    def as_token(data: bytes) -> str:
+        return "".join(alphabet[b] for b in data)
+
+    pieces = [b"a", b" the", "é".encode(), "你".encode(), "你".encode()[:1], "你".encode()[1:], "😀".encode()[:3],
+              b"\xff", "€".encode()[:2], b"\n"]
+    # not byte tokens, judged by decoding (which keeps them as written): read as latin-1 bytes, "\x80\x81" would be
+    # invalid UTF-8
+    raw = [" plain space", "tab\there", "nul\x00", "\x80\x81", "中文", "Ġ中"]
+    vocab = {token: i for i, token in enumerate([as_token(p) for p in pieces] + raw + ["<unk>"])}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    backend.pre_tokenizer, backend.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+    assert is_byte_level_bpe(tokenizer)
+    expected = {i for token, i in vocab.items() if token != "<unk>" and "\ufffd" in tokenizer.decode([i])}
+    assert incomplete_utf8_token_ids(tokenizer) == frozenset(expected)
+    assert {vocab[as_token(p)] for p in pieces[4:9]} <= expected and vocab[as_token("你".encode())] not in expected
+
+
 def test_fallback_for_non_byte_level_tokenizers_decodes_each_id():
     # A SentencePiece-style byte-fallback tokenizer (Llama-2 shape): <0xE4> <0xB8> <0x80> is "一".
     from tokenizers import Tokenizer, decoders, models

@@ -143,7 +143,7 @@ def is_byte_level_bpe(tokenizer: Any) -> bool:
 
 def incomplete_utf8_token_ids(tokenizer: Any) -> frozenset[int]:
     """Ids of the tokens whose bytes are not valid UTF-8 on their own: for a byte-level BPE, each regular token mapped
-    back to its bytes and decoded strictly (0.7 s for Qwen2.5); for any other tokenizer, each id decoded alone and
+    back to its bytes and decoded strictly (0.2 s for Qwen2.5); for any other tokenizer, each id decoded alone and
     counted when the text holds U+FFFD.
 
     >>> from grpo_pipeline.pipeline.assets import load_qwen_tokenizer
@@ -154,16 +154,16 @@ def incomplete_utf8_token_ids(tokenizer: Any) -> frozenset[int]:
     """
     if not is_byte_level_bpe(tokenizer):
         return _decoded_incomplete_ids(tokenizer)
-    alphabet = byte_level_alphabet()
+    to_bytes = byte_level_table()
     special = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
     incomplete: set[int] = set()
     odd: list[int] = []
     for token, token_id in tokenizer.backend_tokenizer.get_vocab(with_added_tokens=False).items():
         if token_id in special:
             continue
-        try:
-            raw = bytes(alphabet[char] for char in token)
-        except KeyError:  # a character outside the byte alphabet: not a byte token, judge it by decoding
+        try:  # each character to its byte, in C (str.translate, then latin-1: one code point below 256 a byte)
+            raw = token.translate(to_bytes).encode("latin-1")
+        except UnicodeEncodeError:  # a character outside the byte alphabet: not a byte token, judge it by decoding
             odd.append(token_id)
             continue
         try:
@@ -171,6 +171,22 @@ def incomplete_utf8_token_ids(tokenizer: Any) -> frozenset[int]:
         except UnicodeDecodeError:
             incomplete.add(token_id)
     return frozenset(incomplete | _decoded_incomplete_ids(tokenizer, odd))
+
+
+@functools.lru_cache(maxsize=1)
+def byte_level_table() -> dict[int, str]:
+    """str.translate's table from the byte alphabet to the bytes as latin-1 characters; every other code point below
+    256 (a plain space, a control character: none is in the alphabet) goes to one above it, so that it fails the
+    latin-1 encoding as any character outside the alphabet does.
+
+    >>> "Ġhi\\u0100".translate(byte_level_table()).encode("latin-1")
+    b' hi\\x00'
+    >>> " ".translate(byte_level_table())
+    '\\uffff'
+    """
+    table = {code: "\uffff" for code in range(256)}
+    table.update({ord(char): chr(b) for char, b in byte_level_alphabet().items()})
+    return table
 
 
 def _decoded_incomplete_ids(tokenizer: Any, ids: Iterable[int] | None = None) -> frozenset[int]:
