@@ -22,7 +22,7 @@ from grpo_pipeline.pipeline.data import tokenizer as tokenizers  # called throug
 from grpo_pipeline.pipeline.data.prepare import EVAL_REPORT_NAME, DataError
 from grpo_pipeline.pipeline.data.report import accounting_line, format_report, prompt_line
 from grpo_pipeline.pipeline.data.run_data import prepare_run_data, without_a_held_out_set
-from grpo_pipeline.pipeline.errors import guarded
+from grpo_pipeline.pipeline.errors import EXIT_BAD_INPUT, guarded
 
 DATA_HELP_EPILOG = """\
 Any field of `grpo train --help` works as --key value and overrides the recipe. Without --config,
@@ -32,8 +32,9 @@ tiny CPU demo elsewhere (offline). Names that need no network:
   --model_name_or_path bundled:qwen2.5         the real Qwen2.5 tokenizer (bundled; no model, no download)
 e.g. grpo data --config configs/qwen2.5-1.5b-gsm8k.yaml --dataset_name sample --model_name_or_path bundled:qwen2.5
 
-Exit status: 0 ok, 1 data error (strict / overlong_policy=error / no rows), 2 config, path or data file error
-(a mostly unscorable answer column, or a hub dataset that cannot be downloaded, included). Sources, eval set,
+Exit status: 0 ok; 2 the data cannot be used as configured (strict / overlong_policy=error / no rows left: the
+report is printed first), a config, path or data file error (a mostly unscorable answer column, or a hub dataset
+that cannot be downloaded, included), as `grpo train` exits on the same data; 1 only for a bug. Sources, eval set,
 answers: docs/own-data.md."""
 
 
@@ -68,7 +69,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         run_data = prepare_run_data(cfg, tokenizer)  # what `grpo train` prepares: train, eval set, warm-up needs
         report, error = run_data.train.report, None
         eval_line = run_data.eval_rows.line() if cfg.eval.uses_eval_set() else None
-    except DataError as err:  # the data cannot be used as configured: the report says why, exit 1
+    except DataError as err:  # the data cannot be used as configured: the report says why, exit 2 (bad input)
         report, error, eval_line = err.report, err, None
 
     if as_json:
@@ -83,5 +84,5 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"[grpo] {eval_line} (report: {eval_report})")
     if error is not None:
         print(f"grpo data: {error}", file=sys.stderr)
-        return 1
+        return EXIT_BAD_INPUT
     return 0

@@ -60,14 +60,36 @@ def test_table_output_shows_rows_lengths_and_limits(tmp_path, capsys):
     assert "hit (no re-tokenization)" in capsys.readouterr().out
 
 
-def test_strict_failure_exits_1_and_still_prints_the_report(tmp_path, capsys):
+# Each way the data cannot be used as configured (prepare.py's DataError): the file, the settings, the rejected id the
+# report lists and what the message names.
+UNUSABLE = [
+    ("strict", '{"question": "Q?", "answer": "#### 1"}\n{"question": "", "answer": "2"}\n', {"strict": True},
+     ("empty_question", "train-1"), "strict: true"),
+    ("overlong_policy error", '{"question": "Q?", "answer": "1"}\n{"question": "' + "long " * 80 + '", "answer": "2"}\n',
+     {"overlong_policy": "error", "max_prompt_length": 64}, ("prompt_too_long", "train-1"), "overlong_policy"),
+    ("no rows left", '{"question": "", "answer": "1"}\n{"question": null, "answer": "2"}\n', {},
+     ("empty_question", "train-0"), "no rows left"),
+]
+
+
+@pytest.mark.parametrize("name,text,settings,rejected,says", UNUSABLE, ids=[case[0] for case in UNUSABLE])
+def test_unusable_data_exits_2_as_grpo_train_does_and_still_prints_the_report(tmp_path, capsys, name, text, settings,
+                                                                              rejected, says):
+    """Bad input, exit 2 (1 is a bug's): `grpo data` prints the report first, then the reason; `grpo train --check`
+    refuses the same data with the same status."""
     data = tmp_path / "d.jsonl"
-    data.write_text('{"question": "Q?", "answer": "#### 1"}\n{"question": "", "answer": "2"}\n', encoding="utf-8")
-    recipe = write_config(tmp_path, dataset_name=str(data), strict=True)
-    assert main(["--config", str(recipe), "--json"]) == 1
+    data.write_text(text, encoding="utf-8")
+    recipe = write_config(tmp_path, dataset_name=str(data), sft_warmup_steps=0, eval_before=False, eval_after=False,
+                          **settings)
+    assert main(["--config", str(recipe), "--json"]) == 2
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["rows_rejected"]["empty_question"]["ids"] == ["train-1"]
-    assert "strict" in captured.err
+    reason, row_id = rejected
+    assert row_id in json.loads(captured.out)["rows_rejected"][reason]["ids"]
+    assert says in captured.err and "Traceback" not in captured.err
+    assert cli.main(["train", "--config", str(recipe), "--check"]) == 2
+    out = capsys.readouterr().out
+    checks = {c["name"]: c for c in json.JSONDecoder().raw_decode(out[out.index("{"):])[0]["checks"]}
+    assert not checks["data"]["ok"] and says in checks["data"]["message"], checks["data"]
 
 
 def test_config_error_exits_2_naming_the_field(tmp_path, capsys):
