@@ -314,7 +314,7 @@ def test_eval_refuses_bad_data_before_the_weights_load(trained_run, tmp_path, mo
             "--output", str(tmp_path / "eval.json")]
     assert evaluate.main(argv) == 2
     err = capsys.readouterr().err
-    assert says in err and f"config error in `{field}`" in err if field else says in err, err
+    assert says in err and (f"config error in `{field}`" in err if field else True), err
     assert "Traceback" not in err and loads == [] and not (tmp_path / "eval.json").exists()
     held.write_text("question,answer\n3+4?,7\n", encoding="utf-8")
     assert evaluate.main(argv) == 0 and len(loads) == 1

@@ -196,9 +196,9 @@ def _unscorable_error(report: dict[str, Any], answer_option: str) -> Optional[st
     examples = ", ".join(info["ids"][:5])
     return (f"{info['count']} of {checked} answers ({info['count'] / checked:.0%}) cannot be read by the "
             f"correctness reward as one final answer (unscorable_answer: {examples}, ...), so those rows would "
-            f"teach (or, held out, measure) nothing. Check {answer_option}: it must name the column of final answers (a number "
-            "such as 18, 1,234, $18, 3/4, 答案：18, or GSM8K's `... #### 18`). If a reward of your own reads "
-            "these answers, set keep_unscorable: true.")
+            f"teach (or, held out, measure) nothing. Check {answer_option}: it must name the column of final "
+            "answers (a number such as 18, 1,234, $18, 3/4, 答案：18, or GSM8K's `... #### 18`). If a reward of your "
+            "own reads these answers, set keep_unscorable: true.")
 
 
 def _build(d: Any, tokenizer: Any, source: DataSource, budget: LengthBudget,

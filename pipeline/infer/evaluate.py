@@ -224,13 +224,14 @@ def evaluate_saved(data: Optional[str] = None, limit: Optional[int] = None, spli
     # the data report goes beside the results, never to the recipe's output_dir
     try:
         rows = load_eval_rows(cfg, data_tokenizer(setup), limit=limit, report_dir=out.parent,
-                              other_fix="in the recipe you pass as --config (or --data), or evaluate other --data")
+                              other_fix="or evaluate other --data")
     except ConfigError as err:
-        if err.field in DATA_OPTIONS or is_recipe or args.config:
+        if err.field in DATA_OPTIONS:
             raise
-        # a field of the data (eval_answer_field, eval_question_field, ...): grpo eval has no flag of that name
+        # a field of the data (eval_answer_field, eval_question_field, ...): the one place that says where grpo eval,
+        # which has no flag of that name, takes it from
         raise ConfigError(err.field, f"{err.message} For grpo eval, put `{err.field}: ...` in a recipe (YAML) and "
-                          "pass it as --config.") from None
+                          "pass it as --config (or as --data).") from None
     setup = load_weights(setup)
     result = evaluate_rows(setup.generator, setup.tokenizer, rows, eval_scorer(cfg, setup.tokenizer),
                            setup.max_tokens, temperature=setup.temperature, top_p=setup.top_p, agents=setup.agents,
