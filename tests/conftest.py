@@ -127,8 +127,8 @@ def pytest_collection_modifyitems(config, items):
 def demo_run(tmp_path_factory):
     """The built-in CPU demo with its own settings, shortened as the notebook's smoke mode shortens it: a
     DEMO_RUN_WARMUP_STEPS-step format warm-up instead of 1000 (the number the notebook's configure cell sets) and
-    DEMO_RUN_STEPS GRPO steps instead of 200: (run folder, RunResult, what it printed). The full demo, its 1000-step
-    warm-up and 200 GRPO steps, runs in CI as .ci/run's main job (`grpo train`). Trained once per test run and read
+    DEMO_RUN_STEPS GRPO steps instead of 100: (run folder, RunResult, what it printed). The full demo, its 1000-step
+    warm-up and 100 GRPO steps, runs in CI as .ci/run's main job (`grpo train`). Trained once per test run and read
     by tests/test_demo_run.py; its warmup/ (the warmed weights and the settings they came from) is what the
     reward-hacking runs there and the notebook's smoke run (tests/test_notebook.py) start from, so those modules share
     the xdist group "demo" (one worker builds it, once)."""

@@ -2,7 +2,7 @@
 
 Format warm-up -> eval before -> GRPO -> save -> eval after -> plots + summary, with the demo's own
 settings and fewer steps: the notebook's smoke warm-up (DEMO_RUN_WARMUP_STEPS, 700 of the demo's 1000) and
-DEMO_RUN_STEPS of its 200 GRPO steps. The whole demo runs in CI as .ci/run's main job (`grpo train`).
+DEMO_RUN_STEPS of its 100 GRPO steps. The whole demo runs in CI as .ci/run's main job (`grpo train`).
 """
 
 import json
