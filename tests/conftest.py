@@ -112,8 +112,8 @@ def real_qwen_dir():
 def pytest_collection_modifyitems(config, items):
     """A module's tests that share a module-scoped fixture run on one xdist worker (`xdist_group` named after the
     module, for pyproject's --dist loadgroup): loadgroup hands every other test out on its own, so a module split
-    over both workers built its shared training run, engine or data once on each (the shortened demo's 1000-step
-    warm-up and 40 GRPO steps twice). Tests already in a group keep theirs; runs without xdist ignore the mark."""
+    over both workers built its shared training run, engine or data once on each (the shortened demo's 700-step
+    warm-up twice). Tests already in a group keep theirs; runs without xdist ignore the mark."""
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
@@ -125,9 +125,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory):
-    """The built-in CPU demo with its own settings, shortened as the notebook's smoke mode shortens it: a
-    DEMO_RUN_WARMUP_STEPS-step format warm-up instead of 1000 (the number the notebook's configure cell sets) and
-    DEMO_RUN_STEPS GRPO steps instead of 100: (run folder, RunResult, what it printed). The full demo, its 1000-step
+    """The built-in CPU demo with its own settings, shortened as the notebook's smoke mode shortens it: its
+    DEMO_RUN_WARMUP_STEPS-step format warm-up (the number the notebook's configure cell sets, the demo's 700 too) and
+    DEMO_RUN_STEPS GRPO steps instead of 100: (run folder, RunResult, what it printed). The full demo, its 700-step
     warm-up and 100 GRPO steps, runs in CI as .ci/run's main job (`grpo train`). Trained once per test run and read
     by tests/test_demo_run.py; its warmup/ (the warmed weights and the settings they came from) is what the
     reward-hacking runs there and the notebook's smoke run (tests/test_notebook.py) start from, so those modules share

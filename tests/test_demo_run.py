@@ -1,7 +1,7 @@
 """The built-in CPU demo (`grpo train` with no GPU and no config), shortened: the whole loop runs and shows it.
 
 Format warm-up -> eval before -> GRPO -> save -> eval after -> plots + summary, with the demo's own
-settings and fewer steps: the notebook's smoke warm-up (DEMO_RUN_WARMUP_STEPS, 700 of the demo's 1000) and
+settings and fewer steps: the notebook's smoke warm-up (DEMO_RUN_WARMUP_STEPS, 700, the demo's own) and
 DEMO_RUN_STEPS of its 100 GRPO steps. The whole demo runs in CI as .ci/run's main job (`grpo train`).
 """
 
