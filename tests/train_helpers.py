@@ -57,10 +57,8 @@ def demo_config(output_dir: Path, **overrides: Any) -> PipelineConfig:
     """The built-in CPU demo, shortened for tests."""
     from grpo_pipeline.pipeline.demo.registry import cpu_demo_config
 
-    # Small, fast settings first; the demo's own values win where it sets them.
-    values: dict[str, Any] = dict(max_seq_length=256, num_generations=4,
-                                  per_device_train_batch_size=8, learning_rate=1e-3, warmup_ratio=0.0)
-    values.update(cpu_demo_config())
+    # The demo's own settings (no learning-rate warm-up where it sets none) ...
+    values: dict[str, Any] = {"warmup_ratio": 0.0, **cpu_demo_config()}
     # Then the test scale: a rank-16 LoRA on attention/MLP only, 2 prompts x 8 completions a step and a
     # large learning rate, so that a few steps change the weights visibly. Completions of 16 tokens (the demo's are
     # 64: a 56-character answer, one token per character): without a long warm-up the model's bytes are noise at
