@@ -96,7 +96,11 @@ def one_process(tmp_path_factory):
     return {case.name: (code, output, folders[case.name]) for case, (code, output) in zip(ONE_PROCESS, results)}
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+# The cases that read one_process share test_fault_through_the_python_m_pipeline_module's xdist group (conftest names
+# it after the module): a module-scoped fixture lives while its module's tests run back to back, and these, sent apart
+# from the group, had the fresh process started a second time (~7 s).
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xdist_group("test_faults")) if c.hide else c
+                                  for c in CASES], ids=[c.name for c in CASES])
 def test_fault_is_one_clear_message(case, tmp_path, monkeypatch, capsys, request):
     folder = tmp_path
     if case.hide:  # a package hidden whether installed or not: only a fresh process can not see it
