@@ -49,6 +49,10 @@ def drawn_split(split: str, size: int, draw: Callable[[random.Random], Optional[
     return problems
 
 
+# (task name, split) -> its problems (DemoTask.problems)
+_PROBLEMS: dict[tuple[str, str], tuple[dict[str, Any], ...]] = {}
+
+
 @dataclass(frozen=True)
 class DemoTask:
     """A built-in data source (pipeline/demo/registry.py): `pool(split)` (a split's problems in a fixed order; a
@@ -69,7 +73,15 @@ class DemoTask:
         >>> ARITHMETIC.split_size("train"), ARITHMETIC.split_size("test")
         (1880, 100)
         """
-        return len(self.pool(split))
+        return len(self.problems(split))
+
+    def problems(self, split: str) -> tuple[dict[str, Any], ...]:
+        """`pool(split)`, made once a process: a split never changes, and building one (sorting ~2,000 questions by
+        their sha256) took ~3 ms, asked for by every run's data, eval and warm-up (a notebook, a test process)."""
+        key = (self.name, split)
+        if key not in _PROBLEMS:
+            _PROBLEMS[key] = tuple(self.pool(split))
+        return _PROBLEMS[key]
 
     def rows(self, n: int, seed: int = 0, split: str = "train") -> list[dict[str, str]]:
         """`n` distinct rows of a split, in an order fixed by `seed`; a ValueError when `n` exceeds it.
@@ -77,7 +89,7 @@ class DemoTask:
         >>> ARITHMETIC.rows(1, seed=0, split="test")
         [{'question': 'What is 27+52?', 'answer': '79', 'solution': '27+52=79'}]
         """
-        pool = self.pool(split)
+        pool = list(self.problems(split))
         if not 0 <= n <= len(pool):
             raise ValueError(f"{self.name} has {len(pool)} distinct {split!r} problems, {n} were asked for; "
                              f"set max_samples (train) or eval_limit (test) to at most {len(pool)}.")
@@ -92,7 +104,7 @@ class DemoTask:
         >>> [m["role"] for m in ex["prompt"]], ex["completion"][0]["content"].startswith("<reasoning>\\n")
         (['system', 'user'], True)
         """
-        rng, pool = random.Random(seed), self.pool("train")
+        rng, pool = random.Random(seed), self.problems("train")
         examples = []
         for _ in range(n):
             problem = rng.choice(pool)
