@@ -65,9 +65,9 @@ def read_tokenizer(folder: str | os.PathLike[str], trust_remote_code: bool = Fal
     the same (names, sizes and mtimes): the first call gets that read (a command reads its tokenizer once, and pays no
     more), the second reads again and keeps that read unchanged, and it and every later call get their own copy of it,
     which they may change. Reading Qwen2.5's 151k-token tokenizer takes ~1.2 s (transformers parses tokenizer.json
-    three times); a copy ~0.1 s: it shares the kept read's BPE model (`_backend_copy`), which a deep copy rebuilt
-    (0.6 s a copy, paid again and again by a notebook or a test process). A hub id (not a folder) and a folder's own tokenizer code
-    (trust_remote_code) are read every time.
+    three times); a copy ~5 ms: it shares the kept read's BPE model (`_backend_copy`), which a deep copy rebuilt
+    (0.6 s a copy, paid again and again by a notebook or a test process). A hub id (not a folder) and a folder's own
+    tokenizer code (trust_remote_code) are read every time.
 
     >>> a, b, c = load_qwen_tokenizer(), load_qwen_tokenizer(), load_qwen_tokenizer()
     >>> b.padding_side = "left"; _ = b.add_special_tokens({"additional_special_tokens": ["<mine>"]})
@@ -139,13 +139,13 @@ def _backend_copy(backend: Any) -> Any:
     (0.3 s); None (a deep copy) when it does not, or when the model's settings changed since (someone set them on a
     copy, so that copies stop sharing from then on)."""
     try:
+        copied = _rebuilt(backend)
         if id(backend) not in _CHECKED:
-            exact = _rebuilt(backend).to_str() == backend.to_str()
+            exact = copied.to_str() == backend.to_str()
             _CHECKED[id(backend)] = (backend, _settings(backend.model) if exact else None)
         kept, settings = _CHECKED[id(backend)]
         if kept is not backend or settings is None or _settings(backend.model) != settings:
             return None
-        return _rebuilt(backend)
+        return copied
     except Exception:  # noqa: BLE001 - a backend this cannot rebuild is deep-copied as before
         return None
-
