@@ -1,5 +1,5 @@
-"""`read_tokenizer` (pipeline/assets): a tokenizer folder is read from disk at most twice per process while its files
-stay the same, and every call after the first gets its own copy, equal to a fresh read and free to change. Over the
+"""`read_tokenizer` (pipeline/assets): a tokenizer folder is read from disk once per process while its files stay the
+same, and every call, the first included, gets its own copy, equal to a fresh read and free to change. Over the
 bundled real Qwen2.5 tokenizer (151k tokens) and a demo model's small one, and a folder whose files change."""
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ def folder(request):
 
 
 def test_a_copy_is_what_a_fresh_read_gives_and_changing_it_changes_no_later_one(folder):
-    assets.read_tokenizer(folder)  # the process's first read of it: returned as read
-    first, expected = assets.read_tokenizer(folder), described(fresh(folder))
+    first, expected = assets.read_tokenizer(folder), described(fresh(folder))  # the first call gets a copy too
     assert described(first) == expected
     first.padding_side = "left"
     first.chat_template = "{{ 'mine' }}"
@@ -75,7 +74,7 @@ def test_copies_share_the_kept_reads_bpe_model_until_its_settings_change(folder)
     assert described(assets.read_tokenizer(folder)) == described(fresh(folder))
 
 
-def test_an_unchanged_folder_is_read_from_disk_twice_at_most_and_a_changed_one_again(tmp_path, monkeypatch):
+def test_an_unchanged_folder_is_read_from_disk_once_and_a_changed_one_again(tmp_path, monkeypatch):
     """On the demo model's small tokenizer (the rule is the folder's, whatever its size; ~20 ms a read)."""
     from transformers import AutoTokenizer
 
@@ -86,14 +85,14 @@ def test_an_unchanged_folder_is_read_from_disk_twice_at_most_and_a_changed_one_a
     read = AutoTokenizer.from_pretrained.__func__
     monkeypatch.setattr(AutoTokenizer, "from_pretrained",
                         classmethod(lambda cls, *args, **kwargs: reads.append(args[0]) or read(cls, *args, **kwargs)))
-    for _ in range(4):  # read, read again and kept, then copies
+    for _ in range(4):  # read once and kept, each call a copy
         assert load_tokenizer(str(folder)).chat_template == template
-    assert reads.count(str(folder)) == 2
+    assert reads.count(str(folder)) == 1
     (folder / "chat_template.jinja").write_text("{{ 'changed' }}", encoding="utf-8")  # size and mtime change
-    assert load_tokenizer(str(folder)).chat_template == "{{ 'changed' }}" and reads.count(str(folder)) == 3
+    assert load_tokenizer(str(folder)).chat_template == "{{ 'changed' }}" and reads.count(str(folder)) == 2
     config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     (folder / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 77}), encoding="utf-8")
-    assert load_tokenizer(str(folder)).model_max_length == 77 and reads.count(str(folder)) == 4
+    assert load_tokenizer(str(folder)).model_max_length == 77 and reads.count(str(folder)) == 3
     (folder / "tokenizer.json").write_text("{ not json", encoding="utf-8")  # broken after a good read: named, not kept
     with pytest.raises(Exception, match="tokenizer.json"):
         load_tokenizer(str(folder))

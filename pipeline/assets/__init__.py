@@ -1,7 +1,7 @@
 """Files the project ships: the real Qwen2.5 tokenizer (with Qwen2.5-Instruct's chat template, tools included), for
 tests, benchmarks and `grpo data` offline. Its tokenizer.json (11 MB) is committed xz-compressed (1.4 MB) and unpacked
 once into the cache: a folder of only vocab.json + merges.txt does not load through AutoTokenizer. Every tokenizer
-folder is read through `read_tokenizer`: at most twice per process while its files stay the same.
+folder is read through `read_tokenizer`: once per process while its files stay the same.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def load_qwen_tokenizer():
     return read_tokenizer(qwen_tokenizer_dir())
 
 
-# Tokenizers read in this process, by folder and its files' (name, size, mtime): None after the first read (returned as
-# read), then the second read, kept unchanged and copied for every later call.
+# Tokenizers read in this process, by folder and its files' (name, size, mtime): each read once, kept unchanged, and
+# copied for every call.
 _READ: dict[tuple, Any] = {}
 # transformers 5's tables of a fast tokenizer (str -> int, and (str, str) pairs): immutable entries, so a copy of the
 # table is a deep copy of it (copy.deepcopy walks 150k entries one by one: 0.3 s of a 0.6 s copy).
@@ -61,13 +61,13 @@ _FLAT_TABLES = ("_vocab", "_merges")
 
 
 def read_tokenizer(folder: str | os.PathLike[str], trust_remote_code: bool = False) -> Any:
-    """`AutoTokenizer.from_pretrained(folder)`, read from disk at most twice per process while the folder's files stay
-    the same (names, sizes and mtimes): the first call gets that read (a command reads its tokenizer once, and pays no
-    more), the second reads again and keeps that read unchanged, and it and every later call get their own copy of it,
-    which they may change. Reading Qwen2.5's 151k-token tokenizer takes ~1.2 s (transformers parses tokenizer.json
-    three times); a copy ~5 ms: it shares the kept read's BPE model (`_backend_copy`), which a deep copy rebuilt
-    (0.6 s a copy, paid again and again by a notebook or a test process). A hub id (not a folder) and a folder's own
-    tokenizer code (trust_remote_code) are read every time.
+    """`AutoTokenizer.from_pretrained(folder)`, read from disk once per process while the folder's files stay the same
+    (names, sizes and mtimes): that read is kept unchanged, and every call gets its own copy of it, which it may
+    change. Reading Qwen2.5's 151k-token tokenizer takes ~1.2 s (transformers parses tokenizer.json three times); a
+    copy ~5 ms: it shares the kept read's BPE model (`_backend_copy`, checked once per kept read: ~0.1 s), where a
+    deep copy rebuilt it (0.6 s). So a command that reads its tokenizer more than once (`grpo train`: the check, then
+    the model; `grpo eval`: its data, then the generator) reads it from disk once, and a notebook or a test process
+    once per folder. A hub id (not a folder) and a folder's own tokenizer code (trust_remote_code) are read every time.
 
     >>> a, b, c = load_qwen_tokenizer(), load_qwen_tokenizer(), load_qwen_tokenizer()
     >>> b.padding_side = "left"; _ = b.add_special_tokens({"additional_special_tokens": ["<mine>"]})
@@ -82,10 +82,7 @@ def read_tokenizer(folder: str | os.PathLike[str], trust_remote_code: bool = Fal
     files = [(entry.name, entry.stat()) for entry in os.scandir(path) if entry.is_file()]
     key = (str(path.resolve()), tuple(sorted((name, stat.st_size, stat.st_mtime_ns) for name, stat in files)))
     if key not in _READ:
-        _READ[key] = None
-        return AutoTokenizer.from_pretrained(str(folder))
-    if _READ[key] is None:
-        _READ[key] = AutoTokenizer.from_pretrained(str(folder))
+        _READ[key] = AutoTokenizer.from_pretrained(str(folder))  # a folder that does not read is not kept
     original = _READ[key]
     tables = (getattr(original, "__dict__", {}).get(name) for name in _FLAT_TABLES)
     memo = {id(table): type(table)(table) for table in tables if isinstance(table, (dict, list))}
