@@ -55,3 +55,15 @@ def test_warmup_teacher_reasons_right_and_answers_sloppily_at_the_set_rate():
     expected = [2.0 if f"<answer>\n{ans}\n" in e["completion"][0]["content"] else 0.0
                 for e, ans in zip(examples[:50], answers)]
     assert correct == expected and 0 < sum(correct) < 100
+
+
+def test_a_task_made_with_another_pool_under_the_same_name_reads_its_own_problems():
+    """DemoTask.problems keeps each split once a process, by the task itself: not by its name alone."""
+    import dataclasses
+
+    one = {"question": "What is 11+22?", "answer": "33", "solution": "11+22=33", "first_operand": "11"}
+    ARITHMETIC.rows(3, split="train")  # the built-in task's split, made and kept first
+    other = dataclasses.replace(ARITHMETIC, pool=lambda split: [one])
+    assert other.name == ARITHMETIC.name
+    assert other.rows(1, split="train") == [ARITHMETIC.row(one)] and other.split_size("train") == 1
+    assert ARITHMETIC.split_size("train") == 1880

@@ -49,8 +49,9 @@ def drawn_split(split: str, size: int, draw: Callable[[random.Random], Optional[
     return problems
 
 
-# (task name, split) -> its problems (DemoTask.problems)
-_PROBLEMS: dict[tuple[str, str], tuple[dict[str, Any], ...]] = {}
+# (task, split) -> its problems (DemoTask.problems); keyed by the task itself (frozen: its name and its functions), so a
+# task made with another pool under the same name gets its own
+_PROBLEMS: dict[tuple[Any, str], tuple[dict[str, Any], ...]] = {}
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class DemoTask:
     def problems(self, split: str) -> tuple[dict[str, Any], ...]:
         """`pool(split)`, made once a process: a split never changes, and building one (sorting ~2,000 questions by
         their sha256) took ~3 ms, asked for by every run's data, eval and warm-up (a notebook, a test process)."""
-        key = (self.name, split)
+        key = (self, split)
         if key not in _PROBLEMS:
             _PROBLEMS[key] = tuple(self.pool(split))
         return _PROBLEMS[key]
